@@ -1,0 +1,53 @@
+//! The operator registry of shardproof: every operator's schema, shape and dtype inference and
+//! reference kernel, over dense [`Tensor`]s.
+//!
+//! Kernels compute in f64 and never round to narrower float types themselves: the interpreter
+//! rounds every output to the precision of the run, so one kernel serves f64, f32, bf16 and fp8.
+
+mod args;
+mod registry;
+mod schema;
+mod tensor;
+
+pub mod util;
+
+// Operator families, one module each.
+mod collective;
+mod create;
+mod elementwise;
+mod index;
+mod linalg;
+mod nn;
+mod random;
+mod reduce;
+mod shape;
+
+pub use args::{Args, TensorList, Values};
+pub use registry::{EvalCtx, EvalFn, InferFn, Meta0, OpClass, OpDef, Registry};
+pub use schema::{ArgType, Schema, SchemaArg};
+pub use tensor::{cast_value, round_to, strides, Meta, Tensor};
+
+/// An error in a call: wrong arguments, incompatible shapes, an unsupported variant.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct OpError(pub String);
+
+impl OpError {
+    /// An error with the given message.
+    pub fn new(msg: impl Into<String>) -> Self {
+        OpError(msg.into())
+    }
+}
+
+/// Registers every built-in operator family.
+fn register_all(r: &mut Registry) {
+    collective::register(r);
+    create::register(r);
+    elementwise::register(r);
+    index::register(r);
+    linalg::register(r);
+    nn::register(r);
+    random::register(r);
+    reduce::register(r);
+    shape::register(r);
+}

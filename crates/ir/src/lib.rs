@@ -5,11 +5,13 @@
 //! outputs of a multi-output torch.fx node. A [`Program`] is a device mesh, its process groups and
 //! one graph per rank.
 
+mod custom;
 mod diag;
 mod dtype;
 mod graph;
 mod program;
 
+pub use custom::{DecompExpr, OpMeaning};
 pub use diag::{Located, SourceError, Span};
 pub use dtype::DType;
 pub use graph::{Arg, Dim, Graph, Node, NodeKind, OpName, Output, SourceLoc, TensorType, ValueId};

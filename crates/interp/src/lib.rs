@@ -1,7 +1,18 @@
 //! The reference interpreter: executes a graph (or every rank of a distributed program, with its
 //! collectives) on concrete tensors, in f64 as the exact reference or emulating narrower floats.
+//!
+//! A node runs when all the values it reads are available: graph inputs and constants come from
+//! the caller's leaves, and a leaf may also replace any intermediate value (a *cut*). Nodes that
+//! depend on a value nobody provided are skipped, so a cut graph only computes what lies
+//! downstream of the cut.
 
-use shardproof_ir::{Graph, OpMeaning, Program, ValueId};
+mod exec;
+mod infer;
+
+pub use exec::{run_graph, run_program};
+pub use infer::{infer_graph, Inference, NodeInference};
+
+use shardproof_ir::{OpMeaning, ValueId};
 use shardproof_ops::Tensor;
 use std::collections::BTreeMap;
 
@@ -19,6 +30,28 @@ pub enum Precision {
     Native,
 }
 
+impl Precision {
+    /// Rounds the float elements of `t` to this precision (integer tensors are unchanged).
+    pub fn round(self, t: Tensor) -> Tensor {
+        let target = match self {
+            Precision::F64 => return t,
+            _ if !t.dtype().is_float() => return t,
+            Precision::F32 => shardproof_ir::DType::F32,
+            Precision::Bf16 => shardproof_ir::DType::Bf16,
+            Precision::Native => t.dtype(),
+        };
+        if target == shardproof_ir::DType::F64 {
+            return t;
+        }
+        let data = t
+            .data
+            .iter()
+            .map(|&x| shardproof_ops::round_to(x, target))
+            .collect();
+        Tensor::new(t.meta, data)
+    }
+}
+
 /// Settings of a run.
 #[derive(Clone, Debug, Default)]
 pub struct RunConfig {
@@ -26,14 +59,15 @@ pub struct RunConfig {
     pub precision: Precision,
     /// Seed of random operators.
     pub seed: u64,
-    /// Meanings of custom operators, by full or base name (`tg.log_tensor`).
+    /// Meanings of custom operators, by `namespace.name` (`tg.log_tensor`) or full name.
     pub custom_ops: BTreeMap<String, OpMeaning>,
 }
 
 /// The values computed by a run of one graph.
 #[derive(Clone, Debug, Default)]
 pub struct Env {
-    /// Per node, per output: the value, or `None` when it was not needed or not computed.
+    /// Per node, per output: the value, or `None` when it was not computed (it depends on a
+    /// value no leaf provided) or the output holds no tensor.
     pub values: Vec<Vec<Option<Tensor>>>,
 }
 
@@ -44,30 +78,32 @@ impl Env {
     }
 }
 
-/// An error while running: the node (name, graph line) and what went wrong.
-#[derive(Clone, Debug, thiserror::Error)]
+/// Why a run failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum InterpErrorKind {
+    /// The graph or its inputs are wrong (shape mismatch, bad argument, missing group).
+    Invalid,
+    /// An operator has no meaning: not in the registry and not declared by the case.
+    Unsupported,
+    /// The ranks' collectives do not match up (deadlock or mismatched collectives).
+    Deadlock,
+}
+
+/// An error while running: the node (graph, name, line) and what went wrong.
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
 #[error("{message}")]
 pub struct InterpError {
+    /// What kind of failure.
+    pub kind: InterpErrorKind,
     /// Human-readable description including the node and graph.
     pub message: String,
 }
 
-/// Runs `graph` with the given leaf values (graph inputs, constants, or cut tensors by name).
-pub fn run_graph(
-    graph: &Graph,
-    leaves: &BTreeMap<String, Tensor>,
-    cfg: &RunConfig,
-) -> Result<Env, InterpError> {
-    let _ = (graph, leaves, cfg);
-    todo!("lead")
-}
-
-/// Runs every rank of `program` with per-rank leaf values, executing collectives across ranks.
-pub fn run_program(
-    program: &Program,
-    leaves: &[BTreeMap<String, Tensor>],
-    cfg: &RunConfig,
-) -> Result<Vec<Env>, InterpError> {
-    let _ = (program, leaves, cfg);
-    todo!("lead")
+impl InterpError {
+    fn new(kind: InterpErrorKind, message: impl Into<String>) -> Self {
+        InterpError {
+            kind,
+            message: message.into(),
+        }
+    }
 }

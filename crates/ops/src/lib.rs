@@ -23,6 +23,7 @@ mod reduce;
 mod shape;
 
 pub use args::{Args, TensorList, Values};
+pub use collective::apply_collective;
 pub use registry::{EvalCtx, EvalFn, InferFn, Meta0, OpClass, OpDef, Registry};
 pub use schema::{ArgType, Schema, SchemaArg};
 pub use tensor::{cast_value, round_to, strides, Meta, Tensor};

@@ -111,8 +111,10 @@ impl Tensor {
         }
     }
 
-    /// The same values converted to `dtype` with torch's cast semantics (floats rounded to the
-    /// target precision, integers truncated toward zero and wrapped, bools as `x != 0`).
+    /// The same values converted to `dtype` with torch's cast semantics (integers truncated
+    /// toward zero and wrapped, bools as `x != 0`). Float targets are not rounded here: the
+    /// interpreter rounds every output to the precision of the run, so an f64 reference run
+    /// stays exact across `_to_copy(dtype=torch.float16)`.
     pub fn cast(&self, dtype: DType) -> Tensor {
         let data = self.data.iter().map(|&x| cast_value(x, dtype)).collect();
         Tensor::new(Meta::new(dtype, self.meta.shape.clone()), data)
@@ -125,7 +127,8 @@ impl Tensor {
     }
 }
 
-/// Converts one value to `dtype` with torch's cast semantics.
+/// Converts one value to `dtype` with torch's cast semantics; float targets keep the value
+/// (see [`Tensor::cast`]).
 pub fn cast_value(x: f64, dtype: DType) -> f64 {
     match dtype {
         DType::Bool => (x != 0.0) as i64 as f64,
@@ -145,7 +148,7 @@ pub fn cast_value(x: f64, dtype: DType) -> f64 {
                 (if v >= m / 2 { v - m } else { v }) as f64
             }
         }
-        d => round_to(x, d),
+        _ => x,
     }
 }
 

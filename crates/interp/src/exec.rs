@@ -1,0 +1,528 @@
+//! Graph execution: single graphs, and lock-step execution of rank graphs with collectives.
+
+use crate::{Env, InterpError, InterpErrorKind, RunConfig};
+use shardproof_ir::{Arg, DecompExpr, Graph, Node, NodeKind, OpMeaning, OpName, Program, ValueId};
+use shardproof_ops::{Args, EvalCtx, Meta, OpClass, OpDef, OpError, Registry, Tensor, TensorList, Values};
+use std::collections::BTreeMap;
+
+/// Reads values out of an environment, for binding a call's arguments.
+struct EnvValues<'a>(&'a Env);
+
+impl Values for EnvValues<'_> {
+    fn meta(&self, v: ValueId) -> Option<Meta> {
+        self.0.get(v).map(|t| t.meta.clone())
+    }
+    fn tensor(&self, v: ValueId) -> Option<&Tensor> {
+        self.0.get(v)
+    }
+}
+
+/// The state of one graph being executed.
+struct GraphRun<'g> {
+    graph: &'g Graph,
+    env: Env,
+    /// Values fixed by the caller; their producers are never run.
+    is_leaf: Vec<Vec<bool>>,
+    next: usize,
+    cfg: &'g RunConfig,
+}
+
+fn located(graph: &Graph, node: &Node, msg: impl std::fmt::Display) -> String {
+    let op = node.op().map(|o| format!(" ({o})")).unwrap_or_default();
+    match node.line {
+        Some(l) => format!("{}:{l}: node `{}`{op}: {msg}", graph.name, node.name),
+        None => format!("{}: node `{}`{op}: {msg}", graph.name, node.name),
+    }
+}
+
+impl<'g> GraphRun<'g> {
+    fn new(
+        graph: &'g Graph,
+        leaves: &BTreeMap<String, Tensor>,
+        cfg: &'g RunConfig,
+    ) -> Result<Self, InterpError> {
+        let mut env = Env {
+            values: graph.nodes.iter().map(|n| vec![None; n.outputs.len()]).collect(),
+        };
+        let mut is_leaf: Vec<Vec<bool>> = graph
+            .nodes
+            .iter()
+            .map(|n| vec![false; n.outputs.len()])
+            .collect();
+        let index = graph.name_index();
+        for (name, t) in leaves {
+            let v = *index.get(name.as_str()).ok_or_else(|| {
+                InterpError::new(
+                    InterpErrorKind::Invalid,
+                    format!("graph `{}` has no value named `{name}`", graph.name),
+                )
+            })?;
+            if let Some(ty) = graph.recorded_type(v) {
+                let expected = Meta::from_type(ty);
+                if expected.as_ref().is_some_and(|m| m.shape != t.meta.shape) {
+                    return Err(InterpError::new(
+                        InterpErrorKind::Invalid,
+                        format!(
+                            "value `{name}` of graph `{}` is declared {ty} but was given {}",
+                            graph.name,
+                            t.meta.to_type()
+                        ),
+                    ));
+                }
+            }
+            env.values[v.node][v.output] = Some(cfg.precision.round(t.clone()));
+            is_leaf[v.node][v.output] = true;
+        }
+        Ok(GraphRun {
+            graph,
+            env,
+            is_leaf,
+            next: 0,
+            cfg,
+        })
+    }
+
+    fn done(&self) -> bool {
+        self.next >= self.graph.nodes.len()
+    }
+
+    /// Runs nodes until the end of the graph, or until a collective that needs other ranks
+    /// (returned). With `alone`, collectives act on one-member groups and never block.
+    fn advance(&mut self, alone: bool) -> Result<Option<usize>, InterpError> {
+        while self.next < self.graph.nodes.len() {
+            let i = self.next;
+            let node = &self.graph.nodes[i];
+            if self.is_leaf[i].iter().all(|&l| l) || !self.ready(node) {
+                self.next += 1;
+                continue;
+            }
+            if let NodeKind::Call { op, .. } = &node.kind {
+                let def = Registry::builtin().get(op);
+                if !alone
+                    && self.custom(op).is_none()
+                    && def.is_some_and(|d| d.class == OpClass::Collective)
+                {
+                    return Ok(Some(i));
+                }
+            }
+            let outs = self.eval_node(node).map_err(|e| match e {
+                NodeError::Op(e) => InterpError::new(
+                    InterpErrorKind::Invalid,
+                    located(self.graph, node, e),
+                ),
+                NodeError::Unsupported(msg) => InterpError::new(
+                    InterpErrorKind::Unsupported,
+                    located(self.graph, node, msg),
+                ),
+            })?;
+            self.store(i, outs)?;
+            self.next += 1;
+        }
+        Ok(None)
+    }
+
+    /// Whether every value the node reads is available (inputs and constants need a leaf).
+    fn ready(&self, node: &Node) -> bool {
+        match node.kind {
+            NodeKind::Input | NodeKind::Constant { .. } => false,
+            NodeKind::Call { .. } => node.inputs().iter().all(|&v| self.env.get(v).is_some()),
+        }
+    }
+
+    fn custom(&self, op: &OpName) -> Option<&'g OpMeaning> {
+        self.cfg
+            .custom_ops
+            .get(&op.to_string())
+            .or_else(|| self.cfg.custom_ops.get(&op.base()))
+    }
+
+    fn store(&mut self, i: usize, outs: Vec<Tensor>) -> Result<(), InterpError> {
+        let node = &self.graph.nodes[i];
+        if outs.len() < node.outputs.len() {
+            return Err(InterpError::new(
+                InterpErrorKind::Invalid,
+                located(
+                    self.graph,
+                    node,
+                    format!(
+                        "the graph uses {} outputs but the operator produces {}",
+                        node.outputs.len(),
+                        outs.len()
+                    ),
+                ),
+            ));
+        }
+        for (o, t) in outs.into_iter().take(node.outputs.len()).enumerate() {
+            if !self.is_leaf[i][o] {
+                self.env.values[i][o] = Some(self.cfg.precision.round(t));
+            }
+        }
+        Ok(())
+    }
+
+    fn ctx(&self, node: &Node) -> EvalCtx {
+        EvalCtx {
+            seed: self.cfg.seed,
+            call_key: node.name.clone(),
+        }
+    }
+
+    fn eval_node(&self, node: &Node) -> Result<Vec<Tensor>, NodeError> {
+        let NodeKind::Call { op, args, kwargs } = &node.kind else {
+            unreachable!("only call nodes are evaluated")
+        };
+        let values = EnvValues(&self.env);
+        if let Some(meaning) = self.custom(op) {
+            return self.eval_custom(meaning, args, &values, node);
+        }
+        if op.namespace == "higher_order" && op.name == "auto_functionalized_v2" {
+            return self.eval_auto_functionalized(args, kwargs, &values);
+        }
+        let reg = Registry::builtin();
+        let def = reg.get(op).ok_or_else(|| {
+            NodeError::Unsupported(format!(
+                "operator `{op}` is not in the registry; declare its meaning in the case's `ops:` section"
+            ))
+        })?;
+        if def.class == OpClass::Collective {
+            let bound = Args::bind(&def.schema, args, kwargs, &values)?;
+            return Ok(collective(def, &[bound], 0)?);
+        }
+        Ok(reg.eval(def, args, kwargs, &values, &mut self.ctx(node))?)
+    }
+
+    fn eval_custom(
+        &self,
+        meaning: &OpMeaning,
+        args: &[Arg],
+        values: &EnvValues,
+        node: &Node,
+    ) -> Result<Vec<Tensor>, NodeError> {
+        match meaning {
+            OpMeaning::Identity => {
+                let first = node.inputs().first().copied().ok_or_else(|| {
+                    NodeError::Op(OpError::new("an `identity` operator needs a tensor argument"))
+                })?;
+                let t = values.tensor(first).expect("ready node has its inputs").clone();
+                Ok(vec![t; node.outputs.len().max(1)])
+            }
+            OpMeaning::Decompose(expr) => match eval_decomp(expr, args, values, &self.ctx(node))? {
+                DVal::Tensor(t) => Ok(vec![t]),
+                DVal::Lit(a) => Err(NodeError::Op(OpError::new(format!(
+                    "the decomposition evaluates to {a:?}, not a tensor"
+                )))),
+            },
+        }
+    }
+
+    /// `auto_functionalized_v2(op, ..., _all_bases=[...])`: outputs are the op's result followed
+    /// by the bases after the op's in-place updates. Only operators whose meaning is known can run:
+    /// declared identities leave the bases unchanged.
+    fn eval_auto_functionalized(
+        &self,
+        args: &[Arg],
+        kwargs: &[(String, Arg)],
+        values: &EnvValues,
+    ) -> Result<Vec<Tensor>, NodeError> {
+        let inner = match args.first() {
+            Some(Arg::Op(op)) => op,
+            _ => {
+                return Err(NodeError::Op(OpError::new(
+                    "auto_functionalized_v2 expects an operator as its first argument",
+                )))
+            }
+        };
+        let bases: Vec<Tensor> = match kwargs.iter().find(|(k, _)| k == "_all_bases") {
+            Some((_, Arg::List(items))) => items
+                .iter()
+                .map(|a| match a {
+                    Arg::Value(v) => Ok(values.tensor(*v).expect("ready").clone()),
+                    other => Err(NodeError::Op(OpError::new(format!(
+                        "`_all_bases` holds {other:?}, expected tensors"
+                    )))),
+                })
+                .collect::<Result<_, _>>()?,
+            _ => {
+                return Err(NodeError::Op(OpError::new(
+                    "auto_functionalized_v2 without `_all_bases`",
+                )))
+            }
+        };
+        match self.custom(inner) {
+            Some(OpMeaning::Identity) => {
+                let first = bases.first().cloned().ok_or_else(|| {
+                    NodeError::Op(OpError::new("auto_functionalized_v2 with no bases"))
+                })?;
+                let mut out = vec![first];
+                out.extend(bases);
+                Ok(out)
+            }
+            Some(OpMeaning::Decompose(_)) => Err(NodeError::Unsupported(format!(
+                "in-place custom operator `{inner}` is declared by a decomposition; only `identity` is supported for in-place operators"
+            ))),
+            None => Err(NodeError::Unsupported(format!(
+                "in-place operator `{inner}` has no declared meaning; declare it in the case's `ops:` section"
+            ))),
+        }
+    }
+}
+
+enum NodeError {
+    Op(OpError),
+    Unsupported(String),
+}
+
+impl From<OpError> for NodeError {
+    fn from(e: OpError) -> Self {
+        NodeError::Op(e)
+    }
+}
+
+/// An intermediate of a decomposition: a tensor or a literal argument.
+enum DVal {
+    Tensor(Tensor),
+    Lit(Arg),
+}
+
+fn eval_decomp(
+    expr: &DecompExpr,
+    call_args: &[Arg],
+    values: &EnvValues,
+    ctx: &EvalCtx,
+) -> Result<DVal, NodeError> {
+    Ok(match expr {
+        DecompExpr::Arg(i) => match call_args.get(*i) {
+            Some(Arg::Value(v)) => DVal::Tensor(values.tensor(*v).expect("ready").clone()),
+            Some(a) => DVal::Lit(a.clone()),
+            None => {
+                return Err(NodeError::Op(OpError::new(format!(
+                    "the decomposition reads `${i}` but the call has {} arguments",
+                    call_args.len()
+                ))))
+            }
+        },
+        DecompExpr::Int(i) => DVal::Lit(Arg::Int(*i)),
+        DecompExpr::Float(f) => DVal::Lit(Arg::Float(*f)),
+        DecompExpr::Bool(b) => DVal::Lit(Arg::Bool(*b)),
+        DecompExpr::List(items) => {
+            let mut out = Vec::new();
+            for it in items {
+                match eval_decomp(it, call_args, values, ctx)? {
+                    DVal::Lit(a) => out.push(a),
+                    DVal::Tensor(_) => {
+                        return Err(NodeError::Op(OpError::new(
+                            "lists of tensors are not supported in decompositions",
+                        )))
+                    }
+                }
+            }
+            DVal::Lit(Arg::List(out))
+        }
+        DecompExpr::Call { op, args } => {
+            let reg = Registry::builtin();
+            let def = reg.get(op).ok_or_else(|| {
+                NodeError::Unsupported(format!("the decomposition calls unknown operator `{op}`"))
+            })?;
+            let mut tensors = Vec::new();
+            let mut bound = Vec::new();
+            for a in args {
+                match eval_decomp(a, call_args, values, ctx)? {
+                    DVal::Tensor(t) => {
+                        bound.push(Arg::Value(ValueId::new(tensors.len(), 0)));
+                        tensors.push(t);
+                    }
+                    DVal::Lit(l) => bound.push(l),
+                }
+            }
+            let mut ctx = ctx.clone();
+            let mut out = reg.eval(def, &bound, &[], &TensorList(&tensors), &mut ctx)?;
+            if out.is_empty() {
+                return Err(NodeError::Op(OpError::new(format!("`{op}` returned nothing"))));
+            }
+            DVal::Tensor(out.swap_remove(0))
+        }
+    })
+}
+
+/// Computes member `index`'s output of a collective, given every member's bound arguments in
+/// group order.
+fn collective(def: &OpDef, members: &[Args], index: usize) -> Result<Vec<Tensor>, OpError> {
+    let refs: Vec<&Args> = members.iter().collect();
+    shardproof_ops::apply_collective(def, &refs, index)
+}
+
+/// Runs `graph` with the given leaf values (graph inputs, constants, or cut tensors by name).
+/// Collectives act on one-member groups (a single-device program): they are identities.
+pub fn run_graph(
+    graph: &Graph,
+    leaves: &BTreeMap<String, Tensor>,
+    cfg: &RunConfig,
+) -> Result<Env, InterpError> {
+    let mut run = GraphRun::new(graph, leaves, cfg)?;
+    run.advance(true)?;
+    Ok(run.env)
+}
+
+/// Runs every rank of `program` with per-rank leaf values, executing collectives across ranks
+/// in lock step: a collective runs once every member of its group has reached it.
+pub fn run_program(
+    program: &Program,
+    leaves: &[BTreeMap<String, Tensor>],
+    cfg: &RunConfig,
+) -> Result<Vec<Env>, InterpError> {
+    if leaves.len() != program.ranks.len() {
+        return Err(InterpError::new(
+            InterpErrorKind::Invalid,
+            format!(
+                "{} rank graphs but leaves for {} ranks",
+                program.ranks.len(),
+                leaves.len()
+            ),
+        ));
+    }
+    let mut runs = program
+        .ranks
+        .iter()
+        .zip(leaves)
+        .map(|(g, l)| GraphRun::new(g, l, cfg))
+        .collect::<Result<Vec<_>, _>>()?;
+    let n = runs.len();
+    let mut blocked: Vec<Option<usize>> = vec![None; n];
+    loop {
+        for r in 0..n {
+            if blocked[r].is_none() && !runs[r].done() {
+                blocked[r] = runs[r].advance(false)?;
+            }
+        }
+        if blocked.iter().all(Option::is_none) {
+            break;
+        }
+        let mut progressed = false;
+        for r in 0..n {
+            let Some(node_idx) = blocked[r] else { continue };
+            let (group_name, op) = collective_key(&runs[r], node_idx)?;
+            let members = group_members(program, &group_name, r, &runs[r], node_idx)?;
+            let all_there = members.iter().all(|&m| {
+                blocked[m].is_some_and(|ni| {
+                    collective_key(&runs[m], ni).is_ok_and(|(g, o)| g == group_name && o == op)
+                })
+            });
+            if !all_there {
+                continue;
+            }
+            let def = Registry::builtin().get(&op).expect("blocked on a registered collective");
+            let outputs: Vec<Vec<Tensor>> = {
+                let member_values: Vec<EnvValues> =
+                    members.iter().map(|&m| EnvValues(&runs[m].env)).collect();
+                let bound = members
+                    .iter()
+                    .zip(&member_values)
+                    .map(|(&m, vals)| {
+                        let node = &runs[m].graph.nodes[blocked[m].unwrap()];
+                        Args::bind(&def.schema, node.args(), call_kwargs(node), vals).map_err(|e| {
+                            InterpError::new(InterpErrorKind::Invalid, located(runs[m].graph, node, e))
+                        })
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                (0..members.len())
+                    .map(|i| {
+                        collective(def, &bound, i).map_err(|e| {
+                            let m = members[i];
+                            let node = &runs[m].graph.nodes[blocked[m].unwrap()];
+                            InterpError::new(InterpErrorKind::Invalid, located(runs[m].graph, node, e))
+                        })
+                    })
+                    .collect::<Result<_, _>>()?
+            };
+            for (&m, t) in members.iter().zip(outputs) {
+                let ni = blocked[m].take().unwrap();
+                runs[m].store(ni, t)?;
+                runs[m].next = ni + 1;
+            }
+            progressed = true;
+        }
+        if !progressed {
+            return Err(deadlock(&runs, &blocked));
+        }
+    }
+    Ok(runs.into_iter().map(|r| r.env).collect())
+}
+
+fn call_kwargs(node: &Node) -> &[(String, Arg)] {
+    match &node.kind {
+        NodeKind::Call { kwargs, .. } => kwargs,
+        _ => &[],
+    }
+}
+
+/// The group name and operator of a blocked collective node.
+fn collective_key(run: &GraphRun, node_idx: usize) -> Result<(String, OpName), InterpError> {
+    let node = &run.graph.nodes[node_idx];
+    let op = node.op().expect("collective is a call").clone();
+    let def = Registry::builtin().get(&op).expect("registered");
+    let values = EnvValues(&run.env);
+    let bound = Args::bind(&def.schema, node.args(), call_kwargs(node), &values)
+        .map_err(|e| InterpError::new(InterpErrorKind::Invalid, located(run.graph, node, e)))?;
+    let group = bound
+        .str("group_name")
+        .map_err(|e| InterpError::new(InterpErrorKind::Invalid, located(run.graph, node, e)))?;
+    Ok((group, OpName::new(&op.namespace, &op.name, &def.name.overload)))
+}
+
+fn group_members(
+    program: &Program,
+    group: &str,
+    rank: usize,
+    run: &GraphRun,
+    node_idx: usize,
+) -> Result<Vec<usize>, InterpError> {
+    let node = &run.graph.nodes[node_idx];
+    let members = match program.group(group) {
+        Some(pg) => pg.group_of(rank).map(<[usize]>::to_vec),
+        None if program.mesh.dims.len() <= 1 => Some((0..program.ranks.len()).collect()),
+        None => {
+            return Err(InterpError::new(
+                InterpErrorKind::Invalid,
+                located(
+                    run.graph,
+                    node,
+                    format!("process group `{group}` is not defined by the case's `groups:`"),
+                ),
+            ))
+        }
+    };
+    members.ok_or_else(|| {
+        InterpError::new(
+            InterpErrorKind::Invalid,
+            located(
+                run.graph,
+                node,
+                format!("rank {rank} is not a member of process group `{group}`"),
+            ),
+        )
+    })
+}
+
+fn deadlock(runs: &[GraphRun], blocked: &[Option<usize>]) -> InterpError {
+    let mut lines = Vec::new();
+    for (r, b) in blocked.iter().enumerate() {
+        match b {
+            Some(ni) => {
+                let node = &runs[r].graph.nodes[*ni];
+                let group = collective_key(&runs[r], *ni)
+                    .map(|(g, _)| g)
+                    .unwrap_or_else(|_| "?".into());
+                lines.push(format!(
+                    "rank {r} waits in `{}` ({}) on group `{group}`",
+                    node.name,
+                    node.op().map(|o| o.to_string()).unwrap_or_default()
+                ));
+            }
+            None => lines.push(format!("rank {r} has finished its graph")),
+        }
+    }
+    InterpError::new(
+        InterpErrorKind::Deadlock,
+        format!("the ranks' collectives do not match up: {}", lines.join("; ")),
+    )
+}

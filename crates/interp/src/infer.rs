@@ -1,0 +1,190 @@
+//! Static shape and dtype inference over a whole graph, with the same operator meanings as the
+//! interpreter (registry, declared custom operators, `auto_functionalized_v2`).
+
+use shardproof_ir::{Arg, DecompExpr, Graph, NodeKind, OpMeaning, OpName, ValueId};
+use shardproof_ops::{Meta, OpError, Registry, Tensor, Values};
+use std::collections::BTreeMap;
+
+/// What inference found for one node.
+#[derive(Clone, Debug, PartialEq)]
+pub enum NodeInference {
+    /// Inferred output metas.
+    Inferred(Vec<Meta>),
+    /// The operator has no known meaning.
+    Opaque(OpName),
+    /// The operator is known but rejected its arguments.
+    Error(String),
+    /// A graph input or constant: its type is what the graph records.
+    Leaf,
+}
+
+/// The result of inference over a graph.
+#[derive(Clone, Debug)]
+pub struct Inference {
+    /// Per node, what inference found.
+    pub nodes: Vec<NodeInference>,
+    /// Per node, per output: the meta used downstream (inferred, or the recorded one where
+    /// inference could not say).
+    pub metas: Vec<Vec<Option<Meta>>>,
+}
+
+struct MetaValues<'a>(&'a [Vec<Option<Meta>>]);
+
+impl Values for MetaValues<'_> {
+    fn meta(&self, v: ValueId) -> Option<Meta> {
+        self.0.get(v.node)?.get(v.output)?.clone()
+    }
+    fn tensor(&self, _: ValueId) -> Option<&Tensor> {
+        None
+    }
+}
+
+struct ListValues(Vec<Meta>);
+
+impl Values for ListValues {
+    fn meta(&self, v: ValueId) -> Option<Meta> {
+        self.0.get(v.node).cloned()
+    }
+    fn tensor(&self, _: ValueId) -> Option<&Tensor> {
+        None
+    }
+}
+
+/// Infers every node's output metas. Where inference cannot say (opaque operator, error, or a
+/// symbolic shape), the recorded type stands in so the values downstream can still be checked.
+pub fn infer_graph(graph: &Graph, custom_ops: &BTreeMap<String, OpMeaning>) -> Inference {
+    let reg = Registry::builtin();
+    let mut metas: Vec<Vec<Option<Meta>>> = Vec::with_capacity(graph.nodes.len());
+    let mut nodes = Vec::with_capacity(graph.nodes.len());
+    for node in &graph.nodes {
+        let recorded: Vec<Option<Meta>> = node
+            .outputs
+            .iter()
+            .map(|o| o.ty.as_ref().and_then(Meta::from_type))
+            .collect();
+        let result = match &node.kind {
+            NodeKind::Input | NodeKind::Constant { .. } => NodeInference::Leaf,
+            NodeKind::Call { op, args, kwargs } => {
+                let values = MetaValues(&metas);
+                let meaning = custom_ops
+                    .get(&op.to_string())
+                    .or_else(|| custom_ops.get(&op.base()));
+                let first_input = || node.inputs().first().and_then(|&v| values.meta(v));
+                match meaning {
+                    Some(OpMeaning::Identity) => match first_input() {
+                        Some(m) => NodeInference::Inferred(vec![m; node.outputs.len().max(1)]),
+                        None => NodeInference::Error("identity operator without a tensor".into()),
+                    },
+                    Some(OpMeaning::Decompose(e)) => match infer_decomp(e, args, &values) {
+                        Ok(m) => NodeInference::Inferred(vec![m]),
+                        Err(e) => NodeInference::Error(e.0),
+                    },
+                    None if op.namespace == "higher_order" && op.name == "auto_functionalized_v2" => {
+                        infer_auto_functionalized(args, kwargs, &values, custom_ops)
+                    }
+                    None => match reg.get(op) {
+                        None => NodeInference::Opaque(op.clone()),
+                        Some(def) => match reg.infer(def, args, kwargs, &values) {
+                            Ok(m) => NodeInference::Inferred(m),
+                            Err(e) => NodeInference::Error(e.0),
+                        },
+                    },
+                }
+            }
+        };
+        let mut used = recorded.clone();
+        if let NodeInference::Inferred(ms) = &result {
+            for (o, m) in ms.iter().enumerate().take(used.len()) {
+                used[o] = Some(m.clone());
+            }
+        }
+        metas.push(used);
+        nodes.push(result);
+    }
+    Inference { nodes, metas }
+}
+
+fn infer_auto_functionalized(
+    args: &[Arg],
+    kwargs: &[(String, Arg)],
+    values: &MetaValues,
+    custom_ops: &BTreeMap<String, OpMeaning>,
+) -> NodeInference {
+    let Some(Arg::Op(inner)) = args.first() else {
+        return NodeInference::Error("auto_functionalized_v2 expects an operator first".into());
+    };
+    let known = matches!(
+        custom_ops.get(&inner.to_string()).or_else(|| custom_ops.get(&inner.base())),
+        Some(OpMeaning::Identity)
+    );
+    if !known {
+        return NodeInference::Opaque(inner.clone());
+    }
+    let bases: Option<Vec<Meta>> = match kwargs.iter().find(|(k, _)| k == "_all_bases") {
+        Some((_, Arg::List(items))) => items
+            .iter()
+            .map(|a| a.as_value().and_then(|v| values.meta(v)))
+            .collect(),
+        _ => None,
+    };
+    match bases {
+        Some(b) if !b.is_empty() => {
+            let mut out = vec![b[0].clone()];
+            out.extend(b);
+            NodeInference::Inferred(out)
+        }
+        _ => NodeInference::Error("auto_functionalized_v2 without tensor `_all_bases`".into()),
+    }
+}
+
+/// Infers the meta of a decomposition, mirroring the interpreter's evaluation.
+fn infer_decomp(expr: &DecompExpr, call_args: &[Arg], values: &dyn Values) -> Result<Meta, OpError> {
+    match expr {
+        DecompExpr::Arg(i) => match call_args.get(*i) {
+            Some(Arg::Value(v)) => values
+                .meta(*v)
+                .ok_or_else(|| OpError::new(format!("unknown shape of `${i}`"))),
+            _ => Err(OpError::new(format!("`${i}` is not a tensor argument"))),
+        },
+        DecompExpr::Call { op, args } => {
+            let reg = Registry::builtin();
+            let def = reg
+                .get(op)
+                .ok_or_else(|| OpError::new(format!("unknown operator `{op}` in decomposition")))?;
+            let mut metas = Vec::new();
+            let mut bound = Vec::new();
+            for a in args {
+                match a {
+                    DecompExpr::Int(i) => bound.push(Arg::Int(*i)),
+                    DecompExpr::Float(f) => bound.push(Arg::Float(*f)),
+                    DecompExpr::Bool(b) => bound.push(Arg::Bool(*b)),
+                    DecompExpr::List(items) => bound.push(Arg::List(
+                        items
+                            .iter()
+                            .map(|i| match i {
+                                DecompExpr::Int(v) => Ok(Arg::Int(*v)),
+                                DecompExpr::Float(v) => Ok(Arg::Float(*v)),
+                                DecompExpr::Bool(v) => Ok(Arg::Bool(*v)),
+                                _ => Err(OpError::new("only literal lists in decompositions")),
+                            })
+                            .collect::<Result<_, _>>()?,
+                    )),
+                    DecompExpr::Arg(i) if !matches!(call_args.get(*i), Some(Arg::Value(_))) => {
+                        bound.push(call_args.get(*i).cloned().ok_or_else(|| {
+                            OpError::new(format!("the decomposition reads missing `${i}`"))
+                        })?)
+                    }
+                    _ => {
+                        bound.push(Arg::Value(ValueId::new(metas.len(), 0)));
+                        metas.push(infer_decomp(a, call_args, values)?);
+                    }
+                }
+            }
+            reg.infer(def, &bound, &[], &ListValues(metas))?
+                .into_iter()
+                .next()
+                .ok_or_else(|| OpError::new(format!("`{op}` returns nothing")))
+        }
+        _ => Err(OpError::new("a decomposition must evaluate to a tensor")),
+    }
+}

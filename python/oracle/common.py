@@ -25,10 +25,10 @@ class Gen:
         self.g = torch.Generator().manual_seed(zlib.crc32(key.encode()))
 
     def randn(self, *shape: int, dtype: torch.dtype = F64) -> torch.Tensor:
-        return torch.randn(*shape, generator=self.g, dtype=F64).to(dtype)
+        return torch.randn(shape, generator=self.g, dtype=F64).to(dtype)
 
     def uniform(self, lo: float, hi: float, *shape: int, dtype: torch.dtype = F64) -> torch.Tensor:
-        return (torch.rand(*shape, generator=self.g, dtype=F64) * (hi - lo) + lo).to(dtype)
+        return (torch.rand(shape, generator=self.g, dtype=F64) * (hi - lo) + lo).to(dtype)
 
     def ints(self, lo: int, hi: int, *shape: int, dtype: torch.dtype = I64) -> torch.Tensor:
         return torch.randint(lo, hi, shape, generator=self.g, dtype=I64).to(dtype)
@@ -101,10 +101,27 @@ def dtype_name(dt: torch.dtype) -> str:
     }[dt]
 
 
+def _render(obj: Any, indent: int) -> str:
+    """JSON with one key per line, but lists and dicts of scalars kept on one line."""
+    pad, inner = " " * indent, " " * (indent + 2)
+    flat = json.dumps(obj)
+    if not isinstance(obj, (list, dict)):
+        return flat
+    if len(flat) <= 100 and (
+        all(not isinstance(v, (list, dict)) for v in (obj.values() if isinstance(obj, dict) else obj))
+        or len(flat) <= 60
+    ):
+        return flat
+    if isinstance(obj, dict):
+        items = [f"{inner}{json.dumps(k)}: {_render(v, indent + 2)}" for k, v in obj.items()]
+        return "{\n" + ",\n".join(items) + "\n" + pad + "}"
+    items = [f"{inner}{_render(v, indent + 2)}" for v in obj]
+    return "[\n" + ",\n".join(items) + "\n" + pad + "]"
+
+
 def write_json(path: str, obj: Any) -> None:
     with open(path, "w") as f:
-        json.dump(obj, f, indent=1, sort_keys=False)
-        f.write("\n")
+        f.write(_render(obj, 0) + "\n")
 
 
 def write_text(path: str, text: str) -> None:

@@ -45,8 +45,8 @@ CASES: list[OpCase] = []
 def case(name, targets, fn, make_inputs, **kw) -> None:
     if isinstance(targets, str):
         targets = [targets]
-    targets = [t if t.count(".") == 2 else t + ".default" for t in targets]
     targets = [t if t.startswith(("aten.", "_c10d")) else "aten." + t for t in targets]
+    targets = [t if t.count(".") == 2 else t + ".default" for t in targets]
     assert all(c.name != name for c in CASES), name
     CASES.append(OpCase(name, targets, fn, make_inputs, **kw))
 
@@ -168,11 +168,15 @@ case("masked_fill_scalar", "masked_fill.Scalar", lambda x, m: x.masked_fill(m, -
      lambda g: dict(x=g.randn(4, 8), m=g.bools(4, 8)))
 case("masked_fill_tensor", "masked_fill.Tensor", lambda x, m, v: x.masked_fill(m, v),
      lambda g: dict(x=g.randn(2, 4, 8), m=g.bools(4, 8), v=g.randn()))
-case("bitwise_or_bool", "bitwise_or.Tensor", lambda a, b: a | b, lambda g: dict(a=g.bools(4, 8), b=g.bools(4, 8)))
-case("bitwise_and_int", "bitwise_and.Tensor", lambda a, b: a & b,
+case("bitwise_or_bool", "bitwise_or.Tensor", lambda a, b: torch.bitwise_or(a, b),
+     lambda g: dict(a=g.bools(4, 8), b=g.bools(4, 8)))
+case("or_operator_bool", "__or__.Tensor", lambda a, b: a | b, lambda g: dict(a=g.bools(4, 8), b=g.bools(8)))
+case("bitwise_and_int", "bitwise_and.Tensor", lambda a, b: torch.bitwise_and(a, b),
      lambda g: dict(a=g.ints(0, 64, 4, 8), b=g.ints(0, 64, 4, 8)))
+case("and_operator_bool", "__and__.Tensor", lambda a, b: a & b, lambda g: dict(a=g.bools(4, 8), b=g.bools(4, 8)))
 case("bitwise_not_bool", "bitwise_not", lambda a: ~a, lambda g: dict(a=g.bools(4, 8)))
-case("bitwise_xor_int", "bitwise_xor.Tensor", lambda a, b: a ^ b,
+case("bitwise_not_int", "bitwise_not", lambda a: ~a, lambda g: dict(a=g.ints(-64, 64, 4, 8)))
+case("bitwise_xor_int", "bitwise_xor.Tensor", lambda a, b: torch.bitwise_xor(a, b),
      lambda g: dict(a=g.ints(-64, 64, 4, 8), b=g.ints(0, 64, 4, 8)))
 case("logical_and", "logical_and", lambda a, b: torch.logical_and(a, b),
      lambda g: dict(a=g.bools(4, 8), b=g.rounded(4, 8)))
@@ -223,11 +227,12 @@ case("sort", "sort", lambda x: torch.sort(x, 1), lambda g: dict(x=g.randn(4, 8))
 case("sort_descending", "sort", lambda x: torch.sort(x, 0, descending=True), lambda g: dict(x=g.randn(4, 8)))
 case("sort_stable_ties", "sort.stable", lambda x: torch.sort(x, dim=-1, stable=True),
      lambda g: dict(x=g.rounded(4, 8)))
-case("var_dim", "var.correction", lambda x: torch.var(x, 1), lambda g: dict(x=g.randn(4, 8)))
+case("var_dim", "var.dim", lambda x: torch.var(x, 1), lambda g: dict(x=g.randn(4, 8)))
 case("var_correction0_keepdim", "var.correction", lambda x: torch.var(x, [0, 1], correction=0, keepdim=True),
      lambda g: dict(x=g.randn(2, 4, 8)))
 case("var_all", "var.correction", lambda x: torch.var(x), lambda g: dict(x=g.randn(4, 8)))
-case("std", "std.correction", lambda x: torch.std(x, -1), lambda g: dict(x=g.randn(4, 8)))
+case("std", "std.dim", lambda x: torch.std(x, -1), lambda g: dict(x=g.randn(4, 8)))
+case("std_correction", "std.correction", lambda x: torch.std(x, 0, correction=0), lambda g: dict(x=g.randn(4, 8)))
 case("prod", "prod.dim_int", lambda x: torch.prod(x, 1), lambda g: dict(x=g.uniform(0.5, 1.5, 4, 8)))
 case("logsumexp", "logsumexp", lambda x: torch.logsumexp(x, -1), lambda g: dict(x=g.randn(4, 8)))
 case("any_dim", "any.dim", lambda m: torch.any(m, 1), lambda g: dict(m=g.bools(4, 8, p=0.1)))
@@ -326,7 +331,7 @@ case("index_bool_mask", "index.Tensor", lambda x, m: (aten.index.Tensor(x, [m]),
      lambda g: dict(x=g.randn(4, 8), m=g.bools(4, 8)), tracer="make_fx",
      note="data-dependent shape: traced with make_fx on real tensors (concrete sizes)")
 case("index_bool_rows", "index.Tensor", lambda x, m: (aten.index.Tensor(x, [m]),),
-     lambda g: dict(x=g.randn(6, 8), m=g.bools(6)), tracer="make_fx",
+     lambda g: dict(x=g.randn(6, 8), m=torch.tensor([True, False, True, True, False, True])), tracer="make_fx",
      note="data-dependent shape: traced with make_fx on real tensors (concrete sizes)")
 case("index_bool_mask_export", "index.Tensor", lambda x, m: x[m] * 2,
      lambda g: dict(x=g.randn(4, 8), m=g.bools(4, 8)), strict=False,
@@ -336,9 +341,9 @@ case("index_put", "index_put", lambda x, idx, v: aten.index_put.default(x, [idx]
 case("index_put_accumulate", "index_put", lambda x, idx, v: aten.index_put.default(x, [idx], v, True),
      lambda g: dict(x=g.randn(6, 8), idx=torch.tensor([0, 2, 2, 5, 0]), v=g.randn(5, 8)))
 case("index_put_2d_broadcast", "index_put", lambda x, i, j, v: aten.index_put.default(x, [i, j], v, True),
-     lambda g: dict(x=g.randn(4, 8), i=torch.tensor([0, 1, 1, 3]), j=torch.tensor([7, 0, 0, 2]), v=g.randn(())))
+     lambda g: dict(x=g.randn(4, 8), i=torch.tensor([0, 1, 1, 3]), j=torch.tensor([7, 0, 0, 2]), v=g.randn()))
 case("index_put_bool", "index_put", lambda x, m, v: aten.index_put.default(x, [m], v),
-     lambda g: dict(x=g.randn(4, 8), m=g.bools(4, 8), v=g.randn(())))
+     lambda g: dict(x=g.randn(4, 8), m=g.bools(4, 8), v=g.randn()))
 case("scatter_src", "scatter.src", lambda x, idx, src: torch.scatter(x, 1, idx, src),
      lambda g: dict(x=g.randn(4, 8), idx=torch.stack([g.perm(8)[:3] for _ in range(4)]), src=g.randn(4, 3)))
 case("scatter_value", "scatter.value", lambda x, idx: torch.scatter(x, 0, idx, 2.5),
@@ -397,8 +402,9 @@ case("slice_scatter", "slice_scatter", lambda x, s: aten.slice_scatter.default(x
      lambda g: dict(x=g.randn(4, 8), s=g.randn(4, 3)))
 case("select_scatter", "select_scatter", lambda x, s: aten.select_scatter.default(x, s, 0, 2),
      lambda g: dict(x=g.randn(4, 8), s=g.randn(8)))
-case("constant_pad_nd", "constant_pad_nd", lambda x: F.pad(x, (1, 2, 0, 1), value=0.5),
+case("constant_pad_nd", "constant_pad_nd", lambda x: aten.constant_pad_nd.default(x, [1, 2, 0, 1], 0.5),
      lambda g: dict(x=g.randn(4, 8)))
+case("pad", "pad", lambda x: F.pad(x, (2, 0), value=-1.0), lambda g: dict(x=g.randn(4, 8)))
 
 # ---------------------------------------------------------------------------------------------
 # Creation (operators inside the graph, combined with an input)
@@ -449,3 +455,62 @@ case("attention_scores", ["matmul", "masked_fill.Scalar", "softmax.int"],
 case("scaled_dot_product_attention", "scaled_dot_product_attention",
      lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
      lambda g: dict(q=g.randn(1, 2, 4, 8), k=g.randn(1, 2, 4, 8), v=g.randn(1, 2, 4, 8)))
+
+# ---------------------------------------------------------------------------------------------
+# More operators that real captures (Megatron, HF, AOTAutograd joint graphs) contain
+case("addcmul", "addcmul", lambda x, a, b: torch.addcmul(x, a, b, value=0.5),
+     lambda g: dict(x=g.randn(4, 8), a=g.randn(4, 8), b=g.randn(8)))
+case("addcdiv", "addcdiv", lambda x, a, b: torch.addcdiv(x, a, b, value=-2.0),
+     lambda g: dict(x=g.randn(4, 8), a=g.randn(4, 8), b=g.uniform(0.5, 2.0, 4, 8)))
+case("lerp_scalar", "lerp.Scalar", lambda a, b: torch.lerp(a, b, 0.3), lambda g: dict(a=g.randn(4, 8), b=g.randn(4, 8)))
+case("lerp_tensor", "lerp.Tensor", lambda a, b, w: torch.lerp(a, b, w),
+     lambda g: dict(a=g.randn(4, 8), b=g.randn(4, 8), w=g.uniform(0.0, 1.0, 8)))
+case("remainder_tensor", "remainder.Tensor", lambda x, y: torch.remainder(x, y),
+     lambda g: dict(x=g.randn(4, 8) * 5, y=g.uniform(0.5, 2.0, 4, 8) * torch.tensor([1.0, -1.0]).repeat(4, 4)))
+case("remainder_int_scalar", "remainder.Scalar", lambda i: torch.remainder(i, 3), lambda g: dict(i=g.ints(-20, 20, 4, 8)))
+case("fmod_scalar", "fmod.Scalar", lambda x: torch.fmod(x, 1.5), lambda g: dict(x=g.randn(4, 8) * 4))
+case("floor_divide_int", "floor_divide", lambda i, j: torch.floor_divide(i, j),
+     lambda g: dict(i=g.ints(-20, 20, 4, 8), j=g.ints(1, 6, 4, 8) * torch.tensor([1, -1]).repeat(4, 4)))
+case("atan2", "atan2", lambda y, x: torch.atan2(y, x), lambda g: dict(y=g.randn(4, 8), x=g.randn(4, 8)))
+case("round", "round", lambda x: torch.round(x), lambda g: dict(x=g.randn(4, 8) * 3))
+case("round_half_even", "round", lambda x: torch.round(x), lambda g: dict(x=torch.arange(-4, 4, 0.5, dtype=F64).reshape(2, 8)),
+     note="ties round to even, as torch does")
+case("round_decimals", "round.decimals", lambda x: torch.round(x, decimals=2), lambda g: dict(x=g.randn(4, 8)))
+case("isnan_isinf", ["isnan", "isinf"], lambda x: (torch.isnan(x), torch.isinf(x)),
+     lambda g: dict(x=torch.tensor([[0.0, float("nan"), float("inf"), -float("inf"), 1.0, -2.0]], dtype=F64)))
+case("nan_to_num", "nan_to_num", lambda x: torch.nan_to_num(x, nan=0.0, posinf=100.0, neginf=-100.0),
+     lambda g: dict(x=torch.tensor([[0.5, float("nan"), float("inf"), -float("inf"), 1.0, -2.0]], dtype=F64)))
+case("max_other", "max.other", lambda x, y: torch.max(x, y), lambda g: dict(x=g.randn(4, 8), y=g.randn(8)))
+case("min_other", "min.other", lambda x, y: torch.min(x, y), lambda g: dict(x=g.randn(4, 8), y=g.randn(4, 1)))
+case("fmax", "fmax", lambda x, y: torch.fmax(x, y), lambda g: dict(x=g.randn(4, 8), y=g.randn(4, 8)))
+case("where_scalar_self", "where.ScalarSelf", lambda c, x: aten.where.ScalarSelf(c, 1.5, x),
+     lambda g: dict(c=g.bools(4, 8), x=g.randn(4, 8)))
+case("dot", "dot", lambda a, b: torch.dot(a, b), lambda g: dict(a=g.randn(8), b=g.randn(8)))
+case("mv", "mv", lambda a, b: torch.mv(a, b), lambda g: dict(a=g.randn(4, 8), b=g.randn(8)))
+case("addbmm", "addbmm", lambda c, a, b: torch.addbmm(c, a, b, beta=0.5),
+     lambda g: dict(c=g.randn(3, 5), a=g.randn(2, 3, 4), b=g.randn(2, 4, 5)))
+case("diagonal", "diagonal", lambda x: torch.diagonal(x, 1), lambda g: dict(x=g.randn(4, 8)))
+case("as_strided", "as_strided", lambda x: torch.as_strided(x, (3, 4), (8, 2), 1), lambda g: dict(x=g.randn(4, 8)))
+case("unfold", "unfold", lambda x: x.unfold(1, 3, 2), lambda g: dict(x=g.randn(4, 8)))
+case("alias", "alias", lambda x: aten.alias.default(x) * 2, lambda g: dict(x=g.randn(4, 8)))
+case("detach", "detach", lambda x: aten.detach.default(x) + 1, lambda g: dict(x=g.randn(4, 8)))
+case("fill_scalar", "fill.Scalar", lambda x: aten.fill.Scalar(x, 3.5), lambda g: dict(x=g.randn(4, 8)))
+case("copy", "copy", lambda x, y: aten.copy.default(x, y), lambda g: dict(x=g.randn(4, 8), y=g.randn(8)))
+case("expand_copy", "expand_copy", lambda x: aten.expand_copy.default(x, [3, 4, 8]), lambda g: dict(x=g.randn(4, 1)))
+case("view_copy", "view_copy", lambda x: aten.view_copy.default(x, [8, 4]), lambda g: dict(x=g.randn(4, 8)))
+case("mean_dtype", "mean.dim", lambda x: torch.mean(x, 0, dtype=F64), lambda g: dict(x=g.randn(8, 16, dtype=F32)))
+case("cumsum_dtype", "cumsum", lambda m: torch.cumsum(m, 1, dtype=I64), lambda g: dict(m=g.bools(4, 8)))
+case("mse_loss_backward", "mse_loss_backward", lambda go, x, y: aten.mse_loss_backward.default(go, x, y, 1),
+     lambda g: dict(go=g.randn(), x=g.randn(4, 8), y=g.randn(4, 8)))
+case("native_dropout_backward", "native_dropout_backward",
+     lambda go, m: aten.native_dropout_backward.default(go, m, 2.0),
+     lambda g: dict(go=g.randn(4, 8), m=g.bools(4, 8)))
+case("native_layer_norm_f32", "native_layer_norm",
+     lambda x, w, b: aten.native_layer_norm.default(x, [16], w, b, 1e-5),
+     lambda g: dict(x=g.randn(8, 16, dtype=F32), w=g.randn(16, dtype=F32), b=g.randn(16, dtype=F32)))
+case("silu_f32", "silu", lambda x: F.silu(x), lambda g: dict(x=g.randn(8, 16, dtype=F32)))
+case("gelu_f32", "gelu", lambda x: F.gelu(x), lambda g: dict(x=g.randn(8, 16, dtype=F32)))
+case("clone_contiguous_format", "clone", lambda x: aten.clone.default(x.t(), memory_format=torch.contiguous_format),
+     lambda g: dict(x=g.randn(4, 8)))
+case("lift_fresh_copy_constant", "lift_fresh_copy", lambda x: x * torch.tensor(2.5, dtype=F64),
+     lambda g: dict(x=g.randn(4, 8)), note="a tensor constant, lifted as an input `c_lifted_tensor_0`")

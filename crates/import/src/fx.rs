@@ -6,6 +6,23 @@
 //! `name: "f32[8, 16]" = torch.ops.aten.mm.default(a, b);  a = None` ending with `return`. The
 //! parser is hand-written so that every error can name the exact line and column and say what
 //! was expected; it never executes anything.
+//!
+//! What becomes what:
+//! - signature parameters, or the names unpacked by `fx_pytree.tree_flatten_spec` in the joint
+//!   form `forward(self, primals, tangents)`, become `Input` nodes typed by their annotation or by
+//!   the `name: "f32[..]";` declarations that precede the unpacking;
+//! - `name = torch.ops.NS.OP.OVERLOAD(...)` becomes a `Call` node, `name = self.ATTR` a
+//!   `Constant` node;
+//! - `name = node[i]` (or `operator.getitem(node, i)`) on an unannotated call becomes output `i`
+//!   of that node, named `name`; outputs no getitem takes are named `node[i]`, which no Python
+//!   name can clash with;
+//! - Python operators on SymInts, `operator.*`, `torch.*`, `math.*` and builtin calls become calls
+//!   in those namespaces; `self.sub(...)` becomes `module.sub`, `x.m(...)` becomes `method.m`;
+//! - `# File: ...` comments set the `SourceLoc` of the nodes below them.
+//!
+//! Dropped, because the IR has no place for them: the `;  x = None` release tails (checked
+//! though: a released name cannot be used again), default values of parameters, strides and
+//! devices in annotations, and the types of `Sym(...)` and tensor-subclass annotations.
 
 mod expr;
 mod lex;
@@ -62,7 +79,11 @@ pub fn parse_fx_lenient(text: &str, file: &Path) -> Result<FxParse, SourceError>
 }
 
 fn perr(span: Span, message: impl Into<String>, hint: impl Into<String>) -> ParseError {
-    ParseError { span, message: message.into(), hint: Some(hint.into()) }
+    ParseError {
+        span,
+        message: message.into(),
+        hint: Some(hint.into()),
+    }
 }
 
 /// Python's indentation width of a line (tabs advance to the next multiple of 8).
@@ -91,8 +112,14 @@ struct Logical {
 }
 
 enum Frame {
-    Class { indent: usize, name: String },
-    Forward { indent: usize, builder: Box<Builder> },
+    Class {
+        indent: usize,
+        name: String,
+    },
+    Forward {
+        indent: usize,
+        builder: Box<Builder>,
+    },
 }
 
 impl Frame {
@@ -115,11 +142,15 @@ struct FileParser<'a> {
 
 impl<'a> FileParser<'a> {
     fn new(text: &'a str, file: &'a Path, lenient: bool) -> Self {
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         let lines: Vec<&str> = text.lines().collect();
         FileParser {
             file,
             lenient,
-            stats: ParseStats { lines_total: lines.len(), ..Default::default() },
+            stats: ParseStats {
+                lines_total: lines.len(),
+                ..Default::default()
+            },
             lines,
             frames: Vec::new(),
             top: None,
@@ -144,12 +175,16 @@ impl<'a> FileParser<'a> {
                 continue;
             }
             if trimmed.starts_with('#') {
-                self.stats.lines_ignored += 1;
                 let col = raw.chars().count() - trimmed.chars().count() + 1;
-                if let Some(Frame::Forward { builder, .. }) = self.frames.last_mut() {
-                    if let Err(e) = builder.comment(trimmed, Span::new(i + 1, col)) {
-                        self.fail_lines(e, &[i + 1])?;
+                let res = match self.frames.last_mut() {
+                    Some(Frame::Forward { builder, .. }) => {
+                        builder.comment(trimmed, Span::new(i + 1, col))
                     }
+                    _ => Ok(()),
+                };
+                match res {
+                    Ok(()) => self.stats.lines_ignored += 1,
+                    Err(e) => self.fail_lines(e, &[i + 1])?,
                 }
                 i += 1;
                 continue;
@@ -164,6 +199,10 @@ impl<'a> FileParser<'a> {
             };
             i = logical.next;
             self.stats.lines_ignored += logical.blank_lines;
+            if logical.toks.is_empty() {
+                self.stats.lines_ignored += logical.code_lines.len();
+                continue;
+            }
             let indent = indent_of(self.lines[logical.first]);
             self.close_frames(indent, logical.first + 1)?;
             match self.statement(&logical, indent) {
@@ -188,7 +227,11 @@ impl<'a> FileParser<'a> {
                  a bare `def forward`) followed by the body; the file may be empty or truncated",
             ));
         };
-        Ok(FxParse { graph, subgraphs: self.subgraphs, stats: self.stats })
+        Ok(FxParse {
+            graph,
+            subgraphs: self.subgraphs,
+            stats: self.stats,
+        })
     }
 
     /// In lenient mode, records the lines as unparsed; otherwise fails.
@@ -213,8 +256,11 @@ impl<'a> FileParser<'a> {
         let mut i = start;
         loop {
             let before = toks.len();
-            lex::lex_line(self.lines[i], i + 1, &mut toks)
-                .map_err(|e| ParseError { span: e.span, message: e.message, hint: e.hint })?;
+            lex::lex_line(self.lines[i], i + 1, &mut toks).map_err(|e| ParseError {
+                span: e.span,
+                message: e.message,
+                hint: e.hint,
+            })?;
             if toks.len() > before || i == start {
                 code_lines.push(i + 1);
             } else {
@@ -258,7 +304,9 @@ impl<'a> FileParser<'a> {
                 }
             }
             i += 1;
-            let Some(&(open, open_span)) = stack.last() else { break };
+            let Some(&(open, open_span)) = stack.last() else {
+                break;
+            };
             // The statement continues only onto lines indented deeper than it, or onto a line
             // that closes a bracket; anything else means the bracket was never closed.
             let unterminated = || {
@@ -275,7 +323,9 @@ impl<'a> FileParser<'a> {
             };
             let mut j = i;
             loop {
-                let Some(l) = self.lines.get(j) else { return Err(unterminated()) };
+                let Some(l) = self.lines.get(j) else {
+                    return Err(unterminated());
+                };
                 let t = l.trim_start();
                 if t.is_empty() || t.starts_with('#') {
                     j += 1;
@@ -291,7 +341,14 @@ impl<'a> FileParser<'a> {
         }
         let last = i - 1;
         let end = Span::new(last + 1, self.lines[last].chars().count() + 1);
-        Ok(Logical { toks, first: start, next: i, end, code_lines, blank_lines })
+        Ok(Logical {
+            toks,
+            first: start,
+            next: i,
+            end,
+            code_lines,
+            blank_lines,
+        })
     }
 
     /// Closes the classes and functions a line at `indent` is outside of.
@@ -304,7 +361,9 @@ impl<'a> FileParser<'a> {
     }
 
     fn finish_frame(&mut self, f: Frame, at: Span, eof: bool) -> Result<(), SourceError> {
-        let Frame::Forward { builder, .. } = f else { return Ok(()) };
+        let Frame::Forward { builder, .. } = f else {
+            return Ok(());
+        };
         if !builder.returned {
             let (message, hint) = if eof {
                 (
@@ -327,7 +386,11 @@ impl<'a> FileParser<'a> {
             };
             return Err(SourceError::new(self.file, Some(at), message).with_hint(hint));
         }
-        let nested = self.frames.iter().filter(|f| matches!(f, Frame::Class { .. })).count();
+        let nested = self
+            .frames
+            .iter()
+            .filter(|f| matches!(f, Frame::Class { .. }))
+            .count();
         let class_name = self.frames.iter().rev().find_map(|f| match f {
             Frame::Class { name, .. } => Some(name.clone()),
             _ => None,
@@ -362,7 +425,9 @@ impl<'a> FileParser<'a> {
         let first = &l.toks[0];
         let in_forward = matches!(self.frames.last(), Some(Frame::Forward { .. }));
         if in_forward {
-            let Some(Frame::Forward { builder, .. }) = self.frames.last_mut() else { unreachable!() };
+            let Some(Frame::Forward { builder, .. }) = self.frames.last_mut() else {
+                unreachable!()
+            };
             match builder.body_indent {
                 None => builder.body_indent = Some(indent),
                 Some(b) if b != indent => {
@@ -417,7 +482,10 @@ impl<'a> FileParser<'a> {
         }
         if first.is_name("def") {
             let builder = Builder::from_def(&l.toks, l.end)?;
-            self.frames.push(Frame::Forward { indent, builder: Box::new(builder) });
+            self.frames.push(Frame::Forward {
+                indent,
+                builder: Box::new(builder),
+            });
             return Ok(false);
         }
         if self.frames.is_empty() {
@@ -425,7 +493,10 @@ impl<'a> FileParser<'a> {
                 return import_statement(&l.toks, l.end).map(|_| true);
             }
             // `b8: type`, `fx_pytree: type`: declarations printed by some dumpers.
-            if let [Token { tok: Tok::Name(_), .. }, colon, rest @ ..] = l.toks.as_slice() {
+            if let [Token {
+                tok: Tok::Name(_), ..
+            }, colon, rest @ ..] = l.toks.as_slice()
+            {
                 if colon.is_punct(":") && !rest.iter().any(|t| t.is_punct("=")) {
                     let mut p = Parser::new(rest, l.end);
                     p.expr()?;
@@ -544,9 +615,6 @@ struct Builder {
     loc: Option<SourceLoc>,
     /// Types declared by `name: "f32[..]";` lines before `tree_flatten_spec`.
     declared: HashMap<String, (Option<TensorType>, usize)>,
-    /// Signature parameters without annotation: inputs, unless `tree_flatten_spec` shows they
-    /// are pytree containers.
-    params: Vec<String>,
     returned: bool,
     def_line: usize,
     body_indent: Option<usize>,
@@ -605,11 +673,17 @@ fn ops_path(path: &[&str]) -> Option<OpName> {
 }
 
 fn parse_int(digits: &str, negative: bool, span: Span) -> Result<i64, ParseError> {
-    let v = digits.parse::<i128>().ok().map(|v| if negative { -v } else { v });
+    let v = digits
+        .parse::<i128>()
+        .ok()
+        .map(|v| if negative { -v } else { v });
     v.and_then(|v| i64::try_from(v).ok()).ok_or_else(|| {
         perr(
             span,
-            format!("integer `{}{digits}` is out of range", if negative { "-" } else { "" }),
+            format!(
+                "integer `{}{digits}` is out of range",
+                if negative { "-" } else { "" }
+            ),
             "integer arguments must fit in 64 bits",
         )
     })
@@ -657,7 +731,6 @@ impl Builder {
             state: Vec::new(),
             loc: None,
             declared: HashMap::new(),
-            params: Vec::new(),
             returned: false,
             def_line: def.line,
             body_indent: None,
@@ -689,9 +762,6 @@ impl Builder {
                             format!("parameter `{pname}` is declared twice"),
                             "parameter names must be unique",
                         ));
-                    }
-                    if ann.is_none() {
-                        b.params.push(pname.clone());
                     }
                     let ty = match ann {
                         Some(Annotation::Tensor(t)) => Some(t),
@@ -729,7 +799,10 @@ impl Builder {
         let idx = self.graph.push(Node {
             name: name.to_string(),
             kind: NodeKind::Input,
-            outputs: vec![Output { name: name.to_string(), ty }],
+            outputs: vec![Output {
+                name: name.to_string(),
+                ty,
+            }],
             loc: None,
             line: Some(line),
         });
@@ -737,7 +810,11 @@ impl Builder {
         self.graph.inputs.push(ValueId::new(idx, 0));
         self.names.insert(
             name.to_string(),
-            Binding { bound: Bound::Value(ValueId::new(idx, 0)), line, released: None },
+            Binding {
+                bound: Bound::Value(ValueId::new(idx, 0)),
+                line,
+                released: None,
+            },
         );
     }
 
@@ -795,7 +872,10 @@ impl Builder {
         if self.returned {
             return Err(perr(
                 first.span(),
-                format!("expected the end of `forward` after `return`, found {}", first.tok.describe()),
+                format!(
+                    "expected the end of `forward` after `return`, found {}",
+                    first.tok.describe()
+                ),
                 "nothing may follow the `return` of a graph body",
             ));
         }
@@ -812,7 +892,12 @@ impl Builder {
                 Tok::Punct("(" | "[" | "{") => depth += 1,
                 Tok::Punct(")" | "]" | "}") => depth -= 1,
                 Tok::Punct("=") if depth == 0 => eqs.push(i),
-                Tok::Punct(p) if depth == 0 && p.len() >= 2 && p.ends_with('=') && !matches!(*p, "==" | "!=" | "<=" | ">=") => {
+                Tok::Punct(p)
+                    if depth == 0
+                        && p.len() >= 2
+                        && p.ends_with('=')
+                        && !matches!(*p, "==" | "!=" | "<=" | ">=") =>
+                {
                     return Err(perr(
                         t.span(),
                         format!("expected `=`, found the augmented assignment `{p}`"),
@@ -886,7 +971,11 @@ impl Builder {
                 }
             }
         }
-        if self.declared.insert(name.clone(), (ty, nspan.line)).is_some() {
+        if self
+            .declared
+            .insert(name.clone(), (ty, nspan.line))
+            .is_some()
+        {
             return Err(perr(
                 nspan,
                 format!("`{name}` is declared twice"),
@@ -897,7 +986,11 @@ impl Builder {
     }
 
     fn release(&mut self, toks: &[Token], eq: &Token) -> Result<(), ParseError> {
-        let [Token { tok: Tok::Name(name), .. }] = toks else {
+        let [Token {
+            tok: Tok::Name(name),
+            ..
+        }] = toks
+        else {
             let at = toks.first().map_or(eq.span(), Token::span);
             return Err(perr(
                 at,
@@ -927,14 +1020,20 @@ impl Builder {
         end: Span,
     ) -> Result<(), ParseError> {
         if lhs.is_empty() {
-            return Err(perr(eq.span(), "expected a name before `=`", "assignments look like `name = value`"));
+            return Err(perr(
+                eq.span(),
+                "expected a name before `=`",
+                "assignments look like `name = value`",
+            ));
         }
         let mut rp = Parser::new(rhs, end);
         if rp.at_end() {
             return Err(rp.error("a value after `=`", None));
         }
         let value = rp.expr()?;
-        rp.expect_end(Some("one statement per line, or statements separated by `;`"))?;
+        rp.expect_end(Some(
+            "one statement per line, or statements separated by `;`",
+        ))?;
         let mut lp = Parser::new(lhs, eq.span());
         let target = lp.expr_list()?;
         match &target.kind {
@@ -945,6 +1044,12 @@ impl Builder {
             ExprKind::Name(name) => {
                 let mut ty = None;
                 let mut annotated = false;
+                if !lp.at_end() && !lp.peek().is_some_and(|t| t.is_punct(":")) {
+                    return Err(lp.error(
+                        &format!("`:` and a type annotation, or `=`, after `{name}`"),
+                        Some("node lines look like `name: \"f32[8]\" = torch.ops.aten.op.overload(...)`"),
+                    ));
+                }
                 if lp.eat_punct(":") {
                     let e = lp.expr()?;
                     annotated = true;
@@ -952,7 +1057,9 @@ impl Builder {
                         ty = Some(t);
                     }
                 }
-                lp.expect_end(Some("the target of an assignment is `name` or `name: \"type\"`"))?;
+                lp.expect_end(Some(
+                    "the target of an assignment is `name` or `name: \"type\"`",
+                ))?;
                 if !annotated && matches!(value.kind, ExprKind::Name(ref n) if n == "None") {
                     return self.release(lhs, eq);
                 }
@@ -977,18 +1084,35 @@ impl Builder {
         Ok(())
     }
 
-    fn push_node(&mut self, name: &str, kind: NodeKind, ty: Option<TensorType>, line: usize, annotated: bool) {
+    fn push_node(
+        &mut self,
+        name: &str,
+        kind: NodeKind,
+        ty: Option<TensorType>,
+        line: usize,
+        annotated: bool,
+    ) {
         let idx = self.graph.push(Node {
             name: name.to_string(),
             kind,
-            outputs: vec![Output { name: name.to_string(), ty }],
+            outputs: vec![Output {
+                name: name.to_string(),
+                ty,
+            }],
             loc: self.loc.clone(),
             line: Some(line),
         });
-        self.state.push(NodeState { annotated, used_whole: false });
+        self.state.push(NodeState {
+            annotated,
+            used_whole: false,
+        });
         self.names.insert(
             name.to_string(),
-            Binding { bound: Bound::Value(ValueId::new(idx, 0)), line, released: None },
+            Binding {
+                bound: Bound::Value(ValueId::new(idx, 0)),
+                line,
+                released: None,
+            },
         );
     }
 
@@ -1002,7 +1126,12 @@ impl Builder {
     ) -> Result<(), ParseError> {
         // `x_1 = x`: fx renames a placeholder whose name differs from its node.
         if let ExprKind::Name(src) = &value.kind {
-            if let Some(Binding { bound: Bound::Value(v), released: None, .. }) = self.names.get(src).copied() {
+            if let Some(Binding {
+                bound: Bound::Value(v),
+                released: None,
+                ..
+            }) = self.names.get(src).copied()
+            {
                 let used = self.state[v.node].used_whole;
                 if self.graph.nodes[v.node].kind == NodeKind::Input && !used {
                     self.check_new_name(name, span)?;
@@ -1014,7 +1143,11 @@ impl Builder {
                     }
                     self.names.insert(
                         name.to_string(),
-                        Binding { bound: Bound::Value(v), line: span.line, released: None },
+                        Binding {
+                            bound: Bound::Value(v),
+                            line: span.line,
+                            released: None,
+                        },
                     );
                     return Ok(());
                 }
@@ -1068,7 +1201,8 @@ impl Builder {
                                 if self.names.contains_key(r) {
                                     let mut all = vec![(**recv).clone()];
                                     all.extend(args.iter().cloned());
-                                    let kind = self.call(OpName::new("method", method, ""), &all, kwargs)?;
+                                    let kind =
+                                        self.call(OpName::new("method", method, ""), &all, kwargs)?;
                                     self.push_node(name, kind, ty, line, annotated);
                                     return Ok(());
                                 }
@@ -1080,7 +1214,11 @@ impl Builder {
             }
             ExprKind::Attr(..) => {
                 let path = value.dotted().ok_or_else(|| {
-                    perr(value.span, "expected `self.ATTRIBUTE` or `value.attribute`", "")
+                    perr(
+                        value.span,
+                        "expected `self.ATTRIBUTE` or `value.attribute`",
+                        "",
+                    )
                 })?;
                 match path.as_slice() {
                     ["self", rest @ ..] => {
@@ -1101,7 +1239,10 @@ impl Builder {
                     }
                     _ => Err(perr(
                         value.span,
-                        format!("expected `self.ATTRIBUTE` or an operator call, found `{}`", path.join(".")),
+                        format!(
+                            "expected `self.ATTRIBUTE` or an operator call, found `{}`",
+                            path.join(".")
+                        ),
                         "module attributes are read as `self.name`; operators are called as \
                          `torch.ops.NAMESPACE.NAME.OVERLOAD(...)`",
                     )),
@@ -1110,14 +1251,22 @@ impl Builder {
             ExprKind::Index(base, idx) => self.getitem(name, span, ty, annotated, base, idx),
             ExprKind::Binary(op, a, b) => {
                 let args = vec![self.arg(a)?, self.arg(b)?];
-                let kind = NodeKind::Call { op: OpName::new("operator", binary_name(op), ""), args, kwargs: vec![] };
+                let kind = NodeKind::Call {
+                    op: OpName::new("operator", binary_name(op), ""),
+                    args,
+                    kwargs: vec![],
+                };
                 self.push_node(name, kind, ty, line, annotated);
                 Ok(())
             }
             ExprKind::Unary(op, a) if !is_numeric_literal(a) => {
                 let args = vec![self.arg(a)?];
                 let which = format!("{op}u");
-                let kind = NodeKind::Call { op: OpName::new("operator", binary_name(&which), ""), args, kwargs: vec![] };
+                let kind = NodeKind::Call {
+                    op: OpName::new("operator", binary_name(&which), ""),
+                    args,
+                    kwargs: vec![],
+                };
                 self.push_node(name, kind, ty, line, annotated);
                 Ok(())
             }
@@ -1130,8 +1279,16 @@ impl Builder {
         }
     }
 
-    fn call(&mut self, op: OpName, args: &[Expr], kwargs: &[(String, Span, Expr)]) -> Result<NodeKind, ParseError> {
-        let args = args.iter().map(|a| self.arg(a)).collect::<Result<Vec<_>, _>>()?;
+    fn call(
+        &mut self,
+        op: OpName,
+        args: &[Expr],
+        kwargs: &[(String, Span, Expr)],
+    ) -> Result<NodeKind, ParseError> {
+        let args = args
+            .iter()
+            .map(|a| self.arg(a))
+            .collect::<Result<Vec<_>, _>>()?;
         let kwargs = kwargs
             .iter()
             .map(|(k, _, v)| Ok((k.clone(), self.arg(v)?)))
@@ -1155,7 +1312,11 @@ impl Builder {
         };
         if let (ExprKind::Name(bname), Some(i)) = (&base.kind, index) {
             if i > 65_535 {
-                return Err(perr(idx.span, format!("output index {i} is too large"), "node outputs are indexed from 0"));
+                return Err(perr(
+                    idx.span,
+                    format!("output index {i} is too large"),
+                    "node outputs are indexed from 0",
+                ));
             }
             let i = i as usize;
             let b = self.lookup(bname, base.span)?;
@@ -1182,13 +1343,23 @@ impl Builder {
                     self.names.get_mut(bname).unwrap().bound = Bound::Tuple(n);
                 }
                 while outs.len() <= i {
-                    outs.push(Output { name: placeholder(outs.len()), ty: None });
+                    outs.push(Output {
+                        name: placeholder(outs.len()),
+                        ty: None,
+                    });
                 }
                 if outs[i].name == placeholder(i) {
-                    outs[i] = Output { name: name.to_string(), ty };
+                    outs[i] = Output {
+                        name: name.to_string(),
+                        ty,
+                    };
                     self.names.insert(
                         name.to_string(),
-                        Binding { bound: Bound::Value(ValueId::new(n, i)), line: span.line, released: None },
+                        Binding {
+                            bound: Bound::Value(ValueId::new(n, i)),
+                            line: span.line,
+                            released: None,
+                        },
                     );
                     return Ok(());
                 }
@@ -1204,7 +1375,11 @@ impl Builder {
             }
         }
         let args = vec![self.arg(base)?, self.arg(idx)?];
-        let kind = NodeKind::Call { op: OpName::new("operator", "getitem", ""), args, kwargs: vec![] };
+        let kind = NodeKind::Call {
+            op: OpName::new("operator", "getitem", ""),
+            args,
+            kwargs: vec![],
+        };
         self.push_node(name, kind, ty, span.line, annotated);
         Ok(())
     }
@@ -1244,7 +1419,10 @@ impl Builder {
         if let Some(n) = self.graph.nodes.iter().find(|n| n.kind != NodeKind::Input) {
             return Err(perr(
                 value.span,
-                format!("expected `tree_flatten_spec` before any node, found it after `{}`", n.name),
+                format!(
+                    "expected `tree_flatten_spec` before any node, found it after `{}`",
+                    n.name
+                ),
                 "the inputs are unpacked at the start of the body",
             ));
         }
@@ -1252,16 +1430,26 @@ impl Builder {
         self.graph.nodes.clear();
         self.graph.inputs.clear();
         self.state.clear();
-        for p in std::mem::take(&mut self.params) {
-            self.names.insert(p, Binding { bound: Bound::Container, line, released: None });
+        // Every name bound so far is a signature parameter (provisionally an input), and
+        // tree_flatten_spec consumes them all: they become containers.
+        for b in self.names.values_mut() {
+            b.bound = Bound::Container;
         }
         let mut seen = std::collections::HashSet::new();
         for t in targets {
             let ExprKind::Name(n) = &t.kind else {
-                return Err(perr(t.span, "expected a name in the unpacked inputs", "inputs are unpacked into plain names"));
+                return Err(perr(
+                    t.span,
+                    "expected a name in the unpacked inputs",
+                    "inputs are unpacked into plain names",
+                ));
             };
             if !seen.insert(n.clone()) {
-                return Err(perr(t.span, format!("input `{n}` is unpacked twice"), "input names are unique"));
+                return Err(perr(
+                    t.span,
+                    format!("input `{n}` is unpacked twice"),
+                    "input names are unique",
+                ));
             }
             let (ty, dline) = self.declared.get(n).cloned().unwrap_or((None, line));
             self.add_input(n, ty, dline);
@@ -1270,9 +1458,10 @@ impl Builder {
     }
 
     fn return_stmt(&mut self, toks: &[Token], end: Span) -> Result<(), ParseError> {
+        // Set first: in lenient mode a `return` that fails to parse still ends the body.
+        self.returned = true;
         let mut p = Parser::new(toks, end);
         if p.at_end() {
-            self.returned = true;
             return Ok(());
         }
         let e = p.expr_list()?;
@@ -1284,13 +1473,11 @@ impl Builder {
             {
                 match args.first().map(|a| &a.kind) {
                     Some(ExprKind::List(v) | ExprKind::Tuple(v)) => v.iter().collect(),
-                    _ => {
-                        return Err(perr(
-                            args.first().map_or(e.span, |a| a.span),
-                            "expected a list of outputs as the first argument of `tree_unflatten`",
-                            "returns look like `return pytree.tree_unflatten([a, b], self._out_spec)`",
-                        ))
-                    }
+                    _ => return Err(perr(
+                        args.first().map_or(e.span, |a| a.span),
+                        "expected a list of outputs as the first argument of `tree_unflatten`",
+                        "returns look like `return pytree.tree_unflatten([a, b], self._out_spec)`",
+                    )),
                 }
             }
             _ => vec![&e],
@@ -1310,7 +1497,6 @@ impl Builder {
             }
         }
         self.graph.outputs = outs;
-        self.returned = true;
         Ok(())
     }
 
@@ -1349,7 +1535,10 @@ impl Builder {
                 format!(
                     "`{name}` has several outputs; expected one of them, taken with `{name}[i]`",
                 ),
-                format!("node `{}` was split into outputs by getitem lines above", self.graph.nodes[n].name),
+                format!(
+                    "node `{}` was split into outputs by getitem lines above",
+                    self.graph.nodes[n].name
+                ),
             )),
             Bound::Container => Err(perr(
                 span,
@@ -1410,7 +1599,10 @@ impl Builder {
                 }
             }
             ExprKind::Call { func, args, kwargs }
-                if matches!(func.dotted().as_deref(), Some(["device"] | ["torch", "device"])) =>
+                if matches!(
+                    func.dotted().as_deref(),
+                    Some(["device"] | ["torch", "device"])
+                ) =>
             {
                 device_arg(e, args, kwargs)?
             }
@@ -1436,10 +1628,15 @@ fn is_numeric_literal(e: &Expr) -> bool {
 }
 
 fn unknown_callable(func: &Expr) -> ParseError {
-    let shown = func.dotted().map(|p| p.join(".")).unwrap_or_else(|| "this expression".into());
+    let shown = func
+        .dotted()
+        .map(|p| p.join("."))
+        .unwrap_or_else(|| "this expression".into());
     perr(
         func.span,
-        format!("unknown callable `{shown}`: expected an operator `torch.ops.NAMESPACE.NAME.OVERLOAD`"),
+        format!(
+            "unknown callable `{shown}`: expected an operator `torch.ops.NAMESPACE.NAME.OVERLOAD`"
+        ),
         "ATen graphs call operators through `torch.ops`; `operator.*`, `torch.*`, `math.*` \
          and Python builtins are accepted too",
     )
@@ -1459,7 +1656,9 @@ fn device_arg(e: &Expr, args: &[Expr], kwargs: &[(String, Span, Expr)]) -> Resul
     let mut set = |k: &str, v: &Expr| -> Result<(), ParseError> {
         match (k, &v.kind) {
             ("type", ExprKind::Str(s)) if ty.is_none() => ty = Some(s.clone()),
-            ("index", ExprKind::Int(d)) if index.is_none() => index = Some(parse_int(d, false, v.span)?),
+            ("index", ExprKind::Int(d)) if index.is_none() => {
+                index = Some(parse_int(d, false, v.span)?)
+            }
             ("index", ExprKind::Name(n)) if n == "None" => {}
             _ => return Err(bad()),
         }
@@ -1482,9 +1681,9 @@ fn annotation_of(e: &Expr) -> Result<Annotation, ParseError> {
     match &e.kind {
         ExprKind::Str(s) => parse_annotation(s, e.span),
         // `x: torch.Tensor`, `n: int`, `b8: type`: Python types, no tensor type to record.
-        ExprKind::Name(_) | ExprKind::Attr(..) | ExprKind::Index(..) if e.dotted().is_some() || matches!(e.kind, ExprKind::Index(..)) => {
-            Ok(Annotation::Opaque)
-        }
+        ExprKind::Name(_) | ExprKind::Attr(..) if e.dotted().is_some() => Ok(Annotation::Opaque),
+        // `x: List[int]`.
+        ExprKind::Index(..) => Ok(Annotation::Opaque),
         _ => Err(perr(
             e.span,
             "expected a type annotation such as \"f32[8, 16]\"",

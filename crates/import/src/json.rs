@@ -29,11 +29,13 @@ const VERSION: u32 = 1;
 /// A shardproof computation graph (JSON graph format, version 1).
 #[derive(Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-#[schemars(title = "shardproof graph")]
+#[schemars(rename = "Graph", title = "shardproof graph")]
 struct GraphDto {
     /// Always `"shardproof-graph"`: tells this format from other JSON files.
+    #[schemars(extend("const" = "shardproof-graph"))]
     format: String,
     /// Format version; this schema describes version 1.
+    #[schemars(extend("const" = 1))]
     version: u32,
     /// Display name of the graph (usually the stem of the file it was captured in).
     name: String,
@@ -52,6 +54,7 @@ struct GraphDto {
 /// What a node is.
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
+#[schemars(rename = "NodeKind")]
 enum KindDto {
     /// A graph input (placeholder).
     Input,
@@ -64,6 +67,7 @@ enum KindDto {
 /// One node of the graph.
 #[derive(Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Node")]
 struct NodeDto {
     /// The node's name (for single-output nodes also the name of its value).
     name: String,
@@ -94,6 +98,7 @@ struct NodeDto {
 /// One value produced by a node.
 #[derive(Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Output")]
 struct OutputDto {
     /// The value's name, referenced by `{"value": NAME}` arguments.
     name: String,
@@ -105,6 +110,7 @@ struct OutputDto {
 /// A tensor type.
 #[derive(Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "TensorType")]
 struct TypeDto {
     /// Element type, by torch.fx short name.
     dtype: DTypeDto,
@@ -115,6 +121,7 @@ struct TypeDto {
 /// One dimension: a size, or a symbolic size expression.
 #[derive(Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
+#[schemars(rename = "Dim")]
 enum DimDto {
     /// A concrete size.
     Known(i64),
@@ -125,6 +132,7 @@ enum DimDto {
 /// A Python source location (from `# File: PATH:LINE in FUNCTION, code: CODE`).
 #[derive(Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "SourceLoc")]
 struct LocDto {
     /// Source file path, as captured.
     file: String,
@@ -149,7 +157,10 @@ impl<'de> Deserialize<'de> for DTypeDto {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
         DType::from_short_name(&s).map(DTypeDto).ok_or_else(|| {
-            de::Error::custom(format!("unknown dtype `{s}`, expected one of {}", dtype_names().join(", ")))
+            de::Error::custom(format!(
+                "unknown dtype `{s}`, expected one of {}",
+                dtype_names().join(", ")
+            ))
         })
     }
 }
@@ -236,7 +247,11 @@ impl<'de> Deserialize<'de> for OpDto {
             }
             fn visit_map<A: MapAccess<'de>>(self, m: A) -> Result<OpDto, A::Error> {
                 let p = OpPartsDto::deserialize(de::value::MapAccessDeserializer::new(m))?;
-                Ok(OpDto::Parts(OpName { namespace: p.namespace, name: p.name, overload: p.overload }))
+                Ok(OpDto::Parts(OpName {
+                    namespace: p.namespace,
+                    name: p.name,
+                    overload: p.overload,
+                }))
             }
         }
         d.deserialize_any(V)
@@ -285,7 +300,11 @@ enum ArgDto {
     Op(OpDto),
 }
 
-fn single<S: Serializer, T: Serialize + ?Sized>(s: S, key: &str, value: &T) -> Result<S::Ok, S::Error> {
+fn single<S: Serializer, T: Serialize + ?Sized>(
+    s: S,
+    key: &str,
+    value: &T,
+) -> Result<S::Ok, S::Error> {
     let mut m = s.serialize_map(Some(1))?;
     m.serialize_entry(key, value)?;
     m.end()
@@ -350,9 +369,11 @@ impl<'de> Deserialize<'de> for ArgDto {
                 Ok(ArgDto::Int(v))
             }
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<ArgDto, E> {
-                i64::try_from(v)
-                    .map(ArgDto::Int)
-                    .map_err(|_| E::custom(format!("integer {v} is out of range, expected a 64-bit signed integer")))
+                i64::try_from(v).map(ArgDto::Int).map_err(|_| {
+                    E::custom(format!(
+                        "integer {v} is out of range, expected a 64-bit signed integer"
+                    ))
+                })
             }
             fn visit_f64<E: de::Error>(self, v: f64) -> Result<ArgDto, E> {
                 Ok(ArgDto::Float(v))
@@ -431,7 +452,7 @@ impl JsonSchema for ArgDto {
         let op = g.subschema_for::<OpDto>();
         json_schema!({
             "description": "An operator argument. Plain JSON scalars are literals (null is Python None, integers and floats are told apart by the decimal point or exponent, strings are string literals); arrays are lists or tuples; one-key objects carry the other kinds.",
-            "oneOf": [
+            "anyOf": [
                 {"type": "null"},
                 {"type": "boolean"},
                 {"type": "integer", "minimum": i64::MIN, "maximum": i64::MAX},
@@ -475,7 +496,9 @@ impl<'de> Deserialize<'de> for KwargsDto {
                 let mut v: Vec<(String, ArgDto)> = Vec::new();
                 while let Some(k) = m.next_key::<String>()? {
                     if v.iter().any(|(k2, _)| *k2 == k) {
-                        return Err(de::Error::custom(format!("keyword argument `{k}` is given twice")));
+                        return Err(de::Error::custom(format!(
+                            "keyword argument `{k}` is given twice"
+                        )));
                     }
                     let a = m.next_value()?;
                     v.push((k, a));
@@ -551,7 +574,11 @@ pub fn to_json(g: &Graph) -> String {
         name: g.name.clone(),
         path: g.path.as_ref().map(|p| p.to_string_lossy().into_owned()),
         inputs: g.inputs.iter().map(|v| value_name(g, *v)).collect(),
-        outputs: g.outputs.iter().map(|o| o.map(|v| value_name(g, v))).collect(),
+        outputs: g
+            .outputs
+            .iter()
+            .map(|o| o.map(|v| value_name(g, v)))
+            .collect(),
         nodes: g
             .nodes
             .iter()
@@ -566,7 +593,10 @@ pub fn to_json(g: &Graph) -> String {
                     outputs: n
                         .outputs
                         .iter()
-                        .map(|o| OutputDto { name: o.name.clone(), ty: o.ty.as_ref().map(type_dto) })
+                        .map(|o| OutputDto {
+                            name: o.name.clone(),
+                            ty: o.ty.as_ref().map(type_dto),
+                        })
                         .collect(),
                     loc: n.loc.as_ref().map(|l| LocDto {
                         file: l.file.clone(),
@@ -588,7 +618,10 @@ pub fn to_json(g: &Graph) -> String {
                         d.args = Some(args.iter().map(|a| arg_dto(g, a)).collect());
                         if !kwargs.is_empty() {
                             d.kwargs = Some(KwargsDto(
-                                kwargs.iter().map(|(k, a)| (k.clone(), arg_dto(g, a))).collect(),
+                                kwargs
+                                    .iter()
+                                    .map(|(k, a)| (k.clone(), arg_dto(g, a)))
+                                    .collect(),
                             ));
                         }
                     }
@@ -609,14 +642,21 @@ pub fn to_json(g: &Graph) -> String {
 struct Reader<'a> {
     text: &'a str,
     file: &'a Path,
-    root: Option<tree::JNode<'a>>,
 }
 
 impl Reader<'_> {
     /// An error located at `nodes[i]` (at its member `key` when given), or at the top-level
     /// member `key` when `node` is `None`.
-    fn error(&self, node: Option<usize>, key: Option<&str>, message: String, hint: &str) -> SourceError {
-        let off = self.root.as_ref().and_then(|r| {
+    fn error(
+        &self,
+        node: Option<usize>,
+        key: Option<&str>,
+        message: String,
+        hint: &str,
+    ) -> SourceError {
+        // Positions are only needed for errors, so the text is re-scanned only then.
+        let root = tree::parse(self.text);
+        let off = root.as_ref().and_then(|r| {
             let base = match node {
                 Some(i) => r.get("nodes")?.at(i)?,
                 None => r,
@@ -626,7 +666,9 @@ impl Reader<'_> {
                 None => base.start,
             })
         });
-        let span = off.map(|o| tree::span_at(self.text, o)).unwrap_or(Span::new(1, 1));
+        let span = off
+            .map(|o| tree::span_at(self.text, o))
+            .unwrap_or(Span::new(1, 1));
         SourceError::new(self.file, Some(span), message).with_hint(hint)
     }
 }
@@ -644,12 +686,15 @@ pub fn from_json(text: &str, file: &Path) -> Result<Graph, SourceError> {
              docs/formats/graph.schema.json)",
         )
     })?;
-    let r = Reader { text, file, root: tree::parse(text) };
+    let r = Reader { text, file };
     if dto.format != FORMAT {
         return Err(r.error(
             None,
             Some("format"),
-            format!("expected \"format\": \"{FORMAT}\", found \"{}\"", dto.format),
+            format!(
+                "expected \"format\": \"{FORMAT}\", found \"{}\"",
+                dto.format
+            ),
             "this file is not a shardproof graph",
         ));
     }
@@ -661,12 +706,20 @@ pub fn from_json(text: &str, file: &Path) -> Result<Graph, SourceError> {
             "this build of shardproof reads version 1 graphs; upgrade shardproof or re-export the graph",
         ));
     }
-    let mut g = Graph { name: dto.name, path: dto.path.map(PathBuf::from), ..Default::default() };
+    let mut g = Graph {
+        name: dto.name,
+        path: dto.path.map(PathBuf::from),
+        ..Default::default()
+    };
     let mut names: HashMap<String, ValueId> = HashMap::new();
     for (i, n) in dto.nodes.into_iter().enumerate() {
         let kind = match n.kind {
             KindDto::Input | KindDto::Constant => {
-                for (key, present) in [("op", n.op.is_some()), ("args", n.args.is_some()), ("kwargs", n.kwargs.is_some())] {
+                for (key, present) in [
+                    ("op", n.op.is_some()),
+                    ("args", n.args.is_some()),
+                    ("kwargs", n.kwargs.is_some()),
+                ] {
                     if present {
                         return Err(r.error(
                             Some(i),
@@ -715,20 +768,28 @@ pub fn from_json(text: &str, file: &Path) -> Result<Graph, SourceError> {
                         "call nodes name their operator: \"op\": \"aten.mm.default\"",
                     ));
                 };
-                let op = op
-                    .to_op()
-                    .map_err(|m| r.error(Some(i), Some("op"), m, "operators look like \"aten.mm.default\""))?;
+                let op = op.to_op().map_err(|m| {
+                    r.error(
+                        Some(i),
+                        Some("op"),
+                        m,
+                        "operators look like \"aten.mm.default\"",
+                    )
+                })?;
                 let resolve_all = |args: &[ArgDto]| -> Result<Vec<Arg>, SourceError> {
                     args.iter()
-                        .map(|a| resolve(a, &names).map_err(|m| r.error(Some(i), Some("args"), m, "")))
+                        .map(|a| {
+                            resolve(a, &names).map_err(|m| r.error(Some(i), Some("args"), m, ""))
+                        })
                         .collect()
                 };
                 let args = resolve_all(n.args.as_deref().unwrap_or_default())
                     .map_err(|e| unknown_hint(e, &n.name))?;
                 let mut kwargs = Vec::new();
                 for (k, a) in n.kwargs.map(|k| k.0).unwrap_or_default() {
-                    let a = resolve(&a, &names)
-                        .map_err(|m| unknown_hint(r.error(Some(i), Some("kwargs"), m, ""), &n.name))?;
+                    let a = resolve(&a, &names).map_err(|m| {
+                        unknown_hint(r.error(Some(i), Some("kwargs"), m, ""), &n.name)
+                    })?;
                     kwargs.push((k, a));
                 }
                 NodeKind::Call { op, args, kwargs }
@@ -757,8 +818,19 @@ pub fn from_json(text: &str, file: &Path) -> Result<Graph, SourceError> {
             });
             outputs.push(Output { name: out.name, ty });
         }
-        let loc = n.loc.map(|l| SourceLoc { file: l.file, line: l.line, function: l.function, code: l.code });
-        g.nodes.push(Node { name: n.name, kind, outputs, loc, line: n.line });
+        let loc = n.loc.map(|l| SourceLoc {
+            file: l.file,
+            line: l.line,
+            function: l.function,
+            code: l.code,
+        });
+        g.nodes.push(Node {
+            name: n.name,
+            kind,
+            outputs,
+            loc,
+            line: n.line,
+        });
     }
     for name in &dto.inputs {
         let v = lookup_top(&r, &names, name, "inputs")?;
@@ -781,15 +853,25 @@ pub fn from_json(text: &str, file: &Path) -> Result<Graph, SourceError> {
     Ok(g)
 }
 
+/// The hint for an argument that failed to resolve: a value name, or an operator argument.
 fn unknown_hint(mut e: SourceError, node: &str) -> SourceError {
-    e.hint = Some(format!(
-        "arguments of `{node}` may only name values of nodes listed before it (the graph is in \
-         topological order); check for a typo"
-    ));
+    e.hint = Some(if e.message.starts_with("unknown value") {
+        format!(
+            "arguments of `{node}` may only name values of nodes listed before it (the graph is \
+             in topological order); check for a typo"
+        )
+    } else {
+        "operators look like \"aten.mm.default\"".to_string()
+    });
     e
 }
 
-fn lookup_top(r: &Reader<'_>, names: &HashMap<String, ValueId>, name: &str, key: &str) -> Result<ValueId, SourceError> {
+fn lookup_top(
+    r: &Reader<'_>,
+    names: &HashMap<String, ValueId>,
+    name: &str,
+    key: &str,
+) -> Result<ValueId, SourceError> {
     names.get(name).copied().ok_or_else(|| {
         r.error(
             None,
@@ -807,12 +889,14 @@ fn resolve(a: &ArgDto, names: &HashMap<String, ValueId>) -> Result<Arg, String> 
         ArgDto::Int(i) => Arg::Int(*i),
         ArgDto::Float(f) => Arg::Float(*f),
         ArgDto::Str(s) => Arg::Str(s.clone()),
-        ArgDto::Value(v) => Arg::Value(
-            *names
-                .get(v)
-                .ok_or_else(|| format!("unknown value `{v}`: expected the name of an output of an earlier node"))?,
+        ArgDto::Value(v) => Arg::Value(*names.get(v).ok_or_else(|| {
+            format!("unknown value `{v}`: expected the name of an output of an earlier node")
+        })?),
+        ArgDto::List(v) => Arg::List(
+            v.iter()
+                .map(|a| resolve(a, names))
+                .collect::<Result<_, _>>()?,
         ),
-        ArgDto::List(v) => Arg::List(v.iter().map(|a| resolve(a, names)).collect::<Result<_, _>>()?),
         ArgDto::Dtype(d) => Arg::Dtype(*d),
         ArgDto::Device(d) => Arg::Device(d.clone()),
         ArgDto::Layout(l) => Arg::Layout(l.clone()),

@@ -4,6 +4,8 @@
 //! torch.export and AOTAutograd print) and the JSON graph format ([`from_json`], documented in
 //! `docs/formats/graph-json.md`), which [`to_json`] writes losslessly.
 
+#![warn(missing_docs)]
+
 mod fx;
 mod json;
 

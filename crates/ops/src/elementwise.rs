@@ -74,7 +74,11 @@ pub(crate) fn operand(a: &Args, name: &str) -> Result<Operand, OpError> {
     match a.get(name) {
         Some(Arg::Value(_)) => {
             let meta = a.meta(name)?;
-            let tier = if meta.rank() == 0 { Tier::Zero } else { Tier::Dim };
+            let tier = if meta.rank() == 0 {
+                Tier::Zero
+            } else {
+                Tier::Dim
+            };
             Ok(Operand { meta, tier })
         }
         Some(Arg::Bool(_)) => Ok(wrapped(DType::Bool)),
@@ -141,7 +145,9 @@ pub(crate) fn finish(t: Tensor) -> Tensor {
 pub(crate) fn apply_n(ins: &[&Tensor], out: &Meta, f: impl Fn(&[f64]) -> f64) -> Tensor {
     let idx: Vec<Option<Vec<usize>>> = ins
         .iter()
-        .map(|t| (t.shape() != out.shape.as_slice()).then(|| broadcast_indices(t.shape(), &out.shape)))
+        .map(|t| {
+            (t.shape() != out.shape.as_slice()).then(|| broadcast_indices(t.shape(), &out.shape))
+        })
         .collect();
     let n = out.numel();
     let mut buf = vec![0.0; ins.len()];
@@ -304,7 +310,11 @@ fn floor_div_i(a: i64, b: i64) -> Option<i64> {
         return None;
     }
     let q = a.wrapping_div(b);
-    Some(if a.wrapping_rem(b) != 0 && ((a < 0) != (b < 0)) { q - 1 } else { q })
+    Some(if a.wrapping_rem(b) != 0 && ((a < 0) != (b < 0)) {
+        q - 1
+    } else {
+        q
+    })
 }
 
 /// Python-style remainder (sign of the divisor) of floats.
@@ -323,7 +333,11 @@ fn rem_i(a: i64, b: i64) -> Option<i64> {
         return None;
     }
     let r = a.wrapping_rem(b);
-    Some(if r != 0 && ((r < 0) != (b < 0)) { r + b } else { r })
+    Some(if r != 0 && ((r < 0) != (b < 0)) {
+        r + b
+    } else {
+        r
+    })
 }
 
 /// torch's `powi`: integer power with wrap-around; negative exponents give 0 except for bases
@@ -380,7 +394,7 @@ pub fn erf(x: f64) -> f64 {
         n += 1.0;
         term *= 2.0 * x2 / (2.0 * n + 1.0);
         sum += term;
-        if term < sum * 1e-17 {
+        if term <= sum * 1e-17 {
             break;
         }
     }
@@ -592,7 +606,9 @@ fn pow_kernel(a: &Args, m: &Meta) -> Result<Tensor, OpError> {
     if m.dtype.is_float() {
         binary(a, "self", "exponent", m.dtype, m, pow_f)
     } else {
-        binary(a, "self", "exponent", m.dtype, m, |x, e| pow_i(x as i64, e as i64) as f64)
+        binary(a, "self", "exponent", m.dtype, m, |x, e| {
+            pow_i(x as i64, e as i64) as f64
+        })
     }
 }
 
@@ -601,14 +617,18 @@ fn compare(a: &Args, m: &Meta, f: fn(f64, f64) -> bool) -> Result<Vec<Tensor>, O
     let (d, _) = promote_names(a, &["self", "other"])?;
     let xt = cast_to(operand_tensor(a, "self")?, d);
     let yt = cast_to(operand_tensor(a, "other")?, d);
-    Ok(vec![zip_broadcast(&xt, &yt, m, |x, y| f(x, y) as i64 as f64)])
+    Ok(vec![zip_broadcast(&xt, &yt, m, |x, y| {
+        f(x, y) as i64 as f64
+    })])
 }
 
 /// A logical binary op on truthiness.
 fn logical(a: &Args, m: &Meta, f: fn(bool, bool) -> bool) -> Result<Vec<Tensor>, OpError> {
     let xt = operand_tensor(a, "self")?;
     let yt = operand_tensor(a, "other")?;
-    Ok(vec![zip_broadcast(&xt, &yt, m, |x, y| f(x != 0.0, y != 0.0) as i64 as f64)])
+    Ok(vec![zip_broadcast(&xt, &yt, m, |x, y| {
+        f(x != 0.0, y != 0.0) as i64 as f64
+    })])
 }
 
 /// A bitwise binary op on the integer values.
@@ -654,10 +674,10 @@ fn infer_same_float_only(a: &Args) -> Result<Vec<Meta>, OpError> {
     Ok(vec![m])
 }
 
-/// `min(max(x, lo), hi)` with NaN inputs propagated and NaN bounds ignored, as torch's clamp.
+/// `min(max(x, lo), hi)`; a NaN input or bound gives NaN, as torch's (vectorized) clamp.
 fn clamp_value(x: f64, lo: Option<f64>, hi: Option<f64>) -> f64 {
-    if x.is_nan() {
-        return x;
+    if x.is_nan() || lo.is_some_and(f64::is_nan) || hi.is_some_and(f64::is_nan) {
+        return f64::NAN;
     }
     let mut v = x;
     if let Some(l) = lo {
@@ -729,7 +749,13 @@ fn where_kernel(a: &Args, m: &Meta) -> Result<Vec<Tensor>, OpError> {
     let c = a.tensor("condition")?;
     let x = cast_to(operand_tensor(a, "self")?, m.dtype);
     let y = cast_to(operand_tensor(a, "other")?, m.dtype);
-    Ok(vec![apply_n(&[c, &x, &y], m, |v| if v[0] != 0.0 { v[1] } else { v[2] })])
+    Ok(vec![apply_n(&[c, &x, &y], m, |v| {
+        if v[0] != 0.0 {
+            v[1]
+        } else {
+            v[2]
+        }
+    })])
 }
 
 /// Output meta of `masked_fill`: `self`'s dtype, broadcast with the mask.
@@ -749,7 +775,10 @@ fn infer_masked_fill(a: &Args) -> Result<Vec<Meta>, OpError> {
             )));
         }
     }
-    Ok(vec![Meta::new(x.dtype, broadcast_shapes(&x.shape, &mask.shape)?)])
+    Ok(vec![Meta::new(
+        x.dtype,
+        broadcast_shapes(&x.shape, &mask.shape)?,
+    )])
 }
 
 /// Fills `self` where `mask` holds with `value` (a number or a 0-d tensor).
@@ -757,7 +786,13 @@ fn masked_fill_kernel(a: &Args, m: &Meta) -> Result<Vec<Tensor>, OpError> {
     let x = a.tensor("self")?;
     let mask = a.tensor("mask")?;
     let v = cast_value(operand_tensor(a, "value")?.data[0], m.dtype);
-    Ok(vec![apply_n(&[x, mask], m, |e| if e[1] != 0.0 { v } else { e[0] })])
+    Ok(vec![apply_n(&[x, mask], m, |e| {
+        if e[1] != 0.0 {
+            v
+        } else {
+            e[0]
+        }
+    })])
 }
 
 /// Extension of [`Args`] for arguments that may be a tensor or a number.
@@ -782,12 +817,19 @@ fn infer_ternary(a: &Args, names: &[&str]) -> Result<Vec<Meta>, OpError> {
 }
 
 /// Evaluates a ternary op over the named operands converted to the output dtype.
-fn ternary(a: &Args, m: &Meta, names: [&str; 3], f: impl Fn(f64, f64, f64) -> f64) -> Result<Vec<Tensor>, OpError> {
+fn ternary(
+    a: &Args,
+    m: &Meta,
+    names: [&str; 3],
+    f: impl Fn(f64, f64, f64) -> f64,
+) -> Result<Vec<Tensor>, OpError> {
     let ts = names
         .iter()
         .map(|n| operand_tensor(a, n).map(|t| cast_to(t, m.dtype)))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(vec![finish(apply_n(&[&ts[0], &ts[1], &ts[2]], m, |v| f(v[0], v[1], v[2])))])
+    Ok(vec![finish(apply_n(&[&ts[0], &ts[1], &ts[2]], m, |v| {
+        f(v[0], v[1], v[2])
+    }))])
 }
 
 /// torch's `lerp`, written to be exact at both ends.
@@ -905,13 +947,31 @@ fn register_arith(r: &mut Registry) {
         "aten.mul.Tensor",
         "mul.Tensor(Tensor self, Tensor other) -> Tensor",
         infer_binary,
-        |a, m, _| Ok(vec![binary(a, "self", "other", m[0].dtype, &m[0], |x, y| x * y)?]),
+        |a, m, _| {
+            Ok(vec![binary(
+                a,
+                "self",
+                "other",
+                m[0].dtype,
+                &m[0],
+                |x, y| x * y,
+            )?])
+        },
     );
     r.pure(
         "aten.mul.Scalar",
         "mul.Scalar(Tensor self, Scalar other) -> Tensor",
         infer_scalar_binary,
-        |a, m, _| Ok(vec![binary(a, "self", "other", m[0].dtype, &m[0], |x, y| x * y)?]),
+        |a, m, _| {
+            Ok(vec![binary(
+                a,
+                "self",
+                "other",
+                m[0].dtype,
+                &m[0],
+                |x, y| x * y,
+            )?])
+        },
     );
     r.pure(
         "aten.div.Tensor",
@@ -990,10 +1050,10 @@ fn register_arith(r: &mut Registry) {
         "pow.Tensor_Scalar(Tensor self, Scalar exponent) -> Tensor",
         |a| {
             let x = a.meta("self")?;
-            if !x.dtype.is_float()
-                && matches!(a.get("exponent"), Some(Arg::Int(e)) if e < 0)
-            {
-                return Err(OpError::new("Integers to negative integer powers are not allowed."));
+            if !x.dtype.is_float() && matches!(a.get("exponent"), Some(Arg::Int(e)) if e < 0) {
+                return Err(OpError::new(
+                    "Integers to negative integer powers are not allowed.",
+                ));
             }
             infer_pow(a)
         },
@@ -1009,47 +1069,100 @@ fn register_arith(r: &mut Registry) {
         "aten.atan2.default",
         "atan2(Tensor self, Tensor other) -> Tensor",
         infer_float_binary,
-        |a, m, _| Ok(vec![binary(a, "self", "other", m[0].dtype, &m[0], f64::atan2)?]),
+        |a, m, _| {
+            Ok(vec![binary(
+                a,
+                "self",
+                "other",
+                m[0].dtype,
+                &m[0],
+                f64::atan2,
+            )?])
+        },
     );
     for (name, schema) in [
-        ("aten.maximum.default", "maximum(Tensor self, Tensor other) -> Tensor"),
-        ("aten.max.other", "max.other(Tensor self, Tensor other) -> Tensor"),
+        (
+            "aten.maximum.default",
+            "maximum(Tensor self, Tensor other) -> Tensor",
+        ),
+        (
+            "aten.max.other",
+            "max.other(Tensor self, Tensor other) -> Tensor",
+        ),
     ] {
         r.pure(name, schema, infer_binary, |a, m, _| {
-            Ok(vec![binary(a, "self", "other", m[0].dtype, &m[0], |x, y| {
-                if x.is_nan() || y.is_nan() {
-                    f64::NAN
-                } else {
-                    x.max(y)
-                }
-            })?])
+            Ok(vec![binary(
+                a,
+                "self",
+                "other",
+                m[0].dtype,
+                &m[0],
+                |x, y| {
+                    if x.is_nan() || y.is_nan() {
+                        f64::NAN
+                    } else {
+                        x.max(y)
+                    }
+                },
+            )?])
         });
     }
     for (name, schema) in [
-        ("aten.minimum.default", "minimum(Tensor self, Tensor other) -> Tensor"),
-        ("aten.min.other", "min.other(Tensor self, Tensor other) -> Tensor"),
+        (
+            "aten.minimum.default",
+            "minimum(Tensor self, Tensor other) -> Tensor",
+        ),
+        (
+            "aten.min.other",
+            "min.other(Tensor self, Tensor other) -> Tensor",
+        ),
     ] {
         r.pure(name, schema, infer_binary, |a, m, _| {
-            Ok(vec![binary(a, "self", "other", m[0].dtype, &m[0], |x, y| {
-                if x.is_nan() || y.is_nan() {
-                    f64::NAN
-                } else {
-                    x.min(y)
-                }
-            })?])
+            Ok(vec![binary(
+                a,
+                "self",
+                "other",
+                m[0].dtype,
+                &m[0],
+                |x, y| {
+                    if x.is_nan() || y.is_nan() {
+                        f64::NAN
+                    } else {
+                        x.min(y)
+                    }
+                },
+            )?])
         });
     }
     r.pure(
         "aten.fmax.default",
         "fmax(Tensor self, Tensor other) -> Tensor",
         infer_binary,
-        |a, m, _| Ok(vec![binary(a, "self", "other", m[0].dtype, &m[0], f64::max)?]),
+        |a, m, _| {
+            Ok(vec![binary(
+                a,
+                "self",
+                "other",
+                m[0].dtype,
+                &m[0],
+                f64::max,
+            )?])
+        },
     );
     r.pure(
         "aten.fmin.default",
         "fmin(Tensor self, Tensor other) -> Tensor",
         infer_binary,
-        |a, m, _| Ok(vec![binary(a, "self", "other", m[0].dtype, &m[0], f64::min)?]),
+        |a, m, _| {
+            Ok(vec![binary(
+                a,
+                "self",
+                "other",
+                m[0].dtype,
+                &m[0],
+                f64::min,
+            )?])
+        },
     );
     r.pure(
         "aten.addcmul.default",
@@ -1057,7 +1170,9 @@ fn register_arith(r: &mut Registry) {
         |a| infer_ternary(a, &["self", "tensor1", "tensor2"]),
         |a, m, _| {
             let v = a.float("value")?;
-            ternary(a, &m[0], ["self", "tensor1", "tensor2"], |s, x, y| s + v * x * y)
+            ternary(a, &m[0], ["self", "tensor1", "tensor2"], |s, x, y| {
+                s + v * x * y
+            })
         },
     );
     r.pure(
@@ -1074,7 +1189,9 @@ fn register_arith(r: &mut Registry) {
         },
         |a, m, _| {
             let v = a.float("value")?;
-            ternary(a, &m[0], ["self", "tensor1", "tensor2"], |s, x, y| s + v * x / y)
+            ternary(a, &m[0], ["self", "tensor1", "tensor2"], |s, x, y| {
+                s + v * x / y
+            })
         },
     );
     r.pure(
@@ -1167,37 +1284,65 @@ fn register_unary(r: &mut Registry) {
     float_unary!(r, "erf", erf);
     float_unary!(r, "erfc", erfc);
     float_unary!(r, "erfinv", erfinv);
-    r.pure("aten.isnan.default", "isnan(Tensor self) -> Tensor", infer_bool_unary, |a, m, _| {
-        Ok(vec![map(a.tensor("self")?, &m[0], |x| x.is_nan() as i64 as f64)])
-    });
-    r.pure("aten.isinf.default", "isinf(Tensor self) -> Tensor", infer_bool_unary, |a, m, _| {
-        Ok(vec![map(a.tensor("self")?, &m[0], |x| x.is_infinite() as i64 as f64)])
-    });
+    r.pure(
+        "aten.isnan.default",
+        "isnan(Tensor self) -> Tensor",
+        infer_bool_unary,
+        |a, m, _| {
+            Ok(vec![map(a.tensor("self")?, &m[0], |x| {
+                x.is_nan() as i64 as f64
+            })])
+        },
+    );
+    r.pure(
+        "aten.isinf.default",
+        "isinf(Tensor self) -> Tensor",
+        infer_bool_unary,
+        |a, m, _| {
+            Ok(vec![map(a.tensor("self")?, &m[0], |x| {
+                x.is_infinite() as i64 as f64
+            })])
+        },
+    );
     r.pure(
         "aten.isfinite.default",
         "isfinite(Tensor self) -> Tensor",
         infer_bool_unary,
-        |a, m, _| Ok(vec![map(a.tensor("self")?, &m[0], |x| x.is_finite() as i64 as f64)]),
+        |a, m, _| {
+            Ok(vec![map(a.tensor("self")?, &m[0], |x| {
+                x.is_finite() as i64 as f64
+            })])
+        },
     );
     r.pure(
         "aten.isposinf.default",
         "isposinf(Tensor self) -> Tensor",
         infer_bool_unary,
-        |a, m, _| Ok(vec![map(a.tensor("self")?, &m[0], |x| (x == f64::INFINITY) as i64 as f64)]),
+        |a, m, _| {
+            Ok(vec![map(a.tensor("self")?, &m[0], |x| {
+                (x == f64::INFINITY) as i64 as f64
+            })])
+        },
     );
     r.pure(
         "aten.isneginf.default",
         "isneginf(Tensor self) -> Tensor",
         infer_bool_unary,
         |a, m, _| {
-            Ok(vec![map(a.tensor("self")?, &m[0], |x| (x == f64::NEG_INFINITY) as i64 as f64)])
+            Ok(vec![map(a.tensor("self")?, &m[0], |x| {
+                (x == f64::NEG_INFINITY) as i64 as f64
+            })])
         },
     );
     r.pure(
         "aten.logical_not.default",
         "logical_not(Tensor self) -> Tensor",
         infer_bool_unary,
-        |a, m, _| Ok(vec![map(a.tensor("self")?, &m[0], |x| (x == 0.0) as i64 as f64)]),
+        |a, m, _| {
+            Ok(vec![map(a.tensor("self")?, &m[0], |x| {
+                (x == 0.0) as i64 as f64
+            })])
+        },
     );
     r.pure(
         "aten.bitwise_not.default",
@@ -1346,7 +1491,10 @@ fn register_select(r: &mut Registry) {
         |a, m, _| clamp_kernel(a, &m[0]),
     );
     for (name, schema) in [
-        ("aten.where.self", "where.self(Tensor condition, Tensor self, Tensor other) -> Tensor"),
+        (
+            "aten.where.self",
+            "where.self(Tensor condition, Tensor self, Tensor other) -> Tensor",
+        ),
         (
             "aten.where.ScalarSelf",
             "where.ScalarSelf(Tensor condition, Scalar self, Tensor other) -> Tensor",
@@ -1394,16 +1542,25 @@ pub(crate) mod tests {
     /// Calls a built-in op.
     pub(crate) fn call(
         op: &str,
-        tensors: &[Tensor],
+        tensors: &[&Tensor],
         args: &[Arg],
         kwargs: &[(&str, Arg)],
     ) -> Result<Vec<Tensor>, OpError> {
-        let kw: Vec<(String, Arg)> = kwargs.iter().map(|(k, a)| (k.to_string(), a.clone())).collect();
-        Registry::builtin().call(op, tensors, args, &kw)
+        let kw: Vec<(String, Arg)> = kwargs
+            .iter()
+            .map(|(k, a)| (k.to_string(), a.clone()))
+            .collect();
+        let owned: Vec<Tensor> = tensors.iter().map(|t| (*t).clone()).collect();
+        Registry::builtin().call(op, &owned, args, &kw)
     }
 
     /// Calls a built-in op with one output.
-    pub(crate) fn call1(op: &str, tensors: &[Tensor], args: &[Arg], kwargs: &[(&str, Arg)]) -> Tensor {
+    pub(crate) fn call1(
+        op: &str,
+        tensors: &[&Tensor],
+        args: &[Arg],
+        kwargs: &[(&str, Arg)],
+    ) -> Tensor {
         let mut out = call(op, tensors, args, kwargs).unwrap();
         assert_eq!(out.len(), 1);
         out.remove(0)
@@ -1412,139 +1569,223 @@ pub(crate) mod tests {
     #[test]
     fn promotion_follows_torch_tiers() {
         let i32v = t(DType::I32, &[2], &[1.0, 2.0]);
-        let out = call1("aten.add.Tensor", &[i32v.clone()], &[v(0), Arg::Float(2.5)], &[]);
+        let out = call1("aten.add.Tensor", &[&i32v], &[v(0), Arg::Float(2.5)], &[]);
         assert_eq!(out.dtype(), DType::F32);
         assert_eq!(*out.data, vec![3.5, 4.5]);
         let zero_i64 = t(DType::I64, &[], &[3.0]);
-        let out = call1("aten.add.Tensor", &[i32v.clone(), zero_i64], &[v(0), v(1)], &[]);
+        let out = call1("aten.add.Tensor", &[&i32v, &zero_i64], &[v(0), v(1)], &[]);
         assert_eq!(out.dtype(), DType::I32);
         let zero_f64 = t(DType::F64, &[], &[0.5]);
-        let out = call1("aten.mul.Tensor", &[i32v.clone(), zero_f64], &[v(0), v(1)], &[]);
+        let out = call1("aten.mul.Tensor", &[&i32v, &zero_f64], &[v(0), v(1)], &[]);
         assert_eq!(out.dtype(), DType::F64);
         assert_eq!(*out.data, vec![0.5, 1.0]);
         let b = t(DType::Bool, &[2], &[1.0, 0.0]);
-        let out = call1("aten.add.Tensor", &[b.clone(), b.clone()], &[v(0), v(1)], &[]);
-        assert_eq!((out.dtype(), out.data.to_vec()), (DType::Bool, vec![1.0, 0.0]));
-        let out = call1("aten.add.Scalar", &[b.clone()], &[v(0), Arg::Int(2)], &[]);
-        assert_eq!((out.dtype(), out.data.to_vec()), (DType::I64, vec![3.0, 2.0]));
-        let out = call1("aten.mul.Tensor", &[b.clone()], &[v(0), Arg::Bool(true)], &[]);
+        let out = call1("aten.add.Tensor", &[&b, &b], &[v(0), v(1)], &[]);
+        assert_eq!(
+            (out.dtype(), out.data.to_vec()),
+            (DType::Bool, vec![1.0, 0.0])
+        );
+        let out = call1("aten.add.Scalar", &[&b], &[v(0), Arg::Int(2)], &[]);
+        assert_eq!(
+            (out.dtype(), out.data.to_vec()),
+            (DType::I64, vec![3.0, 2.0])
+        );
+        let out = call1("aten.mul.Tensor", &[&b], &[v(0), Arg::Bool(true)], &[]);
         assert_eq!(out.dtype(), DType::Bool);
         // i8 overflow wraps.
         let i8v = t(DType::I8, &[1], &[100.0]);
-        let out = call1("aten.add.Tensor", &[i8v.clone(), i8v], &[v(0), v(1)], &[]);
+        let out = call1("aten.add.Tensor", &[&i8v, &i8v], &[v(0), v(1)], &[]);
         assert_eq!(*out.data, vec![-56.0]);
         // Integer alpha only for integer results; bool subtraction refused.
-        assert!(call("aten.add.Tensor", &[i32v.clone(), i32v], &[v(0), v(1)], &[("alpha", Arg::Float(0.5))]).is_err());
-        assert!(call("aten.sub.Tensor", &[b.clone(), b], &[v(0), v(1)], &[]).is_err());
+        assert!(call(
+            "aten.add.Tensor",
+            &[&i32v, &i32v],
+            &[v(0), v(1)],
+            &[("alpha", Arg::Float(0.5))]
+        )
+        .is_err());
+        assert!(call("aten.sub.Tensor", &[&b, &b], &[v(0), v(1)], &[]).is_err());
     }
 
     #[test]
     fn division_modes() {
         let x = t(DType::I64, &[4], &[-7.0, 7.0, -7.0, 6.0]);
         let y = t(DType::I64, &[4], &[2.0, -2.0, -2.0, 4.0]);
-        let out = call1("aten.div.Tensor", &[x.clone(), y.clone()], &[v(0), v(1)], &[]);
-        assert_eq!((out.dtype(), out.data.to_vec()), (DType::F32, vec![-3.5, -3.5, 3.5, 1.5]));
+        let out = call1("aten.div.Tensor", &[&x, &y], &[v(0), v(1)], &[]);
+        assert_eq!(
+            (out.dtype(), out.data.to_vec()),
+            (DType::F32, vec![-3.5, -3.5, 3.5, 1.5])
+        );
         let floor = [("rounding_mode", Arg::Str("floor".into()))];
-        let out = call1("aten.div.Tensor_mode", &[x.clone(), y.clone()], &[v(0), v(1)], &floor);
-        assert_eq!((out.dtype(), out.data.to_vec()), (DType::I64, vec![-4.0, -4.0, 3.0, 1.0]));
+        let out = call1("aten.div.Tensor_mode", &[&x, &y], &[v(0), v(1)], &floor);
+        assert_eq!(
+            (out.dtype(), out.data.to_vec()),
+            (DType::I64, vec![-4.0, -4.0, 3.0, 1.0])
+        );
         let trunc = [("rounding_mode", Arg::Str("trunc".into()))];
-        let out = call1("aten.div.Tensor_mode", &[x.clone(), y.clone()], &[v(0), v(1)], &trunc);
+        let out = call1("aten.div.Tensor_mode", &[&x, &y], &[v(0), v(1)], &trunc);
         assert_eq!(*out.data, vec![-3.0, -3.0, 3.0, 1.0]);
         let none = [("rounding_mode", Arg::None)];
-        let out = call1("aten.div.Tensor_mode", &[x.clone(), y.clone()], &[v(0), v(1)], &none);
+        let out = call1("aten.div.Tensor_mode", &[&x, &y], &[v(0), v(1)], &none);
         assert_eq!(out.dtype(), DType::F32);
         let zero = t(DType::I64, &[1], &[0.0]);
-        assert!(call("aten.div.Tensor_mode", &[x.clone(), zero.clone()], &[v(0), v(1)], &floor).is_err());
-        assert!(call("aten.remainder.Tensor", &[x.clone(), zero], &[v(0), v(1)], &[]).is_err());
-        let out = call1("aten.remainder.Tensor", &[x.clone(), y.clone()], &[v(0), v(1)], &[]);
+        assert!(call("aten.div.Tensor_mode", &[&x, &zero], &[v(0), v(1)], &floor).is_err());
+        assert!(call("aten.remainder.Tensor", &[&x, &zero], &[v(0), v(1)], &[]).is_err());
+        let out = call1("aten.remainder.Tensor", &[&x, &y], &[v(0), v(1)], &[]);
         assert_eq!(*out.data, vec![1.0, -1.0, -1.0, 2.0]);
-        let out = call1("aten.fmod.Tensor", &[x, y], &[v(0), v(1)], &[]);
+        let out = call1("aten.fmod.Tensor", &[&x, &y], &[v(0), v(1)], &[]);
         assert_eq!(*out.data, vec![-1.0, 1.0, -1.0, 2.0]);
         let f = t(DType::F64, &[2], &[1.0, -1.5]);
-        let out = call1("aten.floor_divide.Scalar", &[f.clone()], &[v(0), Arg::Float(0.1)], &[]);
+        let out = call1(
+            "aten.floor_divide.Scalar",
+            &[&f],
+            &[v(0), Arg::Float(0.1)],
+            &[],
+        );
         assert_eq!(*out.data, vec![9.0, -15.0]);
-        let out = call1("aten.remainder.Scalar", &[f], &[v(0), Arg::Int(1)], &[]);
+        let out = call1("aten.remainder.Scalar", &[&f], &[v(0), Arg::Int(1)], &[]);
         assert_eq!(*out.data, vec![0.0, 0.5]);
     }
 
     #[test]
     fn powers() {
         let x = t(DType::I64, &[3], &[2.0, -1.0, 3.0]);
-        assert!(call("aten.pow.Tensor_Scalar", &[x.clone()], &[v(0), Arg::Int(-1)], &[]).is_err());
-        let out = call1("aten.pow.Tensor_Scalar", &[x.clone()], &[v(0), Arg::Int(3)], &[]);
-        assert_eq!((out.dtype(), out.data.to_vec()), (DType::I64, vec![8.0, -1.0, 27.0]));
-        let out = call1("aten.pow.Tensor_Scalar", &[x.clone()], &[v(0), Arg::Float(0.5)], &[]);
+        assert!(call("aten.pow.Tensor_Scalar", &[&x], &[v(0), Arg::Int(-1)], &[]).is_err());
+        let out = call1("aten.pow.Tensor_Scalar", &[&x], &[v(0), Arg::Int(3)], &[]);
+        assert_eq!(
+            (out.dtype(), out.data.to_vec()),
+            (DType::I64, vec![8.0, -1.0, 27.0])
+        );
+        let out = call1(
+            "aten.pow.Tensor_Scalar",
+            &[&x],
+            &[v(0), Arg::Float(0.5)],
+            &[],
+        );
         assert_eq!(out.dtype(), DType::F32);
         let e = t(DType::I64, &[3], &[-1.0, -3.0, 2.0]);
-        let out = call1("aten.pow.Tensor_Tensor", &[x.clone(), e], &[v(0), v(1)], &[]);
+        let out = call1("aten.pow.Tensor_Tensor", &[&x, &e], &[v(0), v(1)], &[]);
         assert_eq!(*out.data, vec![0.0, -1.0, 9.0]);
-        let out = call1("aten.pow.Scalar", &[x], &[Arg::Int(2), v(0)], &[]);
-        assert_eq!((out.dtype(), out.data.to_vec()), (DType::I64, vec![4.0, 0.0, 8.0]));
+        let out = call1("aten.pow.Scalar", &[&x], &[Arg::Int(2), v(0)], &[]);
+        assert_eq!(
+            (out.dtype(), out.data.to_vec()),
+            (DType::I64, vec![4.0, 0.0, 8.0])
+        );
     }
 
     #[test]
     fn comparisons_and_bitwise() {
         let x = t(DType::F16, &[2], &[0.25, 0.5]);
-        let out = call1("aten.eq.Scalar", &[x.clone()], &[v(0), Arg::Float(0.25)], &[]);
-        assert_eq!((out.dtype(), out.data.to_vec()), (DType::Bool, vec![1.0, 0.0]));
+        let out = call1("aten.eq.Scalar", &[&x], &[v(0), Arg::Float(0.25)], &[]);
+        assert_eq!(
+            (out.dtype(), out.data.to_vec()),
+            (DType::Bool, vec![1.0, 0.0])
+        );
         let i = t(DType::I64, &[3], &[0.0, 1.0, 2.0]);
-        let out = call1("aten.lt.Scalar", &[i.clone()], &[v(0), Arg::Float(1.5)], &[]);
+        let out = call1("aten.lt.Scalar", &[&i], &[v(0), Arg::Float(1.5)], &[]);
         assert_eq!(*out.data, vec![1.0, 1.0, 0.0]);
         let n = t(DType::F32, &[2], &[f64::NAN, 1.0]);
-        let out = call1("aten.ne.Tensor", &[n.clone(), n], &[v(0), v(1)], &[]);
+        let out = call1("aten.ne.Tensor", &[&n, &n], &[v(0), v(1)], &[]);
         assert_eq!(*out.data, vec![1.0, 0.0]);
         let b = t(DType::Bool, &[2], &[1.0, 0.0]);
-        let out = call1("aten.bitwise_or.Tensor", &[b.clone(), b.clone()], &[v(0), v(1)], &[]);
-        assert_eq!((out.dtype(), out.data.to_vec()), (DType::Bool, vec![1.0, 0.0]));
-        let out = call1("aten.bitwise_not.default", &[i.clone()], &[v(0)], &[]);
+        let out = call1("aten.bitwise_or.Tensor", &[&b, &b], &[v(0), v(1)], &[]);
+        assert_eq!(
+            (out.dtype(), out.data.to_vec()),
+            (DType::Bool, vec![1.0, 0.0])
+        );
+        let out = call1("aten.bitwise_not.default", &[&i], &[v(0)], &[]);
         assert_eq!(*out.data, vec![-1.0, -2.0, -3.0]);
         let f = t(DType::F32, &[1], &[1.0]);
-        assert!(call("aten.bitwise_and.Tensor", &[f.clone(), f], &[v(0), v(1)], &[]).is_err());
+        assert!(call("aten.bitwise_and.Tensor", &[&f, &f], &[v(0), v(1)], &[]).is_err());
     }
 
     #[test]
     fn selection_ops() {
         let i = t(DType::I64, &[3], &[0.0, 1.0, 2.0]);
-        let out = call1("aten.clamp.default", &[i.clone()], &[v(0), Arg::Float(0.5)], &[]);
-        assert_eq!((out.dtype(), out.data.to_vec()), (DType::F32, vec![0.5, 1.0, 2.0]));
-        let out = call1("aten.clamp.default", &[i.clone()], &[v(0), Arg::Int(2), Arg::Int(1)], &[]);
+        let out = call1("aten.clamp.default", &[&i], &[v(0), Arg::Float(0.5)], &[]);
+        assert_eq!(
+            (out.dtype(), out.data.to_vec()),
+            (DType::F32, vec![0.5, 1.0, 2.0])
+        );
+        let out = call1(
+            "aten.clamp.default",
+            &[&i],
+            &[v(0), Arg::Int(2), Arg::Int(1)],
+            &[],
+        );
         assert_eq!(*out.data, vec![1.0, 1.0, 1.0]);
-        assert!(call("aten.clamp.default", &[i.clone()], &[v(0)], &[]).is_err());
+        assert!(call("aten.clamp.default", &[&i], &[v(0)], &[]).is_err());
         let x = t(DType::F32, &[3], &[f64::NAN, -3.0, 3.0]);
-        let out = call1("aten.clamp_min.default", &[x.clone()], &[v(0), Arg::Float(-1.0)], &[]);
+        let out = call1(
+            "aten.clamp_min.default",
+            &[&x],
+            &[v(0), Arg::Float(-1.0)],
+            &[],
+        );
         assert!(out.data[0].is_nan());
         assert_eq!(&out.data[1..], &[-1.0, 3.0]);
         let c = t(DType::Bool, &[2, 1], &[1.0, 0.0]);
-        let out = call1("aten.where.ScalarOther", &[c.clone(), i.clone()], &[v(0), v(1), Arg::Float(9.0)], &[]);
+        let out = call1(
+            "aten.where.ScalarOther",
+            &[&c, &i],
+            &[v(0), v(1), Arg::Float(9.0)],
+            &[],
+        );
         assert_eq!(out.meta, Meta::new(DType::F32, vec![2, 3]));
         assert_eq!(*out.data, vec![0.0, 1.0, 2.0, 9.0, 9.0, 9.0]);
-        let out = call1("aten.masked_fill.Scalar", &[i.clone(), c.clone()], &[v(0), v(1), Arg::Int(-1)], &[]);
+        let out = call1(
+            "aten.masked_fill.Scalar",
+            &[&i, &c],
+            &[v(0), v(1), Arg::Int(-1)],
+            &[],
+        );
         assert_eq!(out.meta, Meta::new(DType::I64, vec![2, 3]));
         assert_eq!(*out.data, vec![-1.0, -1.0, -1.0, 0.0, 1.0, 2.0]);
-        assert!(call("aten.where.self", &[i.clone(), i.clone(), i], &[v(0), v(1), v(2)], &[]).is_err());
+        assert!(call("aten.where.self", &[&i, &i, &i], &[v(0), v(1), v(2)], &[]).is_err());
     }
 
     #[test]
     fn unary_math() {
         let x = t(DType::F64, &[4], &[0.5, 1.0, 2.5, -0.3]);
-        let out = call1("aten.erf.default", &[x], &[v(0)], &[]);
-        let want = [0.5204998778130465, 0.8427007929497149, 0.999593047982555, -0.3286267594591274];
+        let out = call1("aten.erf.default", &[&x], &[v(0)], &[]);
+        let want = [
+            0.5204998778130465,
+            0.8427007929497149,
+            0.999593047982555,
+            -0.3286267594591274,
+        ];
         for (g, w) in out.data.iter().zip(want) {
             assert!((g - w).abs() < 1e-14, "{g} vs {w}");
         }
+        assert_eq!(erf(0.0), 0.0);
         assert!((erfc(3.0) - 2.209049699858544e-05).abs() < 1e-18);
         assert!((erfc(6.0) - 2.151973671249892e-17).abs() < 1e-29);
         assert!((erfinv(0.5) - 0.4769362762044699).abs() < 1e-14);
         assert!((erfinv(-0.999) + 2.326753765513525).abs() < 1e-12);
         let i = t(DType::I64, &[2], &[0.0, 1.0]);
-        let out = call1("aten.exp.default", &[i.clone()], &[v(0)], &[]);
+        let out = call1("aten.exp.default", &[&i], &[v(0)], &[]);
         assert_eq!(out.dtype(), DType::F32);
-        let out = call1("aten.round.default", &[t(DType::F32, &[3], &[0.5, 1.5, -2.5])], &[v(0)], &[]);
+        let out = call1(
+            "aten.round.default",
+            &[&t(DType::F32, &[3], &[0.5, 1.5, -2.5])],
+            &[v(0)],
+            &[],
+        );
         assert_eq!(*out.data, vec![0.0, 2.0, -2.0]);
-        assert!(call("aten.neg.default", &[t(DType::Bool, &[1], &[1.0])], &[v(0)], &[]).is_err());
+        assert!(call(
+            "aten.neg.default",
+            &[&t(DType::Bool, &[1], &[1.0])],
+            &[v(0)],
+            &[]
+        )
+        .is_err());
         let out = call1(
             "aten.nan_to_num.default",
-            &[t(DType::F16, &[3], &[f64::NAN, f64::INFINITY, f64::NEG_INFINITY])],
+            &[&t(
+                DType::F16,
+                &[3],
+                &[f64::NAN, f64::INFINITY, f64::NEG_INFINITY],
+            )],
             &[v(0)],
             &[],
         );

@@ -51,14 +51,24 @@ fn reduced_shape(shape: &[usize], mask: &[bool], keepdim: bool) -> Vec<usize> {
 
 /// Number of elements reduced into each output.
 fn group_len(shape: &[usize], mask: &[bool]) -> usize {
-    shape.iter().zip(mask).filter(|(_, &m)| m).map(|(&s, _)| s).product()
+    shape
+        .iter()
+        .zip(mask)
+        .filter(|(_, &m)| m)
+        .map(|(&s, _)| s)
+        .product()
 }
 
 /// Applies `f` to the reduced elements of every output, in output order.
 fn reduce_groups(t: &Tensor, mask: &[bool], mut f: impl FnMut(&[f64]) -> f64) -> Vec<f64> {
     let shape = t.shape();
     let g = group_len(shape, mask);
-    let n_out: usize = shape.iter().zip(mask).filter(|(_, &m)| !m).map(|(&s, _)| s).product();
+    let n_out: usize = shape
+        .iter()
+        .zip(mask)
+        .filter(|(_, &m)| !m)
+        .map(|(&s, _)| s)
+        .product();
     if g == 0 {
         return (0..n_out).map(|_| f(&[])).collect();
     }
@@ -79,7 +89,11 @@ fn reduce_groups(t: &Tensor, mask: &[bool], mut f: impl FnMut(&[f64]) -> f64) ->
 /// The `dim` (list) and `keepdim` arguments of a reduction, as a mask and a flag.
 fn dims_arg(a: &Args, rank: usize) -> Result<(Vec<bool>, bool), OpError> {
     let s = a.schema();
-    let dims = if s.index_of("dim").is_some() { a.opt_int_list("dim")? } else { None };
+    let dims = if s.index_of("dim").is_some() {
+        a.opt_int_list("dim")?
+    } else {
+        None
+    };
     let keep = s.index_of("keepdim").is_some() && a.bool("keepdim")?;
     Ok((reduce_mask(dims, rank)?, keep))
 }
@@ -97,7 +111,10 @@ fn accumulate_dtype(a: &Args, d: DType) -> Result<DType, OpError> {
 fn infer_sum(a: &Args) -> Result<Vec<Meta>, OpError> {
     let m = a.meta("self")?;
     let (mask, keep) = dims_arg(a, m.rank())?;
-    Ok(vec![Meta::new(accumulate_dtype(a, m.dtype)?, reduced_shape(&m.shape, &mask, keep))])
+    Ok(vec![Meta::new(
+        accumulate_dtype(a, m.dtype)?,
+        reduced_shape(&m.shape, &mask, keep),
+    )])
 }
 
 /// Evaluates a reduction whose input is first converted to the output dtype.
@@ -106,7 +123,10 @@ fn eval_reduce(a: &Args, m: &[Meta], f: fn(&[f64]) -> f64) -> Result<Vec<Tensor>
     let (mask, _) = dims_arg(a, t.meta.rank())?;
     let x = cast_to(Cow::Borrowed(t), m[0].dtype);
     let d = m[0].dtype;
-    let data = reduce_groups(&x, &mask, f).into_iter().map(|v| cast_value(v, d)).collect();
+    let data = reduce_groups(&x, &mask, f)
+        .into_iter()
+        .map(|v| cast_value(v, d))
+        .collect();
     Ok(vec![Tensor::new(m[0].clone(), data)])
 }
 
@@ -173,7 +193,10 @@ fn infer_extreme(a: &Args) -> Result<Vec<Meta>, OpError> {
             a.schema().name
         )));
     }
-    Ok(vec![Meta::new(m.dtype, reduced_shape(&m.shape, &mask, keep))])
+    Ok(vec![Meta::new(
+        m.dtype,
+        reduced_shape(&m.shape, &mask, keep),
+    )])
 }
 
 /// The dim of a dim-wise op (`max.dim`, `sort`, `cumsum`...), with rank-0 tensors as one lane.
@@ -211,7 +234,10 @@ fn infer_max_dim(a: &Args) -> Result<Vec<Meta>, OpError> {
         mask[d] = true;
     }
     let shape = reduced_shape(&m.shape, &mask, keep);
-    Ok(vec![Meta::new(m.dtype, shape.clone()), Meta::new(DType::I64, shape)])
+    Ok(vec![
+        Meta::new(m.dtype, shape.clone()),
+        Meta::new(DType::I64, shape),
+    ])
 }
 
 /// Index of the first maximum (`greater`) or minimum of a lane; a NaN wins at its first
@@ -244,7 +270,10 @@ fn eval_max_dim(a: &Args, m: &[Meta], greater: bool) -> Result<Vec<Tensor>, OpEr
             idx.push(k as f64);
         }
     }
-    Ok(vec![Tensor::new(m[0].clone(), vals), Tensor::new(m[1].clone(), idx)])
+    Ok(vec![
+        Tensor::new(m[0].clone(), vals),
+        Tensor::new(m[1].clone(), idx),
+    ])
 }
 
 /// Output meta of `argmax`/`argmin`: `dim` None flattens (and `keepdim` gives all-ones dims).
@@ -314,7 +343,11 @@ fn infer_var(a: &Args, with_mean: bool) -> Result<Vec<Meta>, OpError> {
     correction(a)?;
     let (mask, keep) = dims_arg(a, m.rank())?;
     let out = Meta::new(m.dtype, reduced_shape(&m.shape, &mask, keep));
-    Ok(if with_mean { vec![out.clone(), out] } else { vec![out] })
+    Ok(if with_mean {
+        vec![out.clone(), out]
+    } else {
+        vec![out]
+    })
 }
 
 /// Variance with a correction, by two passes (mean first) for accuracy.
@@ -348,7 +381,11 @@ fn eval_var(a: &Args, m: &[Meta], sqrt: bool, with_mean: bool) -> Result<Vec<Ten
 fn infer_any(a: &Args) -> Result<Vec<Meta>, OpError> {
     let m = a.meta("self")?;
     let (mask, keep) = dims_arg(a, m.rank())?;
-    let d = if m.dtype == DType::U8 { DType::U8 } else { DType::Bool };
+    let d = if m.dtype == DType::U8 {
+        DType::U8
+    } else {
+        DType::Bool
+    };
     Ok(vec![Meta::new(d, reduced_shape(&m.shape, &mask, keep))])
 }
 
@@ -356,7 +393,11 @@ fn eval_any(a: &Args, m: &[Meta], all: bool) -> Result<Vec<Tensor>, OpError> {
     let t = a.tensor("self")?;
     let (mask, _) = dims_arg(a, t.meta.rank())?;
     let data = reduce_groups(t, &mask, |g| {
-        (if all { g.iter().all(|&x| x != 0.0) } else { g.iter().any(|&x| x != 0.0) }) as i64 as f64
+        (if all {
+            g.iter().all(|&x| x != 0.0)
+        } else {
+            g.iter().any(|&x| x != 0.0)
+        }) as i64 as f64
     });
     Ok(vec![Tensor::new(m[0].clone(), data)])
 }
@@ -418,7 +459,10 @@ fn eval_sort(a: &Args, m: &[Meta]) -> Result<Vec<Tensor>, OpError> {
     let desc = a.bool("descending")?;
     let k = if t.meta.rank() == 0 { 1 } else { t.shape()[d] };
     let (vals, idx) = eval_lanes(t, d, k, |l| sorted_indices(l, desc));
-    let idx_meta = m.last().cloned().unwrap_or_else(|| Meta::new(DType::I64, t.shape().to_vec()));
+    let idx_meta = m
+        .last()
+        .cloned()
+        .unwrap_or_else(|| Meta::new(DType::I64, t.shape().to_vec()));
     let mut out = Vec::new();
     if m.len() == 2 {
         out.push(Tensor::new(m[0].clone(), vals));
@@ -432,8 +476,11 @@ fn topk_k(a: &Args, m: &Meta) -> Result<(usize, usize), OpError> {
     let d = lane_dim(a, "dim", m)?;
     let n = if m.rank() == 0 { 1 } else { m.shape[d] };
     let k = a.int("k")?;
-    if k < 0 || k as usize > n {
-        return Err(OpError::new(format!("topk: selected index k={k} out of range for a dim of size {n}")));
+    // A 0-d result always holds one element, so a 0-d input needs k = 1.
+    if k < 0 || k as usize > n || (m.rank() == 0 && k != 1) {
+        return Err(OpError::new(format!(
+            "topk: selected index k={k} out of range for a dim of size {n}"
+        )));
     }
     Ok((d, k as usize))
 }
@@ -445,7 +492,10 @@ fn infer_topk(a: &Args) -> Result<Vec<Meta>, OpError> {
     if m.rank() > 0 {
         shape[d] = k;
     }
-    Ok(vec![Meta::new(m.dtype, shape.clone()), Meta::new(DType::I64, shape)])
+    Ok(vec![
+        Meta::new(m.dtype, shape.clone()),
+        Meta::new(DType::I64, shape),
+    ])
 }
 
 fn eval_topk(a: &Args, m: &[Meta]) -> Result<Vec<Tensor>, OpError> {
@@ -453,7 +503,10 @@ fn eval_topk(a: &Args, m: &[Meta]) -> Result<Vec<Tensor>, OpError> {
     let (d, k) = topk_k(a, &t.meta)?;
     let largest = a.bool("largest")?;
     let (vals, idx) = eval_lanes(t, d, k, |l| sorted_indices(l, largest));
-    Ok(vec![Tensor::new(m[0].clone(), vals), Tensor::new(m[1].clone(), idx)])
+    Ok(vec![
+        Tensor::new(m[0].clone(), vals),
+        Tensor::new(m[1].clone(), idx),
+    ])
 }
 
 fn infer_cumsum(a: &Args) -> Result<Vec<Meta>, OpError> {
@@ -463,7 +516,12 @@ fn infer_cumsum(a: &Args) -> Result<Vec<Meta>, OpError> {
 }
 
 /// A scan along `dim`: `step(acc, x)` folds each element into the running value.
-fn eval_scan(a: &Args, m: &[Meta], init: f64, step: fn(f64, f64) -> f64) -> Result<Vec<Tensor>, OpError> {
+fn eval_scan(
+    a: &Args,
+    m: &[Meta],
+    init: f64,
+    step: fn(f64, f64) -> f64,
+) -> Result<Vec<Tensor>, OpError> {
     let t = a.tensor("self")?;
     let d = lane_dim(a, "dim", &t.meta)?;
     let x = cast_to(Cow::Borrowed(t), m[0].dtype);
@@ -514,12 +572,19 @@ fn eval_cummax(a: &Args, m: &[Meta], greater: bool) -> Result<Vec<Tensor>, OpErr
             }
         }
     }
-    Ok(vec![Tensor::new(m[0].clone(), vals), Tensor::new(m[1].clone(), idx)])
+    Ok(vec![
+        Tensor::new(m[0].clone(), vals),
+        Tensor::new(m[1].clone(), idx),
+    ])
 }
 
 /// The order of a vector norm.
 fn norm_ord(a: &Args) -> Result<f64, OpError> {
-    let name = if a.schema().index_of("ord").is_some() { "ord" } else { "p" };
+    let name = if a.schema().index_of("ord").is_some() {
+        "ord"
+    } else {
+        "p"
+    };
     Ok(a.opt_float(name)?.unwrap_or(2.0))
 }
 
@@ -534,15 +599,17 @@ fn infer_norm(a: &Args) -> Result<Vec<Meta>, OpError> {
     }
     let p = norm_ord(a)?;
     let (mask, keep) = dims_arg(a, m.rank())?;
-    if p.is_infinite() {
-        if m.shape.iter().zip(&mask).any(|(&s, &k)| k && s == 0) {
-            return Err(OpError::new(format!(
-                "{}: cannot compute the infinity norm of an empty reduction",
-                a.schema().name
-            )));
-        }
+    if p.is_infinite() && m.shape.iter().zip(&mask).any(|(&s, &k)| k && s == 0) {
+        return Err(OpError::new(format!(
+            "{}: cannot compute the infinity norm of an empty reduction",
+            a.schema().name
+        )));
     }
-    let d = if a.schema().index_of("dtype").is_some() { a.dtype("dtype")?.unwrap_or(m.dtype) } else { m.dtype };
+    let d = if a.schema().index_of("dtype").is_some() {
+        a.dtype("dtype")?.unwrap_or(m.dtype)
+    } else {
+        m.dtype
+    };
     Ok(vec![Meta::new(d, reduced_shape(&m.shape, &mask, keep))])
 }
 
@@ -557,9 +624,21 @@ fn eval_norm(a: &Args, m: &[Meta]) -> Result<Vec<Tensor>, OpError> {
 /// The `p`-norm of a vector (`inf`: max |x|, `-inf`: min |x|, 0: number of non-zeros).
 fn vector_norm(g: &[f64], p: f64) -> f64 {
     if p == f64::INFINITY {
-        g.iter().fold(0.0, |m: f64, &x| if x.is_nan() || m.is_nan() { f64::NAN } else { m.max(x.abs()) })
+        g.iter().fold(0.0, |m: f64, &x| {
+            if x.is_nan() || m.is_nan() {
+                f64::NAN
+            } else {
+                m.max(x.abs())
+            }
+        })
     } else if p == f64::NEG_INFINITY {
-        g.iter().fold(f64::INFINITY, |m: f64, &x| if x.is_nan() || m.is_nan() { f64::NAN } else { m.min(x.abs()) })
+        g.iter().fold(f64::INFINITY, |m: f64, &x| {
+            if x.is_nan() || m.is_nan() {
+                f64::NAN
+            } else {
+                m.min(x.abs())
+            }
+        })
     } else if p == 0.0 {
         g.iter().filter(|&&x| x != 0.0).count() as f64
     } else if p == 1.0 {
@@ -574,7 +653,10 @@ fn vector_norm(g: &[f64], p: f64) -> f64 {
 fn infer_logsumexp(a: &Args) -> Result<Vec<Meta>, OpError> {
     let m = a.meta("self")?;
     let (mask, keep) = dims_arg(a, m.rank())?;
-    Ok(vec![Meta::new(float_or_default(m.dtype), reduced_shape(&m.shape, &mask, keep))])
+    Ok(vec![Meta::new(
+        float_or_default(m.dtype),
+        reduced_shape(&m.shape, &mask, keep),
+    )])
 }
 
 /// torch's `logsumexp`: shifted by the maximum, except that infinite maxima are not subtracted.
@@ -589,7 +671,10 @@ fn logsumexp(g: &[f64]) -> f64 {
 fn infer_count_nonzero(a: &Args) -> Result<Vec<Meta>, OpError> {
     let m = a.meta("self")?;
     let (mask, _) = dims_arg(a, m.rank())?;
-    Ok(vec![Meta::new(DType::I64, reduced_shape(&m.shape, &mask, false))])
+    Ok(vec![Meta::new(
+        DType::I64,
+        reduced_shape(&m.shape, &mask, false),
+    )])
 }
 
 /// Registers the reduction family.
@@ -699,26 +784,47 @@ fn register_sums(r: &mut Registry) {
         |a, m, _| {
             let t = a.tensor("self")?;
             let (mask, _) = dims_arg(a, t.meta.rank())?;
-            Ok(vec![Tensor::new(m[0].clone(), reduce_groups(t, &mask, logsumexp))])
+            Ok(vec![Tensor::new(
+                m[0].clone(),
+                reduce_groups(t, &mask, logsumexp),
+            )])
         },
     );
     for (name, schema) in [
         ("aten.any.default", "any(Tensor self) -> Tensor"),
-        ("aten.any.dim", "any.dim(Tensor self, int dim, bool keepdim=False) -> Tensor"),
-        ("aten.any.dims", "any.dims(Tensor self, int[1]? dim=None, bool keepdim=False) -> Tensor"),
+        (
+            "aten.any.dim",
+            "any.dim(Tensor self, int dim, bool keepdim=False) -> Tensor",
+        ),
+        (
+            "aten.any.dims",
+            "any.dims(Tensor self, int[1]? dim=None, bool keepdim=False) -> Tensor",
+        ),
     ] {
         r.pure(name, schema, infer_any, |a, m, _| eval_any(a, m, false));
     }
     for (name, schema) in [
         ("aten.all.default", "all(Tensor self) -> Tensor"),
-        ("aten.all.dim", "all.dim(Tensor self, int dim, bool keepdim=False) -> Tensor"),
-        ("aten.all.dims", "all.dims(Tensor self, int[1]? dim=None, bool keepdim=False) -> Tensor"),
+        (
+            "aten.all.dim",
+            "all.dim(Tensor self, int dim, bool keepdim=False) -> Tensor",
+        ),
+        (
+            "aten.all.dims",
+            "all.dims(Tensor self, int[1]? dim=None, bool keepdim=False) -> Tensor",
+        ),
     ] {
         r.pure(name, schema, infer_any, |a, m, _| eval_any(a, m, true));
     }
     for (name, schema) in [
-        ("aten.count_nonzero.default", "count_nonzero(Tensor self, int? dim=None) -> Tensor"),
-        ("aten.count_nonzero.dim_IntList", "count_nonzero.dim_IntList(Tensor self, int[] dim) -> Tensor"),
+        (
+            "aten.count_nonzero.default",
+            "count_nonzero(Tensor self, int? dim=None) -> Tensor",
+        ),
+        (
+            "aten.count_nonzero.dim_IntList",
+            "count_nonzero.dim_IntList(Tensor self, int[] dim) -> Tensor",
+        ),
     ] {
         r.pure(name, schema, infer_count_nonzero, |a, m, _| {
             let t = a.tensor("self")?;
@@ -754,12 +860,18 @@ fn register_extremes(r: &mut Registry) {
         infer_extreme,
         |a, m, _| eval_reduce(a, m, min_of),
     );
-    r.pure("aten.max.default", "max(Tensor self) -> Tensor", infer_extreme, |a, m, _| {
-        eval_reduce(a, m, max_of)
-    });
-    r.pure("aten.min.default", "min(Tensor self) -> Tensor", infer_extreme, |a, m, _| {
-        eval_reduce(a, m, min_of)
-    });
+    r.pure(
+        "aten.max.default",
+        "max(Tensor self) -> Tensor",
+        infer_extreme,
+        |a, m, _| eval_reduce(a, m, max_of),
+    );
+    r.pure(
+        "aten.min.default",
+        "min(Tensor self) -> Tensor",
+        infer_extreme,
+        |a, m, _| eval_reduce(a, m, min_of),
+    );
     r.pure(
         "aten.max.dim",
         "max.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)",
@@ -811,7 +923,8 @@ fn register_orders(r: &mut Registry) {
         infer_sort,
         |a, m, _| eval_sort(a, m),
     );
-    let infer_argsort: fn(&Args) -> Result<Vec<Meta>, OpError> = |a| Ok(vec![infer_sort(a)?.remove(1)]);
+    let infer_argsort: fn(&Args) -> Result<Vec<Meta>, OpError> =
+        |a| Ok(vec![infer_sort(a)?.remove(1)]);
     r.pure(
         "aten.argsort.default",
         "argsort(Tensor self, int dim=-1, bool descending=False) -> Tensor",
@@ -844,64 +957,130 @@ mod tests {
 
     fn ar(shape: &[usize]) -> Tensor {
         let n: usize = shape.iter().product();
-        t(DType::F32, shape, &(0..n).map(|i| i as f64).collect::<Vec<_>>())
+        t(
+            DType::F32,
+            shape,
+            &(0..n).map(|i| i as f64).collect::<Vec<_>>(),
+        )
     }
 
     #[test]
     fn sums_and_means() {
         let x = ar(&[2, 3, 4]);
-        let out = call1("aten.sum.dim_IntList", &[x.clone()], &[v(0), ints(&[0, -1])], &[]);
-        assert_eq!((out.shape(), out.data.to_vec()), (&[3usize][..], vec![60.0, 92.0, 124.0]));
-        let out = call1("aten.sum.dim_IntList", &[x.clone()], &[v(0), ints(&[1]), Arg::Bool(true)], &[]);
+        let out = call1("aten.sum.dim_IntList", &[&x], &[v(0), ints(&[0, -1])], &[]);
+        assert_eq!(
+            (out.shape(), out.data.to_vec()),
+            (&[3usize][..], vec![60.0, 92.0, 124.0])
+        );
+        let out = call1(
+            "aten.sum.dim_IntList",
+            &[&x],
+            &[v(0), ints(&[1]), Arg::Bool(true)],
+            &[],
+        );
         assert_eq!(out.shape(), &[2, 1, 4]);
         assert_eq!(out.data[..2], [12.0, 15.0]);
-        let out = call1("aten.sum.dim_IntList", &[x.clone()], &[v(0), ints(&[])], &[]);
+        let out = call1("aten.sum.dim_IntList", &[&x], &[v(0), ints(&[])], &[]);
         assert_eq!((out.shape(), out.data[0]), (&[][..], 276.0));
-        let out = call1("aten.sum.dim_IntList", &[x.clone()], &[v(0), Arg::None], &[]);
+        let out = call1("aten.sum.dim_IntList", &[&x], &[v(0), Arg::None], &[]);
         assert_eq!(out.data[0], 276.0);
         let b = t(DType::Bool, &[3], &[1.0, 1.0, 0.0]);
-        let out = call1("aten.sum.default", &[b.clone()], &[v(0)], &[]);
+        let out = call1("aten.sum.default", &[&b], &[v(0)], &[]);
         assert_eq!((out.dtype(), out.data[0]), (DType::I64, 2.0));
-        let out = call1("aten.sum.default", &[x.clone()], &[v(0)], &[("dtype", Arg::Dtype(DType::F64))]);
+        let out = call1(
+            "aten.sum.default",
+            &[&x],
+            &[v(0)],
+            &[("dtype", Arg::Dtype(DType::F64))],
+        );
         assert_eq!(out.dtype(), DType::F64);
-        assert!(call("aten.mean.default", &[b.clone()], &[v(0)], &[]).is_err());
-        let out = call1("aten.mean.dim", &[ar(&[2, 2])], &[v(0), ints(&[1])], &[]);
+        assert!(call("aten.mean.default", &[&b], &[v(0)], &[]).is_err());
+        let out = call1("aten.mean.dim", &[&ar(&[2, 2])], &[v(0), ints(&[1])], &[]);
         assert_eq!(*out.data, vec![0.5, 2.5]);
-        let out = call1("aten.mean.default", &[b], &[v(0)], &[("dtype", Arg::Dtype(DType::F32))]);
+        let out = call1(
+            "aten.mean.default",
+            &[&b],
+            &[v(0)],
+            &[("dtype", Arg::Dtype(DType::F32))],
+        );
         assert!((out.data[0] - 2.0 / 3.0).abs() < 1e-12);
-        let out = call1("aten.prod.dim_int", &[t(DType::I32, &[2, 2], &[2.0, 3.0, 4.0, 5.0])], &[v(0), Arg::Int(0)], &[]);
-        assert_eq!((out.dtype(), out.data.to_vec()), (DType::I64, vec![8.0, 15.0]));
-        assert!(call("aten.sum.dim_IntList", &[x.clone()], &[v(0), ints(&[3])], &[]).is_err());
-        assert!(call("aten.sum.dim_IntList", &[x], &[v(0), ints(&[1, -2])], &[]).is_err());
+        let out = call1(
+            "aten.prod.dim_int",
+            &[&t(DType::I32, &[2, 2], &[2.0, 3.0, 4.0, 5.0])],
+            &[v(0), Arg::Int(0)],
+            &[],
+        );
+        assert_eq!(
+            (out.dtype(), out.data.to_vec()),
+            (DType::I64, vec![8.0, 15.0])
+        );
+        assert!(call("aten.sum.dim_IntList", &[&x], &[v(0), ints(&[3])], &[]).is_err());
+        assert!(call("aten.sum.dim_IntList", &[&x], &[v(0), ints(&[1, -2])], &[]).is_err());
         let e = t(DType::F32, &[0, 2], &[]);
-        let out = call1("aten.sum.dim_IntList", &[e.clone()], &[v(0), ints(&[0])], &[]);
+        let out = call1("aten.sum.dim_IntList", &[&e], &[v(0), ints(&[0])], &[]);
         assert_eq!(*out.data, vec![0.0, 0.0]);
-        assert!(call("aten.amax.default", &[e.clone()], &[v(0), ints(&[0])], &[]).is_err());
-        let out = call1("aten.amax.default", &[e], &[v(0), ints(&[1])], &[]);
+        assert!(call("aten.amax.default", &[&e], &[v(0), ints(&[0])], &[]).is_err());
+        let out = call1("aten.amax.default", &[&e], &[v(0), ints(&[1])], &[]);
         assert_eq!(out.shape(), &[0]);
     }
 
     #[test]
     fn extremes_pick_first_occurrence() {
-        let x = t(DType::F32, &[2, 4], &[1.0, 3.0, 3.0, 2.0, 0.0, f64::NAN, 5.0, f64::NAN]);
-        let out = call("aten.max.dim", &[x.clone()], &[v(0), Arg::Int(1)], &[]).unwrap();
+        let x = t(
+            DType::F32,
+            &[2, 4],
+            &[1.0, 3.0, 3.0, 2.0, 0.0, f64::NAN, 5.0, f64::NAN],
+        );
+        let out = call("aten.max.dim", &[&x], &[v(0), Arg::Int(1)], &[]).unwrap();
         assert_eq!(out[0].data[0], 3.0);
         assert!(out[0].data[1].is_nan());
-        assert_eq!((out[1].dtype(), out[1].data.to_vec()), (DType::I64, vec![1.0, 1.0]));
-        let out = call("aten.min.dim", &[x.clone()], &[v(0), Arg::Int(-1), Arg::Bool(true)], &[]).unwrap();
+        assert_eq!(
+            (out[1].dtype(), out[1].data.to_vec()),
+            (DType::I64, vec![1.0, 1.0])
+        );
+        let out = call(
+            "aten.min.dim",
+            &[&x],
+            &[v(0), Arg::Int(-1), Arg::Bool(true)],
+            &[],
+        )
+        .unwrap();
         assert_eq!(out[1].shape(), &[2, 1]);
         assert_eq!(*out[1].data, vec![0.0, 1.0]);
         let y = t(DType::I64, &[2, 2], &[4.0, 1.0, 4.0, 0.0]);
-        let out = call1("aten.argmax.default", &[y.clone()], &[v(0)], &[("keepdim", Arg::Bool(true))]);
-        assert_eq!((out.shape(), out.data.to_vec()), (&[1usize, 1][..], vec![0.0]));
-        let out = call1("aten.argmin.default", &[y.clone()], &[v(0), Arg::Int(0)], &[]);
+        let out = call1(
+            "aten.argmax.default",
+            &[&y],
+            &[v(0)],
+            &[("keepdim", Arg::Bool(true))],
+        );
+        assert_eq!(
+            (out.shape(), out.data.to_vec()),
+            (&[1usize, 1][..], vec![0.0])
+        );
+        let out = call1("aten.argmin.default", &[&y], &[v(0), Arg::Int(0)], &[]);
         assert_eq!(*out.data, vec![0.0, 1.0]);
-        let out = call1("aten.amax.default", &[y.clone()], &[v(0), ints(&[0])], &[]);
-        assert_eq!((out.dtype(), out.data.to_vec()), (DType::I64, vec![4.0, 1.0]));
-        let out = call1("aten.max.default", &[y], &[v(0)], &[]);
+        let out = call1("aten.amax.default", &[&y], &[v(0), ints(&[0])], &[]);
+        assert_eq!(
+            (out.dtype(), out.data.to_vec()),
+            (DType::I64, vec![4.0, 1.0])
+        );
+        let out = call1("aten.max.default", &[&y], &[v(0)], &[]);
         assert_eq!(out.data[0], 4.0);
-        assert!(call("aten.max.default", &[t(DType::F32, &[0], &[])], &[v(0)], &[]).is_err());
-        let out = call("aten.cummax.default", &[t(DType::F32, &[4], &[1.0, 3.0, 3.0, 2.0])], &[v(0), Arg::Int(0)], &[]).unwrap();
+        assert!(call(
+            "aten.max.default",
+            &[&t(DType::F32, &[0], &[])],
+            &[v(0)],
+            &[]
+        )
+        .is_err());
+        let out = call(
+            "aten.cummax.default",
+            &[&t(DType::F32, &[4], &[1.0, 3.0, 3.0, 2.0])],
+            &[v(0), Arg::Int(0)],
+            &[],
+        )
+        .unwrap();
         assert_eq!(*out[0].data, vec![1.0, 3.0, 3.0, 3.0]);
         assert_eq!(*out[1].data, vec![0.0, 1.0, 2.0, 2.0]);
     }
@@ -909,63 +1088,349 @@ mod tests {
     #[test]
     fn sort_and_topk_are_stable() {
         let x = t(DType::F32, &[4], &[2.0, 1.0, 2.0, f64::NAN]);
-        let out = call("aten.sort.default", &[x.clone()], &[v(0)], &[("descending", Arg::Bool(true))]).unwrap();
+        let out = call(
+            "aten.sort.default",
+            &[&x],
+            &[v(0)],
+            &[("descending", Arg::Bool(true))],
+        )
+        .unwrap();
         assert!(out[0].data[0].is_nan());
         assert_eq!(out[0].data[1..], [2.0, 2.0, 1.0]);
         assert_eq!(*out[1].data, vec![3.0, 0.0, 2.0, 1.0]);
-        let out = call("aten.sort.stable", &[x.clone()], &[v(0)], &[("stable", Arg::Bool(true))]).unwrap();
+        let out = call(
+            "aten.sort.stable",
+            &[&x],
+            &[v(0)],
+            &[("stable", Arg::Bool(true))],
+        )
+        .unwrap();
         assert_eq!(out[0].data[..3], [1.0, 2.0, 2.0]);
         assert_eq!(*out[1].data, vec![1.0, 0.0, 2.0, 3.0]);
-        let y = t(DType::F32, &[2, 4], &[1.0, 3.0, 3.0, 2.0, 5.0, 6.0, 7.0, 8.0]);
-        let out = call("aten.topk.default", &[y.clone()], &[v(0), Arg::Int(2)], &[]).unwrap();
+        let y = t(
+            DType::F32,
+            &[2, 4],
+            &[1.0, 3.0, 3.0, 2.0, 5.0, 6.0, 7.0, 8.0],
+        );
+        let out = call("aten.topk.default", &[&y], &[v(0), Arg::Int(2)], &[]).unwrap();
         assert_eq!(out[0].shape(), &[2, 2]);
         assert_eq!(*out[0].data, vec![3.0, 3.0, 8.0, 7.0]);
         assert_eq!(*out[1].data, vec![1.0, 2.0, 3.0, 2.0]);
-        let out = call("aten.topk.default", &[y.clone()], &[v(0), Arg::Int(1), Arg::Int(0), Arg::Bool(false)], &[]).unwrap();
+        let out = call(
+            "aten.topk.default",
+            &[&y],
+            &[v(0), Arg::Int(1), Arg::Int(0), Arg::Bool(false)],
+            &[],
+        )
+        .unwrap();
         assert_eq!(*out[0].data, vec![1.0, 3.0, 3.0, 2.0]);
         assert_eq!(*out[1].data, vec![0.0; 4]);
-        assert!(call("aten.topk.default", &[y.clone()], &[v(0), Arg::Int(5)], &[]).is_err());
-        let out = call1("aten.argsort.default", &[y], &[v(0), Arg::Int(1), Arg::Bool(true)], &[]);
+        assert!(call("aten.topk.default", &[&y], &[v(0), Arg::Int(5)], &[]).is_err());
+        let out = call1(
+            "aten.argsort.default",
+            &[&y],
+            &[v(0), Arg::Int(1), Arg::Bool(true)],
+            &[],
+        );
         assert_eq!(out.data[..4], [1.0, 2.0, 3.0, 0.0]);
     }
 
     #[test]
     fn statistics_and_scans() {
         let x = t(DType::F64, &[4], &[1.0, 2.0, 3.0, 4.0]);
-        let out = call1("aten.var.correction", &[x.clone()], &[v(0)], &[]);
+        let out = call1("aten.var.correction", &[&x], &[v(0)], &[]);
         assert!((out.data[0] - 5.0 / 3.0).abs() < 1e-12);
-        let out = call1("aten.var.correction", &[x.clone()], &[v(0), Arg::None], &[("correction", Arg::Int(0))]);
+        let out = call1(
+            "aten.var.correction",
+            &[&x],
+            &[v(0), Arg::None],
+            &[("correction", Arg::Int(0))],
+        );
         assert!((out.data[0] - 1.25).abs() < 1e-12);
-        let out = call("aten.std_mean.correction", &[x.clone()], &[v(0), ints(&[0])], &[("keepdim", Arg::Bool(true))]).unwrap();
+        let out = call(
+            "aten.std_mean.correction",
+            &[&x],
+            &[v(0), ints(&[0])],
+            &[("keepdim", Arg::Bool(true))],
+        )
+        .unwrap();
         assert_eq!(out[0].shape(), &[1]);
         assert!((out[0].data[0] - (5.0f64 / 3.0).sqrt()).abs() < 1e-12);
         assert_eq!(out[1].data[0], 2.5);
-        assert!(call("aten.var.correction", &[t(DType::I64, &[2], &[1.0, 2.0])], &[v(0)], &[]).is_err());
-        let out = call1("aten.linalg_vector_norm.default", &[x.clone()], &[v(0)], &[]);
+        assert!(call(
+            "aten.var.correction",
+            &[&t(DType::I64, &[2], &[1.0, 2.0])],
+            &[v(0)],
+            &[]
+        )
+        .is_err());
+        let out = call1("aten.linalg_vector_norm.default", &[&x], &[v(0)], &[]);
         assert!((out.data[0] - 30f64.sqrt()).abs() < 1e-12);
-        let out = call1("aten.linalg_vector_norm.default", &[x.clone()], &[v(0), Arg::Float(f64::INFINITY)], &[]);
+        let out = call1(
+            "aten.linalg_vector_norm.default",
+            &[&x],
+            &[v(0), Arg::Float(f64::INFINITY)],
+            &[],
+        );
         assert_eq!(out.data[0], 4.0);
-        let out = call1("aten.linalg_vector_norm.default", &[x.clone()], &[v(0), Arg::Int(1)], &[]);
+        let out = call1(
+            "aten.linalg_vector_norm.default",
+            &[&x],
+            &[v(0), Arg::Int(1)],
+            &[],
+        );
         assert_eq!(out.data[0], 10.0);
         let ninf = t(DType::F32, &[2], &[f64::NEG_INFINITY, f64::NEG_INFINITY]);
-        let out = call1("aten.logsumexp.default", &[ninf], &[v(0), ints(&[0])], &[]);
+        let out = call1("aten.logsumexp.default", &[&ninf], &[v(0), ints(&[0])], &[]);
         assert_eq!(out.data[0], f64::NEG_INFINITY);
-        let out = call1("aten.logsumexp.default", &[x.clone()], &[v(0), ints(&[0])], &[]);
+        let out = call1("aten.logsumexp.default", &[&x], &[v(0), ints(&[0])], &[]);
         assert!((out.data[0] - 4.440189698561196).abs() < 1e-12);
         let i = t(DType::I32, &[2, 2], &[1.0, 2.0, 3.0, 4.0]);
-        let out = call1("aten.cumsum.default", &[i.clone()], &[v(0), Arg::Int(0)], &[]);
-        assert_eq!((out.dtype(), out.data.to_vec()), (DType::I64, vec![1.0, 2.0, 4.0, 6.0]));
-        let out = call1("aten.cumsum.default", &[i], &[v(0), Arg::Int(-1)], &[("dtype", Arg::Dtype(DType::F32))]);
-        assert_eq!((out.dtype(), out.data.to_vec()), (DType::F32, vec![1.0, 3.0, 3.0, 7.0]));
+        let out = call1("aten.cumsum.default", &[&i], &[v(0), Arg::Int(0)], &[]);
+        assert_eq!(
+            (out.dtype(), out.data.to_vec()),
+            (DType::I64, vec![1.0, 2.0, 4.0, 6.0])
+        );
+        let out = call1(
+            "aten.cumsum.default",
+            &[&i],
+            &[v(0), Arg::Int(-1)],
+            &[("dtype", Arg::Dtype(DType::F32))],
+        );
+        assert_eq!(
+            (out.dtype(), out.data.to_vec()),
+            (DType::F32, vec![1.0, 3.0, 3.0, 7.0])
+        );
         let e = t(DType::F32, &[0], &[]);
-        let out = call1("aten.any.default", &[e.clone()], &[v(0)], &[]);
-        assert_eq!((out.meta.clone(), out.data[0]), (Meta::new(DType::Bool, vec![]), 0.0));
-        let out = call1("aten.all.default", &[e], &[v(0)], &[]);
+        let out = call1("aten.any.default", &[&e], &[v(0)], &[]);
+        assert_eq!(
+            (out.meta.clone(), out.data[0]),
+            (Meta::new(DType::Bool, vec![]), 0.0)
+        );
+        let out = call1("aten.all.default", &[&e], &[v(0)], &[]);
         assert_eq!(out.data[0], 1.0);
         let m = t(DType::F32, &[2, 2], &[0.0, 1.0, 0.0, 0.0]);
-        let out = call1("aten.any.dim", &[m.clone()], &[v(0), Arg::Int(1)], &[]);
+        let out = call1("aten.any.dim", &[&m], &[v(0), Arg::Int(1)], &[]);
         assert_eq!(*out.data, vec![1.0, 0.0]);
-        let out = call1("aten.count_nonzero.default", &[m], &[v(0)], &[]);
+        let out = call1("aten.count_nonzero.default", &[&m], &[v(0)], &[]);
         assert_eq!((out.dtype(), out.data[0]), (DType::I64, 1.0));
+    }
+}
+
+/// Calls many operators on degenerate inputs (0-d, empty, mixed dtypes, odd dims) and checks
+/// that each returns a result or an error, never a panic (nor a kernel/inference mismatch,
+/// which debug builds assert).
+#[cfg(test)]
+mod robustness {
+    use crate::elementwise::tests::{call, t, v};
+    use crate::Tensor;
+    use shardproof_ir::{Arg, DType};
+
+    fn inputs() -> Vec<Tensor> {
+        let mut out = Vec::new();
+        for d in [DType::F32, DType::I64, DType::Bool] {
+            for shape in [&[][..], &[0], &[2, 0], &[3, 2], &[1, 3, 1]] {
+                let n: usize = shape.iter().product();
+                let data: Vec<f64> = (0..n)
+                    .map(|i| {
+                        if d == DType::Bool {
+                            (i % 2) as f64
+                        } else {
+                            i as f64 - 1.0
+                        }
+                    })
+                    .collect();
+                out.push(t(d, shape, &data));
+            }
+        }
+        out
+    }
+
+    fn ints(xs: &[i64]) -> Arg {
+        Arg::List(xs.iter().map(|&x| Arg::Int(x)).collect())
+    }
+
+    #[test]
+    fn degenerate_inputs_never_panic() {
+        let unary = [
+            "neg",
+            "abs",
+            "sign",
+            "floor",
+            "round",
+            "frac",
+            "exp",
+            "log",
+            "sqrt",
+            "rsqrt",
+            "sigmoid",
+            "erf",
+            "erfinv",
+            "isnan",
+            "logical_not",
+            "bitwise_not",
+            "nan_to_num",
+            "clone",
+            "detach",
+            "t",
+            "squeeze",
+            "sum",
+            "mean",
+            "prod",
+            "max",
+            "min",
+            "argmax",
+            "any",
+            "all",
+            "var",
+            "std",
+            "count_nonzero",
+            "nonzero",
+            "zeros_like",
+            "empty_like",
+            "zero",
+        ];
+        let with_args: Vec<(&str, Vec<Arg>)> = vec![
+            ("aten.sum.dim_IntList", vec![ints(&[0])]),
+            ("aten.sum.dim_IntList", vec![ints(&[-1]), Arg::Bool(true)]),
+            ("aten.sum.dim_IntList", vec![Arg::None]),
+            ("aten.mean.dim", vec![ints(&[1])]),
+            ("aten.amax.default", vec![ints(&[0])]),
+            ("aten.amin.default", vec![]),
+            ("aten.max.dim", vec![Arg::Int(0)]),
+            ("aten.min.dim", vec![Arg::Int(-1), Arg::Bool(true)]),
+            ("aten.argmin.default", vec![Arg::Int(0), Arg::Bool(true)]),
+            ("aten.var.correction", vec![ints(&[0])]),
+            ("aten.any.dims", vec![ints(&[0])]),
+            ("aten.cumsum.default", vec![Arg::Int(0)]),
+            ("aten.cummax.default", vec![Arg::Int(-1)]),
+            ("aten.sort.default", vec![Arg::Int(0)]),
+            ("aten.topk.default", vec![Arg::Int(1)]),
+            ("aten.topk.default", vec![Arg::Int(0), Arg::Int(0)]),
+            ("aten.logsumexp.default", vec![ints(&[0])]),
+            (
+                "aten.linalg_vector_norm.default",
+                vec![Arg::Float(f64::INFINITY)],
+            ),
+            ("aten.view.default", vec![ints(&[-1])]),
+            ("aten.reshape.default", vec![ints(&[0, -1])]),
+            ("aten.permute.default", vec![ints(&[1, 0])]),
+            ("aten.transpose.int", vec![Arg::Int(0), Arg::Int(-1)]),
+            ("aten.expand.default", vec![ints(&[2, -1, -1])]),
+            ("aten.slice.Tensor", vec![Arg::Int(0), Arg::Int(1)]),
+            (
+                "aten.slice.Tensor",
+                vec![Arg::Int(-1), Arg::None, Arg::None, Arg::Int(2)],
+            ),
+            ("aten.select.int", vec![Arg::Int(0), Arg::Int(0)]),
+            ("aten.squeeze.dims", vec![ints(&[0, 2])]),
+            ("aten.unsqueeze.default", vec![Arg::Int(-1)]),
+            ("aten.flatten.using_ints", vec![Arg::Int(1)]),
+            ("aten.unflatten.int", vec![Arg::Int(0), ints(&[1, -1])]),
+            ("aten.split.Tensor", vec![Arg::Int(1)]),
+            ("aten.split.Tensor", vec![Arg::Int(0)]),
+            ("aten.chunk.default", vec![Arg::Int(2), Arg::Int(-1)]),
+            ("aten.unbind.int", vec![Arg::Int(1)]),
+            (
+                "aten.narrow.default",
+                vec![Arg::Int(0), Arg::Int(0), Arg::Int(1)],
+            ),
+            ("aten.roll.default", vec![Arg::Int(1), Arg::Int(0)]),
+            ("aten.flip.default", vec![ints(&[0, -1])]),
+            ("aten.repeat.default", vec![ints(&[2, 1, 2])]),
+            ("aten.constant_pad_nd.default", vec![ints(&[1, -1])]),
+            ("aten.tril.default", vec![Arg::Int(-1)]),
+            ("aten.diagonal.default", vec![Arg::Int(1)]),
+            (
+                "aten.unfold.default",
+                vec![Arg::Int(0), Arg::Int(1), Arg::Int(1)],
+            ),
+            ("aten.as_strided.default", vec![ints(&[2]), ints(&[1])]),
+            ("aten._to_copy.default", vec![]),
+            ("aten.pow.Tensor_Scalar", vec![Arg::Int(-2)]),
+            ("aten.div.Scalar_mode", vec![Arg::Int(0), Arg::None]),
+            ("aten.clamp.default", vec![Arg::Float(0.5), Arg::Int(1)]),
+            ("aten.round.decimals", vec![]),
+            ("aten.new_full.default", vec![ints(&[2]), Arg::Float(1.5)]),
+            ("aten.full_like.default", vec![Arg::Bool(true)]),
+            ("aten.index_select.default", vec![Arg::Int(0), v(1)]),
+            ("aten.gather.default", vec![Arg::Int(0), v(1)]),
+            ("aten.index.Tensor", vec![Arg::List(vec![v(1)])]),
+            ("aten.index.Tensor", vec![Arg::List(vec![Arg::None, v(1)])]),
+            (
+                "aten.index_put.default",
+                vec![Arg::List(vec![v(1)]), v(0), Arg::Bool(true)],
+            ),
+            ("aten.masked_fill.Scalar", vec![v(1), Arg::Int(3)]),
+            ("aten.where.self", vec![v(0), v(1)]),
+            ("aten.masked_select.default", vec![v(1)]),
+            ("aten.scatter.value", vec![Arg::Int(0), v(1), Arg::Int(1)]),
+            (
+                "aten.index_fill.int_Scalar",
+                vec![Arg::Int(0), v(1), Arg::Int(1)],
+            ),
+        ];
+        let binary = [
+            "aten.add.Tensor",
+            "aten.sub.Tensor",
+            "aten.mul.Tensor",
+            "aten.div.Tensor",
+            "aten.remainder.Tensor",
+            "aten.pow.Tensor_Tensor",
+            "aten.eq.Tensor",
+            "aten.maximum.default",
+            "aten.bitwise_and.Tensor",
+            "aten.logical_xor.default",
+            "aten.copy.default",
+            "aten.atan2.default",
+        ];
+        let xs = inputs();
+        let mut failures = Vec::new();
+        let mut run = |op: &str, ts: &[&Tensor], args: &[Arg]| {
+            let r = std::panic::catch_unwind(|| call(op, ts, args, &[]));
+            if r.is_err() {
+                failures.push(format!(
+                    "{op} on {:?} with {args:?}",
+                    ts.iter().map(|t| &t.meta).collect::<Vec<_>>()
+                ));
+            }
+        };
+        for x in &xs {
+            for u in unary {
+                let name = format!("aten.{u}.default");
+                run(&name, &[x], &[v(0)]);
+            }
+            for (op, extra) in &with_args {
+                for y in &xs {
+                    let mut args = vec![v(0)];
+                    args.extend(extra.iter().cloned());
+                    run(op, &[x, y], &args);
+                }
+            }
+            for op in binary {
+                for y in &xs {
+                    run(op, &[x, y], &[v(0), v(1)]);
+                }
+                run(op, &[x], &[v(0), Arg::Float(2.0)]);
+            }
+            for y in &xs {
+                run(
+                    "aten.cat.default",
+                    &[x, y],
+                    &[Arg::List(vec![v(0), v(1)]), Arg::Int(-1)],
+                );
+                run(
+                    "aten.stack.default",
+                    &[x, y],
+                    &[Arg::List(vec![v(0), v(1)])],
+                );
+            }
+        }
+        assert!(
+            failures.is_empty(),
+            "{} panics:\n{}",
+            failures.len(),
+            failures.join("\n")
+        );
     }
 }

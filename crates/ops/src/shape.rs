@@ -95,7 +95,9 @@ pub(crate) fn norm_dims(dims: &[i64], rank: usize) -> Result<Vec<usize>, OpError
     for &d in dims {
         let n = norm_dim(d, rank)?;
         if out.contains(&n) {
-            return Err(OpError::new(format!("dim {d} appears multiple times in the list of dims")));
+            return Err(OpError::new(format!(
+                "dim {d} appears multiple times in the list of dims"
+            )));
         }
         out.push(n);
     }
@@ -125,7 +127,7 @@ pub(crate) fn infer_size(size: &[i64], numel: usize) -> Result<Vec<usize>, OpErr
     let mut out: Vec<usize> = size.iter().map(|&s| s.max(0) as usize).collect();
     match infer_at {
         Some(i) => {
-            if known == 0 || numel % known != 0 {
+            if numel.checked_rem(known) != Some(0) {
                 return Err(OpError::new(format!(
                     "shape {size:?} is invalid for input of size {numel}"
                 )));
@@ -151,7 +153,9 @@ pub(crate) fn slice_range(
     step: i64,
 ) -> Result<(usize, usize), OpError> {
     if step <= 0 {
-        return Err(OpError::new(format!("slice step must be positive, got {step}")));
+        return Err(OpError::new(format!(
+            "slice step must be positive, got {step}"
+        )));
     }
     let n = size as i64;
     let mut s = start.unwrap_or(0);
@@ -173,7 +177,11 @@ pub(crate) fn slice_range(
 
 fn infer_view(a: &Args) -> Result<Vec<Meta>, OpError> {
     let m = a.meta("self")?;
-    let name = if a.schema().index_of("size").is_some() { "size" } else { "shape" };
+    let name = if a.schema().index_of("size").is_some() {
+        "size"
+    } else {
+        "shape"
+    };
     let shape = infer_size(&a.int_list(name)?, m.numel())?;
     Ok(vec![Meta::new(m.dtype, shape)])
 }
@@ -181,7 +189,10 @@ fn infer_view(a: &Args) -> Result<Vec<Meta>, OpError> {
 fn infer_permute(a: &Args) -> Result<Vec<Meta>, OpError> {
     let m = a.meta("self")?;
     let perm = permutation(a, &m)?;
-    Ok(vec![Meta::new(m.dtype, perm.iter().map(|&p| m.shape[p]).collect())])
+    Ok(vec![Meta::new(
+        m.dtype,
+        perm.iter().map(|&p| m.shape[p]).collect(),
+    )])
 }
 
 /// The permutation of `permute` or `transpose`/`t` as input dims of each output dim.
@@ -201,7 +212,9 @@ fn permutation(a: &Args, m: &Meta) -> Result<Vec<usize>, OpError> {
         }
         "t" | "t_copy" => {
             if r > 2 {
-                return Err(OpError::new(format!("t() expects a tensor with <= 2 dims, got {r}")));
+                return Err(OpError::new(format!(
+                    "t() expects a tensor with <= 2 dims, got {r}"
+                )));
             }
             Ok((0..r).rev().collect())
         }
@@ -240,7 +253,11 @@ fn infer_expand(a: &Args) -> Result<Vec<Meta>, OpError> {
             out.push(usize_of(s, "a new leading expanded size")?);
         } else {
             let cur = m.shape[i - lead];
-            let want = if s == -1 { cur } else { usize_of(s, "an expanded size")? };
+            let want = if s == -1 {
+                cur
+            } else {
+                usize_of(s, "an expanded size")?
+            };
             if cur != want && cur != 1 {
                 return Err(OpError::new(format!(
                     "expand: size {want} must match the existing size {cur} at dim {i}"
@@ -253,7 +270,10 @@ fn infer_expand(a: &Args) -> Result<Vec<Meta>, OpError> {
 }
 
 fn eval_expand(a: &Args, m: &[Meta]) -> Result<Vec<Tensor>, OpError> {
-    Ok(vec![Tensor::new(m[0].clone(), broadcast_to(a.tensor("self")?, &m[0].shape))])
+    Ok(vec![Tensor::new(
+        m[0].clone(),
+        broadcast_to(a.tensor("self")?, &m[0].shape),
+    )])
 }
 
 /// The dim, start and length (in steps) and step of `slice` on `m`.
@@ -289,7 +309,10 @@ fn slice_view(a: &Args, m: &Meta) -> Result<(usize, Vec<usize>, Vec<isize>), OpE
 fn eval_slice(a: &Args, m: &[Meta]) -> Result<Vec<Tensor>, OpError> {
     let t = a.tensor("self")?;
     let (off, shape, st) = slice_view(a, &t.meta)?;
-    Ok(vec![Tensor::new(m[0].clone(), strided_read(&t.data, off, &shape, &st))])
+    Ok(vec![Tensor::new(
+        m[0].clone(),
+        strided_read(&t.data, off, &shape, &st),
+    )])
 }
 
 /// The dim and index of `select` on `m`.
@@ -331,7 +354,10 @@ fn select_view(a: &Args, m: &Meta) -> Result<(usize, Vec<usize>, Vec<isize>), Op
 fn eval_select(a: &Args, m: &[Meta]) -> Result<Vec<Tensor>, OpError> {
     let t = a.tensor("self")?;
     let (off, shape, st) = select_view(a, &t.meta)?;
-    Ok(vec![Tensor::new(m[0].clone(), strided_read(&t.data, off, &shape, &st))])
+    Ok(vec![Tensor::new(
+        m[0].clone(),
+        strided_read(&t.data, off, &shape, &st),
+    )])
 }
 
 fn infer_squeeze(a: &Args) -> Result<Vec<Meta>, OpError> {
@@ -373,7 +399,9 @@ fn infer_flatten(a: &Args) -> Result<Vec<Meta>, OpError> {
     let s = norm_dim(a.int("start_dim")?, m.rank())?;
     let e = norm_dim(a.int("end_dim")?, m.rank())?;
     if s > e {
-        return Err(OpError::new("flatten() has invalid args: start_dim cannot come after end_dim"));
+        return Err(OpError::new(
+            "flatten() has invalid args: start_dim cannot come after end_dim",
+        ));
     }
     let mut shape = m.shape[..s].to_vec();
     shape.push(m.shape[s..=e].iter().product());
@@ -384,7 +412,9 @@ fn infer_flatten(a: &Args) -> Result<Vec<Meta>, OpError> {
 fn infer_unflatten(a: &Args) -> Result<Vec<Meta>, OpError> {
     let m = a.meta("self")?;
     if m.rank() == 0 {
-        return Err(OpError::new("unflatten() cannot be applied to a 0-dim tensor"));
+        return Err(OpError::new(
+            "unflatten() cannot be applied to a 0-dim tensor",
+        ));
     }
     let d = norm_dim(a.int("dim")?, m.rank())?;
     let sizes = a.int_list("sizes")?;
@@ -415,7 +445,9 @@ fn eval_identity(a: &Args, _: &[Meta]) -> Result<Vec<Tensor>, OpError> {
 fn list_metas(a: &Args, name: &str) -> Result<Vec<Meta>, OpError> {
     a.metas(name)?
         .into_iter()
-        .map(|m| m.ok_or_else(|| OpError::new(format!("{}: `{name}` holds a None", a.schema().name))))
+        .map(|m| {
+            m.ok_or_else(|| OpError::new(format!("{}: `{name}` holds a None", a.schema().name)))
+        })
         .collect()
 }
 
@@ -423,7 +455,9 @@ fn list_metas(a: &Args, name: &str) -> Result<Vec<Meta>, OpError> {
 fn list_tensors<'t>(a: &Args<'t>, name: &str) -> Result<Vec<&'t Tensor>, OpError> {
     a.tensors(name)?
         .into_iter()
-        .map(|m| m.ok_or_else(|| OpError::new(format!("{}: `{name}` holds a None", a.schema().name))))
+        .map(|m| {
+            m.ok_or_else(|| OpError::new(format!("{}: `{name}` holds a None", a.schema().name)))
+        })
         .collect()
 }
 
@@ -436,15 +470,22 @@ fn cat_skipped(m: &Meta) -> bool {
 fn cat_meta(a: &Args) -> Result<(usize, Meta), OpError> {
     let ms = list_metas(a, "tensors")?;
     if ms.is_empty() {
-        return Err(OpError::new("torch.cat(): expected a non-empty list of Tensors"));
+        return Err(OpError::new(
+            "torch.cat(): expected a non-empty list of Tensors",
+        ));
     }
-    let dtype = ms.iter().skip(1).fold(ms[0].dtype, |d, m| d.promote(m.dtype));
+    let dtype = ms
+        .iter()
+        .skip(1)
+        .fold(ms[0].dtype, |d, m| d.promote(m.dtype));
     let kept: Vec<&Meta> = ms.iter().filter(|m| !cat_skipped(m)).collect();
     let Some(first) = kept.first() else {
         return Ok((0, Meta::new(dtype, vec![0])));
     };
     if first.rank() == 0 {
-        return Err(OpError::new("zero-dimensional tensor cannot be concatenated"));
+        return Err(OpError::new(
+            "zero-dimensional tensor cannot be concatenated",
+        ));
     }
     let dim = norm_dim(a.int("dim")?, first.rank())?;
     let mut shape = first.shape.clone();
@@ -475,7 +516,10 @@ fn concat(ts: &[&Tensor], dim: usize, out: &Meta) -> Tensor {
     let outer: usize = out.shape[..dim].iter().product();
     let inner: usize = out.shape[dim + 1..].iter().product();
     let mut data = Vec::with_capacity(out.numel());
-    let cast: Vec<Cow<Tensor>> = ts.iter().map(|t| cast_to(Cow::Borrowed(*t), out.dtype)).collect();
+    let cast: Vec<Cow<Tensor>> = ts
+        .iter()
+        .map(|t| cast_to(Cow::Borrowed(*t), out.dtype))
+        .collect();
     for o in 0..outer {
         for t in &cast {
             let chunk = t.shape()[dim] * inner;
@@ -510,7 +554,10 @@ fn stack_meta(a: &Args) -> Result<(usize, Meta), OpError> {
         )));
     }
     let dim = norm_dim(a.int("dim")?, first.rank() + 1)?;
-    let dtype = ms.iter().skip(1).fold(first.dtype, |d, m| d.promote(m.dtype));
+    let dtype = ms
+        .iter()
+        .skip(1)
+        .fold(first.dtype, |d, m| d.promote(m.dtype));
     let mut shape = first.shape.clone();
     shape.insert(dim, ms.len());
     Ok((dim, Meta::new(dtype, shape)))
@@ -529,7 +576,10 @@ fn eval_stack(a: &Args, m: &[Meta]) -> Result<Vec<Tensor>, OpError> {
 /// The dim and the sizes of the pieces of a splitting op.
 fn split_sizes(a: &Args, m: &Meta) -> Result<(usize, Vec<usize>), OpError> {
     if m.rank() == 0 {
-        return Err(OpError::new(format!("{} cannot be applied to a 0-dim tensor", a.schema().name)));
+        return Err(OpError::new(format!(
+            "{} cannot be applied to a 0-dim tensor",
+            a.schema().name
+        )));
     }
     let base = a.schema().name.split('.').next().unwrap_or("");
     let dim = norm_dim(a.int("dim")?, m.rank())?;
@@ -544,7 +594,9 @@ fn split_sizes(a: &Args, m: &Meta) -> Result<(usize, Vec<usize>), OpError> {
             }
             let s = s as usize;
             let pieces = if s == 0 { 1 } else { n.div_ceil(s).max(1) };
-            (0..pieces).map(|i| s.min(n.saturating_sub(i * s))).collect()
+            (0..pieces)
+                .map(|i| s.min(n.saturating_sub(i * s)))
+                .collect()
         }
         "split_with_sizes" => {
             let sizes = a
@@ -562,7 +614,9 @@ fn split_sizes(a: &Args, m: &Meta) -> Result<(usize, Vec<usize>), OpError> {
         "chunk" => {
             let c = a.int("chunks")?;
             if c <= 0 {
-                return Err(OpError::new(format!("chunk expects `chunks` to be greater than 0, got {c}")));
+                return Err(OpError::new(format!(
+                    "chunk expects `chunks` to be greater than 0, got {c}"
+                )));
             }
             let c = c as usize;
             let s = n.div_ceil(c);
@@ -622,7 +676,9 @@ fn narrow_args(a: &Args, m: &Meta) -> Result<(usize, usize, usize), OpError> {
     let mut s = a.int("start")?;
     let len = a.int("length")?;
     if s < -n || s > n {
-        return Err(OpError::new(format!("narrow(): start {s} out of range for a dim of size {n}")));
+        return Err(OpError::new(format!(
+            "narrow(): start {s} out of range for a dim of size {n}"
+        )));
     }
     if s < 0 {
         s += n;
@@ -653,12 +709,19 @@ fn eval_narrow(a: &Args, m: &[Meta]) -> Result<Vec<Tensor>, OpError> {
 
 fn infer_to_copy(a: &Args) -> Result<Vec<Meta>, OpError> {
     let m = a.meta("self")?;
-    Ok(vec![Meta::new(a.dtype("dtype")?.unwrap_or(m.dtype), m.shape)])
+    Ok(vec![Meta::new(
+        a.dtype("dtype")?.unwrap_or(m.dtype),
+        m.shape,
+    )])
 }
 
 fn eval_cast(a: &Args, m: &[Meta]) -> Result<Vec<Tensor>, OpError> {
     let t = a.tensor("self")?;
-    Ok(vec![if t.dtype() == m[0].dtype { t.clone() } else { t.cast(m[0].dtype) }])
+    Ok(vec![if t.dtype() == m[0].dtype {
+        t.clone()
+    } else {
+        t.cast(m[0].dtype)
+    }])
 }
 
 fn infer_copy(a: &Args) -> Result<Vec<Meta>, OpError> {
@@ -676,11 +739,21 @@ fn eval_copy(a: &Args, m: &[Meta]) -> Result<Vec<Tensor>, OpError> {
     let src = a.tensor("src")?;
     let data = broadcast_to(src, &m[0].shape);
     let d = m[0].dtype;
-    Ok(vec![Tensor::new(m[0].clone(), data.into_iter().map(|x| cast_value(x, d)).collect())])
+    Ok(vec![Tensor::new(
+        m[0].clone(),
+        data.into_iter().map(|x| cast_value(x, d)).collect(),
+    )])
 }
 
 /// Writes `src` (converted to `dtype`) into the strided view of `dst`.
-fn scatter_view(dst: &mut [f64], off: usize, shape: &[usize], st: &[isize], src: &Tensor, dtype: DType) {
+fn scatter_view(
+    dst: &mut [f64],
+    off: usize,
+    shape: &[usize],
+    st: &[isize],
+    src: &Tensor,
+    dtype: DType,
+) {
     let mut it = src.data.iter();
     for_each_strided(off, shape, st, |i| {
         if let Some(&v) = it.next() {
@@ -733,7 +806,9 @@ fn eval_select_scatter(a: &Args, m: &[Meta]) -> Result<Vec<Tensor>, OpError> {
     Ok(vec![Tensor::new(m[0].clone(), data)])
 }
 
-/// Offset, shape and strides of `as_strided` on `m`, checked against its storage.
+/// Offset, shape and strides of `as_strided` on `m`, checked against its storage. The storage
+/// is the row-major data of the input: exact when the input is contiguous in torch, as the
+/// bases that functionalized graphs pass to `as_strided` are.
 fn as_strided_view(a: &Args, m: &Meta) -> Result<(usize, Vec<usize>, Vec<isize>), OpError> {
     let shape = a
         .int_list("size")?
@@ -746,7 +821,9 @@ fn as_strided_view(a: &Args, m: &Meta) -> Result<(usize, Vec<usize>, Vec<isize>)
         .map(|s| usize_of(s, "an as_strided stride").map(|s| s as isize))
         .collect::<Result<Vec<_>, _>>()?;
     if st.len() != shape.len() {
-        return Err(OpError::new("as_strided: mismatch in length of strides and shape"));
+        return Err(OpError::new(
+            "as_strided: mismatch in length of strides and shape",
+        ));
     }
     let off = usize_of(a.opt_int("storage_offset")?.unwrap_or(0), "storage_offset")?;
     if !shape.contains(&0) {
@@ -770,7 +847,10 @@ fn infer_as_strided(a: &Args) -> Result<Vec<Meta>, OpError> {
 fn eval_as_strided(a: &Args, m: &[Meta]) -> Result<Vec<Tensor>, OpError> {
     let t = a.tensor("self")?;
     let (off, shape, st) = as_strided_view(a, &t.meta)?;
-    Ok(vec![Tensor::new(m[0].clone(), strided_read(&t.data, off, &shape, &st))])
+    Ok(vec![Tensor::new(
+        m[0].clone(),
+        strided_read(&t.data, off, &shape, &st),
+    )])
 }
 
 fn infer_as_strided_scatter(a: &Args) -> Result<Vec<Meta>, OpError> {
@@ -792,7 +872,9 @@ fn eval_as_strided_scatter(a: &Args, m: &[Meta]) -> Result<Vec<Tensor>, OpError>
 fn diagonal_view(a: &Args, m: &Meta) -> Result<(usize, Vec<usize>, Vec<isize>), OpError> {
     let r = m.rank();
     if r < 2 {
-        return Err(OpError::new(format!("diagonal requires a tensor of at least 2 dims, got {r}")));
+        return Err(OpError::new(format!(
+            "diagonal requires a tensor of at least 2 dims, got {r}"
+        )));
     }
     let d1 = norm_dim(a.int("dim1")?, r)?;
     let d2 = norm_dim(a.int("dim2")?, r)?;
@@ -802,7 +884,12 @@ fn diagonal_view(a: &Args, m: &Meta) -> Result<(usize, Vec<usize>, Vec<isize>), 
     let off = a.int("offset")?;
     let st = istrides(&m.shape);
     let (n1, n2) = (m.shape[d1] as i64, m.shape[d2] as i64);
-    let len = if off >= 0 { n1.min(n2 - off) } else { (n1 + off).min(n2) }.max(0) as usize;
+    let len = if off >= 0 {
+        n1.min(n2 - off)
+    } else {
+        (n1 + off).min(n2)
+    }
+    .max(0) as usize;
     let start = if len == 0 {
         0
     } else if off >= 0 {
@@ -812,10 +899,10 @@ fn diagonal_view(a: &Args, m: &Meta) -> Result<(usize, Vec<usize>, Vec<isize>), 
     };
     let mut shape = Vec::new();
     let mut ost = Vec::new();
-    for d in 0..r {
+    for (d, (&n, &s)) in m.shape.iter().zip(&st).enumerate() {
         if d != d1 && d != d2 {
-            shape.push(m.shape[d]);
-            ost.push(st[d]);
+            shape.push(n);
+            ost.push(s);
         }
     }
     shape.push(len);
@@ -832,7 +919,10 @@ fn infer_diagonal(a: &Args) -> Result<Vec<Meta>, OpError> {
 fn eval_diagonal(a: &Args, m: &[Meta]) -> Result<Vec<Tensor>, OpError> {
     let t = a.tensor("self")?;
     let (off, shape, st) = diagonal_view(a, &t.meta)?;
-    Ok(vec![Tensor::new(m[0].clone(), strided_read(&t.data, off, &shape, &st))])
+    Ok(vec![Tensor::new(
+        m[0].clone(),
+        strided_read(&t.data, off, &shape, &st),
+    )])
 }
 
 /// Offset, shape and strides of `unfold` on `m`.
@@ -842,7 +932,9 @@ fn unfold_view(a: &Args, m: &Meta) -> Result<(usize, Vec<usize>, Vec<isize>), Op
     let size = usize_of(a.int("size")?, "unfold size")?;
     let step = a.int("step")?;
     if step <= 0 {
-        return Err(OpError::new(format!("unfold: step must be positive, got {step}")));
+        return Err(OpError::new(format!(
+            "unfold: step must be positive, got {step}"
+        )));
     }
     let n = if r == 0 { 1 } else { m.shape[d] };
     if size > n {
@@ -872,7 +964,10 @@ fn infer_unfold(a: &Args) -> Result<Vec<Meta>, OpError> {
 fn eval_unfold(a: &Args, m: &[Meta]) -> Result<Vec<Tensor>, OpError> {
     let t = a.tensor("self")?;
     let (off, shape, st) = unfold_view(a, &t.meta)?;
-    Ok(vec![Tensor::new(m[0].clone(), strided_read(&t.data, off, &shape, &st))])
+    Ok(vec![Tensor::new(
+        m[0].clone(),
+        strided_read(&t.data, off, &shape, &st),
+    )])
 }
 
 fn infer_repeat(a: &Args) -> Result<Vec<Meta>, OpError> {
@@ -908,7 +1003,10 @@ fn eval_repeat(a: &Args, m: &[Meta]) -> Result<Vec<Tensor>, OpError> {
         shape.push(padded[i]);
         st.push(pst[i]);
     }
-    Ok(vec![Tensor::new(m[0].clone(), strided_read(&t.data, 0, &shape, &st))])
+    Ok(vec![Tensor::new(
+        m[0].clone(),
+        strided_read(&t.data, 0, &shape, &st),
+    )])
 }
 
 /// `(dim, shift)` pairs of `roll`, or `None` for a roll of the flattened tensor.
@@ -917,7 +1015,9 @@ fn roll_args(a: &Args, m: &Meta) -> Result<Option<Vec<(usize, i64)>>, OpError> {
     let dims = a.int_list("dims")?;
     if dims.is_empty() {
         if shifts.len() != 1 {
-            return Err(OpError::new("roll: shifts must have one entry when dims is empty"));
+            return Err(OpError::new(
+                "roll: shifts must have one entry when dims is empty",
+            ));
         }
         return Ok(None);
     }
@@ -981,7 +1081,10 @@ fn eval_flip(a: &Args, m: &[Meta]) -> Result<Vec<Tensor>, OpError> {
             st[d] = -st[d];
         }
     }
-    Ok(vec![Tensor::new(m[0].clone(), strided_read(&t.data, off, t.shape(), &st))])
+    Ok(vec![Tensor::new(
+        m[0].clone(),
+        strided_read(&t.data, off, t.shape(), &st),
+    )])
 }
 
 fn infer_flip(a: &Args) -> Result<Vec<Meta>, OpError> {
@@ -1090,17 +1193,38 @@ fn eval_pad(a: &Args, m: &[Meta]) -> Result<Vec<Tensor>, OpError> {
 /// Registers the shape family.
 pub(crate) fn register(r: &mut Registry) {
     for (name, schema) in [
-        ("aten.view.default", "view(Tensor self, SymInt[] size) -> Tensor"),
-        ("aten.view_copy.default", "view_copy(Tensor self, SymInt[] size) -> Tensor"),
-        ("aten._unsafe_view.default", "_unsafe_view(Tensor self, SymInt[] size) -> Tensor"),
-        ("aten.reshape.default", "reshape(Tensor self, SymInt[] shape) -> Tensor"),
+        (
+            "aten.view.default",
+            "view(Tensor self, SymInt[] size) -> Tensor",
+        ),
+        (
+            "aten.view_copy.default",
+            "view_copy(Tensor self, SymInt[] size) -> Tensor",
+        ),
+        (
+            "aten._unsafe_view.default",
+            "_unsafe_view(Tensor self, SymInt[] size) -> Tensor",
+        ),
+        (
+            "aten.reshape.default",
+            "reshape(Tensor self, SymInt[] shape) -> Tensor",
+        ),
     ] {
         r.pure(name, schema, infer_view, |a, m, _| eval_reshape(a, m));
     }
     for (name, schema) in [
-        ("aten.permute.default", "permute(Tensor self, int[] dims) -> Tensor"),
-        ("aten.permute_copy.default", "permute_copy(Tensor self, int[] dims) -> Tensor"),
-        ("aten.transpose.int", "transpose.int(Tensor self, int dim0, int dim1) -> Tensor"),
+        (
+            "aten.permute.default",
+            "permute(Tensor self, int[] dims) -> Tensor",
+        ),
+        (
+            "aten.permute_copy.default",
+            "permute_copy(Tensor self, int[] dims) -> Tensor",
+        ),
+        (
+            "aten.transpose.int",
+            "transpose.int(Tensor self, int dim0, int dim1) -> Tensor",
+        ),
         (
             "aten.transpose_copy.int",
             "transpose_copy.int(Tensor self, int dim0, int dim1) -> Tensor",
@@ -1111,7 +1235,10 @@ pub(crate) fn register(r: &mut Registry) {
         r.pure(name, schema, infer_permute, |a, m, _| eval_permute(a, m));
     }
     for (name, schema) in [
-        ("aten.expand.default", "expand(Tensor self, SymInt[] size, *, bool implicit=False) -> Tensor"),
+        (
+            "aten.expand.default",
+            "expand(Tensor self, SymInt[] size, *, bool implicit=False) -> Tensor",
+        ),
         (
             "aten.expand_copy.default",
             "expand_copy(Tensor self, SymInt[] size, *, bool implicit=False) -> Tensor",
@@ -1132,24 +1259,51 @@ pub(crate) fn register(r: &mut Registry) {
         r.pure(name, schema, infer_slice, |a, m, _| eval_slice(a, m));
     }
     for (name, schema) in [
-        ("aten.select.int", "select.int(Tensor self, int dim, SymInt index) -> Tensor"),
-        ("aten.select_copy.int", "select_copy.int(Tensor self, int dim, SymInt index) -> Tensor"),
+        (
+            "aten.select.int",
+            "select.int(Tensor self, int dim, SymInt index) -> Tensor",
+        ),
+        (
+            "aten.select_copy.int",
+            "select_copy.int(Tensor self, int dim, SymInt index) -> Tensor",
+        ),
     ] {
         r.pure(name, schema, infer_select, |a, m, _| eval_select(a, m));
     }
     for (name, schema) in [
         ("aten.squeeze.default", "squeeze(Tensor self) -> Tensor"),
-        ("aten.squeeze.dim", "squeeze.dim(Tensor self, int dim) -> Tensor"),
-        ("aten.squeeze.dims", "squeeze.dims(Tensor self, int[] dim) -> Tensor"),
-        ("aten.squeeze_copy.default", "squeeze_copy(Tensor self) -> Tensor"),
-        ("aten.squeeze_copy.dim", "squeeze_copy.dim(Tensor self, int dim) -> Tensor"),
-        ("aten.squeeze_copy.dims", "squeeze_copy.dims(Tensor self, int[] dim) -> Tensor"),
+        (
+            "aten.squeeze.dim",
+            "squeeze.dim(Tensor self, int dim) -> Tensor",
+        ),
+        (
+            "aten.squeeze.dims",
+            "squeeze.dims(Tensor self, int[] dim) -> Tensor",
+        ),
+        (
+            "aten.squeeze_copy.default",
+            "squeeze_copy(Tensor self) -> Tensor",
+        ),
+        (
+            "aten.squeeze_copy.dim",
+            "squeeze_copy.dim(Tensor self, int dim) -> Tensor",
+        ),
+        (
+            "aten.squeeze_copy.dims",
+            "squeeze_copy.dims(Tensor self, int[] dim) -> Tensor",
+        ),
     ] {
         r.pure(name, schema, infer_squeeze, |a, m, _| eval_reshape(a, m));
     }
     for (name, schema) in [
-        ("aten.unsqueeze.default", "unsqueeze(Tensor self, int dim) -> Tensor"),
-        ("aten.unsqueeze_copy.default", "unsqueeze_copy(Tensor self, int dim) -> Tensor"),
+        (
+            "aten.unsqueeze.default",
+            "unsqueeze(Tensor self, int dim) -> Tensor",
+        ),
+        (
+            "aten.unsqueeze_copy.default",
+            "unsqueeze_copy(Tensor self, int dim) -> Tensor",
+        ),
     ] {
         r.pure(name, schema, infer_unsqueeze, |a, m, _| eval_reshape(a, m));
     }
@@ -1165,9 +1319,12 @@ pub(crate) fn register(r: &mut Registry) {
         infer_unflatten,
         |a, m, _| eval_reshape(a, m),
     );
-    r.pure("aten.cat.default", "cat(Tensor[] tensors, int dim=0) -> Tensor", |a| Ok(vec![cat_meta(a)?.1]), |a, m, _| {
-        eval_cat(a, m)
-    });
+    r.pure(
+        "aten.cat.default",
+        "cat(Tensor[] tensors, int dim=0) -> Tensor",
+        |a| Ok(vec![cat_meta(a)?.1]),
+        |a, m, _| eval_cat(a, m),
+    );
     r.pure(
         "aten.stack.default",
         "stack(Tensor[] tensors, int dim=0) -> Tensor",
@@ -1175,13 +1332,22 @@ pub(crate) fn register(r: &mut Registry) {
         |a, m, _| eval_stack(a, m),
     );
     for (name, schema) in [
-        ("aten.split.Tensor", "split.Tensor(Tensor self, SymInt split_size, int dim=0) -> Tensor[]"),
+        (
+            "aten.split.Tensor",
+            "split.Tensor(Tensor self, SymInt split_size, int dim=0) -> Tensor[]",
+        ),
         (
             "aten.split_with_sizes.default",
             "split_with_sizes(Tensor self, SymInt[] split_sizes, int dim=0) -> Tensor[]",
         ),
-        ("aten.chunk.default", "chunk(Tensor self, int chunks, int dim=0) -> Tensor[]"),
-        ("aten.unbind.int", "unbind.int(Tensor self, int dim=0) -> Tensor[]"),
+        (
+            "aten.chunk.default",
+            "chunk(Tensor self, int chunks, int dim=0) -> Tensor[]",
+        ),
+        (
+            "aten.unbind.int",
+            "unbind.int(Tensor self, int dim=0) -> Tensor[]",
+        ),
     ] {
         r.pure(name, schema, infer_split, |a, m, _| eval_split(a, m));
     }
@@ -1192,13 +1358,28 @@ pub(crate) fn register(r: &mut Registry) {
         |a, m, _| eval_narrow(a, m),
     );
     for (name, schema) in [
-        ("aten.clone.default", "clone(Tensor self, *, MemoryFormat? memory_format=None) -> Tensor"),
+        (
+            "aten.clone.default",
+            "clone(Tensor self, *, MemoryFormat? memory_format=None) -> Tensor",
+        ),
         ("aten.detach.default", "detach(Tensor self) -> Tensor"),
-        ("aten.detach_copy.default", "detach_copy(Tensor self) -> Tensor"),
+        (
+            "aten.detach_copy.default",
+            "detach_copy(Tensor self) -> Tensor",
+        ),
         ("aten.alias.default", "alias(Tensor self) -> Tensor"),
-        ("aten.alias_copy.default", "alias_copy(Tensor self) -> Tensor"),
-        ("aten.lift_fresh_copy.default", "lift_fresh_copy(Tensor self) -> Tensor"),
-        ("aten.lift_fresh.default", "lift_fresh(Tensor self) -> Tensor"),
+        (
+            "aten.alias_copy.default",
+            "alias_copy(Tensor self) -> Tensor",
+        ),
+        (
+            "aten.lift_fresh_copy.default",
+            "lift_fresh_copy(Tensor self) -> Tensor",
+        ),
+        (
+            "aten.lift_fresh.default",
+            "lift_fresh(Tensor self) -> Tensor",
+        ),
         ("aten.lift.default", "lift(Tensor self) -> Tensor"),
         (
             "aten.contiguous.default",
@@ -1285,9 +1466,12 @@ pub(crate) fn register(r: &mut Registry) {
         },
         |a, m, _| eval_roll(a, m),
     );
-    r.pure("aten.flip.default", "flip(Tensor self, int[] dims) -> Tensor", infer_flip, |a, m, _| {
-        eval_flip(a, m)
-    });
+    r.pure(
+        "aten.flip.default",
+        "flip(Tensor self, int[] dims) -> Tensor",
+        infer_flip,
+        |a, m, _| eval_flip(a, m),
+    );
     r.pure(
         "aten.tril.default",
         "tril(Tensor self, int diagonal=0) -> Tensor",
@@ -1320,36 +1504,96 @@ mod tests {
 
     fn ar(shape: &[usize]) -> Tensor {
         let n: usize = shape.iter().product();
-        t(DType::F32, shape, &(0..n).map(|i| i as f64).collect::<Vec<_>>())
+        t(
+            DType::F32,
+            shape,
+            &(0..n).map(|i| i as f64).collect::<Vec<_>>(),
+        )
     }
 
     #[test]
     fn views_and_permutes() {
         let x = ar(&[2, 3]);
-        let out = call1("aten.view.default", &[x.clone()], &[v(0), ints(&[3, -1])], &[]);
+        let out = call1("aten.view.default", &[&x], &[v(0), ints(&[3, -1])], &[]);
         assert_eq!(out.shape(), &[3, 2]);
-        assert!(call("aten.view.default", &[x.clone()], &[v(0), ints(&[4, -1])], &[]).is_err());
-        assert!(call("aten.view.default", &[x.clone()], &[v(0), ints(&[-1, -1])], &[]).is_err());
-        let out = call1("aten.transpose.int", &[x.clone()], &[v(0), Arg::Int(0), Arg::Int(-1)], &[]);
-        assert_eq!((out.shape(), out.data.to_vec()), (&[3usize, 2][..], vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]));
+        assert!(call("aten.view.default", &[&x], &[v(0), ints(&[4, -1])], &[]).is_err());
+        assert!(call("aten.view.default", &[&x], &[v(0), ints(&[-1, -1])], &[]).is_err());
+        let out = call1(
+            "aten.transpose.int",
+            &[&x],
+            &[v(0), Arg::Int(0), Arg::Int(-1)],
+            &[],
+        );
+        assert_eq!(
+            (out.shape(), out.data.to_vec()),
+            (&[3usize, 2][..], vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0])
+        );
         let y = ar(&[2, 3, 4]);
-        let out = call1("aten.permute.default", &[y.clone()], &[v(0), ints(&[2, 0, 1])], &[]);
+        let out = call1(
+            "aten.permute.default",
+            &[&y],
+            &[v(0), ints(&[2, 0, 1])],
+            &[],
+        );
         assert_eq!(out.shape(), &[4, 2, 3]);
         assert_eq!(out.data[..4], [0.0, 4.0, 8.0, 12.0]);
-        assert!(call("aten.permute.default", &[y.clone()], &[v(0), ints(&[0, 0, 1])], &[]).is_err());
-        assert!(call("aten.t.default", &[y], &[v(0)], &[]).is_err());
-        let out = call1("aten.expand.default", &[ar(&[3, 1])], &[v(0), ints(&[2, -1, 2])], &[]);
+        assert!(call(
+            "aten.permute.default",
+            &[&y],
+            &[v(0), ints(&[0, 0, 1])],
+            &[]
+        )
+        .is_err());
+        assert!(call("aten.t.default", &[&y], &[v(0)], &[]).is_err());
+        let out = call1(
+            "aten.expand.default",
+            &[&ar(&[3, 1])],
+            &[v(0), ints(&[2, -1, 2])],
+            &[],
+        );
         assert_eq!(out.shape(), &[2, 3, 2]);
         assert_eq!(out.data[..6], [0.0, 0.0, 1.0, 1.0, 2.0, 2.0]);
-        assert!(call("aten.expand.default", &[ar(&[3, 1])], &[v(0), ints(&[-1, 3, 2])], &[]).is_err());
-        assert!(call("aten.expand.default", &[ar(&[3, 1])], &[v(0), ints(&[2, 2])], &[]).is_err());
-        let out = call1("aten.squeeze.dims", &[ar(&[1, 3, 1])], &[v(0), ints(&[0, 1])], &[]);
+        assert!(call(
+            "aten.expand.default",
+            &[&ar(&[3, 1])],
+            &[v(0), ints(&[-1, 3, 2])],
+            &[]
+        )
+        .is_err());
+        assert!(call(
+            "aten.expand.default",
+            &[&ar(&[3, 1])],
+            &[v(0), ints(&[2, 2])],
+            &[]
+        )
+        .is_err());
+        let out = call1(
+            "aten.squeeze.dims",
+            &[&ar(&[1, 3, 1])],
+            &[v(0), ints(&[0, 1])],
+            &[],
+        );
         assert_eq!(out.shape(), &[3, 1]);
-        let out = call1("aten.unsqueeze.default", &[ar(&[3])], &[v(0), Arg::Int(-1)], &[]);
+        let out = call1(
+            "aten.unsqueeze.default",
+            &[&ar(&[3])],
+            &[v(0), Arg::Int(-1)],
+            &[],
+        );
         assert_eq!(out.shape(), &[3, 1]);
-        let out = call1("aten.flatten.using_ints", &[ar(&[2, 3, 4])], &[v(0), Arg::Int(1)], &[]);
+        let out = call1(
+            "aten.flatten.using_ints",
+            &[&ar(&[2, 3, 4])],
+            &[v(0), Arg::Int(1)],
+            &[],
+        );
         assert_eq!(out.shape(), &[2, 12]);
-        let out = call1("aten.unflatten.int", &[ar(&[2, 12])], &[v(0), Arg::Int(1), ints(&[3, -1])], &[]);
+        let out = call1(
+            "aten.unflatten.int",
+            &[&ar(&[2, 12])],
+            &[v(0), Arg::Int(1), ints(&[3, -1])],
+            &[],
+        );
         assert_eq!(out.shape(), &[2, 3, 4]);
     }
 
@@ -1357,43 +1601,100 @@ mod tests {
     fn slicing_clamps_like_torch() {
         let x = ar(&[10]);
         let sl = |start: Arg, end: Arg, step: i64| {
-            call("aten.slice.Tensor", &[x.clone()], &[v(0), Arg::Int(0), start, end, Arg::Int(step)], &[])
+            call(
+                "aten.slice.Tensor",
+                &[&x],
+                &[v(0), Arg::Int(0), start, end, Arg::Int(step)],
+                &[],
+            )
         };
-        assert_eq!(*sl(Arg::Int(-3), Arg::Int(100), 1).unwrap()[0].data, vec![7.0, 8.0, 9.0]);
+        assert_eq!(
+            *sl(Arg::Int(-3), Arg::Int(100), 1).unwrap()[0].data,
+            vec![7.0, 8.0, 9.0]
+        );
         assert_eq!(sl(Arg::Int(5), Arg::Int(2), 1).unwrap()[0].shape(), &[0]);
-        assert_eq!(*sl(Arg::None, Arg::None, 3).unwrap()[0].data, vec![0.0, 3.0, 6.0, 9.0]);
-        assert_eq!(*sl(Arg::Int(-100), Arg::Int(-8), 1).unwrap()[0].data, vec![0.0, 1.0]);
+        assert_eq!(
+            *sl(Arg::None, Arg::None, 3).unwrap()[0].data,
+            vec![0.0, 3.0, 6.0, 9.0]
+        );
+        assert_eq!(
+            *sl(Arg::Int(-100), Arg::Int(-8), 1).unwrap()[0].data,
+            vec![0.0, 1.0]
+        );
         assert!(sl(Arg::None, Arg::None, 0).is_err());
         let y = ar(&[2, 3]);
-        let out = call1("aten.slice.Tensor", &[y.clone()], &[v(0), Arg::Int(1), Arg::Int(1)], &[]);
+        let out = call1(
+            "aten.slice.Tensor",
+            &[&y],
+            &[v(0), Arg::Int(1), Arg::Int(1)],
+            &[],
+        );
         assert_eq!(*out.data, vec![1.0, 2.0, 4.0, 5.0]);
-        let out = call1("aten.select.int", &[y.clone()], &[v(0), Arg::Int(1), Arg::Int(-1)], &[]);
+        let out = call1(
+            "aten.select.int",
+            &[&y],
+            &[v(0), Arg::Int(1), Arg::Int(-1)],
+            &[],
+        );
         assert_eq!(*out.data, vec![2.0, 5.0]);
-        assert!(call("aten.select.int", &[y.clone()], &[v(0), Arg::Int(0), Arg::Int(2)], &[]).is_err());
-        let out = call1("aten.narrow.default", &[y.clone()], &[v(0), Arg::Int(1), Arg::Int(-2), Arg::Int(2)], &[]);
+        assert!(call(
+            "aten.select.int",
+            &[&y],
+            &[v(0), Arg::Int(0), Arg::Int(2)],
+            &[]
+        )
+        .is_err());
+        let out = call1(
+            "aten.narrow.default",
+            &[&y],
+            &[v(0), Arg::Int(1), Arg::Int(-2), Arg::Int(2)],
+            &[],
+        );
         assert_eq!(*out.data, vec![1.0, 2.0, 4.0, 5.0]);
         let src = t(DType::F32, &[2, 1], &[-1.0, -2.0]);
         let out = call1(
             "aten.slice_scatter.default",
-            &[y.clone(), src.clone()],
+            &[&y, &src],
             &[v(0), v(1), Arg::Int(1), Arg::Int(2)],
             &[],
         );
         assert_eq!(*out.data, vec![0.0, 1.0, -1.0, 3.0, 4.0, -2.0]);
-        assert!(call("aten.slice_scatter.default", &[y.clone(), src], &[v(0), v(1), Arg::Int(1)], &[]).is_err());
+        assert!(call(
+            "aten.slice_scatter.default",
+            &[&y, &src],
+            &[v(0), v(1), Arg::Int(1)],
+            &[]
+        )
+        .is_err());
         let src = t(DType::F32, &[3], &[7.0, 8.0, 9.0]);
-        let out = call1("aten.select_scatter.default", &[y.clone(), src], &[v(0), v(1), Arg::Int(0), Arg::Int(0)], &[]);
+        let out = call1(
+            "aten.select_scatter.default",
+            &[&y, &src],
+            &[v(0), v(1), Arg::Int(0), Arg::Int(0)],
+            &[],
+        );
         assert_eq!(*out.data, vec![7.0, 8.0, 9.0, 3.0, 4.0, 5.0]);
-        let out = call1("aten.diagonal.default", &[ar(&[3, 3])], &[v(0), Arg::Int(1)], &[]);
+        let out = call1(
+            "aten.diagonal.default",
+            &[&ar(&[3, 3])],
+            &[v(0), Arg::Int(1)],
+            &[],
+        );
         assert_eq!(*out.data, vec![1.0, 5.0]);
         let out = call1(
             "aten.as_strided.default",
-            &[ar(&[6])],
+            &[&ar(&[6])],
             &[v(0), ints(&[2, 2]), ints(&[1, 2]), Arg::Int(1)],
             &[],
         );
         assert_eq!(*out.data, vec![1.0, 3.0, 2.0, 4.0]);
-        assert!(call("aten.as_strided.default", &[ar(&[6])], &[v(0), ints(&[2, 2]), ints(&[3, 3])], &[]).is_err());
+        assert!(call(
+            "aten.as_strided.default",
+            &[&ar(&[6])],
+            &[v(0), ints(&[2, 2]), ints(&[3, 3])],
+            &[]
+        )
+        .is_err());
     }
 
     #[test]
@@ -1402,29 +1703,74 @@ mod tests {
         let b = t(DType::F32, &[2, 2], &[3.0, 4.0, 5.0, 6.0]);
         let empty = t(DType::I64, &[0], &[]);
         let list = Arg::List(vec![v(0), v(1), v(2)]);
-        let out = call1("aten.cat.default", &[a.clone(), empty.clone(), b.clone()], &[list.clone()], &[]);
+        let out = call1("aten.cat.default", &[&a, &empty, &b], &[list], &[]);
         assert_eq!(out.meta, Meta::new(DType::F32, vec![3, 2]));
         assert_eq!(*out.data, vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
-        let out = call1("aten.cat.default", &[a.clone(), b.clone(), empty.clone()], &[Arg::List(vec![v(0), v(1)]), Arg::Int(-2)], &[]);
+        let out = call1(
+            "aten.cat.default",
+            &[&a, &b, &empty],
+            &[Arg::List(vec![v(0), v(1)]), Arg::Int(-2)],
+            &[],
+        );
         assert_eq!(out.shape(), &[3, 2]);
-        assert!(call("aten.cat.default", &[a.clone(), b.clone()], &[Arg::List(vec![v(0), v(1)]), Arg::Int(1)], &[]).is_err());
-        let out = call1("aten.cat.default", &[b.clone(), b.clone()], &[Arg::List(vec![v(0), v(1)]), Arg::Int(1)], &[]);
+        assert!(call(
+            "aten.cat.default",
+            &[&a, &b],
+            &[Arg::List(vec![v(0), v(1)]), Arg::Int(1)],
+            &[]
+        )
+        .is_err());
+        let out = call1(
+            "aten.cat.default",
+            &[&b, &b],
+            &[Arg::List(vec![v(0), v(1)]), Arg::Int(1)],
+            &[],
+        );
         assert_eq!(*out.data, vec![3.0, 4.0, 3.0, 4.0, 5.0, 6.0, 5.0, 6.0]);
-        let out = call1("aten.stack.default", &[b.clone(), b.clone()], &[Arg::List(vec![v(0), v(1)]), Arg::Int(2)], &[]);
+        let out = call1(
+            "aten.stack.default",
+            &[&b, &b],
+            &[Arg::List(vec![v(0), v(1)]), Arg::Int(2)],
+            &[],
+        );
         assert_eq!(out.shape(), &[2, 2, 2]);
         assert_eq!(*out.data, vec![3.0, 3.0, 4.0, 4.0, 5.0, 5.0, 6.0, 6.0]);
         let x = ar(&[5]);
-        let out = call("aten.chunk.default", &[x.clone()], &[v(0), Arg::Int(3)], &[]).unwrap();
+        let out = call("aten.chunk.default", &[&x], &[v(0), Arg::Int(3)], &[]).unwrap();
         let shapes: Vec<usize> = out.iter().map(|t| t.shape()[0]).collect();
         assert_eq!(shapes, vec![2, 2, 1]);
-        let out = call("aten.chunk.default", &[ar(&[6])], &[v(0), Arg::Int(4)], &[]).unwrap();
+        let out = call(
+            "aten.chunk.default",
+            &[&ar(&[6])],
+            &[v(0), Arg::Int(4)],
+            &[],
+        )
+        .unwrap();
         assert_eq!(out.len(), 3);
-        let out = call("aten.split.Tensor", &[x.clone()], &[v(0), Arg::Int(2)], &[]).unwrap();
+        let out = call("aten.split.Tensor", &[&x], &[v(0), Arg::Int(2)], &[]).unwrap();
         assert_eq!(*out[2].data, vec![4.0]);
-        let out = call("aten.split_with_sizes.default", &[ar(&[2, 3])], &[v(0), ints(&[1, 2]), Arg::Int(1)], &[]).unwrap();
+        let out = call(
+            "aten.split_with_sizes.default",
+            &[&ar(&[2, 3])],
+            &[v(0), ints(&[1, 2]), Arg::Int(1)],
+            &[],
+        )
+        .unwrap();
         assert_eq!(*out[1].data, vec![1.0, 2.0, 4.0, 5.0]);
-        assert!(call("aten.split_with_sizes.default", &[x.clone()], &[v(0), ints(&[1, 2])], &[]).is_err());
-        let out = call("aten.unbind.int", &[ar(&[2, 3])], &[v(0), Arg::Int(1)], &[]).unwrap();
+        assert!(call(
+            "aten.split_with_sizes.default",
+            &[&x],
+            &[v(0), ints(&[1, 2])],
+            &[]
+        )
+        .is_err());
+        let out = call(
+            "aten.unbind.int",
+            &[&ar(&[2, 3])],
+            &[v(0), Arg::Int(1)],
+            &[],
+        )
+        .unwrap();
         assert_eq!(out.len(), 3);
         assert_eq!(out[2].meta, Meta::new(DType::F32, vec![2]));
         assert_eq!(*out[2].data, vec![2.0, 5.0]);
@@ -1433,35 +1779,92 @@ mod tests {
     #[test]
     fn copies_and_rearrangements() {
         let x = t(DType::F32, &[3], &[1.7, -1.7, 2.0]);
-        let out = call1("aten._to_copy.default", &[x.clone()], &[v(0)], &[("dtype", Arg::Dtype(DType::I64))]);
-        assert_eq!((out.dtype(), out.data.to_vec()), (DType::I64, vec![1.0, -1.0, 2.0]));
+        let out = call1(
+            "aten._to_copy.default",
+            &[&x],
+            &[v(0)],
+            &[("dtype", Arg::Dtype(DType::I64))],
+        );
+        assert_eq!(
+            (out.dtype(), out.data.to_vec()),
+            (DType::I64, vec![1.0, -1.0, 2.0])
+        );
         let dst = t(DType::I32, &[2, 3], &[0.0; 6]);
-        let out = call1("aten.copy.default", &[dst.clone(), x.clone()], &[v(0), v(1)], &[]);
-        assert_eq!((out.dtype(), out.data.to_vec()), (DType::I32, vec![1.0, -1.0, 2.0, 1.0, -1.0, 2.0]));
-        assert!(call("aten.copy.default", &[x.clone(), dst], &[v(0), v(1)], &[]).is_err());
-        let out = call1("aten.repeat.default", &[t(DType::F32, &[2], &[1.0, 2.0])], &[v(0), ints(&[2, 2])], &[]);
+        let out = call1("aten.copy.default", &[&dst, &x], &[v(0), v(1)], &[]);
+        assert_eq!(
+            (out.dtype(), out.data.to_vec()),
+            (DType::I32, vec![1.0, -1.0, 2.0, 1.0, -1.0, 2.0])
+        );
+        assert!(call("aten.copy.default", &[&x, &dst], &[v(0), v(1)], &[]).is_err());
+        let out = call1(
+            "aten.repeat.default",
+            &[&t(DType::F32, &[2], &[1.0, 2.0])],
+            &[v(0), ints(&[2, 2])],
+            &[],
+        );
         assert_eq!(out.shape(), &[2, 4]);
         assert_eq!(*out.data, vec![1.0, 2.0, 1.0, 2.0, 1.0, 2.0, 1.0, 2.0]);
-        let out = call1("aten.roll.default", &[ar(&[5])], &[v(0), Arg::Int(2)], &[]);
+        let out = call1("aten.roll.default", &[&ar(&[5])], &[v(0), Arg::Int(2)], &[]);
         assert_eq!(*out.data, vec![3.0, 4.0, 0.0, 1.0, 2.0]);
-        let out = call1("aten.roll.default", &[ar(&[2, 3])], &[v(0), ints(&[-1, 1]), ints(&[1, 0])], &[]);
+        let out = call1(
+            "aten.roll.default",
+            &[&ar(&[2, 3])],
+            &[v(0), ints(&[-1, 1]), ints(&[1, 0])],
+            &[],
+        );
         assert_eq!(*out.data, vec![4.0, 5.0, 3.0, 1.0, 2.0, 0.0]);
-        let out = call1("aten.roll.default", &[ar(&[2, 2])], &[v(0), Arg::Int(1)], &[]);
+        let out = call1(
+            "aten.roll.default",
+            &[&ar(&[2, 2])],
+            &[v(0), Arg::Int(1)],
+            &[],
+        );
         assert_eq!(*out.data, vec![3.0, 0.0, 1.0, 2.0]);
-        let out = call1("aten.flip.default", &[ar(&[2, 3])], &[v(0), ints(&[-1])], &[]);
+        let out = call1(
+            "aten.flip.default",
+            &[&ar(&[2, 3])],
+            &[v(0), ints(&[-1])],
+            &[],
+        );
         assert_eq!(*out.data, vec![2.0, 1.0, 0.0, 5.0, 4.0, 3.0]);
-        let out = call1("aten.tril.default", &[ar(&[3, 3])], &[v(0)], &[]);
+        let out = call1("aten.tril.default", &[&ar(&[3, 3])], &[v(0)], &[]);
         assert_eq!(*out.data, vec![0.0, 0.0, 0.0, 3.0, 4.0, 0.0, 6.0, 7.0, 8.0]);
-        let out = call1("aten.triu.default", &[ar(&[2, 3])], &[v(0), Arg::Int(1)], &[]);
+        let out = call1(
+            "aten.triu.default",
+            &[&ar(&[2, 3])],
+            &[v(0), Arg::Int(1)],
+            &[],
+        );
         assert_eq!(*out.data, vec![0.0, 1.0, 2.0, 0.0, 0.0, 5.0]);
-        assert!(call("aten.tril.default", &[ar(&[3])], &[v(0)], &[]).is_err());
-        let out = call1("aten.constant_pad_nd.default", &[ar(&[2, 3])], &[v(0), ints(&[1, -1]), Arg::Float(9.0)], &[]);
+        assert!(call("aten.tril.default", &[&ar(&[3])], &[v(0)], &[]).is_err());
+        let out = call1(
+            "aten.constant_pad_nd.default",
+            &[&ar(&[2, 3])],
+            &[v(0), ints(&[1, -1]), Arg::Float(9.0)],
+            &[],
+        );
         assert_eq!(out.shape(), &[2, 3]);
         assert_eq!(*out.data, vec![9.0, 0.0, 1.0, 9.0, 3.0, 4.0]);
-        let out = call1("aten.constant_pad_nd.default", &[ar(&[1, 1])], &[v(0), ints(&[0, 0, 1, 0])], &[]);
+        let out = call1(
+            "aten.constant_pad_nd.default",
+            &[&ar(&[1, 1])],
+            &[v(0), ints(&[0, 0, 1, 0])],
+            &[],
+        );
         assert_eq!(*out.data, vec![0.0, 0.0]);
-        assert!(call("aten.constant_pad_nd.default", &[ar(&[2])], &[v(0), ints(&[-3, 0])], &[]).is_err());
-        let out = call1("aten.unfold.default", &[ar(&[5])], &[v(0), Arg::Int(0), Arg::Int(2), Arg::Int(2)], &[]);
+        assert!(call(
+            "aten.constant_pad_nd.default",
+            &[&ar(&[2])],
+            &[v(0), ints(&[-3, 0])],
+            &[]
+        )
+        .is_err());
+        let out = call1(
+            "aten.unfold.default",
+            &[&ar(&[5])],
+            &[v(0), Arg::Int(0), Arg::Int(2), Arg::Int(2)],
+            &[],
+        );
         assert_eq!(out.shape(), &[2, 2]);
         assert_eq!(*out.data, vec![0.0, 1.0, 2.0, 3.0]);
     }

@@ -46,6 +46,20 @@ impl Expr {
     }
 }
 
+/// Precedence of a binary operator, loosest first, as in Python.
+fn binary_precedence(p: &str) -> Option<u8> {
+    Some(match p {
+        "==" | "!=" | "<=" | ">=" | "<" | ">" => 0,
+        "|" => 1,
+        "^" => 2,
+        "&" => 3,
+        "<<" | ">>" => 4,
+        "+" | "-" => 5,
+        "*" | "//" | "/" | "%" | "@" => 6,
+        _ => return None,
+    })
+}
+
 /// A parse error: position, what was expected, a hint.
 #[derive(Clone, Debug)]
 pub(crate) struct ParseError {
@@ -60,13 +74,22 @@ pub(crate) struct Parser<'a> {
     pos: usize,
     /// Where the statement ends, for "found end of line" errors.
     end: Span,
+    /// Nesting depth, bounded so that hostile input cannot overflow the stack.
+    depth: usize,
 }
+
+const MAX_DEPTH: usize = 200;
 
 type PResult<T> = Result<T, ParseError>;
 
 impl<'a> Parser<'a> {
     pub(crate) fn new(toks: &'a [Token], end: Span) -> Self {
-        Parser { toks, pos: 0, end }
+        Parser {
+            toks,
+            pos: 0,
+            end,
+            depth: 0,
+        }
     }
 
     pub(crate) fn peek(&self) -> Option<&'a Token> {
@@ -127,7 +150,9 @@ impl<'a> Parser<'a> {
 
     pub(crate) fn expect_name(&mut self, what: &str) -> PResult<(String, Span)> {
         match self.peek() {
-            Some(Token { tok: Tok::Name(n), .. }) => {
+            Some(Token {
+                tok: Tok::Name(n), ..
+            }) => {
                 let s = self.here();
                 self.pos += 1;
                 Ok((n.clone(), s))
@@ -144,9 +169,25 @@ impl<'a> Parser<'a> {
         }
     }
 
+    fn too_deep(&self) -> ParseError {
+        ParseError {
+            span: self.here(),
+            message: format!("expression nested deeper than {MAX_DEPTH} levels"),
+            hint: Some(
+                "torch.fx never nests arguments this deeply; the file may be corrupted".into(),
+            ),
+        }
+    }
+
     /// Parses one expression.
     pub(crate) fn expr(&mut self) -> PResult<Expr> {
-        self.comparison()
+        if self.depth >= MAX_DEPTH {
+            return Err(self.too_deep());
+        }
+        self.depth += 1;
+        let e = self.binary(0);
+        self.depth -= 1;
+        e
     }
 
     /// Parses `a, b, c` (a bare tuple when there is a comma, as after `return`).
@@ -163,53 +204,53 @@ impl<'a> Parser<'a> {
             }
             items.push(self.expr()?);
         }
-        Ok(Expr { kind: ExprKind::Tuple(items), span })
+        Ok(Expr {
+            kind: ExprKind::Tuple(items),
+            span,
+        })
     }
 
-    fn binary_level(
-        &mut self,
-        ops: &[&'static str],
-        next: fn(&mut Self) -> PResult<Expr>,
-    ) -> PResult<Expr> {
-        let mut lhs = next(self)?;
+    fn expr_nested(&mut self, f: fn(&mut Self) -> PResult<Expr>) -> PResult<Expr> {
+        if self.depth >= MAX_DEPTH {
+            return Err(self.too_deep());
+        }
+        self.depth += 1;
+        let e = f(self);
+        self.depth -= 1;
+        e
+    }
+
+    /// Binary operators by precedence climbing (one loop instead of one function per level,
+    /// which matters because nearly every operand has no operator after it).
+    fn binary(&mut self, min_prec: u8) -> PResult<Expr> {
+        let mut lhs = self.factor()?;
         loop {
-            let Some(op) = ops.iter().copied().find(|op| self.peek().is_some_and(|t| t.is_punct(op)))
+            let Some(Token {
+                tok: Tok::Punct(p), ..
+            }) = self.peek()
             else {
                 return Ok(lhs);
             };
+            let Some(prec) = binary_precedence(p) else {
+                return Ok(lhs);
+            };
+            if prec < min_prec {
+                return Ok(lhs);
+            }
+            let op: &'static str = p;
             self.pos += 1;
-            let rhs = next(self)?;
+            if self.depth >= MAX_DEPTH {
+                return Err(self.too_deep());
+            }
+            self.depth += 1;
+            let rhs = self.binary(prec + 1);
+            self.depth -= 1;
             let span = lhs.span;
-            lhs = Expr { kind: ExprKind::Binary(op, Box::new(lhs), Box::new(rhs)), span };
+            lhs = Expr {
+                kind: ExprKind::Binary(op, Box::new(lhs), Box::new(rhs?)),
+                span,
+            };
         }
-    }
-
-    fn comparison(&mut self) -> PResult<Expr> {
-        self.binary_level(&["==", "!=", "<=", ">=", "<", ">"], Self::bitor)
-    }
-
-    fn bitor(&mut self) -> PResult<Expr> {
-        self.binary_level(&["|"], Self::bitxor)
-    }
-
-    fn bitxor(&mut self) -> PResult<Expr> {
-        self.binary_level(&["^"], Self::bitand)
-    }
-
-    fn bitand(&mut self) -> PResult<Expr> {
-        self.binary_level(&["&"], Self::shift)
-    }
-
-    fn shift(&mut self) -> PResult<Expr> {
-        self.binary_level(&["<<", ">>"], Self::arith)
-    }
-
-    fn arith(&mut self) -> PResult<Expr> {
-        self.binary_level(&["+", "-"], Self::term)
-    }
-
-    fn term(&mut self) -> PResult<Expr> {
-        self.binary_level(&["*", "//", "/", "%", "@"], Self::factor)
     }
 
     fn factor(&mut self) -> PResult<Expr> {
@@ -217,8 +258,11 @@ impl<'a> Parser<'a> {
             if self.peek().is_some_and(|t| t.is_punct(op)) {
                 let span = self.here();
                 self.pos += 1;
-                let inner = self.factor()?;
-                return Ok(Expr { kind: ExprKind::Unary(op, Box::new(inner)), span });
+                let inner = self.expr_nested(Self::factor)?;
+                return Ok(Expr {
+                    kind: ExprKind::Unary(op, Box::new(inner)),
+                    span,
+                });
             }
         }
         self.power()
@@ -227,9 +271,12 @@ impl<'a> Parser<'a> {
     fn power(&mut self) -> PResult<Expr> {
         let base = self.postfix()?;
         if self.eat_punct("**") {
-            let exp = self.factor()?;
+            let exp = self.expr_nested(Self::factor)?;
             let span = base.span;
-            return Ok(Expr { kind: ExprKind::Binary("**", Box::new(base), Box::new(exp)), span });
+            return Ok(Expr {
+                kind: ExprKind::Binary("**", Box::new(base), Box::new(exp)),
+                span,
+            });
         }
         Ok(base)
     }
@@ -240,18 +287,31 @@ impl<'a> Parser<'a> {
             if self.eat_punct(".") {
                 let (name, _) = self.expect_name("an attribute name after `.`")?;
                 let span = e.span;
-                e = Expr { kind: ExprKind::Attr(Box::new(e), name), span };
+                e = Expr {
+                    kind: ExprKind::Attr(Box::new(e), name),
+                    span,
+                };
             } else if self.peek().is_some_and(|t| t.is_punct("(")) {
                 let open = self.bump().unwrap().span();
                 let (args, kwargs) = self.call_args(open)?;
                 let span = e.span;
-                e = Expr { kind: ExprKind::Call { func: Box::new(e), args, kwargs }, span };
+                e = Expr {
+                    kind: ExprKind::Call {
+                        func: Box::new(e),
+                        args,
+                        kwargs,
+                    },
+                    span,
+                };
             } else if self.peek().is_some_and(|t| t.is_punct("[")) {
                 let open = self.bump().unwrap().span();
                 let idx = self.expr_list()?;
                 self.close("]", open)?;
                 let span = e.span;
-                e = Expr { kind: ExprKind::Index(Box::new(e), Box::new(idx)), span };
+                e = Expr {
+                    kind: ExprKind::Index(Box::new(e), Box::new(idx)),
+                    span,
+                };
             } else {
                 return Ok(e);
             }
@@ -349,11 +409,18 @@ impl<'a> Parser<'a> {
                 // Adjacent literals concatenate, as in Python.
                 let mut s = s.clone();
                 self.pos += 1;
-                while let Some(Token { tok: Tok::Str(more), .. }) = self.peek() {
+                while let Some(Token {
+                    tok: Tok::Str(more),
+                    ..
+                }) = self.peek()
+                {
                     s.push_str(more);
                     self.pos += 1;
                 }
-                return Ok(Expr { kind: ExprKind::Str(s), span });
+                return Ok(Expr {
+                    kind: ExprKind::Str(s),
+                    span,
+                });
             }
             Tok::Punct("(") => {
                 self.pos += 1;
@@ -363,12 +430,18 @@ impl<'a> Parser<'a> {
                     inner.span = span;
                     return Ok(inner);
                 }
-                return Ok(Expr { kind: ExprKind::Tuple(items), span });
+                return Ok(Expr {
+                    kind: ExprKind::Tuple(items),
+                    span,
+                });
             }
             Tok::Punct("[") => {
                 self.pos += 1;
                 let (items, _) = self.seq("]", span)?;
-                return Ok(Expr { kind: ExprKind::List(items), span });
+                return Ok(Expr {
+                    kind: ExprKind::List(items),
+                    span,
+                });
             }
             Tok::Punct("{") => {
                 self.pos += 1;
@@ -386,7 +459,10 @@ impl<'a> Parser<'a> {
                         break;
                     }
                 }
-                return Ok(Expr { kind: ExprKind::Dict(items), span });
+                return Ok(Expr {
+                    kind: ExprKind::Dict(items),
+                    span,
+                });
             }
             _ => return Err(self.error("a value", None)),
         };

@@ -65,17 +65,60 @@ pub(crate) struct LexError {
     pub hint: Option<String>,
 }
 
-// Longest first, so that `//` wins over `/`.
-const PUNCTS: [&str; 35] = [
-    "**=", "//=", ">>=", "<<=", "**", "//", "==", "!=", "<=", ">=", "->", "<<", ">>", "+=", "-=",
-    "*=", "/=", "(", ")", "[", "]", "{", "}", ",", ":", ";", "=", ".", "+", "-", "*", "/", "%",
-    "<", ">",
-];
-const PUNCTS_1: [&str; 5] = ["~", "&", "|", "^", "@"];
+/// The punctuation token starting at `rest`, longest match first (`//` before `/`).
+fn punct(rest: &[char]) -> Option<&'static str> {
+    let c1 = rest.get(1).copied().unwrap_or('\0');
+    let c2 = rest.get(2).copied().unwrap_or('\0');
+    Some(match (rest[0], c1, c2) {
+        ('*', '*', '=') => "**=",
+        ('/', '/', '=') => "//=",
+        ('>', '>', '=') => ">>=",
+        ('<', '<', '=') => "<<=",
+        ('*', '*', _) => "**",
+        ('/', '/', _) => "//",
+        ('=', '=', _) => "==",
+        ('!', '=', _) => "!=",
+        ('<', '=', _) => "<=",
+        ('>', '=', _) => ">=",
+        ('-', '>', _) => "->",
+        ('<', '<', _) => "<<",
+        ('>', '>', _) => ">>",
+        ('+', '=', _) => "+=",
+        ('-', '=', _) => "-=",
+        ('*', '=', _) => "*=",
+        ('/', '=', _) => "/=",
+        ('(', _, _) => "(",
+        (')', _, _) => ")",
+        ('[', _, _) => "[",
+        (']', _, _) => "]",
+        ('{', _, _) => "{",
+        ('}', _, _) => "}",
+        (',', _, _) => ",",
+        (':', _, _) => ":",
+        (';', _, _) => ";",
+        ('=', _, _) => "=",
+        ('.', _, _) => ".",
+        ('+', _, _) => "+",
+        ('-', _, _) => "-",
+        ('*', _, _) => "*",
+        ('/', _, _) => "/",
+        ('%', _, _) => "%",
+        ('<', _, _) => "<",
+        ('>', _, _) => ">",
+        ('~', _, _) => "~",
+        ('&', _, _) => "&",
+        ('|', _, _) => "|",
+        ('^', _, _) => "^",
+        ('@', _, _) => "@",
+        _ => return None,
+    })
+}
 
 /// Lexes one physical line (without its newline). A `#` outside a string ends the line.
 pub(crate) fn lex_line(text: &str, line: usize, out: &mut Vec<Token>) -> Result<(), LexError> {
     let chars: Vec<char> = text.chars().collect();
+    // On ASCII lines (nearly all of them) a char index is a byte index, so names can be sliced.
+    let ascii = text.is_ascii();
     let mut i = 0;
     while i < chars.len() {
         let c = chars[i];
@@ -92,30 +135,50 @@ pub(crate) fn lex_line(text: &str, line: usize, out: &mut Vec<Token>) -> Result<
             while i < chars.len() && (chars[i].is_alphanumeric() || chars[i] == '_') {
                 i += 1;
             }
+            let name = if ascii {
+                text[start..i].to_string()
+            } else {
+                chars[start..i].iter().collect()
+            };
             out.push(Token {
-                tok: Tok::Name(chars[start..i].iter().collect()),
+                tok: Tok::Name(name),
                 line,
                 col,
                 end_col: i + 1,
             });
             continue;
         }
-        if c.is_ascii_digit() || (c == '.' && chars.get(i + 1).is_some_and(|d| d.is_ascii_digit())) {
+        if c.is_ascii_digit() || (c == '.' && chars.get(i + 1).is_some_and(|d| d.is_ascii_digit()))
+        {
             let (tok, next) = lex_number(&chars, i, line)?;
-            out.push(Token { tok, line, col, end_col: next + 1 });
+            out.push(Token {
+                tok,
+                line,
+                col,
+                end_col: next + 1,
+            });
             i = next;
             continue;
         }
         if c == '\'' || c == '"' {
             let (s, next) = lex_string(&chars, i, line)?;
-            out.push(Token { tok: Tok::Str(s), line, col, end_col: next + 1 });
+            out.push(Token {
+                tok: Tok::Str(s),
+                line,
+                col,
+                end_col: next + 1,
+            });
             i = next;
             continue;
         }
-        let rest: String = chars[i..chars.len().min(i + 3)].iter().collect();
-        if let Some(p) = PUNCTS.iter().chain(PUNCTS_1.iter()).find(|p| rest.starts_with(**p)) {
-            let n = p.chars().count();
-            out.push(Token { tok: Tok::Punct(p), line, col, end_col: col + n });
+        if let Some(p) = punct(&chars[i..]) {
+            let n = p.len();
+            out.push(Token {
+                tok: Tok::Punct(p),
+                line,
+                col,
+                end_col: col + n,
+            });
             i += n;
             continue;
         }
@@ -278,7 +341,10 @@ mod tests {
                 Tok::Str("q\n".into()),
             ]
         );
-        assert_eq!(toks("0.17677669529663687"), vec![Tok::Float(0.17677669529663687)]);
+        assert_eq!(
+            toks("0.17677669529663687"),
+            vec![Tok::Float(0.17677669529663687)]
+        );
     }
 
     #[test]

@@ -13,7 +13,8 @@ pub(crate) enum Annotation {
     Opaque,
 }
 
-const DTYPE_HINT: &str = "supported element types: f64, f32, bf16, f16, f8e4m3fn, f8e5m2, i64, i32, \
+const DTYPE_HINT: &str =
+    "supported element types: f64, f32, bf16, f16, f8e4m3fn, f8e5m2, i64, i32, \
                           i16, i8, u8, b8";
 
 /// Parses the text of a string annotation; `span` is the position of its opening quote.
@@ -28,7 +29,10 @@ pub(crate) fn parse_annotation(s: &str, span: Span) -> Result<Annotation, ParseE
     };
     // `Sym(s0)`, `DTensor(f32[8], S(0))`, `FunctionalTensor(...)`: wrappers of values whose type
     // the IR cannot hold.
-    let ident_len = chars.iter().take_while(|c| c.is_alphanumeric() || **c == '_' || **c == '.').count();
+    let ident_len = chars
+        .iter()
+        .take_while(|c| c.is_alphanumeric() || **c == '_' || **c == '.')
+        .count();
     if ident_len > 0
         && chars[0].is_ascii_uppercase()
         && chars.get(ident_len) == Some(&'(')
@@ -36,7 +40,10 @@ pub(crate) fn parse_annotation(s: &str, span: Span) -> Result<Annotation, ParseE
     {
         return Ok(Annotation::Opaque);
     }
-    let dt_len = chars.iter().take_while(|c| c.is_ascii_alphanumeric()).count();
+    let dt_len = chars
+        .iter()
+        .take_while(|c| c.is_ascii_alphanumeric())
+        .count();
     if chars.get(dt_len) != Some(&'[') {
         return Err(err(
             dt_len,
@@ -46,7 +53,11 @@ pub(crate) fn parse_annotation(s: &str, span: Span) -> Result<Annotation, ParseE
     }
     let dname: String = chars[..dt_len].iter().collect();
     let dtype = DType::from_short_name(&dname).ok_or_else(|| {
-        err(0, format!("unknown element type `{dname}` in the type annotation \"{s}\""), DTYPE_HINT)
+        err(
+            0,
+            format!("unknown element type `{dname}` in the type annotation \"{s}\""),
+            DTYPE_HINT,
+        )
     })?;
     let close = matching_bracket(&chars, dt_len).ok_or_else(|| {
         err(
@@ -71,7 +82,11 @@ pub(crate) fn parse_annotation(s: &str, span: Span) -> Result<Annotation, ParseE
             }
             if t.chars().all(|c| c.is_ascii_digit()) {
                 let n = t.parse::<i64>().map_err(|_| {
-                    err(start + lead, format!("dimension `{t}` is out of range"), "dimensions are 64-bit integers")
+                    err(
+                        start + lead,
+                        format!("dimension `{t}` is out of range"),
+                        "dimensions are 64-bit integers",
+                    )
                 })?;
                 shape.push(Dim::Known(n));
             } else if t
@@ -95,15 +110,29 @@ pub(crate) fn parse_annotation(s: &str, span: Span) -> Result<Annotation, ParseE
     let mut i = close + 1;
     if chars.get(i) == Some(&'[') {
         let c = matching_bracket(&chars, i).ok_or_else(|| {
-            err(i, format!("expected `]` to close the strides in \"{s}\""), "strides look like `[16, 1]`")
+            err(
+                i,
+                format!("expected `]` to close the strides in \"{s}\""),
+                "strides look like `[16, 1]`",
+            )
         })?;
         let strides: String = chars[i + 1..c].iter().collect();
-        if !strides.chars().all(|ch| ch.is_alphanumeric() || " _+-*/%(),".contains(ch)) {
-            return Err(err(i, format!("malformed strides `[{strides}]`"), "strides look like `[16, 1]`"));
+        if !strides
+            .chars()
+            .all(|ch| ch.is_alphanumeric() || " _+-*/%(),".contains(ch))
+        {
+            return Err(err(
+                i,
+                format!("malformed strides `[{strides}]`"),
+                "strides look like `[16, 1]`",
+            ));
         }
         i = c + 1;
     }
-    if !chars[i..].iter().all(|c| c.is_ascii_alphanumeric() || *c == ':' || *c == '_') {
+    if !chars[i..]
+        .iter()
+        .all(|c| c.is_ascii_alphanumeric() || *c == ':' || *c == '_')
+    {
         return Err(err(
             i,
             format!("unexpected text after the shape in the type annotation \"{s}\""),
@@ -160,9 +189,18 @@ mod tests {
 
     #[test]
     fn parses_tensor_annotations() {
-        assert_eq!(t("f32[8, 16]"), Annotation::Tensor(TensorType::new(DType::F32, &[8, 16])));
-        assert_eq!(t("i64[]"), Annotation::Tensor(TensorType::new(DType::I64, &[])));
-        assert_eq!(t("b8[4, 8][8, 1]cuda:0"), Annotation::Tensor(TensorType::new(DType::Bool, &[4, 8])));
+        assert_eq!(
+            t("f32[8, 16]"),
+            Annotation::Tensor(TensorType::new(DType::F32, &[8, 16]))
+        );
+        assert_eq!(
+            t("i64[]"),
+            Annotation::Tensor(TensorType::new(DType::I64, &[]))
+        );
+        assert_eq!(
+            t("b8[4, 8][8, 1]cuda:0"),
+            Annotation::Tensor(TensorType::new(DType::Bool, &[4, 8]))
+        );
         assert_eq!(
             t("f32[(s77//2), Max(1, s0)]"),
             Annotation::Tensor(TensorType {

@@ -49,7 +49,12 @@ impl<'a> JNode<'a> {
 
 /// Parses valid JSON text; `None` if it is not (callers validate with serde_json first).
 pub(crate) fn parse(text: &str) -> Option<JNode<'_>> {
-    let mut p = P { s: text.as_bytes(), text, i: 0, depth: 0 };
+    let mut p = P {
+        s: text.as_bytes(),
+        text,
+        i: 0,
+        depth: 0,
+    };
     let v = p.value()?;
     p.ws();
     (p.i == p.s.len()).then_some(v)
@@ -135,7 +140,10 @@ impl<'a> P<'a> {
             b'"' => JKind::Scalar(self.string()?),
             _ => {
                 while self.i < self.s.len()
-                    && !matches!(self.s[self.i], b',' | b']' | b'}' | b' ' | b'\t' | b'\n' | b'\r')
+                    && !matches!(
+                        self.s[self.i],
+                        b',' | b']' | b'}' | b' ' | b'\t' | b'\n' | b'\r'
+                    )
                 {
                     self.i += 1;
                 }
@@ -170,8 +178,14 @@ pub(crate) fn span_at(text: &str, offset: usize) -> Span {
     let offset = offset.min(text.len());
     let before = &text.as_bytes()[..offset];
     let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
-    let line_start = before.iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
-    let col = String::from_utf8_lossy(&before[line_start..]).chars().count() + 1;
+    let line_start = before
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(0, |p| p + 1);
+    let col = String::from_utf8_lossy(&before[line_start..])
+        .chars()
+        .count()
+        + 1;
     Span::new(line, col)
 }
 
@@ -288,7 +302,9 @@ fn write(n: &JNode<'_>, indent: usize, used: usize, expand: bool, out: &mut Stri
 }
 
 fn write_nodes(n: &JNode<'_>, indent: usize, out: &mut String) {
-    let JKind::Arr(v) = &n.kind else { return write(n, indent, indent, false, out) };
+    let JKind::Arr(v) = &n.kind else {
+        return write(n, indent, indent, false, out);
+    };
     if v.is_empty() {
         out.push_str("[]");
         return;
@@ -317,6 +333,9 @@ mod tests {
             "{\n  \"z\": 1,\n  \"a\": [1, 2, 3],\n  \"nodes\": [\n    {\n      \"name\": \"x\",\n      \"v\": \"a\\\"b\"\n    }\n  ]\n}\n"
         );
         let again = parse(&p).unwrap();
-        assert_eq!(span_at(&p, again.get("nodes").unwrap().at(0).unwrap().start), Span::new(5, 5));
+        assert_eq!(
+            span_at(&p, again.get("nodes").unwrap().at(0).unwrap().start),
+            Span::new(5, 5)
+        );
     }
 }

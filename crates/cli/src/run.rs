@@ -1,0 +1,766 @@
+//! `shardproof run`: numerical differential check of a distributed program against its spec.
+//!
+//! Seeded random spec inputs are laid out on the ranks by the case's placements (slices for
+//! Shard, copies for Replicate, a random split for Partial); the spec and every rank run in the
+//! reference interpreter; each expected output is compared piece by piece, rank by rank.
+
+use crate::Verdict;
+use clap::Args as ClapArgs;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+use shardproof_case::{
+    rank_pieces, Case, Layout, PlacedLayout, Placement, RankPiece, Reduce,
+};
+use shardproof_interp::{
+    infer_graph, run_graph, run_program, Env, InterpErrorKind, Precision, RunConfig,
+};
+use shardproof_ir::{DType, Graph, NodeKind, ValueId};
+use shardproof_ops::{strides, Meta, OpClass, Registry, Tensor};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// Arguments of `shardproof run`.
+#[derive(ClapArgs)]
+pub struct RunArgs {
+    /// The case file.
+    case: PathBuf,
+    /// Seed of the random inputs (and of random operators).
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Precision of the run: f64 is the exact reference.
+    #[arg(long, default_value = "f64", value_parser = ["f64", "f32", "bf16"])]
+    dtype: String,
+    /// Refuse cases whose tensors need more memory than this (e.g. 8GB, 512MB).
+    #[arg(long, default_value = "8GB", value_parser = parse_bytes)]
+    max_memory: u64,
+    /// Print machine-readable JSON on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim().to_ascii_uppercase();
+    let (num, mult) = [("GB", 1u64 << 30), ("G", 1 << 30), ("MB", 1 << 20), ("M", 1 << 20), ("KB", 1 << 10), ("K", 1 << 10), ("B", 1)]
+        .iter()
+        .find_map(|(suf, m)| t.strip_suffix(suf).map(|n| (n.trim().to_string(), *m)))
+        .unwrap_or((t.clone(), 1));
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a size; write e.g. 8GB, 512MB or a number of bytes"))?;
+    if !(v >= 0.0) {
+        return Err(format!("`{s}` is not a size"));
+    }
+    Ok((v * mult as f64) as u64)
+}
+
+/// The comparison of one output.
+#[derive(Serialize, Clone)]
+struct OutputResult {
+    name: String,
+    placement: Option<String>,
+    rel_error: Option<f64>,
+    matched: bool,
+    note: Option<String>,
+}
+
+#[derive(Serialize)]
+struct RunReport {
+    case: String,
+    ranks: usize,
+    seed: u64,
+    dtype: String,
+    tolerance: f64,
+    verdict: &'static str,
+    outputs: Vec<OutputResult>,
+    first_mismatch: Option<String>,
+    message: Option<String>,
+}
+
+/// Why a run could not produce a verdict on the numbers.
+struct Stop {
+    verdict: Verdict,
+    message: String,
+}
+
+fn stop(verdict: Verdict, message: impl Into<String>) -> Stop {
+    Stop {
+        verdict,
+        message: message.into(),
+    }
+}
+
+/// Runs the command and returns its verdict.
+pub fn main(args: &RunArgs) -> Verdict {
+    let (precision, tolerance) = match args.dtype.as_str() {
+        "f32" => (Precision::F32, 1e-5),
+        "bf16" => (Precision::Bf16, 3e-2),
+        _ => (Precision::F64, 1e-9),
+    };
+    let mut report = RunReport {
+        case: args.case.display().to_string(),
+        ranks: 0,
+        seed: args.seed,
+        dtype: args.dtype.clone(),
+        tolerance,
+        verdict: "invalid",
+        outputs: Vec::new(),
+        first_mismatch: None,
+        message: None,
+    };
+    let verdict = match execute(args, precision, tolerance, &mut report) {
+        Ok(v) => v,
+        Err(s) => {
+            report.message = Some(s.message.clone());
+            if !args.json {
+                eprintln!("{}", s.message);
+            }
+            s.verdict
+        }
+    };
+    report.verdict = match verdict {
+        Verdict::Holds => "holds",
+        Verdict::Violated => "violated",
+        Verdict::Invalid => "invalid",
+        Verdict::Inconclusive => "inconclusive",
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report).expect("report serializes"));
+    } else {
+        print_text(&report, verdict);
+    }
+    verdict
+}
+
+fn execute(
+    args: &RunArgs,
+    precision: Precision,
+    tolerance: f64,
+    report: &mut RunReport,
+) -> Result<Verdict, Stop> {
+    let case = shardproof_case::load_case(&args.case)
+        .map_err(|e| stop(Verdict::Invalid, format!("error: {e}")))?;
+    report.case = case.name.clone();
+    report.ranks = case.program.ranks.len();
+
+    let spec_metas = infer_graph(&case.spec, &case.ops).metas;
+    let rank_metas: Vec<_> = case
+        .program
+        .ranks
+        .iter()
+        .map(|g| infer_graph(g, &case.ops).metas)
+        .collect();
+    check_memory(&spec_metas, &rank_metas, args.max_memory)?;
+
+    let (spec_leaves, rank_leaves) = make_inputs(&case, &spec_metas, args.seed)?;
+    let cfg = RunConfig {
+        precision,
+        seed: args.seed,
+        custom_ops: case.ops.clone(),
+    };
+    let interp_stop = |e: shardproof_interp::InterpError, which: &str| {
+        let verdict = match e.kind {
+            InterpErrorKind::Invalid => Verdict::Invalid,
+            InterpErrorKind::Unsupported => Verdict::Inconclusive,
+            InterpErrorKind::Deadlock => Verdict::Violated,
+        };
+        stop(verdict, format!("{which}: {}", e.message))
+    };
+    let spec_env = run_graph(&case.spec, &spec_leaves, &cfg).map_err(|e| interp_stop(e, "spec"))?;
+    let rank_envs = run_program(&case.program, &rank_leaves, &cfg)
+        .map_err(|e| interp_stop(e, "implementation"))?;
+
+    check_random(&case.spec, &spec_env, "spec")?;
+    for (r, (g, env)) in case.program.ranks.iter().zip(&rank_envs).enumerate() {
+        check_random(g, env, &format!("rank {r}"))?;
+    }
+
+    let results = compare_outputs(&case, &spec_env, &rank_envs, tolerance)?;
+    report.first_mismatch = results.iter().find(|r| !r.matched).map(|r| r.name.clone());
+    report.outputs = results;
+    Ok(if report.first_mismatch.is_some() {
+        Verdict::Violated
+    } else {
+        Verdict::Holds
+    })
+}
+
+/// Refuses cases whose tensors (stored as f64 by the interpreter) exceed the budget.
+fn check_memory(
+    spec: &[Vec<Option<Meta>>],
+    ranks: &[Vec<Vec<Option<Meta>>>],
+    budget: u64,
+) -> Result<(), Stop> {
+    let bytes = |metas: &[Vec<Option<Meta>>]| -> u64 {
+        metas
+            .iter()
+            .flatten()
+            .flatten()
+            .map(|m| m.numel() as u64 * 8)
+            .sum()
+    };
+    let spec_bytes = bytes(spec);
+    let rank_bytes: u64 = ranks.iter().map(|m| bytes(m)).sum();
+    let total = spec_bytes + rank_bytes;
+    if total > budget {
+        return Err(stop(
+            Verdict::Inconclusive,
+            format!(
+                "inconclusive: the case needs about {} of tensors (spec {}, ranks {}), over the memory budget of {}\n  hint: raise --max-memory, or capture the programs at smaller sizes (fewer layers, smaller batch, sequence or vocabulary)",
+                human(total),
+                human(spec_bytes),
+                human(rank_bytes),
+                human(budget)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn human(bytes: u64) -> String {
+    let b = bytes as f64;
+    if b >= (1u64 << 30) as f64 {
+        format!("{:.1} GB", b / (1u64 << 30) as f64)
+    } else if b >= (1u64 << 20) as f64 {
+        format!("{:.1} MB", b / (1u64 << 20) as f64)
+    } else {
+        format!("{bytes} bytes")
+    }
+}
+
+/// A random generator for one named thing, stable across platforms.
+fn rng_for(seed: u64, key: &str) -> ChaCha8Rng {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ seed.rotate_left(17);
+    for b in key.bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    ChaCha8Rng::seed_from_u64(h)
+}
+
+/// Random data for a tensor: floats uniform in [-1, 1), integers uniform in [0, bound), bools
+/// fair coins.
+fn random_tensor(meta: &Meta, bound: i64, rng: &mut ChaCha8Rng) -> Tensor {
+    let n = meta.numel();
+    let data = match meta.dtype {
+        DType::Bool => (0..n).map(|_| rng.random_range(0..2) as f64).collect(),
+        d if d.is_int() => (0..n)
+            .map(|_| rng.random_range(0..bound.max(1)) as f64)
+            .collect(),
+        _ => (0..n).map(|_| rng.random_range(-1.0..1.0)).collect(),
+    };
+    Tensor::new(meta.clone(), data)
+}
+
+/// The largest safe value + 1 for an integer input: the size of what it indexes (embedding
+/// rows, an indexed dim, a gathered dim, classes of nll_loss), following dtype casts and views.
+fn int_bound(graph: &Graph, v: ValueId, metas: &[Vec<Option<Meta>>]) -> i64 {
+    const DEFAULT: i64 = 8;
+    let consumers = graph.consumers();
+    let mut bound = i64::MAX;
+    let mut frontier = vec![v];
+    let mut seen = 0;
+    while let Some(cur) = frontier.pop() {
+        seen += 1;
+        if seen > 64 {
+            break;
+        }
+        for &c in &consumers[cur.node] {
+            let node = &graph.nodes[c];
+            let Some(op) = node.op() else { continue };
+            let args = node.args();
+            let is = |i: usize| args.get(i).and_then(|a| a.as_value()) == Some(cur);
+            let dim_of = |i: usize, d: usize| -> Option<i64> {
+                let t = args.get(i)?.as_value()?;
+                metas[t.node].get(t.output)?.as_ref()?.shape.get(d).map(|&s| s as i64)
+            };
+            let found = match op.name.as_str() {
+                "embedding" if is(1) => dim_of(0, 0),
+                "nll_loss_forward" | "nll_loss_backward" if is(1) || is(2) => {
+                    let i = if op.name == "nll_loss_forward" { 0 } else { 1 };
+                    let t = args.get(i).and_then(|a| a.as_value());
+                    t.and_then(|t| metas[t.node].get(t.output)?.as_ref())
+                        .and_then(|m| m.shape.get(if m.shape.len() > 1 { 1 } else { 0 }).map(|&s| s as i64))
+                }
+                "index_select" | "gather" | "scatter" | "scatter_add" if is(2) => args
+                    .get(1)
+                    .and_then(|a| a.as_int())
+                    .and_then(|d| dim_of(0, if d < 0 { 0 } else { d as usize })),
+                "index" | "index_put" => match args.get(1) {
+                    Some(shardproof_ir::Arg::List(items)) => items
+                        .iter()
+                        .position(|a| a.as_value() == Some(cur))
+                        .and_then(|d| dim_of(0, d)),
+                    _ => None,
+                },
+                "_to_copy" | "clone" | "view" | "_unsafe_view" | "reshape" | "detach"
+                | "to" | "contiguous" | "lift_fresh_copy" => {
+                    if node.outputs.len() == 1 {
+                        frontier.push(ValueId::new(c, 0));
+                    }
+                    None
+                }
+                _ => None,
+            };
+            if let Some(b) = found {
+                bound = bound.min(b);
+            }
+        }
+    }
+    if bound == i64::MAX {
+        DEFAULT
+    } else {
+        bound.max(1)
+    }
+}
+
+/// Copies the blocks a rank holds out of a spec tensor (concatenated along `piece.dim`).
+fn extract(spec: &Tensor, piece: &RankPiece, dtype: DType) -> Tensor {
+    let shape: Vec<usize> = piece.local_shape().iter().map(|&d| d as usize).collect();
+    let mut out = vec![0.0; shape.iter().product()];
+    let out_strides = strides(&shape);
+    let spec_strides = strides(spec.shape());
+    let mut offset = 0usize;
+    for block in &piece.blocks {
+        let bshape: Vec<usize> = block.iter().map(|r| (r.end - r.start) as usize).collect();
+        let n: usize = bshape.iter().product();
+        let mut idx = vec![0usize; bshape.len()];
+        for _ in 0..n {
+            let mut src = 0;
+            let mut dst = 0;
+            for d in 0..bshape.len() {
+                src += (block[d].start as usize + idx[d]) * spec_strides[d];
+                let local = if d == piece.dim { idx[d] + offset } else { idx[d] };
+                dst += local * out_strides[d];
+            }
+            out[dst] = spec.data[src];
+            for d in (0..bshape.len()).rev() {
+                idx[d] += 1;
+                if idx[d] < bshape[d] {
+                    break;
+                }
+                idx[d] = 0;
+            }
+        }
+        if let Some(r) = block.get(piece.dim) {
+            offset += (r.end - r.start) as usize;
+        }
+    }
+    Tensor::new(Meta::new(dtype, shape), out)
+}
+
+/// This rank's share of a partial value: the group's shares reduce (sum, avg, max, min) to
+/// `local`. Every member draws the same random shares from a generator keyed by the group, so
+/// the shares are consistent across ranks.
+fn partial_share(local: &Tensor, reduce: Reduce, index: usize, members: usize, mut rng: ChaCha8Rng) -> Tensor {
+    let k = members.max(1);
+    let n = local.numel();
+    let is_int = !local.dtype().is_float();
+    let mut noise: Vec<Vec<f64>> = (0..k)
+        .map(|_| {
+            (0..n)
+                .map(|_| {
+                    if is_int {
+                        rng.random_range(-4i64..5) as f64
+                    } else {
+                        rng.random_range(-1.0..1.0)
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    let data: Vec<f64> = match reduce {
+        Reduce::Sum => (0..n)
+            .map(|e| {
+                if index + 1 < k {
+                    noise[index][e]
+                } else {
+                    local.data[e] - (0..k - 1).map(|i| noise[i][e]).sum::<f64>()
+                }
+            })
+            .collect(),
+        Reduce::Avg => {
+            // local + noise_i, with the noise summing to zero over the group.
+            for e in 0..n {
+                let s: f64 = (0..k - 1).map(|i| noise[i][e]).sum();
+                noise[k - 1][e] = -s;
+            }
+            (0..n).map(|e| local.data[e] + noise[index][e]).collect()
+        }
+        Reduce::Max | Reduce::Min => (0..n)
+            .map(|e| {
+                // One member, chosen per element, holds the value; the others hold less (more).
+                let owner = ((noise[0][e].abs() * 1e6) as usize) % k;
+                let d = noise[index][e].abs() + 0.5;
+                match (index == owner, reduce) {
+                    (true, _) => local.data[e],
+                    (false, Reduce::Max) => local.data[e] - d,
+                    _ => local.data[e] + d,
+                }
+            })
+            .collect(),
+    };
+    Tensor::new(local.meta.clone(), data)
+}
+
+type Leaves = BTreeMap<String, Tensor>;
+
+/// Seeded random spec inputs and, from them, every rank's inputs by the case's layouts; plus
+/// values for module constants (random, keyed by name, so equal names get equal values).
+fn make_inputs(
+    case: &Case,
+    spec_metas: &[Vec<Option<Meta>>],
+    seed: u64,
+) -> Result<(Leaves, Vec<Leaves>), Stop> {
+    let mesh = &case.program.mesh;
+    let mut spec_leaves = Leaves::new();
+    let mut rank_leaves = vec![Leaves::new(); case.program.ranks.len()];
+    for rel in &case.inputs {
+        if let Layout::Expr(_) = rel.layout {
+            return Err(stop(
+                Verdict::Inconclusive,
+                format!(
+                    "inconclusive: `{}` is laid out by an `expr:`; `run` builds rank inputs only from placements\n  hint: write its layout as a placement (with blocks/replicas if fused)",
+                    rel.spec_name
+                ),
+            ));
+        }
+        let v = rel.spec_value;
+        let meta = spec_metas[v.node][v.output].clone().ok_or_else(|| {
+            stop(
+                Verdict::Invalid,
+                format!("error: the shape of spec tensor `{}` is unknown (symbolic or not inferable)", rel.spec_name),
+            )
+        })?;
+        let bound = int_bound(&case.spec, v, spec_metas);
+        let value = random_tensor(&meta, bound, &mut rng_for(seed, &format!("input/{}", rel.spec_name)));
+        let shape: Vec<i64> = meta.shape.iter().map(|&d| d as i64).collect();
+        for (r, leaves) in rank_leaves.iter_mut().enumerate() {
+            let piece = rank_pieces(&rel.layout, &shape, mesh, r).map_err(|e| {
+                stop(Verdict::Invalid, format!("error: `{}`: {e}", rel.spec_name))
+            })?;
+            let graph = &case.program.ranks[r];
+            let iv = rel.impl_values[r];
+            let dtype = graph.recorded_type(iv).map_or(meta.dtype, |t| t.dtype);
+            let mut local = extract(&value, &piece, dtype);
+            if let Some(share) = &piece.partial {
+                let rng = rng_for(seed, &format!("partial/{}/{:?}", rel.spec_name, share.group));
+                local = partial_share(&local, share.reduce, share.index, share.group.len(), rng);
+            }
+            leaves.insert(graph.value_name(iv).to_string(), local);
+        }
+        spec_leaves.insert(rel.spec_name.clone(), value);
+    }
+    add_constants(&case.spec, spec_metas, seed, &mut spec_leaves);
+    for (g, leaves) in case.program.ranks.iter().zip(rank_leaves.iter_mut()) {
+        let metas = infer_graph(g, &case.ops).metas;
+        add_constants(g, &metas, seed, leaves);
+    }
+    Ok((spec_leaves, rank_leaves))
+}
+
+fn add_constants(graph: &Graph, metas: &[Vec<Option<Meta>>], seed: u64, leaves: &mut Leaves) {
+    for (i, node) in graph.nodes.iter().enumerate() {
+        if let NodeKind::Constant { attr } = &node.kind {
+            if leaves.contains_key(&node.outputs[0].name) {
+                continue;
+            }
+            if let Some(meta) = &metas[i][0] {
+                let bound = int_bound(graph, ValueId::new(i, 0), metas);
+                let t = random_tensor(meta, bound, &mut rng_for(seed, &format!("constant/{attr}")));
+                leaves.insert(node.outputs[0].name.clone(), t);
+            }
+        }
+    }
+}
+
+/// Random operators draw different numbers in each program: a comparison through them says
+/// nothing, so the run is inconclusive when one actually drew.
+fn check_random(graph: &Graph, env: &Env, which: &str) -> Result<(), Stop> {
+    let reg = Registry::builtin();
+    for (i, node) in graph.nodes.iter().enumerate() {
+        let Some(def) = node.op().and_then(|o| reg.get(o)) else {
+            continue;
+        };
+        if def.class != OpClass::Random || env.values[i].iter().all(Option::is_none) {
+            continue;
+        }
+        let arg = |pos: usize, key: &str| node.args().get(pos).cloned().or_else(|| node.kwarg(key).cloned());
+        let deterministic = matches!(def.name.name.as_str(), "native_dropout" | "dropout")
+            && (arg(1, "p").and_then(|a| a.as_f64()) == Some(0.0)
+                || arg(2, "train").and_then(|a| a.as_bool()) == Some(false));
+        if !deterministic {
+            return Err(stop(
+                Verdict::Inconclusive,
+                format!(
+                    "inconclusive: {which}: `{}` ({}) draws random numbers, which differ between the spec and the ranks\n  hint: `run` compares deterministic programs; capture with dropout disabled (p=0 or eval mode). The refinement engine honors `assume: dropout: same-mask`",
+                    node.name, def.name
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Accumulated comparison of rank pieces against the spec.
+#[derive(Default)]
+struct ErrorSum {
+    diff2: f64,
+    ref2: f64,
+    nonfinite: bool,
+}
+
+impl ErrorSum {
+    fn add(&mut self, got: &Tensor, want: &Tensor) {
+        for (&g, &w) in got.data.iter().zip(want.data.iter()) {
+            if g.is_nan() && w.is_nan() {
+                continue;
+            }
+            if !g.is_finite() || !w.is_finite() {
+                if g != w {
+                    self.nonfinite = true;
+                }
+                continue;
+            }
+            self.diff2 += (g - w) * (g - w);
+            self.ref2 += w * w;
+        }
+    }
+
+    fn relative(&self) -> f64 {
+        if self.nonfinite {
+            f64::INFINITY
+        } else if self.ref2 > 0.0 {
+            (self.diff2 / self.ref2).sqrt()
+        } else {
+            self.diff2.sqrt()
+        }
+    }
+}
+
+fn combine(values: &[&Tensor], reduce: Reduce) -> Tensor {
+    let n = values[0].numel();
+    let data = (0..n)
+        .map(|e| {
+            let it = values.iter().map(|t| t.data[e]);
+            match reduce {
+                Reduce::Sum => it.sum(),
+                Reduce::Avg => it.sum::<f64>() / values.len() as f64,
+                Reduce::Max => it.fold(f64::NEG_INFINITY, f64::max),
+                Reduce::Min => it.fold(f64::INFINITY, f64::min),
+            }
+        })
+        .collect();
+    Tensor::new(values[0].meta.clone(), data)
+}
+
+/// Relative Frobenius error of the ranks' values against the spec value laid out by `layout`,
+/// or why they cannot be compared.
+fn compare_placed(
+    case: &Case,
+    layout: &Layout,
+    spec: &Tensor,
+    ranks: &[Option<&Tensor>],
+    name: &str,
+) -> Result<f64, String> {
+    let shape: Vec<i64> = spec.shape().iter().map(|&d| d as i64).collect();
+    let mut sum = ErrorSum::default();
+    for (r, value) in ranks.iter().enumerate() {
+        let piece = rank_pieces(layout, &shape, &case.program.mesh, r).map_err(|e| e.to_string())?;
+        let want_shape: Vec<usize> = piece.local_shape().iter().map(|&d| d as usize).collect();
+        let got = match &piece.partial {
+            Some(share) if share.index != 0 => continue,
+            Some(share) => {
+                let members: Vec<&Tensor> = share
+                    .group
+                    .iter()
+                    .map(|&m| ranks[m].ok_or_else(|| format!("rank {m} did not compute `{name}`")))
+                    .collect::<Result<_, _>>()?;
+                if let Some(bad) = members.iter().position(|t| t.shape() != want_shape.as_slice()) {
+                    return Err(format!(
+                        "rank {} holds {:?}, the placement expects {:?}",
+                        share.group[bad],
+                        members[bad].shape(),
+                        want_shape
+                    ));
+                }
+                combine(&members, share.reduce)
+            }
+            None => {
+                let t = value.ok_or_else(|| format!("rank {r} did not compute `{name}`"))?;
+                if t.shape() != want_shape.as_slice() {
+                    return Err(format!(
+                        "rank {r} holds {:?}, the placement expects {:?}",
+                        t.shape(),
+                        want_shape
+                    ));
+                }
+                (*t).clone()
+            }
+        };
+        sum.add(&got, &extract(spec, &piece, spec.dtype()));
+    }
+    Ok(sum.relative())
+}
+
+/// Every simple layout of a tensor of `rank` dims on the mesh (Replicate first), for outputs
+/// the case sets no expectation on.
+fn candidate_layouts(mesh_dims: usize, rank: usize) -> Vec<Layout> {
+    let mut options = vec![Placement::Replicate];
+    options.extend((0..rank).map(Placement::Shard));
+    options.push(Placement::Partial(Reduce::Sum));
+    let mut out: Vec<Vec<Placement>> = vec![Vec::new()];
+    for _ in 0..mesh_dims {
+        out = out
+            .into_iter()
+            .flat_map(|prefix| {
+                options.iter().map(move |p| {
+                    let mut v = prefix.clone();
+                    v.push(*p);
+                    v
+                })
+            })
+            .take(4096)
+            .collect();
+    }
+    out.into_iter()
+        .map(|placements| {
+            Layout::Placed(PlacedLayout {
+                placements,
+                blocks: shardproof_case::Blocks::NONE,
+            })
+        })
+        .collect()
+}
+
+fn compare_outputs(
+    case: &Case,
+    spec_env: &Env,
+    rank_envs: &[Env],
+    tolerance: f64,
+) -> Result<Vec<OutputResult>, Stop> {
+    let spec_value = |v: ValueId, name: &str| {
+        spec_env.get(v).ok_or_else(|| {
+            stop(
+                Verdict::Invalid,
+                format!(
+                    "error: spec tensor `{name}` cannot be computed from the case's inputs: it depends on a spec input or cut the case does not lay out\n  hint: add the missing tensors to `inputs:` in {}",
+                    case.file.display()
+                ),
+            )
+        })
+    };
+    let mut results = Vec::new();
+    if !case.outputs.is_empty() {
+        let mut expectations: Vec<_> = case.outputs.iter().collect();
+        expectations.sort_by_key(|e| e.spec_value);
+        for e in expectations {
+            let spec = spec_value(e.spec_value, &e.spec_name)?;
+            if let Layout::Expr(_) = e.layout {
+                return Err(stop(
+                    Verdict::Inconclusive,
+                    format!("inconclusive: output `{}` is expected by an `expr:`, which `run` does not evaluate yet\n  hint: state the expectation as a placement", e.spec_name),
+                ));
+            }
+            let ranks: Vec<Option<&Tensor>> = rank_envs
+                .iter()
+                .zip(&e.impl_values)
+                .map(|(env, &v)| env.get(v))
+                .collect();
+            let (rel_error, note) = match compare_placed(case, &e.layout, spec, &ranks, &e.impl_name) {
+                Ok(err) => (Some(err), None),
+                Err(note) => (None, Some(note)),
+            };
+            results.push(OutputResult {
+                name: e.spec_name.clone(),
+                placement: Some(e.layout.to_string()),
+                matched: rel_error.is_some_and(|x| x <= tolerance),
+                rel_error,
+                note,
+            });
+        }
+        return Ok(results);
+    }
+    let mut seen = Vec::new();
+    for (i, out) in case.spec.outputs.iter().enumerate() {
+        let Some(v) = *out else { continue };
+        if seen.contains(&v) {
+            continue;
+        }
+        seen.push(v);
+        let name = case.spec.value_name(v).to_string();
+        let spec = spec_value(v, &name)?;
+        let ranks: Vec<Option<&Tensor>> = case
+            .program
+            .ranks
+            .iter()
+            .zip(rank_envs)
+            .map(|(g, env)| g.outputs.get(i).copied().flatten().and_then(|rv| env.get(rv)))
+            .collect();
+        let mut best: Option<(f64, String)> = None;
+        let mut matched = None;
+        for layout in candidate_layouts(case.program.mesh.dims.len(), spec.shape().len()) {
+            if let Ok(err) = compare_placed(case, &layout, spec, &ranks, &name) {
+                if err <= tolerance {
+                    matched = Some((err, layout.to_string()));
+                    break;
+                }
+                if best.as_ref().is_none_or(|(b, _)| err < *b) {
+                    best = Some((err, layout.to_string()));
+                }
+            }
+        }
+        results.push(match (matched, best) {
+            (Some((err, p)), _) => OutputResult {
+                name,
+                placement: Some(p),
+                rel_error: Some(err),
+                matched: true,
+                note: None,
+            },
+            (None, Some((err, p))) => OutputResult {
+                name,
+                placement: Some(p),
+                rel_error: Some(err),
+                matched: false,
+                note: Some(format!("output {i} matches no simple placement; closest shown")),
+            },
+            (None, None) => OutputResult {
+                name,
+                placement: None,
+                rel_error: None,
+                matched: false,
+                note: Some(format!("output {i}: the ranks' outputs fit no simple placement")),
+            },
+        });
+    }
+    Ok(results)
+}
+
+fn print_text(report: &RunReport, verdict: Verdict) {
+    println!(
+        "case {}: spec + {} ranks, seed {}, {} (tolerance {:e})",
+        report.case, report.ranks, report.seed, report.dtype, report.tolerance
+    );
+    let width = report.outputs.iter().map(|o| o.name.len()).max().unwrap_or(6).max(6);
+    for o in &report.outputs {
+        let err = o.rel_error.map_or("-".to_string(), |e| format!("{e:.2e}"));
+        println!(
+            "  {:width$}  {:24}  rel. error {:>9}  {}{}",
+            o.name,
+            o.placement.as_deref().unwrap_or("-"),
+            err,
+            if o.matched { "ok" } else { "MISMATCH" },
+            o.note.as_ref().map_or(String::new(), |n| format!("  ({n})")),
+        );
+    }
+    match verdict {
+        Verdict::Holds => println!("verdict: holds: every compared output matches the spec"),
+        Verdict::Violated => match &report.first_mismatch {
+            Some(n) => println!("verdict: violated: first mismatching output `{n}` (in spec order)"),
+            None => println!("verdict: violated"),
+        },
+        Verdict::Invalid => println!("verdict: invalid input"),
+        Verdict::Inconclusive => println!("verdict: inconclusive"),
+    }
+}

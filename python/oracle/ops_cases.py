@@ -178,6 +178,11 @@ case("bitwise_not_bool", "bitwise_not", lambda a: ~a, lambda g: dict(a=g.bools(4
 case("bitwise_not_int", "bitwise_not", lambda a: ~a, lambda g: dict(a=g.ints(-64, 64, 4, 8)))
 case("bitwise_xor_int", "bitwise_xor.Tensor", lambda a, b: torch.bitwise_xor(a, b),
      lambda g: dict(a=g.ints(-64, 64, 4, 8), b=g.ints(0, 64, 4, 8)))
+case("xor_operator_int", "__xor__.Tensor", lambda a, b: a ^ b,
+     lambda g: dict(a=g.ints(-64, 64, 4, 8), b=g.ints(0, 64, 8)))
+case("or_operator_scalar_int", "__or__.Scalar", lambda a: a | 5, lambda g: dict(a=g.ints(-64, 64, 4, 8)))
+case("and_operator_scalar_int", "__and__.Scalar", lambda a: a & 6, lambda g: dict(a=g.ints(-64, 64, 4, 8)))
+case("xor_operator_scalar_bool", "__xor__.Scalar", lambda m: m ^ True, lambda g: dict(m=g.bools(4, 8)))
 case("logical_and", "logical_and", lambda a, b: torch.logical_and(a, b),
      lambda g: dict(a=g.bools(4, 8), b=g.rounded(4, 8)))
 case("logical_or", "logical_or", lambda a, b: torch.logical_or(a, b),
@@ -405,6 +410,19 @@ case("select_scatter", "select_scatter", lambda x, s: aten.select_scatter.defaul
 case("constant_pad_nd", "constant_pad_nd", lambda x: aten.constant_pad_nd.default(x, [1, 2, 0, 1], 0.5),
      lambda g: dict(x=g.randn(4, 8)))
 case("pad", "pad", lambda x: F.pad(x, (2, 0), value=-1.0), lambda g: dict(x=g.randn(4, 8)))
+case("pad_constant_default", "pad", lambda x: aten.pad.default(x, [1, 1, 2, 0]), lambda g: dict(x=g.randn(4, 8)))
+case("pad_constant_int", "pad", lambda i: aten.pad.default(i, [1, -2], "constant", 2.5),
+     lambda g: dict(i=g.ints(-9, 9, 4, 8)), note="value cast to the integer dtype; negative pad crops")
+case("pad_reflect", "pad", lambda x: F.pad(x, (3, 2), mode="reflect"), lambda g: dict(x=g.randn(2, 3, 8)))
+case("pad_reflect_2d_crop", "pad", lambda x: aten.pad.default(x, [-1, 3, 2, 1], "reflect"),
+     lambda g: dict(x=g.randn(2, 4, 5)))
+case("pad_replicate_2d", "pad", lambda x: F.pad(x, (1, 2, 2, 0), mode="replicate"),
+     lambda g: dict(x=g.randn(1, 2, 3, 4)))
+case("pad_replicate_3d", "pad", lambda x: F.pad(x, (1, 0, 0, 2, 1, 1), mode="replicate"),
+     lambda g: dict(x=g.randn(2, 3, 2, 4)))
+case("pad_circular", "pad", lambda x: F.pad(x, (3, 8), mode="circular"), lambda g: dict(x=g.randn(2, 3, 8)))
+case("pad_circular_crop", "pad", lambda x: aten.pad.default(x, [-2, 3, 1, -1], "circular"),
+     lambda g: dict(x=g.randn(1, 3, 4, 6)), note="circular padding wraps the input left after cropping")
 
 # ---------------------------------------------------------------------------------------------
 # Creation (operators inside the graph, combined with an input)
@@ -455,6 +473,33 @@ case("attention_scores", ["matmul", "masked_fill.Scalar", "softmax.int"],
 case("scaled_dot_product_attention", "scaled_dot_product_attention",
      lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
      lambda g: dict(q=g.randn(1, 2, 4, 8), k=g.randn(1, 2, 4, 8), v=g.randn(1, 2, 4, 8)))
+
+
+def _mask_with_empty_row(g: Gen) -> torch.Tensor:
+    m = g.bools(4, 6, p=0.6)
+    m[1] = False  # a query that may attend to nothing: torch gives zeros, not NaN
+    m[:, 0] |= torch.arange(4) != 1
+    return m
+
+
+case("sdpa_bool_mask", "scaled_dot_product_attention",
+     lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
+     lambda g: dict(q=g.randn(2, 2, 4, 8), k=g.randn(2, 2, 6, 8), v=g.randn(2, 2, 6, 5), m=_mask_with_empty_row(g)))
+case("sdpa_float_mask_scale", "scaled_dot_product_attention",
+     lambda q, k, v, b: F.scaled_dot_product_attention(q, k, v, attn_mask=b, scale=0.3),
+     lambda g: dict(q=g.randn(2, 3, 4, 8), k=g.randn(2, 3, 5, 8), v=g.randn(2, 3, 5, 8), b=g.randn(2, 1, 4, 5)))
+case("sdpa_causal_rect", "scaled_dot_product_attention",
+     lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+     lambda g: dict(q=g.randn(1, 2, 6, 4), k=g.randn(1, 2, 3, 4), v=g.randn(1, 2, 3, 4)),
+     note="more queries than keys: the causal mask is aligned to the top left")
+case("sdpa_gqa", "scaled_dot_product_attention",
+     lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True),
+     lambda g: dict(q=g.randn(1, 4, 3, 8), k=g.randn(1, 2, 3, 8), v=g.randn(1, 2, 3, 8)))
+case("sdpa_3d", "scaled_dot_product_attention",
+     lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
+     lambda g: dict(q=g.randn(3, 4, 8), k=g.randn(3, 5, 8), v=g.randn(3, 5, 2)))
+case("broadcast_tensors", "broadcast_tensors", lambda x, y, i: torch.broadcast_tensors(x, y, i),
+     lambda g: dict(x=g.randn(4, 1), y=g.randn(3, 1, 8), i=g.ints(0, 9, 8)))
 
 # ---------------------------------------------------------------------------------------------
 # More operators that real captures (Megatron, HF, AOTAutograd joint graphs) contain

@@ -112,6 +112,40 @@ pub fn main(path: &Path, strict: bool, json: bool) -> Verdict {
     }
 }
 
+/// `inspect --strict` with a one-line summary instead of the full report (for the demo).
+pub fn summary(path: &Path) -> Verdict {
+    match build(path) {
+        Err(e) => {
+            eprintln!("error: {e}");
+            Verdict::Invalid
+        }
+        Ok(r) => {
+            let nodes: usize = r.graphs.iter().map(|g| g.nodes).sum();
+            let checked: usize = r.graphs.iter().map(|g| g.shapes_checked).sum();
+            let collectives: usize = r
+                .graphs
+                .iter()
+                .flat_map(|g| &g.collectives)
+                .map(|c| c.count)
+                .sum();
+            println!(
+                "inspect: {} graphs, {nodes} nodes, {collectives} collectives, {checked} recorded shapes checked: {}",
+                r.graphs.len(),
+                if r.clean {
+                    "every line parsed, no opaque operator, every shape agrees"
+                } else {
+                    "NOT clean (run `shardproof inspect --strict` on the case for details)"
+                }
+            );
+            if r.clean {
+                Verdict::Holds
+            } else {
+                Verdict::Violated
+            }
+        }
+    }
+}
+
 fn is_case(path: &Path) -> bool {
     matches!(
         path.extension().and_then(|e| e.to_str()),

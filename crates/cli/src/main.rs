@@ -3,6 +3,7 @@
 //! Exit codes, for every verdict-producing command: 0 the property holds, 1 it is violated,
 //! 2 the input is invalid (bad case, unreadable graph, usage error), 3 inconclusive.
 
+mod demo;
 mod inspect;
 mod run;
 
@@ -32,6 +33,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run the built-in demo: a tensor-parallel MLP captured from PyTorch, correct and with a
+    /// planted bug, through every engine.
+    Demo,
     /// Numerical differential check: run the spec and every rank on seeded random inputs laid
     /// out by the case's placements, and compare each expected output.
     Run(run::RunArgs),
@@ -72,6 +76,7 @@ fn main() -> ExitCode {
     let verdict = match cli.command {
         Command::Inspect { path, strict, json } => inspect::main(&path, strict, json),
         Command::Run(args) => run::main(&args),
+        Command::Demo => demo::main(),
     };
     ExitCode::from(verdict.code())
 }

@@ -13,11 +13,11 @@ use shardproof_case::{
     rank_pieces, Case, Layout, PlacedLayout, Placement, RankPiece, Reduce,
 };
 use shardproof_interp::{
-    infer_graph, run_graph, run_program, Env, InterpErrorKind, Precision, RunConfig,
+    infer_graph, live_values, run_graph, run_program, Env, InterpErrorKind, Precision, RunConfig,
 };
 use shardproof_ir::{DType, Graph, NodeKind, ValueId};
 use shardproof_ops::{strides, Meta, OpClass, Registry, Tensor};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 /// Arguments of `shardproof run`.
@@ -37,6 +37,19 @@ pub struct RunArgs {
     /// Print machine-readable JSON on stdout.
     #[arg(long)]
     json: bool,
+}
+
+impl RunArgs {
+    /// The defaults of the command line for `case`.
+    pub fn new(case: PathBuf) -> Self {
+        RunArgs {
+            case,
+            seed: 0,
+            dtype: "f64".into(),
+            max_memory: 8 << 30,
+            json: false,
+        }
+    }
 }
 
 fn parse_bytes(s: &str) -> Result<u64, String> {
@@ -150,7 +163,7 @@ fn execute(
         .iter()
         .map(|g| infer_graph(g, &case.ops).metas)
         .collect();
-    check_memory(&spec_metas, &rank_metas, args.max_memory)?;
+    check_memory(&case, &spec_metas, &rank_metas, args.max_memory)?;
 
     let (spec_leaves, rank_leaves) = make_inputs(&case, &spec_metas, args.seed)?;
     let cfg = RunConfig {
@@ -185,22 +198,52 @@ fn execute(
     })
 }
 
-/// Refuses cases whose tensors (stored as f64 by the interpreter) exceed the budget.
+/// The names a run gives values to: laid-out spec tensors (or their impl names) and constants.
+fn leaf_names(graph: &Graph, laid_out: impl Iterator<Item = String>) -> BTreeSet<String> {
+    let mut names: BTreeSet<String> = laid_out.collect();
+    for node in &graph.nodes {
+        if let NodeKind::Constant { .. } = node.kind {
+            names.insert(node.outputs[0].name.clone());
+        }
+    }
+    names
+}
+
+/// Refuses cases whose computed tensors (stored as f64 by the interpreter) exceed the budget.
 fn check_memory(
+    case: &Case,
     spec: &[Vec<Option<Meta>>],
     ranks: &[Vec<Vec<Option<Meta>>>],
     budget: u64,
 ) -> Result<(), Stop> {
-    let bytes = |metas: &[Vec<Option<Meta>>]| -> u64 {
+    let bytes = |graph: &Graph, names: BTreeSet<String>, metas: &[Vec<Option<Meta>>]| -> u64 {
+        let live = live_values(graph, &names);
         metas
             .iter()
-            .flatten()
-            .flatten()
+            .zip(&live)
+            .flat_map(|(m, l)| m.iter().zip(l))
+            .filter(|(_, &l)| l)
+            .filter_map(|(m, _)| m.as_ref())
             .map(|m| m.numel() as u64 * 8)
             .sum()
     };
-    let spec_bytes = bytes(spec);
-    let rank_bytes: u64 = ranks.iter().map(|m| bytes(m)).sum();
+    let spec_names = leaf_names(&case.spec, case.inputs.iter().map(|r| r.spec_name.clone()));
+    let spec_bytes = bytes(&case.spec, spec_names, spec);
+    let rank_bytes: u64 = case
+        .program
+        .ranks
+        .iter()
+        .enumerate()
+        .map(|(r, g)| {
+            let names = leaf_names(
+                g,
+                case.inputs
+                    .iter()
+                    .filter_map(|rel| rel.impl_values.get(r).map(|&v| g.value_name(v).to_string())),
+            );
+            bytes(g, names, &ranks[r])
+        })
+        .sum();
     let total = spec_bytes + rank_bytes;
     if total > budget {
         return Err(stop(

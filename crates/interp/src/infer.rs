@@ -56,12 +56,16 @@ pub fn infer_graph(graph: &Graph, custom_ops: &BTreeMap<String, OpMeaning>) -> I
     let reg = Registry::builtin();
     let mut metas: Vec<Vec<Option<Meta>>> = Vec::with_capacity(graph.nodes.len());
     let mut nodes = Vec::with_capacity(graph.nodes.len());
-    for node in &graph.nodes {
-        let recorded: Vec<Option<Meta>> = node
+    let consumers = graph.consumers();
+    for (i, node) in graph.nodes.iter().enumerate() {
+        let mut recorded: Vec<Option<Meta>> = node
             .outputs
             .iter()
             .map(|o| o.ty.as_ref().and_then(Meta::from_type))
             .collect();
+        if matches!(node.kind, NodeKind::Constant { .. }) && recorded[0].is_none() {
+            recorded[0] = constant_type_from_copy(graph, &consumers[i]);
+        }
         let result = match &node.kind {
             NodeKind::Input | NodeKind::Constant { .. } => NodeInference::Leaf,
             NodeKind::Call { op, args, kwargs } => {
@@ -102,6 +106,24 @@ pub fn infer_graph(graph: &Graph, custom_ops: &BTreeMap<String, OpMeaning>) -> I
         nodes.push(result);
     }
     Inference { nodes, metas }
+}
+
+/// Captures sometimes print a module constant without a type annotation; its value-preserving
+/// copy (`lift_fresh_copy` and the like) then records the type the constant must have.
+fn constant_type_from_copy(graph: &Graph, consumers: &[usize]) -> Option<Meta> {
+    consumers.iter().find_map(|&c| {
+        let node = &graph.nodes[c];
+        let op = node.op()?;
+        let copies = op.namespace == "aten"
+            && matches!(
+                op.name.as_str(),
+                "lift_fresh_copy" | "lift_fresh" | "clone" | "detach" | "alias"
+            );
+        if !copies {
+            return None;
+        }
+        node.outputs.first()?.ty.as_ref().and_then(Meta::from_type)
+    })
 }
 
 fn infer_auto_functionalized(
@@ -187,4 +209,17 @@ fn infer_decomp(expr: &DecompExpr, call_args: &[Arg], values: &dyn Values) -> Re
         }
         _ => Err(OpError::new("a decomposition must evaluate to a tensor")),
     }
+}
+
+/// Which values a run would compute when exactly the named values are given as leaves: the
+/// interpreter's rule (a node runs when every value it reads is available) without running.
+pub fn live_values(graph: &Graph, leaves: &std::collections::BTreeSet<String>) -> Vec<Vec<bool>> {
+    let mut live: Vec<Vec<bool>> = Vec::with_capacity(graph.nodes.len());
+    for node in &graph.nodes {
+        let given: Vec<bool> = node.outputs.iter().map(|o| leaves.contains(&o.name)).collect();
+        let runs = matches!(node.kind, NodeKind::Call { .. })
+            && node.inputs().iter().all(|v| live[v.node][v.output]);
+        live.push(given.into_iter().map(|g| g || runs).collect());
+    }
+    live
 }

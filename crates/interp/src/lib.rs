@@ -10,7 +10,7 @@ mod exec;
 mod infer;
 
 pub use exec::{run_graph, run_program};
-pub use infer::{infer_graph, Inference, NodeInference};
+pub use infer::{infer_graph, live_values, Inference, NodeInference};
 
 use shardproof_ir::{OpMeaning, ValueId};
 use shardproof_ops::Tensor;

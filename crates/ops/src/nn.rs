@@ -15,6 +15,7 @@ pub(crate) fn register(r: &mut Registry) {
     register_activations(r);
     register_embedding(r);
     register_losses(r);
+    register_attention(r);
 }
 
 fn err<T>(msg: String) -> Result<T, OpError> {
@@ -1123,6 +1124,217 @@ fn register_losses(r: &mut Registry) {
                 .collect();
             Ok(vec![Tensor::new(m[0].clone(), out)])
         },
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Attention
+
+/// The checked shapes of a `scaled_dot_product_attention` call: query `[..., Hq, L, E]`, key
+/// `[..., Hk, S, E]`, value `[..., Hv, S, Ev]`, optional mask broadcastable to `[..., L, S]`.
+struct Attention {
+    /// Batch dims of the output (everything before `[L, Ev]`), broadcast over all operands.
+    batch: Vec<usize>,
+    l: usize,
+    s: usize,
+    e: usize,
+    ev: usize,
+    /// With `enable_gqa`, the query heads `Hq`, which key and value heads serve in groups.
+    gqa_heads: Option<usize>,
+    scale: f64,
+    causal: bool,
+}
+
+impl Attention {
+    fn of(a: &Args) -> Result<Attention, OpError> {
+        const OP: &str = "scaled_dot_product_attention";
+        let (q, k, v) = (a.meta("query")?, a.meta("key")?, a.meta("value")?);
+        let mask = a.opt_meta("attn_mask")?;
+        require_float(OP, &q)?;
+        if k.dtype != q.dtype || v.dtype != q.dtype {
+            return err(format!(
+                "{OP}: expected query, key, and value to have the same dtype, got {}, {} and {}",
+                q.dtype.torch_name(),
+                k.dtype.torch_name(),
+                v.dtype.torch_name()
+            ));
+        }
+        if q.rank() < 2 || k.rank() < 2 || v.rank() < 2 {
+            return err(format!(
+                "{OP}: query, key and value need at least 2 dims, got shapes {:?}, {:?} and {:?}",
+                q.shape, k.shape, v.shape
+            ));
+        }
+        let last2 = |m: &Meta| (m.shape[m.rank() - 2], m.shape[m.rank() - 1]);
+        let ((l, e), (s, ek), (sv, ev)) = (last2(&q), last2(&k), last2(&v));
+        if ek != e || sv != s {
+            return err(format!(
+                "{OP}: query {:?}, key {:?} and value {:?} do not fit ([..., L, E], [..., S, E], \
+                 [..., S, Ev])",
+                q.shape, k.shape, v.shape
+            ));
+        }
+        let dropout = a.float("dropout_p")?;
+        if dropout != 0.0 {
+            // Random, and the interpreter cannot reproduce torch's random stream: refuse rather
+            // than compute something else.
+            return err(format!(
+                "{OP}: dropout_p = {dropout} is not supported (attention dropout is random); \
+                 capture the model in eval mode"
+            ));
+        }
+        let causal = a.bool("is_causal")?;
+        if causal && mask.is_some() {
+            return err(format!(
+                "{OP}: explicit attn_mask should not be set when is_causal=True"
+            ));
+        }
+        let (qb, mut kb, mut vb) = (
+            &q.shape[..q.rank() - 2],
+            k.shape[..k.rank() - 2].to_vec(),
+            v.shape[..v.rank() - 2].to_vec(),
+        );
+        let gqa_heads = if a.bool("enable_gqa")? {
+            let (Some(&hq), Some(&hk), Some(&hv)) = (qb.last(), kb.last(), vb.last()) else {
+                return err(format!(
+                    "{OP}: enable_gqa needs a head dim (-3) in query, key and value"
+                ));
+            };
+            if hk == 0 || hv == 0 || hq % hk != 0 || hq % hv != 0 {
+                return err(format!(
+                    "{OP}: with enable_gqa the key and value heads ({hk}, {hv}) must divide \
+                     the query heads ({hq})"
+                ));
+            }
+            *kb.last_mut().expect("checked") = hq;
+            *vb.last_mut().expect("checked") = hq;
+            Some(hq)
+        } else {
+            None
+        };
+        let mut batch = broadcast_shapes(&broadcast_shapes(qb, &kb)?, &vb)?;
+        if let Some(m) = &mask {
+            if !(m.dtype == DType::Bool || m.dtype == DType::F32 || m.dtype == q.dtype) {
+                return err(format!(
+                    "{OP}: expected attn_mask dtype to be bool or float or to match query dtype, \
+                     got {} and {}",
+                    m.dtype.torch_name(),
+                    q.dtype.torch_name()
+                ));
+            }
+            let mut scores = batch.clone();
+            scores.extend([l, s]);
+            let full = broadcast_shapes(&scores, &m.shape)?;
+            if full[full.len() - 2..] != [l, s] {
+                return err(format!(
+                    "{OP}: attn_mask of shape {:?} does not broadcast to the scores {scores:?}",
+                    m.shape
+                ));
+            }
+            batch = full[..full.len() - 2].to_vec();
+        }
+        let scale = a.opt_float("scale")?.unwrap_or(1.0 / (e as f64).sqrt());
+        Ok(Attention {
+            batch,
+            l,
+            s,
+            e,
+            ev,
+            gqa_heads,
+            scale,
+            causal,
+        })
+    }
+
+    fn out_shape(&self) -> Vec<usize> {
+        let mut shape = self.batch.clone();
+        shape.extend([self.l, self.ev]);
+        shape
+    }
+
+    /// For every output batch, the batch of an operand with batch dims `src`: broadcast, and
+    /// under GQA query head `h` reads key/value head `h / (Hq / H)`.
+    fn batch_indices(&self, src: &[usize]) -> Vec<usize> {
+        match (self.gqa_heads, src.last()) {
+            (Some(hq), Some(&h)) if h != hq => {
+                let mut expanded = src.to_vec();
+                *expanded.last_mut().expect("nonempty") = hq;
+                broadcast_indices(&expanded, &self.batch)
+                    .into_iter()
+                    .map(|i| (i / hq) * h + (i % hq) / (hq / h))
+                    .collect()
+            }
+            _ => broadcast_indices(src, &self.batch),
+        }
+    }
+}
+
+fn infer_sdpa(a: &Args) -> Result<Vec<Meta>, OpError> {
+    let att = Attention::of(a)?;
+    Ok(vec![Meta::new(a.meta("query")?.dtype, att.out_shape())])
+}
+
+/// `softmax(q·kᵀ·scale + bias)·v`, the bias being `-inf` where a bool mask is false or above the
+/// diagonal under `is_causal`, or an additive float mask. A row masked entirely gives zeros, as
+/// torch's kernels (not NaN, as a plain softmax would).
+fn eval_sdpa(a: &Args, m: &[Meta], _: &mut EvalCtx) -> Result<Vec<Tensor>, OpError> {
+    let att = Attention::of(a)?;
+    let (q, k, v) = (a.tensor("query")?, a.tensor("key")?, a.tensor("value")?);
+    let mask = a.opt_tensor("attn_mask")?;
+    let (l, s, e, ev) = (att.l, att.s, att.e, att.ev);
+    let batch_of = |t: &Tensor| att.batch_indices(&t.shape()[..t.meta.rank() - 2]);
+    let (iq, ik, iv) = (batch_of(q), batch_of(k), batch_of(v));
+    let mut scores_shape = att.batch.clone();
+    scores_shape.extend([l, s]);
+    let im = mask.map(|t| broadcast_indices(t.shape(), &scores_shape));
+    let bool_mask = mask.is_some_and(|t| t.dtype() == DType::Bool);
+    let mut out = vec![0.0; iq.len() * l * ev];
+    let mut scores = vec![0.0; l * s];
+    let mut probs = vec![0.0; l * s];
+    for b in 0..iq.len() {
+        let (qd, kd) = (&q.data[iq[b] * l * e..], &k.data[ik[b] * s * e..]);
+        for i in 0..l {
+            let qrow = &qd[i * e..(i + 1) * e];
+            for j in 0..s {
+                let krow = &kd[j * e..(j + 1) * e];
+                let dot: f64 = qrow.iter().zip(krow).map(|(x, y)| x * y).sum();
+                let at = (b * l + i) * s + j;
+                let bias = match (&im, mask) {
+                    _ if att.causal && j > i => f64::NEG_INFINITY,
+                    (Some(im), Some(mt)) if bool_mask => {
+                        if mt.data[im[at]] != 0.0 {
+                            0.0
+                        } else {
+                            f64::NEG_INFINITY
+                        }
+                    }
+                    (Some(im), Some(mt)) => mt.data[im[at]],
+                    _ => 0.0,
+                };
+                scores[i * s + j] = dot * att.scale + bias;
+            }
+        }
+        for (row, p) in scores.chunks(s.max(1)).zip(probs.chunks_mut(s.max(1))) {
+            if row.iter().all(|&x| x == f64::NEG_INFINITY) {
+                p.fill(0.0);
+            } else {
+                softmax_lane(row, p, false);
+            }
+        }
+        let vd = &v.data[iv[b] * s * ev..(iv[b] + 1) * s * ev];
+        crate::linalg::gemm_acc(&probs, vd, &mut out[b * l * ev..(b + 1) * l * ev], l, s, ev);
+    }
+    Ok(vec![Tensor::new(m[0].clone(), out)])
+}
+
+fn register_attention(r: &mut Registry) {
+    // Pure: dropout_p > 0 is refused rather than registered as a random operator (see
+    // `Attention::of`), so every accepted call is deterministic.
+    r.pure(
+        "aten.scaled_dot_product_attention.default",
+        "scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, float dropout_p=0., bool is_causal=False, *, float? scale=None, bool enable_gqa=False) -> Tensor",
+        infer_sdpa,
+        eval_sdpa,
     );
 }
 

@@ -111,7 +111,11 @@ impl Schema {
                 kw_only,
             });
         }
-        let ret = ret_text.trim_start_matches('(').trim_end_matches(')');
+        // `(Tensor values, Tensor indices)` and `()` are tuples; `Tensor(a!)` is not.
+        let ret = match ret_text.strip_prefix('(') {
+            Some(inner) => inner.strip_suffix(')').unwrap_or(inner),
+            None => ret_text,
+        };
         let returns = split_top(ret)
             .into_iter()
             .map(|r| r.trim().to_string())
@@ -132,6 +136,12 @@ impl Schema {
 }
 
 fn parse_type(t: &str) -> Option<ArgType> {
+    // Alias annotations (`Tensor(a!)`, `Tensor(a -> *)[]`) say how outputs share storage; a
+    // functional interpreter has no use for them.
+    let t = match (t.find('('), t.rfind(')')) {
+        (Some(open), Some(close)) if open < close => format!("{}{}", &t[..open], &t[close + 1..]),
+        _ => t.to_string(),
+    };
     let t = t.trim();
     let list = t.ends_with(']');
     let elem = t.split('[').next()?.trim_end_matches('?');
@@ -205,5 +215,11 @@ mod tests {
         assert_eq!(s.returns.len(), 2);
         let s = Schema::parse("index.Tensor(Tensor self, Tensor?[] indices) -> Tensor");
         assert_eq!(s.args[1].ty, ArgType::TensorList);
+        let s = Schema::parse("detach_(Tensor(a!) self) -> Tensor(a!)");
+        assert_eq!(s.args[0].ty, ArgType::Tensor);
+        assert_eq!(s.returns, vec!["Tensor(a!)"]);
+        let s = Schema::parse("_foreach_add_(Tensor(a!)[] self, Scalar scalar) -> ()");
+        assert_eq!(s.args[0].ty, ArgType::TensorList);
+        assert!(s.returns.is_empty());
     }
 }

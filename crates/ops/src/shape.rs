@@ -1126,44 +1126,145 @@ fn eval_tri(a: &Args, m: &[Meta], keep: fn(i64, i64) -> bool) -> Result<Vec<Tens
     Ok(vec![Tensor::new(m[0].clone(), data)])
 }
 
-/// Left and right padding of each dim of a tensor of rank `r` from `constant_pad_nd`'s `pad`.
-fn pad_amounts(a: &Args, m: &Meta) -> Result<Vec<(i64, i64)>, OpError> {
-    let pad = a.int_list("pad")?;
-    let r = m.rank();
-    if pad.len() % 2 != 0 || pad.len() / 2 > r {
-        return Err(OpError::new(format!(
-            "constant_pad_nd: padding length must be even and at most twice the rank {r}, got {}",
-            pad.len()
-        )));
+/// How `pad` fills the border: with a value, or from the input itself (torch's
+/// `reflect`, `replicate` and `circular` modes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PadMode {
+    Constant,
+    Reflect,
+    Replicate,
+    Circular,
+}
+
+/// A checked padding: the mode, the value of constant padding, and the (left, right) padding
+/// of every dim (negative amounts crop).
+struct Padding {
+    mode: PadMode,
+    value: f64,
+    pads: Vec<(i64, i64)>,
+}
+
+impl Padding {
+    /// The padding of a `constant_pad_nd` or `pad` call on a tensor of meta `m`, with torch's
+    /// checks.
+    fn of(a: &Args, m: &Meta) -> Result<Padding, OpError> {
+        let op = &a.schema().name;
+        let mode = match a.schema().index_of("mode") {
+            None => PadMode::Constant,
+            Some(_) => match a.str("mode")?.as_str() {
+                "constant" => PadMode::Constant,
+                "reflect" => PadMode::Reflect,
+                "replicate" => PadMode::Replicate,
+                "circular" => PadMode::Circular,
+                other => {
+                    return Err(OpError::new(format!(
+                        "{op}: unrecognised padding mode {other}"
+                    )))
+                }
+            },
+        };
+        let value = a.opt_float("value")?;
+        let pad = a.int_list("pad")?;
+        let r = m.rank();
+        if pad.len() % 2 != 0 || pad.len() / 2 > r {
+            return Err(OpError::new(format!(
+                "{op}: padding length must be even and at most twice the rank {r}, got {}",
+                pad.len()
+            )));
+        }
+        let k = pad.len() / 2;
+        if mode != PadMode::Constant {
+            if value.is_some_and(|v| v != 0.0) {
+                return Err(OpError::new(format!(
+                    "{op}: padding mode {mode:?} doesn't take in value argument"
+                )));
+            }
+            // torch pads the last 1, 2 or 3 dims of a batched or unbatched input only.
+            if !(1..=3).contains(&k) || !(k + 1..=k + 2).contains(&r) {
+                return Err(OpError::new(format!(
+                    "{op}: padding size {} is not supported for {r}D input tensor in mode {mode:?}",
+                    pad.len()
+                )));
+            }
+        }
+        let mut pads = vec![(0, 0); r];
+        for i in 0..k {
+            pads[r - 1 - i] = (pad[2 * i], pad[2 * i + 1]);
+        }
+        for (d, &(lo, hi)) in pads.iter().enumerate().skip(r - k) {
+            let n = m.shape[d] as i64;
+            let out = n + lo + hi;
+            let bad = match mode {
+                PadMode::Constant => (out < 0).then_some("resulted in a negative output size"),
+                PadMode::Reflect if lo >= n || hi >= n => {
+                    Some("should be less than the corresponding input dimension")
+                }
+                PadMode::Circular if lo > n || hi > n => {
+                    Some("causes wrapping around more than once")
+                }
+                // Wrapping reads the input left after cropping the other side.
+                PadMode::Circular if lo.max(hi) > n + lo.min(0) + hi.min(0) => {
+                    Some("wraps around a cropped dimension more than once")
+                }
+                PadMode::Circular => (out < 0).then_some("resulted in a negative output size"),
+                PadMode::Reflect | PadMode::Replicate => {
+                    (out < 1).then_some("leaves no element")
+                }
+            };
+            if let Some(why) = bad {
+                return Err(OpError::new(format!(
+                    "{op}: padding ({lo}, {hi}) of dim {d} of size {n} in mode {mode:?} {why}"
+                )));
+            }
+        }
+        Ok(Padding {
+            mode,
+            value: value.unwrap_or(0.0),
+            pads,
+        })
     }
-    let mut out = vec![(0, 0); r];
-    for k in 0..pad.len() / 2 {
-        out[r - 1 - k] = (pad[2 * k], pad[2 * k + 1]);
+
+    /// The output shape for an input of shape `shape`.
+    fn shape(&self, shape: &[usize]) -> Vec<usize> {
+        shape
+            .iter()
+            .zip(&self.pads)
+            .map(|(&n, &(lo, hi))| (n as i64 + lo + hi) as usize)
+            .collect()
     }
-    Ok(out)
+
+    /// The input index that output index `i` of dim `d` (of input size `n`) reads, or `None`
+    /// for the value of constant padding.
+    fn source(&self, d: usize, i: usize, n: usize) -> Option<usize> {
+        let (lo, hi) = self.pads[d];
+        let (i, n) = (i as i64, n as i64);
+        let j = i - lo;
+        let j = match self.mode {
+            PadMode::Constant => return (0..n).contains(&j).then_some(j as usize),
+            PadMode::Replicate => j.clamp(0, n - 1),
+            PadMode::Reflect if j < 0 => -j,
+            PadMode::Reflect if j >= n => 2 * (n - 1) - j,
+            PadMode::Reflect => j,
+            PadMode::Circular => {
+                let crop = (-lo).max(0);
+                let kept = n - crop - (-hi).max(0);
+                crop + (i - lo.max(0)).rem_euclid(kept)
+            }
+        };
+        Some(j as usize)
+    }
 }
 
 fn infer_pad(a: &Args) -> Result<Vec<Meta>, OpError> {
     let m = a.meta("self")?;
-    let pads = pad_amounts(a, &m)?;
-    let mut shape = Vec::with_capacity(m.rank());
-    for (d, &(l, r)) in pads.iter().enumerate() {
-        let n = m.shape[d] as i64 + l + r;
-        if n < 0 {
-            return Err(OpError::new(format!(
-                "constant_pad_nd: the input size {}, plus negative padding {l} and {r}, resulted in a negative output size",
-                m.shape[d]
-            )));
-        }
-        shape.push(n as usize);
-    }
+    let shape = Padding::of(a, &m)?.shape(&m.shape);
     Ok(vec![Meta::new(m.dtype, shape)])
 }
 
 fn eval_pad(a: &Args, m: &[Meta]) -> Result<Vec<Tensor>, OpError> {
     let t = a.tensor("self")?;
-    let pads = pad_amounts(a, &t.meta)?;
-    let v = cast_value(a.float("value")?, m[0].dtype);
+    let padding = Padding::of(a, &t.meta)?;
+    let v = cast_value(padding.value, m[0].dtype);
     let out_shape = &m[0].shape;
     let ist = strides(t.shape());
     let mut data = Vec::with_capacity(m[0].numel());
@@ -1171,12 +1272,13 @@ fn eval_pad(a: &Args, m: &[Meta]) -> Result<Vec<Tensor>, OpError> {
     for _ in 0..m[0].numel() {
         let mut src = Some(0usize);
         for (d, &i) in idx.iter().enumerate() {
-            let j = i as i64 - pads[d].0;
-            if j < 0 || j >= t.shape()[d] as i64 {
-                src = None;
-                break;
+            match padding.source(d, i, t.shape()[d]) {
+                Some(j) => src = src.map(|s| s + j * ist[d]),
+                None => {
+                    src = None;
+                    break;
+                }
             }
-            src = src.map(|s| s + j as usize * ist[d]);
         }
         data.push(src.map_or(v, |s| t.data[s]));
         for d in (0..out_shape.len()).rev() {
@@ -1188,6 +1290,70 @@ fn eval_pad(a: &Args, m: &[Meta]) -> Result<Vec<Tensor>, OpError> {
         }
     }
     Ok(vec![Tensor::new(m[0].clone(), data)])
+}
+
+/// `broadcast_tensors`: every tensor expanded to the common broadcast shape.
+fn infer_broadcast_tensors(a: &Args) -> Result<Vec<Meta>, OpError> {
+    let metas = list_metas(a, "tensors")?;
+    let mut shape = Vec::new();
+    for m in &metas {
+        shape = broadcast_shapes(&shape, &m.shape)?;
+    }
+    Ok(metas
+        .into_iter()
+        .map(|m| Meta::new(m.dtype, shape.clone()))
+        .collect())
+}
+
+fn eval_broadcast_tensors(a: &Args, m: &[Meta]) -> Result<Vec<Tensor>, OpError> {
+    a.tensors("tensors")?
+        .into_iter()
+        .zip(m)
+        .map(|(t, m)| {
+            let t = t.ok_or_else(|| OpError::new("broadcast_tensors: `tensors` holds a None"))?;
+            Ok(if t.meta == *m {
+                t.clone()
+            } else {
+                Tensor::new(m.clone(), broadcast_to(t, &m.shape))
+            })
+        })
+        .collect()
+}
+
+/// `_assert_tensor_metadata`, which torch.export puts before `to`: the tensor must have the
+/// recorded dtype and size. Strides and devices are not checked (shardproof's tensors are dense
+/// and have none), nor is the layout beyond being strided (the only one shardproof has).
+fn infer_assert_tensor_metadata(a: &Args) -> Result<Vec<Meta>, OpError> {
+    let m = a.meta("a")?;
+    let op = &a.schema().name;
+    if let Some(d) = a.dtype("dtype")? {
+        if d != m.dtype {
+            return Err(OpError::new(format!(
+                "{op}: tensor dtype mismatch: expected {d}, got {}",
+                m.dtype
+            )));
+        }
+    }
+    if let Some(size) = a.opt_int_list("size")? {
+        if !size.iter().map(|&s| s as usize).eq(m.shape.iter().copied())
+            || size.iter().any(|&s| s < 0)
+        {
+            return Err(OpError::new(format!(
+                "{op}: tensor size mismatch: expected {size:?}, got {:?}",
+                m.shape
+            )));
+        }
+    }
+    match a.get("layout") {
+        None => {}
+        Some(shardproof_ir::Arg::Layout(l)) if l == "strided" => {}
+        Some(other) => {
+            return Err(OpError::new(format!(
+                "{op}: only strided (dense) tensors are supported, got layout {other:?}"
+            )))
+        }
+    }
+    Ok(vec![])
 }
 
 /// Registers the shape family.
@@ -1385,6 +1551,8 @@ pub(crate) fn register(r: &mut Registry) {
             "aten.contiguous.default",
             "contiguous(Tensor self, *, MemoryFormat memory_format=contiguous_format) -> Tensor",
         ),
+        // In place, but on a functional value detaching changes nothing.
+        ("aten.detach_.default", "detach_(Tensor(a!) self) -> Tensor(a!)"),
     ] {
         r.pure(name, schema, infer_identity, |a, m, _| eval_identity(a, m));
     }
@@ -1489,6 +1657,24 @@ pub(crate) fn register(r: &mut Registry) {
         "constant_pad_nd(Tensor self, SymInt[] pad, Scalar value=0) -> Tensor",
         infer_pad,
         |a, m, _| eval_pad(a, m),
+    );
+    r.pure(
+        "aten.pad.default",
+        r#"pad(Tensor self, SymInt[] pad, str mode="constant", float? value=None) -> Tensor"#,
+        infer_pad,
+        |a, m, _| eval_pad(a, m),
+    );
+    r.pure(
+        "aten.broadcast_tensors.default",
+        "broadcast_tensors(Tensor[] tensors) -> Tensor[]",
+        infer_broadcast_tensors,
+        |a, m, _| eval_broadcast_tensors(a, m),
+    );
+    r.pure(
+        "aten._assert_tensor_metadata.default",
+        "_assert_tensor_metadata(Tensor a, SymInt[]? size=None, SymInt[]? stride=None, ScalarType? dtype=None, *, Device? device=None, Layout? layout=None) -> ()",
+        infer_assert_tensor_metadata,
+        |_, _, _| Ok(vec![]),
     );
 }
 

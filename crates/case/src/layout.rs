@@ -184,7 +184,7 @@ impl PlacedLayout {
         };
         let shards = shard_count(self, mesh, *d);
         for r in self.blocks.replicas() {
-            if r == 0 || shards % r != 0 {
+            if r == 0 || !shards.is_multiple_of(r) {
                 return Err(format!(
                     "replicas: {r} does not divide the {shards} shards of dim {d}"
                 ));

@@ -19,7 +19,10 @@ const FILES: &[(&str, &str)] = &[
 
 /// Runs the demo; exits 0 when the correct plan holds and the planted bug is caught.
 pub fn main() -> Verdict {
-    let dir = match tempfile::Builder::new().prefix("shardproof-demo-").tempdir() {
+    let dir = match tempfile::Builder::new()
+        .prefix("shardproof-demo-")
+        .tempdir()
+    {
         Ok(d) => d,
         Err(e) => {
             eprintln!("error: cannot create a temporary directory: {e}");
@@ -28,14 +31,22 @@ pub fn main() -> Verdict {
     };
     for (name, text) in FILES {
         if let Err(e) = std::fs::write(dir.path().join(name), text) {
-            eprintln!("error: cannot write {}: {e}", dir.path().join(name).display());
+            eprintln!(
+                "error: cannot write {}: {e}",
+                dir.path().join(name).display()
+            );
             return Verdict::Invalid;
         }
     }
-    println!("shardproof demo: a 2-layer MLP (MSE loss) with Megatron tensor parallelism on 2 ranks,");
+    println!(
+        "shardproof demo: a 2-layer MLP (MSE loss) with Megatron tensor parallelism on 2 ranks,"
+    );
     println!("captured from PyTorch, in {}\n", dir.path().display());
     let correct = check(&dir.path().join("case.yaml"), "correct plan");
-    let bug = check(&dir.path().join("bug.yaml"), "planted bug: the row-parallel all-reduce removed");
+    let bug = check(
+        &dir.path().join("bug.yaml"),
+        "planted bug: the row-parallel all-reduce removed",
+    );
     println!("\nsummary:");
     println!("  correct plan:  {}", describe(correct));
     println!("  planted bug:   {}", describe(bug));

@@ -3,8 +3,8 @@
 
 use crate::Verdict;
 use serde::Serialize;
-use shardproof_ir::{Graph, NodeKind, OpMeaning, SourceError};
 use shardproof_interp::{infer_graph, NodeInference};
+use shardproof_ir::{Graph, NodeKind, OpMeaning, SourceError};
 use shardproof_ops::{Args, Meta, OpClass, Registry, Tensor, Values};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -330,7 +330,11 @@ fn print_text(report: &Report, strict: bool) {
             None => x.name.clone(),
         };
         println!("  inputs ({}): {}", g.inputs.len(), list(&g.inputs, 8, io));
-        println!("  outputs ({}): {}", g.outputs.len(), list(&g.outputs, 8, io));
+        println!(
+            "  outputs ({}): {}",
+            g.outputs.len(),
+            list(&g.outputs, 8, io)
+        );
         println!(
             "  operators ({} kinds): {}",
             g.operators.len(),

@@ -9,9 +9,7 @@ use clap::Args as ClapArgs;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
-use shardproof_case::{
-    rank_pieces, Case, Layout, PlacedLayout, Placement, RankPiece, Reduce,
-};
+use shardproof_case::{rank_pieces, Case, Layout, PlacedLayout, Placement, RankPiece, Reduce};
 use shardproof_interp::{
     infer_graph, live_values, run_graph, run_program, Env, InterpErrorKind, Precision, RunConfig,
 };
@@ -54,14 +52,22 @@ impl RunArgs {
 
 fn parse_bytes(s: &str) -> Result<u64, String> {
     let t = s.trim().to_ascii_uppercase();
-    let (num, mult) = [("GB", 1u64 << 30), ("G", 1 << 30), ("MB", 1 << 20), ("M", 1 << 20), ("KB", 1 << 10), ("K", 1 << 10), ("B", 1)]
-        .iter()
-        .find_map(|(suf, m)| t.strip_suffix(suf).map(|n| (n.trim().to_string(), *m)))
-        .unwrap_or((t.clone(), 1));
+    let (num, mult) = [
+        ("GB", 1u64 << 30),
+        ("G", 1 << 30),
+        ("MB", 1 << 20),
+        ("M", 1 << 20),
+        ("KB", 1 << 10),
+        ("K", 1 << 10),
+        ("B", 1),
+    ]
+    .iter()
+    .find_map(|(suf, m)| t.strip_suffix(suf).map(|n| (n.trim().to_string(), *m)))
+    .unwrap_or((t.clone(), 1));
     let v: f64 = num
         .parse()
         .map_err(|_| format!("`{s}` is not a size; write e.g. 8GB, 512MB or a number of bytes"))?;
-    if !(v >= 0.0) {
+    if v.is_nan() || v < 0.0 {
         return Err(format!("`{s}` is not a size"));
     }
     Ok((v * mult as f64) as u64)
@@ -138,7 +144,10 @@ pub fn main(args: &RunArgs) -> Verdict {
         Verdict::Inconclusive => "inconclusive",
     };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report).expect("report serializes"));
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).expect("report serializes")
+        );
     } else {
         print_text(&report, verdict);
     }
@@ -315,7 +324,12 @@ fn int_bound(graph: &Graph, v: ValueId, metas: &[Vec<Option<Meta>>]) -> i64 {
             let is = |i: usize| args.get(i).and_then(|a| a.as_value()) == Some(cur);
             let dim_of = |i: usize, d: usize| -> Option<i64> {
                 let t = args.get(i)?.as_value()?;
-                metas[t.node].get(t.output)?.as_ref()?.shape.get(d).map(|&s| s as i64)
+                metas[t.node]
+                    .get(t.output)?
+                    .as_ref()?
+                    .shape
+                    .get(d)
+                    .map(|&s| s as i64)
             };
             let found = match op.name.as_str() {
                 "embedding" if is(1) => dim_of(0, 0),
@@ -323,7 +337,11 @@ fn int_bound(graph: &Graph, v: ValueId, metas: &[Vec<Option<Meta>>]) -> i64 {
                     let i = if op.name == "nll_loss_forward" { 0 } else { 1 };
                     let t = args.get(i).and_then(|a| a.as_value());
                     t.and_then(|t| metas[t.node].get(t.output)?.as_ref())
-                        .and_then(|m| m.shape.get(if m.shape.len() > 1 { 1 } else { 0 }).map(|&s| s as i64))
+                        .and_then(|m| {
+                            m.shape
+                                .get(if m.shape.len() > 1 { 1 } else { 0 })
+                                .map(|&s| s as i64)
+                        })
                 }
                 "index_select" | "gather" | "scatter" | "scatter_add" if is(2) => args
                     .get(1)
@@ -336,8 +354,8 @@ fn int_bound(graph: &Graph, v: ValueId, metas: &[Vec<Option<Meta>>]) -> i64 {
                         .and_then(|d| dim_of(0, d)),
                     _ => None,
                 },
-                "_to_copy" | "clone" | "view" | "_unsafe_view" | "reshape" | "detach"
-                | "to" | "contiguous" | "lift_fresh_copy" => {
+                "_to_copy" | "clone" | "view" | "_unsafe_view" | "reshape" | "detach" | "to"
+                | "contiguous" | "lift_fresh_copy" => {
                     if node.outputs.len() == 1 {
                         frontier.push(ValueId::new(c, 0));
                     }
@@ -373,7 +391,11 @@ fn extract(spec: &Tensor, piece: &RankPiece, dtype: DType) -> Tensor {
             let mut dst = 0;
             for d in 0..bshape.len() {
                 src += (block[d].start as usize + idx[d]) * spec_strides[d];
-                let local = if d == piece.dim { idx[d] + offset } else { idx[d] };
+                let local = if d == piece.dim {
+                    idx[d] + offset
+                } else {
+                    idx[d]
+                };
                 dst += local * out_strides[d];
             }
             out[dst] = spec.data[src];
@@ -395,7 +417,13 @@ fn extract(spec: &Tensor, piece: &RankPiece, dtype: DType) -> Tensor {
 /// This rank's share of a partial value: the group's shares reduce (sum, avg, max, min) to
 /// `local`. Every member draws the same random shares from a generator keyed by the group, so
 /// the shares are consistent across ranks.
-fn partial_share(local: &Tensor, reduce: Reduce, index: usize, members: usize, mut rng: ChaCha8Rng) -> Tensor {
+fn partial_share(
+    local: &Tensor,
+    reduce: Reduce,
+    index: usize,
+    members: usize,
+    mut rng: ChaCha8Rng,
+) -> Tensor {
     let k = members.max(1);
     let n = local.numel();
     let is_int = !local.dtype().is_float();
@@ -424,9 +452,9 @@ fn partial_share(local: &Tensor, reduce: Reduce, index: usize, members: usize, m
             .collect(),
         Reduce::Avg => {
             // local + noise_i, with the noise summing to zero over the group.
-            for e in 0..n {
-                let s: f64 = (0..k - 1).map(|i| noise[i][e]).sum();
-                noise[k - 1][e] = -s;
+            let (first, last) = noise.split_at_mut(k - 1);
+            for (e, slot) in last[0].iter_mut().enumerate() {
+                *slot = -first.iter().map(|row| row[e]).sum::<f64>();
             }
             (0..n).map(|e| local.data[e] + noise[index][e]).collect()
         }
@@ -472,22 +500,31 @@ fn make_inputs(
         let meta = spec_metas[v.node][v.output].clone().ok_or_else(|| {
             stop(
                 Verdict::Invalid,
-                format!("error: the shape of spec tensor `{}` is unknown (symbolic or not inferable)", rel.spec_name),
+                format!(
+                    "error: the shape of spec tensor `{}` is unknown (symbolic or not inferable)",
+                    rel.spec_name
+                ),
             )
         })?;
         let bound = int_bound(&case.spec, v, spec_metas);
-        let value = random_tensor(&meta, bound, &mut rng_for(seed, &format!("input/{}", rel.spec_name)));
+        let value = random_tensor(
+            &meta,
+            bound,
+            &mut rng_for(seed, &format!("input/{}", rel.spec_name)),
+        );
         let shape: Vec<i64> = meta.shape.iter().map(|&d| d as i64).collect();
         for (r, leaves) in rank_leaves.iter_mut().enumerate() {
-            let piece = rank_pieces(&rel.layout, &shape, mesh, r).map_err(|e| {
-                stop(Verdict::Invalid, format!("error: `{}`: {e}", rel.spec_name))
-            })?;
+            let piece = rank_pieces(&rel.layout, &shape, mesh, r)
+                .map_err(|e| stop(Verdict::Invalid, format!("error: `{}`: {e}", rel.spec_name)))?;
             let graph = &case.program.ranks[r];
             let iv = rel.impl_values[r];
             let dtype = graph.recorded_type(iv).map_or(meta.dtype, |t| t.dtype);
             let mut local = extract(&value, &piece, dtype);
             if let Some(share) = &piece.partial {
-                let rng = rng_for(seed, &format!("partial/{}/{:?}", rel.spec_name, share.group));
+                let rng = rng_for(
+                    seed,
+                    &format!("partial/{}/{:?}", rel.spec_name, share.group),
+                );
                 local = partial_share(&local, share.reduce, share.index, share.group.len(), rng);
             }
             leaves.insert(graph.value_name(iv).to_string(), local);
@@ -528,7 +565,12 @@ fn check_random(graph: &Graph, env: &Env, which: &str) -> Result<(), Stop> {
         if def.class != OpClass::Random || env.values[i].iter().all(Option::is_none) {
             continue;
         }
-        let arg = |pos: usize, key: &str| node.args().get(pos).cloned().or_else(|| node.kwarg(key).cloned());
+        let arg = |pos: usize, key: &str| {
+            node.args()
+                .get(pos)
+                .cloned()
+                .or_else(|| node.kwarg(key).cloned())
+        };
         let deterministic = matches!(def.name.name.as_str(), "native_dropout" | "dropout")
             && (arg(1, "p").and_then(|a| a.as_f64()) == Some(0.0)
                 || arg(2, "train").and_then(|a| a.as_bool()) == Some(false));
@@ -609,7 +651,8 @@ fn compare_placed(
     let shape: Vec<i64> = spec.shape().iter().map(|&d| d as i64).collect();
     let mut sum = ErrorSum::default();
     for (r, value) in ranks.iter().enumerate() {
-        let piece = rank_pieces(layout, &shape, &case.program.mesh, r).map_err(|e| e.to_string())?;
+        let piece =
+            rank_pieces(layout, &shape, &case.program.mesh, r).map_err(|e| e.to_string())?;
         let want_shape: Vec<usize> = piece.local_shape().iter().map(|&d| d as usize).collect();
         let got = match &piece.partial {
             Some(share) if share.index != 0 => continue,
@@ -619,7 +662,10 @@ fn compare_placed(
                     .iter()
                     .map(|&m| ranks[m].ok_or_else(|| format!("rank {m} did not compute `{name}`")))
                     .collect::<Result<_, _>>()?;
-                if let Some(bad) = members.iter().position(|t| t.shape() != want_shape.as_slice()) {
+                if let Some(bad) = members
+                    .iter()
+                    .position(|t| t.shape() != want_shape.as_slice())
+                {
                     return Err(format!(
                         "rank {} holds {:?}, the placement expects {:?}",
                         share.group[bad],
@@ -710,10 +756,11 @@ fn compare_outputs(
                 .zip(&e.impl_values)
                 .map(|(env, &v)| env.get(v))
                 .collect();
-            let (rel_error, note) = match compare_placed(case, &e.layout, spec, &ranks, &e.impl_name) {
-                Ok(err) => (Some(err), None),
-                Err(note) => (None, Some(note)),
-            };
+            let (rel_error, note) =
+                match compare_placed(case, &e.layout, spec, &ranks, &e.impl_name) {
+                    Ok(err) => (Some(err), None),
+                    Err(note) => (None, Some(note)),
+                };
             results.push(OutputResult {
                 name: e.spec_name.clone(),
                 placement: Some(e.layout.to_string()),
@@ -738,7 +785,13 @@ fn compare_outputs(
             .ranks
             .iter()
             .zip(rank_envs)
-            .map(|(g, env)| g.outputs.get(i).copied().flatten().and_then(|rv| env.get(rv)))
+            .map(|(g, env)| {
+                g.outputs
+                    .get(i)
+                    .copied()
+                    .flatten()
+                    .and_then(|rv| env.get(rv))
+            })
             .collect();
         let mut best: Option<(f64, String)> = None;
         let mut matched = None;
@@ -766,14 +819,18 @@ fn compare_outputs(
                 placement: Some(p),
                 rel_error: Some(err),
                 matched: false,
-                note: Some(format!("output {i} matches no simple placement; closest shown")),
+                note: Some(format!(
+                    "output {i} matches no simple placement; closest shown"
+                )),
             },
             (None, None) => OutputResult {
                 name,
                 placement: None,
                 rel_error: None,
                 matched: false,
-                note: Some(format!("output {i}: the ranks' outputs fit no simple placement")),
+                note: Some(format!(
+                    "output {i}: the ranks' outputs fit no simple placement"
+                )),
             },
         });
     }
@@ -785,7 +842,13 @@ fn print_text(report: &RunReport, verdict: Verdict) {
         "case {}: spec + {} ranks, seed {}, {} (tolerance {:e})",
         report.case, report.ranks, report.seed, report.dtype, report.tolerance
     );
-    let width = report.outputs.iter().map(|o| o.name.len()).max().unwrap_or(6).max(6);
+    let width = report
+        .outputs
+        .iter()
+        .map(|o| o.name.len())
+        .max()
+        .unwrap_or(6)
+        .max(6);
     for o in &report.outputs {
         let err = o.rel_error.map_or("-".to_string(), |e| format!("{e:.2e}"));
         println!(
@@ -794,16 +857,80 @@ fn print_text(report: &RunReport, verdict: Verdict) {
             o.placement.as_deref().unwrap_or("-"),
             err,
             if o.matched { "ok" } else { "MISMATCH" },
-            o.note.as_ref().map_or(String::new(), |n| format!("  ({n})")),
+            o.note
+                .as_ref()
+                .map_or(String::new(), |n| format!("  ({n})")),
         );
     }
     match verdict {
         Verdict::Holds => println!("verdict: holds: every compared output matches the spec"),
         Verdict::Violated => match &report.first_mismatch {
-            Some(n) => println!("verdict: violated: first mismatching output `{n}` (in spec order)"),
+            Some(n) => {
+                println!("verdict: violated: first mismatching output `{n}` (in spec order)")
+            }
             None => println!("verdict: violated"),
         },
         Verdict::Invalid => println!("verdict: invalid input"),
         Verdict::Inconclusive => println!("verdict: inconclusive"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn value() -> Tensor {
+        Tensor::new(
+            Meta::new(DType::F64, vec![2, 3]),
+            vec![1.0, -2.0, 3.5, 0.25, 8.0, -1.0],
+        )
+    }
+
+    #[test]
+    fn partial_shares_reduce_to_the_value() {
+        let v = value();
+        for reduce in [Reduce::Sum, Reduce::Avg, Reduce::Max, Reduce::Min] {
+            for k in [1, 2, 3] {
+                let shares: Vec<Tensor> = (0..k)
+                    .map(|i| partial_share(&v, reduce, i, k, rng_for(5, "g")))
+                    .collect();
+                let refs: Vec<&Tensor> = shares.iter().collect();
+                let back = combine(&refs, reduce);
+                for (a, b) in back.data.iter().zip(v.data.iter()) {
+                    assert!((a - b).abs() < 1e-12, "{reduce:?} k={k}: {a} vs {b}");
+                }
+                if k > 1 {
+                    assert_ne!(shares[0], v, "{reduce:?}: a share must not be the value itself");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn extract_concatenates_blocks_along_the_shard_dim() {
+        let v = value();
+        let piece = RankPiece {
+            blocks: vec![vec![0..2, 0..1], vec![0..2, 2..3]],
+            dim: 1,
+            partial: None,
+        };
+        let t = extract(&v, &piece, DType::F64);
+        assert_eq!(t.shape(), &[2, 2]);
+        assert_eq!(*t.data, vec![1.0, 3.5, 0.25, -1.0]);
+    }
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_bytes("8GB").unwrap(), 8 << 30);
+        assert_eq!(parse_bytes("512mb").unwrap(), 512 << 20);
+        assert_eq!(parse_bytes("1000").unwrap(), 1000);
+        assert!(parse_bytes("lots").is_err());
+    }
+
+    #[test]
+    fn candidate_layouts_start_with_replicate() {
+        let c = candidate_layouts(2, 2);
+        assert_eq!(c.len(), 16);
+        assert_eq!(c[0].to_string(), "[Replicate(), Replicate()]");
     }
 }

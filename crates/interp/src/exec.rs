@@ -2,7 +2,9 @@
 
 use crate::{Env, InterpError, InterpErrorKind, RunConfig};
 use shardproof_ir::{Arg, DecompExpr, Graph, Node, NodeKind, OpMeaning, OpName, Program, ValueId};
-use shardproof_ops::{Args, EvalCtx, Meta, OpClass, OpDef, OpError, Registry, Tensor, TensorList, Values};
+use shardproof_ops::{
+    Args, EvalCtx, Meta, OpClass, OpDef, OpError, Registry, Tensor, TensorList, Values,
+};
 use std::collections::BTreeMap;
 
 /// Reads values out of an environment, for binding a call's arguments.
@@ -42,7 +44,11 @@ impl<'g> GraphRun<'g> {
         cfg: &'g RunConfig,
     ) -> Result<Self, InterpError> {
         let mut env = Env {
-            values: graph.nodes.iter().map(|n| vec![None; n.outputs.len()]).collect(),
+            values: graph
+                .nodes
+                .iter()
+                .map(|n| vec![None; n.outputs.len()])
+                .collect(),
         };
         let mut is_leaf: Vec<Vec<bool>> = graph
             .nodes
@@ -106,14 +112,12 @@ impl<'g> GraphRun<'g> {
                 }
             }
             let outs = self.eval_node(node).map_err(|e| match e {
-                NodeError::Op(e) => InterpError::new(
-                    InterpErrorKind::Invalid,
-                    located(self.graph, node, e),
-                ),
-                NodeError::Unsupported(msg) => InterpError::new(
-                    InterpErrorKind::Unsupported,
-                    located(self.graph, node, msg),
-                ),
+                NodeError::Op(e) => {
+                    InterpError::new(InterpErrorKind::Invalid, located(self.graph, node, e))
+                }
+                NodeError::Unsupported(msg) => {
+                    InterpError::new(InterpErrorKind::Unsupported, located(self.graph, node, msg))
+                }
             })?;
             self.store(i, outs)?;
             self.next += 1;
@@ -201,9 +205,14 @@ impl<'g> GraphRun<'g> {
         match meaning {
             OpMeaning::Identity => {
                 let first = node.inputs().first().copied().ok_or_else(|| {
-                    NodeError::Op(OpError::new("an `identity` operator needs a tensor argument"))
+                    NodeError::Op(OpError::new(
+                        "an `identity` operator needs a tensor argument",
+                    ))
                 })?;
-                let t = values.tensor(first).expect("ready node has its inputs").clone();
+                let t = values
+                    .tensor(first)
+                    .expect("ready node has its inputs")
+                    .clone();
                 Ok(vec![t; node.outputs.len().max(1)])
             }
             OpMeaning::Decompose(expr) => match eval_decomp(expr, args, values, &self.ctx(node))? {
@@ -337,7 +346,9 @@ fn eval_decomp(
             let mut ctx = ctx.clone();
             let mut out = reg.eval(def, &bound, &[], &TensorList(&tensors), &mut ctx)?;
             if out.is_empty() {
-                return Err(NodeError::Op(OpError::new(format!("`{op}` returned nothing"))));
+                return Err(NodeError::Op(OpError::new(format!(
+                    "`{op}` returned nothing"
+                ))));
             }
             DVal::Tensor(out.swap_remove(0))
         }
@@ -410,7 +421,9 @@ pub fn run_program(
             if !all_there {
                 continue;
             }
-            let def = Registry::builtin().get(&op).expect("blocked on a registered collective");
+            let def = Registry::builtin()
+                .get(&op)
+                .expect("blocked on a registered collective");
             let outputs: Vec<Vec<Tensor>> = {
                 let member_values: Vec<EnvValues> =
                     members.iter().map(|&m| EnvValues(&runs[m].env)).collect();
@@ -420,7 +433,10 @@ pub fn run_program(
                     .map(|(&m, vals)| {
                         let node = &runs[m].graph.nodes[blocked[m].unwrap()];
                         Args::bind(&def.schema, node.args(), call_kwargs(node), vals).map_err(|e| {
-                            InterpError::new(InterpErrorKind::Invalid, located(runs[m].graph, node, e))
+                            InterpError::new(
+                                InterpErrorKind::Invalid,
+                                located(runs[m].graph, node, e),
+                            )
                         })
                     })
                     .collect::<Result<Vec<_>, _>>()?;
@@ -429,7 +445,10 @@ pub fn run_program(
                         collective(def, &bound, i).map_err(|e| {
                             let m = members[i];
                             let node = &runs[m].graph.nodes[blocked[m].unwrap()];
-                            InterpError::new(InterpErrorKind::Invalid, located(runs[m].graph, node, e))
+                            InterpError::new(
+                                InterpErrorKind::Invalid,
+                                located(runs[m].graph, node, e),
+                            )
                         })
                     })
                     .collect::<Result<_, _>>()?
@@ -466,7 +485,10 @@ fn collective_key(run: &GraphRun, node_idx: usize) -> Result<(String, OpName), I
     let group = bound
         .str("group_name")
         .map_err(|e| InterpError::new(InterpErrorKind::Invalid, located(run.graph, node, e)))?;
-    Ok((group, OpName::new(&op.namespace, &op.name, &def.name.overload)))
+    Ok((
+        group,
+        OpName::new(&op.namespace, &op.name, &def.name.overload),
+    ))
 }
 
 fn group_members(
@@ -523,6 +545,9 @@ fn deadlock(runs: &[GraphRun], blocked: &[Option<usize>]) -> InterpError {
     }
     InterpError::new(
         InterpErrorKind::Deadlock,
-        format!("the ranks' collectives do not match up: {}", lines.join("; ")),
+        format!(
+            "the ranks' collectives do not match up: {}",
+            lines.join("; ")
+        ),
     )
 }

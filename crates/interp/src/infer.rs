@@ -83,7 +83,9 @@ pub fn infer_graph(graph: &Graph, custom_ops: &BTreeMap<String, OpMeaning>) -> I
                         Ok(m) => NodeInference::Inferred(vec![m]),
                         Err(e) => NodeInference::Error(e.0),
                     },
-                    None if op.namespace == "higher_order" && op.name == "auto_functionalized_v2" => {
+                    None if op.namespace == "higher_order"
+                        && op.name == "auto_functionalized_v2" =>
+                    {
                         infer_auto_functionalized(args, kwargs, &values, custom_ops)
                     }
                     None => match reg.get(op) {
@@ -136,7 +138,9 @@ fn infer_auto_functionalized(
         return NodeInference::Error("auto_functionalized_v2 expects an operator first".into());
     };
     let known = matches!(
-        custom_ops.get(&inner.to_string()).or_else(|| custom_ops.get(&inner.base())),
+        custom_ops
+            .get(&inner.to_string())
+            .or_else(|| custom_ops.get(&inner.base())),
         Some(OpMeaning::Identity)
     );
     if !known {
@@ -160,7 +164,11 @@ fn infer_auto_functionalized(
 }
 
 /// Infers the meta of a decomposition, mirroring the interpreter's evaluation.
-fn infer_decomp(expr: &DecompExpr, call_args: &[Arg], values: &dyn Values) -> Result<Meta, OpError> {
+fn infer_decomp(
+    expr: &DecompExpr,
+    call_args: &[Arg],
+    values: &dyn Values,
+) -> Result<Meta, OpError> {
     match expr {
         DecompExpr::Arg(i) => match call_args.get(*i) {
             Some(Arg::Value(v)) => values
@@ -216,7 +224,11 @@ fn infer_decomp(expr: &DecompExpr, call_args: &[Arg], values: &dyn Values) -> Re
 pub fn live_values(graph: &Graph, leaves: &std::collections::BTreeSet<String>) -> Vec<Vec<bool>> {
     let mut live: Vec<Vec<bool>> = Vec::with_capacity(graph.nodes.len());
     for node in &graph.nodes {
-        let given: Vec<bool> = node.outputs.iter().map(|o| leaves.contains(&o.name)).collect();
+        let given: Vec<bool> = node
+            .outputs
+            .iter()
+            .map(|o| leaves.contains(&o.name))
+            .collect();
         let runs = matches!(node.kind, NodeKind::Call { .. })
             && node.inputs().iter().all(|v| live[v.node][v.output]);
         live.push(given.into_iter().map(|g| g || runs).collect());

@@ -17,7 +17,10 @@ fn t(shape: &[usize], data: &[f64]) -> Tensor {
 }
 
 fn leaves(items: &[(&str, Tensor)]) -> BTreeMap<String, Tensor> {
-    items.iter().map(|(n, t)| (n.to_string(), t.clone())).collect()
+    items
+        .iter()
+        .map(|(n, t)| (n.to_string(), t.clone()))
+        .collect()
 }
 
 const MATMUL_ALLREDUCE: &str = r#"
@@ -34,7 +37,12 @@ fn single_graph_treats_collectives_as_identities() {
     let g = graph(MATMUL_ALLREDUCE);
     let x = t(&[2, 2], &[1.0, 2.0, 3.0, 4.0]);
     let w = t(&[2, 2], &[1.0, 0.0, 0.0, 1.0]);
-    let env = run_graph(&g, &leaves(&[("x", x.clone()), ("w", w)]), &RunConfig::default()).unwrap();
+    let env = run_graph(
+        &g,
+        &leaves(&[("x", x.clone()), ("w", w)]),
+        &RunConfig::default(),
+    )
+    .unwrap();
     let out = env.get(g.outputs[0].unwrap()).unwrap();
     assert_eq!(*out.data, *x.data);
 }
@@ -76,7 +84,11 @@ fn mismatched_collectives_are_a_deadlock() {
     let l = leaves(&[("x", w.clone()), ("w", w)]);
     let err = run_program(&p, &[l.clone(), l], &RunConfig::default()).unwrap_err();
     assert_eq!(err.kind, InterpErrorKind::Deadlock);
-    assert!(err.message.contains("rank 1 waits in `all_reduce`"), "{}", err.message);
+    assert!(
+        err.message.contains("rank 1 waits in `all_reduce`"),
+        "{}",
+        err.message
+    );
 }
 
 #[test]
@@ -90,19 +102,35 @@ class GraphModule(torch.nn.Module):
 "#;
     let g = graph(text);
     // Without a meaning, `mylib.foo` is unsupported, never guessed.
-    let err = run_graph(&g, &leaves(&[("x", t(&[2], &[1.0, 2.0]))]), &RunConfig::default()).unwrap_err();
+    let err = run_graph(
+        &g,
+        &leaves(&[("x", t(&[2], &[1.0, 2.0]))]),
+        &RunConfig::default(),
+    )
+    .unwrap_err();
     assert_eq!(err.kind, InterpErrorKind::Unsupported);
     assert!(err.message.contains("mylib.foo"), "{}", err.message);
     // A cut at `foo` skips its producer.
-    let env = run_graph(&g, &leaves(&[("foo", t(&[2], &[1.0, 2.0]))]), &RunConfig::default()).unwrap();
-    assert_eq!(*env.get(g.outputs[0].unwrap()).unwrap().data, vec![-1.0, -2.0]);
+    let env = run_graph(
+        &g,
+        &leaves(&[("foo", t(&[2], &[1.0, 2.0]))]),
+        &RunConfig::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        *env.get(g.outputs[0].unwrap()).unwrap().data,
+        vec![-1.0, -2.0]
+    );
     // Declared as identity, it runs.
     let cfg = RunConfig {
         custom_ops: [("mylib.foo".to_string(), OpMeaning::Identity)].into(),
         ..Default::default()
     };
     let env = run_graph(&g, &leaves(&[("x", t(&[2], &[1.0, 2.0]))]), &cfg).unwrap();
-    assert_eq!(*env.get(g.outputs[0].unwrap()).unwrap().data, vec![-1.0, -2.0]);
+    assert_eq!(
+        *env.get(g.outputs[0].unwrap()).unwrap().data,
+        vec![-1.0, -2.0]
+    );
 }
 
 #[test]

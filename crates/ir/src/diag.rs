@@ -54,7 +54,14 @@ impl SourceError {
 impl fmt::Display for SourceError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.span {
-            Some(s) => write!(f, "{}:{}:{}: {}", self.file.display(), s.line, s.col, self.message)?,
+            Some(s) => write!(
+                f,
+                "{}:{}:{}: {}",
+                self.file.display(),
+                s.line,
+                s.col,
+                self.message
+            )?,
             None => write!(f, "{}: {}", self.file.display(), self.message)?,
         }
         if let Some(h) = &self.hint {

@@ -136,7 +136,10 @@ impl DType {
 
     /// True for integer types (not bool).
     pub fn is_int(self) -> bool {
-        matches!(self, DType::I64 | DType::I32 | DType::I16 | DType::I8 | DType::U8)
+        matches!(
+            self,
+            DType::I64 | DType::I32 | DType::I16 | DType::I8 | DType::U8
+        )
     }
 
     /// Size of one element in bytes.

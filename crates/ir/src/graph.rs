@@ -497,7 +497,10 @@ mod tests {
         g.check_structure().unwrap();
         assert_eq!(g.find("neg"), Some(ValueId::new(1, 0)));
         assert_eq!(g.consumers()[0], vec![1]);
-        assert_eq!(g.recorded_type(ValueId::new(0, 0)).unwrap().to_string(), "f32[2, 3]");
+        assert_eq!(
+            g.recorded_type(ValueId::new(0, 0)).unwrap().to_string(),
+            "f32[2, 3]"
+        );
     }
 
     #[test]
@@ -505,7 +508,12 @@ mod tests {
         let op = OpName::parse("aten.mm.default").unwrap();
         assert_eq!(op.to_string(), "aten.mm.default");
         assert_eq!(op.base(), "aten.mm");
-        assert_eq!(OpName::parse("_c10d_functional.wait_tensor").unwrap().overload, "");
+        assert_eq!(
+            OpName::parse("_c10d_functional.wait_tensor")
+                .unwrap()
+                .overload,
+            ""
+        );
         assert!(OpName::parse("a..b").is_none());
     }
 }

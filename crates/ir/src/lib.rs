@@ -15,4 +15,4 @@ pub use custom::{DecompExpr, OpMeaning};
 pub use diag::{Located, SourceError, Span};
 pub use dtype::DType;
 pub use graph::{Arg, Dim, Graph, Node, NodeKind, OpName, Output, SourceLoc, TensorType, ValueId};
-pub use program::{Mesh, Program, ProcessGroup};
+pub use program::{Mesh, ProcessGroup, Program};

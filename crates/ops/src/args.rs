@@ -86,7 +86,9 @@ impl<'a> Args<'a> {
 
     /// Whether tensor data is available (evaluation) or only metas (shape inference).
     pub fn has_data(&self) -> bool {
-        self.values().next().is_some_and(|v| self.values.tensor(v).is_some())
+        self.values()
+            .next()
+            .is_some_and(|v| self.values.tensor(v).is_some())
     }
 
     fn values(&self) -> impl Iterator<Item = ValueId> + '_ {
@@ -108,7 +110,10 @@ impl<'a> Args<'a> {
         let i = self.index(name);
         let arg = match self.bound[i] {
             Some(a) => a.clone(),
-            None => parse_default(self.schema.args[i].default.as_deref()?, &self.schema.args[i].ty)?,
+            None => parse_default(
+                self.schema.args[i].default.as_deref()?,
+                &self.schema.args[i].ty,
+            )?,
         };
         match arg {
             Arg::None => None,
@@ -152,18 +157,19 @@ impl<'a> Args<'a> {
 
     /// A required tensor argument's meta.
     pub fn meta(&self, name: &str) -> Result<Meta, OpError> {
-        self.opt_meta(name)?.ok_or_else(|| self.err(name, "a tensor", None))
+        self.opt_meta(name)?
+            .ok_or_else(|| self.err(name, "a tensor", None))
     }
 
     /// An optional tensor argument's meta.
     pub fn opt_meta(&self, name: &str) -> Result<Option<Meta>, OpError> {
         match self.value_of(name)? {
             None => Ok(None),
-            Some(v) => self
-                .values
-                .meta(v)
-                .map(Some)
-                .ok_or_else(|| OpError::new(format!("unknown shape for tensor argument `{name}`"))),
+            Some(v) => {
+                self.values.meta(v).map(Some).ok_or_else(|| {
+                    OpError::new(format!("unknown shape for tensor argument `{name}`"))
+                })
+            }
         }
     }
 
@@ -204,25 +210,29 @@ impl<'a> Args<'a> {
             .into_iter()
             .map(|v| match v {
                 None => Ok(None),
-                Some(v) => self
-                    .values
-                    .meta(v)
-                    .map(Some)
-                    .ok_or_else(|| OpError::new(format!("unknown shape for tensor in `{name}`"))),
+                Some(v) => {
+                    self.values.meta(v).map(Some).ok_or_else(|| {
+                        OpError::new(format!("unknown shape for tensor in `{name}`"))
+                    })
+                }
             })
             .collect()
     }
 
     /// A required integer.
     pub fn int(&self, name: &str) -> Result<i64, OpError> {
-        self.opt_int(name)?.ok_or_else(|| self.err(name, "an int", None))
+        self.opt_int(name)?
+            .ok_or_else(|| self.err(name, "an int", None))
     }
 
     /// An optional integer.
     pub fn opt_int(&self, name: &str) -> Result<Option<i64>, OpError> {
         match self.get(name) {
             None => Ok(None),
-            Some(a) => a.as_int().map(Some).ok_or_else(|| self.err(name, "an int", Some(&a))),
+            Some(a) => a
+                .as_int()
+                .map(Some)
+                .ok_or_else(|| self.err(name, "an int", Some(&a))),
         }
     }
 
@@ -253,7 +263,10 @@ impl<'a> Args<'a> {
     pub fn opt_float(&self, name: &str) -> Result<Option<f64>, OpError> {
         match self.get(name) {
             None => Ok(None),
-            Some(a) => a.as_f64().map(Some).ok_or_else(|| self.err(name, "a number", Some(&a))),
+            Some(a) => a
+                .as_f64()
+                .map(Some)
+                .ok_or_else(|| self.err(name, "a number", Some(&a))),
         }
     }
 

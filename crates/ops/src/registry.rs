@@ -168,9 +168,9 @@ impl Registry {
     ) -> Result<Vec<Tensor>, OpError> {
         let bound = Args::bind(&def.schema, args, kwargs, values)?;
         let metas = (def.infer)(&bound)?;
-        let kernel = def.eval.ok_or_else(|| {
-            OpError::new(format!("{} has no single-graph kernel", def.name))
-        })?;
+        let kernel = def
+            .eval
+            .ok_or_else(|| OpError::new(format!("{} has no single-graph kernel", def.name)))?;
         let out = kernel(&bound, &metas, ctx)?;
         debug_assert_eq!(
             out.iter().map(|t| &t.meta).collect::<Vec<_>>(),
@@ -198,7 +198,13 @@ impl Registry {
             seed: 0,
             call_key: op.to_string(),
         };
-        self.eval(def, args, kwargs, &crate::args::TensorList(tensors), &mut ctx)
+        self.eval(
+            def,
+            args,
+            kwargs,
+            &crate::args::TensorList(tensors),
+            &mut ctx,
+        )
     }
 }
 
@@ -213,10 +219,19 @@ mod tests {
         let a = Tensor::new(Meta::new(DType::F32, vec![2, 2]), vec![1.0, 2.0, 3.0, 4.0]);
         let b = Tensor::new(Meta::new(DType::F32, vec![2]), vec![10.0, 20.0]);
         let v = |i| Arg::Value(ValueId::new(i, 0));
-        let out = r.call("aten.add.Tensor", &[a.clone(), b.clone()], &[v(0), v(1)], &[]).unwrap();
+        let out = r
+            .call(
+                "aten.add.Tensor",
+                &[a.clone(), b.clone()],
+                &[v(0), v(1)],
+                &[],
+            )
+            .unwrap();
         assert_eq!(*out[0].data, vec![11.0, 22.0, 13.0, 24.0]);
         let kw = [("alpha".to_string(), Arg::Int(2))];
-        let out = r.call("aten.add.Tensor", &[a, b], &[v(0), v(1)], &kw).unwrap();
+        let out = r
+            .call("aten.add.Tensor", &[a, b], &[v(0), v(1)], &kw)
+            .unwrap();
         assert_eq!(*out[0].data, vec![21.0, 42.0, 23.0, 44.0]);
     }
 

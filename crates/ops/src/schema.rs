@@ -74,7 +74,10 @@ impl Schema {
     /// Parses a schema string.
     pub fn try_parse(s: &str) -> Result<Schema, String> {
         let open = s.find('(').ok_or("missing `(`")?;
-        let close = s.rfind(") ->").or_else(|| s.rfind(')')).ok_or("missing `)`")?;
+        let close = s
+            .rfind(") ->")
+            .or_else(|| s.rfind(')'))
+            .ok_or("missing `)`")?;
         let name = s[..open].trim().to_string();
         let args_text = &s[open + 1..close];
         let ret_text = s[close + 1..].trim().trim_start_matches("->").trim();
@@ -190,7 +193,13 @@ impl fmt::Display for Schema {
             if i > 0 {
                 f.write_str(", ")?;
             }
-            write!(f, "{:?}{} {}", a.ty, if a.optional { "?" } else { "" }, a.name)?;
+            write!(
+                f,
+                "{:?}{} {}",
+                a.ty,
+                if a.optional { "?" } else { "" },
+                a.name
+            )?;
         }
         write!(f, ") -> ({})", self.returns.join(", "))
     }
@@ -211,7 +220,9 @@ mod tests {
         assert_eq!(s.args[2].default.as_deref(), Some("False"));
         assert!(s.args[3].kw_only);
         assert_eq!(s.returns, vec!["Tensor"]);
-        let s = Schema::parse("max.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)");
+        let s = Schema::parse(
+            "max.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)",
+        );
         assert_eq!(s.returns.len(), 2);
         let s = Schema::parse("index.Tensor(Tensor self, Tensor?[] indices) -> Tensor");
         assert_eq!(s.args[1].ty, ArgType::TensorList);

@@ -37,7 +37,10 @@ impl Meta {
         if shape.iter().any(|&d| d < 0) {
             return None;
         }
-        Some(Meta::new(t.dtype, shape.iter().map(|&d| d as usize).collect()))
+        Some(Meta::new(
+            t.dtype,
+            shape.iter().map(|&d| d as usize).collect(),
+        ))
     }
 
     /// The IR type of this meta.

@@ -21,8 +21,16 @@ pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Result<Vec<usize>, OpError>
     let n = a.len().max(b.len());
     let mut out = vec![0; n];
     for i in 0..n {
-        let da = if i + a.len() >= n { a[i + a.len() - n] } else { 1 };
-        let db = if i + b.len() >= n { b[i + b.len() - n] } else { 1 };
+        let da = if i + a.len() >= n {
+            a[i + a.len() - n]
+        } else {
+            1
+        };
+        let db = if i + b.len() >= n {
+            b[i + b.len() - n]
+        } else {
+            1
+        };
         out[i] = match (da, db) {
             (x, y) if x == y => x,
             (1, y) => y,
@@ -85,7 +93,11 @@ pub fn broadcast_to(t: &Tensor, shape: &[usize]) -> Vec<f64> {
 /// Applies `f` elementwise to two broadcast tensors, producing data for `out`.
 pub fn zip_broadcast(a: &Tensor, b: &Tensor, out: &Meta, f: impl Fn(f64, f64) -> f64) -> Tensor {
     let data = if a.shape() == out.shape.as_slice() && b.shape() == out.shape.as_slice() {
-        a.data.iter().zip(b.data.iter()).map(|(&x, &y)| f(x, y)).collect()
+        a.data
+            .iter()
+            .zip(b.data.iter())
+            .map(|(&x, &y)| f(x, y))
+            .collect()
     } else {
         let ia = broadcast_indices(a.shape(), &out.shape);
         let ib = broadcast_indices(b.shape(), &out.shape);

@@ -35,6 +35,9 @@ pub struct RunArgs {
     /// Print machine-readable JSON on stdout.
     #[arg(long)]
     json: bool,
+    /// Show no progress on stderr.
+    #[arg(long)]
+    quiet: bool,
 }
 
 impl RunArgs {
@@ -46,6 +49,7 @@ impl RunArgs {
             dtype: "f64".into(),
             max_memory: 8 << 30,
             json: false,
+            quiet: true,
         }
     }
 }
@@ -188,9 +192,13 @@ fn execute(
         };
         stop(verdict, format!("{which}: {}", e.message))
     };
+    let progress = Progress::new(!args.quiet && !args.json);
+    progress.stage("running the spec");
     let spec_env = run_graph(&case.spec, &spec_leaves, &cfg).map_err(|e| interp_stop(e, "spec"))?;
+    progress.stage(&format!("running {} ranks", case.program.ranks.len()));
     let rank_envs = run_program(&case.program, &rank_leaves, &cfg)
         .map_err(|e| interp_stop(e, "implementation"))?;
+    progress.stage("comparing outputs");
 
     check_random(&case.spec, &spec_env, "spec")?;
     for (r, (g, env)) in case.program.ranks.iter().zip(&rank_envs).enumerate() {
@@ -216,6 +224,34 @@ fn leaf_names(graph: &Graph, laid_out: impl Iterator<Item = String>) -> BTreeSet
         }
     }
     names
+}
+
+/// A spinner on stderr naming the current stage, shown only on a terminal.
+struct Progress(Option<indicatif::ProgressBar>);
+
+impl Progress {
+    fn new(wanted: bool) -> Self {
+        use std::io::IsTerminal;
+        Progress((wanted && std::io::stderr().is_terminal()).then(|| {
+            let bar = indicatif::ProgressBar::new_spinner();
+            bar.enable_steady_tick(std::time::Duration::from_millis(120));
+            bar
+        }))
+    }
+
+    fn stage(&self, what: &str) {
+        if let Some(bar) = &self.0 {
+            bar.set_message(what.to_string());
+        }
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        if let Some(bar) = &self.0 {
+            bar.finish_and_clear();
+        }
+    }
 }
 
 /// Refuses cases whose computed tensors (stored as f64 by the interpreter) exceed the budget.

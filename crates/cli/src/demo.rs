@@ -38,35 +38,35 @@ pub fn main() -> Verdict {
             return Verdict::Invalid;
         }
     }
-    println!(
+    outln!(
         "shardproof demo: a 2-layer MLP (MSE loss) with Megatron tensor parallelism on 2 ranks,"
     );
-    println!("captured from PyTorch, in {}\n", dir.path().display());
+    outln!("captured from PyTorch, in {}\n", dir.path().display());
     let correct = check(&dir.path().join("case.yaml"), "correct plan");
     let bug = check(
         &dir.path().join("bug.yaml"),
         "planted bug: the row-parallel all-reduce removed",
     );
-    println!("\nsummary:");
-    println!("  correct plan:  {}", describe(correct));
-    println!("  planted bug:   {}", describe(bug));
+    outln!("\nsummary:");
+    outln!("  correct plan:  {}", describe(correct));
+    outln!("  planted bug:   {}", describe(bug));
     if correct == Verdict::Holds && bug == Verdict::Violated {
-        println!("the correct plan verifies and the planted bug is caught.");
+        outln!("the correct plan verifies and the planted bug is caught.");
         Verdict::Holds
     } else {
-        println!("unexpected verdicts: the demo did not behave as it should.");
+        outln!("unexpected verdicts: the demo did not behave as it should.");
         Verdict::Violated
     }
 }
 
 fn check(case: &Path, title: &str) -> Verdict {
-    println!("== {title}: {}", case.display());
+    outln!("== {title}: {}", case.display());
     let shape = inspect::summary(case);
     if shape != Verdict::Holds {
         return shape;
     }
     let verdict = run::main(&RunArgs::new(case.to_path_buf()));
-    println!();
+    outln!();
     verdict
 }
 

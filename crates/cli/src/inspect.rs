@@ -98,7 +98,7 @@ pub fn main(path: &Path, strict: bool, json: bool) -> Verdict {
         }
     };
     if json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&report).expect("report serializes")
         );
@@ -128,7 +128,7 @@ pub fn summary(path: &Path) -> Verdict {
                 .flat_map(|g| &g.collectives)
                 .map(|c| c.count)
                 .sum();
-            println!(
+            outln!(
                 "inspect: {} graphs, {nodes} nodes, {collectives} collectives, {checked} recorded shapes checked: {}",
                 r.graphs.len(),
                 if r.clean {
@@ -147,16 +147,16 @@ pub fn summary(path: &Path) -> Verdict {
 }
 
 fn is_case(path: &Path) -> bool {
-    matches!(
-        path.extension().and_then(|e| e.to_str()),
-        Some("yaml" | "yml")
-    )
+    path.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| e.eq_ignore_ascii_case("yaml") || e.eq_ignore_ascii_case("yml"))
 }
 
 fn build(path: &Path) -> Result<Report, SourceError> {
     let mut graphs = Vec::new();
     if is_case(path) {
         let case = shardproof_case::load_case(path)?;
+        case.validate_ops(&|op| Registry::builtin().get(op).is_some())?;
         graphs.push(graph_report("spec", &case.spec, &case.ops)?);
         for (r, g) in case.program.ranks.iter().enumerate() {
             graphs.push(graph_report(&format!("rank {r}"), g, &case.ops)?);
@@ -310,11 +310,11 @@ fn list<T>(items: &[T], max: usize, f: impl Fn(&T) -> String) -> String {
 }
 
 fn print_text(report: &Report, strict: bool) {
-    println!("{}", report.path);
+    outln!("{}", report.path);
     for g in &report.graphs {
-        println!("\n{}: {} ({} nodes)", g.role, g.path, g.nodes);
+        outln!("\n{}: {} ({} nodes)", g.role, g.path, g.nodes);
         if let Some(l) = &g.lines {
-            println!(
+            outln!(
                 "  lines: {} total, {} parsed, {} ignored, {} unparsed",
                 l.total,
                 l.parsed,
@@ -322,28 +322,33 @@ fn print_text(report: &Report, strict: bool) {
                 l.unparsed.len()
             );
             for u in &l.unparsed {
-                println!("    line {}: {}", u.line, u.text);
+                outln!("    line {}: {}", u.line, u.text);
             }
         }
         let io = |x: &Io| match &x.ty {
             Some(t) => format!("{}: {t}", x.name),
             None => x.name.clone(),
         };
-        println!("  inputs ({}): {}", g.inputs.len(), list(&g.inputs, 8, io));
-        println!(
+        outln!("  inputs ({}): {}", g.inputs.len(), list(&g.inputs, 8, io));
+        outln!(
             "  outputs ({}): {}",
             g.outputs.len(),
             list(&g.outputs, 8, io)
         );
-        println!(
-            "  operators ({} kinds): {}",
+        outln!(
+            "  operators ({} {}): {}",
             g.operators.len(),
+            if g.operators.len() == 1 {
+                "kind"
+            } else {
+                "kinds"
+            },
             list(&g.operators, 12, |(o, c)| format!("{o} x{c}"))
         );
         if g.collectives.is_empty() {
-            println!("  collectives: none");
+            outln!("  collectives: none");
         } else {
-            println!(
+            outln!(
                 "  collectives: {}",
                 list(&g.collectives, 20, |c| format!(
                     "{} on group \"{}\" x{}",
@@ -352,21 +357,21 @@ fn print_text(report: &Report, strict: bool) {
             );
         }
         if g.opaque.is_empty() {
-            println!("  opaque operators: none");
+            outln!("  opaque operators: none");
         } else {
-            println!(
+            outln!(
                 "  opaque operators: {}",
                 list(&g.opaque, 20, |(o, c)| format!("{o} x{c}"))
             );
         }
-        println!(
+        outln!(
             "  shape check: {} values checked, {} mismatches, {} inference errors",
             g.shapes_checked,
             g.shape_mismatches.len(),
             g.inference_failures.len()
         );
         for m in &g.shape_mismatches {
-            println!(
+            outln!(
                 "    line {}: {} ({}): recorded {}, inferred {}",
                 m.line.map_or("?".into(), |l| l.to_string()),
                 m.node,
@@ -376,7 +381,7 @@ fn print_text(report: &Report, strict: bool) {
             );
         }
         for f in &g.inference_failures {
-            println!(
+            outln!(
                 "    line {}: {} ({}): {}",
                 f.line.map_or("?".into(), |l| l.to_string()),
                 f.node,
@@ -385,12 +390,12 @@ fn print_text(report: &Report, strict: bool) {
             );
         }
     }
-    println!();
+    outln!();
     if report.clean {
-        println!("clean: every line parsed, no opaque operator, every shape agrees");
+        outln!("clean: every line parsed, no opaque operator, every shape agrees");
     } else if strict {
-        println!("not clean (--strict): see the unparsed lines, opaque operators and shape problems above");
+        outln!("not clean (--strict): see the unparsed lines, opaque operators and shape problems above");
     } else {
-        println!("not clean: see the unparsed lines, opaque operators and shape problems above");
+        outln!("not clean: see the unparsed lines, opaque operators and shape problems above");
     }
 }

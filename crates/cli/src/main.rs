@@ -3,6 +3,14 @@
 //! Exit codes, for every verdict-producing command: 0 the property holds, 1 it is violated,
 //! 2 the input is invalid (bad case, unreadable graph, usage error), 3 inconclusive.
 
+/// `println!` that ignores a closed stdout (`shardproof run --json | head`) instead of panicking.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 mod demo;
 mod inspect;
 mod run;

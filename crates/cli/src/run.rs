@@ -148,7 +148,7 @@ pub fn main(args: &RunArgs) -> Verdict {
         Verdict::Inconclusive => "inconclusive",
     };
     if args.json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&report).expect("report serializes")
         );
@@ -165,6 +165,10 @@ fn execute(
     report: &mut RunReport,
 ) -> Result<Verdict, Stop> {
     let case = shardproof_case::load_case(&args.case)
+        .and_then(|c| {
+            c.validate_ops(&|op| Registry::builtin().get(op).is_some())?;
+            Ok(c)
+        })
         .map_err(|e| stop(Verdict::Invalid, format!("error: {e}")))?;
     report.case = case.name.clone();
     report.ranks = case.program.ranks.len();
@@ -185,12 +189,17 @@ fn execute(
         custom_ops: case.ops.clone(),
     };
     let interp_stop = |e: shardproof_interp::InterpError, which: &str| {
-        let verdict = match e.kind {
-            InterpErrorKind::Invalid => Verdict::Invalid,
-            InterpErrorKind::Unsupported => Verdict::Inconclusive,
-            InterpErrorKind::Deadlock => Verdict::Violated,
-        };
-        stop(verdict, format!("{which}: {}", e.message))
+        match e.kind {
+            InterpErrorKind::Invalid => stop(Verdict::Invalid, format!("error: {which}: {}", e.message)),
+            InterpErrorKind::Unsupported => stop(
+                Verdict::Inconclusive,
+                format!(
+                    "inconclusive: {which}: {}\n  hint: give the operator a meaning in the case's `ops:` section (`identity`, or a decomposition into known operators)",
+                    e.message
+                ),
+            ),
+            InterpErrorKind::Deadlock => stop(Verdict::Violated, format!("violated: {which}: {}", e.message)),
+        }
     };
     let progress = Progress::new(!args.quiet && !args.json);
     progress.stage("running the spec");
@@ -758,6 +767,32 @@ fn candidate_layouts(mesh_dims: usize, rank: usize) -> Vec<Layout> {
         .collect()
 }
 
+/// The graph inputs and constants without a value that `v` depends on.
+fn missing_inputs(graph: &Graph, env: &Env, v: ValueId) -> Vec<String> {
+    let mut missing = BTreeSet::new();
+    let mut seen = vec![false; graph.nodes.len()];
+    let mut stack = vec![v.node];
+    while let Some(n) = stack.pop() {
+        if std::mem::replace(&mut seen[n], true) {
+            continue;
+        }
+        let node = &graph.nodes[n];
+        match node.kind {
+            NodeKind::Call { .. } => stack.extend(
+                node.inputs()
+                    .into_iter()
+                    .filter(|i| env.get(*i).is_none())
+                    .map(|i| i.node),
+            ),
+            _ if env.values[n].iter().all(Option::is_none) => {
+                missing.insert(node.name.clone());
+            }
+            _ => {}
+        }
+    }
+    missing.into_iter().collect()
+}
+
 fn compare_outputs(
     case: &Case,
     spec_env: &Env,
@@ -766,10 +801,14 @@ fn compare_outputs(
 ) -> Result<Vec<OutputResult>, Stop> {
     let spec_value = |v: ValueId, name: &str| {
         spec_env.get(v).ok_or_else(|| {
+            let missing = missing_inputs(&case.spec, spec_env, v);
             stop(
                 Verdict::Invalid,
                 format!(
-                    "error: spec tensor `{name}` cannot be computed from the case's inputs: it depends on a spec input or cut the case does not lay out\n  hint: add the missing tensors to `inputs:` in {}",
+                    "error: {}: spec tensor `{name}` cannot be computed from the case's inputs: it depends on {}, which `inputs:` does not lay out\n  hint: add {} to `inputs:` in {}",
+                    case.file.display(),
+                    missing.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", "),
+                    if missing.len() == 1 { "it" } else { "them" },
                     case.file.display()
                 ),
             )
@@ -874,9 +913,13 @@ fn compare_outputs(
 }
 
 fn print_text(report: &RunReport, verdict: Verdict) {
-    println!(
+    outln!(
         "case {}: spec + {} ranks, seed {}, {} (tolerance {:e})",
-        report.case, report.ranks, report.seed, report.dtype, report.tolerance
+        report.case,
+        report.ranks,
+        report.seed,
+        report.dtype,
+        report.tolerance
     );
     let width = report
         .outputs
@@ -887,7 +930,7 @@ fn print_text(report: &RunReport, verdict: Verdict) {
         .max(6);
     for o in &report.outputs {
         let err = o.rel_error.map_or("-".to_string(), |e| format!("{e:.2e}"));
-        println!(
+        outln!(
             "  {:width$}  {:24}  rel. error {:>9}  {}{}",
             o.name,
             o.placement.as_deref().unwrap_or("-"),
@@ -899,15 +942,15 @@ fn print_text(report: &RunReport, verdict: Verdict) {
         );
     }
     match verdict {
-        Verdict::Holds => println!("verdict: holds: every compared output matches the spec"),
+        Verdict::Holds => outln!("verdict: holds: every compared output matches the spec"),
         Verdict::Violated => match &report.first_mismatch {
             Some(n) => {
-                println!("verdict: violated: first mismatching output `{n}` (in spec order)")
+                outln!("verdict: violated: first mismatching output `{n}` (in spec order)")
             }
-            None => println!("verdict: violated"),
+            None => outln!("verdict: violated"),
         },
-        Verdict::Invalid => println!("verdict: invalid input"),
-        Verdict::Inconclusive => println!("verdict: inconclusive"),
+        Verdict::Invalid => outln!("verdict: invalid input"),
+        Verdict::Inconclusive => outln!("verdict: inconclusive"),
     }
 }
 
@@ -936,7 +979,10 @@ mod tests {
                     assert!((a - b).abs() < 1e-12, "{reduce:?} k={k}: {a} vs {b}");
                 }
                 if k > 1 {
-                    assert_ne!(shares[0], v, "{reduce:?}: a share must not be the value itself");
+                    assert_ne!(
+                        shares[0], v,
+                        "{reduce:?}: a share must not be the value itself"
+                    );
                 }
             }
         }

@@ -31,9 +31,13 @@ struct GraphRun<'g> {
 
 fn located(graph: &Graph, node: &Node, msg: impl std::fmt::Display) -> String {
     let op = node.op().map(|o| format!(" ({o})")).unwrap_or_default();
+    let file = graph
+        .path
+        .as_ref()
+        .map_or_else(|| graph.name.clone(), |p| p.display().to_string());
     match node.line {
-        Some(l) => format!("{}:{l}: node `{}`{op}: {msg}", graph.name, node.name),
-        None => format!("{}: node `{}`{op}: {msg}", graph.name, node.name),
+        Some(l) => format!("{file}:{l}: node `{}`{op}: {msg}", node.name),
+        None => format!("{file}: node `{}`{op}: {msg}", node.name),
     }
 }
 
@@ -142,7 +146,7 @@ impl<'g> GraphRun<'g> {
 
     fn store(&mut self, i: usize, outs: Vec<Tensor>) -> Result<(), InterpError> {
         let node = &self.graph.nodes[i];
-        if outs.len() < node.outputs.len() {
+        if !outs.is_empty() && outs.len() < node.outputs.len() {
             return Err(InterpError::new(
                 InterpErrorKind::Invalid,
                 located(

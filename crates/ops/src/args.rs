@@ -145,14 +145,11 @@ impl<'a> Args<'a> {
 
     /// An optional tensor argument's data.
     pub fn opt_tensor(&self, name: &str) -> Result<Option<&'a Tensor>, OpError> {
-        match self.value_of(name)? {
-            None => Ok(None),
-            Some(v) => self
-                .values
-                .tensor(v)
-                .map(Some)
-                .ok_or_else(|| OpError::new(format!("no data for tensor argument `{name}`"))),
-        }
+        resolve(
+            self.value_of(name)?,
+            |v| self.values.tensor(v),
+            || format!("no data for tensor argument `{name}`"),
+        )
     }
 
     /// A required tensor argument's meta.
@@ -163,14 +160,11 @@ impl<'a> Args<'a> {
 
     /// An optional tensor argument's meta.
     pub fn opt_meta(&self, name: &str) -> Result<Option<Meta>, OpError> {
-        match self.value_of(name)? {
-            None => Ok(None),
-            Some(v) => {
-                self.values.meta(v).map(Some).ok_or_else(|| {
-                    OpError::new(format!("unknown shape for tensor argument `{name}`"))
-                })
-            }
-        }
+        resolve(
+            self.value_of(name)?,
+            |v| self.values.meta(v),
+            || format!("unknown shape for tensor argument `{name}`"),
+        )
     }
 
     fn list_values(&self, name: &str) -> Result<Vec<Option<ValueId>>, OpError> {
@@ -193,13 +187,12 @@ impl<'a> Args<'a> {
     pub fn tensors(&self, name: &str) -> Result<Vec<Option<&'a Tensor>>, OpError> {
         self.list_values(name)?
             .into_iter()
-            .map(|v| match v {
-                None => Ok(None),
-                Some(v) => self
-                    .values
-                    .tensor(v)
-                    .map(Some)
-                    .ok_or_else(|| OpError::new(format!("no data for tensor in `{name}`"))),
+            .map(|v| {
+                resolve(
+                    v,
+                    |v| self.values.tensor(v),
+                    || format!("no data for tensor in `{name}`"),
+                )
             })
             .collect()
     }
@@ -208,15 +201,26 @@ impl<'a> Args<'a> {
     pub fn metas(&self, name: &str) -> Result<Vec<Option<Meta>>, OpError> {
         self.list_values(name)?
             .into_iter()
-            .map(|v| match v {
-                None => Ok(None),
-                Some(v) => {
-                    self.values.meta(v).map(Some).ok_or_else(|| {
-                        OpError::new(format!("unknown shape for tensor in `{name}`"))
-                    })
-                }
+            .map(|v| {
+                resolve(
+                    v,
+                    |v| self.values.meta(v),
+                    || format!("unknown shape for tensor in `{name}`"),
+                )
             })
             .collect()
+    }
+
+    /// An optional argument converted by `f`, or an error saying it should be `what`.
+    fn opt_conv<T>(
+        &self,
+        name: &str,
+        what: &str,
+        f: impl FnOnce(&Arg) -> Option<T>,
+    ) -> Result<Option<T>, OpError> {
+        self.get(name)
+            .map(|a| f(&a).ok_or_else(|| self.err(name, what, Some(&a))))
+            .transpose()
     }
 
     /// A required integer.
@@ -227,13 +231,7 @@ impl<'a> Args<'a> {
 
     /// An optional integer.
     pub fn opt_int(&self, name: &str) -> Result<Option<i64>, OpError> {
-        match self.get(name) {
-            None => Ok(None),
-            Some(a) => a
-                .as_int()
-                .map(Some)
-                .ok_or_else(|| self.err(name, "an int", Some(&a))),
-        }
+        self.opt_conv(name, "an int", Arg::as_int)
     }
 
     /// A required list of integers (a single int counts as a one-element list).
@@ -244,13 +242,7 @@ impl<'a> Args<'a> {
 
     /// An optional list of integers.
     pub fn opt_int_list(&self, name: &str) -> Result<Option<Vec<i64>>, OpError> {
-        match self.get(name) {
-            None => Ok(None),
-            Some(a) => a
-                .as_int_list()
-                .map(Some)
-                .ok_or_else(|| self.err(name, "a list of ints", Some(&a))),
-        }
+        self.opt_conv(name, "a list of ints", Arg::as_int_list)
     }
 
     /// A required number (int, float or bool; `Scalar` arguments too).
@@ -261,13 +253,7 @@ impl<'a> Args<'a> {
 
     /// An optional number.
     pub fn opt_float(&self, name: &str) -> Result<Option<f64>, OpError> {
-        match self.get(name) {
-            None => Ok(None),
-            Some(a) => a
-                .as_f64()
-                .map(Some)
-                .ok_or_else(|| self.err(name, "a number", Some(&a))),
-        }
+        self.opt_conv(name, "a number", Arg::as_f64)
     }
 
     /// Whether a `Scalar` argument was written as a float (it decides the result dtype of
@@ -301,6 +287,16 @@ impl<'a> Args<'a> {
             Some(a) => Err(self.err(name, "a dtype", Some(&a))),
         }
     }
+}
+
+/// Looks an optional value up with `f`; a value `f` knows nothing about is an error.
+fn resolve<T>(
+    v: Option<ValueId>,
+    f: impl FnOnce(ValueId) -> Option<T>,
+    missing: impl FnOnce() -> String,
+) -> Result<Option<T>, OpError> {
+    v.map(|v| f(v).ok_or_else(|| OpError::new(missing())))
+        .transpose()
 }
 
 /// Parses a schema default (`False`, `1`, `-1`, `1e-05`, `[]`, `[0, 1]`, `"mean"`, `None`).

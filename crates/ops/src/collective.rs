@@ -505,7 +505,8 @@ pub fn apply_collective(
 mod tests {
     use super::*;
     use crate::args::TensorList;
-    use shardproof_ir::{Arg, OpName, ValueId};
+    use crate::testing::v;
+    use shardproof_ir::{Arg, OpName};
 
     fn t(shape: &[usize], data: &[f64]) -> Tensor {
         Tensor::new(Meta::new(DType::F32, shape.to_vec()), data.to_vec())
@@ -515,10 +516,6 @@ mod tests {
         Registry::builtin()
             .get(&OpName::parse(op).unwrap())
             .unwrap()
-    }
-
-    fn v(i: usize) -> Arg {
-        Arg::Value(ValueId::new(i, 0))
     }
 
     /// Runs `op` on a group whose member `j` holds `tensors[j]` and passes `args[j]`; returns

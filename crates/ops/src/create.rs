@@ -443,13 +443,9 @@ fn infer_like_plain(a: &Args) -> Result<Vec<Meta>, OpError> {
 
 #[cfg(test)]
 mod tests {
-    use crate::elementwise::tests::{call, call1, t, v};
+    use crate::testing::{call, call1, ints, t, v};
     use crate::Meta;
     use shardproof_ir::{Arg, DType};
-
-    fn ints(xs: &[i64]) -> Arg {
-        Arg::List(xs.iter().map(|&x| Arg::Int(x)).collect())
-    }
 
     #[test]
     fn arange_infers_dtype_and_length() {

@@ -207,11 +207,6 @@ pub(crate) fn infer_binary(a: &Args) -> Result<Vec<Meta>, OpError> {
     Ok(vec![Meta::new(d, s)])
 }
 
-/// Output meta of a tensor-scalar op (`other` is the scalar).
-pub(crate) fn infer_scalar_binary(a: &Args) -> Result<Vec<Meta>, OpError> {
-    infer_binary(a)
-}
-
 /// Output meta equal to the input's.
 pub(crate) fn infer_same(a: &Args) -> Result<Vec<Meta>, OpError> {
     Ok(vec![a.meta("self")?])
@@ -815,6 +810,59 @@ macro_rules! same_unary {
     };
 }
 
+/// Registers a broadcasting binary op over `self` and `other`, computed in the promoted dtype.
+macro_rules! binary_op {
+    ($r:expr, $name:literal, $schema:literal, $f:expr) => {
+        $r.pure($name, $schema, infer_binary, |a, m, _| {
+            Ok(vec![binary(a, "self", "other", m[0].dtype, &m[0], $f)?])
+        })
+    };
+}
+
+/// -1, 0 or 1 by the sign of `x`; 0 for NaN, as torch.
+fn sign(x: f64) -> f64 {
+    if x > 0.0 {
+        1.0
+    } else if x < 0.0 {
+        -1.0
+    } else {
+        0.0
+    }
+}
+
+/// `maximum`: NaN if either operand is NaN (unlike `fmax`).
+fn max_nan(x: f64, y: f64) -> f64 {
+    if x.is_nan() || y.is_nan() {
+        f64::NAN
+    } else {
+        x.max(y)
+    }
+}
+
+/// `minimum`: NaN if either operand is NaN (unlike `fmin`).
+fn min_nan(x: f64, y: f64) -> f64 {
+    if x.is_nan() || y.is_nan() {
+        f64::NAN
+    } else {
+        x.min(y)
+    }
+}
+
+/// Registers an elementwise predicate: a bool tensor of the input's shape.
+macro_rules! predicate {
+    ($r:expr, $name:literal, $f:expr) => {
+        $r.pure(
+            concat!("aten.", $name, ".default"),
+            concat!($name, "(Tensor self) -> Tensor"),
+            infer_bool_unary,
+            |a, m, _| {
+                let f: fn(f64) -> bool = $f;
+                Ok(vec![map(a.tensor("self")?, &m[0], |x| f(x) as i64 as f64)])
+            },
+        )
+    };
+}
+
 macro_rules! compare {
     ($r:expr, $name:literal, $f:expr) => {
         $r.pure(
@@ -895,35 +943,17 @@ fn register_arith(r: &mut Registry) {
         infer_sub,
         |a, m, _| Ok(vec![add_kernel(a, &m[0], "other", "self", -1.0)?]),
     );
-    r.pure(
+    binary_op!(
+        r,
         "aten.mul.Tensor",
         "mul.Tensor(Tensor self, Tensor other) -> Tensor",
-        infer_binary,
-        |a, m, _| {
-            Ok(vec![binary(
-                a,
-                "self",
-                "other",
-                m[0].dtype,
-                &m[0],
-                |x, y| x * y,
-            )?])
-        },
+        |x, y| x * y
     );
-    r.pure(
+    binary_op!(
+        r,
         "aten.mul.Scalar",
         "mul.Scalar(Tensor self, Scalar other) -> Tensor",
-        infer_scalar_binary,
-        |a, m, _| {
-            Ok(vec![binary(
-                a,
-                "self",
-                "other",
-                m[0].dtype,
-                &m[0],
-                |x, y| x * y,
-            )?])
-        },
+        |x, y| x * y
     );
     r.pure(
         "aten.div.Tensor",
@@ -1032,89 +1062,41 @@ fn register_arith(r: &mut Registry) {
             )?])
         },
     );
-    for (name, schema) in [
-        (
-            "aten.maximum.default",
-            "maximum(Tensor self, Tensor other) -> Tensor",
-        ),
-        (
-            "aten.max.other",
-            "max.other(Tensor self, Tensor other) -> Tensor",
-        ),
-    ] {
-        r.pure(name, schema, infer_binary, |a, m, _| {
-            Ok(vec![binary(
-                a,
-                "self",
-                "other",
-                m[0].dtype,
-                &m[0],
-                |x, y| {
-                    if x.is_nan() || y.is_nan() {
-                        f64::NAN
-                    } else {
-                        x.max(y)
-                    }
-                },
-            )?])
-        });
-    }
-    for (name, schema) in [
-        (
-            "aten.minimum.default",
-            "minimum(Tensor self, Tensor other) -> Tensor",
-        ),
-        (
-            "aten.min.other",
-            "min.other(Tensor self, Tensor other) -> Tensor",
-        ),
-    ] {
-        r.pure(name, schema, infer_binary, |a, m, _| {
-            Ok(vec![binary(
-                a,
-                "self",
-                "other",
-                m[0].dtype,
-                &m[0],
-                |x, y| {
-                    if x.is_nan() || y.is_nan() {
-                        f64::NAN
-                    } else {
-                        x.min(y)
-                    }
-                },
-            )?])
-        });
-    }
-    r.pure(
+    binary_op!(
+        r,
+        "aten.maximum.default",
+        "maximum(Tensor self, Tensor other) -> Tensor",
+        max_nan
+    );
+    binary_op!(
+        r,
+        "aten.max.other",
+        "max.other(Tensor self, Tensor other) -> Tensor",
+        max_nan
+    );
+    binary_op!(
+        r,
+        "aten.minimum.default",
+        "minimum(Tensor self, Tensor other) -> Tensor",
+        min_nan
+    );
+    binary_op!(
+        r,
+        "aten.min.other",
+        "min.other(Tensor self, Tensor other) -> Tensor",
+        min_nan
+    );
+    binary_op!(
+        r,
         "aten.fmax.default",
         "fmax(Tensor self, Tensor other) -> Tensor",
-        infer_binary,
-        |a, m, _| {
-            Ok(vec![binary(
-                a,
-                "self",
-                "other",
-                m[0].dtype,
-                &m[0],
-                f64::max,
-            )?])
-        },
+        f64::max
     );
-    r.pure(
+    binary_op!(
+        r,
         "aten.fmin.default",
         "fmin(Tensor self, Tensor other) -> Tensor",
-        infer_binary,
-        |a, m, _| {
-            Ok(vec![binary(
-                a,
-                "self",
-                "other",
-                m[0].dtype,
-                &m[0],
-                f64::min,
-            )?])
-        },
+        f64::min
     );
     r.pure(
         "aten.addcmul.default",
@@ -1169,24 +1151,8 @@ fn register_arith(r: &mut Registry) {
 fn register_unary(r: &mut Registry) {
     same_unary!(r, "neg", infer_same_no_bool, |x| -x);
     same_unary!(r, "abs", infer_same_no_bool, f64::abs);
-    same_unary!(r, "sign", infer_same, |x| {
-        if x > 0.0 {
-            1.0
-        } else if x < 0.0 {
-            -1.0
-        } else {
-            0.0
-        }
-    });
-    same_unary!(r, "sgn", infer_same, |x| {
-        if x > 0.0 {
-            1.0
-        } else if x < 0.0 {
-            -1.0
-        } else {
-            0.0
-        }
-    });
+    same_unary!(r, "sign", infer_same, sign);
+    same_unary!(r, "sgn", infer_same, sign);
     same_unary!(r, "floor", infer_same, f64::floor);
     same_unary!(r, "ceil", infer_same, f64::ceil);
     same_unary!(r, "round", infer_same, f64::round_ties_even);
@@ -1236,66 +1202,12 @@ fn register_unary(r: &mut Registry) {
     float_unary!(r, "erf", libm::erf);
     float_unary!(r, "erfc", libm::erfc);
     float_unary!(r, "erfinv", erfinv);
-    r.pure(
-        "aten.isnan.default",
-        "isnan(Tensor self) -> Tensor",
-        infer_bool_unary,
-        |a, m, _| {
-            Ok(vec![map(a.tensor("self")?, &m[0], |x| {
-                x.is_nan() as i64 as f64
-            })])
-        },
-    );
-    r.pure(
-        "aten.isinf.default",
-        "isinf(Tensor self) -> Tensor",
-        infer_bool_unary,
-        |a, m, _| {
-            Ok(vec![map(a.tensor("self")?, &m[0], |x| {
-                x.is_infinite() as i64 as f64
-            })])
-        },
-    );
-    r.pure(
-        "aten.isfinite.default",
-        "isfinite(Tensor self) -> Tensor",
-        infer_bool_unary,
-        |a, m, _| {
-            Ok(vec![map(a.tensor("self")?, &m[0], |x| {
-                x.is_finite() as i64 as f64
-            })])
-        },
-    );
-    r.pure(
-        "aten.isposinf.default",
-        "isposinf(Tensor self) -> Tensor",
-        infer_bool_unary,
-        |a, m, _| {
-            Ok(vec![map(a.tensor("self")?, &m[0], |x| {
-                (x == f64::INFINITY) as i64 as f64
-            })])
-        },
-    );
-    r.pure(
-        "aten.isneginf.default",
-        "isneginf(Tensor self) -> Tensor",
-        infer_bool_unary,
-        |a, m, _| {
-            Ok(vec![map(a.tensor("self")?, &m[0], |x| {
-                (x == f64::NEG_INFINITY) as i64 as f64
-            })])
-        },
-    );
-    r.pure(
-        "aten.logical_not.default",
-        "logical_not(Tensor self) -> Tensor",
-        infer_bool_unary,
-        |a, m, _| {
-            Ok(vec![map(a.tensor("self")?, &m[0], |x| {
-                (x == 0.0) as i64 as f64
-            })])
-        },
-    );
+    predicate!(r, "isnan", f64::is_nan);
+    predicate!(r, "isinf", f64::is_infinite);
+    predicate!(r, "isfinite", f64::is_finite);
+    predicate!(r, "isposinf", |x| x == f64::INFINITY);
+    predicate!(r, "isneginf", |x| x == f64::NEG_INFINITY);
+    predicate!(r, "logical_not", |x| x == 0.0);
     r.pure(
         "aten.bitwise_not.default",
         "bitwise_not(Tensor self) -> Tensor",
@@ -1481,46 +1393,9 @@ fn register_select(r: &mut Registry) {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
-    use shardproof_ir::ValueId;
-
-    /// A tensor from a dtype, a shape and values.
-    pub(crate) fn t(dtype: DType, shape: &[usize], data: &[f64]) -> Tensor {
-        Tensor::new(Meta::new(dtype, shape.to_vec()), data.to_vec())
-    }
-
-    /// The i-th tensor of a call.
-    pub(crate) fn v(i: usize) -> Arg {
-        Arg::Value(ValueId::new(i, 0))
-    }
-
-    /// Calls a built-in op.
-    pub(crate) fn call(
-        op: &str,
-        tensors: &[&Tensor],
-        args: &[Arg],
-        kwargs: &[(&str, Arg)],
-    ) -> Result<Vec<Tensor>, OpError> {
-        let kw: Vec<(String, Arg)> = kwargs
-            .iter()
-            .map(|(k, a)| (k.to_string(), a.clone()))
-            .collect();
-        let owned: Vec<Tensor> = tensors.iter().map(|t| (*t).clone()).collect();
-        Registry::builtin().call(op, &owned, args, &kw)
-    }
-
-    /// Calls a built-in op with one output.
-    pub(crate) fn call1(
-        op: &str,
-        tensors: &[&Tensor],
-        args: &[Arg],
-        kwargs: &[(&str, Arg)],
-    ) -> Tensor {
-        let mut out = call(op, tensors, args, kwargs).unwrap();
-        assert_eq!(out.len(), 1);
-        out.remove(0)
-    }
+    use crate::testing::{call, call1, t, v};
 
     #[test]
     fn promotion_follows_torch_tiers() {
@@ -1653,6 +1528,18 @@ pub(crate) mod tests {
         assert_eq!(*out.data, vec![-1.0, -2.0, -3.0]);
         let f = t(DType::F32, &[1], &[1.0]);
         assert!(call("aten.bitwise_and.Tensor", &[&f, &f], &[v(0), v(1)], &[]).is_err());
+        // The Python operators `|`, `&`, `^` are the bitwise ops under other names.
+        let j = t(DType::I64, &[3], &[5.0, -6.0, 3.0]);
+        let out = call1("aten.__or__.Tensor", &[&i, &j], &[v(0), v(1)], &[]);
+        assert_eq!(*out.data, vec![5.0, -5.0, 3.0]);
+        let out = call1("aten.__and__.Scalar", &[&j], &[v(0), Arg::Int(6)], &[]);
+        assert_eq!(*out.data, vec![4.0, 2.0, 2.0]);
+        let out = call1("aten.__xor__.Scalar", &[&b], &[v(0), Arg::Bool(true)], &[]);
+        assert_eq!(
+            (out.dtype(), out.data.to_vec()),
+            (DType::Bool, vec![0.0, 1.0])
+        );
+        assert!(call("aten.__or__.Tensor", &[&f, &f], &[v(0), v(1)], &[]).is_err());
     }
 
     #[test]
@@ -1713,7 +1600,12 @@ pub(crate) mod tests {
         for (g, w) in out.data.iter().zip(want) {
             assert!((g - w).abs() < 1e-14, "{g} vs {w}");
         }
-        let out = call1("aten.erfc.default", &[&t(DType::F64, &[2], &[3.0, 6.0])], &[v(0)], &[]);
+        let out = call1(
+            "aten.erfc.default",
+            &[&t(DType::F64, &[2], &[3.0, 6.0])],
+            &[v(0)],
+            &[],
+        );
         assert!((out.data[0] - 2.209049699858544e-05).abs() < 1e-18);
         assert!((out.data[1] - 2.151973671249892e-17).abs() < 1e-29);
         assert!((erfinv(0.5) - 0.4769362762044699).abs() < 1e-14);

@@ -929,18 +929,9 @@ pub(crate) fn register(r: &mut Registry) {
 
 #[cfg(test)]
 mod tests {
-    use crate::elementwise::tests::{call, call1, t, v};
+    use crate::testing::{ar, call, call1, t, v};
     use crate::{Meta, Tensor};
     use shardproof_ir::{Arg, DType};
-
-    fn ar(shape: &[usize]) -> Tensor {
-        let n: usize = shape.iter().product();
-        t(
-            DType::F32,
-            shape,
-            &(0..n).map(|i| i as f64).collect::<Vec<_>>(),
-        )
-    }
 
     fn long(shape: &[usize], xs: &[f64]) -> Tensor {
         t(DType::I64, shape, xs)

@@ -11,6 +11,9 @@ mod tensor;
 
 pub mod util;
 
+#[cfg(test)]
+mod testing;
+
 // Operator families, one module each.
 mod collective;
 mod create;

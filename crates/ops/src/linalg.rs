@@ -15,11 +15,8 @@ pub(crate) fn register(r: &mut Registry) {
         "mm(Tensor self, Tensor mat2) -> Tensor",
         infer_mm,
         |a, m, _| {
-            let (x, y) = (a.tensor("self")?, a.tensor("mat2")?);
-            let (n, k, p) = (x.shape()[0], x.shape()[1], y.shape()[1]);
-            let mut out = vec![0.0; n * p];
-            gemm_acc(&x.data, &y.data, &mut out, n, k, p);
-            Ok(vec![Tensor::new(m[0].clone(), out)])
+            let prod = matrix_product(a.tensor("self")?, a.tensor("mat2")?);
+            Ok(vec![Tensor::new(m[0].clone(), prod)])
         },
     );
     r.pure(
@@ -45,10 +42,7 @@ pub(crate) fn register(r: &mut Registry) {
         "addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor",
         infer_addmm,
         |a, m, _| {
-            let (x, y) = (a.tensor("mat1")?, a.tensor("mat2")?);
-            let (n, k, p) = (x.shape()[0], x.shape()[1], y.shape()[1]);
-            let mut prod = vec![0.0; n * p];
-            gemm_acc(&x.data, &y.data, &mut prod, n, k, p);
+            let prod = matrix_product(a.tensor("mat1")?, a.tensor("mat2")?);
             Ok(vec![add_scaled(a, &m[0], prod)?])
         },
     );
@@ -250,6 +244,14 @@ fn infer_addbmm(a: &Args) -> Result<Vec<Meta>, OpError> {
     Ok(vec![out])
 }
 
+/// The product of two matrices of compatible shapes (checked by inference).
+fn matrix_product(x: &Tensor, y: &Tensor) -> Vec<f64> {
+    let (n, k, p) = (x.shape()[0], x.shape()[1], y.shape()[1]);
+    let mut out = vec![0.0; n * p];
+    gemm_acc(&x.data, &y.data, &mut out, n, k, p);
+    out
+}
+
 /// The product of two 3-D tensors of compatible shapes (checked by inference).
 fn batched_product(x: &Tensor, y: &Tensor) -> Vec<f64> {
     let (b, n, k, p) = (x.shape()[0], x.shape()[1], x.shape()[2], y.shape()[2]);
@@ -423,14 +425,11 @@ fn eval_linear(a: &Args, _: &[Meta], _: &mut crate::EvalCtx) -> Result<Vec<Tenso
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shardproof_ir::{Arg, ValueId};
+    use crate::testing::v;
+    use shardproof_ir::Arg;
 
     fn t(shape: &[usize], data: &[f64]) -> Tensor {
         Tensor::new(Meta::new(DType::F32, shape.to_vec()), data.to_vec())
-    }
-
-    fn v(i: usize) -> Arg {
-        Arg::Value(ValueId::new(i, 0))
     }
 
     fn call(op: &str, ts: &[Tensor], kw: &[(&str, Arg)]) -> Result<Vec<Tensor>, OpError> {

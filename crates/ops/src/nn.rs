@@ -129,11 +129,13 @@ fn softmax_lane(x: &[f64], out: &mut [f64], log: bool) {
     }
 }
 
-fn softmax_eval(x: &Tensor, dim: i64, out: &Meta, log: bool) -> Result<Tensor, OpError> {
-    let data = per_lane(x.shape(), dim, &[&x.data], |ins, o| {
+/// (Log-)softmax of `self` along `dim`.
+fn softmax_eval(a: &Args, out: &Meta, log: bool) -> Result<Vec<Tensor>, OpError> {
+    let x = a.tensor("self")?;
+    let data = per_lane(x.shape(), a.int("dim")?, &[&x.data], |ins, o| {
         softmax_lane(ins[0], o, log)
     })?;
-    Ok(Tensor::new(out.clone(), data))
+    Ok(vec![Tensor::new(out.clone(), data)])
 }
 
 fn infer_internal_softmax(a: &Args) -> Result<Vec<Meta>, OpError> {
@@ -172,53 +174,25 @@ fn register_softmax(r: &mut Registry) {
         "aten._softmax.default",
         "_softmax(Tensor self, int dim, bool half_to_float) -> Tensor",
         infer_internal_softmax,
-        |a, m, _| {
-            Ok(vec![softmax_eval(
-                a.tensor("self")?,
-                a.int("dim")?,
-                &m[0],
-                false,
-            )?])
-        },
+        |a, m, _| softmax_eval(a, &m[0], false),
     );
     r.pure(
         "aten._log_softmax.default",
         "_log_softmax(Tensor self, int dim, bool half_to_float) -> Tensor",
         infer_internal_softmax,
-        |a, m, _| {
-            Ok(vec![softmax_eval(
-                a.tensor("self")?,
-                a.int("dim")?,
-                &m[0],
-                true,
-            )?])
-        },
+        |a, m, _| softmax_eval(a, &m[0], true),
     );
     r.pure(
         "aten.softmax.int",
         "softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor",
         infer_public_softmax,
-        |a, m, _| {
-            Ok(vec![softmax_eval(
-                a.tensor("self")?,
-                a.int("dim")?,
-                &m[0],
-                false,
-            )?])
-        },
+        |a, m, _| softmax_eval(a, &m[0], false),
     );
     r.pure(
         "aten.log_softmax.int",
         "log_softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor",
         infer_public_softmax,
-        |a, m, _| {
-            Ok(vec![softmax_eval(
-                a.tensor("self")?,
-                a.int("dim")?,
-                &m[0],
-                true,
-            )?])
-        },
+        |a, m, _| softmax_eval(a, &m[0], true),
     );
     r.pure(
         "aten._softmax_backward_data.default",
@@ -1341,7 +1315,8 @@ fn register_attention(r: &mut Registry) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shardproof_ir::{Arg, ValueId};
+    use crate::testing::{ints, v};
+    use shardproof_ir::Arg;
 
     fn t(shape: &[usize], data: &[f64]) -> Tensor {
         Tensor::new(Meta::new(DType::F64, shape.to_vec()), data.to_vec())
@@ -1349,14 +1324,6 @@ mod tests {
 
     fn ti(shape: &[usize], data: &[f64]) -> Tensor {
         Tensor::new(Meta::new(DType::I64, shape.to_vec()), data.to_vec())
-    }
-
-    fn v(i: usize) -> Arg {
-        Arg::Value(ValueId::new(i, 0))
-    }
-
-    fn ints(xs: &[i64]) -> Arg {
-        Arg::List(xs.iter().map(|&x| Arg::Int(x)).collect())
     }
 
     fn call(op: &str, ts: &[Tensor], args: &[Arg]) -> Result<Vec<Tensor>, OpError> {
@@ -1881,5 +1848,135 @@ mod tests {
         )
         .unwrap();
         assert_eq!(*d[0].data, vec![0.5, 0., -1., 0.]);
+    }
+
+    /// `scaled_dot_product_attention` on query `[1, 2, 3, 4]`, key `[1, 2, 5, 4]`, value
+    /// `[1, 2, 5, 6]`, against the same computation spelled with other operators.
+    #[test]
+    fn scaled_dot_product_attention_matches_its_decomposition() {
+        use crate::testing::call as call_kw;
+        let q = t(&[1, 2, 3, 4], &ramp(24, 0.1));
+        let k = t(&[1, 2, 5, 4], &ramp(40, 0.07));
+        let vv = t(&[1, 2, 5, 6], &ramp(60, 0.3));
+        let bias = t(&[3, 5], &ramp(15, 0.5));
+        let sdpa = |ts: &[&Tensor], args: &[Arg], kw: &[(&str, Arg)]| {
+            call_kw("aten.scaled_dot_product_attention.default", ts, args, kw)
+        };
+        // softmax(q kᵀ · scale + bias) v, through matmul, mul, add and softmax.
+        let op = |name: &str, ts: &[&Tensor], args: &[Arg]| {
+            call_kw(name, ts, args, &[]).unwrap()[0].clone()
+        };
+        let reference = |scale: f64, bias: Option<&Tensor>| {
+            let kt = op(
+                "aten.transpose.int",
+                &[&k],
+                &[v(0), Arg::Int(-2), Arg::Int(-1)],
+            );
+            let s = op("aten.matmul.default", &[&q, &kt], &[v(0), v(1)]);
+            let mut s = op("aten.mul.Scalar", &[&s], &[v(0), Arg::Float(scale)]);
+            if let Some(b) = bias {
+                s = op("aten.add.Tensor", &[&s, b], &[v(0), v(1)]);
+            }
+            let p = op(
+                "aten._softmax.default",
+                &[&s],
+                &[v(0), Arg::Int(-1), Arg::Bool(false)],
+            );
+            op("aten.matmul.default", &[&p, &vv], &[v(0), v(1)])
+        };
+        let out = sdpa(&[&q, &k, &vv], &[v(0), v(1), v(2)], &[]).unwrap();
+        assert_eq!(out[0].shape(), &[1, 2, 3, 6]);
+        close(&out[0].data, &reference(0.5, None).data, 1e-12);
+        let out = sdpa(
+            &[&q, &k, &vv, &bias],
+            &[v(0), v(1), v(2), v(3)],
+            &[("scale", Arg::Float(0.3))],
+        )
+        .unwrap();
+        close(&out[0].data, &reference(0.3, Some(&bias)).data, 1e-12);
+
+        // A causal mask is an additive -inf above the diagonal (aligned top left), and a bool
+        // mask is -inf where false; a row that may attend to nothing gives zeros.
+        let causal_bias = t(
+            &[3, 5],
+            &(0..15)
+                .map(|i| {
+                    if i % 5 > i / 5 {
+                        f64::NEG_INFINITY
+                    } else {
+                        0.0
+                    }
+                })
+                .collect::<Vec<_>>(),
+        );
+        let out = sdpa(
+            &[&q, &k, &vv],
+            &[
+                v(0),
+                v(1),
+                v(2),
+                Arg::None,
+                Arg::Float(0.0),
+                Arg::Bool(true),
+            ],
+            &[],
+        )
+        .unwrap();
+        close(
+            &out[0].data,
+            &reference(0.5, Some(&causal_bias)).data,
+            1e-12,
+        );
+        let keep: Vec<f64> = (0..15)
+            .map(|i| ((i % 5 <= i / 5) && i / 5 != 1) as i64 as f64)
+            .collect();
+        let mask = Tensor::new(Meta::new(DType::Bool, vec![3, 5]), keep);
+        let out = sdpa(&[&q, &k, &vv, &mask], &[v(0), v(1), v(2), v(3)], &[]).unwrap();
+        let want = reference(0.5, Some(&causal_bias));
+        for (i, (g, w)) in out[0].data.iter().zip(want.data.iter()).enumerate() {
+            let row = (i / 6) % 3;
+            let w = if row == 1 { 0.0 } else { *w };
+            assert!((g - w).abs() < 1e-12, "element {i}: {g} vs {w}");
+        }
+
+        // Grouped-query attention: 4 query heads share the 2 key/value heads in pairs.
+        let q4 = t(&[1, 4, 3, 4], &ramp(48, 0.1));
+        let out = sdpa(
+            &[&q4, &k, &vv],
+            &[v(0), v(1), v(2)],
+            &[("enable_gqa", Arg::Bool(true))],
+        )
+        .unwrap();
+        assert_eq!(out[0].shape(), &[1, 4, 3, 6]);
+        let repeat = |x: &Tensor| {
+            let half = x.numel() / 2;
+            let mut d = Vec::new();
+            for h in 0..4 {
+                d.extend_from_slice(&x.data[(h / 2) * half..(h / 2 + 1) * half]);
+            }
+            let mut shape = x.shape().to_vec();
+            shape[1] = 4;
+            t(&shape, &d)
+        };
+        let (k4, v4) = (repeat(&k), repeat(&vv));
+        let want = sdpa(&[&q4, &k4, &v4], &[v(0), v(1), v(2)], &[]).unwrap();
+        assert_eq!(out, want);
+        assert!(sdpa(&[&q4, &k, &vv], &[v(0), v(1), v(2)], &[]).is_err());
+
+        // What is refused: dropout (random), a mask with is_causal, mixed or integer dtypes.
+        let with = |args: &[Arg], ts: &[&Tensor]| sdpa(ts, args, &[]).is_err();
+        assert!(with(
+            &[v(0), v(1), v(2), Arg::None, Arg::Float(0.1)],
+            &[&q, &k, &vv]
+        ));
+        assert!(with(
+            &[v(0), v(1), v(2), v(3), Arg::Float(0.0), Arg::Bool(true)],
+            &[&q, &k, &vv, &mask]
+        ));
+        let k32 = Tensor::new(Meta::new(DType::F32, k.shape().to_vec()), k.data.to_vec());
+        assert!(with(&[v(0), v(1), v(2)], &[&q, &k32, &vv]));
+        let imask = ti(&[3, 5], &[1.0; 15]);
+        assert!(with(&[v(0), v(1), v(2), v(3)], &[&q, &k, &vv, &imask]));
+        assert!(with(&[v(0), v(1), v(2)], &[&q, &q, &vv]));
     }
 }

@@ -71,40 +71,28 @@ pub(crate) fn register(r: &mut Registry) {
         "rand(SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor",
         OpClass::Random,
         infer_sized,
-        Some(|_, m, ctx| {
-            let mut rng = Rng::new(ctx.call_seed());
-            Ok(vec![fill(&m[0], || rng.uniform())])
-        }),
+        Some(eval_uniform),
     );
     r.add(
         "aten.randn.default",
         "randn(SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor",
         OpClass::Random,
         infer_sized,
-        Some(|_, m, ctx| {
-            let mut rng = Rng::new(ctx.call_seed());
-            Ok(vec![fill(&m[0], || rng.normal())])
-        }),
+        Some(eval_normal),
     );
     r.add(
         "aten.rand_like.default",
         "rand_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor",
         OpClass::Random,
         infer_like,
-        Some(|_, m, ctx| {
-            let mut rng = Rng::new(ctx.call_seed());
-            Ok(vec![fill(&m[0], || rng.uniform())])
-        }),
+        Some(eval_uniform),
     );
     r.add(
         "aten.randn_like.default",
         "randn_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor",
         OpClass::Random,
         infer_like,
-        Some(|_, m, ctx| {
-            let mut rng = Rng::new(ctx.call_seed());
-            Ok(vec![fill(&m[0], || rng.normal())])
-        }),
+        Some(eval_normal),
     );
     r.add(
         "aten.bernoulli.p",
@@ -201,6 +189,18 @@ fn fill(meta: &Meta, mut f: impl FnMut() -> f64) -> Tensor {
     Tensor::new(meta.clone(), (0..meta.numel()).map(|_| f()).collect())
 }
 
+/// `rand`, `rand_like`: uniform on [0, 1), seeded by the call.
+fn eval_uniform(_: &Args, m: &[Meta], ctx: &mut EvalCtx) -> Result<Vec<Tensor>, OpError> {
+    let mut rng = Rng::new(ctx.call_seed());
+    Ok(vec![fill(&m[0], || rng.uniform())])
+}
+
+/// `randn`, `randn_like`: standard normal, seeded by the call.
+fn eval_normal(_: &Args, m: &[Meta], ctx: &mut EvalCtx) -> Result<Vec<Tensor>, OpError> {
+    let mut rng = Rng::new(ctx.call_seed());
+    Ok(vec![fill(&m[0], || rng.normal())])
+}
+
 /// SplitMix64: tiny, fast and the same on every platform and Rust version, which is all the
 /// interpreter needs (statistical quality beyond that is irrelevant for masks).
 struct Rng(u64);
@@ -234,7 +234,8 @@ impl Rng {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shardproof_ir::{Arg, ValueId};
+    use crate::testing::v;
+    use shardproof_ir::Arg;
 
     fn eval(op: &str, ts: &[Tensor], args: &[Arg], seed: u64, key: &str) -> Vec<Tensor> {
         let r = Registry::builtin();
@@ -245,10 +246,6 @@ mod tests {
         };
         r.eval(def, args, &[], &crate::TensorList(ts), &mut ctx)
             .unwrap()
-    }
-
-    fn v(i: usize) -> Arg {
-        Arg::Value(ValueId::new(i, 0))
     }
 
     fn input(n: usize) -> Tensor {

@@ -947,22 +947,9 @@ fn register_orders(r: &mut Registry) {
 
 #[cfg(test)]
 mod tests {
-    use crate::elementwise::tests::{call, call1, t, v};
-    use crate::{Meta, Tensor};
+    use crate::testing::{ar, call, call1, ints, t, v};
+    use crate::Meta;
     use shardproof_ir::{Arg, DType};
-
-    fn ints(xs: &[i64]) -> Arg {
-        Arg::List(xs.iter().map(|&x| Arg::Int(x)).collect())
-    }
-
-    fn ar(shape: &[usize]) -> Tensor {
-        let n: usize = shape.iter().product();
-        t(
-            DType::F32,
-            shape,
-            &(0..n).map(|i| i as f64).collect::<Vec<_>>(),
-        )
-    }
 
     #[test]
     fn sums_and_means() {
@@ -1222,7 +1209,7 @@ mod tests {
 /// which debug builds assert).
 #[cfg(test)]
 mod robustness {
-    use crate::elementwise::tests::{call, t, v};
+    use crate::testing::{call, ints, t, v};
     use crate::Tensor;
     use shardproof_ir::{Arg, DType};
 
@@ -1244,10 +1231,6 @@ mod robustness {
             }
         }
         out
-    }
-
-    fn ints(xs: &[i64]) -> Arg {
-        Arg::List(xs.iter().map(|&x| Arg::Int(x)).collect())
     }
 
     #[test]
@@ -1272,6 +1255,8 @@ mod robustness {
             "nan_to_num",
             "clone",
             "detach",
+            "detach_",
+            "_assert_tensor_metadata",
             "t",
             "squeeze",
             "sum",
@@ -1339,6 +1324,31 @@ mod robustness {
             ("aten.flip.default", vec![ints(&[0, -1])]),
             ("aten.repeat.default", vec![ints(&[2, 1, 2])]),
             ("aten.constant_pad_nd.default", vec![ints(&[1, -1])]),
+            (
+                "aten.pad.default",
+                vec![ints(&[1, 1]), Arg::Str("reflect".into())],
+            ),
+            (
+                "aten.pad.default",
+                vec![ints(&[2, 0]), Arg::Str("replicate".into())],
+            ),
+            (
+                "aten.pad.default",
+                vec![ints(&[1, -1]), Arg::Str("circular".into())],
+            ),
+            (
+                "aten.pad.default",
+                vec![ints(&[-1, 0, 1, 1]), Arg::Str("circular".into())],
+            ),
+            ("aten.broadcast_tensors.default", vec![]),
+            (
+                "aten.scaled_dot_product_attention.default",
+                vec![v(1), v(1)],
+            ),
+            (
+                "aten.scaled_dot_product_attention.default",
+                vec![v(0), v(0), v(1), Arg::Float(0.0), Arg::Bool(false)],
+            ),
             ("aten.tril.default", vec![Arg::Int(-1)]),
             ("aten.diagonal.default", vec![Arg::Int(1)]),
             (
@@ -1380,6 +1390,7 @@ mod robustness {
             "aten.eq.Tensor",
             "aten.maximum.default",
             "aten.bitwise_and.Tensor",
+            "aten.__xor__.Tensor",
             "aten.logical_xor.default",
             "aten.copy.default",
             "aten.atan2.default",

@@ -1207,9 +1207,10 @@ impl Padding {
                     Some("wraps around a cropped dimension more than once")
                 }
                 PadMode::Circular => (out < 0).then_some("resulted in a negative output size"),
-                PadMode::Reflect | PadMode::Replicate => {
-                    (out < 1).then_some("leaves no element")
+                PadMode::Reflect | PadMode::Replicate if n == 0 => {
+                    Some("cannot pad an empty dimension")
                 }
+                PadMode::Reflect | PadMode::Replicate => (out < 1).then_some("leaves no element"),
             };
             if let Some(why) = bad {
                 return Err(OpError::new(format!(
@@ -1552,7 +1553,10 @@ pub(crate) fn register(r: &mut Registry) {
             "contiguous(Tensor self, *, MemoryFormat memory_format=contiguous_format) -> Tensor",
         ),
         // In place, but on a functional value detaching changes nothing.
-        ("aten.detach_.default", "detach_(Tensor(a!) self) -> Tensor(a!)"),
+        (
+            "aten.detach_.default",
+            "detach_(Tensor(a!) self) -> Tensor(a!)",
+        ),
     ] {
         r.pure(name, schema, infer_identity, |a, m, _| eval_identity(a, m));
     }
@@ -1680,22 +1684,9 @@ pub(crate) fn register(r: &mut Registry) {
 
 #[cfg(test)]
 mod tests {
-    use crate::elementwise::tests::{call, call1, t, v};
+    use crate::testing::{ar, call, call1, ints, t, v};
     use crate::{Meta, Tensor};
     use shardproof_ir::{Arg, DType};
-
-    fn ints(xs: &[i64]) -> Arg {
-        Arg::List(xs.iter().map(|&x| Arg::Int(x)).collect())
-    }
-
-    fn ar(shape: &[usize]) -> Tensor {
-        let n: usize = shape.iter().product();
-        t(
-            DType::F32,
-            shape,
-            &(0..n).map(|i| i as f64).collect::<Vec<_>>(),
-        )
-    }
 
     #[test]
     fn views_and_permutes() {
@@ -2053,5 +2044,123 @@ mod tests {
         );
         assert_eq!(out.shape(), &[2, 2]);
         assert_eq!(*out.data, vec![0.0, 1.0, 2.0, 3.0]);
+    }
+
+    /// `pad` in every mode, against values torch 2.15 printed for `arange(12).reshape(1, 3, 4)`.
+    #[test]
+    fn pad_modes_follow_torch() {
+        let x = ar(&[1, 3, 4]);
+        let pad = |p: &[i64], mode: &str| {
+            call(
+                "aten.pad.default",
+                &[&x],
+                &[v(0), ints(p), Arg::Str(mode.into())],
+                &[],
+            )
+        };
+        let row0 = |t: &Tensor| t.data[..t.shape()[2]].to_vec();
+        let out = pad(&[2, 1], "reflect").unwrap().remove(0);
+        assert_eq!(out.shape(), &[1, 3, 7]);
+        assert_eq!(row0(&out), vec![2.0, 1.0, 0.0, 1.0, 2.0, 3.0, 2.0]);
+        let out = pad(&[-1, 2], "reflect").unwrap().remove(0);
+        assert_eq!(row0(&out), vec![1.0, 2.0, 3.0, 2.0, 1.0]);
+        let out = pad(&[2, 2, 1, 0], "reflect").unwrap().remove(0);
+        assert_eq!(out.shape(), &[1, 4, 8]);
+        assert_eq!(row0(&out), vec![6.0, 5.0, 4.0, 5.0, 6.0, 7.0, 6.0, 5.0]);
+        let out = pad(&[2, 1], "replicate").unwrap().remove(0);
+        assert_eq!(row0(&out), vec![0.0, 0.0, 0.0, 1.0, 2.0, 3.0, 3.0]);
+        let out = pad(&[-1, 2], "replicate").unwrap().remove(0);
+        assert_eq!(row0(&out), vec![1.0, 2.0, 3.0, 3.0, 3.0]);
+        let out = pad(&[2, 1], "circular").unwrap().remove(0);
+        assert_eq!(row0(&out), vec![2.0, 3.0, 0.0, 1.0, 2.0, 3.0, 0.0]);
+        // Circular padding wraps what is left after cropping the other side.
+        let out = pad(&[-1, 2], "circular").unwrap().remove(0);
+        assert_eq!(row0(&out), vec![1.0, 2.0, 3.0, 1.0, 2.0]);
+        let out = pad(&[1, 1, 1, 1], "circular").unwrap().remove(0);
+        assert_eq!(row0(&out), vec![11.0, 8.0, 9.0, 10.0, 11.0, 8.0]);
+        let out = pad(&[0, -4], "circular").unwrap().remove(0);
+        assert_eq!(out.shape(), &[1, 3, 0]);
+        // Constant mode, the default, with its value (or zero).
+        let out = call1("aten.pad.default", &[&x], &[v(0), ints(&[1, 0])], &[]);
+        assert_eq!(row0(&out), vec![0.0, 0.0, 1.0, 2.0, 3.0]);
+        let out = call1(
+            "aten.pad.default",
+            &[&x],
+            &[
+                v(0),
+                ints(&[0, 1]),
+                Arg::Str("constant".into()),
+                Arg::Float(-2.0),
+            ],
+            &[],
+        );
+        assert_eq!(row0(&out), vec![0.0, 1.0, 2.0, 3.0, -2.0]);
+        // What torch refuses.
+        assert!(pad(&[4, 0], "reflect").is_err());
+        assert!(pad(&[0, -4], "reflect").is_err());
+        assert!(pad(&[5, 0], "circular").is_err());
+        assert!(pad(&[-3, 2], "circular").is_err());
+        assert!(pad(&[1, 1], "bogus").is_err());
+        assert!(pad(&[1, 1, 1, 1, 1, 1], "replicate").is_err());
+        assert!(call(
+            "aten.pad.default",
+            &[&ar(&[4])],
+            &[v(0), ints(&[1, 1]), Arg::Str("replicate".into())],
+            &[]
+        )
+        .is_err());
+        assert!(call(
+            "aten.pad.default",
+            &[&x],
+            &[
+                v(0),
+                ints(&[1, 1]),
+                Arg::Str("reflect".into()),
+                Arg::Float(1.0)
+            ],
+            &[]
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn broadcast_tensors_and_metadata_asserts() {
+        let a = ar(&[3, 1]);
+        let b = t(DType::I64, &[2], &[7.0, 8.0]);
+        let out = call(
+            "aten.broadcast_tensors.default",
+            &[&a, &b],
+            &[Arg::List(vec![v(0), v(1)])],
+            &[],
+        )
+        .unwrap();
+        assert_eq!(out[0].meta, Meta::new(DType::F32, vec![3, 2]));
+        assert_eq!(*out[0].data, vec![0.0, 0.0, 1.0, 1.0, 2.0, 2.0]);
+        assert_eq!(out[1].meta, Meta::new(DType::I64, vec![3, 2]));
+        assert_eq!(*out[1].data, vec![7.0, 8.0, 7.0, 8.0, 7.0, 8.0]);
+        let c = ar(&[3]);
+        assert!(call(
+            "aten.broadcast_tensors.default",
+            &[&a, &c, &b],
+            &[Arg::List(vec![v(0), v(1), v(2)])],
+            &[]
+        )
+        .is_err());
+
+        let assert_meta =
+            |kw: &[(&str, Arg)]| call("aten._assert_tensor_metadata.default", &[&a], &[v(0)], kw);
+        let ok = assert_meta(&[
+            ("dtype", Arg::Dtype(DType::F32)),
+            ("size", ints(&[3, 1])),
+            ("device", Arg::Device("device(type='cuda', index=0)".into())),
+            ("layout", Arg::Layout("strided".into())),
+        ]);
+        assert_eq!(ok, Ok(vec![]));
+        assert!(assert_meta(&[("dtype", Arg::Dtype(DType::F64))]).is_err());
+        assert!(assert_meta(&[("size", ints(&[1, 3]))]).is_err());
+        assert!(assert_meta(&[("layout", Arg::Layout("sparse_coo".into()))]).is_err());
+
+        let out = call1("aten.detach_.default", &[&a], &[v(0)], &[]);
+        assert_eq!(out, a);
     }
 }

@@ -215,6 +215,12 @@ fn execute(
     }
 
     let results = compare_outputs(&case, &spec_env, &rank_envs, tolerance)?;
+    if results.is_empty() {
+        return Err(stop(
+            Verdict::Inconclusive,
+            "inconclusive: there is nothing to compare: the spec returns no tensor and the case sets no `outputs:`\n  hint: name the tensors to check under `outputs:`",
+        ));
+    }
     report.first_mismatch = results.iter().find(|r| !r.matched).map(|r| r.name.clone());
     report.outputs = results;
     Ok(if report.first_mismatch.is_some() {

@@ -435,3 +435,21 @@ fn expr_layouts_are_inconclusive_for_run() {
     let (text, _) = verdict(&s, &[], 3, "inconclusive");
     text.stderr_has(&["`mm`", "expr:", "hint: "]);
 }
+
+#[test]
+fn a_case_with_nothing_to_compare_is_inconclusive_not_verified() {
+    let s = rowpar();
+    let returns_nothing = |g: &str| {
+        g.replace("return (mm,)", "return (None,)")
+            .replace("return (wait_tensor,)", "return (None,)")
+    };
+    s.write("spec.py", &returns_nothing(common::SPEC_MM));
+    s.write("r0.py", &returns_nothing(RANK_MM_ALLREDUCE));
+    s.write("r1.py", &returns_nothing(RANK_MM_ALLREDUCE));
+    s.write(
+        "case.yaml",
+        &common::CASE_ROWPAR.replace("outputs:\n  mm: Partial()\n", ""),
+    );
+    let (text, _) = verdict(&s, &[], 3, "inconclusive");
+    text.stderr_has(&["nothing to compare"]);
+}

@@ -14,6 +14,7 @@ macro_rules! outln {
 mod demo;
 mod inspect;
 mod run;
+mod zoo;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -47,6 +48,9 @@ enum Command {
     /// Numerical differential check: run the spec and every rank on seeded random inputs laid
     /// out by the case's placements, and compare each expected output.
     Run(run::RunArgs),
+    /// The model zoo: list models, parallelisms and the bug catalog, or emit a case.
+    #[command(subcommand)]
+    Zoo(zoo::ZooCommand),
 }
 
 /// The outcome of a command, mapped to the process exit code.
@@ -85,6 +89,7 @@ fn main() -> ExitCode {
         Command::Inspect { path, strict, json } => inspect::main(&path, strict, json),
         Command::Run(args) => run::main(&args),
         Command::Demo => demo::main(),
+        Command::Zoo(cmd) => zoo::main(&cmd),
     };
     ExitCode::from(verdict.code())
 }

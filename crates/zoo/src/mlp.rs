@@ -1,0 +1,216 @@
+//! The `mlp` model: layers of fc1 + relu + fc2 with an MSE loss, as a spec and as DP/TP ranks.
+
+use crate::bugs::Mutation;
+use crate::graph::{Arg, GraphBuilder, Val};
+
+/// The sizes of the MLP.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MlpConfig {
+    /// Model width (input and output features of every layer).
+    pub hidden: usize,
+    /// Inner width of every layer (fc1 output features).
+    pub ffn: usize,
+    /// Global batch size.
+    pub batch: usize,
+    /// Number of fc1 + relu + fc2 blocks.
+    pub layers: usize,
+    /// SGD learning rate of the full iteration.
+    pub lr: f64,
+}
+
+impl Default for MlpConfig {
+    fn default() -> Self {
+        MlpConfig {
+            hidden: 16,
+            ffn: 32,
+            batch: 8,
+            layers: 1,
+            lr: 0.1,
+        }
+    }
+}
+
+/// How a parameter of the MLP is laid out over the `tp` mesh dim.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TpLayout {
+    /// The same on every tp rank.
+    Replicate,
+    /// Split along this tensor dim.
+    Shard(usize),
+}
+
+/// A parameter of layer `layer`: its name, global shape and tp layout.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Param {
+    /// Name in every graph (`w1_0`, `b1_0`, `w2_0`, `b2_0`, ...).
+    pub name: String,
+    /// Global (spec) shape.
+    pub shape: Vec<usize>,
+    /// Megatron layout over tp.
+    pub tp: TpLayout,
+}
+
+impl MlpConfig {
+    /// The parameters in graph order: per layer fc1 weight/bias (column parallel), fc2
+    /// weight (row parallel) and fc2 bias (replicated).
+    pub fn params(&self) -> Vec<Param> {
+        let (h, f) = (self.hidden, self.ffn);
+        let p = |n: String, shape: Vec<usize>, tp| Param { name: n, shape, tp };
+        (0..self.layers)
+            .flat_map(|l| {
+                [
+                    p(format!("w1_{l}"), vec![f, h], TpLayout::Shard(0)),
+                    p(format!("b1_{l}"), vec![f], TpLayout::Shard(0)),
+                    p(format!("w2_{l}"), vec![h, f], TpLayout::Shard(1)),
+                    p(format!("b2_{l}"), vec![h], TpLayout::Replicate),
+                ]
+            })
+            .collect()
+    }
+
+    /// Why these sizes cannot be split `dp` x `tp` ways, if they cannot.
+    pub fn check_split(&self, dp: usize, tp: usize) -> Result<(), String> {
+        if self.hidden == 0 || self.ffn == 0 || self.batch == 0 || self.layers == 0 {
+            return Err("hidden, ffn, batch and layers must be at least 1".into());
+        }
+        if !self.batch.is_multiple_of(dp) {
+            return Err(format!(
+                "batch {} is not divisible by dp = {dp}",
+                self.batch
+            ));
+        }
+        if !self.ffn.is_multiple_of(tp) {
+            return Err(format!("ffn {} is not divisible by tp = {tp}", self.ffn));
+        }
+        Ok(())
+    }
+}
+
+/// Builds the graph of one rank of the plan `dp` x `tp` (the spec is `dp = tp = 1`, no bug):
+/// forward, MSE loss, and unless `forward_only` the explicit backward, gradient finalization
+/// and an SGD step whose updated parameters are outputs `<param>_new`.
+pub fn build(
+    cfg: &MlpConfig,
+    dp: usize,
+    tp: usize,
+    forward_only: bool,
+    bug: Option<Mutation>,
+) -> GraphBuilder {
+    let is = |m: Mutation| bug == Some(m);
+    let mut g = GraphBuilder::new();
+    let (b, h) = (cfg.batch / dp, cfg.hidden);
+    let x = g.input("x", &[b, h]);
+    let target = g.input("target", &[b, h]);
+    let params: Vec<Val> = cfg
+        .params()
+        .iter()
+        .map(|p| {
+            let mut shape = p.shape.clone();
+            if let TpLayout::Shard(d) = p.tp {
+                shape[d] /= tp;
+            }
+            g.input(&p.name, &shape)
+        })
+        .collect();
+    let layer = |l: usize| {
+        (
+            &params[4 * l],
+            &params[4 * l + 1],
+            &params[4 * l + 2],
+            &params[4 * l + 3],
+        )
+    };
+
+    // Forward: y = relu(h @ w1.T + b1) @ w2.T + b2, fc2 partial over tp until all-reduced.
+    let mut act = x;
+    let mut saved = Vec::new();
+    for l in 0..cfg.layers {
+        let (w1, b1, w2, b2) = layer(l);
+        let t1 = g.t(w1);
+        let m1 = g.mm(&act, &t1);
+        let a = g.add(&m1, b1);
+        let r = g.relu(&a);
+        let t2 = g.t(w2);
+        let m2 = g.mm(&r, &t2);
+        let y = if tp < 2 || (l == 0 && is(Mutation::TpMissingAllreduce)) {
+            g.add(&m2, b2)
+        } else if l == 0 && is(Mutation::TpBiasBeforeAllreduce) {
+            let early = g.add(&m2, b2);
+            g.all_reduce_sum(&early, "tp")
+        } else {
+            let group = if l == 0 && is(Mutation::WrongGroup) {
+                "dp"
+            } else {
+                "tp"
+            };
+            let full = g.all_reduce_sum(&m2, group);
+            g.add(&full, b2)
+        };
+        saved.push((act, r));
+        act = y;
+    }
+
+    // MSE loss: the local mean, averaged over dp.
+    let diff = g.sub("sub", &act, &target);
+    let sq = g.square(&diff);
+    let loss = if dp > 1 {
+        let local = g.mean("mean", &sq);
+        let total = g.all_reduce_sum(&local, "dp");
+        let by = if is(Mutation::DpLossNotAveraged) {
+            1
+        } else {
+            dp as i64
+        };
+        g.div_scalar("loss", &total, Arg::I(by))
+    } else {
+        g.mean("loss", &sq)
+    };
+    g.output(&loss);
+    if forward_only {
+        return g;
+    }
+
+    // Backward of the local loss: d mean((y - t)^2) / dy = 2 (y - t) / numel.
+    let twice = g.mul_scalar("mul", &diff, Arg::I(2));
+    let mut grad_y = g.div_scalar("div", &twice, Arg::I((b * h) as i64));
+    let mut grads: Vec<Option<Val>> = vec![None; params.len()];
+    for l in (0..cfg.layers).rev() {
+        let (w1, _, w2, _) = layer(l);
+        let (input, r) = &saved[l];
+        let gb2 = g.sum0(&grad_y);
+        let gyt = g.t(&grad_y);
+        let gw2 = g.mm(&gyt, r);
+        let gr = g.mm(&grad_y, w2);
+        let ga = g.relu_backward(&gr, r);
+        let gb1 = g.sum0(&ga);
+        let gat = g.t(&ga);
+        let gw1 = g.mm(&gat, input);
+        if l > 0 {
+            // Column-parallel fc1: the input gradient is a partial sum over tp.
+            let gh = g.mm(&ga, w1);
+            grad_y = if tp > 1 {
+                g.all_reduce_sum(&gh, "tp")
+            } else {
+                gh
+            };
+        }
+        for (i, gv) in [gw1, gb1, gw2, gb2].into_iter().enumerate() {
+            grads[4 * l + i] = Some(gv);
+        }
+    }
+
+    // Gradient finalization over dp, then SGD: w_new = w - lr * grad.
+    for (p, grad) in params.iter().zip(grads) {
+        let mut grad = grad.expect("every parameter has a gradient");
+        if dp > 1 {
+            grad = g.all_reduce_sum(&grad, "dp");
+            if !is(Mutation::DpGradNotAveraged) {
+                grad = g.div_scalar("div", &grad, Arg::I(dp as i64));
+            }
+        }
+        let step = g.mul_scalar("mul", &grad, Arg::F(cfg.lr));
+        let new = g.sub(&format!("{}_new", p.name), p, &step);
+        g.output(&new);
+    }
+    g
+}

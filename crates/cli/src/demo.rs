@@ -10,9 +10,10 @@ use std::path::Path;
 const FILES: &[(&str, &str)] = &[
     ("spec.py", include_str!("../demo/spec.py")),
     ("r0.py", include_str!("../demo/r0.py")),
-    ("r1.py", include_str!("../demo/r1.py")),
+    // Every rank runs the same program (SPMD), so one capture serves both ranks.
+    ("r1.py", include_str!("../demo/r0.py")),
     ("bug_r0.py", include_str!("../demo/bug_r0.py")),
-    ("bug_r1.py", include_str!("../demo/bug_r1.py")),
+    ("bug_r1.py", include_str!("../demo/bug_r0.py")),
     ("case.yaml", include_str!("../demo/case.yaml")),
     ("bug.yaml", include_str!("../demo/bug.yaml")),
 ];

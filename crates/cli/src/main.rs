@@ -14,6 +14,7 @@ macro_rules! outln {
 mod demo;
 mod inspect;
 mod run;
+mod verify;
 mod zoo;
 
 use clap::{Parser, Subcommand};
@@ -48,6 +49,9 @@ enum Command {
     /// Numerical differential check: run the spec and every rank on seeded random inputs laid
     /// out by the case's placements, and compare each expected output.
     Run(run::RunArgs),
+    /// Refinement check: infer, operator by operator, clean relations from every spec tensor
+    /// to the implementation's tensors; prints the certificate, or where relations stop.
+    Verify(verify::VerifyArgs),
     /// The model zoo: list models, parallelisms and the bug catalog, or emit a case.
     #[command(subcommand)]
     Zoo(zoo::ZooCommand),
@@ -88,6 +92,7 @@ fn main() -> ExitCode {
     let verdict = match cli.command {
         Command::Inspect { path, strict, json } => inspect::main(&path, strict, json),
         Command::Run(args) => run::main(&args),
+        Command::Verify(args) => verify::main(&args),
         Command::Demo => demo::main(),
         Command::Zoo(cmd) => zoo::main(&cmd),
     };

@@ -325,6 +325,36 @@ fn parse_default(text: &str, ty: &ArgType) -> Option<Arg> {
     })
 }
 
+/// Every schema argument of a call in schema order: the argument given (by position or
+/// keyword), else its default, else `None`. Two calls with equal normalized arguments are the
+/// same call however they were written.
+pub fn normalize_args(
+    schema: &Schema,
+    args: &[Arg],
+    kwargs: &[(String, Arg)],
+) -> Result<Vec<Arg>, OpError> {
+    struct NoValues;
+    impl Values for NoValues {
+        fn meta(&self, _: ValueId) -> Option<Meta> {
+            None
+        }
+        fn tensor(&self, _: ValueId) -> Option<&Tensor> {
+            None
+        }
+    }
+    let bound = Args::bind(schema, args, kwargs, &NoValues)?;
+    Ok((0..schema.args.len())
+        .map(|i| match bound.bound[i] {
+            Some(a) => a.clone(),
+            None => schema.args[i]
+                .default
+                .as_deref()
+                .and_then(|d| parse_default(d, &schema.args[i].ty))
+                .unwrap_or(Arg::None),
+        })
+        .collect())
+}
+
 /// A list of tensors addressed as values: `ValueId { node: i, output: 0 }` is the i-th tensor.
 /// Handy for calling kernels outside a graph (tests, decompositions of custom operators).
 pub struct TensorList<'t>(pub &'t [Tensor]);

@@ -25,7 +25,7 @@ mod random;
 mod reduce;
 mod shape;
 
-pub use args::{Args, TensorList, Values};
+pub use args::{normalize_args, Args, TensorList, Values};
 pub use collective::apply_collective;
 pub use registry::{EvalCtx, EvalFn, InferFn, Meta0, OpClass, OpDef, Registry};
 pub use schema::{ArgType, Schema, SchemaArg};

@@ -1,0 +1,135 @@
+//! `shardproof verify`: the refinement engine on a case.
+
+use crate::Verdict;
+use clap::Args as ClapArgs;
+use shardproof_ops::Registry;
+use shardproof_refine::{verify, Options, Outcome, Verdict as RefineVerdict};
+use std::path::PathBuf;
+
+/// Arguments of `shardproof verify`.
+#[derive(ClapArgs)]
+pub struct VerifyArgs {
+    /// The case file.
+    case: PathBuf,
+    /// Print machine-readable JSON on stdout.
+    #[arg(long)]
+    json: bool,
+    /// Show no progress on stderr.
+    #[arg(long)]
+    quiet: bool,
+    /// E-graph node limit per spec operator.
+    #[arg(long, default_value_t = 20_000)]
+    node_limit: usize,
+}
+
+#[derive(serde::Serialize)]
+struct Report<'a> {
+    case: String,
+    verdict: &'static str,
+    #[serde(flatten)]
+    outcome: Option<&'a Outcome>,
+    message: Option<String>,
+}
+
+/// Runs `verify` and prints its report.
+pub fn main(args: &VerifyArgs) -> Verdict {
+    let case = match shardproof_case::load_case(&args.case).and_then(|c| {
+        c.validate_ops(&|op| Registry::builtin().get(op).is_some())?;
+        Ok(c)
+    }) {
+        Ok(c) => c,
+        Err(e) => {
+            if args.json {
+                let r = Report { case: args.case.display().to_string(), verdict: "invalid", outcome: None, message: Some(e.to_string()) };
+                outln!("{}", serde_json::to_string_pretty(&r).expect("report serializes"));
+            } else {
+                eprintln!("error: {e}");
+            }
+            return Verdict::Invalid;
+        }
+    };
+    let spinner = (!args.quiet && !args.json && std::io::IsTerminal::is_terminal(&std::io::stderr())).then(|| {
+        let s = indicatif::ProgressBar::new_spinner();
+        s.set_message(format!("inferring relations for {}", case.name));
+        s.enable_steady_tick(std::time::Duration::from_millis(120));
+        s
+    });
+    let opts = Options { node_limit: args.node_limit, ..Options::default() };
+    let outcome = verify(&case, &opts);
+    if let Some(s) = spinner {
+        s.finish_and_clear();
+    }
+    let verdict = match outcome.verdict {
+        RefineVerdict::Verified => Verdict::Holds,
+        RefineVerdict::Refuted => Verdict::Violated,
+        RefineVerdict::Inconclusive => Verdict::Inconclusive,
+    };
+    if args.json {
+        let r = Report {
+            case: case.name.clone(),
+            verdict: match verdict {
+                Verdict::Holds => "verified",
+                Verdict::Violated => "refuted",
+                _ => "inconclusive",
+            },
+            outcome: Some(&outcome),
+            message: None,
+        };
+        outln!("{}", serde_json::to_string_pretty(&r).expect("report serializes"));
+    } else {
+        print_text(&case.name, &outcome);
+    }
+    verdict
+}
+
+fn print_text(name: &str, o: &Outcome) {
+    match o.verdict {
+        RefineVerdict::Verified => {
+            outln!("verified: {name} ({} spec operators, {} lemmas)", o.spec_operators, o.lemmas);
+            outln!("certificate:");
+            for c in &o.certificate {
+                outln!("  {} = {}", c.tensor, c.relations.first().map_or("", String::as_str));
+                for alt in c.relations.iter().skip(1) {
+                    outln!("  {:w$} = {alt}", "", w = c.tensor.len());
+                }
+            }
+        }
+        RefineVerdict::Refuted => {
+            outln!("refuted: {name}");
+            if let Some(f) = &o.failure {
+                outln!("  output `{}` has no clean relation to the implementation", f.output);
+                outln!("  relations stop at spec operator `{}` ({})", f.operator, f.op);
+                if !f.graph_location.is_empty() {
+                    outln!("    defined at {}", f.graph_location);
+                }
+                if let Some(s) = &f.source {
+                    outln!("    captured from {s}");
+                }
+                if !f.inputs.is_empty() {
+                    outln!("  its inputs relate to the implementation as:");
+                    for (n, rels) in &f.inputs {
+                        for r in rels {
+                            outln!("    {n} = {r}");
+                        }
+                    }
+                }
+                if let Some(c) = &f.computed {
+                    outln!("  its output can only be computed, not rebuilt: {} = {c}", f.operator);
+                }
+                if !f.impl_consumers.is_empty() {
+                    outln!("  implementation operators reading those tensors:");
+                    for c in &f.impl_consumers {
+                        outln!("    {c}");
+                    }
+                }
+                if let Some(h) = &f.hint {
+                    outln!("  hint: {h}");
+                }
+            }
+        }
+        RefineVerdict::Inconclusive => {
+            outln!("inconclusive: {name}: {}", o.reason.as_deref().unwrap_or("a limit was reached"));
+        }
+    }
+    outln!("time: {:.3} s", o.seconds);
+}

@@ -1,0 +1,1041 @@
+//! Relation inference (Entangle, Listings 1-3): the spec operators in topological order, each
+//! expressed through the relations of its inputs, saturated with the lemmas in a small e-graph
+//! that also holds the implementation operators related to those inputs, and its outputs'
+//! clean expressions kept as their relations.
+
+use crate::lemmas::{library, Graph, SCALE};
+use crate::lower::{lower, pair_collectives, LowerCtx, Lowered, Tpl, ValueRef};
+use crate::term::{is_leaf, leaf_symbol, Shapes, Term, CAT, GET, LIST, MAX, MIN, SLICE, SUM};
+use egg::{Id, Language, RecExpr, Rewrite, Runner, Symbol};
+use shardproof_case::{rank_pieces, Case, Layout, Reduce};
+use shardproof_interp::infer_graph;
+use shardproof_ir::{Graph as IrGraph, NodeKind, ValueId};
+use shardproof_ops::Meta;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::time::Instant;
+
+/// Limits of the search.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Saturation iterations per exploration round.
+    pub iter_limit: usize,
+    /// E-graph size limit per spec operator.
+    pub node_limit: usize,
+    /// Rounds of bringing in implementation operators per spec operator.
+    pub explore_rounds: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            iter_limit: 8,
+            node_limit: 20_000,
+            explore_rounds: 6,
+        }
+    }
+}
+
+/// The verdict of a refinement check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    /// Every checked output has a clean relation (meeting the case's expectations).
+    Verified,
+    /// Some output has none: the report names the spec operator where relations stop.
+    Refuted,
+    /// Something could not be analysed (an operator without meaning, a limit).
+    Inconclusive,
+}
+
+/// One checked output and its clean expression.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Certificate {
+    /// Spec tensor.
+    pub tensor: String,
+    /// Its clean expressions over implementation tensors (simplest first).
+    pub relations: Vec<String>,
+}
+
+/// Where and why refinement fails.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Failure {
+    /// The checked output that has no clean relation (or misses its expectation).
+    pub output: String,
+    /// The spec operator where clean relations stop.
+    pub operator: String,
+    /// Its operator name.
+    pub op: String,
+    /// Where the spec graph defines it (`file:line`).
+    pub graph_location: String,
+    /// The captured Python source location, when recorded.
+    pub source: Option<String>,
+    /// Per input of that operator: its relations.
+    pub inputs: Vec<(String, Vec<String>)>,
+    /// What the operator's output can only be written as (not clean), when known.
+    pub computed: Option<String>,
+    /// Implementation operators that consume the inputs' tensors.
+    pub impl_consumers: Vec<String>,
+    /// A known bug class the evidence matches.
+    pub hint: Option<String>,
+}
+
+/// The result of `verify`.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Outcome {
+    /// The verdict.
+    pub verdict: Verdict,
+    /// Spec operators processed.
+    pub spec_operators: usize,
+    /// Per checked output, its certificate (when verified).
+    pub certificate: Vec<Certificate>,
+    /// Why it failed (refuted).
+    pub failure: Option<Failure>,
+    /// Why it is inconclusive.
+    pub reason: Option<String>,
+    /// Seconds taken.
+    pub seconds: f64,
+    /// Number of lemmas in the library.
+    pub lemmas: usize,
+}
+
+#[derive(Clone, Debug)]
+struct Rel {
+    exprs: Vec<RecExpr<Term>>,
+    clean: bool,
+    /// Groups of implementation tensors proven equal (replicas) among those the expressions
+    /// use, so the next operator knows every rank's copy.
+    equal_leaves: Vec<Vec<Symbol>>,
+}
+
+#[derive(Clone, Debug)]
+enum State {
+    Related(Rel),
+    /// No relation: an input the case does not relate, or beyond a non-clean expression cap.
+    Unrelated(String),
+    /// An operator without meaning feeds it.
+    Blocked(String),
+}
+
+struct Impl<'a> {
+    case: &'a Case,
+    metas: Vec<Vec<Vec<Option<Meta>>>>,
+    lowered: HashMap<ValueRef, Lowered>,
+    canon: HashMap<ValueRef, ValueRef>,
+    consumers: HashMap<ValueRef, Vec<(usize, usize)>>,
+    const_only: HashSet<ValueRef>,
+    cut: HashSet<ValueRef>,
+}
+
+impl Impl<'_> {
+    fn canon(&self, v: ValueRef) -> ValueRef {
+        self.canon.get(&v).copied().unwrap_or(v)
+    }
+
+    fn meta(&self, v: ValueRef) -> Option<Meta> {
+        let r = v.rank?;
+        self.metas[r].get(v.value.node)?.get(v.value.output)?.clone()
+    }
+
+    fn name(&self, v: ValueRef) -> String {
+        let g = &self.case.program.ranks[v.rank.unwrap_or(0)];
+        g.value_name(v.value).to_string()
+    }
+
+    fn leaf(&self, eg: &mut Graph, v: ValueRef) -> Id {
+        let v = self.canon(v);
+        let sym = Symbol::from(leaf_symbol(v.rank.unwrap_or(0), &self.name(v)));
+        if let Some(m) = self.meta(v) {
+            eg.analysis.leaves.insert(sym, m);
+        }
+        eg.add(Term::Op(sym, Vec::new()))
+    }
+
+    /// Inputs (canonical) of an impl node's term.
+    fn term_inputs(&self, v: ValueRef) -> Vec<ValueRef> {
+        let mut out = Vec::new();
+        if let Some(Lowered::Term(t)) = self.lowered.get(&v) {
+            tpl_values(t, &mut out);
+        }
+        out.into_iter().map(|x| self.canon(x)).collect()
+    }
+}
+
+fn tpl_values(t: &Tpl, out: &mut Vec<ValueRef>) {
+    match t {
+        Tpl::Value(v) => out.push(*v),
+        Tpl::Num(_) => {}
+        Tpl::Op(_, kids) => kids.iter().for_each(|k| tpl_values(k, out)),
+    }
+}
+
+fn add_tpl(eg: &mut Graph, t: &Tpl, value: &mut dyn FnMut(&mut Graph, ValueRef) -> Id) -> Id {
+    match t {
+        Tpl::Value(v) => value(eg, *v),
+        Tpl::Num(n) => eg.add(Term::Num(*n)),
+        Tpl::Op(s, kids) => {
+            let ids = kids.iter().map(|k| add_tpl(eg, k, value)).collect();
+            eg.add(Term::Op(Symbol::from(s.as_str()), ids))
+        }
+    }
+}
+
+/// Checks that the implementation refines the specification of `case`.
+pub fn verify(case: &Case, opts: &Options) -> Outcome {
+    let start = Instant::now();
+    let lemmas = library();
+    let rules: Vec<Rewrite<Term, Shapes>> = lemmas.iter().flat_map(|l| l.rewrites()).collect();
+    let mut outcome = Outcome {
+        verdict: Verdict::Inconclusive,
+        spec_operators: 0,
+        certificate: Vec::new(),
+        failure: None,
+        reason: None,
+        seconds: 0.0,
+        lemmas: lemmas.len(),
+    };
+    let finish = |mut o: Outcome| {
+        o.seconds = start.elapsed().as_secs_f64();
+        o
+    };
+    let same_mask = case.assume.dropout.is_some();
+    let (partners, problems) = pair_collectives(&case.program);
+    if let Some(p) = problems.first() {
+        outcome.reason = Some(p.clone());
+        return finish(outcome);
+    }
+    let ctx = LowerCtx {
+        custom_ops: &case.ops,
+        same_mask,
+        program: &case.program,
+        partners: &partners,
+    };
+    let imp = build_impl(case, &ctx);
+    let spec = &case.spec;
+    let spec_metas = infer_graph(spec, &case.ops).metas;
+
+    // What to check: the case's expectations, else every tensor the spec returns.
+    let checked: Vec<(ValueId, Option<usize>)> = if case.outputs.is_empty() {
+        let mut seen = BTreeSet::new();
+        spec.outputs
+            .iter()
+            .flatten()
+            .filter(|v| seen.insert(**v))
+            .filter(|v| !matches!(spec.nodes[v.node].kind, NodeKind::Input))
+            .map(|&v| (v, None))
+            .collect()
+    } else {
+        case.outputs.iter().enumerate().map(|(i, o)| (o.spec_value, Some(i))).collect()
+    };
+    if checked.is_empty() {
+        outcome.reason = Some("there is nothing to check: the spec returns no computed tensor and the case sets no `outputs:`".into());
+        return finish(outcome);
+    }
+
+    // Only the operators the checked outputs depend on.
+    let cuts: HashMap<ValueId, usize> = case
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (r.spec_value, i))
+        .collect();
+    let mut needed = vec![false; spec.nodes.len()];
+    let mut stack: Vec<usize> = checked.iter().map(|c| c.0.node).collect();
+    while let Some(n) = stack.pop() {
+        if std::mem::replace(&mut needed[n], true) {
+            continue;
+        }
+        let node = &spec.nodes[n];
+        if node.outputs.iter().enumerate().any(|(k, _)| cuts.contains_key(&ValueId::new(n, k))) {
+            continue;
+        }
+        stack.extend(node.inputs().iter().map(|v| v.node));
+    }
+
+    let mut state: HashMap<ValueId, State> = HashMap::new();
+    for (n, node) in spec.nodes.iter().enumerate() {
+        if !needed[n] {
+            continue;
+        }
+        for k in 0..node.outputs.len() {
+            let v = ValueId::new(n, k);
+            if let Some(&i) = cuts.get(&v) {
+                state.insert(v, input_state(case, i, &imp));
+                continue;
+            }
+            let low = lower(&ctx, spec, &spec_metas, None, n, k);
+            let s = match low {
+                Lowered::Leaf => State::Unrelated(format!("spec input `{}` has no relation in the case's `inputs:`", node.outputs[k].name)),
+                Lowered::Unsupported(m) => State::Blocked(m),
+                Lowered::Alias(a) => state.get(&a.value).cloned().unwrap_or_else(|| State::Unrelated("unrelated".into())),
+                Lowered::Term(t) => {
+                    outcome.spec_operators += 1;
+                    let expect = checked
+                        .iter()
+                        .find(|c| c.0 == v)
+                        .and_then(|c| c.1)
+                        .map(|i| expected_exprs(case, i));
+                    infer_one(&imp, &rules, opts, &state, &t, expect.as_deref(), &mut outcome, v)
+                }
+            };
+            state.insert(v, s);
+        }
+    }
+
+    // Verdict.
+    for &(v, _) in &checked {
+        let name = spec.value_name(v).to_string();
+        match state.get(&v) {
+            Some(State::Related(r)) if r.clean && !outcome_failed_expectation(&outcome, &name) => {
+                outcome.certificate.push(Certificate {
+                    tensor: name,
+                    relations: r.exprs.iter().map(|e| render(e, e.as_ref().len() - 1)).collect(),
+                });
+            }
+            Some(State::Blocked(m)) => {
+                outcome.reason = Some(format!("`{name}` depends on an operator the engine cannot interpret: {m}"));
+                outcome.verdict = Verdict::Inconclusive;
+                return finish(outcome);
+            }
+            Some(State::Unrelated(m)) if outcome.failure.is_none() => {
+                outcome.reason = Some(format!("`{name}` cannot be related: {m}"));
+                outcome.verdict = Verdict::Inconclusive;
+                return finish(outcome);
+            }
+            _ => {
+                if outcome.failure.as_ref().is_none_or(|f| f.output != name) {
+                    outcome.failure = Some(blame(case, &imp, &state, v, &name));
+                }
+                outcome.verdict = Verdict::Refuted;
+                return finish(outcome);
+            }
+        }
+    }
+    outcome.verdict = Verdict::Verified;
+    finish(outcome)
+}
+
+fn outcome_failed_expectation(o: &Outcome, name: &str) -> bool {
+    o.failure.as_ref().is_some_and(|f| f.output == name)
+}
+
+fn build_impl<'a>(case: &'a Case, ctx: &LowerCtx) -> Impl<'a> {
+    let metas: Vec<_> = case.program.ranks.iter().map(|g| infer_graph(g, &case.ops).metas).collect();
+    let mut cut = HashSet::new();
+    for r in &case.inputs {
+        if r.cut {
+            for (rank, &v) in r.impl_values.iter().enumerate() {
+                cut.insert(ValueRef { rank: Some(rank), value: v });
+            }
+        }
+    }
+    let mut lowered = HashMap::new();
+    let mut canon: HashMap<ValueRef, ValueRef> = HashMap::new();
+    let mut consumers: HashMap<ValueRef, Vec<(usize, usize)>> = HashMap::new();
+    let mut const_only = HashSet::new();
+    for (r, g) in case.program.ranks.iter().enumerate() {
+        for (n, node) in g.nodes.iter().enumerate() {
+            for k in 0..node.outputs.len() {
+                let v = ValueRef { rank: Some(r), value: ValueId::new(n, k) };
+                if cut.contains(&v) {
+                    continue;
+                }
+                let low = lower(ctx, g, &metas[r], Some(r), n, k);
+                match &low {
+                    Lowered::Alias(a) => {
+                        let target = canon.get(a).copied().unwrap_or(*a);
+                        canon.insert(v, target);
+                    }
+                    Lowered::Term(t) => {
+                        let mut ins = Vec::new();
+                        tpl_values(t, &mut ins);
+                        let ins: Vec<ValueRef> = ins.iter().map(|x| canon.get(x).copied().unwrap_or(*x)).collect();
+                        if ins.iter().all(|x| const_only.contains(x)) {
+                            const_only.insert(v);
+                        }
+                        let mut seen = HashSet::new();
+                        for x in ins {
+                            if seen.insert(x) {
+                                consumers.entry(x).or_default().push((r, n));
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+                lowered.insert(v, low);
+            }
+        }
+    }
+    Impl { case, metas, lowered, canon, consumers, const_only, cut }
+}
+
+/// The relation of an `inputs:` entry: the spec tensor as a clean expression (or several, one
+/// per set of replicas) over the rank tensors.
+fn input_state(case: &Case, i: usize, imp: &Impl) -> State {
+    let r = &case.inputs[i];
+    match relation_exprs(case, &r.layout, r.spec_value, &r.impl_values, imp) {
+        Ok(exprs) => State::Related(Rel { exprs, clean: true, equal_leaves: Vec::new() }),
+        Err(m) => State::Blocked(format!("input `{}`: {m}", r.spec_name)),
+    }
+}
+
+fn expected_exprs(case: &Case, i: usize) -> Vec<RecExpr<Term>> {
+    let o = &case.outputs[i];
+    relation_exprs(case, &o.layout, o.spec_value, &o.impl_values, &Impl::empty(case)).unwrap_or_default()
+}
+
+impl<'a> Impl<'a> {
+    fn empty(case: &'a Case) -> Impl<'a> {
+        Impl {
+            case,
+            metas: Vec::new(),
+            lowered: HashMap::new(),
+            canon: HashMap::new(),
+            consumers: HashMap::new(),
+            const_only: HashSet::new(),
+            cut: HashSet::new(),
+        }
+    }
+}
+
+/// Expressions of a laid-out spec tensor over the rank tensors: blocks tile the tensor; partial
+/// shares sum (or max/min) within their group; replicas give alternative expressions.
+fn relation_exprs(
+    case: &Case,
+    layout: &Layout,
+    spec_value: ValueId,
+    impl_values: &[ValueId],
+    imp: &Impl,
+) -> Result<Vec<RecExpr<Term>>, String> {
+    if matches!(layout, Layout::Expr(_)) || impl_values.is_empty() {
+        return Err("`expr:` layouts are not supported by the refinement engine yet".into());
+    }
+    let shape = case
+        .spec
+        .recorded_type(spec_value)
+        .and_then(|t| t.concrete_shape())
+        .ok_or("no concrete recorded shape")?;
+    // Each block: its ranges and its expression.
+    let mut blocks: Vec<(Vec<std::ops::Range<i64>>, E)> = Vec::new();
+    let mut partial: HashMap<Vec<usize>, (Reduce, Vec<std::ops::Range<i64>>, Vec<E>)> = HashMap::new();
+    for (rank, &v) in impl_values.iter().enumerate() {
+        let piece = rank_pieces(layout, &shape, &case.program.mesh, rank).map_err(|e| e.message)?;
+        let vr = imp.canon(ValueRef { rank: Some(rank), value: v });
+        let name = case.program.ranks[rank].value_name(vr.value).to_string();
+        let leaf = E::Leaf(leaf_symbol(rank, &name));
+        let mut off = 0;
+        for b in &piece.blocks {
+            let len = b.get(piece.dim).map_or(1, |r| r.end - r.start);
+            let e = if piece.blocks.len() == 1 {
+                leaf.clone()
+            } else {
+                E::Slice(piece.dim, off, off + len, Box::new(leaf.clone()))
+            };
+            off += len;
+            match &piece.partial {
+                None => blocks.push((b.clone(), e)),
+                Some(p) => {
+                    let entry = partial.entry(p.group.clone()).or_insert((p.reduce, b.clone(), Vec::new()));
+                    entry.2.push(e);
+                }
+            }
+        }
+    }
+    let mut groups: Vec<_> = partial.into_iter().collect();
+    groups.sort_by(|a, b| a.0.cmp(&b.0));
+    for (_, (reduce, ranges, es)) in groups {
+        let e = match reduce {
+            Reduce::Sum => E::Op(SUM.into(), es),
+            Reduce::Max => E::Op(MAX.into(), es),
+            Reduce::Min => E::Op(MIN.into(), es),
+            Reduce::Avg => {
+                let n = es.len() as i64;
+                E::Scale(1, n, Box::new(E::Op(SUM.into(), es)))
+            }
+        };
+        blocks.push((ranges, e));
+    }
+    let full: Vec<std::ops::Range<i64>> = shape.iter().map(|&n| 0..n).collect();
+    let alts = tile(&blocks, &full).ok_or("the rank tensors do not tile the spec tensor")?;
+    Ok(alts.iter().map(E::to_rec).collect())
+}
+
+/// A relation expression while building input relations.
+#[derive(Clone, Debug)]
+enum E {
+    Leaf(String),
+    Slice(usize, i64, i64, Box<E>),
+    Scale(i64, i64, Box<E>),
+    Op(String, Vec<E>),
+    Cat(usize, Vec<E>),
+}
+
+impl E {
+    fn to_rec(&self) -> RecExpr<Term> {
+        fn go(e: &E, r: &mut RecExpr<Term>) -> Id {
+            match e {
+                E::Leaf(s) => r.add(Term::Op(Symbol::from(s.as_str()), vec![])),
+                E::Slice(d, a, b, x) => {
+                    let x = go(x, r);
+                    let kids = vec![r.add(Term::Num(*d as i64)), r.add(Term::Num(*a)), r.add(Term::Num(*b)), x];
+                    r.add(Term::Op(Symbol::from(SLICE), kids))
+                }
+                E::Scale(p, q, x) => {
+                    let x = go(x, r);
+                    let kids = vec![r.add(Term::Num(*p)), r.add(Term::Num(*q)), x];
+                    r.add(Term::Op(Symbol::from(SCALE), kids))
+                }
+                E::Op(s, xs) => {
+                    if xs.len() == 1 {
+                        return go(&xs[0], r);
+                    }
+                    let kids = xs.iter().map(|x| go(x, r)).collect();
+                    r.add(Term::Op(Symbol::from(s.as_str()), kids))
+                }
+                E::Cat(d, xs) => {
+                    if xs.len() == 1 {
+                        return go(&xs[0], r);
+                    }
+                    let mut kids = vec![r.add(Term::Num(*d as i64))];
+                    kids.extend(xs.iter().map(|x| go(x, r)));
+                    r.add(Term::Op(Symbol::from(CAT), kids))
+                }
+            }
+        }
+        let mut r = RecExpr::default();
+        go(self, &mut r);
+        r
+    }
+}
+
+/// Alternative expressions of the region `full` from blocks that tile it (replicated blocks
+/// give alternatives).
+fn tile(blocks: &[(Vec<std::ops::Range<i64>>, E)], full: &[std::ops::Range<i64>]) -> Option<Vec<E>> {
+    let exact: Vec<E> = blocks.iter().filter(|b| b.0 == full).map(|b| b.1.clone()).collect();
+    if !exact.is_empty() {
+        return Some(exact);
+    }
+    let inside: Vec<&(Vec<std::ops::Range<i64>>, E)> = blocks
+        .iter()
+        .filter(|b| b.0.iter().zip(full).all(|(x, f)| x.start >= f.start && x.end <= f.end))
+        .collect();
+    for d in 0..full.len() {
+        let mut cuts: Vec<i64> = inside.iter().flat_map(|b| [b.0[d].start, b.0[d].end]).collect();
+        cuts.sort_unstable();
+        cuts.dedup();
+        if cuts.len() < 3 || cuts[0] != full[d].start || *cuts.last()? != full[d].end {
+            continue;
+        }
+        let mut parts = Vec::new();
+        for w in cuts.windows(2) {
+            let mut sub = full.to_vec();
+            sub[d] = w[0]..w[1];
+            let sub_blocks: Vec<_> = inside.iter().filter(|b| b.0[d] == sub[d]).map(|b| (**b).clone()).collect();
+            parts.push(tile(&sub_blocks, &sub)?);
+        }
+        let n = parts.iter().map(Vec::len).max().unwrap_or(1);
+        return Some(
+            (0..n)
+                .map(|i| E::Cat(d, parts.iter().map(|p| p[i % p.len()].clone()).collect()))
+                .collect(),
+        );
+    }
+    None
+}
+
+/// Infers the relations of one spec value defined by `t`.
+#[allow(clippy::too_many_arguments)]
+fn infer_one(
+    imp: &Impl,
+    rules: &[Rewrite<Term, Shapes>],
+    opts: &Options,
+    state: &HashMap<ValueId, State>,
+    t: &Tpl,
+    expect: Option<&[RecExpr<Term>]>,
+    outcome: &mut Outcome,
+    v: ValueId,
+) -> State {
+    let mut ins = Vec::new();
+    tpl_values(t, &mut ins);
+    for x in &ins {
+        match state.get(&x.value) {
+            Some(State::Related(_)) => {}
+            Some(s) => return s.clone(),
+            None => return State::Unrelated("an input was never computed".into()),
+        }
+    }
+    let mut eg = Graph::new(Shapes::default());
+    let mut ids: HashMap<ValueId, Id> = HashMap::new();
+    for x in &ins {
+        if ids.contains_key(&x.value) {
+            continue;
+        }
+        let Some(State::Related(r)) = state.get(&x.value) else { unreachable!() };
+        let mut first = None;
+        for e in &r.exprs {
+            let id = add_rec(&mut eg, imp, e);
+            match first {
+                None => first = Some(id),
+                Some(f) => {
+                    eg.union(f, id);
+                }
+            }
+        }
+        for group in &r.equal_leaves {
+            let ids: Vec<Id> = group
+                .iter()
+                .map(|s| {
+                    let mut e = RecExpr::default();
+                    e.add(Term::Op(*s, vec![]));
+                    add_rec(&mut eg, imp, &e)
+                })
+                .collect();
+            for w in ids.windows(2) {
+                eg.union(w[0], w[1]);
+            }
+        }
+        ids.insert(x.value, first.expect("a relation has an expression"));
+    }
+    if ins.is_empty() {
+        // A constant: the term itself is its (clean) relation.
+        let root = add_tpl(&mut eg, t, &mut |_, _| unreachable!());
+        eg.rebuild();
+        let e = extract(&eg, root, false).into_iter().next();
+        return match e {
+            Some(e) => State::Related(Rel { exprs: vec![e], clean: true, equal_leaves: Vec::new() }),
+            None => State::Unrelated("constant".into()),
+        };
+    }
+    let root = add_tpl(&mut eg, t, &mut |_, x| ids[&x.value]);
+    let expect_ids: Vec<Id> = expect.unwrap_or(&[]).iter().map(|e| add_rec(&mut eg, imp, e)).collect();
+
+    // Exploration: bring in implementation operators whose inputs are all related.
+    let mut t_rel: HashSet<ValueRef> = HashSet::new();
+    collect_leaves(&eg, imp, &mut t_rel);
+    let mut added: HashSet<ValueRef> = HashSet::new();
+    for _round in 0..opts.explore_rounds {
+        let mut new = Vec::new();
+        for u in t_rel.iter() {
+            for &(r, n) in imp.consumers.get(u).map_or(&[][..], Vec::as_slice) {
+                let g: &IrGraph = &imp.case.program.ranks[r];
+                for k in 0..g.nodes[n].outputs.len() {
+                    let out = ValueRef { rank: Some(r), value: ValueId::new(n, k) };
+                    if imp.canon(out) != out || added.contains(&out) || imp.cut.contains(&out) {
+                        continue;
+                    }
+                    let inputs = imp.term_inputs(out);
+                    if inputs.iter().all(|i| t_rel.contains(i) || imp.const_only.contains(i)) {
+                        new.push(out);
+                    }
+                }
+            }
+        }
+        new.sort();
+        new.dedup();
+        if new.is_empty() {
+            break;
+        }
+        for out in new {
+            added.insert(out);
+            define(&mut eg, imp, out, &mut added);
+            t_rel.insert(out);
+        }
+        eg.rebuild();
+        let runner = Runner::default()
+            .with_egraph(std::mem::take(&mut eg))
+            .with_iter_limit(opts.iter_limit)
+            .with_node_limit(opts.node_limit)
+            .with_time_limit(std::time::Duration::from_secs(10))
+            .run(rules);
+        eg = runner.egraph;
+        collect_leaves(&eg, imp, &mut t_rel);
+    }
+    if added.is_empty() {
+        eg.rebuild();
+        let runner = Runner::default()
+            .with_egraph(eg)
+            .with_iter_limit(opts.iter_limit)
+            .with_node_limit(opts.node_limit)
+            .run(rules);
+        eg = runner.egraph;
+    }
+    let root = eg.find(root);
+    let name = imp_case_name(imp, v);
+    if let Some(&first) = expect_ids.first() {
+        if !expect_ids.iter().all(|&e| eg.find(e) == root) {
+            let exprs = extract(&eg, root, true);
+            let found = exprs.first().map(|e| render(e, e.as_ref().len() - 1));
+            let want = expect.map(|e| render(&e[0], e[0].as_ref().len() - 1)).unwrap_or_default();
+            let _ = first;
+            outcome.failure = Some(Failure {
+                output: name.clone(),
+                operator: name.clone(),
+                op: String::new(),
+                graph_location: String::new(),
+                source: None,
+                inputs: Vec::new(),
+                computed: found.clone(),
+                impl_consumers: Vec::new(),
+                hint: Some(format!(
+                    "the case expects `{name}` = {want}, but the implementation holds {}",
+                    found.unwrap_or_else(|| "no clean expression of it".into())
+                )),
+            });
+        }
+    }
+    let clean = extract(&eg, root, true);
+    if !clean.is_empty() {
+        let equal_leaves = leaf_groups(&eg, &clean);
+        return State::Related(Rel { exprs: clean, clean: true, equal_leaves });
+    }
+    match extract(&eg, root, false).into_iter().next() {
+        Some(e) if e.as_ref().len() <= 400 => {
+            let equal_leaves = leaf_groups(&eg, std::slice::from_ref(&e));
+            State::Related(Rel { exprs: vec![e], clean: false, equal_leaves })
+        }
+        _ => State::Unrelated("its expression grew beyond the size limit".into()),
+    }
+}
+
+/// The groups of leaves proven equal in `eg` that contain a leaf used by `exprs`.
+fn leaf_groups(eg: &Graph, exprs: &[RecExpr<Term>]) -> Vec<Vec<Symbol>> {
+    let used: HashSet<Symbol> = exprs
+        .iter()
+        .flat_map(|e| e.as_ref().iter())
+        .filter_map(|n| match n {
+            Term::Op(s, k) if k.is_empty() && s.as_str().starts_with("%r") => Some(*s),
+            _ => None,
+        })
+        .collect();
+    let mut groups = Vec::new();
+    for class in eg.classes() {
+        let mut leaves: Vec<Symbol> = class
+            .nodes
+            .iter()
+            .filter_map(|n| match n {
+                Term::Op(s, k) if k.is_empty() && s.as_str().starts_with("%r") => Some(*s),
+                _ => None,
+            })
+            .collect();
+        if leaves.len() > 1 && leaves.iter().any(|l| used.contains(l)) {
+            leaves.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+            groups.push(leaves);
+        }
+    }
+    groups.sort_by(|a, b| a[0].as_str().cmp(b[0].as_str()));
+    groups
+}
+
+fn imp_case_name(imp: &Impl, v: ValueId) -> String {
+    imp.case.spec.value_name(v).to_string()
+}
+
+fn add_rec(eg: &mut Graph, imp: &Impl, e: &RecExpr<Term>) -> Id {
+    let mut ids: Vec<Id> = Vec::with_capacity(e.as_ref().len());
+    for node in e.as_ref() {
+        let n = node.clone().map_children(|c| ids[usize::from(c)]);
+        if let Term::Op(s, kids) = &n {
+            if kids.is_empty() {
+                if let Some((r, name)) = crate::term::parse_leaf(s.as_str()) {
+                    if let Some(v) = imp.case.program.ranks.get(r).and_then(|g| g.find(name)) {
+                        if let Some(m) = imp.meta(ValueRef { rank: Some(r), value: v }) {
+                            eg.analysis.leaves.insert(Symbol::from(s.as_str()), m);
+                        }
+                    }
+                }
+            }
+        }
+        ids.push(eg.add(n));
+    }
+    *ids.last().expect("non-empty expression")
+}
+
+/// Adds the definition of impl value `v` (and of the constants it needs): its leaf equals its
+/// term.
+fn define(eg: &mut Graph, imp: &Impl, v: ValueRef, added: &mut HashSet<ValueRef>) {
+    let leaf = imp.leaf(eg, v);
+    if let Some(Lowered::Term(t)) = imp.lowered.get(&v) {
+        let mut needs = Vec::new();
+        tpl_values(t, &mut needs);
+        for x in needs {
+            let x = imp.canon(x);
+            if imp.const_only.contains(&x) && added.insert(x) {
+                define(eg, imp, x, added);
+            }
+        }
+        let id = add_tpl(eg, t, &mut |eg, x| imp.leaf(eg, x));
+        eg.union(leaf, id);
+    }
+}
+
+fn collect_leaves(eg: &Graph, imp: &Impl, out: &mut HashSet<ValueRef>) {
+    for class in eg.classes() {
+        for n in &class.nodes {
+            if let Term::Op(s, k) = n {
+                if k.is_empty() {
+                    if let Some((r, name)) = crate::term::parse_leaf(s.as_str()) {
+                        if let Some(v) = imp.case.program.ranks.get(r).and_then(|g| g.find(name)) {
+                            out.insert(ValueRef { rank: Some(r), value: v });
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+const CLEAN_OPS: &[&str] = &[CAT, SUM, MAX, MIN, SLICE, GET, "aten.transpose.int", "aten.view.default", "aten.permute.default"];
+
+/// Expressions of class `root`: the clean ones (leaves, layout operators, rank reductions,
+/// constants), simplest first; or, with `clean_only == false`, the single cheapest expression.
+fn extract(eg: &Graph, root: Id, clean_only: bool) -> Vec<RecExpr<Term>> {
+    const INF: f64 = f64::INFINITY;
+    let classes: Vec<Id> = eg.classes().map(|c| c.id).collect();
+    // cost[class] = (clean cost, any cost, constant cost)
+    let mut cost: HashMap<Id, (f64, f64, f64)> = classes.iter().map(|&c| (c, (INF, INF, INF))).collect();
+    let node_cost = |cost: &HashMap<Id, (f64, f64, f64)>, n: &Term| -> (f64, f64, f64) {
+        match n {
+            Term::Num(_) => (0.0, 0.0, 0.0),
+            Term::Op(s, kids) => {
+                if is_leaf(n) {
+                    return (1.0, 1.0, INF);
+                }
+                let sum = |f: &dyn Fn(&(f64, f64, f64)) -> f64| -> f64 { kids.iter().map(|k| f(&cost[&eg.find(*k)])).sum() };
+                let literal = kids.is_empty() || s.as_str() == LIST;
+                let any = 1.0 + sum(&|c| c.1);
+                let konst = if s.as_str() == SUM || s.as_str() == CAT || s.as_str() == SCALE {
+                    INF
+                } else {
+                    (if literal { 0.0 } else { 1.0 }) + sum(&|c| c.2)
+                };
+                let clean = if literal {
+                    0.0
+                } else if CLEAN_OPS.contains(&s.as_str()) {
+                    1.0 + sum(&|c| c.0)
+                } else {
+                    INF
+                };
+                (clean.min(konst + 1.0), any, konst)
+            }
+        }
+    };
+    loop {
+        let mut changed = false;
+        for class in eg.classes() {
+            let mut best = cost[&class.id];
+            for n in &class.nodes {
+                let c = node_cost(&cost, n);
+                if c.0 < best.0 { best.0 = c.0; changed = true; }
+                if c.1 < best.1 { best.1 = c.1; changed = true; }
+                if c.2 < best.2 { best.2 = c.2; changed = true; }
+            }
+            cost.insert(class.id, best);
+        }
+        if !changed {
+            break;
+        }
+    }
+    let pick = |cost: &HashMap<Id, (f64, f64, f64)>, c: Id, which: usize| -> Option<Term> {
+        let key = |x: &(f64, f64, f64)| [x.0, x.1, x.2][which];
+        eg[c]
+            .nodes
+            .iter()
+            .map(|n| (key(&node_cost(cost, n)), n))
+            .filter(|(k, _)| k.is_finite())
+            .min_by(|a, b| a.0.total_cmp(&b.0))
+            .map(|(_, n)| n.clone())
+    };
+    fn build(eg: &Graph, c: Id, which: usize, pick: &dyn Fn(Id, usize) -> Option<Term>, r: &mut RecExpr<Term>, depth: usize) -> Option<Id> {
+        if depth > 200 {
+            return None;
+        }
+        let n = pick(c, which)?;
+        // Inside a clean expression, constant subterms are built as constants.
+        let kid_which = |s: &str| if which == 0 && !CLEAN_OPS.contains(&s) && !is_leaf(&n) { 2 } else { which };
+        let n2 = match &n {
+            Term::Op(s, kids) => {
+                let w = kid_which(s.as_str());
+                let mut ids = Vec::new();
+                for k in kids {
+                    ids.push(build(eg, eg.find(*k), if s.as_str() == LIST { which.min(2) } else { w }, pick, r, depth + 1)?);
+                }
+                Term::Op(*s, ids)
+            }
+            t => t.clone(),
+        };
+        Some(r.add(n2))
+    }
+    let root = eg.find(root);
+    let pickf = |c: Id, w: usize| {
+        let p = pick(&cost, c, w);
+        // Lists and literals are the same in every mode.
+        p.or_else(|| pick(&cost, c, 1))
+    };
+    if !clean_only {
+        let mut r = RecExpr::default();
+        return build(eg, root, 1, &pickf, &mut r, 0).map(|_| r).into_iter().collect();
+    }
+    if !cost[&root].0.is_finite() {
+        return Vec::new();
+    }
+    // One expression per clean node of the root class: all leaves (replicas) and the best
+    // composite of each kind.
+    let mut out: Vec<(f64, String, RecExpr<Term>)> = Vec::new();
+    for n in &eg[root].nodes {
+        let c = node_cost(&cost, n).0;
+        if !c.is_finite() {
+            continue;
+        }
+        let mut r = RecExpr::default();
+        let Term::Op(s, kids) = n else { continue };
+        let mut ids = Vec::new();
+        let w = if CLEAN_OPS.contains(&s.as_str()) || is_leaf(n) { 0 } else { 2 };
+        let mut ok = true;
+        for k in kids {
+            match build(eg, eg.find(*k), w, &pickf, &mut r, 1) {
+                Some(id) => ids.push(id),
+                None => ok = false,
+            }
+        }
+        if !ok {
+            continue;
+        }
+        r.add(Term::Op(*s, ids));
+        let key = r.to_string();
+        if !out.iter().any(|o| o.1 == key) {
+            out.push((c, key, r));
+        }
+    }
+    out.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
+    let leaves = out.iter().filter(|o| o.0 <= 1.0).count();
+    out.truncate(leaves.max(1) + 3);
+    out.into_iter().map(|o| o.2).collect()
+}
+
+/// A readable rendering of node `i` of an expression.
+pub fn render(e: &RecExpr<Term>, i: usize) -> String {
+    let nodes = e.as_ref();
+    let r = |id: &Id| render(e, usize::from(*id));
+    match &nodes[i] {
+        Term::Num(n) => n.to_string(),
+        Term::Op(s, kids) => {
+            let s = s.as_str();
+            if let Some((rank, name)) = crate::term::parse_leaf(s) {
+                return format!("r{rank}.{name}");
+            }
+            match s {
+                CAT => format!("cat(dim={}; {})", r(&kids[0]), kids[1..].iter().map(r).collect::<Vec<_>>().join(", ")),
+                SUM | MAX | MIN => format!("{s}({})", kids.iter().map(r).collect::<Vec<_>>().join(", ")),
+                SLICE => format!("{}[dim {}: {}..{}]", r(&kids[3]), r(&kids[0]), r(&kids[1]), r(&kids[2])),
+                GET => format!("{}[{}]", r(&kids[1]), r(&kids[0])),
+                SCALE => format!("({} * {}/{})", r(&kids[2]), r(&kids[0]), r(&kids[1])),
+                LIST => format!("[{}]", kids.iter().map(r).collect::<Vec<_>>().join(", ")),
+                _ if kids.is_empty() => s.split_once(':').map_or(s.to_string(), |(_, v)| v.to_string()),
+                _ => {
+                    let short = s.strip_prefix("aten.").unwrap_or(s);
+                    let short = short.strip_suffix(".default").unwrap_or(short);
+                    format!("{short}({})", kids.iter().map(r).collect::<Vec<_>>().join(", "))
+                }
+            }
+        }
+    }
+}
+
+/// Localizes a failure: from the failing output back through spec values without clean
+/// relations, to the first operator whose inputs all have clean relations.
+fn blame(case: &Case, imp: &Impl, state: &HashMap<ValueId, State>, out: ValueId, name: &str) -> Failure {
+    let spec = &case.spec;
+    let is_clean = |v: &ValueId| matches!(state.get(v), Some(State::Related(r)) if r.clean);
+    let mut frontier: Vec<ValueId> = Vec::new();
+    let mut seen = HashSet::new();
+    let mut stack = vec![out];
+    while let Some(v) = stack.pop() {
+        if !seen.insert(v) || is_clean(&v) {
+            continue;
+        }
+        let node = &spec.nodes[v.node];
+        let ins = node.inputs();
+        let unclean: Vec<ValueId> = ins.iter().copied().filter(|i| state.contains_key(i) && !is_clean(i)).collect();
+        if unclean.is_empty() {
+            frontier.push(v);
+        } else {
+            stack.extend(unclean);
+        }
+    }
+    frontier.sort();
+    let v = frontier.first().copied().unwrap_or(out);
+    let node = &spec.nodes[v.node];
+    let rels = |x: &ValueId| -> Vec<String> {
+        match state.get(x) {
+            Some(State::Related(r)) => r.exprs.iter().map(|e| render(e, e.as_ref().len() - 1)).collect(),
+            Some(State::Unrelated(m)) | Some(State::Blocked(m)) => vec![format!("(none: {m})")],
+            None => vec!["(none)".into()],
+        }
+    };
+    let mut inputs = Vec::new();
+    let mut consumers = BTreeSet::new();
+    let mut hint = None;
+    for x in node.inputs() {
+        inputs.push((spec.value_name(x).to_string(), rels(&x)));
+        if let Some(State::Related(r)) = state.get(&x) {
+            for e in &r.exprs {
+                let top = e.as_ref().last();
+                let leaves: Vec<ValueRef> = e
+                    .as_ref()
+                    .iter()
+                    .filter_map(|n| match n {
+                        Term::Op(s, k) if k.is_empty() => crate::term::parse_leaf(s.as_str()).and_then(|(r, nm)| {
+                            case.program.ranks.get(r)?.find(nm).map(|v| ValueRef { rank: Some(r), value: v })
+                        }),
+                        _ => None,
+                    })
+                    .collect();
+                let mut reduced = false;
+                for l in &leaves {
+                    for &(r, n) in imp.consumers.get(l).map_or(&[][..], Vec::as_slice) {
+                        let g = &case.program.ranks[r];
+                        let nd = &g.nodes[n];
+                        let op = nd.op().map(|o| o.to_string()).unwrap_or_default();
+                        if op.starts_with("_c10d_functional.") {
+                            reduced = true;
+                        }
+                        consumers.insert(format!("r{r}.{} = {}", nd.name, op));
+                    }
+                }
+                if matches!(top, Some(Term::Op(s, _)) if s.as_str() == SUM) && !reduced && hint.is_none() {
+                    hint = Some(format!(
+                        "input `{}` is an unreduced partial sum, {} — the implementation never reduces it across ranks (a missing all-reduce?)",
+                        spec.value_name(x),
+                        render(e, e.as_ref().len() - 1)
+                    ));
+                }
+            }
+        }
+    }
+    let computed = match state.get(&v) {
+        Some(State::Related(r)) if !r.clean => r.exprs.first().map(|e| render(e, e.as_ref().len() - 1)),
+        _ => None,
+    };
+    if hint.is_none() {
+        if let Some(Some(Term::Op(s, _))) = match state.get(&v) {
+            Some(State::Related(r)) if !r.clean => r.exprs.first().map(|e| e.as_ref().last().cloned()),
+            _ => None,
+        } {
+            if s.as_str() == SCALE {
+                hint = Some("the value is the implementation's off by a constant factor (wrong scaling, e.g. a missing or extra division by the parallel degree)".into());
+            }
+        }
+    }
+    let file = spec.path.as_ref().map_or(spec.name.clone(), |p| p.display().to_string());
+    let loc = node.line.map(|l| format!("{file}:{l}")).unwrap_or_default();
+    Failure {
+        output: name.to_string(),
+        operator: spec.value_name(v).to_string(),
+        op: node.op().map(|o| o.to_string()).unwrap_or_default(),
+        graph_location: loc,
+        source: node.loc.as_ref().map(|l| format!("{}:{} in {}", l.file, l.line, l.function)),
+        inputs,
+        computed,
+        impl_consumers: consumers.into_iter().take(12).collect(),
+        hint,
+    }
+}

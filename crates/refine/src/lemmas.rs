@@ -1,0 +1,1072 @@
+//! The lemma library: equalities between terms, each with the condition under which it holds.
+//!
+//! A lemma matches a root operator with an egg pattern and, where the rewrite depends on
+//! shapes or on how a child is partitioned (which `cat`/`sum` nodes its e-class holds), a
+//! small condition function builds the right-hand side. Lemmas only ever add terms built from
+//! pieces already in the e-graph, so the e-graph stays small (the constrained lemmas of the
+//! Entangle paper, section 4.3.2). Every lemma carries examples; `tests::every_lemma_is_sound`
+//! instantiates each with random values and checks both sides with the reference kernels.
+
+use crate::term::{Data, Shapes, Term, CAT, GET, LIST, MAX, SLICE, SUM};
+use egg::{Applier, EGraph, Id, Pattern, PatternAst, Rewrite, Subst, Symbol, Var};
+use std::sync::Arc;
+
+/// The e-graph type of the engine.
+pub type Graph = EGraph<Term, Shapes>;
+
+type Build = dyn Fn(&mut Graph, Id, &[Id]) -> Vec<Id> + Send + Sync;
+
+/// One lemma: a name, what it says, the root operators it applies to, its right-hand sides.
+pub struct Lemma {
+    /// Stable identifier.
+    pub name: &'static str,
+    /// The equality in words.
+    pub doc: &'static str,
+    /// Root operators (full names, or clean operator names) the lemma rewrites.
+    pub roots: Vec<String>,
+    /// Examples: a left-hand side term and the shapes of its leaves, for the soundness test.
+    pub examples: Vec<(&'static str, &'static [(&'static str, &'static str)])>,
+    build: Arc<Build>,
+}
+
+struct FnApplier {
+    build: Arc<Build>,
+    vars: Vec<Var>,
+}
+
+impl Applier<Term, Shapes> for FnApplier {
+    fn apply_one(
+        &self,
+        egraph: &mut Graph,
+        eclass: Id,
+        subst: &Subst,
+        _: Option<&PatternAst<Term>>,
+        _: Symbol,
+    ) -> Vec<Id> {
+        let kids: Vec<Id> = self.vars.iter().map(|v| subst[*v]).collect();
+        let mut changed = Vec::new();
+        for new in (self.build)(egraph, eclass, &kids) {
+            // A lemma that unions other classes itself reports the match class as changed.
+            if new == eclass || egraph.union(eclass, new) {
+                changed.push(eclass);
+            }
+        }
+        changed
+    }
+}
+
+impl Lemma {
+    /// The egg rewrites of this lemma, one per root operator (`arity` children each).
+    pub fn rewrites(&self) -> Vec<Rewrite<Term, Shapes>> {
+        let reg = shardproof_ops::Registry::builtin();
+        self.roots
+            .iter()
+            .flat_map(|root| {
+                root_arities(reg, root).into_iter().map(move |arity| (root, arity))
+            })
+            .filter_map(|(root, arity)| {
+                let vars: Vec<Var> = (0..arity).map(|i| format!("?a{i}").parse().expect("var")).collect();
+                let pat: Pattern<Term> = format!(
+                    "({root} {})",
+                    vars.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(" ")
+                )
+                .parse()
+                .ok()?;
+                Rewrite::new(
+                    format!("{}@{root}/{arity}", self.name),
+                    pat,
+                    FnApplier {
+                        build: self.build.clone(),
+                        vars,
+                    },
+                )
+                .ok()
+            })
+            .collect()
+    }
+}
+
+/// The child counts a root operator is matched with: its schema's, fixed ones for the clean
+/// operators, and every group size up to 16 for the variadic `sum`/`cat`.
+fn root_arities(reg: &shardproof_ops::Registry, root: &str) -> Vec<usize> {
+    match root {
+        SCALE => vec![3],
+        SLICE => vec![4],
+        GET => vec![2],
+        SUM | MAX | crate::term::MIN => (2..=16).collect(),
+        CAT => (3..=17).collect(),
+        _ => shardproof_ir::OpName::parse(root)
+            .and_then(|o| reg.get(&o))
+            .map_or_else(Vec::new, |def| vec![def.schema.args.len()]),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helpers over e-classes.
+
+/// The single-tensor shape of a class.
+pub fn shape(g: &Graph, id: Id) -> Option<Vec<usize>> {
+    g[id].data.shape().map(<[usize]>::to_vec)
+}
+
+fn int(g: &Graph, id: Id) -> Option<i64> {
+    match g[id].data {
+        Data::Int(n) => Some(n),
+        _ => None,
+    }
+}
+
+fn int_list(g: &Graph, id: Id) -> Option<Vec<i64>> {
+    g[id].nodes.iter().find_map(|n| match n {
+        Term::Op(s, kids) if s.as_str() == LIST => kids.iter().map(|&k| int(g, k)).collect(),
+        _ => None,
+    })
+}
+
+fn float(g: &Graph, id: Id) -> Option<f64> {
+    g[id].nodes.iter().find_map(|n| match n {
+        Term::Num(i) => Some(*i as f64),
+        Term::Op(s, k) if k.is_empty() => s.as_str().strip_prefix("f:")?.parse().ok(),
+        _ => None,
+    })
+}
+
+/// The `cat` nodes of a class: (dim, pieces).
+pub fn cats(g: &Graph, id: Id) -> Vec<(usize, Vec<Id>)> {
+    let mut out: Vec<(usize, Vec<Id>)> = g[id]
+        .nodes
+        .iter()
+        .filter_map(|n| match n {
+            Term::Op(s, kids) if s.as_str() == CAT && kids.len() >= 3 => {
+                Some((usize::try_from(int(g, kids[0])?).ok()?, kids[1..].to_vec()))
+            }
+            _ => None,
+        })
+        .collect();
+    out.truncate(4);
+    out
+}
+
+/// The `sum` nodes of a class (rank reductions): their operands.
+pub fn sums(g: &Graph, id: Id) -> Vec<Vec<Id>> {
+    let mut out: Vec<Vec<Id>> = g[id]
+        .nodes
+        .iter()
+        .filter_map(|n| match n {
+            Term::Op(s, kids) if s.as_str() == SUM => Some(kids.clone()),
+            _ => None,
+        })
+        .collect();
+    out.truncate(4);
+    out
+}
+
+/// The `scale` nodes of a class: (numerator, denominator, operand).
+fn scales(g: &Graph, id: Id) -> Vec<(i64, i64, Id)> {
+    g[id]
+        .nodes
+        .iter()
+        .filter_map(|n| match n {
+            Term::Op(s, kids) if s.as_str() == SCALE && kids.len() == 3 => {
+                Some((int(g, kids[0])?, int(g, kids[1])?, kids[2]))
+            }
+            _ => None,
+        })
+        .take(2)
+        .collect()
+}
+
+fn num(g: &mut Graph, n: i64) -> Id {
+    g.add(Term::Num(n))
+}
+
+fn op(g: &mut Graph, sym: &str, kids: Vec<Id>) -> Id {
+    g.add(Term::Op(Symbol::from(sym), kids))
+}
+
+fn cat(g: &mut Graph, d: usize, pieces: Vec<Id>) -> Id {
+    if pieces.len() == 1 {
+        return pieces[0];
+    }
+    let d = num(g, d as i64);
+    op(g, CAT, std::iter::once(d).chain(pieces).collect())
+}
+
+fn slice(g: &mut Graph, d: usize, a: usize, b: usize, x: Id) -> Id {
+    let full = shape(g, x).and_then(|s| s.get(d).copied());
+    if a == 0 && full == Some(b) {
+        return x;
+    }
+    let kids = vec![num(g, d as i64), num(g, a as i64), num(g, b as i64), x];
+    op(g, SLICE, kids)
+}
+
+fn int_list_node(g: &mut Graph, v: &[i64]) -> Id {
+    let kids = v.iter().map(|&d| num(g, d)).collect();
+    op(g, LIST, kids)
+}
+
+/// Rational scale factor node: `(scale P Q x)` is `x * P / Q`.
+pub const SCALE: &str = "scale";
+
+fn gcd(a: i64, b: i64) -> i64 {
+    if b == 0 {
+        a.abs().max(1)
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// `x * p / q`, the fraction reduced, folded into nothing when it is one.
+pub fn scale(g: &mut Graph, p: i64, q: i64, x: Id) -> Id {
+    let s = gcd(p, q) * q.signum();
+    let (p, q) = (p / s, q / s);
+    if p == q {
+        return x;
+    }
+    let kids = vec![num(g, p), num(g, q), x];
+    op(g, SCALE, kids)
+}
+
+/// The sizes of pieces along `d`.
+fn sizes(g: &Graph, pieces: &[Id], d: usize) -> Option<Vec<usize>> {
+    pieces.iter().map(|&p| shape(g, p)?.get(d).copied()).collect()
+}
+
+/// Rebuilds `root`'s call with children replaced.
+fn with_kids(sym: Symbol, kids: &[Id], replace: &[(usize, Id)]) -> Term {
+    let mut k = kids.to_vec();
+    for &(i, id) in replace {
+        k[i] = id;
+    }
+    Term::Op(sym, k)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Operator tables.
+
+/// Elementwise operators: (name, positions of tensor operands, positions it is linear in,
+/// whether those linear positions are jointly additive like `add`).
+pub const ELEMENTWISE: &[(&str, &[usize], &[usize], bool)] = &[
+    ("aten.add.Tensor", &[0, 1], &[0, 1], true),
+    ("aten.sub.Tensor", &[0, 1], &[0, 1], true),
+    ("aten.mul.Tensor", &[0, 1], &[0, 1], false),
+    ("aten.div.Tensor", &[0, 1], &[0], false),
+    ("aten.where.self", &[0, 1, 2], &[1, 2], true),
+    ("aten.maximum.default", &[0, 1], &[], false),
+    ("aten.minimum.default", &[0, 1], &[], false),
+    ("aten.threshold_backward.default", &[0, 1], &[0], false),
+    ("aten.gelu_backward.default", &[0, 1], &[0], false),
+    ("aten.silu_backward.default", &[0, 1], &[0], false),
+    ("aten.sigmoid_backward.default", &[0, 1], &[0], false),
+    ("aten.tanh_backward.default", &[0, 1], &[0], false),
+    ("aten.native_dropout_backward.default", &[0, 1], &[0], false),
+    ("aten.masked_fill.Scalar", &[0, 1], &[], false),
+    ("aten.eq.Tensor", &[0, 1], &[], false),
+    ("aten.ne.Tensor", &[0, 1], &[], false),
+    ("aten.lt.Tensor", &[0, 1], &[], false),
+    ("aten.le.Tensor", &[0, 1], &[], false),
+    ("aten.gt.Tensor", &[0, 1], &[], false),
+    ("aten.ge.Tensor", &[0, 1], &[], false),
+    ("aten.bitwise_or.Tensor", &[0, 1], &[], false),
+    ("aten.bitwise_and.Tensor", &[0, 1], &[], false),
+    ("aten.logical_and.default", &[0, 1], &[], false),
+    ("aten.logical_or.default", &[0, 1], &[], false),
+    ("aten.add.Scalar", &[0], &[], false),
+    ("aten.sub.Scalar", &[0], &[], false),
+    ("aten.rsub.Scalar", &[0], &[], false),
+    ("aten.mul.Scalar", &[0], &[0], false),
+    ("aten.div.Scalar", &[0], &[0], false),
+    ("aten.pow.Tensor_Scalar", &[0], &[], false),
+    ("aten.eq.Scalar", &[0], &[], false),
+    ("aten.ne.Scalar", &[0], &[], false),
+    ("aten.lt.Scalar", &[0], &[], false),
+    ("aten.le.Scalar", &[0], &[], false),
+    ("aten.gt.Scalar", &[0], &[], false),
+    ("aten.ge.Scalar", &[0], &[], false),
+    ("aten._to_copy.default", &[0], &[0], false),
+    ("aten.neg.default", &[0], &[0], false),
+    ("aten.abs.default", &[0], &[], false),
+    ("aten.exp.default", &[0], &[], false),
+    ("aten.log.default", &[0], &[], false),
+    ("aten.sqrt.default", &[0], &[], false),
+    ("aten.rsqrt.default", &[0], &[], false),
+    ("aten.tanh.default", &[0], &[], false),
+    ("aten.sigmoid.default", &[0], &[], false),
+    ("aten.relu.default", &[0], &[], false),
+    ("aten.gelu.default", &[0], &[], false),
+    ("aten.silu.default", &[0], &[], false),
+    ("aten.sin.default", &[0], &[], false),
+    ("aten.cos.default", &[0], &[], false),
+    ("aten.erf.default", &[0], &[], false),
+    ("aten.reciprocal.default", &[0], &[], false),
+    ("aten.logical_not.default", &[0], &[], false),
+    ("aten.bitwise_not.default", &[0], &[], false),
+    ("aten.clamp.default", &[0], &[], false),
+    (SCALE, &[2], &[2], false),
+];
+
+/// Non-elementwise operators linear in some tensor operands (each on its own): sums over
+/// ranks and scale factors move through them.
+pub const LINEAR: &[(&str, &[usize])] = &[
+    ("aten.mm.default", &[0, 1]),
+    ("aten.bmm.default", &[0, 1]),
+    ("aten.view.default", &[0]),
+    ("aten.transpose.int", &[0]),
+    ("aten.permute.default", &[0]),
+    ("aten.expand.default", &[0]),
+    ("aten.sum.dim_IntList", &[0]),
+    ("aten.sum.default", &[0]),
+    ("aten.mean.dim", &[0]),
+    ("aten.mean.default", &[0]),
+    ("aten.select.int", &[0]),
+    ("aten.embedding_dense_backward.default", &[0]),
+    (SLICE, &[3]),
+];
+
+fn elementwise_roots() -> Vec<String> {
+    ELEMENTWISE.iter().map(|e| e.0.to_string()).collect()
+}
+
+fn ew(root: &str) -> Option<&'static (&'static str, &'static [usize], &'static [usize], bool)> {
+    ELEMENTWISE.iter().find(|e| e.0 == root)
+}
+
+/// Which operator a matched class node is: the lemma framework hands the children only, so
+/// the applier re-finds the node with these children.
+fn node_sym(g: &Graph, eclass: Id, kids: &[Id], roots: &[&str]) -> Option<Symbol> {
+    g[eclass].nodes.iter().find_map(|n| match n {
+        Term::Op(s, k) if roots.contains(&s.as_str()) && k.len() == kids.len() && k.iter().zip(kids).all(|(a, b)| g.find(*a) == g.find(*b)) => Some(*s),
+        _ => None,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// The lemmas.
+
+/// Every lemma of the library.
+pub fn library() -> Vec<Lemma> {
+    let mut l = Vec::new();
+    let all_ew: Vec<&str> = ELEMENTWISE.iter().map(|e| e.0).collect();
+
+    // Elementwise operators act piece by piece on concatenations.
+    let roots = all_ew.clone();
+    l.push(Lemma {
+        name: "elementwise-over-cat",
+        doc: "f(cat_d(x_i), y) = cat_d(f(x_i, y_i)): y is split like x (or broadcast along d)",
+        roots: elementwise_roots(),
+        examples: vec![
+            ("(aten.add.Tensor (cat 0 %r0:a %r1:a) (cat 0 %r0:b %r1:b) 1)", &[("a", "f64[2,3]"), ("b", "f64[2,3]")]),
+            ("(aten.mul.Tensor (cat 1 %r0:a %r1:c) %r0:b)", &[("a", "f64[2,3]"), ("c", "f64[2,1]"), ("b", "f64[2,4]")]),
+            ("(aten.add.Tensor (cat 1 %r0:a %r1:a) %r0:b 1)", &[("a", "f64[2,3]"), ("b", "f64[3]")]),
+            ("(aten.gelu.default (cat 0 %r0:a %r1:a) s:none)", &[("a", "f64[2,3]")]),
+        ],
+        build: Arc::new(move |g, eclass, kids| {
+            let Some(sym) = node_sym(g, eclass, kids, &roots) else { return vec![] };
+            let Some(&(_, tensors, _, _)) = ew(sym.as_str()) else { return vec![] };
+            let Some(out) = g[eclass].data.meta().map(|m| m.shape.clone()) else { return vec![] };
+            let mut results = Vec::new();
+            for &t in tensors {
+                for (d, pieces) in cats(g, kids[t]) {
+                    let Some(ts) = shape(g, kids[t]) else { continue };
+                    let od = d + out.len() - ts.len();
+                    if ts[d] != out[od] {
+                        continue;
+                    }
+                    let Some(szs) = sizes(g, &pieces, d) else { continue };
+                    if let Some(id) = split_elementwise(g, sym, kids, tensors, &out, od, &szs, t, &pieces) {
+                        results.push(id);
+                    }
+                }
+            }
+            results
+        }),
+    });
+
+    // Linear operators move through sums over ranks and through scale factors.
+    let lin_roots: Vec<String> = ELEMENTWISE
+        .iter()
+        .filter(|e| !e.2.is_empty())
+        .map(|e| e.0.to_string())
+        .chain(LINEAR.iter().map(|e| e.0.to_string()))
+        .collect();
+    let lr: Vec<&'static str> = ELEMENTWISE
+        .iter()
+        .filter(|e| !e.2.is_empty())
+        .map(|e| e.0)
+        .chain(LINEAR.iter().map(|e| e.0))
+        .collect();
+    let lr2 = lr.clone();
+    l.push(Lemma {
+        name: "linear-over-sum",
+        doc: "f(sum_i x_i) = sum_i f(x_i) for f linear in x (additive ops: both operands sums)",
+        roots: lin_roots.clone(),
+        examples: vec![
+            ("(aten.mm.default (sum %r0:a %r1:a) %r0:b)", &[("a", "f64[2,3]"), ("b", "f64[3,4]")]),
+            ("(aten.add.Tensor (sum %r0:a %r1:a) (sum %r0:b %r1:b) 1)", &[("a", "f64[2,3]"), ("b", "f64[2,3]")]),
+            ("(aten.view.default (sum %r0:a %r1:a) (list 6))", &[("a", "f64[2,3]")]),
+            ("(aten.sum.dim_IntList (sum %r0:a %r1:a) (list 0) b:false none)", &[("a", "f64[2,3]")]),
+        ],
+        build: Arc::new(move |g, eclass, kids| {
+            let Some(sym) = node_sym(g, eclass, kids, &lr) else { return vec![] };
+            let (positions, additive) = linear_positions(sym.as_str());
+            let mut out = Vec::new();
+            if additive {
+                let Some(first) = sums(g, kids[positions[0]]).into_iter().next() else { return vec![] };
+                let n = first.len();
+                let mut operands = vec![first];
+                for &p in &positions[1..] {
+                    match sums(g, kids[p]).into_iter().find(|s| s.len() == n) {
+                        Some(s) => operands.push(s),
+                        None => return vec![],
+                    }
+                }
+                let terms: Vec<Id> = (0..n)
+                    .map(|i| {
+                        let rep: Vec<(usize, Id)> = positions.iter().zip(&operands).map(|(&p, s)| (p, s[i])).collect();
+                        g.add(with_kids(sym, kids, &rep))
+                    })
+                    .collect();
+                out.push(op(g, SUM, terms));
+                return out;
+            }
+            for &p in &positions {
+                for s in sums(g, kids[p]) {
+                    let terms: Vec<Id> = s.iter().map(|&x| g.add(with_kids(sym, kids, &[(p, x)]))).collect();
+                    out.push(op(g, SUM, terms));
+                }
+            }
+            out
+        }),
+    });
+    l.push(Lemma {
+        name: "linear-over-scale",
+        doc: "f(c * x) = c * f(x) for f linear in x (additive ops: both operands scaled by c)",
+        roots: lin_roots,
+        examples: vec![
+            ("(aten.mm.default (scale 1 2 %r0:a) %r0:b)", &[("a", "f64[2,3]"), ("b", "f64[3,4]")]),
+            ("(aten.sub.Tensor (scale 3 2 %r0:a) (scale 3 2 %r0:b) 1)", &[("a", "f64[2,3]"), ("b", "f64[2,3]")]),
+            ("(scale 2 1 (scale 1 4 %r0:a))", &[("a", "f64[2,3]")]),
+        ],
+        build: Arc::new(move |g, eclass, kids| {
+            let Some(sym) = node_sym(g, eclass, kids, &lr2) else { return vec![] };
+            let (positions, additive) = linear_positions(sym.as_str());
+            let mut out = Vec::new();
+            if sym.as_str() == SCALE {
+                let (Some(p), Some(q)) = (int(g, kids[0]), int(g, kids[1])) else { return vec![] };
+                for (p2, q2, x) in scales(g, kids[2]) {
+                    out.push(scale(g, p * p2, q * q2, x));
+                }
+                return out;
+            }
+            if additive {
+                let Some((p, q, x0)) = scales(g, kids[positions[0]]).into_iter().next() else { return vec![] };
+                let mut rep = vec![(positions[0], x0)];
+                for &pos in &positions[1..] {
+                    match scales(g, kids[pos]).into_iter().find(|s| s.0 * q == s.1 * p) {
+                        Some((_, _, x)) => rep.push((pos, x)),
+                        None => return vec![],
+                    }
+                }
+                let inner = g.add(with_kids(sym, kids, &rep));
+                out.push(scale(g, p, q, inner));
+                return out;
+            }
+            for &pos in &positions {
+                for (p, q, x) in scales(g, kids[pos]) {
+                    let inner = g.add(with_kids(sym, kids, &[(pos, x)]));
+                    out.push(scale(g, p, q, inner));
+                }
+            }
+            out
+        }),
+    });
+    l.push(Lemma {
+        name: "scale-through-sibling",
+        doc: "x * a = (x * b) * (a / b) when x * b is already in the e-graph",
+        roots: vec![SCALE.into()],
+        examples: vec![("(aten.add.Tensor (scale 1 8 %r0:a) (scale 1 4 %r0:a) 1)", &[("a", "f64[2,3]")])],
+        build: Arc::new(|g, eclass, kids| {
+            let (Some(p), Some(q)) = (int(g, kids[0]), int(g, kids[1])) else { return vec![] };
+            let x = g.find(kids[2]);
+            let mut siblings = Vec::new();
+            for class in g.classes() {
+                if class.id == g.find(eclass) {
+                    continue;
+                }
+                for n in &class.nodes {
+                    if let Term::Op(s, k) = n {
+                        if s.as_str() == SCALE && g.find(k[2]) == x {
+                            if let (Some(p2), Some(q2)) = (int(g, k[0]), int(g, k[1])) {
+                                siblings.push((p2, q2, class.id));
+                            }
+                        }
+                    }
+                }
+            }
+            siblings
+                .into_iter()
+                .take(4)
+                .map(|(p2, q2, id)| scale(g, p * q2, q * p2, id))
+                .collect()
+        }),
+    });
+    l.push(Lemma {
+        name: "sum-of-scaled",
+        doc: "sum_i (c * x_i) = c * sum_i x_i",
+        roots: vec![SUM.into()],
+        examples: vec![("(sum (scale 1 2 %r0:a) (scale 1 2 %r1:a))", &[("a", "f64[2,3]")])],
+        build: Arc::new(|g, eclass, _| {
+            let operands = sums(g, eclass);
+            let mut out = Vec::new();
+            for s in operands {
+                let sc: Vec<Vec<(i64, i64, Id)>> = s.iter().map(|&x| scales(g, x)).collect();
+                let Some(&(p, q, _)) = sc.first().and_then(|v| v.first()) else { continue };
+                let xs: Option<Vec<Id>> = sc
+                    .iter()
+                    .map(|v| v.iter().find(|t| t.0 * q == t.1 * p).map(|t| t.2))
+                    .collect();
+                if let Some(xs) = xs {
+                    let inner = op(g, SUM, xs);
+                    out.push(scale(g, p, q, inner));
+                }
+            }
+            out
+        }),
+    });
+
+    // Matrix products of partitioned operands.
+    l.push(Lemma {
+        name: "mm-over-cat",
+        doc: "cat_0(a_i) @ b = cat_0(a_i @ b); a @ cat_1(b_i) = cat_1(a @ b_i); cat_1(a_i) @ cat_0(b_i) = sum_i a_i @ b_i",
+        roots: vec!["aten.mm.default".into()],
+        examples: vec![
+            ("(aten.mm.default (cat 0 %r0:a %r1:a) %r0:b)", &[("a", "f64[2,3]"), ("b", "f64[3,4]")]),
+            ("(aten.mm.default %r0:a (cat 1 %r0:b %r1:b))", &[("a", "f64[2,3]"), ("b", "f64[3,4]")]),
+            ("(aten.mm.default (cat 1 %r0:a %r1:a) (cat 0 %r0:b %r1:b))", &[("a", "f64[2,3]"), ("b", "f64[3,4]")]),
+        ],
+        build: Arc::new(|g, _, kids| matmul_over_cat(g, "aten.mm.default", kids, 0)),
+    });
+    l.push(Lemma {
+        name: "bmm-over-cat",
+        doc: "batched products: batch-dim pieces pair up; row pieces of a, column pieces of b, and contracted pieces sum",
+        roots: vec!["aten.bmm.default".into()],
+        examples: vec![
+            ("(aten.bmm.default (cat 0 %r0:a %r1:a) (cat 0 %r0:b %r1:b))", &[("a", "f64[2,2,3]"), ("b", "f64[2,3,4]")]),
+            ("(aten.bmm.default (cat 2 %r0:a %r1:a) (cat 1 %r0:b %r1:b))", &[("a", "f64[2,2,3]"), ("b", "f64[2,3,4]")]),
+        ],
+        build: Arc::new(|g, _, kids| matmul_over_cat(g, "aten.bmm.default", kids, 1)),
+    });
+
+    // Layout operators through concatenations.
+    l.push(Lemma {
+        name: "transpose-over-cat",
+        doc: "transpose(cat_d(x_i), a, b) = cat_{swap(d)}(transpose(x_i, a, b))",
+        roots: vec!["aten.transpose.int".into()],
+        examples: vec![("(aten.transpose.int (cat 1 %r0:a %r1:a) 0 1)", &[("a", "f64[2,3]")])],
+        build: Arc::new(|g, _, kids| {
+            let (Some(a), Some(b)) = (int(g, kids[1]), int(g, kids[2])) else { return vec![] };
+            let mut out = Vec::new();
+            for (d, pieces) in cats(g, kids[0]) {
+                let nd = if d as i64 == a { b } else if d as i64 == b { a } else { d as i64 } as usize;
+                let ps: Vec<Id> = pieces
+                    .iter()
+                    .map(|&p| op(g, "aten.transpose.int", vec![p, kids[1], kids[2]]))
+                    .collect();
+                out.push(cat(g, nd, ps));
+            }
+            for (x, y) in transposes(g, kids[0]) {
+                if (int(g, x.1), int(g, x.2)) == (Some(a), Some(b)) {
+                    out.push(y);
+                }
+            }
+            out
+        }),
+    });
+    l.push(Lemma {
+        name: "view-over-cat",
+        doc: "view(cat_d(x_i), s) = cat_d'(view(x_i, s_i)) when every piece is a whole block of rows of dim d' of s; view(view(x)) = view(x); a view to x's own shape is x",
+        roots: vec!["aten.view.default".into()],
+        examples: vec![
+            ("(aten.view.default (cat 0 %r0:a %r1:a) (list 12 4))", &[("a", "f64[3,2,4]")]),
+            ("(aten.view.default (cat 2 %r0:a %r1:a) (list 6 8))", &[("a", "f64[3,2,4]")]),
+            ("(aten.view.default (cat 1 %r0:a %r1:a) (list 2 2 6))", &[("a", "f64[2,6]")]),
+            ("(aten.view.default (aten.view.default %r0:a (list 6)) (list 3 2))", &[("a", "f64[2,3]")]),
+        ],
+        build: Arc::new(|g, eclass, kids| {
+            let Some(target) = shape(g, eclass) else { return vec![] };
+            let mut out = Vec::new();
+            for (d, pieces) in cats(g, kids[0]) {
+                let Some(src) = shape(g, kids[0]) else { continue };
+                if let Some(id) = view_of_cat(g, &src, &target, d, &pieces) {
+                    out.push(id);
+                }
+            }
+            // Collapse chains of views, and views back to a class's own shape.
+            for inner in views(g, kids[0]) {
+                if shape(g, inner).as_deref() == Some(&target[..]) {
+                    out.push(inner);
+                } else {
+                    out.push(op(g, "aten.view.default", vec![inner, kids[1]]));
+                }
+            }
+            out
+        }),
+    });
+    l.push(Lemma {
+        name: "slice-of-cat",
+        doc: "a slice of cat_d(x_i) along d is the pieces it covers (sliced at the ends); along another dim it is the cat of the sliced pieces; slice(slice(x)) is one slice",
+        roots: vec![SLICE.into()],
+        examples: vec![
+            ("(slice 0 2 4 (cat 0 %r0:a %r1:a))", &[("a", "f64[2,3]")]),
+            ("(slice 0 1 3 (cat 0 %r0:a %r1:a))", &[("a", "f64[2,3]")]),
+            ("(slice 1 1 3 (cat 0 %r0:a %r1:a))", &[("a", "f64[2,3]")]),
+            ("(slice 0 1 3 (slice 0 1 4 %r0:a))", &[("a", "f64[5,3]")]),
+        ],
+        build: Arc::new(|g, _, kids| {
+            let (Some(d), Some(a), Some(b)) = (int(g, kids[0]), int(g, kids[1]), int(g, kids[2])) else { return vec![] };
+            let (d, a, b) = (d as usize, a as usize, b as usize);
+            let mut out = Vec::new();
+            for (cd, pieces) in cats(g, kids[3]) {
+                let Some(szs) = sizes(g, &pieces, cd) else { continue };
+                if cd == d {
+                    let mut parts = Vec::new();
+                    let mut off = 0;
+                    for (&p, &n) in pieces.iter().zip(&szs) {
+                        let (lo, hi) = (a.max(off), b.min(off + n));
+                        if lo < hi {
+                            parts.push(slice(g, d, lo - off, hi - off, p));
+                        }
+                        off += n;
+                    }
+                    if !parts.is_empty() {
+                        out.push(cat(g, d, parts));
+                    }
+                } else {
+                    let parts = pieces.iter().map(|&p| slice(g, d, a, b, p)).collect();
+                    out.push(cat(g, cd, parts));
+                }
+            }
+            for n in g[kids[3]].nodes.clone() {
+                if let Term::Op(s, k) = n {
+                    if s.as_str() == SLICE && int(g, k[0]) == Some(d as i64) {
+                        if let Some(a2) = int(g, k[1]) {
+                            out.push(slice(g, d, a + a2 as usize, b + a2 as usize, k[3]));
+                        }
+                    }
+                }
+            }
+            out
+        }),
+    });
+    l.push(Lemma {
+        name: "cat-of-adjacent-slices",
+        doc: "x = cat_d(x[a_0:a_1], x[a_1:a_2], ...) when slices of x that tile dim d are already in the e-graph",
+        roots: vec![SLICE.into()],
+        examples: vec![("(cat 0 (slice 0 0 2 %r0:a) (slice 0 2 5 %r0:a))", &[("a", "f64[5,3]")])],
+        build: Arc::new(|g, eclass, kids| {
+            let (Some(d), Some(x)) = (int(g, kids[0]), Some(kids[3])) else { return vec![] };
+            let Some(n) = shape(g, x).and_then(|s| s.get(d as usize).copied()) else { return vec![] };
+            // Every slice of x along d present in the e-graph, by start.
+            let mut by_start: Vec<(i64, i64, Id)> = Vec::new();
+            for class in g.classes() {
+                for node in &class.nodes {
+                    if let Term::Op(s, k) = node {
+                        if s.as_str() == SLICE && g.find(k[3]) == g.find(x) && int(g, k[0]) == Some(d) {
+                            if let (Some(a), Some(b)) = (int(g, k[1]), int(g, k[2])) {
+                                by_start.push((a, b, class.id));
+                            }
+                        }
+                    }
+                }
+            }
+            by_start.sort();
+            by_start.dedup_by_key(|t| t.0);
+            let mut parts = Vec::new();
+            let mut at = 0;
+            for &(a, b, id) in &by_start {
+                if a == at {
+                    parts.push(id);
+                    at = b;
+                }
+            }
+            if at as usize != n || parts.len() < 2 {
+                return vec![];
+            }
+            let whole = cat(g, d as usize, parts);
+            if g.union(whole, x) {
+                vec![eclass]
+            } else {
+                vec![]
+            }
+        }),
+    });
+
+    l.push(Lemma {
+        name: "cat-pieces-equal",
+        doc: "cat_d(a_i) = cat_d(b_i) with equal piece sizes implies a_i = b_i",
+        roots: vec![CAT.into()],
+        examples: vec![],
+        build: Arc::new(|g, eclass, _| {
+            let cs = cats(g, eclass);
+            let mut changed = false;
+            for (i, (d, ps)) in cs.iter().enumerate() {
+                for (d2, qs) in &cs[i + 1..] {
+                    if d == d2 && ps.len() == qs.len() && sizes(g, ps, *d) == sizes(g, qs, *d) {
+                        for (&p, &q) in ps.iter().zip(qs) {
+                            changed |= g.union(p, q);
+                        }
+                    }
+                }
+            }
+            if changed {
+                vec![eclass]
+            } else {
+                vec![]
+            }
+        }),
+    });
+
+    // Reductions.
+    l.push(Lemma {
+        name: "reduce-over-cat",
+        doc: "sum over dims of cat_d(x_i): a sum over ranks of the pieces' sums when d is reduced, else the cat of the pieces' sums (dim renumbered); max along d is the max over ranks",
+        roots: vec![
+            "aten.sum.dim_IntList".into(),
+            "aten.sum.default".into(),
+            "aten.amax.default".into(),
+            "aten.mean.default".into(),
+            "aten.mean.dim".into(),
+        ],
+        examples: vec![
+            ("(aten.sum.dim_IntList (cat 0 %r0:a %r1:a) (list 0) b:false none)", &[("a", "f64[2,3]")]),
+            ("(aten.sum.dim_IntList (cat 1 %r0:a %r1:a) (list 0) b:false none)", &[("a", "f64[2,3]")]),
+            ("(aten.sum.default (cat 1 %r0:a %r1:a) none)", &[("a", "f64[2,3]")]),
+            ("(aten.amax.default (cat 1 %r0:a %r1:a) (list 1) b:true)", &[("a", "f64[2,3]")]),
+            ("(aten.mean.default (cat 0 %r0:a %r1:a) none)", &[("a", "f64[2,3]")]),
+            ("(aten.mean.dim (cat 1 %r0:a %r1:a) (list 1) b:false none)", &[("a", "f64[2,3]")]),
+        ],
+        build: Arc::new(|g, eclass, kids| {
+            let roots = ["aten.sum.dim_IntList", "aten.sum.default", "aten.amax.default", "aten.mean.default", "aten.mean.dim"];
+            let Some(sym) = node_sym(g, eclass, kids, &roots) else {
+                return vec![];
+            };
+            let whole = matches!(sym.as_str(), "aten.sum.default" | "aten.mean.default");
+            let mean = sym.as_str().starts_with("aten.mean");
+            let Some(src) = shape(g, kids[0]) else { return vec![] };
+            let all: Vec<i64> = (0..src.len() as i64).collect();
+            let dims = if whole { all.clone() } else { int_list(g, kids[1]).unwrap_or_default() };
+            let dims = if dims.is_empty() { all } else { dims };
+            let keep = !whole
+                && g[kids[2]].nodes.iter().any(|n| matches!(n, Term::Op(s, _) if s.as_str() == "b:true"));
+            let combine = if sym.as_str() == "aten.amax.default" { MAX } else { SUM };
+            let mut out = Vec::new();
+            for (d, pieces) in cats(g, kids[0]) {
+                let parts: Vec<Id> = pieces.iter().map(|&p| g.add(with_kids(sym, kids, &[(0, p)]))).collect();
+                if dims.contains(&(d as i64)) {
+                    if mean {
+                        // A mean of equal pieces is the average of the pieces' means.
+                        let Some(szs) = sizes(g, &pieces, d) else { continue };
+                        if szs.iter().any(|&s| s != szs[0]) {
+                            continue;
+                        }
+                        let n = parts.len() as i64;
+                        let total = op(g, combine, parts);
+                        out.push(scale(g, 1, n, total));
+                        continue;
+                    }
+                    out.push(op(g, combine, parts));
+                } else {
+                    let nd = if keep { d } else { d - dims.iter().filter(|&&x| x < d as i64).count() };
+                    out.push(cat(g, nd, parts));
+                }
+            }
+            out
+        }),
+    });
+    l.push(Lemma {
+        name: "max-dim-over-cat",
+        doc: "max.dim(cat_d(x_i), d).values = max over ranks of max.dim(x_i, d).values; along another dim, the cat of the pieces' results",
+        roots: vec![GET.into()],
+        examples: vec![
+            ("(get 0 (aten.max.dim (cat 1 %r0:a %r1:a) 1 b:false))", &[("a", "f64[2,3]")]),
+            ("(get 1 (aten.max.dim (cat 0 %r0:a %r1:a) 1 b:false))", &[("a", "f64[2,3]")]),
+        ],
+        build: Arc::new(|g, _, kids| {
+            let Some(k) = int(g, kids[0]) else { return vec![] };
+            let mut out = Vec::new();
+            for n in g[kids[1]].nodes.clone() {
+                let Term::Op(s, ck) = n else { continue };
+                if s.as_str() != "aten.max.dim" && s.as_str() != "aten.min.dim" {
+                    continue;
+                }
+                let (Some(dim), keep) = (int(g, ck[1]), g[ck[2]].nodes.iter().any(|n| matches!(n, Term::Op(s, _) if s.as_str() == "b:true"))) else { continue };
+                for (d, pieces) in cats(g, ck[0]) {
+                    let parts: Vec<Id> = pieces
+                        .iter()
+                        .map(|&p| {
+                            let call = g.add(with_kids(s, &ck, &[(0, p)]));
+                            op(g, GET, vec![kids[0], call])
+                        })
+                        .collect();
+                    if d as i64 == dim {
+                        if k == 0 {
+                            out.push(op(g, if s.as_str() == "aten.max.dim" { MAX } else { crate::term::MIN }, parts));
+                        }
+                    } else {
+                        let nd = if keep || (d as i64) < dim { d } else { d - 1 };
+                        out.push(cat(g, nd, parts));
+                    }
+                }
+            }
+            out
+        }),
+    });
+
+    // Row-wise operators along unpartitioned dims.
+    l.push(Lemma {
+        name: "rowwise-over-cat",
+        doc: "softmax / log-softmax along dim k (and their backward) of cat_d(x_i), d != k, is the cat of the pieces' results",
+        roots: vec![
+            "aten._softmax.default".into(),
+            "aten._log_softmax.default".into(),
+            "aten._softmax_backward_data.default".into(),
+            "aten._log_softmax_backward_data.default".into(),
+        ],
+        examples: vec![
+            ("(aten._softmax.default (cat 0 %r0:a %r1:a) 1 b:false)", &[("a", "f64[2,3]")]),
+            ("(aten._softmax_backward_data.default (cat 0 %r0:a %r1:a) (cat 0 %r0:b %r1:b) 1 dt:f64)", &[("a", "f64[2,3]"), ("b", "f64[2,3]")]),
+        ],
+        build: Arc::new(|g, eclass, kids| {
+            let roots = ["aten._softmax.default", "aten._log_softmax.default", "aten._softmax_backward_data.default", "aten._log_softmax_backward_data.default"];
+            let Some(sym) = node_sym(g, eclass, kids, &roots) else { return vec![] };
+            let backward = sym.as_str().contains("backward");
+            let (tensors, dim_at): (&[usize], usize) = if backward { (&[0, 1], 2) } else { (&[0], 1) };
+            let Some(k) = int(g, kids[dim_at]) else { return vec![] };
+            let Some(out) = shape(g, eclass) else { return vec![] };
+            let mut res = Vec::new();
+            for (d, pieces) in cats(g, kids[0]) {
+                if d as i64 == k {
+                    continue;
+                }
+                let Some(szs) = sizes(g, &pieces, d) else { continue };
+                if let Some(id) = split_elementwise(g, sym, kids, tensors, &out, d, &szs, 0, &pieces) {
+                    res.push(id);
+                }
+            }
+            res
+        }),
+    });
+    l.push(Lemma {
+        name: "dropout-over-cat",
+        doc: "with same-mask dropout, native_dropout(cat_d(x_i)) outputs are the cat of the pieces' outputs",
+        roots: vec![GET.into()],
+        examples: vec![],
+        build: Arc::new(|g, _, kids| {
+            let mut out = Vec::new();
+            for n in g[kids[1]].nodes.clone() {
+                let Term::Op(s, ck) = n else { continue };
+                if s.as_str() != "aten.native_dropout.default" {
+                    continue;
+                }
+                for (d, pieces) in cats(g, ck[0]) {
+                    let parts: Vec<Id> = pieces
+                        .iter()
+                        .map(|&p| {
+                            let call = g.add(with_kids(s, &ck, &[(0, p)]));
+                            op(g, GET, vec![kids[0], call])
+                        })
+                        .collect();
+                    out.push(cat(g, d, parts));
+                }
+            }
+            out
+        }),
+    });
+    l.push(Lemma {
+        name: "embedding-over-cat",
+        doc: "embedding(w, cat_d(i_k)) = cat_d(embedding(w, i_k)); embedding(cat_1(w_k), i) = cat_last(embedding(w_k, i))",
+        roots: vec!["aten.embedding.default".into()],
+        examples: vec![("(aten.embedding.default %r0:w (cat 0 %r0:i %r1:j) -1 b:false b:false)", &[("w", "f64[5,3]"), ("i", "i64[2]<5"), ("j", "i64[3]<5")])],
+        build: Arc::new(|g, eclass, kids| {
+            let sym = Symbol::from("aten.embedding.default");
+            let mut out = Vec::new();
+            for (d, pieces) in cats(g, kids[1]) {
+                let parts = pieces.iter().map(|&p| g.add(with_kids(sym, kids, &[(1, p)]))).collect();
+                out.push(cat(g, d, parts));
+            }
+            let last = shape(g, eclass).map_or(1, |s| s.len()) - 1;
+            for (d, pieces) in cats(g, kids[0]) {
+                if d == 1 {
+                    let parts = pieces.iter().map(|&p| g.add(with_kids(sym, kids, &[(0, p)]))).collect();
+                    out.push(cat(g, last, parts));
+                }
+            }
+            out
+        }),
+    });
+    l
+}
+
+fn linear_positions(sym: &str) -> (Vec<usize>, bool) {
+    if let Some(e) = ew(sym) {
+        return (e.2.to_vec(), e.3);
+    }
+    LINEAR
+        .iter()
+        .find(|e| e.0 == sym)
+        .map_or((Vec::new(), false), |e| (e.1.to_vec(), false))
+}
+
+/// The transpose nodes of a class: ((input, a, b), the transposed-back class).
+fn transposes(g: &Graph, id: Id) -> Vec<((Id, Id, Id), Id)> {
+    g[id]
+        .nodes
+        .iter()
+        .filter_map(|n| match n {
+            Term::Op(s, k) if s.as_str() == "aten.transpose.int" => Some(((k[0], k[1], k[2]), k[0])),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The inputs of the view nodes of a class.
+fn views(g: &Graph, id: Id) -> Vec<Id> {
+    g[id]
+        .nodes
+        .iter()
+        .filter_map(|n| match n {
+            Term::Op(s, k) if s.as_str() == "aten.view.default" => Some(k[0]),
+            _ => None,
+        })
+        .take(3)
+        .collect()
+}
+
+/// Splits an elementwise call along output dim `od` into pieces of `szs`, operand `driver`
+/// already split into `pieces`; other tensor operands are split likewise (broadcast ones kept).
+#[allow(clippy::too_many_arguments)]
+fn split_elementwise(
+    g: &mut Graph,
+    sym: Symbol,
+    kids: &[Id],
+    tensors: &[usize],
+    out: &[usize],
+    od: usize,
+    szs: &[usize],
+    driver: usize,
+    pieces: &[Id],
+) -> Option<Id> {
+    let mut per_operand: Vec<(usize, Vec<Id>)> = vec![(driver, pieces.to_vec())];
+    for &t in tensors {
+        if t == driver {
+            continue;
+        }
+        let ts = shape(g, kids[t])?;
+        if ts.len() + od < out.len() || ts[ts.len() + od - out.len()] == 1 {
+            continue; // broadcast along the split dim: every piece takes it whole
+        }
+        let d = ts.len() + od - out.len();
+        let same = cats(g, kids[t])
+            .into_iter()
+            .find(|(cd, ps)| *cd == d && sizes(g, ps, d).as_deref() == Some(szs));
+        let ps = match same {
+            Some((_, ps)) => ps,
+            None => {
+                let mut off = 0;
+                szs.iter()
+                    .map(|&n| {
+                        let s = slice(g, d, off, off + n, kids[t]);
+                        off += n;
+                        s
+                    })
+                    .collect()
+            }
+        };
+        per_operand.push((t, ps));
+    }
+    let parts: Vec<Id> = (0..szs.len())
+        .map(|i| {
+            let rep: Vec<(usize, Id)> = per_operand.iter().map(|(t, ps)| (*t, ps[i])).collect();
+            g.add(with_kids(sym, kids, &rep))
+        })
+        .collect();
+    Some(cat(g, od, parts))
+}
+
+fn matmul_over_cat(g: &mut Graph, sym: &str, kids: &[Id], batch: usize) -> Vec<Id> {
+    let s = Symbol::from(sym);
+    let (a, b) = (kids[0], kids[1]);
+    let (row, inner_a, inner_b, col) = (batch, batch + 1, batch, batch + 1);
+    let mut out = Vec::new();
+    let ca = cats(g, a);
+    let cb = cats(g, b);
+    for (d, pieces) in &ca {
+        if *d == row {
+            let parts = pieces.iter().map(|&p| g.add(Term::Op(s, vec![p, b]))).collect();
+            out.push(cat(g, row, parts));
+        }
+        if batch == 1 && *d == 0 {
+            // Batch dim of a: b must be split the same way.
+            let Some(szs) = sizes(g, pieces, 0) else { continue };
+            if let Some((_, bp)) = cb.iter().find(|(bd, bp)| *bd == 0 && sizes(g, bp, 0).as_deref() == Some(&szs[..])) {
+                let parts = pieces.iter().zip(bp).map(|(&x, &y)| g.add(Term::Op(s, vec![x, y]))).collect();
+                out.push(cat(g, 0, parts));
+            }
+        }
+        if *d == inner_a {
+            let Some(szs) = sizes(g, pieces, *d) else { continue };
+            if let Some((_, bp)) = cb.iter().find(|(bd, bp)| *bd == inner_b && sizes(g, bp, inner_b).as_deref() == Some(&szs[..])) {
+                let parts = pieces.iter().zip(bp).map(|(&x, &y)| g.add(Term::Op(s, vec![x, y]))).collect();
+                out.push(op(g, SUM, parts));
+            }
+        }
+    }
+    for (d, pieces) in &cb {
+        if *d == col {
+            let parts = pieces.iter().map(|&p| g.add(Term::Op(s, vec![a, p]))).collect();
+            out.push(cat(g, col, parts));
+        }
+    }
+    out
+}
+
+/// The pieces of `view(cat_d(pieces), target)` when each piece is a block of whole rows of one
+/// target dim.
+fn view_of_cat(g: &mut Graph, src: &[usize], target: &[usize], d: usize, pieces: &[Id]) -> Option<Id> {
+    let before: usize = src[..d].iter().product();
+    // The target dim where the partitioned dim starts: the products before it must agree.
+    let mut acc = 1;
+    let mut td = 0;
+    while td < target.len() && acc < before {
+        acc *= target[td];
+        td += 1;
+    }
+    if acc != before || td >= target.len() {
+        return None;
+    }
+    let rest: usize = src[d + 1..].iter().product();
+    let trest: usize = target[td + 1..].iter().product();
+    let szs = sizes(g, pieces, d)?;
+    let mut parts = Vec::new();
+    for (&p, &m) in pieces.iter().zip(&szs) {
+        if (m * rest) % trest != 0 {
+            return None;
+        }
+        let mut s: Vec<i64> = target.iter().map(|&x| x as i64).collect();
+        s[td] = (m * rest / trest) as i64;
+        let l = int_list_node(g, &s);
+        parts.push(op(g, "aten.view.default", vec![p, l]));
+    }
+    Some(cat(g, td, parts))
+}
+
+/// The names of every lemma.
+pub fn names() -> Vec<&'static str> {
+    library().iter().map(|l| l.name).collect()
+}
+
+/// Checks a float literal class (for callers that need constant arguments).
+pub fn literal_float(g: &Graph, id: Id) -> Option<f64> {
+    float(g, id)
+}

@@ -1,0 +1,592 @@
+//! Lowering graph nodes to terms: every call becomes a canonical term over its input values,
+//! so that the specification and the ranks write the same computation the same way.
+//!
+//! Canonical forms: identity-like operators (clone, wait_tensor, copy of an equal-shaped
+//! source, declared identities) are aliases; every reshape (view, reshape, _unsafe_view,
+//! unsqueeze, squeeze, flatten) is `aten.view.default` with the concrete shape; `t` is
+//! `transpose.int(0, 1)`; step-1 slices, narrow and split outputs are `slice`; `cat` is `cat`;
+//! negative dims are made non-negative; collectives of the ranks are their meaning (a sum,
+//! concatenation or slice over the group members' inputs).
+
+use crate::lemmas::SCALE;
+use crate::term::{literal_symbol, CAT, GET, LIST, MAX, MIN, SLICE, SUM};
+use shardproof_ir::{Arg, DecompExpr, Graph, Node, NodeKind, OpMeaning, OpName, Program, ValueId};
+use shardproof_ops::{normalize_args, Meta, OpClass, Registry};
+use std::collections::{BTreeMap, HashMap};
+
+/// A term template over the input values of a node.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Tpl {
+    /// An input value of the node's graph (or, for collectives, of another rank's graph).
+    Value(ValueRef),
+    /// An integer.
+    Num(i64),
+    /// An operator over children.
+    Op(String, Vec<Tpl>),
+}
+
+/// A value of one of the programs: the spec (`rank: None`) or a rank's graph.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ValueRef {
+    /// `None` for the specification, else the rank.
+    pub rank: Option<usize>,
+    /// The value in that graph.
+    pub value: ValueId,
+}
+
+/// What a node's output is, as a term.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Lowered {
+    /// A graph input or constant: its meaning comes from the case (or it is opaque).
+    Leaf,
+    /// Equal to another value.
+    Alias(ValueRef),
+    /// This term.
+    Term(Tpl),
+    /// No meaning can be given; the reason names the operator.
+    Unsupported(String),
+}
+
+/// Everything lowering needs to know about the programs.
+pub struct LowerCtx<'a> {
+    /// Declared meanings of custom operators.
+    pub custom_ops: &'a BTreeMap<String, OpMeaning>,
+    /// Whether dropout masks may be assumed laid out like their inputs.
+    pub same_mask: bool,
+    /// The implementation, for collectives.
+    pub program: &'a Program,
+    /// Per rank, per collective node: the matching input value on each group member, in
+    /// member order (filled by [`pair_collectives`]).
+    pub partners: &'a HashMap<(usize, usize), Vec<ValueRef>>,
+}
+
+/// Metas of a graph's values, per node and output.
+pub type Metas = [Vec<Option<Meta>>];
+
+const IDENTITY_OPS: &[&str] = &[
+    "aten.clone.default",
+    "aten.alias.default",
+    "aten.detach.default",
+    "aten.lift_fresh_copy.default",
+    "aten.contiguous.default",
+    "aten.dropout.default",
+    "_c10d_functional.wait_tensor.default",
+];
+
+const RESHAPE_OPS: &[&str] = &[
+    "aten.view.default",
+    "aten.reshape.default",
+    "aten._unsafe_view.default",
+    "aten.unsqueeze.default",
+    "aten.squeeze.default",
+    "aten.squeeze.dim",
+    "aten.squeeze.dims",
+    "aten.flatten.using_ints",
+];
+
+/// Lowers output `output` of node `node` of `graph` (`rank: None` for the spec).
+pub fn lower(
+    ctx: &LowerCtx,
+    graph: &Graph,
+    metas: &Metas,
+    rank: Option<usize>,
+    node_index: usize,
+    output: usize,
+) -> Lowered {
+    let node = &graph.nodes[node_index];
+    let (op, args, kwargs) = match &node.kind {
+        NodeKind::Input | NodeKind::Constant { .. } => return Lowered::Leaf,
+        NodeKind::Call { op, args, kwargs } => (op, args, kwargs),
+    };
+    let at = |v: ValueId| ValueRef { rank, value: v };
+    let meta_of = |v: ValueId| metas.get(v.node).and_then(|m| m.get(v.output)).cloned().flatten();
+    let out_meta = meta_of(ValueId::new(node_index, output));
+    let full = op.to_string();
+    let first_input = node.inputs().first().copied();
+
+    if let Some(meaning) = custom_meaning(ctx.custom_ops, op) {
+        return match meaning {
+            OpMeaning::Identity => first_input.map_or_else(
+                || Lowered::Unsupported(format!("`{op}` is declared `identity` but has no tensor argument")),
+                |v| Lowered::Alias(at(v)),
+            ),
+            OpMeaning::Decompose(e) => match decomp_tpl(e, args, rank) {
+                Some(t) => Lowered::Term(t),
+                None => Lowered::Unsupported(format!("the decomposition of `{op}` does not fit its call")),
+            },
+        };
+    }
+    if op.namespace == "higher_order" && op.name == "auto_functionalized_v2" {
+        return lower_auto_functionalized(ctx, args, kwargs, output, rank);
+    }
+    if IDENTITY_OPS.contains(&full.as_str()) {
+        return first_input.map_or(Lowered::Unsupported(format!("`{op}` without a tensor")), |v| {
+            Lowered::Alias(at(v))
+        });
+    }
+    let reg = Registry::builtin();
+    let Some(def) = reg.get(op) else {
+        return Lowered::Unsupported(format!(
+            "operator `{op}` has no known meaning (declare it in the case's `ops:` section)"
+        ));
+    };
+    let norm = match normalize_args(&def.schema, args, kwargs) {
+        Ok(n) => n,
+        Err(e) => return Lowered::Unsupported(format!("`{op}`: {}", e.0)),
+    };
+    let arg = |i: usize| norm.get(i).cloned().unwrap_or(Arg::None);
+    let value = |i: usize| arg(i).as_value();
+    let same_meta = |v: Option<ValueId>| v.and_then(meta_of) == out_meta && out_meta.is_some();
+
+    match full.as_str() {
+        "aten.copy.default" => {
+            // copy(self, src): the result is src broadcast into self's shape.
+            if same_meta(value(1)) {
+                return Lowered::Alias(at(value(1).expect("checked")));
+            }
+        }
+        "aten._to_copy.default" | "aten.expand.default" | "aten.to.dtype" => {
+            if same_meta(value(0)) {
+                return Lowered::Alias(at(value(0).expect("checked")));
+            }
+        }
+        "aten.native_dropout.default" => {
+            let train = arg(2).as_bool().unwrap_or(true);
+            let p = arg(1).as_f64().unwrap_or(0.0);
+            if (p == 0.0 || !train) && output == 0 {
+                return Lowered::Alias(at(value(0).expect("input")));
+            }
+            if !ctx.same_mask {
+                return Lowered::Unsupported(format!(
+                    "`{}` draws a random mask (p={p}); add `assume: {{ dropout: same-mask }}` to relate the masks of the two programs",
+                    node.outputs[0].name
+                ));
+            }
+        }
+        _ => {}
+    }
+    if RESHAPE_OPS.contains(&full.as_str()) {
+        let (Some(x), Some(m)) = (value(0), out_meta.as_ref()) else {
+            return Lowered::Unsupported(format!("`{op}` with an unknown shape"));
+        };
+        if same_meta(Some(x)) {
+            return Lowered::Alias(at(x));
+        }
+        return Lowered::Term(view_tpl(Tpl::Value(at(x)), &m.shape));
+    }
+    let in_rank = |i: usize| value(i).and_then(meta_of).map_or(0, |m| m.shape.len() as i64);
+    let dim = |d: i64, r: i64| if d < 0 { d + r.max(1) } else { d };
+    let val = |i: usize| Tpl::Value(at(value(i).expect("tensor argument")));
+    match full.as_str() {
+        "aten.t.default" => {
+            if in_rank(0) < 2 {
+                return Lowered::Alias(at(value(0).expect("input")));
+            }
+            return Lowered::Term(transpose_tpl(val(0), 0, 1));
+        }
+        "aten.transpose.int" => {
+            let r = in_rank(0);
+            let (a, b) = (dim(arg(1).as_int().unwrap_or(0), r), dim(arg(2).as_int().unwrap_or(0), r));
+            if a == b {
+                return Lowered::Alias(at(value(0).expect("input")));
+            }
+            return Lowered::Term(transpose_tpl(val(0), a.min(b), a.max(b)));
+        }
+        "aten.slice.Tensor" | "aten.narrow.default" => {
+            let r = in_rank(0);
+            let Some(m) = value(0).and_then(meta_of) else {
+                return Lowered::Unsupported(format!("`{op}` with an unknown shape"));
+            };
+            let d = dim(arg(1).as_int().unwrap_or(0), r);
+            let n = m.shape.get(d as usize).copied().unwrap_or(0) as i64;
+            let clamp = |x: i64| if x < 0 { (x + n).max(0) } else { x.min(n) };
+            let (s, e, step) = if full == "aten.narrow.default" {
+                let s = clamp(arg(2).as_int().unwrap_or(0));
+                (s, s + arg(3).as_int().unwrap_or(0), 1)
+            } else {
+                let s = arg(2).as_int().map_or(0, clamp);
+                let e = arg(3).as_int().map_or(n, clamp);
+                (s, e.max(s), arg(4).as_int().unwrap_or(1))
+            };
+            if step == 1 {
+                if s == 0 && e == n {
+                    return Lowered::Alias(at(value(0).expect("input")));
+                }
+                return Lowered::Term(slice_tpl(d, s, e, val(0)));
+            }
+        }
+        "aten.split_with_sizes.default" | "aten.split.Tensor" | "aten.chunk.default" => {
+            let Some(m) = value(0).and_then(meta_of) else {
+                return Lowered::Unsupported(format!("`{op}` with an unknown shape"));
+            };
+            let d = dim(arg(2).as_int().unwrap_or(0), in_rank(0));
+            let n = m.shape.get(d as usize).copied().unwrap_or(0) as i64;
+            let sizes: Vec<i64> = match full.as_str() {
+                "aten.split_with_sizes.default" => arg(1).as_int_list().unwrap_or_default(),
+                "aten.split.Tensor" => {
+                    let k = arg(1).as_int().unwrap_or(n).max(1);
+                    (0..n).step_by(k as usize).map(|s| k.min(n - s)).collect()
+                }
+                _ => {
+                    let c = arg(1).as_int().unwrap_or(1).max(1);
+                    let k = (n + c - 1) / c;
+                    (0..n).step_by(k.max(1) as usize).map(|s| k.min(n - s)).collect()
+                }
+            };
+            let start: i64 = sizes.iter().take(output).sum();
+            let len = sizes.get(output).copied().unwrap_or(0);
+            if start == 0 && len == n {
+                return Lowered::Alias(at(value(0).expect("input")));
+            }
+            return Lowered::Term(slice_tpl(d, start, start + len, val(0)));
+        }
+        "aten.cat.default" => {
+            let items: Vec<ValueId> = match arg(0) {
+                Arg::List(items) => items.iter().filter_map(Arg::as_value).collect(),
+                _ => Vec::new(),
+            };
+            // Empty pieces (torch accepts 1-d empty tensors in cat) contribute nothing.
+            let items: Vec<ValueId> = items
+                .into_iter()
+                .filter(|v| meta_of(*v).is_none_or(|m| m.numel() > 0))
+                .collect();
+            let r = out_meta.as_ref().map_or(1, |m| m.shape.len() as i64);
+            let d = dim(arg(1).as_int().unwrap_or(0), r);
+            return match items.len() {
+                0 => Lowered::Unsupported("cat of nothing".into()),
+                1 => Lowered::Alias(at(items[0])),
+                _ => Lowered::Term(Tpl::Op(
+                    CAT.into(),
+                    std::iter::once(Tpl::Num(d))
+                        .chain(items.iter().map(|&v| Tpl::Value(at(v))))
+                        .collect(),
+                )),
+            };
+        }
+        "aten.permute.default" => {
+            let r = in_rank(0);
+            let p: Vec<i64> = arg(1).as_int_list().unwrap_or_default().iter().map(|&d| dim(d, r)).collect();
+            if p.iter().enumerate().all(|(i, &d)| i as i64 == d) {
+                return Lowered::Alias(at(value(0).expect("input")));
+            }
+            return Lowered::Term(Tpl::Op(full, vec![val(0), int_list(&p)]));
+        }
+        _ => {}
+    }
+    // Multiplication by a rational constant is `(scale P Q x)`, so scale factors compose
+    // exactly (a mean over 128 rows equals a mean over 64 then a halving).
+    let is_float = |v: Option<ValueId>| v.and_then(meta_of).is_some_and(|m| m.dtype.is_float());
+    let factor = match full.as_str() {
+        "aten.mul.Scalar" | "aten.mul.Tensor" if is_float(value(0)) => arg(1).as_f64().and_then(rational),
+        "aten.div.Scalar" | "aten.div.Tensor" if is_float(value(0)) && norm.get(2).is_none_or(|m| *m == Arg::None) => {
+            arg(1).as_f64().and_then(rational).filter(|r| r.0 != 0).map(|(p, q)| (q * p.signum(), p.abs()))
+        }
+        "aten.neg.default" if is_float(value(0)) => Some((-1, 1)),
+        _ => None,
+    };
+    if let (Some((p, q)), Some(x)) = (factor, value(0)) {
+        if arg(1).as_value().is_none() && same_meta(Some(x)) {
+            if p == q {
+                return Lowered::Alias(at(x));
+            }
+            return Lowered::Term(Tpl::Op(SCALE.into(), vec![Tpl::Num(p), Tpl::Num(q), val(0)]));
+        }
+    }
+    if def.class == OpClass::Collective {
+        return lower_collective(ctx, graph, node, node_index, rank, &full, &norm, &at);
+    }
+    // A generic call: every schema argument as a child, dims made non-negative.
+    let r0 = (0..norm.len())
+        .find_map(|i| value(i).and_then(meta_of))
+        .map_or(0, |m| m.shape.len() as i64);
+    let kids: Vec<Tpl> = def
+        .schema
+        .args
+        .iter()
+        .zip(&norm)
+        .map(|(sa, a)| {
+            let is_dim = matches!(sa.name.as_str(), "dim" | "dim0" | "dim1" | "dims")
+                && !matches!(full.as_str(), "aten.stack.default");
+            match a {
+                Arg::Int(d) if is_dim => Tpl::Num(dim(*d, r0)),
+                Arg::List(ds) if is_dim => {
+                    let mut v: Vec<i64> = ds.iter().filter_map(Arg::as_int).map(|d| dim(d, r0)).collect();
+                    v.sort_unstable();
+                    int_list(&v)
+                }
+                _ => arg_tpl(a, rank),
+            }
+        })
+        .collect();
+    let call = Tpl::Op(full, kids);
+    if node.outputs.len() > 1 {
+        Lowered::Term(Tpl::Op(GET.into(), vec![Tpl::Num(output as i64), call]))
+    } else {
+        Lowered::Term(call)
+    }
+}
+
+fn custom_meaning<'a>(ops: &'a BTreeMap<String, OpMeaning>, op: &OpName) -> Option<&'a OpMeaning> {
+    ops.get(&op.to_string()).or_else(|| ops.get(&op.base()))
+}
+
+/// A list of integers.
+pub fn int_list(v: &[i64]) -> Tpl {
+    Tpl::Op(LIST.into(), v.iter().map(|&d| Tpl::Num(d)).collect())
+}
+
+/// `x` reshaped to `shape`.
+pub fn view_tpl(x: Tpl, shape: &[usize]) -> Tpl {
+    let s: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+    Tpl::Op("aten.view.default".into(), vec![x, int_list(&s)])
+}
+
+/// `x` with dims `a < b` swapped.
+pub fn transpose_tpl(x: Tpl, a: i64, b: i64) -> Tpl {
+    Tpl::Op("aten.transpose.int".into(), vec![x, Tpl::Num(a), Tpl::Num(b)])
+}
+
+/// `x[start:end]` along `d`.
+pub fn slice_tpl(d: i64, start: i64, end: i64, x: Tpl) -> Tpl {
+    Tpl::Op(SLICE.into(), vec![Tpl::Num(d), Tpl::Num(start), Tpl::Num(end), x])
+}
+
+fn arg_tpl(a: &Arg, rank: Option<usize>) -> Tpl {
+    match a {
+        Arg::Value(v) => Tpl::Value(ValueRef { rank, value: *v }),
+        Arg::Int(i) => Tpl::Num(*i),
+        Arg::List(items) => Tpl::Op(LIST.into(), items.iter().map(|x| arg_tpl(x, rank)).collect()),
+        other => Tpl::Op(literal_symbol(other).unwrap_or_else(|| "none".into()), Vec::new()),
+    }
+}
+
+fn decomp_tpl(e: &DecompExpr, args: &[Arg], rank: Option<usize>) -> Option<Tpl> {
+    Some(match e {
+        DecompExpr::Arg(i) => arg_tpl(args.get(*i)?, rank),
+        DecompExpr::Int(i) => Tpl::Num(*i),
+        DecompExpr::Float(f) => Tpl::Op(format!("f:{f:?}"), Vec::new()),
+        DecompExpr::Bool(b) => Tpl::Op(format!("b:{b}"), Vec::new()),
+        DecompExpr::List(items) => Tpl::Op(
+            LIST.into(),
+            items.iter().map(|x| decomp_tpl(x, args, rank)).collect::<Option<_>>()?,
+        ),
+        DecompExpr::Call { op, args: cargs } => {
+            let def = Registry::builtin().get(op)?;
+            // Decomposition calls are positional; fill the schema defaults like any call.
+            let mut kids: Vec<Tpl> = cargs.iter().map(|x| decomp_tpl(x, args, rank)).collect::<Option<_>>()?;
+            for sa in def.schema.args.iter().skip(kids.len()) {
+                let d = sa.default.as_deref().unwrap_or("None");
+                let lit = match d {
+                    "None" => Tpl::Op("none".into(), vec![]),
+                    "True" | "False" => Tpl::Op(format!("b:{}", d == "True"), vec![]),
+                    _ => match d.parse::<i64>() {
+                        Ok(i) if sa.ty != shardproof_ops::ArgType::Float => Tpl::Num(i),
+                        _ => Tpl::Op(format!("f:{:?}", d.parse::<f64>().ok()?), vec![]),
+                    },
+                };
+                kids.push(lit);
+            }
+            Tpl::Op(def.name.to_string(), kids)
+        }
+    })
+}
+
+fn lower_auto_functionalized(
+    ctx: &LowerCtx,
+    args: &[Arg],
+    kwargs: &[(String, Arg)],
+    output: usize,
+    rank: Option<usize>,
+) -> Lowered {
+    let Some(Arg::Op(inner)) = args.first() else {
+        return Lowered::Unsupported("auto_functionalized_v2 without an operator".into());
+    };
+    let bases: Vec<ValueId> = match kwargs.iter().find(|(k, _)| k == "_all_bases") {
+        Some((_, Arg::List(items))) => items.iter().filter_map(Arg::as_value).collect(),
+        _ => Vec::new(),
+    };
+    match custom_meaning(ctx.custom_ops, inner) {
+        Some(OpMeaning::Identity) => {
+            let k = output.saturating_sub(1);
+            bases.get(k).map_or_else(
+                || Lowered::Unsupported("auto_functionalized_v2 output without a base".into()),
+                |&v| Lowered::Alias(ValueRef { rank, value: v }),
+            )
+        }
+        _ => Lowered::Unsupported(format!(
+            "in-place operator `{inner}` has no declared meaning (declare it `identity` in the case's `ops:` section if it only records its tensor)"
+        )),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn lower_collective(
+    ctx: &LowerCtx,
+    graph: &Graph,
+    node: &Node,
+    node_index: usize,
+    rank: Option<usize>,
+    full: &str,
+    norm: &[Arg],
+    at: &dyn Fn(ValueId) -> ValueRef,
+) -> Lowered {
+    let input = norm.first().and_then(Arg::as_value);
+    let Some(x) = input else {
+        return Lowered::Unsupported(format!("`{full}` without an input tensor"));
+    };
+    let Some(r) = rank else {
+        // The specification runs on one device: every group has one member.
+        return Lowered::Alias(at(x));
+    };
+    let Some(members) = ctx.partners.get(&(r, node_index)) else {
+        return Lowered::Unsupported(format!(
+            "collective `{}` on rank {r} has no matching call on the other members of its group",
+            node.outputs[0].name
+        ));
+    };
+    let _ = graph;
+    let xs: Vec<Tpl> = members.iter().map(|&v| Tpl::Value(v)).collect();
+    let me = members.iter().position(|v| v.rank == Some(r)).unwrap_or(0);
+    let n = members.len() as i64;
+    let name = full.split('.').nth(1).unwrap_or("");
+    let reduce = |op: &str, xs: Vec<Tpl>| -> Option<Tpl> {
+        if xs.len() == 1 {
+            return xs.into_iter().next();
+        }
+        Some(match op {
+            "sum" => Tpl::Op(SUM.into(), xs),
+            "max" => Tpl::Op(MAX.into(), xs),
+            "min" => Tpl::Op(MIN.into(), xs),
+            "avg" => Tpl::Op(
+                "aten.div.Tensor".into(),
+                vec![Tpl::Op(SUM.into(), xs), Tpl::Op(format!("f:{:?}", n as f64), vec![])],
+            ),
+            _ => return None,
+        })
+    };
+    let str_arg = |i: usize| match norm.get(i) {
+        Some(Arg::Str(s)) => s.clone(),
+        _ => String::new(),
+    };
+    let t = match name {
+        "all_reduce" => reduce(&str_arg(1), xs),
+        "all_gather_into_tensor" => Some(if n == 1 {
+            xs[0].clone()
+        } else {
+            Tpl::Op(CAT.into(), std::iter::once(Tpl::Num(0)).chain(xs).collect())
+        }),
+        "reduce_scatter_tensor" => {
+            let rows = graph_rows(graph, x);
+            reduce(&str_arg(1), xs).map(|s| {
+                if n == 1 {
+                    s
+                } else {
+                    let m = rows / n;
+                    slice_tpl(0, me as i64 * m, (me as i64 + 1) * m, s)
+                }
+            })
+        }
+        "broadcast" => {
+            let src = norm.get(1).and_then(Arg::as_int).unwrap_or(0) as usize;
+            // `src` is a global rank; find it among the members.
+            members
+                .iter()
+                .position(|v| v.rank == Some(src))
+                .map(|i| xs[i].clone())
+        }
+        _ => None,
+    };
+    t.map_or_else(
+        || Lowered::Unsupported(format!("collective `{full}` is not supported by the refinement engine")),
+        |t| {
+            if let Tpl::Value(v) = t {
+                Lowered::Alias(v)
+            } else {
+                Lowered::Term(t)
+            }
+        },
+    )
+}
+
+fn graph_rows(graph: &Graph, v: ValueId) -> i64 {
+    graph
+        .recorded_type(v)
+        .and_then(|t| t.concrete_shape())
+        .and_then(|s| s.first().copied())
+        .unwrap_or(0)
+}
+
+/// Pairs the collectives of the ranks: the k-th collective a rank issues on a group matches the
+/// k-th collective of every other member on that group. Returns, per (rank, node), the input
+/// value of each member in member order, and a message per rank sequence that does not pair.
+pub fn pair_collectives(program: &Program) -> (HashMap<(usize, usize), Vec<ValueRef>>, Vec<String>) {
+    let reg = Registry::builtin();
+    // (rank, group name) -> the collective nodes in program order.
+    let mut seqs: BTreeMap<(usize, String), Vec<(usize, ValueId)>> = BTreeMap::new();
+    for (r, g) in program.ranks.iter().enumerate() {
+        for (i, node) in g.nodes.iter().enumerate() {
+            let Some(op) = node.op() else { continue };
+            if reg.get(op).is_none_or(|d| d.class != OpClass::Collective) {
+                continue;
+            }
+            let Some(x) = node.inputs().first().copied() else { continue };
+            let group = node
+                .args()
+                .iter()
+                .rev()
+                .find_map(|a| match a {
+                    Arg::Str(s) => Some(s.clone()),
+                    _ => None,
+                })
+                .or_else(|| node.kwarg("group_name").and_then(|a| match a {
+                    Arg::Str(s) => Some(s.clone()),
+                    _ => None,
+                }))
+                .unwrap_or_default();
+            seqs.entry((r, group)).or_default().push((i, x));
+        }
+    }
+    let mut out = HashMap::new();
+    let mut problems = Vec::new();
+    for ((r, group), seq) in &seqs {
+        let Some(pg) = program.group(group) else {
+            problems.push(format!("rank {r} uses process group `{group}`, which the case does not define"));
+            continue;
+        };
+        let Some(members) = pg.group_of(*r) else {
+            problems.push(format!("rank {r} is not a member of process group `{group}`"));
+            continue;
+        };
+        for (k, &(node, _)) in seq.iter().enumerate() {
+            let mut ins = Vec::new();
+            for &m in members {
+                match seqs.get(&(m, group.clone())).and_then(|s| s.get(k)) {
+                    Some(&(_, x)) => ins.push(ValueRef { rank: Some(m), value: x }),
+                    None => {
+                        problems.push(format!(
+                            "rank {r} issues collective #{k} on group `{group}`, but rank {m} does not"
+                        ));
+                        break;
+                    }
+                }
+            }
+            if ins.len() == members.len() {
+                out.insert((*r, node), ins);
+            }
+        }
+    }
+    (out, problems)
+}
+
+/// A float as a fraction with a small integer numerator or denominator, when it is one.
+pub fn rational(c: f64) -> Option<(i64, i64)> {
+    const LIMIT: f64 = (1u64 << 40) as f64;
+    if c.is_finite() && c.fract() == 0.0 && c.abs() < LIMIT {
+        return Some((c as i64, 1));
+    }
+    let inv = 1.0 / c;
+    if inv.is_finite() && inv.fract() == 0.0 && inv.abs() < LIMIT && 1.0 / inv == c {
+        return Some((inv.signum() as i64, inv.abs() as i64));
+    }
+    None
+}

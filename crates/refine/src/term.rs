@@ -1,0 +1,298 @@
+//! The term language of the e-graphs and the shape analysis over it.
+//!
+//! Every term is either an integer (`Num`) or an operator applied to children (`Op`). The
+//! operator symbol says what it is:
+//! - `%r0:mm_3` — a tensor of the implementation (rank 0, value `mm_3`): a leaf;
+//! - `cat`, `sum`, `max`, `min`, `slice`, `get` — the clean operators of relations;
+//! - `aten.mm.default`, ... — a registered operator; its children are its schema arguments in
+//!   schema order, defaults filled in, so equal calls are equal terms however they were written;
+//! - `f:0.5`, `b:true`, `none`, `dt:f16`, `s:...`, `list` — literal arguments.
+
+use egg::{define_language, Analysis, DidMerge, EGraph, Id, Symbol};
+use shardproof_ir::{Arg, DType, ValueId};
+use shardproof_ops::{Meta, Registry, Tensor, Values};
+use std::collections::HashMap;
+
+define_language! {
+    /// A node of a term: an integer or an operator over children.
+    pub enum Term {
+        Num(i64),
+        Op(Symbol, Vec<Id>),
+    }
+}
+
+/// Concatenation along a dim: `(cat D x0 x1 ...)`.
+pub const CAT: &str = "cat";
+/// Elementwise sum of tensors of one shape (a reduction over ranks): `(sum x0 x1 ...)`.
+pub const SUM: &str = "sum";
+/// Elementwise maximum over tensors of one shape: `(max x0 x1 ...)`.
+pub const MAX: &str = "max";
+/// Elementwise minimum over tensors of one shape: `(min x0 x1 ...)`.
+pub const MIN: &str = "min";
+/// Slice along a dim with step 1: `(slice D START END x)`.
+pub const SLICE: &str = "slice";
+/// Output K of a multi-output operator: `(get K call)`.
+pub const GET: &str = "get";
+/// A list literal: `(list a b ...)`.
+pub const LIST: &str = "list";
+
+/// The symbol of an implementation tensor leaf.
+pub fn leaf_symbol(rank: usize, name: &str) -> String {
+    format!("%r{rank}:{name}")
+}
+
+/// The (rank, value name) of a leaf symbol.
+pub fn parse_leaf(sym: &str) -> Option<(usize, &str)> {
+    let rest = sym.strip_prefix("%r")?;
+    let (r, name) = rest.split_once(':')?;
+    Some((r.parse().ok()?, name))
+}
+
+/// Whether a node is an implementation tensor leaf.
+pub fn is_leaf(node: &Term) -> bool {
+    matches!(node, Term::Op(s, c) if c.is_empty() && s.as_str().starts_with("%r"))
+}
+
+/// The symbol of a literal argument (ints are `Num` nodes, lists `list` nodes).
+pub fn literal_symbol(arg: &Arg) -> Option<String> {
+    Some(match arg {
+        Arg::None => "none".into(),
+        Arg::Bool(b) => format!("b:{b}"),
+        Arg::Float(f) => format!("f:{f:?}"),
+        Arg::Str(s) => format!("s:{s}"),
+        Arg::Dtype(d) => format!("dt:{}", d.short_name()),
+        // Placement is irrelevant to values: every device is the same device.
+        Arg::Device(_) => "dev".into(),
+        Arg::Layout(l) => format!("layout:{l}"),
+        Arg::MemoryFormat(m) => format!("mf:{m}"),
+        Arg::Op(o) => format!("op:{o}"),
+        Arg::Int(_) | Arg::Value(_) | Arg::List(_) => return None,
+    })
+}
+
+/// The argument a literal symbol stands for.
+pub fn literal_arg(sym: &str) -> Option<Arg> {
+    Some(match sym {
+        "none" => Arg::None,
+        "dev" => Arg::Device("cpu".into()),
+        _ => {
+            let (kind, text) = sym.split_once(':')?;
+            match kind {
+                "b" => Arg::Bool(text == "true"),
+                "f" => Arg::Float(text.parse().ok()?),
+                "s" => Arg::Str(text.to_string()),
+                "dt" => Arg::Dtype(DType::from_short_name(text)?),
+                "layout" => Arg::Layout(text.to_string()),
+                "mf" => Arg::MemoryFormat(text.to_string()),
+                _ => return None,
+            }
+        }
+    })
+}
+
+/// What the analysis knows of an e-class.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Data {
+    /// A tensor (or a tuple of tensors, for multi-output calls) with these metas.
+    Tensors(Vec<Meta>),
+    /// An integer literal.
+    Int(i64),
+    /// A non-tensor argument (literal or list) of a call.
+    Literal,
+    /// A tensor whose shape could not be inferred (an ill-formed term).
+    Unknown,
+}
+
+impl Data {
+    /// The meta of a single tensor.
+    pub fn meta(&self) -> Option<&Meta> {
+        match self {
+            Data::Tensors(m) if m.len() == 1 => Some(&m[0]),
+            _ => None,
+        }
+    }
+
+    /// The shape of a single tensor.
+    pub fn shape(&self) -> Option<&[usize]> {
+        self.meta().map(|m| m.shape.as_slice())
+    }
+}
+
+/// The shape analysis: metas of leaves are given; every other term's meta is inferred with the
+/// operator registry (clean operators by their own rules).
+#[derive(Default)]
+pub struct Shapes {
+    /// Metas of the implementation leaves, by symbol.
+    pub leaves: HashMap<Symbol, Meta>,
+}
+
+impl Analysis<Term> for Shapes {
+    type Data = Data;
+
+    fn make(egraph: &mut EGraph<Term, Self>, enode: &Term) -> Data {
+        let (sym, kids) = match enode {
+            Term::Num(n) => return Data::Int(*n),
+            Term::Op(s, k) => (s, k),
+        };
+        let s = sym.as_str();
+        if kids.is_empty() {
+            if let Some(m) = egraph.analysis.leaves.get(sym) {
+                return Data::Tensors(vec![m.clone()]);
+            }
+            if s.starts_with("%r") {
+                return Data::Unknown;
+            }
+            return Data::Literal;
+        }
+        if s == LIST {
+            return Data::Literal;
+        }
+        let data = |i: usize| &egraph[kids[i]].data;
+        let int = |i: usize| match data(i) {
+            Data::Int(n) => Some(*n),
+            _ => None,
+        };
+        let meta = |i: usize| data(i).meta().cloned();
+        let out = match s {
+            CAT => (|| {
+                let d = usize::try_from(int(0)?).ok()?;
+                let mut m = meta(1)?;
+                let mut total = 0;
+                for i in 1..kids.len() {
+                    let p = meta(i)?;
+                    if p.shape.len() != m.shape.len() || d >= p.shape.len() {
+                        return None;
+                    }
+                    total += p.shape[d];
+                }
+                m.shape[d] = total;
+                Some(vec![m])
+            })(),
+            SUM | MAX | MIN => (|| {
+                let m = meta(0)?;
+                (1..kids.len())
+                    .all(|i| meta(i).is_some_and(|p| p.shape == m.shape))
+                    .then(|| vec![m])
+            })(),
+            SLICE => (|| {
+                let d = usize::try_from(int(0)?).ok()?;
+                let (a, b) = (int(1)?, int(2)?);
+                let mut m = meta(3)?;
+                let n = *m.shape.get(d)? as i64;
+                if !(0 <= a && a <= b && b <= n) {
+                    return None;
+                }
+                m.shape[d] = (b - a) as usize;
+                Some(vec![m])
+            })(),
+            "scale" => meta(2).map(|m| vec![m]),
+            GET => (|| {
+                let k = usize::try_from(int(0)?).ok()?;
+                match data(1) {
+                    Data::Tensors(ms) => ms.get(k).cloned().map(|m| vec![m]),
+                    _ => None,
+                }
+            })(),
+            _ => infer_call(egraph, s, kids),
+        };
+        out.map_or(Data::Unknown, Data::Tensors)
+    }
+
+    fn merge(&mut self, a: &mut Data, b: Data) -> DidMerge {
+        // Equal terms have equal shapes; an unknown shape is refined by a known one.
+        if *a == Data::Unknown && b != Data::Unknown {
+            *a = b;
+            return DidMerge(true, false);
+        }
+        DidMerge(false, *a != b)
+    }
+}
+
+/// Rebuilds the arguments of a call from its children, as a value list plus keyword arguments
+/// (every schema argument by name), for the registry.
+pub fn call_args<F>(schema: &shardproof_ops::Schema, n: usize, child: F) -> Vec<(String, Arg)>
+where
+    F: Fn(usize, &mut Vec<usize>) -> Arg,
+{
+    let mut tensors = Vec::new();
+    schema
+        .args
+        .iter()
+        .take(n)
+        .enumerate()
+        .map(|(i, a)| (a.name.clone(), child(i, &mut tensors)))
+        .collect()
+}
+
+/// The argument an e-class stands for, tensors numbered in order of appearance.
+fn class_arg(egraph: &EGraph<Term, Shapes>, id: Id, metas: &mut Vec<Meta>) -> Option<Arg> {
+    let class = &egraph[id];
+    match &class.data {
+        Data::Tensors(ms) => {
+            let m = (ms.len() == 1).then(|| ms[0].clone())?;
+            metas.push(m);
+            Some(Arg::Value(ValueId::new(metas.len() - 1, 0)))
+        }
+        Data::Int(n) => Some(Arg::Int(*n)),
+        Data::Unknown => None,
+        Data::Literal => {
+            let node = class.nodes.first()?;
+            match node {
+                Term::Num(n) => Some(Arg::Int(*n)),
+                Term::Op(s, kids) if s.as_str() == LIST => Some(Arg::List(
+                    kids.iter()
+                        .map(|&k| class_arg(egraph, k, metas))
+                        .collect::<Option<Vec<_>>>()?,
+                )),
+                Term::Op(s, _) => literal_arg(s.as_str()),
+            }
+        }
+    }
+}
+
+struct MetaList<'a>(&'a [Meta]);
+
+impl Values for MetaList<'_> {
+    fn meta(&self, v: ValueId) -> Option<Meta> {
+        self.0.get(v.node).cloned()
+    }
+    fn tensor(&self, _: ValueId) -> Option<&Tensor> {
+        None
+    }
+}
+
+fn infer_call(egraph: &EGraph<Term, Shapes>, op: &str, kids: &[Id]) -> Option<Vec<Meta>> {
+    let name = shardproof_ir::OpName::parse(op)?;
+    let reg = Registry::builtin();
+    let def = reg.get(&name)?;
+    let mut metas = Vec::new();
+    let mut kwargs = Vec::with_capacity(kids.len());
+    for (i, &k) in kids.iter().enumerate() {
+        let a = class_arg(egraph, k, &mut metas)?;
+        kwargs.push((def.schema.args.get(i)?.name.clone(), a));
+    }
+    reg.infer(def, &[], &kwargs, &MetaList(&metas)).ok()
+}
+
+/// The arguments of a registered-operator term as keyword arguments over numbered tensors;
+/// used to evaluate terms in tests.
+pub fn term_kwargs(
+    egraph: &EGraph<Term, Shapes>,
+    op: &str,
+    kids: &[Id],
+) -> Option<(Vec<(String, Arg)>, Vec<Id>)> {
+    let name = shardproof_ir::OpName::parse(op)?;
+    let def = Registry::builtin().get(&name)?;
+    let mut metas = Vec::new();
+    let mut kwargs = Vec::new();
+    let mut tensor_ids = Vec::new();
+    for (i, &k) in kids.iter().enumerate() {
+        let before = metas.len();
+        let a = class_arg(egraph, k, &mut metas)?;
+        if metas.len() > before {
+            tensor_ids.push(k);
+        }
+        kwargs.push((def.schema.args.get(i)?.name.clone(), a));
+    }
+    Some((kwargs, tensor_ids))
+}

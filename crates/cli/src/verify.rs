@@ -40,21 +40,35 @@ pub fn main(args: &VerifyArgs) -> Verdict {
         Ok(c) => c,
         Err(e) => {
             if args.json {
-                let r = Report { case: args.case.display().to_string(), verdict: "invalid", outcome: None, message: Some(e.to_string()) };
-                outln!("{}", serde_json::to_string_pretty(&r).expect("report serializes"));
+                let r = Report {
+                    case: args.case.display().to_string(),
+                    verdict: "invalid",
+                    outcome: None,
+                    message: Some(e.to_string()),
+                };
+                outln!(
+                    "{}",
+                    serde_json::to_string_pretty(&r).expect("report serializes")
+                );
             } else {
                 eprintln!("error: {e}");
             }
             return Verdict::Invalid;
         }
     };
-    let spinner = (!args.quiet && !args.json && std::io::IsTerminal::is_terminal(&std::io::stderr())).then(|| {
+    let spinner = (!args.quiet
+        && !args.json
+        && std::io::IsTerminal::is_terminal(&std::io::stderr()))
+    .then(|| {
         let s = indicatif::ProgressBar::new_spinner();
         s.set_message(format!("inferring relations for {}", case.name));
         s.enable_steady_tick(std::time::Duration::from_millis(120));
         s
     });
-    let opts = Options { node_limit: args.node_limit, ..Options::default() };
+    let opts = Options {
+        node_limit: args.node_limit,
+        ..Options::default()
+    };
     let outcome = verify(&case, &opts);
     if let Some(s) = spinner {
         s.finish_and_clear();
@@ -75,7 +89,10 @@ pub fn main(args: &VerifyArgs) -> Verdict {
             outcome: Some(&outcome),
             message: None,
         };
-        outln!("{}", serde_json::to_string_pretty(&r).expect("report serializes"));
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&r).expect("report serializes")
+        );
     } else {
         print_text(&case.name, &outcome);
     }
@@ -85,10 +102,18 @@ pub fn main(args: &VerifyArgs) -> Verdict {
 fn print_text(name: &str, o: &Outcome) {
     match o.verdict {
         RefineVerdict::Verified => {
-            outln!("verified: {name} ({} spec operators, {} lemmas)", o.spec_operators, o.lemmas);
+            outln!(
+                "verified: {name} ({} spec operators, {} lemmas)",
+                o.spec_operators,
+                o.lemmas
+            );
             outln!("certificate:");
             for c in &o.certificate {
-                outln!("  {} = {}", c.tensor, c.relations.first().map_or("", String::as_str));
+                outln!(
+                    "  {} = {}",
+                    c.tensor,
+                    c.relations.first().map_or("", String::as_str)
+                );
                 for alt in c.relations.iter().skip(1) {
                     outln!("  {:w$} = {alt}", "", w = c.tensor.len());
                 }
@@ -97,8 +122,15 @@ fn print_text(name: &str, o: &Outcome) {
         RefineVerdict::Refuted => {
             outln!("refuted: {name}");
             if let Some(f) = &o.failure {
-                outln!("  output `{}` has no clean relation to the implementation", f.output);
-                outln!("  relations stop at spec operator `{}` ({})", f.operator, f.op);
+                outln!(
+                    "  output `{}` has no clean relation to the implementation",
+                    f.output
+                );
+                outln!(
+                    "  relations stop at spec operator `{}` ({})",
+                    f.operator,
+                    f.op
+                );
                 if !f.graph_location.is_empty() {
                     outln!("    defined at {}", f.graph_location);
                 }
@@ -114,7 +146,10 @@ fn print_text(name: &str, o: &Outcome) {
                     }
                 }
                 if let Some(c) = &f.computed {
-                    outln!("  its output can only be computed, not rebuilt: {} = {c}", f.operator);
+                    outln!(
+                        "  its output can only be computed, not rebuilt: {} = {c}",
+                        f.operator
+                    );
                 }
                 if !f.impl_consumers.is_empty() {
                     outln!("  implementation operators reading those tensors:");
@@ -128,7 +163,10 @@ fn print_text(name: &str, o: &Outcome) {
             }
         }
         RefineVerdict::Inconclusive => {
-            outln!("inconclusive: {name}: {}", o.reason.as_deref().unwrap_or("a limit was reached"));
+            outln!(
+                "inconclusive: {name}: {}",
+                o.reason.as_deref().unwrap_or("a limit was reached")
+            );
         }
     }
     outln!("time: {:.3} s", o.seconds);

@@ -62,13 +62,20 @@ impl Lemma {
         self.roots
             .iter()
             .flat_map(|root| {
-                root_arities(reg, root).into_iter().map(move |arity| (root, arity))
+                root_arities(reg, root)
+                    .into_iter()
+                    .map(move |arity| (root, arity))
             })
             .filter_map(|(root, arity)| {
-                let vars: Vec<Var> = (0..arity).map(|i| format!("?a{i}").parse().expect("var")).collect();
+                let vars: Vec<Var> = (0..arity)
+                    .map(|i| format!("?a{i}").parse().expect("var"))
+                    .collect();
                 let pat: Pattern<Term> = format!(
                     "({root} {})",
-                    vars.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(" ")
+                    vars.iter()
+                        .map(|v| v.to_string())
+                        .collect::<Vec<_>>()
+                        .join(" ")
                 )
                 .parse()
                 .ok()?;
@@ -230,7 +237,10 @@ pub fn scale(g: &mut Graph, p: i64, q: i64, x: Id) -> Id {
 
 /// The sizes of pieces along `d`.
 fn sizes(g: &Graph, pieces: &[Id], d: usize) -> Option<Vec<usize>> {
-    pieces.iter().map(|&p| shape(g, p)?.get(d).copied()).collect()
+    pieces
+        .iter()
+        .map(|&p| shape(g, p)?.get(d).copied())
+        .collect()
 }
 
 /// Rebuilds `root`'s call with children replaced.
@@ -336,7 +346,13 @@ fn ew(root: &str) -> Option<&'static (&'static str, &'static [usize], &'static [
 /// the applier re-finds the node with these children.
 fn node_sym(g: &Graph, eclass: Id, kids: &[Id], roots: &[&str]) -> Option<Symbol> {
     g[eclass].nodes.iter().find_map(|n| match n {
-        Term::Op(s, k) if roots.contains(&s.as_str()) && k.len() == kids.len() && k.iter().zip(kids).all(|(a, b)| g.find(*a) == g.find(*b)) => Some(*s),
+        Term::Op(s, k)
+            if roots.contains(&s.as_str())
+                && k.len() == kids.len()
+                && k.iter().zip(kids).all(|(a, b)| g.find(*a) == g.find(*b)) =>
+        {
+            Some(*s)
+        }
         _ => None,
     })
 }
@@ -356,25 +372,49 @@ pub fn library() -> Vec<Lemma> {
         doc: "f(cat_d(x_i), y) = cat_d(f(x_i, y_i)): y is split like x (or broadcast along d)",
         roots: elementwise_roots(),
         examples: vec![
-            ("(aten.add.Tensor (cat 0 %r0:a %r1:a) (cat 0 %r0:b %r1:b) 1)", &[("a", "f64[2,3]"), ("b", "f64[2,3]")]),
-            ("(aten.mul.Tensor (cat 1 %r0:a %r1:c) %r0:b)", &[("a", "f64[2,3]"), ("c", "f64[2,1]"), ("b", "f64[2,4]")]),
-            ("(aten.add.Tensor (cat 1 %r0:a %r1:a) %r0:b 1)", &[("a", "f64[2,3]"), ("b", "f64[3]")]),
-            ("(aten.gelu.default (cat 0 %r0:a %r1:a) s:none)", &[("a", "f64[2,3]")]),
+            (
+                "(aten.add.Tensor (cat 0 %r0:a %r1:a) (cat 0 %r0:b %r1:b) 1)",
+                &[("a", "f64[2,3]"), ("b", "f64[2,3]")],
+            ),
+            (
+                "(aten.mul.Tensor (cat 1 %r0:a %r1:c) %r0:b)",
+                &[("a", "f64[2,3]"), ("c", "f64[2,1]"), ("b", "f64[2,4]")],
+            ),
+            (
+                "(aten.add.Tensor (cat 1 %r0:a %r1:a) %r0:b 1)",
+                &[("a", "f64[2,3]"), ("b", "f64[6]")],
+            ),
+            (
+                "(aten.gelu.default (cat 0 %r0:a %r1:a) s:none)",
+                &[("a", "f64[2,3]")],
+            ),
         ],
         build: Arc::new(move |g, eclass, kids| {
-            let Some(sym) = node_sym(g, eclass, kids, &roots) else { return vec![] };
-            let Some(&(_, tensors, _, _)) = ew(sym.as_str()) else { return vec![] };
-            let Some(out) = g[eclass].data.meta().map(|m| m.shape.clone()) else { return vec![] };
+            let Some(sym) = node_sym(g, eclass, kids, &roots) else {
+                return vec![];
+            };
+            let Some(&(_, tensors, _, _)) = ew(sym.as_str()) else {
+                return vec![];
+            };
+            let Some(out) = g[eclass].data.meta().map(|m| m.shape.clone()) else {
+                return vec![];
+            };
             let mut results = Vec::new();
             for &t in tensors {
                 for (d, pieces) in cats(g, kids[t]) {
-                    let Some(ts) = shape(g, kids[t]) else { continue };
+                    let Some(ts) = shape(g, kids[t]) else {
+                        continue;
+                    };
                     let od = d + out.len() - ts.len();
                     if ts[d] != out[od] {
                         continue;
                     }
-                    let Some(szs) = sizes(g, &pieces, d) else { continue };
-                    if let Some(id) = split_elementwise(g, sym, kids, tensors, &out, od, &szs, t, &pieces) {
+                    let Some(szs) = sizes(g, &pieces, d) else {
+                        continue;
+                    };
+                    if let Some(id) =
+                        split_elementwise(g, sym, kids, tensors, &out, od, &szs, t, &pieces)
+                    {
                         results.push(id);
                     }
                 }
@@ -402,17 +442,33 @@ pub fn library() -> Vec<Lemma> {
         doc: "f(sum_i x_i) = sum_i f(x_i) for f linear in x (additive ops: both operands sums)",
         roots: lin_roots.clone(),
         examples: vec![
-            ("(aten.mm.default (sum %r0:a %r1:a) %r0:b)", &[("a", "f64[2,3]"), ("b", "f64[3,4]")]),
-            ("(aten.add.Tensor (sum %r0:a %r1:a) (sum %r0:b %r1:b) 1)", &[("a", "f64[2,3]"), ("b", "f64[2,3]")]),
-            ("(aten.view.default (sum %r0:a %r1:a) (list 6))", &[("a", "f64[2,3]")]),
-            ("(aten.sum.dim_IntList (sum %r0:a %r1:a) (list 0) b:false none)", &[("a", "f64[2,3]")]),
+            (
+                "(aten.mm.default (sum %r0:a %r1:a) %r0:b)",
+                &[("a", "f64[2,3]"), ("b", "f64[3,4]")],
+            ),
+            (
+                "(aten.add.Tensor (sum %r0:a %r1:a) (sum %r0:b %r1:b) 1)",
+                &[("a", "f64[2,3]"), ("b", "f64[2,3]")],
+            ),
+            (
+                "(aten.view.default (sum %r0:a %r1:a) (list 6))",
+                &[("a", "f64[2,3]")],
+            ),
+            (
+                "(aten.sum.dim_IntList (sum %r0:a %r1:a) (list 0) b:false none)",
+                &[("a", "f64[2,3]")],
+            ),
         ],
         build: Arc::new(move |g, eclass, kids| {
-            let Some(sym) = node_sym(g, eclass, kids, &lr) else { return vec![] };
+            let Some(sym) = node_sym(g, eclass, kids, &lr) else {
+                return vec![];
+            };
             let (positions, additive) = linear_positions(sym.as_str());
             let mut out = Vec::new();
             if additive {
-                let Some(first) = sums(g, kids[positions[0]]).into_iter().next() else { return vec![] };
+                let Some(first) = sums(g, kids[positions[0]]).into_iter().next() else {
+                    return vec![];
+                };
                 let n = first.len();
                 let mut operands = vec![first];
                 for &p in &positions[1..] {
@@ -423,7 +479,11 @@ pub fn library() -> Vec<Lemma> {
                 }
                 let terms: Vec<Id> = (0..n)
                     .map(|i| {
-                        let rep: Vec<(usize, Id)> = positions.iter().zip(&operands).map(|(&p, s)| (p, s[i])).collect();
+                        let rep: Vec<(usize, Id)> = positions
+                            .iter()
+                            .zip(&operands)
+                            .map(|(&p, s)| (p, s[i]))
+                            .collect();
                         g.add(with_kids(sym, kids, &rep))
                     })
                     .collect();
@@ -432,7 +492,10 @@ pub fn library() -> Vec<Lemma> {
             }
             for &p in &positions {
                 for s in sums(g, kids[p]) {
-                    let terms: Vec<Id> = s.iter().map(|&x| g.add(with_kids(sym, kids, &[(p, x)]))).collect();
+                    let terms: Vec<Id> = s
+                        .iter()
+                        .map(|&x| g.add(with_kids(sym, kids, &[(p, x)])))
+                        .collect();
                     out.push(op(g, SUM, terms));
                 }
             }
@@ -444,26 +507,41 @@ pub fn library() -> Vec<Lemma> {
         doc: "f(c * x) = c * f(x) for f linear in x (additive ops: both operands scaled by c)",
         roots: lin_roots,
         examples: vec![
-            ("(aten.mm.default (scale 1 2 %r0:a) %r0:b)", &[("a", "f64[2,3]"), ("b", "f64[3,4]")]),
-            ("(aten.sub.Tensor (scale 3 2 %r0:a) (scale 3 2 %r0:b) 1)", &[("a", "f64[2,3]"), ("b", "f64[2,3]")]),
+            (
+                "(aten.mm.default (scale 1 2 %r0:a) %r0:b)",
+                &[("a", "f64[2,3]"), ("b", "f64[3,4]")],
+            ),
+            (
+                "(aten.sub.Tensor (scale 3 2 %r0:a) (scale 3 2 %r0:b) 1)",
+                &[("a", "f64[2,3]"), ("b", "f64[2,3]")],
+            ),
             ("(scale 2 1 (scale 1 4 %r0:a))", &[("a", "f64[2,3]")]),
         ],
         build: Arc::new(move |g, eclass, kids| {
-            let Some(sym) = node_sym(g, eclass, kids, &lr2) else { return vec![] };
+            let Some(sym) = node_sym(g, eclass, kids, &lr2) else {
+                return vec![];
+            };
             let (positions, additive) = linear_positions(sym.as_str());
             let mut out = Vec::new();
             if sym.as_str() == SCALE {
-                let (Some(p), Some(q)) = (int(g, kids[0]), int(g, kids[1])) else { return vec![] };
+                let (Some(p), Some(q)) = (int(g, kids[0]), int(g, kids[1])) else {
+                    return vec![];
+                };
                 for (p2, q2, x) in scales(g, kids[2]) {
                     out.push(scale(g, p * p2, q * q2, x));
                 }
                 return out;
             }
             if additive {
-                let Some((p, q, x0)) = scales(g, kids[positions[0]]).into_iter().next() else { return vec![] };
+                let Some((p, q, x0)) = scales(g, kids[positions[0]]).into_iter().next() else {
+                    return vec![];
+                };
                 let mut rep = vec![(positions[0], x0)];
                 for &pos in &positions[1..] {
-                    match scales(g, kids[pos]).into_iter().find(|s| s.0 * q == s.1 * p) {
+                    match scales(g, kids[pos])
+                        .into_iter()
+                        .find(|s| s.0 * q == s.1 * p)
+                    {
                         Some((_, _, x)) => rep.push((pos, x)),
                         None => return vec![],
                     }
@@ -485,9 +563,14 @@ pub fn library() -> Vec<Lemma> {
         name: "scale-through-sibling",
         doc: "x * a = (x * b) * (a / b) when x * b is already in the e-graph",
         roots: vec![SCALE.into()],
-        examples: vec![("(aten.add.Tensor (scale 1 8 %r0:a) (scale 1 4 %r0:a) 1)", &[("a", "f64[2,3]")])],
+        examples: vec![(
+            "(aten.add.Tensor (scale 1 8 %r0:a) (scale 1 4 %r0:a) 1)",
+            &[("a", "f64[2,3]")],
+        )],
         build: Arc::new(|g, eclass, kids| {
-            let (Some(p), Some(q)) = (int(g, kids[0]), int(g, kids[1])) else { return vec![] };
+            let (Some(p), Some(q)) = (int(g, kids[0]), int(g, kids[1])) else {
+                return vec![];
+            };
             let x = g.find(kids[2]);
             let mut siblings = Vec::new();
             for class in g.classes() {
@@ -515,13 +598,18 @@ pub fn library() -> Vec<Lemma> {
         name: "sum-of-scaled",
         doc: "sum_i (c * x_i) = c * sum_i x_i",
         roots: vec![SUM.into()],
-        examples: vec![("(sum (scale 1 2 %r0:a) (scale 1 2 %r1:a))", &[("a", "f64[2,3]")])],
+        examples: vec![(
+            "(sum (scale 1 2 %r0:a) (scale 1 2 %r1:a))",
+            &[("a", "f64[2,3]")],
+        )],
         build: Arc::new(|g, eclass, _| {
             let operands = sums(g, eclass);
             let mut out = Vec::new();
             for s in operands {
                 let sc: Vec<Vec<(i64, i64, Id)>> = s.iter().map(|&x| scales(g, x)).collect();
-                let Some(&(p, q, _)) = sc.first().and_then(|v| v.first()) else { continue };
+                let Some(&(p, q, _)) = sc.first().and_then(|v| v.first()) else {
+                    continue;
+                };
                 let xs: Option<Vec<Id>> = sc
                     .iter()
                     .map(|v| v.iter().find(|t| t.0 * q == t.1 * p).map(|t| t.2))
@@ -563,12 +651,23 @@ pub fn library() -> Vec<Lemma> {
         name: "transpose-over-cat",
         doc: "transpose(cat_d(x_i), a, b) = cat_{swap(d)}(transpose(x_i, a, b))",
         roots: vec!["aten.transpose.int".into()],
-        examples: vec![("(aten.transpose.int (cat 1 %r0:a %r1:a) 0 1)", &[("a", "f64[2,3]")])],
+        examples: vec![(
+            "(aten.transpose.int (cat 1 %r0:a %r1:a) 0 1)",
+            &[("a", "f64[2,3]")],
+        )],
         build: Arc::new(|g, _, kids| {
-            let (Some(a), Some(b)) = (int(g, kids[1]), int(g, kids[2])) else { return vec![] };
+            let (Some(a), Some(b)) = (int(g, kids[1]), int(g, kids[2])) else {
+                return vec![];
+            };
             let mut out = Vec::new();
             for (d, pieces) in cats(g, kids[0]) {
-                let nd = if d as i64 == a { b } else if d as i64 == b { a } else { d as i64 } as usize;
+                let nd = if d as i64 == a {
+                    b
+                } else if d as i64 == b {
+                    a
+                } else {
+                    d as i64
+                } as usize;
                 let ps: Vec<Id> = pieces
                     .iter()
                     .map(|&p| op(g, "aten.transpose.int", vec![p, kids[1], kids[2]]))
@@ -924,7 +1023,9 @@ fn transposes(g: &Graph, id: Id) -> Vec<((Id, Id, Id), Id)> {
         .nodes
         .iter()
         .filter_map(|n| match n {
-            Term::Op(s, k) if s.as_str() == "aten.transpose.int" => Some(((k[0], k[1], k[2]), k[0])),
+            Term::Op(s, k) if s.as_str() == "aten.transpose.int" => {
+                Some(((k[0], k[1], k[2]), k[0]))
+            }
             _ => None,
         })
         .collect()
@@ -1003,28 +1104,51 @@ fn matmul_over_cat(g: &mut Graph, sym: &str, kids: &[Id], batch: usize) -> Vec<I
     let cb = cats(g, b);
     for (d, pieces) in &ca {
         if *d == row {
-            let parts = pieces.iter().map(|&p| g.add(Term::Op(s, vec![p, b]))).collect();
+            let parts = pieces
+                .iter()
+                .map(|&p| g.add(Term::Op(s, vec![p, b])))
+                .collect();
             out.push(cat(g, row, parts));
         }
         if batch == 1 && *d == 0 {
             // Batch dim of a: b must be split the same way.
-            let Some(szs) = sizes(g, pieces, 0) else { continue };
-            if let Some((_, bp)) = cb.iter().find(|(bd, bp)| *bd == 0 && sizes(g, bp, 0).as_deref() == Some(&szs[..])) {
-                let parts = pieces.iter().zip(bp).map(|(&x, &y)| g.add(Term::Op(s, vec![x, y]))).collect();
+            let Some(szs) = sizes(g, pieces, 0) else {
+                continue;
+            };
+            if let Some((_, bp)) = cb
+                .iter()
+                .find(|(bd, bp)| *bd == 0 && sizes(g, bp, 0).as_deref() == Some(&szs[..]))
+            {
+                let parts = pieces
+                    .iter()
+                    .zip(bp)
+                    .map(|(&x, &y)| g.add(Term::Op(s, vec![x, y])))
+                    .collect();
                 out.push(cat(g, 0, parts));
             }
         }
         if *d == inner_a {
-            let Some(szs) = sizes(g, pieces, *d) else { continue };
-            if let Some((_, bp)) = cb.iter().find(|(bd, bp)| *bd == inner_b && sizes(g, bp, inner_b).as_deref() == Some(&szs[..])) {
-                let parts = pieces.iter().zip(bp).map(|(&x, &y)| g.add(Term::Op(s, vec![x, y]))).collect();
+            let Some(szs) = sizes(g, pieces, *d) else {
+                continue;
+            };
+            if let Some((_, bp)) = cb.iter().find(|(bd, bp)| {
+                *bd == inner_b && sizes(g, bp, inner_b).as_deref() == Some(&szs[..])
+            }) {
+                let parts = pieces
+                    .iter()
+                    .zip(bp)
+                    .map(|(&x, &y)| g.add(Term::Op(s, vec![x, y])))
+                    .collect();
                 out.push(op(g, SUM, parts));
             }
         }
     }
     for (d, pieces) in &cb {
         if *d == col {
-            let parts = pieces.iter().map(|&p| g.add(Term::Op(s, vec![a, p]))).collect();
+            let parts = pieces
+                .iter()
+                .map(|&p| g.add(Term::Op(s, vec![a, p])))
+                .collect();
             out.push(cat(g, col, parts));
         }
     }
@@ -1033,7 +1157,13 @@ fn matmul_over_cat(g: &mut Graph, sym: &str, kids: &[Id], batch: usize) -> Vec<I
 
 /// The pieces of `view(cat_d(pieces), target)` when each piece is a block of whole rows of one
 /// target dim.
-fn view_of_cat(g: &mut Graph, src: &[usize], target: &[usize], d: usize, pieces: &[Id]) -> Option<Id> {
+fn view_of_cat(
+    g: &mut Graph,
+    src: &[usize],
+    target: &[usize],
+    d: usize,
+    pieces: &[Id],
+) -> Option<Id> {
     let before: usize = src[..d].iter().product();
     // The target dim where the partitioned dim starts: the products before it must agree.
     let mut acc = 1;

@@ -5,6 +5,7 @@
 //! relation localizes a bug.
 
 pub mod engine;
+pub mod eval;
 pub mod lemmas;
 pub mod lower;
 pub mod term;

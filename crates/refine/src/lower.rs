@@ -99,7 +99,13 @@ pub fn lower(
         NodeKind::Call { op, args, kwargs } => (op, args, kwargs),
     };
     let at = |v: ValueId| ValueRef { rank, value: v };
-    let meta_of = |v: ValueId| metas.get(v.node).and_then(|m| m.get(v.output)).cloned().flatten();
+    let meta_of = |v: ValueId| {
+        metas
+            .get(v.node)
+            .and_then(|m| m.get(v.output))
+            .cloned()
+            .flatten()
+    };
     let out_meta = meta_of(ValueId::new(node_index, output));
     let full = op.to_string();
     let first_input = node.inputs().first().copied();
@@ -107,12 +113,18 @@ pub fn lower(
     if let Some(meaning) = custom_meaning(ctx.custom_ops, op) {
         return match meaning {
             OpMeaning::Identity => first_input.map_or_else(
-                || Lowered::Unsupported(format!("`{op}` is declared `identity` but has no tensor argument")),
+                || {
+                    Lowered::Unsupported(format!(
+                        "`{op}` is declared `identity` but has no tensor argument"
+                    ))
+                },
                 |v| Lowered::Alias(at(v)),
             ),
             OpMeaning::Decompose(e) => match decomp_tpl(e, args, rank) {
                 Some(t) => Lowered::Term(t),
-                None => Lowered::Unsupported(format!("the decomposition of `{op}` does not fit its call")),
+                None => Lowered::Unsupported(format!(
+                    "the decomposition of `{op}` does not fit its call"
+                )),
             },
         };
     }
@@ -120,9 +132,10 @@ pub fn lower(
         return lower_auto_functionalized(ctx, args, kwargs, output, rank);
     }
     if IDENTITY_OPS.contains(&full.as_str()) {
-        return first_input.map_or(Lowered::Unsupported(format!("`{op}` without a tensor")), |v| {
-            Lowered::Alias(at(v))
-        });
+        return first_input.map_or(
+            Lowered::Unsupported(format!("`{op}` without a tensor")),
+            |v| Lowered::Alias(at(v)),
+        );
     }
     let reg = Registry::builtin();
     let Some(def) = reg.get(op) else {
@@ -174,7 +187,11 @@ pub fn lower(
         }
         return Lowered::Term(view_tpl(Tpl::Value(at(x)), &m.shape));
     }
-    let in_rank = |i: usize| value(i).and_then(meta_of).map_or(0, |m| m.shape.len() as i64);
+    let in_rank = |i: usize| {
+        value(i)
+            .and_then(meta_of)
+            .map_or(0, |m| m.shape.len() as i64)
+    };
     let dim = |d: i64, r: i64| if d < 0 { d + r.max(1) } else { d };
     let val = |i: usize| Tpl::Value(at(value(i).expect("tensor argument")));
     match full.as_str() {
@@ -186,7 +203,10 @@ pub fn lower(
         }
         "aten.transpose.int" => {
             let r = in_rank(0);
-            let (a, b) = (dim(arg(1).as_int().unwrap_or(0), r), dim(arg(2).as_int().unwrap_or(0), r));
+            let (a, b) = (
+                dim(arg(1).as_int().unwrap_or(0), r),
+                dim(arg(2).as_int().unwrap_or(0), r),
+            );
             if a == b {
                 return Lowered::Alias(at(value(0).expect("input")));
             }
@@ -230,7 +250,10 @@ pub fn lower(
                 _ => {
                     let c = arg(1).as_int().unwrap_or(1).max(1);
                     let k = (n + c - 1) / c;
-                    (0..n).step_by(k.max(1) as usize).map(|s| k.min(n - s)).collect()
+                    (0..n)
+                        .step_by(k.max(1) as usize)
+                        .map(|s| k.min(n - s))
+                        .collect()
                 }
             };
             let start: i64 = sizes.iter().take(output).sum();
@@ -265,7 +288,12 @@ pub fn lower(
         }
         "aten.permute.default" => {
             let r = in_rank(0);
-            let p: Vec<i64> = arg(1).as_int_list().unwrap_or_default().iter().map(|&d| dim(d, r)).collect();
+            let p: Vec<i64> = arg(1)
+                .as_int_list()
+                .unwrap_or_default()
+                .iter()
+                .map(|&d| dim(d, r))
+                .collect();
             if p.iter().enumerate().all(|(i, &d)| i as i64 == d) {
                 return Lowered::Alias(at(value(0).expect("input")));
             }
@@ -277,9 +305,17 @@ pub fn lower(
     // exactly (a mean over 128 rows equals a mean over 64 then a halving).
     let is_float = |v: Option<ValueId>| v.and_then(meta_of).is_some_and(|m| m.dtype.is_float());
     let factor = match full.as_str() {
-        "aten.mul.Scalar" | "aten.mul.Tensor" if is_float(value(0)) => arg(1).as_f64().and_then(rational),
-        "aten.div.Scalar" | "aten.div.Tensor" if is_float(value(0)) && norm.get(2).is_none_or(|m| *m == Arg::None) => {
-            arg(1).as_f64().and_then(rational).filter(|r| r.0 != 0).map(|(p, q)| (q * p.signum(), p.abs()))
+        "aten.mul.Scalar" | "aten.mul.Tensor" if is_float(value(0)) => {
+            arg(1).as_f64().and_then(rational)
+        }
+        "aten.div.Scalar" | "aten.div.Tensor"
+            if is_float(value(0)) && norm.get(2).is_none_or(|m| *m == Arg::None) =>
+        {
+            arg(1)
+                .as_f64()
+                .and_then(rational)
+                .filter(|r| r.0 != 0)
+                .map(|(p, q)| (q * p.signum(), p.abs()))
         }
         "aten.neg.default" if is_float(value(0)) => Some((-1, 1)),
         _ => None,
@@ -289,7 +325,10 @@ pub fn lower(
             if p == q {
                 return Lowered::Alias(at(x));
             }
-            return Lowered::Term(Tpl::Op(SCALE.into(), vec![Tpl::Num(p), Tpl::Num(q), val(0)]));
+            return Lowered::Term(Tpl::Op(
+                SCALE.into(),
+                vec![Tpl::Num(p), Tpl::Num(q), val(0)],
+            ));
         }
     }
     if def.class == OpClass::Collective {
@@ -310,7 +349,11 @@ pub fn lower(
             match a {
                 Arg::Int(d) if is_dim => Tpl::Num(dim(*d, r0)),
                 Arg::List(ds) if is_dim => {
-                    let mut v: Vec<i64> = ds.iter().filter_map(Arg::as_int).map(|d| dim(d, r0)).collect();
+                    let mut v: Vec<i64> = ds
+                        .iter()
+                        .filter_map(Arg::as_int)
+                        .map(|d| dim(d, r0))
+                        .collect();
                     v.sort_unstable();
                     int_list(&v)
                 }
@@ -343,20 +386,32 @@ pub fn view_tpl(x: Tpl, shape: &[usize]) -> Tpl {
 
 /// `x` with dims `a < b` swapped.
 pub fn transpose_tpl(x: Tpl, a: i64, b: i64) -> Tpl {
-    Tpl::Op("aten.transpose.int".into(), vec![x, Tpl::Num(a), Tpl::Num(b)])
+    Tpl::Op(
+        "aten.transpose.int".into(),
+        vec![x, Tpl::Num(a), Tpl::Num(b)],
+    )
 }
 
 /// `x[start:end]` along `d`.
 pub fn slice_tpl(d: i64, start: i64, end: i64, x: Tpl) -> Tpl {
-    Tpl::Op(SLICE.into(), vec![Tpl::Num(d), Tpl::Num(start), Tpl::Num(end), x])
+    Tpl::Op(
+        SLICE.into(),
+        vec![Tpl::Num(d), Tpl::Num(start), Tpl::Num(end), x],
+    )
 }
 
 fn arg_tpl(a: &Arg, rank: Option<usize>) -> Tpl {
     match a {
         Arg::Value(v) => Tpl::Value(ValueRef { rank, value: *v }),
         Arg::Int(i) => Tpl::Num(*i),
-        Arg::List(items) => Tpl::Op(LIST.into(), items.iter().map(|x| arg_tpl(x, rank)).collect()),
-        other => Tpl::Op(literal_symbol(other).unwrap_or_else(|| "none".into()), Vec::new()),
+        Arg::List(items) => Tpl::Op(
+            LIST.into(),
+            items.iter().map(|x| arg_tpl(x, rank)).collect(),
+        ),
+        other => Tpl::Op(
+            literal_symbol(other).unwrap_or_else(|| "none".into()),
+            Vec::new(),
+        ),
     }
 }
 
@@ -368,12 +423,18 @@ fn decomp_tpl(e: &DecompExpr, args: &[Arg], rank: Option<usize>) -> Option<Tpl> 
         DecompExpr::Bool(b) => Tpl::Op(format!("b:{b}"), Vec::new()),
         DecompExpr::List(items) => Tpl::Op(
             LIST.into(),
-            items.iter().map(|x| decomp_tpl(x, args, rank)).collect::<Option<_>>()?,
+            items
+                .iter()
+                .map(|x| decomp_tpl(x, args, rank))
+                .collect::<Option<_>>()?,
         ),
         DecompExpr::Call { op, args: cargs } => {
             let def = Registry::builtin().get(op)?;
             // Decomposition calls are positional; fill the schema defaults like any call.
-            let mut kids: Vec<Tpl> = cargs.iter().map(|x| decomp_tpl(x, args, rank)).collect::<Option<_>>()?;
+            let mut kids: Vec<Tpl> = cargs
+                .iter()
+                .map(|x| decomp_tpl(x, args, rank))
+                .collect::<Option<_>>()?;
             for sa in def.schema.args.iter().skip(kids.len()) {
                 let d = sa.default.as_deref().unwrap_or("None");
                 let lit = match d {
@@ -459,7 +520,10 @@ fn lower_collective(
             "min" => Tpl::Op(MIN.into(), xs),
             "avg" => Tpl::Op(
                 "aten.div.Tensor".into(),
-                vec![Tpl::Op(SUM.into(), xs), Tpl::Op(format!("f:{:?}", n as f64), vec![])],
+                vec![
+                    Tpl::Op(SUM.into(), xs),
+                    Tpl::Op(format!("f:{:?}", n as f64), vec![]),
+                ],
             ),
             _ => return None,
         })
@@ -497,7 +561,11 @@ fn lower_collective(
         _ => None,
     };
     t.map_or_else(
-        || Lowered::Unsupported(format!("collective `{full}` is not supported by the refinement engine")),
+        || {
+            Lowered::Unsupported(format!(
+                "collective `{full}` is not supported by the refinement engine"
+            ))
+        },
         |t| {
             if let Tpl::Value(v) = t {
                 Lowered::Alias(v)
@@ -519,7 +587,9 @@ fn graph_rows(graph: &Graph, v: ValueId) -> i64 {
 /// Pairs the collectives of the ranks: the k-th collective a rank issues on a group matches the
 /// k-th collective of every other member on that group. Returns, per (rank, node), the input
 /// value of each member in member order, and a message per rank sequence that does not pair.
-pub fn pair_collectives(program: &Program) -> (HashMap<(usize, usize), Vec<ValueRef>>, Vec<String>) {
+pub fn pair_collectives(
+    program: &Program,
+) -> (HashMap<(usize, usize), Vec<ValueRef>>, Vec<String>) {
     let reg = Registry::builtin();
     // (rank, group name) -> the collective nodes in program order.
     let mut seqs: BTreeMap<(usize, String), Vec<(usize, ValueId)>> = BTreeMap::new();
@@ -529,7 +599,9 @@ pub fn pair_collectives(program: &Program) -> (HashMap<(usize, usize), Vec<Value
             if reg.get(op).is_none_or(|d| d.class != OpClass::Collective) {
                 continue;
             }
-            let Some(x) = node.inputs().first().copied() else { continue };
+            let Some(x) = node.inputs().first().copied() else {
+                continue;
+            };
             let group = node
                 .args()
                 .iter()
@@ -538,33 +610,54 @@ pub fn pair_collectives(program: &Program) -> (HashMap<(usize, usize), Vec<Value
                     Arg::Str(s) => Some(s.clone()),
                     _ => None,
                 })
-                .or_else(|| node.kwarg("group_name").and_then(|a| match a {
-                    Arg::Str(s) => Some(s.clone()),
-                    _ => None,
-                }))
+                .or_else(|| {
+                    node.kwarg("group_name").and_then(|a| match a {
+                        Arg::Str(s) => Some(s.clone()),
+                        _ => None,
+                    })
+                })
                 .unwrap_or_default();
             seqs.entry((r, group)).or_default().push((i, x));
         }
     }
-    let mut out = HashMap::new();
+    // A group name means a member set on each rank; sequences are matched by member set, so
+    // ranks may name the same group differently.
+    let mut by_members: BTreeMap<(usize, Vec<usize>), Vec<(usize, ValueId)>> = BTreeMap::new();
     let mut problems = Vec::new();
     for ((r, group), seq) in &seqs {
         let Some(pg) = program.group(group) else {
-            problems.push(format!("rank {r} uses process group `{group}`, which the case does not define"));
+            problems.push(format!(
+                "rank {r} uses process group `{group}`, which the case does not define"
+            ));
             continue;
         };
         let Some(members) = pg.group_of(*r) else {
-            problems.push(format!("rank {r} is not a member of process group `{group}`"));
+            problems.push(format!(
+                "rank {r} is not a member of process group `{group}`"
+            ));
             continue;
         };
+        by_members
+            .entry((*r, members.to_vec()))
+            .or_default()
+            .extend(seq.iter().copied());
+    }
+    for seq in by_members.values_mut() {
+        seq.sort_by_key(|(node, _)| *node);
+    }
+    let mut out = HashMap::new();
+    for ((r, members), seq) in &by_members {
         for (k, &(node, _)) in seq.iter().enumerate() {
             let mut ins = Vec::new();
             for &m in members {
-                match seqs.get(&(m, group.clone())).and_then(|s| s.get(k)) {
-                    Some(&(_, x)) => ins.push(ValueRef { rank: Some(m), value: x }),
+                match by_members.get(&(m, members.clone())).and_then(|s| s.get(k)) {
+                    Some(&(_, x)) => ins.push(ValueRef {
+                        rank: Some(m),
+                        value: x,
+                    }),
                     None => {
                         problems.push(format!(
-                            "rank {r} issues collective #{k} on group `{group}`, but rank {m} does not"
+                            "rank {r} issues collective #{k} on ranks {members:?}, but rank {m} does not"
                         ));
                         break;
                     }

@@ -1,0 +1,183 @@
+//! Evaluating terms with the reference kernels: how lemmas are checked for soundness (and how
+//! a relation can be checked on concrete values).
+
+use crate::lemmas::SCALE;
+use crate::term::{literal_arg, parse_leaf, Term, CAT, GET, LIST, MAX, MIN, SLICE, SUM};
+use egg::RecExpr;
+use shardproof_ir::{Arg, DType, OpName, ValueId};
+use shardproof_ops::{Registry, Tensor};
+use std::collections::HashMap;
+
+/// A value while evaluating: a tensor tuple, or an argument.
+#[derive(Clone, Debug)]
+enum Val {
+    Tensors(Vec<Tensor>),
+    Arg(Arg),
+}
+
+/// Evaluates the root of `expr`; leaves are looked up by their value name (`%r0:a` → `a` of
+/// rank 0, keyed `r0:a`).
+pub fn eval(expr: &RecExpr<Term>, leaves: &HashMap<String, Tensor>) -> Result<Vec<Tensor>, String> {
+    let reg = Registry::builtin();
+    let mut vals: Vec<Val> = Vec::with_capacity(expr.as_ref().len());
+    for node in expr.as_ref() {
+        let v = match node {
+            Term::Num(n) => Val::Arg(Arg::Int(*n)),
+            Term::Op(s, kids) => {
+                let s = s.as_str();
+                let kid = |i: usize| vals[usize::from(kids[i])].clone();
+                let tensor = |i: usize| match kid(i) {
+                    Val::Tensors(t) if t.len() == 1 => Ok(t[0].clone()),
+                    other => Err(format!("{s}: child {i} is not one tensor: {other:?}")),
+                };
+                let int = |i: usize| match kid(i) {
+                    Val::Arg(Arg::Int(n)) => Ok(n),
+                    other => Err(format!("{s}: child {i} is not an integer: {other:?}")),
+                };
+                if let Some((r, name)) = parse_leaf(s) {
+                    let key = format!("r{r}:{name}");
+                    Val::Tensors(vec![leaves
+                        .get(&key)
+                        .cloned()
+                        .ok_or(format!("no value for leaf {key}"))?])
+                } else if kids.is_empty() {
+                    Val::Arg(literal_arg(s).ok_or(format!("unknown literal {s}"))?)
+                } else {
+                    match s {
+                        LIST => {
+                            // Lists of tensors (index lists) stay tensors; others are literals.
+                            let items: Vec<Val> = (0..kids.len()).map(kid).collect();
+                            Val::Arg(Arg::List(
+                                items
+                                    .into_iter()
+                                    .map(|v| match v {
+                                        Val::Arg(a) => Ok(a),
+                                        Val::Tensors(_) => {
+                                            Err("tensor inside a list literal".to_string())
+                                        }
+                                    })
+                                    .collect::<Result<_, _>>()?,
+                            ))
+                        }
+                        CAT => {
+                            let ts: Vec<Tensor> =
+                                (1..kids.len()).map(tensor).collect::<Result<_, _>>()?;
+                            let args = vec![
+                                Arg::List(
+                                    (0..ts.len())
+                                        .map(|i| Arg::Value(ValueId::new(i, 0)))
+                                        .collect(),
+                                ),
+                                Arg::Int(int(0)?),
+                            ];
+                            Val::Tensors(call(reg, "aten.cat.default", &ts, &args)?)
+                        }
+                        SUM | MAX | MIN => {
+                            let op = match s {
+                                SUM => "aten.add.Tensor",
+                                MAX => "aten.maximum.default",
+                                _ => "aten.minimum.default",
+                            };
+                            let mut acc = tensor(0)?;
+                            for i in 1..kids.len() {
+                                let ts = [acc, tensor(i)?];
+                                acc = call(reg, op, &ts, &two())?.remove(0);
+                            }
+                            Val::Tensors(vec![acc])
+                        }
+                        SLICE => {
+                            let ts = [tensor(3)?];
+                            let args = vec![
+                                Arg::Value(ValueId::new(0, 0)),
+                                Arg::Int(int(0)?),
+                                Arg::Int(int(1)?),
+                                Arg::Int(int(2)?),
+                            ];
+                            Val::Tensors(call(reg, "aten.slice.Tensor", &ts, &args)?)
+                        }
+                        SCALE => {
+                            let x = tensor(2)?;
+                            let f = int(0)? as f64 / int(1)? as f64;
+                            let data: Vec<f64> = x.data.iter().map(|v| v * f).collect();
+                            Val::Tensors(vec![Tensor::new(x.meta.clone(), data)])
+                        }
+                        GET => match kid(1) {
+                            Val::Tensors(ts) => Val::Tensors(vec![ts
+                                .get(int(0)? as usize)
+                                .cloned()
+                                .ok_or("get out of range")?]),
+                            _ => return Err("get of a non-tuple".into()),
+                        },
+                        _ => {
+                            let name = OpName::parse(s).ok_or(format!("bad operator {s}"))?;
+                            let def = reg.get(&name).ok_or(format!("unknown operator {s}"))?;
+                            let mut tensors = Vec::new();
+                            let mut kwargs = Vec::new();
+                            for (i, sa) in def.schema.args.iter().enumerate().take(kids.len()) {
+                                let a = to_arg(kid(i), &mut tensors)?;
+                                kwargs.push((sa.name.clone(), a));
+                            }
+                            Val::Tensors(
+                                reg.call(s, &tensors, &[], &kwargs)
+                                    .map_err(|e| format!("{s}: {}", e.0))?,
+                            )
+                        }
+                    }
+                }
+            }
+        };
+        vals.push(v);
+    }
+    match vals.pop() {
+        Some(Val::Tensors(t)) => Ok(t),
+        _ => Err("the expression is not a tensor".into()),
+    }
+}
+
+fn to_arg(v: Val, tensors: &mut Vec<Tensor>) -> Result<Arg, String> {
+    Ok(match v {
+        Val::Tensors(mut t) if t.len() == 1 => {
+            tensors.push(t.remove(0));
+            Arg::Value(ValueId::new(tensors.len() - 1, 0))
+        }
+        Val::Tensors(_) => return Err("a tuple as an argument".into()),
+        Val::Arg(a) => a,
+    })
+}
+
+fn two() -> Vec<Arg> {
+    vec![
+        Arg::Value(ValueId::new(0, 0)),
+        Arg::Value(ValueId::new(1, 0)),
+    ]
+}
+
+fn call(reg: &Registry, op: &str, ts: &[Tensor], args: &[Arg]) -> Result<Vec<Tensor>, String> {
+    reg.call(op, ts, args, &[])
+        .map_err(|e| format!("{op}: {}", e.0))
+}
+
+/// A tensor of `dtype` and `shape` with values from `next` (integers below `bound` for
+/// integer dtypes).
+pub fn random_tensor(
+    dtype: DType,
+    shape: Vec<usize>,
+    bound: i64,
+    next: &mut dyn FnMut() -> f64,
+) -> Tensor {
+    let meta = shardproof_ops::Meta::new(dtype, shape);
+    let n = meta.numel();
+    let data = (0..n)
+        .map(|_| {
+            let x = next();
+            if dtype.is_float() {
+                x * 2.0 - 1.0
+            } else if dtype == DType::Bool {
+                (x < 0.5) as i64 as f64
+            } else {
+                (x * bound as f64).floor()
+            }
+        })
+        .collect();
+    Tensor::new(meta, data)
+}

@@ -485,8 +485,7 @@ fn relation_exprs(
         .ok_or("no concrete recorded shape")?;
     // Each block: its ranges and its expression.
     let mut blocks: Vec<(Vec<std::ops::Range<i64>>, E)> = Vec::new();
-    let mut partial: HashMap<Vec<usize>, (Reduce, Vec<std::ops::Range<i64>>, Vec<E>)> =
-        HashMap::new();
+    let mut partial: HashMap<Vec<usize>, PartialBlocks> = HashMap::new();
     for (rank, &v) in impl_values.iter().enumerate() {
         let piece = rank_pieces(layout, &shape, &case.program.mesh, rank).map_err(|e| e.message)?;
         let vr = imp.canon(ValueRef {
@@ -534,6 +533,9 @@ fn relation_exprs(
     let alts = tile(&blocks, &full).ok_or("the rank tensors do not tile the spec tensor")?;
     Ok(alts.iter().map(E::to_rec).collect())
 }
+
+/// Partial shares of one block: how they combine, the block, each rank's share.
+type PartialBlocks = (Reduce, Vec<std::ops::Range<i64>>, Vec<E>);
 
 /// A relation expression while building input relations.
 #[derive(Clone, Debug)]

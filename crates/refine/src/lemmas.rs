@@ -1180,7 +1180,7 @@ fn view_of_cat(
     let szs = sizes(g, pieces, d)?;
     let mut parts = Vec::new();
     for (&p, &m) in pieces.iter().zip(&szs) {
-        if (m * rest) % trest != 0 {
+        if !(m * rest).is_multiple_of(trest) {
             return None;
         }
         let mut s: Vec<i64> = target.iter().map(|&x| x as i64).collect();

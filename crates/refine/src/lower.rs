@@ -152,16 +152,14 @@ pub fn lower(
     let same_meta = |v: Option<ValueId>| v.and_then(meta_of) == out_meta && out_meta.is_some();
 
     match full.as_str() {
-        "aten.copy.default" => {
-            // copy(self, src): the result is src broadcast into self's shape.
-            if same_meta(value(1)) {
-                return Lowered::Alias(at(value(1).expect("checked")));
-            }
+        // copy(self, src): the result is src broadcast into self's shape.
+        "aten.copy.default" if same_meta(value(1)) => {
+            return Lowered::Alias(at(value(1).expect("checked")));
         }
-        "aten._to_copy.default" | "aten.expand.default" | "aten.to.dtype" => {
-            if same_meta(value(0)) {
-                return Lowered::Alias(at(value(0).expect("checked")));
-            }
+        "aten._to_copy.default" | "aten.expand.default" | "aten.to.dtype"
+            if same_meta(value(0)) =>
+        {
+            return Lowered::Alias(at(value(0).expect("checked")));
         }
         "aten.native_dropout.default" => {
             let train = arg(2).as_bool().unwrap_or(true);
@@ -584,12 +582,16 @@ fn graph_rows(graph: &Graph, v: ValueId) -> i64 {
         .unwrap_or(0)
 }
 
+/// Per (rank, collective node): the input value of each group member, in member order.
+pub type Partners = HashMap<(usize, usize), Vec<ValueRef>>;
+
+/// A rank's collectives on one member set: (node, input value), in program order.
+type CollectiveSeq = Vec<(usize, ValueId)>;
+
 /// Pairs the collectives of the ranks: the k-th collective a rank issues on a group matches the
 /// k-th collective of every other member on that group. Returns, per (rank, node), the input
 /// value of each member in member order, and a message per rank sequence that does not pair.
-pub fn pair_collectives(
-    program: &Program,
-) -> (HashMap<(usize, usize), Vec<ValueRef>>, Vec<String>) {
+pub fn pair_collectives(program: &Program) -> (Partners, Vec<String>) {
     let reg = Registry::builtin();
     // (rank, group name) -> the collective nodes in program order.
     let mut seqs: BTreeMap<(usize, String), Vec<(usize, ValueId)>> = BTreeMap::new();
@@ -622,7 +624,7 @@ pub fn pair_collectives(
     }
     // A group name means a member set on each rank; sequences are matched by member set, so
     // ranks may name the same group differently.
-    let mut by_members: BTreeMap<(usize, Vec<usize>), Vec<(usize, ValueId)>> = BTreeMap::new();
+    let mut by_members: BTreeMap<(usize, Vec<usize>), CollectiveSeq> = BTreeMap::new();
     let mut problems = Vec::new();
     for ((r, group), seq) in &seqs {
         let Some(pg) = program.group(group) else {

@@ -208,22 +208,6 @@ impl Analysis<Term> for Shapes {
     }
 }
 
-/// Rebuilds the arguments of a call from its children, as a value list plus keyword arguments
-/// (every schema argument by name), for the registry.
-pub fn call_args<F>(schema: &shardproof_ops::Schema, n: usize, child: F) -> Vec<(String, Arg)>
-where
-    F: Fn(usize, &mut Vec<usize>) -> Arg,
-{
-    let mut tensors = Vec::new();
-    schema
-        .args
-        .iter()
-        .take(n)
-        .enumerate()
-        .map(|(i, a)| (a.name.clone(), child(i, &mut tensors)))
-        .collect()
-}
-
 /// The argument an e-class stands for, tensors numbered in order of appearance.
 fn class_arg(egraph: &EGraph<Term, Shapes>, id: Id, metas: &mut Vec<Meta>) -> Option<Arg> {
     let class = &egraph[id];
@@ -272,27 +256,4 @@ fn infer_call(egraph: &EGraph<Term, Shapes>, op: &str, kids: &[Id]) -> Option<Ve
         kwargs.push((def.schema.args.get(i)?.name.clone(), a));
     }
     reg.infer(def, &[], &kwargs, &MetaList(&metas)).ok()
-}
-
-/// The arguments of a registered-operator term as keyword arguments over numbered tensors;
-/// used to evaluate terms in tests.
-pub fn term_kwargs(
-    egraph: &EGraph<Term, Shapes>,
-    op: &str,
-    kids: &[Id],
-) -> Option<(Vec<(String, Arg)>, Vec<Id>)> {
-    let name = shardproof_ir::OpName::parse(op)?;
-    let def = Registry::builtin().get(&name)?;
-    let mut metas = Vec::new();
-    let mut kwargs = Vec::new();
-    let mut tensor_ids = Vec::new();
-    for (i, &k) in kids.iter().enumerate() {
-        let before = metas.len();
-        let a = class_arg(egraph, k, &mut metas)?;
-        if metas.len() > before {
-            tensor_ids.push(k);
-        }
-        kwargs.push((def.schema.args.get(i)?.name.clone(), a));
-    }
-    Some((kwargs, tensor_ids))
 }

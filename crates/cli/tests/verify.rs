@@ -103,3 +103,20 @@ fn megatron_gpt_sample_is_never_a_false_verdict() {
     let (code, out) = verify(&dir.join("case-tp2.yaml"));
     assert_eq!(code, 3, "{out}");
 }
+
+#[test]
+fn an_unmet_output_expectation_is_refuted() {
+    // The loss is replicated; a case claiming the ranks hold partial sums of it is wrong.
+    let dir = tempfile::tempdir().unwrap();
+    let case = emit(dir.path(), "tp=2", &[]);
+    let text = std::fs::read_to_string(&case).unwrap();
+    assert!(text.contains("  loss: Replicate()"), "{text}");
+    std::fs::write(
+        &case,
+        text.replace("  loss: Replicate()", "  loss: { tp: Partial() }"),
+    )
+    .unwrap();
+    let (code, out) = verify(&case);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("the case expects `loss`"), "{out}");
+}

@@ -130,14 +130,6 @@ fn int_list(g: &Graph, id: Id) -> Option<Vec<i64>> {
     })
 }
 
-fn float(g: &Graph, id: Id) -> Option<f64> {
-    g[id].nodes.iter().find_map(|n| match n {
-        Term::Num(i) => Some(*i as f64),
-        Term::Op(s, k) if k.is_empty() => s.as_str().strip_prefix("f:")?.parse().ok(),
-        _ => None,
-    })
-}
-
 /// The `cat` nodes of a class: (dim, pieces).
 pub fn cats(g: &Graph, id: Id) -> Vec<(usize, Vec<Id>)> {
     let mut out: Vec<(usize, Vec<Id>)> = g[id]
@@ -674,9 +666,10 @@ pub fn library() -> Vec<Lemma> {
                     .collect();
                 out.push(cat(g, nd, ps));
             }
-            for (x, y) in transposes(g, kids[0]) {
-                if (int(g, x.1), int(g, x.2)) == (Some(a), Some(b)) {
-                    out.push(y);
+            // Transposing back undoes a transpose.
+            for (x, xa, xb) in transposes(g, kids[0]) {
+                if (int(g, xa), int(g, xb)) == (Some(a), Some(b)) {
+                    out.push(x);
                 }
             }
             out
@@ -856,8 +849,7 @@ pub fn library() -> Vec<Lemma> {
             let all: Vec<i64> = (0..src.len() as i64).collect();
             let dims = if whole { all.clone() } else { int_list(g, kids[1]).unwrap_or_default() };
             let dims = if dims.is_empty() { all } else { dims };
-            let keep = !whole
-                && g[kids[2]].nodes.iter().any(|n| matches!(n, Term::Op(s, _) if s.as_str() == "b:true"));
+            let keep = !whole && is_true(g, kids[2]);
             let combine = if sym.as_str() == "aten.amax.default" { MAX } else { SUM };
             let mut out = Vec::new();
             for (d, pieces) in cats(g, kids[0]) {
@@ -899,15 +891,9 @@ pub fn library() -> Vec<Lemma> {
                 if s.as_str() != "aten.max.dim" && s.as_str() != "aten.min.dim" {
                     continue;
                 }
-                let (Some(dim), keep) = (int(g, ck[1]), g[ck[2]].nodes.iter().any(|n| matches!(n, Term::Op(s, _) if s.as_str() == "b:true"))) else { continue };
+                let (Some(dim), keep) = (int(g, ck[1]), is_true(g, ck[2])) else { continue };
                 for (d, pieces) in cats(g, ck[0]) {
-                    let parts: Vec<Id> = pieces
-                        .iter()
-                        .map(|&p| {
-                            let call = g.add(with_kids(s, &ck, &[(0, p)]));
-                            op(g, GET, vec![kids[0], call])
-                        })
-                        .collect();
+                    let parts = output_per_piece(g, s, &ck, kids[0], &pieces);
                     if d as i64 == dim {
                         if k == 0 {
                             out.push(op(g, if s.as_str() == "aten.max.dim" { MAX } else { crate::term::MIN }, parts));
@@ -969,13 +955,7 @@ pub fn library() -> Vec<Lemma> {
                     continue;
                 }
                 for (d, pieces) in cats(g, ck[0]) {
-                    let parts: Vec<Id> = pieces
-                        .iter()
-                        .map(|&p| {
-                            let call = g.add(with_kids(s, &ck, &[(0, p)]));
-                            op(g, GET, vec![kids[0], call])
-                        })
-                        .collect();
+                    let parts = output_per_piece(g, s, &ck, kids[0], &pieces);
                     out.push(cat(g, d, parts));
                 }
             }
@@ -1017,16 +997,34 @@ fn linear_positions(sym: &str) -> (Vec<usize>, bool) {
         .map_or((Vec::new(), false), |e| (e.1.to_vec(), false))
 }
 
-/// The transpose nodes of a class: ((input, a, b), the transposed-back class).
-fn transposes(g: &Graph, id: Id) -> Vec<((Id, Id, Id), Id)> {
+/// The transpose nodes of a class: (input, dim a, dim b).
+fn transposes(g: &Graph, id: Id) -> Vec<(Id, Id, Id)> {
     g[id]
         .nodes
         .iter()
         .filter_map(|n| match n {
-            Term::Op(s, k) if s.as_str() == "aten.transpose.int" => {
-                Some(((k[0], k[1], k[2]), k[0]))
-            }
+            Term::Op(s, k) if s.as_str() == "aten.transpose.int" => Some((k[0], k[1], k[2])),
             _ => None,
+        })
+        .collect()
+}
+
+/// Whether a class is the literal `True`.
+fn is_true(g: &Graph, id: Id) -> bool {
+    g[id]
+        .nodes
+        .iter()
+        .any(|n| matches!(n, Term::Op(s, _) if s.as_str() == "b:true"))
+}
+
+/// Output `k` of the multi-output call `sym(call_kids)` applied to each piece in place of its
+/// first operand.
+fn output_per_piece(g: &mut Graph, sym: Symbol, call_kids: &[Id], k: Id, pieces: &[Id]) -> Vec<Id> {
+    pieces
+        .iter()
+        .map(|&p| {
+            let call = g.add(with_kids(sym, call_kids, &[(0, p)]));
+            op(g, GET, vec![k, call])
         })
         .collect()
 }
@@ -1189,14 +1187,4 @@ fn view_of_cat(
         parts.push(op(g, "aten.view.default", vec![p, l]));
     }
     Some(cat(g, td, parts))
-}
-
-/// The names of every lemma.
-pub fn names() -> Vec<&'static str> {
-    library().iter().map(|l| l.name).collect()
-}
-
-/// Checks a float literal class (for callers that need constant arguments).
-pub fn literal_float(g: &Graph, id: Id) -> Option<f64> {
-    float(g, id)
 }

@@ -503,7 +503,6 @@ fn lower_collective(
             node.outputs[0].name
         ));
     };
-    let _ = graph;
     let xs: Vec<Tpl> = members.iter().map(|&v| Tpl::Value(v)).collect();
     let me = members.iter().position(|v| v.rank == Some(r)).unwrap_or(0);
     let n = members.len() as i64;

@@ -14,7 +14,7 @@ use shardproof_ir::{
     Arg, Graph, Located, Mesh, NodeKind, OpMeaning, OpName, ProcessGroup, Program, SourceError,
     Span, TensorType, ValueId,
 };
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 /// A bound that keeps rank enumeration (groups, pieces) cheap on hostile input.
@@ -40,6 +40,9 @@ pub struct Case {
     pub ops: BTreeMap<String, OpMeaning>,
     /// Accepted assumptions.
     pub assume: Assumptions,
+    /// Values of 0-d module constants by attribute name (`constants:`); they hold in every
+    /// graph that has such an attribute.
+    pub constants: BTreeMap<String, f64>,
     /// The case file as parsed, for positions in later diagnostics.
     pub source: CaseFile,
 }
@@ -1016,6 +1019,34 @@ fn finish(
         }
         (inputs, outputs)
     };
+    let mut constants = BTreeMap::new();
+    let attrs: BTreeSet<&str> = std::iter::once(&spec)
+        .chain(ranks.iter())
+        .flat_map(|g| g.nodes.iter())
+        .filter_map(|n| match &n.kind {
+            NodeKind::Constant { attr } => Some(attr.as_str()),
+            _ => None,
+        })
+        .collect();
+    for (key, value) in &file.constants {
+        if !attrs.contains(key.value.as_str()) {
+            return Err(SourceError::new(
+                &file.path,
+                Some(key.span),
+                format!(
+                    "no graph of the case has a module constant `{}`{}",
+                    key.value,
+                    did_you_mean_suffix(&key.value, attrs.iter().copied())
+                ),
+            )
+            .with_hint(if attrs.is_empty() {
+                "the graphs have no module constants (`self._tensor_constantN`); remove `constants:`".to_string()
+            } else {
+                format!("the graphs' module constants are {}", list_names(attrs.iter().copied()))
+            }));
+        }
+        constants.insert(key.value.clone(), value.value);
+    }
     let name = file.name.as_ref().map_or_else(
         || {
             file.path
@@ -1037,6 +1068,7 @@ fn finish(
         outputs,
         ops: prep.ops,
         assume: prep.assume,
+        constants,
         source: file,
     })
 }

@@ -30,6 +30,8 @@ pub struct CaseFile {
     pub ops: Vec<OpDecl>,
     /// `assume:`, in file order.
     pub assume: Vec<Assumption>,
+    /// `constants:`: values of module constants (`_tensor_constant0: 0.0`), in file order.
+    pub constants: Vec<(Located<String>, Located<f64>)>,
     /// Where the document starts (for errors about missing top-level keys).
     pub span: Span,
 }
@@ -344,7 +346,15 @@ pub fn parse_case(text: &str, path: &Path) -> Result<CaseFile, SourceError> {
     let top = ctx.keys(
         &top,
         Some(&[
-            "version", "name", "spec", "impl", "inputs", "outputs", "ops", "assume",
+            "version",
+            "name",
+            "spec",
+            "impl",
+            "inputs",
+            "outputs",
+            "ops",
+            "assume",
+            "constants",
         ]),
         "the case file",
     )?;
@@ -405,6 +415,10 @@ pub fn parse_case(text: &str, path: &Path) -> Result<CaseFile, SourceError> {
         Some((_, v)) if !v.is_null() => assumptions(&ctx, v)?,
         _ => Vec::new(),
     };
+    let constants = match find(&top, "constants") {
+        Some((_, v)) if !v.is_null() => constant_values(&ctx, v)?,
+        _ => Vec::new(),
+    };
     Ok(CaseFile {
         path: path.to_path_buf(),
         version,
@@ -415,6 +429,7 @@ pub fn parse_case(text: &str, path: &Path) -> Result<CaseFile, SourceError> {
         outputs,
         ops,
         assume,
+        constants,
         span: doc,
     })
 }
@@ -793,6 +808,49 @@ fn op_decls(ctx: &Ctx, node: &YNode) -> Result<Vec<OpDecl>, SourceError> {
             meaning,
             calls,
         });
+    }
+    Ok(out)
+}
+
+fn constant_values(
+    ctx: &Ctx,
+    node: &YNode,
+) -> Result<Vec<(Located<String>, Located<f64>)>, SourceError> {
+    let m = ctx.map(
+        node,
+        "`constants`",
+        "write `constants: { _tensor_constant0: 0.0 }`",
+    )?;
+    let mut out = Vec::new();
+    for (key, v) in ctx.keys(&m, None, "`constants`")? {
+        let value = v
+            .scalar()
+            .filter(|_| v.is_plain())
+            .and_then(|s| match s {
+                "true" | "True" => Some(1.0),
+                "false" | "False" => Some(0.0),
+                _ => s.replace('_', "").parse::<f64>().ok(),
+            })
+            .filter(|f| f.is_finite());
+        let Some(value) = value else {
+            return Err(ctx
+                .err(
+                    v.span,
+                    format!(
+                        "the value of constant `{}` must be a number, found {}",
+                        key.value,
+                        v.describe()
+                    ),
+                )
+                .with_hint("write the scalar the module attribute holds, e.g. `0` or `0.0`"));
+        };
+        out.push((
+            key,
+            Located {
+                value,
+                span: v.span,
+            },
+        ));
     }
     Ok(out)
 }

@@ -582,21 +582,46 @@ fn make_inputs(
         }
         spec_leaves.insert(rel.spec_name.clone(), value);
     }
-    add_constants(&case.spec, spec_metas, seed, &mut spec_leaves);
+    add_constants(
+        &case.spec,
+        spec_metas,
+        &case.constants,
+        seed,
+        &mut spec_leaves,
+    );
     for (g, leaves) in case.program.ranks.iter().zip(rank_leaves.iter_mut()) {
         let metas = infer_graph(g, &case.ops).metas;
-        add_constants(g, &metas, seed, leaves);
+        add_constants(g, &metas, &case.constants, seed, leaves);
     }
     Ok((spec_leaves, rank_leaves))
 }
 
-fn add_constants(graph: &Graph, metas: &[Vec<Option<Meta>>], seed: u64, leaves: &mut Leaves) {
+/// Module constants: the value the case states or the captured source line assigns (for a
+/// 0-d constant), else seeded random values keyed by the attribute name.
+fn add_constants(
+    graph: &Graph,
+    metas: &[Vec<Option<Meta>>],
+    stated: &std::collections::BTreeMap<String, f64>,
+    seed: u64,
+    leaves: &mut Leaves,
+) {
     for (i, node) in graph.nodes.iter().enumerate() {
         if let NodeKind::Constant { attr } = &node.kind {
             if leaves.contains_key(&node.outputs[0].name) {
                 continue;
             }
             if let Some(meta) = &metas[i][0] {
+                let known = stated.get(attr).copied().or_else(|| {
+                    node.loc
+                        .as_ref()
+                        .filter(|_| meta.shape.is_empty())
+                        .and_then(|l| l.assigned_literal())
+                });
+                if let Some(v) = known {
+                    let t = shardproof_ops::Tensor::full(meta.dtype, meta.shape.clone(), v);
+                    leaves.insert(node.outputs[0].name.clone(), t);
+                    continue;
+                }
                 let bound = int_bound(graph, ValueId::new(i, 0), metas);
                 let t = random_tensor(meta, bound, &mut rng_for(seed, &format!("constant/{attr}")));
                 leaves.insert(node.outputs[0].name.clone(), t);

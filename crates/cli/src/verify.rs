@@ -20,6 +20,9 @@ pub struct VerifyArgs {
     /// E-graph node limit per spec operator.
     #[arg(long, default_value_t = 20_000)]
     node_limit: usize,
+    /// Print every spec operator's inferred relation, in order.
+    #[arg(long)]
+    trace: bool,
 }
 
 #[derive(serde::Serialize)]
@@ -67,6 +70,7 @@ pub fn main(args: &VerifyArgs) -> Verdict {
     });
     let opts = Options {
         node_limit: args.node_limit,
+        trace: args.trace,
         ..Options::default()
     };
     let outcome = verify(&case, &opts);
@@ -100,6 +104,12 @@ pub fn main(args: &VerifyArgs) -> Verdict {
 }
 
 fn print_text(name: &str, o: &Outcome) {
+    if !o.trace.is_empty() {
+        outln!("trace:");
+        for t in &o.trace {
+            outln!("  {} ({}) [{}] {}", t.tensor, t.op, t.status, t.detail);
+        }
+    }
     match o.verdict {
         RefineVerdict::Verified => {
             outln!(

@@ -244,6 +244,27 @@ pub struct SourceLoc {
     pub code: String,
 }
 
+impl SourceLoc {
+    /// The literal of a subscript assignment `name[...] = LITERAL` on the captured line: the
+    /// value that tracing lifted into a module constant (`x[mask] = 0.0` becomes
+    /// `_tensor_constantN` holding 0.0).
+    pub fn assigned_literal(&self) -> Option<f64> {
+        let (lhs, rhs) = self.code.split_once('=')?;
+        let lhs = lhs.trim();
+        if !(lhs.ends_with(']') && lhs.contains('['))
+            || rhs.starts_with('=')
+            || lhs.ends_with(['!', '<', '>'])
+        {
+            return None;
+        }
+        match rhs.trim() {
+            "True" => Some(1.0),
+            "False" => Some(0.0),
+            t => t.parse::<f64>().ok().filter(|f| f.is_finite()),
+        }
+    }
+}
+
 impl fmt::Display for SourceLoc {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}:{} in {}", self.file, self.line, self.function)
@@ -459,6 +480,29 @@ impl Graph {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn assigned_literals_come_from_subscript_assignments_only() {
+        let at = |code: &str| SourceLoc {
+            file: "f.py".into(),
+            line: 1,
+            function: "f".into(),
+            code: code.into(),
+        };
+        assert_eq!(
+            at("output_parallel[input_mask, :] = 0.0").assigned_literal(),
+            Some(0.0)
+        );
+        assert_eq!(
+            at("masked_input[input_mask] = 0").assigned_literal(),
+            Some(0.0)
+        );
+        assert_eq!(at("x[m] = -1e4").assigned_literal(), Some(-1e4));
+        assert_eq!(at("y = 0.0").assigned_literal(), None);
+        assert_eq!(at("x[m] = y").assigned_literal(), None);
+        assert_eq!(at("x[m] == 0").assigned_literal(), None);
+        assert_eq!(at("return f(a, b=0)").assigned_literal(), None);
+    }
 
     fn tiny() -> Graph {
         let mut g = Graph::new("t");

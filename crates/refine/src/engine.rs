@@ -23,6 +23,8 @@ pub struct Options {
     pub node_limit: usize,
     /// Rounds of bringing in implementation operators per spec operator.
     pub explore_rounds: usize,
+    /// Record every spec operator's relation in [`Outcome::trace`].
+    pub trace: bool,
 }
 
 impl Default for Options {
@@ -31,6 +33,7 @@ impl Default for Options {
             iter_limit: 8,
             node_limit: 20_000,
             explore_rounds: 6,
+            trace: false,
         }
     }
 }
@@ -96,6 +99,22 @@ pub struct Outcome {
     pub seconds: f64,
     /// Number of lemmas in the library.
     pub lemmas: usize,
+    /// Per spec operator, in order, its relation (only with [`Options::trace`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub trace: Vec<TraceStep>,
+}
+
+/// One spec tensor's relation, as inference found it.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct TraceStep {
+    /// Spec tensor.
+    pub tensor: String,
+    /// Its operator.
+    pub op: String,
+    /// `clean`, `unclean`, `unrelated` or `blocked`.
+    pub status: &'static str,
+    /// The simplest expression, or why there is none.
+    pub detail: String,
 }
 
 #[derive(Clone, Debug)]
@@ -195,6 +214,7 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
         reason: None,
         seconds: 0.0,
         lemmas: lemmas.len(),
+        trace: Vec::new(),
     };
     let finish = |mut o: Outcome| {
         o.seconds = start.elapsed().as_secs_f64();
@@ -208,6 +228,7 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
         same_mask,
         program: &case.program,
         partners: &partners,
+        constants: &case.constants,
     };
     let imp = build_impl(case, &ctx);
     let spec = &case.spec;
@@ -324,6 +345,9 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
                     )
                 }
             };
+            if opts.trace {
+                outcome.trace.push(trace_step(spec, v, &s));
+            }
             state.insert(v, s);
         }
     }
@@ -374,6 +398,29 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
     }
     outcome.verdict = Verdict::Verified;
     finish(outcome)
+}
+
+fn trace_step(spec: &IrGraph, v: ValueId, s: &State) -> TraceStep {
+    let (status, detail) = match s {
+        State::Related(r) => (
+            if r.clean { "clean" } else { "unclean" },
+            r.exprs
+                .first()
+                .map(|e| render(e, e.as_ref().len() - 1))
+                .unwrap_or_default(),
+        ),
+        State::Unrelated(m) => ("unrelated", m.clone()),
+        State::Blocked(m) => ("blocked", m.clone()),
+    };
+    TraceStep {
+        tensor: spec.value_name(v).to_string(),
+        op: spec.nodes[v.node]
+            .op()
+            .map(|o| o.to_string())
+            .unwrap_or_default(),
+        status,
+        detail,
+    }
 }
 
 fn build_impl<'a>(case: &'a Case, ctx: &LowerCtx) -> Impl<'a> {

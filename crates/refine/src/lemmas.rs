@@ -706,6 +706,152 @@ pub fn library() -> Vec<Lemma> {
         }),
     });
     l.push(Lemma {
+        name: "permute-over-cat",
+        doc: "permute(cat_d(x_i), p) = cat_{p^-1(d)}(permute(x_i, p))",
+        roots: vec!["aten.permute.default".into()],
+        examples: vec![(
+            "(aten.permute.default (cat 1 %r0:a %r1:a) (list 2 0 1))",
+            &[("a", "f64[2,3,4]")],
+        )],
+        build: Arc::new(|g, _, kids| {
+            let Some(p) = int_list(g, kids[1]) else {
+                return vec![];
+            };
+            let mut out = Vec::new();
+            for (d, pieces) in cats(g, kids[0]) {
+                let Some(nd) = p.iter().position(|&x| x == d as i64) else {
+                    continue;
+                };
+                let ps: Vec<Id> = pieces
+                    .iter()
+                    .map(|&x| op(g, "aten.permute.default", vec![x, kids[1]]))
+                    .collect();
+                out.push(cat(g, nd, ps));
+            }
+            out
+        }),
+    });
+    l.push(Lemma {
+        name: "layout-chain",
+        doc: "a chain of views, transposes and permutes that only reorders x's elements is permute(view(x, s), p) (strides computed exactly)",
+        roots: vec!["aten.view.default".into()],
+        examples: vec![
+            ("(aten.view.default (aten.transpose.int (aten.view.default %r0:a (list 3 8 2)) 0 1) (list 2 4 3 2))", &[("a", "f64[3,2,4,2]")]),
+            ("(aten.view.default (aten.permute.default %r0:a (list 0 2 1)) (list 3 2 2 2))", &[("a", "f64[3,4,2]")]),
+        ],
+        build: Arc::new(|g, eclass, _| {
+            let Some(target) = shape(g, eclass) else { return vec![] };
+            let mut out = Vec::new();
+            for (base, steps) in layout_chains(g, eclass) {
+                if !steps.iter().any(|s| matches!(s, LayoutStep::Permute(_))) {
+                    continue;
+                }
+                let Some(bs) = shape(g, base) else { continue };
+                let Some((split, perm)) = strided_permutation(&bs, &steps, &target) else { continue };
+                let mut x = base;
+                if split != bs {
+                    let l = list(g, &split);
+                    x = op(g, "aten.view.default", vec![x, l]);
+                }
+                if perm.iter().enumerate().any(|(i, &p)| i != p) {
+                    let l = list(g, &perm);
+                    x = op(g, "aten.permute.default", vec![x, l]);
+                }
+                let now: Vec<usize> = perm.iter().map(|&p| split[p]).collect();
+                if now != target {
+                    let l = list(g, &target);
+                    x = op(g, "aten.view.default", vec![x, l]);
+                }
+                out.push(x);
+            }
+            out
+        }),
+    });
+    l.push(Lemma {
+        name: "view-through-unary",
+        doc: "view(f(x, c), s) = f(view(x, s), c) for an elementwise f of one tensor",
+        roots: vec!["aten.view.default".into()],
+        examples: vec![
+            (
+                "(aten.view.default (aten.mul.Scalar %r0:a f:0.5) (list 6))",
+                &[("a", "f64[2,3]")],
+            ),
+            (
+                "(aten.view.default (scale 1 3 %r0:a) (list 3 2))",
+                &[("a", "f64[2,3]")],
+            ),
+        ],
+        build: Arc::new(|g, _, kids| {
+            let mut out = Vec::new();
+            for n in g[kids[0]].nodes.clone() {
+                let Term::Op(s, ck) = n else { continue };
+                let at = if s.as_str() == SCALE {
+                    2
+                } else if ew(s.as_str()).is_some_and(|e| e.1 == [0]) {
+                    0
+                } else {
+                    continue;
+                };
+                let v = op(g, "aten.view.default", vec![ck[at], kids[1]]);
+                let mut k = ck.clone();
+                k[at] = v;
+                out.push(g.add(Term::Op(s, k)));
+            }
+            out
+        }),
+    });
+    l.push(Lemma {
+        name: "bmm-unflatten",
+        doc: "view(bmm(a, b), [B.., m, n]) with prod(B) the batch = matmul(view(a, [B.., m, k]), view(b, [B.., k, n]))",
+        roots: vec!["aten.view.default".into()],
+        examples: vec![("(aten.view.default (aten.bmm.default %r0:a %r0:b) (list 2 3 2 4))", &[("a", "f64[6,2,5]"), ("b", "f64[6,5,4]")])],
+        build: Arc::new(|g, eclass, kids| {
+            let Some(target) = shape(g, eclass) else { return vec![] };
+            if target.len() < 4 {
+                return vec![];
+            }
+            let mut out = Vec::new();
+            for n in g[kids[0]].nodes.clone() {
+                let Term::Op(s, ck) = n else { continue };
+                if s.as_str() != "aten.bmm.default" {
+                    continue;
+                }
+                let (Some(a), Some(b)) = (shape(g, ck[0]), shape(g, ck[1])) else { continue };
+                let r = target.len();
+                let batch: usize = target[..r - 2].iter().product();
+                if batch != a[0] || target[r - 2] != a[1] || target[r - 1] != b[2] {
+                    continue;
+                }
+                let mut sa = target[..r - 2].to_vec();
+                sa.extend([a[1], a[2]]);
+                let mut sb = target[..r - 2].to_vec();
+                sb.extend([b[1], b[2]]);
+                let (la, lb) = (list(g, &sa), list(g, &sb));
+                let va = op(g, "aten.view.default", vec![ck[0], la]);
+                let vb = op(g, "aten.view.default", vec![ck[1], lb]);
+                out.push(op(g, "aten.matmul.default", vec![va, vb]));
+            }
+            out
+        }),
+    });
+    l.push(Lemma {
+        name: "matmul-over-cat",
+        doc: "batched matmul: batch-dim pieces pair up (or meet a broadcast operand); row pieces of a, column pieces of b, and contracted pieces sum",
+        roots: vec!["aten.matmul.default".into()],
+        examples: vec![
+            ("(aten.matmul.default (cat 1 %r0:a %r1:a) (cat 1 %r0:b %r1:b))", &[("a", "f64[2,2,3,4]"), ("b", "f64[2,2,4,3]")]),
+            ("(aten.matmul.default (cat 1 %r0:a %r1:a) %r0:b)", &[("a", "f64[2,2,3,4]"), ("b", "f64[2,1,4,3]")]),
+            ("(aten.matmul.default (cat 3 %r0:a %r1:a) (cat 2 %r0:b %r1:b))", &[("a", "f64[2,2,3,4]"), ("b", "f64[2,2,4,3]")]),
+        ],
+        build: Arc::new(|g, _, kids| {
+            let (Some(a), Some(b)) = (shape(g, kids[0]), shape(g, kids[1])) else { return vec![] };
+            if a.len() != b.len() || a.len() < 3 {
+                return vec![];
+            }
+            matmul_over_cat(g, "aten.matmul.default", kids, a.len() - 2)
+        }),
+    });
+    l.push(Lemma {
         name: "slice-of-cat",
         doc: "a slice of cat_d(x_i) along d is the pieces it covers (sliced at the ends); along another dim it is the cat of the sliced pieces; slice(slice(x)) is one slice",
         roots: vec![SLICE.into()],
@@ -963,6 +1109,41 @@ pub fn library() -> Vec<Lemma> {
         }),
     });
     l.push(Lemma {
+        name: "norm-over-cat",
+        doc: "layer norm over the last dims of cat_d(x_i), d a row dim, is per piece: outputs cat_d, per-row statistics cat along their row dim",
+        roots: vec![GET.into()],
+        examples: vec![
+            ("(get 0 (apex.fused_layer_norm_affine_fwd.default (cat 0 %r0:a %r1:a) %r0:w %r0:b (list 3) f:1e-5 b:false))", &[("a", "f64[2,2,3]"), ("w", "f64[3]"), ("b", "f64[3]")]),
+            ("(get 2 (apex.fused_layer_norm_affine_fwd.default (cat 0 %r0:a %r1:a) %r0:w %r0:b (list 3) f:1e-5 b:false))", &[("a", "f64[2,2,3]"), ("w", "f64[3]"), ("b", "f64[3]")]),
+            ("(get 1 (aten.native_layer_norm.default (cat 1 %r0:a %r1:a) (list 3) %r0:w %r0:b f:1e-5))", &[("a", "f64[2,2,3]"), ("w", "f64[3]"), ("b", "f64[3]")]),
+        ],
+        build: Arc::new(|g, _, kids| {
+            let Some(k) = int(g, kids[0]) else { return vec![] };
+            let mut out = Vec::new();
+            for n in g[kids[1]].nodes.clone() {
+                let Term::Op(s, ck) = n else { continue };
+                // (normalized_shape position, whether the statistics are flattened to 1-d).
+                let (norm_at, flat_stats) = match s.as_str() {
+                    "apex.fused_layer_norm_affine_fwd.default" => (3, true),
+                    "aten.native_layer_norm.default" => (1, false),
+                    _ => continue,
+                };
+                let Some(normalized) = int_list(g, ck[norm_at]) else { continue };
+                let Some(x) = shape(g, ck[0]) else { continue };
+                let rows = x.len().saturating_sub(normalized.len());
+                for (d, pieces) in cats(g, ck[0]) {
+                    // Flattened statistics stay contiguous per piece only for a split of dim 0.
+                    if d >= rows || (k > 0 && flat_stats && d != 0) {
+                        continue;
+                    }
+                    let parts = output_per_piece(g, s, &ck, kids[0], &pieces);
+                    out.push(cat(g, if k > 0 && flat_stats { 0 } else { d }, parts));
+                }
+            }
+            out
+        }),
+    });
+    l.push(Lemma {
         name: "embedding-over-cat",
         doc: "embedding(w, cat_d(i_k)) = cat_d(embedding(w, i_k)); embedding(cat_1(w_k), i) = cat_last(embedding(w_k, i))",
         roots: vec!["aten.embedding.default".into()],
@@ -1007,6 +1188,150 @@ fn transposes(g: &Graph, id: Id) -> Vec<(Id, Id, Id)> {
             _ => None,
         })
         .collect()
+}
+
+/// One step of a layout chain, from the base tensor outward.
+#[derive(Clone, Debug)]
+enum LayoutStep {
+    /// A view to this shape.
+    View(Vec<usize>),
+    /// A permutation of dims (`out[i] = in[p[i]]`).
+    Permute(Vec<usize>),
+}
+
+/// The chains of views, transposes and permutes that end at `id`: (base, steps from the base
+/// outward), one per class along the way (2 steps at least). One node per class is followed,
+/// up to 5 steps.
+fn layout_chains(g: &Graph, id: Id) -> Vec<(Id, Vec<LayoutStep>)> {
+    let mut classes = vec![id];
+    let mut top_down: Vec<LayoutStep> = Vec::new();
+    for _ in 0..5 {
+        let at = *classes.last().expect("non-empty");
+        let Some(out_shape) = shape(g, at) else { break };
+        let next = g[at].nodes.iter().find_map(|n| match n {
+            Term::Op(s, k) if s.as_str() == "aten.view.default" => {
+                Some((k[0], LayoutStep::View(out_shape.clone())))
+            }
+            Term::Op(s, k) if s.as_str() == "aten.transpose.int" => {
+                let (a, b) = (int(g, k[1])? as usize, int(g, k[2])? as usize);
+                let mut p: Vec<usize> = (0..out_shape.len()).collect();
+                p.swap(a, b);
+                Some((k[0], LayoutStep::Permute(p)))
+            }
+            Term::Op(s, k) if s.as_str() == "aten.permute.default" => {
+                let p = int_list(g, k[1])?.into_iter().map(|d| d as usize).collect();
+                Some((k[0], LayoutStep::Permute(p)))
+            }
+            _ => None,
+        });
+        let Some((inner, step)) = next else { break };
+        if classes.contains(&g.find(inner)) {
+            break;
+        }
+        top_down.push(step);
+        classes.push(g.find(inner));
+    }
+    (2..classes.len())
+        .map(|k| {
+            let mut steps = top_down[..k].to_vec();
+            steps.reverse();
+            (classes[k], steps)
+        })
+        .collect()
+}
+
+/// When viewing `base` through `steps` gives `target` as a pure reordering of `base`'s elements:
+/// the shape `split` that `base` is viewed to and the permutation `perm` such that
+/// `view(permute(view(base, split), perm), target)` is the chain.
+fn strided_permutation(
+    base: &[usize],
+    steps: &[LayoutStep],
+    target: &[usize],
+) -> Option<(Vec<usize>, Vec<usize>)> {
+    // Dims as (size, stride) over base's contiguous storage.
+    let mut dims: Vec<(usize, usize)> = Vec::new();
+    let mut stride = 1;
+    for &n in base.iter().rev() {
+        dims.push((n, stride));
+        stride *= n;
+    }
+    dims.reverse();
+    for step in steps {
+        match step {
+            LayoutStep::Permute(p) => {
+                if p.len() != dims.len() {
+                    return None;
+                }
+                dims = p
+                    .iter()
+                    .map(|&i| dims.get(i).copied())
+                    .collect::<Option<_>>()?;
+            }
+            LayoutStep::View(shape) => dims = view_strides(&dims, shape)?,
+        }
+    }
+    if dims.iter().map(|d| d.0).collect::<Vec<_>>() != target {
+        return None;
+    }
+    // Non-unit dims ordered by decreasing stride must tile the storage densely.
+    let mut order: Vec<usize> = (0..dims.len()).filter(|&i| dims[i].0 != 1).collect();
+    order.sort_by(|&a, &b| dims[b].1.cmp(&dims[a].1));
+    let mut expect = 1;
+    for &i in order.iter().rev() {
+        if dims[i].1 != expect {
+            return None;
+        }
+        expect *= dims[i].0;
+    }
+    let split: Vec<usize> = order.iter().map(|&i| dims[i].0).collect();
+    // perm: the result's non-unit dims in target order, as positions in `split`.
+    let perm: Vec<usize> = (0..dims.len())
+        .filter(|&i| dims[i].0 != 1)
+        .map(|i| order.iter().position(|&o| o == i).expect("listed"))
+        .collect();
+    let split = if split.is_empty() { vec![1] } else { split };
+    let perm = if perm.is_empty() { vec![0] } else { perm };
+    Some((split, perm))
+}
+
+/// The strides of viewing strided dims as `shape`, by torch's rule (`computeStride`): each
+/// group of target dims must cover source dims that are contiguous among themselves.
+fn view_strides(dims: &[(usize, usize)], shape: &[usize]) -> Option<Vec<(usize, usize)>> {
+    let total: usize = dims.iter().map(|d| d.0).product();
+    if shape.iter().product::<usize>() != total || dims.is_empty() {
+        return (total == 1 || dims.is_empty() && shape.iter().product::<usize>() == 1)
+            .then(|| shape.iter().map(|&n| (n, 1)).collect());
+    }
+    let mut out = vec![(0usize, 0usize); shape.len()];
+    let mut view_d = shape.len() as isize - 1;
+    let mut chunk_base = dims[dims.len() - 1].1;
+    let (mut tensor_n, mut view_n) = (1usize, 1usize);
+    for td in (0..dims.len()).rev() {
+        tensor_n *= dims[td].0;
+        if td == 0 || (dims[td - 1].0 != 1 && dims[td - 1].1 != tensor_n * chunk_base) {
+            while view_d >= 0 && (view_n < tensor_n || shape[view_d as usize] == 1) {
+                let vd = view_d as usize;
+                out[vd] = (shape[vd], view_n * chunk_base);
+                view_n *= shape[vd];
+                view_d -= 1;
+            }
+            if view_n != tensor_n {
+                return None;
+            }
+            if td > 0 {
+                chunk_base = dims[td - 1].1;
+                tensor_n = 1;
+                view_n = 1;
+            }
+        }
+    }
+    (view_d == -1).then_some(out)
+}
+
+/// A `list` class of integers.
+fn list(g: &mut Graph, v: &[usize]) -> Id {
+    let ids: Vec<Id> = v.iter().map(|&n| num(g, n as i64)).collect();
+    op(g, LIST, ids)
 }
 
 /// Whether a class is the literal `True`.
@@ -1108,21 +1433,27 @@ fn matmul_over_cat(g: &mut Graph, sym: &str, kids: &[Id], batch: usize) -> Vec<I
                 .collect();
             out.push(cat(g, row, parts));
         }
-        if batch == 1 && *d == 0 {
-            // Batch dim of a: b must be split the same way.
-            let Some(szs) = sizes(g, pieces, 0) else {
+        if *d < batch {
+            // A batch dim of a: b must be split the same way, or broadcast along it.
+            let Some(szs) = sizes(g, pieces, *d) else {
                 continue;
             };
             if let Some((_, bp)) = cb
                 .iter()
-                .find(|(bd, bp)| *bd == 0 && sizes(g, bp, 0).as_deref() == Some(&szs[..]))
+                .find(|(bd, bp)| bd == d && sizes(g, bp, *d).as_deref() == Some(&szs[..]))
             {
                 let parts = pieces
                     .iter()
                     .zip(bp)
                     .map(|(&x, &y)| g.add(Term::Op(s, vec![x, y])))
                     .collect();
-                out.push(cat(g, 0, parts));
+                out.push(cat(g, *d, parts));
+            } else if shape(g, b).is_some_and(|bs| bs.get(*d) == Some(&1)) {
+                let parts = pieces
+                    .iter()
+                    .map(|&x| g.add(Term::Op(s, vec![x, b])))
+                    .collect();
+                out.push(cat(g, *d, parts));
             }
         }
         if *d == inner_a {

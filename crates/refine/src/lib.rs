@@ -10,4 +10,4 @@ pub mod lemmas;
 pub mod lower;
 pub mod term;
 
-pub use engine::{verify, Certificate, Failure, Options, Outcome, Verdict};
+pub use engine::{verify, Certificate, Failure, Options, Outcome, TraceStep, Verdict};

@@ -58,6 +58,8 @@ pub struct LowerCtx<'a> {
     /// Per rank, per collective node: the matching input value on each group member, in
     /// member order (filled by [`pair_collectives`]).
     pub partners: &'a HashMap<(usize, usize), Vec<ValueRef>>,
+    /// Values of module constants (`_tensor_constantN`) the case states.
+    pub constants: &'a BTreeMap<String, f64>,
 }
 
 /// Metas of a graph's values, per node and output.
@@ -172,6 +174,95 @@ pub fn lower(
                     "`{}` draws a random mask (p={p}); add `assume: {{ dropout: same-mask }}` to relate the masks of the two programs",
                     node.outputs[0].name
                 ));
+            }
+        }
+        _ => {}
+    }
+    match full.as_str() {
+        // baddbmm(input, b1, b2, beta=0, alpha): torch ignores input when beta is 0.
+        "aten.baddbmm.default" if arg(3).as_f64() == Some(0.0) => {
+            let prod = Tpl::Op(
+                "aten.bmm.default".into(),
+                vec![val_of(&norm, 1, rank), val_of(&norm, 2, rank)],
+            );
+            let alpha = arg(4).as_f64().unwrap_or(1.0);
+            return Lowered::Term(match rational(alpha) {
+                Some((1, 1)) => prod,
+                Some((p, q)) => Tpl::Op(SCALE.into(), vec![Tpl::Num(p), Tpl::Num(q), prod]),
+                None => Tpl::Op(
+                    "aten.mul.Scalar".into(),
+                    vec![prod, scalar_tpl(&Arg::Float(alpha))],
+                ),
+            });
+        }
+        // A scatter of a whole-range slice replaces everything.
+        "aten.slice_scatter.default" if same_meta(value(1)) => {
+            return Lowered::Alias(at(value(1).expect("checked")));
+        }
+        // x + 0, x - 0.
+        "aten.add.Tensor" | "aten.sub.Tensor" | "aten.add.Scalar" | "aten.sub.Scalar"
+            if value(1).is_none() && arg(1).as_f64() == Some(0.0) && same_meta(value(0)) =>
+        {
+            return Lowered::Alias(at(value(0).expect("checked")));
+        }
+        // w[idx] with one integer index tensor is an embedding lookup.
+        "aten.index.Tensor" => {
+            if let Arg::List(items) = arg(1) {
+                if let [Arg::Value(i)] = items.as_slice() {
+                    if meta_of(*i).is_some_and(|m| {
+                        !m.dtype.is_float() && m.dtype != shardproof_ir::DType::Bool
+                    }) && value(0)
+                        .and_then(meta_of)
+                        .is_some_and(|m| m.shape.len() == 2)
+                    {
+                        return Lowered::Term(Tpl::Op(
+                            "aten.embedding.default".into(),
+                            vec![
+                                val_of(&norm, 0, rank),
+                                Tpl::Value(at(*i)),
+                                Tpl::Num(-1),
+                                Tpl::Op("b:false".into(), vec![]),
+                                Tpl::Op("b:false".into(), vec![]),
+                            ],
+                        ));
+                    }
+                }
+            }
+        }
+        // x[mask] = v with a boolean mask over x's leading dims and a 0-d v is a masked fill.
+        "aten.index_put.default" if arg(3).as_bool() != Some(true) => {
+            if let (Arg::List(items), Some(xm)) = (arg(1), value(0).and_then(meta_of)) {
+                if let ([Arg::Value(m)], Some(v)) = (items.as_slice(), value(2)) {
+                    let mm = meta_of(*m);
+                    let vm = meta_of(v);
+                    if let (Some(mm), Some(vm)) = (mm, vm) {
+                        if mm.dtype == shardproof_ir::DType::Bool
+                            && vm.shape.is_empty()
+                            && xm.shape.starts_with(&mm.shape)
+                        {
+                            let mut shape = mm.shape.clone();
+                            shape.resize(xm.shape.len(), 1);
+                            let mask = if shape == mm.shape {
+                                Tpl::Value(at(*m))
+                            } else {
+                                view_tpl(Tpl::Value(at(*m)), &shape)
+                            };
+                            let x = Tpl::Value(at(value(0).expect("checked")));
+                            return Lowered::Term(
+                                match scalar_constant(ctx, graph, v, !vm.dtype.is_float()) {
+                                    Some(c) => Tpl::Op(
+                                        "aten.masked_fill.Scalar".into(),
+                                        vec![x, mask, scalar_tpl(&c)],
+                                    ),
+                                    None => Tpl::Op(
+                                        "aten.masked_fill.Tensor".into(),
+                                        vec![x, mask, Tpl::Value(at(v))],
+                                    ),
+                                },
+                            );
+                        }
+                    }
+                }
             }
         }
         _ => {}
@@ -360,11 +451,60 @@ pub fn lower(
         })
         .collect();
     let call = Tpl::Op(full, kids);
-    if node.outputs.len() > 1 {
+    // A multi-output operator whose later outputs nobody takes still returns a tuple.
+    if node.outputs.len() > 1 || def.schema.returns.len() > 1 {
         Lowered::Term(Tpl::Op(GET.into(), vec![Tpl::Num(output as i64), call]))
     } else {
         Lowered::Term(call)
     }
+}
+
+/// A tensor argument of a normalized call, as a template.
+fn val_of(norm: &[Arg], i: usize, rank: Option<usize>) -> Tpl {
+    arg_tpl(norm.get(i).unwrap_or(&Arg::None), rank)
+}
+
+/// A scalar argument: integers as `Num`, everything else as its literal symbol.
+fn scalar_tpl(a: &Arg) -> Tpl {
+    match a {
+        Arg::Int(i) => Tpl::Num(*i),
+        Arg::Float(f) if f.fract() == 0.0 && f.abs() < 1e15 && *f != 0.0 => {
+            Tpl::Op(format!("f:{f:?}"), vec![])
+        }
+        Arg::Float(f) if *f == 0.0 => Tpl::Op("f:0.0".into(), vec![]),
+        other => Tpl::Op(
+            literal_symbol(other).unwrap_or_else(|| "none".into()),
+            vec![],
+        ),
+    }
+}
+
+/// The value of a 0-d module constant that `v` copies, when the case states it or the captured
+/// source line assigns it as a literal (`x[mask] = 0.0` lifts `0.0` into `_tensor_constantN`).
+pub fn scalar_constant(ctx: &LowerCtx, graph: &Graph, v: ValueId, is_int: bool) -> Option<Arg> {
+    let mut v = v;
+    for _ in 0..8 {
+        let node = &graph.nodes[v.node];
+        match &node.kind {
+            NodeKind::Constant { attr } => {
+                let value = ctx
+                    .constants
+                    .get(attr)
+                    .copied()
+                    .or_else(|| node.loc.as_ref().and_then(|l| l.assigned_literal()))?;
+                return Some(if is_int && value.fract() == 0.0 {
+                    Arg::Int(value as i64)
+                } else {
+                    Arg::Float(value)
+                });
+            }
+            NodeKind::Call { op, .. } if IDENTITY_OPS.contains(&op.to_string().as_str()) => {
+                v = *node.inputs().first()?;
+            }
+            _ => return None,
+        }
+    }
+    None
 }
 
 fn custom_meaning<'a>(ops: &'a BTreeMap<String, OpMeaning>, op: &OpName) -> Option<&'a OpMeaning> {

@@ -2,7 +2,9 @@
 
 use crate::Verdict;
 use clap::{Args as ClapArgs, Subcommand};
-use shardproof_zoo::{emit, find_bug, EmitOptions, Mesh, MlpConfig, BUGS, MODELS, PARALLELISMS};
+use shardproof_zoo::{
+    emit, find_bug, EmitOptions, LlamaConfig, Mesh, MlpConfig, BUGS, MODELS, PARALLELISMS,
+};
 use std::path::PathBuf;
 
 /// Subcommands of `shardproof zoo`.
@@ -11,7 +13,7 @@ pub enum ZooCommand {
     /// List the models, parallelisms and the bug catalog.
     List,
     /// Emit a spec graph, one graph per rank and a case file into a directory.
-    Emit(EmitArgs),
+    Emit(Box<EmitArgs>),
 }
 
 /// Arguments of `shardproof zoo emit`.
@@ -28,18 +30,30 @@ pub struct EmitArgs {
     /// Emit the forward pass and loss only.
     #[arg(long)]
     forward_only: bool,
-    /// Model width.
-    #[arg(long, default_value_t = 16)]
-    hidden: usize,
-    /// Inner width of every layer.
-    #[arg(long, default_value_t = 32)]
-    ffn: usize,
-    /// Global batch size.
-    #[arg(long, default_value_t = 8)]
-    batch: usize,
-    /// Number of fc1 + relu + fc2 blocks.
-    #[arg(long, default_value_t = 1)]
-    layers: usize,
+    /// Model width (default: the model's tiny size; mlp 16, llama 16).
+    #[arg(long)]
+    hidden: Option<usize>,
+    /// Inner width of every MLP (default: mlp 32, llama 32).
+    #[arg(long)]
+    ffn: Option<usize>,
+    /// Global batch size (default: mlp 8, llama 2).
+    #[arg(long)]
+    batch: Option<usize>,
+    /// Number of layers (default: mlp 1, llama 2).
+    #[arg(long)]
+    layers: Option<usize>,
+    /// Attention heads (llama; default 4).
+    #[arg(long)]
+    heads: Option<usize>,
+    /// Key/value heads of grouped-query attention (llama; default 2).
+    #[arg(long)]
+    kv_heads: Option<usize>,
+    /// Sequence length (llama; default 8).
+    #[arg(long)]
+    seq: Option<usize>,
+    /// Vocabulary size (llama; default 32).
+    #[arg(long)]
+    vocab: Option<usize>,
     /// Output directory.
     #[arg(short = 'o', long = "out")]
     out: PathBuf,
@@ -73,8 +87,9 @@ fn list() {
     }
     outln!("bugs:");
     outln!(
-        "  {:26}  {:20}  {:8}  {:48}  {:70}  source",
+        "  {:30}  {:8}  {:30}  {:8}  {:48}  {:70}  source",
         "id",
+        "models",
         "parallelism",
         "engines",
         "spec operator",
@@ -82,8 +97,9 @@ fn list() {
     );
     for b in BUGS {
         outln!(
-            "  {:26}  {:20}  {:8}  {:48}  {:70}  {}",
+            "  {:30}  {:8}  {:30}  {:8}  {:48}  {:70}  {}",
             b.id,
+            b.models.join(","),
             b.parallelism,
             b.engines,
             b.spec_op,
@@ -102,14 +118,41 @@ fn emit_case(args: &EmitArgs) -> Result<(), String> {
             format!("unknown bug `{id}`; known: {}", known.join(", "))
         })?),
     };
+    if args.model != "llama" {
+        let llama_only = [
+            ("--heads", args.heads),
+            ("--kv-heads", args.kv_heads),
+            ("--seq", args.seq),
+            ("--vocab", args.vocab),
+        ];
+        if let Some((flag, _)) = llama_only.iter().find(|(_, v)| v.is_some()) {
+            return Err(format!(
+                "{flag} applies to the llama model, not `{}`",
+                args.model
+            ));
+        }
+    }
+    let m = MlpConfig::default();
+    let l = LlamaConfig::default();
     let opts = EmitOptions {
         model: args.model.clone(),
         mlp: MlpConfig {
-            hidden: args.hidden,
-            ffn: args.ffn,
-            batch: args.batch,
-            layers: args.layers,
-            ..MlpConfig::default()
+            hidden: args.hidden.unwrap_or(m.hidden),
+            ffn: args.ffn.unwrap_or(m.ffn),
+            batch: args.batch.unwrap_or(m.batch),
+            layers: args.layers.unwrap_or(m.layers),
+            ..m
+        },
+        llama: LlamaConfig {
+            hidden: args.hidden.unwrap_or(l.hidden),
+            heads: args.heads.unwrap_or(l.heads),
+            kv_heads: args.kv_heads.unwrap_or(l.kv_heads),
+            ffn: args.ffn.unwrap_or(l.ffn),
+            layers: args.layers.unwrap_or(l.layers),
+            seq: args.seq.unwrap_or(l.seq),
+            batch: args.batch.unwrap_or(l.batch),
+            vocab: args.vocab.unwrap_or(l.vocab),
+            ..l
         },
         mesh,
         bug,

@@ -1,7 +1,7 @@
 //! `shardproof zoo`: every emitted correct plan verifies with `run`, every planted bug is found
 //! naming an output it changes, and `inspect --strict` accepts every emitted case.
 
-use shardproof_zoo::BUGS;
+use shardproof_zoo::{LlamaConfig, Site, BUGS};
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -27,10 +27,17 @@ fn expect(o: &Output, code: i32, what: &str) -> String {
 }
 
 /// Emits into `dir` and returns the case path.
-fn emit(dir: &Path, mesh: &str, forward_only: bool, layers: &str, bug: Option<&str>) -> String {
+fn emit(
+    dir: &Path,
+    model: &str,
+    mesh: &str,
+    forward_only: bool,
+    layers: &str,
+    bug: Option<&str>,
+) -> String {
     let out = dir.to_str().unwrap();
     let mut args = vec![
-        "zoo", "emit", "mlp", "--mesh", mesh, "--layers", layers, "-o", out,
+        "zoo", "emit", model, "--mesh", mesh, "--layers", layers, "-o", out,
     ];
     if forward_only {
         args.push("--forward-only");
@@ -42,30 +49,48 @@ fn emit(dir: &Path, mesh: &str, forward_only: bool, layers: &str, bug: Option<&s
     dir.join("case.yaml").to_str().unwrap().to_string()
 }
 
-#[test]
-fn correct_plans_hold_and_bugs_are_found() {
-    let meshes = [
-        ("tp=2", 1, 2),
-        ("dp=2", 2, 1),
-        ("dp=2,tp=2", 2, 2),
-        ("tp=4", 1, 4),
-    ];
-    for (mesh, dp, tp) in meshes {
+/// Every correct plan of `model` on the meshes holds under `run` and `inspect --strict`; every
+/// applicable catalog bug is found by `run`, naming the loss when the bug changes it and an
+/// updated parameter otherwise.
+fn check_model(model: &str, meshes: &[(&str, usize, usize)]) {
+    let mut planted = 0;
+    for &(mesh, dp, tp) in meshes {
         for forward_only in [true, false] {
-            let layers = if tp > 1 && !forward_only { "2" } else { "1" };
+            // The MLP needs two layers for the backward all-reduce between layers.
+            let layers = match model {
+                "mlp" if tp > 1 && !forward_only => "2",
+                "mlp" => "1",
+                _ => "2",
+            };
             let tmp = tempfile::tempdir().unwrap();
-            let what = format!("mesh {mesh}, forward_only {forward_only}");
-            let case = emit(&tmp.path().join("ok"), mesh, forward_only, layers, None);
+            let what = format!("{model}, mesh {mesh}, forward_only {forward_only}");
+            let case = emit(
+                &tmp.path().join("ok"),
+                model,
+                mesh,
+                forward_only,
+                layers,
+                None,
+            );
             let out = expect(&shardproof(&["run", &case]), 0, &what);
             assert!(out.contains("verdict: holds"), "{what}\n{out}");
             expect(&shardproof(&["inspect", "--strict", &case]), 0, &what);
+            let site = Site {
+                model,
+                dp,
+                tp,
+                forward_only,
+                kv_replicated: model == "llama" && LlamaConfig::default().kv_replicas(tp) > 1,
+            };
             for bug in BUGS {
-                if bug.check_applies(dp, tp, forward_only).is_err() {
+                if bug.check_applies(&site).is_err() {
                     continue;
                 }
+                planted += 1;
                 let what = format!("{what}, bug {}", bug.id);
                 let case = emit(
                     &tmp.path().join(bug.id),
+                    model,
                     mesh,
                     forward_only,
                     layers,
@@ -86,12 +111,98 @@ fn correct_plans_hold_and_bugs_are_found() {
             }
         }
     }
+    // Every catalog bug of the model was planted somewhere in the matrix.
+    for bug in BUGS.iter().filter(|b| b.models.contains(&model)) {
+        assert!(
+            meshes
+                .iter()
+                .any(|&(_, dp, tp)| [true, false].iter().any(|&fw| bug
+                    .check_applies(&Site {
+                        model,
+                        dp,
+                        tp,
+                        forward_only: fw,
+                        kv_replicated: model == "llama"
+                            && LlamaConfig::default().kv_replicas(tp) > 1,
+                    })
+                    .is_ok())),
+            "{model}: bug {} is never planted",
+            bug.id
+        );
+    }
+    assert!(planted > 0);
+}
+
+const MESHES: &[(&str, usize, usize)] = &[
+    ("tp=2", 1, 2),
+    ("dp=2", 2, 1),
+    ("dp=2,tp=2", 2, 2),
+    ("tp=4", 1, 4),
+];
+
+#[test]
+fn mlp_correct_plans_hold_and_bugs_are_found() {
+    check_model("mlp", MESHES);
+}
+
+#[test]
+fn llama_correct_plans_hold_and_bugs_are_found() {
+    // tp=4 exceeds the 2 kv heads of the tiny size: kv heads are replicated over rank pairs.
+    check_model("llama", MESHES);
+}
+
+#[test]
+fn llama_sizes_are_configurable() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().to_str().unwrap();
+    let args = [
+        "zoo",
+        "emit",
+        "llama",
+        "--mesh",
+        "dp=2,tp=2",
+        "--hidden",
+        "24",
+        "--heads",
+        "6",
+        "--kv-heads",
+        "2",
+        "--ffn",
+        "20",
+        "--layers",
+        "1",
+        "--seq",
+        "5",
+        "--batch",
+        "4",
+        "--vocab",
+        "11",
+        "-o",
+        out,
+    ];
+    expect(&shardproof(&args), 0, "emit");
+    let case = tmp.path().join("case.yaml");
+    let case = case.to_str().unwrap();
+    let spec = std::fs::read_to_string(tmp.path().join("spec.py")).unwrap();
+    assert!(
+        spec.contains("tokens: \"i64[4, 5]\"") && spec.contains("embed: \"f32[11, 24]\""),
+        "{spec}"
+    );
+    let rank = std::fs::read_to_string(tmp.path().join("r0.py")).unwrap();
+    // 6 heads of width 4 over tp=2: 12 query rows and 4 kv rows per rank; batch 2 per dp rank.
+    assert!(
+        rank.contains("wq_0: \"f32[12, 24]\"") && rank.contains("wk_0: \"f32[4, 24]\""),
+        "{rank}"
+    );
+    assert!(rank.contains("tokens: \"i64[2, 5]\""), "{rank}");
+    expect(&shardproof(&["inspect", "--strict", case]), 0, "inspect");
+    expect(&shardproof(&["run", case]), 0, "run");
 }
 
 #[test]
 fn list_shows_models_and_bugs() {
     let out = expect(&shardproof(&["zoo", "list"]), 0, "zoo list");
-    for word in ["mlp", "dp", "tp", "spec operator"] {
+    for word in ["mlp", "llama", "dp", "tp", "spec operator"] {
         assert!(out.contains(word), "{word}\n{out}");
     }
     for bug in BUGS {
@@ -137,6 +248,30 @@ fn invalid_requests_exit_2() {
                 out,
             ],
             "dp mesh dim",
+        ),
+        (
+            vec!["zoo", "emit", "mlp", "--heads", "4", "-o", out],
+            "--heads applies to the llama model",
+        ),
+        (
+            vec!["zoo", "emit", "llama", "--mesh", "tp=3", "-o", out],
+            "heads 4 is not divisible by tp = 3",
+        ),
+        (
+            vec!["zoo", "emit", "llama", "--kv-heads", "0", "-o", out],
+            "kv_heads must be at least 1",
+        ),
+        (
+            vec![
+                "zoo",
+                "emit",
+                "llama",
+                "--bug",
+                "llama-kv-grad-unsynced",
+                "-o",
+                out,
+            ],
+            "tp larger than the kv heads",
         ),
     ] {
         let o = shardproof(&args);

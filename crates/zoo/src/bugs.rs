@@ -13,6 +13,33 @@ pub enum Mutation {
     DpGradNotAveraged,
     /// The row-parallel all-reduce of layer 0 runs over the `dp` group instead of `tp`.
     WrongGroup,
+    /// Llama: the all-reduce after the row-parallel attention output projection of layer 0 is
+    /// removed.
+    LlamaOprojMissingAllreduce,
+    /// Llama: the attention softmax scale is computed from the rank's share of the projection
+    /// width, `1/sqrt(head_dim / tp)`, instead of `1/sqrt(head_dim)`.
+    LlamaAttnScaleLocal,
+    /// Llama: the backward all-reduce over tp of the input gradient of layer 0's
+    /// column-parallel q/k/v projections (Megatron's `f` operator) is removed.
+    LlamaQkvGradMissingAllreduce,
+    /// Llama: the gradients of kv-head weights replicated over tp ranks (tp > kv heads) are
+    /// not all-reduced across the replicas before the optimizer step.
+    LlamaKvGradUnsynced,
+}
+
+/// The facts about a plan that decide whether a bug can be planted in it.
+#[derive(Clone, Copy, Debug)]
+pub struct Site<'a> {
+    /// The model (see [`crate::MODELS`]).
+    pub model: &'a str,
+    /// Size of the `dp` mesh dim (1 when absent).
+    pub dp: usize,
+    /// Size of the `tp` mesh dim (1 when absent).
+    pub tp: usize,
+    /// The plan is forward and loss only.
+    pub forward_only: bool,
+    /// Some weights are replicated over groups of tp ranks (GQA with tp > kv heads).
+    pub kv_replicated: bool,
 }
 
 /// One entry of the bug catalog.
@@ -40,7 +67,18 @@ pub struct Bug {
     pub needs_backward: bool,
     /// Whether the bug changes the loss (otherwise only the updated weights differ).
     pub changes_loss: bool,
+    /// The models the mutation is defined for.
+    pub models: &'static [&'static str],
+    /// Needs kv-head weights replicated over tp ranks (tp > kv heads).
+    pub needs_kv_replicas: bool,
 }
+
+/// Both models of the zoo.
+const ALL: &[&str] = &["mlp", "llama"];
+/// The MLP only.
+const MLP: &[&str] = &["mlp"];
+/// The Llama model only.
+const LLAMA: &[&str] = &["llama"];
 
 /// Every bug this version of the zoo can plant.
 pub const BUGS: &[Bug] = &[
@@ -56,6 +94,8 @@ pub const BUGS: &[Bug] = &[
         needs_tp: true,
         needs_backward: false,
         changes_loss: true,
+        models: MLP,
+        needs_kv_replicas: false,
     },
     Bug {
         id: "tp-bias-before-allreduce",
@@ -70,6 +110,8 @@ pub const BUGS: &[Bug] = &[
         needs_tp: true,
         needs_backward: false,
         changes_loss: true,
+        models: MLP,
+        needs_kv_replicas: false,
     },
     Bug {
         id: "dp-loss-not-averaged",
@@ -77,12 +119,14 @@ pub const BUGS: &[Bug] = &[
         description: "the loss is all-reduced over dp and divided by 1 instead of dp",
         parallelism: "dp",
         engines: "run",
-        spec_op: "aten.mean.default computing the loss",
+        spec_op: "the loss (aten.mean.default for mlp, aten.nll_loss_forward.default for llama)",
         mutation: Mutation::DpLossNotAveraged,
         needs_dp: true,
         needs_tp: false,
         needs_backward: false,
         changes_loss: true,
+        models: ALL,
+        needs_kv_replicas: false,
     },
     Bug {
         id: "dp-grad-not-averaged",
@@ -97,19 +141,83 @@ pub const BUGS: &[Bug] = &[
         needs_tp: false,
         needs_backward: true,
         changes_loss: false,
+        models: ALL,
+        needs_kv_replicas: false,
     },
     Bug {
         id: "wrong-group",
         source: "MISSION.md: wrong process group in a collective",
-        description: "the row-parallel all-reduce of layer 0 runs over the dp group instead of tp",
+        description: "the row-parallel all-reduce of layer 0 (mlp: fc2, llama: attention output projection) runs over the dp group instead of tp",
         parallelism: "dp x tp",
         engines: "run",
-        spec_op: "aten.add.Tensor adding the fc2 bias of layer 0",
+        spec_op: "aten.add.Tensor after the row-parallel linear of layer 0 (bias or residual)",
         mutation: Mutation::WrongGroup,
         needs_dp: true,
         needs_tp: true,
         needs_backward: false,
         changes_loss: true,
+        models: ALL,
+        needs_kv_replicas: false,
+    },
+    Bug {
+        id: "llama-oproj-missing-allreduce",
+        source: "MISSION.md: missing all-reduce after a row-parallel matmul (static verifier README; Megatron-LM RowParallelLinear)",
+        description: "the all-reduce after the row-parallel attention output projection of layer 0 is removed",
+        parallelism: "tp",
+        engines: "run",
+        spec_op: "aten.add.Tensor of the attention residual of layer 0",
+        mutation: Mutation::LlamaOprojMissingAllreduce,
+        needs_dp: false,
+        needs_tp: true,
+        needs_backward: false,
+        changes_loss: true,
+        models: LLAMA,
+        needs_kv_replicas: false,
+    },
+    Bug {
+        id: "llama-attn-scale-local",
+        source: "MISSION.md: wrong scaling of distributed state (a size taken per rank instead of global under TP)",
+        description: "the softmax scale is 1/sqrt(head_dim / tp), from the rank's share of the projection width, not 1/sqrt(head_dim)",
+        parallelism: "tp",
+        engines: "run",
+        spec_op: "aten.mul.Tensor scaling the attention scores of every layer",
+        mutation: Mutation::LlamaAttnScaleLocal,
+        needs_dp: false,
+        needs_tp: true,
+        needs_backward: false,
+        changes_loss: true,
+        models: LLAMA,
+        needs_kv_replicas: false,
+    },
+    Bug {
+        id: "llama-qkv-grad-missing-allreduce",
+        source: "MISSION.md: missing communication in the backward (Megatron-LM copy_to_tensor_model_parallel_region, the all-reduce of a column-parallel input gradient)",
+        description: "the backward all-reduce over tp of the input gradient of layer 0's column-parallel q/k/v projections is removed",
+        parallelism: "tp (full iteration)",
+        engines: "run",
+        spec_op: "aten.add.Tensor summing the q/k/v input gradients of layer 0",
+        mutation: Mutation::LlamaQkvGradMissingAllreduce,
+        needs_dp: false,
+        needs_tp: true,
+        needs_backward: true,
+        changes_loss: false,
+        models: LLAMA,
+        needs_kv_replicas: false,
+    },
+    Bug {
+        id: "llama-kv-grad-unsynced",
+        source: "MISSION.md: missing communication (GQA kv heads replicated under TP > kv heads, gradients of the replicas never all-reduced)",
+        description: "the k/v projection gradients of kv heads replicated over tp ranks are not all-reduced across the replicas",
+        parallelism: "tp > kv heads (full iteration)",
+        engines: "run",
+        spec_op: "aten.sub.Tensor of the SGD step of the k/v projections",
+        mutation: Mutation::LlamaKvGradUnsynced,
+        needs_dp: false,
+        needs_tp: true,
+        needs_backward: true,
+        changes_loss: false,
+        models: LLAMA,
+        needs_kv_replicas: true,
     },
 ];
 
@@ -119,16 +227,27 @@ pub fn find_bug(id: &str) -> Option<&'static Bug> {
 }
 
 impl Bug {
-    /// Why the bug cannot be planted in a plan with these sizes, if it cannot.
-    pub fn check_applies(&self, dp: usize, tp: usize, forward_only: bool) -> Result<(), String> {
+    /// Why the bug cannot be planted in the plan described by `site`, if it cannot.
+    pub fn check_applies(&self, site: &Site) -> Result<(), String> {
+        if !self.models.contains(&site.model) {
+            return Err(format!(
+                "bug `{}` is defined for the model(s) {}, not `{}`",
+                self.id,
+                self.models.join(", "),
+                site.model
+            ));
+        }
         let mut missing = Vec::new();
-        if self.needs_dp && dp < 2 {
+        if self.needs_dp && site.dp < 2 {
             missing.push("a dp mesh dim of size >= 2");
         }
-        if self.needs_tp && tp < 2 {
+        if self.needs_tp && site.tp < 2 {
             missing.push("a tp mesh dim of size >= 2");
         }
-        if self.needs_backward && forward_only {
+        if self.needs_kv_replicas && !site.kv_replicated {
+            missing.push("tp larger than the kv heads (e.g. --mesh tp=4 with 2 kv heads)");
+        }
+        if self.needs_backward && site.forward_only {
             missing.push("the full iteration (drop --forward-only)");
         }
         if missing.is_empty() {
@@ -152,16 +271,54 @@ mod tests {
         assert!(find_bug("nope").is_none());
     }
 
+    fn site(model: &str, dp: usize, tp: usize, forward_only: bool) -> Site<'_> {
+        Site {
+            model,
+            dp,
+            tp,
+            forward_only,
+            kv_replicated: false,
+        }
+    }
+
     #[test]
     fn applicability() {
         let wg = find_bug("wrong-group").unwrap();
-        assert!(wg.check_applies(2, 2, true).is_ok());
-        let e = wg.check_applies(1, 2, true).unwrap_err();
+        assert!(wg.check_applies(&site("mlp", 2, 2, true)).is_ok());
+        assert!(wg.check_applies(&site("llama", 2, 2, true)).is_ok());
+        let e = wg.check_applies(&site("mlp", 1, 2, true)).unwrap_err();
         assert!(e.contains("dp mesh dim"), "{e}");
         let g = find_bug("dp-grad-not-averaged").unwrap();
         assert!(g
-            .check_applies(2, 1, true)
+            .check_applies(&site("mlp", 2, 1, true))
             .unwrap_err()
             .contains("--forward-only"));
+        let bias = find_bug("tp-bias-before-allreduce").unwrap();
+        let e = bias.check_applies(&site("llama", 1, 2, true)).unwrap_err();
+        assert!(e.contains("not `llama`"), "{e}");
+        let kv = find_bug("llama-kv-grad-unsynced").unwrap();
+        let e = kv.check_applies(&site("llama", 1, 2, false)).unwrap_err();
+        assert!(e.contains("kv heads"), "{e}");
+        let replicated = Site {
+            kv_replicated: true,
+            ..site("llama", 1, 4, false)
+        };
+        assert!(kv.check_applies(&replicated).is_ok());
+    }
+
+    #[test]
+    fn every_model_has_bugs_and_every_bug_a_model() {
+        for (m, _) in crate::MODELS {
+            assert!(BUGS.iter().any(|b| b.models.contains(m)), "{m}");
+        }
+        for b in BUGS {
+            assert!(
+                b.models
+                    .iter()
+                    .all(|m| crate::MODELS.iter().any(|(n, _)| n == m)),
+                "{}",
+                b.id
+            );
+        }
     }
 }

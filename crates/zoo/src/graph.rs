@@ -3,13 +3,15 @@
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
-/// A named value of a graph under construction, with its (f32) shape.
+/// A named value of a graph under construction, with its dtype and shape.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Val {
     /// The value's name in the printed graph.
     pub name: String,
     /// Its shape (empty for a scalar tensor).
     pub shape: Vec<usize>,
+    /// Its dtype as torch.fx annotations print it (`f32`, `i64`, `b8`).
+    pub dtype: &'static str,
 }
 
 /// An argument of an operator call.
@@ -25,6 +27,12 @@ pub enum Arg<'a> {
     Ints(Vec<i64>),
     /// A quoted string (reduce ops, group names).
     S(&'a str),
+    /// A Python boolean.
+    B(bool),
+    /// A list of values (`cat`'s tensors).
+    Vals(Vec<&'a Val>),
+    /// Printed verbatim: `None`, `torch.float32`, or a keyword argument `dtype = torch.int64`.
+    Raw(&'a str),
 }
 
 impl Arg<'_> {
@@ -41,6 +49,15 @@ impl Arg<'_> {
                     .join(", ")
             ),
             Arg::S(s) => format!("'{s}'"),
+            Arg::B(b) => if *b { "True" } else { "False" }.to_string(),
+            Arg::Vals(vs) => format!(
+                "[{}]",
+                vs.iter()
+                    .map(|v| v.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            Arg::Raw(r) => r.to_string(),
         }
     }
 }
@@ -54,9 +71,28 @@ pub struct GraphBuilder {
     outputs: Vec<Val>,
 }
 
-fn ty(shape: &[usize]) -> String {
+fn ty(dtype: &str, shape: &[usize]) -> String {
     let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
-    format!("\"f32[{}]\"", dims.join(", "))
+    format!("\"{dtype}[{}]\"", dims.join(", "))
+}
+
+/// The broadcast shape of two operands (numpy rules), or `None` when they do not broadcast.
+pub fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
+    let n = a.len().max(b.len());
+    let at = |s: &[usize], i: usize| {
+        if i + s.len() >= n {
+            s[i + s.len() - n]
+        } else {
+            1
+        }
+    };
+    (0..n)
+        .map(|i| match (at(a, i), at(b, i)) {
+            (x, y) if x == y || y == 1 => Some(x),
+            (1, y) => Some(y),
+            _ => None,
+        })
+        .collect()
 }
 
 impl GraphBuilder {
@@ -76,11 +112,17 @@ impl GraphBuilder {
         name
     }
 
-    /// Declares a graph input `name` of `shape`.
+    /// Declares a graph input `name` of `shape` (f32).
     pub fn input(&mut self, name: &str, shape: &[usize]) -> Val {
+        self.input_typed(name, "f32", shape)
+    }
+
+    /// Declares a graph input `name` of `dtype` and `shape`.
+    pub fn input_typed(&mut self, name: &str, dtype: &'static str, shape: &[usize]) -> Val {
         let v = Val {
             name: self.fresh(name),
             shape: shape.to_vec(),
+            dtype,
         };
         self.inputs.push(v.clone());
         v
@@ -88,14 +130,55 @@ impl GraphBuilder {
 
     /// Appends `hint: "f32[shape]" = torch.ops.OP(args)`; `op` is e.g. `aten.mm.default`.
     pub fn call(&mut self, hint: &str, op: &str, args: &[Arg], shape: Vec<usize>) -> Val {
+        self.call_typed(hint, op, args, "f32", shape)
+    }
+
+    /// [`GraphBuilder::call`] with a result dtype other than f32.
+    pub fn call_typed(
+        &mut self,
+        hint: &str,
+        op: &str,
+        args: &[Arg],
+        dtype: &'static str,
+        shape: Vec<usize>,
+    ) -> Val {
         let name = self.fresh(hint);
         let args: Vec<String> = args.iter().map(Arg::render).collect();
         self.lines.push(format!(
             "{name}: {} = torch.ops.{op}({})",
-            ty(&shape),
+            ty(dtype, &shape),
             args.join(", ")
         ));
-        Val { name, shape }
+        Val { name, shape, dtype }
+    }
+
+    /// A call with several (f32) outputs, printed as torch.fx does: the untyped call, then one
+    /// typed line per output, named by `names` (`getitem` where a name is empty).
+    pub fn call_multi(
+        &mut self,
+        hint: &str,
+        op: &str,
+        args: &[Arg],
+        outs: &[(&str, Vec<usize>)],
+    ) -> Vec<Val> {
+        let name = self.fresh(hint);
+        let rendered: Vec<String> = args.iter().map(Arg::render).collect();
+        self.lines
+            .push(format!("{name} = torch.ops.{op}({})", rendered.join(", ")));
+        outs.iter()
+            .enumerate()
+            .map(|(i, (item, shape))| {
+                let item = self.fresh(if item.is_empty() { "getitem" } else { item });
+                let shape = shape.clone();
+                self.lines
+                    .push(format!("{item}: {} = {name}[{i}]", ty("f32", &shape)));
+                Val {
+                    name: item,
+                    shape,
+                    dtype: "f32",
+                }
+            })
+            .collect()
     }
 
     /// Marks `v` as a graph output (in call order).
@@ -112,7 +195,7 @@ impl GraphBuilder {
     pub fn render(&self) -> String {
         let mut s = String::from("class GraphModule(torch.nn.Module):\n    def forward(self");
         for i in &self.inputs {
-            let _ = write!(s, ", {}: {}", i.name, ty(&i.shape));
+            let _ = write!(s, ", {}: {}", i.name, ty(i.dtype, &i.shape));
         }
         s.push_str("):\n");
         for l in &self.lines {
@@ -147,23 +230,169 @@ impl GraphBuilder {
         )
     }
 
-    /// `aten.add.Tensor` (the result has the first operand's shape; the second broadcasts).
+    /// A broadcasting binary operator `op` (e.g. `aten.mul.Tensor`) on two values.
+    pub fn binary(&mut self, hint: &str, op: &str, a: &Val, b: &Val) -> Val {
+        let shape = broadcast(&a.shape, &b.shape)
+            .unwrap_or_else(|| panic!("{op}: {:?} and {:?} do not broadcast", a.shape, b.shape));
+        self.call(hint, op, &[Arg::V(a), Arg::V(b)], shape)
+    }
+
+    /// `aten.add.Tensor` (broadcasting).
     pub fn add(&mut self, a: &Val, b: &Val) -> Val {
+        self.binary("add", "aten.add.Tensor", a, b)
+    }
+
+    /// `aten.sub.Tensor` (broadcasting).
+    pub fn sub(&mut self, hint: &str, a: &Val, b: &Val) -> Val {
+        self.binary(hint, "aten.sub.Tensor", a, b)
+    }
+
+    /// `aten.mul.Tensor` (broadcasting).
+    pub fn mul(&mut self, a: &Val, b: &Val) -> Val {
+        self.binary("mul", "aten.mul.Tensor", a, b)
+    }
+
+    /// A unary operator `op` whose result has its operand's shape (e.g. `aten.neg.default`).
+    pub fn unary(&mut self, hint: &str, op: &str, a: &Val) -> Val {
+        self.call(hint, op, &[Arg::V(a)], a.shape.clone())
+    }
+
+    /// `aten.view.default(a, shape)`.
+    pub fn view(&mut self, a: &Val, shape: &[usize]) -> Val {
+        assert_eq!(
+            a.shape.iter().product::<usize>(),
+            shape.iter().product::<usize>(),
+            "view {} {:?} as {shape:?}",
+            a.name,
+            a.shape
+        );
+        let dims = shape.iter().map(|&d| d as i64).collect();
+        self.call_typed(
+            "view",
+            "aten.view.default",
+            &[Arg::V(a), Arg::Ints(dims)],
+            a.dtype,
+            shape.to_vec(),
+        )
+    }
+
+    /// `aten.transpose.int(a, d0, d1)`.
+    pub fn transpose(&mut self, a: &Val, d0: usize, d1: usize) -> Val {
+        let mut shape = a.shape.clone();
+        shape.swap(d0, d1);
         self.call(
-            "add",
-            "aten.add.Tensor",
-            &[Arg::V(a), Arg::V(b)],
+            "transpose",
+            "aten.transpose.int",
+            &[Arg::V(a), Arg::I(d0 as i64), Arg::I(d1 as i64)],
+            shape,
+        )
+    }
+
+    /// `aten.unsqueeze.default(a, dim)`.
+    pub fn unsqueeze(&mut self, a: &Val, dim: usize) -> Val {
+        let mut shape = a.shape.clone();
+        shape.insert(dim, 1);
+        self.call_typed(
+            "unsqueeze",
+            "aten.unsqueeze.default",
+            &[Arg::V(a), Arg::I(dim as i64)],
+            a.dtype,
+            shape,
+        )
+    }
+
+    /// `aten.expand.default(a, shape)`.
+    pub fn expand(&mut self, a: &Val, shape: &[usize]) -> Val {
+        let dims = shape.iter().map(|&d| d as i64).collect();
+        self.call(
+            "expand",
+            "aten.expand.default",
+            &[Arg::V(a), Arg::Ints(dims)],
+            shape.to_vec(),
+        )
+    }
+
+    /// `aten.clone.default(a, memory_format = torch.contiguous_format)`: what AOTAutograd
+    /// emits before viewing a transposed or expanded tensor.
+    pub fn contiguous(&mut self, a: &Val) -> Val {
+        self.call(
+            "clone",
+            "aten.clone.default",
+            &[
+                Arg::V(a),
+                Arg::Raw("memory_format = torch.contiguous_format"),
+            ],
             a.shape.clone(),
         )
     }
 
-    /// `aten.sub.Tensor` (the result has the first operand's shape).
-    pub fn sub(&mut self, hint: &str, a: &Val, b: &Val) -> Val {
+    /// `aten.slice.Tensor(a, dim, start, end)`.
+    pub fn slice(&mut self, a: &Val, dim: usize, start: usize, end: usize) -> Val {
+        let mut shape = a.shape.clone();
+        shape[dim] = end - start;
         self.call(
-            hint,
-            "aten.sub.Tensor",
+            "slice",
+            "aten.slice.Tensor",
+            &[
+                Arg::V(a),
+                Arg::I(dim as i64),
+                Arg::I(start as i64),
+                Arg::I(end as i64),
+            ],
+            shape,
+        )
+    }
+
+    /// `aten.cat.default(parts, dim)`.
+    pub fn cat(&mut self, parts: &[&Val], dim: usize) -> Val {
+        let mut shape = parts[0].shape.clone();
+        shape[dim] = parts.iter().map(|p| p.shape[dim]).sum();
+        self.call(
+            "cat",
+            "aten.cat.default",
+            &[Arg::Vals(parts.to_vec()), Arg::I(dim as i64)],
+            shape,
+        )
+    }
+
+    /// `aten.bmm.default`: batched matrix product.
+    pub fn bmm(&mut self, a: &Val, b: &Val) -> Val {
+        assert_eq!(
+            (a.shape[0], a.shape[2]),
+            (b.shape[0], b.shape[1]),
+            "bmm {} x {}",
+            a.name,
+            b.name
+        );
+        self.call(
+            "bmm",
+            "aten.bmm.default",
             &[Arg::V(a), Arg::V(b)],
-            a.shape.clone(),
+            vec![a.shape[0], a.shape[1], b.shape[2]],
+        )
+    }
+
+    /// `aten.sum.dim_IntList(a, dims, keepdim)` over non-negative `dims`.
+    pub fn sum_dims(&mut self, a: &Val, dims: &[usize], keepdim: bool) -> Val {
+        let shape = reduced(&a.shape, dims, keepdim);
+        let dims = dims.iter().map(|&d| d as i64).collect();
+        self.call(
+            "sum",
+            "aten.sum.dim_IntList",
+            &[Arg::V(a), Arg::Ints(dims), Arg::B(keepdim)],
+            shape,
+        )
+    }
+
+    /// `aten.mean.dim(a, [-1], True)`: the mean over the last dim, kept.
+    pub fn mean_last(&mut self, a: &Val) -> Val {
+        let last = a.shape.len() - 1;
+        let shape = reduced(&a.shape, &[last], true);
+        self.call(
+            "mean",
+            "aten.mean.dim",
+            &[Arg::V(a), Arg::Ints(vec![-1]), Arg::B(true)],
+            shape,
         )
     }
 
@@ -234,6 +463,19 @@ impl GraphBuilder {
     }
 }
 
+/// The shape of a reduction of `shape` over `dims`.
+fn reduced(shape: &[usize], dims: &[usize], keepdim: bool) -> Vec<usize> {
+    shape
+        .iter()
+        .enumerate()
+        .filter_map(|(i, &d)| match (dims.contains(&i), keepdim) {
+            (false, _) => Some(d),
+            (true, true) => Some(1),
+            (true, false) => None,
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -258,5 +500,40 @@ mod tests {
             "{text}"
         );
         assert!(text.ends_with(&format!("return ({},)\n", c.name)), "{text}");
+    }
+
+    #[test]
+    fn shapes_of_broadcasts_reductions_and_multi_outputs() {
+        assert_eq!(broadcast(&[2, 1, 4], &[3, 1]), Some(vec![2, 3, 4]));
+        assert_eq!(broadcast(&[4], &[2, 3, 4]), Some(vec![2, 3, 4]));
+        assert_eq!(broadcast(&[2, 3], &[3, 2]), None);
+        assert_eq!(reduced(&[2, 3, 4], &[0, 1], false), vec![4]);
+        assert_eq!(reduced(&[2, 3, 4], &[2], true), vec![2, 3, 1]);
+        let mut g = GraphBuilder::new();
+        let x = g.input("x", &[4, 5]);
+        let idx = g.input_typed("idx", "i64", &[4]);
+        let outs = g.call_multi(
+            "nll",
+            "aten.nll_loss_forward.default",
+            &[
+                Arg::V(&x),
+                Arg::V(&idx),
+                Arg::Raw("None"),
+                Arg::I(1),
+                Arg::I(-100),
+            ],
+            &[("", vec![]), ("total_weight", vec![])],
+        );
+        let v = g.view(&idx, &[2, 2]);
+        assert_eq!(v.dtype, "i64");
+        g.output(&outs[0]);
+        let text = g.render();
+        assert!(text.contains("idx: \"i64[4]\""), "{text}");
+        assert!(
+            text.contains("nll = torch.ops.aten.nll_loss_forward.default(x, idx, None, 1, -100)"),
+            "{text}"
+        );
+        assert!(text.contains("total_weight: \"f32[]\" = nll[1]"), "{text}");
+        assert!(text.contains("view: \"i64[2, 2]\""), "{text}");
     }
 }

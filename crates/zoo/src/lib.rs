@@ -4,20 +4,69 @@
 
 pub mod bugs;
 pub mod graph;
+pub mod llama;
 pub mod mlp;
 
-pub use bugs::{find_bug, Bug, Mutation, BUGS};
+pub use bugs::{find_bug, Bug, Mutation, Site, BUGS};
+pub use llama::LlamaConfig;
 pub use mlp::MlpConfig;
 
-use mlp::TpLayout;
 use std::fmt::Write as _;
 use std::path::Path;
 
 /// The models the zoo can emit: name and one line.
-pub const MODELS: &[(&str, &str)] = &[(
-    "mlp",
-    "fc1 + relu + fc2 blocks with an MSE loss (sizes: hidden, ffn, batch, layers)",
-)];
+pub const MODELS: &[(&str, &str)] = &[
+    (
+        "mlp",
+        "fc1 + relu + fc2 blocks with an MSE loss (sizes: hidden, ffn, batch, layers)",
+    ),
+    (
+        "llama",
+        "Llama-3 style decoder: RMSNorm, RoPE, GQA causal attention, SwiGLU, LM head, \
+         cross-entropy (sizes: hidden, heads, kv_heads, ffn, layers, seq, batch, vocab)",
+    ),
+];
+
+/// How a parameter is laid out over the `tp` mesh dim.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TpLayout {
+    /// The same on every tp rank.
+    Replicate,
+    /// Split along this tensor dim.
+    Shard(usize),
+    /// Split along `dim` into `tp / replicas` pieces, each held by `replicas` consecutive tp
+    /// ranks (GQA kv heads when tp exceeds them).
+    ShardReplicas {
+        /// The split tensor dim.
+        dim: usize,
+        /// Consecutive tp ranks holding the same piece.
+        replicas: usize,
+    },
+}
+
+/// A parameter of a model: its name, global shape and tp layout.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Param {
+    /// Name in every graph (e.g. `w1_0`, `wq_1`).
+    pub name: String,
+    /// Global (spec) shape.
+    pub shape: Vec<usize>,
+    /// Megatron layout over tp.
+    pub tp: TpLayout,
+}
+
+impl Param {
+    /// The shape a rank of a `tp`-way plan holds.
+    pub fn local_shape(&self, tp: usize) -> Vec<usize> {
+        let mut shape = self.shape.clone();
+        match self.tp {
+            TpLayout::Replicate => {}
+            TpLayout::Shard(d) => shape[d] /= tp,
+            TpLayout::ShardReplicas { dim, replicas } => shape[dim] /= tp / replicas,
+        }
+        shape
+    }
+}
 
 /// The parallelisms (mesh dims) the zoo can emit: name and one line.
 pub const PARALLELISMS: &[(&str, &str)] = &[
@@ -94,8 +143,10 @@ impl Mesh {
 pub struct EmitOptions {
     /// The model name (see [`MODELS`]).
     pub model: String,
-    /// The sizes of the MLP.
+    /// The sizes of the MLP (used when the model is `mlp`).
     pub mlp: MlpConfig,
+    /// The sizes of the Llama model (used when the model is `llama`).
+    pub llama: LlamaConfig,
     /// The mesh of the distributed plan.
     pub mesh: Mesh,
     /// A catalog bug to plant, if any.
@@ -122,6 +173,19 @@ impl Emitted {
     }
 }
 
+/// A model's plan, ready to be written out.
+struct Plan {
+    spec: graph::GraphBuilder,
+    /// One rendered graph per rank, in rank order (SPMD today: all equal, but a plan may
+    /// give ranks different programs).
+    ranks: Vec<String>,
+    /// Non-parameter inputs: (name, sharded over dp along dim 0, else replicated).
+    data: Vec<(&'static str, bool)>,
+    params: Vec<Param>,
+    /// Process groups beyond one per mesh dim: (name, explicit rank lists).
+    groups: Vec<(&'static str, Vec<Vec<usize>>)>,
+}
+
 /// Emits the case described by `opts`, or says why it cannot.
 pub fn emit(opts: &EmitOptions) -> Result<Emitted, String> {
     if !MODELS.iter().any(|(m, _)| *m == opts.model) {
@@ -136,23 +200,70 @@ pub fn emit(opts: &EmitOptions) -> Result<Emitted, String> {
         return Err("the mesh has no dims (e.g. --mesh tp=2)".into());
     }
     let (dp, tp) = (opts.mesh.size("dp"), opts.mesh.size("tp"));
-    opts.mlp.check_split(dp, tp)?;
-    if let Some(bug) = opts.bug {
-        bug.check_applies(dp, tp, opts.forward_only)?;
+    let llama = opts.model == "llama";
+    if llama {
+        opts.llama.check_split(dp, tp)?;
+    } else {
+        opts.mlp.check_split(dp, tp)?;
     }
-    let cfg = &opts.mlp;
-    let spec = mlp::build(cfg, 1, 1, opts.forward_only, None);
-    let rank = mlp::build(cfg, dp, tp, opts.forward_only, opts.bug.map(|b| b.mutation)).render();
+    if let Some(bug) = opts.bug {
+        bug.check_applies(&Site {
+            model: &opts.model,
+            dp,
+            tp,
+            forward_only: opts.forward_only,
+            kv_replicated: llama && opts.llama.kv_replicas(tp) > 1,
+        })?;
+    }
+    let mutation = opts.bug.map(|b| b.mutation);
     let n = opts.mesh.ranks();
+    let plan = if llama {
+        let cfg = &opts.llama;
+        let rank = llama::build(cfg, dp, tp, opts.forward_only, mutation).render();
+        let rep = cfg.kv_replicas(tp);
+        let groups = if rep > 1 {
+            // Rank = dp_i * tp + tp_i; kv head j is held by tp ranks [j * rep, (j + 1) * rep).
+            let lists = (0..dp)
+                .flat_map(|i| {
+                    (0..tp / rep).map(move |j| (0..rep).map(|m| i * tp + j * rep + m).collect())
+                })
+                .collect();
+            vec![("kv", lists)]
+        } else {
+            Vec::new()
+        };
+        Plan {
+            spec: llama::build(cfg, 1, 1, opts.forward_only, None),
+            ranks: vec![rank; n],
+            data: vec![("tokens", true), ("labels", true), ("rope_inv_freq", false)],
+            params: cfg.params(tp),
+            groups,
+        }
+    } else {
+        let cfg = &opts.mlp;
+        let rank = mlp::build(cfg, dp, tp, opts.forward_only, mutation).render();
+        Plan {
+            spec: mlp::build(cfg, 1, 1, opts.forward_only, None),
+            ranks: vec![rank; n],
+            data: vec![("x", true), ("target", true)],
+            params: cfg.params(),
+            groups: Vec::new(),
+        }
+    };
     let mut files = vec![
-        ("case.yaml".to_string(), case_yaml(opts, &spec)),
-        ("spec.py".to_string(), spec.render()),
+        ("case.yaml".to_string(), case_yaml(opts, &plan)),
+        ("spec.py".to_string(), plan.spec.render()),
     ];
-    files.extend((0..n).map(|r| (format!("r{r}.py"), rank.clone())));
+    files.extend(
+        plan.ranks
+            .into_iter()
+            .enumerate()
+            .map(|(r, text)| (format!("r{r}.py"), text)),
+    );
     Ok(Emitted { files })
 }
 
-fn case_yaml(opts: &EmitOptions, spec: &graph::GraphBuilder) -> String {
+fn case_yaml(opts: &EmitOptions, plan: &Plan) -> String {
     let mesh = &opts.mesh;
     let has = |d: &str| mesh.dims.iter().any(|(m, _)| *m == d);
     let on = |dim: &str, p: &str| {
@@ -165,6 +276,10 @@ fn case_yaml(opts: &EmitOptions, spec: &graph::GraphBuilder) -> String {
     let tp_place = |l: TpLayout| match l {
         TpLayout::Replicate => "Replicate()".to_string(),
         TpLayout::Shard(d) => on("tp", &format!("Shard({d})")),
+        TpLayout::ShardReplicas { dim, replicas } => format!(
+            "{{ placement: {}, replicas: {replicas} }}",
+            on("tp", &format!("Shard({dim})"))
+        ),
     };
     let mut name = format!("{}-{}", opts.model, mesh.label());
     if opts.forward_only {
@@ -203,16 +318,32 @@ fn case_yaml(opts: &EmitOptions, spec: &graph::GraphBuilder) -> String {
     for (d, _) in &mesh.dims {
         let _ = writeln!(s, "    \"{d}\": {d}");
     }
+    for (group, lists) in &plan.groups {
+        let lists: Vec<String> = lists
+            .iter()
+            .map(|l| {
+                let ranks: Vec<String> = l.iter().map(|r| r.to_string()).collect();
+                format!("[{}]", ranks.join(", "))
+            })
+            .collect();
+        let _ = writeln!(s, "    \"{group}\": [{}]", lists.join(", "));
+    }
     let _ = writeln!(s, "inputs:");
-    let _ = writeln!(s, "  x: {}", on("dp", "Shard(0)"));
-    let _ = writeln!(s, "  target: {}", on("dp", "Shard(0)"));
-    let params = opts.mlp.params();
-    for p in &params {
+    for (input, batched) in &plan.data {
+        let place = if *batched {
+            on("dp", "Shard(0)")
+        } else {
+            "Replicate()".to_string()
+        };
+        let _ = writeln!(s, "  {input}: {place}");
+    }
+    for p in &plan.params {
         let _ = writeln!(s, "  {}: {}", p.name, tp_place(p.tp));
     }
     let _ = writeln!(s, "outputs:");
-    for out in spec.outputs() {
-        let place = match params
+    for out in plan.spec.outputs() {
+        let place = match plan
+            .params
             .iter()
             .find(|p| format!("{}_new", p.name) == out.name)
         {

@@ -2,6 +2,7 @@
 
 use crate::bugs::Mutation;
 use crate::graph::{Arg, GraphBuilder, Val};
+use crate::{Param, TpLayout};
 
 /// The sizes of the MLP.
 #[derive(Clone, Debug, PartialEq)]
@@ -28,26 +29,6 @@ impl Default for MlpConfig {
             lr: 0.1,
         }
     }
-}
-
-/// How a parameter of the MLP is laid out over the `tp` mesh dim.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TpLayout {
-    /// The same on every tp rank.
-    Replicate,
-    /// Split along this tensor dim.
-    Shard(usize),
-}
-
-/// A parameter of layer `layer`: its name, global shape and tp layout.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Param {
-    /// Name in every graph (`w1_0`, `b1_0`, `w2_0`, `b2_0`, ...).
-    pub name: String,
-    /// Global (spec) shape.
-    pub shape: Vec<usize>,
-    /// Megatron layout over tp.
-    pub tp: TpLayout,
 }
 
 impl MlpConfig {
@@ -104,13 +85,7 @@ pub fn build(
     let params: Vec<Val> = cfg
         .params()
         .iter()
-        .map(|p| {
-            let mut shape = p.shape.clone();
-            if let TpLayout::Shard(d) = p.tp {
-                shape[d] /= tp;
-            }
-            g.input(&p.name, &shape)
-        })
+        .map(|p| g.input(&p.name, &p.local_shape(tp)))
         .collect();
     let layer = |l: usize| {
         (

@@ -1,14 +1,15 @@
 //! Every emitted case loads and resolves with `shardproof_case::load_case`.
 
-use shardproof_zoo::{emit, find_bug, EmitOptions, Mesh, MlpConfig, BUGS};
+use shardproof_zoo::{emit, find_bug, EmitOptions, LlamaConfig, Mesh, MlpConfig, Site, BUGS};
 
-fn opts(mesh: &str, forward_only: bool) -> EmitOptions {
+fn opts(model: &str, mesh: &str, forward_only: bool) -> EmitOptions {
     EmitOptions {
-        model: "mlp".into(),
+        model: model.into(),
         mlp: MlpConfig {
             layers: 2,
             ..MlpConfig::default()
         },
+        llama: LlamaConfig::default(),
         mesh: Mesh::parse(mesh).unwrap(),
         bug: None,
         forward_only,
@@ -17,25 +18,35 @@ fn opts(mesh: &str, forward_only: bool) -> EmitOptions {
 
 #[test]
 fn emitted_cases_load() {
-    for mesh in ["tp=2", "dp=2", "dp=2,tp=2", "tp=4"] {
-        for forward_only in [true, false] {
-            let mut o = opts(mesh, forward_only);
-            let mut bugs = vec![None];
-            bugs.extend(BUGS.iter().map(Some));
-            for bug in bugs {
-                o.bug = bug;
-                let (dp, tp) = (o.mesh.size("dp"), o.mesh.size("tp"));
-                if bug.is_some_and(|b| b.check_applies(dp, tp, forward_only).is_err()) {
-                    assert!(emit(&o).is_err());
-                    continue;
+    for model in ["mlp", "llama"] {
+        for mesh in ["tp=2", "dp=2", "dp=2,tp=2", "tp=4"] {
+            for forward_only in [true, false] {
+                let mut o = opts(model, mesh, forward_only);
+                let mut bugs = vec![None];
+                bugs.extend(BUGS.iter().map(Some));
+                for bug in bugs {
+                    o.bug = bug;
+                    let (dp, tp) = (o.mesh.size("dp"), o.mesh.size("tp"));
+                    let site = Site {
+                        model,
+                        dp,
+                        tp,
+                        forward_only,
+                        kv_replicated: model == "llama" && o.llama.kv_replicas(tp) > 1,
+                    };
+                    if bug.is_some_and(|b| b.check_applies(&site).is_err()) {
+                        assert!(emit(&o).is_err());
+                        continue;
+                    }
+                    let what = format!("{model} {mesh} fw={forward_only} {:?}", bug.map(|b| b.id));
+                    let dir = tempfile::tempdir().unwrap();
+                    let e = emit(&o).unwrap();
+                    assert_eq!(e.files.len(), 2 + o.mesh.ranks(), "{what}");
+                    e.write(dir.path()).unwrap();
+                    let case = shardproof_case::load_case(&dir.path().join("case.yaml"))
+                        .unwrap_or_else(|err| panic!("{what}: {err:?}"));
+                    drop(case);
                 }
-                let dir = tempfile::tempdir().unwrap();
-                let e = emit(&o).unwrap();
-                assert_eq!(e.files.len(), 2 + o.mesh.ranks());
-                e.write(dir.path()).unwrap();
-                let case = shardproof_case::load_case(&dir.path().join("case.yaml"))
-                    .unwrap_or_else(|err| panic!("{mesh} fw={forward_only} {bug:?}: {err:?}"));
-                drop(case);
             }
         }
     }
@@ -43,7 +54,7 @@ fn emitted_cases_load() {
 
 #[test]
 fn invalid_requests_are_refused() {
-    let mut o = opts("tp=3", true);
+    let mut o = opts("mlp", "tp=3", true);
     assert!(emit(&o).unwrap_err().contains("not divisible"));
     o.mesh = Mesh::parse("dp=2").unwrap();
     o.bug = find_bug("tp-missing-allreduce");
@@ -51,4 +62,12 @@ fn invalid_requests_are_refused() {
     o.bug = None;
     o.model = "gpt9".into();
     assert!(emit(&o).unwrap_err().contains("unknown model"));
+    let mut l = opts("llama", "tp=8", true);
+    assert!(emit(&l).unwrap_err().contains("heads 4 is not divisible"));
+    l.mesh = Mesh::parse("tp=2").unwrap();
+    l.bug = find_bug("tp-bias-before-allreduce");
+    assert!(emit(&l).unwrap_err().contains("not `llama`"));
+    l.bug = find_bug("llama-kv-grad-unsynced");
+    l.forward_only = false;
+    assert!(emit(&l).unwrap_err().contains("kv heads"));
 }

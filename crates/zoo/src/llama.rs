@@ -1,0 +1,813 @@
+//! The `llama` model: a Llama-3 style decoder (token embedding; per layer RMSNorm, attention
+//! with RoPE, grouped-query attention and a causal mask, residual, RMSNorm, SwiGLU MLP,
+//! residual; final RMSNorm, LM head, cross-entropy loss), as a spec and as DP/TP ranks.
+//!
+//! The graphs are written as AOTAutograd prints a joint forward-backward graph: ATen operators
+//! only, matrix products as `mm`/`bmm` with explicit transposes, the softmax and log-softmax
+//! backwards as `_softmax_backward_data` / `_log_softmax_backward_data`, RMSNorm and RoPE
+//! backwards by their formulas, the embedding backward as `embedding_dense_backward`.
+
+use crate::bugs::Mutation;
+use crate::graph::{Arg, GraphBuilder, Val};
+use crate::{Param, TpLayout};
+use std::collections::BTreeMap;
+
+/// The sizes of the Llama model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LlamaConfig {
+    /// Model width.
+    pub hidden: usize,
+    /// Attention (query) heads.
+    pub heads: usize,
+    /// Key/value heads (grouped-query attention; divides `heads`).
+    pub kv_heads: usize,
+    /// Inner width of the SwiGLU MLP.
+    pub ffn: usize,
+    /// Number of decoder layers.
+    pub layers: usize,
+    /// Sequence length.
+    pub seq: usize,
+    /// Global batch size (sequences).
+    pub batch: usize,
+    /// Vocabulary size.
+    pub vocab: usize,
+    /// SGD learning rate of the full iteration.
+    pub lr: f64,
+    /// RMSNorm epsilon.
+    pub eps: f64,
+}
+
+impl Default for LlamaConfig {
+    /// The `tiny` size: runs in well under a second on a CPU.
+    fn default() -> Self {
+        LlamaConfig {
+            hidden: 16,
+            heads: 4,
+            kv_heads: 2,
+            ffn: 32,
+            layers: 2,
+            seq: 8,
+            batch: 2,
+            vocab: 32,
+            lr: 0.1,
+            eps: 1e-5,
+        }
+    }
+}
+
+/// The largest element count of any tensor the zoo emits: keeps every size product (and the
+/// interpreter's allocation later) far from overflow.
+const MAX_ELEMENTS: usize = 1 << 40;
+
+impl LlamaConfig {
+    /// The width of one attention head.
+    pub fn head_dim(&self) -> usize {
+        self.hidden / self.heads
+    }
+
+    /// How many consecutive tp ranks hold the same kv head: 1 unless tp exceeds the kv heads,
+    /// when each kv head is replicated (vLLM's layout; the case file says `replicas:`).
+    pub fn kv_replicas(&self, tp: usize) -> usize {
+        if tp > self.kv_heads {
+            tp / self.kv_heads
+        } else {
+            1
+        }
+    }
+
+    /// The parameters in graph order: the embedding; per layer the attention norm, q/k/v
+    /// (column parallel), o (row parallel), the MLP norm, gate/up (column parallel), down (row
+    /// parallel); the final norm and the LM head. Norms, embedding and LM head are replicated.
+    pub fn params(&self, tp: usize) -> Vec<Param> {
+        let (h, f, v) = (self.hidden, self.ffn, self.vocab);
+        let (q, kv) = (
+            self.heads * self.head_dim(),
+            self.kv_heads * self.head_dim(),
+        );
+        let p = |name: String, shape: Vec<usize>, tp| Param { name, shape, tp };
+        let kv_layout = match self.kv_replicas(tp) {
+            1 => TpLayout::Shard(0),
+            replicas => TpLayout::ShardReplicas { dim: 0, replicas },
+        };
+        let mut out = vec![p("embed".into(), vec![v, h], TpLayout::Replicate)];
+        for l in 0..self.layers {
+            out.extend([
+                p(format!("attn_norm_{l}"), vec![h], TpLayout::Replicate),
+                p(format!("wq_{l}"), vec![q, h], TpLayout::Shard(0)),
+                p(format!("wk_{l}"), vec![kv, h], kv_layout),
+                p(format!("wv_{l}"), vec![kv, h], kv_layout),
+                p(format!("wo_{l}"), vec![h, q], TpLayout::Shard(1)),
+                p(format!("mlp_norm_{l}"), vec![h], TpLayout::Replicate),
+                p(format!("w_gate_{l}"), vec![f, h], TpLayout::Shard(0)),
+                p(format!("w_up_{l}"), vec![f, h], TpLayout::Shard(0)),
+                p(format!("w_down_{l}"), vec![h, f], TpLayout::Shard(1)),
+            ]);
+        }
+        out.push(p("final_norm".into(), vec![h], TpLayout::Replicate));
+        out.push(p("lm_head".into(), vec![v, h], TpLayout::Replicate));
+        out
+    }
+
+    /// Why these sizes cannot be split `dp` x `tp` ways, if they cannot.
+    pub fn check_split(&self, dp: usize, tp: usize) -> Result<(), String> {
+        let sizes = [
+            ("hidden", self.hidden),
+            ("heads", self.heads),
+            ("kv_heads", self.kv_heads),
+            ("ffn", self.ffn),
+            ("layers", self.layers),
+            ("seq", self.seq),
+            ("batch", self.batch),
+            ("vocab", self.vocab),
+        ];
+        if let Some((name, _)) = sizes.iter().find(|(_, v)| *v == 0) {
+            return Err(format!("{name} must be at least 1"));
+        }
+        let largest = [
+            vec![
+                self.batch,
+                self.seq,
+                self.hidden.max(self.ffn).max(self.vocab),
+            ],
+            vec![self.batch, self.heads, self.seq, self.seq],
+            vec![self.vocab.max(self.ffn), self.hidden],
+            vec![self.layers, self.hidden],
+        ];
+        for dims in &largest {
+            let n = dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
+            if n.is_none_or(|n| n > MAX_ELEMENTS) {
+                return Err(format!(
+                    "the sizes make a tensor of shape {dims:?}, over {MAX_ELEMENTS} elements"
+                ));
+            }
+        }
+        if !self.hidden.is_multiple_of(self.heads) {
+            return Err(format!(
+                "hidden {} is not divisible by heads {}",
+                self.hidden, self.heads
+            ));
+        }
+        if !self.head_dim().is_multiple_of(2) {
+            return Err(format!(
+                "the head dim hidden / heads = {} is odd; RoPE rotates pairs",
+                self.head_dim()
+            ));
+        }
+        if !self.heads.is_multiple_of(self.kv_heads) {
+            return Err(format!(
+                "heads {} is not divisible by kv_heads {}",
+                self.heads, self.kv_heads
+            ));
+        }
+        if !self.batch.is_multiple_of(dp) {
+            return Err(format!(
+                "batch {} is not divisible by dp = {dp}",
+                self.batch
+            ));
+        }
+        if !self.heads.is_multiple_of(tp) {
+            return Err(format!(
+                "heads {} is not divisible by tp = {tp}",
+                self.heads
+            ));
+        }
+        if !self.ffn.is_multiple_of(tp) {
+            return Err(format!("ffn {} is not divisible by tp = {tp}", self.ffn));
+        }
+        if !self.kv_heads.is_multiple_of(tp) && !tp.is_multiple_of(self.kv_heads) {
+            return Err(format!(
+                "kv_heads {} and tp = {tp}: one must divide the other (kv heads are split \
+                 over tp, or replicated when tp is larger)",
+                self.kv_heads
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What the backward of an RMSNorm reads from its forward.
+struct NormSaved {
+    x: Val,
+    rs: Val,
+    xn: Val,
+}
+
+/// What the backward of a decoder layer reads from its forward.
+struct LayerSaved {
+    attn_norm: NormSaved,
+    xn2d: Val,
+    q3: Val,
+    kt3: Val,
+    p: Val,
+    p3: Val,
+    v3: Val,
+    attn2d: Val,
+    scale: f64,
+    mlp_norm: NormSaved,
+    hn2d: Val,
+    gate: Val,
+    up: Val,
+    sg: Val,
+    m: Val,
+}
+
+/// `weight * (x * rsqrt(mean(x^2, -1) + eps))`, as Hugging Face's `LlamaRMSNorm`.
+fn rms_norm(g: &mut GraphBuilder, x: &Val, w: &Val, eps: f64) -> (Val, NormSaved) {
+    let sq = g.call(
+        "pow",
+        "aten.pow.Tensor_Scalar",
+        &[Arg::V(x), Arg::I(2)],
+        x.shape.clone(),
+    );
+    let var = g.mean_last(&sq);
+    let ve = g.call(
+        "add",
+        "aten.add.Scalar",
+        &[Arg::V(&var), Arg::F(eps)],
+        var.shape.clone(),
+    );
+    let rs = g.unary("rsqrt", "aten.rsqrt.default", &ve);
+    let xn = g.mul(x, &rs);
+    let out = g.mul(w, &xn);
+    (
+        out,
+        NormSaved {
+            x: x.clone(),
+            rs,
+            xn,
+        },
+    )
+}
+
+/// The RMSNorm backward: `(grad of x, grad of weight)`, with `xn = x * rs`:
+/// `dw = sum(grad * xn)` over every dim but the last, and
+/// `dx = rs * (grad * w) - x * rs^3 * mean((grad * w) * x, -1)`.
+fn rms_norm_backward(g: &mut GraphBuilder, grad: &Val, w: &Val, sv: &NormSaved) -> (Val, Val) {
+    let gxn_w = g.mul(grad, &sv.xn);
+    let lead: Vec<usize> = (0..grad.shape.len() - 1).collect();
+    let g_w = g.sum_dims(&gxn_w, &lead, false);
+    let g_xn = g.mul(grad, w);
+    let direct = g.mul(&g_xn, &sv.rs);
+    let gx = g.mul(&g_xn, &sv.x);
+    let mean = g.mean_last(&gx);
+    let rs3 = g.call(
+        "pow",
+        "aten.pow.Tensor_Scalar",
+        &[Arg::V(&sv.rs), Arg::I(3)],
+        sv.rs.shape.clone(),
+    );
+    let c = g.mul(&mean, &rs3);
+    let through_rs = g.mul(&sv.x, &c);
+    let g_x = g.sub("sub", &direct, &through_rs);
+    (g_x, g_w)
+}
+
+/// RoPE on `[batch, heads, seq, head_dim]`: `x * cos + rotate_half(x) * sin` with
+/// `rotate_half(x) = cat(-x2, x1)` over the two halves of the head dim.
+fn rope(g: &mut GraphBuilder, x: &Val, cos: &Val, sin: &Val) -> Val {
+    let hd = x.shape[3];
+    let x1 = g.slice(x, 3, 0, hd / 2);
+    let x2 = g.slice(x, 3, hd / 2, hd);
+    let nx2 = g.unary("neg", "aten.neg.default", &x2);
+    let rot = g.cat(&[&nx2, &x1], 3);
+    let a = g.mul(x, cos);
+    let b = g.mul(&rot, sin);
+    g.add(&a, &b)
+}
+
+/// The RoPE backward: `grad * cos + cat(u2, -u1)` where `u = grad * sin` (the transpose of
+/// `rotate_half`).
+fn rope_backward(g: &mut GraphBuilder, grad: &Val, cos: &Val, sin: &Val) -> Val {
+    let hd = grad.shape[3];
+    let a = g.mul(grad, cos);
+    let u = g.mul(grad, sin);
+    let u1 = g.slice(&u, 3, 0, hd / 2);
+    let u2 = g.slice(&u, 3, hd / 2, hd);
+    let nu1 = g.unary("neg", "aten.neg.default", &u1);
+    let back = g.cat(&[&u2, &nu1], 3);
+    g.add(&a, &back)
+}
+
+/// `repeat_kv`: `[b, kv, s, d]` to `[b, kv * n_rep, s, d]`, query head `h` reading kv head
+/// `h / n_rep` (unsqueeze, expand, contiguous copy, view).
+fn repeat_kv(g: &mut GraphBuilder, x: &Val, n_rep: usize) -> Val {
+    if n_rep == 1 {
+        return x.clone();
+    }
+    let (b, kv, s, d) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
+    let u = g.unsqueeze(x, 2);
+    let e = g.expand(&u, &[b, kv, n_rep, s, d]);
+    let c = g.contiguous(&e);
+    g.view(&c, &[b, kv * n_rep, s, d])
+}
+
+/// The backward of [`repeat_kv`]: the gradients of the copies of each kv head summed.
+fn repeat_kv_backward(g: &mut GraphBuilder, grad: &Val, n_rep: usize) -> Val {
+    if n_rep == 1 {
+        return grad.clone();
+    }
+    let (b, h, s, d) = (grad.shape[0], grad.shape[1], grad.shape[2], grad.shape[3]);
+    let v = g.view(grad, &[b, h / n_rep, n_rep, s, d]);
+    g.sum_dims(&v, &[2], false)
+}
+
+/// `[b, heads, s, d]` back to token rows `[b * s, heads * d]`.
+fn heads_to_rows(g: &mut GraphBuilder, x: &Val) -> Val {
+    let (b, h, s, d) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
+    let t = g.transpose(x, 1, 2);
+    let c = g.contiguous(&t);
+    g.view(&c, &[b * s, h * d])
+}
+
+/// `x @ w.T` for a weight `w` of shape `[out, in]`.
+fn linear(g: &mut GraphBuilder, x: &Val, w: &Val) -> Val {
+    let wt = g.t(w);
+    g.mm(x, &wt)
+}
+
+/// `all_reduce(x, 'sum', group)` when the group has more than one member.
+fn reduce_if(g: &mut GraphBuilder, x: &Val, group: &str, size: usize) -> Val {
+    if size > 1 {
+        g.all_reduce_sum(x, group)
+    } else {
+        x.clone()
+    }
+}
+
+/// Builds the graph of every rank of the plan `dp` x `tp` (SPMD: one program); the spec is
+/// `dp = tp = 1`, no bug. Forward and loss (output `loss`), and unless
+/// `forward_only` the explicit backward, gradient finalization (all-reduce over the replicas of
+/// a kv head when tp exceeds the kv heads, all-reduce and average over dp) and an SGD step
+/// whose updated parameters are outputs `<param>_new`.
+pub fn build(
+    cfg: &LlamaConfig,
+    dp: usize,
+    tp: usize,
+    forward_only: bool,
+    bug: Option<Mutation>,
+) -> GraphBuilder {
+    let is = |m: Mutation| bug == Some(m);
+    let mut g = GraphBuilder::new();
+    let (b, s, h, v) = (cfg.batch / dp, cfg.seq, cfg.hidden, cfg.vocab);
+    let hd = cfg.head_dim();
+    let nh = cfg.heads / tp;
+    let kv_rep = cfg.kv_replicas(tp);
+    let nkv = cfg.kv_heads * kv_rep / tp;
+    let n_rep = nh / nkv;
+    let t = b * s;
+    let tokens = g.input_typed("tokens", "i64", &[b, s]);
+    let labels = g.input_typed("labels", "i64", &[b, s]);
+    let inv_freq = g.input("rope_inv_freq", &[hd / 2]);
+    let specs = cfg.params(tp);
+    let mut w: BTreeMap<String, Val> = BTreeMap::new();
+    for p in &specs {
+        let val = g.input(&p.name, &p.local_shape(tp));
+        w.insert(p.name.clone(), val);
+    }
+    let w = |name: &str| w[name].clone();
+
+    // RoPE angles: positions times the inverse frequencies. (Every rank holds whole sequences,
+    // so positions start at 0; an offset shared by q and k would not even change the scores,
+    // RoPE being relative.)
+    let pos = g.call_typed(
+        "arange",
+        "aten.arange.start",
+        &[
+            Arg::I(0),
+            Arg::I(s as i64),
+            Arg::Raw("device = device(type='cpu')"),
+            Arg::Raw("pin_memory = False"),
+        ],
+        "i64",
+        vec![s],
+    );
+    let pos_f = g.call(
+        "_to_copy",
+        "aten._to_copy.default",
+        &[Arg::V(&pos), Arg::Raw("dtype = torch.float32")],
+        vec![s],
+    );
+    let pos2 = g.unsqueeze(&pos_f, 1);
+    let inv2 = g.unsqueeze(&inv_freq, 0);
+    let freqs = g.mul(&pos2, &inv2);
+    let angles = g.cat(&[&freqs, &freqs], 1);
+    let cos = g.unary("cos", "aten.cos.default", &angles);
+    let sin = g.unary("sin", "aten.sin.default", &angles);
+
+    // Causal mask: -inf above the diagonal, 0 elsewhere, added to the scores.
+    let full = g.call(
+        "full",
+        "aten.full.default",
+        &[
+            Arg::Ints(vec![s as i64, s as i64]),
+            Arg::F(f64::NEG_INFINITY),
+            Arg::Raw("dtype = torch.float32"),
+            Arg::Raw("device = device(type='cpu')"),
+            Arg::Raw("pin_memory = False"),
+        ],
+        vec![s, s],
+    );
+    let mask = g.call(
+        "triu",
+        "aten.triu.default",
+        &[Arg::V(&full), Arg::I(1)],
+        vec![s, s],
+    );
+
+    let mut x = g.call(
+        "embedding",
+        "aten.embedding.default",
+        &[Arg::V(&w("embed")), Arg::V(&tokens)],
+        vec![b, s, h],
+    );
+    let mut saved = Vec::new();
+    for l in 0..cfg.layers {
+        // Attention: q/k/v column parallel (the rank's heads), o row parallel.
+        let (xn, attn_norm) = rms_norm(&mut g, &x, &w(&format!("attn_norm_{l}")), cfg.eps);
+        let xn2d = g.view(&xn, &[t, h]);
+        let q = linear(&mut g, &xn2d, &w(&format!("wq_{l}")));
+        let k = linear(&mut g, &xn2d, &w(&format!("wk_{l}")));
+        let vv = linear(&mut g, &xn2d, &w(&format!("wv_{l}")));
+        let q4 = g.view(&q, &[b, s, nh, hd]);
+        let qh = g.transpose(&q4, 1, 2);
+        let k4 = g.view(&k, &[b, s, nkv, hd]);
+        let kh = g.transpose(&k4, 1, 2);
+        let v4 = g.view(&vv, &[b, s, nkv, hd]);
+        let vh = g.transpose(&v4, 1, 2);
+        let qr = rope(&mut g, &qh, &cos, &sin);
+        let kr = rope(&mut g, &kh, &cos, &sin);
+        let krep = repeat_kv(&mut g, &kr, n_rep);
+        let vrep = repeat_kv(&mut g, &vh, n_rep);
+        let q3 = g.view(&qr, &[b * nh, s, hd]);
+        let kt = g.transpose(&krep, 2, 3);
+        let ktc = g.contiguous(&kt);
+        let kt3 = g.view(&ktc, &[b * nh, hd, s]);
+        let raw3 = g.bmm(&q3, &kt3);
+        let raw = g.view(&raw3, &[b, nh, s, s]);
+        let scale = if is(Mutation::LlamaAttnScaleLocal) {
+            1.0 / (hd as f64 / tp as f64).sqrt()
+        } else {
+            1.0 / (hd as f64).sqrt()
+        };
+        let scaled = g.mul_scalar("mul", &raw, Arg::F(scale));
+        let masked = g.add(&scaled, &mask);
+        let p = g.call(
+            "_softmax",
+            "aten._softmax.default",
+            &[Arg::V(&masked), Arg::I(-1), Arg::B(false)],
+            masked.shape.clone(),
+        );
+        let p3 = g.view(&p, &[b * nh, s, s]);
+        let v3 = g.view(&vrep, &[b * nh, s, hd]);
+        let o3 = g.bmm(&p3, &v3);
+        let o4 = g.view(&o3, &[b, nh, s, hd]);
+        let attn2d = heads_to_rows(&mut g, &o4);
+        let o = linear(&mut g, &attn2d, &w(&format!("wo_{l}")));
+        let o_full = if l == 0 && is(Mutation::LlamaOprojMissingAllreduce) {
+            o
+        } else if l == 0 && is(Mutation::WrongGroup) {
+            g.all_reduce_sum(&o, "dp")
+        } else {
+            reduce_if(&mut g, &o, "tp", tp)
+        };
+        let o3d = g.view(&o_full, &[b, s, h]);
+        let hres = g.add(&x, &o3d);
+
+        // SwiGLU MLP: gate/up column parallel, down row parallel.
+        let (hn, mlp_norm) = rms_norm(&mut g, &hres, &w(&format!("mlp_norm_{l}")), cfg.eps);
+        let hn2d = g.view(&hn, &[t, h]);
+        let gate = linear(&mut g, &hn2d, &w(&format!("w_gate_{l}")));
+        let up = linear(&mut g, &hn2d, &w(&format!("w_up_{l}")));
+        let sg = g.unary("silu", "aten.silu.default", &gate);
+        let m = g.mul(&sg, &up);
+        let down = linear(&mut g, &m, &w(&format!("w_down_{l}")));
+        let down_full = reduce_if(&mut g, &down, "tp", tp);
+        let d3 = g.view(&down_full, &[b, s, h]);
+        x = g.add(&hres, &d3);
+        saved.push(LayerSaved {
+            attn_norm,
+            xn2d,
+            q3,
+            kt3,
+            p,
+            p3,
+            v3,
+            attn2d,
+            scale,
+            mlp_norm,
+            hn2d,
+            gate,
+            up,
+            sg,
+            m,
+        });
+    }
+
+    // Final norm, LM head and the cross-entropy loss (mean over the rank's tokens).
+    let (xf, final_norm) = rms_norm(&mut g, &x, &w("final_norm"), cfg.eps);
+    let xf2d = g.view(&xf, &[t, h]);
+    let logits = linear(&mut g, &xf2d, &w("lm_head"));
+    let ls = g.call(
+        "_log_softmax",
+        "aten._log_softmax.default",
+        &[Arg::V(&logits), Arg::I(1), Arg::B(false)],
+        vec![t, v],
+    );
+    let labels1 = g.view(&labels, &[t]);
+    let local_name = if dp > 1 { "nll_loss" } else { "loss" };
+    let nll = g.call_multi(
+        "nll_loss_forward",
+        "aten.nll_loss_forward.default",
+        &[
+            Arg::V(&ls),
+            Arg::V(&labels1),
+            Arg::Raw("None"),
+            Arg::I(1),
+            Arg::I(-100),
+        ],
+        &[(local_name, vec![]), ("total_weight", vec![])],
+    );
+    let (local, total_weight) = (&nll[0], &nll[1]);
+    let loss = if dp > 1 {
+        let total = g.all_reduce_sum(local, "dp");
+        let by = if is(Mutation::DpLossNotAveraged) {
+            1
+        } else {
+            dp as i64
+        };
+        g.div_scalar("loss", &total, Arg::I(by))
+    } else {
+        local.clone()
+    };
+    g.output(&loss);
+    if forward_only {
+        return g;
+    }
+
+    // Backward of the rank's local loss (seed 1); dp averaging happens on the gradients.
+    let mut grads: BTreeMap<String, Val> = BTreeMap::new();
+    let one = g.call(
+        "full",
+        "aten.full.default",
+        &[
+            Arg::Ints(vec![]),
+            Arg::F(1.0),
+            Arg::Raw("dtype = torch.float32"),
+            Arg::Raw("device = device(type='cpu')"),
+            Arg::Raw("pin_memory = False"),
+        ],
+        vec![],
+    );
+    let g_ls = g.call(
+        "nll_loss_backward",
+        "aten.nll_loss_backward.default",
+        &[
+            Arg::V(&one),
+            Arg::V(&ls),
+            Arg::V(&labels1),
+            Arg::Raw("None"),
+            Arg::I(1),
+            Arg::I(-100),
+            Arg::V(total_weight),
+        ],
+        vec![t, v],
+    );
+    let g_logits = g.call(
+        "_log_softmax_backward_data",
+        "aten._log_softmax_backward_data.default",
+        &[
+            Arg::V(&g_ls),
+            Arg::V(&ls),
+            Arg::I(1),
+            Arg::Raw("torch.float32"),
+        ],
+        vec![t, v],
+    );
+    let gt = g.t(&g_logits);
+    grads.insert("lm_head".into(), g.mm(&gt, &xf2d));
+    let g_xf2d = g.mm(&g_logits, &w("lm_head"));
+    let g_xf = g.view(&g_xf2d, &[b, s, h]);
+    let (mut gx, g_fn) = rms_norm_backward(&mut g, &g_xf, &w("final_norm"), &final_norm);
+    grads.insert("final_norm".into(), g_fn);
+
+    for l in (0..cfg.layers).rev() {
+        let sv = &saved[l];
+        // MLP branch. The all-reduce after down is the identity backward (Megatron's `g`);
+        // the column-parallel input gradient is a partial sum over tp (Megatron's `f`).
+        let g_d2d = g.view(&gx, &[t, h]);
+        let g_m = g.mm(&g_d2d, &w(&format!("w_down_{l}")));
+        let g_d2dt = g.t(&g_d2d);
+        grads.insert(format!("w_down_{l}"), g.mm(&g_d2dt, &sv.m));
+        let g_sg = g.mul(&g_m, &sv.up);
+        let g_up = g.mul(&g_m, &sv.sg);
+        let g_gate = g.call(
+            "silu_backward",
+            "aten.silu_backward.default",
+            &[Arg::V(&g_sg), Arg::V(&sv.gate)],
+            sv.gate.shape.clone(),
+        );
+        let g_gate_t = g.t(&g_gate);
+        grads.insert(format!("w_gate_{l}"), g.mm(&g_gate_t, &sv.hn2d));
+        let g_up_t = g.t(&g_up);
+        grads.insert(format!("w_up_{l}"), g.mm(&g_up_t, &sv.hn2d));
+        let from_gate = g.mm(&g_gate, &w(&format!("w_gate_{l}")));
+        let from_up = g.mm(&g_up, &w(&format!("w_up_{l}")));
+        let g_hn2d = g.add(&from_gate, &from_up);
+        let g_hn2d = reduce_if(&mut g, &g_hn2d, "tp", tp);
+        let g_hn = g.view(&g_hn2d, &[b, s, h]);
+        let (g_hres_norm, g_mn) =
+            rms_norm_backward(&mut g, &g_hn, &w(&format!("mlp_norm_{l}")), &sv.mlp_norm);
+        grads.insert(format!("mlp_norm_{l}"), g_mn);
+        let g_hres = g.add(&gx, &g_hres_norm);
+
+        // Attention branch.
+        let g_o2d = g.view(&g_hres, &[t, h]);
+        let g_attn2d = g.mm(&g_o2d, &w(&format!("wo_{l}")));
+        let g_o2dt = g.t(&g_o2d);
+        grads.insert(format!("wo_{l}"), g.mm(&g_o2dt, &sv.attn2d));
+        let g_o4 = g.view(&g_attn2d, &[b, s, nh, hd]);
+        let g_ot = g.transpose(&g_o4, 1, 2);
+        let g_oc = g.contiguous(&g_ot);
+        let g_o3 = g.view(&g_oc, &[b * nh, s, hd]);
+        let v3t = g.transpose(&sv.v3, 1, 2);
+        let g_p3 = g.bmm(&g_o3, &v3t);
+        let p3t = g.transpose(&sv.p3, 1, 2);
+        let g_v3 = g.bmm(&p3t, &g_o3);
+        let g_p = g.view(&g_p3, &[b, nh, s, s]);
+        let g_masked = g.call(
+            "_softmax_backward_data",
+            "aten._softmax_backward_data.default",
+            &[
+                Arg::V(&g_p),
+                Arg::V(&sv.p),
+                Arg::I(-1),
+                Arg::Raw("torch.float32"),
+            ],
+            g_p.shape.clone(),
+        );
+        let g_raw = g.mul_scalar("mul", &g_masked, Arg::F(sv.scale));
+        let g_raw3 = g.view(&g_raw, &[b * nh, s, s]);
+        let kt3t = g.transpose(&sv.kt3, 1, 2);
+        let g_q3 = g.bmm(&g_raw3, &kt3t);
+        let q3t = g.transpose(&sv.q3, 1, 2);
+        let g_kt3 = g.bmm(&q3t, &g_raw3);
+        let g_qr = g.view(&g_q3, &[b, nh, s, hd]);
+        let g_kt = g.view(&g_kt3, &[b, nh, hd, s]);
+        let g_krep = g.transpose(&g_kt, 2, 3);
+        let g_vrep = g.view(&g_v3, &[b, nh, s, hd]);
+        let g_kr = repeat_kv_backward(&mut g, &g_krep, n_rep);
+        let g_vh = repeat_kv_backward(&mut g, &g_vrep, n_rep);
+        let g_qh = rope_backward(&mut g, &g_qr, &cos, &sin);
+        let g_kh = rope_backward(&mut g, &g_kr, &cos, &sin);
+        let g_q2d = heads_to_rows(&mut g, &g_qh);
+        let g_k2d = heads_to_rows(&mut g, &g_kh);
+        let g_v2d = heads_to_rows(&mut g, &g_vh);
+        let mut g_xn2d = None;
+        for (name, gr) in [("wq", &g_q2d), ("wk", &g_k2d), ("wv", &g_v2d)] {
+            let grt = g.t(gr);
+            grads.insert(format!("{name}_{l}"), g.mm(&grt, &sv.xn2d));
+            let part = g.mm(gr, &w(&format!("{name}_{l}")));
+            g_xn2d = Some(match g_xn2d {
+                None => part,
+                Some(acc) => g.add(&acc, &part),
+            });
+        }
+        let g_xn2d = g_xn2d.expect("q, k and v contribute");
+        let g_xn2d = if l == 0 && is(Mutation::LlamaQkvGradMissingAllreduce) {
+            g_xn2d
+        } else {
+            reduce_if(&mut g, &g_xn2d, "tp", tp)
+        };
+        let g_xn = g.view(&g_xn2d, &[b, s, h]);
+        let (g_x_norm, g_an) =
+            rms_norm_backward(&mut g, &g_xn, &w(&format!("attn_norm_{l}")), &sv.attn_norm);
+        grads.insert(format!("attn_norm_{l}"), g_an);
+        gx = g.add(&g_hres, &g_x_norm);
+    }
+    let g_embed = g.call(
+        "embedding_dense_backward",
+        "aten.embedding_dense_backward.default",
+        &[
+            Arg::V(&gx),
+            Arg::V(&tokens),
+            Arg::I(v as i64),
+            Arg::I(-1),
+            Arg::B(false),
+        ],
+        vec![v, h],
+    );
+    grads.insert("embed".into(), g_embed);
+
+    // Gradient finalization, then SGD: w_new = w - lr * grad.
+    for p in &specs {
+        let mut grad = grads[&p.name].clone();
+        let replicated_kv = matches!(p.tp, TpLayout::ShardReplicas { .. });
+        if replicated_kv && !is(Mutation::LlamaKvGradUnsynced) {
+            // Each replica saw only its own query heads' share of the kv head's gradient.
+            grad = g.all_reduce_sum(&grad, "kv");
+        }
+        if dp > 1 {
+            grad = g.all_reduce_sum(&grad, "dp");
+            if !is(Mutation::DpGradNotAveraged) {
+                grad = g.div_scalar("div", &grad, Arg::I(dp as i64));
+            }
+        }
+        let step = g.mul_scalar("mul", &grad, Arg::F(cfg.lr));
+        let new = g.sub(&format!("{}_new", p.name), &w(&p.name), &step);
+        g.output(&new);
+    }
+    g
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_are_checked() {
+        let c = LlamaConfig::default();
+        for (dp, tp) in [(1, 1), (2, 1), (1, 2), (2, 2), (1, 4)] {
+            assert!(c.check_split(dp, tp).is_ok(), "dp {dp} tp {tp}");
+        }
+        assert!(c.check_split(3, 1).unwrap_err().contains("batch"));
+        assert!(c.check_split(1, 8).unwrap_err().contains("heads"));
+        let odd = LlamaConfig {
+            hidden: 12,
+            ..LlamaConfig::default()
+        };
+        assert!(odd.check_split(1, 1).unwrap_err().contains("odd"));
+        let gqa = LlamaConfig {
+            kv_heads: 3,
+            ..LlamaConfig::default()
+        };
+        assert!(gqa.check_split(1, 1).unwrap_err().contains("kv_heads"));
+        let three = LlamaConfig {
+            heads: 6,
+            kv_heads: 3,
+            hidden: 24,
+            ..LlamaConfig::default()
+        };
+        assert!(three
+            .check_split(1, 2)
+            .unwrap_err()
+            .contains("one must divide"));
+        let huge = LlamaConfig {
+            vocab: usize::MAX / 2,
+            ..LlamaConfig::default()
+        };
+        assert!(huge.check_split(1, 1).unwrap_err().contains("elements"));
+        let zero = LlamaConfig {
+            seq: 0,
+            ..LlamaConfig::default()
+        };
+        assert!(zero.check_split(1, 1).unwrap_err().contains("seq"));
+    }
+
+    #[test]
+    fn kv_heads_are_replicated_when_tp_exceeds_them() {
+        let c = LlamaConfig::default();
+        assert_eq!((c.kv_replicas(2), c.kv_replicas(4)), (1, 2));
+        let wk = |tp| c.params(tp).into_iter().find(|p| p.name == "wk_0").unwrap();
+        assert_eq!(wk(2).local_shape(2), vec![4, 16]);
+        assert_eq!(
+            wk(4).tp,
+            TpLayout::ShardReplicas {
+                dim: 0,
+                replicas: 2
+            }
+        );
+        assert_eq!(wk(4).local_shape(4), vec![4, 16]);
+    }
+
+    #[test]
+    fn graphs_have_the_expected_outputs_and_collectives() {
+        let c = LlamaConfig::default();
+        let spec = build(&c, 1, 1, false, None);
+        let names: Vec<&str> = spec.outputs().iter().map(|v| v.name.as_str()).collect();
+        assert_eq!(names[0], "loss");
+        assert_eq!(names.len(), 1 + c.params(1).len());
+        assert!(names[1..].iter().all(|n| n.ends_with("_new")), "{names:?}");
+        let text = spec.render();
+        assert!(!text.contains("all_reduce"), "the spec has no collectives");
+        // tp=4 with 2 kv heads: kv gradients are all-reduced over the replicas.
+        let tp4 = build(&c, 1, 4, false, None).render();
+        assert!(tp4.contains("'kv')"), "{tp4}");
+        let unsynced = build(&c, 1, 4, false, Some(Mutation::LlamaKvGradUnsynced)).render();
+        assert!(!unsynced.contains("'kv')"));
+        // Backward all-reduces over tp: per layer one after q/k/v and one after gate/up.
+        let tp2 = build(&c, 1, 2, false, None).render();
+        let dropped = build(
+            &c,
+            1,
+            2,
+            false,
+            Some(Mutation::LlamaQkvGradMissingAllreduce),
+        )
+        .render();
+        let count = |t: &str| t.matches("'tp')").count();
+        assert_eq!(count(&tp2), 4 * c.layers);
+        assert_eq!(count(&dropped), 4 * c.layers - 1);
+        let fw = build(&c, 1, 2, true, None);
+        assert_eq!(fw.outputs().len(), 1);
+    }
+}

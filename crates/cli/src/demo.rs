@@ -1,24 +1,35 @@
-//! `shardproof demo`: the first thing a newcomer runs. Writes a built-in case (a 2-layer MLP
-//! with Megatron tensor parallelism over 2 ranks, captured from PyTorch) and a planted bug (the
-//! row-parallel all-reduce removed) to a temporary directory, and runs every engine on both.
+//! `shardproof demo`: the first thing a newcomer runs. Emits, from the model zoo, a tiny
+//! Llama-3 style model with Megatron tensor parallelism over 2 ranks (a full training
+//! iteration: forward, cross-entropy loss, explicit backward, SGD step) and the same plan with
+//! a planted bug (the all-reduce after the row-parallel attention output projection removed)
+//! into a temporary directory, and runs every engine on both.
 
 use crate::run::RunArgs;
-use crate::{inspect, run, Verdict};
-use std::path::Path;
+use crate::verify::VerifyArgs;
+use crate::{inspect, run, verify, Verdict};
+use clap::Parser;
+use shardproof_zoo::{emit, find_bug, EmitOptions, LlamaConfig, Mesh, MlpConfig};
+use std::path::{Path, PathBuf};
 
-/// The embedded demo files: (file name, contents).
-const FILES: &[(&str, &str)] = &[
-    ("spec.py", include_str!("../demo/spec.py")),
-    ("r0.py", include_str!("../demo/r0.py")),
-    // Every rank runs the same program (SPMD), so one capture serves both ranks.
-    ("r1.py", include_str!("../demo/r0.py")),
-    ("bug_r0.py", include_str!("../demo/bug_r0.py")),
-    ("bug_r1.py", include_str!("../demo/bug_r0.py")),
-    ("case.yaml", include_str!("../demo/case.yaml")),
-    ("bug.yaml", include_str!("../demo/bug.yaml")),
-];
+/// The planted bug of the demo.
+const BUG: &str = "llama-oproj-missing-allreduce";
 
-/// Runs the demo; exits 0 when the correct plan holds and the planted bug is caught.
+/// Parses `verify`'s own command-line arguments, so the demo runs it exactly as a user would.
+#[derive(Parser)]
+struct VerifyCli {
+    #[command(flatten)]
+    args: VerifyArgs,
+}
+
+/// The verdicts of every engine on one case.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Verdicts {
+    run: Verdict,
+    verify: Verdict,
+}
+
+/// Runs the demo. Exits 0 when `run` holds on the correct plan and catches the planted bug,
+/// and `verify` contradicts neither (it may be inconclusive: its verdict is printed as is).
 pub fn main() -> Verdict {
     let dir = match tempfile::Builder::new()
         .prefix("shardproof-demo-")
@@ -30,29 +41,57 @@ pub fn main() -> Verdict {
             return Verdict::Invalid;
         }
     };
-    for (name, text) in FILES {
-        if let Err(e) = std::fs::write(dir.path().join(name), text) {
-            eprintln!(
-                "error: cannot write {}: {e}",
-                dir.path().join(name).display()
-            );
-            return Verdict::Invalid;
-        }
-    }
+    let correct_case = match write_case(&dir.path().join("correct"), None) {
+        Ok(p) => p,
+        Err(e) => return e,
+    };
+    let bug_case = match write_case(&dir.path().join("bug"), Some(BUG)) {
+        Ok(p) => p,
+        Err(e) => return e,
+    };
+    let c = LlamaConfig::default();
     outln!(
-        "shardproof demo: a 2-layer MLP (MSE loss) with Megatron tensor parallelism on 2 ranks,"
+        "shardproof demo: a tiny Llama-3 style model (hidden {}, {} heads, {} kv heads, ffn {}, \
+         {} layers, seq {}, batch {}, vocab {}),",
+        c.hidden,
+        c.heads,
+        c.kv_heads,
+        c.ffn,
+        c.layers,
+        c.seq,
+        c.batch,
+        c.vocab
     );
-    outln!("captured from PyTorch, in {}\n", dir.path().display());
-    let correct = check(&dir.path().join("case.yaml"), "correct plan");
+    outln!(
+        "one full training iteration (forward, cross-entropy, backward, SGD) with Megatron tensor"
+    );
+    outln!(
+        "parallelism on 2 ranks, emitted by `shardproof zoo emit llama --mesh tp=2` into {}\n",
+        dir.path().display()
+    );
+    let correct = check(&correct_case, "correct plan");
     let bug = check(
-        &dir.path().join("bug.yaml"),
-        "planted bug: the row-parallel all-reduce removed",
+        &bug_case,
+        "planted bug: the all-reduce after the attention output projection of layer 0 removed",
     );
     outln!("\nsummary:");
-    outln!("  correct plan:  {}", describe(correct));
-    outln!("  planted bug:   {}", describe(bug));
-    if correct == Verdict::Holds && bug == Verdict::Violated {
-        outln!("the correct plan verifies and the planted bug is caught.");
+    for (name, v) in [("correct plan", correct), ("planted bug", bug)] {
+        outln!(
+            "  {name:13}  run: {:24}  verify: {}",
+            describe(v.run),
+            describe(v.verify)
+        );
+    }
+    // `verify` must never verify the bug nor refute the correct plan; inconclusive is honest.
+    let verify_sound = correct.verify != Verdict::Violated && bug.verify != Verdict::Holds;
+    if correct.run == Verdict::Holds && bug.run == Verdict::Violated && verify_sound {
+        outln!("the correct plan holds and the planted bug is caught.");
+        if correct.verify == Verdict::Inconclusive || bug.verify == Verdict::Inconclusive {
+            outln!(
+                "(verify, the refinement engine, could not decide this plan; an inconclusive \
+                 verdict is reported as such, never as a pass or a failure.)"
+            );
+        }
         Verdict::Holds
     } else {
         outln!("unexpected verdicts: the demo did not behave as it should.");
@@ -60,15 +99,52 @@ pub fn main() -> Verdict {
     }
 }
 
-fn check(case: &Path, title: &str) -> Verdict {
+/// Emits the tiny Llama case (with `bug`, if any) into `dir`; returns the case file's path.
+fn write_case(dir: &Path, bug: Option<&str>) -> Result<PathBuf, Verdict> {
+    let opts = EmitOptions {
+        model: "llama".into(),
+        mlp: MlpConfig::default(),
+        llama: LlamaConfig::default(),
+        mesh: Mesh::parse("tp=2").expect("a valid mesh"),
+        bug: bug.map(|id| find_bug(id).expect("the demo's bug is in the catalog")),
+        forward_only: false,
+    };
+    let emitted = emit(&opts).map_err(|e| {
+        eprintln!("error: cannot emit the demo case: {e}");
+        Verdict::Invalid
+    })?;
+    emitted.write(dir).map_err(|e| {
+        eprintln!("error: cannot write {}: {e}", dir.display());
+        Verdict::Invalid
+    })?;
+    Ok(dir.join("case.yaml"))
+}
+
+fn check(case: &Path, title: &str) -> Verdicts {
     outln!("== {title}: {}", case.display());
     let shape = inspect::summary(case);
     if shape != Verdict::Holds {
-        return shape;
+        return Verdicts {
+            run: shape,
+            verify: shape,
+        };
     }
-    let verdict = run::main(&RunArgs::new(case.to_path_buf()));
+    outln!("-- run (numerical differential check)");
+    let run = run::main(&RunArgs::new(case.to_path_buf()));
+    outln!("-- verify (refinement inference)");
+    let verify = match VerifyCli::try_parse_from([
+        "verify".as_ref(),
+        case.as_os_str(),
+        "--quiet".as_ref(),
+    ]) {
+        Ok(cli) => verify::main(&cli.args),
+        Err(e) => {
+            eprintln!("error: {e}");
+            Verdict::Invalid
+        }
+    };
     outln!();
-    verdict
+    Verdicts { run, verify }
 }
 
 fn describe(v: Verdict) -> &'static str {

@@ -43,8 +43,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Run the built-in demo: a tensor-parallel MLP captured from PyTorch, correct and with a
-    /// planted bug, through every engine.
+    /// Run the built-in demo: a tiny tensor-parallel Llama training iteration from the model
+    /// zoo, correct and with a planted bug, through every engine.
     Demo,
     /// Numerical differential check: run the spec and every rank on seeded random inputs laid
     /// out by the case's placements, and compare each expected output.

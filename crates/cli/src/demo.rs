@@ -108,6 +108,7 @@ fn write_case(dir: &Path, bug: Option<&str>) -> Result<PathBuf, Verdict> {
         mesh: Mesh::parse("tp=2").expect("a valid mesh"),
         bug: bug.map(|id| find_bug(id).expect("the demo's bug is in the catalog")),
         forward_only: false,
+        vocab_parallel: false,
     };
     let emitted = emit(&opts).map_err(|e| {
         eprintln!("error: cannot emit the demo case: {e}");

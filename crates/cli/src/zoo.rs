@@ -30,6 +30,10 @@ pub struct EmitArgs {
     /// Emit the forward pass and loss only.
     #[arg(long)]
     forward_only: bool,
+    /// Llama: split the embedding and LM head along the vocabulary over tp (vocab-parallel
+    /// embedding and cross-entropy).
+    #[arg(long)]
+    vocab_parallel: bool,
     /// Model width (default: the model's tiny size; mlp 16, llama 16).
     #[arg(long)]
     hidden: Option<usize>,
@@ -157,6 +161,7 @@ fn emit_case(args: &EmitArgs) -> Result<(), String> {
         mesh,
         bug,
         forward_only: args.forward_only,
+        vocab_parallel: args.vocab_parallel,
     };
     let emitted = emit(&opts)?;
     emitted

@@ -26,12 +26,12 @@ fn expect(o: &Output, code: i32, what: &str) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-/// Emits into `dir` and returns the case path.
+/// Emits into `dir` with the extra flags and returns the case path.
 fn emit(
     dir: &Path,
     model: &str,
     mesh: &str,
-    forward_only: bool,
+    flags: &[&str],
     layers: &str,
     bug: Option<&str>,
 ) -> String {
@@ -39,9 +39,7 @@ fn emit(
     let mut args = vec![
         "zoo", "emit", model, "--mesh", mesh, "--layers", layers, "-o", out,
     ];
-    if forward_only {
-        args.push("--forward-only");
-    }
+    args.extend(flags);
     if let Some(b) = bug {
         args.extend(["--bug", b]);
     }
@@ -52,10 +50,25 @@ fn emit(
 /// Every correct plan of `model` on the meshes holds under `run` and `inspect --strict`; every
 /// applicable catalog bug is found by `run`, naming the loss when the bug changes it and an
 /// updated parameter otherwise.
-fn check_model(model: &str, meshes: &[(&str, usize, usize)]) {
+fn check_model(model: &str, meshes: &[(&str, usize, usize)], vocab_parallel: bool) {
     let mut planted = 0;
+    let site = |dp, tp, forward_only| Site {
+        model,
+        dp,
+        tp,
+        forward_only,
+        kv_replicated: model == "llama" && LlamaConfig::default().kv_replicas(tp) > 1,
+        vocab_parallel,
+    };
     for &(mesh, dp, tp) in meshes {
         for forward_only in [true, false] {
+            let mut flags = Vec::new();
+            if forward_only {
+                flags.push("--forward-only");
+            }
+            if vocab_parallel {
+                flags.push("--vocab-parallel");
+            }
             // The MLP needs two layers for the backward all-reduce between layers.
             let layers = match model {
                 "mlp" if tp > 1 && !forward_only => "2",
@@ -63,27 +76,13 @@ fn check_model(model: &str, meshes: &[(&str, usize, usize)]) {
                 _ => "2",
             };
             let tmp = tempfile::tempdir().unwrap();
-            let what = format!("{model}, mesh {mesh}, forward_only {forward_only}");
-            let case = emit(
-                &tmp.path().join("ok"),
-                model,
-                mesh,
-                forward_only,
-                layers,
-                None,
-            );
+            let what = format!("{model}, mesh {mesh}, flags {flags:?}");
+            let case = emit(&tmp.path().join("ok"), model, mesh, &flags, layers, None);
             let out = expect(&shardproof(&["run", &case]), 0, &what);
             assert!(out.contains("verdict: holds"), "{what}\n{out}");
             expect(&shardproof(&["inspect", "--strict", &case]), 0, &what);
-            let site = Site {
-                model,
-                dp,
-                tp,
-                forward_only,
-                kv_replicated: model == "llama" && LlamaConfig::default().kv_replicas(tp) > 1,
-            };
             for bug in BUGS {
-                if bug.check_applies(&site).is_err() {
+                if bug.check_applies(&site(dp, tp, forward_only)).is_err() {
                     continue;
                 }
                 planted += 1;
@@ -92,7 +91,7 @@ fn check_model(model: &str, meshes: &[(&str, usize, usize)]) {
                     &tmp.path().join(bug.id),
                     model,
                     mesh,
-                    forward_only,
+                    &flags,
                     layers,
                     Some(bug.id),
                 );
@@ -111,21 +110,15 @@ fn check_model(model: &str, meshes: &[(&str, usize, usize)]) {
             }
         }
     }
-    // Every catalog bug of the model was planted somewhere in the matrix.
+    // Every catalog bug of the model (and of this vocab layout) was planted in the matrix.
     for bug in BUGS.iter().filter(|b| b.models.contains(&model)) {
+        if bug.needs_vocab_parallel != vocab_parallel {
+            continue;
+        }
         assert!(
-            meshes
+            meshes.iter().any(|&(_, dp, tp)| [true, false]
                 .iter()
-                .any(|&(_, dp, tp)| [true, false].iter().any(|&fw| bug
-                    .check_applies(&Site {
-                        model,
-                        dp,
-                        tp,
-                        forward_only: fw,
-                        kv_replicated: model == "llama"
-                            && LlamaConfig::default().kv_replicas(tp) > 1,
-                    })
-                    .is_ok())),
+                .any(|&fw| bug.check_applies(&site(dp, tp, fw)).is_ok())),
             "{model}: bug {} is never planted",
             bug.id
         );
@@ -142,13 +135,22 @@ const MESHES: &[(&str, usize, usize)] = &[
 
 #[test]
 fn mlp_correct_plans_hold_and_bugs_are_found() {
-    check_model("mlp", MESHES);
+    check_model("mlp", MESHES, false);
 }
 
 #[test]
 fn llama_correct_plans_hold_and_bugs_are_found() {
     // tp=4 exceeds the 2 kv heads of the tiny size: kv heads are replicated over rank pairs.
-    check_model("llama", MESHES);
+    check_model("llama", MESHES, false);
+}
+
+#[test]
+fn llama_vocab_parallel_plans_hold_and_bugs_are_found() {
+    check_model(
+        "llama",
+        &[("tp=2", 1, 2), ("dp=2,tp=2", 2, 2), ("tp=4", 1, 4)],
+        true,
+    );
 }
 
 #[test]
@@ -256,6 +258,10 @@ fn invalid_requests_exit_2() {
         (
             vec!["zoo", "emit", "llama", "--mesh", "tp=3", "-o", out],
             "heads 4 is not divisible by tp = 3",
+        ),
+        (
+            vec!["zoo", "emit", "mlp", "--vocab-parallel", "-o", out],
+            "vocab parallelism applies to the llama model",
         ),
         (
             vec!["zoo", "emit", "llama", "--kv-heads", "0", "-o", out],

@@ -33,6 +33,7 @@ fn spec_graph(cfg: &LlamaConfig) -> Graph {
         mesh: Mesh::parse("tp=2").unwrap(),
         bug: None,
         forward_only: false,
+        vocab_parallel: false,
     };
     let emitted = emit(&opts).unwrap();
     let (_, text) = emitted
@@ -113,7 +114,7 @@ fn spec_gradients_match_finite_differences() {
         .keys()
         .filter_map(|k| k.strip_suffix("_new").map(str::to_string))
         .collect();
-    assert_eq!(params.len(), cfg.params(1).len(), "{params:?}");
+    assert_eq!(params.len(), cfg.params(1, false).len(), "{params:?}");
     let h = 1e-5;
     let mut checked = 0;
     for p in &params {

@@ -25,6 +25,9 @@ pub enum Mutation {
     /// Llama: the gradients of kv-head weights replicated over tp ranks (tp > kv heads) are
     /// not all-reduced across the replicas before the optimizer step.
     LlamaKvGradUnsynced,
+    /// Llama with a vocab-parallel embedding: the rows looked up for tokens outside the rank's
+    /// vocabulary range are not zeroed before the all-reduce.
+    LlamaVocabEmbeddingUnmasked,
 }
 
 /// The facts about a plan that decide whether a bug can be planted in it.
@@ -40,6 +43,8 @@ pub struct Site<'a> {
     pub forward_only: bool,
     /// Some weights are replicated over groups of tp ranks (GQA with tp > kv heads).
     pub kv_replicated: bool,
+    /// The embedding and LM head are split over tp along the vocabulary.
+    pub vocab_parallel: bool,
 }
 
 /// One entry of the bug catalog.
@@ -71,6 +76,8 @@ pub struct Bug {
     pub models: &'static [&'static str],
     /// Needs kv-head weights replicated over tp ranks (tp > kv heads).
     pub needs_kv_replicas: bool,
+    /// Needs the vocab-parallel embedding and LM head (`--vocab-parallel`).
+    pub needs_vocab_parallel: bool,
 }
 
 /// Both models of the zoo.
@@ -96,6 +103,7 @@ pub const BUGS: &[Bug] = &[
         changes_loss: true,
         models: MLP,
         needs_kv_replicas: false,
+        needs_vocab_parallel: false,
     },
     Bug {
         id: "tp-bias-before-allreduce",
@@ -112,6 +120,7 @@ pub const BUGS: &[Bug] = &[
         changes_loss: true,
         models: MLP,
         needs_kv_replicas: false,
+        needs_vocab_parallel: false,
     },
     Bug {
         id: "dp-loss-not-averaged",
@@ -127,6 +136,7 @@ pub const BUGS: &[Bug] = &[
         changes_loss: true,
         models: ALL,
         needs_kv_replicas: false,
+        needs_vocab_parallel: false,
     },
     Bug {
         id: "dp-grad-not-averaged",
@@ -143,6 +153,7 @@ pub const BUGS: &[Bug] = &[
         changes_loss: false,
         models: ALL,
         needs_kv_replicas: false,
+        needs_vocab_parallel: false,
     },
     Bug {
         id: "wrong-group",
@@ -158,6 +169,7 @@ pub const BUGS: &[Bug] = &[
         changes_loss: true,
         models: ALL,
         needs_kv_replicas: false,
+        needs_vocab_parallel: false,
     },
     Bug {
         id: "llama-oproj-missing-allreduce",
@@ -173,6 +185,7 @@ pub const BUGS: &[Bug] = &[
         changes_loss: true,
         models: LLAMA,
         needs_kv_replicas: false,
+        needs_vocab_parallel: false,
     },
     Bug {
         id: "llama-attn-scale-local",
@@ -188,6 +201,7 @@ pub const BUGS: &[Bug] = &[
         changes_loss: true,
         models: LLAMA,
         needs_kv_replicas: false,
+        needs_vocab_parallel: false,
     },
     Bug {
         id: "llama-qkv-grad-missing-allreduce",
@@ -203,6 +217,7 @@ pub const BUGS: &[Bug] = &[
         changes_loss: false,
         models: LLAMA,
         needs_kv_replicas: false,
+        needs_vocab_parallel: false,
     },
     Bug {
         id: "llama-kv-grad-unsynced",
@@ -218,6 +233,23 @@ pub const BUGS: &[Bug] = &[
         changes_loss: false,
         models: LLAMA,
         needs_kv_replicas: true,
+        needs_vocab_parallel: false,
+    },
+    Bug {
+        id: "llama-vocab-embedding-unmasked",
+        source: "MISSION.md: wrong vocab-parallel embedding mask (TTrace, Megatron-LM VocabParallelEmbedding)",
+        description: "the vocab-parallel embedding does not zero the rows of tokens outside the rank's vocabulary range before the all-reduce",
+        parallelism: "tp with --vocab-parallel",
+        engines: "run",
+        spec_op: "aten.embedding.default of the token embedding",
+        mutation: Mutation::LlamaVocabEmbeddingUnmasked,
+        needs_dp: false,
+        needs_tp: true,
+        needs_backward: false,
+        changes_loss: true,
+        models: LLAMA,
+        needs_kv_replicas: false,
+        needs_vocab_parallel: true,
     },
 ];
 
@@ -246,6 +278,9 @@ impl Bug {
         }
         if self.needs_kv_replicas && !site.kv_replicated {
             missing.push("tp larger than the kv heads (e.g. --mesh tp=4 with 2 kv heads)");
+        }
+        if self.needs_vocab_parallel && !site.vocab_parallel {
+            missing.push("the vocab-parallel embedding and LM head (--vocab-parallel)");
         }
         if self.needs_backward && site.forward_only {
             missing.push("the full iteration (drop --forward-only)");
@@ -278,6 +313,7 @@ mod tests {
             tp,
             forward_only,
             kv_replicated: false,
+            vocab_parallel: false,
         }
     }
 
@@ -304,6 +340,14 @@ mod tests {
             ..site("llama", 1, 4, false)
         };
         assert!(kv.check_applies(&replicated).is_ok());
+        let vp = find_bug("llama-vocab-embedding-unmasked").unwrap();
+        let e = vp.check_applies(&site("llama", 1, 2, true)).unwrap_err();
+        assert!(e.contains("--vocab-parallel"), "{e}");
+        let split = Site {
+            vocab_parallel: true,
+            ..site("llama", 1, 2, true)
+        };
+        assert!(vp.check_applies(&split).is_ok());
     }
 
     #[test]

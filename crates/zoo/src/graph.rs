@@ -448,10 +448,16 @@ impl GraphBuilder {
 
     /// `_c10d_functional.all_reduce.default(a, 'sum', group)` followed by `wait_tensor`.
     pub fn all_reduce_sum(&mut self, a: &Val, group: &str) -> Val {
+        self.all_reduce(a, "sum", group)
+    }
+
+    /// `_c10d_functional.all_reduce.default(a, op, group)` (`op`: sum, max, ...) followed by
+    /// `wait_tensor`.
+    pub fn all_reduce(&mut self, a: &Val, op: &str, group: &str) -> Val {
         let ar = self.call(
             "all_reduce",
             "_c10d_functional.all_reduce.default",
-            &[Arg::V(a), Arg::S("sum"), Arg::S(group)],
+            &[Arg::V(a), Arg::S(op), Arg::S(group)],
             a.shape.clone(),
         );
         self.call(

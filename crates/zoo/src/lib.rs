@@ -153,6 +153,9 @@ pub struct EmitOptions {
     pub bug: Option<&'static Bug>,
     /// Emit the forward pass and loss only (no backward, no optimizer step).
     pub forward_only: bool,
+    /// Llama: split the embedding and LM head along the vocabulary over tp (Megatron's
+    /// vocab-parallel embedding and cross-entropy).
+    pub vocab_parallel: bool,
 }
 
 /// An emitted case: file names (relative to the output directory) and their contents.
@@ -176,8 +179,7 @@ impl Emitted {
 /// A model's plan, ready to be written out.
 struct Plan {
     spec: graph::GraphBuilder,
-    /// One rendered graph per rank, in rank order (SPMD today: all equal, but a plan may
-    /// give ranks different programs).
+    /// One rendered graph per rank, in rank order.
     ranks: Vec<String>,
     /// Non-parameter inputs: (name, sharded over dp along dim 0, else replicated).
     data: Vec<(&'static str, bool)>,
@@ -201,8 +203,13 @@ pub fn emit(opts: &EmitOptions) -> Result<Emitted, String> {
     }
     let (dp, tp) = (opts.mesh.size("dp"), opts.mesh.size("tp"));
     let llama = opts.model == "llama";
+    if opts.vocab_parallel && (!llama || tp < 2) {
+        return Err(
+            "vocab parallelism applies to the llama model on a tp mesh dim of size >= 2".into(),
+        );
+    }
     if llama {
-        opts.llama.check_split(dp, tp)?;
+        opts.llama.check_split(dp, tp, opts.vocab_parallel)?;
     } else {
         opts.mlp.check_split(dp, tp)?;
     }
@@ -213,13 +220,25 @@ pub fn emit(opts: &EmitOptions) -> Result<Emitted, String> {
             tp,
             forward_only: opts.forward_only,
             kv_replicated: llama && opts.llama.kv_replicas(tp) > 1,
+            vocab_parallel: opts.vocab_parallel,
         })?;
     }
     let mutation = opts.bug.map(|b| b.mutation);
     let n = opts.mesh.ranks();
     let plan = if llama {
         let cfg = &opts.llama;
-        let rank = llama::build(cfg, dp, tp, opts.forward_only, mutation).render();
+        // Rank = dp_i * tp + tp_i; ranks differ only by their vocabulary range.
+        let ranks = (0..n)
+            .map(|r| {
+                let plan = llama::RankPlan {
+                    dp,
+                    tp,
+                    tp_rank: r % tp,
+                    vocab_parallel: opts.vocab_parallel,
+                };
+                llama::build(cfg, plan, opts.forward_only, mutation).render()
+            })
+            .collect();
         let rep = cfg.kv_replicas(tp);
         let groups = if rep > 1 {
             // Rank = dp_i * tp + tp_i; kv head j is held by tp ranks [j * rep, (j + 1) * rep).
@@ -233,10 +252,10 @@ pub fn emit(opts: &EmitOptions) -> Result<Emitted, String> {
             Vec::new()
         };
         Plan {
-            spec: llama::build(cfg, 1, 1, opts.forward_only, None),
-            ranks: vec![rank; n],
+            spec: llama::build(cfg, llama::RankPlan::SPEC, opts.forward_only, None),
+            ranks,
             data: vec![("tokens", true), ("labels", true), ("rope_inv_freq", false)],
-            params: cfg.params(tp),
+            params: cfg.params(tp, opts.vocab_parallel),
             groups,
         }
     } else {
@@ -282,6 +301,9 @@ fn case_yaml(opts: &EmitOptions, plan: &Plan) -> String {
         ),
     };
     let mut name = format!("{}-{}", opts.model, mesh.label());
+    if opts.vocab_parallel {
+        name.push_str("-vp");
+    }
     if opts.forward_only {
         name.push_str("-fw");
     }

@@ -77,8 +77,9 @@ impl LlamaConfig {
 
     /// The parameters in graph order: the embedding; per layer the attention norm, q/k/v
     /// (column parallel), o (row parallel), the MLP norm, gate/up (column parallel), down (row
-    /// parallel); the final norm and the LM head. Norms, embedding and LM head are replicated.
-    pub fn params(&self, tp: usize) -> Vec<Param> {
+    /// parallel); the final norm and the LM head. Norms are replicated; embedding and LM head
+    /// too, unless `vocab_parallel` splits them along the vocabulary.
+    pub fn params(&self, tp: usize, vocab_parallel: bool) -> Vec<Param> {
         let (h, f, v) = (self.hidden, self.ffn, self.vocab);
         let (q, kv) = (
             self.heads * self.head_dim(),
@@ -89,7 +90,12 @@ impl LlamaConfig {
             1 => TpLayout::Shard(0),
             replicas => TpLayout::ShardReplicas { dim: 0, replicas },
         };
-        let mut out = vec![p("embed".into(), vec![v, h], TpLayout::Replicate)];
+        let vocab_layout = if vocab_parallel {
+            TpLayout::Shard(0)
+        } else {
+            TpLayout::Replicate
+        };
+        let mut out = vec![p("embed".into(), vec![v, h], vocab_layout)];
         for l in 0..self.layers {
             out.extend([
                 p(format!("attn_norm_{l}"), vec![h], TpLayout::Replicate),
@@ -104,12 +110,13 @@ impl LlamaConfig {
             ]);
         }
         out.push(p("final_norm".into(), vec![h], TpLayout::Replicate));
-        out.push(p("lm_head".into(), vec![v, h], TpLayout::Replicate));
+        out.push(p("lm_head".into(), vec![v, h], vocab_layout));
         out
     }
 
-    /// Why these sizes cannot be split `dp` x `tp` ways, if they cannot.
-    pub fn check_split(&self, dp: usize, tp: usize) -> Result<(), String> {
+    /// Why these sizes cannot be split `dp` x `tp` ways (the vocabulary too when
+    /// `vocab_parallel`), if they cannot.
+    pub fn check_split(&self, dp: usize, tp: usize, vocab_parallel: bool) -> Result<(), String> {
         let sizes = [
             ("hidden", self.hidden),
             ("heads", self.heads),
@@ -174,6 +181,12 @@ impl LlamaConfig {
         if !self.ffn.is_multiple_of(tp) {
             return Err(format!("ffn {} is not divisible by tp = {tp}", self.ffn));
         }
+        if vocab_parallel && !self.vocab.is_multiple_of(tp) {
+            return Err(format!(
+                "vocab {} is not divisible by tp = {tp} (--vocab-parallel)",
+                self.vocab
+            ));
+        }
         if !self.kv_heads.is_multiple_of(tp) && !tp.is_multiple_of(self.kv_heads) {
             return Err(format!(
                 "kv_heads {} and tp = {tp}: one must divide the other (kv heads are split \
@@ -183,6 +196,30 @@ impl LlamaConfig {
         }
         Ok(())
     }
+}
+
+/// The rank a graph is built for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RankPlan {
+    /// Size of the dp mesh dim.
+    pub dp: usize,
+    /// Size of the tp mesh dim.
+    pub tp: usize,
+    /// The rank's index along tp (its vocabulary range under `vocab_parallel`).
+    pub tp_rank: usize,
+    /// Embedding and LM head split along the vocabulary over tp (Megatron's
+    /// `VocabParallelEmbedding` and vocab-parallel cross-entropy).
+    pub vocab_parallel: bool,
+}
+
+impl RankPlan {
+    /// The single-device spec.
+    pub const SPEC: RankPlan = RankPlan {
+        dp: 1,
+        tp: 1,
+        tp_rank: 0,
+        vocab_parallel: false,
+    };
 }
 
 /// What the backward of an RMSNorm reads from its forward.
@@ -334,18 +371,318 @@ fn reduce_if(g: &mut GraphBuilder, x: &Val, group: &str, size: usize) -> Val {
     }
 }
 
-/// Builds the graph of every rank of the plan `dp` x `tp` (SPMD: one program); the spec is
-/// `dp = tp = 1`, no bug. Forward and loss (output `loss`), and unless
-/// `forward_only` the explicit backward, gradient finalization (all-reduce over the replicas of
+/// A vocab-parallel embedding lookup (before its all-reduce) and what its backward reads.
+struct VocabEmbedding {
+    /// The looked-up rows, zeroed where the token is outside the rank's range.
+    out: Val,
+    /// Token ids relative to the rank's first row, 0 where outside.
+    ids: Val,
+    /// `[b, s, 1]`: the token is outside the rank's range.
+    outside3: Val,
+}
+
+/// `ids < lo | ids >= hi`, as Megatron masks a vocabulary range.
+fn outside_range(g: &mut GraphBuilder, ids: &Val, lo: usize, hi: usize) -> Val {
+    let below = g.call_typed(
+        "lt",
+        "aten.lt.Scalar",
+        &[Arg::V(ids), Arg::I(lo as i64)],
+        "b8",
+        ids.shape.clone(),
+    );
+    let above = g.call_typed(
+        "ge",
+        "aten.ge.Scalar",
+        &[Arg::V(ids), Arg::I(hi as i64)],
+        "b8",
+        ids.shape.clone(),
+    );
+    g.call_typed(
+        "bitwise_or",
+        "aten.bitwise_or.Tensor",
+        &[Arg::V(&below), Arg::V(&above)],
+        "b8",
+        ids.shape.clone(),
+    )
+}
+
+/// `ids - lo`, with 0 where `outside`.
+fn local_ids(g: &mut GraphBuilder, ids: &Val, outside: &Val, lo: usize) -> Val {
+    let shifted = g.call_typed(
+        "sub",
+        "aten.sub.Scalar",
+        &[Arg::V(ids), Arg::I(lo as i64)],
+        "i64",
+        ids.shape.clone(),
+    );
+    g.call_typed(
+        "masked_fill",
+        "aten.masked_fill.Scalar",
+        &[Arg::V(&shifted), Arg::V(outside), Arg::I(0)],
+        "i64",
+        ids.shape.clone(),
+    )
+}
+
+/// Megatron's `VocabParallelEmbedding` before its all-reduce: look up the rows of the rank's
+/// range `[v0, v0 + vl)` and zero those of other tokens (unless the planted bug skips it).
+fn vocab_embedding(
+    g: &mut GraphBuilder,
+    embed: &Val,
+    tokens: &Val,
+    v0: usize,
+    vl: usize,
+    bug: Option<Mutation>,
+) -> VocabEmbedding {
+    let outside = outside_range(g, tokens, v0, v0 + vl);
+    let ids = local_ids(g, tokens, &outside, v0);
+    let mut shape = tokens.shape.clone();
+    shape.push(embed.shape[1]);
+    let rows = g.call(
+        "embedding",
+        "aten.embedding.default",
+        &[Arg::V(embed), Arg::V(&ids)],
+        shape.clone(),
+    );
+    let outside3 = g.unsqueeze(&outside, tokens.shape.len());
+    let out = if bug == Some(Mutation::LlamaVocabEmbeddingUnmasked) {
+        rows
+    } else {
+        g.call(
+            "masked_fill",
+            "aten.masked_fill.Scalar",
+            &[Arg::V(&rows), Arg::V(&outside3), Arg::F(0.0)],
+            shape,
+        )
+    };
+    VocabEmbedding { out, ids, outside3 }
+}
+
+/// A cross-entropy loss (mean over tokens) and what its backward reads.
+enum CrossEntropy {
+    /// `_log_softmax` + `nll_loss_forward` on whole logits.
+    Full {
+        loss: Val,
+        log_probs: Val,
+        labels: Val,
+        total_weight: Val,
+    },
+    /// Megatron's vocab-parallel cross-entropy on the rank's logits `[t, vl]`.
+    VocabParallel {
+        loss: Val,
+        exp: Val,
+        sum_exp: Val,
+        /// `[t, 1]` label ids relative to the rank's range, 0 where outside.
+        ids: Val,
+        /// `[t, 1]`: the label is outside the rank's range.
+        outside: Val,
+    },
+}
+
+impl CrossEntropy {
+    /// The gradient of the logits for a gradient of 1 on the (rank-local) loss.
+    fn backward(&self, g: &mut GraphBuilder) -> Val {
+        match self {
+            CrossEntropy::Full {
+                log_probs,
+                labels,
+                total_weight,
+                ..
+            } => {
+                let one = g.call(
+                    "full",
+                    "aten.full.default",
+                    &[
+                        Arg::Ints(vec![]),
+                        Arg::F(1.0),
+                        Arg::Raw("dtype = torch.float32"),
+                        Arg::Raw("device = device(type='cpu')"),
+                        Arg::Raw("pin_memory = False"),
+                    ],
+                    vec![],
+                );
+                let g_ls = g.call(
+                    "nll_loss_backward",
+                    "aten.nll_loss_backward.default",
+                    &[
+                        Arg::V(&one),
+                        Arg::V(log_probs),
+                        Arg::V(labels),
+                        Arg::Raw("None"),
+                        Arg::I(1),
+                        Arg::I(-100),
+                        Arg::V(total_weight),
+                    ],
+                    log_probs.shape.clone(),
+                );
+                g.call(
+                    "_log_softmax_backward_data",
+                    "aten._log_softmax_backward_data.default",
+                    &[
+                        Arg::V(&g_ls),
+                        Arg::V(log_probs),
+                        Arg::I(1),
+                        Arg::Raw("torch.float32"),
+                    ],
+                    log_probs.shape.clone(),
+                )
+            }
+            CrossEntropy::VocabParallel {
+                exp,
+                sum_exp,
+                ids,
+                outside,
+                ..
+            } => {
+                // (softmax - one_hot(label)) / tokens, the one-hot only inside the range.
+                let (t, vl) = (exp.shape[0], exp.shape[1]);
+                let probs = g.binary("div", "aten.div.Tensor", exp, sum_exp);
+                let cols = g.call_typed(
+                    "arange",
+                    "aten.arange.start",
+                    &[
+                        Arg::I(0),
+                        Arg::I(vl as i64),
+                        Arg::Raw("device = device(type='cpu')"),
+                        Arg::Raw("pin_memory = False"),
+                    ],
+                    "i64",
+                    vec![vl],
+                );
+                let hit = g.call_typed(
+                    "eq",
+                    "aten.eq.Tensor",
+                    &[Arg::V(ids), Arg::V(&cols)],
+                    "b8",
+                    vec![t, vl],
+                );
+                let inside = g.call_typed(
+                    "bitwise_not",
+                    "aten.bitwise_not.default",
+                    &[Arg::V(outside)],
+                    "b8",
+                    outside.shape.clone(),
+                );
+                let one_hot_b = g.call_typed(
+                    "bitwise_and",
+                    "aten.bitwise_and.Tensor",
+                    &[Arg::V(&hit), Arg::V(&inside)],
+                    "b8",
+                    vec![t, vl],
+                );
+                let one_hot = g.call(
+                    "_to_copy",
+                    "aten._to_copy.default",
+                    &[Arg::V(&one_hot_b), Arg::Raw("dtype = torch.float32")],
+                    vec![t, vl],
+                );
+                let diff = g.sub("sub", &probs, &one_hot);
+                g.div_scalar("div", &diff, Arg::I(t as i64))
+            }
+        }
+    }
+
+    /// The rank-local mean loss.
+    fn loss(&self) -> &Val {
+        match self {
+            CrossEntropy::Full { loss, .. } | CrossEntropy::VocabParallel { loss, .. } => loss,
+        }
+    }
+}
+
+/// `nll_loss(log_softmax(logits), labels)`, mean over tokens; the loss is named `name`.
+fn cross_entropy(g: &mut GraphBuilder, logits: &Val, labels: &Val, name: &str) -> CrossEntropy {
+    let log_probs = g.call(
+        "_log_softmax",
+        "aten._log_softmax.default",
+        &[Arg::V(logits), Arg::I(1), Arg::B(false)],
+        logits.shape.clone(),
+    );
+    let nll = g.call_multi(
+        "nll_loss_forward",
+        "aten.nll_loss_forward.default",
+        &[
+            Arg::V(&log_probs),
+            Arg::V(labels),
+            Arg::Raw("None"),
+            Arg::I(1),
+            Arg::I(-100),
+        ],
+        &[(name, vec![]), ("total_weight", vec![])],
+    );
+    CrossEntropy::Full {
+        loss: nll[0].clone(),
+        log_probs,
+        labels: labels.clone(),
+        total_weight: nll[1].clone(),
+    }
+}
+
+/// Megatron's vocab-parallel cross-entropy over the rank's logits `[t, vl]` (vocabulary rows
+/// from `v0`): the row max all-reduced (max), the label's logit picked where the label is in
+/// range and all-reduced, the sum of exponentials all-reduced; the loss is
+/// `mean(log(sum_exp) - label_logit)`, named `name`.
+fn vocab_cross_entropy(
+    g: &mut GraphBuilder,
+    logits: &Val,
+    labels: &Val,
+    v0: usize,
+    name: &str,
+) -> CrossEntropy {
+    let (t, vl) = (logits.shape[0], logits.shape[1]);
+    let local_max = g.call(
+        "amax",
+        "aten.amax.default",
+        &[Arg::V(logits), Arg::Ints(vec![1]), Arg::B(true)],
+        vec![t, 1],
+    );
+    let max = g.all_reduce(&local_max, "max", "tp");
+    let shifted = g.sub("sub", logits, &max);
+    let outside1 = outside_range(g, labels, v0, v0 + vl);
+    let ids1 = local_ids(g, labels, &outside1, v0);
+    let ids = g.unsqueeze(&ids1, 1);
+    let outside = g.unsqueeze(&outside1, 1);
+    let picked = g.call(
+        "gather",
+        "aten.gather.default",
+        &[Arg::V(&shifted), Arg::I(1), Arg::V(&ids)],
+        vec![t, 1],
+    );
+    let picked = g.call(
+        "masked_fill",
+        "aten.masked_fill.Scalar",
+        &[Arg::V(&picked), Arg::V(&outside), Arg::F(0.0)],
+        vec![t, 1],
+    );
+    let label_logit = g.all_reduce_sum(&picked, "tp");
+    let exp = g.unary("exp", "aten.exp.default", &shifted);
+    let local_sum = g.sum_dims(&exp, &[1], true);
+    let sum_exp = g.all_reduce_sum(&local_sum, "tp");
+    let log_sum = g.unary("log", "aten.log.default", &sum_exp);
+    let per_token = g.sub("sub", &log_sum, &label_logit);
+    let loss = g.mean(name, &per_token);
+    CrossEntropy::VocabParallel {
+        loss,
+        exp,
+        sum_exp,
+        ids,
+        outside,
+    }
+}
+
+/// Builds the graph of one rank of the plan ([`RankPlan::SPEC`], no bug, is the spec). Ranks
+/// differ only in the vocabulary range they hold under `vocab_parallel`. Forward and loss
+/// (output `loss`), and unless `forward_only` the explicit backward, gradient finalization (all-reduce over the replicas of
 /// a kv head when tp exceeds the kv heads, all-reduce and average over dp) and an SGD step
 /// whose updated parameters are outputs `<param>_new`.
 pub fn build(
     cfg: &LlamaConfig,
-    dp: usize,
-    tp: usize,
+    plan: RankPlan,
     forward_only: bool,
     bug: Option<Mutation>,
 ) -> GraphBuilder {
+    let RankPlan { dp, tp, .. } = plan;
+    let vp = plan.vocab_parallel && tp > 1;
     let is = |m: Mutation| bug == Some(m);
     let mut g = GraphBuilder::new();
     let (b, s, h, v) = (cfg.batch / dp, cfg.seq, cfg.hidden, cfg.vocab);
@@ -358,7 +695,10 @@ pub fn build(
     let tokens = g.input_typed("tokens", "i64", &[b, s]);
     let labels = g.input_typed("labels", "i64", &[b, s]);
     let inv_freq = g.input("rope_inv_freq", &[hd / 2]);
-    let specs = cfg.params(tp);
+    let specs = cfg.params(tp, vp);
+    // The rank's vocabulary rows [v0, v0 + vl) under vocab parallelism.
+    let vl = if vp { v / tp } else { v };
+    let v0 = if vp { plan.tp_rank * vl } else { 0 };
     let mut w: BTreeMap<String, Val> = BTreeMap::new();
     for p in &specs {
         let val = g.input(&p.name, &p.local_shape(tp));
@@ -414,12 +754,19 @@ pub fn build(
         vec![s, s],
     );
 
-    let mut x = g.call(
-        "embedding",
-        "aten.embedding.default",
-        &[Arg::V(&w("embed")), Arg::V(&tokens)],
-        vec![b, s, h],
-    );
+    let (mut x, emb_mask) = if vp {
+        let vpe = vocab_embedding(&mut g, &w("embed"), &tokens, v0, vl, bug);
+        let x = g.all_reduce_sum(&vpe.out, "tp");
+        (x, Some(vpe))
+    } else {
+        let x = g.call(
+            "embedding",
+            "aten.embedding.default",
+            &[Arg::V(&w("embed")), Arg::V(&tokens)],
+            vec![b, s, h],
+        );
+        (x, None)
+    };
     let mut saved = Vec::new();
     for l in 0..cfg.layers {
         // Attention: q/k/v column parallel (the rank's heads), o row parallel.
@@ -507,27 +854,14 @@ pub fn build(
     let (xf, final_norm) = rms_norm(&mut g, &x, &w("final_norm"), cfg.eps);
     let xf2d = g.view(&xf, &[t, h]);
     let logits = linear(&mut g, &xf2d, &w("lm_head"));
-    let ls = g.call(
-        "_log_softmax",
-        "aten._log_softmax.default",
-        &[Arg::V(&logits), Arg::I(1), Arg::B(false)],
-        vec![t, v],
-    );
     let labels1 = g.view(&labels, &[t]);
     let local_name = if dp > 1 { "nll_loss" } else { "loss" };
-    let nll = g.call_multi(
-        "nll_loss_forward",
-        "aten.nll_loss_forward.default",
-        &[
-            Arg::V(&ls),
-            Arg::V(&labels1),
-            Arg::Raw("None"),
-            Arg::I(1),
-            Arg::I(-100),
-        ],
-        &[(local_name, vec![]), ("total_weight", vec![])],
-    );
-    let (local, total_weight) = (&nll[0], &nll[1]);
+    let ce = if vp {
+        vocab_cross_entropy(&mut g, &logits, &labels1, v0, local_name)
+    } else {
+        cross_entropy(&mut g, &logits, &labels1, local_name)
+    };
+    let local = ce.loss();
     let loss = if dp > 1 {
         let total = g.all_reduce_sum(local, "dp");
         let by = if is(Mutation::DpLossNotAveraged) {
@@ -546,46 +880,16 @@ pub fn build(
 
     // Backward of the rank's local loss (seed 1); dp averaging happens on the gradients.
     let mut grads: BTreeMap<String, Val> = BTreeMap::new();
-    let one = g.call(
-        "full",
-        "aten.full.default",
-        &[
-            Arg::Ints(vec![]),
-            Arg::F(1.0),
-            Arg::Raw("dtype = torch.float32"),
-            Arg::Raw("device = device(type='cpu')"),
-            Arg::Raw("pin_memory = False"),
-        ],
-        vec![],
-    );
-    let g_ls = g.call(
-        "nll_loss_backward",
-        "aten.nll_loss_backward.default",
-        &[
-            Arg::V(&one),
-            Arg::V(&ls),
-            Arg::V(&labels1),
-            Arg::Raw("None"),
-            Arg::I(1),
-            Arg::I(-100),
-            Arg::V(total_weight),
-        ],
-        vec![t, v],
-    );
-    let g_logits = g.call(
-        "_log_softmax_backward_data",
-        "aten._log_softmax_backward_data.default",
-        &[
-            Arg::V(&g_ls),
-            Arg::V(&ls),
-            Arg::I(1),
-            Arg::Raw("torch.float32"),
-        ],
-        vec![t, v],
-    );
+    let g_logits = ce.backward(&mut g);
     let gt = g.t(&g_logits);
     grads.insert("lm_head".into(), g.mm(&gt, &xf2d));
     let g_xf2d = g.mm(&g_logits, &w("lm_head"));
+    // Under vocab parallelism the LM head is column parallel: its input gradient is partial.
+    let g_xf2d = if vp {
+        g.all_reduce_sum(&g_xf2d, "tp")
+    } else {
+        g_xf2d
+    };
     let g_xf = g.view(&g_xf2d, &[b, s, h]);
     let (mut gx, g_fn) = rms_norm_backward(&mut g, &g_xf, &w("final_norm"), &final_norm);
     grads.insert("final_norm".into(), g_fn);
@@ -684,17 +988,31 @@ pub fn build(
         grads.insert(format!("attn_norm_{l}"), g_an);
         gx = g.add(&g_hres, &g_x_norm);
     }
+    let (g_rows, ids) = match &emb_mask {
+        Some(vpe) if !is(Mutation::LlamaVocabEmbeddingUnmasked) => {
+            // Rows the forward zeroed get no gradient (the masked ids all point at row 0).
+            let zeroed = g.call(
+                "masked_fill",
+                "aten.masked_fill.Scalar",
+                &[Arg::V(&gx), Arg::V(&vpe.outside3), Arg::F(0.0)],
+                gx.shape.clone(),
+            );
+            (zeroed, vpe.ids.clone())
+        }
+        Some(vpe) => (gx.clone(), vpe.ids.clone()),
+        None => (gx.clone(), tokens.clone()),
+    };
     let g_embed = g.call(
         "embedding_dense_backward",
         "aten.embedding_dense_backward.default",
         &[
-            Arg::V(&gx),
-            Arg::V(&tokens),
-            Arg::I(v as i64),
+            Arg::V(&g_rows),
+            Arg::V(&ids),
+            Arg::I(vl as i64),
             Arg::I(-1),
             Arg::B(false),
         ],
-        vec![v, h],
+        vec![vl, h],
     );
     grads.insert("embed".into(), g_embed);
 
@@ -727,20 +1045,23 @@ mod tests {
     fn splits_are_checked() {
         let c = LlamaConfig::default();
         for (dp, tp) in [(1, 1), (2, 1), (1, 2), (2, 2), (1, 4)] {
-            assert!(c.check_split(dp, tp).is_ok(), "dp {dp} tp {tp}");
+            assert!(c.check_split(dp, tp, tp > 1).is_ok(), "dp {dp} tp {tp}");
         }
-        assert!(c.check_split(3, 1).unwrap_err().contains("batch"));
-        assert!(c.check_split(1, 8).unwrap_err().contains("heads"));
+        assert!(c.check_split(3, 1, false).unwrap_err().contains("batch"));
+        assert!(c.check_split(1, 8, false).unwrap_err().contains("heads"));
         let odd = LlamaConfig {
             hidden: 12,
             ..LlamaConfig::default()
         };
-        assert!(odd.check_split(1, 1).unwrap_err().contains("odd"));
+        assert!(odd.check_split(1, 1, false).unwrap_err().contains("odd"));
         let gqa = LlamaConfig {
             kv_heads: 3,
             ..LlamaConfig::default()
         };
-        assert!(gqa.check_split(1, 1).unwrap_err().contains("kv_heads"));
+        assert!(gqa
+            .check_split(1, 1, false)
+            .unwrap_err()
+            .contains("kv_heads"));
         let three = LlamaConfig {
             heads: 6,
             kv_heads: 3,
@@ -748,26 +1069,43 @@ mod tests {
             ..LlamaConfig::default()
         };
         assert!(three
-            .check_split(1, 2)
+            .check_split(1, 2, false)
             .unwrap_err()
             .contains("one must divide"));
         let huge = LlamaConfig {
             vocab: usize::MAX / 2,
             ..LlamaConfig::default()
         };
-        assert!(huge.check_split(1, 1).unwrap_err().contains("elements"));
+        assert!(huge
+            .check_split(1, 1, false)
+            .unwrap_err()
+            .contains("elements"));
         let zero = LlamaConfig {
             seq: 0,
             ..LlamaConfig::default()
         };
-        assert!(zero.check_split(1, 1).unwrap_err().contains("seq"));
+        assert!(zero.check_split(1, 1, false).unwrap_err().contains("seq"));
+        let vocab = LlamaConfig {
+            vocab: 30,
+            ..LlamaConfig::default()
+        };
+        assert!(vocab.check_split(1, 4, false).is_ok());
+        assert!(vocab
+            .check_split(1, 4, true)
+            .unwrap_err()
+            .contains("vocab 30"));
     }
 
     #[test]
     fn kv_heads_are_replicated_when_tp_exceeds_them() {
         let c = LlamaConfig::default();
         assert_eq!((c.kv_replicas(2), c.kv_replicas(4)), (1, 2));
-        let wk = |tp| c.params(tp).into_iter().find(|p| p.name == "wk_0").unwrap();
+        let wk = |tp| {
+            c.params(tp, false)
+                .into_iter()
+                .find(|p| p.name == "wk_0")
+                .unwrap()
+        };
         assert_eq!(wk(2).local_shape(2), vec![4, 16]);
         assert_eq!(
             wk(4).tp,
@@ -779,27 +1117,35 @@ mod tests {
         assert_eq!(wk(4).local_shape(4), vec![4, 16]);
     }
 
+    fn plan(dp: usize, tp: usize) -> RankPlan {
+        RankPlan {
+            dp,
+            tp,
+            tp_rank: 0,
+            vocab_parallel: false,
+        }
+    }
+
     #[test]
     fn graphs_have_the_expected_outputs_and_collectives() {
         let c = LlamaConfig::default();
-        let spec = build(&c, 1, 1, false, None);
+        let spec = build(&c, RankPlan::SPEC, false, None);
         let names: Vec<&str> = spec.outputs().iter().map(|v| v.name.as_str()).collect();
         assert_eq!(names[0], "loss");
-        assert_eq!(names.len(), 1 + c.params(1).len());
+        assert_eq!(names.len(), 1 + c.params(1, false).len());
         assert!(names[1..].iter().all(|n| n.ends_with("_new")), "{names:?}");
         let text = spec.render();
         assert!(!text.contains("all_reduce"), "the spec has no collectives");
         // tp=4 with 2 kv heads: kv gradients are all-reduced over the replicas.
-        let tp4 = build(&c, 1, 4, false, None).render();
+        let tp4 = build(&c, plan(1, 4), false, None).render();
         assert!(tp4.contains("'kv')"), "{tp4}");
-        let unsynced = build(&c, 1, 4, false, Some(Mutation::LlamaKvGradUnsynced)).render();
+        let unsynced = build(&c, plan(1, 4), false, Some(Mutation::LlamaKvGradUnsynced)).render();
         assert!(!unsynced.contains("'kv')"));
         // Backward all-reduces over tp: per layer one after q/k/v and one after gate/up.
-        let tp2 = build(&c, 1, 2, false, None).render();
+        let tp2 = build(&c, plan(1, 2), false, None).render();
         let dropped = build(
             &c,
-            1,
-            2,
+            plan(1, 2),
             false,
             Some(Mutation::LlamaQkvGradMissingAllreduce),
         )
@@ -807,7 +1153,21 @@ mod tests {
         let count = |t: &str| t.matches("'tp')").count();
         assert_eq!(count(&tp2), 4 * c.layers);
         assert_eq!(count(&dropped), 4 * c.layers - 1);
-        let fw = build(&c, 1, 2, true, None);
+        // Vocab parallelism: each rank masks its own vocabulary range.
+        let vp = |tp_rank| {
+            let p = RankPlan {
+                tp_rank,
+                vocab_parallel: true,
+                ..plan(1, 2)
+            };
+            build(&c, p, true, None).render()
+        };
+        let (r0, r1) = (vp(0), vp(1));
+        assert!(r0.contains("aten.ge.Scalar(tokens, 16)"), "{r0}");
+        assert!(r1.contains("aten.lt.Scalar(tokens, 16)"), "{r1}");
+        assert!(r1.contains("embed: \"f32[16, 16]\""), "{r1}");
+        assert!(r1.contains("all_reduce.default(amax, 'max', 'tp')"), "{r1}");
+        let fw = build(&c, plan(1, 2), true, None);
         assert_eq!(fw.outputs().len(), 1);
     }
 }

@@ -13,6 +13,7 @@ fn opts(model: &str, mesh: &str, forward_only: bool) -> EmitOptions {
         mesh: Mesh::parse(mesh).unwrap(),
         bug: None,
         forward_only,
+        vocab_parallel: false,
     }
 }
 
@@ -33,6 +34,7 @@ fn emitted_cases_load() {
                         tp,
                         forward_only,
                         kv_replicated: model == "llama" && o.llama.kv_replicas(tp) > 1,
+                        vocab_parallel: false,
                     };
                     if bug.is_some_and(|b| b.check_applies(&site).is_err()) {
                         assert!(emit(&o).is_err());
@@ -70,4 +72,10 @@ fn invalid_requests_are_refused() {
     l.bug = find_bug("llama-kv-grad-unsynced");
     l.forward_only = false;
     assert!(emit(&l).unwrap_err().contains("kv heads"));
+    l.bug = None;
+    l.vocab_parallel = true;
+    l.mesh = Mesh::parse("dp=2").unwrap();
+    assert!(emit(&l).unwrap_err().contains("tp mesh dim"));
+    l.mesh = Mesh::parse("tp=2").unwrap();
+    assert_eq!(emit(&l).unwrap().files.len(), 4);
 }

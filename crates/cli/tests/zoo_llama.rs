@@ -1,7 +1,12 @@
-//! The llama spec's explicit backward is the true gradient of its loss: every `<param>_new`
-//! output of the full iteration is `param - lr * d loss / d param`, checked element by element
-//! against central finite differences of the loss, run by the reference interpreter in f64.
-//! (`run` only compares spec and ranks with each other; this checks the spec itself.)
+//! The llama spec is a faithful Llama-3 and its explicit backward is the true gradient:
+//! - every `<param>_new` output of the full iteration is `param - lr * d loss / d param`,
+//!   checked element by element against central finite differences of the loss, run by the
+//!   reference interpreter in f64 (always);
+//! - the loss and every gradient agree with an independent PyTorch implementation (float64,
+//!   autograd) when the oracle suite is set up (`SHARDPROOF_ORACLE_DIR`, as `scripts/test`
+//!   sets it).
+//!
+//! (`run` only compares spec and ranks with each other; these check the spec itself.)
 
 use shardproof_ir::{DType, Graph};
 use shardproof_ops::{Meta, Tensor};
@@ -135,4 +140,142 @@ fn spec_gradients_match_finite_differences() {
         }
     }
     assert_eq!(checked, 3 * params.len());
+}
+
+/// An independent Llama-3 forward in PyTorch (float64): `F.embedding`, RMSNorm, Hugging Face's
+/// `rotate_half` RoPE, `repeat_interleave` for grouped-query attention,
+/// `F.scaled_dot_product_attention(is_causal=True)`, SwiGLU, `F.cross_entropy`; autograd for
+/// the gradients. Reads the inputs from the JSON file `argv[1]`, prints loss and gradients.
+const TORCH_LLAMA: &str = r#"
+import json, sys
+import torch
+import torch.nn.functional as F
+
+d = json.load(open(sys.argv[1]))
+c = d["config"]
+def load(name, dtype=torch.float64):
+    t = d["inputs"][name]
+    return torch.tensor(t["data"], dtype=dtype).reshape(t["shape"])
+tokens, labels = load("tokens", torch.long), load("labels", torch.long)
+inv_freq = load("rope_inv_freq")
+p = {n: load(n).requires_grad_() for n in d["params"]}
+B, S, H = tokens.shape[0], tokens.shape[1], c["hidden"]
+nh, nkv = c["heads"], c["kv_heads"]
+hd = H // nh
+
+def rms(x, w):
+    return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + c["eps"]))
+
+def rotate_half(x):
+    return torch.cat([-x[..., hd // 2:], x[..., : hd // 2]], -1)
+
+angles = torch.outer(torch.arange(S, dtype=torch.float64), inv_freq)
+emb = torch.cat([angles, angles], -1)
+cos, sin = emb.cos(), emb.sin()
+x = F.embedding(tokens, p["embed"])
+for l in range(c["layers"]):
+    h = rms(x, p[f"attn_norm_{l}"])
+    q = (h @ p[f"wq_{l}"].T).view(B, S, nh, hd).transpose(1, 2)
+    k = (h @ p[f"wk_{l}"].T).view(B, S, nkv, hd).transpose(1, 2)
+    v = (h @ p[f"wv_{l}"].T).view(B, S, nkv, hd).transpose(1, 2)
+    q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+    k, v = k.repeat_interleave(nh // nkv, dim=1), v.repeat_interleave(nh // nkv, dim=1)
+    a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    x = x + a.transpose(1, 2).reshape(B, S, nh * hd) @ p[f"wo_{l}"].T
+    h = rms(x, p[f"mlp_norm_{l}"])
+    x = x + (F.silu(h @ p[f"w_gate_{l}"].T) * (h @ p[f"w_up_{l}"].T)) @ p[f"w_down_{l}"].T
+logits = rms(x, p["final_norm"]) @ p["lm_head"].T
+loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+loss.backward()
+print(json.dumps({"loss": loss.item(), "grads": {n: t.grad.flatten().tolist() for n, t in p.items()}}))
+"#;
+
+/// The oracle suite's Python (the virtual environment `scripts/oracle-venv` makes), when the
+/// suite is set up (`SHARDPROOF_ORACLE_DIR`, as `scripts/test` sets it).
+fn oracle_python() -> Option<std::path::PathBuf> {
+    std::env::var_os("SHARDPROOF_ORACLE_DIR")?;
+    let venv = std::env::var_os("SHARDPROOF_VENV")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::PathBuf::from(std::env::var_os("HOME").expect("HOME"))
+                .join(".cache/shardproof/venv")
+        });
+    Some(venv.join("bin/python"))
+}
+
+fn json_tensor(t: &Tensor) -> serde_json::Value {
+    serde_json::json!({ "shape": t.shape(), "data": t.data.to_vec() })
+}
+
+#[test]
+fn spec_matches_pytorch() {
+    let Some(python) = oracle_python() else {
+        eprintln!("skipped: SHARDPROOF_ORACLE_DIR is not set (scripts/test sets up the oracle)");
+        return;
+    };
+    let cfg = LlamaConfig::default();
+    let graph = spec_graph(&cfg);
+    let mut rng = Rng(0x0dd_ba11);
+    let base = leaves(&graph, cfg.vocab, &mut rng);
+    let out = outputs(&graph, &base);
+    let params: Vec<String> = cfg.params(1, false).into_iter().map(|p| p.name).collect();
+    let inputs: serde_json::Map<String, serde_json::Value> = base
+        .iter()
+        .map(|(n, t)| (n.clone(), json_tensor(t)))
+        .collect();
+    let request = serde_json::json!({
+        "config": {
+            "hidden": cfg.hidden, "heads": cfg.heads, "kv_heads": cfg.kv_heads,
+            "layers": cfg.layers, "eps": cfg.eps,
+        },
+        "inputs": inputs,
+        "params": params,
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let (req, script) = (dir.path().join("in.json"), dir.path().join("llama.py"));
+    std::fs::write(&req, request.to_string()).unwrap();
+    std::fs::write(&script, TORCH_LLAMA).unwrap();
+    let run = std::process::Command::new(&python)
+        .arg(&script)
+        .arg(&req)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", python.display()));
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let torch: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    let ours = out["loss"].data[0];
+    let theirs = torch["loss"].as_f64().unwrap();
+    assert!(
+        (ours - theirs).abs() <= 1e-12 * theirs.abs(),
+        "loss: ours {ours}, torch {theirs}"
+    );
+    for p in &params {
+        let theirs: Vec<f64> = torch["grads"][p]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
+        let ours: Vec<f64> = base[p]
+            .data
+            .iter()
+            .zip(out[&format!("{p}_new")].data.iter())
+            .map(|(w, new)| (w - new) / cfg.lr)
+            .collect();
+        assert_eq!(ours.len(), theirs.len(), "{p}");
+        let diff: f64 = ours
+            .iter()
+            .zip(&theirs)
+            .map(|(a, b)| (a - b) * (a - b))
+            .sum();
+        let norm: f64 = theirs.iter().map(|b| b * b).sum();
+        assert!(
+            diff.sqrt() <= 1e-9 * norm.sqrt().max(1e-12),
+            "{p}: gradient differs from PyTorch's (relative error {:e})",
+            diff.sqrt() / norm.sqrt()
+        );
+    }
 }

@@ -11,9 +11,17 @@ use std::path::PathBuf;
 #[derive(Subcommand)]
 pub enum ZooCommand {
     /// List the models, parallelisms and the bug catalog.
-    List,
+    List(ListArgs),
     /// Emit a spec graph, one graph per rank and a case file into a directory.
     Emit(Box<EmitArgs>),
+}
+
+/// Arguments of `shardproof zoo list`.
+#[derive(ClapArgs)]
+pub struct ListArgs {
+    /// Print only the bug catalog.
+    #[arg(long)]
+    bugs: bool,
 }
 
 /// Arguments of `shardproof zoo emit`.
@@ -66,8 +74,8 @@ pub struct EmitArgs {
 /// Runs `shardproof zoo ...`.
 pub fn main(cmd: &ZooCommand) -> Verdict {
     match cmd {
-        ZooCommand::List => {
-            list();
+        ZooCommand::List(args) => {
+            list(args.bugs);
             Verdict::Holds
         }
         ZooCommand::Emit(args) => match emit_case(args) {
@@ -80,14 +88,17 @@ pub fn main(cmd: &ZooCommand) -> Verdict {
     }
 }
 
-fn list() {
-    outln!("models:");
-    for (m, d) in MODELS {
-        outln!("  {m:6}  {d}");
-    }
-    outln!("parallelisms (mesh dims):");
-    for (p, d) in PARALLELISMS {
-        outln!("  {p:6}  {d}");
+fn list(bugs_only: bool) {
+    if !bugs_only {
+        outln!("models:");
+        for (m, d) in MODELS {
+            outln!("  {m:6}  {d}");
+        }
+        outln!("parallelisms (mesh dims):");
+        for (p, d) in PARALLELISMS {
+            outln!("  {p:6}  {d}");
+        }
+        outln!("  (llama only: --vocab-parallel splits the embedding and LM head over tp)");
     }
     outln!("bugs:");
     outln!(

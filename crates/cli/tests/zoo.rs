@@ -217,6 +217,28 @@ fn list_shows_models_and_bugs() {
 }
 
 #[test]
+fn list_bugs_prints_only_the_catalog() {
+    let out = expect(
+        &shardproof(&["zoo", "list", "--bugs"]),
+        0,
+        "zoo list --bugs",
+    );
+    assert!(
+        !out.contains("models:") && out.starts_with("bugs:"),
+        "{out}"
+    );
+    for bug in BUGS {
+        let line = out
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{} ", bug.id)))
+            .unwrap_or_else(|| panic!("{} missing\n{out}", bug.id));
+        for field in [bug.parallelism, bug.engines, bug.spec_op, bug.source] {
+            assert!(line.contains(field), "{}: {field}\n{line}", bug.id);
+        }
+    }
+}
+
+#[test]
 fn invalid_requests_exit_2() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().to_str().unwrap();

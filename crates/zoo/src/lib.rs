@@ -76,7 +76,8 @@ pub const PARALLELISMS: &[(&str, &str)] = &[
     ),
     (
         "tp",
-        "Megatron tensor parallel: fc1 column parallel, fc2 row parallel with an all-reduce",
+        "Megatron tensor parallel: column parallel (mlp fc1; llama q/k/v by heads, gate/up), \
+         row parallel with an all-reduce (mlp fc2; llama o, down)",
     ),
 ];
 

@@ -142,6 +142,8 @@ fn mlp_correct_plans_hold_and_bugs_are_found() {
 fn llama_correct_plans_hold_and_bugs_are_found() {
     // tp=4 exceeds the 2 kv heads of the tiny size: kv heads are replicated over rank pairs.
     check_model("llama", MESHES, false);
+    // 8 ranks: kv-head replicas inside each dp slice.
+    check_model("llama", &[("dp=2,tp=4", 2, 4)], false);
 }
 
 #[test]

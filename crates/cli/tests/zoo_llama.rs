@@ -109,8 +109,24 @@ fn nudged(
 
 #[test]
 fn spec_gradients_match_finite_differences() {
-    let cfg = LlamaConfig::default();
-    let graph = spec_graph(&cfg);
+    check_gradients(&LlamaConfig::default());
+    // Other sizes: plain multi-head attention (no kv repeat), one layer, odd batch and
+    // sequence lengths.
+    check_gradients(&LlamaConfig {
+        hidden: 8,
+        heads: 2,
+        kv_heads: 2,
+        ffn: 12,
+        layers: 1,
+        seq: 5,
+        batch: 3,
+        vocab: 7,
+        ..LlamaConfig::default()
+    });
+}
+
+fn check_gradients(cfg: &LlamaConfig) {
+    let graph = spec_graph(cfg);
     let mut rng = Rng(0x5eed_1234_abcd_0001);
     let base = leaves(&graph, cfg.vocab, &mut rng);
     let out = outputs(&graph, &base);

@@ -672,9 +672,9 @@ fn vocab_cross_entropy(
 
 /// Builds the graph of one rank of the plan ([`RankPlan::SPEC`], no bug, is the spec). Ranks
 /// differ only in the vocabulary range they hold under `vocab_parallel`. Forward and loss
-/// (output `loss`), and unless `forward_only` the explicit backward, gradient finalization (all-reduce over the replicas of
-/// a kv head when tp exceeds the kv heads, all-reduce and average over dp) and an SGD step
-/// whose updated parameters are outputs `<param>_new`.
+/// (output `loss`), and unless `forward_only` the explicit backward, gradient finalization
+/// (all-reduce over the replicas of a kv head when tp exceeds the kv heads, all-reduce and
+/// average over dp) and an SGD step whose updated parameters are outputs `<param>_new`.
 pub fn build(
     cfg: &LlamaConfig,
     plan: RankPlan,

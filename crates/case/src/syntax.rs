@@ -31,7 +31,7 @@ pub struct CaseFile {
     /// `assume:`, in file order.
     pub assume: Vec<Assumption>,
     /// `constants:`: values of module constants (`_tensor_constant0: 0.0`), in file order.
-    pub constants: Vec<(Located<String>, Located<f64>)>,
+    pub constants: Vec<ConstantValue>,
     /// Where the document starts (for errors about missing top-level keys).
     pub span: Span,
 }
@@ -166,6 +166,9 @@ pub struct OpDecl {
     /// Every operator its decomposition calls, with the call's position.
     pub calls: Vec<(OpName, Span)>,
 }
+
+/// One entry of `constants:`: a module constant's name and its value.
+pub type ConstantValue = (Located<String>, Located<f64>);
 
 /// One entry of `assume:` (validated: the key and value are known).
 #[derive(Clone, Debug, PartialEq)]
@@ -815,7 +818,7 @@ fn op_decls(ctx: &Ctx, node: &YNode) -> Result<Vec<OpDecl>, SourceError> {
 fn constant_values(
     ctx: &Ctx,
     node: &YNode,
-) -> Result<Vec<(Located<String>, Located<f64>)>, SourceError> {
+) -> Result<Vec<ConstantValue>, SourceError> {
     let m = ctx.map(
         node,
         "`constants`",

@@ -381,3 +381,20 @@ fn load_case_reads_graphs_relative_to_the_case() {
     let e = shardproof_case::load_case(&dir.path().join("nope.yaml")).unwrap_err();
     assert!(e.message.contains("cannot read the case file"), "{e}");
 }
+
+#[test]
+fn constants_are_checked() {
+    // The linear graphs have no module constants: naming one is an error that says so.
+    let text = format!("{BASE}constants:\n  _tensor_constant0: 0.0\n");
+    let e = assert_error(
+        resolve(&text),
+        15,
+        3,
+        "no graph of the case has a module constant",
+    );
+    assert!(e.hint.unwrap().contains("no module constants"));
+    let text = format!("{BASE}constants:\n  _tensor_constant0: zero\n");
+    assert_error(resolve(&text), 15, 22, "must be a number");
+    let text = format!("{BASE}constants: [0]\n");
+    assert_error(resolve(&text), 14, 12, "must be a mapping");
+}

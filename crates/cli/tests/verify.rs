@@ -93,15 +93,59 @@ fn megatron_missing_allreduce_is_localized_at_mm_7() {
     assert!(out.contains("unreduced partial sum"), "{out}");
 }
 
+/// The Megatron GPT sample's case, with graph paths made absolute and `extra` appended.
+fn gpt_case(samples: &Path, dir: &Path, extra: &str) -> PathBuf {
+    let text = std::fs::read_to_string(samples.join("case-tp2.yaml")).unwrap();
+    let gpt = samples.join("gpt");
+    let text = text.replace("gpt/", &format!("{}/", gpt.display())) + extra;
+    let case = dir.join("case.yaml");
+    std::fs::write(&case, text).unwrap();
+    case
+}
+
+const GPT_CONSTANTS: &str = "constants:\n  _tensor_constant0: 0\n  _tensor_constant1: 0.0\n  _tensor_constant2: 0\n  _tensor_constant3: 0.0\n";
+
 #[test]
-fn megatron_gpt_sample_is_never_a_false_verdict() {
-    // The vocabulary-parallel embedding and cross-entropy lemmas are not in the library yet:
-    // the engine must say so (inconclusive), not claim a bug or a proof.
+fn megatron_gpt_without_constant_values_is_inconclusive() {
+    // The cross-entropy's masked fills read `_tensor_constantN` attributes whose values the
+    // graph text does not hold: the engine must say which to state, not guess them.
     let Some(dir) = entangle_samples() else {
         return;
     };
     let (code, out) = verify(&dir.join("case-tp2.yaml"));
     assert_eq!(code, 3, "{out}");
+    assert!(out.contains("constants:"), "{out}");
+    // Half of them stated: still no verdict, and never a false alarm.
+    let tmp = tempfile::tempdir().unwrap();
+    let half = "constants:\n  _tensor_constant0: 0\n  _tensor_constant1: 0.0\n";
+    let (code, out) = verify(&gpt_case(&dir, tmp.path(), half));
+    assert_eq!(code, 3, "{out}");
+    assert!(out.contains("_tensor_constant3 (rank 0)"), "{out}");
+}
+
+#[test]
+fn megatron_gpt_tp2_sp_vp_verifies() {
+    let Some(dir) = entangle_samples() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let (code, out) = verify(&gpt_case(&dir, tmp.path(), GPT_CONSTANTS));
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("div_2 = r0.div_1"), "{out}");
+}
+
+#[test]
+fn megatron_gpt_with_a_nonzero_fill_is_not_verified() {
+    // Filling the out-of-shard target logits with 1.0 instead of 0.0 breaks the all-reduced
+    // sum: the engine must not verify it.
+    let Some(dir) = entangle_samples() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let wrong = GPT_CONSTANTS.replace("_tensor_constant3: 0.0", "_tensor_constant3: 1.0");
+    let (code, out) = verify(&gpt_case(&dir, tmp.path(), &wrong));
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("cross_entropy.py"), "{out}");
 }
 
 #[test]

@@ -32,7 +32,7 @@ impl Default for Options {
         Options {
             iter_limit: 8,
             node_limit: 20_000,
-            explore_rounds: 6,
+            explore_rounds: 12,
             trace: false,
         }
     }
@@ -143,6 +143,8 @@ struct Impl<'a> {
     consumers: HashMap<ValueRef, Vec<(usize, usize)>>,
     const_only: HashSet<ValueRef>,
     cut: HashSet<ValueRef>,
+    /// Module constants of unknown value (see [`unknown_constants`]).
+    unknown_consts: HashSet<ValueRef>,
 }
 
 impl Impl<'_> {
@@ -322,10 +324,15 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
                 other => other,
             };
             let s = match term {
-                Lowered::Leaf => State::Unrelated(format!(
-                    "spec input `{}` has no relation in the case's `inputs:`",
-                    node.outputs[k].name
-                )),
+                Lowered::Leaf => match &node.kind {
+                    NodeKind::Constant { attr } => State::Blocked(format!(
+                        "the value of the spec's module constant `{attr}` is not in the graph text; state it in the case: `constants: {{ {attr}: VALUE }}`"
+                    )),
+                    _ => State::Unrelated(format!(
+                        "spec input `{}` has no relation in the case's `inputs:`",
+                        node.outputs[k].name
+                    )),
+                },
                 Lowered::Unsupported(m) => State::Blocked(m),
                 Lowered::Alias(a) => state
                     .get(&a.value)
@@ -379,7 +386,7 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
                 return finish(outcome);
             }
             Some(State::Related(r)) if r.clean => {
-                let mut f = blame(case, &imp, &state, v, &name);
+                let mut f = blame(case, &imp, &state, &spec_metas, v, &name);
                 let (want, found) = &mismatches[&v];
                 f.hint = Some(format!(
                     "the case expects `{name}` = {want}, but it is {}",
@@ -387,17 +394,80 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
                 ));
                 outcome.failure = Some(f);
                 outcome.verdict = Verdict::Refuted;
-                return finish(outcome);
+                return finish(undecided_by_constants(outcome, &imp));
             }
             _ => {
-                outcome.failure = Some(blame(case, &imp, &state, v, &name));
+                outcome.failure = Some(blame(case, &imp, &state, &spec_metas, v, &name));
                 outcome.verdict = Verdict::Refuted;
-                return finish(outcome);
+                return finish(undecided_by_constants(outcome, &imp));
             }
         }
     }
     outcome.verdict = Verdict::Verified;
     finish(outcome)
+}
+
+/// A refutation where the implementation's checked tensors depend on module constants of
+/// unknown value is inconclusive: the constants might hold exactly the values that make the
+/// programs agree.
+fn undecided_by_constants(mut o: Outcome, imp: &Impl) -> Outcome {
+    if !imp.unknown_consts.is_empty() {
+        let mut names: Vec<String> = imp
+            .unknown_consts
+            .iter()
+            .map(|c| format!("{} (rank {})", imp.name(*c), c.rank.unwrap_or(0)))
+            .collect();
+        names.sort();
+        let at = o
+            .failure
+            .as_ref()
+            .map_or(String::new(), |f| format!(" at `{}`", f.operator));
+        o.reason = Some(format!(
+            "relations stop{at}, but the implementation's checked tensors depend on module constants whose values are not in the graph text ({}); state them in the case's `constants:` section to decide",
+            names.join(", ")
+        ));
+        o.verdict = Verdict::Inconclusive;
+    }
+    o
+}
+
+/// The implementation's module constants whose values neither the case nor the captured
+/// source gives, among the ancestors (up to cuts) of the implementation tensors the check
+/// compares: the expected outputs' tensors, or every graph output.
+fn unknown_constants(case: &Case, ctx: &LowerCtx, cut: &HashSet<ValueRef>) -> Vec<ValueRef> {
+    let mut out = Vec::new();
+    for (r, g) in case.program.ranks.iter().enumerate() {
+        let mut stack: Vec<ValueId> = if case.outputs.is_empty() {
+            g.outputs.iter().flatten().copied().collect()
+        } else {
+            case.outputs
+                .iter()
+                .filter_map(|o| o.impl_values.get(r).copied())
+                .collect()
+        };
+        let mut seen = vec![false; g.nodes.len()];
+        while let Some(v) = stack.pop() {
+            if std::mem::replace(&mut seen[v.node], true)
+                || cut.contains(&ValueRef {
+                    rank: Some(r),
+                    value: v,
+                })
+            {
+                continue;
+            }
+            let node = &g.nodes[v.node];
+            if let NodeKind::Constant { .. } = &node.kind {
+                if crate::lower::scalar_constant(ctx, g, v, false).is_none() {
+                    out.push(ValueRef {
+                        rank: Some(r),
+                        value: v,
+                    });
+                }
+            }
+            stack.extend(node.inputs().iter().copied());
+        }
+    }
+    out
 }
 
 fn trace_step(spec: &IrGraph, v: ValueId, s: &State) -> TraceStep {
@@ -484,6 +554,7 @@ fn build_impl<'a>(case: &'a Case, ctx: &LowerCtx) -> Impl<'a> {
             }
         }
     }
+    let unknown_consts = unknown_constants(case, ctx, &cut).into_iter().collect();
     Impl {
         case,
         metas,
@@ -492,6 +563,7 @@ fn build_impl<'a>(case: &'a Case, ctx: &LowerCtx) -> Impl<'a> {
         consumers,
         const_only,
         cut,
+        unknown_consts,
     }
 }
 
@@ -771,6 +843,7 @@ fn infer_one(
     let mut t_rel: HashSet<ValueRef> = HashSet::new();
     collect_leaves(&eg, imp, &mut t_rel);
     let mut added: HashSet<ValueRef> = HashSet::new();
+    unfold_indices(&mut eg, imp, &mut t_rel, &mut added);
     for _round in 0..opts.explore_rounds {
         let mut new = Vec::new();
         for u in t_rel.iter() {
@@ -813,6 +886,7 @@ fn infer_one(
             .run(rules);
         eg = runner.egraph;
         collect_leaves(&eg, imp, &mut t_rel);
+        unfold_indices(&mut eg, imp, &mut t_rel, &mut added);
     }
     if added.is_empty() {
         eg.rebuild();
@@ -938,6 +1012,33 @@ fn define(eg: &mut Graph, imp: &Impl, v: ValueRef, added: &mut HashSet<ValueRef>
         }
         let id = add_tpl(eg, t, &mut |eg, x| imp.leaf(eg, x));
         eg.union(leaf, id);
+    }
+}
+
+/// Integer and boolean implementation tensors (indices, masks) are unfolded into their
+/// definitions, a few levels deep: lemmas about masked lookups need to see the comparisons and
+/// shifts that built them, which relations (clean expressions over leaves) do not carry.
+fn unfold_indices(
+    eg: &mut Graph,
+    imp: &Impl,
+    t_rel: &mut HashSet<ValueRef>,
+    added: &mut HashSet<ValueRef>,
+) {
+    for _ in 0..4 {
+        let mut unfold: Vec<ValueRef> = t_rel
+            .iter()
+            .copied()
+            .filter(|v| !added.contains(v) && imp.meta(*v).is_some_and(|m| !m.dtype.is_float()))
+            .collect();
+        if unfold.is_empty() {
+            break;
+        }
+        unfold.sort();
+        for v in unfold {
+            added.insert(v);
+            define(eg, imp, v, added);
+        }
+        collect_leaves(eg, imp, t_rel);
     }
 }
 
@@ -1189,11 +1290,19 @@ fn blame(
     case: &Case,
     imp: &Impl,
     state: &HashMap<ValueId, State>,
+    spec_metas: &[Vec<Option<Meta>>],
     out: ValueId,
     name: &str,
 ) -> Failure {
     let spec = &case.spec;
     let is_clean = |v: &ValueId| matches!(state.get(v), Some(State::Related(r)) if r.clean);
+    let is_float = |v: &ValueId| {
+        spec_metas
+            .get(v.node)
+            .and_then(|m| m.get(v.output))
+            .and_then(Option::as_ref)
+            .is_none_or(|m| m.dtype.is_float())
+    };
     let mut frontier: Vec<ValueId> = Vec::new();
     let mut seen = HashSet::new();
     let mut stack = vec![out];
@@ -1212,6 +1321,9 @@ fn blame(
             .iter()
             .copied()
             .filter(|i| state.contains_key(i) && !is_clean(i))
+            // Masks and indices often have no clean relation by design (each rank compares
+            // against its own shard range): the data path decides where relations stop.
+            .filter(|i| is_float(i))
             .collect();
         if unclean.is_empty() {
             frontier.push(v);

@@ -2,10 +2,12 @@
 //! a relation can be checked on concrete values).
 
 use crate::lemmas::SCALE;
-use crate::term::{literal_arg, parse_leaf, Term, CAT, GET, LIST, MAX, MIN, SLICE, SUM};
+use crate::term::{
+    literal_arg, parse_leaf, Term, CAT, GET, LIST, MAX, MIN, SLICE, SUM, VOCAB_LOOKUP, VOCAB_PICK,
+};
 use egg::RecExpr;
 use shardproof_ir::{Arg, DType, OpName, ValueId};
-use shardproof_ops::{Registry, Tensor};
+use shardproof_ops::{Meta, Registry, Tensor};
 use std::collections::HashMap;
 
 /// A value while evaluating: a tensor tuple, or an argument.
@@ -13,6 +15,8 @@ use std::collections::HashMap;
 enum Val {
     Tensors(Vec<Tensor>),
     Arg(Arg),
+    /// A list holding tensors (the index list of `index.Tensor`).
+    List(Vec<Val>),
 }
 
 /// Evaluates the root of `expr`; leaves are looked up by their value name (`%r0:a` → `a` of
@@ -45,19 +49,20 @@ pub fn eval(expr: &RecExpr<Term>, leaves: &HashMap<String, Tensor>) -> Result<Ve
                 } else {
                     match s {
                         LIST => {
-                            // Lists of tensors (index lists) stay tensors; others are literals.
                             let items: Vec<Val> = (0..kids.len()).map(kid).collect();
-                            Val::Arg(Arg::List(
-                                items
-                                    .into_iter()
-                                    .map(|v| match v {
-                                        Val::Arg(a) => Ok(a),
-                                        Val::Tensors(_) => {
-                                            Err("tensor inside a list literal".to_string())
-                                        }
-                                    })
-                                    .collect::<Result<_, _>>()?,
-                            ))
+                            if items.iter().all(|v| matches!(v, Val::Arg(_))) {
+                                Val::Arg(Arg::List(
+                                    items
+                                        .into_iter()
+                                        .filter_map(|v| match v {
+                                            Val::Arg(a) => Some(a),
+                                            _ => None,
+                                        })
+                                        .collect(),
+                                ))
+                            } else {
+                                Val::List(items)
+                            }
                         }
                         CAT => {
                             let ts: Vec<Tensor> =
@@ -101,6 +106,44 @@ pub fn eval(expr: &RecExpr<Term>, leaves: &HashMap<String, Tensor>) -> Result<Ve
                             let data: Vec<f64> = x.data.iter().map(|v| v * f).collect();
                             Val::Tensors(vec![Tensor::new(x.meta.clone(), data)])
                         }
+                        VOCAB_LOOKUP => {
+                            let (w, t, s) = (tensor(0)?, tensor(1)?, int(2)?);
+                            let (rows, cols) = (w.meta.shape[0] as i64, w.meta.shape[1]);
+                            let mut data = Vec::with_capacity(t.data.len() * cols);
+                            for &i in t.data.iter() {
+                                let r = i as i64 - s;
+                                if (0..rows).contains(&r) {
+                                    let r = r as usize;
+                                    data.extend_from_slice(&w.data[r * cols..(r + 1) * cols]);
+                                } else {
+                                    data.extend(std::iter::repeat_n(0.0, cols));
+                                }
+                            }
+                            let mut shape = t.meta.shape.clone();
+                            shape.push(cols);
+                            Val::Tensors(vec![Tensor::new(Meta::new(w.meta.dtype, shape), data)])
+                        }
+                        VOCAB_PICK => {
+                            let (x, t, s) = (tensor(0)?, tensor(1)?, int(2)?);
+                            let w = *x.meta.shape.last().ok_or("vocab_pick of a 0-d tensor")?;
+                            let data = t
+                                .data
+                                .iter()
+                                .enumerate()
+                                .map(|(p, &i)| {
+                                    let c = i as i64 - s;
+                                    if (0..w as i64).contains(&c) {
+                                        x.data[p * w + c as usize]
+                                    } else {
+                                        0.0
+                                    }
+                                })
+                                .collect();
+                            Val::Tensors(vec![Tensor::new(
+                                Meta::new(x.meta.dtype, t.meta.shape.clone()),
+                                data,
+                            )])
+                        }
                         GET => match kid(1) {
                             Val::Tensors(ts) => Val::Tensors(vec![ts
                                 .get(int(0)? as usize)
@@ -142,6 +185,12 @@ fn to_arg(v: Val, tensors: &mut Vec<Tensor>) -> Result<Arg, String> {
         }
         Val::Tensors(_) => return Err("a tuple as an argument".into()),
         Val::Arg(a) => a,
+        Val::List(items) => Arg::List(
+            items
+                .into_iter()
+                .map(|v| to_arg(v, tensors))
+                .collect::<Result<_, _>>()?,
+        ),
     })
 }
 

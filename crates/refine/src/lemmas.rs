@@ -97,7 +97,7 @@ impl Lemma {
 /// operators, and every group size up to 16 for the variadic `sum`/`cat`.
 fn root_arities(reg: &shardproof_ops::Registry, root: &str) -> Vec<usize> {
     match root {
-        SCALE => vec![3],
+        SCALE | crate::term::VOCAB_LOOKUP | crate::term::VOCAB_PICK => vec![3],
         SLICE => vec![4],
         GET => vec![2],
         SUM | MAX | crate::term::MIN => (2..=16).collect(),
@@ -1144,6 +1144,121 @@ pub fn library() -> Vec<Lemma> {
         }),
     });
     l.push(Lemma {
+        name: "vocab-masked-lookup",
+        doc: "Megatron's masked embedding: masked_fill(embedding(w, masked_fill(t - s, m, c)), m, 0) with m = (t < s) | (t >= s + rows(w)) and 0 <= c < rows(w) is vocab_lookup(w, t, s)",
+        roots: vec!["aten.masked_fill.Scalar".into()],
+        examples: vec![
+            ("(aten.masked_fill.Scalar (aten.embedding.default %r0:w (aten.masked_fill.Scalar (aten.sub.Tensor %r0:t 3 1) (aten.bitwise_or.Tensor (aten.lt.Scalar %r0:t 3) (aten.ge.Scalar %r0:t 6)) 0) -1 b:false b:false) (aten.view.default (aten.bitwise_or.Tensor (aten.lt.Scalar %r0:t 3) (aten.ge.Scalar %r0:t 6)) (list 2 4 1)) f:0.0)", &[("w", "f64[3,5]"), ("t", "i64[2,4]<9")]),
+        ],
+        build: Arc::new(|g, _, kids| {
+            if !is_zero(g, kids[2]) {
+                return vec![];
+            }
+            let mut out = Vec::new();
+            for (w, idx) in calls2(g, kids[0], "aten.embedding.default") {
+                let Some(rows) = shape(g, w).map(|s| s[0]) else { continue };
+                for (t, s) in masked_shard_index(g, idx, rows, kids[1]) {
+                    let sn = num(g, s);
+                    out.push(op(g, crate::term::VOCAB_LOOKUP, vec![w, t, sn]));
+                }
+            }
+            out
+        }),
+    });
+    l.push(Lemma {
+        name: "vocab-masked-pick",
+        doc: "vocab-parallel cross-entropy's target logit: masked_fill(view(index(view(x, [N, w]), [arange(N), view(masked_fill(t - s, m, c), [N])]), shape(t)), m, 0) with m = (t < s) | (t >= s + w) is vocab_pick(x, t, s)",
+        roots: vec!["aten.masked_fill.Scalar".into()],
+        examples: vec![
+            ("(aten.masked_fill.Scalar (aten.view.default (aten.index.Tensor (aten.view.default %r0:x (list 6 4)) (list (aten.arange.start 0 6 none none dev b:false) (aten.view.default (aten.masked_fill.Scalar (aten.sub.Tensor %r0:t 4 1) (aten.bitwise_or.Tensor (aten.lt.Scalar %r0:t 4) (aten.ge.Scalar %r0:t 8)) 0) (list 6)))) (list 3 2)) (aten.bitwise_or.Tensor (aten.lt.Scalar %r0:t 4) (aten.ge.Scalar %r0:t 8)) f:0.0)", &[("x", "f64[3,2,4]"), ("t", "i64[3,2]<12")]),
+        ],
+        build: Arc::new(|g, eclass, kids| {
+            if !is_zero(g, kids[2]) {
+                return vec![];
+            }
+            let Some(tshape) = shape(g, eclass) else { return vec![] };
+            let n: usize = tshape.iter().product();
+            let mut out = Vec::new();
+            for picked in views(g, kids[0]) {
+                for n2 in g[picked].nodes.clone() {
+                    let Term::Op(sym, k) = n2 else { continue };
+                    if sym.as_str() != "aten.index.Tensor" {
+                        continue;
+                    }
+                    let Some([rows_ix, col_ix]) = list_items(g, k[1]) else { continue };
+                    if !is_arange(g, rows_ix, n) {
+                        continue;
+                    }
+                    {
+                        let Some(&[rows, w]) = shape(g, k[0]).as_deref() else { continue };
+                        if rows != n {
+                            continue;
+                        }
+                        let mut xs = tshape.clone();
+                        xs.push(w);
+                        let xl = list(g, &xs);
+                        let flat = op(g, "aten.view.default", vec![k[0], xl]);
+                        for idx in views(g, col_ix) {
+                            for (t, s) in masked_shard_index(g, idx, w, kids[1]) {
+                                let sn = num(g, s);
+                                out.push(op(g, crate::term::VOCAB_PICK, vec![flat, t, sn]));
+                            }
+                        }
+                    }
+                }
+            }
+            out
+        }),
+    });
+    l.push(Lemma {
+        name: "vocab-over-cat",
+        doc: "embedding(cat_0(w_i), t) = sum_i vocab_lookup(w_i, t, o_i) for t in range (the spec's own precondition); vocab_lookup / vocab_pick of cat(x_i) along the vocab dim = sum_i of the pieces at offsets s + o_i",
+        roots: vec!["aten.embedding.default".into(), crate::term::VOCAB_LOOKUP.into(), crate::term::VOCAB_PICK.into()],
+        examples: vec![
+            ("(aten.embedding.default (cat 0 %r0:w %r1:w) %r0:t -1 b:false b:false)", &[("w", "f64[3,2]"), ("t", "i64[2,3]<6")]),
+            ("(vocab_lookup (cat 0 %r0:w %r1:w) %r0:t 2)", &[("w", "f64[3,2]"), ("t", "i64[2,3]<9")]),
+            ("(vocab_pick (cat 2 %r0:x %r1:x) %r0:t 1)", &[("x", "f64[2,3,2]"), ("t", "i64[2,3]<6")]),
+        ],
+        build: Arc::new(|g, eclass, kids| {
+            let roots = ["aten.embedding.default", crate::term::VOCAB_LOOKUP, crate::term::VOCAB_PICK];
+            let Some(sym) = node_sym(g, eclass, kids, &roots) else { return vec![] };
+            let (base, piece_op) = match sym.as_str() {
+                "aten.embedding.default" => {
+                    // Only the plain lookup (no padding_idx gradient rule, no sparse flag).
+                    if int(g, kids[2]) != Some(-1) {
+                        return vec![];
+                    }
+                    (0, crate::term::VOCAB_LOOKUP)
+                }
+                s => match int(g, kids[2]) {
+                    Some(b) => (b, s),
+                    None => return vec![],
+                },
+            };
+            let vocab_dim = |g: &Graph| match piece_op {
+                crate::term::VOCAB_PICK => shape(g, kids[0]).map(|s| s.len() - 1),
+                _ => Some(0),
+            };
+            let Some(vd) = vocab_dim(g) else { return vec![] };
+            let mut out = Vec::new();
+            for (d, pieces) in cats(g, kids[0]) {
+                if d != vd {
+                    continue;
+                }
+                let Some(szs) = sizes(g, &pieces, d) else { continue };
+                let mut off = base;
+                let mut parts = Vec::new();
+                for (&p, &n) in pieces.iter().zip(&szs) {
+                    let o = num(g, off);
+                    parts.push(op(g, piece_op, vec![p, kids[1], o]));
+                    off += n as i64;
+                }
+                out.push(op(g, SUM, parts));
+            }
+            out
+        }),
+    });
+    l.push(Lemma {
         name: "embedding-over-cat",
         doc: "embedding(w, cat_d(i_k)) = cat_d(embedding(w, i_k)); embedding(cat_1(w_k), i) = cat_last(embedding(w_k, i))",
         roots: vec!["aten.embedding.default".into()],
@@ -1332,6 +1447,113 @@ fn view_strides(dims: &[(usize, usize)], shape: &[usize]) -> Option<Vec<(usize, 
 fn list(g: &mut Graph, v: &[usize]) -> Id {
     let ids: Vec<Id> = v.iter().map(|&n| num(g, n as i64)).collect();
     op(g, LIST, ids)
+}
+
+/// Whether a class is the number zero (an integer or a float literal).
+fn is_zero(g: &Graph, id: Id) -> bool {
+    g[id].nodes.iter().any(|n| match n {
+        Term::Num(0) => true,
+        Term::Op(s, k) if k.is_empty() => {
+            matches!(
+                s.as_str().strip_prefix("f:").map(str::parse::<f64>),
+                Some(Ok(0.0))
+            )
+        }
+        _ => false,
+    })
+}
+
+/// The (first, second) children of the `sym` calls in a class.
+fn calls2(g: &Graph, id: Id, sym: &str) -> Vec<(Id, Id)> {
+    g[id]
+        .nodes
+        .iter()
+        .filter_map(|n| match n {
+            Term::Op(s, k) if s.as_str() == sym && k.len() >= 2 => Some((k[0], k[1])),
+            _ => None,
+        })
+        .take(3)
+        .collect()
+}
+
+/// The two items of a `list` class.
+fn list_items(g: &Graph, id: Id) -> Option<[Id; 2]> {
+    g[id].nodes.iter().find_map(|n| match n {
+        Term::Op(s, k) if s.as_str() == LIST && k.len() == 2 => Some([k[0], k[1]]),
+        _ => None,
+    })
+}
+
+/// Whether a class is `arange(0, n)` (integers 0..n).
+fn is_arange(g: &Graph, id: Id, n: usize) -> bool {
+    g[id].nodes.iter().any(|node| match node {
+        Term::Op(s, k) if s.as_str() == "aten.arange.start" && k.len() >= 2 => {
+            int(g, k[0]) == Some(0) && int(g, k[1]) == Some(n as i64)
+        }
+        Term::Op(s, k) if s.as_str() == "aten.arange.default" && !k.is_empty() => {
+            int(g, k[0]) == Some(n as i64)
+        }
+        _ => false,
+    })
+}
+
+/// Megatron's shard-local index: `idx` = masked_fill(t - s, m, c) with 0 <= c < width, where
+/// `mask_class` is m (or a view of m adding unit dims) and m = (t < s) | (t >= s + width).
+/// Returns every (t, s) that fits.
+fn masked_shard_index(g: &Graph, idx: Id, width: usize, mask_class: Id) -> Vec<(Id, i64)> {
+    let mut out = Vec::new();
+    let mask_ok = |g: &Graph, m: Id| {
+        g.find(m) == g.find(mask_class)
+            || views(g, mask_class).iter().any(|&v| g.find(v) == g.find(m))
+    };
+    for n in &g[idx].nodes {
+        let Term::Op(sym, k) = n else { continue };
+        if sym.as_str() != "aten.masked_fill.Scalar" || k.len() != 3 {
+            continue;
+        }
+        let (shifted, m, c) = (k[0], k[1], k[2]);
+        if !mask_ok(g, m) || !int(g, c).is_some_and(|c| (0..width as i64).contains(&c)) {
+            continue;
+        }
+        // m = bitwise_or(lt(t, s), ge(t, e)) with e - s = width.
+        for mn in &g[m].nodes {
+            let Term::Op(ms, mk) = mn else { continue };
+            if ms.as_str() != "aten.bitwise_or.Tensor" {
+                continue;
+            }
+            let (Some((t1, s)), Some((t2, e))) = (
+                scalar_cmp(g, mk[0], "aten.lt.Scalar"),
+                scalar_cmp(g, mk[1], "aten.ge.Scalar"),
+            ) else {
+                continue;
+            };
+            if g.find(t1) != g.find(t2) || e - s != width as i64 {
+                continue;
+            }
+            // The shifted index is t itself (s = 0) or sub(t, s, 1).
+            let shifted_ok = (s == 0 && g.find(shifted) == g.find(t1))
+                || g[shifted].nodes.iter().any(|sn| match sn {
+                    Term::Op(ss, sk) if ss.as_str() == "aten.sub.Tensor" && sk.len() == 3 => {
+                        g.find(sk[0]) == g.find(t1)
+                            && int(g, sk[1]) == Some(s)
+                            && int(g, sk[2]) == Some(1)
+                    }
+                    _ => false,
+                });
+            if shifted_ok {
+                out.push((t1, s));
+            }
+        }
+    }
+    out
+}
+
+/// `(tensor, integer)` of a `sym(tensor, integer)` comparison node in a class.
+fn scalar_cmp(g: &Graph, id: Id, sym: &str) -> Option<(Id, i64)> {
+    g[id].nodes.iter().find_map(|n| match n {
+        Term::Op(s, k) if s.as_str() == sym && k.len() == 2 => Some((k[0], int(g, k[1])?)),
+        _ => None,
+    })
 }
 
 /// Whether a class is the literal `True`.

@@ -35,6 +35,13 @@ pub const SLICE: &str = "slice";
 pub const GET: &str = "get";
 /// A list literal: `(list a b ...)`.
 pub const LIST: &str = "list";
+/// A lookup into a vocabulary shard: `(vocab_lookup W t s)` is `W[t - s]` where
+/// `s <= t < s + rows(W)` and zero rows elsewhere (Megatron's masked embedding).
+pub const VOCAB_LOOKUP: &str = "vocab_lookup";
+/// A pick from a vocabulary shard of the last dim: `(vocab_pick X t s)` is `X[..., t - s]` where
+/// `s <= t < s + X.shape[-1]` and zero elsewhere (the target logit of vocab-parallel
+/// cross-entropy).
+pub const VOCAB_PICK: &str = "vocab_pick";
 
 /// The symbol of an implementation tensor leaf.
 pub fn leaf_symbol(rank: usize, name: &str) -> String {
@@ -186,6 +193,22 @@ impl Analysis<Term> for Shapes {
                 Some(vec![m])
             })(),
             "scale" => meta(2).map(|m| vec![m]),
+            VOCAB_LOOKUP => (|| {
+                let (w, t) = (meta(0)?, meta(1)?);
+                if w.shape.len() != 2 || t.dtype.is_float() {
+                    return None;
+                }
+                let mut shape = t.shape.clone();
+                shape.push(w.shape[1]);
+                Some(vec![Meta::new(w.dtype, shape)])
+            })(),
+            VOCAB_PICK => (|| {
+                let (x, t) = (meta(0)?, meta(1)?);
+                (x.shape.len() == t.shape.len() + 1
+                    && x.shape[..t.shape.len()] == t.shape[..]
+                    && !t.dtype.is_float())
+                .then(|| vec![Meta::new(x.dtype, t.shape.clone())])
+            })(),
             GET => (|| {
                 let k = usize::try_from(int(0)?).ok()?;
                 match data(1) {

@@ -852,6 +852,125 @@ pub fn library() -> Vec<Lemma> {
         }),
     });
     l.push(Lemma {
+        name: "cat-interchange",
+        doc: "cat_d(cat_e(x_i), cat_e(y_i), ...) = cat_e(cat_d(x_i, y_i, ...)) when every operand is split along e (e != d) into pieces of the same sizes",
+        roots: vec![CAT.into()],
+        examples: vec![("(cat 1 (cat 0 %r0:a %r1:a) (cat 0 %r0:b %r1:b))", &[("a", "f64[2,3]"), ("b", "f64[2,2]")])],
+        build: Arc::new(|g, _, kids| {
+            let Some(d) = int(g, kids[0]) else { return vec![] };
+            let d = d as usize;
+            let operands = &kids[1..];
+            let mut out = Vec::new();
+            let Some(first) = operands.first() else { return vec![] };
+            for (e, pieces0) in cats(g, *first) {
+                if e == d {
+                    continue;
+                }
+                let Some(szs) = sizes(g, &pieces0, e) else { continue };
+                let mut columns: Vec<Vec<Id>> = vec![Vec::new(); pieces0.len()];
+                let mut ok = true;
+                for &o in operands {
+                    let found = cats(g, o)
+                        .into_iter()
+                        .find(|(oe, ps)| *oe == e && sizes(g, ps, e).as_deref() == Some(&szs[..]));
+                    match found {
+                        Some((_, ps)) => {
+                            for (c, p) in columns.iter_mut().zip(ps) {
+                                c.push(p);
+                            }
+                        }
+                        None => {
+                            ok = false;
+                            break;
+                        }
+                    }
+                }
+                if ok {
+                    let parts: Vec<Id> = columns.into_iter().map(|c| cat(g, d, c)).collect();
+                    out.push(cat(g, e, parts));
+                }
+            }
+            out
+        }),
+    });
+    l.push(Lemma {
+        name: "cat-flatten",
+        doc: "cat_d(.., cat_d(x_i), ..) = cat_d(.., x_i, ..): nested concatenations along one dim are one",
+        roots: vec![CAT.into()],
+        examples: vec![("(cat 1 (cat 1 %r0:a %r1:a) %r0:b)", &[("a", "f64[2,3]"), ("b", "f64[2,2]")])],
+        build: Arc::new(|g, _, kids| {
+            let Some(d) = int(g, kids[0]) else { return vec![] };
+            let d = d as usize;
+            let mut flat = Vec::new();
+            let mut changed = false;
+            for &o in &kids[1..] {
+                match cats(g, o).into_iter().find(|(od, _)| *od == d) {
+                    Some((_, ps)) => {
+                        flat.extend(ps);
+                        changed = true;
+                    }
+                    None => flat.push(o),
+                }
+            }
+            if !changed || flat.len() > 16 {
+                return vec![];
+            }
+            vec![cat(g, d, flat)]
+        }),
+    });
+    l.push(Lemma {
+        name: "expand-as-cat",
+        doc: "expanding one size-1 dim e to n (n <= 8, no other dim expanded) is the cat along e of n copies",
+        roots: vec!["aten.expand.default".into()],
+        examples: vec![("(aten.expand.default %r0:a (list 2 3 4) b:false)", &[("a", "f64[2,1,4]")])],
+        build: Arc::new(|g, eclass, kids| {
+            let (Some(target), Some(src)) = (shape(g, eclass), shape(g, kids[0])) else { return vec![] };
+            if src.len() != target.len() {
+                return vec![];
+            }
+            let diff: Vec<usize> = (0..src.len()).filter(|&i| src[i] != target[i]).collect();
+            match diff.as_slice() {
+                [e] if src[*e] == 1 && (2..=8).contains(&target[*e]) => {
+                    vec![cat(g, *e, vec![kids[0]; target[*e]])]
+                }
+                _ => vec![],
+            }
+        }),
+    });
+    l.push(Lemma {
+        name: "expand-over-cat",
+        doc: "expand(cat_d(x_i), s) = cat_d(expand(x_i, s_i)) when dim d is not broadcast (s_i is s with the piece's size at d)",
+        roots: vec!["aten.expand.default".into()],
+        examples: vec![("(aten.expand.default (cat 0 %r0:a %r1:a) (list 2 3 4) b:false)", &[("a", "f64[1,1,4]")])],
+        build: Arc::new(|g, eclass, kids| {
+            let Some(target) = shape(g, eclass) else { return vec![] };
+            let Some(src) = shape(g, kids[0]) else { return vec![] };
+            if src.len() > target.len() {
+                return vec![];
+            }
+            let lead = target.len() - src.len();
+            let mut out = Vec::new();
+            for (d, pieces) in cats(g, kids[0]) {
+                if src[d] != target[lead + d] {
+                    continue; // broadcast along the split dim
+                }
+                let Some(szs) = sizes(g, &pieces, d) else { continue };
+                let parts: Vec<Id> = pieces
+                    .iter()
+                    .zip(&szs)
+                    .map(|(&p, &n)| {
+                        let mut t = target.clone();
+                        t[lead + d] = n;
+                        let l = list(g, &t);
+                        op(g, "aten.expand.default", vec![p, l, kids[2]])
+                    })
+                    .collect();
+                out.push(cat(g, lead + d, parts));
+            }
+            out
+        }),
+    });
+    l.push(Lemma {
         name: "slice-of-cat",
         doc: "a slice of cat_d(x_i) along d is the pieces it covers (sliced at the ends); along another dim it is the cat of the sliced pieces; slice(slice(x)) is one slice",
         roots: vec![SLICE.into()],

@@ -92,6 +92,9 @@ pub struct OutputExpectation {
 pub struct Assumptions {
     /// `dropout:`, when given.
     pub dropout: Option<Located<DropoutAssumption>>,
+    /// `ignore-index: unused`: no loss target equals its loss's `ignore_index`, so a mean over
+    /// targets divides by their count (where the assumption is stated, when given).
+    pub ignore_index_unused: Option<Span>,
 }
 
 /// What may be assumed of random dropout masks.
@@ -282,6 +285,9 @@ fn prepare(file: &CaseFile) -> Result<Prepared, SourceError> {
                 value: DropoutAssumption::SameMask,
                 span: a.value.span,
             });
+        }
+        if a.key.value == "ignore-index" && a.value.value == "unused" {
+            assume.ignore_index_unused = Some(a.value.span);
         }
     }
     Ok(Prepared {

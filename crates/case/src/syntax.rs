@@ -183,7 +183,8 @@ pub struct Assumption {
 pub(crate) const ENTRY_KEYS: [&str; 5] = ["impl", "placement", "blocks", "replicas", "expr"];
 
 /// Known assumptions and their allowed values.
-pub(crate) const ASSUMPTIONS: [(&str, &[&str]); 1] = [("dropout", &["same-mask"])];
+pub(crate) const ASSUMPTIONS: [(&str, &[&str]); 2] =
+    [("dropout", &["same-mask"]), ("ignore-index", &["unused"])];
 
 pub(crate) struct Ctx<'a> {
     pub file: &'a Path,
@@ -815,10 +816,7 @@ fn op_decls(ctx: &Ctx, node: &YNode) -> Result<Vec<OpDecl>, SourceError> {
     Ok(out)
 }
 
-fn constant_values(
-    ctx: &Ctx,
-    node: &YNode,
-) -> Result<Vec<ConstantValue>, SourceError> {
+fn constant_values(ctx: &Ctx, node: &YNode) -> Result<Vec<ConstantValue>, SourceError> {
     let m = ctx.map(
         node,
         "`constants`",

@@ -12,8 +12,12 @@ fn bin() -> Command {
 }
 
 fn emit(dir: &Path, mesh: &str, extra: &[&str]) -> PathBuf {
+    emit_model("mlp", dir, mesh, extra)
+}
+
+fn emit_model(model: &str, dir: &Path, mesh: &str, extra: &[&str]) -> PathBuf {
     let out = bin()
-        .args(["zoo", "emit", "mlp", "--mesh", mesh, "-o"])
+        .args(["zoo", "emit", model, "--mesh", mesh, "-o"])
         .arg(dir)
         .args(extra)
         .output()
@@ -163,4 +167,46 @@ fn an_unmet_output_expectation_is_refuted() {
     let (code, out) = verify(&case);
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("the case expects `loss`"), "{out}");
+}
+
+#[test]
+fn correct_llama_plans_verify() {
+    // RMSNorm, RoPE, grouped-query attention (kv heads replicated when tp exceeds them),
+    // SwiGLU, cross-entropy; backward and SGD in the full iteration.
+    for (mesh, extra) in [
+        ("tp=2", &[][..]),
+        ("tp=2", &["--forward-only"][..]),
+        ("tp=4", &["--forward-only"][..]),
+        ("dp=2", &[][..]),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let case = emit_model("llama", dir.path(), mesh, extra);
+        let (code, out) = verify(&case);
+        assert_eq!(code, 0, "llama {mesh} {extra:?}:\n{out}");
+        assert!(out.contains("loss = r0.loss"), "{out}");
+    }
+}
+
+#[test]
+fn llama_plans_beyond_the_lemmas_are_never_false_alarms() {
+    // dp x tp interleaves batch and head pieces in one flattened dim: no lemma relates it yet.
+    let dir = tempfile::tempdir().unwrap();
+    let case = emit_model("llama", dir.path(), "dp=2,tp=2", &["--forward-only"]);
+    let (code, out) = verify(&case);
+    assert!(code == 0 || code == 3, "{out}");
+}
+
+#[test]
+fn llama_missing_oproj_allreduce_is_refuted_at_the_residual() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = emit_model(
+        "llama",
+        dir.path(),
+        "tp=2",
+        &["--bug", "llama-oproj-missing-allreduce"],
+    );
+    let (code, out) = verify(&case);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("(aten.add.Tensor)"), "{out}");
+    assert!(out.contains("unreduced partial sum"), "{out}");
 }

@@ -131,6 +131,8 @@ enum State {
     Related(Rel),
     /// No relation: an input the case does not relate, or beyond a non-clean expression cap.
     Unrelated(String),
+    /// Beyond the size limit of non-clean expressions: relations stopped somewhere upstream.
+    Lost(String),
     /// An operator without meaning feeds it.
     Blocked(String),
 }
@@ -231,6 +233,7 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
         program: &case.program,
         partners: &partners,
         constants: &case.constants,
+        ignore_index_unused: case.assume.ignore_index_unused.is_some(),
     };
     let imp = build_impl(case, &ctx);
     let spec = &case.spec;
@@ -385,6 +388,22 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
                 outcome.verdict = Verdict::Inconclusive;
                 return finish(outcome);
             }
+            Some(State::Lost(m)) => {
+                // Relations stopped upstream and the computed expressions outgrew the limit: a
+                // verdict only where the evidence at the stopping point names a bug class.
+                let f = blame(case, &imp, &state, &spec_metas, v, &name);
+                if f.hint.is_some() {
+                    outcome.failure = Some(f);
+                    outcome.verdict = Verdict::Refuted;
+                    return finish(undecided_by_constants(outcome, &imp));
+                }
+                outcome.reason = Some(format!(
+                    "`{name}` cannot be related: relations stop at spec operator `{}` ({}) and {m}; no known bug pattern matches there, so this may be a missing lemma",
+                    f.operator, f.op
+                ));
+                outcome.verdict = Verdict::Inconclusive;
+                return finish(outcome);
+            }
             Some(State::Related(r)) if r.clean => {
                 let mut f = blame(case, &imp, &state, &spec_metas, v, &name);
                 let (want, found) = &mismatches[&v];
@@ -480,6 +499,7 @@ fn trace_step(spec: &IrGraph, v: ValueId, s: &State) -> TraceStep {
                 .unwrap_or_default(),
         ),
         State::Unrelated(m) => ("unrelated", m.clone()),
+        State::Lost(m) => ("lost", m.clone()),
         State::Blocked(m) => ("blocked", m.clone()),
     };
     TraceStep {
@@ -925,7 +945,7 @@ fn infer_one(
                 equal_leaves,
             })
         }
-        _ => State::Unrelated("its expression grew beyond the size limit".into()),
+        _ => State::Lost("its expression grew beyond the size limit".into()),
     }
 }
 
@@ -1286,6 +1306,17 @@ pub fn render(e: &RecExpr<Term>, i: usize) -> String {
 
 /// Localizes a failure: from the failing output back through spec values without clean
 /// relations, to the first operator whose inputs all have clean relations.
+/// Whether a spec operator multiplies by a constant itself: its result being a constant
+/// multiple of a clean value is then its meaning, not evidence of wrong scaling.
+fn scales_itself(node: &shardproof_ir::Node) -> bool {
+    let op = node.op().map(|o| o.to_string());
+    match op.as_deref() {
+        Some("aten.mul.Scalar" | "aten.div.Scalar" | "aten.neg.default") => true,
+        Some("aten.mul.Tensor" | "aten.div.Tensor") => node.inputs().len() == 1,
+        _ => false,
+    }
+}
+
 fn blame(
     case: &Case,
     imp: &Impl,
@@ -1310,7 +1341,7 @@ fn blame(
         if !seen.insert(v) || is_clean(&v) {
             continue;
         }
-        if v != out && scaled_clean(state.get(&v)) {
+        if v != out && !scales_itself(&spec.nodes[v.node]) && scaled_clean(state.get(&v)) {
             // Clean up to a constant factor: the factor is the bug.
             frontier.push(v);
             continue;
@@ -1341,7 +1372,9 @@ fn blame(
                 .iter()
                 .map(|e| render(e, e.as_ref().len() - 1))
                 .collect(),
-            Some(State::Unrelated(m)) | Some(State::Blocked(m)) => vec![format!("(none: {m})")],
+            Some(State::Unrelated(m)) | Some(State::Blocked(m)) | Some(State::Lost(m)) => {
+                vec![format!("(none: {m})")]
+            }
             None => vec!["(none)".into()],
         }
     };
@@ -1398,7 +1431,7 @@ fn blame(
         }
         _ => None,
     };
-    if hint.is_none() {
+    if hint.is_none() && !scales_itself(node) {
         if let Some(Some(Term::Op(s, _))) = match state.get(&v) {
             Some(State::Related(r)) if !r.clean => {
                 r.exprs.first().map(|e| e.as_ref().last().cloned())

@@ -323,6 +323,10 @@ pub const LINEAR: &[(&str, &[usize])] = &[
     ("aten.mean.default", &[0]),
     ("aten.select.int", &[0]),
     ("aten.embedding_dense_backward.default", &[0]),
+    ("aten.nll_loss_backward.default", &[0]),
+    ("aten._log_softmax_backward_data.default", &[0]),
+    ("aten._softmax_backward_data.default", &[0]),
+    ("aten.matmul.default", &[0, 1]),
     (SLICE, &[3]),
 ];
 
@@ -938,6 +942,54 @@ pub fn library() -> Vec<Lemma> {
         }),
     });
     l.push(Lemma {
+        name: "scale-and-cat",
+        doc: "scale(c, cat_d(x_i)) = cat_d(scale(c, x_i)); cat_d(scale(c_i, x_i)) = scale(c_1, cat_d(scale(c_i / c_1, x_i)))",
+        roots: vec![SCALE.into(), CAT.into()],
+        examples: vec![
+            ("(scale 1 2 (cat 0 %r0:a %r1:a))", &[("a", "f64[2,3]")]),
+            ("(cat 1 (scale 1 2 %r0:a) (scale -1 2 %r1:a))", &[("a", "f64[2,3]")]),
+        ],
+        build: Arc::new(|g, eclass, kids| {
+            let mut out = Vec::new();
+            if kids.len() == 3 && node_sym(g, eclass, kids, &[SCALE]).is_some() {
+                for (d, pieces) in cats(g, kids[2]) {
+                    let parts: Vec<Id> = pieces.iter().map(|&p| op(g, SCALE, vec![kids[0], kids[1], p])).collect();
+                    out.push(cat(g, d, parts));
+                }
+                return out;
+            }
+            let Some(d) = int(g, kids[0]) else { return vec![] };
+            let factors: Option<Vec<(i64, i64, Id)>> = kids[1..].iter().map(|&k| scales(g, k).into_iter().next()).collect();
+            let Some(factors) = factors else { return vec![] };
+            let (p1, q1, _) = factors[0];
+            if p1 == 0 {
+                return vec![];
+            }
+            let parts: Vec<Id> = factors
+                .iter()
+                .map(|&(p, q, x)| {
+                    // (p/q) / (p1/q1) = (p*q1) / (q*p1), reduced, sign on the numerator.
+                    let (mut n, mut m) = (p * q1, q * p1);
+                    if m < 0 {
+                        n = -n;
+                        m = -m;
+                    }
+                    let gcd = gcd(n.abs(), m.abs()).max(1);
+                    let (n, m) = (n / gcd, m / gcd);
+                    if n == m {
+                        x
+                    } else {
+                        let (a, b) = (num(g, n), num(g, m));
+                        op(g, SCALE, vec![a, b, x])
+                    }
+                })
+                .collect();
+            let inner = cat(g, d as usize, parts);
+            let (a, b) = (num(g, p1), num(g, q1));
+            vec![op(g, SCALE, vec![a, b, inner])]
+        }),
+    });
+    l.push(Lemma {
         name: "expand-over-cat",
         doc: "expand(cat_d(x_i), s) = cat_d(expand(x_i, s_i)) when dim d is not broadcast (s_i is s with the piece's size at d)",
         roots: vec!["aten.expand.default".into()],
@@ -1378,6 +1430,97 @@ pub fn library() -> Vec<Lemma> {
         }),
     });
     l.push(Lemma {
+        name: "nll-sum-over-cat",
+        doc: "a sum-reduced NLL of row pieces is the sum of the pieces' NLLs; its backward is the cat of the pieces' backwards (ignored targets contribute nothing either way)",
+        roots: vec![GET.into(), "aten.nll_loss_backward.default".into()],
+        examples: vec![
+            ("(get 0 (aten.nll_loss_forward.default (cat 0 %r0:x %r1:x) (cat 0 %r0:t %r1:t) none 2 -100))", &[("x", "f64[3,4]"), ("t", "i64[3]<4")]),
+            ("(aten.nll_loss_backward.default %r0:g (cat 0 %r0:x %r1:x) (cat 0 %r0:t %r1:t) none 2 -100 %r0:g)", &[("g", "f64[]"), ("x", "f64[3,4]"), ("t", "i64[3]<4")]),
+        ],
+        build: Arc::new(|g, eclass, kids| {
+            let mut out = Vec::new();
+            let pieces_of = |g: &Graph, x: Id, t: Id| -> Vec<(Vec<Id>, Vec<Id>)> {
+                let mut res = Vec::new();
+                for (dx, xs) in cats(g, x) {
+                    if dx != 0 || shape(g, x).is_none_or(|s| s.len() != 2) {
+                        continue;
+                    }
+                    let Some(szs) = sizes(g, &xs, 0) else { continue };
+                    for (dt, ts) in cats(g, t) {
+                        if dt == 0 && sizes(g, &ts, 0).as_deref() == Some(&szs[..]) {
+                            res.push((xs.clone(), ts));
+                        }
+                    }
+                }
+                res
+            };
+            if kids.len() == 2 {
+                if int(g, kids[0]) != Some(0) {
+                    return vec![];
+                }
+                for n in g[kids[1]].nodes.clone() {
+                    let Term::Op(s, ck) = n else { continue };
+                    if s.as_str() != "aten.nll_loss_forward.default" || int(g, ck[3]) != Some(2) || !is_none(g, ck[2]) {
+                        continue;
+                    }
+                    for (xs, ts) in pieces_of(g, ck[0], ck[1]) {
+                        let parts: Vec<Id> = xs
+                            .iter()
+                            .zip(&ts)
+                            .map(|(&x, &t)| {
+                                let call = g.add(with_kids(s, &ck, &[(0, x), (1, t)]));
+                                op(g, GET, vec![kids[0], call])
+                            })
+                            .collect();
+                        out.push(op(g, SUM, parts));
+                    }
+                }
+                return out;
+            }
+            let Some(s) = node_sym(g, eclass, kids, &["aten.nll_loss_backward.default"]) else { return vec![] };
+            if int(g, kids[4]) != Some(2) || !is_none(g, kids[3]) {
+                return vec![];
+            }
+            for (xs, ts) in pieces_of(g, kids[1], kids[2]) {
+                let parts: Vec<Id> = xs
+                    .iter()
+                    .zip(&ts)
+                    .map(|(&x, &t)| g.add(with_kids(s, kids, &[(1, x), (2, t)])))
+                    .collect();
+                out.push(cat(g, 0, parts));
+            }
+            out
+        }),
+    });
+    l.push(Lemma {
+        name: "embedding-backward-over-cat",
+        doc: "embedding_dense_backward(cat_d(g_i), cat_d(t_i), n, p, false) = sum_i embedding_dense_backward(g_i, t_i, n, p, false) for d a dim of the indices",
+        roots: vec!["aten.embedding_dense_backward.default".into()],
+        examples: vec![("(aten.embedding_dense_backward.default (cat 0 %r0:g %r1:g) (cat 0 %r0:t %r1:t) 5 -1 b:false)", &[("g", "f64[2,3,4]"), ("t", "i64[2,3]<5")])],
+        build: Arc::new(|g, eclass, kids| {
+            let Some(sym) = node_sym(g, eclass, kids, &["aten.embedding_dense_backward.default"]) else { return vec![] };
+            if !is_false(g, kids[4]) {
+                return vec![];
+            }
+            let Some(ts) = shape(g, kids[1]) else { return vec![] };
+            let mut out = Vec::new();
+            for (d, gp) in cats(g, kids[0]) {
+                if d >= ts.len() {
+                    continue;
+                }
+                let Some(szs) = sizes(g, &gp, d) else { continue };
+                let Some((_, tp)) = cats(g, kids[1]).into_iter().find(|(td, tp)| *td == d && sizes(g, tp, d).as_deref() == Some(&szs[..])) else { continue };
+                let parts: Vec<Id> = gp
+                    .iter()
+                    .zip(&tp)
+                    .map(|(&a, &b)| g.add(with_kids(sym, kids, &[(0, a), (1, b)])))
+                    .collect();
+                out.push(op(g, SUM, parts));
+            }
+            out
+        }),
+    });
+    l.push(Lemma {
         name: "embedding-over-cat",
         doc: "embedding(w, cat_d(i_k)) = cat_d(embedding(w, i_k)); embedding(cat_1(w_k), i) = cat_last(embedding(w_k, i))",
         roots: vec!["aten.embedding.default".into()],
@@ -1673,6 +1816,22 @@ fn scalar_cmp(g: &Graph, id: Id, sym: &str) -> Option<(Id, i64)> {
         Term::Op(s, k) if s.as_str() == sym && k.len() == 2 => Some((k[0], int(g, k[1])?)),
         _ => None,
     })
+}
+
+/// Whether a class is the literal `False`.
+fn is_false(g: &Graph, id: Id) -> bool {
+    g[id]
+        .nodes
+        .iter()
+        .any(|n| matches!(n, Term::Op(s, _) if s.as_str() == "b:false"))
+}
+
+/// Whether a class is the literal `None`.
+fn is_none(g: &Graph, id: Id) -> bool {
+    g[id]
+        .nodes
+        .iter()
+        .any(|n| matches!(n, Term::Op(s, k) if k.is_empty() && s.as_str() == "none"))
 }
 
 /// Whether a class is the literal `True`.

@@ -60,6 +60,8 @@ pub struct LowerCtx<'a> {
     pub partners: &'a HashMap<(usize, usize), Vec<ValueRef>>,
     /// Values of module constants (`_tensor_constantN`) the case states.
     pub constants: &'a BTreeMap<String, f64>,
+    /// Whether no loss target equals its `ignore_index` (`assume: { ignore-index: unused }`).
+    pub ignore_index_unused: bool,
 }
 
 /// Metas of a graph's values, per node and output.
@@ -194,6 +196,46 @@ pub fn lower(
                     vec![prod, scalar_tpl(&Arg::Float(alpha))],
                 ),
             });
+        }
+        // Without ignored targets, a mean NLL is the sum over the N targets scaled by 1/N, and
+        // its backward the sum-mode backward of the gradient scaled by 1/N (total_weight = N
+        // is then not read): a mean over a split batch becomes a sum of per-piece sums.
+        "aten.nll_loss_forward.default" | "aten.nll_loss_backward.default"
+            if ctx.ignore_index_unused =>
+        {
+            let fwd = full == "aten.nll_loss_forward.default";
+            let (x_at, red_at) = if fwd { (0, 3) } else { (1, 4) };
+            let n = value(x_at + 1).and_then(meta_of).map(|m| m.numel() as i64);
+            if let (Some(1), Some(n), Arg::None) = (arg(red_at).as_int(), n, arg(x_at + 2)) {
+                if n > 0 {
+                    let mut kids: Vec<Tpl> =
+                        (0..norm.len()).map(|i| val_of(&norm, i, rank)).collect();
+                    kids[red_at] = Tpl::Num(2);
+                    if fwd {
+                        if output != 0 {
+                            return Lowered::Unsupported(format!(
+                                "`{}`: the total weight of a mean NLL under `ignore-index: unused` is not modelled",
+                                node.outputs[output].name
+                            ));
+                        }
+                        let call = Tpl::Op(full, kids);
+                        let sum = Tpl::Op(GET.into(), vec![Tpl::Num(0), call]);
+                        return Lowered::Term(Tpl::Op(
+                            SCALE.into(),
+                            vec![Tpl::Num(1), Tpl::Num(n), sum],
+                        ));
+                    }
+                    let g = kids[0].clone();
+                    kids[0] = Tpl::Op(SCALE.into(), vec![Tpl::Num(1), Tpl::Num(n), g]);
+                    // The sum-mode backward never reads total_weight: one canonical scalar.
+                    let none = || Tpl::Op("none".into(), vec![]);
+                    kids[6] = Tpl::Op(
+                        "aten.scalar_tensor.default".into(),
+                        vec![Tpl::Num(1), none(), none(), none(), none()],
+                    );
+                    return Lowered::Term(Tpl::Op(full, kids));
+                }
+            }
         }
         // A scatter of a whole-range slice replaces everything.
         "aten.slice_scatter.default" if same_meta(value(1)) => {

@@ -375,6 +375,14 @@ fn case_yaml(opts: &EmitOptions, plan: &Plan) -> String {
         };
         let _ = writeln!(s, "  {}: {place}", out.name);
     }
+    if opts.model == "llama" {
+        // The zoo's labels are vocabulary ids, never the loss's ignore_index (-100): a mean
+        // cross-entropy over a split batch is then the mean of equal-sized per-rank means.
+        let _ = writeln!(
+            s,
+            "assume:\n  ignore-index: unused   # labels never equal ignore_index (-100)"
+        );
+    }
     s
 }
 

@@ -151,6 +151,14 @@ pub fn eval(expr: &RecExpr<Term>, leaves: &HashMap<String, Tensor>) -> Result<Ve
                                 .ok_or("get out of range")?]),
                             _ => return Err("get of a non-tuple".into()),
                         },
+                        "aten.native_dropout.default" => {
+                            let x = tensor(0)?;
+                            let p = match kid(1) {
+                                Val::Arg(a) => a.as_f64().ok_or("dropout p is not a number")?,
+                                _ => return Err("dropout p is not a number".into()),
+                            };
+                            Val::Tensors(same_mask_dropout(&x, p))
+                        }
                         _ => {
                             let name = OpName::parse(s).ok_or(format!("bad operator {s}"))?;
                             let def = reg.get(&name).ok_or(format!("unknown operator {s}"))?;
@@ -175,6 +183,34 @@ pub fn eval(expr: &RecExpr<Term>, leaves: &HashMap<String, Tensor>) -> Result<Ve
         Some(Val::Tensors(t)) => Ok(t),
         _ => Err("the expression is not a tensor".into()),
     }
+}
+
+/// Dropout under the same-mask assumption: an element's keep bit is a hash of its value, so the
+/// mask travels with the element through concatenations, slices and layouts, exactly what
+/// `assume: { dropout: same-mask }` states of the two programs' random masks.
+fn same_mask_dropout(x: &Tensor, p: f64) -> Vec<Tensor> {
+    let keep: Vec<f64> = x
+        .data
+        .iter()
+        .map(|v| {
+            let mut h = v.to_bits().wrapping_add(0x9E37_79B9_7F4A_7C15);
+            h = (h ^ (h >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            h = (h ^ (h >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            h ^= h >> 31;
+            f64::from((h as f64 / u64::MAX as f64 >= p) as u8)
+        })
+        .collect();
+    let scale = if p < 1.0 { 1.0 / (1.0 - p) } else { 0.0 };
+    let out = x
+        .data
+        .iter()
+        .zip(&keep)
+        .map(|(v, k)| v * k * scale)
+        .collect();
+    vec![
+        Tensor::new(x.meta.clone(), out),
+        Tensor::new(Meta::new(DType::Bool, x.meta.shape.clone()), keep),
+    ]
 }
 
 fn to_arg(v: Val, tensors: &mut Vec<Tensor>) -> Result<Arg, String> {

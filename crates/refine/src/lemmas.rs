@@ -1115,7 +1115,10 @@ pub fn library() -> Vec<Lemma> {
         name: "cat-pieces-equal",
         doc: "cat_d(a_i) = cat_d(b_i) with equal piece sizes implies a_i = b_i",
         roots: vec![CAT.into()],
-        examples: vec![],
+        examples: vec![(
+            "(= (cat 0 %r0:a %r0:b) (cat 0 (slice 0 0 2 (cat 0 %r0:a %r0:b)) (slice 0 2 5 (cat 0 %r0:a %r0:b))))",
+            &[("a", "f64[2,3]"), ("b", "f64[3,3]")],
+        )],
         build: Arc::new(|g, eclass, _| {
             let cs = cats(g, eclass);
             let mut changed = false;
@@ -1263,7 +1266,10 @@ pub fn library() -> Vec<Lemma> {
         name: "dropout-over-cat",
         doc: "with same-mask dropout, native_dropout(cat_d(x_i)) outputs are the cat of the pieces' outputs",
         roots: vec![GET.into()],
-        examples: vec![],
+        examples: vec![
+            ("(get 0 (aten.native_dropout.default (cat 1 %r0:a %r1:a) f:0.5 b:true))", &[("a", "f64[2,3]")]),
+            ("(get 1 (aten.native_dropout.default (cat 0 %r0:a %r1:a) f:0.5 b:true))", &[("a", "f64[2,3]")]),
+        ],
         build: Arc::new(|g, _, kids| {
             let mut out = Vec::new();
             for n in g[kids[1]].nodes.clone() {

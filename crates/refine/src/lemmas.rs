@@ -688,6 +688,7 @@ pub fn library() -> Vec<Lemma> {
             ("(aten.view.default (cat 2 %r0:a %r1:a) (list 6 8))", &[("a", "f64[3,2,4]")]),
             ("(aten.view.default (cat 1 %r0:a %r1:a) (list 2 2 6))", &[("a", "f64[2,6]")]),
             ("(aten.view.default (aten.view.default %r0:a (list 6)) (list 3 2))", &[("a", "f64[2,3]")]),
+            ("(aten.view.default (cat 0 %r0:a %r1:a %r2:a %r3:a) (list 2 4 3))", &[("a", "f64[2,3]")]),
         ],
         build: Arc::new(|g, eclass, kids| {
             let Some(target) = shape(g, eclass) else { return vec![] };
@@ -1992,6 +1993,47 @@ fn matmul_over_cat(g: &mut Graph, sym: &str, kids: &[Id], batch: usize) -> Vec<I
 
 /// The pieces of `view(cat_d(pieces), target)` when each piece is a block of whole rows of one
 /// target dim.
+/// `view(cat_d(pieces), target)` when the pieces tile target dim `td + 1` inside each row of
+/// target dim `td` (a flattened batch x heads dim split back, with pieces of a few heads): a cat
+/// along `td` of cats along `td + 1`.
+fn nested_view_of_cat(
+    g: &mut Graph,
+    target: &[usize],
+    td: usize,
+    rest: usize,
+    szs: &[usize],
+    pieces: &[Id],
+) -> Option<Id> {
+    if td + 1 >= target.len() {
+        return None;
+    }
+    let inner: usize = target[td + 2..].iter().product();
+    let row = target[td + 1] * inner;
+    let mut rows = Vec::new();
+    let mut current = Vec::new();
+    let mut filled = 0;
+    for (&p, &m) in pieces.iter().zip(szs) {
+        let n = m * rest;
+        if !n.is_multiple_of(inner) || filled + n > row {
+            return None;
+        }
+        let mut s: Vec<i64> = target.iter().map(|&x| x as i64).collect();
+        s[td] = 1;
+        s[td + 1] = (n / inner) as i64;
+        let l = int_list_node(g, &s);
+        current.push(op(g, "aten.view.default", vec![p, l]));
+        filled += n;
+        if filled == row {
+            rows.push(cat(g, td + 1, std::mem::take(&mut current)));
+            filled = 0;
+        }
+    }
+    if filled != 0 || rows.len() != target[td] {
+        return None;
+    }
+    Some(cat(g, td, rows))
+}
+
 fn view_of_cat(
     g: &mut Graph,
     src: &[usize],
@@ -2013,6 +2055,9 @@ fn view_of_cat(
     let rest: usize = src[d + 1..].iter().product();
     let trest: usize = target[td + 1..].iter().product();
     let szs = sizes(g, pieces, d)?;
+    if szs.iter().any(|&m| !(m * rest).is_multiple_of(trest)) {
+        return nested_view_of_cat(g, target, td, rest, &szs, pieces);
+    }
     let mut parts = Vec::new();
     for (&p, &m) in pieces.iter().zip(&szs) {
         if !(m * rest).is_multiple_of(trest) {

@@ -422,7 +422,19 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
                 return finish(undecided_by_constants(outcome, &imp));
             }
             _ => {
-                outcome.failure = Some(blame(case, &imp, &state, &spec_metas, v, &name));
+                // The output is only computed, not rebuilt. A bug, or a lemma the library lacks:
+                // refuted only where the evidence at the stopping point names a bug class.
+                let f = blame(case, &imp, &state, &spec_metas, v, &name);
+                if f.hint.is_none() {
+                    outcome.reason = Some(format!(
+                        "`{name}` has no clean relation: relations stop at spec operator `{}` ({}), and no known bug pattern matches there, so this may be a missing lemma (`--trace` shows every relation)",
+                        f.operator, f.op
+                    ));
+                    outcome.failure = Some(f);
+                    outcome.verdict = Verdict::Inconclusive;
+                    return finish(undecided_by_constants(outcome, &imp));
+                }
+                outcome.failure = Some(f);
                 outcome.verdict = Verdict::Refuted;
                 return finish(undecided_by_constants(outcome, &imp));
             }
@@ -1407,26 +1419,89 @@ fn blame(
                     })
                     .collect();
                 let mut reduced = false;
+                let mut late_op: Option<String> = None;
+                // The rank sets the implementation's collectives over these leaves reduce.
+                let mut groups: BTreeSet<Vec<usize>> = BTreeSet::new();
                 for l in &leaves {
                     for &(r, n) in imp.consumers.get(l).map_or(&[][..], Vec::as_slice) {
                         let g = &case.program.ranks[r];
                         let nd = &g.nodes[n];
                         let op = nd.op().map(|o| o.to_string()).unwrap_or_default();
+                        if !op.starts_with("_c10d_functional.") {
+                            // Reduced one step later: something was added in between.
+                            let out = ValueRef {
+                                rank: Some(r),
+                                value: ValueId::new(n, 0),
+                            };
+                            let late = imp.consumers.get(&out).is_some_and(|cs| {
+                                cs.iter().any(|&(r2, n2)| {
+                                    case.program.ranks[r2].nodes[n2]
+                                        .op()
+                                        .is_some_and(|o| o.namespace == "_c10d_functional")
+                                })
+                            });
+                            if late && late_op.is_none() {
+                                late_op = Some(format!("r{r}.{} = {op}", nd.name));
+                            }
+                        }
                         if op.starts_with("_c10d_functional.") {
                             reduced = true;
+                            let out = ValueRef {
+                                rank: Some(r),
+                                value: ValueId::new(n, 0),
+                            };
+                            if let Some(Lowered::Term(t)) = imp.lowered.get(&out) {
+                                let mut vals = Vec::new();
+                                tpl_values(t, &mut vals);
+                                let mut ranks: Vec<usize> =
+                                    vals.iter().filter_map(|v| v.rank).collect();
+                                ranks.sort_unstable();
+                                ranks.dedup();
+                                groups.insert(ranks);
+                            }
                         }
                         consumers.insert(format!("r{r}.{} = {}", nd.name, op));
                     }
+                }
+                let mut summed: Vec<usize> = leaves.iter().filter_map(|l| l.rank).collect();
+                summed.sort_unstable();
+                summed.dedup();
+                if matches!(top, Some(Term::Op(s, _)) if s.as_str() == SUM)
+                    && reduced
+                    && !groups.is_empty()
+                    && groups.iter().all(|g| g.len() > 1 && *g != summed)
+                    && hint.is_none()
+                {
+                    let show = |v: &[usize]| {
+                        v.iter()
+                            .map(|r| format!("r{r}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    };
+                    hint = Some(format!(
+                        "input `{}` is a sum over ranks {}, but the implementation's collectives over those tensors reduce over {} (a collective on the wrong process group?)",
+                        spec.value_name(x),
+                        show(&summed),
+                        groups.iter().map(|g| format!("[{}]", show(g))).collect::<Vec<_>>().join(", ")
+                    ));
                 }
                 if matches!(top, Some(Term::Op(s, _)) if s.as_str() == SUM)
                     && !reduced
                     && hint.is_none()
                 {
-                    hint = Some(format!(
+                    hint = Some(if let Some(late) = &late_op {
+                        format!(
+                            "input `{}` is a partial sum, {}, that the implementation reduces only after `{late}` changes it: whatever that adds is counted once per rank (a bias or residual added before the all-reduce?)",
+                            spec.value_name(x),
+                            render(e, e.as_ref().len() - 1)
+                        )
+                    } else {
+                        format!(
                         "input `{}` is an unreduced partial sum, {} — the implementation never reduces it across ranks (a missing all-reduce?)",
                         spec.value_name(x),
                         render(e, e.as_ref().len() - 1)
-                    ));
+                    )
+                    });
                 }
             }
         }

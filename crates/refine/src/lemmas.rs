@@ -1802,7 +1802,10 @@ fn masked_shard_index(g: &Graph, idx: Id, width: usize, mask_class: Id) -> Vec<(
             // The shifted index is t itself (s = 0) or sub(t, s, 1).
             let shifted_ok = (s == 0 && g.find(shifted) == g.find(t1))
                 || g[shifted].nodes.iter().any(|sn| match sn {
-                    Term::Op(ss, sk) if ss.as_str() == "aten.sub.Tensor" && sk.len() == 3 => {
+                    Term::Op(ss, sk)
+                        if matches!(ss.as_str(), "aten.sub.Tensor" | "aten.sub.Scalar")
+                            && sk.len() == 3 =>
+                    {
                         g.find(sk[0]) == g.find(t1)
                             && int(g, sk[1]) == Some(s)
                             && int(g, sk[2]) == Some(1)

@@ -214,3 +214,35 @@ fn llama_missing_oproj_allreduce_is_refuted_at_the_residual() {
     assert!(out.contains("(aten.add.Tensor)"), "{out}");
     assert!(out.contains("unreduced partial sum"), "{out}");
 }
+
+#[test]
+fn expr_layouts_are_relations() {
+    // The same plan with two inputs laid out by explicit expressions instead of placements.
+    let dir = tempfile::tempdir().unwrap();
+    let case = emit(dir.path(), "tp=2", &[]);
+    let text = std::fs::read_to_string(&case).unwrap();
+    let text = text
+        .replace(
+            "  w1_0: { tp: Shard(0) }",
+            "  w1_0: { expr: \"concat([r0.w1_0, r1.w1_0], 0)\" }",
+        )
+        .replace(
+            "  w2_0: { tp: Shard(1) }",
+            "  w2_0: { expr: \"transpose(concat([transpose(r0.w2_0, 0, 1), transpose(r1.w2_0, 1, 0)], 0), -1, 0)\" }",
+        );
+    assert!(text.contains("expr:"), "{text}");
+    std::fs::write(&case, &text).unwrap();
+    let (code, out) = verify(&case);
+    assert_eq!(code, 0, "{out}");
+    // Pieces in the wrong order: never verified.
+    std::fs::write(
+        &case,
+        text.replace(
+            "concat([r0.w1_0, r1.w1_0], 0)",
+            "concat([r1.w1_0, r0.w1_0], 0)",
+        ),
+    )
+    .unwrap();
+    let (code, out) = verify(&case);
+    assert_ne!(code, 0, "{out}");
+}

@@ -633,8 +633,25 @@ fn relation_exprs(
     impl_values: &[ValueId],
     imp: &Impl,
 ) -> Result<Vec<RecExpr<Term>>, String> {
-    if matches!(layout, Layout::Expr(_)) || impl_values.is_empty() {
-        return Err("`expr:` layouts are not supported by the refinement engine yet".into());
+    if let Layout::Expr(e) = layout {
+        let mut rec = RecExpr::default();
+        let (_, shape) = expr_rec(e, imp, &mut rec)?;
+        let want = case
+            .spec
+            .recorded_type(spec_value)
+            .and_then(|t| t.concrete_shape())
+            .map(|s| s.iter().map(|&n| n as usize).collect::<Vec<_>>());
+        if let Some(want) = want {
+            if want != shape {
+                return Err(format!(
+                    "the expression has shape {shape:?}, the spec tensor {want:?}"
+                ));
+            }
+        }
+        return Ok(vec![rec]);
+    }
+    if impl_values.is_empty() {
+        return Err("no implementation tensors".into());
     }
     let shape = case
         .spec
@@ -690,6 +707,196 @@ fn relation_exprs(
     let full: Vec<std::ops::Range<i64>> = shape.iter().map(|&n| 0..n).collect();
     let alts = tile(&blocks, &full).ok_or("the rank tensors do not tile the spec tensor")?;
     Ok(alts.iter().map(E::to_rec).collect())
+}
+
+/// A case `expr:` relation as a clean term (dims normalized, reshapes resolved, `select` as a
+/// one-wide slice viewed without its dim), with its shape.
+fn expr_rec(
+    e: &shardproof_case::Expr,
+    imp: &Impl,
+    r: &mut RecExpr<Term>,
+) -> Result<(Id, Vec<usize>), String> {
+    use shardproof_case::ExprKind as K;
+    let norm = |d: i64, n: usize| -> Result<usize, String> {
+        let d2 = if d < 0 { d + n as i64 } else { d };
+        usize::try_from(d2)
+            .ok()
+            .filter(|&x| x < n)
+            .ok_or_else(|| format!("dim {d} is out of range for a {n}-d tensor"))
+    };
+    let num = |r: &mut RecExpr<Term>, n: i64| r.add(Term::Num(n));
+    let list = |r: &mut RecExpr<Term>, v: &[usize]| {
+        let kids = v.iter().map(|&n| r.add(Term::Num(n as i64))).collect();
+        r.add(Term::Op(Symbol::from(LIST), kids))
+    };
+    let view = |r: &mut RecExpr<Term>, x: Id, from: &[usize], to: &[usize]| {
+        if from == to {
+            return x;
+        }
+        let l = list(r, to);
+        r.add(Term::Op(Symbol::from("aten.view.default"), vec![x, l]))
+    };
+    Ok(match &e.kind {
+        K::Tensor { rank, name } => {
+            let g = imp
+                .case
+                .program
+                .ranks
+                .get(*rank)
+                .ok_or_else(|| format!("there is no rank {rank}"))?;
+            let v = g
+                .find(name)
+                .ok_or_else(|| format!("rank {rank} has no tensor `{name}`"))?;
+            let vr = imp.canon(ValueRef {
+                rank: Some(*rank),
+                value: v,
+            });
+            let shape = imp
+                .meta(vr)
+                .map(|m| m.shape)
+                .ok_or_else(|| format!("the shape of r{rank}.{name} is unknown"))?;
+            let leaf = leaf_symbol(*rank, imp.case.program.ranks[*rank].value_name(vr.value));
+            (r.add(Term::Op(Symbol::from(leaf.as_str()), vec![])), shape)
+        }
+        K::Concat { parts, dim } => {
+            let mut ids = Vec::new();
+            let mut shape: Option<Vec<usize>> = None;
+            let mut total = 0;
+            let mut d = 0;
+            for p in parts {
+                let (id, s) = expr_rec(p, imp, r)?;
+                d = norm(*dim, s.len())?;
+                total += s[d];
+                shape.get_or_insert(s);
+                ids.push(id);
+            }
+            let mut shape = shape.ok_or("concat of nothing")?;
+            shape[d] = total;
+            if ids.len() == 1 {
+                (ids[0], shape)
+            } else {
+                let dn = num(r, d as i64);
+                let kids = std::iter::once(dn).chain(ids).collect();
+                (r.add(Term::Op(Symbol::from(CAT), kids)), shape)
+            }
+        }
+        K::Slice {
+            input,
+            dim,
+            start,
+            end,
+        } => {
+            let (x, mut shape) = expr_rec(input, imp, r)?;
+            let d = norm(*dim, shape.len())?;
+            let n = shape[d] as i64;
+            let clamp = |i: i64| if i < 0 { (i + n).max(0) } else { i.min(n) };
+            let (a, b) = (clamp(*start), clamp(*end).max(clamp(*start)));
+            if a == 0 && b == n {
+                return Ok((x, shape));
+            }
+            shape[d] = (b - a) as usize;
+            let kids = vec![num(r, d as i64), num(r, a), num(r, b), x];
+            (r.add(Term::Op(Symbol::from(SLICE), kids)), shape)
+        }
+        K::Sum(parts) => {
+            let mut ids = Vec::new();
+            let mut shape = Vec::new();
+            for p in parts {
+                let (id, s) = expr_rec(p, imp, r)?;
+                shape = s;
+                ids.push(id);
+            }
+            if ids.len() == 1 {
+                (ids[0], shape)
+            } else {
+                (r.add(Term::Op(Symbol::from(SUM), ids)), shape)
+            }
+        }
+        K::Transpose { input, dim0, dim1 } => {
+            let (x, mut shape) = expr_rec(input, imp, r)?;
+            let (a, b) = (norm(*dim0, shape.len())?, norm(*dim1, shape.len())?);
+            if a == b {
+                return Ok((x, shape));
+            }
+            shape.swap(a, b);
+            let kids = vec![x, num(r, a.min(b) as i64), num(r, a.max(b) as i64)];
+            (
+                r.add(Term::Op(Symbol::from("aten.transpose.int"), kids)),
+                shape,
+            )
+        }
+        K::Permute { input, dims } => {
+            let (x, shape) = expr_rec(input, imp, r)?;
+            let p: Vec<usize> = dims
+                .iter()
+                .map(|&d| norm(d, shape.len()))
+                .collect::<Result<_, _>>()?;
+            if p.len() != shape.len() {
+                return Err(format!(
+                    "permute of a {}-d tensor with {} dims",
+                    shape.len(),
+                    p.len()
+                ));
+            }
+            if p.iter().enumerate().all(|(i, &d)| i == d) {
+                return Ok((x, shape));
+            }
+            let out: Vec<usize> = p.iter().map(|&d| shape[d]).collect();
+            let l = list(r, &p);
+            (
+                r.add(Term::Op(Symbol::from("aten.permute.default"), vec![x, l])),
+                out,
+            )
+        }
+        K::Reshape { input, shape: to } => {
+            let (x, shape) = expr_rec(input, imp, r)?;
+            let total: usize = shape.iter().product();
+            let known: i64 = to.iter().filter(|&&d| d != -1).product();
+            let out: Vec<usize> = to
+                .iter()
+                .map(|&d| {
+                    if d == -1 && known > 0 {
+                        total / known as usize
+                    } else {
+                        d.max(0) as usize
+                    }
+                })
+                .collect();
+            if out.iter().product::<usize>() != total {
+                return Err(format!("cannot reshape {shape:?} to {to:?}"));
+            }
+            (view(r, x, &shape, &out), out)
+        }
+        K::Select { input, dim, index } => {
+            let (x, shape) = expr_rec(input, imp, r)?;
+            let d = norm(*dim, shape.len())?;
+            let n = shape[d] as i64;
+            let i = if *index < 0 { index + n } else { *index };
+            if !(0..n).contains(&i) {
+                return Err(format!(
+                    "index {index} is out of range for a dim of size {n}"
+                ));
+            }
+            let mut one = shape.clone();
+            one[d] = 1;
+            let x = if n == 1 {
+                x
+            } else {
+                let kids = vec![num(r, d as i64), num(r, i), num(r, i + 1), x];
+                r.add(Term::Op(Symbol::from(SLICE), kids))
+            };
+            let mut out = shape.clone();
+            out.remove(d);
+            (view(r, x, &one, &out), out)
+        }
+        K::Unsqueeze { input, dim } => {
+            let (x, shape) = expr_rec(input, imp, r)?;
+            let d = norm(*dim, shape.len() + 1)?;
+            let mut out = shape.clone();
+            out.insert(d, 1);
+            (view(r, x, &shape, &out), out)
+        }
+    })
 }
 
 /// Partial shares of one block: how they combine, the block, each rank's share.

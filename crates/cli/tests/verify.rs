@@ -181,6 +181,7 @@ fn correct_llama_plans_verify() {
         ("tp=4", &["--forward-only"][..]),
         ("dp=2", &[][..]),
         ("dp=2,tp=2", &[][..]),
+        ("tp=2", &["--vocab-parallel", "--forward-only"][..]),
     ] {
         let dir = tempfile::tempdir().unwrap();
         let case = emit_model("llama", dir.path(), mesh, extra);

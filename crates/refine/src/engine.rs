@@ -3,7 +3,7 @@
 //! that also holds the implementation operators related to those inputs, and its outputs'
 //! clean expressions kept as their relations.
 
-use crate::lemmas::{library, Graph, SCALE};
+use crate::lemmas::{library_for, Graph, SCALE};
 use crate::lower::{lower, pair_collectives, LowerCtx, Lowered, Tpl, ValueRef};
 use crate::term::{is_leaf, leaf_symbol, Shapes, Term, CAT, GET, LIST, MAX, MIN, SLICE, SUM};
 use egg::{Id, Language, RecExpr, Rewrite, Runner, Symbol};
@@ -208,7 +208,14 @@ fn add_tpl(eg: &mut Graph, t: &Tpl, value: &mut dyn FnMut(&mut Graph, ValueRef) 
 /// Checks that the implementation refines the specification of `case`.
 pub fn verify(case: &Case, opts: &Options) -> Outcome {
     let start = Instant::now();
-    let lemmas = library();
+    let mut assumed = Vec::new();
+    if case.assume.ignore_index_unused.is_some() {
+        assumed.push("ignore-index");
+    }
+    if case.assume.dropout.is_some() {
+        assumed.push("dropout");
+    }
+    let lemmas = library_for(&assumed);
     let rules: Vec<Rewrite<Term, Shapes>> = lemmas.iter().flat_map(|l| l.rewrites()).collect();
     let mut outcome = Outcome {
         verdict: Verdict::Inconclusive,

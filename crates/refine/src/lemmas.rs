@@ -26,6 +26,9 @@ pub struct Lemma {
     pub roots: Vec<String>,
     /// Examples: a left-hand side term and the shapes of its leaves, for the soundness test.
     pub examples: Vec<(&'static str, &'static [(&'static str, &'static str)])>,
+    /// The case assumption (`assume:` key) the lemma needs, if any; the engine only uses it
+    /// when the case states that assumption. Its examples satisfy the assumption.
+    pub requires: Option<&'static str>,
     build: Arc<Build>,
 }
 
@@ -356,6 +359,14 @@ fn node_sym(g: &Graph, eclass: Id, kids: &[Id], roots: &[&str]) -> Option<Symbol
 // ---------------------------------------------------------------------------------------------
 // The lemmas.
 
+/// The lemmas a case may use: every lemma whose required assumption (if any) it states.
+pub fn library_for(assumed: &[&str]) -> Vec<Lemma> {
+    library()
+        .into_iter()
+        .filter(|l| l.requires.is_none_or(|a| assumed.contains(&a)))
+        .collect()
+}
+
 /// Every lemma of the library.
 pub fn library() -> Vec<Lemma> {
     let mut l = Vec::new();
@@ -385,6 +396,7 @@ pub fn library() -> Vec<Lemma> {
                 &[("a", "f64[2,3]")],
             ),
         ],
+        requires: None,
         build: Arc::new(move |g, eclass, kids| {
             let Some(sym) = node_sym(g, eclass, kids, &roots) else {
                 return vec![];
@@ -455,6 +467,7 @@ pub fn library() -> Vec<Lemma> {
                 &[("a", "f64[2,3]")],
             ),
         ],
+        requires: None,
         build: Arc::new(move |g, eclass, kids| {
             let Some(sym) = node_sym(g, eclass, kids, &lr) else {
                 return vec![];
@@ -513,6 +526,7 @@ pub fn library() -> Vec<Lemma> {
             ),
             ("(scale 2 1 (scale 1 4 %r0:a))", &[("a", "f64[2,3]")]),
         ],
+        requires: None,
         build: Arc::new(move |g, eclass, kids| {
             let Some(sym) = node_sym(g, eclass, kids, &lr2) else {
                 return vec![];
@@ -563,6 +577,7 @@ pub fn library() -> Vec<Lemma> {
             "(aten.add.Tensor (scale 1 8 %r0:a) (scale 1 4 %r0:a) 1)",
             &[("a", "f64[2,3]")],
         )],
+        requires: None,
         build: Arc::new(|g, eclass, kids| {
             let (Some(p), Some(q)) = (int(g, kids[0]), int(g, kids[1])) else {
                 return vec![];
@@ -598,6 +613,7 @@ pub fn library() -> Vec<Lemma> {
             "(sum (scale 1 2 %r0:a) (scale 1 2 %r1:a))",
             &[("a", "f64[2,3]")],
         )],
+        requires: None,
         build: Arc::new(|g, eclass, _| {
             let operands = sums(g, eclass);
             let mut out = Vec::new();
@@ -629,6 +645,7 @@ pub fn library() -> Vec<Lemma> {
             ("(aten.mm.default %r0:a (cat 1 %r0:b %r1:b))", &[("a", "f64[2,3]"), ("b", "f64[3,4]")]),
             ("(aten.mm.default (cat 1 %r0:a %r1:a) (cat 0 %r0:b %r1:b))", &[("a", "f64[2,3]"), ("b", "f64[3,4]")]),
         ],
+        requires: None,
         build: Arc::new(|g, _, kids| matmul_over_cat(g, "aten.mm.default", kids, 0)),
     });
     l.push(Lemma {
@@ -639,6 +656,7 @@ pub fn library() -> Vec<Lemma> {
             ("(aten.bmm.default (cat 0 %r0:a %r1:a) (cat 0 %r0:b %r1:b))", &[("a", "f64[2,2,3]"), ("b", "f64[2,3,4]")]),
             ("(aten.bmm.default (cat 2 %r0:a %r1:a) (cat 1 %r0:b %r1:b))", &[("a", "f64[2,2,3]"), ("b", "f64[2,3,4]")]),
         ],
+        requires: None,
         build: Arc::new(|g, _, kids| matmul_over_cat(g, "aten.bmm.default", kids, 1)),
     });
 
@@ -651,6 +669,7 @@ pub fn library() -> Vec<Lemma> {
             "(aten.transpose.int (cat 1 %r0:a %r1:a) 0 1)",
             &[("a", "f64[2,3]")],
         )],
+        requires: None,
         build: Arc::new(|g, _, kids| {
             let (Some(a), Some(b)) = (int(g, kids[1]), int(g, kids[2])) else {
                 return vec![];
@@ -690,6 +709,7 @@ pub fn library() -> Vec<Lemma> {
             ("(aten.view.default (aten.view.default %r0:a (list 6)) (list 3 2))", &[("a", "f64[2,3]")]),
             ("(aten.view.default (cat 0 %r0:a %r1:a %r2:a %r3:a) (list 2 4 3))", &[("a", "f64[2,3]")]),
         ],
+        requires: None,
         build: Arc::new(|g, eclass, kids| {
             let Some(target) = shape(g, eclass) else { return vec![] };
             let mut out = Vec::new();
@@ -718,6 +738,7 @@ pub fn library() -> Vec<Lemma> {
             "(aten.permute.default (cat 1 %r0:a %r1:a) (list 2 0 1))",
             &[("a", "f64[2,3,4]")],
         )],
+        requires: None,
         build: Arc::new(|g, _, kids| {
             let Some(p) = int_list(g, kids[1]) else {
                 return vec![];
@@ -744,6 +765,7 @@ pub fn library() -> Vec<Lemma> {
             ("(aten.view.default (aten.transpose.int (aten.view.default %r0:a (list 3 8 2)) 0 1) (list 2 4 3 2))", &[("a", "f64[3,2,4,2]")]),
             ("(aten.view.default (aten.permute.default %r0:a (list 0 2 1)) (list 3 2 2 2))", &[("a", "f64[3,4,2]")]),
         ],
+        requires: None,
         build: Arc::new(|g, eclass, _| {
             let Some(target) = shape(g, eclass) else { return vec![] };
             let mut out = Vec::new();
@@ -786,6 +808,7 @@ pub fn library() -> Vec<Lemma> {
                 &[("a", "f64[2,3]")],
             ),
         ],
+        requires: None,
         build: Arc::new(|g, _, kids| {
             let mut out = Vec::new();
             for n in g[kids[0]].nodes.clone() {
@@ -810,6 +833,7 @@ pub fn library() -> Vec<Lemma> {
         doc: "view(bmm(a, b), [B.., m, n]) with prod(B) the batch = matmul(view(a, [B.., m, k]), view(b, [B.., k, n]))",
         roots: vec!["aten.view.default".into()],
         examples: vec![("(aten.view.default (aten.bmm.default %r0:a %r0:b) (list 2 3 2 4))", &[("a", "f64[6,2,5]"), ("b", "f64[6,5,4]")])],
+        requires: None,
         build: Arc::new(|g, eclass, kids| {
             let Some(target) = shape(g, eclass) else { return vec![] };
             if target.len() < 4 {
@@ -848,6 +872,7 @@ pub fn library() -> Vec<Lemma> {
             ("(aten.matmul.default (cat 1 %r0:a %r1:a) %r0:b)", &[("a", "f64[2,2,3,4]"), ("b", "f64[2,1,4,3]")]),
             ("(aten.matmul.default (cat 3 %r0:a %r1:a) (cat 2 %r0:b %r1:b))", &[("a", "f64[2,2,3,4]"), ("b", "f64[2,2,4,3]")]),
         ],
+        requires: None,
         build: Arc::new(|g, _, kids| {
             let (Some(a), Some(b)) = (shape(g, kids[0]), shape(g, kids[1])) else { return vec![] };
             if a.len() != b.len() || a.len() < 3 {
@@ -861,6 +886,7 @@ pub fn library() -> Vec<Lemma> {
         doc: "cat_d(cat_e(x_i), cat_e(y_i), ...) = cat_e(cat_d(x_i, y_i, ...)) when every operand is split along e (e != d) into pieces of the same sizes",
         roots: vec![CAT.into()],
         examples: vec![("(cat 1 (cat 0 %r0:a %r1:a) (cat 0 %r0:b %r1:b))", &[("a", "f64[2,3]"), ("b", "f64[2,2]")])],
+        requires: None,
         build: Arc::new(|g, _, kids| {
             let Some(d) = int(g, kids[0]) else { return vec![] };
             let d = d as usize;
@@ -903,6 +929,7 @@ pub fn library() -> Vec<Lemma> {
         doc: "cat_d(.., cat_d(x_i), ..) = cat_d(.., x_i, ..): nested concatenations along one dim are one",
         roots: vec![CAT.into()],
         examples: vec![("(cat 1 (cat 1 %r0:a %r1:a) %r0:b)", &[("a", "f64[2,3]"), ("b", "f64[2,2]")])],
+        requires: None,
         build: Arc::new(|g, _, kids| {
             let Some(d) = int(g, kids[0]) else { return vec![] };
             let d = d as usize;
@@ -928,6 +955,7 @@ pub fn library() -> Vec<Lemma> {
         doc: "expanding one size-1 dim e to n (n <= 8, no other dim expanded) is the cat along e of n copies",
         roots: vec!["aten.expand.default".into()],
         examples: vec![("(aten.expand.default %r0:a (list 2 3 4) b:false)", &[("a", "f64[2,1,4]")])],
+        requires: None,
         build: Arc::new(|g, eclass, kids| {
             let (Some(target), Some(src)) = (shape(g, eclass), shape(g, kids[0])) else { return vec![] };
             if src.len() != target.len() {
@@ -950,6 +978,7 @@ pub fn library() -> Vec<Lemma> {
             ("(scale 1 2 (cat 0 %r0:a %r1:a))", &[("a", "f64[2,3]")]),
             ("(cat 1 (scale 1 2 %r0:a) (scale -1 2 %r1:a))", &[("a", "f64[2,3]")]),
         ],
+        requires: None,
         build: Arc::new(|g, eclass, kids| {
             let mut out = Vec::new();
             if kids.len() == 3 && node_sym(g, eclass, kids, &[SCALE]).is_some() {
@@ -995,6 +1024,7 @@ pub fn library() -> Vec<Lemma> {
         doc: "expand(cat_d(x_i), s) = cat_d(expand(x_i, s_i)) when dim d is not broadcast (s_i is s with the piece's size at d)",
         roots: vec!["aten.expand.default".into()],
         examples: vec![("(aten.expand.default (cat 0 %r0:a %r1:a) (list 2 3 4) b:false)", &[("a", "f64[1,1,4]")])],
+        requires: None,
         build: Arc::new(|g, eclass, kids| {
             let Some(target) = shape(g, eclass) else { return vec![] };
             let Some(src) = shape(g, kids[0]) else { return vec![] };
@@ -1033,6 +1063,7 @@ pub fn library() -> Vec<Lemma> {
             ("(slice 1 1 3 (cat 0 %r0:a %r1:a))", &[("a", "f64[2,3]")]),
             ("(slice 0 1 3 (slice 0 1 4 %r0:a))", &[("a", "f64[5,3]")]),
         ],
+        requires: None,
         build: Arc::new(|g, _, kids| {
             let (Some(d), Some(a), Some(b)) = (int(g, kids[0]), int(g, kids[1]), int(g, kids[2])) else { return vec![] };
             let (d, a, b) = (d as usize, a as usize, b as usize);
@@ -1074,6 +1105,7 @@ pub fn library() -> Vec<Lemma> {
         doc: "x = cat_d(x[a_0:a_1], x[a_1:a_2], ...) when slices of x that tile dim d are already in the e-graph",
         roots: vec![SLICE.into()],
         examples: vec![("(cat 0 (slice 0 0 2 %r0:a) (slice 0 2 5 %r0:a))", &[("a", "f64[5,3]")])],
+        requires: None,
         build: Arc::new(|g, eclass, kids| {
             let (Some(d), Some(x)) = (int(g, kids[0]), Some(kids[3])) else { return vec![] };
             let Some(n) = shape(g, x).and_then(|s| s.get(d as usize).copied()) else { return vec![] };
@@ -1120,6 +1152,7 @@ pub fn library() -> Vec<Lemma> {
             "(= (cat 0 %r0:a %r0:b) (cat 0 (slice 0 0 2 (cat 0 %r0:a %r0:b)) (slice 0 2 5 (cat 0 %r0:a %r0:b))))",
             &[("a", "f64[2,3]"), ("b", "f64[3,3]")],
         )],
+        requires: None,
         build: Arc::new(|g, eclass, _| {
             let cs = cats(g, eclass);
             let mut changed = false;
@@ -1159,6 +1192,7 @@ pub fn library() -> Vec<Lemma> {
             ("(aten.mean.default (cat 0 %r0:a %r1:a) none)", &[("a", "f64[2,3]")]),
             ("(aten.mean.dim (cat 1 %r0:a %r1:a) (list 1) b:false none)", &[("a", "f64[2,3]")]),
         ],
+        requires: None,
         build: Arc::new(|g, eclass, kids| {
             let roots = ["aten.sum.dim_IntList", "aten.sum.default", "aten.amax.default", "aten.mean.default", "aten.mean.dim"];
             let Some(sym) = node_sym(g, eclass, kids, &roots) else {
@@ -1204,6 +1238,7 @@ pub fn library() -> Vec<Lemma> {
             ("(get 0 (aten.max.dim (cat 1 %r0:a %r1:a) 1 b:false))", &[("a", "f64[2,3]")]),
             ("(get 1 (aten.max.dim (cat 0 %r0:a %r1:a) 1 b:false))", &[("a", "f64[2,3]")]),
         ],
+        requires: None,
         build: Arc::new(|g, _, kids| {
             let Some(k) = int(g, kids[0]) else { return vec![] };
             let mut out = Vec::new();
@@ -1243,6 +1278,7 @@ pub fn library() -> Vec<Lemma> {
             ("(aten._softmax.default (cat 0 %r0:a %r1:a) 1 b:false)", &[("a", "f64[2,3]")]),
             ("(aten._softmax_backward_data.default (cat 0 %r0:a %r1:a) (cat 0 %r0:b %r1:b) 1 dt:f64)", &[("a", "f64[2,3]"), ("b", "f64[2,3]")]),
         ],
+        requires: None,
         build: Arc::new(|g, eclass, kids| {
             let roots = ["aten._softmax.default", "aten._log_softmax.default", "aten._softmax_backward_data.default", "aten._log_softmax_backward_data.default"];
             let Some(sym) = node_sym(g, eclass, kids, &roots) else { return vec![] };
@@ -1271,6 +1307,7 @@ pub fn library() -> Vec<Lemma> {
             ("(get 0 (aten.native_dropout.default (cat 1 %r0:a %r1:a) f:0.5 b:true))", &[("a", "f64[2,3]")]),
             ("(get 1 (aten.native_dropout.default (cat 0 %r0:a %r1:a) f:0.5 b:true))", &[("a", "f64[2,3]")]),
         ],
+        requires: None,
         build: Arc::new(|g, _, kids| {
             let mut out = Vec::new();
             for n in g[kids[1]].nodes.clone() {
@@ -1295,6 +1332,7 @@ pub fn library() -> Vec<Lemma> {
             ("(get 2 (apex.fused_layer_norm_affine_fwd.default (cat 0 %r0:a %r1:a) %r0:w %r0:b (list 3) f:1e-5 b:false))", &[("a", "f64[2,2,3]"), ("w", "f64[3]"), ("b", "f64[3]")]),
             ("(get 1 (aten.native_layer_norm.default (cat 1 %r0:a %r1:a) (list 3) %r0:w %r0:b f:1e-5))", &[("a", "f64[2,2,3]"), ("w", "f64[3]"), ("b", "f64[3]")]),
         ],
+        requires: None,
         build: Arc::new(|g, _, kids| {
             let Some(k) = int(g, kids[0]) else { return vec![] };
             let mut out = Vec::new();
@@ -1328,6 +1366,7 @@ pub fn library() -> Vec<Lemma> {
         examples: vec![
             ("(aten.masked_fill.Scalar (aten.embedding.default %r0:w (aten.masked_fill.Scalar (aten.sub.Tensor %r0:t 3 1) (aten.bitwise_or.Tensor (aten.lt.Scalar %r0:t 3) (aten.ge.Scalar %r0:t 6)) 0) -1 b:false b:false) (aten.view.default (aten.bitwise_or.Tensor (aten.lt.Scalar %r0:t 3) (aten.ge.Scalar %r0:t 6)) (list 2 4 1)) f:0.0)", &[("w", "f64[3,5]"), ("t", "i64[2,4]<9")]),
         ],
+        requires: None,
         build: Arc::new(|g, _, kids| {
             if !is_zero(g, kids[2]) {
                 return vec![];
@@ -1350,6 +1389,7 @@ pub fn library() -> Vec<Lemma> {
         examples: vec![
             ("(aten.masked_fill.Scalar (aten.view.default (aten.index.Tensor (aten.view.default %r0:x (list 6 4)) (list (aten.arange.start 0 6 none none dev b:false) (aten.view.default (aten.masked_fill.Scalar (aten.sub.Tensor %r0:t 4 1) (aten.bitwise_or.Tensor (aten.lt.Scalar %r0:t 4) (aten.ge.Scalar %r0:t 8)) 0) (list 6)))) (list 3 2)) (aten.bitwise_or.Tensor (aten.lt.Scalar %r0:t 4) (aten.ge.Scalar %r0:t 8)) f:0.0)", &[("x", "f64[3,2,4]"), ("t", "i64[3,2]<12")]),
         ],
+        requires: None,
         build: Arc::new(|g, eclass, kids| {
             if !is_zero(g, kids[2]) {
                 return vec![];
@@ -1397,6 +1437,7 @@ pub fn library() -> Vec<Lemma> {
             ("(vocab_lookup (cat 0 %r0:w %r1:w) %r0:t 2)", &[("w", "f64[3,2]"), ("t", "i64[2,3]<9")]),
             ("(vocab_pick (cat 2 %r0:x %r1:x) %r0:t 1)", &[("x", "f64[2,3,2]"), ("t", "i64[2,3]<6")]),
         ],
+        requires: None,
         build: Arc::new(|g, eclass, kids| {
             let roots = ["aten.embedding.default", crate::term::VOCAB_LOOKUP, crate::term::VOCAB_PICK];
             let Some(sym) = node_sym(g, eclass, kids, &roots) else { return vec![] };
@@ -1444,6 +1485,7 @@ pub fn library() -> Vec<Lemma> {
             ("(get 0 (aten.nll_loss_forward.default (cat 0 %r0:x %r1:x) (cat 0 %r0:t %r1:t) none 2 -100))", &[("x", "f64[3,4]"), ("t", "i64[3]<4")]),
             ("(aten.nll_loss_backward.default %r0:g (cat 0 %r0:x %r1:x) (cat 0 %r0:t %r1:t) none 2 -100 %r0:g)", &[("g", "f64[]"), ("x", "f64[3,4]"), ("t", "i64[3]<4")]),
         ],
+        requires: None,
         build: Arc::new(|g, eclass, kids| {
             let mut out = Vec::new();
             let pieces_of = |g: &Graph, x: Id, t: Id| -> Vec<(Vec<Id>, Vec<Id>)> {
@@ -1504,6 +1546,7 @@ pub fn library() -> Vec<Lemma> {
         doc: "embedding_dense_backward(cat_d(g_i), cat_d(t_i), n, p, false) = sum_i embedding_dense_backward(g_i, t_i, n, p, false) for d a dim of the indices",
         roots: vec!["aten.embedding_dense_backward.default".into()],
         examples: vec![("(aten.embedding_dense_backward.default (cat 0 %r0:g %r1:g) (cat 0 %r0:t %r1:t) 5 -1 b:false)", &[("g", "f64[2,3,4]"), ("t", "i64[2,3]<5")])],
+        requires: None,
         build: Arc::new(|g, eclass, kids| {
             let Some(sym) = node_sym(g, eclass, kids, &["aten.embedding_dense_backward.default"]) else { return vec![] };
             if !is_false(g, kids[4]) {
@@ -1528,10 +1571,156 @@ pub fn library() -> Vec<Lemma> {
         }),
     });
     l.push(Lemma {
+        name: "nll-of-log-softmax",
+        doc: "with no ignored targets (so every target indexes a class), the summed NLL of log_softmax(x) over the last dim is sum(log(sum(exp(x - m))) - pick(x - m, t)), m = amax(x): the max / sum-exp / target-logit form of vocab-parallel cross-entropy",
+        roots: vec![GET.into()],
+        examples: vec![(
+            "(get 0 (aten.nll_loss_forward.default (aten._log_softmax.default %r0:x 1 b:false) %r0:t none 2 -100))",
+            &[("x", "f64[4,5]"), ("t", "i64[4]<5")],
+        )],
+        requires: Some("ignore-index"),
+        build: Arc::new(|g, _, kids| {
+            if int(g, kids[0]) != Some(0) {
+                return vec![];
+            }
+            let mut out = Vec::new();
+            for n in g[kids[1]].nodes.clone() {
+                let Term::Op(s, ck) = n else { continue };
+                if s.as_str() != "aten.nll_loss_forward.default" || int(g, ck[3]) != Some(2) || !is_none(g, ck[2]) {
+                    continue;
+                }
+                let (t, ls) = (ck[1], ck[0]);
+                let Some(ts) = shape(g, t) else { continue };
+                for m in g[ls].nodes.clone() {
+                    let Term::Op(ms, mk) = m else { continue };
+                    if ms.as_str() != "aten._log_softmax.default" || !is_false(g, mk[2]) {
+                        continue;
+                    }
+                    let x = mk[0];
+                    let Some(xs) = shape(g, x) else { continue };
+                    let last = xs.len() as i64 - 1;
+                    if xs.len() != 2 || int(g, mk[1]) != Some(last) || ts.len() != 1 || ts[0] != xs[0] {
+                        continue;
+                    }
+                    let dims = {
+                        let d = num(g, last);
+                        op(g, LIST, vec![d])
+                    };
+                    let yes = op(g, "b:true", vec![]);
+                    let amax = op(g, "aten.amax.default", vec![x, dims, yes]);
+                    let one = num(g, 1);
+                    let shifted = op(g, "aten.sub.Tensor", vec![x, amax, one]);
+                    let e = op(g, "aten.exp.default", vec![shifted]);
+                    let none = op(g, "none", vec![]);
+                    let se = op(g, "aten.sum.dim_IntList", vec![e, dims, yes, none]);
+                    let lse = op(g, "aten.log.default", vec![se]);
+                    let tl = list(g, &ts);
+                    let lse_flat = op(g, "aten.view.default", vec![lse, tl]);
+                    let zero = num(g, 0);
+                    let pick = op(g, crate::term::VOCAB_PICK, vec![shifted, t, zero]);
+                    let per_row = op(g, "aten.sub.Tensor", vec![lse_flat, pick, one]);
+                    out.push(op(g, "aten.sum.default", vec![per_row, none]));
+                }
+            }
+            out
+        }),
+    });
+    l.push(Lemma {
+        name: "vocab-masked-gather",
+        doc: "the gather form of the target-logit pick: masked_fill(gather(x, last, view(masked_fill(t - s, m, c), [.., 1])), view(m, [.., 1]), 0) with m = (t < s) | (t >= s + w), 0 <= c < w, is view(vocab_pick(x, t, s), [.., 1])",
+        roots: vec!["aten.masked_fill.Scalar".into()],
+        examples: vec![(
+            "(aten.masked_fill.Scalar (aten.gather.default %r0:x 1 (aten.view.default (aten.masked_fill.Scalar (aten.sub.Scalar %r0:t 3 1) (aten.bitwise_or.Tensor (aten.lt.Scalar %r0:t 3) (aten.ge.Scalar %r0:t 7)) 0) (list 5 1)) b:false) (aten.view.default (aten.bitwise_or.Tensor (aten.lt.Scalar %r0:t 3) (aten.ge.Scalar %r0:t 7)) (list 5 1)) f:0.0)",
+            &[("x", "f64[5,4]"), ("t", "i64[5]<10")],
+        )],
+        requires: None,
+        build: Arc::new(|g, _, kids| {
+            if !is_zero(g, kids[2]) {
+                return vec![];
+            }
+            let mut out = Vec::new();
+            for n in g[kids[0]].nodes.clone() {
+                let Term::Op(s, k) = n else { continue };
+                if s.as_str() != "aten.gather.default" || k.len() < 3 {
+                    continue;
+                }
+                let (x, idx_col) = (k[0], k[2]);
+                let Some(xs) = shape(g, x) else { continue };
+                let Some(&w) = xs.last() else { continue };
+                if int(g, k[1]) != Some(xs.len() as i64 - 1) || shape(g, idx_col).is_none_or(|s| s.last() != Some(&1)) {
+                    continue;
+                }
+                // The mask of the fill is a view of the range mask; the index a view of the shifted index.
+                let masks = views(g, kids[1]);
+                for idx in views(g, idx_col) {
+                    for &m in &masks {
+                        for (t, st) in masked_shard_index(g, idx, w, m) {
+                            if shape(g, t).map(|mut s| { s.push(1); s }) != shape(g, idx_col) {
+                                continue;
+                            }
+                            let sn = num(g, st);
+                            let pick = op(g, crate::term::VOCAB_PICK, vec![x, t, sn]);
+                            let l = list(g, &shape(g, idx_col).unwrap_or_default());
+                            out.push(op(g, "aten.view.default", vec![pick, l]));
+                        }
+                    }
+                }
+            }
+            out
+        }),
+    });
+    l.push(Lemma {
+        name: "sum-flatten",
+        doc: "sum.default(x) = sum.default(view(x, [numel])) for a tensor of two or more dims",
+        roots: vec!["aten.sum.default".into()],
+        examples: vec![("(aten.sum.default %r0:a none)", &[("a", "f64[2,3]")])],
+        requires: None,
+        build: Arc::new(|g, _, kids| {
+            let Some(xs) = shape(g, kids[0]) else {
+                return vec![];
+            };
+            if xs.len() < 2 {
+                return vec![];
+            }
+            let n: usize = xs.iter().product();
+            let l = list(g, &[n]);
+            let v = op(g, "aten.view.default", vec![kids[0], l]);
+            vec![op(g, "aten.sum.default", vec![v, kids[1]])]
+        }),
+    });
+    l.push(Lemma {
+        name: "view-through-binary",
+        doc: "view(f(a, b), s) = f(view(a, s), view(b, s)) for an elementwise f whose tensor operands all have the output's shape",
+        roots: vec!["aten.view.default".into()],
+        examples: vec![("(aten.view.default (aten.sub.Tensor %r0:a %r0:b 1) (list 6))", &[("a", "f64[2,3]"), ("b", "f64[2,3]")])],
+        requires: None,
+        build: Arc::new(|g, _, kids| {
+            let mut out = Vec::new();
+            for n in g[kids[0]].nodes.clone() {
+                let Term::Op(s, ck) = n else { continue };
+                let Some(e) = ew(s.as_str()) else { continue };
+                if e.1.len() < 2 {
+                    continue;
+                }
+                let Some(os) = shape(g, kids[0]) else { continue };
+                if !e.1.iter().all(|&i| ck.get(i).is_some_and(|&c| shape(g, c).as_deref() == Some(&os[..]))) {
+                    continue;
+                }
+                let mut k = ck.clone();
+                for &i in e.1 {
+                    k[i] = op(g, "aten.view.default", vec![ck[i], kids[1]]);
+                }
+                out.push(g.add(Term::Op(s, k)));
+            }
+            out
+        }),
+    });
+    l.push(Lemma {
         name: "embedding-over-cat",
         doc: "embedding(w, cat_d(i_k)) = cat_d(embedding(w, i_k)); embedding(cat_1(w_k), i) = cat_last(embedding(w_k, i))",
         roots: vec!["aten.embedding.default".into()],
         examples: vec![("(aten.embedding.default %r0:w (cat 0 %r0:i %r1:j) -1 b:false b:false)", &[("w", "f64[5,3]"), ("i", "i64[2]<5"), ("j", "i64[3]<5")])],
+        requires: None,
         build: Arc::new(|g, eclass, kids| {
             let sym = Symbol::from("aten.embedding.default");
             let mut out = Vec::new();

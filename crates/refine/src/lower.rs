@@ -237,6 +237,21 @@ pub fn lower(
                 }
             }
         }
+        // A float mean is the sum scaled by one over the count.
+        "aten.mean.default" if out_meta.as_ref().is_some_and(|m| m.dtype.is_float()) => {
+            if let Some(n) = value(0)
+                .and_then(meta_of)
+                .map(|m| m.numel() as i64)
+                .filter(|&n| n > 0)
+            {
+                let none = Tpl::Op("none".into(), vec![]);
+                let sum = Tpl::Op(
+                    "aten.sum.default".into(),
+                    vec![val_of(&norm, 0, rank), none],
+                );
+                return Lowered::Term(Tpl::Op(SCALE.into(), vec![Tpl::Num(1), Tpl::Num(n), sum]));
+            }
+        }
         // A scatter of a whole-range slice replaces everything.
         "aten.slice_scatter.default" if same_meta(value(1)) => {
             return Lowered::Alias(at(value(1).expect("checked")));

@@ -247,3 +247,28 @@ fn expr_layouts_are_relations() {
     let (code, out) = verify(&case);
     assert_ne!(code, 0, "{out}");
 }
+
+#[test]
+fn llama_catalog_bugs_are_refuted_with_their_evidence() {
+    for (bug, mesh, op, evidence) in [
+        (
+            "llama-attn-scale-local",
+            "tp=2",
+            "`mul_7`",
+            "wrong scale factor",
+        ),
+        ("wrong-group", "dp=2,tp=2", "`add_4`", "wrong process group"),
+        (
+            "llama-qkv-grad-missing-allreduce",
+            "tp=2",
+            "(aten.add.Tensor)",
+            "partial sum",
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let case = emit_model("llama", dir.path(), mesh, &["--bug", bug]);
+        let (code, out) = verify(&case);
+        assert_eq!(code, 1, "{bug}:\n{out}");
+        assert!(out.contains(op) && out.contains(evidence), "{bug}:\n{out}");
+    }
+}

@@ -399,13 +399,8 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
                 // Relations stopped upstream and the computed expressions outgrew the limit: a
                 // verdict only where the evidence at the stopping point names a bug class.
                 let f = blame(case, &imp, &state, &spec_metas, v, &name);
-                // Only the strongest evidence: a sum over ranks that no collective reads. (A
-                // constant multiple of a clean value is normal in the middle of a data-parallel
-                // backward, before the gradients are averaged.)
-                if f.hint
-                    .as_deref()
-                    .is_some_and(|h| h.contains("unreduced partial sum"))
-                {
+                // Only the strongest evidence (see `strong_evidence`).
+                if f.hint.as_deref().is_some_and(strong_evidence) {
                     outcome.failure = Some(f);
                     outcome.verdict = Verdict::Refuted;
                     return finish(undecided_by_constants(outcome, &imp));
@@ -1538,6 +1533,16 @@ pub fn render(e: &RecExpr<Term>, i: usize) -> String {
 
 /// Localizes a failure: from the failing output back through spec values without clean
 /// relations, to the first operator whose inputs all have clean relations.
+/// Hints that name a bug by what the implementation does, not by the shape of a relation: a
+/// partial sum never reduced (or reduced after an add), a reduction over the wrong ranks, a
+/// different scale factor in the corresponding operator. A constant multiple of a clean value
+/// alone is not among them: it is normal mid-backward under data parallelism.
+fn strong_evidence(hint: &str) -> bool {
+    hint.contains("partial sum")
+        || hint.contains("wrong process group")
+        || hint.contains("wrong scale factor")
+}
+
 /// Whether a spec operator multiplies by a constant itself: its result being a constant
 /// multiple of a clean value is then its meaning, not evidence of wrong scaling.
 fn scales_itself(node: &shardproof_ir::Node) -> bool {
@@ -1726,6 +1731,50 @@ fn blame(
         }
         _ => None,
     };
+    // The spec operator scales by a constant and an implementation operator of the same kind
+    // reading the related tensors scales by another: a wrong scale factor (however irrational).
+    if hint.is_none() && scales_itself(node) {
+        let factor = |nd: &shardproof_ir::Node| nd.args().get(1).and_then(|a| a.as_f64());
+        if let Some(c) = factor(node) {
+            let op = node.op().map(|o| o.to_string());
+            'found: for x in node.inputs() {
+                let Some(State::Related(r)) = state.get(&x) else {
+                    continue;
+                };
+                for e in &r.exprs {
+                    for n in e.as_ref() {
+                        let Term::Op(s, k) = n else { continue };
+                        let Some((rank, nm)) =
+                            crate::term::parse_leaf(s.as_str()).filter(|_| k.is_empty())
+                        else {
+                            continue;
+                        };
+                        let Some(v) = case.program.ranks.get(rank).and_then(|g| g.find(nm)) else {
+                            continue;
+                        };
+                        let leaf = ValueRef {
+                            rank: Some(rank),
+                            value: v,
+                        };
+                        for &(r2, n2) in imp.consumers.get(&leaf).map_or(&[][..], Vec::as_slice) {
+                            let nd = &case.program.ranks[r2].nodes[n2];
+                            if nd.op().map(|o| o.to_string()) == op {
+                                if let Some(c2) = factor(nd)
+                                    .filter(|c2| (c2 - c).abs() > 1e-12 * c.abs().max(1.0))
+                                {
+                                    hint = Some(format!(
+                                        "the spec multiplies by {c} here, but `r{r2}.{}` multiplies the corresponding tensor by {c2} (a wrong scale factor, e.g. computed from a local size)",
+                                        nd.name
+                                    ));
+                                    break 'found;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
     if hint.is_none() && !scales_itself(node) {
         if let Some(Some(Term::Op(s, _))) = match state.get(&v) {
             Some(State::Related(r)) if !r.clean => {

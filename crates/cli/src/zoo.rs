@@ -3,7 +3,8 @@
 use crate::Verdict;
 use clap::{Args as ClapArgs, Subcommand};
 use shardproof_zoo::{
-    emit, find_bug, EmitOptions, LlamaConfig, Mesh, MlpConfig, BUGS, MODELS, PARALLELISMS,
+    emit_with, find_bug, EmitExtras, EmitOptions, Gpt2Config, LlamaConfig, Mesh, MlpConfig, BUGS,
+    MODELS, PARALLELISMS,
 };
 use std::path::PathBuf;
 
@@ -42,28 +43,32 @@ pub struct EmitArgs {
     /// embedding and cross-entropy).
     #[arg(long)]
     vocab_parallel: bool,
-    /// Model width (default: the model's tiny size; mlp 16, llama 16).
+    /// gpt2: Megatron sequence parallelism over tp (activations outside the tensor-parallel
+    /// regions split along the sequence, all-gather / reduce-scatter around them).
+    #[arg(long)]
+    sequence_parallel: bool,
+    /// Model width (default: the model's tiny size; mlp 16, llama 16, gpt2 16).
     #[arg(long)]
     hidden: Option<usize>,
-    /// Inner width of every MLP (default: mlp 32, llama 32).
+    /// Inner width of every MLP (default: mlp 32, llama 32, gpt2 64).
     #[arg(long)]
     ffn: Option<usize>,
-    /// Global batch size (default: mlp 8, llama 2).
+    /// Global batch size (default: mlp 8, llama 2, gpt2 2).
     #[arg(long)]
     batch: Option<usize>,
-    /// Number of layers (default: mlp 1, llama 2).
+    /// Number of layers (default: mlp 1, llama 2, gpt2 2).
     #[arg(long)]
     layers: Option<usize>,
-    /// Attention heads (llama; default 4).
+    /// Attention heads (llama, gpt2; default 4).
     #[arg(long)]
     heads: Option<usize>,
     /// Key/value heads of grouped-query attention (llama; default 2).
     #[arg(long)]
     kv_heads: Option<usize>,
-    /// Sequence length (llama; default 8).
+    /// Sequence length (llama, gpt2; default 8).
     #[arg(long)]
     seq: Option<usize>,
-    /// Vocabulary size (llama; default 32).
+    /// Vocabulary size (llama, gpt2; default 32).
     #[arg(long)]
     vocab: Option<usize>,
     /// Output directory.
@@ -99,6 +104,11 @@ fn list(bugs_only: bool) {
             outln!("  {p:6}  {d}");
         }
         outln!("  (llama only: --vocab-parallel splits the embedding and LM head over tp)");
+        outln!(
+            "  (gpt2 only: --sequence-parallel adds Megatron sequence parallelism over tp: \
+             LayerNorms on sequence chunks, all-gather before and reduce-scatter after the \
+             tensor-parallel regions, LayerNorm and row-parallel bias gradients all-reduced)"
+        );
     }
     outln!("bugs:");
     outln!(
@@ -133,22 +143,28 @@ fn emit_case(args: &EmitArgs) -> Result<(), String> {
             format!("unknown bug `{id}`; known: {}", known.join(", "))
         })?),
     };
-    if args.model != "llama" {
-        let llama_only = [
+    if args.model != "llama" && args.kv_heads.is_some() {
+        return Err(format!(
+            "--kv-heads applies to the llama model, not `{}`",
+            args.model
+        ));
+    }
+    if args.model == "mlp" {
+        let decoder_only = [
             ("--heads", args.heads),
-            ("--kv-heads", args.kv_heads),
             ("--seq", args.seq),
             ("--vocab", args.vocab),
         ];
-        if let Some((flag, _)) = llama_only.iter().find(|(_, v)| v.is_some()) {
+        if let Some((flag, _)) = decoder_only.iter().find(|(_, v)| v.is_some()) {
             return Err(format!(
-                "{flag} applies to the llama model, not `{}`",
+                "{flag} applies to the llama and gpt2 models, not `{}`",
                 args.model
             ));
         }
     }
     let m = MlpConfig::default();
     let l = LlamaConfig::default();
+    let g = Gpt2Config::default();
     let opts = EmitOptions {
         model: args.model.clone(),
         mlp: MlpConfig {
@@ -174,7 +190,20 @@ fn emit_case(args: &EmitArgs) -> Result<(), String> {
         forward_only: args.forward_only,
         vocab_parallel: args.vocab_parallel,
     };
-    let emitted = emit(&opts)?;
+    let extras = EmitExtras {
+        gpt2: Gpt2Config {
+            hidden: args.hidden.unwrap_or(g.hidden),
+            heads: args.heads.unwrap_or(g.heads),
+            ffn: args.ffn.unwrap_or(g.ffn),
+            layers: args.layers.unwrap_or(g.layers),
+            seq: args.seq.unwrap_or(g.seq),
+            batch: args.batch.unwrap_or(g.batch),
+            vocab: args.vocab.unwrap_or(g.vocab),
+            ..g
+        },
+        sequence_parallel: args.sequence_parallel,
+    };
+    let emitted = emit_with(&opts, &extras)?;
     emitted
         .write(&args.out)
         .map_err(|e| format!("cannot write {}: {e}", args.out.display()))?;

@@ -59,6 +59,7 @@ fn check_model(model: &str, meshes: &[(&str, usize, usize)], vocab_parallel: boo
         forward_only,
         kv_replicated: model == "llama" && LlamaConfig::default().kv_replicas(tp) > 1,
         vocab_parallel,
+        sequence_parallel: false,
     };
     for &(mesh, dp, tp) in meshes {
         for forward_only in [true, false] {
@@ -277,7 +278,7 @@ fn invalid_requests_exit_2() {
         ),
         (
             vec!["zoo", "emit", "mlp", "--heads", "4", "-o", out],
-            "--heads applies to the llama model",
+            "--heads applies to the llama and gpt2 models",
         ),
         (
             vec!["zoo", "emit", "llama", "--mesh", "tp=3", "-o", out],

@@ -28,6 +28,12 @@ pub enum Mutation {
     /// Llama with a vocab-parallel embedding: the rows looked up for tokens outside the rank's
     /// vocabulary range are not zeroed before the all-reduce.
     LlamaVocabEmbeddingUnmasked,
+    /// Sequence parallel: the gradients of the LayerNorm weights and biases (computed on
+    /// sequence chunks, so partial over tp) are not all-reduced over tp.
+    SpLayernormGradNotReduced,
+    /// Sequence parallel: each rank keeps the next rank's sequence chunk of the embedding
+    /// output instead of its own.
+    SpScatterWrongChunk,
 }
 
 /// The facts about a plan that decide whether a bug can be planted in it.
@@ -45,6 +51,8 @@ pub struct Site<'a> {
     pub kv_replicated: bool,
     /// The embedding and LM head are split over tp along the vocabulary.
     pub vocab_parallel: bool,
+    /// Activations outside the tensor-parallel regions are split along the sequence over tp.
+    pub sequence_parallel: bool,
 }
 
 /// One entry of the bug catalog.
@@ -78,12 +86,16 @@ pub struct Bug {
     pub needs_kv_replicas: bool,
     /// Needs the vocab-parallel embedding and LM head (`--vocab-parallel`).
     pub needs_vocab_parallel: bool,
+    /// Needs sequence parallelism (`--sequence-parallel`).
+    pub needs_sequence_parallel: bool,
 }
 
-/// Both models of the zoo.
-const ALL: &[&str] = &["mlp", "llama"];
-/// The MLP only.
-const MLP: &[&str] = &["mlp"];
+/// Every model of the zoo.
+const ALL: &[&str] = &["mlp", "llama", "gpt2"];
+/// The models whose row-parallel linears have a bias (the MLP's fc2, GPT-2's fc2).
+const BIASED: &[&str] = &["mlp", "gpt2"];
+/// The GPT-2 model only.
+const GPT2: &[&str] = &["gpt2"];
 /// The Llama model only.
 const LLAMA: &[&str] = &["llama"];
 
@@ -92,35 +104,37 @@ pub const BUGS: &[Bug] = &[
     Bug {
         id: "tp-missing-allreduce",
         source: "MISSION.md: missing communication (Megatron-LM row-parallel linear)",
-        description: "the all-reduce after the row-parallel fc2 of layer 0 is removed",
+        description: "the reduction after the row-parallel fc2 of layer 0 (all-reduce; reduce-scatter under SP) is removed",
         parallelism: "tp",
         engines: "run",
-        spec_op: "aten.add.Tensor adding the fc2 bias of layer 0",
+        spec_op: "the fc2 bias of layer 0 (mlp: aten.add.Tensor; gpt2: aten.addmm.default)",
         mutation: Mutation::TpMissingAllreduce,
         needs_dp: false,
         needs_tp: true,
         needs_backward: false,
         changes_loss: true,
-        models: MLP,
+        models: BIASED,
         needs_kv_replicas: false,
         needs_vocab_parallel: false,
+        needs_sequence_parallel: false,
     },
     Bug {
         id: "tp-bias-before-allreduce",
         source: "MISSION.md: wrong scaling (bias added to every partial sum, Megatron-LM)",
         description:
-            "the fc2 bias of layer 0 is added before the all-reduce, so it counts tp times",
+            "the fc2 bias of layer 0 is added before the all-reduce (reduce-scatter under SP), so it counts tp times",
         parallelism: "tp",
         engines: "run",
-        spec_op: "aten.add.Tensor adding the fc2 bias of layer 0",
+        spec_op: "the fc2 bias of layer 0 (mlp: aten.add.Tensor; gpt2: aten.addmm.default)",
         mutation: Mutation::TpBiasBeforeAllreduce,
         needs_dp: false,
         needs_tp: true,
         needs_backward: false,
         changes_loss: true,
-        models: MLP,
+        models: BIASED,
         needs_kv_replicas: false,
         needs_vocab_parallel: false,
+        needs_sequence_parallel: false,
     },
     Bug {
         id: "dp-loss-not-averaged",
@@ -128,7 +142,7 @@ pub const BUGS: &[Bug] = &[
         description: "the loss is all-reduced over dp and divided by 1 instead of dp",
         parallelism: "dp",
         engines: "run",
-        spec_op: "the loss (aten.mean.default for mlp, aten.nll_loss_forward.default for llama)",
+        spec_op: "the loss (aten.mean.default for mlp, aten.nll_loss_forward.default for llama and gpt2)",
         mutation: Mutation::DpLossNotAveraged,
         needs_dp: true,
         needs_tp: false,
@@ -137,6 +151,7 @@ pub const BUGS: &[Bug] = &[
         models: ALL,
         needs_kv_replicas: false,
         needs_vocab_parallel: false,
+        needs_sequence_parallel: false,
     },
     Bug {
         id: "dp-grad-not-averaged",
@@ -154,11 +169,12 @@ pub const BUGS: &[Bug] = &[
         models: ALL,
         needs_kv_replicas: false,
         needs_vocab_parallel: false,
+        needs_sequence_parallel: false,
     },
     Bug {
         id: "wrong-group",
         source: "MISSION.md: wrong process group in a collective",
-        description: "the row-parallel all-reduce of layer 0 (mlp: fc2, llama: attention output projection) runs over the dp group instead of tp",
+        description: "the row-parallel all-reduce of layer 0 (mlp: fc2, llama and gpt2: attention output projection) runs over the dp group instead of tp",
         parallelism: "dp x tp",
         engines: "run",
         spec_op: "aten.add.Tensor after the row-parallel linear of layer 0 (bias or residual)",
@@ -170,6 +186,7 @@ pub const BUGS: &[Bug] = &[
         models: ALL,
         needs_kv_replicas: false,
         needs_vocab_parallel: false,
+        needs_sequence_parallel: false,
     },
     Bug {
         id: "llama-oproj-missing-allreduce",
@@ -186,6 +203,7 @@ pub const BUGS: &[Bug] = &[
         models: LLAMA,
         needs_kv_replicas: false,
         needs_vocab_parallel: false,
+        needs_sequence_parallel: false,
     },
     Bug {
         id: "llama-attn-scale-local",
@@ -202,6 +220,7 @@ pub const BUGS: &[Bug] = &[
         models: LLAMA,
         needs_kv_replicas: false,
         needs_vocab_parallel: false,
+        needs_sequence_parallel: false,
     },
     Bug {
         id: "llama-qkv-grad-missing-allreduce",
@@ -218,6 +237,7 @@ pub const BUGS: &[Bug] = &[
         models: LLAMA,
         needs_kv_replicas: false,
         needs_vocab_parallel: false,
+        needs_sequence_parallel: false,
     },
     Bug {
         id: "llama-kv-grad-unsynced",
@@ -234,6 +254,7 @@ pub const BUGS: &[Bug] = &[
         models: LLAMA,
         needs_kv_replicas: true,
         needs_vocab_parallel: false,
+        needs_sequence_parallel: false,
     },
     Bug {
         id: "llama-vocab-embedding-unmasked",
@@ -250,6 +271,41 @@ pub const BUGS: &[Bug] = &[
         models: LLAMA,
         needs_kv_replicas: false,
         needs_vocab_parallel: true,
+        needs_sequence_parallel: false,
+    },
+    Bug {
+        id: "sp-layernorm-grad-not-reduced",
+        source: "MISSION.md: layernorm weight gradient not registered for the SP all-reduce (Entangle; TTrace: layernorm weights not synchronized under SP, Megatron-LM)",
+        description: "under sequence parallelism the LayerNorm weight and bias gradients, computed on sequence chunks, are not all-reduced over tp",
+        parallelism: "tp with --sequence-parallel (full iteration)",
+        engines: "run",
+        spec_op: "aten.sub.Tensor of the SGD step of the LayerNorm weights and biases",
+        mutation: Mutation::SpLayernormGradNotReduced,
+        needs_dp: false,
+        needs_tp: true,
+        needs_backward: true,
+        changes_loss: false,
+        models: GPT2,
+        needs_kv_replicas: false,
+        needs_vocab_parallel: false,
+        needs_sequence_parallel: true,
+    },
+    Bug {
+        id: "sp-scatter-wrong-chunk",
+        source: "MISSION.md: misaligned slice / padding-slicing mismatch before all-gather (TrainVerify, Entangle)",
+        description: "under sequence parallelism each rank keeps the next rank's sequence chunk of the embedding output instead of its own",
+        parallelism: "tp with --sequence-parallel",
+        engines: "run",
+        spec_op: "aten.add.Tensor adding the position embedding (the residual stream entering layer 0)",
+        mutation: Mutation::SpScatterWrongChunk,
+        needs_dp: false,
+        needs_tp: true,
+        needs_backward: false,
+        changes_loss: true,
+        models: GPT2,
+        needs_kv_replicas: false,
+        needs_vocab_parallel: false,
+        needs_sequence_parallel: true,
     },
 ];
 
@@ -282,8 +338,19 @@ impl Bug {
         if self.needs_vocab_parallel && !site.vocab_parallel {
             missing.push("the vocab-parallel embedding and LM head (--vocab-parallel)");
         }
+        if self.needs_sequence_parallel && !site.sequence_parallel {
+            missing.push("sequence parallelism (--sequence-parallel)");
+        }
         if self.needs_backward && site.forward_only {
             missing.push("the full iteration (drop --forward-only)");
+        }
+        if self.mutation == Mutation::WrongGroup && site.sequence_parallel {
+            // Under SP the row-parallel reduction is a reduce-scatter whose result shape
+            // depends on the group size: over dp it would be a shape error, not a silent bug.
+            return Err(format!(
+                "bug `{}` is not defined under --sequence-parallel",
+                self.id
+            ));
         }
         if missing.is_empty() {
             Ok(())
@@ -314,6 +381,7 @@ mod tests {
             forward_only,
             kv_replicated: false,
             vocab_parallel: false,
+            sequence_parallel: false,
         }
     }
 
@@ -348,6 +416,25 @@ mod tests {
             ..site("llama", 1, 2, true)
         };
         assert!(vp.check_applies(&split).is_ok());
+        let ln = find_bug("sp-layernorm-grad-not-reduced").unwrap();
+        let e = ln.check_applies(&site("gpt2", 1, 2, false)).unwrap_err();
+        assert!(e.contains("--sequence-parallel"), "{e}");
+        let sp = Site {
+            sequence_parallel: true,
+            ..site("gpt2", 1, 2, false)
+        };
+        assert!(ln.check_applies(&sp).is_ok());
+        let fw = Site {
+            forward_only: true,
+            ..sp
+        };
+        assert!(ln.check_applies(&fw).is_err());
+        assert!(find_bug("tp-bias-before-allreduce")
+            .unwrap()
+            .check_applies(&sp)
+            .is_ok());
+        let e = wg.check_applies(&Site { dp: 2, ..sp }).unwrap_err();
+        assert!(e.contains("not defined under --sequence-parallel"), "{e}");
     }
 
     #[test]

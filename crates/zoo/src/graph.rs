@@ -446,6 +446,129 @@ impl GraphBuilder {
         self.call(hint, "aten.div.Scalar", &[Arg::V(a), s], a.shape.clone())
     }
 
+    /// `aten.permute.default(a, dims)`.
+    pub fn permute(&mut self, a: &Val, dims: &[usize]) -> Val {
+        let shape = dims.iter().map(|&d| a.shape[d]).collect();
+        let list = dims.iter().map(|&d| d as i64).collect();
+        self.call_typed(
+            "permute",
+            "aten.permute.default",
+            &[Arg::V(a), Arg::Ints(list)],
+            a.dtype,
+            shape,
+        )
+    }
+
+    /// `aten.addmm.default(bias, a, b)`: `bias + a @ b`, as AOTAutograd prints a linear layer
+    /// with a bias.
+    pub fn addmm(&mut self, bias: &Val, a: &Val, b: &Val) -> Val {
+        assert_eq!(a.shape[1], b.shape[0], "addmm {} x {}", a.name, b.name);
+        self.call(
+            "addmm",
+            "aten.addmm.default",
+            &[Arg::V(bias), Arg::V(a), Arg::V(b)],
+            vec![a.shape[0], b.shape[1]],
+        )
+    }
+
+    /// `aten.native_layer_norm.default(x, [last], w, b, eps)` over the last dim: the output,
+    /// the per-row mean and the per-row reciprocal standard deviation (both `[.., 1]`).
+    pub fn layer_norm(&mut self, x: &Val, w: &Val, b: &Val, eps: f64) -> (Val, Val, Val) {
+        let n = *x.shape.last().expect("layer norm of a tensor");
+        let mut stats = x.shape.clone();
+        *stats.last_mut().expect("non-empty") = 1;
+        let outs = self.call_multi(
+            "native_layer_norm",
+            "aten.native_layer_norm.default",
+            &[
+                Arg::V(x),
+                Arg::Ints(vec![n as i64]),
+                Arg::V(w),
+                Arg::V(b),
+                Arg::F(eps),
+            ],
+            &[("", x.shape.clone()), ("", stats.clone()), ("", stats)],
+        );
+        (outs[0].clone(), outs[1].clone(), outs[2].clone())
+    }
+
+    /// `aten.native_layer_norm_backward.default` of [`GraphBuilder::layer_norm`]: the
+    /// gradients of the input, the weight and the bias.
+    pub fn layer_norm_backward(
+        &mut self,
+        grad: &Val,
+        x: &Val,
+        mean: &Val,
+        rstd: &Val,
+        w: &Val,
+        b: &Val,
+    ) -> (Val, Val, Val) {
+        let n = *x.shape.last().expect("layer norm of a tensor");
+        let outs = self.call_multi(
+            "native_layer_norm_backward",
+            "aten.native_layer_norm_backward.default",
+            &[
+                Arg::V(grad),
+                Arg::V(x),
+                Arg::Ints(vec![n as i64]),
+                Arg::V(mean),
+                Arg::V(rstd),
+                Arg::V(w),
+                Arg::V(b),
+                Arg::Raw("[True, True, True]"),
+            ],
+            &[
+                ("", x.shape.clone()),
+                ("", w.shape.clone()),
+                ("", b.shape.clone()),
+            ],
+        );
+        (outs[0].clone(), outs[1].clone(), outs[2].clone())
+    }
+
+    /// `_c10d_functional.all_gather_into_tensor.default(a, size, group)` followed by
+    /// `wait_tensor`: the `size` members' tensors concatenated along dim 0.
+    pub fn all_gather(&mut self, a: &Val, size: usize, group: &str) -> Val {
+        let mut shape = a.shape.clone();
+        shape[0] *= size;
+        let ag = self.call(
+            "all_gather_into_tensor",
+            "_c10d_functional.all_gather_into_tensor.default",
+            &[Arg::V(a), Arg::I(size as i64), Arg::S(group)],
+            shape.clone(),
+        );
+        self.call(
+            "wait_tensor",
+            "_c10d_functional.wait_tensor.default",
+            &[Arg::V(&ag)],
+            shape,
+        )
+    }
+
+    /// `_c10d_functional.reduce_scatter_tensor.default(a, 'sum', size, group)` followed by
+    /// `wait_tensor`: this member's dim-0 chunk of the sum over the `size` members.
+    pub fn reduce_scatter_sum(&mut self, a: &Val, size: usize, group: &str) -> Val {
+        let mut shape = a.shape.clone();
+        assert!(
+            shape[0].is_multiple_of(size),
+            "reduce_scatter of {:?} over {size}",
+            a.shape
+        );
+        shape[0] /= size;
+        let rs = self.call(
+            "reduce_scatter_tensor",
+            "_c10d_functional.reduce_scatter_tensor.default",
+            &[Arg::V(a), Arg::S("sum"), Arg::I(size as i64), Arg::S(group)],
+            shape.clone(),
+        );
+        self.call(
+            "wait_tensor",
+            "_c10d_functional.wait_tensor.default",
+            &[Arg::V(&rs)],
+            shape,
+        )
+    }
+
     /// `_c10d_functional.all_reduce.default(a, 'sum', group)` followed by `wait_tensor`.
     pub fn all_reduce_sum(&mut self, a: &Val, group: &str) -> Val {
         self.all_reduce(a, "sum", group)
@@ -541,5 +664,43 @@ mod tests {
         );
         assert!(text.contains("total_weight: \"f32[]\" = nll[1]"), "{text}");
         assert!(text.contains("view: \"i64[2, 2]\""), "{text}");
+    }
+
+    #[test]
+    fn layer_norm_linears_and_sequence_collectives() {
+        let mut g = GraphBuilder::new();
+        let x = g.input("x", &[4, 2, 6]);
+        let (w, b) = (g.input("w", &[6]), g.input("b", &[6]));
+        let (y, mean, rstd) = g.layer_norm(&x, &w, &b, 1e-5);
+        assert_eq!(
+            (y.shape.clone(), mean.shape.clone()),
+            (vec![4, 2, 6], vec![4, 2, 1])
+        );
+        let (gx, gw, gb) = g.layer_norm_backward(&y, &x, &mean, &rstd, &w, &b);
+        assert_eq!(
+            (gx.shape, gw.shape, gb.shape),
+            (vec![4, 2, 6], vec![6], vec![6])
+        );
+        let p = g.permute(&x, &[2, 0, 1]);
+        assert_eq!(p.shape, vec![6, 4, 2]);
+        let gathered = g.all_gather(&x, 2, "tp");
+        assert_eq!(gathered.shape, vec![8, 2, 6]);
+        let scattered = g.reduce_scatter_sum(&gathered, 4, "tp");
+        assert_eq!(scattered.shape, vec![2, 2, 6]);
+        let x2 = g.view(&x, &[8, 6]);
+        let wt = g.input("wt", &[6, 3]);
+        let bias = g.input("bias", &[3]);
+        assert_eq!(g.addmm(&bias, &x2, &wt).shape, vec![8, 3]);
+        let text = g.render();
+        for line in [
+            "torch.ops.aten.native_layer_norm.default(x, [6], w, b, 1e-5)",
+            "torch.ops.aten.native_layer_norm_backward.default(getitem, x, [6], getitem_1, \
+             getitem_2, w, b, [True, True, True])",
+            "torch.ops._c10d_functional.all_gather_into_tensor.default(x, 2, 'tp')",
+            "torch.ops._c10d_functional.reduce_scatter_tensor.default(wait_tensor, 'sum', 4, 'tp')",
+            "torch.ops.aten.addmm.default(bias, view, wt)",
+        ] {
+            assert!(text.contains(line), "{line}\n{text}");
+        }
     }
 }

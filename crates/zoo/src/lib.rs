@@ -3,11 +3,13 @@
 //! optionally a planted bug from the catalog.
 
 pub mod bugs;
+pub mod gpt2;
 pub mod graph;
 pub mod llama;
 pub mod mlp;
 
 pub use bugs::{find_bug, Bug, Mutation, Site, BUGS};
+pub use gpt2::Gpt2Config;
 pub use llama::LlamaConfig;
 pub use mlp::MlpConfig;
 
@@ -24,6 +26,12 @@ pub const MODELS: &[(&str, &str)] = &[
         "llama",
         "Llama-3 style decoder: RMSNorm, RoPE, GQA causal attention, SwiGLU, LM head, \
          cross-entropy (sizes: hidden, heads, kv_heads, ffn, layers, seq, batch, vocab)",
+    ),
+    (
+        "gpt2",
+        "GPT-2 style decoder: learned positions, LayerNorm, biased q/k/v and output \
+         projection, causal attention, GELU MLP, LM head tied to the embedding, cross-entropy \
+         (sizes: hidden, heads, ffn, layers, seq, batch, vocab)",
     ),
 ];
 
@@ -76,8 +84,9 @@ pub const PARALLELISMS: &[(&str, &str)] = &[
     ),
     (
         "tp",
-        "Megatron tensor parallel: column parallel (mlp fc1; llama q/k/v by heads, gate/up), \
-         row parallel with an all-reduce (mlp fc2; llama o, down)",
+        "Megatron tensor parallel: column parallel (mlp fc1; llama q/k/v by heads, gate/up; \
+         gpt2 q/k/v, fc1), row parallel with an all-reduce (mlp fc2; llama o, down; gpt2 o, \
+         fc2; biases added once after it)",
     ),
 ];
 
@@ -159,6 +168,17 @@ pub struct EmitOptions {
     pub vocab_parallel: bool,
 }
 
+/// Options of models added after [`EmitOptions`] had users outside this crate: kept apart so
+/// that their struct literals keep compiling ([`emit`] uses the defaults).
+#[derive(Clone, Debug, Default)]
+pub struct EmitExtras {
+    /// The sizes of the GPT-2 model (used when the model is `gpt2`).
+    pub gpt2: Gpt2Config,
+    /// gpt2: Megatron sequence parallelism over tp (activations outside the tensor-parallel
+    /// regions split along the sequence; all-gather and reduce-scatter around them).
+    pub sequence_parallel: bool,
+}
+
 /// An emitted case: file names (relative to the output directory) and their contents.
 #[derive(Clone, Debug)]
 pub struct Emitted {
@@ -189,8 +209,14 @@ struct Plan {
     groups: Vec<(&'static str, Vec<Vec<usize>>)>,
 }
 
-/// Emits the case described by `opts`, or says why it cannot.
+/// Emits the case described by `opts` (with the default [`EmitExtras`]), or says why it
+/// cannot.
 pub fn emit(opts: &EmitOptions) -> Result<Emitted, String> {
+    emit_with(opts, &EmitExtras::default())
+}
+
+/// Emits the case described by `opts` and `extras`, or says why it cannot.
+pub fn emit_with(opts: &EmitOptions, extras: &EmitExtras) -> Result<Emitted, String> {
     if !MODELS.iter().any(|(m, _)| *m == opts.model) {
         let known: Vec<&str> = MODELS.iter().map(|(m, _)| *m).collect();
         return Err(format!(
@@ -204,13 +230,22 @@ pub fn emit(opts: &EmitOptions) -> Result<Emitted, String> {
     }
     let (dp, tp) = (opts.mesh.size("dp"), opts.mesh.size("tp"));
     let llama = opts.model == "llama";
+    let gpt2 = opts.model == "gpt2";
+    let sp = extras.sequence_parallel;
     if opts.vocab_parallel && (!llama || tp < 2) {
         return Err(
             "vocab parallelism applies to the llama model on a tp mesh dim of size >= 2".into(),
         );
     }
+    if sp && (!gpt2 || tp < 2) {
+        return Err(
+            "sequence parallelism applies to the gpt2 model on a tp mesh dim of size >= 2".into(),
+        );
+    }
     if llama {
         opts.llama.check_split(dp, tp, opts.vocab_parallel)?;
+    } else if gpt2 {
+        extras.gpt2.check_split(dp, tp, sp)?;
     } else {
         opts.mlp.check_split(dp, tp)?;
     }
@@ -222,11 +257,33 @@ pub fn emit(opts: &EmitOptions) -> Result<Emitted, String> {
             forward_only: opts.forward_only,
             kv_replicated: llama && opts.llama.kv_replicas(tp) > 1,
             vocab_parallel: opts.vocab_parallel,
+            sequence_parallel: sp,
         })?;
     }
     let mutation = opts.bug.map(|b| b.mutation);
     let n = opts.mesh.ranks();
-    let plan = if llama {
+    let plan = if gpt2 {
+        let cfg = &extras.gpt2;
+        // Rank = dp_i * tp + tp_i; ranks differ only by their sequence chunk under SP.
+        let ranks = (0..n)
+            .map(|r| {
+                let plan = gpt2::RankPlan {
+                    dp,
+                    tp,
+                    tp_rank: r % tp,
+                    sequence_parallel: sp,
+                };
+                gpt2::build(cfg, plan, opts.forward_only, mutation).render()
+            })
+            .collect();
+        Plan {
+            spec: gpt2::build(cfg, gpt2::RankPlan::SPEC, opts.forward_only, None),
+            ranks,
+            data: vec![("tokens", true), ("labels", true)],
+            params: cfg.params(),
+            groups: Vec::new(),
+        }
+    } else if llama {
         let cfg = &opts.llama;
         // Rank = dp_i * tp + tp_i; ranks differ only by their vocabulary range.
         let ranks = (0..n)
@@ -271,7 +328,7 @@ pub fn emit(opts: &EmitOptions) -> Result<Emitted, String> {
         }
     };
     let mut files = vec![
-        ("case.yaml".to_string(), case_yaml(opts, &plan)),
+        ("case.yaml".to_string(), case_yaml(opts, sp, &plan)),
         ("spec.py".to_string(), plan.spec.render()),
     ];
     files.extend(
@@ -283,7 +340,7 @@ pub fn emit(opts: &EmitOptions) -> Result<Emitted, String> {
     Ok(Emitted { files })
 }
 
-fn case_yaml(opts: &EmitOptions, plan: &Plan) -> String {
+fn case_yaml(opts: &EmitOptions, sequence_parallel: bool, plan: &Plan) -> String {
     let mesh = &opts.mesh;
     let has = |d: &str| mesh.dims.iter().any(|(m, _)| *m == d);
     let on = |dim: &str, p: &str| {
@@ -304,6 +361,9 @@ fn case_yaml(opts: &EmitOptions, plan: &Plan) -> String {
     let mut name = format!("{}-{}", opts.model, mesh.label());
     if opts.vocab_parallel {
         name.push_str("-vp");
+    }
+    if sequence_parallel {
+        name.push_str("-sp");
     }
     if opts.forward_only {
         name.push_str("-fw");
@@ -375,7 +435,7 @@ fn case_yaml(opts: &EmitOptions, plan: &Plan) -> String {
         };
         let _ = writeln!(s, "  {}: {place}", out.name);
     }
-    if opts.model == "llama" {
+    if opts.model == "llama" || opts.model == "gpt2" {
         // The zoo's labels are vocabulary ids, never the loss's ignore_index (-100): a mean
         // cross-entropy over a split batch is then the mean of equal-sized per-rank means.
         let _ = writeln!(

@@ -459,7 +459,7 @@ fn vocab_embedding(
 }
 
 /// A cross-entropy loss (mean over tokens) and what its backward reads.
-enum CrossEntropy {
+pub(crate) enum CrossEntropy {
     /// `_log_softmax` + `nll_loss_forward` on whole logits.
     Full {
         loss: Val,
@@ -481,7 +481,7 @@ enum CrossEntropy {
 
 impl CrossEntropy {
     /// The gradient of the logits for a gradient of 1 on the (rank-local) loss.
-    fn backward(&self, g: &mut GraphBuilder) -> Val {
+    pub(crate) fn backward(&self, g: &mut GraphBuilder) -> Val {
         match self {
             CrossEntropy::Full {
                 log_probs,
@@ -583,7 +583,7 @@ impl CrossEntropy {
     }
 
     /// The rank-local mean loss.
-    fn loss(&self) -> &Val {
+    pub(crate) fn loss(&self) -> &Val {
         match self {
             CrossEntropy::Full { loss, .. } | CrossEntropy::VocabParallel { loss, .. } => loss,
         }
@@ -591,7 +591,12 @@ impl CrossEntropy {
 }
 
 /// `nll_loss(log_softmax(logits), labels)`, mean over tokens; the loss is named `name`.
-fn cross_entropy(g: &mut GraphBuilder, logits: &Val, labels: &Val, name: &str) -> CrossEntropy {
+pub(crate) fn cross_entropy(
+    g: &mut GraphBuilder,
+    logits: &Val,
+    labels: &Val,
+    name: &str,
+) -> CrossEntropy {
     let log_probs = g.call(
         "_log_softmax",
         "aten._log_softmax.default",

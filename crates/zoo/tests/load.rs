@@ -1,6 +1,8 @@
 //! Every emitted case loads and resolves with `shardproof_case::load_case`.
 
-use shardproof_zoo::{emit, find_bug, EmitOptions, LlamaConfig, Mesh, MlpConfig, Site, BUGS};
+use shardproof_zoo::{
+    emit, emit_with, find_bug, EmitExtras, EmitOptions, LlamaConfig, Mesh, MlpConfig, Site, BUGS,
+};
 
 fn opts(model: &str, mesh: &str, forward_only: bool) -> EmitOptions {
     EmitOptions {
@@ -19,8 +21,21 @@ fn opts(model: &str, mesh: &str, forward_only: bool) -> EmitOptions {
 
 #[test]
 fn emitted_cases_load() {
-    for model in ["mlp", "llama"] {
+    let plans = [
+        ("mlp", false),
+        ("llama", false),
+        ("gpt2", false),
+        ("gpt2", true),
+    ];
+    for (model, sp) in plans {
         for mesh in ["tp=2", "dp=2", "dp=2,tp=2", "tp=4"] {
+            if sp && !mesh.contains("tp") {
+                continue;
+            }
+            let extras = EmitExtras {
+                sequence_parallel: sp,
+                ..EmitExtras::default()
+            };
             for forward_only in [true, false] {
                 let mut o = opts(model, mesh, forward_only);
                 let mut bugs = vec![None];
@@ -35,14 +50,18 @@ fn emitted_cases_load() {
                         forward_only,
                         kv_replicated: model == "llama" && o.llama.kv_replicas(tp) > 1,
                         vocab_parallel: false,
+                        sequence_parallel: sp,
                     };
                     if bug.is_some_and(|b| b.check_applies(&site).is_err()) {
-                        assert!(emit(&o).is_err());
+                        assert!(emit_with(&o, &extras).is_err());
                         continue;
                     }
-                    let what = format!("{model} {mesh} fw={forward_only} {:?}", bug.map(|b| b.id));
+                    let what = format!(
+                        "{model} sp={sp} {mesh} fw={forward_only} {:?}",
+                        bug.map(|b| b.id)
+                    );
                     let dir = tempfile::tempdir().unwrap();
-                    let e = emit(&o).unwrap();
+                    let e = emit_with(&o, &extras).unwrap();
                     assert_eq!(e.files.len(), 2 + o.mesh.ranks(), "{what}");
                     e.write(dir.path()).unwrap();
                     let case = shardproof_case::load_case(&dir.path().join("case.yaml"))

@@ -1,0 +1,842 @@
+//! The `gpt2` model: a GPT-2 style decoder (token embedding plus learned position embedding;
+//! per layer LayerNorm, multi-head causal attention with separate biased q/k/v projections,
+//! biased output projection, residual, LayerNorm, MLP fc1 + GELU + fc2 with biases, residual;
+//! final LayerNorm, LM head tied to the token embedding, cross-entropy loss), as a spec and as
+//! DP / Megatron TP / Megatron SP ranks.
+//!
+//! Activations are sequence-first (`[seq, batch, hidden]`, Megatron's layout), so sequence
+//! parallelism splits and gathers dim 0 — what `all_gather_into_tensor` and
+//! `reduce_scatter_tensor` concatenate and split. The graphs are written as AOTAutograd prints
+//! them: LayerNorm as `native_layer_norm` and its backward, GELU (exact, erf form) as `gelu` and
+//! `gelu_backward`, biased linears as `addmm` (a row-parallel linear as `mm`, the reduction,
+//! then the bias added once).
+
+use crate::bugs::Mutation;
+use crate::graph::{Arg, GraphBuilder, Val};
+use crate::llama::cross_entropy;
+use crate::{Param, TpLayout};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The sizes of the GPT-2 model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Gpt2Config {
+    /// Model width.
+    pub hidden: usize,
+    /// Attention heads.
+    pub heads: usize,
+    /// Inner width of the MLP (GPT-2 uses 4 x hidden).
+    pub ffn: usize,
+    /// Number of decoder layers.
+    pub layers: usize,
+    /// Sequence length (also the number of learned positions).
+    pub seq: usize,
+    /// Global batch size (sequences).
+    pub batch: usize,
+    /// Vocabulary size.
+    pub vocab: usize,
+    /// SGD learning rate of the full iteration.
+    pub lr: f64,
+    /// LayerNorm epsilon.
+    pub eps: f64,
+}
+
+impl Default for Gpt2Config {
+    /// The `tiny` size: runs in well under a second on a CPU.
+    fn default() -> Self {
+        Gpt2Config {
+            hidden: 16,
+            heads: 4,
+            ffn: 64,
+            layers: 2,
+            seq: 8,
+            batch: 2,
+            vocab: 32,
+            lr: 0.1,
+            eps: 1e-5,
+        }
+    }
+}
+
+/// The largest element count of any tensor the zoo emits (see the llama model).
+const MAX_ELEMENTS: usize = 1 << 40;
+
+impl Gpt2Config {
+    /// The width of one attention head.
+    pub fn head_dim(&self) -> usize {
+        self.hidden / self.heads
+    }
+
+    /// The parameters in graph order: token and position embeddings; per layer the first
+    /// LayerNorm, q/k/v weights and biases (column parallel), the output projection (row
+    /// parallel, its bias replicated), the second LayerNorm, fc1 (column parallel) and fc2 (row
+    /// parallel, bias replicated); the final LayerNorm. The LM head is the token embedding.
+    pub fn params(&self) -> Vec<Param> {
+        let (h, f) = (self.hidden, self.ffn);
+        let p = |name: String, shape: Vec<usize>, tp| Param { name, shape, tp };
+        let rep = TpLayout::Replicate;
+        let col = TpLayout::Shard(0);
+        let mut out = vec![
+            p("wte".into(), vec![self.vocab, h], rep),
+            p("wpe".into(), vec![self.seq, h], rep),
+        ];
+        for l in 0..self.layers {
+            out.extend([
+                p(format!("ln1_w_{l}"), vec![h], rep),
+                p(format!("ln1_b_{l}"), vec![h], rep),
+                p(format!("wq_{l}"), vec![h, h], col),
+                p(format!("bq_{l}"), vec![h], col),
+                p(format!("wk_{l}"), vec![h, h], col),
+                p(format!("bk_{l}"), vec![h], col),
+                p(format!("wv_{l}"), vec![h, h], col),
+                p(format!("bv_{l}"), vec![h], col),
+                p(format!("wo_{l}"), vec![h, h], TpLayout::Shard(1)),
+                p(format!("bo_{l}"), vec![h], rep),
+                p(format!("ln2_w_{l}"), vec![h], rep),
+                p(format!("ln2_b_{l}"), vec![h], rep),
+                p(format!("fc1_w_{l}"), vec![f, h], col),
+                p(format!("fc1_b_{l}"), vec![f], col),
+                p(format!("fc2_w_{l}"), vec![h, f], TpLayout::Shard(1)),
+                p(format!("fc2_b_{l}"), vec![h], rep),
+            ]);
+        }
+        out.push(p("lnf_w".into(), vec![h], rep));
+        out.push(p("lnf_b".into(), vec![h], rep));
+        out
+    }
+
+    /// Why these sizes cannot be split `dp` x `tp` ways (the sequence over tp too when
+    /// `sequence_parallel`), if they cannot.
+    pub fn check_split(&self, dp: usize, tp: usize, sequence_parallel: bool) -> Result<(), String> {
+        let sizes = [
+            ("hidden", self.hidden),
+            ("heads", self.heads),
+            ("ffn", self.ffn),
+            ("layers", self.layers),
+            ("seq", self.seq),
+            ("batch", self.batch),
+            ("vocab", self.vocab),
+        ];
+        if let Some((name, _)) = sizes.iter().find(|(_, v)| *v == 0) {
+            return Err(format!("{name} must be at least 1"));
+        }
+        let largest = [
+            vec![
+                self.batch,
+                self.seq,
+                self.hidden.max(self.ffn).max(self.vocab),
+            ],
+            vec![self.batch, self.heads, self.seq, self.seq],
+            vec![self.vocab.max(self.ffn).max(self.hidden), self.hidden],
+            vec![self.layers, 16, self.hidden],
+        ];
+        for dims in &largest {
+            let n = dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
+            if n.is_none_or(|n| n > MAX_ELEMENTS) {
+                return Err(format!(
+                    "the sizes make a tensor of shape {dims:?}, over {MAX_ELEMENTS} elements"
+                ));
+            }
+        }
+        if !self.hidden.is_multiple_of(self.heads) {
+            return Err(format!(
+                "hidden {} is not divisible by heads {}",
+                self.hidden, self.heads
+            ));
+        }
+        if !self.batch.is_multiple_of(dp) {
+            return Err(format!(
+                "batch {} is not divisible by dp = {dp}",
+                self.batch
+            ));
+        }
+        if !self.heads.is_multiple_of(tp) {
+            return Err(format!(
+                "heads {} is not divisible by tp = {tp}",
+                self.heads
+            ));
+        }
+        if !self.ffn.is_multiple_of(tp) {
+            return Err(format!("ffn {} is not divisible by tp = {tp}", self.ffn));
+        }
+        if sequence_parallel && !self.seq.is_multiple_of(tp) {
+            return Err(format!(
+                "seq {} is not divisible by tp = {tp} (--sequence-parallel)",
+                self.seq
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The rank a graph is built for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RankPlan {
+    /// Size of the dp mesh dim.
+    pub dp: usize,
+    /// Size of the tp mesh dim.
+    pub tp: usize,
+    /// The rank's index along tp (its sequence chunk under sequence parallelism).
+    pub tp_rank: usize,
+    /// Megatron sequence parallelism: activations outside the tensor-parallel regions are
+    /// split along the sequence over tp.
+    pub sequence_parallel: bool,
+}
+
+impl RankPlan {
+    /// The single-device spec.
+    pub const SPEC: RankPlan = RankPlan {
+        dp: 1,
+        tp: 1,
+        tp_rank: 0,
+        sequence_parallel: false,
+    };
+}
+
+/// What a LayerNorm backward reads from its forward.
+struct NormSaved {
+    x: Val,
+    mean: Val,
+    rstd: Val,
+}
+
+/// What the backward of a decoder layer reads from its forward.
+struct LayerSaved {
+    ln1: NormSaved,
+    xn2d: Val,
+    q3: Val,
+    kt3: Val,
+    p: Val,
+    p3: Val,
+    v3: Val,
+    attn2d: Val,
+    ln2: NormSaved,
+    hn2d: Val,
+    fc1: Val,
+    act: Val,
+}
+
+/// The model's graph builder with the rank's plan: the collectives around the tensor-parallel
+/// regions differ between plain TP and SP.
+struct Ranked {
+    g: GraphBuilder,
+    tp: usize,
+    sp: bool,
+}
+
+impl Ranked {
+    /// The input of a column-parallel region: all-gathered along the sequence under SP (the
+    /// identity otherwise; Megatron's `f` / `gather_from_sequence_parallel_region`).
+    fn enter(&mut self, x: &Val) -> Val {
+        if self.sp {
+            self.g.all_gather(x, self.tp, "tp")
+        } else {
+            x.clone()
+        }
+    }
+
+    /// The output of a row-parallel region (a partial sum over tp): reduce-scattered along
+    /// the sequence under SP, all-reduced otherwise (Megatron's `g`). The backward of a
+    /// column-parallel input is the same operator.
+    fn leave(&mut self, x: &Val) -> Val {
+        if self.sp {
+            self.g.reduce_scatter_sum(x, self.tp, "tp")
+        } else if self.tp > 1 {
+            self.g.all_reduce_sum(x, "tp")
+        } else {
+            x.clone()
+        }
+    }
+}
+
+/// `x @ w.T + b` as one `addmm`.
+fn linear_bias(g: &mut GraphBuilder, x: &Val, w: &Val, b: &Val) -> Val {
+    let wt = g.t(w);
+    g.addmm(b, x, &wt)
+}
+
+/// `x @ w.T` without a bias (a row-parallel linear before its reduction).
+fn linear(g: &mut GraphBuilder, x: &Val, w: &Val) -> Val {
+    let wt = g.t(w);
+    g.mm(x, &wt)
+}
+
+/// A typed contiguous copy (`clone`), for integer tensors.
+fn contiguous_typed(g: &mut GraphBuilder, a: &Val) -> Val {
+    g.call_typed(
+        "clone",
+        "aten.clone.default",
+        &[
+            Arg::V(a),
+            Arg::Raw("memory_format = torch.contiguous_format"),
+        ],
+        a.dtype,
+        a.shape.clone(),
+    )
+}
+
+/// Builds the graph of one rank of the plan ([`RankPlan::SPEC`], no bug, is the spec). Forward
+/// and loss (output `loss`), and unless `forward_only` the explicit backward, gradient
+/// finalization (under SP the gradients of the parameters applied to sequence shards — the
+/// LayerNorms and the row-parallel biases — all-reduced over tp; all-reduce and average over
+/// dp) and an SGD step whose updated parameters are outputs `<param>_new`.
+pub fn build(
+    cfg: &Gpt2Config,
+    plan: RankPlan,
+    forward_only: bool,
+    bug: Option<Mutation>,
+) -> GraphBuilder {
+    let RankPlan { dp, tp, .. } = plan;
+    let sp = plan.sequence_parallel && tp > 1;
+    let is = |m: Mutation| bug == Some(m);
+    let mut r = Ranked {
+        g: GraphBuilder::new(),
+        tp,
+        sp,
+    };
+    let (b, s, h, v) = (cfg.batch / dp, cfg.seq, cfg.hidden, cfg.vocab);
+    let hd = cfg.head_dim();
+    let nh = cfg.heads / tp;
+    let t = s * b;
+    // The rank's sequence chunk: `sl` positions (all of them without SP).
+    let sl = if sp { s / tp } else { s };
+    let tl = sl * b;
+    let specs = cfg.params();
+    let tokens = r.g.input_typed("tokens", "i64", &[b, s]);
+    let labels = r.g.input_typed("labels", "i64", &[b, s]);
+    let mut w: BTreeMap<String, Val> = BTreeMap::new();
+    for p in &specs {
+        let val = r.g.input(&p.name, &p.local_shape(tp));
+        w.insert(p.name.clone(), val);
+    }
+    let w = |name: &str| w[name].clone();
+    let g = &mut r.g;
+
+    // Embeddings, sequence-first: wte[tokens^T] + wpe[arange(seq)].
+    let tokens_t = g.permute(&tokens, &[1, 0]);
+    let te = g.call(
+        "embedding",
+        "aten.embedding.default",
+        &[Arg::V(&w("wte")), Arg::V(&tokens_t)],
+        vec![s, b, h],
+    );
+    let pos = g.call_typed(
+        "arange",
+        "aten.arange.start",
+        &[
+            Arg::I(0),
+            Arg::I(s as i64),
+            Arg::Raw("device = device(type='cpu')"),
+            Arg::Raw("pin_memory = False"),
+        ],
+        "i64",
+        vec![s],
+    );
+    let pe = g.call(
+        "embedding",
+        "aten.embedding.default",
+        &[Arg::V(&w("wpe")), Arg::V(&pos)],
+        vec![s, h],
+    );
+    let pe3 = g.unsqueeze(&pe, 1);
+    let emb = g.add(&te, &pe3);
+    // Under SP each rank keeps its sequence chunk (Megatron's
+    // `scatter_to_sequence_parallel_region`); the planted bug takes the next rank's chunk.
+    let mut x = if sp {
+        let chunk = if is(Mutation::SpScatterWrongChunk) {
+            (plan.tp_rank + 1) % tp
+        } else {
+            plan.tp_rank
+        };
+        g.slice(&emb, 0, chunk * sl, (chunk + 1) * sl)
+    } else {
+        emb
+    };
+
+    // Causal mask: -inf above the diagonal, 0 elsewhere, added to the scores.
+    let full = g.call(
+        "full",
+        "aten.full.default",
+        &[
+            Arg::Ints(vec![s as i64, s as i64]),
+            Arg::F(f64::NEG_INFINITY),
+            Arg::Raw("dtype = torch.float32"),
+            Arg::Raw("device = device(type='cpu')"),
+            Arg::Raw("pin_memory = False"),
+        ],
+        vec![s, s],
+    );
+    let mask = g.call(
+        "triu",
+        "aten.triu.default",
+        &[Arg::V(&full), Arg::I(1)],
+        vec![s, s],
+    );
+    let scale = 1.0 / (hd as f64).sqrt();
+
+    let mut saved = Vec::new();
+    for l in 0..cfg.layers {
+        let wl = |n: &str| w(&format!("{n}_{l}"));
+        let x_in = x.clone();
+        // Attention: q/k/v column parallel (the rank's heads), o row parallel.
+        let (xn, m1, r1) = r.g.layer_norm(&x, &wl("ln1_w"), &wl("ln1_b"), cfg.eps);
+        let xn_full = r.enter(&xn);
+        let g = &mut r.g;
+        let xn2d = g.view(&xn_full, &[t, h]);
+        let q = linear_bias(g, &xn2d, &wl("wq"), &wl("bq"));
+        let k = linear_bias(g, &xn2d, &wl("wk"), &wl("bk"));
+        let vv = linear_bias(g, &xn2d, &wl("wv"), &wl("bv"));
+        let q4 = g.view(&q, &[s, b, nh, hd]);
+        let qp = g.permute(&q4, &[1, 2, 0, 3]);
+        let qc = g.contiguous(&qp);
+        let q3 = g.view(&qc, &[b * nh, s, hd]);
+        let k4 = g.view(&k, &[s, b, nh, hd]);
+        let kp = g.permute(&k4, &[1, 2, 3, 0]);
+        let kc = g.contiguous(&kp);
+        let kt3 = g.view(&kc, &[b * nh, hd, s]);
+        let v4 = g.view(&vv, &[s, b, nh, hd]);
+        let vp = g.permute(&v4, &[1, 2, 0, 3]);
+        let vc = g.contiguous(&vp);
+        let v3 = g.view(&vc, &[b * nh, s, hd]);
+        let raw3 = g.bmm(&q3, &kt3);
+        let raw = g.view(&raw3, &[b, nh, s, s]);
+        let scaled = g.mul_scalar("mul", &raw, Arg::F(scale));
+        let masked = g.add(&scaled, &mask);
+        let p = g.call(
+            "_softmax",
+            "aten._softmax.default",
+            &[Arg::V(&masked), Arg::I(-1), Arg::B(false)],
+            masked.shape.clone(),
+        );
+        let p3 = g.view(&p, &[b * nh, s, s]);
+        let o3 = g.bmm(&p3, &v3);
+        let o4 = g.view(&o3, &[b, nh, s, hd]);
+        let op = g.permute(&o4, &[2, 0, 1, 3]);
+        let oc = g.contiguous(&op);
+        let attn2d = g.view(&oc, &[t, nh * hd]);
+        let o_red = if tp == 1 {
+            linear_bias(g, &attn2d, &wl("wo"), &wl("bo"))
+        } else {
+            let o = linear(g, &attn2d, &wl("wo"));
+            let o = if l == 0 && is(Mutation::WrongGroup) {
+                r.g.all_reduce_sum(&o, "dp")
+            } else {
+                r.leave(&o)
+            };
+            r.g.add(&o, &wl("bo"))
+        };
+        let g = &mut r.g;
+        let o3d = g.view(&o_red, &[sl, b, h]);
+        let hres = g.add(&x, &o3d);
+
+        // MLP: fc1 column parallel, GELU, fc2 row parallel.
+        let (hn, m2, r2) = g.layer_norm(&hres, &wl("ln2_w"), &wl("ln2_b"), cfg.eps);
+        let hn_full = r.enter(&hn);
+        let g = &mut r.g;
+        let hn2d = g.view(&hn_full, &[t, h]);
+        let fc1 = linear_bias(g, &hn2d, &wl("fc1_w"), &wl("fc1_b"));
+        let act = g.unary("gelu", "aten.gelu.default", &fc1);
+        let d_red = if tp == 1 {
+            linear_bias(g, &act, &wl("fc2_w"), &wl("fc2_b"))
+        } else {
+            let d = linear(g, &act, &wl("fc2_w"));
+            if l == 0 && is(Mutation::TpBiasBeforeAllreduce) {
+                let d = r.g.add(&d, &wl("fc2_b"));
+                r.leave(&d)
+            } else if l == 0 && is(Mutation::TpMissingAllreduce) {
+                // The rank keeps its own (unreduced) rows, as the reduction would have.
+                let d = if sp {
+                    let c = plan.tp_rank;
+                    r.g.slice(&d, 0, c * tl, (c + 1) * tl)
+                } else {
+                    d
+                };
+                r.g.add(&d, &wl("fc2_b"))
+            } else {
+                let d = r.leave(&d);
+                r.g.add(&d, &wl("fc2_b"))
+            }
+        };
+        let g = &mut r.g;
+        let d3 = g.view(&d_red, &[sl, b, h]);
+        x = g.add(&hres, &d3);
+        saved.push(LayerSaved {
+            ln1: NormSaved {
+                x: x_in,
+                mean: m1,
+                rstd: r1,
+            },
+            xn2d,
+            q3,
+            kt3,
+            p,
+            p3,
+            v3,
+            attn2d,
+            ln2: NormSaved {
+                x: hres,
+                mean: m2,
+                rstd: r2,
+            },
+            hn2d,
+            fc1,
+            act,
+        });
+    }
+    // Final LayerNorm, the LM head (tied to the token embedding) and the cross-entropy loss
+    // (mean over the rank's tokens). Under SP the normed chunks are gathered first: the LM
+    // head and the loss run on the whole sequence, the same on every tp rank.
+    let (xf, mf, rf) = r.g.layer_norm(&x, &w("lnf_w"), &w("lnf_b"), cfg.eps);
+    let final_norm = NormSaved {
+        x: x.clone(),
+        mean: mf,
+        rstd: rf,
+    };
+    let xf_full = r.enter(&xf);
+    let g = &mut r.g;
+    let xf2d = g.view(&xf_full, &[t, h]);
+    let logits = linear(g, &xf2d, &w("wte"));
+    let labels_t = g.permute(&labels, &[1, 0]);
+    let labels_c = contiguous_typed(g, &labels_t);
+    let labels1 = g.view(&labels_c, &[t]);
+    let local_name = if dp > 1 { "nll_loss" } else { "loss" };
+    let ce = cross_entropy(g, &logits, &labels1, local_name);
+    let local = ce.loss().clone();
+    let loss = if dp > 1 {
+        let total = g.all_reduce_sum(&local, "dp");
+        let by = if is(Mutation::DpLossNotAveraged) {
+            1
+        } else {
+            dp as i64
+        };
+        g.div_scalar("loss", &total, Arg::I(by))
+    } else {
+        local
+    };
+    g.output(&loss);
+    if forward_only {
+        return r.g;
+    }
+
+    // Backward of the rank's local loss (seed 1); dp averaging happens on the gradients.
+    let mut grads: BTreeMap<String, Val> = BTreeMap::new();
+    // Parameters applied to the rank's sequence chunk only: under SP their gradients are
+    // partial sums over tp (Megatron's `sequence_parallel` parameter attribute).
+    let mut seq_partial: BTreeSet<String> = BTreeSet::new();
+    let g_logits = ce.backward(g);
+    let gt = g.t(&g_logits);
+    let g_wte_head = g.mm(&gt, &xf2d);
+    let g_xf2d = g.mm(&g_logits, &w("wte"));
+    let g_xf_full = g.view(&g_xf2d, &[s, b, h]);
+    // The gather before the replicated LM head: every tp rank holds the whole gradient, so its
+    // backward keeps the rank's chunk (Megatron's `tensor_parallel_output_grad=False`).
+    let g_xf = if sp {
+        let c = plan.tp_rank;
+        g.slice(&g_xf_full, 0, c * sl, (c + 1) * sl)
+    } else {
+        g_xf_full
+    };
+    let (mut gx, g_lnf_w, g_lnf_b) = g.layer_norm_backward(
+        &g_xf,
+        &final_norm.x,
+        &final_norm.mean,
+        &final_norm.rstd,
+        &w("lnf_w"),
+        &w("lnf_b"),
+    );
+    grads.insert("lnf_w".into(), g_lnf_w);
+    grads.insert("lnf_b".into(), g_lnf_b);
+    seq_partial.extend(["lnf_w".to_string(), "lnf_b".to_string()]);
+
+    for l in (0..cfg.layers).rev() {
+        let sv = &saved[l];
+        let wl = |n: &str| w(&format!("{n}_{l}"));
+        let name = |n: &str| format!("{n}_{l}");
+        // MLP branch. The backward of the fc2 reduction is the identity under TP and an
+        // all-gather under SP; the fc1 input gradient is a partial sum over tp.
+        let g = &mut r.g;
+        let g_d2d = g.view(&gx, &[tl, h]);
+        grads.insert(name("fc2_b"), g.sum0(&g_d2d));
+        seq_partial.insert(name("fc2_b"));
+        let g_d_full = r.enter(&g_d2d);
+        let g = &mut r.g;
+        let g_act = g.mm(&g_d_full, &wl("fc2_w"));
+        let g_dt = g.t(&g_d_full);
+        grads.insert(name("fc2_w"), g.mm(&g_dt, &sv.act));
+        let g_fc1 = g.call(
+            "gelu_backward",
+            "aten.gelu_backward.default",
+            &[Arg::V(&g_act), Arg::V(&sv.fc1)],
+            sv.fc1.shape.clone(),
+        );
+        let g_fc1t = g.t(&g_fc1);
+        grads.insert(name("fc1_w"), g.mm(&g_fc1t, &sv.hn2d));
+        grads.insert(name("fc1_b"), g.sum0(&g_fc1));
+        let g_hn2d = g.mm(&g_fc1, &wl("fc1_w"));
+        let g_hn2d = r.leave(&g_hn2d);
+        let g = &mut r.g;
+        let g_hn = g.view(&g_hn2d, &[sl, b, h]);
+        let (g_hres_norm, g_ln2_w, g_ln2_b) = g.layer_norm_backward(
+            &g_hn,
+            &sv.ln2.x,
+            &sv.ln2.mean,
+            &sv.ln2.rstd,
+            &wl("ln2_w"),
+            &wl("ln2_b"),
+        );
+        grads.insert(name("ln2_w"), g_ln2_w);
+        grads.insert(name("ln2_b"), g_ln2_b);
+        let g_hres = g.add(&gx, &g_hres_norm);
+
+        // Attention branch.
+        let g_o2d = g.view(&g_hres, &[tl, h]);
+        grads.insert(name("bo"), g.sum0(&g_o2d));
+        seq_partial.extend([name("bo"), name("ln2_w"), name("ln2_b")]);
+        let g_o_full = r.enter(&g_o2d);
+        let g = &mut r.g;
+        let g_attn2d = g.mm(&g_o_full, &wl("wo"));
+        let g_o2dt = g.t(&g_o_full);
+        grads.insert(name("wo"), g.mm(&g_o2dt, &sv.attn2d));
+        let g_o4 = g.view(&g_attn2d, &[s, b, nh, hd]);
+        let g_op = g.permute(&g_o4, &[1, 2, 0, 3]);
+        let g_oc = g.contiguous(&g_op);
+        let g_o3 = g.view(&g_oc, &[b * nh, s, hd]);
+        let v3t = g.transpose(&sv.v3, 1, 2);
+        let g_p3 = g.bmm(&g_o3, &v3t);
+        let p3t = g.transpose(&sv.p3, 1, 2);
+        let g_v3 = g.bmm(&p3t, &g_o3);
+        let g_p = g.view(&g_p3, &[b, nh, s, s]);
+        let g_masked = g.call(
+            "_softmax_backward_data",
+            "aten._softmax_backward_data.default",
+            &[
+                Arg::V(&g_p),
+                Arg::V(&sv.p),
+                Arg::I(-1),
+                Arg::Raw("torch.float32"),
+            ],
+            g_p.shape.clone(),
+        );
+        let g_raw = g.mul_scalar("mul", &g_masked, Arg::F(scale));
+        let g_raw3 = g.view(&g_raw, &[b * nh, s, s]);
+        let kt3t = g.transpose(&sv.kt3, 1, 2);
+        let g_q3 = g.bmm(&g_raw3, &kt3t);
+        let q3t = g.transpose(&sv.q3, 1, 2);
+        let g_kt3 = g.bmm(&q3t, &g_raw3);
+        // Back to sequence-first token rows `[seq * batch, heads * head_dim]`.
+        let mut to_rows = |x: &Val, shape: &[usize], dims: &[usize]| {
+            let v = g.view(x, shape);
+            let p = g.permute(&v, dims);
+            let c = g.contiguous(&p);
+            g.view(&c, &[t, nh * hd])
+        };
+        let g_q2d = to_rows(&g_q3, &[b, nh, s, hd], &[2, 0, 1, 3]);
+        let g_k2d = to_rows(&g_kt3, &[b, nh, hd, s], &[3, 0, 1, 2]);
+        let g_v2d = to_rows(&g_v3, &[b, nh, s, hd], &[2, 0, 1, 3]);
+        let mut g_xn2d = None;
+        for (wn, bn, gr) in [
+            ("wq", "bq", &g_q2d),
+            ("wk", "bk", &g_k2d),
+            ("wv", "bv", &g_v2d),
+        ] {
+            let grt = g.t(gr);
+            grads.insert(name(wn), g.mm(&grt, &sv.xn2d));
+            grads.insert(name(bn), g.sum0(gr));
+            let part = g.mm(gr, &wl(wn));
+            g_xn2d = Some(match g_xn2d {
+                None => part,
+                Some(acc) => g.add(&acc, &part),
+            });
+        }
+        let g_xn2d = g_xn2d.expect("q, k and v contribute");
+        let g_xn2d = r.leave(&g_xn2d);
+        let g = &mut r.g;
+        let g_xn = g.view(&g_xn2d, &[sl, b, h]);
+        let (g_x_norm, g_ln1_w, g_ln1_b) = g.layer_norm_backward(
+            &g_xn,
+            &sv.ln1.x,
+            &sv.ln1.mean,
+            &sv.ln1.rstd,
+            &wl("ln1_w"),
+            &wl("ln1_b"),
+        );
+        grads.insert(name("ln1_w"), g_ln1_w);
+        grads.insert(name("ln1_b"), g_ln1_b);
+        seq_partial.extend([name("ln1_w"), name("ln1_b")]);
+        gx = g.add(&g_hres, &g_x_norm);
+    }
+
+    // Embeddings: under SP the chunks' gradients are gathered (the backward of the scatter),
+    // so every tp rank computes the whole embedding gradients.
+    let g_emb = if sp {
+        r.g.all_gather(&gx, tp, "tp")
+    } else {
+        gx
+    };
+    let g = &mut r.g;
+    let g_wte_emb = g.call(
+        "embedding_dense_backward",
+        "aten.embedding_dense_backward.default",
+        &[
+            Arg::V(&g_emb),
+            Arg::V(&tokens_t),
+            Arg::I(v as i64),
+            Arg::I(-1),
+            Arg::B(false),
+        ],
+        vec![v, h],
+    );
+    // The tied LM head adds its gradient to the token embedding's.
+    grads.insert("wte".into(), g.add(&g_wte_head, &g_wte_emb));
+    let g_pe = g.sum_dims(&g_emb, &[1], false);
+    let g_wpe = g.call(
+        "embedding_dense_backward",
+        "aten.embedding_dense_backward.default",
+        &[
+            Arg::V(&g_pe),
+            Arg::V(&pos),
+            Arg::I(s as i64),
+            Arg::I(-1),
+            Arg::B(false),
+        ],
+        vec![s, h],
+    );
+    grads.insert("wpe".into(), g_wpe);
+
+    // Gradient finalization, then SGD: w_new = w - lr * grad.
+    for p in &specs {
+        let mut grad = grads[&p.name].clone();
+        let norm = p.name.starts_with("ln");
+        if sp && seq_partial.contains(&p.name) && !(norm && is(Mutation::SpLayernormGradNotReduced))
+        {
+            grad = g.all_reduce_sum(&grad, "tp");
+        }
+        if dp > 1 {
+            grad = g.all_reduce_sum(&grad, "dp");
+            if !is(Mutation::DpGradNotAveraged) {
+                grad = g.div_scalar("div", &grad, Arg::I(dp as i64));
+            }
+        }
+        let step = g.mul_scalar("mul", &grad, Arg::F(cfg.lr));
+        let new = g.sub(&format!("{}_new", p.name), &w(&p.name), &step);
+        g.output(&new);
+    }
+    r.g
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_are_checked() {
+        let c = Gpt2Config::default();
+        for (dp, tp, sp) in [
+            (1, 1, false),
+            (2, 1, false),
+            (1, 2, true),
+            (2, 2, true),
+            (1, 4, true),
+        ] {
+            assert!(c.check_split(dp, tp, sp).is_ok(), "dp {dp} tp {tp} sp {sp}");
+        }
+        assert!(c.check_split(3, 1, false).unwrap_err().contains("batch"));
+        assert!(c.check_split(1, 8, false).unwrap_err().contains("heads"));
+        let seq = Gpt2Config {
+            seq: 6,
+            ..Gpt2Config::default()
+        };
+        assert!(seq.check_split(1, 4, false).is_ok());
+        assert!(seq.check_split(1, 4, true).unwrap_err().contains("seq 6"));
+        let odd = Gpt2Config {
+            hidden: 10,
+            ..Gpt2Config::default()
+        };
+        assert!(odd.check_split(1, 1, false).unwrap_err().contains("hidden"));
+        let huge = Gpt2Config {
+            vocab: usize::MAX / 2,
+            ..Gpt2Config::default()
+        };
+        assert!(huge
+            .check_split(1, 1, false)
+            .unwrap_err()
+            .contains("elements"));
+        let zero = Gpt2Config {
+            ffn: 0,
+            ..Gpt2Config::default()
+        };
+        assert!(zero.check_split(1, 1, false).unwrap_err().contains("ffn"));
+    }
+
+    #[test]
+    fn params_are_laid_out_megatron_style() {
+        let c = Gpt2Config::default();
+        let ps = c.params();
+        assert_eq!(ps.len(), 2 + 16 * c.layers + 2);
+        let get = |n: &str| ps.iter().find(|p| p.name == n).unwrap().clone();
+        assert_eq!(get("bq_0").tp, TpLayout::Shard(0));
+        assert_eq!(get("fc1_b_1").local_shape(4), vec![16]);
+        assert_eq!(get("wo_0").tp, TpLayout::Shard(1));
+        // Row-parallel biases and every LayerNorm are replicated.
+        for n in [
+            "bo_0", "fc2_b_0", "ln1_w_0", "ln2_b_1", "lnf_w", "wte", "wpe",
+        ] {
+            assert_eq!(get(n).tp, TpLayout::Replicate, "{n}");
+        }
+    }
+
+    fn plan(dp: usize, tp: usize, tp_rank: usize, sp: bool) -> RankPlan {
+        RankPlan {
+            dp,
+            tp,
+            tp_rank,
+            sequence_parallel: sp,
+        }
+    }
+
+    #[test]
+    fn graphs_have_the_expected_outputs_and_collectives() {
+        let c = Gpt2Config::default();
+        let spec = build(&c, RankPlan::SPEC, false, None);
+        let names: Vec<&str> = spec.outputs().iter().map(|v| v.name.as_str()).collect();
+        assert_eq!(names[0], "loss");
+        assert_eq!(names.len(), 1 + c.params().len());
+        let text = spec.render();
+        assert!(
+            !text.contains("_c10d_functional"),
+            "the spec has no collectives"
+        );
+        assert!(text.contains("aten.native_layer_norm_backward.default"));
+        assert!(text.contains("aten.gelu_backward.default"));
+        // Plain tp: per layer two forward and two backward all-reduces over tp.
+        let count = |t: &str, what: &str| t.matches(what).count();
+        let tp2 = build(&c, plan(1, 2, 0, false), false, None).render();
+        assert_eq!(count(&tp2, "'tp')"), 4 * c.layers);
+        // SP: no all-reduce of activations; LayerNorm (2 per layer + final, weight and bias)
+        // and row-parallel bias (2 per layer) gradients all-reduced over tp.
+        let sp = build(&c, plan(1, 2, 1, true), false, None).render();
+        assert_eq!(
+            count(&sp, "all_reduce.default("),
+            2 * (2 * c.layers + 1) + 2 * c.layers
+        );
+        let bug = build(
+            &c,
+            plan(1, 2, 1, true),
+            false,
+            Some(Mutation::SpLayernormGradNotReduced),
+        )
+        .render();
+        assert_eq!(count(&bug, "all_reduce.default("), 2 * c.layers);
+        // The rank's chunk, or the next one under the planted bug.
+        assert!(sp.contains("aten.slice.Tensor(add, 0, 4, 8)"), "{sp}");
+        let wrong = build(
+            &c,
+            plan(1, 2, 1, true),
+            true,
+            Some(Mutation::SpScatterWrongChunk),
+        )
+        .render();
+        assert!(wrong.contains("aten.slice.Tensor(add, 0, 0, 4)"), "{wrong}");
+        let fw = build(&c, plan(2, 2, 0, true), true, None);
+        assert_eq!(fw.outputs().len(), 1);
+    }
+}

@@ -272,3 +272,17 @@ fn llama_catalog_bugs_are_refuted_with_their_evidence() {
         assert!(out.contains(op) && out.contains(evidence), "{bug}:\n{out}");
     }
 }
+
+#[test]
+fn correct_gpt2_plans_verify() {
+    // LayerNorm, learned positions, biased linears (addmm), GELU; Megatron TP and SP.
+    for (mesh, extra) in [
+        ("tp=2", &[][..]),
+        ("tp=2", &["--sequence-parallel", "--forward-only"][..]),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let case = emit_model("gpt2", dir.path(), mesh, extra);
+        let (code, out) = verify(&case);
+        assert_eq!(code, 0, "gpt2 {mesh} {extra:?}:\n{out}");
+    }
+}

@@ -252,6 +252,19 @@ pub fn lower(
                 return Lowered::Term(Tpl::Op(SCALE.into(), vec![Tpl::Num(1), Tpl::Num(n), sum]));
             }
         }
+        // addmm(b, x, w) with unit beta and alpha is x @ w + b.
+        "aten.addmm.default"
+            if arg(3).as_f64().unwrap_or(1.0) == 1.0 && arg(4).as_f64().unwrap_or(1.0) == 1.0 =>
+        {
+            let prod = Tpl::Op(
+                "aten.mm.default".into(),
+                vec![val_of(&norm, 1, rank), val_of(&norm, 2, rank)],
+            );
+            return Lowered::Term(Tpl::Op(
+                "aten.add.Tensor".into(),
+                vec![prod, val_of(&norm, 0, rank), Tpl::Num(1)],
+            ));
+        }
         // A scatter of a whole-range slice replaces everything.
         "aten.slice_scatter.default" if same_meta(value(1)) => {
             return Lowered::Alias(at(value(1).expect("checked")));

@@ -3,8 +3,8 @@
 use crate::Verdict;
 use clap::{Args as ClapArgs, Subcommand};
 use shardproof_zoo::{
-    emit_with, find_bug, EmitExtras, EmitOptions, Gpt2Config, LlamaConfig, Mesh, MlpConfig, BUGS,
-    MODELS, PARALLELISMS,
+    emit_training, find_bug, AdamConfig, EmitExtras, EmitOptions, Gpt2Config, LlamaConfig, Mesh,
+    MlpConfig, Optimizer, TrainOptions, ZeroStage, BUGS, MODELS, PARALLELISMS, TRAINING,
 };
 use std::path::PathBuf;
 
@@ -71,6 +71,24 @@ pub struct EmitArgs {
     /// Vocabulary size (llama, gpt2; default 32).
     #[arg(long)]
     vocab: Option<usize>,
+    /// The optimizer step of the full iteration.
+    #[arg(long, default_value = "sgd", value_parser = ["sgd", "adam"])]
+    optimizer: String,
+    /// Adam: the step number t of this update (bias corrections 1 - beta^t; default 1).
+    #[arg(long)]
+    adam_step: Option<u32>,
+    /// Clip the global gradient norm to MAXNORM before the optimizer step.
+    #[arg(long, value_name = "MAXNORM")]
+    clip_grad: Option<f64>,
+    /// Static loss scaling: scale the loss by S before the backward, unscale the gradients.
+    #[arg(long, value_name = "S")]
+    loss_scale: Option<f64>,
+    /// Accumulate gradients over M microbatches per dp rank.
+    #[arg(long, value_name = "M", default_value_t = 1)]
+    grad_accum: usize,
+    /// ZeRO over dp: 1 splits the optimizer states, 2 the gradients too, 3 the parameters too.
+    #[arg(long, value_name = "STAGE", value_parser = clap::value_parser!(u8).range(1..=3))]
+    zero: Option<u8>,
     /// Output directory.
     #[arg(short = 'o', long = "out")]
     out: PathBuf,
@@ -109,6 +127,10 @@ fn list(bugs_only: bool) {
              LayerNorms on sequence chunks, all-gather before and reduce-scatter after the \
              tensor-parallel regions, LayerNorm and row-parallel bias gradients all-reduced)"
         );
+        outln!("training (full iteration; every model, any mesh):");
+        for (flag, d) in TRAINING {
+            outln!("  {flag:22}  {d}");
+        }
     }
     outln!("bugs:");
     outln!(
@@ -132,6 +154,28 @@ fn list(bugs_only: bool) {
             b.source
         );
     }
+}
+
+/// The training options of the flags.
+fn train_options(args: &EmitArgs) -> Result<TrainOptions, String> {
+    let optimizer = if args.optimizer == "adam" {
+        Optimizer::Adam(AdamConfig {
+            step: args.adam_step.unwrap_or(1),
+            ..AdamConfig::default()
+        })
+    } else {
+        if args.adam_step.is_some() {
+            return Err("--adam-step applies to --optimizer adam".into());
+        }
+        Optimizer::Sgd
+    };
+    Ok(TrainOptions {
+        optimizer,
+        clip_grad: args.clip_grad,
+        loss_scale: args.loss_scale,
+        grad_accum: args.grad_accum,
+        zero: args.zero.and_then(ZeroStage::from_level),
+    })
 }
 
 fn emit_case(args: &EmitArgs) -> Result<(), String> {
@@ -203,7 +247,7 @@ fn emit_case(args: &EmitArgs) -> Result<(), String> {
         },
         sequence_parallel: args.sequence_parallel,
     };
-    let emitted = emit_with(&opts, &extras)?;
+    let emitted = emit_training(&opts, &extras, &train_options(args)?)?;
     emitted
         .write(&args.out)
         .map_err(|e| format!("cannot write {}: {e}", args.out.display()))?;

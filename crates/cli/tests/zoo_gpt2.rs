@@ -5,6 +5,10 @@
 //! loss and gradients match an independent PyTorch implementation (float64, autograd) when the
 //! oracle suite is set up (`SHARDPROOF_ORACLE_DIR`, as `scripts/test` sets it).
 
+mod common;
+
+use common::graph_outputs as outputs;
+
 use shardproof_ir::{DType, Graph};
 use shardproof_ops::{Meta, Tensor};
 use shardproof_zoo::{
@@ -124,8 +128,12 @@ fn gpt2_plans_hold_and_bugs_are_found() {
 fn gpt2_sequence_parallel_plans_hold_and_bugs_are_found() {
     let planted = check_plans(&[("tp=2", 1, 2), ("dp=2,tp=2", 2, 2), ("tp=4", 1, 4)], true);
     assert!(planted >= 10, "{planted}");
-    // Every gpt2 bug of the catalog is planted somewhere in the two matrices.
-    for bug in BUGS.iter().filter(|b| b.models.contains(&"gpt2")) {
+    // Every gpt2 bug of the catalog is planted somewhere in the two matrices (the training
+    // bugs, which need training flags, in zoo_train.rs).
+    for bug in BUGS
+        .iter()
+        .filter(|b| b.models.contains(&"gpt2") && !b.needs_training())
+    {
         let somewhere = [(2, 2, false), (2, 2, true)].iter().any(|&(dp, tp, sp)| {
             bug.check_applies(&Site {
                 model: "gpt2",
@@ -327,21 +335,6 @@ fn leaves(graph: &Graph, vocab: usize, rng: &mut Rng) -> BTreeMap<String, Tensor
         .collect()
 }
 
-fn outputs(graph: &Graph, leaves: &BTreeMap<String, Tensor>) -> BTreeMap<String, Tensor> {
-    let env = shardproof_interp::run_graph(graph, leaves, &Default::default()).unwrap();
-    graph
-        .outputs
-        .iter()
-        .flatten()
-        .map(|&v| {
-            (
-                graph.value_name(v).to_string(),
-                env.get(v).expect("computed").clone(),
-            )
-        })
-        .collect()
-}
-
 /// `leaves` with element `i` of input `name` moved by `by`.
 fn nudged(
     leaves: &BTreeMap<String, Tensor>,
@@ -438,26 +431,13 @@ loss.backward()
 print(json.dumps({"loss": loss.item(), "grads": {n: t.grad.flatten().tolist() for n, t in p.items()}}))
 "#;
 
-/// The oracle suite's Python (the virtual environment `scripts/oracle-venv` makes), when the
-/// suite is set up (`SHARDPROOF_ORACLE_DIR`, as `scripts/test` sets it).
-fn oracle_python() -> Option<std::path::PathBuf> {
-    std::env::var_os("SHARDPROOF_ORACLE_DIR")?;
-    let venv = std::env::var_os("SHARDPROOF_VENV")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| {
-            std::path::PathBuf::from(std::env::var_os("HOME").expect("HOME"))
-                .join(".cache/shardproof/venv")
-        });
-    Some(venv.join("bin/python"))
-}
-
 fn json_tensor(t: &Tensor) -> serde_json::Value {
     serde_json::json!({ "shape": t.shape(), "data": t.data.to_vec() })
 }
 
 #[test]
 fn spec_matches_pytorch() {
-    let Some(python) = oracle_python() else {
+    let Some(python) = common::oracle_python() else {
         eprintln!("skipped: SHARDPROOF_ORACLE_DIR is not set (scripts/test sets up the oracle)");
         return;
     };
@@ -478,21 +458,7 @@ fn spec_matches_pytorch() {
         "inputs": inputs,
         "params": params,
     });
-    let dir = tempfile::tempdir().unwrap();
-    let (req, script) = (dir.path().join("in.json"), dir.path().join("gpt2.py"));
-    std::fs::write(&req, request.to_string()).unwrap();
-    std::fs::write(&script, TORCH_GPT2).unwrap();
-    let run = Command::new(&python)
-        .arg(&script)
-        .arg(&req)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", python.display()));
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    let torch: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    let torch = common::run_oracle(&python, TORCH_GPT2, &request);
     let ours = out["loss"].data[0];
     let theirs = torch["loss"].as_f64().unwrap();
     assert!(

@@ -8,6 +8,10 @@
 //!
 //! (`run` only compares spec and ranks with each other; these check the spec itself.)
 
+mod common;
+
+use common::graph_outputs as outputs;
+
 use shardproof_ir::{DType, Graph};
 use shardproof_ops::{Meta, Tensor};
 use shardproof_zoo::{emit, EmitOptions, LlamaConfig, Mesh, MlpConfig};
@@ -73,21 +77,6 @@ fn leaves(graph: &Graph, vocab: usize, rng: &mut Rng) -> BTreeMap<String, Tensor
             };
             let name = graph.value_name(v).to_string();
             (name, Tensor::new(Meta::new(ty.dtype, shape), data))
-        })
-        .collect()
-}
-
-fn outputs(graph: &Graph, leaves: &BTreeMap<String, Tensor>) -> BTreeMap<String, Tensor> {
-    let env = shardproof_interp::run_graph(graph, leaves, &Default::default()).unwrap();
-    graph
-        .outputs
-        .iter()
-        .flatten()
-        .map(|&v| {
-            (
-                graph.value_name(v).to_string(),
-                env.get(v).expect("computed").clone(),
-            )
         })
         .collect()
 }
@@ -206,26 +195,13 @@ loss.backward()
 print(json.dumps({"loss": loss.item(), "grads": {n: t.grad.flatten().tolist() for n, t in p.items()}}))
 "#;
 
-/// The oracle suite's Python (the virtual environment `scripts/oracle-venv` makes), when the
-/// suite is set up (`SHARDPROOF_ORACLE_DIR`, as `scripts/test` sets it).
-fn oracle_python() -> Option<std::path::PathBuf> {
-    std::env::var_os("SHARDPROOF_ORACLE_DIR")?;
-    let venv = std::env::var_os("SHARDPROOF_VENV")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| {
-            std::path::PathBuf::from(std::env::var_os("HOME").expect("HOME"))
-                .join(".cache/shardproof/venv")
-        });
-    Some(venv.join("bin/python"))
-}
-
 fn json_tensor(t: &Tensor) -> serde_json::Value {
     serde_json::json!({ "shape": t.shape(), "data": t.data.to_vec() })
 }
 
 #[test]
 fn spec_matches_pytorch() {
-    let Some(python) = oracle_python() else {
+    let Some(python) = common::oracle_python() else {
         eprintln!("skipped: SHARDPROOF_ORACLE_DIR is not set (scripts/test sets up the oracle)");
         return;
     };
@@ -247,21 +223,7 @@ fn spec_matches_pytorch() {
         "inputs": inputs,
         "params": params,
     });
-    let dir = tempfile::tempdir().unwrap();
-    let (req, script) = (dir.path().join("in.json"), dir.path().join("llama.py"));
-    std::fs::write(&req, request.to_string()).unwrap();
-    std::fs::write(&script, TORCH_LLAMA).unwrap();
-    let run = std::process::Command::new(&python)
-        .arg(&script)
-        .arg(&req)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", python.display()));
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    let torch: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    let torch = common::run_oracle(&python, TORCH_LLAMA, &request);
     let ours = out["loss"].data[0];
     let theirs = torch["loss"].as_f64().unwrap();
     assert!(

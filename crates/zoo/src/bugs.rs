@@ -1,5 +1,7 @@
 //! The bug catalog: named mutations of a correct distributed plan.
 
+use crate::train::TrainOptions;
+
 /// How a catalog bug mutates the correct plan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mutation {
@@ -34,6 +36,54 @@ pub enum Mutation {
     /// Sequence parallel: each rank keeps the next rank's sequence chunk of the embedding
     /// output instead of its own.
     SpScatterWrongChunk,
+    /// Gradient accumulation: the microbatch losses are not scaled by 1/M (neither the reported
+    /// loss nor the backward seed).
+    GradAccumLossNotScaled,
+    /// ZeRO: the last dp rank skips the update of its shards (all-gathers, or under ZeRO-3
+    /// keeps, the stale parameter shard).
+    ZeroParamUpdateSkipped,
+    /// Gradient clipping: the squared norms of the tp-replicated parameters are summed on
+    /// every tp rank before the all-reduce, so the global norm counts them tp times.
+    GradNormReplicatedOvercounted,
+    /// Loss scaling: the gradients are not divided by the loss scale before clipping and the
+    /// optimizer.
+    LossScaleNotUnscaled,
+}
+
+/// The training options (beyond forward + backward + SGD) a mutation needs to be planted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TrainingNeeds {
+    /// Gradient accumulation over at least 2 microbatches (`--grad-accum`).
+    pub grad_accum: bool,
+    /// ZeRO over dp (`--zero`).
+    pub zero: bool,
+    /// Global gradient-norm clipping (`--clip-grad`).
+    pub clip_grad: bool,
+    /// Static loss scaling (`--loss-scale`).
+    pub loss_scale: bool,
+}
+
+impl Mutation {
+    /// The training options the mutation needs (none for the mutations of the model itself).
+    pub fn training_needs(self) -> TrainingNeeds {
+        let none = TrainingNeeds::default();
+        match self {
+            Mutation::GradAccumLossNotScaled => TrainingNeeds {
+                grad_accum: true,
+                ..none
+            },
+            Mutation::ZeroParamUpdateSkipped => TrainingNeeds { zero: true, ..none },
+            Mutation::GradNormReplicatedOvercounted => TrainingNeeds {
+                clip_grad: true,
+                ..none
+            },
+            Mutation::LossScaleNotUnscaled => TrainingNeeds {
+                loss_scale: true,
+                ..none
+            },
+            _ => none,
+        }
+    }
 }
 
 /// The facts about a plan that decide whether a bug can be planted in it.
@@ -307,6 +357,74 @@ pub const BUGS: &[Bug] = &[
         needs_vocab_parallel: false,
         needs_sequence_parallel: true,
     },
+    Bug {
+        id: "grad-accum-loss-not-scaled",
+        source: "MISSION.md: gradient-accumulation loss not scaled (Entangle appendix A, bug 6; upstream huggingface/transformers#14638, huggingface/trl#2175)",
+        description: "with gradient accumulation the microbatch losses are not scaled by 1/M: the reported loss and every gradient are M times too large",
+        parallelism: "any, with --grad-accum >= 2 (full iteration)",
+        engines: "run",
+        spec_op: "the loss (aten.mean.default for mlp, aten.nll_loss_forward.default for llama and gpt2)",
+        mutation: Mutation::GradAccumLossNotScaled,
+        needs_dp: false,
+        needs_tp: false,
+        needs_backward: true,
+        changes_loss: true,
+        models: ALL,
+        needs_kv_replicas: false,
+        needs_vocab_parallel: false,
+        needs_sequence_parallel: false,
+    },
+    Bug {
+        id: "zero-param-update-skipped",
+        source: "MISSION.md: ZeRO parameter update skipped (TTrace Table 1, bug 9; upstream Megatron-LM issue #663, fix 75120db)",
+        description: "under ZeRO the last dp rank skips the update of its parameter shards: it all-gathers (ZeRO-3: keeps) the stale shards",
+        parallelism: "dp with --zero 1|2|3 (full iteration)",
+        engines: "run",
+        spec_op: "the optimizer step of every ZeRO-split parameter (aten.sub.Tensor for SGD, aten.addcdiv.default for Adam)",
+        mutation: Mutation::ZeroParamUpdateSkipped,
+        needs_dp: true,
+        needs_tp: false,
+        needs_backward: true,
+        changes_loss: false,
+        models: ALL,
+        needs_kv_replicas: false,
+        needs_vocab_parallel: false,
+        needs_sequence_parallel: false,
+    },
+    Bug {
+        id: "grad-norm-replicated-overcounted",
+        source: "MISSION.md: wrong scaling of distributed state, gradient norm (TrainVerify section 8.3, category 4; Megatron-LM counts a tp-replicated parameter once: param_is_not_tensor_parallel_duplicate)",
+        description: "the squared norms of tp-replicated parameters are summed on every tp rank before the all-reduce, so the clipping norm counts them tp times",
+        parallelism: "tp with --clip-grad (full iteration)",
+        engines: "run",
+        spec_op: "aten.clamp.default of the clip coefficient (then every clipped gradient)",
+        mutation: Mutation::GradNormReplicatedOvercounted,
+        needs_dp: false,
+        needs_tp: true,
+        needs_backward: true,
+        changes_loss: false,
+        models: ALL,
+        needs_kv_replicas: false,
+        needs_vocab_parallel: false,
+        needs_sequence_parallel: false,
+    },
+    Bug {
+        id: "loss-scale-not-unscaled",
+        source: "MISSION.md: wrong scaling of distributed state, loss scaling (TrainVerify section 8.3, category 4)",
+        description: "with a static loss scale the gradients are not divided by the scale before clipping and the optimizer step",
+        parallelism: "any, with --loss-scale (full iteration)",
+        engines: "run",
+        spec_op: "aten.mul.Scalar unscaling each gradient by 1/S (then the optimizer step)",
+        mutation: Mutation::LossScaleNotUnscaled,
+        needs_dp: false,
+        needs_tp: false,
+        needs_backward: true,
+        changes_loss: false,
+        models: ALL,
+        needs_kv_replicas: false,
+        needs_vocab_parallel: false,
+        needs_sequence_parallel: false,
+    },
 ];
 
 /// The catalog entry named `id`.
@@ -315,8 +433,21 @@ pub fn find_bug(id: &str) -> Option<&'static Bug> {
 }
 
 impl Bug {
-    /// Why the bug cannot be planted in the plan described by `site`, if it cannot.
+    /// Why the bug cannot be planted in the plan described by `site` with the default training
+    /// options (SGD, no clipping, loss scale, accumulation or ZeRO), if it cannot.
     pub fn check_applies(&self, site: &Site) -> Result<(), String> {
+        self.check_applies_in(site, &TrainOptions::default())
+    }
+
+    /// Whether the bug needs a training option (`--grad-accum`, `--zero`, `--clip-grad`,
+    /// `--loss-scale`).
+    pub fn needs_training(&self) -> bool {
+        self.mutation.training_needs() != TrainingNeeds::default()
+    }
+
+    /// Why the bug cannot be planted in the plan described by `site` trained with `train`, if
+    /// it cannot.
+    pub fn check_applies_in(&self, site: &Site, train: &TrainOptions) -> Result<(), String> {
         if !self.models.contains(&site.model) {
             return Err(format!(
                 "bug `{}` is defined for the model(s) {}, not `{}`",
@@ -343,6 +474,19 @@ impl Bug {
         }
         if self.needs_backward && site.forward_only {
             missing.push("the full iteration (drop --forward-only)");
+        }
+        let needs = self.mutation.training_needs();
+        if needs.grad_accum && train.grad_accum < 2 {
+            missing.push("gradient accumulation (--grad-accum 2 or more)");
+        }
+        if needs.zero && train.zero.is_none() {
+            missing.push("ZeRO (--zero 1, 2 or 3)");
+        }
+        if needs.clip_grad && train.clip_grad.is_none() {
+            missing.push("gradient clipping (--clip-grad MAXNORM)");
+        }
+        if needs.loss_scale && train.loss_scale.is_none() {
+            missing.push("loss scaling (--loss-scale S)");
         }
         if self.mutation == Mutation::WrongGroup && site.sequence_parallel {
             // Under SP the row-parallel reduction is a reduce-scatter whose result shape
@@ -435,6 +579,34 @@ mod tests {
             .is_ok());
         let e = wg.check_applies(&Site { dp: 2, ..sp }).unwrap_err();
         assert!(e.contains("not defined under --sequence-parallel"), "{e}");
+    }
+
+    #[test]
+    fn training_bugs_need_their_options() {
+        let accum = find_bug("grad-accum-loss-not-scaled").unwrap();
+        assert!(accum.needs_training());
+        assert!(!find_bug("wrong-group").unwrap().needs_training());
+        let e = accum.check_applies(&site("mlp", 2, 1, false)).unwrap_err();
+        assert!(e.contains("--grad-accum"), "{e}");
+        let two = TrainOptions {
+            grad_accum: 2,
+            ..TrainOptions::default()
+        };
+        assert!(accum
+            .check_applies_in(&site("mlp", 2, 1, false), &two)
+            .is_ok());
+        let e = accum.check_applies_in(&site("mlp", 2, 1, true), &two);
+        assert!(e.unwrap_err().contains("--forward-only"));
+        let norm = find_bug("grad-norm-replicated-overcounted").unwrap();
+        let clip = TrainOptions {
+            clip_grad: Some(1.0),
+            ..TrainOptions::default()
+        };
+        let e = norm.check_applies_in(&site("gpt2", 2, 1, false), &clip);
+        assert!(e.unwrap_err().contains("tp mesh dim"));
+        assert!(norm
+            .check_applies_in(&site("gpt2", 1, 2, false), &clip)
+            .is_ok());
     }
 
     #[test]

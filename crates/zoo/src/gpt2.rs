@@ -14,6 +14,7 @@
 use crate::bugs::Mutation;
 use crate::graph::{Arg, GraphBuilder, Val};
 use crate::llama::cross_entropy;
+use crate::train::{self, Step};
 use crate::{Param, TpLayout};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -285,15 +286,30 @@ pub fn build(
     forward_only: bool,
     bug: Option<Mutation>,
 ) -> GraphBuilder {
+    let step = Step::plain(plan.dp, plan.tp, plan.tp_rank, bug, cfg.lr);
+    build_rank(cfg, plan, &step, forward_only)
+}
+
+/// [`build`] for the rank and training options of `step` (loss scaling, microbatches, ZeRO,
+/// clipping, the optimizer; see [`crate::train`]).
+pub(crate) fn build_rank(
+    cfg: &Gpt2Config,
+    plan: RankPlan,
+    step: &Step,
+    forward_only: bool,
+) -> GraphBuilder {
     let RankPlan { dp, tp, .. } = plan;
     let sp = plan.sequence_parallel && tp > 1;
-    let is = |m: Mutation| bug == Some(m);
+    let is = |m: Mutation| step.bug == Some(m);
     let mut r = Ranked {
         g: GraphBuilder::new(),
         tp,
         sp,
     };
-    let (b, s, h, v) = (cfg.batch / dp, cfg.seq, cfg.hidden, cfg.vocab);
+    let mbs = step.microbatches();
+    // The rank's sequences, and those of one microbatch.
+    let b_all = cfg.batch / dp;
+    let (b, s, h, v) = (b_all / mbs, cfg.seq, cfg.hidden, cfg.vocab);
     let hd = cfg.head_dim();
     let nh = cfg.heads / tp;
     let t = s * b;
@@ -301,425 +317,410 @@ pub fn build(
     let sl = if sp { s / tp } else { s };
     let tl = sl * b;
     let specs = cfg.params();
-    let tokens = r.g.input_typed("tokens", "i64", &[b, s]);
-    let labels = r.g.input_typed("labels", "i64", &[b, s]);
-    let mut w: BTreeMap<String, Val> = BTreeMap::new();
-    for p in &specs {
-        let val = r.g.input(&p.name, &p.local_shape(tp));
-        w.insert(p.name.clone(), val);
-    }
-    let w = |name: &str| w[name].clone();
-    let g = &mut r.g;
-
-    // Embeddings, sequence-first: wte[tokens^T] + wpe[arange(seq)].
-    let tokens_t = g.permute(&tokens, &[1, 0]);
-    let te = g.call(
-        "embedding",
-        "aten.embedding.default",
-        &[Arg::V(&w("wte")), Arg::V(&tokens_t)],
-        vec![s, b, h],
-    );
-    let pos = g.call_typed(
-        "arange",
-        "aten.arange.start",
-        &[
-            Arg::I(0),
-            Arg::I(s as i64),
-            Arg::Raw("device = device(type='cpu')"),
-            Arg::Raw("pin_memory = False"),
-        ],
-        "i64",
-        vec![s],
-    );
-    let pe = g.call(
-        "embedding",
-        "aten.embedding.default",
-        &[Arg::V(&w("wpe")), Arg::V(&pos)],
-        vec![s, h],
-    );
-    let pe3 = g.unsqueeze(&pe, 1);
-    let emb = g.add(&te, &pe3);
-    // Under SP each rank keeps its sequence chunk (Megatron's
-    // `scatter_to_sequence_parallel_region`); the planted bug takes the next rank's chunk.
-    let mut x = if sp {
-        let chunk = if is(Mutation::SpScatterWrongChunk) {
-            (plan.tp_rank + 1) % tp
-        } else {
-            plan.tp_rank
-        };
-        g.slice(&emb, 0, chunk * sl, (chunk + 1) * sl)
-    } else {
-        emb
-    };
-
-    // Causal mask: -inf above the diagonal, 0 elsewhere, added to the scores.
-    let full = g.call(
-        "full",
-        "aten.full.default",
-        &[
-            Arg::Ints(vec![s as i64, s as i64]),
-            Arg::F(f64::NEG_INFINITY),
-            Arg::Raw("dtype = torch.float32"),
-            Arg::Raw("device = device(type='cpu')"),
-            Arg::Raw("pin_memory = False"),
-        ],
-        vec![s, s],
-    );
-    let mask = g.call(
-        "triu",
-        "aten.triu.default",
-        &[Arg::V(&full), Arg::I(1)],
-        vec![s, s],
-    );
-    let scale = 1.0 / (hd as f64).sqrt();
-
-    let mut saved = Vec::new();
-    for l in 0..cfg.layers {
-        let wl = |n: &str| w(&format!("{n}_{l}"));
-        let x_in = x.clone();
-        // Attention: q/k/v column parallel (the rank's heads), o row parallel.
-        let (xn, m1, r1) = r.g.layer_norm(&x, &wl("ln1_w"), &wl("ln1_b"), cfg.eps);
-        let xn_full = r.enter(&xn);
-        let g = &mut r.g;
-        let xn2d = g.view(&xn_full, &[t, h]);
-        let q = linear_bias(g, &xn2d, &wl("wq"), &wl("bq"));
-        let k = linear_bias(g, &xn2d, &wl("wk"), &wl("bk"));
-        let vv = linear_bias(g, &xn2d, &wl("wv"), &wl("bv"));
-        let q4 = g.view(&q, &[s, b, nh, hd]);
-        let qp = g.permute(&q4, &[1, 2, 0, 3]);
-        let qc = g.contiguous(&qp);
-        let q3 = g.view(&qc, &[b * nh, s, hd]);
-        let k4 = g.view(&k, &[s, b, nh, hd]);
-        let kp = g.permute(&k4, &[1, 2, 3, 0]);
-        let kc = g.contiguous(&kp);
-        let kt3 = g.view(&kc, &[b * nh, hd, s]);
-        let v4 = g.view(&vv, &[s, b, nh, hd]);
-        let vp = g.permute(&v4, &[1, 2, 0, 3]);
-        let vc = g.contiguous(&vp);
-        let v3 = g.view(&vc, &[b * nh, s, hd]);
-        let raw3 = g.bmm(&q3, &kt3);
-        let raw = g.view(&raw3, &[b, nh, s, s]);
-        let scaled = g.mul_scalar("mul", &raw, Arg::F(scale));
-        let masked = g.add(&scaled, &mask);
-        let p = g.call(
-            "_softmax",
-            "aten._softmax.default",
-            &[Arg::V(&masked), Arg::I(-1), Arg::B(false)],
-            masked.shape.clone(),
-        );
-        let p3 = g.view(&p, &[b * nh, s, s]);
-        let o3 = g.bmm(&p3, &v3);
-        let o4 = g.view(&o3, &[b, nh, s, hd]);
-        let op = g.permute(&o4, &[2, 0, 1, 3]);
-        let oc = g.contiguous(&op);
-        let attn2d = g.view(&oc, &[t, nh * hd]);
-        let o_red = if tp == 1 {
-            linear_bias(g, &attn2d, &wl("wo"), &wl("bo"))
-        } else {
-            let o = linear(g, &attn2d, &wl("wo"));
-            let o = if l == 0 && is(Mutation::WrongGroup) {
-                r.g.all_reduce_sum(&o, "dp")
-            } else {
-                r.leave(&o)
-            };
-            r.g.add(&o, &wl("bo"))
-        };
-        let g = &mut r.g;
-        let o3d = g.view(&o_red, &[sl, b, h]);
-        let hres = g.add(&x, &o3d);
-
-        // MLP: fc1 column parallel, GELU, fc2 row parallel.
-        let (hn, m2, r2) = g.layer_norm(&hres, &wl("ln2_w"), &wl("ln2_b"), cfg.eps);
-        let hn_full = r.enter(&hn);
-        let g = &mut r.g;
-        let hn2d = g.view(&hn_full, &[t, h]);
-        let fc1 = linear_bias(g, &hn2d, &wl("fc1_w"), &wl("fc1_b"));
-        let act = g.unary("gelu", "aten.gelu.default", &fc1);
-        let d_red = if tp == 1 {
-            linear_bias(g, &act, &wl("fc2_w"), &wl("fc2_b"))
-        } else {
-            let d = linear(g, &act, &wl("fc2_w"));
-            if l == 0 && is(Mutation::TpBiasBeforeAllreduce) {
-                let d = r.g.add(&d, &wl("fc2_b"));
-                r.leave(&d)
-            } else if l == 0 && is(Mutation::TpMissingAllreduce) {
-                // The rank keeps its own (unreduced) rows, as the reduction would have.
-                let d = if sp {
-                    let c = plan.tp_rank;
-                    r.g.slice(&d, 0, c * tl, (c + 1) * tl)
-                } else {
-                    d
-                };
-                r.g.add(&d, &wl("fc2_b"))
-            } else {
-                let d = r.leave(&d);
-                r.g.add(&d, &wl("fc2_b"))
-            }
-        };
-        let g = &mut r.g;
-        let d3 = g.view(&d_red, &[sl, b, h]);
-        x = g.add(&hres, &d3);
-        saved.push(LayerSaved {
-            ln1: NormSaved {
-                x: x_in,
-                mean: m1,
-                rstd: r1,
-            },
-            xn2d,
-            q3,
-            kt3,
-            p,
-            p3,
-            v3,
-            attn2d,
-            ln2: NormSaved {
-                x: hres,
-                mean: m2,
-                rstd: r2,
-            },
-            hn2d,
-            fc1,
-            act,
-        });
-    }
-    // Final LayerNorm, the LM head (tied to the token embedding) and the cross-entropy loss
-    // (mean over the rank's tokens). Under SP the normed chunks are gathered first: the LM
-    // head and the loss run on the whole sequence, the same on every tp rank.
-    let (xf, mf, rf) = r.g.layer_norm(&x, &w("lnf_w"), &w("lnf_b"), cfg.eps);
-    let final_norm = NormSaved {
-        x: x.clone(),
-        mean: mf,
-        rstd: rf,
-    };
-    let xf_full = r.enter(&xf);
-    let g = &mut r.g;
-    let xf2d = g.view(&xf_full, &[t, h]);
-    let logits = linear(g, &xf2d, &w("wte"));
-    let labels_t = g.permute(&labels, &[1, 0]);
-    let labels_c = contiguous_typed(g, &labels_t);
-    let labels1 = g.view(&labels_c, &[t]);
-    let local_name = if dp > 1 { "nll_loss" } else { "loss" };
-    let ce = cross_entropy(g, &logits, &labels1, local_name);
-    let local = ce.loss().clone();
-    let loss = if dp > 1 {
-        let total = g.all_reduce_sum(&local, "dp");
-        let by = if is(Mutation::DpLossNotAveraged) {
-            1
-        } else {
-            dp as i64
-        };
-        g.div_scalar("loss", &total, Arg::I(by))
-    } else {
-        local
-    };
-    g.output(&loss);
-    if forward_only {
-        return r.g;
-    }
-
-    // Backward of the rank's local loss (seed 1); dp averaging happens on the gradients.
-    let mut grads: BTreeMap<String, Val> = BTreeMap::new();
+    let tokens_all = r.g.input_typed("tokens", "i64", &[b_all, s]);
+    let labels_all = r.g.input_typed("labels", "i64", &[b_all, s]);
+    let weights = train::declare(&mut r.g, step, &specs);
     // Parameters applied to the rank's sequence chunk only: under SP their gradients are
     // partial sums over tp (Megatron's `sequence_parallel` parameter attribute).
     let mut seq_partial: BTreeSet<String> = BTreeSet::new();
-    let g_logits = ce.backward(g);
-    let gt = g.t(&g_logits);
-    let g_wte_head = g.mm(&gt, &xf2d);
-    let g_xf2d = g.mm(&g_logits, &w("wte"));
-    let g_xf_full = g.view(&g_xf2d, &[s, b, h]);
-    // The gather before the replicated LM head: every tp rank holds the whole gradient, so its
-    // backward keeps the rank's chunk (Megatron's `tensor_parallel_output_grad=False`).
-    let g_xf = if sp {
-        let c = plan.tp_rank;
-        g.slice(&g_xf_full, 0, c * sl, (c + 1) * sl)
-    } else {
-        g_xf_full
-    };
-    let (mut gx, g_lnf_w, g_lnf_b) = g.layer_norm_backward(
-        &g_xf,
-        &final_norm.x,
-        &final_norm.mean,
-        &final_norm.rstd,
-        &w("lnf_w"),
-        &w("lnf_b"),
-    );
-    grads.insert("lnf_w".into(), g_lnf_w);
-    grads.insert("lnf_b".into(), g_lnf_b);
-    seq_partial.extend(["lnf_w".to_string(), "lnf_b".to_string()]);
+    let mut losses = train::LossReport::default();
+    let mut acc: BTreeMap<String, Val> = BTreeMap::new();
+    for mb in 0..mbs {
+        let forward = weights.pass(&mut r.g);
+        let w = |name: &str| forward[name].clone();
+        let g = &mut r.g;
+        let tokens = train::microbatch(g, &tokens_all, mb, mbs);
+        let labels = train::microbatch(g, &labels_all, mb, mbs);
 
-    for l in (0..cfg.layers).rev() {
-        let sv = &saved[l];
-        let wl = |n: &str| w(&format!("{n}_{l}"));
-        let name = |n: &str| format!("{n}_{l}");
-        // MLP branch. The backward of the fc2 reduction is the identity under TP and an
-        // all-gather under SP; the fc1 input gradient is a partial sum over tp.
-        let g = &mut r.g;
-        let g_d2d = g.view(&gx, &[tl, h]);
-        grads.insert(name("fc2_b"), g.sum0(&g_d2d));
-        seq_partial.insert(name("fc2_b"));
-        let g_d_full = r.enter(&g_d2d);
-        let g = &mut r.g;
-        let g_act = g.mm(&g_d_full, &wl("fc2_w"));
-        let g_dt = g.t(&g_d_full);
-        grads.insert(name("fc2_w"), g.mm(&g_dt, &sv.act));
-        let g_fc1 = g.call(
-            "gelu_backward",
-            "aten.gelu_backward.default",
-            &[Arg::V(&g_act), Arg::V(&sv.fc1)],
-            sv.fc1.shape.clone(),
+        // Embeddings, sequence-first: wte[tokens^T] + wpe[arange(seq)].
+        let tokens_t = g.permute(&tokens, &[1, 0]);
+        let te = g.call(
+            "embedding",
+            "aten.embedding.default",
+            &[Arg::V(&w("wte")), Arg::V(&tokens_t)],
+            vec![s, b, h],
         );
-        let g_fc1t = g.t(&g_fc1);
-        grads.insert(name("fc1_w"), g.mm(&g_fc1t, &sv.hn2d));
-        grads.insert(name("fc1_b"), g.sum0(&g_fc1));
-        let g_hn2d = g.mm(&g_fc1, &wl("fc1_w"));
-        let g_hn2d = r.leave(&g_hn2d);
-        let g = &mut r.g;
-        let g_hn = g.view(&g_hn2d, &[sl, b, h]);
-        let (g_hres_norm, g_ln2_w, g_ln2_b) = g.layer_norm_backward(
-            &g_hn,
-            &sv.ln2.x,
-            &sv.ln2.mean,
-            &sv.ln2.rstd,
-            &wl("ln2_w"),
-            &wl("ln2_b"),
-        );
-        grads.insert(name("ln2_w"), g_ln2_w);
-        grads.insert(name("ln2_b"), g_ln2_b);
-        let g_hres = g.add(&gx, &g_hres_norm);
-
-        // Attention branch.
-        let g_o2d = g.view(&g_hres, &[tl, h]);
-        grads.insert(name("bo"), g.sum0(&g_o2d));
-        seq_partial.extend([name("bo"), name("ln2_w"), name("ln2_b")]);
-        let g_o_full = r.enter(&g_o2d);
-        let g = &mut r.g;
-        let g_attn2d = g.mm(&g_o_full, &wl("wo"));
-        let g_o2dt = g.t(&g_o_full);
-        grads.insert(name("wo"), g.mm(&g_o2dt, &sv.attn2d));
-        let g_o4 = g.view(&g_attn2d, &[s, b, nh, hd]);
-        let g_op = g.permute(&g_o4, &[1, 2, 0, 3]);
-        let g_oc = g.contiguous(&g_op);
-        let g_o3 = g.view(&g_oc, &[b * nh, s, hd]);
-        let v3t = g.transpose(&sv.v3, 1, 2);
-        let g_p3 = g.bmm(&g_o3, &v3t);
-        let p3t = g.transpose(&sv.p3, 1, 2);
-        let g_v3 = g.bmm(&p3t, &g_o3);
-        let g_p = g.view(&g_p3, &[b, nh, s, s]);
-        let g_masked = g.call(
-            "_softmax_backward_data",
-            "aten._softmax_backward_data.default",
+        let pos = g.call_typed(
+            "arange",
+            "aten.arange.start",
             &[
-                Arg::V(&g_p),
-                Arg::V(&sv.p),
-                Arg::I(-1),
-                Arg::Raw("torch.float32"),
+                Arg::I(0),
+                Arg::I(s as i64),
+                Arg::Raw("device = device(type='cpu')"),
+                Arg::Raw("pin_memory = False"),
             ],
-            g_p.shape.clone(),
+            "i64",
+            vec![s],
         );
-        let g_raw = g.mul_scalar("mul", &g_masked, Arg::F(scale));
-        let g_raw3 = g.view(&g_raw, &[b * nh, s, s]);
-        let kt3t = g.transpose(&sv.kt3, 1, 2);
-        let g_q3 = g.bmm(&g_raw3, &kt3t);
-        let q3t = g.transpose(&sv.q3, 1, 2);
-        let g_kt3 = g.bmm(&q3t, &g_raw3);
-        // Back to sequence-first token rows `[seq * batch, heads * head_dim]`.
-        let mut to_rows = |x: &Val, shape: &[usize], dims: &[usize]| {
-            let v = g.view(x, shape);
-            let p = g.permute(&v, dims);
-            let c = g.contiguous(&p);
-            g.view(&c, &[t, nh * hd])
+        let pe = g.call(
+            "embedding",
+            "aten.embedding.default",
+            &[Arg::V(&w("wpe")), Arg::V(&pos)],
+            vec![s, h],
+        );
+        let pe3 = g.unsqueeze(&pe, 1);
+        let emb = g.add(&te, &pe3);
+        // Under SP each rank keeps its sequence chunk (Megatron's
+        // `scatter_to_sequence_parallel_region`); the planted bug takes the next rank's chunk.
+        let mut x = if sp {
+            let chunk = if is(Mutation::SpScatterWrongChunk) {
+                (plan.tp_rank + 1) % tp
+            } else {
+                plan.tp_rank
+            };
+            g.slice(&emb, 0, chunk * sl, (chunk + 1) * sl)
+        } else {
+            emb
         };
-        let g_q2d = to_rows(&g_q3, &[b, nh, s, hd], &[2, 0, 1, 3]);
-        let g_k2d = to_rows(&g_kt3, &[b, nh, hd, s], &[3, 0, 1, 2]);
-        let g_v2d = to_rows(&g_v3, &[b, nh, s, hd], &[2, 0, 1, 3]);
-        let mut g_xn2d = None;
-        for (wn, bn, gr) in [
-            ("wq", "bq", &g_q2d),
-            ("wk", "bk", &g_k2d),
-            ("wv", "bv", &g_v2d),
-        ] {
-            let grt = g.t(gr);
-            grads.insert(name(wn), g.mm(&grt, &sv.xn2d));
-            grads.insert(name(bn), g.sum0(gr));
-            let part = g.mm(gr, &wl(wn));
-            g_xn2d = Some(match g_xn2d {
-                None => part,
-                Some(acc) => g.add(&acc, &part),
+
+        // Causal mask: -inf above the diagonal, 0 elsewhere, added to the scores.
+        let full = g.full(&[s, s], f64::NEG_INFINITY);
+        let mask = g.call(
+            "triu",
+            "aten.triu.default",
+            &[Arg::V(&full), Arg::I(1)],
+            vec![s, s],
+        );
+        let scale = 1.0 / (hd as f64).sqrt();
+
+        let mut saved = Vec::new();
+        for l in 0..cfg.layers {
+            let wl = |n: &str| w(&format!("{n}_{l}"));
+            let x_in = x.clone();
+            // Attention: q/k/v column parallel (the rank's heads), o row parallel.
+            let (xn, m1, r1) = r.g.layer_norm(&x, &wl("ln1_w"), &wl("ln1_b"), cfg.eps);
+            let xn_full = r.enter(&xn);
+            let g = &mut r.g;
+            let xn2d = g.view(&xn_full, &[t, h]);
+            let q = linear_bias(g, &xn2d, &wl("wq"), &wl("bq"));
+            let k = linear_bias(g, &xn2d, &wl("wk"), &wl("bk"));
+            let vv = linear_bias(g, &xn2d, &wl("wv"), &wl("bv"));
+            let q4 = g.view(&q, &[s, b, nh, hd]);
+            let qp = g.permute(&q4, &[1, 2, 0, 3]);
+            let qc = g.contiguous(&qp);
+            let q3 = g.view(&qc, &[b * nh, s, hd]);
+            let k4 = g.view(&k, &[s, b, nh, hd]);
+            let kp = g.permute(&k4, &[1, 2, 3, 0]);
+            let kc = g.contiguous(&kp);
+            let kt3 = g.view(&kc, &[b * nh, hd, s]);
+            let v4 = g.view(&vv, &[s, b, nh, hd]);
+            let vp = g.permute(&v4, &[1, 2, 0, 3]);
+            let vc = g.contiguous(&vp);
+            let v3 = g.view(&vc, &[b * nh, s, hd]);
+            let raw3 = g.bmm(&q3, &kt3);
+            let raw = g.view(&raw3, &[b, nh, s, s]);
+            let scaled = g.mul_scalar("mul", &raw, Arg::F(scale));
+            let masked = g.add(&scaled, &mask);
+            let p = g.call(
+                "_softmax",
+                "aten._softmax.default",
+                &[Arg::V(&masked), Arg::I(-1), Arg::B(false)],
+                masked.shape.clone(),
+            );
+            let p3 = g.view(&p, &[b * nh, s, s]);
+            let o3 = g.bmm(&p3, &v3);
+            let o4 = g.view(&o3, &[b, nh, s, hd]);
+            let op = g.permute(&o4, &[2, 0, 1, 3]);
+            let oc = g.contiguous(&op);
+            let attn2d = g.view(&oc, &[t, nh * hd]);
+            let o_red = if tp == 1 {
+                linear_bias(g, &attn2d, &wl("wo"), &wl("bo"))
+            } else {
+                let o = linear(g, &attn2d, &wl("wo"));
+                let o = if l == 0 && is(Mutation::WrongGroup) {
+                    r.g.all_reduce_sum(&o, "dp")
+                } else {
+                    r.leave(&o)
+                };
+                r.g.add(&o, &wl("bo"))
+            };
+            let g = &mut r.g;
+            let o3d = g.view(&o_red, &[sl, b, h]);
+            let hres = g.add(&x, &o3d);
+
+            // MLP: fc1 column parallel, GELU, fc2 row parallel.
+            let (hn, m2, r2) = g.layer_norm(&hres, &wl("ln2_w"), &wl("ln2_b"), cfg.eps);
+            let hn_full = r.enter(&hn);
+            let g = &mut r.g;
+            let hn2d = g.view(&hn_full, &[t, h]);
+            let fc1 = linear_bias(g, &hn2d, &wl("fc1_w"), &wl("fc1_b"));
+            let act = g.unary("gelu", "aten.gelu.default", &fc1);
+            let d_red = if tp == 1 {
+                linear_bias(g, &act, &wl("fc2_w"), &wl("fc2_b"))
+            } else {
+                let d = linear(g, &act, &wl("fc2_w"));
+                if l == 0 && is(Mutation::TpBiasBeforeAllreduce) {
+                    let d = r.g.add(&d, &wl("fc2_b"));
+                    r.leave(&d)
+                } else if l == 0 && is(Mutation::TpMissingAllreduce) {
+                    // The rank keeps its own (unreduced) rows, as the reduction would have.
+                    let d = if sp {
+                        let c = plan.tp_rank;
+                        r.g.slice(&d, 0, c * tl, (c + 1) * tl)
+                    } else {
+                        d
+                    };
+                    r.g.add(&d, &wl("fc2_b"))
+                } else {
+                    let d = r.leave(&d);
+                    r.g.add(&d, &wl("fc2_b"))
+                }
+            };
+            let g = &mut r.g;
+            let d3 = g.view(&d_red, &[sl, b, h]);
+            x = g.add(&hres, &d3);
+            saved.push(LayerSaved {
+                ln1: NormSaved {
+                    x: x_in,
+                    mean: m1,
+                    rstd: r1,
+                },
+                xn2d,
+                q3,
+                kt3,
+                p,
+                p3,
+                v3,
+                attn2d,
+                ln2: NormSaved {
+                    x: hres,
+                    mean: m2,
+                    rstd: r2,
+                },
+                hn2d,
+                fc1,
+                act,
             });
         }
-        let g_xn2d = g_xn2d.expect("q, k and v contribute");
-        let g_xn2d = r.leave(&g_xn2d);
+        // Final LayerNorm, the LM head (tied to the token embedding) and the cross-entropy loss
+        // (mean over the rank's tokens). Under SP the normed chunks are gathered first: the LM
+        // head and the loss run on the whole sequence, the same on every tp rank.
+        let (xf, mf, rf) = r.g.layer_norm(&x, &w("lnf_w"), &w("lnf_b"), cfg.eps);
+        let final_norm = NormSaved {
+            x: x.clone(),
+            mean: mf,
+            rstd: rf,
+        };
+        let xf_full = r.enter(&xf);
         let g = &mut r.g;
-        let g_xn = g.view(&g_xn2d, &[sl, b, h]);
-        let (g_x_norm, g_ln1_w, g_ln1_b) = g.layer_norm_backward(
-            &g_xn,
-            &sv.ln1.x,
-            &sv.ln1.mean,
-            &sv.ln1.rstd,
-            &wl("ln1_w"),
-            &wl("ln1_b"),
+        let xf2d = g.view(&xf_full, &[t, h]);
+        let logits = linear(g, &xf2d, &w("wte"));
+        let labels_t = g.permute(&labels, &[1, 0]);
+        let labels_c = contiguous_typed(g, &labels_t);
+        let labels1 = g.view(&labels_c, &[t]);
+        let local_name = if dp > 1 || mbs > 1 {
+            "nll_loss"
+        } else {
+            "loss"
+        };
+        let ce = cross_entropy(g, &logits, &labels1, local_name);
+        let local = ce.loss().clone();
+        losses.add(g, step, local);
+        if forward_only {
+            return r.g;
+        }
+
+        // Backward of the rank's local loss (seed 1, scaled for the microbatches and the loss
+        // scale); dp averaging happens on the gradients.
+        let backward = weights.pass(&mut r.g);
+        let w = |name: &str| backward[name].clone();
+        let g = &mut r.g;
+        let mut grads: BTreeMap<String, Val> = BTreeMap::new();
+        let g_logits = ce.backward(g);
+        let g_logits = train::scale_seed(g, step, &g_logits);
+        let gt = g.t(&g_logits);
+        let g_wte_head = g.mm(&gt, &xf2d);
+        let g_xf2d = g.mm(&g_logits, &w("wte"));
+        let g_xf_full = g.view(&g_xf2d, &[s, b, h]);
+        // The gather before the replicated LM head: every tp rank holds the whole gradient, so its
+        // backward keeps the rank's chunk (Megatron's `tensor_parallel_output_grad=False`).
+        let g_xf = if sp {
+            let c = plan.tp_rank;
+            g.slice(&g_xf_full, 0, c * sl, (c + 1) * sl)
+        } else {
+            g_xf_full
+        };
+        let (mut gx, g_lnf_w, g_lnf_b) = g.layer_norm_backward(
+            &g_xf,
+            &final_norm.x,
+            &final_norm.mean,
+            &final_norm.rstd,
+            &w("lnf_w"),
+            &w("lnf_b"),
         );
-        grads.insert(name("ln1_w"), g_ln1_w);
-        grads.insert(name("ln1_b"), g_ln1_b);
-        seq_partial.extend([name("ln1_w"), name("ln1_b")]);
-        gx = g.add(&g_hres, &g_x_norm);
+        grads.insert("lnf_w".into(), g_lnf_w);
+        grads.insert("lnf_b".into(), g_lnf_b);
+        seq_partial.extend(["lnf_w".to_string(), "lnf_b".to_string()]);
+
+        for l in (0..cfg.layers).rev() {
+            let sv = &saved[l];
+            let wl = |n: &str| w(&format!("{n}_{l}"));
+            let name = |n: &str| format!("{n}_{l}");
+            // MLP branch. The backward of the fc2 reduction is the identity under TP and an
+            // all-gather under SP; the fc1 input gradient is a partial sum over tp.
+            let g = &mut r.g;
+            let g_d2d = g.view(&gx, &[tl, h]);
+            grads.insert(name("fc2_b"), g.sum0(&g_d2d));
+            seq_partial.insert(name("fc2_b"));
+            let g_d_full = r.enter(&g_d2d);
+            let g = &mut r.g;
+            let g_act = g.mm(&g_d_full, &wl("fc2_w"));
+            let g_dt = g.t(&g_d_full);
+            grads.insert(name("fc2_w"), g.mm(&g_dt, &sv.act));
+            let g_fc1 = g.call(
+                "gelu_backward",
+                "aten.gelu_backward.default",
+                &[Arg::V(&g_act), Arg::V(&sv.fc1)],
+                sv.fc1.shape.clone(),
+            );
+            let g_fc1t = g.t(&g_fc1);
+            grads.insert(name("fc1_w"), g.mm(&g_fc1t, &sv.hn2d));
+            grads.insert(name("fc1_b"), g.sum0(&g_fc1));
+            let g_hn2d = g.mm(&g_fc1, &wl("fc1_w"));
+            let g_hn2d = r.leave(&g_hn2d);
+            let g = &mut r.g;
+            let g_hn = g.view(&g_hn2d, &[sl, b, h]);
+            let (g_hres_norm, g_ln2_w, g_ln2_b) = g.layer_norm_backward(
+                &g_hn,
+                &sv.ln2.x,
+                &sv.ln2.mean,
+                &sv.ln2.rstd,
+                &wl("ln2_w"),
+                &wl("ln2_b"),
+            );
+            grads.insert(name("ln2_w"), g_ln2_w);
+            grads.insert(name("ln2_b"), g_ln2_b);
+            let g_hres = g.add(&gx, &g_hres_norm);
+
+            // Attention branch.
+            let g_o2d = g.view(&g_hres, &[tl, h]);
+            grads.insert(name("bo"), g.sum0(&g_o2d));
+            seq_partial.extend([name("bo"), name("ln2_w"), name("ln2_b")]);
+            let g_o_full = r.enter(&g_o2d);
+            let g = &mut r.g;
+            let g_attn2d = g.mm(&g_o_full, &wl("wo"));
+            let g_o2dt = g.t(&g_o_full);
+            grads.insert(name("wo"), g.mm(&g_o2dt, &sv.attn2d));
+            let g_o4 = g.view(&g_attn2d, &[s, b, nh, hd]);
+            let g_op = g.permute(&g_o4, &[1, 2, 0, 3]);
+            let g_oc = g.contiguous(&g_op);
+            let g_o3 = g.view(&g_oc, &[b * nh, s, hd]);
+            let v3t = g.transpose(&sv.v3, 1, 2);
+            let g_p3 = g.bmm(&g_o3, &v3t);
+            let p3t = g.transpose(&sv.p3, 1, 2);
+            let g_v3 = g.bmm(&p3t, &g_o3);
+            let g_p = g.view(&g_p3, &[b, nh, s, s]);
+            let g_masked = g.call(
+                "_softmax_backward_data",
+                "aten._softmax_backward_data.default",
+                &[
+                    Arg::V(&g_p),
+                    Arg::V(&sv.p),
+                    Arg::I(-1),
+                    Arg::Raw("torch.float32"),
+                ],
+                g_p.shape.clone(),
+            );
+            let g_raw = g.mul_scalar("mul", &g_masked, Arg::F(scale));
+            let g_raw3 = g.view(&g_raw, &[b * nh, s, s]);
+            let kt3t = g.transpose(&sv.kt3, 1, 2);
+            let g_q3 = g.bmm(&g_raw3, &kt3t);
+            let q3t = g.transpose(&sv.q3, 1, 2);
+            let g_kt3 = g.bmm(&q3t, &g_raw3);
+            // Back to sequence-first token rows `[seq * batch, heads * head_dim]`.
+            let mut to_rows = |x: &Val, shape: &[usize], dims: &[usize]| {
+                let v = g.view(x, shape);
+                let p = g.permute(&v, dims);
+                let c = g.contiguous(&p);
+                g.view(&c, &[t, nh * hd])
+            };
+            let g_q2d = to_rows(&g_q3, &[b, nh, s, hd], &[2, 0, 1, 3]);
+            let g_k2d = to_rows(&g_kt3, &[b, nh, hd, s], &[3, 0, 1, 2]);
+            let g_v2d = to_rows(&g_v3, &[b, nh, s, hd], &[2, 0, 1, 3]);
+            let mut g_xn2d = None;
+            for (wn, bn, gr) in [
+                ("wq", "bq", &g_q2d),
+                ("wk", "bk", &g_k2d),
+                ("wv", "bv", &g_v2d),
+            ] {
+                let grt = g.t(gr);
+                grads.insert(name(wn), g.mm(&grt, &sv.xn2d));
+                grads.insert(name(bn), g.sum0(gr));
+                let part = g.mm(gr, &wl(wn));
+                g_xn2d = Some(match g_xn2d {
+                    None => part,
+                    Some(acc) => g.add(&acc, &part),
+                });
+            }
+            let g_xn2d = g_xn2d.expect("q, k and v contribute");
+            let g_xn2d = r.leave(&g_xn2d);
+            let g = &mut r.g;
+            let g_xn = g.view(&g_xn2d, &[sl, b, h]);
+            let (g_x_norm, g_ln1_w, g_ln1_b) = g.layer_norm_backward(
+                &g_xn,
+                &sv.ln1.x,
+                &sv.ln1.mean,
+                &sv.ln1.rstd,
+                &wl("ln1_w"),
+                &wl("ln1_b"),
+            );
+            grads.insert(name("ln1_w"), g_ln1_w);
+            grads.insert(name("ln1_b"), g_ln1_b);
+            seq_partial.extend([name("ln1_w"), name("ln1_b")]);
+            gx = g.add(&g_hres, &g_x_norm);
+        }
+
+        // Embeddings: under SP the chunks' gradients are gathered (the backward of the scatter),
+        // so every tp rank computes the whole embedding gradients.
+        let g_emb = if sp {
+            r.g.all_gather(&gx, tp, "tp")
+        } else {
+            gx
+        };
+        let g = &mut r.g;
+        let g_wte_emb = g.call(
+            "embedding_dense_backward",
+            "aten.embedding_dense_backward.default",
+            &[
+                Arg::V(&g_emb),
+                Arg::V(&tokens_t),
+                Arg::I(v as i64),
+                Arg::I(-1),
+                Arg::B(false),
+            ],
+            vec![v, h],
+        );
+        // The tied LM head adds its gradient to the token embedding's.
+        grads.insert("wte".into(), g.add(&g_wte_head, &g_wte_emb));
+        let g_pe = g.sum_dims(&g_emb, &[1], false);
+        let g_wpe = g.call(
+            "embedding_dense_backward",
+            "aten.embedding_dense_backward.default",
+            &[
+                Arg::V(&g_pe),
+                Arg::V(&pos),
+                Arg::I(s as i64),
+                Arg::I(-1),
+                Arg::B(false),
+            ],
+            vec![s, h],
+        );
+        grads.insert("wpe".into(), g_wpe);
+        train::accumulate(g, &mut acc, grads);
     }
-
-    // Embeddings: under SP the chunks' gradients are gathered (the backward of the scatter),
-    // so every tp rank computes the whole embedding gradients.
-    let g_emb = if sp {
-        r.g.all_gather(&gx, tp, "tp")
-    } else {
-        gx
-    };
     let g = &mut r.g;
-    let g_wte_emb = g.call(
-        "embedding_dense_backward",
-        "aten.embedding_dense_backward.default",
-        &[
-            Arg::V(&g_emb),
-            Arg::V(&tokens_t),
-            Arg::I(v as i64),
-            Arg::I(-1),
-            Arg::B(false),
-        ],
-        vec![v, h],
-    );
-    // The tied LM head adds its gradient to the token embedding's.
-    grads.insert("wte".into(), g.add(&g_wte_head, &g_wte_emb));
-    let g_pe = g.sum_dims(&g_emb, &[1], false);
-    let g_wpe = g.call(
-        "embedding_dense_backward",
-        "aten.embedding_dense_backward.default",
-        &[
-            Arg::V(&g_pe),
-            Arg::V(&pos),
-            Arg::I(s as i64),
-            Arg::I(-1),
-            Arg::B(false),
-        ],
-        vec![s, h],
-    );
-    grads.insert("wpe".into(), g_wpe);
+    losses.finish(g, step);
 
-    // Gradient finalization, then SGD: w_new = w - lr * grad.
-    for p in &specs {
-        let mut grad = grads[&p.name].clone();
+    // Gradient finalization, then the optimizer step.
+    train::finish(g, step, &specs, &weights, &acc, |g, p, grad| {
         let norm = p.name.starts_with("ln");
         if sp && seq_partial.contains(&p.name) && !(norm && is(Mutation::SpLayernormGradNotReduced))
         {
-            grad = g.all_reduce_sum(&grad, "tp");
+            g.all_reduce_sum(&grad, "tp")
+        } else {
+            grad
         }
-        if dp > 1 {
-            grad = g.all_reduce_sum(&grad, "dp");
-            if !is(Mutation::DpGradNotAveraged) {
-                grad = g.div_scalar("div", &grad, Arg::I(dp as i64));
-            }
-        }
-        let step = g.mul_scalar("mul", &grad, Arg::F(cfg.lr));
-        let new = g.sub(&format!("{}_new", p.name), &w(&p.name), &step);
-        g.output(&new);
-    }
+    });
     r.g
 }
 

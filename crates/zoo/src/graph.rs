@@ -326,11 +326,11 @@ impl GraphBuilder {
         )
     }
 
-    /// `aten.slice.Tensor(a, dim, start, end)`.
+    /// `aten.slice.Tensor(a, dim, start, end)` (of any dtype).
     pub fn slice(&mut self, a: &Val, dim: usize, start: usize, end: usize) -> Val {
         let mut shape = a.shape.clone();
         shape[dim] = end - start;
-        self.call(
+        self.call_typed(
             "slice",
             "aten.slice.Tensor",
             &[
@@ -339,6 +339,7 @@ impl GraphBuilder {
                 Arg::I(start as i64),
                 Arg::I(end as i64),
             ],
+            a.dtype,
             shape,
         )
     }
@@ -529,6 +530,11 @@ impl GraphBuilder {
     /// `_c10d_functional.all_gather_into_tensor.default(a, size, group)` followed by
     /// `wait_tensor`: the `size` members' tensors concatenated along dim 0.
     pub fn all_gather(&mut self, a: &Val, size: usize, group: &str) -> Val {
+        self.all_gather_as("wait_tensor", a, size, group)
+    }
+
+    /// [`GraphBuilder::all_gather`] whose result (the `wait_tensor`) is named `name`.
+    pub fn all_gather_as(&mut self, name: &str, a: &Val, size: usize, group: &str) -> Val {
         let mut shape = a.shape.clone();
         shape[0] *= size;
         let ag = self.call(
@@ -538,7 +544,7 @@ impl GraphBuilder {
             shape.clone(),
         );
         self.call(
-            "wait_tensor",
+            name,
             "_c10d_functional.wait_tensor.default",
             &[Arg::V(&ag)],
             shape,
@@ -588,6 +594,25 @@ impl GraphBuilder {
             "_c10d_functional.wait_tensor.default",
             &[Arg::V(&ar)],
             a.shape.clone(),
+        )
+    }
+}
+
+impl GraphBuilder {
+    /// `aten.full.default(shape, value)`: a new f32 tensor filled with `value`, with the keyword
+    /// arguments AOTAutograd prints.
+    pub fn full(&mut self, shape: &[usize], value: f64) -> Val {
+        self.call(
+            "full",
+            "aten.full.default",
+            &[
+                Arg::Ints(shape.iter().map(|&d| d as i64).collect()),
+                Arg::F(value),
+                Arg::Raw("dtype = torch.float32"),
+                Arg::Raw("device = device(type='cpu')"),
+                Arg::Raw("pin_memory = False"),
+            ],
+            shape.to_vec(),
         )
     }
 }

@@ -7,11 +7,13 @@ pub mod gpt2;
 pub mod graph;
 pub mod llama;
 pub mod mlp;
+pub mod train;
 
 pub use bugs::{find_bug, Bug, Mutation, Site, BUGS};
 pub use gpt2::Gpt2Config;
 pub use llama::LlamaConfig;
 pub use mlp::MlpConfig;
+pub use train::{AdamConfig, Optimizer, TrainOptions, ZeroStage};
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -87,6 +89,37 @@ pub const PARALLELISMS: &[(&str, &str)] = &[
         "Megatron tensor parallel: column parallel (mlp fc1; llama q/k/v by heads, gate/up; \
          gpt2 q/k/v, fc1), row parallel with an all-reduce (mlp fc2; llama o, down; gpt2 o, \
          fc2; biases added once after it)",
+    ),
+];
+
+/// The training options of the full iteration (flags of `zoo emit`): flag and one line.
+pub const TRAINING: &[(&str, &str)] = &[
+    (
+        "--optimizer sgd|adam",
+        "SGD (default) or Adam with bias correction (--adam-step T, default 1); Adam's \
+         exp_avg_<param> and exp_avg_sq_<param> are inputs laid out like the parameter, \
+         their updates outputs",
+    ),
+    (
+        "--clip-grad MAXNORM",
+        "global gradient-norm clipping; tp-sharded squared norms all-reduced over tp, \
+         tp-replicated ones counted once (Megatron)",
+    ),
+    (
+        "--loss-scale S",
+        "static loss scaling: the backward seeded with S, gradients unscaled by 1/S before \
+         clipping and the optimizer",
+    ),
+    (
+        "--grad-accum M",
+        "M microbatches per dp rank, each loss scaled by 1/M, gradients summed before the dp \
+         reduction (the spec trains the whole batch)",
+    ),
+    (
+        "--zero 1|2|3",
+        "ZeRO over dp (dp >= 2): optimizer states split (1), gradients reduce-scattered (2), \
+         parameters split and all-gathered before the forward and the backward (3); each \
+         parameter is split along its first dim that tp leaves whole",
     ),
 ];
 
@@ -215,8 +248,20 @@ pub fn emit(opts: &EmitOptions) -> Result<Emitted, String> {
     emit_with(opts, &EmitExtras::default())
 }
 
-/// Emits the case described by `opts` and `extras`, or says why it cannot.
+/// Emits the case described by `opts` and `extras` (with the default [`TrainOptions`]), or says
+/// why it cannot.
 pub fn emit_with(opts: &EmitOptions, extras: &EmitExtras) -> Result<Emitted, String> {
+    emit_training(opts, extras, &TrainOptions::default())
+}
+
+/// Emits the case described by `opts` and `extras` whose full iteration is trained with
+/// `train` (optimizer, clipping, loss scaling, gradient accumulation, ZeRO), or says why it
+/// cannot.
+pub fn emit_training(
+    opts: &EmitOptions,
+    extras: &EmitExtras,
+    train: &TrainOptions,
+) -> Result<Emitted, String> {
     if !MODELS.iter().any(|(m, _)| *m == opts.model) {
         let known: Vec<&str> = MODELS.iter().map(|(m, _)| *m).collect();
         return Err(format!(
@@ -249,19 +294,56 @@ pub fn emit_with(opts: &EmitOptions, extras: &EmitExtras) -> Result<Emitted, Str
     } else {
         opts.mlp.check_split(dp, tp)?;
     }
+    let batch = match opts.model.as_str() {
+        "llama" => opts.llama.batch,
+        "gpt2" => extras.gpt2.batch,
+        _ => opts.mlp.batch,
+    };
+    train.check(dp, batch / dp, opts.forward_only)?;
+    if train.zero.is_some() && llama && opts.llama.kv_replicas(tp) > 1 {
+        return Err(format!(
+            "--zero with kv heads replicated over tp ranks (tp = {tp} > kv_heads = {}) is not \
+             supported: a case placement cannot give both replicas and a second sharded dim",
+            opts.llama.kv_heads
+        ));
+    }
     if let Some(bug) = opts.bug {
-        bug.check_applies(&Site {
-            model: &opts.model,
-            dp,
-            tp,
-            forward_only: opts.forward_only,
-            kv_replicated: llama && opts.llama.kv_replicas(tp) > 1,
-            vocab_parallel: opts.vocab_parallel,
-            sequence_parallel: sp,
-        })?;
+        bug.check_applies_in(
+            &Site {
+                model: &opts.model,
+                dp,
+                tp,
+                forward_only: opts.forward_only,
+                kv_replicated: llama && opts.llama.kv_replicas(tp) > 1,
+                vocab_parallel: opts.vocab_parallel,
+                sequence_parallel: sp,
+            },
+            train,
+        )?;
     }
     let mutation = opts.bug.map(|b| b.mutation);
     let n = opts.mesh.ranks();
+    // The spec trains the whole batch on one device: no microbatches, no ZeRO.
+    let spec_train = train.for_spec();
+    let spec_step = |lr| train::Step {
+        opts: &spec_train,
+        dp: 1,
+        tp: 1,
+        dp_rank: 0,
+        tp_rank: 0,
+        bug: None,
+        lr,
+    };
+    // Rank = dp_i * tp + tp_i.
+    let rank_step = |r: usize, lr| train::Step {
+        opts: train,
+        dp,
+        tp,
+        dp_rank: r / tp,
+        tp_rank: r % tp,
+        bug: mutation,
+        lr,
+    };
     let plan = if gpt2 {
         let cfg = &extras.gpt2;
         // Rank = dp_i * tp + tp_i; ranks differ only by their sequence chunk under SP.
@@ -273,11 +355,16 @@ pub fn emit_with(opts: &EmitOptions, extras: &EmitExtras) -> Result<Emitted, Str
                     tp_rank: r % tp,
                     sequence_parallel: sp,
                 };
-                gpt2::build(cfg, plan, opts.forward_only, mutation).render()
+                gpt2::build_rank(cfg, plan, &rank_step(r, cfg.lr), opts.forward_only).render()
             })
             .collect();
         Plan {
-            spec: gpt2::build(cfg, gpt2::RankPlan::SPEC, opts.forward_only, None),
+            spec: gpt2::build_rank(
+                cfg,
+                gpt2::RankPlan::SPEC,
+                &spec_step(cfg.lr),
+                opts.forward_only,
+            ),
             ranks,
             data: vec![("tokens", true), ("labels", true)],
             params: cfg.params(),
@@ -294,7 +381,7 @@ pub fn emit_with(opts: &EmitOptions, extras: &EmitExtras) -> Result<Emitted, Str
                     tp_rank: r % tp,
                     vocab_parallel: opts.vocab_parallel,
                 };
-                llama::build(cfg, plan, opts.forward_only, mutation).render()
+                llama::build_rank(cfg, plan, &rank_step(r, cfg.lr), opts.forward_only).render()
             })
             .collect();
         let rep = cfg.kv_replicas(tp);
@@ -310,7 +397,12 @@ pub fn emit_with(opts: &EmitOptions, extras: &EmitExtras) -> Result<Emitted, Str
             Vec::new()
         };
         Plan {
-            spec: llama::build(cfg, llama::RankPlan::SPEC, opts.forward_only, None),
+            spec: llama::build_rank(
+                cfg,
+                llama::RankPlan::SPEC,
+                &spec_step(cfg.lr),
+                opts.forward_only,
+            ),
             ranks,
             data: vec![("tokens", true), ("labels", true), ("rope_inv_freq", false)],
             params: cfg.params(tp, opts.vocab_parallel),
@@ -318,17 +410,20 @@ pub fn emit_with(opts: &EmitOptions, extras: &EmitExtras) -> Result<Emitted, Str
         }
     } else {
         let cfg = &opts.mlp;
-        let rank = mlp::build(cfg, dp, tp, opts.forward_only, mutation).render();
+        // Ranks differ only where the training options make them (clipping, ZeRO).
+        let ranks = (0..n)
+            .map(|r| mlp::build_rank(cfg, &rank_step(r, cfg.lr), opts.forward_only).render())
+            .collect();
         Plan {
-            spec: mlp::build(cfg, 1, 1, opts.forward_only, None),
-            ranks: vec![rank; n],
+            spec: mlp::build_rank(cfg, &spec_step(cfg.lr), opts.forward_only),
+            ranks,
             data: vec![("x", true), ("target", true)],
             params: cfg.params(),
             groups: Vec::new(),
         }
     };
     let mut files = vec![
-        ("case.yaml".to_string(), case_yaml(opts, sp, &plan)),
+        ("case.yaml".to_string(), case_yaml(opts, sp, train, &plan)),
         ("spec.py".to_string(), plan.spec.render()),
     ];
     files.extend(
@@ -340,7 +435,12 @@ pub fn emit_with(opts: &EmitOptions, extras: &EmitExtras) -> Result<Emitted, Str
     Ok(Emitted { files })
 }
 
-fn case_yaml(opts: &EmitOptions, sequence_parallel: bool, plan: &Plan) -> String {
+fn case_yaml(
+    opts: &EmitOptions,
+    sequence_parallel: bool,
+    train: &TrainOptions,
+    plan: &Plan,
+) -> String {
     let mesh = &opts.mesh;
     let has = |d: &str| mesh.dims.iter().any(|(m, _)| *m == d);
     let on = |dim: &str, p: &str| {
@@ -358,6 +458,36 @@ fn case_yaml(opts: &EmitOptions, sequence_parallel: bool, plan: &Plan) -> String
             on("tp", &format!("Shard({dim})"))
         ),
     };
+    // ZeRO: the dim along which a parameter's optimizer states (and under ZeRO-3 the parameter
+    // itself) are split over dp, on top of the tp layout.
+    let (dp, tp) = (mesh.size("dp"), mesh.size("tp"));
+    let zero_dim = |p: &Param| {
+        train
+            .zero
+            .filter(|_| dp > 1)
+            .and_then(|_| train::zero_shard_dim(p, tp, dp))
+    };
+    let place = |p: &Param, dp_split: Option<usize>| {
+        let Some(z) = dp_split else {
+            return tp_place(p.tp);
+        };
+        let mut dims = vec![format!("dp: Shard({z})")];
+        let (tp_dim, replicas) = match p.tp {
+            TpLayout::Replicate => (None, 1),
+            TpLayout::Shard(d) => (Some(d), 1),
+            TpLayout::ShardReplicas { dim, replicas } => (Some(dim), replicas),
+        };
+        if let Some(d) = tp_dim.filter(|_| has("tp")) {
+            dims.push(format!("tp: Shard({d})"));
+        }
+        let map = format!("{{ {} }}", dims.join(", "));
+        if replicas > 1 {
+            format!("{{ placement: {map}, replicas: {replicas} }}")
+        } else {
+            map
+        }
+    };
+    let param_split = |p: &Param| zero_dim(p).filter(|_| train.zero == Some(ZeroStage::Three));
     let mut name = format!("{}-{}", opts.model, mesh.label());
     if opts.vocab_parallel {
         name.push_str("-vp");
@@ -368,6 +498,7 @@ fn case_yaml(opts: &EmitOptions, sequence_parallel: bool, plan: &Plan) -> String
     if opts.forward_only {
         name.push_str("-fw");
     }
+    name.push_str(&train.label());
     if let Some(b) = opts.bug {
         let _ = write!(name, "-{}", b.id);
     }
@@ -382,9 +513,9 @@ fn case_yaml(opts: &EmitOptions, sequence_parallel: bool, plan: &Plan) -> String
         s,
         "# {}",
         if opts.forward_only {
-            "Forward and loss only."
+            "Forward and loss only.".to_string()
         } else {
-            "Full iteration: forward, loss, backward, gradient all-reduce, SGD step."
+            train.describe()
         }
     );
     if let Some(b) = opts.bug {
@@ -421,17 +552,29 @@ fn case_yaml(opts: &EmitOptions, sequence_parallel: bool, plan: &Plan) -> String
         let _ = writeln!(s, "  {input}: {place}");
     }
     for p in &plan.params {
-        let _ = writeln!(s, "  {}: {}", p.name, tp_place(p.tp));
+        let _ = writeln!(s, "  {}: {}", p.name, place(p, param_split(p)));
+    }
+    if let Optimizer::Adam(_) = train.optimizer {
+        for p in &plan.params {
+            for state in ["exp_avg", "exp_avg_sq"] {
+                let _ = writeln!(s, "  {state}_{}: {}", p.name, place(p, zero_dim(p)));
+            }
+        }
     }
     let _ = writeln!(s, "outputs:");
     for out in plan.spec.outputs() {
-        let place = match plan
-            .params
-            .iter()
-            .find(|p| format!("{}_new", p.name) == out.name)
-        {
-            Some(p) => tp_place(p.tp),
-            None => "Replicate()".to_string(),
+        let updated = |p: &&Param| out.name == format!("{}_new", p.name);
+        let state = |p: &&Param| {
+            ["exp_avg", "exp_avg_sq"]
+                .iter()
+                .any(|st| out.name == format!("{st}_{}_new", p.name))
+        };
+        let place = if let Some(p) = plan.params.iter().find(updated) {
+            place(p, param_split(p))
+        } else if let Some(p) = plan.params.iter().find(state) {
+            place(p, zero_dim(p))
+        } else {
+            "Replicate()".to_string()
         };
         let _ = writeln!(s, "  {}: {place}", out.name);
     }

@@ -9,6 +9,7 @@
 
 use crate::bugs::Mutation;
 use crate::graph::{Arg, GraphBuilder, Val};
+use crate::train::{self, Step};
 use crate::{Param, TpLayout};
 use std::collections::BTreeMap;
 
@@ -489,18 +490,7 @@ impl CrossEntropy {
                 total_weight,
                 ..
             } => {
-                let one = g.call(
-                    "full",
-                    "aten.full.default",
-                    &[
-                        Arg::Ints(vec![]),
-                        Arg::F(1.0),
-                        Arg::Raw("dtype = torch.float32"),
-                        Arg::Raw("device = device(type='cpu')"),
-                        Arg::Raw("pin_memory = False"),
-                    ],
-                    vec![],
-                );
+                let one = g.full(&[], 1.0);
                 let g_ls = g.call(
                     "nll_loss_backward",
                     "aten.nll_loss_backward.default",
@@ -686,30 +676,41 @@ pub fn build(
     forward_only: bool,
     bug: Option<Mutation>,
 ) -> GraphBuilder {
+    let step = Step::plain(plan.dp, plan.tp, plan.tp_rank, bug, cfg.lr);
+    build_rank(cfg, plan, &step, forward_only)
+}
+
+/// [`build`] for the rank and training options of `step` (loss scaling, microbatches, ZeRO,
+/// clipping, the optimizer; see [`crate::train`]).
+pub(crate) fn build_rank(
+    cfg: &LlamaConfig,
+    plan: RankPlan,
+    step: &Step,
+    forward_only: bool,
+) -> GraphBuilder {
     let RankPlan { dp, tp, .. } = plan;
     let vp = plan.vocab_parallel && tp > 1;
+    let bug = step.bug;
     let is = |m: Mutation| bug == Some(m);
     let mut g = GraphBuilder::new();
-    let (b, s, h, v) = (cfg.batch / dp, cfg.seq, cfg.hidden, cfg.vocab);
+    let mbs = step.microbatches();
+    // The rank's sequences, and those of one microbatch.
+    let b_all = cfg.batch / dp;
+    let (b, s, h, v) = (b_all / mbs, cfg.seq, cfg.hidden, cfg.vocab);
     let hd = cfg.head_dim();
     let nh = cfg.heads / tp;
     let kv_rep = cfg.kv_replicas(tp);
     let nkv = cfg.kv_heads * kv_rep / tp;
     let n_rep = nh / nkv;
     let t = b * s;
-    let tokens = g.input_typed("tokens", "i64", &[b, s]);
-    let labels = g.input_typed("labels", "i64", &[b, s]);
+    let tokens_all = g.input_typed("tokens", "i64", &[b_all, s]);
+    let labels_all = g.input_typed("labels", "i64", &[b_all, s]);
     let inv_freq = g.input("rope_inv_freq", &[hd / 2]);
     let specs = cfg.params(tp, vp);
     // The rank's vocabulary rows [v0, v0 + vl) under vocab parallelism.
     let vl = if vp { v / tp } else { v };
     let v0 = if vp { plan.tp_rank * vl } else { 0 };
-    let mut w: BTreeMap<String, Val> = BTreeMap::new();
-    for p in &specs {
-        let val = g.input(&p.name, &p.local_shape(tp));
-        w.insert(p.name.clone(), val);
-    }
-    let w = |name: &str| w[name].clone();
+    let weights = train::declare(&mut g, step, &specs);
 
     // RoPE angles: positions times the inverse frequencies. (Every rank holds whole sequences,
     // so positions start at 0; an offset shared by q and k would not even change the scores,
@@ -740,18 +741,7 @@ pub fn build(
     let sin = g.unary("sin", "aten.sin.default", &angles);
 
     // Causal mask: -inf above the diagonal, 0 elsewhere, added to the scores.
-    let full = g.call(
-        "full",
-        "aten.full.default",
-        &[
-            Arg::Ints(vec![s as i64, s as i64]),
-            Arg::F(f64::NEG_INFINITY),
-            Arg::Raw("dtype = torch.float32"),
-            Arg::Raw("device = device(type='cpu')"),
-            Arg::Raw("pin_memory = False"),
-        ],
-        vec![s, s],
-    );
+    let full = g.full(&[s, s], f64::NEG_INFINITY);
     let mask = g.call(
         "triu",
         "aten.triu.default",
@@ -759,286 +749,285 @@ pub fn build(
         vec![s, s],
     );
 
-    let (mut x, emb_mask) = if vp {
-        let vpe = vocab_embedding(&mut g, &w("embed"), &tokens, v0, vl, bug);
-        let x = g.all_reduce_sum(&vpe.out, "tp");
-        (x, Some(vpe))
-    } else {
-        let x = g.call(
-            "embedding",
-            "aten.embedding.default",
-            &[Arg::V(&w("embed")), Arg::V(&tokens)],
-            vec![b, s, h],
-        );
-        (x, None)
-    };
-    let mut saved = Vec::new();
-    for l in 0..cfg.layers {
-        // Attention: q/k/v column parallel (the rank's heads), o row parallel.
-        let (xn, attn_norm) = rms_norm(&mut g, &x, &w(&format!("attn_norm_{l}")), cfg.eps);
-        let xn2d = g.view(&xn, &[t, h]);
-        let q = linear(&mut g, &xn2d, &w(&format!("wq_{l}")));
-        let k = linear(&mut g, &xn2d, &w(&format!("wk_{l}")));
-        let vv = linear(&mut g, &xn2d, &w(&format!("wv_{l}")));
-        let q4 = g.view(&q, &[b, s, nh, hd]);
-        let qh = g.transpose(&q4, 1, 2);
-        let k4 = g.view(&k, &[b, s, nkv, hd]);
-        let kh = g.transpose(&k4, 1, 2);
-        let v4 = g.view(&vv, &[b, s, nkv, hd]);
-        let vh = g.transpose(&v4, 1, 2);
-        let qr = rope(&mut g, &qh, &cos, &sin);
-        let kr = rope(&mut g, &kh, &cos, &sin);
-        let krep = repeat_kv(&mut g, &kr, n_rep);
-        let vrep = repeat_kv(&mut g, &vh, n_rep);
-        let q3 = g.view(&qr, &[b * nh, s, hd]);
-        let kt = g.transpose(&krep, 2, 3);
-        let ktc = g.contiguous(&kt);
-        let kt3 = g.view(&ktc, &[b * nh, hd, s]);
-        let raw3 = g.bmm(&q3, &kt3);
-        let raw = g.view(&raw3, &[b, nh, s, s]);
-        let scale = if is(Mutation::LlamaAttnScaleLocal) {
-            1.0 / (hd as f64 / tp as f64).sqrt()
+    let mut losses = train::LossReport::default();
+    let mut acc: BTreeMap<String, Val> = BTreeMap::new();
+    for mb in 0..mbs {
+        let forward = weights.pass(&mut g);
+        let w = |name: &str| forward[name].clone();
+        let tokens = train::microbatch(&mut g, &tokens_all, mb, mbs);
+        let labels = train::microbatch(&mut g, &labels_all, mb, mbs);
+        let (mut x, emb_mask) = if vp {
+            let vpe = vocab_embedding(&mut g, &w("embed"), &tokens, v0, vl, bug);
+            let x = g.all_reduce_sum(&vpe.out, "tp");
+            (x, Some(vpe))
         } else {
-            1.0 / (hd as f64).sqrt()
+            let x = g.call(
+                "embedding",
+                "aten.embedding.default",
+                &[Arg::V(&w("embed")), Arg::V(&tokens)],
+                vec![b, s, h],
+            );
+            (x, None)
         };
-        let scaled = g.mul_scalar("mul", &raw, Arg::F(scale));
-        let masked = g.add(&scaled, &mask);
-        let p = g.call(
-            "_softmax",
-            "aten._softmax.default",
-            &[Arg::V(&masked), Arg::I(-1), Arg::B(false)],
-            masked.shape.clone(),
-        );
-        let p3 = g.view(&p, &[b * nh, s, s]);
-        let v3 = g.view(&vrep, &[b * nh, s, hd]);
-        let o3 = g.bmm(&p3, &v3);
-        let o4 = g.view(&o3, &[b, nh, s, hd]);
-        let attn2d = heads_to_rows(&mut g, &o4);
-        let o = linear(&mut g, &attn2d, &w(&format!("wo_{l}")));
-        let o_full = if l == 0 && is(Mutation::LlamaOprojMissingAllreduce) {
-            o
-        } else if l == 0 && is(Mutation::WrongGroup) {
-            g.all_reduce_sum(&o, "dp")
-        } else {
-            reduce_if(&mut g, &o, "tp", tp)
-        };
-        let o3d = g.view(&o_full, &[b, s, h]);
-        let hres = g.add(&x, &o3d);
+        let mut saved = Vec::new();
+        for l in 0..cfg.layers {
+            // Attention: q/k/v column parallel (the rank's heads), o row parallel.
+            let (xn, attn_norm) = rms_norm(&mut g, &x, &w(&format!("attn_norm_{l}")), cfg.eps);
+            let xn2d = g.view(&xn, &[t, h]);
+            let q = linear(&mut g, &xn2d, &w(&format!("wq_{l}")));
+            let k = linear(&mut g, &xn2d, &w(&format!("wk_{l}")));
+            let vv = linear(&mut g, &xn2d, &w(&format!("wv_{l}")));
+            let q4 = g.view(&q, &[b, s, nh, hd]);
+            let qh = g.transpose(&q4, 1, 2);
+            let k4 = g.view(&k, &[b, s, nkv, hd]);
+            let kh = g.transpose(&k4, 1, 2);
+            let v4 = g.view(&vv, &[b, s, nkv, hd]);
+            let vh = g.transpose(&v4, 1, 2);
+            let qr = rope(&mut g, &qh, &cos, &sin);
+            let kr = rope(&mut g, &kh, &cos, &sin);
+            let krep = repeat_kv(&mut g, &kr, n_rep);
+            let vrep = repeat_kv(&mut g, &vh, n_rep);
+            let q3 = g.view(&qr, &[b * nh, s, hd]);
+            let kt = g.transpose(&krep, 2, 3);
+            let ktc = g.contiguous(&kt);
+            let kt3 = g.view(&ktc, &[b * nh, hd, s]);
+            let raw3 = g.bmm(&q3, &kt3);
+            let raw = g.view(&raw3, &[b, nh, s, s]);
+            let scale = if is(Mutation::LlamaAttnScaleLocal) {
+                1.0 / (hd as f64 / tp as f64).sqrt()
+            } else {
+                1.0 / (hd as f64).sqrt()
+            };
+            let scaled = g.mul_scalar("mul", &raw, Arg::F(scale));
+            let masked = g.add(&scaled, &mask);
+            let p = g.call(
+                "_softmax",
+                "aten._softmax.default",
+                &[Arg::V(&masked), Arg::I(-1), Arg::B(false)],
+                masked.shape.clone(),
+            );
+            let p3 = g.view(&p, &[b * nh, s, s]);
+            let v3 = g.view(&vrep, &[b * nh, s, hd]);
+            let o3 = g.bmm(&p3, &v3);
+            let o4 = g.view(&o3, &[b, nh, s, hd]);
+            let attn2d = heads_to_rows(&mut g, &o4);
+            let o = linear(&mut g, &attn2d, &w(&format!("wo_{l}")));
+            let o_full = if l == 0 && is(Mutation::LlamaOprojMissingAllreduce) {
+                o
+            } else if l == 0 && is(Mutation::WrongGroup) {
+                g.all_reduce_sum(&o, "dp")
+            } else {
+                reduce_if(&mut g, &o, "tp", tp)
+            };
+            let o3d = g.view(&o_full, &[b, s, h]);
+            let hres = g.add(&x, &o3d);
 
-        // SwiGLU MLP: gate/up column parallel, down row parallel.
-        let (hn, mlp_norm) = rms_norm(&mut g, &hres, &w(&format!("mlp_norm_{l}")), cfg.eps);
-        let hn2d = g.view(&hn, &[t, h]);
-        let gate = linear(&mut g, &hn2d, &w(&format!("w_gate_{l}")));
-        let up = linear(&mut g, &hn2d, &w(&format!("w_up_{l}")));
-        let sg = g.unary("silu", "aten.silu.default", &gate);
-        let m = g.mul(&sg, &up);
-        let down = linear(&mut g, &m, &w(&format!("w_down_{l}")));
-        let down_full = reduce_if(&mut g, &down, "tp", tp);
-        let d3 = g.view(&down_full, &[b, s, h]);
-        x = g.add(&hres, &d3);
-        saved.push(LayerSaved {
-            attn_norm,
-            xn2d,
-            q3,
-            kt3,
-            p,
-            p3,
-            v3,
-            attn2d,
-            scale,
-            mlp_norm,
-            hn2d,
-            gate,
-            up,
-            sg,
-            m,
-        });
-    }
-
-    // Final norm, LM head and the cross-entropy loss (mean over the rank's tokens).
-    let (xf, final_norm) = rms_norm(&mut g, &x, &w("final_norm"), cfg.eps);
-    let xf2d = g.view(&xf, &[t, h]);
-    let logits = linear(&mut g, &xf2d, &w("lm_head"));
-    let labels1 = g.view(&labels, &[t]);
-    let local_name = if dp > 1 { "nll_loss" } else { "loss" };
-    let ce = if vp {
-        vocab_cross_entropy(&mut g, &logits, &labels1, v0, local_name)
-    } else {
-        cross_entropy(&mut g, &logits, &labels1, local_name)
-    };
-    let local = ce.loss();
-    let loss = if dp > 1 {
-        let total = g.all_reduce_sum(local, "dp");
-        let by = if is(Mutation::DpLossNotAveraged) {
-            1
-        } else {
-            dp as i64
-        };
-        g.div_scalar("loss", &total, Arg::I(by))
-    } else {
-        local.clone()
-    };
-    g.output(&loss);
-    if forward_only {
-        return g;
-    }
-
-    // Backward of the rank's local loss (seed 1); dp averaging happens on the gradients.
-    let mut grads: BTreeMap<String, Val> = BTreeMap::new();
-    let g_logits = ce.backward(&mut g);
-    let gt = g.t(&g_logits);
-    grads.insert("lm_head".into(), g.mm(&gt, &xf2d));
-    let g_xf2d = g.mm(&g_logits, &w("lm_head"));
-    // Under vocab parallelism the LM head is column parallel: its input gradient is partial.
-    let g_xf2d = if vp {
-        g.all_reduce_sum(&g_xf2d, "tp")
-    } else {
-        g_xf2d
-    };
-    let g_xf = g.view(&g_xf2d, &[b, s, h]);
-    let (mut gx, g_fn) = rms_norm_backward(&mut g, &g_xf, &w("final_norm"), &final_norm);
-    grads.insert("final_norm".into(), g_fn);
-
-    for l in (0..cfg.layers).rev() {
-        let sv = &saved[l];
-        // MLP branch. The all-reduce after down is the identity backward (Megatron's `g`);
-        // the column-parallel input gradient is a partial sum over tp (Megatron's `f`).
-        let g_d2d = g.view(&gx, &[t, h]);
-        let g_m = g.mm(&g_d2d, &w(&format!("w_down_{l}")));
-        let g_d2dt = g.t(&g_d2d);
-        grads.insert(format!("w_down_{l}"), g.mm(&g_d2dt, &sv.m));
-        let g_sg = g.mul(&g_m, &sv.up);
-        let g_up = g.mul(&g_m, &sv.sg);
-        let g_gate = g.call(
-            "silu_backward",
-            "aten.silu_backward.default",
-            &[Arg::V(&g_sg), Arg::V(&sv.gate)],
-            sv.gate.shape.clone(),
-        );
-        let g_gate_t = g.t(&g_gate);
-        grads.insert(format!("w_gate_{l}"), g.mm(&g_gate_t, &sv.hn2d));
-        let g_up_t = g.t(&g_up);
-        grads.insert(format!("w_up_{l}"), g.mm(&g_up_t, &sv.hn2d));
-        let from_gate = g.mm(&g_gate, &w(&format!("w_gate_{l}")));
-        let from_up = g.mm(&g_up, &w(&format!("w_up_{l}")));
-        let g_hn2d = g.add(&from_gate, &from_up);
-        let g_hn2d = reduce_if(&mut g, &g_hn2d, "tp", tp);
-        let g_hn = g.view(&g_hn2d, &[b, s, h]);
-        let (g_hres_norm, g_mn) =
-            rms_norm_backward(&mut g, &g_hn, &w(&format!("mlp_norm_{l}")), &sv.mlp_norm);
-        grads.insert(format!("mlp_norm_{l}"), g_mn);
-        let g_hres = g.add(&gx, &g_hres_norm);
-
-        // Attention branch.
-        let g_o2d = g.view(&g_hres, &[t, h]);
-        let g_attn2d = g.mm(&g_o2d, &w(&format!("wo_{l}")));
-        let g_o2dt = g.t(&g_o2d);
-        grads.insert(format!("wo_{l}"), g.mm(&g_o2dt, &sv.attn2d));
-        let g_o4 = g.view(&g_attn2d, &[b, s, nh, hd]);
-        let g_ot = g.transpose(&g_o4, 1, 2);
-        let g_oc = g.contiguous(&g_ot);
-        let g_o3 = g.view(&g_oc, &[b * nh, s, hd]);
-        let v3t = g.transpose(&sv.v3, 1, 2);
-        let g_p3 = g.bmm(&g_o3, &v3t);
-        let p3t = g.transpose(&sv.p3, 1, 2);
-        let g_v3 = g.bmm(&p3t, &g_o3);
-        let g_p = g.view(&g_p3, &[b, nh, s, s]);
-        let g_masked = g.call(
-            "_softmax_backward_data",
-            "aten._softmax_backward_data.default",
-            &[
-                Arg::V(&g_p),
-                Arg::V(&sv.p),
-                Arg::I(-1),
-                Arg::Raw("torch.float32"),
-            ],
-            g_p.shape.clone(),
-        );
-        let g_raw = g.mul_scalar("mul", &g_masked, Arg::F(sv.scale));
-        let g_raw3 = g.view(&g_raw, &[b * nh, s, s]);
-        let kt3t = g.transpose(&sv.kt3, 1, 2);
-        let g_q3 = g.bmm(&g_raw3, &kt3t);
-        let q3t = g.transpose(&sv.q3, 1, 2);
-        let g_kt3 = g.bmm(&q3t, &g_raw3);
-        let g_qr = g.view(&g_q3, &[b, nh, s, hd]);
-        let g_kt = g.view(&g_kt3, &[b, nh, hd, s]);
-        let g_krep = g.transpose(&g_kt, 2, 3);
-        let g_vrep = g.view(&g_v3, &[b, nh, s, hd]);
-        let g_kr = repeat_kv_backward(&mut g, &g_krep, n_rep);
-        let g_vh = repeat_kv_backward(&mut g, &g_vrep, n_rep);
-        let g_qh = rope_backward(&mut g, &g_qr, &cos, &sin);
-        let g_kh = rope_backward(&mut g, &g_kr, &cos, &sin);
-        let g_q2d = heads_to_rows(&mut g, &g_qh);
-        let g_k2d = heads_to_rows(&mut g, &g_kh);
-        let g_v2d = heads_to_rows(&mut g, &g_vh);
-        let mut g_xn2d = None;
-        for (name, gr) in [("wq", &g_q2d), ("wk", &g_k2d), ("wv", &g_v2d)] {
-            let grt = g.t(gr);
-            grads.insert(format!("{name}_{l}"), g.mm(&grt, &sv.xn2d));
-            let part = g.mm(gr, &w(&format!("{name}_{l}")));
-            g_xn2d = Some(match g_xn2d {
-                None => part,
-                Some(acc) => g.add(&acc, &part),
+            // SwiGLU MLP: gate/up column parallel, down row parallel.
+            let (hn, mlp_norm) = rms_norm(&mut g, &hres, &w(&format!("mlp_norm_{l}")), cfg.eps);
+            let hn2d = g.view(&hn, &[t, h]);
+            let gate = linear(&mut g, &hn2d, &w(&format!("w_gate_{l}")));
+            let up = linear(&mut g, &hn2d, &w(&format!("w_up_{l}")));
+            let sg = g.unary("silu", "aten.silu.default", &gate);
+            let m = g.mul(&sg, &up);
+            let down = linear(&mut g, &m, &w(&format!("w_down_{l}")));
+            let down_full = reduce_if(&mut g, &down, "tp", tp);
+            let d3 = g.view(&down_full, &[b, s, h]);
+            x = g.add(&hres, &d3);
+            saved.push(LayerSaved {
+                attn_norm,
+                xn2d,
+                q3,
+                kt3,
+                p,
+                p3,
+                v3,
+                attn2d,
+                scale,
+                mlp_norm,
+                hn2d,
+                gate,
+                up,
+                sg,
+                m,
             });
         }
-        let g_xn2d = g_xn2d.expect("q, k and v contribute");
-        let g_xn2d = if l == 0 && is(Mutation::LlamaQkvGradMissingAllreduce) {
-            g_xn2d
-        } else {
-            reduce_if(&mut g, &g_xn2d, "tp", tp)
-        };
-        let g_xn = g.view(&g_xn2d, &[b, s, h]);
-        let (g_x_norm, g_an) =
-            rms_norm_backward(&mut g, &g_xn, &w(&format!("attn_norm_{l}")), &sv.attn_norm);
-        grads.insert(format!("attn_norm_{l}"), g_an);
-        gx = g.add(&g_hres, &g_x_norm);
-    }
-    let (g_rows, ids) = match &emb_mask {
-        Some(vpe) if !is(Mutation::LlamaVocabEmbeddingUnmasked) => {
-            // Rows the forward zeroed get no gradient (the masked ids all point at row 0).
-            let zeroed = g.call(
-                "masked_fill",
-                "aten.masked_fill.Scalar",
-                &[Arg::V(&gx), Arg::V(&vpe.outside3), Arg::F(0.0)],
-                gx.shape.clone(),
-            );
-            (zeroed, vpe.ids.clone())
-        }
-        Some(vpe) => (gx.clone(), vpe.ids.clone()),
-        None => (gx.clone(), tokens.clone()),
-    };
-    let g_embed = g.call(
-        "embedding_dense_backward",
-        "aten.embedding_dense_backward.default",
-        &[
-            Arg::V(&g_rows),
-            Arg::V(&ids),
-            Arg::I(vl as i64),
-            Arg::I(-1),
-            Arg::B(false),
-        ],
-        vec![vl, h],
-    );
-    grads.insert("embed".into(), g_embed);
 
-    // Gradient finalization, then SGD: w_new = w - lr * grad.
-    for p in &specs {
-        let mut grad = grads[&p.name].clone();
+        // Final norm, LM head and the cross-entropy loss (mean over the rank's tokens).
+        let (xf, final_norm) = rms_norm(&mut g, &x, &w("final_norm"), cfg.eps);
+        let xf2d = g.view(&xf, &[t, h]);
+        let logits = linear(&mut g, &xf2d, &w("lm_head"));
+        let labels1 = g.view(&labels, &[t]);
+        let local_name = if dp > 1 || mbs > 1 {
+            "nll_loss"
+        } else {
+            "loss"
+        };
+        let ce = if vp {
+            vocab_cross_entropy(&mut g, &logits, &labels1, v0, local_name)
+        } else {
+            cross_entropy(&mut g, &logits, &labels1, local_name)
+        };
+        let local = ce.loss().clone();
+        losses.add(&mut g, step, local);
+        if forward_only {
+            return g;
+        }
+
+        // Backward of the rank's local loss (seed 1, scaled for the microbatches and the loss
+        // scale); dp averaging happens on the gradients.
+        let backward = weights.pass(&mut g);
+        let w = |name: &str| backward[name].clone();
+        let mut grads: BTreeMap<String, Val> = BTreeMap::new();
+        let g_logits = ce.backward(&mut g);
+        let g_logits = train::scale_seed(&mut g, step, &g_logits);
+        let gt = g.t(&g_logits);
+        grads.insert("lm_head".into(), g.mm(&gt, &xf2d));
+        let g_xf2d = g.mm(&g_logits, &w("lm_head"));
+        // Under vocab parallelism the LM head is column parallel: its input gradient is partial.
+        let g_xf2d = if vp {
+            g.all_reduce_sum(&g_xf2d, "tp")
+        } else {
+            g_xf2d
+        };
+        let g_xf = g.view(&g_xf2d, &[b, s, h]);
+        let (mut gx, g_fn) = rms_norm_backward(&mut g, &g_xf, &w("final_norm"), &final_norm);
+        grads.insert("final_norm".into(), g_fn);
+
+        for l in (0..cfg.layers).rev() {
+            let sv = &saved[l];
+            // MLP branch. The all-reduce after down is the identity backward (Megatron's `g`);
+            // the column-parallel input gradient is a partial sum over tp (Megatron's `f`).
+            let g_d2d = g.view(&gx, &[t, h]);
+            let g_m = g.mm(&g_d2d, &w(&format!("w_down_{l}")));
+            let g_d2dt = g.t(&g_d2d);
+            grads.insert(format!("w_down_{l}"), g.mm(&g_d2dt, &sv.m));
+            let g_sg = g.mul(&g_m, &sv.up);
+            let g_up = g.mul(&g_m, &sv.sg);
+            let g_gate = g.call(
+                "silu_backward",
+                "aten.silu_backward.default",
+                &[Arg::V(&g_sg), Arg::V(&sv.gate)],
+                sv.gate.shape.clone(),
+            );
+            let g_gate_t = g.t(&g_gate);
+            grads.insert(format!("w_gate_{l}"), g.mm(&g_gate_t, &sv.hn2d));
+            let g_up_t = g.t(&g_up);
+            grads.insert(format!("w_up_{l}"), g.mm(&g_up_t, &sv.hn2d));
+            let from_gate = g.mm(&g_gate, &w(&format!("w_gate_{l}")));
+            let from_up = g.mm(&g_up, &w(&format!("w_up_{l}")));
+            let g_hn2d = g.add(&from_gate, &from_up);
+            let g_hn2d = reduce_if(&mut g, &g_hn2d, "tp", tp);
+            let g_hn = g.view(&g_hn2d, &[b, s, h]);
+            let (g_hres_norm, g_mn) =
+                rms_norm_backward(&mut g, &g_hn, &w(&format!("mlp_norm_{l}")), &sv.mlp_norm);
+            grads.insert(format!("mlp_norm_{l}"), g_mn);
+            let g_hres = g.add(&gx, &g_hres_norm);
+
+            // Attention branch.
+            let g_o2d = g.view(&g_hres, &[t, h]);
+            let g_attn2d = g.mm(&g_o2d, &w(&format!("wo_{l}")));
+            let g_o2dt = g.t(&g_o2d);
+            grads.insert(format!("wo_{l}"), g.mm(&g_o2dt, &sv.attn2d));
+            let g_o4 = g.view(&g_attn2d, &[b, s, nh, hd]);
+            let g_ot = g.transpose(&g_o4, 1, 2);
+            let g_oc = g.contiguous(&g_ot);
+            let g_o3 = g.view(&g_oc, &[b * nh, s, hd]);
+            let v3t = g.transpose(&sv.v3, 1, 2);
+            let g_p3 = g.bmm(&g_o3, &v3t);
+            let p3t = g.transpose(&sv.p3, 1, 2);
+            let g_v3 = g.bmm(&p3t, &g_o3);
+            let g_p = g.view(&g_p3, &[b, nh, s, s]);
+            let g_masked = g.call(
+                "_softmax_backward_data",
+                "aten._softmax_backward_data.default",
+                &[
+                    Arg::V(&g_p),
+                    Arg::V(&sv.p),
+                    Arg::I(-1),
+                    Arg::Raw("torch.float32"),
+                ],
+                g_p.shape.clone(),
+            );
+            let g_raw = g.mul_scalar("mul", &g_masked, Arg::F(sv.scale));
+            let g_raw3 = g.view(&g_raw, &[b * nh, s, s]);
+            let kt3t = g.transpose(&sv.kt3, 1, 2);
+            let g_q3 = g.bmm(&g_raw3, &kt3t);
+            let q3t = g.transpose(&sv.q3, 1, 2);
+            let g_kt3 = g.bmm(&q3t, &g_raw3);
+            let g_qr = g.view(&g_q3, &[b, nh, s, hd]);
+            let g_kt = g.view(&g_kt3, &[b, nh, hd, s]);
+            let g_krep = g.transpose(&g_kt, 2, 3);
+            let g_vrep = g.view(&g_v3, &[b, nh, s, hd]);
+            let g_kr = repeat_kv_backward(&mut g, &g_krep, n_rep);
+            let g_vh = repeat_kv_backward(&mut g, &g_vrep, n_rep);
+            let g_qh = rope_backward(&mut g, &g_qr, &cos, &sin);
+            let g_kh = rope_backward(&mut g, &g_kr, &cos, &sin);
+            let g_q2d = heads_to_rows(&mut g, &g_qh);
+            let g_k2d = heads_to_rows(&mut g, &g_kh);
+            let g_v2d = heads_to_rows(&mut g, &g_vh);
+            let mut g_xn2d = None;
+            for (name, gr) in [("wq", &g_q2d), ("wk", &g_k2d), ("wv", &g_v2d)] {
+                let grt = g.t(gr);
+                grads.insert(format!("{name}_{l}"), g.mm(&grt, &sv.xn2d));
+                let part = g.mm(gr, &w(&format!("{name}_{l}")));
+                g_xn2d = Some(match g_xn2d {
+                    None => part,
+                    Some(acc) => g.add(&acc, &part),
+                });
+            }
+            let g_xn2d = g_xn2d.expect("q, k and v contribute");
+            let g_xn2d = if l == 0 && is(Mutation::LlamaQkvGradMissingAllreduce) {
+                g_xn2d
+            } else {
+                reduce_if(&mut g, &g_xn2d, "tp", tp)
+            };
+            let g_xn = g.view(&g_xn2d, &[b, s, h]);
+            let (g_x_norm, g_an) =
+                rms_norm_backward(&mut g, &g_xn, &w(&format!("attn_norm_{l}")), &sv.attn_norm);
+            grads.insert(format!("attn_norm_{l}"), g_an);
+            gx = g.add(&g_hres, &g_x_norm);
+        }
+        let (g_rows, ids) = match &emb_mask {
+            Some(vpe) if !is(Mutation::LlamaVocabEmbeddingUnmasked) => {
+                // Rows the forward zeroed get no gradient (the masked ids all point at row 0).
+                let zeroed = g.call(
+                    "masked_fill",
+                    "aten.masked_fill.Scalar",
+                    &[Arg::V(&gx), Arg::V(&vpe.outside3), Arg::F(0.0)],
+                    gx.shape.clone(),
+                );
+                (zeroed, vpe.ids.clone())
+            }
+            Some(vpe) => (gx.clone(), vpe.ids.clone()),
+            None => (gx.clone(), tokens.clone()),
+        };
+        let g_embed = g.call(
+            "embedding_dense_backward",
+            "aten.embedding_dense_backward.default",
+            &[
+                Arg::V(&g_rows),
+                Arg::V(&ids),
+                Arg::I(vl as i64),
+                Arg::I(-1),
+                Arg::B(false),
+            ],
+            vec![vl, h],
+        );
+        grads.insert("embed".into(), g_embed);
+        train::accumulate(&mut g, &mut acc, grads);
+    }
+    losses.finish(&mut g, step);
+
+    // Gradient finalization, then the optimizer step.
+    train::finish(&mut g, step, &specs, &weights, &acc, |g, p, grad| {
         let replicated_kv = matches!(p.tp, TpLayout::ShardReplicas { .. });
         if replicated_kv && !is(Mutation::LlamaKvGradUnsynced) {
             // Each replica saw only its own query heads' share of the kv head's gradient.
-            grad = g.all_reduce_sum(&grad, "kv");
+            g.all_reduce_sum(&grad, "kv")
+        } else {
+            grad
         }
-        if dp > 1 {
-            grad = g.all_reduce_sum(&grad, "dp");
-            if !is(Mutation::DpGradNotAveraged) {
-                grad = g.div_scalar("div", &grad, Arg::I(dp as i64));
-            }
-        }
-        let step = g.mul_scalar("mul", &grad, Arg::F(cfg.lr));
-        let new = g.sub(&format!("{}_new", p.name), &w(&p.name), &step);
-        g.output(&new);
-    }
+    });
     g
 }
 

@@ -2,7 +2,9 @@
 
 use crate::bugs::Mutation;
 use crate::graph::{Arg, GraphBuilder, Val};
+use crate::train::{self, Step};
 use crate::{Param, TpLayout};
+use std::collections::BTreeMap;
 
 /// The sizes of the MLP.
 #[derive(Clone, Debug, PartialEq)]
@@ -77,115 +79,112 @@ pub fn build(
     forward_only: bool,
     bug: Option<Mutation>,
 ) -> GraphBuilder {
-    let is = |m: Mutation| bug == Some(m);
+    build_rank(cfg, &Step::plain(dp, tp, 0, bug, cfg.lr), forward_only)
+}
+
+/// [`build`] for the rank and training options of `step` (loss scaling, microbatches, ZeRO,
+/// clipping, the optimizer; see [`crate::train`]).
+pub(crate) fn build_rank(cfg: &MlpConfig, step: &Step, forward_only: bool) -> GraphBuilder {
+    let (dp, tp) = (step.dp, step.tp);
+    let is = |m: Mutation| step.bug == Some(m);
     let mut g = GraphBuilder::new();
     let (b, h) = (cfg.batch / dp, cfg.hidden);
-    let x = g.input("x", &[b, h]);
-    let target = g.input("target", &[b, h]);
-    let params: Vec<Val> = cfg
-        .params()
-        .iter()
-        .map(|p| g.input(&p.name, &p.local_shape(tp)))
-        .collect();
-    let layer = |l: usize| {
-        (
-            &params[4 * l],
-            &params[4 * l + 1],
-            &params[4 * l + 2],
-            &params[4 * l + 3],
-        )
-    };
-
-    // Forward: y = relu(h @ w1.T + b1) @ w2.T + b2, fc2 partial over tp until all-reduced.
-    let mut act = x;
-    let mut saved = Vec::new();
-    for l in 0..cfg.layers {
-        let (w1, b1, w2, b2) = layer(l);
-        let t1 = g.t(w1);
-        let m1 = g.mm(&act, &t1);
-        let a = g.add(&m1, b1);
-        let r = g.relu(&a);
-        let t2 = g.t(w2);
-        let m2 = g.mm(&r, &t2);
-        let y = if tp < 2 || (l == 0 && is(Mutation::TpMissingAllreduce)) {
-            g.add(&m2, b2)
-        } else if l == 0 && is(Mutation::TpBiasBeforeAllreduce) {
-            let early = g.add(&m2, b2);
-            g.all_reduce_sum(&early, "tp")
-        } else {
-            let group = if l == 0 && is(Mutation::WrongGroup) {
-                "dp"
-            } else {
-                "tp"
-            };
-            let full = g.all_reduce_sum(&m2, group);
-            g.add(&full, b2)
+    let x_all = g.input("x", &[b, h]);
+    let target_all = g.input("target", &[b, h]);
+    let specs = cfg.params();
+    let weights = train::declare(&mut g, step, &specs);
+    let mbs = step.microbatches();
+    let bm = b / mbs;
+    let mut losses = train::LossReport::default();
+    let mut acc: BTreeMap<String, Val> = BTreeMap::new();
+    for mb in 0..mbs {
+        let x = train::microbatch(&mut g, &x_all, mb, mbs);
+        let target = train::microbatch(&mut g, &target_all, mb, mbs);
+        let forward = weights.pass(&mut g);
+        let params: Vec<Val> = specs.iter().map(|p| forward[&p.name].clone()).collect();
+        let layer = |l: usize| {
+            (
+                &params[4 * l],
+                &params[4 * l + 1],
+                &params[4 * l + 2],
+                &params[4 * l + 3],
+            )
         };
-        saved.push((act, r));
-        act = y;
-    }
 
-    // MSE loss: the local mean, averaged over dp.
-    let diff = g.sub("sub", &act, &target);
-    let sq = g.square(&diff);
-    let loss = if dp > 1 {
-        let local = g.mean("mean", &sq);
-        let total = g.all_reduce_sum(&local, "dp");
-        let by = if is(Mutation::DpLossNotAveraged) {
-            1
-        } else {
-            dp as i64
-        };
-        g.div_scalar("loss", &total, Arg::I(by))
-    } else {
-        g.mean("loss", &sq)
-    };
-    g.output(&loss);
-    if forward_only {
-        return g;
-    }
-
-    // Backward of the local loss: d mean((y - t)^2) / dy = 2 (y - t) / numel.
-    let twice = g.mul_scalar("mul", &diff, Arg::I(2));
-    let mut grad_y = g.div_scalar("div", &twice, Arg::I((b * h) as i64));
-    let mut grads: Vec<Option<Val>> = vec![None; params.len()];
-    for l in (0..cfg.layers).rev() {
-        let (w1, _, w2, _) = layer(l);
-        let (input, r) = &saved[l];
-        let gb2 = g.sum0(&grad_y);
-        let gyt = g.t(&grad_y);
-        let gw2 = g.mm(&gyt, r);
-        let gr = g.mm(&grad_y, w2);
-        let ga = g.relu_backward(&gr, r);
-        let gb1 = g.sum0(&ga);
-        let gat = g.t(&ga);
-        let gw1 = g.mm(&gat, input);
-        if l > 0 {
-            // Column-parallel fc1: the input gradient is a partial sum over tp.
-            let gh = g.mm(&ga, w1);
-            grad_y = if tp > 1 {
-                g.all_reduce_sum(&gh, "tp")
+        // Forward: y = relu(h @ w1.T + b1) @ w2.T + b2, fc2 partial over tp until all-reduced.
+        let mut act = x;
+        let mut saved = Vec::new();
+        for l in 0..cfg.layers {
+            let (w1, b1, w2, b2) = layer(l);
+            let t1 = g.t(w1);
+            let m1 = g.mm(&act, &t1);
+            let a = g.add(&m1, b1);
+            let r = g.relu(&a);
+            let t2 = g.t(w2);
+            let m2 = g.mm(&r, &t2);
+            let y = if tp < 2 || (l == 0 && is(Mutation::TpMissingAllreduce)) {
+                g.add(&m2, b2)
+            } else if l == 0 && is(Mutation::TpBiasBeforeAllreduce) {
+                let early = g.add(&m2, b2);
+                g.all_reduce_sum(&early, "tp")
             } else {
-                gh
+                let group = if l == 0 && is(Mutation::WrongGroup) {
+                    "dp"
+                } else {
+                    "tp"
+                };
+                let full = g.all_reduce_sum(&m2, group);
+                g.add(&full, b2)
             };
+            saved.push((act, r));
+            act = y;
         }
-        for (i, gv) in [gw1, gb1, gw2, gb2].into_iter().enumerate() {
-            grads[4 * l + i] = Some(gv);
-        }
-    }
 
-    // Gradient finalization over dp, then SGD: w_new = w - lr * grad.
-    for (p, grad) in params.iter().zip(grads) {
-        let mut grad = grad.expect("every parameter has a gradient");
-        if dp > 1 {
-            grad = g.all_reduce_sum(&grad, "dp");
-            if !is(Mutation::DpGradNotAveraged) {
-                grad = g.div_scalar("div", &grad, Arg::I(dp as i64));
+        // MSE loss: the local mean, averaged over the microbatches and dp.
+        let diff = g.sub("sub", &act, &target);
+        let sq = g.square(&diff);
+        let local = g.mean(if dp > 1 || mbs > 1 { "mean" } else { "loss" }, &sq);
+        losses.add(&mut g, step, local);
+        if forward_only {
+            return g;
+        }
+
+        // Backward of the local loss: d mean((y - t)^2) / dy = 2 (y - t) / numel.
+        let backward = weights.pass(&mut g);
+        let params: Vec<Val> = specs.iter().map(|p| backward[&p.name].clone()).collect();
+        let twice = g.mul_scalar("mul", &diff, Arg::I(2));
+        let seed = g.div_scalar("div", &twice, Arg::I((bm * h) as i64));
+        let mut grad_y = train::scale_seed(&mut g, step, &seed);
+        let mut grads = BTreeMap::new();
+        for l in (0..cfg.layers).rev() {
+            let (w1, w2) = (&params[4 * l], &params[4 * l + 2]);
+            let (input, r) = &saved[l];
+            let gb2 = g.sum0(&grad_y);
+            let gyt = g.t(&grad_y);
+            let gw2 = g.mm(&gyt, r);
+            let gr = g.mm(&grad_y, w2);
+            let ga = g.relu_backward(&gr, r);
+            let gb1 = g.sum0(&ga);
+            let gat = g.t(&ga);
+            let gw1 = g.mm(&gat, input);
+            if l > 0 {
+                // Column-parallel fc1: the input gradient is a partial sum over tp.
+                let gh = g.mm(&ga, w1);
+                grad_y = if tp > 1 {
+                    g.all_reduce_sum(&gh, "tp")
+                } else {
+                    gh
+                };
+            }
+            for (i, gv) in [gw1, gb1, gw2, gb2].into_iter().enumerate() {
+                grads.insert(specs[4 * l + i].name.clone(), gv);
             }
         }
-        let step = g.mul_scalar("mul", &grad, Arg::F(cfg.lr));
-        let new = g.sub(&format!("{}_new", p.name), p, &step);
-        g.output(&new);
+        train::accumulate(&mut g, &mut acc, grads);
     }
+    losses.finish(&mut g, step);
+
+    // Gradient finalization over dp, then the optimizer step.
+    train::finish(&mut g, step, &specs, &weights, &acc, |_, _, grad| grad);
     g
 }

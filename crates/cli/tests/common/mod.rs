@@ -233,3 +233,54 @@ pub fn entangle_samples() -> Option<PathBuf> {
         None
     }
 }
+
+/// The oracle suite's Python (the virtual environment `scripts/oracle-venv` makes), when the
+/// suite is set up (`SHARDPROOF_ORACLE_DIR`, as `scripts/test` sets it).
+pub fn oracle_python() -> Option<PathBuf> {
+    std::env::var_os("SHARDPROOF_ORACLE_DIR")?;
+    let venv = std::env::var_os("SHARDPROOF_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/shardproof/venv")
+        });
+    Some(venv.join("bin/python"))
+}
+
+/// Runs the Python `script` with `python` on `request` (written to a JSON file whose path is
+/// the script's argument) and returns what the script prints, parsed as JSON.
+pub fn run_oracle(python: &Path, script: &str, request: &serde_json::Value) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let (req, file) = (dir.path().join("in.json"), dir.path().join("oracle.py"));
+    std::fs::write(&req, request.to_string()).unwrap();
+    std::fs::write(&file, script).unwrap();
+    let run = Command::new(python)
+        .arg(&file)
+        .arg(&req)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", python.display()));
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    serde_json::from_slice(&run.stdout).unwrap()
+}
+
+/// Every output of `graph` run by the reference interpreter on `leaves`, by name.
+pub fn graph_outputs(
+    graph: &shardproof_ir::Graph,
+    leaves: &std::collections::BTreeMap<String, shardproof_ops::Tensor>,
+) -> std::collections::BTreeMap<String, shardproof_ops::Tensor> {
+    let env = shardproof_interp::run_graph(graph, leaves, &Default::default()).unwrap();
+    graph
+        .outputs
+        .iter()
+        .flatten()
+        .map(|&v| {
+            (
+                graph.value_name(v).to_string(),
+                env.get(v).expect("computed").clone(),
+            )
+        })
+        .collect()
+}

@@ -275,10 +275,13 @@ fn llama_catalog_bugs_are_refuted_with_their_evidence() {
 
 #[test]
 fn correct_gpt2_plans_verify() {
-    // LayerNorm, learned positions, biased linears (addmm), GELU; Megatron TP and SP.
+    // LayerNorm, learned positions, biased linears (addmm), GELU; Megatron TP and SP. The
+    // activations are sequence-first, so under dp the flattened rows of the ranks interleave.
     for (mesh, extra) in [
         ("tp=2", &[][..]),
-        ("tp=2", &["--sequence-parallel", "--forward-only"][..]),
+        ("dp=2", &[][..]),
+        ("tp=2", &["--sequence-parallel"][..]),
+        ("dp=2,tp=2", &["--sequence-parallel", "--forward-only"][..]),
     ] {
         let dir = tempfile::tempdir().unwrap();
         let case = emit_model("gpt2", dir.path(), mesh, extra);

@@ -1163,6 +1163,44 @@ fn infer_one(
             equal_leaves,
         });
     }
+    // A constant multiple of clean expressions (a gradient before the data-parallel averaging
+    // absorbs the factor): keep every clean alternative, as a clean relation does, so the next
+    // operators can use whichever the implementation computes from.
+    let scaled: Vec<(i64, i64, Id)> = eg[root]
+        .nodes
+        .iter()
+        .filter_map(|n| match n {
+            Term::Op(s, k) if s.as_str() == SCALE && k.len() == 3 => {
+                let num = |id: Id| {
+                    eg[id].nodes.iter().find_map(|n| match n {
+                        Term::Num(x) => Some(*x),
+                        _ => None,
+                    })
+                };
+                Some((num(k[0])?, num(k[1])?, k[2]))
+            }
+            _ => None,
+        })
+        .collect();
+    for (p, q, inner) in scaled {
+        let exprs: Vec<RecExpr<Term>> = extract(&eg, inner, true)
+            .into_iter()
+            .map(|mut e| {
+                let x = Id::from(e.as_ref().len() - 1);
+                let (pn, qn) = (e.add(Term::Num(p)), e.add(Term::Num(q)));
+                e.add(Term::Op(Symbol::from(SCALE), vec![pn, qn, x]));
+                e
+            })
+            .collect();
+        if !exprs.is_empty() {
+            let equal_leaves = leaf_groups(&eg, &exprs);
+            return State::Related(Rel {
+                exprs,
+                clean: false,
+                equal_leaves,
+            });
+        }
+    }
     match extract(&eg, root, false).into_iter().next() {
         Some(e) if e.as_ref().len() <= 400 => {
             let equal_leaves = leaf_groups(&eg, std::slice::from_ref(&e));

@@ -11,6 +11,8 @@ use crate::term::{Data, Shapes, Term, CAT, GET, LIST, MAX, SLICE, SUM};
 use egg::{Applier, EGraph, Id, Pattern, PatternAst, Rewrite, Subst, Symbol, Var};
 use std::sync::Arc;
 
+mod rows;
+
 /// The e-graph type of the engine.
 pub type Graph = EGraph<Term, Shapes>;
 
@@ -1360,6 +1362,65 @@ pub fn library() -> Vec<Lemma> {
         }),
     });
     l.push(Lemma {
+        name: "norm-backward-over-cat",
+        doc: "layer norm backward with the gradient, input and statistics split alike along a row dim: the input gradient is per piece (cat), the weight and bias gradients are the sum over ranks of the pieces'; all three are linear in the gradient",
+        roots: vec![GET.into()],
+        examples: vec![
+            ("(get 0 (aten.native_layer_norm_backward.default (cat 1 %r0:g %r1:g) (cat 1 %r0:x %r1:x) (list 3) (cat 1 %r0:m %r1:m) (cat 1 %r0:r %r1:r) %r0:w %r0:b (list b:true b:true b:true)))", &[("g", "f64[2,1,3]"), ("x", "f64[2,1,3]"), ("m", "f64[2,1,1]"), ("r", "f64[2,1,1]"), ("w", "f64[3]"), ("b", "f64[3]")]),
+            ("(get 1 (aten.native_layer_norm_backward.default (cat 0 %r0:g %r1:g) (cat 0 %r0:x %r1:x) (list 3) (cat 0 %r0:m %r1:m) (cat 0 %r0:r %r1:r) %r0:w %r0:b (list b:true b:true b:true)))", &[("g", "f64[2,2,3]"), ("x", "f64[2,2,3]"), ("m", "f64[2,2,1]"), ("r", "f64[2,2,1]"), ("w", "f64[3]"), ("b", "f64[3]")]),
+            ("(get 2 (aten.native_layer_norm_backward.default (scale 1 2 %r0:g) %r0:x (list 3) %r0:m %r0:r %r0:w %r0:b (list b:true b:true b:true)))", &[("g", "f64[2,2,3]"), ("x", "f64[2,2,3]"), ("m", "f64[2,2,1]"), ("r", "f64[2,2,1]"), ("w", "f64[3]"), ("b", "f64[3]")]),
+            ("(get 0 (aten.native_layer_norm_backward.default (sum %r0:g %r1:g) %r0:x (list 3) %r0:m %r0:r %r0:w %r0:b (list b:true b:true b:true)))", &[("g", "f64[2,2,3]"), ("x", "f64[2,2,3]"), ("m", "f64[2,2,1]"), ("r", "f64[2,2,1]"), ("w", "f64[3]"), ("b", "f64[3]")]),
+        ],
+        requires: None,
+        build: Arc::new(|g, _, kids| {
+            let Some(k) = int(g, kids[0]) else { return vec![] };
+            let mut out = Vec::new();
+            for n in g[kids[1]].nodes.clone() {
+                let Term::Op(s, ck) = n else { continue };
+                if s.as_str() != "aten.native_layer_norm_backward.default" {
+                    continue;
+                }
+                // Linear in the upstream gradient.
+                for (p, q, x) in scales(g, ck[0]) {
+                    let parts = output_per_piece_at(g, s, &ck, 0, kids[0], &[x]);
+                    out.push(scale(g, p, q, parts[0]));
+                }
+                for terms in sums(g, ck[0]) {
+                    let parts = output_per_piece_at(g, s, &ck, 0, kids[0], &terms);
+                    out.push(op(g, SUM, parts));
+                }
+                let Some(normalized) = int_list(g, ck[2]) else { continue };
+                let Some(x) = shape(g, ck[1]) else { continue };
+                let rows = x.len().saturating_sub(normalized.len());
+                for (d, xs) in cats(g, ck[1]) {
+                    let Some(szs) = sizes(g, &xs, d) else { continue };
+                    if d >= rows {
+                        continue;
+                    }
+                    let split_alike = |g: &Graph, id: Id| {
+                        cats(g, id)
+                            .into_iter()
+                            .find(|(e, ps)| *e == d && sizes(g, ps, d).as_deref() == Some(&szs[..]))
+                            .map(|(_, ps)| ps)
+                    };
+                    let (Some(gs), Some(ms), Some(rs)) =
+                        (split_alike(g, ck[0]), split_alike(g, ck[3]), split_alike(g, ck[4]))
+                    else {
+                        continue;
+                    };
+                    let parts: Vec<Id> = (0..xs.len())
+                        .map(|i| {
+                            let call = g.add(with_kids(s, &ck, &[(0, gs[i]), (1, xs[i]), (3, ms[i]), (4, rs[i])]));
+                            op(g, GET, vec![kids[0], call])
+                        })
+                        .collect();
+                    out.push(if k == 0 { cat(g, d, parts) } else { op(g, SUM, parts) });
+                }
+            }
+            out
+        }),
+    });
+    l.push(Lemma {
         name: "vocab-masked-lookup",
         doc: "Megatron's masked embedding: masked_fill(embedding(w, masked_fill(t - s, m, c)), m, 0) with m = (t < s) | (t >= s + rows(w)) and 0 <= c < rows(w) is vocab_lookup(w, t, s)",
         roots: vec!["aten.masked_fill.Scalar".into()],
@@ -1738,6 +1799,7 @@ pub fn library() -> Vec<Lemma> {
             out
         }),
     });
+    l.extend(rows::lemmas());
     l
 }
 
@@ -2044,10 +2106,23 @@ fn is_true(g: &Graph, id: Id) -> bool {
 /// Output `k` of the multi-output call `sym(call_kids)` applied to each piece in place of its
 /// first operand.
 fn output_per_piece(g: &mut Graph, sym: Symbol, call_kids: &[Id], k: Id, pieces: &[Id]) -> Vec<Id> {
+    output_per_piece_at(g, sym, call_kids, 0, k, pieces)
+}
+
+/// Output `k` of the multi-output call `sym(call_kids)` applied to each piece in place of its
+/// operand `at`.
+fn output_per_piece_at(
+    g: &mut Graph,
+    sym: Symbol,
+    call_kids: &[Id],
+    at: usize,
+    k: Id,
+    pieces: &[Id],
+) -> Vec<Id> {
     pieces
         .iter()
         .map(|&p| {
-            let call = g.add(with_kids(sym, call_kids, &[(0, p)]));
+            let call = g.add(with_kids(sym, call_kids, &[(at, p)]));
             op(g, GET, vec![k, call])
         })
         .collect()

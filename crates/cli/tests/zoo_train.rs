@@ -277,6 +277,10 @@ fn invalid_training_requests_exit_2() {
             "not divisible into --grad-accum 3",
         ),
         (vec!["mlp", "--grad-accum", "0"], "at least one microbatch"),
+        (
+            vec!["mlp", "--mesh", "dp=3", "--batch", "6", "--zero", "2"],
+            "nothing would be split",
+        ),
         (vec!["mlp", "--clip-grad=-1"], "positive"),
         (vec!["mlp", "--loss-scale", "0"], "positive"),
         (

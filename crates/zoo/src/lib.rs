@@ -294,12 +294,12 @@ pub fn emit_training(
     } else {
         opts.mlp.check_split(dp, tp)?;
     }
-    let batch = match opts.model.as_str() {
-        "llama" => opts.llama.batch,
-        "gpt2" => extras.gpt2.batch,
-        _ => opts.mlp.batch,
+    let (batch, params) = match opts.model.as_str() {
+        "llama" => (opts.llama.batch, opts.llama.params(tp, opts.vocab_parallel)),
+        "gpt2" => (extras.gpt2.batch, extras.gpt2.params()),
+        _ => (opts.mlp.batch, opts.mlp.params()),
     };
-    train.check(dp, batch / dp, opts.forward_only)?;
+    train.check(&params, (dp, tp), batch / dp, opts.forward_only)?;
     if train.zero.is_some() && llama && opts.llama.kv_replicas(tp) > 1 {
         return Err(format!(
             "--zero with kv heads replicated over tp ranks (tp = {tp} > kv_heads = {}) is not \

@@ -140,13 +140,19 @@ impl TrainOptions {
         out
     }
 
-    /// Why these options cannot apply to a plan with `dp` data-parallel ranks, `local_batch`
-    /// sequences (or rows) per dp rank, forward only or not, if they cannot.
-    pub fn check(&self, dp: usize, local_batch: usize, forward_only: bool) -> Result<(), String> {
+    /// Why these options cannot apply to the model with `params` on a `dp` x `tp` plan with
+    /// `local_batch` sequences (or rows) per dp rank, forward only or not, if they cannot.
+    pub fn check(
+        &self,
+        params: &[Param],
+        (dp, tp): (usize, usize),
+        local_batch: usize,
+        forward_only: bool,
+    ) -> Result<(), String> {
         let flags = self.flags();
         if forward_only && !flags.is_empty() {
             return Err(format!(
-                "{} need the full iteration (drop --forward-only)",
+                "the training options {} need the full iteration (drop --forward-only)",
                 flags.join(", ")
             ));
         }
@@ -172,6 +178,14 @@ impl TrainOptions {
             ));
         }
         if let Some(z) = self.zero {
+            let split = params.iter().any(|p| zero_shard_dim(p, tp, dp).is_some());
+            if dp >= 2 && !split {
+                return Err(format!(
+                    "--zero {}: no parameter has a dim that dp = {dp} divides and tp leaves \
+                     whole, so nothing would be split (change the sizes or dp)",
+                    z.level()
+                ));
+            }
             if dp < 2 {
                 return Err(format!(
                     "--zero {} splits the training state over dp: it needs a dp mesh dim of \
@@ -263,7 +277,7 @@ impl TrainOptions {
         steps.push(match self.optimizer {
             Optimizer::Sgd => "SGD step".to_string(),
             Optimizer::Adam(a) => format!(
-                "Adam step {} (beta1 {}, beta2 {}, eps {})",
+                "Adam step {} (beta1 {}, beta2 {}, eps {:e})",
                 a.step, a.beta1, a.beta2, a.eps
             ),
         });
@@ -780,9 +794,9 @@ fn update(g: &mut GraphBuilder, step: &Step, weights: &Weights, item: Pending) {
             );
             // denom = exp_avg_sq.sqrt() / sqrt(1 - beta2^t) + eps;
             // param.addcdiv_(exp_avg, denom, value = -lr / (1 - beta1^t))
-            let t = a.step as i32;
-            let bias1 = 1.0 - a.beta1.powi(t);
-            let bias2 = 1.0 - a.beta2.powi(t);
+            let t = f64::from(a.step);
+            let bias1 = 1.0 - a.beta1.powf(t);
+            let bias2 = 1.0 - a.beta2.powf(t);
             let root = g.unary("sqrt", "aten.sqrt.default", &v_new);
             let unbiased = g.div_scalar("div", &root, Arg::F(bias2.sqrt()));
             let denom = g.call(
@@ -852,31 +866,41 @@ mod tests {
     #[test]
     fn options_are_checked() {
         let d = TrainOptions::default();
-        assert!(d.check(1, 8, true).is_ok());
+        let ps = [param("w", &[4, 6], TpLayout::Shard(0))];
+        let check = |o: &TrainOptions, dp, batch, fw| o.check(&ps, (dp, 2), batch, fw);
+        assert!(check(&d, 1, 8, true).is_ok());
         assert!(d.flags().is_empty() && d.label().is_empty());
         let adam = TrainOptions {
             optimizer: Optimizer::Adam(AdamConfig::default()),
             clip_grad: Some(1.0),
             ..d
         };
-        let e = adam.check(1, 8, true).unwrap_err();
-        assert!(e.contains("--optimizer adam, --clip-grad 1") && e.contains("--forward-only"));
+        let e = check(&adam, 1, 8, true).unwrap_err();
+        assert!(
+            e.contains("options --optimizer adam, --clip-grad 1") && e.contains("--forward-only")
+        );
         let accum = TrainOptions { grad_accum: 3, ..d };
-        assert!(accum
-            .check(1, 8, false)
-            .unwrap_err()
-            .contains("not divisible"));
+        let e = check(&accum, 1, 8, false).unwrap_err();
+        assert!(e.contains("not divisible"), "{e}");
         let zero = TrainOptions {
             zero: Some(ZeroStage::Two),
             ..d
         };
-        assert!(zero.check(1, 8, false).unwrap_err().contains("dp mesh dim"));
-        assert!(zero.check(2, 8, false).is_ok());
+        assert!(check(&zero, 1, 8, false)
+            .unwrap_err()
+            .contains("dp mesh dim"));
+        assert!(check(&zero, 2, 8, false).is_ok());
+        // dp = 4 divides no dim tp leaves whole (dim 1 of size 6).
+        assert!(check(&zero, 4, 8, false)
+            .unwrap_err()
+            .contains("nothing would be split"));
         let bad = TrainOptions {
             loss_scale: Some(f64::NAN),
             ..d
         };
-        assert!(bad.check(1, 8, false).unwrap_err().contains("--loss-scale"));
+        assert!(check(&bad, 1, 8, false)
+            .unwrap_err()
+            .contains("--loss-scale"));
         let spec = TrainOptions {
             grad_accum: 2,
             ..zero

@@ -3,8 +3,9 @@
 use crate::Verdict;
 use clap::{Args as ClapArgs, Subcommand};
 use shardproof_zoo::{
-    emit_training, find_bug, AdamConfig, EmitExtras, EmitOptions, Gpt2Config, LlamaConfig, Mesh,
-    MlpConfig, Optimizer, TrainOptions, ZeroStage, BUGS, MODELS, PARALLELISMS, TRAINING,
+    emit_training, find_bug, AdamConfig, DeepseekConfig, EmitExtras, EmitOptions, Gpt2Config,
+    LlamaConfig, Mesh, MlpConfig, Optimizer, TrainOptions, ZeroStage, BUGS, MODELS, PARALLELISMS,
+    TRAINING,
 };
 use std::path::PathBuf;
 
@@ -89,6 +90,15 @@ pub struct EmitArgs {
     /// ZeRO over dp: 1 splits the optimizer states, 2 the gradients too, 3 the parameters too.
     #[arg(long, value_name = "STAGE", value_parser = clap::value_parser!(u8).range(1..=3))]
     zero: Option<u8>,
+    /// Inner width of each routed expert (deepseek; default 8).
+    #[arg(long)]
+    moe_ffn: Option<usize>,
+    /// Routed experts (deepseek; default 4).
+    #[arg(long)]
+    experts: Option<usize>,
+    /// Experts selected per token (deepseek; default 2).
+    #[arg(long)]
+    top_k: Option<usize>,
     /// Output directory.
     #[arg(short = 'o', long = "out")]
     out: PathBuf,
@@ -156,6 +166,29 @@ fn list(bugs_only: bool) {
     }
 }
 
+/// The deepseek sizes: the flags given, the tiny defaults otherwise.
+fn deepseek_config(args: &EmitArgs) -> DeepseekConfig {
+    let d = DeepseekConfig::default();
+    let b = &d.base;
+    DeepseekConfig {
+        base: LlamaConfig {
+            hidden: args.hidden.unwrap_or(b.hidden),
+            heads: args.heads.unwrap_or(b.heads),
+            kv_heads: args.kv_heads.unwrap_or(b.kv_heads),
+            ffn: args.ffn.unwrap_or(b.ffn),
+            layers: args.layers.unwrap_or(b.layers),
+            seq: args.seq.unwrap_or(b.seq),
+            batch: args.batch.unwrap_or(b.batch),
+            vocab: args.vocab.unwrap_or(b.vocab),
+            ..b.clone()
+        },
+        moe_ffn: args.moe_ffn.unwrap_or(d.moe_ffn),
+        experts: args.experts.unwrap_or(d.experts),
+        top_k: args.top_k.unwrap_or(d.top_k),
+        ..d
+    }
+}
+
 /// The training options of the flags.
 fn train_options(args: &EmitArgs) -> Result<TrainOptions, String> {
     let optimizer = if args.optimizer == "adam" {
@@ -187,11 +220,24 @@ fn emit_case(args: &EmitArgs) -> Result<(), String> {
             format!("unknown bug `{id}`; known: {}", known.join(", "))
         })?),
     };
-    if args.model != "llama" && args.kv_heads.is_some() {
+    if !["llama", "deepseek"].contains(&args.model.as_str()) && args.kv_heads.is_some() {
         return Err(format!(
-            "--kv-heads applies to the llama model, not `{}`",
+            "--kv-heads applies to the llama and deepseek models, not `{}`",
             args.model
         ));
+    }
+    let moe_only = [
+        ("--moe-ffn", args.moe_ffn),
+        ("--experts", args.experts),
+        ("--top-k", args.top_k),
+    ];
+    if let Some((flag, _)) = moe_only.iter().find(|(_, v)| v.is_some()) {
+        if args.model != "deepseek" {
+            return Err(format!(
+                "{flag} applies to the deepseek model, not `{}`",
+                args.model
+            ));
+        }
     }
     if args.model == "mlp" {
         let decoder_only = [
@@ -246,6 +292,7 @@ fn emit_case(args: &EmitArgs) -> Result<(), String> {
             ..g
         },
         sequence_parallel: args.sequence_parallel,
+        deepseek: deepseek_config(args),
     };
     let emitted = emit_training(&opts, &extras, &train_options(args)?)?;
     emitted

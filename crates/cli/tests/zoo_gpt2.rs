@@ -7,14 +7,11 @@
 
 mod common;
 
-use common::graph_outputs as outputs;
-
-use shardproof_ir::{DType, Graph};
-use shardproof_ops::{Meta, Tensor};
-use shardproof_zoo::{
-    emit_with, EmitExtras, EmitOptions, Gpt2Config, LlamaConfig, Mesh, MlpConfig, Site, BUGS,
+use common::spec_check::{
+    check_gradients as check_spec, oracle_python, spec_graph_of, Torch, TORCH_HEADER,
 };
-use std::collections::BTreeMap;
+use shardproof_ir::Graph;
+use shardproof_zoo::{EmitExtras, Gpt2Config, LlamaConfig, Site, BUGS};
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -267,87 +264,12 @@ fn gpt2_sizes_are_configurable() {
     expect(&shardproof(&["run", case.to_str().unwrap()]), 0, "run");
 }
 
-/// A small deterministic generator (xorshift64*): the test needs no seed plumbing.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    /// Uniform in [-scale, scale).
-    fn uniform(&mut self, scale: f64) -> f64 {
-        ((self.next() >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) * scale
-    }
-}
-
 fn spec_graph(cfg: &Gpt2Config) -> Graph {
-    let opts = EmitOptions {
-        model: "gpt2".into(),
-        mlp: MlpConfig::default(),
-        llama: LlamaConfig::default(),
-        mesh: Mesh::parse("tp=2").unwrap(),
-        bug: None,
-        forward_only: false,
-        vocab_parallel: false,
-    };
     let extras = EmitExtras {
         gpt2: cfg.clone(),
-        sequence_parallel: false,
+        ..EmitExtras::default()
     };
-    let emitted = emit_with(&opts, &extras).unwrap();
-    let (_, text) = emitted
-        .files
-        .iter()
-        .find(|(n, _)| n == "spec.py")
-        .expect("a spec");
-    shardproof_import::parse_fx(text, std::path::Path::new("spec.py"))
-        .unwrap()
-        .graph
-}
-
-/// Random leaves for every input of `graph`: token ids below the vocabulary, floats in
-/// [-0.5, 0.5) (small weights keep the loss smooth enough for finite differences).
-fn leaves(graph: &Graph, vocab: usize, rng: &mut Rng) -> BTreeMap<String, Tensor> {
-    graph
-        .inputs
-        .iter()
-        .map(|&v| {
-            let ty = graph.recorded_type(v).expect("typed input");
-            let shape: Vec<usize> = ty
-                .concrete_shape()
-                .unwrap()
-                .iter()
-                .map(|&d| d as usize)
-                .collect();
-            let n: usize = shape.iter().product();
-            let data = if ty.dtype == DType::I64 {
-                (0..n).map(|_| (rng.next() % vocab as u64) as f64).collect()
-            } else {
-                (0..n).map(|_| rng.uniform(0.5)).collect()
-            };
-            let name = graph.value_name(v).to_string();
-            (name, Tensor::new(Meta::new(ty.dtype, shape), data))
-        })
-        .collect()
-}
-
-/// `leaves` with element `i` of input `name` moved by `by`.
-fn nudged(
-    leaves: &BTreeMap<String, Tensor>,
-    name: &str,
-    i: usize,
-    by: f64,
-) -> BTreeMap<String, Tensor> {
-    let mut out = leaves.clone();
-    let t = &leaves[name];
-    let mut data = t.data.to_vec();
-    data[i] += by;
-    out.insert(name.to_string(), Tensor::new(t.meta.clone(), data));
-    out
+    spec_graph_of("gpt2", "tp=2", LlamaConfig::default(), &extras)
 }
 
 #[test]
@@ -367,53 +289,21 @@ fn spec_gradients_match_finite_differences() {
 }
 
 fn check_gradients(cfg: &Gpt2Config) {
-    let graph = spec_graph(cfg);
-    let mut rng = Rng(0x5eed_1234_abcd_0002);
-    let base = leaves(&graph, cfg.vocab, &mut rng);
-    let out = outputs(&graph, &base);
-    let loss = |l: &BTreeMap<String, Tensor>| outputs(&graph, l)["loss"].data[0];
-    let params: Vec<String> = out
-        .keys()
-        .filter_map(|k| k.strip_suffix("_new").map(str::to_string))
-        .collect();
-    assert_eq!(params.len(), cfg.params().len(), "{params:?}");
-    let h = 1e-5;
-    let mut checked = 0;
-    for p in &params {
-        let value = &base[p];
-        let new = &out[&format!("{p}_new")];
-        let n = value.data.len();
-        for i in [0, n / 3, n - 1] {
-            let analytic = (value.data[i] - new.data[i]) / cfg.lr;
-            let numeric =
-                (loss(&nudged(&base, p, i, h)) - loss(&nudged(&base, p, i, -h))) / (2.0 * h);
-            let err = (analytic - numeric).abs() / numeric.abs().max(1e-3);
-            assert!(
-                err < 1e-5,
-                "{p}[{i}]: backward {analytic:e}, finite difference {numeric:e}"
-            );
-            checked += 1;
-        }
-    }
-    assert_eq!(checked, 3 * params.len());
+    let params = cfg.params().len();
+    check_spec(
+        &spec_graph(cfg),
+        cfg.vocab,
+        cfg.lr,
+        params,
+        0x5eed_1234_abcd_0002,
+    );
 }
 
 /// An independent GPT-2 forward in PyTorch (float64): `F.embedding` of tokens and positions,
 /// `F.layer_norm`, `F.linear` with biases, `F.scaled_dot_product_attention(is_causal=True)`,
 /// exact `F.gelu`, the LM head tied to the token embedding, `F.cross_entropy`; autograd for the
-/// gradients. Reads the inputs from the JSON file `argv[1]`, prints loss and gradients.
+/// gradients (after the shared header, which reads the inputs and reports).
 const TORCH_GPT2: &str = r#"
-import json, sys
-import torch
-import torch.nn.functional as F
-
-d = json.load(open(sys.argv[1]))
-c = d["config"]
-def load(name, dtype=torch.float64):
-    t = d["inputs"][name]
-    return torch.tensor(t["data"], dtype=dtype).reshape(t["shape"])
-tokens, labels = load("tokens", torch.long), load("labels", torch.long)
-p = {n: load(n).requires_grad_() for n in d["params"]}
 B, S, H, nh = tokens.shape[0], tokens.shape[1], c["hidden"], c["heads"]
 hd = H // nh
 x = F.embedding(tokens, p["wte"]) + F.embedding(torch.arange(S), p["wpe"])
@@ -426,72 +316,26 @@ for l in range(c["layers"]):
     m = F.gelu(F.linear(h, p[f"fc1_w_{l}"], p[f"fc1_b_{l}"]))
     x = x + F.linear(m, p[f"fc2_w_{l}"], p[f"fc2_b_{l}"])
 logits = F.layer_norm(x, (H,), p["lnf_w"], p["lnf_b"], c["eps"]) @ p["wte"].T
-loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
-loss.backward()
-print(json.dumps({"loss": loss.item(), "grads": {n: t.grad.flatten().tolist() for n, t in p.items()}}))
+report(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)))
 "#;
-
-fn json_tensor(t: &Tensor) -> serde_json::Value {
-    serde_json::json!({ "shape": t.shape(), "data": t.data.to_vec() })
-}
 
 #[test]
 fn spec_matches_pytorch() {
-    let Some(python) = common::oracle_python() else {
-        eprintln!("skipped: SHARDPROOF_ORACLE_DIR is not set (scripts/test sets up the oracle)");
+    let Some(python) = oracle_python() else {
         return;
     };
     let cfg = Gpt2Config::default();
-    let graph = spec_graph(&cfg);
-    let mut rng = Rng(0x0dd_ba12);
-    let base = leaves(&graph, cfg.vocab, &mut rng);
-    let out = outputs(&graph, &base);
     let params: Vec<String> = cfg.params().into_iter().map(|p| p.name).collect();
-    let inputs: serde_json::Map<String, serde_json::Value> = base
-        .iter()
-        .map(|(n, t)| (n.clone(), json_tensor(t)))
-        .collect();
-    let request = serde_json::json!({
-        "config": {
+    // The key bias's gradient is exactly zero (it adds the same `q . bk` to every score of a
+    // row, which softmax ignores): both sides are rounding noise there, so the bound has an
+    // absolute floor.
+    let torch = Torch {
+        python: &python,
+        script: [TORCH_HEADER, TORCH_GPT2].concat(),
+        config: serde_json::json!({
             "hidden": cfg.hidden, "heads": cfg.heads, "layers": cfg.layers, "eps": cfg.eps,
-        },
-        "inputs": inputs,
-        "params": params,
-    });
-    let torch = common::run_oracle(&python, TORCH_GPT2, &request);
-    let ours = out["loss"].data[0];
-    let theirs = torch["loss"].as_f64().unwrap();
-    assert!(
-        (ours - theirs).abs() <= 1e-12 * theirs.abs(),
-        "loss: ours {ours}, torch {theirs}"
-    );
-    for p in &params {
-        let theirs: Vec<f64> = torch["grads"][p]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_f64().unwrap())
-            .collect();
-        let ours: Vec<f64> = base[p]
-            .data
-            .iter()
-            .zip(out[&format!("{p}_new")].data.iter())
-            .map(|(w, new)| (w - new) / cfg.lr)
-            .collect();
-        assert_eq!(ours.len(), theirs.len(), "{p}");
-        let diff: f64 = ours
-            .iter()
-            .zip(&theirs)
-            .map(|(a, b)| (a - b) * (a - b))
-            .sum();
-        let norm: f64 = theirs.iter().map(|b| b * b).sum();
-        // The key bias's gradient is exactly zero (it adds the same `q . bk` to every score of
-        // a row, which softmax ignores): both sides are rounding noise there, so the bound has
-        // an absolute floor.
-        assert!(
-            diff.sqrt() <= 1e-9 * norm.sqrt().max(1e-6),
-            "{p}: gradient differs from PyTorch's (relative error {:e})",
-            diff.sqrt() / norm.sqrt()
-        );
-    }
+        }),
+        norm_floor: 1e-6,
+    };
+    torch.check(&spec_graph(&cfg), cfg.vocab, cfg.lr, &params, 0x0dd_ba12);
 }

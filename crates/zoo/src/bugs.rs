@@ -48,6 +48,15 @@ pub enum Mutation {
     /// Loss scaling: the gradients are not divided by the loss scale before clipping and the
     /// optimizer.
     LossScaleNotUnscaled,
+    /// DeepSeek MoE: each tp rank adds the whole auxiliary load-balancing loss instead of its
+    /// 1/tp share, so the tp ranks' sum counts it tp times (loss and router gradients).
+    MoeAuxLossNotDividedByTp,
+    /// DeepSeek MoE: the router weight gradients, partial over tp, are not all-reduced over tp
+    /// before the optimizer step.
+    MoeRouterGradUnsynced,
+    /// DeepSeek MoE under expert parallelism: the routed experts' gradients are divided by the
+    /// expert-data-parallel size (dp) instead of the whole data-parallel size (dp x ep).
+    EpExpertGradNotAveraged,
 }
 
 /// The training options (beyond forward + backward + SGD) a mutation needs to be planted.
@@ -148,6 +157,27 @@ const BIASED: &[&str] = &["mlp", "gpt2"];
 const GPT2: &[&str] = &["gpt2"];
 /// The Llama model only.
 const LLAMA: &[&str] = &["llama"];
+/// The DeepSeek MoE model only.
+const DEEPSEEK: &[&str] = &["deepseek"];
+
+/// The fields the DeepSeek MoE bugs share; every entry sets its own id, texts and mutation.
+const DEEPSEEK_BUG: Bug = Bug {
+    id: "",
+    source: "",
+    description: "",
+    parallelism: "",
+    engines: "run",
+    spec_op: "",
+    mutation: Mutation::MoeAuxLossNotDividedByTp,
+    needs_dp: false,
+    needs_tp: false,
+    needs_backward: false,
+    changes_loss: false,
+    models: DEEPSEEK,
+    needs_kv_replicas: false,
+    needs_vocab_parallel: false,
+    needs_sequence_parallel: false,
+};
 
 /// Every bug this version of the zoo can plant.
 pub const BUGS: &[Bug] = &[
@@ -425,6 +455,38 @@ pub const BUGS: &[Bug] = &[
         needs_vocab_parallel: false,
         needs_sequence_parallel: false,
     },
+    Bug {
+        id: "moe-aux-loss-not-divided-by-tp",
+        source: "Entangle (ASPLOS'26) bug 2, seen at ByteDance: incorrect scaling of the MoE auxiliary loss with TP",
+        description: "every tp rank adds the whole auxiliary load-balancing loss instead of 1/tp of it, so the loss and the router gradients count it tp times",
+        parallelism: "tp",
+        spec_op: "aten.add.Tensor adding the auxiliary loss to the cross-entropy",
+        mutation: Mutation::MoeAuxLossNotDividedByTp,
+        needs_tp: true,
+        changes_loss: true,
+        ..DEEPSEEK_BUG
+    },
+    Bug {
+        id: "moe-router-grad-unsynced",
+        source: "TTrace Table 1 #6 and Entangle bug 8: router weights not synchronized under TP+SP (Megatron-LM issue 599, pull 619)",
+        description: "the router weight gradients, partial over tp (the gates weight the experts' tp-partial outputs), are not all-reduced over tp",
+        parallelism: "tp (full iteration)",
+        spec_op: "aten.sub.Tensor of the SGD step of the router weights",
+        mutation: Mutation::MoeRouterGradUnsynced,
+        needs_tp: true,
+        needs_backward: true,
+        ..DEEPSEEK_BUG
+    },
+    Bug {
+        id: "ep-expert-grad-not-averaged",
+        source: "TrainVerify (SOSP'25) section 8.3, wrong scaling of distributed state under expert parallelism (Megatron-LM commit 3373641, fix scaling down expert grads)",
+        description: "the routed experts' gradients are divided by the expert-data-parallel size dp instead of dp x ep, though each expert saw the tokens of its whole ep group",
+        parallelism: "ep (full iteration)",
+        spec_op: "aten.sub.Tensor of the SGD step of the expert weights",
+        mutation: Mutation::EpExpertGradNotAveraged,
+        needs_backward: true,
+        ..DEEPSEEK_BUG
+    },
 ];
 
 /// The catalog entry named `id`.
@@ -432,7 +494,47 @@ pub fn find_bug(id: &str) -> Option<&'static Bug> {
     BUGS.iter().find(|b| b.id == id)
 }
 
+impl Site<'_> {
+    /// A plan of `model` on `dp` x `tp` ranks with no kv replicas, no vocabulary or sequence
+    /// parallelism.
+    pub fn new(model: &str, dp: usize, tp: usize, forward_only: bool) -> Site<'_> {
+        Site {
+            model,
+            dp,
+            tp,
+            forward_only,
+            kv_replicated: false,
+            vocab_parallel: false,
+            sequence_parallel: false,
+        }
+    }
+}
+
 impl Bug {
+    /// Needs an `ep` mesh dim larger than 1. (A method rather than a field, so that catalog
+    /// entries written before expert parallelism keep compiling.)
+    pub fn needs_ep(&self) -> bool {
+        self.mutation == Mutation::EpExpertGradNotAveraged
+    }
+
+    /// Why the bug cannot be planted on a mesh whose `ep` dim has size `ep` (1 when absent),
+    /// if it cannot.
+    pub fn check_ep(&self, ep: usize) -> Result<(), String> {
+        if self.needs_ep() && ep < 2 {
+            return Err(format!(
+                "bug `{}` needs an ep mesh dim of size >= 2",
+                self.id
+            ));
+        }
+        Ok(())
+    }
+
+    /// [`Bug::check_applies`] on a mesh whose `ep` dim has size `ep` (1 when absent).
+    pub fn check_applies_with_ep(&self, site: &Site, ep: usize) -> Result<(), String> {
+        self.check_applies(site)?;
+        self.check_ep(ep)
+    }
+
     /// Why the bug cannot be planted in the plan described by `site` with the default training
     /// options (SGD, no clipping, loss scale, accumulation or ZeRO), if it cannot.
     pub fn check_applies(&self, site: &Site) -> Result<(), String> {
@@ -518,15 +620,7 @@ mod tests {
     }
 
     fn site(model: &str, dp: usize, tp: usize, forward_only: bool) -> Site<'_> {
-        Site {
-            model,
-            dp,
-            tp,
-            forward_only,
-            kv_replicated: false,
-            vocab_parallel: false,
-            sequence_parallel: false,
-        }
+        Site::new(model, dp, tp, forward_only)
     }
 
     #[test]

@@ -13,7 +13,7 @@
 
 use crate::bugs::Mutation;
 use crate::graph::{Arg, GraphBuilder, Val};
-use crate::llama::cross_entropy;
+use crate::llama::{attend, attention_scores_backward, causal_mask, cross_entropy, ScoresSaved};
 use crate::train::{self, Step};
 use crate::{Param, TpLayout};
 use std::collections::{BTreeMap, BTreeSet};
@@ -204,11 +204,7 @@ struct NormSaved {
 struct LayerSaved {
     ln1: NormSaved,
     xn2d: Val,
-    q3: Val,
-    kt3: Val,
-    p: Val,
-    p3: Val,
-    v3: Val,
+    scores: ScoresSaved,
     attn2d: Val,
     ln2: NormSaved,
     hn2d: Val,
@@ -340,18 +336,7 @@ pub(crate) fn build_rank(
             &[Arg::V(&w("wte")), Arg::V(&tokens_t)],
             vec![s, b, h],
         );
-        let pos = g.call_typed(
-            "arange",
-            "aten.arange.start",
-            &[
-                Arg::I(0),
-                Arg::I(s as i64),
-                Arg::Raw("device = device(type='cpu')"),
-                Arg::Raw("pin_memory = False"),
-            ],
-            "i64",
-            vec![s],
-        );
+        let pos = g.arange(s);
         let pe = g.call(
             "embedding",
             "aten.embedding.default",
@@ -373,14 +358,7 @@ pub(crate) fn build_rank(
             emb
         };
 
-        // Causal mask: -inf above the diagonal, 0 elsewhere, added to the scores.
-        let full = g.full(&[s, s], f64::NEG_INFINITY);
-        let mask = g.call(
-            "triu",
-            "aten.triu.default",
-            &[Arg::V(&full), Arg::I(1)],
-            vec![s, s],
-        );
+        let mask = causal_mask(g, s);
         let scale = 1.0 / (hd as f64).sqrt();
 
         let mut saved = Vec::new();
@@ -407,18 +385,7 @@ pub(crate) fn build_rank(
             let vp = g.permute(&v4, &[1, 2, 0, 3]);
             let vc = g.contiguous(&vp);
             let v3 = g.view(&vc, &[b * nh, s, hd]);
-            let raw3 = g.bmm(&q3, &kt3);
-            let raw = g.view(&raw3, &[b, nh, s, s]);
-            let scaled = g.mul_scalar("mul", &raw, Arg::F(scale));
-            let masked = g.add(&scaled, &mask);
-            let p = g.call(
-                "_softmax",
-                "aten._softmax.default",
-                &[Arg::V(&masked), Arg::I(-1), Arg::B(false)],
-                masked.shape.clone(),
-            );
-            let p3 = g.view(&p, &[b * nh, s, s]);
-            let o3 = g.bmm(&p3, &v3);
+            let (o3, scores) = attend(g, q3, kt3, |_| v3, &mask, scale, b);
             let o4 = g.view(&o3, &[b, nh, s, hd]);
             let op = g.permute(&o4, &[2, 0, 1, 3]);
             let oc = g.contiguous(&op);
@@ -476,11 +443,7 @@ pub(crate) fn build_rank(
                     rstd: r1,
                 },
                 xn2d,
-                q3,
-                kt3,
-                p,
-                p3,
-                v3,
+                scores,
                 attn2d,
                 ln2: NormSaved {
                     x: hres,
@@ -605,28 +568,7 @@ pub(crate) fn build_rank(
             let g_op = g.permute(&g_o4, &[1, 2, 0, 3]);
             let g_oc = g.contiguous(&g_op);
             let g_o3 = g.view(&g_oc, &[b * nh, s, hd]);
-            let v3t = g.transpose(&sv.v3, 1, 2);
-            let g_p3 = g.bmm(&g_o3, &v3t);
-            let p3t = g.transpose(&sv.p3, 1, 2);
-            let g_v3 = g.bmm(&p3t, &g_o3);
-            let g_p = g.view(&g_p3, &[b, nh, s, s]);
-            let g_masked = g.call(
-                "_softmax_backward_data",
-                "aten._softmax_backward_data.default",
-                &[
-                    Arg::V(&g_p),
-                    Arg::V(&sv.p),
-                    Arg::I(-1),
-                    Arg::Raw("torch.float32"),
-                ],
-                g_p.shape.clone(),
-            );
-            let g_raw = g.mul_scalar("mul", &g_masked, Arg::F(scale));
-            let g_raw3 = g.view(&g_raw, &[b * nh, s, s]);
-            let kt3t = g.transpose(&sv.kt3, 1, 2);
-            let g_q3 = g.bmm(&g_raw3, &kt3t);
-            let q3t = g.transpose(&sv.q3, 1, 2);
-            let g_kt3 = g.bmm(&q3t, &g_raw3);
+            let (g_q3, g_kt3, g_v3) = attention_scores_backward(g, &g_o3, &sv.scores);
             // Back to sequence-first token rows `[seq * batch, heads * head_dim]`.
             let mut to_rows = |x: &Val, shape: &[usize], dims: &[usize]| {
                 let v = g.view(x, shape);

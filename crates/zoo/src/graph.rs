@@ -161,21 +161,36 @@ impl GraphBuilder {
         args: &[Arg],
         outs: &[(&str, Vec<usize>)],
     ) -> Vec<Val> {
+        let typed: Vec<(&str, &'static str, Vec<usize>)> = outs
+            .iter()
+            .map(|(item, shape)| (*item, "f32", shape.clone()))
+            .collect();
+        self.call_multi_typed(hint, op, args, &typed)
+    }
+
+    /// [`GraphBuilder::call_multi`] with a dtype per output (`topk`: f32 values, i64 indices).
+    pub fn call_multi_typed(
+        &mut self,
+        hint: &str,
+        op: &str,
+        args: &[Arg],
+        outs: &[(&str, &'static str, Vec<usize>)],
+    ) -> Vec<Val> {
         let name = self.fresh(hint);
         let rendered: Vec<String> = args.iter().map(Arg::render).collect();
         self.lines
             .push(format!("{name} = torch.ops.{op}({})", rendered.join(", ")));
         outs.iter()
             .enumerate()
-            .map(|(i, (item, shape))| {
+            .map(|(i, (item, dtype, shape))| {
                 let item = self.fresh(if item.is_empty() { "getitem" } else { item });
                 let shape = shape.clone();
                 self.lines
-                    .push(format!("{item}: {} = {name}[{i}]", ty("f32", &shape)));
+                    .push(format!("{item}: {} = {name}[{i}]", ty(dtype, &shape)));
                 Val {
                     name: item,
                     shape,
-                    dtype: "f32",
+                    dtype,
                 }
             })
             .collect()
@@ -599,6 +614,22 @@ impl GraphBuilder {
 }
 
 impl GraphBuilder {
+    /// `aten.arange.start(0, n)`: the i64 vector `0, 1, ..., n - 1`.
+    pub fn arange(&mut self, n: usize) -> Val {
+        self.call_typed(
+            "arange",
+            "aten.arange.start",
+            &[
+                Arg::I(0),
+                Arg::I(n as i64),
+                Arg::Raw("device = device(type='cpu')"),
+                Arg::Raw("pin_memory = False"),
+            ],
+            "i64",
+            vec![n],
+        )
+    }
+
     /// `aten.full.default(shape, value)`: a new f32 tensor filled with `value`, with the keyword
     /// arguments AOTAutograd prints.
     pub fn full(&mut self, shape: &[usize], value: f64) -> Val {

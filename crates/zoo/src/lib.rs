@@ -3,6 +3,7 @@
 //! optionally a planted bug from the catalog.
 
 pub mod bugs;
+pub mod deepseek;
 pub mod gpt2;
 pub mod graph;
 pub mod llama;
@@ -10,6 +11,7 @@ pub mod mlp;
 pub mod train;
 
 pub use bugs::{find_bug, Bug, Mutation, Site, BUGS};
+pub use deepseek::DeepseekConfig;
 pub use gpt2::Gpt2Config;
 pub use llama::LlamaConfig;
 pub use mlp::MlpConfig;
@@ -34,6 +36,13 @@ pub const MODELS: &[(&str, &str)] = &[
         "GPT-2 style decoder: learned positions, LayerNorm, biased q/k/v and output \
          projection, causal attention, GELU MLP, LM head tied to the embedding, cross-entropy \
          (sizes: hidden, heads, ffn, layers, seq, batch, vocab)",
+    ),
+    (
+        "deepseek",
+        "DeepSeek-V3 style MoE decoder: llama's attention, each MLP a MoE block (sigmoid \
+         router, top-k gates, routed SwiGLU experts, a shared expert) plus the sequence-wise \
+         auxiliary load-balancing loss (sizes: hidden, heads, kv_heads, ffn (shared expert), \
+         moe_ffn, experts, top_k, layers, seq, batch, vocab)",
     ),
 ];
 
@@ -90,6 +99,11 @@ pub const PARALLELISMS: &[(&str, &str)] = &[
          gpt2 q/k/v, fc1), row parallel with an all-reduce (mlp fc2; llama o, down; gpt2 o, \
          fc2; biases added once after it)",
     ),
+    (
+        "ep",
+        "expert parallel (deepseek): batch Shard(0) like dp, stacked expert weights Shard(0); \
+         tokens dispatched by all-gather and combined by reduce-scatter over ep",
+    ),
 ];
 
 /// The training options of the full iteration (flags of `zoo emit`): flag and one line.
@@ -141,7 +155,12 @@ impl Mesh {
                 ));
             };
             let Some(&(dim, _)) = PARALLELISMS.iter().find(|(n, _)| *n == name.trim()) else {
-                return Err(format!("unknown mesh dim `{}`; known: dp, tp", name.trim()));
+                let known: Vec<&str> = PARALLELISMS.iter().map(|(n, _)| *n).collect();
+                return Err(format!(
+                    "unknown mesh dim `{}`; known: {}",
+                    name.trim(),
+                    known.join(", ")
+                ));
             };
             let size: usize = match size.trim().parse() {
                 Ok(s) if s >= 1 => s,
@@ -210,6 +229,8 @@ pub struct EmitExtras {
     /// gpt2: Megatron sequence parallelism over tp (activations outside the tensor-parallel
     /// regions split along the sequence; all-gather and reduce-scatter around them).
     pub sequence_parallel: bool,
+    /// The sizes of the DeepSeek MoE model (used when the model is `deepseek`).
+    pub deepseek: DeepseekConfig,
 }
 
 /// An emitted case: file names (relative to the output directory) and their contents.
@@ -240,6 +261,8 @@ struct Plan {
     params: Vec<Param>,
     /// Process groups beyond one per mesh dim: (name, explicit rank lists).
     groups: Vec<(&'static str, Vec<Vec<usize>>)>,
+    /// Parameters also split along dim 0 over the `ep` mesh dim (stacked expert weights).
+    ep_sharded: Vec<String>,
 }
 
 /// Emits the case described by `opts` (with the default [`EmitExtras`]), or says why it
@@ -276,6 +299,14 @@ pub fn emit_training(
     let (dp, tp) = (opts.mesh.size("dp"), opts.mesh.size("tp"));
     let llama = opts.model == "llama";
     let gpt2 = opts.model == "gpt2";
+    let deepseek = opts.model == "deepseek";
+    let ep = opts.mesh.size("ep");
+    if !deepseek && opts.mesh.dims.iter().any(|(d, _)| *d == "ep") {
+        return Err(format!(
+            "the ep mesh dim applies to the deepseek model, not `{}`",
+            opts.model
+        ));
+    }
     let sp = extras.sequence_parallel;
     if opts.vocab_parallel && (!llama || tp < 2) {
         return Err(
@@ -287,14 +318,23 @@ pub fn emit_training(
             "sequence parallelism applies to the gpt2 model on a tp mesh dim of size >= 2".into(),
         );
     }
-    if llama {
+    if deepseek {
+        extras.deepseek.check_split(dp, tp, ep)?;
+    } else if llama {
         opts.llama.check_split(dp, tp, opts.vocab_parallel)?;
     } else if gpt2 {
         extras.gpt2.check_split(dp, tp, sp)?;
     } else {
         opts.mlp.check_split(dp, tp)?;
     }
+    if deepseek && *train != TrainOptions::PLAIN {
+        return Err(format!(
+            "the deepseek model supports plain SGD only, not {}",
+            train.flags().join(" ")
+        ));
+    }
     let (batch, params) = match opts.model.as_str() {
+        "deepseek" => (extras.deepseek.base.batch, extras.deepseek.params(tp)),
         "llama" => (opts.llama.batch, opts.llama.params(tp, opts.vocab_parallel)),
         "gpt2" => (extras.gpt2.batch, extras.gpt2.params()),
         _ => (opts.mlp.batch, opts.mlp.params()),
@@ -320,6 +360,7 @@ pub fn emit_training(
             },
             train,
         )?;
+        bug.check_ep(ep)?;
     }
     let mutation = opts.bug.map(|b| b.mutation);
     let n = opts.mesh.ranks();
@@ -344,7 +385,9 @@ pub fn emit_training(
         bug: mutation,
         lr,
     };
-    let plan = if gpt2 {
+    let plan = if deepseek {
+        deepseek_plan(&extras.deepseek, &opts.mesh, opts.forward_only, mutation)
+    } else if gpt2 {
         let cfg = &extras.gpt2;
         // Rank = dp_i * tp + tp_i; ranks differ only by their sequence chunk under SP.
         let ranks = (0..n)
@@ -369,6 +412,7 @@ pub fn emit_training(
             data: vec![("tokens", true), ("labels", true)],
             params: cfg.params(),
             groups: Vec::new(),
+            ep_sharded: Vec::new(),
         }
     } else if llama {
         let cfg = &opts.llama;
@@ -407,6 +451,7 @@ pub fn emit_training(
             data: vec![("tokens", true), ("labels", true), ("rope_inv_freq", false)],
             params: cfg.params(tp, opts.vocab_parallel),
             groups,
+            ep_sharded: Vec::new(),
         }
     } else {
         let cfg = &opts.mlp;
@@ -420,6 +465,7 @@ pub fn emit_training(
             data: vec![("x", true), ("target", true)],
             params: cfg.params(),
             groups: Vec::new(),
+            ep_sharded: Vec::new(),
         }
     };
     let mut files = vec![
@@ -433,6 +479,55 @@ pub fn emit_training(
             .map(|(r, text)| (format!("r{r}.py"), text)),
     );
     Ok(Emitted { files })
+}
+
+/// The deepseek plan on `mesh` (dims in the order dp, tp, ep): rank
+/// `(dp_i * tp + tp_i) * ep + ep_i`; ranks differ only by the experts their ep index holds.
+fn deepseek_plan(
+    cfg: &DeepseekConfig,
+    mesh: &Mesh,
+    forward_only: bool,
+    mutation: Option<Mutation>,
+) -> Plan {
+    let (dp, tp, ep) = (mesh.size("dp"), mesh.size("tp"), mesh.size("ep"));
+    let ranks = (0..mesh.ranks())
+        .map(|r| {
+            let plan = deepseek::RankPlan {
+                dp,
+                tp,
+                ep,
+                ep_rank: r % ep,
+            };
+            deepseek::build(cfg, plan, forward_only, mutation).render()
+        })
+        .collect();
+    let groups = if dp > 1 && ep > 1 {
+        // The data group of the replicated parameters: the dp x ep ranks of one tp index.
+        let lists = (0..tp)
+            .map(|j| {
+                (0..dp)
+                    .flat_map(|i| (0..ep).map(move |e| (i * tp + j) * ep + e))
+                    .collect()
+            })
+            .collect();
+        vec![("dp_ep", lists)]
+    } else {
+        Vec::new()
+    };
+    let params = cfg.params(tp);
+    let ep_sharded = params
+        .iter()
+        .filter(|p| DeepseekConfig::is_expert(&p.name))
+        .map(|p| p.name.clone())
+        .collect();
+    Plan {
+        spec: deepseek::build(cfg, deepseek::RankPlan::SPEC, forward_only, None),
+        ranks,
+        data: vec![("tokens", true), ("labels", true), ("rope_inv_freq", false)],
+        params,
+        groups,
+        ep_sharded,
+    }
 }
 
 fn case_yaml(
@@ -458,6 +553,34 @@ fn case_yaml(
             on("tp", &format!("Shard({dim})"))
         ),
     };
+    // Per mesh dim, in mesh order; `Replicate()` when none applies.
+    let per_dim = |pieces: &[(&str, String)]| {
+        let present: Vec<String> = pieces
+            .iter()
+            .filter(|(d, _)| has(d))
+            .map(|(d, p)| format!("{d}: {p}"))
+            .collect();
+        if present.is_empty() {
+            "Replicate()".to_string()
+        } else {
+            format!("{{ {} }}", present.join(", "))
+        }
+    };
+    let param_place = |p: &Param| {
+        if !plan.ep_sharded.contains(&p.name) {
+            return tp_place(p.tp);
+        }
+        let mut pieces = Vec::new();
+        if let TpLayout::Shard(d) = p.tp {
+            pieces.push(("tp", format!("Shard({d})")));
+        }
+        pieces.push(("ep", "Shard(0)".to_string()));
+        per_dim(&pieces)
+    };
+    let batch_place = per_dim(&[
+        ("dp", "Shard(0)".to_string()),
+        ("ep", "Shard(0)".to_string()),
+    ]);
     // ZeRO: the dim along which a parameter's optimizer states (and under ZeRO-3 the parameter
     // itself) are split over dp, on top of the tp layout.
     let (dp, tp) = (mesh.size("dp"), mesh.size("tp"));
@@ -469,7 +592,7 @@ fn case_yaml(
     };
     let place = |p: &Param, dp_split: Option<usize>| {
         let Some(z) = dp_split else {
-            return tp_place(p.tp);
+            return param_place(p);
         };
         let mut dims = vec![format!("dp: Shard({z})")];
         let (tp_dim, replicas) = match p.tp {
@@ -545,7 +668,7 @@ fn case_yaml(
     let _ = writeln!(s, "inputs:");
     for (input, batched) in &plan.data {
         let place = if *batched {
-            on("dp", "Shard(0)")
+            batch_place.clone()
         } else {
             "Replicate()".to_string()
         };
@@ -578,7 +701,7 @@ fn case_yaml(
         };
         let _ = writeln!(s, "  {}: {place}", out.name);
     }
-    if opts.model == "llama" || opts.model == "gpt2" {
+    if ["llama", "gpt2", "deepseek"].contains(&opts.model.as_str()) {
         // The zoo's labels are vocabulary ids, never the loss's ignore_index (-100): a mean
         // cross-entropy over a split batch is then the mean of equal-sized per-rank means.
         let _ = writeln!(

@@ -60,6 +60,36 @@ impl Default for LlamaConfig {
 /// interpreter's allocation later) far from overflow.
 const MAX_ELEMENTS: usize = 1 << 40;
 
+/// Why `value` (the size `name`) cannot be split over the `size` ranks of `over` (a mesh
+/// dim), if it cannot.
+pub(crate) fn check_divisible(
+    name: &str,
+    value: usize,
+    over: &str,
+    size: usize,
+) -> Result<(), String> {
+    if value.is_multiple_of(size) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name} {value} is not divisible by {over} = {size}"
+        ))
+    }
+}
+
+/// Why one of the tensors of `shapes` is too large to emit, if one is.
+pub(crate) fn check_tensor_sizes(shapes: &[Vec<usize>]) -> Result<(), String> {
+    for dims in shapes {
+        let n = dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
+        if n.is_none_or(|n| n > MAX_ELEMENTS) {
+            return Err(format!(
+                "the sizes make a tensor of shape {dims:?}, over {MAX_ELEMENTS} elements"
+            ));
+        }
+    }
+    Ok(())
+}
+
 impl LlamaConfig {
     /// The width of one attention head.
     pub fn head_dim(&self) -> usize {
@@ -141,14 +171,7 @@ impl LlamaConfig {
             vec![self.vocab.max(self.ffn), self.hidden],
             vec![self.layers, self.hidden],
         ];
-        for dims in &largest {
-            let n = dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
-            if n.is_none_or(|n| n > MAX_ELEMENTS) {
-                return Err(format!(
-                    "the sizes make a tensor of shape {dims:?}, over {MAX_ELEMENTS} elements"
-                ));
-            }
-        }
+        check_tensor_sizes(&largest)?;
         if !self.hidden.is_multiple_of(self.heads) {
             return Err(format!(
                 "hidden {} is not divisible by heads {}",
@@ -167,21 +190,9 @@ impl LlamaConfig {
                 self.heads, self.kv_heads
             ));
         }
-        if !self.batch.is_multiple_of(dp) {
-            return Err(format!(
-                "batch {} is not divisible by dp = {dp}",
-                self.batch
-            ));
-        }
-        if !self.heads.is_multiple_of(tp) {
-            return Err(format!(
-                "heads {} is not divisible by tp = {tp}",
-                self.heads
-            ));
-        }
-        if !self.ffn.is_multiple_of(tp) {
-            return Err(format!("ffn {} is not divisible by tp = {tp}", self.ffn));
-        }
+        check_divisible("batch", self.batch, "dp", dp)?;
+        check_divisible("heads", self.heads, "tp", tp)?;
+        check_divisible("ffn", self.ffn, "tp", tp)?;
         if vocab_parallel && !self.vocab.is_multiple_of(tp) {
             return Err(format!(
                 "vocab {} is not divisible by tp = {tp} (--vocab-parallel)",
@@ -224,33 +235,62 @@ impl RankPlan {
 }
 
 /// What the backward of an RMSNorm reads from its forward.
-struct NormSaved {
+pub(crate) struct NormSaved {
     x: Val,
     rs: Val,
     xn: Val,
 }
 
-/// What the backward of a decoder layer reads from its forward.
-struct LayerSaved {
+/// What the backward of scaled, masked softmax attention over `b * heads` rows reads from its
+/// forward.
+pub(crate) struct ScoresSaved {
+    /// Queries `[b * heads, s, head_dim]`.
+    q3: Val,
+    /// Transposed keys `[b * heads, head_dim, s]`.
+    kt3: Val,
+    /// Probabilities `[b, heads, s, s]`.
+    p: Val,
+    /// The same as `[b * heads, s, s]`.
+    p3: Val,
+    /// Values `[b * heads, s, head_dim]`.
+    v3: Val,
+    /// The factor on the raw scores.
+    scale: f64,
+}
+
+/// What the backward of a decoder layer's attention sublayer reads from its forward.
+pub(crate) struct AttnSaved {
     attn_norm: NormSaved,
     xn2d: Val,
-    q3: Val,
-    kt3: Val,
-    p: Val,
-    p3: Val,
-    v3: Val,
+    scores: ScoresSaved,
     attn2d: Val,
-    scale: f64,
-    mlp_norm: NormSaved,
-    hn2d: Val,
+}
+
+/// What the backward of a SwiGLU MLP reads from its forward.
+pub(crate) struct SwigluSaved {
+    x2d: Val,
     gate: Val,
     up: Val,
     sg: Val,
     m: Val,
 }
 
+/// The name prefixes of a SwiGLU MLP's gate, up and down weights (layer `l`'s are
+/// `<prefix>_<l>`).
+pub(crate) type SwigluNames = [&'static str; 3];
+
+/// The llama MLP's weights.
+const MLP_WEIGHTS: SwigluNames = ["w_gate", "w_up", "w_down"];
+
+/// What the backward of a decoder layer reads from its forward.
+struct LayerSaved {
+    attn: AttnSaved,
+    mlp_norm: NormSaved,
+    mlp: SwigluSaved,
+}
+
 /// `weight * (x * rsqrt(mean(x^2, -1) + eps))`, as Hugging Face's `LlamaRMSNorm`.
-fn rms_norm(g: &mut GraphBuilder, x: &Val, w: &Val, eps: f64) -> (Val, NormSaved) {
+pub(crate) fn rms_norm(g: &mut GraphBuilder, x: &Val, w: &Val, eps: f64) -> (Val, NormSaved) {
     let sq = g.call(
         "pow",
         "aten.pow.Tensor_Scalar",
@@ -280,7 +320,12 @@ fn rms_norm(g: &mut GraphBuilder, x: &Val, w: &Val, eps: f64) -> (Val, NormSaved
 /// The RMSNorm backward: `(grad of x, grad of weight)`, with `xn = x * rs`:
 /// `dw = sum(grad * xn)` over every dim but the last, and
 /// `dx = rs * (grad * w) - x * rs^3 * mean((grad * w) * x, -1)`.
-fn rms_norm_backward(g: &mut GraphBuilder, grad: &Val, w: &Val, sv: &NormSaved) -> (Val, Val) {
+pub(crate) fn rms_norm_backward(
+    g: &mut GraphBuilder,
+    grad: &Val,
+    w: &Val,
+    sv: &NormSaved,
+) -> (Val, Val) {
     let gxn_w = g.mul(grad, &sv.xn);
     let lead: Vec<usize> = (0..grad.shape.len() - 1).collect();
     let g_w = g.sum_dims(&gxn_w, &lead, false);
@@ -357,14 +402,33 @@ fn heads_to_rows(g: &mut GraphBuilder, x: &Val) -> Val {
     g.view(&c, &[b * s, h * d])
 }
 
-/// `x @ w.T` for a weight `w` of shape `[out, in]`.
-fn linear(g: &mut GraphBuilder, x: &Val, w: &Val) -> Val {
-    let wt = g.t(w);
-    g.mm(x, &wt)
+/// `x @ w.T` for a weight `w` of shape `[out, in]`; batched (`bmm` with `w.transpose(1, 2)`)
+/// for stacked weights `[n, out, in]` and inputs `[n, rows, in]`.
+pub(crate) fn linear(g: &mut GraphBuilder, x: &Val, w: &Val) -> Val {
+    let wt = transposed(g, w);
+    matmul(g, x, &wt)
+}
+
+/// The transpose of a matrix (`t`), or of each matrix of a batch (`transpose(1, 2)`).
+fn transposed(g: &mut GraphBuilder, x: &Val) -> Val {
+    if x.shape.len() == 3 {
+        g.transpose(x, 1, 2)
+    } else {
+        g.t(x)
+    }
+}
+
+/// The product of two matrices (`mm`), or of two batches of them (`bmm`).
+fn matmul(g: &mut GraphBuilder, a: &Val, b: &Val) -> Val {
+    if a.shape.len() == 3 {
+        g.bmm(a, b)
+    } else {
+        g.mm(a, b)
+    }
 }
 
 /// `all_reduce(x, 'sum', group)` when the group has more than one member.
-fn reduce_if(g: &mut GraphBuilder, x: &Val, group: &str, size: usize) -> Val {
+pub(crate) fn reduce_if(g: &mut GraphBuilder, x: &Val, group: &str, size: usize) -> Val {
     if size > 1 {
         g.all_reduce_sum(x, group)
     } else {
@@ -527,18 +591,7 @@ impl CrossEntropy {
                 // (softmax - one_hot(label)) / tokens, the one-hot only inside the range.
                 let (t, vl) = (exp.shape[0], exp.shape[1]);
                 let probs = g.binary("div", "aten.div.Tensor", exp, sum_exp);
-                let cols = g.call_typed(
-                    "arange",
-                    "aten.arange.start",
-                    &[
-                        Arg::I(0),
-                        Arg::I(vl as i64),
-                        Arg::Raw("device = device(type='cpu')"),
-                        Arg::Raw("pin_memory = False"),
-                    ],
-                    "i64",
-                    vec![vl],
-                );
+                let cols = g.arange(vl);
                 let hit = g.call_typed(
                     "eq",
                     "aten.eq.Tensor",
@@ -665,6 +718,434 @@ fn vocab_cross_entropy(
     }
 }
 
+/// The sizes one rank's attention sublayer works with.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct AttnShape {
+    /// The rank's sequences.
+    pub(crate) b: usize,
+    /// Sequence length.
+    pub(crate) s: usize,
+    /// Model width.
+    pub(crate) h: usize,
+    /// Width of one head.
+    pub(crate) hd: usize,
+    /// The rank's query heads.
+    pub(crate) nh: usize,
+    /// The rank's kv heads.
+    pub(crate) nkv: usize,
+    /// Query heads per kv head.
+    pub(crate) n_rep: usize,
+    /// Size of the tp mesh dim.
+    pub(crate) tp: usize,
+}
+
+impl AttnShape {
+    /// The shape of a rank holding `b` sequences of a `tp`-way plan of `cfg`.
+    pub(crate) fn new(cfg: &LlamaConfig, b: usize, tp: usize) -> AttnShape {
+        let nh = cfg.heads / tp;
+        let nkv = cfg.kv_heads * cfg.kv_replicas(tp) / tp;
+        AttnShape {
+            b,
+            s: cfg.seq,
+            h: cfg.hidden,
+            hd: cfg.head_dim(),
+            nh,
+            nkv,
+            n_rep: nh / nkv,
+            tp,
+        }
+    }
+
+    /// The rank's tokens (`b * s`).
+    pub(crate) fn tokens(&self) -> usize {
+        self.b * self.s
+    }
+}
+
+/// What every layer's attention reads besides its weights: RoPE's cos and sin tables
+/// `[s, head_dim]` and the additive causal mask `[s, s]`.
+pub(crate) struct AttnTables {
+    cos: Val,
+    sin: Val,
+    mask: Val,
+}
+
+/// The RoPE tables for the positions `0..s` and the causal mask.
+pub(crate) fn attn_tables(g: &mut GraphBuilder, inv_freq: &Val, s: usize) -> AttnTables {
+    // RoPE angles: positions times the inverse frequencies. (Every rank holds whole sequences,
+    // so positions start at 0; an offset shared by q and k would not even change the scores,
+    // RoPE being relative.)
+    let pos = g.arange(s);
+    let pos_f = g.call(
+        "_to_copy",
+        "aten._to_copy.default",
+        &[Arg::V(&pos), Arg::Raw("dtype = torch.float32")],
+        vec![s],
+    );
+    let pos2 = g.unsqueeze(&pos_f, 1);
+    let inv2 = g.unsqueeze(inv_freq, 0);
+    let freqs = g.mul(&pos2, &inv2);
+    let angles = g.cat(&[&freqs, &freqs], 1);
+    let cos = g.unary("cos", "aten.cos.default", &angles);
+    let sin = g.unary("sin", "aten.sin.default", &angles);
+    let mask = causal_mask(g, s);
+    AttnTables { cos, sin, mask }
+}
+
+/// The causal mask `[s, s]` added to attention scores: -inf above the diagonal, 0 elsewhere.
+pub(crate) fn causal_mask(g: &mut GraphBuilder, s: usize) -> Val {
+    let full = g.full(&[s, s], f64::NEG_INFINITY);
+    g.call(
+        "triu",
+        "aten.triu.default",
+        &[Arg::V(&full), Arg::I(1)],
+        vec![s, s],
+    )
+}
+
+/// `aten.embedding.default`: the rows of `embed` for `tokens` `[b, s]`.
+pub(crate) fn embedding(g: &mut GraphBuilder, embed: &Val, tokens: &Val) -> Val {
+    let mut shape = tokens.shape.clone();
+    shape.push(embed.shape[1]);
+    g.call(
+        "embedding",
+        "aten.embedding.default",
+        &[Arg::V(embed), Arg::V(tokens)],
+        shape,
+    )
+}
+
+/// The embedding backward: the gradient `[b, s, h]` of the looked-up rows summed into a
+/// `[rows, h]` table gradient by `ids`.
+pub(crate) fn embedding_backward(g: &mut GraphBuilder, grad: &Val, ids: &Val, rows: usize) -> Val {
+    let h = grad.shape[grad.shape.len() - 1];
+    g.call(
+        "embedding_dense_backward",
+        "aten.embedding_dense_backward.default",
+        &[
+            Arg::V(grad),
+            Arg::V(ids),
+            Arg::I(rows as i64),
+            Arg::I(-1),
+            Arg::B(false),
+        ],
+        vec![rows, h],
+    )
+}
+
+/// Scaled, masked softmax attention of `b` sequences: `softmax(q3 @ kt3 * scale + mask) @ v3`
+/// with queries `q3` `[b * heads, s, head_dim]` and transposed keys `kt3`; the values come
+/// from `values`, emitted once the probabilities are (where the graphs view them). Returns
+/// the output `[b * heads, s, head_dim]` and what the backward reads.
+pub(crate) fn attend(
+    g: &mut GraphBuilder,
+    q3: Val,
+    kt3: Val,
+    values: impl FnOnce(&mut GraphBuilder) -> Val,
+    mask: &Val,
+    scale: f64,
+    b: usize,
+) -> (Val, ScoresSaved) {
+    let (bh, s) = (q3.shape[0], q3.shape[1]);
+    let raw3 = g.bmm(&q3, &kt3);
+    let raw = g.view(&raw3, &[b, bh / b, s, s]);
+    let scaled = g.mul_scalar("mul", &raw, Arg::F(scale));
+    let masked = g.add(&scaled, mask);
+    let p = g.call(
+        "_softmax",
+        "aten._softmax.default",
+        &[Arg::V(&masked), Arg::I(-1), Arg::B(false)],
+        masked.shape.clone(),
+    );
+    let p3 = g.view(&p, &[bh, s, s]);
+    let v3 = values(g);
+    let o3 = g.bmm(&p3, &v3);
+    let saved = ScoresSaved {
+        q3,
+        kt3,
+        p,
+        p3,
+        v3,
+        scale,
+    };
+    (o3, saved)
+}
+
+/// The backward of [`attend`] for the gradient `g_o3` of the
+/// attention output: the gradients of the queries, the transposed keys and the values.
+pub(crate) fn attention_scores_backward(
+    g: &mut GraphBuilder,
+    g_o3: &Val,
+    sv: &ScoresSaved,
+) -> (Val, Val, Val) {
+    let v3t = g.transpose(&sv.v3, 1, 2);
+    let g_p3 = g.bmm(g_o3, &v3t);
+    let p3t = g.transpose(&sv.p3, 1, 2);
+    let g_v3 = g.bmm(&p3t, g_o3);
+    let g_p = g.view(&g_p3, &sv.p.shape);
+    let g_masked = g.call(
+        "_softmax_backward_data",
+        "aten._softmax_backward_data.default",
+        &[
+            Arg::V(&g_p),
+            Arg::V(&sv.p),
+            Arg::I(-1),
+            Arg::Raw("torch.float32"),
+        ],
+        g_p.shape.clone(),
+    );
+    let g_raw = g.mul_scalar("mul", &g_masked, Arg::F(sv.scale));
+    let g_raw3 = g.view(&g_raw, &sv.p3.shape);
+    let kt3t = g.transpose(&sv.kt3, 1, 2);
+    let g_q3 = g.bmm(&g_raw3, &kt3t);
+    let q3t = g.transpose(&sv.q3, 1, 2);
+    let g_kt3 = g.bmm(&q3t, &g_raw3);
+    (g_q3, g_kt3, g_v3)
+}
+
+/// The attention sublayer of decoder layer `l` on the residual stream `x` `[b, s, h]`: RMSNorm,
+/// q/k/v column parallel (the rank's heads), RoPE, grouped-query causal attention, o row
+/// parallel with its all-reduce over tp, residual. Returns the residual stream after it.
+/// Honours the llama attention mutations (scale, o-projection all-reduce, wrong group).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn attention(
+    g: &mut GraphBuilder,
+    x: &Val,
+    l: usize,
+    w: &dyn Fn(&str) -> Val,
+    d: AttnShape,
+    tables: &AttnTables,
+    eps: f64,
+    bug: Option<Mutation>,
+) -> (Val, AttnSaved) {
+    let is = |m: Mutation| bug == Some(m);
+    let AttnShape {
+        b,
+        s,
+        h,
+        hd,
+        nh,
+        nkv,
+        n_rep,
+        tp,
+    } = d;
+    let (cos, sin) = (&tables.cos, &tables.sin);
+    let (xn, attn_norm) = rms_norm(g, x, &w(&format!("attn_norm_{l}")), eps);
+    let xn2d = g.view(&xn, &[d.tokens(), h]);
+    let q = linear(g, &xn2d, &w(&format!("wq_{l}")));
+    let k = linear(g, &xn2d, &w(&format!("wk_{l}")));
+    let vv = linear(g, &xn2d, &w(&format!("wv_{l}")));
+    let q4 = g.view(&q, &[b, s, nh, hd]);
+    let qh = g.transpose(&q4, 1, 2);
+    let k4 = g.view(&k, &[b, s, nkv, hd]);
+    let kh = g.transpose(&k4, 1, 2);
+    let v4 = g.view(&vv, &[b, s, nkv, hd]);
+    let vh = g.transpose(&v4, 1, 2);
+    let qr = rope(g, &qh, cos, sin);
+    let kr = rope(g, &kh, cos, sin);
+    let krep = repeat_kv(g, &kr, n_rep);
+    let vrep = repeat_kv(g, &vh, n_rep);
+    let q3 = g.view(&qr, &[b * nh, s, hd]);
+    let kt = g.transpose(&krep, 2, 3);
+    let ktc = g.contiguous(&kt);
+    let kt3 = g.view(&ktc, &[b * nh, hd, s]);
+    let scale = if is(Mutation::LlamaAttnScaleLocal) {
+        1.0 / (hd as f64 / tp as f64).sqrt()
+    } else {
+        1.0 / (hd as f64).sqrt()
+    };
+    let values = |g: &mut GraphBuilder| g.view(&vrep, &[b * nh, s, hd]);
+    let (o3, scores) = attend(g, q3, kt3, values, &tables.mask, scale, b);
+    let o4 = g.view(&o3, &[b, nh, s, hd]);
+    let attn2d = heads_to_rows(g, &o4);
+    let o = linear(g, &attn2d, &w(&format!("wo_{l}")));
+    let o_full = if l == 0 && is(Mutation::LlamaOprojMissingAllreduce) {
+        o
+    } else if l == 0 && is(Mutation::WrongGroup) {
+        g.all_reduce_sum(&o, "dp")
+    } else {
+        reduce_if(g, &o, "tp", tp)
+    };
+    let o3d = g.view(&o_full, &[b, s, h]);
+    let hres = g.add(x, &o3d);
+    let saved = AttnSaved {
+        attn_norm,
+        xn2d,
+        scores,
+        attn2d,
+    };
+    (hres, saved)
+}
+
+/// The backward of [`attention`] for the gradient `g_hres` of its output: inserts the
+/// gradients of layer `l`'s attention weights into `grads` and returns the gradient of its
+/// input (residual plus the RMSNorm path, whose q/k/v input gradient is all-reduced over tp).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn attention_backward(
+    g: &mut GraphBuilder,
+    g_hres: &Val,
+    sv: &AttnSaved,
+    l: usize,
+    w: &dyn Fn(&str) -> Val,
+    d: AttnShape,
+    tables: &AttnTables,
+    grads: &mut BTreeMap<String, Val>,
+    bug: Option<Mutation>,
+) -> Val {
+    let (b, s, h, hd, nh) = (d.b, d.s, d.h, d.hd, d.nh);
+    let (n_rep, tp) = (d.n_rep, d.tp);
+    let (cos, sin) = (&tables.cos, &tables.sin);
+    let g_o2d = g.view(g_hres, &[d.tokens(), h]);
+    let g_attn2d = g.mm(&g_o2d, &w(&format!("wo_{l}")));
+    let g_o2dt = g.t(&g_o2d);
+    grads.insert(format!("wo_{l}"), g.mm(&g_o2dt, &sv.attn2d));
+    let g_o4 = g.view(&g_attn2d, &[b, s, nh, hd]);
+    let g_ot = g.transpose(&g_o4, 1, 2);
+    let g_oc = g.contiguous(&g_ot);
+    let g_o3 = g.view(&g_oc, &[b * nh, s, hd]);
+    let (g_q3, g_kt3, g_v3) = attention_scores_backward(g, &g_o3, &sv.scores);
+    let g_qr = g.view(&g_q3, &[b, nh, s, hd]);
+    let g_kt = g.view(&g_kt3, &[b, nh, hd, s]);
+    let g_krep = g.transpose(&g_kt, 2, 3);
+    let g_vrep = g.view(&g_v3, &[b, nh, s, hd]);
+    let g_kr = repeat_kv_backward(g, &g_krep, n_rep);
+    let g_vh = repeat_kv_backward(g, &g_vrep, n_rep);
+    let g_qh = rope_backward(g, &g_qr, cos, sin);
+    let g_kh = rope_backward(g, &g_kr, cos, sin);
+    let g_q2d = heads_to_rows(g, &g_qh);
+    let g_k2d = heads_to_rows(g, &g_kh);
+    let g_v2d = heads_to_rows(g, &g_vh);
+    let mut g_xn2d = None;
+    for (name, gr) in [("wq", &g_q2d), ("wk", &g_k2d), ("wv", &g_v2d)] {
+        let grt = g.t(gr);
+        grads.insert(format!("{name}_{l}"), g.mm(&grt, &sv.xn2d));
+        let part = g.mm(gr, &w(&format!("{name}_{l}")));
+        g_xn2d = Some(match g_xn2d {
+            None => part,
+            Some(acc) => g.add(&acc, &part),
+        });
+    }
+    let g_xn2d = g_xn2d.expect("q, k and v contribute");
+    let g_xn2d = if l == 0 && bug == Some(Mutation::LlamaQkvGradMissingAllreduce) {
+        g_xn2d
+    } else {
+        reduce_if(g, &g_xn2d, "tp", tp)
+    };
+    let g_xn = g.view(&g_xn2d, &[b, s, h]);
+    let (g_x_norm, g_an) =
+        rms_norm_backward(g, &g_xn, &w(&format!("attn_norm_{l}")), &sv.attn_norm);
+    grads.insert(format!("attn_norm_{l}"), g_an);
+    g.add(g_hres, &g_x_norm)
+}
+
+/// A SwiGLU MLP on token rows `x2d` `[t, h]` with layer `l`'s weights `names`:
+/// `down(silu(gate(x)) * up(x))`, before the all-reduce its row-parallel `down` needs under tp.
+/// With stacked weights `[n, out, in]` and rows `[n, t, h]`: `n` MLPs at once.
+pub(crate) fn swiglu(
+    g: &mut GraphBuilder,
+    x2d: &Val,
+    w: &dyn Fn(&str) -> Val,
+    names: SwigluNames,
+    l: usize,
+) -> (Val, SwigluSaved) {
+    let [gate_w, up_w, down_w] = names.map(|n| w(&format!("{n}_{l}")));
+    let gate = linear(g, x2d, &gate_w);
+    let up = linear(g, x2d, &up_w);
+    let sg = g.unary("silu", "aten.silu.default", &gate);
+    let m = g.mul(&sg, &up);
+    let down = linear(g, &m, &down_w);
+    let saved = SwigluSaved {
+        x2d: x2d.clone(),
+        gate,
+        up,
+        sg,
+        m,
+    };
+    (down, saved)
+}
+
+/// The backward of [`swiglu`] for the gradient `g_out` `[t, h]` of its output: inserts the
+/// weights' gradients into `grads` and returns the input's. Under tp the all-reduce after
+/// `down` is the identity backward (Megatron's `g`); the input gradient is a partial sum over
+/// tp (Megatron's `f` all-reduces it).
+pub(crate) fn swiglu_backward(
+    g: &mut GraphBuilder,
+    g_out: &Val,
+    sv: &SwigluSaved,
+    w: &dyn Fn(&str) -> Val,
+    names: SwigluNames,
+    l: usize,
+    grads: &mut BTreeMap<String, Val>,
+) -> Val {
+    let [gate_name, up_name, down_name] = names.map(|n| format!("{n}_{l}"));
+    let g_m = matmul(g, g_out, &w(&down_name));
+    let g_outt = transposed(g, g_out);
+    grads.insert(down_name, matmul(g, &g_outt, &sv.m));
+    let g_sg = g.mul(&g_m, &sv.up);
+    let g_up = g.mul(&g_m, &sv.sg);
+    let g_gate = g.call(
+        "silu_backward",
+        "aten.silu_backward.default",
+        &[Arg::V(&g_sg), Arg::V(&sv.gate)],
+        sv.gate.shape.clone(),
+    );
+    let g_gate_t = transposed(g, &g_gate);
+    grads.insert(gate_name.clone(), matmul(g, &g_gate_t, &sv.x2d));
+    let g_up_t = transposed(g, &g_up);
+    grads.insert(up_name.clone(), matmul(g, &g_up_t, &sv.x2d));
+    let from_gate = matmul(g, &g_gate, &w(&gate_name));
+    let from_up = matmul(g, &g_up, &w(&up_name));
+    g.add(&from_gate, &from_up)
+}
+
+/// The final RMSNorm and the LM head on the residual stream `x` `[b, s, h]`: the logits
+/// `[b * s, vocab rows]` and what [`lm_head_backward`] reads.
+pub(crate) fn lm_head(
+    g: &mut GraphBuilder,
+    x: &Val,
+    w: &dyn Fn(&str) -> Val,
+    eps: f64,
+) -> (Val, HeadSaved) {
+    let (b, s, h) = (x.shape[0], x.shape[1], x.shape[2]);
+    let (xf, final_norm) = rms_norm(g, x, &w("final_norm"), eps);
+    let xf2d = g.view(&xf, &[b * s, h]);
+    let logits = linear(g, &xf2d, &w("lm_head"));
+    (logits, HeadSaved { final_norm, xf2d })
+}
+
+/// What the backward of the final norm and LM head reads from its forward.
+pub(crate) struct HeadSaved {
+    final_norm: NormSaved,
+    xf2d: Val,
+}
+
+/// The backward of [`lm_head`] for the logits' gradient: the gradients of the LM head and
+/// the final norm (the first of the backward's), and that of the residual stream. Under
+/// vocabulary parallelism (`vocab_parallel`) the LM head is column parallel and its input
+/// gradient is all-reduced over tp.
+pub(crate) fn lm_head_backward(
+    g: &mut GraphBuilder,
+    g_logits: &Val,
+    sv: &HeadSaved,
+    w: &dyn Fn(&str) -> Val,
+    vocab_parallel: bool,
+) -> (BTreeMap<String, Val>, Val) {
+    let mut grads = BTreeMap::new();
+    let (x, h) = (&sv.final_norm.x, sv.xf2d.shape[1]);
+    let gt = g.t(g_logits);
+    grads.insert("lm_head".into(), g.mm(&gt, &sv.xf2d));
+    let g_xf2d = g.mm(g_logits, &w("lm_head"));
+    let g_xf2d = if vocab_parallel {
+        g.all_reduce_sum(&g_xf2d, "tp")
+    } else {
+        g_xf2d
+    };
+    let g_xf = g.view(&g_xf2d, &[x.shape[0], x.shape[1], h]);
+    let (gx, g_fn) = rms_norm_backward(g, &g_xf, &w("final_norm"), &sv.final_norm);
+    grads.insert("final_norm".into(), g_fn);
+    (grads, gx)
+}
+
 /// Builds the graph of one rank of the plan ([`RankPlan::SPEC`], no bug, is the spec). Ranks
 /// differ only in the vocabulary range they hold under `vocab_parallel`. Forward and loss
 /// (output `loss`), and unless `forward_only` the explicit backward, gradient finalization
@@ -697,57 +1178,18 @@ pub(crate) fn build_rank(
     // The rank's sequences, and those of one microbatch.
     let b_all = cfg.batch / dp;
     let (b, s, h, v) = (b_all / mbs, cfg.seq, cfg.hidden, cfg.vocab);
-    let hd = cfg.head_dim();
-    let nh = cfg.heads / tp;
-    let kv_rep = cfg.kv_replicas(tp);
-    let nkv = cfg.kv_heads * kv_rep / tp;
-    let n_rep = nh / nkv;
-    let t = b * s;
+    let dims = AttnShape::new(cfg, b, tp);
+    let t = dims.tokens();
     let tokens_all = g.input_typed("tokens", "i64", &[b_all, s]);
     let labels_all = g.input_typed("labels", "i64", &[b_all, s]);
-    let inv_freq = g.input("rope_inv_freq", &[hd / 2]);
+    let inv_freq = g.input("rope_inv_freq", &[dims.hd / 2]);
     let specs = cfg.params(tp, vp);
     // The rank's vocabulary rows [v0, v0 + vl) under vocab parallelism.
     let vl = if vp { v / tp } else { v };
     let v0 = if vp { plan.tp_rank * vl } else { 0 };
     let weights = train::declare(&mut g, step, &specs);
 
-    // RoPE angles: positions times the inverse frequencies. (Every rank holds whole sequences,
-    // so positions start at 0; an offset shared by q and k would not even change the scores,
-    // RoPE being relative.)
-    let pos = g.call_typed(
-        "arange",
-        "aten.arange.start",
-        &[
-            Arg::I(0),
-            Arg::I(s as i64),
-            Arg::Raw("device = device(type='cpu')"),
-            Arg::Raw("pin_memory = False"),
-        ],
-        "i64",
-        vec![s],
-    );
-    let pos_f = g.call(
-        "_to_copy",
-        "aten._to_copy.default",
-        &[Arg::V(&pos), Arg::Raw("dtype = torch.float32")],
-        vec![s],
-    );
-    let pos2 = g.unsqueeze(&pos_f, 1);
-    let inv2 = g.unsqueeze(&inv_freq, 0);
-    let freqs = g.mul(&pos2, &inv2);
-    let angles = g.cat(&[&freqs, &freqs], 1);
-    let cos = g.unary("cos", "aten.cos.default", &angles);
-    let sin = g.unary("sin", "aten.sin.default", &angles);
-
-    // Causal mask: -inf above the diagonal, 0 elsewhere, added to the scores.
-    let full = g.full(&[s, s], f64::NEG_INFINITY);
-    let mask = g.call(
-        "triu",
-        "aten.triu.default",
-        &[Arg::V(&full), Arg::I(1)],
-        vec![s, s],
-    );
+    let tables = attn_tables(&mut g, &inv_freq, s);
 
     let mut losses = train::LossReport::default();
     let mut acc: BTreeMap<String, Val> = BTreeMap::new();
@@ -761,101 +1203,28 @@ pub(crate) fn build_rank(
             let x = g.all_reduce_sum(&vpe.out, "tp");
             (x, Some(vpe))
         } else {
-            let x = g.call(
-                "embedding",
-                "aten.embedding.default",
-                &[Arg::V(&w("embed")), Arg::V(&tokens)],
-                vec![b, s, h],
-            );
-            (x, None)
+            (embedding(&mut g, &w("embed"), &tokens), None)
         };
         let mut saved = Vec::new();
         for l in 0..cfg.layers {
-            // Attention: q/k/v column parallel (the rank's heads), o row parallel.
-            let (xn, attn_norm) = rms_norm(&mut g, &x, &w(&format!("attn_norm_{l}")), cfg.eps);
-            let xn2d = g.view(&xn, &[t, h]);
-            let q = linear(&mut g, &xn2d, &w(&format!("wq_{l}")));
-            let k = linear(&mut g, &xn2d, &w(&format!("wk_{l}")));
-            let vv = linear(&mut g, &xn2d, &w(&format!("wv_{l}")));
-            let q4 = g.view(&q, &[b, s, nh, hd]);
-            let qh = g.transpose(&q4, 1, 2);
-            let k4 = g.view(&k, &[b, s, nkv, hd]);
-            let kh = g.transpose(&k4, 1, 2);
-            let v4 = g.view(&vv, &[b, s, nkv, hd]);
-            let vh = g.transpose(&v4, 1, 2);
-            let qr = rope(&mut g, &qh, &cos, &sin);
-            let kr = rope(&mut g, &kh, &cos, &sin);
-            let krep = repeat_kv(&mut g, &kr, n_rep);
-            let vrep = repeat_kv(&mut g, &vh, n_rep);
-            let q3 = g.view(&qr, &[b * nh, s, hd]);
-            let kt = g.transpose(&krep, 2, 3);
-            let ktc = g.contiguous(&kt);
-            let kt3 = g.view(&ktc, &[b * nh, hd, s]);
-            let raw3 = g.bmm(&q3, &kt3);
-            let raw = g.view(&raw3, &[b, nh, s, s]);
-            let scale = if is(Mutation::LlamaAttnScaleLocal) {
-                1.0 / (hd as f64 / tp as f64).sqrt()
-            } else {
-                1.0 / (hd as f64).sqrt()
-            };
-            let scaled = g.mul_scalar("mul", &raw, Arg::F(scale));
-            let masked = g.add(&scaled, &mask);
-            let p = g.call(
-                "_softmax",
-                "aten._softmax.default",
-                &[Arg::V(&masked), Arg::I(-1), Arg::B(false)],
-                masked.shape.clone(),
-            );
-            let p3 = g.view(&p, &[b * nh, s, s]);
-            let v3 = g.view(&vrep, &[b * nh, s, hd]);
-            let o3 = g.bmm(&p3, &v3);
-            let o4 = g.view(&o3, &[b, nh, s, hd]);
-            let attn2d = heads_to_rows(&mut g, &o4);
-            let o = linear(&mut g, &attn2d, &w(&format!("wo_{l}")));
-            let o_full = if l == 0 && is(Mutation::LlamaOprojMissingAllreduce) {
-                o
-            } else if l == 0 && is(Mutation::WrongGroup) {
-                g.all_reduce_sum(&o, "dp")
-            } else {
-                reduce_if(&mut g, &o, "tp", tp)
-            };
-            let o3d = g.view(&o_full, &[b, s, h]);
-            let hres = g.add(&x, &o3d);
+            let (hres, attn) = attention(&mut g, &x, l, &w, dims, &tables, cfg.eps, bug);
 
             // SwiGLU MLP: gate/up column parallel, down row parallel.
             let (hn, mlp_norm) = rms_norm(&mut g, &hres, &w(&format!("mlp_norm_{l}")), cfg.eps);
             let hn2d = g.view(&hn, &[t, h]);
-            let gate = linear(&mut g, &hn2d, &w(&format!("w_gate_{l}")));
-            let up = linear(&mut g, &hn2d, &w(&format!("w_up_{l}")));
-            let sg = g.unary("silu", "aten.silu.default", &gate);
-            let m = g.mul(&sg, &up);
-            let down = linear(&mut g, &m, &w(&format!("w_down_{l}")));
+            let (down, mlp) = swiglu(&mut g, &hn2d, &w, MLP_WEIGHTS, l);
             let down_full = reduce_if(&mut g, &down, "tp", tp);
             let d3 = g.view(&down_full, &[b, s, h]);
             x = g.add(&hres, &d3);
             saved.push(LayerSaved {
-                attn_norm,
-                xn2d,
-                q3,
-                kt3,
-                p,
-                p3,
-                v3,
-                attn2d,
-                scale,
+                attn,
                 mlp_norm,
-                hn2d,
-                gate,
-                up,
-                sg,
-                m,
+                mlp,
             });
         }
 
         // Final norm, LM head and the cross-entropy loss (mean over the rank's tokens).
-        let (xf, final_norm) = rms_norm(&mut g, &x, &w("final_norm"), cfg.eps);
-        let xf2d = g.view(&xf, &[t, h]);
-        let logits = linear(&mut g, &xf2d, &w("lm_head"));
+        let (logits, head) = lm_head(&mut g, &x, &w, cfg.eps);
         let labels1 = g.view(&labels, &[t]);
         let local_name = if dp > 1 || mbs > 1 {
             "nll_loss"
@@ -877,46 +1246,16 @@ pub(crate) fn build_rank(
         // scale); dp averaging happens on the gradients.
         let backward = weights.pass(&mut g);
         let w = |name: &str| backward[name].clone();
-        let mut grads: BTreeMap<String, Val> = BTreeMap::new();
         let g_logits = ce.backward(&mut g);
         let g_logits = train::scale_seed(&mut g, step, &g_logits);
-        let gt = g.t(&g_logits);
-        grads.insert("lm_head".into(), g.mm(&gt, &xf2d));
-        let g_xf2d = g.mm(&g_logits, &w("lm_head"));
-        // Under vocab parallelism the LM head is column parallel: its input gradient is partial.
-        let g_xf2d = if vp {
-            g.all_reduce_sum(&g_xf2d, "tp")
-        } else {
-            g_xf2d
-        };
-        let g_xf = g.view(&g_xf2d, &[b, s, h]);
-        let (mut gx, g_fn) = rms_norm_backward(&mut g, &g_xf, &w("final_norm"), &final_norm);
-        grads.insert("final_norm".into(), g_fn);
+        let (mut grads, mut gx) = lm_head_backward(&mut g, &g_logits, &head, &w, vp);
 
         for l in (0..cfg.layers).rev() {
             let sv = &saved[l];
-            // MLP branch. The all-reduce after down is the identity backward (Megatron's `g`);
-            // the column-parallel input gradient is a partial sum over tp (Megatron's `f`).
+            // MLP branch.
             let g_d2d = g.view(&gx, &[t, h]);
-            let g_m = g.mm(&g_d2d, &w(&format!("w_down_{l}")));
-            let g_d2dt = g.t(&g_d2d);
-            grads.insert(format!("w_down_{l}"), g.mm(&g_d2dt, &sv.m));
-            let g_sg = g.mul(&g_m, &sv.up);
-            let g_up = g.mul(&g_m, &sv.sg);
-            let g_gate = g.call(
-                "silu_backward",
-                "aten.silu_backward.default",
-                &[Arg::V(&g_sg), Arg::V(&sv.gate)],
-                sv.gate.shape.clone(),
-            );
-            let g_gate_t = g.t(&g_gate);
-            grads.insert(format!("w_gate_{l}"), g.mm(&g_gate_t, &sv.hn2d));
-            let g_up_t = g.t(&g_up);
-            grads.insert(format!("w_up_{l}"), g.mm(&g_up_t, &sv.hn2d));
-            let from_gate = g.mm(&g_gate, &w(&format!("w_gate_{l}")));
-            let from_up = g.mm(&g_up, &w(&format!("w_up_{l}")));
-            let g_hn2d = g.add(&from_gate, &from_up);
-            let g_hn2d = reduce_if(&mut g, &g_hn2d, "tp", tp);
+            let g_in = swiglu_backward(&mut g, &g_d2d, &sv.mlp, &w, MLP_WEIGHTS, l, &mut grads);
+            let g_hn2d = reduce_if(&mut g, &g_in, "tp", tp);
             let g_hn = g.view(&g_hn2d, &[b, s, h]);
             let (g_hres_norm, g_mn) =
                 rms_norm_backward(&mut g, &g_hn, &w(&format!("mlp_norm_{l}")), &sv.mlp_norm);
@@ -924,68 +1263,9 @@ pub(crate) fn build_rank(
             let g_hres = g.add(&gx, &g_hres_norm);
 
             // Attention branch.
-            let g_o2d = g.view(&g_hres, &[t, h]);
-            let g_attn2d = g.mm(&g_o2d, &w(&format!("wo_{l}")));
-            let g_o2dt = g.t(&g_o2d);
-            grads.insert(format!("wo_{l}"), g.mm(&g_o2dt, &sv.attn2d));
-            let g_o4 = g.view(&g_attn2d, &[b, s, nh, hd]);
-            let g_ot = g.transpose(&g_o4, 1, 2);
-            let g_oc = g.contiguous(&g_ot);
-            let g_o3 = g.view(&g_oc, &[b * nh, s, hd]);
-            let v3t = g.transpose(&sv.v3, 1, 2);
-            let g_p3 = g.bmm(&g_o3, &v3t);
-            let p3t = g.transpose(&sv.p3, 1, 2);
-            let g_v3 = g.bmm(&p3t, &g_o3);
-            let g_p = g.view(&g_p3, &[b, nh, s, s]);
-            let g_masked = g.call(
-                "_softmax_backward_data",
-                "aten._softmax_backward_data.default",
-                &[
-                    Arg::V(&g_p),
-                    Arg::V(&sv.p),
-                    Arg::I(-1),
-                    Arg::Raw("torch.float32"),
-                ],
-                g_p.shape.clone(),
+            gx = attention_backward(
+                &mut g, &g_hres, &sv.attn, l, &w, dims, &tables, &mut grads, bug,
             );
-            let g_raw = g.mul_scalar("mul", &g_masked, Arg::F(sv.scale));
-            let g_raw3 = g.view(&g_raw, &[b * nh, s, s]);
-            let kt3t = g.transpose(&sv.kt3, 1, 2);
-            let g_q3 = g.bmm(&g_raw3, &kt3t);
-            let q3t = g.transpose(&sv.q3, 1, 2);
-            let g_kt3 = g.bmm(&q3t, &g_raw3);
-            let g_qr = g.view(&g_q3, &[b, nh, s, hd]);
-            let g_kt = g.view(&g_kt3, &[b, nh, hd, s]);
-            let g_krep = g.transpose(&g_kt, 2, 3);
-            let g_vrep = g.view(&g_v3, &[b, nh, s, hd]);
-            let g_kr = repeat_kv_backward(&mut g, &g_krep, n_rep);
-            let g_vh = repeat_kv_backward(&mut g, &g_vrep, n_rep);
-            let g_qh = rope_backward(&mut g, &g_qr, &cos, &sin);
-            let g_kh = rope_backward(&mut g, &g_kr, &cos, &sin);
-            let g_q2d = heads_to_rows(&mut g, &g_qh);
-            let g_k2d = heads_to_rows(&mut g, &g_kh);
-            let g_v2d = heads_to_rows(&mut g, &g_vh);
-            let mut g_xn2d = None;
-            for (name, gr) in [("wq", &g_q2d), ("wk", &g_k2d), ("wv", &g_v2d)] {
-                let grt = g.t(gr);
-                grads.insert(format!("{name}_{l}"), g.mm(&grt, &sv.xn2d));
-                let part = g.mm(gr, &w(&format!("{name}_{l}")));
-                g_xn2d = Some(match g_xn2d {
-                    None => part,
-                    Some(acc) => g.add(&acc, &part),
-                });
-            }
-            let g_xn2d = g_xn2d.expect("q, k and v contribute");
-            let g_xn2d = if l == 0 && is(Mutation::LlamaQkvGradMissingAllreduce) {
-                g_xn2d
-            } else {
-                reduce_if(&mut g, &g_xn2d, "tp", tp)
-            };
-            let g_xn = g.view(&g_xn2d, &[b, s, h]);
-            let (g_x_norm, g_an) =
-                rms_norm_backward(&mut g, &g_xn, &w(&format!("attn_norm_{l}")), &sv.attn_norm);
-            grads.insert(format!("attn_norm_{l}"), g_an);
-            gx = g.add(&g_hres, &g_x_norm);
         }
         let (g_rows, ids) = match &emb_mask {
             Some(vpe) if !is(Mutation::LlamaVocabEmbeddingUnmasked) => {
@@ -1001,19 +1281,10 @@ pub(crate) fn build_rank(
             Some(vpe) => (gx.clone(), vpe.ids.clone()),
             None => (gx.clone(), tokens.clone()),
         };
-        let g_embed = g.call(
-            "embedding_dense_backward",
-            "aten.embedding_dense_backward.default",
-            &[
-                Arg::V(&g_rows),
-                Arg::V(&ids),
-                Arg::I(vl as i64),
-                Arg::I(-1),
-                Arg::B(false),
-            ],
-            vec![vl, h],
+        grads.insert(
+            "embed".into(),
+            embedding_backward(&mut g, &g_rows, &ids, vl),
         );
-        grads.insert("embed".into(), g_embed);
         train::accumulate(&mut g, &mut acc, grads);
     }
     losses.finish(&mut g, step);

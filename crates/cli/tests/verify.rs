@@ -178,7 +178,7 @@ fn correct_llama_plans_verify() {
     for (mesh, extra) in [
         ("tp=2", &[][..]),
         ("tp=2", &["--forward-only"][..]),
-        ("tp=4", &["--forward-only"][..]),
+        ("tp=4", &[][..]),
         ("dp=2", &[][..]),
         ("dp=2,tp=2", &[][..]),
         ("tp=2", &["--vocab-parallel", "--forward-only"][..]),
@@ -193,10 +193,10 @@ fn correct_llama_plans_verify() {
 
 #[test]
 fn llama_plans_beyond_the_lemmas_are_never_false_alarms() {
-    // tp=4 with kv heads replicated over pairs of ranks: the backward of the replicas is not
-    // related yet; the engine must say so, not report a bug.
+    // The backward of the vocab-parallel cross-entropy is not related yet; the engine must
+    // say so, not report a bug.
     let dir = tempfile::tempdir().unwrap();
-    let case = emit_model("llama", dir.path(), "tp=4", &[]);
+    let case = emit_model("llama", dir.path(), "tp=2", &["--vocab-parallel"]);
     let (code, out) = verify(&case);
     assert!(code == 0 || code == 3, "{out}");
 }
@@ -264,6 +264,12 @@ fn llama_catalog_bugs_are_refuted_with_their_evidence() {
             "(aten.add.Tensor)",
             "partial sum",
         ),
+        (
+            "llama-kv-grad-unsynced",
+            "tp=4",
+            "(aten.sub.Tensor)",
+            "unreduced partial sum",
+        ),
     ] {
         let dir = tempfile::tempdir().unwrap();
         let case = emit_model("llama", dir.path(), mesh, &["--bug", bug]);
@@ -281,11 +287,33 @@ fn correct_gpt2_plans_verify() {
         ("tp=2", &[][..]),
         ("dp=2", &[][..]),
         ("tp=2", &["--sequence-parallel"][..]),
+        ("tp=4", &[][..]),
         ("dp=2,tp=2", &["--sequence-parallel", "--forward-only"][..]),
     ] {
         let dir = tempfile::tempdir().unwrap();
         let case = emit_model("gpt2", dir.path(), mesh, extra);
         let (code, out) = verify(&case);
         assert_eq!(code, 0, "gpt2 {mesh} {extra:?}:\n{out}");
+    }
+}
+
+#[test]
+fn gpt2_fused_linear_bugs_are_refuted_inside_addmm() {
+    // GPT-2's linears are fused (addmm): the evidence is the product inside the operator.
+    for (bug, mesh, evidence) in [
+        ("tp-missing-allreduce", "tp=2", "unreduced partial sum"),
+        ("tp-bias-before-allreduce", "tp=2", "reduces only after"),
+        ("wrong-group", "dp=2,tp=2", "wrong process group"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let case = emit_model("gpt2", dir.path(), mesh, &["--bug", bug, "--forward-only"]);
+        let (code, out) = verify(&case);
+        assert_eq!(code, 1, "{bug}:\n{out}");
+        assert!(
+            out.contains("(aten.addmm.default)")
+                && out.contains("the product inside")
+                && out.contains(evidence),
+            "{bug}:\n{out}"
+        );
     }
 }

@@ -295,6 +295,8 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
 
     let mut state: HashMap<ValueId, State> = HashMap::new();
     let mut mismatches: HashMap<ValueId, (String, Option<String>)> = HashMap::new();
+    // The relations of the products inside fused linears without a clean relation.
+    let mut products: HashMap<ValueId, State> = HashMap::new();
     for (n, node) in spec.nodes.iter().enumerate() {
         if !needed[n] {
             continue;
@@ -350,7 +352,7 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
                     .unwrap_or_else(|| State::Unrelated("unrelated".into())),
                 Lowered::Term(t) => {
                     outcome.spec_operators += 1;
-                    infer_one(
+                    let s = infer_one(
                         &imp,
                         &rules,
                         opts,
@@ -359,7 +361,26 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
                         expect.as_deref(),
                         &mut mismatches,
                         v,
-                    )
+                    );
+                    // A fused linear (addmm: a product plus a bias) without a clean relation:
+                    // the product's own relation is the evidence a missing or late reduction
+                    // leaves, as it is for an unfused product.
+                    if !matches!(&s, State::Related(r) if r.clean) {
+                        if let Some(product) = fused_product(&t) {
+                            let p = infer_one(
+                                &imp,
+                                &rules,
+                                opts,
+                                &state,
+                                product,
+                                None,
+                                &mut mismatches,
+                                v,
+                            );
+                            products.insert(v, p);
+                        }
+                    }
+                    s
                 }
             };
             if opts.trace {
@@ -398,7 +419,7 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
             Some(State::Lost(m)) => {
                 // Relations stopped upstream and the computed expressions outgrew the limit: a
                 // verdict only where the evidence at the stopping point names a bug class.
-                let f = blame(case, &imp, &state, &spec_metas, v, &name);
+                let f = blame(case, &imp, &state, &products, &spec_metas, v, &name);
                 // Only the strongest evidence (see `strong_evidence`).
                 if f.hint.as_deref().is_some_and(strong_evidence) {
                     outcome.failure = Some(f);
@@ -413,7 +434,7 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
                 return finish(outcome);
             }
             Some(State::Related(r)) if r.clean => {
-                let mut f = blame(case, &imp, &state, &spec_metas, v, &name);
+                let mut f = blame(case, &imp, &state, &products, &spec_metas, v, &name);
                 let (want, found) = &mismatches[&v];
                 f.hint = Some(format!(
                     "the case expects `{name}` = {want}, but it is {}",
@@ -426,7 +447,7 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
             _ => {
                 // The output is only computed, not rebuilt. A bug, or a lemma the library lacks:
                 // refuted only where the evidence at the stopping point names a bug class.
-                let f = blame(case, &imp, &state, &spec_metas, v, &name);
+                let f = blame(case, &imp, &state, &products, &spec_metas, v, &name);
                 if f.hint.is_none() {
                     outcome.reason = Some(format!(
                         "`{name}` has no clean relation: relations stop at spec operator `{}` ({}), and no known bug pattern matches there, so this may be a missing lemma (`--trace` shows every relation)",
@@ -1592,10 +1613,22 @@ fn scales_itself(node: &shardproof_ir::Node) -> bool {
     }
 }
 
+/// The product term inside a lowered fused linear, `add(mm(a, b), bias)`.
+fn fused_product(t: &Tpl) -> Option<&Tpl> {
+    match t {
+        Tpl::Op(add, kids) if add == "aten.add.Tensor" => match kids.first() {
+            Some(p @ Tpl::Op(mm, _)) if mm == "aten.mm.default" => Some(p),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
 fn blame(
     case: &Case,
     imp: &Impl,
     state: &HashMap<ValueId, State>,
+    products: &HashMap<ValueId, State>,
     spec_metas: &[Vec<Option<Meta>>],
     out: ValueId,
     name: &str,
@@ -1640,8 +1673,8 @@ fn blame(
     frontier.sort();
     let v = frontier.first().copied().unwrap_or(out);
     let node = &spec.nodes[v.node];
-    let rels = |x: &ValueId| -> Vec<String> {
-        match state.get(x) {
+    let rels = |st: Option<&State>| -> Vec<String> {
+        match st {
             Some(State::Related(r)) => r
                 .exprs
                 .iter()
@@ -1656,9 +1689,26 @@ fn blame(
     let mut inputs = Vec::new();
     let mut consumers = BTreeSet::new();
     let mut hint = None;
-    for x in node.inputs() {
-        inputs.push((spec.value_name(x).to_string(), rels(&x)));
-        if let Some(State::Related(r)) = state.get(&x) {
+    // The operator's inputs, and the product inside a fused linear.
+    let mut evidence: Vec<(String, String, Option<&State>)> = node
+        .inputs()
+        .iter()
+        .map(|x| {
+            let name = spec.value_name(*x).to_string();
+            (format!("input `{name}`"), name, state.get(x))
+        })
+        .collect();
+    if let Some(p) = products.get(&v) {
+        let name = spec.value_name(v);
+        evidence.push((
+            format!("the product inside `{name}`"),
+            format!("{name} (its product)"),
+            Some(p),
+        ));
+    }
+    for (subject, name, st) in evidence {
+        inputs.push((name, rels(st)));
+        if let Some(State::Related(r)) = st {
             for e in &r.exprs {
                 let top = e.as_ref().last();
                 let leaves: Vec<ValueRef> = e
@@ -1736,8 +1786,7 @@ fn blame(
                             .join(", ")
                     };
                     hint = Some(format!(
-                        "input `{}` is a sum over ranks {}, but the implementation's collectives over those tensors reduce over {} (a collective on the wrong process group?)",
-                        spec.value_name(x),
+                        "{subject} is a sum over ranks {}, but the implementation's collectives over those tensors reduce over {} (a collective on the wrong process group?)",
                         show(&summed),
                         groups.iter().map(|g| format!("[{}]", show(g))).collect::<Vec<_>>().join(", ")
                     ));
@@ -1748,14 +1797,12 @@ fn blame(
                 {
                     hint = Some(if let Some(late) = &late_op {
                         format!(
-                            "input `{}` is a partial sum, {}, that the implementation reduces only after `{late}` changes it: whatever that adds is counted once per rank (a bias or residual added before the all-reduce?)",
-                            spec.value_name(x),
+                            "{subject} is a partial sum, {}, that the implementation reduces only after `{late}` changes it: whatever that adds is counted once per rank (a bias or residual added before the all-reduce?)",
                             render(e, e.as_ref().len() - 1)
                         )
                     } else {
                         format!(
-                        "input `{}` is an unreduced partial sum, {} — the implementation never reduces it across ranks (a missing all-reduce?)",
-                        spec.value_name(x),
+                        "{subject} is an unreduced partial sum, {} — the implementation never reduces it across ranks (a missing all-reduce?)",
                         render(e, e.as_ref().len() - 1)
                     )
                     });

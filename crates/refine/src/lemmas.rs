@@ -927,6 +927,50 @@ pub fn library() -> Vec<Lemma> {
         }),
     });
     l.push(Lemma {
+        name: "sum-of-sums",
+        doc: "sum(sum(x_1..x_n), sum(y_1..y_m), ...) = sum(x_1..x_n, y_1..y_m, ...): rank sums nested by mesh dim are one sum",
+        roots: vec![SUM.into()],
+        examples: vec![("(sum (sum %r0:a %r1:a) (sum %r2:a %r3:a))", &[("a", "f64[2,3]")])],
+        requires: None,
+        build: Arc::new(|g, _, kids| {
+            let mut flat = Vec::new();
+            for &k in kids {
+                let Some(inner) = sums(g, k).into_iter().next() else { return vec![] };
+                flat.extend(inner);
+            }
+            if flat.len() > 16 {
+                return vec![];
+            }
+            vec![op(g, SUM, flat)]
+        }),
+    });
+    l.push(Lemma {
+        name: "cat-of-sums",
+        doc: "cat_d(sum_i x_i, sum_i y_i, ...) = sum_i cat_d(x_i, y_i, ...) (rank sums of the same length, paired in order)",
+        roots: vec![CAT.into()],
+        examples: vec![("(cat 1 (sum %r0:a %r1:a) (sum %r0:b %r1:b))", &[("a", "f64[2,3]"), ("b", "f64[2,2]")])],
+        requires: None,
+        build: Arc::new(|g, _, kids| {
+            let Some(d) = int(g, kids[0]).and_then(|d| usize::try_from(d).ok()) else { return vec![] };
+            let Some(first) = sums(g, kids[1]).into_iter().next() else { return vec![] };
+            let n = first.len();
+            let mut operands = vec![first];
+            for &k in &kids[2..] {
+                match sums(g, k).into_iter().find(|s| s.len() == n) {
+                    Some(s) => operands.push(s),
+                    None => return vec![],
+                }
+            }
+            let terms: Vec<Id> = (0..n)
+                .map(|i| {
+                    let pieces = operands.iter().map(|s| s[i]).collect();
+                    cat(g, d, pieces)
+                })
+                .collect();
+            vec![op(g, SUM, terms)]
+        }),
+    });
+    l.push(Lemma {
         name: "cat-flatten",
         doc: "cat_d(.., cat_d(x_i), ..) = cat_d(.., x_i, ..): nested concatenations along one dim are one",
         roots: vec![CAT.into()],
@@ -1230,6 +1274,41 @@ pub fn library() -> Vec<Lemma> {
                 }
             }
             out
+        }),
+    });
+    l.push(Lemma {
+        name: "reduce-over-unit-dims",
+        doc: "a sum or mean over dims of size one only drops them: view(x, out shape)",
+        roots: vec!["aten.sum.dim_IntList".into(), "aten.mean.dim".into()],
+        examples: vec![
+            (
+                "(aten.sum.dim_IntList %r0:a (list 1) b:false none)",
+                &[("a", "f64[2,1,3]")],
+            ),
+            (
+                "(aten.mean.dim %r0:a (list 2) b:true none)",
+                &[("a", "f64[2,3,1]")],
+            ),
+        ],
+        requires: None,
+        build: Arc::new(|g, eclass, kids| {
+            let (Some(src), Some(out)) = (shape(g, kids[0]), shape(g, eclass)) else {
+                return vec![];
+            };
+            let Some(dims) = int_list(g, kids[1]) else {
+                return vec![];
+            };
+            let rank = src.len() as i64;
+            let unit = !dims.is_empty()
+                && dims.iter().all(|&d| {
+                    let d = if d < 0 { d + rank } else { d };
+                    usize::try_from(d).ok().and_then(|d| src.get(d)) == Some(&1)
+                });
+            if !unit || src.iter().product::<usize>() != out.iter().product::<usize>() {
+                return vec![];
+            }
+            let l = list(g, &out);
+            vec![op(g, "aten.view.default", vec![kids[0], l])]
         }),
     });
     l.push(Lemma {

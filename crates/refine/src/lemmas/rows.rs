@@ -27,8 +27,26 @@ struct Interleaved {
     rows: Vec<Id>,
 }
 
-/// The interleaved-row forms of a class (at most a few).
+/// The interleaved-row forms of a class (at most a few): its views of a partitioned tensor,
+/// and its transposes of such views that keep the rows in place.
 fn interleaved(g: &mut Graph, id: Id) -> Vec<Interleaved> {
+    let mut out = interleaved_views(g, id);
+    for (x, a, b) in super::transposes(g, id) {
+        if !matches!((int(g, a), int(g, b)), (Some(1..), Some(1..))) {
+            continue;
+        }
+        for mut form in interleaved_views(g, x) {
+            for r in &mut form.rows {
+                *r = op(g, "aten.transpose.int", vec![*r, a, b]);
+            }
+            out.push(form);
+        }
+    }
+    out
+}
+
+/// The interleaved-row forms of a class's views.
+fn interleaved_views(g: &mut Graph, id: Id) -> Vec<Interleaved> {
     let Some(vs) = shape(g, id) else {
         return vec![];
     };
@@ -139,6 +157,8 @@ fn row_operands(g: &Graph, sym: &str, kids: &[Id], out: &[usize]) -> Option<Vec<
     let not_rows = |k: Id| int(g, k).is_some_and(|d| d != 0 && d != -(out.len() as i64));
     match sym {
         "aten.mm.default" => Some(vec![0]),
+        // The batch dim of a batched product is its rows.
+        "aten.bmm.default" => Some(vec![0, 1]),
         "aten._softmax.default" | "aten._log_softmax.default" => not_rows(kids[1]).then(|| vec![0]),
         "aten._softmax_backward_data.default" | "aten._log_softmax_backward_data.default" => {
             not_rows(kids[2]).then(|| vec![0, 1])
@@ -160,6 +180,7 @@ fn row_roots() -> Vec<String> {
     roots.extend(
         [
             "aten.mm.default",
+            "aten.bmm.default",
             "aten._softmax.default",
             "aten._log_softmax.default",
             "aten._softmax_backward_data.default",
@@ -181,6 +202,10 @@ fn rows_over_interleaved_cat() -> Lemma {
             (
                 "(aten.mm.default (aten.view.default (cat 1 %r0:a %r1:a) (list 6 4)) %r0:b)",
                 &[("a", "f64[3,1,4]"), ("b", "f64[4,5]")],
+            ),
+            (
+                "(aten.bmm.default (aten.view.default (cat 1 %r0:a %r1:a) (list 4 3 2)) (aten.transpose.int (aten.view.default (cat 1 %r0:b %r1:b) (list 4 5 2)) 1 2))",
+                &[("a", "f64[2,1,3,2]"), ("b", "f64[2,1,5,2]")],
             ),
             (
                 "(aten.add.Tensor (aten.view.default (cat 1 %r0:a %r1:a) (list 6 4)) %r0:b 1)",

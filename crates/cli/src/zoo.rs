@@ -48,28 +48,29 @@ pub struct EmitArgs {
     /// regions split along the sequence, all-gather / reduce-scatter around them).
     #[arg(long)]
     sequence_parallel: bool,
-    /// Model width (default: the model's tiny size; mlp 16, llama 16, gpt2 16).
+    /// Model width (default: the model's tiny size; mlp 16, llama 16, gpt2 16, deepseek 16).
     #[arg(long)]
     hidden: Option<usize>,
-    /// Inner width of every MLP (default: mlp 32, llama 32, gpt2 64).
+    /// Inner width of every MLP (default: mlp 32, llama 32, gpt2 64; deepseek: the shared
+    /// expert's, 16).
     #[arg(long)]
     ffn: Option<usize>,
-    /// Global batch size (default: mlp 8, llama 2, gpt2 2).
+    /// Global batch size (default: mlp 8, llama 2, gpt2 2, deepseek 4).
     #[arg(long)]
     batch: Option<usize>,
-    /// Number of layers (default: mlp 1, llama 2, gpt2 2).
+    /// Number of layers (default: mlp 1, llama 2, gpt2 2, deepseek 2).
     #[arg(long)]
     layers: Option<usize>,
-    /// Attention heads (llama, gpt2; default 4).
+    /// Attention heads (llama, gpt2, deepseek; default 4).
     #[arg(long)]
     heads: Option<usize>,
-    /// Key/value heads of grouped-query attention (llama; default 2).
+    /// Key/value heads of grouped-query attention (llama, deepseek; default 2).
     #[arg(long)]
     kv_heads: Option<usize>,
-    /// Sequence length (llama, gpt2; default 8).
+    /// Sequence length (llama, gpt2, deepseek; default 8).
     #[arg(long)]
     seq: Option<usize>,
-    /// Vocabulary size (llama, gpt2; default 32).
+    /// Vocabulary size (llama, gpt2, deepseek; default 32).
     #[arg(long)]
     vocab: Option<usize>,
     /// The optimizer step of the full iteration.
@@ -137,7 +138,7 @@ fn list(bugs_only: bool) {
              LayerNorms on sequence chunks, all-gather before and reduce-scatter after the \
              tensor-parallel regions, LayerNorm and row-parallel bias gradients all-reduced)"
         );
-        outln!("training (full iteration; every model, any mesh):");
+        outln!("training (full iteration; every model but deepseek, any mesh):");
         for (flag, d) in TRAINING {
             outln!("  {flag:22}  {d}");
         }

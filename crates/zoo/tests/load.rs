@@ -98,3 +98,29 @@ fn invalid_requests_are_refused() {
     l.mesh = Mesh::parse("tp=2").unwrap();
     assert_eq!(emit(&l).unwrap().files.len(), 4);
 }
+
+#[test]
+fn deepseek_cases_load() {
+    let extras = EmitExtras::default();
+    for mesh in ["tp=2", "ep=2", "dp=2,ep=2", "dp=2,tp=2,ep=2"] {
+        for forward_only in [true, false] {
+            let mut o = opts("deepseek", mesh, forward_only);
+            let (dp, tp, ep) = (o.mesh.size("dp"), o.mesh.size("tp"), o.mesh.size("ep"));
+            let site = Site::new("deepseek", dp, tp, forward_only);
+            let mut bugs = vec![None];
+            bugs.extend(
+                BUGS.iter()
+                    .filter(|b| b.check_applies_with_ep(&site, ep).is_ok())
+                    .map(Some),
+            );
+            for bug in bugs {
+                o.bug = bug;
+                let what = format!("deepseek {mesh} fw={forward_only} {:?}", bug.map(|b| b.id));
+                let dir = tempfile::tempdir().unwrap();
+                emit_with(&o, &extras).unwrap().write(dir.path()).unwrap();
+                shardproof_case::load_case(&dir.path().join("case.yaml"))
+                    .unwrap_or_else(|err| panic!("{what}: {err:?}"));
+            }
+        }
+    }
+}

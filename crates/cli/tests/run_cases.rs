@@ -453,3 +453,87 @@ fn a_case_with_nothing_to_compare_is_inconclusive_not_verified() {
     let (text, _) = verdict(&s, &[], 3, "inconclusive");
     text.stderr_has(&["nothing to compare"]);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Point-to-point messages.
+
+const P2P_SPEC: &str = r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[2]", y: "f32[2]"):
+        mul: "f32[2]" = torch.ops.aten.mul.Scalar(x, 2.0);  x = None
+        add: "f32[2]" = torch.ops.aten.add.Tensor(mul, y);  mul = y = None
+        return (add,)
+"#;
+
+/// Stage 0 doubles `x`, sends it to stage 1 and receives the sum back as its `add`.
+const P2P_STAGE0: &str = r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[2]", y: "f32[2]"):
+        mul: "f32[2]" = torch.ops.aten.mul.Scalar(x, 2.0);  x = None
+        send: "f32[2]" = torch.ops.shardproof_p2p.send.default(mul, 1, 0)
+        add: "f32[2]" = torch.ops.shardproof_p2p.recv.default([2], torch.float32, 1, 1)
+        return (add,)
+"#;
+
+/// Stage 1 adds `y` to what it receives and sends the sum back.
+const P2P_STAGE1: &str = r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[2]", y: "f32[2]"):
+        recv: "f32[2]" = torch.ops.shardproof_p2p.recv.default([2], torch.float32, 0, 0)
+        add: "f32[2]" = torch.ops.aten.add.Tensor(recv, y);  recv = y = None
+        send: "f32[2]" = torch.ops.shardproof_p2p.send.default(add, 0, 1)
+        return (add,)
+"#;
+
+fn p2p() -> Scratch {
+    let s = Scratch::new();
+    s.write("spec.py", P2P_SPEC);
+    s.write("r0.py", P2P_STAGE0);
+    s.write("r1.py", P2P_STAGE1);
+    s.write(
+        "case.yaml",
+        "version: 1\nname: p2p\nspec: { graph: spec.py }\nimpl:\n  mesh: { pp: 2 }\n  \
+         graphs: [r0.py, r1.py]\ninputs:\n  x: Replicate()\n  y: Replicate()\noutputs:\n  \
+         add: Replicate()\n",
+    );
+    s
+}
+
+#[test]
+fn point_to_point_messages_between_two_stages_hold() {
+    let s = p2p();
+    verdict(&s, &[], 0, "holds");
+    s.run(&["inspect", "--strict", "case.yaml"]).expect_code(0);
+}
+
+#[test]
+fn a_recv_whose_send_is_missing_is_a_located_deadlock() {
+    let s = p2p();
+    s.write("r1.py", &P2P_STAGE1.replace("(add, 0, 1)", "(add, 0, 2)"));
+    let (text, v) = verdict(&s, &[], 1, "violated");
+    text.stderr_has(&[
+        "r0.py:5: node `add`",
+        "waits for a message from rank 1 with tag 1 (f32[2])",
+        "other tags (1 with tag 2)",
+        "hint:",
+    ]);
+    assert!(v["message"].as_str().unwrap().contains("deadlock"), "{v}");
+    // A recv that declares another type than what its send sends.
+    let s = p2p();
+    s.write(
+        "r1.py",
+        &P2P_STAGE1
+            .replace("recv: \"f32[2]\"", "recv: \"f32[1, 2]\"")
+            .replace(
+                "([2], torch.float32, 0, 0)",
+                "([1, 2], torch.float32, 0, 0)",
+            ),
+    );
+    let (text, _) = verdict(&s, &[], 1, "violated");
+    text.stderr_has(&[
+        "r1.py:3: node `recv`",
+        "but declares f32[1, 2]",
+        "r0.py:4: node `send`",
+    ]);
+    // A peer outside the mesh is invalid input.
+    let s = p2p();
+    s.write("r0.py", &P2P_STAGE0.replace("(mul, 1, 0)", "(mul, 5, 0)"));
+    verdict(&s, &[], 2, "invalid");
+}

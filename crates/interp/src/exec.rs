@@ -1,11 +1,13 @@
-//! Graph execution: single graphs, and lock-step execution of rank graphs with collectives.
+//! Graph execution: single graphs, and lock-step execution of rank graphs with collectives and
+//! point-to-point messages.
 
 use crate::{Env, InterpError, InterpErrorKind, RunConfig};
 use shardproof_ir::{Arg, DecompExpr, Graph, Node, NodeKind, OpMeaning, OpName, Program, ValueId};
 use shardproof_ops::{
-    Args, EvalCtx, Meta, OpClass, OpDef, OpError, Registry, Tensor, TensorList, Values,
+    p2p_call, Args, EvalCtx, Meta, OpClass, OpDef, OpError, P2pEnd, Registry, Tensor, TensorList,
+    Values,
 };
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 /// Reads values out of an environment, for binding a call's arguments.
 struct EnvValues<'a>(&'a Env);
@@ -96,24 +98,29 @@ impl<'g> GraphRun<'g> {
         self.next >= self.graph.nodes.len()
     }
 
-    /// Runs nodes until the end of the graph, or until a collective that needs other ranks
-    /// (returned). With `alone`, collectives act on one-member groups and never block.
-    fn advance(&mut self, alone: bool) -> Result<Option<usize>, InterpError> {
+    /// Runs nodes until the end of the graph (`None`), or until a node that needs the other
+    /// ranks: a collective (with `alone`, collectives act on one-member groups and never
+    /// pause) or a point-to-point operator. A send or recv always pauses, even when it cannot
+    /// run or a leaf replaces it: its partner on the other rank must learn of it either way.
+    fn advance(&mut self, alone: bool) -> Result<Option<Pause>, InterpError> {
         while self.next < self.graph.nodes.len() {
             let i = self.next;
             let node = &self.graph.nodes[i];
+            let class = match &node.kind {
+                NodeKind::Call { op, .. } if self.custom(op).is_none() => {
+                    Registry::builtin().get(op).map(|d| d.class)
+                }
+                _ => None,
+            };
+            if class == Some(OpClass::PointToPoint) {
+                return Ok(Some(Pause::PointToPoint(i)));
+            }
             if self.is_leaf[i].iter().all(|&l| l) || !self.ready(node) {
                 self.next += 1;
                 continue;
             }
-            if let NodeKind::Call { op, .. } = &node.kind {
-                let def = Registry::builtin().get(op);
-                if !alone
-                    && self.custom(op).is_none()
-                    && def.is_some_and(|d| d.class == OpClass::Collective)
-                {
-                    return Ok(Some(i));
-                }
+            if !alone && class == Some(OpClass::Collective) {
+                return Ok(Some(Pause::Collective(i)));
             }
             let outs = self.eval_node(node).map_err(|e| match e {
                 NodeError::Op(e) => {
@@ -368,18 +375,31 @@ fn collective(def: &OpDef, members: &[Args], index: usize) -> Result<Vec<Tensor>
 
 /// Runs `graph` with the given leaf values (graph inputs, constants, or cut tensors by name).
 /// Collectives act on one-member groups (a single-device program): they are identities.
+/// Point-to-point operators see a world of one rank: rank 0 may only send to itself.
 pub fn run_graph(
     graph: &Graph,
     leaves: &BTreeMap<String, Tensor>,
     cfg: &RunConfig,
 ) -> Result<Env, InterpError> {
-    let mut run = GraphRun::new(graph, leaves, cfg)?;
-    run.advance(true)?;
-    Ok(run.env)
+    let mut runs = vec![GraphRun::new(graph, leaves, cfg)?];
+    let mut mailbox = Mailbox::default();
+    while let Some(pause) = runs[0].advance(true)? {
+        let Pause::PointToPoint(i) = pause else {
+            unreachable!("a run alone never pauses at a collective")
+        };
+        if !point_to_point(&mut runs, 0, i, &mut mailbox)? {
+            return Err(p2p_mismatch(&runs, &[Some(pause)], &mailbox));
+        }
+    }
+    mailbox.check_drained(&runs)?;
+    Ok(runs.swap_remove(0).env)
 }
 
 /// Runs every rank of `program` with per-rank leaf values, executing collectives across ranks
-/// in lock step: a collective runs once every member of its group has reached it.
+/// in lock step (a collective runs once every member of its group has reached it) and moving
+/// point-to-point messages between them (a send never blocks; a recv waits for the next
+/// message from its source with its tag). Ranks that can no longer all progress are reported,
+/// never waited on: every round either runs a node or ends the run.
 pub fn run_program(
     program: &Program,
     leaves: &[BTreeMap<String, Tensor>],
@@ -402,7 +422,8 @@ pub fn run_program(
         .map(|(g, l)| GraphRun::new(g, l, cfg))
         .collect::<Result<Vec<_>, _>>()?;
     let n = runs.len();
-    let mut blocked: Vec<Option<usize>> = vec![None; n];
+    let mut blocked: Vec<Option<Pause>> = vec![None; n];
+    let mut mailbox = Mailbox::default();
     loop {
         for r in 0..n {
             if blocked[r].is_none() && !runs[r].done() {
@@ -413,14 +434,25 @@ pub fn run_program(
             break;
         }
         let mut progressed = false;
+        for (r, pause) in blocked.iter_mut().enumerate() {
+            if let Some(Pause::PointToPoint(i)) = *pause {
+                if point_to_point(&mut runs, r, i, &mut mailbox)? {
+                    *pause = None;
+                    progressed = true;
+                }
+            }
+        }
         for r in 0..n {
-            let Some(node_idx) = blocked[r] else { continue };
+            let Some(Pause::Collective(node_idx)) = blocked[r] else {
+                continue;
+            };
             let (group_name, op) = collective_key(&runs[r], node_idx)?;
             let members = group_members(program, &group_name, r, &runs[r], node_idx)?;
-            let all_there = members.iter().all(|&m| {
-                blocked[m].is_some_and(|ni| {
+            let all_there = members.iter().all(|&m| match blocked[m] {
+                Some(Pause::Collective(ni)) => {
                     collective_key(&runs[m], ni).is_ok_and(|(g, o)| g == group_name && o == op)
-                })
+                }
+                _ => false,
             });
             if !all_there {
                 continue;
@@ -428,14 +460,22 @@ pub fn run_program(
             let def = Registry::builtin()
                 .get(&op)
                 .expect("blocked on a registered collective");
+            let member_nodes: Vec<usize> = members
+                .iter()
+                .map(|&m| match blocked[m] {
+                    Some(Pause::Collective(ni)) => ni,
+                    _ => unreachable!("every member waits at the collective"),
+                })
+                .collect();
             let outputs: Vec<Vec<Tensor>> = {
                 let member_values: Vec<EnvValues> =
                     members.iter().map(|&m| EnvValues(&runs[m].env)).collect();
                 let bound = members
                     .iter()
+                    .zip(&member_nodes)
                     .zip(&member_values)
-                    .map(|(&m, vals)| {
-                        let node = &runs[m].graph.nodes[blocked[m].unwrap()];
+                    .map(|((&m, &ni), vals)| {
+                        let node = &runs[m].graph.nodes[ni];
                         Args::bind(&def.schema, node.args(), call_kwargs(node), vals).map_err(|e| {
                             InterpError::new(
                                 InterpErrorKind::Invalid,
@@ -447,28 +487,244 @@ pub fn run_program(
                 (0..members.len())
                     .map(|i| {
                         collective(def, &bound, i).map_err(|e| {
-                            let m = members[i];
-                            let node = &runs[m].graph.nodes[blocked[m].unwrap()];
+                            let node = &runs[members[i]].graph.nodes[member_nodes[i]];
                             InterpError::new(
                                 InterpErrorKind::Invalid,
-                                located(runs[m].graph, node, e),
+                                located(runs[members[i]].graph, node, e),
                             )
                         })
                     })
                     .collect::<Result<_, _>>()?
             };
-            for (&m, t) in members.iter().zip(outputs) {
-                let ni = blocked[m].take().unwrap();
+            for ((&m, &ni), t) in members.iter().zip(&member_nodes).zip(outputs) {
+                blocked[m] = None;
                 runs[m].store(ni, t)?;
                 runs[m].next = ni + 1;
             }
             progressed = true;
         }
         if !progressed {
-            return Err(deadlock(&runs, &blocked));
+            return Err(
+                if blocked
+                    .iter()
+                    .any(|b| matches!(b, Some(Pause::PointToPoint(_))))
+                {
+                    p2p_mismatch(&runs, &blocked, &mailbox)
+                } else {
+                    deadlock(&runs, &blocked)
+                },
+            );
         }
     }
+    mailbox.check_drained(&runs)?;
     Ok(runs.into_iter().map(|r| r.env).collect())
+}
+
+/// Why a rank stopped before the end of its graph: a node that needs the other ranks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pause {
+    /// A collective (node index), run once every member of its group reaches one.
+    Collective(usize),
+    /// A send or recv (node index), run against the messages in flight.
+    PointToPoint(usize),
+}
+
+/// A message in flight from a send to its recv.
+struct Message {
+    /// The sent tensor; `None` when the send could not run (its input depends on a value
+    /// nobody provided), so the recv that takes it is skipped too.
+    tensor: Option<Tensor>,
+    /// The sending rank and its send node, for diagnostics.
+    from: (usize, usize),
+}
+
+/// The messages sent and not yet received, per (source, destination, tag), oldest first.
+#[derive(Default)]
+struct Mailbox {
+    queues: BTreeMap<(usize, usize, i64), VecDeque<Message>>,
+}
+
+impl Mailbox {
+    /// Fails on the first message nobody received (a send without its recv).
+    fn check_drained(&self, runs: &[GraphRun]) -> Result<(), InterpError> {
+        let Some(((src, dst, tag), queue)) = self.queues.iter().find(|(_, q)| !q.is_empty()) else {
+            return Ok(());
+        };
+        let (r, ni) = queue[0].from;
+        let node = &runs[r].graph.nodes[ni];
+        Err(InterpError::new(
+            InterpErrorKind::Deadlock,
+            located(
+                runs[r].graph,
+                node,
+                format!(
+                    "rank {src} sends a message to rank {dst} with tag {tag} that no recv \
+                     takes ({} such message(s) left when rank {dst} finished its graph); \
+                     hint: every send needs a recv on its destination naming src={src} and \
+                     tag={tag}, in the same order: a duplicated send, or a recv missing from \
+                     the destination's schedule, leaves a send unmatched",
+                    queue.len()
+                ),
+            ),
+        ))
+    }
+}
+
+/// Runs the send or recv at node `i` of rank `r`. Returns whether it ran: a send always
+/// does (it is buffered, as `isend`); a recv only once its message has arrived.
+fn point_to_point(
+    runs: &mut [GraphRun],
+    r: usize,
+    i: usize,
+    mailbox: &mut Mailbox,
+) -> Result<bool, InterpError> {
+    let world = runs.len();
+    let run = &runs[r];
+    let node = &run.graph.nodes[i];
+    let invalid = |e: &dyn std::fmt::Display| {
+        InterpError::new(InterpErrorKind::Invalid, located(run.graph, node, e))
+    };
+    let op = node.op().expect("a point-to-point node is a call");
+    let def = Registry::builtin().get(op).expect("registered");
+    let values = EnvValues(&run.env);
+    let bound = Args::bind(&def.schema, node.args(), call_kwargs(node), &values)
+        .map_err(|e| invalid(&e))?;
+    let call = p2p_call(def, &bound).map_err(|e| invalid(&e))?;
+    if call.peer >= world {
+        let what = match call.end {
+            P2pEnd::Send => "sends to",
+            P2pEnd::Recv => "receives from",
+        };
+        return Err(invalid(&format!(
+            "{what} rank {}, but the program has {world} rank(s) (0..{}); ranks are global \
+             ranks of the mesh, row-major",
+            call.peer,
+            world - 1
+        )));
+    }
+    match call.end {
+        P2pEnd::Send => {
+            let input = node.inputs().first().and_then(|&v| run.env.get(v)).cloned();
+            mailbox
+                .queues
+                .entry((r, call.peer, call.tag))
+                .or_default()
+                .push_back(Message {
+                    tensor: input.clone(),
+                    from: (r, i),
+                });
+            // The result is the sent tensor itself: the handle `wait_tensor` waits on.
+            if let Some(t) = input {
+                runs[r].store(i, vec![t])?;
+            }
+        }
+        P2pEnd::Recv => {
+            let want = (def.infer)(&bound).map_err(|e| invalid(&e))?;
+            let key = (call.peer, r, call.tag);
+            let Some(msg) = mailbox.queues.get_mut(&key).and_then(VecDeque::pop_front) else {
+                return Ok(false);
+            };
+            if let Some(t) = msg.tensor {
+                if t.meta != want[0] {
+                    let (sr, sn) = msg.from;
+                    let sender = &runs[sr].graph.nodes[sn];
+                    return Err(InterpError::new(
+                        InterpErrorKind::Deadlock,
+                        located(
+                            run.graph,
+                            node,
+                            format!(
+                                "receives {} from rank {} with tag {}, but declares {}: the \
+                                 matching send is {}; hint: a recv takes the sends from its \
+                                 source with its tag in order, so a skipped or reordered send \
+                                 pairs this recv with the wrong message",
+                                t.meta.to_type(),
+                                call.peer,
+                                call.tag,
+                                want[0].to_type(),
+                                located(runs[sr].graph, sender, "here"),
+                            ),
+                        ),
+                    ));
+                }
+                runs[r].store(i, vec![t])?;
+            }
+        }
+    }
+    runs[r].next = i + 1;
+    Ok(true)
+}
+
+/// The report of ranks that cannot progress while some wait for a point-to-point message.
+fn p2p_mismatch(runs: &[GraphRun], blocked: &[Option<Pause>], mailbox: &Mailbox) -> InterpError {
+    let mut lines = Vec::new();
+    let mut first_recv = None;
+    for (r, b) in blocked.iter().enumerate() {
+        match b {
+            Some(Pause::PointToPoint(ni)) => {
+                let node = &runs[r].graph.nodes[*ni];
+                let what = recv_route(&runs[r], *ni).map_or_else(
+                    |e| e.message,
+                    |(src, tag, meta)| {
+                        let pending = mailbox
+                            .queues
+                            .iter()
+                            .filter(|((s, d, _), q)| *s == src && *d == r && !q.is_empty())
+                            .map(|((_, _, t), q)| format!("{} with tag {t}", q.len()))
+                            .collect::<Vec<_>>();
+                        let pending = if pending.is_empty() {
+                            format!("rank {src} sent it nothing else")
+                        } else {
+                            format!(
+                                "rank {src} sent it only messages with other tags ({})",
+                                pending.join(", ")
+                            )
+                        };
+                        format!(
+                            "waits for a message from rank {src} with tag {tag} ({}) that is \
+                             never sent ({pending}; rank {src} {})",
+                            meta.to_type(),
+                            match blocked.get(src) {
+                                Some(Some(_)) => "waits too",
+                                _ => "has finished its graph",
+                            }
+                        )
+                    },
+                );
+                if first_recv.is_none() {
+                    first_recv = Some(located(runs[r].graph, node, &what));
+                } else {
+                    lines.push(format!("rank {r} in `{}` {what}", node.name));
+                }
+            }
+            Some(Pause::Collective(ni)) => lines.push(waiting_in_collective(runs, r, *ni)),
+            None => lines.push(format!("rank {r} has finished its graph")),
+        }
+    }
+    InterpError::new(
+        InterpErrorKind::Deadlock,
+        format!(
+            "a recv is never matched by a send (deadlock): {}; the other ranks: {}; hint: every \
+             recv needs a send from its source to its rank with the same tag, posted in the same \
+             order; a pipeline schedule that skips or reorders a send leaves its recv waiting",
+            first_recv.unwrap_or_default(),
+            lines.join("; ")
+        ),
+    )
+}
+
+/// The source, tag and declared type of the recv at node `ni` of `run`, or why they cannot
+/// be read.
+fn recv_route(run: &GraphRun, ni: usize) -> Result<(usize, i64, Meta), InterpError> {
+    let node = &run.graph.nodes[ni];
+    let op = node.op().expect("a point-to-point node is a call");
+    let def = Registry::builtin().get(op).expect("registered");
+    let values = EnvValues(&run.env);
+    let err = |e: OpError| InterpError::new(InterpErrorKind::Invalid, located(run.graph, node, e));
+    let bound = Args::bind(&def.schema, node.args(), call_kwargs(node), &values).map_err(err)?;
+    let call = p2p_call(def, &bound).map_err(err)?;
+    let meta = (def.infer)(&bound).map_err(err)?.remove(0);
+    Ok((call.peer, call.tag, meta))
 }
 
 fn call_kwargs(node: &Node) -> &[(String, Arg)] {
@@ -529,20 +785,26 @@ fn group_members(
     })
 }
 
-fn deadlock(runs: &[GraphRun], blocked: &[Option<usize>]) -> InterpError {
+/// `rank r waits in `node` (op) on group `g``: rank `r` paused at the collective node `ni`.
+fn waiting_in_collective(runs: &[GraphRun], r: usize, ni: usize) -> String {
+    let node = &runs[r].graph.nodes[ni];
+    let group = collective_key(&runs[r], ni)
+        .map(|(g, _)| g)
+        .unwrap_or_else(|_| "?".into());
+    format!(
+        "rank {r} waits in `{}` ({}) on group `{group}`",
+        node.name,
+        node.op().map(|o| o.to_string()).unwrap_or_default()
+    )
+}
+
+/// The report of ranks that cannot progress, all paused at collectives.
+fn deadlock(runs: &[GraphRun], blocked: &[Option<Pause>]) -> InterpError {
     let mut lines = Vec::new();
     for (r, b) in blocked.iter().enumerate() {
         match b {
-            Some(ni) => {
-                let node = &runs[r].graph.nodes[*ni];
-                let group = collective_key(&runs[r], *ni)
-                    .map(|(g, _)| g)
-                    .unwrap_or_else(|_| "?".into());
-                lines.push(format!(
-                    "rank {r} waits in `{}` ({}) on group `{group}`",
-                    node.name,
-                    node.op().map(|o| o.to_string()).unwrap_or_default()
-                ));
+            Some(Pause::Collective(ni) | Pause::PointToPoint(ni)) => {
+                lines.push(waiting_in_collective(runs, r, *ni))
             }
             None => lines.push(format!("rank {r} has finished its graph")),
         }

@@ -5,6 +5,9 @@
 //! the caller's leaves, and a leaf may also replace any intermediate value (a *cut*). Nodes that
 //! depend on a value nobody provided are skipped, so a cut graph only computes what lies
 //! downstream of the cut.
+//!
+//! Point-to-point messages (`shardproof_p2p.send` / `recv`) travel between ranks: a send is
+//! buffered and never blocks, a recv takes the oldest message from its source with its tag.
 
 mod exec;
 mod infer;
@@ -85,7 +88,9 @@ pub enum InterpErrorKind {
     Invalid,
     /// An operator has no meaning: not in the registry and not declared by the case.
     Unsupported,
-    /// The ranks' collectives do not match up (deadlock or mismatched collectives).
+    /// The ranks' communication does not match up: a deadlock, mismatched collectives, or a
+    /// point-to-point message without its partner (a recv never sent, a send never received)
+    /// or of another type than its recv declares.
     Deadlock,
 }
 

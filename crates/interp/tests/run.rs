@@ -155,3 +155,285 @@ class GraphModule(torch.nn.Module):
     assert_eq!(b, half::bf16::from_f64(b).to_f64());
     assert!((b - 0.3).abs() > 1e-6);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Point-to-point messages (`shardproof_p2p.send` / `recv`).
+
+fn rank_graph(text: &str, path: &str) -> shardproof_ir::Graph {
+    shardproof_import::parse_fx(text, Path::new(path))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .graph
+}
+
+/// A program of two ranks on a 1-d `pp` mesh with no process groups.
+fn pipeline(r0: &str, r1: &str) -> Program {
+    Program {
+        mesh: Mesh::new(vec![("pp".into(), 2)]),
+        groups: Vec::new(),
+        ranks: vec![rank_graph(r0, "r0.py"), rank_graph(r1, "r1.py")],
+    }
+}
+
+/// Rank 0 doubles `x` and sends it to rank 1 with tag 5, then receives the gradient back.
+const STAGE0: &str = r#"
+class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[2]"):
+        mul: "f32[2]" = torch.ops.aten.mul.Scalar(x, 2.0);  x = None
+        send: "f32[2]" = torch.ops.shardproof_p2p.send.default(mul, 1, 5);  mul = None
+        recv: "f32[2]" = torch.ops.shardproof_p2p.recv.default([2], torch.float32, 1, 6)
+        neg: "f32[2]" = torch.ops.aten.neg.default(recv);  recv = None
+        return (neg,)
+"#;
+
+/// Rank 1 adds `y` to what it receives and sends the sum back with tag 6.
+const STAGE1: &str = r#"
+class GraphModule(torch.nn.Module):
+    def forward(self, y: "f32[2]"):
+        recv: "f32[2]" = torch.ops.shardproof_p2p.recv.default([2], torch.float32, 0, 5)
+        add: "f32[2]" = torch.ops.aten.add.Tensor(recv, y);  recv = y = None
+        send: "f32[2]" = torch.ops.shardproof_p2p.send.default(add, 0, 6)
+        return (add,)
+"#;
+
+fn pipeline_leaves() -> Vec<BTreeMap<String, Tensor>> {
+    vec![
+        leaves(&[("x", t(&[2], &[1.0, 2.0]))]),
+        leaves(&[("y", t(&[2], &[10.0, 20.0]))]),
+    ]
+}
+
+#[test]
+fn send_and_recv_move_values_between_ranks() {
+    let p = pipeline(STAGE0, STAGE1);
+    let envs = run_program(&p, &pipeline_leaves(), &RunConfig::default()).unwrap();
+    let out = |r: usize| envs[r].get(p.ranks[r].outputs[0].unwrap()).unwrap();
+    // Rank 1: 2x + y; rank 0: -(2x + y), received back.
+    assert_eq!(*out(1).data, vec![12.0, 24.0]);
+    assert_eq!(*out(0).data, vec![-12.0, -24.0]);
+    // A send's result is the tensor it sent.
+    let send = p.ranks[0].find("send").unwrap();
+    assert_eq!(*envs[0].get(send).unwrap().data, vec![2.0, 4.0]);
+}
+
+#[test]
+fn recvs_match_sends_per_tag_in_order() {
+    // Rank 0 sends a (tag 0), b (tag 1), c (tag 0); rank 1 takes tag 1 first, then the two
+    // tag-0 messages in the order they were sent.
+    let r0 = r#"
+class GraphModule(torch.nn.Module):
+    def forward(self, a: "f32[1]", b: "f32[1]", c: "f32[1]"):
+        send: "f32[1]" = torch.ops.shardproof_p2p.send.default(a, 1, 0)
+        send_1: "f32[1]" = torch.ops.shardproof_p2p.send.default(b, 1, 1)
+        send_2: "f32[1]" = torch.ops.shardproof_p2p.send.default(c, 1, 0)
+        return (send,)
+"#;
+    let r1 = r#"
+class GraphModule(torch.nn.Module):
+    def forward(self):
+        recv: "f32[1]" = torch.ops.shardproof_p2p.recv.default([1], torch.float32, 0, 1)
+        recv_1: "f32[1]" = torch.ops.shardproof_p2p.recv.default([1], torch.float32, 0, 0)
+        recv_2: "f32[1]" = torch.ops.shardproof_p2p.recv.default([1], torch.float32, 0)
+        cat: "f32[3]" = torch.ops.aten.cat.default([recv, recv_1, recv_2]);  recv = recv_1 = recv_2 = None
+        return (cat,)
+"#;
+    let p = pipeline(r0, r1);
+    let l0 = leaves(&[
+        ("a", t(&[1], &[1.0])),
+        ("b", t(&[1], &[2.0])),
+        ("c", t(&[1], &[3.0])),
+    ]);
+    let envs = run_program(&p, &[l0, BTreeMap::new()], &RunConfig::default()).unwrap();
+    let cat = envs[1].get(p.ranks[1].outputs[0].unwrap()).unwrap();
+    assert_eq!(*cat.data, vec![2.0, 1.0, 3.0]);
+}
+
+#[test]
+fn a_recv_without_its_send_is_reported_not_waited_on() {
+    // Rank 1 never sends the gradient back: rank 0's recv can never complete.
+    let without_send = STAGE1.replace(
+        "        send: \"f32[2]\" = torch.ops.shardproof_p2p.send.default(add, 0, 6)\n",
+        "",
+    );
+    let p = pipeline(STAGE0, &without_send);
+    let err = run_program(&p, &pipeline_leaves(), &RunConfig::default()).unwrap_err();
+    assert_eq!(err.kind, InterpErrorKind::Deadlock);
+    for part in [
+        "r0.py:6: node `recv`",
+        "waits for a message from rank 1 with tag 6 (f32[2])",
+        "rank 1 has finished its graph",
+        "hint:",
+    ] {
+        assert!(err.message.contains(part), "{part}: {}", err.message);
+    }
+    // A tag that disagrees is the same: the message is there, under another tag.
+    let p = pipeline(STAGE0, &STAGE1.replace("(add, 0, 6)", "(add, 0, 7)"));
+    let err = run_program(&p, &pipeline_leaves(), &RunConfig::default()).unwrap_err();
+    assert_eq!(err.kind, InterpErrorKind::Deadlock);
+    assert!(
+        err.message
+            .contains("only messages with other tags (1 with tag 7)"),
+        "{}",
+        err.message
+    );
+    // Both ranks receive first: neither ever sends.
+    let first_recv = STAGE1.replace("torch.float32, 0, 5)", "torch.float32, 0, 9)");
+    let p = pipeline(
+        &first_recv
+            .replace("y: ", "x: ")
+            .replace("(recv, y)", "(recv, x)")
+            .replace("recv = y", "recv = x"),
+        STAGE1,
+    );
+    let err = run_program(
+        &p,
+        &[
+            leaves(&[("x", t(&[2], &[1.0, 2.0]))]),
+            leaves(&[("y", t(&[2], &[10.0, 20.0]))]),
+        ],
+        &RunConfig::default(),
+    )
+    .unwrap_err();
+    assert_eq!(err.kind, InterpErrorKind::Deadlock);
+    assert!(err.message.contains("rank 0 waits too"), "{}", err.message);
+}
+
+#[test]
+fn a_send_nobody_receives_is_reported() {
+    let twice = STAGE1.replace(
+        "        return (add,)",
+        "        send_1: \"f32[2]\" = torch.ops.shardproof_p2p.send.default(add, 0, 6)\n        return (add,)",
+    );
+    let p = pipeline(STAGE0, &twice);
+    let err = run_program(&p, &pipeline_leaves(), &RunConfig::default()).unwrap_err();
+    assert_eq!(err.kind, InterpErrorKind::Deadlock);
+    for part in [
+        "r1.py:7: node `send_1`",
+        "rank 1 sends a message to rank 0 with tag 6 that no recv takes",
+        "hint:",
+    ] {
+        assert!(err.message.contains(part), "{part}: {}", err.message);
+    }
+}
+
+#[test]
+fn a_recv_of_another_shape_than_its_send_is_a_mismatch() {
+    let p = pipeline(
+        STAGE0,
+        &STAGE1
+            .replace("recv: \"f32[2]\"", "recv: \"f32[1, 2]\"")
+            .replace(
+                "([2], torch.float32, 0, 5)",
+                "([1, 2], torch.float32, 0, 5)",
+            ),
+    );
+    let err = run_program(&p, &pipeline_leaves(), &RunConfig::default()).unwrap_err();
+    assert_eq!(err.kind, InterpErrorKind::Deadlock);
+    for part in [
+        "r1.py:4: node `recv`",
+        "receives f32[2] from rank 0 with tag 5, but declares f32[1, 2]",
+        "r0.py:5: node `send`",
+    ] {
+        assert!(err.message.contains(part), "{part}: {}", err.message);
+    }
+    // A peer outside the mesh is invalid input.
+    let p = pipeline(&STAGE0.replace("(mul, 1, 5)", "(mul, 2, 5)"), STAGE1);
+    let err = run_program(&p, &pipeline_leaves(), &RunConfig::default()).unwrap_err();
+    assert_eq!(err.kind, InterpErrorKind::Invalid);
+    assert!(
+        err.message
+            .contains("sends to rank 2, but the program has 2 rank(s)"),
+        "{}",
+        err.message
+    );
+}
+
+#[test]
+fn a_send_that_cannot_run_skips_its_recv() {
+    // Without `x`, rank 0's send has no value: rank 1's recv (and what depends on it) is
+    // skipped, as the nodes downstream of a missing leaf are, and nothing waits forever.
+    let p = pipeline(STAGE0, STAGE1);
+    let l = vec![BTreeMap::new(), pipeline_leaves().remove(1)];
+    let envs = run_program(&p, &l, &RunConfig::default()).unwrap();
+    assert!(envs[1].get(p.ranks[1].outputs[0].unwrap()).is_none());
+    assert!(envs[0].get(p.ranks[0].outputs[0].unwrap()).is_none());
+}
+
+#[test]
+fn a_single_graph_may_send_to_itself_only() {
+    let text = r#"
+class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[2]"):
+        send: "f32[2]" = torch.ops.shardproof_p2p.send.default(x, 0, 3)
+        recv: "f32[2]" = torch.ops.shardproof_p2p.recv.default([2], torch.float32, 0, 3)
+        neg: "f32[2]" = torch.ops.aten.neg.default(recv);  recv = None
+        return (neg,)
+"#;
+    let g = graph(text);
+    let l = leaves(&[("x", t(&[2], &[1.0, -3.0]))]);
+    let env = run_graph(&g, &l, &RunConfig::default()).unwrap();
+    assert_eq!(
+        *env.get(g.outputs[0].unwrap()).unwrap().data,
+        vec![-1.0, 3.0]
+    );
+    let err = run_graph(
+        &graph(&text.replace("(x, 0, 3)", "(x, 1, 3)")),
+        &l,
+        &RunConfig::default(),
+    )
+    .unwrap_err();
+    assert_eq!(err.kind, InterpErrorKind::Invalid);
+    let err = run_graph(
+        &graph(&text.replace("(x, 0, 3)", "(x, 0, 4)")),
+        &l,
+        &RunConfig::default(),
+    )
+    .unwrap_err();
+    assert_eq!(err.kind, InterpErrorKind::Deadlock);
+}
+
+#[test]
+fn point_to_point_and_collectives_interleave() {
+    // Four ranks: two pipeline stages of two tp ranks. Stage 0 all-reduces over tp, then each
+    // tp rank sends its result to the same tp rank of stage 1, which all-reduces again.
+    let stage0 = r#"
+class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[1]"):
+        all_reduce: "f32[1]" = torch.ops._c10d_functional.all_reduce.default(x, 'sum', 'tp');  x = None
+        wait_tensor: "f32[1]" = torch.ops._c10d_functional.wait_tensor.default(all_reduce);  all_reduce = None
+        send: "f32[1]" = torch.ops.shardproof_p2p.send.default(wait_tensor, DST, 0)
+        return (wait_tensor,)
+"#;
+    let stage1 = r#"
+class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[1]"):
+        recv: "f32[1]" = torch.ops.shardproof_p2p.recv.default([1], torch.float32, SRC, 0)
+        mul: "f32[1]" = torch.ops.aten.mul.Tensor(recv, x);  recv = x = None
+        all_reduce: "f32[1]" = torch.ops._c10d_functional.all_reduce.default(mul, 'sum', 'tp');  mul = None
+        wait_tensor: "f32[1]" = torch.ops._c10d_functional.wait_tensor.default(all_reduce);  all_reduce = None
+        return (wait_tensor,)
+"#;
+    let p = Program {
+        mesh: Mesh::new(vec![("pp".into(), 2), ("tp".into(), 2)]),
+        groups: vec![ProcessGroup {
+            name: "tp".into(),
+            members: vec![vec![0, 1], vec![2, 3]],
+        }],
+        // Stage 1 listed first in the rank order would not matter: ranks 2 and 3 wait.
+        ranks: vec![
+            graph(&stage0.replace("DST", "2")),
+            graph(&stage0.replace("DST", "3")),
+            graph(&stage1.replace("SRC", "0")),
+            graph(&stage1.replace("SRC", "1")),
+        ],
+    };
+    let l = |v: f64| leaves(&[("x", t(&[1], &[v]))]);
+    let envs = run_program(
+        &p,
+        &[l(1.0), l(2.0), l(10.0), l(100.0)],
+        &RunConfig::default(),
+    )
+    .unwrap();
+    // Stage 0: 1 + 2 = 3 on both; stage 1: 3 * 10 + 3 * 100 = 330 on both.
+    let out = |r: usize| envs[r].get(p.ranks[r].outputs[0].unwrap()).unwrap().data[0];
+    assert_eq!([out(0), out(1), out(2), out(3)], [3.0, 3.0, 330.0, 330.0]);
+}

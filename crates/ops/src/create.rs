@@ -23,7 +23,7 @@ pub fn uninit_value(dtype: DType) -> f64 {
 }
 
 /// The `size` argument as a shape.
-fn size_arg(a: &Args) -> Result<Vec<usize>, OpError> {
+pub(crate) fn size_arg(a: &Args) -> Result<Vec<usize>, OpError> {
     a.int_list("size")?
         .into_iter()
         .map(|s| {

@@ -21,12 +21,14 @@ mod elementwise;
 mod index;
 mod linalg;
 mod nn;
+mod p2p;
 mod random;
 mod reduce;
 mod shape;
 
 pub use args::{normalize_args, Args, TensorList, Values};
 pub use collective::apply_collective;
+pub use p2p::{p2p_call, P2pCall, P2pEnd, P2P_NAMESPACE};
 pub use registry::{EvalCtx, EvalFn, InferFn, Meta0, OpClass, OpDef, Registry};
 pub use schema::{ArgType, Schema, SchemaArg};
 pub use tensor::{cast_value, round_to, strides, Meta, Tensor};
@@ -51,6 +53,7 @@ fn register_all(r: &mut Registry) {
     index::register(r);
     linalg::register(r);
     nn::register(r);
+    p2p::register(r);
     random::register(r);
     reduce::register(r);
     shape::register(r);

@@ -29,6 +29,9 @@ pub enum OpClass {
     Collective,
     /// Waits for an asynchronous collective; the identity on values.
     Wait,
+    /// Point-to-point communication (`send` / `recv` between two ranks); evaluated by the
+    /// distributed interpreter, which matches each recv with its send.
+    PointToPoint,
 }
 
 /// One registered operator.
@@ -39,7 +42,8 @@ pub struct OpDef {
     pub schema: Schema,
     /// Shape and dtype inference.
     pub infer: InferFn,
-    /// Reference kernel (collectives have none: the distributed interpreter runs them).
+    /// Reference kernel (collectives and point-to-point operators have none: the distributed
+    /// interpreter runs them).
     pub eval: Option<EvalFn>,
     /// Operator class.
     pub class: OpClass,
@@ -240,7 +244,7 @@ mod tests {
         for def in Registry::builtin().iter() {
             let schema_base = def.schema.name.split('.').next().unwrap();
             assert_eq!(schema_base, def.name.name, "schema name of {}", def.name);
-            if def.class != OpClass::Collective {
+            if !matches!(def.class, OpClass::Collective | OpClass::PointToPoint) {
                 assert!(def.eval.is_some(), "{} has no kernel", def.name);
             }
         }

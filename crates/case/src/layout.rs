@@ -26,6 +26,21 @@ pub struct PlacedLayout {
     /// The blocks of the sharded tensor dim (one block, not replicated, when the case says
     /// nothing about blocks or replicas).
     pub blocks: Blocks,
+    /// Where the tensor lives (`at:`, an extension): the ranks at these coordinates of these
+    /// mesh dims hold it, other ranks hold nothing. Empty: every rank holds a piece. The
+    /// placement on such a dim is `Replicate()`: the holders along it hold the same piece.
+    pub at: Vec<Held>,
+}
+
+/// The coordinates along one mesh dim whose ranks hold a tensor restricted by `at:`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Held {
+    /// The mesh dim's index, in mesh order.
+    pub dim: usize,
+    /// The mesh dim's name.
+    pub name: String,
+    /// The coordinates along it that hold the tensor, as written.
+    pub coords: Vec<usize>,
 }
 
 /// How the sharded dim of a tensor is made of fused blocks, each laid out on its own.
@@ -142,8 +157,21 @@ impl PlacedLayout {
             .collect()
     }
 
+    /// Whether `rank` holds a piece of the tensor: every rank, unless `at` restricts the
+    /// tensor to the ranks at some coordinates of some mesh dims.
+    pub fn holds(&self, mesh: &Mesh, rank: usize) -> bool {
+        if self.at.is_empty() {
+            return true;
+        }
+        let coords = mesh.coords(rank);
+        self.at
+            .iter()
+            .all(|h| coords.get(h.dim).is_some_and(|c| h.coords.contains(c)))
+    }
+
     /// Checks what can be checked without shapes: one placement per mesh dim, partials that
-    /// agree, and blocks / replicas only with a single sharded dim whose shard count they divide.
+    /// agree, `at` coordinates inside the mesh on dims placed `Replicate()`, and blocks /
+    /// replicas only with a single sharded dim whose shard count they divide.
     pub(crate) fn check(&self, mesh: &Mesh) -> Result<(), String> {
         if self.placements.len() != mesh.dims.len() {
             return Err(format!(
@@ -151,6 +179,34 @@ impl PlacedLayout {
                 self.placements.len(),
                 mesh.dims.len()
             ));
+        }
+        for (i, held) in self.at.iter().enumerate() {
+            let Some((name, size)) = mesh.dims.get(held.dim) else {
+                return Err(format!(
+                    "`at` names mesh dim {}, outside the mesh",
+                    held.dim
+                ));
+            };
+            if self.at[..i].iter().any(|h| h.dim == held.dim) {
+                return Err(format!("`at` names mesh dim `{name}` twice"));
+            }
+            if let Some(c) = held.coords.iter().find(|&&c| c >= *size) {
+                return Err(format!(
+                    "`at` holds the tensor at {name} = {c}, but mesh dim `{name}` has size \
+                     {size} (coordinates 0 to {})",
+                    size - 1
+                ));
+            }
+            if held.coords.is_empty() {
+                return Err(format!("`at` gives no coordinate of mesh dim `{name}`"));
+            }
+            if self.placements[held.dim] != Placement::Replicate {
+                return Err(format!(
+                    "mesh dim `{name}` is named by `at`, so its placement must be Replicate() \
+                     (the ranks `at` selects along it hold the same piece), not {}",
+                    self.placements[held.dim]
+                ));
+            }
         }
         let reduces: Vec<Reduce> = self
             .placements
@@ -246,6 +302,21 @@ impl fmt::Display for PlacedLayout {
                     .collect();
                 write!(f, " with blocks [{}]", s.join(", "))
             }
+        }?;
+        if !self.at.is_empty() {
+            let dims: Vec<String> = self.at.iter().map(Held::to_string).collect();
+            write!(f, " at {}", dims.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for Held {
+    /// `pp = 0`, or `pp in [0, 1]`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.coords.as_slice() {
+            [one] => write!(f, "{} = {one}", self.name),
+            many => write!(f, "{} in {many:?}", self.name),
         }
     }
 }
@@ -358,6 +429,11 @@ pub fn rank_pieces(
         return Err(lerr(format!(
             "rank {rank} is outside the mesh of {} ranks",
             mesh.size()
+        )));
+    }
+    if !l.holds(mesh, rank) {
+        return Err(lerr(format!(
+            "rank {rank} holds no piece of a tensor laid out {l}"
         )));
     }
     let ndim = spec_shape.len();
@@ -504,6 +580,7 @@ mod tests {
         Layout::Placed(PlacedLayout {
             placements: p,
             blocks,
+            at: Vec::new(),
         })
     }
 
@@ -601,6 +678,7 @@ mod tests {
                 count: 2,
                 replicas: 1,
             },
+            at: Vec::new(),
         };
         assert!(bad.check(&m).is_err());
         let bad = PlacedLayout {
@@ -609,6 +687,7 @@ mod tests {
                 count: 1,
                 replicas: 3,
             },
+            at: Vec::new(),
         };
         assert!(bad.check(&m).unwrap_err().contains("replicas: 3"));
     }

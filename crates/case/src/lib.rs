@@ -22,7 +22,7 @@ mod yaml;
 
 pub use expr::{Expr, ExprKind};
 pub use layout::{
-    rank_pieces, Block, Blocks, Layout, LayoutError, PartialShare, PlacedLayout, RankPiece,
+    rank_pieces, Block, Blocks, Held, Layout, LayoutError, PartialShare, PlacedLayout, RankPiece,
 };
 pub use placement::{Placement, Reduce};
 pub use resolve::{
@@ -30,8 +30,9 @@ pub use resolve::{
 };
 pub use suggest::did_you_mean;
 pub use syntax::{
-    parse_case, Assumption, BlockSpec, BlocksSpec, CaseFile, GraphRef, GroupDecl, GroupTarget,
-    ImplSpec, InputEntry, LayoutSpec, MeshDimDecl, OpDecl, OutputEntry, PlacementSpec, TensorEntry,
+    parse_case, Assumption, AtDim, BlockSpec, BlocksSpec, CaseFile, GraphRef, GroupDecl,
+    GroupTarget, ImplSpec, InputEntry, LayoutSpec, MeshDimDecl, OpDecl, OutputEntry, PlacementSpec,
+    TensorEntry,
 };
 
 use shardproof_ir::OpName;

@@ -2,7 +2,7 @@
 
 use crate::expr::fmt_shape;
 use crate::layout::{
-    explain_dim, rank_pieces, Block, Blocks, Layout, LayoutError, PlacedLayout, RankPiece,
+    explain_dim, rank_pieces, Block, Blocks, Held, Layout, LayoutError, PlacedLayout, RankPiece,
 };
 use crate::placement::Placement;
 use crate::suggest::{did_you_mean_suffix, list_names};
@@ -56,9 +56,13 @@ pub struct InputRelation {
     pub spec_value: ValueId,
     /// The impl-side name (the spec name unless renamed; the spec name for `expr:` layouts).
     pub impl_name: String,
-    /// The impl-side tensor in each rank graph, in rank order (empty for `expr:` layouts, whose
-    /// expression names its tensors).
+    /// The impl-side tensor in each rank graph, in rank order. Empty for `expr:` layouts,
+    /// whose expression names its tensors, and for layouts that `at:` restricts to some ranks
+    /// (see `rank_values`).
     pub impl_values: Vec<ValueId>,
+    /// The impl-side tensor on each rank that holds it, as (rank, value) in rank order: every
+    /// rank, or the ranks `at:` selects. Empty for `expr:` layouts.
+    pub rank_values: Vec<(usize, ValueId)>,
     /// The layout.
     pub layout: Layout,
     /// True when the spec tensor is not a graph input: it becomes a leaf in both programs and
@@ -79,8 +83,12 @@ pub struct OutputExpectation {
     pub is_graph_output: bool,
     /// The impl-side name (the spec name unless renamed; the spec name for `expr:` layouts).
     pub impl_name: String,
-    /// The impl-side tensor in each rank graph (empty for `expr:` layouts).
+    /// The impl-side tensor in each rank graph, in rank order (empty for `expr:` layouts and
+    /// for layouts that `at:` restricts to some ranks; see `rank_values`).
     pub impl_values: Vec<ValueId>,
+    /// The impl-side tensor on each rank that holds it, as (rank, value) in rank order: every
+    /// rank, or the ranks `at:` selects. Empty for `expr:` layouts.
+    pub rank_values: Vec<(usize, ValueId)>,
     /// The layout the impl must hold it in.
     pub layout: Layout,
     /// Where the entry's key is.
@@ -411,6 +419,7 @@ fn layout_of(ctx: &Ctx, e: &TensorEntry, mesh: &Mesh) -> Result<Layout, SourceEr
         placement,
         blocks,
         replicas,
+        at,
     } = &e.layout
     else {
         let LayoutSpec::Expr(x) = &e.layout else {
@@ -503,7 +512,12 @@ fn layout_of(ctx: &Ctx, e: &TensorEntry, mesh: &Mesh) -> Result<Layout, SourceEr
                 .collect(),
         ),
     };
-    let l = PlacedLayout { placements, blocks };
+    let at = held_at(ctx, e, at, mesh, &placements)?;
+    let l = PlacedLayout {
+        placements,
+        blocks,
+        at,
+    };
     l.check(mesh).map_err(|m| {
         ctx.err(
             e.value_span,
@@ -512,6 +526,77 @@ fn layout_of(ctx: &Ctx, e: &TensorEntry, mesh: &Mesh) -> Result<Layout, SourceEr
         .with_hint("see \"Layouts\" in docs/formats/case-format.md")
     })?;
     Ok(Layout::Placed(l))
+}
+
+/// The `at:` of an entry against the mesh: known dims, each named once, coordinates inside
+/// the dim, and a `Replicate()` placement on each (errors at the offending key or value).
+fn held_at(
+    ctx: &Ctx,
+    e: &TensorEntry,
+    at: &[crate::syntax::AtDim],
+    mesh: &Mesh,
+    placements: &[Placement],
+) -> Result<Vec<Held>, SourceError> {
+    let mut out: Vec<Held> = Vec::new();
+    for (name, coords) in at {
+        let names: Vec<&str> = mesh.dims.iter().map(|(n, _)| n.as_str()).collect();
+        let dim = mesh.dim_index(&name.value).ok_or_else(|| {
+            ctx.err(
+                name.span,
+                format!(
+                    "unknown mesh dim `{}` in the `at` of `{}`{}",
+                    name.value,
+                    e.name.value,
+                    did_you_mean_suffix(&name.value, names.iter().copied())
+                ),
+            )
+            .with_hint(format!(
+                "the mesh dims are {}",
+                list_names(names.iter().copied())
+            ))
+        })?;
+        let size = mesh.dims[dim].1;
+        if let Some(c) = coords.value.iter().find(|&&c| c >= size) {
+            return Err(ctx
+                .err(
+                    coords.span,
+                    format!(
+                        "`{}` is held at {} = {c}, but mesh dim `{}` has size {size}",
+                        e.name.value, name.value, name.value
+                    ),
+                )
+                .with_hint(format!(
+                    "coordinates along `{}` are 0 to {}",
+                    name.value,
+                    size - 1
+                )));
+        }
+        if placements[dim] != Placement::Replicate {
+            return Err(ctx
+                .err(
+                    name.span,
+                    format!(
+                        "`{}` is both placed {} over mesh dim `{}` and restricted to some of its \
+                         coordinates by `at`",
+                        e.name.value, placements[dim], name.value
+                    ),
+                )
+                .with_hint(format!(
+                    "`at` picks the ranks along `{}` that hold the tensor, each a whole copy: \
+                     leave `{}` out of the placement (Replicate())",
+                    name.value, name.value
+                )));
+        }
+        let mut held: Vec<usize> = coords.value.clone();
+        held.sort_unstable();
+        held.dedup();
+        out.push(Held {
+            dim,
+            name: name.value.clone(),
+            coords: held,
+        });
+    }
+    Ok(out)
 }
 
 fn graph_label(g: &Graph) -> String {
@@ -678,9 +763,9 @@ fn resolve_program_groups(
 
 /// `rank 0 has f32[1000, 768], rank 1 has f32[1152, 768]`, grouping ranks of the same type so
 /// that large meshes stay readable.
-fn ranks_text(tys: &[Option<&TensorType>]) -> String {
+fn ranks_text(tys: &[(usize, Option<&TensorType>)]) -> String {
     let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
-    for (r, t) in tys.iter().enumerate() {
+    for &(r, t) in tys {
         let s = t.map_or_else(|| "no recorded type".to_string(), |t| t.to_string());
         match groups.iter_mut().find(|(k, _)| *k == s) {
             Some((_, v)) => v.push(r),
@@ -728,6 +813,7 @@ struct Resolved {
     spec_value: ValueId,
     impl_name: String,
     impl_values: Vec<ValueId>,
+    rank_values: Vec<(usize, ValueId)>,
 }
 
 impl Resolver<'_> {
@@ -791,6 +877,7 @@ impl Resolver<'_> {
                     spec_value,
                     impl_name: e.name.value.clone(),
                     impl_values: Vec::new(),
+                    rank_values: Vec::new(),
                 })
             }
             Layout::Placed(l) => {
@@ -798,10 +885,21 @@ impl Resolver<'_> {
                     Some(n) => (n.value.clone(), n.span),
                     None => (e.name.value.clone(), e.name.span),
                 };
-                let mut impl_values = Vec::with_capacity(self.ranks.len());
+                let mut rank_values = Vec::with_capacity(self.ranks.len());
                 for (r, idx) in self.rank_index.iter().enumerate() {
+                    if !l.holds(self.mesh, r) {
+                        continue;
+                    }
                     let Some(v) = idx.get(impl_name.as_str()) else {
-                        let hint = if e.impl_name.is_some() {
+                        let hint = if !l.at.is_empty() {
+                            format!(
+                                "the layout places it {}: every rank there must have it",
+                                l.at.iter()
+                                    .map(|h| h.to_string())
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            )
+                        } else if e.impl_name.is_some() {
                             "`impl:` names the tensor in every rank graph".to_string()
                         } else {
                             format!(
@@ -822,19 +920,26 @@ impl Resolver<'_> {
                             )
                             .with_hint(hint));
                     };
-                    impl_values.push(*v);
+                    rank_values.push((r, *v));
                 }
-                let rank_tys: Vec<Option<&TensorType>> = self
-                    .ranks
+                let rank_tys: Vec<(usize, Option<&TensorType>)> = rank_values
                     .iter()
-                    .zip(&impl_values)
-                    .map(|(g, v)| g.recorded_type(*v))
+                    .map(|&(r, v)| (r, self.ranks[r].recorded_type(v)))
                     .collect();
                 self.check_fit(e, l, spec_ty, &rank_tys)?;
+                // Every rank holds it: the rank-indexed form that engines written before `at:`
+                // read. Restricted layouts leave it empty, so such an engine finds no tensors
+                // (an inconclusive relation) rather than misreading holders as ranks.
+                let impl_values = if rank_values.len() == self.ranks.len() {
+                    rank_values.iter().map(|&(_, v)| v).collect()
+                } else {
+                    Vec::new()
+                };
                 Ok(Resolved {
                     spec_value,
                     impl_name,
                     impl_values,
+                    rank_values,
                 })
             }
         }
@@ -845,7 +950,7 @@ impl Resolver<'_> {
         e: &TensorEntry,
         l: &PlacedLayout,
         spec_ty: Option<&TensorType>,
-        rank_tys: &[Option<&TensorType>],
+        rank_tys: &[(usize, Option<&TensorType>)],
     ) -> Result<(), SourceError> {
         // Without a concrete spec shape there is nothing to check against; engines that need
         // shapes infer them and report there.
@@ -868,7 +973,7 @@ impl Resolver<'_> {
                      check the tensor dim, the mesh dims, `blocks` and `replicas`",
                 )
         };
-        for (r, t) in rank_tys.iter().enumerate() {
+        for &(r, t) in rank_tys {
             let expected = rank_pieces(&Layout::Placed(l.clone()), &spec_shape, self.mesh, r)
                 .map_err(|err| fail(err.message))?
                 .local_shape();
@@ -1005,6 +1110,7 @@ fn finish(
                 spec_value: res.spec_value,
                 impl_name: res.impl_name,
                 impl_values: res.impl_values,
+                rank_values: res.rank_values,
                 layout,
                 cut,
                 span: e.name.span,
@@ -1019,6 +1125,7 @@ fn finish(
                 is_graph_output: spec.outputs.contains(&Some(res.spec_value)),
                 impl_name: res.impl_name,
                 impl_values: res.impl_values,
+                rank_values: res.rank_values,
                 layout,
                 span: e.name.span,
             });

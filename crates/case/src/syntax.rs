@@ -120,6 +120,9 @@ pub enum LayoutSpec {
         blocks: Option<Located<BlocksSpec>>,
         /// `replicas:` (applies to every block that does not give its own).
         replicas: Option<Located<usize>>,
+        /// `at:` (an extension): the tensor lives only on the ranks at these coordinates of
+        /// these mesh dims, e.g. `at: { pp: 0 }`; empty when every rank holds it.
+        at: Vec<AtDim>,
     },
     /// `expr:`.
     Expr(Expr),
@@ -135,6 +138,10 @@ pub enum PlacementSpec {
     /// `[Shard(0), Replicate()]`: one per mesh dim, in mesh order.
     PerDimList(Located<Vec<Located<Placement>>>),
 }
+
+/// One mesh dim of `at:` as written: its name and the coordinates along it that hold the
+/// tensor (`pp: 0` or `pp: [0, 1]`).
+pub type AtDim = (Located<String>, Located<Vec<usize>>);
 
 /// `blocks:` as written.
 #[derive(Clone, Debug, PartialEq)]
@@ -180,7 +187,7 @@ pub struct Assumption {
 }
 
 /// The keys that make a mapping value of `inputs:` the entry form rather than a per-dim map.
-pub(crate) const ENTRY_KEYS: [&str; 5] = ["impl", "placement", "blocks", "replicas", "expr"];
+pub(crate) const ENTRY_KEYS: [&str; 6] = ["impl", "placement", "blocks", "replicas", "expr", "at"];
 
 /// Known assumptions and their allowed values.
 pub(crate) const ASSUMPTIONS: [(&str, &[&str]); 2] =
@@ -667,6 +674,7 @@ fn tensor_entry(ctx: &Ctx, name: Located<String>, v: &YNode) -> Result<TensorEnt
                 placement: placement_spec(ctx, v)?,
                 blocks: None,
                 replicas: None,
+                at: Vec::new(),
             },
             name,
         });
@@ -721,6 +729,10 @@ fn tensor_entry(ctx: &Ctx, name: Located<String>, v: &YNode) -> Result<TensorEnt
     let replicas = find(&keys, "replicas")
         .map(|(_, r)| ctx.usize(r, "`replicas`", 1))
         .transpose()?;
+    let at = find(&keys, "at")
+        .map(|(_, a)| at_spec(ctx, a))
+        .transpose()?
+        .unwrap_or_default();
     Ok(TensorEntry {
         name,
         impl_name,
@@ -728,9 +740,48 @@ fn tensor_entry(ctx: &Ctx, name: Located<String>, v: &YNode) -> Result<TensorEnt
             placement,
             blocks,
             replicas,
+            at,
         },
         value_span: v.span,
     })
+}
+
+/// `at: { pp: 0 }` or `at: { pp: [0, 1], dp: 0 }`: per mesh dim, the coordinates whose ranks
+/// hold the tensor (checked against the mesh later).
+fn at_spec(ctx: &Ctx, node: &YNode) -> Result<Vec<AtDim>, SourceError> {
+    let hint = "write `at: { pp: 0 }` (the ranks at coordinate 0 of mesh dim pp hold the \
+                tensor) or `at: { pp: [0, 1] }`";
+    let m = ctx.map(node, "`at`", hint)?;
+    if m.is_empty() {
+        return Err(ctx.err(node.span, "`at` names no mesh dim").with_hint(hint));
+    }
+    let keys = ctx.keys(&m, None, "`at`")?;
+    keys.into_iter()
+        .map(|(dim, v)| {
+            let coords = match &v.kind {
+                YKind::Seq(items) if !items.is_empty() => items
+                    .iter()
+                    .map(|i| ctx.usize(i, "a mesh coordinate", 0).map(|c| c.value))
+                    .collect::<Result<Vec<_>, _>>()?,
+                YKind::Seq(_) => {
+                    return Err(ctx
+                        .err(
+                            v.span,
+                            format!("`at` lists no coordinate of `{}`", dim.value),
+                        )
+                        .with_hint(hint))
+                }
+                _ => vec![ctx.usize(v, "a mesh coordinate", 0)?.value],
+            };
+            Ok((
+                dim,
+                Located {
+                    value: coords,
+                    span: v.span,
+                },
+            ))
+        })
+        .collect()
 }
 
 fn blocks_spec(ctx: &Ctx, node: &YNode) -> Result<Located<BlocksSpec>, SourceError> {

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{rank_linear, spec_linear, G};
+use common::{assert_error, rank_linear, spec_linear, G};
 use shardproof_case::{parse_case, resolve_case, Case, Layout};
 use shardproof_ir::{Graph, SourceError, Span};
 use std::path::Path;
@@ -37,25 +37,6 @@ fn with_line(line: usize, new: &str) -> String {
     let mut lines: Vec<&str> = BASE.lines().collect();
     lines[line - 1] = new;
     lines.join("\n") + "\n"
-}
-
-#[track_caller]
-fn assert_error(
-    r: Result<Case, SourceError>,
-    line: usize,
-    col: usize,
-    needle: &str,
-) -> SourceError {
-    let e = r.expect_err("the case must be rejected");
-    assert_eq!(e.file, Path::new("case.yaml"));
-    assert_eq!(
-        e.span,
-        Some(Span::new(line, col)),
-        "wrong position for: {e}"
-    );
-    assert!(e.message.contains(needle), "`{needle}` not in: {e}");
-    assert!(e.hint.is_some(), "no hint in: {e}");
-    e
 }
 
 #[test]

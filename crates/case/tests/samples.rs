@@ -37,6 +37,7 @@ fn megatron_tp2_case_resolves() {
         Layout::Placed(shardproof_case::PlacedLayout {
             placements: vec![Placement::Shard(0)],
             blocks: shardproof_case::Blocks::NONE,
+            at: Vec::new(),
         })
     );
     let p = case.pieces(&qkv.layout, qkv.spec_value, 1).unwrap();

@@ -297,9 +297,12 @@ fn check_memory(
         .map(|(r, g)| {
             let names = leaf_names(
                 g,
-                case.inputs
-                    .iter()
-                    .filter_map(|rel| rel.impl_values.get(r).map(|&v| g.value_name(v).to_string())),
+                case.inputs.iter().filter_map(|rel| {
+                    rel.rank_values
+                        .iter()
+                        .find(|&&(holder, _)| holder == r)
+                        .map(|&(_, v)| g.value_name(v).to_string())
+                }),
             );
             bytes(g, names, &ranks[r])
         })
@@ -564,11 +567,12 @@ fn make_inputs(
             &mut rng_for(seed, &format!("input/{}", rel.spec_name)),
         );
         let shape: Vec<i64> = meta.shape.iter().map(|&d| d as i64).collect();
-        for (r, leaves) in rank_leaves.iter_mut().enumerate() {
+        // Only the ranks that hold the tensor get a piece (all of them unless `at:` says).
+        for &(r, iv) in &rel.rank_values {
             let piece = rank_pieces(&rel.layout, &shape, mesh, r)
                 .map_err(|e| stop(Verdict::Invalid, format!("error: `{}`: {e}", rel.spec_name)))?;
             let graph = &case.program.ranks[r];
-            let iv = rel.impl_values[r];
+            let leaves = &mut rank_leaves[r];
             let dtype = graph.recorded_type(iv).map_or(meta.dtype, |t| t.dtype);
             let mut local = extract(&value, &piece, dtype);
             if let Some(share) = &piece.partial {
@@ -727,6 +731,11 @@ fn compare_placed(
     let shape: Vec<i64> = spec.shape().iter().map(|&d| d as i64).collect();
     let mut sum = ErrorSum::default();
     for (r, value) in ranks.iter().enumerate() {
+        if let Layout::Placed(l) = layout {
+            if !l.holds(&case.program.mesh, r) {
+                continue;
+            }
+        }
         let piece =
             rank_pieces(layout, &shape, &case.program.mesh, r).map_err(|e| e.to_string())?;
         let want_shape: Vec<usize> = piece.local_shape().iter().map(|&d| d as usize).collect();
@@ -793,6 +802,7 @@ fn candidate_layouts(mesh_dims: usize, rank: usize) -> Vec<Layout> {
             Layout::Placed(PlacedLayout {
                 placements,
                 blocks: shardproof_case::Blocks::NONE,
+                at: Vec::new(),
             })
         })
         .collect()
@@ -857,11 +867,11 @@ fn compare_outputs(
                     format!("inconclusive: output `{}` is expected by an `expr:`, which `run` does not evaluate yet\n  hint: state the expectation as a placement", e.spec_name),
                 ));
             }
-            let ranks: Vec<Option<&Tensor>> = rank_envs
-                .iter()
-                .zip(&e.impl_values)
-                .map(|(env, &v)| env.get(v))
-                .collect();
+            // Per rank, its value; `None` on the ranks that do not hold the output (`at:`).
+            let mut ranks: Vec<Option<&Tensor>> = vec![None; rank_envs.len()];
+            for &(r, v) in &e.rank_values {
+                ranks[r] = rank_envs[r].get(v);
+            }
             let (rel_error, note) =
                 match compare_placed(case, &e.layout, spec, &ranks, &e.impl_name) {
                     Ok(err) => (Some(err), None),

@@ -537,3 +537,48 @@ fn a_recv_whose_send_is_missing_is_a_located_deadlock() {
     s.write("r0.py", &P2P_STAGE0.replace("(mul, 1, 0)", "(mul, 5, 0)"));
     verdict(&s, &[], 2, "invalid");
 }
+
+#[test]
+fn stages_hold_their_own_inputs_and_outputs_with_at() {
+    // Stage 0 has only `x`, stage 1 only `y` and the result: `at:` says which stage holds what.
+    let s = p2p();
+    s.write(
+        "r0.py",
+        &P2P_STAGE0
+            .replace(", y: \"f32[2]\"", "")
+            .replace(
+                "        add: \"f32[2]\" = torch.ops.shardproof_p2p.recv.default([2], torch.float32, 1, 1)\n        return (add,)",
+                "        return (send,)",
+            ),
+    );
+    s.write(
+        "r1.py",
+        &P2P_STAGE1.replace("x: \"f32[2]\", ", "").replace(
+            "        send: \"f32[2]\" = torch.ops.shardproof_p2p.send.default(add, 0, 1)\n",
+            "",
+        ),
+    );
+    s.write(
+        "case.yaml",
+        "version: 1\nname: p2p\nspec: { graph: spec.py }\nimpl:\n  mesh: { pp: 2 }\n  \
+         graphs: [r0.py, r1.py]\ninputs:\n  x: { placement: Replicate(), at: { pp: 0 } }\n  \
+         y: { placement: Replicate(), at: { pp: 1 } }\noutputs:\n  \
+         add: { placement: Replicate(), at: { pp: 1 } }\n",
+    );
+    let (text, v) = verdict(&s, &[], 0, "holds");
+    text.stdout_has(&["Replicate() at pp = 1"]);
+    assert_eq!(v["outputs"][0]["placement"], "Replicate() at pp = 1");
+    // Expected on the wrong stage: stage 0 has no `add`, which the case resolution reports.
+    s.write(
+        "case.yaml",
+        &std::fs::read_to_string(s.path().join("case.yaml"))
+            .unwrap()
+            .replace(
+                "add: { placement: Replicate(), at: { pp: 1 } }",
+                "add: { placement: Replicate(), at: { pp: 0 } }",
+            ),
+    );
+    let out = s.run(&["run", "case.yaml"]);
+    out.expect_code(2)
+        .stderr_has(&["`add` is not a value of the graph of rank 0", "pp = 0"]);
+}

@@ -2,7 +2,11 @@
 
 #![allow(dead_code)]
 
-use shardproof_ir::{Arg, DType, Graph, Node, NodeKind, OpName, Output, TensorType, ValueId};
+use shardproof_case::Case;
+use shardproof_ir::{
+    Arg, DType, Graph, Node, NodeKind, OpName, Output, SourceError, Span, TensorType, ValueId,
+};
+use std::path::Path;
 
 /// A small graph builder.
 pub struct G(pub Graph);
@@ -130,4 +134,25 @@ pub fn rank_linear(rank: usize, rows: i64) -> Graph {
         .all_gather("all_gather_into_tensor", "mm", 2, "12", &[16, rows])
         .outputs(&["mm"])
         .build()
+}
+
+/// Asserts that resolving a case failed in `case.yaml` at `line`:`col` with a message
+/// containing `needle` and a hint; returns the error.
+#[track_caller]
+pub fn assert_error(
+    r: Result<Case, SourceError>,
+    line: usize,
+    col: usize,
+    needle: &str,
+) -> SourceError {
+    let e = r.expect_err("the case must be rejected");
+    assert_eq!(e.file, Path::new("case.yaml"));
+    assert_eq!(
+        e.span,
+        Some(Span::new(line, col)),
+        "wrong position for: {e}"
+    );
+    assert!(e.message.contains(needle), "`{needle}` not in: {e}");
+    assert!(e.hint.is_some(), "no hint in: {e}");
+    e
 }

@@ -317,3 +317,54 @@ fn gpt2_fused_linear_bugs_are_refuted_inside_addmm() {
         );
     }
 }
+
+#[test]
+fn correct_training_plans_verify() {
+    // Adam, clipping with Megatron's distributed norm (tp-replicated parameters counted on one
+    // rank, partial running totals), loss scaling, gradient accumulation and ZeRO.
+    for (model, mesh, extra) in [
+        ("mlp", "dp=2,tp=2", &["--optimizer", "adam"][..]),
+        ("mlp", "tp=2", &["--clip-grad", "1.0"][..]),
+        ("mlp", "dp=2,tp=2", &["--loss-scale", "1024"][..]),
+        ("mlp", "dp=2", &["--grad-accum", "2", "--batch", "4"][..]),
+        ("mlp", "dp=2", &["--zero", "3"][..]),
+        ("llama", "tp=2", &["--clip-grad", "1.0"][..]),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let case = emit_model(model, dir.path(), mesh, extra);
+        let (code, out) = verify(&case);
+        assert_eq!(code, 0, "{model} {mesh} {extra:?}:\n{out}");
+    }
+}
+
+#[test]
+fn training_bugs_are_refuted() {
+    for (bug, mesh, extra, evidence) in [
+        (
+            "grad-accum-loss-not-scaled",
+            "dp=2",
+            &["--grad-accum", "2", "--batch", "4"][..],
+            "constant factor",
+        ),
+        (
+            "zero-param-update-skipped",
+            "dp=2",
+            &["--zero", "1"][..],
+            "the case expects",
+        ),
+        (
+            "grad-norm-replicated-overcounted",
+            "tp=2",
+            &["--clip-grad", "1.0"][..],
+            "partial sum",
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut args = extra.to_vec();
+        args.extend(["--bug", bug]);
+        let case = emit_model("mlp", dir.path(), mesh, &args);
+        let (code, out) = verify(&case);
+        assert_eq!(code, 1, "{bug}:\n{out}");
+        assert!(out.contains(evidence), "{bug}:\n{out}");
+    }
+}

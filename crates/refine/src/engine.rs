@@ -1671,7 +1671,36 @@ fn blame(
         }
     }
     frontier.sort();
-    let v = frontier.first().copied().unwrap_or(out);
+    let mut v = frontier.first().copied().unwrap_or(out);
+    // A partial sum stays a (clean) partial sum through additions of other tensors, so the
+    // relations stop only where something nonlinear reads it: the bug is where the partial
+    // sum was first added to, the point a reduction was due.
+    let partial = |x: &ValueId| match state.get(x) {
+        Some(State::Related(r)) => r.exprs.iter().any(|e| {
+            e.as_ref()
+                .last()
+                .is_some_and(|t| matches!(t, Term::Op(s, _) if s.as_str() == SUM))
+        }),
+        _ => false,
+    };
+    let absorbed = |x: &ValueId| {
+        let n = &spec.nodes[x.node];
+        n.op().is_some_and(|o| o.to_string() == "aten.add.Tensor")
+            && partial(x)
+            && n.inputs().iter().any(&partial)
+    };
+    let mut steps = 0;
+    while let Some(x) = spec.nodes[v.node]
+        .inputs()
+        .into_iter()
+        .find(|x| is_float(x) && absorbed(x))
+    {
+        if x == v || steps > spec.nodes.len() {
+            break;
+        }
+        v = x;
+        steps += 1;
+    }
     let node = &spec.nodes[v.node];
     let rels = |st: Option<&State>| -> Vec<String> {
         match st {

@@ -260,6 +260,10 @@ pub const ELEMENTWISE: &[(&str, &[usize], &[usize], bool)] = &[
     ("aten.mul.Tensor", &[0, 1], &[0, 1], false),
     ("aten.div.Tensor", &[0, 1], &[0], false),
     ("aten.where.self", &[0, 1, 2], &[1, 2], true),
+    // lerp(a, b, w) = (1 - w) a + w b: jointly linear in a and b (Adam's first moment).
+    ("aten.lerp.Scalar", &[0, 1], &[0, 1], true),
+    ("aten.addcmul.default", &[0, 1, 2], &[], false),
+    ("aten.addcdiv.default", &[0, 1, 2], &[], false),
     ("aten.maximum.default", &[0, 1], &[], false),
     ("aten.minimum.default", &[0, 1], &[], false),
     ("aten.threshold_backward.default", &[0, 1], &[0], false),
@@ -942,6 +946,67 @@ pub fn library() -> Vec<Lemma> {
                 return vec![];
             }
             vec![op(g, SUM, flat)]
+        }),
+    });
+    l.push(Lemma {
+        name: "add-into-sum",
+        doc: "a + sum(b_1..b_n) = sum(b_1, .., a + b_k, .., b_n) (a running total one rank adds to before the reduction); sum(.., a + b, ..) = sum(.., a, b, ..)",
+        roots: vec!["aten.add.Tensor".into(), SUM.into()],
+        examples: vec![
+            ("(aten.add.Tensor %r0:a (sum %r0:b %r1:b) 1)", &[("a", "f64[2,3]"), ("b", "f64[2,3]")]),
+            ("(sum (aten.add.Tensor %r0:a %r0:b 1) %r1:a)", &[("a", "f64[2,3]"), ("b", "f64[2,3]")]),
+        ],
+        requires: None,
+        build: Arc::new(|g, eclass, kids| {
+            let Some(out) = shape(g, eclass) else { return vec![] };
+            let full = |g: &Graph, id: Id| shape(g, id).as_deref() == Some(&out[..]);
+            let mut res = Vec::new();
+            if node_sym(g, eclass, kids, &["aten.add.Tensor"]).is_some() {
+                if !is_one(g, kids[2]) || !full(g, kids[0]) || !full(g, kids[1]) {
+                    return vec![];
+                }
+                for (a, b, a_first) in [(kids[0], kids[1], true), (kids[1], kids[0], false)] {
+                    if !sums(g, a).is_empty() {
+                        continue;
+                    }
+                    for terms in sums(g, b).into_iter().take(1) {
+                        for k in 0..terms.len() {
+                            if !full(g, terms[k]) {
+                                continue;
+                            }
+                            let mut t = terms.clone();
+                            // The operands keep their order: the rank computes it that way.
+                            let pair = if a_first { vec![a, terms[k], kids[2]] } else { vec![terms[k], a, kids[2]] };
+                            t[k] = op(g, "aten.add.Tensor", pair);
+                            res.push(op(g, SUM, t));
+                        }
+                    }
+                }
+                return res;
+            }
+            // Inside a sum, an addition is more terms of the sum.
+            if kids.len() >= 16 {
+                return vec![];
+            }
+            for (i, &k) in kids.iter().enumerate() {
+                let adds: Vec<(Id, Id)> = g[k]
+                    .nodes
+                    .iter()
+                    .filter_map(|n| match n {
+                        Term::Op(s, c) if s.as_str() == "aten.add.Tensor" && is_one(g, c[2]) => Some((c[0], c[1])),
+                        _ => None,
+                    })
+                    .take(1)
+                    .collect();
+                for (a, b) in adds {
+                    if full(g, a) && full(g, b) {
+                        let mut t = kids.to_vec();
+                        t.splice(i..=i, [a, b]);
+                        res.push(op(g, SUM, t));
+                    }
+                }
+            }
+            res
         }),
     });
     l.push(Lemma {
@@ -2056,6 +2121,20 @@ fn is_zero(g: &Graph, id: Id) -> bool {
             matches!(
                 s.as_str().strip_prefix("f:").map(str::parse::<f64>),
                 Some(Ok(0.0))
+            )
+        }
+        _ => false,
+    })
+}
+
+/// Whether a class is the number one (an integer or a float literal).
+fn is_one(g: &Graph, id: Id) -> bool {
+    g[id].nodes.iter().any(|n| match n {
+        Term::Num(1) => true,
+        Term::Op(s, k) if k.is_empty() => {
+            matches!(
+                s.as_str().strip_prefix("f:").map(str::parse::<f64>),
+                Some(Ok(1.0))
             )
         }
         _ => false,

@@ -3,9 +3,9 @@
 use crate::Verdict;
 use clap::{Args as ClapArgs, Subcommand};
 use shardproof_zoo::{
-    emit_training, find_bug, AdamConfig, DeepseekConfig, EmitExtras, EmitOptions, Gpt2Config,
-    LlamaConfig, Mesh, MlpConfig, Optimizer, TrainOptions, ZeroStage, BUGS, MODELS, PARALLELISMS,
-    TRAINING,
+    emit_pipelined, find_bug, AdamConfig, DeepseekConfig, EmitExtras, EmitOptions, Gpt2Config,
+    LlamaConfig, Mesh, MlpConfig, Optimizer, PipelineOptions, Schedule, TrainOptions, ZeroStage,
+    BUGS, MODELS, PARALLELISMS, TRAINING,
 };
 use std::path::PathBuf;
 
@@ -100,6 +100,12 @@ pub struct EmitArgs {
     /// Experts selected per token (deepseek; default 2).
     #[arg(long)]
     top_k: Option<usize>,
+    /// Pipeline parallelism (a pp mesh dim): microbatches per dp rank (default 1).
+    #[arg(long, value_name = "M")]
+    microbatches: Option<usize>,
+    /// Pipeline parallelism: the schedule of each stage's forward and backward passes.
+    #[arg(long, value_name = "SCHEDULE", value_parser = ["gpipe", "1f1b"])]
+    pp_schedule: Option<String>,
     /// Output directory.
     #[arg(short = 'o', long = "out")]
     out: PathBuf,
@@ -295,7 +301,14 @@ fn emit_case(args: &EmitArgs) -> Result<(), String> {
         sequence_parallel: args.sequence_parallel,
         deepseek: deepseek_config(args),
     };
-    let emitted = emit_training(&opts, &extras, &train_options(args)?)?;
+    let pipeline = PipelineOptions {
+        microbatches: args.microbatches.unwrap_or(1),
+        schedule: match &args.pp_schedule {
+            Some(name) => Schedule::parse(name)?,
+            None => Schedule::default(),
+        },
+    };
+    let emitted = emit_pipelined(&opts, &extras, &train_options(args)?, &pipeline)?;
     emitted
         .write(&args.out)
         .map_err(|e| format!("cannot write {}: {e}", args.out.display()))?;

@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{shardproof_in, Out};
+use common::{first_mismatch, shardproof_in, Out};
 use shardproof_ir::{DType, Graph};
 use shardproof_ops::{Meta, Tensor};
 use shardproof_zoo::{
@@ -44,16 +44,6 @@ fn emit(dir: &Path, model: &str, mesh: &str, flags: &[&str]) -> String {
     args.extend(flags);
     shardproof(&args).expect_code(0);
     dir.join("case.yaml").to_str().unwrap().to_string()
-}
-
-/// The output `run` names as the first mismatch.
-fn first_mismatch(out: &Out) -> String {
-    out.stdout
-        .split("first mismatching output `")
-        .nth(1)
-        .and_then(|r| r.split('`').next())
-        .unwrap_or_else(|| panic!("no mismatching output named\n{}", out.stdout))
-        .to_string()
 }
 
 const MODELS: [&str; 3] = ["mlp", "llama", "gpt2"];

@@ -655,62 +655,120 @@ fn point_to_point(
     Ok(true)
 }
 
-/// The report of ranks that cannot progress while some wait for a point-to-point message.
+/// The report of ranks that cannot progress while some wait for a point-to-point message. The
+/// recv it leads with is one whose source will never send its message (nothing left in the
+/// source's graph matches it): the root of the deadlock, not a rank merely waiting behind it.
 fn p2p_mismatch(runs: &[GraphRun], blocked: &[Option<Pause>], mailbox: &Mailbox) -> InterpError {
+    // Per waiting recv: (rank, node index, description, whether its message can never come).
+    let mut waits = Vec::new();
     let mut lines = Vec::new();
-    let mut first_recv = None;
     for (r, b) in blocked.iter().enumerate() {
         match b {
             Some(Pause::PointToPoint(ni)) => {
-                let node = &runs[r].graph.nodes[*ni];
-                let what = recv_route(&runs[r], *ni).map_or_else(
-                    |e| e.message,
-                    |(src, tag, meta)| {
-                        let pending = mailbox
-                            .queues
-                            .iter()
-                            .filter(|((s, d, _), q)| *s == src && *d == r && !q.is_empty())
-                            .map(|((_, _, t), q)| format!("{} with tag {t}", q.len()))
-                            .collect::<Vec<_>>();
-                        let pending = if pending.is_empty() {
-                            format!("rank {src} sent it nothing else")
-                        } else {
-                            format!(
-                                "rank {src} sent it only messages with other tags ({})",
-                                pending.join(", ")
-                            )
-                        };
-                        format!(
-                            "waits for a message from rank {src} with tag {tag} ({}) that is \
-                             never sent ({pending}; rank {src} {})",
-                            meta.to_type(),
-                            match blocked.get(src) {
-                                Some(Some(_)) => "waits too",
-                                _ => "has finished its graph",
-                            }
+                let (what, never) = match recv_route(&runs[r], *ni) {
+                    Err(e) => (e.message, false),
+                    Ok((src, tag, meta)) => {
+                        let later = later_send(&runs[src], blocked[src], r, tag);
+                        (
+                            describe_wait(runs, mailbox, r, src, tag, &meta, later),
+                            later.is_none(),
                         )
-                    },
-                );
-                if first_recv.is_none() {
-                    first_recv = Some(located(runs[r].graph, node, &what));
-                } else {
-                    lines.push(format!("rank {r} in `{}` {what}", node.name));
-                }
+                    }
+                };
+                waits.push((r, *ni, what, never));
             }
             Some(Pause::Collective(ni)) => lines.push(waiting_in_collective(runs, r, *ni)),
             None => lines.push(format!("rank {r} has finished its graph")),
         }
     }
+    let lead = waits.iter().position(|w| w.3).unwrap_or(0);
+    let (r, ni, what, _) = waits.remove(lead);
+    let first = located(runs[r].graph, &runs[r].graph.nodes[ni], &what);
+    lines.extend(
+        waits.into_iter().map(|(r, ni, what, _)| {
+            format!("rank {r} in `{}` {what}", runs[r].graph.nodes[ni].name)
+        }),
+    );
     InterpError::new(
         InterpErrorKind::Deadlock,
         format!(
-            "a recv is never matched by a send (deadlock): {}; the other ranks: {}; hint: every \
-             recv needs a send from its source to its rank with the same tag, posted in the same \
-             order; a pipeline schedule that skips or reorders a send leaves its recv waiting",
-            first_recv.unwrap_or_default(),
+            "a recv is never matched by a send (deadlock): {first}; the other ranks: {}; hint: \
+             every recv needs a send from its source to its rank with the same tag, posted in \
+             the same order; a pipeline schedule that skips or reorders a send leaves its recv \
+             waiting",
             lines.join("; ")
         ),
     )
+}
+
+/// What rank `r`, waiting for a message from `src` with `tag` of type `meta`, waits for, given
+/// the send to it still ahead in `src`'s graph (`later`, a node index), if any.
+fn describe_wait(
+    runs: &[GraphRun],
+    mailbox: &Mailbox,
+    r: usize,
+    src: usize,
+    tag: i64,
+    meta: &Meta,
+    later: Option<usize>,
+) -> String {
+    let other_tags: Vec<String> = mailbox
+        .queues
+        .iter()
+        .filter(|((s, d, _), q)| *s == src && *d == r && !q.is_empty())
+        .map(|((_, _, t), q)| format!("{} with tag {t}", q.len()))
+        .collect();
+    let sent = if other_tags.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; rank {src} sent it only messages with other tags ({})",
+            other_tags.join(", ")
+        )
+    };
+    let head = format!(
+        "waits for a message from rank {src} with tag {tag} ({})",
+        meta.to_type()
+    );
+    match later {
+        None => format!(
+            "{head} that rank {src} never sends (no send to rank {r} with tag {tag} is left in \
+             its graph{}){sent}",
+            if runs[src].done() {
+                ", which it has finished"
+            } else {
+                ""
+            }
+        ),
+        Some(ni) => format!(
+            "{head} that rank {src} would send only later (`{}`), after its own wait{sent}",
+            runs[src].graph.nodes[ni].name
+        ),
+    }
+}
+
+/// The first send to rank `dst` with `tag` in the part of `run`'s graph it has not run yet
+/// (from the node it waits at, `paused`), if any.
+fn later_send(run: &GraphRun, paused: Option<Pause>, dst: usize, tag: i64) -> Option<usize> {
+    let from = match paused {
+        Some(Pause::Collective(ni) | Pause::PointToPoint(ni)) => ni,
+        None => run.graph.nodes.len(),
+    };
+    let reg = Registry::builtin();
+    (from..run.graph.nodes.len()).find(|&ni| {
+        let node = &run.graph.nodes[ni];
+        let Some(def) = node.op().and_then(|op| reg.get(op)) else {
+            return false;
+        };
+        if def.class != OpClass::PointToPoint {
+            return false;
+        }
+        let values = EnvValues(&run.env);
+        Args::bind(&def.schema, node.args(), call_kwargs(node), &values)
+            .ok()
+            .and_then(|a| p2p_call(def, &a).ok())
+            .is_some_and(|c| c.end == P2pEnd::Send && c.peer == dst && c.tag == tag)
+    })
 }
 
 /// The source, tag and declared type of the recv at node `ni` of `run`, or why they cannot

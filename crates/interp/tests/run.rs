@@ -259,8 +259,8 @@ fn a_recv_without_its_send_is_reported_not_waited_on() {
     assert_eq!(err.kind, InterpErrorKind::Deadlock);
     for part in [
         "r0.py:6: node `recv`",
-        "waits for a message from rank 1 with tag 6 (f32[2])",
-        "rank 1 has finished its graph",
+        "waits for a message from rank 1 with tag 6 (f32[2]) that rank 1 never sends",
+        "no send to rank 0 with tag 6 is left in its graph, which it has finished",
         "hint:",
     ] {
         assert!(err.message.contains(part), "{part}: {}", err.message);
@@ -275,26 +275,29 @@ fn a_recv_without_its_send_is_reported_not_waited_on() {
         "{}",
         err.message
     );
-    // Both ranks receive first: neither ever sends.
-    let first_recv = STAGE1.replace("torch.float32, 0, 5)", "torch.float32, 0, 9)");
-    let p = pipeline(
-        &first_recv
-            .replace("y: ", "x: ")
-            .replace("(recv, y)", "(recv, x)")
-            .replace("recv = y", "recv = x"),
-        STAGE1,
-    );
-    let err = run_program(
-        &p,
-        &[
-            leaves(&[("x", t(&[2], &[1.0, 2.0]))]),
-            leaves(&[("y", t(&[2], &[10.0, 20.0]))]),
-        ],
-        &RunConfig::default(),
-    )
-    .unwrap_err();
+    // Both ranks receive first: rank 0 waits for a tag rank 1 never sends, rank 1 for the
+    // activation rank 0 would send after its wait.
+    let recv_first = r#"
+class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[2]"):
+        recv: "f32[2]" = torch.ops.shardproof_p2p.recv.default([2], torch.float32, 1, 9)
+        add: "f32[2]" = torch.ops.aten.add.Tensor(recv, x);  recv = x = None
+        send: "f32[2]" = torch.ops.shardproof_p2p.send.default(add, 1, 5)
+        return (add,)
+"#;
+    let p = pipeline(recv_first, STAGE1);
+    let err = run_program(&p, &pipeline_leaves(), &RunConfig::default()).unwrap_err();
     assert_eq!(err.kind, InterpErrorKind::Deadlock);
-    assert!(err.message.contains("rank 0 waits too"), "{}", err.message);
+    // Rank 0 waits for tag 9, which rank 1 never sends: that recv leads the report; rank 1
+    // waits behind it for a message rank 0 would send later.
+    for part in [
+        "r0.py:4: node `recv` (shardproof_p2p.recv.default): waits for a message from rank 1 \
+         with tag 9 (f32[2]) that rank 1 never sends",
+        "rank 1 in `recv` waits for a message from rank 0 with tag 5 (f32[2]) that rank 0 would \
+         send only later (`send`), after its own wait",
+    ] {
+        assert!(err.message.contains(part), "{part}: {}", err.message);
+    }
 }
 
 #[test]

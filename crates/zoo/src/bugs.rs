@@ -57,6 +57,48 @@ pub enum Mutation {
     /// DeepSeek MoE under expert parallelism: the routed experts' gradients are divided by the
     /// expert-data-parallel size (dp) instead of the whole data-parallel size (dp x ep).
     EpExpertGradNotAveraged,
+    /// Pipeline: the gradients are all-reduced over dp before the last microbatch's backward,
+    /// whose gradients are then added unreduced.
+    PpGradSyncBeforeLastMicrobatch,
+    /// Pipeline: the last stage pairs each microbatch's activations with the labels (targets)
+    /// of the next microbatch.
+    PpShuffledMicrobatches,
+    /// Pipeline: the stage division assigns the last layer of stage 0 to stage 1 as well, so
+    /// the forward runs it twice.
+    PpWrongStageDivision,
+    /// Pipeline: the first stage's schedule skips the send of its last forward activation,
+    /// so the next stage's recv has no partner.
+    PpMismatchedSendRecv,
+}
+
+/// What a mutation needs of the pipeline (a `pp` mesh dim and its microbatches).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PipelineNeeds {
+    /// At least two pipeline stages.
+    pub stages: bool,
+    /// At least two microbatches.
+    pub microbatches: bool,
+}
+
+impl Mutation {
+    /// What the mutation needs of the pipeline (nothing for the mutations of other
+    /// parallelisms).
+    pub fn pipeline_needs(self) -> PipelineNeeds {
+        let stages = PipelineNeeds {
+            stages: true,
+            microbatches: false,
+        };
+        match self {
+            Mutation::PpGradSyncBeforeLastMicrobatch | Mutation::PpShuffledMicrobatches => {
+                PipelineNeeds {
+                    microbatches: true,
+                    ..stages
+                }
+            }
+            Mutation::PpWrongStageDivision | Mutation::PpMismatchedSendRecv => stages,
+            _ => PipelineNeeds::default(),
+        }
+    }
 }
 
 /// The training options (beyond forward + backward + SGD) a mutation needs to be planted.
@@ -159,6 +201,8 @@ const GPT2: &[&str] = &["gpt2"];
 const LLAMA: &[&str] = &["llama"];
 /// The DeepSeek MoE model only.
 const DEEPSEEK: &[&str] = &["deepseek"];
+/// The models the zoo pipelines.
+const PIPELINED: &[&str] = &["mlp", "llama"];
 
 /// The fields the DeepSeek MoE bugs share; every entry sets its own id, texts and mutation.
 const DEEPSEEK_BUG: Bug = Bug {
@@ -177,6 +221,13 @@ const DEEPSEEK_BUG: Bug = Bug {
     needs_kv_replicas: false,
     needs_vocab_parallel: false,
     needs_sequence_parallel: false,
+};
+
+/// The fields the pipeline bugs share; every entry sets its own id, texts and mutation.
+const PIPELINE_BUG: Bug = Bug {
+    mutation: Mutation::PpMismatchedSendRecv,
+    models: PIPELINED,
+    ..DEEPSEEK_BUG
 };
 
 /// Every bug this version of the zoo can plant.
@@ -487,6 +538,48 @@ pub const BUGS: &[Bug] = &[
         needs_backward: true,
         ..DEEPSEEK_BUG
     },
+    Bug {
+        id: "pp-grad-sync-before-last-microbatch",
+        source: "TrainVerify (SOSP'25) section 8.3, category 5, incorrect pipeline scheduling: gradient synchronization before the final backward iteration of a batch (Megatron-LM commits 1f387c2, 32bbb76)",
+        description: "each stage all-reduces and averages its gradients over dp before the last microbatch's backward, whose gradients are then added unreduced",
+        parallelism: "dp x pp with --microbatches >= 2 (full iteration)",
+        spec_op: "aten.sub.Tensor of the SGD step of every parameter (the accumulated gradient)",
+        mutation: Mutation::PpGradSyncBeforeLastMicrobatch,
+        needs_dp: true,
+        needs_backward: true,
+        ..PIPELINE_BUG
+    },
+    Bug {
+        id: "pp-shuffled-microbatches",
+        source: "TrainVerify (SOSP'25) section 8.3, category 5, incorrect pipeline scheduling: microbatches mistakenly shuffled (Megatron-LM commit 6bd74b0)",
+        description: "the last stage pairs each microbatch's activations with the labels of the next microbatch",
+        parallelism: "pp with --microbatches >= 2",
+        spec_op: "the loss (aten.nll_loss_forward.default for llama, aten.mean.default for mlp)",
+        mutation: Mutation::PpShuffledMicrobatches,
+        changes_loss: true,
+        ..PIPELINE_BUG
+    },
+    Bug {
+        id: "pp-wrong-stage-division",
+        source: "TTrace Table 1, bug 10: PP wrong stage division, a wrong model gets trained (Megatron-LM issue 468, fix 8e98a72)",
+        description: "the last layer of stage 0 is also assigned to stage 1, so the forward runs it twice",
+        parallelism: "pp",
+        spec_op: "the first operator of the layer after the duplicated one (its input is the duplicated layer's output)",
+        mutation: Mutation::PpWrongStageDivision,
+        changes_loss: true,
+        ..PIPELINE_BUG
+    },
+    Bug {
+        id: "pp-mismatched-send-recv",
+        source: "static verifier README: mismatched send/recv in a pipeline schedule (deadlock under specific schedules)",
+        description: "the first stage's schedule skips the send of its last forward activation, so the next stage's recv waits for a partner that never sends",
+        parallelism: "pp",
+        engines: "static, run",
+        spec_op: "none: the implementation deadlocks (the interpreter names the waiting recv)",
+        mutation: Mutation::PpMismatchedSendRecv,
+        changes_loss: true,
+        ..PIPELINE_BUG
+    },
 ];
 
 /// The catalog entry named `id`.
@@ -536,9 +629,34 @@ impl Bug {
     }
 
     /// Why the bug cannot be planted in the plan described by `site` with the default training
-    /// options (SGD, no clipping, loss scale, accumulation or ZeRO), if it cannot.
+    /// options (SGD, no clipping, loss scale, accumulation or ZeRO) and no pipeline stages, if
+    /// it cannot.
     pub fn check_applies(&self, site: &Site) -> Result<(), String> {
-        self.check_applies_in(site, &TrainOptions::default())
+        self.check_applies_in(site, &TrainOptions::default())?;
+        self.check_pipeline(1, 1)
+    }
+
+    /// Whether the bug needs pipeline stages (a `pp` mesh dim).
+    pub fn needs_pipeline(&self) -> bool {
+        self.mutation.pipeline_needs() != PipelineNeeds::default()
+    }
+
+    /// Why the bug cannot be planted in a plan of `pp` pipeline stages (1 without a pp mesh
+    /// dim) with `microbatches` microbatches, if it cannot.
+    pub fn check_pipeline(&self, pp: usize, microbatches: usize) -> Result<(), String> {
+        let needs = self.mutation.pipeline_needs();
+        let mut missing = Vec::new();
+        if needs.stages && pp < 2 {
+            missing.push("a pp mesh dim of size >= 2");
+        }
+        if needs.microbatches && microbatches < 2 {
+            missing.push("at least two microbatches (--microbatches 2 or more)");
+        }
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("bug `{}` needs {}", self.id, missing.join(" and ")))
+        }
     }
 
     /// Whether the bug needs a training option (`--grad-accum`, `--zero`, `--clip-grad`,
@@ -700,6 +818,29 @@ mod tests {
         assert!(e.unwrap_err().contains("tp mesh dim"));
         assert!(norm
             .check_applies_in(&site("gpt2", 1, 2, false), &clip)
+            .is_ok());
+    }
+
+    #[test]
+    fn pipeline_bugs_need_stages_and_microbatches() {
+        let shuffled = find_bug("pp-shuffled-microbatches").unwrap();
+        assert!(shuffled.needs_pipeline() && !shuffled.needs_training());
+        let e = shuffled
+            .check_applies(&site("mlp", 1, 1, true))
+            .unwrap_err();
+        assert!(e.contains("pp mesh dim"), "{e}");
+        let e = shuffled.check_pipeline(2, 1).unwrap_err();
+        assert!(e.contains("--microbatches 2"), "{e}");
+        assert!(shuffled.check_pipeline(2, 2).is_ok());
+        let stages = find_bug("pp-wrong-stage-division").unwrap();
+        assert!(stages.check_pipeline(2, 1).is_ok());
+        let sync = find_bug("pp-grad-sync-before-last-microbatch").unwrap();
+        let e = sync.check_applies_in(&site("llama", 1, 1, false), &TrainOptions::default());
+        assert!(e.unwrap_err().contains("dp mesh dim"));
+        assert!(!find_bug("wrong-group").unwrap().needs_pipeline());
+        assert!(find_bug("wrong-group")
+            .unwrap()
+            .check_pipeline(1, 1)
             .is_ok());
     }
 

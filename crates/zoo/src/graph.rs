@@ -217,7 +217,12 @@ impl GraphBuilder {
             let _ = writeln!(s, "        {l}");
         }
         let outs: Vec<&str> = self.outputs.iter().map(|v| v.name.as_str()).collect();
-        let _ = writeln!(s, "        return ({},)", outs.join(", "));
+        if outs.is_empty() {
+            // A pipeline stage that only sends (a forward-only first stage) returns nothing.
+            s.push_str("        return ()\n");
+        } else {
+            let _ = writeln!(s, "        return ({},)", outs.join(", "));
+        }
         s
     }
 
@@ -642,6 +647,36 @@ impl GraphBuilder {
                 Arg::Raw("dtype = torch.float32"),
                 Arg::Raw("device = device(type='cpu')"),
                 Arg::Raw("pin_memory = False"),
+            ],
+            shape.to_vec(),
+        )
+    }
+}
+
+impl GraphBuilder {
+    /// `shardproof_p2p.send.default(x, dst, tag)`: posts `x` to global rank `dst` (see
+    /// docs/formats/point-to-point.md); the result, the sent tensor, is a handle nobody reads.
+    pub fn send(&mut self, x: &Val, dst: usize, tag: usize) -> Val {
+        self.call_typed(
+            "send",
+            "shardproof_p2p.send.default",
+            &[Arg::V(x), Arg::I(dst as i64), Arg::I(tag as i64)],
+            x.dtype,
+            x.shape.clone(),
+        )
+    }
+
+    /// `shardproof_p2p.recv.default(shape, torch.float32, src, tag)`: the next f32 tensor of
+    /// `shape` that global rank `src` sent to this rank with `tag`.
+    pub fn recv(&mut self, shape: &[usize], src: usize, tag: usize) -> Val {
+        self.call(
+            "recv",
+            "shardproof_p2p.recv.default",
+            &[
+                Arg::Ints(shape.iter().map(|&d| d as i64).collect()),
+                Arg::Raw("torch.float32"),
+                Arg::I(src as i64),
+                Arg::I(tag as i64),
             ],
             shape.to_vec(),
         )

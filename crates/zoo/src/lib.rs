@@ -8,6 +8,7 @@ pub mod gpt2;
 pub mod graph;
 pub mod llama;
 pub mod mlp;
+pub mod pipeline;
 pub mod train;
 
 pub use bugs::{find_bug, Bug, Mutation, Site, BUGS};
@@ -15,8 +16,10 @@ pub use deepseek::DeepseekConfig;
 pub use gpt2::Gpt2Config;
 pub use llama::LlamaConfig;
 pub use mlp::MlpConfig;
+pub use pipeline::{PipelineOptions, Schedule};
 pub use train::{AdamConfig, Optimizer, TrainOptions, ZeroStage};
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -87,8 +90,15 @@ impl Param {
     }
 }
 
-/// The parallelisms (mesh dims) the zoo can emit: name and one line.
+/// The parallelisms (mesh dims) the zoo can emit: name and one line, in mesh order (the
+/// first is outermost in the rank order).
 pub const PARALLELISMS: &[(&str, &str)] = &[
+    (
+        "pp",
+        "pipeline parallel (mlp, llama): layers in contiguous stages, microbatches \
+         (--microbatches M) scheduled GPipe or 1F1B (--pp-schedule), activations and gradients \
+         sent between stages (shardproof_p2p send/recv); outermost in the rank order",
+    ),
     (
         "dp",
         "data parallel: batch Shard(0), loss and gradients all-reduced and averaged over dp",
@@ -137,7 +147,8 @@ pub const TRAINING: &[(&str, &str)] = &[
     ),
 ];
 
-/// A mesh of the zoo's plans: sizes of the `dp` and `tp` dims, `dp` outermost.
+/// A mesh of the zoo's plans: sizes of its dims in the order of [`PARALLELISMS`] (`pp`, then
+/// `dp`, `tp`, `ep`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Mesh {
     /// The dims in mesh order, with their sizes.
@@ -265,6 +276,37 @@ struct Plan {
     ep_sharded: Vec<String>,
 }
 
+impl Plan {
+    /// The files of the plan: `case.yaml` (the text `case`), `spec.py`, `r0.py`, ...
+    fn into_emitted(self, case: String) -> Emitted {
+        let mut files = vec![
+            ("case.yaml".to_string(), case),
+            ("spec.py".to_string(), self.spec.render()),
+        ];
+        files.extend(
+            self.ranks
+                .into_iter()
+                .enumerate()
+                .map(|(r, text)| (format!("r{r}.py"), text)),
+        );
+        Emitted { files }
+    }
+}
+
+/// The step of the single-device spec: one rank, no bug, trained with `spec_train` (the
+/// options' [`TrainOptions::for_spec`]) at learning rate `lr`.
+fn spec_step(spec_train: &TrainOptions, lr: f64) -> train::Step<'_> {
+    train::Step {
+        opts: spec_train,
+        dp: 1,
+        tp: 1,
+        dp_rank: 0,
+        tp_rank: 0,
+        bug: None,
+        lr,
+    }
+}
+
 /// Emits the case described by `opts` (with the default [`EmitExtras`]), or says why it
 /// cannot.
 pub fn emit(opts: &EmitOptions) -> Result<Emitted, String> {
@@ -284,6 +326,17 @@ pub fn emit_training(
     opts: &EmitOptions,
     extras: &EmitExtras,
     train: &TrainOptions,
+) -> Result<Emitted, String> {
+    emit_pipelined(opts, extras, train, &PipelineOptions::default())
+}
+
+/// [`emit_training`] with the microbatches and schedule of a pipeline-parallel plan (a `pp`
+/// mesh dim; see [`pipeline`]), or says why it cannot.
+pub fn emit_pipelined(
+    opts: &EmitOptions,
+    extras: &EmitExtras,
+    train: &TrainOptions,
+    pipeline: &PipelineOptions,
 ) -> Result<Emitted, String> {
     if !MODELS.iter().any(|(m, _)| *m == opts.model) {
         let known: Vec<&str> = MODELS.iter().map(|(m, _)| *m).collect();
@@ -347,6 +400,24 @@ pub fn emit_training(
             opts.llama.kv_heads
         ));
     }
+    let has_pp = opts.mesh.dims.iter().any(|(d, _)| *d == "pp");
+    if !has_pp && *pipeline != PipelineOptions::default() {
+        return Err(
+            "--microbatches and --pp-schedule apply to a pp mesh dim (e.g. --mesh pp=2)".into(),
+        );
+    }
+    if has_pp && opts.vocab_parallel {
+        return Err(
+            "--vocab-parallel with a pp mesh dim is not supported yet: the first and last \
+             stages would each split their embedding or LM head over tp"
+                .into(),
+        );
+    }
+    // The training options a pipelined rank runs: its microbatches are the pipeline's.
+    let pp_train = TrainOptions {
+        grad_accum: pipeline.microbatches.max(1),
+        ..*train
+    };
     if let Some(bug) = opts.bug {
         bug.check_applies_in(
             &Site {
@@ -358,23 +429,26 @@ pub fn emit_training(
                 vocab_parallel: opts.vocab_parallel,
                 sequence_parallel: sp,
             },
-            train,
+            if has_pp { &pp_train } else { train },
         )?;
         bug.check_ep(ep)?;
+        bug.check_pipeline(opts.mesh.size("pp"), pipeline.microbatches)?;
+        if bug.mutation == Mutation::PpGradSyncBeforeLastMicrobatch && train.zero.is_some() {
+            return Err(format!(
+                "bug `{}` is not defined with --zero (its early all-reduce would bypass the \
+                 ZeRO gradient split)",
+                bug.id
+            ));
+        }
+    }
+    if has_pp {
+        return emit_pipeline_plan(opts, train, pipeline);
     }
     let mutation = opts.bug.map(|b| b.mutation);
     let n = opts.mesh.ranks();
     // The spec trains the whole batch on one device: no microbatches, no ZeRO.
     let spec_train = train.for_spec();
-    let spec_step = |lr| train::Step {
-        opts: &spec_train,
-        dp: 1,
-        tp: 1,
-        dp_rank: 0,
-        tp_rank: 0,
-        bug: None,
-        lr,
-    };
+    let spec_step = |lr| spec_step(&spec_train, lr);
     // Rank = dp_i * tp + tp_i.
     let rank_step = |r: usize, lr| train::Step {
         opts: train,
@@ -428,57 +502,130 @@ pub fn emit_training(
                 llama::build_rank(cfg, plan, &rank_step(r, cfg.lr), opts.forward_only).render()
             })
             .collect();
-        let rep = cfg.kv_replicas(tp);
-        let groups = if rep > 1 {
-            // Rank = dp_i * tp + tp_i; kv head j is held by tp ranks [j * rep, (j + 1) * rep).
-            let lists = (0..dp)
-                .flat_map(|i| {
-                    (0..tp / rep).map(move |j| (0..rep).map(|m| i * tp + j * rep + m).collect())
-                })
-                .collect();
-            vec![("kv", lists)]
-        } else {
-            Vec::new()
-        };
-        Plan {
-            spec: llama::build_rank(
-                cfg,
-                llama::RankPlan::SPEC,
-                &spec_step(cfg.lr),
-                opts.forward_only,
-            ),
-            ranks,
-            data: vec![("tokens", true), ("labels", true), ("rope_inv_freq", false)],
-            params: cfg.params(tp, opts.vocab_parallel),
-            groups,
-            ep_sharded: Vec::new(),
-        }
+        llama_plan(opts, &spec_step(cfg.lr), ranks, (1, dp, tp))
     } else {
         let cfg = &opts.mlp;
         // Ranks differ only where the training options make them (clipping, ZeRO).
         let ranks = (0..n)
             .map(|r| mlp::build_rank(cfg, &rank_step(r, cfg.lr), opts.forward_only).render())
             .collect();
-        Plan {
-            spec: mlp::build_rank(cfg, &spec_step(cfg.lr), opts.forward_only),
-            ranks,
-            data: vec![("x", true), ("target", true)],
-            params: cfg.params(),
-            groups: Vec::new(),
-            ep_sharded: Vec::new(),
+        mlp_plan(opts, &spec_step(cfg.lr), ranks)
+    };
+    let case = case_yaml(opts, sp, train, &plan, None);
+    Ok(plan.into_emitted(case))
+}
+
+/// Where the tensors of a pipelined plan live, for its case file.
+struct Stages {
+    /// Tensor name -> the pp coordinates that hold it (absent: every stage).
+    held_at: BTreeMap<String, Vec<usize>>,
+    /// The pipeline options, for the case's name and header.
+    options: PipelineOptions,
+    /// The layers of each stage (the intended division).
+    layers: Vec<std::ops::Range<usize>>,
+}
+
+/// Emits a plan with a `pp` mesh dim (dims pp, dp, tp): the spec is the single-device model,
+/// the ranks run its stages (see [`pipeline`]).
+fn emit_pipeline_plan(
+    opts: &EmitOptions,
+    train: &TrainOptions,
+    options: &PipelineOptions,
+) -> Result<Emitted, String> {
+    let mesh = &opts.mesh;
+    let (pp, dp, tp) = (mesh.size("pp"), mesh.size("dp"), mesh.size("tp"));
+    let plan = pipeline::PipelinePlan {
+        model: &opts.model,
+        mlp: &opts.mlp,
+        llama: &opts.llama,
+        pp,
+        dp,
+        tp,
+        pipeline: *options,
+        train,
+        bug: opts.bug.map(|b| b.mutation),
+        forward_only: opts.forward_only,
+    };
+    let (layers, batch) = match opts.model.as_str() {
+        "mlp" => (opts.mlp.layers, opts.mlp.batch),
+        "llama" => (opts.llama.layers, opts.llama.batch),
+        _ => (0, 1),
+    };
+    pipeline::check(&plan, layers, batch / dp)?;
+    let (ranks, held_at) = pipeline::build_ranks(&plan);
+    let spec_train = train.for_spec();
+    let spec_step = |lr| spec_step(&spec_train, lr);
+    let plan = if opts.model == "mlp" {
+        let cfg = &opts.mlp;
+        mlp_plan(opts, &spec_step(cfg.lr), ranks)
+    } else {
+        llama_plan(opts, &spec_step(opts.llama.lr), ranks, (pp, dp, tp))
+    };
+    let stages = Stages {
+        held_at,
+        options: *options,
+        layers: (0..pp)
+            .map(|s| pipeline::stage_layers(layers, pp, s, None))
+            .collect(),
+    };
+    let case = case_yaml(opts, false, train, &plan, Some(&stages));
+    Ok(plan.into_emitted(case))
+}
+
+/// The mlp plan around its rank graphs `ranks`: the spec (built with `spec_step`), the data
+/// inputs and the parameters.
+fn mlp_plan(opts: &EmitOptions, spec_step: &train::Step, ranks: Vec<String>) -> Plan {
+    let cfg = &opts.mlp;
+    Plan {
+        spec: mlp::build_rank(cfg, spec_step, opts.forward_only),
+        ranks,
+        data: vec![("x", true), ("target", true)],
+        params: cfg.params(),
+        groups: Vec::new(),
+        ep_sharded: Vec::new(),
+    }
+}
+
+/// The llama plan around its rank graphs `ranks` on a `pp` x `dp` x `tp` mesh: the spec (built
+/// with `spec_step`), the data inputs, the parameters, and the `kv` groups when kv heads are
+/// replicated over tp ranks.
+fn llama_plan(
+    opts: &EmitOptions,
+    spec_step: &train::Step,
+    ranks: Vec<String>,
+    (pp, dp, tp): (usize, usize, usize),
+) -> Plan {
+    let cfg = &opts.llama;
+    let rep = cfg.kv_replicas(tp);
+    let groups = if rep > 1 {
+        vec![("kv", pipeline::kv_groups(pp, dp, tp, rep))]
+    } else {
+        Vec::new()
+    };
+    Plan {
+        spec: llama::build_rank(cfg, llama::RankPlan::SPEC, spec_step, opts.forward_only),
+        ranks,
+        data: vec![("tokens", true), ("labels", true), ("rope_inv_freq", false)],
+        params: cfg.params(tp, opts.vocab_parallel),
+        groups,
+        ep_sharded: Vec::new(),
+    }
+}
+
+/// `place` restricted to the pp coordinates `stages` (`at: { pp: .. }`), in entry form.
+fn held_on(place: String, stages: &[usize]) -> String {
+    let at = match stages {
+        [one] => format!("at: {{ pp: {one} }}"),
+        many => {
+            let list: Vec<String> = many.iter().map(|s| s.to_string()).collect();
+            format!("at: {{ pp: [{}] }}", list.join(", "))
         }
     };
-    let mut files = vec![
-        ("case.yaml".to_string(), case_yaml(opts, sp, train, &plan)),
-        ("spec.py".to_string(), plan.spec.render()),
-    ];
-    files.extend(
-        plan.ranks
-            .into_iter()
-            .enumerate()
-            .map(|(r, text)| (format!("r{r}.py"), text)),
-    );
-    Ok(Emitted { files })
+    match place.strip_suffix(" }") {
+        // Already an entry (`{ placement: .., replicas: 2 }`): add the key.
+        Some(entry) if place.starts_with("{ placement:") => format!("{entry}, {at} }}"),
+        _ => format!("{{ placement: {place}, {at} }}"),
+    }
 }
 
 /// The deepseek plan on `mesh` (dims in the order dp, tp, ep): rank
@@ -535,8 +682,14 @@ fn case_yaml(
     sequence_parallel: bool,
     train: &TrainOptions,
     plan: &Plan,
+    stages: Option<&Stages>,
 ) -> String {
     let mesh = &opts.mesh;
+    // Restricts a tensor's placement to the stages that hold it, under pipeline parallelism.
+    let held = |name: &str, place: String| match stages.and_then(|s| s.held_at.get(name)) {
+        Some(at) if stages.is_some_and(|s| at.len() < s.layers.len()) => held_on(place, at),
+        _ => place,
+    };
     let has = |d: &str| mesh.dims.iter().any(|(m, _)| *m == d);
     let on = |dim: &str, p: &str| {
         if has(dim) {
@@ -622,6 +775,14 @@ fn case_yaml(
         name.push_str("-fw");
     }
     name.push_str(&train.label());
+    if let Some(s) = stages {
+        let _ = write!(
+            name,
+            "-mb{}-{}",
+            s.options.microbatches,
+            s.options.schedule.name()
+        );
+    }
     if let Some(b) = opts.bug {
         let _ = write!(name, "-{}", b.id);
     }
@@ -641,6 +802,22 @@ fn case_yaml(
             train.describe()
         }
     );
+    if let Some(st) = stages {
+        let division: Vec<String> = st
+            .layers
+            .iter()
+            .enumerate()
+            .map(|(i, r)| format!("stage {i}: layers {}-{}", r.start, r.end - 1))
+            .collect();
+        let _ = writeln!(
+            s,
+            "# Pipeline: {} stages ({}), {} microbatch(es) per dp rank, {} schedule.",
+            division.len(),
+            division.join(", "),
+            st.options.microbatches,
+            st.options.schedule.name()
+        );
+    }
     if let Some(b) = opts.bug {
         let _ = writeln!(s, "# Planted bug `{}`: {}.", b.id, b.description);
     }
@@ -672,15 +849,21 @@ fn case_yaml(
         } else {
             "Replicate()".to_string()
         };
-        let _ = writeln!(s, "  {input}: {place}");
+        let _ = writeln!(s, "  {input}: {}", held(input, place));
     }
     for p in &plan.params {
-        let _ = writeln!(s, "  {}: {}", p.name, place(p, param_split(p)));
+        let _ = writeln!(
+            s,
+            "  {}: {}",
+            p.name,
+            held(&p.name, place(p, param_split(p)))
+        );
     }
     if let Optimizer::Adam(_) = train.optimizer {
         for p in &plan.params {
             for state in ["exp_avg", "exp_avg_sq"] {
-                let _ = writeln!(s, "  {state}_{}: {}", p.name, place(p, zero_dim(p)));
+                let name = format!("{state}_{}", p.name);
+                let _ = writeln!(s, "  {name}: {}", held(&name, place(p, zero_dim(p))));
             }
         }
     }
@@ -699,7 +882,7 @@ fn case_yaml(
         } else {
             "Replicate()".to_string()
         };
-        let _ = writeln!(s, "  {}: {place}", out.name);
+        let _ = writeln!(s, "  {}: {}", out.name, held(&out.name, place));
     }
     if ["llama", "gpt2", "deepseek"].contains(&opts.model.as_str()) {
         // The zoo's labels are vocabulary ids, never the loss's ignore_index (-100): a mean
@@ -721,7 +904,9 @@ mod tests {
         let m = Mesh::parse("tp=4, dp=2").unwrap();
         assert_eq!(m.dims, vec![("dp", 2), ("tp", 4)]);
         assert_eq!((m.ranks(), m.label()), (8, "dp2-tp4".to_string()));
-        for bad in ["tp", "pp=2", "tp=0", "tp=x", "tp=2,tp=2"] {
+        let m = Mesh::parse("tp=2,dp=2,pp=2").unwrap();
+        assert_eq!(m.dims, vec![("pp", 2), ("dp", 2), ("tp", 2)]);
+        for bad in ["tp", "zz=2", "tp=0", "tp=x", "tp=2,tp=2"] {
             assert!(Mesh::parse(bad).is_err(), "{bad}");
         }
     }

@@ -283,7 +283,7 @@ pub(crate) type SwigluNames = [&'static str; 3];
 const MLP_WEIGHTS: SwigluNames = ["w_gate", "w_up", "w_down"];
 
 /// What the backward of a decoder layer reads from its forward.
-struct LayerSaved {
+pub(crate) struct LayerSaved {
     attn: AttnSaved,
     mlp_norm: NormSaved,
     mlp: SwigluSaved,
@@ -1146,6 +1146,67 @@ pub(crate) fn lm_head_backward(
     (grads, gx)
 }
 
+/// Decoder layer `l` on the residual stream `x` `[b, s, h]`: the attention sublayer, then
+/// RMSNorm and the SwiGLU MLP (gate/up column parallel, down row parallel with its all-reduce
+/// over tp) and the residual. Returns the residual stream after it and what its backward reads.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn decoder_layer(
+    g: &mut GraphBuilder,
+    x: &Val,
+    l: usize,
+    w: &dyn Fn(&str) -> Val,
+    dims: AttnShape,
+    tables: &AttnTables,
+    eps: f64,
+    bug: Option<Mutation>,
+) -> (Val, LayerSaved) {
+    let (b, s, h, t) = (dims.b, dims.s, dims.h, dims.tokens());
+    let (hres, attn) = attention(g, x, l, w, dims, tables, eps, bug);
+
+    // SwiGLU MLP: gate/up column parallel, down row parallel.
+    let (hn, mlp_norm) = rms_norm(g, &hres, &w(&format!("mlp_norm_{l}")), eps);
+    let hn2d = g.view(&hn, &[t, h]);
+    let (down, mlp) = swiglu(g, &hn2d, w, MLP_WEIGHTS, l);
+    let down_full = reduce_if(g, &down, "tp", dims.tp);
+    let d3 = g.view(&down_full, &[b, s, h]);
+    let out = g.add(&hres, &d3);
+    let saved = LayerSaved {
+        attn,
+        mlp_norm,
+        mlp,
+    };
+    (out, saved)
+}
+
+/// The backward of [`decoder_layer`] for the gradient `gx` of its output: inserts the
+/// gradients of layer `l`'s weights into `grads` and returns the gradient of its input.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn decoder_layer_backward(
+    g: &mut GraphBuilder,
+    gx: &Val,
+    sv: &LayerSaved,
+    l: usize,
+    w: &dyn Fn(&str) -> Val,
+    dims: AttnShape,
+    tables: &AttnTables,
+    grads: &mut BTreeMap<String, Val>,
+    bug: Option<Mutation>,
+) -> Val {
+    let (b, s, h, t) = (dims.b, dims.s, dims.h, dims.tokens());
+    // MLP branch.
+    let g_d2d = g.view(gx, &[t, h]);
+    let g_in = swiglu_backward(g, &g_d2d, &sv.mlp, w, MLP_WEIGHTS, l, grads);
+    let g_hn2d = reduce_if(g, &g_in, "tp", dims.tp);
+    let g_hn = g.view(&g_hn2d, &[b, s, h]);
+    let (g_hres_norm, g_mn) =
+        rms_norm_backward(g, &g_hn, &w(&format!("mlp_norm_{l}")), &sv.mlp_norm);
+    grads.insert(format!("mlp_norm_{l}"), g_mn);
+    let g_hres = g.add(gx, &g_hres_norm);
+
+    // Attention branch.
+    attention_backward(g, &g_hres, &sv.attn, l, w, dims, tables, grads, bug)
+}
+
 /// Builds the graph of one rank of the plan ([`RankPlan::SPEC`], no bug, is the spec). Ranks
 /// differ only in the vocabulary range they hold under `vocab_parallel`. Forward and loss
 /// (output `loss`), and unless `forward_only` the explicit backward, gradient finalization
@@ -1177,7 +1238,7 @@ pub(crate) fn build_rank(
     let mbs = step.microbatches();
     // The rank's sequences, and those of one microbatch.
     let b_all = cfg.batch / dp;
-    let (b, s, h, v) = (b_all / mbs, cfg.seq, cfg.hidden, cfg.vocab);
+    let (b, s, v) = (b_all / mbs, cfg.seq, cfg.vocab);
     let dims = AttnShape::new(cfg, b, tp);
     let t = dims.tokens();
     let tokens_all = g.input_typed("tokens", "i64", &[b_all, s]);
@@ -1207,20 +1268,9 @@ pub(crate) fn build_rank(
         };
         let mut saved = Vec::new();
         for l in 0..cfg.layers {
-            let (hres, attn) = attention(&mut g, &x, l, &w, dims, &tables, cfg.eps, bug);
-
-            // SwiGLU MLP: gate/up column parallel, down row parallel.
-            let (hn, mlp_norm) = rms_norm(&mut g, &hres, &w(&format!("mlp_norm_{l}")), cfg.eps);
-            let hn2d = g.view(&hn, &[t, h]);
-            let (down, mlp) = swiglu(&mut g, &hn2d, &w, MLP_WEIGHTS, l);
-            let down_full = reduce_if(&mut g, &down, "tp", tp);
-            let d3 = g.view(&down_full, &[b, s, h]);
-            x = g.add(&hres, &d3);
-            saved.push(LayerSaved {
-                attn,
-                mlp_norm,
-                mlp,
-            });
+            let (out, layer) = decoder_layer(&mut g, &x, l, &w, dims, &tables, cfg.eps, bug);
+            x = out;
+            saved.push(layer);
         }
 
         // Final norm, LM head and the cross-entropy loss (mean over the rank's tokens).
@@ -1251,20 +1301,8 @@ pub(crate) fn build_rank(
         let (mut grads, mut gx) = lm_head_backward(&mut g, &g_logits, &head, &w, vp);
 
         for l in (0..cfg.layers).rev() {
-            let sv = &saved[l];
-            // MLP branch.
-            let g_d2d = g.view(&gx, &[t, h]);
-            let g_in = swiglu_backward(&mut g, &g_d2d, &sv.mlp, &w, MLP_WEIGHTS, l, &mut grads);
-            let g_hn2d = reduce_if(&mut g, &g_in, "tp", tp);
-            let g_hn = g.view(&g_hn2d, &[b, s, h]);
-            let (g_hres_norm, g_mn) =
-                rms_norm_backward(&mut g, &g_hn, &w(&format!("mlp_norm_{l}")), &sv.mlp_norm);
-            grads.insert(format!("mlp_norm_{l}"), g_mn);
-            let g_hres = g.add(&gx, &g_hres_norm);
-
-            // Attention branch.
-            gx = attention_backward(
-                &mut g, &g_hres, &sv.attn, l, &w, dims, &tables, &mut grads, bug,
+            gx = decoder_layer_backward(
+                &mut g, &gx, &saved[l], l, &w, dims, &tables, &mut grads, bug,
             );
         }
         let (g_rows, ids) = match &emb_mask {

@@ -86,7 +86,6 @@ pub fn build(
 /// clipping, the optimizer; see [`crate::train`]).
 pub(crate) fn build_rank(cfg: &MlpConfig, step: &Step, forward_only: bool) -> GraphBuilder {
     let (dp, tp) = (step.dp, step.tp);
-    let is = |m: Mutation| step.bug == Some(m);
     let mut g = GraphBuilder::new();
     let (b, h) = (cfg.batch / dp, cfg.hidden);
     let x_all = g.input("x", &[b, h]);
@@ -115,28 +114,8 @@ pub(crate) fn build_rank(cfg: &MlpConfig, step: &Step, forward_only: bool) -> Gr
         let mut act = x;
         let mut saved = Vec::new();
         for l in 0..cfg.layers {
-            let (w1, b1, w2, b2) = layer(l);
-            let t1 = g.t(w1);
-            let m1 = g.mm(&act, &t1);
-            let a = g.add(&m1, b1);
-            let r = g.relu(&a);
-            let t2 = g.t(w2);
-            let m2 = g.mm(&r, &t2);
-            let y = if tp < 2 || (l == 0 && is(Mutation::TpMissingAllreduce)) {
-                g.add(&m2, b2)
-            } else if l == 0 && is(Mutation::TpBiasBeforeAllreduce) {
-                let early = g.add(&m2, b2);
-                g.all_reduce_sum(&early, "tp")
-            } else {
-                let group = if l == 0 && is(Mutation::WrongGroup) {
-                    "dp"
-                } else {
-                    "tp"
-                };
-                let full = g.all_reduce_sum(&m2, group);
-                g.add(&full, b2)
-            };
-            saved.push((act, r));
+            let (y, block_saved) = block(&mut g, &act, l, layer(l), tp, step.bug);
+            saved.push(block_saved);
             act = y;
         }
 
@@ -157,27 +136,22 @@ pub(crate) fn build_rank(cfg: &MlpConfig, step: &Step, forward_only: bool) -> Gr
         let mut grad_y = train::scale_seed(&mut g, step, &seed);
         let mut grads = BTreeMap::new();
         for l in (0..cfg.layers).rev() {
-            let (w1, w2) = (&params[4 * l], &params[4 * l + 2]);
-            let (input, r) = &saved[l];
-            let gb2 = g.sum0(&grad_y);
-            let gyt = g.t(&grad_y);
-            let gw2 = g.mm(&gyt, r);
-            let gr = g.mm(&grad_y, w2);
-            let ga = g.relu_backward(&gr, r);
-            let gb1 = g.sum0(&ga);
-            let gat = g.t(&ga);
-            let gw1 = g.mm(&gat, input);
-            if l > 0 {
-                // Column-parallel fc1: the input gradient is a partial sum over tp.
-                let gh = g.mm(&ga, w1);
-                grad_y = if tp > 1 {
-                    g.all_reduce_sum(&gh, "tp")
-                } else {
-                    gh
-                };
-            }
-            for (i, gv) in [gw1, gb1, gw2, gb2].into_iter().enumerate() {
-                grads.insert(specs[4 * l + i].name.clone(), gv);
+            let weights = (&params[4 * l], &params[4 * l + 2]);
+            let names: Vec<&str> = specs[4 * l..4 * l + 4]
+                .iter()
+                .map(|p| p.name.as_str())
+                .collect();
+            if let Some(gx) = block_backward(
+                &mut g,
+                &grad_y,
+                &saved[l],
+                weights,
+                l > 0,
+                tp,
+                &names,
+                &mut grads,
+            ) {
+                grad_y = gx;
             }
         }
         train::accumulate(&mut g, &mut acc, grads);
@@ -187,4 +161,89 @@ pub(crate) fn build_rank(cfg: &MlpConfig, step: &Step, forward_only: bool) -> Gr
     // Gradient finalization over dp, then the optimizer step.
     train::finish(&mut g, step, &specs, &weights, &acc, |_, _, grad| grad);
     g
+}
+
+/// What the backward of an fc1 + relu + fc2 block reads from its forward.
+pub(crate) struct BlockSaved {
+    /// The block's input.
+    input: Val,
+    /// The relu output (fc2's input).
+    relu: Val,
+}
+
+/// Block `l` on `act`: `relu(act @ w1.T + b1) @ w2.T + b2`, fc1 column parallel and fc2 row
+/// parallel with its all-reduce over tp (the bias added once after it). Honours the mlp
+/// mutations of layer 0 (missing all-reduce, bias before it, wrong group).
+pub(crate) fn block(
+    g: &mut GraphBuilder,
+    act: &Val,
+    l: usize,
+    (w1, b1, w2, b2): (&Val, &Val, &Val, &Val),
+    tp: usize,
+    bug: Option<Mutation>,
+) -> (Val, BlockSaved) {
+    let is = |m: Mutation| bug == Some(m);
+    let t1 = g.t(w1);
+    let m1 = g.mm(act, &t1);
+    let a = g.add(&m1, b1);
+    let r = g.relu(&a);
+    let t2 = g.t(w2);
+    let m2 = g.mm(&r, &t2);
+    let y = if tp < 2 || (l == 0 && is(Mutation::TpMissingAllreduce)) {
+        g.add(&m2, b2)
+    } else if l == 0 && is(Mutation::TpBiasBeforeAllreduce) {
+        let early = g.add(&m2, b2);
+        g.all_reduce_sum(&early, "tp")
+    } else {
+        let group = if l == 0 && is(Mutation::WrongGroup) {
+            "dp"
+        } else {
+            "tp"
+        };
+        let full = g.all_reduce_sum(&m2, group);
+        g.add(&full, b2)
+    };
+    let saved = BlockSaved {
+        input: act.clone(),
+        relu: r,
+    };
+    (y, saved)
+}
+
+/// The backward of [`block`] for the gradient `grad_y` of its output: inserts the gradients of
+/// w1, b1, w2, b2 (named `names`) into `grads`, and with `input_grad` returns the gradient of
+/// the block's input (fc1 is column parallel: a partial sum over tp, all-reduced).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn block_backward(
+    g: &mut GraphBuilder,
+    grad_y: &Val,
+    saved: &BlockSaved,
+    (w1, w2): (&Val, &Val),
+    input_grad: bool,
+    tp: usize,
+    names: &[&str],
+    grads: &mut BTreeMap<String, Val>,
+) -> Option<Val> {
+    let r = &saved.relu;
+    let gb2 = g.sum0(grad_y);
+    let gyt = g.t(grad_y);
+    let gw2 = g.mm(&gyt, r);
+    let gr = g.mm(grad_y, w2);
+    let ga = g.relu_backward(&gr, r);
+    let gb1 = g.sum0(&ga);
+    let gat = g.t(&ga);
+    let gw1 = g.mm(&gat, &saved.input);
+    let gx = input_grad.then(|| {
+        // Column-parallel fc1: the input gradient is a partial sum over tp.
+        let gh = g.mm(&ga, w1);
+        if tp > 1 {
+            g.all_reduce_sum(&gh, "tp")
+        } else {
+            gh
+        }
+    });
+    for (name, gv) in names.iter().zip([gw1, gb1, gw2, gb2]) {
+        grads.insert((*name).to_string(), gv);
+    }
+    gx
 }

@@ -73,6 +73,17 @@ impl Out {
     }
 }
 
+/// The output `run` names as the first mismatch (`first mismatching output `NAME``).
+#[track_caller]
+pub fn first_mismatch(out: &Out) -> String {
+    out.stdout
+        .split("first mismatching output `")
+        .nth(1)
+        .and_then(|r| r.split('`').next())
+        .unwrap_or_else(|| panic!("no mismatching output named\n{}", out.stdout))
+        .to_string()
+}
+
 /// Runs `shardproof ARGS` in `cwd`.
 pub fn shardproof_in(cwd: &Path, args: &[&str]) -> Out {
     let out = Command::new(env!("CARGO_BIN_EXE_shardproof"))

@@ -1,0 +1,310 @@
+//! Pipeline parallelism in the zoo (a `pp` mesh dim): every correct plan of the mlp and llama
+//! models holds under `run` and `inspect --strict` (pp alone, with dp, with tp, with both; GPipe
+//! and 1F1B; forward only and the full iteration; 2 and 4 microbatches), the catalog's pipeline
+//! bugs are found (a wrong loss or wrong updated weights, exit 1; a recv without its send, a
+//! located deadlock, exit 1), the other catalog bugs still are under pp, and requests the zoo
+//! cannot pipeline exit 2.
+
+mod common;
+
+use common::{first_mismatch, Scratch};
+use shardproof_zoo::{find_bug, BUGS};
+
+/// The size flags a pipelined `model` needs: 4 layers (2 per stage on pp=2, 1 on pp=4) and a
+/// batch that splits into dp = 2 ranks of `microbatches` microbatches.
+fn sizes(model: &str, microbatches: usize) -> Vec<String> {
+    let batch = match model {
+        "mlp" => 8,
+        _ => 2 * microbatches,
+    };
+    ["--layers", "4", "--batch", &batch.to_string()]
+        .map(String::from)
+        .to_vec()
+}
+
+/// `zoo emit MODEL --mesh MESH` with `flags` into `dir` of `s`; returns the case path.
+fn emit(s: &Scratch, dir: &str, model: &str, mesh: &str, flags: &[String]) -> String {
+    let mut args = vec!["zoo", "emit", model, "--mesh", mesh, "-o", dir];
+    args.extend(flags.iter().map(String::as_str));
+    s.run(&args).expect_code(0);
+    format!("{dir}/case.yaml")
+}
+
+const MESHES: [&str; 4] = ["pp=2", "dp=2,pp=2", "pp=2,tp=2", "dp=2,pp=2,tp=2"];
+
+/// Every correct plan of `model` holds, and `inspect --strict` checks every recorded type.
+fn correct_plans_hold(model: &str) {
+    let s = Scratch::new();
+    for mesh in MESHES {
+        for schedule in ["gpipe", "1f1b"] {
+            for forward_only in [false, true] {
+                let mut flags = sizes(model, 2);
+                flags.extend(["--microbatches", "2", "--pp-schedule", schedule].map(String::from));
+                if forward_only {
+                    flags.push("--forward-only".into());
+                }
+                let dir = format!("{mesh}-{schedule}-{forward_only}");
+                let case = emit(&s, &dir, model, mesh, &flags);
+                s.run(&["run", &case]).expect_code(0).stdout_has(&[
+                    "verdict: holds",
+                    "loss",
+                    "at pp = 1",
+                ]);
+                s.run(&["inspect", "--strict", &case]).expect_code(0);
+            }
+        }
+    }
+    // Four microbatches through four stages (1F1B warms up with 3, 2, 1, 0 forwards), and
+    // through two stages with dp and tp.
+    for (mesh, layers) in [("pp=4", "4"), ("dp=2,pp=2,tp=2", "2")] {
+        let mut flags = sizes(model, 4);
+        flags[1] = layers.into();
+        flags.extend(["--microbatches", "4", "--pp-schedule", "1f1b"].map(String::from));
+        let case = emit(&s, &format!("mb4-{mesh}"), model, mesh, &flags);
+        s.run(&["run", &case])
+            .expect_code(0)
+            .stdout_has(&["verdict: holds"]);
+    }
+}
+
+#[test]
+fn mlp_pipelined_plans_hold() {
+    correct_plans_hold("mlp");
+}
+
+#[test]
+fn llama_pipelined_plans_hold() {
+    correct_plans_hold("llama");
+}
+
+#[test]
+fn pipelines_combine_with_the_training_options_and_kv_replicas() {
+    let s = Scratch::new();
+    // Adam, loss scaling and ZeRO-1 on every stage.
+    for model in ["mlp", "llama"] {
+        let mut flags = sizes(model, 2);
+        flags.extend(
+            [
+                "--microbatches",
+                "2",
+                "--optimizer",
+                "adam",
+                "--loss-scale",
+                "64",
+                "--zero",
+                "1",
+            ]
+            .map(String::from),
+        );
+        let case = emit(&s, &format!("{model}-train"), model, "dp=2,pp=2", &flags);
+        s.run(&["run", &case])
+            .expect_code(0)
+            .stdout_has(&["exp_avg_sq_"]);
+    }
+    // tp = 4 > 2 kv heads: the replicas' gradients are all-reduced within each stage.
+    let mut flags = sizes("llama", 1);
+    flags.extend(["--pp-schedule", "1f1b"].map(String::from));
+    let case = emit(&s, "kv", "llama", "pp=2,tp=4", &flags);
+    s.run(&["run", &case]).expect_code(0);
+    let yaml = std::fs::read_to_string(s.path().join("kv/case.yaml")).unwrap();
+    assert!(
+        yaml.contains("\"kv\": [[0, 1], [2, 3], [4, 5], [6, 7]]"),
+        "{yaml}"
+    );
+    assert!(
+        yaml.contains("wk_2: { placement: { tp: Shard(0) }, replicas: 2, at: { pp: 1 } }"),
+        "{yaml}"
+    );
+}
+
+#[test]
+fn stages_send_activations_forward_and_gradients_back() {
+    let s = Scratch::new();
+    let mut flags = sizes("mlp", 2);
+    flags.extend(["--microbatches", "2", "--pp-schedule", "1f1b"].map(String::from));
+    emit(&s, "c", "mlp", "dp=2,pp=2,tp=2", &flags);
+    let read = |f: &str| std::fs::read_to_string(s.path().join("c").join(f)).unwrap();
+    let yaml = read("case.yaml");
+    for line in [
+        "name: mlp-pp2-dp2-tp2-mb2-1f1b",
+        "# Pipeline: 2 stages (stage 0: layers 0-1, stage 1: layers 2-3), 2 microbatch(es) per \
+         dp rank, 1f1b schedule.",
+        "  mesh: { pp: 2, dp: 2, tp: 2 }",
+        "  x: { placement: { dp: Shard(0) }, at: { pp: 0 } }",
+        "  target: { placement: { dp: Shard(0) }, at: { pp: 1 } }",
+        "  w1_2: { placement: { tp: Shard(0) }, at: { pp: 1 } }",
+        "  loss: { placement: Replicate(), at: { pp: 1 } }",
+        "  b2_0_new: { placement: Replicate(), at: { pp: 0 } }",
+    ] {
+        assert!(yaml.contains(line), "{line}\n{yaml}");
+    }
+    // Rank 1 (stage 0, dp 0, tp 1) talks to rank 5 (stage 1, dp 0, tp 1); 1F1B on the first
+    // of two stages: F0 F1 B0 B1 after one warm-up forward.
+    let r1 = read("r1.py");
+    let ops: Vec<&str> = r1
+        .lines()
+        .filter_map(|l| l.split("torch.ops.shardproof_p2p.").nth(1))
+        .collect();
+    assert_eq!(
+        ops,
+        [
+            "send.default(add_3, 5, 0)",
+            "send.default(add_7, 5, 1)",
+            "recv.default([2, 16], torch.float32, 5, 0)",
+            "recv.default([2, 16], torch.float32, 5, 1)",
+        ],
+        "{r1}"
+    );
+    // The last stage of 1F1B alternates: F0 B0 F1 B1.
+    let r5 = read("r5.py");
+    let ends: Vec<&str> = r5
+        .lines()
+        .filter_map(|l| l.split("torch.ops.shardproof_p2p.").nth(1))
+        .map(|c| c.split('.').next().unwrap())
+        .collect();
+    assert_eq!(ends, ["recv", "send", "recv", "send"], "{r5}");
+}
+
+#[test]
+fn pipeline_bugs_are_found() {
+    let s = Scratch::new();
+    let mut planted = 0;
+    for model in ["mlp", "llama"] {
+        for bug in BUGS.iter().filter(|b| b.needs_pipeline()) {
+            for schedule in ["gpipe", "1f1b"] {
+                let what = format!("{model} {} {schedule}", bug.id);
+                let mut flags = sizes(model, 2);
+                flags.extend(
+                    [
+                        "--microbatches",
+                        "2",
+                        "--pp-schedule",
+                        schedule,
+                        "--bug",
+                        bug.id,
+                    ]
+                    .map(String::from),
+                );
+                let dir = format!("{model}-{}-{schedule}", bug.id);
+                let case = emit(&s, &dir, model, "dp=2,pp=2", &flags);
+                s.run(&["inspect", "--strict", &case]).expect_code(0);
+                let out = s.run(&["run", &case]);
+                out.expect_code(1);
+                planted += 1;
+                if bug.id == "pp-mismatched-send-recv" {
+                    // The waiting recv of the second stage leads the report: its message is
+                    // the one the first stage never sends.
+                    out.stderr_has(&[
+                        "a recv is never matched by a send (deadlock)",
+                        "r2.py:",
+                        "waits for a message from rank 0 with tag",
+                        "that rank 0 never sends",
+                        "hint:",
+                    ]);
+                    continue;
+                }
+                let first = first_mismatch(&out);
+                if bug.changes_loss {
+                    assert_eq!(first, "loss", "{what}\n{}", out.stdout);
+                } else {
+                    assert!(first.ends_with("_new"), "{what}\n{}", out.stdout);
+                }
+            }
+        }
+    }
+    assert_eq!(planted, 2 * 4 * 2);
+}
+
+#[test]
+fn other_catalog_bugs_are_found_under_pp() {
+    let s = Scratch::new();
+    for (model, mesh, bug, extra) in [
+        ("mlp", "pp=2,tp=2", "tp-missing-allreduce", ""),
+        ("mlp", "dp=2,pp=2", "dp-grad-not-averaged", ""),
+        ("llama", "pp=2,tp=2", "llama-oproj-missing-allreduce", ""),
+        ("llama", "dp=2,pp=2,tp=2", "wrong-group", ""),
+        ("llama", "dp=2,pp=2", "grad-accum-loss-not-scaled", "2"),
+    ] {
+        let mut flags = sizes(model, 2);
+        if !extra.is_empty() {
+            flags.extend(["--microbatches", extra].map(String::from));
+        }
+        flags.extend(["--bug", bug].map(String::from));
+        let case = emit(&s, bug, model, mesh, &flags);
+        let out = s.run(&["run", &case]);
+        out.expect_code(1);
+        let first = first_mismatch(&out);
+        if find_bug(bug).unwrap().changes_loss {
+            assert_eq!(first, "loss", "{bug}\n{}", out.stdout);
+        } else {
+            assert!(first.ends_with("_new"), "{bug}\n{}", out.stdout);
+        }
+    }
+}
+
+#[test]
+fn verify_is_inconclusive_on_pipelines_never_wrong() {
+    let s = Scratch::new();
+    let case = emit(&s, "v", "mlp", "pp=2", &sizes("mlp", 1));
+    s.run(&["verify", &case]).expect_code(3);
+}
+
+#[test]
+fn requests_the_zoo_cannot_pipeline_exit_2() {
+    let s = Scratch::new();
+    for (args, message) in [
+        (
+            "gpt2 --mesh pp=2",
+            "applies to the mlp and llama models, not `gpt2`",
+        ),
+        ("deepseek --mesh pp=2", "not `deepseek`"),
+        ("mlp --mesh pp=2", "do not divide into pp = 2 stages"),
+        (
+            "llama --mesh pp=2 --layers 3",
+            "set --layers to a multiple of 2",
+        ),
+        ("mlp --mesh tp=2 --microbatches 2", "apply to a pp mesh dim"),
+        (
+            "mlp --mesh tp=2 --pp-schedule 1f1b",
+            "apply to a pp mesh dim",
+        ),
+        (
+            "mlp --mesh pp=2 --layers 2 --grad-accum 2",
+            "use --microbatches instead",
+        ),
+        (
+            "mlp --mesh pp=2 --layers 2 --clip-grad 1",
+            "--clip-grad with a pp mesh dim",
+        ),
+        (
+            "mlp --mesh dp=2,pp=2 --layers 2 --microbatches 3",
+            "not divisible into --microbatches 3",
+        ),
+        (
+            "llama --mesh pp=2,tp=2 --vocab-parallel",
+            "--vocab-parallel with a pp mesh dim",
+        ),
+        (
+            "mlp --mesh pp=2 --layers 2 --bug pp-shuffled-microbatches",
+            "--microbatches 2 or more",
+        ),
+        (
+            "mlp --mesh tp=2 --bug pp-wrong-stage-division",
+            "needs a pp mesh dim of size >= 2",
+        ),
+        (
+            "mlp --mesh dp=2,pp=2 --layers 2 --microbatches 2 --zero 1 \
+             --bug pp-grad-sync-before-last-microbatch",
+            "not defined with --zero",
+        ),
+        (
+            "mlp --mesh pp=2 --layers 2 --microbatches 0",
+            "at least one microbatch",
+        ),
+    ] {
+        let mut argv = vec!["zoo", "emit"];
+        argv.extend(args.split_whitespace());
+        argv.extend(["-o", "out"]);
+        s.run(&argv).expect_code(2).stderr_has(&[message]);
+    }
+}

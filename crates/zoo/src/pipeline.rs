@@ -1,0 +1,912 @@
+//! Pipeline parallelism (a `pp` mesh dim): the layers are divided into contiguous stages, each
+//! rank runs its stage on microbatches of its dp shard of the batch, and the stages pass
+//! activations forward and gradients back with `shardproof_p2p.send` / `recv`.
+//!
+//! - Stages: `layers / pp` consecutive layers each (layers must divide evenly: Megatron's
+//!   default division; nothing here needs uneven stages). The first stage also holds the
+//!   input side (llama's embedding, the mlp's input), the last the output side (llama's final
+//!   norm, LM head and cross-entropy; the mlp's MSE loss).
+//! - Ranks: row-major over `pp`, `dp`, `tp` (`pp` outermost), so stage `s` holds the ranks
+//!   `[s * dp * tp, (s + 1) * dp * tp)`; a rank talks to the rank of the same dp and tp index in
+//!   the neighbouring stage. Messages are tagged by microbatch.
+//! - Microbatches: each dp rank's batch is sliced into `M` (`--microbatches`); each microbatch
+//!   loss is scaled by `1/M`, so the gradients accumulated over the microbatches are those of
+//!   the rank's batch (the same machinery as `--grad-accum`, see [`crate::train`]).
+//! - Schedules (`--pp-schedule`): GPipe runs every forward, then every backward; 1F1B runs
+//!   `pp - 1 - stage` warm-up forwards, then alternates one forward and one backward, then the
+//!   remaining backwards (Megatron's non-interleaved schedule). Either way each stage
+//!   accumulates its own parameters' gradients; then, as without pp, the tp synchronization,
+//!   the dp all-reduce and the optimizer run per stage.
+//! - The spec is the single-device model on the whole batch, as for every plan of the zoo.
+
+use crate::bugs::Mutation;
+use crate::graph::{Arg, GraphBuilder, Val};
+use crate::llama::{self, AttnShape, AttnTables, CrossEntropy, HeadSaved, LayerSaved};
+use crate::mlp::{self, BlockSaved};
+use crate::train::{self, LossReport, Step, Weights};
+use crate::{LlamaConfig, MlpConfig, Param, TpLayout, TrainOptions};
+use std::collections::BTreeMap;
+use std::ops::Range;
+
+/// The order in which a stage runs the forward and backward passes of its microbatches.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Schedule {
+    /// Every forward, then every backward (GPipe).
+    #[default]
+    GPipe,
+    /// One forward, one backward after a warm-up of `pp - 1 - stage` forwards (PipeDream-flush,
+    /// Megatron's non-interleaved 1F1B).
+    OneFOneB,
+}
+
+impl Schedule {
+    /// The schedule named `gpipe` or `1f1b`.
+    pub fn parse(name: &str) -> Result<Schedule, String> {
+        match name {
+            "gpipe" => Ok(Schedule::GPipe),
+            "1f1b" => Ok(Schedule::OneFOneB),
+            other => Err(format!(
+                "unknown pipeline schedule `{other}`; known: gpipe, 1f1b"
+            )),
+        }
+    }
+
+    /// The command-line name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Schedule::GPipe => "gpipe",
+            Schedule::OneFOneB => "1f1b",
+        }
+    }
+}
+
+/// The pipeline-parallel options of a plan with a `pp` mesh dim.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PipelineOptions {
+    /// Microbatches per dp rank (`--microbatches`).
+    pub microbatches: usize,
+    /// The schedule (`--pp-schedule`).
+    pub schedule: Schedule,
+}
+
+impl Default for PipelineOptions {
+    /// One microbatch, GPipe.
+    fn default() -> Self {
+        PipelineOptions {
+            microbatches: 1,
+            schedule: Schedule::GPipe,
+        }
+    }
+}
+
+/// One pass of a stage: the forward or the backward of a microbatch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pass {
+    /// The forward of microbatch `.0`.
+    Forward(usize),
+    /// The backward of microbatch `.0`.
+    Backward(usize),
+}
+
+/// The passes stage `stage` of `stages` runs, in order, for `microbatches` microbatches.
+pub fn passes(
+    schedule: Schedule,
+    stages: usize,
+    stage: usize,
+    microbatches: usize,
+    forward_only: bool,
+) -> Vec<Pass> {
+    let m = microbatches;
+    if forward_only {
+        return (0..m).map(Pass::Forward).collect();
+    }
+    match schedule {
+        Schedule::GPipe => (0..m)
+            .map(Pass::Forward)
+            .chain((0..m).map(Pass::Backward))
+            .collect(),
+        Schedule::OneFOneB => {
+            let warmup = (stages - 1 - stage).min(m);
+            let mut out: Vec<Pass> = (0..warmup).map(Pass::Forward).collect();
+            for i in 0..m - warmup {
+                out.push(Pass::Forward(warmup + i));
+                out.push(Pass::Backward(i));
+            }
+            out.extend((m - warmup..m).map(Pass::Backward));
+            out
+        }
+    }
+}
+
+/// The layers stage `stage` of `stages` runs: `layers / stages` consecutive layers. With the
+/// planted `pp-wrong-stage-division`, stage 1 also runs the last layer of stage 0.
+pub fn stage_layers(
+    layers: usize,
+    stages: usize,
+    stage: usize,
+    bug: Option<Mutation>,
+) -> Range<usize> {
+    let per = layers / stages;
+    let start = stage * per;
+    if stage == 1 && bug == Some(Mutation::PpWrongStageDivision) {
+        return start - 1..start + per;
+    }
+    start..start + per
+}
+
+/// Which microbatch of the labels (targets) the last stage pairs with microbatch `mb` of the
+/// activations: the same one, or with the planted `pp-shuffled-microbatches` the next one.
+fn label_microbatch(mb: usize, microbatches: usize, bug: Option<Mutation>) -> usize {
+    if bug == Some(Mutation::PpShuffledMicrobatches) {
+        (mb + 1) % microbatches
+    } else {
+        mb
+    }
+}
+
+/// Where a rank sits in the pipeline.
+#[derive(Clone, Copy, Debug)]
+struct Position {
+    /// Its stage.
+    stage: usize,
+    /// The number of stages.
+    stages: usize,
+    /// Its global rank.
+    rank: usize,
+    /// Ranks per stage (`dp * tp`): the distance to the same rank of the next stage.
+    stride: usize,
+}
+
+impl Position {
+    fn first(&self) -> bool {
+        self.stage == 0
+    }
+
+    fn last(&self) -> bool {
+        self.stage + 1 == self.stages
+    }
+}
+
+/// What a model computes on one stage for one microbatch.
+trait Stage {
+    /// The shape of the activation a stage passes to the next (and of its gradient).
+    fn boundary(&self) -> Vec<usize>;
+    /// The forward of microbatch `mb` from the activation received from the previous stage
+    /// (`None` on the first stage, which reads its inputs); returns the activation to send on
+    /// (`None` on the last stage, which records the microbatch's loss instead).
+    fn forward(&mut self, g: &mut GraphBuilder, mb: usize, input: Option<Val>) -> Option<Val>;
+    /// The backward of microbatch `mb` from the gradient received from the next stage (`None`
+    /// on the last stage, which starts from its loss); accumulates the stage's parameter
+    /// gradients and returns the gradient to send back (`None` on the first stage).
+    fn backward(&mut self, g: &mut GraphBuilder, mb: usize, grad: Option<Val>) -> Option<Val>;
+    /// The gradients accumulated so far, by parameter name.
+    fn gradients(&mut self) -> &mut BTreeMap<String, Val>;
+}
+
+/// Runs `passes` of `stage` at `pos`, receiving each pass's input from the neighbouring stage
+/// and sending its result on. Honours the planted pipeline bugs of the schedule: a dropped send
+/// (`pp-mismatched-send-recv`) and a dp gradient all-reduce before the last backward
+/// (`pp-grad-sync-before-last-microbatch`, averaged over `dp`).
+fn run_passes(
+    g: &mut GraphBuilder,
+    pos: Position,
+    passes: &[Pass],
+    stage: &mut dyn Stage,
+    bug: Option<Mutation>,
+    dp: usize,
+) {
+    let boundary = stage.boundary();
+    let last_backward = passes.iter().rev().find_map(|p| match p {
+        Pass::Backward(mb) => Some(*mb),
+        Pass::Forward(_) => None,
+    });
+    let last_forward = passes.iter().rev().find_map(|p| match p {
+        Pass::Forward(mb) => Some(*mb),
+        Pass::Backward(_) => None,
+    });
+    for pass in passes {
+        match *pass {
+            Pass::Forward(mb) => {
+                let input = (!pos.first()).then(|| g.recv(&boundary, pos.rank - pos.stride, mb));
+                if let Some(out) = stage.forward(g, mb, input) {
+                    // The planted bug: the first stage's schedule stops one send short.
+                    let dropped = bug == Some(Mutation::PpMismatchedSendRecv)
+                        && pos.first()
+                        && Some(mb) == last_forward;
+                    if !dropped {
+                        g.send(&out, pos.rank + pos.stride, mb);
+                    }
+                }
+            }
+            Pass::Backward(mb) => {
+                if bug == Some(Mutation::PpGradSyncBeforeLastMicrobatch)
+                    && Some(mb) == last_backward
+                {
+                    sync_over_dp(g, stage.gradients(), dp);
+                }
+                let grad = (!pos.last()).then(|| g.recv(&boundary, pos.rank + pos.stride, mb));
+                if let Some(gx) = stage.backward(g, mb, grad) {
+                    g.send(&gx, pos.rank - pos.stride, mb);
+                }
+            }
+        }
+    }
+}
+
+/// The planted `pp-grad-sync-before-last-microbatch`: the gradients accumulated so far are
+/// all-reduced and averaged over dp now, before the last microbatch's backward adds its own.
+fn sync_over_dp(g: &mut GraphBuilder, grads: &mut BTreeMap<String, Val>, dp: usize) {
+    for grad in grads.values_mut() {
+        let total = g.all_reduce_sum(grad, "dp");
+        *grad = g.div_scalar("div", &total, Arg::I(dp as i64));
+    }
+}
+
+/// Who holds a parameter of a pipelined model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Owner {
+    /// The first stage (the embedding).
+    First,
+    /// The stages that run this layer.
+    Layer(usize),
+    /// The last stage (the final norm and the LM head).
+    Last,
+}
+
+/// The stages that hold a parameter owned by `owner`, for a division of `layers` over
+/// `stages` (with the planted bug if any).
+fn holders(owner: Owner, layers: usize, stages: usize, bug: Option<Mutation>) -> Vec<usize> {
+    match owner {
+        Owner::First => vec![0],
+        Owner::Last => vec![stages - 1],
+        Owner::Layer(l) => (0..stages)
+            .filter(|&s| stage_layers(layers, stages, s, bug).contains(&l))
+            .collect(),
+    }
+}
+
+/// The owner of each parameter of `model`'s `params` (in model order).
+fn owners(model: &str, params: &[Param], layers: usize) -> Vec<Owner> {
+    match model {
+        // Per layer: w1, b1, w2, b2.
+        "mlp" => (0..params.len()).map(|i| Owner::Layer(i / 4)).collect(),
+        // The embedding, nine parameters per layer, the final norm and the LM head.
+        _ => (0..params.len())
+            .map(|i| match i {
+                0 => Owner::First,
+                i if i <= 9 * layers => Owner::Layer((i - 1) / 9),
+                _ => Owner::Last,
+            })
+            .collect(),
+    }
+}
+
+/// The mlp on one stage.
+struct MlpStage<'a> {
+    cfg: &'a MlpConfig,
+    step: &'a Step<'a>,
+    pos: Position,
+    layers: Range<usize>,
+    weights: &'a Weights,
+    /// First stage: the rank's inputs `x`; last stage: its targets.
+    x_all: Option<Val>,
+    target_all: Option<Val>,
+    /// Per microbatch: each block's saved values and (last stage) `y - target`.
+    saved: BTreeMap<usize, (Vec<BlockSaved>, Option<Val>)>,
+    acc: BTreeMap<String, Val>,
+    losses: LossReport,
+}
+
+impl MlpStage<'_> {
+    /// The rows of a microbatch.
+    fn rows(&self) -> usize {
+        self.cfg.batch / self.step.dp / self.step.microbatches()
+    }
+
+    /// The stage's weights for one pass, by name: w1, b1, w2, b2 of layer `l`.
+    fn block_weights<'w>(
+        &self,
+        w: &'w BTreeMap<String, Val>,
+        l: usize,
+    ) -> (&'w Val, &'w Val, &'w Val, &'w Val) {
+        let name = |p: &str| &w[&format!("{p}_{l}")];
+        (name("w1"), name("b1"), name("w2"), name("b2"))
+    }
+}
+
+impl Stage for MlpStage<'_> {
+    fn boundary(&self) -> Vec<usize> {
+        vec![self.rows(), self.cfg.hidden]
+    }
+
+    fn forward(&mut self, g: &mut GraphBuilder, mb: usize, input: Option<Val>) -> Option<Val> {
+        let m = self.step.microbatches();
+        let w = self.weights.pass(g);
+        let mut act = match input {
+            Some(x) => x,
+            None => {
+                let x_all = self.x_all.as_ref().expect("the first stage reads x");
+                train::microbatch(g, x_all, mb, m)
+            }
+        };
+        let mut blocks = Vec::new();
+        for l in self.layers.clone() {
+            let (y, saved) = mlp::block(
+                g,
+                &act,
+                l,
+                self.block_weights(&w, l),
+                self.step.tp,
+                self.step.bug,
+            );
+            blocks.push(saved);
+            act = y;
+        }
+        if !self.pos.last() {
+            self.saved.insert(mb, (blocks, None));
+            return Some(act);
+        }
+        let target_all = self
+            .target_all
+            .as_ref()
+            .expect("the last stage reads targets");
+        let target = train::microbatch(g, target_all, label_microbatch(mb, m, self.step.bug), m);
+        let diff = g.sub("sub", &act, &target);
+        let sq = g.square(&diff);
+        let name = if self.step.dp > 1 || m > 1 {
+            "mean"
+        } else {
+            "loss"
+        };
+        let local = g.mean(name, &sq);
+        self.losses.add(g, self.step, local);
+        self.saved.insert(mb, (blocks, Some(diff)));
+        None
+    }
+
+    fn backward(&mut self, g: &mut GraphBuilder, mb: usize, grad: Option<Val>) -> Option<Val> {
+        let w = self.weights.pass(g);
+        let (blocks, diff) = self.saved.remove(&mb).expect("forward before backward");
+        let mut grad_y = match (grad, diff) {
+            (Some(grad), _) => grad,
+            (None, Some(diff)) => {
+                // d mean((y - t)^2) / dy = 2 (y - t) / numel.
+                let twice = g.mul_scalar("mul", &diff, Arg::I(2));
+                let seed = g.div_scalar(
+                    "div",
+                    &twice,
+                    Arg::I((self.rows() * self.cfg.hidden) as i64),
+                );
+                train::scale_seed(g, self.step, &seed)
+            }
+            (None, None) => unreachable!("only the last stage starts the backward"),
+        };
+        let mut grads = BTreeMap::new();
+        for (l, saved) in self.layers.clone().zip(&blocks).rev() {
+            let names: Vec<String> = ["w1", "b1", "w2", "b2"]
+                .iter()
+                .map(|p| format!("{p}_{l}"))
+                .collect();
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            let (w1, _, w2, _) = self.block_weights(&w, l);
+            // Every layer but the model's first passes a gradient back.
+            if let Some(gx) = mlp::block_backward(
+                g,
+                &grad_y,
+                saved,
+                (w1, w2),
+                l > 0,
+                self.step.tp,
+                &names,
+                &mut grads,
+            ) {
+                grad_y = gx;
+            }
+        }
+        train::accumulate(g, &mut self.acc, grads);
+        (!self.pos.first()).then_some(grad_y)
+    }
+
+    fn gradients(&mut self) -> &mut BTreeMap<String, Val> {
+        &mut self.acc
+    }
+}
+
+/// What the last llama stage keeps of a microbatch's forward for its backward.
+struct LlamaHead {
+    head: HeadSaved,
+    ce: CrossEntropy,
+}
+
+/// What a llama stage keeps of a microbatch's forward for its backward.
+struct LlamaSaved {
+    /// Each of the stage's layers.
+    layers: Vec<LayerSaved>,
+    /// The microbatch's token ids (first stage: the embedding's backward reads them).
+    tokens: Option<Val>,
+    /// The final norm, LM head and loss (last stage).
+    head: Option<LlamaHead>,
+}
+
+/// The llama decoder on one stage.
+struct LlamaStage<'a> {
+    cfg: &'a LlamaConfig,
+    step: &'a Step<'a>,
+    pos: Position,
+    layers: Range<usize>,
+    weights: &'a Weights,
+    dims: AttnShape,
+    tables: AttnTables,
+    /// First stage: the rank's token ids; last stage: its labels.
+    tokens_all: Option<Val>,
+    labels_all: Option<Val>,
+    /// Per microbatch: the layers' saved values, the tokens (first stage), the head (last).
+    saved: BTreeMap<usize, LlamaSaved>,
+    acc: BTreeMap<String, Val>,
+    losses: LossReport,
+}
+
+impl Stage for LlamaStage<'_> {
+    fn boundary(&self) -> Vec<usize> {
+        vec![self.dims.b, self.dims.s, self.dims.h]
+    }
+
+    fn forward(&mut self, g: &mut GraphBuilder, mb: usize, input: Option<Val>) -> Option<Val> {
+        let m = self.step.microbatches();
+        let forward = self.weights.pass(g);
+        let w = |name: &str| forward[name].clone();
+        let (mut x, tokens) = match input {
+            Some(x) => (x, None),
+            None => {
+                let all = self
+                    .tokens_all
+                    .as_ref()
+                    .expect("the first stage reads tokens");
+                let tokens = train::microbatch(g, all, mb, m);
+                (llama::embedding(g, &w("embed"), &tokens), Some(tokens))
+            }
+        };
+        let mut layers = Vec::new();
+        for l in self.layers.clone() {
+            let (out, saved) = llama::decoder_layer(
+                g,
+                &x,
+                l,
+                &w,
+                self.dims,
+                &self.tables,
+                self.cfg.eps,
+                self.step.bug,
+            );
+            x = out;
+            layers.push(saved);
+        }
+        if !self.pos.last() {
+            let saved = LlamaSaved {
+                layers,
+                tokens,
+                head: None,
+            };
+            self.saved.insert(mb, saved);
+            return Some(x);
+        }
+        let (logits, head) = llama::lm_head(g, &x, &w, self.cfg.eps);
+        let all = self
+            .labels_all
+            .as_ref()
+            .expect("the last stage reads labels");
+        let labels = train::microbatch(g, all, label_microbatch(mb, m, self.step.bug), m);
+        let labels1 = g.view(&labels, &[self.dims.tokens()]);
+        let name = if self.step.dp > 1 || m > 1 {
+            "nll_loss"
+        } else {
+            "loss"
+        };
+        let ce = llama::cross_entropy(g, &logits, &labels1, name);
+        self.losses.add(g, self.step, ce.loss().clone());
+        let head = Some(LlamaHead { head, ce });
+        self.saved.insert(
+            mb,
+            LlamaSaved {
+                layers,
+                tokens,
+                head,
+            },
+        );
+        None
+    }
+
+    fn backward(&mut self, g: &mut GraphBuilder, mb: usize, grad: Option<Val>) -> Option<Val> {
+        let backward = self.weights.pass(g);
+        let w = |name: &str| backward[name].clone();
+        let LlamaSaved {
+            layers,
+            tokens,
+            head,
+        } = self.saved.remove(&mb).expect("forward before backward");
+        let (mut grads, mut gx) = match (grad, head) {
+            (Some(grad), _) => (BTreeMap::new(), grad),
+            (None, Some(h)) => {
+                let g_logits = h.ce.backward(g);
+                let g_logits = train::scale_seed(g, self.step, &g_logits);
+                llama::lm_head_backward(g, &g_logits, &h.head, &w, false)
+            }
+            (None, None) => unreachable!("only the last stage starts the backward"),
+        };
+        for (l, saved) in self.layers.clone().zip(&layers).rev() {
+            gx = llama::decoder_layer_backward(
+                g,
+                &gx,
+                saved,
+                l,
+                &w,
+                self.dims,
+                &self.tables,
+                &mut grads,
+                self.step.bug,
+            );
+        }
+        if let Some(tokens) = tokens {
+            let rows = self.cfg.vocab;
+            grads.insert(
+                "embed".into(),
+                llama::embedding_backward(g, &gx, &tokens, rows),
+            );
+        }
+        train::accumulate(g, &mut self.acc, grads);
+        (!self.pos.first()).then_some(gx)
+    }
+
+    fn gradients(&mut self) -> &mut BTreeMap<String, Val> {
+        &mut self.acc
+    }
+}
+
+/// The sizes and options a pipelined plan is built from.
+pub(crate) struct PipelinePlan<'a> {
+    /// `mlp` or `llama`.
+    pub model: &'a str,
+    /// The mlp's sizes (when the model is `mlp`).
+    pub mlp: &'a MlpConfig,
+    /// The llama's sizes (when the model is `llama`).
+    pub llama: &'a LlamaConfig,
+    /// Sizes of the `pp`, `dp` and `tp` mesh dims.
+    pub pp: usize,
+    /// Size of the `dp` mesh dim.
+    pub dp: usize,
+    /// Size of the `tp` mesh dim.
+    pub tp: usize,
+    /// The pipeline options.
+    pub pipeline: PipelineOptions,
+    /// The training options of the full iteration (without microbatches: those are
+    /// `pipeline.microbatches`).
+    pub train: &'a TrainOptions,
+    /// The planted bug.
+    pub bug: Option<Mutation>,
+    /// Forward and loss only.
+    pub forward_only: bool,
+}
+
+/// Why `plan` cannot be pipelined, if it cannot.
+pub(crate) fn check(plan: &PipelinePlan, layers: usize, local_batch: usize) -> Result<(), String> {
+    let pp = plan.pp;
+    if !["mlp", "llama"].contains(&plan.model) {
+        return Err(format!(
+            "pipeline parallelism (a pp mesh dim) applies to the mlp and llama models, not `{}`{}",
+            plan.model,
+            match plan.model {
+                "gpt2" =>
+                    ": its LM head is tied to the embedding, whose gradients the first and \
+                           last stages would have to share",
+                _ => "",
+            }
+        ));
+    }
+    if layers < pp || !layers.is_multiple_of(pp) {
+        return Err(format!(
+            "{layers} layer(s) do not divide into pp = {pp} stages of equal size (each stage runs \
+             layers / pp consecutive layers; set --layers to a multiple of {pp})"
+        ));
+    }
+    let m = plan.pipeline.microbatches;
+    if m == 0 {
+        return Err("--microbatches 0: there must be at least one microbatch".into());
+    }
+    if !local_batch.is_multiple_of(m) {
+        return Err(format!(
+            "the batch per dp rank ({local_batch}) is not divisible into --microbatches {m} \
+             (raise --batch)"
+        ));
+    }
+    if plan.train.grad_accum > 1 {
+        return Err(
+            "--grad-accum with a pp mesh dim: the pipeline's microbatches are the accumulation \
+             steps; use --microbatches instead"
+                .into(),
+        );
+    }
+    if plan.train.clip_grad.is_some() {
+        return Err(
+            "--clip-grad with a pp mesh dim is not supported yet: the global norm would need the \
+             squared norms of every stage (an all-reduce over pp)"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
+/// The rank graphs of a pipelined plan, in rank order (row-major over pp, dp, tp), and where
+/// each input and output lives: tensor name -> the pp coordinates that hold it (absent: every
+/// stage).
+pub(crate) fn build_ranks(plan: &PipelinePlan) -> (Vec<String>, BTreeMap<String, Vec<usize>>) {
+    let (pp, dp, tp) = (plan.pp, plan.dp, plan.tp);
+    let m = plan.pipeline.microbatches;
+    let train = TrainOptions {
+        grad_accum: m,
+        ..*plan.train
+    };
+    let (layers, params, data, lr) = match plan.model {
+        "mlp" => (
+            plan.mlp.layers,
+            plan.mlp.params(),
+            [("x", Owner::First), ("target", Owner::Last)],
+            plan.mlp.lr,
+        ),
+        _ => (
+            plan.llama.layers,
+            plan.llama.params(tp, false),
+            [("tokens", Owner::First), ("labels", Owner::Last)],
+            plan.llama.lr,
+        ),
+    };
+    let owners = owners(plan.model, &params, layers);
+    let mut held: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (name, owner) in data {
+        held.insert(name.into(), holders(owner, layers, pp, None));
+    }
+    held.insert("loss".into(), vec![pp - 1]);
+    for (p, &owner) in params.iter().zip(&owners) {
+        // Inputs where the graphs read them; updated weights expected where the intended
+        // division puts them.
+        let read = holders(owner, layers, pp, plan.bug);
+        let intended = holders(owner, layers, pp, None);
+        for state in ["", "exp_avg_", "exp_avg_sq_"] {
+            held.insert(format!("{state}{}", p.name), read.clone());
+            held.insert(format!("{state}{}_new", p.name), intended.clone());
+        }
+    }
+    let ranks = (0..pp * dp * tp)
+        .map(|rank| {
+            let stage = rank / (dp * tp);
+            let pos = Position {
+                stage,
+                stages: pp,
+                rank,
+                stride: dp * tp,
+            };
+            let step = Step {
+                opts: &train,
+                dp,
+                tp,
+                dp_rank: rank / tp % dp,
+                tp_rank: rank % tp,
+                bug: plan.bug,
+                lr,
+            };
+            let specs: Vec<Param> = params
+                .iter()
+                .zip(&owners)
+                .filter(|(_, &o)| holders(o, layers, pp, plan.bug).contains(&stage))
+                .map(|(p, _)| p.clone())
+                .collect();
+            let range = stage_layers(layers, pp, stage, plan.bug);
+            build_stage(plan, pos, &step, &specs, range).render()
+        })
+        .collect();
+    (ranks, held)
+}
+
+/// The graph of the rank at `pos`: its inputs, the schedule's passes, then (full iteration)
+/// the loss on the last stage and the gradient finalization and optimizer step of the stage's
+/// parameters `specs`.
+fn build_stage(
+    plan: &PipelinePlan,
+    pos: Position,
+    step: &Step,
+    specs: &[Param],
+    layers: Range<usize>,
+) -> GraphBuilder {
+    let mut g = GraphBuilder::new();
+    let m = plan.pipeline.microbatches;
+    let schedule = passes(
+        plan.pipeline.schedule,
+        pos.stages,
+        pos.stage,
+        m,
+        plan.forward_only,
+    );
+    let dp = plan.dp;
+    let (acc, losses, weights) = if plan.model == "mlp" {
+        let cfg = plan.mlp;
+        let b = cfg.batch / dp;
+        let x_all = pos.first().then(|| g.input("x", &[b, cfg.hidden]));
+        let target_all = pos.last().then(|| g.input("target", &[b, cfg.hidden]));
+        let weights = train::declare(&mut g, step, specs);
+        let mut stage = MlpStage {
+            cfg,
+            step,
+            pos,
+            layers,
+            weights: &weights,
+            x_all,
+            target_all,
+            saved: BTreeMap::new(),
+            acc: BTreeMap::new(),
+            losses: LossReport::default(),
+        };
+        run_passes(&mut g, pos, &schedule, &mut stage, step.bug, dp);
+        (stage.acc, stage.losses, weights)
+    } else {
+        let cfg = plan.llama;
+        let b_all = cfg.batch / dp;
+        let s = cfg.seq;
+        let tokens_all = pos
+            .first()
+            .then(|| g.input_typed("tokens", "i64", &[b_all, s]));
+        let labels_all = pos
+            .last()
+            .then(|| g.input_typed("labels", "i64", &[b_all, s]));
+        let dims = AttnShape::new(cfg, b_all / m, plan.tp);
+        let inv_freq = g.input("rope_inv_freq", &[dims.hd / 2]);
+        let weights = train::declare(&mut g, step, specs);
+        let tables = llama::attn_tables(&mut g, &inv_freq, s);
+        let mut stage = LlamaStage {
+            cfg,
+            step,
+            pos,
+            layers,
+            weights: &weights,
+            dims,
+            tables,
+            tokens_all,
+            labels_all,
+            saved: BTreeMap::new(),
+            acc: BTreeMap::new(),
+            losses: LossReport::default(),
+        };
+        run_passes(&mut g, pos, &schedule, &mut stage, step.bug, dp);
+        (stage.acc, stage.losses, weights)
+    };
+    losses.finish(&mut g, step);
+    if plan.forward_only {
+        return g;
+    }
+    // Synchronized early by the planted bug: the dp reduction is not repeated.
+    let synced;
+    let finish_step = if step.bug == Some(Mutation::PpGradSyncBeforeLastMicrobatch) {
+        synced = Step {
+            dp: 1,
+            dp_rank: 0,
+            ..*step
+        };
+        &synced
+    } else {
+        step
+    };
+    let kv_replicated = |p: &Param| matches!(p.tp, TpLayout::ShardReplicas { .. });
+    train::finish(&mut g, finish_step, specs, &weights, &acc, |g, p, grad| {
+        if kv_replicated(p) && step.bug != Some(Mutation::LlamaKvGradUnsynced) {
+            // Each replica saw only its own query heads' share of the kv head's gradient.
+            g.all_reduce_sum(&grad, "kv")
+        } else {
+            grad
+        }
+    });
+    g
+}
+
+/// The explicit `kv` process groups of a llama whose kv heads are replicated over `rep`
+/// consecutive tp ranks: per stage and dp index (rank `(pp_i * dp + dp_i) * tp + tp_i`), the
+/// tp ranks `[j * rep, (j + 1) * rep)` holding kv head `j`.
+pub(crate) fn kv_groups(pp: usize, dp: usize, tp: usize, rep: usize) -> Vec<Vec<usize>> {
+    (0..pp * dp)
+        .flat_map(|i| (0..tp / rep).map(move |j| (0..rep).map(|k| i * tp + j * rep + k).collect()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpipe_runs_every_forward_then_every_backward() {
+        use Pass::{Backward as B, Forward as F};
+        assert_eq!(
+            passes(Schedule::GPipe, 2, 0, 2, false),
+            vec![F(0), F(1), B(0), B(1)]
+        );
+        assert_eq!(
+            passes(Schedule::GPipe, 2, 1, 3, true),
+            vec![F(0), F(1), F(2)]
+        );
+    }
+
+    #[test]
+    fn one_f_one_b_warms_up_by_the_stages_after() {
+        use Pass::{Backward as B, Forward as F};
+        // 4 stages, 4 microbatches: stage 0 warms up with 3 forwards, the last with none.
+        assert_eq!(
+            passes(Schedule::OneFOneB, 4, 0, 4, false),
+            vec![F(0), F(1), F(2), F(3), B(0), B(1), B(2), B(3)]
+        );
+        assert_eq!(
+            passes(Schedule::OneFOneB, 4, 2, 4, false),
+            vec![F(0), F(1), B(0), F(2), B(1), F(3), B(2), B(3)]
+        );
+        assert_eq!(
+            passes(Schedule::OneFOneB, 4, 3, 4, false),
+            vec![F(0), B(0), F(1), B(1), F(2), B(2), F(3), B(3)]
+        );
+        // Fewer microbatches than warm-up slots.
+        assert_eq!(
+            passes(Schedule::OneFOneB, 4, 0, 2, false),
+            vec![F(0), F(1), B(0), B(1)]
+        );
+        // Every schedule runs each pass once, a forward before its backward.
+        for stages in 1..5 {
+            for stage in 0..stages {
+                for m in 1..6 {
+                    let p = passes(Schedule::OneFOneB, stages, stage, m, false);
+                    assert_eq!(p.len(), 2 * m);
+                    for mb in 0..m {
+                        let f = p.iter().position(|x| *x == F(mb)).unwrap();
+                        let b = p.iter().position(|x| *x == B(mb)).unwrap();
+                        assert!(f < b, "{stages} {stage} {m}: {p:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn stages_divide_the_layers_and_the_bug_shares_one() {
+        assert_eq!(stage_layers(4, 2, 0, None), 0..2);
+        assert_eq!(stage_layers(4, 2, 1, None), 2..4);
+        let bug = Some(Mutation::PpWrongStageDivision);
+        assert_eq!(stage_layers(4, 2, 1, bug), 1..4);
+        assert_eq!(holders(Owner::Layer(1), 4, 2, bug), vec![0, 1]);
+        assert_eq!(holders(Owner::Layer(1), 4, 2, None), vec![0]);
+        assert_eq!(holders(Owner::Last, 4, 2, None), vec![1]);
+        assert_eq!(
+            label_microbatch(1, 2, Some(Mutation::PpShuffledMicrobatches)),
+            0
+        );
+        assert_eq!(
+            kv_groups(2, 1, 4, 2),
+            vec![vec![0, 1], vec![2, 3], vec![4, 5], vec![6, 7]]
+        );
+    }
+
+    #[test]
+    fn llama_parameters_belong_to_their_stage() {
+        let cfg = LlamaConfig::default();
+        let params = cfg.params(1, false);
+        let o = owners("llama", &params, cfg.layers);
+        assert_eq!(o[0], Owner::First);
+        assert_eq!(
+            (params[1].name.as_str(), o[1]),
+            ("attn_norm_0", Owner::Layer(0))
+        );
+        assert_eq!(
+            (params[18].name.as_str(), o[18]),
+            ("w_down_1", Owner::Layer(1))
+        );
+        assert_eq!(o[19..], [Owner::Last, Owner::Last]);
+        let mlp = MlpConfig {
+            layers: 2,
+            ..MlpConfig::default()
+        };
+        let o = owners("mlp", &mlp.params(), 2);
+        assert_eq!(o, [0, 0, 0, 0, 1, 1, 1, 1].map(Owner::Layer));
+    }
+}

@@ -30,6 +30,20 @@ fn emit(s: &Scratch, dir: &str, model: &str, mesh: &str, flags: &[String]) -> St
     format!("{dir}/case.yaml")
 }
 
+/// `run` finds catalog bug `bug` planted in `case`: exit 1, the first mismatching output the
+/// loss when the bug changes it, an updated weight otherwise.
+#[track_caller]
+fn assert_found(s: &Scratch, case: &str, bug: &str) {
+    let out = s.run(&["run", case]);
+    out.expect_code(1);
+    let first = first_mismatch(&out);
+    if find_bug(bug).unwrap().changes_loss {
+        assert_eq!(first, "loss", "{bug}\n{}", out.stdout);
+    } else {
+        assert!(first.ends_with("_new"), "{bug}\n{}", out.stdout);
+    }
+}
+
 const MESHES: [&str; 4] = ["pp=2", "dp=2,pp=2", "pp=2,tp=2", "dp=2,pp=2,tp=2"];
 
 /// Every correct plan of `model` holds, and `inspect --strict` checks every recorded type.
@@ -115,6 +129,62 @@ fn pipelines_combine_with_the_training_options_and_kv_replicas() {
         yaml.contains("wk_2: { placement: { tp: Shard(0) }, replicas: 2, at: { pp: 1 } }"),
         "{yaml}"
     );
+}
+
+#[test]
+fn pipelines_clip_the_global_norm_and_split_the_vocabulary() {
+    let s = Scratch::new();
+    // A small maximal norm, so that clipping scales every gradient: each stage's share of the
+    // squared norm is all-reduced over tp, then over pp.
+    for model in ["mlp", "llama"] {
+        let mut flags = sizes(model, 2);
+        flags.extend(["--microbatches", "2", "--clip-grad", "0.01"].map(String::from));
+        let case = emit(
+            &s,
+            &format!("{model}-clip"),
+            model,
+            "dp=2,pp=2,tp=2",
+            &flags,
+        );
+        s.run(&["run", &case]).expect_code(0);
+        let r0 = std::fs::read_to_string(s.path().join(format!("{model}-clip/r0.py"))).unwrap();
+        assert!(r0.contains("all_reduce.default(wait_tensor"), "{r0}");
+        assert!(r0.contains(", 'sum', 'pp')"), "{r0}");
+    }
+    // Llama's vocab-parallel embedding on the first stage and cross-entropy on the last.
+    for mesh in ["pp=2,tp=2", "dp=2,pp=2,tp=2"] {
+        let mut flags = sizes("llama", 2);
+        flags.extend(
+            [
+                "--microbatches",
+                "2",
+                "--vocab-parallel",
+                "--pp-schedule",
+                "1f1b",
+            ]
+            .map(String::from),
+        );
+        let case = emit(&s, &format!("vp-{mesh}"), "llama", mesh, &flags);
+        s.run(&["run", &case]).expect_code(0);
+    }
+    // Their bugs are found under pp too.
+    for (model, flag, bug) in [
+        ("mlp", "--clip-grad", "grad-norm-replicated-overcounted"),
+        (
+            "llama",
+            "--vocab-parallel",
+            "llama-vocab-embedding-unmasked",
+        ),
+    ] {
+        let mut flags = sizes(model, 1);
+        flags.push(flag.into());
+        if flag == "--clip-grad" {
+            flags.push("0.01".into());
+        }
+        flags.extend(["--bug", bug].map(String::from));
+        let case = emit(&s, bug, model, "pp=2,tp=2", &flags);
+        assert_found(&s, &case, bug);
+    }
 }
 
 #[test]
@@ -231,14 +301,7 @@ fn other_catalog_bugs_are_found_under_pp() {
         }
         flags.extend(["--bug", bug].map(String::from));
         let case = emit(&s, bug, model, mesh, &flags);
-        let out = s.run(&["run", &case]);
-        out.expect_code(1);
-        let first = first_mismatch(&out);
-        if find_bug(bug).unwrap().changes_loss {
-            assert_eq!(first, "loss", "{bug}\n{}", out.stdout);
-        } else {
-            assert!(first.ends_with("_new"), "{bug}\n{}", out.stdout);
-        }
+        assert_found(&s, &case, bug);
     }
 }
 
@@ -273,16 +336,8 @@ fn requests_the_zoo_cannot_pipeline_exit_2() {
             "use --microbatches instead",
         ),
         (
-            "mlp --mesh pp=2 --layers 2 --clip-grad 1",
-            "--clip-grad with a pp mesh dim",
-        ),
-        (
             "mlp --mesh dp=2,pp=2 --layers 2 --microbatches 3",
             "not divisible into --microbatches 3",
-        ),
-        (
-            "llama --mesh pp=2,tp=2 --vocab-parallel",
-            "--vocab-parallel with a pp mesh dim",
         ),
         (
             "mlp --mesh pp=2 --layers 2 --bug pp-shuffled-microbatches",

@@ -302,6 +302,7 @@ fn spec_step(spec_train: &TrainOptions, lr: f64) -> train::Step<'_> {
         tp: 1,
         dp_rank: 0,
         tp_rank: 0,
+        stages: 1,
         bug: None,
         lr,
     }
@@ -406,13 +407,6 @@ pub fn emit_pipelined(
             "--microbatches and --pp-schedule apply to a pp mesh dim (e.g. --mesh pp=2)".into(),
         );
     }
-    if has_pp && opts.vocab_parallel {
-        return Err(
-            "--vocab-parallel with a pp mesh dim is not supported yet: the first and last \
-             stages would each split their embedding or LM head over tp"
-                .into(),
-        );
-    }
     // The training options a pipelined rank runs: its microbatches are the pipeline's.
     let pp_train = TrainOptions {
         grad_accum: pipeline.microbatches.max(1),
@@ -456,6 +450,7 @@ pub fn emit_pipelined(
         tp,
         dp_rank: r / tp,
         tp_rank: r % tp,
+        stages: 1,
         bug: mutation,
         lr,
     };
@@ -541,6 +536,7 @@ fn emit_pipeline_plan(
         pp,
         dp,
         tp,
+        vocab_parallel: opts.vocab_parallel,
         pipeline: *options,
         train,
         bug: opts.bug.map(|b| b.mutation),

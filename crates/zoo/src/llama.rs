@@ -437,13 +437,13 @@ pub(crate) fn reduce_if(g: &mut GraphBuilder, x: &Val, group: &str, size: usize)
 }
 
 /// A vocab-parallel embedding lookup (before its all-reduce) and what its backward reads.
-struct VocabEmbedding {
+pub(crate) struct VocabEmbedding {
     /// The looked-up rows, zeroed where the token is outside the rank's range.
-    out: Val,
+    pub(crate) out: Val,
     /// Token ids relative to the rank's first row, 0 where outside.
-    ids: Val,
+    pub(crate) ids: Val,
     /// `[b, s, 1]`: the token is outside the rank's range.
-    outside3: Val,
+    pub(crate) outside3: Val,
 }
 
 /// `ids < lo | ids >= hi`, as Megatron masks a vocabulary range.
@@ -491,7 +491,7 @@ fn local_ids(g: &mut GraphBuilder, ids: &Val, outside: &Val, lo: usize) -> Val {
 
 /// Megatron's `VocabParallelEmbedding` before its all-reduce: look up the rows of the rank's
 /// range `[v0, v0 + vl)` and zero those of other tokens (unless the planted bug skips it).
-fn vocab_embedding(
+pub(crate) fn vocab_embedding(
     g: &mut GraphBuilder,
     embed: &Val,
     tokens: &Val,
@@ -670,7 +670,7 @@ pub(crate) fn cross_entropy(
 /// from `v0`): the row max all-reduced (max), the label's logit picked where the label is in
 /// range and all-reduced, the sum of exponentials all-reduced; the loss is
 /// `mean(log(sum_exp) - label_logit)`, named `name`.
-fn vocab_cross_entropy(
+pub(crate) fn vocab_cross_entropy(
     g: &mut GraphBuilder,
     logits: &Val,
     labels: &Val,
@@ -1146,6 +1146,54 @@ pub(crate) fn lm_head_backward(
     (grads, gx)
 }
 
+/// The token embedding of `tokens` (before the first layer): a lookup in the whole table, or
+/// with `vocab = Some((v0, vl))` Megatron's vocab-parallel lookup of the rank's rows
+/// `[v0, v0 + vl)`, all-reduced over tp (whose masks the backward reads).
+pub(crate) fn token_embedding(
+    g: &mut GraphBuilder,
+    embed: &Val,
+    tokens: &Val,
+    vocab: Option<(usize, usize)>,
+    bug: Option<Mutation>,
+) -> (Val, Option<VocabEmbedding>) {
+    match vocab {
+        Some((v0, vl)) => {
+            let vpe = vocab_embedding(g, embed, tokens, v0, vl, bug);
+            let x = g.all_reduce_sum(&vpe.out, "tp");
+            (x, Some(vpe))
+        }
+        None => (embedding(g, embed, tokens), None),
+    }
+}
+
+/// The backward of [`token_embedding`] for the gradient `gx` of its output: the gradient of
+/// the rank's `rows` of the table (rows a vocab-parallel forward zeroed get none, unless the
+/// planted bug left them unmasked).
+pub(crate) fn token_embedding_backward(
+    g: &mut GraphBuilder,
+    gx: &Val,
+    vocab: Option<&VocabEmbedding>,
+    tokens: &Val,
+    rows: usize,
+    bug: Option<Mutation>,
+) -> Val {
+    let (g_rows, ids) = match vocab {
+        Some(vpe) if bug != Some(Mutation::LlamaVocabEmbeddingUnmasked) => {
+            // Rows the forward zeroed get no gradient (the masked ids all point at row 0).
+            let zeroed = g.call(
+                "masked_fill",
+                "aten.masked_fill.Scalar",
+                &[Arg::V(gx), Arg::V(&vpe.outside3), Arg::F(0.0)],
+                gx.shape.clone(),
+            );
+            (zeroed, vpe.ids.clone())
+        }
+        Some(vpe) => (gx.clone(), vpe.ids.clone()),
+        None => (gx.clone(), tokens.clone()),
+    };
+    embedding_backward(g, &g_rows, &ids, rows)
+}
+
 /// Decoder layer `l` on the residual stream `x` `[b, s, h]`: the attention sublayer, then
 /// RMSNorm and the SwiGLU MLP (gate/up column parallel, down row parallel with its all-reduce
 /// over tp) and the residual. Returns the residual stream after it and what its backward reads.
@@ -1259,13 +1307,8 @@ pub(crate) fn build_rank(
         let w = |name: &str| forward[name].clone();
         let tokens = train::microbatch(&mut g, &tokens_all, mb, mbs);
         let labels = train::microbatch(&mut g, &labels_all, mb, mbs);
-        let (mut x, emb_mask) = if vp {
-            let vpe = vocab_embedding(&mut g, &w("embed"), &tokens, v0, vl, bug);
-            let x = g.all_reduce_sum(&vpe.out, "tp");
-            (x, Some(vpe))
-        } else {
-            (embedding(&mut g, &w("embed"), &tokens), None)
-        };
+        let vocab = vp.then_some((v0, vl));
+        let (mut x, emb_mask) = token_embedding(&mut g, &w("embed"), &tokens, vocab, bug);
         let mut saved = Vec::new();
         for l in 0..cfg.layers {
             let (out, layer) = decoder_layer(&mut g, &x, l, &w, dims, &tables, cfg.eps, bug);
@@ -1305,24 +1348,8 @@ pub(crate) fn build_rank(
                 &mut g, &gx, &saved[l], l, &w, dims, &tables, &mut grads, bug,
             );
         }
-        let (g_rows, ids) = match &emb_mask {
-            Some(vpe) if !is(Mutation::LlamaVocabEmbeddingUnmasked) => {
-                // Rows the forward zeroed get no gradient (the masked ids all point at row 0).
-                let zeroed = g.call(
-                    "masked_fill",
-                    "aten.masked_fill.Scalar",
-                    &[Arg::V(&gx), Arg::V(&vpe.outside3), Arg::F(0.0)],
-                    gx.shape.clone(),
-                );
-                (zeroed, vpe.ids.clone())
-            }
-            Some(vpe) => (gx.clone(), vpe.ids.clone()),
-            None => (gx.clone(), tokens.clone()),
-        };
-        grads.insert(
-            "embed".into(),
-            embedding_backward(&mut g, &g_rows, &ids, vl),
-        );
+        let g_embed = token_embedding_backward(&mut g, &gx, emb_mask.as_ref(), &tokens, vl, bug);
+        grads.insert("embed".into(), g_embed);
         train::accumulate(&mut g, &mut acc, grads);
     }
     losses.finish(&mut g, step);

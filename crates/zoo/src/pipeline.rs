@@ -21,7 +21,9 @@
 
 use crate::bugs::Mutation;
 use crate::graph::{Arg, GraphBuilder, Val};
-use crate::llama::{self, AttnShape, AttnTables, CrossEntropy, HeadSaved, LayerSaved};
+use crate::llama::{
+    self, AttnShape, AttnTables, CrossEntropy, HeadSaved, LayerSaved, VocabEmbedding,
+};
 use crate::mlp::{self, BlockSaved};
 use crate::train::{self, LossReport, Step, Weights};
 use crate::{LlamaConfig, MlpConfig, Param, TpLayout, TrainOptions};
@@ -424,6 +426,8 @@ struct LlamaSaved {
     layers: Vec<LayerSaved>,
     /// The microbatch's token ids (first stage: the embedding's backward reads them).
     tokens: Option<Val>,
+    /// The masks of a vocab-parallel embedding (first stage).
+    embedding: Option<VocabEmbedding>,
     /// The final norm, LM head and loss (last stage).
     head: Option<LlamaHead>,
 }
@@ -437,6 +441,8 @@ struct LlamaStage<'a> {
     weights: &'a Weights,
     dims: AttnShape,
     tables: AttnTables,
+    /// Under vocabulary parallelism, the rank's rows `(v0, vl)` of the embedding and the LM head.
+    vocab: Option<(usize, usize)>,
     /// First stage: the rank's token ids; last stage: its labels.
     tokens_all: Option<Val>,
     labels_all: Option<Val>,
@@ -455,15 +461,17 @@ impl Stage for LlamaStage<'_> {
         let m = self.step.microbatches();
         let forward = self.weights.pass(g);
         let w = |name: &str| forward[name].clone();
-        let (mut x, tokens) = match input {
-            Some(x) => (x, None),
+        let (mut x, tokens, embedding) = match input {
+            Some(x) => (x, None, None),
             None => {
                 let all = self
                     .tokens_all
                     .as_ref()
                     .expect("the first stage reads tokens");
                 let tokens = train::microbatch(g, all, mb, m);
-                (llama::embedding(g, &w("embed"), &tokens), Some(tokens))
+                let (x, vpe) =
+                    llama::token_embedding(g, &w("embed"), &tokens, self.vocab, self.step.bug);
+                (x, Some(tokens), vpe)
             }
         };
         let mut layers = Vec::new();
@@ -485,6 +493,7 @@ impl Stage for LlamaStage<'_> {
             let saved = LlamaSaved {
                 layers,
                 tokens,
+                embedding,
                 head: None,
             };
             self.saved.insert(mb, saved);
@@ -502,7 +511,10 @@ impl Stage for LlamaStage<'_> {
         } else {
             "loss"
         };
-        let ce = llama::cross_entropy(g, &logits, &labels1, name);
+        let ce = match self.vocab {
+            Some((v0, _)) => llama::vocab_cross_entropy(g, &logits, &labels1, v0, name),
+            None => llama::cross_entropy(g, &logits, &labels1, name),
+        };
         self.losses.add(g, self.step, ce.loss().clone());
         let head = Some(LlamaHead { head, ce });
         self.saved.insert(
@@ -510,6 +522,7 @@ impl Stage for LlamaStage<'_> {
             LlamaSaved {
                 layers,
                 tokens,
+                embedding,
                 head,
             },
         );
@@ -522,6 +535,7 @@ impl Stage for LlamaStage<'_> {
         let LlamaSaved {
             layers,
             tokens,
+            embedding,
             head,
         } = self.saved.remove(&mb).expect("forward before backward");
         let (mut grads, mut gx) = match (grad, head) {
@@ -529,7 +543,7 @@ impl Stage for LlamaStage<'_> {
             (None, Some(h)) => {
                 let g_logits = h.ce.backward(g);
                 let g_logits = train::scale_seed(g, self.step, &g_logits);
-                llama::lm_head_backward(g, &g_logits, &h.head, &w, false)
+                llama::lm_head_backward(g, &g_logits, &h.head, &w, self.vocab.is_some())
             }
             (None, None) => unreachable!("only the last stage starts the backward"),
         };
@@ -547,11 +561,16 @@ impl Stage for LlamaStage<'_> {
             );
         }
         if let Some(tokens) = tokens {
-            let rows = self.cfg.vocab;
-            grads.insert(
-                "embed".into(),
-                llama::embedding_backward(g, &gx, &tokens, rows),
+            let rows = self.vocab.map_or(self.cfg.vocab, |(_, vl)| vl);
+            let g_embed = llama::token_embedding_backward(
+                g,
+                &gx,
+                embedding.as_ref(),
+                &tokens,
+                rows,
+                self.step.bug,
             );
+            grads.insert("embed".into(), g_embed);
         }
         train::accumulate(g, &mut self.acc, grads);
         (!self.pos.first()).then_some(gx)
@@ -576,6 +595,8 @@ pub(crate) struct PipelinePlan<'a> {
     pub dp: usize,
     /// Size of the `tp` mesh dim.
     pub tp: usize,
+    /// llama: the embedding and LM head split along the vocabulary over tp.
+    pub vocab_parallel: bool,
     /// The pipeline options.
     pub pipeline: PipelineOptions,
     /// The training options of the full iteration (without microbatches: those are
@@ -625,13 +646,6 @@ pub(crate) fn check(plan: &PipelinePlan, layers: usize, local_batch: usize) -> R
                 .into(),
         );
     }
-    if plan.train.clip_grad.is_some() {
-        return Err(
-            "--clip-grad with a pp mesh dim is not supported yet: the global norm would need the \
-             squared norms of every stage (an all-reduce over pp)"
-                .into(),
-        );
-    }
     Ok(())
 }
 
@@ -654,7 +668,7 @@ pub(crate) fn build_ranks(plan: &PipelinePlan) -> (Vec<String>, BTreeMap<String,
         ),
         _ => (
             plan.llama.layers,
-            plan.llama.params(tp, false),
+            plan.llama.params(tp, plan.vocab_parallel),
             [("tokens", Owner::First), ("labels", Owner::Last)],
             plan.llama.lr,
         ),
@@ -690,6 +704,7 @@ pub(crate) fn build_ranks(plan: &PipelinePlan) -> (Vec<String>, BTreeMap<String,
                 tp,
                 dp_rank: rank / tp % dp,
                 tp_rank: rank % tp,
+                stages: pp,
                 bug: plan.bug,
                 lr,
             };
@@ -760,6 +775,8 @@ fn build_stage(
         let inv_freq = g.input("rope_inv_freq", &[dims.hd / 2]);
         let weights = train::declare(&mut g, step, specs);
         let tables = llama::attn_tables(&mut g, &inv_freq, s);
+        let vl = cfg.vocab / plan.tp;
+        let vocab = (plan.vocab_parallel && plan.tp > 1).then_some((step.tp_rank * vl, vl));
         let mut stage = LlamaStage {
             cfg,
             step,
@@ -768,6 +785,7 @@ fn build_stage(
             weights: &weights,
             dims,
             tables,
+            vocab,
             tokens_all,
             labels_all,
             saved: BTreeMap::new(),

@@ -314,6 +314,9 @@ pub(crate) struct Step<'a> {
     pub dp_rank: usize,
     /// The rank's index along tp.
     pub tp_rank: usize,
+    /// Pipeline stages (size of the pp mesh dim; 1 without one): each holds its own
+    /// parameters, so the global gradient norm sums the stages' shares over `pp`.
+    pub stages: usize,
     /// The planted bug, if any.
     pub bug: Option<Mutation>,
     /// The model's learning rate.
@@ -330,6 +333,7 @@ impl Step<'static> {
             tp,
             dp_rank: 0,
             tp_rank,
+            stages: 1,
             bug,
             lr,
         }
@@ -698,8 +702,8 @@ fn counted_in_norm(step: &Step, item: &Pending) -> bool {
 
 /// `clamp(max_norm / (norm + 1e-6), max = 1)` for the global norm of the gradients (PyTorch's
 /// `clip_grad_norm_`): each rank sums the squares of the gradients it counts, the sum is
-/// all-reduced over tp (and over dp under ZeRO-2/3, whose gradients are dp shards), then the
-/// root is taken.
+/// all-reduced over tp (over dp under ZeRO-2/3, whose gradients are dp shards; over pp under
+/// pipeline parallelism, whose stages hold different parameters), then the root is taken.
 fn clip_coefficient(g: &mut GraphBuilder, step: &Step, items: &[Pending], max_norm: f64) -> Val {
     let mut total: Option<Val> = None;
     for item in items.iter().filter(|i| counted_in_norm(step, i)) {
@@ -719,6 +723,10 @@ fn clip_coefficient(g: &mut GraphBuilder, step: &Step, items: &[Pending], max_no
     }
     if step.zero_at_least(ZeroStage::Two) {
         total = g.all_reduce_sum(&total, "dp");
+    }
+    if step.stages > 1 {
+        // Each pipeline stage holds other parameters: the model-parallel norm sums them all.
+        total = g.all_reduce_sum(&total, "pp");
     }
     let norm = g.unary("sqrt", "aten.sqrt.default", &total);
     let padded = g.call(

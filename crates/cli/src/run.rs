@@ -560,7 +560,13 @@ fn make_inputs(
                 ),
             )
         })?;
-        let bound = int_bound(&case.spec, v, spec_metas);
+        // Only integer data needs a bound, and finding it walks the graph's consumers: asking
+        // for every input made inputs of a many-layer model quadratic in its layers.
+        let bound = if meta.dtype.is_int() {
+            int_bound(&case.spec, v, spec_metas)
+        } else {
+            i64::MAX
+        };
         let value = random_tensor(
             &meta,
             bound,
@@ -626,7 +632,11 @@ fn add_constants(
                     leaves.insert(node.outputs[0].name.clone(), t);
                     continue;
                 }
-                let bound = int_bound(graph, ValueId::new(i, 0), metas);
+                let bound = if meta.dtype.is_int() {
+                    int_bound(graph, ValueId::new(i, 0), metas)
+                } else {
+                    i64::MAX
+                };
                 let t = random_tensor(meta, bound, &mut rng_for(seed, &format!("constant/{attr}")));
                 leaves.insert(node.outputs[0].name.clone(), t);
             }

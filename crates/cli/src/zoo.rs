@@ -3,16 +3,16 @@
 use crate::Verdict;
 use clap::{Args as ClapArgs, Subcommand};
 use shardproof_zoo::{
-    emit_pipelined, find_bug, AdamConfig, DeepseekConfig, EmitExtras, EmitOptions, Gpt2Config,
-    LlamaConfig, Mesh, MlpConfig, Optimizer, PipelineOptions, Schedule, TrainOptions, ZeroStage,
-    BUGS, MODELS, PARALLELISMS, TRAINING,
+    emit_to_dir, find_bug, find_preset, AdamConfig, DeepseekConfig, EmitExtras, EmitOptions,
+    Gpt2Config, LlamaConfig, Mesh, MlpConfig, Optimizer, PipelineOptions, RankGraphs, Schedule,
+    SizeFlags, TrainOptions, ZeroStage, BUGS, MODELS, PARALLELISMS, PRESETS, TRAINING,
 };
 use std::path::PathBuf;
 
 /// Subcommands of `shardproof zoo`.
 #[derive(Subcommand)]
 pub enum ZooCommand {
-    /// List the models, parallelisms and the bug catalog.
+    /// List the models, presets, parallelisms and the bug catalog.
     List(ListArgs),
     /// Emit a spec graph, one graph per rank and a case file into a directory.
     Emit(Box<EmitArgs>),
@@ -29,11 +29,19 @@ pub struct ListArgs {
 /// Arguments of `shardproof zoo emit`.
 #[derive(ClapArgs)]
 pub struct EmitArgs {
-    /// The model (see `zoo list`).
-    model: String,
-    /// The mesh, e.g. `dp=2,tp=2`.
-    #[arg(long, default_value = "tp=2")]
-    mesh: String,
+    /// The model (see `zoo list`); may be left out with --preset.
+    model: Option<String>,
+    /// Start from a preset's sizes and plan (see `zoo list`): size flags override its values,
+    /// --mesh replaces its plan.
+    #[arg(long, value_name = "NAME")]
+    preset: Option<String>,
+    /// The mesh, e.g. `dp=2,tp=2` (default: tp=2, or the preset's plan).
+    #[arg(long)]
+    mesh: Option<String>,
+    /// Write one graph file per distinct rank program, named after its first rank, and let the
+    /// case map every rank to its file (default: on with --preset, off otherwise).
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    share_graphs: Option<bool>,
     /// Plant a bug from the catalog (see `zoo list`).
     #[arg(long)]
     bug: Option<String>,
@@ -134,6 +142,12 @@ fn list(bugs_only: bool) {
         for (m, d) in MODELS {
             outln!("  {m:6}  {d}");
         }
+        outln!("presets (--preset NAME; size flags override its sizes, --mesh replaces its plan):");
+        for p in PRESETS {
+            outln!("  {:22}  {:8}  {}", p.name, p.model, p.sizes_line());
+            outln!("  {:22}  plan: {}", "", p.plan_note());
+            outln!("  {:22}  source: {}", "", p.source);
+        }
         outln!("parallelisms (mesh dims):");
         for (p, d) in PARALLELISMS {
             outln!("  {p:6}  {d}");
@@ -173,26 +187,20 @@ fn list(bugs_only: bool) {
     }
 }
 
-/// The deepseek sizes: the flags given, the tiny defaults otherwise.
-fn deepseek_config(args: &EmitArgs) -> DeepseekConfig {
-    let d = DeepseekConfig::default();
-    let b = &d.base;
-    DeepseekConfig {
-        base: LlamaConfig {
-            hidden: args.hidden.unwrap_or(b.hidden),
-            heads: args.heads.unwrap_or(b.heads),
-            kv_heads: args.kv_heads.unwrap_or(b.kv_heads),
-            ffn: args.ffn.unwrap_or(b.ffn),
-            layers: args.layers.unwrap_or(b.layers),
-            seq: args.seq.unwrap_or(b.seq),
-            batch: args.batch.unwrap_or(b.batch),
-            vocab: args.vocab.unwrap_or(b.vocab),
-            ..b.clone()
-        },
-        moe_ffn: args.moe_ffn.unwrap_or(d.moe_ffn),
-        experts: args.experts.unwrap_or(d.experts),
-        top_k: args.top_k.unwrap_or(d.top_k),
-        ..d
+/// The size flags given.
+fn size_flags(args: &EmitArgs) -> SizeFlags {
+    SizeFlags {
+        hidden: args.hidden,
+        heads: args.heads,
+        kv_heads: args.kv_heads,
+        ffn: args.ffn,
+        layers: args.layers,
+        seq: args.seq,
+        batch: args.batch,
+        vocab: args.vocab,
+        moe_ffn: args.moe_ffn,
+        experts: args.experts,
+        top_k: args.top_k,
     }
 }
 
@@ -219,7 +227,27 @@ fn train_options(args: &EmitArgs) -> Result<TrainOptions, String> {
 }
 
 fn emit_case(args: &EmitArgs) -> Result<(), String> {
-    let mesh = Mesh::parse(&args.mesh).map_err(|e| format!("--mesh: {e}"))?;
+    let preset = args.preset.as_deref().map(find_preset).transpose()?;
+    let model = match (&args.model, preset) {
+        (Some(m), Some(p)) if *m != p.model => {
+            return Err(format!(
+                "preset `{}` is a {} model, not `{m}` (leave the model out with --preset)",
+                p.name, p.model
+            ))
+        }
+        (Some(m), _) => m.clone(),
+        (None, Some(p)) => p.model.to_string(),
+        (None, None) => return Err("give a MODEL or --preset NAME (see `zoo list`)".into()),
+    };
+    let model = model.as_str();
+    let mesh = match (&args.mesh, preset) {
+        (Some(text), _) => Mesh::parse(text).map_err(|e| format!("--mesh: {e}"))?,
+        (None, Some(p)) => p.mesh(),
+        (None, None) => Mesh::parse("tp=2").expect("the default mesh parses"),
+    };
+    // The preset's plan includes its vocab-parallel flag; --mesh replaces the whole plan.
+    let vocab_parallel =
+        args.vocab_parallel || (args.mesh.is_none() && preset.is_some_and(|p| p.vocab_parallel));
     let bug = match &args.bug {
         None => None,
         Some(id) => Some(find_bug(id).ok_or_else(|| {
@@ -227,10 +255,9 @@ fn emit_case(args: &EmitArgs) -> Result<(), String> {
             format!("unknown bug `{id}`; known: {}", known.join(", "))
         })?),
     };
-    if !["llama", "deepseek"].contains(&args.model.as_str()) && args.kv_heads.is_some() {
+    if !["llama", "deepseek"].contains(&model) && args.kv_heads.is_some() {
         return Err(format!(
-            "--kv-heads applies to the llama and deepseek models, not `{}`",
-            args.model
+            "--kv-heads applies to the llama and deepseek models, not `{model}`"
         ));
     }
     let moe_only = [
@@ -239,14 +266,13 @@ fn emit_case(args: &EmitArgs) -> Result<(), String> {
         ("--top-k", args.top_k),
     ];
     if let Some((flag, _)) = moe_only.iter().find(|(_, v)| v.is_some()) {
-        if args.model != "deepseek" {
+        if model != "deepseek" {
             return Err(format!(
-                "{flag} applies to the deepseek model, not `{}`",
-                args.model
+                "{flag} applies to the deepseek model, not `{model}`"
             ));
         }
     }
-    if args.model == "mlp" {
+    if model == "mlp" {
         let decoder_only = [
             ("--heads", args.heads),
             ("--seq", args.seq),
@@ -254,16 +280,15 @@ fn emit_case(args: &EmitArgs) -> Result<(), String> {
         ];
         if let Some((flag, _)) = decoder_only.iter().find(|(_, v)| v.is_some()) {
             return Err(format!(
-                "{flag} applies to the llama and gpt2 models, not `{}`",
-                args.model
+                "{flag} applies to the llama and gpt2 models, not `{model}`"
             ));
         }
     }
     let m = MlpConfig::default();
-    let l = LlamaConfig::default();
     let g = Gpt2Config::default();
+    let sizes = size_flags(args);
     let opts = EmitOptions {
-        model: args.model.clone(),
+        model: model.to_string(),
         mlp: MlpConfig {
             hidden: args.hidden.unwrap_or(m.hidden),
             ffn: args.ffn.unwrap_or(m.ffn),
@@ -271,21 +296,11 @@ fn emit_case(args: &EmitArgs) -> Result<(), String> {
             layers: args.layers.unwrap_or(m.layers),
             ..m
         },
-        llama: LlamaConfig {
-            hidden: args.hidden.unwrap_or(l.hidden),
-            heads: args.heads.unwrap_or(l.heads),
-            kv_heads: args.kv_heads.unwrap_or(l.kv_heads),
-            ffn: args.ffn.unwrap_or(l.ffn),
-            layers: args.layers.unwrap_or(l.layers),
-            seq: args.seq.unwrap_or(l.seq),
-            batch: args.batch.unwrap_or(l.batch),
-            vocab: args.vocab.unwrap_or(l.vocab),
-            ..l
-        },
+        llama: sizes.llama(&preset.map_or_else(LlamaConfig::default, |p| p.llama())),
         mesh,
         bug,
         forward_only: args.forward_only,
-        vocab_parallel: args.vocab_parallel,
+        vocab_parallel,
     };
     let extras = EmitExtras {
         gpt2: Gpt2Config {
@@ -299,7 +314,13 @@ fn emit_case(args: &EmitArgs) -> Result<(), String> {
             ..g
         },
         sequence_parallel: args.sequence_parallel,
-        deepseek: deepseek_config(args),
+        deepseek: sizes.deepseek(&preset.map_or_else(DeepseekConfig::default, |p| p.deepseek())),
+        rank_graphs: if args.share_graphs.unwrap_or(preset.is_some()) {
+            RankGraphs::Shared
+        } else {
+            RankGraphs::PerRank
+        },
+        preset,
     };
     let pipeline = PipelineOptions {
         microbatches: args.microbatches.unwrap_or(1),
@@ -308,14 +329,21 @@ fn emit_case(args: &EmitArgs) -> Result<(), String> {
             None => Schedule::default(),
         },
     };
-    let emitted = emit_pipelined(&opts, &extras, &train_options(args)?, &pipeline)?;
-    emitted
-        .write(&args.out)
-        .map_err(|e| format!("cannot write {}: {e}", args.out.display()))?;
-    outln!(
-        "wrote {} (spec + {} ranks)",
-        args.out.join("case.yaml").display(),
-        opts.mesh.ranks()
-    );
+    let summary = emit_to_dir(&opts, &extras, &train_options(args)?, &pipeline, &args.out)?;
+    let case = args.out.join("case.yaml");
+    if summary.rank_files == summary.ranks {
+        outln!("wrote {} (spec + {} ranks)", case.display(), summary.ranks);
+    } else {
+        let files = if summary.rank_files == 1 {
+            "1 graph file".to_string()
+        } else {
+            format!("{} graph files", summary.rank_files)
+        };
+        outln!(
+            "wrote {} (spec + {} ranks sharing {files})",
+            case.display(),
+            summary.ranks
+        );
+    }
     Ok(())
 }

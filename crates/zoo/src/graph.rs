@@ -1,6 +1,6 @@
 //! A small graph builder: names values, records their types, and prints torch.fx readable text.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 
 /// A named value of a graph under construction, with its dtype and shape.
@@ -68,6 +68,11 @@ pub struct GraphBuilder {
     inputs: Vec<Val>,
     lines: Vec<String>,
     used: BTreeSet<String>,
+    /// Per name hint, the suffix [`GraphBuilder::fresh`] last returned (0: the bare hint).
+    /// Names are never released, so the first free suffix of a hint never decreases: resuming
+    /// the search here gives the names a search from 0 would, in time linear in the graph
+    /// (a 126-layer graph reuses hints like `mm` thousands of times).
+    next_suffix: HashMap<String, usize>,
     outputs: Vec<Val>,
 }
 
@@ -102,12 +107,20 @@ impl GraphBuilder {
     }
 
     fn fresh(&mut self, hint: &str) -> String {
-        let mut name = hint.to_string();
-        let mut k = 0;
+        let mut k = self.next_suffix.get(hint).copied().unwrap_or(0);
+        let candidate = |k: usize| {
+            if k == 0 {
+                hint.to_string()
+            } else {
+                format!("{hint}_{k}")
+            }
+        };
+        let mut name = candidate(k);
         while self.used.contains(&name) {
             k += 1;
-            name = format!("{hint}_{k}");
+            name = candidate(k);
         }
+        self.next_suffix.insert(hint.to_string(), k);
         self.used.insert(name.clone());
         name
     }
@@ -204,6 +217,12 @@ impl GraphBuilder {
     /// The graph's outputs so far.
     pub fn outputs(&self) -> &[Val] {
         &self.outputs
+    }
+
+    /// Its nodes as torch.fx counts them, less the output node: one per input (placeholder)
+    /// and one per printed operator line (a multi-output call and each of its `getitem`s).
+    pub fn nodes(&self) -> usize {
+        self.inputs.len() + self.lines.len()
     }
 
     /// The graph as torch.fx readable text.

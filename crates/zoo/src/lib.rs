@@ -9,6 +9,7 @@ pub mod graph;
 pub mod llama;
 pub mod mlp;
 pub mod pipeline;
+pub mod presets;
 pub mod train;
 
 pub use bugs::{find_bug, Bug, Mutation, Site, BUGS};
@@ -17,11 +18,13 @@ pub use gpt2::Gpt2Config;
 pub use llama::LlamaConfig;
 pub use mlp::MlpConfig;
 pub use pipeline::{PipelineOptions, Schedule};
+pub use presets::{find_preset, Preset, SizeFlags, TablePlan, PRESETS};
 pub use train::{AdamConfig, Optimizer, TrainOptions, ZeroStage};
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
-use std::path::Path;
+use std::hash::{Hash as _, Hasher as _};
+use std::path::{Path, PathBuf};
 
 /// The models the zoo can emit: name and one line.
 pub const MODELS: &[(&str, &str)] = &[
@@ -242,6 +245,91 @@ pub struct EmitExtras {
     pub sequence_parallel: bool,
     /// The sizes of the DeepSeek MoE model (used when the model is `deepseek`).
     pub deepseek: DeepseekConfig,
+    /// How the rank graphs are stored: a file per rank (the default) or a file per distinct
+    /// rank program.
+    pub rank_graphs: RankGraphs,
+    /// The preset the sizes and plan come from, if any: named in the case's name and header.
+    pub preset: Option<&'static Preset>,
+}
+
+/// How the rank graphs of an emitted case are stored.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RankGraphs {
+    /// One file per rank, `r<rank>.py`.
+    #[default]
+    PerRank,
+    /// One file per distinct rank program, named after the first rank that runs it; the case's
+    /// `graphs:` names it for every rank that runs it. Data-parallel replicas run the same
+    /// program, so a 512-rank plan of identical replicas stores a handful of graphs instead of
+    /// 512 (the case format maps ranks to graph paths and lets several ranks name one file).
+    Shared,
+}
+
+/// Where the files of an emitted case go, one at a time: kept in memory ([`Emitted`]) or
+/// written to a directory as they are produced ([`DirSink`]), so that no more than one rank
+/// graph need be held at once.
+pub trait EmitSink {
+    /// Stores the file `name` with `text`.
+    fn put(&mut self, name: &str, text: &str) -> Result<(), String>;
+    /// Whether the file `name`, stored earlier, holds exactly `text` (how a rank graph is found
+    /// equal to an earlier one under [`RankGraphs::Shared`]).
+    fn holds(&self, name: &str, text: &str) -> Result<bool, String>;
+}
+
+impl EmitSink for Emitted {
+    fn put(&mut self, name: &str, text: &str) -> Result<(), String> {
+        self.files.push((name.to_string(), text.to_string()));
+        Ok(())
+    }
+
+    fn holds(&self, name: &str, text: &str) -> Result<bool, String> {
+        Ok(self.files.iter().any(|(n, t)| n == name && t == text))
+    }
+}
+
+/// Writes each file of an emitted case into a directory as it is produced.
+#[derive(Clone, Debug)]
+pub struct DirSink {
+    dir: PathBuf,
+}
+
+impl DirSink {
+    /// A sink writing into `dir`, created when missing.
+    pub fn create(dir: &Path) -> Result<DirSink, String> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        Ok(DirSink {
+            dir: dir.to_path_buf(),
+        })
+    }
+}
+
+impl EmitSink for DirSink {
+    fn put(&mut self, name: &str, text: &str) -> Result<(), String> {
+        let path = self.dir.join(name);
+        std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
+    }
+
+    fn holds(&self, name: &str, text: &str) -> Result<bool, String> {
+        let path = self.dir.join(name);
+        let stored =
+            std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        Ok(stored == text.as_bytes())
+    }
+}
+
+/// What an emission produced.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EmitSummary {
+    /// Ranks of the plan.
+    pub ranks: usize,
+    /// Rank graph files written (the ranks' count unless [`RankGraphs::Shared`]).
+    pub rank_files: usize,
+    /// Nodes of the spec graph (see [`graph::GraphBuilder::nodes`]).
+    pub spec_nodes: usize,
+    /// Nodes of all rank graphs together, each rank counted (shared files too): the size of
+    /// the distributed program an engine reads.
+    pub rank_nodes: usize,
 }
 
 /// An emitted case: file names (relative to the output directory) and their contents.
@@ -262,11 +350,14 @@ impl Emitted {
     }
 }
 
+/// Builds the graph of one rank (given its index) of a plan.
+pub(crate) type RankBuilder<'a> = Box<dyn Fn(usize) -> graph::GraphBuilder + 'a>;
+
 /// A model's plan, ready to be written out.
-struct Plan {
+struct Plan<'a> {
     spec: graph::GraphBuilder,
-    /// One rendered graph per rank, in rank order.
-    ranks: Vec<String>,
+    /// Builds each rank's graph on demand, so that emission never holds them all.
+    rank: RankBuilder<'a>,
     /// Non-parameter inputs: (name, sharded over dp along dim 0, else replicated).
     data: Vec<(&'static str, bool)>,
     params: Vec<Param>,
@@ -274,23 +365,6 @@ struct Plan {
     groups: Vec<(&'static str, Vec<Vec<usize>>)>,
     /// Parameters also split along dim 0 over the `ep` mesh dim (stacked expert weights).
     ep_sharded: Vec<String>,
-}
-
-impl Plan {
-    /// The files of the plan: `case.yaml` (the text `case`), `spec.py`, `r0.py`, ...
-    fn into_emitted(self, case: String) -> Emitted {
-        let mut files = vec![
-            ("case.yaml".to_string(), case),
-            ("spec.py".to_string(), self.spec.render()),
-        ];
-        files.extend(
-            self.ranks
-                .into_iter()
-                .enumerate()
-                .map(|(r, text)| (format!("r{r}.py"), text)),
-        );
-        Emitted { files }
-    }
 }
 
 /// The step of the single-device spec: one rank, no bug, trained with `spec_train` (the
@@ -339,6 +413,119 @@ pub fn emit_pipelined(
     train: &TrainOptions,
     pipeline: &PipelineOptions,
 ) -> Result<Emitted, String> {
+    let mut emitted = Emitted { files: Vec::new() };
+    emit_into(opts, extras, train, pipeline, &mut emitted)?;
+    // The case file is written last (it names the rank graph files); list it first.
+    emitted.files.rotate_right(1);
+    Ok(emitted)
+}
+
+/// Emits the case described by `opts`, `extras`, `train` and `pipeline` into the directory
+/// `dir`, each rank graph written as soon as it is built, or says why it cannot.
+pub fn emit_to_dir(
+    opts: &EmitOptions,
+    extras: &EmitExtras,
+    train: &TrainOptions,
+    pipeline: &PipelineOptions,
+    dir: &Path,
+) -> Result<EmitSummary, String> {
+    // Check the options before creating anything.
+    let (plan, stages) = check_and_plan(opts, extras, train, pipeline)?;
+    let mut sink = DirSink::create(dir)?;
+    write_plan(opts, extras, train, (plan, stages), &mut sink)
+}
+
+/// Emits the case described by `opts`, `extras`, `train` and `pipeline` into `sink`: the
+/// spec graph, the rank graphs in rank order, then `case.yaml`.
+pub fn emit_into(
+    opts: &EmitOptions,
+    extras: &EmitExtras,
+    train: &TrainOptions,
+    pipeline: &PipelineOptions,
+    sink: &mut dyn EmitSink,
+) -> Result<EmitSummary, String> {
+    let planned = check_and_plan(opts, extras, train, pipeline)?;
+    write_plan(opts, extras, train, planned, sink)
+}
+
+/// Writes `plan` into `sink`: spec, rank graphs (one file per rank, or per distinct program
+/// under [`RankGraphs::Shared`]), case file.
+fn write_plan(
+    opts: &EmitOptions,
+    extras: &EmitExtras,
+    train: &TrainOptions,
+    (plan, stages): (Plan, Option<Stages>),
+    sink: &mut dyn EmitSink,
+) -> Result<EmitSummary, String> {
+    sink.put("spec.py", &plan.spec.render())?;
+    let ranks = opts.mesh.ranks();
+    let mut rank_nodes = 0;
+    let mut graph_files: Vec<String> = Vec::with_capacity(ranks);
+    // Under `Shared`: the files written so far, by a hash of their text (equal hashes are
+    // confirmed by comparing the texts, so a collision never merges two programs).
+    let mut written: HashMap<u64, Vec<String>> = HashMap::new();
+    for r in 0..ranks {
+        let graph = (plan.rank)(r);
+        rank_nodes += graph.nodes();
+        let text = graph.render();
+        drop(graph);
+        let name = format!("r{r}.py");
+        if extras.rank_graphs == RankGraphs::PerRank {
+            sink.put(&name, &text)?;
+            graph_files.push(name);
+            continue;
+        }
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        text.hash(&mut hasher);
+        let same = written.entry(hasher.finish()).or_default();
+        let mut earlier = None;
+        for file in same.iter() {
+            if sink.holds(file, &text)? {
+                earlier = Some(file.clone());
+                break;
+            }
+        }
+        match earlier {
+            Some(file) => graph_files.push(file),
+            None => {
+                sink.put(&name, &text)?;
+                same.push(name.clone());
+                graph_files.push(name);
+            }
+        }
+    }
+    let mut rank_files = graph_files.clone();
+    rank_files.sort_unstable();
+    rank_files.dedup();
+    let sp = extras.sequence_parallel;
+    sink.put(
+        "case.yaml",
+        &case_yaml(
+            opts,
+            sp,
+            train,
+            &plan,
+            stages.as_ref(),
+            &graph_files,
+            extras.preset,
+        ),
+    )?;
+    Ok(EmitSummary {
+        ranks,
+        rank_files: rank_files.len(),
+        spec_nodes: plan.spec.nodes(),
+        rank_nodes,
+    })
+}
+
+/// Checks the options and sets up the plan (its spec built, its ranks built on demand), with
+/// where each tensor lives under pipeline parallelism.
+fn check_and_plan<'a>(
+    opts: &'a EmitOptions,
+    extras: &'a EmitExtras,
+    train: &'a TrainOptions,
+    pipeline: &PipelineOptions,
+) -> Result<(Plan<'a>, Option<Stages>), String> {
     if !MODELS.iter().any(|(m, _)| *m == opts.model) {
         let known: Vec<&str> = MODELS.iter().map(|(m, _)| *m).collect();
         return Err(format!(
@@ -436,15 +623,14 @@ pub fn emit_pipelined(
         }
     }
     if has_pp {
-        return emit_pipeline_plan(opts, train, pipeline);
+        return emit_pipeline_plan(opts, train, pipeline).map(|(plan, st)| (plan, Some(st)));
     }
     let mutation = opts.bug.map(|b| b.mutation);
-    let n = opts.mesh.ranks();
     // The spec trains the whole batch on one device: no microbatches, no ZeRO.
     let spec_train = train.for_spec();
     let spec_step = |lr| spec_step(&spec_train, lr);
     // Rank = dp_i * tp + tp_i.
-    let rank_step = |r: usize, lr| train::Step {
+    let rank_step = move |r: usize, lr| train::Step {
         opts: train,
         dp,
         tp,
@@ -459,17 +645,15 @@ pub fn emit_pipelined(
     } else if gpt2 {
         let cfg = &extras.gpt2;
         // Rank = dp_i * tp + tp_i; ranks differ only by their sequence chunk under SP.
-        let ranks = (0..n)
-            .map(|r| {
-                let plan = gpt2::RankPlan {
-                    dp,
-                    tp,
-                    tp_rank: r % tp,
-                    sequence_parallel: sp,
-                };
-                gpt2::build_rank(cfg, plan, &rank_step(r, cfg.lr), opts.forward_only).render()
-            })
-            .collect();
+        let rank: RankBuilder = Box::new(move |r| {
+            let plan = gpt2::RankPlan {
+                dp,
+                tp,
+                tp_rank: r % tp,
+                sequence_parallel: sp,
+            };
+            gpt2::build_rank(cfg, plan, &rank_step(r, cfg.lr), opts.forward_only)
+        });
         Plan {
             spec: gpt2::build_rank(
                 cfg,
@@ -477,7 +661,7 @@ pub fn emit_pipelined(
                 &spec_step(cfg.lr),
                 opts.forward_only,
             ),
-            ranks,
+            rank,
             data: vec![("tokens", true), ("labels", true)],
             params: cfg.params(),
             groups: Vec::new(),
@@ -486,28 +670,24 @@ pub fn emit_pipelined(
     } else if llama {
         let cfg = &opts.llama;
         // Rank = dp_i * tp + tp_i; ranks differ only by their vocabulary range.
-        let ranks = (0..n)
-            .map(|r| {
-                let plan = llama::RankPlan {
-                    dp,
-                    tp,
-                    tp_rank: r % tp,
-                    vocab_parallel: opts.vocab_parallel,
-                };
-                llama::build_rank(cfg, plan, &rank_step(r, cfg.lr), opts.forward_only).render()
-            })
-            .collect();
-        llama_plan(opts, &spec_step(cfg.lr), ranks, (1, dp, tp))
+        let rank: RankBuilder = Box::new(move |r| {
+            let plan = llama::RankPlan {
+                dp,
+                tp,
+                tp_rank: r % tp,
+                vocab_parallel: opts.vocab_parallel,
+            };
+            llama::build_rank(cfg, plan, &rank_step(r, cfg.lr), opts.forward_only)
+        });
+        llama_plan(opts, &spec_step(cfg.lr), rank, (1, dp, tp))
     } else {
         let cfg = &opts.mlp;
         // Ranks differ only where the training options make them (clipping, ZeRO).
-        let ranks = (0..n)
-            .map(|r| mlp::build_rank(cfg, &rank_step(r, cfg.lr), opts.forward_only).render())
-            .collect();
-        mlp_plan(opts, &spec_step(cfg.lr), ranks)
+        let rank: RankBuilder =
+            Box::new(move |r| mlp::build_rank(cfg, &rank_step(r, cfg.lr), opts.forward_only));
+        mlp_plan(opts, &spec_step(cfg.lr), rank)
     };
-    let case = case_yaml(opts, sp, train, &plan, None);
-    Ok(plan.into_emitted(case))
+    Ok((plan, None))
 }
 
 /// Where the tensors of a pipelined plan live, for its case file.
@@ -522,11 +702,11 @@ struct Stages {
 
 /// Emits a plan with a `pp` mesh dim (dims pp, dp, tp): the spec is the single-device model,
 /// the ranks run its stages (see [`pipeline`]).
-fn emit_pipeline_plan(
-    opts: &EmitOptions,
-    train: &TrainOptions,
+fn emit_pipeline_plan<'a>(
+    opts: &'a EmitOptions,
+    train: &'a TrainOptions,
     options: &PipelineOptions,
-) -> Result<Emitted, String> {
+) -> Result<(Plan<'a>, Stages), String> {
     let mesh = &opts.mesh;
     let (pp, dp, tp) = (mesh.size("pp"), mesh.size("dp"), mesh.size("tp"));
     let plan = pipeline::PipelinePlan {
@@ -548,14 +728,14 @@ fn emit_pipeline_plan(
         _ => (0, 1),
     };
     pipeline::check(&plan, layers, batch / dp)?;
-    let (ranks, held_at) = pipeline::build_ranks(&plan);
+    let (rank, held_at) = pipeline::build_ranks(plan);
     let spec_train = train.for_spec();
     let spec_step = |lr| spec_step(&spec_train, lr);
     let plan = if opts.model == "mlp" {
         let cfg = &opts.mlp;
-        mlp_plan(opts, &spec_step(cfg.lr), ranks)
+        mlp_plan(opts, &spec_step(cfg.lr), rank)
     } else {
-        llama_plan(opts, &spec_step(opts.llama.lr), ranks, (pp, dp, tp))
+        llama_plan(opts, &spec_step(opts.llama.lr), rank, (pp, dp, tp))
     };
     let stages = Stages {
         held_at,
@@ -564,17 +744,16 @@ fn emit_pipeline_plan(
             .map(|s| pipeline::stage_layers(layers, pp, s, None))
             .collect(),
     };
-    let case = case_yaml(opts, false, train, &plan, Some(&stages));
-    Ok(plan.into_emitted(case))
+    Ok((plan, stages))
 }
 
-/// The mlp plan around its rank graphs `ranks`: the spec (built with `spec_step`), the data
+/// The mlp plan around its rank graph builder `rank`: the spec (built with `spec_step`), the data
 /// inputs and the parameters.
-fn mlp_plan(opts: &EmitOptions, spec_step: &train::Step, ranks: Vec<String>) -> Plan {
+fn mlp_plan<'a>(opts: &EmitOptions, spec_step: &train::Step, rank: RankBuilder<'a>) -> Plan<'a> {
     let cfg = &opts.mlp;
     Plan {
         spec: mlp::build_rank(cfg, spec_step, opts.forward_only),
-        ranks,
+        rank,
         data: vec![("x", true), ("target", true)],
         params: cfg.params(),
         groups: Vec::new(),
@@ -582,15 +761,15 @@ fn mlp_plan(opts: &EmitOptions, spec_step: &train::Step, ranks: Vec<String>) -> 
     }
 }
 
-/// The llama plan around its rank graphs `ranks` on a `pp` x `dp` x `tp` mesh: the spec (built
+/// The llama plan around its rank graph builder `rank` on a `pp` x `dp` x `tp` mesh: the spec (built
 /// with `spec_step`), the data inputs, the parameters, and the `kv` groups when kv heads are
 /// replicated over tp ranks.
-fn llama_plan(
+fn llama_plan<'a>(
     opts: &EmitOptions,
     spec_step: &train::Step,
-    ranks: Vec<String>,
+    rank: RankBuilder<'a>,
     (pp, dp, tp): (usize, usize, usize),
-) -> Plan {
+) -> Plan<'a> {
     let cfg = &opts.llama;
     let rep = cfg.kv_replicas(tp);
     let groups = if rep > 1 {
@@ -600,7 +779,7 @@ fn llama_plan(
     };
     Plan {
         spec: llama::build_rank(cfg, llama::RankPlan::SPEC, spec_step, opts.forward_only),
-        ranks,
+        rank,
         data: vec![("tokens", true), ("labels", true), ("rope_inv_freq", false)],
         params: cfg.params(tp, opts.vocab_parallel),
         groups,
@@ -626,24 +805,22 @@ fn held_on(place: String, stages: &[usize]) -> String {
 
 /// The deepseek plan on `mesh` (dims in the order dp, tp, ep): rank
 /// `(dp_i * tp + tp_i) * ep + ep_i`; ranks differ only by the experts their ep index holds.
-fn deepseek_plan(
-    cfg: &DeepseekConfig,
+fn deepseek_plan<'a>(
+    cfg: &'a DeepseekConfig,
     mesh: &Mesh,
     forward_only: bool,
     mutation: Option<Mutation>,
-) -> Plan {
+) -> Plan<'a> {
     let (dp, tp, ep) = (mesh.size("dp"), mesh.size("tp"), mesh.size("ep"));
-    let ranks = (0..mesh.ranks())
-        .map(|r| {
-            let plan = deepseek::RankPlan {
-                dp,
-                tp,
-                ep,
-                ep_rank: r % ep,
-            };
-            deepseek::build(cfg, plan, forward_only, mutation).render()
-        })
-        .collect();
+    let rank: RankBuilder = Box::new(move |r| {
+        let plan = deepseek::RankPlan {
+            dp,
+            tp,
+            ep,
+            ep_rank: r % ep,
+        };
+        deepseek::build(cfg, plan, forward_only, mutation)
+    });
     let groups = if dp > 1 && ep > 1 {
         // The data group of the replicated parameters: the dp x ep ranks of one tp index.
         let lists = (0..tp)
@@ -665,7 +842,7 @@ fn deepseek_plan(
         .collect();
     Plan {
         spec: deepseek::build(cfg, deepseek::RankPlan::SPEC, forward_only, None),
-        ranks,
+        rank,
         data: vec![("tokens", true), ("labels", true), ("rope_inv_freq", false)],
         params,
         groups,
@@ -673,12 +850,15 @@ fn deepseek_plan(
     }
 }
 
+/// The case file of `plan`, whose rank `r` runs the graph file `graph_files[r]`.
 fn case_yaml(
     opts: &EmitOptions,
     sequence_parallel: bool,
     train: &TrainOptions,
     plan: &Plan,
     stages: Option<&Stages>,
+    graph_files: &[String],
+    preset: Option<&Preset>,
 ) -> String {
     let mesh = &opts.mesh;
     // Restricts a tensor's placement to the stages that hold it, under pipeline parallelism.
@@ -760,7 +940,11 @@ fn case_yaml(
         }
     };
     let param_split = |p: &Param| zero_dim(p).filter(|_| train.zero == Some(ZeroStage::Three));
-    let mut name = format!("{}-{}", opts.model, mesh.label());
+    let mut name = format!(
+        "{}-{}",
+        preset.map_or(opts.model.as_str(), |p| p.name),
+        mesh.label()
+    );
     if opts.vocab_parallel {
         name.push_str("-vp");
     }
@@ -817,14 +1001,21 @@ fn case_yaml(
     if let Some(b) = opts.bug {
         let _ = writeln!(s, "# Planted bug `{}`: {}.", b.id, b.description);
     }
+    if let Some(p) = preset {
+        let _ = writeln!(
+            s,
+            "# Preset `{}` (sizes given as flags override it): {}.",
+            p.name,
+            p.plan_note()
+        );
+    }
     let _ = writeln!(
         s,
         "version: 1\nname: {name}\nspec:\n  graph: spec.py\nimpl:"
     );
     let dims: Vec<String> = mesh.dims.iter().map(|(d, n)| format!("{d}: {n}")).collect();
     let _ = writeln!(s, "  mesh: {{ {} }}", dims.join(", "));
-    let graphs: Vec<String> = (0..mesh.ranks()).map(|r| format!("r{r}.py")).collect();
-    let _ = writeln!(s, "  graphs: [{}]\n  groups:", graphs.join(", "));
+    let _ = writeln!(s, "  graphs: [{}]\n  groups:", graph_files.join(", "));
     for (d, _) in &mesh.dims {
         let _ = writeln!(s, "    \"{d}\": {d}");
     }
@@ -904,6 +1095,89 @@ mod tests {
         assert_eq!(m.dims, vec![("pp", 2), ("dp", 2), ("tp", 2)]);
         for bad in ["tp", "zz=2", "tp=0", "tp=x", "tp=2,tp=2"] {
             assert!(Mesh::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    /// The `graphs:` entries of an emitted case.
+    fn graph_files(e: &Emitted) -> Vec<String> {
+        let case = &e.files[0].1;
+        let line = case
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("graphs: ["))
+            .expect("a graphs: line");
+        line.trim_end_matches(']')
+            .split(", ")
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn shared_rank_graphs_hold_each_rank_its_own_program() {
+        let cases = [
+            ("mlp", "dp=2,tp=2", false),
+            ("llama", "dp=2,tp=2", false),
+            ("llama", "dp=2,tp=2", true),
+            ("gpt2", "dp=2,tp=2", false),
+            ("deepseek", "dp=2,tp=2,ep=2", false),
+        ];
+        let zero = TrainOptions {
+            zero: Some(ZeroStage::One),
+            ..TrainOptions::default()
+        };
+        for (model, mesh, vocab_parallel) in cases {
+            for train in [TrainOptions::default(), zero] {
+                if model == "deepseek" && train != TrainOptions::default() {
+                    continue;
+                }
+                let opts = EmitOptions {
+                    model: model.into(),
+                    mlp: MlpConfig::default(),
+                    llama: LlamaConfig::default(),
+                    mesh: Mesh::parse(mesh).unwrap(),
+                    bug: None,
+                    forward_only: false,
+                    vocab_parallel,
+                };
+                let per_rank = emit_training(&opts, &EmitExtras::default(), &train).unwrap();
+                let shared_extras = EmitExtras {
+                    rank_graphs: RankGraphs::Shared,
+                    ..EmitExtras::default()
+                };
+                let shared = emit_training(&opts, &shared_extras, &train).unwrap();
+                let text = |e: &Emitted, name: &str| {
+                    e.files.iter().find(|(n, _)| n == name).unwrap().1.clone()
+                };
+                let (mine, theirs) = (graph_files(&per_rank), graph_files(&shared));
+                assert_eq!(mine.len(), opts.mesh.ranks());
+                assert_eq!(theirs.len(), opts.mesh.ranks());
+                for (r, (a, b)) in mine.iter().zip(&theirs).enumerate() {
+                    assert_eq!(a, &format!("r{r}.py"));
+                    assert_eq!(
+                        text(&per_rank, a),
+                        text(&shared, b),
+                        "{model} {mesh} rank {r}"
+                    );
+                }
+                // Files are named after the first rank that runs them; no program is repeated.
+                let files: Vec<&String> = shared.files[2..].iter().map(|(n, _)| n).collect();
+                for (i, f) in files.iter().enumerate() {
+                    let first = theirs.iter().position(|g| g == *f).unwrap();
+                    assert_eq!(**f, format!("r{first}.py"));
+                    for g in &files[i + 1..] {
+                        assert_ne!(text(&shared, f), text(&shared, g));
+                    }
+                }
+                // Everything but the graphs line of the case file is the same.
+                let strip = |e: &Emitted| {
+                    e.files[0]
+                        .1
+                        .lines()
+                        .filter(|l| !l.trim().starts_with("graphs:"))
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                };
+                assert_eq!(strip(&per_rank), strip(&shared));
+            }
         }
     }
 }

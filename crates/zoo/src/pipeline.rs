@@ -649,10 +649,12 @@ pub(crate) fn check(plan: &PipelinePlan, layers: usize, local_batch: usize) -> R
     Ok(())
 }
 
-/// The rank graphs of a pipelined plan, in rank order (row-major over pp, dp, tp), and where
-/// each input and output lives: tensor name -> the pp coordinates that hold it (absent: every
-/// stage).
-pub(crate) fn build_ranks(plan: &PipelinePlan) -> (Vec<String>, BTreeMap<String, Vec<usize>>) {
+/// The builder of a pipelined plan's rank graphs (given the rank, row-major over pp, dp, tp:
+/// built on demand so that emission holds one at a time), and where each input and output
+/// lives: tensor name -> the pp coordinates that hold it (absent: every stage).
+pub(crate) fn build_ranks<'a>(
+    plan: PipelinePlan<'a>,
+) -> (crate::RankBuilder<'a>, BTreeMap<String, Vec<usize>>) {
     let (pp, dp, tp) = (plan.pp, plan.dp, plan.tp);
     let m = plan.pipeline.microbatches;
     let train = TrainOptions {
@@ -689,36 +691,34 @@ pub(crate) fn build_ranks(plan: &PipelinePlan) -> (Vec<String>, BTreeMap<String,
             held.insert(format!("{state}{}_new", p.name), intended.clone());
         }
     }
-    let ranks = (0..pp * dp * tp)
-        .map(|rank| {
-            let stage = rank / (dp * tp);
-            let pos = Position {
-                stage,
-                stages: pp,
-                rank,
-                stride: dp * tp,
-            };
-            let step = Step {
-                opts: &train,
-                dp,
-                tp,
-                dp_rank: rank / tp % dp,
-                tp_rank: rank % tp,
-                stages: pp,
-                bug: plan.bug,
-                lr,
-            };
-            let specs: Vec<Param> = params
-                .iter()
-                .zip(&owners)
-                .filter(|(_, &o)| holders(o, layers, pp, plan.bug).contains(&stage))
-                .map(|(p, _)| p.clone())
-                .collect();
-            let range = stage_layers(layers, pp, stage, plan.bug);
-            build_stage(plan, pos, &step, &specs, range).render()
-        })
-        .collect();
-    (ranks, held)
+    let rank_graph = Box::new(move |rank: usize| {
+        let stage = rank / (dp * tp);
+        let pos = Position {
+            stage,
+            stages: pp,
+            rank,
+            stride: dp * tp,
+        };
+        let step = Step {
+            opts: &train,
+            dp,
+            tp,
+            dp_rank: rank / tp % dp,
+            tp_rank: rank % tp,
+            stages: pp,
+            bug: plan.bug,
+            lr,
+        };
+        let specs: Vec<Param> = params
+            .iter()
+            .zip(&owners)
+            .filter(|(_, &o)| holders(o, layers, pp, plan.bug).contains(&stage))
+            .map(|(p, _)| p.clone())
+            .collect();
+        let range = stage_layers(layers, pp, stage, plan.bug);
+        build_stage(&plan, pos, &step, &specs, range)
+    });
+    (rank_graph, held)
 }
 
 /// The graph of the rank at `pos`: its inputs, the schedule's passes, then (full iteration)

@@ -1,0 +1,793 @@
+//! Presets: the Llama-3 and DeepSeek-V3 models TrainVerify verifies (its Tables 5 and 6) at
+//! their real sizes, each with the parallel plan of its Table 2 as far as the zoo's mesh dims
+//! express it, and a `-tiny` variant of each with the same structure (layers, query heads per
+//! kv head, experts per selected expert) at sizes that `shardproof run` executes in seconds.
+//!
+//! `zoo emit --preset NAME` starts from a preset; size flags given with it override its values
+//! one by one ([`SizeFlags`]), and `--mesh` replaces its plan (mesh and `--vocab-parallel`).
+//!
+//! **What the tables leave out.** Tables 5 and 6 give layers, width, heads, sequence length,
+//! vocabulary and (DeepSeek) routed and activated experts; kv heads, MLP widths and the exact
+//! vocabulary come from the public model configs the paper cites (Meta's Llama 3.1 and
+//! DeepSeek's V2-Lite, V2 and V3 `config.json`), as each preset's comment says. Neither gives a
+//! global batch: the full presets take one sequence per data-parallel rank, the smallest batch
+//! their plan splits (a shape-reduced verification does not depend on it, and it keeps the
+//! spec's `[batch, heads, seq, seq]` attention scores within the zoo's 2^40-element bound).
+//!
+//! **What the zoo does not model.** DeepSeek's multi-head latent attention (low-rank q/kv
+//! compression, decoupled RoPE dims) is the zoo's grouped-query attention with as many kv heads
+//! as heads (the configs' `num_key_value_heads`); its first dense layers
+//! (`first_k_dense_replace`) are MoE layers like the rest; its shared experts are one SwiGLU
+//! of width `n_shared_experts * moe_intermediate_size` (how DeepSeek's code implements them).
+
+use crate::{DeepseekConfig, LlamaConfig, Mesh};
+
+/// The plan of a TrainVerify Table 2 experiment: parallel degrees and microbatches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TablePlan {
+    /// The experiment id in Table 2 (`L1`..`L3`, `D1`..`D3`).
+    pub id: &'static str,
+    /// Data-parallel degree.
+    pub dp: usize,
+    /// Tensor-parallel degree (for DeepSeek also the expert-parallel one: nnScaler treats
+    /// expert parallelism as tensor parallelism of the same degree).
+    pub tp: usize,
+    /// Pipeline stages.
+    pub pp: usize,
+    /// Microbatches of the pipeline schedule.
+    pub microbatches: usize,
+}
+
+impl TablePlan {
+    /// GPUs of the plan: `dp * tp * pp`.
+    pub fn gpus(&self) -> usize {
+        self.dp * self.tp * self.pp
+    }
+}
+
+/// The mixture-of-experts sizes of a DeepSeek preset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MoeSizes {
+    /// Inner width of each routed expert (`moe_intermediate_size`).
+    pub moe_ffn: usize,
+    /// Routed experts.
+    pub experts: usize,
+    /// Experts selected per token.
+    pub top_k: usize,
+}
+
+/// The sizes of a preset (the model's flags of the same names).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PresetSizes {
+    /// Model width.
+    pub hidden: usize,
+    /// Attention heads.
+    pub heads: usize,
+    /// Key/value heads.
+    pub kv_heads: usize,
+    /// Inner width of the MLP (llama) or of the shared expert (deepseek).
+    pub ffn: usize,
+    /// Decoder layers.
+    pub layers: usize,
+    /// Sequence length.
+    pub seq: usize,
+    /// Global batch (sequences).
+    pub batch: usize,
+    /// Vocabulary size.
+    pub vocab: usize,
+    /// The experts (deepseek presets only).
+    pub moe: Option<MoeSizes>,
+}
+
+/// A named model size and plan of `zoo emit --preset`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Preset {
+    /// The name (`llama3-405b`, `deepseek-v3-671b-tiny`, ...).
+    pub name: &'static str,
+    /// The zoo model it instantiates (`llama` or `deepseek`).
+    pub model: &'static str,
+    /// Its sizes.
+    pub sizes: PresetSizes,
+    /// The default mesh, dims in the zoo's mesh order.
+    pub mesh: &'static [(&'static str, usize)],
+    /// Whether the default plan splits the embedding and LM head over tp (`--vocab-parallel`).
+    pub vocab_parallel: bool,
+    /// The Table 2 plan of the model (of the full-size model, for a tiny variant).
+    pub table: TablePlan,
+    /// For a tiny variant: the full-size preset whose structure it keeps.
+    pub tiny_of: Option<&'static str>,
+    /// Where the sizes come from.
+    pub source: &'static str,
+}
+
+/// Llama 3 at 8B, 70B and 405B: layers, width, heads, sequence from TrainVerify's Table 5; kv
+/// heads, MLP width and vocabulary from Meta's Llama 3.1 `config.json` (Table 5 rounds the
+/// vocabulary to 128000; the tokenizer has 128000 BPE tokens plus 256 special ones = 128256).
+const LLAMA3_SOURCE: &str = "TrainVerify Tables 2 and 5; kv_heads, ffn and the exact vocab \
+     (128256, Table 5 rounds to 128000) from Meta's Llama 3.1 config.json";
+
+/// DeepSeek at 16B and 236B are the V2-Lite and V2 shapes TrainVerify evaluates as "DS-V3";
+/// 671B is V3.
+const DEEPSEEK_SOURCE: &str = "TrainVerify Tables 2 and 6; kv_heads (= heads: MLA), moe_ffn \
+     and ffn (shared experts x moe_ffn) from DeepSeek's config.json (16B: V2-Lite, 236B: V2, \
+     671B: V3)";
+
+/// Table 2, experiment L1 (Llama3-8B).
+const L1: TablePlan = TablePlan {
+    id: "L1",
+    dp: 512,
+    tp: 1,
+    pp: 1,
+    microbatches: 1,
+};
+
+/// Table 2, experiment L2 (Llama3-70B).
+const L2: TablePlan = TablePlan {
+    id: "L2",
+    dp: 16,
+    tp: 8,
+    pp: 4,
+    microbatches: 32,
+};
+
+/// Table 2, experiment L3 (Llama3-405B).
+const L3: TablePlan = TablePlan {
+    id: "L3",
+    dp: 64,
+    tp: 8,
+    pp: 16,
+    microbatches: 16,
+};
+
+/// Table 2, experiment D1 (DS-V3-16B).
+const D1: TablePlan = TablePlan {
+    id: "D1",
+    dp: 16,
+    tp: 4,
+    pp: 2,
+    microbatches: 16,
+};
+
+/// Table 2, experiment D2 (DS-V3-236B).
+const D2: TablePlan = TablePlan {
+    id: "D2",
+    dp: 16,
+    tp: 8,
+    pp: 4,
+    microbatches: 16,
+};
+
+/// Table 2, experiment D3 (DS-V3-671B).
+const D3: TablePlan = TablePlan {
+    id: "D3",
+    dp: 32,
+    tp: 8,
+    pp: 8,
+    microbatches: 16,
+};
+
+/// The presets, full-size then tiny, in the order `zoo list` prints them.
+pub const PRESETS: &[Preset] = &[
+    // Table 2 L1: DP 512, TP 1, PP 1, 1 microbatch — expressible as is.
+    Preset {
+        name: "llama3-8b",
+        model: "llama",
+        sizes: PresetSizes {
+            hidden: 4096,
+            heads: 32,
+            kv_heads: 8,
+            ffn: 14336,
+            layers: 32,
+            seq: 8192,
+            batch: 512,
+            vocab: 128256,
+            moe: None,
+        },
+        mesh: &[("dp", 512)],
+        vocab_parallel: false,
+        table: L1,
+        tiny_of: None,
+        source: LLAMA3_SOURCE,
+    },
+    // Table 2 L2: DP 16, TP 8, PP 4, 32 microbatches; without pp, dp=16 x tp=8.
+    Preset {
+        name: "llama3-70b",
+        model: "llama",
+        sizes: PresetSizes {
+            hidden: 8192,
+            heads: 64,
+            kv_heads: 8,
+            ffn: 28672,
+            layers: 80,
+            seq: 8192,
+            batch: 16,
+            vocab: 128256,
+            moe: None,
+        },
+        mesh: &[("dp", 16), ("tp", 8)],
+        vocab_parallel: true,
+        table: L2,
+        tiny_of: None,
+        source: LLAMA3_SOURCE,
+    },
+    // Table 2 L3: DP 64, TP 8, PP 16, 16 microbatches; without pp, dp=64 x tp=8.
+    Preset {
+        name: "llama3-405b",
+        model: "llama",
+        sizes: PresetSizes {
+            hidden: 16384,
+            heads: 128,
+            kv_heads: 8,
+            ffn: 53248,
+            layers: 126,
+            seq: 8192,
+            batch: 64,
+            vocab: 128256,
+            moe: None,
+        },
+        mesh: &[("dp", 64), ("tp", 8)],
+        vocab_parallel: true,
+        table: L3,
+        tiny_of: None,
+        source: LLAMA3_SOURCE,
+    },
+    // Table 2 D1: DP 16, TP 4 (= EP), PP 2, 16 microbatches. The zoo carves ep out of data
+    // parallelism (Megatron): dp=4 x ep=4 is the data-parallel degree 16 of the dense weights,
+    // ep=4 splits the experts, tp=4 the attention and each expert's inner width.
+    Preset {
+        name: "deepseek-v3-16b",
+        model: "deepseek",
+        sizes: PresetSizes {
+            hidden: 2048,
+            heads: 16,
+            kv_heads: 16,
+            // Two shared experts of moe_intermediate_size 1408.
+            ffn: 2816,
+            layers: 27,
+            seq: 16384,
+            batch: 16,
+            vocab: 102400,
+            moe: Some(MoeSizes {
+                moe_ffn: 1408,
+                experts: 64,
+                top_k: 6,
+            }),
+        },
+        mesh: &[("dp", 4), ("tp", 4), ("ep", 4)],
+        vocab_parallel: false,
+        table: D1,
+        tiny_of: None,
+        source: DEEPSEEK_SOURCE,
+    },
+    // Table 2 D2: DP 16, TP 8 (= EP), PP 4, 16 microbatches; without pp, dp=2 x ep=8 (data
+    // parallel 16) x tp=8.
+    Preset {
+        name: "deepseek-v3-236b",
+        model: "deepseek",
+        sizes: PresetSizes {
+            hidden: 5120,
+            heads: 128,
+            kv_heads: 128,
+            // Two shared experts of moe_intermediate_size 1536.
+            ffn: 3072,
+            layers: 60,
+            seq: 16384,
+            batch: 16,
+            vocab: 102400,
+            moe: Some(MoeSizes {
+                moe_ffn: 1536,
+                experts: 160,
+                top_k: 6,
+            }),
+        },
+        mesh: &[("dp", 2), ("tp", 8), ("ep", 8)],
+        vocab_parallel: false,
+        table: D2,
+        tiny_of: None,
+        source: DEEPSEEK_SOURCE,
+    },
+    // Table 2 D3: DP 32, TP 8 (= EP), PP 8, 16 microbatches; without pp, dp=4 x ep=8 (data
+    // parallel 32) x tp=8.
+    Preset {
+        name: "deepseek-v3-671b",
+        model: "deepseek",
+        sizes: PresetSizes {
+            hidden: 7168,
+            heads: 128,
+            kv_heads: 128,
+            // One shared expert of moe_intermediate_size 2048.
+            ffn: 2048,
+            layers: 61,
+            seq: 16384,
+            batch: 32,
+            vocab: 129280,
+            moe: Some(MoeSizes {
+                moe_ffn: 2048,
+                experts: 256,
+                top_k: 8,
+            }),
+        },
+        mesh: &[("dp", 4), ("tp", 8), ("ep", 8)],
+        vocab_parallel: false,
+        table: D3,
+        tiny_of: None,
+        source: DEEPSEEK_SOURCE,
+    },
+    // The tiny variants: the same layers, query heads per kv head (4, 8, 16) and experts per
+    // selected expert (64/6 = 32/3, 160/6 = 80/3, 256/8 = 64/2), the same mesh dims at size
+    // 2, every width small.
+    Preset {
+        name: "llama3-8b-tiny",
+        model: "llama",
+        sizes: PresetSizes {
+            hidden: 32,
+            heads: 8,
+            kv_heads: 2,
+            ffn: 112,
+            layers: 32,
+            seq: 8,
+            batch: 2,
+            vocab: 64,
+            moe: None,
+        },
+        mesh: &[("dp", 2)],
+        vocab_parallel: false,
+        table: L1,
+        tiny_of: Some("llama3-8b"),
+        source: "test-size variant of llama3-8b",
+    },
+    Preset {
+        name: "llama3-70b-tiny",
+        model: "llama",
+        sizes: PresetSizes {
+            hidden: 64,
+            heads: 16,
+            kv_heads: 2,
+            ffn: 224,
+            layers: 80,
+            seq: 8,
+            batch: 2,
+            vocab: 64,
+            moe: None,
+        },
+        mesh: &[("dp", 2), ("tp", 2)],
+        vocab_parallel: true,
+        table: L2,
+        tiny_of: Some("llama3-70b"),
+        source: "test-size variant of llama3-70b",
+    },
+    Preset {
+        name: "llama3-405b-tiny",
+        model: "llama",
+        sizes: PresetSizes {
+            hidden: 64,
+            heads: 32,
+            kv_heads: 2,
+            ffn: 208,
+            layers: 126,
+            seq: 8,
+            batch: 2,
+            vocab: 64,
+            moe: None,
+        },
+        mesh: &[("dp", 2), ("tp", 2)],
+        vocab_parallel: true,
+        table: L3,
+        tiny_of: Some("llama3-405b"),
+        source: "test-size variant of llama3-405b",
+    },
+    Preset {
+        name: "deepseek-v3-16b-tiny",
+        model: "deepseek",
+        sizes: PresetSizes {
+            hidden: 16,
+            heads: 4,
+            kv_heads: 4,
+            ffn: 8,
+            layers: 27,
+            seq: 8,
+            batch: 4,
+            vocab: 64,
+            moe: Some(MoeSizes {
+                moe_ffn: 4,
+                experts: 32,
+                top_k: 3,
+            }),
+        },
+        mesh: &[("dp", 2), ("tp", 2), ("ep", 2)],
+        vocab_parallel: false,
+        table: D1,
+        tiny_of: Some("deepseek-v3-16b"),
+        source: "test-size variant of deepseek-v3-16b",
+    },
+    Preset {
+        name: "deepseek-v3-236b-tiny",
+        model: "deepseek",
+        sizes: PresetSizes {
+            hidden: 16,
+            heads: 8,
+            kv_heads: 8,
+            ffn: 8,
+            layers: 60,
+            seq: 8,
+            batch: 4,
+            vocab: 64,
+            moe: Some(MoeSizes {
+                moe_ffn: 4,
+                experts: 80,
+                top_k: 3,
+            }),
+        },
+        mesh: &[("dp", 2), ("tp", 2), ("ep", 2)],
+        vocab_parallel: false,
+        table: D2,
+        tiny_of: Some("deepseek-v3-236b"),
+        source: "test-size variant of deepseek-v3-236b",
+    },
+    Preset {
+        name: "deepseek-v3-671b-tiny",
+        model: "deepseek",
+        sizes: PresetSizes {
+            hidden: 16,
+            heads: 8,
+            kv_heads: 8,
+            ffn: 4,
+            layers: 61,
+            seq: 8,
+            batch: 4,
+            vocab: 64,
+            moe: Some(MoeSizes {
+                moe_ffn: 4,
+                experts: 64,
+                top_k: 2,
+            }),
+        },
+        mesh: &[("dp", 2), ("tp", 2), ("ep", 2)],
+        vocab_parallel: false,
+        table: D3,
+        tiny_of: Some("deepseek-v3-671b"),
+        source: "test-size variant of deepseek-v3-671b",
+    },
+];
+
+/// The preset called `name`, or an error listing the presets.
+pub fn find_preset(name: &str) -> Result<&'static Preset, String> {
+    PRESETS.iter().find(|p| p.name == name).ok_or_else(|| {
+        let known: Vec<&str> = PRESETS.iter().map(|p| p.name).collect();
+        format!("unknown preset `{name}`; known: {}", known.join(", "))
+    })
+}
+
+impl Preset {
+    /// The default mesh.
+    pub fn mesh(&self) -> Mesh {
+        Mesh {
+            dims: self.mesh.to_vec(),
+        }
+    }
+
+    /// The llama sizes (of a deepseek preset: the sizes it shares with llama), with the model's
+    /// default learning rate and epsilon.
+    pub fn llama(&self) -> LlamaConfig {
+        let s = &self.sizes;
+        LlamaConfig {
+            hidden: s.hidden,
+            heads: s.heads,
+            kv_heads: s.kv_heads,
+            ffn: s.ffn,
+            layers: s.layers,
+            seq: s.seq,
+            batch: s.batch,
+            vocab: s.vocab,
+            ..LlamaConfig::default()
+        }
+    }
+
+    /// The deepseek sizes (of a llama preset: the deepseek defaults for the experts), with the
+    /// model's default learning rate, epsilon and auxiliary-loss weight.
+    pub fn deepseek(&self) -> DeepseekConfig {
+        let d = DeepseekConfig::default();
+        let moe = self.sizes.moe.unwrap_or(MoeSizes {
+            moe_ffn: d.moe_ffn,
+            experts: d.experts,
+            top_k: d.top_k,
+        });
+        DeepseekConfig {
+            base: self.llama(),
+            moe_ffn: moe.moe_ffn,
+            experts: moe.experts,
+            top_k: moe.top_k,
+            ..d
+        }
+    }
+
+    /// The sizes in one line, e.g. `hidden 16384, heads 128/8 kv, ffn 53248, 126 layers, ...`.
+    pub fn sizes_line(&self) -> String {
+        let s = &self.sizes;
+        let mut line = format!(
+            "hidden {}, heads {}/{} kv, ffn {}, {} layers, seq {}, batch {}, vocab {}",
+            s.hidden, s.heads, s.kv_heads, s.ffn, s.layers, s.seq, s.batch, s.vocab
+        );
+        if let Some(m) = s.moe {
+            line.push_str(&format!(
+                ", {} experts top-{} moe_ffn {}",
+                m.experts, m.top_k, m.moe_ffn
+            ));
+        }
+        line
+    }
+
+    /// The default plan as mesh flags, e.g. `dp=64,tp=8 --vocab-parallel`.
+    pub fn plan_flags(&self) -> String {
+        let dims: Vec<String> = self.mesh.iter().map(|(d, n)| format!("{d}={n}")).collect();
+        let mut flags = dims.join(",");
+        if self.vocab_parallel {
+            flags.push_str(" --vocab-parallel");
+        }
+        flags
+    }
+
+    /// How the default plan relates to the Table 2 plan, in one line.
+    pub fn plan_note(&self) -> String {
+        let t = &self.table;
+        if let Some(full) = self.tiny_of {
+            return format!(
+                "test-size variant of {full} (structure of Table 2 {}) on {}",
+                t.id,
+                self.plan_flags()
+            );
+        }
+        let plural = if t.microbatches == 1 { "" } else { "es" };
+        let table = format!(
+            "Table 2 {}: DP {} TP {} PP {}, {} microbatch{plural}, {} GPUs",
+            t.id,
+            t.dp,
+            t.tp,
+            t.pp,
+            t.microbatches,
+            t.gpus()
+        );
+        let mut note = format!("{table}; emitted as {}", self.plan_flags());
+        if self.model == "deepseek" {
+            // nnScaler's expert parallelism has the tp degree; the zoo's carves it out of dp.
+            note.push_str(&format!(
+                " (experts split over ep = TP; data parallel dp x ep = {})",
+                self.mesh().size("dp") * self.mesh().size("ep")
+            ));
+        }
+        if t.pp > 1 {
+            note.push_str(&format!(
+                ", {} ranks: the zoo has no pp mesh dim yet, so every rank holds all {} layers \
+                 and the pipeline's microbatches are not split",
+                self.mesh().ranks(),
+                self.sizes.layers
+            ));
+        }
+        note
+    }
+}
+
+/// Size flags of `zoo emit`: each one given replaces the value of the preset (or of the
+/// model's tiny default size) it names; those not given keep it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SizeFlags {
+    /// `--hidden`.
+    pub hidden: Option<usize>,
+    /// `--heads`.
+    pub heads: Option<usize>,
+    /// `--kv-heads`.
+    pub kv_heads: Option<usize>,
+    /// `--ffn`.
+    pub ffn: Option<usize>,
+    /// `--layers`.
+    pub layers: Option<usize>,
+    /// `--seq`.
+    pub seq: Option<usize>,
+    /// `--batch`.
+    pub batch: Option<usize>,
+    /// `--vocab`.
+    pub vocab: Option<usize>,
+    /// `--moe-ffn` (deepseek).
+    pub moe_ffn: Option<usize>,
+    /// `--experts` (deepseek).
+    pub experts: Option<usize>,
+    /// `--top-k` (deepseek).
+    pub top_k: Option<usize>,
+}
+
+impl SizeFlags {
+    /// `base` with the llama sizes these flags give replaced.
+    pub fn llama(&self, base: &LlamaConfig) -> LlamaConfig {
+        LlamaConfig {
+            hidden: self.hidden.unwrap_or(base.hidden),
+            heads: self.heads.unwrap_or(base.heads),
+            kv_heads: self.kv_heads.unwrap_or(base.kv_heads),
+            ffn: self.ffn.unwrap_or(base.ffn),
+            layers: self.layers.unwrap_or(base.layers),
+            seq: self.seq.unwrap_or(base.seq),
+            batch: self.batch.unwrap_or(base.batch),
+            vocab: self.vocab.unwrap_or(base.vocab),
+            ..base.clone()
+        }
+    }
+
+    /// `base` with the deepseek sizes these flags give replaced.
+    pub fn deepseek(&self, base: &DeepseekConfig) -> DeepseekConfig {
+        DeepseekConfig {
+            base: self.llama(&base.base),
+            moe_ffn: self.moe_ffn.unwrap_or(base.moe_ffn),
+            experts: self.experts.unwrap_or(base.experts),
+            top_k: self.top_k.unwrap_or(base.top_k),
+            ..base.clone()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lookup_finds_every_preset_and_lists_them_on_a_miss() {
+        for p in PRESETS {
+            assert_eq!(find_preset(p.name).unwrap(), p);
+        }
+        let err = find_preset("llama3-7b").unwrap_err();
+        assert!(err.starts_with("unknown preset `llama3-7b`; known: llama3-8b, "));
+        for p in PRESETS {
+            assert!(err.contains(p.name), "{err}");
+        }
+        let mut names: Vec<&str> = PRESETS.iter().map(|p| p.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), PRESETS.len(), "preset names are unique");
+    }
+
+    #[test]
+    fn flags_override_preset_sizes_one_by_one() {
+        let p = find_preset("llama3-405b").unwrap();
+        assert_eq!(SizeFlags::default().llama(&p.llama()), p.llama());
+        let flags = SizeFlags {
+            layers: Some(2),
+            seq: Some(16),
+            ..SizeFlags::default()
+        };
+        let c = flags.llama(&p.llama());
+        assert_eq!((c.layers, c.seq), (2, 16));
+        assert_eq!((c.hidden, c.heads, c.kv_heads), (16384, 128, 8));
+        assert_eq!((c.ffn, c.batch, c.vocab), (53248, 64, 128256));
+
+        let d = find_preset("deepseek-v3-671b").unwrap();
+        let flags = SizeFlags {
+            experts: Some(16),
+            hidden: Some(64),
+            ..SizeFlags::default()
+        };
+        let c = flags.deepseek(&d.deepseek());
+        assert_eq!((c.experts, c.base.hidden), (16, 64));
+        assert_eq!((c.top_k, c.moe_ffn, c.base.layers), (8, 2048, 61));
+        assert_eq!(c.aux_alpha, DeepseekConfig::default().aux_alpha);
+    }
+
+    #[test]
+    fn full_presets_have_the_documented_sizes() {
+        // name: hidden, layers, heads, kv heads, ffn, seq, vocab; experts, top-k, moe_ffn.
+        type Dense = (usize, usize, usize, usize, usize, usize, usize);
+        type Moe = Option<(usize, usize, usize)>;
+        let expected: [(&str, Dense, Moe); 6] = [
+            ("llama3-8b", (4096, 32, 32, 8, 14336, 8192, 128256), None),
+            ("llama3-70b", (8192, 80, 64, 8, 28672, 8192, 128256), None),
+            (
+                "llama3-405b",
+                (16384, 126, 128, 8, 53248, 8192, 128256),
+                None,
+            ),
+            (
+                "deepseek-v3-16b",
+                (2048, 27, 16, 16, 2816, 16384, 102400),
+                Some((64, 6, 1408)),
+            ),
+            (
+                "deepseek-v3-236b",
+                (5120, 60, 128, 128, 3072, 16384, 102400),
+                Some((160, 6, 1536)),
+            ),
+            (
+                "deepseek-v3-671b",
+                (7168, 61, 128, 128, 2048, 16384, 129280),
+                Some((256, 8, 2048)),
+            ),
+        ];
+        for (name, dense, moe) in expected {
+            let s = find_preset(name).unwrap().sizes;
+            let got = (
+                s.hidden, s.layers, s.heads, s.kv_heads, s.ffn, s.seq, s.vocab,
+            );
+            assert_eq!(got, dense, "{name}");
+            let got = s.moe.map(|m| (m.experts, m.top_k, m.moe_ffn));
+            assert_eq!(got, moe, "{name}");
+        }
+    }
+
+    #[test]
+    fn plans_follow_table_2() {
+        let table = |name| find_preset(name).unwrap().table;
+        let plans: Vec<(usize, usize, usize, usize)> = [
+            "llama3-8b",
+            "llama3-70b",
+            "llama3-405b",
+            "deepseek-v3-16b",
+            "deepseek-v3-236b",
+            "deepseek-v3-671b",
+        ]
+        .iter()
+        .map(|n| {
+            let t = table(n);
+            (t.dp, t.tp, t.pp, t.microbatches)
+        })
+        .collect();
+        assert_eq!(
+            plans,
+            [
+                (512, 1, 1, 1),
+                (16, 8, 4, 32),
+                (64, 8, 16, 16),
+                (16, 4, 2, 16),
+                (16, 8, 4, 16),
+                (32, 8, 8, 16)
+            ]
+        );
+        for p in PRESETS.iter().filter(|p| p.tiny_of.is_none()) {
+            let mesh = p.mesh();
+            let t = p.table;
+            // Without pp: the table's data-parallel degree (dp x ep: ep is carved out of data
+            // parallelism) and tensor-parallel degree, and expert parallelism at the tp degree.
+            assert_eq!(mesh.size("dp") * mesh.size("ep"), t.dp, "{}", p.name);
+            assert_eq!(mesh.size("tp"), t.tp, "{}", p.name);
+            if p.model == "deepseek" {
+                assert_eq!(mesh.size("ep"), t.tp, "{}", p.name);
+            }
+            assert_eq!(mesh.ranks() * t.pp, t.gpus(), "{}", p.name);
+        }
+    }
+
+    #[test]
+    fn tiny_variants_keep_the_structure() {
+        for tiny in PRESETS.iter().filter(|p| p.tiny_of.is_some()) {
+            let full = find_preset(tiny.tiny_of.unwrap()).unwrap();
+            assert_eq!(tiny.name, format!("{}-tiny", full.name));
+            assert_eq!((tiny.model, tiny.table), (full.model, full.table));
+            let (t, f) = (&tiny.sizes, &full.sizes);
+            assert_eq!(t.layers, f.layers, "{}", tiny.name);
+            assert_eq!(t.heads * f.kv_heads, f.heads * t.kv_heads, "{}", tiny.name);
+            if let (Some(tm), Some(fm)) = (t.moe, f.moe) {
+                assert_eq!(
+                    tm.experts * fm.top_k,
+                    fm.experts * tm.top_k,
+                    "{}",
+                    tiny.name
+                );
+            }
+            let dims = |p: &Preset| p.mesh.iter().map(|(d, _)| *d).collect::<Vec<_>>();
+            assert_eq!(dims(tiny), dims(full), "{}", tiny.name);
+            assert_eq!(tiny.vocab_parallel, full.vocab_parallel, "{}", tiny.name);
+        }
+        assert_eq!(PRESETS.iter().filter(|p| p.tiny_of.is_some()).count(), 6);
+    }
+
+    #[test]
+    fn every_preset_splits_over_its_plan() {
+        for p in PRESETS {
+            let mesh = p.mesh();
+            let dims: Vec<String> = p.mesh.iter().map(|(d, n)| format!("{d}={n}")).collect();
+            assert_eq!(Mesh::parse(&dims.join(",")).unwrap(), mesh, "mesh order");
+            let (dp, tp, ep) = (mesh.size("dp"), mesh.size("tp"), mesh.size("ep"));
+            let checked = if p.model == "deepseek" {
+                p.deepseek().check_split(dp, tp, ep)
+            } else {
+                p.llama().check_split(dp, tp, p.vocab_parallel)
+            };
+            assert_eq!(checked, Ok(()), "{}", p.name);
+        }
+    }
+}

@@ -32,7 +32,7 @@ pub struct EmitArgs {
     /// The model (see `zoo list`); may be left out with --preset.
     model: Option<String>,
     /// Start from a preset's sizes and plan (see `zoo list`): size flags override its values,
-    /// --mesh replaces its plan.
+    /// --mesh replaces its plan (mesh, --vocab-parallel, --microbatches, --pp-schedule).
     #[arg(long, value_name = "NAME")]
     preset: Option<String>,
     /// The mesh, e.g. `dp=2,tp=2` (default: tp=2, or the preset's plan).
@@ -322,11 +322,17 @@ fn emit_case(args: &EmitArgs) -> Result<(), String> {
         },
         preset,
     };
+    // The preset's microbatches and schedule belong to its plan, which --mesh replaces; the
+    // flags override them.
+    let plan_pipeline = match preset {
+        Some(p) if args.mesh.is_none() => p.pipeline,
+        _ => PipelineOptions::default(),
+    };
     let pipeline = PipelineOptions {
-        microbatches: args.microbatches.unwrap_or(1),
+        microbatches: args.microbatches.unwrap_or(plan_pipeline.microbatches),
         schedule: match &args.pp_schedule {
             Some(name) => Schedule::parse(name)?,
-            None => Schedule::default(),
+            None => plan_pipeline.schedule,
         },
     };
     let summary = emit_to_dir(&opts, &extras, &train_options(args)?, &pipeline, &args.out)?;

@@ -51,9 +51,10 @@ fn check_shared(s: &Scratch, dir: &str, args: &[&str], summary: &str, graphs: &s
 /// The tiny preset emits with shared rank graphs, and `run` and `inspect --strict` hold.
 fn check_tiny(name: &str) {
     let s = Scratch::new();
+    // Pipelined ranks name their peers, so only presets without pp share graph files.
     emit(&s, "out", &["--preset", name])
         .expect_code(0)
-        .stdout_has(&["ranks sharing"]);
+        .stdout_has(&["wrote out/case.yaml (spec + "]);
     s.run(&["run", "out/case.yaml", "--quiet"])
         .expect_code(0)
         .stdout_has(&["verdict: holds"]);
@@ -154,6 +155,16 @@ fn flags_override_the_preset_and_mesh_replaces_its_plan() {
     assert!(case.contains("name: llama3-70b-tiny-tp4\n"), "{case}");
     assert!(case.contains("  embed: Replicate()\n"), "{case}");
     let vp = "--preset llama3-70b-tiny --mesh tp=4 --vocab-parallel";
+    // Without --mesh the preset's pipeline stands, its microbatches overridable.
+    let case = emitted_case(
+        &s,
+        "pp",
+        "--preset llama3-70b-tiny --microbatches 4 --batch 8",
+    );
+    assert!(
+        case.contains("name: llama3-70b-tiny-pp2-dp2-tp2-vp-mb4-1f1b\n"),
+        "{case}"
+    );
     let case = emitted_case(&s, "vp", vp);
     assert!(case.contains("  embed: { tp: Shard(0) }\n"), "{case}");
 

@@ -56,9 +56,11 @@ impl Default for LlamaConfig {
     }
 }
 
-/// The largest element count of any tensor the zoo emits: keeps every size product (and the
-/// interpreter's allocation later) far from overflow.
-const MAX_ELEMENTS: usize = 1 << 40;
+/// The largest element count of any tensor the zoo emits: keeps every size product far from
+/// overflow (bytes of the largest tensor below 2^47; `run` refuses what exceeds its
+/// --max-memory). 2^44 admits the spec of Llama-3 70B's Table 2 plan, whose 512 sequences of
+/// 8192 tokens make `[batch, heads, seq, seq]` attention scores of 2^41 elements.
+const MAX_ELEMENTS: usize = 1 << 44;
 
 /// Why `value` (the size `name`) cannot be split over the `size` ranks of `over` (a mesh
 /// dim), if it cannot.

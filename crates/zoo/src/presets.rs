@@ -20,7 +20,10 @@
 //! (`first_k_dense_replace`) are MoE layers like the rest; its shared experts are one SwiGLU
 //! of width `n_shared_experts * moe_intermediate_size` (how DeepSeek's code implements them).
 
-use crate::{DeepseekConfig, LlamaConfig, Mesh};
+use crate::{
+    DeepseekConfig, EmitExtras, EmitOptions, LlamaConfig, Mesh, PipelineOptions, RankGraphs,
+    Schedule,
+};
 
 /// The plan of a TrainVerify Table 2 experiment: parallel degrees and microbatches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,6 +95,9 @@ pub struct Preset {
     pub mesh: &'static [(&'static str, usize)],
     /// Whether the default plan splits the embedding and LM head over tp (`--vocab-parallel`).
     pub vocab_parallel: bool,
+    /// The default plan's microbatches and schedule (`--microbatches`, `--pp-schedule`; used
+    /// when its mesh has a `pp` dim).
+    pub pipeline: PipelineOptions,
     /// The Table 2 plan of the model (of the full-size model, for a tiny variant).
     pub table: TablePlan,
     /// For a tiny variant: the full-size preset whose structure it keeps.
@@ -111,6 +117,12 @@ const LLAMA3_SOURCE: &str = "TrainVerify Tables 2 and 5; kv_heads, ffn and the e
 const DEEPSEEK_SOURCE: &str = "TrainVerify Tables 2 and 6; kv_heads (= heads: MLA), moe_ffn \
      and ffn (shared experts x moe_ffn) from DeepSeek's config.json (16B: V2-Lite, 236B: V2, \
      671B: V3)";
+
+/// The pipeline options of a plan without a `pp` mesh dim.
+const NO_PIPELINE: PipelineOptions = PipelineOptions {
+    microbatches: 1,
+    schedule: Schedule::GPipe,
+};
 
 /// Table 2, experiment L1 (Llama3-8B).
 const L1: TablePlan = TablePlan {
@@ -185,11 +197,12 @@ pub const PRESETS: &[Preset] = &[
         },
         mesh: &[("dp", 512)],
         vocab_parallel: false,
+        pipeline: NO_PIPELINE,
         table: L1,
         tiny_of: None,
         source: LLAMA3_SOURCE,
     },
-    // Table 2 L2: DP 16, TP 8, PP 4, 32 microbatches; without pp, dp=16 x tp=8.
+    // Table 2 L2: DP 16, TP 8, PP 4, 32 microbatches — expressible as is.
     Preset {
         name: "llama3-70b",
         model: "llama",
@@ -200,17 +213,25 @@ pub const PRESETS: &[Preset] = &[
             ffn: 28672,
             layers: 80,
             seq: 8192,
-            batch: 16,
+            // 32 microbatches of one sequence per dp rank.
+            batch: 512,
             vocab: 128256,
             moe: None,
         },
-        mesh: &[("dp", 16), ("tp", 8)],
+        mesh: &[("pp", 4), ("dp", 16), ("tp", 8)],
         vocab_parallel: true,
+        // Table 2 gives no schedule: Megatron's default 1F1B.
+        pipeline: PipelineOptions {
+            microbatches: 32,
+            schedule: Schedule::OneFOneB,
+        },
         table: L2,
         tiny_of: None,
         source: LLAMA3_SOURCE,
     },
-    // Table 2 L3: DP 64, TP 8, PP 16, 16 microbatches; without pp, dp=64 x tp=8.
+    // Table 2 L3: DP 64, TP 8, PP 16, 16 microbatches. The zoo's pipeline splits the layers
+    // into equal stages and 126 is not a multiple of 16 (Meta's 405B ran uneven stages), so
+    // the plan drops pp: dp=64 x tp=8.
     Preset {
         name: "llama3-405b",
         model: "llama",
@@ -227,6 +248,7 @@ pub const PRESETS: &[Preset] = &[
         },
         mesh: &[("dp", 64), ("tp", 8)],
         vocab_parallel: true,
+        pipeline: NO_PIPELINE,
         table: L3,
         tiny_of: None,
         source: LLAMA3_SOURCE,
@@ -255,6 +277,7 @@ pub const PRESETS: &[Preset] = &[
         },
         mesh: &[("dp", 4), ("tp", 4), ("ep", 4)],
         vocab_parallel: false,
+        pipeline: NO_PIPELINE,
         table: D1,
         tiny_of: None,
         source: DEEPSEEK_SOURCE,
@@ -282,6 +305,7 @@ pub const PRESETS: &[Preset] = &[
         },
         mesh: &[("dp", 2), ("tp", 8), ("ep", 8)],
         vocab_parallel: false,
+        pipeline: NO_PIPELINE,
         table: D2,
         tiny_of: None,
         source: DEEPSEEK_SOURCE,
@@ -309,6 +333,7 @@ pub const PRESETS: &[Preset] = &[
         },
         mesh: &[("dp", 4), ("tp", 8), ("ep", 8)],
         vocab_parallel: false,
+        pipeline: NO_PIPELINE,
         table: D3,
         tiny_of: None,
         source: DEEPSEEK_SOURCE,
@@ -332,6 +357,7 @@ pub const PRESETS: &[Preset] = &[
         },
         mesh: &[("dp", 2)],
         vocab_parallel: false,
+        pipeline: NO_PIPELINE,
         table: L1,
         tiny_of: Some("llama3-8b"),
         source: "test-size variant of llama3-8b",
@@ -346,12 +372,16 @@ pub const PRESETS: &[Preset] = &[
             ffn: 224,
             layers: 80,
             seq: 8,
-            batch: 2,
+            batch: 4,
             vocab: 64,
             moe: None,
         },
-        mesh: &[("dp", 2), ("tp", 2)],
+        mesh: &[("pp", 2), ("dp", 2), ("tp", 2)],
         vocab_parallel: true,
+        pipeline: PipelineOptions {
+            microbatches: 2,
+            schedule: Schedule::OneFOneB,
+        },
         table: L2,
         tiny_of: Some("llama3-70b"),
         source: "test-size variant of llama3-70b",
@@ -372,6 +402,7 @@ pub const PRESETS: &[Preset] = &[
         },
         mesh: &[("dp", 2), ("tp", 2)],
         vocab_parallel: true,
+        pipeline: NO_PIPELINE,
         table: L3,
         tiny_of: Some("llama3-405b"),
         source: "test-size variant of llama3-405b",
@@ -396,6 +427,7 @@ pub const PRESETS: &[Preset] = &[
         },
         mesh: &[("dp", 2), ("tp", 2), ("ep", 2)],
         vocab_parallel: false,
+        pipeline: NO_PIPELINE,
         table: D1,
         tiny_of: Some("deepseek-v3-16b"),
         source: "test-size variant of deepseek-v3-16b",
@@ -420,6 +452,7 @@ pub const PRESETS: &[Preset] = &[
         },
         mesh: &[("dp", 2), ("tp", 2), ("ep", 2)],
         vocab_parallel: false,
+        pipeline: NO_PIPELINE,
         table: D2,
         tiny_of: Some("deepseek-v3-236b"),
         source: "test-size variant of deepseek-v3-236b",
@@ -444,6 +477,7 @@ pub const PRESETS: &[Preset] = &[
         },
         mesh: &[("dp", 2), ("tp", 2), ("ep", 2)],
         vocab_parallel: false,
+        pipeline: NO_PIPELINE,
         table: D3,
         tiny_of: Some("deepseek-v3-671b"),
         source: "test-size variant of deepseek-v3-671b",
@@ -501,6 +535,28 @@ impl Preset {
         }
     }
 
+    /// What `zoo emit --preset NAME` emits with no other flag: the preset's sizes and plan,
+    /// shared rank graph files, the full iteration with SGD (pass the extras to
+    /// [`crate::emit_pipelined`] or [`crate::emit_to_dir`] with [`crate::TrainOptions::PLAIN`]).
+    pub fn request(&'static self) -> (EmitOptions, EmitExtras, PipelineOptions) {
+        let opts = EmitOptions {
+            model: self.model.to_string(),
+            mlp: crate::MlpConfig::default(),
+            llama: self.llama(),
+            mesh: self.mesh(),
+            bug: None,
+            forward_only: false,
+            vocab_parallel: self.vocab_parallel,
+        };
+        let extras = EmitExtras {
+            deepseek: self.deepseek(),
+            rank_graphs: RankGraphs::Shared,
+            preset: Some(self),
+            ..EmitExtras::default()
+        };
+        (opts, extras, self.pipeline)
+    }
+
     /// The sizes in one line, e.g. `hidden 16384, heads 128/8 kv, ffn 53248, 126 layers, ...`.
     pub fn sizes_line(&self) -> String {
         let s = &self.sizes;
@@ -523,6 +579,13 @@ impl Preset {
         let mut flags = dims.join(",");
         if self.vocab_parallel {
             flags.push_str(" --vocab-parallel");
+        }
+        if self.mesh.iter().any(|(d, _)| *d == "pp") {
+            flags.push_str(&format!(
+                " --microbatches {} --pp-schedule {}",
+                self.pipeline.microbatches,
+                self.pipeline.schedule.name()
+            ));
         }
         flags
     }
@@ -555,11 +618,20 @@ impl Preset {
                 self.mesh().size("dp") * self.mesh().size("ep")
             ));
         }
-        if t.pp > 1 {
+        let mesh = self.mesh();
+        if t.pp > 1 && mesh.size("pp") == 1 {
+            let why = if self.model == "llama" {
+                format!(
+                    "its {} layers do not split into {} equal stages",
+                    self.sizes.layers, t.pp
+                )
+            } else {
+                "the zoo pipelines the mlp and llama models only".to_string()
+            };
             note.push_str(&format!(
-                ", {} ranks: the zoo has no pp mesh dim yet, so every rank holds all {} layers \
-                 and the pipeline's microbatches are not split",
-                self.mesh().ranks(),
+                ", {} ranks without pp ({why}): every rank holds all {} layers, the \
+                 microbatches are not split",
+                mesh.ranks(),
                 self.sizes.layers
             ));
         }
@@ -747,7 +819,11 @@ mod tests {
             if p.model == "deepseek" {
                 assert_eq!(mesh.size("ep"), t.tp, "{}", p.name);
             }
-            assert_eq!(mesh.ranks() * t.pp, t.gpus(), "{}", p.name);
+            let pp = mesh.size("pp");
+            if pp > 1 {
+                assert_eq!((pp, p.pipeline.microbatches), (t.pp, t.microbatches));
+            }
+            assert_eq!(mesh.ranks() * t.pp / pp, t.gpus(), "{}", p.name);
         }
     }
 
@@ -771,8 +847,23 @@ mod tests {
             let dims = |p: &Preset| p.mesh.iter().map(|(d, _)| *d).collect::<Vec<_>>();
             assert_eq!(dims(tiny), dims(full), "{}", tiny.name);
             assert_eq!(tiny.vocab_parallel, full.vocab_parallel, "{}", tiny.name);
+            assert_eq!(
+                tiny.pipeline.schedule, full.pipeline.schedule,
+                "{}",
+                tiny.name
+            );
         }
         assert_eq!(PRESETS.iter().filter(|p| p.tiny_of.is_some()).count(), 6);
+    }
+
+    #[test]
+    fn every_preset_passes_the_emit_checks() {
+        for p in PRESETS {
+            let (opts, extras, pipeline) = p.request();
+            let planned =
+                crate::check_and_plan(&opts, &extras, &crate::TrainOptions::PLAIN, &pipeline);
+            assert!(planned.is_ok(), "{}: {:?}", p.name, planned.err());
+        }
     }
 
     #[test]
@@ -787,6 +878,14 @@ mod tests {
             } else {
                 p.llama().check_split(dp, tp, p.vocab_parallel)
             };
+            let pp = mesh.size("pp");
+            let microbatches = p.pipeline.microbatches;
+            assert!(p.sizes.layers.is_multiple_of(pp), "{}", p.name);
+            assert!(
+                (p.sizes.batch / dp).is_multiple_of(microbatches),
+                "{}",
+                p.name
+            );
             assert_eq!(checked, Ok(()), "{}", p.name);
         }
     }

@@ -4,8 +4,8 @@ use crate::Verdict;
 use clap::{Args as ClapArgs, Subcommand};
 use shardproof_zoo::{
     emit_to_dir, find_bug, find_preset, AdamConfig, DeepseekConfig, EmitExtras, EmitOptions,
-    Gpt2Config, LlamaConfig, Mesh, MlpConfig, Optimizer, PipelineOptions, RankGraphs, Schedule,
-    SizeFlags, TrainOptions, ZeroStage, BUGS, MODELS, PARALLELISMS, PRESETS, TRAINING,
+    EpDispatch, Gpt2Config, LlamaConfig, Mesh, MlpConfig, Optimizer, PipelineOptions, RankGraphs,
+    Schedule, SizeFlags, TrainOptions, ZeroStage, BUGS, MODELS, PARALLELISMS, PRESETS, TRAINING,
 };
 use std::path::PathBuf;
 
@@ -108,6 +108,10 @@ pub struct EmitArgs {
     /// Experts selected per token (deepseek; default 2).
     #[arg(long)]
     top_k: Option<usize>,
+    /// deepseek under expert parallelism: how tokens reach the experts' ranks, by all-gather
+    /// and reduce-scatter over ep or by all_to_all_single.
+    #[arg(long, value_name = "DISPATCHER", default_value = "allgather", value_parser = ["allgather", "alltoall"])]
+    ep_dispatch: String,
     /// Pipeline parallelism (a pp mesh dim): microbatches per dp rank (default 1).
     #[arg(long, value_name = "M")]
     microbatches: Option<usize>,
@@ -321,6 +325,7 @@ fn emit_case(args: &EmitArgs) -> Result<(), String> {
             RankGraphs::PerRank
         },
         preset,
+        ep_dispatch: EpDispatch::parse(&args.ep_dispatch)?,
     };
     // The preset's microbatches and schedule belong to its plan, which --mesh replaces; the
     // flags override them.

@@ -309,3 +309,62 @@ fn spec_matches_an_independent_pytorch_moe() {
     };
     torch.check(&spec_graph(&cfg), b.vocab, b.lr, &params, 0x0dd_ba13);
 }
+
+#[test]
+fn all_to_all_dispatch_holds_and_moe_bugs_are_still_found() {
+    let scratch = Scratch::new();
+    for &(mesh, dp, tp, ep) in MESHES.iter().filter(|m| m.3 > 1) {
+        for forward_only in [true, false] {
+            let mut flags = vec!["--ep-dispatch", "alltoall"];
+            if forward_only {
+                flags.push("--forward-only");
+            }
+            let dir = format!("a2a-{mesh}-{forward_only}");
+            let case = emit(&scratch, &dir, mesh, &flags);
+            scratch
+                .run(&["run", &case])
+                .expect_code(0)
+                .stdout_has(&["verdict: holds"]);
+            scratch.run(&["inspect", "--strict", &case]).expect_code(0);
+            let r0 = std::fs::read_to_string(scratch.path().join(format!("{dir}/r0.py"))).unwrap();
+            // Per layer two all-to-alls out (tokens, gates) and one back; the backward mirrors
+            // them. No all-gather or reduce-scatter over ep is left.
+            let layers = DeepseekConfig::default().base.layers;
+            let per_layer = if forward_only { 3 } else { 6 };
+            assert_eq!(
+                r0.matches("all_to_all_single.default(").count(),
+                per_layer * layers,
+                "{r0}"
+            );
+            assert!(!r0.contains("all_gather"), "{r0}");
+            for bug in BUGS {
+                if bug
+                    .check_applies_with_ep(&Site::new("deepseek", dp, tp, forward_only), ep)
+                    .is_err()
+                {
+                    continue;
+                }
+                let mut with_bug = flags.clone();
+                with_bug.extend(["--bug", bug.id]);
+                let case = emit(&scratch, &format!("{dir}-{}", bug.id), mesh, &with_bug);
+                let out = scratch.run(&["run", &case]);
+                out.expect_code(1)
+                    .stdout_has(&["first mismatching output `"]);
+            }
+        }
+    }
+    let yaml = std::fs::read_to_string(scratch.path().join("a2a-ep=2-false/case.yaml")).unwrap();
+    assert!(yaml.contains("name: deepseek-ep2-a2a\n"), "{yaml}");
+    // The option needs the deepseek model and an ep mesh dim.
+    for request in [
+        "deepseek --mesh tp=2 --ep-dispatch alltoall",
+        "llama --mesh tp=2 --ep-dispatch alltoall",
+    ] {
+        let mut args = vec!["zoo", "emit", "-o", "bad"];
+        args.extend(request.split_whitespace());
+        scratch
+            .run(&args)
+            .expect_code(2)
+            .stderr_has(&["--ep-dispatch alltoall applies to the deepseek model"]);
+    }
+}

@@ -56,11 +56,7 @@ fn main() {
         "rank nodes",
         "MB written",
         "seconds",
-        if resettable {
-            "peak MiB"
-        } else {
-            "peak MiB*"
-        }
+        if resettable { "peak MiB" } else { "peak MiB*" }
     );
     for preset in PRESETS {
         if !wanted.is_empty() && !wanted.iter().any(|w| w == preset.name) {

@@ -17,10 +17,14 @@
 //! `[experts, ...]` along the experts. Tokens reach the experts' owners by Megatron's
 //! all-gather dispatcher: the MoE inputs and gates are all-gathered over `ep`, each rank runs
 //! its own experts on the tokens of the whole ep group, and a reduce-scatter over `ep` sums
-//! the experts' contributions and hands every rank its own tokens back. (With dense routing
-//! every token visits every expert rank, so an `all_to_all_single` with static splits would
-//! carry the same data as this all-gather; all-gather and reduce-scatter are also what the
-//! refinement engine reasons about.) Expert gradients are summed over the expert-data-parallel
+//! the experts' contributions and hands every rank its own tokens back. Or, with
+//! [`EpDispatch::AllToAll`] (`--ep-dispatch alltoall`), by Megatron's all-to-all dispatcher:
+//! with dense routing every token visits every expert rank, so one `all_to_all_single` with
+//! equal static splits sends every peer the rank's tokens (and the gate columns of the peer's
+//! experts), and the combine, a second one, sends each token's partial outputs from the rank's
+//! experts back to the token's owner, which sums them over the ep group; the backward runs the
+//! same all-to-alls the other way. (The all-gather dispatcher is the default: all-gather and
+//! reduce-scatter are what the refinement engine reasons about.) Expert gradients are summed over the expert-data-parallel
 //! group (`dp`) and divided by the whole data-parallel size `dp * ep`, as Megatron scales them.
 //! `tp` is Megatron tensor parallelism: attention and shared expert as in llama, the routed
 //! experts' inner width split too (expert tensor parallelism), the router replicated. The
@@ -182,6 +186,47 @@ impl DeepseekConfig {
     }
 }
 
+/// How tokens reach the ranks of their experts under expert parallelism, and the experts'
+/// outputs come back (`zoo emit --ep-dispatch`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum EpDispatch {
+    /// Megatron's all-gather dispatcher: the MoE input and the gates are all-gathered over
+    /// `ep`, each rank slices its experts' gate columns, and a reduce-scatter over `ep` sums the
+    /// experts' outputs and returns each rank its own tokens.
+    #[default]
+    AllGather,
+    /// Megatron's all-to-all dispatcher: `all_to_all_single` over `ep` sends each peer the
+    /// rank's tokens and the gate columns of the peer's experts; a second one sends each
+    /// token's partial outputs from the rank's experts back to the token's owner, which sums
+    /// them over the ep group.
+    AllToAll,
+}
+
+impl EpDispatch {
+    /// The dispatchers by their `--ep-dispatch` names.
+    pub const ALL: [(&'static str, EpDispatch); 2] = [
+        ("allgather", EpDispatch::AllGather),
+        ("alltoall", EpDispatch::AllToAll),
+    ];
+
+    /// The dispatcher named `name` (`allgather` or `alltoall`).
+    pub fn parse(name: &str) -> Result<EpDispatch, String> {
+        Self::ALL
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|&(_, d)| d)
+            .ok_or_else(|| format!("unknown ep dispatcher `{name}`; known: allgather, alltoall"))
+    }
+
+    /// Its `--ep-dispatch` name.
+    pub fn name(self) -> &'static str {
+        Self::ALL
+            .iter()
+            .find(|(_, d)| *d == self)
+            .map_or("allgather", |(n, _)| n)
+    }
+}
+
 /// The rank a graph is built for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RankPlan {
@@ -193,6 +238,8 @@ pub struct RankPlan {
     pub ep: usize,
     /// The rank's index along ep: it holds experts `[ep_rank * E / ep, (ep_rank + 1) * E / ep)`.
     pub ep_rank: usize,
+    /// How tokens reach the experts over `ep` (irrelevant without it).
+    pub dispatch: EpDispatch,
 }
 
 impl RankPlan {
@@ -202,6 +249,7 @@ impl RankPlan {
         tp: 1,
         ep: 1,
         ep_rank: 0,
+        dispatch: EpDispatch::AllGather,
     };
 
     /// The process group over which the replicated (non-expert) parameters' gradients and the
@@ -283,6 +331,43 @@ fn normalize_backward(g: &mut GraphBuilder, grad: &Val, normalized: &Val, sum: &
     g.binary("div", "aten.div.Tensor", &centered, sum)
 }
 
+/// `x` `[t, c]` repeated `n` times along dim 0 (`[n * t, c]`: a copy for each member of an
+/// all-to-all).
+fn repeat_rows(g: &mut GraphBuilder, x: &Val, n: usize) -> Val {
+    let (t, c) = (x.shape[0], x.shape[1]);
+    let row = g.unsqueeze(x, 0);
+    let copies = g.expand(&row, &[n, t, c]);
+    let copies = g.contiguous(&copies);
+    g.view(&copies, &[n * t, c])
+}
+
+/// The sum of the `n` dim-0 chunks of `x` `[n * t, c]` (the backward of [`repeat_rows`]).
+fn sum_chunks(g: &mut GraphBuilder, x: &Val, n: usize) -> Val {
+    let (t, c) = (x.shape[0] / n, x.shape[1]);
+    let chunks = g.view(x, &[n, t, c]);
+    g.sum_dims(&chunks, &[0], false)
+}
+
+/// The gate matrix `[t, E]` rearranged for an all-to-all over `n` members: member `j`'s chunk
+/// is the columns of its experts, `[j * E/n, (j + 1) * E/n)` (`[n * t, E/n]`).
+fn columns_by_peer(g: &mut GraphBuilder, gates: &Val, n: usize) -> Val {
+    let (t, e) = (gates.shape[0], gates.shape[1]);
+    let split = g.view(gates, &[t, n, e / n]);
+    let by_peer = g.permute(&split, &[1, 0, 2]);
+    let by_peer = g.contiguous(&by_peer);
+    g.view(&by_peer, &[n * t, e / n])
+}
+
+/// The inverse of [`columns_by_peer`]: `[n * t, E/n]` whose chunk `j` holds the columns of
+/// member `j`'s experts, back to `[t, E]`.
+fn columns_from_peers(g: &mut GraphBuilder, x: &Val, n: usize) -> Val {
+    let (t, el) = (x.shape[0] / n, x.shape[1]);
+    let split = g.view(x, &[n, t, el]);
+    let by_token = g.permute(&split, &[1, 0, 2]);
+    let by_token = g.contiguous(&by_token);
+    g.view(&by_token, &[t, n * el])
+}
+
 /// The MoE block of layer `l` on token rows `x2d` `[t, h]` (replicated over tp): the block
 /// output `[t, h]` (all-reduced over tp), the rank's share of the layer's auxiliary loss, and
 /// what the backward reads.
@@ -353,20 +438,29 @@ fn moe_block(
         by => g.div_scalar("aux_share", &aux, Arg::I(by as i64)),
     };
 
-    // Routed experts (all-gather dispatcher over ep): the rank's experts on every token of the
-    // ep group, weighted by their gate columns, summed; the reduce-scatter sums over the ep
-    // group's experts and returns the rank's own tokens.
-    let (x_all, gates_all) = if ep > 1 {
-        (g.all_gather(x2d, ep, "ep"), g.all_gather(&gates, ep, "ep"))
+    // Routed experts: the rank's experts on every token of the ep group, weighted by their
+    // gate columns, summed. All-gather dispatcher: the tokens and gates gathered over ep,
+    // the rank's gate columns sliced; the reduce-scatter sums over the ep group's experts and
+    // returns the rank's own tokens. All-to-all dispatcher: each peer is sent the rank's
+    // tokens and the gate columns of its experts; the combine sends each token's partial
+    // outputs back to its owner, which sums them over the ep group.
+    let a2a = ep > 1 && cx.plan.dispatch == EpDispatch::AllToAll;
+    let (x_all, local_gates) = if a2a {
+        let x_send = repeat_rows(g, x2d, ep);
+        let gates_send = columns_by_peer(g, &gates, ep);
+        (
+            g.all_to_all(&x_send, ep, "ep"),
+            g.all_to_all(&gates_send, ep, "ep"),
+        )
+    } else if ep > 1 {
+        let x_all = g.all_gather(x2d, ep, "ep");
+        let gates_all = g.all_gather(&gates, ep, "ep");
+        let local_gates = g.slice(&gates_all, 1, ep_rank * el, (ep_rank + 1) * el);
+        (x_all, local_gates)
     } else {
         (x2d.clone(), gates.clone())
     };
     let n = x_all.shape[0];
-    let local_gates = if ep > 1 {
-        g.slice(&gates_all, 1, ep_rank * el, (ep_rank + 1) * el)
-    } else {
-        gates_all
-    };
     let x_row = g.unsqueeze(&x_all, 0);
     let xb = g.expand(&x_row, &[el, n, h]);
     let (out, experts) = swiglu(g, &xb, w, ROUTED_EXPERTS, l);
@@ -374,7 +468,10 @@ fn moe_block(
     let gate_cols = g.unsqueeze(&gates_t, 2);
     let weighted = g.mul(&out, &gate_cols);
     let routed_all = g.sum_dims(&weighted, &[0], false);
-    let routed = if ep > 1 {
+    let routed = if a2a {
+        let back = g.all_to_all(&routed_all, ep, "ep");
+        sum_chunks(g, &back, ep)
+    } else if ep > 1 {
         g.reduce_scatter_sum(&routed_all, ep, "ep")
     } else {
         routed_all
@@ -428,8 +525,14 @@ fn moe_block_backward(
     // Shared expert.
     let g_x_shared = swiglu_backward(g, g_out, &sv.shared, w, SHARED_EXPERT, l, grads);
 
-    // Routed experts: the reduce-scatter's backward is an all-gather over ep.
-    let g_all = if ep > 1 {
+    // Routed experts: the reduce-scatter's backward is an all-gather over ep; the combine
+    // all-to-all's is an all-to-all of the gradient of every received partial (the output
+    // gradient, repeated: they were summed).
+    let a2a = ep > 1 && cx.plan.dispatch == EpDispatch::AllToAll;
+    let g_all = if a2a {
+        let g_back = repeat_rows(g, g_out, ep);
+        g.all_to_all(&g_back, ep, "ep")
+    } else if ep > 1 {
         g.all_gather(g_out, ep, "ep")
     } else {
         g_out.clone()
@@ -445,7 +548,16 @@ fn moe_block_backward(
     let g_x_all = g.sum_dims(&g_xb, &[0], false);
     // The all-gathers' backwards: reduce-scatters over ep (the gates zero-padded from the
     // rank's expert columns to all E first, the slice's backward).
-    let (g_x_routed, g_gates) = if ep > 1 {
+    // The dispatch all-to-alls' backwards: all-to-alls back to the tokens' owners, the token
+    // copies summed, the gate columns put back in expert order.
+    let (g_x_routed, g_gates) = if a2a {
+        let g_x_back = g.all_to_all(&g_x_all, ep, "ep");
+        let g_gates_back = g.all_to_all(&g_local_gates, ep, "ep");
+        (
+            sum_chunks(g, &g_x_back, ep),
+            columns_from_peers(g, &g_gates_back, ep),
+        )
+    } else if ep > 1 {
         let left = (ep_rank * el) as i64;
         let right = (e - (ep_rank + 1) * el) as i64;
         let padded = g.call(
@@ -647,6 +759,7 @@ mod tests {
             tp,
             ep,
             ep_rank,
+            dispatch: EpDispatch::AllGather,
         }
     }
 
@@ -750,6 +863,30 @@ mod tests {
             "{r1}"
         );
         assert!(r1.contains("constant_pad_nd.default(transpose_"), "{r1}");
+        // The all-to-all dispatcher: per layer two all-to-alls out (tokens, gates) and one back
+        // in the forward, the same three in the backward; no all-gather or reduce-scatter.
+        let a2a = RankPlan {
+            dispatch: EpDispatch::AllToAll,
+            ..plan(1, 2, 1)
+        };
+        let r1 = build(&c, a2a, false, None).render();
+        assert_eq!(
+            r1.matches("all_to_all_single.default(").count(),
+            6 * c.base.layers
+        );
+        assert!(!r1.contains("all_gather") && !r1.contains("reduce_scatter"));
+        assert!(
+            r1.contains("all_to_all_single.default(view_17, [16, 16], [16, 16], 'ep')"),
+            "{r1}"
+        );
+        let fw = build(&c, a2a, true, None).render();
+        assert_eq!(
+            fw.matches("all_to_all_single.default(").count(),
+            3 * c.base.layers
+        );
+        assert_eq!(EpDispatch::parse("alltoall"), Ok(EpDispatch::AllToAll));
+        assert_eq!(EpDispatch::AllToAll.name(), "alltoall");
+        assert!(EpDispatch::parse("ring").is_err());
         let tp = plan(2, 1, 0);
         let tp2 = build(&c, tp, false, None).render();
         let unsynced = build(&c, tp, false, Some(Mutation::MoeRouterGradUnsynced)).render();

@@ -614,6 +614,35 @@ impl GraphBuilder {
         )
     }
 
+    /// `_c10d_functional.all_to_all_single.default(a, splits, splits, group)` with equal
+    /// splits (`a`'s dim 0 divided by `size`) followed by `wait_tensor`: this member receives
+    /// its chunk of every member's tensor, concatenated along dim 0 in group order.
+    pub fn all_to_all(&mut self, a: &Val, size: usize, group: &str) -> Val {
+        assert!(
+            a.shape[0].is_multiple_of(size),
+            "all_to_all of {:?} over {size}",
+            a.shape
+        );
+        let splits = vec![(a.shape[0] / size) as i64; size];
+        let a2a = self.call(
+            "all_to_all_single",
+            "_c10d_functional.all_to_all_single.default",
+            &[
+                Arg::V(a),
+                Arg::Ints(splits.clone()),
+                Arg::Ints(splits),
+                Arg::S(group),
+            ],
+            a.shape.clone(),
+        );
+        self.call(
+            "wait_tensor",
+            "_c10d_functional.wait_tensor.default",
+            &[Arg::V(&a2a)],
+            a.shape.clone(),
+        )
+    }
+
     /// `_c10d_functional.all_reduce.default(a, 'sum', group)` followed by `wait_tensor`.
     pub fn all_reduce_sum(&mut self, a: &Val, group: &str) -> Val {
         self.all_reduce(a, "sum", group)

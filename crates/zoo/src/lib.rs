@@ -13,7 +13,7 @@ pub mod presets;
 pub mod train;
 
 pub use bugs::{find_bug, Bug, Mutation, Site, BUGS};
-pub use deepseek::DeepseekConfig;
+pub use deepseek::{DeepseekConfig, EpDispatch};
 pub use gpt2::Gpt2Config;
 pub use llama::LlamaConfig;
 pub use mlp::MlpConfig;
@@ -115,7 +115,8 @@ pub const PARALLELISMS: &[(&str, &str)] = &[
     (
         "ep",
         "expert parallel (deepseek): batch Shard(0) like dp, stacked expert weights Shard(0); \
-         tokens dispatched by all-gather and combined by reduce-scatter over ep",
+         tokens dispatched by all-gather and combined by reduce-scatter over ep \
+         (--ep-dispatch alltoall: all_to_all_single both ways)",
     ),
 ];
 
@@ -250,6 +251,9 @@ pub struct EmitExtras {
     pub rank_graphs: RankGraphs,
     /// The preset the sizes and plan come from, if any: named in the case's name and header.
     pub preset: Option<&'static Preset>,
+    /// deepseek under expert parallelism: how tokens reach the experts' ranks (all-gather and
+    /// reduce-scatter, the default, or all-to-all).
+    pub ep_dispatch: EpDispatch,
 }
 
 /// How the rank graphs of an emitted case are stored.
@@ -497,18 +501,9 @@ fn write_plan(
     let mut rank_files = graph_files.clone();
     rank_files.sort_unstable();
     rank_files.dedup();
-    let sp = extras.sequence_parallel;
     sink.put(
         "case.yaml",
-        &case_yaml(
-            opts,
-            sp,
-            train,
-            &plan,
-            stages.as_ref(),
-            &graph_files,
-            extras.preset,
-        ),
+        &case_yaml(opts, extras, train, &plan, stages.as_ref(), &graph_files),
     )?;
     Ok(EmitSummary {
         ranks,
@@ -558,6 +553,12 @@ fn check_and_plan<'a>(
         return Err(
             "sequence parallelism applies to the gpt2 model on a tp mesh dim of size >= 2".into(),
         );
+    }
+    if extras.ep_dispatch != EpDispatch::default() && (!deepseek || ep < 2) {
+        return Err(format!(
+            "--ep-dispatch {} applies to the deepseek model on an ep mesh dim of size >= 2",
+            extras.ep_dispatch.name()
+        ));
     }
     if deepseek {
         extras.deepseek.check_split(dp, tp, ep)?;
@@ -641,7 +642,13 @@ fn check_and_plan<'a>(
         lr,
     };
     let plan = if deepseek {
-        deepseek_plan(&extras.deepseek, &opts.mesh, opts.forward_only, mutation)
+        deepseek_plan(
+            &extras.deepseek,
+            &opts.mesh,
+            extras.ep_dispatch,
+            opts.forward_only,
+            mutation,
+        )
     } else if gpt2 {
         let cfg = &extras.gpt2;
         // Rank = dp_i * tp + tp_i; ranks differ only by their sequence chunk under SP.
@@ -808,6 +815,7 @@ fn held_on(place: String, stages: &[usize]) -> String {
 fn deepseek_plan<'a>(
     cfg: &'a DeepseekConfig,
     mesh: &Mesh,
+    dispatch: EpDispatch,
     forward_only: bool,
     mutation: Option<Mutation>,
 ) -> Plan<'a> {
@@ -818,6 +826,7 @@ fn deepseek_plan<'a>(
             tp,
             ep,
             ep_rank: r % ep,
+            dispatch,
         };
         deepseek::build(cfg, plan, forward_only, mutation)
     });
@@ -853,13 +862,14 @@ fn deepseek_plan<'a>(
 /// The case file of `plan`, whose rank `r` runs the graph file `graph_files[r]`.
 fn case_yaml(
     opts: &EmitOptions,
-    sequence_parallel: bool,
+    extras: &EmitExtras,
     train: &TrainOptions,
     plan: &Plan,
     stages: Option<&Stages>,
     graph_files: &[String],
-    preset: Option<&Preset>,
 ) -> String {
+    let (sequence_parallel, preset) = (extras.sequence_parallel, extras.preset);
+    let dispatch = extras.ep_dispatch;
     let mesh = &opts.mesh;
     // Restricts a tensor's placement to the stages that hold it, under pipeline parallelism.
     let held = |name: &str, place: String| match stages.and_then(|s| s.held_at.get(name)) {
@@ -951,6 +961,9 @@ fn case_yaml(
     if sequence_parallel {
         name.push_str("-sp");
     }
+    if dispatch == EpDispatch::AllToAll {
+        name.push_str("-a2a");
+    }
     if opts.forward_only {
         name.push_str("-fw");
     }
@@ -996,6 +1009,12 @@ fn case_yaml(
             division.join(", "),
             st.options.microbatches,
             st.options.schedule.name()
+        );
+    }
+    if dispatch == EpDispatch::AllToAll {
+        let _ = writeln!(
+            s,
+            "# Expert dispatch: all_to_all_single over ep (tokens and gates out, partial outputs back)."
         );
     }
     if let Some(b) = opts.bug {

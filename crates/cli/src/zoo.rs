@@ -4,8 +4,9 @@ use crate::Verdict;
 use clap::{Args as ClapArgs, Subcommand};
 use shardproof_zoo::{
     emit_to_dir, find_bug, find_preset, AdamConfig, DeepseekConfig, EmitExtras, EmitOptions,
-    EpDispatch, Gpt2Config, LlamaConfig, Mesh, MlpConfig, Optimizer, PipelineOptions, RankGraphs,
-    Schedule, SizeFlags, TrainOptions, ZeroStage, BUGS, MODELS, PARALLELISMS, PRESETS, TRAINING,
+    EpDispatch, Gpt2Config, LlamaConfig, Mesh, MlpConfig, MlpOptions, Optimizer, PipelineOptions,
+    RankGraphs, Schedule, SizeFlags, TrainOptions, ZeroStage, BUGS, MODELS, PARALLELISMS, PRESETS,
+    TRAINING,
 };
 use std::path::PathBuf;
 
@@ -112,6 +113,17 @@ pub struct EmitArgs {
     /// and reduce-scatter over ep or by all_to_all_single.
     #[arg(long, value_name = "DISPATCHER", default_value = "allgather", value_parser = ["allgather", "alltoall"])]
     ep_dispatch: String,
+    /// mlp: activation recomputation (each block's fc1 and relu rerun in the backward from
+    /// its checkpointed input).
+    #[arg(long)]
+    recompute: bool,
+    /// mlp: FP8 (E4M3, emulated) weights with per-tensor scaling, the amax all-reduced over tp.
+    #[arg(long)]
+    fp8: bool,
+    /// gpt2 with --sequence-parallel: TP communication overlap (the row-parallel weight
+    /// gradients computed chunk by chunk as the all-gathered output gradient arrives).
+    #[arg(long)]
+    tp_comm_overlap: bool,
     /// Pipeline parallelism (a pp mesh dim): microbatches per dp rank (default 1).
     #[arg(long, value_name = "M")]
     microbatches: Option<usize>,
@@ -161,6 +173,20 @@ fn list(bugs_only: bool) {
             "  (gpt2 only: --sequence-parallel adds Megatron sequence parallelism over tp: \
              LayerNorms on sequence chunks, all-gather before and reduce-scatter after the \
              tensor-parallel regions, LayerNorm and row-parallel bias gradients all-reduced)"
+        );
+        outln!(
+            "  (deepseek only: --ep-dispatch alltoall dispatches tokens to the experts and \
+             combines their outputs by all_to_all_single over ep instead of all-gather and \
+             reduce-scatter)"
+        );
+        outln!(
+            "  (mlp only: --recompute reruns each block's fc1 and relu in the backward from its \
+             checkpoint; --fp8 runs fc1 and fc2 on FP8 (E4M3, emulated) weights with per-tensor \
+             scaling, the amax all-reduced over tp)"
+        );
+        outln!(
+            "  (gpt2 with --sequence-parallel: --tp-comm-overlap computes the row-parallel \
+             weight gradients chunk by chunk as the all-gathered output gradient arrives)"
         );
         outln!("training (full iteration; every model but deepseek, any mesh):");
         for (flag, d) in TRAINING {
@@ -326,6 +352,11 @@ fn emit_case(args: &EmitArgs) -> Result<(), String> {
         },
         preset,
         ep_dispatch: EpDispatch::parse(&args.ep_dispatch)?,
+        mlp_options: MlpOptions {
+            recompute: args.recompute,
+            fp8: args.fp8,
+        },
+        tp_comm_overlap: args.tp_comm_overlap,
     };
     // The preset's microbatches and schedule belong to its plan, which --mesh replaces; the
     // flags override them.

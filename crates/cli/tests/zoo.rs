@@ -83,7 +83,9 @@ fn check_model(model: &str, meshes: &[(&str, usize, usize)], vocab_parallel: boo
             assert!(out.contains("verdict: holds"), "{what}\n{out}");
             expect(&shardproof(&["inspect", "--strict", &case]), 0, &what);
             for bug in BUGS {
-                if bug.check_applies(&site(dp, tp, forward_only)).is_err() {
+                // The numerically invisible bugs (their values are the correct plan's) are
+                // checked to hold under `run` in zoo_bugs_extra.rs.
+                if bug.check_applies(&site(dp, tp, forward_only)).is_err() || !bug.run_catches() {
                     continue;
                 }
                 planted += 1;

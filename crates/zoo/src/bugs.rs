@@ -69,6 +69,33 @@ pub enum Mutation {
     /// Pipeline: the first stage's schedule skips the send of its last forward activation,
     /// so the next stage's recv has no partner.
     PpMismatchedSendRecv,
+    /// DeepSeek under tp: the RMSNorm before layer 0's MoE block takes its mean of squares over
+    /// the rank's tp shard of the hidden dim instead of the whole hidden dim.
+    NormShardedHidden,
+    /// GPT-2 under SP: before layer 0's attention all-gather each rank pads its sequence chunk
+    /// by one row, and the gathered tensor is sliced to its first `seq` rows instead of
+    /// dropping each chunk's padding.
+    SpPadSliceMismatch,
+    /// MLP: block 0's fc1 weight and bias gradients are computed but left dangling; the
+    /// finalization reads zero-filled gradient buffers that nothing in the backward produces.
+    DanglingBackwardTensor,
+    /// GPT-2 under ZeRO: the tied token embedding and LM head are updated as if untied: the
+    /// LM head's gradient never reaches the embedding's update.
+    ZeroTiedEmbeddingUntied,
+    /// MLP under tp: the row-parallel all-reduce of block 0 is read without its `wait_tensor`.
+    AsyncAllreduceNoWait,
+    /// MLP with activation recomputation: block 1's recomputation reads block 0's checkpointed
+    /// input (a stale buffer) instead of its own.
+    RecomputeStaleInput,
+    /// MLP with FP8 weights: the amax all-reduce of the per-tensor FP8 scaling runs over the
+    /// `dp` group instead of `tp`.
+    Fp8AmaxWrongGroup,
+    /// MLP with FP8 weights and activation recomputation: the recomputation of block 0 reads
+    /// fc1's master weight instead of its FP8 cast.
+    Fp8RecomputeWrongCast,
+    /// GPT-2 under SP with TP communication overlap: the chunked weight-gradient GEMMs pair
+    /// the output-gradient chunks in ring-arrival order with activation chunks in rank order.
+    TpOverlapWrongChunkOrder,
 }
 
 /// What a mutation needs of the pipeline (a `pp` mesh dim and its microbatches).
@@ -115,6 +142,29 @@ pub struct TrainingNeeds {
 }
 
 impl Mutation {
+    /// The model options (flags of `zoo emit` beyond the mesh and the training options) the
+    /// mutation needs to be planted, as `(flag, what it turns on)`.
+    pub fn option_needs(self) -> &'static [(&'static str, &'static str)] {
+        const RECOMPUTE: (&str, &str) = ("--recompute", "activation recomputation");
+        const FP8: (&str, &str) = ("--fp8", "FP8 weights");
+        match self {
+            Mutation::RecomputeStaleInput => &[RECOMPUTE],
+            Mutation::Fp8AmaxWrongGroup => &[FP8],
+            Mutation::Fp8RecomputeWrongCast => &[FP8, RECOMPUTE],
+            Mutation::TpOverlapWrongChunkOrder => {
+                &[("--tp-comm-overlap", "TP communication overlap")]
+            }
+            _ => &[],
+        }
+    }
+
+    /// Whether the mutation leaves every value the same: the interpreter (and any engine that
+    /// reads graphs as dataflow) computes exactly the correct plan's outputs, and only an
+    /// engine that models when collectives complete can tell.
+    pub fn numerically_invisible(self) -> bool {
+        self == Mutation::AsyncAllreduceNoWait
+    }
+
     /// The training options the mutation needs (none for the mutations of the model itself).
     pub fn training_needs(self) -> TrainingNeeds {
         let none = TrainingNeeds::default();
@@ -123,7 +173,9 @@ impl Mutation {
                 grad_accum: true,
                 ..none
             },
-            Mutation::ZeroParamUpdateSkipped => TrainingNeeds { zero: true, ..none },
+            Mutation::ZeroParamUpdateSkipped | Mutation::ZeroTiedEmbeddingUntied => {
+                TrainingNeeds { zero: true, ..none }
+            }
             Mutation::GradNormReplicatedOvercounted => TrainingNeeds {
                 clip_grad: true,
                 ..none
@@ -203,6 +255,8 @@ const LLAMA: &[&str] = &["llama"];
 const DEEPSEEK: &[&str] = &["deepseek"];
 /// The models the zoo pipelines.
 const PIPELINED: &[&str] = &["mlp", "llama"];
+/// The MLP model only.
+const MLP: &[&str] = &["mlp"];
 
 /// The fields the DeepSeek MoE bugs share; every entry sets its own id, texts and mutation.
 const DEEPSEEK_BUG: Bug = Bug {
@@ -580,6 +634,113 @@ pub const BUGS: &[Bug] = &[
         changes_loss: true,
         ..PIPELINE_BUG
     },
+    Bug {
+        id: "norm-sharded-hidden",
+        source: "static verifier README: LayerNorm on a sharded hidden dim; TrainVerify (SOSP'25) section 8.3, category 3: splitting a non-partitionable dimension of a norm operator without aggregation",
+        description: "the RMSNorm before layer 0's MoE block takes its mean of squares over the rank's tp shard of the hidden dim (h / tp features) instead of all h",
+        parallelism: "tp",
+        spec_op: "aten.mean.dim of the mlp_norm_0 RMSNorm (the mean of squares over the hidden dim)",
+        mutation: Mutation::NormShardedHidden,
+        needs_tp: true,
+        changes_loss: true,
+        ..DEEPSEEK_BUG
+    },
+    Bug {
+        id: "sp-pad-slice-mismatch",
+        source: "Entangle (ASPLOS'26) appendix A, bug 3, seen at ByteDance: mismatched padding and slicing around an all-gather under SP",
+        description: "under SP each rank pads its sequence chunk by one row before layer 0's attention all-gather, and the gathered tensor is sliced to its first seq rows instead of dropping each chunk's padding (real rows dropped, padding kept)",
+        parallelism: "tp with --sequence-parallel",
+        spec_op: "aten.addmm.default of layer 0's q/k/v projections (their input rows)",
+        mutation: Mutation::SpPadSliceMismatch,
+        needs_tp: true,
+        needs_sequence_parallel: true,
+        changes_loss: true,
+        models: GPT2,
+        ..DEEPSEEK_BUG
+    },
+    Bug {
+        id: "dangling-backward-tensor",
+        source: "TrainVerify (SOSP'25) section 8.3, violation class C2 found in nnScaler: dangling tensors in the backward pass (consumers without producers)",
+        description: "block 0's fc1 weight and bias gradients are computed but never consumed; the finalization reads zero-filled gradient buffers that no backward operator produces, so fc1 of block 0 is never updated",
+        parallelism: "any (full iteration)",
+        spec_op: "aten.sub.Tensor of the SGD step of w1_0 and b1_0",
+        mutation: Mutation::DanglingBackwardTensor,
+        needs_backward: true,
+        models: MLP,
+        ..DEEPSEEK_BUG
+    },
+    Bug {
+        id: "zero-tied-embedding-untied",
+        source: "TTrace Table 1, bug 5: ZeRO, embedding and LM head untied (Megatron-LM issue 656, fix db2040f)",
+        description: "under ZeRO the tied token embedding and LM head are updated as two weights: the embedding's update takes its lookup gradient only, the LM head's gradient never reaches it",
+        parallelism: "dp with --zero 1|2|3 (full iteration)",
+        spec_op: "aten.add.Tensor adding the LM head's gradient to the token embedding's (then its optimizer step)",
+        mutation: Mutation::ZeroTiedEmbeddingUntied,
+        needs_dp: true,
+        needs_backward: true,
+        models: GPT2,
+        ..DEEPSEEK_BUG
+    },
+    Bug {
+        id: "async-allreduce-no-wait",
+        source: "static verifier README: async all-reduce without wait (temporal checks: missing wait, orphaned handle)",
+        description: "block 0's row-parallel all-reduce is read without its wait_tensor (a race on real hardware; the dataflow, and so every value, is that of the correct plan)",
+        parallelism: "tp",
+        engines: "static (missing wait); invisible to run and verify",
+        spec_op: "none: the values are right; only the missing wait_tensor after _c10d_functional.all_reduce of block 0 is wrong",
+        mutation: Mutation::AsyncAllreduceNoWait,
+        needs_tp: true,
+        models: MLP,
+        ..DEEPSEEK_BUG
+    },
+    Bug {
+        id: "recompute-stale-input",
+        source: "TTrace Table 1, bug 2: activation recomputation reads a wrong (stale) input (Megatron-LM issue 371, fix fc2c81d)",
+        description: "with --recompute, block 1's recomputation in the backward reads block 0's checkpointed input instead of its own, so the backward of block 1 and below uses wrong activations",
+        parallelism: "any, with --recompute and --layers >= 2 (full iteration)",
+        spec_op: "aten.mm.default of block 1's fc2 weight gradient (it reads the recomputed relu)",
+        mutation: Mutation::RecomputeStaleInput,
+        needs_backward: true,
+        models: MLP,
+        ..DEEPSEEK_BUG
+    },
+    Bug {
+        id: "fp8-amax-wrong-group",
+        source: "TTrace Table 1, bug 7: TP, wrong FP8 communication group (Megatron-LM issue 335, pull 442)",
+        description: "with --fp8, the amax of each tp-split weight's per-tensor FP8 scaling is all-reduced (max) over dp instead of tp, so the tp ranks quantize their shards with different scales",
+        parallelism: "dp x tp with --fp8",
+        spec_op: "aten.max.default of the weight amax (then the FP8 quantize-dequantize and fc1 of block 0)",
+        mutation: Mutation::Fp8AmaxWrongGroup,
+        needs_dp: true,
+        needs_tp: true,
+        changes_loss: true,
+        models: MLP,
+        ..DEEPSEEK_BUG
+    },
+    Bug {
+        id: "fp8-recompute-wrong-cast",
+        source: "TTrace Table 1, bug 8: activation recomputation reads a wrong tensor from an FP8 cast (Megatron-LM issue 539, pull 646)",
+        description: "with --fp8 --recompute, block 0's recomputation reads fc1's master (higher precision) weight instead of its FP8 cast, so the recomputed activations differ from the forward's",
+        parallelism: "any, with --fp8 --recompute (full iteration)",
+        spec_op: "aten.mm.default of block 0's fc2 weight gradient (it reads the recomputed relu)",
+        mutation: Mutation::Fp8RecomputeWrongCast,
+        needs_backward: true,
+        models: MLP,
+        ..DEEPSEEK_BUG
+    },
+    Bug {
+        id: "tp-overlap-wrong-chunk-order",
+        source: "TTrace Table 1, bug 11: TP, wrong gradients with communication overlap (Megatron-LM issue 1616, pull 1554)",
+        description: "with --tp-comm-overlap, the row-parallel weight gradients, computed chunk by chunk as the all-gathered output gradient arrives, pair each gradient chunk (ring-arrival order) with the activation chunk of the wrong rank",
+        parallelism: "tp with --sequence-parallel --tp-comm-overlap (full iteration)",
+        spec_op: "aten.mm.default of every layer's o and fc2 weight gradients",
+        mutation: Mutation::TpOverlapWrongChunkOrder,
+        needs_tp: true,
+        needs_backward: true,
+        needs_sequence_parallel: true,
+        models: GPT2,
+        ..DEEPSEEK_BUG
+    },
 ];
 
 /// The catalog entry named `id`.
@@ -660,14 +821,33 @@ impl Bug {
     }
 
     /// Whether the bug needs a training option (`--grad-accum`, `--zero`, `--clip-grad`,
-    /// `--loss-scale`).
+    /// `--loss-scale`) or a model option (`--recompute`, `--fp8`, `--tp-comm-overlap`): the
+    /// plans without flags beyond the mesh cannot have it.
     pub fn needs_training(&self) -> bool {
         self.mutation.training_needs() != TrainingNeeds::default()
+            || !self.mutation.option_needs().is_empty()
+    }
+
+    /// Whether `shardproof run` can catch the bug: false for the bugs whose values are those
+    /// of the correct plan (see [`Mutation::numerically_invisible`]).
+    pub fn run_catches(&self) -> bool {
+        !self.mutation.numerically_invisible()
     }
 
     /// Why the bug cannot be planted in the plan described by `site` trained with `train`, if
     /// it cannot.
     pub fn check_applies_in(&self, site: &Site, train: &TrainOptions) -> Result<(), String> {
+        self.check_applies_with_options(site, train, &[])
+    }
+
+    /// [`Bug::check_applies_in`] for a plan emitted with the model options `options` (flags
+    /// such as `--recompute`, `--fp8`, `--tp-comm-overlap`).
+    pub fn check_applies_with_options(
+        &self,
+        site: &Site,
+        train: &TrainOptions,
+        options: &[&str],
+    ) -> Result<(), String> {
         if !self.models.contains(&site.model) {
             return Err(format!(
                 "bug `{}` is defined for the model(s) {}, not `{}`",
@@ -708,6 +888,14 @@ impl Bug {
         if needs.loss_scale && train.loss_scale.is_none() {
             missing.push("loss scaling (--loss-scale S)");
         }
+        let option_texts: Vec<String> = self
+            .mutation
+            .option_needs()
+            .iter()
+            .filter(|(flag, _)| !options.contains(flag))
+            .map(|(flag, what)| format!("{what} ({flag})"))
+            .collect();
+        missing.extend(option_texts.iter().map(String::as_str));
         if self.mutation == Mutation::WrongGroup && site.sequence_parallel {
             // Under SP the row-parallel reduction is a reduce-scatter whose result shape
             // depends on the group size: over dp it would be a shape error, not a silent bug.
@@ -724,9 +912,194 @@ impl Bug {
     }
 }
 
+/// The bug classes of MISSION.md ("Bug classes it must catch"), by seed, and the catalog
+/// entries that plant each; an empty list marks a class the zoo does not plant, with the reason
+/// in `docs/design.md`. The context-parallel classes (RoPE without the sequence offset, CP loss
+/// scaling and replica counting, CP attention gradients, TP+CP LayerNorm gradients) are the CP
+/// entries' and are not listed here.
+pub const MISSION_CLASSES: &[(&str, &[&str])] = &[
+    (
+        "TrainVerify: incorrect or missing communication operators",
+        &[
+            "tp-missing-allreduce",
+            "llama-oproj-missing-allreduce",
+            "llama-qkv-grad-missing-allreduce",
+            "llama-kv-grad-unsynced",
+        ],
+    ),
+    (
+        "TrainVerify: wrong device/group assignment",
+        &["wrong-group", "fp8-amax-wrong-group"],
+    ),
+    (
+        "TrainVerify: wrong partitioning of a non-partitionable dimension (norm over a sharded dim)",
+        &["norm-sharded-hidden"],
+    ),
+    (
+        "TrainVerify: misaligned mask/slice",
+        &[
+            "sp-scatter-wrong-chunk",
+            "sp-pad-slice-mismatch",
+            "llama-vocab-embedding-unmasked",
+        ],
+    ),
+    (
+        "TrainVerify: wrong scaling of distributed state (loss scaling, grad norm, EP replica counting)",
+        &[
+            "loss-scale-not-unscaled",
+            "grad-norm-replicated-overcounted",
+            "ep-expert-grad-not-averaged",
+            "tp-bias-before-allreduce",
+            "llama-attn-scale-local",
+        ],
+    ),
+    (
+        "TrainVerify: wrong pipeline scheduling (grad sync before the last microbatch, shuffled microbatches)",
+        &["pp-grad-sync-before-last-microbatch", "pp-shuffled-microbatches"],
+    ),
+    (
+        "TrainVerify: dangling backward tensors",
+        &["dangling-backward-tensor"],
+    ),
+    (
+        "Entangle: MoE auxiliary loss not divided by the TP size",
+        &["moe-aux-loss-not-divided-by-tp"],
+    ),
+    (
+        "Entangle: padding/slicing mismatch before all-gather",
+        &["sp-pad-slice-mismatch"],
+    ),
+    (
+        "Entangle: experts sharded instead of replicated under SP",
+        &[],
+    ),
+    (
+        "Entangle: layernorm weight gradient not registered for the SP all-reduce",
+        &["sp-layernorm-grad-not-reduced"],
+    ),
+    (
+        "Entangle: gradient-accumulation loss not scaled",
+        &["grad-accum-loss-not-scaled"],
+    ),
+    (
+        "Entangle: missing all-reduce in a row-parallel linear under a wrong config",
+        &["tp-missing-allreduce", "llama-oproj-missing-allreduce"],
+    ),
+    (
+        "Entangle: missing router-weight all-reduce under TP+SP (the zoo's MoE has TP, not SP)",
+        &["moe-router-grad-unsynced"],
+    ),
+    (
+        "Entangle: missing layernorm-weight all-reduce under SP",
+        &["sp-layernorm-grad-not-reduced"],
+    ),
+    (
+        "TTrace: wrong vocab-parallel embedding mask",
+        &["llama-vocab-embedding-unmasked"],
+    ),
+    (
+        "TTrace: stale input under activation recomputation",
+        &["recompute-stale-input"],
+    ),
+    (
+        "TTrace: wrong DP loss scaling",
+        &["dp-loss-not-averaged", "dp-grad-not-averaged"],
+    ),
+    (
+        "TTrace: untied embedding/LM-head under ZeRO",
+        &["zero-tied-embedding-untied"],
+    ),
+    (
+        "TTrace: router weights not synchronized under SP (the zoo's MoE has TP, not SP)",
+        &["moe-router-grad-unsynced"],
+    ),
+    (
+        "TTrace: wrong FP8 communication group",
+        &["fp8-amax-wrong-group"],
+    ),
+    (
+        "TTrace: wrong tensor from an FP8 cast under recomputation",
+        &["fp8-recompute-wrong-cast"],
+    ),
+    (
+        "TTrace: ZeRO parameter update skipped",
+        &["zero-param-update-skipped"],
+    ),
+    (
+        "TTrace: wrong PP stage division",
+        &["pp-wrong-stage-division"],
+    ),
+    (
+        "TTrace: wrong gradients with TP communication overlap",
+        &["tp-overlap-wrong-chunk-order"],
+    ),
+    (
+        "TTrace: layernorm weights not synchronized under SP",
+        &["sp-layernorm-grad-not-reduced"],
+    ),
+    (
+        "static verifier: missing all-reduce after a row-parallel matmul",
+        &["llama-oproj-missing-allreduce", "tp-missing-allreduce"],
+    ),
+    (
+        "static verifier: layernorm on a sharded hidden dim",
+        &["norm-sharded-hidden"],
+    ),
+    (
+        "static verifier: async all-reduce without wait",
+        &["async-allreduce-no-wait"],
+    ),
+    (
+        "static verifier: mismatched send/recv in a pipeline schedule",
+        &["pp-mismatched-send-recv"],
+    ),
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mission_classes_name_catalog_entries() {
+        for (class, ids) in MISSION_CLASSES {
+            for id in *ids {
+                assert!(find_bug(id).is_some(), "{class}: no bug `{id}`");
+            }
+        }
+        // Every catalog entry but the ones of other seeds' classes is some class's.
+        let mapped = |id: &str| MISSION_CLASSES.iter().any(|(_, ids)| ids.contains(&id));
+        let context_parallel = |b: &Bug| b.id.contains("cp") || b.parallelism.contains("cp");
+        for b in BUGS.iter().filter(|b| !context_parallel(b)) {
+            assert!(mapped(b.id), "{} is in no MISSION class", b.id);
+        }
+        let unplanted: Vec<&str> = MISSION_CLASSES
+            .iter()
+            .filter(|(_, ids)| ids.is_empty())
+            .map(|(c, _)| *c)
+            .collect();
+        assert!(unplanted.len() <= 1, "{unplanted:?}");
+    }
+
+    #[test]
+    fn option_bugs_need_their_flags() {
+        let stale = find_bug("recompute-stale-input").unwrap();
+        assert!(stale.needs_training());
+        let site = Site::new("mlp", 2, 1, false);
+        let e = stale.check_applies(&site).unwrap_err();
+        assert!(e.contains("--recompute"), "{e}");
+        let train = TrainOptions::default();
+        assert!(stale
+            .check_applies_with_options(&site, &train, &["--recompute"])
+            .is_ok());
+        let cast = find_bug("fp8-recompute-wrong-cast").unwrap();
+        let e = cast
+            .check_applies_with_options(&site, &train, &["--recompute"])
+            .unwrap_err();
+        assert!(e.contains("--fp8") && !e.contains("--recompute"), "{e}");
+        let wait = find_bug("async-allreduce-no-wait").unwrap();
+        assert!(!wait.run_catches() && !wait.engines.contains("run,"));
+        assert!(BUGS.iter().filter(|b| !b.run_catches()).count() == 1);
+    }
 
     #[test]
     fn ids_are_unique_and_found() {

@@ -39,7 +39,7 @@ use crate::graph::{Arg, GraphBuilder, Val};
 use crate::llama::{
     attention, attention_backward, attn_tables, check_divisible, check_tensor_sizes, cross_entropy,
     embedding, embedding_backward, linear, lm_head, lm_head_backward, reduce_if, rms_norm,
-    rms_norm_backward, swiglu, swiglu_backward, AttnShape, SwigluNames, SwigluSaved,
+    rms_norm_backward, rms_norm_stat, swiglu, swiglu_backward, AttnShape, SwigluNames, SwigluSaved,
 };
 use crate::{LlamaConfig, Param, TpLayout};
 use std::collections::BTreeMap;
@@ -238,6 +238,9 @@ pub struct RankPlan {
     pub ep: usize,
     /// The rank's index along ep: it holds experts `[ep_rank * E / ep, (ep_rank + 1) * E / ep)`.
     pub ep_rank: usize,
+    /// The rank's index along tp (the graphs differ by it only under the planted
+    /// `norm-sharded-hidden`).
+    pub tp_rank: usize,
     /// How tokens reach the experts over `ep` (irrelevant without it).
     pub dispatch: EpDispatch,
 }
@@ -249,6 +252,7 @@ impl RankPlan {
         tp: 1,
         ep: 1,
         ep_rank: 0,
+        tp_rank: 0,
         dispatch: EpDispatch::AllGather,
     };
 
@@ -659,7 +663,15 @@ pub fn build(
     let mut aux_total: Option<Val> = None;
     for l in 0..base.layers {
         let (hres, attn) = attention(&mut g, &x, l, &w, dims, &tables, base.eps, None);
-        let (hn, mlp_norm) = rms_norm(&mut g, &hres, &w(&format!("mlp_norm_{l}")), base.eps);
+        let norm_w = w(&format!("mlp_norm_{l}"));
+        let (hn, mlp_norm) = if l == 0 && tp > 1 && is(Mutation::NormShardedHidden) {
+            // The mean of squares over the rank's tp shard of the hidden dim only.
+            let (lo, hi) = (plan.tp_rank * h / tp, (plan.tp_rank + 1) * h / tp);
+            let shard = g.slice(&hres, 2, lo, hi);
+            rms_norm_stat(&mut g, &hres, &shard, &norm_w, base.eps)
+        } else {
+            rms_norm(&mut g, &hres, &norm_w, base.eps)
+        };
         let hn2d = g.view(&hn, &[t, h]);
         let (moe_out, aux, moe) = moe_block(&mut g, &hn2d, l, &w, &cx);
         aux_total = Some(match aux_total {
@@ -759,6 +771,7 @@ mod tests {
             tp,
             ep,
             ep_rank,
+            tp_rank: 0,
             dispatch: EpDispatch::AllGather,
         }
     }

@@ -181,6 +181,11 @@ pub struct RankPlan {
     /// Megatron sequence parallelism: activations outside the tensor-parallel regions are
     /// split along the sequence over tp.
     pub sequence_parallel: bool,
+    /// Under SP, TP communication overlap (Megatron's `--tp-comm-overlap`): the row-parallel
+    /// weight gradients are computed chunk by chunk in the order the all-gathered output
+    /// gradient's chunks arrive over the ring (the rank's own first), each paired with the
+    /// matching chunk of the saved activation, and summed.
+    pub tp_comm_overlap: bool,
 }
 
 impl RankPlan {
@@ -190,6 +195,7 @@ impl RankPlan {
         tp: 1,
         tp_rank: 0,
         sequence_parallel: false,
+        tp_comm_overlap: false,
     };
 }
 
@@ -243,6 +249,45 @@ impl Ranked {
             x.clone()
         }
     }
+}
+
+/// The gradient of a row-parallel weight, `grad.T @ input` for the output gradient `grad`
+/// (`[t, h]`, all-gathered along the sequence under SP) and the weight's input `input`
+/// (`[t, k]`). With TP communication overlap (SP only) it is computed chunk by chunk as the
+/// gathered gradient's sequence chunks arrive over the ring, the rank's own first: chunk
+/// `(tp_rank + i) % tp` of both at step `i`, summed. The planted
+/// `tp-overlap-wrong-chunk-order` pairs the arriving gradient chunk with input chunk `i`.
+fn row_parallel_weight_grad(
+    g: &mut GraphBuilder,
+    grad: &Val,
+    input: &Val,
+    plan: RankPlan,
+    bug: Option<Mutation>,
+) -> Val {
+    let tp = plan.tp;
+    if !(plan.tp_comm_overlap && plan.sequence_parallel && tp > 1) {
+        let gt = g.t(grad);
+        return g.mm(&gt, input);
+    }
+    let rows = grad.shape[0] / tp;
+    let mut acc: Option<Val> = None;
+    for i in 0..tp {
+        let j = (plan.tp_rank + i) % tp;
+        let k = if bug == Some(Mutation::TpOverlapWrongChunkOrder) {
+            i
+        } else {
+            j
+        };
+        let gj = g.slice(grad, 0, j * rows, (j + 1) * rows);
+        let xk = g.slice(input, 0, k * rows, (k + 1) * rows);
+        let gjt = g.t(&gj);
+        let part = g.mm(&gjt, &xk);
+        acc = Some(match acc {
+            None => part,
+            Some(a) => g.add(&a, &part),
+        });
+    }
+    acc.expect("tp > 1 chunks")
 }
 
 /// `x @ w.T + b` as one `addmm`.
@@ -367,7 +412,20 @@ pub(crate) fn build_rank(
             let x_in = x.clone();
             // Attention: q/k/v column parallel (the rank's heads), o row parallel.
             let (xn, m1, r1) = r.g.layer_norm(&x, &wl("ln1_w"), &wl("ln1_b"), cfg.eps);
-            let xn_full = r.enter(&xn);
+            let xn_full = if sp && l == 0 && is(Mutation::SpPadSliceMismatch) {
+                // Each chunk padded by a row for the all-gather; the slice after it keeps
+                // the first `s` rows instead of each chunk's first `sl`.
+                let padded = r.g.call(
+                    "constant_pad_nd",
+                    "aten.constant_pad_nd.default",
+                    &[Arg::V(&xn), Arg::Ints(vec![0, 0, 0, 0, 0, 1]), Arg::F(0.0)],
+                    vec![sl + 1, b, h],
+                );
+                let gathered = r.g.all_gather(&padded, tp, "tp");
+                r.g.slice(&gathered, 0, 0, s)
+            } else {
+                r.enter(&xn)
+            };
             let g = &mut r.g;
             let xn2d = g.view(&xn_full, &[t, h]);
             let q = linear_bias(g, &xn2d, &wl("wq"), &wl("bq"));
@@ -528,8 +586,8 @@ pub(crate) fn build_rank(
             let g_d_full = r.enter(&g_d2d);
             let g = &mut r.g;
             let g_act = g.mm(&g_d_full, &wl("fc2_w"));
-            let g_dt = g.t(&g_d_full);
-            grads.insert(name("fc2_w"), g.mm(&g_dt, &sv.act));
+            let g_fc2_w = row_parallel_weight_grad(g, &g_d_full, &sv.act, plan, step.bug);
+            grads.insert(name("fc2_w"), g_fc2_w);
             let g_fc1 = g.call(
                 "gelu_backward",
                 "aten.gelu_backward.default",
@@ -562,8 +620,8 @@ pub(crate) fn build_rank(
             let g_o_full = r.enter(&g_o2d);
             let g = &mut r.g;
             let g_attn2d = g.mm(&g_o_full, &wl("wo"));
-            let g_o2dt = g.t(&g_o_full);
-            grads.insert(name("wo"), g.mm(&g_o2dt, &sv.attn2d));
+            let g_wo = row_parallel_weight_grad(g, &g_o_full, &sv.attn2d, plan, step.bug);
+            grads.insert(name("wo"), g_wo);
             let g_o4 = g.view(&g_attn2d, &[s, b, nh, hd]);
             let g_op = g.permute(&g_o4, &[1, 2, 0, 3]);
             let g_oc = g.contiguous(&g_op);
@@ -632,8 +690,14 @@ pub(crate) fn build_rank(
             ],
             vec![v, h],
         );
-        // The tied LM head adds its gradient to the token embedding's.
-        grads.insert("wte".into(), g.add(&g_wte_head, &g_wte_emb));
+        // The tied LM head adds its gradient to the token embedding's (the planted
+        // `zero-tied-embedding-untied` leaves it dangling: the two uses updated apart).
+        let g_wte = if is(Mutation::ZeroTiedEmbeddingUntied) {
+            g_wte_emb
+        } else {
+            g.add(&g_wte_head, &g_wte_emb)
+        };
+        grads.insert("wte".into(), g_wte);
         let g_pe = g.sum_dims(&g_emb, &[1], false);
         let g_wpe = g.call(
             "embedding_dense_backward",
@@ -733,6 +797,7 @@ mod tests {
             tp,
             tp_rank,
             sequence_parallel: sp,
+            tp_comm_overlap: false,
         }
     }
 

@@ -12,11 +12,11 @@ pub mod pipeline;
 pub mod presets;
 pub mod train;
 
-pub use bugs::{find_bug, Bug, Mutation, Site, BUGS};
+pub use bugs::{find_bug, Bug, Mutation, Site, BUGS, MISSION_CLASSES};
 pub use deepseek::{DeepseekConfig, EpDispatch};
 pub use gpt2::Gpt2Config;
 pub use llama::LlamaConfig;
-pub use mlp::MlpConfig;
+pub use mlp::{MlpConfig, MlpOptions};
 pub use pipeline::{PipelineOptions, Schedule};
 pub use presets::{find_preset, Preset, SizeFlags, TablePlan, PRESETS};
 pub use train::{AdamConfig, Optimizer, TrainOptions, ZeroStage};
@@ -254,6 +254,29 @@ pub struct EmitExtras {
     /// deepseek under expert parallelism: how tokens reach the experts' ranks (all-gather and
     /// reduce-scatter, the default, or all-to-all).
     pub ep_dispatch: EpDispatch,
+    /// mlp: activation recomputation and FP8 weights (`--recompute`, `--fp8`).
+    pub mlp_options: MlpOptions,
+    /// gpt2 under SP: TP communication overlap (`--tp-comm-overlap`), the row-parallel weight
+    /// gradients computed chunk by chunk as the gathered output gradient arrives.
+    pub tp_comm_overlap: bool,
+}
+
+impl EmitExtras {
+    /// The model-option flags the extras turn on (`--recompute`, `--fp8`,
+    /// `--tp-comm-overlap`), for the bugs that need them.
+    pub fn option_flags(&self) -> Vec<&'static str> {
+        let mut flags = Vec::new();
+        if self.mlp_options.recompute {
+            flags.push("--recompute");
+        }
+        if self.mlp_options.fp8 {
+            flags.push("--fp8");
+        }
+        if self.tp_comm_overlap {
+            flags.push("--tp-comm-overlap");
+        }
+        flags
+    }
 }
 
 /// How the rank graphs of an emitted case are stored.
@@ -560,6 +583,23 @@ fn check_and_plan<'a>(
             extras.ep_dispatch.name()
         ));
     }
+    let mlp_opts = extras.mlp_options;
+    if (mlp_opts.recompute || mlp_opts.fp8) && opts.model != "mlp" {
+        return Err(format!(
+            "--recompute and --fp8 apply to the mlp model, not `{}`",
+            opts.model
+        ));
+    }
+    if mlp_opts.recompute && opts.forward_only {
+        return Err("--recompute needs the full iteration (drop --forward-only)".into());
+    }
+    if extras.tp_comm_overlap && (!gpt2 || !sp || opts.forward_only) {
+        return Err(
+            "--tp-comm-overlap applies to the gpt2 model's full iteration under \
+             --sequence-parallel"
+                .into(),
+        );
+    }
     if deepseek {
         extras.deepseek.check_split(dp, tp, ep)?;
     } else if llama {
@@ -590,6 +630,12 @@ fn check_and_plan<'a>(
         ));
     }
     let has_pp = opts.mesh.dims.iter().any(|(d, _)| *d == "pp");
+    if has_pp && !extras.option_flags().is_empty() {
+        return Err(format!(
+            "{} cannot be combined with a pp mesh dim",
+            extras.option_flags().join(" ")
+        ));
+    }
     if !has_pp && *pipeline != PipelineOptions::default() {
         return Err(
             "--microbatches and --pp-schedule apply to a pp mesh dim (e.g. --mesh pp=2)".into(),
@@ -601,7 +647,7 @@ fn check_and_plan<'a>(
         ..*train
     };
     if let Some(bug) = opts.bug {
-        bug.check_applies_in(
+        bug.check_applies_with_options(
             &Site {
                 model: &opts.model,
                 dp,
@@ -612,7 +658,14 @@ fn check_and_plan<'a>(
                 sequence_parallel: sp,
             },
             if has_pp { &pp_train } else { train },
+            &extras.option_flags(),
         )?;
+        if bug.mutation == Mutation::RecomputeStaleInput && opts.mlp.layers < 2 {
+            return Err(format!(
+                "bug `{}` needs at least two layers (--layers 2)",
+                bug.id
+            ));
+        }
         bug.check_ep(ep)?;
         bug.check_pipeline(opts.mesh.size("pp"), pipeline.microbatches)?;
         if bug.mutation == Mutation::PpGradSyncBeforeLastMicrobatch && train.zero.is_some() {
@@ -658,6 +711,7 @@ fn check_and_plan<'a>(
                 tp,
                 tp_rank: r % tp,
                 sequence_parallel: sp,
+                tp_comm_overlap: extras.tp_comm_overlap,
             };
             gpt2::build_rank(cfg, plan, &rank_step(r, cfg.lr), opts.forward_only)
         });
@@ -690,9 +744,10 @@ fn check_and_plan<'a>(
     } else {
         let cfg = &opts.mlp;
         // Ranks differ only where the training options make them (clipping, ZeRO).
-        let rank: RankBuilder =
-            Box::new(move |r| mlp::build_rank(cfg, &rank_step(r, cfg.lr), opts.forward_only));
-        mlp_plan(opts, &spec_step(cfg.lr), rank)
+        let rank: RankBuilder = Box::new(move |r| {
+            mlp::build_rank(cfg, &rank_step(r, cfg.lr), opts.forward_only, mlp_opts)
+        });
+        mlp_plan(opts, &spec_step(cfg.lr), rank, mlp_opts)
     };
     Ok((plan, None))
 }
@@ -740,7 +795,7 @@ fn emit_pipeline_plan<'a>(
     let spec_step = |lr| spec_step(&spec_train, lr);
     let plan = if opts.model == "mlp" {
         let cfg = &opts.mlp;
-        mlp_plan(opts, &spec_step(cfg.lr), rank)
+        mlp_plan(opts, &spec_step(cfg.lr), rank, MlpOptions::default())
     } else {
         llama_plan(opts, &spec_step(opts.llama.lr), rank, (pp, dp, tp))
     };
@@ -756,10 +811,20 @@ fn emit_pipeline_plan<'a>(
 
 /// The mlp plan around its rank graph builder `rank`: the spec (built with `spec_step`), the data
 /// inputs and the parameters.
-fn mlp_plan<'a>(opts: &EmitOptions, spec_step: &train::Step, rank: RankBuilder<'a>) -> Plan<'a> {
+fn mlp_plan<'a>(
+    opts: &EmitOptions,
+    spec_step: &train::Step,
+    rank: RankBuilder<'a>,
+    options: MlpOptions,
+) -> Plan<'a> {
     let cfg = &opts.mlp;
+    // The spec is the single-device model: FP8 like the ranks, no recomputation.
+    let spec_options = MlpOptions {
+        recompute: false,
+        ..options
+    };
     Plan {
-        spec: mlp::build_rank(cfg, spec_step, opts.forward_only),
+        spec: mlp::build_rank(cfg, spec_step, opts.forward_only, spec_options),
         rank,
         data: vec![("x", true), ("target", true)],
         params: cfg.params(),
@@ -826,6 +891,7 @@ fn deepseek_plan<'a>(
             tp,
             ep,
             ep_rank: r % ep,
+            tp_rank: (r / ep) % tp,
             dispatch,
         };
         deepseek::build(cfg, plan, forward_only, mutation)
@@ -964,6 +1030,9 @@ fn case_yaml(
     if dispatch == EpDispatch::AllToAll {
         name.push_str("-a2a");
     }
+    for flag in extras.option_flags() {
+        let _ = write!(name, "-{}", flag.trim_start_matches("--"));
+    }
     if opts.forward_only {
         name.push_str("-fw");
     }
@@ -1016,6 +1085,9 @@ fn case_yaml(
             s,
             "# Expert dispatch: all_to_all_single over ep (tokens and gates out, partial outputs back)."
         );
+    }
+    if !extras.option_flags().is_empty() {
+        let _ = writeln!(s, "# Options: {}.", extras.option_flags().join(" "));
     }
     if let Some(b) = opts.bug {
         let _ = writeln!(s, "# Planted bug `{}`: {}.", b.id, b.description);

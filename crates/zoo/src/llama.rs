@@ -319,6 +319,39 @@ pub(crate) fn rms_norm(g: &mut GraphBuilder, x: &Val, w: &Val, eps: f64) -> (Val
     )
 }
 
+/// [`rms_norm`] whose mean of squares is taken over `stat` instead of `x` (the zoo's planted
+/// `norm-sharded-hidden`: a slice of `x`'s last dim).
+pub(crate) fn rms_norm_stat(
+    g: &mut GraphBuilder,
+    x: &Val,
+    stat: &Val,
+    w: &Val,
+    eps: f64,
+) -> (Val, NormSaved) {
+    let sq = g.call(
+        "pow",
+        "aten.pow.Tensor_Scalar",
+        &[Arg::V(stat), Arg::I(2)],
+        stat.shape.clone(),
+    );
+    let var = g.mean_last(&sq);
+    let ve = g.call(
+        "add",
+        "aten.add.Scalar",
+        &[Arg::V(&var), Arg::F(eps)],
+        var.shape.clone(),
+    );
+    let rs = g.unary("rsqrt", "aten.rsqrt.default", &ve);
+    let xn = g.mul(x, &rs);
+    let out = g.mul(w, &xn);
+    let saved = NormSaved {
+        x: x.clone(),
+        rs,
+        xn,
+    };
+    (out, saved)
+}
+
 /// The RMSNorm backward: `(grad of x, grad of weight)`, with `xn = x * rs`:
 /// `dw = sum(grad * xn)` over every dim but the last, and
 /// `dx = rs * (grad * w) - x * rs^3 * mean((grad * w) * x, -1)`.

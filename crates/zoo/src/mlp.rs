@@ -69,6 +69,59 @@ impl MlpConfig {
     }
 }
 
+/// Options of the MLP beyond its sizes (`zoo emit mlp --recompute --fp8`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MlpOptions {
+    /// Activation recomputation: the backward of each block recomputes fc1 and the relu from
+    /// the block's checkpointed input instead of reading the forward's activations.
+    pub recompute: bool,
+    /// FP8 weights: fc1 and fc2 run on an FP8 (E4M3) quantize-dequantize of their weights with
+    /// a per-tensor scale from the weight's amax (all-reduced, max, over tp when tp splits
+    /// it); the gradients reach the master weights straight through the cast.
+    pub fp8: bool,
+}
+
+/// The largest finite E4M3 value.
+const E4M3_MAX: f64 = 448.0;
+
+/// The FP8 (E4M3) quantize-dequantize of `w` with a per-tensor scale, emulated with ATen
+/// operators on the interpreter's float dtype: `amax = max(|w|)` (all-reduced, max, over
+/// `group` when the tensor is split over it), `y = w * 448 / amax`, `y` rounded to the E4M3
+/// grid (3 mantissa bits: a step of `2^(floor(log2 |y|) - 3)`, the exponent clamped at -6 for
+/// the subnormals), then `y * amax / 448`. Rounding is to nearest, ties away from zero (the
+/// interpreter's `round`; the hardware rounds ties to even, which no drawn value hits).
+fn fp8_cast(g: &mut GraphBuilder, w: &Val, group: Option<&str>) -> Val {
+    let magnitude = g.unary("abs", "aten.abs.default", w);
+    let local = g.call("max", "aten.max.default", &[Arg::V(&magnitude)], vec![]);
+    let amax = match group {
+        Some(group) => g.all_reduce(&local, "max", group),
+        None => local,
+    };
+    let wide = g.mul_scalar("mul", w, Arg::F(E4M3_MAX));
+    let y = g.binary("div", "aten.div.Tensor", &wide, &amax);
+    let ay = g.unary("abs", "aten.abs.default", &y);
+    let lg = g.unary("log2", "aten.log2.default", &ay);
+    let exponent = g.unary("floor", "aten.floor.default", &lg);
+    let exponent = g.call(
+        "clamp_min",
+        "aten.clamp_min.default",
+        &[Arg::V(&exponent), Arg::F(-6.0)],
+        exponent.shape.clone(),
+    );
+    let step_exp = g.call(
+        "sub",
+        "aten.sub.Scalar",
+        &[Arg::V(&exponent), Arg::F(3.0)],
+        exponent.shape.clone(),
+    );
+    let step = g.unary("exp2", "aten.exp2.default", &step_exp);
+    let steps = g.binary("div", "aten.div.Tensor", &y, &step);
+    let rounded = g.unary("round", "aten.round.default", &steps);
+    let q = g.mul(&rounded, &step);
+    let back = g.mul(&q, &amax);
+    g.div_scalar("fp8_weight", &back, Arg::F(E4M3_MAX))
+}
+
 /// Builds the graph of one rank of the plan `dp` x `tp` (the spec is `dp = tp = 1`, no bug):
 /// forward, MSE loss, and unless `forward_only` the explicit backward, gradient finalization
 /// and an SGD step whose updated parameters are outputs `<param>_new`.
@@ -79,13 +132,24 @@ pub fn build(
     forward_only: bool,
     bug: Option<Mutation>,
 ) -> GraphBuilder {
-    build_rank(cfg, &Step::plain(dp, tp, 0, bug, cfg.lr), forward_only)
+    build_rank(
+        cfg,
+        &Step::plain(dp, tp, 0, bug, cfg.lr),
+        forward_only,
+        MlpOptions::default(),
+    )
 }
 
 /// [`build`] for the rank and training options of `step` (loss scaling, microbatches, ZeRO,
 /// clipping, the optimizer; see [`crate::train`]).
-pub(crate) fn build_rank(cfg: &MlpConfig, step: &Step, forward_only: bool) -> GraphBuilder {
+pub(crate) fn build_rank(
+    cfg: &MlpConfig,
+    step: &Step,
+    forward_only: bool,
+    options: MlpOptions,
+) -> GraphBuilder {
     let (dp, tp) = (step.dp, step.tp);
+    let is = |m: Mutation| step.bug == Some(m);
     let mut g = GraphBuilder::new();
     let (b, h) = (cfg.batch / dp, cfg.hidden);
     let x_all = g.input("x", &[b, h]);
@@ -100,7 +164,23 @@ pub(crate) fn build_rank(cfg: &MlpConfig, step: &Step, forward_only: bool) -> Gr
         let x = train::microbatch(&mut g, &x_all, mb, mbs);
         let target = train::microbatch(&mut g, &target_all, mb, mbs);
         let forward = weights.pass(&mut g);
-        let params: Vec<Val> = specs.iter().map(|p| forward[&p.name].clone()).collect();
+        let mut params: Vec<Val> = specs.iter().map(|p| forward[&p.name].clone()).collect();
+        // FP8: fc1 and fc2 of every block run on the cast weights (w1, w2: split over tp, so
+        // their amax is all-reduced over it), kept for the backward's input gradients.
+        let mut master: BTreeMap<usize, Val> = BTreeMap::new();
+        if options.fp8 {
+            for l in 0..cfg.layers {
+                for i in [4 * l, 4 * l + 2] {
+                    let group = match tp {
+                        1 => None,
+                        _ if is(Mutation::Fp8AmaxWrongGroup) => Some("dp"),
+                        _ => Some("tp"),
+                    };
+                    let cast = fp8_cast(&mut g, &params[i], group);
+                    master.insert(i, std::mem::replace(&mut params[i], cast));
+                }
+            }
+        }
         let layer = |l: usize| {
             (
                 &params[4 * l],
@@ -130,7 +210,15 @@ pub(crate) fn build_rank(cfg: &MlpConfig, step: &Step, forward_only: bool) -> Gr
 
         // Backward of the local loss: d mean((y - t)^2) / dy = 2 (y - t) / numel.
         let backward = weights.pass(&mut g);
-        let params: Vec<Val> = specs.iter().map(|p| backward[&p.name].clone()).collect();
+        let mut bparams: Vec<Val> = specs.iter().map(|p| backward[&p.name].clone()).collect();
+        if options.fp8 {
+            // The backward's input gradients read the forward's FP8 weights (their casts, of
+            // the same parameters, are the same values).
+            for &i in master.keys() {
+                bparams[i] = params[i].clone();
+            }
+        }
+        let params = bparams;
         let twice = g.mul_scalar("mul", &diff, Arg::I(2));
         let seed = g.div_scalar("div", &twice, Arg::I((bm * h) as i64));
         let mut grad_y = train::scale_seed(&mut g, step, &seed);
@@ -141,10 +229,35 @@ pub(crate) fn build_rank(cfg: &MlpConfig, step: &Step, forward_only: bool) -> Gr
                 .iter()
                 .map(|p| p.name.as_str())
                 .collect();
+            // Activation recomputation: fc1 and the relu rerun from the block's checkpoint
+            // (its input), with the weight the forward used.
+            let recomputed;
+            let block_saved = if options.recompute {
+                let checkpoint = if l == 1 && is(Mutation::RecomputeStaleInput) {
+                    &saved[0].input
+                } else {
+                    &saved[l].input
+                };
+                let w1 = if l == 0 && is(Mutation::Fp8RecomputeWrongCast) {
+                    master.get(&0).unwrap_or(&params[0])
+                } else {
+                    &params[4 * l]
+                };
+                recomputed = recompute(&mut g, checkpoint, w1, &params[4 * l + 1]);
+                BlockSaved {
+                    input: saved[l].input.clone(),
+                    relu: recomputed,
+                }
+            } else {
+                BlockSaved {
+                    input: saved[l].input.clone(),
+                    relu: saved[l].relu.clone(),
+                }
+            };
             if let Some(gx) = block_backward(
                 &mut g,
                 &grad_y,
-                &saved[l],
+                &block_saved,
                 weights,
                 l > 0,
                 tp,
@@ -152,6 +265,14 @@ pub(crate) fn build_rank(cfg: &MlpConfig, step: &Step, forward_only: bool) -> Gr
                 &mut grads,
             ) {
                 grad_y = gx;
+            }
+            if l == 0 && is(Mutation::DanglingBackwardTensor) {
+                // The gradients just computed are left without consumers; the finalization
+                // reads zero-filled buffers no backward operator produced.
+                for p in &specs[..2] {
+                    let zeros = g.full(&p.local_shape(tp), 0.0);
+                    grads.insert(p.name.clone(), zeros);
+                }
             }
         }
         train::accumulate(&mut g, &mut acc, grads);
@@ -161,6 +282,15 @@ pub(crate) fn build_rank(cfg: &MlpConfig, step: &Step, forward_only: bool) -> Gr
     // Gradient finalization over dp, then the optimizer step.
     train::finish(&mut g, step, &specs, &weights, &acc, |_, _, grad| grad);
     g
+}
+
+/// The recomputation of a block's activation from its checkpointed input: `relu(input @
+/// w1.T + b1)`, as the forward computed it.
+fn recompute(g: &mut GraphBuilder, input: &Val, w1: &Val, b1: &Val) -> Val {
+    let t1 = g.t(w1);
+    let m1 = g.mm(input, &t1);
+    let a = g.add(&m1, b1);
+    g.relu(&a)
 }
 
 /// What the backward of an fc1 + relu + fc2 block reads from its forward.
@@ -191,6 +321,15 @@ pub(crate) fn block(
     let m2 = g.mm(&r, &t2);
     let y = if tp < 2 || (l == 0 && is(Mutation::TpMissingAllreduce)) {
         g.add(&m2, b2)
+    } else if l == 0 && is(Mutation::AsyncAllreduceNoWait) {
+        // The all-reduce's result is read directly: no `wait_tensor` on its handle.
+        let handle = g.call(
+            "all_reduce",
+            "_c10d_functional.all_reduce.default",
+            &[Arg::V(&m2), Arg::S("sum"), Arg::S("tp")],
+            m2.shape.clone(),
+        );
+        g.add(&handle, b2)
     } else if l == 0 && is(Mutation::TpBiasBeforeAllreduce) {
         let early = g.add(&m2, b2);
         g.all_reduce_sum(&early, "tp")

@@ -368,3 +368,97 @@ fn training_bugs_are_refuted() {
         assert!(out.contains(evidence), "{bug}:\n{out}");
     }
 }
+
+#[test]
+fn pipelines_verify_through_send_and_recv() {
+    // A recv is the tensor its matched send posted, on the sending stage; microbatch losses and
+    // accumulated gradients are the sums the spec's whole-batch operators split into.
+    for (model, mesh, extra) in [
+        ("mlp", "pp=2,dp=2,tp=2", &["--pp-schedule", "1f1b"][..]),
+        ("mlp", "pp=2", &["--forward-only"][..]),
+        ("llama", "pp=2", &[][..]),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut args = vec!["--layers", "2", "--microbatches", "2"];
+        args.extend(extra);
+        let case = emit_model(model, dir.path(), mesh, &args);
+        let (code, out) = verify(&case);
+        assert_eq!(code, 0, "{model} {mesh} {extra:?}:\n{out}");
+    }
+}
+
+#[test]
+fn pipeline_bugs_are_never_verified() {
+    // Gradients synchronized before the last microbatch are refuted at a weight gradient; a
+    // recv that takes another message may be a schedule the lemmas cannot follow: never 0.
+    for (model, bug, mesh, want) in [
+        ("mlp", "pp-grad-sync-before-last-microbatch", "dp=2,pp=2", 1),
+        ("llama", "pp-shuffled-microbatches", "pp=2", 1),
+        ("mlp", "pp-mismatched-send-recv", "pp=2", 3),
+        ("mlp", "pp-wrong-stage-division", "pp=2", 3),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let args = [
+            "--layers",
+            "2",
+            "--batch",
+            "4",
+            "--microbatches",
+            "2",
+            "--bug",
+            bug,
+        ];
+        let case = emit_model(model, dir.path(), mesh, &args);
+        let (code, out) = verify(&case);
+        assert_eq!(code, want, "{model} {bug}:\n{out}");
+    }
+}
+
+#[test]
+fn moe_forward_plans_verify() {
+    // Top-k routing and the gate scatter per token piece, expert groups regrouped across the
+    // all-gather dispatch and reduce-scatter combine.
+    for mesh in ["tp=2", "ep=2", "tp=2,ep=2"] {
+        let dir = tempfile::tempdir().unwrap();
+        let case = emit_model("deepseek", dir.path(), mesh, &["--forward-only"]);
+        let (code, out) = verify(&case);
+        assert_eq!(code, 0, "deepseek {mesh}:\n{out}");
+    }
+}
+
+/// A two-rank Ulysses-style case: columns sharded, `all_to_all_single` to rows, an elementwise
+/// op, and back (`back: false` leaves the rows layout, which the case does not expect).
+fn all_to_all_case(dir: &Path, back: bool) -> PathBuf {
+    std::fs::write(
+        dir.join("spec.py"),
+        "class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[4, 6]\"):\n        y: \"f32[4, 6]\" = torch.ops.aten.relu.default(x)\n        return (y,)\n",
+    )
+    .unwrap();
+    let tail = if back {
+        "        a2a_1: \"f32[4, 3]\" = torch.ops._c10d_functional.all_to_all_single.default(relu, [2, 2], [2, 2], 'ep')\n        y: \"f32[4, 3]\" = torch.ops._c10d_functional.wait_tensor.default(a2a_1)\n"
+    } else {
+        "        y: \"f32[4, 3]\" = torch.ops.aten.clone.default(relu)\n"
+    };
+    let rank = format!(
+        "class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[4, 3]\"):\n        a2a: \"f32[4, 3]\" = torch.ops._c10d_functional.all_to_all_single.default(x, [2, 2], [2, 2], 'ep')\n        rows: \"f32[4, 3]\" = torch.ops._c10d_functional.wait_tensor.default(a2a)\n        relu: \"f32[4, 3]\" = torch.ops.aten.relu.default(rows)\n{tail}        return (y,)\n"
+    );
+    std::fs::write(dir.join("r0.py"), &rank).unwrap();
+    std::fs::write(dir.join("r1.py"), &rank).unwrap();
+    let case = dir.join("case.yaml");
+    std::fs::write(
+        &case,
+        "version: 1\nname: a2a\nspec:\n  graph: spec.py\nimpl:\n  mesh: { ep: 2 }\n  graphs: [r0.py, r1.py]\n  groups:\n    \"ep\": ep\ninputs:\n  x: { ep: Shard(1) }\noutputs:\n  y: { ep: Shard(1) }\n",
+    )
+    .unwrap();
+    case
+}
+
+#[test]
+fn all_to_all_is_a_rearrangement() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, out) = verify(&all_to_all_case(dir.path(), true));
+    assert_eq!(code, 0, "{out}");
+    let dir = tempfile::tempdir().unwrap();
+    let (code, out) = verify(&all_to_all_case(dir.path(), false));
+    assert_ne!(code, 0, "{out}");
+}

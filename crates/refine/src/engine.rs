@@ -4,7 +4,7 @@
 //! clean expressions kept as their relations.
 
 use crate::lemmas::{library_for, Graph, SCALE};
-use crate::lower::{lower, pair_collectives, LowerCtx, Lowered, Tpl, ValueRef};
+use crate::lower::{lower, pair_collectives, pair_messages, LowerCtx, Lowered, Tpl, ValueRef};
 use crate::term::{is_leaf, leaf_symbol, Shapes, Term, CAT, GET, LIST, MAX, MIN, SLICE, SUM};
 use egg::{Id, Language, RecExpr, Rewrite, Runner, Symbol};
 use shardproof_case::{rank_pieces, Case, Layout, Reduce};
@@ -234,7 +234,9 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
     let same_mask = case.assume.dropout.is_some();
     // Unpaired collectives stay without meaning (a verdict through them is inconclusive).
     let (partners, _unpaired) = pair_collectives(&case.program);
+    let messages = pair_messages(&case.program);
     let ctx = LowerCtx {
+        messages: &messages,
         custom_ops: &case.ops,
         same_mask,
         program: &case.program,
@@ -397,9 +399,7 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
             Some(State::Related(r)) if r.clean && !mismatches.contains_key(&v) => {
                 outcome.certificate.push(Certificate {
                     tensor: name,
-                    relations: r
-                        .exprs
-                        .iter()
+                    relations: certificate_exprs(&r.exprs)
                         .map(|e| render(e, e.as_ref().len() - 1))
                         .collect(),
                 });
@@ -502,7 +502,7 @@ fn unknown_constants(case: &Case, ctx: &LowerCtx, cut: &HashSet<ValueRef>) -> Ve
         } else {
             case.outputs
                 .iter()
-                .filter_map(|o| o.impl_values.get(r).copied())
+                .filter_map(|o| o.rank_values.iter().find(|(q, _)| *q == r).map(|p| p.1))
                 .collect()
         };
         let mut seen = vec![false; g.nodes.len()];
@@ -564,7 +564,7 @@ fn build_impl<'a>(case: &'a Case, ctx: &LowerCtx) -> Impl<'a> {
     let mut cut = HashSet::new();
     for r in &case.inputs {
         if r.cut {
-            for (rank, &v) in r.impl_values.iter().enumerate() {
+            for &(rank, v) in &r.rank_values {
                 cut.insert(ValueRef {
                     rank: Some(rank),
                     value: v,
@@ -573,9 +573,6 @@ fn build_impl<'a>(case: &'a Case, ctx: &LowerCtx) -> Impl<'a> {
         }
     }
     let mut lowered = HashMap::new();
-    let mut canon: HashMap<ValueRef, ValueRef> = HashMap::new();
-    let mut consumers: HashMap<ValueRef, Vec<(usize, usize)>> = HashMap::new();
-    let mut const_only = HashSet::new();
     for (r, g) in case.program.ranks.iter().enumerate() {
         for (n, node) in g.nodes.iter().enumerate() {
             for k in 0..node.outputs.len() {
@@ -583,36 +580,69 @@ fn build_impl<'a>(case: &'a Case, ctx: &LowerCtx) -> Impl<'a> {
                     rank: Some(r),
                     value: ValueId::new(n, k),
                 };
-                if cut.contains(&v) {
-                    continue;
+                if !cut.contains(&v) {
+                    lowered.insert(v, lower(ctx, g, &metas[r], Some(r), n, k));
                 }
-                let low = lower(ctx, g, &metas[r], Some(r), n, k);
-                match &low {
-                    Lowered::Alias(a) => {
-                        let target = canon.get(a).copied().unwrap_or(*a);
-                        canon.insert(v, target);
-                    }
-                    Lowered::Term(t) => {
-                        let mut ins = Vec::new();
-                        tpl_values(t, &mut ins);
-                        let ins: Vec<ValueRef> = ins
-                            .iter()
-                            .map(|x| canon.get(x).copied().unwrap_or(*x))
-                            .collect();
-                        if ins.iter().all(|x| const_only.contains(x)) {
-                            const_only.insert(v);
-                        }
-                        let mut seen = HashSet::new();
-                        for x in ins {
-                            if seen.insert(x) {
-                                consumers.entry(x).or_default().push((r, n));
-                            }
-                        }
-                    }
-                    _ => {}
-                }
-                lowered.insert(v, low);
             }
+        }
+    }
+    // Aliases resolve to the value at the end of their chain. A recv aliases a tensor of
+    // another rank, possibly one lowered later, so chains are followed after lowering.
+    let mut canon: HashMap<ValueRef, ValueRef> = HashMap::new();
+    for (&v, low) in &lowered {
+        if let Lowered::Alias(a) = low {
+            let mut target = *a;
+            let mut steps = 0;
+            while let Some(Lowered::Alias(next)) = lowered.get(&target) {
+                target = *next;
+                steps += 1;
+                if steps > lowered.len() {
+                    break;
+                }
+            }
+            canon.insert(v, target);
+        }
+    }
+    let mut consumers: HashMap<ValueRef, Vec<(usize, usize)>> = HashMap::new();
+    let mut terms: Vec<(ValueRef, Vec<ValueRef>)> = Vec::new();
+    for (r, g) in case.program.ranks.iter().enumerate() {
+        for (n, node) in g.nodes.iter().enumerate() {
+            for k in 0..node.outputs.len() {
+                let v = ValueRef {
+                    rank: Some(r),
+                    value: ValueId::new(n, k),
+                };
+                let Some(Lowered::Term(t)) = lowered.get(&v) else {
+                    continue;
+                };
+                let mut ins = Vec::new();
+                tpl_values(t, &mut ins);
+                let ins: Vec<ValueRef> = ins
+                    .iter()
+                    .map(|x| canon.get(x).copied().unwrap_or(*x))
+                    .collect();
+                let mut seen = HashSet::new();
+                for &x in &ins {
+                    if seen.insert(x) {
+                        consumers.entry(x).or_default().push((r, n));
+                    }
+                }
+                terms.push((v, ins));
+            }
+        }
+    }
+    // Terms over constants only, to a fixpoint: across ranks, program order is no
+    // topological order.
+    let mut const_only = HashSet::new();
+    loop {
+        let before = const_only.len();
+        for (v, ins) in &terms {
+            if !const_only.contains(v) && ins.iter().all(|x| const_only.contains(x)) {
+                const_only.insert(*v);
+            }
+        }
+        if const_only.len() == before {
+            break;
         }
     }
     let unknown_consts = unknown_constants(case, ctx, &cut).into_iter().collect();
@@ -632,7 +662,7 @@ fn build_impl<'a>(case: &'a Case, ctx: &LowerCtx) -> Impl<'a> {
 /// per set of replicas) over the rank tensors.
 fn input_state(case: &Case, i: usize, imp: &Impl) -> State {
     let r = &case.inputs[i];
-    match relation_exprs(case, &r.layout, r.spec_value, &r.impl_values, imp) {
+    match relation_exprs(case, &r.layout, r.spec_value, &r.rank_values, imp) {
         Ok(exprs) => State::Related(Rel {
             exprs,
             clean: true,
@@ -644,7 +674,7 @@ fn input_state(case: &Case, i: usize, imp: &Impl) -> State {
 
 fn expected_exprs(case: &Case, i: usize, imp: &Impl) -> Result<Vec<RecExpr<Term>>, String> {
     let o = &case.outputs[i];
-    relation_exprs(case, &o.layout, o.spec_value, &o.impl_values, imp)
+    relation_exprs(case, &o.layout, o.spec_value, &o.rank_values, imp)
 }
 
 /// Expressions of a laid-out spec tensor over the rank tensors: blocks tile the tensor; partial
@@ -653,7 +683,7 @@ fn relation_exprs(
     case: &Case,
     layout: &Layout,
     spec_value: ValueId,
-    impl_values: &[ValueId],
+    rank_values: &[(usize, ValueId)],
     imp: &Impl,
 ) -> Result<Vec<RecExpr<Term>>, String> {
     if let Layout::Expr(e) = layout {
@@ -673,7 +703,7 @@ fn relation_exprs(
         }
         return Ok(vec![rec]);
     }
-    if impl_values.is_empty() {
+    if rank_values.is_empty() {
         return Err("no implementation tensors".into());
     }
     let shape = case
@@ -684,7 +714,7 @@ fn relation_exprs(
     // Each block: its ranges and its expression.
     let mut blocks: Vec<(Vec<std::ops::Range<i64>>, E)> = Vec::new();
     let mut partial: HashMap<Vec<usize>, PartialBlocks> = HashMap::new();
-    for (rank, &v) in impl_values.iter().enumerate() {
+    for &(rank, v) in rank_values {
         let piece = rank_pieces(layout, &shape, &case.program.mesh, rank).map_err(|e| e.message)?;
         let vr = imp.canon(ValueRef {
             rank: Some(rank),
@@ -1613,6 +1643,75 @@ fn scales_itself(node: &shardproof_ir::Node) -> bool {
     }
 }
 
+/// The expressions a certificate shows: a tensor that equals implementation tensors
+/// outright is shown as those (its replicas); other expressions only when there are none.
+fn certificate_exprs(exprs: &[RecExpr<Term>]) -> impl Iterator<Item = &RecExpr<Term>> {
+    let leaves = exprs.iter().any(|e| e.as_ref().len() == 1);
+    exprs
+        .iter()
+        .filter(move |e| !leaves || e.as_ref().len() == 1)
+}
+
+/// Whether an implementation tensor flows, through operators linear in it, into a collective
+/// (bounded search).
+fn reaches_collective(case: &Case, imp: &Impl, from: ValueRef, summed: &[usize]) -> bool {
+    let mut seen: HashSet<ValueRef> = HashSet::new();
+    let mut frontier = vec![from];
+    for _ in 0..24 {
+        let mut next = Vec::new();
+        for v in frontier {
+            for &(r, n) in imp.consumers.get(&v).map_or(&[][..], Vec::as_slice) {
+                let node = &case.program.ranks[r].nodes[n];
+                if node.op().is_some_and(|o| o.namespace == "_c10d_functional") {
+                    // Only a reduction over every rank of the partial sum completes it.
+                    let out = ValueRef {
+                        rank: Some(r),
+                        value: ValueId::new(n, 0),
+                    };
+                    if let Some(Lowered::Term(t)) = imp.lowered.get(&out) {
+                        let mut vals = Vec::new();
+                        tpl_values(t, &mut vals);
+                        let ranks: HashSet<usize> = vals.iter().filter_map(|v| v.rank).collect();
+                        if summed.iter().all(|r| ranks.contains(r)) {
+                            return true;
+                        }
+                    }
+                }
+                // Past an operator nonlinear in it, the value is no longer a partial sum that a
+                // later reduction completes.
+                let op = node.op().map(|o| o.to_string()).unwrap_or_default();
+                let holds = |a: &shardproof_ir::Arg| {
+                    let mut vals = Vec::new();
+                    a.values(&mut vals);
+                    vals.contains(&v.value)
+                };
+                let linear = node
+                    .args()
+                    .iter()
+                    .enumerate()
+                    .any(|(i, a)| holds(a) && crate::lemmas::may_be_linear_in(&op, i));
+                if !linear {
+                    continue;
+                }
+                for k in 0..node.outputs.len() {
+                    let out = ValueRef {
+                        rank: Some(r),
+                        value: ValueId::new(n, k),
+                    };
+                    if seen.len() < 4096 && seen.insert(out) {
+                        next.push(out);
+                    }
+                }
+            }
+        }
+        if next.is_empty() {
+            break;
+        }
+        frontier = next;
+    }
+    false
+}
+
 /// The product term inside a lowered fused linear, `add(mm(a, b), bias)`.
 fn fused_product(t: &Tpl) -> Option<&Tpl> {
     match t {
@@ -1672,6 +1771,58 @@ fn blame(
     }
     frontier.sort();
     let mut v = frontier.first().copied().unwrap_or(out);
+    // Relations stopped at an operator that is (or may be) linear in its rank-sum inputs while
+    // every other operand is replicated on the summed ranks: summing the operator's results
+    // later is then the same sum, and a partial sum flowing on to a later reduction is no
+    // evidence of a missing one. (With a sharded operand, sum_r f(p_r, w_r) is another sum.)
+    let stop = v;
+    let deferrable = |summed: &[usize]| {
+        let n = &spec.nodes[stop.node];
+        let op = n.op().map(|o| o.to_string()).unwrap_or_default();
+        let is_sum = |e: &RecExpr<Term>| {
+            e.as_ref()
+                .last()
+                .is_some_and(|t| matches!(t, Term::Op(s, _) if s.as_str() == SUM))
+        };
+        let mut any_partial = false;
+        for (i, a) in n.args().iter().enumerate() {
+            let shardproof_ir::Arg::Value(x) = a else {
+                continue;
+            };
+            let Some(State::Related(r)) = state.get(x) else {
+                continue;
+            };
+            if r.exprs.iter().any(is_sum) {
+                if !crate::lemmas::may_be_linear_in(&op, i) {
+                    return false;
+                }
+                any_partial = true;
+                continue;
+            }
+            // A constant (no implementation tensor in it) is the same on every rank.
+            let constant = r.exprs.iter().any(|e| {
+                !e.as_ref().iter().any(|t| {
+                    matches!(t, Term::Op(s, k) if k.is_empty() && crate::term::parse_leaf(s.as_str()).is_some())
+                })
+            });
+            if constant {
+                continue;
+            }
+            let replica_ranks: HashSet<usize> = r
+                .exprs
+                .iter()
+                .filter(|e| e.as_ref().len() == 1)
+                .filter_map(|e| match &e.as_ref()[0] {
+                    Term::Op(s, _) => crate::term::parse_leaf(s.as_str()).map(|(r, _)| r),
+                    _ => None,
+                })
+                .collect();
+            if !summed.iter().all(|r| replica_ranks.contains(r)) {
+                return false;
+            }
+        }
+        any_partial
+    };
     // A partial sum stays a (clean) partial sum through additions of other tensors, so the
     // relations stop only where something nonlinear reads it: the bug is where the partial
     // sum was first added to, the point a reduction was due.
@@ -1820,8 +1971,17 @@ fn blame(
                         groups.iter().map(|g| format!("[{}]", show(g))).collect::<Vec<_>>().join(", ")
                     ));
                 }
+                // Reduced further downstream, after more operators: the engine lacks the
+                // lemma that relates the path, which is no evidence of a bug.
+                let reduced_later = !reduced
+                    && late_op.is_none()
+                    && deferrable(&summed)
+                    && leaves
+                        .iter()
+                        .any(|l| reaches_collective(case, imp, *l, &summed));
                 if matches!(top, Some(Term::Op(s, _)) if s.as_str() == SUM)
                     && !reduced
+                    && !reduced_later
                     && hint.is_none()
                 {
                     hint = Some(if let Some(late) = &late_op {

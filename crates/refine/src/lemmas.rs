@@ -336,6 +336,7 @@ pub const LINEAR: &[(&str, &[usize])] = &[
     ("aten._log_softmax_backward_data.default", &[0]),
     ("aten._softmax_backward_data.default", &[0]),
     ("aten.matmul.default", &[0, 1]),
+    ("aten.gather.default", &[0]),
     (SLICE, &[3]),
 ];
 
@@ -518,6 +519,35 @@ pub fn library() -> Vec<Lemma> {
         }),
     });
     l.push(Lemma {
+        name: "scatter-into-zeros-over-sum",
+        doc: "scatter(zeros, d, i, sum_k x_k) = sum_k scatter(zeros, d, i, x_k): scattering into a zero fill is linear in the source (MoE gate matrices)",
+        roots: vec!["aten.scatter.src".into()],
+        examples: vec![(
+            "(aten.scatter.src (aten.full.default (list 2 4) f:0.0 dt:f64 none dev b:false) 1 %r0:i (sum %r0:a %r1:a))",
+            &[("i", "i64[2,2]<4"), ("a", "f64[2,2]")],
+        )],
+        requires: None,
+        build: Arc::new(|g, _, kids| {
+            let zero_fill = g[kids[0]].nodes.iter().any(|n| {
+                matches!(n, Term::Op(s, k) if s.as_str() == "aten.full.default" && k.len() > 1 && is_zero(g, k[1]))
+            });
+            if !zero_fill {
+                return vec![];
+            }
+            let sym = Symbol::from("aten.scatter.src");
+            sums(g, kids[3])
+                .into_iter()
+                .map(|s| {
+                    let terms: Vec<Id> = s
+                        .iter()
+                        .map(|&x| g.add(with_kids(sym, kids, &[(3, x)])))
+                        .collect();
+                    op(g, SUM, terms)
+                })
+                .collect()
+        }),
+    });
+    l.push(Lemma {
         name: "linear-over-scale",
         doc: "f(c * x) = c * f(x) for f linear in x (additive ops: both operands scaled by c)",
         roots: lin_roots,
@@ -661,6 +691,7 @@ pub fn library() -> Vec<Lemma> {
         examples: vec![
             ("(aten.bmm.default (cat 0 %r0:a %r1:a) (cat 0 %r0:b %r1:b))", &[("a", "f64[2,2,3]"), ("b", "f64[2,3,4]")]),
             ("(aten.bmm.default (cat 2 %r0:a %r1:a) (cat 1 %r0:b %r1:b))", &[("a", "f64[2,2,3]"), ("b", "f64[2,3,4]")]),
+            ("(aten.bmm.default (cat 0 %r0:a %r1:a %r2:a %r3:a) (cat 0 %r0:b %r1:b))", &[("a", "f64[1,2,3]"), ("b", "f64[2,3,4]")]),
         ],
         requires: None,
         build: Arc::new(|g, _, kids| matmul_over_cat(g, "aten.bmm.default", kids, 1)),
@@ -931,6 +962,21 @@ pub fn library() -> Vec<Lemma> {
         }),
     });
     l.push(Lemma {
+        name: "sum-of-replicas",
+        doc: "sum(x, x, .., x) of n equal terms = n * x (a replicated value all-reduced: each rank's share counted once per rank)",
+        roots: vec![SUM.into()],
+        examples: vec![("(sum %r0:a %r0:a %r0:a)", &[("a", "f64[2,3]")])],
+        requires: None,
+        build: Arc::new(|g, _, kids| {
+            let first = g.find(kids[0]);
+            if kids.iter().all(|&k| g.find(k) == first) {
+                vec![scale(g, kids.len() as i64, 1, first)]
+            } else {
+                vec![]
+            }
+        }),
+    });
+    l.push(Lemma {
         name: "sum-of-sums",
         doc: "sum(sum(x_1..x_n), sum(y_1..y_m), ...) = sum(x_1..x_n, y_1..y_m, ...): rank sums nested by mesh dim are one sum",
         roots: vec![SUM.into()],
@@ -950,11 +996,13 @@ pub fn library() -> Vec<Lemma> {
     });
     l.push(Lemma {
         name: "add-into-sum",
-        doc: "a + sum(b_1..b_n) = sum(b_1, .., a + b_k, .., b_n) (a running total one rank adds to before the reduction); sum(.., a + b, ..) = sum(.., a, b, ..)",
+        doc: "a + sum(b_1..b_n) = sum(b_1, .., a + b_k, .., b_n) (a running total one rank adds to before the reduction); sum(.., a + b, ..) = sum(.., a, b, ..); sum(a, b, c) = (a + b) + c where the graph has those additions",
         roots: vec!["aten.add.Tensor".into(), SUM.into()],
         examples: vec![
             ("(aten.add.Tensor %r0:a (sum %r0:b %r1:b) 1)", &[("a", "f64[2,3]"), ("b", "f64[2,3]")]),
             ("(sum (aten.add.Tensor %r0:a %r0:b 1) %r1:a)", &[("a", "f64[2,3]"), ("b", "f64[2,3]")]),
+            // The addition the rank computed sits beside the sum.
+            ("(cat 0 (sum %r0:a %r0:b %r0:c) (aten.add.Tensor (aten.add.Tensor %r0:a %r0:b 1) %r0:c 1))", &[("a", "f64[2,3]"), ("b", "f64[2,3]"), ("c", "f64[2,3]")]),
         ],
         requires: None,
         build: Arc::new(|g, eclass, kids| {
@@ -984,9 +1032,25 @@ pub fn library() -> Vec<Lemma> {
                 }
                 return res;
             }
+            // A sum of tensors one rank adds up itself (microbatch losses, accumulated
+            // gradients) is those additions, in order, when the graph has them: looked up, never
+            // built, so sums do not grow additions nobody computes.
+            if kids.len() >= 2 && kids.iter().all(|&k| full(g, k)) {
+                if let Some(one) = g.lookup(Term::Num(1)) {
+                    let add = Symbol::from("aten.add.Tensor");
+                    let mut acc = Some(kids[0]);
+                    for &k in &kids[1..] {
+                        acc = acc.and_then(|a| {
+                            g.lookup(Term::Op(add, vec![a, k, one]))
+                                .or_else(|| g.lookup(Term::Op(add, vec![k, a, one])))
+                        });
+                    }
+                    res.extend(acc);
+                }
+            }
             // Inside a sum, an addition is more terms of the sum.
             if kids.len() >= 16 {
-                return vec![];
+                return res;
             }
             for (i, &k) in kids.iter().enumerate() {
                 let adds: Vec<(Id, Id)> = g[k]
@@ -1405,6 +1469,79 @@ pub fn library() -> Vec<Lemma> {
                         out.push(cat(g, nd, parts));
                     }
                 }
+            }
+            out
+        }),
+    });
+
+    l.push(Lemma {
+        name: "topk-over-cat",
+        doc: "topk / sort along dim k of cat_d(x_i), d != k: values and indices are the cat of the pieces' (a router's top-k over the experts of each token)",
+        roots: vec![GET.into()],
+        examples: vec![
+            ("(get 0 (aten.topk.default (cat 0 %r0:a %r1:a) 2 1 b:true b:true))", &[("a", "f64[2,4]")]),
+            ("(get 1 (aten.topk.default (cat 0 %r0:a %r1:a) 2 -1 b:true b:true))", &[("a", "f64[2,4]")]),
+        ],
+        requires: None,
+        build: Arc::new(|g, _, kids| {
+            let mut out = Vec::new();
+            for n in g[kids[1]].nodes.clone() {
+                let Term::Op(s, ck) = n else { continue };
+                let dim_at = match s.as_str() {
+                    "aten.topk.default" => 2,
+                    "aten.sort.default" | "aten.sort.stable" => 1,
+                    _ => continue,
+                };
+                let Some(rank) = shape(g, ck[0]).map(|x| x.len() as i64) else { continue };
+                let Some(k) = ck.get(dim_at).and_then(|&d| int(g, d)) else { continue };
+                let k = if k < 0 { k + rank } else { k };
+                for (d, pieces) in cats(g, ck[0]) {
+                    if d as i64 == k {
+                        continue;
+                    }
+                    let parts = output_per_piece(g, s, &ck, kids[0], &pieces);
+                    out.push(cat(g, d, parts));
+                }
+            }
+            out
+        }),
+    });
+
+    l.push(Lemma {
+        name: "scatter-over-cat",
+        doc: "scatter along dim k into cat_d(s_i) with indices (and source) split alike along d != k is the cat of the pieces' scatters; a constant fill splits into smaller fills",
+        roots: vec!["aten.scatter.src".into(), "aten.scatter.value".into()],
+        examples: vec![
+            ("(aten.scatter.src (aten.full.default (list 4 3) f:0.0 dt:f64 none dev b:false) 1 (cat 0 %r0:i %r1:i) (cat 0 %r0:x %r1:x))", &[("i", "i64[2,2]<3"), ("x", "f64[2,2]")]),
+            ("(aten.scatter.value (cat 0 %r0:s %r1:s) 1 (cat 0 %r0:i %r1:i) f:1.0)", &[("s", "f64[2,3]"), ("i", "i64[2,2]<3")]),
+        ],
+        requires: None,
+        build: Arc::new(|g, eclass, kids| {
+            let roots = ["aten.scatter.src", "aten.scatter.value"];
+            let Some(sym) = node_sym(g, eclass, kids, &roots) else { return vec![] };
+            let Some(rank) = shape(g, kids[0]).map(|x| x.len() as i64) else { return vec![] };
+            let Some(k) = int(g, kids[1]) else { return vec![] };
+            let k = if k < 0 { k + rank } else { k };
+            let src_is_tensor = sym.as_str() == "aten.scatter.src";
+            let mut out = Vec::new();
+            for (d, index) in cats(g, kids[2]) {
+                if d as i64 == k {
+                    continue;
+                }
+                let Some(szs) = sizes(g, &index, d) else { continue };
+                let Some(selves) = split_alike(g, kids[0], d, &szs) else { continue };
+                let srcs = if src_is_tensor {
+                    match split_alike(g, kids[3], d, &szs) {
+                        Some(p) => p,
+                        None => continue,
+                    }
+                } else {
+                    vec![kids[3]; szs.len()]
+                };
+                let parts = (0..szs.len())
+                    .map(|i| g.add(with_kids(sym, kids, &[(0, selves[i]), (2, index[i]), (3, srcs[i])])))
+                    .collect();
+                out.push(cat(g, d, parts));
             }
             out
         }),
@@ -1947,6 +2084,43 @@ pub fn library() -> Vec<Lemma> {
     l
 }
 
+/// Whether an operator may be linear in its argument `pos` (over-approximated: used only to
+/// withhold bug evidence, never to build terms).
+pub fn may_be_linear_in(sym: &str, pos: usize) -> bool {
+    let (positions, _) = linear_positions(sym);
+    if positions.contains(&pos) {
+        return true;
+    }
+    matches!(
+        (sym, pos),
+        (
+            "aten.scatter.src" | "aten.scatter_add.default" | "aten.index_add.default",
+            0 | 3
+        ) | (
+            "aten.index_put.default" | "aten._unsafe_index_put.default",
+            0 | 2
+        ) | ("aten.masked_fill.Scalar" | "aten.masked_fill.Tensor", 0)
+            | ("aten.cat.default" | "aten.stack.default", 0)
+            | (
+                "aten.clone.default"
+                    | "aten.contiguous.default"
+                    | "aten.alias.default"
+                    | "aten.reshape.default"
+                    | "aten._unsafe_view.default"
+                    | "aten.unsqueeze.default"
+                    | "aten.squeeze.dim"
+                    | "aten.expand.default"
+                    | "aten.t.default"
+                    | "aten.slice.Tensor"
+                    | "aten.select.int"
+                    | "aten.index_select.default"
+                    | "aten.addmm.default"
+                    | "aten.baddbmm.default",
+                _
+            )
+    )
+}
+
 fn linear_positions(sym: &str) -> (Vec<usize>, bool) {
     if let Some(e) = ew(sym) {
         return (e.2.to_vec(), e.3);
@@ -2125,6 +2299,72 @@ fn is_zero(g: &Graph, id: Id) -> bool {
         }
         _ => false,
     })
+}
+
+/// The pieces of `id` along dim `d` of sizes `szs`: its own pieces when it is split so, smaller
+/// fills when it is a constant fill, else slices.
+fn split_alike(g: &mut Graph, id: Id, d: usize, szs: &[usize]) -> Option<Vec<Id>> {
+    if let Some((_, ps)) = cats(g, id)
+        .into_iter()
+        .find(|(e, ps)| *e == d && sizes(g, ps, d).as_deref() == Some(szs))
+    {
+        return Some(ps);
+    }
+    let shape_of = shape(g, id)?;
+    if shape_of.get(d).copied() != Some(szs.iter().sum()) {
+        return None;
+    }
+    let fill = g[id].nodes.iter().find_map(|n| match n {
+        Term::Op(s, k) if s.as_str() == "aten.full.default" => Some(k.clone()),
+        _ => None,
+    });
+    let mut off = 0;
+    let mut pieces = Vec::new();
+    for &n in szs {
+        pieces.push(match &fill {
+            Some(k) => {
+                let mut s = shape_of.clone();
+                s[d] = n;
+                let l = list(g, &s);
+                let mut k = k.clone();
+                k[0] = l;
+                g.add(Term::Op(Symbol::from("aten.full.default"), k))
+            }
+            None => slice(g, d, off, off + n, id),
+        });
+        off += n;
+    }
+    Some(pieces)
+}
+
+/// Pieces of sizes `have` along `d`, grouped into consecutive runs of sizes `want` (each run a
+/// cat of its pieces); `None` when the boundaries do not line up.
+fn regroup(
+    g: &mut Graph,
+    pieces: &[Id],
+    d: usize,
+    have: &[usize],
+    want: &[usize],
+) -> Option<Vec<Id>> {
+    if want.len() >= have.len() {
+        return None;
+    }
+    let mut out = Vec::new();
+    let mut at = 0;
+    for &w in want {
+        let mut run = Vec::new();
+        let mut filled = 0;
+        while filled < w {
+            filled += *have.get(at)?;
+            run.push(pieces[at]);
+            at += 1;
+        }
+        if filled != w {
+            return None;
+        }
+        out.push(cat(g, d, run));
+    }
+    (at == pieces.len()).then_some(out)
 }
 
 /// Whether a class is the number one (an integer or a float literal).
@@ -2370,13 +2610,22 @@ fn matmul_over_cat(g: &mut Graph, sym: &str, kids: &[Id], batch: usize) -> Vec<I
             let Some(szs) = sizes(g, pieces, *d) else {
                 continue;
             };
-            if let Some((_, bp)) = cb
-                .iter()
-                .find(|(bd, bp)| bd == d && sizes(g, bp, *d).as_deref() == Some(&szs[..]))
-            {
-                let parts = pieces
+            // b's pieces along d, regrouped where one side is split finer than the other
+            // (per-expert pieces against per-rank groups of experts).
+            let paired = cb.iter().filter(|(bd, _)| bd == d).find_map(|(_, bp)| {
+                let bs = sizes(g, bp, *d)?;
+                if bs == szs {
+                    return Some((pieces.clone(), bp.clone()));
+                }
+                if let Some(ap) = regroup(g, pieces, *d, &szs, &bs) {
+                    return Some((ap, bp.clone()));
+                }
+                regroup(g, bp, *d, &bs, &szs).map(|bp| (pieces.clone(), bp))
+            });
+            if let Some((ap, bp)) = paired {
+                let parts = ap
                     .iter()
-                    .zip(bp)
+                    .zip(&bp)
                     .map(|(&x, &y)| g.add(Term::Op(s, vec![x, y])))
                     .collect();
                 out.push(cat(g, *d, parts));

@@ -58,6 +58,8 @@ pub struct LowerCtx<'a> {
     /// Per rank, per collective node: the matching input value on each group member, in
     /// member order (filled by [`pair_collectives`]).
     pub partners: &'a HashMap<(usize, usize), Vec<ValueRef>>,
+    /// Per (rank, recv node): the tensor the matching send posted (filled by [`pair_messages`]).
+    pub messages: &'a Messages,
     /// Values of module constants (`_tensor_constantN`) the case states.
     pub constants: &'a BTreeMap<String, f64>,
     /// Whether no loss target equals its `ignore_index` (`assume: { ignore-index: unused }`).
@@ -134,6 +136,33 @@ pub fn lower(
     }
     if op.namespace == "higher_order" && op.name == "auto_functionalized_v2" {
         return lower_auto_functionalized(ctx, args, kwargs, output, rank);
+    }
+    match full.as_str() {
+        // A send's result is its input (a handle to wait on); a recv is the tensor the matched
+        // send posted, on the sending rank.
+        P2P_SEND => {
+            return first_input.map_or(
+                Lowered::Unsupported(format!("`{op}` without a tensor")),
+                |v| Lowered::Alias(at(v)),
+            );
+        }
+        P2P_RECV => {
+            return match rank {
+                None => Lowered::Unsupported(
+                    "a recv in the specification (a single-device program sends nothing)".into(),
+                ),
+                Some(r) => ctx.messages.get(&(r, node_index)).map_or_else(
+                    || {
+                        Lowered::Unsupported(format!(
+                            "recv `{}` on rank {r} has no matching send",
+                            node.outputs[0].name
+                        ))
+                    },
+                    |&sent| Lowered::Alias(sent),
+                ),
+            };
+        }
+        _ => {}
     }
     if IDENTITY_OPS.contains(&full.as_str()) {
         return first_input.map_or(
@@ -757,6 +786,31 @@ fn lower_collective(
                 }
             })
         }
+        // Member j's chunk `me` of its input, in member order; only equal splits (empty split
+        // lists, or lists of one repeated size on every member: the interpreter checks that
+        // the members agree), whose chunk offsets need no other member's arguments.
+        "all_to_all_single" => {
+            let equal = |i: usize| match norm.get(i) {
+                Some(Arg::List(xs)) => xs.windows(2).all(|w| w[0] == w[1]),
+                Some(Arg::None) | None => true,
+                _ => false,
+            };
+            let rows = graph_rows(graph, x);
+            if !equal(1) || !equal(2) || rows % n != 0 {
+                None
+            } else if n == 1 {
+                Some(xs[0].clone())
+            } else {
+                let m = rows / n;
+                let chunks = xs
+                    .into_iter()
+                    .map(|xj| slice_tpl(0, me as i64 * m, (me as i64 + 1) * m, xj));
+                Some(Tpl::Op(
+                    CAT.into(),
+                    std::iter::once(Tpl::Num(0)).chain(chunks).collect(),
+                ))
+            }
+        }
         "broadcast" => {
             let src = norm.get(1).and_then(Arg::as_int).unwrap_or(0) as usize;
             // `src` is a global rank; find it among the members.
@@ -770,7 +824,7 @@ fn lower_collective(
     t.map_or_else(
         || {
             Lowered::Unsupported(format!(
-                "collective `{full}` is not supported by the refinement engine"
+                "collective `{full}` is not supported by the refinement engine (all_to_all_single: only equal splits)"
             ))
         },
         |t| {
@@ -880,6 +934,74 @@ pub fn pair_collectives(program: &Program) -> (Partners, Vec<String>) {
         }
     }
     (out, problems)
+}
+
+const P2P_SEND: &str = "shardproof_p2p.send.default";
+const P2P_RECV: &str = "shardproof_p2p.recv.default";
+
+/// Per (rank, recv node): the tensor the matching send posted, on its rank.
+pub type Messages = HashMap<(usize, usize), ValueRef>;
+
+/// Pairs point-to-point messages as the interpreter delivers them (docs/formats/
+/// point-to-point.md): the k-th recv on rank `d` from `src` with tag `t` takes the k-th send of
+/// rank `src` to `d` with tag `t`, in program order. Unmatched recvs stay out of the map (their
+/// lowering is unsupported: a verdict through them is inconclusive).
+pub fn pair_messages(program: &Program) -> Messages {
+    let int = |a: Option<&Arg>| a.and_then(Arg::as_int);
+    // (src, dst, tag) -> the posted tensors, in the sender's program order.
+    let mut sent: BTreeMap<(i64, i64, i64), Vec<ValueRef>> = BTreeMap::new();
+    // (src, dst, tag) -> the recv nodes, in the receiver's program order.
+    let mut waiting: BTreeMap<(i64, i64, i64), Vec<(usize, usize)>> = BTreeMap::new();
+    for (r, g) in program.ranks.iter().enumerate() {
+        for (i, node) in g.nodes.iter().enumerate() {
+            let Some(op) = node.op() else { continue };
+            let args = node.args();
+            let tag = |k: usize| {
+                int(args.get(k))
+                    .or_else(|| int(node.kwarg("tag")))
+                    .unwrap_or(0)
+            };
+            match op.to_string().as_str() {
+                P2P_SEND => {
+                    let (Some(x), Some(dst)) = (
+                        node.inputs().first().copied(),
+                        int(args.get(1)).or_else(|| int(node.kwarg("dst"))),
+                    ) else {
+                        continue;
+                    };
+                    sent.entry((r as i64, dst, tag(2)))
+                        .or_default()
+                        .push(ValueRef {
+                            rank: Some(r),
+                            value: x,
+                        });
+                }
+                P2P_RECV => {
+                    let Some(src) = int(args.get(2)).or_else(|| int(node.kwarg("src"))) else {
+                        continue;
+                    };
+                    waiting
+                        .entry((src, r as i64, tag(3)))
+                        .or_default()
+                        .push((r, i));
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut out = HashMap::new();
+    for (key, recvs) in waiting {
+        let posted = sent.get(&key).map_or(&[][..], Vec::as_slice);
+        for (recv, &x) in recvs.into_iter().zip(posted) {
+            // A message of another type is a broken schedule (`run` reports it): no meaning.
+            let sent_type = program.ranks[x.rank.unwrap_or(0)].recorded_type(x.value);
+            let recv_type = program.ranks[recv.0].recorded_type(ValueId::new(recv.1, 0));
+            if sent_type.is_some() && sent_type == recv_type {
+                out.insert(recv, x);
+            }
+        }
+    }
+    out
 }
 
 /// A float as a fraction with a small integer numerator or denominator, when it is one.

@@ -54,7 +54,8 @@ pub struct EmitArgs {
     #[arg(long)]
     vocab_parallel: bool,
     /// gpt2: Megatron sequence parallelism over tp (activations outside the tensor-parallel
-    /// regions split along the sequence, all-gather / reduce-scatter around them).
+    /// regions split along the sequence, all-gather / reduce-scatter around them); deepseek:
+    /// the MoE blocks on the rank's sequence chunk with experts replicated over tp.
     #[arg(long)]
     sequence_parallel: bool,
     /// Model width (default: the model's tiny size; mlp 16, llama 16, gpt2 16, deepseek 16).
@@ -173,6 +174,10 @@ fn list(bugs_only: bool) {
             "  (gpt2 only: --sequence-parallel adds Megatron sequence parallelism over tp: \
              LayerNorms on sequence chunks, all-gather before and reduce-scatter after the \
              tensor-parallel regions, LayerNorm and row-parallel bias gradients all-reduced)"
+        );
+        outln!(
+            "  (deepseek: --sequence-parallel runs each MoE block on the rank's sequence chunk, \
+             router and experts replicated over tp, the chunks all-gathered after it)"
         );
         outln!(
             "  (deepseek only: --ep-dispatch alltoall dispatches tokens to the experts and \

@@ -7,7 +7,7 @@
 mod common;
 
 use common::{first_mismatch, Scratch};
-use shardproof_zoo::{find_bug, BUGS, MISSION_CLASSES};
+use shardproof_zoo::{find_bug, Site, BUGS, MISSION_CLASSES};
 
 /// Emits `args` (after `zoo emit`) into `dir` and returns the case path.
 fn emit(scratch: &Scratch, dir: &str, args: &str) -> String {
@@ -278,16 +278,120 @@ fn new_options_and_bugs_are_refused_where_they_do_not_apply() {
 }
 
 #[test]
-fn every_mission_class_but_one_has_catalog_entries() {
-    let empty: Vec<&str> = MISSION_CLASSES
-        .iter()
-        .filter(|(_, ids)| ids.is_empty())
-        .map(|(c, _)| *c)
-        .collect();
-    assert_eq!(
-        empty,
-        ["Entangle: experts sharded instead of replicated under SP"]
+fn deepseek_sequence_parallel_plans_hold_and_moe_bugs_are_found() {
+    let scratch = Scratch::new();
+    let mut planted: Vec<&str> = Vec::new();
+    for (mesh, dp, tp, ep) in [
+        ("tp=2", 1, 2, 1),
+        ("tp=2,ep=2", 1, 2, 2),
+        ("dp=2,tp=2,ep=2", 2, 2, 2),
+    ] {
+        for forward_only in [true, false] {
+            let mut flags = format!("deepseek --mesh {mesh} --sequence-parallel");
+            if forward_only {
+                flags.push_str(" --forward-only");
+            }
+            let dir = format!("{mesh}-{forward_only}");
+            let case = emit(&scratch, &dir, &flags);
+            scratch.run(&["inspect", "--strict", &case]).expect_code(0);
+            scratch
+                .run(&["run", &case])
+                .expect_code(0)
+                .stdout_has(&["verdict: holds"]);
+            let site = Site {
+                sequence_parallel: true,
+                ..Site::new("deepseek", dp, tp, forward_only)
+            };
+            for bug in BUGS {
+                if bug.check_applies_with_ep(&site, ep).is_err() {
+                    continue;
+                }
+                let case = emit(
+                    &scratch,
+                    &format!("{dir}-{}", bug.id),
+                    &format!("{flags} --bug {}", bug.id),
+                );
+                let out = scratch.run(&["run", &case]);
+                out.expect_code(1);
+                let first = first_mismatch(&out);
+                let expected = if bug.changes_loss {
+                    "loss"
+                } else if bug.id == "moe-router-grad-unsynced" {
+                    "router_"
+                } else {
+                    "expert_"
+                };
+                assert!(first.starts_with(expected), "{flags} {}: {first}", bug.id);
+                planted.push(bug.id);
+            }
+        }
+    }
+    for id in [
+        "moe-experts-sharded-under-sp",
+        "moe-router-grad-unsynced",
+        "norm-sharded-hidden",
+        "ep-expert-grad-not-averaged",
+    ] {
+        assert!(planted.contains(&id), "{id} is never planted under SP");
+    }
+    assert!(!planted.contains(&"moe-aux-loss-not-divided-by-tp"));
+    // The MoE blocks' experts (shared and routed) are replicated over tp, split over ep; the
+    // block runs on the rank's sequence chunk and all-gathers the chunks' outputs over tp.
+    let yaml = std::fs::read_to_string(scratch.path().join("tp=2,ep=2-false/case.yaml")).unwrap();
+    assert!(yaml.contains("name: deepseek-tp2-ep2-sp\n"), "{yaml}");
+    assert!(
+        yaml.contains("  expert_gate_0: { ep: Shard(0) }\n"),
+        "{yaml}"
     );
+    assert!(yaml.contains("  shared_up_0: Replicate()\n"), "{yaml}");
+    let r1 = std::fs::read_to_string(scratch.path().join("tp=2,ep=2-false/r1.py")).unwrap();
+    assert!(r1.contains("expert_gate_0: \"f32[2, 8, 16]\""), "{r1}");
+    let bug = std::fs::read_to_string(
+        scratch
+            .path()
+            .join("tp=2,ep=2-false-moe-experts-sharded-under-sp/case.yaml"),
+    )
+    .unwrap();
+    assert!(
+        bug.contains("  expert_gate_0: { tp: Shard(1), ep: Shard(0) }\n"),
+        "{bug}"
+    );
+    // With the all-to-all dispatcher too; the aux-loss bug has no share to miss under SP.
+    let case = emit(
+        &scratch,
+        "a2a",
+        "deepseek --mesh dp=2,tp=2,ep=2 --sequence-parallel --ep-dispatch alltoall",
+    );
+    scratch.run(&["run", &case]).expect_code(0);
+    for (request, word) in [
+        (
+            "deepseek --mesh tp=2 --sequence-parallel --bug moe-aux-loss-not-divided-by-tp",
+            "not defined under --sequence-parallel",
+        ),
+        (
+            "deepseek --mesh tp=2 --bug moe-experts-sharded-under-sp",
+            "--sequence-parallel",
+        ),
+        (
+            "deepseek --mesh tp=2 --seq 5 --sequence-parallel",
+            "seq 5 is not divisible by tp = 2",
+        ),
+        (
+            "llama --mesh tp=2 --sequence-parallel",
+            "sequence parallelism applies to the gpt2 and deepseek models",
+        ),
+    ] {
+        let mut args = vec!["zoo", "emit", "-o", "bad"];
+        args.extend(request.split_whitespace());
+        scratch.run(&args).expect_code(2).stderr_has(&[word]);
+    }
+}
+
+#[test]
+fn every_mission_class_has_catalog_entries() {
+    for (class, ids) in MISSION_CLASSES {
+        assert!(!ids.is_empty(), "{class}");
+    }
     // `zoo list --bugs` shows every entry, the invisible one with the engine that can see it.
     let scratch = Scratch::new();
     let out = scratch.run(&["zoo", "list", "--bugs"]);

@@ -84,7 +84,11 @@ fn deepseek_plans_hold_and_moe_bugs_are_found() {
             }
         }
     }
-    for bug in BUGS.iter().filter(|b| b.models.contains(&"deepseek")) {
+    // (The bugs of sequence parallelism in the MoE blocks are planted in zoo_bugs_extra.rs.)
+    for bug in BUGS
+        .iter()
+        .filter(|b| b.models.contains(&"deepseek") && !b.needs_sequence_parallel)
+    {
         assert!(planted.contains(&bug.id), "{} is never planted", bug.id);
     }
 }

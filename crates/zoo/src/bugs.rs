@@ -96,6 +96,9 @@ pub enum Mutation {
     /// GPT-2 under SP with TP communication overlap: the chunked weight-gradient GEMMs pair
     /// the output-gradient chunks in ring-arrival order with activation chunks in rank order.
     TpOverlapWrongChunkOrder,
+    /// DeepSeek under SP: the routed experts stay split over tp (as without SP) while each tp
+    /// rank runs them on its own sequence chunk, so the cross terms are never computed.
+    MoeExpertsShardedUnderSp,
 }
 
 /// What a mutation needs of the pipeline (a `pp` mesh dim and its microbatches).
@@ -741,6 +744,18 @@ pub const BUGS: &[Bug] = &[
         models: GPT2,
         ..DEEPSEEK_BUG
     },
+    Bug {
+        id: "moe-experts-sharded-under-sp",
+        source: "Entangle (ASPLOS'26) appendix A, bug 4, seen at ByteDance: experts sharded instead of replicated when SP parallelizes a MoE model",
+        description: "under SP the routed experts stay split over tp (gate/up by rows, down by columns) while each tp rank runs them on its own sequence chunk with no reduction: X_i A_i B_i, never the cross terms X_i A_j",
+        parallelism: "tp with --sequence-parallel",
+        spec_op: "aten.bmm.default of layer 0's routed experts (gate and up projections)",
+        mutation: Mutation::MoeExpertsShardedUnderSp,
+        needs_tp: true,
+        needs_sequence_parallel: true,
+        changes_loss: true,
+        ..DEEPSEEK_BUG
+    },
 ];
 
 /// The catalog entry named `id`.
@@ -896,6 +911,13 @@ impl Bug {
             .map(|(flag, what)| format!("{what} ({flag})"))
             .collect();
         missing.extend(option_texts.iter().map(String::as_str));
+        if self.mutation == Mutation::MoeAuxLossNotDividedByTp && site.sequence_parallel {
+            // Under SP every tp rank computes the whole auxiliary loss: there is no share.
+            return Err(format!(
+                "bug `{}` is not defined under --sequence-parallel",
+                self.id
+            ));
+        }
         if self.mutation == Mutation::WrongGroup && site.sequence_parallel {
             // Under SP the row-parallel reduction is a reduce-scatter whose result shape
             // depends on the group size: over dp it would be a shape error, not a silent bug.
@@ -971,7 +993,7 @@ pub const MISSION_CLASSES: &[(&str, &[&str])] = &[
     ),
     (
         "Entangle: experts sharded instead of replicated under SP",
-        &[],
+        &["moe-experts-sharded-under-sp"],
     ),
     (
         "Entangle: layernorm weight gradient not registered for the SP all-reduce",
@@ -986,7 +1008,7 @@ pub const MISSION_CLASSES: &[(&str, &[&str])] = &[
         &["tp-missing-allreduce", "llama-oproj-missing-allreduce"],
     ),
     (
-        "Entangle: missing router-weight all-reduce under TP+SP (the zoo's MoE has TP, not SP)",
+        "Entangle: missing router-weight all-reduce under TP+SP",
         &["moe-router-grad-unsynced"],
     ),
     (
@@ -1010,7 +1032,7 @@ pub const MISSION_CLASSES: &[(&str, &[&str])] = &[
         &["zero-tied-embedding-untied"],
     ),
     (
-        "TTrace: router weights not synchronized under SP (the zoo's MoE has TP, not SP)",
+        "TTrace: router weights not synchronized under SP",
         &["moe-router-grad-unsynced"],
     ),
     (
@@ -1077,7 +1099,7 @@ mod tests {
             .filter(|(_, ids)| ids.is_empty())
             .map(|(c, _)| *c)
             .collect();
-        assert!(unplanted.len() <= 1, "{unplanted:?}");
+        assert!(unplanted.is_empty(), "{unplanted:?}");
     }
 
     #[test]

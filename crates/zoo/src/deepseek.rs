@@ -33,6 +33,17 @@
 //! sync), and the auxiliary loss, whose gradient every tp rank computes in full, is divided by
 //! tp so that this sum counts it once (Entangle's scaling rule); the forward sums the tp
 //! ranks' shares of it back.
+//!
+//! **Sequence parallelism in the MoE blocks** (`--sequence-parallel`, tp >= 2): attention stays
+//! llama's tensor parallelism (its output replicated over tp); each MoE block takes the rank's
+//! sequence chunk of its input (positions `[tp_rank * s/tp, (tp_rank + 1) * s/tp)` of every
+//! sequence), routes it and runs the experts on it, the shared and the routed experts
+//! replicated over tp (split over ep as ever), and all-gathers the chunks' outputs along the
+//! sequence back to the replicated stream; the backward takes the rank's chunk of the output
+//! gradient and all-gathers the chunks' input gradients. The balance loss's per-sequence
+//! counts and probability sums are all-reduced over tp, so every tp rank computes the whole
+//! loss (no share). The router's and the experts' gradients, each rank's from its chunk, are
+//! all-reduced over tp (the router's is Megatron-LM #599's missing sync under SP).
 
 use crate::bugs::Mutation;
 use crate::graph::{Arg, GraphBuilder, Val};
@@ -131,6 +142,29 @@ impl DeepseekConfig {
             }
         }
         out
+    }
+
+    /// The parameters under sequence parallelism in the MoE blocks: [`Self::params`] with the
+    /// shared expert replicated over tp, and the routed experts too when `experts_replicated`
+    /// (the correct plan; the planted `moe-experts-sharded-under-sp` keeps them split).
+    pub fn params_sp(&self, tp: usize, experts_replicated: bool) -> Vec<Param> {
+        let mut params = self.params(tp);
+        for p in &mut params {
+            let shared = p.name.starts_with("shared_");
+            if shared || (experts_replicated && Self::is_expert(&p.name)) {
+                p.tp = TpLayout::Replicate;
+            }
+        }
+        params
+    }
+
+    /// The parameters of the plan `plan` with the planted `bug`.
+    pub fn plan_params(&self, plan: &RankPlan, bug: Option<Mutation>) -> Vec<Param> {
+        if plan.sequence_parallel && plan.tp > 1 {
+            self.params_sp(plan.tp, bug != Some(Mutation::MoeExpertsShardedUnderSp))
+        } else {
+            self.params(plan.tp)
+        }
     }
 
     /// Whether `name` is a stacked routed-expert weight, split along dim 0 over `ep`.
@@ -243,6 +277,10 @@ pub struct RankPlan {
     pub tp_rank: usize,
     /// How tokens reach the experts over `ep` (irrelevant without it).
     pub dispatch: EpDispatch,
+    /// Sequence parallelism in the MoE blocks (tp >= 2): each tp rank routes and runs the
+    /// experts (replicated over tp) on its sequence chunk, and the chunks' outputs are
+    /// all-gathered along the sequence.
+    pub sequence_parallel: bool,
 }
 
 impl RankPlan {
@@ -254,6 +292,7 @@ impl RankPlan {
         ep_rank: 0,
         tp_rank: 0,
         dispatch: EpDispatch::AllGather,
+        sequence_parallel: false,
     };
 
     /// The process group over which the replicated (non-expert) parameters' gradients and the
@@ -309,11 +348,17 @@ impl MoeCtx<'_> {
     /// The divisor of the auxiliary loss: tp (each tp rank adds its share), 1 under the
     /// planted `moe-aux-loss-not-divided-by-tp`.
     fn aux_divisor(&self) -> usize {
-        if self.bug == Some(Mutation::MoeAuxLossNotDividedByTp) {
+        if self.bug == Some(Mutation::MoeAuxLossNotDividedByTp) || self.sp() {
             1
         } else {
             self.plan.tp
         }
+    }
+
+    /// Sequence parallelism in the MoE blocks: every tp rank computes the whole auxiliary
+    /// loss (its counts and probability sums all-reduced over tp), so it is not shared.
+    fn sp(&self) -> bool {
+        self.plan.sequence_parallel && self.plan.tp > 1
     }
 
     /// The factor of the sequence-wise auxiliary loss on the sum over sequences and experts of
@@ -333,6 +378,31 @@ fn normalize_backward(g: &mut GraphBuilder, grad: &Val, normalized: &Val, sum: &
     let dot = g.sum_dims(&gn, &[1], true);
     let centered = g.sub("sub", grad, &dot);
     g.binary("div", "aten.div.Tensor", &centered, sum)
+}
+
+/// The rank's sequence chunk of token rows `x` `[b * s, h]` (batch-major): positions
+/// `[c * s/tp, (c + 1) * s/tp)` of every sequence, `[b * s/tp, h]`.
+fn seq_chunk(g: &mut GraphBuilder, x: &Val, b: usize, tp: usize, c: usize) -> Val {
+    let (t, h) = (x.shape[0], x.shape[1]);
+    let (s, sl) = (t / b, t / b / tp);
+    let seqs = g.view(x, &[b, s, h]);
+    let chunk = g.slice(&seqs, 1, c * sl, (c + 1) * sl);
+    let chunk = g.contiguous(&chunk);
+    g.view(&chunk, &[b * sl, h])
+}
+
+/// The inverse of [`seq_chunk`] over the tp group: the ranks' chunks `[b * s/tp, h]`
+/// all-gathered along the sequence (moved to dim 0 for the gather) into `[b * s, h]`.
+fn seq_gather(g: &mut GraphBuilder, x: &Val, b: usize, tp: usize) -> Val {
+    let (tl, h) = (x.shape[0], x.shape[1]);
+    let sl = tl / b;
+    let seqs = g.view(x, &[b, sl, h]);
+    let seq_first = g.permute(&seqs, &[1, 0, 2]);
+    let seq_first = g.contiguous(&seq_first);
+    let gathered = g.all_gather(&seq_first, tp, "tp");
+    let batch_first = g.permute(&gathered, &[1, 0, 2]);
+    let batch_first = g.contiguous(&batch_first);
+    g.view(&batch_first, &[b * sl * tp, h])
 }
 
 /// `x` `[t, c]` repeated `n` times along dim 0 (`[n * t, c]`: a copy for each member of an
@@ -377,7 +447,7 @@ fn columns_from_peers(g: &mut GraphBuilder, x: &Val, n: usize) -> Val {
 /// what the backward reads.
 fn moe_block(
     g: &mut GraphBuilder,
-    x2d: &Val,
+    x_in: &Val,
     l: usize,
     w: &dyn Fn(&str) -> Val,
     cx: &MoeCtx,
@@ -388,6 +458,15 @@ fn moe_block(
             tp, ep, ep_rank, ..
         },
     ) = (cx.cfg, cx.plan);
+    let sp = cx.sp();
+    // Under SP the block runs on the rank's sequence chunk.
+    let chunk;
+    let x2d = if sp {
+        chunk = seq_chunk(g, x_in, cx.b, tp, cx.plan.tp_rank);
+        &chunk
+    } else {
+        x_in
+    };
     let (t, h) = (x2d.shape[0], x2d.shape[1]);
     let (e, k, el, b) = (cfg.experts, cfg.top_k, cx.local_experts(), cx.b);
     let s = t / b;
@@ -433,6 +512,16 @@ fn moe_block(
     let counts = g.sum_dims(&selected3, &[1], false);
     let probs3 = g.view(&probs, &[b, s, e]);
     let prob_sums = g.sum_dims(&probs3, &[1], false);
+    // Under SP each rank counts its chunk's positions: the sums over the sequence are
+    // all-reduced over tp, and every tp rank computes the whole loss.
+    let (counts, prob_sums) = if sp {
+        (
+            g.all_reduce_sum(&counts, "tp"),
+            g.all_reduce_sum(&prob_sums, "tp"),
+        )
+    } else {
+        (counts, prob_sums)
+    };
     let balance = g.mul(&counts, &prob_sums);
     let per_seq = g.sum_dims(&balance, &[1], false);
     let mean = g.mean("mean", &per_seq);
@@ -484,7 +573,11 @@ fn moe_block(
     // The shared expert, then one all-reduce over tp for both (their partial sums).
     let (shared_out, shared) = swiglu(g, x2d, w, SHARED_EXPERT, l);
     let combined = g.add(&routed, &shared_out);
-    let out_full = reduce_if(g, &combined, "tp", tp);
+    let out_full = if sp {
+        seq_gather(g, &combined, b, tp)
+    } else {
+        reduce_if(g, &combined, "tp", tp)
+    };
     let saved = MoeSaved {
         x2d: x2d.clone(),
         scores,
@@ -525,6 +618,17 @@ fn moe_block_backward(
     let (t, h) = (sv.x2d.shape[0], sv.x2d.shape[1]);
     let (e, el, b) = (cfg.experts, cx.local_experts(), cx.b);
     let s = t / b;
+
+    // Under SP the block's output was gathered from the ranks' chunks for a replicated
+    // consumer: the rank's chunk of its gradient.
+    let sp = cx.sp();
+    let chunk;
+    let g_out = if sp {
+        chunk = seq_chunk(g, g_out, b, tp, cx.plan.tp_rank);
+        &chunk
+    } else {
+        g_out
+    };
 
     // Shared expert.
     let g_x_shared = swiglu_backward(g, g_out, &sv.shared, w, SHARED_EXPERT, l, grads);
@@ -623,7 +727,12 @@ fn moe_block_backward(
 
     let g_x = g.add(&g_x_shared, &g_x_routed);
     let g_x = g.add(&g_x, &g_x_router);
-    reduce_if(g, &g_x, "tp", tp)
+    if sp {
+        // The chunks' gradients make up the replicated input's.
+        seq_gather(g, &g_x, b, tp)
+    } else {
+        reduce_if(g, &g_x, "tp", tp)
+    }
 }
 
 /// Builds the graph of one rank of the plan ([`RankPlan::SPEC`], no bug, is the spec). Ranks
@@ -648,7 +757,8 @@ pub fn build(
     let tokens = g.input_typed("tokens", "i64", &[b, s]);
     let labels = g.input_typed("labels", "i64", &[b, s]);
     let inv_freq = g.input("rope_inv_freq", &[dims.hd / 2]);
-    let specs = cfg.params(tp);
+    let specs = cfg.plan_params(&plan, bug);
+    let sp = plan.sequence_parallel && tp > 1;
     let mut w: BTreeMap<String, Val> = BTreeMap::new();
     for p in &specs {
         let val = g.input(&p.name, &DeepseekConfig::local_shape(p, tp, ep));
@@ -689,7 +799,12 @@ pub fn build(
     let labels1 = g.view(&labels, &[t]);
     let ce = cross_entropy(&mut g, &logits, &labels1, "nll_loss");
     let aux_total = aux_total.expect("at least one layer");
-    let aux_total = reduce_if(&mut g, &aux_total, "tp", tp);
+    // The tp ranks' shares summed (under SP each computed the whole).
+    let aux_total = if sp {
+        aux_total
+    } else {
+        reduce_if(&mut g, &aux_total, "tp", tp)
+    };
     let (group, size) = plan.data_group();
     let local_name = if size > 1 { "local_loss" } else { "loss" };
     let local = g.binary(local_name, "aten.add.Tensor", ce.loss(), &aux_total);
@@ -728,8 +843,15 @@ pub fn build(
     for p in &specs {
         let mut grad = grads[&p.name].clone();
         let router = p.name.starts_with("router_");
+        let moe_replicated = sp
+            && p.tp == TpLayout::Replicate
+            && (p.name.starts_with("shared_") || DeepseekConfig::is_expert(&p.name));
         if router && tp > 1 && !is(Mutation::MoeRouterGradUnsynced) {
-            // The gates weighted the experts' partial sums over tp: so is their gradient.
+            // The gates weighted the experts' partial sums over tp (under SP: each tp rank
+            // routed its own chunk): so is their gradient.
+            grad = g.all_reduce_sum(&grad, "tp");
+        } else if moe_replicated {
+            // Under SP the replicated experts saw the rank's chunk only.
             grad = g.all_reduce_sum(&grad, "tp");
         }
         let by = if DeepseekConfig::is_expert(&p.name) {
@@ -773,6 +895,7 @@ mod tests {
             ep_rank,
             tp_rank: 0,
             dispatch: EpDispatch::AllGather,
+            sequence_parallel: false,
         }
     }
 

@@ -572,9 +572,11 @@ fn check_and_plan<'a>(
             "vocab parallelism applies to the llama model on a tp mesh dim of size >= 2".into(),
         );
     }
-    if sp && (!gpt2 || tp < 2) {
+    if sp && (!(gpt2 || deepseek) || tp < 2) {
         return Err(
-            "sequence parallelism applies to the gpt2 model on a tp mesh dim of size >= 2".into(),
+            "sequence parallelism applies to the gpt2 and deepseek models on a tp mesh dim of \
+             size >= 2"
+                .into(),
         );
     }
     if extras.ep_dispatch != EpDispatch::default() && (!deepseek || ep < 2) {
@@ -602,6 +604,12 @@ fn check_and_plan<'a>(
     }
     if deepseek {
         extras.deepseek.check_split(dp, tp, ep)?;
+        let seq = extras.deepseek.base.seq;
+        if sp && !seq.is_multiple_of(tp) {
+            return Err(format!(
+                "seq {seq} is not divisible by tp = {tp} (sequence parallelism)"
+            ));
+        }
     } else if llama {
         opts.llama.check_split(dp, tp, opts.vocab_parallel)?;
     } else if gpt2 {
@@ -698,7 +706,7 @@ fn check_and_plan<'a>(
         deepseek_plan(
             &extras.deepseek,
             &opts.mesh,
-            extras.ep_dispatch,
+            extras,
             opts.forward_only,
             mutation,
         )
@@ -880,22 +888,23 @@ fn held_on(place: String, stages: &[usize]) -> String {
 fn deepseek_plan<'a>(
     cfg: &'a DeepseekConfig,
     mesh: &Mesh,
-    dispatch: EpDispatch,
+    extras: &EmitExtras,
     forward_only: bool,
     mutation: Option<Mutation>,
 ) -> Plan<'a> {
     let (dp, tp, ep) = (mesh.size("dp"), mesh.size("tp"), mesh.size("ep"));
-    let rank: RankBuilder = Box::new(move |r| {
-        let plan = deepseek::RankPlan {
-            dp,
-            tp,
-            ep,
-            ep_rank: r % ep,
-            tp_rank: (r / ep) % tp,
-            dispatch,
-        };
-        deepseek::build(cfg, plan, forward_only, mutation)
-    });
+    let (dispatch, sequence_parallel) = (extras.ep_dispatch, extras.sequence_parallel);
+    let plan = move |r: usize| deepseek::RankPlan {
+        dp,
+        tp,
+        ep,
+        ep_rank: r % ep,
+        tp_rank: (r / ep) % tp,
+        dispatch,
+        sequence_parallel,
+    };
+    let rank: RankBuilder =
+        Box::new(move |r| deepseek::build(cfg, plan(r), forward_only, mutation));
     let groups = if dp > 1 && ep > 1 {
         // The data group of the replicated parameters: the dp x ep ranks of one tp index.
         let lists = (0..tp)
@@ -909,7 +918,7 @@ fn deepseek_plan<'a>(
     } else {
         Vec::new()
     };
-    let params = cfg.params(tp);
+    let params = cfg.plan_params(&plan(0), mutation);
     let ep_sharded = params
         .iter()
         .filter(|p| DeepseekConfig::is_expert(&p.name))

@@ -115,11 +115,12 @@ fn check_model(model: &str, meshes: &[(&str, usize, usize)], vocab_parallel: boo
     }
     // Every catalog bug of the model (and of this vocab layout) was planted in the matrix (the
     // training bugs, which need training flags, in zoo_train.rs; the pipeline bugs in
-    // zoo_pp.rs).
+    // zoo_pp.rs; the context-parallel bugs in zoo_cp.rs).
     for bug in BUGS.iter().filter(|b| b.models.contains(&model)) {
         if bug.needs_vocab_parallel != vocab_parallel
             || bug.needs_training()
             || bug.needs_pipeline()
+            || bug.needs_cp()
         {
             continue;
         }
@@ -266,8 +267,8 @@ fn invalid_requests_exit_2() {
             "--mesh",
         ),
         (
-            vec!["zoo", "emit", "mlp", "--mesh", "cp=2", "-o", out],
-            "unknown mesh dim `cp`",
+            vec!["zoo", "emit", "mlp", "--mesh", "zz=2", "-o", out],
+            "unknown mesh dim `zz`",
         ),
         (
             vec![

@@ -99,6 +99,22 @@ pub enum Mutation {
     /// DeepSeek under SP: the routed experts stay split over tp (as without SP) while each tp
     /// rank runs them on its own sequence chunk, so the cross terms are never computed.
     MoeExpertsShardedUnderSp,
+    /// Context parallelism: RoPE rotates the rank's sequence chunks by their local positions
+    /// `0..seq/cp` instead of their global positions (the chunks' offsets are dropped).
+    CpRopeNoOffset,
+    /// Context parallelism: the rank's loss is multiplied by the cp size an extra time before
+    /// the reduction over dp x cp, so the loss and every gradient are cp times too large.
+    CpLossOverscaled,
+    /// Context parallelism: every ring step masks its block causally by the block-local
+    /// indices of queries and keys instead of their global positions.
+    CpCausalMaskLocal,
+    /// Tensor x context parallelism: the RMSNorm weight gradients, complete on every tp rank,
+    /// are all-reduced over tp once more, so they come out tp times too large.
+    TpCpNormGradScaledByTp,
+    /// Context parallelism: a kernel of the ring attention backward reads a non-contiguous
+    /// input with the wrong strides. Listed only: a graph has value semantics, so no emitted
+    /// graph can express it.
+    CpAttnGradNonContiguous,
 }
 
 /// What a mutation needs of the pipeline (a `pp` mesh dim and its microbatches).
@@ -284,6 +300,13 @@ const DEEPSEEK_BUG: Bug = Bug {
 const PIPELINE_BUG: Bug = Bug {
     mutation: Mutation::PpMismatchedSendRecv,
     models: PIPELINED,
+    ..DEEPSEEK_BUG
+};
+
+/// The fields the context-parallel bugs share; every entry sets its own id, texts and mutation.
+const CP_BUG: Bug = Bug {
+    mutation: Mutation::CpRopeNoOffset,
+    models: LLAMA,
     ..DEEPSEEK_BUG
 };
 
@@ -756,6 +779,58 @@ pub const BUGS: &[Bug] = &[
         changes_loss: true,
         ..DEEPSEEK_BUG
     },
+    Bug {
+        id: "cp-rope-no-offset",
+        source: "TrainVerify (SOSP'25) section 8.3: RoPE applied to a sequence shard without the offset (MISSION.md); Entangle's RoPE offset missing under SP",
+        description: "under context parallelism RoPE rotates each rank's chunks by their local positions 0..seq/cp, not their global positions: keys from other cp ranks meet queries at wrong relative distances",
+        parallelism: "cp",
+        spec_op: "aten.mul.Tensor of RoPE (x * cos) on the queries and keys of every layer",
+        mutation: Mutation::CpRopeNoOffset,
+        changes_loss: true,
+        ..CP_BUG
+    },
+    Bug {
+        id: "cp-loss-overscaled",
+        source: "TTrace Table 1: wrong CP loss scaling (Megatron-LM's per-token loss multiplied by the cp size once more); TrainVerify's CP replica counting (MISSION.md)",
+        description: "each rank's loss is multiplied by the cp size before the reduction over dp x cp, which averages over cp already: the loss and every gradient are cp times too large",
+        parallelism: "cp",
+        spec_op: "the loss (aten.nll_loss_forward.default)",
+        mutation: Mutation::CpLossOverscaled,
+        changes_loss: true,
+        ..CP_BUG
+    },
+    Bug {
+        id: "cp-causal-mask-local",
+        source: "MISSION.md: misaligned mask under a sequence split (TrainVerify: wrong partitioning of a non-partitionable dimension)",
+        description: "every ring-attention step masks its block causally by the block-local indices of queries and keys (is_causal on every block) instead of their global positions, hiding keys that precede the queries",
+        parallelism: "cp",
+        spec_op: "aten.add.Tensor adding the causal mask to the attention scores of every layer",
+        mutation: Mutation::CpCausalMaskLocal,
+        changes_loss: true,
+        ..CP_BUG
+    },
+    Bug {
+        id: "tp-cp-layernorm-grad-scaled-by-tp",
+        source: "TTrace Table 1: TP+CP layernorm gradients scaled by the TP size (Megatron-LM)",
+        description: "under tp x cp the RMSNorm weight gradients, already complete on every tp rank, are all-reduced over tp once more (as if partial over a sequence split), so they come out tp times too large",
+        parallelism: "tp x cp (full iteration)",
+        spec_op: "aten.sub.Tensor of the SGD step of the RMSNorm weights",
+        mutation: Mutation::TpCpNormGradScaledByTp,
+        needs_tp: true,
+        needs_backward: true,
+        ..CP_BUG
+    },
+    Bug {
+        id: "cp-attn-grad-noncontiguous",
+        source: "TTrace Table 1: wrong CP attention gradients (a non-contiguous input handed to a kernel, Megatron-LM / Transformer Engine)",
+        description: "a kernel of the ring-attention backward reads a non-contiguous tensor with the strides of a contiguous one; a graph has value semantics (operators read values, not memory), so the bug is numerically invisible in any emitted graph and the zoo does not plant it; numerical differential testing of a real run (TTrace's engine, real kernels) catches it",
+        parallelism: "cp (full iteration)",
+        engines: "real-run numerical testing (TTrace); no graph engine",
+        spec_op: "none: invisible in a graph",
+        mutation: Mutation::CpAttnGradNonContiguous,
+        needs_backward: true,
+        ..CP_BUG
+    },
 ];
 
 /// The catalog entry named `id`.
@@ -780,6 +855,36 @@ impl Site<'_> {
 }
 
 impl Bug {
+    /// Needs a `cp` mesh dim larger than 1 (context parallelism).
+    pub fn needs_cp(&self) -> bool {
+        matches!(
+            self.mutation,
+            Mutation::CpRopeNoOffset
+                | Mutation::CpLossOverscaled
+                | Mutation::CpCausalMaskLocal
+                | Mutation::TpCpNormGradScaledByTp
+                | Mutation::CpAttnGradNonContiguous
+        )
+    }
+
+    /// Whether the entry is in the catalog for reference only: no graph can express it, so the
+    /// zoo never plants it (the description says which engine could catch it).
+    pub fn listed_only(&self) -> bool {
+        self.mutation == Mutation::CpAttnGradNonContiguous
+    }
+
+    /// Why the bug cannot be planted on a mesh whose `cp` dim has size `cp` (1 when absent),
+    /// if it cannot.
+    pub fn check_cp(&self, cp: usize) -> Result<(), String> {
+        if self.needs_cp() && cp < 2 {
+            return Err(format!(
+                "bug `{}` needs a cp mesh dim of size >= 2",
+                self.id
+            ));
+        }
+        Ok(())
+    }
+
     /// Needs an `ep` mesh dim larger than 1. (A method rather than a field, so that catalog
     /// entries written before expert parallelism keep compiling.)
     pub fn needs_ep(&self) -> bool {
@@ -809,7 +914,8 @@ impl Bug {
     /// it cannot.
     pub fn check_applies(&self, site: &Site) -> Result<(), String> {
         self.check_applies_in(site, &TrainOptions::default())?;
-        self.check_pipeline(1, 1)
+        self.check_pipeline(1, 1)?;
+        self.check_cp(1)
     }
 
     /// Whether the bug needs pipeline stages (a `pp` mesh dim).
@@ -844,9 +950,10 @@ impl Bug {
     }
 
     /// Whether `shardproof run` can catch the bug: false for the bugs whose values are those
-    /// of the correct plan (see [`Mutation::numerically_invisible`]).
+    /// of the correct plan (see [`Mutation::numerically_invisible`]) and for the entries no
+    /// graph can express ([`Bug::listed_only`]).
     pub fn run_catches(&self) -> bool {
-        !self.mutation.numerically_invisible()
+        !self.mutation.numerically_invisible() && !self.listed_only()
     }
 
     /// Why the bug cannot be planted in the plan described by `site` trained with `train`, if
@@ -863,6 +970,12 @@ impl Bug {
         train: &TrainOptions,
         options: &[&str],
     ) -> Result<(), String> {
+        if self.listed_only() {
+            return Err(format!(
+                "bug `{}` is listed only and cannot be planted: {}",
+                self.id, self.description
+            ));
+        }
         if !self.models.contains(&site.model) {
             return Err(format!(
                 "bug `{}` is defined for the model(s) {}, not `{}`",
@@ -936,9 +1049,7 @@ impl Bug {
 
 /// The bug classes of MISSION.md ("Bug classes it must catch"), by seed, and the catalog
 /// entries that plant each; an empty list marks a class the zoo does not plant, with the reason
-/// in `docs/design.md`. The context-parallel classes (RoPE without the sequence offset, CP loss
-/// scaling and replica counting, CP attention gradients, TP+CP LayerNorm gradients) are the CP
-/// entries' and are not listed here.
+/// in `docs/design.md`.
 pub const MISSION_CLASSES: &[(&str, &[&str])] = &[
     (
         "TrainVerify: incorrect or missing communication operators",
@@ -963,6 +1074,7 @@ pub const MISSION_CLASSES: &[(&str, &[&str])] = &[
             "sp-scatter-wrong-chunk",
             "sp-pad-slice-mismatch",
             "llama-vocab-embedding-unmasked",
+            "cp-causal-mask-local",
         ],
     ),
     (
@@ -974,6 +1086,14 @@ pub const MISSION_CLASSES: &[(&str, &[&str])] = &[
             "tp-bias-before-allreduce",
             "llama-attn-scale-local",
         ],
+    ),
+    (
+        "TrainVerify: wrong scaling of distributed state (CP replica counting, the Megatron CP per-token-loss over-scaling)",
+        &["cp-loss-overscaled"],
+    ),
+    (
+        "TrainVerify: RoPE applied to a sequence shard without the offset",
+        &["cp-rope-no-offset"],
     ),
     (
         "TrainVerify: wrong pipeline scheduling (grad sync before the last microbatch, shuffled microbatches)",
@@ -1052,6 +1172,18 @@ pub const MISSION_CLASSES: &[(&str, &[&str])] = &[
         &["pp-wrong-stage-division"],
     ),
     (
+        "TTrace: wrong CP loss scaling",
+        &["cp-loss-overscaled"],
+    ),
+    (
+        "TTrace: wrong CP attention gradients (non-contiguous input to a kernel)",
+        &["cp-attn-grad-noncontiguous"],
+    ),
+    (
+        "TTrace: TP+CP layernorm gradients scaled by the TP size",
+        &["tp-cp-layernorm-grad-scaled-by-tp"],
+    ),
+    (
         "TTrace: wrong gradients with TP communication overlap",
         &["tp-overlap-wrong-chunk-order"],
     ),
@@ -1088,10 +1220,9 @@ mod tests {
                 assert!(find_bug(id).is_some(), "{class}: no bug `{id}`");
             }
         }
-        // Every catalog entry but the ones of other seeds' classes is some class's.
+        // Every catalog entry is some class's.
         let mapped = |id: &str| MISSION_CLASSES.iter().any(|(_, ids)| ids.contains(&id));
-        let context_parallel = |b: &Bug| b.id.contains("cp") || b.parallelism.contains("cp");
-        for b in BUGS.iter().filter(|b| !context_parallel(b)) {
+        for b in BUGS {
             assert!(mapped(b.id), "{} is in no MISSION class", b.id);
         }
         let unplanted: Vec<&str> = MISSION_CLASSES
@@ -1120,7 +1251,9 @@ mod tests {
         assert!(e.contains("--fp8") && !e.contains("--recompute"), "{e}");
         let wait = find_bug("async-allreduce-no-wait").unwrap();
         assert!(!wait.run_catches() && !wait.engines.contains("run,"));
-        assert!(BUGS.iter().filter(|b| !b.run_catches()).count() == 1);
+        let listed = find_bug("cp-attn-grad-noncontiguous").unwrap();
+        assert!(!listed.run_catches() && listed.listed_only());
+        assert!(BUGS.iter().filter(|b| !b.run_catches()).count() == 2);
     }
 
     #[test]

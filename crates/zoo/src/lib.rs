@@ -3,6 +3,7 @@
 //! optionally a planted bug from the catalog.
 
 pub mod bugs;
+pub mod cp;
 pub mod deepseek;
 pub mod gpt2;
 pub mod graph;
@@ -13,6 +14,7 @@ pub mod presets;
 pub mod train;
 
 pub use bugs::{find_bug, Bug, Mutation, Site, BUGS, MISSION_CLASSES};
+pub use cp::CpPlan;
 pub use deepseek::{DeepseekConfig, EpDispatch};
 pub use gpt2::Gpt2Config;
 pub use llama::LlamaConfig;
@@ -107,6 +109,14 @@ pub const PARALLELISMS: &[(&str, &str)] = &[
         "data parallel: batch Shard(0), loss and gradients all-reduced and averaged over dp",
     ),
     (
+        "cp",
+        "context parallel (llama, deepseek): the sequence in 2*cp load-balanced causal chunks, \
+         cp rank i holding chunks i and 2*cp-1-i (selected from the dp rank's batch); RoPE at \
+         global positions; ring attention passing K/V blocks (and in the backward their \
+         gradients) with shardproof_p2p send/recv, partial results merged by log-sum-exp; \
+         loss and gradients averaged over dp x cp",
+    ),
+    (
         "tp",
         "Megatron tensor parallel: column parallel (mlp fc1; llama q/k/v by heads, gate/up; \
          gpt2 q/k/v, fc1), row parallel with an all-reduce (mlp fc2; llama o, down; gpt2 o, \
@@ -152,7 +162,7 @@ pub const TRAINING: &[(&str, &str)] = &[
 ];
 
 /// A mesh of the zoo's plans: sizes of its dims in the order of [`PARALLELISMS`] (`pp`, then
-/// `dp`, `tp`, `ep`).
+/// `dp`, `cp`, `tp`, `ep`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Mesh {
     /// The dims in mesh order, with their sizes.
@@ -403,6 +413,7 @@ fn spec_step(spec_train: &TrainOptions, lr: f64) -> train::Step<'_> {
         tp: 1,
         dp_rank: 0,
         tp_rank: 0,
+        cp: 1,
         stages: 1,
         bug: None,
         lr,
@@ -566,6 +577,8 @@ fn check_and_plan<'a>(
             opts.model
         ));
     }
+    let cp = opts.mesh.size("cp");
+    check_cp(opts, extras, train, cp)?;
     let sp = extras.sequence_parallel;
     if opts.vocab_parallel && (!llama || tp < 2) {
         return Err(
@@ -675,6 +688,7 @@ fn check_and_plan<'a>(
             ));
         }
         bug.check_ep(ep)?;
+        bug.check_cp(cp)?;
         bug.check_pipeline(opts.mesh.size("pp"), pipeline.microbatches)?;
         if bug.mutation == Mutation::PpGradSyncBeforeLastMicrobatch && train.zero.is_some() {
             return Err(format!(
@@ -691,13 +705,14 @@ fn check_and_plan<'a>(
     // The spec trains the whole batch on one device: no microbatches, no ZeRO.
     let spec_train = train.for_spec();
     let spec_step = |lr| spec_step(&spec_train, lr);
-    // Rank = dp_i * tp + tp_i.
+    // Rank = (dp_i * cp + cp_i) * tp + tp_i (cp = 1 without context parallelism).
     let rank_step = move |r: usize, lr| train::Step {
         opts: train,
         dp,
         tp,
-        dp_rank: r / tp,
+        dp_rank: r / (cp * tp),
         tp_rank: r % tp,
+        cp,
         stages: 1,
         bug: mutation,
         lr,
@@ -738,17 +753,25 @@ fn check_and_plan<'a>(
         }
     } else if llama {
         let cfg = &opts.llama;
-        // Rank = dp_i * tp + tp_i; ranks differ only by their vocabulary range.
+        // Rank = (dp_i * cp + cp_i) * tp + tp_i; ranks differ only by their vocabulary range
+        // and their sequence chunks.
         let rank: RankBuilder = Box::new(move |r| {
             let plan = llama::RankPlan {
                 dp,
                 tp,
                 tp_rank: r % tp,
                 vocab_parallel: opts.vocab_parallel,
+                cp: cp_plan(r, cp, tp),
             };
             llama::build_rank(cfg, plan, &rank_step(r, cfg.lr), opts.forward_only)
         });
-        llama_plan(opts, &spec_step(cfg.lr), rank, (1, dp, tp))
+        let mut plan = llama_plan(opts, &spec_step(cfg.lr), rank, (1, dp * cp, tp));
+        if dp > 1 && cp > 1 {
+            // The data group of every parameter: the dp x cp ranks of one tp index.
+            plan.groups
+                .push(("dp_cp", sub_mesh_groups(&opts.mesh, &["dp", "cp"])));
+        }
+        plan
     } else {
         let cfg = &opts.mlp;
         // Ranks differ only where the training options make them (clipping, ZeRO).
@@ -758,6 +781,85 @@ fn check_and_plan<'a>(
         mlp_plan(opts, &spec_step(cfg.lr), rank, mlp_opts)
     };
     Ok((plan, None))
+}
+
+/// Where global rank `r` of a mesh whose dims inside cp have `inner` ranks sits on a cp mesh
+/// dim of size `cp` (rank = (.. * cp + cp_i) * inner + ..).
+fn cp_plan(r: usize, cp: usize, inner: usize) -> CpPlan {
+    if cp < 2 {
+        return CpPlan::NONE;
+    }
+    CpPlan {
+        cp,
+        cp_rank: r / inner % cp,
+        rank: r,
+        stride: inner,
+    }
+}
+
+/// The process groups spanning the mesh dims `dims` of `mesh`: one group per coordinate of the
+/// other dims, each listing its ranks in rank order.
+fn sub_mesh_groups(mesh: &Mesh, dims: &[&str]) -> Vec<Vec<usize>> {
+    let mut groups: BTreeMap<Vec<usize>, Vec<usize>> = BTreeMap::new();
+    for r in 0..mesh.ranks() {
+        // The coordinates of r along the dims not spanned, outermost first.
+        let mut rest = r;
+        let mut key = Vec::new();
+        for (d, size) in mesh.dims.iter().rev() {
+            if !dims.contains(d) {
+                key.push(rest % size);
+            }
+            rest /= size;
+        }
+        key.reverse();
+        groups.entry(key).or_default().push(r);
+    }
+    groups.into_values().collect()
+}
+
+/// Why context parallelism over `cp` ranks cannot apply to the request, if it cannot.
+fn check_cp(
+    opts: &EmitOptions,
+    extras: &EmitExtras,
+    train: &TrainOptions,
+    cp: usize,
+) -> Result<(), String> {
+    if !opts.mesh.dims.iter().any(|(d, _)| *d == "cp") {
+        return Ok(());
+    }
+    let seq = match opts.model.as_str() {
+        "llama" => opts.llama.seq,
+        "deepseek" => extras.deepseek.base.seq,
+        other => {
+            return Err(format!(
+                "the cp mesh dim (context parallelism) applies to the llama and deepseek \
+                 models, not `{other}`"
+            ))
+        }
+    };
+    if opts.mesh.size("pp") > 1 {
+        return Err(
+            "context parallelism (cp) is not combined with pipeline parallelism (pp) in the \
+             zoo: drop one of the two mesh dims"
+                .into(),
+        );
+    }
+    if !seq.is_multiple_of(2 * cp) {
+        return Err(format!(
+            "seq {seq} does not split into 2 * cp = {} load-balanced chunks (set --seq to a \
+             multiple of {})",
+            2 * cp,
+            2 * cp
+        ));
+    }
+    if cp > 1 && train.zero.is_some() {
+        return Err(
+            "--zero is not combined with context parallelism (cp) in the zoo: its gradients \
+             are averaged over dp x cp, its split runs over dp"
+                .into(),
+        );
+    }
+    Ok(())
 }
 
 /// Where the tensors of a pipelined plan live, for its case file.
@@ -1097,6 +1199,19 @@ fn case_yaml(
     }
     if !extras.option_flags().is_empty() {
         let _ = writeln!(s, "# Options: {}.", extras.option_flags().join(" "));
+    }
+    let cp = mesh.size("cp");
+    if cp > 1 {
+        let _ = writeln!(
+            s,
+            "# Context parallel: the sequence in {} load-balanced chunks, cp rank i holding \
+             chunks i and {}-i (ring attention by send/recv). tokens and labels are laid out \
+             over dp only: every cp rank reads its dp rank's sequences whole and selects its \
+             two chunks (Megatron's get_batch_on_this_cp_rank); a placement cannot express \
+             the two-chunk layout (Shard(1) over cp holds one contiguous chunk).",
+            2 * cp,
+            2 * cp - 1
+        );
     }
     if let Some(b) = opts.bug {
         let _ = writeln!(s, "# Planted bug `{}`: {}.", b.id, b.description);

@@ -8,6 +8,7 @@
 //! backwards by their formulas, the embedding backward as `embedding_dense_backward`.
 
 use crate::bugs::Mutation;
+use crate::cp::{self, CpPlan, RingMasks, RingSaved, RingShape};
 use crate::graph::{Arg, GraphBuilder, Val};
 use crate::train::{self, Step};
 use crate::{Param, TpLayout};
@@ -224,6 +225,9 @@ pub struct RankPlan {
     /// Embedding and LM head split along the vocabulary over tp (Megatron's
     /// `VocabParallelEmbedding` and vocab-parallel cross-entropy).
     pub vocab_parallel: bool,
+    /// Context parallelism: where the rank sits on the cp mesh dim ([`CpPlan::NONE`] without
+    /// one).
+    pub cp: CpPlan,
 }
 
 impl RankPlan {
@@ -233,6 +237,7 @@ impl RankPlan {
         tp: 1,
         tp_rank: 0,
         vocab_parallel: false,
+        cp: CpPlan::NONE,
     };
 }
 
@@ -260,11 +265,19 @@ pub(crate) struct ScoresSaved {
     scale: f64,
 }
 
+/// What the backward of the attention proper (scores, softmax, values) reads from its forward.
+pub(crate) enum AttnCore {
+    /// Attention over the whole sequence.
+    Full(ScoresSaved),
+    /// Ring attention over the cp ranks' sequence chunks.
+    Ring(RingSaved),
+}
+
 /// What the backward of a decoder layer's attention sublayer reads from its forward.
 pub(crate) struct AttnSaved {
     attn_norm: NormSaved,
     xn2d: Val,
-    scores: ScoresSaved,
+    core: AttnCore,
     attn2d: Val,
 }
 
@@ -408,7 +421,7 @@ fn rope_backward(g: &mut GraphBuilder, grad: &Val, cos: &Val, sin: &Val) -> Val 
 
 /// `repeat_kv`: `[b, kv, s, d]` to `[b, kv * n_rep, s, d]`, query head `h` reading kv head
 /// `h / n_rep` (unsqueeze, expand, contiguous copy, view).
-fn repeat_kv(g: &mut GraphBuilder, x: &Val, n_rep: usize) -> Val {
+pub(crate) fn repeat_kv(g: &mut GraphBuilder, x: &Val, n_rep: usize) -> Val {
     if n_rep == 1 {
         return x.clone();
     }
@@ -420,7 +433,7 @@ fn repeat_kv(g: &mut GraphBuilder, x: &Val, n_rep: usize) -> Val {
 }
 
 /// The backward of [`repeat_kv`]: the gradients of the copies of each kv head summed.
-fn repeat_kv_backward(g: &mut GraphBuilder, grad: &Val, n_rep: usize) -> Val {
+pub(crate) fn repeat_kv_backward(g: &mut GraphBuilder, grad: &Val, n_rep: usize) -> Val {
     if n_rep == 1 {
         return grad.clone();
     }
@@ -772,6 +785,8 @@ pub(crate) struct AttnShape {
     pub(crate) n_rep: usize,
     /// Size of the tp mesh dim.
     pub(crate) tp: usize,
+    /// Context parallelism (`s` is then the rank's share of the sequence).
+    pub(crate) cp: CpPlan,
 }
 
 impl AttnShape {
@@ -788,6 +803,16 @@ impl AttnShape {
             nkv,
             n_rep: nh / nkv,
             tp,
+            cp: CpPlan::NONE,
+        }
+    }
+
+    /// The same shape on a rank of the cp plan `cp`: it holds `s / cp` tokens of each sequence.
+    pub(crate) fn with_cp(self, cp: CpPlan) -> AttnShape {
+        AttnShape {
+            s: self.s / cp.cp,
+            cp,
+            ..self
         }
     }
 
@@ -803,6 +828,8 @@ pub(crate) struct AttnTables {
     cos: Val,
     sin: Val,
     mask: Val,
+    /// Under context parallelism: the masks of the ring steps (`mask` is unused).
+    ring: Option<RingMasks>,
 }
 
 /// The RoPE tables for the positions `0..s` and the causal mask.
@@ -811,10 +838,23 @@ pub(crate) fn attn_tables(g: &mut GraphBuilder, inv_freq: &Val, s: usize) -> Att
     // so positions start at 0; an offset shared by q and k would not even change the scores,
     // RoPE being relative.)
     let pos = g.arange(s);
+    let (cos, sin) = rope_tables(g, inv_freq, &pos);
+    let mask = causal_mask(g, s);
+    AttnTables {
+        cos,
+        sin,
+        mask,
+        ring: None,
+    }
+}
+
+/// RoPE's cos and sin tables `[s, head_dim]` for the positions `pos` `[s]` (i64).
+fn rope_tables(g: &mut GraphBuilder, inv_freq: &Val, pos: &Val) -> (Val, Val) {
+    let s = pos.shape[0];
     let pos_f = g.call(
         "_to_copy",
         "aten._to_copy.default",
-        &[Arg::V(&pos), Arg::Raw("dtype = torch.float32")],
+        &[Arg::V(pos), Arg::Raw("dtype = torch.float32")],
         vec![s],
     );
     let pos2 = g.unsqueeze(&pos_f, 1);
@@ -823,8 +863,36 @@ pub(crate) fn attn_tables(g: &mut GraphBuilder, inv_freq: &Val, s: usize) -> Att
     let angles = g.cat(&[&freqs, &freqs], 1);
     let cos = g.unary("cos", "aten.cos.default", &angles);
     let sin = g.unary("sin", "aten.sin.default", &angles);
-    let mask = causal_mask(g, s);
-    AttnTables { cos, sin, mask }
+    (cos, sin)
+}
+
+/// [`attn_tables`] for a rank holding `s` tokens of each sequence on the cp plan `cp`: under
+/// context parallelism the RoPE tables of the tokens' global positions (the planted
+/// `cp-rope-no-offset` uses the local positions `0..s`) and the masks of the ring steps.
+pub(crate) fn attn_tables_cp(
+    g: &mut GraphBuilder,
+    inv_freq: &Val,
+    s: usize,
+    cp: &CpPlan,
+    bug: Option<Mutation>,
+) -> AttnTables {
+    if !cp.is_ring() {
+        return attn_tables(g, inv_freq, s);
+    }
+    let pos = cp::positions(g, s, cp);
+    let (cos, sin) = if bug == Some(Mutation::CpRopeNoOffset) {
+        let local = g.arange(s);
+        rope_tables(g, inv_freq, &local)
+    } else {
+        rope_tables(g, inv_freq, &pos)
+    };
+    let ring = cp::ring_masks(g, &pos, bug);
+    AttnTables {
+        cos,
+        sin,
+        mask: ring.diag().clone(),
+        ring: Some(ring),
+    }
 }
 
 /// The causal mask `[s, s]` added to attention scores: -inf above the diagonal, 0 elsewhere.
@@ -963,6 +1031,7 @@ pub(crate) fn attention(
         nkv,
         n_rep,
         tp,
+        ..
     } = d;
     let (cos, sin) = (&tables.cos, &tables.sin);
     let (xn, attn_norm) = rms_norm(g, x, &w(&format!("attn_norm_{l}")), eps);
@@ -978,19 +1047,31 @@ pub(crate) fn attention(
     let vh = g.transpose(&v4, 1, 2);
     let qr = rope(g, &qh, cos, sin);
     let kr = rope(g, &kh, cos, sin);
-    let krep = repeat_kv(g, &kr, n_rep);
-    let vrep = repeat_kv(g, &vh, n_rep);
-    let q3 = g.view(&qr, &[b * nh, s, hd]);
-    let kt = g.transpose(&krep, 2, 3);
-    let ktc = g.contiguous(&kt);
-    let kt3 = g.view(&ktc, &[b * nh, hd, s]);
     let scale = if is(Mutation::LlamaAttnScaleLocal) {
         1.0 / (hd as f64 / tp as f64).sqrt()
     } else {
         1.0 / (hd as f64).sqrt()
     };
-    let values = |g: &mut GraphBuilder| g.view(&vrep, &[b * nh, s, hd]);
-    let (o3, scores) = attend(g, q3, kt3, values, &tables.mask, scale, b);
+    let (o3, core) = match &tables.ring {
+        Some(masks) => {
+            // Context parallelism: ring attention over the cp ranks' keys and values.
+            let q3 = g.view(&qr, &[b * nh, s, hd]);
+            let sh = RingShape { b, n_rep, layer: l };
+            let (o3, ring) = cp::ring_attention(g, &q3, &kr, &vh, masks, scale, sh, &d.cp);
+            (o3, AttnCore::Ring(ring))
+        }
+        None => {
+            let krep = repeat_kv(g, &kr, n_rep);
+            let vrep = repeat_kv(g, &vh, n_rep);
+            let q3 = g.view(&qr, &[b * nh, s, hd]);
+            let kt = g.transpose(&krep, 2, 3);
+            let ktc = g.contiguous(&kt);
+            let kt3 = g.view(&ktc, &[b * nh, hd, s]);
+            let values = |g: &mut GraphBuilder| g.view(&vrep, &[b * nh, s, hd]);
+            let (o3, scores) = attend(g, q3, kt3, values, &tables.mask, scale, b);
+            (o3, AttnCore::Full(scores))
+        }
+    };
     let o4 = g.view(&o3, &[b, nh, s, hd]);
     let attn2d = heads_to_rows(g, &o4);
     let o = linear(g, &attn2d, &w(&format!("wo_{l}")));
@@ -1006,7 +1087,7 @@ pub(crate) fn attention(
     let saved = AttnSaved {
         attn_norm,
         xn2d,
-        scores,
+        core,
         attn2d,
     };
     (hres, saved)
@@ -1038,13 +1119,24 @@ pub(crate) fn attention_backward(
     let g_ot = g.transpose(&g_o4, 1, 2);
     let g_oc = g.contiguous(&g_ot);
     let g_o3 = g.view(&g_oc, &[b * nh, s, hd]);
-    let (g_q3, g_kt3, g_v3) = attention_scores_backward(g, &g_o3, &sv.scores);
-    let g_qr = g.view(&g_q3, &[b, nh, s, hd]);
-    let g_kt = g.view(&g_kt3, &[b, nh, hd, s]);
-    let g_krep = g.transpose(&g_kt, 2, 3);
-    let g_vrep = g.view(&g_v3, &[b, nh, s, hd]);
-    let g_kr = repeat_kv_backward(g, &g_krep, n_rep);
-    let g_vh = repeat_kv_backward(g, &g_vrep, n_rep);
+    let (g_qr, g_kr, g_vh) = match (&sv.core, &tables.ring) {
+        (AttnCore::Ring(ring), Some(masks)) => {
+            let sh = RingShape { b, n_rep, layer: l };
+            let (g_q3, g_kr, g_vh) = cp::ring_attention_backward(g, &g_o3, ring, masks, sh, &d.cp);
+            (g.view(&g_q3, &[b, nh, s, hd]), g_kr, g_vh)
+        }
+        (AttnCore::Full(scores), _) => {
+            let (g_q3, g_kt3, g_v3) = attention_scores_backward(g, &g_o3, scores);
+            let g_qr = g.view(&g_q3, &[b, nh, s, hd]);
+            let g_kt = g.view(&g_kt3, &[b, nh, hd, s]);
+            let g_krep = g.transpose(&g_kt, 2, 3);
+            let g_vrep = g.view(&g_v3, &[b, nh, s, hd]);
+            let g_kr = repeat_kv_backward(g, &g_krep, n_rep);
+            let g_vh = repeat_kv_backward(g, &g_vrep, n_rep);
+            (g_qr, g_kr, g_vh)
+        }
+        (AttnCore::Ring(_), None) => unreachable!("ring attention is built with its masks"),
+    };
     let g_qh = rope_backward(g, &g_qr, cos, sin);
     let g_kh = rope_backward(g, &g_kr, cos, sin);
     let g_q2d = heads_to_rows(g, &g_qh);
@@ -1301,7 +1393,10 @@ pub fn build(
     forward_only: bool,
     bug: Option<Mutation>,
 ) -> GraphBuilder {
-    let step = Step::plain(plan.dp, plan.tp, plan.tp_rank, bug, cfg.lr);
+    let step = Step {
+        cp: plan.cp.cp,
+        ..Step::plain(plan.dp, plan.tp, plan.tp_rank, bug, cfg.lr)
+    };
     build_rank(cfg, plan, &step, forward_only)
 }
 
@@ -1314,6 +1409,10 @@ pub(crate) fn build_rank(
     forward_only: bool,
 ) -> GraphBuilder {
     let RankPlan { dp, tp, .. } = plan;
+    debug_assert_eq!(
+        step.cp, plan.cp.cp,
+        "the step averages over the plan's cp ranks"
+    );
     let vp = plan.vocab_parallel && tp > 1;
     let bug = step.bug;
     let is = |m: Mutation| bug == Some(m);
@@ -1321,11 +1420,12 @@ pub(crate) fn build_rank(
     let mbs = step.microbatches();
     // The rank's sequences, and those of one microbatch.
     let b_all = cfg.batch / dp;
-    let (b, s, v) = (b_all / mbs, cfg.seq, cfg.vocab);
-    let dims = AttnShape::new(cfg, b, tp);
-    let t = dims.tokens();
-    let tokens_all = g.input_typed("tokens", "i64", &[b_all, s]);
-    let labels_all = g.input_typed("labels", "i64", &[b_all, s]);
+    let (b, v) = (b_all / mbs, cfg.vocab);
+    // Under context parallelism the rank holds s = seq / cp tokens of each sequence.
+    let dims = AttnShape::new(cfg, b, tp).with_cp(plan.cp);
+    let (s, t) = (dims.s, dims.tokens());
+    let tokens_in = g.input_typed("tokens", "i64", &[b_all, cfg.seq]);
+    let labels_in = g.input_typed("labels", "i64", &[b_all, cfg.seq]);
     let inv_freq = g.input("rope_inv_freq", &[dims.hd / 2]);
     let specs = cfg.params(tp, vp);
     // The rank's vocabulary rows [v0, v0 + vl) under vocab parallelism.
@@ -1333,7 +1433,10 @@ pub(crate) fn build_rank(
     let v0 = if vp { plan.tp_rank * vl } else { 0 };
     let weights = train::declare(&mut g, step, &specs);
 
-    let tables = attn_tables(&mut g, &inv_freq, s);
+    // The rank's chunks of the sequence (the whole sequence without context parallelism).
+    let tokens_all = cp::select_chunks(&mut g, &tokens_in, &plan.cp);
+    let labels_all = cp::select_chunks(&mut g, &labels_in, &plan.cp);
+    let tables = attn_tables_cp(&mut g, &inv_freq, s, &plan.cp, bug);
 
     let mut losses = train::LossReport::default();
     let mut acc: BTreeMap<String, Val> = BTreeMap::new();
@@ -1354,7 +1457,7 @@ pub(crate) fn build_rank(
         // Final norm, LM head and the cross-entropy loss (mean over the rank's tokens).
         let (logits, head) = lm_head(&mut g, &x, &w, cfg.eps);
         let labels1 = g.view(&labels, &[t]);
-        let local_name = if dp > 1 || mbs > 1 {
+        let local_name = if step.data_group().1 > 1 || mbs > 1 {
             "nll_loss"
         } else {
             "loss"
@@ -1364,7 +1467,12 @@ pub(crate) fn build_rank(
         } else {
             cross_entropy(&mut g, &logits, &labels1, local_name)
         };
-        let local = ce.loss().clone();
+        let mut local = ce.loss().clone();
+        if is(Mutation::CpLossOverscaled) {
+            // The planted bug: the loss scaled by cp for an averaging over cp that the
+            // reduction over dp x cp does already.
+            local = g.mul_scalar("mul", &local, Arg::I(plan.cp.cp as i64));
+        }
         losses.add(&mut g, step, local);
         if forward_only {
             return g;
@@ -1374,7 +1482,10 @@ pub(crate) fn build_rank(
         // scale); dp averaging happens on the gradients.
         let backward = weights.pass(&mut g);
         let w = |name: &str| backward[name].clone();
-        let g_logits = ce.backward(&mut g);
+        let mut g_logits = ce.backward(&mut g);
+        if is(Mutation::CpLossOverscaled) {
+            g_logits = g.mul_scalar("mul", &g_logits, Arg::I(plan.cp.cp as i64));
+        }
         let g_logits = train::scale_seed(&mut g, step, &g_logits);
         let (mut grads, mut gx) = lm_head_backward(&mut g, &g_logits, &head, &w, vp);
 
@@ -1392,9 +1503,13 @@ pub(crate) fn build_rank(
     // Gradient finalization, then the optimizer step.
     train::finish(&mut g, step, &specs, &weights, &acc, |g, p, grad| {
         let replicated_kv = matches!(p.tp, TpLayout::ShardReplicas { .. });
+        let norm = p.name.contains("norm");
         if replicated_kv && !is(Mutation::LlamaKvGradUnsynced) {
             // Each replica saw only its own query heads' share of the kv head's gradient.
             g.all_reduce_sum(&grad, "kv")
+        } else if norm && is(Mutation::TpCpNormGradScaledByTp) {
+            // The planted bug: a complete norm gradient summed over tp once more.
+            g.all_reduce_sum(&grad, "tp")
         } else {
             grad
         }
@@ -1488,6 +1603,7 @@ mod tests {
             tp,
             tp_rank: 0,
             vocab_parallel: false,
+            cp: CpPlan::NONE,
         }
     }
 

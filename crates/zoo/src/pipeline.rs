@@ -705,6 +705,7 @@ pub(crate) fn build_ranks<'a>(
             tp,
             dp_rank: rank / tp % dp,
             tp_rank: rank % tp,
+            cp: 1,
             stages: pp,
             bug: plan.bug,
             lr,

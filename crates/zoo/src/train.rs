@@ -314,6 +314,9 @@ pub(crate) struct Step<'a> {
     pub dp_rank: usize,
     /// The rank's index along tp.
     pub tp_rank: usize,
+    /// Size of the cp mesh dim (context parallelism): the loss and the gradients are averaged
+    /// over dp x cp, every rank holding other tokens of the batch.
+    pub cp: usize,
     /// Pipeline stages (size of the pp mesh dim; 1 without one): each holds its own
     /// parameters, so the global gradient norm sums the stages' shares over `pp`.
     pub stages: usize,
@@ -333,6 +336,7 @@ impl Step<'static> {
             tp,
             dp_rank: 0,
             tp_rank,
+            cp: 1,
             stages: 1,
             bug,
             lr,
@@ -343,6 +347,17 @@ impl Step<'static> {
 impl Step<'_> {
     fn is(&self, m: Mutation) -> bool {
         self.bug == Some(m)
+    }
+
+    /// The process group over which the loss and the gradients are averaged, and its size:
+    /// every rank holding other tokens of the batch (`dp`; `dp_cp`, declared by the case file,
+    /// or `cp` under context parallelism).
+    pub fn data_group(&self) -> (&'static str, usize) {
+        match (self.dp > 1, self.cp > 1) {
+            (true, true) => ("dp_cp", self.dp * self.cp),
+            (false, true) => ("cp", self.cp),
+            _ => ("dp", self.dp),
+        }
     }
 
     /// Microbatches per dp rank.
@@ -524,9 +539,10 @@ pub(crate) fn scale_seed(g: &mut GraphBuilder, step: &Step, grad: &Val) -> Val {
 }
 
 /// The reported loss, named `loss`: the microbatch losses `locals` (each a mean over its
-/// tokens) scaled by 1/M and summed, then all-reduced and averaged over dp.
+/// tokens) scaled by 1/M and summed, then all-reduced and averaged over dp (dp x cp under
+/// context parallelism).
 fn loss_over_ranks(g: &mut GraphBuilder, step: &Step, locals: &[Val]) -> Val {
-    let dp = step.dp;
+    let (group, dp) = step.data_group();
     let local = match locals {
         [one] => one.clone(),
         _ => {
@@ -551,7 +567,7 @@ fn loss_over_ranks(g: &mut GraphBuilder, step: &Step, locals: &[Val]) -> Val {
         }
     };
     if dp > 1 {
-        let total = g.all_reduce_sum(&local, "dp");
+        let total = g.all_reduce_sum(&local, group);
         let by = if step.is(Mutation::DpLossNotAveraged) {
             1
         } else {
@@ -659,21 +675,23 @@ pub(crate) fn finish(
     }
 }
 
-/// The gradient averaged over dp: all-reduced, or reduce-scattered to the rank's shard under
-/// ZeRO-2/3 (under ZeRO-1 the rank then keeps its shard of the all-reduced gradient).
+/// The gradient averaged over dp (dp x cp under context parallelism, which ZeRO is not
+/// combined with): all-reduced, or reduce-scattered to the rank's shard under ZeRO-2/3 (under
+/// ZeRO-1 the rank then keeps its shard of the all-reduced gradient).
 fn reduce_over_dp(g: &mut GraphBuilder, step: &Step, grad: Val, shard_dim: Option<usize>) -> Val {
-    if step.dp < 2 {
+    let (group, size) = step.data_group();
+    if size < 2 {
         return grad;
     }
     let scattered = shard_dim.filter(|_| step.zero_at_least(ZeroStage::Two));
     let summed = match scattered {
         Some(dim) => reduce_scatter_dp(g, &grad, dim, step.dp),
-        None => g.all_reduce_sum(&grad, "dp"),
+        None => g.all_reduce_sum(&grad, group),
     };
     let mean = if step.is(Mutation::DpGradNotAveraged) {
         summed
     } else {
-        g.div_scalar("div", &summed, Arg::I(step.dp as i64))
+        g.div_scalar("div", &summed, Arg::I(size as i64))
     };
     match shard_dim {
         Some(dim) if scattered.is_none() => own_shard(g, &mean, dim, step),

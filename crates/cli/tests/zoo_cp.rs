@@ -1,0 +1,260 @@
+//! Context parallelism in the zoo (a `cp` mesh dim): every correct plan of the llama model
+//! holds under `run` and `inspect --strict` (cp alone, with dp, with tp, with both, with kv
+//! replicas, vocabulary parallelism and the training options; forward only and the full
+//! iteration), the ring's sends and receives and the case layout are as documented, every
+//! context-parallel bug of the catalog is found naming an output it changes, the listed-only
+//! entry is refused, and requests the zoo cannot serve exit 2.
+
+mod common;
+
+use common::{first_mismatch, Scratch};
+use shardproof_zoo::{find_bug, BUGS};
+
+/// `zoo emit MODEL --mesh MESH` with `flags` into `dir` of `s`; returns the case path.
+fn emit(s: &Scratch, dir: &str, model: &str, mesh: &str, flags: &[&str]) -> String {
+    let mut args = vec!["zoo", "emit", model, "--mesh", mesh, "-o", dir];
+    args.extend(flags);
+    s.run(&args).expect_code(0);
+    format!("{dir}/case.yaml")
+}
+
+/// `run` holds on `case` and `inspect --strict` checks every recorded type.
+#[track_caller]
+fn holds(s: &Scratch, case: &str) {
+    s.run(&["run", case])
+        .expect_code(0)
+        .stdout_has(&["verdict: holds"]);
+    s.run(&["inspect", "--strict", case]).expect_code(0);
+}
+
+/// `run` finds catalog bug `bug` planted in `case`: exit 1, the first mismatching output the
+/// loss when the bug changes it, an updated weight otherwise.
+#[track_caller]
+fn assert_found(s: &Scratch, case: &str, bug: &str) {
+    let out = s.run(&["run", case]);
+    out.expect_code(1);
+    let first = first_mismatch(&out);
+    if find_bug(bug).unwrap().changes_loss {
+        assert_eq!(first, "loss", "{bug}\n{}", out.stdout);
+    } else {
+        assert!(first.ends_with("_new"), "{bug}\n{}", out.stdout);
+    }
+}
+
+const MESHES: [&str; 4] = ["cp=2", "dp=2,cp=2", "tp=2,cp=2", "dp=2,tp=2,cp=2"];
+
+#[test]
+fn llama_cp_plans_hold() {
+    let s = Scratch::new();
+    for mesh in MESHES {
+        for forward_only in [true, false] {
+            let flags: &[&str] = if forward_only {
+                &["--forward-only"]
+            } else {
+                &[]
+            };
+            let case = emit(&s, &format!("{mesh}-{forward_only}"), "llama", mesh, flags);
+            holds(&s, &case);
+        }
+    }
+    // A longer ring (every rank meets blocks before and after its chunks), an odd one, and
+    // kv heads replicated over tp ranks.
+    for (dir, mesh, seq) in [
+        ("cp4", "cp=4", "16"),
+        ("cp3", "cp=3", "12"),
+        ("tp4", "tp=4,cp=2", "8"),
+    ] {
+        let case = emit(&s, dir, "llama", mesh, &["--seq", seq]);
+        holds(&s, &case);
+    }
+}
+
+#[test]
+fn llama_cp_with_vocab_parallelism_and_training_options_holds() {
+    let s = Scratch::new();
+    for (dir, mesh, flags) in [
+        ("vp", "tp=2,cp=2", vec!["--vocab-parallel"]),
+        (
+            "train",
+            "dp=2,tp=2,cp=2",
+            vec![
+                "--batch",
+                "4",
+                "--grad-accum",
+                "2",
+                "--optimizer",
+                "adam",
+                "--clip-grad",
+                "0.5",
+                "--loss-scale",
+                "8",
+            ],
+        ),
+    ] {
+        let case = emit(&s, dir, "llama", mesh, &flags);
+        holds(&s, &case);
+    }
+}
+
+#[test]
+fn ring_messages_and_case_layout() {
+    let s = Scratch::new();
+    let case = emit(&s, "ring", "llama", "dp=2,tp=2,cp=2", &[]);
+    let rank = |r: usize| std::fs::read_to_string(s.path().join(format!("ring/r{r}.py"))).unwrap();
+    // Rank 6 = (dp 1, cp 1, tp 0): its cp peer is rank 4 (tp 0 of cp 0 in the same dp row).
+    let r6 = rank(6);
+    assert!(r6.contains("tokens: \"i64[1, 8]\""), "{r6}");
+    // It holds chunks 1 and 2 of 4: positions 2, 3 and 4, 5.
+    assert!(r6.contains("aten.arange.start(2, 4,"), "{r6}");
+    assert!(r6.contains("aten.arange.start(4, 6,"), "{r6}");
+    assert!(r6.contains("aten.slice.Tensor(tokens, 1, 2, 4)"), "{r6}");
+    assert!(r6.contains("aten.slice.Tensor(tokens, 1, 4, 6)"), "{r6}");
+    let peers: Vec<&str> = r6
+        .lines()
+        .filter_map(|l| l.split("torch.ops.shardproof_p2p.").nth(1))
+        .collect();
+    // Per layer: K and V forward (send, recv); in the backward K and V again (send, recv)
+    // with their gradients (recv before the step that adds to them, send after; the last
+    // send returns them to their owner).
+    let layers = 2;
+    let sends = peers.iter().filter(|c| c.starts_with("send")).count();
+    let recvs = peers.iter().filter(|c| c.starts_with("recv")).count();
+    assert_eq!((sends, recvs), (8 * layers, 8 * layers), "{r6}");
+    // send.default(x, dst, tag); recv.default(shape, dtype, src, tag).
+    let peer = |c: &&str| {
+        let args = c.rsplit(')').nth(1).unwrap_or(c);
+        let fields: Vec<&str> = args.rsplit(", ").collect();
+        fields[1].to_string()
+    };
+    assert!(
+        peers.iter().all(|c| peer(c) == "4"),
+        "every message goes to or comes from rank 4: {peers:?}"
+    );
+    // Every rank finds its messages (no deadlock, no stray send) and the plan holds.
+    s.run(&["run", &case]).expect_code(0);
+    let yaml = std::fs::read_to_string(s.path().join("ring/case.yaml")).unwrap();
+    for line in [
+        "mesh: { dp: 2, cp: 2, tp: 2 }",
+        "\"cp\": cp",
+        "\"dp_cp\": [[0, 2, 4, 6], [1, 3, 5, 7]]",
+        "tokens: { dp: Shard(0) }",
+        "labels: { dp: Shard(0) }",
+        "wq_0: { tp: Shard(0) }",
+        "# Context parallel: the sequence in 4 load-balanced chunks, cp rank i holding chunks i and 3-i",
+    ] {
+        assert!(yaml.contains(line), "{line}\n{yaml}");
+    }
+    // The spec is the single-device model: no message, no chunk.
+    let spec = std::fs::read_to_string(s.path().join("ring/spec.py")).unwrap();
+    assert!(!spec.contains("shardproof_p2p") && !spec.contains("logsumexp"));
+}
+
+#[test]
+fn cp_bugs_are_found() {
+    let s = Scratch::new();
+    let mut planted = Vec::new();
+    for bug in BUGS.iter().filter(|b| b.needs_cp() && !b.listed_only()) {
+        let mesh = if bug.needs_tp {
+            "tp=2,cp=2"
+        } else {
+            "dp=2,cp=2"
+        };
+        for forward_only in [true, false] {
+            if forward_only && bug.needs_backward {
+                continue;
+            }
+            let mut flags = vec!["--bug", bug.id];
+            if forward_only {
+                flags.push("--forward-only");
+            }
+            let case = emit(
+                &s,
+                &format!("{}-{forward_only}", bug.id),
+                "llama",
+                mesh,
+                &flags,
+            );
+            s.run(&["inspect", "--strict", &case]).expect_code(0);
+            assert_found(&s, &case, bug.id);
+        }
+        planted.push(bug.id);
+    }
+    for id in [
+        "cp-rope-no-offset",
+        "cp-loss-overscaled",
+        "cp-causal-mask-local",
+        "tp-cp-layernorm-grad-scaled-by-tp",
+    ] {
+        assert!(planted.contains(&id), "{id} is never planted");
+    }
+    // The norm gradient bug names a norm's updated weight.
+    let case = emit(
+        &s,
+        "norm",
+        "llama",
+        "dp=2,tp=2,cp=2",
+        &["--bug", "tp-cp-layernorm-grad-scaled-by-tp"],
+    );
+    let out = s.run(&["run", &case]);
+    out.expect_code(1);
+    assert_eq!(first_mismatch(&out), "attn_norm_0_new", "{}", out.stdout);
+    // RoPE without the chunk offsets is found on a longer ring too.
+    let case = emit(
+        &s,
+        "rope4",
+        "llama",
+        "cp=4",
+        &["--seq", "16", "--bug", "cp-rope-no-offset"],
+    );
+    assert_found(&s, &case, "cp-rope-no-offset");
+}
+
+#[test]
+fn the_listed_only_entry_is_refused() {
+    let s = Scratch::new();
+    let bug = find_bug("cp-attn-grad-noncontiguous").unwrap();
+    assert!(bug.listed_only() && bug.needs_cp());
+    assert!(bug.description.contains("numerically invisible"));
+    s.run(&[
+        "zoo", "emit", "llama", "--mesh", "cp=2", "--bug", bug.id, "-o", "x",
+    ])
+    .expect_code(2)
+    .stderr_has(&["listed only", "cannot be planted"]);
+    s.run(&["zoo", "list", "--bugs"])
+        .expect_code(0)
+        .stdout_has(&[bug.id, "TTrace"]);
+}
+
+#[test]
+fn requests_the_zoo_cannot_split_exit_2() {
+    let s = Scratch::new();
+    for (args, message) in [
+        (
+            "mlp --mesh cp=2",
+            "applies to the llama and deepseek models, not `mlp`",
+        ),
+        ("gpt2 --mesh cp=2", "not `gpt2`"),
+        (
+            "llama --mesh pp=2,cp=2 --layers 2",
+            "not combined with pipeline parallelism",
+        ),
+        ("llama --mesh cp=3", "seq 8 does not split into 2 * cp = 6"),
+        (
+            "llama --mesh dp=2,cp=2 --zero 1",
+            "--zero is not combined with context parallelism",
+        ),
+        (
+            "llama --mesh dp=2 --bug cp-loss-overscaled",
+            "needs a cp mesh dim of size >= 2",
+        ),
+        (
+            "llama --mesh cp=2 --bug tp-cp-layernorm-grad-scaled-by-tp",
+            "tp mesh dim",
+        ),
+    ] {
+        let mut argv = vec!["zoo", "emit"];
+        argv.extend(args.split(' '));
+        argv.extend(["-o", "x"]);
+        s.run(&argv).expect_code(2).stderr_has(&[message]);
+    }
+}

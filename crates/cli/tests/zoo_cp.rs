@@ -258,3 +258,72 @@ fn requests_the_zoo_cannot_split_exit_2() {
         s.run(&argv).expect_code(2).stderr_has(&[message]);
     }
 }
+
+/// The deepseek meshes with cp (its attention is llama's, so its ring too).
+const DEEPSEEK_MESHES: [&str; 4] = ["cp=2", "dp=2,cp=2", "cp=2,ep=2", "tp=2,cp=2,ep=2"];
+
+#[test]
+fn deepseek_cp_plans_hold() {
+    let s = Scratch::new();
+    for mesh in DEEPSEEK_MESHES {
+        for forward_only in [true, false] {
+            let flags: &[&str] = if forward_only {
+                &["--forward-only"]
+            } else {
+                &[]
+            };
+            let case = emit(
+                &s,
+                &format!("{mesh}-{forward_only}"),
+                "deepseek",
+                mesh,
+                flags,
+            );
+            holds(&s, &case);
+        }
+    }
+    // Every dim at once, the all-to-all dispatcher, and sequence parallelism in the MoE
+    // blocks on top of the ring.
+    for (dir, mesh, flags) in [
+        ("all", "dp=2,tp=2,cp=2,ep=2", vec![]),
+        ("a2a", "tp=2,cp=2,ep=2", vec!["--ep-dispatch", "alltoall"]),
+        ("sp", "tp=2,cp=2", vec!["--sequence-parallel"]),
+    ] {
+        let case = emit(&s, dir, "deepseek", mesh, &flags);
+        holds(&s, &case);
+    }
+    // The balance loss's per-sequence counts and probability sums span both chunks of every
+    // cp rank: all-reduced over cp in the forward, the probability sums' gradient in the
+    // backward; the data group spans dp x cp x ep, the experts' replicas dp x cp.
+    let yaml = std::fs::read_to_string(s.path().join("all/case.yaml")).unwrap();
+    for line in [
+        "mesh: { dp: 2, cp: 2, tp: 2, ep: 2 }",
+        "\"dp_cp_ep\": [[0, 1, 4, 5, 8, 9, 12, 13], [2, 3, 6, 7, 10, 11, 14, 15]]",
+        "\"dp_cp\": [[0, 4, 8, 12], [1, 5, 9, 13], [2, 6, 10, 14], [3, 7, 11, 15]]",
+        "tokens: { dp: Shard(0), ep: Shard(0) }",
+    ] {
+        assert!(yaml.contains(line), "{line}\n{yaml}");
+    }
+    let r5 = std::fs::read_to_string(s.path().join("all/r5.py")).unwrap();
+    let layers = 2;
+    assert_eq!(r5.matches("'cp')").count(), 3 * layers, "{r5}");
+    assert!(
+        r5.contains("'dp_cp_ep')") && r5.contains("'dp_cp')"),
+        "{r5}"
+    );
+}
+
+#[test]
+fn cp_attention_bugs_are_found_in_deepseek() {
+    let s = Scratch::new();
+    for bug in BUGS
+        .iter()
+        .filter(|b| b.needs_cp() && b.models.contains(&"deepseek"))
+    {
+        let case = emit(&s, bug.id, "deepseek", "tp=2,cp=2,ep=2", &["--bug", bug.id]);
+        assert_found(&s, &case, bug.id);
+    }
+    for id in ["cp-rope-no-offset", "cp-causal-mask-local"] {
+        assert!(find_bug(id).unwrap().models.contains(&"deepseek"), "{id}");
+    }
+}

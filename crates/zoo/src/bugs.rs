@@ -303,6 +303,9 @@ const PIPELINE_BUG: Bug = Bug {
     ..DEEPSEEK_BUG
 };
 
+/// The models with ring attention under context parallelism.
+const LLAMA_DEEPSEEK: &[&str] = &["llama", "deepseek"];
+
 /// The fields the context-parallel bugs share; every entry sets its own id, texts and mutation.
 const CP_BUG: Bug = Bug {
     mutation: Mutation::CpRopeNoOffset,
@@ -787,6 +790,7 @@ pub const BUGS: &[Bug] = &[
         spec_op: "aten.mul.Tensor of RoPE (x * cos) on the queries and keys of every layer",
         mutation: Mutation::CpRopeNoOffset,
         changes_loss: true,
+        models: LLAMA_DEEPSEEK,
         ..CP_BUG
     },
     Bug {
@@ -807,6 +811,7 @@ pub const BUGS: &[Bug] = &[
         spec_op: "aten.add.Tensor adding the causal mask to the attention scores of every layer",
         mutation: Mutation::CpCausalMaskLocal,
         changes_loss: true,
+        models: LLAMA_DEEPSEEK,
         ..CP_BUG
     },
     Bug {

@@ -46,11 +46,13 @@
 //! all-reduced over tp (the router's is Megatron-LM #599's missing sync under SP).
 
 use crate::bugs::Mutation;
+use crate::cp::{self, CpPlan};
 use crate::graph::{Arg, GraphBuilder, Val};
 use crate::llama::{
-    attention, attention_backward, attn_tables, check_divisible, check_tensor_sizes, cross_entropy,
-    embedding, embedding_backward, linear, lm_head, lm_head_backward, reduce_if, rms_norm,
-    rms_norm_backward, rms_norm_stat, swiglu, swiglu_backward, AttnShape, SwigluNames, SwigluSaved,
+    attention, attention_backward, attn_tables_cp, check_divisible, check_tensor_sizes,
+    cross_entropy, embedding, embedding_backward, linear, lm_head, lm_head_backward, reduce_if,
+    rms_norm, rms_norm_backward, rms_norm_stat, swiglu, swiglu_backward, AttnShape, SwigluNames,
+    SwigluSaved,
 };
 use crate::{LlamaConfig, Param, TpLayout};
 use std::collections::BTreeMap;
@@ -281,6 +283,9 @@ pub struct RankPlan {
     /// experts (replicated over tp) on its sequence chunk, and the chunks' outputs are
     /// all-gathered along the sequence.
     pub sequence_parallel: bool,
+    /// Context parallelism: where the rank sits on the cp mesh dim ([`CpPlan::NONE`] without
+    /// one).
+    pub cp: CpPlan,
 }
 
 impl RankPlan {
@@ -293,15 +298,34 @@ impl RankPlan {
         tp_rank: 0,
         dispatch: EpDispatch::AllGather,
         sequence_parallel: false,
+        cp: CpPlan::NONE,
     };
 
     /// The process group over which the replicated (non-expert) parameters' gradients and the
-    /// loss are averaged, and its size: every rank holding other sequences of the batch
-    /// (`dp_ep`, declared by the case file, when both dims are split).
+    /// loss are averaged, and its size: every rank holding other tokens of the batch
+    /// (`dp_ep`, declared by the case file, when both dims are split; with context
+    /// parallelism the cp ranks too: `cp`, `dp_cp`, `cp_ep`, `dp_cp_ep`).
     pub fn data_group(&self) -> (&'static str, usize) {
-        match (self.dp > 1, self.ep > 1) {
-            (true, true) => ("dp_ep", self.dp * self.ep),
-            (false, true) => ("ep", self.ep),
+        let cp = self.cp.cp;
+        let size = self.dp * cp * self.ep;
+        let name = match (self.dp > 1, cp > 1, self.ep > 1) {
+            (true, true, true) => "dp_cp_ep",
+            (false, true, true) => "cp_ep",
+            (true, true, false) => "dp_cp",
+            (false, true, false) => "cp",
+            (true, false, true) => "dp_ep",
+            (false, false, true) => "ep",
+            _ => "dp",
+        };
+        (name, size)
+    }
+
+    /// The expert-data-parallel group over which an expert's gradient is summed (its replicas:
+    /// the ranks of the same tp and ep index), and its size.
+    fn expert_data_group(&self) -> (&'static str, usize) {
+        match (self.dp > 1, self.cp.cp > 1) {
+            (true, true) => ("dp_cp", self.dp * self.cp.cp),
+            (false, true) => ("cp", self.cp.cp),
             _ => ("dp", self.dp),
         }
     }
@@ -522,6 +546,15 @@ fn moe_block(
     } else {
         (counts, prob_sums)
     };
+    // Under CP each rank holds two chunks of every sequence: the same, over cp.
+    let (counts, prob_sums) = if cx.plan.cp.is_ring() {
+        (
+            g.all_reduce_sum(&counts, "cp"),
+            g.all_reduce_sum(&prob_sums, "cp"),
+        )
+    } else {
+        (counts, prob_sums)
+    };
     let balance = g.mul(&counts, &prob_sums);
     let per_seq = g.sum_dims(&balance, &[1], false);
     let mean = g.mean("mean", &per_seq);
@@ -709,6 +742,13 @@ fn moe_block_backward(
     );
     let per_count = cx.aux_factor() / (b * cx.aux_divisor()) as f64;
     let g_prob_sums = g.mul_scalar("mul", &sv.counts, Arg::F(per_count));
+    // Under CP the probability sums were all-reduced over cp and every cp rank's loss counts
+    // the balance loss: the all-reduce's backward sums their gradients over cp.
+    let g_prob_sums = if cx.plan.cp.is_ring() {
+        g.all_reduce_sum(&g_prob_sums, "cp")
+    } else {
+        g_prob_sums
+    };
     let g_prob_row = g.unsqueeze(&g_prob_sums, 1);
     let g_probs3 = g.expand(&g_prob_row, &[b, s, e]);
     let g_probs3 = g.contiguous(&g_probs3);
@@ -752,10 +792,11 @@ pub fn build(
     let base = &cfg.base;
     let mut g = GraphBuilder::new();
     let b = base.batch / (dp * ep);
-    let dims = AttnShape::new(base, b, tp);
-    let (s, h, t) = (base.seq, base.hidden, dims.tokens());
-    let tokens = g.input_typed("tokens", "i64", &[b, s]);
-    let labels = g.input_typed("labels", "i64", &[b, s]);
+    // Under context parallelism the rank holds s = seq / cp tokens of each sequence.
+    let dims = AttnShape::new(base, b, tp).with_cp(plan.cp);
+    let (s, h, t) = (dims.s, base.hidden, dims.tokens());
+    let tokens_in = g.input_typed("tokens", "i64", &[b, base.seq]);
+    let labels_in = g.input_typed("labels", "i64", &[b, base.seq]);
     let inv_freq = g.input("rope_inv_freq", &[dims.hd / 2]);
     let specs = cfg.plan_params(&plan, bug);
     let sp = plan.sequence_parallel && tp > 1;
@@ -765,7 +806,10 @@ pub fn build(
         w.insert(p.name.clone(), val);
     }
     let w = |name: &str| w[name].clone();
-    let tables = attn_tables(&mut g, &inv_freq, s);
+    let tokens = cp::select_chunks(&mut g, &tokens_in, &plan.cp);
+    let labels = cp::select_chunks(&mut g, &labels_in, &plan.cp);
+    // (The context-parallel attention bugs live in the tables: RoPE positions, ring masks.)
+    let tables = attn_tables_cp(&mut g, &inv_freq, s, &plan.cp, bug);
     let cx = MoeCtx { cfg, plan, b, bug };
 
     let mut x = embedding(&mut g, &w("embed"), &tokens);
@@ -855,15 +899,16 @@ pub fn build(
             grad = g.all_reduce_sum(&grad, "tp");
         }
         let by = if DeepseekConfig::is_expert(&p.name) {
-            // Each expert saw the tokens of its whole ep group: sum over its dp replicas,
-            // divide by every rank holding other tokens.
-            if dp > 1 {
-                grad = g.all_reduce_sum(&grad, "dp");
+            // Each expert saw the tokens of its whole ep group: sum over its dp (and cp)
+            // replicas, divide by every rank holding other tokens.
+            let (experts, replicas) = plan.expert_data_group();
+            if replicas > 1 {
+                grad = g.all_reduce_sum(&grad, experts);
             }
             if is(Mutation::EpExpertGradNotAveraged) {
-                dp
+                replicas
             } else {
-                dp * ep
+                replicas * ep
             }
         } else {
             if size > 1 {
@@ -896,6 +941,7 @@ mod tests {
             tp_rank: 0,
             dispatch: EpDispatch::AllGather,
             sequence_parallel: false,
+            cp: CpPlan::NONE,
         }
     }
 

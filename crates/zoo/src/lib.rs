@@ -995,7 +995,9 @@ fn deepseek_plan<'a>(
     mutation: Option<Mutation>,
 ) -> Plan<'a> {
     let (dp, tp, ep) = (mesh.size("dp"), mesh.size("tp"), mesh.size("ep"));
+    let cp = mesh.size("cp");
     let (dispatch, sequence_parallel) = (extras.ep_dispatch, extras.sequence_parallel);
+    // Rank = ((dp_i * cp + cp_i) * tp + tp_i) * ep + ep_i.
     let plan = move |r: usize| deepseek::RankPlan {
         dp,
         tp,
@@ -1004,10 +1006,24 @@ fn deepseek_plan<'a>(
         tp_rank: (r / ep) % tp,
         dispatch,
         sequence_parallel,
+        cp: cp_plan(r, cp, tp * ep),
     };
     let rank: RankBuilder =
         Box::new(move |r| deepseek::build(cfg, plan(r), forward_only, mutation));
-    let groups = if dp > 1 && ep > 1 {
+    let groups = if cp > 1 {
+        // The data group of the replicated parameters (the dp x cp x ep ranks of one tp
+        // index) and the expert-data-parallel group (dp x cp), where they span several dims.
+        let mut groups = Vec::new();
+        let (data, _) = plan(0).data_group();
+        let spanned: Vec<&str> = data.split('_').collect();
+        if spanned.len() > 1 {
+            groups.push((data, sub_mesh_groups(mesh, &spanned)));
+        }
+        if dp > 1 && ep > 1 {
+            groups.push(("dp_cp", sub_mesh_groups(mesh, &["dp", "cp"])));
+        }
+        groups
+    } else if dp > 1 && ep > 1 {
         // The data group of the replicated parameters: the dp x ep ranks of one tp index.
         let lists = (0..tp)
             .map(|j| {

@@ -784,7 +784,7 @@ pub const BUGS: &[Bug] = &[
     },
     Bug {
         id: "cp-rope-no-offset",
-        source: "TrainVerify (SOSP'25) section 8.3: RoPE applied to a sequence shard without the offset (MISSION.md); Entangle's RoPE offset missing under SP",
+        source: "TrainVerify (SOSP'25) section 8.3: RoPE applied to a sequence shard without the offset (MISSION.md; Entangle's RoPE offset missing in a custom backward under SP is the same class)",
         description: "under context parallelism RoPE rotates each rank's chunks by their local positions 0..seq/cp, not their global positions: keys from other cp ranks meet queries at wrong relative distances",
         parallelism: "cp",
         spec_op: "aten.mul.Tensor of RoPE (x * cos) on the queries and keys of every layer",

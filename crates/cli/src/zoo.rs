@@ -171,7 +171,7 @@ fn list(bugs_only: bool) {
         }
         outln!("  (llama only: --vocab-parallel splits the embedding and LM head over tp)");
         outln!(
-            "  (gpt2 only: --sequence-parallel adds Megatron sequence parallelism over tp: \
+            "  (gpt2: --sequence-parallel adds Megatron sequence parallelism over tp: \
              LayerNorms on sequence chunks, all-gather before and reduce-scatter after the \
              tensor-parallel regions, LayerNorm and row-parallel bias gradients all-reduced)"
         );

@@ -252,7 +252,9 @@ pub struct EmitExtras {
     /// The sizes of the GPT-2 model (used when the model is `gpt2`).
     pub gpt2: Gpt2Config,
     /// gpt2: Megatron sequence parallelism over tp (activations outside the tensor-parallel
-    /// regions split along the sequence; all-gather and reduce-scatter around them).
+    /// regions split along the sequence; all-gather and reduce-scatter around them); deepseek:
+    /// sequence parallelism in the MoE blocks (each tp rank runs the block on its sequence
+    /// chunk, the experts replicated over tp; the chunks all-gathered after it).
     pub sequence_parallel: bool,
     /// The sizes of the DeepSeek MoE model (used when the model is `deepseek`).
     pub deepseek: DeepseekConfig,

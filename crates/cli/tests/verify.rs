@@ -51,15 +51,18 @@ fn correct_zoo_plans_verify() {
     }
 }
 
+/// The MLP catalog bugs `catalog_bugs_are_refuted` plants (dp=2 x tp=2).
+const MLP_REFUTED: &[&str] = &[
+    "tp-missing-allreduce",
+    "tp-bias-before-allreduce",
+    "dp-loss-not-averaged",
+    "dp-grad-not-averaged",
+    "wrong-group",
+];
+
 #[test]
 fn catalog_bugs_are_refuted() {
-    for bug in [
-        "tp-missing-allreduce",
-        "tp-bias-before-allreduce",
-        "dp-loss-not-averaged",
-        "dp-grad-not-averaged",
-        "wrong-group",
-    ] {
+    for &bug in MLP_REFUTED {
         let dir = tempfile::tempdir().unwrap();
         let case = emit(dir.path(), "dp=2,tp=2", &["--bug", bug]);
         let (code, out) = verify(&case);
@@ -248,29 +251,33 @@ fn expr_layouts_are_relations() {
     assert_ne!(code, 0, "{out}");
 }
 
+/// Llama catalog bugs: (bug, mesh, the operator named, the evidence named).
+type Refuted = (&'static str, &'static str, &'static str, &'static str);
+const LLAMA_REFUTED: &[Refuted] = &[
+    (
+        "llama-attn-scale-local",
+        "tp=2",
+        "`mul_7`",
+        "wrong scale factor",
+    ),
+    ("wrong-group", "dp=2,tp=2", "`add_4`", "wrong process group"),
+    (
+        "llama-qkv-grad-missing-allreduce",
+        "tp=2",
+        "(aten.add.Tensor)",
+        "partial sum",
+    ),
+    (
+        "llama-kv-grad-unsynced",
+        "tp=4",
+        "(aten.sub.Tensor)",
+        "unreduced partial sum",
+    ),
+];
+
 #[test]
 fn llama_catalog_bugs_are_refuted_with_their_evidence() {
-    for (bug, mesh, op, evidence) in [
-        (
-            "llama-attn-scale-local",
-            "tp=2",
-            "`mul_7`",
-            "wrong scale factor",
-        ),
-        ("wrong-group", "dp=2,tp=2", "`add_4`", "wrong process group"),
-        (
-            "llama-qkv-grad-missing-allreduce",
-            "tp=2",
-            "(aten.add.Tensor)",
-            "partial sum",
-        ),
-        (
-            "llama-kv-grad-unsynced",
-            "tp=4",
-            "(aten.sub.Tensor)",
-            "unreduced partial sum",
-        ),
-    ] {
+    for &(bug, mesh, op, evidence) in LLAMA_REFUTED {
         let dir = tempfile::tempdir().unwrap();
         let case = emit_model("llama", dir.path(), mesh, &["--bug", bug]);
         let (code, out) = verify(&case);
@@ -337,28 +344,37 @@ fn correct_training_plans_verify() {
     }
 }
 
+/// Training catalog bugs on the MLP: (bug, mesh, emit flags, the evidence named).
+type TrainingRefuted = (
+    &'static str,
+    &'static str,
+    &'static [&'static str],
+    &'static str,
+);
+const TRAINING_REFUTED: &[TrainingRefuted] = &[
+    (
+        "grad-accum-loss-not-scaled",
+        "dp=2",
+        &["--grad-accum", "2", "--batch", "4"],
+        "constant factor",
+    ),
+    (
+        "zero-param-update-skipped",
+        "dp=2",
+        &["--zero", "1"],
+        "the case expects",
+    ),
+    (
+        "grad-norm-replicated-overcounted",
+        "tp=2",
+        &["--clip-grad", "1.0"],
+        "partial sum",
+    ),
+];
+
 #[test]
 fn training_bugs_are_refuted() {
-    for (bug, mesh, extra, evidence) in [
-        (
-            "grad-accum-loss-not-scaled",
-            "dp=2",
-            &["--grad-accum", "2", "--batch", "4"][..],
-            "constant factor",
-        ),
-        (
-            "zero-param-update-skipped",
-            "dp=2",
-            &["--zero", "1"][..],
-            "the case expects",
-        ),
-        (
-            "grad-norm-replicated-overcounted",
-            "tp=2",
-            &["--clip-grad", "1.0"][..],
-            "partial sum",
-        ),
-    ] {
+    for &(bug, mesh, extra, evidence) in TRAINING_REFUTED {
         let dir = tempfile::tempdir().unwrap();
         let mut args = extra.to_vec();
         args.extend(["--bug", bug]);
@@ -387,16 +403,19 @@ fn pipelines_verify_through_send_and_recv() {
     }
 }
 
+/// Pipeline catalog bugs: (model, bug, mesh, the exit code verify gives).
+const PIPELINE_VERDICTS: &[(&str, &str, &str, i32)] = &[
+    ("mlp", "pp-grad-sync-before-last-microbatch", "dp=2,pp=2", 1),
+    ("llama", "pp-shuffled-microbatches", "pp=2", 1),
+    ("mlp", "pp-mismatched-send-recv", "pp=2", 3),
+    ("mlp", "pp-wrong-stage-division", "pp=2", 3),
+];
+
 #[test]
 fn pipeline_bugs_are_never_verified() {
     // Gradients synchronized before the last microbatch are refuted at a weight gradient; a
     // recv that takes another message may be a schedule the lemmas cannot follow: never 0.
-    for (model, bug, mesh, want) in [
-        ("mlp", "pp-grad-sync-before-last-microbatch", "dp=2,pp=2", 1),
-        ("llama", "pp-shuffled-microbatches", "pp=2", 1),
-        ("mlp", "pp-mismatched-send-recv", "pp=2", 3),
-        ("mlp", "pp-wrong-stage-division", "pp=2", 3),
-    ] {
+    for &(model, bug, mesh, want) in PIPELINE_VERDICTS {
         let dir = tempfile::tempdir().unwrap();
         let args = [
             "--layers",
@@ -461,4 +480,44 @@ fn all_to_all_is_a_rearrangement() {
     let dir = tempfile::tempdir().unwrap();
     let (code, out) = verify(&all_to_all_case(dir.path(), false));
     assert_ne!(code, 0, "{out}");
+}
+
+/// Further catalog bugs verify refutes: (model, bug, mesh, emit flags).
+const OTHER_REFUTED: &[(&str, &str, &str, &[&str])] = &[
+    ("mlp", "dangling-backward-tensor", "dp=2", &[]),
+    (
+        "gpt2",
+        "zero-tied-embedding-untied",
+        "dp=2",
+        &["--zero", "1"],
+    ),
+];
+
+#[test]
+fn more_catalog_bugs_are_refuted() {
+    for &(model, bug, mesh, extra) in OTHER_REFUTED {
+        let dir = tempfile::tempdir().unwrap();
+        let mut args = extra.to_vec();
+        args.extend(["--bug", bug]);
+        let case = emit_model(model, dir.path(), mesh, &args);
+        let (code, out) = verify(&case);
+        assert_eq!(code, 1, "{bug}:\n{out}");
+        assert!(out.contains("relations stop at spec operator"), "{out}");
+    }
+}
+
+#[test]
+fn the_catalog_assigns_to_verify_exactly_the_bugs_these_tests_refute() {
+    let mut tested: std::collections::BTreeSet<&str> = MLP_REFUTED.iter().copied().collect();
+    tested.extend(LLAMA_REFUTED.iter().map(|r| r.0));
+    tested.extend(TRAINING_REFUTED.iter().map(|r| r.0));
+    tested.extend(PIPELINE_VERDICTS.iter().filter(|r| r.3 == 1).map(|r| r.1));
+    tested.extend(OTHER_REFUTED.iter().map(|r| r.1));
+    tested.insert("llama-oproj-missing-allreduce");
+    let claimed: std::collections::BTreeSet<&str> = shardproof_zoo::BUGS
+        .iter()
+        .filter(|b| b.engines.split(',').any(|e| e.trim() == "verify"))
+        .map(|b| b.id)
+        .collect();
+    assert_eq!(claimed, tested);
 }

@@ -1652,9 +1652,42 @@ fn certificate_exprs(exprs: &[RecExpr<Term>]) -> impl Iterator<Item = &RecExpr<T
         .filter(move |e| !leaves || e.as_ref().len() == 1)
 }
 
+/// The ranks of the implementation tensors in the subterm `root` of `e`.
+fn leaf_ranks(e: &RecExpr<Term>, root: Id) -> BTreeSet<usize> {
+    let mut out = BTreeSet::new();
+    let mut stack = vec![root];
+    while let Some(id) = stack.pop() {
+        match &e[id] {
+            Term::Op(s, k) if k.is_empty() => {
+                if let Some((r, _)) = crate::term::parse_leaf(s.as_str()) {
+                    out.insert(r);
+                }
+            }
+            Term::Op(_, k) => stack.extend(k.iter().copied()),
+            Term::Num(_) => {}
+        }
+    }
+    out
+}
+
+/// The ranks each summand of a rank sum reads (empty when `e` is no sum).
+fn summands_of(e: &RecExpr<Term>) -> Vec<BTreeSet<usize>> {
+    match e.as_ref().last() {
+        Some(Term::Op(s, kids)) if s.as_str() == SUM => {
+            kids.iter().map(|&k| leaf_ranks(e, k)).collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
 /// Whether an implementation tensor flows, through operators linear in it, into a collective
-/// (bounded search).
-fn reaches_collective(case: &Case, imp: &Impl, from: ValueRef, summed: &[usize]) -> bool {
+/// that combines ranks of different summands of its partial sum (bounded search).
+fn reaches_collective(
+    case: &Case,
+    imp: &Impl,
+    from: ValueRef,
+    summands: &[BTreeSet<usize>],
+) -> bool {
     let mut seen: HashSet<ValueRef> = HashSet::new();
     let mut frontier = vec![from];
     for _ in 0..24 {
@@ -1671,8 +1704,14 @@ fn reaches_collective(case: &Case, imp: &Impl, from: ValueRef, summed: &[usize])
                     if let Some(Lowered::Term(t)) = imp.lowered.get(&out) {
                         let mut vals = Vec::new();
                         tpl_values(t, &mut vals);
+                        // A collective that combines ranks of different summands (a chain
+                        // of them may combine the rest: tensor then expert groups).
                         let ranks: HashSet<usize> = vals.iter().filter_map(|v| v.rank).collect();
-                        if summed.iter().all(|r| ranks.contains(r)) {
+                        let met = summands
+                            .iter()
+                            .filter(|s| s.iter().any(|r| ranks.contains(r)))
+                            .count();
+                        if met >= 2 {
                             return true;
                         }
                     }
@@ -1683,13 +1722,22 @@ fn reaches_collective(case: &Case, imp: &Impl, from: ValueRef, summed: &[usize])
                 let holds = |a: &shardproof_ir::Arg| {
                     let mut vals = Vec::new();
                     a.values(&mut vals);
-                    vals.contains(&v.value)
+                    vals.iter().any(|&x| {
+                        imp.canon(ValueRef {
+                            rank: Some(r),
+                            value: x,
+                        }) == v
+                    })
                 };
-                let linear = node
-                    .args()
-                    .iter()
-                    .enumerate()
-                    .any(|(i, a)| holds(a) && crate::lemmas::may_be_linear_in(&op, i));
+                // A collective is linear in its input: a rearrangement or a partial reduction
+                // passes the sum on to the next one.
+                let collective = node.op().is_some_and(|o| o.namespace == "_c10d_functional");
+                let linear = collective
+                    || node
+                        .args()
+                        .iter()
+                        .enumerate()
+                        .any(|(i, a)| holds(a) && crate::lemmas::may_be_linear_in(&op, i));
                 if !linear {
                     continue;
                 }
@@ -1776,7 +1824,7 @@ fn blame(
     // later is then the same sum, and a partial sum flowing on to a later reduction is no
     // evidence of a missing one. (With a sharded operand, sum_r f(p_r, w_r) is another sum.)
     let stop = v;
-    let deferrable = |summed: &[usize]| {
+    let deferrable = |partial_sum: &RecExpr<Term>| {
         let n = &spec.nodes[stop.node];
         let op = n.op().map(|o| o.to_string()).unwrap_or_default();
         let is_sum = |e: &RecExpr<Term>| {
@@ -1784,6 +1832,10 @@ fn blame(
                 .last()
                 .is_some_and(|t| matches!(t, Term::Op(s, _) if s.as_str() == SUM))
         };
+        let summands = summands_of(partial_sum);
+        if summands.is_empty() {
+            return false;
+        }
         let mut any_partial = false;
         for (i, a) in n.args().iter().enumerate() {
             let shardproof_ir::Arg::Value(x) = a else {
@@ -1799,25 +1851,18 @@ fn blame(
                 any_partial = true;
                 continue;
             }
-            // A constant (no implementation tensor in it) is the same on every rank.
-            let constant = r.exprs.iter().any(|e| {
-                !e.as_ref().iter().any(|t| {
-                    matches!(t, Term::Op(s, k) if k.is_empty() && crate::term::parse_leaf(s.as_str()).is_some())
-                })
-            });
-            if constant {
-                continue;
-            }
-            let replica_ranks: HashSet<usize> = r
-                .exprs
-                .iter()
-                .filter(|e| e.as_ref().len() == 1)
-                .filter_map(|e| match &e.as_ref()[0] {
-                    Term::Op(s, _) => crate::term::parse_leaf(s.as_str()).map(|(r, _)| r),
-                    _ => None,
-                })
-                .collect();
-            if !summed.iter().all(|r| replica_ranks.contains(r)) {
+            // An operand that every relation spreads over several summands is sharded across
+            // them: sum_k f(p_k, w_k) is then another sum. One held within a summand (or a
+            // constant, held by none) may be each summand's own copy.
+            let spread = |e: &RecExpr<Term>| {
+                let ranks = leaf_ranks(e, Id::from(e.as_ref().len() - 1));
+                summands
+                    .iter()
+                    .filter(|s| s.iter().any(|r| ranks.contains(r)))
+                    .count()
+                    >= 2
+            };
+            if r.exprs.iter().all(spread) {
                 return false;
             }
         }
@@ -1975,10 +2020,10 @@ fn blame(
                 // lemma that relates the path, which is no evidence of a bug.
                 let reduced_later = !reduced
                     && late_op.is_none()
-                    && deferrable(&summed)
+                    && deferrable(e)
                     && leaves
                         .iter()
-                        .any(|l| reaches_collective(case, imp, *l, &summed));
+                        .any(|l| reaches_collective(case, imp, *l, &summands_of(e)));
                 if matches!(top, Some(Term::Op(s, _)) if s.as_str() == SUM)
                     && !reduced
                     && !reduced_later

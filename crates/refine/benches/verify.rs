@@ -1,13 +1,16 @@
-//! Refinement benchmark: times `verify` on the ../shared samples and on zoo cases (MLP and
-//! Llama, forward-only and full iteration, degrees 2-8, 1-8 layers) and prints one line per
-//! case. Run with `cargo bench -p shardproof-refine --bench verify` (release build); set
+//! Refinement benchmark: times `verify` on the ../shared samples and on zoo cases (MLP, Llama,
+//! GPT-2 and DeepSeek, forward-only and full iteration, degrees 2-8, 1-8 layers, pipelines) and
+//! prints one line per case. Run with `cargo bench -p shardproof-refine --bench verify` (release build); set
 //! `SHARDPROOF_SHARED` to the shared folder to include the samples (default `../shared`).
 //!
 //! Figures are printed, never asserted: timings depend on the machine.
 
 use shardproof_case::{load_case, Case};
 use shardproof_refine::{verify, Options, Verdict};
-use shardproof_zoo::{emit, EmitOptions, LlamaConfig, Mesh, MlpConfig};
+use shardproof_zoo::{
+    emit_to_dir, EmitExtras, EmitOptions, LlamaConfig, Mesh, MlpConfig, PipelineOptions,
+    TrainOptions,
+};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -39,10 +42,31 @@ fn run(label: &str, case: &Case, repeats: usize) {
     );
 }
 
-fn zoo_case(dir: &Path, opts: &EmitOptions) -> Option<Case> {
-    let emitted = emit(opts).ok()?;
-    emitted.write(dir).ok()?;
+/// A zoo case to time: label, options, extras, pipeline options.
+type ZooCase = (String, EmitOptions, EmitExtras, PipelineOptions);
+
+fn zoo_case(dir: &Path, (_, opts, extras, pipeline): &ZooCase) -> Option<Case> {
+    emit_to_dir(opts, extras, &TrainOptions::PLAIN, pipeline, dir).ok()?;
     load_case(&dir.join("case.yaml")).ok()
+}
+
+/// Options for `model` on `mesh`, everything else at its default.
+fn options(model: &str, mesh: &str, layers: usize, forward_only: bool) -> EmitOptions {
+    EmitOptions {
+        model: model.into(),
+        mlp: MlpConfig {
+            layers,
+            ..MlpConfig::default()
+        },
+        llama: LlamaConfig {
+            layers,
+            ..LlamaConfig::default()
+        },
+        mesh: Mesh::parse(mesh).expect("mesh"),
+        bug: None,
+        forward_only,
+        vocab_parallel: false,
+    }
 }
 
 fn main() {
@@ -68,7 +92,15 @@ fn main() {
     } else {
         println!("(../shared/samples not found: set SHARDPROOF_SHARED to include the samples)");
     }
-    let mut cases: Vec<(String, EmitOptions)> = Vec::new();
+    let mut cases: Vec<ZooCase> = Vec::new();
+    let plain = |label: String, opts: EmitOptions| {
+        (
+            label,
+            opts,
+            EmitExtras::default(),
+            PipelineOptions::default(),
+        )
+    };
     for forward_only in [true, false] {
         let pass = if forward_only { "fw" } else { "full" };
         for (mesh, layers) in [
@@ -80,45 +112,52 @@ fn main() {
             ("tp=2", 4),
             ("tp=2", 8),
         ] {
-            let mlp = MlpConfig {
-                layers,
-                ..MlpConfig::default()
-            };
-            cases.push((
+            cases.push(plain(
                 format!("zoo mlp {mesh} layers={layers} {pass}"),
-                EmitOptions {
-                    model: "mlp".into(),
-                    mlp,
-                    llama: LlamaConfig::default(),
-                    mesh: Mesh::parse(mesh).expect("mesh"),
-                    bug: None,
-                    forward_only,
-                    vocab_parallel: false,
-                },
+                options("mlp", mesh, layers, forward_only),
             ));
         }
         for (mesh, layers) in [("tp=2", 1), ("tp=2", 2), ("tp=4", 2), ("tp=2", 4)] {
-            let llama = LlamaConfig {
-                layers,
-                ..LlamaConfig::default()
-            };
-            cases.push((
+            cases.push(plain(
                 format!("zoo llama {mesh} layers={layers} {pass}"),
-                EmitOptions {
-                    model: "llama".into(),
-                    mlp: MlpConfig::default(),
-                    llama,
-                    mesh: Mesh::parse(mesh).expect("mesh"),
-                    bug: None,
-                    forward_only,
-                    vocab_parallel: false,
+                options("llama", mesh, layers, forward_only),
+            ));
+        }
+        for (mesh, sp) in [("tp=2", false), ("dp=2,tp=2", true)] {
+            let extras = EmitExtras {
+                sequence_parallel: sp,
+                ..EmitExtras::default()
+            };
+            let sp = if sp { "+sp" } else { "" };
+            cases.push((
+                format!("zoo gpt2 {mesh}{sp} {pass}"),
+                options("gpt2", mesh, 2, forward_only),
+                extras,
+                PipelineOptions::default(),
+            ));
+        }
+        for (model, mesh) in [("mlp", "pp=2,dp=2,tp=2"), ("llama", "pp=2")] {
+            cases.push((
+                format!("zoo {model} {mesh} layers=2 mb=2 {pass}"),
+                options(model, mesh, 2, forward_only),
+                EmitExtras::default(),
+                PipelineOptions {
+                    microbatches: 2,
+                    ..PipelineOptions::default()
                 },
             ));
         }
     }
-    for (label, opts) in &cases {
+    for mesh in ["tp=2", "ep=2"] {
+        cases.push(plain(
+            format!("zoo deepseek {mesh} fw"),
+            options("deepseek", mesh, 2, true),
+        ));
+    }
+    for case in &cases {
+        let label = &case.0;
         let tmp = tempfile::tempdir().expect("temp dir");
-        match zoo_case(tmp.path(), opts) {
+        match zoo_case(tmp.path(), case) {
             Some(c) => run(label, &c, 3),
             None => println!("{label:<44} (not emitted: the sizes do not split)"),
         }

@@ -1652,6 +1652,20 @@ fn certificate_exprs(exprs: &[RecExpr<Term>]) -> impl Iterator<Item = &RecExpr<T
         .filter(move |e| !leaves || e.as_ref().len() == 1)
 }
 
+/// The ranks whose tensors the collective node `n` of rank `r` combines.
+fn collective_ranks(imp: &Impl, r: usize, n: usize) -> Option<BTreeSet<usize>> {
+    let out = ValueRef {
+        rank: Some(r),
+        value: ValueId::new(n, 0),
+    };
+    let Some(Lowered::Term(t)) = imp.lowered.get(&out) else {
+        return None;
+    };
+    let mut vals = Vec::new();
+    tpl_values(t, &mut vals);
+    Some(vals.iter().filter_map(|v| v.rank).collect())
+}
+
 /// The ranks of the implementation tensors in the subterm `root` of `e`.
 fn leaf_ranks(e: &RecExpr<Term>, root: Id) -> BTreeSet<usize> {
     let mut out = BTreeSet::new();
@@ -1696,17 +1710,9 @@ fn reaches_collective(
             for &(r, n) in imp.consumers.get(&v).map_or(&[][..], Vec::as_slice) {
                 let node = &case.program.ranks[r].nodes[n];
                 if node.op().is_some_and(|o| o.namespace == "_c10d_functional") {
-                    // Only a reduction over every rank of the partial sum completes it.
-                    let out = ValueRef {
-                        rank: Some(r),
-                        value: ValueId::new(n, 0),
-                    };
-                    if let Some(Lowered::Term(t)) = imp.lowered.get(&out) {
-                        let mut vals = Vec::new();
-                        tpl_values(t, &mut vals);
-                        // A collective that combines ranks of different summands (a chain
-                        // of them may combine the rest: tensor then expert groups).
-                        let ranks: HashSet<usize> = vals.iter().filter_map(|v| v.rank).collect();
+                    // A collective that combines ranks of different summands (a chain of
+                    // them may combine the rest: tensor then expert groups).
+                    if let Some(ranks) = collective_ranks(imp, r, n) {
                         let met = summands
                             .iter()
                             .filter(|s| s.iter().any(|r| ranks.contains(r)))
@@ -1978,18 +1984,8 @@ fn blame(
                         }
                         if op.starts_with("_c10d_functional.") {
                             reduced = true;
-                            let out = ValueRef {
-                                rank: Some(r),
-                                value: ValueId::new(n, 0),
-                            };
-                            if let Some(Lowered::Term(t)) = imp.lowered.get(&out) {
-                                let mut vals = Vec::new();
-                                tpl_values(t, &mut vals);
-                                let mut ranks: Vec<usize> =
-                                    vals.iter().filter_map(|v| v.rank).collect();
-                                ranks.sort_unstable();
-                                ranks.dedup();
-                                groups.insert(ranks);
+                            if let Some(ranks) = collective_ranks(imp, r, n) {
+                                groups.insert(ranks.into_iter().collect());
                             }
                         }
                         consumers.insert(format!("r{r}.{} = {}", nd.name, op));

@@ -3,7 +3,8 @@
 //! replicas, vocabulary parallelism and the training options; forward only and the full
 //! iteration), the ring's sends and receives and the case layout are as documented, every
 //! context-parallel bug of the catalog is found naming an output it changes, the listed-only
-//! entry is refused, and requests the zoo cannot serve exit 2.
+//! entry is refused, and requests the zoo cannot serve exit 2. The same for deepseek (its
+//! attention is llama's) and gpt2 (sequence-first attention, learned positions).
 
 mod common;
 
@@ -231,9 +232,17 @@ fn requests_the_zoo_cannot_split_exit_2() {
     for (args, message) in [
         (
             "mlp --mesh cp=2",
-            "applies to the llama and deepseek models, not `mlp`",
+            "applies to the llama, deepseek and gpt2 models, not `mlp`",
         ),
-        ("gpt2 --mesh cp=2", "not `gpt2`"),
+        ("gpt2 --mesh cp=3", "seq 8 does not split into 2 * cp = 6"),
+        (
+            "gpt2 --mesh tp=4,cp=2 --seq 12 --sequence-parallel",
+            "the rank's 6 positions (seq 12 / cp = 2) do not split over tp = 4",
+        ),
+        (
+            "gpt2 --mesh dp=2,cp=2 --zero 1",
+            "--zero is not combined with context parallelism",
+        ),
         (
             "llama --mesh pp=2,cp=2 --layers 2",
             "not combined with pipeline parallelism",
@@ -326,4 +335,185 @@ fn cp_attention_bugs_are_found_in_deepseek() {
     for id in ["cp-rope-no-offset", "cp-causal-mask-local"] {
         assert!(find_bug(id).unwrap().models.contains(&"deepseek"), "{id}");
     }
+}
+
+#[test]
+fn gpt2_cp_plans_hold() {
+    let s = Scratch::new();
+    for mesh in MESHES {
+        for forward_only in [true, false] {
+            let flags: &[&str] = if forward_only {
+                &["--forward-only"]
+            } else {
+                &[]
+            };
+            let case = emit(&s, &format!("{mesh}-{forward_only}"), "gpt2", mesh, flags);
+            holds(&s, &case);
+        }
+    }
+    // A longer ring, sequence parallelism inside the tensor-parallel regions on top of the
+    // ring (with TP communication overlap), and the training options.
+    for (dir, mesh, flags) in [
+        ("cp4", "cp=4", vec!["--seq", "16"]),
+        ("sp", "tp=2,cp=2", vec!["--sequence-parallel"]),
+        (
+            "overlap",
+            "dp=2,tp=2,cp=2",
+            vec!["--sequence-parallel", "--tp-comm-overlap"],
+        ),
+        (
+            "train",
+            "dp=2,tp=2,cp=2",
+            vec![
+                "--batch",
+                "4",
+                "--grad-accum",
+                "2",
+                "--optimizer",
+                "adam",
+                "--clip-grad",
+                "0.5",
+                "--loss-scale",
+                "8",
+            ],
+        ),
+    ] {
+        let case = emit(&s, dir, "gpt2", mesh, &flags);
+        holds(&s, &case);
+    }
+}
+
+#[test]
+fn gpt2_positions_and_ring() {
+    let s = Scratch::new();
+    let case = emit(&s, "ring", "gpt2", "dp=2,tp=2,cp=2", &[]);
+    let r6 = std::fs::read_to_string(s.path().join("ring/r6.py")).unwrap();
+    // Rank 6 = (dp 1, cp 1, tp 0) reads its dp rank's sequences whole and keeps chunks 1 and 2
+    // of 4: positions 2, 3 and 4, 5, whose rows of the position table it looks up and whose
+    // rows of the (whole) position-table gradient it fills.
+    assert!(r6.contains("tokens: \"i64[1, 8]\""), "{r6}");
+    assert!(r6.contains("aten.slice.Tensor(tokens, 1, 2, 4)"), "{r6}");
+    assert!(r6.contains("aten.slice.Tensor(tokens, 1, 4, 6)"), "{r6}");
+    assert!(r6.contains("aten.arange.start(2, 4,"), "{r6}");
+    assert!(r6.contains("aten.arange.start(4, 6,"), "{r6}");
+    assert!(!r6.contains("aten.arange.start(0, 4,"), "{r6}");
+    let wpe_grad = r6
+        .lines()
+        .find(|l| l.contains("f32[8, 16]") && l.contains("embedding_dense_backward.default("))
+        .unwrap_or_else(|| panic!("the position-table gradient has all 8 rows\n{r6}"));
+    assert!(
+        wpe_grad.contains("cat"),
+        "scattered at the chunks' positions: {wpe_grad}"
+    );
+    // K and V around the ring, forward and backward, with their gradients: 8 messages each
+    // way per layer, all to or from the cp peer, rank 4.
+    let p2p: Vec<&str> = r6
+        .lines()
+        .filter_map(|l| l.split("torch.ops.shardproof_p2p.").nth(1))
+        .collect();
+    assert_eq!(p2p.len(), 2 * 8 * 2, "{r6}");
+    // send.default(x, dst, tag); recv.default(shape, dtype, src, tag).
+    let peer = |c: &&str| {
+        let args = c.rsplit(')').nth(1).unwrap_or(c);
+        let fields: Vec<&str> = args.rsplit(", ").collect();
+        fields[1].to_string()
+    };
+    assert!(p2p.iter().all(|c| peer(c) == "4"), "{p2p:?}");
+    // The position table's gradient is averaged over dp x cp like every replicated parameter.
+    assert!(r6.contains("'dp_cp')"), "{r6}");
+    s.run(&["run", &case]).expect_code(0);
+    let yaml = std::fs::read_to_string(s.path().join("ring/case.yaml")).unwrap();
+    for line in [
+        "mesh: { dp: 2, cp: 2, tp: 2 }",
+        "\"dp_cp\": [[0, 2, 4, 6], [1, 3, 5, 7]]",
+        "tokens: { dp: Shard(0) }",
+        "wpe: Replicate()",
+        "# Context parallel: the sequence in 4 load-balanced chunks",
+    ] {
+        assert!(yaml.contains(line), "{line}\n{yaml}");
+    }
+    // The spec is the single-device model: no message, no chunk, the position table read at
+    // arange(seq).
+    let spec = std::fs::read_to_string(s.path().join("ring/spec.py")).unwrap();
+    assert!(!spec.contains("shardproof_p2p") && !spec.contains("logsumexp"));
+    assert!(spec.contains("aten.arange.start(0, 8,"), "{spec}");
+}
+
+#[test]
+fn cp_bugs_are_found_in_gpt2() {
+    let s = Scratch::new();
+    let mut planted = Vec::new();
+    for bug in BUGS
+        .iter()
+        .filter(|b| b.needs_cp() && b.models.contains(&"gpt2"))
+    {
+        let mesh = if bug.needs_tp {
+            "tp=2,cp=2"
+        } else {
+            "dp=2,cp=2"
+        };
+        for forward_only in [true, false] {
+            if forward_only && bug.needs_backward {
+                continue;
+            }
+            let mut flags = vec!["--bug", bug.id];
+            if forward_only {
+                flags.push("--forward-only");
+            }
+            let dir = format!("{}-{forward_only}", bug.id);
+            let case = emit(&s, &dir, "gpt2", mesh, &flags);
+            s.run(&["inspect", "--strict", &case]).expect_code(0);
+            assert_found(&s, &case, bug.id);
+        }
+        planted.push(bug.id);
+    }
+    for id in [
+        "cp-rope-no-offset",
+        "cp-loss-overscaled",
+        "cp-causal-mask-local",
+        "tp-cp-layernorm-grad-scaled-by-tp",
+    ] {
+        assert!(planted.contains(&id), "{id} is never planted in gpt2");
+    }
+    // The LayerNorm gradient bug names the first LayerNorm's updated weight, with and
+    // without sequence parallelism (whose reduction of the LayerNorm gradients over tp it
+    // repeats).
+    for (dir, flags) in [
+        ("ln", vec!["--bug", "tp-cp-layernorm-grad-scaled-by-tp"]),
+        (
+            "ln-sp",
+            vec![
+                "--sequence-parallel",
+                "--bug",
+                "tp-cp-layernorm-grad-scaled-by-tp",
+            ],
+        ),
+    ] {
+        let case = emit(&s, dir, "gpt2", "dp=2,tp=2,cp=2", &flags);
+        let out = s.run(&["run", &case]);
+        out.expect_code(1);
+        assert_eq!(first_mismatch(&out), "ln1_w_0_new", "{}", out.stdout);
+    }
+    // Under tp x cp and on a longer ring too.
+    for (dir, mesh, seq, bug) in [
+        ("mask-tp", "tp=2,cp=2", "8", "cp-causal-mask-local"),
+        ("pos4", "cp=4", "16", "cp-rope-no-offset"),
+    ] {
+        let case = emit(&s, dir, "gpt2", mesh, &["--seq", seq, "--bug", bug]);
+        assert_found(&s, &case, bug);
+    }
+    // The listed-only entry is refused in gpt2 too.
+    s.run(&[
+        "zoo",
+        "emit",
+        "gpt2",
+        "--mesh",
+        "cp=2",
+        "--bug",
+        "cp-attn-grad-noncontiguous",
+        "-o",
+        "x",
+    ])
+    .expect_code(2)
+    .stderr_has(&["listed only"]);
 }

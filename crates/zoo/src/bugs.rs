@@ -304,7 +304,9 @@ const PIPELINE_BUG: Bug = Bug {
 };
 
 /// The models with ring attention under context parallelism.
-const LLAMA_DEEPSEEK: &[&str] = &["llama", "deepseek"];
+const CP_MODELS: &[&str] = &["llama", "deepseek", "gpt2"];
+/// The dense models under context parallelism.
+const CP_DENSE: &[&str] = &["llama", "gpt2"];
 
 /// The fields the context-parallel bugs share; every entry sets its own id, texts and mutation.
 const CP_BUG: Bug = Bug {
@@ -789,12 +791,12 @@ pub const BUGS: &[Bug] = &[
     Bug {
         id: "cp-rope-no-offset",
         source: "TrainVerify (SOSP'25) section 8.3: RoPE applied to a sequence shard without the offset (MISSION.md; Entangle's RoPE offset missing in a custom backward under SP is the same class)",
-        description: "under context parallelism RoPE rotates each rank's chunks by their local positions 0..seq/cp, not their global positions: keys from other cp ranks meet queries at wrong relative distances",
+        description: "under context parallelism RoPE rotates each rank's chunks by their local positions 0..seq/cp, not their global positions: keys from other cp ranks meet queries at wrong relative distances (gpt2, learned positions: each rank looks up, and updates, the position-embedding rows 0..seq/cp instead of its chunks' rows)",
         parallelism: "cp",
-        spec_op: "aten.mul.Tensor of RoPE (x * cos) on the queries and keys of every layer",
+        spec_op: "aten.mul.Tensor of RoPE (x * cos) on the queries and keys of every layer (gpt2: aten.add.Tensor adding the position embedding)",
         mutation: Mutation::CpRopeNoOffset,
         changes_loss: true,
-        models: LLAMA_DEEPSEEK,
+        models: CP_MODELS,
         ..CP_BUG
     },
     Bug {
@@ -805,6 +807,7 @@ pub const BUGS: &[Bug] = &[
         spec_op: "the loss (aten.nll_loss_forward.default)",
         mutation: Mutation::CpLossOverscaled,
         changes_loss: true,
+        models: CP_DENSE,
         ..CP_BUG
     },
     Bug {
@@ -815,18 +818,19 @@ pub const BUGS: &[Bug] = &[
         spec_op: "aten.add.Tensor adding the causal mask to the attention scores of every layer",
         mutation: Mutation::CpCausalMaskLocal,
         changes_loss: true,
-        models: LLAMA_DEEPSEEK,
+        models: CP_MODELS,
         ..CP_BUG
     },
     Bug {
         id: "tp-cp-layernorm-grad-scaled-by-tp",
         source: "TTrace Table 1: TP+CP layernorm gradients scaled by the TP size (Megatron-LM)",
-        description: "under tp x cp the RMSNorm weight gradients, already complete on every tp rank, are all-reduced over tp once more (as if partial over a sequence split), so they come out tp times too large",
+        description: "under tp x cp the RMSNorm weight gradients (gpt2: the LayerNorm weights and biases), already complete on every tp rank, are all-reduced over tp once more (as if partial over a sequence split), so they come out tp times too large",
         parallelism: "tp x cp (full iteration)",
-        spec_op: "aten.sub.Tensor of the SGD step of the RMSNorm weights",
+        spec_op: "aten.sub.Tensor of the SGD step of the RMSNorm weights (gpt2: LayerNorm)",
         mutation: Mutation::TpCpNormGradScaledByTp,
         needs_tp: true,
         needs_backward: true,
+        models: CP_DENSE,
         ..CP_BUG
     },
     Bug {

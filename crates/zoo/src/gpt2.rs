@@ -12,6 +12,7 @@
 //! then the bias added once).
 
 use crate::bugs::Mutation;
+use crate::cp::{self, CpPlan, RingSaved, RingShape};
 use crate::graph::{Arg, GraphBuilder, Val};
 use crate::llama::{attend, attention_scores_backward, causal_mask, cross_entropy, ScoresSaved};
 use crate::train::{self, Step};
@@ -206,11 +207,19 @@ struct NormSaved {
     rstd: Val,
 }
 
+/// What the backward of the attention proper reads from its forward: the scores and
+/// probabilities of the whole sequence, or under context parallelism the ring's output and
+/// log-sum-exp.
+enum AttnCore {
+    Local(ScoresSaved),
+    Ring(RingSaved),
+}
+
 /// What the backward of a decoder layer reads from its forward.
 struct LayerSaved {
     ln1: NormSaved,
     xn2d: Val,
-    scores: ScoresSaved,
+    scores: AttnCore,
     attn2d: Val,
     ln2: NormSaved,
     hn2d: Val,
@@ -331,6 +340,23 @@ pub fn build(
     build_rank(cfg, plan, &step, forward_only)
 }
 
+/// [`build`] on the cp plan `cp` (context parallelism: the rank holds chunks `i` and
+/// `2 * cp - 1 - i` of every sequence; see [`crate::cp`]) with the loss and the gradients
+/// averaged over dp x cp.
+pub fn build_cp(
+    cfg: &Gpt2Config,
+    plan: RankPlan,
+    cp: &CpPlan,
+    forward_only: bool,
+    bug: Option<Mutation>,
+) -> GraphBuilder {
+    let step = Step {
+        cp: cp.cp,
+        ..Step::plain(plan.dp, plan.tp, plan.tp_rank, bug, cfg.lr)
+    };
+    build_rank_cp(cfg, plan, cp, &step, forward_only)
+}
+
 /// [`build`] for the rank and training options of `step` (loss scaling, microbatches, ZeRO,
 /// clipping, the optimizer; see [`crate::train`]).
 pub(crate) fn build_rank(
@@ -339,7 +365,23 @@ pub(crate) fn build_rank(
     step: &Step,
     forward_only: bool,
 ) -> GraphBuilder {
+    build_rank_cp(cfg, plan, &CpPlan::NONE, step, forward_only)
+}
+
+/// [`build_rank`] on the cp plan `cp` ([`CpPlan::NONE`]: without context parallelism). Under
+/// context parallelism the rank selects its two chunks of the tokens and labels, looks up the
+/// position-embedding rows of their global positions (and scatters their gradient back to
+/// those rows), attends by ring attention, and averages the loss and the gradients over
+/// dp x cp (`step.cp`).
+pub(crate) fn build_rank_cp(
+    cfg: &Gpt2Config,
+    plan: RankPlan,
+    cp: &CpPlan,
+    step: &Step,
+    forward_only: bool,
+) -> GraphBuilder {
     let RankPlan { dp, tp, .. } = plan;
+    debug_assert_eq!(step.cp, cp.cp, "the step averages over the plan's cp ranks");
     let sp = plan.sequence_parallel && tp > 1;
     let is = |m: Mutation| step.bug == Some(m);
     let mut r = Ranked {
@@ -348,9 +390,10 @@ pub(crate) fn build_rank(
         sp,
     };
     let mbs = step.microbatches();
-    // The rank's sequences, and those of one microbatch.
+    // The rank's sequences, and those of one microbatch; under context parallelism the rank
+    // holds s = seq / cp positions of each.
     let b_all = cfg.batch / dp;
-    let (b, s, h, v) = (b_all / mbs, cfg.seq, cfg.hidden, cfg.vocab);
+    let (b, s, h, v) = (b_all / mbs, cfg.seq / cp.cp, cfg.hidden, cfg.vocab);
     let hd = cfg.head_dim();
     let nh = cfg.heads / tp;
     let t = s * b;
@@ -358,9 +401,12 @@ pub(crate) fn build_rank(
     let sl = if sp { s / tp } else { s };
     let tl = sl * b;
     let specs = cfg.params();
-    let tokens_all = r.g.input_typed("tokens", "i64", &[b_all, s]);
-    let labels_all = r.g.input_typed("labels", "i64", &[b_all, s]);
+    let tokens_in = r.g.input_typed("tokens", "i64", &[b_all, cfg.seq]);
+    let labels_in = r.g.input_typed("labels", "i64", &[b_all, cfg.seq]);
     let weights = train::declare(&mut r.g, step, &specs);
+    // The rank's chunks of the sequence (the whole sequence without context parallelism).
+    let tokens_all = cp::select_chunks(&mut r.g, &tokens_in, cp);
+    let labels_all = cp::select_chunks(&mut r.g, &labels_in, cp);
     // Parameters applied to the rank's sequence chunk only: under SP their gradients are
     // partial sums over tp (Megatron's `sequence_parallel` parameter attribute).
     let mut seq_partial: BTreeSet<String> = BTreeSet::new();
@@ -381,7 +427,13 @@ pub(crate) fn build_rank(
             &[Arg::V(&w("wte")), Arg::V(&tokens_t)],
             vec![s, b, h],
         );
-        let pos = g.arange(s);
+        // The positions of the rank's tokens: their global positions under context
+        // parallelism (the planted `cp-rope-no-offset` takes the local ones, 0..seq/cp).
+        let global_pos = cp.is_ring().then(|| cp::positions(g, s, cp));
+        let pos = match &global_pos {
+            Some(p) if !is(Mutation::CpRopeNoOffset) => p.clone(),
+            _ => g.arange(s),
+        };
         let pe = g.call(
             "embedding",
             "aten.embedding.default",
@@ -403,7 +455,15 @@ pub(crate) fn build_rank(
             emb
         };
 
-        let mask = causal_mask(g, s);
+        // The causal mask, or under context parallelism the masks of the ring steps (from the
+        // global positions).
+        let (mask, ring_masks) = match &global_pos {
+            Some(p) => {
+                let masks = cp::ring_masks(g, p, step.bug);
+                (masks.diag().clone(), Some(masks))
+            }
+            None => (causal_mask(g, s), None),
+        };
         let scale = 1.0 / (hd as f64).sqrt();
 
         let mut saved = Vec::new();
@@ -436,14 +496,32 @@ pub(crate) fn build_rank(
             let qc = g.contiguous(&qp);
             let q3 = g.view(&qc, &[b * nh, s, hd]);
             let k4 = g.view(&k, &[s, b, nh, hd]);
-            let kp = g.permute(&k4, &[1, 2, 3, 0]);
-            let kc = g.contiguous(&kp);
-            let kt3 = g.view(&kc, &[b * nh, hd, s]);
-            let v4 = g.view(&vv, &[s, b, nh, hd]);
-            let vp = g.permute(&v4, &[1, 2, 0, 3]);
-            let vc = g.contiguous(&vp);
-            let v3 = g.view(&vc, &[b * nh, s, hd]);
-            let (o3, scores) = attend(g, q3, kt3, |_| v3, &mask, scale, b);
+            let (o3, scores) = if let Some(masks) = &ring_masks {
+                // Context parallelism: ring attention over the cp ranks' keys and values
+                // `[b, heads, s, head_dim]`.
+                let kp = g.permute(&k4, &[1, 2, 0, 3]);
+                let kc = g.contiguous(&kp);
+                let v4 = g.view(&vv, &[s, b, nh, hd]);
+                let vp = g.permute(&v4, &[1, 2, 0, 3]);
+                let vc = g.contiguous(&vp);
+                let sh = RingShape {
+                    b,
+                    n_rep: 1,
+                    layer: l,
+                };
+                let (o3, ring) = cp::ring_attention(g, &q3, &kc, &vc, masks, scale, sh, cp);
+                (o3, AttnCore::Ring(ring))
+            } else {
+                let kp = g.permute(&k4, &[1, 2, 3, 0]);
+                let kc = g.contiguous(&kp);
+                let kt3 = g.view(&kc, &[b * nh, hd, s]);
+                let v4 = g.view(&vv, &[s, b, nh, hd]);
+                let vp = g.permute(&v4, &[1, 2, 0, 3]);
+                let vc = g.contiguous(&vp);
+                let v3 = g.view(&vc, &[b * nh, s, hd]);
+                let (o3, scores) = attend(g, q3, kt3, |_| v3, &mask, scale, b);
+                (o3, AttnCore::Local(scores))
+            };
             let o4 = g.view(&o3, &[b, nh, s, hd]);
             let op = g.permute(&o4, &[2, 0, 1, 3]);
             let oc = g.contiguous(&op);
@@ -529,13 +607,18 @@ pub(crate) fn build_rank(
         let labels_t = g.permute(&labels, &[1, 0]);
         let labels_c = contiguous_typed(g, &labels_t);
         let labels1 = g.view(&labels_c, &[t]);
-        let local_name = if dp > 1 || mbs > 1 {
+        let local_name = if step.data_group().1 > 1 || mbs > 1 {
             "nll_loss"
         } else {
             "loss"
         };
         let ce = cross_entropy(g, &logits, &labels1, local_name);
-        let local = ce.loss().clone();
+        let mut local = ce.loss().clone();
+        if is(Mutation::CpLossOverscaled) {
+            // The planted bug: the loss scaled by cp for an averaging over cp that the
+            // reduction over dp x cp does already.
+            local = g.mul_scalar("mul", &local, Arg::I(cp.cp as i64));
+        }
         losses.add(g, step, local);
         if forward_only {
             return r.g;
@@ -547,7 +630,10 @@ pub(crate) fn build_rank(
         let w = |name: &str| backward[name].clone();
         let g = &mut r.g;
         let mut grads: BTreeMap<String, Val> = BTreeMap::new();
-        let g_logits = ce.backward(g);
+        let mut g_logits = ce.backward(g);
+        if is(Mutation::CpLossOverscaled) {
+            g_logits = g.mul_scalar("mul", &g_logits, Arg::I(cp.cp as i64));
+        }
         let g_logits = train::scale_seed(g, step, &g_logits);
         let gt = g.t(&g_logits);
         let g_wte_head = g.mm(&gt, &xf2d);
@@ -626,7 +712,26 @@ pub(crate) fn build_rank(
             let g_op = g.permute(&g_o4, &[1, 2, 0, 3]);
             let g_oc = g.contiguous(&g_op);
             let g_o3 = g.view(&g_oc, &[b * nh, s, hd]);
-            let (g_q3, g_kt3, g_v3) = attention_scores_backward(g, &g_o3, &sv.scores);
+            // The gradients of the queries, keys and values, and the layout of the keys'
+            // (transposed `[b * heads, head_dim, s]`, or `[b, heads, s, head_dim]` from the
+            // ring).
+            let (g_q3, g_k, g_v3, k_shape, k_dims) = match (&sv.scores, &ring_masks) {
+                (AttnCore::Local(scores), _) => {
+                    let (g_q3, g_kt3, g_v3) = attention_scores_backward(g, &g_o3, scores);
+                    (g_q3, g_kt3, g_v3, [b, nh, hd, s], [3, 0, 1, 2])
+                }
+                (AttnCore::Ring(ring), Some(masks)) => {
+                    let sh = RingShape {
+                        b,
+                        n_rep: 1,
+                        layer: l,
+                    };
+                    let (g_q3, g_k4, g_v4) =
+                        cp::ring_attention_backward(g, &g_o3, ring, masks, sh, cp);
+                    (g_q3, g_k4, g_v4, [b, nh, s, hd], [2, 0, 1, 3])
+                }
+                (AttnCore::Ring(_), None) => unreachable!("ring attention is built with its masks"),
+            };
             // Back to sequence-first token rows `[seq * batch, heads * head_dim]`.
             let mut to_rows = |x: &Val, shape: &[usize], dims: &[usize]| {
                 let v = g.view(x, shape);
@@ -635,7 +740,7 @@ pub(crate) fn build_rank(
                 g.view(&c, &[t, nh * hd])
             };
             let g_q2d = to_rows(&g_q3, &[b, nh, s, hd], &[2, 0, 1, 3]);
-            let g_k2d = to_rows(&g_kt3, &[b, nh, hd, s], &[3, 0, 1, 2]);
+            let g_k2d = to_rows(&g_k, &k_shape, &k_dims);
             let g_v2d = to_rows(&g_v3, &[b, nh, s, hd], &[2, 0, 1, 3]);
             let mut g_xn2d = None;
             for (wn, bn, gr) in [
@@ -698,6 +803,9 @@ pub(crate) fn build_rank(
             g.add(&g_wte_head, &g_wte_emb)
         };
         grads.insert("wte".into(), g_wte);
+        // The position-embedding gradient lands on the rows the rank looked up (under context
+        // parallelism its chunks' positions; the other rows stay zero here and the
+        // reduction over dp x cp sums the cp ranks' rows).
         let g_pe = g.sum_dims(&g_emb, &[1], false);
         let g_wpe = g.call(
             "embedding_dense_backward",
@@ -705,11 +813,11 @@ pub(crate) fn build_rank(
             &[
                 Arg::V(&g_pe),
                 Arg::V(&pos),
-                Arg::I(s as i64),
+                Arg::I(cfg.seq as i64),
                 Arg::I(-1),
                 Arg::B(false),
             ],
-            vec![s, h],
+            vec![cfg.seq, h],
         );
         grads.insert("wpe".into(), g_wpe);
         train::accumulate(g, &mut acc, grads);
@@ -720,8 +828,16 @@ pub(crate) fn build_rank(
     // Gradient finalization, then the optimizer step.
     train::finish(g, step, &specs, &weights, &acc, |g, p, grad| {
         let norm = p.name.starts_with("ln");
-        if sp && seq_partial.contains(&p.name) && !(norm && is(Mutation::SpLayernormGradNotReduced))
+        let grad = if sp
+            && seq_partial.contains(&p.name)
+            && !(norm && is(Mutation::SpLayernormGradNotReduced))
         {
+            g.all_reduce_sum(&grad, "tp")
+        } else {
+            grad
+        };
+        if norm && is(Mutation::TpCpNormGradScaledByTp) {
+            // The planted bug: a complete LayerNorm gradient summed over tp once more.
             g.all_reduce_sum(&grad, "tp")
         } else {
             grad

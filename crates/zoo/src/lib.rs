@@ -110,11 +110,12 @@ pub const PARALLELISMS: &[(&str, &str)] = &[
     ),
     (
         "cp",
-        "context parallel (llama, deepseek): the sequence in 2*cp load-balanced causal chunks, \
-         cp rank i holding chunks i and 2*cp-1-i (selected from the dp rank's batch); RoPE at \
-         global positions; ring attention passing K/V blocks (and in the backward their \
-         gradients) with shardproof_p2p send/recv, partial results merged by log-sum-exp; \
-         loss and gradients averaged over dp x cp",
+        "context parallel (llama, deepseek, gpt2): the sequence in 2*cp load-balanced causal \
+         chunks, cp rank i holding chunks i and 2*cp-1-i (selected from the dp rank's batch); \
+         RoPE at global positions (gpt2: the learned position rows of the chunks' global \
+         positions, their gradient scattered back to those rows); ring attention passing K/V \
+         blocks (and in the backward their gradients) with shardproof_p2p send/recv, partial \
+         results merged by log-sum-exp; loss and gradients averaged over dp x cp",
     ),
     (
         "tp",
@@ -729,7 +730,8 @@ fn check_and_plan<'a>(
         )
     } else if gpt2 {
         let cfg = &extras.gpt2;
-        // Rank = dp_i * tp + tp_i; ranks differ only by their sequence chunk under SP.
+        // Rank = (dp_i * cp + cp_i) * tp + tp_i; ranks differ only by their sequence chunk
+        // under SP and their chunks of the sequence under cp.
         let rank: RankBuilder = Box::new(move |r| {
             let plan = gpt2::RankPlan {
                 dp,
@@ -738,8 +740,15 @@ fn check_and_plan<'a>(
                 sequence_parallel: sp,
                 tp_comm_overlap: extras.tp_comm_overlap,
             };
-            gpt2::build_rank(cfg, plan, &rank_step(r, cfg.lr), opts.forward_only)
+            let cp = cp_plan(r, cp, tp);
+            gpt2::build_rank_cp(cfg, plan, &cp, &rank_step(r, cfg.lr), opts.forward_only)
         });
+        let groups = if dp > 1 && cp > 1 {
+            // The data group of every parameter: the dp x cp ranks of one tp index.
+            vec![("dp_cp", sub_mesh_groups(&opts.mesh, &["dp", "cp"]))]
+        } else {
+            Vec::new()
+        };
         Plan {
             spec: gpt2::build_rank(
                 cfg,
@@ -750,7 +759,7 @@ fn check_and_plan<'a>(
             rank,
             data: vec![("tokens", true), ("labels", true)],
             params: cfg.params(),
-            groups: Vec::new(),
+            groups,
             ep_sharded: Vec::new(),
         }
     } else if llama {
@@ -832,9 +841,10 @@ fn check_cp(
     let seq = match opts.model.as_str() {
         "llama" => opts.llama.seq,
         "deepseek" => extras.deepseek.base.seq,
+        "gpt2" => extras.gpt2.seq,
         other => {
             return Err(format!(
-                "the cp mesh dim (context parallelism) applies to the llama and deepseek \
+                "the cp mesh dim (context parallelism) applies to the llama, deepseek and gpt2 \
                  models, not `{other}`"
             ))
         }
@@ -860,6 +870,14 @@ fn check_cp(
              are averaged over dp x cp, its split runs over dp"
                 .into(),
         );
+    }
+    let tp = opts.mesh.size("tp");
+    if opts.model == "gpt2" && extras.sequence_parallel && !(seq / cp).is_multiple_of(tp) {
+        return Err(format!(
+            "the rank's {} positions (seq {seq} / cp = {cp}) do not split over tp = {tp} \
+             (--sequence-parallel)",
+            seq / cp
+        ));
     }
     Ok(())
 }

@@ -2,7 +2,9 @@
 //! per layer LayerNorm, multi-head causal attention with separate biased q/k/v projections,
 //! biased output projection, residual, LayerNorm, MLP fc1 + GELU + fc2 with biases, residual;
 //! final LayerNorm, LM head tied to the token embedding, cross-entropy loss), as a spec and as
-//! DP / Megatron TP / Megatron SP ranks.
+//! DP / Megatron TP / Megatron SP / context-parallel ranks (CP: the rank's two load-balanced
+//! chunks of the sequence, the position table read at their global positions, ring attention
+//! from [`crate::cp`]).
 //!
 //! Activations are sequence-first (`[seq, batch, hidden]`, Megatron's layout), so sequence
 //! parallelism splits and gathers dim 0 — what `all_gather_into_tensor` and
@@ -962,5 +964,45 @@ mod tests {
         assert!(wrong.contains("aten.slice.Tensor(add, 0, 0, 4)"), "{wrong}");
         let fw = build(&c, plan(2, 2, 0, true), true, None);
         assert_eq!(fw.outputs().len(), 1);
+    }
+
+    #[test]
+    fn cp_ranks_read_their_chunks_positions_and_ring() {
+        let c = Gpt2Config::default();
+        // cp rank 1 of 2 (global rank 1, tp = 1): chunks 1 and 2 of 4, positions 2..6.
+        let cp = CpPlan {
+            cp: 2,
+            cp_rank: 1,
+            rank: 1,
+            stride: 1,
+        };
+        let g = build_cp(&c, plan(1, 1, 0, false), &cp, false, None);
+        let names: Vec<&str> = g.outputs().iter().map(|v| v.name.as_str()).collect();
+        assert_eq!(names.len(), 1 + c.params().len());
+        let text = g.render();
+        for want in [
+            "aten.slice.Tensor(tokens, 1, 2, 4)",
+            "aten.slice.Tensor(tokens, 1, 4, 6)",
+            "aten.arange.start(2, 4,",
+            "aten.arange.start(4, 6,",
+            "aten.logsumexp.default(",
+            "'cp')",
+        ] {
+            assert!(text.contains(want), "{want}\n{text}");
+        }
+        // Per layer K and V forward, K and V backward and their gradients: 4 sends and 4
+        // receives each way on a ring of 2.
+        let sends = text.matches("shardproof_p2p.send.default(").count();
+        assert_eq!(sends, 8 * c.layers, "{text}");
+        // The planted missing offset looks the position table up at 0..4.
+        let bug = build_cp(
+            &c,
+            plan(1, 1, 0, false),
+            &cp,
+            true,
+            Some(Mutation::CpRopeNoOffset),
+        )
+        .render();
+        assert!(bug.contains("aten.arange.start(0, 4,"), "{bug}");
     }
 }

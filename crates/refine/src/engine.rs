@@ -1652,6 +1652,173 @@ fn certificate_exprs(exprs: &[RecExpr<Term>]) -> impl Iterator<Item = &RecExpr<T
         .filter(move |e| !leaves || e.as_ref().len() == 1)
 }
 
+/// Where an implementation tensor lies in a spec tensor: (spec input position, dim, start,
+/// end), when it is a piece of (nested) concatenations along one dim that relate the input, or
+/// a slice along that dim of such a piece or of a tensor equal to the whole input.
+fn piece_range(
+    imp: &Impl,
+    inputs: &[(usize, Vec<RecExpr<Term>>)],
+    v: ValueRef,
+) -> Option<(usize, i64, i64, i64)> {
+    let v = imp.canon(v);
+    let leaf = leaf_symbol(v.rank?, &imp.name(v));
+    let sliced = match imp.lowered.get(&v) {
+        Some(Lowered::Term(Tpl::Op(op, k))) if op.as_str() == SLICE && k.len() == 4 => {
+            match (&k[0], &k[1], &k[2], &k[3]) {
+                (Tpl::Num(d), Tpl::Num(a), Tpl::Num(b), Tpl::Value(x)) => {
+                    let x = imp.canon(*x);
+                    Some((*d, *a, *b, leaf_symbol(x.rank?, &imp.name(x))))
+                }
+                _ => None,
+            }
+        }
+        _ => None,
+    };
+    for (pos, exprs) in inputs {
+        for e in exprs {
+            let root = Id::from(e.as_ref().len() - 1);
+            if let Some((d, a, b, x)) = &sliced {
+                match locate(imp, e, root, x) {
+                    Some(Place::Whole) => return Some((*pos, *d, *a, *b)),
+                    Some(Place::Range(d2, a2, _)) if d2 == *d => {
+                        return Some((*pos, *d, a2 + a, a2 + b))
+                    }
+                    _ => {}
+                }
+            }
+            if let Some(Place::Range(d, a, b)) = locate(imp, e, root, &leaf) {
+                return Some((*pos, d, a, b));
+            }
+        }
+    }
+    None
+}
+
+/// Where a leaf lies in a relation.
+enum Place {
+    /// The leaf is the whole tensor.
+    Whole,
+    /// The leaf covers `start..end` along `dim`.
+    Range(i64, i64, i64),
+}
+
+/// Finds `leaf` in the subterm `id` of `e`, through concatenations along one dim.
+fn locate(imp: &Impl, e: &RecExpr<Term>, id: Id, leaf: &str) -> Option<Place> {
+    match &e[id] {
+        Term::Op(s, k) if k.is_empty() => (s.as_str() == leaf).then_some(Place::Whole),
+        Term::Op(s, k) if s.as_str() == CAT && k.len() >= 3 => {
+            let Term::Num(d) = e[k[0]] else { return None };
+            let mut off = 0;
+            for &kid in &k[1..] {
+                let len = extent(imp, e, kid, d)?;
+                match locate(imp, e, kid, leaf) {
+                    Some(Place::Whole) => return Some(Place::Range(d, off, off + len)),
+                    Some(Place::Range(d2, a, b)) if d2 == d => {
+                        return Some(Place::Range(d, off + a, off + b))
+                    }
+                    Some(_) => return None,
+                    None => {}
+                }
+                off += len;
+            }
+            None
+        }
+        _ => None,
+    }
+}
+
+/// The extent along `d` of a subterm of a relation: leaves and concatenations.
+fn extent(imp: &Impl, e: &RecExpr<Term>, id: Id, d: i64) -> Option<i64> {
+    match &e[id] {
+        Term::Op(s, k) if k.is_empty() => {
+            let (rank, name) = crate::term::parse_leaf(s.as_str())?;
+            let v = imp.case.program.ranks.get(rank)?.find(name)?;
+            let m = imp.meta(ValueRef {
+                rank: Some(rank),
+                value: v,
+            })?;
+            m.shape.get(usize::try_from(d).ok()?).map(|&n| n as i64)
+        }
+        Term::Op(s, k) if s.as_str() == CAT && k.len() >= 3 => {
+            let Term::Num(d2) = e[k[0]] else { return None };
+            if d2 == d {
+                k[1..].iter().map(|&x| extent(imp, e, x, d)).sum()
+            } else {
+                extent(imp, e, k[1], d)
+            }
+        }
+        _ => None,
+    }
+}
+
+/// Evidence of misaligned pieces: the implementation applies the spec operator to a piece of
+/// one input and a piece of another that cover different ranges along the same dim (a slice
+/// with the wrong offset, microbatches paired with the wrong labels).
+fn misaligned_pieces(
+    case: &Case,
+    imp: &Impl,
+    state: &HashMap<ValueId, State>,
+    node: &shardproof_ir::Node,
+) -> Option<String> {
+    let op = node.op()?.to_string();
+    let inputs: Vec<(usize, Vec<RecExpr<Term>>)> = node
+        .args()
+        .iter()
+        .enumerate()
+        .filter_map(|(i, a)| match a {
+            shardproof_ir::Arg::Value(x) => match state.get(x) {
+                Some(State::Related(r)) if r.clean => Some((i, r.exprs.clone())),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect();
+    if inputs.len() < 2 {
+        return None;
+    }
+    let mut aligned = false;
+    let mut found = None;
+    for (r, g) in case.program.ranks.iter().enumerate() {
+        for (n, nd) in g.nodes.iter().enumerate() {
+            if nd.op().map(|o| o.to_string()).as_deref() != Some(op.as_str()) {
+                continue;
+            }
+            let ranges: Vec<(usize, i64, i64, i64)> = nd
+                .args()
+                .iter()
+                .enumerate()
+                .filter_map(|(i, a)| {
+                    let x = a.as_value()?;
+                    piece_range(
+                        imp,
+                        &inputs,
+                        ValueRef {
+                            rank: Some(r),
+                            value: x,
+                        },
+                    )
+                    .filter(|p| p.0 == i)
+                })
+                .collect();
+            if ranges.len() < 2 || ranges.iter().any(|p| p.1 != ranges[0].1) {
+                continue;
+            }
+            let (d, a, b) = (ranges[0].1, ranges[0].2, ranges[0].3);
+            if ranges.iter().all(|p| (p.2, p.3) == (a, b)) {
+                aligned = true;
+            } else if found.is_none() {
+                let q = ranges.iter().find(|p| (p.2, p.3) != (a, b))?;
+                found = Some(format!(
+                    "`r{r}.{}` applies `{op}` to rows {a}..{b} of one input and rows {}..{} of another along dim {d}: the pieces are misaligned (a slice with the wrong offset, or microbatches paired with the wrong labels?)",
+                    g.nodes[n].name, q.2, q.3
+                ));
+            }
+        }
+    }
+    // Only when no implementation operator pairs the pieces correctly.
+    found.filter(|_| !aligned)
+}
+
 /// The ranks whose tensors the collective node `n` of rank `r` combines.
 fn collective_ranks(imp: &Impl, r: usize, n: usize) -> Option<BTreeSet<usize>> {
     let out = ValueRef {
@@ -2089,6 +2256,9 @@ fn blame(
                 }
             }
         }
+    }
+    if hint.is_none() {
+        hint = misaligned_pieces(case, imp, state, node);
     }
     if hint.is_none() && !scales_itself(node) {
         if let Some(Some(Term::Op(s, _))) = match state.get(&v) {

@@ -131,6 +131,14 @@ pub struct EmitArgs {
     /// Pipeline parallelism: the schedule of each stage's forward and backward passes.
     #[arg(long, value_name = "SCHEDULE", value_parser = ["gpipe", "1f1b"])]
     pp_schedule: Option<String>,
+    /// Pipeline parallelism: layers of the first stage (Megatron's
+    /// --decoder-first-pipeline-num-layers); the other stages divide the rest evenly.
+    #[arg(long, value_name = "N")]
+    pp_first_layers: Option<usize>,
+    /// Pipeline parallelism: layers of the last stage (Megatron's
+    /// --decoder-last-pipeline-num-layers); the other stages divide the rest evenly.
+    #[arg(long, value_name = "N")]
+    pp_last_layers: Option<usize>,
     /// Output directory.
     #[arg(short = 'o', long = "out")]
     out: PathBuf,
@@ -375,6 +383,8 @@ fn emit_case(args: &EmitArgs) -> Result<(), String> {
             Some(name) => Schedule::parse(name)?,
             None => plan_pipeline.schedule,
         },
+        first_stage_layers: args.pp_first_layers.or(plan_pipeline.first_stage_layers),
+        last_stage_layers: args.pp_last_layers.or(plan_pipeline.last_stage_layers),
     };
     let summary = emit_to_dir(&opts, &extras, &train_options(args)?, &pipeline, &args.out)?;
     let case = args.out.join("case.yaml");

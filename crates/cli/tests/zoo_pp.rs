@@ -3,7 +3,8 @@
 //! and 1F1B; forward only and the full iteration; 2 and 4 microbatches), the catalog's pipeline
 //! bugs are found (a wrong loss or wrong updated weights, exit 1; a recv without its send, a
 //! located deadlock, exit 1), the other catalog bugs still are under pp, and requests the zoo
-//! cannot pipeline exit 2.
+//! cannot pipeline exit 2. Uneven stages (`--pp-first-layers` / `--pp-last-layers`) hold and
+//! carry the pipeline bugs too.
 
 mod common;
 
@@ -306,6 +307,92 @@ fn other_catalog_bugs_are_found_under_pp() {
 }
 
 #[test]
+fn uneven_stages_hold_and_their_bugs_are_found() {
+    let s = Scratch::new();
+    // Megatron's --decoder-first/last-pipeline-num-layers: the first and/or last stage get
+    // their own count, the other stages divide the rest evenly.
+    for (model, mesh, layers, first_last, division) in [
+        (
+            "llama",
+            "pp=3,dp=2",
+            "5",
+            ["--pp-first-layers", "1"],
+            "stage 0: layers 0-0, stage 1: layers 1-2, stage 2: layers 3-4",
+        ),
+        (
+            "llama",
+            "pp=2,tp=2",
+            "3",
+            ["--pp-last-layers", "1"],
+            "stage 0: layers 0-1, stage 1: layers 2-2",
+        ),
+        (
+            "mlp",
+            "pp=4",
+            "6",
+            ["--pp-last-layers", "3"],
+            "stage 0: layers 0-0, stage 1: layers 1-1, stage 2: layers 2-2, stage 3: layers 3-5",
+        ),
+    ] {
+        let mut flags = sizes(model, 2);
+        flags[1] = layers.into();
+        flags.extend(first_last.map(String::from));
+        flags.extend(["--microbatches", "2", "--pp-schedule", "1f1b"].map(String::from));
+        let dir = format!("{model}-{mesh}-{layers}");
+        let case = emit(&s, &dir, model, mesh, &flags);
+        let yaml = std::fs::read_to_string(s.path().join(&dir).join("case.yaml")).unwrap();
+        assert!(yaml.contains(division), "{division}\n{yaml}");
+        assert!(yaml.contains("-mb2-1f1b-uneven\n"), "{yaml}");
+        s.run(&["run", &case])
+            .expect_code(0)
+            .stdout_has(&["verdict: holds"]);
+        s.run(&["inspect", "--strict", &case]).expect_code(0);
+    }
+    // The first and last stage both set (Llama 3 405B's rule, at 4 stages): 1 + 2 + 2 + 1.
+    let mut flags = sizes("llama", 2);
+    flags[1] = "6".into();
+    flags.extend(
+        [
+            "--pp-first-layers",
+            "1",
+            "--pp-last-layers",
+            "1",
+            "--microbatches",
+            "2",
+        ]
+        .map(String::from),
+    );
+    let case = emit(&s, "both", "llama", "pp=4", &flags);
+    s.run(&["run", &case]).expect_code(0);
+    // The pipeline bugs in uneven stages.
+    for bug in BUGS.iter().filter(|b| b.needs_pipeline()) {
+        let mut flags = sizes("llama", 2);
+        flags[1] = "5".into();
+        flags.extend(
+            [
+                "--pp-first-layers",
+                "1",
+                "--microbatches",
+                "2",
+                "--bug",
+                bug.id,
+            ]
+            .map(String::from),
+        );
+        let case = emit(&s, bug.id, "llama", "pp=3,dp=2", &flags);
+        let out = s.run(&["run", &case]);
+        out.expect_code(1);
+        if bug.id == "pp-mismatched-send-recv" {
+            out.stderr_has(&["a recv is never matched by a send (deadlock)"]);
+        } else if bug.changes_loss {
+            assert_eq!(first_mismatch(&out), "loss", "{}\n{}", bug.id, out.stdout);
+        } else {
+            assert!(first_mismatch(&out).ends_with("_new"), "{}", out.stdout);
+        }
+    }
+}
+
+#[test]
 fn verify_proves_pipelines_through_send_and_recv() {
     let s = Scratch::new();
     let case = emit(&s, "v", "mlp", "pp=2", &sizes("mlp", 1));
@@ -324,7 +411,23 @@ fn requests_the_zoo_cannot_pipeline_exit_2() {
         ("mlp --mesh pp=2", "do not divide into pp = 2 stages"),
         (
             "llama --mesh pp=2 --layers 3",
-            "set --layers to a multiple of 2",
+            "set --layers to a multiple of 2, or give the first and/or last stage its own count",
+        ),
+        (
+            "llama --mesh pp=3 --layers 6 --pp-first-layers 1",
+            "the 5 layer(s) left by --pp-first-layers / --pp-last-layers do not divide",
+        ),
+        (
+            "llama --mesh pp=2 --layers 4 --pp-first-layers 1 --pp-last-layers 2",
+            "no other stage for the remaining 1",
+        ),
+        (
+            "llama --mesh pp=2 --layers 4 --pp-first-layers 5",
+            "more than the model's 4",
+        ),
+        (
+            "mlp --mesh tp=2 --pp-first-layers 1",
+            "apply to a pp mesh dim",
         ),
         ("mlp --mesh tp=2 --microbatches 2", "apply to a pp mesh dim"),
         (

@@ -139,16 +139,37 @@ fn model_and_preset_must_agree_and_one_is_needed() {
 #[test]
 fn flags_override_the_preset_and_mesh_replaces_its_plan() {
     let s = Scratch::new();
-    let case = emitted_case(&s, "two", "--preset llama3-405b-tiny --layers 2 --seq 4");
+    let case = emitted_case(&s, "two", "--preset llama3-8b-tiny --layers 2 --seq 4");
     let spec = std::fs::read_to_string(s.path().join("two/spec.py")).unwrap();
-    assert!(spec.contains("wq_1: \"f32[64, 64]\""), "hidden 64 kept");
+    assert!(spec.contains("wq_1: \"f32[32, 32]\""), "hidden 32 kept");
     assert!(!spec.contains("wq_2"), "2 layers");
     assert!(spec.contains("tokens: \"i64[2, 4]\""), "seq 4, batch 2");
+    assert!(case.contains("name: llama3-8b-tiny-dp2\n"), "{case}");
+    assert!(case.contains("# Preset `llama3-8b-tiny`"), "{case}");
+    // The preset's uneven stages stand with its plan; the stage flags override them.
+    let case = emitted_case(
+        &s,
+        "uneven",
+        "--preset llama3-405b-tiny --layers 6 --seq 4 \
+         --pp-first-layers 1 --pp-last-layers 1",
+    );
     assert!(
-        case.contains("name: llama3-405b-tiny-dp2-tp2-vp\n"),
+        case.contains("name: llama3-405b-tiny-pp4-dp2-tp2-vp-mb2-1f1b-uneven\n"),
         "{case}"
     );
-    assert!(case.contains("# Preset `llama3-405b-tiny`"), "{case}");
+    assert!(
+        case.contains(
+            "(stage 0: layers 0-0, stage 1: layers 1-2, stage 2: layers 3-4, stage 3: layers 5-5)"
+        ),
+        "{case}"
+    );
+    emit(
+        &s,
+        "bad-div",
+        &words("--preset llama3-405b-tiny --layers 6"),
+    )
+    .expect_code(2)
+    .stderr_has(&["more than the model's 6"]);
 
     // --mesh replaces the plan: no vocab parallelism unless asked for.
     let case = emitted_case(&s, "tp", "--preset llama3-70b-tiny --mesh tp=4");
@@ -230,9 +251,10 @@ fn list_shows_the_presets() {
     let mut expected = vec!["presets (--preset NAME"];
     expected.extend(PRESETS.iter().map(|p| p.name));
     expected.extend([
-        "hidden 16384, heads 128/8 kv, ffn 53248, 126 layers, seq 8192, batch 64, vocab 128256",
-        "Table 2 L3: DP 64 TP 8 PP 16, 16 microbatches, 8192 GPUs; emitted as dp=64,tp=8 \
-         --vocab-parallel",
+        "hidden 16384, heads 128/8 kv, ffn 53248, 126 layers, seq 8192, batch 1024, vocab 128256",
+        "Table 2 L3: DP 64 TP 8 PP 16, 16 microbatches, 8192 GPUs; emitted as pp=16,dp=64,tp=8 \
+         --vocab-parallel --microbatches 16 --pp-schedule 1f1b --pp-first-layers 7 \
+         --pp-last-layers 7",
         "256 experts top-8 moe_ffn 2048",
     ]);
     out.stdout_has(&expected);

@@ -19,7 +19,7 @@ pub use deepseek::{DeepseekConfig, EpDispatch};
 pub use gpt2::Gpt2Config;
 pub use llama::LlamaConfig;
 pub use mlp::{MlpConfig, MlpOptions};
-pub use pipeline::{PipelineOptions, Schedule};
+pub use pipeline::{Division, PipelineOptions, Schedule};
 pub use presets::{find_preset, Preset, SizeFlags, TablePlan, PRESETS};
 pub use train::{AdamConfig, Optimizer, TrainOptions, ZeroStage};
 
@@ -662,7 +662,9 @@ fn check_and_plan<'a>(
     }
     if !has_pp && *pipeline != PipelineOptions::default() {
         return Err(
-            "--microbatches and --pp-schedule apply to a pp mesh dim (e.g. --mesh pp=2)".into(),
+            "--microbatches, --pp-schedule, --pp-first-layers and --pp-last-layers apply to a pp \
+             mesh dim (e.g. --mesh pp=2)"
+                .into(),
         );
     }
     // The training options a pipelined rank runs: its microbatches are the pipeline's.
@@ -919,8 +921,9 @@ fn emit_pipeline_plan<'a>(
         "llama" => (opts.llama.layers, opts.llama.batch),
         _ => (0, 1),
     };
-    pipeline::check(&plan, layers, batch / dp)?;
-    let (rank, held_at) = pipeline::build_ranks(plan);
+    let division = pipeline::check(&plan, layers, batch / dp)?;
+    let stage_ranges = (0..pp).map(|s| division.stage(s, None)).collect();
+    let (rank, held_at) = pipeline::build_ranks(plan, division);
     let spec_train = train.for_spec();
     let spec_step = |lr| spec_step(&spec_train, lr);
     let plan = if opts.model == "mlp" {
@@ -932,9 +935,7 @@ fn emit_pipeline_plan<'a>(
     let stages = Stages {
         held_at,
         options: *options,
-        layers: (0..pp)
-            .map(|s| pipeline::stage_layers(layers, pp, s, None))
-            .collect(),
+        layers: stage_ranges,
     };
     Ok((plan, stages))
 }
@@ -1191,6 +1192,9 @@ fn case_yaml(
             s.options.microbatches,
             s.options.schedule.name()
         );
+        if s.layers.iter().any(|r| r.len() != s.layers[0].len()) {
+            name.push_str("-uneven");
+        }
     }
     if let Some(b) = opts.bug {
         let _ = write!(name, "-{}", b.id);

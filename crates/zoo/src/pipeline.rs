@@ -2,8 +2,11 @@
 //! rank runs its stage on microbatches of its dp shard of the batch, and the stages pass
 //! activations forward and gradients back with `shardproof_p2p.send` / `recv`.
 //!
-//! - Stages: `layers / pp` consecutive layers each (layers must divide evenly: Megatron's
-//!   default division; nothing here needs uneven stages). The first stage also holds the
+//! - Stages: `layers / pp` consecutive layers each (Megatron's default division: layers must
+//!   then divide evenly), or, with `--pp-first-layers` / `--pp-last-layers` (Megatron's
+//!   `--decoder-first-pipeline-num-layers` / `--decoder-last-pipeline-num-layers`), the first
+//!   and/or last stage given its own count and the remaining layers divided evenly over the
+//!   other stages (see [`Division`]). The first stage also holds the
 //!   input side (llama's embedding, the mlp's input), the last the output side (llama's final
 //!   norm, LM head and cross-entropy; the mlp's MSE loss).
 //! - Ranks: row-major over `pp`, `dp`, `tp` (`pp` outermost), so stage `s` holds the ranks
@@ -69,15 +72,140 @@ pub struct PipelineOptions {
     pub microbatches: usize,
     /// The schedule (`--pp-schedule`).
     pub schedule: Schedule,
+    /// Layers of the first stage (`--pp-first-layers`; `None`: the even share).
+    pub first_stage_layers: Option<usize>,
+    /// Layers of the last stage (`--pp-last-layers`; `None`: the even share).
+    pub last_stage_layers: Option<usize>,
+}
+
+impl PipelineOptions {
+    /// One microbatch, GPipe, even stages.
+    pub const DEFAULT: PipelineOptions = PipelineOptions {
+        microbatches: 1,
+        schedule: Schedule::GPipe,
+        first_stage_layers: None,
+        last_stage_layers: None,
+    };
 }
 
 impl Default for PipelineOptions {
-    /// One microbatch, GPipe.
+    /// One microbatch, GPipe, even stages.
     fn default() -> Self {
-        PipelineOptions {
-            microbatches: 1,
-            schedule: Schedule::GPipe,
+        PipelineOptions::DEFAULT
+    }
+}
+
+/// How the layers are divided into the pipeline's stages: contiguous ranges, stage `s` running
+/// layers `starts[s]..starts[s + 1]`.
+///
+/// Megatron's rule: by default every stage runs `layers / pp` layers and `layers` must be a
+/// multiple of `pp` (Megatron asserts it; the zoo refuses with exit 2 rather than choose a
+/// split the user did not ask for). `--pp-first-layers F` / `--pp-last-layers L` (Megatron's
+/// `--decoder-first-pipeline-num-layers` / `--decoder-last-pipeline-num-layers`) give the first
+/// / last stage its own count, and the remaining layers are divided evenly over the other
+/// stages (which must divide them). The usual reason is balance: the first stage also runs the
+/// embedding, the last the final norm, LM head and loss, so they get fewer layers (Llama 3
+/// 405B: "we reduce one Transformer layer each from the first and the last stages").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Division {
+    starts: Vec<usize>,
+}
+
+impl Division {
+    /// The division of `layers` over `stages` with the first / last stage's counts `first` /
+    /// `last` when given, or why there is none.
+    pub fn new(
+        layers: usize,
+        stages: usize,
+        first: Option<usize>,
+        last: Option<usize>,
+    ) -> Result<Division, String> {
+        if stages == 0 {
+            return Err("a pipeline needs at least one stage".into());
         }
+        let mut counts: Vec<Option<usize>> = vec![None; stages];
+        if let Some(f) = first {
+            counts[0] = Some(f);
+        }
+        if let Some(l) = last {
+            if stages == 1 && first.is_some_and(|f| f != l) {
+                return Err(format!(
+                    "--pp-first-layers {} and --pp-last-layers {l} name the same single stage",
+                    first.unwrap_or(0)
+                ));
+            }
+            counts[stages - 1] = Some(l);
+        }
+        if counts.contains(&Some(0)) {
+            return Err("--pp-first-layers / --pp-last-layers must be at least 1".into());
+        }
+        let fixed: usize = counts.iter().flatten().sum();
+        let free = counts.iter().filter(|c| c.is_none()).count();
+        let explicit = first.is_some() || last.is_some();
+        if fixed > layers {
+            return Err(format!(
+                "--pp-first-layers / --pp-last-layers take {fixed} layers, more than the model's \
+                 {layers}"
+            ));
+        }
+        let rest = layers - fixed;
+        let per = if free == 0 {
+            if rest != 0 {
+                return Err(format!(
+                    "the first and last stages take {fixed} of {layers} layers; with pp = \
+                     {stages} there is no other stage for the remaining {rest}"
+                ));
+            }
+            0
+        } else if rest < free || !rest.is_multiple_of(free) {
+            return Err(if explicit {
+                format!(
+                    "the {rest} layer(s) left by --pp-first-layers / --pp-last-layers do not \
+                     divide into the other {free} stage(s) evenly"
+                )
+            } else {
+                format!(
+                    "{layers} layer(s) do not divide into pp = {stages} stages of equal size \
+                     (each stage runs layers / pp consecutive layers; set --layers to a \
+                     multiple of {stages}, or give the first and/or last stage its own count \
+                     with --pp-first-layers / --pp-last-layers, Megatron's uneven stages)"
+                )
+            });
+        } else {
+            rest / free
+        };
+        let mut starts = vec![0];
+        for c in counts {
+            let next = starts.last().copied().unwrap_or(0) + c.unwrap_or(per);
+            starts.push(next);
+        }
+        Ok(Division { starts })
+    }
+
+    /// `layers / stages` layers per stage (`layers` a multiple of `stages`).
+    pub fn even(layers: usize, stages: usize) -> Division {
+        Division::new(layers, stages, None, None).expect("an even division")
+    }
+
+    /// The number of stages.
+    pub fn stages(&self) -> usize {
+        self.starts.len() - 1
+    }
+
+    /// The layers stage `stage` runs. With the planted `pp-wrong-stage-division`, stage 1 also
+    /// runs the last layer of stage 0.
+    pub fn stage(&self, stage: usize, bug: Option<Mutation>) -> Range<usize> {
+        let (start, end) = (self.starts[stage], self.starts[stage + 1]);
+        if stage == 1 && bug == Some(Mutation::PpWrongStageDivision) {
+            return start - 1..end;
+        }
+        start..end
+    }
+
+    /// Whether every stage runs the same number of layers.
+    pub fn is_even(&self) -> bool {
+        let first = self.starts[1] - self.starts[0];
+        self.starts.windows(2).all(|w| w[1] - w[0] == first)
     }
 }
 
@@ -118,22 +246,6 @@ pub fn passes(
             out
         }
     }
-}
-
-/// The layers stage `stage` of `stages` runs: `layers / stages` consecutive layers. With the
-/// planted `pp-wrong-stage-division`, stage 1 also runs the last layer of stage 0.
-pub fn stage_layers(
-    layers: usize,
-    stages: usize,
-    stage: usize,
-    bug: Option<Mutation>,
-) -> Range<usize> {
-    let per = layers / stages;
-    let start = stage * per;
-    if stage == 1 && bug == Some(Mutation::PpWrongStageDivision) {
-        return start - 1..start + per;
-    }
-    start..start + per
 }
 
 /// Which microbatch of the labels (targets) the last stage pairs with microbatch `mb` of the
@@ -255,14 +367,15 @@ enum Owner {
     Last,
 }
 
-/// The stages that hold a parameter owned by `owner`, for a division of `layers` over
-/// `stages` (with the planted bug if any).
-fn holders(owner: Owner, layers: usize, stages: usize, bug: Option<Mutation>) -> Vec<usize> {
+/// The stages that hold a parameter owned by `owner`, for `division` (with the planted bug if
+/// any).
+fn holders(owner: Owner, division: &Division, bug: Option<Mutation>) -> Vec<usize> {
+    let stages = division.stages();
     match owner {
         Owner::First => vec![0],
         Owner::Last => vec![stages - 1],
         Owner::Layer(l) => (0..stages)
-            .filter(|&s| stage_layers(layers, stages, s, bug).contains(&l))
+            .filter(|&s| division.stage(s, bug).contains(&l))
             .collect(),
     }
 }
@@ -609,7 +722,11 @@ pub(crate) struct PipelinePlan<'a> {
 }
 
 /// Why `plan` cannot be pipelined, if it cannot.
-pub(crate) fn check(plan: &PipelinePlan, layers: usize, local_batch: usize) -> Result<(), String> {
+pub(crate) fn check(
+    plan: &PipelinePlan,
+    layers: usize,
+    local_batch: usize,
+) -> Result<Division, String> {
     let pp = plan.pp;
     if !["mlp", "llama"].contains(&plan.model) {
         return Err(format!(
@@ -623,11 +740,14 @@ pub(crate) fn check(plan: &PipelinePlan, layers: usize, local_batch: usize) -> R
             }
         ));
     }
-    if layers < pp || !layers.is_multiple_of(pp) {
-        return Err(format!(
-            "{layers} layer(s) do not divide into pp = {pp} stages of equal size (each stage runs \
-             layers / pp consecutive layers; set --layers to a multiple of {pp})"
-        ));
+    let division = Division::new(
+        layers,
+        pp,
+        plan.pipeline.first_stage_layers,
+        plan.pipeline.last_stage_layers,
+    )?;
+    if plan.bug == Some(Mutation::PpWrongStageDivision) && division.stage(0, None).is_empty() {
+        return Err("bug `pp-wrong-stage-division` needs layers on the first stage".into());
     }
     let m = plan.pipeline.microbatches;
     if m == 0 {
@@ -646,7 +766,7 @@ pub(crate) fn check(plan: &PipelinePlan, layers: usize, local_batch: usize) -> R
                 .into(),
         );
     }
-    Ok(())
+    Ok(division)
 }
 
 /// The builder of a pipelined plan's rank graphs (given the rank, row-major over pp, dp, tp:
@@ -654,6 +774,7 @@ pub(crate) fn check(plan: &PipelinePlan, layers: usize, local_batch: usize) -> R
 /// lives: tensor name -> the pp coordinates that hold it (absent: every stage).
 pub(crate) fn build_ranks<'a>(
     plan: PipelinePlan<'a>,
+    division: Division,
 ) -> (crate::RankBuilder<'a>, BTreeMap<String, Vec<usize>>) {
     let (pp, dp, tp) = (plan.pp, plan.dp, plan.tp);
     let m = plan.pipeline.microbatches;
@@ -678,14 +799,14 @@ pub(crate) fn build_ranks<'a>(
     let owners = owners(plan.model, &params, layers);
     let mut held: BTreeMap<String, Vec<usize>> = BTreeMap::new();
     for (name, owner) in data {
-        held.insert(name.into(), holders(owner, layers, pp, None));
+        held.insert(name.into(), holders(owner, &division, None));
     }
     held.insert("loss".into(), vec![pp - 1]);
     for (p, &owner) in params.iter().zip(&owners) {
         // Inputs where the graphs read them; updated weights expected where the intended
         // division puts them.
-        let read = holders(owner, layers, pp, plan.bug);
-        let intended = holders(owner, layers, pp, None);
+        let read = holders(owner, &division, plan.bug);
+        let intended = holders(owner, &division, None);
         for state in ["", "exp_avg_", "exp_avg_sq_"] {
             held.insert(format!("{state}{}", p.name), read.clone());
             held.insert(format!("{state}{}_new", p.name), intended.clone());
@@ -713,10 +834,10 @@ pub(crate) fn build_ranks<'a>(
         let specs: Vec<Param> = params
             .iter()
             .zip(&owners)
-            .filter(|(_, &o)| holders(o, layers, pp, plan.bug).contains(&stage))
+            .filter(|(_, &o)| holders(o, &division, plan.bug).contains(&stage))
             .map(|(p, _)| p.clone())
             .collect();
-        let range = stage_layers(layers, pp, stage, plan.bug);
+        let range = division.stage(stage, plan.bug);
         build_stage(&plan, pos, &step, &specs, range)
     });
     (rank_graph, held)
@@ -889,13 +1010,14 @@ mod tests {
 
     #[test]
     fn stages_divide_the_layers_and_the_bug_shares_one() {
-        assert_eq!(stage_layers(4, 2, 0, None), 0..2);
-        assert_eq!(stage_layers(4, 2, 1, None), 2..4);
+        let even = Division::even(4, 2);
+        assert_eq!(even.stage(0, None), 0..2);
+        assert_eq!(even.stage(1, None), 2..4);
         let bug = Some(Mutation::PpWrongStageDivision);
-        assert_eq!(stage_layers(4, 2, 1, bug), 1..4);
-        assert_eq!(holders(Owner::Layer(1), 4, 2, bug), vec![0, 1]);
-        assert_eq!(holders(Owner::Layer(1), 4, 2, None), vec![0]);
-        assert_eq!(holders(Owner::Last, 4, 2, None), vec![1]);
+        assert_eq!(even.stage(1, bug), 1..4);
+        assert_eq!(holders(Owner::Layer(1), &even, bug), vec![0, 1]);
+        assert_eq!(holders(Owner::Layer(1), &even, None), vec![0]);
+        assert_eq!(holders(Owner::Last, &even, None), vec![1]);
         assert_eq!(
             label_microbatch(1, 2, Some(Mutation::PpShuffledMicrobatches)),
             0
@@ -904,6 +1026,40 @@ mod tests {
             kv_groups(2, 1, 4, 2),
             vec![vec![0, 1], vec![2, 3], vec![4, 5], vec![6, 7]]
         );
+    }
+
+    #[test]
+    fn uneven_stages_follow_megatrons_first_and_last_counts() {
+        let ranges = |d: &Division| {
+            (0..d.stages())
+                .map(|s| d.stage(s, None))
+                .collect::<Vec<_>>()
+        };
+        // Llama 3 405B: one layer fewer on the first and the last of 16 stages.
+        let d = Division::new(126, 16, Some(7), Some(7)).unwrap();
+        assert_eq!(d.stage(0, None), 0..7);
+        assert_eq!(d.stage(1, None), 7..15);
+        assert_eq!(d.stage(14, None), 111..119);
+        assert_eq!(d.stage(15, None), 119..126);
+        assert!(!d.is_even());
+        assert_eq!(
+            ranges(&Division::new(27, 2, None, Some(13)).unwrap()),
+            vec![0..14, 14..27]
+        );
+        assert_eq!(
+            ranges(&Division::new(5, 3, Some(1), None).unwrap()),
+            vec![0..1, 1..3, 3..5]
+        );
+        assert!(Division::new(4, 2, None, None).unwrap().is_even());
+        // Without counts the layers must divide; with them the rest must.
+        assert!(Division::new(126, 16, None, None)
+            .unwrap_err()
+            .contains("--pp-first-layers"));
+        assert!(Division::new(126, 16, Some(6), Some(7)).is_err());
+        assert!(Division::new(10, 2, Some(4), Some(5)).is_err());
+        assert!(Division::new(4, 2, Some(0), None).is_err());
+        assert!(Division::new(4, 2, Some(5), None).is_err());
+        assert!(Division::new(3, 4, None, None).is_err());
     }
 
     #[test]

@@ -119,10 +119,7 @@ const DEEPSEEK_SOURCE: &str = "TrainVerify Tables 2 and 6; kv_heads (= heads: ML
      671B: V3)";
 
 /// The pipeline options of a plan without a `pp` mesh dim.
-const NO_PIPELINE: PipelineOptions = PipelineOptions {
-    microbatches: 1,
-    schedule: Schedule::GPipe,
-};
+const NO_PIPELINE: PipelineOptions = PipelineOptions::DEFAULT;
 
 /// Table 2, experiment L1 (Llama3-8B).
 const L1: TablePlan = TablePlan {
@@ -224,14 +221,17 @@ pub const PRESETS: &[Preset] = &[
         pipeline: PipelineOptions {
             microbatches: 32,
             schedule: Schedule::OneFOneB,
+            ..PipelineOptions::DEFAULT
         },
         table: L2,
         tiny_of: None,
         source: LLAMA3_SOURCE,
     },
-    // Table 2 L3: DP 64, TP 8, PP 16, 16 microbatches. The zoo's pipeline splits the layers
-    // into equal stages and 126 is not a multiple of 16 (Meta's 405B ran uneven stages), so
-    // the plan drops pp: dp=64 x tp=8.
+    // Table 2 L3: DP 64, TP 8, PP 16, 16 microbatches — expressible with uneven stages: 126
+    // layers do not split into 16 equal stages, and Meta's 405B "reduce[d] one Transformer
+    // layer each from the first and the last stages" (Llama 3 paper, 3.3.2; they carry the
+    // embedding and the LM head + loss): 7 + 14 x 8 + 7 (Megatron's
+    // --decoder-first/last-pipeline-num-layers 7).
     Preset {
         name: "llama3-405b",
         model: "llama",
@@ -242,13 +242,20 @@ pub const PRESETS: &[Preset] = &[
             ffn: 53248,
             layers: 126,
             seq: 8192,
-            batch: 64,
+            // 16 microbatches of one sequence per dp rank.
+            batch: 1024,
             vocab: 128256,
             moe: None,
         },
-        mesh: &[("dp", 64), ("tp", 8)],
+        mesh: &[("pp", 16), ("dp", 64), ("tp", 8)],
         vocab_parallel: true,
-        pipeline: NO_PIPELINE,
+        // Table 2 gives no schedule: Megatron's default 1F1B.
+        pipeline: PipelineOptions {
+            microbatches: 16,
+            schedule: Schedule::OneFOneB,
+            first_stage_layers: Some(7),
+            last_stage_layers: Some(7),
+        },
         table: L3,
         tiny_of: None,
         source: LLAMA3_SOURCE,
@@ -381,11 +388,14 @@ pub const PRESETS: &[Preset] = &[
         pipeline: PipelineOptions {
             microbatches: 2,
             schedule: Schedule::OneFOneB,
+            ..PipelineOptions::DEFAULT
         },
         table: L2,
         tiny_of: Some("llama3-70b"),
         source: "test-size variant of llama3-70b",
     },
+    // pp = 4, not 2: the full plan's division (the first and last stages one layer lighter
+    // than the others) needs middle stages: 31 + 32 + 32 + 31.
     Preset {
         name: "llama3-405b-tiny",
         model: "llama",
@@ -396,13 +406,18 @@ pub const PRESETS: &[Preset] = &[
             ffn: 208,
             layers: 126,
             seq: 8,
-            batch: 2,
+            batch: 4,
             vocab: 64,
             moe: None,
         },
-        mesh: &[("dp", 2), ("tp", 2)],
+        mesh: &[("pp", 4), ("dp", 2), ("tp", 2)],
         vocab_parallel: true,
-        pipeline: NO_PIPELINE,
+        pipeline: PipelineOptions {
+            microbatches: 2,
+            schedule: Schedule::OneFOneB,
+            first_stage_layers: Some(31),
+            last_stage_layers: Some(31),
+        },
         table: L3,
         tiny_of: Some("llama3-405b"),
         source: "test-size variant of llama3-405b",
@@ -586,6 +601,12 @@ impl Preset {
                 self.pipeline.microbatches,
                 self.pipeline.schedule.name()
             ));
+            if let Some(n) = self.pipeline.first_stage_layers {
+                flags.push_str(&format!(" --pp-first-layers {n}"));
+            }
+            if let Some(n) = self.pipeline.last_stage_layers {
+                flags.push_str(&format!(" --pp-last-layers {n}"));
+            }
         }
         flags
     }
@@ -727,7 +748,7 @@ mod tests {
         let c = flags.llama(&p.llama());
         assert_eq!((c.layers, c.seq), (2, 16));
         assert_eq!((c.hidden, c.heads, c.kv_heads), (16384, 128, 8));
-        assert_eq!((c.ffn, c.batch, c.vocab), (53248, 64, 128256));
+        assert_eq!((c.ffn, c.batch, c.vocab), (53248, 1024, 128256));
 
         let d = find_preset("deepseek-v3-671b").unwrap();
         let flags = SizeFlags {
@@ -880,7 +901,13 @@ mod tests {
             };
             let pp = mesh.size("pp");
             let microbatches = p.pipeline.microbatches;
-            assert!(p.sizes.layers.is_multiple_of(pp), "{}", p.name);
+            let division = crate::Division::new(
+                p.sizes.layers,
+                pp,
+                p.pipeline.first_stage_layers,
+                p.pipeline.last_stage_layers,
+            );
+            assert!(division.is_ok(), "{}: {:?}", p.name, division.err());
             assert!(
                 (p.sizes.batch / dp).is_multiple_of(microbatches),
                 "{}",

@@ -273,7 +273,7 @@ const LLAMA: &[&str] = &["llama"];
 /// The DeepSeek MoE model only.
 const DEEPSEEK: &[&str] = &["deepseek"];
 /// The models the zoo pipelines.
-const PIPELINED: &[&str] = &["mlp", "llama"];
+const PIPELINED: &[&str] = &["mlp", "llama", "gpt2"];
 /// The MLP model only.
 const MLP: &[&str] = &["mlp"];
 

@@ -4,7 +4,8 @@
 //! final LayerNorm, LM head tied to the token embedding, cross-entropy loss), as a spec and as
 //! DP / Megatron TP / Megatron SP / context-parallel ranks (CP: the rank's two load-balanced
 //! chunks of the sequence, the position table read at their global positions, ring attention
-//! from [`crate::cp`]).
+//! from [`crate::cp`]), and in the pieces a pipeline stage composes ([`crate::pipeline`]: the
+//! embeddings, a decoder layer, the final LayerNorm + tied LM head + loss, and their backwards).
 //!
 //! Activations are sequence-first (`[seq, batch, hidden]`, Megatron's layout), so sequence
 //! parallelism splits and gathers dim 0 — what `all_gather_into_tensor` and
@@ -218,7 +219,7 @@ enum AttnCore {
 }
 
 /// What the backward of a decoder layer reads from its forward.
-struct LayerSaved {
+pub(crate) struct LayerSaved {
     ln1: NormSaved,
     xn2d: Val,
     scores: AttnCore,
@@ -536,7 +537,7 @@ pub(crate) fn stage_masks(g: &mut GraphBuilder, d: &Dims) -> Masks {
 }
 
 /// Decoder layer `l` on the residual stream `x` (`[sl, b, hidden]`).
-fn layer_forward(
+pub(crate) fn layer_forward(
     g: &mut GraphBuilder,
     d: &Dims,
     w: &BTreeMap<String, Val>,
@@ -694,7 +695,8 @@ pub(crate) fn head_forward(
         tp: d.plan.tp,
         sp: d.sp,
     };
-    let (xf, mf, rf) = r.g.layer_norm(x, &wt(w, "lnf_w"), &wt(w, "lnf_b"), d.cfg.eps);
+    let (xf, mf, rf) =
+        r.g.layer_norm(x, &wt(w, "lnf_w"), &wt(w, "lnf_b"), d.cfg.eps);
     let final_norm = NormSaved {
         x: x.clone(),
         mean: mf,
@@ -774,7 +776,7 @@ pub(crate) fn head_backward(
 /// gradients go into `grads` (those of parameters applied to sequence chunks named in
 /// `seq_partial`). Returns the gradient of the layer's input.
 #[allow(clippy::too_many_arguments)]
-fn layer_backward(
+pub(crate) fn layer_backward(
     g: &mut GraphBuilder,
     d: &Dims,
     step: &Step,

@@ -100,7 +100,8 @@ impl Param {
 pub const PARALLELISMS: &[(&str, &str)] = &[
     (
         "pp",
-        "pipeline parallel (mlp, llama): layers in contiguous stages, microbatches \
+        "pipeline parallel (mlp, llama, gpt2): layers in contiguous stages (even, or \
+         --pp-first-layers / --pp-last-layers), microbatches \
          (--microbatches M) scheduled GPipe or 1F1B (--pp-schedule), activations and gradients \
          sent between stages (shardproof_p2p send/recv); outermost in the rank order",
     ),
@@ -418,6 +419,7 @@ fn spec_step(spec_train: &TrainOptions, lr: f64) -> train::Step<'_> {
         tp_rank: 0,
         cp: 1,
         stages: 1,
+        shared_copies: &[],
         bug: None,
         lr,
     }
@@ -704,7 +706,8 @@ fn check_and_plan<'a>(
         }
     }
     if has_pp {
-        return emit_pipeline_plan(opts, train, pipeline).map(|(plan, st)| (plan, Some(st)));
+        return emit_pipeline_plan(opts, extras, train, pipeline)
+            .map(|(plan, st)| (plan, Some(st)));
     }
     let mutation = opts.bug.map(|b| b.mutation);
     // The spec trains the whole batch on one device: no microbatches, no ZeRO.
@@ -719,6 +722,7 @@ fn check_and_plan<'a>(
         tp_rank: r % tp,
         cp,
         stages: 1,
+        shared_copies: &[],
         bug: mutation,
         lr,
     };
@@ -898,6 +902,7 @@ struct Stages {
 /// the ranks run its stages (see [`pipeline`]).
 fn emit_pipeline_plan<'a>(
     opts: &'a EmitOptions,
+    extras: &'a EmitExtras,
     train: &'a TrainOptions,
     options: &PipelineOptions,
 ) -> Result<(Plan<'a>, Stages), String> {
@@ -907,6 +912,8 @@ fn emit_pipeline_plan<'a>(
         model: &opts.model,
         mlp: &opts.mlp,
         llama: &opts.llama,
+        gpt2: &extras.gpt2,
+        sequence_parallel: extras.sequence_parallel,
         pp,
         dp,
         tp,
@@ -919,6 +926,7 @@ fn emit_pipeline_plan<'a>(
     let (layers, batch) = match opts.model.as_str() {
         "mlp" => (opts.mlp.layers, opts.mlp.batch),
         "llama" => (opts.llama.layers, opts.llama.batch),
+        "gpt2" => (extras.gpt2.layers, extras.gpt2.batch),
         _ => (0, 1),
     };
     let division = pipeline::check(&plan, layers, batch / dp)?;
@@ -929,6 +937,22 @@ fn emit_pipeline_plan<'a>(
     let plan = if opts.model == "mlp" {
         let cfg = &opts.mlp;
         mlp_plan(opts, &spec_step(cfg.lr), rank, MlpOptions::default())
+    } else if opts.model == "gpt2" {
+        let cfg = &extras.gpt2;
+        Plan {
+            spec: gpt2::build_rank(
+                cfg,
+                gpt2::RankPlan::SPEC,
+                &spec_step(cfg.lr),
+                opts.forward_only,
+            ),
+            rank,
+            data: vec![("tokens", true), ("labels", true)],
+            params: cfg.params(),
+            // The tied token embedding's copies on the first and the last stage.
+            groups: vec![("embd", pipeline::embedding_groups(pp, dp, tp))],
+            ep_sharded: Vec::new(),
+        }
     } else {
         llama_plan(opts, &spec_step(opts.llama.lr), rank, (pp, dp, tp))
     };

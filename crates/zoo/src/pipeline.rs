@@ -23,14 +23,16 @@
 //! - The spec is the single-device model on the whole batch, as for every plan of the zoo.
 
 use crate::bugs::Mutation;
+use crate::cp::CpPlan;
+use crate::gpt2::{self, Embedded, HeadSaved as Gpt2Head, Masks};
 use crate::graph::{Arg, GraphBuilder, Val};
 use crate::llama::{
     self, AttnShape, AttnTables, CrossEntropy, HeadSaved, LayerSaved, VocabEmbedding,
 };
 use crate::mlp::{self, BlockSaved};
 use crate::train::{self, LossReport, Step, Weights};
-use crate::{LlamaConfig, MlpConfig, Param, TpLayout, TrainOptions};
-use std::collections::BTreeMap;
+use crate::{Gpt2Config, LlamaConfig, MlpConfig, Param, TpLayout, TrainOptions};
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 
 /// The order in which a stage runs the forward and backward passes of its microbatches.
@@ -365,6 +367,8 @@ enum Owner {
     Layer(usize),
     /// The last stage (the final norm and the LM head).
     Last,
+    /// The first and the last stage (gpt2's token embedding, tied to the LM head).
+    Tied,
 }
 
 /// The stages that hold a parameter owned by `owner`, for `division` (with the planted bug if
@@ -374,6 +378,8 @@ fn holders(owner: Owner, division: &Division, bug: Option<Mutation>) -> Vec<usiz
     match owner {
         Owner::First => vec![0],
         Owner::Last => vec![stages - 1],
+        Owner::Tied if stages > 1 => vec![0, stages - 1],
+        Owner::Tied => vec![0],
         Owner::Layer(l) => (0..stages)
             .filter(|&s| division.stage(s, bug).contains(&l))
             .collect(),
@@ -385,6 +391,16 @@ fn owners(model: &str, params: &[Param], layers: usize) -> Vec<Owner> {
     match model {
         // Per layer: w1, b1, w2, b2.
         "mlp" => (0..params.len()).map(|i| Owner::Layer(i / 4)).collect(),
+        // The tied token embedding, the position embedding, sixteen parameters per layer, the
+        // final LayerNorm's weight and bias.
+        "gpt2" => (0..params.len())
+            .map(|i| match i {
+                0 => Owner::Tied,
+                1 => Owner::First,
+                i if i < 2 + 16 * layers => Owner::Layer((i - 2) / 16),
+                _ => Owner::Last,
+            })
+            .collect(),
         // The embedding, nine parameters per layer, the final norm and the LM head.
         _ => (0..params.len())
             .map(|i| match i {
@@ -694,6 +710,143 @@ impl Stage for LlamaStage<'_> {
     }
 }
 
+/// What a gpt2 stage keeps of a microbatch's forward for its backward.
+struct Gpt2Saved {
+    layers: Vec<gpt2::LayerSaved>,
+    masks: Masks,
+    /// The embeddings' (first stage).
+    embedded: Option<Embedded>,
+    /// The final LayerNorm, LM head and loss (last stage).
+    head: Option<Gpt2Head>,
+}
+
+/// The gpt2 decoder on one stage. Its token embedding is tied to the LM head: the first
+/// stage embeds with it, the last stage's LM head multiplies by it, each holds a copy and
+/// computes its share of the gradient, and the two shares are summed over the `embd` group
+/// before the dp reduction (Megatron's embedding group).
+struct Gpt2Stage<'a> {
+    step: &'a Step<'a>,
+    pos: Position,
+    layers: Range<usize>,
+    weights: &'a Weights,
+    dims: gpt2::Dims<'a>,
+    /// First stage: the rank's token ids; last stage: its labels.
+    tokens_all: Option<Val>,
+    labels_all: Option<Val>,
+    saved: BTreeMap<usize, Gpt2Saved>,
+    acc: BTreeMap<String, Val>,
+    /// The parameters applied to sequence chunks (their gradients are partial over tp under SP).
+    seq_partial: BTreeSet<String>,
+    losses: LossReport,
+}
+
+impl Stage for Gpt2Stage<'_> {
+    fn boundary(&self) -> Vec<usize> {
+        self.dims.stream()
+    }
+
+    fn forward(&mut self, g: &mut GraphBuilder, mb: usize, input: Option<Val>) -> Option<Val> {
+        let m = self.step.microbatches();
+        let w = self.weights.pass(g);
+        let (mut x, embedded, masks) = match input {
+            Some(x) => (x, None, gpt2::stage_masks(g, &self.dims)),
+            None => {
+                let all = self
+                    .tokens_all
+                    .as_ref()
+                    .expect("the first stage reads tokens");
+                let tokens = train::microbatch(g, all, mb, m);
+                let (x, embedded, masks) = gpt2::embed_forward(g, &self.dims, &w, &tokens);
+                (x, Some(embedded), masks)
+            }
+        };
+        let mut layers = Vec::new();
+        for l in self.layers.clone() {
+            let (out, saved) = gpt2::layer_forward(g, &self.dims, &w, &masks, &x, l);
+            x = out;
+            layers.push(saved);
+        }
+        let mut saved = Gpt2Saved {
+            layers,
+            masks,
+            embedded,
+            head: None,
+        };
+        if !self.pos.last() {
+            self.saved.insert(mb, saved);
+            return Some(x);
+        }
+        let all = self
+            .labels_all
+            .as_ref()
+            .expect("the last stage reads labels");
+        let labels = train::microbatch(g, all, label_microbatch(mb, m, self.step.bug), m);
+        let name = if self.step.dp > 1 || m > 1 {
+            "nll_loss"
+        } else {
+            "loss"
+        };
+        let (local, head) = gpt2::head_forward(g, &self.dims, &w, &x, &labels, name);
+        self.losses.add(g, self.step, local);
+        saved.head = Some(head);
+        self.saved.insert(mb, saved);
+        None
+    }
+
+    fn backward(&mut self, g: &mut GraphBuilder, mb: usize, grad: Option<Val>) -> Option<Val> {
+        let w = self.weights.pass(g);
+        let saved = self.saved.remove(&mb).expect("forward before backward");
+        let mut grads = BTreeMap::new();
+        let (mut gx, g_wte_head) = match (grad, &saved.head) {
+            (Some(grad), _) => (grad, None),
+            (None, Some(head)) => {
+                let (gx, g_head) = gpt2::head_backward(
+                    g,
+                    &self.dims,
+                    self.step,
+                    &w,
+                    head,
+                    &mut grads,
+                    &mut self.seq_partial,
+                );
+                (gx, Some(g_head))
+            }
+            (None, None) => unreachable!("only the last stage starts the backward"),
+        };
+        for (l, sv) in self.layers.clone().zip(&saved.layers).rev() {
+            gx = gpt2::layer_backward(
+                g,
+                &self.dims,
+                self.step,
+                &w,
+                &saved.masks,
+                &gx,
+                sv,
+                l,
+                &mut grads,
+                &mut self.seq_partial,
+            );
+        }
+        match &saved.embedded {
+            Some(embedded) => {
+                gpt2::embed_backward(g, &self.dims, gx.clone(), embedded, g_wte_head, &mut grads)
+            }
+            None => {
+                // The last stage's share of the tied embedding's gradient: the LM head's.
+                if let Some(g_head) = g_wte_head {
+                    grads.insert("wte".into(), g_head);
+                }
+            }
+        }
+        train::accumulate(g, &mut self.acc, grads);
+        (!self.pos.first()).then_some(gx)
+    }
+
+    fn gradients(&mut self) -> &mut BTreeMap<String, Val> {
+        &mut self.acc
+    }
+}
+
 /// The sizes and options a pipelined plan is built from.
 pub(crate) struct PipelinePlan<'a> {
     /// `mlp` or `llama`.
@@ -702,6 +855,10 @@ pub(crate) struct PipelinePlan<'a> {
     pub mlp: &'a MlpConfig,
     /// The llama's sizes (when the model is `llama`).
     pub llama: &'a LlamaConfig,
+    /// The gpt2's sizes (when the model is `gpt2`).
+    pub gpt2: &'a Gpt2Config,
+    /// gpt2: Megatron sequence parallelism within each stage.
+    pub sequence_parallel: bool,
     /// Sizes of the `pp`, `dp` and `tp` mesh dims.
     pub pp: usize,
     /// Size of the `dp` mesh dim.
@@ -728,16 +885,11 @@ pub(crate) fn check(
     local_batch: usize,
 ) -> Result<Division, String> {
     let pp = plan.pp;
-    if !["mlp", "llama"].contains(&plan.model) {
+    if !["mlp", "llama", "gpt2"].contains(&plan.model) {
         return Err(format!(
-            "pipeline parallelism (a pp mesh dim) applies to the mlp and llama models, not `{}`{}",
-            plan.model,
-            match plan.model {
-                "gpt2" =>
-                    ": its LM head is tied to the embedding, whose gradients the first and \
-                           last stages would have to share",
-                _ => "",
-            }
+            "pipeline parallelism (a pp mesh dim) applies to the mlp, llama and gpt2 models, not \
+             `{}`",
+            plan.model
         ));
     }
     let division = Division::new(
@@ -789,6 +941,12 @@ pub(crate) fn build_ranks<'a>(
             [("x", Owner::First), ("target", Owner::Last)],
             plan.mlp.lr,
         ),
+        "gpt2" => (
+            plan.gpt2.layers,
+            plan.gpt2.params(),
+            [("tokens", Owner::First), ("labels", Owner::Last)],
+            plan.gpt2.lr,
+        ),
         _ => (
             plan.llama.layers,
             plan.llama.params(tp, plan.vocab_parallel),
@@ -828,6 +986,12 @@ pub(crate) fn build_ranks<'a>(
             tp_rank: rank % tp,
             cp: 1,
             stages: pp,
+            // The last stage's copy of gpt2's tied embedding (the first stage's counts).
+            shared_copies: if plan.model == "gpt2" && pp > 1 && stage == pp - 1 {
+                &["wte"]
+            } else {
+                &[]
+            },
             bug: plan.bug,
             lr,
         };
@@ -883,6 +1047,8 @@ fn build_stage(
         };
         run_passes(&mut g, pos, &schedule, &mut stage, step.bug, dp);
         (stage.acc, stage.losses, weights)
+    } else if plan.model == "gpt2" {
+        return build_gpt2_stage(g, plan, pos, step, specs, layers, &schedule);
     } else {
         let cfg = plan.llama;
         let b_all = cfg.batch / dp;
@@ -943,6 +1109,93 @@ fn build_stage(
         }
     });
     g
+}
+
+/// [`build_stage`] for gpt2: the stage's passes, then the gradient finalization with the tied
+/// embedding's shares summed over the `embd` group (the first and last stage's ranks of one dp
+/// and tp index), as Megatron all-reduces the embedding group's gradients, before the dp
+/// reduction.
+fn build_gpt2_stage(
+    mut g: GraphBuilder,
+    plan: &PipelinePlan,
+    pos: Position,
+    step: &Step,
+    specs: &[Param],
+    layers: Range<usize>,
+    schedule: &[Pass],
+) -> GraphBuilder {
+    let cfg = plan.gpt2;
+    let m = plan.pipeline.microbatches;
+    let b_all = cfg.batch / plan.dp;
+    let tokens_all = pos
+        .first()
+        .then(|| g.input_typed("tokens", "i64", &[b_all, cfg.seq]));
+    let labels_all = pos
+        .last()
+        .then(|| g.input_typed("labels", "i64", &[b_all, cfg.seq]));
+    let weights = train::declare(&mut g, step, specs);
+    let rank_plan = gpt2::RankPlan {
+        dp: plan.dp,
+        tp: plan.tp,
+        tp_rank: step.tp_rank,
+        sequence_parallel: plan.sequence_parallel,
+        tp_comm_overlap: false,
+    };
+    let mut stage = Gpt2Stage {
+        step,
+        pos,
+        layers,
+        weights: &weights,
+        dims: gpt2::Dims::new(cfg, rank_plan, &CpPlan::NONE, step.bug, m),
+        tokens_all,
+        labels_all,
+        saved: BTreeMap::new(),
+        acc: BTreeMap::new(),
+        seq_partial: BTreeSet::new(),
+        losses: LossReport::default(),
+    };
+    run_passes(&mut g, pos, schedule, &mut stage, step.bug, plan.dp);
+    let Gpt2Stage {
+        acc,
+        losses,
+        seq_partial,
+        dims,
+        ..
+    } = stage;
+    losses.finish(&mut g, step);
+    if plan.forward_only {
+        return g;
+    }
+    let synced;
+    let finish_step = if step.bug == Some(Mutation::PpGradSyncBeforeLastMicrobatch) {
+        synced = Step {
+            dp: 1,
+            dp_rank: 0,
+            ..*step
+        };
+        &synced
+    } else {
+        step
+    };
+    let tied = pos.stages > 1 && (pos.first() || pos.last());
+    train::finish(&mut g, finish_step, specs, &weights, &acc, |g, p, grad| {
+        let grad = gpt2::sync_grad(g, &dims, &seq_partial, p, grad);
+        if tied && p.name == "wte" && step.bug != Some(Mutation::ZeroTiedEmbeddingUntied) {
+            g.all_reduce_sum(&grad, "embd")
+        } else {
+            grad
+        }
+    });
+    g
+}
+
+/// The explicit `embd` process groups of a pipelined gpt2: per dp and tp index, the ranks of
+/// the first and the last stage, which hold the tied token embedding (rank
+/// `(pp_i * dp + dp_i) * tp + tp_i`).
+pub(crate) fn embedding_groups(pp: usize, dp: usize, tp: usize) -> Vec<Vec<usize>> {
+    (0..dp * tp)
+        .map(|i| vec![i, (pp - 1) * dp * tp + i])
+        .collect()
 }
 
 /// The explicit `kv` process groups of a llama whose kv heads are replicated over `rep`

@@ -320,6 +320,10 @@ pub(crate) struct Step<'a> {
     /// Pipeline stages (size of the pp mesh dim; 1 without one): each holds its own
     /// parameters, so the global gradient norm sums the stages' shares over `pp`.
     pub stages: usize,
+    /// Parameters this rank holds as a copy of another stage's (a pipelined gpt2's last stage:
+    /// the tied token embedding): left out of the gradient norm, which counts them where the
+    /// original lives (Megatron's `shared` parameters, skipped by `param_is_not_shared`).
+    pub shared_copies: &'static [&'static str],
     /// The planted bug, if any.
     pub bug: Option<Mutation>,
     /// The model's learning rate.
@@ -338,6 +342,7 @@ impl Step<'static> {
             tp_rank,
             cp: 1,
             stages: 1,
+            shared_copies: &[],
             bug,
             lr,
         }
@@ -706,6 +711,9 @@ fn reduce_over_dp(g: &mut GraphBuilder, step: &Step, grad: Val, shard_dim: Optio
 /// under ZeRO-2/3 (norm all-reduced over dp too) a parameter kept whole on every dp rank on dp
 /// rank 0 only.
 fn counted_in_norm(step: &Step, item: &Pending) -> bool {
+    if step.shared_copies.contains(&item.param.name.as_str()) {
+        return false;
+    }
     let over_tp = match item.param.tp {
         TpLayout::Shard(_) => true,
         TpLayout::Replicate => {

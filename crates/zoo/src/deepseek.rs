@@ -51,8 +51,8 @@ use crate::graph::{Arg, GraphBuilder, Val};
 use crate::llama::{
     attention, attention_backward, attn_tables_cp, check_divisible, check_tensor_sizes,
     cross_entropy, embedding, embedding_backward, linear, lm_head, lm_head_backward, reduce_if,
-    rms_norm, rms_norm_backward, rms_norm_stat, swiglu, swiglu_backward, AttnShape, SwigluNames,
-    SwigluSaved,
+    rms_norm, rms_norm_backward, rms_norm_stat, swiglu, swiglu_backward, AttnSaved, AttnShape,
+    AttnTables, NormSaved, SwigluNames, SwigluSaved,
 };
 use crate::{LlamaConfig, Param, TpLayout};
 use std::collections::BTreeMap;
@@ -322,7 +322,7 @@ impl RankPlan {
 
     /// The expert-data-parallel group over which an expert's gradient is summed (its replicas:
     /// the ranks of the same tp and ep index), and its size.
-    fn expert_data_group(&self) -> (&'static str, usize) {
+    pub(crate) fn expert_data_group(&self) -> (&'static str, usize) {
         match (self.dp > 1, self.cp.cp > 1) {
             (true, true) => ("dp_cp", self.dp * self.cp.cp),
             (false, true) => ("cp", self.cp.cp),
@@ -332,7 +332,7 @@ impl RankPlan {
 }
 
 /// What the backward of a MoE block reads from its forward.
-struct MoeSaved {
+pub(crate) struct MoeSaved {
     /// The block input `[t, h]`.
     x2d: Val,
     scores: Val,
@@ -355,12 +355,15 @@ struct MoeSaved {
 }
 
 /// Everything one rank's MoE blocks need to know besides their input.
-struct MoeCtx<'a> {
-    cfg: &'a DeepseekConfig,
-    plan: RankPlan,
-    /// The rank's sequences.
-    b: usize,
-    bug: Option<Mutation>,
+pub(crate) struct MoeCtx<'a> {
+    pub(crate) cfg: &'a DeepseekConfig,
+    pub(crate) plan: RankPlan,
+    /// The rank's sequences (of a microbatch under pipeline parallelism).
+    pub(crate) b: usize,
+    pub(crate) bug: Option<Mutation>,
+    /// The microbatches whose losses the rank averages (1 without pipeline parallelism): the
+    /// gradient seed of each microbatch's balance loss is `1 / microbatches`.
+    pub(crate) microbatches: usize,
 }
 
 impl MoeCtx<'_> {
@@ -469,7 +472,7 @@ fn columns_from_peers(g: &mut GraphBuilder, x: &Val, n: usize) -> Val {
 /// The MoE block of layer `l` on token rows `x2d` `[t, h]` (replicated over tp): the block
 /// output `[t, h]` (all-reduced over tp), the rank's share of the layer's auxiliary loss, and
 /// what the backward reads.
-fn moe_block(
+pub(crate) fn moe_block(
     g: &mut GraphBuilder,
     x_in: &Val,
     l: usize,
@@ -633,7 +636,7 @@ fn moe_block(
 /// over tp) and a gradient of 1 on the rank's auxiliary-loss share: inserts the gradients of
 /// layer `l`'s router, shared and routed experts into `grads` and returns the gradient of the
 /// block input (all-reduced over tp).
-fn moe_block_backward(
+pub(crate) fn moe_block_backward(
     g: &mut GraphBuilder,
     g_out: &Val,
     sv: &MoeSaved,
@@ -740,7 +743,7 @@ fn moe_block_backward(
         ],
         vec![t, e],
     );
-    let per_count = cx.aux_factor() / (b * cx.aux_divisor()) as f64;
+    let per_count = cx.aux_factor() / (b * cx.aux_divisor() * cx.microbatches) as f64;
     let g_prob_sums = g.mul_scalar("mul", &sv.counts, Arg::F(per_count));
     // Under CP the probability sums were all-reduced over cp and every cp rank's loss counts
     // the balance loss: the all-reduce's backward sums their gradients over cp.
@@ -788,13 +791,12 @@ pub fn build(
     bug: Option<Mutation>,
 ) -> GraphBuilder {
     let RankPlan { dp, tp, ep, .. } = plan;
-    let is = |m: Mutation| bug == Some(m);
     let base = &cfg.base;
     let mut g = GraphBuilder::new();
     let b = base.batch / (dp * ep);
     // Under context parallelism the rank holds s = seq / cp tokens of each sequence.
     let dims = AttnShape::new(base, b, tp).with_cp(plan.cp);
-    let (s, h, t) = (dims.s, base.hidden, dims.tokens());
+    let t = dims.tokens();
     let tokens_in = g.input_typed("tokens", "i64", &[b, base.seq]);
     let labels_in = g.input_typed("labels", "i64", &[b, base.seq]);
     let inv_freq = g.input("rope_inv_freq", &[dims.hd / 2]);
@@ -809,32 +811,26 @@ pub fn build(
     let tokens = cp::select_chunks(&mut g, &tokens_in, &plan.cp);
     let labels = cp::select_chunks(&mut g, &labels_in, &plan.cp);
     // (The context-parallel attention bugs live in the tables: RoPE positions, ring masks.)
-    let tables = attn_tables_cp(&mut g, &inv_freq, s, &plan.cp, bug);
-    let cx = MoeCtx { cfg, plan, b, bug };
+    let tables = attn_tables_cp(&mut g, &inv_freq, dims.s, &plan.cp, bug);
+    let cx = MoeCtx {
+        cfg,
+        plan,
+        b,
+        bug,
+        microbatches: 1,
+    };
 
     let mut x = embedding(&mut g, &w("embed"), &tokens);
     let mut saved = Vec::new();
     let mut aux_total: Option<Val> = None;
     for l in 0..base.layers {
-        let (hres, attn) = attention(&mut g, &x, l, &w, dims, &tables, base.eps, None);
-        let norm_w = w(&format!("mlp_norm_{l}"));
-        let (hn, mlp_norm) = if l == 0 && tp > 1 && is(Mutation::NormShardedHidden) {
-            // The mean of squares over the rank's tp shard of the hidden dim only.
-            let (lo, hi) = (plan.tp_rank * h / tp, (plan.tp_rank + 1) * h / tp);
-            let shard = g.slice(&hres, 2, lo, hi);
-            rms_norm_stat(&mut g, &hres, &shard, &norm_w, base.eps)
-        } else {
-            rms_norm(&mut g, &hres, &norm_w, base.eps)
-        };
-        let hn2d = g.view(&hn, &[t, h]);
-        let (moe_out, aux, moe) = moe_block(&mut g, &hn2d, l, &w, &cx);
+        let (hres, moe_out, aux, layer) = layer_forward(&mut g, &x, l, &w, dims, &tables, &cx);
         aux_total = Some(match aux_total {
             None => aux,
             Some(acc) => g.add(&acc, &aux),
         });
-        let m3 = g.view(&moe_out, &[b, s, h]);
-        x = g.add(&hres, &m3);
-        saved.push((attn, mlp_norm, moe));
+        x = layer_output(&mut g, &hres, &moe_out, dims);
+        saved.push(layer);
     }
 
     // LM head and the loss: cross-entropy (mean over the rank's tokens) plus the auxiliary
@@ -866,17 +862,8 @@ pub fn build(
     // Backward of the rank's local loss; data-parallel averaging happens on the gradients.
     let g_logits = ce.backward(&mut g);
     let (mut grads, mut gx) = lm_head_backward(&mut g, &g_logits, &head, &w, false);
-    for (l, (attn, mlp_norm, moe)) in saved.iter().enumerate().rev() {
-        let g_m2d = g.view(&gx, &[t, h]);
-        let g_hn2d = moe_block_backward(&mut g, &g_m2d, moe, l, &w, &cx, &mut grads);
-        let g_hn = g.view(&g_hn2d, &[b, s, h]);
-        let (g_hres_norm, g_mn) =
-            rms_norm_backward(&mut g, &g_hn, &w(&format!("mlp_norm_{l}")), mlp_norm);
-        grads.insert(format!("mlp_norm_{l}"), g_mn);
-        let g_hres = g.add(&gx, &g_hres_norm);
-        gx = attention_backward(
-            &mut g, &g_hres, attn, l, &w, dims, &tables, &mut grads, None,
-        );
+    for (l, layer) in saved.iter().enumerate().rev() {
+        gx = layer_backward(&mut g, &gx, layer, l, &w, dims, &tables, &cx, &mut grads);
     }
     grads.insert(
         "embed".into(),
@@ -884,7 +871,109 @@ pub fn build(
     );
 
     // Gradient finalization, then SGD.
-    for p in &specs {
+    finalize(&mut g, &specs, &grads, &w, plan, bug, base.lr);
+    g
+}
+
+/// What the backward of a decoder layer reads from its forward.
+pub(crate) struct LayerSaved {
+    attn: AttnSaved,
+    mlp_norm: NormSaved,
+    moe: MoeSaved,
+}
+
+/// Decoder layer `l` on `x` (`[b, s, h]`): attention with its residual, RMSNorm, the MoE
+/// block. Returns the attention's residual stream, the MoE block's output `[t, h]` (the
+/// layer's output is [`layer_output`] of the two), the rank's share of the layer's balance
+/// loss and what the backward reads.
+pub(crate) fn layer_forward(
+    g: &mut GraphBuilder,
+    x: &Val,
+    l: usize,
+    w: &dyn Fn(&str) -> Val,
+    dims: AttnShape,
+    tables: &AttnTables,
+    cx: &MoeCtx,
+) -> (Val, Val, Val, LayerSaved) {
+    let (plan, base) = (cx.plan, &cx.cfg.base);
+    let (tp, h) = (plan.tp, base.hidden);
+    let t = dims.tokens();
+    let (hres, attn) = attention(g, x, l, w, dims, tables, base.eps, None);
+    let norm_w = w(&format!("mlp_norm_{l}"));
+    let (hn, mlp_norm) = if l == 0 && tp > 1 && cx.bug == Some(Mutation::NormShardedHidden) {
+        // The mean of squares over the rank's tp shard of the hidden dim only.
+        let (lo, hi) = (plan.tp_rank * h / tp, (plan.tp_rank + 1) * h / tp);
+        let shard = g.slice(&hres, 2, lo, hi);
+        rms_norm_stat(g, &hres, &shard, &norm_w, base.eps)
+    } else {
+        rms_norm(g, &hres, &norm_w, base.eps)
+    };
+    let hn2d = g.view(&hn, &[t, h]);
+    let (moe_out, aux, moe) = moe_block(g, &hn2d, l, w, cx);
+    (
+        hres,
+        moe_out,
+        aux,
+        LayerSaved {
+            attn,
+            mlp_norm,
+            moe,
+        },
+    )
+}
+
+/// A decoder layer's output: the attention's residual stream `hres` plus the MoE block's
+/// output `moe_out`.
+pub(crate) fn layer_output(g: &mut GraphBuilder, hres: &Val, moe_out: &Val, dims: AttnShape) -> Val {
+    let m3 = g.view(moe_out, &[dims.b, dims.s, hres.shape[2]]);
+    g.add(hres, &m3)
+}
+
+/// The backward of decoder layer `l` from its output's gradient `gx` (the balance loss's
+/// gradient seeded inside the MoE block, as Megatron's `MoEAuxLossAutoScaler` does); the
+/// layer's gradients go into `grads`. Returns its input's gradient.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn layer_backward(
+    g: &mut GraphBuilder,
+    gx: &Val,
+    sv: &LayerSaved,
+    l: usize,
+    w: &dyn Fn(&str) -> Val,
+    dims: AttnShape,
+    tables: &AttnTables,
+    cx: &MoeCtx,
+    grads: &mut BTreeMap<String, Val>,
+) -> Val {
+    let h = cx.cfg.base.hidden;
+    let (b, s, t) = (dims.b, dims.s, dims.tokens());
+    let g_m2d = g.view(gx, &[t, h]);
+    let g_hn2d = moe_block_backward(g, &g_m2d, &sv.moe, l, w, cx, grads);
+    let g_hn = g.view(&g_hn2d, &[b, s, h]);
+    let (g_hres_norm, g_mn) =
+        rms_norm_backward(g, &g_hn, &w(&format!("mlp_norm_{l}")), &sv.mlp_norm);
+    grads.insert(format!("mlp_norm_{l}"), g_mn);
+    let g_hres = g.add(gx, &g_hres_norm);
+    attention_backward(g, &g_hres, &sv.attn, l, w, dims, tables, grads, None)
+}
+
+/// Gradient finalization and SGD for the parameters `specs` of a rank of `plan`: the router's
+/// gradients all-reduced over tp (and under SP the replicated experts'), replicated
+/// parameters averaged over the data group, expert weights summed over their replicas and
+/// divided by every rank holding other tokens; outputs `<param>_new`.
+pub(crate) fn finalize(
+    g: &mut GraphBuilder,
+    specs: &[Param],
+    grads: &BTreeMap<String, Val>,
+    w: &dyn Fn(&str) -> Val,
+    plan: RankPlan,
+    bug: Option<Mutation>,
+    lr: f64,
+) {
+    let is = |m: Mutation| bug == Some(m);
+    let (tp, ep) = (plan.tp, plan.ep);
+    let sp = plan.sequence_parallel && tp > 1;
+    let (group, size) = plan.data_group();
+    for p in specs {
         let mut grad = grads[&p.name].clone();
         let router = p.name.starts_with("router_");
         let moe_replicated = sp
@@ -920,11 +1009,10 @@ pub fn build(
             grad = g.div_scalar("div", &grad, Arg::I(by as i64));
         }
         // SGD: w_new = w - lr * grad.
-        let step = g.mul_scalar("mul", &grad, Arg::F(base.lr));
+        let step = g.mul_scalar("mul", &grad, Arg::F(lr));
         let new = g.sub(&format!("{}_new", p.name), &w(&p.name), &step);
         g.output(&new);
     }
-    g
 }
 
 #[cfg(test)]

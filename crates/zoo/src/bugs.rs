@@ -273,7 +273,10 @@ const LLAMA: &[&str] = &["llama"];
 /// The DeepSeek MoE model only.
 const DEEPSEEK: &[&str] = &["deepseek"];
 /// The models the zoo pipelines.
-const PIPELINED: &[&str] = &["mlp", "llama", "gpt2"];
+const PIPELINED: &[&str] = &["mlp", "llama", "gpt2", "deepseek"];
+/// The pipelined models whose gradients finish over one data group (`dp`): not deepseek, whose
+/// replicated and expert parameters finish over different groups (dp x ep, dp).
+const PIPELINED_DP: &[&str] = &["mlp", "llama", "gpt2"];
 /// The MLP model only.
 const MLP: &[&str] = &["mlp"];
 
@@ -633,6 +636,7 @@ pub const BUGS: &[Bug] = &[
         mutation: Mutation::PpGradSyncBeforeLastMicrobatch,
         needs_dp: true,
         needs_backward: true,
+        models: PIPELINED_DP,
         ..PIPELINE_BUG
     },
     Bug {
@@ -641,7 +645,7 @@ pub const BUGS: &[Bug] = &[
         description: "the last stage pairs each microbatch's activations with the labels of the next microbatch",
         parallelism: "pp with --microbatches >= 2",
         engines: "run, verify",
-        spec_op: "the loss (aten.nll_loss_forward.default for llama, aten.mean.default for mlp)",
+        spec_op: "the loss (aten.nll_loss_forward.default for llama, gpt2 and deepseek, aten.mean.default for mlp)",
         mutation: Mutation::PpShuffledMicrobatches,
         changes_loss: true,
         ..PIPELINE_BUG

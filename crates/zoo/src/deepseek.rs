@@ -924,7 +924,12 @@ pub(crate) fn layer_forward(
 
 /// A decoder layer's output: the attention's residual stream `hres` plus the MoE block's
 /// output `moe_out`.
-pub(crate) fn layer_output(g: &mut GraphBuilder, hres: &Val, moe_out: &Val, dims: AttnShape) -> Val {
+pub(crate) fn layer_output(
+    g: &mut GraphBuilder,
+    hres: &Val,
+    moe_out: &Val,
+    dims: AttnShape,
+) -> Val {
     let m3 = g.view(moe_out, &[dims.b, dims.s, hres.shape[2]]);
     g.add(hres, &m3)
 }

@@ -914,6 +914,9 @@ fn emit_pipeline_plan<'a>(
         llama: &opts.llama,
         gpt2: &extras.gpt2,
         sequence_parallel: extras.sequence_parallel,
+        deepseek: &extras.deepseek,
+        ep: mesh.size("ep"),
+        dispatch: extras.ep_dispatch,
         pp,
         dp,
         tp,
@@ -927,6 +930,11 @@ fn emit_pipeline_plan<'a>(
         "mlp" => (opts.mlp.layers, opts.mlp.batch),
         "llama" => (opts.llama.layers, opts.llama.batch),
         "gpt2" => (extras.gpt2.layers, extras.gpt2.batch),
+        // The batch is split over dp x ep.
+        "deepseek" => (
+            extras.deepseek.base.layers,
+            extras.deepseek.base.batch / mesh.size("ep"),
+        ),
         _ => (0, 1),
     };
     let division = pipeline::check(&plan, layers, batch / dp)?;
@@ -937,6 +945,18 @@ fn emit_pipeline_plan<'a>(
     let plan = if opts.model == "mlp" {
         let cfg = &opts.mlp;
         mlp_plan(opts, &spec_step(cfg.lr), rank, MlpOptions::default())
+    } else if opts.model == "deepseek" {
+        let mutation = opts.bug.map(|b| b.mutation);
+        let mut plan = deepseek_plan(&extras.deepseek, mesh, extras, opts.forward_only, mutation);
+        plan.rank = rank;
+        // The data group of the replicated parameters: the dp x ep ranks of one pp and tp
+        // index.
+        plan.groups = if dp > 1 && mesh.size("ep") > 1 {
+            vec![("dp_ep", sub_mesh_groups(mesh, &["dp", "ep"]))]
+        } else {
+            Vec::new()
+        };
+        plan
     } else if opts.model == "gpt2" {
         let cfg = &extras.gpt2;
         Plan {

@@ -24,6 +24,7 @@
 
 use crate::bugs::Mutation;
 use crate::cp::CpPlan;
+use crate::deepseek::{self, DeepseekConfig, EpDispatch, MoeCtx};
 use crate::gpt2::{self, Embedded, HeadSaved as Gpt2Head, Masks};
 use crate::graph::{Arg, GraphBuilder, Val};
 use crate::llama::{
@@ -393,6 +394,20 @@ fn owners(model: &str, params: &[Param], layers: usize) -> Vec<Owner> {
         "mlp" => (0..params.len()).map(|i| Owner::Layer(i / 4)).collect(),
         // The tied token embedding, the position embedding, sixteen parameters per layer, the
         // final LayerNorm's weight and bias.
+        // By name: the embedding, `<name>_<layer>`, the final norm and the LM head.
+        "deepseek" => params
+            .iter()
+            .map(|p| match p.name.as_str() {
+                "embed" => Owner::First,
+                "final_norm" | "lm_head" => Owner::Last,
+                name => Owner::Layer(
+                    name.rsplit('_')
+                        .next()
+                        .and_then(|l| l.parse().ok())
+                        .expect("a layer parameter ends in its layer"),
+                ),
+            })
+            .collect(),
         "gpt2" => (0..params.len())
             .map(|i| match i {
                 0 => Owner::Tied,
@@ -847,6 +862,268 @@ impl Stage for Gpt2Stage<'_> {
     }
 }
 
+/// What a deepseek stage keeps of a microbatch's forward for its backward.
+struct DeepseekSaved {
+    layers: Vec<deepseek::LayerSaved>,
+    /// The microbatch's token ids (first stage).
+    tokens: Option<Val>,
+    /// The final norm, LM head and cross-entropy (last stage).
+    head: Option<LlamaHead>,
+}
+
+/// The deepseek decoder on one stage. Each stage's MoE layers add their balance losses: the
+/// forward sums the stage's shares (each microbatch's divided by M), and after the schedule
+/// they are all-reduced over `pp` into the last stage's loss (Megatron reduces its aux-loss
+/// tracker over the pipeline group the same way); the backward seeds each layer's balance
+/// loss with `1 / M` inside the stage, as Megatron's `MoEAuxLossAutoScaler` does, so no
+/// gradient crosses stages for it.
+struct DeepseekStage<'a> {
+    pos: Position,
+    layers: Range<usize>,
+    w: BTreeMap<String, Val>,
+    dims: AttnShape,
+    tables: AttnTables,
+    cx: MoeCtx<'a>,
+    /// First stage: the rank's token ids; last stage: its labels.
+    tokens_all: Option<Val>,
+    labels_all: Option<Val>,
+    saved: BTreeMap<usize, DeepseekSaved>,
+    acc: BTreeMap<String, Val>,
+    /// The stage's balance-loss shares, summed over the microbatches (each divided by M).
+    aux: Option<Val>,
+    /// Last stage: the cross-entropies, summed over the microbatches (each divided by M).
+    ce: Option<Val>,
+}
+
+impl DeepseekStage<'_> {
+    /// `x / M` with M microbatches (`x` itself with one), added to `total`.
+    fn add_share(g: &mut GraphBuilder, total: &mut Option<Val>, x: Val, m: usize) {
+        let x = if m > 1 {
+            g.div_scalar("div", &x, Arg::I(m as i64))
+        } else {
+            x
+        };
+        *total = Some(match total.take() {
+            None => x,
+            Some(acc) => g.add(&acc, &x),
+        });
+    }
+}
+
+impl Stage for DeepseekStage<'_> {
+    fn boundary(&self) -> Vec<usize> {
+        vec![self.dims.b, self.dims.s, self.dims.h]
+    }
+
+    fn forward(&mut self, g: &mut GraphBuilder, mb: usize, input: Option<Val>) -> Option<Val> {
+        let m = self.cx.microbatches;
+        let weights = &self.w;
+        let w = |name: &str| weights[name].clone();
+        let (mut x, tokens) = match input {
+            Some(x) => (x, None),
+            None => {
+                let all = self
+                    .tokens_all
+                    .as_ref()
+                    .expect("the first stage reads tokens");
+                let tokens = train::microbatch(g, all, mb, m);
+                (llama::embedding(g, &w("embed"), &tokens), Some(tokens))
+            }
+        };
+        let mut layers = Vec::new();
+        let mut aux_total: Option<Val> = None;
+        for l in self.layers.clone() {
+            let (hres, moe_out, aux, saved) =
+                deepseek::layer_forward(g, &x, l, &w, self.dims, &self.tables, &self.cx);
+            aux_total = Some(match aux_total {
+                None => aux,
+                Some(acc) => g.add(&acc, &aux),
+            });
+            x = deepseek::layer_output(g, &hres, &moe_out, self.dims);
+            layers.push(saved);
+        }
+        let aux = aux_total.expect("every stage runs a layer");
+        Self::add_share(g, &mut self.aux, aux, m);
+        if !self.pos.last() {
+            let saved = DeepseekSaved {
+                layers,
+                tokens,
+                head: None,
+            };
+            self.saved.insert(mb, saved);
+            return Some(x);
+        }
+        let (logits, head) = llama::lm_head(g, &x, &w, self.cx.cfg.base.eps);
+        let all = self
+            .labels_all
+            .as_ref()
+            .expect("the last stage reads labels");
+        let labels = train::microbatch(g, all, label_microbatch(mb, m, self.cx.bug), m);
+        let labels1 = g.view(&labels, &[self.dims.tokens()]);
+        let ce = llama::cross_entropy(g, &logits, &labels1, "nll_loss");
+        Self::add_share(g, &mut self.ce, ce.loss().clone(), m);
+        let head = Some(LlamaHead { head, ce });
+        self.saved.insert(
+            mb,
+            DeepseekSaved {
+                layers,
+                tokens,
+                head,
+            },
+        );
+        None
+    }
+
+    fn backward(&mut self, g: &mut GraphBuilder, mb: usize, grad: Option<Val>) -> Option<Val> {
+        let m = self.cx.microbatches;
+        let weights = &self.w;
+        let w = |name: &str| weights[name].clone();
+        let saved = self.saved.remove(&mb).expect("forward before backward");
+        let (mut grads, mut gx) = match (grad, &saved.head) {
+            (Some(grad), _) => (BTreeMap::new(), grad),
+            (None, Some(h)) => {
+                let g_logits = h.ce.backward(g);
+                let g_logits = if m > 1 {
+                    g.div_scalar("div", &g_logits, Arg::I(m as i64))
+                } else {
+                    g_logits
+                };
+                llama::lm_head_backward(g, &g_logits, &h.head, &w, false)
+            }
+            (None, None) => unreachable!("only the last stage starts the backward"),
+        };
+        for (l, sv) in self.layers.clone().zip(&saved.layers).rev() {
+            gx = deepseek::layer_backward(
+                g,
+                &gx,
+                sv,
+                l,
+                &w,
+                self.dims,
+                &self.tables,
+                &self.cx,
+                &mut grads,
+            );
+        }
+        if let Some(tokens) = &saved.tokens {
+            let vocab = self.cx.cfg.base.vocab;
+            grads.insert(
+                "embed".into(),
+                llama::embedding_backward(g, &gx, tokens, vocab),
+            );
+        }
+        train::accumulate(g, &mut self.acc, grads);
+        (!self.pos.first()).then_some(gx)
+    }
+
+    fn gradients(&mut self) -> &mut BTreeMap<String, Val> {
+        &mut self.acc
+    }
+}
+
+/// The deepseek rank plan of global rank `rank` (row-major over pp, dp, tp, ep).
+fn deepseek_rank(plan: &PipelinePlan, rank: usize) -> deepseek::RankPlan {
+    deepseek::RankPlan {
+        dp: plan.dp,
+        tp: plan.tp,
+        ep: plan.ep,
+        ep_rank: rank % plan.ep,
+        tp_rank: rank / plan.ep % plan.tp,
+        dispatch: plan.dispatch,
+        sequence_parallel: plan.sequence_parallel,
+        cp: CpPlan::NONE,
+    }
+}
+
+/// The graph of the deepseek rank at `pos`: its inputs, the schedule's passes, the loss (the
+/// last stage's cross-entropy plus every stage's balance losses, all-reduced over pp) and,
+/// for the full iteration, the finalization and SGD step of the stage's parameters `specs`.
+fn build_deepseek_stage(
+    plan: &PipelinePlan,
+    pos: Position,
+    specs: &[Param],
+    layers: Range<usize>,
+) -> GraphBuilder {
+    let mut g = GraphBuilder::new();
+    let cfg = plan.deepseek;
+    let base = &cfg.base;
+    let rank_plan = deepseek_rank(plan, pos.rank);
+    let m = plan.pipeline.microbatches;
+    let b_all = base.batch / (plan.dp * plan.ep);
+    let tokens_all = pos
+        .first()
+        .then(|| g.input_typed("tokens", "i64", &[b_all, base.seq]));
+    let labels_all = pos
+        .last()
+        .then(|| g.input_typed("labels", "i64", &[b_all, base.seq]));
+    let dims = AttnShape::new(base, b_all / m, plan.tp);
+    let inv_freq = g.input("rope_inv_freq", &[dims.hd / 2]);
+    let mut w = BTreeMap::new();
+    for p in specs {
+        let val = g.input(&p.name, &DeepseekConfig::local_shape(p, plan.tp, plan.ep));
+        w.insert(p.name.clone(), val);
+    }
+    let tables = llama::attn_tables(&mut g, &inv_freq, base.seq);
+    let cx = MoeCtx {
+        cfg,
+        plan: rank_plan,
+        b: b_all / m,
+        bug: plan.bug,
+        microbatches: m,
+    };
+    let schedule = passes(
+        plan.pipeline.schedule,
+        pos.stages,
+        pos.stage,
+        m,
+        plan.forward_only,
+    );
+    let mut stage = DeepseekStage {
+        pos,
+        layers,
+        w,
+        dims,
+        tables,
+        cx,
+        tokens_all,
+        labels_all,
+        saved: BTreeMap::new(),
+        acc: BTreeMap::new(),
+        aux: None,
+        ce: None,
+    };
+    run_passes(&mut g, pos, &schedule, &mut stage, plan.bug, plan.dp);
+    // The balance losses: the tp ranks' shares summed (under SP each computed the whole),
+    // then every stage's summed over pp.
+    let aux = stage.aux.take().expect("every stage runs a layer");
+    let sp = plan.sequence_parallel && plan.tp > 1;
+    let aux = if sp {
+        aux
+    } else {
+        llama::reduce_if(&mut g, &aux, "tp", plan.tp)
+    };
+    let aux = llama::reduce_if(&mut g, &aux, "pp", pos.stages);
+    if let Some(ce) = stage.ce.take() {
+        let (group, size) = rank_plan.data_group();
+        let local_name = if size > 1 { "local_loss" } else { "loss" };
+        let local = g.binary(local_name, "aten.add.Tensor", &ce, &aux);
+        let loss = if size > 1 {
+            let total = g.all_reduce_sum(&local, group);
+            g.div_scalar("loss", &total, Arg::I(size as i64))
+        } else {
+            local
+        };
+        g.output(&loss);
+    }
+    if plan.forward_only {
+        return g;
+    }
+    let weights = &stage.w;
+    let w = |name: &str| weights[name].clone();
+    deepseek::finalize(&mut g, specs, &stage.acc, &w, rank_plan, plan.bug, base.lr);
+    g
+}
+
 /// The sizes and options a pipelined plan is built from.
 pub(crate) struct PipelinePlan<'a> {
     /// `mlp` or `llama`.
@@ -857,8 +1134,14 @@ pub(crate) struct PipelinePlan<'a> {
     pub llama: &'a LlamaConfig,
     /// The gpt2's sizes (when the model is `gpt2`).
     pub gpt2: &'a Gpt2Config,
-    /// gpt2: Megatron sequence parallelism within each stage.
+    /// gpt2, deepseek: Megatron sequence parallelism within each stage.
     pub sequence_parallel: bool,
+    /// The deepseek's sizes (when the model is `deepseek`).
+    pub deepseek: &'a DeepseekConfig,
+    /// deepseek: size of the `ep` mesh dim (1 for the other models).
+    pub ep: usize,
+    /// deepseek: the expert dispatcher.
+    pub dispatch: EpDispatch,
     /// Sizes of the `pp`, `dp` and `tp` mesh dims.
     pub pp: usize,
     /// Size of the `dp` mesh dim.
@@ -885,10 +1168,10 @@ pub(crate) fn check(
     local_batch: usize,
 ) -> Result<Division, String> {
     let pp = plan.pp;
-    if !["mlp", "llama", "gpt2"].contains(&plan.model) {
+    if !["mlp", "llama", "gpt2", "deepseek"].contains(&plan.model) {
         return Err(format!(
-            "pipeline parallelism (a pp mesh dim) applies to the mlp, llama and gpt2 models, not \
-             `{}`",
+            "pipeline parallelism (a pp mesh dim) applies to the mlp, llama, gpt2 and deepseek \
+             models, not `{}`",
             plan.model
         ));
     }
@@ -947,6 +1230,13 @@ pub(crate) fn build_ranks<'a>(
             [("tokens", Owner::First), ("labels", Owner::Last)],
             plan.gpt2.lr,
         ),
+        "deepseek" => (
+            plan.deepseek.base.layers,
+            plan.deepseek
+                .plan_params(&deepseek_rank(&plan, 0), plan.bug),
+            [("tokens", Owner::First), ("labels", Owner::Last)],
+            plan.deepseek.base.lr,
+        ),
         _ => (
             plan.llama.layers,
             plan.llama.params(tp, plan.vocab_parallel),
@@ -971,6 +1261,23 @@ pub(crate) fn build_ranks<'a>(
         }
     }
     let rank_graph = Box::new(move |rank: usize| {
+        if plan.model == "deepseek" {
+            let per_stage = dp * tp * plan.ep;
+            let stage = rank / per_stage;
+            let pos = Position {
+                stage,
+                stages: pp,
+                rank,
+                stride: per_stage,
+            };
+            let specs: Vec<Param> = params
+                .iter()
+                .zip(&owners)
+                .filter(|(_, &o)| holders(o, &division, plan.bug).contains(&stage))
+                .map(|(p, _)| p.clone())
+                .collect();
+            return build_deepseek_stage(&plan, pos, &specs, division.stage(stage, plan.bug));
+        }
         let stage = rank / (dp * tp);
         let pos = Position {
             stage,

@@ -262,7 +262,9 @@ pub const PRESETS: &[Preset] = &[
     },
     // Table 2 D1: DP 16, TP 4 (= EP), PP 2, 16 microbatches. The zoo carves ep out of data
     // parallelism (Megatron): dp=4 x ep=4 is the data-parallel degree 16 of the dense weights,
-    // ep=4 splits the experts, tp=4 the attention and each expert's inner width.
+    // ep=4 splits the experts, tp=4 the attention and each expert's inner width. 27 layers over
+    // 2 stages: 14 + 13, the last stage lighter (it also runs the LM head over the 102400-word
+    // vocabulary and the loss; the first stage's embedding is a lookup).
     Preset {
         name: "deepseek-v3-16b",
         model: "deepseek",
@@ -274,7 +276,8 @@ pub const PRESETS: &[Preset] = &[
             ffn: 2816,
             layers: 27,
             seq: 16384,
-            batch: 16,
+            // 16 microbatches of one sequence per data-parallel (dp x ep) rank.
+            batch: 256,
             vocab: 102400,
             moe: Some(MoeSizes {
                 moe_ffn: 1408,
@@ -282,15 +285,21 @@ pub const PRESETS: &[Preset] = &[
                 top_k: 6,
             }),
         },
-        mesh: &[("dp", 4), ("tp", 4), ("ep", 4)],
+        mesh: &[("pp", 2), ("dp", 4), ("tp", 4), ("ep", 4)],
         vocab_parallel: false,
-        pipeline: NO_PIPELINE,
+        // Table 2 gives no schedule: Megatron's default 1F1B.
+        pipeline: PipelineOptions {
+            microbatches: 16,
+            schedule: Schedule::OneFOneB,
+            first_stage_layers: None,
+            last_stage_layers: Some(13),
+        },
         table: D1,
         tiny_of: None,
         source: DEEPSEEK_SOURCE,
     },
-    // Table 2 D2: DP 16, TP 8 (= EP), PP 4, 16 microbatches; without pp, dp=2 x ep=8 (data
-    // parallel 16) x tp=8.
+    // Table 2 D2: DP 16, TP 8 (= EP), PP 4, 16 microbatches: dp=2 x ep=8 (data parallel 16) x
+    // tp=8, 60 layers in 4 even stages of 15.
     Preset {
         name: "deepseek-v3-236b",
         model: "deepseek",
@@ -302,7 +311,7 @@ pub const PRESETS: &[Preset] = &[
             ffn: 3072,
             layers: 60,
             seq: 16384,
-            batch: 16,
+            batch: 256,
             vocab: 102400,
             moe: Some(MoeSizes {
                 moe_ffn: 1536,
@@ -310,15 +319,20 @@ pub const PRESETS: &[Preset] = &[
                 top_k: 6,
             }),
         },
-        mesh: &[("dp", 2), ("tp", 8), ("ep", 8)],
+        mesh: &[("pp", 4), ("dp", 2), ("tp", 8), ("ep", 8)],
         vocab_parallel: false,
-        pipeline: NO_PIPELINE,
+        pipeline: PipelineOptions {
+            microbatches: 16,
+            schedule: Schedule::OneFOneB,
+            ..PipelineOptions::DEFAULT
+        },
         table: D2,
         tiny_of: None,
         source: DEEPSEEK_SOURCE,
     },
-    // Table 2 D3: DP 32, TP 8 (= EP), PP 8, 16 microbatches; without pp, dp=4 x ep=8 (data
-    // parallel 32) x tp=8.
+    // Table 2 D3: DP 32, TP 8 (= EP), PP 8, 16 microbatches: dp=4 x ep=8 (data parallel 32) x
+    // tp=8; 61 layers over 8 stages as 7 + 6 x 8 + 6: the first stage one layer lighter (the
+    // embedding, as Meta's 405B), the last two (the LM head over 129280 words and the loss).
     Preset {
         name: "deepseek-v3-671b",
         model: "deepseek",
@@ -330,7 +344,7 @@ pub const PRESETS: &[Preset] = &[
             ffn: 2048,
             layers: 61,
             seq: 16384,
-            batch: 32,
+            batch: 512,
             vocab: 129280,
             moe: Some(MoeSizes {
                 moe_ffn: 2048,
@@ -338,9 +352,14 @@ pub const PRESETS: &[Preset] = &[
                 top_k: 8,
             }),
         },
-        mesh: &[("dp", 4), ("tp", 8), ("ep", 8)],
+        mesh: &[("pp", 8), ("dp", 4), ("tp", 8), ("ep", 8)],
         vocab_parallel: false,
-        pipeline: NO_PIPELINE,
+        pipeline: PipelineOptions {
+            microbatches: 16,
+            schedule: Schedule::OneFOneB,
+            first_stage_layers: Some(7),
+            last_stage_layers: Some(6),
+        },
         table: D3,
         tiny_of: None,
         source: DEEPSEEK_SOURCE,
@@ -432,7 +451,7 @@ pub const PRESETS: &[Preset] = &[
             ffn: 8,
             layers: 27,
             seq: 8,
-            batch: 4,
+            batch: 8,
             vocab: 64,
             moe: Some(MoeSizes {
                 moe_ffn: 4,
@@ -440,9 +459,14 @@ pub const PRESETS: &[Preset] = &[
                 top_k: 3,
             }),
         },
-        mesh: &[("dp", 2), ("tp", 2), ("ep", 2)],
+        mesh: &[("pp", 2), ("dp", 2), ("tp", 2), ("ep", 2)],
         vocab_parallel: false,
-        pipeline: NO_PIPELINE,
+        pipeline: PipelineOptions {
+            microbatches: 2,
+            schedule: Schedule::OneFOneB,
+            first_stage_layers: None,
+            last_stage_layers: Some(13),
+        },
         table: D1,
         tiny_of: Some("deepseek-v3-16b"),
         source: "test-size variant of deepseek-v3-16b",
@@ -457,7 +481,7 @@ pub const PRESETS: &[Preset] = &[
             ffn: 8,
             layers: 60,
             seq: 8,
-            batch: 4,
+            batch: 8,
             vocab: 64,
             moe: Some(MoeSizes {
                 moe_ffn: 4,
@@ -465,9 +489,14 @@ pub const PRESETS: &[Preset] = &[
                 top_k: 3,
             }),
         },
-        mesh: &[("dp", 2), ("tp", 2), ("ep", 2)],
+        mesh: &[("pp", 2), ("dp", 2), ("tp", 2), ("ep", 2)],
         vocab_parallel: false,
-        pipeline: NO_PIPELINE,
+        pipeline: PipelineOptions {
+            microbatches: 2,
+            schedule: Schedule::OneFOneB,
+            first_stage_layers: None,
+            last_stage_layers: None,
+        },
         table: D2,
         tiny_of: Some("deepseek-v3-236b"),
         source: "test-size variant of deepseek-v3-236b",
@@ -482,7 +511,7 @@ pub const PRESETS: &[Preset] = &[
             ffn: 4,
             layers: 61,
             seq: 8,
-            batch: 4,
+            batch: 8,
             vocab: 64,
             moe: Some(MoeSizes {
                 moe_ffn: 4,
@@ -490,9 +519,14 @@ pub const PRESETS: &[Preset] = &[
                 top_k: 2,
             }),
         },
-        mesh: &[("dp", 2), ("tp", 2), ("ep", 2)],
+        mesh: &[("pp", 2), ("dp", 2), ("tp", 2), ("ep", 2)],
         vocab_parallel: false,
-        pipeline: NO_PIPELINE,
+        pipeline: PipelineOptions {
+            microbatches: 2,
+            schedule: Schedule::OneFOneB,
+            first_stage_layers: None,
+            last_stage_layers: Some(30),
+        },
         table: D3,
         tiny_of: Some("deepseek-v3-671b"),
         source: "test-size variant of deepseek-v3-671b",
@@ -641,17 +675,9 @@ impl Preset {
         }
         let mesh = self.mesh();
         if t.pp > 1 && mesh.size("pp") == 1 {
-            let why = if self.model == "llama" {
-                format!(
-                    "its {} layers do not split into {} equal stages",
-                    self.sizes.layers, t.pp
-                )
-            } else {
-                "the zoo pipelines the mlp and llama models only".to_string()
-            };
             note.push_str(&format!(
-                ", {} ranks without pp ({why}): every rank holds all {} layers, the \
-                 microbatches are not split",
+                ", {} ranks without pp: every rank holds all {} layers, the microbatches are \
+                 not split",
                 mesh.ranks(),
                 self.sizes.layers
             ));

@@ -494,6 +494,12 @@ const OTHER_REFUTED: &[(&str, &str, &str, &[&str])] = &[
         "dp=2",
         &["--zero", "1"],
     ),
+    (
+        "gpt2",
+        "sp-layernorm-grad-not-reduced",
+        "tp=2",
+        &["--sequence-parallel"],
+    ),
 ];
 
 #[test]

@@ -497,7 +497,7 @@ pub const BUGS: &[Bug] = &[
         source: "MISSION.md: layernorm weight gradient not registered for the SP all-reduce (Entangle; TTrace: layernorm weights not synchronized under SP, Megatron-LM)",
         description: "under sequence parallelism the LayerNorm weight and bias gradients, computed on sequence chunks, are not all-reduced over tp",
         parallelism: "tp with --sequence-parallel (full iteration)",
-        engines: "run",
+        engines: "run, verify",
         spec_op: "aten.sub.Tensor of the SGD step of the LayerNorm weights and biases",
         mutation: Mutation::SpLayernormGradNotReduced,
         needs_dp: false,

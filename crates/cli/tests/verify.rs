@@ -393,6 +393,9 @@ fn pipelines_verify_through_send_and_recv() {
         ("mlp", "pp=2,dp=2,tp=2", &["--pp-schedule", "1f1b"][..]),
         ("mlp", "pp=2", &["--forward-only"][..]),
         ("llama", "pp=2", &[][..]),
+        // The tied token embedding held by the first and last stages, its shares all-reduced.
+        ("gpt2", "pp=2", &[][..]),
+        ("deepseek", "pp=2", &["--forward-only", "--batch", "8"][..]),
     ] {
         let dir = tempfile::tempdir().unwrap();
         let mut args = vec!["--layers", "2", "--microbatches", "2"];

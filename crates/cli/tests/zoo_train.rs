@@ -94,6 +94,11 @@ const PLANS: &[(&str, &[&str])] = &[
         "dp=2,tp=2",
         &["--clip-grad", "0.01", "--grad-accum", "2", "--zero", "2"],
     ),
+    // ZeRO-1 clips by the norm of the rank's shards summed over dp, like ZeRO-2/3.
+    (
+        "dp=2,tp=2",
+        &["--optimizer", "adam", "--clip-grad", "0.01", "--zero", "1"],
+    ),
 ];
 
 fn check_plans(model: &str, plans: &[(&str, &[&str])]) {

@@ -708,7 +708,7 @@ fn reduce_over_dp(g: &mut GraphBuilder, step: &Step, grad: Val, shard_dim: Optio
 /// gradient counts once over the ranks the norm is all-reduced over. A parameter replicated
 /// over tp counts on tp rank 0 only (Megatron's `param_is_not_tensor_parallel_duplicate`; the
 /// planted bug counts it on every tp rank), a kv head held by several tp ranks on the first;
-/// under ZeRO-2/3 (norm all-reduced over dp too) a parameter kept whole on every dp rank on dp
+/// under ZeRO (norm all-reduced over dp too) a parameter kept whole on every dp rank on dp
 /// rank 0 only.
 fn counted_in_norm(step: &Step, item: &Pending) -> bool {
     if step.shared_copies.contains(&item.param.name.as_str()) {
@@ -722,13 +722,13 @@ fn counted_in_norm(step: &Step, item: &Pending) -> bool {
         TpLayout::ShardReplicas { replicas, .. } => step.tp_rank.is_multiple_of(replicas),
     };
     let over_dp =
-        !step.zero_at_least(ZeroStage::Two) || item.shard_dim.is_some() || { step.dp_rank == 0 };
+        !step.zero_at_least(ZeroStage::One) || item.shard_dim.is_some() || { step.dp_rank == 0 };
     over_tp && over_dp
 }
 
 /// `clamp(max_norm / (norm + 1e-6), max = 1)` for the global norm of the gradients (PyTorch's
 /// `clip_grad_norm_`): each rank sums the squares of the gradients it counts, the sum is
-/// all-reduced over tp (over dp under ZeRO-2/3, whose gradients are dp shards; over pp under
+/// all-reduced over tp (over dp under ZeRO, whose gradients are dp shards; over pp under
 /// pipeline parallelism, whose stages hold different parameters), then the root is taken.
 fn clip_coefficient(g: &mut GraphBuilder, step: &Step, items: &[Pending], max_norm: f64) -> Val {
     let mut total: Option<Val> = None;
@@ -747,7 +747,9 @@ fn clip_coefficient(g: &mut GraphBuilder, step: &Step, items: &[Pending], max_no
     if step.tp > 1 {
         total = g.all_reduce_sum(&total, "tp");
     }
-    if step.zero_at_least(ZeroStage::Two) {
+    // Under every ZeRO stage a rank's gradients are its dp shards (ZeRO-1 keeps its shard of
+    // the all-reduced gradient), so the squares are summed over dp as well.
+    if step.zero_at_least(ZeroStage::One) {
         total = g.all_reduce_sum(&total, "dp");
     }
     if step.stages > 1 {

@@ -1851,6 +1851,13 @@ fn leaf_ranks(e: &RecExpr<Term>, root: Id) -> BTreeSet<usize> {
     out
 }
 
+/// Whether a relation is a sum over ranks at its top (a partial sum).
+fn is_rank_sum(e: &RecExpr<Term>) -> bool {
+    e.as_ref()
+        .last()
+        .is_some_and(|t| matches!(t, Term::Op(s, _) if s.as_str() == SUM))
+}
+
 /// The ranks each summand of a rank sum reads (empty when `e` is no sum).
 fn summands_of(e: &RecExpr<Term>) -> Vec<BTreeSet<usize>> {
     match e.as_ref().last() {
@@ -2000,11 +2007,6 @@ fn blame(
     let deferrable = |partial_sum: &RecExpr<Term>| {
         let n = &spec.nodes[stop.node];
         let op = n.op().map(|o| o.to_string()).unwrap_or_default();
-        let is_sum = |e: &RecExpr<Term>| {
-            e.as_ref()
-                .last()
-                .is_some_and(|t| matches!(t, Term::Op(s, _) if s.as_str() == SUM))
-        };
         let summands = summands_of(partial_sum);
         if summands.is_empty() {
             return false;
@@ -2017,7 +2019,7 @@ fn blame(
             let Some(State::Related(r)) = state.get(x) else {
                 continue;
             };
-            if r.exprs.iter().any(is_sum) {
+            if r.exprs.iter().any(is_rank_sum) {
                 if !crate::lemmas::may_be_linear_in(&op, i) {
                     return false;
                 }
@@ -2045,11 +2047,7 @@ fn blame(
     // relations stop only where something nonlinear reads it: the bug is where the partial
     // sum was first added to, the point a reduction was due.
     let partial = |x: &ValueId| match state.get(x) {
-        Some(State::Related(r)) => r.exprs.iter().any(|e| {
-            e.as_ref()
-                .last()
-                .is_some_and(|t| matches!(t, Term::Op(s, _) if s.as_str() == SUM))
-        }),
+        Some(State::Related(r)) => r.exprs.iter().any(is_rank_sum),
         _ => false,
     };
     let absorbed = |x: &ValueId| {
@@ -2181,12 +2179,12 @@ fn blame(
                 }
                 // Reduced further downstream, after more operators: the engine lacks the
                 // lemma that relates the path, which is no evidence of a bug.
-                let reduced_later = !reduced
-                    && late_op.is_none()
-                    && deferrable(e)
-                    && leaves
+                let reduced_later = !reduced && late_op.is_none() && deferrable(e) && {
+                    let summands = summands_of(e);
+                    leaves
                         .iter()
-                        .any(|l| reaches_collective(case, imp, *l, &summands_of(e)));
+                        .any(|l| reaches_collective(case, imp, *l, &summands))
+                };
                 if matches!(top, Some(Term::Op(s, _)) if s.as_str() == SUM)
                     && !reduced
                     && !reduced_later

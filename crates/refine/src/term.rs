@@ -8,16 +8,78 @@
 //!   schema order, defaults filled in, so equal calls are equal terms however they were written;
 //! - `f:0.5`, `b:true`, `none`, `dt:f16`, `s:...`, `list` — literal arguments.
 
-use egg::{define_language, Analysis, DidMerge, EGraph, Id, Symbol};
+use egg::{Analysis, DidMerge, EGraph, FromOp, Id, Language, Symbol};
 use shardproof_ir::{Arg, DType, ValueId};
 use shardproof_ops::{Meta, Registry, Tensor, Values};
 use std::collections::HashMap;
 
-define_language! {
-    /// A node of a term: an integer or an operator over children.
-    pub enum Term {
-        Num(i64),
-        Op(Symbol, Vec<Id>),
+/// A node of a term: an integer or an operator over children.
+///
+/// Written by hand rather than with `define_language!`: the macro's discriminant is the enum
+/// variant, so every operator node would share one discriminant and each lemma's search would
+/// scan every e-class of the graph. Here the discriminant is the operator symbol, so egg's
+/// per-operator class index hands a lemma only the classes holding its root operators.
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Clone)]
+pub enum Term {
+    /// An integer literal (a dim, an offset, a size).
+    Num(i64),
+    /// An operator symbol over its children.
+    Op(Symbol, Vec<Id>),
+}
+
+impl Language for Term {
+    /// `None` for integers, the operator symbol otherwise.
+    type Discriminant = Option<Symbol>;
+
+    #[inline(always)]
+    fn discriminant(&self) -> Self::Discriminant {
+        match self {
+            Term::Num(_) => None,
+            Term::Op(sym, _) => Some(*sym),
+        }
+    }
+
+    #[inline(always)]
+    fn matches(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Term::Num(a), Term::Num(b)) => a == b,
+            (Term::Op(a, l), Term::Op(b, r)) => a == b && l.len() == r.len(),
+            _ => false,
+        }
+    }
+
+    fn children(&self) -> &[Id] {
+        match self {
+            Term::Num(_) => &[],
+            Term::Op(_, ids) => ids,
+        }
+    }
+
+    fn children_mut(&mut self) -> &mut [Id] {
+        match self {
+            Term::Num(_) => &mut [],
+            Term::Op(_, ids) => ids,
+        }
+    }
+}
+
+impl std::fmt::Display for Term {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Term::Num(n) => std::fmt::Display::fmt(n, f),
+            Term::Op(sym, _) => std::fmt::Display::fmt(sym, f),
+        }
+    }
+}
+
+impl FromOp for Term {
+    type Error = std::convert::Infallible;
+
+    fn from_op(op: &str, children: Vec<Id>) -> Result<Self, Self::Error> {
+        Ok(match op.parse::<i64>() {
+            Ok(n) if children.is_empty() => Term::Num(n),
+            _ => Term::Op(op.into(), children),
+        })
     }
 }
 

@@ -1951,6 +1951,45 @@ fn fused_product(t: &Tpl) -> Option<&Tpl> {
     }
 }
 
+/// Whether some float spec tensor computed from the values of `v` (transitively; shapes and
+/// dtypes alone do not count) has a clean relation: then whatever `v` lacks (a constant factor
+/// a later average supplies, a partial sum a later reduction completes) was made good
+/// downstream, and `v` is not where relations broke.
+fn has_clean_descendant(
+    spec: &IrGraph,
+    state: &HashMap<ValueId, State>,
+    is_float: &dyn Fn(&ValueId) -> bool,
+    v: ValueId,
+) -> bool {
+    const SHAPE_ONLY: &[&str] = &[
+        "aten.zeros_like.default",
+        "aten.ones_like.default",
+        "aten.empty_like.default",
+        "aten.full_like.default",
+        "aten.new_zeros.default",
+        "aten.new_ones.default",
+        "aten.new_empty.default",
+        "aten.new_full.default",
+        "aten.sym_size.int",
+    ];
+    let mut reached = vec![false; spec.nodes.len()];
+    for (n, node) in spec.nodes.iter().enumerate().skip(v.node + 1) {
+        if node
+            .op()
+            .is_some_and(|o| SHAPE_ONLY.contains(&o.to_string().as_str()))
+        {
+            continue;
+        }
+        reached[n] = node
+            .inputs()
+            .iter()
+            .any(|i| *i == v || (i.node != v.node && reached[i.node]));
+    }
+    state
+        .iter()
+        .any(|(k, s)| reached[k.node] && is_float(k) && matches!(s, State::Related(r) if r.clean))
+}
+
 fn blame(
     case: &Case,
     imp: &Impl,
@@ -1972,8 +2011,15 @@ fn blame(
     let mut frontier: Vec<ValueId> = Vec::new();
     let mut seen = HashSet::new();
     let mut stack = vec![out];
+    // Memoized: the walk may meet a value along several paths.
+    let mut compensated_memo: HashMap<ValueId, bool> = HashMap::new();
+    let mut compensated = |v: ValueId| {
+        *compensated_memo
+            .entry(v)
+            .or_insert_with(|| has_clean_descendant(spec, state, &is_float, v))
+    };
     while let Some(v) = stack.pop() {
-        if !seen.insert(v) || is_clean(&v) {
+        if !seen.insert(v) || is_clean(&v) || (v != out && compensated(v)) {
             continue;
         }
         if v != out && !scales_itself(&spec.nodes[v.node]) && scaled_clean(state.get(&v)) {
@@ -1991,6 +2037,7 @@ fn blame(
             // against its own shard range): the data path decides where relations stop.
             .filter(|i| is_float(i))
             .collect();
+        let unclean: Vec<ValueId> = unclean.into_iter().filter(|&i| !compensated(i)).collect();
         if unclean.is_empty() {
             frontier.push(v);
         } else {
@@ -2258,17 +2305,10 @@ fn blame(
     if hint.is_none() {
         hint = misaligned_pieces(case, imp, state, node);
     }
-    if hint.is_none() && !scales_itself(node) {
-        if let Some(Some(Term::Op(s, _))) = match state.get(&v) {
-            Some(State::Related(r)) if !r.clean => {
-                r.exprs.first().map(|e| e.as_ref().last().cloned())
-            }
-            _ => None,
-        } {
-            if s.as_str() == SCALE {
-                hint = Some("the value is the implementation's off by a constant factor (wrong scaling, e.g. a missing or extra division by the parallel degree)".into());
-            }
-        }
+    // Only a constant multiple of a clean expression is the implementation's value off by a
+    // factor; a computed expression that happens to end in the spec's own scaling is not.
+    if hint.is_none() && !scales_itself(node) && scaled_clean(state.get(&v)) {
+        hint = Some("the value is the implementation's off by a constant factor (wrong scaling, e.g. a missing or extra division by the parallel degree)".into());
     }
     let file = spec
         .path

@@ -7,7 +7,7 @@
 //! Entangle paper, section 4.3.2). Every lemma carries examples; `tests::every_lemma_is_sound`
 //! instantiates each with random values and checks both sides with the reference kernels.
 
-use crate::term::{Data, Shapes, Term, CAT, GET, LIST, MAX, SLICE, SUM};
+use crate::term::{Data, Shapes, Term, CAT, GET, LIST, MAX, MIN, SLICE, SUM};
 use egg::{Applier, EGraph, Id, Pattern, PatternAst, Rewrite, Subst, Symbol, Var};
 use std::sync::Arc;
 
@@ -105,7 +105,7 @@ fn root_arities(reg: &shardproof_ops::Registry, root: &str) -> Vec<usize> {
         SCALE | crate::term::VOCAB_LOOKUP | crate::term::VOCAB_PICK => vec![3],
         SLICE => vec![4],
         GET => vec![2],
-        SUM | MAX | crate::term::MIN => (2..=16).collect(),
+        SUM | MAX | MIN => (2..=16).collect(),
         CAT => (3..=17).collect(),
         _ => shardproof_ir::OpName::parse(root)
             .and_then(|o| reg.get(&o))
@@ -314,6 +314,32 @@ pub const ELEMENTWISE: &[(&str, &[usize], &[usize], bool)] = &[
     ("aten.logical_not.default", &[0], &[], false),
     ("aten.bitwise_not.default", &[0], &[], false),
     ("aten.clamp.default", &[0], &[], false),
+    ("aten.sign.default", &[0], &[], false),
+    ("aten.sgn.default", &[0], &[], false),
+    ("aten.floor.default", &[0], &[], false),
+    ("aten.ceil.default", &[0], &[], false),
+    ("aten.round.default", &[0], &[], false),
+    ("aten.trunc.default", &[0], &[], false),
+    ("aten.fix.default", &[0], &[], false),
+    ("aten.frac.default", &[0], &[], false),
+    ("aten.exp2.default", &[0], &[], false),
+    ("aten.expm1.default", &[0], &[], false),
+    ("aten.log2.default", &[0], &[], false),
+    ("aten.log10.default", &[0], &[], false),
+    ("aten.log1p.default", &[0], &[], false),
+    ("aten.tan.default", &[0], &[], false),
+    ("aten.asin.default", &[0], &[], false),
+    ("aten.acos.default", &[0], &[], false),
+    ("aten.atan.default", &[0], &[], false),
+    ("aten.sinh.default", &[0], &[], false),
+    ("aten.cosh.default", &[0], &[], false),
+    ("aten.asinh.default", &[0], &[], false),
+    ("aten.acosh.default", &[0], &[], false),
+    ("aten.atanh.default", &[0], &[], false),
+    ("aten.erfc.default", &[0], &[], false),
+    ("aten.erfinv.default", &[0], &[], false),
+    ("aten.clamp_min.default", &[0], &[], false),
+    ("aten.clamp_max.default", &[0], &[], false),
     (SCALE, &[2], &[2], false),
 ];
 
@@ -1351,11 +1377,14 @@ pub fn library() -> Vec<Lemma> {
     // Reductions.
     l.push(Lemma {
         name: "reduce-over-cat",
-        doc: "sum over dims of cat_d(x_i): a sum over ranks of the pieces' sums when d is reduced, else the cat of the pieces' sums (dim renumbered); max along d is the max over ranks",
+        doc: "sum over dims of cat_d(x_i): a sum over ranks of the pieces' sums when d is reduced, else the cat of the pieces' sums (dim renumbered); max (min) along d is the max (min) over ranks",
         roots: vec![
             "aten.sum.dim_IntList".into(),
             "aten.sum.default".into(),
             "aten.amax.default".into(),
+            "aten.amin.default".into(),
+            "aten.max.default".into(),
+            "aten.min.default".into(),
             "aten.mean.default".into(),
             "aten.mean.dim".into(),
         ],
@@ -1364,23 +1393,42 @@ pub fn library() -> Vec<Lemma> {
             ("(aten.sum.dim_IntList (cat 1 %r0:a %r1:a) (list 0) b:false none)", &[("a", "f64[2,3]")]),
             ("(aten.sum.default (cat 1 %r0:a %r1:a) none)", &[("a", "f64[2,3]")]),
             ("(aten.amax.default (cat 1 %r0:a %r1:a) (list 1) b:true)", &[("a", "f64[2,3]")]),
+            ("(aten.amin.default (cat 0 %r0:a %r1:a) (list 0) b:false)", &[("a", "f64[2,3]")]),
+            ("(aten.max.default (cat 1 %r0:a %r1:a))", &[("a", "f64[2,3]")]),
+            ("(aten.min.default (cat 0 %r0:a %r1:a))", &[("a", "f64[2,3]")]),
             ("(aten.mean.default (cat 0 %r0:a %r1:a) none)", &[("a", "f64[2,3]")]),
             ("(aten.mean.dim (cat 1 %r0:a %r1:a) (list 1) b:false none)", &[("a", "f64[2,3]")]),
         ],
         requires: None,
         build: Arc::new(|g, eclass, kids| {
-            let roots = ["aten.sum.dim_IntList", "aten.sum.default", "aten.amax.default", "aten.mean.default", "aten.mean.dim"];
+            let roots = [
+                "aten.sum.dim_IntList",
+                "aten.sum.default",
+                "aten.amax.default",
+                "aten.amin.default",
+                "aten.max.default",
+                "aten.min.default",
+                "aten.mean.default",
+                "aten.mean.dim",
+            ];
             let Some(sym) = node_sym(g, eclass, kids, &roots) else {
                 return vec![];
             };
-            let whole = matches!(sym.as_str(), "aten.sum.default" | "aten.mean.default");
+            let whole = matches!(
+                sym.as_str(),
+                "aten.sum.default" | "aten.mean.default" | "aten.max.default" | "aten.min.default"
+            );
             let mean = sym.as_str().starts_with("aten.mean");
             let Some(src) = shape(g, kids[0]) else { return vec![] };
             let all: Vec<i64> = (0..src.len() as i64).collect();
             let dims = if whole { all.clone() } else { int_list(g, kids[1]).unwrap_or_default() };
             let dims = if dims.is_empty() { all } else { dims };
             let keep = !whole && is_true(g, kids[2]);
-            let combine = if sym.as_str() == "aten.amax.default" { MAX } else { SUM };
+            let combine = match sym.as_str() {
+                "aten.amax.default" | "aten.max.default" => MAX,
+                "aten.amin.default" | "aten.min.default" => MIN,
+                _ => SUM,
+            };
             let mut out = Vec::new();
             for (d, pieces) in cats(g, kids[0]) {
                 let parts: Vec<Id> = pieces.iter().map(|&p| g.add(with_kids(sym, kids, &[(0, p)]))).collect();
@@ -1462,7 +1510,7 @@ pub fn library() -> Vec<Lemma> {
                     let parts = output_per_piece(g, s, &ck, kids[0], &pieces);
                     if d as i64 == dim {
                         if k == 0 {
-                            out.push(op(g, if s.as_str() == "aten.max.dim" { MAX } else { crate::term::MIN }, parts));
+                            out.push(op(g, if s.as_str() == "aten.max.dim" { MAX } else { MIN }, parts));
                         }
                     } else {
                         let nd = if keep || (d as i64) < dim { d } else { d - 1 };

@@ -3,6 +3,9 @@
 //! prints one line per case. Run with `cargo bench -p shardproof-refine --bench verify` (release build); set
 //! `SHARDPROOF_SHARED` to the shared folder to include the samples (default `../shared`).
 //!
+//! A word after `--` keeps only the cases whose label contains it
+//! (`cargo bench -p shardproof-refine --bench verify -- megatron`).
+//!
 //! Figures are printed, never asserted: timings depend on the machine.
 
 use shardproof_case::{load_case, Case};
@@ -23,6 +26,14 @@ fn shared() -> Option<PathBuf> {
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared"));
     dir.join("samples/entangle").is_dir().then_some(dir)
+}
+
+/// The label filter: the first argument that is not a flag (cargo passes `--bench`).
+fn selected(label: &str) -> bool {
+    std::env::args()
+        .skip(1)
+        .find(|a| !a.starts_with("--"))
+        .is_none_or(|word| label.contains(&word))
 }
 
 fn run(label: &str, case: &Case, repeats: usize) {
@@ -82,10 +93,12 @@ fn main() {
         let gpt = tmp.path().join("gpt.yaml");
         std::fs::write(&gpt, text + GPT_CONSTANTS).expect("write case");
         match load_case(&gpt) {
+            _ if !selected("megatron") => {}
             Ok(c) => run("megatron gpt tp2+sp+vp (case-tp2 + constants)", &c, 5),
             Err(e) => println!("megatron gpt: {e}"),
         }
         match load_case(&samples.join("case-bug-tp2.yaml")) {
+            _ if !selected("megatron") => {}
             Ok(c) => run("megatron missing all-reduce (case-bug-tp2)", &c, 5),
             Err(e) => println!("megatron bug: {e}"),
         }
@@ -154,7 +167,7 @@ fn main() {
             options("deepseek", mesh, 2, true),
         ));
     }
-    for case in &cases {
+    for case in cases.iter().filter(|c| selected(&c.0)) {
         let label = &case.0;
         let tmp = tempfile::tempdir().expect("temp dir");
         match zoo_case(tmp.path(), case) {

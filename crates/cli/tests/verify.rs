@@ -503,6 +503,7 @@ const OTHER_REFUTED: &[(&str, &str, &str, &[&str])] = &[
         "tp=2",
         &["--sequence-parallel"],
     ),
+    ("mlp", "fp8-amax-wrong-group", "dp=2,tp=2", &["--fp8"]),
 ];
 
 #[test]

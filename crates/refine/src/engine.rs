@@ -2206,12 +2206,18 @@ fn blame(
                 let mut summed: Vec<usize> = leaves.iter().filter_map(|l| l.rank).collect();
                 summed.sort_unstable();
                 summed.dedup();
-                if matches!(top, Some(Term::Op(s, _)) if s.as_str() == SUM)
-                    && reduced
-                    && !groups.is_empty()
-                    && groups.iter().all(|g| g.len() > 1 && *g != summed)
-                    && hint.is_none()
-                {
+                let reduction = match top {
+                    Some(Term::Op(s, _)) if s.as_str() == SUM => Some("sum"),
+                    Some(Term::Op(s, _)) if s.as_str() == MAX => Some("max"),
+                    Some(Term::Op(s, _)) if s.as_str() == MIN => Some("min"),
+                    _ => None,
+                };
+                if let Some(kind) = reduction.filter(|_| {
+                    reduced
+                        && !groups.is_empty()
+                        && groups.iter().all(|g| g.len() > 1 && *g != summed)
+                        && hint.is_none()
+                }) {
                     let show = |v: &[usize]| {
                         v.iter()
                             .map(|r| format!("r{r}"))
@@ -2219,7 +2225,7 @@ fn blame(
                             .join(", ")
                     };
                     hint = Some(format!(
-                        "{subject} is a sum over ranks {}, but the implementation's collectives over those tensors reduce over {} (a collective on the wrong process group?)",
+                        "{subject} is a {kind} over ranks {}, but the implementation's collectives over those tensors reduce over {} (a collective on the wrong process group?)",
                         show(&summed),
                         groups.iter().map(|g| format!("[{}]", show(g))).collect::<Vec<_>>().join(", ")
                     ));

@@ -754,6 +754,7 @@ pub const BUGS: &[Bug] = &[
         needs_tp: true,
         changes_loss: true,
         models: MLP,
+        engines: "run, verify",
         ..DEEPSEEK_BUG
     },
     Bug {

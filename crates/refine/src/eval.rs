@@ -3,7 +3,8 @@
 
 use crate::lemmas::SCALE;
 use crate::term::{
-    literal_arg, parse_leaf, Term, CAT, GET, LIST, MAX, MIN, SLICE, SUM, VOCAB_LOOKUP, VOCAB_PICK,
+    literal_arg, parse_leaf, Term, CAT, GET, LIST, MAX, MIN, SLICE, SUM, VOCAB_GRAD, VOCAB_LOOKUP,
+    VOCAB_ONEHOT, VOCAB_PICK,
 };
 use egg::RecExpr;
 use shardproof_ir::{Arg, DType, OpName, ValueId};
@@ -44,6 +45,9 @@ pub fn eval(expr: &RecExpr<Term>, leaves: &HashMap<String, Tensor>) -> Result<Ve
                         .get(&key)
                         .cloned()
                         .ok_or(format!("no value for leaf {key}"))?])
+                } else if kids.is_empty() && s == LIST {
+                    // An empty list (the shape of a 0-d `full`).
+                    Val::Arg(Arg::List(Vec::new()))
                 } else if kids.is_empty() {
                     Val::Arg(literal_arg(s).ok_or(format!("unknown literal {s}"))?)
                 } else {
@@ -144,6 +148,15 @@ pub fn eval(expr: &RecExpr<Term>, leaves: &HashMap<String, Tensor>) -> Result<Ve
                                 data,
                             )])
                         }
+                        VOCAB_ONEHOT => {
+                            Val::Tensors(vec![vocab_onehot(&tensor(0)?, int(1)?, int(2)?)?])
+                        }
+                        VOCAB_GRAD => Val::Tensors(vec![vocab_grad(
+                            &tensor(0)?,
+                            &tensor(1)?,
+                            int(2)?,
+                            int(3)?,
+                        )?]),
                         GET => match kid(1) {
                             Val::Tensors(ts) => Val::Tensors(vec![ts
                                 .get(int(0)? as usize)
@@ -183,6 +196,45 @@ pub fn eval(expr: &RecExpr<Term>, leaves: &HashMap<String, Tensor>) -> Result<Ve
         Some(Val::Tensors(t)) => Ok(t),
         _ => Err("the expression is not a tensor".into()),
     }
+}
+
+/// `(vocab_onehot t s w)`: true at column `t - s` of each row where `s <= t < s + w`.
+fn vocab_onehot(t: &Tensor, s: i64, w: i64) -> Result<Tensor, String> {
+    let width = usize::try_from(w).map_err(|_| "vocab_onehot of a negative width")?;
+    let mut data = vec![0.0; t.data.len() * width];
+    for (p, &i) in t.data.iter().enumerate() {
+        let c = i as i64 - s;
+        if (0..w).contains(&c) {
+            data[p * width + c as usize] = 1.0;
+        }
+    }
+    let mut shape = t.meta.shape.clone();
+    shape.push(width);
+    Ok(Tensor::new(Meta::new(DType::Bool, shape), data))
+}
+
+/// `(vocab_grad G t s n)`: row `r` sums the rows of `G` at the positions where `t = s + r`.
+fn vocab_grad(grad: &Tensor, t: &Tensor, s: i64, n: i64) -> Result<Tensor, String> {
+    let rows = usize::try_from(n).map_err(|_| "vocab_grad of a negative row count")?;
+    let h = *grad
+        .meta
+        .shape
+        .last()
+        .ok_or("vocab_grad of a 0-d gradient")?;
+    if grad.data.len() != t.data.len() * h {
+        return Err("vocab_grad: the gradient is not one row per index".into());
+    }
+    let mut data = vec![0.0; rows * h];
+    for (p, &i) in t.data.iter().enumerate() {
+        let r = i as i64 - s;
+        if (0..n).contains(&r) {
+            let r = r as usize;
+            for c in 0..h {
+                data[r * h + c] += grad.data[p * h + c];
+            }
+        }
+    }
+    Ok(Tensor::new(Meta::new(grad.meta.dtype, vec![rows, h]), data))
 }
 
 /// Dropout under the same-mask assumption: an element's keep bit is a hash of its value, so the

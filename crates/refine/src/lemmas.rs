@@ -12,6 +12,7 @@ use egg::{Applier, EGraph, Id, Pattern, PatternAst, Rewrite, Subst, Symbol, Var}
 use std::sync::Arc;
 
 mod rows;
+mod vocab;
 
 /// The e-graph type of the engine.
 pub type Graph = EGraph<Term, Shapes>;
@@ -102,7 +103,10 @@ impl Lemma {
 /// operators, and every group size up to 16 for the variadic `sum`/`cat`.
 fn root_arities(reg: &shardproof_ops::Registry, root: &str) -> Vec<usize> {
     match root {
-        SCALE | crate::term::VOCAB_LOOKUP | crate::term::VOCAB_PICK => vec![3],
+        SCALE | crate::term::VOCAB_LOOKUP | crate::term::VOCAB_PICK | crate::term::VOCAB_ONEHOT => {
+            vec![3]
+        }
+        crate::term::VOCAB_GRAD => vec![4],
         SLICE => vec![4],
         GET => vec![2],
         SUM | MAX | MIN => (2..=16).collect(),
@@ -2129,6 +2133,7 @@ pub fn library() -> Vec<Lemma> {
         }),
     });
     l.extend(rows::lemmas());
+    l.extend(vocab::lemmas());
     l
 }
 

@@ -104,6 +104,14 @@ pub const VOCAB_LOOKUP: &str = "vocab_lookup";
 /// `s <= t < s + X.shape[-1]` and zero elsewhere (the target logit of vocab-parallel
 /// cross-entropy).
 pub const VOCAB_PICK: &str = "vocab_pick";
+/// The one-hot of targets within a vocabulary shard: `(vocab_onehot t s w)` is a boolean
+/// `[.., w]` tensor, true at column `t - s` where `s <= t < s + w` (a row of zeros elsewhere):
+/// the target one-hot of vocab-parallel cross-entropy's backward.
+pub const VOCAB_ONEHOT: &str = "vocab_onehot";
+/// Rows of the embedding gradient for a vocabulary shard: `(vocab_grad G t s n)` is the
+/// `[n, H]` tensor whose row `r` sums the rows `G[p]` with `t[p] = s + r` (rows `[s, s + n)` of
+/// `embedding_dense_backward(G, t, ..)`; targets outside the shard contribute nothing).
+pub const VOCAB_GRAD: &str = "vocab_grad";
 
 /// The symbol of an implementation tensor leaf.
 pub fn leaf_symbol(rank: usize, name: &str) -> String {
@@ -270,6 +278,24 @@ impl Analysis<Term> for Shapes {
                     && x.shape[..t.shape.len()] == t.shape[..]
                     && !t.dtype.is_float())
                 .then(|| vec![Meta::new(x.dtype, t.shape.clone())])
+            })(),
+            VOCAB_ONEHOT => (|| {
+                let (t, w) = (meta(0)?, usize::try_from(int(2)?).ok()?);
+                int(1)?;
+                if t.dtype.is_float() {
+                    return None;
+                }
+                let mut shape = t.shape.clone();
+                shape.push(w);
+                Some(vec![Meta::new(DType::Bool, shape)])
+            })(),
+            VOCAB_GRAD => (|| {
+                let (grad, t, n) = (meta(0)?, meta(1)?, usize::try_from(int(3)?).ok()?);
+                int(2)?;
+                (grad.shape.len() == t.shape.len() + 1
+                    && grad.shape[..t.shape.len()] == t.shape[..]
+                    && !t.dtype.is_float())
+                .then(|| vec![Meta::new(grad.dtype, vec![n, grad.shape[t.shape.len()]])])
             })(),
             GET => (|| {
                 let k = usize::try_from(int(0)?).ok()?;

@@ -1,0 +1,384 @@
+//! Lemmas for the backward of vocabulary parallelism (Megatron's vocab-parallel cross-entropy
+//! and embedding).
+//!
+//! The spec's cross-entropy backward, `_log_softmax_backward_data(nll_loss_backward(g, ..))`,
+//! is `g * (softmax(x) - one_hot(t))`; Megatron computes it per vocabulary shard from the
+//! all-reduced row max and sum of exponentials, with the one-hot restricted to the shard
+//! (`eq(masked index, arange(w)) & ~out_of_range`). Both sides meet in two canonical terms:
+//! `vocab_onehot(t, s, w)` (the one-hot of the targets within the shard `[s, s + w)`) and
+//! `vocab_grad(G, t, s, n)` (rows `[s, s + n)` of the embedding gradient), which narrow under
+//! slices of the vocabulary dim, so the spec's whole-vocabulary terms split into the ranks'.
+
+use super::{
+    cats, int, is_false, is_none, is_one, masked_shard_index, node_sym, num, op, shape, slice,
+    views, with_kids, Graph, Lemma, LIST, SLICE,
+};
+use crate::term::{Term, VOCAB_GRAD, VOCAB_ONEHOT};
+use egg::{Id, Symbol};
+use std::sync::Arc;
+
+/// The lemmas of this module.
+pub(super) fn lemmas() -> Vec<Lemma> {
+    vec![
+        masked_onehot(),
+        onehot_over_cat(),
+        embedding_grad_rows(),
+        masked_embedding_grad(),
+        vocab_slice(),
+        log_softmax_backward_of_nll(),
+    ]
+}
+
+/// Megatron's shard one-hot: `bitwise_and(eq(view(idx, [.., 1]), arange(w)),
+/// bitwise_not(view(m, [.., 1])))` with `idx = masked_fill(t - s, m, c)`,
+/// `m = (t < s) | (t >= s + w)`, `0 <= c < w`, is `vocab_onehot(t, s, w)`: an out-of-range row
+/// is all false (its mask), an in-range row true exactly at column `t - s`.
+fn masked_onehot() -> Lemma {
+    Lemma {
+        name: "vocab-masked-onehot",
+        doc: "bitwise_and(eq(view(masked_fill(t - s, m, c), [.., 1]), arange(w)), bitwise_not(view(m, [.., 1]))) with m = (t < s) | (t >= s + w), 0 <= c < w, is vocab_onehot(t, s, w)",
+        roots: vec!["aten.bitwise_and.Tensor".into()],
+        examples: vec![
+            (
+                "(aten.bitwise_and.Tensor (aten.eq.Tensor (aten.view.default (aten.masked_fill.Scalar (aten.sub.Scalar %r0:t 3 1) (aten.bitwise_or.Tensor (aten.lt.Scalar %r0:t 3) (aten.ge.Scalar %r0:t 7)) 0) (list 5 1)) (aten.arange.start 0 4 none none dev b:false)) (aten.bitwise_not.default (aten.view.default (aten.bitwise_or.Tensor (aten.lt.Scalar %r0:t 3) (aten.ge.Scalar %r0:t 7)) (list 5 1))))",
+                &[("t", "i64[5]<10")],
+            ),
+            // Operands the other way round, shard at 0.
+            (
+                "(aten.bitwise_and.Tensor (aten.bitwise_not.default (aten.view.default (aten.bitwise_or.Tensor (aten.lt.Scalar %r0:t 0) (aten.ge.Scalar %r0:t 3)) (list 2 3 1))) (aten.eq.Tensor (aten.arange.start 0 3 none none dev b:false) (aten.view.default (aten.masked_fill.Scalar %r0:t (aten.bitwise_or.Tensor (aten.lt.Scalar %r0:t 0) (aten.ge.Scalar %r0:t 3)) 2) (list 2 3 1))))",
+                &[("t", "i64[2,3]<6")],
+            ),
+        ],
+        requires: None,
+        build: Arc::new(|g, eclass, kids| {
+            let Some(out) = shape(g, eclass) else { return vec![] };
+            let Some((&w, lead)) = out.split_last() else { return vec![] };
+            let mut unit_col = lead.to_vec();
+            unit_col.push(1);
+            let mut found = Vec::new();
+            for (eq_side, not_side) in [(kids[0], kids[1]), (kids[1], kids[0])] {
+                let masks: Vec<Id> = g[not_side]
+                    .nodes
+                    .iter()
+                    .filter_map(|n| match n {
+                        Term::Op(s, k) if s.as_str() == "aten.bitwise_not.default" => Some(k[0]),
+                        _ => None,
+                    })
+                    .filter(|&m| shape(g, m).as_deref() == Some(&unit_col[..]))
+                    .collect();
+                if masks.is_empty() {
+                    continue;
+                }
+                for n in &g[eq_side].nodes {
+                    let Term::Op(s, k) = n else { continue };
+                    if s.as_str() != "aten.eq.Tensor" {
+                        continue;
+                    }
+                    for (col, range) in [(k[0], k[1]), (k[1], k[0])] {
+                        if shape(g, col).as_deref() != Some(&unit_col[..])
+                            || shape(g, range).as_deref() != Some(&[w][..])
+                            || !super::is_arange(g, range, w)
+                        {
+                            continue;
+                        }
+                        for idx in views(g, col) {
+                            if shape(g, idx).as_deref() != Some(lead) {
+                                continue;
+                            }
+                            for &m in &masks {
+                                found.extend(masked_shard_index(g, idx, w, m));
+                            }
+                        }
+                    }
+                }
+            }
+            found
+                .into_iter()
+                .map(|(t, s)| {
+                    let (s, w) = (num(g, s), num(g, w as i64));
+                    op(g, VOCAB_ONEHOT, vec![t, s, w])
+                })
+                .collect()
+        }),
+    }
+}
+
+/// The one-hot of split targets is the cat of the pieces' one-hots (rows are independent).
+fn onehot_over_cat() -> Lemma {
+    Lemma {
+        name: "vocab-onehot-over-cat",
+        doc: "vocab_onehot(cat_d(t_i), s, w) = cat_d(vocab_onehot(t_i, s, w))",
+        roots: vec![VOCAB_ONEHOT.into()],
+        examples: vec![(
+            "(vocab_onehot (cat 0 %r0:t %r1:t) 2 3)",
+            &[("t", "i64[2,3]<6")],
+        )],
+        requires: None,
+        build: Arc::new(|g, eclass, kids| {
+            if node_sym(g, eclass, kids, &[VOCAB_ONEHOT]).is_none() {
+                return vec![];
+            }
+            let sym = Symbol::from(VOCAB_ONEHOT);
+            cats(g, kids[0])
+                .into_iter()
+                .map(|(d, pieces)| {
+                    let parts = pieces
+                        .iter()
+                        .map(|&p| g.add(with_kids(sym, kids, &[(0, p)])))
+                        .collect();
+                    super::cat(g, d, parts)
+                })
+                .collect()
+        }),
+    }
+}
+
+/// The embedding gradient as rows of the whole vocabulary.
+fn embedding_grad_rows() -> Lemma {
+    Lemma {
+        name: "embedding-grad-rows",
+        doc: "embedding_dense_backward(G, t, V, -1, false) = vocab_grad(G, t, 0, V) for targets in [0, V) (the operator's own precondition)",
+        roots: vec!["aten.embedding_dense_backward.default".into()],
+        examples: vec![(
+            "(aten.embedding_dense_backward.default %r0:g %r0:t 5 -1 b:false)",
+            &[("g", "f64[2,3,4]"), ("t", "i64[2,3]<5")],
+        )],
+        requires: None,
+        build: Arc::new(|g, eclass, kids| {
+            if node_sym(g, eclass, kids, &["aten.embedding_dense_backward.default"]).is_none()
+                || int(g, kids[3]) != Some(-1)
+                || !is_false(g, kids[4])
+                || int(g, kids[2]).is_none()
+            {
+                return vec![];
+            }
+            let zero = num(g, 0);
+            vec![op(g, VOCAB_GRAD, vec![kids[0], kids[1], zero, kids[2]])]
+        }),
+    }
+}
+
+/// Megatron's masked embedding backward: each rank zeroes the gradient rows of the tokens
+/// outside its range and accumulates the others at their shard-local index.
+fn masked_embedding_grad() -> Lemma {
+    Lemma {
+        name: "vocab-masked-embedding-grad",
+        doc: "embedding_dense_backward(masked_fill(G, view(m, [.., 1]), 0), masked_fill(t - s, m, c), n, -1, false) with m = (t < s) | (t >= s + n), 0 <= c < n, is vocab_grad(G, t, s, n)",
+        roots: vec!["aten.embedding_dense_backward.default".into()],
+        examples: vec![(
+            "(aten.embedding_dense_backward.default (aten.masked_fill.Scalar %r0:g (aten.view.default (aten.bitwise_or.Tensor (aten.lt.Scalar %r0:t 3) (aten.ge.Scalar %r0:t 6)) (list 2 3 1)) f:0.0) (aten.masked_fill.Scalar (aten.sub.Scalar %r0:t 3 1) (aten.bitwise_or.Tensor (aten.lt.Scalar %r0:t 3) (aten.ge.Scalar %r0:t 6)) 0) 3 -1 b:false)",
+            &[("g", "f64[2,3,4]"), ("t", "i64[2,3]<9")],
+        )],
+        requires: None,
+        build: Arc::new(|g, eclass, kids| {
+            if node_sym(g, eclass, kids, &["aten.embedding_dense_backward.default"]).is_none()
+                || int(g, kids[3]) != Some(-1)
+                || !is_false(g, kids[4])
+            {
+                return vec![];
+            }
+            let Some(n) = int(g, kids[2]).and_then(|n| usize::try_from(n).ok()) else {
+                return vec![];
+            };
+            let Some(idx_shape) = shape(g, kids[1]) else { return vec![] };
+            let mut unit_col = idx_shape.clone();
+            unit_col.push(1);
+            let fills: Vec<(Id, Id)> = g[kids[0]]
+                .nodes
+                .iter()
+                .filter_map(|node| match node {
+                    Term::Op(s, k) if s.as_str() == "aten.masked_fill.Scalar" && k.len() == 3 => {
+                        Some((k[0], k[1], k[2]))
+                    }
+                    _ => None,
+                })
+                .filter(|&(_, m, v)| {
+                    super::is_zero(g, v) && shape(g, m).as_deref() == Some(&unit_col[..])
+                })
+                .map(|(grad, m, _)| (grad, m))
+                .collect();
+            let mut out = Vec::new();
+            for (grad, m) in fills {
+                for (t, s) in masked_shard_index(g, kids[1], n, m) {
+                    let s = num(g, s);
+                    out.push(op(g, VOCAB_GRAD, vec![grad, t, s, kids[2]]));
+                }
+            }
+            out
+        }),
+    }
+}
+
+/// Slicing the vocabulary dim of a shard term narrows the shard; slicing another dim of a
+/// one-hot slices its targets; a slice moves inside the float cast of a one-hot.
+fn vocab_slice() -> Lemma {
+    Lemma {
+        name: "vocab-slice",
+        doc: "slice(last, a, b, vocab_onehot(t, s, w)) = vocab_onehot(t, s + a, b - a); slice(d, a, b, vocab_onehot(t, s, w)) = vocab_onehot(slice(d, a, b, t), s, w) for another dim; slice(0, a, b, vocab_grad(G, t, s, n)) = vocab_grad(G, t, s + a, b - a); slice(_to_copy(x)) = _to_copy(slice(x)) for x a one-hot",
+        roots: vec![SLICE.into()],
+        examples: vec![
+            ("(slice 1 1 3 (vocab_onehot %r0:t 2 4))", &[("t", "i64[3]<8")]),
+            ("(slice 0 1 3 (vocab_onehot %r0:t 2 4))", &[("t", "i64[3,2]<8")]),
+            ("(slice 0 2 5 (vocab_grad %r0:g %r0:t 1 6))", &[("g", "f64[2,3,4]"), ("t", "i64[2,3]<8")]),
+            (
+                "(slice 1 0 2 (aten._to_copy.default (vocab_onehot %r0:t 0 4) dt:f64 none none none b:false none))",
+                &[("t", "i64[3]<4")],
+            ),
+        ],
+        requires: None,
+        build: Arc::new(|g, _, kids| {
+            let (Some(d), Some(a), Some(b)) = (int(g, kids[0]), int(g, kids[1]), int(g, kids[2]))
+            else {
+                return vec![];
+            };
+            let x = kids[3];
+            let Some(rank) = shape(g, x).map(|s| s.len() as i64) else { return vec![] };
+            let mut out = Vec::new();
+            for node in g[x].nodes.clone() {
+                let Term::Op(sym, k) = node else { continue };
+                match sym.as_str() {
+                    VOCAB_ONEHOT if d == rank - 1 => {
+                        let Some(s) = int(g, k[1]) else { continue };
+                        let (s, w) = (num(g, s + a), num(g, b - a));
+                        out.push(op(g, VOCAB_ONEHOT, vec![k[0], s, w]));
+                    }
+                    VOCAB_ONEHOT => {
+                        let t = slice(g, d as usize, a as usize, b as usize, k[0]);
+                        out.push(op(g, VOCAB_ONEHOT, vec![t, k[1], k[2]]));
+                    }
+                    VOCAB_GRAD if d == 0 => {
+                        let Some(s) = int(g, k[2]) else { continue };
+                        let (s, n) = (num(g, s + a), num(g, b - a));
+                        out.push(op(g, VOCAB_GRAD, vec![k[0], k[1], s, n]));
+                    }
+                    "aten._to_copy.default" if holds(g, k[0], VOCAB_ONEHOT) => {
+                        let inner = slice(g, d as usize, a as usize, b as usize, k[0]);
+                        out.push(g.add(with_kids(sym, &k, &[(0, inner)])));
+                    }
+                    _ => {}
+                }
+            }
+            out
+        }),
+    }
+}
+
+/// Whether a class holds a node of operator `sym`.
+fn holds(g: &Graph, id: Id, sym: &str) -> bool {
+    g[id]
+        .nodes
+        .iter()
+        .any(|n| matches!(n, Term::Op(s, _) if s.as_str() == sym))
+}
+
+/// Whether a class is a 0-d tensor filled with one (the backward's seed).
+fn is_unit_seed(g: &Graph, id: Id) -> bool {
+    shape(g, id).is_some_and(|s| s.is_empty())
+        && g[id].nodes.iter().any(|n| match n {
+            Term::Op(s, k) => s.as_str() == "aten.full.default" && k.len() >= 2 && is_one(g, k[1]),
+            _ => false,
+        })
+}
+
+/// The cross-entropy backward as softmax minus one-hot, in the max / sum-exp form that
+/// vocab-parallel cross-entropy computes.
+fn log_softmax_backward_of_nll() -> Lemma {
+    Lemma {
+        name: "log-softmax-backward-of-nll",
+        doc: "with no ignored targets (every target indexes a class), _log_softmax_backward_data(nll_loss_backward(g, y, t, None, sum), y, 1) with y = log_softmax(x, 1) over [N, C] is g * (e / sum(e, 1) - float(vocab_onehot(t, 0, C))), e = exp(x - amax(x, 1)): softmax minus one-hot",
+        roots: vec!["aten._log_softmax_backward_data.default".into()],
+        examples: vec![
+            (
+                "(aten._log_softmax_backward_data.default (aten.nll_loss_backward.default %r0:g (aten._log_softmax.default %r0:x 1 b:false) %r0:t none 2 -100 %r0:w) (aten._log_softmax.default %r0:x 1 b:false) 1 dt:f64)",
+                &[("g", "f64[]"), ("x", "f64[4,5]"), ("t", "i64[4]<5"), ("w", "f64[]")],
+            ),
+            (
+                "(aten._log_softmax_backward_data.default (aten.nll_loss_backward.default (aten.full.default (list) f:1.0 dt:f64 none dev b:false) (aten._log_softmax.default %r0:x 1 b:false) %r0:t none 2 -100 %r0:w) (aten._log_softmax.default %r0:x 1 b:false) 1 dt:f64)",
+                &[("x", "f64[3,4]"), ("t", "i64[3]<4"), ("w", "f64[]")],
+            ),
+        ],
+        requires: Some("ignore-index"),
+        build: Arc::new(|g, eclass, kids| {
+            let (dy, y, dim, dt) = (kids[0], kids[1], kids[2], kids[3]);
+            if node_sym(g, eclass, kids, &["aten._log_softmax_backward_data.default"]).is_none()
+                || int(g, dim) != Some(1)
+            {
+                return vec![];
+            }
+            let Some(meta) = g[eclass].data.meta().cloned() else { return vec![] };
+            let dtype = format!("dt:{}", meta.dtype.short_name());
+            // The result is in the gradient's own dtype (no cast back to another input dtype).
+            let dt_ok = g[dt]
+                .nodes
+                .iter()
+                .any(|n| matches!(n, Term::Op(s, k) if k.is_empty() && s.as_str() == dtype));
+            if !dt_ok || g[dy].data.meta() != Some(&meta) || meta.shape.len() != 2 {
+                return vec![];
+            }
+            let xs: Vec<Id> = g[y]
+                .nodes
+                .iter()
+                .filter_map(|n| match n {
+                    Term::Op(s, k) if s.as_str() == "aten._log_softmax.default" && k.len() == 3 => {
+                        (int(g, k[1]) == Some(1) && is_false(g, k[2]) && g[k[0]].data.meta() == Some(&meta))
+                            .then_some(k[0])
+                    }
+                    _ => None,
+                })
+                .collect();
+            if xs.is_empty() {
+                return vec![];
+            }
+            let (rows, classes) = (meta.shape[0], meta.shape[1]);
+            let calls: Vec<(Id, Id)> = g[dy]
+                .nodes
+                .iter()
+                .filter_map(|n| match n {
+                    Term::Op(s, k) if s.as_str() == "aten.nll_loss_backward.default" && k.len() == 7 => Some(k.clone()),
+                    _ => None,
+                })
+                .filter(|k| {
+                    g.find(k[1]) == g.find(y)
+                        && is_none(g, k[3])
+                        && int(g, k[4]) == Some(2)
+                        && shape(g, k[0]).is_some_and(|s| s.is_empty())
+                        && shape(g, k[2]).as_deref() == Some(&[rows][..])
+                })
+                .map(|k| (k[0], k[2]))
+                .collect();
+            let mut out = Vec::new();
+            for (seed, t) in calls {
+                for &x in &xs {
+                    let dims = {
+                        let one = num(g, 1);
+                        op(g, LIST, vec![one])
+                    };
+                    let yes = op(g, "b:true", vec![]);
+                    let none = op(g, "none", vec![]);
+                    let one = num(g, 1);
+                    let amax = op(g, "aten.amax.default", vec![x, dims, yes]);
+                    let shifted = op(g, "aten.sub.Tensor", vec![x, amax, one]);
+                    let e = op(g, "aten.exp.default", vec![shifted]);
+                    let se = op(g, "aten.sum.dim_IntList", vec![e, dims, yes, none]);
+                    let softmax = op(g, "aten.div.Tensor", vec![e, se]);
+                    let (zero, width) = (num(g, 0), num(g, classes as i64));
+                    let onehot = op(g, VOCAB_ONEHOT, vec![t, zero, width]);
+                    let dtn = op(g, &dtype, vec![]);
+                    let no = op(g, "b:false", vec![]);
+                    let onehot = op(
+                        g,
+                        "aten._to_copy.default",
+                        vec![onehot, dtn, none, none, none, no, none],
+                    );
+                    let diff = op(g, "aten.sub.Tensor", vec![softmax, onehot, one]);
+                    out.push(if is_unit_seed(g, seed) {
+                        diff
+                    } else {
+                        op(g, "aten.mul.Tensor", vec![diff, seed])
+                    });
+                }
+            }
+            out
+        }),
+    }
+}

@@ -368,6 +368,7 @@ pub const LINEAR: &[(&str, &[usize])] = &[
     ("aten.matmul.default", &[0, 1]),
     ("aten.gather.default", &[0]),
     (SLICE, &[3]),
+    (crate::term::VOCAB_GRAD, &[0]),
 ];
 
 fn elementwise_roots() -> Vec<String> {

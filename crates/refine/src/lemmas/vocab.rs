@@ -10,10 +10,10 @@
 //! slices of the vocabulary dim, so the spec's whole-vocabulary terms split into the ranks'.
 
 use super::{
-    cats, int, is_false, is_none, is_one, masked_shard_index, node_sym, num, op, shape, slice,
-    views, with_kids, Graph, Lemma, LIST, SLICE,
+    cats, int, is_false, is_none, is_one, masked_shard_index, node_sym, num, op, shape, sizes,
+    slice, views, with_kids, Graph, Lemma, LIST, SLICE,
 };
-use crate::term::{Term, VOCAB_GRAD, VOCAB_ONEHOT};
+use crate::term::{Term, SUM, VOCAB_GRAD, VOCAB_ONEHOT};
 use egg::{Id, Symbol};
 use std::sync::Arc;
 
@@ -23,6 +23,7 @@ pub(super) fn lemmas() -> Vec<Lemma> {
         masked_onehot(),
         onehot_over_cat(),
         embedding_grad_rows(),
+        grad_over_cat(),
         masked_embedding_grad(),
         vocab_slice(),
         log_softmax_backward_of_nll(),
@@ -154,6 +155,46 @@ fn embedding_grad_rows() -> Lemma {
             }
             let zero = num(g, 0);
             vec![op(g, VOCAB_GRAD, vec![kids[0], kids[1], zero, kids[2]])]
+        }),
+    }
+}
+
+/// An embedding gradient over split tokens (data parallelism) is the sum of the pieces'
+/// gradients: every token adds its gradient row to its own vocabulary row.
+fn grad_over_cat() -> Lemma {
+    Lemma {
+        name: "vocab-grad-over-cat",
+        doc: "vocab_grad(cat_d(G_i), cat_d(t_i), s, n) = sum_i vocab_grad(G_i, t_i, s, n) for d a dim of the targets, G and t split alike",
+        roots: vec![VOCAB_GRAD.into()],
+        examples: vec![(
+            "(vocab_grad (cat 0 %r0:g %r1:g) (cat 0 %r0:t %r1:t) 1 4)",
+            &[("g", "f64[1,3,2]"), ("t", "i64[1,3]<6")],
+        )],
+        requires: None,
+        build: Arc::new(|g, eclass, kids| {
+            if node_sym(g, eclass, kids, &[VOCAB_GRAD]).is_none() {
+                return vec![];
+            }
+            let Some(rank) = shape(g, kids[1]).map(|s| s.len()) else { return vec![] };
+            let sym = Symbol::from(VOCAB_GRAD);
+            let mut out = Vec::new();
+            for (d, grads) in cats(g, kids[0]) {
+                if d >= rank {
+                    continue;
+                }
+                let Some(szs) = sizes(g, &grads, d) else { continue };
+                let targets = cats(g, kids[1])
+                    .into_iter()
+                    .find(|(td, ts)| *td == d && sizes(g, ts, d).as_deref() == Some(&szs[..]));
+                let Some((_, targets)) = targets else { continue };
+                let parts = grads
+                    .iter()
+                    .zip(&targets)
+                    .map(|(&gp, &tp)| g.add(with_kids(sym, kids, &[(0, gp), (1, tp)])))
+                    .collect();
+                out.push(op(g, SUM, parts));
+            }
+            out
         }),
     }
 }

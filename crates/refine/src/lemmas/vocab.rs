@@ -24,6 +24,7 @@ pub(super) fn lemmas() -> Vec<Lemma> {
         onehot_over_cat(),
         embedding_grad_rows(),
         grad_over_cat(),
+        grad_join(),
         masked_embedding_grad(),
         vocab_slice(),
         log_softmax_backward_of_nll(),
@@ -195,6 +196,65 @@ fn grad_over_cat() -> Lemma {
                 out.push(op(g, SUM, parts));
             }
             out
+        }),
+    }
+}
+
+/// The rows of an embedding gradient are the cat of the shards' rows that tile them. Only
+/// shard terms already in the e-graph (the ranks' masked embedding backwards) are joined:
+/// they say how the vocabulary is split, which the spec's own operator does not.
+fn grad_join() -> Lemma {
+    Lemma {
+        name: "vocab-grad-join",
+        doc: "vocab_grad(G, t, s, n) = cat_0(vocab_grad(G, t, s, n_1), vocab_grad(G, t, s + n_1, n_2), ..) for shard terms of the same G and t present in the e-graph that tile [s, s + n)",
+        roots: vec![VOCAB_GRAD.into()],
+        examples: vec![(
+            "(cat 0 (vocab_grad %r0:g %r0:t 0 5) (vocab_grad %r0:g %r0:t 0 2) (vocab_grad %r0:g %r0:t 2 3))",
+            &[("g", "f64[2,3,4]"), ("t", "i64[2,3]<6")],
+        )],
+        requires: None,
+        build: Arc::new(|g, eclass, kids| {
+            let (Some(start), Some(rows)) = (int(g, kids[2]), int(g, kids[3])) else {
+                return vec![];
+            };
+            if node_sym(g, eclass, kids, &[VOCAB_GRAD]).is_none() {
+                return vec![];
+            }
+            let (grad, t) = (g.find(kids[0]), g.find(kids[1]));
+            let sym = Symbol::from(VOCAB_GRAD);
+            let classes: Vec<Id> = g
+                .classes_for_op(&Some(sym))
+                .map_or_else(Vec::new, |c| c.collect());
+            // Shards of the same gradient and targets inside [start, start + rows), by start.
+            let mut shards: Vec<(i64, i64, Id)> = Vec::new();
+            for c in classes {
+                for n in &g[c].nodes {
+                    let Term::Op(s, k) = n else { continue };
+                    if *s != sym || g.find(k[0]) != grad || g.find(k[1]) != t {
+                        continue;
+                    }
+                    if let (Some(a), Some(m)) = (int(g, k[2]), int(g, k[3])) {
+                        if a >= start && m > 0 && m < rows && a + m <= start + rows {
+                            shards.push((a, m, g.find(c)));
+                        }
+                    }
+                }
+            }
+            // Greedy tiling: at each offset, the widest shard starting there.
+            let mut pieces = Vec::new();
+            let mut at = start;
+            while at < start + rows {
+                let Some(&(_, m, c)) = shards
+                    .iter()
+                    .filter(|(a, _, _)| *a == at)
+                    .max_by_key(|(_, m, _)| *m)
+                else {
+                    return vec![];
+                };
+                pieces.push(c);
+                at += m;
+            }
+            vec![super::cat(g, 0, pieces)]
         }),
     }
 }

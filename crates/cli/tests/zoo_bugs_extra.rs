@@ -6,15 +6,13 @@
 
 mod common;
 
-use common::{first_mismatch, Scratch};
+use common::zoo::{check_moe_bugs, words};
+use common::Scratch;
 use shardproof_zoo::{find_bug, Site, BUGS, MISSION_CLASSES};
 
-/// Emits `args` (after `zoo emit`) into `dir` and returns the case path.
+/// Emits `args` (after `zoo emit`, on one line) into `dir` and returns the case path.
 fn emit(scratch: &Scratch, dir: &str, args: &str) -> String {
-    let mut all = vec!["zoo", "emit", "-o", dir];
-    all.extend(args.split_whitespace());
-    scratch.run(&all).expect_code(0);
-    format!("{dir}/case.yaml")
+    scratch.emit_case(dir, &words(args))
 }
 
 /// Each new bug, a plan it is planted in (model, mesh and flags), and the output `run` names
@@ -100,10 +98,8 @@ fn new_bugs_are_found_naming_the_output_they_change() {
     for (i, &(id, plan, expected)) in PLANTED.iter().enumerate() {
         let bug = find_bug(id).expect("a catalog bug");
         let case = emit(&scratch, &format!("b{i}"), &format!("{plan} --bug {id}"));
-        scratch.run(&["inspect", "--strict", &case]).expect_code(0);
-        let out = scratch.run(&["run", &case]);
-        out.expect_code(1);
-        let first = first_mismatch(&out);
+        scratch.assert_strict(&case);
+        let (out, first) = scratch.run_mismatch(&case);
         assert_eq!(first, expected, "{plan} --bug {id}\n{}", out.stdout);
         assert_eq!(bug.changes_loss, expected == "loss", "{id}");
     }
@@ -137,34 +133,30 @@ fn plans_with_the_new_options_hold() {
     ];
     for (i, plan) in plans.iter().enumerate() {
         let case = emit(&scratch, &format!("ok{i}"), plan);
-        scratch.run(&["inspect", "--strict", &case]).expect_code(0);
-        scratch
-            .run(&["run", &case])
-            .expect_code(0)
-            .stdout_has(&["verdict: holds"]);
+        scratch.assert_holds_strictly(&case);
     }
     // The options are in the case's name and header; FP8 casts every weight of every block
     // (w1 and w2), each with one amax all-reduce over tp.
-    let yaml = std::fs::read_to_string(scratch.path().join("ok3/case.yaml")).unwrap();
+    let yaml = scratch.read("ok3/case.yaml");
     assert!(yaml.contains("name: mlp-dp2-tp2-fp8\n"), "{yaml}");
     assert!(yaml.contains("# Options: --fp8."), "{yaml}");
-    let r0 = std::fs::read_to_string(scratch.path().join("ok3/r0.py")).unwrap();
+    let r0 = scratch.read("ok3/r0.py");
     assert_eq!(r0.matches("aten.round.default(").count(), 4, "{r0}");
     assert_eq!(r0.matches(", 'max', 'tp')").count(), 4, "{r0}");
-    let spec = std::fs::read_to_string(scratch.path().join("ok3/spec.py")).unwrap();
+    let spec = scratch.read("ok3/spec.py");
     assert!(
         spec.contains("aten.round.default(") && !spec.contains("'max'"),
         "{spec}"
     );
     // Recomputation reruns fc1 and the relu in the backward: two relus per block.
-    let r0 = std::fs::read_to_string(scratch.path().join("ok0/r0.py")).unwrap();
+    let r0 = scratch.read("ok0/r0.py");
     assert_eq!(r0.matches("aten.relu.default(").count(), 4, "{r0}");
-    let spec = std::fs::read_to_string(scratch.path().join("ok0/spec.py")).unwrap();
+    let spec = scratch.read("ok0/spec.py");
     assert_eq!(spec.matches("aten.relu.default(").count(), 2, "{spec}");
     // Overlap: the o and fc2 weight gradients of each layer in tp chunks.
-    let r1 = std::fs::read_to_string(scratch.path().join("ok6/r1.py")).unwrap();
+    let r1 = scratch.read("ok6/r1.py");
     emit(&scratch, "sp", "gpt2 --mesh tp=2 --sequence-parallel");
-    let p1 = std::fs::read_to_string(scratch.path().join("sp/r1.py")).unwrap();
+    let p1 = scratch.read("sp/r1.py");
     let layers = 2;
     assert_eq!(
         r1.matches("aten.mm.default(").count(),
@@ -189,18 +181,15 @@ fn async_allreduce_without_wait_is_invisible_to_run() {
         );
         emit(&scratch, &format!("ok{i}"), plan);
         // The same dataflow, one wait_tensor fewer: `run` computes the correct plan's values.
-        scratch
-            .run(&["run", &case])
-            .expect_code(0)
-            .stdout_has(&["verdict: holds"]);
+        scratch.assert_holds(&case);
         let waits = |dir: String| {
-            std::fs::read_to_string(scratch.path().join(format!("{dir}/r0.py")))
-                .unwrap()
+            scratch
+                .read(&format!("{dir}/r0.py"))
                 .matches("wait_tensor.default(")
                 .count()
         };
         assert_eq!(waits(format!("w{i}")) + 1, waits(format!("ok{i}")));
-        scratch.run(&["inspect", "--strict", &case]).expect_code(0);
+        scratch.assert_strict(&case);
     }
 }
 
@@ -271,9 +260,7 @@ fn new_options_and_bugs_are_refused_where_they_do_not_apply() {
         ),
     ];
     for (request, word) in refused {
-        let mut args = vec!["zoo", "emit", "-o", "bad"];
-        args.extend(request.split_whitespace());
-        scratch.run(&args).expect_code(2).stderr_has(&[word]);
+        scratch.assert_emit_refused(request, word);
     }
 }
 
@@ -293,37 +280,12 @@ fn deepseek_sequence_parallel_plans_hold_and_moe_bugs_are_found() {
             }
             let dir = format!("{mesh}-{forward_only}");
             let case = emit(&scratch, &dir, &flags);
-            scratch.run(&["inspect", "--strict", &case]).expect_code(0);
-            scratch
-                .run(&["run", &case])
-                .expect_code(0)
-                .stdout_has(&["verdict: holds"]);
+            scratch.assert_holds_strictly(&case);
             let site = Site {
                 sequence_parallel: true,
                 ..Site::new("deepseek", dp, tp, forward_only)
             };
-            for bug in BUGS {
-                if bug.check_applies_with_ep(&site, ep).is_err() {
-                    continue;
-                }
-                let case = emit(
-                    &scratch,
-                    &format!("{dir}-{}", bug.id),
-                    &format!("{flags} --bug {}", bug.id),
-                );
-                let out = scratch.run(&["run", &case]);
-                out.expect_code(1);
-                let first = first_mismatch(&out);
-                let expected = if bug.changes_loss {
-                    "loss"
-                } else if bug.id == "moe-router-grad-unsynced" {
-                    "router_"
-                } else {
-                    "expert_"
-                };
-                assert!(first.starts_with(expected), "{flags} {}: {first}", bug.id);
-                planted.push(bug.id);
-            }
+            planted.extend(check_moe_bugs(&scratch, &dir, &words(&flags), &site, ep));
         }
     }
     for id in [
@@ -337,21 +299,16 @@ fn deepseek_sequence_parallel_plans_hold_and_moe_bugs_are_found() {
     assert!(!planted.contains(&"moe-aux-loss-not-divided-by-tp"));
     // The MoE blocks' experts (shared and routed) are replicated over tp, split over ep; the
     // block runs on the rank's sequence chunk and all-gathers the chunks' outputs over tp.
-    let yaml = std::fs::read_to_string(scratch.path().join("tp=2,ep=2-false/case.yaml")).unwrap();
+    let yaml = scratch.read("tp=2,ep=2-false/case.yaml");
     assert!(yaml.contains("name: deepseek-tp2-ep2-sp\n"), "{yaml}");
     assert!(
         yaml.contains("  expert_gate_0: { ep: Shard(0) }\n"),
         "{yaml}"
     );
     assert!(yaml.contains("  shared_up_0: Replicate()\n"), "{yaml}");
-    let r1 = std::fs::read_to_string(scratch.path().join("tp=2,ep=2-false/r1.py")).unwrap();
+    let r1 = scratch.read("tp=2,ep=2-false/r1.py");
     assert!(r1.contains("expert_gate_0: \"f32[2, 8, 16]\""), "{r1}");
-    let bug = std::fs::read_to_string(
-        scratch
-            .path()
-            .join("tp=2,ep=2-false-moe-experts-sharded-under-sp/case.yaml"),
-    )
-    .unwrap();
+    let bug = scratch.read("tp=2,ep=2-false-moe-experts-sharded-under-sp/case.yaml");
     assert!(
         bug.contains("  expert_gate_0: { tp: Shard(1), ep: Shard(0) }\n"),
         "{bug}"
@@ -381,9 +338,7 @@ fn deepseek_sequence_parallel_plans_hold_and_moe_bugs_are_found() {
             "sequence parallelism applies to the gpt2 and deepseek models",
         ),
     ] {
-        let mut args = vec!["zoo", "emit", "-o", "bad"];
-        args.extend(request.split_whitespace());
-        scratch.run(&args).expect_code(2).stderr_has(&[word]);
+        scratch.assert_emit_refused(request, word);
     }
 }
 

@@ -8,37 +8,31 @@
 
 mod common;
 
-use common::{first_mismatch, Scratch};
+use common::zoo::{p2p_calls, p2p_peers, NO_FLAGS};
+use common::Scratch;
 use shardproof_zoo::{find_bug, BUGS};
 
-/// `zoo emit MODEL --mesh MESH` with `flags` into `dir` of `s`; returns the case path.
-fn emit(s: &Scratch, dir: &str, model: &str, mesh: &str, flags: &[&str]) -> String {
-    let mut args = vec!["zoo", "emit", model, "--mesh", mesh, "-o", dir];
-    args.extend(flags);
-    s.run(&args).expect_code(0);
-    format!("{dir}/case.yaml")
-}
+/// The flags of the full iteration with every training option: accumulation, Adam, clipping
+/// and loss scaling.
+const TRAINING_FLAGS: &[&str] = &[
+    "--batch",
+    "4",
+    "--grad-accum",
+    "2",
+    "--optimizer",
+    "adam",
+    "--clip-grad",
+    "0.5",
+    "--loss-scale",
+    "8",
+];
 
-/// `run` holds on `case` and `inspect --strict` checks every recorded type.
-#[track_caller]
-fn holds(s: &Scratch, case: &str) {
-    s.run(&["run", case])
-        .expect_code(0)
-        .stdout_has(&["verdict: holds"]);
-    s.run(&["inspect", "--strict", case]).expect_code(0);
-}
-
-/// `run` finds catalog bug `bug` planted in `case`: exit 1, the first mismatching output the
-/// loss when the bug changes it, an updated weight otherwise.
-#[track_caller]
-fn assert_found(s: &Scratch, case: &str, bug: &str) {
-    let out = s.run(&["run", case]);
-    out.expect_code(1);
-    let first = first_mismatch(&out);
-    if find_bug(bug).unwrap().changes_loss {
-        assert_eq!(first, "loss", "{bug}\n{}", out.stdout);
+/// The flags of the forward-only plan or of the full iteration.
+fn pass_flags(forward_only: bool) -> &'static [&'static str] {
+    if forward_only {
+        &["--forward-only"]
     } else {
-        assert!(first.ends_with("_new"), "{bug}\n{}", out.stdout);
+        &[]
     }
 }
 
@@ -49,13 +43,9 @@ fn llama_cp_plans_hold() {
     let s = Scratch::new();
     for mesh in MESHES {
         for forward_only in [true, false] {
-            let flags: &[&str] = if forward_only {
-                &["--forward-only"]
-            } else {
-                &[]
-            };
-            let case = emit(&s, &format!("{mesh}-{forward_only}"), "llama", mesh, flags);
-            holds(&s, &case);
+            let flags = pass_flags(forward_only);
+            let case = s.emit_model(&format!("{mesh}-{forward_only}"), "llama", mesh, flags);
+            s.assert_holds_strictly(&case);
         }
     }
     // A longer ring (every rank meets blocks before and after its chunks), an odd one, and
@@ -65,8 +55,8 @@ fn llama_cp_plans_hold() {
         ("cp3", "cp=3", "12"),
         ("tp4", "tp=4,cp=2", "8"),
     ] {
-        let case = emit(&s, dir, "llama", mesh, &["--seq", seq]);
-        holds(&s, &case);
+        let case = s.emit_model(dir, "llama", mesh, &["--seq", seq]);
+        s.assert_holds_strictly(&case);
     }
 }
 
@@ -75,65 +65,40 @@ fn llama_cp_with_vocab_parallelism_and_training_options_holds() {
     let s = Scratch::new();
     for (dir, mesh, flags) in [
         ("vp", "tp=2,cp=2", vec!["--vocab-parallel"]),
-        (
-            "train",
-            "dp=2,tp=2,cp=2",
-            vec![
-                "--batch",
-                "4",
-                "--grad-accum",
-                "2",
-                "--optimizer",
-                "adam",
-                "--clip-grad",
-                "0.5",
-                "--loss-scale",
-                "8",
-            ],
-        ),
+        ("train", "dp=2,tp=2,cp=2", TRAINING_FLAGS.to_vec()),
     ] {
-        let case = emit(&s, dir, "llama", mesh, &flags);
-        holds(&s, &case);
+        let case = s.emit_model(dir, "llama", mesh, &flags);
+        s.assert_holds_strictly(&case);
     }
 }
 
 #[test]
 fn ring_messages_and_case_layout() {
     let s = Scratch::new();
-    let case = emit(&s, "ring", "llama", "dp=2,tp=2,cp=2", &[]);
-    let rank = |r: usize| std::fs::read_to_string(s.path().join(format!("ring/r{r}.py"))).unwrap();
+    let case = s.emit_model("ring", "llama", "dp=2,tp=2,cp=2", NO_FLAGS);
     // Rank 6 = (dp 1, cp 1, tp 0): its cp peer is rank 4 (tp 0 of cp 0 in the same dp row).
-    let r6 = rank(6);
+    let r6 = s.read("ring/r6.py");
     assert!(r6.contains("tokens: \"i64[1, 8]\""), "{r6}");
     // It holds chunks 1 and 2 of 4: positions 2, 3 and 4, 5.
     assert!(r6.contains("aten.arange.start(2, 4,"), "{r6}");
     assert!(r6.contains("aten.arange.start(4, 6,"), "{r6}");
     assert!(r6.contains("aten.slice.Tensor(tokens, 1, 2, 4)"), "{r6}");
     assert!(r6.contains("aten.slice.Tensor(tokens, 1, 4, 6)"), "{r6}");
-    let peers: Vec<&str> = r6
-        .lines()
-        .filter_map(|l| l.split("torch.ops.shardproof_p2p.").nth(1))
-        .collect();
+    let calls = p2p_calls(&r6);
     // Per layer: K and V forward (send, recv); in the backward K and V again (send, recv)
     // with their gradients (recv before the step that adds to them, send after; the last
     // send returns them to their owner).
     let layers = 2;
-    let sends = peers.iter().filter(|c| c.starts_with("send")).count();
-    let recvs = peers.iter().filter(|c| c.starts_with("recv")).count();
+    let sends = calls.iter().filter(|c| c.starts_with("send")).count();
+    let recvs = calls.iter().filter(|c| c.starts_with("recv")).count();
     assert_eq!((sends, recvs), (8 * layers, 8 * layers), "{r6}");
-    // send.default(x, dst, tag); recv.default(shape, dtype, src, tag).
-    let peer = |c: &&str| {
-        let args = c.rsplit(')').nth(1).unwrap_or(c);
-        let fields: Vec<&str> = args.rsplit(", ").collect();
-        fields[1].to_string()
-    };
     assert!(
-        peers.iter().all(|c| peer(c) == "4"),
-        "every message goes to or comes from rank 4: {peers:?}"
+        p2p_peers(&r6).iter().all(|peer| peer == "4"),
+        "every message goes to or comes from rank 4: {calls:?}"
     );
     // Every rank finds its messages (no deadlock, no stray send) and the plan holds.
     s.run(&["run", &case]).expect_code(0);
-    let yaml = std::fs::read_to_string(s.path().join("ring/case.yaml")).unwrap();
+    let yaml = s.read("ring/case.yaml");
     for line in [
         "mesh: { dp: 2, cp: 2, tp: 2 }",
         "\"cp\": cp",
@@ -146,7 +111,7 @@ fn ring_messages_and_case_layout() {
         assert!(yaml.contains(line), "{line}\n{yaml}");
     }
     // The spec is the single-device model: no message, no chunk.
-    let spec = std::fs::read_to_string(s.path().join("ring/spec.py")).unwrap();
+    let spec = s.read("ring/spec.py");
     assert!(!spec.contains("shardproof_p2p") && !spec.contains("logsumexp"));
 }
 
@@ -168,15 +133,9 @@ fn cp_bugs_are_found() {
             if forward_only {
                 flags.push("--forward-only");
             }
-            let case = emit(
-                &s,
-                &format!("{}-{forward_only}", bug.id),
-                "llama",
-                mesh,
-                &flags,
-            );
-            s.run(&["inspect", "--strict", &case]).expect_code(0);
-            assert_found(&s, &case, bug.id);
+            let case = s.emit_model(&format!("{}-{forward_only}", bug.id), "llama", mesh, &flags);
+            s.assert_strict(&case);
+            s.assert_bug_found(&case, bug.id);
         }
         planted.push(bug.id);
     }
@@ -189,25 +148,22 @@ fn cp_bugs_are_found() {
         assert!(planted.contains(&id), "{id} is never planted");
     }
     // The norm gradient bug names a norm's updated weight.
-    let case = emit(
-        &s,
+    let case = s.emit_model(
         "norm",
         "llama",
         "dp=2,tp=2,cp=2",
         &["--bug", "tp-cp-layernorm-grad-scaled-by-tp"],
     );
-    let out = s.run(&["run", &case]);
-    out.expect_code(1);
-    assert_eq!(first_mismatch(&out), "attn_norm_0_new", "{}", out.stdout);
+    let (out, first) = s.run_mismatch(&case);
+    assert_eq!(first, "attn_norm_0_new", "{}", out.stdout);
     // RoPE without the chunk offsets is found on a longer ring too.
-    let case = emit(
-        &s,
+    let case = s.emit_model(
         "rope4",
         "llama",
         "cp=4",
         &["--seq", "16", "--bug", "cp-rope-no-offset"],
     );
-    assert_found(&s, &case, "cp-rope-no-offset");
+    s.assert_bug_found(&case, "cp-rope-no-offset");
 }
 
 #[test]
@@ -216,11 +172,9 @@ fn the_listed_only_entry_is_refused() {
     let bug = find_bug("cp-attn-grad-noncontiguous").unwrap();
     assert!(bug.listed_only() && bug.needs_cp());
     assert!(bug.description.contains("numerically invisible"));
-    s.run(&[
-        "zoo", "emit", "llama", "--mesh", "cp=2", "--bug", bug.id, "-o", "x",
-    ])
-    .expect_code(2)
-    .stderr_has(&["listed only", "cannot be planted"]);
+    s.zoo_emit("x", &["llama", "--mesh", "cp=2", "--bug", bug.id])
+        .expect_code(2)
+        .stderr_has(&["listed only", "cannot be planted"]);
     s.run(&["zoo", "list", "--bugs"])
         .expect_code(0)
         .stdout_has(&[bug.id, "TTrace"]);
@@ -261,10 +215,7 @@ fn requests_the_zoo_cannot_split_exit_2() {
             "tp mesh dim",
         ),
     ] {
-        let mut argv = vec!["zoo", "emit"];
-        argv.extend(args.split(' '));
-        argv.extend(["-o", "x"]);
-        s.run(&argv).expect_code(2).stderr_has(&[message]);
+        s.assert_emit_refused(args, message);
     }
 }
 
@@ -276,19 +227,9 @@ fn deepseek_cp_plans_hold() {
     let s = Scratch::new();
     for mesh in DEEPSEEK_MESHES {
         for forward_only in [true, false] {
-            let flags: &[&str] = if forward_only {
-                &["--forward-only"]
-            } else {
-                &[]
-            };
-            let case = emit(
-                &s,
-                &format!("{mesh}-{forward_only}"),
-                "deepseek",
-                mesh,
-                flags,
-            );
-            holds(&s, &case);
+            let flags = pass_flags(forward_only);
+            let case = s.emit_model(&format!("{mesh}-{forward_only}"), "deepseek", mesh, flags);
+            s.assert_holds_strictly(&case);
         }
     }
     // Every dim at once, the all-to-all dispatcher, and sequence parallelism in the MoE
@@ -298,13 +239,13 @@ fn deepseek_cp_plans_hold() {
         ("a2a", "tp=2,cp=2,ep=2", vec!["--ep-dispatch", "alltoall"]),
         ("sp", "tp=2,cp=2", vec!["--sequence-parallel"]),
     ] {
-        let case = emit(&s, dir, "deepseek", mesh, &flags);
-        holds(&s, &case);
+        let case = s.emit_model(dir, "deepseek", mesh, &flags);
+        s.assert_holds_strictly(&case);
     }
     // The balance loss's per-sequence counts and probability sums span both chunks of every
     // cp rank: all-reduced over cp in the forward, the probability sums' gradient in the
     // backward; the data group spans dp x cp x ep, the experts' replicas dp x cp.
-    let yaml = std::fs::read_to_string(s.path().join("all/case.yaml")).unwrap();
+    let yaml = s.read("all/case.yaml");
     for line in [
         "mesh: { dp: 2, cp: 2, tp: 2, ep: 2 }",
         "\"dp_cp_ep\": [[0, 1, 4, 5, 8, 9, 12, 13], [2, 3, 6, 7, 10, 11, 14, 15]]",
@@ -313,7 +254,7 @@ fn deepseek_cp_plans_hold() {
     ] {
         assert!(yaml.contains(line), "{line}\n{yaml}");
     }
-    let r5 = std::fs::read_to_string(s.path().join("all/r5.py")).unwrap();
+    let r5 = s.read("all/r5.py");
     let layers = 2;
     assert_eq!(r5.matches("'cp')").count(), 3 * layers, "{r5}");
     assert!(
@@ -329,8 +270,8 @@ fn cp_attention_bugs_are_found_in_deepseek() {
         .iter()
         .filter(|b| b.needs_cp() && b.models.contains(&"deepseek"))
     {
-        let case = emit(&s, bug.id, "deepseek", "tp=2,cp=2,ep=2", &["--bug", bug.id]);
-        assert_found(&s, &case, bug.id);
+        let case = s.emit_model(bug.id, "deepseek", "tp=2,cp=2,ep=2", &["--bug", bug.id]);
+        s.assert_bug_found(&case, bug.id);
     }
     for id in ["cp-rope-no-offset", "cp-causal-mask-local"] {
         assert!(find_bug(id).unwrap().models.contains(&"deepseek"), "{id}");
@@ -342,13 +283,9 @@ fn gpt2_cp_plans_hold() {
     let s = Scratch::new();
     for mesh in MESHES {
         for forward_only in [true, false] {
-            let flags: &[&str] = if forward_only {
-                &["--forward-only"]
-            } else {
-                &[]
-            };
-            let case = emit(&s, &format!("{mesh}-{forward_only}"), "gpt2", mesh, flags);
-            holds(&s, &case);
+            let flags = pass_flags(forward_only);
+            let case = s.emit_model(&format!("{mesh}-{forward_only}"), "gpt2", mesh, flags);
+            s.assert_holds_strictly(&case);
         }
     }
     // A longer ring, sequence parallelism inside the tensor-parallel regions on top of the
@@ -361,33 +298,18 @@ fn gpt2_cp_plans_hold() {
             "dp=2,tp=2,cp=2",
             vec!["--sequence-parallel", "--tp-comm-overlap"],
         ),
-        (
-            "train",
-            "dp=2,tp=2,cp=2",
-            vec![
-                "--batch",
-                "4",
-                "--grad-accum",
-                "2",
-                "--optimizer",
-                "adam",
-                "--clip-grad",
-                "0.5",
-                "--loss-scale",
-                "8",
-            ],
-        ),
+        ("train", "dp=2,tp=2,cp=2", TRAINING_FLAGS.to_vec()),
     ] {
-        let case = emit(&s, dir, "gpt2", mesh, &flags);
-        holds(&s, &case);
+        let case = s.emit_model(dir, "gpt2", mesh, &flags);
+        s.assert_holds_strictly(&case);
     }
 }
 
 #[test]
 fn gpt2_positions_and_ring() {
     let s = Scratch::new();
-    let case = emit(&s, "ring", "gpt2", "dp=2,tp=2,cp=2", &[]);
-    let r6 = std::fs::read_to_string(s.path().join("ring/r6.py")).unwrap();
+    let case = s.emit_model("ring", "gpt2", "dp=2,tp=2,cp=2", NO_FLAGS);
+    let r6 = s.read("ring/r6.py");
     // Rank 6 = (dp 1, cp 1, tp 0) reads its dp rank's sequences whole and keeps chunks 1 and 2
     // of 4: positions 2, 3 and 4, 5, whose rows of the position table it looks up and whose
     // rows of the (whole) position-table gradient it fills.
@@ -407,22 +329,13 @@ fn gpt2_positions_and_ring() {
     );
     // K and V around the ring, forward and backward, with their gradients: 8 messages each
     // way per layer, all to or from the cp peer, rank 4.
-    let p2p: Vec<&str> = r6
-        .lines()
-        .filter_map(|l| l.split("torch.ops.shardproof_p2p.").nth(1))
-        .collect();
+    let p2p = p2p_calls(&r6);
     assert_eq!(p2p.len(), 2 * 8 * 2, "{r6}");
-    // send.default(x, dst, tag); recv.default(shape, dtype, src, tag).
-    let peer = |c: &&str| {
-        let args = c.rsplit(')').nth(1).unwrap_or(c);
-        let fields: Vec<&str> = args.rsplit(", ").collect();
-        fields[1].to_string()
-    };
-    assert!(p2p.iter().all(|c| peer(c) == "4"), "{p2p:?}");
+    assert!(p2p_peers(&r6).iter().all(|peer| peer == "4"), "{p2p:?}");
     // The position table's gradient is averaged over dp x cp like every replicated parameter.
     assert!(r6.contains("'dp_cp')"), "{r6}");
     s.run(&["run", &case]).expect_code(0);
-    let yaml = std::fs::read_to_string(s.path().join("ring/case.yaml")).unwrap();
+    let yaml = s.read("ring/case.yaml");
     for line in [
         "mesh: { dp: 2, cp: 2, tp: 2 }",
         "\"dp_cp\": [[0, 2, 4, 6], [1, 3, 5, 7]]",
@@ -434,7 +347,7 @@ fn gpt2_positions_and_ring() {
     }
     // The spec is the single-device model: no message, no chunk, the position table read at
     // arange(seq).
-    let spec = std::fs::read_to_string(s.path().join("ring/spec.py")).unwrap();
+    let spec = s.read("ring/spec.py");
     assert!(!spec.contains("shardproof_p2p") && !spec.contains("logsumexp"));
     assert!(spec.contains("aten.arange.start(0, 8,"), "{spec}");
 }
@@ -461,9 +374,9 @@ fn cp_bugs_are_found_in_gpt2() {
                 flags.push("--forward-only");
             }
             let dir = format!("{}-{forward_only}", bug.id);
-            let case = emit(&s, &dir, "gpt2", mesh, &flags);
-            s.run(&["inspect", "--strict", &case]).expect_code(0);
-            assert_found(&s, &case, bug.id);
+            let case = s.emit_model(&dir, "gpt2", mesh, &flags);
+            s.assert_strict(&case);
+            s.assert_bug_found(&case, bug.id);
         }
         planted.push(bug.id);
     }
@@ -489,31 +402,21 @@ fn cp_bugs_are_found_in_gpt2() {
             ],
         ),
     ] {
-        let case = emit(&s, dir, "gpt2", "dp=2,tp=2,cp=2", &flags);
-        let out = s.run(&["run", &case]);
-        out.expect_code(1);
-        assert_eq!(first_mismatch(&out), "ln1_w_0_new", "{}", out.stdout);
+        let case = s.emit_model(dir, "gpt2", "dp=2,tp=2,cp=2", &flags);
+        let (out, first) = s.run_mismatch(&case);
+        assert_eq!(first, "ln1_w_0_new", "{}", out.stdout);
     }
     // Under tp x cp and on a longer ring too.
     for (dir, mesh, seq, bug) in [
         ("mask-tp", "tp=2,cp=2", "8", "cp-causal-mask-local"),
         ("pos4", "cp=4", "16", "cp-rope-no-offset"),
     ] {
-        let case = emit(&s, dir, "gpt2", mesh, &["--seq", seq, "--bug", bug]);
-        assert_found(&s, &case, bug);
+        let case = s.emit_model(dir, "gpt2", mesh, &["--seq", seq, "--bug", bug]);
+        s.assert_bug_found(&case, bug);
     }
     // The listed-only entry is refused in gpt2 too.
-    s.run(&[
-        "zoo",
-        "emit",
-        "gpt2",
-        "--mesh",
-        "cp=2",
-        "--bug",
-        "cp-attn-grad-noncontiguous",
-        "-o",
-        "x",
-    ])
-    .expect_code(2)
-    .stderr_has(&["listed only"]);
+    s.assert_emit_refused(
+        "gpt2 --mesh cp=2 --bug cp-attn-grad-noncontiguous",
+        "listed only",
+    );
 }

@@ -11,9 +11,10 @@ mod common;
 use common::spec_check::{
     check_gradients, oracle_python, spec_graph_of, Torch, TORCH_HEADER, TORCH_LLAMA_PIECES,
 };
+use common::zoo::{check_moe_bugs, plant_bugs, words, NO_FLAGS};
 use common::Scratch;
 use shardproof_ir::Graph;
-use shardproof_zoo::{DeepseekConfig, EmitExtras, LlamaConfig, Site, BUGS};
+use shardproof_zoo::{Bug, DeepseekConfig, EmitExtras, LlamaConfig, Site, BUGS};
 
 /// The correct plans of every mesh: (mesh, dp, tp, ep).
 const MESHES: &[(&str, usize, usize, usize)] = &[
@@ -28,10 +29,7 @@ const MESHES: &[(&str, usize, usize, usize)] = &[
 /// Emits a deepseek case into `dir` (relative to the scratch directory) and returns the path
 /// of its case file.
 fn emit(scratch: &Scratch, dir: &str, mesh: &str, flags: &[&str]) -> String {
-    let mut args = vec!["zoo", "emit", "deepseek", "--mesh", mesh, "-o", dir];
-    args.extend(flags);
-    scratch.run(&args).expect_code(0);
-    format!("{dir}/case.yaml")
+    scratch.emit_model(dir, "deepseek", mesh, flags)
 }
 
 #[test]
@@ -47,41 +45,10 @@ fn deepseek_plans_hold_and_moe_bugs_are_found() {
             };
             let dir = format!("{mesh}-{forward_only}");
             let case = emit(&scratch, &dir, mesh, flags);
-            scratch
-                .run(&["run", &case])
-                .expect_code(0)
-                .stdout_has(&["verdict: holds"]);
-            for bug in BUGS {
-                if bug
-                    .check_applies_with_ep(&Site::new("deepseek", dp, tp, forward_only), ep)
-                    .is_err()
-                {
-                    continue;
-                }
-                let mut with_bug = flags.to_vec();
-                with_bug.extend(["--bug", bug.id]);
-                let case = emit(&scratch, &format!("{dir}-{}", bug.id), mesh, &with_bug);
-                let out = scratch.run(&["run", &case]);
-                out.expect_code(1);
-                let first = out
-                    .stdout
-                    .split("first mismatching output `")
-                    .nth(1)
-                    .and_then(|r| r.split('`').next())
-                    .unwrap_or_else(|| {
-                        panic!("{mesh} {}: no output named\n{}", bug.id, out.stdout)
-                    });
-                // The loss when the bug changes it, else the updated weights it corrupts.
-                let expected = if bug.changes_loss {
-                    "loss"
-                } else if bug.id == "moe-router-grad-unsynced" {
-                    "router_"
-                } else {
-                    "expert_"
-                };
-                assert!(first.starts_with(expected), "{mesh} {}: {first}", bug.id);
-                planted.push(bug.id);
-            }
+            scratch.assert_holds(&case);
+            let args = [&["deepseek", "--mesh", mesh], flags].concat();
+            let site = Site::new("deepseek", dp, tp, forward_only);
+            planted.extend(check_moe_bugs(&scratch, &dir, &args, &site, ep));
         }
     }
     // (The bugs of sequence parallelism in the MoE blocks are planted in zoo_bugs_extra.rs,
@@ -99,9 +66,9 @@ fn deepseek_plans_hold_and_moe_bugs_are_found() {
 #[test]
 fn expert_parallel_dispatch_and_static_checks() {
     let scratch = Scratch::new();
-    let case = emit(&scratch, "ep", "dp=2,tp=2,ep=2", &[]);
-    scratch.run(&["inspect", "--strict", &case]).expect_code(0);
-    let r5 = std::fs::read_to_string(scratch.path().join("ep/r5.py")).unwrap();
+    let case = emit(&scratch, "ep", "dp=2,tp=2,ep=2", NO_FLAGS);
+    scratch.assert_strict(&case);
+    let r5 = scratch.read("ep/r5.py");
     // Rank 5 = (dp 1, tp 0, ep 1) holds experts 2 and 3 with half their inner width.
     assert!(r5.contains("expert_gate_0: \"f32[2, 4, 16]\""), "{r5}");
     assert!(r5.contains("tokens: \"i64[1, 8]\""), "{r5}");
@@ -112,7 +79,7 @@ fn expert_parallel_dispatch_and_static_checks() {
     let scatters = r5.matches("reduce_scatter_tensor.default(").count();
     assert_eq!((gathers, scatters), (3 * layers, 3 * layers), "{r5}");
     assert_eq!(r5.matches("'ep')").count(), 6 * layers, "{r5}");
-    let yaml = std::fs::read_to_string(scratch.path().join("ep/case.yaml")).unwrap();
+    let yaml = scratch.read("ep/case.yaml");
     assert!(
         yaml.contains("\"dp_ep\": [[0, 1, 4, 5], [2, 3, 6, 7]]"),
         "{yaml}"
@@ -130,32 +97,10 @@ fn expert_parallel_dispatch_and_static_checks() {
 #[test]
 fn deepseek_sizes_are_configurable_and_checked() {
     let scratch = Scratch::new();
-    let sizes = [
-        "--experts",
-        "6",
-        "--top-k",
-        "3",
-        "--moe-ffn",
-        "6",
-        "--ffn",
-        "12",
-        "--hidden",
-        "12",
-        "--heads",
-        "2",
-        "--kv-heads",
-        "2",
-        "--seq",
-        "5",
-        "--batch",
-        "6",
-        "--vocab",
-        "11",
-        "--layers",
-        "1",
-    ];
-    let case = emit(&scratch, "sized", "tp=2,ep=3", &sizes);
-    let r0 = std::fs::read_to_string(scratch.path().join("sized/r0.py")).unwrap();
+    let sizes = "--experts 6 --top-k 3 --moe-ffn 6 --ffn 12 --hidden 12 --heads 2 --kv-heads 2 \
+                 --seq 5 --batch 6 --vocab 11 --layers 1";
+    let case = emit(&scratch, "sized", "tp=2,ep=3", &words(sizes));
+    let r0 = scratch.read("sized/r0.py");
     assert!(r0.contains("expert_up_0: \"f32[2, 3, 12]\""), "{r0}");
     assert!(r0.contains("aten.topk.default(sigmoid, 3)"), "{r0}");
     scratch.run(&["run", &case]).expect_code(0);
@@ -198,9 +143,7 @@ fn deepseek_sizes_are_configurable_and_checked() {
         ),
     ];
     for (request, word) in refused {
-        let mut args = vec!["zoo", "emit", "-o", "bad"];
-        args.extend(request.split_whitespace());
-        scratch.run(&args).expect_code(2).stderr_has(&[word]);
+        scratch.assert_emit_refused(request, word);
     }
 }
 
@@ -328,12 +271,8 @@ fn all_to_all_dispatch_holds_and_moe_bugs_are_still_found() {
             }
             let dir = format!("a2a-{mesh}-{forward_only}");
             let case = emit(&scratch, &dir, mesh, &flags);
-            scratch
-                .run(&["run", &case])
-                .expect_code(0)
-                .stdout_has(&["verdict: holds"]);
-            scratch.run(&["inspect", "--strict", &case]).expect_code(0);
-            let r0 = std::fs::read_to_string(scratch.path().join(format!("{dir}/r0.py"))).unwrap();
+            scratch.assert_holds_strictly(&case);
+            let r0 = scratch.read(&format!("{dir}/r0.py"));
             // Per layer two all-to-alls out (tokens, gates) and one back; the backward mirrors
             // them. No all-gather or reduce-scatter over ep is left.
             let layers = DeepseekConfig::default().base.layers;
@@ -344,34 +283,27 @@ fn all_to_all_dispatch_holds_and_moe_bugs_are_still_found() {
                 "{r0}"
             );
             assert!(!r0.contains("all_gather"), "{r0}");
-            for bug in BUGS {
-                if bug
-                    .check_applies_with_ep(&Site::new("deepseek", dp, tp, forward_only), ep)
-                    .is_err()
-                {
-                    continue;
-                }
-                let mut with_bug = flags.clone();
-                with_bug.extend(["--bug", bug.id]);
-                let case = emit(&scratch, &format!("{dir}-{}", bug.id), mesh, &with_bug);
-                let out = scratch.run(&["run", &case]);
-                out.expect_code(1)
+            let site = Site::new("deepseek", dp, tp, forward_only);
+            let applies = |bug: &Bug| bug.check_applies_with_ep(&site, ep).is_ok();
+            let args = [&["deepseek", "--mesh", mesh], flags.as_slice()].concat();
+            for (_, case) in plant_bugs(&scratch, &dir, &args, applies) {
+                scratch
+                    .run(&["run", &case])
+                    .expect_code(1)
                     .stdout_has(&["first mismatching output `"]);
             }
         }
     }
-    let yaml = std::fs::read_to_string(scratch.path().join("a2a-ep=2-false/case.yaml")).unwrap();
+    let yaml = scratch.read("a2a-ep=2-false/case.yaml");
     assert!(yaml.contains("name: deepseek-ep2-a2a\n"), "{yaml}");
     // The option needs the deepseek model and an ep mesh dim.
     for request in [
         "deepseek --mesh tp=2 --ep-dispatch alltoall",
         "llama --mesh tp=2 --ep-dispatch alltoall",
     ] {
-        let mut args = vec!["zoo", "emit", "-o", "bad"];
-        args.extend(request.split_whitespace());
-        scratch
-            .run(&args)
-            .expect_code(2)
-            .stderr_has(&["--ep-dispatch alltoall applies to the deepseek model"]);
+        scratch.assert_emit_refused(
+            request,
+            "--ep-dispatch alltoall applies to the deepseek model",
+        );
     }
 }

@@ -10,68 +10,25 @@ mod common;
 use common::spec_check::{
     check_gradients as check_spec, oracle_python, spec_graph_of, Torch, TORCH_HEADER,
 };
+use common::zoo::{check_plan_and_bugs, words};
+use common::Scratch;
 use shardproof_ir::Graph;
-use shardproof_zoo::{EmitExtras, Gpt2Config, LlamaConfig, Site, BUGS};
-use std::path::Path;
-use std::process::{Command, Output};
-
-fn shardproof(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_shardproof"))
-        .args(args)
-        .output()
-        .expect("run shardproof")
-}
-
-#[track_caller]
-fn expect(o: &Output, code: i32, what: &str) -> String {
-    assert_eq!(
-        o.status.code(),
-        Some(code),
-        "{what}\nstdout:\n{}\nstderr:\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-/// Emits a gpt2 case into `dir` with the flags (and bug) and returns the case path.
-fn emit(dir: &Path, mesh: &str, flags: &[&str], bug: Option<&str>) -> String {
-    let mut args = vec![
-        "zoo",
-        "emit",
-        "gpt2",
-        "--mesh",
-        mesh,
-        "-o",
-        dir.to_str().unwrap(),
-    ];
-    args.extend(flags);
-    if let Some(b) = bug {
-        args.extend(["--bug", b]);
-    }
-    expect(&shardproof(&args), 0, &format!("{args:?}"));
-    dir.join("case.yaml").to_str().unwrap().to_string()
-}
+use shardproof_zoo::{Bug, EmitExtras, Gpt2Config, LlamaConfig, Site, BUGS};
 
 /// The correct plans hold; each applicable bug is found, naming the loss when it changes the
 /// loss and an updated parameter otherwise. Returns the number of bugs planted.
 fn check_plans(meshes: &[(&str, usize, usize)], sequence_parallel: bool) -> usize {
+    let s = Scratch::new();
     let mut planted = 0;
     for &(mesh, dp, tp) in meshes {
         for forward_only in [true, false] {
-            let mut flags = Vec::new();
+            let mut args = vec!["gpt2", "--mesh", mesh];
             if forward_only {
-                flags.push("--forward-only");
+                args.push("--forward-only");
             }
             if sequence_parallel {
-                flags.push("--sequence-parallel");
+                args.push("--sequence-parallel");
             }
-            let tmp = tempfile::tempdir().unwrap();
-            let what = format!("gpt2, mesh {mesh}, flags {flags:?}");
-            let case = emit(&tmp.path().join("ok"), mesh, &flags, None);
-            let out = expect(&shardproof(&["run", &case]), 0, &what);
-            assert!(out.contains("verdict: holds"), "{what}\n{out}");
-            expect(&shardproof(&["inspect", "--strict", &case]), 0, &what);
             let site = Site {
                 model: "gpt2",
                 dp,
@@ -81,25 +38,9 @@ fn check_plans(meshes: &[(&str, usize, usize)], sequence_parallel: bool) -> usiz
                 vocab_parallel: false,
                 sequence_parallel,
             };
-            for bug in BUGS {
-                if bug.check_applies(&site).is_err() {
-                    continue;
-                }
-                planted += 1;
-                let what = format!("{what}, bug {}", bug.id);
-                let case = emit(&tmp.path().join(bug.id), mesh, &flags, Some(bug.id));
-                let out = expect(&shardproof(&["run", &case]), 1, &what);
-                let first = out
-                    .split("first mismatching output `")
-                    .nth(1)
-                    .and_then(|r| r.split('`').next())
-                    .unwrap_or_else(|| panic!("{what}: no mismatching output named\n{out}"));
-                if bug.changes_loss {
-                    assert_eq!(first, "loss", "{what}\n{out}");
-                } else {
-                    assert!(first.ends_with("_new"), "{what}\n{out}");
-                }
-            }
+            let dir = format!("{mesh}-{forward_only}");
+            let applies = |bug: &Bug| bug.check_applies(&site).is_ok();
+            planted += check_plan_and_bugs(&s, &dir, &args, applies).len();
         }
     }
     planted
@@ -149,9 +90,9 @@ fn gpt2_sequence_parallel_plans_hold_and_bugs_are_found() {
 
 #[test]
 fn sequence_parallel_uses_gather_and_reduce_scatter() {
-    let tmp = tempfile::tempdir().unwrap();
-    emit(tmp.path(), "tp=2", &["--sequence-parallel"], None);
-    let r1 = std::fs::read_to_string(tmp.path().join("r1.py")).unwrap();
+    let s = Scratch::new();
+    s.emit_case("sp", &words("gpt2 --mesh tp=2 --sequence-parallel"));
+    let r1 = s.read("sp/r1.py");
     assert!(
         !r1.contains("all_reduce.default(mm"),
         "no all-reduce of activations\n{r1}"
@@ -172,96 +113,44 @@ fn sequence_parallel_uses_gather_and_reduce_scatter() {
     // LayerNorm gradients are all-reduced over tp; the wrong-chunk bug and unsupported
     // requests are refused or changed.
     assert!(r1.contains("all_reduce.default(getitem"), "{r1}");
-    let out = tmp.path().join("bad");
-    let o = shardproof(&[
-        "zoo",
-        "emit",
-        "llama",
-        "--sequence-parallel",
-        "-o",
-        out.to_str().unwrap(),
-    ]);
-    expect(&o, 2, "llama --sequence-parallel is refused");
-    let o = shardproof(&[
-        "zoo",
-        "emit",
-        "gpt2",
-        "--mesh",
-        "tp=3",
-        "--sequence-parallel",
-        "-o",
-        out.to_str().unwrap(),
-    ]);
-    expect(&o, 2, "heads 4 over tp=3 is refused");
-    let o = shardproof(&[
-        "zoo",
-        "emit",
-        "gpt2",
-        "--mesh",
-        "tp=2",
-        "--seq",
-        "5",
-        "--sequence-parallel",
-        "-o",
-        out.to_str().unwrap(),
-    ]);
-    let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert!(err.contains("seq 5 is not divisible"), "{err}");
-    let o = shardproof(&[
-        "zoo",
-        "emit",
-        "gpt2",
-        "--kv-heads",
-        "2",
-        "-o",
-        out.to_str().unwrap(),
-    ]);
-    expect(&o, 2, "--kv-heads is llama only");
+    // llama --sequence-parallel; heads 4 over tp=3; an odd sequence; --kv-heads is llama only.
+    for request in [
+        "llama --sequence-parallel",
+        "gpt2 --mesh tp=3 --sequence-parallel",
+        "gpt2 --kv-heads 2",
+    ] {
+        s.zoo_emit("bad", &words(request)).expect_code(2);
+    }
+    let out = s.zoo_emit(
+        "bad",
+        &words("gpt2 --mesh tp=2 --seq 5 --sequence-parallel"),
+    );
+    assert!(
+        out.stderr.contains("seq 5 is not divisible"),
+        "{}",
+        out.stderr
+    );
 }
 
 #[test]
 fn gpt2_sizes_are_configurable() {
-    let tmp = tempfile::tempdir().unwrap();
-    let out = tmp.path().to_str().unwrap();
-    let args = [
-        "zoo",
-        "emit",
-        "gpt2",
-        "--mesh",
-        "dp=2,tp=2",
-        "--sequence-parallel",
-        "--hidden",
-        "24",
-        "--heads",
-        "6",
-        "--ffn",
-        "20",
-        "--layers",
-        "1",
-        "--seq",
-        "6",
-        "--batch",
-        "4",
-        "--vocab",
-        "11",
-        "-o",
-        out,
-    ];
-    expect(&shardproof(&args), 0, "emit");
-    let spec = std::fs::read_to_string(tmp.path().join("spec.py")).unwrap();
+    let s = Scratch::new();
+    let sizes = "gpt2 --mesh dp=2,tp=2 --sequence-parallel --hidden 24 --heads 6 --ffn 20 \
+                 --layers 1 --seq 6 --batch 4 --vocab 11";
+    let case = s.emit_case("sized", &words(sizes));
+    let spec = s.read("sized/spec.py");
     assert!(
         spec.contains("tokens: \"i64[4, 6]\"")
             && spec.contains("wte: \"f32[11, 24]\"")
             && spec.contains("wpe: \"f32[6, 24]\""),
         "{spec}"
     );
-    let rank = std::fs::read_to_string(tmp.path().join("r0.py")).unwrap();
+    let rank = s.read("sized/r0.py");
     assert!(
         rank.contains("wq_0: \"f32[12, 24]\"") && rank.contains("fc1_w_0: \"f32[10, 24]\""),
         "{rank}"
     );
-    let case = tmp.path().join("case.yaml");
-    expect(&shardproof(&["run", case.to_str().unwrap()]), 0, "run");
+    s.run(&["run", &case]).expect_code(0);
 }
 
 fn spec_graph(cfg: &Gpt2Config) -> Graph {

@@ -8,8 +8,9 @@
 
 mod common;
 
-use common::{first_mismatch, Scratch};
-use shardproof_zoo::{find_bug, BUGS};
+use common::zoo::{assert_names_changed_output, p2p_calls};
+use common::Scratch;
+use shardproof_zoo::BUGS;
 
 /// The size flags a pipelined `model` needs: 4 layers (2 per stage on pp=2, 1 on pp=4) and a
 /// batch that splits into dp = 2 ranks of `microbatches` microbatches.
@@ -23,26 +24,13 @@ fn sizes(model: &str, microbatches: usize) -> Vec<String> {
         .to_vec()
 }
 
-/// `zoo emit MODEL --mesh MESH` with `flags` into `dir` of `s`; returns the case path.
-fn emit(s: &Scratch, dir: &str, model: &str, mesh: &str, flags: &[String]) -> String {
-    let mut args = vec!["zoo", "emit", model, "--mesh", mesh, "-o", dir];
-    args.extend(flags.iter().map(String::as_str));
-    s.run(&args).expect_code(0);
-    format!("{dir}/case.yaml")
-}
-
-/// `run` finds catalog bug `bug` planted in `case`: exit 1, the first mismatching output the
-/// loss when the bug changes it, an updated weight otherwise.
-#[track_caller]
-fn assert_found(s: &Scratch, case: &str, bug: &str) {
-    let out = s.run(&["run", case]);
-    out.expect_code(1);
-    let first = first_mismatch(&out);
-    if find_bug(bug).unwrap().changes_loss {
-        assert_eq!(first, "loss", "{bug}\n{}", out.stdout);
-    } else {
-        assert!(first.ends_with("_new"), "{bug}\n{}", out.stdout);
-    }
+/// [`sizes`] for `microbatches` microbatches, `--microbatches` and then `extra` (flags on one
+/// line).
+fn pipelined(model: &str, microbatches: usize, extra: &str) -> Vec<String> {
+    let mut flags = sizes(model, microbatches);
+    flags.extend(["--microbatches".into(), microbatches.to_string()]);
+    flags.extend(extra.split_whitespace().map(String::from));
+    flags
 }
 
 const MESHES: [&str; 4] = ["pp=2", "dp=2,pp=2", "pp=2,tp=2", "dp=2,pp=2,tp=2"];
@@ -53,32 +41,24 @@ fn correct_plans_hold(model: &str) {
     for mesh in MESHES {
         for schedule in ["gpipe", "1f1b"] {
             for forward_only in [false, true] {
-                let mut flags = sizes(model, 2);
-                flags.extend(["--microbatches", "2", "--pp-schedule", schedule].map(String::from));
+                let mut flags = pipelined(model, 2, &format!("--pp-schedule {schedule}"));
                 if forward_only {
                     flags.push("--forward-only".into());
                 }
                 let dir = format!("{mesh}-{schedule}-{forward_only}");
-                let case = emit(&s, &dir, model, mesh, &flags);
-                s.run(&["run", &case]).expect_code(0).stdout_has(&[
-                    "verdict: holds",
-                    "loss",
-                    "at pp = 1",
-                ]);
-                s.run(&["inspect", "--strict", &case]).expect_code(0);
+                let case = s.emit_model(&dir, model, mesh, &flags);
+                s.assert_holds(&case).stdout_has(&["loss", "at pp = 1"]);
+                s.assert_strict(&case);
             }
         }
     }
     // Four microbatches through four stages (1F1B warms up with 3, 2, 1, 0 forwards), and
     // through two stages with dp and tp.
     for (mesh, layers) in [("pp=4", "4"), ("dp=2,pp=2,tp=2", "2")] {
-        let mut flags = sizes(model, 4);
+        let mut flags = pipelined(model, 4, "--pp-schedule 1f1b");
         flags[1] = layers.into();
-        flags.extend(["--microbatches", "4", "--pp-schedule", "1f1b"].map(String::from));
-        let case = emit(&s, &format!("mb4-{mesh}"), model, mesh, &flags);
-        s.run(&["run", &case])
-            .expect_code(0)
-            .stdout_has(&["verdict: holds"]);
+        let case = s.emit_model(&format!("mb4-{mesh}"), model, mesh, &flags);
+        s.assert_holds(&case);
     }
 }
 
@@ -114,18 +94,13 @@ fn deepseek_stages_carry_experts_and_balance_losses() {
         ("pp=2,tp=2,ep=2", "4", "--sequence-parallel"),
         ("pp=2,ep=2", "4", "--ep-dispatch alltoall --forward-only"),
     ] {
-        let mut flags = sizes("deepseek", 2);
+        let mut flags = pipelined("deepseek", 2, extra);
         flags[3] = batch.into();
-        flags.extend(["--microbatches", "2"].map(String::from));
-        flags.extend(extra.split_whitespace().map(String::from));
         let dir = format!("{mesh}{}", extra.replace(' ', ""));
-        let case = emit(&s, &dir, "deepseek", mesh, &flags);
-        s.run(&["run", &case])
-            .expect_code(0)
-            .stdout_has(&["verdict: holds"]);
-        s.run(&["inspect", "--strict", &case]).expect_code(0);
+        let case = s.emit_model(&dir, "deepseek", mesh, &flags);
+        s.assert_holds_strictly(&case);
     }
-    let yaml = read_in(&s, "dp=2,pp=2,tp=2,ep=2--pp-schedule1f1b", "case.yaml");
+    let yaml = s.read("dp=2,pp=2,tp=2,ep=2--pp-schedule1f1b/case.yaml");
     for line in [
         "  expert_gate_2: { placement: { tp: Shard(1), ep: Shard(0) }, at: { pp: 1 } }",
         "  router_0: { placement: Replicate(), at: { pp: 0 } }",
@@ -139,13 +114,12 @@ fn deepseek_stages_carry_experts_and_balance_losses() {
         "{yaml}"
     );
     // The first stage's balance losses reach the last stage's loss over pp.
-    let r0 = read_in(&s, "dp=2,pp=2,tp=2,ep=2--pp-schedule1f1b", "r0.py");
+    let r0 = s.read("dp=2,pp=2,tp=2,ep=2--pp-schedule1f1b/r0.py");
     assert!(r0.contains(", 'sum', 'pp')"), "{r0}");
     // Uneven stages (61 layers over 8 stages, as deepseek-v3-671b: here 5 over 3).
-    let mut flags = sizes("deepseek", 2);
+    let mut flags = pipelined("deepseek", 2, "--pp-first-layers 1");
     flags[1] = "5".into();
-    flags.extend(["--microbatches", "2", "--pp-first-layers", "1"].map(String::from));
-    let case = emit(&s, "uneven", "deepseek", "pp=3", &flags);
+    let case = s.emit_model("uneven", "deepseek", "pp=3", &flags);
     s.run(&["run", &case]).expect_code(0);
     // The deepseek bugs inside stages.
     for (mesh, batch, bug) in [
@@ -153,21 +127,19 @@ fn deepseek_stages_carry_experts_and_balance_losses() {
         ("pp=2,tp=2", "4", "moe-router-grad-unsynced"),
         ("dp=2,pp=2,ep=2", "8", "ep-expert-grad-not-averaged"),
     ] {
-        let mut flags = sizes("deepseek", 2);
+        let mut flags = pipelined("deepseek", 2, &format!("--bug {bug}"));
         flags[3] = batch.into();
-        flags.extend(["--microbatches", "2", "--bug", bug].map(String::from));
-        let case = emit(&s, bug, "deepseek", mesh, &flags);
-        assert_found(&s, &case, bug);
+        let case = s.emit_model(bug, "deepseek", mesh, &flags);
+        s.assert_bug_found(&case, bug);
     }
 }
 
 #[test]
 fn gpt2_stages_share_the_tied_embedding() {
     let s = Scratch::new();
-    let mut flags = sizes("gpt2", 2);
-    flags.extend(["--microbatches", "2", "--pp-schedule", "1f1b"].map(String::from));
-    emit(&s, "c", "gpt2", "dp=2,pp=2,tp=2", &flags);
-    let read = |f: &str| std::fs::read_to_string(s.path().join("c").join(f)).unwrap();
+    let flags = pipelined("gpt2", 2, "--pp-schedule 1f1b");
+    s.emit_model("c", "gpt2", "dp=2,pp=2,tp=2", &flags);
+    let read = |f: &str| s.read(&format!("c/{f}"));
     let yaml = read("case.yaml");
     for line in [
         // Per dp and tp index, the first and the last stage's ranks.
@@ -187,33 +159,28 @@ fn gpt2_stages_share_the_tied_embedding() {
         assert!(graph.contains(", 'sum', 'embd')"), "{r}\n{graph}");
     }
     // A middle stage holds no copy.
-    emit(&s, "three", "gpt2", "pp=3", &{
+    s.emit_model("three", "gpt2", "pp=3", &{
         let mut f = sizes("gpt2", 1);
         f[1] = "3".into();
         f
     });
-    let yaml = std::fs::read_to_string(s.path().join("three/case.yaml")).unwrap();
+    let yaml = s.read("three/case.yaml");
     assert!(
         yaml.contains("  wte: { placement: Replicate(), at: { pp: [0, 2] } }"),
         "{yaml}"
     );
-    assert!(!read_in(&s, "three", "r1.py").contains("embd"));
+    assert!(!s.read("three/r1.py").contains("embd"));
     s.run(&["run", "three/case.yaml"]).expect_code(0);
     // Sequence parallelism inside the stages; clipping counts the tied embedding once (the
     // last stage's copy is Megatron's `shared` parameter); Adam with ZeRO-1.
     for (dir, extra) in [
-        ("sp", vec!["--sequence-parallel", "--pp-schedule", "1f1b"]),
-        ("clip", vec!["--clip-grad", "0.01", "--loss-scale", "8"]),
-        ("adam", vec!["--optimizer", "adam", "--zero", "1"]),
+        ("sp", "--sequence-parallel --pp-schedule 1f1b"),
+        ("clip", "--clip-grad 0.01 --loss-scale 8"),
+        ("adam", "--optimizer adam --zero 1"),
     ] {
-        let mut flags = sizes("gpt2", 2);
-        flags.extend(["--microbatches", "2"].map(String::from));
-        flags.extend(extra.iter().map(|f| f.to_string()));
-        let case = emit(&s, dir, "gpt2", "dp=2,pp=2,tp=2", &flags);
-        s.run(&["run", &case])
-            .expect_code(0)
-            .stdout_has(&["verdict: holds"]);
-        s.run(&["inspect", "--strict", &case]).expect_code(0);
+        let flags = pipelined("gpt2", 2, extra);
+        let case = s.emit_model(dir, "gpt2", "dp=2,pp=2,tp=2", &flags);
+        s.assert_holds_strictly(&case);
     }
     // The tied weight's shares never summed (TTrace's untied embedding, here across stages),
     // and the gpt2 tp and SP bugs inside a stage.
@@ -226,17 +193,10 @@ fn gpt2_stages_share_the_tied_embedding() {
             "--sequence-parallel",
         ),
     ] {
-        let mut flags = sizes("gpt2", 2);
-        flags.extend(["--microbatches", "2", "--bug", bug].map(String::from));
-        flags.extend(extra.split_whitespace().map(String::from));
-        let case = emit(&s, bug, "gpt2", mesh, &flags);
-        assert_found(&s, &case, bug);
+        let flags = pipelined("gpt2", 2, &format!("--bug {bug} {extra}"));
+        let case = s.emit_model(bug, "gpt2", mesh, &flags);
+        s.assert_bug_found(&case, bug);
     }
-}
-
-/// The text of `file` in `dir` of `s`.
-fn read_in(s: &Scratch, dir: &str, file: &str) -> String {
-    std::fs::read_to_string(s.path().join(dir).join(file)).unwrap()
 }
 
 #[test]
@@ -244,21 +204,8 @@ fn pipelines_combine_with_the_training_options_and_kv_replicas() {
     let s = Scratch::new();
     // Adam, loss scaling and ZeRO-1 on every stage.
     for model in ["mlp", "llama"] {
-        let mut flags = sizes(model, 2);
-        flags.extend(
-            [
-                "--microbatches",
-                "2",
-                "--optimizer",
-                "adam",
-                "--loss-scale",
-                "64",
-                "--zero",
-                "1",
-            ]
-            .map(String::from),
-        );
-        let case = emit(&s, &format!("{model}-train"), model, "dp=2,pp=2", &flags);
+        let flags = pipelined(model, 2, "--optimizer adam --loss-scale 64 --zero 1");
+        let case = s.emit_model(&format!("{model}-train"), model, "dp=2,pp=2", &flags);
         s.run(&["run", &case])
             .expect_code(0)
             .stdout_has(&["exp_avg_sq_"]);
@@ -266,9 +213,9 @@ fn pipelines_combine_with_the_training_options_and_kv_replicas() {
     // tp = 4 > 2 kv heads: the replicas' gradients are all-reduced within each stage.
     let mut flags = sizes("llama", 1);
     flags.extend(["--pp-schedule", "1f1b"].map(String::from));
-    let case = emit(&s, "kv", "llama", "pp=2,tp=4", &flags);
+    let case = s.emit_model("kv", "llama", "pp=2,tp=4", &flags);
     s.run(&["run", &case]).expect_code(0);
-    let yaml = std::fs::read_to_string(s.path().join("kv/case.yaml")).unwrap();
+    let yaml = s.read("kv/case.yaml");
     assert!(
         yaml.contains("\"kv\": [[0, 1], [2, 3], [4, 5], [6, 7]]"),
         "{yaml}"
@@ -285,34 +232,18 @@ fn pipelines_clip_the_global_norm_and_split_the_vocabulary() {
     // A small maximal norm, so that clipping scales every gradient: each stage's share of the
     // squared norm is all-reduced over tp, then over pp.
     for model in ["mlp", "llama"] {
-        let mut flags = sizes(model, 2);
-        flags.extend(["--microbatches", "2", "--clip-grad", "0.01"].map(String::from));
-        let case = emit(
-            &s,
-            &format!("{model}-clip"),
-            model,
-            "dp=2,pp=2,tp=2",
-            &flags,
-        );
+        let flags = pipelined(model, 2, "--clip-grad 0.01");
+        let dir = format!("{model}-clip");
+        let case = s.emit_model(&dir, model, "dp=2,pp=2,tp=2", &flags);
         s.run(&["run", &case]).expect_code(0);
-        let r0 = std::fs::read_to_string(s.path().join(format!("{model}-clip/r0.py"))).unwrap();
+        let r0 = s.read(&format!("{dir}/r0.py"));
         assert!(r0.contains("all_reduce.default(wait_tensor"), "{r0}");
         assert!(r0.contains(", 'sum', 'pp')"), "{r0}");
     }
     // Llama's vocab-parallel embedding on the first stage and cross-entropy on the last.
     for mesh in ["pp=2,tp=2", "dp=2,pp=2,tp=2"] {
-        let mut flags = sizes("llama", 2);
-        flags.extend(
-            [
-                "--microbatches",
-                "2",
-                "--vocab-parallel",
-                "--pp-schedule",
-                "1f1b",
-            ]
-            .map(String::from),
-        );
-        let case = emit(&s, &format!("vp-{mesh}"), "llama", mesh, &flags);
+        let flags = pipelined("llama", 2, "--vocab-parallel --pp-schedule 1f1b");
+        let case = s.emit_model(&format!("vp-{mesh}"), "llama", mesh, &flags);
         s.run(&["run", &case]).expect_code(0);
     }
     // Their bugs are found under pp too.
@@ -330,18 +261,17 @@ fn pipelines_clip_the_global_norm_and_split_the_vocabulary() {
             flags.push("0.01".into());
         }
         flags.extend(["--bug", bug].map(String::from));
-        let case = emit(&s, bug, model, "pp=2,tp=2", &flags);
-        assert_found(&s, &case, bug);
+        let case = s.emit_model(bug, model, "pp=2,tp=2", &flags);
+        s.assert_bug_found(&case, bug);
     }
 }
 
 #[test]
 fn stages_send_activations_forward_and_gradients_back() {
     let s = Scratch::new();
-    let mut flags = sizes("mlp", 2);
-    flags.extend(["--microbatches", "2", "--pp-schedule", "1f1b"].map(String::from));
-    emit(&s, "c", "mlp", "dp=2,pp=2,tp=2", &flags);
-    let read = |f: &str| std::fs::read_to_string(s.path().join("c").join(f)).unwrap();
+    let flags = pipelined("mlp", 2, "--pp-schedule 1f1b");
+    s.emit_model("c", "mlp", "dp=2,pp=2,tp=2", &flags);
+    let read = |f: &str| s.read(&format!("c/{f}"));
     let yaml = read("case.yaml");
     for line in [
         "name: mlp-pp2-dp2-tp2-mb2-1f1b",
@@ -359,12 +289,8 @@ fn stages_send_activations_forward_and_gradients_back() {
     // Rank 1 (stage 0, dp 0, tp 1) talks to rank 5 (stage 1, dp 0, tp 1); 1F1B on the first
     // of two stages: F0 F1 B0 B1 after one warm-up forward.
     let r1 = read("r1.py");
-    let ops: Vec<&str> = r1
-        .lines()
-        .filter_map(|l| l.split("torch.ops.shardproof_p2p.").nth(1))
-        .collect();
     assert_eq!(
-        ops,
+        p2p_calls(&r1),
         [
             "send.default(add_3, 5, 0)",
             "send.default(add_7, 5, 1)",
@@ -375,9 +301,8 @@ fn stages_send_activations_forward_and_gradients_back() {
     );
     // The last stage of 1F1B alternates: F0 B0 F1 B1.
     let r5 = read("r5.py");
-    let ends: Vec<&str> = r5
-        .lines()
-        .filter_map(|l| l.split("torch.ops.shardproof_p2p.").nth(1))
+    let ends: Vec<&str> = p2p_calls(&r5)
+        .iter()
         .map(|c| c.split('.').next().unwrap())
         .collect();
     assert_eq!(ends, ["recv", "send", "recv", "send"], "{r5}");
@@ -394,41 +319,28 @@ fn pipeline_bugs_are_found() {
         {
             for schedule in ["gpipe", "1f1b"] {
                 let what = format!("{model} {} {schedule}", bug.id);
-                let mut flags = sizes(model, 2);
-                flags.extend(
-                    [
-                        "--microbatches",
-                        "2",
-                        "--pp-schedule",
-                        schedule,
-                        "--bug",
-                        bug.id,
-                    ]
-                    .map(String::from),
+                let flags = pipelined(
+                    model,
+                    2,
+                    &format!("--pp-schedule {schedule} --bug {}", bug.id),
                 );
                 let dir = format!("{model}-{}-{schedule}", bug.id);
-                let case = emit(&s, &dir, model, "dp=2,pp=2", &flags);
-                s.run(&["inspect", "--strict", &case]).expect_code(0);
-                let out = s.run(&["run", &case]);
-                out.expect_code(1);
+                let case = s.emit_model(&dir, model, "dp=2,pp=2", &flags);
+                s.assert_strict(&case);
                 planted += 1;
                 if bug.id == "pp-mismatched-send-recv" {
                     // The waiting recv of the second stage leads the report: its message is
                     // the one the first stage never sends.
-                    out.stderr_has(&[
+                    s.run(&["run", &case]).expect_code(1).stderr_has(&[
                         "a recv is never matched by a send (deadlock)",
                         "r2.py:",
                         "waits for a message from rank 0 with tag",
                         "that rank 0 never sends",
                         "hint:",
                     ]);
-                    continue;
-                }
-                let first = first_mismatch(&out);
-                if bug.changes_loss {
-                    assert_eq!(first, "loss", "{what}\n{}", out.stdout);
                 } else {
-                    assert!(first.ends_with("_new"), "{what}\n{}", out.stdout);
+                    let (out, first) = s.run_mismatch(&case);
+                    assert_names_changed_output(bug, &first, &what, &out);
                 }
             }
         }
@@ -453,8 +365,8 @@ fn other_catalog_bugs_are_found_under_pp() {
             flags.extend(["--microbatches", extra].map(String::from));
         }
         flags.extend(["--bug", bug].map(String::from));
-        let case = emit(&s, bug, model, mesh, &flags);
-        assert_found(&s, &case, bug);
+        let case = s.emit_model(bug, model, mesh, &flags);
+        s.assert_bug_found(&case, bug);
     }
 }
 
@@ -468,78 +380,49 @@ fn uneven_stages_hold_and_their_bugs_are_found() {
             "llama",
             "pp=3,dp=2",
             "5",
-            ["--pp-first-layers", "1"],
+            "--pp-first-layers 1",
             "stage 0: layers 0-0, stage 1: layers 1-2, stage 2: layers 3-4",
         ),
         (
             "llama",
             "pp=2,tp=2",
             "3",
-            ["--pp-last-layers", "1"],
+            "--pp-last-layers 1",
             "stage 0: layers 0-1, stage 1: layers 2-2",
         ),
         (
             "mlp",
             "pp=4",
             "6",
-            ["--pp-last-layers", "3"],
+            "--pp-last-layers 3",
             "stage 0: layers 0-0, stage 1: layers 1-1, stage 2: layers 2-2, stage 3: layers 3-5",
         ),
     ] {
-        let mut flags = sizes(model, 2);
+        let mut flags = pipelined(model, 2, &format!("{first_last} --pp-schedule 1f1b"));
         flags[1] = layers.into();
-        flags.extend(first_last.map(String::from));
-        flags.extend(["--microbatches", "2", "--pp-schedule", "1f1b"].map(String::from));
         let dir = format!("{model}-{mesh}-{layers}");
-        let case = emit(&s, &dir, model, mesh, &flags);
-        let yaml = std::fs::read_to_string(s.path().join(&dir).join("case.yaml")).unwrap();
+        let case = s.emit_model(&dir, model, mesh, &flags);
+        let yaml = s.read(&case);
         assert!(yaml.contains(division), "{division}\n{yaml}");
         assert!(yaml.contains("-mb2-1f1b-uneven\n"), "{yaml}");
-        s.run(&["run", &case])
-            .expect_code(0)
-            .stdout_has(&["verdict: holds"]);
-        s.run(&["inspect", "--strict", &case]).expect_code(0);
+        s.assert_holds_strictly(&case);
     }
     // The first and last stage both set (Llama 3 405B's rule, at 4 stages): 1 + 2 + 2 + 1.
-    let mut flags = sizes("llama", 2);
+    let mut flags = pipelined("llama", 2, "--pp-first-layers 1 --pp-last-layers 1");
     flags[1] = "6".into();
-    flags.extend(
-        [
-            "--pp-first-layers",
-            "1",
-            "--pp-last-layers",
-            "1",
-            "--microbatches",
-            "2",
-        ]
-        .map(String::from),
-    );
-    let case = emit(&s, "both", "llama", "pp=4", &flags);
+    let case = s.emit_model("both", "llama", "pp=4", &flags);
     s.run(&["run", &case]).expect_code(0);
     // The pipeline bugs in uneven stages.
     for bug in BUGS.iter().filter(|b| b.needs_pipeline()) {
-        let mut flags = sizes("llama", 2);
+        let mut flags = pipelined("llama", 2, &format!("--pp-first-layers 1 --bug {}", bug.id));
         flags[1] = "5".into();
-        flags.extend(
-            [
-                "--pp-first-layers",
-                "1",
-                "--microbatches",
-                "2",
-                "--bug",
-                bug.id,
-            ]
-            .map(String::from),
-        );
-        let case = emit(&s, bug.id, "llama", "pp=3,dp=2", &flags);
-        let out = s.run(&["run", &case]);
-        out.expect_code(1);
+        let case = s.emit_model(bug.id, "llama", "pp=3,dp=2", &flags);
         if bug.id == "pp-mismatched-send-recv" {
-            out.stderr_has(&["a recv is never matched by a send (deadlock)"]);
-        } else if bug.changes_loss {
-            assert_eq!(first_mismatch(&out), "loss", "{}\n{}", bug.id, out.stdout);
+            s.run(&["run", &case])
+                .expect_code(1)
+                .stderr_has(&["a recv is never matched by a send (deadlock)"]);
         } else {
-            assert!(first_mismatch(&out).ends_with("_new"), "{}", out.stdout);
+            s.assert_bug_found(&case, bug.id);
         }
     }
 }
@@ -547,7 +430,7 @@ fn uneven_stages_hold_and_their_bugs_are_found() {
 #[test]
 fn verify_proves_pipelines_through_send_and_recv() {
     let s = Scratch::new();
-    let case = emit(&s, "v", "mlp", "pp=2", &sizes("mlp", 1));
+    let case = s.emit_model("v", "mlp", "pp=2", &sizes("mlp", 1));
     s.run(&["verify", &case]).expect_code(0);
 }
 
@@ -624,9 +507,6 @@ fn requests_the_zoo_cannot_pipeline_exit_2() {
             "at least one microbatch",
         ),
     ] {
-        let mut argv = vec!["zoo", "emit"];
-        argv.extend(args.split_whitespace());
-        argv.extend(["-o", "out"]);
-        s.run(&argv).expect_code(2).stderr_has(&[message]);
+        s.assert_emit_refused(args, message);
     }
 }

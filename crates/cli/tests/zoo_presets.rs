@@ -4,32 +4,20 @@
 
 mod common;
 
-use common::{Out, Scratch};
+use common::zoo::{words, NO_FLAGS};
+use common::Scratch;
 use shardproof_zoo::PRESETS;
-
-/// Emits `args` into `dir` under the scratch directory and returns the case path (relative).
-fn emit(s: &Scratch, dir: &str, args: &[&str]) -> Out {
-    let mut all = vec!["zoo", "emit"];
-    all.extend(args);
-    all.extend(["-o", dir]);
-    s.run(&all)
-}
-
-/// The words of `text`: command-line arguments written on one line.
-fn words(text: &str) -> Vec<&str> {
-    text.split_whitespace().collect()
-}
 
 /// Emits the arguments `args` (one line) into `dir` and returns its case file's text.
 fn emitted_case(s: &Scratch, dir: &str, args: &str) -> String {
-    emit(s, dir, &words(args)).expect_code(0);
-    std::fs::read_to_string(s.path().join(dir).join("case.yaml")).unwrap()
+    let case = s.emit_case(dir, &words(args));
+    s.read(&case)
 }
 
 /// The `graphs:` line of an emitted case.
 fn graphs_line(s: &Scratch, dir: &str) -> String {
-    let case = std::fs::read_to_string(s.path().join(dir).join("case.yaml")).unwrap();
-    case.lines()
+    s.read(&format!("{dir}/case.yaml"))
+        .lines()
         .find(|l| l.trim_start().starts_with("graphs:"))
         .expect("a graphs: line")
         .trim()
@@ -41,7 +29,7 @@ fn graphs_line(s: &Scratch, dir: &str) -> String {
 fn check_shared(s: &Scratch, dir: &str, args: &[&str], summary: &str, graphs: &str) {
     let mut all = args.to_vec();
     all.push("--share-graphs");
-    emit(s, dir, &all).expect_code(0).stdout_has(&[summary]);
+    s.zoo_emit(dir, &all).expect_code(0).stdout_has(&[summary]);
     assert_eq!(graphs_line(s, dir), graphs);
     s.run(&["run", &format!("{dir}/case.yaml"), "--quiet"])
         .expect_code(0)
@@ -52,14 +40,13 @@ fn check_shared(s: &Scratch, dir: &str, args: &[&str], summary: &str, graphs: &s
 fn check_tiny(name: &str) {
     let s = Scratch::new();
     // Pipelined ranks name their peers, so only presets without pp share graph files.
-    emit(&s, "out", &["--preset", name])
+    s.zoo_emit("out", &["--preset", name])
         .expect_code(0)
         .stdout_has(&["wrote out/case.yaml (spec + "]);
     s.run(&["run", "out/case.yaml", "--quiet"])
         .expect_code(0)
         .stdout_has(&["verdict: holds"]);
-    s.run(&["inspect", "--strict", "out/case.yaml"])
-        .expect_code(0);
+    s.assert_strict("out/case.yaml");
 }
 
 /// The tiny presets this file tests, one test each (so they run in parallel).
@@ -117,7 +104,7 @@ fn unknown_preset_is_a_usage_error_listing_the_presets() {
     let s = Scratch::new();
     let mut expected = vec!["error: unknown preset `llama3-7b`; known: "];
     expected.extend(PRESETS.iter().map(|p| p.name));
-    emit(&s, "out", &words("--preset llama3-7b"))
+    s.zoo_emit("out", &words("--preset llama3-7b"))
         .expect_code(2)
         .stderr_has(&expected);
     assert!(!s.path().join("out").exists(), "nothing is written");
@@ -126,21 +113,22 @@ fn unknown_preset_is_a_usage_error_listing_the_presets() {
 #[test]
 fn model_and_preset_must_agree_and_one_is_needed() {
     let s = Scratch::new();
-    emit(&s, "out", &words("mlp --preset llama3-8b-tiny"))
+    s.zoo_emit("out", &words("mlp --preset llama3-8b-tiny"))
         .expect_code(2)
         .stderr_has(&["preset `llama3-8b-tiny` is a llama model, not `mlp`"]);
-    emit(&s, "out", &[])
+    s.zoo_emit("out", NO_FLAGS)
         .expect_code(2)
         .stderr_has(&["give a MODEL or --preset NAME"]);
     // Naming the preset's own model is allowed.
-    emit(&s, "out", &words("llama --preset llama3-8b-tiny")).expect_code(0);
+    s.zoo_emit("out", &words("llama --preset llama3-8b-tiny"))
+        .expect_code(0);
 }
 
 #[test]
 fn flags_override_the_preset_and_mesh_replaces_its_plan() {
     let s = Scratch::new();
     let case = emitted_case(&s, "two", "--preset llama3-8b-tiny --layers 2 --seq 4");
-    let spec = std::fs::read_to_string(s.path().join("two/spec.py")).unwrap();
+    let spec = s.read("two/spec.py");
     assert!(spec.contains("wq_1: \"f32[32, 32]\""), "hidden 32 kept");
     assert!(!spec.contains("wq_2"), "2 layers");
     assert!(spec.contains("tokens: \"i64[2, 4]\""), "seq 4, batch 2");
@@ -163,13 +151,9 @@ fn flags_override_the_preset_and_mesh_replaces_its_plan() {
         ),
         "{case}"
     );
-    emit(
-        &s,
-        "bad-div",
-        &words("--preset llama3-405b-tiny --layers 6"),
-    )
-    .expect_code(2)
-    .stderr_has(&["more than the model's 6"]);
+    s.zoo_emit("bad-div", &words("--preset llama3-405b-tiny --layers 6"))
+        .expect_code(2)
+        .stderr_has(&["more than the model's 6"]);
 
     // --mesh replaces the plan: no vocab parallelism unless asked for.
     let case = emitted_case(&s, "tp", "--preset llama3-70b-tiny --mesh tp=4");
@@ -190,20 +174,16 @@ fn flags_override_the_preset_and_mesh_replaces_its_plan() {
     assert!(case.contains("  embed: { tp: Shard(0) }\n"), "{case}");
 
     // Sizes the preset's plan cannot split are refused like any other.
-    emit(
-        &s,
-        "bad",
-        &words("--preset deepseek-v3-16b-tiny --experts 3"),
-    )
-    .expect_code(2)
-    .stderr_has(&["experts 3 is not divisible by ep = 2"]);
+    s.zoo_emit("bad", &words("--preset deepseek-v3-16b-tiny --experts 3"))
+        .expect_code(2)
+        .stderr_has(&["experts 3 is not divisible by ep = 2"]);
 }
 
 #[test]
 fn shared_graphs_are_opt_in_without_a_preset_and_opt_out_with_one() {
     let s = Scratch::new();
     let vp = ["llama", "--mesh", "dp=2,tp=2", "--vocab-parallel"];
-    emit(&s, "plain", &vp).expect_code(0);
+    s.zoo_emit("plain", &vp).expect_code(0);
     assert_eq!(
         graphs_line(&s, "plain"),
         "graphs: [r0.py, r1.py, r2.py, r3.py]"
@@ -234,8 +214,7 @@ fn shared_graphs_are_opt_in_without_a_preset_and_opt_out_with_one() {
         "graphs: [r0.py, r0.py, r2.py, r2.py]",
     );
 
-    emit(
-        &s,
+    s.zoo_emit(
         "per-rank",
         &words("--preset llama3-8b-tiny --share-graphs=false"),
     )

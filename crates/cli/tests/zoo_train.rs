@@ -9,41 +9,27 @@
 
 mod common;
 
-use common::{first_mismatch, shardproof_in, Out};
+use common::zoo::{assert_names_changed_output, catalog_bug};
+use common::Scratch;
 use shardproof_ir::{DType, Graph};
 use shardproof_ops::{Meta, Tensor};
 use shardproof_zoo::{
-    emit_training, find_bug, AdamConfig, EmitExtras, EmitOptions, LlamaConfig, Mesh, MlpConfig,
-    Optimizer, TrainOptions,
+    emit_training, AdamConfig, EmitExtras, EmitOptions, LlamaConfig, Mesh, MlpConfig, Optimizer,
+    TrainOptions,
 };
 use std::collections::BTreeMap;
 use std::path::Path;
 
-fn shardproof(args: &[&str]) -> Out {
-    shardproof_in(Path::new("."), args)
-}
-
 /// Emits `model` on `mesh` with the flags into `dir` and returns the case path.
-fn emit(dir: &Path, model: &str, mesh: &str, flags: &[&str]) -> String {
-    let mut args = vec![
-        "zoo",
-        "emit",
-        model,
-        "--mesh",
-        mesh,
-        "-o",
-        dir.to_str().unwrap(),
-    ];
+fn emit(s: &Scratch, dir: &str, model: &str, mesh: &str, flags: &[&str]) -> String {
     // The MLP needs two layers for the backward all-reduce between layers; llama and gpt2 need
     // 4 sequences for two microbatches on each of 2 dp ranks.
-    args.extend(if model == "mlp" {
+    let sizes = if model == "mlp" {
         ["--layers", "2"]
     } else {
         ["--batch", "4"]
-    });
-    args.extend(flags);
-    shardproof(&args).expect_code(0);
-    dir.join("case.yaml").to_str().unwrap().to_string()
+    };
+    s.emit_model(dir, model, mesh, &[&sizes, flags].concat())
 }
 
 const MODELS: [&str; 3] = ["mlp", "llama", "gpt2"];
@@ -101,15 +87,12 @@ const PLANS: &[(&str, &[&str])] = &[
     ),
 ];
 
+/// Every plan of `plans` (mesh, flags) of `model` holds under `run` and `inspect --strict`.
 fn check_plans(model: &str, plans: &[(&str, &[&str])]) {
-    let tmp = tempfile::tempdir().unwrap();
+    let s = Scratch::new();
     for (i, (mesh, flags)) in plans.iter().enumerate() {
-        let case = emit(&tmp.path().join(i.to_string()), model, mesh, flags);
-        let what = format!("{model} {mesh} {flags:?}");
-        let out = shardproof(&["run", &case]);
-        assert_eq!(out.code, Some(0), "{what}\n{}", out.stdout);
-        assert!(out.stdout.contains("verdict: holds"), "{what}");
-        shardproof(&["inspect", "--strict", &case]).expect_code(0);
+        let case = emit(&s, &i.to_string(), model, mesh, flags);
+        s.assert_holds_strictly(&case);
     }
 }
 
@@ -201,24 +184,16 @@ const BUG_PLANS: &[(&str, &str, &[&str])] = &[
 
 #[test]
 fn training_bugs_are_found() {
-    let tmp = tempfile::tempdir().unwrap();
+    let s = Scratch::new();
     for model in MODELS {
         for (i, (id, mesh, flags)) in BUG_PLANS.iter().enumerate() {
-            let bug = find_bug(id).expect("a catalog bug");
             let what = format!("{model} {mesh} {flags:?} --bug {id}");
             let mut with_bug = flags.to_vec();
             with_bug.extend(["--bug", id]);
-            let dir = tmp.path().join(format!("{model}-{i}"));
-            let case = emit(&dir, model, mesh, &with_bug);
-            shardproof(&["inspect", "--strict", &case]).expect_code(0);
-            let out = shardproof(&["run", &case]);
-            assert_eq!(out.code, Some(1), "{what}\n{}", out.stdout);
-            let first = first_mismatch(&out);
-            if bug.changes_loss {
-                assert_eq!(first, "loss", "{what}");
-            } else {
-                assert!(first.ends_with("_new"), "{what}: {first}");
-            }
+            let case = emit(&s, &format!("{model}-{i}"), model, mesh, &with_bug);
+            s.assert_strict(&case);
+            let (out, first) = s.run_mismatch(&case);
+            assert_names_changed_output(catalog_bug(id), &first, &what, &out);
             if *id == "zero-param-update-skipped" {
                 // The optimizer states are updated; only the parameter is stale.
                 assert!(!first.starts_with("exp_avg"), "{what}: {first}");
@@ -229,87 +204,70 @@ fn training_bugs_are_found() {
 
 #[test]
 fn training_bugs_need_their_flag() {
-    let tmp = tempfile::tempdir().unwrap();
-    let out = tmp.path().to_str().unwrap();
+    let s = Scratch::new();
     for (id, mesh, flag) in [
         ("grad-accum-loss-not-scaled", "dp=2", "--grad-accum"),
         ("zero-param-update-skipped", "dp=2", "--zero"),
         ("grad-norm-replicated-overcounted", "tp=2", "--clip-grad"),
         ("loss-scale-not-unscaled", "tp=2", "--loss-scale"),
     ] {
-        shardproof(&["zoo", "emit", "mlp", "--mesh", mesh, "--bug", id, "-o", out])
+        s.zoo_emit("refused", &["mlp", "--mesh", mesh, "--bug", id])
             .expect_code(2)
             .stderr_has(&[id, flag]);
     }
     // Clipping without tp has no replicas to over-count.
-    let args = ["--mesh", "dp=2", "--clip-grad", "1", "-o", out];
-    let mut overcount = vec![
-        "zoo",
-        "emit",
-        "mlp",
-        "--bug",
-        "grad-norm-replicated-overcounted",
-    ];
-    overcount.extend(args);
-    shardproof(&overcount)
-        .expect_code(2)
-        .stderr_has(&["tp mesh dim"]);
+    s.assert_emit_refused(
+        "mlp --bug grad-norm-replicated-overcounted --mesh dp=2 --clip-grad 1",
+        "tp mesh dim",
+    );
 }
 
 #[test]
 fn invalid_training_requests_exit_2() {
-    let tmp = tempfile::tempdir().unwrap();
-    let out = tmp.path().to_str().unwrap();
-    for (args, word) in [
+    let s = Scratch::new();
+    for (request, word) in [
         (
-            vec!["mlp", "--forward-only", "--optimizer", "adam"],
+            "mlp --forward-only --optimizer adam",
             "--optimizer adam need the full iteration",
         ),
-        (vec!["mlp", "--mesh", "tp=2", "--zero", "1"], "dp mesh dim"),
-        (vec!["mlp", "--mesh", "dp=2", "--zero", "4"], "--zero"),
+        ("mlp --mesh tp=2 --zero 1", "dp mesh dim"),
+        ("mlp --mesh dp=2 --zero 4", "--zero"),
         (
-            vec!["mlp", "--mesh", "dp=2", "--grad-accum", "3"],
+            "mlp --mesh dp=2 --grad-accum 3",
             "not divisible into --grad-accum 3",
         ),
-        (vec!["mlp", "--grad-accum", "0"], "at least one microbatch"),
+        ("mlp --grad-accum 0", "at least one microbatch"),
         (
-            vec!["mlp", "--mesh", "dp=3", "--batch", "6", "--zero", "2"],
+            "mlp --mesh dp=3 --batch 6 --zero 2",
             "nothing would be split",
         ),
-        (vec!["mlp", "--clip-grad=-1"], "positive"),
-        (vec!["mlp", "--loss-scale", "0"], "positive"),
+        ("mlp --clip-grad=-1", "positive"),
+        ("mlp --loss-scale 0", "positive"),
         (
-            vec!["mlp", "--adam-step", "2"],
+            "mlp --adam-step 2",
             "--adam-step applies to --optimizer adam",
         ),
-        (
-            vec!["mlp", "--optimizer", "adam", "--adam-step", "0"],
-            "step >= 1",
-        ),
-        (
-            vec!["llama", "--mesh", "dp=2,tp=4", "--zero", "1"],
-            "kv heads replicated",
-        ),
-        (vec!["mlp", "--optimizer", "lion"], "--optimizer"),
+        ("mlp --optimizer adam --adam-step 0", "step >= 1"),
+        ("llama --mesh dp=2,tp=4 --zero 1", "kv heads replicated"),
+        ("mlp --optimizer lion", "--optimizer"),
     ] {
-        let mut full = vec!["zoo", "emit"];
-        full.extend(&args);
-        full.extend(["-o", out]);
-        shardproof(&full).expect_code(2).stderr_has(&[word]);
+        s.assert_emit_refused(request, word);
     }
 }
 
 #[test]
 fn list_shows_the_training_options() {
-    let out = shardproof(&["zoo", "list"]);
-    out.expect_code(0).stdout_has(&[
-        "training",
-        "--optimizer sgd|adam",
-        "--clip-grad MAXNORM",
-        "--loss-scale S",
-        "--grad-accum M",
-        "--zero 1|2|3",
-    ]);
+    Scratch::new()
+        .run(&["zoo", "list"])
+        .expect_code(0)
+        .stdout_has(&[
+            "training",
+            "--optimizer sgd|adam",
+            "--clip-grad MAXNORM",
+            "--loss-scale S",
+            "--grad-accum M",
+            "--zero 1|2|3",
+        ]);
 }
 
 // ---------------------------------------------------------------------------------------------

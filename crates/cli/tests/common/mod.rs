@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod spec_check;
+pub mod zoo;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -49,10 +49,11 @@ use crate::bugs::Mutation;
 use crate::cp::{self, CpPlan};
 use crate::graph::{Arg, GraphBuilder, Val};
 use crate::llama::{
-    attention, attention_backward, attn_tables_cp, check_divisible, check_tensor_sizes,
-    cross_entropy, embedding, embedding_backward, linear, lm_head, lm_head_backward, reduce_if,
-    rms_norm, rms_norm_backward, rms_norm_stat, swiglu, swiglu_backward, AttnSaved, AttnShape,
-    AttnTables, NormSaved, SwigluNames, SwigluSaved,
+    attention, attention_backward, attn_tables_cp, check_at_least_one, check_divisible,
+    check_tensor_sizes, cross_entropy, embedding, embedding_backward, linear, lm_head,
+    lm_head_backward, reduce_if, rms_norm, rms_norm_backward, rms_norm_stat, swiglu,
+    swiglu_backward, AttnSaved, AttnShape, AttnTables, NormSaved, SwigluNames, SwigluSaved,
+    MAX_ELEMENTS,
 };
 use crate::{LlamaConfig, Param, TpLayout};
 use std::collections::BTreeMap;
@@ -187,14 +188,11 @@ impl DeepseekConfig {
 
     /// Why these sizes cannot be split `dp` x `tp` x `ep` ways, if they cannot.
     pub fn check_split(&self, dp: usize, tp: usize, ep: usize) -> Result<(), String> {
-        for (name, value) in [("moe_ffn", self.moe_ffn), ("experts", self.experts)] {
-            if value == 0 {
-                return Err(format!("{name} must be at least 1"));
-            }
-        }
-        if self.top_k == 0 {
-            return Err("top_k must be at least 1".into());
-        }
+        check_at_least_one(&[
+            ("moe_ffn", self.moe_ffn),
+            ("experts", self.experts),
+            ("top_k", self.top_k),
+        ])?;
         if !self.aux_alpha.is_finite() {
             return Err(format!("aux_alpha {} is not finite", self.aux_alpha));
         }
@@ -205,10 +203,13 @@ impl DeepseekConfig {
         self.base.check_split(dp * ep, tp, false)?;
         let tokens = self.base.batch * self.base.seq;
         let width = self.moe_ffn.max(self.base.hidden);
-        check_tensor_sizes(&[
-            vec![self.experts, tokens, width],
-            vec![tokens, self.experts],
-        ])?;
+        check_tensor_sizes(
+            &[
+                vec![self.experts, tokens, width],
+                vec![tokens, self.experts],
+            ],
+            MAX_ELEMENTS,
+        )?;
         if self.top_k > self.experts {
             return Err(format!(
                 "top_k {} exceeds the {} experts",
@@ -318,6 +319,30 @@ impl RankPlan {
             _ => "dp",
         };
         (name, size)
+    }
+
+    /// The balance losses `aux` summed over the tp ranks' shares (under sequence parallelism
+    /// each tp rank computed the whole).
+    pub(crate) fn aux_over_tp(&self, g: &mut GraphBuilder, aux: &Val) -> Val {
+        if self.sequence_parallel && self.tp > 1 {
+            aux.clone()
+        } else {
+            reduce_if(g, aux, "tp", self.tp)
+        }
+    }
+
+    /// The reported loss: the rank's cross-entropy `ce` plus the balance losses `aux`,
+    /// averaged over the [data group](Self::data_group).
+    pub(crate) fn loss(&self, g: &mut GraphBuilder, ce: &Val, aux: &Val) -> Val {
+        let (group, size) = self.data_group();
+        let local_name = if size > 1 { "local_loss" } else { "loss" };
+        let local = g.binary(local_name, "aten.add.Tensor", ce, aux);
+        if size > 1 {
+            let total = g.all_reduce_sum(&local, group);
+            g.div_scalar("loss", &total, Arg::I(size as i64))
+        } else {
+            local
+        }
     }
 
     /// The expert-data-parallel group over which an expert's gradient is summed (its replicas:
@@ -801,12 +826,7 @@ pub fn build(
     let labels_in = g.input_typed("labels", "i64", &[b, base.seq]);
     let inv_freq = g.input("rope_inv_freq", &[dims.hd / 2]);
     let specs = cfg.plan_params(&plan, bug);
-    let sp = plan.sequence_parallel && tp > 1;
-    let mut w: BTreeMap<String, Val> = BTreeMap::new();
-    for p in &specs {
-        let val = g.input(&p.name, &DeepseekConfig::local_shape(p, tp, ep));
-        w.insert(p.name.clone(), val);
-    }
+    let w = declare_weights(&mut g, &specs, tp, ep);
     let w = |name: &str| w[name].clone();
     let tokens = cp::select_chunks(&mut g, &tokens_in, &plan.cp);
     let labels = cp::select_chunks(&mut g, &labels_in, &plan.cp);
@@ -825,10 +845,7 @@ pub fn build(
     let mut aux_total: Option<Val> = None;
     for l in 0..base.layers {
         let (hres, moe_out, aux, layer) = layer_forward(&mut g, &x, l, &w, dims, &tables, &cx);
-        aux_total = Some(match aux_total {
-            None => aux,
-            Some(acc) => g.add(&acc, &aux),
-        });
+        add_to_total(&mut g, &mut aux_total, aux);
         x = layer_output(&mut g, &hres, &moe_out, dims);
         saved.push(layer);
     }
@@ -838,22 +855,8 @@ pub fn build(
     let (logits, head) = lm_head(&mut g, &x, &w, base.eps);
     let labels1 = g.view(&labels, &[t]);
     let ce = cross_entropy(&mut g, &logits, &labels1, "nll_loss");
-    let aux_total = aux_total.expect("at least one layer");
-    // The tp ranks' shares summed (under SP each computed the whole).
-    let aux_total = if sp {
-        aux_total
-    } else {
-        reduce_if(&mut g, &aux_total, "tp", tp)
-    };
-    let (group, size) = plan.data_group();
-    let local_name = if size > 1 { "local_loss" } else { "loss" };
-    let local = g.binary(local_name, "aten.add.Tensor", ce.loss(), &aux_total);
-    let loss = if size > 1 {
-        let total = g.all_reduce_sum(&local, group);
-        g.div_scalar("loss", &total, Arg::I(size as i64))
-    } else {
-        local
-    };
+    let aux_total = plan.aux_over_tp(&mut g, &aux_total.expect("at least one layer"));
+    let loss = plan.loss(&mut g, ce.loss(), &aux_total);
     g.output(&loss);
     if forward_only {
         return g;
@@ -873,6 +876,31 @@ pub fn build(
     // Gradient finalization, then SGD.
     finalize(&mut g, &specs, &grads, &w, plan, bug, base.lr);
     g
+}
+
+/// Declares a graph input for each parameter of `specs`, of the rank's shape on a `tp` x `ep`
+/// mesh; returns them by name.
+pub(crate) fn declare_weights(
+    g: &mut GraphBuilder,
+    specs: &[Param],
+    tp: usize,
+    ep: usize,
+) -> BTreeMap<String, Val> {
+    specs
+        .iter()
+        .map(|p| {
+            let val = g.input(&p.name, &DeepseekConfig::local_shape(p, tp, ep));
+            (p.name.clone(), val)
+        })
+        .collect()
+}
+
+/// Adds `x` to the running sum `total` (which `x` starts when empty).
+pub(crate) fn add_to_total(g: &mut GraphBuilder, total: &mut Option<Val>, x: Val) {
+    *total = Some(match total.take() {
+        None => x,
+        Some(acc) => g.add(&acc, &x),
+    });
 }
 
 /// What the backward of a decoder layer reads from its forward.

@@ -17,7 +17,10 @@
 use crate::bugs::Mutation;
 use crate::cp::{self, CpPlan, RingSaved, RingShape};
 use crate::graph::{Arg, GraphBuilder, Val};
-use crate::llama::{attend, attention_scores_backward, causal_mask, cross_entropy, ScoresSaved};
+use crate::llama::{
+    attend, attention_scores_backward, causal_mask, check_at_least_one, check_divisible,
+    check_tensor_sizes, cross_entropy, ScoresSaved,
+};
 use crate::train::{self, Step};
 use crate::{Param, TpLayout};
 use std::collections::{BTreeMap, BTreeSet};
@@ -112,7 +115,7 @@ impl Gpt2Config {
     /// Why these sizes cannot be split `dp` x `tp` ways (the sequence over tp too when
     /// `sequence_parallel`), if they cannot.
     pub fn check_split(&self, dp: usize, tp: usize, sequence_parallel: bool) -> Result<(), String> {
-        let sizes = [
+        check_at_least_one(&[
             ("hidden", self.hidden),
             ("heads", self.heads),
             ("ffn", self.ffn),
@@ -120,10 +123,7 @@ impl Gpt2Config {
             ("seq", self.seq),
             ("batch", self.batch),
             ("vocab", self.vocab),
-        ];
-        if let Some((name, _)) = sizes.iter().find(|(_, v)| *v == 0) {
-            return Err(format!("{name} must be at least 1"));
-        }
+        ])?;
         let largest = [
             vec![
                 self.batch,
@@ -134,35 +134,16 @@ impl Gpt2Config {
             vec![self.vocab.max(self.ffn).max(self.hidden), self.hidden],
             vec![self.layers, 16, self.hidden],
         ];
-        for dims in &largest {
-            let n = dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
-            if n.is_none_or(|n| n > MAX_ELEMENTS) {
-                return Err(format!(
-                    "the sizes make a tensor of shape {dims:?}, over {MAX_ELEMENTS} elements"
-                ));
-            }
-        }
+        check_tensor_sizes(&largest, MAX_ELEMENTS)?;
         if !self.hidden.is_multiple_of(self.heads) {
             return Err(format!(
                 "hidden {} is not divisible by heads {}",
                 self.hidden, self.heads
             ));
         }
-        if !self.batch.is_multiple_of(dp) {
-            return Err(format!(
-                "batch {} is not divisible by dp = {dp}",
-                self.batch
-            ));
-        }
-        if !self.heads.is_multiple_of(tp) {
-            return Err(format!(
-                "heads {} is not divisible by tp = {tp}",
-                self.heads
-            ));
-        }
-        if !self.ffn.is_multiple_of(tp) {
-            return Err(format!("ffn {} is not divisible by tp = {tp}", self.ffn));
-        }
+        check_divisible("batch", self.batch, "dp", dp)?;
+        check_divisible("heads", self.heads, "tp", tp)?;
+        check_divisible("ffn", self.ffn, "tp", tp)?;
         if sequence_parallel && !self.seq.is_multiple_of(tp) {
             return Err(format!(
                 "seq {} is not divisible by tp = {tp} (--sequence-parallel)",

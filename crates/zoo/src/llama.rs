@@ -61,7 +61,7 @@ impl Default for LlamaConfig {
 /// overflow (bytes of the largest tensor below 2^47; `run` refuses what exceeds its
 /// --max-memory). 2^44 admits the spec of Llama-3 70B's Table 2 plan, whose 512 sequences of
 /// 8192 tokens make `[batch, heads, seq, seq]` attention scores of 2^41 elements.
-const MAX_ELEMENTS: usize = 1 << 44;
+pub(crate) const MAX_ELEMENTS: usize = 1 << 44;
 
 /// Why `value` (the size `name`) cannot be split over the `size` ranks of `over` (a mesh
 /// dim), if it cannot.
@@ -80,13 +80,22 @@ pub(crate) fn check_divisible(
     }
 }
 
-/// Why one of the tensors of `shapes` is too large to emit, if one is.
-pub(crate) fn check_tensor_sizes(shapes: &[Vec<usize>]) -> Result<(), String> {
+/// Why one of the sizes `(name, value)` is zero, if one is.
+pub(crate) fn check_at_least_one(sizes: &[(&str, usize)]) -> Result<(), String> {
+    match sizes.iter().find(|(_, v)| *v == 0) {
+        Some((name, _)) => Err(format!("{name} must be at least 1")),
+        None => Ok(()),
+    }
+}
+
+/// Why one of the tensors of `shapes` is too large to emit (more than `max_elements`
+/// elements), if one is.
+pub(crate) fn check_tensor_sizes(shapes: &[Vec<usize>], max_elements: usize) -> Result<(), String> {
     for dims in shapes {
         let n = dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
-        if n.is_none_or(|n| n > MAX_ELEMENTS) {
+        if n.is_none_or(|n| n > max_elements) {
             return Err(format!(
-                "the sizes make a tensor of shape {dims:?}, over {MAX_ELEMENTS} elements"
+                "the sizes make a tensor of shape {dims:?}, over {max_elements} elements"
             ));
         }
     }
@@ -151,7 +160,7 @@ impl LlamaConfig {
     /// Why these sizes cannot be split `dp` x `tp` ways (the vocabulary too when
     /// `vocab_parallel`), if they cannot.
     pub fn check_split(&self, dp: usize, tp: usize, vocab_parallel: bool) -> Result<(), String> {
-        let sizes = [
+        check_at_least_one(&[
             ("hidden", self.hidden),
             ("heads", self.heads),
             ("kv_heads", self.kv_heads),
@@ -160,10 +169,7 @@ impl LlamaConfig {
             ("seq", self.seq),
             ("batch", self.batch),
             ("vocab", self.vocab),
-        ];
-        if let Some((name, _)) = sizes.iter().find(|(_, v)| *v == 0) {
-            return Err(format!("{name} must be at least 1"));
-        }
+        ])?;
         let largest = [
             vec![
                 self.batch,
@@ -174,7 +180,7 @@ impl LlamaConfig {
             vec![self.vocab.max(self.ffn), self.hidden],
             vec![self.layers, self.hidden],
         ];
-        check_tensor_sizes(&largest)?;
+        check_tensor_sizes(&largest, MAX_ELEMENTS)?;
         if !self.hidden.is_multiple_of(self.heads) {
             return Err(format!(
                 "hidden {} is not divisible by heads {}",
@@ -306,30 +312,7 @@ pub(crate) struct LayerSaved {
 
 /// `weight * (x * rsqrt(mean(x^2, -1) + eps))`, as Hugging Face's `LlamaRMSNorm`.
 pub(crate) fn rms_norm(g: &mut GraphBuilder, x: &Val, w: &Val, eps: f64) -> (Val, NormSaved) {
-    let sq = g.call(
-        "pow",
-        "aten.pow.Tensor_Scalar",
-        &[Arg::V(x), Arg::I(2)],
-        x.shape.clone(),
-    );
-    let var = g.mean_last(&sq);
-    let ve = g.call(
-        "add",
-        "aten.add.Scalar",
-        &[Arg::V(&var), Arg::F(eps)],
-        var.shape.clone(),
-    );
-    let rs = g.unary("rsqrt", "aten.rsqrt.default", &ve);
-    let xn = g.mul(x, &rs);
-    let out = g.mul(w, &xn);
-    (
-        out,
-        NormSaved {
-            x: x.clone(),
-            rs,
-            xn,
-        },
-    )
+    rms_norm_stat(g, x, x, w, eps)
 }
 
 /// [`rms_norm`] whose mean of squares is taken over `stat` instead of `x` (the zoo's planted

@@ -284,6 +284,65 @@ impl Position {
     }
 }
 
+/// The data a stage reads of its dp rank's batch: the inputs on the first stage, the labels
+/// on the last; each pass slices its microbatch.
+struct StageData {
+    /// First stage: the rank's inputs (token ids; the mlp's `x`).
+    inputs: Option<Val>,
+    /// Last stage: the rank's labels (the mlp's targets).
+    labels: Option<Val>,
+}
+
+impl StageData {
+    /// Declares the graph inputs `inputs` and `labels` of `dtype` and `shape` on the stages at
+    /// `pos` that read them.
+    fn declare(
+        g: &mut GraphBuilder,
+        pos: Position,
+        [inputs, labels]: [&str; 2],
+        dtype: &'static str,
+        shape: &[usize],
+    ) -> StageData {
+        StageData {
+            inputs: pos.first().then(|| g.input_typed(inputs, dtype, shape)),
+            labels: pos.last().then(|| g.input_typed(labels, dtype, shape)),
+        }
+    }
+
+    /// The `tokens` and `labels` of a decoder's `batch` sequences of `seq` positions.
+    fn tokens(g: &mut GraphBuilder, pos: Position, batch: usize, seq: usize) -> StageData {
+        Self::declare(g, pos, ["tokens", "labels"], "i64", &[batch, seq])
+    }
+
+    /// The inputs of microbatch `mb` of `m` (first stage).
+    fn inputs(&self, g: &mut GraphBuilder, mb: usize, m: usize) -> Val {
+        let all = self
+            .inputs
+            .as_ref()
+            .expect("the first stage reads the inputs");
+        train::microbatch(g, all, mb, m)
+    }
+
+    /// The labels of microbatch `mb` of `m` (last stage), as [`label_microbatch`] pairs them.
+    fn labels(&self, g: &mut GraphBuilder, mb: usize, m: usize, bug: Option<Mutation>) -> Val {
+        let all = self
+            .labels
+            .as_ref()
+            .expect("the last stage reads the labels");
+        train::microbatch(g, all, label_microbatch(mb, m, bug), m)
+    }
+}
+
+/// The name of a microbatch's local loss: `loss` where it is the reported loss itself (one dp
+/// rank, one microbatch), `partial` where it is one share of it.
+fn local_loss_name(step: &Step, partial: &'static str) -> &'static str {
+    if step.dp > 1 || step.microbatches() > 1 {
+        partial
+    } else {
+        "loss"
+    }
+}
+
 /// What a model computes on one stage for one microbatch.
 trait Stage {
     /// The shape of the activation a stage passes to the next (and of its gradient).
@@ -293,15 +352,20 @@ trait Stage {
     /// (`None` on the last stage, which records the microbatch's loss instead).
     fn forward(&mut self, g: &mut GraphBuilder, mb: usize, input: Option<Val>) -> Option<Val>;
     /// The backward of microbatch `mb` from the gradient received from the next stage (`None`
-    /// on the last stage, which starts from its loss); accumulates the stage's parameter
-    /// gradients and returns the gradient to send back (`None` on the first stage).
-    fn backward(&mut self, g: &mut GraphBuilder, mb: usize, grad: Option<Val>) -> Option<Val>;
-    /// The gradients accumulated so far, by parameter name.
-    fn gradients(&mut self) -> &mut BTreeMap<String, Val>;
+    /// on the last stage, which starts from its loss): the microbatch's gradients of the
+    /// stage's parameters, by name, and the gradient of the stage's input (sent back by every
+    /// stage but the first).
+    fn backward(
+        &mut self,
+        g: &mut GraphBuilder,
+        mb: usize,
+        grad: Option<Val>,
+    ) -> (BTreeMap<String, Val>, Val);
 }
 
 /// Runs `passes` of `stage` at `pos`, receiving each pass's input from the neighbouring stage
-/// and sending its result on. Honours the planted pipeline bugs of the schedule: a dropped send
+/// and sending its result on; returns the stage's parameter gradients, by name, accumulated
+/// over the microbatches. Honours the planted pipeline bugs of the schedule: a dropped send
 /// (`pp-mismatched-send-recv`) and a dp gradient all-reduce before the last backward
 /// (`pp-grad-sync-before-last-microbatch`, averaged over `dp`).
 fn run_passes(
@@ -311,7 +375,8 @@ fn run_passes(
     stage: &mut dyn Stage,
     bug: Option<Mutation>,
     dp: usize,
-) {
+) -> BTreeMap<String, Val> {
+    let mut acc = BTreeMap::new();
     let boundary = stage.boundary();
     let last_backward = passes.iter().rev().find_map(|p| match p {
         Pass::Backward(mb) => Some(*mb),
@@ -339,15 +404,18 @@ fn run_passes(
                 if bug == Some(Mutation::PpGradSyncBeforeLastMicrobatch)
                     && Some(mb) == last_backward
                 {
-                    sync_over_dp(g, stage.gradients(), dp);
+                    sync_over_dp(g, &mut acc, dp);
                 }
                 let grad = (!pos.last()).then(|| g.recv(&boundary, pos.rank + pos.stride, mb));
-                if let Some(gx) = stage.backward(g, mb, grad) {
+                let (grads, gx) = stage.backward(g, mb, grad);
+                train::accumulate(g, &mut acc, grads);
+                if !pos.first() {
                     g.send(&gx, pos.rank - pos.stride, mb);
                 }
             }
         }
     }
+    acc
 }
 
 /// The planted `pp-grad-sync-before-last-microbatch`: the gradients accumulated so far are
@@ -434,12 +502,10 @@ struct MlpStage<'a> {
     pos: Position,
     layers: Range<usize>,
     weights: &'a Weights,
-    /// First stage: the rank's inputs `x`; last stage: its targets.
-    x_all: Option<Val>,
-    target_all: Option<Val>,
+    /// The rank's inputs `x` (first stage) and targets (last stage).
+    data: StageData,
     /// Per microbatch: each block's saved values and (last stage) `y - target`.
     saved: BTreeMap<usize, (Vec<BlockSaved>, Option<Val>)>,
-    acc: BTreeMap<String, Val>,
     losses: LossReport,
 }
 
@@ -470,10 +536,7 @@ impl Stage for MlpStage<'_> {
         let w = self.weights.pass(g);
         let mut act = match input {
             Some(x) => x,
-            None => {
-                let x_all = self.x_all.as_ref().expect("the first stage reads x");
-                train::microbatch(g, x_all, mb, m)
-            }
+            None => self.data.inputs(g, mb, m),
         };
         let mut blocks = Vec::new();
         for l in self.layers.clone() {
@@ -492,25 +555,21 @@ impl Stage for MlpStage<'_> {
             self.saved.insert(mb, (blocks, None));
             return Some(act);
         }
-        let target_all = self
-            .target_all
-            .as_ref()
-            .expect("the last stage reads targets");
-        let target = train::microbatch(g, target_all, label_microbatch(mb, m, self.step.bug), m);
+        let target = self.data.labels(g, mb, m, self.step.bug);
         let diff = g.sub("sub", &act, &target);
         let sq = g.square(&diff);
-        let name = if self.step.dp > 1 || m > 1 {
-            "mean"
-        } else {
-            "loss"
-        };
-        let local = g.mean(name, &sq);
+        let local = g.mean(local_loss_name(self.step, "mean"), &sq);
         self.losses.add(g, self.step, local);
         self.saved.insert(mb, (blocks, Some(diff)));
         None
     }
 
-    fn backward(&mut self, g: &mut GraphBuilder, mb: usize, grad: Option<Val>) -> Option<Val> {
+    fn backward(
+        &mut self,
+        g: &mut GraphBuilder,
+        mb: usize,
+        grad: Option<Val>,
+    ) -> (BTreeMap<String, Val>, Val) {
         let w = self.weights.pass(g);
         let (blocks, diff) = self.saved.remove(&mb).expect("forward before backward");
         let mut grad_y = match (grad, diff) {
@@ -549,12 +608,7 @@ impl Stage for MlpStage<'_> {
                 grad_y = gx;
             }
         }
-        train::accumulate(g, &mut self.acc, grads);
-        (!self.pos.first()).then_some(grad_y)
-    }
-
-    fn gradients(&mut self) -> &mut BTreeMap<String, Val> {
-        &mut self.acc
+        (grads, grad_y)
     }
 }
 
@@ -587,12 +641,10 @@ struct LlamaStage<'a> {
     tables: AttnTables,
     /// Under vocabulary parallelism, the rank's rows `(v0, vl)` of the embedding and the LM head.
     vocab: Option<(usize, usize)>,
-    /// First stage: the rank's token ids; last stage: its labels.
-    tokens_all: Option<Val>,
-    labels_all: Option<Val>,
+    /// The rank's token ids (first stage) and labels (last stage).
+    data: StageData,
     /// Per microbatch: the layers' saved values, the tokens (first stage), the head (last).
     saved: BTreeMap<usize, LlamaSaved>,
-    acc: BTreeMap<String, Val>,
     losses: LossReport,
 }
 
@@ -608,11 +660,7 @@ impl Stage for LlamaStage<'_> {
         let (mut x, tokens, embedding) = match input {
             Some(x) => (x, None, None),
             None => {
-                let all = self
-                    .tokens_all
-                    .as_ref()
-                    .expect("the first stage reads tokens");
-                let tokens = train::microbatch(g, all, mb, m);
+                let tokens = self.data.inputs(g, mb, m);
                 let (x, vpe) =
                     llama::token_embedding(g, &w("embed"), &tokens, self.vocab, self.step.bug);
                 (x, Some(tokens), vpe)
@@ -644,17 +692,9 @@ impl Stage for LlamaStage<'_> {
             return Some(x);
         }
         let (logits, head) = llama::lm_head(g, &x, &w, self.cfg.eps);
-        let all = self
-            .labels_all
-            .as_ref()
-            .expect("the last stage reads labels");
-        let labels = train::microbatch(g, all, label_microbatch(mb, m, self.step.bug), m);
+        let labels = self.data.labels(g, mb, m, self.step.bug);
         let labels1 = g.view(&labels, &[self.dims.tokens()]);
-        let name = if self.step.dp > 1 || m > 1 {
-            "nll_loss"
-        } else {
-            "loss"
-        };
+        let name = local_loss_name(self.step, "nll_loss");
         let ce = match self.vocab {
             Some((v0, _)) => llama::vocab_cross_entropy(g, &logits, &labels1, v0, name),
             None => llama::cross_entropy(g, &logits, &labels1, name),
@@ -673,7 +713,12 @@ impl Stage for LlamaStage<'_> {
         None
     }
 
-    fn backward(&mut self, g: &mut GraphBuilder, mb: usize, grad: Option<Val>) -> Option<Val> {
+    fn backward(
+        &mut self,
+        g: &mut GraphBuilder,
+        mb: usize,
+        grad: Option<Val>,
+    ) -> (BTreeMap<String, Val>, Val) {
         let backward = self.weights.pass(g);
         let w = |name: &str| backward[name].clone();
         let LlamaSaved {
@@ -716,12 +761,7 @@ impl Stage for LlamaStage<'_> {
             );
             grads.insert("embed".into(), g_embed);
         }
-        train::accumulate(g, &mut self.acc, grads);
-        (!self.pos.first()).then_some(gx)
-    }
-
-    fn gradients(&mut self) -> &mut BTreeMap<String, Val> {
-        &mut self.acc
+        (grads, gx)
     }
 }
 
@@ -744,12 +784,10 @@ struct Gpt2Stage<'a> {
     pos: Position,
     layers: Range<usize>,
     weights: &'a Weights,
-    dims: gpt2::Dims<'a>,
-    /// First stage: the rank's token ids; last stage: its labels.
-    tokens_all: Option<Val>,
-    labels_all: Option<Val>,
+    dims: &'a gpt2::Dims<'a>,
+    /// The rank's token ids (first stage) and labels (last stage).
+    data: StageData,
     saved: BTreeMap<usize, Gpt2Saved>,
-    acc: BTreeMap<String, Val>,
     /// The parameters applied to sequence chunks (their gradients are partial over tp under SP).
     seq_partial: BTreeSet<String>,
     losses: LossReport,
@@ -764,20 +802,16 @@ impl Stage for Gpt2Stage<'_> {
         let m = self.step.microbatches();
         let w = self.weights.pass(g);
         let (mut x, embedded, masks) = match input {
-            Some(x) => (x, None, gpt2::stage_masks(g, &self.dims)),
+            Some(x) => (x, None, gpt2::stage_masks(g, self.dims)),
             None => {
-                let all = self
-                    .tokens_all
-                    .as_ref()
-                    .expect("the first stage reads tokens");
-                let tokens = train::microbatch(g, all, mb, m);
-                let (x, embedded, masks) = gpt2::embed_forward(g, &self.dims, &w, &tokens);
+                let tokens = self.data.inputs(g, mb, m);
+                let (x, embedded, masks) = gpt2::embed_forward(g, self.dims, &w, &tokens);
                 (x, Some(embedded), masks)
             }
         };
         let mut layers = Vec::new();
         for l in self.layers.clone() {
-            let (out, saved) = gpt2::layer_forward(g, &self.dims, &w, &masks, &x, l);
+            let (out, saved) = gpt2::layer_forward(g, self.dims, &w, &masks, &x, l);
             x = out;
             layers.push(saved);
         }
@@ -791,24 +825,21 @@ impl Stage for Gpt2Stage<'_> {
             self.saved.insert(mb, saved);
             return Some(x);
         }
-        let all = self
-            .labels_all
-            .as_ref()
-            .expect("the last stage reads labels");
-        let labels = train::microbatch(g, all, label_microbatch(mb, m, self.step.bug), m);
-        let name = if self.step.dp > 1 || m > 1 {
-            "nll_loss"
-        } else {
-            "loss"
-        };
-        let (local, head) = gpt2::head_forward(g, &self.dims, &w, &x, &labels, name);
+        let labels = self.data.labels(g, mb, m, self.step.bug);
+        let name = local_loss_name(self.step, "nll_loss");
+        let (local, head) = gpt2::head_forward(g, self.dims, &w, &x, &labels, name);
         self.losses.add(g, self.step, local);
         saved.head = Some(head);
         self.saved.insert(mb, saved);
         None
     }
 
-    fn backward(&mut self, g: &mut GraphBuilder, mb: usize, grad: Option<Val>) -> Option<Val> {
+    fn backward(
+        &mut self,
+        g: &mut GraphBuilder,
+        mb: usize,
+        grad: Option<Val>,
+    ) -> (BTreeMap<String, Val>, Val) {
         let w = self.weights.pass(g);
         let saved = self.saved.remove(&mb).expect("forward before backward");
         let mut grads = BTreeMap::new();
@@ -817,7 +848,7 @@ impl Stage for Gpt2Stage<'_> {
             (None, Some(head)) => {
                 let (gx, g_head) = gpt2::head_backward(
                     g,
-                    &self.dims,
+                    self.dims,
                     self.step,
                     &w,
                     head,
@@ -831,7 +862,7 @@ impl Stage for Gpt2Stage<'_> {
         for (l, sv) in self.layers.clone().zip(&saved.layers).rev() {
             gx = gpt2::layer_backward(
                 g,
-                &self.dims,
+                self.dims,
                 self.step,
                 &w,
                 &saved.masks,
@@ -844,7 +875,7 @@ impl Stage for Gpt2Stage<'_> {
         }
         match &saved.embedded {
             Some(embedded) => {
-                gpt2::embed_backward(g, &self.dims, gx.clone(), embedded, g_wte_head, &mut grads)
+                gpt2::embed_backward(g, self.dims, gx.clone(), embedded, g_wte_head, &mut grads)
             }
             None => {
                 // The last stage's share of the tied embedding's gradient: the LM head's.
@@ -853,12 +884,7 @@ impl Stage for Gpt2Stage<'_> {
                 }
             }
         }
-        train::accumulate(g, &mut self.acc, grads);
-        (!self.pos.first()).then_some(gx)
-    }
-
-    fn gradients(&mut self) -> &mut BTreeMap<String, Val> {
-        &mut self.acc
+        (grads, gx)
     }
 }
 
@@ -884,11 +910,9 @@ struct DeepseekStage<'a> {
     dims: AttnShape,
     tables: AttnTables,
     cx: MoeCtx<'a>,
-    /// First stage: the rank's token ids; last stage: its labels.
-    tokens_all: Option<Val>,
-    labels_all: Option<Val>,
+    /// The rank's token ids (first stage) and labels (last stage).
+    data: StageData,
     saved: BTreeMap<usize, DeepseekSaved>,
-    acc: BTreeMap<String, Val>,
     /// The stage's balance-loss shares, summed over the microbatches (each divided by M).
     aux: Option<Val>,
     /// Last stage: the cross-entropies, summed over the microbatches (each divided by M).
@@ -903,10 +927,7 @@ impl DeepseekStage<'_> {
         } else {
             x
         };
-        *total = Some(match total.take() {
-            None => x,
-            Some(acc) => g.add(&acc, &x),
-        });
+        deepseek::add_to_total(g, total, x);
     }
 }
 
@@ -922,11 +943,7 @@ impl Stage for DeepseekStage<'_> {
         let (mut x, tokens) = match input {
             Some(x) => (x, None),
             None => {
-                let all = self
-                    .tokens_all
-                    .as_ref()
-                    .expect("the first stage reads tokens");
-                let tokens = train::microbatch(g, all, mb, m);
+                let tokens = self.data.inputs(g, mb, m);
                 (llama::embedding(g, &w("embed"), &tokens), Some(tokens))
             }
         };
@@ -935,10 +952,7 @@ impl Stage for DeepseekStage<'_> {
         for l in self.layers.clone() {
             let (hres, moe_out, aux, saved) =
                 deepseek::layer_forward(g, &x, l, &w, self.dims, &self.tables, &self.cx);
-            aux_total = Some(match aux_total {
-                None => aux,
-                Some(acc) => g.add(&acc, &aux),
-            });
+            deepseek::add_to_total(g, &mut aux_total, aux);
             x = deepseek::layer_output(g, &hres, &moe_out, self.dims);
             layers.push(saved);
         }
@@ -954,11 +968,7 @@ impl Stage for DeepseekStage<'_> {
             return Some(x);
         }
         let (logits, head) = llama::lm_head(g, &x, &w, self.cx.cfg.base.eps);
-        let all = self
-            .labels_all
-            .as_ref()
-            .expect("the last stage reads labels");
-        let labels = train::microbatch(g, all, label_microbatch(mb, m, self.cx.bug), m);
+        let labels = self.data.labels(g, mb, m, self.cx.bug);
         let labels1 = g.view(&labels, &[self.dims.tokens()]);
         let ce = llama::cross_entropy(g, &logits, &labels1, "nll_loss");
         Self::add_share(g, &mut self.ce, ce.loss().clone(), m);
@@ -974,7 +984,12 @@ impl Stage for DeepseekStage<'_> {
         None
     }
 
-    fn backward(&mut self, g: &mut GraphBuilder, mb: usize, grad: Option<Val>) -> Option<Val> {
+    fn backward(
+        &mut self,
+        g: &mut GraphBuilder,
+        mb: usize,
+        grad: Option<Val>,
+    ) -> (BTreeMap<String, Val>, Val) {
         let m = self.cx.microbatches;
         let weights = &self.w;
         let w = |name: &str| weights[name].clone();
@@ -1012,12 +1027,7 @@ impl Stage for DeepseekStage<'_> {
                 llama::embedding_backward(g, &gx, tokens, vocab),
             );
         }
-        train::accumulate(g, &mut self.acc, grads);
-        (!self.pos.first()).then_some(gx)
-    }
-
-    fn gradients(&mut self) -> &mut BTreeMap<String, Val> {
-        &mut self.acc
+        (grads, gx)
     }
 }
 
@@ -1050,19 +1060,10 @@ fn build_deepseek_stage(
     let rank_plan = deepseek_rank(plan, pos.rank);
     let m = plan.pipeline.microbatches;
     let b_all = base.batch / (plan.dp * plan.ep);
-    let tokens_all = pos
-        .first()
-        .then(|| g.input_typed("tokens", "i64", &[b_all, base.seq]));
-    let labels_all = pos
-        .last()
-        .then(|| g.input_typed("labels", "i64", &[b_all, base.seq]));
+    let data = StageData::tokens(&mut g, pos, b_all, base.seq);
     let dims = AttnShape::new(base, b_all / m, plan.tp);
     let inv_freq = g.input("rope_inv_freq", &[dims.hd / 2]);
-    let mut w = BTreeMap::new();
-    for p in specs {
-        let val = g.input(&p.name, &DeepseekConfig::local_shape(p, plan.tp, plan.ep));
-        w.insert(p.name.clone(), val);
-    }
+    let w = deepseek::declare_weights(&mut g, specs, plan.tp, plan.ep);
     let tables = llama::attn_tables(&mut g, &inv_freq, base.seq);
     let cx = MoeCtx {
         cfg,
@@ -1071,13 +1072,7 @@ fn build_deepseek_stage(
         bug: plan.bug,
         microbatches: m,
     };
-    let schedule = passes(
-        plan.pipeline.schedule,
-        pos.stages,
-        pos.stage,
-        m,
-        plan.forward_only,
-    );
+    let schedule = plan.passes(pos);
     let mut stage = DeepseekStage {
         pos,
         layers,
@@ -1085,34 +1080,19 @@ fn build_deepseek_stage(
         dims,
         tables,
         cx,
-        tokens_all,
-        labels_all,
+        data,
         saved: BTreeMap::new(),
-        acc: BTreeMap::new(),
         aux: None,
         ce: None,
     };
-    run_passes(&mut g, pos, &schedule, &mut stage, plan.bug, plan.dp);
+    let acc = run_passes(&mut g, pos, &schedule, &mut stage, plan.bug, plan.dp);
     // The balance losses: the tp ranks' shares summed (under SP each computed the whole),
     // then every stage's summed over pp.
     let aux = stage.aux.take().expect("every stage runs a layer");
-    let sp = plan.sequence_parallel && plan.tp > 1;
-    let aux = if sp {
-        aux
-    } else {
-        llama::reduce_if(&mut g, &aux, "tp", plan.tp)
-    };
+    let aux = rank_plan.aux_over_tp(&mut g, &aux);
     let aux = llama::reduce_if(&mut g, &aux, "pp", pos.stages);
     if let Some(ce) = stage.ce.take() {
-        let (group, size) = rank_plan.data_group();
-        let local_name = if size > 1 { "local_loss" } else { "loss" };
-        let local = g.binary(local_name, "aten.add.Tensor", &ce, &aux);
-        let loss = if size > 1 {
-            let total = g.all_reduce_sum(&local, group);
-            g.div_scalar("loss", &total, Arg::I(size as i64))
-        } else {
-            local
-        };
+        let loss = rank_plan.loss(&mut g, &ce, &aux);
         g.output(&loss);
     }
     if plan.forward_only {
@@ -1120,7 +1100,7 @@ fn build_deepseek_stage(
     }
     let weights = &stage.w;
     let w = |name: &str| weights[name].clone();
-    deepseek::finalize(&mut g, specs, &stage.acc, &w, rank_plan, plan.bug, base.lr);
+    deepseek::finalize(&mut g, specs, &acc, &w, rank_plan, plan.bug, base.lr);
     g
 }
 
@@ -1159,6 +1139,19 @@ pub(crate) struct PipelinePlan<'a> {
     pub bug: Option<Mutation>,
     /// Forward and loss only.
     pub forward_only: bool,
+}
+
+impl PipelinePlan<'_> {
+    /// The passes the rank at `pos` runs, in order ([`passes`]).
+    fn passes(&self, pos: Position) -> Vec<Pass> {
+        passes(
+            self.pipeline.schedule,
+            pos.stages,
+            pos.stage,
+            self.pipeline.microbatches,
+            self.forward_only,
+        )
+    }
 }
 
 /// Why `plan` cannot be pipelined, if it cannot.
@@ -1261,6 +1254,15 @@ pub(crate) fn build_ranks<'a>(
         }
     }
     let rank_graph = Box::new(move |rank: usize| {
+        // The parameters the stage holds (with the planted bug, where it reads them).
+        let stage_params = |stage: usize| -> Vec<Param> {
+            params
+                .iter()
+                .zip(&owners)
+                .filter(|(_, &o)| holders(o, &division, plan.bug).contains(&stage))
+                .map(|(p, _)| p.clone())
+                .collect()
+        };
         if plan.model == "deepseek" {
             let per_stage = dp * tp * plan.ep;
             let stage = rank / per_stage;
@@ -1270,12 +1272,7 @@ pub(crate) fn build_ranks<'a>(
                 rank,
                 stride: per_stage,
             };
-            let specs: Vec<Param> = params
-                .iter()
-                .zip(&owners)
-                .filter(|(_, &o)| holders(o, &division, plan.bug).contains(&stage))
-                .map(|(p, _)| p.clone())
-                .collect();
+            let specs = stage_params(stage);
             return build_deepseek_stage(&plan, pos, &specs, division.stage(stage, plan.bug));
         }
         let stage = rank / (dp * tp);
@@ -1302,21 +1299,31 @@ pub(crate) fn build_ranks<'a>(
             bug: plan.bug,
             lr,
         };
-        let specs: Vec<Param> = params
-            .iter()
-            .zip(&owners)
-            .filter(|(_, &o)| holders(o, &division, plan.bug).contains(&stage))
-            .map(|(p, _)| p.clone())
-            .collect();
-        let range = division.stage(stage, plan.bug);
-        build_stage(&plan, pos, &step, &specs, range)
+        let specs = stage_params(stage);
+        build_stage(&plan, pos, &step, &specs, division.stage(stage, plan.bug))
     });
     (rank_graph, held)
 }
 
-/// The graph of the rank at `pos`: its inputs, the schedule's passes, then (full iteration)
-/// the loss on the last stage and the gradient finalization and optimizer step of the stage's
-/// parameters `specs`.
+/// A model's synchronization of a parameter's gradient before the dp reduction (see
+/// [`train::finish`]).
+type GradSync<'a> = dyn FnMut(&mut GraphBuilder, &Param, Val) -> Val + 'a;
+
+/// A stage's passes, run by its model (mlp, llama, gpt2): what [`build_stage`] finalizes.
+struct StageRun<'a> {
+    /// The stage's weights, as declared.
+    weights: Weights,
+    /// Its parameters' gradients, accumulated over the microbatches.
+    acc: BTreeMap<String, Val>,
+    /// Its microbatches' losses (last stage).
+    losses: LossReport,
+    /// The model's synchronization of a parameter's gradient before the dp reduction.
+    presync: Box<GradSync<'a>>,
+}
+
+/// The graph of the rank at `pos`: its inputs and the schedule's passes (run by the model's
+/// stage), then the loss on the last stage and (full iteration) the gradient finalization and
+/// optimizer step of the stage's parameters `specs`.
 fn build_stage(
     plan: &PipelinePlan,
     pos: Position,
@@ -1325,122 +1332,135 @@ fn build_stage(
     layers: Range<usize>,
 ) -> GraphBuilder {
     let mut g = GraphBuilder::new();
-    let m = plan.pipeline.microbatches;
-    let schedule = passes(
-        plan.pipeline.schedule,
-        pos.stages,
-        pos.stage,
-        m,
-        plan.forward_only,
-    );
-    let dp = plan.dp;
-    let (acc, losses, weights) = if plan.model == "mlp" {
-        let cfg = plan.mlp;
-        let b = cfg.batch / dp;
-        let x_all = pos.first().then(|| g.input("x", &[b, cfg.hidden]));
-        let target_all = pos.last().then(|| g.input("target", &[b, cfg.hidden]));
-        let weights = train::declare(&mut g, step, specs);
-        let mut stage = MlpStage {
-            cfg,
-            step,
-            pos,
-            layers,
-            weights: &weights,
-            x_all,
-            target_all,
-            saved: BTreeMap::new(),
-            acc: BTreeMap::new(),
-            losses: LossReport::default(),
-        };
-        run_passes(&mut g, pos, &schedule, &mut stage, step.bug, dp);
-        (stage.acc, stage.losses, weights)
-    } else if plan.model == "gpt2" {
-        return build_gpt2_stage(g, plan, pos, step, specs, layers, &schedule);
-    } else {
-        let cfg = plan.llama;
-        let b_all = cfg.batch / dp;
-        let s = cfg.seq;
-        let tokens_all = pos
-            .first()
-            .then(|| g.input_typed("tokens", "i64", &[b_all, s]));
-        let labels_all = pos
-            .last()
-            .then(|| g.input_typed("labels", "i64", &[b_all, s]));
-        let dims = AttnShape::new(cfg, b_all / m, plan.tp);
-        let inv_freq = g.input("rope_inv_freq", &[dims.hd / 2]);
-        let weights = train::declare(&mut g, step, specs);
-        let tables = llama::attn_tables(&mut g, &inv_freq, s);
-        let vl = cfg.vocab / plan.tp;
-        let vocab = (plan.vocab_parallel && plan.tp > 1).then_some((step.tp_rank * vl, vl));
-        let mut stage = LlamaStage {
-            cfg,
-            step,
-            pos,
-            layers,
-            weights: &weights,
-            dims,
-            tables,
-            vocab,
-            tokens_all,
-            labels_all,
-            saved: BTreeMap::new(),
-            acc: BTreeMap::new(),
-            losses: LossReport::default(),
-        };
-        run_passes(&mut g, pos, &schedule, &mut stage, step.bug, dp);
-        (stage.acc, stage.losses, weights)
+    let run = match plan.model {
+        "mlp" => run_mlp_stage(&mut g, plan, pos, step, specs, layers),
+        "gpt2" => run_gpt2_stage(&mut g, plan, pos, step, specs, layers),
+        _ => run_llama_stage(&mut g, plan, pos, step, specs, layers),
     };
+    let StageRun {
+        weights,
+        acc,
+        losses,
+        presync,
+    } = run;
     losses.finish(&mut g, step);
     if plan.forward_only {
         return g;
     }
     // Synchronized early by the planted bug: the dp reduction is not repeated.
-    let synced;
     let finish_step = if step.bug == Some(Mutation::PpGradSyncBeforeLastMicrobatch) {
-        synced = Step {
+        Step {
             dp: 1,
             dp_rank: 0,
             ..*step
-        };
-        &synced
-    } else {
-        step
-    };
-    let kv_replicated = |p: &Param| matches!(p.tp, TpLayout::ShardReplicas { .. });
-    train::finish(&mut g, finish_step, specs, &weights, &acc, |g, p, grad| {
-        if kv_replicated(p) && step.bug != Some(Mutation::LlamaKvGradUnsynced) {
-            // Each replica saw only its own query heads' share of the kv head's gradient.
-            g.all_reduce_sum(&grad, "kv")
-        } else {
-            grad
         }
-    });
+    } else {
+        *step
+    };
+    train::finish(&mut g, &finish_step, specs, &weights, &acc, presync);
     g
 }
 
-/// [`build_stage`] for gpt2: the stage's passes, then the gradient finalization with the tied
-/// embedding's shares summed over the `embd` group (the first and last stage's ranks of one dp
-/// and tp index), as Megatron all-reduces the embedding group's gradients, before the dp
-/// reduction.
-fn build_gpt2_stage(
-    mut g: GraphBuilder,
-    plan: &PipelinePlan,
+/// The mlp's passes on the stage at `pos` (see [`build_stage`]).
+fn run_mlp_stage<'a>(
+    g: &mut GraphBuilder,
+    plan: &PipelinePlan<'a>,
     pos: Position,
     step: &Step,
     specs: &[Param],
     layers: Range<usize>,
-    schedule: &[Pass],
-) -> GraphBuilder {
-    let cfg = plan.gpt2;
+) -> StageRun<'a> {
+    let cfg = plan.mlp;
+    let b = cfg.batch / plan.dp;
+    let data = StageData::declare(g, pos, ["x", "target"], "f32", &[b, cfg.hidden]);
+    let weights = train::declare(g, step, specs);
+    let mut stage = MlpStage {
+        cfg,
+        step,
+        pos,
+        layers,
+        weights: &weights,
+        data,
+        saved: BTreeMap::new(),
+        losses: LossReport::default(),
+    };
+    let acc = run_passes(g, pos, &plan.passes(pos), &mut stage, step.bug, plan.dp);
+    let losses = stage.losses;
+    StageRun {
+        weights,
+        acc,
+        losses,
+        presync: Box::new(|_, _, grad| grad),
+    }
+}
+
+/// The llama's passes on the stage at `pos` (see [`build_stage`]); the gradients of kv heads
+/// replicated over tp ranks are summed over their replicas.
+fn run_llama_stage<'a>(
+    g: &mut GraphBuilder,
+    plan: &PipelinePlan<'a>,
+    pos: Position,
+    step: &Step,
+    specs: &[Param],
+    layers: Range<usize>,
+) -> StageRun<'a> {
+    let cfg = plan.llama;
     let m = plan.pipeline.microbatches;
     let b_all = cfg.batch / plan.dp;
-    let tokens_all = pos
-        .first()
-        .then(|| g.input_typed("tokens", "i64", &[b_all, cfg.seq]));
-    let labels_all = pos
-        .last()
-        .then(|| g.input_typed("labels", "i64", &[b_all, cfg.seq]));
-    let weights = train::declare(&mut g, step, specs);
+    let data = StageData::tokens(g, pos, b_all, cfg.seq);
+    let dims = AttnShape::new(cfg, b_all / m, plan.tp);
+    let inv_freq = g.input("rope_inv_freq", &[dims.hd / 2]);
+    let weights = train::declare(g, step, specs);
+    let tables = llama::attn_tables(g, &inv_freq, cfg.seq);
+    let vl = cfg.vocab / plan.tp;
+    let vocab = (plan.vocab_parallel && plan.tp > 1).then_some((step.tp_rank * vl, vl));
+    let mut stage = LlamaStage {
+        cfg,
+        step,
+        pos,
+        layers,
+        weights: &weights,
+        dims,
+        tables,
+        vocab,
+        data,
+        saved: BTreeMap::new(),
+        losses: LossReport::default(),
+    };
+    let acc = run_passes(g, pos, &plan.passes(pos), &mut stage, step.bug, plan.dp);
+    let losses = stage.losses;
+    let bug = step.bug;
+    StageRun {
+        weights,
+        acc,
+        losses,
+        presync: Box::new(move |g, p, grad| {
+            let kv_replicated = matches!(p.tp, TpLayout::ShardReplicas { .. });
+            if kv_replicated && bug != Some(Mutation::LlamaKvGradUnsynced) {
+                // Each replica saw only its own query heads' share of the kv head's gradient.
+                g.all_reduce_sum(&grad, "kv")
+            } else {
+                grad
+            }
+        }),
+    }
+}
+
+/// The gpt2's passes on the stage at `pos` (see [`build_stage`]); the tied embedding's shares
+/// are summed over the `embd` group (the first and last stage's ranks of one dp and tp index),
+/// as Megatron all-reduces the embedding group's gradients, before the dp reduction.
+fn run_gpt2_stage<'a>(
+    g: &mut GraphBuilder,
+    plan: &PipelinePlan<'a>,
+    pos: Position,
+    step: &Step,
+    specs: &[Param],
+    layers: Range<usize>,
+) -> StageRun<'a> {
+    let cfg = plan.gpt2;
+    let m = plan.pipeline.microbatches;
+    let data = StageData::tokens(g, pos, cfg.batch / plan.dp, cfg.seq);
+    let weights = train::declare(g, step, specs);
     let rank_plan = gpt2::RankPlan {
         dp: plan.dp,
         tp: plan.tp,
@@ -1448,52 +1468,39 @@ fn build_gpt2_stage(
         sequence_parallel: plan.sequence_parallel,
         tp_comm_overlap: false,
     };
+    let dims = gpt2::Dims::new(cfg, rank_plan, &CpPlan::NONE, step.bug, m);
     let mut stage = Gpt2Stage {
         step,
         pos,
         layers,
         weights: &weights,
-        dims: gpt2::Dims::new(cfg, rank_plan, &CpPlan::NONE, step.bug, m),
-        tokens_all,
-        labels_all,
+        dims: &dims,
+        data,
         saved: BTreeMap::new(),
-        acc: BTreeMap::new(),
         seq_partial: BTreeSet::new(),
         losses: LossReport::default(),
     };
-    run_passes(&mut g, pos, schedule, &mut stage, step.bug, plan.dp);
+    let acc = run_passes(g, pos, &plan.passes(pos), &mut stage, step.bug, plan.dp);
     let Gpt2Stage {
-        acc,
         losses,
         seq_partial,
-        dims,
         ..
     } = stage;
-    losses.finish(&mut g, step);
-    if plan.forward_only {
-        return g;
-    }
-    let synced;
-    let finish_step = if step.bug == Some(Mutation::PpGradSyncBeforeLastMicrobatch) {
-        synced = Step {
-            dp: 1,
-            dp_rank: 0,
-            ..*step
-        };
-        &synced
-    } else {
-        step
-    };
     let tied = pos.stages > 1 && (pos.first() || pos.last());
-    train::finish(&mut g, finish_step, specs, &weights, &acc, |g, p, grad| {
-        let grad = gpt2::sync_grad(g, &dims, &seq_partial, p, grad);
-        if tied && p.name == "wte" && step.bug != Some(Mutation::ZeroTiedEmbeddingUntied) {
-            g.all_reduce_sum(&grad, "embd")
-        } else {
-            grad
-        }
-    });
-    g
+    let bug = step.bug;
+    StageRun {
+        weights,
+        acc,
+        losses,
+        presync: Box::new(move |g, p, grad| {
+            let grad = gpt2::sync_grad(g, &dims, &seq_partial, p, grad);
+            if tied && p.name == "wte" && bug != Some(Mutation::ZeroTiedEmbeddingUntied) {
+                g.all_reduce_sum(&grad, "embd")
+            } else {
+                grad
+            }
+        }),
+    }
 }
 
 /// The explicit `embd` process groups of a pipelined gpt2: per dp and tp index, the ranks of

@@ -755,19 +755,7 @@ fn check_and_plan<'a>(
         } else {
             Vec::new()
         };
-        Plan {
-            spec: gpt2::build_rank(
-                cfg,
-                gpt2::RankPlan::SPEC,
-                &spec_step(cfg.lr),
-                opts.forward_only,
-            ),
-            rank,
-            data: vec![("tokens", true), ("labels", true)],
-            params: cfg.params(),
-            groups,
-            ep_sharded: Vec::new(),
-        }
+        gpt2_plan(opts, cfg, &spec_step(cfg.lr), rank, groups)
     } else if llama {
         let cfg = &opts.llama;
         // Rank = (dp_i * cp + cp_i) * tp + tp_i; ranks differ only by their vocabulary range
@@ -959,20 +947,9 @@ fn emit_pipeline_plan<'a>(
         plan
     } else if opts.model == "gpt2" {
         let cfg = &extras.gpt2;
-        Plan {
-            spec: gpt2::build_rank(
-                cfg,
-                gpt2::RankPlan::SPEC,
-                &spec_step(cfg.lr),
-                opts.forward_only,
-            ),
-            rank,
-            data: vec![("tokens", true), ("labels", true)],
-            params: cfg.params(),
-            // The tied token embedding's copies on the first and the last stage.
-            groups: vec![("embd", pipeline::embedding_groups(pp, dp, tp))],
-            ep_sharded: Vec::new(),
-        }
+        // The tied token embedding's copies on the first and the last stage.
+        let groups = vec![("embd", pipeline::embedding_groups(pp, dp, tp))];
+        gpt2_plan(opts, cfg, &spec_step(cfg.lr), rank, groups)
     } else {
         llama_plan(opts, &spec_step(opts.llama.lr), rank, (pp, dp, tp))
     };
@@ -1004,6 +981,25 @@ fn mlp_plan<'a>(
         data: vec![("x", true), ("target", true)],
         params: cfg.params(),
         groups: Vec::new(),
+        ep_sharded: Vec::new(),
+    }
+}
+
+/// The gpt2 plan of the sizes `cfg` around its rank graph builder `rank`: the spec (built with
+/// `spec_step`), the data inputs, the parameters and the process groups `groups`.
+fn gpt2_plan<'a>(
+    opts: &EmitOptions,
+    cfg: &Gpt2Config,
+    spec_step: &train::Step,
+    rank: RankBuilder<'a>,
+    groups: Vec<(&'static str, Vec<Vec<usize>>)>,
+) -> Plan<'a> {
+    Plan {
+        spec: gpt2::build_rank(cfg, gpt2::RankPlan::SPEC, spec_step, opts.forward_only),
+        rank,
+        data: vec![("tokens", true), ("labels", true)],
+        params: cfg.params(),
+        groups,
         ep_sharded: Vec::new(),
     }
 }

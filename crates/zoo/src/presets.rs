@@ -121,6 +121,21 @@ const DEEPSEEK_SOURCE: &str = "TrainVerify Tables 2 and 6; kv_heads (= heads: ML
 /// The pipeline options of a plan without a `pp` mesh dim.
 const NO_PIPELINE: PipelineOptions = PipelineOptions::DEFAULT;
 
+/// A pipeline of `microbatches` microbatches on Megatron's default schedule, 1F1B (Table 2
+/// gives none), the first and the last stage given their own layer counts if any.
+const fn one_f_one_b(
+    microbatches: usize,
+    first_stage_layers: Option<usize>,
+    last_stage_layers: Option<usize>,
+) -> PipelineOptions {
+    PipelineOptions {
+        microbatches,
+        schedule: Schedule::OneFOneB,
+        first_stage_layers,
+        last_stage_layers,
+    }
+}
+
 /// Table 2, experiment L1 (Llama3-8B).
 const L1: TablePlan = TablePlan {
     id: "L1",
@@ -175,362 +190,367 @@ const D3: TablePlan = TablePlan {
     microbatches: 16,
 };
 
+/// The sequence length of every Llama 3 preset (Table 5).
+const LLAMA3_SEQ: usize = 8192;
+
+/// The vocabulary of every Llama 3 preset (see [`LLAMA3_SOURCE`]).
+const LLAMA3_VOCAB: usize = 128256;
+
+/// The sequence length of every DeepSeek preset (Table 6).
+const DEEPSEEK_SEQ: usize = 16384;
+
+/// A full-size Llama 3 preset: `sizes` and the plan of Table 2 experiment `table`.
+const fn llama3(
+    name: &'static str,
+    sizes: PresetSizes,
+    mesh: &'static [(&'static str, usize)],
+    vocab_parallel: bool,
+    pipeline: PipelineOptions,
+    table: TablePlan,
+) -> Preset {
+    Preset {
+        name,
+        model: "llama",
+        sizes,
+        mesh,
+        vocab_parallel,
+        pipeline,
+        table,
+        tiny_of: None,
+        source: LLAMA3_SOURCE,
+    }
+}
+
+/// A full-size DeepSeek preset: `sizes` and the plan of Table 2 experiment `table` (the
+/// embedding and the LM head never split over tp).
+const fn deepseek_v3(
+    name: &'static str,
+    sizes: PresetSizes,
+    mesh: &'static [(&'static str, usize)],
+    pipeline: PipelineOptions,
+    table: TablePlan,
+) -> Preset {
+    Preset {
+        name,
+        model: "deepseek",
+        sizes,
+        mesh,
+        vocab_parallel: false,
+        pipeline,
+        table,
+        tiny_of: None,
+        source: DEEPSEEK_SOURCE,
+    }
+}
+
+/// Table 2 L1: DP 512, TP 1, PP 1, 1 microbatch — expressible as is.
+const LLAMA3_8B: Preset = llama3(
+    "llama3-8b",
+    PresetSizes {
+        hidden: 4096,
+        heads: 32,
+        kv_heads: 8,
+        ffn: 14336,
+        layers: 32,
+        seq: LLAMA3_SEQ,
+        batch: 512,
+        vocab: LLAMA3_VOCAB,
+        moe: None,
+    },
+    &[("dp", 512)],
+    false,
+    NO_PIPELINE,
+    L1,
+);
+
+/// Table 2 L2: DP 16, TP 8, PP 4, 32 microbatches — expressible as is.
+const LLAMA3_70B: Preset = llama3(
+    "llama3-70b",
+    PresetSizes {
+        hidden: 8192,
+        heads: 64,
+        kv_heads: 8,
+        ffn: 28672,
+        layers: 80,
+        seq: LLAMA3_SEQ,
+        // 32 microbatches of one sequence per dp rank.
+        batch: 512,
+        vocab: LLAMA3_VOCAB,
+        moe: None,
+    },
+    &[("pp", 4), ("dp", 16), ("tp", 8)],
+    true,
+    one_f_one_b(32, None, None),
+    L2,
+);
+
+/// Table 2 L3: DP 64, TP 8, PP 16, 16 microbatches — expressible with uneven stages: 126
+/// layers do not split into 16 equal stages, and Meta's 405B "reduce[d] one Transformer layer
+/// each from the first and the last stages" (Llama 3 paper, 3.3.2; they carry the embedding
+/// and the LM head + loss): 7 + 14 x 8 + 7 (Megatron's
+/// --decoder-first/last-pipeline-num-layers 7).
+const LLAMA3_405B: Preset = llama3(
+    "llama3-405b",
+    PresetSizes {
+        hidden: 16384,
+        heads: 128,
+        kv_heads: 8,
+        ffn: 53248,
+        layers: 126,
+        seq: LLAMA3_SEQ,
+        // 16 microbatches of one sequence per dp rank.
+        batch: 1024,
+        vocab: LLAMA3_VOCAB,
+        moe: None,
+    },
+    &[("pp", 16), ("dp", 64), ("tp", 8)],
+    true,
+    one_f_one_b(16, Some(7), Some(7)),
+    L3,
+);
+
+/// Table 2 D1: DP 16, TP 4 (= EP), PP 2, 16 microbatches. The zoo carves ep out of data
+/// parallelism (Megatron): dp=4 x ep=4 is the data-parallel degree 16 of the dense weights,
+/// ep=4 splits the experts, tp=4 the attention and each expert's inner width. 27 layers over 2
+/// stages: 14 + 13, the last stage lighter (it also runs the LM head over the 102400-word
+/// vocabulary and the loss; the first stage's embedding is a lookup).
+const DEEPSEEK_V3_16B: Preset = deepseek_v3(
+    "deepseek-v3-16b",
+    PresetSizes {
+        hidden: 2048,
+        heads: 16,
+        kv_heads: 16,
+        // Two shared experts of moe_intermediate_size 1408.
+        ffn: 2816,
+        layers: 27,
+        seq: DEEPSEEK_SEQ,
+        // 16 microbatches of one sequence per data-parallel (dp x ep) rank.
+        batch: 256,
+        vocab: 102400,
+        moe: Some(MoeSizes {
+            moe_ffn: 1408,
+            experts: 64,
+            top_k: 6,
+        }),
+    },
+    &[("pp", 2), ("dp", 4), ("tp", 4), ("ep", 4)],
+    one_f_one_b(16, None, Some(13)),
+    D1,
+);
+
+/// Table 2 D2: DP 16, TP 8 (= EP), PP 4, 16 microbatches: dp=2 x ep=8 (data parallel 16) x
+/// tp=8, 60 layers in 4 even stages of 15.
+const DEEPSEEK_V3_236B: Preset = deepseek_v3(
+    "deepseek-v3-236b",
+    PresetSizes {
+        hidden: 5120,
+        heads: 128,
+        kv_heads: 128,
+        // Two shared experts of moe_intermediate_size 1536.
+        ffn: 3072,
+        layers: 60,
+        seq: DEEPSEEK_SEQ,
+        batch: 256,
+        vocab: 102400,
+        moe: Some(MoeSizes {
+            moe_ffn: 1536,
+            experts: 160,
+            top_k: 6,
+        }),
+    },
+    &[("pp", 4), ("dp", 2), ("tp", 8), ("ep", 8)],
+    one_f_one_b(16, None, None),
+    D2,
+);
+
+/// Table 2 D3: DP 32, TP 8 (= EP), PP 8, 16 microbatches: dp=4 x ep=8 (data parallel 32) x
+/// tp=8; 61 layers over 8 stages as 7 + 6 x 8 + 6: the first stage one layer lighter (the
+/// embedding, as Meta's 405B), the last two (the LM head over 129280 words and the loss).
+const DEEPSEEK_V3_671B: Preset = deepseek_v3(
+    "deepseek-v3-671b",
+    PresetSizes {
+        hidden: 7168,
+        heads: 128,
+        kv_heads: 128,
+        // One shared expert of moe_intermediate_size 2048.
+        ffn: 2048,
+        layers: 61,
+        seq: DEEPSEEK_SEQ,
+        batch: 512,
+        vocab: 129280,
+        moe: Some(MoeSizes {
+            moe_ffn: 2048,
+            experts: 256,
+            top_k: 8,
+        }),
+    },
+    &[("pp", 8), ("dp", 4), ("tp", 8), ("ep", 8)],
+    one_f_one_b(16, Some(7), Some(6)),
+    D3,
+);
+
+/// The widths of a tiny variant: the sizes it does not take from its full preset or share
+/// with every tiny variant.
+struct TinyWidths {
+    hidden: usize,
+    heads: usize,
+    kv_heads: usize,
+    ffn: usize,
+    batch: usize,
+    moe: Option<MoeSizes>,
+}
+
+/// The mesh of a tiny variant whose full plan has every dim: each at size 2.
+const TINY_FULL_MESH: &[(&str, usize)] = &[("pp", 2), ("dp", 2), ("tp", 2), ("ep", 2)];
+
+/// The tiny variant `name` of `full`: its model, layers, vocabulary layout and Table 2 plan,
+/// at `widths` with 8 positions and a 64-word vocabulary, on `mesh` with `pipeline`.
+const fn tiny_variant(
+    full: &Preset,
+    name: &'static str,
+    widths: TinyWidths,
+    mesh: &'static [(&'static str, usize)],
+    pipeline: PipelineOptions,
+    source: &'static str,
+) -> Preset {
+    Preset {
+        name,
+        model: full.model,
+        sizes: PresetSizes {
+            hidden: widths.hidden,
+            heads: widths.heads,
+            kv_heads: widths.kv_heads,
+            ffn: widths.ffn,
+            layers: full.sizes.layers,
+            seq: 8,
+            batch: widths.batch,
+            vocab: 64,
+            moe: widths.moe,
+        },
+        mesh,
+        vocab_parallel: full.vocab_parallel,
+        pipeline,
+        table: full.table,
+        tiny_of: Some(full.name),
+        source,
+    }
+}
+
 /// The presets, full-size then tiny, in the order `zoo list` prints them.
 pub const PRESETS: &[Preset] = &[
-    // Table 2 L1: DP 512, TP 1, PP 1, 1 microbatch — expressible as is.
-    Preset {
-        name: "llama3-8b",
-        model: "llama",
-        sizes: PresetSizes {
-            hidden: 4096,
-            heads: 32,
-            kv_heads: 8,
-            ffn: 14336,
-            layers: 32,
-            seq: 8192,
-            batch: 512,
-            vocab: 128256,
-            moe: None,
-        },
-        mesh: &[("dp", 512)],
-        vocab_parallel: false,
-        pipeline: NO_PIPELINE,
-        table: L1,
-        tiny_of: None,
-        source: LLAMA3_SOURCE,
-    },
-    // Table 2 L2: DP 16, TP 8, PP 4, 32 microbatches — expressible as is.
-    Preset {
-        name: "llama3-70b",
-        model: "llama",
-        sizes: PresetSizes {
-            hidden: 8192,
-            heads: 64,
-            kv_heads: 8,
-            ffn: 28672,
-            layers: 80,
-            seq: 8192,
-            // 32 microbatches of one sequence per dp rank.
-            batch: 512,
-            vocab: 128256,
-            moe: None,
-        },
-        mesh: &[("pp", 4), ("dp", 16), ("tp", 8)],
-        vocab_parallel: true,
-        // Table 2 gives no schedule: Megatron's default 1F1B.
-        pipeline: PipelineOptions {
-            microbatches: 32,
-            schedule: Schedule::OneFOneB,
-            ..PipelineOptions::DEFAULT
-        },
-        table: L2,
-        tiny_of: None,
-        source: LLAMA3_SOURCE,
-    },
-    // Table 2 L3: DP 64, TP 8, PP 16, 16 microbatches — expressible with uneven stages: 126
-    // layers do not split into 16 equal stages, and Meta's 405B "reduce[d] one Transformer
-    // layer each from the first and the last stages" (Llama 3 paper, 3.3.2; they carry the
-    // embedding and the LM head + loss): 7 + 14 x 8 + 7 (Megatron's
-    // --decoder-first/last-pipeline-num-layers 7).
-    Preset {
-        name: "llama3-405b",
-        model: "llama",
-        sizes: PresetSizes {
-            hidden: 16384,
-            heads: 128,
-            kv_heads: 8,
-            ffn: 53248,
-            layers: 126,
-            seq: 8192,
-            // 16 microbatches of one sequence per dp rank.
-            batch: 1024,
-            vocab: 128256,
-            moe: None,
-        },
-        mesh: &[("pp", 16), ("dp", 64), ("tp", 8)],
-        vocab_parallel: true,
-        // Table 2 gives no schedule: Megatron's default 1F1B.
-        pipeline: PipelineOptions {
-            microbatches: 16,
-            schedule: Schedule::OneFOneB,
-            first_stage_layers: Some(7),
-            last_stage_layers: Some(7),
-        },
-        table: L3,
-        tiny_of: None,
-        source: LLAMA3_SOURCE,
-    },
-    // Table 2 D1: DP 16, TP 4 (= EP), PP 2, 16 microbatches. The zoo carves ep out of data
-    // parallelism (Megatron): dp=4 x ep=4 is the data-parallel degree 16 of the dense weights,
-    // ep=4 splits the experts, tp=4 the attention and each expert's inner width. 27 layers over
-    // 2 stages: 14 + 13, the last stage lighter (it also runs the LM head over the 102400-word
-    // vocabulary and the loss; the first stage's embedding is a lookup).
-    Preset {
-        name: "deepseek-v3-16b",
-        model: "deepseek",
-        sizes: PresetSizes {
-            hidden: 2048,
-            heads: 16,
-            kv_heads: 16,
-            // Two shared experts of moe_intermediate_size 1408.
-            ffn: 2816,
-            layers: 27,
-            seq: 16384,
-            // 16 microbatches of one sequence per data-parallel (dp x ep) rank.
-            batch: 256,
-            vocab: 102400,
-            moe: Some(MoeSizes {
-                moe_ffn: 1408,
-                experts: 64,
-                top_k: 6,
-            }),
-        },
-        mesh: &[("pp", 2), ("dp", 4), ("tp", 4), ("ep", 4)],
-        vocab_parallel: false,
-        // Table 2 gives no schedule: Megatron's default 1F1B.
-        pipeline: PipelineOptions {
-            microbatches: 16,
-            schedule: Schedule::OneFOneB,
-            first_stage_layers: None,
-            last_stage_layers: Some(13),
-        },
-        table: D1,
-        tiny_of: None,
-        source: DEEPSEEK_SOURCE,
-    },
-    // Table 2 D2: DP 16, TP 8 (= EP), PP 4, 16 microbatches: dp=2 x ep=8 (data parallel 16) x
-    // tp=8, 60 layers in 4 even stages of 15.
-    Preset {
-        name: "deepseek-v3-236b",
-        model: "deepseek",
-        sizes: PresetSizes {
-            hidden: 5120,
-            heads: 128,
-            kv_heads: 128,
-            // Two shared experts of moe_intermediate_size 1536.
-            ffn: 3072,
-            layers: 60,
-            seq: 16384,
-            batch: 256,
-            vocab: 102400,
-            moe: Some(MoeSizes {
-                moe_ffn: 1536,
-                experts: 160,
-                top_k: 6,
-            }),
-        },
-        mesh: &[("pp", 4), ("dp", 2), ("tp", 8), ("ep", 8)],
-        vocab_parallel: false,
-        pipeline: PipelineOptions {
-            microbatches: 16,
-            schedule: Schedule::OneFOneB,
-            ..PipelineOptions::DEFAULT
-        },
-        table: D2,
-        tiny_of: None,
-        source: DEEPSEEK_SOURCE,
-    },
-    // Table 2 D3: DP 32, TP 8 (= EP), PP 8, 16 microbatches: dp=4 x ep=8 (data parallel 32) x
-    // tp=8; 61 layers over 8 stages as 7 + 6 x 8 + 6: the first stage one layer lighter (the
-    // embedding, as Meta's 405B), the last two (the LM head over 129280 words and the loss).
-    Preset {
-        name: "deepseek-v3-671b",
-        model: "deepseek",
-        sizes: PresetSizes {
-            hidden: 7168,
-            heads: 128,
-            kv_heads: 128,
-            // One shared expert of moe_intermediate_size 2048.
-            ffn: 2048,
-            layers: 61,
-            seq: 16384,
-            batch: 512,
-            vocab: 129280,
-            moe: Some(MoeSizes {
-                moe_ffn: 2048,
-                experts: 256,
-                top_k: 8,
-            }),
-        },
-        mesh: &[("pp", 8), ("dp", 4), ("tp", 8), ("ep", 8)],
-        vocab_parallel: false,
-        pipeline: PipelineOptions {
-            microbatches: 16,
-            schedule: Schedule::OneFOneB,
-            first_stage_layers: Some(7),
-            last_stage_layers: Some(6),
-        },
-        table: D3,
-        tiny_of: None,
-        source: DEEPSEEK_SOURCE,
-    },
+    LLAMA3_8B,
+    LLAMA3_70B,
+    LLAMA3_405B,
+    DEEPSEEK_V3_16B,
+    DEEPSEEK_V3_236B,
+    DEEPSEEK_V3_671B,
     // The tiny variants: the same layers, query heads per kv head (4, 8, 16) and experts per
     // selected expert (64/6 = 32/3, 160/6 = 80/3, 256/8 = 64/2), the same mesh dims at size
     // 2, every width small.
-    Preset {
-        name: "llama3-8b-tiny",
-        model: "llama",
-        sizes: PresetSizes {
+    tiny_variant(
+        &LLAMA3_8B,
+        "llama3-8b-tiny",
+        TinyWidths {
             hidden: 32,
             heads: 8,
             kv_heads: 2,
             ffn: 112,
-            layers: 32,
-            seq: 8,
             batch: 2,
-            vocab: 64,
             moe: None,
         },
-        mesh: &[("dp", 2)],
-        vocab_parallel: false,
-        pipeline: NO_PIPELINE,
-        table: L1,
-        tiny_of: Some("llama3-8b"),
-        source: "test-size variant of llama3-8b",
-    },
-    Preset {
-        name: "llama3-70b-tiny",
-        model: "llama",
-        sizes: PresetSizes {
+        &[("dp", 2)],
+        NO_PIPELINE,
+        "test-size variant of llama3-8b",
+    ),
+    tiny_variant(
+        &LLAMA3_70B,
+        "llama3-70b-tiny",
+        TinyWidths {
             hidden: 64,
             heads: 16,
             kv_heads: 2,
             ffn: 224,
-            layers: 80,
-            seq: 8,
             batch: 4,
-            vocab: 64,
             moe: None,
         },
-        mesh: &[("pp", 2), ("dp", 2), ("tp", 2)],
-        vocab_parallel: true,
-        pipeline: PipelineOptions {
-            microbatches: 2,
-            schedule: Schedule::OneFOneB,
-            ..PipelineOptions::DEFAULT
-        },
-        table: L2,
-        tiny_of: Some("llama3-70b"),
-        source: "test-size variant of llama3-70b",
-    },
+        &[("pp", 2), ("dp", 2), ("tp", 2)],
+        one_f_one_b(2, None, None),
+        "test-size variant of llama3-70b",
+    ),
     // pp = 4, not 2: the full plan's division (the first and last stages one layer lighter
     // than the others) needs middle stages: 31 + 32 + 32 + 31.
-    Preset {
-        name: "llama3-405b-tiny",
-        model: "llama",
-        sizes: PresetSizes {
+    tiny_variant(
+        &LLAMA3_405B,
+        "llama3-405b-tiny",
+        TinyWidths {
             hidden: 64,
             heads: 32,
             kv_heads: 2,
             ffn: 208,
-            layers: 126,
-            seq: 8,
             batch: 4,
-            vocab: 64,
             moe: None,
         },
-        mesh: &[("pp", 4), ("dp", 2), ("tp", 2)],
-        vocab_parallel: true,
-        pipeline: PipelineOptions {
-            microbatches: 2,
-            schedule: Schedule::OneFOneB,
-            first_stage_layers: Some(31),
-            last_stage_layers: Some(31),
-        },
-        table: L3,
-        tiny_of: Some("llama3-405b"),
-        source: "test-size variant of llama3-405b",
-    },
-    Preset {
-        name: "deepseek-v3-16b-tiny",
-        model: "deepseek",
-        sizes: PresetSizes {
+        &[("pp", 4), ("dp", 2), ("tp", 2)],
+        one_f_one_b(2, Some(31), Some(31)),
+        "test-size variant of llama3-405b",
+    ),
+    tiny_variant(
+        &DEEPSEEK_V3_16B,
+        "deepseek-v3-16b-tiny",
+        TinyWidths {
             hidden: 16,
             heads: 4,
             kv_heads: 4,
             ffn: 8,
-            layers: 27,
-            seq: 8,
             batch: 8,
-            vocab: 64,
             moe: Some(MoeSizes {
                 moe_ffn: 4,
                 experts: 32,
                 top_k: 3,
             }),
         },
-        mesh: &[("pp", 2), ("dp", 2), ("tp", 2), ("ep", 2)],
-        vocab_parallel: false,
-        pipeline: PipelineOptions {
-            microbatches: 2,
-            schedule: Schedule::OneFOneB,
-            first_stage_layers: None,
-            last_stage_layers: Some(13),
-        },
-        table: D1,
-        tiny_of: Some("deepseek-v3-16b"),
-        source: "test-size variant of deepseek-v3-16b",
-    },
-    Preset {
-        name: "deepseek-v3-236b-tiny",
-        model: "deepseek",
-        sizes: PresetSizes {
+        TINY_FULL_MESH,
+        one_f_one_b(2, None, Some(13)),
+        "test-size variant of deepseek-v3-16b",
+    ),
+    tiny_variant(
+        &DEEPSEEK_V3_236B,
+        "deepseek-v3-236b-tiny",
+        TinyWidths {
             hidden: 16,
             heads: 8,
             kv_heads: 8,
             ffn: 8,
-            layers: 60,
-            seq: 8,
             batch: 8,
-            vocab: 64,
             moe: Some(MoeSizes {
                 moe_ffn: 4,
                 experts: 80,
                 top_k: 3,
             }),
         },
-        mesh: &[("pp", 2), ("dp", 2), ("tp", 2), ("ep", 2)],
-        vocab_parallel: false,
-        pipeline: PipelineOptions {
-            microbatches: 2,
-            schedule: Schedule::OneFOneB,
-            first_stage_layers: None,
-            last_stage_layers: None,
-        },
-        table: D2,
-        tiny_of: Some("deepseek-v3-236b"),
-        source: "test-size variant of deepseek-v3-236b",
-    },
-    Preset {
-        name: "deepseek-v3-671b-tiny",
-        model: "deepseek",
-        sizes: PresetSizes {
+        TINY_FULL_MESH,
+        one_f_one_b(2, None, None),
+        "test-size variant of deepseek-v3-236b",
+    ),
+    tiny_variant(
+        &DEEPSEEK_V3_671B,
+        "deepseek-v3-671b-tiny",
+        TinyWidths {
             hidden: 16,
             heads: 8,
             kv_heads: 8,
             ffn: 4,
-            layers: 61,
-            seq: 8,
             batch: 8,
-            vocab: 64,
             moe: Some(MoeSizes {
                 moe_ffn: 4,
                 experts: 64,
                 top_k: 2,
             }),
         },
-        mesh: &[("pp", 2), ("dp", 2), ("tp", 2), ("ep", 2)],
-        vocab_parallel: false,
-        pipeline: PipelineOptions {
-            microbatches: 2,
-            schedule: Schedule::OneFOneB,
-            first_stage_layers: None,
-            last_stage_layers: Some(30),
-        },
-        table: D3,
-        tiny_of: Some("deepseek-v3-671b"),
-        source: "test-size variant of deepseek-v3-671b",
-    },
+        TINY_FULL_MESH,
+        one_f_one_b(2, None, Some(30)),
+        "test-size variant of deepseek-v3-671b",
+    ),
 ];
 
 /// The preset called `name`, or an error listing the presets.

@@ -1289,54 +1289,82 @@ mod tests {
 
     #[test]
     fn applicability() {
-        let wg = find_bug("wrong-group").unwrap();
-        assert!(wg.check_applies(&site("mlp", 2, 2, true)).is_ok());
-        assert!(wg.check_applies(&site("llama", 2, 2, true)).is_ok());
-        let e = wg.check_applies(&site("mlp", 1, 2, true)).unwrap_err();
-        assert!(e.contains("dp mesh dim"), "{e}");
-        let g = find_bug("dp-grad-not-averaged").unwrap();
-        assert!(g
-            .check_applies(&site("mlp", 2, 1, true))
-            .unwrap_err()
-            .contains("--forward-only"));
-        let bias = find_bug("tp-bias-before-allreduce").unwrap();
-        let e = bias.check_applies(&site("llama", 1, 2, true)).unwrap_err();
-        assert!(e.contains("not `llama`"), "{e}");
-        let kv = find_bug("llama-kv-grad-unsynced").unwrap();
-        let e = kv.check_applies(&site("llama", 1, 2, false)).unwrap_err();
-        assert!(e.contains("kv heads"), "{e}");
-        let replicated = Site {
-            kv_replicated: true,
-            ..site("llama", 1, 4, false)
-        };
-        assert!(kv.check_applies(&replicated).is_ok());
-        let vp = find_bug("llama-vocab-embedding-unmasked").unwrap();
-        let e = vp.check_applies(&site("llama", 1, 2, true)).unwrap_err();
-        assert!(e.contains("--vocab-parallel"), "{e}");
-        let split = Site {
-            vocab_parallel: true,
-            ..site("llama", 1, 2, true)
-        };
-        assert!(vp.check_applies(&split).is_ok());
-        let ln = find_bug("sp-layernorm-grad-not-reduced").unwrap();
-        let e = ln.check_applies(&site("gpt2", 1, 2, false)).unwrap_err();
-        assert!(e.contains("--sequence-parallel"), "{e}");
         let sp = Site {
             sequence_parallel: true,
             ..site("gpt2", 1, 2, false)
         };
-        assert!(ln.check_applies(&sp).is_ok());
-        let fw = Site {
-            forward_only: true,
-            ..sp
-        };
-        assert!(ln.check_applies(&fw).is_err());
-        assert!(find_bug("tp-bias-before-allreduce")
-            .unwrap()
-            .check_applies(&sp)
-            .is_ok());
-        let e = wg.check_applies(&Site { dp: 2, ..sp }).unwrap_err();
-        assert!(e.contains("not defined under --sequence-parallel"), "{e}");
+        // (bug, site, `None` where it applies, else a word of why it does not; "" for any).
+        let cases = [
+            ("wrong-group", site("mlp", 2, 2, true), None),
+            ("wrong-group", site("llama", 2, 2, true), None),
+            ("wrong-group", site("mlp", 1, 2, true), Some("dp mesh dim")),
+            (
+                "dp-grad-not-averaged",
+                site("mlp", 2, 1, true),
+                Some("--forward-only"),
+            ),
+            (
+                "tp-bias-before-allreduce",
+                site("llama", 1, 2, true),
+                Some("not `llama`"),
+            ),
+            (
+                "llama-kv-grad-unsynced",
+                site("llama", 1, 2, false),
+                Some("kv heads"),
+            ),
+            (
+                "llama-kv-grad-unsynced",
+                Site {
+                    kv_replicated: true,
+                    ..site("llama", 1, 4, false)
+                },
+                None,
+            ),
+            (
+                "llama-vocab-embedding-unmasked",
+                site("llama", 1, 2, true),
+                Some("--vocab-parallel"),
+            ),
+            (
+                "llama-vocab-embedding-unmasked",
+                Site {
+                    vocab_parallel: true,
+                    ..site("llama", 1, 2, true)
+                },
+                None,
+            ),
+            (
+                "sp-layernorm-grad-not-reduced",
+                site("gpt2", 1, 2, false),
+                Some("--sequence-parallel"),
+            ),
+            ("sp-layernorm-grad-not-reduced", sp, None),
+            (
+                "sp-layernorm-grad-not-reduced",
+                Site {
+                    forward_only: true,
+                    ..sp
+                },
+                Some(""),
+            ),
+            ("tp-bias-before-allreduce", sp, None),
+            (
+                "wrong-group",
+                Site { dp: 2, ..sp },
+                Some("not defined under --sequence-parallel"),
+            ),
+        ];
+        for (id, site, refusal) in cases {
+            let applies = find_bug(id).unwrap().check_applies(&site);
+            match refusal {
+                None => assert!(applies.is_ok(), "{id}: {applies:?}"),
+                Some(word) => {
+                    let e = applies.unwrap_err();
+                    assert!(e.contains(word), "{id}: {e}");
+                }
+            }
+        }
     }
 
     #[test]

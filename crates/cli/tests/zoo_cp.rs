@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::zoo::{p2p_calls, p2p_peers, NO_FLAGS};
+use common::zoo::{assert_has_all, p2p_calls, p2p_peers, NO_FLAGS};
 use common::Scratch;
 use shardproof_zoo::{find_bug, BUGS};
 
@@ -27,27 +27,79 @@ const TRAINING_FLAGS: &[&str] = &[
     "8",
 ];
 
-/// The flags of the forward-only plan or of the full iteration.
-fn pass_flags(forward_only: bool) -> &'static [&'static str] {
-    if forward_only {
-        &["--forward-only"]
-    } else {
-        &[]
+/// The correct plans of `model` on each of `meshes`, forward only and the full iteration, hold
+/// under `run` and `inspect --strict`.
+fn plans_hold(s: &Scratch, model: &str, meshes: &[&str]) {
+    for mesh in meshes {
+        for (pass, flags) in [("forward", &["--forward-only"][..]), ("full", NO_FLAGS)] {
+            let case = s.emit_model(&format!("{mesh}-{pass}"), model, mesh, flags);
+            s.assert_holds_strictly(&case);
+        }
     }
 }
+
+/// Plants every context-parallel bug of `model` (on tp=2,cp=2 when it needs tp, else on
+/// dp=2,cp=2; forward only too unless it needs the backward): `inspect --strict` accepts each
+/// case and `run` finds the bug, naming an output it changes. Returns the ids planted.
+fn cp_bugs_are_found_in(s: &Scratch, model: &str) -> Vec<&'static str> {
+    let mut planted = Vec::new();
+    for bug in BUGS
+        .iter()
+        .filter(|b| b.needs_cp() && !b.listed_only() && b.models.contains(&model))
+    {
+        let mesh = if bug.needs_tp {
+            "tp=2,cp=2"
+        } else {
+            "dp=2,cp=2"
+        };
+        for forward_only in [true, false] {
+            if forward_only && bug.needs_backward {
+                continue;
+            }
+            let mut flags = vec!["--bug", bug.id];
+            if forward_only {
+                flags.push("--forward-only");
+            }
+            let dir = format!("{}-{forward_only}", bug.id);
+            let case = s.emit_model(&dir, model, mesh, &flags);
+            s.assert_strict(&case);
+            s.assert_bug_found(&case, bug.id);
+        }
+        planted.push(bug.id);
+    }
+    planted
+}
+
+/// `rank` (of dp=2,cp=2 with the default 8 positions, at cp rank 1) reads its dp rank's
+/// sequences whole and keeps chunks 1 and 2 of 4: positions 2, 3 and 4, 5.
+#[track_caller]
+fn assert_holds_chunks_1_and_2(rank: &str) {
+    assert_has_all(
+        rank,
+        &[
+            "tokens: \"i64[1, 8]\"",
+            "aten.arange.start(2, 4,",
+            "aten.arange.start(4, 6,",
+            "aten.slice.Tensor(tokens, 1, 2, 4)",
+            "aten.slice.Tensor(tokens, 1, 4, 6)",
+        ],
+    );
+}
+
+/// The context-parallel bugs every model with a cp mesh dim can carry.
+const CP_BUGS: [&str; 4] = [
+    "cp-rope-no-offset",
+    "cp-loss-overscaled",
+    "cp-causal-mask-local",
+    "tp-cp-layernorm-grad-scaled-by-tp",
+];
 
 const MESHES: [&str; 4] = ["cp=2", "dp=2,cp=2", "tp=2,cp=2", "dp=2,tp=2,cp=2"];
 
 #[test]
 fn llama_cp_plans_hold() {
     let s = Scratch::new();
-    for mesh in MESHES {
-        for forward_only in [true, false] {
-            let flags = pass_flags(forward_only);
-            let case = s.emit_model(&format!("{mesh}-{forward_only}"), "llama", mesh, flags);
-            s.assert_holds_strictly(&case);
-        }
-    }
+    plans_hold(&s, "llama", &MESHES);
     // A longer ring (every rank meets blocks before and after its chunks), an odd one, and
     // kv heads replicated over tp ranks.
     for (dir, mesh, seq) in [
@@ -78,12 +130,7 @@ fn ring_messages_and_case_layout() {
     let case = s.emit_model("ring", "llama", "dp=2,tp=2,cp=2", NO_FLAGS);
     // Rank 6 = (dp 1, cp 1, tp 0): its cp peer is rank 4 (tp 0 of cp 0 in the same dp row).
     let r6 = s.read("ring/r6.py");
-    assert!(r6.contains("tokens: \"i64[1, 8]\""), "{r6}");
-    // It holds chunks 1 and 2 of 4: positions 2, 3 and 4, 5.
-    assert!(r6.contains("aten.arange.start(2, 4,"), "{r6}");
-    assert!(r6.contains("aten.arange.start(4, 6,"), "{r6}");
-    assert!(r6.contains("aten.slice.Tensor(tokens, 1, 2, 4)"), "{r6}");
-    assert!(r6.contains("aten.slice.Tensor(tokens, 1, 4, 6)"), "{r6}");
+    assert_holds_chunks_1_and_2(&r6);
     let calls = p2p_calls(&r6);
     // Per layer: K and V forward (send, recv); in the backward K and V again (send, recv)
     // with their gradients (recv before the step that adds to them, send after; the last
@@ -99,7 +146,9 @@ fn ring_messages_and_case_layout() {
     // Every rank finds its messages (no deadlock, no stray send) and the plan holds.
     s.run(&["run", &case]).expect_code(0);
     let yaml = s.read("ring/case.yaml");
-    for line in [
+    assert_has_all(
+        &yaml,
+        &[
         "mesh: { dp: 2, cp: 2, tp: 2 }",
         "\"cp\": cp",
         "\"dp_cp\": [[0, 2, 4, 6], [1, 3, 5, 7]]",
@@ -107,9 +156,8 @@ fn ring_messages_and_case_layout() {
         "labels: { dp: Shard(0) }",
         "wq_0: { tp: Shard(0) }",
         "# Context parallel: the sequence in 4 load-balanced chunks, cp rank i holding chunks i and 3-i",
-    ] {
-        assert!(yaml.contains(line), "{line}\n{yaml}");
-    }
+        ],
+    );
     // The spec is the single-device model: no message, no chunk.
     let spec = s.read("ring/spec.py");
     assert!(!spec.contains("shardproof_p2p") && !spec.contains("logsumexp"));
@@ -118,33 +166,8 @@ fn ring_messages_and_case_layout() {
 #[test]
 fn cp_bugs_are_found() {
     let s = Scratch::new();
-    let mut planted = Vec::new();
-    for bug in BUGS.iter().filter(|b| b.needs_cp() && !b.listed_only()) {
-        let mesh = if bug.needs_tp {
-            "tp=2,cp=2"
-        } else {
-            "dp=2,cp=2"
-        };
-        for forward_only in [true, false] {
-            if forward_only && bug.needs_backward {
-                continue;
-            }
-            let mut flags = vec!["--bug", bug.id];
-            if forward_only {
-                flags.push("--forward-only");
-            }
-            let case = s.emit_model(&format!("{}-{forward_only}", bug.id), "llama", mesh, &flags);
-            s.assert_strict(&case);
-            s.assert_bug_found(&case, bug.id);
-        }
-        planted.push(bug.id);
-    }
-    for id in [
-        "cp-rope-no-offset",
-        "cp-loss-overscaled",
-        "cp-causal-mask-local",
-        "tp-cp-layernorm-grad-scaled-by-tp",
-    ] {
+    let planted = cp_bugs_are_found_in(&s, "llama");
+    for id in CP_BUGS {
         assert!(planted.contains(&id), "{id} is never planted");
     }
     // The norm gradient bug names a norm's updated weight.
@@ -225,13 +248,7 @@ const DEEPSEEK_MESHES: [&str; 4] = ["cp=2", "dp=2,cp=2", "cp=2,ep=2", "tp=2,cp=2
 #[test]
 fn deepseek_cp_plans_hold() {
     let s = Scratch::new();
-    for mesh in DEEPSEEK_MESHES {
-        for forward_only in [true, false] {
-            let flags = pass_flags(forward_only);
-            let case = s.emit_model(&format!("{mesh}-{forward_only}"), "deepseek", mesh, flags);
-            s.assert_holds_strictly(&case);
-        }
-    }
+    plans_hold(&s, "deepseek", &DEEPSEEK_MESHES);
     // Every dim at once, the all-to-all dispatcher, and sequence parallelism in the MoE
     // blocks on top of the ring.
     for (dir, mesh, flags) in [
@@ -246,14 +263,15 @@ fn deepseek_cp_plans_hold() {
     // cp rank: all-reduced over cp in the forward, the probability sums' gradient in the
     // backward; the data group spans dp x cp x ep, the experts' replicas dp x cp.
     let yaml = s.read("all/case.yaml");
-    for line in [
-        "mesh: { dp: 2, cp: 2, tp: 2, ep: 2 }",
-        "\"dp_cp_ep\": [[0, 1, 4, 5, 8, 9, 12, 13], [2, 3, 6, 7, 10, 11, 14, 15]]",
-        "\"dp_cp\": [[0, 4, 8, 12], [1, 5, 9, 13], [2, 6, 10, 14], [3, 7, 11, 15]]",
-        "tokens: { dp: Shard(0), ep: Shard(0) }",
-    ] {
-        assert!(yaml.contains(line), "{line}\n{yaml}");
-    }
+    assert_has_all(
+        &yaml,
+        &[
+            "mesh: { dp: 2, cp: 2, tp: 2, ep: 2 }",
+            "\"dp_cp_ep\": [[0, 1, 4, 5, 8, 9, 12, 13], [2, 3, 6, 7, 10, 11, 14, 15]]",
+            "\"dp_cp\": [[0, 4, 8, 12], [1, 5, 9, 13], [2, 6, 10, 14], [3, 7, 11, 15]]",
+            "tokens: { dp: Shard(0), ep: Shard(0) }",
+        ],
+    );
     let r5 = s.read("all/r5.py");
     let layers = 2;
     assert_eq!(r5.matches("'cp')").count(), 3 * layers, "{r5}");
@@ -281,13 +299,7 @@ fn cp_attention_bugs_are_found_in_deepseek() {
 #[test]
 fn gpt2_cp_plans_hold() {
     let s = Scratch::new();
-    for mesh in MESHES {
-        for forward_only in [true, false] {
-            let flags = pass_flags(forward_only);
-            let case = s.emit_model(&format!("{mesh}-{forward_only}"), "gpt2", mesh, flags);
-            s.assert_holds_strictly(&case);
-        }
-    }
+    plans_hold(&s, "gpt2", &MESHES);
     // A longer ring, sequence parallelism inside the tensor-parallel regions on top of the
     // ring (with TP communication overlap), and the training options.
     for (dir, mesh, flags) in [
@@ -310,14 +322,9 @@ fn gpt2_positions_and_ring() {
     let s = Scratch::new();
     let case = s.emit_model("ring", "gpt2", "dp=2,tp=2,cp=2", NO_FLAGS);
     let r6 = s.read("ring/r6.py");
-    // Rank 6 = (dp 1, cp 1, tp 0) reads its dp rank's sequences whole and keeps chunks 1 and 2
-    // of 4: positions 2, 3 and 4, 5, whose rows of the position table it looks up and whose
-    // rows of the (whole) position-table gradient it fills.
-    assert!(r6.contains("tokens: \"i64[1, 8]\""), "{r6}");
-    assert!(r6.contains("aten.slice.Tensor(tokens, 1, 2, 4)"), "{r6}");
-    assert!(r6.contains("aten.slice.Tensor(tokens, 1, 4, 6)"), "{r6}");
-    assert!(r6.contains("aten.arange.start(2, 4,"), "{r6}");
-    assert!(r6.contains("aten.arange.start(4, 6,"), "{r6}");
+    // Rank 6 = (dp 1, cp 1, tp 0) keeps chunks 1 and 2 of 4, whose rows of the position table
+    // it looks up and whose rows of the (whole) position-table gradient it fills.
+    assert_holds_chunks_1_and_2(&r6);
     assert!(!r6.contains("aten.arange.start(0, 4,"), "{r6}");
     let wpe_grad = r6
         .lines()
@@ -336,15 +343,16 @@ fn gpt2_positions_and_ring() {
     assert!(r6.contains("'dp_cp')"), "{r6}");
     s.run(&["run", &case]).expect_code(0);
     let yaml = s.read("ring/case.yaml");
-    for line in [
-        "mesh: { dp: 2, cp: 2, tp: 2 }",
-        "\"dp_cp\": [[0, 2, 4, 6], [1, 3, 5, 7]]",
-        "tokens: { dp: Shard(0) }",
-        "wpe: Replicate()",
-        "# Context parallel: the sequence in 4 load-balanced chunks",
-    ] {
-        assert!(yaml.contains(line), "{line}\n{yaml}");
-    }
+    assert_has_all(
+        &yaml,
+        &[
+            "mesh: { dp: 2, cp: 2, tp: 2 }",
+            "\"dp_cp\": [[0, 2, 4, 6], [1, 3, 5, 7]]",
+            "tokens: { dp: Shard(0) }",
+            "wpe: Replicate()",
+            "# Context parallel: the sequence in 4 load-balanced chunks",
+        ],
+    );
     // The spec is the single-device model: no message, no chunk, the position table read at
     // arange(seq).
     let spec = s.read("ring/spec.py");
@@ -355,37 +363,8 @@ fn gpt2_positions_and_ring() {
 #[test]
 fn cp_bugs_are_found_in_gpt2() {
     let s = Scratch::new();
-    let mut planted = Vec::new();
-    for bug in BUGS
-        .iter()
-        .filter(|b| b.needs_cp() && b.models.contains(&"gpt2"))
-    {
-        let mesh = if bug.needs_tp {
-            "tp=2,cp=2"
-        } else {
-            "dp=2,cp=2"
-        };
-        for forward_only in [true, false] {
-            if forward_only && bug.needs_backward {
-                continue;
-            }
-            let mut flags = vec!["--bug", bug.id];
-            if forward_only {
-                flags.push("--forward-only");
-            }
-            let dir = format!("{}-{forward_only}", bug.id);
-            let case = s.emit_model(&dir, "gpt2", mesh, &flags);
-            s.assert_strict(&case);
-            s.assert_bug_found(&case, bug.id);
-        }
-        planted.push(bug.id);
-    }
-    for id in [
-        "cp-rope-no-offset",
-        "cp-loss-overscaled",
-        "cp-causal-mask-local",
-        "tp-cp-layernorm-grad-scaled-by-tp",
-    ] {
+    let planted = cp_bugs_are_found_in(&s, "gpt2");
+    for id in CP_BUGS {
         assert!(planted.contains(&id), "{id} is never planted in gpt2");
     }
     // The LayerNorm gradient bug names the first LayerNorm's updated weight, with and

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::zoo::{assert_names_changed_output, p2p_calls};
+use common::zoo::{assert_has_all, assert_names_changed_output, p2p_calls};
 use common::Scratch;
 use shardproof_zoo::BUGS;
 
@@ -101,13 +101,14 @@ fn deepseek_stages_carry_experts_and_balance_losses() {
         s.assert_holds_strictly(&case);
     }
     let yaml = s.read("dp=2,pp=2,tp=2,ep=2--pp-schedule1f1b/case.yaml");
-    for line in [
-        "  expert_gate_2: { placement: { tp: Shard(1), ep: Shard(0) }, at: { pp: 1 } }",
-        "  router_0: { placement: Replicate(), at: { pp: 0 } }",
-        "  loss: { placement: Replicate(), at: { pp: 1 } }",
-    ] {
-        assert!(yaml.contains(line), "{line}\n{yaml}");
-    }
+    assert_has_all(
+        &yaml,
+        &[
+            "  expert_gate_2: { placement: { tp: Shard(1), ep: Shard(0) }, at: { pp: 1 } }",
+            "  router_0: { placement: Replicate(), at: { pp: 0 } }",
+            "  loss: { placement: Replicate(), at: { pp: 1 } }",
+        ],
+    );
     // The data group of the replicated weights: dp x ep within each stage and tp index.
     assert!(
         yaml.contains("\"dp_ep\": [[0, 1, 4, 5], [2, 3, 6, 7], [8, 9, 12, 13], [10, 11, 14, 15]]"),
@@ -141,16 +142,17 @@ fn gpt2_stages_share_the_tied_embedding() {
     s.emit_model("c", "gpt2", "dp=2,pp=2,tp=2", &flags);
     let read = |f: &str| s.read(&format!("c/{f}"));
     let yaml = read("case.yaml");
-    for line in [
-        // Per dp and tp index, the first and the last stage's ranks.
-        "\"embd\": [[0, 4], [1, 5], [2, 6], [3, 7]]",
-        "  wpe: { placement: Replicate(), at: { pp: 0 } }",
-        "  lnf_w: { placement: Replicate(), at: { pp: 1 } }",
-        "  tokens: { placement: { dp: Shard(0) }, at: { pp: 0 } }",
-        "  labels: { placement: { dp: Shard(0) }, at: { pp: 1 } }",
-    ] {
-        assert!(yaml.contains(line), "{line}\n{yaml}");
-    }
+    assert_has_all(
+        &yaml,
+        &[
+            // Per dp and tp index, the first and the last stage's ranks.
+            "\"embd\": [[0, 4], [1, 5], [2, 6], [3, 7]]",
+            "  wpe: { placement: Replicate(), at: { pp: 0 } }",
+            "  lnf_w: { placement: Replicate(), at: { pp: 1 } }",
+            "  tokens: { placement: { dp: Shard(0) }, at: { pp: 0 } }",
+            "  labels: { placement: { dp: Shard(0) }, at: { pp: 1 } }",
+        ],
+    );
     // The token embedding lives on both stages (every stage of two: no `at:`), and each
     // stage's share of its gradient is summed over `embd` before the dp reduction.
     assert!(yaml.contains("  wte: Replicate()\n"), "{yaml}");
@@ -273,7 +275,9 @@ fn stages_send_activations_forward_and_gradients_back() {
     s.emit_model("c", "mlp", "dp=2,pp=2,tp=2", &flags);
     let read = |f: &str| s.read(&format!("c/{f}"));
     let yaml = read("case.yaml");
-    for line in [
+    assert_has_all(
+        &yaml,
+        &[
         "name: mlp-pp2-dp2-tp2-mb2-1f1b",
         "# Pipeline: 2 stages (stage 0: layers 0-1, stage 1: layers 2-3), 2 microbatch(es) per \
          dp rank, 1f1b schedule.",
@@ -283,9 +287,8 @@ fn stages_send_activations_forward_and_gradients_back() {
         "  w1_2: { placement: { tp: Shard(0) }, at: { pp: 1 } }",
         "  loss: { placement: Replicate(), at: { pp: 1 } }",
         "  b2_0_new: { placement: Replicate(), at: { pp: 0 } }",
-    ] {
-        assert!(yaml.contains(line), "{line}\n{yaml}");
-    }
+        ],
+    );
     // Rank 1 (stage 0, dp 0, tp 1) talks to rank 5 (stage 1, dp 0, tp 1); 1F1B on the first
     // of two stages: F0 F1 B0 B1 after one warm-up forward.
     let r1 = read("r1.py");

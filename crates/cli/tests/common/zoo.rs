@@ -195,9 +195,8 @@ pub fn words(text: &str) -> Vec<&str> {
     text.split_whitespace().collect()
 }
 
-/// The peer rank of each `shardproof_p2p` message of `graph` (the text after
-/// `torch.ops.shardproof_p2p.`): `send.default(x, dst, tag)`, `recv.default(shape, dtype, src,
-/// tag)`.
+/// The peer rank of each `shardproof_p2p` message of `graph`: the `dst` of
+/// `send.default(x, dst, tag)`, the `src` of `recv.default(shape, dtype, src, tag)`.
 pub fn p2p_peers(graph: &str) -> Vec<String> {
     p2p_calls(graph)
         .iter()
@@ -215,4 +214,12 @@ pub fn p2p_calls(graph: &str) -> Vec<&str> {
         .lines()
         .filter_map(|l| l.split("torch.ops.shardproof_p2p.").nth(1))
         .collect()
+}
+
+/// `text` contains every one of `pieces`.
+#[track_caller]
+pub fn assert_has_all(text: &str, pieces: &[&str]) {
+    for piece in pieces {
+        assert!(text.contains(piece), "{piece}\n{text}");
+    }
 }

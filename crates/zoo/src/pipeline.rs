@@ -343,6 +343,9 @@ fn local_loss_name(step: &Step, partial: &'static str) -> &'static str {
     }
 }
 
+/// Gradients of parameters, by name.
+type Grads = BTreeMap<String, Val>;
+
 /// What a model computes on one stage for one microbatch.
 trait Stage {
     /// The shape of the activation a stage passes to the next (and of its gradient).
@@ -355,12 +358,7 @@ trait Stage {
     /// on the last stage, which starts from its loss): the microbatch's gradients of the
     /// stage's parameters, by name, and the gradient of the stage's input (sent back by every
     /// stage but the first).
-    fn backward(
-        &mut self,
-        g: &mut GraphBuilder,
-        mb: usize,
-        grad: Option<Val>,
-    ) -> (BTreeMap<String, Val>, Val);
+    fn backward(&mut self, g: &mut GraphBuilder, mb: usize, grad: Option<Val>) -> (Grads, Val);
 }
 
 /// Runs `passes` of `stage` at `pos`, receiving each pass's input from the neighbouring stage
@@ -375,7 +373,7 @@ fn run_passes(
     stage: &mut dyn Stage,
     bug: Option<Mutation>,
     dp: usize,
-) -> BTreeMap<String, Val> {
+) -> Grads {
     let mut acc = BTreeMap::new();
     let boundary = stage.boundary();
     let last_backward = passes.iter().rev().find_map(|p| match p {
@@ -420,7 +418,7 @@ fn run_passes(
 
 /// The planted `pp-grad-sync-before-last-microbatch`: the gradients accumulated so far are
 /// all-reduced and averaged over dp now, before the last microbatch's backward adds its own.
-fn sync_over_dp(g: &mut GraphBuilder, grads: &mut BTreeMap<String, Val>, dp: usize) {
+fn sync_over_dp(g: &mut GraphBuilder, grads: &mut Grads, dp: usize) {
     for grad in grads.values_mut() {
         let total = g.all_reduce_sum(grad, "dp");
         *grad = g.div_scalar("div", &total, Arg::I(dp as i64));
@@ -564,12 +562,7 @@ impl Stage for MlpStage<'_> {
         None
     }
 
-    fn backward(
-        &mut self,
-        g: &mut GraphBuilder,
-        mb: usize,
-        grad: Option<Val>,
-    ) -> (BTreeMap<String, Val>, Val) {
+    fn backward(&mut self, g: &mut GraphBuilder, mb: usize, grad: Option<Val>) -> (Grads, Val) {
         let w = self.weights.pass(g);
         let (blocks, diff) = self.saved.remove(&mb).expect("forward before backward");
         let mut grad_y = match (grad, diff) {
@@ -713,12 +706,7 @@ impl Stage for LlamaStage<'_> {
         None
     }
 
-    fn backward(
-        &mut self,
-        g: &mut GraphBuilder,
-        mb: usize,
-        grad: Option<Val>,
-    ) -> (BTreeMap<String, Val>, Val) {
+    fn backward(&mut self, g: &mut GraphBuilder, mb: usize, grad: Option<Val>) -> (Grads, Val) {
         let backward = self.weights.pass(g);
         let w = |name: &str| backward[name].clone();
         let LlamaSaved {
@@ -834,12 +822,7 @@ impl Stage for Gpt2Stage<'_> {
         None
     }
 
-    fn backward(
-        &mut self,
-        g: &mut GraphBuilder,
-        mb: usize,
-        grad: Option<Val>,
-    ) -> (BTreeMap<String, Val>, Val) {
+    fn backward(&mut self, g: &mut GraphBuilder, mb: usize, grad: Option<Val>) -> (Grads, Val) {
         let w = self.weights.pass(g);
         let saved = self.saved.remove(&mb).expect("forward before backward");
         let mut grads = BTreeMap::new();
@@ -984,12 +967,7 @@ impl Stage for DeepseekStage<'_> {
         None
     }
 
-    fn backward(
-        &mut self,
-        g: &mut GraphBuilder,
-        mb: usize,
-        grad: Option<Val>,
-    ) -> (BTreeMap<String, Val>, Val) {
+    fn backward(&mut self, g: &mut GraphBuilder, mb: usize, grad: Option<Val>) -> (Grads, Val) {
         let m = self.cx.microbatches;
         let weights = &self.w;
         let w = |name: &str| weights[name].clone();
@@ -1314,7 +1292,7 @@ struct StageRun<'a> {
     /// The stage's weights, as declared.
     weights: Weights,
     /// Its parameters' gradients, accumulated over the microbatches.
-    acc: BTreeMap<String, Val>,
+    acc: Grads,
     /// Its microbatches' losses (last stage).
     losses: LossReport,
     /// The model's synchronization of a parameter's gradient before the dp reduction.

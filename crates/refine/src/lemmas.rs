@@ -11,6 +11,7 @@ use crate::term::{Data, Shapes, Term, CAT, GET, LIST, MAX, MIN, SLICE, SUM};
 use egg::{Applier, EGraph, Id, Pattern, PatternAst, Rewrite, Subst, Symbol, Var};
 use std::sync::Arc;
 
+mod moe;
 mod rows;
 mod vocab;
 
@@ -2135,6 +2136,7 @@ pub fn library() -> Vec<Lemma> {
     });
     l.extend(rows::lemmas());
     l.extend(vocab::lemmas());
+    l.extend(moe::lemmas());
     l
 }
 

@@ -10,7 +10,7 @@ use super::{
     cat, cats, int, int_list, is_one, is_zero, node_sym, op, scale, scales, shape, sizes, sums,
     with_kids, Graph, Lemma,
 };
-use crate::term::{Term, SUM};
+use crate::term::{Term, GET, SUM};
 use egg::{Id, Symbol};
 use std::sync::Arc;
 
@@ -21,6 +21,8 @@ pub(super) fn lemmas() -> Vec<Lemma> {
         gather_over_cat(),
         sum_of_padded_pieces(),
         scatter_into_zeros_over_scale(),
+        tokenwise_over_interleaved_cat(),
+        permute_of_permute(),
     ]
 }
 
@@ -233,4 +235,555 @@ fn is_zero_fill(g: &Graph, id: Id) -> bool {
     g[id].nodes.iter().any(|n| {
         matches!(n, Term::Op(s, k) if s.as_str() == "aten.full.default" && k.len() > 1 && is_zero(g, k[1]))
     })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tokens split inside a flattened dim (sequence parallelism around the MoE block).
+//
+// Under sequence parallelism each tp rank routes the tokens of its sequence chunk: the spec's
+// tokens `[b*s, ..]` are `view(cat_1(x_i), ..)` of the ranks' `[b, s/tp, ..]` chunks, a fixed
+// interleaving of the ranks' token rows. The experts' tensors carry the tokens in dim 1
+// (`[experts, tokens, ..]`), the gates transposed, so the token dim is not always the first
+// (rows.rs handles rows in dim 0 for row-wise products and elementwise operators of equal
+// shapes). An operator that treats tokens independently commutes with any fixed reordering of
+// them, so it works piece by piece and its result is put back in the same interleaved order.
+
+/// A class that is a view of a concatenation whose dim `at` flattens several dims of the
+/// concatenation, one of which (not the outermost) the pieces split.
+struct TokenSplit {
+    /// The flattened dim in the class's shape.
+    at: usize,
+    /// The extents of the concatenation's dims that flatten into `at`.
+    lead: Vec<usize>,
+    /// Which of `lead` the pieces split.
+    split: usize,
+    /// Per piece, its extents of `lead`.
+    piece_leads: Vec<Vec<usize>>,
+    /// Per piece, the piece viewed with its tokens flattened like the class.
+    pieces: Vec<Id>,
+}
+
+impl TokenSplit {
+    /// Whether `other` splits its tokens the same way (its pieces hold the same tokens).
+    fn aligned(&self, other: &TokenSplit) -> bool {
+        self.lead == other.lead
+            && self.split == other.split
+            && self.piece_leads == other.piece_leads
+    }
+}
+
+/// The product of a slice of extents.
+fn product(dims: &[usize]) -> usize {
+    dims.iter().product()
+}
+
+/// The token splits of a class (at most a few): its views of concatenations.
+fn token_splits(g: &mut Graph, id: Id) -> Vec<TokenSplit> {
+    let Some(s) = shape(g, id) else { return vec![] };
+    let mut out = Vec::new();
+    for c in super::views(g, id) {
+        let Some(cs) = shape(g, c) else { continue };
+        for (d, xs) in cats(g, c) {
+            // Copies of one tensor (an expanded dim) are a broadcast, not ranks' tokens: working
+            // piece by piece would only repeat one computation.
+            if xs.iter().all(|&x| g.find(x) == g.find(xs[0])) {
+                continue;
+            }
+            let Some(form) = token_split_of(g, &s, &cs, d, &xs) else {
+                continue;
+            };
+            out.push(form);
+        }
+    }
+    out.truncate(3);
+    out
+}
+
+/// The token split of `view(cat_d(xs), s)`, the concatenation of shape `cs`.
+fn token_split_of(
+    g: &mut Graph,
+    s: &[usize],
+    cs: &[usize],
+    d: usize,
+    xs: &[Id],
+) -> Option<TokenSplit> {
+    if product(s) != product(cs) {
+        return None;
+    }
+    for at in 0..s.len() {
+        let (before, through) = (product(&s[..at]), product(&s[..=at]));
+        // The innermost start and outermost end of the dims of cs flattening into s[at].
+        let i = (0..=d).rev().find(|&i| product(&cs[..i]) == before)?;
+        let Some(j) = (d + 1..=cs.len()).find(|&j| product(&cs[..j]) == through) else {
+            continue;
+        };
+        if i >= d || j - i < 2 {
+            // The split dim is outermost (a block split: view-over-cat's case) or alone.
+            return None;
+        }
+        let lead = cs[i..j].to_vec();
+        let split = d - i;
+        let mut piece_leads = Vec::new();
+        let mut pieces = Vec::new();
+        for &x in xs {
+            let n = shape(g, x)?.get(d).copied()?;
+            let mut pl = lead.clone();
+            pl[split] = n;
+            let mut ps = s.to_vec();
+            ps[at] = product(&pl);
+            pieces.push(view_as(g, x, &ps));
+            piece_leads.push(pl);
+        }
+        return Some(TokenSplit {
+            at,
+            lead,
+            split,
+            piece_leads,
+            pieces,
+        });
+    }
+    None
+}
+
+/// `x` viewed as `target`: `x` itself, or the input of one of its views, when it has that
+/// shape already.
+fn view_as(g: &mut Graph, x: Id, target: &[usize]) -> Id {
+    if shape(g, x).as_deref() == Some(target) {
+        return x;
+    }
+    if let Some(v) = super::views(g, x)
+        .into_iter()
+        .find(|&v| shape(g, v).as_deref() == Some(target))
+    {
+        return v;
+    }
+    let l = super::list(g, target);
+    op(g, "aten.view.default", vec![x, l])
+}
+
+/// The pieces' results (token dim `at` of shape `out` flattened like `form`) put back in the
+/// interleaved order.
+fn interleave_at(g: &mut Graph, form: &TokenSplit, at: usize, results: &[Id], out: &[usize]) -> Id {
+    let parts = form
+        .piece_leads
+        .iter()
+        .zip(results)
+        .map(|(pl, &r)| {
+            let mut s = out[..at].to_vec();
+            s.extend_from_slice(pl);
+            s.extend_from_slice(&out[at + 1..]);
+            view_as(g, r, &s)
+        })
+        .collect();
+    let c = cat(g, at + form.split, parts);
+    let l = super::list(g, out);
+    op(g, "aten.view.default", vec![c, l])
+}
+
+/// The pieces of operand `id` whose token dim is `at`, split like `form`: its own aligned
+/// split, the pieces of a constant fill, or none.
+fn aligned_pieces(g: &mut Graph, id: Id, at: usize, form: &TokenSplit) -> Option<Vec<Id>> {
+    if let Some(f) = token_splits(g, id)
+        .into_iter()
+        .find(|f| f.at == at && f.aligned(form))
+    {
+        return Some(f.pieces);
+    }
+    // A fill is a fill of every piece's shape.
+    let s = shape(g, id)?;
+    let fill = g[id].nodes.iter().find_map(|n| match n {
+        Term::Op(sym, k) if sym.as_str() == "aten.full.default" => Some(k.clone()),
+        _ => None,
+    })?;
+    let pieces = form
+        .piece_leads
+        .iter()
+        .map(|pl| {
+            let mut ps = s.clone();
+            ps[at] = product(pl);
+            let l = super::list(g, &ps);
+            let mut k = fill.clone();
+            k[0] = l;
+            g.add(Term::Op(Symbol::from("aten.full.default"), k))
+        })
+        .collect();
+    Some(pieces)
+}
+
+/// Whether a class holds a view of a class holding a concatenation.
+fn views_a_cat(g: &Graph, id: Id) -> bool {
+    g[id].nodes.iter().any(|n| match n {
+        Term::Op(s, k) if s.as_str() == "aten.view.default" => g[k[0]]
+            .nodes
+            .iter()
+            .any(|m| matches!(m, Term::Op(c, _) if c.as_str() == crate::term::CAT)),
+        _ => false,
+    })
+}
+
+/// Whether a class holds a call (the top-k under a `get`) on a view of a concatenation.
+fn calls_on_view_of_cat(g: &Graph, id: Id) -> bool {
+    g[id].nodes.iter().any(|n| match n {
+        Term::Op(s, k) if s.as_str() == "aten.topk.default" => views_a_cat(g, k[0]),
+        _ => false,
+    })
+}
+
+/// Token-wise operators over tokens interleaved in a flattened dim work piece by piece.
+fn tokenwise_over_interleaved_cat() -> Lemma {
+    let roots: Vec<&'static str> = super::ELEMENTWISE
+        .iter()
+        .map(|e| e.0)
+        .chain([
+            "aten.bmm.default",
+            "aten.sum.dim_IntList",
+            "aten.scatter.src",
+            "aten.scatter.value",
+            "aten.expand.default",
+            "aten.transpose.int",
+            GET,
+        ])
+        .collect();
+    Lemma {
+        name: "tokenwise-over-interleaved-cat",
+        doc: "f(view(cat_d(x_i), s)) where dim t of s flattens dims of the cat and d is one of them (not the outermost), f token-wise along t (elementwise, bmm over its rows, top-k, sums and scatters along other dims, expand, transpose): the pieces' results put back in the interleaved order",
+        roots: roots.iter().map(|r| r.to_string()).collect(),
+        examples: vec![
+            // top-k of each token's router scores.
+            (
+                "(get 1 (aten.topk.default (aten.view.default (cat 1 %r0:a %r1:a) (list 6 4)) 2 -1 b:true b:true))",
+                &[("a", "f64[3,1,4]")],
+            ),
+            // Elementwise with a per-token column (rows.rs needs equal shapes).
+            (
+                "(aten.div.Tensor (aten.view.default (cat 1 %r0:a %r1:a) (list 4 3)) (aten.view.default (cat 1 %r0:b %r1:b) (list 4 1)))",
+                &[("a", "f64[2,1,3]"), ("b", "f64[2,1,1]")],
+            ),
+            // Tokens in dim 1 of the experts' tensors.
+            (
+                "(aten.mul.Tensor (aten.view.default (cat 2 %r0:a %r1:a) (list 2 6 3)) (aten.view.default (cat 2 %r0:b %r1:b) (list 2 6 1)))",
+                &[("a", "f64[2,3,1,3]"), ("b", "f64[2,3,1,1]")],
+            ),
+            (
+                "(aten.sum.dim_IntList (aten.view.default (cat 1 %r0:a %r1:a) (list 4 3)) (list 1) b:true none)",
+                &[("a", "f64[2,1,3]")],
+            ),
+            (
+                "(aten.sum.dim_IntList (aten.view.default (cat 2 %r0:a %r1:a) (list 2 6 3)) (list 0) b:false none)",
+                &[("a", "f64[2,3,1,3]")],
+            ),
+            (
+                "(aten.scatter.src (aten.full.default (list 4 3) f:0.0 dt:f64 none dev b:false) 1 (aten.view.default (cat 1 %r0:i %r1:i) (list 4 2)) (aten.view.default (cat 1 %r0:x %r1:x) (list 4 2)))",
+                &[("i", "i64[2,1,2]<3"), ("x", "f64[2,1,2]")],
+            ),
+            (
+                "(aten.scatter.value (aten.full.default (list 4 3) f:0.0 dt:f64 none dev b:false) 1 (aten.view.default (cat 1 %r0:i %r1:i) (list 4 2)) f:1.0)",
+                &[("i", "i64[2,1,2]<3")],
+            ),
+            (
+                "(aten.expand.default (aten.view.default (cat 1 %r0:a %r1:a) (list 1 4 3)) (list 2 4 3) b:false)",
+                &[("a", "f64[2,1,3]")],
+            ),
+            (
+                "(aten.bmm.default (aten.view.default (cat 2 %r0:a %r1:a) (list 2 6 3)) %r0:w)",
+                &[("a", "f64[2,3,1,3]"), ("w", "f64[2,3,4]")],
+            ),
+            (
+                "(aten.transpose.int (aten.view.default (cat 1 %r0:a %r1:a) (list 4 3)) 0 1)",
+                &[("a", "f64[2,1,3]")],
+            ),
+        ],
+        requires: None,
+        build: Arc::new(move |g, eclass, kids| {
+            // Cheap on every other term: a token split needs a view of a concatenation.
+            if !kids.iter().any(|&k| views_a_cat(g, k) || calls_on_view_of_cat(g, k)) {
+                return vec![];
+            }
+            let Some(sym) = node_sym(g, eclass, kids, &roots) else { return vec![] };
+            let Some(out) = shape(g, eclass) else { return vec![] };
+            tokenwise(g, sym, kids, &out).unwrap_or_default()
+        }),
+    }
+}
+
+/// Which operands of a call carry tokens and their token dims, and the output's token dim.
+struct TokenPlan {
+    /// (operand position, its token dim).
+    operands: Vec<(usize, usize)>,
+    /// The output's token dim.
+    out_at: usize,
+}
+
+/// The token plan of a call given the split of its driving operand.
+type TokenMap<'a> = &'a dyn Fn(&mut Graph, &TokenSplit) -> Option<TokenPlan>;
+
+/// A call on one piece given its operands' pieces (operand position, piece).
+type PerPiece<'a> = &'a dyn Fn(&mut Graph, &[(usize, Id)]) -> Id;
+
+/// For every token split of operand `driver`, the call piece by piece (when every
+/// token-carrying operand splits alike) put back in the interleaved order, into `results`.
+fn split_call(
+    g: &mut Graph,
+    kids: &[Id],
+    driver: usize,
+    out: &[usize],
+    map: TokenMap,
+    per_piece: PerPiece,
+    results: &mut Vec<Id>,
+) {
+    for form in token_splits(g, kids[driver]) {
+        let Some(plan) = map(g, &form) else { continue };
+        let mut pieces: Vec<(usize, Vec<Id>)> = Vec::new();
+        let wanted = plan.operands.len();
+        for (pos, at) in plan.operands {
+            let ps = if pos == driver {
+                Some(form.pieces.clone())
+            } else {
+                aligned_pieces(g, kids[pos], at, &form)
+            };
+            match ps {
+                Some(ps) => pieces.push((pos, ps)),
+                None => break,
+            }
+        }
+        if pieces.len() != wanted || pieces.iter().any(|(_, ps)| ps.len() != form.pieces.len()) {
+            continue;
+        }
+        let parts: Vec<Id> = (0..form.pieces.len())
+            .map(|i| {
+                let rep: Vec<(usize, Id)> = pieces.iter().map(|(p, ps)| (*p, ps[i])).collect();
+                per_piece(g, &rep)
+            })
+            .collect();
+        results.push(interleave_at(g, &form, plan.out_at, &parts, out));
+    }
+}
+
+/// The interleaved forms of a token-wise call `sym(kids)` of output shape `out`.
+fn tokenwise(g: &mut Graph, sym: Symbol, kids: &[Id], out: &[usize]) -> Option<Vec<Id>> {
+    let s = sym.as_str();
+    let norm = |d: i64, rank: usize| if d < 0 { d + rank as i64 } else { d };
+    let mut results = Vec::new();
+    // (operand positions carrying tokens and their token dims, the output's token dim).
+    let mut plan = |g: &mut Graph, driver: usize, map: TokenMap, per_piece: PerPiece| {
+        split_call(g, kids, driver, out, map, per_piece, &mut results)
+    };
+    let call = |g: &mut Graph, rep: &[(usize, Id)]| g.add(with_kids(sym, kids, rep));
+    if let Some(e) = super::ew(s) {
+        let tensors = e.1;
+        let rank_of = |g: &Graph, k: Id| shape(g, k).map(|x| x.len());
+        // rows.rs already handles equal shapes (or broadcast rows) with tokens in dim 0.
+        for &driver in tensors {
+            let Some(dr) = rank_of(g, kids[driver]) else {
+                continue;
+            };
+            let lift = out.len().checked_sub(dr)?;
+            let map = |g: &mut Graph, form: &TokenSplit| {
+                let out_at = form.at + lift;
+                let mut operands = Vec::new();
+                let mut rows_case = out_at == 0;
+                for &t in tensors {
+                    let ts = shape(g, kids[t])?;
+                    let Some(at) = (out_at + ts.len()).checked_sub(out.len()) else {
+                        continue;
+                    };
+                    if ts[at] == 1 {
+                        continue; // broadcast along the tokens: every piece takes it whole
+                    }
+                    if ts.as_slice() != out && ts.len() == out.len() && ts[0] != 1 {
+                        rows_case = false;
+                    }
+                    operands.push((t, at));
+                }
+                (!rows_case).then_some(TokenPlan { operands, out_at })
+            };
+            plan(g, driver, &map, &call);
+        }
+        return Some(results);
+    }
+    match s {
+        "aten.bmm.default" => {
+            // Tokens in the rows of the batched left operand; the right one is per expert.
+            let map = |_: &mut Graph, form: &TokenSplit| {
+                (form.at == 1).then(|| TokenPlan {
+                    operands: vec![(0, 1)],
+                    out_at: 1,
+                })
+            };
+            plan(g, 0, &map, &call);
+        }
+        "aten.sum.dim_IntList" => {
+            let rank = shape(g, kids[0])?.len();
+            let dims: Vec<i64> = int_list(g, kids[1])?
+                .into_iter()
+                .map(|d| norm(d, rank))
+                .collect();
+            let keep = super::is_true(g, kids[2]);
+            let map = |_: &mut Graph, form: &TokenSplit| {
+                let at = form.at as i64;
+                if dims.is_empty() || dims.contains(&at) {
+                    return None;
+                }
+                let out_at = if keep {
+                    form.at
+                } else {
+                    form.at - dims.iter().filter(|&&d| d < at).count()
+                };
+                Some(TokenPlan {
+                    operands: vec![(0, form.at)],
+                    out_at,
+                })
+            };
+            plan(g, 0, &map, &call);
+        }
+        "aten.scatter.src" | "aten.scatter.value" => {
+            let rank = shape(g, kids[0])?.len();
+            let dim = norm(int(g, kids[1])?, rank);
+            let with_src = s == "aten.scatter.src";
+            let map = |_: &mut Graph, form: &TokenSplit| {
+                if form.at as i64 == dim {
+                    return None;
+                }
+                let mut ops = vec![(0, form.at), (2, form.at)];
+                if with_src {
+                    ops.push((3, form.at));
+                }
+                Some(TokenPlan {
+                    operands: ops,
+                    out_at: form.at,
+                })
+            };
+            plan(g, 2, &map, &call);
+        }
+        "aten.expand.default" => {
+            let src_rank = shape(g, kids[0])?.len();
+            let lift = out.len().checked_sub(src_rank)?;
+            let map = |_: &mut Graph, form: &TokenSplit| {
+                Some(TokenPlan {
+                    operands: vec![(0, form.at)],
+                    out_at: form.at + lift,
+                })
+            };
+            let per_piece = |g: &mut Graph, rep: &[(usize, Id)]| {
+                let x = rep[0].1;
+                let mut sizes = out.to_vec();
+                if let Some(xs) = shape(g, x) {
+                    for (k, &n) in xs.iter().enumerate() {
+                        if n != 1 {
+                            sizes[k + lift] = n;
+                        }
+                    }
+                }
+                let l = super::list(g, &sizes);
+                op(g, "aten.expand.default", vec![x, l, kids[2]])
+            };
+            plan(g, 0, &map, &per_piece);
+        }
+        "aten.transpose.int" => {
+            let rank = shape(g, kids[0])?.len();
+            let (a, b) = (
+                norm(int(g, kids[1])?, rank) as usize,
+                norm(int(g, kids[2])?, rank) as usize,
+            );
+            let map = |_: &mut Graph, form: &TokenSplit| {
+                let out_at = if form.at == a {
+                    b
+                } else if form.at == b {
+                    a
+                } else {
+                    form.at
+                };
+                Some(TokenPlan {
+                    operands: vec![(0, form.at)],
+                    out_at,
+                })
+            };
+            plan(g, 0, &map, &call);
+        }
+        GET => {
+            // get k of topk along another dim than the tokens.
+            let k = kids[0];
+            for n in g[kids[1]].nodes.clone() {
+                let Term::Op(call_sym, ck) = n else { continue };
+                if call_sym.as_str() != "aten.topk.default" {
+                    continue;
+                }
+                let Some(rank) = shape(g, ck[0]).map(|x| x.len()) else {
+                    continue;
+                };
+                let Some(dim) = int(g, ck[2]).map(|d| norm(d, rank)) else {
+                    continue;
+                };
+                for form in token_splits(g, ck[0]) {
+                    if form.at as i64 == dim {
+                        continue;
+                    }
+                    let parts: Vec<Id> = form
+                        .pieces
+                        .iter()
+                        .map(|&p| {
+                            let c = g.add(with_kids(call_sym, &ck, &[(0, p)]));
+                            op(g, GET, vec![k, c])
+                        })
+                        .collect();
+                    results.push(interleave_at(g, &form, form.at, &parts, out));
+                }
+            }
+        }
+        _ => {}
+    }
+    Some(results)
+}
+
+/// `permute(permute(x, p), q) = permute(x, p∘q)`, or `x` when the composition is the identity.
+fn permute_of_permute() -> Lemma {
+    Lemma {
+        name: "permute-of-permute",
+        doc: "permute(permute(x, p), q) = permute(x, [p[q[0]], p[q[1]], ..]), x itself when that is the identity (sequence-parallel ranks permute tokens to sequence-first for the all-gather and back)",
+        roots: vec!["aten.permute.default".into()],
+        examples: vec![
+            (
+                "(aten.permute.default (aten.permute.default %r0:a (list 1 0 2)) (list 1 0 2))",
+                &[("a", "f64[2,3,4]")],
+            ),
+            (
+                "(aten.permute.default (aten.permute.default %r0:a (list 1 2 0)) (list 1 0 2))",
+                &[("a", "f64[2,3,4]")],
+            ),
+        ],
+        requires: None,
+        build: Arc::new(|g, _, kids| {
+            let Some(q) = int_list(g, kids[1]) else { return vec![] };
+            let mut out = Vec::new();
+            let inner: Vec<(Id, Id)> = g[kids[0]]
+                .nodes
+                .iter()
+                .filter_map(|n| match n {
+                    Term::Op(s, k) if s.as_str() == "aten.permute.default" => Some((k[0], k[1])),
+                    _ => None,
+                })
+                .take(2)
+                .collect();
+            for (x, p) in inner {
+                let Some(p) = int_list(g, p) else { continue };
+                let rank = p.len() as i64;
+                let norm = |d: i64| if d < 0 { d + rank } else { d };
+                let composed: Option<Vec<usize>> = q
+                    .iter()
+                    .map(|&qi| usize::try_from(norm(qi)).ok().and_then(|qi| p.get(qi)).map(|&pi| norm(pi) as usize))
+                    .collect();
+                let Some(c) = composed else { continue };
+                if c.len() != p.len() {
+                    continue;
+                }
+                if c.iter().enumerate().all(|(i, &ci)| i == ci) {
+                    out.push(x);
+                } else {
+                    let l = super::list(g, &c);
+                    out.push(op(g, "aten.permute.default", vec![x, l]));
+                }
+            }
+            out
+        }),
+    }
 }

@@ -130,7 +130,8 @@ fn sum_of_padded_pieces() -> Lemma {
     Lemma {
         name: "sum-of-padded-pieces",
         doc: "sum_i constant_pad_nd(x_i, p_i, 0) = cat_d(x_i) when every p_i pads only dim d and the pads put the pieces side by side, covering d once (expert-parallel ranks zero-pad their experts' columns and reduce-scatter)",
-        roots: vec![SUM.into()],
+        // Matched at the pads, not at every sum of the graph: the sums are the pads' parents.
+        roots: vec!["aten.constant_pad_nd.default".into()],
         examples: vec![
             (
                 "(sum (aten.constant_pad_nd.default %r0:a (list 0 2) f:0.0) (aten.constant_pad_nd.default %r1:a (list 2 0) f:0.0))",
@@ -142,34 +143,65 @@ fn sum_of_padded_pieces() -> Lemma {
             ),
         ],
         requires: None,
-        build: Arc::new(|g, eclass, kids| {
-            let Some(out_shape) = shape(g, eclass) else { return vec![] };
-            // (dim, offset, piece) of every operand.
-            let mut placed: Vec<(usize, usize, Id)> = Vec::new();
-            for &k in kids {
-                let Some(p) = zero_pad_placement(g, k, &out_shape) else { return vec![] };
-                placed.push(p);
-            }
-            let d = placed[0].0;
-            if placed.iter().any(|p| p.0 != d) {
-                return vec![];
-            }
-            placed.sort_by_key(|p| p.1);
-            let mut at = 0;
-            for &(_, off, x) in &placed {
-                let Some(w) = shape(g, x).and_then(|s| s.get(d).copied()) else { return vec![] };
-                if off != at {
-                    return vec![];
+        build: Arc::new(|g, eclass, _| {
+            let pad = g.find(eclass);
+            let sums: Vec<(Id, Vec<Id>)> = g[pad]
+                .parents()
+                .flat_map(|p| {
+                    g[p].nodes
+                        .iter()
+                        .filter_map(|n| match n {
+                            Term::Op(s, k) if s.as_str() == SUM && k.iter().any(|&c| g.find(c) == pad) => {
+                                Some((p, k.clone()))
+                            }
+                            _ => None,
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .take(4)
+                .collect();
+            let mut changed = false;
+            for (class, terms) in sums {
+                if let Some(whole) = padded_pieces_side_by_side(g, class, &terms) {
+                    changed |= g.union(class, whole);
                 }
-                at += w;
             }
-            if at != out_shape[d] {
-                return vec![];
+            if changed {
+                vec![eclass]
+            } else {
+                vec![]
             }
-            let pieces = placed.iter().map(|p| p.2).collect();
-            vec![cat(g, d, pieces)]
         }),
     }
+}
+
+/// The concatenation that `sum(terms)` (of class `class`) is when its terms are zero-padded
+/// pieces side by side along one dim.
+fn padded_pieces_side_by_side(g: &mut Graph, class: Id, terms: &[Id]) -> Option<Id> {
+    let out_shape = shape(g, class)?;
+    // (dim, offset, piece) of every operand.
+    let mut placed: Vec<(usize, usize, Id)> = Vec::new();
+    for &k in terms {
+        placed.push(zero_pad_placement(g, k, &out_shape)?);
+    }
+    let d = placed[0].0;
+    if placed.iter().any(|p| p.0 != d) {
+        return None;
+    }
+    placed.sort_by_key(|p| p.1);
+    let mut at = 0;
+    for &(_, off, x) in &placed {
+        let w = shape(g, x)?.get(d).copied()?;
+        if off != at {
+            return None;
+        }
+        at += w;
+    }
+    if at != out_shape[d] {
+        return None;
+    }
+    let pieces = placed.iter().map(|p| p.2).collect();
+    Some(cat(g, d, pieces))
 }
 
 /// A class holding `constant_pad_nd(x, p, 0)` that pads only one dim `d` (and keeps the other
@@ -259,8 +291,10 @@ struct TokenSplit {
     split: usize,
     /// Per piece, its extents of `lead`.
     piece_leads: Vec<Vec<usize>>,
-    /// Per piece, the piece viewed with its tokens flattened like the class.
-    pieces: Vec<Id>,
+    /// The concatenation's pieces.
+    sources: Vec<Id>,
+    /// The class's shape.
+    shape: Vec<usize>,
 }
 
 impl TokenSplit {
@@ -270,6 +304,20 @@ impl TokenSplit {
             && self.split == other.split
             && self.piece_leads == other.piece_leads
     }
+
+    /// The pieces viewed with their tokens flattened like the class (built only for a split
+    /// a lemma uses).
+    fn pieces(&self, g: &mut Graph) -> Vec<Id> {
+        self.sources
+            .iter()
+            .zip(&self.piece_leads)
+            .map(|(&x, pl)| {
+                let mut ps = self.shape.clone();
+                ps[self.at] = product(pl);
+                view_as(g, x, &ps)
+            })
+            .collect()
+    }
 }
 
 /// The product of a slice of extents.
@@ -278,7 +326,7 @@ fn product(dims: &[usize]) -> usize {
 }
 
 /// The token splits of a class (at most a few): its views of concatenations.
-fn token_splits(g: &mut Graph, id: Id) -> Vec<TokenSplit> {
+fn token_splits(g: &Graph, id: Id) -> Vec<TokenSplit> {
     let Some(s) = shape(g, id) else { return vec![] };
     let mut out = Vec::new();
     for c in super::views(g, id) {
@@ -300,13 +348,7 @@ fn token_splits(g: &mut Graph, id: Id) -> Vec<TokenSplit> {
 }
 
 /// The token split of `view(cat_d(xs), s)`, the concatenation of shape `cs`.
-fn token_split_of(
-    g: &mut Graph,
-    s: &[usize],
-    cs: &[usize],
-    d: usize,
-    xs: &[Id],
-) -> Option<TokenSplit> {
+fn token_split_of(g: &Graph, s: &[usize], cs: &[usize], d: usize, xs: &[Id]) -> Option<TokenSplit> {
     if product(s) != product(cs) {
         return None;
     }
@@ -324,14 +366,9 @@ fn token_split_of(
         let lead = cs[i..j].to_vec();
         let split = d - i;
         let mut piece_leads = Vec::new();
-        let mut pieces = Vec::new();
         for &x in xs {
-            let n = shape(g, x)?.get(d).copied()?;
             let mut pl = lead.clone();
-            pl[split] = n;
-            let mut ps = s.to_vec();
-            ps[at] = product(&pl);
-            pieces.push(view_as(g, x, &ps));
+            pl[split] = shape(g, x)?.get(d).copied()?;
             piece_leads.push(pl);
         }
         return Some(TokenSplit {
@@ -339,7 +376,8 @@ fn token_split_of(
             lead,
             split,
             piece_leads,
-            pieces,
+            sources: xs.to_vec(),
+            shape: s.to_vec(),
         });
     }
     None
@@ -387,7 +425,7 @@ fn aligned_pieces(g: &mut Graph, id: Id, at: usize, form: &TokenSplit) -> Option
         .into_iter()
         .find(|f| f.at == at && f.aligned(form))
     {
-        return Some(f.pieces);
+        return Some(f.pieces(g));
     }
     // A fill is a fill of every piece's shape.
     let s = shape(g, id)?;
@@ -431,19 +469,30 @@ fn calls_on_view_of_cat(g: &Graph, id: Id) -> bool {
 
 /// Token-wise operators over tokens interleaved in a flattened dim work piece by piece.
 fn tokenwise_over_interleaved_cat() -> Lemma {
-    let roots: Vec<&'static str> = super::ELEMENTWISE
-        .iter()
-        .map(|e| e.0)
-        .chain([
-            "aten.bmm.default",
-            "aten.sum.dim_IntList",
-            "aten.scatter.src",
-            "aten.scatter.value",
-            "aten.expand.default",
-            "aten.transpose.int",
-            GET,
-        ])
-        .collect();
+    // The elementwise operators of an MoE block on its experts' and gates' tensors (each
+    // root costs a search per saturation step, on every model: not every elementwise one).
+    let roots: Vec<&'static str> = [
+        "aten.add.Tensor",
+        "aten.sub.Tensor",
+        "aten.mul.Tensor",
+        "aten.div.Tensor",
+        "aten.sigmoid.default",
+        "aten.silu.default",
+        "aten.sigmoid_backward.default",
+        "aten.silu_backward.default",
+        super::SCALE,
+    ]
+    .into_iter()
+    .chain([
+        "aten.bmm.default",
+        "aten.sum.dim_IntList",
+        "aten.scatter.src",
+        "aten.scatter.value",
+        "aten.expand.default",
+        "aten.transpose.int",
+        GET,
+    ])
+    .collect();
     Lemma {
         name: "tokenwise-over-interleaved-cat",
         doc: "f(view(cat_d(x_i), s)) where dim t of s flattens dims of the cat and d is one of them (not the outermost), f token-wise along t (elementwise, bmm over its rows, top-k, sums and scatters along other dims, expand, transpose): the pieces' results put back in the interleaved order",
@@ -537,7 +586,7 @@ fn split_call(
         let wanted = plan.operands.len();
         for (pos, at) in plan.operands {
             let ps = if pos == driver {
-                Some(form.pieces.clone())
+                Some(form.pieces(g))
             } else {
                 aligned_pieces(g, kids[pos], at, &form)
             };
@@ -546,10 +595,11 @@ fn split_call(
                 None => break,
             }
         }
-        if pieces.len() != wanted || pieces.iter().any(|(_, ps)| ps.len() != form.pieces.len()) {
+        let n = form.sources.len();
+        if pieces.len() != wanted || pieces.iter().any(|(_, ps)| ps.len() != n) {
             continue;
         }
-        let parts: Vec<Id> = (0..form.pieces.len())
+        let parts: Vec<Id> = (0..n)
             .map(|i| {
                 let rep: Vec<(usize, Id)> = pieces.iter().map(|(p, ps)| (*p, ps[i])).collect();
                 per_piece(g, &rep)
@@ -680,7 +730,13 @@ fn tokenwise(g: &mut Graph, sym: Symbol, kids: &[Id], out: &[usize]) -> Option<V
             plan(g, 0, &map, &per_piece);
         }
         "aten.transpose.int" => {
+            // The gates' [tokens, experts] to [experts, tokens]: matrices only. Batched
+            // transposes (attention's [batch x heads, seq, dim]) are left to the layout lemmas,
+            // which keep heads split along their own dim.
             let rank = shape(g, kids[0])?.len();
+            if rank != 2 {
+                return None;
+            }
             let (a, b) = (
                 norm(int(g, kids[1])?, rank) as usize,
                 norm(int(g, kids[2])?, rank) as usize,
@@ -719,7 +775,7 @@ fn tokenwise(g: &mut Graph, sym: Symbol, kids: &[Id], out: &[usize]) -> Option<V
                         continue;
                     }
                     let parts: Vec<Id> = form
-                        .pieces
+                        .pieces(g)
                         .iter()
                         .map(|&p| {
                             let c = g.add(with_kids(call_sym, &ck, &[(0, p)]));

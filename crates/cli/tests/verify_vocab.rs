@@ -33,6 +33,25 @@ fn vocab_parallel_full_iterations_verify() {
 }
 
 #[test]
+fn vocab_parallel_with_microbatches_verifies() {
+    // Two microbatches per dp rank: the loss the ranks average over dp is reached only at the
+    // end of a long chain (two vocab-parallel cross-entropies, their sum, the all-reduce); its
+    // relation must be the ranks' loss, not a multiple of their all-reduce read as a bug.
+    let out = verify_llama("dp=2,tp=2", &["--grad-accum", "2", "--batch", "4"]);
+    out.expect_code(0)
+        .stdout_has(&["loss = r0.loss", "embed_new = cat(dim=0; r0.embed_new, "]);
+}
+
+#[test]
+fn vocab_parallel_loss_not_averaged_is_refuted_at_the_loss() {
+    let out = verify_llama("dp=2,tp=2", &["--bug", "dp-loss-not-averaged"]);
+    out.expect_code(1).stdout_has(&[
+        "relations stop at spec operator `loss`",
+        "off by a constant factor",
+    ]);
+}
+
+#[test]
 fn unmasked_vocab_embedding_is_never_verified() {
     // Each rank looks up every token, its out-of-range ones at the clamped index, without
     // zeroing those rows before the all-reduce. No lemma relates the unmasked lookup, so the

@@ -1195,6 +1195,7 @@ fn infer_one(
             .run(rules);
         eg = runner.egraph;
     }
+    define_scaled_consumers(&mut eg, imp, root, &mut added);
     let root = eg.find(root);
     if !expect_ids.is_empty() && !expect_ids.iter().all(|&e| eg.find(e) == root) {
         let found = extract(&eg, root, true)
@@ -1263,6 +1264,71 @@ fn infer_one(
         }
         _ => State::Lost("its expression grew beyond the size limit".into()),
     }
+}
+
+/// Exploration may stop one operator short of the implementation's own scaling of a value
+/// the spec scales (a loss averaged over dp after a long vocab-parallel cross-entropy and
+/// several microbatches): the rank values that scale a leaf of the root's `scale` forms by the
+/// same factor are defined, so the root meets them (or a factor still differs: real evidence).
+fn define_scaled_consumers(eg: &mut Graph, imp: &Impl, root: Id, added: &mut HashSet<ValueRef>) {
+    let num = |eg: &Graph, id: Id| {
+        eg[id].nodes.iter().find_map(|n| match n {
+            Term::Num(x) => Some(*x),
+            _ => None,
+        })
+    };
+    let mut found = Vec::new();
+    for n in &eg[root].nodes {
+        let Term::Op(s, k) = n else { continue };
+        if s.as_str() != SCALE || k.len() != 3 {
+            continue;
+        }
+        let (Some(p), Some(q)) = (num(eg, k[0]), num(eg, k[1])) else {
+            continue;
+        };
+        for leaf in &eg[k[2]].nodes {
+            let Term::Op(ls, lk) = leaf else { continue };
+            let Some((r, name)) = crate::term::parse_leaf(ls.as_str()).filter(|_| lk.is_empty())
+            else {
+                continue;
+            };
+            let Some(v) = imp.case.program.ranks.get(r).and_then(|g| g.find(name)) else {
+                continue;
+            };
+            let x = imp.canon(ValueRef {
+                rank: Some(r),
+                value: v,
+            });
+            for &(r2, n2) in imp.consumers.get(&x).map_or(&[][..], Vec::as_slice) {
+                let out = ValueRef {
+                    rank: Some(r2),
+                    value: ValueId::new(n2, 0),
+                };
+                let same_factor = matches!(
+                    imp.lowered.get(&out),
+                    Some(Lowered::Term(Tpl::Op(op, kids)))
+                        if op == SCALE
+                            && matches!(kids.as_slice(), [Tpl::Num(p2), Tpl::Num(q2), Tpl::Value(y)]
+                                if p2 * q == p * q2 && imp.canon(*y) == x)
+                );
+                if same_factor
+                    && imp.canon(out) == out
+                    && !added.contains(&out)
+                    && !imp.cut.contains(&out)
+                {
+                    found.push(out);
+                }
+            }
+        }
+    }
+    if found.is_empty() {
+        return;
+    }
+    for out in found {
+        added.insert(out);
+        define(eg, imp, out, added);
+    }
+    eg.rebuild();
 }
 
 /// The groups of leaves proven equal in `eg` that contain a leaf used by `exprs`.

@@ -25,6 +25,7 @@ pub(super) fn lemmas() -> Vec<Lemma> {
         embedding_grad_rows(),
         grad_over_cat(),
         grad_join(),
+        sum_of_cats(),
         masked_embedding_grad(),
         vocab_slice(),
         log_softmax_backward_of_nll(),
@@ -255,6 +256,50 @@ fn grad_join() -> Lemma {
                 at += m;
             }
             vec![super::cat(g, 0, pieces)]
+        }),
+    }
+}
+
+/// A rank sum of tensors split alike is split the same way: under dp x tp the embedding
+/// gradient is a sum over dp pieces of the tp shards' concatenation, which the ranks all-reduce
+/// shard by shard (the converse of `cat-of-sums`).
+fn sum_of_cats() -> Lemma {
+    Lemma {
+        name: "sum-of-cats",
+        doc: "sum_i cat_d(x_i1, .., x_ik) = cat_d(sum_i x_i1, .., sum_i x_ik) for operands split alike along d",
+        roots: vec![SUM.into()],
+        examples: vec![(
+            "(sum (cat 0 %r0:a %r1:b) (cat 0 %r2:a %r3:b))",
+            &[("a", "f64[2,3]"), ("b", "f64[1,3]")],
+        )],
+        requires: None,
+        build: Arc::new(|g, _, kids| {
+            let Some((&first, rest)) = kids.split_first() else { return vec![] };
+            let mut out = Vec::new();
+            for (d, pieces) in cats(g, first) {
+                let Some(szs) = sizes(g, &pieces, d) else { continue };
+                let mut operands = vec![pieces];
+                for &k in rest {
+                    let alike = cats(g, k)
+                        .into_iter()
+                        .find(|(e, ps)| *e == d && sizes(g, ps, d).as_deref() == Some(&szs[..]));
+                    match alike {
+                        Some((_, ps)) => operands.push(ps),
+                        None => break,
+                    }
+                }
+                if operands.len() != kids.len() {
+                    continue;
+                }
+                let parts = (0..szs.len())
+                    .map(|j| {
+                        let terms = operands.iter().map(|ps| ps[j]).collect();
+                        op(g, SUM, terms)
+                    })
+                    .collect();
+                out.push(super::cat(g, d, parts));
+            }
+            out
         }),
     }
 }

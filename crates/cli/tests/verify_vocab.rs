@@ -43,6 +43,18 @@ fn vocab_parallel_with_microbatches_verifies() {
 }
 
 #[test]
+fn vocab_parallel_training_options_verify() {
+    // Clipping reads the dp-averaged embedding gradient whole (its squared norm), so the
+    // gradient must relate shard by shard at once; ZeRO-1 updates a dp slice of each vocab
+    // shard and gathers it back through a layout, a long way from the masked backward.
+    for extra in [&["--clip-grad", "1.0"][..], &["--zero", "1"][..]] {
+        let out = verify_llama("dp=2,tp=2", extra);
+        out.expect_code(0)
+            .stdout_has(&["loss = r0.loss", "embed_new = cat(dim=0; r0.embed_new, "]);
+    }
+}
+
+#[test]
 fn vocab_parallel_loss_not_averaged_is_refuted_at_the_loss() {
     let out = verify_llama("dp=2,tp=2", &["--bug", "dp-loss-not-averaged"]);
     out.expect_code(1).stdout_has(&[

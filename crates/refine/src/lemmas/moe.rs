@@ -23,6 +23,7 @@ pub(super) fn lemmas() -> Vec<Lemma> {
         scatter_into_zeros_over_scale(),
         tokenwise_over_interleaved_cat(),
         permute_of_permute(),
+        cat_of_present_runs(),
     ]
 }
 
@@ -840,6 +841,56 @@ fn permute_of_permute() -> Lemma {
                 }
             }
             out
+        }),
+    }
+}
+
+/// `cat_d(.., x_i, .., x_j, ..) = cat_d(.., cat_d(x_i..x_j), ..)` where that inner
+/// concatenation is already in the e-graph.
+fn cat_of_present_runs() -> Lemma {
+    Lemma {
+        name: "cat-of-present-runs",
+        doc: "cat_d(.., x_i, .., x_j, ..) = cat_d(.., y, ..) where y = cat_d(x_i, .., x_j) is in the e-graph already (looked up, never built): finer pieces regroup into the coarser pieces the ranks hold (tokens of a dp x ep group gathered on one rank)",
+        roots: vec![crate::term::CAT.into()],
+        examples: vec![(
+            "(cat 0 (cat 0 %r0:a %r1:a) %r0:a %r1:a %r2:a)",
+            &[("a", "f64[2,3]")],
+        )],
+        requires: None,
+        build: Arc::new(|g, _, kids| {
+            let Some(d) = int(g, kids[0]) else { return vec![] };
+            let pieces = &kids[1..];
+            if pieces.len() < 3 {
+                return vec![];
+            }
+            let dim = kids[0];
+            let sym = Symbol::from(crate::term::CAT);
+            let mut grouped = Vec::new();
+            let mut i = 0;
+            while i < pieces.len() {
+                // The longest run from i whose concatenation exists, shorter than the whole.
+                let run = (i + 2..=pieces.len())
+                    .rev()
+                    .filter(|&j| j - i < pieces.len())
+                    .find_map(|j| {
+                        let node = Term::Op(sym, std::iter::once(dim).chain(pieces[i..j].iter().copied()).collect());
+                        g.lookup(node).map(|id| (j, id))
+                    });
+                match run {
+                    Some((j, id)) => {
+                        grouped.push(id);
+                        i = j;
+                    }
+                    None => {
+                        grouped.push(pieces[i]);
+                        i += 1;
+                    }
+                }
+            }
+            if grouped.len() == pieces.len() {
+                return vec![];
+            }
+            vec![cat(g, d as usize, grouped)]
         }),
     }
 }

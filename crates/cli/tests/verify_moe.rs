@@ -1,7 +1,7 @@
 //! `shardproof verify` on the DeepSeek-style MoE model beyond the forward pass: full training
 //! iterations under tp, ep and dp (the router and gate backward: top-k gradients, the gate
-//! scatter's backward, the auxiliary loss's share per rank), the sequence-parallel forward,
-//! and the MoE catalog bugs, never verified.
+//! scatter's backward, the auxiliary loss's share per rank), the sequence-parallel forward, the
+//! all-to-all dispatcher's forward, and the MoE catalog bugs, never verified.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -70,6 +70,20 @@ fn sequence_parallel_forward_verifies() {
     // Each tp rank routes its sequence chunk: the spec's tokens are the ranks' chunks
     // interleaved, through top-k, the gate scatter and the experts' [expert, token] products.
     expect("tp=2", &["--sequence-parallel", "--forward-only"], 0);
+}
+
+#[test]
+fn full_iteration_verifies_under_dp_and_ep() {
+    // Each ep group's tokens gathered on one rank: the spec's per-rank token pieces regroup into
+    // the concatenations the ranks hold.
+    expect("dp=2,ep=2", &[], 0);
+}
+
+#[test]
+fn all_to_all_dispatcher_forward_verifies() {
+    // The gates laid out per expert group and exchanged by all_to_all_single: a block of rows
+    // of view(permute(view(gates))) is a slice of the gates' columns.
+    expect("ep=2", &["--ep-dispatch", "alltoall", "--forward-only"], 0);
 }
 
 /// Plants `bug` and asserts that verify refutes it (1) or is inconclusive (3): never 0.

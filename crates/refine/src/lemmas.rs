@@ -1133,13 +1133,18 @@ pub fn library() -> Vec<Lemma> {
     });
     l.push(Lemma {
         name: "cat-flatten",
-        doc: "cat_d(.., cat_d(x_i), ..) = cat_d(.., x_i, ..): nested concatenations along one dim are one",
+        doc: "cat_d(.., cat_d(x_i), ..) = cat_d(.., x_i, ..): nested concatenations along one dim are one; backwards only where the inner concatenation is in the e-graph already (finer pieces regroup into the ones the ranks hold)",
         roots: vec![CAT.into()],
-        examples: vec![("(cat 1 (cat 1 %r0:a %r1:a) %r0:b)", &[("a", "f64[2,3]"), ("b", "f64[2,2]")])],
+        examples: vec![
+            ("(cat 1 (cat 1 %r0:a %r1:a) %r0:b)", &[("a", "f64[2,3]"), ("b", "f64[2,2]")]),
+            ("(cat 0 (cat 0 %r0:a %r1:a) %r0:a %r1:a %r2:a)", &[("a", "f64[2,3]")]),
+        ],
         requires: None,
         build: Arc::new(|g, _, kids| {
             let Some(d) = int(g, kids[0]) else { return vec![] };
             let d = d as usize;
+            // Backwards: runs of pieces whose concatenation is present (looked up, not built).
+            let regrouped = moe::present_runs(g, d, &kids[1..]);
             let mut flat = Vec::new();
             let mut changed = false;
             for &o in &kids[1..] {
@@ -1151,10 +1156,11 @@ pub fn library() -> Vec<Lemma> {
                     None => flat.push(o),
                 }
             }
-            if !changed || flat.len() > 16 {
-                return vec![];
+            let mut out: Vec<Id> = regrouped.into_iter().collect();
+            if changed && flat.len() <= 16 {
+                out.push(cat(g, d, flat));
             }
-            vec![cat(g, d, flat)]
+            out
         }),
     });
     l.push(Lemma {

@@ -23,7 +23,8 @@ pub(super) fn lemmas() -> Vec<Lemma> {
         scatter_into_zeros_over_scale(),
         tokenwise_over_interleaved_cat(),
         permute_of_permute(),
-        cat_of_present_runs(),
+        slice_through_layout(),
+        permute_of_unit_dims(),
     ]
 }
 
@@ -470,30 +471,21 @@ fn calls_on_view_of_cat(g: &Graph, id: Id) -> bool {
 
 /// Token-wise operators over tokens interleaved in a flattened dim work piece by piece.
 fn tokenwise_over_interleaved_cat() -> Lemma {
-    // The elementwise operators of an MoE block on its experts' and gates' tensors (each
-    // root costs a search per saturation step, on every model: not every elementwise one).
-    let roots: Vec<&'static str> = [
-        "aten.add.Tensor",
-        "aten.sub.Tensor",
-        "aten.mul.Tensor",
-        "aten.div.Tensor",
-        "aten.sigmoid.default",
-        "aten.silu.default",
-        "aten.sigmoid_backward.default",
-        "aten.silu_backward.default",
-        super::SCALE,
-    ]
-    .into_iter()
-    .chain([
-        "aten.bmm.default",
-        "aten.sum.dim_IntList",
-        "aten.scatter.src",
-        "aten.scatter.value",
-        "aten.expand.default",
-        "aten.transpose.int",
-        GET,
-    ])
-    .collect();
+    // The elementwise operators rows.rs cannot take in an MoE block: the experts' activations
+    // and gate weighting on [expert, token, ..] tensors, the top-k normalization by a per-token
+    // column. Each root costs a search per saturation step on every model, so only these.
+    let roots: Vec<&'static str> = ["aten.mul.Tensor", "aten.div.Tensor", "aten.silu.default"]
+        .into_iter()
+        .chain([
+            "aten.bmm.default",
+            "aten.sum.dim_IntList",
+            "aten.scatter.src",
+            "aten.scatter.value",
+            "aten.expand.default",
+            "aten.transpose.int",
+            GET,
+        ])
+        .collect();
     Lemma {
         name: "tokenwise-over-interleaved-cat",
         doc: "f(view(cat_d(x_i), s)) where dim t of s flattens dims of the cat and d is one of them (not the outermost), f token-wise along t (elementwise, bmm over its rows, top-k, sums and scatters along other dims, expand, transpose): the pieces' results put back in the interleaved order",
@@ -845,52 +837,224 @@ fn permute_of_permute() -> Lemma {
     }
 }
 
-/// `cat_d(.., x_i, .., x_j, ..) = cat_d(.., cat_d(x_i..x_j), ..)` where that inner
-/// concatenation is already in the e-graph.
-fn cat_of_present_runs() -> Lemma {
+/// `cat_d(pieces)` with runs of pieces whose concatenation the e-graph holds replaced by it
+/// (looked up, never built); `None` when no run is present. cat-flatten's way backwards: under
+/// dp x ep an ep group's tokens are gathered on one rank, so the spec's per-rank token pieces
+/// regroup into the concatenations the ranks hold.
+pub(super) fn present_runs(g: &mut Graph, d: usize, pieces: &[Id]) -> Option<Id> {
+    if pieces.len() < 3 || pieces.iter().all(|&p| g.find(p) == g.find(pieces[0])) {
+        return None;
+    }
+    let dim = g.lookup(Term::Num(d as i64))?;
+    let sym = Symbol::from(crate::term::CAT);
+    let mut grouped = Vec::new();
+    let mut i = 0;
+    while i < pieces.len() {
+        // The longest run from i whose concatenation exists, shorter than the whole.
+        let run = (i + 2..=pieces.len())
+            .rev()
+            .filter(|&j| j - i < pieces.len())
+            .find_map(|j| {
+                let node = Term::Op(
+                    sym,
+                    std::iter::once(dim)
+                        .chain(pieces[i..j].iter().copied())
+                        .collect(),
+                );
+                g.lookup(node).map(|id| (j, id))
+            });
+        match run {
+            Some((j, id)) => {
+                grouped.push(id);
+                i = j;
+            }
+            None => {
+                grouped.push(pieces[i]);
+                i += 1;
+            }
+        }
+    }
+    (grouped.len() < pieces.len()).then(|| cat(g, d, grouped))
+}
+
+// ---------------------------------------------------------------------------------------------
+// The all-to-all dispatcher: each rank lays its tokens' gates out per expert group
+// (`view(permute(view(gates, [t, groups, e]), [1, 0, 2]), [groups * t, e])`) and the
+// all-to-all hands group g's rows to rank g. A block of rows of such a layout is a slice of the
+// gates' columns.
+
+/// `slice(d, a, b, view(y, s))` where the slice takes whole blocks of the outermost of the dims
+/// of `y` that flatten into dim `d` of `s`: that slice of `y`, `(i, a', b')`.
+fn slice_of_view(
+    ys: &[usize],
+    s: &[usize],
+    d: usize,
+    a: usize,
+    b: usize,
+) -> Option<(usize, usize, usize)> {
+    if d >= s.len() || product(ys) != product(s) {
+        return None;
+    }
+    // The dims of s and ys that flatten into one another from d: s[d..l] and ys[i..j], i the
+    // innermost dim of ys where the flat prefixes meet (leading unit dims skipped).
+    let before = product(&s[..d]);
+    let i = (0..ys.len()).rev().find(|&i| product(&ys[..i]) == before)?;
+    // The smallest l > d and j > i where the prefixes meet again.
+    let (mut l, mut j) = (d + 1, i + 1);
+    loop {
+        let (ps, py) = (product(&s[..l]), product(&ys[..j]));
+        if ps == py {
+            break;
+        }
+        if ps < py {
+            l += 1;
+        } else {
+            j += 1;
+        }
+        if l > s.len() || j > ys.len() {
+            return None;
+        }
+    }
+    // Slicing dim d (the outermost of its group) takes the group's flat run
+    // [a * ms, b * ms): a slice of ys[i] when that run is whole blocks of it.
+    let ms = product(&s[d + 1..l]);
+    let mt = product(&ys[i + 1..j]);
+    if !(a * ms).is_multiple_of(mt) || !(b * ms).is_multiple_of(mt) {
+        return None;
+    }
+    Some((i, a * ms / mt, b * ms / mt))
+}
+
+/// A slice: (dim, start, end).
+type Range = (usize, usize, usize);
+
+/// A slice followed inward: the class it finally slices, the slice there, and the layout
+/// steps back out (innermost first).
+type Traced = (Id, Range, Vec<LayoutStep>);
+
+/// One layout step on the way from a slice to the tensor it slices.
+enum LayoutStep {
+    /// `permute(x, p)` (the list class).
+    Permute(Id),
+    /// `view(x, s)` to shape `s`, sliced along dim `.1` to extent `.2`.
+    View(Vec<usize>, usize, usize),
+}
+
+/// The slice `(d, a, b)` of class `x` followed through its layout operators: the class it
+/// finally slices, the slice there, and the steps from there back out (innermost first);
+/// `None` where a step does not turn into a slice. Follows at most `depth` steps.
+fn slice_through(g: &Graph, x: Id, (d, a, b): Range, depth: usize) -> Option<Traced> {
+    let layout = g[x].nodes.iter().find_map(|n| match n {
+        Term::Op(s, k)
+            if s.as_str() == "aten.permute.default" || s.as_str() == "aten.view.default" =>
+        {
+            Some((s.as_str() == "aten.permute.default", k[0], k[1]))
+        }
+        _ => None,
+    });
+    let Some((is_permute, inner, arg)) = layout.filter(|_| depth > 0) else {
+        return Some((x, (d, a, b), Vec::new()));
+    };
+    let (inner_slice, step) = if is_permute {
+        let p = int_list(g, arg)?;
+        let rank = p.len() as i64;
+        let pd = *p.get(d)?;
+        (
+            (
+                usize::try_from(if pd < 0 { pd + rank } else { pd }).ok()?,
+                a,
+                b,
+            ),
+            LayoutStep::Permute(arg),
+        )
+    } else {
+        let s = shape(g, x)?;
+        (
+            slice_of_view(&shape(g, inner)?, &s, d, a, b)?,
+            LayoutStep::View(s, d, b - a),
+        )
+    };
+    let (base, at, mut steps) = slice_through(g, inner, inner_slice, depth - 1)?;
+    steps.push(step);
+    Some((base, at, steps))
+}
+
+/// Slices of chains of views and permutes that are the chains over a slice.
+fn slice_through_layout() -> Lemma {
     Lemma {
-        name: "cat-of-present-runs",
-        doc: "cat_d(.., x_i, .., x_j, ..) = cat_d(.., y, ..) where y = cat_d(x_i, .., x_j) is in the e-graph already (looked up, never built): finer pieces regroup into the coarser pieces the ranks hold (tokens of a dp x ep group gathered on one rank)",
-        roots: vec![crate::term::CAT.into()],
-        examples: vec![(
-            "(cat 0 (cat 0 %r0:a %r1:a) %r0:a %r1:a %r2:a)",
-            &[("a", "f64[2,3]")],
-        )],
+        name: "slice-through-layout",
+        doc: "slice(d, a, b, permute(z, p)) = permute(slice(p[d], a, b, z), p); slice(d, a, b, view(y, s)) = view(slice(i, a', b', y), s') when dim d of s is the outermost of a group of dims flattening dims i.. of y and [a, b) takes whole blocks of y's dim i; applied to whole chains with a permute in them, and only when every step turns into a slice (the all-to-all dispatcher's rows per expert group)",
+        roots: vec![super::SLICE.into()],
+        examples: vec![
+            (
+                "(slice 0 0 1 (aten.permute.default %r0:z (list 1 0 2)))",
+                &[("z", "f64[4,2,3]")],
+            ),
+            (
+                "(slice 0 0 4 (aten.view.default (aten.permute.default %r0:y (list 1 0 2)) (list 8 3)))",
+                &[("y", "f64[4,2,3]")],
+            ),
+            (
+                "(slice 0 0 4 (aten.view.default (aten.permute.default (aten.view.default %r0:x (list 4 2 2)) (list 1 0 2)) (list 8 2)))",
+                &[("x", "f64[4,4]")],
+            ),
+        ],
         requires: None,
         build: Arc::new(|g, _, kids| {
-            let Some(d) = int(g, kids[0]) else { return vec![] };
-            let pieces = &kids[1..];
-            if pieces.len() < 3 {
+            let (Some(d), Some(a), Some(b)) = (int(g, kids[0]), int(g, kids[1]), int(g, kids[2])) else {
+                return vec![];
+            };
+            let (Ok(d), Ok(a), Ok(b)) = (usize::try_from(d), usize::try_from(a), usize::try_from(b)) else {
+                return vec![];
+            };
+            let Some((base, (bd, ba, bb), steps)) = slice_through(g, kids[3], (d, a, b), 4) else {
+                return vec![];
+            };
+            // Only chains through a permute: a slice of a plain view is left as it is (the
+            // layout lemmas and the relations handle those).
+            if !steps.iter().any(|s| matches!(s, LayoutStep::Permute(_))) {
                 return vec![];
             }
-            let dim = kids[0];
-            let sym = Symbol::from(crate::term::CAT);
-            let mut grouped = Vec::new();
-            let mut i = 0;
-            while i < pieces.len() {
-                // The longest run from i whose concatenation exists, shorter than the whole.
-                let run = (i + 2..=pieces.len())
-                    .rev()
-                    .filter(|&j| j - i < pieces.len())
-                    .find_map(|j| {
-                        let node = Term::Op(sym, std::iter::once(dim).chain(pieces[i..j].iter().copied()).collect());
-                        g.lookup(node).map(|id| (j, id))
-                    });
-                match run {
-                    Some((j, id)) => {
-                        grouped.push(id);
-                        i = j;
+            let mut x = super::slice(g, bd, ba, bb, base);
+            for step in steps {
+                x = match step {
+                    LayoutStep::Permute(p) => op(g, "aten.permute.default", vec![x, p]),
+                    LayoutStep::View(mut s, dim, len) => {
+                        s[dim] = len;
+                        view_as(g, x, &s)
                     }
-                    None => {
-                        grouped.push(pieces[i]);
-                        i += 1;
-                    }
-                }
+                };
             }
-            if grouped.len() == pieces.len() {
+            vec![x]
+        }),
+    }
+}
+
+/// A permute that keeps the dims longer than one in order is a view.
+fn permute_of_unit_dims() -> Lemma {
+    Lemma {
+        name: "permute-of-unit-dims",
+        doc: "permute(x, p) = view(x, shape) when p keeps the order of the dims longer than one (it only moves dims of size one)",
+        roots: vec!["aten.permute.default".into()],
+        examples: vec![(
+            "(aten.permute.default %r0:x (list 1 0 2))",
+            &[("x", "f64[4,1,2]")],
+        )],
+        requires: None,
+        build: Arc::new(|g, eclass, kids| {
+            let (Some(p), Some(xs), Some(out)) = (int_list(g, kids[1]), shape(g, kids[0]), shape(g, eclass)) else {
+                return vec![];
+            };
+            let rank = xs.len() as i64;
+            let kept: Vec<i64> = p
+                .iter()
+                .map(|&d| if d < 0 { d + rank } else { d })
+                .filter(|&d| usize::try_from(d).ok().and_then(|d| xs.get(d)).is_some_and(|&n| n != 1))
+                .collect();
+            if kept.windows(2).any(|w| w[0] > w[1]) || p.iter().enumerate().all(|(i, &d)| i as i64 == d) {
                 return vec![];
             }
-            vec![cat(g, d as usize, grouped)]
+            vec![view_as(g, kids[0], &out)]
         }),
     }
 }

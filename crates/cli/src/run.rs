@@ -172,7 +172,34 @@ fn execute(
         .map_err(|e| stop(Verdict::Invalid, format!("error: {e}")))?;
     report.case = case.name.clone();
     report.ranks = case.program.ranks.len();
+    let progress = Progress::new(!args.quiet && !args.json);
+    let (spec_env, rank_envs) = run_case(&case, precision, args.seed, args.max_memory, &progress)?;
+    progress.stage("comparing outputs");
+    let results = compare_outputs(&case, &spec_env, &rank_envs, tolerance)?;
+    if results.is_empty() {
+        return Err(stop(
+            Verdict::Inconclusive,
+            "inconclusive: there is nothing to compare: the spec returns no tensor and the case sets no `outputs:`\n  hint: name the tensors to check under `outputs:`",
+        ));
+    }
+    report.first_mismatch = results.iter().find(|r| !r.matched).map(|r| r.name.clone());
+    report.outputs = results;
+    Ok(if report.first_mismatch.is_some() {
+        Verdict::Violated
+    } else {
+        Verdict::Holds
+    })
+}
 
+/// Lays out seeded random inputs and runs the spec and every rank of `case`; checks memory
+/// first and that no random operator ran without a seed.
+fn run_case(
+    case: &Case,
+    precision: Precision,
+    seed: u64,
+    max_memory: u64,
+    progress: &Progress,
+) -> Result<(Env, Vec<Env>), Stop> {
     let spec_metas = infer_graph(&case.spec, &case.ops).metas;
     let rank_metas: Vec<_> = case
         .program
@@ -180,12 +207,12 @@ fn execute(
         .iter()
         .map(|g| infer_graph(g, &case.ops).metas)
         .collect();
-    check_memory(&case, &spec_metas, &rank_metas, args.max_memory)?;
+    check_memory(case, &spec_metas, &rank_metas, max_memory)?;
 
-    let (spec_leaves, rank_leaves) = make_inputs(&case, &spec_metas, args.seed)?;
+    let (spec_leaves, rank_leaves) = make_inputs(case, &spec_metas, seed)?;
     let cfg = RunConfig {
         precision,
-        seed: args.seed,
+        seed,
         custom_ops: case.ops.clone(),
     };
     let interp_stop = |e: shardproof_interp::InterpError, which: &str| {
@@ -201,33 +228,46 @@ fn execute(
             InterpErrorKind::Deadlock => stop(Verdict::Violated, format!("violated: {which}: {}", e.message)),
         }
     };
-    let progress = Progress::new(!args.quiet && !args.json);
     progress.stage("running the spec");
     let spec_env = run_graph(&case.spec, &spec_leaves, &cfg).map_err(|e| interp_stop(e, "spec"))?;
     progress.stage(&format!("running {} ranks", case.program.ranks.len()));
     let rank_envs = run_program(&case.program, &rank_leaves, &cfg)
         .map_err(|e| interp_stop(e, "implementation"))?;
-    progress.stage("comparing outputs");
-
     check_random(&case.spec, &spec_env, "spec")?;
     for (r, (g, env)) in case.program.ranks.iter().zip(&rank_envs).enumerate() {
         check_random(g, env, &format!("rank {r}"))?;
     }
+    Ok((spec_env, rank_envs))
+}
 
-    let results = compare_outputs(&case, &spec_env, &rank_envs, tolerance)?;
-    if results.is_empty() {
-        return Err(stop(
-            Verdict::Inconclusive,
-            "inconclusive: there is nothing to compare: the spec returns no tensor and the case sets no `outputs:`\n  hint: name the tensors to check under `outputs:`",
-        ));
+/// What a concrete run says about one expected output of `case` (f64, seed 0, `run`'s
+/// defaults): `Ok(Some(error))` when the ranks miss the expectation by a relative error above
+/// the f64 tolerance (a counterexample), `Ok(None)` when they meet it, `Err` when the run
+/// cannot decide (it cannot lay out or run the case, or the expectation is an `expr:`).
+pub fn expectation_counterexample(case: &Case, output: &str) -> Result<Option<f64>, String> {
+    const TOLERANCE: f64 = 1e-9;
+    let defaults = RunArgs::new(case.file.clone());
+    let (spec_env, rank_envs) = run_case(
+        case,
+        Precision::F64,
+        defaults.seed,
+        defaults.max_memory,
+        &Progress::new(false),
+    )
+    .map_err(|s| s.message)?;
+    let results = compare_outputs(case, &spec_env, &rank_envs, TOLERANCE).map_err(|s| s.message)?;
+    let r = results
+        .iter()
+        .find(|r| r.name == output)
+        .ok_or(format!("the case expects no output named `{output}`"))?;
+    match (r.matched, r.rel_error) {
+        (true, _) => Ok(None),
+        (false, Some(e)) => Ok(Some(e)),
+        (false, None) => Err(r
+            .note
+            .clone()
+            .unwrap_or_else(|| "the ranks' tensors do not fit the expected placement".into())),
     }
-    report.first_mismatch = results.iter().find(|r| !r.matched).map(|r| r.name.clone());
-    report.outputs = results;
-    Ok(if report.first_mismatch.is_some() {
-        Verdict::Violated
-    } else {
-        Verdict::Holds
-    })
 }
 
 /// The names a run gives values to: laid-out spec tensors (or their impl names) and constants.

@@ -172,6 +172,33 @@ fn an_unmet_output_expectation_is_refuted() {
     let (code, out) = verify(&case);
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("the case expects `loss`"), "{out}");
+    // The engine alone cannot tell a wrong expectation from a missing lemma; the refutation
+    // stands on a concrete run that misses the placement.
+    assert!(out.contains("a run on seeded random inputs"), "{out}");
+    assert!(out.contains("relative error of 1.000e0"), "{out}");
+}
+
+#[test]
+fn an_unmet_expectation_no_run_can_check_is_inconclusive() {
+    // Shard pieces expected in the wrong order, written as an `expr:` (which `run` does not
+    // evaluate): the engine's relation differs, but nothing concrete confirms it, so the
+    // verdict is never 1 (nor 0).
+    let dir = tempfile::tempdir().unwrap();
+    let case = emit(dir.path(), "tp=2", &[]);
+    let text = std::fs::read_to_string(&case).unwrap();
+    assert!(text.contains("  w1_0_new: { tp: Shard(0) }"), "{text}");
+    std::fs::write(
+        &case,
+        text.replace(
+            "  w1_0_new: { tp: Shard(0) }",
+            "  w1_0_new: { expr: \"concat([r1.w1_0_new, r0.w1_0_new], 0)\" }",
+        ),
+    )
+    .unwrap();
+    let (code, out) = verify(&case);
+    assert_eq!(code, 3, "{out}");
+    assert!(out.contains("the case expects `w1_0_new`"), "{out}");
+    assert!(out.contains("a run could not settle it"), "{out}");
 }
 
 #[test]

@@ -99,6 +99,11 @@ pub struct Outcome {
     pub seconds: f64,
     /// Number of lemmas in the library.
     pub lemmas: usize,
+    /// The checked output whose clean relation differs from the case's expectation, when that
+    /// is why the verdict is inconclusive: the caller may settle it by running the case on
+    /// concrete values (a numeric mismatch is a counterexample; agreement leaves it undecided).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unmet_expectation: Option<String>,
     /// Per spec operator, in order, its relation (only with [`Options::trace`]).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub trace: Vec<TraceStep>,
@@ -225,6 +230,7 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
         reason: None,
         seconds: 0.0,
         lemmas: lemmas.len(),
+        unmet_expectation: None,
         trace: Vec::new(),
     };
     let finish = |mut o: Outcome| {
@@ -434,14 +440,21 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
                 return finish(outcome);
             }
             Some(State::Related(r)) if r.clean => {
+                // A clean relation that is not the expected one: a wrong placement, or a lemma
+                // the library lacks between the two expressions. Only a concrete run can tell
+                // (see `Outcome::unmet_expectation`), so the engine alone stays undecided.
                 let mut f = blame(case, &imp, &state, &products, &spec_metas, v, &name);
                 let (want, found) = &mismatches[&v];
+                let found = found.as_deref().unwrap_or("something else");
                 f.hint = Some(format!(
-                    "the case expects `{name}` = {want}, but it is {}",
-                    found.as_deref().unwrap_or("something else")
+                    "the case expects `{name}` = {want}, but it is {found}"
+                ));
+                outcome.reason = Some(format!(
+                    "the case expects `{name}` = {want}, but its relation is {found}, and no lemma relates the two: a wrong expectation, or a lemma the library lacks"
                 ));
                 outcome.failure = Some(f);
-                outcome.verdict = Verdict::Refuted;
+                outcome.unmet_expectation = Some(name);
+                outcome.verdict = Verdict::Inconclusive;
                 return finish(undecided_by_constants(outcome, &imp));
             }
             _ => {
@@ -487,6 +500,8 @@ fn undecided_by_constants(mut o: Outcome, imp: &Impl) -> Outcome {
             names.join(", ")
         ));
         o.verdict = Verdict::Inconclusive;
+        // A run needs the same values, so it cannot settle an expectation either.
+        o.unmet_expectation = None;
     }
     o
 }

@@ -9,7 +9,9 @@ use clap::Args as ClapArgs;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
-use shardproof_case::{rank_pieces, Case, Layout, PlacedLayout, Placement, RankPiece, Reduce};
+use shardproof_case::{
+    rank_pieces, Case, Expr, Layout, PlacedLayout, Placement, RankPiece, Reduce,
+};
 use shardproof_interp::{
     infer_graph, live_values, run_graph, run_program, Env, InterpErrorKind, Precision, RunConfig,
 };
@@ -717,6 +719,83 @@ fn check_random(graph: &Graph, env: &Env, which: &str) -> Result<(), Stop> {
     Ok(())
 }
 
+/// Evaluates an `expr:` layout over the ranks' computed tensors: each clean operator of the
+/// case format by its ATen kernel.
+fn eval_layout_expr(case: &Case, e: &Expr, rank_envs: &[Env]) -> Result<Tensor, String> {
+    use shardproof_case::ExprKind as K;
+    use shardproof_ir::Arg;
+    let reg = Registry::builtin();
+    let tensor = |i: usize| Arg::Value(ValueId::new(i, 0));
+    let call = |op: &str, ts: &[Tensor], args: &[Arg]| -> Result<Tensor, String> {
+        reg.call(op, ts, args, &[])
+            .map_err(|err| format!("`{e}`: {op}: {}", err.0))
+            .map(|mut out| out.swap_remove(0))
+    };
+    let unary = |op: &str, input: &Expr, rest: &[Arg]| -> Result<Tensor, String> {
+        let x = eval_layout_expr(case, input, rank_envs)?;
+        let mut args = vec![tensor(0)];
+        args.extend_from_slice(rest);
+        call(op, &[x], &args)
+    };
+    let ints = |v: &[i64]| Arg::List(v.iter().map(|&n| Arg::Int(n)).collect());
+    match &e.kind {
+        K::Tensor { rank, name } => {
+            let v = case
+                .program
+                .ranks
+                .get(*rank)
+                .and_then(|g| g.find(name))
+                .ok_or_else(|| format!("rank {rank} has no tensor `{name}`"))?;
+            rank_envs[*rank]
+                .get(v)
+                .cloned()
+                .ok_or_else(|| format!("r{rank}.{name} is not computed by the run"))
+        }
+        K::Concat { parts, .. } | K::Sum(parts) if parts.is_empty() => {
+            Err(format!("`{e}` has no parts"))
+        }
+        K::Concat { parts, dim } => {
+            let ts = parts
+                .iter()
+                .map(|p| eval_layout_expr(case, p, rank_envs))
+                .collect::<Result<Vec<_>, _>>()?;
+            let list = Arg::List((0..ts.len()).map(tensor).collect());
+            call("aten.cat.default", &ts, &[list, Arg::Int(*dim)])
+        }
+        K::Sum(parts) => {
+            let mut acc = eval_layout_expr(case, &parts[0], rank_envs)?;
+            for p in &parts[1..] {
+                let x = eval_layout_expr(case, p, rank_envs)?;
+                acc = call("aten.add.Tensor", &[acc, x], &[tensor(0), tensor(1)])?;
+            }
+            Ok(acc)
+        }
+        K::Slice {
+            input,
+            dim,
+            start,
+            end,
+        } => unary(
+            "aten.slice.Tensor",
+            input,
+            &[Arg::Int(*dim), Arg::Int(*start), Arg::Int(*end)],
+        ),
+        K::Transpose { input, dim0, dim1 } => unary(
+            "aten.transpose.int",
+            input,
+            &[Arg::Int(*dim0), Arg::Int(*dim1)],
+        ),
+        K::Permute { input, dims } => unary("aten.permute.default", input, &[ints(dims)]),
+        K::Reshape { input, shape } => unary("aten.reshape.default", input, &[ints(shape)]),
+        K::Select { input, dim, index } => unary(
+            "aten.select.int",
+            input,
+            &[Arg::Int(*dim), Arg::Int(*index)],
+        ),
+        K::Unsqueeze { input, dim } => unary("aten.unsqueeze.default", input, &[Arg::Int(*dim)]),
+    }
+}
+
 /// Accumulated comparison of rank pieces against the spec.
 #[derive(Default)]
 struct ErrorSum {
@@ -911,11 +990,31 @@ fn compare_outputs(
         expectations.sort_by_key(|e| e.spec_value);
         for e in expectations {
             let spec = spec_value(e.spec_value, &e.spec_name)?;
-            if let Layout::Expr(_) = e.layout {
-                return Err(stop(
-                    Verdict::Inconclusive,
-                    format!("inconclusive: output `{}` is expected by an `expr:`, which `run` does not evaluate yet\n  hint: state the expectation as a placement", e.spec_name),
-                ));
+            if let Layout::Expr(x) = &e.layout {
+                let (rel_error, note) = match eval_layout_expr(case, x, rank_envs) {
+                    Ok(got) if got.shape() == spec.shape() => {
+                        let mut err = ErrorSum::default();
+                        err.add(&got, spec);
+                        (Some(err.relative()), None)
+                    }
+                    Ok(got) => (
+                        None,
+                        Some(format!(
+                            "the expression has shape {:?}, the spec tensor {:?}",
+                            got.shape(),
+                            spec.shape()
+                        )),
+                    ),
+                    Err(why) => (None, Some(why)),
+                };
+                results.push(OutputResult {
+                    name: e.spec_name.clone(),
+                    placement: Some(e.layout.to_string()),
+                    matched: rel_error.is_some_and(|x| x <= tolerance),
+                    rel_error,
+                    note,
+                });
+                continue;
             }
             // Per rank, its value; `None` on the ranks that do not hold the output (`at:`).
             let mut ranks: Vec<Option<&Tensor>> = vec![None; rank_envs.len()];

@@ -106,6 +106,33 @@ fn column_parallel_with_a_wrong_rank_is_violated() {
     assert_eq!(v["first_mismatch"], "relu");
 }
 
+#[test]
+fn an_output_expected_by_an_expression_is_evaluated() {
+    // `relu` is [r0.relu | r1.relu] along dim 1: the expression states it with the operators of
+    // the case format, and the same pieces in the wrong order are a mismatch.
+    let s = colpar();
+    s.write(
+        "case.yaml",
+        &common::CASE_COL.replace(
+            "relu: Shard(1)",
+            "relu: { expr: \"transpose(concat([transpose(r0.relu, 0, 1), transpose(slice(r1.relu, 1, 0, 3), 0, 1)], 0), 0, 1)\" }",
+        ),
+    );
+    let (text, v) = verdict(&s, &[], 0, "holds");
+    text.stdout_has(&["expr transpose(concat(", "ok"]);
+    assert_eq!(v["outputs"][0]["rel_error"], 0.0);
+    s.write(
+        "case.yaml",
+        &common::CASE_COL.replace(
+            "relu: Shard(1)",
+            "relu: { expr: \"concat([r1.relu, r0.relu], 1)\" }",
+        ),
+    );
+    let (text, v) = verdict(&s, &[], 1, "violated");
+    text.stdout_has(&["MISMATCH", "first mismatching output `relu`"]);
+    assert_eq!(v["outputs"][0]["matched"], false);
+}
+
 const SPEC_ADD: &str = r#"class GraphModule(torch.nn.Module):
     def forward(self, g: "f32[4, 6]", b: "f32[6]"):
         add: "f32[4, 6]" = torch.ops.aten.add.Tensor(g, b);  g = b = None
@@ -417,7 +444,7 @@ fn all_reduce_on_one_rank_only_is_a_deadlock() {
 }
 
 #[test]
-fn expr_layouts_are_inconclusive_for_run() {
+fn expr_input_layouts_are_inconclusive_for_run() {
     let s = rowpar();
     s.write(
         "case.yaml",
@@ -428,12 +455,15 @@ fn expr_layouts_are_inconclusive_for_run() {
     );
     let (text, _) = verdict(&s, &[], 3, "inconclusive");
     text.stderr_has(&["`w`", "expr:", "hint: "]);
+    // An output's `expr:` is evaluated (the partial sums add up to the spec's product).
+    s.write("r0.py", RANK_MM_PARTIAL);
+    s.write("r1.py", RANK_MM_PARTIAL);
     s.write(
         "case.yaml",
         &common::CASE_ROWPAR.replace("mm: Partial()", "mm: { expr: \"sum([r0.mm, r1.mm])\" }"),
     );
-    let (text, _) = verdict(&s, &[], 3, "inconclusive");
-    text.stderr_has(&["`mm`", "expr:", "hint: "]);
+    let (text, _) = verdict(&s, &[], 0, "holds");
+    text.stdout_has(&["expr sum(", "ok"]);
 }
 
 #[test]

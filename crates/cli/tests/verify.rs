@@ -179,25 +179,34 @@ fn an_unmet_output_expectation_is_refuted() {
 }
 
 #[test]
-fn an_unmet_expectation_no_run_can_check_is_inconclusive() {
-    // Shard pieces expected in the wrong order, written as an `expr:` (which `run` does not
-    // evaluate): the engine's relation differs, but nothing concrete confirms it, so the
-    // verdict is never 1 (nor 0).
+fn an_unmet_expression_expectation_is_settled_by_a_run() {
+    // Shard pieces expected in the wrong order, written as an `expr:`: the engine's relation
+    // differs, and a run evaluates the expression on the ranks' values and confirms it.
     let dir = tempfile::tempdir().unwrap();
     let case = emit(dir.path(), "tp=2", &[]);
     let text = std::fs::read_to_string(&case).unwrap();
     assert!(text.contains("  w1_0_new: { tp: Shard(0) }"), "{text}");
+    let text = text.replace(
+        "  w1_0_new: { tp: Shard(0) }",
+        "  w1_0_new: { expr: \"concat([r1.w1_0_new, r0.w1_0_new], 0)\" }",
+    );
+    std::fs::write(&case, &text).unwrap();
+    let (code, out) = verify(&case);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("the case expects `w1_0_new`"), "{out}");
+    assert!(out.contains("a run on seeded random inputs"), "{out}");
+    // The same with an input laid out by an `expr:`, which a run cannot build rank inputs
+    // from: nothing concrete confirms the difference, so the verdict is never 1 (nor 0).
     std::fs::write(
         &case,
         text.replace(
-            "  w1_0_new: { tp: Shard(0) }",
-            "  w1_0_new: { expr: \"concat([r1.w1_0_new, r0.w1_0_new], 0)\" }",
+            "  w1_0: { tp: Shard(0) }",
+            "  w1_0: { expr: \"concat([r0.w1_0, r1.w1_0], 0)\" }",
         ),
     )
     .unwrap();
     let (code, out) = verify(&case);
     assert_eq!(code, 3, "{out}");
-    assert!(out.contains("the case expects `w1_0_new`"), "{out}");
     assert!(out.contains("a run could not settle it"), "{out}");
 }
 

@@ -990,8 +990,8 @@ fn compare_outputs(
         expectations.sort_by_key(|e| e.spec_value);
         for e in expectations {
             let spec = spec_value(e.spec_value, &e.spec_name)?;
-            if let Layout::Expr(x) = &e.layout {
-                let (rel_error, note) = match eval_layout_expr(case, x, rank_envs) {
+            let (rel_error, note) = if let Layout::Expr(x) = &e.layout {
+                match eval_layout_expr(case, x, rank_envs) {
                     Ok(got) if got.shape() == spec.shape() => {
                         let mut err = ErrorSum::default();
                         err.add(&got, spec);
@@ -1006,26 +1006,18 @@ fn compare_outputs(
                         )),
                     ),
                     Err(why) => (None, Some(why)),
-                };
-                results.push(OutputResult {
-                    name: e.spec_name.clone(),
-                    placement: Some(e.layout.to_string()),
-                    matched: rel_error.is_some_and(|x| x <= tolerance),
-                    rel_error,
-                    note,
-                });
-                continue;
-            }
-            // Per rank, its value; `None` on the ranks that do not hold the output (`at:`).
-            let mut ranks: Vec<Option<&Tensor>> = vec![None; rank_envs.len()];
-            for &(r, v) in &e.rank_values {
-                ranks[r] = rank_envs[r].get(v);
-            }
-            let (rel_error, note) =
+                }
+            } else {
+                // Per rank, its value; `None` on the ranks that do not hold the output (`at:`).
+                let mut ranks: Vec<Option<&Tensor>> = vec![None; rank_envs.len()];
+                for &(r, v) in &e.rank_values {
+                    ranks[r] = rank_envs[r].get(v);
+                }
                 match compare_placed(case, &e.layout, spec, &ranks, &e.impl_name) {
                     Ok(err) => (Some(err), None),
                     Err(note) => (None, Some(note)),
-                };
+                }
+            };
             results.push(OutputResult {
                 name: e.spec_name.clone(),
                 placement: Some(e.layout.to_string()),

@@ -28,11 +28,12 @@ pub(super) fn lemmas() -> Vec<Lemma> {
     ]
 }
 
-/// `sum(x_1..x_n) + n * y = sum(x_1 + y, .., x_n + y)`.
+/// `sum(x_1..x_n) + n * y = sum(x_1 + y, .., x_n + y)`, and its scaled form
+/// `(p/q) sum(x_1..x_n) + (p2/q2) y = (p/q) sum(x_1 + y, .., x_n + y)` when `n p / q = p2 / q2`.
 fn add_replicated_into_sum() -> Lemma {
     Lemma {
         name: "add-replicated-into-sum",
-        doc: "sum(x_1..x_n) + n * y = sum(x_1 + y, .., x_n + y): every rank adds its share y of a replicated term to its partial sum before the reduction (the MoE auxiliary-loss gradient divided by tp)",
+        doc: "sum(x_1..x_n) + n * y = sum(x_1 + y, .., x_n + y), and (p/q) sum(x_1..x_n) + (p2/q2) y = (p/q) sum(x_1 + y, .., x_n + y) when n p / q = p2 / q2: every rank adds its share y of a replicated term to its partial sum before the reduction (the MoE auxiliary-loss gradient divided by tp; under tp x ep the routed part also carries the 1/ep of the token-parallel mean while each rank adds the whole auxiliary share)",
         roots: vec!["aten.add.Tensor".into()],
         examples: vec![
             (
@@ -42,6 +43,18 @@ fn add_replicated_into_sum() -> Lemma {
             (
                 "(aten.add.Tensor (scale 3 1 %r0:b) (sum %r0:a %r1:a %r2:a) 1)",
                 &[("a", "f64[2,3]"), ("b", "f64[3]")],
+            ),
+            (
+                "(aten.add.Tensor (scale 1 2 (sum %r0:a %r1:a)) %r0:b 1)",
+                &[("a", "f64[2,3]"), ("b", "f64[2,3]")],
+            ),
+            (
+                "(aten.add.Tensor %r0:b (scale 2 6 (sum %r0:a %r1:a %r2:a)) 1)",
+                &[("a", "f64[2,3]"), ("b", "f64[3]")],
+            ),
+            (
+                "(aten.add.Tensor (scale 1 4 (sum %r0:a %r1:a)) (scale 1 2 %r0:b) 1)",
+                &[("a", "f64[2,3]"), ("b", "f64[2,3]")],
             ),
         ],
         requires: None,
@@ -63,6 +76,29 @@ fn add_replicated_into_sum() -> Lemma {
                         })
                         .collect();
                     out.push(op(g, SUM, parts));
+                }
+                // (p/q) sum(x_1..x_n) + (p2/q2) y with n p / q = p2 / q2: the sum's own
+                // scaling absorbs y's n copies.
+                let mut shares = vec![(1, 1, r)];
+                shares.extend(scales(g, r));
+                for (p, q, inner) in scales(g, s) {
+                    for terms in sums(g, inner).into_iter().take(2) {
+                        let n = terms.len() as i64;
+                        for &(p2, q2, y) in &shares {
+                            if p * n * q2 != p2 * q {
+                                continue;
+                            }
+                            let parts: Vec<Id> = terms
+                                .iter()
+                                .map(|&x| {
+                                    let pair = if sum_first { vec![x, y, kids[2]] } else { vec![y, x, kids[2]] };
+                                    op(g, "aten.add.Tensor", pair)
+                                })
+                                .collect();
+                            let whole = op(g, SUM, parts);
+                            out.push(scale(g, p, q, whole));
+                        }
+                    }
                 }
             }
             out
@@ -429,6 +465,9 @@ fn aligned_pieces(g: &mut Graph, id: Id, at: usize, form: &TokenSplit) -> Option
     {
         return Some(f.pieces(g));
     }
+    if let Some(ps) = copies_pieces(g, id, at, form) {
+        return Some(ps);
+    }
     // A fill is a fill of every piece's shape.
     let s = shape(g, id)?;
     let fill = g[id].nodes.iter().find_map(|n| match n {
@@ -448,6 +487,60 @@ fn aligned_pieces(g: &mut Graph, id: Id, at: usize, form: &TokenSplit) -> Option
         })
         .collect();
     Some(pieces)
+}
+
+/// The pieces of operand `id` split like `form` when it is a view of copies of one tensor
+/// concatenated along the split dim (an expanded per-sequence factor: `expand-as-cat`'s form):
+/// each piece is the copies its tokens take.
+fn copies_pieces(g: &mut Graph, id: Id, at: usize, form: &TokenSplit) -> Option<Vec<Id>> {
+    let (x, d) = copies_split(g, id, at, form)?;
+    let s = shape(g, id)?;
+    let w = shape(g, x)?[d];
+    let pieces = form
+        .piece_leads
+        .iter()
+        .map(|pl| {
+            let c = cat(g, d, vec![x; pl[form.split] / w]);
+            let mut ps = s.clone();
+            ps[at] = product(pl);
+            view_as(g, c, &ps)
+        })
+        .collect();
+    Some(pieces)
+}
+
+/// The copied tensor and the concatenation dim of [`copies_pieces`]'s form, when `id` has it.
+fn copies_split(g: &Graph, id: Id, at: usize, form: &TokenSplit) -> Option<(Id, usize)> {
+    let s = shape(g, id)?;
+    for v in super::views(g, id) {
+        let Some(cs) = shape(g, v) else { continue };
+        for (d, xs) in cats(g, v) {
+            if xs.iter().any(|&x| g.find(x) != g.find(xs[0])) {
+                continue;
+            }
+            let Some(f) = token_split_of(g, &s, &cs, d, &xs) else {
+                continue;
+            };
+            if f.at != at || f.lead != form.lead || f.split != form.split {
+                continue;
+            }
+            let Some(w) = shape(g, xs[0])
+                .and_then(|x| x.get(d).copied())
+                .filter(|&w| w > 0)
+            else {
+                continue;
+            };
+            if form
+                .piece_leads
+                .iter()
+                .any(|pl| !pl[form.split].is_multiple_of(w))
+            {
+                continue;
+            }
+            return Some((xs[0], d));
+        }
+    }
+    None
 }
 
 /// Whether a class holds a view of a class holding a concatenation.
@@ -474,21 +567,31 @@ fn tokenwise_over_interleaved_cat() -> Lemma {
     // The elementwise operators rows.rs cannot take in an MoE block: the experts' activations
     // and gate weighting on [expert, token, ..] tensors, the top-k normalization by a per-token
     // column. Each root costs a search per saturation step on every model, so only these.
-    let roots: Vec<&'static str> = ["aten.mul.Tensor", "aten.div.Tensor", "aten.silu.default"]
-        .into_iter()
-        .chain([
-            "aten.bmm.default",
-            "aten.sum.dim_IntList",
-            "aten.scatter.src",
-            "aten.scatter.value",
-            "aten.expand.default",
-            "aten.transpose.int",
-            GET,
-        ])
-        .collect();
+    let roots: Vec<&'static str> = [
+        "aten.mul.Tensor",
+        "aten.div.Tensor",
+        "aten.silu.default",
+        "aten.silu_backward.default",
+        "aten.add.Tensor",
+        "aten.sub.Tensor",
+        "aten.sigmoid_backward.default",
+    ]
+    .into_iter()
+    .chain([
+        "aten.bmm.default",
+        "aten.mm.default",
+        "aten.sum.dim_IntList",
+        "aten.scatter.src",
+        "aten.scatter.value",
+        "aten.gather.default",
+        "aten.expand.default",
+        "aten.transpose.int",
+        GET,
+    ])
+    .collect();
     Lemma {
         name: "tokenwise-over-interleaved-cat",
-        doc: "f(view(cat_d(x_i), s)) where dim t of s flattens dims of the cat and d is one of them (not the outermost), f token-wise along t (elementwise, bmm over its rows, top-k, sums and scatters along other dims, expand, transpose): the pieces' results put back in the interleaved order",
+        doc: "f(view(cat_d(x_i), s)) where dim t of s flattens dims of the cat and d is one of them (not the outermost), f token-wise along t (elementwise, bmm over its rows, top-k, sums, scatters and gathers along other dims, expand, transpose; a product contracting the tokens is the sum of the pieces' products): the pieces' results put back in the interleaved order",
         roots: roots.iter().map(|r| r.to_string()).collect(),
         examples: vec![
             // top-k of each token's router scores.
@@ -533,6 +636,38 @@ fn tokenwise_over_interleaved_cat() -> Lemma {
             (
                 "(aten.transpose.int (aten.view.default (cat 1 %r0:a %r1:a) (list 4 3)) 0 1)",
                 &[("a", "f64[2,1,3]")],
+            ),
+            (
+                "(aten.add.Tensor (aten.view.default (cat 2 %r0:a %r1:a) (list 2 6 3)) (aten.view.default (cat 2 %r0:b %r1:b) (list 2 6 3)) 1)",
+                &[("a", "f64[2,3,1,3]"), ("b", "f64[2,3,1,3]")],
+            ),
+            (
+                "(aten.gather.default (aten.view.default (cat 1 %r0:x %r1:x) (list 4 3)) 1 (aten.view.default (cat 1 %r0:i %r1:i) (list 4 2)) b:false)",
+                &[("x", "f64[2,1,3]"), ("i", "i64[2,1,2]<3")],
+            ),
+            // The top-k normalization's backward: a per-token column subtracted.
+            (
+                "(aten.sub.Tensor (aten.view.default (cat 1 %r0:a %r1:a) (list 4 2)) (aten.view.default (cat 1 %r0:b %r1:b) (list 4 1)) 1)",
+                &[("a", "f64[2,1,2]"), ("b", "f64[2,1,1]")],
+            ),
+            (
+                "(aten.sigmoid_backward.default (aten.view.default (cat 2 %r0:a %r1:a) (list 2 6 3)) (aten.view.default (cat 2 %r0:b %r1:b) (list 2 6 3)))",
+                &[("a", "f64[2,3,1,3]"), ("b", "f64[2,3,1,3]")],
+            ),
+            // A weight gradient: the contraction over interleaved tokens.
+            (
+                "(aten.mm.default (aten.view.default (cat 2 %r0:a %r1:a) (list 3 4)) (aten.view.default (cat 1 %r0:b %r1:b) (list 4 5)))",
+                &[("a", "f64[3,2,1]"), ("b", "f64[2,1,5]")],
+            ),
+            // A per-sequence factor expanded over the sequence: copies split like the tokens.
+            (
+                "(aten.mul.Tensor (aten.view.default (cat 1 %r0:u %r0:u %r0:u %r0:u) (list 8 3)) (aten.view.default (cat 1 %r0:a %r1:a) (list 8 3)))",
+                &[("u", "f64[2,1,3]"), ("a", "f64[2,2,3]")],
+            ),
+            // The experts' activation backward on [expert, token, ..] tensors.
+            (
+                "(aten.silu_backward.default (aten.view.default (cat 2 %r0:a %r1:a) (list 2 6 3)) (aten.view.default (cat 2 %r0:b %r1:b) (list 2 6 3)))",
+                &[("a", "f64[2,3,1,3]"), ("b", "f64[2,3,1,3]")],
             ),
         ],
         requires: None,
@@ -638,7 +773,16 @@ fn tokenwise(g: &mut Graph, sym: Symbol, kids: &[Id], out: &[usize]) -> Option<V
                     }
                     operands.push((t, at));
                 }
-                (!rows_case).then_some(TokenPlan { operands, out_at })
+                // rows.rs takes the rows case, except for copies of a per-sequence factor
+                // (which it does not split like the tokens).
+                if rows_case
+                    && !operands
+                        .iter()
+                        .any(|&(t, at)| t != driver && copies_split(g, kids[t], at, form).is_some())
+                {
+                    return None;
+                }
+                Some(TokenPlan { operands, out_at })
             };
             plan(g, driver, &map, &call);
         }
@@ -693,6 +837,40 @@ fn tokenwise(g: &mut Graph, sym: Symbol, kids: &[Id], out: &[usize]) -> Option<V
                 }
                 Some(TokenPlan {
                     operands: ops,
+                    out_at: form.at,
+                })
+            };
+            plan(g, 2, &map, &call);
+        }
+        "aten.mm.default" => {
+            // A contraction over the tokens (a weight gradient, tokens in the columns of the
+            // left operand and the rows of the right): the sum of the pieces' products.
+            for form in token_splits(g, kids[0]) {
+                if form.at != 1 {
+                    continue;
+                }
+                let Some(rights) = aligned_pieces(g, kids[1], 0, &form) else {
+                    continue;
+                };
+                let lefts = form.pieces(g);
+                if lefts.len() != rights.len() {
+                    continue;
+                }
+                let parts: Vec<Id> = lefts
+                    .iter()
+                    .zip(&rights)
+                    .map(|(&a, &b)| g.add(with_kids(sym, kids, &[(0, a), (1, b)])))
+                    .collect();
+                results.push(op(g, SUM, parts));
+            }
+        }
+        "aten.gather.default" => {
+            // Each token picks from its own row (the top-k gradient under sequence parallelism).
+            let rank = shape(g, kids[0])?.len();
+            let dim = norm(int(g, kids[1])?, rank);
+            let map = |_: &mut Graph, form: &TokenSplit| {
+                (form.at as i64 != dim).then(|| TokenPlan {
+                    operands: vec![(0, form.at), (2, form.at)],
                     out_at: form.at,
                 })
             };

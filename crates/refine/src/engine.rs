@@ -5,7 +5,7 @@
 
 use crate::lemmas::{library_for, Graph, SCALE};
 use crate::lower::{lower, pair_collectives, pair_messages, LowerCtx, Lowered, Tpl, ValueRef};
-use crate::term::{is_leaf, leaf_symbol, Shapes, Term, CAT, GET, LIST, MAX, MIN, SLICE, SUM};
+use crate::term::{is_leaf, leaf_symbol, Data, Shapes, Term, CAT, GET, LIST, MAX, MIN, SLICE, SUM};
 use egg::{Id, Language, RecExpr, Rewrite, Runner, Symbol};
 use shardproof_case::{rank_pieces, Case, Layout, Reduce};
 use shardproof_interp::infer_graph;
@@ -129,6 +129,10 @@ struct Rel {
     /// Groups of implementation tensors proven equal (replicas) among those the expressions
     /// use, so the next operator knows every rank's copy.
     equal_leaves: Vec<Vec<Symbol>>,
+    /// Groups of slices of implementation tensors (and tensors) proven equal, among those the
+    /// expressions use: a chunk that one rank holds whole and another as a slice of a larger
+    /// tensor (context parallelism's load-balanced chunks) keeps both names.
+    equal_slices: Vec<Vec<RecExpr<Term>>>,
 }
 
 #[derive(Clone, Debug)]
@@ -682,6 +686,7 @@ fn input_state(case: &Case, i: usize, imp: &Impl) -> State {
             exprs,
             clean: true,
             equal_leaves: Vec::new(),
+            equal_slices: Vec::new(),
         }),
         Err(m) => State::Blocked(format!("input `{}`: {m}", r.spec_name)),
     }
@@ -1129,6 +1134,12 @@ fn infer_one(
                 eg.union(w[0], w[1]);
             }
         }
+        for group in &r.equal_slices {
+            let ids: Vec<Id> = group.iter().map(|e| add_rec(&mut eg, imp, e)).collect();
+            for w in ids.windows(2) {
+                eg.union(w[0], w[1]);
+            }
+        }
         ids.insert(x.value, first.expect("a relation has an expression"));
     }
     if ins.is_empty() {
@@ -1141,6 +1152,7 @@ fn infer_one(
                 exprs: vec![e],
                 clean: true,
                 equal_leaves: Vec::new(),
+                equal_slices: Vec::new(),
             }),
             None => State::Unrelated("constant".into()),
         };
@@ -1197,6 +1209,9 @@ fn infer_one(
             .with_node_limit(opts.node_limit)
             .with_time_limit(std::time::Duration::from_secs(10))
             .run(rules);
+        if std::env::var("RING_DEBUG").ok().as_deref() == Some(imp.case.spec.value_name(v)) {
+            eprintln!("DEBUG round {_round}: added {} stop {:?} nodes {} classes {} iters {}", added.len(), runner.stop_reason, runner.egraph.total_size(), runner.egraph.number_of_classes(), runner.iterations.len());
+        }
         eg = runner.egraph;
         collect_leaves(&eg, imp, &mut t_rel);
         unfold_indices(&mut eg, imp, &mut t_rel, &mut added);
@@ -1212,6 +1227,23 @@ fn infer_one(
     }
     define_scaled_consumers(&mut eg, imp, root, &mut added);
     let root = eg.find(root);
+    if let Ok(path) = std::env::var("RING_DUMP") {
+        if std::env::var("RING_DEBUG").ok().as_deref() == Some(imp.case.spec.value_name(v)) {
+            let mut text = format!("root {root}\n");
+            for c in eg.classes() {
+                text += &format!("class {} {:?}\n", c.id, c.data.shape());
+                for n in &c.nodes {
+                    let kids: Vec<String> = n.children().iter().map(|k| eg.find(*k).to_string()).collect();
+                    let sym = match n { Term::Num(x) => x.to_string(), Term::Op(s, _) => s.to_string() };
+                    text += &format!("  {sym} {}\n", kids.join(" "));
+                }
+            }
+            std::fs::write(path, text).ok();
+            if std::env::var("RING_EXIT").is_ok() {
+                std::process::exit(0);
+            }
+        }
+    }
     if !expect_ids.is_empty() && !expect_ids.iter().all(|&e| eg.find(e) == root) {
         let found = extract(&eg, root, true)
             .first()
@@ -1224,10 +1256,15 @@ fn infer_one(
     let clean = extract(&eg, root, true);
     if !clean.is_empty() {
         let equal_leaves = leaf_groups(&eg, &clean);
+        let equal_slices = slice_groups(&eg, &clean);
+        if std::env::var("RING_GROUPS").is_ok() {
+            eprintln!("GROUPS {}: {:?}", imp.case.spec.value_name(v), equal_slices.iter().map(|g| g.iter().map(|e| e.to_string()).collect::<Vec<_>>()).collect::<Vec<_>>());
+        }
         return State::Related(Rel {
             exprs: clean,
             clean: true,
             equal_leaves,
+            equal_slices,
         });
     }
     // A constant multiple of clean expressions (a gradient before the data-parallel averaging
@@ -1261,20 +1298,24 @@ fn infer_one(
             .collect();
         if !exprs.is_empty() {
             let equal_leaves = leaf_groups(&eg, &exprs);
+            let equal_slices = slice_groups(&eg, &exprs);
             return State::Related(Rel {
                 exprs,
                 clean: false,
                 equal_leaves,
+                equal_slices,
             });
         }
     }
     match extract(&eg, root, false).into_iter().next() {
         Some(e) if e.as_ref().len() <= 400 => {
             let equal_leaves = leaf_groups(&eg, std::slice::from_ref(&e));
+            let equal_slices = slice_groups(&eg, std::slice::from_ref(&e));
             State::Related(Rel {
                 exprs: vec![e],
                 clean: false,
                 equal_leaves,
+                equal_slices,
             })
         }
         _ => State::Lost("its expression grew beyond the size limit".into()),
@@ -1372,6 +1413,86 @@ fn leaf_groups(eg: &Graph, exprs: &[RecExpr<Term>]) -> Vec<Vec<Symbol>> {
         }
     }
     groups.sort_by(|a, b| a[0].as_str().cmp(b[0].as_str()));
+    groups
+}
+
+/// The groups of equal slices of implementation tensors (`slice(d, a, b, leaf)`, or a leaf)
+/// in `eg` that contain a slice used by `exprs` and at least one other such name.
+fn slice_groups(eg: &Graph, exprs: &[RecExpr<Term>]) -> Vec<Vec<RecExpr<Term>>> {
+    if std::env::var("RING_NOGROUPS").is_ok() {
+        return Vec::new();
+    }
+    let leaf_of = |id: Id| -> Option<Symbol> {
+        eg[id].nodes.iter().find_map(|n| match n {
+            Term::Op(s, k) if k.is_empty() && s.as_str().starts_with("%r") => Some(*s),
+            _ => None,
+        })
+    };
+    let num_of = |id: Id| -> Option<i64> {
+        eg[id].nodes.iter().find_map(|n| match n {
+            Term::Num(x) => Some(*x),
+            _ => None,
+        })
+    };
+    // A class's names: its leaves and its slices of leaves, as expressions.
+    let names = |class: &egg::EClass<Term, Data>| -> Vec<RecExpr<Term>> {
+        let mut out = Vec::new();
+        for n in &class.nodes {
+            match n {
+                Term::Op(s, k) if k.is_empty() && s.as_str().starts_with("%r") => {
+                    let mut e = RecExpr::default();
+                    e.add(Term::Op(*s, vec![]));
+                    out.push(e);
+                }
+                Term::Op(s, k) if s.as_str() == SLICE && k.len() == 4 => {
+                    let (Some(d), Some(a), Some(b), Some(leaf)) =
+                        (num_of(k[0]), num_of(k[1]), num_of(k[2]), leaf_of(k[3]))
+                    else {
+                        continue;
+                    };
+                    let mut e = RecExpr::default();
+                    let ids = [d, a, b].map(|x| e.add(Term::Num(x)));
+                    let l = e.add(Term::Op(leaf, vec![]));
+                    e.add(Term::Op(Symbol::from(SLICE), vec![ids[0], ids[1], ids[2], l]));
+                    out.push(e);
+                }
+                _ => {}
+            }
+        }
+        out
+    };
+    // The slices the expressions use.
+    let mut used: HashSet<String> = HashSet::new();
+    for e in exprs {
+        let nodes = e.as_ref();
+        for (i, n) in nodes.iter().enumerate() {
+            let atom = matches!(n, Term::Op(s, k) if (s.as_str() == SLICE && k.len() == 4)
+                || (k.is_empty() && s.as_str().starts_with("%r")));
+            if atom {
+                let sub = RecExpr::from(nodes[..=i].to_vec());
+                used.insert(render(&sub, i));
+            }
+        }
+    }
+    if used.is_empty() {
+        return Vec::new();
+    }
+    let mut groups = Vec::new();
+    for class in eg.classes() {
+        let mut ns = names(class);
+        let has_slice = ns.iter().any(|e| e.as_ref().len() > 1);
+        if ns.len() < 2
+            || !has_slice
+            || !ns.iter().any(|e| used.contains(&render(e, e.as_ref().len() - 1)))
+        {
+            continue;
+        }
+        ns.sort_by_key(|e| e.to_string());
+        ns.dedup_by_key(|e| e.to_string());
+        if ns.len() > 1 {
+            groups.push(ns);
+        }
+    }
     groups
 }
 

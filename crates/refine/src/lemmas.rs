@@ -12,6 +12,7 @@ use egg::{Applier, EGraph, Id, Pattern, PatternAst, Rewrite, Subst, Symbol, Var}
 use std::sync::Arc;
 
 mod moe;
+mod ring;
 mod rows;
 mod vocab;
 
@@ -2143,6 +2144,7 @@ pub fn library() -> Vec<Lemma> {
     l.extend(rows::lemmas());
     l.extend(vocab::lemmas());
     l.extend(moe::lemmas());
+    l.extend(ring::lemmas());
     l
 }
 

@@ -1,0 +1,883 @@
+//! Lemmas for context parallelism: the sequence split into load-balanced chunks, attention
+//! computed block by block around a ring and merged by the log-sum-exp rule.
+//!
+//! Under context parallelism a rank holds non-contiguous chunks of the sequence (chunks `i`
+//! and `2 cp - 1 - i`), so a spec tensor is a concatenation of slices of several ranks'
+//! tensors, and the ranks' own tensors are concatenations of their chunks. The lemmas here
+//! name a chunk of a rank tensor as a slice of it, split position ranges (`arange`) at the
+//! chunk boundaries other terms use, and relate causal masks of position ranges to
+//! `triu` masks of index offsets.
+
+use super::{
+    cat, cats, int, int_list, is_one, is_zero, list, num, op, shape, sizes, slice, split_alike,
+    Graph, Lemma, SCALE,
+};
+use crate::term::{is_leaf, Term, CAT, SLICE, SUM};
+use egg::{Id, Symbol};
+use std::sync::Arc;
+
+/// The lemmas of this module.
+pub(super) fn lemmas() -> Vec<Lemma> {
+    let off = std::env::var("RING_OFF").unwrap_or_default();
+    let all = vec![
+        cat_piece_as_slice(),
+        arange_split(),
+        view_through_rows(),
+        mask_slices(),
+        causal_mask_of_positions(),
+        add_zero_fill(),
+        softmax_from_logsumexp(),
+        logsumexp_over_cat(),
+        attention_drops_masked_keys(),
+        attention_key_order(),
+        lse_merge(),
+        sum_order(),
+    ];
+    all.into_iter().filter(|l| !off.split(',').any(|o| o == l.name)).collect()
+}
+
+const SOFTMAX: &str = "aten._softmax.default";
+const LOG_SOFTMAX: &str = "aten._log_softmax.default";
+const LOGSUMEXP: &str = "aten.logsumexp.default";
+const BMM: &str = "aten.bmm.default";
+const ADD: &str = "aten.add.Tensor";
+const FULL: &str = "aten.full.default";
+const TRIU: &str = "aten.triu.default";
+const VIEW: &str = "aten.view.default";
+
+/// The children of the `sym` nodes of a class (a few at most).
+fn calls(g: &Graph, id: Id, sym: &str) -> Vec<Vec<Id>> {
+    g[id]
+        .nodes
+        .iter()
+        .filter_map(|n| match n {
+            Term::Op(s, k) if s.as_str() == sym => Some(k.clone()),
+            _ => None,
+        })
+        .take(4)
+        .collect()
+}
+
+/// Whether two classes are the same.
+fn same(g: &Graph, a: Id, b: Id) -> bool {
+    g.find(a) == g.find(b)
+}
+
+/// The float value of a literal class (`f:..` or an integer).
+fn float_literal(g: &Graph, id: Id) -> Option<f64> {
+    g[id].nodes.iter().find_map(|n| match n {
+        Term::Num(x) => Some(*x as f64),
+        Term::Op(s, k) if k.is_empty() => s.as_str().strip_prefix("f:")?.parse().ok(),
+        _ => None,
+    })
+}
+
+/// A constant fill `full(size, v, dtype, layout, device, pin_memory)`: its shape, the fill
+/// class and the option classes.
+struct Fill {
+    shape: Vec<usize>,
+    value: Id,
+    options: Vec<Id>,
+}
+
+fn fills(g: &Graph, id: Id) -> Vec<Fill> {
+    calls(g, id, FULL)
+        .into_iter()
+        .filter(|k| k.len() == 6)
+        .filter_map(|k| {
+            let shape = int_list(g, k[0])?
+                .into_iter()
+                .map(|n| usize::try_from(n).ok())
+                .collect::<Option<Vec<_>>>()?;
+            Some(Fill {
+                shape,
+                value: k[1],
+                options: k[2..].to_vec(),
+            })
+        })
+        .collect()
+}
+
+fn make_fill(g: &mut Graph, shape: &[usize], value: Id, options: &[Id]) -> Id {
+    let l = list(g, shape);
+    op(
+        g,
+        FULL,
+        [l, value].into_iter().chain(options.iter().copied()).collect(),
+    )
+}
+
+/// A `triu(full(..), k)` causal mask: the fill and the diagonal.
+fn triu_fills(g: &Graph, id: Id) -> Vec<(Fill, i64)> {
+    let mut out = Vec::new();
+    for k in calls(g, id, TRIU) {
+        let Some(diag) = int(g, k[1]) else { continue };
+        for f in fills(g, k[0]) {
+            out.push((f, diag));
+        }
+    }
+    out
+}
+
+fn make_triu(g: &mut Graph, shape: &[usize], value: Id, options: &[Id], diag: i64) -> Id {
+    let f = make_fill(g, shape, value, options);
+    let d = num(g, diag);
+    op(g, TRIU, vec![f, d])
+}
+
+/// Whether a class holds an infinite constant directly (a fill, a masked fill or a mask of
+/// infinities): the operands a product must not have for the product to be finite.
+fn holds_infinity(g: &Graph, id: Id) -> bool {
+    let infinite = |v: Id| float_literal(g, v).is_some_and(|x| !x.is_finite());
+    fills(g, id).iter().any(|f| infinite(f.value))
+        || triu_fills(g, id).iter().any(|(f, _)| infinite(f.value))
+        || calls(g, id, "aten.masked_fill.Scalar")
+            .iter()
+            .any(|k| k.len() == 3 && infinite(k[2]))
+}
+
+/// Whether a class is a (scaled) matrix product of operands without infinite constants: in
+/// exact arithmetic over the reals, a finite tensor.
+fn finite_product(g: &Graph, id: Id, depth: usize) -> bool {
+    if depth == 0 {
+        return false;
+    }
+    g[id].nodes.iter().any(|n| match n {
+        Term::Op(s, k) => match s.as_str() {
+            BMM | "aten.mm.default" | "aten.matmul.default" if k.len() == 2 => {
+                !holds_infinity(g, k[0]) && !holds_infinity(g, k[1])
+            }
+            SCALE if k.len() == 3 => finite_product(g, k[2], depth - 1),
+            CAT if k.len() >= 2 => k[1..].iter().all(|&p| finite_product(g, p, depth - 1)),
+            SLICE if k.len() == 4 => finite_product(g, k[3], depth - 1),
+            _ => false,
+        },
+        Term::Num(_) => false,
+    })
+}
+
+/// Whether every row (along the last dim) of a class has a finite entry, so that its
+/// log-sum-exp is finite: a finite product, plus a mask that leaves every row's first entry
+/// visible (`triu(.., k)` with `k >= 1`, or zeros); a concatenation along the last dim with
+/// such a piece; row slices of such a tensor.
+fn rows_finite(g: &Graph, id: Id, depth: usize) -> bool {
+    if depth == 0 {
+        return false;
+    }
+    if finite_product(g, id, 3) {
+        return true;
+    }
+    let Some(last) = shape(g, id).and_then(|s| s.len().checked_sub(1)) else {
+        return false;
+    };
+    g[id].nodes.iter().any(|n| match n {
+        Term::Op(s, k) => match s.as_str() {
+            ADD if k.len() == 3 && is_one(g, k[2]) => {
+                let mask_ok = |m: Id| {
+                    fills(g, m).iter().any(|f| is_zero(g, f.value))
+                        || triu_fills(g, m).iter().any(|(_, diag)| *diag >= 1)
+                };
+                (finite_product(g, k[0], 3) && mask_ok(k[1]))
+                    || (finite_product(g, k[1], 3) && mask_ok(k[0]))
+            }
+            CAT if k.len() >= 2 => {
+                let d = int(g, k[0]).and_then(|d| usize::try_from(d).ok());
+                if d == Some(last) {
+                    k[1..].iter().any(|&p| rows_finite(g, p, depth - 1))
+                } else {
+                    k[1..].iter().all(|&p| rows_finite(g, p, depth - 1))
+                }
+            }
+            SLICE if k.len() == 4 => {
+                int(g, k[0]).and_then(|d| usize::try_from(d).ok()) != Some(last)
+                    && rows_finite(g, k[3], depth - 1)
+            }
+            _ => false,
+        },
+        Term::Num(_) => false,
+    })
+}
+
+/// Whether a class holds an implementation tensor, or a slice of one: a piece of such a class
+/// has a clean expression as a slice of it.
+fn names_a_tensor(g: &Graph, id: Id) -> bool {
+    g[id].nodes.iter().any(|n| {
+        is_leaf(n)
+            || matches!(n, Term::Op(s, k) if s.as_str() == SLICE && k.len() == 4
+                && g[k[3]].nodes.iter().any(is_leaf))
+    })
+}
+
+/// A piece of a concatenation that is (or slices) an implementation tensor is a slice of it.
+fn cat_piece_as_slice() -> Lemma {
+    Lemma {
+        name: "cat-piece-as-slice",
+        doc: "x = cat_d(p_0, .., p_n) implies p_i = x[off_i : off_i + len_i] along d (applied where x is, or slices, an implementation tensor, so that each piece gets a clean name)",
+        roots: vec![CAT.into()],
+        examples: vec![(
+            "(= %r0:a (cat 0 (slice 0 0 1 %r0:a) (aten.neg.default (aten.neg.default (slice 0 1 3 %r0:a)))))",
+            &[("a", "f64[3,2]")],
+        )],
+        requires: None,
+        build: Arc::new(|g, eclass, kids| {
+            // Cheap rejection first: most concatenations do not name a tensor.
+            if !names_a_tensor(g, eclass) {
+                return vec![];
+            }
+            let Some(d) = int(g, kids[0]).and_then(|d| usize::try_from(d).ok()) else {
+                return vec![];
+            };
+            let pieces = &kids[1..];
+            let Some(szs) = sizes(g, pieces, d) else {
+                return vec![];
+            };
+            let mut changed = false;
+            let mut off = 0;
+            // Pieces that already name a tensor get the second name too: a chunk one rank holds
+            // whole is a slice of another rank's tensor, and relations carry both names.
+            for (&p, &n) in pieces.iter().zip(&szs) {
+                let s = slice(g, d, off, off + n, eclass);
+                changed |= g.union(p, s);
+                off += n;
+            }
+            if changed {
+                vec![eclass]
+            } else {
+                vec![]
+            }
+        }),
+    }
+}
+
+/// The integer bounds of an `arange.start(a, b, ..)` node, with its other arguments.
+fn arange_bounds(g: &Graph, n: &Term) -> Option<(i64, i64, Vec<Id>)> {
+    match n {
+        Term::Op(s, k) if s.as_str() == "aten.arange.start" && k.len() >= 2 => {
+            Some((int(g, k[0])?, int(g, k[1])?, k[2..].to_vec()))
+        }
+        _ => None,
+    }
+}
+
+/// A position range splits at the boundaries of the other ranges of the e-graph.
+fn arange_split() -> Lemma {
+    Lemma {
+        name: "arange-split",
+        doc: "arange(a, b) = cat_0(arange(a, c_1), arange(c_1, c_2), .., arange(c_k, b)) for a < c_1 < .. < c_k < b: the cuts are the bounds of the other aranges (same dtype and options) in the e-graph, so a whole sequence's positions meet a rank's chunks",
+        roots: vec!["aten.arange.start".into()],
+        examples: vec![(
+            "(cat 0 (aten.arange.start 0 8 none none dev b:false) (aten.arange.start 2 4 none none dev b:false) (aten.arange.start 6 7 none none dev b:false))",
+            &[],
+        )],
+        requires: None,
+        build: Arc::new(|g, _, kids| {
+            let (Some(a), Some(b)) = (int(g, kids[0]), int(g, kids[1])) else {
+                return vec![];
+            };
+            let rest = &kids[2..];
+            let same_options =
+                |k: &[Id]| k.len() == rest.len() && k.iter().zip(rest).all(|(x, y)| g.find(*x) == g.find(*y));
+            let mut cuts: Vec<i64> = g
+                .classes()
+                .flat_map(|c| c.nodes.iter())
+                .filter_map(|n| arange_bounds(g, n))
+                .filter(|(_, _, k)| same_options(k))
+                .flat_map(|(x, y, _)| [x, y])
+                .filter(|&c| a < c && c < b)
+                .collect();
+            if cuts.is_empty() {
+                return vec![];
+            }
+            cuts.sort_unstable();
+            cuts.dedup();
+            let bounds: Vec<i64> = std::iter::once(a).chain(cuts).chain([b]).collect();
+            let pieces: Vec<Id> = bounds
+                .windows(2)
+                .map(|w| {
+                    let (x, y) = (g.add(Term::Num(w[0])), g.add(Term::Num(w[1])));
+                    op(g, "aten.arange.start", [x, y].into_iter().chain(rest.iter().copied()).collect())
+                })
+                .collect();
+            vec![cat(g, 0, pieces)]
+        }),
+    }
+}
+
+/// Row-wise operators and products through views that keep the rows.
+fn view_through_rows() -> Lemma {
+    Lemma {
+        name: "view-through-rows",
+        doc: "views that keep the last dims: view(softmax(x, last), s) = softmax(view(x, s), last) (log-softmax alike) when s keeps the last dim; view(f(a, m), s) = f(view(a, s), m) for f in add/sub/mul and m broadcast over the leading dims s regroups (its dims are the last dims of both shapes); view(matmul(a, b), [B, m, n]) = bmm(view(a, [B, m, k]), view(b, [B, k, n])) for equal batch dims flattening to B",
+        roots: vec![VIEW.into()],
+        examples: vec![
+            ("(aten.view.default (aten._softmax.default %r0:a 2 b:false) (list 6 4))", &[("a", "f64[2,3,4]")]),
+            ("(aten.view.default (aten.add.Tensor %r0:a %r0:m 1) (list 6 4 4))", &[("a", "f64[2,3,4,4]"), ("m", "f64[4,4]")]),
+            ("(aten.view.default (aten.matmul.default %r0:a %r0:b) (list 6 2 5))", &[("a", "f64[2,3,2,4]"), ("b", "f64[2,3,4,5]")]),
+        ],
+        requires: None,
+        build: Arc::new(|g, eclass, kids| {
+            let (Some(target), Some(src)) = (shape(g, eclass), shape(g, kids[0])) else {
+                return vec![];
+            };
+            if target.is_empty() || src.is_empty() || target.last() != src.last() {
+                return vec![];
+            }
+            let mut out = Vec::new();
+            for n in g[kids[0]].nodes.clone() {
+                let Term::Op(s, k) = n else { continue };
+                match s.as_str() {
+                    SOFTMAX | LOG_SOFTMAX if k.len() == 3 => {
+                        if int(g, k[1]) != Some(src.len() as i64 - 1) {
+                            continue;
+                        }
+                        let v = op(g, VIEW, vec![k[0], kids[1]]);
+                        let d = num(g, target.len() as i64 - 1);
+                        out.push(g.add(Term::Op(s, vec![v, d, k[2]])));
+                    }
+                    ADD | "aten.sub.Tensor" | "aten.mul.Tensor" if k.len() >= 2 => {
+                        for (whole, broadcast) in [(0, 1), (1, 0)] {
+                            let (Some(ws), Some(bs)) = (shape(g, k[whole]), shape(g, k[broadcast])) else {
+                                continue;
+                            };
+                            let r = bs.len();
+                            if ws != src || r >= src.len() || r > target.len() {
+                                continue;
+                            }
+                            if bs[..] != src[src.len() - r..] || bs[..] != target[target.len() - r..] {
+                                continue;
+                            }
+                            let v = op(g, VIEW, vec![k[whole], kids[1]]);
+                            let mut nk = k.clone();
+                            nk[whole] = v;
+                            out.push(g.add(Term::Op(s, nk)));
+                        }
+                    }
+                    "aten.matmul.default" if k.len() == 2 => {
+                        let (Some(a), Some(b)) = (shape(g, k[0]), shape(g, k[1])) else { continue };
+                        let r = src.len();
+                        if r < 4 || a.len() != r || b.len() != r || a[..r - 2] != src[..r - 2] || b[..r - 2] != src[..r - 2] {
+                            continue;
+                        }
+                        let batch: usize = src[..r - 2].iter().product();
+                        if target != [batch, src[r - 2], src[r - 1]] {
+                            continue;
+                        }
+                        let (la, lb) = (list(g, &[batch, a[r - 2], a[r - 1]]), list(g, &[batch, b[r - 2], b[r - 1]]));
+                        let va = op(g, VIEW, vec![k[0], la]);
+                        let vb = op(g, VIEW, vec![k[1], lb]);
+                        out.push(op(g, BMM, vec![va, vb]));
+                    }
+                    _ => {}
+                }
+            }
+            out
+        }),
+    }
+}
+
+/// Constant masks restricted to a block are constant masks of the block.
+fn mask_slices() -> Lemma {
+    Lemma {
+        name: "mask-slices",
+        doc: "a slice of full(s, v) is full(s', v); triu(full(s, v), k) sliced at offset a along the row dim is triu(full(s', v), k + a), along the column dim triu(full(s', v), k - a), along a batch dim triu(full(s', v), k); triu(full([.., n, m], v), k) is full(v) when k <= 1 - n and zeros when k >= m",
+        roots: vec![SLICE.into(), TRIU.into()],
+        examples: vec![
+            ("(slice 1 1 3 (aten.triu.default (aten.full.default (list 4 4) f:-inf dt:f64 none dev b:false) 1))", &[]),
+            ("(slice 0 2 4 (aten.triu.default (aten.full.default (list 4 3) f:2.0 dt:f64 none dev b:false) 0))", &[]),
+            ("(slice 0 0 1 (aten.full.default (list 2 3) f:2.0 dt:f64 none dev b:false))", &[]),
+            ("(cat 0 (aten.triu.default (aten.full.default (list 2 3) f:2.0 dt:f64 none dev b:false) 3) (aten.triu.default (aten.full.default (list 2 3) f:2.0 dt:f64 none dev b:false) -1))", &[]),
+        ],
+        requires: None,
+        build: Arc::new(|g, _, kids| {
+            let mut out = Vec::new();
+            if kids.len() == 4 {
+                let (Some(d), Some(a), Some(b)) = (int(g, kids[0]), int(g, kids[1]), int(g, kids[2])) else {
+                    return vec![];
+                };
+                let Ok(d) = usize::try_from(d) else { return vec![] };
+                for f in fills(g, kids[3]) {
+                    if d < f.shape.len() {
+                        let mut sh = f.shape.clone();
+                        sh[d] = (b - a) as usize;
+                        out.push(make_fill(g, &sh, f.value, &f.options));
+                    }
+                }
+                for (f, diag) in triu_fills(g, kids[3]) {
+                    let r = f.shape.len();
+                    if r < 2 || d >= r {
+                        continue;
+                    }
+                    let nd = if d == r - 2 {
+                        diag + a
+                    } else if d == r - 1 {
+                        diag - a
+                    } else {
+                        diag
+                    };
+                    let mut sh = f.shape.clone();
+                    sh[d] = (b - a) as usize;
+                    out.push(make_triu(g, &sh, f.value, &f.options, nd));
+                }
+                return out;
+            }
+            let Some(diag) = int(g, kids[1]) else { return vec![] };
+            for f in fills(g, kids[0]) {
+                let r = f.shape.len();
+                if r < 2 {
+                    continue;
+                }
+                let (n, m) = (f.shape[r - 2] as i64, f.shape[r - 1] as i64);
+                if diag <= 1 - n {
+                    out.push(kids[0]);
+                } else if diag >= m {
+                    let integer = g[f.value].nodes.iter().any(|x| matches!(x, Term::Num(_)));
+                    let zero = if integer { num(g, 0) } else { op(g, "f:0.0", vec![]) };
+                    out.push(make_fill(g, &f.shape, zero, &f.options));
+                }
+            }
+            out
+        }),
+    }
+}
+
+/// The start of a position range `view(arange(c, c + len), shape)` viewed to `shape`.
+fn positions_start(g: &Graph, id: Id, len: usize, view_shape: &[i64]) -> Option<i64> {
+    calls(g, id, VIEW).into_iter().find_map(|k| {
+        if int_list(g, k[1]).as_deref() != Some(view_shape) {
+            return None;
+        }
+        g[k[0]].nodes.iter().find_map(|n| {
+            let (a, b, _) = arange_bounds(g, n)?;
+            (b - a == len as i64).then_some(a)
+        })
+    })
+}
+
+/// The causal mask of two position ranges is a `triu` mask of their offset.
+fn causal_mask_of_positions() -> Lemma {
+    Lemma {
+        name: "causal-mask-of-positions",
+        doc: "masked_fill(zeros([n, m]), k > q, v) with keys k = view(arange(c, c + m), [1, m]) and queries q = view(arange(a, a + n), [n, 1]) is triu(full([n, m], v), a - c + 1) (k >= q: a - c); lt/le with the operands swapped alike",
+        roots: vec!["aten.masked_fill.Scalar".into()],
+        examples: vec![
+            ("(aten.masked_fill.Scalar (aten.full.default (list 2 3) f:0.0 dt:f64 none dev b:false) (aten.gt.Tensor (aten.view.default (aten.arange.start 4 7 none none dev b:false) (list 1 3)) (aten.view.default (aten.arange.start 5 7 none none dev b:false) (list 2 1))) f:-5.0)", &[]),
+            ("(aten.masked_fill.Scalar (aten.full.default (list 2 2) f:0.0 dt:f64 none dev b:false) (aten.lt.Tensor (aten.view.default (aten.arange.start 0 2 none none dev b:false) (list 2 1)) (aten.view.default (aten.arange.start 6 8 none none dev b:false) (list 1 2))) f:-inf)", &[]),
+            ("(aten.masked_fill.Scalar (aten.full.default (list 2 2) f:0.0 dt:f64 none dev b:false) (aten.ge.Tensor (aten.view.default (aten.arange.start 1 3 none none dev b:false) (list 1 2)) (aten.view.default (aten.arange.start 1 3 none none dev b:false) (list 2 1))) f:3.0)", &[]),
+        ],
+        requires: None,
+        build: Arc::new(|g, _, kids| {
+            let mut out = Vec::new();
+            for f in fills(g, kids[0]) {
+                if f.shape.len() != 2 || !is_zero(g, f.value) {
+                    continue;
+                }
+                let (n, m) = (f.shape[0], f.shape[1]);
+                // (later operand, earlier operand, strict): masked where later > (>=) earlier.
+                let mut forms = Vec::new();
+                for (sym, swap, strict) in [
+                    ("aten.gt.Tensor", false, true),
+                    ("aten.ge.Tensor", false, false),
+                    ("aten.lt.Tensor", true, true),
+                    ("aten.le.Tensor", true, false),
+                ] {
+                    for k in calls(g, kids[1], sym) {
+                        if k.len() == 2 {
+                            let (later, earlier) = if swap { (k[1], k[0]) } else { (k[0], k[1]) };
+                            forms.push((later, earlier, strict));
+                        }
+                    }
+                }
+                for (later, earlier, strict) in forms {
+                    let Some(c) = positions_start(g, later, m, &[1, m as i64]) else { continue };
+                    let Some(a) = positions_start(g, earlier, n, &[n as i64, 1]) else { continue };
+                    let diag = a - c + i64::from(strict);
+                    out.push(make_triu(g, &f.shape, kids[2], &f.options, diag));
+                }
+            }
+            out
+        }),
+    }
+}
+
+/// Adding zeros changes nothing.
+fn add_zero_fill() -> Lemma {
+    Lemma {
+        name: "add-zero-fill",
+        doc: "x + full(s, 0) = x when the sum has x's shape (a mask block with nothing masked)",
+        roots: vec![ADD.into()],
+        examples: vec![
+            ("(aten.add.Tensor %r0:a (aten.full.default (list 3) f:0.0 dt:f64 none dev b:false) 1)", &[("a", "f64[2,3]")]),
+            ("(aten.add.Tensor (aten.full.default (list 2 3) f:0.0 dt:f64 none dev b:false) %r0:a 1)", &[("a", "f64[2,3]")]),
+        ],
+        requires: None,
+        build: Arc::new(|g, eclass, kids| {
+            let Some(out) = shape(g, eclass) else { return vec![] };
+            let zero = |g: &Graph, id: Id| fills(g, id).iter().any(|f| is_zero(g, f.value));
+            let mut res = Vec::new();
+            if zero(g, kids[1]) && shape(g, kids[0]).as_deref() == Some(&out[..]) {
+                res.push(kids[0]);
+            }
+            if is_one(g, kids[2]) && zero(g, kids[0]) && shape(g, kids[1]).as_deref() == Some(&out[..]) {
+                res.push(kids[1]);
+            }
+            res
+        }),
+    }
+}
+
+/// The last dim of a class's shape.
+fn last_dim(g: &Graph, id: Id) -> Option<usize> {
+    shape(g, id)?.len().checked_sub(1)
+}
+
+/// Whether `dims` (a list class) is exactly the last dim of a tensor of rank `last + 1`.
+fn is_last_dim_list(g: &Graph, dims: Id, last: usize) -> bool {
+    int_list(g, dims).is_some_and(|d| {
+        d.len() == 1 && (d[0] == last as i64 || d[0] == last as i64 - (last as i64 + 1))
+    })
+}
+
+/// The log-sum-exps over the last dim with kept dims in a class: their operands.
+fn logsumexps(g: &Graph, id: Id) -> Vec<Id> {
+    calls(g, id, LOGSUMEXP)
+        .into_iter()
+        .filter(|k| {
+            k.len() == 3
+                && super::is_true(g, k[2])
+                && last_dim(g, k[0]).is_some_and(|l| is_last_dim_list(g, k[1], l))
+        })
+        .map(|k| k[0])
+        .collect()
+}
+
+/// Softmax written with its log-sum-exp.
+fn softmax_from_logsumexp() -> Lemma {
+    Lemma {
+        name: "softmax-from-logsumexp",
+        doc: "exp(x - logsumexp(x, [last], keepdim=True)) = softmax(x, last) (flash attention's probabilities)",
+        roots: vec!["aten.exp.default".into()],
+        examples: vec![(
+            "(aten.exp.default (aten.sub.Tensor %r0:x (aten.logsumexp.default %r0:x (list 1) b:true) 1))",
+            &[("x", "f64[2,3]")],
+        )],
+        requires: None,
+        build: Arc::new(|g, _, kids| {
+            let mut out = Vec::new();
+            for k in calls(g, kids[0], "aten.sub.Tensor") {
+                if k.len() != 3 || !is_one(g, k[2]) {
+                    continue;
+                }
+                let Some(last) = last_dim(g, k[0]) else { continue };
+                if logsumexps(g, k[1]).iter().any(|&x| same(g, x, k[0])) {
+                    let d = num(g, last as i64);
+                    let no = op(g, "b:false", vec![]);
+                    out.push(op(g, SOFTMAX, vec![k[0], d, no]));
+                }
+            }
+            out
+        }),
+    }
+}
+
+/// Log-sum-exp along unpartitioned dims works piece by piece.
+fn logsumexp_over_cat() -> Lemma {
+    Lemma {
+        name: "logsumexp-over-cat",
+        doc: "logsumexp(cat_d(x_i), dims, keep) with d not reduced is the cat of the pieces' log-sum-exps (along d, renumbered when dims are dropped)",
+        roots: vec![LOGSUMEXP.into()],
+        examples: vec![
+            ("(aten.logsumexp.default (cat 0 %r0:a %r1:a) (list 1) b:true)", &[("a", "f64[2,3]")]),
+            ("(aten.logsumexp.default (cat 1 %r0:a %r1:a) (list 0) b:false)", &[("a", "f64[2,3]")]),
+        ],
+        requires: None,
+        build: Arc::new(|g, _, kids| {
+            let Some(rank) = shape(g, kids[0]).map(|s| s.len() as i64) else { return vec![] };
+            let Some(dims) = int_list(g, kids[1]) else { return vec![] };
+            let dims: Vec<i64> = dims.iter().map(|&d| if d < 0 { d + rank } else { d }).collect();
+            let keep = super::is_true(g, kids[2]);
+            let sym = Symbol::from(LOGSUMEXP);
+            let mut out = Vec::new();
+            for (d, pieces) in cats(g, kids[0]) {
+                if dims.contains(&(d as i64)) {
+                    continue;
+                }
+                let parts: Vec<Id> = pieces
+                    .iter()
+                    .map(|&p| g.add(Term::Op(sym, vec![p, kids[1], kids[2]])))
+                    .collect();
+                let nd = if keep { d } else { d - dims.iter().filter(|&&x| x < d as i64).count() };
+                out.push(cat(g, nd, parts));
+            }
+            out
+        }),
+    }
+}
+
+/// Attention of a class: `bmm(softmax(cat_last(S_j)), V)` read as key blocks, (S_j, V_j).
+fn key_blocks(g: &mut Graph, p: Id, v: Id) -> Vec<(Vec<Id>, Vec<Id>)> {
+    let mut out = Vec::new();
+    for k in calls(g, p, SOFTMAX) {
+        let (Some(ss), Some(vs)) = (shape(g, k[0]), shape(g, v)) else { continue };
+        if ss.len() != 3 || vs.len() != 3 || int(g, k[1]) != Some(2) || !super::is_false(g, k[2]) {
+            continue;
+        }
+        for (d, pieces) in cats(g, k[0]) {
+            if d != 2 {
+                continue;
+            }
+            let Some(szs) = sizes(g, &pieces, 2) else { continue };
+            let Some(vp) = split_alike(g, v, 1, &szs) else { continue };
+            out.push((pieces, vp));
+        }
+    }
+    out.truncate(4);
+    out
+}
+
+/// `bmm(softmax(cat_2(S_j)), cat_1(V_j))`.
+fn attend(g: &mut Graph, s: &[Id], v: &[Id]) -> Id {
+    let scores = cat(g, 2, s.to_vec());
+    let values = cat(g, 1, v.to_vec());
+    let d = num(g, 2);
+    let no = op(g, "b:false", vec![]);
+    let p = op(g, SOFTMAX, vec![scores, d, no]);
+    op(g, BMM, vec![p, values])
+}
+
+/// Whether a block of scores is masked entirely: `x + full(-inf)` with `x` finite.
+fn fully_masked(g: &Graph, id: Id) -> bool {
+    calls(g, id, ADD).iter().any(|k| {
+        let minus_inf = |m: Id| {
+            fills(g, m)
+                .iter()
+                .any(|f| float_literal(g, f.value) == Some(f64::NEG_INFINITY))
+        };
+        k.len() == 3
+            && is_one(g, k[2])
+            && ((minus_inf(k[1]) && finite_product(g, k[0], 3))
+                || (minus_inf(k[0]) && finite_product(g, k[1], 3)))
+    })
+}
+
+/// Keys masked for every query add nothing to attention.
+fn attention_drops_masked_keys() -> Lemma {
+    Lemma {
+        name: "attention-drops-masked-keys",
+        doc: "bmm(softmax(cat_2(S_j)), cat_1(V_j)) is the same without the key blocks whose scores are x + full(-inf) (x finite), as long as one block remains: their probabilities are zero",
+        roots: vec![BMM.into()],
+        examples: vec![(
+            "(aten.bmm.default (aten._softmax.default (cat 2 (aten.bmm.default %r0:q %r0:k) (aten.add.Tensor (aten.bmm.default %r0:q %r1:k) (aten.full.default (list 2 3) f:-inf dt:f64 none dev b:false) 1)) 2 b:false) (cat 1 %r0:v %r1:v))",
+            &[("q", "f64[2,2,4]"), ("k", "f64[2,4,3]"), ("v", "f64[2,3,5]")],
+        )],
+        requires: None,
+        build: Arc::new(|g, _, kids| {
+            let mut out = Vec::new();
+            for (s, v) in key_blocks(g, kids[0], kids[1]) {
+                let keep: Vec<usize> = (0..s.len()).filter(|&j| !fully_masked(g, s[j])).collect();
+                if keep.is_empty() || keep.len() == s.len() {
+                    continue;
+                }
+                let ks: Vec<Id> = keep.iter().map(|&j| s[j]).collect();
+                let kv: Vec<Id> = keep.iter().map(|&j| v[j]).collect();
+                out.push(attend(g, &ks, &kv));
+            }
+            out
+        }),
+    }
+}
+
+/// Attention does not depend on the order of its key blocks.
+fn attention_key_order() -> Lemma {
+    Lemma {
+        name: "attention-key-order",
+        doc: "bmm(softmax(cat_2(S_j)), cat_1(V_j)) is unchanged when the key blocks (S_j, V_j) are permuted together; the blocks are put in a canonical order (by e-class) so that the same blocks in any order meet",
+        roots: vec![BMM.into()],
+        examples: vec![(
+            "(aten.bmm.default (aten._softmax.default (cat 2 (aten.neg.default %r0:a) %r0:a) 2 b:false) (cat 1 %r0:v %r1:v))",
+            &[("a", "f64[2,3,2]"), ("v", "f64[2,2,4]")],
+        )],
+        requires: None,
+        build: Arc::new(|g, _, kids| {
+            let mut out = Vec::new();
+            for (s, v) in key_blocks(g, kids[0], kids[1]) {
+                let key = |j: usize| (g.find(s[j]), g.find(v[j]));
+                let mut order: Vec<usize> = (0..s.len()).collect();
+                order.sort_by_key(|&j| key(j));
+                if order.iter().enumerate().all(|(i, &j)| i == j) {
+                    continue;
+                }
+                let ss: Vec<Id> = order.iter().map(|&j| s[j]).collect();
+                let vv: Vec<Id> = order.iter().map(|&j| v[j]).collect();
+                out.push(attend(g, &ss, &vv));
+            }
+            out
+        }),
+    }
+}
+
+/// The (log-sum-exp, shift) of an `exp(l - m)` class.
+fn shifted_exps(g: &Graph, e: Id) -> Vec<(Id, Id)> {
+    let mut out = Vec::new();
+    for k in calls(g, e, "aten.exp.default") {
+        for s in calls(g, k[0], "aten.sub.Tensor") {
+            if s.len() == 3 && is_one(g, s[2]) {
+                out.push((s[0], s[1]));
+            }
+        }
+    }
+    out
+}
+
+/// Whether `m` is `maximum(a, b)` (either order).
+fn is_maximum_of(g: &Graph, m: Id, a: Id, b: Id) -> bool {
+    calls(g, m, "aten.maximum.default").iter().any(|k| {
+        k.len() == 2
+            && ((same(g, k[0], a) && same(g, k[1], b)) || (same(g, k[0], b) && same(g, k[1], a)))
+    })
+}
+
+/// The (e1, e2, l1, l2) of a normalizer `t = e1 + e2` with `e_i = exp(l_i - m)`,
+/// `m = maximum(l1, l2)`.
+fn normalizer_parts(g: &Graph, t: Id) -> Vec<(Id, Id, Id, Id)> {
+    let mut out = Vec::new();
+    for k in calls(g, t, ADD) {
+        if k.len() != 3 || !is_one(g, k[2]) {
+            continue;
+        }
+        for (l1, m1) in shifted_exps(g, k[0]) {
+            for (l2, m2) in shifted_exps(g, k[1]) {
+                if same(g, m1, m2) && is_maximum_of(g, m1, l1, l2) {
+                    out.push((k[0], k[1], l1, l2));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The score blocks `S` with `l = logsumexp(S, [last], True)` whose rows all have a finite
+/// entry.
+fn finite_lse_scores(g: &Graph, l: Id) -> Vec<Id> {
+    logsumexps(g, l)
+        .into_iter()
+        .filter(|&s| rows_finite(g, s, 6))
+        .collect()
+}
+
+/// The (scores, values) of an attention output `bmm(softmax(S, last), V)`.
+fn attentions(g: &Graph, o: Id) -> Vec<(Id, Id)> {
+    let mut out = Vec::new();
+    for k in calls(g, o, BMM) {
+        for sm in calls(g, k[0], SOFTMAX) {
+            if sm.len() == 3 && int(g, sm[1]) == Some(2) && super::is_false(g, sm[2]) {
+                out.push((sm[0], k[1]));
+            }
+        }
+    }
+    out
+}
+
+/// The (o, w) operands of the products in a class.
+fn products(g: &Graph, id: Id) -> Vec<(Id, Id)> {
+    calls(g, id, "aten.mul.Tensor")
+        .into_iter()
+        .filter(|k| k.len() == 2)
+        .flat_map(|k| [(k[0], k[1]), (k[1], k[0])])
+        .collect()
+}
+
+/// The numerator of `n / t` in a class, for a given `t`.
+fn quotients(g: &Graph, id: Id) -> Vec<(Id, Id)> {
+    calls(g, id, "aten.div.Tensor")
+        .into_iter()
+        .filter(|k| k.len() == 2)
+        .map(|k| (k[0], k[1]))
+        .collect()
+}
+
+/// The log-sum-exp merge of ring attention.
+fn lse_merge() -> Lemma {
+    Lemma {
+        name: "lse-merge",
+        doc: "with l_i = logsumexp(S_i, [2], True) finite (every row of S_i has a finite entry), m = maximum(l_1, l_2), e_i = exp(l_i - m), t = e_1 + e_2: o_1 * (e_1 / t) + o_2 * (e_2 / t) = bmm(softmax(cat_2(S_1, S_2)), cat_1(V_1, V_2)) for o_i = bmm(softmax(S_i), V_i), and m + log(t) = logsumexp(cat_2(S_1, S_2), [2], True): attention over two key blocks from each block's attention and log-sum-exp",
+        roots: vec![ADD.into()],
+        examples: vec![
+            ("(aten.add.Tensor (aten.mul.Tensor (aten.bmm.default (aten._softmax.default (aten.bmm.default %r0:q %r0:k) 2 b:false) %r0:v) (aten.div.Tensor (aten.exp.default (aten.sub.Tensor (aten.logsumexp.default (aten.bmm.default %r0:q %r0:k) (list 2) b:true) (aten.maximum.default (aten.logsumexp.default (aten.bmm.default %r0:q %r0:k) (list 2) b:true) (aten.logsumexp.default (aten.bmm.default %r0:q %r1:k) (list 2) b:true)) 1)) (aten.add.Tensor (aten.exp.default (aten.sub.Tensor (aten.logsumexp.default (aten.bmm.default %r0:q %r0:k) (list 2) b:true) (aten.maximum.default (aten.logsumexp.default (aten.bmm.default %r0:q %r0:k) (list 2) b:true) (aten.logsumexp.default (aten.bmm.default %r0:q %r1:k) (list 2) b:true)) 1)) (aten.exp.default (aten.sub.Tensor (aten.logsumexp.default (aten.bmm.default %r0:q %r1:k) (list 2) b:true) (aten.maximum.default (aten.logsumexp.default (aten.bmm.default %r0:q %r0:k) (list 2) b:true) (aten.logsumexp.default (aten.bmm.default %r0:q %r1:k) (list 2) b:true)) 1)) 1))) (aten.mul.Tensor (aten.bmm.default (aten._softmax.default (aten.bmm.default %r0:q %r1:k) 2 b:false) %r1:v) (aten.div.Tensor (aten.exp.default (aten.sub.Tensor (aten.logsumexp.default (aten.bmm.default %r0:q %r1:k) (list 2) b:true) (aten.maximum.default (aten.logsumexp.default (aten.bmm.default %r0:q %r0:k) (list 2) b:true) (aten.logsumexp.default (aten.bmm.default %r0:q %r1:k) (list 2) b:true)) 1)) (aten.add.Tensor (aten.exp.default (aten.sub.Tensor (aten.logsumexp.default (aten.bmm.default %r0:q %r0:k) (list 2) b:true) (aten.maximum.default (aten.logsumexp.default (aten.bmm.default %r0:q %r0:k) (list 2) b:true) (aten.logsumexp.default (aten.bmm.default %r0:q %r1:k) (list 2) b:true)) 1)) (aten.exp.default (aten.sub.Tensor (aten.logsumexp.default (aten.bmm.default %r0:q %r1:k) (list 2) b:true) (aten.maximum.default (aten.logsumexp.default (aten.bmm.default %r0:q %r0:k) (list 2) b:true) (aten.logsumexp.default (aten.bmm.default %r0:q %r1:k) (list 2) b:true)) 1)) 1))) 1)", &[("q", "f64[2,2,4]"), ("k", "f64[2,4,3]"), ("v", "f64[2,3,5]")]),
+            ("(aten.add.Tensor (aten.maximum.default (aten.logsumexp.default (aten.bmm.default %r0:q %r0:k) (list 2) b:true) (aten.logsumexp.default (aten.bmm.default %r0:q %r1:k) (list 2) b:true)) (aten.log.default (aten.add.Tensor (aten.exp.default (aten.sub.Tensor (aten.logsumexp.default (aten.bmm.default %r0:q %r0:k) (list 2) b:true) (aten.maximum.default (aten.logsumexp.default (aten.bmm.default %r0:q %r0:k) (list 2) b:true) (aten.logsumexp.default (aten.bmm.default %r0:q %r1:k) (list 2) b:true)) 1)) (aten.exp.default (aten.sub.Tensor (aten.logsumexp.default (aten.bmm.default %r0:q %r1:k) (list 2) b:true) (aten.maximum.default (aten.logsumexp.default (aten.bmm.default %r0:q %r0:k) (list 2) b:true) (aten.logsumexp.default (aten.bmm.default %r0:q %r1:k) (list 2) b:true)) 1)) 1)) 1)", &[("q", "f64[2,2,4]"), ("k", "f64[2,4,3]")]),
+        ],
+        requires: None,
+        build: Arc::new(|g, _, kids| {
+            if !is_one(g, kids[2]) {
+                return vec![];
+            }
+            let mut out = Vec::new();
+            // The output: o_1 * (e_1 / t) + o_2 * (e_2 / t).
+            let mut found = Vec::new();
+            for (o1, w1) in products(g, kids[0]) {
+                for (o2, w2) in products(g, kids[1]) {
+                    for (n1, t1) in quotients(g, w1) {
+                        for (n2, t2) in quotients(g, w2) {
+                            if !same(g, t1, t2) {
+                                continue;
+                            }
+                            for (e1, e2, l1, l2) in normalizer_parts(g, t1) {
+                                if same(g, e1, n1) && same(g, e2, n2) {
+                                    found.push((o1, o2, l1, l2));
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            for (o1, o2, l1, l2) in found.into_iter().take(4) {
+                let (s1s, s2s) = (finite_lse_scores(g, l1), finite_lse_scores(g, l2));
+                let a1: Vec<(Id, Id)> = attentions(g, o1).into_iter().filter(|(s, _)| s1s.iter().any(|&x| same(g, x, *s))).collect();
+                let a2: Vec<(Id, Id)> = attentions(g, o2).into_iter().filter(|(s, _)| s2s.iter().any(|&x| same(g, x, *s))).collect();
+                for &(s1, v1) in a1.iter().take(2) {
+                    for &(s2, v2) in a2.iter().take(2) {
+                        out.push(attend(g, &[s1, s2], &[v1, v2]));
+                    }
+                }
+            }
+            // The log-sum-exp: m + log(t).
+            for (m, lg) in [(kids[0], kids[1]), (kids[1], kids[0])] {
+                for k in calls(g, lg, "aten.log.default") {
+                    for (_, _, l1, l2) in normalizer_parts(g, k[0]) {
+                        if !is_maximum_of(g, m, l1, l2) {
+                            continue;
+                        }
+                        let (s1s, s2s) = (finite_lse_scores(g, l1), finite_lse_scores(g, l2));
+                        for &s1 in s1s.iter().take(2) {
+                            for &s2 in s2s.iter().take(2) {
+                                let scores = cat(g, 2, vec![s1, s2]);
+                                let dims = list(g, &[2]);
+                                let yes = op(g, "b:true", vec![]);
+                                out.push(op(g, LOGSUMEXP, vec![scores, dims, yes]));
+                            }
+                        }
+                    }
+                }
+            }
+            out
+        }),
+    }
+}
+
+/// A sum over ranks does not depend on the order of its terms.
+fn sum_order() -> Lemma {
+    Lemma {
+        name: "sum-order",
+        doc: "sum(x_1, .., x_n) = sum(x_p(1), .., x_p(n)) for any permutation p; the terms are put in a canonical order (by e-class), so that the same terms summed in another order (chunks of a sequence in rank order) meet",
+        roots: vec![SUM.into()],
+        examples: vec![("(sum (aten.neg.default %r0:a) %r0:a %r1:a)", &[("a", "f64[2,3]")])],
+        requires: None,
+        build: Arc::new(|g, _, kids| {
+            let mut sorted: Vec<Id> = kids.iter().map(|&k| g.find(k)).collect();
+            sorted.sort_unstable();
+            if sorted.iter().zip(kids).all(|(a, &b)| *a == g.find(b)) {
+                return vec![];
+            }
+            vec![op(g, SUM, sorted)]
+        }),
+    }
+}

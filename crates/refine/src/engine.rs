@@ -1253,7 +1253,12 @@ fn infer_one(
             .unwrap_or_default();
         mismatches.insert(v, (want, found));
     }
-    let clean = extract(&eg, root, true);
+    let mut clean = extract(&eg, root, true);
+    if clean.is_empty() && crate::lemmas::ring::name_chunks(&mut eg) {
+        // Chunks of rank tensors (context parallelism) get their slice names, only where the
+        // output has no clean expression without them.
+        clean = extract(&eg, eg.find(root), true);
+    }
     if !clean.is_empty() {
         let equal_leaves = leaf_groups(&eg, &clean);
         let equal_slices = slice_groups(&eg, &clean);
@@ -1434,9 +1439,52 @@ fn slice_groups(eg: &Graph, exprs: &[RecExpr<Term>]) -> Vec<Vec<RecExpr<Term>>> 
             _ => None,
         })
     };
+    let slice_of = |d: i64, a: i64, b: i64, leaf: Symbol| {
+        let mut e = RecExpr::default();
+        let ids = [d, a, b].map(|x| e.add(Term::Num(x)));
+        let l = e.add(Term::Op(leaf, vec![]));
+        e.add(Term::Op(Symbol::from(SLICE), vec![ids[0], ids[1], ids[2], l]));
+        e
+    };
+    // A piece of a concatenation that is an implementation tensor is a slice of it: a chunk one
+    // rank holds whole is a slice of another rank's tensor, and both names travel on.
+    let mut piece_names: HashMap<Id, Vec<RecExpr<Term>>> = HashMap::new();
+    for class in eg.classes() {
+        let Some(leaf) = leaf_of(class.id) else {
+            continue;
+        };
+        for n in &class.nodes {
+            let Term::Op(s, k) = n else { continue };
+            if s.as_str() != CAT || k.len() < 3 {
+                continue;
+            }
+            let Some(d) = num_of(k[0]) else { continue };
+            // A concatenation of whole rank tensors (a gather, a split's outputs) names nothing
+            // new: its pieces are already tensors.
+            if k[1..].iter().all(|&p| leaf_of(p).is_some()) {
+                continue;
+            }
+            let mut off = 0i64;
+            for &p in &k[1..] {
+                let Some(len) = eg[p]
+                    .data
+                    .shape()
+                    .and_then(|sh| sh.get(usize::try_from(d).ok()?).copied())
+                else {
+                    break;
+                };
+                let p = eg.find(p);
+                piece_names
+                    .entry(p)
+                    .or_default()
+                    .push(slice_of(d, off, off + len as i64, leaf));
+                off += len as i64;
+            }
+        }
+    }
     // A class's names: its leaves and its slices of leaves, as expressions.
     let names = |class: &egg::EClass<Term, Data>| -> Vec<RecExpr<Term>> {
-        let mut out = Vec::new();
+        let mut out = piece_names.get(&class.id).cloned().unwrap_or_default();
         for n in &class.nodes {
             match n {
                 Term::Op(s, k) if k.is_empty() && s.as_str().starts_with("%r") => {
@@ -1450,11 +1498,7 @@ fn slice_groups(eg: &Graph, exprs: &[RecExpr<Term>]) -> Vec<Vec<RecExpr<Term>>> 
                     else {
                         continue;
                     };
-                    let mut e = RecExpr::default();
-                    let ids = [d, a, b].map(|x| e.add(Term::Num(x)));
-                    let l = e.add(Term::Op(leaf, vec![]));
-                    e.add(Term::Op(Symbol::from(SLICE), vec![ids[0], ids[1], ids[2], l]));
-                    out.push(e);
+                    out.push(slice_of(d, a, b, leaf));
                 }
                 _ => {}
             }
@@ -1489,7 +1533,18 @@ fn slice_groups(eg: &Graph, exprs: &[RecExpr<Term>]) -> Vec<Vec<RecExpr<Term>>> 
         }
         ns.sort_by_key(|e| e.to_string());
         ns.dedup_by_key(|e| e.to_string());
-        if ns.len() > 1 {
+        // Names within one rank are that rank's own definitions (a split's outputs): the next
+        // operator rebuilds them. Names across ranks (a chunk received whole, or sent) are not.
+        let ranks: BTreeSet<usize> = ns
+            .iter()
+            .filter_map(|e| {
+                e.as_ref().iter().find_map(|n| match n {
+                    Term::Op(s, k) if k.is_empty() => crate::term::parse_leaf(s.as_str()).map(|x| x.0),
+                    _ => None,
+                })
+            })
+            .collect();
+        if ns.len() > 1 && ranks.len() > 1 {
             groups.push(ns);
         }
     }

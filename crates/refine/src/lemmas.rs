@@ -12,7 +12,7 @@ use egg::{Applier, EGraph, Id, Pattern, PatternAst, Rewrite, Subst, Symbol, Var}
 use std::sync::Arc;
 
 mod moe;
-mod ring;
+pub(crate) mod ring;
 mod rows;
 mod vocab;
 

@@ -20,7 +20,6 @@ use std::sync::Arc;
 pub(super) fn lemmas() -> Vec<Lemma> {
     let off = std::env::var("RING_OFF").unwrap_or_default();
     let all = vec![
-        cat_piece_as_slice(),
         arange_split(),
         view_through_rows(),
         mask_slices(),
@@ -208,45 +207,52 @@ fn names_a_tensor(g: &Graph, id: Id) -> bool {
     })
 }
 
-/// A piece of a concatenation that is (or slices) an implementation tensor is a slice of it.
-fn cat_piece_as_slice() -> Lemma {
-    Lemma {
-        name: "cat-piece-as-slice",
-        doc: "x = cat_d(p_0, .., p_n) implies p_i = x[off_i : off_i + len_i] along d (applied where x is, or slices, an implementation tensor, so that each piece gets a clean name)",
-        roots: vec![CAT.into()],
-        examples: vec![(
-            "(= %r0:a (cat 0 (slice 0 0 1 %r0:a) (aten.neg.default (aten.neg.default (slice 0 1 3 %r0:a)))))",
-            &[("a", "f64[3,2]")],
-        )],
-        requires: None,
-        build: Arc::new(|g, eclass, kids| {
-            // Cheap rejection first: most concatenations do not name a tensor.
-            if !names_a_tensor(g, eclass) {
-                return vec![];
+/// Names every piece of a concatenation that is (or slices) an implementation tensor as a
+/// slice of it: `x = cat_d(p_0, .., p_n)` implies `p_i = x[off_i : off_i + len_i]` along `d`.
+///
+/// A rank's tensor under context parallelism holds two chunks of the sequence, and the spec's
+/// chunk is such a piece: this gives it a clean name. The engine runs it once after
+/// saturation, before relations are extracted, rather than as a lemma: the names only serve
+/// extraction, and as a rewrite the new slices would feed every slice lemma again on every
+/// iteration. Returns whether it named anything. Pieces that already name a tensor keep their name (the engine records the slice
+/// as a second name of such a piece when it passes relations on).
+pub fn name_chunks(g: &mut Graph) -> bool {
+    let mut todo: Vec<(Id, usize, Vec<Id>)> = Vec::new();
+    for class in g.classes() {
+        if !names_a_tensor(g, class.id) {
+            continue;
+        }
+        for n in &class.nodes {
+            let Term::Op(s, k) = n else { continue };
+            if s.as_str() != CAT || k.len() < 3 {
+                continue;
             }
-            let Some(d) = int(g, kids[0]).and_then(|d| usize::try_from(d).ok()) else {
-                return vec![];
+            let Some(d) = int(g, k[0]).and_then(|d| usize::try_from(d).ok()) else {
+                continue;
             };
-            let pieces = &kids[1..];
-            let Some(szs) = sizes(g, pieces, d) else {
-                return vec![];
-            };
-            let mut changed = false;
-            let mut off = 0;
-            // Pieces that already name a tensor get the second name too: a chunk one rank holds
-            // whole is a slice of another rank's tensor, and relations carry both names.
-            for (&p, &n) in pieces.iter().zip(&szs) {
-                let s = slice(g, d, off, off + n, eclass);
-                changed |= g.union(p, s);
-                off += n;
+            if k[1..].iter().any(|&p| !names_a_tensor(g, p)) {
+                todo.push((class.id, d, k[1..].to_vec()));
             }
-            if changed {
-                vec![eclass]
-            } else {
-                vec![]
-            }
-        }),
+        }
     }
+    if todo.is_empty() {
+        return false;
+    }
+    for (x, d, pieces) in todo {
+        let Some(szs) = sizes(g, &pieces, d) else {
+            continue;
+        };
+        let mut off = 0;
+        for (&p, &n) in pieces.iter().zip(&szs) {
+            if !names_a_tensor(g, p) {
+                let s = slice(g, d, off, off + n, x);
+                g.union(p, s);
+            }
+            off += n;
+        }
+    }
+    g.rebuild();
+    true
 }
 
 /// The integer bounds of an `arange.start(a, b, ..)` node, with its other arguments.

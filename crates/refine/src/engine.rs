@@ -1209,9 +1209,6 @@ fn infer_one(
             .with_node_limit(opts.node_limit)
             .with_time_limit(std::time::Duration::from_secs(10))
             .run(rules);
-        if std::env::var("RING_DEBUG").ok().as_deref() == Some(imp.case.spec.value_name(v)) {
-            eprintln!("DEBUG round {_round}: added {} stop {:?} nodes {} classes {} iters {}", added.len(), runner.stop_reason, runner.egraph.total_size(), runner.egraph.number_of_classes(), runner.iterations.len());
-        }
         eg = runner.egraph;
         collect_leaves(&eg, imp, &mut t_rel);
         unfold_indices(&mut eg, imp, &mut t_rel, &mut added);
@@ -1227,23 +1224,6 @@ fn infer_one(
     }
     define_scaled_consumers(&mut eg, imp, root, &mut added);
     let root = eg.find(root);
-    if let Ok(path) = std::env::var("RING_DUMP") {
-        if std::env::var("RING_DEBUG").ok().as_deref() == Some(imp.case.spec.value_name(v)) {
-            let mut text = format!("root {root}\n");
-            for c in eg.classes() {
-                text += &format!("class {} {:?}\n", c.id, c.data.shape());
-                for n in &c.nodes {
-                    let kids: Vec<String> = n.children().iter().map(|k| eg.find(*k).to_string()).collect();
-                    let sym = match n { Term::Num(x) => x.to_string(), Term::Op(s, _) => s.to_string() };
-                    text += &format!("  {sym} {}\n", kids.join(" "));
-                }
-            }
-            std::fs::write(path, text).ok();
-            if std::env::var("RING_EXIT").is_ok() {
-                std::process::exit(0);
-            }
-        }
-    }
     if !expect_ids.is_empty() && !expect_ids.iter().all(|&e| eg.find(e) == root) {
         let found = extract(&eg, root, true)
             .first()
@@ -1262,9 +1242,6 @@ fn infer_one(
     if !clean.is_empty() {
         let equal_leaves = leaf_groups(&eg, &clean);
         let equal_slices = slice_groups(&eg, &clean);
-        if std::env::var("RING_GROUPS").is_ok() {
-            eprintln!("GROUPS {}: {:?}", imp.case.spec.value_name(v), equal_slices.iter().map(|g| g.iter().map(|e| e.to_string()).collect::<Vec<_>>()).collect::<Vec<_>>());
-        }
         return State::Related(Rel {
             exprs: clean,
             clean: true,
@@ -1424,9 +1401,6 @@ fn leaf_groups(eg: &Graph, exprs: &[RecExpr<Term>]) -> Vec<Vec<Symbol>> {
 /// The groups of equal slices of implementation tensors (`slice(d, a, b, leaf)`, or a leaf)
 /// in `eg` that contain a slice used by `exprs` and at least one other such name.
 fn slice_groups(eg: &Graph, exprs: &[RecExpr<Term>]) -> Vec<Vec<RecExpr<Term>>> {
-    if std::env::var("RING_NOGROUPS").is_ok() {
-        return Vec::new();
-    }
     let leaf_of = |id: Id| -> Option<Symbol> {
         eg[id].nodes.iter().find_map(|n| match n {
             Term::Op(s, k) if k.is_empty() && s.as_str().starts_with("%r") => Some(*s),
@@ -1443,7 +1417,10 @@ fn slice_groups(eg: &Graph, exprs: &[RecExpr<Term>]) -> Vec<Vec<RecExpr<Term>>> 
         let mut e = RecExpr::default();
         let ids = [d, a, b].map(|x| e.add(Term::Num(x)));
         let l = e.add(Term::Op(leaf, vec![]));
-        e.add(Term::Op(Symbol::from(SLICE), vec![ids[0], ids[1], ids[2], l]));
+        e.add(Term::Op(
+            Symbol::from(SLICE),
+            vec![ids[0], ids[1], ids[2], l],
+        ));
         e
     };
     // A piece of a concatenation that is an implementation tensor is a slice of it: a chunk one
@@ -1527,7 +1504,9 @@ fn slice_groups(eg: &Graph, exprs: &[RecExpr<Term>]) -> Vec<Vec<RecExpr<Term>>> 
         let has_slice = ns.iter().any(|e| e.as_ref().len() > 1);
         if ns.len() < 2
             || !has_slice
-            || !ns.iter().any(|e| used.contains(&render(e, e.as_ref().len() - 1)))
+            || !ns
+                .iter()
+                .any(|e| used.contains(&render(e, e.as_ref().len() - 1)))
         {
             continue;
         }
@@ -1539,7 +1518,9 @@ fn slice_groups(eg: &Graph, exprs: &[RecExpr<Term>]) -> Vec<Vec<RecExpr<Term>>> 
             .iter()
             .filter_map(|e| {
                 e.as_ref().iter().find_map(|n| match n {
-                    Term::Op(s, k) if k.is_empty() => crate::term::parse_leaf(s.as_str()).map(|x| x.0),
+                    Term::Op(s, k) if k.is_empty() => {
+                        crate::term::parse_leaf(s.as_str()).map(|x| x.0)
+                    }
                     _ => None,
                 })
             })

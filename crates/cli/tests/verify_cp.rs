@@ -1,0 +1,58 @@
+//! `shardproof verify` on context-parallel plans (ring attention): correct plans verify, the
+//! catalog's cp bugs are never verified.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_shardproof"))
+}
+
+fn emit(model: &str, dir: &Path, mesh: &str, extra: &[&str]) -> PathBuf {
+    let out = bin()
+        .args(["zoo", "emit", model, "--mesh", mesh, "-o"])
+        .arg(dir)
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    dir.join("case.yaml")
+}
+
+fn verify(case: &Path) -> (i32, String) {
+    let out = bin().arg("verify").arg(case).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn llama_ring_attention_forward_verifies() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = emit("llama", dir.path(), "cp=2", &["--forward-only"]);
+    let (code, out) = verify(&case);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("certificate:"), "{out}");
+}
+
+/// Bugs of the ring (masks, positions, loss scaling) are refuted or inconclusive, never
+/// verified.
+#[test]
+fn cp_bugs_are_never_verified() {
+    for bug in ["cp-causal-mask-local", "cp-loss-overscaled"] {
+        let dir = tempfile::tempdir().unwrap();
+        let case = emit(
+            "llama",
+            dir.path(),
+            "cp=2",
+            &["--forward-only", "--bug", bug],
+        );
+        let (code, out) = verify(&case);
+        assert!(code == 1 || code == 3, "{bug}:\n{out}");
+    }
+}

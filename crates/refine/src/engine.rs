@@ -1210,6 +1210,7 @@ fn infer_one(
             .with_time_limit(std::time::Duration::from_secs(10))
             .run(rules);
         eg = runner.egraph;
+        crate::lemmas::ring::merge_permuted_sums(&mut eg);
         collect_leaves(&eg, imp, &mut t_rel);
         unfold_indices(&mut eg, imp, &mut t_rel, &mut added);
     }
@@ -1221,6 +1222,7 @@ fn infer_one(
             .with_node_limit(opts.node_limit)
             .run(rules);
         eg = runner.egraph;
+        crate::lemmas::ring::merge_permuted_sums(&mut eg);
     }
     define_scaled_consumers(&mut eg, imp, root, &mut added);
     let root = eg.find(root);

@@ -14,6 +14,7 @@ use super::{
 };
 use crate::term::{is_leaf, Term, CAT, SLICE, SUM};
 use egg::{Id, Symbol};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// The lemmas of this module.
@@ -29,7 +30,6 @@ pub(super) fn lemmas() -> Vec<Lemma> {
         attention_drops_masked_keys(),
         attention_key_order(),
         lse_merge(),
-        sum_order(),
     ]
 }
 
@@ -53,6 +53,15 @@ fn calls(g: &Graph, id: Id, sym: &str) -> Vec<Vec<Id>> {
         })
         .take(4)
         .collect()
+}
+
+/// Whether a class holds a node of operator `sym` (checked without building anything: the
+/// guard that keeps lemmas cheap on terms they do not match).
+fn has(g: &Graph, id: Id, sym: &str) -> bool {
+    g[id]
+        .nodes
+        .iter()
+        .any(|n| matches!(n, Term::Op(s, _) if s.as_str() == sym))
 }
 
 /// Whether two classes are the same.
@@ -284,9 +293,9 @@ fn arange_split() -> Lemma {
             let rest = &kids[2..];
             let same_options =
                 |k: &[Id]| k.len() == rest.len() && k.iter().zip(rest).all(|(x, y)| g.find(*x) == g.find(*y));
-            let mut cuts: Vec<i64> = g
-                .classes()
-                .flat_map(|c| c.nodes.iter())
+            let mut cuts: Vec<i64> = classes_of(g, "aten.arange.start")
+                .into_iter()
+                .flat_map(|c| g[c].nodes.iter())
                 .filter_map(|n| arange_bounds(g, n))
                 .filter(|(_, _, k)| same_options(k))
                 .flat_map(|(x, y, _)| [x, y])
@@ -329,8 +338,25 @@ fn view_through_rows() -> Lemma {
             if target.is_empty() || src.is_empty() || target.last() != src.last() {
                 return vec![];
             }
+            let candidates: Vec<Term> = g[kids[0]]
+                .nodes
+                .iter()
+                .filter(|n| match n {
+                    Term::Op(s, k) => match s.as_str() {
+                        SOFTMAX | LOG_SOFTMAX => k.len() == 3,
+                        "aten.matmul.default" => src.len() >= 4,
+                        // A broadcast operand of lower rank.
+                        ADD | "aten.sub.Tensor" | "aten.mul.Tensor" => k[..2].iter().any(|&x| {
+                            shape(g, x).is_some_and(|xs| xs.len() < src.len())
+                        }),
+                        _ => false,
+                    },
+                    Term::Num(_) => false,
+                })
+                .cloned()
+                .collect();
             let mut out = Vec::new();
-            for n in g[kids[0]].nodes.clone() {
+            for n in candidates {
                 let Term::Op(s, k) = n else { continue };
                 match s.as_str() {
                     SOFTMAX | LOG_SOFTMAX if k.len() == 3 => {
@@ -396,6 +422,10 @@ fn mask_slices() -> Lemma {
         ],
         requires: None,
         build: Arc::new(|g, _, kids| {
+            let x = if kids.len() == 4 { kids[3] } else { kids[0] };
+            if !has(g, x, FULL) && !has(g, x, TRIU) {
+                return vec![];
+            }
             let mut out = Vec::new();
             if kids.len() == 4 {
                 let (Some(d), Some(a), Some(b)) = (int(g, kids[0]), int(g, kids[1]), int(g, kids[2])) else {
@@ -473,6 +503,9 @@ fn causal_mask_of_positions() -> Lemma {
         ],
         requires: None,
         build: Arc::new(|g, _, kids| {
+            if !has(g, kids[0], FULL) {
+                return vec![];
+            }
             let mut out = Vec::new();
             for f in fills(g, kids[0]) {
                 if f.shape.len() != 2 || !is_zero(g, f.value) {
@@ -518,6 +551,9 @@ fn add_zero_fill() -> Lemma {
         ],
         requires: None,
         build: Arc::new(|g, eclass, kids| {
+            if !has(g, kids[0], FULL) && !has(g, kids[1], FULL) {
+                return vec![];
+            }
             let Some(out) = shape(g, eclass) else { return vec![] };
             let zero = |g: &Graph, id: Id| fills(g, id).iter().any(|f| is_zero(g, f.value));
             let mut res = Vec::new();
@@ -569,9 +605,12 @@ fn softmax_from_logsumexp() -> Lemma {
         )],
         requires: None,
         build: Arc::new(|g, _, kids| {
+            if !has(g, kids[0], "aten.sub.Tensor") {
+                return vec![];
+            }
             let mut out = Vec::new();
             for k in calls(g, kids[0], "aten.sub.Tensor") {
-                if k.len() != 3 || !is_one(g, k[2]) {
+                if k.len() != 3 || !is_one(g, k[2]) || !has(g, k[1], LOGSUMEXP) {
                     continue;
                 }
                 let Some(last) = last_dim(g, k[0]) else { continue };
@@ -622,6 +661,9 @@ fn logsumexp_over_cat() -> Lemma {
 
 /// Attention of a class: `bmm(softmax(cat_last(S_j)), V)` read as key blocks, (S_j, V_j).
 fn key_blocks(g: &Graph, p: Id, v: Id) -> Vec<(Vec<Id>, Vec<Id>)> {
+    if !has(g, p, SOFTMAX) || !has(g, v, CAT) {
+        return vec![];
+    }
     let mut out = Vec::new();
     for k in calls(g, p, SOFTMAX) {
         let (Some(ss), Some(vs)) = (shape(g, k[0]), shape(g, v)) else {
@@ -822,7 +864,10 @@ fn lse_merge() -> Lemma {
         ],
         requires: None,
         build: Arc::new(|g, _, kids| {
-            if !is_one(g, kids[2]) {
+            let products_pair = has(g, kids[0], "aten.mul.Tensor") && has(g, kids[1], "aten.mul.Tensor");
+            let max_plus_log = (has(g, kids[0], "aten.maximum.default") && has(g, kids[1], "aten.log.default"))
+                || (has(g, kids[1], "aten.maximum.default") && has(g, kids[0], "aten.log.default"));
+            if !is_one(g, kids[2]) || !(products_pair || max_plus_log) {
                 return vec![];
             }
             let mut out = Vec::new();
@@ -878,23 +923,49 @@ fn lse_merge() -> Lemma {
     }
 }
 
-/// A sum over ranks does not depend on the order of its terms.
-fn sum_order() -> Lemma {
-    Lemma {
-        name: "sum-order",
-        doc: "sum(x_1, .., x_n) = sum(x_p(1), .., x_p(n)) for any permutation p; the terms are put in a canonical order (by e-class), so that the same terms summed in another order (chunks of a sequence in rank order) meet",
-        roots: vec![SUM.into()],
-        examples: vec![("(sum (aten.neg.default %r0:a) %r0:a %r1:a)", &[("a", "f64[2,3]")])],
-        requires: None,
-        build: Arc::new(|g, _, kids| {
-            let mut sorted: Vec<Id> = kids.iter().map(|&k| g.find(k)).collect();
-            sorted.sort_unstable();
-            if sorted.iter().zip(kids).all(|(a, &b)| *a == g.find(b)) {
-                return vec![];
+/// The classes holding a node of operator `sym` (egg's per-operator index).
+fn classes_of(g: &Graph, sym: &str) -> Vec<Id> {
+    g.classes_for_op(&Some(Symbol::from(sym)))
+        .map(|it| it.map(|c| g.find(c)).collect())
+        .unwrap_or_default()
+}
+
+/// Merges the classes of sums of the same terms in different orders: `sum(x_1, .., x_n) =
+/// sum(x_p(1), .., x_p(n))` for any permutation `p` (chunks of a sequence summed in chunk order
+/// by the spec and in rank order by the implementation). Returns whether it merged anything.
+///
+/// The engine runs it after every saturation round rather than as a lemma: a rewrite would
+/// put a reordered copy of every sum in the e-graph and every lemma over sums would then work
+/// twice; here no node is built, and congruence carries the merge to every operator of the
+/// sums.
+pub fn merge_permuted_sums(g: &mut Graph) -> bool {
+    let mut by_terms: HashMap<Vec<Id>, Id> = HashMap::new();
+    let mut merges = Vec::new();
+    for c in classes_of(g, SUM) {
+        for n in &g[c].nodes {
+            let Term::Op(s, k) = n else { continue };
+            if s.as_str() != SUM {
+                continue;
             }
-            vec![op(g, SUM, sorted)]
-        }),
+            let mut terms: Vec<Id> = k.iter().map(|&x| g.find(x)).collect();
+            terms.sort_unstable();
+            match by_terms.get(&terms) {
+                Some(&other) if other != c => merges.push((other, c)),
+                Some(_) => {}
+                None => {
+                    by_terms.insert(terms, c);
+                }
+            }
+        }
     }
+    let mut changed = false;
+    for (a, b) in merges {
+        changed |= g.union(a, b);
+    }
+    if changed {
+        g.rebuild();
+    }
+    changed
 }
 
 #[cfg(test)]

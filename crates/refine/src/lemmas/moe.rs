@@ -1040,7 +1040,8 @@ pub(super) fn present_runs(g: &mut Graph, d: usize, pieces: &[Id]) -> Option<Id>
                         .collect(),
                 );
                 g.lookup(node).map(|id| (j, id))
-            });
+            })
+            .filter(|&(j, _)| !one_rank_run(g, &pieces[i..j]));
         match run {
             Some((j, id)) => {
                 grouped.push(id);
@@ -1053,6 +1054,39 @@ pub(super) fn present_runs(g: &mut Graph, d: usize, pieces: &[Id]) -> Option<Id>
         }
     }
     (grouped.len() < pieces.len()).then(|| cat(g, d, grouped))
+}
+
+/// Whether some rank holds (a slice of) every piece, or a piece is no rank's tensor: such a run
+/// is not regrouped. Regrouping gathers the pieces of several ranks into the concatenation one
+/// rank holds (dp x ep); a rank's own chunks under context parallelism are the blocks ring
+/// attention computes with, and regrouped, the relation passed on would hide them.
+fn one_rank_run(g: &Graph, pieces: &[Id]) -> bool {
+    let ranks = |p: Id| -> Vec<usize> {
+        let leaf_ranks = |c: Id| {
+            g[c].nodes.iter().filter_map(|n| match n {
+                Term::Op(s, k) if k.is_empty() => {
+                    crate::term::parse_leaf(s.as_str()).map(|(r, _)| r)
+                }
+                _ => None,
+            })
+        };
+        let mut out: Vec<usize> = leaf_ranks(p).collect();
+        for n in &g[p].nodes {
+            if let Term::Op(s, k) = n {
+                if s.as_str() == crate::term::SLICE && k.len() == 4 {
+                    out.extend(leaf_ranks(k[3]));
+                }
+            }
+        }
+        out
+    };
+    let sets: Vec<Vec<usize>> = pieces.iter().map(|&p| ranks(p)).collect();
+    if sets.iter().any(Vec::is_empty) {
+        return true;
+    }
+    sets[0]
+        .iter()
+        .any(|r| sets[1..].iter().all(|s| s.contains(r)))
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -672,23 +672,42 @@ fn key_blocks(g: &Graph, p: Id, v: Id) -> Vec<(Vec<Id>, Vec<Id>)> {
         if ss.len() != 3 || vs.len() != 3 || int(g, k[1]) != Some(2) || !super::is_false(g, k[2]) {
             continue;
         }
-        for (d, pieces) in cats(g, k[0]) {
-            if d != 2 {
-                continue;
-            }
+        // Every concatenation of both (not the first few): cat-flatten regroups runs of pieces
+        // into the concatenations present, so a class holds many groupings and the scores'
+        // and the values' alike may be anywhere among them.
+        let values = cats_along(g, v, 1);
+        for pieces in cats_along(g, k[0], 2) {
             let Some(szs) = sizes(g, &pieces, 2) else {
                 continue;
             };
             // Values split alike (no new slices: the lemma only reads what is there).
-            for (vd, vp) in cats(g, v) {
-                if vd == 1 && sizes(g, &vp, 1).as_deref() == Some(&szs[..]) {
-                    out.push((pieces.clone(), vp));
+            for vp in &values {
+                if sizes(g, vp, 1).as_deref() == Some(&szs[..]) {
+                    out.push((pieces.clone(), vp.clone()));
                 }
             }
         }
     }
+    // The finest splits first (the blocks the ranks compute).
+    out.sort_by_key(|(s, _)| std::cmp::Reverse(s.len()));
     out.truncate(4);
     out
+}
+
+/// The pieces of every concatenation along `d` in a class.
+fn cats_along(g: &Graph, id: Id, d: usize) -> Vec<Vec<Id>> {
+    g[id]
+        .nodes
+        .iter()
+        .filter_map(|n| match n {
+            Term::Op(s, k)
+                if s.as_str() == CAT && k.len() >= 3 && int(g, k[0]) == Some(d as i64) =>
+            {
+                Some(k[1..].to_vec())
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// `bmm(softmax(cat_2(S_j)), cat_1(V_j))`.

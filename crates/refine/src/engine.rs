@@ -2118,7 +2118,9 @@ fn reaches_collective(
 ) -> bool {
     let mut seen: HashSet<ValueRef> = HashSet::new();
     let mut frontier = vec![from];
-    for _ in 0..24 {
+    // Deep enough for a running total over every parameter (a global gradient norm adds one
+    // squared norm per parameter before its reduction); the visited set bounds the work.
+    for _ in 0..1024 {
         let mut next = Vec::new();
         for v in frontier {
             for &(r, n) in imp.consumers.get(&v).map_or(&[][..], Vec::as_slice) {

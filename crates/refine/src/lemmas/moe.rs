@@ -25,6 +25,7 @@ pub(super) fn lemmas() -> Vec<Lemma> {
         permute_of_permute(),
         slice_through_layout(),
         permute_of_unit_dims(),
+        permute_as_transpose(),
     ]
 }
 
@@ -659,6 +660,15 @@ fn tokenwise_over_interleaved_cat() -> Lemma {
                 "(aten.mm.default (aten.view.default (cat 2 %r0:a %r1:a) (list 3 4)) (aten.view.default (cat 1 %r0:b %r1:b) (list 4 5)))",
                 &[("a", "f64[3,2,1]"), ("b", "f64[2,1,5]")],
             ),
+            // The experts' weight gradient: a batched contraction over interleaved tokens.
+            (
+                "(aten.bmm.default (aten.transpose.int (aten.view.default (cat 2 %r0:a %r1:a) (list 2 6 3)) 1 2) (aten.view.default (cat 2 %r0:b %r1:b) (list 2 6 4)))",
+                &[("a", "f64[2,3,1,3]"), ("b", "f64[2,3,1,4]")],
+            ),
+            (
+                "(aten.mm.default (aten.transpose.int (aten.view.default (cat 1 %r0:a %r1:a) (list 4 3)) 0 1) (aten.view.default (cat 1 %r0:b %r1:b) (list 4 5)))",
+                &[("a", "f64[2,1,3]"), ("b", "f64[2,1,5]")],
+            ),
             // A per-sequence factor expanded over the sequence: copies split like the tokens.
             (
                 "(aten.mul.Tensor (aten.view.default (cat 1 %r0:u %r0:u %r0:u %r0:u) (list 8 3)) (aten.view.default (cat 1 %r0:a %r1:a) (list 8 3)))",
@@ -798,6 +808,7 @@ fn tokenwise(g: &mut Graph, sym: Symbol, kids: &[Id], out: &[usize]) -> Option<V
                 })
             };
             plan(g, 0, &map, &call);
+            contract_tokens(g, sym, kids, 2, &mut results);
         }
         "aten.sum.dim_IntList" => {
             let rank = shape(g, kids[0])?.len();
@@ -842,28 +853,7 @@ fn tokenwise(g: &mut Graph, sym: Symbol, kids: &[Id], out: &[usize]) -> Option<V
             };
             plan(g, 2, &map, &call);
         }
-        "aten.mm.default" => {
-            // A contraction over the tokens (a weight gradient, tokens in the columns of the
-            // left operand and the rows of the right): the sum of the pieces' products.
-            for form in token_splits(g, kids[0]) {
-                if form.at != 1 {
-                    continue;
-                }
-                let Some(rights) = aligned_pieces(g, kids[1], 0, &form) else {
-                    continue;
-                };
-                let lefts = form.pieces(g);
-                if lefts.len() != rights.len() {
-                    continue;
-                }
-                let parts: Vec<Id> = lefts
-                    .iter()
-                    .zip(&rights)
-                    .map(|(&a, &b)| g.add(with_kids(sym, kids, &[(0, a), (1, b)])))
-                    .collect();
-                results.push(op(g, SUM, parts));
-            }
-        }
+        "aten.mm.default" => contract_tokens(g, sym, kids, 1, &mut results),
         "aten.gather.default" => {
             // Each token picks from its own row (the top-k gradient under sequence parallelism).
             let rank = shape(g, kids[0])?.len();
@@ -960,6 +950,48 @@ fn tokenwise(g: &mut Graph, sym: Symbol, kids: &[Id], out: &[usize]) -> Option<V
         _ => {}
     }
     Some(results)
+}
+
+/// A (batched) product contracting the tokens (a weight gradient: tokens in dim `k` of the left
+/// operand, the last, and in dim `k - 1` of the right): the sum of the pieces' products. The
+/// left operand's split is its own, or that of the tokens-first tensor it transposes.
+fn contract_tokens(g: &mut Graph, sym: Symbol, kids: &[Id], k: usize, results: &mut Vec<Id>) {
+    let mut lefts: Vec<(TokenSplit, Option<(Id, Id)>)> = token_splits(g, kids[0])
+        .into_iter()
+        .filter(|f| f.at == k)
+        .map(|f| (f, None))
+        .collect();
+    for (x, a, b) in super::transposes(g, kids[0]) {
+        if (int(g, a), int(g, b)) != (Some(k as i64 - 1), Some(k as i64)) {
+            continue;
+        }
+        for f in token_splits(g, x) {
+            if f.at == k - 1 {
+                lefts.push((f, Some((a, b))));
+            }
+        }
+    }
+    for (form, transposed) in lefts {
+        let Some(rights) = aligned_pieces(g, kids[1], k - 1, &form) else {
+            continue;
+        };
+        let mut ls = form.pieces(g);
+        if let Some((a, b)) = transposed {
+            ls = ls
+                .into_iter()
+                .map(|x| op(g, "aten.transpose.int", vec![x, a, b]))
+                .collect();
+        }
+        if ls.len() != rights.len() {
+            continue;
+        }
+        let parts: Vec<Id> = ls
+            .iter()
+            .zip(&rights)
+            .map(|(&a, &b)| g.add(with_kids(sym, kids, &[(0, a), (1, b)])))
+            .collect();
+        results.push(op(g, SUM, parts));
+    }
 }
 
 /// `permute(permute(x, p), q) = permute(x, p∘q)`, or `x` when the composition is the identity.
@@ -1267,6 +1299,37 @@ fn permute_of_unit_dims() -> Lemma {
                 return vec![];
             }
             vec![view_as(g, kids[0], &out)]
+        }),
+    }
+}
+
+/// A permute that swaps two dims is that transpose.
+fn permute_as_transpose() -> Lemma {
+    Lemma {
+        name: "permute-as-transpose",
+        doc: "permute(x, p) = transpose(x, a, b) when p swaps dims a < b and keeps the others (the layout lemmas write permutes, the ranks transpose: a weight gradient's transposed activations under sequence parallelism)",
+        roots: vec!["aten.permute.default".into()],
+        examples: vec![
+            ("(aten.permute.default %r0:x (list 1 0))", &[("x", "f64[3,2]")]),
+            ("(aten.permute.default %r0:x (list 0 3 2 1))", &[("x", "f64[2,3,4,2]")]),
+        ],
+        requires: None,
+        build: Arc::new(|g, _, kids| {
+            let Some(p) = int_list(g, kids[1]) else { return vec![] };
+            let rank = p.len() as i64;
+            let moved: Vec<usize> = p
+                .iter()
+                .enumerate()
+                .filter(|&(i, &d)| (if d < 0 { d + rank } else { d }) != i as i64)
+                .map(|(i, _)| i)
+                .collect();
+            let [a, b] = moved[..] else { return vec![] };
+            let norm = |d: i64| if d < 0 { d + rank } else { d };
+            if norm(p[a]) != b as i64 || norm(p[b]) != a as i64 {
+                return vec![];
+            }
+            let (a, b) = (super::num(g, a as i64), super::num(g, b as i64));
+            vec![op(g, "aten.transpose.int", vec![kids[0], a, b])]
         }),
     }
 }

@@ -2108,14 +2108,72 @@ fn summands_of(e: &RecExpr<Term>) -> Vec<BTreeSet<usize>> {
     }
 }
 
-/// Whether an implementation tensor flows, through operators linear in it, into a collective
-/// that combines ranks of different summands of its partial sum (bounded search).
-fn reaches_collective(
+/// The implementation tensors an expression reads.
+fn expr_leaves(case: &Case, e: &RecExpr<Term>) -> Vec<ValueRef> {
+    e.as_ref()
+        .iter()
+        .filter_map(|n| match n {
+            Term::Op(s, k) if k.is_empty() => {
+                crate::term::parse_leaf(s.as_str()).and_then(|(r, nm)| {
+                    case.program.ranks.get(r)?.find(nm).map(|v| ValueRef {
+                        rank: Some(r),
+                        value: v,
+                    })
+                })
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// The first implementation operator (`rK.name = op`) that reads one of `leaves` and whose
+/// result a collective reads: the tensor is reduced one step later, after that operator changed
+/// it.
+fn changed_before_reduction(case: &Case, imp: &Impl, leaves: &[ValueRef]) -> Option<String> {
+    for l in leaves {
+        for &(r, n) in imp.consumers.get(l).map_or(&[][..], Vec::as_slice) {
+            let nd = &case.program.ranks[r].nodes[n];
+            if nd.op().is_some_and(|o| o.namespace == "_c10d_functional") {
+                continue;
+            }
+            let out = ValueRef {
+                rank: Some(r),
+                value: ValueId::new(n, 0),
+            };
+            let late = imp.consumers.get(&out).is_some_and(|cs| {
+                cs.iter().any(|&(r2, n2)| {
+                    case.program.ranks[r2].nodes[n2]
+                        .op()
+                        .is_some_and(|o| o.namespace == "_c10d_functional")
+                })
+            });
+            if late {
+                let op = nd.op().map(|o| o.to_string()).unwrap_or_default();
+                return Some(format!("r{r}.{} = {op}", nd.name));
+            }
+        }
+    }
+    None
+}
+
+/// Where an implementation tensor's partial sum goes (bounded search along operators linear in
+/// it, stopping at collectives that combine ranks of different summands).
+#[derive(Clone, Copy, Debug, Default)]
+struct ReductionPath {
+    /// Some path reaches such a collective.
+    reduced: bool,
+    /// Some path on the tensor's own rank reaches an operator nonlinear in the partial value
+    /// first: the implementation computes with the unreduced value.
+    used_unreduced: bool,
+}
+
+fn reduction_path(
     case: &Case,
     imp: &Impl,
     from: ValueRef,
     summands: &[BTreeSet<usize>],
-) -> bool {
+) -> ReductionPath {
+    let mut path = ReductionPath::default();
     let mut seen: HashSet<ValueRef> = HashSet::new();
     let mut frontier = vec![from];
     // Deep enough for a running total over every parameter (a global gradient norm adds one
@@ -2125,7 +2183,8 @@ fn reaches_collective(
         for v in frontier {
             for &(r, n) in imp.consumers.get(&v).map_or(&[][..], Vec::as_slice) {
                 let node = &case.program.ranks[r].nodes[n];
-                if node.op().is_some_and(|o| o.namespace == "_c10d_functional") {
+                let collective = node.op().is_some_and(|o| o.namespace == "_c10d_functional");
+                if collective {
                     // A collective that combines ranks of different summands (a chain of
                     // them may combine the rest: tensor then expert groups).
                     if let Some(ranks) = collective_ranks(imp, r, n) {
@@ -2134,7 +2193,8 @@ fn reaches_collective(
                             .filter(|s| s.iter().any(|r| ranks.contains(r)))
                             .count();
                         if met >= 2 {
-                            return true;
+                            path.reduced = true;
+                            continue;
                         }
                     }
                 }
@@ -2153,7 +2213,6 @@ fn reaches_collective(
                 };
                 // A collective is linear in its input: a rearrangement or a partial reduction
                 // passes the sum on to the next one.
-                let collective = node.op().is_some_and(|o| o.namespace == "_c10d_functional");
                 let linear = collective
                     || node
                         .args()
@@ -2161,6 +2220,12 @@ fn reaches_collective(
                         .enumerate()
                         .any(|(i, a)| holds(a) && crate::lemmas::may_be_linear_in(&op, i));
                 if !linear {
+                    // Judged on the tensor's own rank: the other members of a collective
+                    // complete their sums through their own earlier collectives, which this
+                    // walk does not follow back.
+                    if Some(r) == from.rank {
+                        path.used_unreduced = true;
+                    }
                     continue;
                 }
                 for k in 0..node.outputs.len() {
@@ -2179,7 +2244,7 @@ fn reaches_collective(
         }
         frontier = next;
     }
-    false
+    path
 }
 
 /// The product term inside a lowered fused linear, `add(mm(a, b), bias)`.
@@ -2288,6 +2353,7 @@ fn blame(
     }
     frontier.sort();
     let mut v = frontier.first().copied().unwrap_or(out);
+    let first_stop = v;
     // Relations stopped at an operator that is (or may be) linear in its rank-sum inputs while
     // every other operand is replicated on the summed ranks: summing the operator's results
     // later is then the same sum, and a partial sum flowing on to a later reduction is no
@@ -2396,22 +2462,9 @@ fn blame(
         if let Some(State::Related(r)) = st {
             for e in &r.exprs {
                 let top = e.as_ref().last();
-                let leaves: Vec<ValueRef> = e
-                    .as_ref()
-                    .iter()
-                    .filter_map(|n| match n {
-                        Term::Op(s, k) if k.is_empty() => crate::term::parse_leaf(s.as_str())
-                            .and_then(|(r, nm)| {
-                                case.program.ranks.get(r)?.find(nm).map(|v| ValueRef {
-                                    rank: Some(r),
-                                    value: v,
-                                })
-                            }),
-                        _ => None,
-                    })
-                    .collect();
+                let leaves = expr_leaves(case, e);
                 let mut reduced = false;
-                let mut late_op: Option<String> = None;
+                let late_op = changed_before_reduction(case, imp, &leaves);
                 // The rank sets the implementation's collectives over these leaves reduce.
                 let mut groups: BTreeSet<Vec<usize>> = BTreeSet::new();
                 for l in &leaves {
@@ -2419,23 +2472,6 @@ fn blame(
                         let g = &case.program.ranks[r];
                         let nd = &g.nodes[n];
                         let op = nd.op().map(|o| o.to_string()).unwrap_or_default();
-                        if !op.starts_with("_c10d_functional.") {
-                            // Reduced one step later: something was added in between.
-                            let out = ValueRef {
-                                rank: Some(r),
-                                value: ValueId::new(n, 0),
-                            };
-                            let late = imp.consumers.get(&out).is_some_and(|cs| {
-                                cs.iter().any(|&(r2, n2)| {
-                                    case.program.ranks[r2].nodes[n2]
-                                        .op()
-                                        .is_some_and(|o| o.namespace == "_c10d_functional")
-                                })
-                            });
-                            if late && late_op.is_none() {
-                                late_op = Some(format!("r{r}.{} = {op}", nd.name));
-                            }
-                        }
                         if op.starts_with("_c10d_functional.") {
                             reduced = true;
                             if let Some(ranks) = collective_ranks(imp, r, n) {
@@ -2474,11 +2510,20 @@ fn blame(
                 }
                 // Reduced further downstream, after more operators: the engine lacks the
                 // lemma that relates the path, which is no evidence of a bug.
-                let reduced_later = !reduced && late_op.is_none() && deferrable(e) && {
+                //
+                // At an operator nonlinear in the partial sum, the same holds when the
+                // implementation reduces every piece before computing with it: relations then
+                // stop for want of a lemma that regroups the reduction (the ranks' running
+                // totals of a gradient norm, reduced in another order), not for a missing one.
+                let reduced_later = !reduced && late_op.is_none() && {
                     let summands = summands_of(e);
-                    leaves
+                    let paths: Vec<ReductionPath> = leaves
                         .iter()
-                        .any(|l| reaches_collective(case, imp, *l, &summands))
+                        .map(|l| reduction_path(case, imp, *l, &summands))
+                        .collect();
+                    let reaches = paths.iter().any(|p| p.reduced);
+                    reaches
+                        && (deferrable(e) || paths.iter().all(|p| p.reduced && !p.used_unreduced))
                 };
                 if matches!(top, Some(Term::Op(s, _)) if s.as_str() == SUM)
                     && !reduced
@@ -2496,6 +2541,30 @@ fn blame(
                         render(e, e.as_ref().len() - 1)
                     )
                     });
+                }
+            }
+        }
+    }
+    // Nothing at the first addition of the partial sums (the walk back above), but the operator
+    // where relations first stopped reads a rank sum one of whose terms the implementation
+    // changes just before reducing it: what that adds is counted once per rank (a replicated
+    // parameter's squared norm summed on every rank into a gradient norm).
+    if hint.is_none() && first_stop != v {
+        let stop_node = &spec.nodes[first_stop.node];
+        'late: for x in stop_node.inputs() {
+            let Some(State::Related(r)) = state.get(&x) else {
+                continue;
+            };
+            for e in r.exprs.iter().filter(|e| is_rank_sum(e)) {
+                let leaves = expr_leaves(case, e);
+                if let Some(late) = changed_before_reduction(case, imp, &leaves) {
+                    hint = Some(format!(
+                        "input `{}` of `{}` is a partial sum, {}, that the implementation reduces only after `{late}` changes it: whatever that adds is counted once per rank (a replicated term summed on every rank, or a bias added before the all-reduce?)",
+                        spec.value_name(x),
+                        stop_node.name,
+                        render(e, e.as_ref().len() - 1)
+                    ));
+                    break 'late;
                 }
             }
         }

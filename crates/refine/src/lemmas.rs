@@ -171,6 +171,37 @@ pub fn sums(g: &Graph, id: Id) -> Vec<Vec<Id>> {
     out
 }
 
+/// `sum(xs) + sum(ys)` as one sum: every term of `ys` joins a distinct term `x` of `xs` for
+/// which the graph already has `x + y` (either operand order, alpha `one`), or is kept as a
+/// term of its own; `None` when no term joins (then nothing is gained) or the sum would exceed
+/// 16 terms.
+fn pair_sums(g: &mut Graph, xs: &[Id], ys: &[Id], one: Id) -> Option<Id> {
+    let add = Symbol::from("aten.add.Tensor");
+    let mut terms: Vec<Id> = xs.to_vec();
+    let mut joined = vec![false; xs.len()];
+    let mut alone = Vec::new();
+    for &y in ys {
+        let hit = (0..xs.len()).filter(|&i| !joined[i]).find_map(|i| {
+            let x = xs[i];
+            g.lookup(Term::Op(add, vec![x, y, one]))
+                .or_else(|| g.lookup(Term::Op(add, vec![y, x, one])))
+                .map(|s| (i, s))
+        });
+        match hit {
+            Some((i, s)) => {
+                terms[i] = s;
+                joined[i] = true;
+            }
+            None => alone.push(y),
+        }
+    }
+    if !joined.contains(&true) || terms.len() + alone.len() > 16 {
+        return None;
+    }
+    terms.extend(alone);
+    Some(op(g, SUM, terms))
+}
+
 /// The `scale` nodes of a class: (numerator, denominator, operand).
 fn scales(g: &Graph, id: Id) -> Vec<(i64, i64, Id)> {
     g[id]
@@ -1029,11 +1060,13 @@ pub fn library() -> Vec<Lemma> {
     });
     l.push(Lemma {
         name: "add-into-sum",
-        doc: "a + sum(b_1..b_n) = sum(b_1, .., a + b_k, .., b_n) (a running total one rank adds to before the reduction); sum(.., a + b, ..) = sum(.., a, b, ..); sum(a, b, c) = (a + b) + c where the graph has those additions",
+        doc: "a + sum(b_1..b_n) = sum(b_1, .., a + b_k, .., b_n) (a running total one rank adds to before the reduction); sum(a_i) + sum(b_j) = sum of the a_i with each b_j added to the term the graph adds it to; sum(.., a + b, ..) = sum(.., a, b, ..); sum(a, b, c) = (a + b) + c where the graph has those additions",
         roots: vec!["aten.add.Tensor".into(), SUM.into()],
         examples: vec![
             ("(aten.add.Tensor %r0:a (sum %r0:b %r1:b) 1)", &[("a", "f64[2,3]"), ("b", "f64[2,3]")]),
             ("(sum (aten.add.Tensor %r0:a %r0:b 1) %r1:a)", &[("a", "f64[2,3]"), ("b", "f64[2,3]")]),
+            // Running totals: the ranks' own additions sit beside the two sums.
+            ("(cat 0 (aten.add.Tensor (sum %r0:a %r1:a %r2:a) (sum %r0:b %r2:b) 1) (aten.add.Tensor %r0:a %r0:b 1) (aten.add.Tensor %r2:a %r2:b 1))", &[("a", "f64[2,3]"), ("b", "f64[2,3]")]),
             // The addition the rank computed sits beside the sum.
             ("(cat 0 (sum %r0:a %r0:b %r0:c) (aten.add.Tensor (aten.add.Tensor %r0:a %r0:b 1) %r0:c 1))", &[("a", "f64[2,3]"), ("b", "f64[2,3]"), ("c", "f64[2,3]")]),
         ],
@@ -1045,6 +1078,15 @@ pub fn library() -> Vec<Lemma> {
             if node_sym(g, eclass, kids, &["aten.add.Tensor"]).is_some() {
                 if !is_one(g, kids[2]) || !full(g, kids[0]) || !full(g, kids[1]) {
                     return vec![];
+                }
+                // Two rank sums added: each term of one joins a term of the other where the
+                // graph has their addition (a rank adding to its own running total: the
+                // squared norms of a global gradient norm), looked up, never built; terms
+                // without a partner stay terms.
+                for xs in sums(g, kids[0]).into_iter().take(2) {
+                    for ys in sums(g, kids[1]).into_iter().take(2) {
+                        res.extend(pair_sums(g, &xs, &ys, kids[2]));
+                    }
                 }
                 for (a, b, a_first) in [(kids[0], kids[1], true), (kids[1], kids[0], false)] {
                     if !sums(g, a).is_empty() {

@@ -1081,6 +1081,11 @@ fn tile(
     None
 }
 
+/// A saturation run's wall-clock limit: far above what the node and iteration limits allow on
+/// an idle machine, so that those limits, not the machine's load, decide where a run stops (a
+/// 10 s limit made context-parallel cases inconclusive on a loaded machine).
+const SATURATION_WALL_CLOCK: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// Infers the relations of one spec value defined by `t`.
 #[allow(clippy::too_many_arguments)]
 fn infer_one(
@@ -1207,7 +1212,7 @@ fn infer_one(
             .with_egraph(std::mem::take(&mut eg))
             .with_iter_limit(opts.iter_limit)
             .with_node_limit(opts.node_limit)
-            .with_time_limit(std::time::Duration::from_secs(10))
+            .with_time_limit(SATURATION_WALL_CLOCK)
             .run(rules);
         eg = runner.egraph;
         crate::lemmas::ring::merge_permuted_sums(&mut eg);
@@ -1220,6 +1225,7 @@ fn infer_one(
             .with_egraph(eg)
             .with_iter_limit(opts.iter_limit)
             .with_node_limit(opts.node_limit)
+            .with_time_limit(SATURATION_WALL_CLOCK)
             .run(rules);
         eg = runner.egraph;
         crate::lemmas::ring::merge_permuted_sums(&mut eg);

@@ -56,3 +56,43 @@ fn cp_bugs_are_never_verified() {
         assert!(code == 1 || code == 3, "{bug}:\n{out}");
     }
 }
+
+#[test]
+fn gpt2_ring_attention_forward_verifies() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = emit("gpt2", dir.path(), "cp=2", &["--forward-only"]);
+    let (code, out) = verify(&case);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("certificate:"), "{out}");
+}
+
+/// The ring within each dp replica: the chunks are taken from the dp rank's batch half.
+#[test]
+fn llama_dp_by_cp_forward_verifies() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = emit("llama", dir.path(), "dp=2,cp=2", &["--forward-only"]);
+    let (code, out) = verify(&case);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("certificate:"), "{out}");
+}
+
+/// gpt2's cp bugs (positions without the chunk offset, block-local causal masks, the loss
+/// scaled by cp twice) are refuted or inconclusive, never verified.
+#[test]
+fn gpt2_cp_bugs_are_never_verified() {
+    for bug in [
+        "cp-loss-overscaled",
+        "cp-rope-no-offset",
+        "cp-causal-mask-local",
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let case = emit(
+            "gpt2",
+            dir.path(),
+            "cp=2",
+            &["--forward-only", "--bug", bug],
+        );
+        let (code, out) = verify(&case);
+        assert!(code == 1 || code == 3, "{bug}:\n{out}");
+    }
+}

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::entangle_samples;
+use common::{emit_zoo as emit_model, entangle_samples, verify_exit as verify};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -13,29 +13,6 @@ fn bin() -> Command {
 
 fn emit(dir: &Path, mesh: &str, extra: &[&str]) -> PathBuf {
     emit_model("mlp", dir, mesh, extra)
-}
-
-fn emit_model(model: &str, dir: &Path, mesh: &str, extra: &[&str]) -> PathBuf {
-    let out = bin()
-        .args(["zoo", "emit", model, "--mesh", mesh, "-o"])
-        .arg(dir)
-        .args(extra)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    dir.join("case.yaml")
-}
-
-fn verify(case: &Path) -> (i32, String) {
-    let out = bin().arg("verify").arg(case).output().unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-    )
 }
 
 #[test]

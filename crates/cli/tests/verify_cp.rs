@@ -1,35 +1,9 @@
 //! `shardproof verify` on context-parallel plans (ring attention): correct plans verify, the
 //! catalog's cp bugs are never verified.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
 
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_shardproof"))
-}
-
-fn emit(model: &str, dir: &Path, mesh: &str, extra: &[&str]) -> PathBuf {
-    let out = bin()
-        .args(["zoo", "emit", model, "--mesh", mesh, "-o"])
-        .arg(dir)
-        .args(extra)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    dir.join("case.yaml")
-}
-
-fn verify(case: &Path) -> (i32, String) {
-    let out = bin().arg("verify").arg(case).output().unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-    )
-}
+use common::{emit_zoo as emit, verify_exit as verify};
 
 #[test]
 fn llama_ring_attention_forward_verifies() {

@@ -3,36 +3,14 @@
 //! scatter's backward, the auxiliary loss's share per rank), the sequence-parallel forward, the
 //! all-to-all dispatcher's forward, and the MoE catalog bugs, never verified.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
 
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_shardproof"))
-}
+use common::{emit_zoo, verify_exit as verify};
+use std::path::{Path, PathBuf};
 
 /// Emits the zoo's deepseek under `mesh` into `dir` and returns its case file.
 fn emit_deepseek(dir: &Path, mesh: &str, extra: &[&str]) -> PathBuf {
-    let out = bin()
-        .args(["zoo", "emit", "deepseek", "--mesh", mesh, "-o"])
-        .arg(dir)
-        .args(extra)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    dir.join("case.yaml")
-}
-
-/// The exit code and standard output of `verify`.
-fn verify(case: &Path) -> (i32, String) {
-    let out = bin().arg("verify").arg(case).output().unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-    )
+    emit_zoo("deepseek", dir, mesh, extra)
 }
 
 /// Emits and verifies one plan, asserting the exit code.

@@ -10,6 +10,36 @@ pub mod zoo;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// Emits the zoo's `model` under `mesh` (plus `extra` flags) into `dir` and returns its case
+/// file; panics with the emitter's message when it refuses.
+pub fn emit_zoo(model: &str, dir: &Path, mesh: &str, extra: &[&str]) -> PathBuf {
+    let out = Command::new(env!("CARGO_BIN_EXE_shardproof"))
+        .args(["zoo", "emit", model, "--mesh", mesh, "-o"])
+        .arg(dir)
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    dir.join("case.yaml")
+}
+
+/// The exit code and standard output of `shardproof verify CASE`.
+pub fn verify_exit(case: &Path) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_shardproof"))
+        .arg("verify")
+        .arg(case)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
 /// What one invocation of the binary produced.
 #[derive(Debug)]
 pub struct Out {

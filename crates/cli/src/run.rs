@@ -20,6 +20,9 @@ use shardproof_ops::{strides, Meta, OpClass, Registry, Tensor};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
+/// The relative error an f64 run tolerates (the reference precision: rounding only).
+const F64_TOLERANCE: f64 = 1e-9;
+
 /// Arguments of `shardproof run`.
 #[derive(ClapArgs)]
 pub struct RunArgs {
@@ -120,7 +123,7 @@ pub fn main(args: &RunArgs) -> Verdict {
     let (precision, tolerance) = match args.dtype.as_str() {
         "f32" => (Precision::F32, 1e-5),
         "bf16" => (Precision::Bf16, 3e-2),
-        _ => (Precision::F64, 1e-9),
+        _ => (Precision::F64, F64_TOLERANCE),
     };
     let mut report = RunReport {
         case: args.case.display().to_string(),
@@ -247,7 +250,6 @@ fn run_case(
 /// the f64 tolerance (a counterexample), `Ok(None)` when they meet it, `Err` when the run
 /// cannot decide (it cannot lay out or run the case, or the expectation is an `expr:`).
 pub fn expectation_counterexample(case: &Case, output: &str) -> Result<Option<f64>, String> {
-    const TOLERANCE: f64 = 1e-9;
     let defaults = RunArgs::new(case.file.clone());
     let (spec_env, rank_envs) = run_case(
         case,
@@ -257,7 +259,8 @@ pub fn expectation_counterexample(case: &Case, output: &str) -> Result<Option<f6
         &Progress::new(false),
     )
     .map_err(|s| s.message)?;
-    let results = compare_outputs(case, &spec_env, &rank_envs, TOLERANCE).map_err(|s| s.message)?;
+    let results =
+        compare_outputs(case, &spec_env, &rank_envs, F64_TOLERANCE).map_err(|s| s.message)?;
     let r = results
         .iter()
         .find(|r| r.name == output)

@@ -9,6 +9,7 @@
 
 use crate::term::{Data, Shapes, Term, CAT, GET, LIST, MAX, MIN, SLICE, SUM};
 use egg::{Applier, EGraph, Id, Pattern, PatternAst, Rewrite, Subst, Symbol, Var};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 mod moe;
@@ -200,6 +201,52 @@ fn pair_sums(g: &mut Graph, xs: &[Id], ys: &[Id], one: Id) -> Option<Id> {
     }
     terms.extend(alone);
     Some(op(g, SUM, terms))
+}
+
+/// The classes holding a node of operator `sym` (egg's per-operator index).
+pub(crate) fn classes_of(g: &Graph, sym: &str) -> Vec<Id> {
+    g.classes_for_op(&Some(Symbol::from(sym)))
+        .map(|it| it.map(|c| g.find(c)).collect())
+        .unwrap_or_default()
+}
+
+/// Merges the classes of sums of the same terms in different orders: `sum(x_1, .., x_n) =
+/// sum(x_p(1), .., x_p(n))` for any permutation `p` (chunks of a sequence summed in chunk order
+/// by the spec and in rank order by the implementation; ranks' running totals reduced over tp,
+/// then dp). Returns whether it merged anything.
+///
+/// The engine runs it after every saturation round rather than as a lemma: a rewrite would
+/// put a reordered copy of every sum in the e-graph and every lemma over sums would then work
+/// twice; here no node is built, and congruence carries the merge to every operator of the
+/// sums.
+pub fn merge_permuted_sums(g: &mut Graph) -> bool {
+    let mut by_terms: HashMap<Vec<Id>, Id> = HashMap::new();
+    let mut merges = Vec::new();
+    for c in classes_of(g, SUM) {
+        for n in &g[c].nodes {
+            let Term::Op(s, k) = n else { continue };
+            if s.as_str() != SUM {
+                continue;
+            }
+            let mut terms: Vec<Id> = k.iter().map(|&x| g.find(x)).collect();
+            terms.sort_unstable();
+            match by_terms.get(&terms) {
+                Some(&other) if other != c => merges.push((other, c)),
+                Some(_) => {}
+                None => {
+                    by_terms.insert(terms, c);
+                }
+            }
+        }
+    }
+    let mut changed = false;
+    for (a, b) in merges {
+        changed |= g.union(a, b);
+    }
+    if changed {
+        g.rebuild();
+    }
+    changed
 }
 
 /// The `scale` nodes of a class: (numerator, denominator, operand).

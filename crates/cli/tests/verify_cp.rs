@@ -70,3 +70,45 @@ fn gpt2_cp_bugs_are_never_verified() {
         assert!(code == 1 || code == 3, "{bug}:\n{out}");
     }
 }
+
+/// The cp bugs of a model on the full iteration (forward, backward through the ring, the
+/// gradient reduction and the step) are refuted or inconclusive, never verified: the guard
+/// the attention-backward lemmas must keep.
+fn full_iteration_bugs_never_verify(model: &str, bugs: &[&str]) {
+    for bug in bugs {
+        let dir = tempfile::tempdir().unwrap();
+        let case = emit(model, dir.path(), "cp=2", &["--bug", bug]);
+        let (code, out) = verify(&case);
+        assert!(code == 1 || code == 3, "{model} {bug}:\n{out}");
+    }
+}
+
+#[test]
+fn llama_cp_bugs_full_iteration_are_never_verified() {
+    full_iteration_bugs_never_verify(
+        "llama",
+        &[
+            "cp-causal-mask-local",
+            "cp-rope-no-offset",
+            "cp-loss-overscaled",
+        ],
+    );
+}
+
+#[test]
+fn gpt2_cp_bugs_full_iteration_are_never_verified() {
+    full_iteration_bugs_never_verify(
+        "gpt2",
+        &[
+            "cp-causal-mask-local",
+            "cp-rope-no-offset",
+            "cp-loss-overscaled",
+        ],
+    );
+}
+
+/// The catalog defines `cp-loss-overscaled` for the dense models only.
+#[test]
+fn deepseek_cp_bugs_full_iteration_are_never_verified() {
+    full_iteration_bugs_never_verify("deepseek", &["cp-causal-mask-local", "cp-rope-no-offset"]);
+}

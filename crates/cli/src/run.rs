@@ -250,17 +250,7 @@ fn run_case(
 /// the f64 tolerance (a counterexample), `Ok(None)` when they meet it, `Err` when the run
 /// cannot decide (it cannot lay out or run the case, or the expectation is an `expr:`).
 pub fn expectation_counterexample(case: &Case, output: &str) -> Result<Option<f64>, String> {
-    let defaults = RunArgs::new(case.file.clone());
-    let (spec_env, rank_envs) = run_case(
-        case,
-        Precision::F64,
-        defaults.seed,
-        defaults.max_memory,
-        &Progress::new(false),
-    )
-    .map_err(|s| s.message)?;
-    let results =
-        compare_outputs(case, &spec_env, &rank_envs, F64_TOLERANCE).map_err(|s| s.message)?;
+    let results = reference_run(case)?;
     let r = results
         .iter()
         .find(|r| r.name == output)
@@ -273,6 +263,33 @@ pub fn expectation_counterexample(case: &Case, output: &str) -> Result<Option<f6
             .clone()
             .unwrap_or_else(|| "the ranks' tensors do not fit the expected placement".into())),
     }
+}
+
+/// What a concrete run says about a refutation of `case` (f64, seed 0, `run`'s defaults):
+/// `Ok(Some((output, error)))` names the first output the ranks miss (by a relative error
+/// above the f64 tolerance, or not fitting its placement at all: error `None`), `Ok(None)`
+/// when every output matches, `Err` when the run cannot decide (it cannot lay out or run the
+/// case).
+pub fn outputs_counterexample(case: &Case) -> Result<Option<(String, Option<f64>)>, String> {
+    let results = reference_run(case)?;
+    Ok(results
+        .into_iter()
+        .find(|r| !r.matched)
+        .map(|r| (r.name, r.rel_error)))
+}
+
+/// Runs `case` in f64 with `run`'s default seed and memory budget and compares every output.
+fn reference_run(case: &Case) -> Result<Vec<OutputResult>, String> {
+    let defaults = RunArgs::new(case.file.clone());
+    let (spec_env, rank_envs) = run_case(
+        case,
+        Precision::F64,
+        defaults.seed,
+        defaults.max_memory,
+        &Progress::new(false),
+    )
+    .map_err(|s| s.message)?;
+    compare_outputs(case, &spec_env, &rank_envs, F64_TOLERANCE).map_err(|s| s.message)
 }
 
 /// The names a run gives values to: laid-out spec tensors (or their impl names) and constants.

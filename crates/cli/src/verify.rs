@@ -84,6 +84,11 @@ pub fn main(args: &VerifyArgs) -> Verdict {
             ));
         }
         settle_expectation(&case, &output, &mut outcome);
+    } else if outcome.verdict == RefineVerdict::Refuted {
+        if let Some(s) = &spinner {
+            s.set_message(format!("running {} to confirm the refutation", case.name));
+        }
+        confirm_refutation(&case, &mut outcome);
     }
     if let Some(s) = spinner {
         s.finish_and_clear();
@@ -143,6 +148,56 @@ fn settle_expectation(case: &shardproof_case::Case, output: &str, o: &mut Outcom
                 .or_else(|| why.strip_prefix("error: "))
                 .unwrap_or(why);
             o.reason = Some(format!("{reason}; a run could not settle it: {why}"));
+        }
+    }
+}
+
+/// Checks a refutation against a concrete run on seeded random inputs. An output the ranks
+/// miss is a counterexample and confirms the engine's evidence; a run that matches every
+/// output turns the verdict inconclusive, since the evidence (a relation off by a factor, a
+/// partial sum left unreduced) may only mean the library lacks a lemma for how the program
+/// combines its values. A case the run cannot execute (too large, inputs laid out by an
+/// `expr:`) keeps the engine's verdict, and the report says it was not confirmed.
+fn confirm_refutation(case: &shardproof_case::Case, o: &mut Outcome) {
+    let started = std::time::Instant::now();
+    let finding = crate::run::outputs_counterexample(case);
+    o.seconds += started.elapsed().as_secs_f64();
+    let Some(f) = &mut o.failure else { return };
+    let hint = f.hint.take();
+    match finding {
+        Ok(Some((output, error))) => {
+            let by = error.map_or("does not fit its expected placement".into(), |e| {
+                format!("differs from the spec by a relative error of {e:.3e}")
+            });
+            let confirmed = format!(
+                "a run on seeded random inputs (f64, seed 0) confirms it: output `{output}` {by}"
+            );
+            f.hint = Some(match hint {
+                Some(h) => format!("{h}; {confirmed}"),
+                None => confirmed,
+            });
+        }
+        Ok(None) => {
+            let evidence =
+                hint.map_or(String::new(), |h| format!(", where the evidence read: {h}"));
+            o.verdict = RefineVerdict::Inconclusive;
+            o.reason = Some(format!(
+                "`{}` cannot be related: relations stop at spec operator `{}` ({}){evidence}; but a run on seeded random inputs (f64, seed 0) matches every output, so this is likely a missing lemma, not a bug",
+                f.output, f.operator, f.op
+            ));
+            f.hint = None;
+        }
+        Err(why) => {
+            let why = why.lines().next().unwrap_or_default();
+            let why = why
+                .strip_prefix("inconclusive: ")
+                .or_else(|| why.strip_prefix("error: "))
+                .unwrap_or(why);
+            let note = format!("not confirmed by a run: {why}");
+            f.hint = Some(match hint {
+                Some(h) => format!("{h} ({note})"),
+                None => note,
+            });
         }
     }
 }

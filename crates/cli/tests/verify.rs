@@ -155,6 +155,78 @@ fn an_unmet_output_expectation_is_refuted() {
     assert!(out.contains("relative error of 1.000e0"), "{out}");
 }
 
+/// Spec of `relu(sum(x) / 2 + sum(y) / 2)` over the rows of x and y.
+const SPEC_HALF_SUMS: &str = r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[4, 6]", y: "f32[4, 6]"):
+        sum_1: "f32[6]" = torch.ops.aten.sum.dim_IntList(x, [0]);  x = None
+        mul: "f32[6]" = torch.ops.aten.mul.Scalar(sum_1, 0.5);  sum_1 = None
+        sum_2: "f32[6]" = torch.ops.aten.sum.dim_IntList(y, [0]);  y = None
+        mul_1: "f32[6]" = torch.ops.aten.mul.Scalar(sum_2, 0.5);  sum_2 = None
+        add: "f32[6]" = torch.ops.aten.add.Tensor(mul, mul_1);  mul = mul_1 = None
+        relu: "f32[6]" = torch.ops.aten.relu.default(add);  add = None
+        return (relu,)
+"#;
+
+/// A data-parallel rank of `SPEC_HALF_SUMS` that adds its two partial sums as `a - (-b)` (no
+/// lemma reads a subtraction of a negation as an addition), all-reduces and scales by SCALE.
+const RANK_HALF_SUMS: &str = r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[2, 6]", y: "f32[2, 6]"):
+        sum_1: "f32[6]" = torch.ops.aten.sum.dim_IntList(x, [0]);  x = None
+        sum_2: "f32[6]" = torch.ops.aten.sum.dim_IntList(y, [0]);  y = None
+        neg: "f32[6]" = torch.ops.aten.neg.default(sum_2);  sum_2 = None
+        sub: "f32[6]" = torch.ops.aten.sub.Tensor(sum_1, neg);  sum_1 = neg = None
+        all_reduce: "f32[6]" = torch.ops._c10d_functional.all_reduce.default(sub, 'sum', 'dp');  sub = None
+        wait_tensor: "f32[6]" = torch.ops._c10d_functional.wait_tensor.default(all_reduce);  all_reduce = None
+        mul: "f32[6]" = torch.ops.aten.mul.Scalar(wait_tensor, SCALE);  wait_tensor = None
+        relu: "f32[6]" = torch.ops.aten.relu.default(mul);  mul = None
+        return (relu,)
+"#;
+
+const CASE_HALF_SUMS: &str = "version: 1
+name: half-sums
+spec:
+  graph: spec.py
+impl:
+  mesh: { dp: 2 }
+  graphs: [r0.py, r1.py]
+inputs:
+  x: Shard(0)
+  y: Shard(0)
+outputs:
+  relu: Replicate()
+";
+
+#[test]
+fn a_refutation_stands_only_where_a_run_confirms_it() {
+    // Correct, but combined by a route the library has no lemma for: the engine's evidence
+    // (a value off by a constant factor) is not borne out by a run, so the verdict is
+    // inconclusive, never a false alarm.
+    let s = common::Scratch::new();
+    s.write("spec.py", SPEC_HALF_SUMS);
+    for r in ["r0.py", "r1.py"] {
+        s.write(r, &RANK_HALF_SUMS.replace("SCALE", "0.5"));
+    }
+    let case = s.write("case.yaml", CASE_HALF_SUMS);
+    let (code, out) = verify(&case);
+    assert_eq!(code, 3, "{out}");
+    assert!(
+        out.contains("relations stop at spec operator `add`"),
+        "{out}"
+    );
+    assert!(out.contains("matches every output"), "{out}");
+    // Scaled by a quarter instead of a half: the same evidence, now confirmed by the run.
+    for r in ["r0.py", "r1.py"] {
+        s.write(r, &RANK_HALF_SUMS.replace("SCALE", "0.25"));
+    }
+    let (code, out) = verify(&case);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("off by a constant factor"), "{out}");
+    assert!(
+        out.contains("confirms it: output `relu` differs from the spec"),
+        "{out}"
+    );
+}
+
 #[test]
 fn an_unmet_expression_expectation_is_settled_by_a_run() {
     // Shard pieces expected in the wrong order, written as an `expr:`: the engine's relation

@@ -1074,17 +1074,35 @@ pub fn library() -> Vec<Lemma> {
     });
     l.push(Lemma {
         name: "sum-of-replicas",
-        doc: "sum(x, x, .., x) of n equal terms = n * x (a replicated value all-reduced: each rank's share counted once per rank)",
+        doc: "sum(x, x, .., x) of n equal terms = n * x (a replicated value all-reduced: each rank's share counted once per rank); a sum in which each distinct term appears k times = k * the sum of the distinct terms (a value summed over a mesh dim it is replicated on)",
         roots: vec![SUM.into()],
-        examples: vec![("(sum %r0:a %r0:a %r0:a)", &[("a", "f64[2,3]")])],
+        examples: vec![
+            ("(sum %r0:a %r0:a %r0:a)", &[("a", "f64[2,3]")]),
+            ("(sum %r0:a %r0:a %r1:a %r1:a)", &[("a", "f64[2,3]")]),
+            ("(sum %r0:a %r1:a %r2:a %r1:a %r0:a %r2:a)", &[("a", "f64[2,3]")]),
+        ],
         requires: None,
         build: Arc::new(|g, _, kids| {
             let first = g.find(kids[0]);
             if kids.iter().all(|&k| g.find(k) == first) {
-                vec![scale(g, kids.len() as i64, 1, first)]
-            } else {
-                vec![]
+                return vec![scale(g, kids.len() as i64, 1, first)];
             }
+            // Distinct terms in order of first appearance, with their counts.
+            let mut distinct: Vec<(Id, usize)> = Vec::new();
+            for &k in kids {
+                let k = g.find(k);
+                match distinct.iter_mut().find(|(d, _)| *d == k) {
+                    Some((_, n)) => *n += 1,
+                    None => distinct.push((k, 1)),
+                }
+            }
+            let copies = distinct[0].1;
+            if copies < 2 || distinct.iter().any(|&(_, n)| n != copies) {
+                return vec![];
+            }
+            let terms: Vec<Id> = distinct.into_iter().map(|(d, _)| d).collect();
+            let inner = op(g, SUM, terms);
+            vec![scale(g, copies as i64, 1, inner)]
         }),
     });
     l.push(Lemma {

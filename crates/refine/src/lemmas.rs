@@ -246,7 +246,150 @@ pub fn merge_permuted_sums(g: &mut Graph) -> bool {
     if changed {
         g.rebuild();
     }
+    merge_linear_scalars(g) || changed
+}
+
+/// A scalar's value as a linear combination of atom classes with rational coefficients
+/// (atom, numerator, denominator), sorted by atom, no zero coefficient.
+type Linear = Vec<(Id, i128, i128)>;
+
+/// Merges the classes of 0-d tensors that are the same linear combination of the same atoms
+/// (classes without a `sum`, `scale` or unit-alpha addition of 0-d operands): a loss summed
+/// over ranks as one flat sum by the spec and as nested reductions and additions by the
+/// implementation (aux losses all-reduced over tp, then pp, added to each dp rank's loss,
+/// then all-reduced over dp). Each class's combination follows one of its nodes whose operands
+/// are not being expanded already (the scalar classes hold cycles: `x = sum(x/2, x/2)`), so
+/// it is a true identity: equal combinations are equal values. Only 0-d classes take part, so
+/// models whose reductions are all of tensors pay nothing.
+fn merge_linear_scalars(g: &mut Graph) -> bool {
+    let scalar = |g: &Graph, id: Id| g[id].data.shape().is_some_and(<[usize]>::is_empty);
+    let mut todo: Vec<Id> = classes_of(g, SUM)
+        .into_iter()
+        .chain(classes_of(g, SCALE))
+        .chain(classes_of(g, "aten.add.Tensor"))
+        .filter(|&c| scalar(g, c))
+        .collect();
+    if todo.is_empty() {
+        return false;
+    }
+    todo.sort_unstable();
+    todo.dedup();
+    let mut memo: HashMap<Id, Option<Linear>> = HashMap::new();
+    let mut by_form: HashMap<Linear, Id> = HashMap::new();
+    let mut merges = Vec::new();
+    for c in todo {
+        let mut stack = Vec::new();
+        let Some(form) = linear_form(g, c, &mut memo, &mut stack) else {
+            continue;
+        };
+        if form.is_empty() {
+            continue;
+        }
+        match by_form.get(&form) {
+            Some(&other) if g.find(other) != g.find(c) => merges.push((other, c)),
+            Some(_) => {}
+            None => {
+                by_form.insert(form, c);
+            }
+        }
+    }
+    let mut changed = false;
+    for (a, b) in merges {
+        changed |= g.union(a, b);
+    }
+    if changed {
+        g.rebuild();
+    }
     changed
+}
+
+/// The linear combination of a 0-d class (see [`merge_linear_scalars`]); `None` when a
+/// coefficient overflows or the expansion runs too deep.
+fn linear_form(
+    g: &Graph,
+    c: Id,
+    memo: &mut HashMap<Id, Option<Linear>>,
+    stack: &mut Vec<Id>,
+) -> Option<Linear> {
+    let c = g.find(c);
+    if let Some(f) = memo.get(&c) {
+        return f.clone();
+    }
+    if stack.len() >= 32 {
+        return None;
+    }
+    let scalar = |id: Id| g[id].data.shape().is_some_and(<[usize]>::is_empty);
+    stack.push(c);
+    let mut found: Option<Linear> = None;
+    for n in &g[c].nodes {
+        let Term::Op(s, k) = n else { continue };
+        // (coefficient numerator, denominator, operand) per operand of a linear node.
+        let parts: Vec<(i128, i128, Id)> = match s.as_str() {
+            SUM => k.iter().map(|&x| (1, 1, x)).collect(),
+            SCALE if k.len() == 3 => match (int(g, k[0]), int(g, k[1])) {
+                (Some(p), Some(q)) if q != 0 => vec![(i128::from(p), i128::from(q), k[2])],
+                _ => continue,
+            },
+            "aten.add.Tensor" if k.len() == 3 && is_one(g, k[2]) => {
+                vec![(1, 1, k[0]), (1, 1, k[1])]
+            }
+            _ => continue,
+        };
+        if parts
+            .iter()
+            .any(|&(_, _, x)| !scalar(x) || stack.contains(&g.find(x)))
+        {
+            continue;
+        }
+        let mut acc: std::collections::BTreeMap<Id, (i128, i128)> = Default::default();
+        let mut ok = true;
+        'parts: for (p, q, x) in parts {
+            let Some(f) = linear_form(g, x, memo, stack) else {
+                ok = false;
+                break;
+            };
+            for (a, fp, fq) in f {
+                let e = acc.entry(a).or_insert((0, 1));
+                // e + p fp / (q fq)
+                let num = p.checked_mul(fp);
+                let den = q.checked_mul(fq);
+                let sum = num.zip(den).and_then(|(n, d)| {
+                    Some((
+                        e.0.checked_mul(d)?.checked_add(n.checked_mul(e.1)?)?,
+                        e.1.checked_mul(d)?,
+                    ))
+                });
+                let Some((n, d)) = sum else {
+                    ok = false;
+                    break 'parts;
+                };
+                let r = gcd128(n, d) * d.signum();
+                *e = (n / r, d / r);
+            }
+        }
+        if ok {
+            found = Some(
+                acc.into_iter()
+                    .filter(|&(_, (n, _))| n != 0)
+                    .map(|(a, (n, d))| (a, n, d))
+                    .collect(),
+            );
+            break;
+        }
+    }
+    stack.pop();
+    // A class no linear node expands is an atom.
+    let form = Some(found.unwrap_or_else(|| vec![(c, 1, 1)]));
+    memo.insert(c, form.clone());
+    form
+}
+
+fn gcd128(a: i128, b: i128) -> i128 {
+    if b == 0 {
+        a.abs().max(1)
+    } else {
+        gcd128(b, a % b)
+    }
 }
 
 /// The `scale` nodes of a class: (numerator, denominator, operand).
@@ -754,12 +897,18 @@ pub fn library() -> Vec<Lemma> {
     });
     l.push(Lemma {
         name: "sum-of-scaled",
-        doc: "sum_i (c * x_i) = c * sum_i x_i",
+        doc: "sum_i (c * x_i) = c * sum_i x_i; n equal terms c * x are (n c) * x",
         roots: vec![SUM.into()],
-        examples: vec![(
-            "(sum (scale 1 2 %r0:a) (scale 1 2 %r1:a))",
-            &[("a", "f64[2,3]")],
-        )],
+        examples: vec![
+            (
+                "(sum (scale 1 2 %r0:a) (scale 1 2 %r1:a))",
+                &[("a", "f64[2,3]")],
+            ),
+            (
+                "(sum (scale 1 2 %r0:a) (scale 1 2 %r0:a) (scale 1 2 %r0:a))",
+                &[("a", "f64[]")],
+            ),
+        ],
         requires: None,
         build: Arc::new(|g, eclass, _| {
             let operands = sums(g, eclass);
@@ -774,6 +923,13 @@ pub fn library() -> Vec<Lemma> {
                     .map(|v| v.iter().find(|t| t.0 * q == t.1 * p).map(|t| t.2))
                     .collect();
                 if let Some(xs) = xs {
+                    // Replicas (n equal terms) are n * c * x: no sum of copies is built, which
+                    // would start a chain 2x, 4x, 8x, .. through sum-of-replicas.
+                    let first = g.find(xs[0]);
+                    if xs.iter().all(|&x| g.find(x) == first) {
+                        out.push(scale(g, p * xs.len() as i64, q, first));
+                        continue;
+                    }
                     let inner = op(g, SUM, xs);
                     out.push(scale(g, p, q, inner));
                 }

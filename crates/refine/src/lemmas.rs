@@ -3071,3 +3071,58 @@ fn view_of_cat(
     }
     Some(cat(g, td, parts))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::eval::{eval, random_tensor};
+    use egg::RecExpr;
+    use shardproof_ir::DType;
+    use shardproof_ops::Meta;
+
+    /// Adds `text` to `g`, returning its class and the expression (for evaluation).
+    fn add(g: &mut Graph, text: &str) -> (Id, RecExpr<Term>) {
+        let e: RecExpr<Term> = text.parse().expect("term");
+        (g.add_expr(&e), e)
+    }
+
+    /// The merge of 0-d linear combinations unites exactly the classes the reference kernels
+    /// evaluate equal: a flat sum with halved duplicates, nested sums and additions of the
+    /// same scalars, and leaves apart one whose coefficients differ.
+    #[test]
+    fn equal_linear_combinations_of_scalars_merge() {
+        let mut g = Graph::new(Shapes::default());
+        let mut leaves = HashMap::new();
+        let mut x = 0.1;
+        for (leaf, key) in [("%r0:a", "r0:a"), ("%r1:a", "r1:a"), ("%r0:b", "r0:b")] {
+            g.analysis
+                .leaves
+                .insert(Symbol::from(leaf), Meta::new(DType::F64, vec![]));
+            x += 0.37;
+            let v = x;
+            leaves.insert(
+                key.to_string(),
+                random_tensor(DType::F64, vec![], 0, &mut || v),
+            );
+        }
+        let (flat, flat_e) = add(
+            &mut g,
+            "(sum %r0:a (scale 1 2 %r0:b) %r1:a (scale 1 2 %r0:b))",
+        );
+        let (nested, nested_e) = add(
+            &mut g,
+            "(aten.add.Tensor (sum %r0:a %r0:b) (scale 2 2 %r1:a) 1)",
+        );
+        let (other, other_e) = add(
+            &mut g,
+            "(aten.add.Tensor (sum %r0:a %r0:b) (scale 1 2 %r1:a) 1)",
+        );
+        g.rebuild();
+        assert!(merge_linear_scalars(&mut g));
+        let value = |e: &RecExpr<Term>| eval(e, &leaves).expect("evaluates")[0].data[0];
+        assert_eq!(g.find(flat), g.find(nested));
+        assert!((value(&flat_e) - value(&nested_e)).abs() < 1e-12);
+        assert_ne!(g.find(flat), g.find(other));
+        assert!((value(&flat_e) - value(&other_e)).abs() > 1e-3);
+    }
+}

@@ -142,11 +142,7 @@ fn settle_expectation(case: &shardproof_case::Case, output: &str, o: &mut Outcom
         }
         Err(why) => {
             let reason = o.reason.take().unwrap_or_default();
-            let why = why.lines().next().unwrap_or_default();
-            let why = why
-                .strip_prefix("inconclusive: ")
-                .or_else(|| why.strip_prefix("error: "))
-                .unwrap_or(why);
+            let why = run_stop_reason(&why);
             o.reason = Some(format!("{reason}; a run could not settle it: {why}"));
         }
     }
@@ -188,18 +184,22 @@ fn confirm_refutation(case: &shardproof_case::Case, o: &mut Outcome) {
             f.hint = None;
         }
         Err(why) => {
-            let why = why.lines().next().unwrap_or_default();
-            let why = why
-                .strip_prefix("inconclusive: ")
-                .or_else(|| why.strip_prefix("error: "))
-                .unwrap_or(why);
-            let note = format!("not confirmed by a run: {why}");
+            let note = format!("not confirmed by a run: {}", run_stop_reason(&why));
             f.hint = Some(match hint {
                 Some(h) => format!("{h} ({note})"),
                 None => note,
             });
         }
     }
+}
+
+/// The first line of why a run stopped, without its verdict prefix (it is quoted inside
+/// verify's own report).
+fn run_stop_reason(why: &str) -> &str {
+    let why = why.lines().next().unwrap_or_default();
+    why.strip_prefix("inconclusive: ")
+        .or_else(|| why.strip_prefix("error: "))
+        .unwrap_or(why)
 }
 
 fn print_text(name: &str, o: &Outcome) {

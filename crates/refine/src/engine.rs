@@ -1215,7 +1215,7 @@ fn infer_one(
             .with_time_limit(SATURATION_WALL_CLOCK)
             .run(rules);
         eg = runner.egraph;
-        crate::lemmas::merge_permuted_sums(&mut eg);
+        crate::lemmas::merge_equal_sums(&mut eg);
         collect_leaves(&eg, imp, &mut t_rel);
         unfold_indices(&mut eg, imp, &mut t_rel, &mut added);
     }
@@ -1228,7 +1228,7 @@ fn infer_one(
             .with_time_limit(SATURATION_WALL_CLOCK)
             .run(rules);
         eg = runner.egraph;
-        crate::lemmas::merge_permuted_sums(&mut eg);
+        crate::lemmas::merge_equal_sums(&mut eg);
     }
     define_scaled_consumers(&mut eg, imp, root, &mut added);
     let root = eg.find(root);

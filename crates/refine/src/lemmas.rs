@@ -215,11 +215,10 @@ pub(crate) fn classes_of(g: &Graph, sym: &str) -> Vec<Id> {
 /// by the spec and in rank order by the implementation; ranks' running totals reduced over tp,
 /// then dp). Returns whether it merged anything.
 ///
-/// The engine runs it after every saturation round rather than as a lemma: a rewrite would
-/// put a reordered copy of every sum in the e-graph and every lemma over sums would then work
-/// twice; here no node is built, and congruence carries the merge to every operator of the
-/// sums.
-pub fn merge_permuted_sums(g: &mut Graph) -> bool {
+/// Runs after every saturation round rather than as a lemma: a rewrite would put a reordered
+/// copy of every sum in the e-graph and every lemma over sums would then work twice; here no
+/// node is built, and congruence carries the merge to every operator of the sums.
+fn merge_permuted_sums(g: &mut Graph) -> bool {
     let mut by_terms: HashMap<Vec<Id>, Id> = HashMap::new();
     let mut merges = Vec::new();
     for c in classes_of(g, SUM) {
@@ -239,6 +238,20 @@ pub fn merge_permuted_sums(g: &mut Graph) -> bool {
             }
         }
     }
+    union_all(g, merges)
+}
+
+/// Merges the classes of sums that are equal by the laws of addition alone, building no node:
+/// the same terms in another order ([`merge_permuted_sums`]) and, for 0-d tensors, the same
+/// linear combination of the same values ([`merge_linear_scalars`]). The engine runs it after
+/// every saturation round. Returns whether it merged anything.
+pub fn merge_equal_sums(g: &mut Graph) -> bool {
+    let permuted = merge_permuted_sums(g);
+    merge_linear_scalars(g) || permuted
+}
+
+/// Unites each pair of classes and restores the e-graph's invariants; whether any changed.
+fn union_all(g: &mut Graph, merges: Vec<(Id, Id)>) -> bool {
     let mut changed = false;
     for (a, b) in merges {
         changed |= g.union(a, b);
@@ -246,7 +259,12 @@ pub fn merge_permuted_sums(g: &mut Graph) -> bool {
     if changed {
         g.rebuild();
     }
-    merge_linear_scalars(g) || changed
+    changed
+}
+
+/// Whether a class holds 0-d tensors.
+fn is_scalar(g: &Graph, id: Id) -> bool {
+    g[id].data.shape().is_some_and(<[usize]>::is_empty)
 }
 
 /// A scalar's value as a linear combination of atom classes with rational coefficients
@@ -262,12 +280,11 @@ type Linear = Vec<(Id, i128, i128)>;
 /// it is a true identity: equal combinations are equal values. Only 0-d classes take part, so
 /// models whose reductions are all of tensors pay nothing.
 fn merge_linear_scalars(g: &mut Graph) -> bool {
-    let scalar = |g: &Graph, id: Id| g[id].data.shape().is_some_and(<[usize]>::is_empty);
     let mut todo: Vec<Id> = classes_of(g, SUM)
         .into_iter()
         .chain(classes_of(g, SCALE))
         .chain(classes_of(g, "aten.add.Tensor"))
-        .filter(|&c| scalar(g, c))
+        .filter(|&c| is_scalar(g, c))
         .collect();
     if todo.is_empty() {
         return false;
@@ -293,14 +310,7 @@ fn merge_linear_scalars(g: &mut Graph) -> bool {
             }
         }
     }
-    let mut changed = false;
-    for (a, b) in merges {
-        changed |= g.union(a, b);
-    }
-    if changed {
-        g.rebuild();
-    }
-    changed
+    union_all(g, merges)
 }
 
 /// The linear combination of a 0-d class (see [`merge_linear_scalars`]); `None` when a
@@ -318,7 +328,6 @@ fn linear_form(
     if stack.len() >= 32 {
         return None;
     }
-    let scalar = |id: Id| g[id].data.shape().is_some_and(<[usize]>::is_empty);
     stack.push(c);
     let mut found: Option<Linear> = None;
     for n in &g[c].nodes {
@@ -337,7 +346,7 @@ fn linear_form(
         };
         if parts
             .iter()
-            .any(|&(_, _, x)| !scalar(x) || stack.contains(&g.find(x)))
+            .any(|&(_, _, x)| !is_scalar(g, x) || stack.contains(&g.find(x)))
         {
             continue;
         }
@@ -3075,10 +3084,10 @@ fn view_of_cat(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::eval::{eval, random_tensor};
+    use crate::eval::eval;
     use egg::RecExpr;
     use shardproof_ir::DType;
-    use shardproof_ops::Meta;
+    use shardproof_ops::{Meta, Tensor};
 
     /// Adds `text` to `g`, returning its class and the expression (for evaluation).
     fn add(g: &mut Graph, text: &str) -> (Id, RecExpr<Term>) {
@@ -3099,10 +3108,9 @@ mod tests {
                 .leaves
                 .insert(Symbol::from(leaf), Meta::new(DType::F64, vec![]));
             x += 0.37;
-            let v = x;
             leaves.insert(
                 key.to_string(),
-                random_tensor(DType::F64, vec![], 0, &mut || v),
+                Tensor::new(Meta::new(DType::F64, vec![]), vec![x]),
             );
         }
         let (flat, flat_e) = add(

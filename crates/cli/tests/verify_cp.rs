@@ -50,6 +50,28 @@ fn llama_dp_by_cp_forward_verifies() {
     assert!(out.contains("certificate:"), "{out}");
 }
 
+/// The ring's bugs stay unverified when tp splits the heads as well, so that the spec's
+/// attention is a 4-D `matmul` over `[b, heads, seq, d]`: the rank-generic forms of the
+/// attention lemmas are no looser than the 3-D ones.
+#[test]
+fn tp_by_cp_bugs_are_never_verified() {
+    for bug in [
+        "cp-causal-mask-local",
+        "cp-rope-no-offset",
+        "cp-loss-overscaled",
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let case = emit(
+            "llama",
+            dir.path(),
+            "tp=2,cp=2",
+            &["--forward-only", "--bug", bug],
+        );
+        let (code, out) = verify(&case);
+        assert!(code == 1 || code == 3, "{bug}:\n{out}");
+    }
+}
+
 /// gpt2's cp bugs (positions without the chunk offset, block-local causal masks, the loss
 /// scaled by cp twice) are refuted or inconclusive, never verified.
 #[test]

@@ -7,6 +7,10 @@
 //! name a chunk of a rank tensor as a slice of it, split position ranges (`arange`) at the
 //! chunk boundaries other terms use, and relate causal masks of position ranges to
 //! `triu` masks of index offsets.
+//!
+//! The attention lemmas take blocks of any rank from 3 up: `bmm` over `[b * heads, s, d]`
+//! (the ranks' flash-attention blocks), and `matmul` over `[b, heads, s, d]` (the spec's
+//! attention once tensor parallelism splits its heads, a dim of their own).
 
 use super::{
     cat, cats, classes_of, int, int_list, is_one, is_zero, list, num, op, shape, sizes, slice,
@@ -36,6 +40,7 @@ const SOFTMAX: &str = "aten._softmax.default";
 const LOG_SOFTMAX: &str = "aten._log_softmax.default";
 const LOGSUMEXP: &str = "aten.logsumexp.default";
 const BMM: &str = "aten.bmm.default";
+const MATMUL: &str = "aten.matmul.default";
 const ADD: &str = "aten.add.Tensor";
 const FULL: &str = "aten.full.default";
 const TRIU: &str = "aten.triu.default";
@@ -658,7 +663,9 @@ fn logsumexp_over_cat() -> Lemma {
     }
 }
 
-/// Attention of a class: `bmm(softmax(cat_last(S_j)), V)` read as key blocks, (S_j, V_j).
+/// Attention of a class: `bmm(softmax(cat_last(S_j)), V)` (or `matmul` with any number of
+/// leading batch dims) read as key blocks, (S_j, V_j): the scores split along their last dim,
+/// the values alike along their key dim (second to last).
 fn key_blocks(g: &Graph, p: Id, v: Id) -> Vec<(Vec<Id>, Vec<Id>)> {
     if !has(g, p, SOFTMAX) || !has(g, v, CAT) {
         return vec![];
@@ -668,20 +675,24 @@ fn key_blocks(g: &Graph, p: Id, v: Id) -> Vec<(Vec<Id>, Vec<Id>)> {
         let (Some(ss), Some(vs)) = (shape(g, k[0]), shape(g, v)) else {
             continue;
         };
-        if ss.len() != 3 || vs.len() != 3 || int(g, k[1]) != Some(2) || !super::is_false(g, k[2]) {
+        // Under tensor parallelism the heads are a dim of their own (`[b, heads, seq, d]`),
+        // so attention is any rank from 3 up, the scores' and the values' rank alike.
+        let rank = ss.len();
+        if rank < 3 || vs.len() != rank || !softmax_over_last(g, &k, rank) {
             continue;
         }
+        let (score_keys, value_keys) = (rank - 1, rank - 2);
         // Every concatenation of both (not the first few): cat-flatten regroups runs of pieces
         // into the concatenations present, so a class holds many groupings and the scores'
         // and the values' alike may be anywhere among them.
-        let values = cats_along(g, v, 1);
-        for pieces in cats_along(g, k[0], 2) {
-            let Some(szs) = sizes(g, &pieces, 2) else {
+        let values = cats_along(g, v, value_keys);
+        for pieces in cats_along(g, k[0], score_keys) {
+            let Some(szs) = sizes(g, &pieces, score_keys) else {
                 continue;
             };
             // Values split alike (no new slices: the lemma only reads what is there).
             for vp in &values {
-                if sizes(g, vp, 1).as_deref() == Some(&szs[..]) {
+                if sizes(g, vp, value_keys).as_deref() == Some(&szs[..]) {
                     out.push((pieces.clone(), vp.clone()));
                 }
             }
@@ -691,6 +702,14 @@ fn key_blocks(g: &Graph, p: Id, v: Id) -> Vec<(Vec<Id>, Vec<Id>)> {
     out.sort_by_key(|(s, _)| std::cmp::Reverse(s.len()));
     out.truncate(4);
     out
+}
+
+/// Whether the children of a `_softmax` node take it over the last dim of a rank-`rank`
+/// tensor, in the input's dtype (`half_to_float` false).
+fn softmax_over_last(g: &Graph, softmax_kids: &[Id], rank: usize) -> bool {
+    softmax_kids.len() == 3
+        && int(g, softmax_kids[1]) == Some(rank as i64 - 1)
+        && super::is_false(g, softmax_kids[2])
 }
 
 /// The pieces of every concatenation along `d` in a class.
@@ -709,14 +728,35 @@ fn cats_along(g: &Graph, id: Id, d: usize) -> Vec<Vec<Id>> {
         .collect()
 }
 
-/// `bmm(softmax(cat_2(S_j)), cat_1(V_j))`.
-fn attend(g: &mut Graph, s: &[Id], v: &[Id]) -> Id {
-    let scores = cat(g, 2, s.to_vec());
-    let values = cat(g, 1, v.to_vec());
-    let d = num(g, 2);
+/// `bmm(softmax(cat_2(S_j)), cat_1(V_j))` for 3-D blocks, `matmul(softmax(cat_{r-1}(S_j)),
+/// cat_{r-2}(V_j))` for rank-`r` blocks with more than one batch dim (`bmm` takes one only).
+fn attend(g: &mut Graph, s: &[Id], v: &[Id]) -> Option<Id> {
+    let rank = shape(g, *s.first()?)?.len();
+    if rank < 3 || s.len() != v.len() || !joinable(g, s, rank - 1) || !joinable(g, v, rank - 2) {
+        return None;
+    }
+    let scores = cat(g, rank - 1, s.to_vec());
+    let values = cat(g, rank - 2, v.to_vec());
+    let d = num(g, rank as i64 - 1);
     let no = op(g, "b:false", vec![]);
     let p = op(g, SOFTMAX, vec![scores, d, no]);
-    op(g, BMM, vec![p, values])
+    Some(op(g, if rank == 3 { BMM } else { MATMUL }, vec![p, values]))
+}
+
+/// Whether pieces of one rank concatenate along `d`: every other dim agrees.
+fn joinable(g: &Graph, pieces: &[Id], d: usize) -> bool {
+    let Some(first) = pieces.first().and_then(|&p| shape(g, p)) else {
+        return false;
+    };
+    pieces.iter().all(|&p| {
+        shape(g, p).is_some_and(|s| {
+            s.len() == first.len()
+                && s.iter()
+                    .zip(&first)
+                    .enumerate()
+                    .all(|(i, (a, b))| i == d || a == b)
+        })
+    })
 }
 
 /// Whether a block of scores is masked entirely: `x + full(-inf)` with `x` finite.
@@ -738,11 +778,14 @@ fn fully_masked(g: &Graph, id: Id) -> bool {
 fn attention_drops_masked_keys() -> Lemma {
     Lemma {
         name: "attention-drops-masked-keys",
-        doc: "bmm(softmax(cat_2(S_j)), cat_1(V_j)) is the same without the key blocks whose scores are x + full(-inf) (x finite), as long as one block remains: their probabilities are zero",
-        roots: vec![BMM.into()],
+        doc: "bmm(softmax(cat_2(S_j)), cat_1(V_j)) (or matmul(softmax(cat_{r-1}(S_j)), cat_{r-2}(V_j)) over rank-r blocks) is the same without the key blocks whose scores are x + full(-inf) (x finite), as long as one block remains: their probabilities are zero",
+        roots: vec![BMM.into(), MATMUL.into()],
         examples: vec![(
             "(aten.bmm.default (aten._softmax.default (cat 2 (aten.bmm.default %r0:q %r0:k) (aten.add.Tensor (aten.bmm.default %r0:q %r1:k) (aten.full.default (list 2 3) f:-inf dt:f64 none dev b:false) 1)) 2 b:false) (cat 1 %r0:v %r1:v))",
             &[("q", "f64[2,2,4]"), ("k", "f64[2,4,3]"), ("v", "f64[2,3,5]")],
+        ), (
+            "(aten.matmul.default (aten._softmax.default (cat 3 (aten.matmul.default %r0:q %r0:k) (aten.add.Tensor (aten.matmul.default %r0:q %r1:k) (aten.full.default (list 2 3) f:-inf dt:f64 none dev b:false) 1)) 3 b:false) (cat 2 %r0:v %r1:v))",
+            &[("q", "f64[2,2,2,4]"), ("k", "f64[2,2,4,3]"), ("v", "f64[2,2,3,5]")],
         )],
         requires: None,
         build: Arc::new(|g, _, kids| {
@@ -754,7 +797,7 @@ fn attention_drops_masked_keys() -> Lemma {
                 }
                 let ks: Vec<Id> = keep.iter().map(|&j| s[j]).collect();
                 let kv: Vec<Id> = keep.iter().map(|&j| v[j]).collect();
-                out.push(attend(g, &ks, &kv));
+                out.extend(attend(g, &ks, &kv));
             }
             out
         }),
@@ -765,10 +808,16 @@ fn attention_drops_masked_keys() -> Lemma {
 fn attention_key_order() -> Lemma {
     Lemma {
         name: "attention-key-order",
-        doc: "bmm(softmax(cat_2(S_j)), cat_1(V_j)) is unchanged when the key blocks (S_j, V_j) are permuted together; the blocks are put in a canonical order (by e-class) so that the same blocks in any order meet",
-        roots: vec![BMM.into()],
+        doc: "bmm(softmax(cat_2(S_j)), cat_1(V_j)) (or matmul(softmax(cat_{r-1}(S_j)), cat_{r-2}(V_j)) over rank-r blocks) is unchanged when the key blocks (S_j, V_j) are permuted together; the blocks are put in a canonical order (by e-class) so that the same blocks in any order meet",
+        roots: vec![BMM.into(), MATMUL.into()],
         examples: vec![(
             "(aten.bmm.default (aten._softmax.default (cat 2 (aten.neg.default %r0:a) %r0:a) 2 b:false) (cat 1 %r0:v %r1:v))",
+            &[("a", "f64[2,3,2]"), ("v", "f64[2,2,4]")],
+        ), (
+            "(aten.matmul.default (aten._softmax.default (cat 3 (aten.neg.default %r0:a) %r0:a) 3 b:false) (cat 2 %r0:v %r1:v))",
+            &[("a", "f64[2,2,3,2]"), ("v", "f64[2,2,2,4]")],
+        ), (
+            "(aten.matmul.default (aten._softmax.default (cat 2 (aten.neg.default %r0:a) %r0:a) 2 b:false) (cat 1 %r0:v %r1:v))",
             &[("a", "f64[2,3,2]"), ("v", "f64[2,2,4]")],
         )],
         requires: None,
@@ -783,7 +832,7 @@ fn attention_key_order() -> Lemma {
                 }
                 let ss: Vec<Id> = order.iter().map(|&j| s[j]).collect();
                 let vv: Vec<Id> = order.iter().map(|&j| v[j]).collect();
-                out.push(attend(g, &ss, &vv));
+                out.extend(attend(g, &ss, &vv));
             }
             out
         }),
@@ -839,12 +888,19 @@ fn finite_lse_scores(g: &Graph, l: Id) -> Vec<Id> {
         .collect()
 }
 
-/// The (scores, values) of an attention output `bmm(softmax(S, last), V)`.
+/// The (scores, values) of an attention output `bmm(softmax(S, last), V)` or
+/// `matmul(softmax(S, last), V)` (scores and values of the same rank, 3 or more).
 fn attentions(g: &Graph, o: Id) -> Vec<(Id, Id)> {
     let mut out = Vec::new();
-    for k in calls(g, o, BMM) {
+    for k in calls(g, o, BMM).into_iter().chain(calls(g, o, MATMUL)) {
+        let Some(rank) = shape(g, k[0]).map(|s| s.len()) else {
+            continue;
+        };
+        if rank < 3 || shape(g, k[1]).map(|s| s.len()) != Some(rank) {
+            continue;
+        }
         for sm in calls(g, k[0], SOFTMAX) {
-            if sm.len() == 3 && int(g, sm[1]) == Some(2) && super::is_false(g, sm[2]) {
+            if softmax_over_last(g, &sm, rank) {
                 out.push((sm[0], k[1]));
             }
         }
@@ -874,11 +930,13 @@ fn quotients(g: &Graph, id: Id) -> Vec<(Id, Id)> {
 fn lse_merge() -> Lemma {
     Lemma {
         name: "lse-merge",
-        doc: "with l_i = logsumexp(S_i, [2], True) finite (every row of S_i has a finite entry), m = maximum(l_1, l_2), e_i = exp(l_i - m), t = e_1 + e_2: o_1 * (e_1 / t) + o_2 * (e_2 / t) = bmm(softmax(cat_2(S_1, S_2)), cat_1(V_1, V_2)) for o_i = bmm(softmax(S_i), V_i), and m + log(t) = logsumexp(cat_2(S_1, S_2), [2], True): attention over two key blocks from each block's attention and log-sum-exp",
+        doc: "with l_i = logsumexp(S_i, [last], True) finite (every row of S_i has a finite entry), m = maximum(l_1, l_2), e_i = exp(l_i - m), t = e_1 + e_2: o_1 * (e_1 / t) + o_2 * (e_2 / t) = bmm(softmax(cat_2(S_1, S_2)), cat_1(V_1, V_2)) for o_i = bmm(softmax(S_i), V_i) (matmul and cat along the last and second-to-last dims for blocks of any rank from 3), and m + log(t) = logsumexp(cat_last(S_1, S_2), [last], True): attention over two key blocks from each block's attention and log-sum-exp",
         roots: vec![ADD.into()],
         examples: vec![
             ("(aten.add.Tensor (aten.mul.Tensor (aten.bmm.default (aten._softmax.default (aten.bmm.default %r0:q %r0:k) 2 b:false) %r0:v) (aten.div.Tensor (aten.exp.default (aten.sub.Tensor (aten.logsumexp.default (aten.bmm.default %r0:q %r0:k) (list 2) b:true) (aten.maximum.default (aten.logsumexp.default (aten.bmm.default %r0:q %r0:k) (list 2) b:true) (aten.logsumexp.default (aten.bmm.default %r0:q %r1:k) (list 2) b:true)) 1)) (aten.add.Tensor (aten.exp.default (aten.sub.Tensor (aten.logsumexp.default (aten.bmm.default %r0:q %r0:k) (list 2) b:true) (aten.maximum.default (aten.logsumexp.default (aten.bmm.default %r0:q %r0:k) (list 2) b:true) (aten.logsumexp.default (aten.bmm.default %r0:q %r1:k) (list 2) b:true)) 1)) (aten.exp.default (aten.sub.Tensor (aten.logsumexp.default (aten.bmm.default %r0:q %r1:k) (list 2) b:true) (aten.maximum.default (aten.logsumexp.default (aten.bmm.default %r0:q %r0:k) (list 2) b:true) (aten.logsumexp.default (aten.bmm.default %r0:q %r1:k) (list 2) b:true)) 1)) 1))) (aten.mul.Tensor (aten.bmm.default (aten._softmax.default (aten.bmm.default %r0:q %r1:k) 2 b:false) %r1:v) (aten.div.Tensor (aten.exp.default (aten.sub.Tensor (aten.logsumexp.default (aten.bmm.default %r0:q %r1:k) (list 2) b:true) (aten.maximum.default (aten.logsumexp.default (aten.bmm.default %r0:q %r0:k) (list 2) b:true) (aten.logsumexp.default (aten.bmm.default %r0:q %r1:k) (list 2) b:true)) 1)) (aten.add.Tensor (aten.exp.default (aten.sub.Tensor (aten.logsumexp.default (aten.bmm.default %r0:q %r0:k) (list 2) b:true) (aten.maximum.default (aten.logsumexp.default (aten.bmm.default %r0:q %r0:k) (list 2) b:true) (aten.logsumexp.default (aten.bmm.default %r0:q %r1:k) (list 2) b:true)) 1)) (aten.exp.default (aten.sub.Tensor (aten.logsumexp.default (aten.bmm.default %r0:q %r1:k) (list 2) b:true) (aten.maximum.default (aten.logsumexp.default (aten.bmm.default %r0:q %r0:k) (list 2) b:true) (aten.logsumexp.default (aten.bmm.default %r0:q %r1:k) (list 2) b:true)) 1)) 1))) 1)", &[("q", "f64[2,2,4]"), ("k", "f64[2,4,3]"), ("v", "f64[2,3,5]")]),
             ("(aten.add.Tensor (aten.maximum.default (aten.logsumexp.default (aten.bmm.default %r0:q %r0:k) (list 2) b:true) (aten.logsumexp.default (aten.bmm.default %r0:q %r1:k) (list 2) b:true)) (aten.log.default (aten.add.Tensor (aten.exp.default (aten.sub.Tensor (aten.logsumexp.default (aten.bmm.default %r0:q %r0:k) (list 2) b:true) (aten.maximum.default (aten.logsumexp.default (aten.bmm.default %r0:q %r0:k) (list 2) b:true) (aten.logsumexp.default (aten.bmm.default %r0:q %r1:k) (list 2) b:true)) 1)) (aten.exp.default (aten.sub.Tensor (aten.logsumexp.default (aten.bmm.default %r0:q %r1:k) (list 2) b:true) (aten.maximum.default (aten.logsumexp.default (aten.bmm.default %r0:q %r0:k) (list 2) b:true) (aten.logsumexp.default (aten.bmm.default %r0:q %r1:k) (list 2) b:true)) 1)) 1)) 1)", &[("q", "f64[2,2,4]"), ("k", "f64[2,4,3]")]),
+            ("(aten.add.Tensor (aten.mul.Tensor (aten.matmul.default (aten._softmax.default (aten.matmul.default %r0:q %r0:k) 3 b:false) %r0:v) (aten.div.Tensor (aten.exp.default (aten.sub.Tensor (aten.logsumexp.default (aten.matmul.default %r0:q %r0:k) (list 3) b:true) (aten.maximum.default (aten.logsumexp.default (aten.matmul.default %r0:q %r0:k) (list 3) b:true) (aten.logsumexp.default (aten.matmul.default %r0:q %r1:k) (list 3) b:true)) 1)) (aten.add.Tensor (aten.exp.default (aten.sub.Tensor (aten.logsumexp.default (aten.matmul.default %r0:q %r0:k) (list 3) b:true) (aten.maximum.default (aten.logsumexp.default (aten.matmul.default %r0:q %r0:k) (list 3) b:true) (aten.logsumexp.default (aten.matmul.default %r0:q %r1:k) (list 3) b:true)) 1)) (aten.exp.default (aten.sub.Tensor (aten.logsumexp.default (aten.matmul.default %r0:q %r1:k) (list 3) b:true) (aten.maximum.default (aten.logsumexp.default (aten.matmul.default %r0:q %r0:k) (list 3) b:true) (aten.logsumexp.default (aten.matmul.default %r0:q %r1:k) (list 3) b:true)) 1)) 1))) (aten.mul.Tensor (aten.matmul.default (aten._softmax.default (aten.matmul.default %r0:q %r1:k) 3 b:false) %r1:v) (aten.div.Tensor (aten.exp.default (aten.sub.Tensor (aten.logsumexp.default (aten.matmul.default %r0:q %r1:k) (list 3) b:true) (aten.maximum.default (aten.logsumexp.default (aten.matmul.default %r0:q %r0:k) (list 3) b:true) (aten.logsumexp.default (aten.matmul.default %r0:q %r1:k) (list 3) b:true)) 1)) (aten.add.Tensor (aten.exp.default (aten.sub.Tensor (aten.logsumexp.default (aten.matmul.default %r0:q %r0:k) (list 3) b:true) (aten.maximum.default (aten.logsumexp.default (aten.matmul.default %r0:q %r0:k) (list 3) b:true) (aten.logsumexp.default (aten.matmul.default %r0:q %r1:k) (list 3) b:true)) 1)) (aten.exp.default (aten.sub.Tensor (aten.logsumexp.default (aten.matmul.default %r0:q %r1:k) (list 3) b:true) (aten.maximum.default (aten.logsumexp.default (aten.matmul.default %r0:q %r0:k) (list 3) b:true) (aten.logsumexp.default (aten.matmul.default %r0:q %r1:k) (list 3) b:true)) 1)) 1))) 1)", &[("q", "f64[2,2,2,4]"), ("k", "f64[2,2,4,3]"), ("v", "f64[2,2,3,5]")]),
+            ("(aten.add.Tensor (aten.maximum.default (aten.logsumexp.default (aten.matmul.default %r0:q %r0:k) (list 3) b:true) (aten.logsumexp.default (aten.matmul.default %r0:q %r1:k) (list 3) b:true)) (aten.log.default (aten.add.Tensor (aten.exp.default (aten.sub.Tensor (aten.logsumexp.default (aten.matmul.default %r0:q %r0:k) (list 3) b:true) (aten.maximum.default (aten.logsumexp.default (aten.matmul.default %r0:q %r0:k) (list 3) b:true) (aten.logsumexp.default (aten.matmul.default %r0:q %r1:k) (list 3) b:true)) 1)) (aten.exp.default (aten.sub.Tensor (aten.logsumexp.default (aten.matmul.default %r0:q %r1:k) (list 3) b:true) (aten.maximum.default (aten.logsumexp.default (aten.matmul.default %r0:q %r0:k) (list 3) b:true) (aten.logsumexp.default (aten.matmul.default %r0:q %r1:k) (list 3) b:true)) 1)) 1)) 1)", &[("q", "f64[2,2,2,4]"), ("k", "f64[2,2,4,3]")]),
         ],
         requires: None,
         build: Arc::new(|g, _, kids| {
@@ -913,7 +971,7 @@ fn lse_merge() -> Lemma {
                 let a2: Vec<(Id, Id)> = attentions(g, o2).into_iter().filter(|(s, _)| s2s.iter().any(|&x| same(g, x, *s))).collect();
                 for &(s1, v1) in a1.iter().take(2) {
                     for &(s2, v2) in a2.iter().take(2) {
-                        out.push(attend(g, &[s1, s2], &[v1, v2]));
+                        out.extend(attend(g, &[s1, s2], &[v1, v2]));
                     }
                 }
             }
@@ -927,8 +985,12 @@ fn lse_merge() -> Lemma {
                         let (s1s, s2s) = (finite_lse_scores(g, l1), finite_lse_scores(g, l2));
                         for &s1 in s1s.iter().take(2) {
                             for &s2 in s2s.iter().take(2) {
-                                let scores = cat(g, 2, vec![s1, s2]);
-                                let dims = list(g, &[2]);
+                                let Some(last) = last_dim(g, s1) else { continue };
+                                if !joinable(g, &[s1, s2], last) {
+                                    continue;
+                                }
+                                let scores = cat(g, last, vec![s1, s2]);
+                                let dims = list(g, &[last]);
                                 let yes = op(g, "b:true", vec![]);
                                 out.push(op(g, LOGSUMEXP, vec![scores, dims, yes]));
                             }

@@ -12,6 +12,7 @@ use egg::{Applier, EGraph, Id, Pattern, PatternAst, Rewrite, Subst, Symbol, Var}
 use std::collections::HashMap;
 use std::sync::Arc;
 
+mod chunks;
 mod moe;
 pub(crate) mod ring;
 mod rows;
@@ -2414,6 +2415,7 @@ pub fn library() -> Vec<Lemma> {
         }),
     });
     l.extend(rows::lemmas());
+    l.extend(chunks::lemmas());
     l.extend(vocab::lemmas());
     l.extend(moe::lemmas());
     l.extend(ring::lemmas());

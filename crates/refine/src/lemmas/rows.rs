@@ -113,15 +113,58 @@ fn interleave(g: &mut Graph, form: &Interleaved, results: &[Id], out: &[usize]) 
     op(g, "aten.view.default", vec![c, l])
 }
 
+/// Makes `id` the view back of its unflattened form when the graph holds that form, the rows
+/// unflattened like `form`'s (all its pieces' rows): `id = view(view(id, [lead.., rest..]),
+/// shape(id))`. Under context parallelism the spec's chunks are slices of that form and tile
+/// it, so it is a concatenation and `id` (a rank's rows) gets an interleaved form of its own;
+/// looked up, never built.
+fn view_back(g: &mut Graph, id: Id, form: &Interleaved) -> bool {
+    let Some(s) = shape(g, id) else { return false };
+    let Some(first) = form.leads.first() else {
+        return false;
+    };
+    let mut whole = first.clone();
+    whole[form.dim] = form.leads.iter().map(|l| l[form.dim]).sum();
+    if s.first() != Some(&whole.iter().product()) {
+        return false;
+    }
+    let mut target = whole;
+    target.extend_from_slice(&s[1..]);
+    let Some(l) = super::chunks::lookup_list(g, &target) else {
+        return false;
+    };
+    let Some(u) = g.lookup(Term::Op(egg::Symbol::from("aten.view.default"), vec![id, l])) else {
+        return false;
+    };
+    if super::cats(g, u).is_empty() {
+        return false;
+    }
+    let ls = list(g, &s);
+    let back = op(g, "aten.view.default", vec![u, ls]);
+    g.union(back, id);
+    true
+}
+
 /// For each interleaved form of the first of `operands`, the matching forms (same dim, same
 /// flattened pieces) of the others: per operand, its pieces' rows.
 fn aligned(g: &mut Graph, operands: &[Id]) -> Vec<(Interleaved, Vec<Vec<Id>>)> {
-    let Some((&first, others)) = operands.split_first() else {
+    if operands.is_empty() {
         return vec![];
-    };
-    let other_forms: Vec<Vec<Interleaved>> = others.iter().map(|&o| interleaved(g, o)).collect();
+    }
+    let mut forms: Vec<Vec<Interleaved>> = operands.iter().map(|&o| interleaved(g, o)).collect();
+    // An operand without a form may still be a view of an interleaved tensor of the graph.
+    if let Some(k) = forms.iter().position(|f| !f.is_empty()) {
+        for i in 0..operands.len() {
+            if forms[i].is_empty() && view_back(g, operands[i], &forms[k][0]) {
+                forms[i] = interleaved(g, operands[i]);
+            }
+        }
+    }
+    let mut forms = forms.into_iter();
+    let first_forms = forms.next().unwrap_or_default();
+    let other_forms: Vec<Vec<Interleaved>> = forms.collect();
     let mut out = Vec::new();
-    for form in interleaved(g, first) {
+    for form in first_forms {
         let matched: Option<Vec<Vec<Id>>> = other_forms
             .iter()
             .map(|forms| {

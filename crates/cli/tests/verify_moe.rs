@@ -1,7 +1,8 @@
 //! `shardproof verify` on the DeepSeek-style MoE model beyond the forward pass: full training
 //! iterations under tp, ep and dp (the router and gate backward: top-k gradients, the gate
 //! scatter's backward, the auxiliary loss's share per rank), the sequence-parallel forward, the
-//! all-to-all dispatcher's forward, and the MoE catalog bugs, never verified.
+//! all-to-all dispatcher's forward, the context-parallel forward, and the MoE catalog bugs
+//! (and the context-parallel bugs on deepseek), never verified.
 
 mod common;
 
@@ -115,6 +116,28 @@ fn pipelined_full_iteration_verifies_under_dp_and_tp() {
 #[test]
 fn pipelined_full_iteration_verifies_under_tp_and_ep() {
     expect("pp=2,tp=2,ep=2", &[], 0);
+}
+
+#[test]
+fn context_parallel_forward_verifies() {
+    // Each cp rank routes the tokens of its chunks i and 2cp-1-i: the router and the experts on
+    // one chunk's tokens are that chunk of the rank's own calls (`tokenwise-over-chunk`), and
+    // the balance loss's per-sequence sums are all-reduced over cp.
+    let out = expect("cp=2", &["--forward-only"], 0);
+    assert!(out.contains("certificate:"), "{out}");
+}
+
+#[test]
+fn context_parallel_forward_verifies_under_dp() {
+    expect("dp=2,cp=2", &["--forward-only"], 0);
+}
+
+#[test]
+fn context_parallel_bugs_are_never_verified() {
+    // The chunk lemmas relate the MoE block only where the ranks' attention already relates:
+    // a causal mask by block-local positions or RoPE without the chunks' offsets never does.
+    never_verified("cp-causal-mask-local", "cp=2", &["--forward-only"]);
+    never_verified("cp-rope-no-offset", "cp=2", &["--forward-only"]);
 }
 
 /// Plants `bug` and asserts that verify refutes it (1) or is inconclusive (3): never 0.

@@ -74,7 +74,8 @@ fn chunks(g: &Graph, id: Id) -> Vec<Chunk> {
             let (Some(d), Some(a), Some(b)) = (int(g, k[0]), int(g, k[1]), int(g, k[2])) else {
                 continue;
             };
-            let (Ok(d), Ok(a), Ok(b)) = (usize::try_from(d), usize::try_from(a), usize::try_from(b))
+            let (Ok(d), Ok(a), Ok(b)) =
+                (usize::try_from(d), usize::try_from(a), usize::try_from(b))
             else {
                 continue;
             };
@@ -195,7 +196,14 @@ fn drivers(sym: &str) -> Vec<usize> {
 
 /// The token plan of `sym(kids)` (output shape `out`) when operand `driver` holds tokens in
 /// dim `at`; `None` when the call is not token-wise along that dim.
-fn plan(g: &Graph, sym: &str, kids: &[Id], out: &[usize], driver: usize, at: usize) -> Option<TokenPlan> {
+fn plan(
+    g: &Graph,
+    sym: &str,
+    kids: &[Id],
+    out: &[usize],
+    driver: usize,
+    at: usize,
+) -> Option<TokenPlan> {
     let rank = |k: Id| shape(g, k).map(|s| s.len());
     let simple = |out_at| {
         Some(TokenPlan {
@@ -355,11 +363,15 @@ fn over_chunk(g: &mut Graph, sym: Symbol, kids: &[Id], out: &[usize]) -> Option<
                 .iter()
                 .map(|&(pos, at)| Some((pos, whole_operand(g, kids[pos], at, &form)?)))
                 .collect();
-            let Some(mut replaced) = replaced else { continue };
+            let Some(mut replaced) = replaced else {
+                continue;
+            };
             if let Some(pos) = p.sizes {
                 let mut sizes = out.to_vec();
                 sizes[p.out_at] = form.whole_tokens();
-                let Some(l) = lookup_list(g, &sizes) else { continue };
+                let Some(l) = lookup_list(g, &sizes) else {
+                    continue;
+                };
                 replaced.push((pos, l));
             }
             let Some(y) = g.lookup(with_kids(sym, kids, &replaced)) else {
@@ -424,24 +436,32 @@ fn topk_operands(g: &Graph, id: Id) -> impl Iterator<Item = Id> + '_ {
 
 /// The operators [`tokenwise_over_chunk`] applies to.
 fn chunk_roots() -> Vec<String> {
-    let mut roots = super::elementwise_roots();
-    roots.extend(
-        [
-            "aten.mm.default",
-            "aten.bmm.default",
-            "aten._softmax.default",
-            "aten._log_softmax.default",
-            "aten.sum.dim_IntList",
-            "aten.scatter.src",
-            "aten.scatter.value",
-            "aten.gather.default",
-            "aten.expand.default",
-            "aten.transpose.int",
-            GET,
-        ]
-        .map(String::from),
-    );
-    roots
+    // Each root costs a search per saturation step on every model, so only the elementwise
+    // operators of the router, the experts and the shared expert (moe.rs's choice).
+    [
+        "aten.mul.Tensor",
+        "aten.div.Tensor",
+        "aten.add.Tensor",
+        "aten.sub.Tensor",
+        "aten.sigmoid.default",
+        "aten.silu.default",
+    ]
+    .into_iter()
+    .chain([
+        "aten.mm.default",
+        "aten.bmm.default",
+        "aten._softmax.default",
+        "aten._log_softmax.default",
+        "aten.sum.dim_IntList",
+        "aten.scatter.src",
+        "aten.scatter.value",
+        "aten.gather.default",
+        "aten.expand.default",
+        "aten.transpose.int",
+        GET,
+    ])
+    .map(String::from)
+    .collect()
 }
 
 /// A token-wise operator over a slice's tokens is the slice of the rank's call over all of
@@ -535,4 +555,3 @@ fn tokenwise_over_chunk() -> Lemma {
         }),
     }
 }
-

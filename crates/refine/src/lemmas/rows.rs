@@ -133,7 +133,10 @@ fn view_back(g: &mut Graph, id: Id, form: &Interleaved) -> bool {
     let Some(l) = super::chunks::lookup_list(g, &target) else {
         return false;
     };
-    let Some(u) = g.lookup(Term::Op(egg::Symbol::from("aten.view.default"), vec![id, l])) else {
+    let Some(u) = g.lookup(Term::Op(
+        egg::Symbol::from("aten.view.default"),
+        vec![id, l],
+    )) else {
         return false;
     };
     if super::cats(g, u).is_empty() {

@@ -480,8 +480,8 @@ fn tokenwise_over_chunk() -> Lemma {
                 &[("x", "f64[2,4,3]"), ("w", "f64[3,5]")],
             ),
             (
-                "(cat 0 (aten.sigmoid.default (aten.view.default (slice 1 0 2 %r0:x) (list 4 3))) (aten.sigmoid.default %r0:y))",
-                &[("x", "f64[2,4,3]"), ("y", "f64[8,3]")],
+                "(cat 0 (aten.sigmoid.default (aten.view.default (slice 1 0 2 %r0:x) (list 4 3))) (aten.sigmoid.default (aten.view.default %r0:x (list 8 3))))",
+                &[("x", "f64[2,4,3]")],
             ),
             // A chunk of a view of the rank's tensor: the view's input is the whole.
             (
@@ -528,7 +528,7 @@ fn tokenwise_over_chunk() -> Lemma {
             ),
             // No flattening: the slice itself, tokens along the sliced dim.
             (
-                "(cat 0 (aten.mul.Tensor (slice 1 0 2 %r0:x) %r0:c) (aten.mul.Tensor %r0:x %r0:c))",
+                "(cat 1 (aten.mul.Tensor (slice 1 0 2 %r0:x) %r0:c) (aten.mul.Tensor %r0:x %r0:c))",
                 &[("x", "f64[2,4,3]"), ("c", "f64[3]")],
             ),
         ],

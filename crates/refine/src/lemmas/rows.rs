@@ -388,3 +388,92 @@ fn sums_over_interleaved_rows() -> Lemma {
 pub(super) fn lemmas() -> Vec<Lemma> {
     vec![rows_over_interleaved_cat(), sums_over_interleaved_rows()]
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::eval::{eval, random_tensor};
+    use crate::term::Shapes;
+    use egg::{Language, RecExpr, Runner};
+    use shardproof_ir::DType;
+    use shardproof_ops::Meta;
+    use std::collections::HashMap;
+
+    /// A rank's summed NLL over its own logits `x` (no interleaved form) and its chunks'
+    /// labels: once the graph holds `view(x, [2, 4, 3])` as the concatenation of its chunks,
+    /// `x` is the view back of it and the NLL splits per chunk; every class keeps one value.
+    #[test]
+    fn view_back_splits_a_rank_loss_over_its_chunks() {
+        let mut seed = 0.35;
+        let mut next = || {
+            seed = (seed * 7.31 + 0.17) % 1.0;
+            seed
+        };
+        let mut leaves = HashMap::new();
+        leaves.insert(
+            "r0:x".to_string(),
+            random_tensor(DType::F64, vec![8, 3], 8, &mut next),
+        );
+        leaves.insert(
+            "r0:t".to_string(),
+            random_tensor(DType::I64, vec![2, 4], 3, &mut next),
+        );
+        let mut g = Graph::new(Shapes::default());
+        g.analysis
+            .leaves
+            .insert("%r0:x".into(), Meta::new(DType::F64, vec![8, 3]));
+        g.analysis
+            .leaves
+            .insert("%r0:t".into(), Meta::new(DType::I64, vec![2, 4]));
+        let loss: RecExpr<Term> = "(get 0 (aten.nll_loss_forward.default %r0:x (aten.view.default (cat 1 (slice 1 0 2 %r0:t) (slice 1 2 4 %r0:t)) (list 8)) none 2 -100))"
+            .parse()
+            .unwrap();
+        let root = g.add_expr(&loss);
+        // The spec's chunks tile the unflattened logits (`cat-of-adjacent-slices`' fact).
+        let unflat: RecExpr<Term> = "(aten.view.default %r0:x (list 2 4 3))".parse().unwrap();
+        let chunked: RecExpr<Term> = "(cat 1 (slice 1 0 2 (aten.view.default %r0:x (list 2 4 3))) (slice 1 2 4 (aten.view.default %r0:x (list 2 4 3))))"
+            .parse()
+            .unwrap();
+        let (u, c) = (g.add_expr(&unflat), g.add_expr(&chunked));
+        g.union(u, c);
+        g.rebuild();
+        let g = Runner::default()
+            .with_egraph(g)
+            .with_iter_limit(3)
+            .run(&sums_over_interleaved_rows().rewrites())
+            .egraph;
+        assert!(!super::super::sums(&g, root).is_empty(), "the loss split");
+        let ex = egg::Extractor::new(&g, egg::AstSize);
+        for class in g.classes().filter(|c| c.nodes.len() > 1) {
+            let mut values = Vec::new();
+            for node in &class.nodes {
+                let mut e = RecExpr::default();
+                let kids: Vec<Id> = node
+                    .children()
+                    .iter()
+                    .map(|&k| {
+                        let sub = ex.find_best(k).1;
+                        let mut map = Vec::new();
+                        for n in sub.as_ref() {
+                            map.push(e.add(n.clone().map_children(|c| map[usize::from(c)])));
+                        }
+                        *map.last().unwrap()
+                    })
+                    .collect();
+                let mut i = 0;
+                e.add(node.clone().map_children(|_| {
+                    i += 1;
+                    kids[i - 1]
+                }));
+                values.push(eval(&e, &leaves).unwrap().remove(0).data.to_vec());
+            }
+            assert!(
+                values.windows(2).all(|w| w[0]
+                    .iter()
+                    .zip(&w[1])
+                    .all(|(a, b)| (a - b).abs() <= 1e-9 * (1.0 + b.abs()))),
+                "{values:?}"
+            );
+        }
+    }
+}

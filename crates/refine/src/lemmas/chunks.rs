@@ -22,7 +22,8 @@ pub(super) fn lemmas() -> Vec<Lemma> {
 }
 
 /// A class whose token dim holds the tokens of a slice: `view(slice(x, d, a, b), s)` (or the
-/// slice itself), where dim `at` of `s` flattens the slice's dims `i..j` and `i <= d < j`.
+/// slice itself), where dim `at` of `s` flattens the slice's dims `i..j` and `i < d < j` (the
+/// chunk's tokens interleave with the other chunks').
 struct Chunk {
     /// The class's token dim.
     at: usize,
@@ -119,6 +120,12 @@ fn chunk_of(
         let Some(j) = (d + 1..=ps.len()).find(|&j| product(&ps[..j]) == through) else {
             continue;
         };
+        if i == d && j - i > 1 {
+            // The slice cuts the outermost of several flattened dims: a block of whole rows,
+            // which `view-over-cat` and the row lemmas already relate (gpt2's sequence-first
+            // chunks).
+            return None;
+        }
         return Some(Chunk {
             at,
             source,
@@ -526,9 +533,9 @@ fn tokenwise_over_chunk() -> Lemma {
                 "(cat 1 (aten.transpose.int (aten.view.default (slice 1 0 2 %r0:x) (list 4 3)) 0 1) (aten.transpose.int (aten.view.default %r0:x (list 8 3)) 0 1))",
                 &[("x", "f64[2,4,3]")],
             ),
-            // No flattening: the slice itself, tokens along the sliced dim.
+            // A broadcast operand is taken whole.
             (
-                "(cat 1 (aten.mul.Tensor (slice 1 0 2 %r0:x) %r0:c) (aten.mul.Tensor %r0:x %r0:c))",
+                "(cat 0 (aten.mul.Tensor (aten.view.default (slice 1 0 2 %r0:x) (list 4 3)) %r0:c) (aten.mul.Tensor (aten.view.default %r0:x (list 8 3)) %r0:c))",
                 &[("x", "f64[2,4,3]"), ("c", "f64[3]")],
             ),
         ],

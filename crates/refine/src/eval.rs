@@ -6,7 +6,7 @@ use crate::term::{
     literal_arg, parse_leaf, Term, CAT, GET, LIST, MAX, MIN, SLICE, SUM, VOCAB_GRAD, VOCAB_LOOKUP,
     VOCAB_ONEHOT, VOCAB_PICK,
 };
-use egg::RecExpr;
+use egg::{Analysis, AstSize, EGraph, Extractor, Language, RecExpr};
 use shardproof_ir::{Arg, DType, OpName, ValueId};
 use shardproof_ops::{Meta, Registry, Tensor};
 use std::collections::HashMap;
@@ -317,4 +317,100 @@ pub fn random_tensor(
         })
         .collect();
     Tensor::new(meta, data)
+}
+
+/// A deterministic stream of values in [0, 1) for test tensors, started from `seed` in (0, 1):
+/// unit tests share it so that their random tensors are reproducible without a generator crate.
+pub fn seeded_values(mut seed: f64) -> impl FnMut() -> f64 {
+    move || {
+        seed = (seed * 7.31 + 0.17) % 1.0;
+        seed
+    }
+}
+
+/// Whether two tensor tuples have the same shapes and values within 1e-9 relative (equal
+/// infinities, such as masked scores, are equal values).
+pub fn tensors_agree(a: &[Tensor], b: &[Tensor]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| {
+            x.meta == y.meta
+                && x.data
+                    .iter()
+                    .zip(y.data.iter())
+                    .all(|(p, q)| p == q || (p - q).abs() <= 1e-9 * (1.0 + q.abs()))
+        })
+}
+
+/// Checks a saturated e-graph against the reference kernels: every node of every class with
+/// more than one node (its children taken as their smallest terms) must evaluate to the
+/// tensors of the class's first node. This is how a rewrite that merged unequal terms is
+/// caught. Returns the number of nodes compared with their class's first; the error names the
+/// two terms that differ, or the term that failed to evaluate.
+pub fn classes_agree<N: Analysis<Term>>(
+    eg: &EGraph<Term, N>,
+    leaves: &HashMap<String, Tensor>,
+) -> Result<usize, String> {
+    let ex = Extractor::new(eg, AstSize);
+    let mut compared = 0;
+    for class in eg.classes().filter(|c| c.nodes.len() > 1) {
+        let mut first: Option<(RecExpr<Term>, Vec<Tensor>)> = None;
+        for node in &class.nodes {
+            let mut e = RecExpr::default();
+            let mut kids = Vec::new();
+            for &k in node.children() {
+                let mut map = Vec::new();
+                for n in ex.find_best(k).1.as_ref() {
+                    map.push(e.add(n.clone().map_children(|c| map[usize::from(c)])));
+                }
+                kids.extend(map.last().copied());
+            }
+            let mut i = 0;
+            e.add(node.clone().map_children(|_| {
+                i += 1;
+                kids[i - 1]
+            }));
+            let got = eval(&e, leaves).map_err(|err| format!("{e}: {err}"))?;
+            match &first {
+                None => first = Some((e, got)),
+                Some((e0, want)) => {
+                    if !tensors_agree(&got, want) {
+                        return Err(format!("{e0} != {e}"));
+                    }
+                    compared += 1;
+                }
+            }
+        }
+    }
+    Ok(compared)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::term::Shapes;
+
+    /// The check the soundness tests rest on fails when unequal terms share a class.
+    #[test]
+    fn classes_agree_names_a_wrong_merge() {
+        let mut leaves = HashMap::new();
+        leaves.insert(
+            "r0:x".to_string(),
+            random_tensor(DType::F64, vec![2, 3], 8, &mut seeded_values(0.4)),
+        );
+        let mut eg: EGraph<Term, Shapes> = EGraph::new(Shapes::default());
+        let x = eg.add_expr(&"%r0:x".parse().unwrap());
+        let neg = eg.add_expr(&"(aten.neg.default %r0:x)".parse().unwrap());
+        let twice = eg.add_expr(
+            &"(aten.neg.default (aten.neg.default %r0:x))"
+                .parse()
+                .unwrap(),
+        );
+        eg.union(x, twice);
+        eg.rebuild();
+        assert_eq!(classes_agree(&eg, &leaves), Ok(1));
+        eg.union(x, neg);
+        eg.rebuild();
+        let err = classes_agree(&eg, &leaves).unwrap_err();
+        assert!(err.contains("!="), "{err}");
+    }
 }

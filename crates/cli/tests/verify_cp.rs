@@ -50,6 +50,31 @@ fn llama_dp_by_cp_forward_verifies() {
     assert!(out.contains("certificate:"), "{out}");
 }
 
+/// Emits `model` under tp=2 x cp=2 (forward only) and asserts it verifies: the ranks' merged
+/// attention output lies deeper than most relations, in the engine's extra exploration rounds.
+fn tp_by_cp_forward_verifies(model: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let case = emit(model, dir.path(), "tp=2,cp=2", &["--forward-only"]);
+    let (code, out) = verify(&case);
+    assert_eq!(code, 0, "{model}:\n{out}");
+    assert!(out.contains("certificate:"), "{out}");
+}
+
+#[test]
+fn llama_tp_by_cp_forward_verifies() {
+    tp_by_cp_forward_verifies("llama");
+}
+
+#[test]
+fn gpt2_tp_by_cp_forward_verifies() {
+    tp_by_cp_forward_verifies("gpt2");
+}
+
+#[test]
+fn deepseek_tp_by_cp_forward_verifies() {
+    tp_by_cp_forward_verifies("deepseek");
+}
+
 /// The ring's bugs stay unverified when tp splits the heads as well, so that the spec's
 /// attention is a 4-D `matmul` over `[b, heads, seq, d]`: the rank-generic forms of the
 /// attention lemmas are no looser than the 3-D ones.

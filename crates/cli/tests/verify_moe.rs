@@ -45,6 +45,13 @@ fn full_iteration_verifies_under_ep() {
 }
 
 #[test]
+fn many_experts_per_rank_full_iteration_verifies() {
+    // 16 experts per ep rank: the routing mask's expand over the experts is a cat of copies of
+    // the shorter expand the rank holds (`expand-as-cat` past 8 copies).
+    expect("ep=2", &["--experts", "32", "--top-k", "3"], 0);
+}
+
+#[test]
 fn sequence_parallel_forward_verifies() {
     // Each tp rank routes its sequence chunk: the spec's tokens are the ranks' chunks
     // interleaved, through top-k, the gate scatter and the experts' [expert, token] products.
@@ -168,6 +175,12 @@ fn tp_router_bugs_are_never_verified() {
 #[test]
 fn ep_expert_grad_bug_is_never_verified() {
     never_verified("ep-expert-grad-not-averaged", "ep=2", &[]);
+    // With 16 experts per rank the expands relate (above): the missing average still stands.
+    never_verified(
+        "ep-expert-grad-not-averaged",
+        "ep=2",
+        &["--experts", "32", "--top-k", "3"],
+    );
 }
 
 #[test]

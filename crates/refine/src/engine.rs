@@ -23,6 +23,9 @@ pub struct Options {
     pub node_limit: usize,
     /// Rounds of bringing in implementation operators per spec operator.
     pub explore_rounds: usize,
+    /// Further rounds taken only while the operator's output still has no clean expression
+    /// (a merge of ranks' partial results can lie deeper than most relations, as in tp x cp).
+    pub deepen_rounds: usize,
     /// Record every spec operator's relation in [`Outcome::trace`].
     pub trace: bool,
 }
@@ -33,6 +36,7 @@ impl Default for Options {
             iter_limit: 8,
             node_limit: 20_000,
             explore_rounds: 12,
+            deepen_rounds: 4,
             trace: false,
         }
     }
@@ -1174,7 +1178,10 @@ fn infer_one(
     collect_leaves(&eg, imp, &mut t_rel);
     let mut added: HashSet<ValueRef> = HashSet::new();
     unfold_indices(&mut eg, imp, &mut t_rel, &mut added);
-    for _round in 0..opts.explore_rounds {
+    for round in 0..opts.explore_rounds + opts.deepen_rounds {
+        if round >= opts.explore_rounds && !extract(&eg, eg.find(root), true).is_empty() {
+            break;
+        }
         let mut new = Vec::new();
         for u in t_rel.iter() {
             for &(r, n) in imp.consumers.get(u).map_or(&[][..], Vec::as_slice) {

@@ -1439,9 +1439,15 @@ pub fn library() -> Vec<Lemma> {
     });
     l.push(Lemma {
         name: "expand-as-cat",
-        doc: "expanding one size-1 dim e to n (n <= 8, no other dim expanded) is the cat along e of n copies",
+        doc: "expanding one size-1 dim e to n (no other dim expanded) is the cat along e of n copies (n <= 8), or past 8 the cat of n/m copies of a shorter expand to m of the same source already in the graph (many experts per rank: a routing mask over 16 or 32 experts)",
         roots: vec!["aten.expand.default".into()],
-        examples: vec![("(aten.expand.default %r0:a (list 2 3 4) b:false)", &[("a", "f64[2,1,4]")])],
+        examples: vec![
+            ("(aten.expand.default %r0:a (list 2 3 4) b:false)", &[("a", "f64[2,1,4]")]),
+            (
+                "(cat 1 (aten.expand.default %r0:a (list 2 16 4) b:false) (aten.expand.default %r0:a (list 2 32 4) b:false))",
+                &[("a", "f64[2,1,4]")],
+            ),
+        ],
         requires: None,
         build: Arc::new(|g, eclass, kids| {
             let (Some(target), Some(src)) = (shape(g, eclass), shape(g, kids[0])) else { return vec![] };
@@ -1449,11 +1455,40 @@ pub fn library() -> Vec<Lemma> {
                 return vec![];
             }
             let diff: Vec<usize> = (0..src.len()).filter(|&i| src[i] != target[i]).collect();
-            match diff.as_slice() {
-                [e] if src[*e] == 1 && (2..=8).contains(&target[*e]) => {
-                    vec![cat(g, *e, vec![kids[0]; target[*e]])]
+            let [e] = diff.as_slice() else { return vec![] };
+            let e = *e;
+            let n = target[e];
+            if src[e] != 1 || n < 2 {
+                return vec![];
+            }
+            if n <= 8 {
+                return vec![cat(g, e, vec![kids[0]; n])];
+            }
+            // Past 8 copies a flat cat would explode; a shorter expand of the same source that
+            // the graph already holds (looked up, never built) splits it into at most 8 blocks.
+            let here = g.find(eclass);
+            let shorter: Vec<(Id, usize)> = g[kids[0]]
+                .parents()
+                .filter(|&p| g.find(p) != here)
+                .filter_map(|p| {
+                    let s = shape(g, p)?;
+                    let m = *s.get(e)?;
+                    let expands_source = g[p].nodes.iter().any(|t| {
+                        matches!(t, Term::Op(sym, c) if sym.as_str() == "aten.expand.default" && g.find(c[0]) == g.find(kids[0]))
+                    });
+                    let same_elsewhere = s.len() == target.len() && (0..s.len()).all(|i| i == e || s[i] == target[i]);
+                    (expands_source && same_elsewhere && m >= 2 && m < n && n % m == 0 && n / m <= 8).then_some((p, m))
+                })
+                .collect();
+            let mut best: Option<(Id, usize)> = None;
+            for (p, m) in shorter {
+                if best.is_none_or(|(_, bm)| m > bm) {
+                    best = Some((p, m));
                 }
-                _ => vec![],
+            }
+            match best {
+                Some((p, m)) => vec![cat(g, e, vec![p; n / m])],
+                None => vec![],
             }
         }),
     });

@@ -24,7 +24,8 @@ pub struct Options {
     /// Rounds of bringing in implementation operators per spec operator.
     pub explore_rounds: usize,
     /// Further rounds taken only while the operator's output still has no clean expression
-    /// (a merge of ranks' partial results can lie deeper than most relations, as in tp x cp).
+    /// and every input is clean (a merge of ranks' partial results can lie deeper than most
+    /// relations, as in tp x cp).
     pub deepen_rounds: usize,
     /// Record every spec operator's relation in [`Outcome::trace`].
     pub trace: bool,
@@ -310,6 +311,8 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
     }
 
     let mut state: HashMap<ValueId, State> = HashMap::new();
+    // Per spec value: how many operators its data path has run without a clean relation.
+    let mut unclean_run: HashMap<ValueId, usize> = HashMap::new();
     let mut mismatches: HashMap<ValueId, (String, Option<String>)> = HashMap::new();
     // The relations of the products inside fused linears without a clean relation.
     let mut products: HashMap<ValueId, State> = HashMap::new();
@@ -362,12 +365,40 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
                     )),
                 },
                 Lowered::Unsupported(m) => State::Blocked(m),
-                Lowered::Alias(a) => state
-                    .get(&a.value)
-                    .cloned()
-                    .unwrap_or_else(|| State::Unrelated("unrelated".into())),
+                Lowered::Alias(a) => {
+                    if let Some(&run) = unclean_run.get(&a.value) {
+                        unclean_run.insert(v, run);
+                    }
+                    state
+                        .get(&a.value)
+                        .cloned()
+                        .unwrap_or_else(|| State::Unrelated("unrelated".into()))
+                }
                 Lowered::Term(t) => {
                     outcome.spec_operators += 1;
+                    // Deeper rounds only within a few operators of the last clean relations
+                    // (ring attention's scores and probabilities are computed, never clean,
+                    // until the merged output): past a stopping point every later operator, a
+                    // bug's whole downstream, would take them in vain.
+                    let mut ins = Vec::new();
+                    tpl_values(&t, &mut ins);
+                    let run = ins
+                        .iter()
+                        .filter(|x| is_float_value(&spec_metas, x.value))
+                        .filter_map(|x| unclean_run.get(&x.value))
+                        .max()
+                        .map_or(0, |&d| d + 1);
+                    unclean_run.insert(v, run);
+                    let shallow;
+                    let opts = if run <= DEEPEN_WITHIN {
+                        opts
+                    } else {
+                        shallow = Options {
+                            deepen_rounds: 4,
+                            ..opts.clone()
+                        };
+                        &shallow
+                    };
                     let s = infer_one(
                         &imp,
                         &rules,
@@ -401,6 +432,9 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
             };
             if opts.trace {
                 outcome.trace.push(trace_step(spec, v, &s));
+            }
+            if matches!(&s, State::Related(r) if r.clean) {
+                unclean_run.remove(&v);
             }
             state.insert(v, s);
         }
@@ -1089,6 +1123,9 @@ fn tile(
 /// an idle machine, so that those limits, not the machine's load, decide where a run stops (a
 /// 10 s limit made context-parallel cases inconclusive on a loaded machine).
 const SATURATION_WALL_CLOCK: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// Operators without a clean relation in a row after which the extra exploration rounds stop.
+const DEEPEN_WITHIN: usize = 12;
 
 /// Infers the relations of one spec value defined by `t`.
 #[allow(clippy::too_many_arguments)]
@@ -2310,6 +2347,15 @@ fn has_clean_descendant(
         .any(|(k, s)| reached[k.node] && is_float(k) && matches!(s, State::Related(r) if r.clean))
 }
 
+/// Whether spec value `v` is a float tensor (unknown metadata counts as float).
+fn is_float_value(spec_metas: &[Vec<Option<Meta>>], v: ValueId) -> bool {
+    spec_metas
+        .get(v.node)
+        .and_then(|m| m.get(v.output))
+        .and_then(Option::as_ref)
+        .is_none_or(|m| m.dtype.is_float())
+}
+
 fn blame(
     case: &Case,
     imp: &Impl,
@@ -2321,13 +2367,7 @@ fn blame(
 ) -> Failure {
     let spec = &case.spec;
     let is_clean = |v: &ValueId| matches!(state.get(v), Some(State::Related(r)) if r.clean);
-    let is_float = |v: &ValueId| {
-        spec_metas
-            .get(v.node)
-            .and_then(|m| m.get(v.output))
-            .and_then(Option::as_ref)
-            .is_none_or(|m| m.dtype.is_float())
-    };
+    let is_float = |v: &ValueId| is_float_value(spec_metas, *v);
     let mut frontier: Vec<ValueId> = Vec::new();
     let mut seen = HashSet::new();
     let mut stack = vec![out];

@@ -1286,14 +1286,29 @@ fn infer_one(
         mismatches.insert(v, (want, found));
     }
     let mut clean = extract(&eg, root, true);
+    let mut named = false;
     if clean.is_empty() && crate::lemmas::ring::name_chunks(&mut eg) {
         // Chunks of rank tensors (context parallelism) get their slice names, only where the
         // output has no clean expression without them.
         clean = extract(&eg, eg.find(root), true);
+        named = true;
     }
     if !clean.is_empty() {
-        let equal_leaves = leaf_groups(&eg, &clean);
-        let equal_slices = slice_groups(&eg, &clean);
+        // The leaves and slices equal to those of the spec form too: the next operators
+        // reach the ranks' tensors from them as they did before the chunks were named.
+        // Only for nested chunk names (a rank's attention block cut to the spec's chunks): a
+        // clean form of single chunks carries every operator the next lemmas need, and the
+        // spec form beside it would only grow the next e-graphs.
+        let spec_form = (named && nested_slices(&clean[0]))
+            .then(|| spec_form(imp, state, t))
+            .flatten();
+        let mut used = clean.clone();
+        used.extend(spec_form.iter().cloned());
+        let equal_leaves = leaf_groups(&eg, &used);
+        let mut equal_slices = slice_groups(&eg, &used);
+        if let Some(f) = spec_form {
+            equal_slices.push(vec![clean[0].clone(), f]);
+        }
         return State::Related(Rel {
             exprs: clean,
             clean: true,
@@ -1354,6 +1369,44 @@ fn infer_one(
         }
         _ => State::Lost("its expression grew beyond the size limit".into()),
     }
+}
+
+/// Whether an expression slices a slice.
+fn nested_slices(e: &RecExpr<Term>) -> bool {
+    let nodes = e.as_ref();
+    let is_slice = |n: &Term| matches!(n, Term::Op(s, k) if s.as_str() == SLICE && k.len() == 4);
+    nodes.iter().any(|n| match n {
+        Term::Op(s, k) if s.as_str() == SLICE && k.len() == 4 => {
+            is_slice(&nodes[usize::from(k[3])])
+        }
+        _ => false,
+    })
+}
+
+/// The spec operator over its inputs' first relations, before any lemma (built in an e-graph
+/// of its own, which is small): kept beside a clean form found by naming chunks, so the next
+/// operators' lemmas still match the spec's operators (a softmax, say), which the chunks'
+/// names do not show.
+fn spec_form(imp: &Impl, state: &HashMap<ValueId, State>, t: &Tpl) -> Option<RecExpr<Term>> {
+    let mut ins = Vec::new();
+    tpl_values(t, &mut ins);
+    let mut small = Graph::new(Shapes::default());
+    let mut ids: HashMap<ValueId, Id> = HashMap::new();
+    for x in &ins {
+        if ids.contains_key(&x.value) {
+            continue;
+        }
+        let Some(State::Related(r)) = state.get(&x.value) else {
+            return None;
+        };
+        ids.insert(x.value, add_rec(&mut small, imp, r.exprs.first()?));
+    }
+    let root = add_tpl(&mut small, t, &mut |_, x| ids[&x.value]);
+    small.rebuild();
+    extract(&small, small.find(root), false)
+        .into_iter()
+        .next()
+        .filter(|e| e.as_ref().len() <= 400)
 }
 
 /// Exploration may stop one operator short of the implementation's own scaling of a value

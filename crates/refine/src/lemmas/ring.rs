@@ -33,6 +33,9 @@ pub(super) fn lemmas() -> Vec<Lemma> {
         attention_drops_masked_keys(),
         attention_key_order(),
         lse_merge(),
+        softmax_key_blocks(),
+        logsumexp_key_blocks(),
+        masked_block_probabilities(),
     ]
 }
 
@@ -214,10 +217,16 @@ fn rows_finite(g: &Graph, id: Id, depth: usize) -> bool {
 /// Whether a class holds an implementation tensor, or a slice of one: a piece of such a class
 /// has a clean expression as a slice of it.
 fn names_a_tensor(g: &Graph, id: Id) -> bool {
+    names_within(g, id, 3)
+}
+
+/// Whether a class holds an implementation tensor or a chain of at most `depth` slices of one
+/// (the chunk of a chunk: a rank's attention block holds two query chunks by two key chunks).
+fn names_within(g: &Graph, id: Id, depth: usize) -> bool {
     g[id].nodes.iter().any(|n| {
         is_leaf(n)
             || matches!(n, Term::Op(s, k) if s.as_str() == SLICE && k.len() == 4
-                && g[k[3]].nodes.iter().any(is_leaf))
+                && depth > 0 && names_within(g, k[3], depth - 1))
     })
 }
 
@@ -231,6 +240,19 @@ fn names_a_tensor(g: &Graph, id: Id) -> bool {
 /// iteration. Returns whether it named anything. Pieces that already name a tensor keep their name (the engine records the slice
 /// as a second name of such a piece when it passes relations on).
 pub fn name_chunks(g: &mut Graph) -> bool {
+    // A named piece may itself be a concatenation (of finer chunks): name those in turn.
+    let mut named = false;
+    for _ in 0..3 {
+        if !name_chunks_once(g) {
+            break;
+        }
+        named = true;
+    }
+    named
+}
+
+/// One pass of [`name_chunks`]: the pieces of the concatenations of classes named so far.
+fn name_chunks_once(g: &mut Graph) -> bool {
     let mut todo: Vec<(Id, usize, Vec<Id>)> = Vec::new();
     for class in g.classes() {
         if !names_a_tensor(g, class.id) {
@@ -1003,6 +1025,159 @@ fn lse_merge() -> Lemma {
     }
 }
 
+/// A softmax over key blocks is, block by block, the exponential of the block's scores minus
+/// the log-sum-exp over every block.
+fn softmax_key_blocks() -> Lemma {
+    Lemma {
+        name: "softmax-key-blocks",
+        doc: "softmax(cat_last(S_j), last) = cat_last(exp(S_j - logsumexp(cat_last(S_j), [last], True))) for blocks of rank 3 or more (the finest split present): the spec's attention probabilities in the blocks the ring ranks compute, against their merged log-sum-exp",
+        roots: vec![SOFTMAX.into()],
+        examples: vec![
+            // Beside recomputed probabilities (the lemma's guard: ring attention's backward).
+            ("(cat 2 (aten._softmax.default (cat 2 (aten.bmm.default %r0:q %r0:k) (aten.bmm.default %r0:q %r1:k)) 2 b:false) (aten.exp.default (aten.sub.Tensor (aten.bmm.default %r0:q %r0:k) (aten.neg.default (aten.logsumexp.default (aten.bmm.default %r0:q %r1:k) (list 2) b:true)) 1)))", &[("q", "f64[2,2,4]"), ("k", "f64[2,4,3]")]),
+            ("(cat 3 (aten._softmax.default (cat 3 (aten.neg.default %r0:a) %r0:a %r1:a) 3 b:false) (aten.exp.default (aten.sub.Tensor %r0:a (aten.neg.default (aten.logsumexp.default %r1:a (list 3) b:true)) 1)))", &[("a", "f64[2,2,3,2]")]),
+        ],
+        requires: None,
+        build: Arc::new(|g, _, kids| {
+            // Only where the ranks recompute probabilities against a log-sum-exp of other
+            // scores (ring attention's backward): elsewhere a softmax stays whole and this
+            // costs a look-up over the `exp` classes.
+            if !has(g, kids[0], CAT) || !recomputes_probabilities(g) {
+                return vec![];
+            }
+            let Some(rank) = shape(g, kids[0]).map(|s| s.len()) else { return vec![] };
+            if rank < 3 || !softmax_over_last(g, kids, rank) {
+                return vec![];
+            }
+            let last = rank - 1;
+            // The finest split only: the ranks' blocks are the smallest pieces.
+            let Some(pieces) = cats_along(g, kids[0], last).into_iter().max_by_key(|p| p.len()) else {
+                return vec![];
+            };
+            let dims = list(g, &[last]);
+            let yes = op(g, "b:true", vec![]);
+            let lse = op(g, LOGSUMEXP, vec![kids[0], dims, yes]);
+            let one = num(g, 1);
+            let blocks: Vec<Id> = pieces
+                .iter()
+                .map(|&s| {
+                    let d = op(g, "aten.sub.Tensor", vec![s, lse, one]);
+                    op(g, "aten.exp.default", vec![d])
+                })
+                .collect();
+            vec![cat(g, last, blocks)]
+        }),
+    }
+}
+
+/// Whether the e-graph holds `exp(S - l)` for scores `S` (more than one key) and a row
+/// statistic `l` (one entry per row) that is not itself a log-sum-exp: a block's
+/// probabilities under a log-sum-exp gathered elsewhere, as ring attention's backward
+/// recomputes them (from the saved, merged one). The forward's blocks, and the pieces
+/// rewrites cut them into, subtract a log-sum-exp; the merge weights have one entry per row.
+fn recomputes_probabilities(g: &Graph) -> bool {
+    classes_of(g, "aten.exp.default").into_iter().any(|e| {
+        calls(g, e, "aten.exp.default").iter().any(|k| {
+            calls(g, k[0], "aten.sub.Tensor").iter().any(|s| {
+                s.len() == 3
+                    && shape(g, s[0])
+                        .and_then(|x| x.last().copied())
+                        .is_some_and(|n| n > 1)
+                    && shape(g, s[1]).and_then(|x| x.last().copied()) == Some(1)
+                    && !has(g, s[1], LOGSUMEXP)
+            })
+        })
+    })
+}
+
+/// A log-sum-exp over key blocks ignores fully masked blocks and the blocks' order.
+fn logsumexp_key_blocks() -> Lemma {
+    Lemma {
+        name: "logsumexp-key-blocks",
+        doc: "logsumexp(cat_last(S_j), [last], keep) is the same over the blocks that are not x + full(-inf) (x finite; as long as one remains: exp(-inf) adds nothing), in a canonical order (by e-class: the sum runs over every entry of a row), for blocks of rank 3 or more: the spec's row log-sum-exp meets the ranks' merged one, which runs over the visible blocks in ring order",
+        roots: vec![LOGSUMEXP.into()],
+        examples: vec![
+            ("(aten.logsumexp.default (cat 2 (aten.bmm.default %r0:q %r0:k) (aten.add.Tensor (aten.bmm.default %r0:q %r1:k) (aten.full.default (list 2 3) f:-inf dt:f64 none dev b:false) 1)) (list 2) b:true)", &[("q", "f64[2,2,4]"), ("k", "f64[2,4,3]")]),
+            ("(aten.logsumexp.default (cat 2 (aten.neg.default %r0:a) %r0:a %r1:a) (list 2) b:true)", &[("a", "f64[2,3,2]")]),
+            ("(aten.logsumexp.default (cat 3 (aten.add.Tensor (aten.matmul.default %r0:q %r1:k) (aten.full.default (list 2 3) f:-inf dt:f64 none dev b:false) 1) (aten.matmul.default %r0:q %r0:k)) (list -1) b:false)", &[("q", "f64[2,2,2,4]"), ("k", "f64[2,2,4,3]")]),
+        ],
+        requires: None,
+        build: Arc::new(|g, _, kids| {
+            if !has(g, kids[0], CAT) {
+                return vec![];
+            }
+            let Some(last) = last_dim(g, kids[0]) else { return vec![] };
+            if last < 2 || !is_last_dim_list(g, kids[1], last) {
+                return vec![];
+            }
+            let mut out = Vec::new();
+            for pieces in cats_along(g, kids[0], last).into_iter().take(4) {
+                let mut keep: Vec<Id> = pieces.iter().copied().filter(|&p| !fully_masked(g, p)).collect();
+                if keep.is_empty() {
+                    continue;
+                }
+                keep.sort_by_key(|&p| g.find(p));
+                if keep.len() == pieces.len() && keep.iter().zip(&pieces).all(|(a, b)| same(g, *a, *b)) {
+                    continue;
+                }
+                let x = if keep.len() == 1 { keep[0] } else { cat(g, last, keep) };
+                out.push(g.add(Term::Op(Symbol::from(LOGSUMEXP), vec![x, kids[1], kids[2]])));
+            }
+            out
+        }),
+    }
+}
+
+/// Whether a class is a finite log-sum-exp: over scores whose every row has a finite entry.
+fn finite_lse(g: &Graph, l: Id) -> bool {
+    calls(g, l, LOGSUMEXP).iter().any(|k| {
+        k.len() == 3
+            && last_dim(g, k[0]).is_some_and(|d| is_last_dim_list(g, k[1], d))
+            && rows_finite(g, k[0], 6)
+    })
+}
+
+/// A fully masked block's probabilities are zeros.
+fn masked_block_probabilities() -> Lemma {
+    Lemma {
+        name: "masked-block-probabilities",
+        doc: "exp((x + full(-inf)) - l) = zeros (the exp's shape) for x a finite product and l a finite log-sum-exp (over scores whose every row has a finite entry): -inf - l = -inf, exp(-inf) = 0",
+        roots: vec!["aten.exp.default".into()],
+        examples: vec![(
+            "(aten.exp.default (aten.sub.Tensor (aten.add.Tensor (aten.bmm.default %r0:q %r1:k) (aten.full.default (list 2 3) f:-inf dt:f64 none dev b:false) 1) (aten.logsumexp.default (aten.bmm.default %r0:q %r0:k) (list 2) b:true) 1))",
+            &[("q", "f64[2,2,4]"), ("k", "f64[2,4,3]")],
+        )],
+        requires: None,
+        build: Arc::new(|g, eclass, kids| {
+            if !has(g, kids[0], "aten.sub.Tensor") {
+                return vec![];
+            }
+            let Some(out_shape) = shape(g, eclass) else { return vec![] };
+            let mut out = Vec::new();
+            for k in calls(g, kids[0], "aten.sub.Tensor") {
+                if k.len() != 3 || !is_one(g, k[2]) || !has(g, k[0], ADD) || !fully_masked(g, k[0]) {
+                    continue;
+                }
+                if !finite_lse(g, k[1]) {
+                    continue;
+                }
+                // The fill's options (dtype, device) from the mask.
+                let options = calls(g, k[0], ADD)
+                    .into_iter()
+                    .flat_map(|a| a.into_iter().take(2))
+                    .flat_map(|m| fills(g, m))
+                    .find(|f| float_literal(g, f.value) == Some(f64::NEG_INFINITY))
+                    .map(|f| f.options);
+                let Some(options) = options else { continue };
+                let zero = op(g, "f:0.0", vec![]);
+                out.push(make_fill(g, &out_shape, zero, &options));
+                break;
+            }
+            out
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1049,5 +1224,49 @@ mod tests {
         assert!(name_chunks(&mut g));
         let checked = classes_agree(&g, &leaves).unwrap();
         assert!(checked >= 3, "the pieces were named");
+    }
+
+    /// The pieces of a named piece (a chunk of a chunk) get slices of slices as names, and
+    /// they hold the pieces' values.
+    #[test]
+    fn nested_chunk_names_are_the_pieces() {
+        let mut next = seeded_values(0.5);
+        let mut leaves = HashMap::new();
+        for (name, shape) in [
+            ("r0:a", vec![2, 1]),
+            ("r0:b", vec![2, 2]),
+            ("r0:c", vec![1, 3]),
+        ] {
+            leaves.insert(
+                name.to_string(),
+                random_tensor(DType::F64, shape, 8, &mut next),
+            );
+        }
+        let pieces: RecExpr<Term> =
+            "(cat 0 (cat 1 (aten.neg.default %r0:a) (aten.exp.default %r0:b)) (aten.neg.default %r0:c))"
+                .parse()
+                .unwrap();
+        let x = eval(&pieces, &leaves).unwrap().remove(0);
+        leaves.insert("r0:x".to_string(), x);
+        let mut g = Graph::new(Shapes::default());
+        for (name, shape) in [
+            ("%r0:a", vec![2, 1]),
+            ("%r0:b", vec![2, 2]),
+            ("%r0:c", vec![1, 3]),
+            ("%r0:x", vec![3, 3]),
+        ] {
+            g.analysis
+                .leaves
+                .insert(name.into(), Meta::new(DType::F64, shape));
+        }
+        let whole = g.add_expr(&pieces);
+        let leaf = g.add_expr(&"%r0:x".parse().unwrap());
+        g.union(whole, leaf);
+        g.rebuild();
+        assert!(name_chunks(&mut g));
+        let inner: RecExpr<Term> = "(aten.exp.default %r0:b)".parse().unwrap();
+        let inner = g.add_expr(&inner);
+        assert!(names_a_tensor(&g, inner), "the chunk of a chunk was named");
+        classes_agree(&g, &leaves).unwrap();
     }
 }

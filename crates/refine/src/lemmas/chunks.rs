@@ -452,6 +452,8 @@ fn chunk_roots() -> Vec<String> {
         "aten.sub.Tensor",
         "aten.sigmoid.default",
         "aten.silu.default",
+        // The SwiGLU backward of a context-parallel llama.
+        "aten.silu_backward.default",
     ]
     .into_iter()
     .chain([
@@ -494,6 +496,11 @@ fn tokenwise_over_chunk() -> Lemma {
             (
                 "(cat 0 (aten.sigmoid.default (aten.view.default (slice 1 0 2 (aten.view.default %r0:y (list 2 4 3))) (list 4 3))) (aten.sigmoid.default %r0:y))",
                 &[("y", "f64[8,3]")],
+            ),
+            // The SwiGLU backward on one chunk's rows, beside the rank's on all rows.
+            (
+                "(cat 0 (aten.silu_backward.default (aten.view.default (slice 1 0 2 %r0:g) (list 4 3)) (aten.view.default (slice 1 0 2 %r0:x) (list 4 3))) (aten.silu_backward.default (aten.view.default %r0:g (list 8 3)) (aten.view.default %r0:x (list 8 3))))",
+                &[("g", "f64[2,4,3]"), ("x", "f64[2,4,3]")],
             ),
             // Two chunked operands and a per-token column.
             (

@@ -126,6 +126,19 @@ fn pipelined_full_iteration_verifies_under_tp_and_ep() {
 }
 
 #[test]
+fn many_layers_per_stage_forward_verifies() {
+    // 17 layers per stage: the spec's running sum of balance losses is clean only at the
+    // stages' all-reduce, 17 additions past the stage boundary, deeper than one operator's
+    // exploration rounds; each unclean relation carries the 0-d values explored so far.
+    expect("pp=2", &["--forward-only", "--layers", "34"], 0);
+    never_verified(
+        "pp-wrong-stage-division",
+        "pp=2",
+        &["--forward-only", "--layers", "34"],
+    );
+}
+
+#[test]
 fn context_parallel_forward_verifies() {
     // Each cp rank routes the tokens of its chunks i and 2cp-1-i: the router and the experts on
     // one chunk's tokens are that chunk of the rank's own calls (`tokenwise-over-chunk`), and

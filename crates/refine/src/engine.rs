@@ -138,6 +138,12 @@ struct Rel {
     /// expressions use: a chunk that one rank holds whole and another as a slice of a larger
     /// tensor (context parallelism's load-balanced chunks) keeps both names.
     equal_slices: Vec<Vec<RecExpr<Term>>>,
+    /// The implementation's 0-d float values that the inference of a relation without a clean
+    /// expression brought in (and those its inputs carried): the next operator starts from
+    /// their definitions. A loss the spec sums layer by layer while each pipeline stage sums
+    /// its own layers first is clean only at the stages' final reduction, a chain of one
+    /// addition per layer deeper than one operator's exploration rounds reach.
+    explored: Vec<ValueRef>,
 }
 
 #[derive(Clone, Debug)]
@@ -399,7 +405,7 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
                         };
                         &shallow
                     };
-                    let s = infer_one(
+                    let mut s = infer_one(
                         &imp,
                         &rules,
                         opts,
@@ -409,6 +415,19 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
                         &mut mismatches,
                         v,
                     );
+                    // Only a chain of operators on 0-d values (a loss summed layer by layer)
+                    // carries its explored scalars: a reduction of a tensor brings in dozens,
+                    // which would crowd its consumers' e-graphs to the node limit.
+                    if let State::Related(r) = &mut s {
+                        let scalar_chain = is_float_scalar(&spec_metas, v)
+                            && ins
+                                .iter()
+                                .filter(|x| is_float_value(&spec_metas, x.value))
+                                .all(|x| is_float_scalar(&spec_metas, x.value));
+                        if !scalar_chain {
+                            r.explored.clear();
+                        }
+                    }
                     // A fused linear (addmm: a product plus a bias) without a clean relation:
                     // the product's own relation is the evidence a missing or late reduction
                     // leaves, as it is for an unfused product.
@@ -725,6 +744,7 @@ fn input_state(case: &Case, i: usize, imp: &Impl) -> State {
             clean: true,
             equal_leaves: Vec::new(),
             equal_slices: Vec::new(),
+            explored: Vec::new(),
         }),
         Err(m) => State::Blocked(format!("input `{}`: {m}", r.spec_name)),
     }
@@ -1199,6 +1219,7 @@ fn infer_one(
                 clean: true,
                 equal_leaves: Vec::new(),
                 equal_slices: Vec::new(),
+                explored: Vec::new(),
             }),
             None => State::Unrelated("constant".into()),
         };
@@ -1214,7 +1235,24 @@ fn infer_one(
     let mut t_rel: HashSet<ValueRef> = HashSet::new();
     collect_leaves(&eg, imp, &mut t_rel);
     let mut added: HashSet<ValueRef> = HashSet::new();
+    let mut carried: Vec<ValueRef> = ins
+        .iter()
+        .filter_map(|x| match state.get(&x.value) {
+            Some(State::Related(r)) => Some(r.explored.iter().copied()),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    carried.sort_unstable();
+    carried.dedup();
+    for &out in &carried {
+        if added.insert(out) {
+            define(&mut eg, imp, out, &mut added);
+        }
+    }
+    collect_leaves(&eg, imp, &mut t_rel);
     unfold_indices(&mut eg, imp, &mut t_rel, &mut added);
+    let mut saturated = false;
     for round in 0..opts.explore_rounds + opts.deepen_rounds {
         if round >= opts.explore_rounds && !extract(&eg, eg.find(root), true).is_empty() {
             break;
@@ -1259,11 +1297,12 @@ fn infer_one(
             .with_time_limit(SATURATION_WALL_CLOCK)
             .run(rules);
         eg = runner.egraph;
+        saturated = true;
         crate::lemmas::merge_equal_sums(&mut eg);
         collect_leaves(&eg, imp, &mut t_rel);
         unfold_indices(&mut eg, imp, &mut t_rel, &mut added);
     }
-    if added.is_empty() {
+    if !saturated {
         eg.rebuild();
         let runner = Runner::default()
             .with_egraph(eg)
@@ -1314,6 +1353,7 @@ fn infer_one(
             clean: true,
             equal_leaves,
             equal_slices,
+            explored: Vec::new(),
         });
     }
     // A constant multiple of clean expressions (a gradient before the data-parallel averaging
@@ -1353,6 +1393,7 @@ fn infer_one(
                 clean: false,
                 equal_leaves,
                 equal_slices,
+                explored: scalar_frontier(imp, &added),
             });
         }
     }
@@ -1365,6 +1406,7 @@ fn infer_one(
                 clean: false,
                 equal_leaves,
                 equal_slices,
+                explored: scalar_frontier(imp, &added),
             })
         }
         _ => State::Lost("its expression grew beyond the size limit".into()),
@@ -1407,6 +1449,26 @@ fn spec_form(imp: &Impl, state: &HashMap<ValueId, State>, t: &Tpl) -> Option<Rec
         .into_iter()
         .next()
         .filter(|e| e.as_ref().len() <= 400)
+}
+
+/// Most implementation values a relation carries in [`Rel::explored`]: far above a loss's
+/// chain of per-layer additions over every rank, a bound on the next e-graphs' growth.
+const MAX_EXPLORED: usize = 4096;
+
+/// The 0-d float values among `added`, sorted, at most [`MAX_EXPLORED`] (see
+/// [`Rel::explored`]).
+fn scalar_frontier(imp: &Impl, added: &HashSet<ValueRef>) -> Vec<ValueRef> {
+    let mut out: Vec<ValueRef> = added
+        .iter()
+        .copied()
+        .filter(|&v| {
+            imp.meta(v)
+                .is_some_and(|m| m.dtype.is_float() && m.shape.is_empty())
+        })
+        .collect();
+    out.sort_unstable();
+    out.truncate(MAX_EXPLORED);
+    out
 }
 
 /// Exploration may stop one operator short of the implementation's own scaling of a value
@@ -2401,6 +2463,15 @@ fn has_clean_descendant(
 }
 
 /// Whether spec value `v` is a float tensor (unknown metadata counts as float).
+/// Whether spec value `v` is a 0-d float (a loss or one of its addends).
+fn is_float_scalar(spec_metas: &[Vec<Option<Meta>>], v: ValueId) -> bool {
+    spec_metas
+        .get(v.node)
+        .and_then(|m| m.get(v.output))
+        .and_then(Option::as_ref)
+        .is_some_and(|m| m.dtype.is_float() && m.shape.is_empty())
+}
+
 fn is_float_value(spec_metas: &[Vec<Option<Meta>>], v: ValueId) -> bool {
     spec_metas
         .get(v.node)

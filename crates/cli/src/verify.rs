@@ -178,8 +178,11 @@ fn confirm_refutation(case: &shardproof_case::Case, o: &mut Outcome) {
                 hint.map_or(String::new(), |h| format!(", where the evidence read: {h}"));
             o.verdict = RefineVerdict::Inconclusive;
             o.reason = Some(format!(
-                "`{}` cannot be related: relations stop at spec operator `{}` ({}){evidence}; but a run on seeded random inputs (f64, seed 0) matches every output, so this is likely a missing lemma, not a bug",
-                f.output, f.operator, f.op
+                "`{}` cannot be related: relations stop at spec operator `{}` ({}){evidence}; but a run on seeded random inputs (f64, seed 0) matches every output, so this is likely a missing lemma, not a bug{}",
+                f.output,
+                f.operator,
+                f.op,
+                f.other_stops_clause()
             ));
             f.hint = None;
         }
@@ -249,6 +252,12 @@ fn print_text(name: &str, o: &Outcome) {
                 );
                 if !f.graph_location.is_empty() {
                     outln!("    defined at {}", f.graph_location);
+                }
+                if !f.other_stops.is_empty() {
+                    outln!(
+                        "  (relations also stop on other paths, at {})",
+                        f.other_stops.join(", ")
+                    );
                 }
                 if let Some(s) = &f.source {
                     outln!("    captured from {s}");

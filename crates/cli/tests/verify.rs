@@ -227,6 +227,59 @@ fn a_refutation_stands_only_where_a_run_confirms_it() {
     );
 }
 
+/// Spec of `(x + y) * (z + w)`; its ranks compute each sum as `a - (-b)`, which no lemma reads
+/// as an addition: relations stop at both sums, on two independent paths.
+const SPEC_TWO_SUMS: &str = r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[4]", y: "f32[4]", z: "f32[4]", w: "f32[4]"):
+        p: "f32[4]" = torch.ops.aten.add.Tensor(x, y);  x = y = None
+        q: "f32[4]" = torch.ops.aten.add.Tensor(z, w);  z = w = None
+        out: "f32[4]" = torch.ops.aten.mul.Tensor(p, q);  p = q = None
+        return (out,)
+"#;
+
+const RANK_TWO_SUMS: &str = r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[4]", y: "f32[4]", z: "f32[4]", w: "f32[4]"):
+        neg: "f32[4]" = torch.ops.aten.neg.default(y);  y = None
+        p: "f32[4]" = torch.ops.aten.sub.Tensor(x, neg);  x = neg = None
+        neg_1: "f32[4]" = torch.ops.aten.neg.default(w);  w = None
+        q: "f32[4]" = torch.ops.aten.sub.Tensor(z, neg_1);  z = neg_1 = None
+        out: "f32[4]" = torch.ops.aten.mul.Tensor(p, q);  p = q = None
+        return (out,)
+"#;
+
+#[test]
+fn an_inconclusive_verdict_names_every_stop() {
+    let s = common::Scratch::new();
+    s.write("spec.py", SPEC_TWO_SUMS);
+    s.write("r0.py", RANK_TWO_SUMS);
+    s.write("r1.py", RANK_TWO_SUMS);
+    let case = s.write(
+        "case.yaml",
+        "version: 1\nname: two-sums\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [r0.py, r1.py]\ninputs:\n  x: Replicate()\n  y: Replicate()\n  z: Replicate()\n  w: Replicate()\noutputs:\n  out: Replicate()\n",
+    );
+    let (code, out) = verify(&case);
+    assert_eq!(code, 3, "{out}");
+    assert!(
+        out.contains("relations stop at spec operator `p` (aten.add.Tensor)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("relations also stop at `q (aten.add.Tensor)`"),
+        "{out}"
+    );
+    let json = bin()
+        .args(["verify", "--json"])
+        .arg(&case)
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(
+        report["failure"]["other_stops"],
+        serde_json::json!(["q (aten.add.Tensor)"]),
+        "{report}"
+    );
+}
+
 #[test]
 fn an_unmet_expression_expectation_is_settled_by_a_run() {
     // Shard pieces expected in the wrong order, written as an `expr:`: the engine's relation

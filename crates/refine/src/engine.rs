@@ -85,6 +85,31 @@ pub struct Failure {
     pub impl_consumers: Vec<String>,
     /// A known bug class the evidence matches.
     pub hint: Option<String>,
+    /// Other spec operators where clean relations stop on other paths into the same output
+    /// (`name (op)`, in graph order): an output may miss its relation for more than one reason,
+    /// and an inconclusive verdict names them all so the user sees every gap at once.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub other_stops: Vec<String>,
+}
+
+impl Failure {
+    /// `; relations also stop at ...` when other paths stop too, else nothing.
+    pub fn other_stops_clause(&self) -> String {
+        if self.other_stops.is_empty() {
+            return String::new();
+        }
+        const SHOWN: usize = 4;
+        let mut named: Vec<String> = self
+            .other_stops
+            .iter()
+            .take(SHOWN)
+            .map(|s| format!("`{s}`"))
+            .collect();
+        if self.other_stops.len() > SHOWN {
+            named.push(format!("{} more", self.other_stops.len() - SHOWN));
+        }
+        format!("; relations also stop at {}", named.join(", "))
+    }
 }
 
 /// The result of `verify`.
@@ -494,8 +519,10 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
                     return finish(undecided_by_constants(outcome, &imp));
                 }
                 outcome.reason = Some(format!(
-                    "`{name}` cannot be related: relations stop at spec operator `{}` ({}) and {m}; no known bug pattern matches there, so this may be a missing lemma",
-                    f.operator, f.op
+                    "`{name}` cannot be related: relations stop at spec operator `{}` ({}) and {m}; no known bug pattern matches there, so this may be a missing lemma{}",
+                    f.operator,
+                    f.op,
+                    f.other_stops_clause()
                 ));
                 outcome.verdict = Verdict::Inconclusive;
                 return finish(outcome);
@@ -524,8 +551,10 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
                 let f = blame(case, &imp, &state, &products, &spec_metas, v, &name);
                 if f.hint.is_none() {
                     outcome.reason = Some(format!(
-                        "`{name}` has no clean relation: relations stop at spec operator `{}` ({}), and no known bug pattern matches there, so this may be a missing lemma (`--trace` shows every relation)",
-                        f.operator, f.op
+                        "`{name}` has no clean relation: relations stop at spec operator `{}` ({}), and no known bug pattern matches there, so this may be a missing lemma{} (`--trace` shows every relation)",
+                        f.operator,
+                        f.op,
+                        f.other_stops_clause()
                     ));
                     outcome.failure = Some(f);
                     outcome.verdict = Verdict::Inconclusive;
@@ -2531,6 +2560,19 @@ fn blame(
     frontier.sort();
     let mut v = frontier.first().copied().unwrap_or(out);
     let first_stop = v;
+    // The stops on other paths into the output (each an operator whose float inputs all
+    // relate cleanly, so none merely inherits another's gap).
+    let other_stops: Vec<String> = frontier
+        .iter()
+        .skip(1)
+        .map(|&s| {
+            let op = spec.nodes[s.node]
+                .op()
+                .map(|o| o.to_string())
+                .unwrap_or_default();
+            format!("{} ({op})", spec.value_name(s))
+        })
+        .collect();
     // Relations stopped at an operator that is (or may be) linear in its rank-sum inputs while
     // every other operand is replicated on the summed ranks: summing the operator's results
     // later is then the same sum, and a partial sum flowing on to a later reduction is no
@@ -2822,5 +2864,6 @@ fn blame(
         computed,
         impl_consumers: consumers.into_iter().take(12).collect(),
         hint,
+        other_stops,
     }
 }

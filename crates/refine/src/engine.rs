@@ -1666,12 +1666,34 @@ fn slice_groups(eg: &Graph, exprs: &[RecExpr<Term>]) -> Vec<Vec<RecExpr<Term>>> 
                     out.push(e);
                 }
                 Term::Op(s, k) if s.as_str() == SLICE && k.len() == 4 => {
-                    let (Some(d), Some(a), Some(b), Some(leaf)) =
-                        (num_of(k[0]), num_of(k[1]), num_of(k[2]), leaf_of(k[3]))
+                    let (Some(d), Some(a), Some(b)) = (num_of(k[0]), num_of(k[1]), num_of(k[2]))
                     else {
                         continue;
                     };
-                    out.push(slice_of(d, a, b, leaf));
+                    if let Some(leaf) = leaf_of(k[3]) {
+                        out.push(slice_of(d, a, b, leaf));
+                        continue;
+                    }
+                    // A block of a rank's attention matrix: a slice of a slice of a leaf.
+                    for inner in &eg[k[3]].nodes {
+                        let Term::Op(s2, k2) = inner else { continue };
+                        if s2.as_str() != SLICE || k2.len() != 4 {
+                            continue;
+                        }
+                        let (Some(d2), Some(a2), Some(b2), Some(leaf)) =
+                            (num_of(k2[0]), num_of(k2[1]), num_of(k2[2]), leaf_of(k2[3]))
+                        else {
+                            continue;
+                        };
+                        let mut e = slice_of(d2, a2, b2, leaf);
+                        let x = Id::from(e.as_ref().len() - 1);
+                        let ids = [d, a, b].map(|v| e.add(Term::Num(v)));
+                        e.add(Term::Op(
+                            Symbol::from(SLICE),
+                            vec![ids[0], ids[1], ids[2], x],
+                        ));
+                        out.push(e);
+                    }
                 }
                 _ => {}
             }
@@ -1721,7 +1743,29 @@ fn slice_groups(eg: &Graph, exprs: &[RecExpr<Term>]) -> Vec<Vec<RecExpr<Term>>> 
                 })
             })
             .collect();
-        if ns.len() > 1 && ranks.len() > 1 {
+        // Blocks of different tensors of one rank (a block of the forward's probabilities and
+        // the same block the backward recomputes) are not: the next operator would need both
+        // definitions to meet them again.
+        let leaves: BTreeSet<String> = ns
+            .iter()
+            .filter_map(|e| {
+                e.as_ref().iter().find_map(|n| match n {
+                    Term::Op(s, k) if k.is_empty() && s.as_str().starts_with("%r") => {
+                        Some(s.to_string())
+                    }
+                    _ => None,
+                })
+            })
+            .collect();
+        let blocks = ns.iter().all(|e| e.as_ref().len() > 1)
+            && ns.iter().any(|e| {
+                e.as_ref()
+                    .iter()
+                    .filter(|n| matches!(n, Term::Op(s, _) if s.as_str() == SLICE))
+                    .count()
+                    > 1
+            });
+        if ns.len() > 1 && (ranks.len() > 1 || (blocks && leaves.len() > 1)) {
             groups.push(ns);
         }
     }

@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 mod chunks;
+mod flash;
 mod moe;
 pub(crate) mod ring;
 mod rows;
@@ -460,6 +461,12 @@ fn gcd(a: i64, b: i64) -> i64 {
 
 /// `x * p / q`, the fraction reduced, folded into nothing when it is one.
 pub fn scale(g: &mut Graph, p: i64, q: i64, x: Id) -> Id {
+    // Any multiple of zeros is those zeros: scaling a zero fill anew would start a chain c x,
+    // c^2 x, .. through the scale lemmas (ring attention's masked blocks are zero fills) until
+    // the factor overflows.
+    if zero_fill(g, x, 2).is_some() {
+        return x;
+    }
     let s = gcd(p, q) * q.signum();
     let (p, q) = (p / s, q / s);
     if p == q {
@@ -838,7 +845,10 @@ pub fn library() -> Vec<Lemma> {
                     return vec![];
                 };
                 for (p2, q2, x) in scales(g, kids[2]) {
-                    out.push(scale(g, p * p2, q * q2, x));
+                    // A factor that overflows is left unbuilt (wrapped, it would be wrong).
+                    if let (Some(p), Some(q)) = (p.checked_mul(p2), q.checked_mul(q2)) {
+                        out.push(scale(g, p, q, x));
+                    }
                 }
                 return out;
             }
@@ -901,7 +911,9 @@ pub fn library() -> Vec<Lemma> {
             siblings
                 .into_iter()
                 .take(4)
-                .map(|(p2, q2, id)| scale(g, p * q2, q * p2, id))
+                .filter_map(|(p2, q2, id)| {
+                    Some(scale(g, p.checked_mul(q2)?, q.checked_mul(p2)?, id))
+                })
                 .collect()
         }),
     });
@@ -937,7 +949,9 @@ pub fn library() -> Vec<Lemma> {
                     // would start a chain 2x, 4x, 8x, .. through sum-of-replicas.
                     let first = g.find(xs[0]);
                     if xs.iter().all(|&x| g.find(x) == first) {
-                        out.push(scale(g, p * xs.len() as i64, q, first));
+                        if let Some(n) = p.checked_mul(xs.len() as i64) {
+                            out.push(scale(g, n, q, first));
+                        }
                         continue;
                     }
                     let inner = op(g, SUM, xs);
@@ -2454,6 +2468,7 @@ pub fn library() -> Vec<Lemma> {
     l.extend(vocab::lemmas());
     l.extend(moe::lemmas());
     l.extend(ring::lemmas());
+    l.extend(flash::lemmas());
     l
 }
 
@@ -2658,6 +2673,38 @@ fn view_strides(dims: &[(usize, usize)], shape: &[usize]) -> Option<Vec<(usize, 
 fn list(g: &mut Graph, v: &[usize]) -> Id {
     let ids: Vec<Id> = v.iter().map(|&n| num(g, n as i64)).collect();
     op(g, LIST, ids)
+}
+
+/// The fill value and the options (dtype, layout, device, pin_memory) of a zero fill in a
+/// class, directly or under up to `depth` layout operators (a transposed or sliced zero block
+/// is zeros too): what a zero fill of another shape is built from.
+fn zero_fill(g: &Graph, id: Id, depth: usize) -> Option<(Id, Vec<Id>)> {
+    for n in &g[id].nodes {
+        let Term::Op(s, k) = n else { continue };
+        match s.as_str() {
+            "aten.full.default" if k.len() == 6 && is_zero(g, k[1]) => {
+                return Some((k[1], k[2..].to_vec()))
+            }
+            "aten.transpose.int"
+            | "aten.permute.default"
+            | "aten.view.default"
+            | "aten.expand.default"
+            | "aten.clone.default"
+                if depth > 0 && !k.is_empty() =>
+            {
+                if let Some(f) = zero_fill(g, k[0], depth - 1) {
+                    return Some(f);
+                }
+            }
+            SLICE if depth > 0 && k.len() == 4 => {
+                if let Some(f) = zero_fill(g, k[3], depth - 1) {
+                    return Some(f);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
 }
 
 /// Whether a class is the number zero (an integer or a float literal).

@@ -50,7 +50,7 @@ const TRIU: &str = "aten.triu.default";
 const VIEW: &str = "aten.view.default";
 
 /// The children of the `sym` nodes of a class (a few at most).
-fn calls(g: &Graph, id: Id, sym: &str) -> Vec<Vec<Id>> {
+pub(super) fn calls(g: &Graph, id: Id, sym: &str) -> Vec<Vec<Id>> {
     g[id]
         .nodes
         .iter()
@@ -64,7 +64,7 @@ fn calls(g: &Graph, id: Id, sym: &str) -> Vec<Vec<Id>> {
 
 /// Whether a class holds a node of operator `sym` (checked without building anything: the
 /// guard that keeps lemmas cheap on terms they do not match).
-fn has(g: &Graph, id: Id, sym: &str) -> bool {
+pub(super) fn has(g: &Graph, id: Id, sym: &str) -> bool {
     g[id]
         .nodes
         .iter()
@@ -77,7 +77,7 @@ fn same(g: &Graph, a: Id, b: Id) -> bool {
 }
 
 /// The float value of a literal class (`f:..` or an integer).
-fn float_literal(g: &Graph, id: Id) -> Option<f64> {
+pub(super) fn float_literal(g: &Graph, id: Id) -> Option<f64> {
     g[id].nodes.iter().find_map(|n| match n {
         Term::Num(x) => Some(*x as f64),
         Term::Op(s, k) if k.is_empty() => s.as_str().strip_prefix("f:")?.parse().ok(),
@@ -274,13 +274,20 @@ fn name_chunks_once(g: &mut Graph) -> bool {
     if todo.is_empty() {
         return false;
     }
-    for (x, d, pieces) in todo {
+    // Whether a piece was unnamed before this pass: a piece of two tensors (a block of the
+    // forward's probabilities that the backward recomputes) gets a name from each, so that
+    // either travels on with the relation.
+    let unnamed: Vec<Vec<bool>> = todo
+        .iter()
+        .map(|(_, _, pieces)| pieces.iter().map(|&p| !names_a_tensor(g, p)).collect())
+        .collect();
+    for ((x, d, pieces), unnamed) in todo.into_iter().zip(unnamed) {
         let Some(szs) = sizes(g, &pieces, d) else {
             continue;
         };
         let mut off = 0;
-        for (&p, &n) in pieces.iter().zip(&szs) {
-            if !names_a_tensor(g, p) {
+        for ((&p, &n), unnamed) in pieces.iter().zip(&szs).zip(unnamed) {
+            if unnamed {
                 let s = slice(g, d, off, off + n, x);
                 g.union(p, s);
             }
@@ -782,7 +789,7 @@ fn joinable(g: &Graph, pieces: &[Id], d: usize) -> bool {
 }
 
 /// Whether a block of scores is masked entirely: `x + full(-inf)` with `x` finite.
-fn fully_masked(g: &Graph, id: Id) -> bool {
+pub(super) fn fully_masked(g: &Graph, id: Id) -> bool {
     calls(g, id, ADD).iter().any(|k| {
         let minus_inf = |m: Id| {
             fills(g, m)
@@ -875,7 +882,7 @@ fn shifted_exps(g: &Graph, e: Id) -> Vec<(Id, Id)> {
 }
 
 /// Whether `m` is `maximum(a, b)` (either order).
-fn is_maximum_of(g: &Graph, m: Id, a: Id, b: Id) -> bool {
+pub(super) fn is_maximum_of(g: &Graph, m: Id, a: Id, b: Id) -> bool {
     calls(g, m, "aten.maximum.default").iter().any(|k| {
         k.len() == 2
             && ((same(g, k[0], a) && same(g, k[1], b)) || (same(g, k[0], b) && same(g, k[1], a)))
@@ -884,7 +891,7 @@ fn is_maximum_of(g: &Graph, m: Id, a: Id, b: Id) -> bool {
 
 /// The (e1, e2, l1, l2) of a normalizer `t = e1 + e2` with `e_i = exp(l_i - m)`,
 /// `m = maximum(l1, l2)`.
-fn normalizer_parts(g: &Graph, t: Id) -> Vec<(Id, Id, Id, Id)> {
+pub(super) fn normalizer_parts(g: &Graph, t: Id) -> Vec<(Id, Id, Id, Id)> {
     let mut out = Vec::new();
     for k in calls(g, t, ADD) {
         if k.len() != 3 || !is_one(g, k[2]) {
@@ -1129,7 +1136,7 @@ fn logsumexp_key_blocks() -> Lemma {
 }
 
 /// Whether a class is a finite log-sum-exp: over scores whose every row has a finite entry.
-fn finite_lse(g: &Graph, l: Id) -> bool {
+pub(super) fn finite_lse(g: &Graph, l: Id) -> bool {
     calls(g, l, LOGSUMEXP).iter().any(|k| {
         k.len() == 3
             && last_dim(g, k[0]).is_some_and(|d| is_last_dim_list(g, k[1], d))

@@ -1,0 +1,542 @@
+//! Lemmas for ring attention's backward: the ranks recompute each block's probabilities from
+//! the saved (merged) log-sum-exp and accumulate the block products of the gradients.
+//!
+//! The spec's attention backward multiplies whole matrices: `dV = P^T dO`, where `P` (after the
+//! forward's lemmas) is a grid of key blocks, zero fills where the causal mask hides a whole
+//! block. The ranks compute `P_ij^T dO_i` only for the blocks they see, over the rows they hold
+//! (two chunks each), and sum the steps' contributions. The lemmas here drop the zero blocks'
+//! products and terms, and join a sum of block products back into the products of the larger
+//! blocks the ranks multiply: always from pieces already in the e-graph (concatenations
+//! present, adjacent slices, transposes of either), never by cutting a tensor anew.
+
+use super::ring::{calls, finite_lse, fully_masked, has, is_maximum_of, normalizer_parts};
+use super::{int, is_one, list, op, shape, slice, zero_fill, Graph, Lemma, SUM};
+use crate::term::{CAT, SLICE};
+use egg::Id;
+use std::sync::Arc;
+
+/// The lemmas of this module.
+pub(super) fn lemmas() -> Vec<Lemma> {
+    vec![
+        product_with_zero_block(),
+        sum_drops_zero_terms(),
+        sum_of_contraction_blocks(),
+        product_of_row_slice(),
+        recomputed_masked_block(),
+    ]
+}
+
+const BMM: &str = "aten.bmm.default";
+const MM: &str = "aten.mm.default";
+const MATMUL: &str = "aten.matmul.default";
+const FULL: &str = "aten.full.default";
+const TRANSPOSE: &str = "aten.transpose.int";
+const ADD: &str = "aten.add.Tensor";
+
+/// The matrix products a lemma reads (both operands tensors of the same rank, 2 for `mm`, 3
+/// for `bmm`, 3 or more for `matmul`).
+const PRODUCTS: [&str; 3] = [BMM, MM, MATMUL];
+
+/// A zero fill of `shape` with the value and options of `fill`.
+fn zeros(g: &mut Graph, shape: &[usize], fill: &(Id, Vec<Id>)) -> Id {
+    let l = list(g, shape);
+    op(
+        g,
+        FULL,
+        [l, fill.0]
+            .into_iter()
+            .chain(fill.1.iter().copied())
+            .collect(),
+    )
+}
+
+/// The (row, contraction) dims of a product's left operand and the contraction dim of its
+/// right one, for operands of ranks `ra`, `rb`: `None` unless both have the same rank
+/// (batched products pair their batch dims; a broadcast operand is left alone).
+fn product_dims(sym: &str, ra: usize, rb: usize) -> Option<(usize, usize, usize)> {
+    let ok = ra == rb
+        && match sym {
+            MM => ra == 2,
+            BMM => ra == 3,
+            MATMUL => ra >= 3,
+            _ => false,
+        };
+    ok.then(|| (ra - 2, ra - 1, ra - 2))
+}
+
+/// The products `sym(a, b)` of a class (a few at most).
+fn products(g: &Graph, id: Id) -> Vec<(&'static str, Id, Id)> {
+    let mut out = Vec::new();
+    for sym in PRODUCTS {
+        for k in calls(g, id, sym) {
+            if k.len() == 2 {
+                out.push((sym, k[0], k[1]));
+            }
+        }
+    }
+    out.truncate(4);
+    out
+}
+
+/// The pieces of every concatenation along `d` in a class.
+fn cats_along(g: &Graph, id: Id, d: usize) -> Vec<Vec<Id>> {
+    calls(g, id, CAT)
+        .into_iter()
+        .filter(|k| k.len() >= 3 && int(g, k[0]) == Some(d as i64))
+        .map(|k| k[1..].to_vec())
+        .collect()
+}
+
+/// A product with a zero block is zeros; a product whose contraction is split into pieces, some
+/// of them zeros, is the sum of the other pieces' products.
+fn product_with_zero_block() -> Lemma {
+    Lemma {
+        name: "product-with-zero-block",
+        doc: "mm/bmm/matmul(a, b) = zeros (the product's shape) when a or b is a zero fill (or a transpose, view or slice of one); mm/bmm/matmul(cat_k(a_i), cat_k'(b_i)) along the contraction dim (pieces of equal sizes) = the sum of a_i b_i over the i where neither a_i nor b_i is zeros (one term: that product; none: zeros): masked blocks of attention probabilities contribute nothing to the gradients",
+        roots: PRODUCTS.iter().map(|s| s.to_string()).collect(),
+        examples: vec![
+            ("(aten.bmm.default (aten.transpose.int (aten.full.default (list 2 3 2) f:0.0 dt:f64 none dev b:false) 1 2) %r0:b)", &[("b", "f64[2,3,4]")]),
+            ("(aten.mm.default %r0:a (aten.full.default (list 3 4) f:0.0 dt:f64 none dev b:false))", &[("a", "f64[2,3]")]),
+            ("(aten.bmm.default (cat 2 %r0:a (aten.full.default (list 2 2 3) f:0.0 dt:f64 none dev b:false) %r1:a) (cat 1 %r0:b %r1:b %r2:b))", &[("a", "f64[2,2,3]"), ("b", "f64[2,3,4]")]),
+            ("(aten.matmul.default (cat 3 (aten.full.default (list 2 2 2 3) f:0.0 dt:f64 none dev b:false) %r0:a) (cat 2 %r0:b %r1:b))", &[("a", "f64[2,2,2,3]"), ("b", "f64[2,2,3,4]")]),
+        ],
+        requires: None,
+        build: Arc::new(|g, eclass, kids| {
+            let Some(sym) = PRODUCTS.into_iter().find(|s| {
+                calls(g, eclass, s).iter().any(|k| k.len() == 2 && k.iter().zip(kids).all(|(a, b)| g.find(*a) == g.find(*b)))
+            }) else {
+                return vec![];
+            };
+            let (Some(sa), Some(sb), Some(out)) = (shape(g, kids[0]), shape(g, kids[1]), shape(g, eclass)) else {
+                return vec![];
+            };
+            let Some((_, ka, kb)) = product_dims(sym, sa.len(), sb.len()) else { return vec![] };
+            if let Some(f) = zero_fill(g, kids[0], 2).or_else(|| zero_fill(g, kids[1], 2)) {
+                return vec![zeros(g, &out, &f)];
+            }
+            let mut res = Vec::new();
+            for a in cats_along(g, kids[0], ka).into_iter().take(2) {
+                let Some(szs) = super::sizes(g, &a, ka) else { continue };
+                for b in cats_along(g, kids[1], kb).into_iter().take(2) {
+                    if super::sizes(g, &b, kb).as_deref() != Some(&szs[..]) {
+                        continue;
+                    }
+                    let zero: Vec<Option<(Id, Vec<Id>)>> = a
+                        .iter()
+                        .zip(&b)
+                        .map(|(&x, &y)| zero_fill(g, x, 2).or_else(|| zero_fill(g, y, 2)))
+                        .collect();
+                    let Some(f) = zero.iter().flatten().next().cloned() else { continue };
+                    let terms: Vec<Id> = (0..a.len())
+                        .filter(|&i| zero[i].is_none())
+                        .map(|i| op(g, sym, vec![a[i], b[i]]))
+                        .collect();
+                    res.push(match terms.len() {
+                        0 => zeros(g, &out, &f),
+                        1 => terms[0],
+                        _ => op(g, SUM, terms),
+                    });
+                }
+            }
+            res
+        }),
+    }
+}
+
+/// Zeros add nothing to a sum.
+fn sum_drops_zero_terms() -> Lemma {
+    Lemma {
+        name: "sum-drops-zero-terms",
+        doc: "sum(x_i) = the sum of the x_i that are not zero fills (one left: that term; none: zeros): the steps of a ring whose blocks are masked contribute nothing",
+        roots: vec![SUM.into()],
+        examples: vec![
+            ("(sum %r0:a (aten.full.default (list 2 3) f:0.0 dt:f64 none dev b:false) %r1:a)", &[("a", "f64[2,3]")]),
+            ("(sum (aten.transpose.int (aten.full.default (list 3 2) f:0.0 dt:f64 none dev b:false) 0 1) %r0:a)", &[("a", "f64[2,3]")]),
+        ],
+        requires: None,
+        build: Arc::new(|g, eclass, kids| {
+            if !kids.iter().any(|&t| has(g, t, FULL) || has(g, t, TRANSPOSE)) {
+                return vec![];
+            }
+            let zero: Vec<Option<(Id, Vec<Id>)>> = kids.iter().map(|&t| zero_fill(g, t, 2)).collect();
+            let Some(f) = zero.iter().flatten().next().cloned() else { return vec![] };
+            let kept: Vec<Id> = kids.iter().zip(&zero).filter(|(_, z)| z.is_none()).map(|(&t, _)| t).collect();
+            match kept.len() {
+                0 => {
+                    let Some(out) = shape(g, eclass) else { return vec![] };
+                    vec![zeros(g, &out, &f)]
+                }
+                1 => kept,
+                _ => vec![op(g, SUM, kept)],
+            }
+        }),
+    }
+}
+
+/// The concatenation along `d` of `pieces`, when the e-graph already holds it: a `cat` node of
+/// exactly these pieces, adjacent slices of one tensor (their union, sliced from it), or
+/// transposes of pieces that join along the transposed dim (joined once, then transposed).
+fn join(g: &mut Graph, pieces: &[Id], d: usize, depth: usize) -> Option<Id> {
+    if let [p] = pieces {
+        return Some(*p);
+    }
+    let dim = g.lookup(crate::term::Term::Num(d as i64));
+    if let Some(dim) = dim {
+        let node = crate::term::Term::Op(
+            egg::Symbol::from(CAT),
+            std::iter::once(dim).chain(pieces.iter().copied()).collect(),
+        );
+        if let Some(id) = g.lookup(node) {
+            return Some(id);
+        }
+    }
+    if let Some(id) = adjacent_slices(g, pieces, d) {
+        return Some(id);
+    }
+    if depth == 0 {
+        return None;
+    }
+    // Transposes of the same two dims throughout: join the operands along the swapped dim.
+    let first = calls(g, pieces[0], TRANSPOSE);
+    for t in first.iter().filter(|k| k.len() == 3) {
+        let (Some(a), Some(b)) = (int(g, t[1]), int(g, t[2])) else {
+            continue;
+        };
+        let inner_d = if d as i64 == a {
+            b
+        } else if d as i64 == b {
+            a
+        } else {
+            d as i64
+        };
+        let inner: Option<Vec<Id>> = pieces
+            .iter()
+            .map(|&p| {
+                calls(g, p, TRANSPOSE)
+                    .into_iter()
+                    .find(|k| k.len() == 3 && int(g, k[1]) == Some(a) && int(g, k[2]) == Some(b))
+                    .map(|k| k[0])
+            })
+            .collect();
+        let Some(inner) = inner else { continue };
+        let Ok(inner_d) = usize::try_from(inner_d) else {
+            continue;
+        };
+        if let Some(x) = join(g, &inner, inner_d, depth - 1) {
+            return Some(op(g, TRANSPOSE, vec![x, t[1], t[2]]));
+        }
+    }
+    None
+}
+
+/// The slice `[a_0, b_n)` along `d` of one tensor `x` when the pieces are its slices `[a_i, b_i)`
+/// in order with `b_i = a_{i+1}` (`x` itself when they cover it).
+fn adjacent_slices(g: &mut Graph, pieces: &[Id], d: usize) -> Option<Id> {
+    let slices_of = |g: &Graph, p: Id| -> Vec<(i64, i64, Id)> {
+        calls(g, p, SLICE)
+            .into_iter()
+            .filter(|k| k.len() == 4 && int(g, k[0]) == Some(d as i64))
+            .filter_map(|k| Some((int(g, k[1])?, int(g, k[2])?, g.find(k[3]))))
+            .collect()
+    };
+    for (a0, mut end, x) in slices_of(g, pieces[0]) {
+        let mut ok = true;
+        for &p in &pieces[1..] {
+            match slices_of(g, p)
+                .into_iter()
+                .find(|&(a, _, y)| a == end && y == x)
+            {
+                Some((_, b, _)) => end = b,
+                None => {
+                    ok = false;
+                    break;
+                }
+            }
+        }
+        if ok {
+            let (Ok(a0), Ok(end)) = (usize::try_from(a0), usize::try_from(end)) else {
+                continue;
+            };
+            return Some(slice(g, d, a0, end, x));
+        }
+    }
+    None
+}
+
+/// One term of a sum read as a product of joined pieces: the operator, the left operand's
+/// pieces along its contraction dim and the right operand's along its own.
+struct Blocks {
+    sym: &'static str,
+    a: Vec<Id>,
+    b: Vec<Id>,
+}
+
+/// A sum of products of matching blocks along the contraction dim is the product of the
+/// joined blocks.
+fn sum_of_contraction_blocks() -> Lemma {
+    Lemma {
+        name: "sum-of-contraction-blocks",
+        doc: "sum_i mm/bmm/matmul(a_i, b_i) (among other terms) = mm/bmm/matmul(cat_k(a_i), cat_k'(b_i)) along the contraction dims, where the e-graph already holds both concatenations (a cat of exactly those pieces, adjacent slices of one tensor, or transposes of either): the ranks' block products over both of their chunks, which the spec's product meets block by block",
+        roots: vec![SUM.into()],
+        examples: vec![
+            ("(sum (aten.bmm.default %r0:a %r0:b) (aten.bmm.default %r1:a %r1:b) (aten.bmm.default (cat 2 %r0:a %r1:a) (cat 1 %r0:b %r1:b)))", &[("a", "f64[2,2,3]"), ("b", "f64[2,3,4]")]),
+            ("(sum (aten.bmm.default (aten.transpose.int (slice 1 0 2 %r0:p) 1 2) (slice 1 0 2 %r0:o)) %r1:c (aten.bmm.default (aten.transpose.int (slice 1 2 5 %r0:p) 1 2) (slice 1 2 5 %r0:o)))", &[("p", "f64[2,5,3]"), ("o", "f64[2,5,4]"), ("c", "f64[2,3,4]")]),
+            ("(sum (aten.mm.default (slice 1 0 1 %r0:a) (slice 0 0 1 %r0:b)) (aten.mm.default (slice 1 1 3 %r0:a) (slice 0 1 3 %r0:b)))", &[("a", "f64[2,3]"), ("b", "f64[3,4]")]),
+        ],
+        requires: None,
+        build: Arc::new(|g, _, kids| {
+            if kids.iter().filter(|&&t| PRODUCTS.iter().any(|s| has(g, t, s))).count() < 2 {
+                return vec![];
+            }
+            // Per term: its products, each as one block on either side.
+            let mut terms: Vec<(Id, Vec<Blocks>)> = kids
+                .iter()
+                .map(|&t| {
+                    let blocks = products(g, t)
+                        .into_iter()
+                        .map(|(sym, a, b)| Blocks { sym, a: vec![a], b: vec![b] })
+                        .collect();
+                    (t, blocks)
+                })
+                .collect();
+            let mut merged = false;
+            // Greedy: join any two terms whose blocks join on both sides, until none do.
+            'again: loop {
+                for i in 0..terms.len() {
+                    for j in i + 1..terms.len() {
+                        if let Some((id, blocks)) = join_terms(g, &terms[i].1, &terms[j].1) {
+                            terms[i] = (id, vec![blocks]);
+                            terms.remove(j);
+                            merged = true;
+                            continue 'again;
+                        }
+                    }
+                }
+                break;
+            }
+            if !merged {
+                return vec![];
+            }
+            let ids: Vec<Id> = terms.iter().map(|t| t.0).collect();
+            vec![if ids.len() == 1 { ids[0] } else { op(g, SUM, ids) }]
+        }),
+    }
+}
+
+/// The product of two terms' blocks joined (either order), when both sides join.
+fn join_terms(g: &mut Graph, x: &[Blocks], y: &[Blocks]) -> Option<(Id, Blocks)> {
+    for p in x {
+        for q in y.iter().filter(|q| q.sym == p.sym) {
+            let (Some(ra), Some(rb)) = (
+                shape(g, p.a[0]).map(|s| s.len()),
+                shape(g, p.b[0]).map(|s| s.len()),
+            ) else {
+                continue;
+            };
+            let Some((_, ka, kb)) = product_dims(p.sym, ra, rb) else {
+                continue;
+            };
+            for (first, second) in [(p, q), (q, p)] {
+                let a: Vec<Id> = first.a.iter().chain(&second.a).copied().collect();
+                let b: Vec<Id> = first.b.iter().chain(&second.b).copied().collect();
+                let Some(ja) = join(g, &a, ka, 1) else {
+                    continue;
+                };
+                let Some(jb) = join(g, &b, kb, 1) else {
+                    continue;
+                };
+                let id = op(g, p.sym, vec![ja, jb]);
+                return Some((id, Blocks { sym: p.sym, a, b }));
+            }
+        }
+    }
+    None
+}
+
+/// Rows of a product are the product of the rows; columns likewise.
+fn product_of_row_slice() -> Lemma {
+    Lemma {
+        name: "product-of-row-slice",
+        doc: "mm/bmm/matmul(slice_row(a), b) = slice_row(mm/bmm/matmul(a, b)) and mm/bmm/matmul(a, slice_col(b)) = slice_col(mm/bmm/matmul(a, b)), also through a transpose of the last two dims (transpose(slice(x)) is a slice of transpose(x)), only where the whole product is already in the e-graph: a block product of the spec meets the rows of a rank's product",
+        roots: PRODUCTS.iter().map(|s| s.to_string()).collect(),
+        examples: vec![
+            ("(cat 1 (aten.bmm.default (slice 1 0 2 %r0:a) %r0:b) (aten.bmm.default %r0:a %r0:b))", &[("a", "f64[2,3,3]"), ("b", "f64[2,3,4]")]),
+            ("(cat 1 (aten.bmm.default (aten.transpose.int (slice 2 1 3 %r0:p) 1 2) %r0:o) (aten.bmm.default (aten.transpose.int %r0:p 1 2) %r0:o))", &[("p", "f64[2,4,3]"), ("o", "f64[2,4,5]")]),
+            ("(cat 1 (aten.mm.default %r0:a (slice 1 1 4 %r0:b)) (aten.mm.default %r0:a %r0:b))", &[("a", "f64[2,3]"), ("b", "f64[3,4]")]),
+        ],
+        requires: None,
+        build: Arc::new(|g, eclass, kids| {
+            if !(has(g, kids[0], SLICE) || has(g, kids[0], TRANSPOSE) || has(g, kids[1], SLICE) || has(g, kids[1], TRANSPOSE)) {
+                return vec![];
+            }
+            let Some(sym) = PRODUCTS.into_iter().find(|s| {
+                calls(g, eclass, s).iter().any(|k| k.len() == 2 && k.iter().zip(kids).all(|(a, b)| g.find(*a) == g.find(*b)))
+            }) else {
+                return vec![];
+            };
+            let (Some(ra), Some(rb)) = (shape(g, kids[0]).map(|s| s.len()), shape(g, kids[1]).map(|s| s.len())) else {
+                return vec![];
+            };
+            let Some((row, _, _)) = product_dims(sym, ra, rb) else { return vec![] };
+            let col = row + 1;
+            let mut out = Vec::new();
+            // Rows of the left operand (dim `row`), columns of the right one (dim `col`).
+            for (side, d) in [(0usize, row), (1usize, col)] {
+                for (a, b, whole) in sliced_operand(g, kids[side], d) {
+                    let mut k = kids.to_vec();
+                    k[side] = whole;
+                    let node = crate::term::Term::Op(egg::Symbol::from(sym), k);
+                    let Some(product) = g.lookup(node) else { continue };
+                    out.push(slice(g, d, a, b, product));
+                }
+            }
+            out
+        }),
+    }
+}
+
+/// The `(a, b, x)` where a class is `slice(d, a, b, x)`, or `transpose(slice(d', a, b, z), d,
+/// d')` with `x = transpose(z, d, d')` already in the e-graph (the last two dims swapped).
+fn sliced_operand(g: &Graph, id: Id, d: usize) -> Vec<(usize, usize, Id)> {
+    let mut out = Vec::new();
+    for k in calls(g, id, SLICE) {
+        if k.len() == 4 && int(g, k[0]) == Some(d as i64) {
+            if let (Some(a), Some(b)) = (int(g, k[1]), int(g, k[2])) {
+                out.push((a as usize, b as usize, k[3]));
+            }
+        }
+    }
+    for t in calls(g, id, TRANSPOSE) {
+        let (Some(x), Some(y)) = (int(g, t[1]), int(g, t[2])) else {
+            continue;
+        };
+        let other = if x == d as i64 {
+            y
+        } else if y == d as i64 {
+            x
+        } else {
+            continue;
+        };
+        for k in calls(g, t[0], SLICE) {
+            if k.len() != 4 || int(g, k[0]) != Some(other) {
+                continue;
+            }
+            let (Some(a), Some(b)) = (int(g, k[1]), int(g, k[2])) else {
+                continue;
+            };
+            let node = crate::term::Term::Op(egg::Symbol::from(TRANSPOSE), vec![k[3], t[1], t[2]]);
+            if let Some(whole) = g.lookup(node) {
+                out.push((a as usize, b as usize, whole));
+            }
+        }
+    }
+    out.truncate(4);
+    out
+}
+
+/// Whether a class is a finite per-row statistic: a log-sum-exp over scores whose every row has
+/// a finite entry, the ring's merge `maximum(l_1, l_2) + log(exp(l_1 - m) + exp(l_2 - m))` of
+/// two finite ones, or row pieces, slices and views of such.
+fn finite_statistic(g: &Graph, l: Id, depth: usize) -> bool {
+    if finite_lse(g, l) {
+        return true;
+    }
+    if depth == 0 {
+        return false;
+    }
+    g[l].nodes.iter().any(|n| {
+        let crate::term::Term::Op(s, k) = n else {
+            return false;
+        };
+        match s.as_str() {
+            // m + log(t), with m = maximum(l_1, l_2) and t = exp(l_1 - m) + exp(l_2 - m): m is
+            // finite, 1 <= t <= 2.
+            ADD if k.len() == 3 && is_one(g, k[2]) => {
+                [(k[0], k[1]), (k[1], k[0])].into_iter().any(|(m, lg)| {
+                    calls(g, lg, "aten.log.default").iter().any(|lk| {
+                        normalizer_parts(g, lk[0]).iter().any(|&(_, _, l1, l2)| {
+                            is_maximum_of(g, m, l1, l2)
+                                && finite_statistic(g, l1, depth - 1)
+                                && finite_statistic(g, l2, depth - 1)
+                        })
+                    })
+                })
+            }
+            CAT if k.len() >= 2 => k[1..].iter().all(|&p| finite_statistic(g, p, depth - 1)),
+            SLICE if k.len() == 4 => finite_statistic(g, k[3], depth - 1),
+            "aten.view.default" | "aten.expand.default" if !k.is_empty() => {
+                finite_statistic(g, k[0], depth - 1)
+            }
+            _ => false,
+        }
+    })
+}
+
+/// A fully masked block's probabilities, recomputed against the merged log-sum-exp, are zeros.
+fn recomputed_masked_block() -> Lemma {
+    Lemma {
+        name: "recomputed-masked-block",
+        doc: "exp((x + full(-inf)) - l) = zeros (the exp's shape) for x a finite product and l a finite per-row statistic: a log-sum-exp over scores whose every row has a finite entry, the ring's merge maximum(l_1, l_2) + log(exp(l_1 - m) + exp(l_2 - m)) of two such, or row pieces or slices of one (-inf - l = -inf, exp(-inf) = 0): the probabilities ring attention's backward recomputes for a block the causal mask hides",
+        roots: vec!["aten.exp.default".into()],
+        examples: vec![(
+            "(aten.exp.default (aten.sub.Tensor (aten.add.Tensor (scale 1 2 (aten.bmm.default %r0:q %r1:k)) (aten.full.default (list 2 3) f:-inf dt:f64 none dev b:false) 1) (slice 1 0 2 (cat 1 (aten.logsumexp.default (aten.bmm.default %r0:q %r0:k) (list 2) b:true) (aten.add.Tensor (aten.maximum.default (aten.logsumexp.default (aten.bmm.default %r0:q %r0:k) (list 2) b:true) (aten.logsumexp.default (aten.bmm.default %r0:q %r2:k) (list 2) b:true)) (aten.log.default (aten.add.Tensor (aten.exp.default (aten.sub.Tensor (aten.logsumexp.default (aten.bmm.default %r0:q %r0:k) (list 2) b:true) (aten.maximum.default (aten.logsumexp.default (aten.bmm.default %r0:q %r0:k) (list 2) b:true) (aten.logsumexp.default (aten.bmm.default %r0:q %r2:k) (list 2) b:true)) 1)) (aten.exp.default (aten.sub.Tensor (aten.logsumexp.default (aten.bmm.default %r0:q %r2:k) (list 2) b:true) (aten.maximum.default (aten.logsumexp.default (aten.bmm.default %r0:q %r0:k) (list 2) b:true) (aten.logsumexp.default (aten.bmm.default %r0:q %r2:k) (list 2) b:true)) 1)) 1)) 1))) 1))",
+            &[("q", "f64[2,2,4]"), ("k", "f64[2,4,3]")],
+        )],
+        requires: None,
+        build: Arc::new(|g, eclass, kids| {
+            if !has(g, kids[0], "aten.sub.Tensor") {
+                return vec![];
+            }
+            let Some(out_shape) = shape(g, eclass) else { return vec![] };
+            for k in calls(g, kids[0], "aten.sub.Tensor") {
+                if k.len() != 3 || !is_one(g, k[2]) || !has(g, k[0], ADD) || !fully_masked(g, k[0]) {
+                    continue;
+                }
+                if !finite_statistic(g, k[1], 6) {
+                    continue;
+                }
+                // The fill's options (dtype, device) from the mask.
+                let options = calls(g, k[0], ADD)
+                    .into_iter()
+                    .flat_map(|a| a.into_iter().take(2))
+                    .flat_map(|m| calls(g, m, FULL))
+                    .find(|f| f.len() == 6 && super::ring::float_literal(g, f[1]) == Some(f64::NEG_INFINITY))
+                    .map(|f| f[2..].to_vec());
+                let Some(options) = options else { continue };
+                let zero = op(g, "f:0.0", vec![]);
+                return vec![zeros(g, &out_shape, &(zero, options))];
+            }
+            vec![]
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::term::{Shapes, Term};
+    use egg::RecExpr;
+    use shardproof_ir::DType;
+    use shardproof_ops::Meta;
+
+    /// Joining pieces builds nothing new when no concatenation of them is present.
+    #[test]
+    fn join_needs_the_pieces_present() {
+        let mut g = Graph::new(Shapes::default());
+        for name in ["%r0:a", "%r1:a"] {
+            g.analysis
+                .leaves
+                .insert(name.into(), Meta::new(DType::F64, vec![2, 3]));
+        }
+        let a: RecExpr<Term> = "%r0:a".parse().unwrap();
+        let b: RecExpr<Term> = "%r1:a".parse().unwrap();
+        let (a, b) = (g.add_expr(&a), g.add_expr(&b));
+        let _ = crate::lemmas::num(&mut g, 0);
+        g.rebuild();
+        let before = g.total_size();
+        assert!(join(&mut g, &[a, b], 0, 1).is_none());
+        assert_eq!(g.total_size(), before);
+        let whole = crate::lemmas::cat(&mut g, 0, vec![a, b]);
+        assert_eq!(join(&mut g, &[a, b], 0, 1), Some(whole));
+    }
+}

@@ -1280,6 +1280,8 @@ fn infer_one(
         }
     }
     collect_leaves(&eg, imp, &mut t_rel);
+    let mut unfold_budget = UNFOLD_RECOMPUTED;
+    unfold_recomputed(&mut eg, imp, &mut t_rel, &mut added, &mut unfold_budget);
     unfold_indices(&mut eg, imp, &mut t_rel, &mut added);
     let mut saturated = false;
     for round in 0..opts.explore_rounds + opts.deepen_rounds {
@@ -1329,6 +1331,7 @@ fn infer_one(
         saturated = true;
         crate::lemmas::merge_equal_sums(&mut eg);
         collect_leaves(&eg, imp, &mut t_rel);
+        unfold_recomputed(&mut eg, imp, &mut t_rel, &mut added, &mut unfold_budget);
         unfold_indices(&mut eg, imp, &mut t_rel, &mut added);
     }
     if !saturated {
@@ -1826,6 +1829,117 @@ fn define(eg: &mut Graph, imp: &Impl, v: ValueRef, added: &mut HashSet<ValueRef>
         }
         let id = add_tpl(eg, t, &mut |eg, x| imp.leaf(eg, x));
         eg.union(leaf, id);
+    }
+}
+
+/// At most this many definitions of recomputed attention probabilities are unfolded per spec
+/// operator (see [`unfold_recomputed`]).
+const UNFOLD_RECOMPUTED: usize = 96;
+
+/// Operators through which [`unfold_recomputed`] follows a recomputation to its inputs: the
+/// block's scores (a scaled product plus a mask) and the ranks' merged log-sum-exp.
+const RECOMPUTE_OPS: &[&str] = &[
+    "aten.exp.default",
+    "aten.sub.Tensor",
+    "aten.add.Tensor",
+    "aten.masked_fill.Scalar",
+    "aten.maximum.default",
+    "aten.log.default",
+    "aten.logsumexp.default",
+    "aten.transpose.int",
+    // The scores' product: unfolded (lemmas must see a product to know the scores finite),
+    // its operands not followed (not in this list).
+    "aten.bmm.default",
+    CAT,
+    SLICE,
+    SCALE,
+];
+
+/// The operator of an implementation value's definition.
+fn defining_op<'a>(imp: &'a Impl, v: ValueRef) -> Option<&'a str> {
+    match imp.lowered.get(&v) {
+        Some(Lowered::Term(Tpl::Op(s, _))) => Some(s.as_str()),
+        _ => None,
+    }
+}
+
+/// Whether an implementation value is attention probabilities recomputed from a saved row
+/// statistic, `exp(x - l)` with `l` one entry per row (ring attention's backward), or a
+/// transpose of such.
+fn recomputes_probabilities(imp: &Impl, v: ValueRef) -> bool {
+    let Some(Lowered::Term(Tpl::Op(s, k))) = imp.lowered.get(&v) else {
+        return false;
+    };
+    match (s.as_str(), k.first()) {
+        ("aten.transpose.int", Some(Tpl::Value(x))) => {
+            defining_op(imp, imp.canon(*x)) == Some("aten.exp.default")
+                && recomputes_probabilities(imp, imp.canon(*x))
+        }
+        ("aten.exp.default", Some(Tpl::Value(x))) => {
+            let Some(Lowered::Term(Tpl::Op(s2, k2))) = imp.lowered.get(&imp.canon(*x)) else {
+                return false;
+            };
+            let last = |t: &Tpl| match t {
+                Tpl::Value(y) => imp
+                    .meta(imp.canon(*y))
+                    .and_then(|m| m.shape.last().copied()),
+                _ => None,
+            };
+            s2 == "aten.sub.Tensor"
+                && k2.len() >= 2
+                && last(&k2[0]).is_some_and(|n| n > 1)
+                && last(&k2[1]) == Some(1)
+        }
+        _ => false,
+    }
+}
+
+/// Unfolds the implementation's recomputed attention probabilities (ring attention's backward
+/// recomputes each block's `exp(x + mask - l)` from the saved, merged log-sum-exp `l`) into
+/// their definitions, down to the scores' products and the ranks' forward log-sum-exps, so
+/// that lemmas can see a block the mask hides entirely and read it as zeros. Bounded by
+/// `budget` definitions in all; only float values defined by [`RECOMPUTE_OPS`] are followed,
+/// so models without such recomputations pay a look-up per leaf.
+fn unfold_recomputed(
+    eg: &mut Graph,
+    imp: &Impl,
+    t_rel: &mut HashSet<ValueRef>,
+    added: &mut HashSet<ValueRef>,
+    budget: &mut usize,
+) {
+    let mut todo: Vec<ValueRef> = t_rel
+        .iter()
+        .copied()
+        .filter(|&v| !added.contains(&v) && recomputes_probabilities(imp, v))
+        .collect();
+    todo.sort();
+    while let Some(v) = todo.pop() {
+        if *budget == 0 {
+            break;
+        }
+        if !added.insert(v) {
+            continue;
+        }
+        *budget -= 1;
+        define(eg, imp, v, added);
+        t_rel.insert(v);
+        let Some(Lowered::Term(t)) = imp.lowered.get(&v) else {
+            continue;
+        };
+        let mut ins = Vec::new();
+        tpl_values(t, &mut ins);
+        for x in ins {
+            let x = imp.canon(x);
+            t_rel.insert(x);
+            let float = imp.meta(x).is_some_and(|m| m.dtype.is_float());
+            if float
+                && !added.contains(&x)
+                && !imp.cut.contains(&x)
+                && defining_op(imp, x).is_some_and(|s| RECOMPUTE_OPS.contains(&s))
+            {
+                todo.push(x);
+            }
+        }
     }
 }
 

@@ -180,7 +180,7 @@ fn rows_finite(g: &Graph, id: Id, depth: usize) -> bool {
     if depth == 0 {
         return false;
     }
-    if finite_product(g, id, 3) {
+    if finite_product(g, id, 5) {
         return true;
     }
     let Some(last) = shape(g, id).and_then(|s| s.len().checked_sub(1)) else {
@@ -193,8 +193,8 @@ fn rows_finite(g: &Graph, id: Id, depth: usize) -> bool {
                     fills(g, m).iter().any(|f| is_zero(g, f.value))
                         || triu_fills(g, m).iter().any(|(_, diag)| *diag >= 1)
                 };
-                (finite_product(g, k[0], 3) && mask_ok(k[1]))
-                    || (finite_product(g, k[1], 3) && mask_ok(k[0]))
+                (finite_product(g, k[0], 5) && mask_ok(k[1]))
+                    || (finite_product(g, k[1], 5) && mask_ok(k[0]))
             }
             CAT if k.len() >= 2 => {
                 let d = int(g, k[0]).and_then(|d| usize::try_from(d).ok());
@@ -798,8 +798,8 @@ pub(super) fn fully_masked(g: &Graph, id: Id) -> bool {
         };
         k.len() == 3
             && is_one(g, k[2])
-            && ((minus_inf(k[1]) && finite_product(g, k[0], 3))
-                || (minus_inf(k[0]) && finite_product(g, k[1], 3)))
+            && ((minus_inf(k[1]) && finite_product(g, k[0], 5))
+                || (minus_inf(k[0]) && finite_product(g, k[1], 5)))
     })
 }
 

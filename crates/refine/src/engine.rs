@@ -342,8 +342,6 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
     }
 
     let mut state: HashMap<ValueId, State> = HashMap::new();
-    // Per spec value: how many operators its data path has run without a clean relation.
-    let mut unclean_run: HashMap<ValueId, usize> = HashMap::new();
     let mut mismatches: HashMap<ValueId, (String, Option<String>)> = HashMap::new();
     // The relations of the products inside fused linears without a clean relation.
     let mut products: HashMap<ValueId, State> = HashMap::new();
@@ -396,41 +394,14 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
                     )),
                 },
                 Lowered::Unsupported(m) => State::Blocked(m),
-                Lowered::Alias(a) => {
-                    if let Some(&run) = unclean_run.get(&a.value) {
-                        unclean_run.insert(v, run);
-                    }
-                    state
+                Lowered::Alias(a) => state
                         .get(&a.value)
                         .cloned()
-                        .unwrap_or_else(|| State::Unrelated("unrelated".into()))
-                }
+                        .unwrap_or_else(|| State::Unrelated("unrelated".into())),
                 Lowered::Term(t) => {
                     outcome.spec_operators += 1;
-                    // Meant: deeper rounds only within a few operators of the last clean
-                    // relations (ring attention's scores and probabilities are computed, never
-                    // clean, until the merged output), since past a stopping point every later
-                    // operator, a bug's whole downstream, takes them in vain. Past the cut the
-                    // same rounds are still granted: enforcing it is not yet measured.
                     let mut ins = Vec::new();
                     tpl_values(&t, &mut ins);
-                    let run = ins
-                        .iter()
-                        .filter(|x| is_float_value(&spec_metas, x.value))
-                        .filter_map(|x| unclean_run.get(&x.value))
-                        .max()
-                        .map_or(0, |&d| d + 1);
-                    unclean_run.insert(v, run);
-                    let shallow;
-                    let opts = if run <= DEEPEN_WITHIN {
-                        opts
-                    } else {
-                        shallow = Options {
-                            deepen_rounds: 4,
-                            ..opts.clone()
-                        };
-                        &shallow
-                    };
                     let mut s = infer_one(
                         &imp,
                         &rules,
@@ -477,9 +448,6 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
             };
             if opts.trace {
                 outcome.trace.push(trace_step(spec, v, &s));
-            }
-            if matches!(&s, State::Related(r) if r.clean) {
-                unclean_run.remove(&v);
             }
             state.insert(v, s);
         }
@@ -1173,9 +1141,6 @@ fn tile(
 /// an idle machine, so that those limits, not the machine's load, decide where a run stops (a
 /// 10 s limit made context-parallel cases inconclusive on a loaded machine).
 const SATURATION_WALL_CLOCK: std::time::Duration = std::time::Duration::from_secs(120);
-
-/// Operators without a clean relation in a row after which the extra exploration rounds stop.
-const DEEPEN_WITHIN: usize = 12;
 
 /// Infers the relations of one spec value defined by `t`.
 #[allow(clippy::too_many_arguments)]

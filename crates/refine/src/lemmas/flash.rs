@@ -9,8 +9,10 @@
 //! blocks the ranks multiply: always from pieces already in the e-graph (concatenations
 //! present, adjacent slices, transposes of either), never by cutting a tensor anew.
 
-use super::ring::{calls, finite_lse, fully_masked, has, is_maximum_of, normalizer_parts};
-use super::{int, is_one, list, op, shape, slice, zero_fill, Graph, Lemma, SUM};
+use super::ring::{
+    calls, cats_along, finite_lse, fully_masked, has, is_maximum_of, make_fill, normalizer_parts,
+};
+use super::{int, is_one, op, shape, slice, zero_fill, Graph, Lemma, SUM};
 use crate::term::{CAT, SLICE};
 use egg::Id;
 use std::sync::Arc;
@@ -39,15 +41,7 @@ const PRODUCTS: [&str; 3] = [BMM, MM, MATMUL];
 
 /// A zero fill of `shape` with the value and options of `fill`.
 fn zeros(g: &mut Graph, shape: &[usize], fill: &(Id, Vec<Id>)) -> Id {
-    let l = list(g, shape);
-    op(
-        g,
-        FULL,
-        [l, fill.0]
-            .into_iter()
-            .chain(fill.1.iter().copied())
-            .collect(),
-    )
+    make_fill(g, shape, fill.0, &fill.1)
 }
 
 /// The (row, contraction) dims of a product's left operand and the contraction dim of its
@@ -76,15 +70,6 @@ fn products(g: &Graph, id: Id) -> Vec<(&'static str, Id, Id)> {
     }
     out.truncate(4);
     out
-}
-
-/// The pieces of every concatenation along `d` in a class.
-fn cats_along(g: &Graph, id: Id, d: usize) -> Vec<Vec<Id>> {
-    calls(g, id, CAT)
-        .into_iter()
-        .filter(|k| k.len() >= 3 && int(g, k[0]) == Some(d as i64))
-        .map(|k| k[1..].to_vec())
-        .collect()
 }
 
 /// A product with a zero block is zeros; a product whose contraction is split into pieces, some

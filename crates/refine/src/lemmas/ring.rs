@@ -111,7 +111,8 @@ fn fills(g: &Graph, id: Id) -> Vec<Fill> {
         .collect()
 }
 
-fn make_fill(g: &mut Graph, shape: &[usize], value: Id, options: &[Id]) -> Id {
+/// A fill of `shape` with `value` and the options (dtype, layout, device, pin_memory) given.
+pub(super) fn make_fill(g: &mut Graph, shape: &[usize], value: Id, options: &[Id]) -> Id {
     let l = list(g, shape);
     op(
         g,
@@ -742,7 +743,8 @@ fn softmax_over_last(g: &Graph, softmax_kids: &[Id], rank: usize) -> bool {
 }
 
 /// The pieces of every concatenation along `d` in a class.
-fn cats_along(g: &Graph, id: Id, d: usize) -> Vec<Vec<Id>> {
+/// The pieces of every concatenation along `d` in a class.
+pub(super) fn cats_along(g: &Graph, id: Id, d: usize) -> Vec<Vec<Id>> {
     g[id]
         .nodes
         .iter()

@@ -277,10 +277,8 @@ type Linear = Vec<(Id, i128, i128)>;
 /// (classes without a `sum`, `scale` or unit-alpha addition of 0-d operands): a loss summed
 /// over ranks as one flat sum by the spec and as nested reductions and additions by the
 /// implementation (aux losses all-reduced over tp, then pp, added to each dp rank's loss,
-/// then all-reduced over dp). Each class's combination follows one of its nodes whose operands
-/// are not being expanded already (the scalar classes hold cycles: `x = sum(x/2, x/2)`), so
-/// it is a true identity: equal combinations are equal values. Only 0-d classes take part, so
-/// models whose reductions are all of tensors pay nothing.
+/// then all-reduced over dp). See [`linear_forms`] for how each class's combination is found.
+/// Only 0-d classes take part, so models whose reductions are all of tensors pay nothing.
 fn merge_linear_scalars(g: &mut Graph) -> bool {
     let mut todo: Vec<Id> = classes_of(g, SUM)
         .into_iter()
@@ -293,19 +291,15 @@ fn merge_linear_scalars(g: &mut Graph) -> bool {
     }
     todo.sort_unstable();
     todo.dedup();
-    let mut memo: HashMap<Id, Option<Linear>> = HashMap::new();
-    let mut by_form: HashMap<Linear, Id> = HashMap::new();
+    let forms = linear_forms(g);
+    let mut by_form: HashMap<&Linear, Id> = HashMap::new();
     let mut merges = Vec::new();
     for c in todo {
-        let mut stack = Vec::new();
-        let Some(form) = linear_form(g, c, &mut memo, &mut stack) else {
+        let Some(form) = forms.get(&c).filter(|f| !f.is_empty()) else {
             continue;
         };
-        if form.is_empty() {
-            continue;
-        }
-        match by_form.get(&form) {
-            Some(&other) if g.find(other) != g.find(c) => merges.push((other, c)),
+        match by_form.get(form) {
+            Some(&other) if other != c => merges.push((other, c)),
             Some(_) => {}
             None => {
                 by_form.insert(form, c);
@@ -315,84 +309,118 @@ fn merge_linear_scalars(g: &mut Graph) -> bool {
     union_all(g, merges)
 }
 
-/// The linear combination of a 0-d class (see [`merge_linear_scalars`]); `None` when a
-/// coefficient overflows or the expansion runs too deep.
-fn linear_form(
-    g: &Graph,
-    c: Id,
-    memo: &mut HashMap<Id, Option<Linear>>,
-    stack: &mut Vec<Id>,
-) -> Option<Linear> {
-    let c = g.find(c);
-    if let Some(f) = memo.get(&c) {
-        return f.clone();
-    }
-    if stack.len() >= 32 {
-        return None;
-    }
-    stack.push(c);
-    let mut found: Option<Linear> = None;
-    for n in &g[c].nodes {
-        let Term::Op(s, k) = n else { continue };
-        // (coefficient numerator, denominator, operand) per operand of a linear node.
-        let parts: Vec<(i128, i128, Id)> = match s.as_str() {
-            SUM => k.iter().map(|&x| (1, 1, x)).collect(),
-            SCALE if k.len() == 3 => match (int(g, k[0]), int(g, k[1])) {
-                (Some(p), Some(q)) if q != 0 => vec![(i128::from(p), i128::from(q), k[2])],
-                _ => continue,
-            },
-            "aten.add.Tensor" if k.len() == 3 && is_one(g, k[2]) => {
-                vec![(1, 1, k[0]), (1, 1, k[1])]
-            }
-            _ => continue,
-        };
-        if parts
-            .iter()
-            .any(|&(_, _, x)| !is_scalar(g, x) || stack.contains(&g.find(x)))
-        {
-            continue;
+/// The operands of a linear node over 0-d classes, (numerator, denominator, operand) each:
+/// a `sum`, a `scale` by integers, or a unit-alpha addition; `None` for any other node or
+/// when an operand is not 0-d.
+fn linear_parts(g: &Graph, n: &Term) -> Option<Vec<(i128, i128, Id)>> {
+    let Term::Op(s, k) = n else { return None };
+    let parts: Vec<(i128, i128, Id)> = match s.as_str() {
+        SUM => k.iter().map(|&x| (1, 1, g.find(x))).collect(),
+        SCALE if k.len() == 3 => match (int(g, k[0]), int(g, k[1])) {
+            (Some(p), Some(q)) if q != 0 => vec![(i128::from(p), i128::from(q), g.find(k[2]))],
+            _ => return None,
+        },
+        "aten.add.Tensor" if k.len() == 3 && is_one(g, k[2]) => {
+            vec![(1, 1, g.find(k[0])), (1, 1, g.find(k[1]))]
         }
-        let mut acc: std::collections::BTreeMap<Id, (i128, i128)> = Default::default();
-        let mut ok = true;
-        'parts: for (p, q, x) in parts {
-            let Some(f) = linear_form(g, x, memo, stack) else {
-                ok = false;
-                break;
-            };
-            for (a, fp, fq) in f {
-                let e = acc.entry(a).or_insert((0, 1));
-                // e + p fp / (q fq)
-                let num = p.checked_mul(fp);
-                let den = q.checked_mul(fq);
-                let sum = num.zip(den).and_then(|(n, d)| {
-                    Some((
-                        e.0.checked_mul(d)?.checked_add(n.checked_mul(e.1)?)?,
-                        e.1.checked_mul(d)?,
-                    ))
-                });
-                let Some((n, d)) = sum else {
-                    ok = false;
-                    break 'parts;
-                };
-                let r = gcd128(n, d) * d.signum();
-                *e = (n / r, d / r);
-            }
-        }
-        if ok {
-            found = Some(
-                acc.into_iter()
-                    .filter(|&(_, (n, _))| n != 0)
-                    .map(|(a, (n, d))| (a, n, d))
-                    .collect(),
+        _ => return None,
+    };
+    parts
+        .iter()
+        .all(|&(_, _, x)| is_scalar(g, x))
+        .then_some(parts)
+}
+
+/// The combination `sum p/q * form(x)` over a linear node's parts; `None` on overflow.
+fn combine(parts: &[(i128, i128, Id)], forms: &HashMap<Id, Linear>) -> Option<Linear> {
+    let mut acc: std::collections::BTreeMap<Id, (i128, i128)> = Default::default();
+    for &(p, q, x) in parts {
+        for &(a, fp, fq) in &forms[&x] {
+            let e = acc.entry(a).or_insert((0, 1));
+            // e + p fp / (q fq)
+            let (n, d) = (p.checked_mul(fp)?, q.checked_mul(fq)?);
+            let (n, d) = (
+                e.0.checked_mul(d)?.checked_add(n.checked_mul(e.1)?)?,
+                e.1.checked_mul(d)?,
             );
-            break;
+            let r = gcd128(n, d) * d.signum();
+            *e = (n / r, d / r);
         }
     }
-    stack.pop();
-    // A class no linear node expands is an atom.
-    let form = Some(found.unwrap_or_else(|| vec![(c, 1, 1)]));
-    memo.insert(c, form.clone());
-    form
+    Some(
+        acc.into_iter()
+            .filter(|&(_, (n, _))| n != 0)
+            .map(|(a, (n, d))| (a, n, d))
+            .collect(),
+    )
+}
+
+/// Every 0-d class's value as a linear combination of atom classes (see
+/// [`merge_linear_scalars`]), built bottom-up: a class with no linear node is an atom; a class
+/// gets its combination from the first of its linear nodes whose operands all have theirs, in
+/// passes until nothing changes. The scalar classes hold cycles (`x = sum(x/2, x/2)`, `y = 2x`
+/// beside `x = y/2`); when only such cycles are left, the classes among them that hold another
+/// node (their own definition) become atoms, and the passes go on.
+///
+/// Bottom-up rather than by recursion from each class: a recursion that cuts a cycle where it
+/// meets it makes a class an atom or not by the order it is reached in, and then one value has
+/// two combinations (a loss's last layers' aux terms stayed behind `2 * aux_loss` atoms on one
+/// side only, so the loss of a 28-layer model never merged).
+fn linear_forms(g: &Graph) -> HashMap<Id, Linear> {
+    let mut forms: HashMap<Id, Linear> = HashMap::new();
+    // (class, its linear nodes' parts, whether it holds a node of another kind)
+    let mut pending: Vec<(Id, Vec<Vec<(i128, i128, Id)>>, bool)> = Vec::new();
+    let mut scalars: Vec<Id> = g
+        .classes()
+        .filter(|c| c.data.shape().is_some_and(<[usize]>::is_empty))
+        .map(|c| c.id)
+        .collect();
+    scalars.sort_unstable();
+    for c in scalars {
+        let mut lin = Vec::new();
+        let mut other = false;
+        for n in &g[c].nodes {
+            match linear_parts(g, n) {
+                Some(p) => lin.push(p),
+                None => other = true,
+            }
+        }
+        if lin.is_empty() {
+            forms.insert(c, vec![(c, 1, 1)]);
+        } else {
+            pending.push((c, lin, other));
+        }
+    }
+    while !pending.is_empty() {
+        let before = pending.len();
+        pending.retain(|(c, lin, _)| {
+            let found = lin
+                .iter()
+                .filter(|parts| parts.iter().all(|(_, _, x)| forms.contains_key(x)))
+                .find_map(|parts| combine(parts, &forms));
+            match found {
+                Some(f) => {
+                    forms.insert(*c, f);
+                    false
+                }
+                None => true,
+            }
+        });
+        if pending.len() == before {
+            // Only cycles (or overflowing combinations) are left: the classes holding a
+            // definition of their own become atoms; with none, the first class.
+            let own = pending.iter().any(|p| p.2);
+            let first = pending[0].0;
+            pending.retain(|&(c, _, other)| {
+                let atom = if own { other } else { c == first };
+                if atom {
+                    forms.insert(c, vec![(c, 1, 1)]);
+                }
+                !atom
+            });
+        }
+    }
+    forms
 }
 
 fn gcd128(a: i128, b: i128) -> i128 {
@@ -3216,5 +3244,32 @@ mod tests {
         assert!((value(&flat_e) - value(&nested_e)).abs() < 1e-12);
         assert_ne!(g.find(flat), g.find(other));
         assert!((value(&flat_e) - value(&other_e)).abs() > 1e-3);
+    }
+
+    /// A class reached through a cycle of scalings (`b = 2a` beside `a = b/2`) still gets the
+    /// combination of its grounded definition, whatever order the classes are met in: `a =
+    /// sum(x, y)` merges with `x + y` built elsewhere, and `b` with `2x + 2y`.
+    #[test]
+    fn scalars_on_a_cycle_of_scalings_merge_by_their_definitions() {
+        let mut g = Graph::new(Shapes::default());
+        for leaf in ["%r0:x", "%r0:y"] {
+            g.analysis
+                .leaves
+                .insert(Symbol::from(leaf), Meta::new(DType::F64, vec![]));
+        }
+        let (a, _) = add(&mut g, "(sum %r0:x %r0:y)");
+        let (b, _) = add(&mut g, "(scale 2 1 (sum %r0:x %r0:y))");
+        let (half_b, _) = add(&mut g, "(scale 1 2 (scale 2 1 (sum %r0:x %r0:y)))");
+        g.union(a, half_b);
+        let (added, _) = add(&mut g, "(aten.add.Tensor %r0:x %r0:y 1)");
+        let (doubled, _) = add(
+            &mut g,
+            "(aten.add.Tensor (scale 2 1 %r0:x) (scale 2 1 %r0:y) 1)",
+        );
+        g.rebuild();
+        assert!(merge_linear_scalars(&mut g));
+        assert_eq!(g.find(a), g.find(added));
+        assert_eq!(g.find(b), g.find(doubled));
+        assert_ne!(g.find(a), g.find(b));
     }
 }

@@ -23,9 +23,10 @@ pub struct Options {
     pub node_limit: usize,
     /// Rounds of bringing in implementation operators per spec operator.
     pub explore_rounds: usize,
-    /// Further rounds taken only while the operator's output still has no clean expression
-    /// and every input is clean (a merge of ranks' partial results can lie deeper than most
-    /// relations, as in tp x cp).
+    /// Further rounds taken only while the operator's output still has no clean expression, or
+    /// has one but not the one the case expects (a merge of ranks' partial results can lie
+    /// deeper than most relations, as in tp x cp). Rounds that bring in only 0-d values do not
+    /// count against either limit.
     pub deepen_rounds: usize,
     /// Record every spec operator's relation in [`Outcome::trace`].
     pub trace: bool,
@@ -1249,10 +1250,30 @@ fn infer_one(
     let mut unfold_budget = UNFOLD_RECOMPUTED;
     unfold_recomputed(&mut eg, imp, &mut t_rel, &mut added, &mut unfold_budget);
     unfold_indices(&mut eg, imp, &mut t_rel, &mut added);
+    let saturate = |eg: &mut Graph| {
+        eg.rebuild();
+        let runner = Runner::default()
+            .with_egraph(std::mem::take(eg))
+            .with_iter_limit(opts.iter_limit)
+            .with_node_limit(opts.node_limit)
+            .with_time_limit(SATURATION_WALL_CLOCK)
+            .run(rules);
+        *eg = runner.egraph;
+        crate::lemmas::merge_equal_sums(eg);
+    };
+    // Rounds that bring in only 0-d values (a running sum of per-layer losses, one addition a
+    // round) are not counted: a stage's chain of additions is as long as its layers, far more
+    // than the rounds a tensor relation needs.
+    let mut round = 0;
+    let mut scalar_rounds = 0;
     let mut saturated = false;
-    for round in 0..opts.explore_rounds + opts.deepen_rounds {
-        if round >= opts.explore_rounds && !extract(&eg, eg.find(root), true).is_empty() {
-            break;
+    while round < opts.explore_rounds + opts.deepen_rounds {
+        if round >= opts.explore_rounds {
+            let root = eg.find(root);
+            let met = expect_ids.iter().all(|&e| eg.find(e) == root);
+            if met && !extract(&eg, root, true).is_empty() {
+                break;
+            }
         }
         let mut new = Vec::new();
         for u in t_rel.iter() {
@@ -1281,35 +1302,24 @@ fn infer_one(
         if new.is_empty() {
             break;
         }
+        if new.iter().all(|&v| is_float_scalar_value(imp, v)) && scalar_rounds < MAX_SCALAR_ROUNDS {
+            scalar_rounds += 1;
+        } else {
+            round += 1;
+        }
         for out in new {
             added.insert(out);
             define(&mut eg, imp, out, &mut added);
             t_rel.insert(out);
         }
-        eg.rebuild();
-        let runner = Runner::default()
-            .with_egraph(std::mem::take(&mut eg))
-            .with_iter_limit(opts.iter_limit)
-            .with_node_limit(opts.node_limit)
-            .with_time_limit(SATURATION_WALL_CLOCK)
-            .run(rules);
-        eg = runner.egraph;
+        saturate(&mut eg);
         saturated = true;
-        crate::lemmas::merge_equal_sums(&mut eg);
         collect_leaves(&eg, imp, &mut t_rel);
         unfold_recomputed(&mut eg, imp, &mut t_rel, &mut added, &mut unfold_budget);
         unfold_indices(&mut eg, imp, &mut t_rel, &mut added);
     }
     if !saturated {
-        eg.rebuild();
-        let runner = Runner::default()
-            .with_egraph(eg)
-            .with_iter_limit(opts.iter_limit)
-            .with_node_limit(opts.node_limit)
-            .with_time_limit(SATURATION_WALL_CLOCK)
-            .run(rules);
-        eg = runner.egraph;
-        crate::lemmas::merge_equal_sums(&mut eg);
+        saturate(&mut eg);
     }
     define_scaled_consumers(&mut eg, imp, root, &mut added);
     let root = eg.find(root);
@@ -1449,6 +1459,16 @@ fn spec_form(imp: &Impl, state: &HashMap<ValueId, State>, t: &Tpl) -> Option<Rec
         .filter(|e| e.as_ref().len() <= 400)
 }
 
+/// Most exploration rounds per spec operator that bring in only 0-d values and are not counted
+/// against [`Options::explore_rounds`]: far above a pipeline stage's layers.
+const MAX_SCALAR_ROUNDS: usize = 256;
+
+/// Whether an implementation value is a 0-d float tensor.
+fn is_float_scalar_value(imp: &Impl, v: ValueRef) -> bool {
+    imp.meta(v)
+        .is_some_and(|m| m.dtype.is_float() && m.shape.is_empty())
+}
+
 /// Most implementation values a relation carries in [`Rel::explored`]: far above a loss's
 /// chain of per-layer additions over every rank, a bound on the next e-graphs' growth.
 const MAX_EXPLORED: usize = 4096;
@@ -1459,10 +1479,7 @@ fn scalar_frontier(imp: &Impl, added: &HashSet<ValueRef>) -> Vec<ValueRef> {
     let mut out: Vec<ValueRef> = added
         .iter()
         .copied()
-        .filter(|&v| {
-            imp.meta(v)
-                .is_some_and(|m| m.dtype.is_float() && m.shape.is_empty())
-        })
+        .filter(|&v| is_float_scalar_value(imp, v))
         .collect();
     out.sort_unstable();
     out.truncate(MAX_EXPLORED);

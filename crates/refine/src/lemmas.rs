@@ -291,18 +291,20 @@ fn merge_linear_scalars(g: &mut Graph) -> bool {
     }
     todo.sort_unstable();
     todo.dedup();
-    let forms = linear_forms(g);
-    let mut by_form: HashMap<&Linear, Id> = HashMap::new();
     let mut merges = Vec::new();
-    for c in todo {
-        let Some(form) = forms.get(&c).filter(|f| !f.is_empty()) else {
-            continue;
-        };
-        match by_form.get(form) {
-            Some(&other) if other != c => merges.push((other, c)),
-            Some(_) => {}
-            None => {
-                by_form.insert(form, c);
+    for breaking in [CycleBreaking::OnePerCycle, CycleBreaking::AllStuck] {
+        let forms = linear_forms(g, breaking);
+        let mut by_form: HashMap<&Linear, Id> = HashMap::new();
+        for &c in &todo {
+            let Some(form) = forms.get(&c).filter(|f| !f.is_empty()) else {
+                continue;
+            };
+            match by_form.get(form) {
+                Some(&other) if other != c => merges.push((other, c)),
+                Some(_) => {}
+                None => {
+                    by_form.insert(form, c);
+                }
             }
         }
     }
@@ -359,17 +361,29 @@ fn combine(parts: &[(i128, i128, Id)], forms: &HashMap<Id, Linear>) -> Option<Li
 /// [`merge_linear_scalars`]), built bottom-up: a class with no linear node is an atom; a class
 /// gets its combination from the first of its linear nodes whose operands all have theirs, in
 /// passes until nothing changes. The scalar classes hold cycles (`x = sum(x/2, x/2)`, `y = 2x`
-/// beside `x = y/2`); when only such cycles are left, the classes among them that hold another
-/// node (their own definition) become atoms, and the passes go on.
+/// beside `x = y/2`); when only classes on or behind such cycles are left, one class of each
+/// cycle that waits on nothing else becomes an atom (see [`cycle_breakers`]), and the passes
+/// go on, so a class that merely waits on a cycle still gets the combination of its
+/// definition.
 ///
 /// Bottom-up rather than by recursion from each class: a recursion that cuts a cycle where it
 /// meets it makes a class an atom or not by the order it is reached in, and then one value has
 /// two combinations (a loss's last layers' aux terms stayed behind `2 * aux_loss` atoms on one
 /// side only, so the loss of a 28-layer model never merged).
-fn linear_forms(g: &Graph) -> HashMap<Id, Linear> {
+/// Which classes [`linear_forms`] makes atoms when only cycles are left. Each choice gives
+/// true identities; they differ in which of two equal values (replicas on two ranks, a value
+/// and its half) a combination names, so [`merge_linear_scalars`] merges by both.
+#[derive(Clone, Copy)]
+enum CycleBreaking {
+    /// One class per cycle that waits on nothing else ([`cycle_breakers`]).
+    OnePerCycle,
+    /// Every stuck class that holds a definition of its own.
+    AllStuck,
+}
+
+fn linear_forms(g: &Graph, breaking: CycleBreaking) -> HashMap<Id, Linear> {
     let mut forms: HashMap<Id, Linear> = HashMap::new();
-    // (class, its linear nodes' parts, whether it holds a node of another kind)
-    let mut pending: Vec<(Id, Vec<Vec<(i128, i128, Id)>>, bool)> = Vec::new();
+    let mut pending: Vec<Pending> = Vec::new();
     let mut scalars: Vec<Id> = g
         .classes()
         .filter(|c| c.data.shape().is_some_and(<[usize]>::is_empty))
@@ -378,17 +392,18 @@ fn linear_forms(g: &Graph) -> HashMap<Id, Linear> {
     scalars.sort_unstable();
     for c in scalars {
         let mut lin = Vec::new();
-        let mut other = false;
+        let mut own = 0;
         for n in &g[c].nodes {
             match linear_parts(g, n) {
                 Some(p) => lin.push(p),
-                None => other = true,
+                None if matches!(n, Term::Op(_, k) if !k.is_empty()) => own = 2,
+                None => own = own.max(1),
             }
         }
         if lin.is_empty() {
             forms.insert(c, vec![(c, 1, 1)]);
         } else {
-            pending.push((c, lin, other));
+            pending.push((c, lin, own));
         }
     }
     while !pending.is_empty() {
@@ -407,20 +422,118 @@ fn linear_forms(g: &Graph) -> HashMap<Id, Linear> {
             }
         });
         if pending.len() == before {
-            // Only cycles (or overflowing combinations) are left: the classes holding a
-            // definition of their own become atoms; with none, the first class.
-            let own = pending.iter().any(|p| p.2);
-            let first = pending[0].0;
-            pending.retain(|&(c, _, other)| {
-                let atom = if own { other } else { c == first };
-                if atom {
-                    forms.insert(c, vec![(c, 1, 1)]);
+            // Only cycles (or overflowing combinations) are left: one class of each cycle
+            // that waits on nothing else becomes an atom, and the passes go on.
+            let mut atoms = match breaking {
+                CycleBreaking::OnePerCycle => cycle_breakers(&pending),
+                CycleBreaking::AllStuck => {
+                    pending.iter().filter(|p| p.2 > 0).map(|p| p.0).collect()
                 }
-                !atom
-            });
+            };
+            if atoms.is_empty() {
+                atoms.push(pending[0].0);
+            }
+            pending.retain(|p| !atoms.contains(&p.0));
+            for c in atoms {
+                forms.insert(c, vec![(c, 1, 1)]);
+            }
         }
     }
     forms
+}
+
+/// A class [`linear_forms`] has no combination for yet: its id, its linear nodes' parts, and
+/// how much of a definition of its own it holds (2: an operator of another kind, 1: only
+/// names and constants, 0: none).
+type Pending = (Id, Vec<Vec<(i128, i128, Id)>>, u8);
+
+/// The classes that become atoms when [`linear_forms`] is stuck: one per strongly connected
+/// component of the pending classes (linked by their linear nodes' operands) that waits on no
+/// other pending class, the one with the most definition of its own, then the first. A
+/// component that waits on another may still get its combination once that one has an atom,
+/// and one atom per cycle keeps one value from becoming two unrelated atoms (`x` and its
+/// `x/2`). Tarjan's algorithm, iterative: chains of additions run thousands deep.
+fn cycle_breakers(pending: &[Pending]) -> Vec<Id> {
+    let index_of: HashMap<Id, usize> = pending.iter().enumerate().map(|(i, p)| (p.0, i)).collect();
+    let succ: Vec<Vec<usize>> = pending
+        .iter()
+        .map(|p| {
+            let mut s: Vec<usize> =
+                p.1.iter()
+                    .flatten()
+                    .filter_map(|(_, _, x)| index_of.get(x).copied())
+                    .collect();
+            s.sort_unstable();
+            s.dedup();
+            s
+        })
+        .collect();
+    let n = pending.len();
+    let (mut index, mut low) = (vec![usize::MAX; n], vec![0; n]);
+    let (mut on_stack, mut stack) = (vec![false; n], Vec::new());
+    let mut next = 0;
+    let mut comp = vec![usize::MAX; n];
+    let mut comps = 0;
+    let mut breakers = Vec::new();
+    for root in 0..n {
+        if index[root] != usize::MAX {
+            continue;
+        }
+        // (node, position in its successor list)
+        let mut work = vec![(root, 0)];
+        index[root] = next;
+        low[root] = next;
+        next += 1;
+        stack.push(root);
+        on_stack[root] = true;
+        while let Some(&mut (v, ref mut i)) = work.last_mut() {
+            if let Some(&w) = succ[v].get(*i) {
+                *i += 1;
+                if index[w] == usize::MAX {
+                    index[w] = next;
+                    low[w] = next;
+                    next += 1;
+                    stack.push(w);
+                    on_stack[w] = true;
+                    work.push((w, 0));
+                } else if on_stack[w] {
+                    low[v] = low[v].min(index[w]);
+                }
+                continue;
+            }
+            work.pop();
+            if let Some(&(u, _)) = work.last() {
+                low[u] = low[u].min(low[v]);
+            }
+            if low[v] == index[v] {
+                let mut scc = Vec::new();
+                while let Some(w) = stack.pop() {
+                    on_stack[w] = false;
+                    comp[w] = comps;
+                    scc.push(w);
+                    if w == v {
+                        break;
+                    }
+                }
+                comps += 1;
+                // Tarjan closes a component after every component it reaches: a sink has
+                // no successor outside itself.
+                let sink = scc
+                    .iter()
+                    .all(|&w| succ[w].iter().all(|&x| comp[x] == comp[v]));
+                if sink {
+                    let best = scc
+                        .iter()
+                        .copied()
+                        .max_by_key(|&w| (pending[w].2, std::cmp::Reverse(pending[w].0)))
+                        .expect("a component has a member");
+                    breakers.push(pending[best].0);
+                }
+            }
+        }
+    }
+    breakers.sort_unstable();
+    breakers
 }
 
 fn gcd128(a: i128, b: i128) -> i128 {

@@ -293,7 +293,7 @@ fn merge_linear_scalars(g: &mut Graph) -> bool {
     todo.dedup();
     let mut merges = Vec::new();
     for breaking in [CycleBreaking::OnePerCycle, CycleBreaking::AllStuck] {
-        let forms = linear_forms(g, breaking);
+        let (forms, stuck) = linear_forms(g, breaking);
         let mut by_form: HashMap<&Linear, Id> = HashMap::new();
         for &c in &todo {
             let Some(form) = forms.get(&c).filter(|f| !f.is_empty()) else {
@@ -306,6 +306,10 @@ fn merge_linear_scalars(g: &mut Graph) -> bool {
                     by_form.insert(form, c);
                 }
             }
+        }
+        if !stuck {
+            // No cycle was left to break: the other choice gives the same combinations.
+            break;
         }
     }
     union_all(g, merges)
@@ -357,6 +361,17 @@ fn combine(parts: &[(i128, i128, Id)], forms: &HashMap<Id, Linear>) -> Option<Li
     )
 }
 
+/// Which classes [`linear_forms`] makes atoms when only cycles are left. Each choice gives
+/// true identities; they differ in which of two equal values (replicas on two ranks, a value
+/// and its half) a combination names, so [`merge_linear_scalars`] merges by both.
+#[derive(Clone, Copy)]
+enum CycleBreaking {
+    /// One class per cycle that waits on nothing else ([`cycle_breakers`]).
+    OnePerCycle,
+    /// Every stuck class that holds a definition of its own.
+    AllStuck,
+}
+
 /// Every 0-d class's value as a linear combination of atom classes (see
 /// [`merge_linear_scalars`]), built bottom-up: a class with no linear node is an atom; a class
 /// gets its combination from the first of its linear nodes whose operands all have theirs, in
@@ -370,19 +385,10 @@ fn combine(parts: &[(i128, i128, Id)], forms: &HashMap<Id, Linear>) -> Option<Li
 /// meets it makes a class an atom or not by the order it is reached in, and then one value has
 /// two combinations (a loss's last layers' aux terms stayed behind `2 * aux_loss` atoms on one
 /// side only, so the loss of a 28-layer model never merged).
-/// Which classes [`linear_forms`] makes atoms when only cycles are left. Each choice gives
-/// true identities; they differ in which of two equal values (replicas on two ranks, a value
-/// and its half) a combination names, so [`merge_linear_scalars`] merges by both.
-#[derive(Clone, Copy)]
-enum CycleBreaking {
-    /// One class per cycle that waits on nothing else ([`cycle_breakers`]).
-    OnePerCycle,
-    /// Every stuck class that holds a definition of its own.
-    AllStuck,
-}
-
-fn linear_forms(g: &Graph, breaking: CycleBreaking) -> HashMap<Id, Linear> {
+/// Also returns whether any cycle was left to break (if not, `breaking` made no difference).
+fn linear_forms(g: &Graph, breaking: CycleBreaking) -> (HashMap<Id, Linear>, bool) {
     let mut forms: HashMap<Id, Linear> = HashMap::new();
+    let mut stuck = false;
     let mut pending: Vec<Pending> = Vec::new();
     let mut scalars: Vec<Id> = g
         .classes()
@@ -422,8 +428,9 @@ fn linear_forms(g: &Graph, breaking: CycleBreaking) -> HashMap<Id, Linear> {
             }
         });
         if pending.len() == before {
-            // Only cycles (or overflowing combinations) are left: one class of each cycle
-            // that waits on nothing else becomes an atom, and the passes go on.
+            // Only cycles (or overflowing combinations) are left: some of their classes
+            // become atoms (see `CycleBreaking`), and the passes go on.
+            stuck = true;
             let mut atoms = match breaking {
                 CycleBreaking::OnePerCycle => cycle_breakers(&pending),
                 CycleBreaking::AllStuck => {
@@ -439,7 +446,7 @@ fn linear_forms(g: &Graph, breaking: CycleBreaking) -> HashMap<Id, Linear> {
             }
         }
     }
-    forms
+    (forms, stuck)
 }
 
 /// A class [`linear_forms`] has no combination for yet: its id, its linear nodes' parts, and
@@ -452,86 +459,45 @@ type Pending = (Id, Vec<Vec<(i128, i128, Id)>>, u8);
 /// other pending class, the one with the most definition of its own, then the first. A
 /// component that waits on another may still get its combination once that one has an atom,
 /// and one atom per cycle keeps one value from becoming two unrelated atoms (`x` and its
-/// `x/2`). Tarjan's algorithm, iterative: chains of additions run thousands deep.
+/// `x/2`). Kosaraju's algorithm from petgraph: it runs without recursion, and chains of
+/// additions can run deep.
 fn cycle_breakers(pending: &[Pending]) -> Vec<Id> {
-    let index_of: HashMap<Id, usize> = pending.iter().enumerate().map(|(i, p)| (p.0, i)).collect();
-    let succ: Vec<Vec<usize>> = pending
-        .iter()
-        .map(|p| {
-            let mut s: Vec<usize> =
-                p.1.iter()
-                    .flatten()
-                    .filter_map(|(_, _, x)| index_of.get(x).copied())
-                    .collect();
-            s.sort_unstable();
-            s.dedup();
-            s
+    let index_of: HashMap<Id, u32> = (0u32..).zip(pending).map(|(i, p)| (p.0, i)).collect();
+    let edges: Vec<(u32, u32)> = (0u32..)
+        .zip(pending)
+        .flat_map(|(i, p)| {
+            p.1.iter()
+                .flatten()
+                .filter_map(|(_, _, x)| index_of.get(x).map(|&j| (i, j)))
+                .collect::<Vec<_>>()
         })
         .collect();
-    let n = pending.len();
-    let (mut index, mut low) = (vec![usize::MAX; n], vec![0; n]);
-    let (mut on_stack, mut stack) = (vec![false; n], Vec::new());
-    let mut next = 0;
-    let mut comp = vec![usize::MAX; n];
-    let mut comps = 0;
-    let mut breakers = Vec::new();
-    for root in 0..n {
-        if index[root] != usize::MAX {
-            continue;
-        }
-        // (node, position in its successor list)
-        let mut work = vec![(root, 0)];
-        index[root] = next;
-        low[root] = next;
-        next += 1;
-        stack.push(root);
-        on_stack[root] = true;
-        while let Some(&mut (v, ref mut i)) = work.last_mut() {
-            if let Some(&w) = succ[v].get(*i) {
-                *i += 1;
-                if index[w] == usize::MAX {
-                    index[w] = next;
-                    low[w] = next;
-                    next += 1;
-                    stack.push(w);
-                    on_stack[w] = true;
-                    work.push((w, 0));
-                } else if on_stack[w] {
-                    low[v] = low[v].min(index[w]);
-                }
-                continue;
-            }
-            work.pop();
-            if let Some(&(u, _)) = work.last() {
-                low[u] = low[u].min(low[v]);
-            }
-            if low[v] == index[v] {
-                let mut scc = Vec::new();
-                while let Some(w) = stack.pop() {
-                    on_stack[w] = false;
-                    comp[w] = comps;
-                    scc.push(w);
-                    if w == v {
-                        break;
-                    }
-                }
-                comps += 1;
-                // Tarjan closes a component after every component it reaches: a sink has
-                // no successor outside itself.
-                let sink = scc
-                    .iter()
-                    .all(|&w| succ[w].iter().all(|&x| comp[x] == comp[v]));
-                if sink {
-                    let best = scc
-                        .iter()
-                        .copied()
-                        .max_by_key(|&w| (pending[w].2, std::cmp::Reverse(pending[w].0)))
-                        .expect("a component has a member");
-                    breakers.push(pending[best].0);
-                }
-            }
+    let mut graph = petgraph::graph::DiGraph::<(), ()>::with_capacity(pending.len(), edges.len());
+    for _ in pending {
+        graph.add_node(());
+    }
+    graph.extend_with_edges(&edges);
+    let sccs = petgraph::algo::kosaraju_scc(&graph);
+    let mut comp = vec![0; pending.len()];
+    for (k, scc) in sccs.iter().enumerate() {
+        for w in scc {
+            comp[w.index()] = k;
         }
     }
+    let mut breakers: Vec<Id> = sccs
+        .iter()
+        .enumerate()
+        .filter(|(k, scc)| {
+            scc.iter()
+                .all(|&w| graph.neighbors(w).all(|x| comp[x.index()] == *k))
+        })
+        .filter_map(|(_, scc)| {
+            scc.iter()
+                .map(|w| &pending[w.index()])
+                .max_by_key(|p| (p.2, std::cmp::Reverse(p.0)))
+                .map(|p| p.0)
+        })
+        .collect();
     breakers.sort_unstable();
     breakers
 }

@@ -1322,6 +1322,18 @@ fn infer_one(
         saturate(&mut eg);
     }
     define_scaled_consumers(&mut eg, imp, root, &mut added);
+    // Only along a chain of 0-d operators (a running sum of per-layer losses): a reduction of
+    // a tensor to 0-d keeps the relation its own lemmas find.
+    let scalar_chain = is_float_scalar_term(&eg, root)
+        && ids.values().all(|&x| {
+            let x = eg.find(x);
+            is_float_scalar_term(&eg, x) || !eg[x].data.meta().is_some_and(|m| m.dtype.is_float())
+        });
+    if scalar_chain {
+        let latest = latest_scalars(imp, &added);
+        let candidates: Vec<Id> = latest.into_iter().map(|v| imp.leaf(&mut eg, v)).collect();
+        crate::lemmas::express_by_combination(&mut eg, root, &candidates);
+    }
     let root = eg.find(root);
     if !expect_ids.is_empty() && !expect_ids.iter().all(|&e| eg.find(e) == root) {
         let found = extract(&eg, root, true)
@@ -1484,6 +1496,36 @@ fn scalar_frontier(imp: &Impl, added: &HashSet<ValueRef>) -> Vec<ValueRef> {
     out.sort_unstable();
     out.truncate(MAX_EXPLORED);
     out
+}
+
+/// The 0-d float values among `added` that no other value of `added` consumes (each rank's
+/// latest running sum and the shares not yet added to it), sorted.
+fn latest_scalars(imp: &Impl, added: &HashSet<ValueRef>) -> Vec<ValueRef> {
+    let mut out: Vec<ValueRef> = added
+        .iter()
+        .copied()
+        .filter(|&v| is_float_scalar_value(imp, v))
+        .filter(|v| {
+            !imp.consumers.get(v).is_some_and(|cs| {
+                cs.iter().any(|&(r, n)| {
+                    added.contains(&ValueRef {
+                        rank: Some(r),
+                        value: ValueId::new(n, 0),
+                    })
+                })
+            })
+        })
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+/// Whether a class holds 0-d float tensors.
+fn is_float_scalar_term(eg: &Graph, id: Id) -> bool {
+    eg[id]
+        .data
+        .meta()
+        .is_some_and(|m| m.dtype.is_float() && m.shape.is_empty())
 }
 
 /// Exploration may stop one operator short of the implementation's own scaling of a value

@@ -9,11 +9,12 @@
 
 use crate::term::{Data, Shapes, Term, CAT, GET, LIST, MAX, MIN, SLICE, SUM};
 use egg::{Applier, EGraph, Id, Pattern, PatternAst, Rewrite, Subst, Symbol, Var};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 mod chunks;
 mod flash;
+mod identities;
 mod moe;
 pub(crate) mod ring;
 mod rows;
@@ -294,12 +295,18 @@ fn merge_linear_scalars(g: &mut Graph) -> bool {
     let mut merges = Vec::new();
     for breaking in [CycleBreaking::OnePerCycle, CycleBreaking::AllStuck] {
         let (forms, stuck) = linear_forms(g, breaking);
-        let mut by_form: HashMap<&Linear, Id> = HashMap::new();
+        let identities = identities_between_definitions(g, &forms);
+        let mut by_form: HashMap<Linear, Id> = HashMap::new();
         for &c in &todo {
             let Some(form) = forms.get(&c).filter(|f| !f.is_empty()) else {
                 continue;
             };
-            match by_form.get(form) {
+            let form = if identities.is_empty() {
+                form.clone()
+            } else {
+                identities.reduce(form).unwrap_or_else(|| form.clone())
+            };
+            match by_form.get(&form) {
                 Some(&other) if other != c => merges.push((other, c)),
                 Some(_) => {}
                 None => {
@@ -313,6 +320,97 @@ fn merge_linear_scalars(g: &mut Graph) -> bool {
         }
     }
     union_all(g, merges)
+}
+
+/// Unites a 0-d class with a combination of `candidates` (implementation values, in order of
+/// preference) that equals it: its combination lies in the span of theirs, modulo the
+/// identities between definitions (see [`linear_forms`] and [`identities`]). Built as
+/// `scale(c, sum(x_k))` when the coefficients agree, else `sum(scale(c_k, x_k))`. A stage's
+/// running sum of per-layer balance losses is then one small term over the ranks' latest
+/// sums, where the lemmas' pairing of terms, one layer deeper each time, runs out of rounds.
+/// Returns whether it built anything.
+pub fn express_by_combination(g: &mut Graph, root: Id, candidates: &[Id]) -> bool {
+    let root = g.find(root);
+    if !is_scalar(g, root) {
+        return false;
+    }
+    let (forms, _) = linear_forms(g, CycleBreaking::OnePerCycle);
+    let known = identities_between_definitions(g, &forms);
+    let Some(target) = forms.get(&root).and_then(|f| known.reduce(f)) else {
+        return false;
+    };
+    let mut span = identities::Span::default();
+    let mut seen = HashSet::new();
+    for &c in candidates {
+        let c = g.find(c);
+        if c == root {
+            return false;
+        }
+        let Some(f) = forms.get(&c).and_then(|f| known.reduce(f)) else {
+            continue;
+        };
+        if !f.is_empty() && seen.insert(f.clone()) {
+            span.insert_tagged(&f, c);
+        }
+    }
+    if span.is_empty() {
+        return false;
+    }
+    let Some(combo) = span.solve(&target) else {
+        return false;
+    };
+    let Ok(coefs) = combo
+        .iter()
+        .map(|&(x, n, d)| Ok((x, i64::try_from(n)?, i64::try_from(d)?)))
+        .collect::<Result<Vec<(Id, i64, i64)>, std::num::TryFromIntError>>()
+    else {
+        return false;
+    };
+    let built = match coefs.as_slice() {
+        [] => return false,
+        [(x, 1, 1)] => *x,
+        [(_, n, d), rest @ ..] if rest.iter().all(|&(_, n2, d2)| (n2, d2) == (*n, *d)) => {
+            let total = op(g, SUM, coefs.iter().map(|c| c.0).collect());
+            scale(g, *n, *d, total)
+        }
+        _ => {
+            let parts = coefs
+                .iter()
+                .map(|&(x, n, d)| {
+                    if (n, d) == (1, 1) {
+                        x
+                    } else {
+                        scale(g, n, d, x)
+                    }
+                })
+                .collect();
+            op(g, SUM, parts)
+        }
+    };
+    union_all(g, vec![(root, built)])
+}
+
+/// The identities between the atoms that a class's linear definitions give beside the one
+/// its combination came from: each other definition whose operands have combinations is the
+/// same value, so the two combinations are equal (see [`identities`]).
+fn identities_between_definitions(g: &Graph, forms: &HashMap<Id, Linear>) -> identities::Span {
+    let mut found = identities::Span::default();
+    let mut classes: Vec<Id> = forms.keys().copied().collect();
+    classes.sort_unstable();
+    for c in classes {
+        for n in &g[c].nodes {
+            let Some(parts) = linear_parts(g, n) else {
+                continue;
+            };
+            if !parts.iter().all(|(_, _, x)| forms.contains_key(x)) {
+                continue;
+            }
+            if let Some(other) = combine(&parts, forms).filter(|f| *f != forms[&c]) {
+                found.insert_identity(&forms[&c], &other);
+            }
+        }
+    }
+    found
 }
 
 /// The operands of a linear node over 0-d classes, (numerator, denominator, operand) each:
@@ -3323,6 +3421,87 @@ mod tests {
         assert!((value(&flat_e) - value(&nested_e)).abs() < 1e-12);
         assert_ne!(g.find(flat), g.find(other));
         assert!((value(&flat_e) - value(&other_e)).abs() > 1e-3);
+    }
+
+    /// Declares 0-d f64 leaves.
+    fn scalar_leaves(g: &mut Graph, names: &[&str]) {
+        for leaf in names {
+            g.analysis
+                .leaves
+                .insert(Symbol::from(*leaf), Meta::new(DType::F64, vec![]));
+        }
+    }
+
+    /// Two replicas' running sums found equal (one class, both definitions) make their
+    /// per-layer atoms equal too: a combination over one replica's atoms merges with the same
+    /// combination over the other's, though no class unites the atoms themselves.
+    #[test]
+    fn combinations_over_replica_atoms_merge_by_the_replicas_identity() {
+        let mut g = Graph::new(Shapes::default());
+        scalar_leaves(&mut g, &["%r0:a", "%r2:a", "%r1:b"]);
+        let (half0, _) = add(&mut g, "(scale 1 2 %r0:a)");
+        let (half2, _) = add(&mut g, "(scale 1 2 %r2:a)");
+        g.union(half0, half2);
+        let (over0, _) = add(&mut g, "(aten.add.Tensor (scale 1 4 %r0:a) %r1:b 1)");
+        let (over2, _) = add(&mut g, "(aten.add.Tensor (scale 1 4 %r2:a) %r1:b 1)");
+        let (other, _) = add(&mut g, "(aten.add.Tensor (scale 1 2 %r2:a) %r1:b 1)");
+        g.rebuild();
+        assert!(merge_linear_scalars(&mut g));
+        assert_eq!(g.find(over0), g.find(over2));
+        assert_ne!(g.find(over0), g.find(other));
+    }
+
+    /// A flat sum of the ranks' terms is expressed by the ranks' own running sums (each the
+    /// sum of its terms), with one coefficient; a sum that mixes terms no candidate
+    /// combination reaches is left alone.
+    #[test]
+    fn a_scalar_is_expressed_by_the_candidates_combination() {
+        let mut g = Graph::new(Shapes::default());
+        scalar_leaves(
+            &mut g,
+            &["%r0:a", "%r0:b", "%r1:a", "%r1:b", "%r0:s", "%r1:s"],
+        );
+        let mut candidates = Vec::new();
+        for r in 0..2 {
+            let (leaf, _) = add(&mut g, &format!("%r{r}:s"));
+            let (def, _) = add(&mut g, &format!("(aten.add.Tensor %r{r}:a %r{r}:b 1)"));
+            g.union(leaf, def);
+            candidates.push(leaf);
+        }
+        let (root, root_e) = add(
+            &mut g,
+            "(sum (scale 1 2 %r0:a) (scale 1 2 %r0:b) (scale 1 2 %r1:a) (scale 1 2 %r1:b))",
+        );
+        let (mixed, _) = add(&mut g, "(sum %r0:a %r1:b)");
+        g.rebuild();
+        assert!(express_by_combination(&mut g, root, &candidates));
+        let (want, _) = add(&mut g, "(scale 1 2 (sum %r0:s %r1:s))");
+        g.rebuild();
+        assert_eq!(g.find(root), g.find(want));
+        assert!(!express_by_combination(&mut g, mixed, &candidates));
+        // The built term evaluates to the root's value with the candidates' definitions.
+        let mut leaves = HashMap::new();
+        let mut x = 0.25;
+        for key in ["r0:a", "r0:b", "r1:a", "r1:b"] {
+            x += 0.5;
+            leaves.insert(
+                key.to_string(),
+                Tensor::new(Meta::new(DType::F64, vec![]), vec![x]),
+            );
+        }
+        for r in 0..2 {
+            let s = leaves[&format!("r{r}:a")].data[0] + leaves[&format!("r{r}:b")].data[0];
+            leaves.insert(
+                format!("r{r}:s"),
+                Tensor::new(Meta::new(DType::F64, vec![]), vec![s]),
+            );
+        }
+        let value = |text: &str| {
+            let e: RecExpr<Term> = text.parse().expect("term");
+            eval(&e, &leaves).expect("evaluates")[0].data[0]
+        };
+        let built = value("(scale 1 2 (sum %r0:s %r1:s))");
+        assert!((eval(&root_e, &leaves).expect("evaluates")[0].data[0] - built).abs() < 1e-12);
     }
 
     /// A class reached through a cycle of scalings (`b = 2a` beside `a = b/2`) still gets the

@@ -1322,14 +1322,20 @@ fn infer_one(
         saturate(&mut eg);
     }
     define_scaled_consumers(&mut eg, imp, root, &mut added);
-    // Only along a chain of 0-d operators (a running sum of per-layer losses): a reduction of
-    // a tensor to 0-d keeps the relation its own lemmas find.
+    // Only along a chain of 0-d operators (a running sum of per-layer losses), and only where
+    // the relation has grown: a reduction of a tensor to 0-d, and a small relation, keep what
+    // the lemmas found.
     let scalar_chain = is_float_scalar_term(&eg, root)
         && ids.values().all(|&x| {
             let x = eg.find(x);
             is_float_scalar_term(&eg, x) || !eg[x].data.meta().is_some_and(|m| m.dtype.is_float())
         });
-    if scalar_chain {
+    let sizeable = || {
+        extract(&eg, root, false)
+            .first()
+            .is_some_and(|e| e.as_ref().len() > COMBINE_ABOVE_NODES)
+    };
+    if scalar_chain && sizeable() {
         let latest = latest_scalars(imp, &added);
         let candidates: Vec<Id> = latest.into_iter().map(|v| imp.leaf(&mut eg, v)).collect();
         crate::lemmas::express_by_combination(&mut eg, root, &candidates);
@@ -1497,6 +1503,13 @@ fn scalar_frontier(imp: &Impl, added: &HashSet<ValueRef>) -> Vec<ValueRef> {
     out.truncate(MAX_EXPLORED);
     out
 }
+
+/// Nodes above which a 0-d chain's relation is re-expressed by the ranks' latest values (see
+/// [`crate::lemmas::express_by_combination`]): one layer's balance loss over the ranks' batch
+/// statistics is about 11 nodes, the running sum plus one more layer's term about 21.
+/// Re-expressing the small ones too cost the deepseek-v3-236b-tiny mesh with 32 layers 35%
+/// more time (the next e-graphs start from other terms); above 16 it costs 8%.
+const COMBINE_ABOVE_NODES: usize = 16;
 
 /// The 0-d float values among `added` that no other value of `added` consumes (each rank's
 /// latest running sum and the shares not yet added to it), sorted.

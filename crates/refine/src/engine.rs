@@ -403,6 +403,12 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
                     outcome.spec_operators += 1;
                     let mut ins = Vec::new();
                     tpl_values(&t, &mut ins);
+                    // A chain of operators on 0-d values (a loss summed layer by layer).
+                    let scalar_chain = is_float_scalar(&spec_metas, v)
+                        && ins
+                            .iter()
+                            .filter(|x| is_float_value(&spec_metas, x.value))
+                            .all(|x| is_float_scalar(&spec_metas, x.value));
                     let mut s = infer_one(
                         &imp,
                         &rules,
@@ -412,16 +418,12 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
                         expect.as_deref(),
                         &mut mismatches,
                         v,
+                        scalar_chain,
                     );
-                    // Only a chain of operators on 0-d values (a loss summed layer by layer)
-                    // carries its explored scalars: a reduction of a tensor brings in dozens,
-                    // which would crowd its consumers' e-graphs to the node limit.
+                    // Only such a chain carries its explored scalars: a reduction of a tensor
+                    // brings in dozens, which would crowd its consumers' e-graphs to the node
+                    // limit.
                     if let State::Related(r) = &mut s {
-                        let scalar_chain = is_float_scalar(&spec_metas, v)
-                            && ins
-                                .iter()
-                                .filter(|x| is_float_value(&spec_metas, x.value))
-                                .all(|x| is_float_scalar(&spec_metas, x.value));
                         if !scalar_chain {
                             r.explored.clear();
                         }
@@ -440,6 +442,7 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
                                 None,
                                 &mut mismatches,
                                 v,
+                                false,
                             );
                             products.insert(v, p);
                         }
@@ -1154,6 +1157,7 @@ fn infer_one(
     expect: Option<&[RecExpr<Term>]>,
     mismatches: &mut HashMap<ValueId, (String, Option<String>)>,
     v: ValueId,
+    scalar_chain: bool,
 ) -> State {
     let mut ins = Vec::new();
     tpl_values(t, &mut ins);
@@ -1325,11 +1329,6 @@ fn infer_one(
     // Only along a chain of 0-d operators (a running sum of per-layer losses), and only where
     // the relation has grown: a reduction of a tensor to 0-d, and a small relation, keep what
     // the lemmas found.
-    let scalar_chain = is_float_scalar_term(&eg, root)
-        && ids.values().all(|&x| {
-            let x = eg.find(x);
-            is_float_scalar_term(&eg, x) || !eg[x].data.meta().is_some_and(|m| m.dtype.is_float())
-        });
     let sizeable = || {
         extract(&eg, root, false)
             .first()
@@ -1512,12 +1511,11 @@ fn scalar_frontier(imp: &Impl, added: &HashSet<ValueRef>) -> Vec<ValueRef> {
 const COMBINE_ABOVE_NODES: usize = 16;
 
 /// The 0-d float values among `added` that no other value of `added` consumes (each rank's
-/// latest running sum and the shares not yet added to it), sorted.
+/// latest running sum and the shares not yet added to it), sorted: [`scalar_frontier`]'s values
+/// without a consumer there.
 fn latest_scalars(imp: &Impl, added: &HashSet<ValueRef>) -> Vec<ValueRef> {
-    let mut out: Vec<ValueRef> = added
-        .iter()
-        .copied()
-        .filter(|&v| is_float_scalar_value(imp, v))
+    scalar_frontier(imp, added)
+        .into_iter()
         .filter(|v| {
             !imp.consumers.get(v).is_some_and(|cs| {
                 cs.iter().any(|&(r, n)| {
@@ -1528,17 +1526,7 @@ fn latest_scalars(imp: &Impl, added: &HashSet<ValueRef>) -> Vec<ValueRef> {
                 })
             })
         })
-        .collect();
-    out.sort_unstable();
-    out
-}
-
-/// Whether a class holds 0-d float tensors.
-fn is_float_scalar_term(eg: &Graph, id: Id) -> bool {
-    eg[id]
-        .data
-        .meta()
-        .is_some_and(|m| m.dtype.is_float() && m.shape.is_empty())
+        .collect()
 }
 
 /// Exploration may stop one operator short of the implementation's own scaling of a value

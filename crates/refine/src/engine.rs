@@ -453,6 +453,7 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
             if opts.trace {
                 outcome.trace.push(trace_step(spec, v, &s));
             }
+            view_back(&spec_metas, node, &s, &mut state);
             state.insert(v, s);
         }
     }
@@ -1436,6 +1437,61 @@ fn infer_one(
         }
         _ => State::Lost("its expression grew beyond the size limit".into()),
     }
+}
+
+/// A clean relation of `view(x, shape)` is one of `x` too, viewed back (`x = view(view(x,
+/// shape), x's shape)`, a reshape keeping the element order): where `x`'s own relation is not
+/// clean, it becomes that view. Later consumers of `x` then start from the ranks' tensors (the
+/// attention backward reads the 4-d probabilities whose 3-d view the forward related to the
+/// ranks' blocks), not from the spec's operators over them.
+fn view_back(
+    spec_metas: &[Vec<Option<Meta>>],
+    node: &shardproof_ir::Node,
+    s: &State,
+    state: &mut HashMap<ValueId, State>,
+) {
+    let State::Related(c) = s else { return };
+    if !c.clean || node.op().map(|o| o.to_string()).as_deref() != Some("aten.view.default") {
+        return;
+    }
+    let Some(&x) = node.inputs().first() else {
+        return;
+    };
+    if !matches!(state.get(&x), Some(State::Related(r)) if !r.clean) {
+        return;
+    }
+    let Some(Some(meta)) = spec_metas.get(x.node).and_then(|m| m.get(x.output)) else {
+        return;
+    };
+    let exprs: Vec<RecExpr<Term>> = c
+        .exprs
+        .iter()
+        .map(|e| {
+            let mut e = e.clone();
+            let root = Id::from(e.as_ref().len() - 1);
+            let dims: Vec<Id> = meta
+                .shape
+                .iter()
+                .map(|&d| e.add(Term::Num(d as i64)))
+                .collect();
+            let list = e.add(Term::Op(Symbol::from(LIST), dims));
+            e.add(Term::Op(
+                Symbol::from("aten.view.default"),
+                vec![root, list],
+            ));
+            e
+        })
+        .collect();
+    state.insert(
+        x,
+        State::Related(Rel {
+            exprs,
+            clean: true,
+            equal_leaves: c.equal_leaves.clone(),
+            equal_slices: c.equal_slices.clone(),
+            explored: Vec::new(),
+        }),
+    );
 }
 
 /// Whether an expression slices a slice.

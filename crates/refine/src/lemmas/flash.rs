@@ -25,6 +25,8 @@ pub(super) fn lemmas() -> Vec<Lemma> {
         sum_of_contraction_blocks(),
         product_of_row_slice(),
         recomputed_masked_block(),
+        softmax_backward_key_blocks(),
+        rowsum_of_scores_gradient(),
     ]
 }
 
@@ -492,6 +494,143 @@ fn recomputed_masked_block() -> Lemma {
                 return vec![zeros(g, &out_shape, &(zero, options))];
             }
             vec![]
+        }),
+    }
+}
+
+/// The dtype of a single-tensor class.
+fn dtype(g: &Graph, id: Id) -> Option<shardproof_ir::DType> {
+    g[id].data.meta().map(|m| m.dtype)
+}
+
+const SOFTMAX_BACKWARD: &str = "aten._softmax_backward_data.default";
+const SUM_DIM: &str = "aten.sum.dim_IntList";
+const MUL: &str = "aten.mul.Tensor";
+
+/// The softmax backward of key blocks is blockwise, with the row statistic taken once over
+/// all blocks; a masked (zero) block of probabilities has a zero gradient.
+fn softmax_backward_key_blocks() -> Lemma {
+    Lemma {
+        name: "softmax-backward-key-blocks",
+        doc: "_softmax_backward_data(g, cat_k(y_j), k) = cat_k(y_j * (g_j - s)) with g_j the pieces of g along k (its own pieces of the same sizes, or slices) and s = sum(g * y, [k], keepdim), the output in the inputs' dtype; a zero-fill block y_j gives zeros (0 * (g_j - s) = 0 for finite gradients, the premise of the masked-block lemmas): ring attention's backward computes y_ij * (dP_ij - D_i) block by block, the causally masked blocks not at all",
+        roots: vec![SOFTMAX_BACKWARD.into()],
+        examples: vec![
+            ("(aten._softmax_backward_data.default %r0:g (cat 1 %r0:y (aten.full.default (list 2 2) f:0.0 dt:f64 none dev b:false) %r1:y) 1 dt:f64)", &[("g", "f64[2,6]"), ("y", "f64[2,2]")]),
+            ("(aten._softmax_backward_data.default %r0:g (cat 2 %r0:y %r1:y) -1 dt:f64)", &[("g", "f64[2,3,4]"), ("y", "f64[2,3,2]")]),
+            ("(aten._softmax_backward_data.default (cat 3 %r0:g %r1:g) (cat 3 %r0:y %r1:y) 3 dt:f64)", &[("g", "f64[2,2,3,2]"), ("y", "f64[2,2,3,2]")]),
+        ],
+        requires: None,
+        build: Arc::new(|g, eclass, kids| {
+            if kids.len() != 4 || !has(g, kids[1], CAT) {
+                return vec![];
+            }
+            let (Some(out), Some(k)) = (shape(g, eclass), int(g, kids[2])) else {
+                return vec![];
+            };
+            let rank = out.len() as i64;
+            let k = if k < 0 { k + rank } else { k };
+            let Ok(k) = usize::try_from(k) else { return vec![] };
+            // Elementwise arithmetic keeps the inputs' dtype: only a backward that does too.
+            let dt = dtype(g, eclass);
+            if dt.is_none() || dtype(g, kids[0]) != dt || dtype(g, kids[1]) != dt {
+                return vec![];
+            }
+            let mut res = Vec::new();
+            for ys in cats_along(g, kids[1], k).into_iter().take(2) {
+                let Some(szs) = super::sizes(g, &ys, k) else { continue };
+                let Some(gs) = super::split_alike(g, kids[0], k, &szs) else { continue };
+                let product = op(g, MUL, vec![kids[0], kids[1]]);
+                let dims = super::list(g, &[k]);
+                let (keep, none) = (op(g, "b:true", vec![]), op(g, "none", vec![]));
+                let s = op(g, SUM_DIM, vec![product, dims, keep, none]);
+                let one = super::num(g, 1);
+                let blocks: Vec<Id> = ys
+                    .iter()
+                    .zip(&gs)
+                    .map(|(&y, &gj)| match zero_fill(g, y, 2) {
+                        Some(f) => {
+                            let shape = shape(g, y).expect("a piece has a shape");
+                            zeros(g, &shape, &f)
+                        }
+                        None => {
+                            let d = op(g, "aten.sub.Tensor", vec![gj, s, one]);
+                            op(g, MUL, vec![y, d])
+                        }
+                    })
+                    .collect();
+                res.push(super::cat(g, k, blocks));
+            }
+            res
+        }),
+    }
+}
+
+/// The row sums of a score gradient times the probabilities are the row sums of the output
+/// gradient times the output.
+fn rowsum_of_scores_gradient() -> Lemma {
+    Lemma {
+        name: "rowsum-of-scores-gradient",
+        doc: "sum((a @ b) * p, [-1]) = sum(a * (p @ b^T), [-1]) (either operand order of the *, keepdim either way, the product mm/bmm/matmul of same-rank operands, p of the product's shape; b^T is v where b = transpose(v) of the last two dims): sum_j sum_c a_ic b_cj p_ij = sum_c a_ic sum_j p_ij b_cj; with a = dO, b = V^T, p = P: rowsum(dP * P) = rowsum(dO * O), the statistic the ranks compute from their outputs",
+        roots: vec![SUM_DIM.into()],
+        examples: vec![
+            ("(aten.sum.dim_IntList (aten.mul.Tensor (aten.bmm.default %r0:a (aten.transpose.int %r0:v 1 2)) %r0:p) (list 2) b:true none)", &[("a", "f64[2,3,4]"), ("v", "f64[2,5,4]"), ("p", "f64[2,3,5]")]),
+            ("(aten.sum.dim_IntList (aten.mul.Tensor %r0:p (aten.mm.default %r0:a %r0:b)) (list 1) b:false none)", &[("a", "f64[3,4]"), ("b", "f64[4,5]"), ("p", "f64[3,5]")]),
+            ("(aten.sum.dim_IntList (aten.mul.Tensor (aten.matmul.default %r0:a (aten.transpose.int %r0:v 3 2)) %r0:p) (list -1) b:true none)", &[("a", "f64[2,2,3,4]"), ("v", "f64[2,2,5,4]"), ("p", "f64[2,2,3,5]")]),
+        ],
+        requires: None,
+        build: Arc::new(|g, _, kids| {
+            if kids.len() != 4 || !has(g, kids[0], MUL) || !super::is_none(g, kids[3]) {
+                return vec![];
+            }
+            let Some(dims) = super::int_list(g, kids[1]) else { return vec![] };
+            let mut res = Vec::new();
+            for m in calls(g, kids[0], MUL) {
+                if m.len() != 2 {
+                    continue;
+                }
+                for (u, p) in [(m[0], m[1]), (m[1], m[0])] {
+                    let (Some(su), Some(sp)) = (shape(g, u), shape(g, p)) else { continue };
+                    let r = su.len() as i64;
+                    if su != sp || dims.len() != 1 || (dims[0] != r - 1 && dims[0] != -1) {
+                        continue;
+                    }
+                    for (sym, a, b) in products(g, u) {
+                        let (Some(ra), Some(rb)) = (shape(g, a).map(|s| s.len()), shape(g, b).map(|s| s.len())) else {
+                            continue;
+                        };
+                        if product_dims(sym, ra, rb).is_none() || ra != su.len() {
+                            continue;
+                        }
+                        // Batch dims equal (no broadcast to reason about).
+                        let batch = |t: Id| shape(g, t).map(|s| s[..ra - 2].to_vec());
+                        if batch(a) != batch(b) || batch(a) != batch(p) {
+                            continue;
+                        }
+                        let (x, y) = (ra as i64 - 2, ra as i64 - 1);
+                        // b^T: the transposed operand itself when b is a transpose of the last
+                        // two dims, else a new transpose.
+                        let bt = calls(g, b, TRANSPOSE)
+                            .into_iter()
+                            .find(|t| {
+                                t.len() == 3
+                                    && matches!((int(g, t[1]), int(g, t[2])), (Some(i), Some(j)) if (i == x && j == y) || (i == y && j == x))
+                            })
+                            .map(|t| t[0]);
+                        let bt = match bt {
+                            Some(v) => v,
+                            None => {
+                                let (nx, ny) = (super::num(g, x), super::num(g, y));
+                                op(g, TRANSPOSE, vec![b, nx, ny])
+                            }
+                        };
+                        let pb = op(g, sym, vec![p, bt]);
+                        let prod = op(g, MUL, vec![a, pb]);
+                        res.push(op(g, SUM_DIM, vec![prod, kids[1], kids[2], kids[3]]));
+                    }
+                }
+            }
+            res.truncate(4);
+            res
         }),
     }
 }

@@ -342,6 +342,7 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
         stack.extend(node.inputs().iter().map(|v| v.node));
     }
 
+    let spec_users = spec.consumers();
     let mut state: HashMap<ValueId, State> = HashMap::new();
     let mut mismatches: HashMap<ValueId, (String, Option<String>)> = HashMap::new();
     // The relations of the products inside fused linears without a clean relation.
@@ -409,6 +410,7 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
                             .iter()
                             .filter(|x| is_float_value(&spec_metas, x.value))
                             .all(|x| is_float_scalar(&spec_metas, x.value));
+                    let seeds = spec_seeds(&ctx, spec, &spec_metas, &spec_users, n);
                     let mut s = infer_one(
                         &imp,
                         &rules,
@@ -419,6 +421,7 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
                         &mut mismatches,
                         v,
                         scalar_chain,
+                        &seeds,
                     );
                     // Only such a chain carries its explored scalars: a reduction of a tensor
                     // brings in dozens, which would crowd its consumers' e-graphs to the node
@@ -443,6 +446,7 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
                                 &mut mismatches,
                                 v,
                                 false,
+                                &[],
                             );
                             products.insert(v, p);
                         }
@@ -1159,6 +1163,7 @@ fn infer_one(
     mismatches: &mut HashMap<ValueId, (String, Option<String>)>,
     v: ValueId,
     scalar_chain: bool,
+    seeds: &[(Tpl, ValueId)],
 ) -> State {
     let mut ins = Vec::new();
     tpl_values(t, &mut ins);
@@ -1178,37 +1183,9 @@ fn infer_one(
         let Some(State::Related(r)) = state.get(&x.value) else {
             unreachable!()
         };
-        let mut first = None;
-        for e in &r.exprs {
-            let id = add_rec(&mut eg, imp, e);
-            match first {
-                None => first = Some(id),
-                Some(f) => {
-                    eg.union(f, id);
-                }
-            }
-        }
-        for group in &r.equal_leaves {
-            let ids: Vec<Id> = group
-                .iter()
-                .map(|s| {
-                    let mut e = RecExpr::default();
-                    e.add(Term::Op(*s, vec![]));
-                    add_rec(&mut eg, imp, &e)
-                })
-                .collect();
-            for w in ids.windows(2) {
-                eg.union(w[0], w[1]);
-            }
-        }
-        for group in &r.equal_slices {
-            let ids: Vec<Id> = group.iter().map(|e| add_rec(&mut eg, imp, e)).collect();
-            for w in ids.windows(2) {
-                eg.union(w[0], w[1]);
-            }
-        }
-        ids.insert(x.value, first.expect("a relation has an expression"));
+        ids.insert(x.value, add_relation(&mut eg, imp, r));
     }
+    seed_spec_equations(&mut eg, imp, state, seeds, &mut ids);
     if ins.is_empty() {
         // A constant: the term itself is its (clean) relation.
         let root = add_tpl(&mut eg, t, &mut |_, _| unreachable!());
@@ -1436,6 +1413,158 @@ fn infer_one(
             })
         }
         _ => State::Lost("its expression grew beyond the size limit".into()),
+    }
+}
+
+/// Adds a relation's expressions (all equal) and its equal leaves and slices; returns the class
+/// of its expressions.
+fn add_relation(eg: &mut Graph, imp: &Impl, r: &Rel) -> Id {
+    let mut first = None;
+    for e in &r.exprs {
+        let id = add_rec(eg, imp, e);
+        match first {
+            None => first = Some(id),
+            Some(f) => {
+                eg.union(f, id);
+            }
+        }
+    }
+    for group in &r.equal_leaves {
+        let ids: Vec<Id> = group
+            .iter()
+            .map(|s| {
+                let mut e = RecExpr::default();
+                e.add(Term::Op(*s, vec![]));
+                add_rec(eg, imp, &e)
+            })
+            .collect();
+        for w in ids.windows(2) {
+            eg.union(w[0], w[1]);
+        }
+    }
+    for group in &r.equal_slices {
+        let ids: Vec<Id> = group.iter().map(|e| add_rec(eg, imp, e)).collect();
+        for w in ids.windows(2) {
+            eg.union(w[0], w[1]);
+        }
+    }
+    first.expect("a relation has an expression")
+}
+
+/// The spec operators whose equations the e-graph of spec node `n` is seeded with (see
+/// [`seed_spec_equations`]): for the softmax backward `_softmax_backward_data(dP, P)`, the
+/// forward's products of the probabilities `P` (or of a view of them), `O = P V`, and the
+/// layout operands (`V^T` a transpose of `V`) of the product `dP = dO V^T`. Its row statistic
+/// `rowsum(dP * P)` is `rowsum(dO * O)` (`rowsum-of-scores-gradient`), the ranks' `D`, only
+/// where the e-graph knows `O` and `V` as the spec computed them; other operators get none.
+fn spec_seeds(
+    ctx: &LowerCtx,
+    spec: &IrGraph,
+    spec_metas: &[Vec<Option<Meta>>],
+    spec_users: &[Vec<usize>],
+    n: usize,
+) -> Vec<(Tpl, ValueId)> {
+    const PRODUCTS: [&str; 3] = ["aten.bmm.default", "aten.matmul.default", "aten.mm.default"];
+    const LAYOUT: [&str; 4] = [
+        "aten.view.default",
+        "aten.transpose.int",
+        "aten.t.default",
+        "aten.permute.default",
+    ];
+    let op_of = |m: usize| {
+        spec.nodes[m]
+            .op()
+            .map(|o| o.to_string())
+            .unwrap_or_default()
+    };
+    if op_of(n) != "aten._softmax_backward_data.default" {
+        return Vec::new();
+    }
+    let inputs = spec.nodes[n].inputs();
+    let (Some(&grad), Some(&probs)) = (inputs.first(), inputs.get(1)) else {
+        return Vec::new();
+    };
+    let mut wanted: Vec<ValueId> = Vec::new();
+    // O = P V: products reading the probabilities or a view of them.
+    let mut readers = vec![probs.node];
+    readers.extend(
+        spec_users[probs.node]
+            .iter()
+            .copied()
+            .filter(|&u| op_of(u) == "aten.view.default"),
+    );
+    for r in readers {
+        for &u in &spec_users[r] {
+            if PRODUCTS.contains(&op_of(u).as_str()) {
+                wanted.push(ValueId::new(u, 0));
+            }
+        }
+    }
+    // dP = dO V^T: the product under the gradient's views, and its layout operands.
+    let mut at = grad.node;
+    for _ in 0..3 {
+        if PRODUCTS.contains(&op_of(at).as_str()) {
+            for x in spec.nodes[at].inputs() {
+                if LAYOUT.contains(&op_of(x.node).as_str()) {
+                    wanted.push(x);
+                }
+            }
+            break;
+        }
+        match spec.nodes[at].inputs().first() {
+            Some(x) if LAYOUT.contains(&op_of(at).as_str()) => at = x.node,
+            _ => break,
+        }
+    }
+    wanted.sort();
+    wanted.dedup();
+    wanted
+        .into_iter()
+        .filter_map(
+            |w| match lower(ctx, spec, spec_metas, None, w.node, w.output) {
+                Lowered::Term(t) => Some((t, w)),
+                _ => None,
+            },
+        )
+        .collect()
+}
+
+/// Seeds an e-graph with spec equations: for each `(t, w)`, the spec's own operator `t` over
+/// its inputs' relations equals `w`'s clean relation. Both sides denote the spec value `w` (a
+/// relation is an expression equal to its spec value), so the union is a true equation; the
+/// lemmas then read a forward product (`O = P V`) from the ranks' tensors it relates to.
+fn seed_spec_equations(
+    eg: &mut Graph,
+    imp: &Impl,
+    state: &HashMap<ValueId, State>,
+    seeds: &[(Tpl, ValueId)],
+    ids: &mut HashMap<ValueId, Id>,
+) {
+    for (t, w) in seeds {
+        let Some(State::Related(rw)) = state.get(w) else {
+            continue;
+        };
+        if !rw.clean {
+            continue;
+        }
+        let mut ins = Vec::new();
+        tpl_values(t, &mut ins);
+        if !ins
+            .iter()
+            .all(|x| matches!(state.get(&x.value), Some(State::Related(_))))
+        {
+            continue;
+        }
+        for x in &ins {
+            if let (std::collections::hash_map::Entry::Vacant(slot), Some(State::Related(r))) =
+                (ids.entry(x.value), state.get(&x.value))
+            {
+                slot.insert(add_relation(eg, imp, r));
+            }
+        }
+        let lhs = add_tpl(eg, t, &mut |_, x| ids[&x.value]);
+        let rhs = add_relation(eg, imp, rw);
+        eg.union(lhs, rhs);
     }
 }
 

@@ -27,6 +27,7 @@ pub(super) fn lemmas() -> Vec<Lemma> {
         recomputed_masked_block(),
         softmax_backward_key_blocks(),
         rowsum_of_scores_gradient(),
+        softmax_backward_through_view(),
     ]
 }
 
@@ -505,6 +506,7 @@ fn dtype(g: &Graph, id: Id) -> Option<shardproof_ir::DType> {
 
 const SOFTMAX_BACKWARD: &str = "aten._softmax_backward_data.default";
 const SUM_DIM: &str = "aten.sum.dim_IntList";
+const VIEW: &str = "aten.view.default";
 const MUL: &str = "aten.mul.Tensor";
 
 /// The softmax backward of key blocks is blockwise, with the row statistic taken once over
@@ -630,6 +632,48 @@ fn rowsum_of_scores_gradient() -> Lemma {
                 }
             }
             res.truncate(4);
+            res
+        }),
+    }
+}
+
+/// The softmax backward over the last dim of two equally viewed tensors is the view of the
+/// backward of the tensors, when the view keeps the rows.
+fn softmax_backward_through_view() -> Lemma {
+    Lemma {
+        name: "softmax-backward-through-view",
+        doc: "_softmax_backward_data(view(g, s), view(y, s), -1, dt) = view(_softmax_backward_data(g, y, -1, dt), s) for g, y of one shape whose last dim is s's last dim: the backward is row by row (y_r * (g_r - sum(g_r * y_r))) and a row-major view that keeps the last dim keeps every row whole and in order; the spec's 4-d backward meets its 3-d products (dP = dO V^T, the probabilities' 3-d block grid)",
+        roots: vec![SOFTMAX_BACKWARD.into()],
+        examples: vec![
+            ("(aten._softmax_backward_data.default (aten.view.default %r0:g (list 2 3 2 5)) (aten.view.default %r0:y (list 2 3 2 5)) 3 dt:f64)", &[("g", "f64[6,2,5]"), ("y", "f64[6,2,5]")]),
+            ("(aten._softmax_backward_data.default (aten.view.default %r0:g (list 2 2 3)) (aten.view.default %r0:y (list 2 2 3)) -1 dt:f64)", &[("g", "f64[4,3]"), ("y", "f64[4,3]")]),
+        ],
+        requires: None,
+        build: Arc::new(|g, eclass, kids| {
+            if kids.len() != 4 || !has(g, kids[0], VIEW) || !has(g, kids[1], VIEW) {
+                return vec![];
+            }
+            let Some(out) = shape(g, eclass) else { return vec![] };
+            let r = out.len() as i64;
+            if !matches!(int(g, kids[2]), Some(d) if d == r - 1 || d == -1) {
+                return vec![];
+            }
+            let pairs: Vec<(Id, Id)> = super::views(g, kids[0])
+                .into_iter()
+                .flat_map(|a| super::views(g, kids[1]).into_iter().map(move |b| (a, b)))
+                .collect();
+            let mut res = Vec::new();
+            for (a, b) in pairs {
+                let Some(sa) = shape(g, a).filter(|sa| Some(sa) == shape(g, b).as_ref()) else { continue };
+                if sa.is_empty() || sa.last() != out.last() || sa == out {
+                    continue;
+                }
+                let last = super::num(g, sa.len() as i64 - 1);
+                let inner = op(g, SOFTMAX_BACKWARD, vec![a, b, last, kids[3]]);
+                let target = super::list(g, &out);
+                res.push(op(g, VIEW, vec![inner, target]));
+            }
+            res.truncate(2);
             res
         }),
     }

@@ -3,6 +3,7 @@
 //! that also holds the implementation operators related to those inputs, and its outputs'
 //! clean expressions kept as their relations.
 
+use crate::kinds::{self, Abs, Kind, ZeroBlocks};
 use crate::lemmas::{library_for, Graph, SCALE};
 use crate::lower::{lower, pair_collectives, pair_messages, LowerCtx, Lowered, Tpl, ValueRef};
 use crate::term::{is_leaf, leaf_symbol, Data, Shapes, Term, CAT, GET, LIST, MAX, MIN, SLICE, SUM};
@@ -12,6 +13,7 @@ use shardproof_interp::infer_graph;
 use shardproof_ir::{Graph as IrGraph, NodeKind, ValueId};
 use shardproof_ops::Meta;
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Limits of the search.
@@ -193,6 +195,8 @@ struct Impl<'a> {
     cut: HashSet<ValueRef>,
     /// Module constants of unknown value (see [`unknown_constants`]).
     unknown_consts: HashSet<ValueRef>,
+    /// The blocks of rank tensors the ranks' programs make zero.
+    zeros: Arc<ZeroBlocks>,
 }
 
 impl Impl<'_> {
@@ -729,7 +733,7 @@ fn build_impl<'a>(case: &'a Case, ctx: &LowerCtx) -> Impl<'a> {
         }
     }
     let unknown_consts = unknown_constants(case, ctx, &cut).into_iter().collect();
-    Impl {
+    let mut imp = Impl {
         case,
         metas,
         lowered,
@@ -738,7 +742,86 @@ fn build_impl<'a>(case: &'a Case, ctx: &LowerCtx) -> Impl<'a> {
         const_only,
         cut,
         unknown_consts,
+        zeros: Arc::default(),
+    };
+    imp.zeros = Arc::new(zero_blocks(&imp));
+    imp
+}
+
+/// The element analysis of every rank tensor ([`crate::kinds`]), kept where it found zeros.
+fn zero_blocks(imp: &Impl) -> ZeroBlocks {
+    let mut done: HashMap<ValueRef, Option<Arc<Abs>>> = HashMap::new();
+    let mut visiting: HashSet<ValueRef> = HashSet::new();
+    for (r, g) in imp.case.program.ranks.iter().enumerate() {
+        for (n, node) in g.nodes.iter().enumerate() {
+            for k in 0..node.outputs.len() {
+                let v = imp.canon(ValueRef {
+                    rank: Some(r),
+                    value: ValueId::new(n, k),
+                });
+                // Depth-first, with an explicit stack: a model's chain of values is longer
+                // than the call stack allows.
+                let mut stack = vec![(v, false)];
+                while let Some((x, ready)) = stack.pop() {
+                    if done.contains_key(&x) {
+                        continue;
+                    }
+                    let t = match imp.lowered.get(&x) {
+                        Some(Lowered::Term(t)) => t,
+                        Some(Lowered::Leaf) => {
+                            let is_input =
+                                matches!(g_node(imp, x).map(|n| &n.kind), Some(NodeKind::Input));
+                            // Inputs are finite reals; module constants of unstated value and
+                            // cut values could be anything.
+                            let a = imp.meta(x).map(|m| {
+                                let kind = if is_input && m.dtype.is_float() {
+                                    Kind::Finite
+                                } else {
+                                    Kind::Any
+                                };
+                                Arc::new(Abs::Uniform(m, kind))
+                            });
+                            done.insert(x, a);
+                            continue;
+                        }
+                        _ => {
+                            done.insert(x, None);
+                            continue;
+                        }
+                    };
+                    if ready {
+                        visiting.remove(&x);
+                        let a =
+                            kinds::interpret(t, &|y| done.get(&imp.canon(y)).cloned().flatten());
+                        done.insert(x, a.map(Arc::new));
+                        continue;
+                    }
+                    if !visiting.insert(x) {
+                        done.insert(x, None);
+                        continue;
+                    }
+                    stack.push((x, true));
+                    let mut ins = Vec::new();
+                    tpl_values(t, &mut ins);
+                    for i in ins {
+                        let i = imp.canon(i);
+                        if !done.contains_key(&i) {
+                            stack.push((i, false));
+                        }
+                    }
+                }
+            }
+        }
     }
+    ZeroBlocks::new(done.into_iter().filter_map(|(v, a)| {
+        let a = a?;
+        Some((Symbol::from(leaf_symbol(v.rank?, &imp.name(v))), a))
+    }))
+}
+
+/// The graph node of an implementation value.
+fn g_node<'a>(imp: &'a Impl, v: ValueRef) -> Option<&'a shardproof_ir::Node> {
+    imp.case.program.ranks.get(v.rank?)?.nodes.get(v.value.node)
 }
 
 /// The relation of an `inputs:` entry: the spec tensor as a clean expression (or several, one
@@ -1174,7 +1257,10 @@ fn infer_one(
             None => return State::Unrelated("an input was never computed".into()),
         }
     }
-    let mut eg = Graph::new(Shapes::default());
+    let mut eg = Graph::new(Shapes {
+        zeros: imp.zeros.clone(),
+        ..Shapes::default()
+    });
     let mut ids: HashMap<ValueId, Id> = HashMap::new();
     for x in &ins {
         if ids.contains_key(&x.value) {
@@ -1233,12 +1319,19 @@ fn infer_one(
     unfold_recomputed(&mut eg, imp, &mut t_rel, &mut added, &mut unfold_budget);
     unfold_indices(&mut eg, imp, &mut t_rel, &mut added);
     let saturate = |eg: &mut Graph| {
+        crate::lemmas::mark_zero_blocks(eg);
         eg.rebuild();
         let runner = Runner::default()
             .with_egraph(std::mem::take(eg))
             .with_iter_limit(opts.iter_limit)
             .with_node_limit(opts.node_limit)
             .with_time_limit(SATURATION_WALL_CLOCK)
+            .with_hook(|r| {
+                if crate::lemmas::mark_zero_blocks(&mut r.egraph) {
+                    r.egraph.rebuild();
+                }
+                Ok(())
+            })
             .run(rules);
         *eg = runner.egraph;
         crate::lemmas::merge_equal_sums(eg);

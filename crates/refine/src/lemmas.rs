@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 mod chunks;
 mod flash;
+pub use flash::mark_zero_blocks;
 mod identities;
 mod moe;
 pub(crate) mod ring;
@@ -672,8 +673,16 @@ pub fn scale(g: &mut Graph, p: i64, q: i64, x: Id) -> Id {
     if zero_fill(g, x, 2).is_some() {
         return x;
     }
-    let s = gcd(p, q) * q.signum();
-    let (p, q) = (p / s, q / s);
+    // Reduced in i128: `i64::MIN / -1` overflows an i64 (a factor built by the scale lemmas'
+    // products can reach it); a fraction that does not fit stays unreduced.
+    let s = gcd128(i128::from(p), i128::from(q)) * i128::from(q.signum());
+    let (p, q) = match (
+        i64::try_from(i128::from(p) / s),
+        i64::try_from(i128::from(q) / s),
+    ) {
+        (Ok(a), Ok(b)) if s != 0 => (a, b),
+        _ => (p, q),
+    };
     if p == q {
         return x;
     }

@@ -6,6 +6,7 @@
 
 pub mod engine;
 pub mod eval;
+pub mod kinds;
 pub mod lemmas;
 pub mod lower;
 pub mod term;

@@ -201,6 +201,8 @@ impl Data {
 pub struct Shapes {
     /// Metas of the implementation leaves, by symbol.
     pub leaves: HashMap<Symbol, Meta>,
+    /// The blocks of implementation tensors the ranks' programs make zero.
+    pub zeros: std::sync::Arc<crate::kinds::ZeroBlocks>,
 }
 
 impl Analysis<Term> for Shapes {

@@ -12,7 +12,7 @@
 use super::ring::{
     calls, cats_along, finite_lse, fully_masked, has, is_maximum_of, make_fill, normalizer_parts,
 };
-use super::{int, is_one, op, shape, slice, zero_fill, Graph, Lemma, SUM};
+use super::{classes_of, int, is_one, op, shape, slice, zero_fill, Graph, Lemma, SUM};
 use crate::term::{CAT, SLICE};
 use egg::Id;
 use std::sync::Arc;
@@ -24,6 +24,8 @@ pub(super) fn lemmas() -> Vec<Lemma> {
         sum_drops_zero_terms(),
         sum_of_contraction_blocks(),
         product_of_row_slice(),
+        transposed_product(),
+        product_of_contraction_block(),
         recomputed_masked_block(),
         softmax_backward_key_blocks(),
         rowsum_of_scores_gradient(),
@@ -383,6 +385,177 @@ fn product_of_row_slice() -> Lemma {
     }
 }
 
+/// The transposes (last two dims `r`, `r + 1`) of a class already in the e-graph, with the
+/// slice that must follow: `x` itself for `transpose(x)`, `transpose(x)` where present, and for
+/// `slice(sliced, s, e, z)` (`sliced` the operand's non-contracted dim: `r` for the left one,
+/// `r + 1` for the right one) the transpose of `z`, sliced along the other dim.
+fn present_transposes(
+    g: &Graph,
+    id: Id,
+    r: usize,
+    sliced: usize,
+) -> Vec<(Id, Option<(usize, usize, usize)>)> {
+    let swaps = |t: &[Id]| {
+        let dims = (int(g, t[1]), int(g, t[2]));
+        let (a, b) = (Some(r as i64), Some(r as i64 + 1));
+        dims == (a, b) || dims == (b, a)
+    };
+    let whole = |x: Id| -> Option<Id> {
+        calls(g, x, TRANSPOSE)
+            .into_iter()
+            .find(|t| swaps(t))
+            .map(|t| t[0])
+            .or_else(|| {
+                let (a, b) = (
+                    g.lookup(crate::term::Term::Num(r as i64))?,
+                    g.lookup(crate::term::Term::Num(r as i64 + 1))?,
+                );
+                g.lookup(crate::term::Term::Op(
+                    egg::Symbol::from(TRANSPOSE),
+                    vec![x, a, b],
+                ))
+            })
+    };
+    let mut out: Vec<(Id, Option<(usize, usize, usize)>)> =
+        whole(id).into_iter().map(|t| (t, None)).collect();
+    for k in calls(g, id, SLICE) {
+        let (Some(d), Some(s), Some(e)) = (int(g, k[0]), int(g, k[1]), int(g, k[2])) else {
+            continue;
+        };
+        // Slicing the contracted dim would not commute with the product.
+        if d != sliced as i64 {
+            continue;
+        }
+        let other = if sliced == r { r + 1 } else { r };
+        if let Some(t) = whole(k[3]) {
+            out.push((t, Some((other, s as usize, e as usize))));
+        }
+    }
+    out.truncate(4);
+    out
+}
+
+/// A product with a transposed operand is the transpose of the product the other way round,
+/// where that product is already in the e-graph: the spec's `dK^T = Q^T dS` meets the ranks'
+/// `dK = dS^T Q`.
+fn transposed_product() -> Lemma {
+    Lemma {
+        name: "transposed-product",
+        doc: "mm/bmm(a, b) = transpose(mm/bmm(transpose(b), transpose(a))) (transposes of the last two dims), where transpose(a) and transpose(b) are present or cancel a transpose, and slice_col(z)^T = slice_row(z^T): only where the product the other way round is already in the e-graph",
+        roots: vec![BMM.into(), MM.into()],
+        examples: vec![
+            ("(cat 2 (aten.bmm.default (aten.transpose.int %r0:q 1 2) (slice 2 0 2 %r0:s)) (aten.bmm.default (aten.transpose.int %r0:s 1 2) %r0:q))", &[("q", "f64[2,3,4]"), ("s", "f64[2,3,4]")]),
+            ("(cat 0 (aten.mm.default %r0:a (aten.transpose.int %r0:b 0 1)) (aten.mm.default %r0:b (aten.transpose.int %r0:a 0 1)))", &[("a", "f64[2,3]"), ("b", "f64[2,3]")]),
+        ],
+        requires: None,
+        build: Arc::new(|g, eclass, kids| {
+            if !(has(g, kids[0], TRANSPOSE) || has(g, kids[1], TRANSPOSE)) {
+                return vec![];
+            }
+            let Some(sym) = [BMM, MM].into_iter().find(|s| {
+                calls(g, eclass, s).iter().any(|k| k.len() == 2 && k.iter().zip(kids).all(|(a, b)| g.find(*a) == g.find(*b)))
+            }) else {
+                return vec![];
+            };
+            let (Some(sa), Some(sb)) = (shape(g, kids[0]), shape(g, kids[1])) else { return vec![] };
+            let Some((row, _, _)) = product_dims(sym, sa.len(), sb.len()) else { return vec![] };
+            let mut found = Vec::new();
+            for (ta, cut_a) in present_transposes(g, kids[0], row, row) {
+                for (tb, cut_b) in present_transposes(g, kids[1], row, row + 1) {
+                    // Only one operand may need its slice moved out of the product.
+                    if cut_a.is_some() && cut_b.is_some() {
+                        continue;
+                    }
+                    let node = crate::term::Term::Op(egg::Symbol::from(sym), vec![tb, ta]);
+                    if let Some(p) = g.lookup(node) {
+                        found.push((p, cut_a.or(cut_b)));
+                    }
+                }
+            }
+            let mut out = Vec::new();
+            for (p, cut) in found.into_iter().take(2) {
+                let p = match cut {
+                    Some((d, s, e)) => slice(g, d, s, e, p),
+                    None => p,
+                };
+                let (a, b) = (super::num(g, row as i64), super::num(g, row as i64 + 1));
+                out.push(op(g, TRANSPOSE, vec![p, a, b]));
+            }
+            out
+        }),
+    }
+}
+
+/// Whether dims `s..e` along `d` of a class are zeros: a block of a rank tensor the element
+/// analysis proved zero, a zero fill, or a zero piece of a concatenation along `d`.
+fn zero_range(g: &Graph, id: Id, d: usize, s: usize, e: usize) -> bool {
+    if s >= e || zero_fill(g, id, 2).is_some() || zero_block(g, id, Some((d, s, e))) {
+        return true;
+    }
+    super::cats(g, id).into_iter().any(|(cd, pieces)| {
+        if cd != d {
+            return false;
+        }
+        let mut at = 0;
+        let mut covered = true;
+        for p in pieces {
+            let Some(n) = shape(g, p).and_then(|sh| sh.get(d).copied()) else {
+                return false;
+            };
+            if at < e && at + n > s && zero_fill(g, p, 2).is_none() {
+                covered = false;
+            }
+            at += n;
+        }
+        covered
+    })
+}
+
+/// A product of two blocks of the contraction is the product of the whole operands when the
+/// rest of the contraction contributes zeros.
+fn product_of_contraction_block() -> Lemma {
+    Lemma {
+        name: "product-of-contraction-block",
+        doc: "mm/bmm/matmul(slice_k(a, s, e), slice_k(b, s, e)) = mm/bmm/matmul(a, b), both sliced along the contraction dims (also a transpose of a slice, its whole transpose present), when for the rest of the contraction a's or b's block is zeros (a zero fill, a zero piece of a concatenation, or a block of a rank tensor the ranks' programs make zero): a rank multiplies its whole block of recomputed probabilities, whose masked part adds nothing",
+        roots: PRODUCTS.iter().map(|s| s.to_string()).collect(),
+        examples: vec![
+            ("(aten.bmm.default (slice 2 2 4 %r0:a) (slice 1 2 4 (cat 1 (aten.full.default (list 2 2 3) f:0.0 dt:f64 none dev b:false) %r0:b)))", &[("a", "f64[2,3,4]"), ("b", "f64[2,2,3]")]),
+            ("(aten.mm.default (aten.transpose.int (slice 0 0 1 %r0:q) 0 1) (slice 0 0 1 (cat 0 %r0:s (aten.full.default (list 2 3) f:0.0 dt:f64 none dev b:false))))", &[("q", "f64[3,2]"), ("s", "f64[1,3]")]),
+        ],
+        requires: None,
+        build: Arc::new(|g, eclass, kids| {
+            if !(has(g, kids[0], SLICE) || has(g, kids[0], TRANSPOSE)) || !has(g, kids[1], SLICE) {
+                return vec![];
+            }
+            let Some(sym) = PRODUCTS.into_iter().find(|s| {
+                calls(g, eclass, s).iter().any(|k| k.len() == 2 && k.iter().zip(kids).all(|(a, b)| g.find(*a) == g.find(*b)))
+            }) else {
+                return vec![];
+            };
+            let (Some(sa), Some(sb)) = (shape(g, kids[0]), shape(g, kids[1])) else { return vec![] };
+            let Some((_, ka, kb)) = product_dims(sym, sa.len(), sb.len()) else { return vec![] };
+            let mut out = Vec::new();
+            for (s, e, a) in sliced_operand(g, kids[0], ka) {
+                for (s2, e2, b) in sliced_operand(g, kids[1], kb) {
+                    let (Some(wa), Some(wb)) = (shape(g, a), shape(g, b)) else { continue };
+                    let n = wa[ka];
+                    if (s, e) != (s2, e2) || wb[kb] != n || e > n {
+                        continue;
+                    }
+                    let rest_zero = |lo: usize, hi: usize| {
+                        zero_range(g, a, ka, lo, hi) || zero_range(g, b, kb, lo, hi)
+                    };
+                    if rest_zero(0, s) && rest_zero(e, n) {
+                        out.push(op(g, sym, vec![a, b]));
+                    }
+                }
+            }
+            out.truncate(2);
+            out
+        }),
+    }
+}
+
 /// The `(a, b, x)` where a class is `slice(d, a, b, x)`, or `transpose(slice(d', a, b, z), d,
 /// d')` with `x = transpose(z, d, d')` already in the e-graph (the last two dims swapped).
 fn sliced_operand(g: &Graph, id: Id, d: usize) -> Vec<(usize, usize, Id)> {
@@ -707,4 +880,161 @@ mod tests {
         let whole = crate::lemmas::cat(&mut g, 0, vec![a, b]);
         assert_eq!(join(&mut g, &[a, b], 0, 1), Some(whole));
     }
+}
+
+/// A block of a rank tensor: the leaf, one half-open range per leaf dim, and for each dim of
+/// the block the leaf dim it runs along (transposes permute them).
+type LeafBlock = (egg::Symbol, Vec<(usize, usize)>, Vec<usize>);
+
+/// The blocks of rank tensors a class is (the leaf itself, slices and transposes of it), at
+/// most `depth` operators down, for leaves the element analysis found zeros in.
+fn leaf_blocks(g: &Graph, id: Id, depth: usize) -> Vec<LeafBlock> {
+    let mut out = Vec::new();
+    for n in &g[id].nodes {
+        let crate::term::Term::Op(s, k) = n else {
+            continue;
+        };
+        if k.is_empty() {
+            if g.analysis.zeros.has(*s) {
+                if let Some(sh) = shape(g, id) {
+                    out.push((
+                        *s,
+                        sh.iter().map(|&n| (0, n)).collect(),
+                        (0..sh.len()).collect(),
+                    ));
+                }
+            }
+            continue;
+        }
+        if depth == 0 {
+            continue;
+        }
+        match s.as_str() {
+            SLICE if k.len() == 4 => {
+                let (Some(d), Some(a), Some(b)) = (int(g, k[0]), int(g, k[1]), int(g, k[2])) else {
+                    continue;
+                };
+                for (sym, mut ranges, perm) in leaf_blocks(g, k[3], depth - 1) {
+                    let Some(&ld) = usize::try_from(d).ok().and_then(|d| perm.get(d)) else {
+                        continue;
+                    };
+                    let start = ranges[ld].0;
+                    ranges[ld] = (start + a as usize, start + b as usize);
+                    out.push((sym, ranges, perm));
+                }
+            }
+            TRANSPOSE if k.len() == 3 => {
+                let (Some(i), Some(j)) = (int(g, k[1]), int(g, k[2])) else {
+                    continue;
+                };
+                for (sym, ranges, mut perm) in leaf_blocks(g, k[0], depth - 1) {
+                    let (Ok(i), Ok(j)) = (usize::try_from(i), usize::try_from(j)) else {
+                        continue;
+                    };
+                    if i < perm.len() && j < perm.len() {
+                        perm.swap(i, j);
+                        out.push((sym, ranges, perm));
+                    }
+                }
+            }
+            _ => {}
+        }
+        if out.len() > 8 {
+            break;
+        }
+    }
+    out
+}
+
+/// Whether a class is a block of a rank tensor that the element analysis proved all zeros,
+/// after narrowing its dim `narrow.0` to `narrow.1..narrow.2`.
+fn zero_block(g: &Graph, id: Id, narrow: Option<(usize, usize, usize)>) -> bool {
+    leaf_blocks(g, id, 4)
+        .into_iter()
+        .any(|(sym, mut ranges, perm)| {
+            if let Some((d, a, b)) = narrow {
+                let Some(&ld) = perm.get(d) else { return false };
+                let start = ranges[ld].0;
+                ranges[ld] = (start + a, start + b);
+            }
+            g.analysis.zeros.is_zero(sym, &ranges)
+        })
+}
+
+/// Unites with a zero fill every block of a rank tensor that the ranks' programs make zero for
+/// any input (see [`crate::kinds`]: a recomputed probability block the causal mask hides, and
+/// every product of it), and every row or column block of a product whose operand's matching
+/// block is such a zero block. Returns whether it united anything.
+///
+/// Runs before and during saturation rather than as a lemma: the facts come from the
+/// implementation's programs, not from the terms, so no rewrite of terms could state them.
+pub fn mark_zero_blocks(g: &mut Graph) -> bool {
+    if g.analysis.zeros.is_empty() {
+        return false;
+    }
+    let mut zero = Vec::new();
+    let candidates: Vec<Id> = classes_of(g, SLICE)
+        .into_iter()
+        .chain(classes_of(g, TRANSPOSE))
+        .collect();
+    for c in candidates {
+        if zero_fill(g, c, 0).is_some() {
+            continue;
+        }
+        let mut is_zero = zero_block(g, c, None);
+        if !is_zero {
+            // A row (column) block of a product is zero where its left (right) operand's rows
+            // (columns) are.
+            is_zero = g[c].nodes.iter().any(|n| {
+                let crate::term::Term::Op(s, k) = n else {
+                    return false;
+                };
+                if s.as_str() != SLICE || k.len() != 4 {
+                    return false;
+                }
+                let (Some(d), Some(a), Some(b)) = (int(g, k[0]), int(g, k[1]), int(g, k[2])) else {
+                    return false;
+                };
+                let (Ok(d), Ok(a), Ok(b)) =
+                    (usize::try_from(d), usize::try_from(a), usize::try_from(b))
+                else {
+                    return false;
+                };
+                products(g, k[3]).into_iter().any(|(sym, x, y)| {
+                    let (Some(sx), Some(sy)) = (shape(g, x), shape(g, y)) else {
+                        return false;
+                    };
+                    let Some((row, _, _)) = product_dims(sym, sx.len(), sy.len()) else {
+                        return false;
+                    };
+                    if d < row {
+                        zero_block(g, x, Some((d, a, b))) || zero_block(g, y, Some((d, a, b)))
+                    } else if d == row {
+                        zero_block(g, x, Some((d, a, b)))
+                    } else {
+                        zero_block(g, y, Some((d, a, b)))
+                    }
+                })
+            });
+        }
+        if is_zero {
+            zero.push(c);
+        }
+    }
+    let mut changed = false;
+    for c in zero {
+        let (Some(sh), Some(dt)) = (shape(g, c), dtype(g, c)) else {
+            continue;
+        };
+        let options = vec![
+            op(g, &format!("dt:{}", dt.short_name()), vec![]),
+            op(g, "none", vec![]),
+            op(g, "dev", vec![]),
+            op(g, "b:false", vec![]),
+        ];
+        let value = op(g, "f:0.0", vec![]);
+        let fill = make_fill(g, &sh, value, &options);
+        changed |= g.union(c, fill);
+    }
+    changed
 }

@@ -9,13 +9,15 @@
 //! program once, from its inputs (finite reals) and constants (evaluated exactly), and hands the
 //! e-graphs the regions of rank tensors that are zero for every input.
 //!
-//! The semantics are the engine's: inputs are finite reals, and infinities come only from
-//! constants or from the operators listed in [`may_leave_finite`] (a logarithm of zero, a
-//! division by zero), which the analysis never calls finite.
+//! The semantics are the engine's: inputs are finite reals and values are exact reals (no
+//! float overflow or underflow). Infinities come from constants, a logarithm of zero or a
+//! division by zero; only the operators with a rule here, and those of [`FINITE_OPS`] over
+//! finite arguments, are known to keep values finite: every other operator's output may be
+//! anything. Random draws are never constants.
 
 use crate::eval::eval;
 use crate::lower::{Tpl, ValueRef};
-use crate::term::{Shapes, Term, LIST};
+use crate::term::{Shapes, Term, GET, LIST};
 use egg::{EGraph, Id, RecExpr, Symbol};
 use shardproof_ir::DType;
 use shardproof_ops::{Meta, Tensor};
@@ -171,6 +173,9 @@ impl Kind {
 
     /// `x ** e` for a number `e`.
     fn pow(self, e: f64) -> Kind {
+        if !e.is_finite() {
+            return Any;
+        }
         let int = e.fract() == 0.0;
         match self {
             Any | NegInf => Any,
@@ -256,6 +261,8 @@ fn fold(mut it: impl Iterator<Item = Kind>, f: fn(Kind, Kind) -> Kind) -> Option
 /// A child of a term while it is being interpreted.
 enum Val {
     Tensor(Arc<Abs>),
+    /// The outputs of a multi-output call.
+    Tuple(Vec<Arc<Abs>>),
     /// A literal argument, kept as its template.
     Lit(Tpl),
 }
@@ -265,7 +272,7 @@ enum Val {
 pub fn interpret(t: &Tpl, value: &dyn Fn(ValueRef) -> Option<Arc<Abs>>) -> Option<Abs> {
     match val(t, value)? {
         Val::Tensor(a) => Some(Arc::unwrap_or_clone(a)),
-        Val::Lit(_) => None,
+        Val::Tuple(_) | Val::Lit(_) => None,
     }
 }
 
@@ -274,12 +281,20 @@ fn val(t: &Tpl, value: &dyn Fn(ValueRef) -> Option<Arc<Abs>>) -> Option<Val> {
         Tpl::Value(v) => value(*v).map(Val::Tensor),
         Tpl::Num(_) => Some(Val::Lit(t.clone())),
         Tpl::Op(s, kids) if kids.is_empty() || s == LIST => Some(Val::Lit(t.clone())),
+        Tpl::Op(s, kids) if s == GET && kids.len() == 2 => {
+            let Tpl::Num(k) = kids[0] else { return None };
+            match val(&kids[1], value)? {
+                Val::Tuple(outs) => outs.get(usize::try_from(k).ok()?).cloned().map(Val::Tensor),
+                Val::Tensor(a) if k == 0 => Some(Val::Tensor(a)),
+                _ => None,
+            }
+        }
         Tpl::Op(s, kids) => {
             let kids = kids
                 .iter()
                 .map(|k| val(k, value))
                 .collect::<Option<Vec<_>>>()?;
-            apply(s, &kids).map(|a| Val::Tensor(Arc::new(a)))
+            apply(s, &kids)
         }
     }
 }
@@ -302,6 +317,7 @@ fn call_expr(op: &str, kids: &[Val]) -> (RecExpr<Term>, Vec<(String, Meta)>) {
         .iter()
         .map(|k| match k {
             Val::Lit(t) => lit(&mut e, t),
+            Val::Tuple(_) => e.add(Term::Op(Symbol::from("none"), Vec::new())),
             Val::Tensor(a) => {
                 let name = format!("k{}", leaves.len());
                 leaves.push((name.clone(), a.meta().clone()));
@@ -314,7 +330,7 @@ fn call_expr(op: &str, kids: &[Val]) -> (RecExpr<Term>, Vec<(String, Meta)>) {
 }
 
 /// The output meta of `op(kids)`, by the e-graph's shape analysis.
-fn out_meta(expr: &RecExpr<Term>, leaves: &[(String, Meta)]) -> Option<Meta> {
+fn out_metas(expr: &RecExpr<Term>, leaves: &[(String, Meta)]) -> Option<Vec<Meta>> {
     let mut eg: EGraph<Term, Shapes> = EGraph::new(Shapes::default());
     for (name, m) in leaves {
         eg.analysis
@@ -322,7 +338,10 @@ fn out_meta(expr: &RecExpr<Term>, leaves: &[(String, Meta)]) -> Option<Meta> {
             .insert(Symbol::from(format!("%r0:{name}")), m.clone());
     }
     let root = eg.add_expr(expr);
-    eg[root].data.meta().cloned()
+    match &eg[root].data {
+        crate::term::Data::Tensors(ms) => Some(ms.clone()),
+        _ => None,
+    }
 }
 
 /// Evaluates `expr` with the reference kernels on `tensors` (one per leaf, in order).
@@ -351,34 +370,6 @@ const MOVES: &[&str] = &[
     "cat",
 ];
 
-/// Operators that may turn finite reals into an infinity or NaN (a logarithm of zero, a
-/// division by zero, a root of a negative number): never called finite unless a rule below
-/// says why.
-fn may_leave_finite(op: &str) -> bool {
-    let name = op.strip_prefix("aten.").unwrap_or(op);
-    let base = name.split('.').next().unwrap_or(name);
-    (base.contains("log") && base != "_log_softmax" && base != "_log_softmax_backward_data")
-        || [
-            "div",
-            "true_divide",
-            "floor_divide",
-            "reciprocal",
-            "rsqrt",
-            "sqrt",
-            "pow",
-            "acos",
-            "asin",
-            "atanh",
-            "tan",
-            "erfinv",
-            "fmod",
-            "remainder",
-            "special",
-        ]
-        .iter()
-        .any(|p| base.starts_with(p))
-}
-
 fn float_of(v: &Val) -> Option<f64> {
     match v {
         Val::Lit(Tpl::Num(n)) => Some(*n as f64),
@@ -405,7 +396,7 @@ fn ints_of(v: &Val) -> Option<Vec<i64>> {
 fn tensor(v: &Val) -> Option<&Arc<Abs>> {
     match v {
         Val::Tensor(a) => Some(a),
-        Val::Lit(_) => None,
+        Val::Tuple(_) | Val::Lit(_) => None,
     }
 }
 
@@ -612,12 +603,104 @@ fn softmax(meta: Meta, a: &Abs, dim: i64) -> Abs {
 }
 
 /// Interprets one call over abstract children.
-fn apply(op: &str, kids: &[Val]) -> Option<Abs> {
+fn apply(op: &str, kids: &[Val]) -> Option<Val> {
     let (expr, leaves) = call_expr(op, kids);
-    let meta = out_meta(&expr, &leaves)?;
+    let metas = out_metas(&expr, &leaves)?;
+    if let [meta] = &metas[..] {
+        let a = apply_one(op, kids, meta.clone(), &expr, &leaves)?;
+        return Some(Val::Tensor(Arc::new(a)));
+    }
+    let finite = keeps_finite(op, kids);
+    Some(Val::Tuple(
+        metas
+            .into_iter()
+            .map(|m| {
+                let k = if finite && m.dtype.is_float() {
+                    Finite
+                } else {
+                    Any
+                };
+                Arc::new(Abs::Uniform(m, k))
+            })
+            .collect(),
+    ))
+}
+
+/// Operators whose outputs are finite reals when their float inputs and number arguments are
+/// (no division, logarithm or root of an input; a layer norm's epsilon is positive).
+const FINITE_OPS: &[&str] = &[
+    "aten.cos.default",
+    "aten.sin.default",
+    "aten.tanh.default",
+    "aten.sigmoid.default",
+    "aten.silu.default",
+    "aten.gelu.default",
+    "aten.relu.default",
+    "aten.abs.default",
+    "aten.tanh_backward.default",
+    "aten.sigmoid_backward.default",
+    "aten.silu_backward.default",
+    "aten.gelu_backward.default",
+    "aten.threshold_backward.default",
+    "aten.embedding.default",
+    "aten.embedding_dense_backward.default",
+    "aten.gather.default",
+    "aten.index_select.default",
+    "aten.index.Tensor",
+    "aten.scatter.src",
+    "aten.scatter.value",
+    "aten.scatter_add.default",
+    "aten._log_softmax.default",
+    "aten._log_softmax_backward_data.default",
+    "aten._softmax_backward_data.default",
+    "aten.addmm.default",
+    "aten.baddbmm.default",
+    "aten.topk.default",
+    "aten.native_layer_norm.default",
+    "aten.native_layer_norm_backward.default",
+];
+
+/// Whether `op(kids)` is finite: a [`FINITE_OPS`] call over finite float tensors and finite
+/// numbers (a positive epsilon for a layer norm).
+fn keeps_finite(op: &str, kids: &[Val]) -> bool {
+    let numbers: Vec<f64> = kids
+        .iter()
+        .filter(|k| matches!(k, Val::Lit(Tpl::Op(s, c)) if c.is_empty() && s.starts_with("f:")))
+        .filter_map(float_of)
+        .collect();
+    FINITE_OPS.contains(&op)
+        && numbers.iter().all(|x| x.is_finite())
+        && (op != "aten.native_layer_norm.default" || numbers.last().is_some_and(|&e| e > 0.0))
+        && kids
+            .iter()
+            .filter_map(tensor)
+            .filter(|a| a.meta().dtype.is_float())
+            .all(|a| a.joined().finite())
+}
+
+/// Whether a call's value is the same on every run: random draws and uninitialised memory are
+/// not constants, whatever their arguments.
+fn deterministic(op: &str) -> bool {
+    let random = shardproof_ir::OpName::parse(op)
+        .and_then(|n| shardproof_ops::Registry::builtin().get(&n).map(|d| d.class))
+        .is_some_and(|c| c == shardproof_ops::OpClass::Random);
+    !random && !op.contains("empty")
+}
+
+fn apply_one(
+    op: &str,
+    kids: &[Val],
+    meta: Meta,
+    expr: &RecExpr<Term>,
+    leaves: &[(String, Meta)],
+) -> Option<Abs> {
+    let (expr, leaves) = (expr.clone(), leaves.to_vec());
     let tensors: Vec<&Arc<Abs>> = kids.iter().filter_map(tensor).collect();
     // Constants: evaluate exactly.
-    if meta.numel() <= MAX_ELEMS && tensors.iter().all(|a| matches!(***a, Abs::Exact(_))) {
+    if meta.numel() <= MAX_ELEMS
+        && deterministic(op)
+        && tensors.iter().all(|a| matches!(***a, Abs::Exact(_)))
+    {
         let ts = tensors
             .iter()
             .map(|a| match &***a {
@@ -767,16 +850,24 @@ fn apply(op: &str, kids: &[Val]) -> Option<Abs> {
             };
             Some(select(meta.clone(), cond, &yes, &no))
         }
-        _ if may_leave_finite(name) => None,
+        "max" | "min" => {
+            let f = if name == "max" {
+                Kind::maximum
+            } else {
+                Kind::minimum
+            };
+            let all: Vec<&Abs> = tensors.iter().map(|a| &***a).collect();
+            Some(elementwise(meta.clone(), &all, &|k| {
+                fold(k.iter().copied(), f).unwrap_or(Any)
+            }))
+        }
         _ => {
-            let finite = tensors
-                .iter()
-                .filter(|a| a.meta().dtype.is_float())
-                .all(|a| a.joined().finite());
-            Some(Abs::Uniform(
-                meta.clone(),
-                if finite { Finite } else { Any },
-            ))
+            let k = if keeps_finite(name, kids) {
+                Finite
+            } else {
+                Any
+            };
+            Some(Abs::Uniform(meta.clone(), k))
         }
     };
     Some(out.unwrap_or(Abs::Uniform(meta, Any)))
@@ -794,6 +885,7 @@ fn kind_arg(v: &Val, meta: &Meta) -> Option<Arc<Abs>> {
             Meta::new(meta.dtype, Vec::new()),
             Kind::of(float_of(v)?),
         ))),
+        Val::Tuple(_) => None,
     }
 }
 
@@ -832,19 +924,7 @@ impl ZeroBlocks {
     /// Keeps, per leaf symbol, the elements the analysis proved zero.
     pub fn new(values: impl IntoIterator<Item = (Symbol, Arc<Abs>)>) -> ZeroBlocks {
         let mut masks = HashMap::new();
-        let dbg = std::env::var("SP_ZDBG").is_ok();
         for (sym, a) in values {
-            if dbg {
-                eprintln!(
-                    "kinds {sym}: {:?}",
-                    match &*a {
-                        Abs::Exact(_) => "exact".to_string(),
-                        Abs::Uniform(_, k) => format!("{k:?}"),
-                        Abs::Elems(_, ks) =>
-                            format!("elems zero={}", ks.iter().filter(|k| **k == Zero).count()),
-                    }
-                );
-            }
             if !a.meta().dtype.is_float() {
                 continue;
             }
@@ -905,5 +985,922 @@ impl ZeroBlocks {
                 index[d] = ranges[d].0;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::eval::{random_tensor, seeded_values};
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+    use shardproof_ir::ValueId;
+
+    fn op(name: &str, kids: Vec<Tpl>) -> Tpl {
+        Tpl::Op(name.to_string(), kids)
+    }
+
+    fn lit(sym: &str) -> Tpl {
+        op(sym, Vec::new())
+    }
+
+    fn list(ns: &[i64]) -> Tpl {
+        op(LIST, ns.iter().map(|&n| Tpl::Num(n)).collect())
+    }
+
+    fn input(i: usize) -> Tpl {
+        Tpl::Value(ValueRef {
+            rank: Some(0),
+            value: ValueId::new(i, 0),
+        })
+    }
+
+    fn f64s(shape: &[usize], data: Vec<f64>) -> Tensor {
+        Tensor::new(Meta::new(DType::F64, shape.to_vec()), data)
+    }
+
+    /// `t` as a term whose input `i` is the leaf `%r0:x{i}`.
+    fn expr_of(t: &Tpl) -> RecExpr<Term> {
+        fn add(e: &mut RecExpr<Term>, t: &Tpl) -> Id {
+            match t {
+                Tpl::Num(n) => e.add(Term::Num(*n)),
+                Tpl::Value(v) => {
+                    let leaf = format!("%r0:x{}", v.value.node);
+                    e.add(Term::Op(Symbol::from(leaf), Vec::new()))
+                }
+                Tpl::Op(s, kids) => {
+                    let ids = kids.iter().map(|k| add(e, k)).collect();
+                    e.add(Term::Op(Symbol::from(s.as_str()), ids))
+                }
+            }
+        }
+        let mut e = RecExpr::default();
+        add(&mut e, t);
+        e
+    }
+
+    /// The reference value of `t` when input `i` is `xs[i]`.
+    fn evaluate(t: &Tpl, xs: &[Tensor]) -> Tensor {
+        let leaves = xs
+            .iter()
+            .enumerate()
+            .map(|(i, x)| (format!("r0:x{i}"), x.clone()))
+            .collect();
+        let mut out = eval(&expr_of(t), &leaves).unwrap_or_else(|e| panic!("{}: {e}", expr_of(t)));
+        assert_eq!(out.len(), 1, "{}", expr_of(t));
+        out.remove(0)
+    }
+
+    /// The analysis's claim for `t` when input `i` is abstracted by `abs[i]`.
+    fn claim(t: &Tpl, abs: &[Arc<Abs>]) -> Abs {
+        interpret(t, &|v: ValueRef| abs.get(v.value.node).cloned())
+            .unwrap_or_else(|| panic!("no claim for {}", expr_of(t)))
+    }
+
+    /// Whether `x` is of kind `k`.
+    fn holds(k: Kind, x: f64) -> bool {
+        match k {
+            Zero => x == 0.0,
+            Pos => x.is_finite() && x > 0.0,
+            NonNeg => x.is_finite() && x >= 0.0,
+            Finite => x.is_finite(),
+            NegInf => x == f64::NEG_INFINITY,
+            Any => true,
+        }
+    }
+
+    /// `Err` naming the first element of `got` that `claim` is wrong about.
+    fn agrees(claim: &Abs, got: &Tensor) -> Result<(), String> {
+        if claim.meta() != &got.meta {
+            return Err(format!("claimed {:?}, got {:?}", claim.meta(), got.meta));
+        }
+        if let Abs::Exact(want) = claim {
+            let differ = |(a, b): (&f64, &f64)| a != b && !(a.is_nan() && b.is_nan());
+            return match want.data.iter().zip(got.data.iter()).position(differ) {
+                Some(i) => Err(format!(
+                    "element {i}: claimed exactly {}, got {}",
+                    want.data[i], got.data[i]
+                )),
+                None => Ok(()),
+            };
+        }
+        let ks = claim.kinds().ok_or("no kinds")?;
+        match ks
+            .iter()
+            .zip(got.data.iter())
+            .position(|(&k, &x)| !holds(k, x))
+        {
+            Some(i) => Err(format!(
+                "element {i}: claimed {:?}, got {}",
+                ks[i], got.data[i]
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// The tensor-valued subterms of `t`, children first.
+    fn subterms(t: &Tpl, out: &mut Vec<Tpl>) {
+        if let Tpl::Op(s, kids) = t {
+            if !kids.is_empty() && s != LIST {
+                for k in kids {
+                    subterms(k, out);
+                }
+                if !out.contains(t) {
+                    out.push(t.clone());
+                }
+            }
+        }
+    }
+
+    /// Guards ring attention's zeros: masked probabilities and their gradients are exactly zero.
+    #[test]
+    fn causal_block_is_zero_where_masked() {
+        let arange = |a: i64, b: i64| {
+            let rest = ["none", "none", "dev", "b:false"].map(lit);
+            op(
+                "aten.arange.start",
+                [Tpl::Num(a), Tpl::Num(b)].into_iter().chain(rest).collect(),
+            )
+        };
+        let unsqueeze =
+            |x: &Tpl, d: i64| op("aten.unsqueeze.default", vec![x.clone(), Tpl::Num(d)]);
+        let bmm = |a: Tpl, b: Tpl| op("aten.bmm.default", vec![a, b]);
+        let add = |a: Tpl, b: Tpl| op("aten.add.Tensor", vec![a, b, Tpl::Num(1)]);
+        let sub = |a: Tpl, b: Tpl| op("aten.sub.Tensor", vec![a, b, Tpl::Num(1)]);
+        let pos = op("cat", vec![Tpl::Num(0), arange(0, 2), arange(6, 8)]);
+        let later = op(
+            "aten.gt.Tensor",
+            vec![unsqueeze(&pos, 0), unsqueeze(&pos, 1)],
+        );
+        let zeros = op(
+            "aten.full.default",
+            [list(&[4, 4]), lit("f:0.0")]
+                .into_iter()
+                .chain(["dt:f64", "none", "dev", "b:false"].map(lit))
+                .collect(),
+        );
+        let mask = op("aten.masked_fill.Scalar", vec![zeros, later, lit("f:-inf")]);
+        let scores = op(
+            "aten.mul.Scalar",
+            vec![bmm(input(0), input(1)), lit("f:0.5")],
+        );
+        let masked = add(scores, mask.clone());
+        let lse = op(
+            "aten.logsumexp.default",
+            vec![masked.clone(), list(&[2]), lit("b:true")],
+        );
+        let probs = op("aten.exp.default", vec![sub(masked, lse)]);
+        let ds = op(
+            "aten.mul.Tensor",
+            vec![probs.clone(), sub(bmm(input(2), input(3)), input(4))],
+        );
+        let dq = bmm(ds.clone(), input(5));
+        let shapes: [&[usize]; 6] = [
+            &[2, 4, 3],
+            &[2, 3, 4],
+            &[2, 4, 3],
+            &[2, 3, 4],
+            &[2, 4, 1],
+            &[2, 4, 3],
+        ];
+        let abs: Vec<Arc<Abs>> = shapes
+            .iter()
+            .map(|s| Arc::new(Abs::Uniform(Meta::new(DType::F64, s.to_vec()), Finite)))
+            .collect();
+
+        let Abs::Exact(m) = claim(&mask, &abs) else {
+            panic!("the mask is not a constant")
+        };
+        let hidden: Vec<bool> = m.data.iter().map(|&x| x == f64::NEG_INFINITY).collect();
+        assert_eq!(hidden.iter().filter(|&&h| h).count(), 6);
+        let hidden = hidden.repeat(2);
+        for (t, rest) in [(&probs, Pos), (&ds, Finite)] {
+            let ks = claim(t, &abs).kinds().unwrap();
+            let zero: Vec<bool> = ks.iter().map(|&k| k == Zero).collect();
+            assert_eq!(zero, hidden, "{}: {ks:?}", expr_of(t));
+            assert_eq!(zero.iter().filter(|&&z| z).count(), 12);
+            assert!(ks.iter().all(|&k| k == Zero || k == rest), "{ks:?}");
+        }
+        assert_eq!(claim(&dq, &abs).joined(), Finite);
+
+        let mut terms = Vec::new();
+        subterms(&dq, &mut terms);
+        for seed in [0.13, 0.29, 0.47, 0.71, 0.93] {
+            let mut next = seeded_values(seed);
+            let xs: Vec<Tensor> = shapes
+                .iter()
+                .map(|s| random_tensor(DType::F64, s.to_vec(), 0, &mut next))
+                .collect();
+            for t in &terms {
+                if let Err(e) = agrees(&claim(t, &abs), &evaluate(t, &xs)) {
+                    panic!("{}: {e}", expr_of(t));
+                }
+            }
+        }
+    }
+
+    /// A call of a generated program: its term over the program's inputs, the analysis's
+    /// claim, and its value in each draw of the inputs.
+    struct Entry {
+        full: Tpl,
+        abs: Arc<Abs>,
+        vals: Vec<Tensor>,
+    }
+
+    const DRAWS: usize = 4;
+
+    fn pick<T: Clone>(rng: &mut ChaCha8Rng, xs: &[T]) -> T {
+        xs[rng.random_range(0..xs.len())].clone()
+    }
+
+    fn broadcast_shape(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
+        let n = a.len().max(b.len());
+        let dim = |s: &[usize], i: usize| {
+            if i + s.len() >= n {
+                s[i + s.len() - n]
+            } else {
+                1
+            }
+        };
+        (0..n)
+            .map(|i| match (dim(a, i), dim(b, i)) {
+                (x, y) if x == y || y == 1 => Some(x),
+                (1, y) => Some(y),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A program's inputs: finite tensors (drawn anew for each draw), constants holding zeros,
+    /// -infs, positives and negatives, and constant masks.
+    fn program_inputs(rng: &mut ChaCha8Rng) -> Vec<Entry> {
+        let mut pool: Vec<Entry> = Vec::new();
+        let exact = |pool: &mut Vec<Entry>, t: Tensor| {
+            let full = input(pool.len());
+            let vals = vec![t.clone(); DRAWS];
+            pool.push(Entry {
+                full,
+                abs: Arc::new(Abs::Exact(t)),
+                vals,
+            });
+        };
+        for shape in [[3, 4], [3, 4], [1, 4], [3, 1]] {
+            let n = shape.iter().product();
+            let vals = (0..DRAWS)
+                .map(|_| {
+                    let data = (0..n)
+                        .map(|_| {
+                            if rng.random_bool(0.25) {
+                                pick(rng, &[0.0, -0.0, 1.0, -1.0, 0.5])
+                            } else {
+                                rng.random_range(-3.0..3.0)
+                            }
+                        })
+                        .collect();
+                    f64s(&shape, data)
+                })
+                .collect();
+            pool.push(Entry {
+                full: input(pool.len()),
+                abs: Arc::new(Abs::Uniform(Meta::new(DType::F64, shape.to_vec()), Finite)),
+                vals,
+            });
+        }
+        for shape in [[3, 4], [3, 4], [1, 4]] {
+            let n = shape.iter().product();
+            let data = (0..n)
+                .map(|_| pick(rng, &[0.0, f64::NEG_INFINITY, 0.5, 2.0, -1.5]))
+                .collect();
+            exact(&mut pool, f64s(&shape, data));
+        }
+        for shape in [[3, 4], [1, 4], [3, 1]] {
+            let n = shape.iter().product();
+            let data = (0..n).map(|_| f64::from(rng.random_bool(0.5))).collect();
+            exact(
+                &mut pool,
+                Tensor::new(Meta::new(DType::Bool, shape.to_vec()), data),
+            );
+        }
+        pool
+    }
+
+    /// A random call over `pool` (children as `input(j)` for entry `j`); `None` when the pick
+    /// does not apply.
+    fn random_call(rng: &mut ChaCha8Rng, pool: &[Entry]) -> Option<Tpl> {
+        let shape = |j: usize| pool[j].abs.meta().shape.clone();
+        let of = |f: &dyn Fn(usize) -> bool| (0..pool.len()).filter(|&j| f(j)).collect::<Vec<_>>();
+        let floats = of(&|j| pool[j].abs.meta().dtype.is_float());
+        let bools = of(&|j| pool[j].abs.meta().dtype == DType::Bool);
+        // Half the calls extend the latest result, for long chains.
+        let x = if rng.random_bool(0.5) {
+            *floats.last()?
+        } else {
+            pick(rng, &floats)
+        };
+        let sx = shape(x);
+        let rank = sx.len() as i64;
+        let y = pick(
+            rng,
+            &of(&|j| floats.contains(&j) && broadcast_shape(&sx, &shape(j)).is_some()),
+        );
+        let masks =
+            of(&|j| bools.contains(&j) && broadcast_shape(&shape(j), &sx) == Some(sx.clone()));
+        let dim = |rng: &mut ChaCha8Rng| {
+            let d = rng.random_range(0..rank);
+            if rng.random_bool(0.5) {
+                d - rank
+            } else {
+                d
+            }
+        };
+        let keep =
+            |rng: &mut ChaCha8Rng| lit(["b:false", "b:true"][usize::from(rng.random_bool(0.7))]);
+        let unary = |name: &str| Some(op(name, vec![input(x)]));
+        let n = Tpl::Num;
+        match rng.random_range(0..28) {
+            0 => unary("aten.exp.default"),
+            1 => unary("aten.log.default"),
+            2 => unary("aten.neg.default"),
+            3 => unary("aten.rsqrt.default"),
+            4 => unary("aten.sqrt.default"),
+            5 => {
+                let c = pick(
+                    rng,
+                    &["f:-2.0", "f:-0.5", "f:0.0", "f:0.5", "f:3.0", "f:-inf"],
+                );
+                Some(op("aten.mul.Scalar", vec![input(x), lit(c)]))
+            }
+            6 => Some(op(
+                "aten.mul.Scalar",
+                vec![input(x), n(pick(rng, &[-1, 0, 2]))],
+            )),
+            7 => {
+                let c = pick(rng, &["f:1.5", "f:-2.0", "f:0.0", "f:-inf"]);
+                let alpha = n(pick(rng, &[1, -1]));
+                Some(op("aten.add.Scalar", vec![input(x), lit(c), alpha]))
+            }
+            8 => {
+                let e = pick(rng, &[n(2), lit("f:0.5"), n(-1), n(3)]);
+                Some(op("aten.pow.Tensor_Scalar", vec![input(x), e]))
+            }
+            9 => {
+                let (p, q) = (pick(rng, &[-1, 0, 1, 3]), pick(rng, &[1, 2]));
+                Some(op("scale", vec![n(p), n(q), input(x)]))
+            }
+            10 if rank > 0 => Some(op("aten.flip.default", vec![input(x), list(&[dim(rng)])])),
+            11 if rank > 0 => {
+                // A window of `cat(x, y)` as large as `x`.
+                let y = pick(rng, &of(&|j| floats.contains(&j) && shape(j) == sx));
+                let d = rng.random_range(0..rank);
+                let size = sx[d as usize] as i64;
+                let s = rng.random_range(0..=size);
+                let both = op("cat", vec![n(d), input(x), input(y)]);
+                Some(op("slice", vec![n(d), n(s), n(s + size), both]))
+            }
+            12 => {
+                let dims = match rng.random_range(0..3) {
+                    _ if rank == 0 => lit("none"),
+                    0 => list(&[dim(rng)]),
+                    1 => list(&(0..rank).collect::<Vec<_>>()),
+                    _ => lit("none"),
+                };
+                let k = keep(rng);
+                Some(op(
+                    "aten.sum.dim_IntList",
+                    vec![input(x), dims, k, lit("none")],
+                ))
+            }
+            13 | 14 if rank > 0 => {
+                let name = ["aten.amax.default", "aten.logsumexp.default"][rng.random_range(0..2)];
+                let dims = list(&[dim(rng)]);
+                Some(op(name, vec![input(x), dims, keep(rng)]))
+            }
+            15 | 16 if rank > 0 => Some(op(
+                "aten._softmax.default",
+                vec![input(x), n(dim(rng)), lit("b:false")],
+            )),
+            17 | 18 if !masks.is_empty() => {
+                let v = pick(rng, &["f:-inf", "f:0.0", "f:2.5", "f:-1.0"]);
+                Some(op(
+                    "aten.masked_fill.Scalar",
+                    vec![input(x), input(pick(rng, &masks)), lit(v)],
+                ))
+            }
+            19 => Some(op("aten.gt.Tensor", vec![input(x), input(y)])),
+            20 => {
+                let sxy = broadcast_shape(&sx, &shape(y))?;
+                let conds =
+                    of(&|j| bools.contains(&j) && broadcast_shape(&shape(j), &sxy).is_some());
+                let c = pick(rng, &conds);
+                Some(op("aten.where.self", vec![input(c), input(x), input(y)]))
+            }
+            21..=27 => {
+                let name = pick(
+                    rng,
+                    &[
+                        "aten.add.Tensor",
+                        "aten.sub.Tensor",
+                        "aten.mul.Tensor",
+                        "aten.div.Tensor",
+                        "aten.maximum.default",
+                        "aten.minimum.default",
+                    ],
+                );
+                let mut kids = vec![input(x), input(y)];
+                if name.starts_with("aten.add") || name.starts_with("aten.sub") {
+                    kids.push(n(1));
+                }
+                Some(op(name, kids))
+            }
+            _ => None,
+        }
+    }
+
+    /// `t` over the program's inputs, its children `input(j)` replaced by entry `j`'s term.
+    fn substitute(t: &Tpl, pool: &[Entry]) -> Tpl {
+        match t {
+            Tpl::Value(v) => pool[v.value.node].full.clone(),
+            Tpl::Num(_) => t.clone(),
+            Tpl::Op(s, kids) => op(s, kids.iter().map(|k| substitute(k, pool)).collect()),
+        }
+    }
+
+    fn size(t: &Tpl) -> usize {
+        match t {
+            Tpl::Op(_, kids) => 1 + kids.iter().map(size).sum::<usize>(),
+            _ => 1,
+        }
+    }
+
+    /// Where floating point may part from the reals: a value near overflow or underflow.
+    fn wild(x: f64) -> bool {
+        x.is_finite() && (x.abs() > 1e100 || (x != 0.0 && x.abs() < 1e-100))
+    }
+
+    /// Guards every table entry: each claim on random programs holds on random finite inputs.
+    #[test]
+    fn random_programs_claims_hold() {
+        let mut rng = ChaCha8Rng::seed_from_u64(11);
+        let (mut checked, mut skipped) = (0usize, 0usize);
+        let mut claimed: HashMap<Kind, usize> = HashMap::new();
+        for _ in 0..1000 {
+            let mut pool = program_inputs(&mut rng);
+            let inputs = pool.len();
+            let input_abs: Vec<Arc<Abs>> = pool.iter().map(|e| e.abs.clone()).collect();
+            // Draws no longer checked: floating point left the reals' range in them.
+            let mut off = [false; DRAWS];
+            for _ in 0..rng.random_range(1..=12) {
+                let Some(call) = (0..20).find_map(|_| random_call(&mut rng, &pool)) else {
+                    break;
+                };
+                let pool_abs: Vec<Arc<Abs>> = pool.iter().map(|e| e.abs.clone()).collect();
+                let abs = Arc::new(claim(&call, &pool_abs));
+                let full = substitute(&call, &pool);
+                let Tpl::Op(name, kids) = &call else {
+                    unreachable!()
+                };
+                let mut vals = Vec::with_capacity(DRAWS);
+                for (d, off) in off.iter_mut().enumerate() {
+                    let xs: Vec<Tensor> = pool.iter().map(|e| e.vals[d].clone()).collect();
+                    let got = evaluate(&call, &xs);
+                    // Past this, floats may round where the reals do not (an exponential of a
+                    // large argument, a value near overflow or underflow): skip the draw.
+                    let exps =
+                        matches!(name.as_str(), "aten.exp.default" | "aten._softmax.default");
+                    let large =
+                        |t: &Tensor| t.data.iter().any(|x| x.is_finite() && x.abs() > 300.0);
+                    let exp_arg =
+                        exps && matches!(&kids[0], Tpl::Value(v) if large(&xs[v.value.node]));
+                    *off |= exp_arg || got.data.iter().any(|&x| wild(x));
+                    if *off {
+                        skipped += 1;
+                    } else if let Err(e) = agrees(&abs, &got) {
+                        let ins: Vec<_> = pool[..inputs].iter().map(|e| &e.vals[d].data).collect();
+                        panic!("{}: {e}\ninputs x0..: {ins:?}", expr_of(&full));
+                    } else {
+                        checked += 1;
+                    }
+                    vals.push(got);
+                }
+                if !matches!(*abs, Abs::Exact(_)) {
+                    for k in abs.kinds().unwrap() {
+                        *claimed.entry(k).or_default() += 1;
+                    }
+                }
+                pool.push(Entry { full, abs, vals });
+            }
+            // The program as one term gets the claim its calls got one at a time.
+            let last = pool.last().unwrap();
+            if pool.len() > inputs && size(&last.full) <= 200 {
+                let whole = claim(&last.full, &input_abs);
+                assert_eq!(whole.kinds(), last.abs.kinds(), "{}", expr_of(&last.full));
+            }
+        }
+        assert!(
+            checked > 4 * skipped,
+            "{checked} checked, {skipped} skipped"
+        );
+        for k in [Zero, Pos, NonNeg, Finite, NegInf, Any] {
+            assert!(
+                claimed.get(&k).is_some_and(|&n| n > 0),
+                "{k:?}: {claimed:?}"
+            );
+        }
+    }
+
+    /// `claim` against `got` like [`agrees`], also for uniform claims past [`MAX_ELEMS`].
+    fn agrees_any(claim: &Abs, got: &Tensor) -> Result<(), String> {
+        match claim {
+            Abs::Uniform(m, k) if claim.kinds().is_none() => {
+                if m != &got.meta {
+                    return Err(format!("claimed {m:?}, got {:?}", got.meta));
+                }
+                match got.data.iter().position(|&x| !holds(*k, x)) {
+                    Some(i) => Err(format!("element {i}: claimed {k:?}, got {}", got.data[i])),
+                    None => Ok(()),
+                }
+            }
+            _ => agrees(claim, got),
+        }
+    }
+
+    /// Checks the analysis's claim on `t` and on each of its subterms against the reference
+    /// value in every draw of the inputs (`draws[d][i]` is input `i`); returns the claim on `t`.
+    /// A subterm the reference interpreter cannot evaluate may only get no claim or `Any`.
+    fn check_claims(
+        t: &Tpl,
+        abs: &[Arc<Abs>],
+        draws: &[Vec<Tensor>],
+        unevaluated: &mut Vec<String>,
+    ) -> Option<Abs> {
+        let mut terms = Vec::new();
+        subterms(t, &mut terms);
+        let mut last = None;
+        for s in &terms {
+            let c = interpret(s, &|v: ValueRef| abs.get(v.value.node).cloned());
+            for (d, xs) in draws.iter().enumerate() {
+                let leaves = xs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, x)| (format!("r0:x{i}"), x.clone()))
+                    .collect();
+                match eval(&expr_of(s), &leaves) {
+                    Ok(outs) if outs.len() == 1 => {
+                        if let Some(c) = &c {
+                            if let Err(e) = agrees_any(c, &outs[0]) {
+                                panic!("{}: {e} (draw {d})", expr_of(s));
+                            }
+                        }
+                    }
+                    // A tuple: the analysis has no tensor claim on it.
+                    Ok(_) => assert!(c.is_none(), "{}: a claim on a tuple", expr_of(s)),
+                    Err(e) => {
+                        let k = c.as_ref().map(|c| c.joined());
+                        assert!(
+                            k.is_none() || k == Some(Any),
+                            "{}: claimed {k:?} but the interpreter fails: {e}",
+                            expr_of(s)
+                        );
+                        let e = format!("{}: {e}", expr_of(s));
+                        if !unevaluated.contains(&e) {
+                            unevaluated.push(e);
+                        }
+                    }
+                }
+            }
+            last = c;
+        }
+        last
+    }
+
+    /// Guards the claims a review found unsound (constants past [`MAX_ELEMS`], fills and pads
+    /// with infinities, divisions hidden in composite operators, random draws taken for
+    /// constants, multi-output calls): every claim holds on inputs that reach each hazard and on
+    /// random draws, while finite operators of finite inputs stay finite.
+    #[test]
+    fn former_unsound_claims_are_gone() {
+        let n = Tpl::Num;
+        let lits = |xs: &[&str]| xs.iter().map(|s| lit(s)).collect::<Vec<_>>();
+        let call = |name: &str, kids: Vec<Tpl>, rest: &[&str]| {
+            op(name, kids.into_iter().chain(lits(rest)).collect())
+        };
+        let factory = ["dt:f64", "none", "dev", "b:false"];
+        let full =
+            |shape: &[i64], v: &str| call("aten.full.default", vec![list(shape), lit(v)], &factory);
+        let get = |k: i64, t: &Tpl| op(GET, vec![n(k), t.clone()]);
+        let (x0, x1, x2, idx, m, w, b) = (
+            input(0),
+            input(1),
+            input(2),
+            input(3),
+            input(4),
+            input(5),
+            input(6),
+        );
+        let f64m = |s: &[usize]| Meta::new(DType::F64, s.to_vec());
+        let idx_t = Tensor::new(Meta::new(DType::I64, vec![1]), vec![1.0]);
+        let m_t = Tensor::new(
+            Meta::new(DType::Bool, vec![3, 4]),
+            (0..12).map(|i| f64::from(u8::from(i % 4 == 3))).collect(),
+        );
+        let finite = |s: &[usize]| Arc::new(Abs::Uniform(f64m(s), Finite));
+        let abs = vec![
+            finite(&[3, 3]),
+            finite(&[3, 3]),
+            finite(&[3, 4]),
+            Arc::new(Abs::Exact(idx_t.clone())),
+            Arc::new(Abs::Exact(m_t.clone())),
+            finite(&[3]),
+            finite(&[3]),
+        ];
+        // Inputs that reach every hazard (a constant row, zero divisors), then random draws.
+        let mut draws = vec![vec![
+            f64s(&[3, 3], vec![0.5, 0.0, -1.0, 2.0, 2.0, 2.0, 0.3, 0.1, 0.7]),
+            f64s(&[3, 3], vec![1.0, 0.0, 2.0, 0.5, 0.0, 0.0, 1.0, 1.0, 1.0]),
+            f64s(
+                &[3, 4],
+                vec![0.5, -1.0, 0.0, 2.0, 1.0, 1.0, 1.0, 1.0, -0.3, 0.2, 0.0, 4.0],
+            ),
+            idx_t.clone(),
+            m_t.clone(),
+            f64s(&[3], vec![1.5, -0.5, 0.0]),
+            f64s(&[3], vec![0.0, 2.0, -1.0]),
+        ]];
+        for seed in [0.13, 0.47, 0.71, 0.93] {
+            let mut next = seeded_values(seed);
+            let mut r = |s: &[usize]| random_tensor(DType::F64, s.to_vec(), 0, &mut next);
+            let (a, c, d, e, f) = (r(&[3, 3]), r(&[3, 3]), r(&[3, 4]), r(&[3]), r(&[3]));
+            draws.push(vec![a, c, d, idx_t.clone(), m_t.clone(), e, f]);
+        }
+        let fixed = draws[0].clone();
+
+        let gt = op("aten.gt.Tensor", vec![x0.clone(), x1.clone()]);
+        let pad = op(
+            "aten.constant_pad_nd.default",
+            vec![x0.clone(), list(&[0, 1]), lit("f:-inf")],
+        );
+        let lnorm0 = op(
+            "aten.native_layer_norm.default",
+            vec![
+                x0.clone(),
+                list(&[3]),
+                lit("none"),
+                lit("none"),
+                lit("f:0.0"),
+            ],
+        );
+        let masked_exp = op(
+            "aten.exp.default",
+            vec![op(
+                "aten.masked_fill.Scalar",
+                vec![x2.clone(), m.clone(), lit("f:-inf")],
+            )],
+        );
+        let bern = op(
+            "aten.bernoulli.p",
+            vec![full(&[3, 4], "f:0.5"), lit("f:0.5"), lit("none")],
+        );
+        let bern_mask = call("aten._to_copy.default", vec![bern.clone()], &["dt:b8"]);
+        let bern_exp = op(
+            "aten.exp.default",
+            vec![op(
+                "aten.masked_fill.Scalar",
+                vec![x2.clone(), bern_mask, lit("f:-inf")],
+            )],
+        );
+        let empty_const = call(
+            "aten.empty_like.default",
+            vec![full(&[3, 3], "f:0.0")],
+            &["none", "none", "dev", "b:false", "none"],
+        );
+        // Each term, and whether the fixed inputs make it infinite or NaN somewhere.
+        let hazards: Vec<(Tpl, bool)> = vec![
+            (full(&[300, 300], "f:-inf"), true),
+            (
+                call(
+                    "aten.new_full.default",
+                    vec![x0.clone(), list(&[2, 2]), lit("f:-inf")],
+                    &factory,
+                ),
+                true,
+            ),
+            (
+                call(
+                    "aten.full_like.default",
+                    vec![x0.clone(), lit("f:-inf")],
+                    &["dt:f64", "none", "dev", "b:false", "none"],
+                ),
+                true,
+            ),
+            (
+                op("aten.fill.Scalar", vec![x0.clone(), lit("f:-inf")]),
+                true,
+            ),
+            (pad.clone(), true),
+            (
+                op(
+                    "aten.where.ScalarOther",
+                    vec![gt.clone(), x0.clone(), lit("f:-inf")],
+                ),
+                true,
+            ),
+            (
+                op(
+                    "aten.where.Scalar",
+                    vec![gt.clone(), lit("f:-inf"), lit("f:0.0")],
+                ),
+                true,
+            ),
+            (
+                op(
+                    "aten.scatter.value",
+                    vec![
+                        x0.clone(),
+                        n(1),
+                        op("aten.view.default", vec![idx.clone(), list(&[1, 1])]),
+                        lit("f:-inf"),
+                    ],
+                ),
+                true,
+            ),
+            (
+                op(
+                    "aten.index_fill.int_Scalar",
+                    vec![x0.clone(), n(0), idx.clone(), lit("f:-inf")],
+                ),
+                true,
+            ),
+            (
+                op(
+                    "aten.clamp.default",
+                    vec![x0.clone(), lit("f:inf"), lit("none")],
+                ),
+                true,
+            ),
+            (
+                op("aten.rsub.Scalar", vec![x0.clone(), lit("f:inf"), n(1)]),
+                true,
+            ),
+            (
+                op(
+                    "aten.addcdiv.default",
+                    vec![x0.clone(), x0.clone(), x1.clone(), n(1)],
+                ),
+                true,
+            ),
+            (
+                op(
+                    "aten.var.correction",
+                    vec![x0.clone(), list(&[1]), n(3), lit("b:false")],
+                ),
+                true,
+            ),
+            (
+                op(
+                    "aten.layer_norm.default",
+                    vec![
+                        x0.clone(),
+                        list(&[3]),
+                        lit("none"),
+                        lit("none"),
+                        lit("f:0.0"),
+                        lit("b:false"),
+                    ],
+                ),
+                true,
+            ),
+            (get(0, &lnorm0), true),
+            (get(1, &lnorm0), false),
+            (get(2, &lnorm0), true),
+            (
+                call(
+                    "aten.empty_like.default",
+                    vec![x0.clone()],
+                    &["none", "none", "dev", "b:false", "none"],
+                ),
+                true,
+            ),
+            (empty_const.clone(), true),
+            (
+                op("aten.mul.Tensor", vec![masked_exp.clone(), pad.clone()]),
+                true,
+            ),
+            (bern.clone(), false),
+            (bern_exp.clone(), false),
+        ];
+        let mut unevaluated = Vec::new();
+        for (t, hazard) in &hazards {
+            let c = check_claims(t, &abs, &draws, &mut unevaluated);
+            match eval(
+                &expr_of(t),
+                &fixed
+                    .iter()
+                    .enumerate()
+                    .map(|(i, x)| (format!("r0:x{i}"), x.clone()))
+                    .collect(),
+            ) {
+                Ok(v) => {
+                    // Evaluated terms must get a claim, or the check above is vacuous.
+                    assert!(c.is_some(), "no claim for {}", expr_of(t));
+                    let bad = v[0].data.iter().any(|x| !x.is_finite());
+                    assert_eq!(bad, *hazard, "{}: {:?}", expr_of(t), v[0].data);
+                }
+                Err(_) => assert!(c.is_none_or(|c| c.joined() == Any)),
+            }
+        }
+
+        // Column 3 of the masked exponential is zero, but times `-inf` padding it is NaN.
+        let prod = op("aten.mul.Tensor", vec![masked_exp.clone(), pad]);
+        let ks = claim(&prod, &abs).kinds().unwrap();
+        assert!(
+            ks.iter().skip(3).step_by(4).all(|&k| k != Zero),
+            "{}: {ks:?}",
+            expr_of(&prod)
+        );
+        assert_eq!(claim(&masked_exp, &abs).kinds().unwrap()[3], Zero);
+        // Random draws and uninitialised memory are no constants.
+        for t in [&bern, &empty_const] {
+            let c = claim(t, &abs);
+            assert!(!matches!(c, Abs::Exact(_)), "{}: {c:?}", expr_of(t));
+        }
+        let ks = claim(&bern_exp, &abs).kinds().unwrap();
+        assert!(!ks.contains(&Zero), "{}: {ks:?}", expr_of(&bern_exp));
+
+        // Precision kept: finite operators of finite inputs are finite.
+        let lnorm = op(
+            "aten.native_layer_norm.default",
+            vec![x0.clone(), list(&[3]), w.clone(), b.clone(), lit("f:1e-5")],
+        );
+        let finites = [
+            get(0, &lnorm),
+            get(1, &lnorm),
+            get(2, &lnorm),
+            op("aten.silu.default", vec![x0.clone()]),
+            op("aten.gelu.default", vec![x0.clone()]),
+            op("aten.cos.default", vec![x0.clone()]),
+            op(
+                "aten.addmm.default",
+                vec![w.clone(), x0.clone(), x1.clone()],
+            ),
+        ];
+        for t in &finites {
+            let c = check_claims(t, &abs, &draws, &mut unevaluated);
+            let k = c.map(|c| c.joined());
+            assert_eq!(k, Some(Finite), "{}", expr_of(t));
+        }
+        assert!(unevaluated.is_empty(), "{unevaluated:#?}");
+    }
+
+    /// Guards the block query: zero only for in-range blocks whose every element is proved zero.
+    #[test]
+    fn zero_blocks_cover_only_zero_regions() {
+        let m = |shape: &[usize]| Meta::new(DType::F64, shape.to_vec());
+        let [a, b, c, z, e] = ["%r0:a", "%r0:b", "%r0:c", "%r0:z", "%r0:e"].map(Symbol::from);
+        let blocks = ZeroBlocks::new([
+            (
+                a,
+                Arc::new(Abs::Elems(
+                    m(&[2, 3]),
+                    vec![Zero, Zero, Pos, Zero, Finite, Zero],
+                )),
+            ),
+            (b, Arc::new(Abs::Uniform(m(&[2, 2]), Finite))),
+            (
+                c,
+                Arc::new(Abs::Exact(Tensor::new(
+                    Meta::new(DType::Bool, vec![2]),
+                    vec![0.0, 0.0],
+                ))),
+            ),
+            (z, Arc::new(Abs::Uniform(m(&[2, 2]), Zero))),
+            (e, Arc::new(Abs::Exact(f64s(&[2], vec![0.0, 3.0])))),
+        ]);
+        assert!(!blocks.is_empty());
+        assert!(blocks.has(a) && blocks.has(z) && blocks.has(e));
+        assert!(!blocks.has(b) && !blocks.has(c));
+        // Fully zero regions.
+        assert!(blocks.is_zero(a, &[(0, 1), (0, 2)]));
+        assert!(blocks.is_zero(a, &[(0, 2), (0, 1)]));
+        assert!(blocks.is_zero(a, &[(1, 2), (2, 3)]));
+        assert!(blocks.is_zero(a, &[(0, 1), (1, 2)]));
+        assert!(blocks.is_zero(z, &[(0, 2), (0, 2)]));
+        assert!(blocks.is_zero(e, &[(0, 1)]));
+        // Partly zero regions.
+        assert!(!blocks.is_zero(a, &[(0, 2), (0, 2)]));
+        assert!(!blocks.is_zero(a, &[(0, 1), (0, 3)]));
+        assert!(!blocks.is_zero(a, &[(0, 2), (0, 3)]));
+        assert!(!blocks.is_zero(a, &[(1, 2), (1, 3)]));
+        assert!(!blocks.is_zero(e, &[(0, 2)]));
+        // Out of range, empty, of the wrong rank, or of a tensor without zeros.
+        assert!(!blocks.is_zero(a, &[(0, 3), (0, 1)]));
+        assert!(!blocks.is_zero(a, &[(1, 2), (2, 4)]));
+        assert!(!blocks.is_zero(z, &[(0, 2), (0, 3)]));
+        assert!(!blocks.is_zero(a, &[(0, 0), (0, 1)]));
+        assert!(!blocks.is_zero(a, &[(1, 1), (0, 1)]));
+        assert!(!blocks.is_zero(a, &[(0, 1)]));
+        assert!(!blocks.is_zero(a, &[(0, 1), (0, 1), (0, 1)]));
+        assert!(!blocks.is_zero(b, &[(0, 1), (0, 1)]));
+        assert!(!blocks.is_zero(c, &[(0, 1)]));
+        assert!(ZeroBlocks::new(Vec::<(Symbol, Arc<Abs>)>::new()).is_empty());
     }
 }

@@ -385,16 +385,14 @@ fn product_of_row_slice() -> Lemma {
     }
 }
 
+/// A slice along a dim: (dim, start, end).
+type Cut = (usize, usize, usize);
+
 /// The transposes (last two dims `r`, `r + 1`) of a class already in the e-graph, with the
 /// slice that must follow: `x` itself for `transpose(x)`, `transpose(x)` where present, and for
 /// `slice(sliced, s, e, z)` (`sliced` the operand's non-contracted dim: `r` for the left one,
 /// `r + 1` for the right one) the transpose of `z`, sliced along the other dim.
-fn present_transposes(
-    g: &Graph,
-    id: Id,
-    r: usize,
-    sliced: usize,
-) -> Vec<(Id, Option<(usize, usize, usize)>)> {
+fn present_transposes(g: &Graph, id: Id, r: usize, sliced: usize) -> Vec<(Id, Option<Cut>)> {
     let swaps = |t: &[Id]| {
         let dims = (int(g, t[1]), int(g, t[2]));
         let (a, b) = (Some(r as i64), Some(r as i64 + 1));
@@ -416,8 +414,7 @@ fn present_transposes(
                 ))
             })
     };
-    let mut out: Vec<(Id, Option<(usize, usize, usize)>)> =
-        whole(id).into_iter().map(|t| (t, None)).collect();
+    let mut out: Vec<(Id, Option<Cut>)> = whole(id).into_iter().map(|t| (t, None)).collect();
     for k in calls(g, id, SLICE) {
         let (Some(d), Some(s), Some(e)) = (int(g, k[0]), int(g, k[1]), int(g, k[2])) else {
             continue;
@@ -520,7 +517,7 @@ fn product_of_contraction_block() -> Lemma {
         roots: PRODUCTS.iter().map(|s| s.to_string()).collect(),
         examples: vec![
             ("(aten.bmm.default (slice 2 2 4 %r0:a) (slice 1 2 4 (cat 1 (aten.full.default (list 2 2 3) f:0.0 dt:f64 none dev b:false) %r0:b)))", &[("a", "f64[2,3,4]"), ("b", "f64[2,2,3]")]),
-            ("(aten.mm.default (aten.transpose.int (slice 0 0 1 %r0:q) 0 1) (slice 0 0 1 (cat 0 %r0:s (aten.full.default (list 2 3) f:0.0 dt:f64 none dev b:false))))", &[("q", "f64[3,2]"), ("s", "f64[1,3]")]),
+            ("(cat 1 (aten.mm.default (aten.transpose.int (slice 0 0 1 %r0:q) 0 1) (slice 0 0 1 (cat 0 %r0:s (aten.full.default (list 2 3) f:0.0 dt:f64 none dev b:false)))) (aten.transpose.int %r0:q 0 1))", &[("q", "f64[3,2]"), ("s", "f64[1,3]")]),
         ],
         requires: None,
         build: Arc::new(|g, eclass, kids| {
@@ -852,36 +849,6 @@ fn softmax_backward_through_view() -> Lemma {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::term::{Shapes, Term};
-    use egg::RecExpr;
-    use shardproof_ir::DType;
-    use shardproof_ops::Meta;
-
-    /// Joining pieces builds nothing new when no concatenation of them is present.
-    #[test]
-    fn join_needs_the_pieces_present() {
-        let mut g = Graph::new(Shapes::default());
-        for name in ["%r0:a", "%r1:a"] {
-            g.analysis
-                .leaves
-                .insert(name.into(), Meta::new(DType::F64, vec![2, 3]));
-        }
-        let a: RecExpr<Term> = "%r0:a".parse().unwrap();
-        let b: RecExpr<Term> = "%r1:a".parse().unwrap();
-        let (a, b) = (g.add_expr(&a), g.add_expr(&b));
-        let _ = crate::lemmas::num(&mut g, 0);
-        g.rebuild();
-        let before = g.total_size();
-        assert!(join(&mut g, &[a, b], 0, 1).is_none());
-        assert_eq!(g.total_size(), before);
-        let whole = crate::lemmas::cat(&mut g, 0, vec![a, b]);
-        assert_eq!(join(&mut g, &[a, b], 0, 1), Some(whole));
-    }
-}
-
 /// A block of a rank tensor: the leaf, one half-open range per leaf dim, and for each dim of
 /// the block the leaf dim it runs along (transposes permute them).
 type LeafBlock = (egg::Symbol, Vec<(usize, usize)>, Vec<usize>);
@@ -1037,4 +1004,34 @@ pub fn mark_zero_blocks(g: &mut Graph) -> bool {
         changed |= g.union(c, fill);
     }
     changed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::term::{Shapes, Term};
+    use egg::RecExpr;
+    use shardproof_ir::DType;
+    use shardproof_ops::Meta;
+
+    /// Joining pieces builds nothing new when no concatenation of them is present.
+    #[test]
+    fn join_needs_the_pieces_present() {
+        let mut g = Graph::new(Shapes::default());
+        for name in ["%r0:a", "%r1:a"] {
+            g.analysis
+                .leaves
+                .insert(name.into(), Meta::new(DType::F64, vec![2, 3]));
+        }
+        let a: RecExpr<Term> = "%r0:a".parse().unwrap();
+        let b: RecExpr<Term> = "%r1:a".parse().unwrap();
+        let (a, b) = (g.add_expr(&a), g.add_expr(&b));
+        let _ = crate::lemmas::num(&mut g, 0);
+        g.rebuild();
+        let before = g.total_size();
+        assert!(join(&mut g, &[a, b], 0, 1).is_none());
+        assert_eq!(g.total_size(), before);
+        let whole = crate::lemmas::cat(&mut g, 0, vec![a, b]);
+        assert_eq!(join(&mut g, &[a, b], 0, 1), Some(whole));
+    }
 }

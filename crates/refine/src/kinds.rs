@@ -627,8 +627,12 @@ fn apply(op: &str, kids: &[Val]) -> Option<Val> {
 }
 
 /// Operators whose outputs are finite reals when their float inputs and number arguments are
-/// (no division, logarithm or root of an input; a layer norm's epsilon is positive).
+/// (no division, logarithm or root of an input; a layer norm's epsilon is positive). The
+/// negative log-likelihood divides by the number of targets that count: a batch is assumed to
+/// have one (otherwise the specification's loss itself is undefined).
 const FINITE_OPS: &[&str] = &[
+    "aten.nll_loss_forward.default",
+    "aten.nll_loss_backward.default",
     "aten.cos.default",
     "aten.sin.default",
     "aten.tanh.default",

@@ -1319,6 +1319,8 @@ fn infer_one(
     unfold_recomputed(&mut eg, imp, &mut t_rel, &mut added, &mut unfold_budget);
     unfold_indices(&mut eg, imp, &mut t_rel, &mut added);
     let saturate = |eg: &mut Graph| {
+        // Also before the runner: its hooks run only while the limits allow an iteration, and
+        // an e-graph at the node limit still gets this round's zero blocks.
         crate::lemmas::mark_zero_blocks(eg);
         eg.rebuild();
         let runner = Runner::default()

@@ -239,11 +239,6 @@ impl Abs {
         }
     }
 
-    /// Whether every element is exactly zero.
-    pub fn all_zero(&self) -> bool {
-        self.joined() == Zero
-    }
-
     /// Kinds, compacted to one kind when all are equal.
     fn from_kinds(meta: Meta, ks: Vec<Kind>) -> Abs {
         match ks.first() {
@@ -698,7 +693,6 @@ fn apply_one(
     expr: &RecExpr<Term>,
     leaves: &[(String, Meta)],
 ) -> Option<Abs> {
-    let (expr, leaves) = (expr.clone(), leaves.to_vec());
     let tensors: Vec<&Arc<Abs>> = kids.iter().filter_map(tensor).collect();
     // Constants: evaluate exactly.
     if meta.numel() <= MAX_ELEMS
@@ -712,7 +706,7 @@ fn apply_one(
                 _ => unreachable!(),
             })
             .collect();
-        if let Some(t) = run(&expr, &leaves, ts) {
+        if let Some(t) = run(expr, leaves, ts) {
             if t.meta == meta {
                 return Some(Abs::Exact(t));
             }
@@ -724,7 +718,7 @@ fn apply_one(
     let arg = |i: usize| kids.get(i);
     let t = |i: usize| arg(i).and_then(tensor);
     let num = |i: usize| arg(i).and_then(float_of);
-    let unary = |f: fn(Kind) -> Kind| t(0).map(|a| elementwise(meta.clone(), &[a], &|k| f(k[0])));
+    let each = |f: fn(Kind) -> Kind| t(0).map(|a| unary(meta.clone(), a, f));
     let binary = |f: fn(Kind, Kind) -> Kind| {
         let (a, b) = (t(0)?, t(1)?);
         Some(elementwise(meta.clone(), &[a, b], &|k| f(k[0], k[1])))
@@ -741,12 +735,7 @@ fn apply_one(
                     .iter()
                     .map(|a| codes(a))
                     .collect::<Option<Vec<_>>>()?;
-                let mut leaves64 = leaves.clone();
-                for (l, c) in leaves64.iter_mut().zip(&cs) {
-                    l.1 = c.meta.clone();
-                }
-                let (expr64, _) = call_expr(op, kids);
-                let moved = run(&expr64, &leaves64, cs)?;
+                let moved = run(expr, leaves, cs)?;
                 (moved.meta.shape == meta.shape).then(|| {
                     Abs::from_kinds(
                         meta.clone(),
@@ -755,14 +744,14 @@ fn apply_one(
                 })
             }
         }
-        "aten._to_copy.default" => unary(|k| if k == Pos { NonNeg } else { k }),
-        "aten.neg.default" => unary(Kind::neg),
-        "aten.exp.default" => unary(Kind::exp),
-        "aten.log.default" => unary(Kind::log),
+        "aten._to_copy.default" => each(|k| if k == Pos { NonNeg } else { k }),
+        "aten.neg.default" => each(Kind::neg),
+        "aten.exp.default" => each(Kind::exp),
+        "aten.log.default" => each(Kind::log),
         "aten.rsqrt.default" | "aten.reciprocal.default" => {
-            unary(|k| if k == Pos { Pos } else { Any })
+            each(|k| if k == Pos { Pos } else { Any })
         }
-        "aten.sqrt.default" => unary(|k| if k.non_neg() { k } else { Any }),
+        "aten.sqrt.default" => each(|k| if k.non_neg() { k } else { Any }),
         "aten.add.Tensor" | "aten.sub.Tensor" => {
             let (a, b, alpha) = (t(0)?, t(1)?, num(2).unwrap_or(1.0));
             let sign = if name == "aten.sub.Tensor" { -1.0 } else { 1.0 };
@@ -782,31 +771,29 @@ fn apply_one(
         }
         "aten.mul.Scalar" => {
             let c = num(1)?;
-            unary_with(meta.clone(), t(0)?, move |k| k.scaled(c))
+            Some(unary(meta.clone(), t(0)?, move |k| k.scaled(c)))
         }
         "aten.div.Scalar" => {
             let c = num(1)?;
             let a = t(0)?;
-            (c != 0.0)
-                .then(|| unary_with(meta.clone(), a, move |k| k.scaled(1.0 / c)))
-                .flatten()
+            (c != 0.0).then(|| unary(meta.clone(), a, move |k| k.scaled(1.0 / c)))
         }
         "scale" => {
             let (p, q) = (num(0)?, num(1)?);
             let a = t(2)?;
-            (q != 0.0)
-                .then(|| unary_with(meta.clone(), a, move |k| k.scaled(p / q)))
-                .flatten()
+            (q != 0.0).then(|| unary(meta.clone(), a, move |k| k.scaled(p / q)))
         }
         "aten.add.Scalar" | "aten.sub.Scalar" => {
             let c = num(1)?
                 * num(2).unwrap_or(1.0)
                 * if name == "aten.sub.Scalar" { -1.0 } else { 1.0 };
-            unary_with(meta.clone(), t(0)?, move |k| Kind::add(k, Kind::of(c)))
+            Some(unary(meta.clone(), t(0)?, move |k| {
+                Kind::add(k, Kind::of(c))
+            }))
         }
         "aten.pow.Tensor_Scalar" => {
             let e = num(1)?;
-            unary_with(meta.clone(), t(0)?, move |k| k.pow(e))
+            Some(unary(meta.clone(), t(0)?, move |k| k.pow(e)))
         }
         "aten.sum.dim_IntList" | "aten.mean.dim" => Some(reduce(
             meta.clone(),
@@ -877,8 +864,9 @@ fn apply_one(
     Some(out.unwrap_or(Abs::Uniform(meta, Any)))
 }
 
-fn unary_with(meta: Meta, a: &Abs, f: impl Fn(Kind) -> Kind) -> Option<Abs> {
-    Some(elementwise(meta, &[a], &|k| f(k[0])))
+/// `f` of every element.
+fn unary(meta: Meta, a: &Abs, f: impl Fn(Kind) -> Kind) -> Abs {
+    elementwise(meta, &[a], &|k| f(k[0]))
 }
 
 /// A tensor argument, or a number as a one-element tensor of its kind.

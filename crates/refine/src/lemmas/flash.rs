@@ -92,9 +92,7 @@ fn product_with_zero_block() -> Lemma {
         ],
         requires: None,
         build: Arc::new(|g, eclass, kids| {
-            let Some(sym) = PRODUCTS.into_iter().find(|s| {
-                calls(g, eclass, s).iter().any(|k| k.len() == 2 && k.iter().zip(kids).all(|(a, b)| g.find(*a) == g.find(*b)))
-            }) else {
+            let Some(sym) = super::node_sym(g, eclass, kids, &PRODUCTS).map(|s| s.as_str()) else {
                 return vec![];
             };
             let (Some(sa), Some(sb), Some(out)) = (shape(g, kids[0]), shape(g, kids[1]), shape(g, eclass)) else {
@@ -359,9 +357,7 @@ fn product_of_row_slice() -> Lemma {
             if !(has(g, kids[0], SLICE) || has(g, kids[0], TRANSPOSE) || has(g, kids[1], SLICE) || has(g, kids[1], TRANSPOSE)) {
                 return vec![];
             }
-            let Some(sym) = PRODUCTS.into_iter().find(|s| {
-                calls(g, eclass, s).iter().any(|k| k.len() == 2 && k.iter().zip(kids).all(|(a, b)| g.find(*a) == g.find(*b)))
-            }) else {
+            let Some(sym) = super::node_sym(g, eclass, kids, &PRODUCTS).map(|s| s.as_str()) else {
                 return vec![];
             };
             let (Some(ra), Some(rb)) = (shape(g, kids[0]).map(|s| s.len()), shape(g, kids[1]).map(|s| s.len())) else {
@@ -449,9 +445,7 @@ fn transposed_product() -> Lemma {
             if !(has(g, kids[0], TRANSPOSE) || has(g, kids[1], TRANSPOSE)) {
                 return vec![];
             }
-            let Some(sym) = [BMM, MM].into_iter().find(|s| {
-                calls(g, eclass, s).iter().any(|k| k.len() == 2 && k.iter().zip(kids).all(|(a, b)| g.find(*a) == g.find(*b)))
-            }) else {
+            let Some(sym) = super::node_sym(g, eclass, kids, &[BMM, MM]).map(|s| s.as_str()) else {
                 return vec![];
             };
             let (Some(sa), Some(sb)) = (shape(g, kids[0]), shape(g, kids[1])) else { return vec![] };
@@ -524,9 +518,7 @@ fn product_of_contraction_block() -> Lemma {
             if !(has(g, kids[0], SLICE) || has(g, kids[0], TRANSPOSE)) || !has(g, kids[1], SLICE) {
                 return vec![];
             }
-            let Some(sym) = PRODUCTS.into_iter().find(|s| {
-                calls(g, eclass, s).iter().any(|k| k.len() == 2 && k.iter().zip(kids).all(|(a, b)| g.find(*a) == g.find(*b)))
-            }) else {
+            let Some(sym) = super::node_sym(g, eclass, kids, &PRODUCTS).map(|s| s.as_str()) else {
                 return vec![];
             };
             let (Some(sa), Some(sb)) = (shape(g, kids[0]), shape(g, kids[1])) else { return vec![] };

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{emit_zoo as emit, verify_exit as verify};
+use common::{emit_zoo as emit, shardproof_in, verify_exit as verify};
 
 #[test]
 fn llama_ring_attention_forward_verifies() {
@@ -164,4 +164,38 @@ fn gpt2_cp_bug_full_iteration_is_refuted() {
 #[test]
 fn deepseek_cp_bug_full_iteration_is_never_verified() {
     full_iteration_bugs_never_verify("deepseek", &["cp-causal-mask-local"]);
+}
+
+/// deepseek's full iteration relates its MoE backward under cp: the auxiliary loss's gradient
+/// (one value per sequence and expert, expanded over the tokens) and the router's logit gradient
+/// are the ranks' own per-token tensors over their chunks, halved (a rank's gradients are twice
+/// the spec's until the averaging over cp). Each needs the engine's wider second attempt: the
+/// ranks read the sources of the views the relations name, and a rank's tensor is a multiple of
+/// the spec's value. The attention backward after it is still open: never a false alarm.
+#[test]
+fn deepseek_cp_full_iteration_relates_the_moe_backward() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = emit("deepseek", dir.path(), "cp=2", &[]);
+    let case = case.to_str().unwrap();
+    let out = shardproof_in(dir.path(), &["verify", "--quiet", "--trace", case]);
+    let text = format!("{}{}", out.stdout, out.stderr);
+    assert_ne!(out.code, Some(1), "a false alarm:\n{text}");
+    for (op, tensor) in [
+        ("mul_43", "mul_49"),
+        ("sub_2", "sub_10"),
+        ("add_20", "add_26"),
+        ("sigmoid_backward", "sigmoid_backward"),
+    ] {
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{op} (")))
+            .unwrap_or_else(|| panic!("no trace line for {op}:\n{text}"));
+        for rank in ["r0", "r1"] {
+            assert!(
+                line.contains(&format!("view({rank}.{tensor}, [4, 4, 4])")),
+                "{line}"
+            );
+        }
+        assert!(line.ends_with("* 1/2)"), "{line}");
+    }
 }

@@ -4,7 +4,7 @@
 //! clean expressions kept as their relations.
 
 use crate::kinds::{self, Abs, Kind, ZeroBlocks};
-use crate::lemmas::{library_for, Graph, SCALE};
+use crate::lemmas::{library_for, Graph, SCALE, WIDENED};
 use crate::lower::{lower, pair_collectives, pair_messages, LowerCtx, Lowered, Tpl, ValueRef};
 use crate::term::{is_leaf, leaf_symbol, Data, Shapes, Term, CAT, GET, LIST, MAX, MIN, SLICE, SUM};
 use egg::{Id, Language, RecExpr, Rewrite, Runner, Symbol};
@@ -267,6 +267,10 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
     }
     let lemmas = library_for(&assumed);
     let rules: Vec<Rewrite<Term, Shapes>> = lemmas.iter().flat_map(|l| l.rewrites()).collect();
+    assumed.push(WIDENED);
+    let wide_lemmas = library_for(&assumed);
+    let wide_rules: Vec<Rewrite<Term, Shapes>> =
+        wide_lemmas.iter().flat_map(|l| l.rewrites()).collect();
     let mut outcome = Outcome {
         verdict: Verdict::Inconclusive,
         spec_operators: 0,
@@ -274,7 +278,7 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
         failure: None,
         reason: None,
         seconds: 0.0,
-        lemmas: lemmas.len(),
+        lemmas: wide_lemmas.len(),
         unmet_expectation: None,
         trace: Vec::new(),
     };
@@ -351,6 +355,8 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
     let mut mismatches: HashMap<ValueId, (String, Option<String>)> = HashMap::new();
     // The relations of the products inside fused linears without a clean relation.
     let mut products: HashMap<ValueId, State> = HashMap::new();
+    // Spec operators whose relation only the wider second attempt found.
+    let mut widened: HashSet<ValueId> = HashSet::new();
     for (n, node) in spec.nodes.iter().enumerate() {
         if !needed[n] {
             continue;
@@ -415,6 +421,7 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
                             .filter(|x| is_float_value(&spec_metas, x.value))
                             .all(|x| is_float_scalar(&spec_metas, x.value));
                     let seeds = spec_seeds(&ctx, spec, &spec_metas, &spec_users, n);
+                    let first = Attempt::default();
                     let mut s = infer_one(
                         &imp,
                         &rules,
@@ -426,7 +433,40 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
                         v,
                         scalar_chain,
                         &seeds,
+                        &first,
                     );
+                    // Neither clean nor a multiple of a clean expression, in a small e-graph:
+                    // once more with the wider steps (the sources of the ranks' views
+                    // explored, a rank's tensor taken as a multiple of a spec value), kept
+                    // only when it does better. Only here: on every operator they change which
+                    // of several equal relations is kept, and later operators depend on that
+                    // choice (llama's cp=2 full iteration stops verifying).
+                    if !scalar_chain
+                        && first.peak_nodes.get() < WIDEN_BELOW_NODES
+                        && !matches!(&s, State::Related(r) if r.clean)
+                        && !scaled_clean(Some(&s))
+                    {
+                        let wide = infer_one(
+                            &imp,
+                            &wide_rules,
+                            opts,
+                            &state,
+                            &t,
+                            expect.as_deref(),
+                            &mut mismatches,
+                            v,
+                            scalar_chain,
+                            &seeds,
+                            &Attempt {
+                                widened: true,
+                                ..Attempt::default()
+                            },
+                        );
+                        if matches!(&wide, State::Related(r) if r.clean) || scaled_clean(Some(&wide)) {
+                            widened.insert(v);
+                            s = wide;
+                        }
+                    }
                     // Only such a chain carries its explored scalars: a reduction of a tensor
                     // brings in dozens, which would crowd its consumers' e-graphs to the node
                     // limit.
@@ -451,6 +491,7 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
                                 v,
                                 false,
                                 &[],
+                                &Attempt::default(),
                             );
                             products.insert(v, p);
                         }
@@ -493,7 +534,16 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
             Some(State::Lost(m)) => {
                 // Relations stopped upstream and the computed expressions outgrew the limit: a
                 // verdict only where the evidence at the stopping point names a bug class.
-                let f = blame(case, &imp, &state, &products, &spec_metas, v, &name);
+                let f = blame(
+                    case,
+                    &imp,
+                    &state,
+                    &products,
+                    &spec_metas,
+                    &widened,
+                    v,
+                    &name,
+                );
                 // Only the strongest evidence (see `strong_evidence`).
                 if f.hint.as_deref().is_some_and(strong_evidence) {
                     outcome.failure = Some(f);
@@ -513,7 +563,16 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
                 // A clean relation that is not the expected one: a wrong placement, or a lemma
                 // the library lacks between the two expressions. Only a concrete run can tell
                 // (see `Outcome::unmet_expectation`), so the engine alone stays undecided.
-                let mut f = blame(case, &imp, &state, &products, &spec_metas, v, &name);
+                let mut f = blame(
+                    case,
+                    &imp,
+                    &state,
+                    &products,
+                    &spec_metas,
+                    &widened,
+                    v,
+                    &name,
+                );
                 let (want, found) = &mismatches[&v];
                 let found = found.as_deref().unwrap_or("something else");
                 f.hint = Some(format!(
@@ -530,7 +589,16 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
             _ => {
                 // The output is only computed, not rebuilt. A bug, or a lemma the library lacks:
                 // refuted only where the evidence at the stopping point names a bug class.
-                let f = blame(case, &imp, &state, &products, &spec_metas, v, &name);
+                let f = blame(
+                    case,
+                    &imp,
+                    &state,
+                    &products,
+                    &spec_metas,
+                    &widened,
+                    v,
+                    &name,
+                );
                 if f.hint.is_none() {
                     outcome.reason = Some(format!(
                         "`{name}` has no clean relation: relations stop at spec operator `{}` ({}), and no known bug pattern matches there, so this may be a missing lemma{} (`--trace` shows every relation)",
@@ -1247,7 +1315,9 @@ fn infer_one(
     v: ValueId,
     scalar_chain: bool,
     seeds: &[(Tpl, ValueId)],
+    attempt: &Attempt,
 ) -> State {
+    let widened = attempt.widened;
     let mut ins = Vec::new();
     tpl_values(t, &mut ins);
     for x in &ins {
@@ -1318,6 +1388,9 @@ fn infer_one(
     let mut unfold_budget = UNFOLD_RECOMPUTED;
     unfold_recomputed(&mut eg, imp, &mut t_rel, &mut added, &mut unfold_budget);
     unfold_indices(&mut eg, imp, &mut t_rel, &mut added);
+    if widened {
+        unfold_view_sources(&mut eg, imp, &mut t_rel, &mut added);
+    }
     let saturate = |eg: &mut Graph| {
         // Also before the runner: its hooks run only while the limits allow an iteration, and
         // an e-graph at the node limit still gets this round's zero blocks.
@@ -1335,6 +1408,9 @@ fn infer_one(
                 Ok(())
             })
             .run(rules);
+        attempt
+            .peak_nodes
+            .set(attempt.peak_nodes.get().max(runner.egraph.total_size()));
         *eg = runner.egraph;
         crate::lemmas::merge_equal_sums(eg);
     };
@@ -2249,6 +2325,79 @@ fn unfold_recomputed(
     }
 }
 
+/// Only an operator whose e-graphs stayed below this many nodes is attempted again, wider: a
+/// larger one is a block of attention or a product chain, where the wider steps only add
+/// nodes (and a second attempt costs seconds), while the steps are made for the small
+/// e-graphs of per-token arithmetic.
+const WIDEN_BELOW_NODES: usize = 2000;
+
+/// One attempt at a spec operator's relation.
+#[derive(Default)]
+struct Attempt {
+    /// The second attempt's wider steps: the sources of the ranks' views explored, and the
+    /// [`WIDENED`] lemmas.
+    widened: bool,
+    /// The largest e-graph its saturations left.
+    peak_nodes: std::cell::Cell<usize>,
+}
+
+/// Operators that only reshape their input, so the input is the output viewed back.
+const RESHAPES: &[&str] = &[
+    "aten.view.default",
+    "aten.reshape.default",
+    "aten._unsafe_view.default",
+];
+
+/// The sources of related implementation views are related too: a relation names the view a
+/// rank took (`view(div_7, [4, 4, 4])`), the rank's next operators read the source (`div_7`),
+/// and exploration only moves forward from related tensors. Each source is brought in with its
+/// definition inverted, `x = view(view(x, s), shape(x))`, so its consumers can be explored.
+fn unfold_view_sources(
+    eg: &mut Graph,
+    imp: &Impl,
+    t_rel: &mut HashSet<ValueRef>,
+    added: &mut HashSet<ValueRef>,
+) {
+    let mut views: Vec<ValueRef> = t_rel
+        .iter()
+        .copied()
+        .filter(|&v| {
+            !added.contains(&v) && defining_op(imp, v).is_some_and(|s| RESHAPES.contains(&s))
+        })
+        .collect();
+    views.sort();
+    for v in views {
+        let Some(Lowered::Term(Tpl::Op(_, k))) = imp.lowered.get(&v) else {
+            continue;
+        };
+        let Some(Tpl::Value(x)) = k.first() else {
+            continue;
+        };
+        let x = imp.canon(*x);
+        let Some(meta) = imp.meta(x).filter(|m| m.dtype.is_float()) else {
+            continue;
+        };
+        if imp.cut.contains(&x) || t_rel.contains(&x) {
+            continue;
+        }
+        added.insert(v);
+        define(eg, imp, v, added);
+        let (leaf, src) = (imp.leaf(eg, v), imp.leaf(eg, x));
+        let dims: Vec<Id> = meta
+            .shape
+            .iter()
+            .map(|&d| eg.add(Term::Num(d as i64)))
+            .collect();
+        let list = eg.add(Term::Op(Symbol::from(LIST), dims));
+        let back = eg.add(Term::Op(
+            Symbol::from("aten.view.default"),
+            vec![leaf, list],
+        ));
+        eg.union(src, back);
+        t_rel.insert(x);
+    }
+}
+
 /// Integer and boolean implementation tensors (indices, masks) are unfolded into their
 /// definitions, a few levels deep: lemmas about masked lookups need to see the comparisons and
 /// shifts that built them, which relations (clean expressions over leaves) do not carry.
@@ -2973,15 +3122,22 @@ fn is_float_value(spec_metas: &[Vec<Option<Meta>>], v: ValueId) -> bool {
         .is_none_or(|m| m.dtype.is_float())
 }
 
+// The walk reads every table the inference kept; a struct of them would only be unpacked here.
+#[allow(clippy::too_many_arguments)]
 fn blame(
     case: &Case,
     imp: &Impl,
     state: &HashMap<ValueId, State>,
     products: &HashMap<ValueId, State>,
     spec_metas: &[Vec<Option<Meta>>],
+    widened: &HashSet<ValueId>,
     out: ValueId,
     name: &str,
 ) -> Failure {
+    // A multiple found only by the wider attempt is a rank's tensor taken as a multiple of the
+    // spec's value (its gradient of the local loss): the ranks' convention, no evidence of a
+    // wrong factor, so it counts as unclean here.
+    let scaled = |v: &ValueId| scaled_clean(state.get(v)) && !widened.contains(v);
     let spec = &case.spec;
     let is_clean = |v: &ValueId| matches!(state.get(v), Some(State::Related(r)) if r.clean);
     let is_float = |v: &ValueId| is_float_value(spec_metas, *v);
@@ -2999,7 +3155,7 @@ fn blame(
         if !seen.insert(v) || is_clean(&v) || (v != out && compensated(v)) {
             continue;
         }
-        if v != out && !scales_itself(&spec.nodes[v.node]) && scaled_clean(state.get(&v)) {
+        if v != out && !scales_itself(&spec.nodes[v.node]) && scaled(&v) {
             // Clean up to a constant factor: the factor is the bug.
             frontier.push(v);
             continue;
@@ -3307,7 +3463,7 @@ fn blame(
     }
     // Only a constant multiple of a clean expression is the implementation's value off by a
     // factor; a computed expression that happens to end in the spec's own scaling is not.
-    if hint.is_none() && !scales_itself(node) && scaled_clean(state.get(&v)) {
+    if hint.is_none() && !scales_itself(node) && scaled(&v) {
         hint = Some("the value is the implementation's off by a constant factor (wrong scaling, e.g. a missing or extra division by the parallel degree)".into());
     }
     let file = spec

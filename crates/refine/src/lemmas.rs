@@ -37,7 +37,8 @@ pub struct Lemma {
     /// Examples: a left-hand side term and the shapes of its leaves, for the soundness test.
     pub examples: Vec<(&'static str, &'static [(&'static str, &'static str)])>,
     /// The case assumption (`assume:` key) the lemma needs, if any; the engine only uses it
-    /// when the case states that assumption. Its examples satisfy the assumption.
+    /// when the case states that assumption. Its examples satisfy the assumption. ([`WIDENED`]
+    /// marks a lemma of the engine's wider second attempt instead.)
     pub requires: Option<&'static str>,
     build: Arc<Build>,
 }
@@ -859,6 +860,11 @@ pub fn library_for(assumed: &[&str]) -> Vec<Lemma> {
         .collect()
 }
 
+/// The `requires` of lemmas used only on the engine's second, wider attempt at a spec
+/// operator that found no clean relation: on every attempt they would change which of several
+/// equal relations is kept, and later operators depend on that choice.
+pub const WIDENED: &str = "widened";
+
 /// Every lemma of the library.
 pub fn library() -> Vec<Lemma> {
     let mut l = Vec::new();
@@ -1129,6 +1135,27 @@ pub fn library() -> Vec<Lemma> {
                     Some(scale(g, p.checked_mul(q2)?, q.checked_mul(p2)?, id))
                 })
                 .collect()
+        }),
+    });
+    l.push(Lemma {
+        name: "scaled-rank-tensor",
+        doc: "t = (p/q) x with t an implementation tensor gives x = (q/p) t (p != 0): the spec's value is a multiple of the rank's tensor, not only the other way round (a rank's gradient of its local loss is a multiple of the spec's until the data-parallel averaging); only on the engine's wider second attempt",
+        roots: vec![SCALE.into()],
+        examples: vec![(
+            "(= %r0:a (scale 2 1 (aten.div.Tensor %r0:a (aten.full.default (list 2 3) f:2.0 dt:f64 none dev b:false))))",
+            &[("a", "f64[2,3]")],
+        )],
+        requires: Some(WIDENED),
+        build: Arc::new(|g, eclass, kids| {
+            let (Some(p), Some(q)) = (int(g, kids[0]), int(g, kids[1])) else {
+                return vec![];
+            };
+            if p == 0 || !g[eclass].nodes.iter().any(crate::term::is_leaf) {
+                return vec![];
+            }
+            let back = scale(g, q, p, eclass);
+            g.union(kids[2], back);
+            vec![eclass]
         }),
     });
     l.push(Lemma {

@@ -12,7 +12,7 @@
 
 use super::{ew, int, int_list, is_true, list, node_sym, op, shape, slice, views, with_kids};
 use super::{Graph, Lemma, GET};
-use crate::term::{Term, LIST, SLICE};
+use crate::term::{Term, CAT, LIST, SLICE};
 use egg::{Id, Symbol};
 use std::sync::Arc;
 
@@ -323,6 +323,9 @@ fn whole_operand(g: &Graph, id: Id, at: usize, form: &Chunk) -> Option<Id> {
     {
         return existing_view(g, c.source, &whole);
     }
+    if let Some(w) = copies_over_tokens(g, id, at, form, &whole) {
+        return Some(w);
+    }
     // A fill is a fill of the whole shape (the scatters' zeros).
     g[id].nodes.iter().find_map(|n| match n {
         Term::Op(s, k) if s.as_str() == "aten.full.default" => {
@@ -332,6 +335,48 @@ fn whole_operand(g: &Graph, id: Id, at: usize, form: &Chunk) -> Option<Id> {
         }
         _ => None,
     })
+}
+
+/// An operand constant along the chunk's tokens, `view(cat_e(c, .., c), s)` with one copy of
+/// `c` per token (a per-sequence value expanded over the sequence, the auxiliary loss's
+/// gradient): over all the tokens it is the same copies, one per token of the whole, when the
+/// graph has that cat.
+fn copies_over_tokens(g: &Graph, id: Id, at: usize, form: &Chunk, whole: &[usize]) -> Option<Id> {
+    let s = shape(g, id)?;
+    let mut lead = form.lead.clone();
+    lead[form.split] = form.range.1 - form.range.0;
+    let mut unflat = s[..at].to_vec();
+    unflat.extend_from_slice(&lead);
+    unflat.extend_from_slice(&s[at + 1..]);
+    let e = at + form.split;
+    for v in std::iter::once(id).chain(views(g, id)) {
+        if shape(g, v).as_deref() != Some(&unflat[..]) {
+            continue;
+        }
+        for n in &g[v].nodes {
+            let Term::Op(sym, k) = n else { continue };
+            if sym.as_str() != CAT
+                || k.len() != lead[form.split] + 1
+                || int(g, k[0]) != Some(e as i64)
+            {
+                continue;
+            }
+            let c = g.find(k[1]);
+            if k[2..].iter().any(|&p| g.find(p) != c)
+                || shape(g, c).and_then(|cs| cs.get(e).copied()) != Some(1)
+            {
+                continue;
+            }
+            let copies = std::iter::once(k[0])
+                .chain(std::iter::repeat_n(c, form.lead[form.split]))
+                .collect();
+            let all = g.lookup(Term::Op(Symbol::from(CAT), copies))?;
+            let mut all_shape = unflat.clone();
+            all_shape[e] = form.lead[form.split];
+            return existing_view(g, all, whole).filter(|_| shape(g, all) == Some(all_shape));
+        }
+    }
+    None
 }
 
 /// The chunk `form` of the rank's result `y` (all the tokens, token dim `out_at`), as the
@@ -452,8 +497,9 @@ fn chunk_roots() -> Vec<String> {
         "aten.sub.Tensor",
         "aten.sigmoid.default",
         "aten.silu.default",
-        // The SwiGLU backward of a context-parallel llama.
+        // The SwiGLU backward of a context-parallel llama, the router's of deepseek.
         "aten.silu_backward.default",
+        "aten.sigmoid_backward.default",
     ]
     .into_iter()
     .chain([
@@ -501,6 +547,10 @@ fn tokenwise_over_chunk() -> Lemma {
             (
                 "(cat 0 (aten.silu_backward.default (aten.view.default (slice 1 0 2 %r0:g) (list 4 3)) (aten.view.default (slice 1 0 2 %r0:x) (list 4 3))) (aten.silu_backward.default (aten.view.default %r0:g (list 8 3)) (aten.view.default %r0:x (list 8 3))))",
                 &[("g", "f64[2,4,3]"), ("x", "f64[2,4,3]")],
+            ),
+            (
+                "(cat 0 (aten.sigmoid_backward.default (aten.view.default (slice 1 2 4 %r0:g) (list 4 3)) (aten.view.default (slice 1 2 4 %r0:y) (list 4 3))) (aten.sigmoid_backward.default (aten.view.default %r0:g (list 8 3)) (aten.view.default %r0:y (list 8 3))))",
+                &[("g", "f64[2,4,3]"), ("y", "f64[2,4,3]")],
             ),
             // Two chunked operands and a per-token column.
             (

@@ -508,6 +508,18 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
     }
 
     // Verdict.
+    let blame_at = |v, name: &str| {
+        blame(
+            case,
+            &imp,
+            &state,
+            &products,
+            &spec_metas,
+            &widened,
+            v,
+            name,
+        )
+    };
     for &(v, _) in &checked {
         let name = spec.value_name(v).to_string();
         match state.get(&v) {
@@ -534,16 +546,7 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
             Some(State::Lost(m)) => {
                 // Relations stopped upstream and the computed expressions outgrew the limit: a
                 // verdict only where the evidence at the stopping point names a bug class.
-                let f = blame(
-                    case,
-                    &imp,
-                    &state,
-                    &products,
-                    &spec_metas,
-                    &widened,
-                    v,
-                    &name,
-                );
+                let f = blame_at(v, &name);
                 // Only the strongest evidence (see `strong_evidence`).
                 if f.hint.as_deref().is_some_and(strong_evidence) {
                     outcome.failure = Some(f);
@@ -563,16 +566,7 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
                 // A clean relation that is not the expected one: a wrong placement, or a lemma
                 // the library lacks between the two expressions. Only a concrete run can tell
                 // (see `Outcome::unmet_expectation`), so the engine alone stays undecided.
-                let mut f = blame(
-                    case,
-                    &imp,
-                    &state,
-                    &products,
-                    &spec_metas,
-                    &widened,
-                    v,
-                    &name,
-                );
+                let mut f = blame_at(v, &name);
                 let (want, found) = &mismatches[&v];
                 let found = found.as_deref().unwrap_or("something else");
                 f.hint = Some(format!(
@@ -589,16 +583,7 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
             _ => {
                 // The output is only computed, not rebuilt. A bug, or a lemma the library lacks:
                 // refuted only where the evidence at the stopping point names a bug class.
-                let f = blame(
-                    case,
-                    &imp,
-                    &state,
-                    &products,
-                    &spec_metas,
-                    &widened,
-                    v,
-                    &name,
-                );
+                let f = blame_at(v, &name);
                 if f.hint.is_none() {
                     outcome.reason = Some(format!(
                         "`{name}` has no clean relation: relations stop at spec operator `{}` ({}), and no known bug pattern matches there, so this may be a missing lemma{} (`--trace` shows every relation)",

@@ -421,20 +421,15 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
                             .filter(|x| is_float_value(&spec_metas, x.value))
                             .all(|x| is_float_scalar(&spec_metas, x.value));
                     let seeds = spec_seeds(&ctx, spec, &spec_metas, &spec_users, n);
+                    let mut attempt = |rules: &[Rewrite<Term, Shapes>], a: &Attempt| {
+                        let want = expect.as_deref();
+                        infer_one(
+                            &imp, rules, opts, &state, &t, want, &mut mismatches, v, scalar_chain,
+                            &seeds, a,
+                        )
+                    };
                     let first = Attempt::default();
-                    let mut s = infer_one(
-                        &imp,
-                        &rules,
-                        opts,
-                        &state,
-                        &t,
-                        expect.as_deref(),
-                        &mut mismatches,
-                        v,
-                        scalar_chain,
-                        &seeds,
-                        &first,
-                    );
+                    let mut s = attempt(&rules, &first);
                     // Neither clean nor a multiple of a clean expression, in a small e-graph:
                     // once more with the wider steps (the sources of the ranks' views
                     // explored, a rank's tensor taken as a multiple of a spec value), kept
@@ -446,22 +441,11 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
                         && !matches!(&s, State::Related(r) if r.clean)
                         && !scaled_clean(Some(&s))
                     {
-                        let wide = infer_one(
-                            &imp,
-                            &wide_rules,
-                            opts,
-                            &state,
-                            &t,
-                            expect.as_deref(),
-                            &mut mismatches,
-                            v,
-                            scalar_chain,
-                            &seeds,
-                            &Attempt {
-                                widened: true,
-                                ..Attempt::default()
-                            },
-                        );
+                        let wider = Attempt {
+                            widened: true,
+                            ..Attempt::default()
+                        };
+                        let wide = attempt(&wide_rules, &wider);
                         if matches!(&wide, State::Related(r) if r.clean) || scaled_clean(Some(&wide)) {
                             widened.insert(v);
                             s = wide;

@@ -438,15 +438,14 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
                     // choice (llama's cp=2 full iteration stops verifying).
                     if !scalar_chain
                         && first.peak_nodes.get() < WIDEN_BELOW_NODES
-                        && !matches!(&s, State::Related(r) if r.clean)
-                        && !scaled_clean(Some(&s))
+                        && !clean_up_to_factor(&s)
                     {
                         let wider = Attempt {
                             widened: true,
                             ..Attempt::default()
                         };
                         let wide = attempt(&wide_rules, &wider);
-                        if matches!(&wide, State::Related(r) if r.clean) || scaled_clean(Some(&wide)) {
+                        if clean_up_to_factor(&wide) {
                             widened.insert(v);
                             s = wide;
                         }
@@ -2294,6 +2293,11 @@ fn unfold_recomputed(
     }
 }
 
+/// Whether a relation is clean, or a constant multiple of a clean expression.
+fn clean_up_to_factor(s: &State) -> bool {
+    matches!(s, State::Related(r) if r.clean) || scaled_clean(Some(s))
+}
+
 /// Only an operator whose e-graphs stayed below this many nodes is attempted again, wider: a
 /// larger one is a block of attention or a product chain, where the wider steps only add
 /// nodes (and a second attempt costs seconds), while the steps are made for the small
@@ -2352,12 +2356,7 @@ fn unfold_view_sources(
         added.insert(v);
         define(eg, imp, v, added);
         let (leaf, src) = (imp.leaf(eg, v), imp.leaf(eg, x));
-        let dims: Vec<Id> = meta
-            .shape
-            .iter()
-            .map(|&d| eg.add(Term::Num(d as i64)))
-            .collect();
-        let list = eg.add(Term::Op(Symbol::from(LIST), dims));
+        let list = crate::lemmas::list(eg, &meta.shape);
         let back = eg.add(Term::Op(
             Symbol::from("aten.view.default"),
             vec![leaf, list],

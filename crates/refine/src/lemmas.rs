@@ -2911,7 +2911,8 @@ fn view_strides(dims: &[(usize, usize)], shape: &[usize]) -> Option<Vec<(usize, 
 }
 
 /// A `list` class of integers.
-fn list(g: &mut Graph, v: &[usize]) -> Id {
+/// The `list` node of these integers.
+pub(crate) fn list(g: &mut Graph, v: &[usize]) -> Id {
     let ids: Vec<Id> = v.iter().map(|&n| num(g, n as i64)).collect();
     op(g, LIST, ids)
 }

@@ -371,9 +371,7 @@ fn copies_over_tokens(g: &Graph, id: Id, at: usize, form: &Chunk, whole: &[usize
                 .chain(std::iter::repeat_n(c, form.lead[form.split]))
                 .collect();
             let all = g.lookup(Term::Op(Symbol::from(CAT), copies))?;
-            let mut all_shape = unflat.clone();
-            all_shape[e] = form.lead[form.split];
-            return existing_view(g, all, whole).filter(|_| shape(g, all) == Some(all_shape));
+            return existing_view(g, all, whole);
         }
     }
     None
@@ -551,6 +549,11 @@ fn tokenwise_over_chunk() -> Lemma {
             (
                 "(cat 0 (aten.sigmoid_backward.default (aten.view.default (slice 1 2 4 %r0:g) (list 4 3)) (aten.view.default (slice 1 2 4 %r0:y) (list 4 3))) (aten.sigmoid_backward.default (aten.view.default %r0:g (list 8 3)) (aten.view.default %r0:y (list 8 3))))",
                 &[("g", "f64[2,4,3]"), ("y", "f64[2,4,3]")],
+            ),
+            // An operand constant over the tokens (one value per sequence, copied over it).
+            (
+                "(cat 0 (aten.mul.Tensor (aten.view.default (slice 1 0 2 %r0:x) (list 4 3)) (aten.view.default (cat 1 %r0:c %r0:c) (list 4 3))) (aten.mul.Tensor (aten.view.default %r0:x (list 8 3)) (aten.view.default (cat 1 %r0:c %r0:c %r0:c %r0:c) (list 8 3))))",
+                &[("x", "f64[2,4,3]"), ("c", "f64[2,1,3]")],
             ),
             // Two chunked operands and a per-token column.
             (

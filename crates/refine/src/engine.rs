@@ -6,7 +6,9 @@
 use crate::kinds::{self, Abs, Kind, ZeroBlocks};
 use crate::lemmas::{library_for, Graph, SCALE, WIDENED};
 use crate::lower::{lower, pair_collectives, pair_messages, LowerCtx, Lowered, Tpl, ValueRef};
-use crate::term::{is_leaf, leaf_symbol, Data, Shapes, Term, CAT, GET, LIST, MAX, MIN, SLICE, SUM};
+use crate::term::{
+    is_leaf, is_op, leaf_symbol, Data, Shapes, Term, CAT, GET, LIST, MAX, MIN, SLICE, SUM,
+};
 use egg::{Id, Language, RecExpr, Rewrite, Runner, Symbol};
 use shardproof_case::{rank_pieces, Case, Layout, Reduce};
 use shardproof_interp::infer_graph;
@@ -1505,7 +1507,7 @@ fn infer_one(
         .nodes
         .iter()
         .filter_map(|n| match n {
-            Term::Op(s, k) if s.as_str() == SCALE && k.len() == 3 => {
+            Term::Op(s, k) if is_op!(s, SCALE) && k.len() == 3 => {
                 let num = |id: Id| {
                     eg[id].nodes.iter().find_map(|n| match n {
                         Term::Num(x) => Some(*x),
@@ -1765,11 +1767,9 @@ fn view_back(
 /// Whether an expression slices a slice.
 fn nested_slices(e: &RecExpr<Term>) -> bool {
     let nodes = e.as_ref();
-    let is_slice = |n: &Term| matches!(n, Term::Op(s, k) if s.as_str() == SLICE && k.len() == 4);
+    let is_slice = |n: &Term| matches!(n, Term::Op(s, k) if is_op!(s, SLICE) && k.len() == 4);
     nodes.iter().any(|n| match n {
-        Term::Op(s, k) if s.as_str() == SLICE && k.len() == 4 => {
-            is_slice(&nodes[usize::from(k[3])])
-        }
+        Term::Op(s, k) if is_op!(s, SLICE) && k.len() == 4 => is_slice(&nodes[usize::from(k[3])]),
         _ => false,
     })
 }
@@ -1867,7 +1867,7 @@ fn define_scaled_consumers(eg: &mut Graph, imp: &Impl, root: Id, added: &mut Has
     let mut found = Vec::new();
     for n in &eg[root].nodes {
         let Term::Op(s, k) = n else { continue };
-        if s.as_str() != SCALE || k.len() != 3 {
+        if !is_op!(s, SCALE) || k.len() != 3 {
             continue;
         }
         let (Some(p), Some(q)) = (num(eg, k[0]), num(eg, k[1])) else {
@@ -1981,7 +1981,7 @@ fn slice_groups(eg: &Graph, exprs: &[RecExpr<Term>]) -> Vec<Vec<RecExpr<Term>>> 
         };
         for n in &class.nodes {
             let Term::Op(s, k) = n else { continue };
-            if s.as_str() != CAT || k.len() < 3 {
+            if !is_op!(s, CAT) || k.len() < 3 {
                 continue;
             }
             let Some(d) = num_of(k[0]) else { continue };
@@ -2018,7 +2018,7 @@ fn slice_groups(eg: &Graph, exprs: &[RecExpr<Term>]) -> Vec<Vec<RecExpr<Term>>> 
                     e.add(Term::Op(*s, vec![]));
                     out.push(e);
                 }
-                Term::Op(s, k) if s.as_str() == SLICE && k.len() == 4 => {
+                Term::Op(s, k) if is_op!(s, SLICE) && k.len() == 4 => {
                     let (Some(d), Some(a), Some(b)) = (num_of(k[0]), num_of(k[1]), num_of(k[2]))
                     else {
                         continue;
@@ -2030,7 +2030,7 @@ fn slice_groups(eg: &Graph, exprs: &[RecExpr<Term>]) -> Vec<Vec<RecExpr<Term>>> 
                     // A block of a rank's attention matrix: a slice of a slice of a leaf.
                     for inner in &eg[k[3]].nodes {
                         let Term::Op(s2, k2) = inner else { continue };
-                        if s2.as_str() != SLICE || k2.len() != 4 {
+                        if !is_op!(s2, SLICE) || k2.len() != 4 {
                             continue;
                         }
                         let (Some(d2), Some(a2), Some(b2), Some(leaf)) =
@@ -2058,7 +2058,7 @@ fn slice_groups(eg: &Graph, exprs: &[RecExpr<Term>]) -> Vec<Vec<RecExpr<Term>>> 
     for e in exprs {
         let nodes = e.as_ref();
         for (i, n) in nodes.iter().enumerate() {
-            let atom = matches!(n, Term::Op(s, k) if (s.as_str() == SLICE && k.len() == 4)
+            let atom = matches!(n, Term::Op(s, k) if (is_op!(s, SLICE) && k.len() == 4)
                 || (k.is_empty() && s.as_str().starts_with("%r")));
             if atom {
                 let sub = RecExpr::from(nodes[..=i].to_vec());
@@ -2114,7 +2114,7 @@ fn slice_groups(eg: &Graph, exprs: &[RecExpr<Term>]) -> Vec<Vec<RecExpr<Term>>> 
             && ns.iter().any(|e| {
                 e.as_ref()
                     .iter()
-                    .filter(|n| matches!(n, Term::Op(s, _) if s.as_str() == SLICE))
+                    .filter(|n| matches!(n, Term::Op(s, _) if is_op!(s, SLICE)))
                     .count()
                     > 1
             });
@@ -2134,10 +2134,10 @@ fn scaled_clean(s: Option<&State>) -> bool {
         return false;
     };
     let nodes = e.as_ref();
-    matches!(nodes.last(), Some(Term::Op(s, _)) if s.as_str() == SCALE)
+    matches!(nodes.last(), Some(Term::Op(s, _)) if is_op!(s, SCALE))
         && nodes[..nodes.len() - 1].iter().all(|n| match n {
             Term::Num(_) => true,
-            Term::Op(s, k) => k.is_empty() || CLEAN_OPS.contains(&s.as_str()) || s.as_str() == LIST,
+            Term::Op(s, k) => k.is_empty() || CLEAN_OPS.contains(&s.as_str()) || is_op!(s, LIST),
         })
 }
 
@@ -2442,9 +2442,9 @@ fn extract(eg: &Graph, root: Id, clean_only: bool) -> Vec<RecExpr<Term>> {
                 let sum = |f: &dyn Fn(&(f64, f64, f64)) -> f64| -> f64 {
                     kids.iter().map(|k| f(&cost[&eg.find(*k)])).sum()
                 };
-                let literal = kids.is_empty() || s.as_str() == LIST;
+                let literal = kids.is_empty() || is_op!(s, LIST);
                 let any = 1.0 + sum(&|c| c.1);
-                let konst = if s.as_str() == SUM || s.as_str() == CAT || s.as_str() == SCALE {
+                let konst = if is_op!(s, SUM) || is_op!(s, CAT) || is_op!(s, SCALE) {
                     INF
                 } else {
                     (if literal { 0.0 } else { 1.0 }) + sum(&|c| c.2)
@@ -2523,7 +2523,7 @@ fn extract(eg: &Graph, root: Id, clean_only: bool) -> Vec<RecExpr<Term>> {
                     ids.push(build(
                         eg,
                         eg.find(*k),
-                        if s.as_str() == LIST { which.min(2) } else { w },
+                        if is_op!(s, LIST) { which.min(2) } else { w },
                         pick,
                         r,
                         depth + 1,
@@ -2721,7 +2721,7 @@ enum Place {
 fn locate(imp: &Impl, e: &RecExpr<Term>, id: Id, leaf: &str) -> Option<Place> {
     match &e[id] {
         Term::Op(s, k) if k.is_empty() => (s.as_str() == leaf).then_some(Place::Whole),
-        Term::Op(s, k) if s.as_str() == CAT && k.len() >= 3 => {
+        Term::Op(s, k) if is_op!(s, CAT) && k.len() >= 3 => {
             let Term::Num(d) = e[k[0]] else { return None };
             let mut off = 0;
             for &kid in &k[1..] {
@@ -2754,7 +2754,7 @@ fn extent(imp: &Impl, e: &RecExpr<Term>, id: Id, d: i64) -> Option<i64> {
             })?;
             m.shape.get(usize::try_from(d).ok()?).map(|&n| n as i64)
         }
-        Term::Op(s, k) if s.as_str() == CAT && k.len() >= 3 => {
+        Term::Op(s, k) if is_op!(s, CAT) && k.len() >= 3 => {
             let Term::Num(d2) = e[k[0]] else { return None };
             if d2 == d {
                 k[1..].iter().map(|&x| extent(imp, e, x, d)).sum()
@@ -2870,13 +2870,13 @@ fn leaf_ranks(e: &RecExpr<Term>, root: Id) -> BTreeSet<usize> {
 fn is_rank_sum(e: &RecExpr<Term>) -> bool {
     e.as_ref()
         .last()
-        .is_some_and(|t| matches!(t, Term::Op(s, _) if s.as_str() == SUM))
+        .is_some_and(|t| matches!(t, Term::Op(s, _) if is_op!(s, SUM)))
 }
 
 /// The ranks each summand of a rank sum reads (empty when `e` is no sum).
 fn summands_of(e: &RecExpr<Term>) -> Vec<BTreeSet<usize>> {
     match e.as_ref().last() {
-        Some(Term::Op(s, kids)) if s.as_str() == SUM => {
+        Some(Term::Op(s, kids)) if is_op!(s, SUM) => {
             kids.iter().map(|&k| leaf_ranks(e, k)).collect()
         }
         _ => Vec::new(),
@@ -3292,9 +3292,9 @@ fn blame(
                 summed.sort_unstable();
                 summed.dedup();
                 let reduction = match top {
-                    Some(Term::Op(s, _)) if s.as_str() == SUM => Some("sum"),
-                    Some(Term::Op(s, _)) if s.as_str() == MAX => Some("max"),
-                    Some(Term::Op(s, _)) if s.as_str() == MIN => Some("min"),
+                    Some(Term::Op(s, _)) if is_op!(s, SUM) => Some("sum"),
+                    Some(Term::Op(s, _)) if is_op!(s, MAX) => Some("max"),
+                    Some(Term::Op(s, _)) if is_op!(s, MIN) => Some("min"),
                     _ => None,
                 };
                 if let Some(kind) = reduction.filter(|_| {
@@ -3332,7 +3332,7 @@ fn blame(
                     reaches
                         && (deferrable(e) || paths.iter().all(|p| p.reduced && !p.used_unreduced))
                 };
-                if matches!(top, Some(Term::Op(s, _)) if s.as_str() == SUM)
+                if matches!(top, Some(Term::Op(s, _)) if is_op!(s, SUM))
                     && !reduced
                     && !reduced_later
                     && hint.is_none()

@@ -7,7 +7,7 @@
 //! Entangle paper, section 4.3.2). Every lemma carries examples; `tests::every_lemma_is_sound`
 //! instantiates each with random values and checks both sides with the reference kernels.
 
-use crate::term::{Data, Shapes, Term, CAT, GET, LIST, MAX, MIN, SLICE, SUM};
+use crate::term::{is_op, Data, Shapes, Term, CAT, GET, LIST, MAX, MIN, SLICE, SUM};
 use egg::{Applier, EGraph, Id, Pattern, PatternAst, Rewrite, Subst, Symbol, Var};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -142,7 +142,7 @@ fn int(g: &Graph, id: Id) -> Option<i64> {
 
 fn int_list(g: &Graph, id: Id) -> Option<Vec<i64>> {
     g[id].nodes.iter().find_map(|n| match n {
-        Term::Op(s, kids) if s.as_str() == LIST => kids.iter().map(|&k| int(g, k)).collect(),
+        Term::Op(s, kids) if is_op!(s, LIST) => kids.iter().map(|&k| int(g, k)).collect(),
         _ => None,
     })
 }
@@ -153,7 +153,7 @@ pub fn cats(g: &Graph, id: Id) -> Vec<(usize, Vec<Id>)> {
         .nodes
         .iter()
         .filter_map(|n| match n {
-            Term::Op(s, kids) if s.as_str() == CAT && kids.len() >= 3 => {
+            Term::Op(s, kids) if is_op!(s, CAT) && kids.len() >= 3 => {
                 Some((usize::try_from(int(g, kids[0])?).ok()?, kids[1..].to_vec()))
             }
             _ => None,
@@ -169,7 +169,7 @@ pub fn sums(g: &Graph, id: Id) -> Vec<Vec<Id>> {
         .nodes
         .iter()
         .filter_map(|n| match n {
-            Term::Op(s, kids) if s.as_str() == SUM => Some(kids.clone()),
+            Term::Op(s, kids) if is_op!(s, SUM) => Some(kids.clone()),
             _ => None,
         })
         .collect();
@@ -229,7 +229,7 @@ fn merge_permuted_sums(g: &mut Graph) -> bool {
     for c in classes_of(g, SUM) {
         for n in &g[c].nodes {
             let Term::Op(s, k) = n else { continue };
-            if s.as_str() != SUM {
+            if !is_op!(s, SUM) {
                 continue;
             }
             let mut terms: Vec<Id> = k.iter().map(|&x| g.find(x)).collect();
@@ -616,7 +616,7 @@ fn scales(g: &Graph, id: Id) -> Vec<(i64, i64, Id)> {
         .nodes
         .iter()
         .filter_map(|n| match n {
-            Term::Op(s, kids) if s.as_str() == SCALE && kids.len() == 3 => {
+            Term::Op(s, kids) if is_op!(s, SCALE) && kids.len() == 3 => {
                 Some((int(g, kids[0])?, int(g, kids[1])?, kids[2]))
             }
             _ => None,
@@ -1020,7 +1020,7 @@ pub fn library() -> Vec<Lemma> {
         requires: None,
         build: Arc::new(|g, _, kids| {
             let zero_fill = g[kids[0]].nodes.iter().any(|n| {
-                matches!(n, Term::Op(s, k) if s.as_str() == "aten.full.default" && k.len() > 1 && is_zero(g, k[1]))
+                matches!(n, Term::Op(s, k) if is_op!(s, "aten.full.default") && k.len() > 1 && is_zero(g, k[1]))
             });
             if !zero_fill {
                 return vec![];
@@ -1060,7 +1060,7 @@ pub fn library() -> Vec<Lemma> {
             };
             let (positions, additive) = linear_positions(sym.as_str());
             let mut out = Vec::new();
-            if sym.as_str() == SCALE {
+            if is_op!(sym, SCALE) {
                 let (Some(p), Some(q)) = (int(g, kids[0]), int(g, kids[1])) else {
                     return vec![];
                 };
@@ -1120,7 +1120,7 @@ pub fn library() -> Vec<Lemma> {
                 }
                 for n in &class.nodes {
                     if let Term::Op(s, k) = n {
-                        if s.as_str() == SCALE && g.find(k[2]) == x {
+                        if is_op!(s, SCALE) && g.find(k[2]) == x {
                             if let (Some(p2), Some(q2)) = (int(g, k[0]), int(g, k[1])) {
                                 siblings.push((p2, q2, class.id));
                             }
@@ -1382,7 +1382,7 @@ pub fn library() -> Vec<Lemma> {
             let mut out = Vec::new();
             for n in g[kids[0]].nodes.clone() {
                 let Term::Op(s, ck) = n else { continue };
-                let at = if s.as_str() == SCALE {
+                let at = if is_op!(s, SCALE) {
                     2
                 } else if ew(s.as_str()).is_some_and(|e| e.1 == [0]) {
                     0
@@ -1411,7 +1411,7 @@ pub fn library() -> Vec<Lemma> {
             let mut out = Vec::new();
             for n in g[kids[0]].nodes.clone() {
                 let Term::Op(s, ck) = n else { continue };
-                if s.as_str() != "aten.bmm.default" {
+                if !is_op!(s, "aten.bmm.default") {
                     continue;
                 }
                 let (Some(a), Some(b)) = (shape(g, ck[0]), shape(g, ck[1])) else { continue };
@@ -1618,7 +1618,7 @@ pub fn library() -> Vec<Lemma> {
                     .nodes
                     .iter()
                     .filter_map(|n| match n {
-                        Term::Op(s, c) if s.as_str() == "aten.add.Tensor" && is_one(g, c[2]) => Some((c[0], c[1])),
+                        Term::Op(s, c) if is_op!(s, "aten.add.Tensor") && is_one(g, c[2]) => Some((c[0], c[1])),
                         _ => None,
                     })
                     .take(1)
@@ -1729,7 +1729,7 @@ pub fn library() -> Vec<Lemma> {
                     let s = shape(g, p)?;
                     let m = *s.get(e)?;
                     let expands_source = g[p].nodes.iter().any(|t| {
-                        matches!(t, Term::Op(sym, c) if sym.as_str() == "aten.expand.default" && g.find(c[0]) == g.find(kids[0]))
+                        matches!(t, Term::Op(sym, c) if is_op!(sym, "aten.expand.default") && g.find(c[0]) == g.find(kids[0]))
                     });
                     let same_elsewhere = s.len() == target.len() && (0..s.len()).all(|i| i == e || s[i] == target[i]);
                     (expands_source && same_elsewhere && m >= 2 && m < n && n % m == 0 && n / m <= 8).then_some((p, m))
@@ -1867,7 +1867,7 @@ pub fn library() -> Vec<Lemma> {
             }
             for n in g[kids[3]].nodes.clone() {
                 if let Term::Op(s, k) = n {
-                    if s.as_str() == SLICE && int(g, k[0]) == Some(d as i64) {
+                    if is_op!(s, SLICE) && int(g, k[0]) == Some(d as i64) {
                         if let Some(a2) = int(g, k[1]) {
                             out.push(slice(g, d, a + a2 as usize, b + a2 as usize, k[3]));
                         }
@@ -1891,7 +1891,7 @@ pub fn library() -> Vec<Lemma> {
             for class in g.classes() {
                 for node in &class.nodes {
                     if let Term::Op(s, k) = node {
-                        if s.as_str() == SLICE && g.find(k[3]) == g.find(x) && int(g, k[0]) == Some(d) {
+                        if is_op!(s, SLICE) && g.find(k[3]) == g.find(x) && int(g, k[0]) == Some(d) {
                             if let (Some(a), Some(b)) = (int(g, k[1]), int(g, k[2])) {
                                 by_start.push((a, b, class.id));
                             }
@@ -2078,7 +2078,7 @@ pub fn library() -> Vec<Lemma> {
             let mut out = Vec::new();
             for n in g[kids[1]].nodes.clone() {
                 let Term::Op(s, ck) = n else { continue };
-                if s.as_str() != "aten.max.dim" && s.as_str() != "aten.min.dim" {
+                if !is_op!(s, "aten.max.dim") && !is_op!(s, "aten.min.dim") {
                     continue;
                 }
                 let (Some(dim), keep) = (int(g, ck[1]), is_true(g, ck[2])) else { continue };
@@ -2086,7 +2086,7 @@ pub fn library() -> Vec<Lemma> {
                     let parts = output_per_piece(g, s, &ck, kids[0], &pieces);
                     if d as i64 == dim {
                         if k == 0 {
-                            out.push(op(g, if s.as_str() == "aten.max.dim" { MAX } else { MIN }, parts));
+                            out.push(op(g, if is_op!(s, "aten.max.dim") { MAX } else { MIN }, parts));
                         }
                     } else {
                         let nd = if keep || (d as i64) < dim { d } else { d - 1 };
@@ -2146,7 +2146,7 @@ pub fn library() -> Vec<Lemma> {
             let Some(rank) = shape(g, kids[0]).map(|x| x.len() as i64) else { return vec![] };
             let Some(k) = int(g, kids[1]) else { return vec![] };
             let k = if k < 0 { k + rank } else { k };
-            let src_is_tensor = sym.as_str() == "aten.scatter.src";
+            let src_is_tensor = is_op!(sym, "aten.scatter.src");
             let mut out = Vec::new();
             for (d, index) in cats(g, kids[2]) {
                 if d as i64 == k {
@@ -2219,7 +2219,7 @@ pub fn library() -> Vec<Lemma> {
             let mut out = Vec::new();
             for n in g[kids[1]].nodes.clone() {
                 let Term::Op(s, ck) = n else { continue };
-                if s.as_str() != "aten.native_dropout.default" {
+                if !is_op!(s, "aten.native_dropout.default") {
                     continue;
                 }
                 for (d, pieces) in cats(g, ck[0]) {
@@ -2282,7 +2282,7 @@ pub fn library() -> Vec<Lemma> {
             let mut out = Vec::new();
             for n in g[kids[1]].nodes.clone() {
                 let Term::Op(s, ck) = n else { continue };
-                if s.as_str() != "aten.native_layer_norm_backward.default" {
+                if !is_op!(s, "aten.native_layer_norm_backward.default") {
                     continue;
                 }
                 // Linear in the upstream gradient.
@@ -2366,7 +2366,7 @@ pub fn library() -> Vec<Lemma> {
             for picked in views(g, kids[0]) {
                 for n2 in g[picked].nodes.clone() {
                     let Term::Op(sym, k) = n2 else { continue };
-                    if sym.as_str() != "aten.index.Tensor" {
+                    if !is_op!(sym, "aten.index.Tensor") {
                         continue;
                     }
                     let Some([rows_ix, col_ix]) = list_items(g, k[1]) else { continue };
@@ -2473,9 +2473,17 @@ pub fn library() -> Vec<Lemma> {
                 if int(g, kids[0]) != Some(0) {
                     return vec![];
                 }
-                for n in g[kids[1]].nodes.clone() {
-                    let Term::Op(s, ck) = n else { continue };
-                    if s.as_str() != "aten.nll_loss_forward.default" || int(g, ck[3]) != Some(2) || !is_none(g, ck[2]) {
+                // Only the class's NLL calls are copied out: a `get` of a large class is common.
+                let calls: Vec<(Symbol, Vec<Id>)> = g[kids[1]]
+                    .nodes
+                    .iter()
+                    .filter_map(|n| match n {
+                        Term::Op(s, ck) if is_op!(s, "aten.nll_loss_forward.default") => Some((*s, ck.clone())),
+                        _ => None,
+                    })
+                    .collect();
+                for (s, ck) in calls {
+                    if int(g, ck[3]) != Some(2) || !is_none(g, ck[2]) {
                         continue;
                     }
                     for (xs, ts) in pieces_of(g, ck[0], ck[1]) {
@@ -2552,14 +2560,14 @@ pub fn library() -> Vec<Lemma> {
             let mut out = Vec::new();
             for n in g[kids[1]].nodes.clone() {
                 let Term::Op(s, ck) = n else { continue };
-                if s.as_str() != "aten.nll_loss_forward.default" || int(g, ck[3]) != Some(2) || !is_none(g, ck[2]) {
+                if !is_op!(s, "aten.nll_loss_forward.default") || int(g, ck[3]) != Some(2) || !is_none(g, ck[2]) {
                     continue;
                 }
                 let (t, ls) = (ck[1], ck[0]);
                 let Some(ts) = shape(g, t) else { continue };
                 for m in g[ls].nodes.clone() {
                     let Term::Op(ms, mk) = m else { continue };
-                    if ms.as_str() != "aten._log_softmax.default" || !is_false(g, mk[2]) {
+                    if !is_op!(ms, "aten._log_softmax.default") || !is_false(g, mk[2]) {
                         continue;
                     }
                     let x = mk[0];
@@ -2607,7 +2615,7 @@ pub fn library() -> Vec<Lemma> {
             let mut out = Vec::new();
             for n in g[kids[0]].nodes.clone() {
                 let Term::Op(s, k) = n else { continue };
-                if s.as_str() != "aten.gather.default" || k.len() < 3 {
+                if !is_op!(s, "aten.gather.default") || k.len() < 3 {
                     continue;
                 }
                 let (x, idx_col) = (k[0], k[2]);
@@ -2766,7 +2774,7 @@ fn transposes(g: &Graph, id: Id) -> Vec<(Id, Id, Id)> {
         .nodes
         .iter()
         .filter_map(|n| match n {
-            Term::Op(s, k) if s.as_str() == "aten.transpose.int" => Some((k[0], k[1], k[2])),
+            Term::Op(s, k) if is_op!(s, "aten.transpose.int") => Some((k[0], k[1], k[2])),
             _ => None,
         })
         .collect()
@@ -2791,16 +2799,16 @@ fn layout_chains(g: &Graph, id: Id) -> Vec<(Id, Vec<LayoutStep>)> {
         let at = *classes.last().expect("non-empty");
         let Some(out_shape) = shape(g, at) else { break };
         let next = g[at].nodes.iter().find_map(|n| match n {
-            Term::Op(s, k) if s.as_str() == "aten.view.default" => {
+            Term::Op(s, k) if is_op!(s, "aten.view.default") => {
                 Some((k[0], LayoutStep::View(out_shape.clone())))
             }
-            Term::Op(s, k) if s.as_str() == "aten.transpose.int" => {
+            Term::Op(s, k) if is_op!(s, "aten.transpose.int") => {
                 let (a, b) = (int(g, k[1])? as usize, int(g, k[2])? as usize);
                 let mut p: Vec<usize> = (0..out_shape.len()).collect();
                 p.swap(a, b);
                 Some((k[0], LayoutStep::Permute(p)))
             }
-            Term::Op(s, k) if s.as_str() == "aten.permute.default" => {
+            Term::Op(s, k) if is_op!(s, "aten.permute.default") => {
                 let p = int_list(g, k[1])?.into_iter().map(|d| d as usize).collect();
                 Some((k[0], LayoutStep::Permute(p)))
             }
@@ -2977,7 +2985,7 @@ fn split_alike(g: &mut Graph, id: Id, d: usize, szs: &[usize]) -> Option<Vec<Id>
         return None;
     }
     let fill = g[id].nodes.iter().find_map(|n| match n {
-        Term::Op(s, k) if s.as_str() == "aten.full.default" => Some(k.clone()),
+        Term::Op(s, k) if is_op!(s, "aten.full.default") => Some(k.clone()),
         _ => None,
     });
     let mut off = 0;
@@ -3045,11 +3053,12 @@ fn is_one(g: &Graph, id: Id) -> bool {
 
 /// The (first, second) children of the `sym` calls in a class.
 fn calls2(g: &Graph, id: Id, sym: &str) -> Vec<(Id, Id)> {
+    let sym = Symbol::from(sym);
     g[id]
         .nodes
         .iter()
         .filter_map(|n| match n {
-            Term::Op(s, k) if s.as_str() == sym && k.len() >= 2 => Some((k[0], k[1])),
+            Term::Op(s, k) if *s == sym && k.len() >= 2 => Some((k[0], k[1])),
             _ => None,
         })
         .take(3)
@@ -3059,7 +3068,7 @@ fn calls2(g: &Graph, id: Id, sym: &str) -> Vec<(Id, Id)> {
 /// The two items of a `list` class.
 fn list_items(g: &Graph, id: Id) -> Option<[Id; 2]> {
     g[id].nodes.iter().find_map(|n| match n {
-        Term::Op(s, k) if s.as_str() == LIST && k.len() == 2 => Some([k[0], k[1]]),
+        Term::Op(s, k) if is_op!(s, LIST) && k.len() == 2 => Some([k[0], k[1]]),
         _ => None,
     })
 }
@@ -3067,10 +3076,10 @@ fn list_items(g: &Graph, id: Id) -> Option<[Id; 2]> {
 /// Whether a class is `arange(0, n)` (integers 0..n).
 fn is_arange(g: &Graph, id: Id, n: usize) -> bool {
     g[id].nodes.iter().any(|node| match node {
-        Term::Op(s, k) if s.as_str() == "aten.arange.start" && k.len() >= 2 => {
+        Term::Op(s, k) if is_op!(s, "aten.arange.start") && k.len() >= 2 => {
             int(g, k[0]) == Some(0) && int(g, k[1]) == Some(n as i64)
         }
-        Term::Op(s, k) if s.as_str() == "aten.arange.default" && !k.is_empty() => {
+        Term::Op(s, k) if is_op!(s, "aten.arange.default") && !k.is_empty() => {
             int(g, k[0]) == Some(n as i64)
         }
         _ => false,
@@ -3088,7 +3097,7 @@ fn masked_shard_index(g: &Graph, idx: Id, width: usize, mask_class: Id) -> Vec<(
     };
     for n in &g[idx].nodes {
         let Term::Op(sym, k) = n else { continue };
-        if sym.as_str() != "aten.masked_fill.Scalar" || k.len() != 3 {
+        if !is_op!(sym, "aten.masked_fill.Scalar") || k.len() != 3 {
             continue;
         }
         let (shifted, m, c) = (k[0], k[1], k[2]);
@@ -3098,7 +3107,7 @@ fn masked_shard_index(g: &Graph, idx: Id, width: usize, mask_class: Id) -> Vec<(
         // m = bitwise_or(lt(t, s), ge(t, e)) with e - s = width.
         for mn in &g[m].nodes {
             let Term::Op(ms, mk) = mn else { continue };
-            if ms.as_str() != "aten.bitwise_or.Tensor" {
+            if !is_op!(ms, "aten.bitwise_or.Tensor") {
                 continue;
             }
             let (Some((t1, s)), Some((t2, e))) = (
@@ -3133,8 +3142,9 @@ fn masked_shard_index(g: &Graph, idx: Id, width: usize, mask_class: Id) -> Vec<(
 
 /// `(tensor, integer)` of a `sym(tensor, integer)` comparison node in a class.
 fn scalar_cmp(g: &Graph, id: Id, sym: &str) -> Option<(Id, i64)> {
+    let sym = Symbol::from(sym);
     g[id].nodes.iter().find_map(|n| match n {
-        Term::Op(s, k) if s.as_str() == sym && k.len() == 2 => Some((k[0], int(g, k[1])?)),
+        Term::Op(s, k) if *s == sym && k.len() == 2 => Some((k[0], int(g, k[1])?)),
         _ => None,
     })
 }
@@ -3144,7 +3154,7 @@ fn is_false(g: &Graph, id: Id) -> bool {
     g[id]
         .nodes
         .iter()
-        .any(|n| matches!(n, Term::Op(s, _) if s.as_str() == "b:false"))
+        .any(|n| matches!(n, Term::Op(s, _) if is_op!(s, "b:false")))
 }
 
 /// Whether a class is the literal `None`.
@@ -3152,7 +3162,7 @@ fn is_none(g: &Graph, id: Id) -> bool {
     g[id]
         .nodes
         .iter()
-        .any(|n| matches!(n, Term::Op(s, k) if k.is_empty() && s.as_str() == "none"))
+        .any(|n| matches!(n, Term::Op(s, k) if k.is_empty() && is_op!(s, "none")))
 }
 
 /// Whether a class is the literal `True`.
@@ -3160,7 +3170,7 @@ fn is_true(g: &Graph, id: Id) -> bool {
     g[id]
         .nodes
         .iter()
-        .any(|n| matches!(n, Term::Op(s, _) if s.as_str() == "b:true"))
+        .any(|n| matches!(n, Term::Op(s, _) if is_op!(s, "b:true")))
 }
 
 /// Output `k` of the multi-output call `sym(call_kids)` applied to each piece in place of its
@@ -3194,7 +3204,7 @@ fn views(g: &Graph, id: Id) -> Vec<Id> {
         .nodes
         .iter()
         .filter_map(|n| match n {
-            Term::Op(s, k) if s.as_str() == "aten.view.default" => Some(k[0]),
+            Term::Op(s, k) if is_op!(s, "aten.view.default") => Some(k[0]),
             _ => None,
         })
         .take(3)

@@ -83,6 +83,19 @@ impl FromOp for Term {
     }
 }
 
+/// Whether a symbol (`Symbol` or `&Symbol`) names the operator `$name` (a literal or a
+/// constant). The name is interned once per call site, so the test is an integer compare:
+/// `Symbol::as_str` takes the global symbol table's lock, and lemma searches ran it on every
+/// node of every class they scanned (44% of a saturation's time on the llama tp=2 bug case).
+macro_rules! is_op {
+    ($sym:expr, $name:expr) => {{
+        static NAME: std::sync::LazyLock<egg::Symbol> =
+            std::sync::LazyLock::new(|| egg::Symbol::from($name));
+        *std::borrow::Borrow::<egg::Symbol>::borrow(&$sym) == *NAME
+    }};
+}
+pub(crate) use is_op;
+
 /// Concatenation along a dim: `(cat D x0 x1 ...)`.
 pub const CAT: &str = "cat";
 /// Elementwise sum of tensors of one shape (a reduction over ranks): `(sum x0 x1 ...)`.
@@ -336,7 +349,7 @@ fn class_arg(egraph: &EGraph<Term, Shapes>, id: Id, metas: &mut Vec<Meta>) -> Op
             let node = class.nodes.first()?;
             match node {
                 Term::Num(n) => Some(Arg::Int(*n)),
-                Term::Op(s, kids) if s.as_str() == LIST => Some(Arg::List(
+                Term::Op(s, kids) if is_op!(s, LIST) => Some(Arg::List(
                     kids.iter()
                         .map(|&k| class_arg(egraph, k, metas))
                         .collect::<Option<Vec<_>>>()?,

@@ -12,7 +12,7 @@
 
 use super::{ew, int, int_list, is_true, list, node_sym, op, shape, slice, views, with_kids};
 use super::{Graph, Lemma, GET};
-use crate::term::{Term, CAT, LIST, SLICE};
+use crate::term::{is_op, Term, CAT, LIST, SLICE};
 use egg::{Id, Symbol};
 use std::sync::Arc;
 
@@ -69,7 +69,7 @@ fn chunks(g: &Graph, id: Id) -> Vec<Chunk> {
         let Some(ps) = shape(g, v) else { continue };
         for n in &g[v].nodes {
             let Term::Op(sym, k) = n else { continue };
-            if sym.as_str() != SLICE || k.len() != 4 {
+            if !is_op!(sym, SLICE) || k.len() != 4 {
                 continue;
             }
             let (Some(d), Some(a), Some(b)) = (int(g, k[0]), int(g, k[1]), int(g, k[2])) else {
@@ -328,7 +328,7 @@ fn whole_operand(g: &Graph, id: Id, at: usize, form: &Chunk) -> Option<Id> {
     }
     // A fill is a fill of the whole shape (the scatters' zeros).
     g[id].nodes.iter().find_map(|n| match n {
-        Term::Op(s, k) if s.as_str() == "aten.full.default" => {
+        Term::Op(s, k) if is_op!(s, "aten.full.default") => {
             let mut k = k.clone();
             k[0] = lookup_list(g, &whole)?;
             g.lookup(Term::Op(*s, k))
@@ -355,7 +355,7 @@ fn copies_over_tokens(g: &Graph, id: Id, at: usize, form: &Chunk, whole: &[usize
         }
         for n in &g[v].nodes {
             let Term::Op(sym, k) = n else { continue };
-            if sym.as_str() != CAT
+            if !is_op!(sym, CAT)
                 || k.len() != lead[form.split] + 1
                 || int(g, k[0]) != Some(e as i64)
             {
@@ -440,7 +440,7 @@ fn over_chunk(g: &mut Graph, sym: Symbol, kids: &[Id], out: &[usize]) -> Option<
 fn topk_over_chunk(g: &mut Graph, k: Id, call: Id, out: &[usize]) -> Option<Id> {
     for n in g[call].nodes.clone() {
         let Term::Op(sym, ck) = n else { continue };
-        if sym.as_str() != "aten.topk.default" {
+        if !is_op!(sym, "aten.topk.default") {
             continue;
         }
         let Some(dim) = shape(g, ck[0]).and_then(|x| norm(int(g, ck[2])?, x.len())) else {
@@ -472,14 +472,14 @@ fn holds_slice(g: &Graph, id: Id) -> bool {
     std::iter::once(id).chain(views(g, id)).any(|v| {
         g[v].nodes
             .iter()
-            .any(|n| matches!(n, Term::Op(s, _) if s.as_str() == SLICE))
+            .any(|n| matches!(n, Term::Op(s, _) if is_op!(s, SLICE)))
     })
 }
 
 /// The operands of the top-k calls of a class.
 fn topk_operands(g: &Graph, id: Id) -> impl Iterator<Item = Id> + '_ {
     g[id].nodes.iter().filter_map(|n| match n {
-        Term::Op(s, k) if s.as_str() == "aten.topk.default" => Some(k[0]),
+        Term::Op(s, k) if is_op!(s, "aten.topk.default") => Some(k[0]),
         _ => None,
     })
 }
@@ -613,7 +613,7 @@ fn tokenwise_over_chunk() -> Lemma {
             if out.is_empty() {
                 return vec![];
             }
-            let found = if sym.as_str() == GET {
+            let found = if is_op!(sym, GET) {
                 topk_over_chunk(g, kids[0], kids[1], &out)
             } else {
                 over_chunk(g, sym, kids, &out)

@@ -13,7 +13,7 @@ use super::ring::{
     calls, cats_along, finite_lse, fully_masked, has, is_maximum_of, make_fill, normalizer_parts,
 };
 use super::{classes_of, int, is_one, op, shape, slice, zero_fill, Graph, Lemma, SUM};
-use crate::term::{CAT, SLICE};
+use crate::term::{is_op, CAT, SLICE};
 use egg::Id;
 use std::sync::Arc;
 
@@ -948,7 +948,7 @@ pub fn mark_zero_blocks(g: &mut Graph) -> bool {
                 let crate::term::Term::Op(s, k) = n else {
                     return false;
                 };
-                if s.as_str() != SLICE || k.len() != 4 {
+                if !is_op!(s, SLICE) || k.len() != 4 {
                     return false;
                 }
                 let (Some(d), Some(a), Some(b)) = (int(g, k[0]), int(g, k[1]), int(g, k[2])) else {

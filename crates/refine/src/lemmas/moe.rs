@@ -10,7 +10,7 @@ use super::{
     cat, cats, int, int_list, is_one, is_zero, node_sym, op, scale, scales, shape, sizes, sums,
     with_kids, Graph, Lemma,
 };
-use crate::term::{Term, GET, SUM};
+use crate::term::{is_op, Term, GET, SUM};
 use egg::{Id, Symbol};
 use std::sync::Arc;
 
@@ -190,7 +190,7 @@ fn sum_of_padded_pieces() -> Lemma {
                     g[p].nodes
                         .iter()
                         .filter_map(|n| match n {
-                            Term::Op(s, k) if s.as_str() == SUM && k.iter().any(|&c| g.find(c) == pad) => {
+                            Term::Op(s, k) if is_op!(s, SUM) && k.iter().any(|&c| g.find(c) == pad) => {
                                 Some((p, k.clone()))
                             }
                             _ => None,
@@ -248,7 +248,7 @@ fn padded_pieces_side_by_side(g: &mut Graph, class: Id, terms: &[Id]) -> Option<
 fn zero_pad_placement(g: &Graph, id: Id, out: &[usize]) -> Option<(usize, usize, Id)> {
     g[id].nodes.iter().find_map(|n| {
         let Term::Op(s, k) = n else { return None };
-        if s.as_str() != "aten.constant_pad_nd.default" || k.len() != 3 || !is_zero(g, k[2]) {
+        if !is_op!(s, "aten.constant_pad_nd.default") || k.len() != 3 || !is_zero(g, k[2]) {
             return None;
         }
         let pads = int_list(g, k[1])?;
@@ -304,7 +304,7 @@ fn scatter_into_zeros_over_scale() -> Lemma {
 /// Whether a class is a fill with zeros (`full(shape, 0)`).
 fn is_zero_fill(g: &Graph, id: Id) -> bool {
     g[id].nodes.iter().any(|n| {
-        matches!(n, Term::Op(s, k) if s.as_str() == "aten.full.default" && k.len() > 1 && is_zero(g, k[1]))
+        matches!(n, Term::Op(s, k) if is_op!(s, "aten.full.default") && k.len() > 1 && is_zero(g, k[1]))
     })
 }
 
@@ -472,7 +472,7 @@ fn aligned_pieces(g: &mut Graph, id: Id, at: usize, form: &TokenSplit) -> Option
     // A fill is a fill of every piece's shape.
     let s = shape(g, id)?;
     let fill = g[id].nodes.iter().find_map(|n| match n {
-        Term::Op(sym, k) if sym.as_str() == "aten.full.default" => Some(k.clone()),
+        Term::Op(sym, k) if is_op!(sym, "aten.full.default") => Some(k.clone()),
         _ => None,
     })?;
     let pieces = form
@@ -547,10 +547,10 @@ fn copies_split(g: &Graph, id: Id, at: usize, form: &TokenSplit) -> Option<(Id, 
 /// Whether a class holds a view of a class holding a concatenation.
 fn views_a_cat(g: &Graph, id: Id) -> bool {
     g[id].nodes.iter().any(|n| match n {
-        Term::Op(s, k) if s.as_str() == "aten.view.default" => g[k[0]]
+        Term::Op(s, k) if is_op!(s, "aten.view.default") => g[k[0]]
             .nodes
             .iter()
-            .any(|m| matches!(m, Term::Op(c, _) if c.as_str() == crate::term::CAT)),
+            .any(|m| matches!(m, Term::Op(c, _) if is_op!(c, crate::term::CAT))),
         _ => false,
     })
 }
@@ -558,7 +558,7 @@ fn views_a_cat(g: &Graph, id: Id) -> bool {
 /// Whether a class holds a call (the top-k under a `get`) on a view of a concatenation.
 fn calls_on_view_of_cat(g: &Graph, id: Id) -> bool {
     g[id].nodes.iter().any(|n| match n {
-        Term::Op(s, k) if s.as_str() == "aten.topk.default" => views_a_cat(g, k[0]),
+        Term::Op(s, k) if is_op!(s, "aten.topk.default") => views_a_cat(g, k[0]),
         _ => false,
     })
 }
@@ -922,7 +922,7 @@ fn tokenwise(g: &mut Graph, sym: Symbol, kids: &[Id], out: &[usize]) -> Option<V
             let k = kids[0];
             for n in g[kids[1]].nodes.clone() {
                 let Term::Op(call_sym, ck) = n else { continue };
-                if call_sym.as_str() != "aten.topk.default" {
+                if !is_op!(call_sym, "aten.topk.default") {
                     continue;
                 }
                 let Some(rank) = shape(g, ck[0]).map(|x| x.len()) else {
@@ -1018,7 +1018,7 @@ fn permute_of_permute() -> Lemma {
                 .nodes
                 .iter()
                 .filter_map(|n| match n {
-                    Term::Op(s, k) if s.as_str() == "aten.permute.default" => Some((k[0], k[1])),
+                    Term::Op(s, k) if is_op!(s, "aten.permute.default") => Some((k[0], k[1])),
                     _ => None,
                 })
                 .take(2)
@@ -1105,7 +1105,7 @@ fn one_rank_run(g: &Graph, pieces: &[Id]) -> bool {
         let mut out: Vec<usize> = leaf_ranks(p).collect();
         for n in &g[p].nodes {
             if let Term::Op(s, k) = n {
-                if s.as_str() == crate::term::SLICE && k.len() == 4 {
+                if is_op!(s, crate::term::SLICE) && k.len() == 4 {
                     out.extend(leaf_ranks(k[3]));
                 }
             }
@@ -1189,10 +1189,8 @@ enum LayoutStep {
 /// `None` where a step does not turn into a slice. Follows at most `depth` steps.
 fn slice_through(g: &Graph, x: Id, (d, a, b): Range, depth: usize) -> Option<Traced> {
     let layout = g[x].nodes.iter().find_map(|n| match n {
-        Term::Op(s, k)
-            if s.as_str() == "aten.permute.default" || s.as_str() == "aten.view.default" =>
-        {
-            Some((s.as_str() == "aten.permute.default", k[0], k[1]))
+        Term::Op(s, k) if is_op!(s, "aten.permute.default") || is_op!(s, "aten.view.default") => {
+            Some((is_op!(s, "aten.permute.default"), k[0], k[1]))
         }
         _ => None,
     });

@@ -16,7 +16,7 @@ use super::{
     cat, cats, classes_of, int, int_list, is_one, is_zero, list, num, op, shape, sizes, slice,
     Graph, Lemma, SCALE,
 };
-use crate::term::{is_leaf, Term, CAT, SLICE};
+use crate::term::{is_leaf, is_op, Term, CAT, SLICE};
 use egg::{Id, Symbol};
 use std::sync::Arc;
 
@@ -51,11 +51,13 @@ const VIEW: &str = "aten.view.default";
 
 /// The children of the `sym` nodes of a class (a few at most).
 pub(super) fn calls(g: &Graph, id: Id, sym: &str) -> Vec<Vec<Id>> {
+    // Interned once: comparing symbols is an integer compare, resolving one takes a lock.
+    let sym = Symbol::from(sym);
     g[id]
         .nodes
         .iter()
         .filter_map(|n| match n {
-            Term::Op(s, k) if s.as_str() == sym => Some(k.clone()),
+            Term::Op(s, k) if *s == sym => Some(k.clone()),
             _ => None,
         })
         .take(4)
@@ -65,10 +67,11 @@ pub(super) fn calls(g: &Graph, id: Id, sym: &str) -> Vec<Vec<Id>> {
 /// Whether a class holds a node of operator `sym` (checked without building anything: the
 /// guard that keeps lemmas cheap on terms they do not match).
 pub(super) fn has(g: &Graph, id: Id, sym: &str) -> bool {
+    let sym = Symbol::from(sym);
     g[id]
         .nodes
         .iter()
-        .any(|n| matches!(n, Term::Op(s, _) if s.as_str() == sym))
+        .any(|n| matches!(n, Term::Op(s, _) if *s == sym))
 }
 
 /// Whether two classes are the same.
@@ -226,7 +229,7 @@ fn names_a_tensor(g: &Graph, id: Id) -> bool {
 fn names_within(g: &Graph, id: Id, depth: usize) -> bool {
     g[id].nodes.iter().any(|n| {
         is_leaf(n)
-            || matches!(n, Term::Op(s, k) if s.as_str() == SLICE && k.len() == 4
+            || matches!(n, Term::Op(s, k) if is_op!(s, SLICE) && k.len() == 4
                 && depth > 0 && names_within(g, k[3], depth - 1))
     })
 }
@@ -261,7 +264,7 @@ fn name_chunks_once(g: &mut Graph) -> bool {
         }
         for n in &class.nodes {
             let Term::Op(s, k) = n else { continue };
-            if s.as_str() != CAT || k.len() < 3 {
+            if !is_op!(s, CAT) || k.len() < 3 {
                 continue;
             }
             let Some(d) = int(g, k[0]).and_then(|d| usize::try_from(d).ok()) else {
@@ -302,7 +305,7 @@ fn name_chunks_once(g: &mut Graph) -> bool {
 /// The integer bounds of an `arange.start(a, b, ..)` node, with its other arguments.
 fn arange_bounds(g: &Graph, n: &Term) -> Option<(i64, i64, Vec<Id>)> {
     match n {
-        Term::Op(s, k) if s.as_str() == "aten.arange.start" && k.len() >= 2 => {
+        Term::Op(s, k) if is_op!(s, "aten.arange.start") && k.len() >= 2 => {
             Some((int(g, k[0])?, int(g, k[1])?, k[2..].to_vec()))
         }
         _ => None,
@@ -749,9 +752,7 @@ pub(super) fn cats_along(g: &Graph, id: Id, d: usize) -> Vec<Vec<Id>> {
         .nodes
         .iter()
         .filter_map(|n| match n {
-            Term::Op(s, k)
-                if s.as_str() == CAT && k.len() >= 3 && int(g, k[0]) == Some(d as i64) =>
-            {
+            Term::Op(s, k) if is_op!(s, CAT) && k.len() >= 3 && int(g, k[0]) == Some(d as i64) => {
                 Some(k[1..].to_vec())
             }
             _ => None,

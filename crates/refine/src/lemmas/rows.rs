@@ -12,7 +12,7 @@
 use super::{
     cat, ew, int, is_none, list, node_sym, op, shape, views, with_kids, Graph, Lemma, GET,
 };
-use crate::term::{Term, SUM};
+use crate::term::{is_op, Term, SUM};
 use egg::Id;
 use std::sync::Arc;
 
@@ -361,7 +361,7 @@ fn sums_over_interleaved_rows() -> Lemma {
             }
             for n in g[kids[1]].nodes.clone() {
                 let Term::Op(s, ck) = n else { continue };
-                if s.as_str() != "aten.nll_loss_forward.default"
+                if !is_op!(s, "aten.nll_loss_forward.default")
                     || int(g, ck[3]) != Some(2)
                     || !is_none(g, ck[2])
                 {

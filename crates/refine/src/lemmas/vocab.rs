@@ -13,7 +13,7 @@ use super::{
     cats, int, is_false, is_none, is_one, masked_shard_index, node_sym, num, op, shape, sizes,
     slice, views, with_kids, Graph, Lemma, LIST, SLICE,
 };
-use crate::term::{Term, SUM, VOCAB_GRAD, VOCAB_ONEHOT};
+use crate::term::{is_op, Term, SUM, VOCAB_GRAD, VOCAB_ONEHOT};
 use egg::{Id, Symbol};
 use std::sync::Arc;
 
@@ -64,7 +64,7 @@ fn masked_onehot() -> Lemma {
                     .nodes
                     .iter()
                     .filter_map(|n| match n {
-                        Term::Op(s, k) if s.as_str() == "aten.bitwise_not.default" => Some(k[0]),
+                        Term::Op(s, k) if is_op!(s, "aten.bitwise_not.default") => Some(k[0]),
                         _ => None,
                     })
                     .filter(|&m| shape(g, m).as_deref() == Some(&unit_col[..]))
@@ -74,7 +74,7 @@ fn masked_onehot() -> Lemma {
                 }
                 for n in &g[eq_side].nodes {
                     let Term::Op(s, k) = n else { continue };
-                    if s.as_str() != "aten.eq.Tensor" {
+                    if !is_op!(s, "aten.eq.Tensor") {
                         continue;
                     }
                     for (col, range) in [(k[0], k[1]), (k[1], k[0])] {
@@ -333,7 +333,7 @@ fn masked_embedding_grad() -> Lemma {
                 .nodes
                 .iter()
                 .filter_map(|node| match node {
-                    Term::Op(s, k) if s.as_str() == "aten.masked_fill.Scalar" && k.len() == 3 => {
+                    Term::Op(s, k) if is_op!(s, "aten.masked_fill.Scalar") && k.len() == 3 => {
                         Some((k[0], k[1], k[2]))
                     }
                     _ => None,
@@ -397,7 +397,7 @@ fn vocab_slice() -> Lemma {
                         let (s, n) = (num(g, s + a), num(g, b - a));
                         out.push(op(g, VOCAB_GRAD, vec![k[0], k[1], s, n]));
                     }
-                    "aten._to_copy.default" if holds(g, k[0], VOCAB_ONEHOT) => {
+                    "aten._to_copy.default" if super::ring::has(g, k[0], VOCAB_ONEHOT) => {
                         let inner = slice(g, d as usize, a as usize, b as usize, k[0]);
                         out.push(g.add(with_kids(sym, &k, &[(0, inner)])));
                     }
@@ -409,19 +409,11 @@ fn vocab_slice() -> Lemma {
     }
 }
 
-/// Whether a class holds a node of operator `sym`.
-fn holds(g: &Graph, id: Id, sym: &str) -> bool {
-    g[id]
-        .nodes
-        .iter()
-        .any(|n| matches!(n, Term::Op(s, _) if s.as_str() == sym))
-}
-
 /// Whether a class is a 0-d tensor filled with one (the backward's seed).
 fn is_unit_seed(g: &Graph, id: Id) -> bool {
     shape(g, id).is_some_and(|s| s.is_empty())
         && g[id].nodes.iter().any(|n| match n {
-            Term::Op(s, k) => s.as_str() == "aten.full.default" && k.len() >= 2 && is_one(g, k[1]),
+            Term::Op(s, k) => is_op!(s, "aten.full.default") && k.len() >= 2 && is_one(g, k[1]),
             _ => false,
         })
 }
@@ -465,7 +457,7 @@ fn log_softmax_backward_of_nll() -> Lemma {
                 .nodes
                 .iter()
                 .filter_map(|n| match n {
-                    Term::Op(s, k) if s.as_str() == "aten._log_softmax.default" && k.len() == 3 => {
+                    Term::Op(s, k) if is_op!(s, "aten._log_softmax.default") && k.len() == 3 => {
                         (int(g, k[1]) == Some(1) && is_false(g, k[2]) && g[k[0]].data.meta() == Some(&meta))
                             .then_some(k[0])
                     }
@@ -480,7 +472,7 @@ fn log_softmax_backward_of_nll() -> Lemma {
                 .nodes
                 .iter()
                 .filter_map(|n| match n {
-                    Term::Op(s, k) if s.as_str() == "aten.nll_loss_backward.default" && k.len() == 7 => Some(k.clone()),
+                    Term::Op(s, k) if is_op!(s, "aten.nll_loss_backward.default") && k.len() == 7 => Some(k.clone()),
                     _ => None,
                 })
                 .filter(|k| {

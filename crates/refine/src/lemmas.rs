@@ -835,13 +835,17 @@ fn ew(root: &str) -> Option<&'static (&'static str, &'static [usize], &'static [
 }
 
 /// Which operator a matched class node is: the lemma framework hands the children only, so
-/// the applier re-finds the node with these children.
-fn node_sym(g: &Graph, eclass: Id, kids: &[Id], roots: &[&str]) -> Option<Symbol> {
+/// the applier re-finds the node with these children. The children are compared first: the
+/// symbol's name is looked up only for the node they single out.
+fn node_sym(g: &Graph, eclass: Id, kids: &[Id], roots: &[impl AsRef<str>]) -> Option<Symbol> {
     g[eclass].nodes.iter().find_map(|n| match n {
         Term::Op(s, k)
-            if roots.contains(&s.as_str())
-                && k.len() == kids.len()
-                && k.iter().zip(kids).all(|(a, b)| g.find(*a) == g.find(*b)) =>
+            if k.len() == kids.len()
+                && k.iter().zip(kids).all(|(a, b)| g.find(*a) == g.find(*b))
+                && {
+                    let name = s.as_str();
+                    roots.iter().any(|r| r.as_ref() == name)
+                } =>
         {
             Some(*s)
         }

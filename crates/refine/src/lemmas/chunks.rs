@@ -607,7 +607,6 @@ fn tokenwise_over_chunk() -> Lemma {
             if !kids.iter().any(|&k| sliced(k)) {
                 return vec![];
             }
-            let matched: Vec<&str> = matched.iter().map(String::as_str).collect();
             let Some(sym) = node_sym(g, eclass, kids, &matched) else { return vec![] };
             let Some(out) = shape(g, eclass) else { return vec![] };
             if out.is_empty() {

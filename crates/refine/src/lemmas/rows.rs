@@ -240,10 +240,13 @@ fn row_roots() -> Vec<String> {
 
 /// Row-wise operators over interleaved rows work piece by piece.
 fn rows_over_interleaved_cat() -> Lemma {
+    // Built once: the applier runs on every match of every root.
+    let roots = row_roots();
+    let matched = roots.clone();
     Lemma {
         name: "rows-over-interleaved-cat",
         doc: "f(view(cat_d(x_i), [R, ..]), ..) for f row-wise and d an inner flattened dim = the pieces' results put back in the interleaved row order",
-        roots: row_roots(),
+        roots,
         examples: vec![
             (
                 "(aten.mm.default (aten.view.default (cat 1 %r0:a %r1:a) (list 6 4)) %r0:b)",
@@ -267,10 +270,8 @@ fn rows_over_interleaved_cat() -> Lemma {
             ),
         ],
         requires: None,
-        build: Arc::new(|g, eclass, kids| {
-            let roots = row_roots();
-            let roots: Vec<&str> = roots.iter().map(String::as_str).collect();
-            let Some(sym) = node_sym(g, eclass, kids, &roots) else { return vec![] };
+        build: Arc::new(move |g, eclass, kids| {
+            let Some(sym) = node_sym(g, eclass, kids, &matched) else { return vec![] };
             let Some(out_shape) = shape(g, eclass) else { return vec![] };
             if out_shape.is_empty() {
                 return vec![];

@@ -705,6 +705,11 @@ fn build_impl<'a>(case: &'a Case, ctx: &LowerCtx) -> Impl<'a> {
                     rank: Some(r),
                     value: ValueId::new(n, k),
                 };
+                // Every leaf symbol is interned here, in program order, before any pass
+                // could intern it in a hash map's order: the e-graph orders a class's nodes
+                // by symbol number, so the numbering decides which of equal relations is kept,
+                // and it must not change from run to run.
+                let _ = Symbol::from(leaf_symbol(r, g.value_name(v.value)));
                 if !cut.contains(&v) {
                     lowered.insert(v, lower(ctx, g, &metas[r], Some(r), n, k));
                 }

@@ -437,10 +437,16 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
                     // explored, a rank's tensor taken as a multiple of a spec value), kept
                     // only when it does better. Only here: on every operator they change which
                     // of several equal relations is kept, and later operators depend on that
-                    // choice (llama's cp=2 full iteration stops verifying).
+                    // choice (llama's cp=2 full iteration stops verifying). And only where
+                    // every input relates (up to a factor): past the first operator without
+                    // a relation every consumer inherits the gap, and a second attempt there
+                    // repeated the work (a quarter of the llama tp=2 bug case's time).
                     if !scalar_chain
                         && first.peak_nodes.get() < WIDEN_BELOW_NODES
                         && !clean_up_to_factor(&s)
+                        && ins
+                            .iter()
+                            .all(|x| state.get(&x.value).is_some_and(clean_up_to_factor))
                     {
                         let wider = Attempt {
                             widened: true,

@@ -862,11 +862,6 @@ fn zero_blocks(imp: &Impl) -> ZeroBlocks {
             }
         }
     }
-    // In value order: interning the leaves' symbols here in a hash map's order would number
-    // them differently from run to run, and the e-graph orders a class's nodes by symbol
-    // number (which replica a relation names changed between runs).
-    let mut done: Vec<_> = done.into_iter().collect();
-    done.sort_unstable_by_key(|(v, _)| *v);
     ZeroBlocks::new(done.into_iter().filter_map(|(v, a)| {
         let a = a?;
         Some((Symbol::from(leaf_symbol(v.rank?, &imp.name(v))), a))

@@ -2477,16 +2477,9 @@ pub fn library() -> Vec<Lemma> {
                 if int(g, kids[0]) != Some(0) {
                     return vec![];
                 }
-                // Only the class's NLL calls are copied out: a `get` of a large class is common.
-                let calls: Vec<(Symbol, Vec<Id>)> = g[kids[1]]
-                    .nodes
-                    .iter()
-                    .filter_map(|n| match n {
-                        Term::Op(s, ck) if is_op!(s, "aten.nll_loss_forward.default") => Some((*s, ck.clone())),
-                        _ => None,
-                    })
-                    .collect();
-                for (s, ck) in calls {
+                let forward = "aten.nll_loss_forward.default";
+                let s = Symbol::from(forward);
+                for ck in ring::calls(g, kids[1], forward) {
                     if int(g, ck[3]) != Some(2) || !is_none(g, ck[2]) {
                         continue;
                     }

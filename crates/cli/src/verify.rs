@@ -17,7 +17,8 @@ pub struct VerifyArgs {
     /// Show no progress on stderr.
     #[arg(long)]
     quiet: bool,
-    /// E-graph node limit per spec operator.
+    /// E-graph size limit per spec operator, counted in egg's hash-cons entries (merged
+    /// nodes' stale entries included).
     #[arg(long, default_value_t = 20_000)]
     node_limit: usize,
     /// Print every spec operator's inferred relation, in order.

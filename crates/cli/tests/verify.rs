@@ -280,6 +280,62 @@ fn an_inconclusive_verdict_names_every_stop() {
     );
 }
 
+/// Spec of `(x + y)` squared eight times; its ranks compute the sum as `x - (-y)`, so every
+/// square has only a computed (unclean) expression, doubling in size at each square.
+const SPEC_SQUARES: &str = r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[4]", y: "f32[4]"):
+        p: "f32[4]" = torch.ops.aten.add.Tensor(x, y);  x = y = None
+        s1: "f32[4]" = torch.ops.aten.mul.Tensor(p, p);  p = None
+        s2: "f32[4]" = torch.ops.aten.mul.Tensor(s1, s1);  s1 = None
+        s3: "f32[4]" = torch.ops.aten.mul.Tensor(s2, s2);  s2 = None
+        s4: "f32[4]" = torch.ops.aten.mul.Tensor(s3, s3);  s3 = None
+        s5: "f32[4]" = torch.ops.aten.mul.Tensor(s4, s4);  s4 = None
+        s6: "f32[4]" = torch.ops.aten.mul.Tensor(s5, s5);  s5 = None
+        s7: "f32[4]" = torch.ops.aten.mul.Tensor(s6, s6);  s6 = None
+        s8: "f32[4]" = torch.ops.aten.mul.Tensor(s7, s7);  s7 = None
+        return (s8,)
+"#;
+
+const RANK_SQUARES: &str = r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[4]", y: "f32[4]"):
+        neg: "f32[4]" = torch.ops.aten.neg.default(y);  y = None
+        p: "f32[4]" = torch.ops.aten.sub.Tensor(x, neg);  x = neg = None
+        s1: "f32[4]" = torch.ops.aten.mul.Tensor(p, p);  p = None
+        s2: "f32[4]" = torch.ops.aten.mul.Tensor(s1, s1);  s1 = None
+        s3: "f32[4]" = torch.ops.aten.mul.Tensor(s2, s2);  s2 = None
+        s4: "f32[4]" = torch.ops.aten.mul.Tensor(s3, s3);  s3 = None
+        s5: "f32[4]" = torch.ops.aten.mul.Tensor(s4, s4);  s4 = None
+        s6: "f32[4]" = torch.ops.aten.mul.Tensor(s5, s5);  s5 = None
+        s7: "f32[4]" = torch.ops.aten.mul.Tensor(s6, s6);  s6 = None
+        s8: "f32[4]" = torch.ops.aten.mul.Tensor(s7, s7);  s7 = None
+        return (s8,)
+"#;
+
+#[test]
+fn a_lost_relation_names_the_operator_whose_expression_outgrew_the_limit() {
+    let s = common::Scratch::new();
+    s.write("spec.py", SPEC_SQUARES);
+    s.write("r0.py", RANK_SQUARES);
+    s.write("r1.py", RANK_SQUARES);
+    let case = s.write(
+        "case.yaml",
+        "version: 1\nname: squares\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [r0.py, r1.py]\ninputs:\n  x: Replicate()\n  y: Replicate()\n",
+    );
+    let (code, out) = verify(&case);
+    assert_eq!(code, 3, "{out}");
+    // The output inherits the state; the report names where the expression outgrew the limit,
+    // not the output, and not the operator where relations stopped.
+    assert!(
+        out.contains("relations stop at spec operator `p` (aten.add.Tensor)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("the expression computed for `s7` grew beyond the size limit ("),
+        "{out}"
+    );
+    assert!(out.contains("nodes, at most 400)"), "{out}");
+}
+
 #[test]
 fn an_unmet_expression_expectation_is_settled_by_a_run() {
     // Shard pieces expected in the wrong order, written as an `expr:`: the engine's relation

@@ -23,7 +23,8 @@ use std::time::Instant;
 pub struct Options {
     /// Saturation iterations per exploration round.
     pub iter_limit: usize,
-    /// E-graph size limit per spec operator.
+    /// E-graph size limit per spec operator, in egg's hash-cons entries (`EGraph::total_size`):
+    /// the entries of merged nodes stay, so it is 1.3-3 times the distinct nodes.
     pub node_limit: usize,
     /// Rounds of bringing in implementation operators per spec operator.
     pub explore_rounds: usize,
@@ -1553,7 +1554,7 @@ fn infer_one(
         }
     }
     match extract(&eg, root, false).into_iter().next() {
-        Some(e) if e.as_ref().len() <= 400 => {
+        Some(e) if e.as_ref().len() <= MAX_UNCLEAN_NODES => {
             let equal_leaves = leaf_groups(&eg, std::slice::from_ref(&e));
             let equal_slices = slice_groups(&eg, std::slice::from_ref(&e));
             State::Related(Rel {
@@ -1564,7 +1565,17 @@ fn infer_one(
                 explored: scalar_frontier(imp, &added),
             })
         }
-        _ => State::Lost("its expression grew beyond the size limit".into()),
+        // Named here: every consumer inherits this state, and the report quotes it at the
+        // output, far from the operator whose expression outgrew the limit.
+        Some(e) => State::Lost(format!(
+            "the expression computed for `{}` grew beyond the size limit ({} nodes, at most {MAX_UNCLEAN_NODES})",
+            imp.case.spec.value_name(v),
+            e.as_ref().len()
+        )),
+        None => State::Lost(format!(
+            "the expression computed for `{}` grew beyond the size limit (nested deeper than {MAX_EXTRACT_DEPTH} operators)",
+            imp.case.spec.value_name(v)
+        )),
     }
 }
 
@@ -1808,8 +1819,15 @@ fn spec_form(imp: &Impl, state: &HashMap<ValueId, State>, t: &Tpl) -> Option<Rec
     extract(&small, small.find(root), false)
         .into_iter()
         .next()
-        .filter(|e| e.as_ref().len() <= 400)
+        .filter(|e| e.as_ref().len() <= MAX_UNCLEAN_NODES)
 }
+
+/// The largest expression kept for a spec value without a clean relation: past it the value is
+/// lost (see [`State::Lost`]), which bounds the e-graphs of its consumers.
+const MAX_UNCLEAN_NODES: usize = 400;
+
+/// The deepest expression [`extract`] builds.
+const MAX_EXTRACT_DEPTH: usize = 200;
 
 /// Most exploration rounds per spec operator that bring in only 0-d values and are not counted
 /// against [`Options::explore_rounds`]: far above a pipeline stage's layers.
@@ -2514,7 +2532,7 @@ fn extract(eg: &Graph, root: Id, clean_only: bool) -> Vec<RecExpr<Term>> {
         r: &mut RecExpr<Term>,
         depth: usize,
     ) -> Option<Id> {
-        if depth > 200 {
+        if depth > MAX_EXTRACT_DEPTH {
             return None;
         }
         let n = pick(c, which)?;

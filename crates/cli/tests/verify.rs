@@ -712,6 +712,329 @@ fn more_catalog_bugs_are_refuted() {
     }
 }
 
+/// Every catalog bug the catalog assigns to `verify`, on every model it is defined for: (model,
+/// bug, mesh, emit flags, the spec operator where relations stop). The operator is the first
+/// spec value the ranks never compute (see each entry's `spec_op` in the catalog).
+type Localized = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static [&'static str],
+    &'static str,
+);
+const LOCALIZED: &[Localized] = &[
+    (
+        "mlp",
+        "tp-missing-allreduce",
+        "tp=2",
+        &[],
+        "`add_1` (aten.add.Tensor)",
+    ),
+    (
+        "gpt2",
+        "tp-missing-allreduce",
+        "tp=2",
+        &[],
+        "`addmm_5` (aten.addmm.default)",
+    ),
+    (
+        "mlp",
+        "tp-bias-before-allreduce",
+        "tp=2",
+        &[],
+        "`add_1` (aten.add.Tensor)",
+    ),
+    (
+        "gpt2",
+        "tp-bias-before-allreduce",
+        "tp=2",
+        &[],
+        "`addmm_5` (aten.addmm.default)",
+    ),
+    (
+        "mlp",
+        "dp-loss-not-averaged",
+        "dp=2",
+        &[],
+        "`loss` (aten.mean.default)",
+    ),
+    (
+        "llama",
+        "dp-loss-not-averaged",
+        "dp=2",
+        &[],
+        "`loss` (aten.nll_loss_forward.default)",
+    ),
+    (
+        "gpt2",
+        "dp-loss-not-averaged",
+        "dp=2",
+        &[],
+        "`loss` (aten.nll_loss_forward.default)",
+    ),
+    (
+        "mlp",
+        "dp-grad-not-averaged",
+        "dp=2",
+        &[],
+        "`mm_4` (aten.mm.default)",
+    ),
+    (
+        "llama",
+        "dp-grad-not-averaged",
+        "dp=2",
+        &[],
+        "`embedding_dense_backward` (aten.embedding_dense_backward.default)",
+    ),
+    (
+        "gpt2",
+        "dp-grad-not-averaged",
+        "dp=2",
+        &[],
+        "`add_15` (aten.add.Tensor)",
+    ),
+    (
+        "mlp",
+        "wrong-group",
+        "dp=2,tp=2",
+        &[],
+        "`add_1` (aten.add.Tensor)",
+    ),
+    (
+        "llama",
+        "wrong-group",
+        "dp=2,tp=2",
+        &[],
+        "`add_4` (aten.add.Tensor)",
+    ),
+    (
+        "gpt2",
+        "wrong-group",
+        "dp=2,tp=2",
+        &[],
+        "`addmm_3` (aten.addmm.default)",
+    ),
+    (
+        "llama",
+        "llama-oproj-missing-allreduce",
+        "tp=2",
+        &[],
+        "`add_4` (aten.add.Tensor)",
+    ),
+    (
+        "llama",
+        "llama-attn-scale-local",
+        "tp=2",
+        &[],
+        "`mul_7` (aten.mul.Scalar)",
+    ),
+    (
+        "llama",
+        "llama-qkv-grad-missing-allreduce",
+        "tp=2",
+        &[],
+        "`add_28` (aten.add.Tensor)",
+    ),
+    (
+        "llama",
+        "llama-kv-grad-unsynced",
+        "tp=4",
+        &[],
+        "`wk_0_new` (aten.sub.Tensor)",
+    ),
+    (
+        "gpt2",
+        "sp-layernorm-grad-not-reduced",
+        "tp=2",
+        &["--sequence-parallel"],
+        "`ln1_w_0_new` (aten.sub.Tensor)",
+    ),
+    (
+        "mlp",
+        "grad-accum-loss-not-scaled",
+        "dp=2",
+        &["--grad-accum", "2", "--batch", "4"],
+        "`loss` (aten.mean.default)",
+    ),
+    (
+        "llama",
+        "grad-accum-loss-not-scaled",
+        "dp=2",
+        &["--grad-accum", "2", "--batch", "4"],
+        "`loss` (aten.nll_loss_forward.default)",
+    ),
+    (
+        "gpt2",
+        "grad-accum-loss-not-scaled",
+        "dp=2",
+        &["--grad-accum", "2", "--batch", "4"],
+        "`loss` (aten.nll_loss_forward.default)",
+    ),
+    (
+        "mlp",
+        "zero-param-update-skipped",
+        "dp=2",
+        &["--zero", "1"],
+        "`w1_0_new` (aten.sub.Tensor)",
+    ),
+    (
+        "llama",
+        "zero-param-update-skipped",
+        "dp=2",
+        &["--zero", "1"],
+        "`embed_new` (aten.sub.Tensor)",
+    ),
+    (
+        "gpt2",
+        "zero-param-update-skipped",
+        "dp=2",
+        &["--zero", "1"],
+        "`wte_new` (aten.sub.Tensor)",
+    ),
+    (
+        "mlp",
+        "grad-norm-replicated-overcounted",
+        "tp=2",
+        &["--clip-grad", "1.0"],
+        "`add_2` (aten.add.Tensor)",
+    ),
+    (
+        "llama",
+        "grad-norm-replicated-overcounted",
+        "tp=2",
+        &["--clip-grad", "1.0"],
+        "`add_30` (aten.add.Tensor)",
+    ),
+    (
+        "gpt2",
+        "grad-norm-replicated-overcounted",
+        "tp=2",
+        &["--clip-grad", "1.0"],
+        "`add_19` (aten.add.Tensor)",
+    ),
+    (
+        "mlp",
+        "pp-grad-sync-before-last-microbatch",
+        "pp=2,dp=2",
+        &["--microbatches", "2", "--layers", "2", "--batch", "4"],
+        "`mm_10` (aten.mm.default)",
+    ),
+    (
+        "llama",
+        "pp-grad-sync-before-last-microbatch",
+        "pp=2,dp=2",
+        &["--microbatches", "2", "--layers", "2", "--batch", "4"],
+        "`embedding_dense_backward` (aten.embedding_dense_backward.default)",
+    ),
+    (
+        "gpt2",
+        "pp-grad-sync-before-last-microbatch",
+        "pp=2,dp=2",
+        &["--microbatches", "2", "--layers", "2", "--batch", "4"],
+        "`add_15` (aten.add.Tensor)",
+    ),
+    (
+        "mlp",
+        "pp-shuffled-microbatches",
+        "pp=2",
+        &["--microbatches", "2", "--layers", "2", "--batch", "4"],
+        "`sub` (aten.sub.Tensor)",
+    ),
+    (
+        "llama",
+        "pp-shuffled-microbatches",
+        "pp=2",
+        &["--microbatches", "2", "--layers", "2", "--batch", "4"],
+        "`loss` (aten.nll_loss_forward.default)",
+    ),
+    (
+        "gpt2",
+        "pp-shuffled-microbatches",
+        "pp=2",
+        &["--microbatches", "2", "--layers", "2", "--batch", "4"],
+        "`loss` (aten.nll_loss_forward.default)",
+    ),
+    (
+        "deepseek",
+        "pp-shuffled-microbatches",
+        "pp=2",
+        &["--microbatches", "2", "--layers", "2", "--batch", "4"],
+        "`nll_loss` (aten.nll_loss_forward.default)",
+    ),
+    (
+        "mlp",
+        "dangling-backward-tensor",
+        "dp=2",
+        &[],
+        "`mm_4` (aten.mm.default)",
+    ),
+    (
+        "mlp",
+        "dangling-backward-tensor",
+        "tp=2",
+        &[],
+        "`mul_1` (aten.mul.Scalar)",
+    ),
+    (
+        "gpt2",
+        "zero-tied-embedding-untied",
+        "dp=2",
+        &["--zero", "1"],
+        "`add_15` (aten.add.Tensor)",
+    ),
+    (
+        "mlp",
+        "fp8-amax-wrong-group",
+        "dp=2,tp=2",
+        &["--fp8"],
+        "`div` (aten.div.Tensor)",
+    ),
+];
+
+/// Emits and verifies the entries of [`LOCALIZED`] for `models`: each is refuted at its
+/// operator.
+fn bugs_are_refuted_at_their_operator(models: &[&str]) {
+    for &(model, bug, mesh, extra, at) in LOCALIZED.iter().filter(|l| models.contains(&l.0)) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut args = extra.to_vec();
+        args.extend(["--bug", bug]);
+        let case = emit_model(model, dir.path(), mesh, &args);
+        let (code, out) = verify(&case);
+        assert_eq!(code, 1, "{model} {bug} {mesh}:\n{out}");
+        assert!(
+            out.contains(&format!("relations stop at spec operator {at}")),
+            "{model} {bug} {mesh}: expected the stop at {at}:\n{out}"
+        );
+    }
+}
+
+#[test]
+fn mlp_bugs_are_refuted_at_their_operator() {
+    bugs_are_refuted_at_their_operator(&["mlp"]);
+}
+
+#[test]
+fn llama_bugs_are_refuted_at_their_operator() {
+    bugs_are_refuted_at_their_operator(&["llama"]);
+}
+
+#[test]
+fn gpt2_and_deepseek_bugs_are_refuted_at_their_operator() {
+    bugs_are_refuted_at_their_operator(&["gpt2", "deepseek"]);
+}
+
+#[test]
+fn every_model_of_a_verify_bug_is_localized() {
+    let claimed: std::collections::BTreeSet<(&str, &str)> = shardproof_zoo::BUGS
+        .iter()
+        .filter(|b| b.engines.split(',').any(|e| e.trim() == "verify"))
+        .flat_map(|b| b.models.iter().map(move |m| (b.id, *m)))
+        .collect();
+    let tested: std::collections::BTreeSet<(&str, &str)> =
+        LOCALIZED.iter().map(|l| (l.1, l.0)).collect();
+    assert_eq!(claimed, tested);
+}
+
 #[test]
 fn the_catalog_assigns_to_verify_exactly_the_bugs_these_tests_refute() {
     let mut tested: std::collections::BTreeSet<&str> = MLP_REFUTED.iter().copied().collect();

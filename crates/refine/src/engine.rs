@@ -2863,6 +2863,213 @@ fn misaligned_pieces(
     found.filter(|_| !aligned)
 }
 
+/// Operators reached through when tracing which spec elements an implementation operand holds:
+/// they only move elements.
+const LAYOUT_OPS: &[&str] = &[
+    "aten.view.default",
+    "aten._unsafe_view.default",
+    "aten.reshape.default",
+    "aten.permute.default",
+    "aten.transpose.int",
+    "aten.t.default",
+    "aten.clone.default",
+    "aten.contiguous.default",
+    "aten.unsqueeze.default",
+    "aten.squeeze.dim",
+    "aten.slice.Tensor",
+    "aten.select.int",
+    "aten.cat.default",
+    SLICE,
+    CAT,
+];
+
+/// Misaligned pieces found by where their elements come from, for layouts `misaligned_pieces`
+/// cannot read (a sequence-major activation viewed to tokens, permuted labels): the spec
+/// operator's inputs relate cleanly, and an implementation operator of the same kind pairs
+/// row `k` of one operand with row `k` of another, but those rows hold different rows of the
+/// spec's inputs (microbatches paired with the wrong labels).
+///
+/// Each rank tensor of the relations gets a tensor of distinct ids; evaluating a relation on
+/// them gives, for every element of the spec's input, the rank element it is; evaluating the
+/// operand's layout operators (see [`LAYOUT_OPS`]) on them gives its elements' ids.
+fn misaligned_rows(
+    case: &Case,
+    imp: &Impl,
+    state: &HashMap<ValueId, State>,
+    spec_metas: &[Vec<Option<Meta>>],
+    node: &shardproof_ir::Node,
+) -> Option<String> {
+    let op = node.op()?.to_string();
+    // (argument position, relation, the spec input's shape), for clean tensor inputs.
+    let inputs: Vec<(usize, &RecExpr<Term>, Vec<usize>)> = node
+        .args()
+        .iter()
+        .enumerate()
+        .filter_map(|(i, a)| {
+            let x = a.as_value()?;
+            let Some(State::Related(r)) = state.get(&x) else {
+                return None;
+            };
+            let shape = spec_metas
+                .get(x.node)?
+                .get(x.output)?
+                .as_ref()?
+                .shape
+                .clone();
+            (r.clean && !shape.is_empty()).then(|| (i, r.exprs.first(), shape))
+        })
+        .filter_map(|(i, e, shape)| Some((i, e?, shape)))
+        .collect();
+    if inputs.len() < 2 || inputs.iter().any(|x| x.2[0] != inputs[0].2[0]) {
+        return None;
+    }
+    // Distinct ids per rank tensor: element `j` of the `k`-th is `(k + 1) * 2^32 + j`.
+    let mut ids: HashMap<String, shardproof_ops::Tensor> = HashMap::new();
+    for (_, e, _) in &inputs {
+        for l in expr_leaves(case, e) {
+            let key = format!("r{}:{}", l.rank?, imp.name(l));
+            if ids.contains_key(&key) {
+                continue;
+            }
+            let meta = imp.meta(l)?;
+            let base = (ids.len() as f64 + 1.0) * 4_294_967_296.0;
+            let data = (0..meta.numel()).map(|j| base + j as f64).collect();
+            ids.insert(key, shardproof_ops::Tensor::new(meta, data));
+        }
+    }
+    // For each input: the spec row (along dim 0) of every id.
+    let mut rows_of: Vec<HashMap<u64, usize>> = Vec::new();
+    for (_, e, shape) in &inputs {
+        let t = crate::eval::eval(e, &ids).ok()?.into_iter().next()?;
+        let stride: usize = shape[1..].iter().product();
+        if t.shape() != shape.as_slice() || stride == 0 {
+            return None;
+        }
+        rows_of.push(
+            t.data
+                .iter()
+                .enumerate()
+                .map(|(j, &id)| (id as u64, j / stride))
+                .collect(),
+        );
+    }
+    let mut aligned = false;
+    let mut found = None;
+    for (r, g) in case.program.ranks.iter().enumerate() {
+        for nd in &g.nodes {
+            if nd.op().map(|o| o.to_string()).as_deref() != Some(op.as_str()) {
+                continue;
+            }
+            // For each related operand: the spec row of each of its rows.
+            let mut operand_rows: Vec<Vec<usize>> = Vec::new();
+            for (k, (pos, _, _)) in inputs.iter().enumerate() {
+                let Some(x) = nd.args().get(*pos).and_then(|a| a.as_value()) else {
+                    break;
+                };
+                let v = ValueRef {
+                    rank: Some(r),
+                    value: x,
+                };
+                let Some(t) = operand_ids(imp, &ids, v, 6) else {
+                    break;
+                };
+                let n = t.shape().first().copied().unwrap_or(0);
+                if n == 0 {
+                    break;
+                }
+                let per_row = t.data.len() / n;
+                let rows: Option<Vec<usize>> = (0..n)
+                    .map(|i| rows_of[k].get(&(t.data[i * per_row] as u64)).copied())
+                    .collect();
+                let Some(rows) = rows else { break };
+                operand_rows.push(rows);
+            }
+            if operand_rows.len() != inputs.len()
+                || operand_rows
+                    .iter()
+                    .any(|o| o.len() != operand_rows[0].len())
+            {
+                continue;
+            }
+            let first = &operand_rows[0];
+            let bad = operand_rows[1..]
+                .iter()
+                .find_map(|o| (0..o.len()).find(|&i| o[i] != first[i]).map(|i| (i, o[i])));
+            match bad {
+                None => aligned = true,
+                Some((i, other)) if found.is_none() => {
+                    found = Some(format!(
+                        "`r{r}.{}` applies `{op}` to row {i} of its operands, but that row holds row {} of one spec input and row {other} of another: the pieces are misaligned (microbatches paired with the wrong labels, or a shard taken at the wrong offset?)",
+                        nd.name, first[i]
+                    ));
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    // Only when no implementation operator pairs the pieces correctly.
+    found.filter(|_| !aligned)
+}
+
+/// The ids (see [`misaligned_rows`]) of an implementation value: a rank tensor of the relations
+/// itself, or layout operators over such tensors, at most `depth` operators deep.
+fn operand_ids(
+    imp: &Impl,
+    ids: &HashMap<String, shardproof_ops::Tensor>,
+    v: ValueRef,
+    depth: usize,
+) -> Option<shardproof_ops::Tensor> {
+    let v = imp.canon(v);
+    if let Some(t) = ids.get(&format!("r{}:{}", v.rank?, imp.name(v))) {
+        return Some(t.clone());
+    }
+    let Some(Lowered::Term(t)) = imp.lowered.get(&v) else {
+        return None;
+    };
+    if depth == 0 {
+        return None;
+    }
+    // The term, its values named as leaves whose ids come from the next level down.
+    fn build(
+        t: &Tpl,
+        imp: &Impl,
+        ids: &HashMap<String, shardproof_ops::Tensor>,
+        depth: usize,
+        leaves: &mut HashMap<String, shardproof_ops::Tensor>,
+        r: &mut RecExpr<Term>,
+    ) -> Option<Id> {
+        Some(match t {
+            Tpl::Num(n) => r.add(Term::Num(*n)),
+            Tpl::Value(x) => {
+                let x = imp.canon(*x);
+                let key = format!("r{}:{}", x.rank?, imp.name(x));
+                if let std::collections::hash_map::Entry::Vacant(slot) = leaves.entry(key) {
+                    slot.insert(operand_ids(imp, ids, x, depth - 1)?);
+                }
+                r.add(Term::Op(
+                    Symbol::from(leaf_symbol(x.rank?, &imp.name(x))),
+                    vec![],
+                ))
+            }
+            Tpl::Op(op, kids) => {
+                let is_literal = kids.is_empty();
+                if !is_literal && op != LIST && !LAYOUT_OPS.contains(&op.as_str()) {
+                    return None;
+                }
+                let kids: Option<Vec<Id>> = kids
+                    .iter()
+                    .map(|k| build(k, imp, ids, depth, leaves, r))
+                    .collect();
+                r.add(Term::Op(Symbol::from(op.as_str()), kids?))
+            }
+        })
+    }
+    let mut leaves = HashMap::new();
+    let mut rec = RecExpr::default();
+    build(t, imp, ids, depth, &mut leaves, &mut rec)?;
+    crate::eval::eval(&rec, &leaves).ok()?.into_iter().next()
+}
+
 /// The ranks whose tensors the collective node `n` of rank `r` combines.
 fn collective_ranks(imp: &Impl, r: usize, n: usize) -> Option<BTreeSet<usize>> {
     let out = ValueRef {
@@ -2930,6 +3137,69 @@ fn expr_leaves(case: &Case, e: &RecExpr<Term>) -> Vec<ValueRef> {
         .collect()
 }
 
+/// The rank tensors of a relation, when every one of its expressions is over rank tensors that
+/// no implementation operator reads and no rank returns (named as `rK.name`, from the first
+/// expression): a value the ranks compute and then drop.
+fn unread_leaves(case: &Case, imp: &Impl, exprs: &[RecExpr<Term>]) -> Option<Vec<String>> {
+    let unread = |l: &ValueRef| {
+        let Some(r) = l.rank else { return false };
+        let g = &case.program.ranks[r];
+        let c = imp.canon(*l);
+        let canon_of = |v: ValueId| {
+            imp.canon(ValueRef {
+                rank: Some(r),
+                value: v,
+            })
+        };
+        imp.consumers.get(&c).is_none_or(Vec::is_empty)
+            && !g.nodes.iter().any(|n| n.inputs().contains(&l.value))
+            && !g.outputs.iter().flatten().any(|&o| canon_of(o) == c)
+    };
+    let leaves: Vec<Vec<ValueRef>> = exprs.iter().map(|e| expr_leaves(case, e)).collect();
+    let dropped = !leaves.is_empty()
+        && leaves
+            .iter()
+            .all(|ls| !ls.is_empty() && ls.iter().all(unread));
+    dropped.then(|| {
+        leaves[0]
+            .iter()
+            .map(|l| format!("r{}.{}", l.rank.unwrap_or(0), imp.name(*l)))
+            .collect()
+    })
+}
+
+/// How a hint names dropped rank tensors: the list, and the pronoun that stands for it.
+fn dropped_clause(names: &[String]) -> String {
+    format!(
+        "no implementation operator reads {} and no rank returns {}: the ranks compute the value and drop it (a dangling tensor, e.g. a gradient never reduced or applied?)",
+        names.join(", "),
+        if names.len() > 1 { "them" } else { "it" }
+    )
+}
+
+/// Evidence of a value the ranks compute and then drop: an input of the operator where
+/// relations stop whose every clean expression is over unread rank tensors (see
+/// [`unread_leaves`]). An unread tensor cannot be how the ranks compute the output.
+fn dropped_input(
+    case: &Case,
+    imp: &Impl,
+    state: &HashMap<ValueId, State>,
+    node: &shardproof_ir::Node,
+) -> Option<String> {
+    node.inputs().into_iter().find_map(|x| {
+        let Some(State::Related(r)) = state.get(&x) else {
+            return None;
+        };
+        let names = unread_leaves(case, imp, &r.exprs).filter(|_| r.clean)?;
+        Some(format!(
+            "input `{}` is {}, but {}",
+            case.spec.value_name(x),
+            render(&r.exprs[0], r.exprs[0].as_ref().len() - 1),
+            dropped_clause(&names)
+        ))
+    })
+}
+
 /// The first implementation operator (`rK.name = op`) that reads one of `leaves` and whose
 /// result a collective reads: the tensor is reduced one step later, after that operator changed
 /// it.
@@ -2954,6 +3224,50 @@ fn changed_before_reduction(case: &Case, imp: &Impl, leaves: &[ValueRef]) -> Opt
             if late {
                 let op = nd.op().map(|o| o.to_string()).unwrap_or_default();
                 return Some(format!("r{r}.{} = {op}", nd.name));
+            }
+        }
+    }
+    None
+}
+
+/// The first addition (`rK.name = op`) of a chain of additions that starts at one of `leaves`
+/// and ends in a collective: a rank's running total that goes on growing before it is
+/// reduced (the terms after the spec's total: replicated parameters' squared norms every rank
+/// adds). [`changed_before_reduction`] is the chain of one addition.
+fn added_to_before_reduction(case: &Case, imp: &Impl, leaves: &[ValueRef]) -> Option<String> {
+    const MAX_CHAIN: usize = 256;
+    let is_add = |r: usize, n: usize| {
+        case.program.ranks[r].nodes[n]
+            .op()
+            .is_some_and(|o| o.to_string() == "aten.add.Tensor")
+    };
+    let is_collective = |r: usize, n: usize| {
+        case.program.ranks[r].nodes[n]
+            .op()
+            .is_some_and(|o| o.namespace == "_c10d_functional")
+    };
+    for l in leaves {
+        for &(r, n) in imp.consumers.get(l).map_or(&[][..], Vec::as_slice) {
+            if !is_add(r, n) {
+                continue;
+            }
+            // Along the chain: each addition's only reader is the next addition, until a
+            // collective reads one.
+            let mut at = (r, n);
+            for _ in 0..MAX_CHAIN {
+                let out = ValueRef {
+                    rank: Some(at.0),
+                    value: ValueId::new(at.1, 0),
+                };
+                let readers = imp.consumers.get(&out).map_or(&[][..], Vec::as_slice);
+                if readers.iter().any(|&(r2, n2)| is_collective(r2, n2)) {
+                    let nd = &case.program.ranks[r].nodes[n];
+                    return Some(format!("r{r}.{} = aten.add.Tensor", nd.name));
+                }
+                match readers {
+                    [(r2, n2)] if is_add(*r2, *n2) => at = (*r2, *n2),
+                    _ => break,
+                }
             }
         }
     }
@@ -3393,7 +3707,9 @@ fn blame(
             };
             for e in r.exprs.iter().filter(|e| is_rank_sum(e)) {
                 let leaves = expr_leaves(case, e);
-                if let Some(late) = changed_before_reduction(case, imp, &leaves) {
+                let late = changed_before_reduction(case, imp, &leaves)
+                    .or_else(|| added_to_before_reduction(case, imp, &leaves));
+                if let Some(late) = late {
                     hint = Some(format!(
                         "input `{}` of `{}` is a partial sum, {}, that the implementation reduces only after `{late}` changes it: whatever that adds is counted once per rank (a replicated term summed on every rank, or a bias added before the all-reduce?)",
                         spec.value_name(x),
@@ -3456,12 +3772,25 @@ fn blame(
         }
     }
     if hint.is_none() {
-        hint = misaligned_pieces(case, imp, state, node);
+        hint = misaligned_pieces(case, imp, state, node)
+            .or_else(|| misaligned_rows(case, imp, state, spec_metas, node));
+    }
+    if hint.is_none() {
+        hint = dropped_input(case, imp, state, node);
     }
     // Only a constant multiple of a clean expression is the implementation's value off by a
     // factor; a computed expression that happens to end in the spec's own scaling is not.
     if hint.is_none() && !scales_itself(node) && scaled(&v) {
-        hint = Some("the value is the implementation's off by a constant factor (wrong scaling, e.g. a missing or extra division by the parallel degree)".into());
+        // A multiple of tensors the ranks never read is a dropped value, whatever the factor.
+        let dropped = match state.get(&v) {
+            Some(State::Related(r)) => unread_leaves(case, imp, &r.exprs)
+                .map(|names| (render(&r.exprs[0], r.exprs[0].as_ref().len() - 1), names)),
+            _ => None,
+        };
+        hint = Some(match dropped {
+            Some((value, names)) => format!("the value is {value}, but {}", dropped_clause(&names)),
+            None => "the value is the implementation's off by a constant factor (wrong scaling, e.g. a missing or extra division by the parallel degree)".into(),
+        });
     }
     let file = spec
         .path

@@ -8,7 +8,9 @@
 //! instantiates each with random values and checks both sides with the reference kernels.
 
 use crate::term::{is_op, Data, Shapes, Term, CAT, GET, LIST, MAX, MIN, SLICE, SUM};
-use egg::{Applier, EGraph, Id, Pattern, PatternAst, Rewrite, Subst, Symbol, Var};
+use egg::{
+    Applier, EGraph, Id, Pattern, PatternAst, Rewrite, SearchMatches, Searcher, Subst, Symbol, Var,
+};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
@@ -46,6 +48,71 @@ pub struct Lemma {
 struct FnApplier {
     build: Arc<Build>,
     vars: Vec<Var>,
+    /// Bound by a [`WideSearcher`]: the leading variables the match binds, not all of them.
+    wide: bool,
+}
+
+/// The most children a [`WideSearcher`] binds.
+const MAX_WIDE_ARITY: usize = 256;
+
+/// Matches a variadic operator (`sum`, `max`, `min`, `cat`) with more children than the
+/// per-count patterns cover (see [`root_arities`]), binding `?a0`, `?a1`, .. to its children.
+/// Written by hand because an egg pattern has a fixed child count: without it a lemma never saw
+/// a sum of more than 16 terms (a gradient norm over the 17th parameter on).
+struct WideSearcher {
+    op: Symbol,
+    min: usize,
+    vars: Vec<Var>,
+}
+
+impl Searcher<Term, Shapes> for WideSearcher {
+    fn search_eclass_with_limit(
+        &self,
+        egraph: &Graph,
+        eclass: Id,
+        limit: usize,
+    ) -> Option<SearchMatches<'_, Term>> {
+        let substs: Vec<Subst> = egraph[eclass]
+            .nodes
+            .iter()
+            .filter_map(|n| match n {
+                Term::Op(s, k)
+                    if *s == self.op && (self.min..=self.vars.len()).contains(&k.len()) =>
+                {
+                    let mut sub = Subst::with_capacity(k.len());
+                    for (v, &c) in self.vars.iter().zip(k) {
+                        sub.insert(*v, c);
+                    }
+                    Some(sub)
+                }
+                _ => None,
+            })
+            .take(limit)
+            .collect();
+        (!substs.is_empty()).then_some(SearchMatches {
+            eclass,
+            substs,
+            ast: None,
+        })
+    }
+
+    fn search_with_limit(&self, egraph: &Graph, mut limit: usize) -> Vec<SearchMatches<'_, Term>> {
+        let mut out = Vec::new();
+        for id in egraph.classes_for_op(&Some(self.op)).into_iter().flatten() {
+            if limit == 0 {
+                break;
+            }
+            if let Some(m) = self.search_eclass_with_limit(egraph, id, limit) {
+                limit = limit.saturating_sub(m.substs.len());
+                out.push(m);
+            }
+        }
+        out
+    }
+
+    fn vars(&self) -> Vec<Var> {
+        self.vars.clone()
+    }
 }
 
 impl Applier<Term, Shapes> for FnApplier {
@@ -57,7 +124,14 @@ impl Applier<Term, Shapes> for FnApplier {
         _: Option<&PatternAst<Term>>,
         _: Symbol,
     ) -> Vec<Id> {
-        let kids: Vec<Id> = self.vars.iter().map(|v| subst[*v]).collect();
+        let kids: Vec<Id> = if self.wide {
+            self.vars
+                .iter()
+                .map_while(|v| subst.get(*v).copied())
+                .collect()
+        } else {
+            self.vars.iter().map(|v| subst[*v]).collect()
+        };
         let mut changed = Vec::new();
         for new in (self.build)(egraph, eclass, &kids) {
             // A lemma that unions other classes itself reports the match class as changed.
@@ -99,10 +173,33 @@ impl Lemma {
                     FnApplier {
                         build: self.build.clone(),
                         vars,
+                        wide: false,
                     },
                 )
                 .ok()
             })
+            .chain(self.roots.iter().filter_map(|root| {
+                let min = root_arities(reg, root).into_iter().max()? + 1;
+                (min > 1 && [SUM, MAX, MIN, CAT].contains(&root.as_str())).then(|| {
+                    let vars: Vec<Var> = (0..MAX_WIDE_ARITY)
+                        .map(|i| format!("?a{i}").parse().expect("var"))
+                        .collect();
+                    Rewrite::new(
+                        format!("{}@{root}/{min}+", self.name),
+                        WideSearcher {
+                            op: Symbol::from(root.as_str()),
+                            min,
+                            vars: vars.clone(),
+                        },
+                        FnApplier {
+                            build: self.build.clone(),
+                            vars,
+                            wide: true,
+                        },
+                    )
+                    .expect("a wide rewrite binds every variable it applies")
+                })
+            }))
             .collect()
     }
 }
@@ -179,8 +276,10 @@ pub fn sums(g: &Graph, id: Id) -> Vec<Vec<Id>> {
 
 /// `sum(xs) + sum(ys)` as one sum: every term of `ys` joins a distinct term `x` of `xs` for
 /// which the graph already has `x + y` (either operand order, alpha `one`), or is kept as a
-/// term of its own; `None` when no term joins (then nothing is gained) or the sum would exceed
-/// 16 terms.
+/// term of its own; `None` when no term joins (then nothing is gained) or the sum would have
+/// more terms than a lemma can match ([`MAX_WIDE_ARITY`]). Past 16 terms only
+/// [`WideSearcher`]'s rewrites match the sum: a gradient norm's running total grows by one
+/// term per parameter, and gpt2 has more than 16.
 fn pair_sums(g: &mut Graph, xs: &[Id], ys: &[Id], one: Id) -> Option<Id> {
     let add = Symbol::from("aten.add.Tensor");
     let mut terms: Vec<Id> = xs.to_vec();
@@ -201,7 +300,7 @@ fn pair_sums(g: &mut Graph, xs: &[Id], ys: &[Id], one: Id) -> Option<Id> {
             None => alone.push(y),
         }
     }
-    if !joined.contains(&true) || terms.len() + alone.len() > 16 {
+    if !joined.contains(&true) || terms.len() + alone.len() > MAX_WIDE_ARITY {
         return None;
     }
     terms.extend(alone);

@@ -989,6 +989,48 @@ const LOCALIZED: &[Localized] = &[
         &["--fp8"],
         "`div` (aten.div.Tensor)",
     ),
+    (
+        "mlp",
+        "loss-scale-not-unscaled",
+        "dp=2",
+        &["--loss-scale", "8"],
+        "`mul_2` (aten.mul.Scalar)",
+    ),
+    (
+        "llama",
+        "loss-scale-not-unscaled",
+        "dp=2",
+        &["--loss-scale", "8"],
+        "`mul_68` (aten.mul.Scalar)",
+    ),
+    (
+        "gpt2",
+        "loss-scale-not-unscaled",
+        "dp=2",
+        &["--loss-scale", "8"],
+        "`mul_5` (aten.mul.Scalar)",
+    ),
+    (
+        "deepseek",
+        "moe-aux-loss-not-divided-by-tp",
+        "tp=2",
+        &[],
+        "`loss` (aten.add.Tensor)",
+    ),
+    (
+        "deepseek",
+        "moe-router-grad-unsynced",
+        "tp=2",
+        &[],
+        "`router_0_new` (aten.sub.Tensor)",
+    ),
+    (
+        "deepseek",
+        "ep-expert-grad-not-averaged",
+        "ep=2",
+        &[],
+        "`bmm_22` (aten.bmm.default)",
+    ),
 ];
 
 /// Emits and verifies the entries of [`LOCALIZED`] for `models`: each is refuted at its
@@ -1019,8 +1061,13 @@ fn llama_bugs_are_refuted_at_their_operator() {
 }
 
 #[test]
-fn gpt2_and_deepseek_bugs_are_refuted_at_their_operator() {
-    bugs_are_refuted_at_their_operator(&["gpt2", "deepseek"]);
+fn gpt2_bugs_are_refuted_at_their_operator() {
+    bugs_are_refuted_at_their_operator(&["gpt2"]);
+}
+
+#[test]
+fn deepseek_bugs_are_refuted_at_their_operator() {
+    bugs_are_refuted_at_their_operator(&["deepseek"]);
 }
 
 #[test]
@@ -1043,6 +1090,7 @@ fn the_catalog_assigns_to_verify_exactly_the_bugs_these_tests_refute() {
     tested.extend(PIPELINE_VERDICTS.iter().filter(|r| r.3 == 1).map(|r| r.1));
     tested.extend(OTHER_REFUTED.iter().map(|r| r.1));
     tested.insert("llama-oproj-missing-allreduce");
+    tested.extend(LOCALIZED.iter().map(|l| l.1));
     let claimed: std::collections::BTreeSet<&str> = shardproof_zoo::BUGS
         .iter()
         .filter(|b| b.engines.split(',').any(|e| e.trim() == "verify"))

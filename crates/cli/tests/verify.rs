@@ -247,15 +247,25 @@ const RANK_TWO_SUMS: &str = r#"class GraphModule(torch.nn.Module):
         return (out,)
 "#;
 
+/// Writes a tp=2 case whose two ranks both run `rank`: `rest` is the case file after its
+/// program sections (the name, inputs and outputs).
+fn write_tp2_case(s: &common::Scratch, spec: &str, rank: &str, rest: &str) -> PathBuf {
+    s.write("spec.py", spec);
+    s.write("r0.py", rank);
+    s.write("r1.py", rank);
+    let head =
+        "version: 1\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [r0.py, r1.py]\n";
+    s.write("case.yaml", &format!("{head}{rest}"))
+}
+
 #[test]
 fn an_inconclusive_verdict_names_every_stop() {
     let s = common::Scratch::new();
-    s.write("spec.py", SPEC_TWO_SUMS);
-    s.write("r0.py", RANK_TWO_SUMS);
-    s.write("r1.py", RANK_TWO_SUMS);
-    let case = s.write(
-        "case.yaml",
-        "version: 1\nname: two-sums\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [r0.py, r1.py]\ninputs:\n  x: Replicate()\n  y: Replicate()\n  z: Replicate()\n  w: Replicate()\noutputs:\n  out: Replicate()\n",
+    let case = write_tp2_case(
+        &s,
+        SPEC_TWO_SUMS,
+        RANK_TWO_SUMS,
+        "name: two-sums\ninputs:\n  x: Replicate()\n  y: Replicate()\n  z: Replicate()\n  w: Replicate()\noutputs:\n  out: Replicate()\n",
     );
     let (code, out) = verify(&case);
     assert_eq!(code, 3, "{out}");
@@ -314,12 +324,11 @@ const RANK_SQUARES: &str = r#"class GraphModule(torch.nn.Module):
 #[test]
 fn a_lost_relation_names_the_operator_whose_expression_outgrew_the_limit() {
     let s = common::Scratch::new();
-    s.write("spec.py", SPEC_SQUARES);
-    s.write("r0.py", RANK_SQUARES);
-    s.write("r1.py", RANK_SQUARES);
-    let case = s.write(
-        "case.yaml",
-        "version: 1\nname: squares\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [r0.py, r1.py]\ninputs:\n  x: Replicate()\n  y: Replicate()\n",
+    let case = write_tp2_case(
+        &s,
+        SPEC_SQUARES,
+        RANK_SQUARES,
+        "name: squares\ninputs:\n  x: Replicate()\n  y: Replicate()\n",
     );
     let (code, out) = verify(&case);
     assert_eq!(code, 3, "{out}");
@@ -722,6 +731,9 @@ type Localized = (
     &'static [&'static str],
     &'static str,
 );
+/// The emit flags of a pipelined entry: two microbatches of two rows over two layers.
+const PIPELINED: &[&str] = &["--microbatches", "2", "--layers", "2", "--batch", "4"];
+
 const LOCALIZED: &[Localized] = &[
     (
         "mlp",
@@ -916,49 +928,49 @@ const LOCALIZED: &[Localized] = &[
         "mlp",
         "pp-grad-sync-before-last-microbatch",
         "pp=2,dp=2",
-        &["--microbatches", "2", "--layers", "2", "--batch", "4"],
+        PIPELINED,
         "`mm_10` (aten.mm.default)",
     ),
     (
         "llama",
         "pp-grad-sync-before-last-microbatch",
         "pp=2,dp=2",
-        &["--microbatches", "2", "--layers", "2", "--batch", "4"],
+        PIPELINED,
         "`embedding_dense_backward` (aten.embedding_dense_backward.default)",
     ),
     (
         "gpt2",
         "pp-grad-sync-before-last-microbatch",
         "pp=2,dp=2",
-        &["--microbatches", "2", "--layers", "2", "--batch", "4"],
+        PIPELINED,
         "`add_15` (aten.add.Tensor)",
     ),
     (
         "mlp",
         "pp-shuffled-microbatches",
         "pp=2",
-        &["--microbatches", "2", "--layers", "2", "--batch", "4"],
+        PIPELINED,
         "`sub` (aten.sub.Tensor)",
     ),
     (
         "llama",
         "pp-shuffled-microbatches",
         "pp=2",
-        &["--microbatches", "2", "--layers", "2", "--batch", "4"],
+        PIPELINED,
         "`loss` (aten.nll_loss_forward.default)",
     ),
     (
         "gpt2",
         "pp-shuffled-microbatches",
         "pp=2",
-        &["--microbatches", "2", "--layers", "2", "--batch", "4"],
+        PIPELINED,
         "`loss` (aten.nll_loss_forward.default)",
     ),
     (
         "deepseek",
         "pp-shuffled-microbatches",
         "pp=2",
-        &["--microbatches", "2", "--layers", "2", "--batch", "4"],
+        PIPELINED,
         "`nll_loss` (aten.nll_loss_forward.default)",
     ),
     (

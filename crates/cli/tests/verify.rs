@@ -1038,6 +1038,13 @@ const LOCALIZED: &[Localized] = &[
     ),
     (
         "deepseek",
+        "norm-sharded-hidden",
+        "tp=2",
+        &[],
+        "`mean_1` (aten.mean.dim)",
+    ),
+    (
+        "deepseek",
         "ep-expert-grad-not-averaged",
         "ep=2",
         &[],

@@ -2672,6 +2672,7 @@ pub fn render(e: &RecExpr<Term>, i: usize) -> String {
 /// alone is not among them: it is normal mid-backward under data parallelism.
 fn strong_evidence(hint: &str) -> bool {
     hint.contains("partial sum")
+        || hint.contains("reduces its own shard")
         || hint.contains("wrong process group")
         || hint.contains("wrong scale factor")
 }
@@ -3175,6 +3176,92 @@ fn dropped_clause(names: &[String]) -> String {
         names.join(", "),
         if names.len() > 1 { "them" } else { "it" }
     )
+}
+
+/// A reduction over a sharded dim: the spec operator reduces (a `dim` list, its second
+/// argument) a cleanly related input along dims that an implementation operator of the same
+/// kind sees only a piece of, and no collective reads that operator's result: each rank's
+/// statistic covers its own shard (an RMSNorm's mean of squares over a tp-split hidden dim).
+/// Only when no implementation operator of the kind reduces the whole dim.
+fn reduced_over_shard(
+    case: &Case,
+    imp: &Impl,
+    state: &HashMap<ValueId, State>,
+    spec_metas: &[Vec<Option<Meta>>],
+    node: &shardproof_ir::Node,
+) -> Option<String> {
+    let op = node.op()?.to_string();
+    let x = node.args().first()?.as_value()?;
+    let Some(State::Related(r)) = state.get(&x) else {
+        return None;
+    };
+    let shape = spec_metas
+        .get(x.node)?
+        .get(x.output)?
+        .as_ref()?
+        .shape
+        .clone();
+    let dims: Vec<i64> = match node.args().get(1)? {
+        shardproof_ir::Arg::List(items) => items
+            .iter()
+            .map(|a| a.as_int())
+            .collect::<Option<Vec<i64>>>()?,
+        a => vec![a.as_int()?],
+    };
+    let rank = shape.len() as i64;
+    let reduced: Vec<i64> = dims
+        .iter()
+        .map(|&d| if d < 0 { d + rank } else { d })
+        .collect();
+    if !r.clean || reduced.iter().any(|&d| d < 0 || d >= rank) {
+        return None;
+    }
+    let inputs = [(0, r.exprs.clone())];
+    let mut whole = false;
+    let mut found = None;
+    for (rk, g) in case.program.ranks.iter().enumerate() {
+        for (n, nd) in g.nodes.iter().enumerate() {
+            if nd.op().map(|o| o.to_string()).as_deref() != Some(op.as_str())
+                || nd.args().get(1) != node.args().get(1)
+            {
+                continue;
+            }
+            let Some(v) = nd.args().first().and_then(|a| a.as_value()) else {
+                continue;
+            };
+            let operand = ValueRef {
+                rank: Some(rk),
+                value: v,
+            };
+            let Some((_, d, a, b)) = piece_range(imp, &inputs, operand) else {
+                continue;
+            };
+            let full = shape[d as usize] as i64;
+            if !reduced.contains(&d) || (a, b) == (0, full) {
+                whole = true;
+                continue;
+            }
+            let out = ValueRef {
+                rank: Some(rk),
+                value: ValueId::new(n, 0),
+            };
+            let combined = imp.consumers.get(&out).is_some_and(|cs| {
+                cs.iter().any(|&(r2, n2)| {
+                    case.program.ranks[r2].nodes[n2]
+                        .op()
+                        .is_some_and(|o| o.namespace == "_c10d_functional")
+                })
+            });
+            if !combined && found.is_none() {
+                found = Some(format!(
+                    "`r{rk}.{}` applies `{op}` over dim {d} to `r{rk}.{}`, which holds only {a}..{b} of that dim's {full}: each rank reduces its own shard, and no collective combines the results (a statistic over a sharded dim, e.g. a norm's mean of squares taken per rank?)",
+                    nd.name,
+                    imp.name(imp.canon(operand))
+                ));
+            }
+        }
+    }
+    found.filter(|_| !whole)
 }
 
 /// Evidence of a value the ranks compute and then drop: an input of the operator where
@@ -3777,6 +3864,9 @@ fn blame(
     }
     if hint.is_none() {
         hint = dropped_input(case, imp, state, node);
+    }
+    if hint.is_none() {
+        hint = reduced_over_shard(case, imp, state, spec_metas, node);
     }
     // Only a constant multiple of a clean expression is the implementation's value off by a
     // factor; a computed expression that happens to end in the spec's own scaling is not.

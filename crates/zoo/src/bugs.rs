@@ -679,6 +679,7 @@ pub const BUGS: &[Bug] = &[
         source: "static verifier README: LayerNorm on a sharded hidden dim; TrainVerify (SOSP'25) section 8.3, category 3: splitting a non-partitionable dimension of a norm operator without aggregation",
         description: "the RMSNorm before layer 0's MoE block takes its mean of squares over the rank's tp shard of the hidden dim (h / tp features) instead of all h",
         parallelism: "tp",
+        engines: "run, verify",
         spec_op: "aten.mean.dim of the mlp_norm_0 RMSNorm (the mean of squares over the hidden dim)",
         mutation: Mutation::NormShardedHidden,
         needs_tp: true,

@@ -1573,7 +1573,7 @@ fn infer_one(
             e.as_ref().len()
         )),
         None => State::Lost(format!(
-            "the expression computed for `{}` grew beyond the size limit (nested deeper than {MAX_EXTRACT_DEPTH} operators)",
+            "no expression for `{}` could be built within the size limit (none nested at most {MAX_EXTRACT_DEPTH} operators deep)",
             imp.case.spec.value_name(v)
         )),
     }
@@ -2907,19 +2907,9 @@ fn misaligned_rows(
         .iter()
         .enumerate()
         .filter_map(|(i, a)| {
-            let x = a.as_value()?;
-            let Some(State::Related(r)) = state.get(&x) else {
-                return None;
-            };
-            let shape = spec_metas
-                .get(x.node)?
-                .get(x.output)?
-                .as_ref()?
-                .shape
-                .clone();
-            (r.clean && !shape.is_empty()).then(|| (i, r.exprs.first(), shape))
+            let (r, shape) = clean_with_shape(state, spec_metas, a.as_value()?)?;
+            Some((i, r.exprs.first().filter(|_| !shape.is_empty())?, shape))
         })
-        .filter_map(|(i, e, shape)| Some((i, e?, shape)))
         .collect();
     if inputs.len() < 2 || inputs.iter().any(|x| x.2[0] != inputs[0].2[0]) {
         return None;
@@ -3191,16 +3181,7 @@ fn reduced_over_shard(
     node: &shardproof_ir::Node,
 ) -> Option<String> {
     let op = node.op()?.to_string();
-    let x = node.args().first()?.as_value()?;
-    let Some(State::Related(r)) = state.get(&x) else {
-        return None;
-    };
-    let shape = spec_metas
-        .get(x.node)?
-        .get(x.output)?
-        .as_ref()?
-        .shape
-        .clone();
+    let (r, shape) = clean_with_shape(state, spec_metas, node.args().first()?.as_value()?)?;
     let dims: Vec<i64> = match node.args().get(1)? {
         shardproof_ir::Arg::List(items) => items
             .iter()
@@ -3213,7 +3194,7 @@ fn reduced_over_shard(
         .iter()
         .map(|&d| if d < 0 { d + rank } else { d })
         .collect();
-    if !r.clean || reduced.iter().any(|&d| d < 0 || d >= rank) {
+    if reduced.iter().any(|&d| d < 0 || d >= rank) {
         return None;
     }
     let inputs = [(0, r.exprs.clone())];
@@ -3241,18 +3222,7 @@ fn reduced_over_shard(
                 whole = true;
                 continue;
             }
-            let out = ValueRef {
-                rank: Some(rk),
-                value: ValueId::new(n, 0),
-            };
-            let combined = imp.consumers.get(&out).is_some_and(|cs| {
-                cs.iter().any(|&(r2, n2)| {
-                    case.program.ranks[r2].nodes[n2]
-                        .op()
-                        .is_some_and(|o| o.namespace == "_c10d_functional")
-                })
-            });
-            if !combined && found.is_none() {
+            if !read_by_collective(case, imp, rk, n) && found.is_none() {
                 found = Some(format!(
                     "`r{rk}.{}` applies `{op}` over dim {d} to `r{rk}.{}`, which holds only {a}..{b} of that dim's {full}: each rank reduces its own shard, and no collective combines the results (a statistic over a sharded dim, e.g. a norm's mean of squares taken per rank?)",
                     nd.name,
@@ -3274,10 +3244,11 @@ fn dropped_input(
     node: &shardproof_ir::Node,
 ) -> Option<String> {
     node.inputs().into_iter().find_map(|x| {
-        let Some(State::Related(r)) = state.get(&x) else {
-            return None;
+        let r = match state.get(&x) {
+            Some(State::Related(r)) if r.clean => r,
+            _ => return None,
         };
-        let names = unread_leaves(case, imp, &r.exprs).filter(|_| r.clean)?;
+        let names = unread_leaves(case, imp, &r.exprs)?;
         Some(format!(
             "input `{}` is {}, but {}",
             case.spec.value_name(x),
@@ -3287,28 +3258,35 @@ fn dropped_input(
     })
 }
 
+/// Whether node `n` of rank `r` is a collective.
+fn is_collective(case: &Case, r: usize, n: usize) -> bool {
+    case.program.ranks[r].nodes[n]
+        .op()
+        .is_some_and(|o| o.namespace == "_c10d_functional")
+}
+
+/// Whether a collective reads the first output of node `n` of rank `r`.
+fn read_by_collective(case: &Case, imp: &Impl, r: usize, n: usize) -> bool {
+    let out = ValueRef {
+        rank: Some(r),
+        value: ValueId::new(n, 0),
+    };
+    imp.consumers
+        .get(&out)
+        .is_some_and(|cs| cs.iter().any(|&(r2, n2)| is_collective(case, r2, n2)))
+}
+
 /// The first implementation operator (`rK.name = op`) that reads one of `leaves` and whose
 /// result a collective reads: the tensor is reduced one step later, after that operator changed
 /// it.
 fn changed_before_reduction(case: &Case, imp: &Impl, leaves: &[ValueRef]) -> Option<String> {
     for l in leaves {
         for &(r, n) in imp.consumers.get(l).map_or(&[][..], Vec::as_slice) {
-            let nd = &case.program.ranks[r].nodes[n];
-            if nd.op().is_some_and(|o| o.namespace == "_c10d_functional") {
+            if is_collective(case, r, n) {
                 continue;
             }
-            let out = ValueRef {
-                rank: Some(r),
-                value: ValueId::new(n, 0),
-            };
-            let late = imp.consumers.get(&out).is_some_and(|cs| {
-                cs.iter().any(|&(r2, n2)| {
-                    case.program.ranks[r2].nodes[n2]
-                        .op()
-                        .is_some_and(|o| o.namespace == "_c10d_functional")
-                })
-            });
-            if late {
+            if read_by_collective(case, imp, r, n) {
+                let nd = &case.program.ranks[r].nodes[n];
                 let op = nd.op().map(|o| o.to_string()).unwrap_or_default();
                 return Some(format!("r{r}.{} = {op}", nd.name));
             }
@@ -3328,11 +3306,6 @@ fn added_to_before_reduction(case: &Case, imp: &Impl, leaves: &[ValueRef]) -> Op
             .op()
             .is_some_and(|o| o.to_string() == "aten.add.Tensor")
     };
-    let is_collective = |r: usize, n: usize| {
-        case.program.ranks[r].nodes[n]
-            .op()
-            .is_some_and(|o| o.namespace == "_c10d_functional")
-    };
     for l in leaves {
         for &(r, n) in imp.consumers.get(l).map_or(&[][..], Vec::as_slice) {
             if !is_add(r, n) {
@@ -3342,16 +3315,15 @@ fn added_to_before_reduction(case: &Case, imp: &Impl, leaves: &[ValueRef]) -> Op
             // collective reads one.
             let mut at = (r, n);
             for _ in 0..MAX_CHAIN {
+                if read_by_collective(case, imp, at.0, at.1) {
+                    let nd = &case.program.ranks[r].nodes[n];
+                    return Some(format!("r{r}.{} = aten.add.Tensor", nd.name));
+                }
                 let out = ValueRef {
                     rank: Some(at.0),
                     value: ValueId::new(at.1, 0),
                 };
-                let readers = imp.consumers.get(&out).map_or(&[][..], Vec::as_slice);
-                if readers.iter().any(|&(r2, n2)| is_collective(r2, n2)) {
-                    let nd = &case.program.ranks[r].nodes[n];
-                    return Some(format!("r{r}.{} = aten.add.Tensor", nd.name));
-                }
-                match readers {
+                match imp.consumers.get(&out).map_or(&[][..], Vec::as_slice) {
                     [(r2, n2)] if is_add(*r2, *n2) => at = (*r2, *n2),
                     _ => break,
                 }
@@ -3388,7 +3360,7 @@ fn reduction_path(
         for v in frontier {
             for &(r, n) in imp.consumers.get(&v).map_or(&[][..], Vec::as_slice) {
                 let node = &case.program.ranks[r].nodes[n];
-                let collective = node.op().is_some_and(|o| o.namespace == "_c10d_functional");
+                let collective = is_collective(case, r, n);
                 if collective {
                     // A collective that combines ranks of different summands (a chain of
                     // them may combine the rest: tensor then expert groups).
@@ -3510,6 +3482,20 @@ fn is_float_scalar(spec_metas: &[Vec<Option<Meta>>], v: ValueId) -> bool {
         .and_then(|m| m.get(v.output))
         .and_then(Option::as_ref)
         .is_some_and(|m| m.dtype.is_float() && m.shape.is_empty())
+}
+
+/// A spec value's clean relation and its shape.
+fn clean_with_shape<'s>(
+    state: &'s HashMap<ValueId, State>,
+    spec_metas: &[Vec<Option<Meta>>],
+    v: ValueId,
+) -> Option<(&'s Rel, Vec<usize>)> {
+    let r = match state.get(&v) {
+        Some(State::Related(r)) if r.clean => r,
+        _ => return None,
+    };
+    let meta = spec_metas.get(v.node)?.get(v.output)?.as_ref()?;
+    Some((r, meta.shape.clone()))
 }
 
 fn is_float_value(spec_metas: &[Vec<Option<Meta>>], v: ValueId) -> bool {

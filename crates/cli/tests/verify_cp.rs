@@ -166,20 +166,22 @@ fn deepseek_cp_bug_full_iteration_is_never_verified() {
     full_iteration_bugs_never_verify("deepseek", &["cp-causal-mask-local"]);
 }
 
-/// deepseek's full iteration relates its MoE backward under cp: the auxiliary loss's gradient
-/// (one value per sequence and expert, expanded over the tokens) and the router's logit gradient
-/// are the ranks' own per-token tensors over their chunks, halved (a rank's gradients are twice
-/// the spec's until the averaging over cp). Each needs the engine's wider second attempt: the
-/// ranks read the sources of the views the relations name, and a rank's tensor is a multiple of
-/// the spec's value. The attention backward after it is still open: never a false alarm.
+/// deepseek's full iteration verifies under cp. Its MoE backward relates first: the auxiliary
+/// loss's gradient (one value per sequence and expert, expanded over the tokens) and the
+/// router's logit gradient are the ranks' own per-token tensors over their chunks, halved (a
+/// rank's gradients are twice the spec's until the averaging over cp); each needs the engine's
+/// wider second attempt. The attention backward after it needs the router's top-k scores known
+/// positive (so the recomputed probabilities' masked blocks are known zero behind the MoE
+/// layer), and the experts' weight gradients sum each rank's two chunks of tokens.
 #[test]
-fn deepseek_cp_full_iteration_relates_the_moe_backward() {
+fn deepseek_ring_attention_full_iteration_verifies() {
     let dir = tempfile::tempdir().unwrap();
     let case = emit("deepseek", dir.path(), "cp=2", &[]);
     let case = case.to_str().unwrap();
     let out = shardproof_in(dir.path(), &["verify", "--quiet", "--trace", case]);
     let text = format!("{}{}", out.stdout, out.stderr);
-    assert_ne!(out.code, Some(1), "a false alarm:\n{text}");
+    assert_eq!(out.code, Some(0), "{text}");
+    assert!(text.contains("certificate:"), "{text}");
     for (op, tensor) in [
         ("mul_43", "mul_49"),
         ("sub_2", "sub_10"),

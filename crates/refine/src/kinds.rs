@@ -148,6 +148,15 @@ impl Kind {
         }
     }
 
+    /// `1 / (1 + exp(-x))`: positive for every real `x`, zero at `-inf`.
+    fn sigmoid(self) -> Kind {
+        match self {
+            NegInf => Zero,
+            Any => Any,
+            _ => Pos,
+        }
+    }
+
     fn log(self) -> Kind {
         match self {
             Pos => Finite,
@@ -606,20 +615,37 @@ fn apply(op: &str, kids: &[Val]) -> Option<Val> {
         return Some(Val::Tensor(Arc::new(a)));
     }
     let finite = keeps_finite(op, kids);
+    // The values a selection returns are elements of its input, so their kinds are bounded by
+    // the input's: the top-k of sigmoid scores are positive, and a router's division by their
+    // sum stays finite.
+    let selected = SELECTIONS
+        .contains(&op)
+        .then(|| kids.first().and_then(tensor).map(|a| a.joined()))
+        .flatten();
     Some(Val::Tuple(
         metas
             .into_iter()
-            .map(|m| {
-                let k = if finite && m.dtype.is_float() {
-                    Finite
-                } else {
-                    Any
+            .enumerate()
+            .map(|(i, m)| {
+                let k = match selected {
+                    Some(k) if i == 0 && m.dtype.is_float() => k,
+                    _ if finite && m.dtype.is_float() => Finite,
+                    _ => Any,
                 };
                 Arc::new(Abs::Uniform(m, k))
             })
             .collect(),
     ))
 }
+
+/// Operators whose first output holds elements of their first input (the values; the second
+/// output holds their indices).
+const SELECTIONS: &[&str] = &[
+    "aten.topk.default",
+    "aten.sort.default",
+    "aten.max.dim",
+    "aten.min.dim",
+];
 
 /// Operators whose outputs are finite reals when their float inputs and number arguments are
 /// (no division, logarithm or root of an input; a layer norm's epsilon is positive). The
@@ -747,6 +773,7 @@ fn apply_one(
         "aten._to_copy.default" => each(|k| if k == Pos { NonNeg } else { k }),
         "aten.neg.default" => each(Kind::neg),
         "aten.exp.default" => each(Kind::exp),
+        "aten.sigmoid.default" => each(Kind::sigmoid),
         "aten.log.default" => each(Kind::log),
         "aten.rsqrt.default" | "aten.reciprocal.default" => {
             each(|k| if k == Pos { Pos } else { Any })
@@ -1309,8 +1336,9 @@ mod tests {
             |rng: &mut ChaCha8Rng| lit(["b:false", "b:true"][usize::from(rng.random_bool(0.7))]);
         let unary = |name: &str| Some(op(name, vec![input(x)]));
         let n = Tpl::Num;
-        match rng.random_range(0..28) {
+        match rng.random_range(0..29) {
             0 => unary("aten.exp.default"),
+            28 => unary("aten.sigmoid.default"),
             1 => unary("aten.log.default"),
             2 => unary("aten.neg.default"),
             3 => unary("aten.rsqrt.default"),
@@ -1429,6 +1457,25 @@ mod tests {
         x.is_finite() && (x.abs() > 1e100 || (x != 0.0 && x.abs() < 1e-100))
     }
 
+    /// A router's top-k of sigmoid scores is positive, so dividing by its sum stays finite (the
+    /// ring attention after a MoE layer keeps its masked blocks zero).
+    #[test]
+    fn top_k_of_sigmoid_scores_is_positive() {
+        let scores = op("aten.sigmoid.default", vec![input(0)]);
+        let top = op("aten.topk.default", vec![scores.clone(), Tpl::Num(2)]);
+        let values = op(GET, vec![Tpl::Num(0), top]);
+        let sum = op(
+            "aten.sum.dim_IntList",
+            vec![values.clone(), list(&[1]), lit("b:true"), lit("none")],
+        );
+        let share = op("aten.div.Tensor", vec![values.clone(), sum]);
+        let x = Arc::new(Abs::Uniform(Meta::new(DType::F64, vec![3, 4]), Finite));
+        for (t, want) in [(&scores, Pos), (&values, Pos), (&share, Pos)] {
+            let got = claim(t, std::slice::from_ref(&x));
+            assert_eq!(got.joined(), want, "{}", expr_of(t));
+        }
+    }
+
     /// Guards every table entry: each claim on random programs holds on random finite inputs.
     #[test]
     fn random_programs_claims_hold() {
@@ -1457,8 +1504,10 @@ mod tests {
                     let got = evaluate(&call, &xs);
                     // Past this, floats may round where the reals do not (an exponential of a
                     // large argument, a value near overflow or underflow): skip the draw.
-                    let exps =
-                        matches!(name.as_str(), "aten.exp.default" | "aten._softmax.default");
+                    let exps = matches!(
+                        name.as_str(),
+                        "aten.exp.default" | "aten._softmax.default" | "aten.sigmoid.default"
+                    );
                     let large =
                         |t: &Tensor| t.data.iter().any(|x| x.is_finite() && x.abs() > 300.0);
                     let exp_arg =

@@ -754,6 +754,10 @@ fn int_list_node(g: &mut Graph, v: &[i64]) -> Id {
     op(g, LIST, kids)
 }
 
+/// Up to this many additions inside a sum are split into terms one at a time (every subset of
+/// them splits in turn); more are split all at once.
+const MAX_SEPARATE_ADDS: usize = 3;
+
 /// Rational scale factor node: `(scale P Q x)` is `x * P / Q`.
 pub const SCALE: &str = "scale";
 
@@ -791,7 +795,7 @@ pub fn scale(g: &mut Graph, p: i64, q: i64, x: Id) -> Id {
 }
 
 /// The sizes of pieces along `d`.
-fn sizes(g: &Graph, pieces: &[Id], d: usize) -> Option<Vec<usize>> {
+pub(super) fn sizes(g: &Graph, pieces: &[Id], d: usize) -> Option<Vec<usize>> {
     pieces
         .iter()
         .map(|&p| shape(g, p)?.get(d).copied())
@@ -1167,6 +1171,12 @@ pub fn library() -> Vec<Lemma> {
                 let (Some(p), Some(q)) = (int(g, kids[0]), int(g, kids[1])) else {
                     return vec![];
                 };
+                // A class that is a multiple of itself (`x = x / 2`: two zero blocks merged)
+                // is zeros; nesting its factor would only add x / 4, x / 8, .. one more each
+                // iteration (an attention backward's e-graph reached the node limit on them).
+                if g.find(kids[2]) == g.find(eclass) {
+                    return vec![];
+                }
                 for (p2, q2, x) in scales(g, kids[2]) {
                     // A factor that overflows is left unbuilt (wrapped, it would be wrong).
                     if let (Some(p), Some(q)) = (p.checked_mul(p2), q.checked_mul(q2)) {
@@ -1716,23 +1726,36 @@ pub fn library() -> Vec<Lemma> {
             if kids.len() >= 16 {
                 return res;
             }
-            for (i, &k) in kids.iter().enumerate() {
-                let adds: Vec<(Id, Id)> = g[k]
-                    .nodes
-                    .iter()
-                    .filter_map(|n| match n {
-                        Term::Op(s, c) if is_op!(s, "aten.add.Tensor") && is_one(g, c[2]) => Some((c[0], c[1])),
+            let adds: Vec<Option<(Id, Id)>> = kids
+                .iter()
+                .map(|&k| {
+                    g[k].nodes.iter().find_map(|n| match n {
+                        Term::Op(s, c) if is_op!(s, "aten.add.Tensor") && is_one(g, c[2]) => {
+                            Some((c[0], c[1])).filter(|&(a, b)| full(g, a) && full(g, b))
+                        }
                         _ => None,
                     })
-                    .take(1)
-                    .collect();
-                for (a, b) in adds {
-                    if full(g, a) && full(g, b) {
-                        let mut t = kids.to_vec();
-                        t.splice(i..=i, [a, b]);
-                        res.push(op(g, SUM, t));
+                })
+                .collect();
+            let split = |g: &mut Graph, which: &dyn Fn(usize) -> bool| {
+                let mut t = Vec::with_capacity(kids.len() + 1);
+                for (i, &k) in kids.iter().enumerate() {
+                    match adds[i] {
+                        Some((a, b)) if which(i) => t.extend([a, b]),
+                        _ => t.push(k),
                     }
                 }
+                op(g, SUM, t)
+            };
+            let positions: Vec<usize> = (0..kids.len()).filter(|&i| adds[i].is_some()).collect();
+            if positions.len() <= MAX_SEPARATE_ADDS {
+                for &i in &positions {
+                    res.push(split(g, &|j| j == i));
+                }
+            } else {
+                // One addition at a time, a sum of many additions would grow every subset of
+                // them split (2^n sums, gpt2's attention backward under cp): all at once.
+                res.push(split(g, &|_| true));
             }
             res
         }),

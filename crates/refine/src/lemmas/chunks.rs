@@ -10,15 +10,15 @@
 //! rank's call up and never builds it: on models without cp nothing matches, and a call built
 //! speculatively on a rank tensor would only grow the graph.
 
-use super::{ew, int, int_list, is_true, list, node_sym, op, shape, slice, views, with_kids};
-use super::{Graph, Lemma, GET};
+use super::{cats, ew, int, int_list, is_true, list, node_sym, op, shape, sizes, slice};
+use super::{views, with_kids, Graph, Lemma, GET, SUM};
 use crate::term::{is_op, Term, CAT, LIST, SLICE};
 use egg::{Id, Symbol};
 use std::sync::Arc;
 
 /// The lemmas of this module.
 pub(super) fn lemmas() -> Vec<Lemma> {
-    vec![tokenwise_over_chunk()]
+    vec![tokenwise_over_chunk(), contraction_over_chunks()]
 }
 
 /// A class whose token dim holds the tokens of a slice: `view(slice(x, d, a, b), s)` (or the
@@ -618,6 +618,219 @@ fn tokenwise_over_chunk() -> Lemma {
                 over_chunk(g, sym, kids, &out)
             };
             found.into_iter().collect()
+        }),
+    }
+}
+
+const MM: &str = "aten.mm.default";
+const BMM: &str = "aten.bmm.default";
+const TRANSPOSE: &str = "aten.transpose.int";
+
+/// An operand of a product whose contracted dim flattens a concatenation's dims: `view(cat_d(
+/// pieces), target)`, or a transpose of one, where `target[at]` flattens dims `lo..hi` of the
+/// concatenation and `lo < d < hi` (each piece's tokens interleave with the others').
+struct FlatOperand {
+    /// The transpose's dim operands, when the operand is a transpose of the view.
+    transposed: Option<(Id, Id)>,
+    /// The view's shape.
+    target: Vec<usize>,
+    /// The view's flattened dim.
+    at: usize,
+    /// The extents of the concatenation's dims `lo..hi`.
+    lead: Vec<usize>,
+    /// Which of `lead` the concatenation joins along (`d - lo`).
+    split: usize,
+    /// The concatenation's dim.
+    d: usize,
+    /// The pieces.
+    pieces: Vec<Id>,
+}
+
+/// The flattened-concatenation forms of product operand `x` contracted along `dim`; `other`
+/// is the dim a transpose swaps with it.
+fn flat_operands(g: &Graph, x: Id, dim: usize, other: usize) -> Vec<FlatOperand> {
+    let mut out = Vec::new();
+    let direct = std::iter::once((x, dim, None));
+    let through = super::ring::calls(g, x, TRANSPOSE)
+        .into_iter()
+        .filter_map(|t| {
+            let dims = (int(g, t[1])?, int(g, t[2])?);
+            let swaps = dims == (dim as i64, other as i64) || dims == (other as i64, dim as i64);
+            swaps.then_some((t[0], other, Some((t[1], t[2]))))
+        });
+    for (v, at, transposed) in direct.chain(through) {
+        let Some(target) = shape(g, v) else { continue };
+        for c in views(g, v) {
+            let Some(src) = shape(g, c) else { continue };
+            let Some((lo, hi)) = flattened_range(&src, &target, at) else {
+                continue;
+            };
+            for (d, pieces) in cats(g, c) {
+                if lo < d && d < hi {
+                    out.push(FlatOperand {
+                        transposed,
+                        target: target.clone(),
+                        at,
+                        lead: src[lo..hi].to_vec(),
+                        split: d - lo,
+                        d,
+                        pieces,
+                    });
+                }
+            }
+        }
+    }
+    out.truncate(2);
+    out
+}
+
+/// The dims `lo..hi` of `src` that dim `at` of `target` flattens, all other dims kept.
+fn flattened_range(src: &[usize], target: &[usize], at: usize) -> Option<(usize, usize)> {
+    let lo = at;
+    let hi = src.len().checked_sub(target.len() - at - 1)?;
+    let keeps = src[..lo] == target[..lo] && src[hi..] == target[at + 1..];
+    (keeps && hi > lo + 1 && product(&src[lo..hi]) == target[at]).then_some((lo, hi))
+}
+
+/// The slice `(source, start, end)` along `d` that a piece is, if any.
+fn piece_slice(g: &Graph, piece: Id, d: usize) -> Option<(Id, usize, usize)> {
+    super::ring::calls(g, piece, SLICE)
+        .into_iter()
+        .find_map(|k| {
+            (int(g, k[0])? == d as i64).then_some(())?;
+            let (a, b) = (
+                usize::try_from(int(g, k[1])?).ok()?,
+                usize::try_from(int(g, k[2])?).ok()?,
+            );
+            Some((g.find(k[3]), a, b))
+        })
+}
+
+/// The pieces' indices in groups whose pieces are adjacent slices of one tensor on both sides,
+/// in the same order (each group joins into one slice per side); every other piece alone.
+fn join_groups(g: &Graph, left: &FlatOperand, right: &FlatOperand) -> Vec<Vec<usize>> {
+    let n = left.pieces.len();
+    let ls: Vec<_> = left
+        .pieces
+        .iter()
+        .map(|&p| piece_slice(g, p, left.d))
+        .collect();
+    let rs: Vec<_> = right
+        .pieces
+        .iter()
+        .map(|&p| piece_slice(g, p, right.d))
+        .collect();
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    let mut placed = vec![false; n];
+    for i in 0..n {
+        if placed[i] {
+            continue;
+        }
+        placed[i] = true;
+        let (Some(l), Some(r)) = (ls[i], rs[i]) else {
+            groups.push(vec![i]);
+            continue;
+        };
+        let mut members: Vec<usize> = vec![i];
+        for j in i + 1..n {
+            let same = matches!((ls[j], rs[j]), (Some(a), Some(b)) if a.0 == l.0 && b.0 == r.0);
+            if same && !placed[j] {
+                placed[j] = true;
+                members.push(j);
+            }
+        }
+        members.sort_by_key(|&k| ls[k].map(|s| s.1));
+        let adjacent = members.windows(2).all(|w| {
+            let (Some(a), Some(b), Some(c), Some(e)) = (ls[w[0]], ls[w[1]], rs[w[0]], rs[w[1]])
+            else {
+                return false;
+            };
+            a.2 == b.1 && c.2 == e.1
+        });
+        if adjacent {
+            groups.push(members);
+        } else {
+            groups.extend(members.into_iter().map(|k| vec![k]));
+        }
+    }
+    groups
+}
+
+/// One side of a group's product: the group's pieces joined (one slice of their tensor),
+/// flattened as the operand was, transposed back where it was.
+fn group_operand(g: &mut Graph, side: &FlatOperand, group: &[usize]) -> Option<Id> {
+    let joined = match group {
+        [k] => side.pieces[*k],
+        _ => {
+            let first = piece_slice(g, side.pieces[group[0]], side.d)?;
+            let last = piece_slice(g, side.pieces[*group.last()?], side.d)?;
+            slice(g, side.d, first.1, last.2, first.0)
+        }
+    };
+    let extent = shape(g, joined)?.get(side.d).copied()?;
+    let mut lead = side.lead.clone();
+    lead[side.split] = extent;
+    let mut target = side.target.clone();
+    target[side.at] = product(&lead);
+    let viewed = view_to(g, joined, &target);
+    Some(match side.transposed {
+        Some((a, b)) => op(g, TRANSPOSE, vec![viewed, a, b]),
+        None => viewed,
+    })
+}
+
+/// A product contracting the flattened tokens of two concatenations of chunks is a sum of
+/// products over any partition of the tokens: per group of pieces that join back into one
+/// slice of a rank's tensor, the product of the joined pieces.
+fn contraction_over_chunks() -> Lemma {
+    Lemma {
+        name: "contraction-over-chunks",
+        doc: "mm/bmm(a, b) contracting a dim that flattens dims lo..hi of cat_d(x_i) on both sides (view(cat_d(x_i)) or a transpose of it, lo < d < hi, pieces of equal sizes) = the sum over groups of pieces of mm/bmm of the groups' pieces, flattened alike: a sum over tokens is a sum over any partition of them, each group's pieces adjacent slices of one tensor on both sides (a cp rank's weight gradient over both of its chunks), or a piece alone",
+        roots: vec![MM.into(), BMM.into()],
+        examples: vec![
+            ("(aten.bmm.default (aten.transpose.int (aten.view.default (cat 2 (slice 2 0 1 %r0:x) (slice 2 0 1 %r1:x) (slice 2 1 2 %r1:x) (slice 2 1 2 %r0:x)) (list 2 8 3)) 1 2) (aten.view.default (cat 2 (slice 2 0 1 %r0:y) (slice 2 0 1 %r1:y) (slice 2 1 2 %r1:y) (slice 2 1 2 %r0:y)) (list 2 8 5)))", &[("x", "f64[2,2,2,3]"), ("y", "f64[2,2,2,5]")]),
+            ("(aten.mm.default (aten.transpose.int (aten.view.default (cat 1 %r0:x %r1:x) (list 8 3)) 0 1) (aten.view.default (cat 1 %r0:y %r1:y) (list 8 5)))", &[("x", "f64[2,2,3]"), ("y", "f64[2,2,5]")]),
+            ("(aten.mm.default (aten.view.default (cat 2 %r0:x %r1:x) (list 3 8)) (aten.transpose.int (aten.view.default (cat 2 %r0:y %r1:y) (list 5 8)) 0 1))", &[("x", "f64[3,2,2]"), ("y", "f64[5,2,2]")]),
+        ],
+        requires: None,
+        build: Arc::new(|g, eclass, kids| {
+            let Some(sym) = node_sym(g, eclass, kids, &[MM, BMM]) else {
+                return vec![];
+            };
+            // (left's contracted dim and the one a transpose swaps it with; right's likewise)
+            let (ka, ra, kb, cb) = if sym.as_str() == MM { (1, 0, 0, 1) } else { (2, 1, 1, 2) };
+            let lefts = flat_operands(g, kids[0], ka, ra);
+            if lefts.is_empty() {
+                return vec![];
+            }
+            let rights = flat_operands(g, kids[1], kb, cb);
+            let mut out = Vec::new();
+            for l in &lefts {
+                for r in &rights {
+                    let same_tokens = l.lead == r.lead
+                        && l.split == r.split
+                        && l.pieces.len() == r.pieces.len()
+                        && sizes(g, &l.pieces, l.d).is_some_and(|s| sizes(g, &r.pieces, r.d) == Some(s));
+                    if !same_tokens {
+                        continue;
+                    }
+                    let groups = join_groups(g, l, r);
+                    let terms: Option<Vec<Id>> = groups
+                        .iter()
+                        .map(|grp| {
+                            let a = group_operand(g, l, grp)?;
+                            let b = group_operand(g, r, grp)?;
+                            Some(op(g, sym.as_str(), vec![a, b]))
+                        })
+                        .collect();
+                    match terms.as_deref() {
+                        Some([t]) => out.push(*t),
+                        Some(ts) if !ts.is_empty() => out.push(op(g, SUM, ts.to_vec())),
+                        _ => {}
+                    }
+                }
+            }
+            out
         }),
     }
 }

@@ -290,44 +290,39 @@ fn an_inconclusive_verdict_names_every_stop() {
     );
 }
 
-/// Spec of `(x + y)` squared eight times; its ranks compute the sum as `x - (-y)`, so every
-/// square has only a computed (unclean) expression, doubling in size at each square.
-const SPEC_SQUARES: &str = r#"class GraphModule(torch.nn.Module):
-    def forward(self, x: "f32[4]", y: "f32[4]"):
-        p: "f32[4]" = torch.ops.aten.add.Tensor(x, y);  x = y = None
-        s1: "f32[4]" = torch.ops.aten.mul.Tensor(p, p);  p = None
-        s2: "f32[4]" = torch.ops.aten.mul.Tensor(s1, s1);  s1 = None
-        s3: "f32[4]" = torch.ops.aten.mul.Tensor(s2, s2);  s2 = None
-        s4: "f32[4]" = torch.ops.aten.mul.Tensor(s3, s3);  s3 = None
-        s5: "f32[4]" = torch.ops.aten.mul.Tensor(s4, s4);  s4 = None
-        s6: "f32[4]" = torch.ops.aten.mul.Tensor(s5, s5);  s5 = None
-        s7: "f32[4]" = torch.ops.aten.mul.Tensor(s6, s6);  s6 = None
-        s8: "f32[4]" = torch.ops.aten.mul.Tensor(s7, s7);  s7 = None
-        return (s8,)
-"#;
-
-const RANK_SQUARES: &str = r#"class GraphModule(torch.nn.Module):
-    def forward(self, x: "f32[4]", y: "f32[4]"):
-        neg: "f32[4]" = torch.ops.aten.neg.default(y);  y = None
-        p: "f32[4]" = torch.ops.aten.sub.Tensor(x, neg);  x = neg = None
-        s1: "f32[4]" = torch.ops.aten.mul.Tensor(p, p);  p = None
-        s2: "f32[4]" = torch.ops.aten.mul.Tensor(s1, s1);  s1 = None
-        s3: "f32[4]" = torch.ops.aten.mul.Tensor(s2, s2);  s2 = None
-        s4: "f32[4]" = torch.ops.aten.mul.Tensor(s3, s3);  s3 = None
-        s5: "f32[4]" = torch.ops.aten.mul.Tensor(s4, s4);  s4 = None
-        s6: "f32[4]" = torch.ops.aten.mul.Tensor(s5, s5);  s5 = None
-        s7: "f32[4]" = torch.ops.aten.mul.Tensor(s6, s6);  s6 = None
-        s8: "f32[4]" = torch.ops.aten.mul.Tensor(s7, s7);  s7 = None
-        return (s8,)
-"#;
+/// A program computing `p` from `x` and `y` by `sum` (its lines), then squaring it eight times:
+/// the spec adds, its ranks compute `x - (-y)`, so every square has only a computed (unclean)
+/// expression, doubling in size at each square.
+fn squares_program(sum: &str) -> String {
+    let mut text = String::from(
+        "class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[4]\", y: \"f32[4]\"):\n",
+    );
+    text.push_str(sum);
+    for k in 1..=8 {
+        let prev = if k == 1 {
+            "p".to_string()
+        } else {
+            format!("s{}", k - 1)
+        };
+        text.push_str(&format!(
+            "        s{k}: \"f32[4]\" = torch.ops.aten.mul.Tensor({prev}, {prev});  {prev} = None\n"
+        ));
+    }
+    text + "        return (s8,)\n"
+}
 
 #[test]
 fn a_lost_relation_names_the_operator_whose_expression_outgrew_the_limit() {
     let s = common::Scratch::new();
     let case = write_tp2_case(
         &s,
-        SPEC_SQUARES,
-        RANK_SQUARES,
+        &squares_program(
+            "        p: \"f32[4]\" = torch.ops.aten.add.Tensor(x, y);  x = y = None\n",
+        ),
+        &squares_program(concat!(
+            "        neg: \"f32[4]\" = torch.ops.aten.neg.default(y);  y = None\n",
+            "        p: \"f32[4]\" = torch.ops.aten.sub.Tensor(x, neg);  x = neg = None\n",
+        )),
         "name: squares\ninputs:\n  x: Replicate()\n  y: Replicate()\n",
     );
     let (code, out) = verify(&case);

@@ -1737,11 +1737,12 @@ pub fn library() -> Vec<Lemma> {
                     })
                 })
                 .collect();
-            let split = |g: &mut Graph, which: &dyn Fn(usize) -> bool| {
+            // The additions at `only` (all of them for `None`) split into their terms.
+            let split = |g: &mut Graph, only: Option<usize>| {
                 let mut t = Vec::with_capacity(kids.len() + 1);
                 for (i, &k) in kids.iter().enumerate() {
                     match adds[i] {
-                        Some((a, b)) if which(i) => t.extend([a, b]),
+                        Some((a, b)) if only.is_none_or(|j| j == i) => t.extend([a, b]),
                         _ => t.push(k),
                     }
                 }
@@ -1750,12 +1751,12 @@ pub fn library() -> Vec<Lemma> {
             let positions: Vec<usize> = (0..kids.len()).filter(|&i| adds[i].is_some()).collect();
             if positions.len() <= MAX_SEPARATE_ADDS {
                 for &i in &positions {
-                    res.push(split(g, &|j| j == i));
+                    res.push(split(g, Some(i)));
                 }
             } else {
                 // One addition at a time, a sum of many additions would grow every subset of
                 // them split (2^n sums, gpt2's attention backward under cp): all at once.
-                res.push(split(g, &|_| true));
+                res.push(split(g, None));
             }
             res
         }),

@@ -692,80 +692,53 @@ fn flattened_range(src: &[usize], target: &[usize], at: usize) -> Option<(usize,
     (keeps && hi > lo + 1 && product(&src[lo..hi]) == target[at]).then_some((lo, hi))
 }
 
-/// The slice `(source, start, end)` along `d` that a piece is, if any.
-fn piece_slice(g: &Graph, piece: Id, d: usize) -> Option<(Id, usize, usize)> {
+/// The slice `(source, start)` along `d` that a piece is, if any.
+fn piece_slice(g: &Graph, piece: Id, d: usize) -> Option<(Id, i64)> {
     super::ring::calls(g, piece, SLICE)
         .into_iter()
-        .find_map(|k| {
-            (int(g, k[0])? == d as i64).then_some(())?;
-            let (a, b) = (
-                usize::try_from(int(g, k[1])?).ok()?,
-                usize::try_from(int(g, k[2])?).ok()?,
-            );
-            Some((g.find(k[3]), a, b))
-        })
+        .find_map(|k| (int(g, k[0])? == d as i64).then(|| Some((g.find(k[3]), int(g, k[1])?)))?)
 }
 
-/// The pieces' indices in groups whose pieces are adjacent slices of one tensor on both sides,
-/// in the same order (each group joins into one slice per side); every other piece alone.
-fn join_groups(g: &Graph, left: &FlatOperand, right: &FlatOperand) -> Vec<Vec<usize>> {
-    let n = left.pieces.len();
-    let ls: Vec<_> = left
-        .pieces
-        .iter()
-        .map(|&p| piece_slice(g, p, left.d))
-        .collect();
-    let rs: Vec<_> = right
-        .pieces
-        .iter()
-        .map(|&p| piece_slice(g, p, right.d))
-        .collect();
-    let mut groups: Vec<Vec<usize>> = Vec::new();
-    let mut placed = vec![false; n];
-    for i in 0..n {
-        if placed[i] {
-            continue;
-        }
-        placed[i] = true;
-        let (Some(l), Some(r)) = (ls[i], rs[i]) else {
-            groups.push(vec![i]);
+/// The pieces' indices grouped by the tensors both sides slice them from (in the order of the
+/// left side's slices); a piece that is no slice stands alone.
+fn groups_by_source(g: &Graph, left: &FlatOperand, right: &FlatOperand) -> Vec<Vec<usize>> {
+    // Per pair of sources (left, right): the members' (left start, index).
+    let mut sources: Vec<(Id, Id)> = Vec::new();
+    let mut members: Vec<Vec<(i64, usize)>> = Vec::new();
+    let mut alone = Vec::new();
+    for i in 0..left.pieces.len() {
+        let l = piece_slice(g, left.pieces[i], left.d);
+        let r = piece_slice(g, right.pieces[i], right.d);
+        let (Some((ls, start)), Some((rs, _))) = (l, r) else {
+            alone.push(vec![i]);
             continue;
         };
-        let mut members: Vec<usize> = vec![i];
-        for j in i + 1..n {
-            let same = matches!((ls[j], rs[j]), (Some(a), Some(b)) if a.0 == l.0 && b.0 == r.0);
-            if same && !placed[j] {
-                placed[j] = true;
-                members.push(j);
+        match sources.iter().position(|&key| key == (ls, rs)) {
+            Some(k) => members[k].push((start, i)),
+            None => {
+                sources.push((ls, rs));
+                members.push(vec![(start, i)]);
             }
         }
-        members.sort_by_key(|&k| ls[k].map(|s| s.1));
-        let adjacent = members.windows(2).all(|w| {
-            let (Some(a), Some(b), Some(c), Some(e)) = (ls[w[0]], ls[w[1]], rs[w[0]], rs[w[1]])
-            else {
-                return false;
-            };
-            a.2 == b.1 && c.2 == e.1
-        });
-        if adjacent {
-            groups.push(members);
-        } else {
-            groups.extend(members.into_iter().map(|k| vec![k]));
-        }
     }
-    groups
+    members
+        .into_iter()
+        .map(|mut m| {
+            m.sort_unstable();
+            m.into_iter().map(|(_, i)| i).collect()
+        })
+        .chain(alone)
+        .collect()
 }
 
-/// One side of a group's product: the group's pieces joined (one slice of their tensor),
-/// flattened as the operand was, transposed back where it was.
+/// One side of a group's product: the group's pieces joined (adjacent slices of one tensor,
+/// see [`adjacent_slices`](super::flash::adjacent_slices)), flattened as the operand was, and
+/// transposed back where it was; `None` when the pieces do not join.
 fn group_operand(g: &mut Graph, side: &FlatOperand, group: &[usize]) -> Option<Id> {
-    let joined = match group {
-        [k] => side.pieces[*k],
-        _ => {
-            let first = piece_slice(g, side.pieces[group[0]], side.d)?;
-            let last = piece_slice(g, side.pieces[*group.last()?], side.d)?;
-            slice(g, side.d, first.1, last.2, first.0)
-        }
+    let pieces: Vec<Id> = group.iter().map(|&k| side.pieces[k]).collect();
+    let joined = match pieces[..] {
+        [p] => p,
+        _ => super::flash::adjacent_slices(g, &pieces, side.d)?,
     };
     let extent = shape(g, joined)?.get(side.d).copied()?;
     let mut lead = side.lead.clone();
@@ -777,6 +750,26 @@ fn group_operand(g: &mut Graph, side: &FlatOperand, group: &[usize]) -> Option<I
         Some((a, b)) => op(g, TRANSPOSE, vec![viewed, a, b]),
         None => viewed,
     })
+}
+
+/// The product of a group's pieces on both sides; a group whose pieces do not join on both
+/// sides is its pieces' products, one each. `None` when a piece cannot be viewed back (the sum
+/// would miss its term).
+fn group_products(
+    g: &mut Graph,
+    sym: &str,
+    l: &FlatOperand,
+    r: &FlatOperand,
+    group: &[usize],
+) -> Option<Vec<Id>> {
+    let product = |g: &mut Graph, grp: &[usize]| {
+        let (a, b) = (group_operand(g, l, grp)?, group_operand(g, r, grp)?);
+        Some(op(g, sym, vec![a, b]))
+    };
+    if let Some(t) = product(g, group) {
+        return Some(vec![t]);
+    }
+    group.iter().map(|&k| product(g, &[k])).collect()
 }
 
 /// A product contracting the flattened tokens of two concatenations of chunks is a sum of
@@ -814,16 +807,12 @@ fn contraction_over_chunks() -> Lemma {
                     if !same_tokens {
                         continue;
                     }
-                    let groups = join_groups(g, l, r);
-                    let terms: Option<Vec<Id>> = groups
+                    // Every piece in a term, or no result: a sum missing a piece is wrong.
+                    let terms: Option<Vec<Vec<Id>>> = groups_by_source(g, l, r)
                         .iter()
-                        .map(|grp| {
-                            let a = group_operand(g, l, grp)?;
-                            let b = group_operand(g, r, grp)?;
-                            Some(op(g, sym.as_str(), vec![a, b]))
-                        })
+                        .map(|group| group_products(g, sym.as_str(), l, r, group))
                         .collect();
-                    match terms.as_deref() {
+                    match terms.map(|t| t.concat()).as_deref() {
                         Some([t]) => out.push(*t),
                         Some(ts) if !ts.is_empty() => out.push(op(g, SUM, ts.to_vec())),
                         _ => {}

@@ -219,7 +219,7 @@ fn join(g: &mut Graph, pieces: &[Id], d: usize, depth: usize) -> Option<Id> {
 
 /// The slice `[a_0, b_n)` along `d` of one tensor `x` when the pieces are its slices `[a_i, b_i)`
 /// in order with `b_i = a_{i+1}` (`x` itself when they cover it).
-fn adjacent_slices(g: &mut Graph, pieces: &[Id], d: usize) -> Option<Id> {
+pub(super) fn adjacent_slices(g: &mut Graph, pieces: &[Id], d: usize) -> Option<Id> {
     let slices_of = |g: &Graph, p: Id| -> Vec<(i64, i64, Id)> {
         calls(g, p, SLICE)
             .into_iter()

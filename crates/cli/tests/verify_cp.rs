@@ -151,6 +151,48 @@ fn llama_ring_attention_full_iteration_verifies() {
     assert!(out.contains("certificate:"), "{out}");
 }
 
+/// gpt2's positions without the chunk offset and its block-local masks stay unverified on the
+/// full iteration, now that its correct full iteration verifies (the lemmas that read a rank's
+/// products as multiples and blocks of its tensors must not paper over a wrong mask).
+#[test]
+fn gpt2_cp_bug_full_iteration_is_never_verified() {
+    full_iteration_bugs_never_verify("gpt2", &["cp-rope-no-offset", "cp-causal-mask-local"]);
+}
+
+/// gpt2's full iteration verifies under cp. Its ranks scale the scores' gradient before the
+/// products (`bmm(transpose(0.5 dS), Q)`) while the spec's blocks hold the unscaled one: the
+/// products the lemmas look up are the ranks' tensors' multiples. dK's block of a rank's
+/// second chunk is that rank's product the other way round, its first query chunk masked; the
+/// spec's sums of transposed blocks meet the sums the ranks pass along the ring; dQ's blocks
+/// are rows of a rank's products over the keys it holds.
+#[test]
+fn gpt2_ring_attention_full_iteration_verifies() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = emit("gpt2", dir.path(), "cp=2", &[]);
+    let case = case.to_str().unwrap();
+    let out = shardproof_in(dir.path(), &["verify", "--quiet", "--trace", case]);
+    let text = format!("{}{}", out.stdout, out.stderr);
+    assert_eq!(out.code, Some(0), "{text}");
+    assert!(text.contains("certificate:"), "{text}");
+    let trace_line = |op: &str| {
+        text.lines()
+            .find(|l| l.trim_start().starts_with(&format!("{op} (")))
+            .unwrap_or_else(|| panic!("no trace line for {op}:\n{text}"))
+    };
+    for (op, piece) in [
+        (
+            "bmm_7",
+            "transpose.int(sum(r1.bmm_12[dim 1: 2..4], r0.bmm_17[dim 1: 2..4]), 1, 2)",
+        ),
+        ("view_40", "permute(r0.add_16[dim 2: 0..2], [0, 1, 3, 2])"),
+        ("bmm_6", "r1.add_15[dim 1: 0..2]"),
+    ] {
+        let line = trace_line(op);
+        assert!(line.contains(piece), "{line}");
+        assert!(line.ends_with("* 1/2)"), "{line}");
+    }
+}
+
 /// gpt2's overscaled loss is refuted at the loss, and a run confirms it.
 #[test]
 fn gpt2_cp_bug_full_iteration_is_refuted() {

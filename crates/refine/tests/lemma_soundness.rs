@@ -104,3 +104,51 @@ fn every_lemma_is_sound() {
         lemmas.len()
     );
 }
+
+/// A product the ring-attention lemmas look up is also the multiple of the rank tensor that
+/// scales it: with `t = (1/2) bmm(2 t, ones)` in the e-graph (t a rank tensor, `ones` a
+/// `[.., 1, 1]` fill, so the premise holds), the row slice of `bmm(2 t, ones)` is also a slice
+/// of `2 t`, and every class still evaluates to one value.
+#[test]
+fn a_looked_up_product_is_a_multiple_of_the_rank_tensor_scaling_it() {
+    let ones = "(aten.full.default (list 2 1 1) f:1.0 dt:f64 none dev b:false)";
+    let product = format!("(aten.bmm.default (scale 2 1 %r0:t) {ones})");
+    let premise: RecExpr<Term> = format!("(= %r0:t (scale 1 2 {product}))").parse().unwrap();
+    let rows: RecExpr<Term> = format!("(aten.bmm.default (slice 1 0 1 (scale 2 1 %r0:t)) {ones})")
+        .parse()
+        .unwrap();
+    let leaf = egg::Symbol::from("%r0:t");
+    let mut eg: EGraph<Term, Shapes> = EGraph::new(Shapes::default());
+    eg.analysis
+        .leaves
+        .insert(leaf, Meta::new(DType::F64, vec![2, 3, 1]));
+    let mut rng = ChaCha8Rng::seed_from_u64(11);
+    let leaves = HashMap::from([(
+        "r0:t".to_string(),
+        random_tensor(DType::F64, vec![2, 3, 1], 8, &mut || rng.random::<f64>()),
+    )]);
+    let root = eg.add_expr(&premise);
+    let sides: Vec<egg::Id> = eg[root].nodes[0].children().to_vec();
+    eg.union(sides[0], sides[1]);
+    let slice_rows = eg.add_expr(&rows);
+    eg.rebuild();
+    let lemma = library()
+        .into_iter()
+        .find(|l| l.name == "product-of-row-slice")
+        .unwrap();
+    let runner = Runner::default()
+        .with_egraph(eg)
+        .with_iter_limit(2)
+        .run(&lemma.rewrites());
+    let eg = runner.egraph;
+    let t = eg.lookup(Term::Op(leaf, vec![])).unwrap();
+    let of_rank_tensor = eg[slice_rows].nodes.iter().any(|n| {
+        matches!(n, Term::Op(s, k) if s.as_str() == "slice"
+            && eg[k[3]].nodes.iter().any(|m| matches!(m, Term::Op(s2, k2) if s2.as_str() == "scale" && eg.find(k2[2]) == t)))
+    });
+    assert!(
+        of_rank_tensor,
+        "the row slice did not reach a multiple of the rank tensor"
+    );
+    classes_agree(&eg, &leaves).unwrap();
+}

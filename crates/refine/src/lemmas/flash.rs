@@ -13,7 +13,7 @@ use super::ring::{
     calls, cats_along, finite_lse, fully_masked, has, is_maximum_of, make_fill, normalizer_parts,
 };
 use super::{classes_of, int, is_one, op, shape, slice, zero_fill, Graph, Lemma, SUM};
-use crate::term::{is_op, CAT, SLICE};
+use crate::term::{is_op, Term, CAT, SLICE};
 use egg::Id;
 use std::sync::Arc;
 
@@ -30,6 +30,7 @@ pub(super) fn lemmas() -> Vec<Lemma> {
         softmax_backward_key_blocks(),
         rowsum_of_scores_gradient(),
         softmax_backward_through_view(),
+        sum_of_common_layout(),
     ]
 }
 
@@ -345,7 +346,7 @@ fn join_terms(g: &mut Graph, x: &[Blocks], y: &[Blocks]) -> Option<(Id, Blocks)>
 fn product_of_row_slice() -> Lemma {
     Lemma {
         name: "product-of-row-slice",
-        doc: "mm/bmm/matmul(slice_row(a), b) = slice_row(mm/bmm/matmul(a, b)) and mm/bmm/matmul(a, slice_col(b)) = slice_col(mm/bmm/matmul(a, b)), also through a transpose of the last two dims (transpose(slice(x)) is a slice of transpose(x)), only where the whole product is already in the e-graph: a block product of the spec meets the rows of a rank's product",
+        doc: "mm/bmm/matmul(slice_row(a), b) = slice_row(mm/bmm/matmul(a, b)) and mm/bmm/matmul(a, slice_col(b)) = slice_col(mm/bmm/matmul(a, b)), also through a transpose of the last two dims (transpose(slice(x)) is a slice of transpose(x)), only where the whole product is already in the e-graph (also as the multiple of a rank tensor that scales it, t = (p/q) product): a block product of the spec meets the rows of a rank's product",
         roots: PRODUCTS.iter().map(|s| s.to_string()).collect(),
         examples: vec![
             ("(cat 1 (aten.bmm.default (slice 1 0 2 %r0:a) %r0:b) (aten.bmm.default %r0:a %r0:b))", &[("a", "f64[2,3,3]"), ("b", "f64[2,3,4]")]),
@@ -373,12 +374,43 @@ fn product_of_row_slice() -> Lemma {
                     k[side] = whole;
                     let node = crate::term::Term::Op(egg::Symbol::from(sym), k);
                     let Some(product) = g.lookup(node) else { continue };
-                    out.push(slice(g, d, a, b, product));
+                    for product in with_rank_multiple(g, product) {
+                        out.push(slice(g, d, a, b, product));
+                    }
                 }
             }
             out
         }),
     }
+}
+
+/// A product found in the e-graph, and where a rank tensor `t = (p/q) x` scales it (a rank's
+/// gradient of its local loss: the spec's product is a multiple of it), also `x = (q/p) t`, so
+/// the relation reaches the rank's tensor. Only products the lemmas here look up get the
+/// multiple (the engine's general `scaled-rank-tensor` runs only on its wider attempt).
+fn with_rank_multiple(g: &mut Graph, x: Id) -> Vec<Id> {
+    let x = g.find(x);
+    let mut out = vec![x];
+    if g[x].nodes.iter().any(crate::term::is_leaf) {
+        return out;
+    }
+    let parents: Vec<Id> = g[x].parents().map(|p| g.find(p)).collect();
+    let multiple = parents.into_iter().find_map(|t| {
+        if !g[t].nodes.iter().any(crate::term::is_leaf) {
+            return None;
+        }
+        calls(g, t, super::SCALE).into_iter().find_map(|k| {
+            if k.len() != 3 || g.find(k[2]) != x {
+                return None;
+            }
+            let (p, q) = (int(g, k[0])?, int(g, k[1])?);
+            (p != 0).then_some((p, q, t))
+        })
+    });
+    if let Some((p, q, t)) = multiple {
+        out.push(super::scale(g, q, p, t));
+    }
+    out
 }
 
 /// A slice along a dim: (dim, start, end).
@@ -434,7 +466,7 @@ fn present_transposes(g: &Graph, id: Id, r: usize, sliced: usize) -> Vec<(Id, Op
 fn transposed_product() -> Lemma {
     Lemma {
         name: "transposed-product",
-        doc: "mm/bmm(a, b) = transpose(mm/bmm(transpose(b), transpose(a))) (transposes of the last two dims), where transpose(a) and transpose(b) are present or cancel a transpose, and slice_col(z)^T = slice_row(z^T): only where the product the other way round is already in the e-graph",
+        doc: "mm/bmm(a, b) = transpose(mm/bmm(transpose(b), transpose(a))) (transposes of the last two dims), where transpose(a) and transpose(b) are present or cancel a transpose, and slice_col(z)^T = slice_row(z^T): only where the product the other way round is already in the e-graph (also as the multiple of a rank tensor that scales it)",
         roots: vec![BMM.into(), MM.into()],
         examples: vec![
             ("(cat 2 (aten.bmm.default (aten.transpose.int %r0:q 1 2) (slice 2 0 2 %r0:s)) (aten.bmm.default (aten.transpose.int %r0:s 1 2) %r0:q))", &[("q", "f64[2,3,4]"), ("s", "f64[2,3,4]")]),
@@ -465,12 +497,7 @@ fn transposed_product() -> Lemma {
             }
             let mut out = Vec::new();
             for (p, cut) in found.into_iter().take(2) {
-                let p = match cut {
-                    Some((d, s, e)) => slice(g, d, s, e, p),
-                    None => p,
-                };
-                let (a, b) = (super::num(g, row as i64), super::num(g, row as i64 + 1));
-                out.push(op(g, TRANSPOSE, vec![p, a, b]));
+                out.extend(transposed_back(g, p, cut, row));
             }
             out
         }),
@@ -507,15 +534,24 @@ fn zero_range(g: &Graph, id: Id, d: usize, s: usize, e: usize) -> bool {
 fn product_of_contraction_block() -> Lemma {
     Lemma {
         name: "product-of-contraction-block",
-        doc: "mm/bmm/matmul(slice_k(a, s, e), slice_k(b, s, e)) = mm/bmm/matmul(a, b), both sliced along the contraction dims (also a transpose of a slice, its whole transpose present), when for the rest of the contraction a's or b's block is zeros (a zero fill, a zero piece of a concatenation, or a block of a rank tensor the ranks' programs make zero): a rank multiplies its whole block of recomputed probabilities, whose masked part adds nothing",
+        doc: "mm/bmm/matmul(slice_k(a, s, e), slice_k(b, s, e)) = mm/bmm/matmul(a, b), both sliced along the contraction dims (also a transpose of a slice, its whole transpose present), when for the rest of the contraction a's or b's block is zeros (a zero fill, a zero piece of a concatenation, or a block of a rank tensor the ranks' programs make zero); a block is also a piece of a concatenation present (a rank tensor joined from its chunks) or, for rows of a rank tensor's block, slice_k(slice_row(x)); where a^T is absent the product is taken the other way round, mm(z^T, b) = mm(b^T, z)^T, only if that product is present: a rank multiplies its whole block of recomputed probabilities, whose masked part adds nothing",
         roots: PRODUCTS.iter().map(|s| s.to_string()).collect(),
         examples: vec![
             ("(aten.bmm.default (slice 2 2 4 %r0:a) (slice 1 2 4 (cat 1 (aten.full.default (list 2 2 3) f:0.0 dt:f64 none dev b:false) %r0:b)))", &[("a", "f64[2,3,4]"), ("b", "f64[2,2,3]")]),
             ("(cat 1 (aten.mm.default (aten.transpose.int (slice 0 0 1 %r0:q) 0 1) (slice 0 0 1 (cat 0 %r0:s (aten.full.default (list 2 3) f:0.0 dt:f64 none dev b:false)))) (aten.transpose.int %r0:q 0 1))", &[("q", "f64[3,2]"), ("s", "f64[1,3]")]),
+            // The other way round: z^T is absent, the product b^T z present.
+            ("(cat 0 (aten.bmm.default (aten.transpose.int (slice 1 0 2 %r0:z) 1 2) (slice 1 0 2 (cat 1 %r0:s (aten.full.default (list 2 2 5) f:0.0 dt:f64 none dev b:false)))) (aten.transpose.int (aten.bmm.default (aten.transpose.int (cat 1 %r0:s (aten.full.default (list 2 2 5) f:0.0 dt:f64 none dev b:false)) 1 2) %r0:z) 1 2))", &[("z", "f64[2,4,3]"), ("s", "f64[2,2,5]")]),
+            // A piece of a concatenation present as the left block.
+            ("(cat 0 (aten.bmm.default %r0:p (slice 1 0 2 (cat 1 %r0:s (aten.full.default (list 2 2 5) f:0.0 dt:f64 none dev b:false)))) (aten.bmm.default (cat 2 %r0:p %r0:q) (cat 1 %r0:s (aten.full.default (list 2 2 5) f:0.0 dt:f64 none dev b:false))))", &[("p", "f64[2,3,2]"), ("q", "f64[2,3,2]"), ("s", "f64[2,2,5]")]),
+            // Rows of a rank tensor's contraction block.
+            ("(aten.bmm.default (slice 1 0 1 (slice 2 0 2 %r0:m)) (slice 1 0 2 (cat 1 %r0:s (aten.full.default (list 2 2 5) f:0.0 dt:f64 none dev b:false))))", &[("m", "f64[2,3,4]"), ("s", "f64[2,2,5]")]),
         ],
         requires: None,
         build: Arc::new(|g, eclass, kids| {
-            if !(has(g, kids[0], SLICE) || has(g, kids[0], TRANSPOSE)) || !has(g, kids[1], SLICE) {
+            // One operand at least is a slice or a transpose of one (the other may be a piece
+            // of a concatenation, found through its parents).
+            let sliced = |id: Id| has(g, id, SLICE) || has(g, id, TRANSPOSE);
+            if !(sliced(kids[0]) || sliced(kids[1])) {
                 return vec![];
             }
             let Some(sym) = super::node_sym(g, eclass, kids, &PRODUCTS).map(|s| s.as_str()) else {
@@ -524,8 +560,12 @@ fn product_of_contraction_block() -> Lemma {
             let (Some(sa), Some(sb)) = (shape(g, kids[0]), shape(g, kids[1])) else { return vec![] };
             let Some((_, ka, kb)) = product_dims(sym, sa.len(), sb.len()) else { return vec![] };
             let mut out = Vec::new();
-            for (s, e, a) in sliced_operand(g, kids[0], ka) {
-                for (s2, e2, b) in sliced_operand(g, kids[1], kb) {
+            let mut lefts = blocks_along(g, kids[0], ka);
+            lefts.extend(rows_of_blocks(g, kids[0], ka));
+            let mut rights = blocks_along(g, kids[1], kb);
+            rights.extend(rows_of_blocks(g, kids[1], kb));
+            for &(s, e, a) in &lefts {
+                for &(s2, e2, b) in &rights {
                     let (Some(wa), Some(wb)) = (shape(g, a), shape(g, b)) else { continue };
                     let n = wa[ka];
                     if (s, e) != (s2, e2) || wb[kb] != n || e > n {
@@ -539,10 +579,84 @@ fn product_of_contraction_block() -> Lemma {
                     }
                 }
             }
+            if out.is_empty() && (sym == BMM || sym == MM) {
+                out = contraction_block_the_other_way(g, sym, kids, ka);
+            }
             out.truncate(2);
             out
         }),
     }
+}
+
+/// `product-of-contraction-block` where one operand is `transpose(slice_k(z))` and the e-graph
+/// lacks `transpose(z)`: the whole product is the transpose of the product the other way round,
+/// `mm(z^T, b) = mm(b^T, z)^T` (and `mm(a, z^T) = mm(z, a^T)^T`), taken only where that product
+/// is already present (`b^T` present, or a slice of a present transpose). Building `z^T` instead
+/// would add a transpose every other lemma rewrites; the rank computes the other way round.
+fn contraction_block_the_other_way(g: &mut Graph, sym: &str, kids: &[Id], k: usize) -> Vec<Id> {
+    let row = k - 1;
+    let mut found = Vec::new();
+    for z_side in [0usize, 1] {
+        // The contraction runs along `z`'s dim `zk` and the other operand `w`'s dim `zk` too
+        // (left: `z^T` contracts its dim `k`, which is `z`'s `row`, against `w`'s `row`; right:
+        // the mirror image); `w`'s other dim `wk` is the one its transpose's slice cuts.
+        let (zk, wk) = if z_side == 0 {
+            (row, row + 1)
+        } else {
+            (row + 1, row)
+        };
+        for (s, e, z, cut_dim) in transposed_blocks(g, kids[z_side], wk) {
+            if cut_dim != zk {
+                continue;
+            }
+            for (s2, e2, w) in blocks_along(g, kids[1 - z_side], zk) {
+                let (Some(wz), Some(ww)) = (shape(g, z), shape(g, w)) else {
+                    continue;
+                };
+                let n = wz[zk];
+                if (s, e) != (s2, e2) || ww[zk] != n || e > n {
+                    continue;
+                }
+                let rest_zero = |lo: usize, hi: usize| {
+                    zero_range(g, z, zk, lo, hi) || zero_range(g, w, zk, lo, hi)
+                };
+                if !(rest_zero(0, s) && rest_zero(e, n)) {
+                    continue;
+                }
+                for (tw, cut) in present_transposes(g, w, row, wk) {
+                    let pair = if z_side == 0 {
+                        vec![tw, z]
+                    } else {
+                        vec![z, tw]
+                    };
+                    let node = Term::Op(egg::Symbol::from(sym), pair);
+                    if let Some(p) = g.lookup(node) {
+                        found.push((p, cut));
+                    }
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (p, cut) in found.into_iter().take(2) {
+        out.extend(transposed_back(g, p, cut, row));
+    }
+    out
+}
+
+/// `transpose(slice(cut, p))` over the last two dims (`row`, `row + 1`), for the product `p`
+/// and the rank tensor it is a multiple of.
+fn transposed_back(g: &mut Graph, p: Id, cut: Option<Cut>, row: usize) -> Vec<Id> {
+    let mut out = Vec::new();
+    for p in with_rank_multiple(g, p) {
+        let p = match cut {
+            Some((d, s, e)) => slice(g, d, s, e, p),
+            None => p,
+        };
+        let (a, b) = (super::num(g, row as i64), super::num(g, row as i64 + 1));
+        out.push(op(g, TRANSPOSE, vec![p, a, b]));
+    }
+    out
 }
 
 /// The `(a, b, x)` where a class is `slice(d, a, b, x)`, or `transpose(slice(d', a, b, z), d,
@@ -556,31 +670,142 @@ fn sliced_operand(g: &Graph, id: Id, d: usize) -> Vec<(usize, usize, Id)> {
             }
         }
     }
-    for t in calls(g, id, TRANSPOSE) {
-        let (Some(x), Some(y)) = (int(g, t[1]), int(g, t[2])) else {
-            continue;
-        };
-        let other = if x == d as i64 {
-            y
-        } else if y == d as i64 {
-            x
-        } else {
-            continue;
-        };
+    let transposed = transposed_slices(g, id, d).into_iter();
+    out.extend(transposed.filter_map(|(a, b, _, whole, _)| Some((a, b, whole?))));
+    out.truncate(4);
+    out
+}
+
+/// The `(a, b, z, transpose(z), d')` where a class is `transpose(slice(d', a, b, z), d, d')`,
+/// the whole transpose `None` where the e-graph lacks it.
+fn transposed_slices(g: &Graph, id: Id, d: usize) -> Vec<(usize, usize, Id, Option<Id>, usize)> {
+    let mut out = Vec::new();
+    for (t, other) in transposes_of(g, id, d) {
         for k in calls(g, t[0], SLICE) {
-            if k.len() != 4 || int(g, k[0]) != Some(other) {
+            if k.len() != 4 || int(g, k[0]) != Some(other as i64) {
                 continue;
             }
             let (Some(a), Some(b)) = (int(g, k[1]), int(g, k[2])) else {
                 continue;
             };
-            let node = crate::term::Term::Op(egg::Symbol::from(TRANSPOSE), vec![k[3], t[1], t[2]]);
-            if let Some(whole) = g.lookup(node) {
-                out.push((a as usize, b as usize, whole));
+            let node = Term::Op(egg::Symbol::from(TRANSPOSE), vec![k[3], t[1], t[2]]);
+            out.push((a as usize, b as usize, k[3], g.lookup(node), other));
+        }
+    }
+    out
+}
+
+/// The transposes `transpose(x, d, d')` (either order) a class holds, with `d'`.
+fn transposes_of(g: &Graph, id: Id, d: usize) -> Vec<(Vec<Id>, usize)> {
+    let mut out = Vec::new();
+    for t in calls(g, id, TRANSPOSE) {
+        let (Some(x), Some(y)) = (int(g, t[1]), int(g, t[2])) else {
+            continue;
+        };
+        let other = match (x == d as i64, y == d as i64) {
+            (true, _) => y,
+            (_, true) => x,
+            _ => continue,
+        };
+        if let Ok(other) = usize::try_from(other) {
+            out.push((t, other));
+        }
+    }
+    out
+}
+
+/// The `(a, b, z, d')` where a class is the transpose (dims `d`, `d'`) of the block `a..b`
+/// along `d'` of `z`: `transpose(slice(d', a, b, z))`, or `transpose(p)` for `p` a piece of a
+/// concatenation `z` along `d'` already in the e-graph (a rank tensor joined from its chunks).
+fn transposed_blocks(g: &Graph, id: Id, d: usize) -> Vec<(usize, usize, Id, usize)> {
+    let mut out: Vec<_> = transposed_slices(g, id, d)
+        .into_iter()
+        .map(|(a, b, z, _, other)| (a, b, z, other))
+        .collect();
+    for (t, other) in transposes_of(g, id, d) {
+        for (a, b, whole) in pieces_of_cats(g, t[0], other) {
+            out.push((a, b, whole, other));
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out.truncate(4);
+    out
+}
+
+/// The `(a, b, z)` where a class is the piece `a..b` along `d` of a concatenation `z` already
+/// in the e-graph.
+fn pieces_of_cats(g: &Graph, id: Id, d: usize) -> Vec<(usize, usize, Id)> {
+    let piece = g.find(id);
+    let mut out = Vec::new();
+    for parent in g[piece].parents() {
+        for (cd, pieces) in super::cats(g, parent) {
+            if cd != d {
+                continue;
+            }
+            let mut at = 0;
+            for p in pieces {
+                let Some(n) = shape(g, p).and_then(|sh| sh.get(cd).copied()) else {
+                    break;
+                };
+                if g.find(p) == piece {
+                    out.push((at, at + n, g.find(parent)));
+                    break;
+                }
+                at += n;
             }
         }
     }
-    out.truncate(4);
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// The `(a, b, slice(d', a', b', x))` where a class is `slice(d', a', b', slice(d, a, b, x))`
+/// (`d' != d`) of a rank tensor `x`: the block with its slice along `d` moved outside, so the
+/// rows of a rank's tensor are a whole whose contraction block the spec multiplies.
+fn rows_of_blocks(g: &mut Graph, id: Id, d: usize) -> Vec<(usize, usize, Id)> {
+    let mut found = Vec::new();
+    for outer in calls(g, id, SLICE) {
+        if outer.len() != 4 {
+            continue;
+        }
+        let (Some(d2), Some(a2), Some(b2)) = (int(g, outer[0]), int(g, outer[1]), int(g, outer[2]))
+        else {
+            continue;
+        };
+        if d2 == d as i64 {
+            continue;
+        }
+        for inner in calls(g, outer[3], SLICE) {
+            if inner.len() != 4
+                || int(g, inner[0]) != Some(d as i64)
+                || !g[inner[3]].nodes.iter().any(crate::term::is_leaf)
+            {
+                continue;
+            }
+            if let (Some(a), Some(b)) = (int(g, inner[1]), int(g, inner[2])) {
+                found.push((
+                    a as usize,
+                    b as usize,
+                    (d2 as usize, a2 as usize, b2 as usize, inner[3]),
+                ));
+            }
+        }
+    }
+    found.truncate(2);
+    found
+        .into_iter()
+        .map(|(a, b, (d2, a2, b2, x))| (a, b, slice(g, d2, a2, b2, x)))
+        .collect()
+}
+
+/// `sliced_operand`, and the pieces of concatenations along `d` already in the e-graph: a
+/// rank tensor the e-graph joins from its chunks is a whole whose blocks the spec multiplies.
+fn blocks_along(g: &Graph, id: Id, d: usize) -> Vec<(usize, usize, Id)> {
+    let mut out = sliced_operand(g, id, d);
+    out.extend(pieces_of_cats(g, id, d));
+    out.truncate(6);
     out
 }
 
@@ -996,6 +1221,118 @@ pub fn mark_zero_blocks(g: &mut Graph) -> bool {
         changed |= g.union(c, fill);
     }
     changed
+}
+
+/// The layout operators `sum-of-common-layout` factors out of a sum, with the position of
+/// their tensor operand.
+const LAYOUTS: [(&str, usize); 4] = [
+    ("aten.permute.default", 0),
+    (TRANSPOSE, 0),
+    ("aten.view.default", 0),
+    (SLICE, 3),
+];
+
+/// The layout calls shared by every term: `(operator, arguments, the terms' operands)` for each
+/// layout operator with the same arguments (dims, shape, range) in every term's class.
+fn common_layouts(g: &Graph, terms: &[Id]) -> Vec<(egg::Symbol, Vec<Id>, Vec<Id>)> {
+    let mut out = Vec::new();
+    for (sym, at) in LAYOUTS {
+        let sym = egg::Symbol::from(sym);
+        let of = |id: Id| -> Vec<Vec<Id>> {
+            g[id]
+                .nodes
+                .iter()
+                .filter_map(|n| match n {
+                    Term::Op(s, k) if *s == sym && k.len() > at => {
+                        Some(k.iter().map(|&c| g.find(c)).collect())
+                    }
+                    _ => None,
+                })
+                .collect()
+        };
+        for first in of(terms[0]) {
+            let same_args = |k: &Vec<Id>| {
+                (0..k.len()).all(|i| i == at || k[i] == first[i]) && k.len() == first.len()
+            };
+            let inners: Option<Vec<Id>> = terms
+                .iter()
+                .map(|&t| of(t).into_iter().find(|k| same_args(k)).map(|k| k[at]))
+                .collect();
+            if let Some(inners) = inners {
+                out.push((sym, first.clone(), inners));
+            }
+        }
+    }
+    out.truncate(4);
+    out
+}
+
+/// The class of `sum(terms)`, or for two terms of the graph's own addition `a + b`, where the
+/// e-graph already holds it.
+fn present_total(g: &Graph, terms: &[Id]) -> Option<Id> {
+    if let Some(x) = g.lookup(Term::Op(egg::Symbol::from(SUM), terms.to_vec())) {
+        return Some(x);
+    }
+    let [a, b] = terms else { return None };
+    let one = g.lookup(Term::Num(1))?;
+    [(*a, *b), (*b, *a)]
+        .into_iter()
+        .find_map(|(x, y)| g.lookup(Term::Op(egg::Symbol::from(ADD), vec![x, y, one])))
+}
+
+/// The layout call `sym(args)` with its tensor operand replaced by `x`.
+fn relayout(g: &mut Graph, sym: egg::Symbol, args: &[Id], x: Id) -> Id {
+    let at = LAYOUTS
+        .iter()
+        .find(|(s, _)| egg::Symbol::from(*s) == sym)
+        .map_or(0, |&(_, at)| at);
+    let mut kids = args.to_vec();
+    kids[at] = x;
+    g.add(Term::Op(sym, kids))
+}
+
+/// A sum of the same layout of each term is that layout of the sum, where the sum (or the
+/// ranks' addition) of the operands is already in the e-graph, also two layouts deep: a ring's
+/// gradient pieces, transposed and sliced like the spec's blocks, meet the addition a rank
+/// makes to the gradient it passes on.
+fn sum_of_common_layout() -> Lemma {
+    Lemma {
+        name: "sum-of-common-layout",
+        doc: "sum(f(x_1), .., f(x_n)) = f(sum(x_1, .., x_n)) and sum(f(g(x_1)), .., f(g(x_n))) = f(g(sum(x_1, .., x_n))) for f, g layout operators (permute, transpose, view, slice) with the same arguments on every term, only where sum(x_1, .., x_n) or, for two terms, the addition x_1 + x_2 is already in the e-graph: the spec's transposed block of a sum of ranks' gradient pieces meets the sum a rank passes along the ring",
+        roots: vec![SUM.into()],
+        examples: vec![
+            ("(cat 0 (sum (aten.transpose.int %r0:a 0 1) (aten.transpose.int %r1:b 0 1)) (aten.add.Tensor %r0:a %r1:b 1))", &[("a", "f64[3,3]"), ("b", "f64[3,3]")]),
+            ("(cat 0 (sum (aten.permute.default (slice 0 1 3 %r0:a) (list 1 0)) (aten.permute.default (slice 0 1 3 %r1:b) (list 1 0))) (aten.add.Tensor %r0:a %r1:b 1))", &[("a", "f64[4,2]"), ("b", "f64[4,2]")]),
+        ],
+        requires: None,
+        build: Arc::new(|g, _, kids| {
+            if kids.len() < 2 || !kids.iter().all(|&k| LAYOUTS.iter().any(|(s, _)| has(g, k, s))) {
+                return vec![];
+            }
+            let mut found = Vec::new();
+            for (sym, args, inners) in common_layouts(g, kids) {
+                if let Some(x) = present_total(g, &inners) {
+                    found.push((sym, args, None, x));
+                    continue;
+                }
+                for (sym2, args2, inners2) in common_layouts(g, &inners) {
+                    if let Some(x) = present_total(g, &inners2) {
+                        found.push((sym, args.clone(), Some((sym2, args2)), x));
+                        break;
+                    }
+                }
+            }
+            let mut out = Vec::new();
+            for (sym, args, inner, x) in found.into_iter().take(2) {
+                let x = match inner {
+                    Some((sym2, args2)) => relayout(g, sym2, &args2, x),
+                    None => x,
+                };
+                out.push(relayout(g, sym, &args, x));
+            }
+            out
+        }),
+    }
 }
 
 #[cfg(test)]

@@ -151,6 +151,25 @@ fn llama_ring_attention_full_iteration_verifies() {
     assert!(out.contains("certificate:"), "{out}");
 }
 
+/// The trace of `verify` on a model's cp=2 full iteration, which must verify with a certificate.
+fn verified_cp_trace(model: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let case = emit(model, dir.path(), "cp=2", &[]);
+    let case = case.to_str().unwrap();
+    let out = shardproof_in(dir.path(), &["verify", "--quiet", "--trace", case]);
+    let text = format!("{}{}", out.stdout, out.stderr);
+    assert_eq!(out.code, Some(0), "{text}");
+    assert!(text.contains("certificate:"), "{text}");
+    text
+}
+
+/// The trace line of spec operator `op`.
+fn trace_line<'a>(text: &'a str, op: &str) -> &'a str {
+    text.lines()
+        .find(|l| l.trim_start().starts_with(&format!("{op} (")))
+        .unwrap_or_else(|| panic!("no trace line for {op}:\n{text}"))
+}
+
 /// gpt2's positions without the chunk offset and its block-local masks stay unverified on the
 /// full iteration, now that its correct full iteration verifies (the lemmas that read a rank's
 /// products as multiples and blocks of its tensors must not paper over a wrong mask).
@@ -167,18 +186,7 @@ fn gpt2_cp_bug_full_iteration_is_never_verified() {
 /// are rows of a rank's products over the keys it holds.
 #[test]
 fn gpt2_ring_attention_full_iteration_verifies() {
-    let dir = tempfile::tempdir().unwrap();
-    let case = emit("gpt2", dir.path(), "cp=2", &[]);
-    let case = case.to_str().unwrap();
-    let out = shardproof_in(dir.path(), &["verify", "--quiet", "--trace", case]);
-    let text = format!("{}{}", out.stdout, out.stderr);
-    assert_eq!(out.code, Some(0), "{text}");
-    assert!(text.contains("certificate:"), "{text}");
-    let trace_line = |op: &str| {
-        text.lines()
-            .find(|l| l.trim_start().starts_with(&format!("{op} (")))
-            .unwrap_or_else(|| panic!("no trace line for {op}:\n{text}"))
-    };
+    let text = verified_cp_trace("gpt2");
     for (op, piece) in [
         (
             "bmm_7",
@@ -187,7 +195,7 @@ fn gpt2_ring_attention_full_iteration_verifies() {
         ("view_40", "permute(r0.add_16[dim 2: 0..2], [0, 1, 3, 2])"),
         ("bmm_6", "r1.add_15[dim 1: 0..2]"),
     ] {
-        let line = trace_line(op);
+        let line = trace_line(&text, op);
         assert!(line.contains(piece), "{line}");
         assert!(line.ends_with("* 1/2)"), "{line}");
     }
@@ -217,23 +225,14 @@ fn deepseek_cp_bug_full_iteration_is_never_verified() {
 /// layer), and the experts' weight gradients sum each rank's two chunks of tokens.
 #[test]
 fn deepseek_ring_attention_full_iteration_verifies() {
-    let dir = tempfile::tempdir().unwrap();
-    let case = emit("deepseek", dir.path(), "cp=2", &[]);
-    let case = case.to_str().unwrap();
-    let out = shardproof_in(dir.path(), &["verify", "--quiet", "--trace", case]);
-    let text = format!("{}{}", out.stdout, out.stderr);
-    assert_eq!(out.code, Some(0), "{text}");
-    assert!(text.contains("certificate:"), "{text}");
+    let text = verified_cp_trace("deepseek");
     for (op, tensor) in [
         ("mul_43", "mul_49"),
         ("sub_2", "sub_10"),
         ("add_20", "add_26"),
         ("sigmoid_backward", "sigmoid_backward"),
     ] {
-        let line = text
-            .lines()
-            .find(|l| l.trim_start().starts_with(&format!("{op} (")))
-            .unwrap_or_else(|| panic!("no trace line for {op}:\n{text}"));
+        let line = trace_line(&text, op);
         for rank in ["r0", "r1"] {
             assert!(
                 line.contains(&format!("view({rank}.{tensor}, [4, 4, 4])")),

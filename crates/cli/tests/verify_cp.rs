@@ -187,17 +187,26 @@ fn gpt2_cp_bug_full_iteration_is_never_verified() {
 #[test]
 fn gpt2_ring_attention_full_iteration_verifies() {
     let text = verified_cp_trace("gpt2");
-    for (op, piece) in [
+    for (op, pieces) in [
         (
             "bmm_7",
-            "transpose.int(sum(r1.bmm_12[dim 1: 2..4], r0.bmm_17[dim 1: 2..4]), 1, 2)",
+            &[
+                "transpose.int(r1.bmm_12[dim 1: 2..4], 1, 2)",
+                "transpose.int(r0.bmm_17[dim 1: 2..4], 1, 2)",
+            ][..],
         ),
-        ("view_40", "permute(r0.add_16[dim 2: 0..2], [0, 1, 3, 2])"),
-        ("bmm_6", "r1.add_15[dim 1: 0..2]"),
+        (
+            "view_40",
+            &["permute(r0.add_16[dim 2: 0..2], [0, 1, 3, 2])"][..],
+        ),
+        ("bmm_6", &["r1.add_15[dim 1: 0..2]"][..]),
     ] {
         let line = trace_line(&text, op);
-        assert!(line.contains(piece), "{line}");
-        assert!(line.ends_with("* 1/2)"), "{line}");
+        // Every block product reached the ranks' tensors: a multiple of a clean expression.
+        assert!(!line.contains("bmm("), "{line}");
+        for piece in pieces {
+            assert!(line.contains(piece), "{line}");
+        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! Refinement benchmark: times `verify` on the ../shared samples and on zoo cases (MLP, Llama,
-//! GPT-2 and DeepSeek, forward-only and full iteration, degrees 2-8, 1-8 layers, pipelines) and
-//! prints one line per case. Run with `cargo bench -p shardproof-refine --bench verify` (release build); set
+//! GPT-2 and DeepSeek, forward-only and full iteration, degrees 2-8, 1-8 layers, pipelines, the
+//! three models' ring-attention full iterations under cp=2) and prints one line per case. Run
+//! with `cargo bench -p shardproof-refine --bench verify` (release build); set
 //! `SHARDPROOF_SHARED` to the shared folder to include the samples (default `../shared`).
 //!
 //! A word after `--` keeps only the cases whose label contains it
@@ -167,12 +168,22 @@ fn main() {
             options("deepseek", mesh, 2, true),
         ));
     }
-    for case in cases.iter().filter(|c| selected(&c.0)) {
-        let label = &case.0;
-        let tmp = tempfile::tempdir().expect("temp dir");
-        match zoo_case(tmp.path(), case) {
-            Some(c) => run(label, &c, 3),
-            None => println!("{label:<44} (not emitted: the sizes do not split)"),
+    // Ring attention's full iterations take half a minute to a minute each: timed once.
+    let mut slow: Vec<ZooCase> = Vec::new();
+    for model in ["llama", "gpt2", "deepseek"] {
+        slow.push(plain(
+            format!("zoo {model} cp=2 full (1 run)"),
+            options(model, "cp=2", 2, false),
+        ));
+    }
+    for (list, repeats) in [(&cases, 3), (&slow, 1)] {
+        for case in list.iter().filter(|c| selected(&c.0)) {
+            let label = &case.0;
+            let tmp = tempfile::tempdir().expect("temp dir");
+            match zoo_case(tmp.path(), case) {
+                Some(c) => run(label, &c, repeats),
+                None => println!("{label:<44} (not emitted: the sizes do not split)"),
+            }
         }
     }
 }

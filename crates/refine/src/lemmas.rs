@@ -34,7 +34,8 @@ pub struct Lemma {
     pub name: &'static str,
     /// The equality in words.
     pub doc: &'static str,
-    /// Root operators (full names, or clean operator names) the lemma rewrites.
+    /// Root operators (full names, or clean operator names) the lemma rewrites; `name/n` matches
+    /// only calls with `n` children.
     pub roots: Vec<String>,
     /// Examples: a left-hand side term and the shapes of its leaves, for the soundness test.
     pub examples: Vec<(&'static str, &'static [(&'static str, &'static str)])>,
@@ -150,9 +151,12 @@ impl Lemma {
         self.roots
             .iter()
             .flat_map(|root| {
-                root_arities(reg, root)
-                    .into_iter()
-                    .map(move |arity| (root, arity))
+                // `sum/2`: only that many children.
+                let (root, arities) = match root.split_once('/') {
+                    Some((name, n)) => (name, n.parse().into_iter().collect()),
+                    None => (root.as_str(), root_arities(reg, root)),
+                };
+                arities.into_iter().map(move |arity| (root, arity))
             })
             .filter_map(|(root, arity)| {
                 let vars: Vec<Var> = (0..arity)
@@ -760,14 +764,6 @@ const MAX_SEPARATE_ADDS: usize = 3;
 
 /// Rational scale factor node: `(scale P Q x)` is `x * P / Q`.
 pub const SCALE: &str = "scale";
-
-fn gcd(a: i64, b: i64) -> i64 {
-    if b == 0 {
-        a.abs().max(1)
-    } else {
-        gcd(b, a % b)
-    }
-}
 
 /// `x * p / q`, the fraction reduced, folded into nothing when it is one.
 pub fn scale(g: &mut Graph, p: i64, q: i64, x: Id) -> Id {
@@ -1899,17 +1895,25 @@ pub fn library() -> Vec<Lemma> {
             if p1 == 0 {
                 return vec![];
             }
-            let parts: Vec<Id> = factors
+            // (p/q) / (p1/q1) = (p*q1) / (q*p1), reduced in i128 (the products of two i64
+            // factors overflow an i64), sign on the numerator; a ratio that does not fit back
+            // in i64 leaves the cat alone.
+            let ratios: Option<Vec<(i64, i64, Id)>> = factors
                 .iter()
                 .map(|&(p, q, x)| {
-                    // (p/q) / (p1/q1) = (p*q1) / (q*p1), reduced, sign on the numerator.
-                    let (mut n, mut m) = (p * q1, q * p1);
+                    let (mut n, mut m) = (i128::from(p) * i128::from(q1), i128::from(q) * i128::from(p1));
                     if m < 0 {
                         n = -n;
                         m = -m;
                     }
-                    let gcd = gcd(n.abs(), m.abs()).max(1);
-                    let (n, m) = (n / gcd, m / gcd);
+                    let gcd = gcd128(n.abs(), m.abs()).max(1);
+                    Some((i64::try_from(n / gcd).ok()?, i64::try_from(m / gcd).ok()?, x))
+                })
+                .collect();
+            let Some(ratios) = ratios else { return vec![] };
+            let parts: Vec<Id> = ratios
+                .into_iter()
+                .map(|(n, m, x)| {
                     if n == m {
                         x
                     } else {

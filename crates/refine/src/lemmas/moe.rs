@@ -86,7 +86,9 @@ fn add_replicated_into_sum() -> Lemma {
                     for terms in sums(g, inner).into_iter().take(2) {
                         let n = terms.len() as i64;
                         for &(p2, q2, y) in &shares {
-                            if p * n * q2 != p2 * q {
+                            // In i128: two factors' products overflow an i64.
+                            let wide = i128::from;
+                            if wide(p) * wide(n) * wide(q2) != wide(p2) * wide(q) {
                                 continue;
                             }
                             let parts: Vec<Id> = terms

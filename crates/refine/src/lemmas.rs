@@ -762,6 +762,12 @@ fn int_list_node(g: &mut Graph, v: &[i64]) -> Id {
 /// them splits in turn); more are split all at once.
 const MAX_SEPARATE_ADDS: usize = 3;
 
+/// Whether `a.0 / a.1 == b.0 / b.1`, cross-multiplied in i128 (the i64 products of two scale
+/// factors overflow, and a wrapped product could call two different factors equal).
+fn same_ratio(a: (i64, i64), b: (i64, i64)) -> bool {
+    i128::from(a.0) * i128::from(b.1) == i128::from(a.1) * i128::from(b.0)
+}
+
 /// Rational scale factor node: `(scale P Q x)` is `x * P / Q`.
 pub const SCALE: &str = "scale";
 
@@ -1189,7 +1195,7 @@ pub fn library() -> Vec<Lemma> {
                 for &pos in &positions[1..] {
                     match scales(g, kids[pos])
                         .into_iter()
-                        .find(|s| s.0 * q == s.1 * p)
+                        .find(|s| same_ratio((s.0, s.1), (p, q)))
                     {
                         Some((_, _, x)) => rep.push((pos, x)),
                         None => return vec![],
@@ -1292,7 +1298,11 @@ pub fn library() -> Vec<Lemma> {
                 };
                 let xs: Option<Vec<Id>> = sc
                     .iter()
-                    .map(|v| v.iter().find(|t| t.0 * q == t.1 * p).map(|t| t.2))
+                    .map(|v| {
+                        v.iter()
+                            .find(|t| same_ratio((t.0, t.1), (p, q)))
+                            .map(|t| t.2)
+                    })
                     .collect();
                 if let Some(xs) = xs {
                     // Replicas (n equal terms) are n * c * x: no sum of copies is built, which

@@ -251,3 +251,50 @@ fn deepseek_ring_attention_full_iteration_verifies() {
         assert!(line.ends_with("* 1/2)"), "{line}");
     }
 }
+
+/// The small llama (one layer, two heads, one kv head, width 8) on dp=2 x cp=2, full
+/// iteration; `extra` adds emit flags. Returns the case and its directory.
+fn small_llama_dp_by_cp(extra: &[&str]) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = vec![
+        "--layers",
+        "1",
+        "--heads",
+        "2",
+        "--kv-heads",
+        "1",
+        "--hidden",
+        "8",
+    ];
+    args.extend_from_slice(extra);
+    let case = emit("llama", dir.path(), "dp=2,cp=2", &args);
+    (dir, case)
+}
+
+/// Under dp x cp the softmax backward's e-graph outgrows the node limit (each attention block
+/// once per dp group, combined in every nesting of their concatenations); piece by piece along
+/// the batch, each dp group's share relates as under cp alone, and the output is their
+/// concatenation.
+#[test]
+fn llama_dp_by_cp_full_iteration_verifies_piece_by_piece() {
+    let (dir, case) = small_llama_dp_by_cp(&[]);
+    let out = shardproof_in(
+        dir.path(),
+        &["verify", "--quiet", "--trace", case.to_str().unwrap()],
+    );
+    let text = format!("{}{}", out.stdout, out.stderr);
+    assert_eq!(out.code, Some(0), "{text}");
+    assert!(text.contains("certificate:"), "{text}");
+    let line = trace_line(&text, "_softmax_backward_data");
+    assert!(line.contains("cat(dim=0; "), "{line}");
+    assert!(line.contains("r0.") && line.contains("r2."), "{line}");
+    assert!(!line.contains("_softmax_backward_data("), "{line}");
+}
+
+/// The same plan with a block-local causal mask is never verified.
+#[test]
+fn llama_dp_by_cp_bug_full_iteration_is_never_verified() {
+    let (_dir, case) = small_llama_dp_by_cp(&["--bug", "cp-causal-mask-local"]);
+    let (code, out) = verify(&case);
+    assert!(code == 1 || code == 3, "{out}");
+}

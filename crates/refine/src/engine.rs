@@ -459,6 +459,18 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
                             s = wide;
                         }
                     }
+                    // An e-graph that outgrew the node limit without a relation: once more
+                    // piece by piece along the leading dim, where the operands split there.
+                    if !scalar_chain
+                        && first.peak_nodes.get() >= opts.node_limit
+                        && !clean_up_to_factor(&s)
+                    {
+                        if let Some(p) =
+                            infer_by_pieces(&imp, &rules, opts, &state, &t, v, &seeds)
+                        {
+                            s = p;
+                        }
+                    }
                     // Only such a chain carries its explored scalars: a reduction of a tensor
                     // brings in dozens, which would crowd its consumers' e-graphs to the node
                     // limit.
@@ -1277,6 +1289,435 @@ fn tile(
         );
     }
     None
+}
+
+/// How many times the node limit a piece's e-graph may grow to: a piece is one group's share
+/// of an operator whose e-graph outgrew the limit, and still holds every block of that group.
+const PIECE_NODE_FACTOR: usize = 2;
+
+/// A spec operator's relation inferred piece by piece along its leading dim, for an operator
+/// whose e-graph outgrew the node limit: where the operator keeps its leading dim independent
+/// down to a concatenation in its operands' relations (the data-parallel groups' batch
+/// rows), rows `[a, b)` of the output are the operator over rows `[a, b)` of the operands
+/// ([`crate::lemmas::pieces`]), each inferred in an e-graph of its own, and the output is the
+/// concatenation of the pieces' relations. The spec equations the operator is seeded with are
+/// cut alike (rows of both sides of a true equation are equal). `None` unless every piece has
+/// a clean relation, or all the same multiple of one.
+#[allow(clippy::too_many_arguments)]
+fn infer_by_pieces(
+    imp: &Impl,
+    rules: &[Rewrite<Term, Shapes>],
+    opts: &Options,
+    state: &HashMap<ValueId, State>,
+    t: &Tpl,
+    v: ValueId,
+    seeds: &[(Tpl, ValueId)],
+) -> Option<State> {
+    use crate::lemmas::pieces::{cut, leading_bounds};
+    let mut ins = Vec::new();
+    tpl_values(t, &mut ins);
+    let mut eg = Graph::new(Shapes {
+        zeros: imp.zeros.clone(),
+        ..Shapes::default()
+    });
+    let mut ids: HashMap<ValueId, Id> = HashMap::new();
+    let mut facts = Rel {
+        exprs: Vec::new(),
+        clean: false,
+        equal_leaves: Vec::new(),
+        equal_slices: Vec::new(),
+        explored: Vec::new(),
+    };
+    for x in &ins {
+        let Some(State::Related(r)) = state.get(&x.value) else {
+            return None;
+        };
+        if let std::collections::hash_map::Entry::Vacant(slot) = ids.entry(x.value) {
+            // The expressions only: the equalities of their tensors, unioned in, would let
+            // the cut pick another piece's form (a block of zeros for a spec operator).
+            let only = Rel {
+                exprs: r.exprs.clone(),
+                clean: r.clean,
+                equal_leaves: Vec::new(),
+                equal_slices: Vec::new(),
+                explored: Vec::new(),
+            };
+            slot.insert(add_relation(&mut eg, imp, &only));
+            facts.equal_leaves.extend(r.equal_leaves.iter().cloned());
+            facts.equal_slices.extend(r.equal_slices.iter().cloned());
+        }
+    }
+    let root = add_tpl(&mut eg, t, &mut |_, x| ids[&x.value]);
+    // Both sides of each seeded equation, the left one over the relations of its inputs.
+    let mut equations: Vec<(&Tpl, Id, &Rel, Id)> = Vec::new();
+    for (ts, w) in seeds {
+        let Some(State::Related(rw)) = state.get(w).filter(|s| clean_up_to_factor(s)) else {
+            continue;
+        };
+        let mut sins = Vec::new();
+        tpl_values(ts, &mut sins);
+        let mut sids = ids.clone();
+        let mut all = true;
+        for x in &sins {
+            match state.get(&x.value) {
+                Some(State::Related(r)) => {
+                    sids.entry(x.value)
+                        .or_insert_with(|| add_relation(&mut eg, imp, r));
+                }
+                _ => all = false,
+            }
+        }
+        if all {
+            let lhs = add_tpl(&mut eg, ts, &mut |_, x| sids[&x.value]);
+            equations.push((ts, lhs, rw, add_relation(&mut eg, imp, rw)));
+            ids = sids;
+        }
+    }
+    eg.rebuild();
+    let bounds = leading_bounds(&eg, root)?;
+    let rows = *crate::lemmas::shape(&eg, root)?.first()?;
+    let wider = Options {
+        node_limit: opts.node_limit * PIECE_NODE_FACTOR,
+        ..opts.clone()
+    };
+    let mut parts: Vec<Rel> = Vec::new();
+    for w in bounds.windows(2) {
+        let (a, b) = (w[0], w[1]);
+        let piece = cut(&mut eg, root, a, b)?;
+        let mut sub: HashMap<ValueId, State> = HashMap::new();
+        let fake = |i: usize| ValueId::new(usize::MAX - i, 0);
+        eg.rebuild();
+        let expr = extract(&eg, piece, false).into_iter().next()?;
+        // Only the equalities among this piece's ranks: the others name the other pieces'
+        // ranks, whose operators the exploration would bring in.
+        let (equal_leaves, equal_slices) =
+            facts_within(&facts, &ranks_of(std::slice::from_ref(&expr)));
+        let input = Rel {
+            exprs: vec![expr.clone()],
+            clean: false,
+            equal_leaves,
+            equal_slices,
+            explored: Vec::new(),
+        };
+        sub.insert(fake(0), State::Related(input));
+        // An equation over a tensor whose leading dim is a multiple of the output's is cut at
+        // the same fraction of its rows (the batch leads both).
+        let mut sub_seeds = Vec::new();
+        for (k, &(ts, lhs, rw, rhs)) in equations.iter().enumerate() {
+            let Some(m) = crate::lemmas::shape(&eg, lhs).and_then(|s| s.first().copied()) else {
+                continue;
+            };
+            if m % rows != 0 {
+                continue;
+            }
+            let (x0, x1) = (a * (m / rows), b * (m / rows));
+            // The equation's operator over its operands' rows where it can be written so (as
+            // the spec operator is), else both sides cut as terms.
+            let tag = usize::MAX - 2000 - 100 * k;
+            let lhs_t =
+                match operand_pieces(&mut eg, imp, state, ts, &ids, lhs, x0, x1, &facts, tag) {
+                    Some((lt, entries)) => {
+                        sub.extend(entries);
+                        lt
+                    }
+                    None => {
+                        let Some(l) = cut(&mut eg, lhs, x0, x1) else {
+                            continue;
+                        };
+                        eg.rebuild();
+                        let Some(le) = extract(&eg, l, false).into_iter().next() else {
+                            continue;
+                        };
+                        sub.insert(
+                            fake(2 * k + 1),
+                            State::Related(Rel {
+                                exprs: vec![le],
+                                clean: false,
+                                equal_leaves: Vec::new(),
+                                equal_slices: Vec::new(),
+                                explored: Vec::new(),
+                            }),
+                        );
+                        Tpl::Value(ValueRef {
+                            rank: None,
+                            value: fake(2 * k + 1),
+                        })
+                    }
+                };
+            let rhs_rel = match cut_relation(imp, rw, x0, x1, &facts) {
+                Some(r) => r,
+                None => {
+                    let Some(r) = cut(&mut eg, rhs, x0, x1) else {
+                        continue;
+                    };
+                    eg.rebuild();
+                    let Some(re) = extract(&eg, r, false).into_iter().next() else {
+                        continue;
+                    };
+                    Rel {
+                        exprs: vec![re],
+                        clean: rw.clean,
+                        equal_leaves: Vec::new(),
+                        equal_slices: Vec::new(),
+                        explored: Vec::new(),
+                    }
+                }
+            };
+            sub.insert(fake(2 * k + 2), State::Related(rhs_rel));
+            sub_seeds.push((lhs_t, fake(2 * k + 2)));
+        }
+        let whole = Tpl::Value(ValueRef {
+            rank: None,
+            value: fake(0),
+        });
+        // The operator over its operands' rows, each a relation of its own as the operator's
+        // inputs are, where its arguments are values and literals.
+        let by_operand = operand_pieces(
+            &mut eg,
+            imp,
+            state,
+            t,
+            &ids,
+            root,
+            a,
+            b,
+            &facts,
+            usize::MAX - 1000,
+        );
+        let whole = match by_operand {
+            Some((op_t, entries)) => {
+                for (k, st) in entries {
+                    sub.insert(k, st);
+                }
+                op_t
+            }
+            None => whole,
+        };
+        let s = infer_one(
+            imp,
+            rules,
+            &wider,
+            &sub,
+            &whole,
+            None,
+            &mut HashMap::new(),
+            v,
+            false,
+            &sub_seeds,
+            &Attempt::default(),
+        );
+        match s {
+            State::Related(r) if clean_up_to_factor(&State::Related(r.clone())) => parts.push(r),
+            _ => return None,
+        }
+    }
+    join_pieces(parts)
+}
+
+/// The spec operator `t` over rows `[a, b)` of its operands, for an operator whose arguments
+/// are values and literals: the template over fresh values, and their states (cut relations,
+/// and the states of the operands left whole).
+#[allow(clippy::too_many_arguments)]
+fn operand_pieces(
+    eg: &mut Graph,
+    imp: &Impl,
+    state: &HashMap<ValueId, State>,
+    t: &Tpl,
+    ids: &HashMap<ValueId, Id>,
+    root: Id,
+    a: usize,
+    b: usize,
+    facts: &Rel,
+    tag: usize,
+) -> Option<(Tpl, Vec<(ValueId, State)>)> {
+    let Tpl::Op(name, args) = t else { return None };
+    let mut kids = Vec::new();
+    for x in args {
+        kids.push(match x {
+            Tpl::Value(v) => *ids.get(&v.value)?,
+            literal => {
+                let mut inside = Vec::new();
+                tpl_values(literal, &mut inside);
+                if !inside.is_empty() {
+                    return None;
+                }
+                add_tpl(eg, literal, &mut |_, _| {
+                    unreachable!("a literal holds no value")
+                })
+            }
+        });
+    }
+    let out = crate::lemmas::shape(eg, root)?;
+    let cuts = crate::lemmas::pieces::operand_rows(eg, name, &kids, &out, a, b)?;
+    let mut entries = Vec::new();
+    let mut new_args = args.clone();
+    for (i, x) in args.iter().enumerate() {
+        let Tpl::Value(v) = x else { continue };
+        let Some(State::Related(r)) = state.get(&v.value) else {
+            return None;
+        };
+        let fresh = ValueId::new(tag - i, 0);
+        let rel = match cuts.iter().find(|c| c.0 == i) {
+            Some(&(_, x0, x1)) => cut_relation(imp, r, x0, x1, facts)?,
+            None => r.clone(),
+        };
+        new_args[i] = Tpl::Value(ValueRef {
+            rank: None,
+            value: fresh,
+        });
+        entries.push((fresh, State::Related(rel)));
+    }
+    if name == "aten.view.default" {
+        let mut target = out.clone();
+        target[0] = b - a;
+        new_args[1] = Tpl::Op(
+            LIST.into(),
+            target.iter().map(|&n| Tpl::Num(n as i64)).collect(),
+        );
+    }
+    Some((Tpl::Op(name.clone(), new_args), entries))
+}
+
+/// Rows `[a, b)` of a relation: each alternative expression cut in an e-graph of its own (in
+/// one class the cut would follow whichever nesting of the concatenations came first), with
+/// the equalities among the tensors the cut expressions read.
+fn cut_relation(imp: &Impl, r: &Rel, a: usize, b: usize, facts: &Rel) -> Option<Rel> {
+    let mut exprs: Vec<RecExpr<Term>> = Vec::new();
+    for alt in &r.exprs {
+        let mut own = Graph::new(Shapes {
+            zeros: imp.zeros.clone(),
+            ..Shapes::default()
+        });
+        let id = add_rec(&mut own, imp, alt);
+        own.rebuild();
+        let Some(c) = crate::lemmas::pieces::cut(&mut own, id, a, b) else {
+            continue;
+        };
+        own.rebuild();
+        if let Some(e) = extract(&own, c, false).into_iter().next() {
+            if !exprs.contains(&e) {
+                exprs.push(e);
+            }
+        }
+    }
+    let ranks = ranks_of(&exprs);
+    if ranks.is_empty() {
+        return None;
+    }
+    let (equal_leaves, equal_slices) = facts_within(facts, &ranks);
+    Some(Rel {
+        exprs,
+        clean: r.clean,
+        equal_leaves,
+        equal_slices,
+        explored: Vec::new(),
+    })
+}
+
+/// The ranks whose tensors the expressions read.
+fn ranks_of(exprs: &[RecExpr<Term>]) -> HashSet<usize> {
+    exprs
+        .iter()
+        .flat_map(leaf_symbols)
+        .filter_map(|s| crate::term::parse_leaf(s.as_str()).map(|(r, _)| r))
+        .collect()
+}
+
+/// The groups of equal tensors and slices in `facts` that read only tensors of `ranks`.
+fn facts_within(
+    facts: &Rel,
+    ranks: &HashSet<usize>,
+) -> (Vec<Vec<Symbol>>, Vec<Vec<RecExpr<Term>>>) {
+    let inside =
+        |s: &Symbol| crate::term::parse_leaf(s.as_str()).is_some_and(|(r, _)| ranks.contains(&r));
+    let leaves = facts
+        .equal_leaves
+        .iter()
+        .filter(|g| g.iter().all(inside))
+        .cloned()
+        .collect();
+    let slices = facts
+        .equal_slices
+        .iter()
+        .filter(|g| g.iter().all(|e| leaf_symbols(e).iter().all(inside)))
+        .cloned()
+        .collect();
+    (leaves, slices)
+}
+
+/// The rank tensors an expression reads.
+fn leaf_symbols(e: &RecExpr<Term>) -> HashSet<Symbol> {
+    e.as_ref()
+        .iter()
+        .filter_map(|n| match n {
+            Term::Op(s, k) if k.is_empty() && crate::term::parse_leaf(s.as_str()).is_some() => {
+                Some(*s)
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// The concatenation along dim 0 of the pieces' relations: clean when every piece is, a
+/// multiple of the clean concatenation when every piece is the same multiple of a clean one.
+fn join_pieces(parts: Vec<Rel>) -> Option<State> {
+    let factor = |r: &Rel| -> Option<(i64, i64)> {
+        if r.clean {
+            return Some((1, 1));
+        }
+        let e = r.exprs.first()?;
+        match e.as_ref().last()? {
+            Term::Op(s, k) if is_op!(s, SCALE) && k.len() == 3 => match (&e[k[0]], &e[k[1]]) {
+                (Term::Num(p), Term::Num(q)) => Some((*p, *q)),
+                _ => None,
+            },
+            _ => None,
+        }
+    };
+    let f = factor(parts.first()?)?;
+    if parts.iter().any(|r| factor(r) != Some(f)) {
+        return None;
+    }
+    let mut e: RecExpr<Term> = RecExpr::default();
+    let mut kids = vec![e.add(Term::Num(0))];
+    let mut joined = Rel {
+        exprs: Vec::new(),
+        clean: f == (1, 1),
+        equal_leaves: Vec::new(),
+        equal_slices: Vec::new(),
+        explored: Vec::new(),
+    };
+    for r in &parts {
+        let x = r.exprs.first()?;
+        let nodes = x.as_ref();
+        // A multiple's clean expression is its scale node's operand, the last but one root.
+        let top = if f == (1, 1) {
+            nodes.len() - 1
+        } else {
+            match nodes.last()? {
+                Term::Op(_, k) => usize::from(k[2]),
+                Term::Num(_) => return None,
+            }
+        };
+        kids.push(append(&mut e, x, top));
+        joined.equal_leaves.extend(r.equal_leaves.iter().cloned());
+        joined.equal_slices.extend(r.equal_slices.iter().cloned());
+    }
+    let mut at = e.add(Term::Op(Symbol::from(CAT), kids));
+    if f != (1, 1) {
+        let (p, q) = (e.add(Term::Num(f.0)), e.add(Term::Num(f.1)));
+        at = e.add(Term::Op(Symbol::from(SCALE), vec![p, q, at]));
+    }
+    let _ = at;
+    joined.exprs.push(e);
+    Some(State::Related(joined))
+}
+
+/// Copies the subterm of `src` rooted at node `top` into `dst`; returns its id there.
+fn append(dst: &mut RecExpr<Term>, src: &RecExpr<Term>, top: usize) -> Id {
+    let node = src.as_ref()[top].clone();
+    let node = node.map_children(|c| append(dst, src, usize::from(c)));
+    dst.add(node)
 }
 
 /// A saturation run's wall-clock limit: far above what the node and iteration limits allow on
@@ -2163,11 +2604,25 @@ fn scaled_clean(s: Option<&State>) -> bool {
         return false;
     };
     let nodes = e.as_ref();
+    // Clean as `extract` means it: layout operators and reductions over rank tensors, with
+    // constant subterms (a zero fill) anywhere.
+    let mut reads_rank = vec![false; nodes.len()];
+    for (i, n) in nodes.iter().enumerate() {
+        reads_rank[i] = is_leaf(n) || n.children().iter().any(|&k| reads_rank[usize::from(k)]);
+    }
     matches!(nodes.last(), Some(Term::Op(s, _)) if is_op!(s, SCALE))
-        && nodes[..nodes.len() - 1].iter().all(|n| match n {
-            Term::Num(_) => true,
-            Term::Op(s, k) => k.is_empty() || CLEAN_OPS.contains(&s.as_str()) || is_op!(s, LIST),
-        })
+        && nodes[..nodes.len() - 1]
+            .iter()
+            .enumerate()
+            .all(|(i, n)| match n {
+                Term::Num(_) => true,
+                Term::Op(s, k) => {
+                    k.is_empty()
+                        || CLEAN_OPS.contains(&s.as_str())
+                        || is_op!(s, LIST)
+                        || !reads_rank[i]
+                }
+            })
 }
 
 fn add_rec(eg: &mut Graph, imp: &Impl, e: &RecExpr<Term>) -> Id {

@@ -19,6 +19,7 @@ mod flash;
 pub use flash::mark_zero_blocks;
 mod identities;
 mod moe;
+pub(crate) mod pieces;
 pub(crate) mod ring;
 mod rows;
 mod vocab;

@@ -177,6 +177,19 @@ struct Rel {
     explored: Vec<ValueRef>,
 }
 
+impl Rel {
+    /// A relation by these expressions alone, with no equal tensors or explored values.
+    fn of(exprs: Vec<RecExpr<Term>>, clean: bool) -> Rel {
+        Rel {
+            exprs,
+            clean,
+            equal_leaves: Vec::new(),
+            equal_slices: Vec::new(),
+            explored: Vec::new(),
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 enum State {
     Related(Rel),
@@ -1295,6 +1308,14 @@ fn tile(
 /// of an operator whose e-graph outgrew the limit, and still holds every block of that group.
 const PIECE_NODE_FACTOR: usize = 2;
 
+/// An empty e-graph over the implementation's tensors.
+fn new_graph(imp: &Impl) -> Graph {
+    Graph::new(Shapes {
+        zeros: imp.zeros.clone(),
+        ..Shapes::default()
+    })
+}
+
 /// A spec operator's relation inferred piece by piece along its leading dim, for an operator
 /// whose e-graph outgrew the node limit: where the operator keeps its leading dim independent
 /// down to a concatenation in its operands' relations (the data-parallel groups' batch
@@ -1313,21 +1334,12 @@ fn infer_by_pieces(
     v: ValueId,
     seeds: &[(Tpl, ValueId)],
 ) -> Option<State> {
-    use crate::lemmas::pieces::{cut, leading_bounds};
     let mut ins = Vec::new();
     tpl_values(t, &mut ins);
-    let mut eg = Graph::new(Shapes {
-        zeros: imp.zeros.clone(),
-        ..Shapes::default()
-    });
+    let mut eg = new_graph(imp);
     let mut ids: HashMap<ValueId, Id> = HashMap::new();
-    let mut facts = Rel {
-        exprs: Vec::new(),
-        clean: false,
-        equal_leaves: Vec::new(),
-        equal_slices: Vec::new(),
-        explored: Vec::new(),
-    };
+    // The equalities the inputs carry, handed to each piece for its own ranks only.
+    let mut facts = Rel::of(Vec::new(), false);
     for x in &ins {
         let Some(State::Related(r)) = state.get(&x.value) else {
             return None;
@@ -1335,47 +1347,22 @@ fn infer_by_pieces(
         if let std::collections::hash_map::Entry::Vacant(slot) = ids.entry(x.value) {
             // The expressions only: the equalities of their tensors, unioned in, would let
             // the cut pick another piece's form (a block of zeros for a spec operator).
-            let only = Rel {
-                exprs: r.exprs.clone(),
-                clean: r.clean,
-                equal_leaves: Vec::new(),
-                equal_slices: Vec::new(),
-                explored: Vec::new(),
-            };
-            slot.insert(add_relation(&mut eg, imp, &only));
+            slot.insert(add_relation(
+                &mut eg,
+                imp,
+                &Rel::of(r.exprs.clone(), r.clean),
+            ));
             facts.equal_leaves.extend(r.equal_leaves.iter().cloned());
             facts.equal_slices.extend(r.equal_slices.iter().cloned());
         }
     }
     let root = add_tpl(&mut eg, t, &mut |_, x| ids[&x.value]);
-    // Both sides of each seeded equation, the left one over the relations of its inputs.
-    let mut equations: Vec<(&Tpl, Id, &Rel, Id)> = Vec::new();
-    for (ts, w) in seeds {
-        let Some(State::Related(rw)) = state.get(w).filter(|s| clean_up_to_factor(s)) else {
-            continue;
-        };
-        let mut sins = Vec::new();
-        tpl_values(ts, &mut sins);
-        let mut sids = ids.clone();
-        let mut all = true;
-        for x in &sins {
-            match state.get(&x.value) {
-                Some(State::Related(r)) => {
-                    sids.entry(x.value)
-                        .or_insert_with(|| add_relation(&mut eg, imp, r));
-                }
-                _ => all = false,
-            }
-        }
-        if all {
-            let lhs = add_tpl(&mut eg, ts, &mut |_, x| sids[&x.value]);
-            equations.push((ts, lhs, rw, add_relation(&mut eg, imp, rw)));
-            ids = sids;
-        }
-    }
     eg.rebuild();
-    let bounds = leading_bounds(&eg, root)?;
+    let bounds = crate::lemmas::pieces::leading_bounds(&eg, root)?;
     let rows = *crate::lemmas::shape(&eg, root)?.first()?;
+    // Both sides of each seeded equation, the left one over the relations of its inputs.
+    let equations = seed_sides(&mut eg, imp, state, seeds, &mut ids);
+    eg.rebuild();
     let wider = Options {
         node_limit: opts.node_limit * PIECE_NODE_FACTOR,
         ..opts.clone()
@@ -1383,122 +1370,48 @@ fn infer_by_pieces(
     let mut parts: Vec<Rel> = Vec::new();
     for w in bounds.windows(2) {
         let (a, b) = (w[0], w[1]);
-        let piece = cut(&mut eg, root, a, b)?;
-        let mut sub: HashMap<ValueId, State> = HashMap::new();
-        let fake = |i: usize| ValueId::new(usize::MAX - i, 0);
-        eg.rebuild();
-        let expr = extract(&eg, piece, false).into_iter().next()?;
-        // Only the equalities among this piece's ranks: the others name the other pieces'
-        // ranks, whose operators the exploration would bring in.
-        let (equal_leaves, equal_slices) =
-            facts_within(&facts, &ranks_of(std::slice::from_ref(&expr)));
-        let input = Rel {
-            exprs: vec![expr.clone()],
-            clean: false,
-            equal_leaves,
-            equal_slices,
-            explored: Vec::new(),
+        let mut pieces = Pieces {
+            imp,
+            state,
+            eg: &mut eg,
+            ids: &ids,
+            facts: &facts,
+            sub: HashMap::new(),
+            next: 0,
         };
-        sub.insert(fake(0), State::Related(input));
         // An equation over a tensor whose leading dim is a multiple of the output's is cut at
         // the same fraction of its rows (the batch leads both).
         let mut sub_seeds = Vec::new();
-        for (k, &(ts, lhs, rw, rhs)) in equations.iter().enumerate() {
-            let Some(m) = crate::lemmas::shape(&eg, lhs).and_then(|s| s.first().copied()) else {
+        for &(ts, rw, lhs, rhs) in &equations {
+            let Some(m) = crate::lemmas::shape(pieces.eg, lhs).and_then(|s| s.first().copied())
+            else {
                 continue;
             };
             if m % rows != 0 {
                 continue;
             }
             let (x0, x1) = (a * (m / rows), b * (m / rows));
-            // The equation's operator over its operands' rows where it can be written so (as
-            // the spec operator is), else both sides cut as terms.
-            let tag = usize::MAX - 2000 - 100 * k;
-            let lhs_t =
-                match operand_pieces(&mut eg, imp, state, ts, &ids, lhs, x0, x1, &facts, tag) {
-                    Some((lt, entries)) => {
-                        sub.extend(entries);
-                        lt
-                    }
-                    None => {
-                        let Some(l) = cut(&mut eg, lhs, x0, x1) else {
-                            continue;
-                        };
-                        eg.rebuild();
-                        let Some(le) = extract(&eg, l, false).into_iter().next() else {
-                            continue;
-                        };
-                        sub.insert(
-                            fake(2 * k + 1),
-                            State::Related(Rel {
-                                exprs: vec![le],
-                                clean: false,
-                                equal_leaves: Vec::new(),
-                                equal_slices: Vec::new(),
-                                explored: Vec::new(),
-                            }),
-                        );
-                        Tpl::Value(ValueRef {
-                            rank: None,
-                            value: fake(2 * k + 1),
-                        })
-                    }
-                };
+            let Some(lhs_t) = pieces.operator(ts, lhs, x0, x1) else {
+                continue;
+            };
             let rhs_rel = match cut_relation(imp, rw, x0, x1, &facts) {
                 Some(r) => r,
-                None => {
-                    let Some(r) = cut(&mut eg, rhs, x0, x1) else {
-                        continue;
-                    };
-                    eg.rebuild();
-                    let Some(re) = extract(&eg, r, false).into_iter().next() else {
-                        continue;
-                    };
-                    Rel {
-                        exprs: vec![re],
-                        clean: rw.clean,
-                        equal_leaves: Vec::new(),
-                        equal_slices: Vec::new(),
-                        explored: Vec::new(),
-                    }
-                }
+                None => match pieces.cut_term(rhs, x0, x1) {
+                    Some(e) => Rel::of(vec![e], rw.clean),
+                    None => continue,
+                },
             };
-            sub.insert(fake(2 * k + 2), State::Related(rhs_rel));
-            sub_seeds.push((lhs_t, fake(2 * k + 2)));
+            let w = pieces.fresh();
+            pieces.sub.insert(w, State::Related(rhs_rel));
+            sub_seeds.push((lhs_t, w));
         }
-        let whole = Tpl::Value(ValueRef {
-            rank: None,
-            value: fake(0),
-        });
-        // The operator over its operands' rows, each a relation of its own as the operator's
-        // inputs are, where its arguments are values and literals.
-        let by_operand = operand_pieces(
-            &mut eg,
-            imp,
-            state,
-            t,
-            &ids,
-            root,
-            a,
-            b,
-            &facts,
-            usize::MAX - 1000,
-        );
-        let whole = match by_operand {
-            Some((op_t, entries)) => {
-                for (k, st) in entries {
-                    sub.insert(k, st);
-                }
-                op_t
-            }
-            None => whole,
-        };
+        let op_t = pieces.operator(t, root, a, b)?;
         let s = infer_one(
             imp,
             rules,
             &wider,
-            &sub,
-            &whole,
+            &pieces.sub,
+            &op_t,
             None,
             &mut HashMap::new(),
             v,
@@ -1514,68 +1427,108 @@ fn infer_by_pieces(
     join_pieces(parts)
 }
 
-/// The spec operator `t` over rows `[a, b)` of its operands, for an operator whose arguments
-/// are values and literals: the template over fresh values, and their states (cut relations,
-/// and the states of the operands left whole).
-#[allow(clippy::too_many_arguments)]
-fn operand_pieces(
-    eg: &mut Graph,
-    imp: &Impl,
-    state: &HashMap<ValueId, State>,
-    t: &Tpl,
-    ids: &HashMap<ValueId, Id>,
-    root: Id,
-    a: usize,
-    b: usize,
-    facts: &Rel,
-    tag: usize,
-) -> Option<(Tpl, Vec<(ValueId, State)>)> {
-    let Tpl::Op(name, args) = t else { return None };
-    let mut kids = Vec::new();
-    for x in args {
-        kids.push(match x {
-            Tpl::Value(v) => *ids.get(&v.value)?,
-            literal => {
-                let mut inside = Vec::new();
-                tpl_values(literal, &mut inside);
-                if !inside.is_empty() {
-                    return None;
-                }
-                add_tpl(eg, literal, &mut |_, _| {
-                    unreachable!("a literal holds no value")
-                })
-            }
-        });
+/// What one piece of [`infer_by_pieces`] is inferred from: the states of fresh values standing
+/// for rows of spec tensors, built from the whole operator's e-graph.
+struct Pieces<'a, 'i> {
+    imp: &'a Impl<'i>,
+    state: &'a HashMap<ValueId, State>,
+    eg: &'a mut Graph,
+    ids: &'a HashMap<ValueId, Id>,
+    facts: &'a Rel,
+    sub: HashMap<ValueId, State>,
+    next: usize,
+}
+
+impl Pieces<'_, '_> {
+    /// A value id no spec node has.
+    fn fresh(&mut self) -> ValueId {
+        self.next += 1;
+        ValueId::new(usize::MAX - self.next, 0)
     }
-    let out = crate::lemmas::shape(eg, root)?;
-    let cuts = crate::lemmas::pieces::operand_rows(eg, name, &kids, &out, a, b)?;
-    let mut entries = Vec::new();
-    let mut new_args = args.clone();
-    for (i, x) in args.iter().enumerate() {
-        let Tpl::Value(v) = x else { continue };
-        let Some(State::Related(r)) = state.get(&v.value) else {
-            return None;
-        };
-        let fresh = ValueId::new(tag - i, 0);
-        let rel = match cuts.iter().find(|c| c.0 == i) {
-            Some(&(_, x0, x1)) => cut_relation(imp, r, x0, x1, facts)?,
-            None => r.clone(),
-        };
-        new_args[i] = Tpl::Value(ValueRef {
-            rank: None,
-            value: fresh,
-        });
-        entries.push((fresh, State::Related(rel)));
+
+    /// Rows `[a, b)` of class `id`, cut as a term and extracted.
+    fn cut_term(&mut self, id: Id, a: usize, b: usize) -> Option<RecExpr<Term>> {
+        let c = crate::lemmas::pieces::cut(self.eg, id, a, b)?;
+        self.eg.rebuild();
+        extract(self.eg, c, false).into_iter().next()
     }
-    if name == "aten.view.default" {
-        let mut target = out.clone();
-        target[0] = b - a;
-        new_args[1] = Tpl::Op(
-            LIST.into(),
-            target.iter().map(|&n| Tpl::Num(n as i64)).collect(),
+
+    /// Rows `[a, b)` of the spec operator `t` (class `root`): the operator over its operands'
+    /// rows, each the cut relation of a fresh value (as the operator's inputs are), where its
+    /// arguments are values and literals and it keeps its leading dim independent; else one
+    /// fresh value whose relation is the whole term cut, with the equalities among its ranks.
+    fn operator(&mut self, t: &Tpl, root: Id, a: usize, b: usize) -> Option<Tpl> {
+        if let Some(op_t) = self.by_operand(t, root, a, b) {
+            return Some(op_t);
+        }
+        let expr = self.cut_term(root, a, b)?;
+        // Only the equalities among this piece's ranks: the others name the other pieces'
+        // ranks, whose operators the exploration would bring in.
+        let (equal_leaves, equal_slices) =
+            facts_within(self.facts, &ranks_of(std::slice::from_ref(&expr)));
+        let x = self.fresh();
+        self.sub.insert(
+            x,
+            State::Related(Rel {
+                equal_leaves,
+                equal_slices,
+                ..Rel::of(vec![expr], false)
+            }),
         );
+        Some(Tpl::Value(ValueRef {
+            rank: None,
+            value: x,
+        }))
     }
-    Some((Tpl::Op(name.clone(), new_args), entries))
+
+    /// [`Pieces::operator`] over its operands' rows, when the operator allows it.
+    fn by_operand(&mut self, t: &Tpl, root: Id, a: usize, b: usize) -> Option<Tpl> {
+        let Tpl::Op(name, args) = t else { return None };
+        let mut kids = Vec::new();
+        for x in args {
+            kids.push(match x {
+                Tpl::Value(v) => *self.ids.get(&v.value)?,
+                literal => {
+                    let mut inside = Vec::new();
+                    tpl_values(literal, &mut inside);
+                    if !inside.is_empty() {
+                        return None;
+                    }
+                    add_tpl(self.eg, literal, &mut |_, _| {
+                        unreachable!("a literal holds no value")
+                    })
+                }
+            });
+        }
+        let out = crate::lemmas::shape(self.eg, root)?;
+        let cuts = crate::lemmas::pieces::operand_rows(self.eg, name, &kids, &out, a, b)?;
+        let mut new_args = args.clone();
+        for (i, x) in args.iter().enumerate() {
+            let Tpl::Value(v) = x else { continue };
+            let Some(State::Related(r)) = self.state.get(&v.value) else {
+                return None;
+            };
+            let rel = match cuts.iter().find(|c| c.0 == i) {
+                Some(&(_, x0, x1)) => cut_relation(self.imp, r, x0, x1, self.facts)?,
+                None => r.clone(),
+            };
+            let fresh = self.fresh();
+            self.sub.insert(fresh, State::Related(rel));
+            new_args[i] = Tpl::Value(ValueRef {
+                rank: None,
+                value: fresh,
+            });
+        }
+        if name == "aten.view.default" {
+            let mut target = out;
+            target[0] = b - a;
+            new_args[1] = Tpl::Op(
+                LIST.into(),
+                target.iter().map(|&n| Tpl::Num(n as i64)).collect(),
+            );
+        }
+        Some(Tpl::Op(name.clone(), new_args))
+    }
 }
 
 /// Rows `[a, b)` of a relation: each alternative expression cut in an e-graph of its own (in
@@ -1584,10 +1537,7 @@ fn operand_pieces(
 fn cut_relation(imp: &Impl, r: &Rel, a: usize, b: usize, facts: &Rel) -> Option<Rel> {
     let mut exprs: Vec<RecExpr<Term>> = Vec::new();
     for alt in &r.exprs {
-        let mut own = Graph::new(Shapes {
-            zeros: imp.zeros.clone(),
-            ..Shapes::default()
-        });
+        let mut own = new_graph(imp);
         let id = add_rec(&mut own, imp, alt);
         own.rebuild();
         let Some(c) = crate::lemmas::pieces::cut(&mut own, id, a, b) else {
@@ -1606,27 +1556,24 @@ fn cut_relation(imp: &Impl, r: &Rel, a: usize, b: usize, facts: &Rel) -> Option<
     }
     let (equal_leaves, equal_slices) = facts_within(facts, &ranks);
     Some(Rel {
-        exprs,
-        clean: r.clean,
         equal_leaves,
         equal_slices,
-        explored: Vec::new(),
+        ..Rel::of(exprs, r.clean)
     })
 }
 
 /// The ranks whose tensors the expressions read.
-fn ranks_of(exprs: &[RecExpr<Term>]) -> HashSet<usize> {
+fn ranks_of(exprs: &[RecExpr<Term>]) -> BTreeSet<usize> {
     exprs
         .iter()
-        .flat_map(leaf_symbols)
-        .filter_map(|s| crate::term::parse_leaf(s.as_str()).map(|(r, _)| r))
+        .flat_map(|e| leaf_ranks(e, Id::from(e.as_ref().len() - 1)))
         .collect()
 }
 
 /// The groups of equal tensors and slices in `facts` that read only tensors of `ranks`.
 fn facts_within(
     facts: &Rel,
-    ranks: &HashSet<usize>,
+    ranks: &BTreeSet<usize>,
 ) -> (Vec<Vec<Symbol>>, Vec<Vec<RecExpr<Term>>>) {
     let inside =
         |s: &Symbol| crate::term::parse_leaf(s.as_str()).is_some_and(|(r, _)| ranks.contains(&r));
@@ -1639,78 +1586,59 @@ fn facts_within(
     let slices = facts
         .equal_slices
         .iter()
-        .filter(|g| g.iter().all(|e| leaf_symbols(e).iter().all(inside)))
+        .filter(|g| {
+            g.iter()
+                .all(|e| ranks_of(std::slice::from_ref(e)).is_subset(ranks))
+        })
         .cloned()
         .collect();
     (leaves, slices)
 }
 
-/// The rank tensors an expression reads.
-fn leaf_symbols(e: &RecExpr<Term>) -> HashSet<Symbol> {
-    e.as_ref()
-        .iter()
-        .filter_map(|n| match n {
-            Term::Op(s, k) if k.is_empty() && crate::term::parse_leaf(s.as_str()).is_some() => {
-                Some(*s)
-            }
-            _ => None,
-        })
-        .collect()
-}
-
 /// The concatenation along dim 0 of the pieces' relations: clean when every piece is, a
 /// multiple of the clean concatenation when every piece is the same multiple of a clean one.
 fn join_pieces(parts: Vec<Rel>) -> Option<State> {
-    let factor = |r: &Rel| -> Option<(i64, i64)> {
-        if r.clean {
-            return Some((1, 1));
-        }
+    // Each piece's factor and the root of its clean expression (under the factor's `scale`).
+    let split = |r: &Rel| -> Option<((i64, i64), usize)> {
         let e = r.exprs.first()?;
-        match e.as_ref().last()? {
+        let last = e.as_ref().len() - 1;
+        if r.clean {
+            return Some(((1, 1), last));
+        }
+        match &e.as_ref()[last] {
             Term::Op(s, k) if is_op!(s, SCALE) && k.len() == 3 => match (&e[k[0]], &e[k[1]]) {
-                (Term::Num(p), Term::Num(q)) => Some((*p, *q)),
+                (Term::Num(p), Term::Num(q)) => Some(((*p, *q), usize::from(k[2]))),
                 _ => None,
             },
             _ => None,
         }
     };
-    let f = factor(parts.first()?)?;
-    if parts.iter().any(|r| factor(r) != Some(f)) {
+    let splits: Vec<_> = parts.iter().map(split).collect::<Option<_>>()?;
+    let f = splits.first()?.0;
+    if splits.iter().any(|s| s.0 != f) {
         return None;
     }
     let mut e: RecExpr<Term> = RecExpr::default();
     let mut kids = vec![e.add(Term::Num(0))];
-    let mut joined = Rel {
-        exprs: Vec::new(),
-        clean: f == (1, 1),
-        equal_leaves: Vec::new(),
-        equal_slices: Vec::new(),
-        explored: Vec::new(),
-    };
-    for r in &parts {
-        let x = r.exprs.first()?;
-        let nodes = x.as_ref();
-        // A multiple's clean expression is its scale node's operand, the last but one root.
-        let top = if f == (1, 1) {
-            nodes.len() - 1
-        } else {
-            match nodes.last()? {
-                Term::Op(_, k) => usize::from(k[2]),
-                Term::Num(_) => return None,
-            }
-        };
-        kids.push(append(&mut e, x, top));
-        joined.equal_leaves.extend(r.equal_leaves.iter().cloned());
-        joined.equal_slices.extend(r.equal_slices.iter().cloned());
+    for (r, &(_, top)) in parts.iter().zip(&splits) {
+        kids.push(append(&mut e, &r.exprs[0], top));
     }
-    let mut at = e.add(Term::Op(Symbol::from(CAT), kids));
+    let joined = e.add(Term::Op(Symbol::from(CAT), kids));
     if f != (1, 1) {
         let (p, q) = (e.add(Term::Num(f.0)), e.add(Term::Num(f.1)));
-        at = e.add(Term::Op(Symbol::from(SCALE), vec![p, q, at]));
+        e.add(Term::Op(Symbol::from(SCALE), vec![p, q, joined]));
     }
-    let _ = at;
-    joined.exprs.push(e);
-    Some(State::Related(joined))
+    Some(State::Related(Rel {
+        equal_leaves: parts
+            .iter()
+            .flat_map(|r| r.equal_leaves.iter().cloned())
+            .collect(),
+        equal_slices: parts
+            .iter()
+            .flat_map(|r| r.equal_slices.iter().cloned())
+            .collect(),
+        ..Rel::of(vec![e], f == (1, 1))
+    }))
 }
 
 /// Copies the subterm of `src` rooted at node `top` into `dst`; returns its id there.
@@ -1750,10 +1678,7 @@ fn infer_one(
             None => return State::Unrelated("an input was never computed".into()),
         }
     }
-    let mut eg = Graph::new(Shapes {
-        zeros: imp.zeros.clone(),
-        ..Shapes::default()
-    });
+    let mut eg = new_graph(imp);
     let mut ids: HashMap<ValueId, Id> = HashMap::new();
     for x in &ins {
         if ids.contains_key(&x.value) {
@@ -2144,6 +2069,22 @@ fn seed_spec_equations(
     seeds: &[(Tpl, ValueId)],
     ids: &mut HashMap<ValueId, Id>,
 ) {
+    for (_, _, lhs, rhs) in seed_sides(eg, imp, state, seeds, ids) {
+        eg.union(lhs, rhs);
+    }
+}
+
+/// Both sides of each seed equation whose right side `w` has a clean relation and whose
+/// operator's inputs are all related, added to the e-graph (the inputs' relations added once,
+/// into `ids`): the operator, `w`'s relation, the left and the right class.
+fn seed_sides<'s>(
+    eg: &mut Graph,
+    imp: &Impl,
+    state: &'s HashMap<ValueId, State>,
+    seeds: &'s [(Tpl, ValueId)],
+    ids: &mut HashMap<ValueId, Id>,
+) -> Vec<(&'s Tpl, &'s Rel, Id, Id)> {
+    let mut sides = Vec::new();
     for (t, w) in seeds {
         let Some(State::Related(rw)) = state.get(w) else {
             continue;
@@ -2168,8 +2109,9 @@ fn seed_spec_equations(
         }
         let lhs = add_tpl(eg, t, &mut |_, x| ids[&x.value]);
         let rhs = add_relation(eg, imp, rw);
-        eg.union(lhs, rhs);
+        sides.push((t, rw, lhs, rhs));
     }
+    sides
 }
 
 /// A clean relation of `view(x, shape)` is one of `x` too, viewed back (`x = view(view(x,

@@ -84,8 +84,10 @@ fn row_operands(g: &Graph, sym: Symbol, kids: &[Id], out: &[usize]) -> Option<Ve
     match name {
         "aten.bmm.default" if kids.len() == 2 => same(&[0, 1]),
         "aten.matmul.default" if kids.len() == 2 && rank >= 3 => {
-            let ranks = (shape(g, kids[0])?.len(), shape(g, kids[1])?.len());
-            (ranks == (rank, rank)).then(|| vec![(0, Rows::Same), (1, Rows::Same)])
+            // Both operands batched along the leading dim (none broadcast along it).
+            let (x, y) = (shape(g, kids[0])?, shape(g, kids[1])?);
+            (x.len() == rank && y.len() == rank && x[0] == out[0] && y[0] == out[0])
+                .then(|| vec![(0, Rows::Same), (1, Rows::Same)])
         }
         "aten.view.default" if kids.len() == 2 => {
             let input = shape(g, kids[0])?;
@@ -115,9 +117,11 @@ fn row_operands(g: &Graph, sym: Symbol, kids: &[Id], out: &[usize]) -> Option<Ve
         }
         "aten.sum.dim_IntList" if kids.len() == 4 => {
             let in_rank = shape(g, kids[0])?.len();
-            let dims = int_list(g, kids[1])?;
-            let reduces_leading =
-                dims.is_empty() || dims.iter().any(|&d| dim_of(d, in_rank) == Some(0));
+            let dims: Vec<usize> = int_list(g, kids[1])?
+                .into_iter()
+                .map(|d| dim_of(d, in_rank))
+                .collect::<Option<_>>()?;
+            let reduces_leading = dims.is_empty() || dims.contains(&0);
             (!reduces_leading).then(|| vec![(0, Rows::Same)])
         }
         _ => None,

@@ -4,6 +4,7 @@
 //! clean expressions kept as their relations.
 
 use crate::kinds::{self, Abs, Kind, ZeroBlocks};
+use crate::lemmas::pieces::{Cut, Split};
 use crate::lemmas::{library_for, Graph, SCALE, WIDENED};
 use crate::lower::{lower, pair_collectives, pair_messages, LowerCtx, Lowered, Tpl, ValueRef};
 use crate::term::{
@@ -473,7 +474,7 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
                         }
                     }
                     // An e-graph that outgrew the node limit without a relation: once more
-                    // piece by piece along the leading dim, where the operands split there.
+                    // piece by piece along a dim where the operands split.
                     if !scalar_chain
                         && first.peak_nodes.get() >= opts.node_limit
                         && !clean_up_to_factor(&s)
@@ -1316,12 +1317,12 @@ fn new_graph(imp: &Impl) -> Graph {
     })
 }
 
-/// A spec operator's relation inferred piece by piece along its leading dim, for an operator
-/// whose e-graph outgrew the node limit: where the operator keeps its leading dim independent
-/// down to a concatenation in its operands' relations (the data-parallel groups' batch
-/// rows), rows `[a, b)` of the output are the operator over rows `[a, b)` of the operands
-/// ([`crate::lemmas::pieces`]), each inferred in an e-graph of its own, and the output is the
-/// concatenation of the pieces' relations. The spec equations the operator is seeded with are
+/// A spec operator's relation inferred piece by piece along one of its dims, for an operator
+/// whose e-graph outgrew the node limit: where the operator keeps a dim independent down to a
+/// concatenation in its operands' relations (the data-parallel groups' batch rows, the
+/// tensor-parallel groups' heads; the leading dim first), rows `[a, b)` of the output there
+/// are the operator over rows of the operands ([`crate::lemmas::pieces`]), each inferred in
+/// an e-graph of its own, and the output is the concatenation of the pieces' relations. The spec equations the operator is seeded with are
 /// cut alike (rows of both sides of a true equation are equal). `None` unless every piece has
 /// a clean relation, or all the same multiple of one.
 #[allow(clippy::too_many_arguments)]
@@ -1358,18 +1359,31 @@ fn infer_by_pieces(
     }
     let root = add_tpl(&mut eg, t, &mut |_, x| ids[&x.value]);
     eg.rebuild();
-    let bounds = crate::lemmas::pieces::leading_bounds(&eg, root)?;
-    let rows = *crate::lemmas::shape(&eg, root)?.first()?;
-    // Both sides of each seeded equation, the left one over the relations of its inputs.
+    let split = crate::lemmas::pieces::split(&eg, root)?;
+    let out = crate::lemmas::shape(&eg, root)?;
+    // Both sides of each seeded equation, the left one over the relations of its inputs; the
+    // equalities their relations carry go to the pieces too (a received block equal to its
+    // sender's, in the attention output the forward's equation relates).
     let equations = seed_sides(&mut eg, imp, state, seeds, &mut ids);
     eg.rebuild();
+    for (t, w) in seeds {
+        let mut values = vec![*w];
+        let mut inside = Vec::new();
+        tpl_values(t, &mut inside);
+        values.extend(inside.iter().map(|x| x.value));
+        for x in values {
+            if let Some(State::Related(r)) = state.get(&x) {
+                facts.equal_leaves.extend(r.equal_leaves.iter().cloned());
+                facts.equal_slices.extend(r.equal_slices.iter().cloned());
+            }
+        }
+    }
     let wider = Options {
         node_limit: opts.node_limit * PIECE_NODE_FACTOR,
         ..opts.clone()
     };
     let mut parts: Vec<Rel> = Vec::new();
-    for w in bounds.windows(2) {
-        let (a, b) = (w[0], w[1]);
+    for c in split.cuts() {
         let mut pieces = Pieces {
             imp,
             state,
@@ -1379,24 +1393,21 @@ fn infer_by_pieces(
             sub: HashMap::new(),
             next: 0,
         };
-        // An equation over a tensor whose leading dim is a multiple of the output's is cut at
-        // the same fraction of its rows (the batch leads both).
+        // An equation over another tensor is cut where it takes the same blocks of the
+        // output, at the same fraction of their rows (the batch or the heads lead both).
         let mut sub_seeds = Vec::new();
         for &(ts, rw, lhs, rhs) in &equations {
-            let Some(m) = crate::lemmas::shape(pieces.eg, lhs).and_then(|s| s.first().copied())
+            let Some(lhs_cut) = crate::lemmas::shape(pieces.eg, lhs)
+                .and_then(|s| crate::lemmas::pieces::matching_cut(&s, &out, c))
             else {
                 continue;
             };
-            if m % rows != 0 {
-                continue;
-            }
-            let (x0, x1) = (a * (m / rows), b * (m / rows));
-            let Some(lhs_t) = pieces.operator(ts, lhs, x0, x1) else {
+            let Some(lhs_t) = pieces.operator(ts, lhs, lhs_cut) else {
                 continue;
             };
-            let rhs_rel = match cut_relation(imp, rw, x0, x1, &facts) {
+            let rhs_rel = match cut_relation(imp, rw, lhs_cut, &facts) {
                 Some(r) => r,
-                None => match pieces.cut_term(rhs, x0, x1) {
+                None => match pieces.cut_term(rhs, lhs_cut) {
                     Some(e) => Rel::of(vec![e], rw.clean),
                     None => continue,
                 },
@@ -1405,7 +1416,7 @@ fn infer_by_pieces(
             pieces.sub.insert(w, State::Related(rhs_rel));
             sub_seeds.push((lhs_t, w));
         }
-        let op_t = pieces.operator(t, root, a, b)?;
+        let op_t = pieces.operator(t, root, c)?;
         let s = infer_one(
             imp,
             rules,
@@ -1424,7 +1435,7 @@ fn infer_by_pieces(
             _ => return None,
         }
     }
-    join_pieces(parts)
+    join_pieces(imp, parts, &split, &out)
 }
 
 /// What one piece of [`infer_by_pieces`] is inferred from: the states of fresh values standing
@@ -1446,22 +1457,22 @@ impl Pieces<'_, '_> {
         ValueId::new(usize::MAX - self.next, 0)
     }
 
-    /// Rows `[a, b)` of class `id`, cut as a term and extracted.
-    fn cut_term(&mut self, id: Id, a: usize, b: usize) -> Option<RecExpr<Term>> {
-        let c = crate::lemmas::pieces::cut(self.eg, id, a, b)?;
+    /// Cut `c` of class `id`, cut as a term and extracted.
+    fn cut_term(&mut self, id: Id, c: Cut) -> Option<RecExpr<Term>> {
+        let c = crate::lemmas::pieces::cut(self.eg, id, c)?;
         self.eg.rebuild();
         extract(self.eg, c, false).into_iter().next()
     }
 
-    /// Rows `[a, b)` of the spec operator `t` (class `root`): the operator over its operands'
-    /// rows, each the cut relation of a fresh value (as the operator's inputs are), where its
-    /// arguments are values and literals and it keeps its leading dim independent; else one
+    /// Cut `c` of the spec operator `t` (class `root`): the operator over its operands' cuts,
+    /// each the cut relation of a fresh value (as the operator's inputs are), where its
+    /// arguments are values and literals and it keeps the cut's dim independent; else one
     /// fresh value whose relation is the whole term cut, with the equalities among its ranks.
-    fn operator(&mut self, t: &Tpl, root: Id, a: usize, b: usize) -> Option<Tpl> {
-        if let Some(op_t) = self.by_operand(t, root, a, b) {
+    fn operator(&mut self, t: &Tpl, root: Id, c: Cut) -> Option<Tpl> {
+        if let Some(op_t) = self.by_operand(t, root, c) {
             return Some(op_t);
         }
-        let expr = self.cut_term(root, a, b)?;
+        let expr = self.cut_term(root, c)?;
         // Only the equalities among this piece's ranks: the others name the other pieces'
         // ranks, whose operators the exploration would bring in.
         let (equal_leaves, equal_slices) =
@@ -1482,7 +1493,7 @@ impl Pieces<'_, '_> {
     }
 
     /// [`Pieces::operator`] over its operands' rows, when the operator allows it.
-    fn by_operand(&mut self, t: &Tpl, root: Id, a: usize, b: usize) -> Option<Tpl> {
+    fn by_operand(&mut self, t: &Tpl, root: Id, c: Cut) -> Option<Tpl> {
         let Tpl::Op(name, args) = t else { return None };
         let mut kids = Vec::new();
         for x in args {
@@ -1501,15 +1512,16 @@ impl Pieces<'_, '_> {
             });
         }
         let out = crate::lemmas::shape(self.eg, root)?;
-        let cuts = crate::lemmas::pieces::operand_rows(self.eg, name, &kids, &out, a, b)?;
+        let cuts =
+            crate::lemmas::pieces::operand_cuts(self.eg, Symbol::from(name), &kids, &out, c)?;
         let mut new_args = args.clone();
         for (i, x) in args.iter().enumerate() {
             let Tpl::Value(v) = x else { continue };
             let Some(State::Related(r)) = self.state.get(&v.value) else {
                 return None;
             };
-            let rel = match cuts.iter().find(|c| c.0 == i) {
-                Some(&(_, x0, x1)) => cut_relation(self.imp, r, x0, x1, self.facts)?,
+            let rel = match cuts.iter().find(|k| k.0 == i) {
+                Some(&(_, inner)) => cut_relation(self.imp, r, inner, self.facts)?,
                 None => r.clone(),
             };
             let fresh = self.fresh();
@@ -1521,7 +1533,7 @@ impl Pieces<'_, '_> {
         }
         if name == "aten.view.default" {
             let mut target = out;
-            target[0] = b - a;
+            target[c.dim] = c.len();
             new_args[1] = Tpl::Op(
                 LIST.into(),
                 target.iter().map(|&n| Tpl::Num(n as i64)).collect(),
@@ -1531,20 +1543,20 @@ impl Pieces<'_, '_> {
     }
 }
 
-/// Rows `[a, b)` of a relation: each alternative expression cut in an e-graph of its own (in
-/// one class the cut would follow whichever nesting of the concatenations came first), with
-/// the equalities among the tensors the cut expressions read.
-fn cut_relation(imp: &Impl, r: &Rel, a: usize, b: usize, facts: &Rel) -> Option<Rel> {
+/// Cut `c` of a relation: each alternative expression cut in an e-graph of its own (in one
+/// class the cut would follow whichever nesting of the concatenations came first), with the
+/// equalities among the tensors the cut expressions read.
+fn cut_relation(imp: &Impl, r: &Rel, c: Cut, facts: &Rel) -> Option<Rel> {
     let mut exprs: Vec<RecExpr<Term>> = Vec::new();
     for alt in &r.exprs {
         let mut own = new_graph(imp);
         let id = add_rec(&mut own, imp, alt);
         own.rebuild();
-        let Some(c) = crate::lemmas::pieces::cut(&mut own, id, a, b) else {
+        let Some(piece) = crate::lemmas::pieces::cut(&mut own, id, c) else {
             continue;
         };
         own.rebuild();
-        if let Some(e) = extract(&own, c, false).into_iter().next() {
+        if let Some(e) = extract(&own, piece, false).into_iter().next() {
             if !exprs.contains(&e) {
                 exprs.push(e);
             }
@@ -1570,7 +1582,8 @@ fn ranks_of(exprs: &[RecExpr<Term>]) -> BTreeSet<usize> {
         .collect()
 }
 
-/// The groups of equal tensors and slices in `facts` that read only tensors of `ranks`.
+/// The groups of equal tensors and slices in `facts`, each kept to its members that read only
+/// tensors of `ranks` (a part of a group of equal tensors is equal), where two or more remain.
 fn facts_within(
     facts: &Rel,
     ranks: &BTreeSet<usize>,
@@ -1580,24 +1593,29 @@ fn facts_within(
     let leaves = facts
         .equal_leaves
         .iter()
-        .filter(|g| g.iter().all(inside))
-        .cloned()
+        .map(|g| g.iter().filter(|s| inside(s)).copied().collect::<Vec<_>>())
+        .filter(|g| g.len() >= 2)
         .collect();
     let slices = facts
         .equal_slices
         .iter()
-        .filter(|g| {
+        .map(|g| {
             g.iter()
-                .all(|e| ranks_of(std::slice::from_ref(e)).is_subset(ranks))
+                .filter(|e| ranks_of(std::slice::from_ref(e)).is_subset(ranks))
+                .cloned()
+                .collect::<Vec<_>>()
         })
-        .cloned()
+        .filter(|g| g.len() >= 2)
         .collect();
     (leaves, slices)
 }
 
-/// The concatenation along dim 0 of the pieces' relations: clean when every piece is, a
-/// multiple of the clean concatenation when every piece is the same multiple of a clean one.
-fn join_pieces(parts: Vec<Rel>) -> Option<State> {
+/// The pieces' relations put together along the split's dim (a concatenation; for a strided
+/// split, of each piece viewed as its blocks, viewed back to `out`): clean when every piece
+/// is, a multiple of the clean whole when every piece is the same multiple of a clean one.
+/// Pieces at different multiples meet at one where their tensors allow ([`rescaled`]: one
+/// group's ranks may expose the scaled gradient, another's only the unscaled one).
+fn join_pieces(imp: &Impl, parts: Vec<Rel>, how: &Split, out: &[usize]) -> Option<State> {
     // Each piece's factor and the root of its clean expression (under the factor's `scale`).
     let split = |r: &Rel| -> Option<((i64, i64), usize)> {
         let e = r.exprs.first()?;
@@ -1614,17 +1632,62 @@ fn join_pieces(parts: Vec<Rel>) -> Option<State> {
         }
     };
     let splits: Vec<_> = parts.iter().map(split).collect::<Option<_>>()?;
-    let f = splits.first()?.0;
-    if splits.iter().any(|s| s.0 != f) {
-        return None;
-    }
+    // Each piece's clean expression and factor, at the first factor every piece reaches.
+    let targets: Vec<(i64, i64)> = std::iter::once((1, 1))
+        .chain(splits.iter().map(|s| s.0))
+        .collect();
+    let (f, exprs) = targets.into_iter().find_map(|f| {
+        let exprs: Option<Vec<RecExpr<Term>>> = parts
+            .iter()
+            .zip(&splits)
+            .map(|(r, &(g, top))| {
+                let e = &r.exprs[0];
+                if same_factor(g, f) {
+                    let mut own = RecExpr::default();
+                    append(&mut own, e, top);
+                    Some(own)
+                } else {
+                    // g x = f y: y = (g / f) x.
+                    if f.0 == 0 {
+                        return None;
+                    }
+                    let ratio = (
+                        i64::try_from(i128::from(g.0) * i128::from(f.1)).ok()?,
+                        i64::try_from(i128::from(g.1) * i128::from(f.0)).ok()?,
+                    );
+                    rescaled(imp, e, top, ratio)
+                }
+            })
+            .collect();
+        exprs.map(|x| (f, x))
+    })?;
     let mut e: RecExpr<Term> = RecExpr::default();
-    let mut kids = vec![e.add(Term::Num(0))];
-    for (r, &(_, top)) in parts.iter().zip(&splits) {
-        kids.push(append(&mut e, &r.exprs[0], top));
+    let (dim, outer) = (how.dim, how.outer);
+    let view = Symbol::from("aten.view.default");
+    let list = |e: &mut RecExpr<Term>, v: &[usize]| {
+        let nums: Vec<Id> = v.iter().map(|&n| e.add(Term::Num(n as i64))).collect();
+        e.add(Term::Op(Symbol::from(LIST), nums))
+    };
+    let mut kids = vec![e.add(Term::Num((dim + usize::from(outer > 1)) as i64))];
+    for (x, c) in exprs.iter().zip(how.cuts()) {
+        let piece = append(&mut e, x, x.as_ref().len() - 1);
+        kids.push(if outer == 1 {
+            piece
+        } else {
+            let mut blocks = out[..dim].to_vec();
+            blocks.extend([outer, c.b - c.a]);
+            blocks.extend_from_slice(&out[dim + 1..]);
+            let shape = list(&mut e, &blocks);
+            e.add(Term::Op(view, vec![piece, shape]))
+        });
     }
-    let joined = e.add(Term::Op(Symbol::from(CAT), kids));
-    if f != (1, 1) {
+    let mut joined = e.add(Term::Op(Symbol::from(CAT), kids));
+    if outer > 1 {
+        let shape = list(&mut e, out);
+        joined = e.add(Term::Op(view, vec![joined, shape]));
+    }
+    let unit = same_factor(f, (1, 1));
+    if !unit {
         let (p, q) = (e.add(Term::Num(f.0)), e.add(Term::Num(f.1)));
         e.add(Term::Op(Symbol::from(SCALE), vec![p, q, joined]));
     }
@@ -1637,8 +1700,13 @@ fn join_pieces(parts: Vec<Rel>) -> Option<State> {
             .iter()
             .flat_map(|r| r.equal_slices.iter().cloned())
             .collect(),
-        ..Rel::of(vec![e], f == (1, 1))
+        ..Rel::of(vec![e], unit)
     }))
+}
+
+/// Whether two factors `p/q` are equal.
+fn same_factor(a: (i64, i64), b: (i64, i64)) -> bool {
+    i128::from(a.0) * i128::from(b.1) == i128::from(b.0) * i128::from(a.1)
 }
 
 /// Copies the subterm of `src` rooted at node `top` into `dst`; returns its id there.
@@ -2298,23 +2366,8 @@ fn define_scaled_consumers(eg: &mut Graph, imp: &Impl, root: Id, added: &mut Has
                 rank: Some(r),
                 value: v,
             });
-            for &(r2, n2) in imp.consumers.get(&x).map_or(&[][..], Vec::as_slice) {
-                let out = ValueRef {
-                    rank: Some(r2),
-                    value: ValueId::new(n2, 0),
-                };
-                let same_factor = matches!(
-                    imp.lowered.get(&out),
-                    Some(Lowered::Term(Tpl::Op(op, kids)))
-                        if op == SCALE
-                            && matches!(kids.as_slice(), [Tpl::Num(p2), Tpl::Num(q2), Tpl::Value(y)]
-                                if p2 * q == p * q2 && imp.canon(*y) == x)
-                );
-                if same_factor
-                    && imp.canon(out) == out
-                    && !added.contains(&out)
-                    && !imp.cut.contains(&out)
-                {
+            for out in scaling_consumers(imp, x, (p, q)) {
+                if !added.contains(&out) && !imp.cut.contains(&out) {
                     found.push(out);
                 }
             }
@@ -2328,6 +2381,101 @@ fn define_scaled_consumers(eg: &mut Graph, imp: &Impl, root: Id, added: &mut Has
         define(eg, imp, out, added);
     }
     eg.rebuild();
+}
+
+/// The rank values that the implementation defines as `x` scaled by `p/q`.
+fn scaling_consumers(imp: &Impl, x: ValueRef, (p, q): (i64, i64)) -> Vec<ValueRef> {
+    let mut out = Vec::new();
+    for &(r, n) in imp.consumers.get(&x).map_or(&[][..], Vec::as_slice) {
+        let v = ValueRef {
+            rank: Some(r),
+            value: ValueId::new(n, 0),
+        };
+        let scales_x = matches!(
+            imp.lowered.get(&v),
+            Some(Lowered::Term(Tpl::Op(op, kids)))
+                if op == SCALE
+                    && matches!(kids.as_slice(), [Tpl::Num(p2), Tpl::Num(q2), Tpl::Value(y)]
+                        if i128::from(*p2) * i128::from(q) == i128::from(p) * i128::from(*q2)
+                            && imp.canon(*y) == x)
+        );
+        if scales_x && imp.canon(v) == v {
+            out.push(v);
+        }
+    }
+    out
+}
+
+/// The rank tensor equal to `f` times the rank tensor `x`, where the implementation has one:
+/// a consumer of `x` that scales it by `f`, or the tensor `x` is itself `1/f` times.
+fn scaled_tensor(imp: &Impl, x: ValueRef, (p, q): (i64, i64)) -> Option<ValueRef> {
+    let x = imp.canon(x);
+    if let Some(v) = scaling_consumers(imp, x, (p, q)).into_iter().next() {
+        return Some(v);
+    }
+    match imp.lowered.get(&x) {
+        Some(Lowered::Term(Tpl::Op(op, kids))) if op == SCALE => match kids.as_slice() {
+            [Tpl::Num(p2), Tpl::Num(q2), Tpl::Value(y)]
+                if i128::from(p) * i128::from(*p2) == i128::from(q) * i128::from(*q2) =>
+            {
+                Some(imp.canon(*y))
+            }
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// `f` times the clean expression rooted at `top` of `e`, as a clean expression: a clean
+/// expression is linear in its leaves (layout operators, rank sums; a rank max or min only
+/// for `f > 0`), so each leaf is replaced by the rank tensor equal to `f` times it. `None`
+/// where a leaf has no such tensor, or the expression holds a constant other than a zero fill.
+fn rescaled(imp: &Impl, e: &RecExpr<Term>, top: usize, f: (i64, i64)) -> Option<RecExpr<Term>> {
+    let positive = (f.0 > 0) == (f.1 > 0) && f.0 != 0;
+    let mut out: RecExpr<Term> = RecExpr::default();
+    let mut ids: HashMap<usize, Id> = HashMap::new();
+    for (i, n) in e.as_ref()[..=top].iter().enumerate() {
+        let new = match n {
+            Term::Num(_) => n.clone(),
+            Term::Op(s, kids) if kids.is_empty() => match crate::term::parse_leaf(s.as_str()) {
+                Some((r, name)) => {
+                    let value = imp.case.program.ranks.get(r)?.find(name)?;
+                    let scaled = scaled_tensor(
+                        imp,
+                        ValueRef {
+                            rank: Some(r),
+                            value,
+                        },
+                        f,
+                    )?;
+                    let name = leaf_symbol(scaled.rank?, &imp.name(scaled));
+                    Term::Op(Symbol::from(name), vec![])
+                }
+                None => n.clone(),
+            },
+            Term::Op(s, kids) => {
+                let linear = is_op!(s, LIST)
+                    || (CLEAN_OPS.contains(&s.as_str())
+                        && (positive || !(is_op!(s, MAX) || is_op!(s, MIN))));
+                let zero_fill = s.as_str() == "aten.full.default"
+                    && kids.get(1).is_some_and(|&v| {
+                        matches!(&e[v], Term::Op(z, k) if k.is_empty()
+                            && matches!(z.as_str(), "f:0.0" | "f:-0.0"))
+                    });
+                if !linear && !zero_fill {
+                    return None;
+                }
+                Term::Op(
+                    *s,
+                    kids.iter()
+                        .map(|k| ids.get(&usize::from(*k)).copied())
+                        .collect::<Option<_>>()?,
+                )
+            }
+        };
+        ids.insert(i, out.add(new));
+    }
+    Some(out)
 }
 
 /// The groups of leaves proven equal in `eg` that contain a leaf used by `exprs`.

@@ -1553,6 +1553,33 @@ pub fn library() -> Vec<Lemma> {
         }),
     });
     l.push(Lemma {
+        name: "matmul-flatten",
+        doc: "matmul(view(a, [B.., m, k]), y) with a of shape [prod(B), m, k] and y batched alike = view(bmm(a, view(y, [prod(B), k, n])), [B.., m, n]): the inverse of bmm-unflatten, for a product whose left operand was unflattened from a 3-d one (the piece of an attention product over one head group, whose ranks multiply 3-d blocks)",
+        roots: vec!["aten.matmul.default".into()],
+        examples: vec![("(aten.matmul.default (aten.view.default %r0:a (list 2 3 2 5)) %r0:b)", &[("a", "f64[6,2,5]"), ("b", "f64[2,3,5,4]")])],
+        requires: None,
+        build: Arc::new(|g, eclass, kids| {
+            let (Some(out), Some(sy)) = (shape(g, eclass), shape(g, kids[1])) else {
+                return vec![];
+            };
+            let r = out.len();
+            if r < 4 || sy.len() != r || sy[..r - 2] != out[..r - 2] {
+                return vec![];
+            }
+            let batch: usize = out[..r - 2].iter().product();
+            let Some(a) = views(g, kids[0]).into_iter().find(|&a| {
+                shape(g, a).is_some_and(|sa| sa.len() == 3 && sa[0] == batch && sa[1] == out[r - 2])
+            }) else {
+                return vec![];
+            };
+            let flat_y = list(g, &[batch, sy[r - 2], sy[r - 1]]);
+            let vy = op(g, "aten.view.default", vec![kids[1], flat_y]);
+            let product = op(g, "aten.bmm.default", vec![a, vy]);
+            let target = list(g, &out);
+            vec![op(g, "aten.view.default", vec![product, target])]
+        }),
+    });
+    l.push(Lemma {
         name: "matmul-over-cat",
         doc: "batched matmul: batch-dim pieces pair up (or meet a broadcast operand); row pieces of a, column pieces of b, and contracted pieces sum",
         roots: vec!["aten.matmul.default".into()],

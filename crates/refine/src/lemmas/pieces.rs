@@ -1,52 +1,77 @@
-//! Cutting a term into independent pieces along its leading dim.
+//! Cutting a term into independent pieces along one of its dims.
 //!
-//! Rows `[a, b)` of an operator's leading dim are the same operator over rows of its operands
-//! wherever the operator keeps that dim independent: elementwise arithmetic, batched products,
-//! softmax and reductions over other dims, views that regroup it. The engine infers an
-//! operator's relation piece by piece along such a cut when its e-graph outgrew the node limit
-//! (data parallelism combined with context parallelism: each attention block exists once per
-//! data-parallel group, and the lemmas combine the groups' blocks in every nesting of their
-//! concatenations), so that each piece meets one group's ranks only.
+//! Rows `[a, b)` of an operator's dim are the same operator over rows of its operands wherever
+//! the operator keeps that dim independent: elementwise arithmetic, batched products (and the
+//! free dims of products), softmax and reductions over other dims, transposes, views that
+//! regroup it. The engine infers an operator's relation piece by piece along such a cut when
+//! its e-graph outgrew the node limit (data or tensor parallelism combined with context
+//! parallelism: each attention block exists once per data-parallel group or per
+//! tensor-parallel head group, and the lemmas combine the groups' blocks in every nesting of
+//! their concatenations), so that each piece meets one group's ranks only.
+//!
+//! A cut may be strided: the same rows of each of several equal blocks of a dim, the form a
+//! head group takes in the flattened `batch x heads` dim of the attention's products.
 
-use super::{cats, int, int_list, shape, ELEMENTWISE, SCALE};
+use super::{cats, int, int_list, is_true, shape, ELEMENTWISE, SCALE};
 use crate::term::{is_op, Term, CAT, LIST, SLICE, SUM};
 use egg::{Id, Symbol};
 use std::collections::HashMap;
 
 type Graph = egg::EGraph<Term, crate::term::Shapes>;
 
-/// How deep [`leading_bounds`] and [`cut`] descend (a guard against cycles through unions).
+/// How deep [`split`] and [`cut`] descend (a guard against cycles through unions).
 const MAX_DEPTH: usize = 48;
 
-/// How an operand's leading rows make the node's: one for one, or regrouped by a view (`out`
-/// and `in_` elements per leading row).
-#[derive(Clone, Copy)]
-enum Rows {
-    Same,
-    Regrouped { out: usize, in_: usize },
+/// Rows `[a, b)` of each of the `outer` equal blocks of `dim`: a plain range of rows for one
+/// block, the same rows of every block for more (a head group in a flattened batch x heads).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub(crate) struct Cut {
+    /// The dim cut.
+    pub dim: usize,
+    /// How many equal blocks the dim falls into.
+    pub outer: usize,
+    /// The first row taken in each block.
+    pub a: usize,
+    /// One past the last row taken in each block.
+    pub b: usize,
 }
 
-impl Rows {
-    /// The operand's rows for the node's rows `[a, b)`, when they are whole rows.
-    fn map(self, a: usize, b: usize) -> Option<(usize, usize)> {
-        match self {
-            Rows::Same => Some((a, b)),
-            Rows::Regrouped { out, in_ } => {
-                let (fa, fb) = (a.checked_mul(out)?, b.checked_mul(out)?);
-                (fa % in_ == 0 && fb % in_ == 0).then_some((fa / in_, fb / in_))
-            }
-        }
+impl Cut {
+    /// The cut's size along its dim.
+    pub fn len(self) -> usize {
+        self.outer * (self.b - self.a)
     }
 
-    /// The node's row for an operand's row bound, when it is a whole row.
-    fn unmap(self, x: usize) -> Option<usize> {
-        match self {
-            Rows::Same => Some(x),
-            Rows::Regrouped { out, in_ } => {
-                let f = x.checked_mul(in_)?;
-                (f % out == 0).then_some(f / out)
-            }
-        }
+    /// The same rows along another dim, in `outer` blocks.
+    fn moved(self, dim: usize, outer: usize, (a, b): (usize, usize)) -> Cut {
+        Cut { dim, outer, a, b }
+    }
+}
+
+/// Where a class falls into independent pieces: the dim, its blocks, and the row bounds of the
+/// pieces within each block.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub(crate) struct Split {
+    /// The dim split.
+    pub dim: usize,
+    /// How many equal blocks the dim falls into (the pieces take the same rows of each).
+    pub outer: usize,
+    /// The pieces' row bounds within a block, from 0 to the block's size.
+    pub bounds: Vec<usize>,
+}
+
+impl Split {
+    /// The cuts of the pieces, in order.
+    pub fn cuts(&self) -> Vec<Cut> {
+        self.bounds
+            .windows(2)
+            .map(|w| Cut {
+                dim: self.dim,
+                outer: self.outer,
+                a: w[0],
+                b: w[1],
+            })
+            .collect()
     }
 }
 
@@ -55,65 +80,96 @@ fn dim_of(d: i64, rank: usize) -> Option<usize> {
     usize::try_from(d).ok().filter(|&d| d < rank)
 }
 
-/// The operands (positions) whose leading rows make the node's leading rows, for a node that
-/// keeps its leading dim independent; operands that broadcast along it stay whole. `None` for
-/// any other node.
-fn row_operands(g: &Graph, sym: Symbol, kids: &[Id], out: &[usize]) -> Option<Vec<(usize, Rows)>> {
+fn product(dims: &[usize]) -> usize {
+    dims.iter().product()
+}
+
+/// The operands whose rows along some dim are the node's rows along `dim`, one for one, for a
+/// node other than a view that keeps `dim` independent: (position, the operand's dim).
+/// Operands that broadcast along it stay whole. `None` for any other node.
+fn dim_operands(
+    g: &Graph,
+    sym: Symbol,
+    kids: &[Id],
+    out: &[usize],
+    dim: usize,
+) -> Option<Vec<(usize, usize)>> {
     let rank = out.len();
-    if rank == 0 {
+    if dim >= rank {
         return None;
     }
-    let same = |ps: &[usize]| Some(ps.iter().map(|&p| (p, Rows::Same)).collect());
     let name = sym.as_str();
     if is_op!(sym, SUM) {
-        return same(&(0..kids.len()).collect::<Vec<_>>());
+        return Some((0..kids.len()).map(|p| (p, dim)).collect());
     }
     if let Some(e) = ELEMENTWISE.iter().find(|e| e.0 == name) {
         let mut ops = Vec::new();
         for &p in e.1 {
             let s = shape(g, *kids.get(p)?)?;
-            if s.len() == rank && s[0] == out[0] {
-                ops.push((p, Rows::Same));
-            } else if s.len() == rank && s[0] != 1 {
+            // Fewer dims, or a size of one along the cut: broadcast, every piece takes it whole.
+            let Some(at) = (dim + s.len()).checked_sub(rank) else {
+                continue;
+            };
+            if s[at] == out[dim] {
+                ops.push((p, at));
+            } else if s[at] != 1 {
                 return None;
             }
-            // Lower rank or a leading size of one: broadcast along the leading dim.
         }
         return Some(ops);
     }
+    if is_op!(sym, SLICE) && kids.len() == 4 {
+        // A slice along another dim keeps this one whole.
+        return (dim_of(int(g, kids[0])?, rank)? != dim).then(|| vec![(3, dim)]);
+    }
     match name {
-        "aten.bmm.default" if kids.len() == 2 => same(&[0, 1]),
-        "aten.matmul.default" if kids.len() == 2 && rank >= 3 => {
-            // Both operands batched along the leading dim (none broadcast along it).
-            let (x, y) = (shape(g, kids[0])?, shape(g, kids[1])?);
-            (x.len() == rank && y.len() == rank && x[0] == out[0] && y[0] == out[0])
-                .then(|| vec![(0, Rows::Same), (1, Rows::Same)])
+        "aten.mm.default" if kids.len() == 2 && rank == 2 => {
+            Some(vec![if dim == 0 { (0, 0) } else { (1, 1) }])
         }
-        "aten.view.default" if kids.len() == 2 => {
-            let input = shape(g, kids[0])?;
-            let in_ = input.iter().skip(1).product::<usize>();
-            let out_row = out.iter().skip(1).product::<usize>();
-            (!input.is_empty() && in_ > 0 && out_row > 0)
-                .then(|| vec![(0, Rows::Regrouped { out: out_row, in_ })])
+        "aten.bmm.default" if kids.len() == 2 && rank == 3 => Some(match dim {
+            0 => vec![(0, 0), (1, 0)],
+            1 => vec![(0, 1)],
+            _ => vec![(1, 2)],
+        }),
+        "aten.matmul.default" if kids.len() == 2 && rank >= 3 => {
+            // Both operands batched alike (none broadcast along a batch dim).
+            let (x, y) = (shape(g, kids[0])?, shape(g, kids[1])?);
+            if x.len() != rank || y.len() != rank {
+                return None;
+            }
+            if dim == rank - 2 {
+                Some(vec![(0, dim)])
+            } else if dim == rank - 1 {
+                Some(vec![(1, dim)])
+            } else {
+                (x[dim] == out[dim] && y[dim] == out[dim]).then(|| vec![(0, dim), (1, dim)])
+            }
         }
         "aten.transpose.int" if kids.len() == 3 => {
             let (i, j) = (
                 dim_of(int(g, kids[1])?, rank)?,
                 dim_of(int(g, kids[2])?, rank)?,
             );
-            (i != 0 && j != 0).then(|| vec![(0, Rows::Same)])
+            let at = if dim == i {
+                j
+            } else if dim == j {
+                i
+            } else {
+                dim
+            };
+            Some(vec![(0, at)])
         }
         "aten.permute.default" if kids.len() == 2 => {
             let p = int_list(g, kids[1])?;
-            (dim_of(*p.first()?, rank)? == 0).then(|| vec![(0, Rows::Same)])
+            Some(vec![(0, dim_of(*p.get(dim)?, rank)?)])
         }
         "aten._softmax.default" | "aten._log_softmax.default" if kids.len() == 3 => {
-            (dim_of(int(g, kids[1])?, rank)? != 0).then(|| vec![(0, Rows::Same)])
+            (dim_of(int(g, kids[1])?, rank)? != dim).then(|| vec![(0, dim)])
         }
         "aten._softmax_backward_data.default" | "aten._log_softmax_backward_data.default"
             if kids.len() == 4 =>
         {
-            (dim_of(int(g, kids[2])?, rank)? != 0).then(|| vec![(0, Rows::Same), (1, Rows::Same)])
+            (dim_of(int(g, kids[2])?, rank)? != dim).then(|| vec![(0, dim), (1, dim)])
         }
         "aten.sum.dim_IntList" if kids.len() == 4 => {
             let in_rank = shape(g, kids[0])?.len();
@@ -121,123 +177,240 @@ fn row_operands(g: &Graph, sym: Symbol, kids: &[Id], out: &[usize]) -> Option<Ve
                 .into_iter()
                 .map(|d| dim_of(d, in_rank))
                 .collect::<Option<_>>()?;
-            let reduces_leading = dims.is_empty() || dims.contains(&0);
-            (!reduces_leading).then(|| vec![(0, Rows::Same)])
+            if dims.is_empty() {
+                return None;
+            }
+            let at = if is_true(g, kids[2]) {
+                (!dims.contains(&dim)).then_some(dim)?
+            } else {
+                // The `dim`-th of the dims the sum keeps.
+                (0..in_rank).filter(|d| !dims.contains(d)).nth(dim)?
+            };
+            Some(vec![(0, at)])
         }
         _ => None,
     }
 }
 
-/// The row bounds along dim 0 at which a class falls into independent pieces: the piece sizes
-/// of the first concatenation along the leading dim found under operators that keep that dim
-/// independent, in the class's own rows. `None` below two pieces.
-pub(crate) fn leading_bounds(g: &Graph, id: Id) -> Option<Vec<usize>> {
-    bounds_at(g, id, 0)
-}
-
-fn bounds_at(g: &Graph, id: Id, depth: usize) -> Option<Vec<usize>> {
-    if depth > MAX_DEPTH {
+/// For a view of `input` to `out`, the cut of `input` holding the elements of cut `c` of the
+/// output. Both tensors fall into the same contiguous blocks (every index of the output's dims
+/// before `c.dim`, times `c.outer`); the input's dim is one where whole rows of it make the
+/// cut's rows of a block, as a whole number of blocks of its own.
+fn view_cut(input: &[usize], out: &[usize], c: Cut) -> Option<Cut> {
+    if !out[c.dim].is_multiple_of(c.outer) {
         return None;
     }
+    let blocks = product(&out[..c.dim]) * c.outer;
+    let out_row = product(&out[c.dim + 1..]);
+    (0..input.len()).find_map(|k| {
+        let before = product(&input[..k]);
+        if before == 0 || !blocks.is_multiple_of(before) {
+            return None;
+        }
+        let outer = blocks / before;
+        if outer == 0 || !input[k].is_multiple_of(outer) {
+            return None;
+        }
+        let in_row = product(&input[k + 1..]);
+        let (fa, fb) = (c.a * out_row, c.b * out_row);
+        (in_row > 0 && fa % in_row == 0 && fb % in_row == 0)
+            .then(|| c.moved(k, outer, (fa / in_row, fb / in_row)))
+    })
+}
+
+/// For a view of `input` to `out`, where the input splits along its dim `k` into `outer`
+/// blocks with the given bounds: the output's split along `dim`, if the same elements are
+/// whole rows there.
+fn view_split(input: &[usize], out: &[usize], dim: usize, inner: &Split) -> Option<Split> {
+    let blocks = product(&input[..inner.dim]) * inner.outer;
+    let before = product(&out[..dim]);
+    if before == 0 || !blocks.is_multiple_of(before) {
+        return None;
+    }
+    let outer = blocks / before;
+    if outer == 0 || !out[dim].is_multiple_of(outer) {
+        return None;
+    }
+    let (in_row, out_row) = (product(&input[inner.dim + 1..]), product(&out[dim + 1..]));
+    let mut bounds: Vec<usize> = inner
+        .bounds
+        .iter()
+        .map(|&x| {
+            let f = x * in_row;
+            (out_row > 0 && f % out_row == 0).then_some(f / out_row)
+        })
+        .collect::<Option<_>>()?;
+    bounds.dedup();
+    (bounds.len() >= 3 && bounds.last() == Some(&(out[dim] / outer))).then_some(Split {
+        dim,
+        outer,
+        bounds,
+    })
+}
+
+/// Where a class falls into independent pieces: the first concatenation found under
+/// operators that keep its dim independent, mapped to the class's own dims and rows. The
+/// leading dim is tried first. `None` below two pieces along every dim.
+pub(crate) fn split(g: &Graph, id: Id) -> Option<Split> {
+    let rank = shape(g, id)?.len();
+    let mut memo = HashMap::new();
+    (0..rank).find_map(|d| split_at(g, id, d, &mut memo, 0))
+}
+
+fn split_at(
+    g: &Graph,
+    id: Id,
+    dim: usize,
+    memo: &mut HashMap<(Id, usize), Option<Split>>,
+    depth: usize,
+) -> Option<Split> {
+    let id = g.find(id);
+    if let Some(known) = memo.get(&(id, dim)) {
+        return known.clone();
+    }
+    // A cycle through unions ends here.
+    memo.insert((id, dim), None);
+    let found = if depth > MAX_DEPTH {
+        None
+    } else {
+        split_here(g, id, dim, memo, depth)
+    };
+    memo.insert((id, dim), found.clone());
+    found
+}
+
+fn split_here(
+    g: &Graph,
+    id: Id,
+    dim: usize,
+    memo: &mut HashMap<(Id, usize), Option<Split>>,
+    depth: usize,
+) -> Option<Split> {
     let out = shape(g, id)?;
     for (d, pieces) in cats(g, id) {
-        if d == 0 {
+        if d == dim {
             let mut bounds = vec![0];
             for p in &pieces {
-                bounds.push(bounds.last()? + shape(g, *p)?.first()?);
+                bounds.push(bounds.last()? + shape(g, *p)?.get(dim)?);
             }
-            return Some(bounds);
+            return Some(Split {
+                dim,
+                outer: 1,
+                bounds,
+            });
         }
-        if let Some(b) = bounds_at(g, pieces[0], depth + 1) {
-            return Some(b);
+        if let Some(s) = split_at(g, pieces[0], dim, memo, depth + 1) {
+            return Some(s);
         }
     }
     for n in &g[id].nodes {
         let Term::Op(sym, kids) = n else { continue };
-        let Some(ops) = row_operands(g, *sym, kids, &out) else {
-            continue;
-        };
-        for (p, rows) in ops {
-            let Some(inner) = bounds_at(g, kids[p], depth + 1) else {
+        if sym.as_str() == "aten.view.default" && kids.len() == 2 {
+            let Some(input) = shape(g, kids[0]) else {
                 continue;
             };
-            let mapped: Option<Vec<usize>> = inner.iter().map(|&x| rows.unmap(x)).collect();
-            if let Some(mut m) = mapped {
-                m.dedup();
-                if m.len() >= 3 && m.last() == out.first() {
-                    return Some(m);
+            for k in 0..input.len() {
+                let Some(inner) = split_at(g, kids[0], k, memo, depth + 1) else {
+                    continue;
+                };
+                if let Some(s) = view_split(&input, &out, dim, &inner) {
+                    return Some(s);
                 }
+            }
+            continue;
+        }
+        let Some(ops) = dim_operands(g, *sym, kids, &out, dim) else {
+            continue;
+        };
+        for (p, at) in ops {
+            if let Some(inner) = split_at(g, kids[p], at, memo, depth + 1) {
+                return Some(Split { dim, ..inner });
             }
         }
     }
     None
 }
 
-/// A class for rows `[a, b)` of `id` along its leading dim: the cut pushed through
-/// concatenations, slices and the operators that keep the leading dim independent, down to
-/// slices of what it cannot pass.
-pub(crate) fn cut(g: &mut Graph, id: Id, a: usize, b: usize) -> Option<Id> {
-    cut_at(g, id, a, b, &mut HashMap::new(), 0)
+/// A class for cut `c` of `id`: the cut pushed through concatenations, slices and the
+/// operators that keep its dim independent, down to slices of what it cannot pass.
+pub(crate) fn cut(g: &mut Graph, id: Id, c: Cut) -> Option<Id> {
+    cut_at(g, id, c, &mut HashMap::new(), 0)
 }
 
 fn cut_at(
     g: &mut Graph,
     id: Id,
-    a: usize,
-    b: usize,
-    memo: &mut HashMap<(Id, usize, usize), Id>,
+    c: Cut,
+    memo: &mut HashMap<(Id, Cut), Id>,
     depth: usize,
 ) -> Option<Id> {
     let id = g.find(id);
     let out = shape(g, id)?;
-    let rows = *out.first()?;
-    if a >= b || b > rows {
+    let rows = *out.get(c.dim)?;
+    if c.outer == 0 || c.a >= c.b || rows % c.outer != 0 || c.b > rows / c.outer {
         return None;
     }
-    if a == 0 && b == rows {
+    if c.len() == rows {
         return Some(id);
     }
-    if let Some(&c) = memo.get(&(id, a, b)) {
-        return Some(c);
+    if let Some(&found) = memo.get(&(id, c)) {
+        return Some(found);
     }
     let found = if depth > MAX_DEPTH {
         None
     } else {
-        cut_through(g, id, &out, a, b, memo, depth)
+        cut_through(g, id, &out, c, memo, depth)
     };
-    let c = match found {
-        Some(c) => c,
-        None => slice_rows(g, id, a, b),
+    let piece = match found {
+        Some(p) => p,
+        None => slice_along(g, id, &out, c),
     };
-    memo.insert((id, a, b), c);
-    Some(c)
+    memo.insert((id, c), piece);
+    Some(piece)
+}
+
+/// A list node of integers.
+fn list_node(g: &mut Graph, values: &[usize]) -> Id {
+    let nums: Vec<Id> = values.iter().map(|&n| g.add(Term::Num(n as i64))).collect();
+    g.add(Term::Op(Symbol::from(LIST), nums))
+}
+
+/// The list node of `out` with its size along `dim` set to `len`.
+fn resized(g: &mut Graph, out: &[usize], dim: usize, len: usize) -> Id {
+    let mut target = out.to_vec();
+    target[dim] = len;
+    list_node(g, &target)
 }
 
 fn cut_through(
     g: &mut Graph,
     id: Id,
     out: &[usize],
-    a: usize,
-    b: usize,
-    memo: &mut HashMap<(Id, usize, usize), Id>,
+    c: Cut,
+    memo: &mut HashMap<(Id, Cut), Id>,
     depth: usize,
 ) -> Option<Id> {
     // The first concatenation: every one of a class holds the same rows.
     if let Some((d, pieces)) = cats(g, id).into_iter().next() {
         let mut kids = Vec::new();
-        if d == 0 {
+        if d == c.dim {
+            // A strided cut takes rows of several pieces in turn: sliced instead.
+            if c.outer != 1 {
+                return None;
+            }
             let mut start = 0;
             for p in pieces {
-                let len = *shape(g, p)?.first()?;
-                let (lo, hi) = (a.max(start), b.min(start + len));
+                let len = *shape(g, p)?.get(d)?;
+                let (lo, hi) = (c.a.max(start), c.b.min(start + len));
                 if lo < hi {
-                    kids.push(cut_at(g, p, lo - start, hi - start, memo, depth + 1)?);
+                    let inner = c.moved(d, 1, (lo - start, hi - start));
+                    kids.push(cut_at(g, p, inner, memo, depth + 1)?);
                 }
                 start += len;
             }
         } else {
             for p in pieces {
-                kids.push(cut_at(g, p, a, b, memo, depth + 1)?);
+                kids.push(cut_at(g, p, c, memo, depth + 1)?);
             }
         }
         return Some(if kids.len() == 1 {
@@ -253,34 +426,32 @@ fn cut_through(
     let nodes = g[id].nodes.clone();
     for n in &nodes {
         let Term::Op(sym, kids) = n else { continue };
-        if is_op!(sym, SLICE) && kids.len() == 4 && int(g, kids[0]) == Some(0) {
-            let s = usize::try_from(int(g, kids[1])?).ok()?;
-            return cut_at(g, kids[3], s + a, s + b, memo, depth + 1);
+        if is_op!(sym, SLICE) && kids.len() == 4 && c.outer == 1 {
+            let along = int(g, kids[0]).and_then(|d| dim_of(d, out.len()));
+            if along == Some(c.dim) {
+                let s = usize::try_from(int(g, kids[1])?).ok()?;
+                let shifted = c.moved(c.dim, 1, (s + c.a, s + c.b));
+                return cut_at(g, kids[3], shifted, memo, depth + 1);
+            }
         }
         if is_op!(sym, SCALE) && kids.len() == 3 {
-            let inner = cut_at(g, kids[2], a, b, memo, depth + 1)?;
+            let inner = cut_at(g, kids[2], c, memo, depth + 1)?;
             return Some(g.add(Term::Op(*sym, vec![kids[0], kids[1], inner])));
         }
         if sym.as_str() == "aten.full.default" && !kids.is_empty() {
             // A fill cut is the fill of the cut shape (a zero block stays a zero fill).
-            let mut target = out.to_vec();
-            target[0] = b - a;
-            let nums: Vec<Id> = target.iter().map(|&n| g.add(Term::Num(n as i64))).collect();
             let mut new = kids.clone();
-            new[0] = g.add(Term::Op(Symbol::from(LIST), nums));
+            new[0] = resized(g, out, c.dim, c.len());
             return Some(g.add(Term::Op(*sym, new)));
         }
-        let Some(ops) = row_operands(g, *sym, kids, out) else {
+        let Some(ops) = operand_cuts(g, *sym, kids, out, c) else {
             continue;
         };
         let mut new = kids.clone();
         let mut ok = true;
-        for (p, rows) in ops {
-            match rows
-                .map(a, b)
-                .and_then(|(x, y)| cut_at(g, kids[p], x, y, memo, depth + 1))
-            {
-                Some(c) => new[p] = c,
+        for (p, inner) in ops {
+            match cut_at(g, kids[p], inner, memo, depth + 1) {
+                Some(piece) => new[p] = piece,
                 None => {
                     ok = false;
                     break;
@@ -291,43 +462,83 @@ fn cut_through(
             continue;
         }
         if sym.as_str() == "aten.view.default" {
-            let mut target = out.to_vec();
-            target[0] = b - a;
-            let nums: Vec<Id> = target.iter().map(|&n| g.add(Term::Num(n as i64))).collect();
-            new[1] = g.add(Term::Op(Symbol::from(LIST), nums));
+            new[1] = resized(g, out, c.dim, c.len());
         }
         return Some(g.add(Term::Op(*sym, new)));
     }
     None
 }
 
-/// `slice(0, a, b, id)`.
-fn slice_rows(g: &mut Graph, id: Id, a: usize, b: usize) -> Id {
-    let kids = vec![
-        g.add(Term::Num(0)),
-        g.add(Term::Num(a as i64)),
-        g.add(Term::Num(b as i64)),
-        id,
-    ];
-    g.add(Term::Op(Symbol::from(SLICE), kids))
+/// Cut `c` of `id` as a slice: `slice(dim, a, b, id)`, or for a strided cut the slice of the
+/// dim viewed as its blocks, viewed back.
+fn slice_along(g: &mut Graph, id: Id, out: &[usize], c: Cut) -> Id {
+    let slice = |g: &mut Graph, dim: usize, x: Id| {
+        let kids = vec![
+            g.add(Term::Num(dim as i64)),
+            g.add(Term::Num(c.a as i64)),
+            g.add(Term::Num(c.b as i64)),
+            x,
+        ];
+        g.add(Term::Op(Symbol::from(SLICE), kids))
+    };
+    if c.outer == 1 {
+        return slice(g, c.dim, id);
+    }
+    let view = Symbol::from("aten.view.default");
+    let mut blocks = out[..c.dim].to_vec();
+    blocks.extend([c.outer, out[c.dim] / c.outer]);
+    blocks.extend_from_slice(&out[c.dim + 1..]);
+    let shape = list_node(g, &blocks);
+    let split = g.add(Term::Op(view, vec![id, shape]));
+    let sliced = slice(g, c.dim + 1, split);
+    let target = resized(g, out, c.dim, c.len());
+    g.add(Term::Op(view, vec![sliced, target]))
 }
 
-/// For the node `sym(kids)` of shape `out`, the operands to cut for its rows `[a, b)` along
-/// the leading dim: (position, rows of the operand). `None` where the node does not keep the
-/// leading dim independent, or the rows do not fall on whole rows of an operand. A view's
-/// target shape changes too: its leading size becomes `b - a`.
-pub(crate) fn operand_rows(
+/// For the node `sym(kids)` of shape `out`, the operands to cut for its cut `c`, with their
+/// own cuts. `None` where the node does not keep the cut's dim independent, or the cut does
+/// not fall on whole rows of an operand. A view's target shape changes too: its size along
+/// the dim becomes the cut's.
+pub(crate) fn operand_cuts(
     g: &Graph,
-    sym: &str,
+    sym: Symbol,
     kids: &[Id],
     out: &[usize],
-    a: usize,
-    b: usize,
-) -> Option<Vec<(usize, usize, usize)>> {
-    let ops = row_operands(g, Symbol::from(sym), kids, out)?;
-    ops.into_iter()
-        .map(|(p, rows)| rows.map(a, b).map(|(x, y)| (p, x, y)))
-        .collect()
+    c: Cut,
+) -> Option<Vec<(usize, Cut)>> {
+    if sym.as_str() == "aten.view.default" && kids.len() == 2 {
+        let input = shape(g, kids[0])?;
+        return Some(vec![(0, view_cut(&input, out, c)?)]);
+    }
+    let ops = dim_operands(g, sym, kids, out, c.dim)?;
+    Some(
+        ops.into_iter()
+            .map(|(p, at)| (p, c.moved(at, c.outer, (c.a, c.b))))
+            .collect(),
+    )
+}
+
+/// For an equation over a tensor of shape `s`, seeded where a piece of a tensor of shape `out`
+/// is inferred: the cut of `s` taking the same blocks, and rows at the same fraction of each
+/// (a flattened batch x heads for a cut of the heads, a batch x heads for a cut of the batch).
+pub(crate) fn matching_cut(s: &[usize], out: &[usize], c: Cut) -> Option<Cut> {
+    if c.outer == 0 {
+        return None;
+    }
+    let blocks = product(&out[..c.dim]) * c.outer;
+    let inner = out[c.dim] / c.outer;
+    (0..s.len()).find_map(|k| {
+        let before = product(&s[..k]);
+        if before == 0 || !blocks.is_multiple_of(before) {
+            return None;
+        }
+        let outer = blocks / before;
+        if outer == 0 || inner == 0 || !s[k].is_multiple_of(outer * inner) {
+            return None;
+        }
+        let f = s[k] / outer / inner;
+        Some(c.moved(k, outer, (c.a * f, c.b * f)))
+    })
 }
 
 #[cfg(test)]
@@ -366,21 +577,53 @@ mod tests {
         (g, root, values)
     }
 
-    /// Every cut along `bounds` evaluates to those rows of the term.
-    fn assert_cuts_are_rows(term: &str, shapes: &[(&str, &[usize])], bounds: &[usize]) {
+    /// The term's split is `dim`, `outer`, `bounds`, and every cut of it evaluates to those
+    /// rows of the term.
+    fn assert_cuts_are_rows(
+        term: &str,
+        shapes: &[(&str, &[usize])],
+        dim: usize,
+        outer: usize,
+        bounds: &[usize],
+    ) {
         let (mut g, root, values) = setup(term, shapes);
-        assert_eq!(leading_bounds(&g, root).as_deref(), Some(bounds), "{term}");
-        for w in bounds.windows(2) {
-            let piece = cut(&mut g, root, w[0], w[1]).unwrap();
+        let found = split(&g, root).unwrap_or_else(|| panic!("no split: {term}"));
+        assert_eq!(
+            (found.dim, found.outer, &found.bounds[..]),
+            (dim, outer, bounds),
+            "{term}"
+        );
+        let out = shape(&g, root).unwrap();
+        for c in found.cuts() {
+            let piece = cut(&mut g, root, c).unwrap();
             g.rebuild();
             let got = egg::Extractor::new(&g, egg::AstSize).find_best(piece).1;
-            let want: RecExpr<Term> = format!("(slice 0 {} {} {term})", w[0], w[1])
-                .parse()
-                .unwrap();
-            let (a, b) = (eval(&got, &values).unwrap(), eval(&want, &values).unwrap());
-            assert!(tensors_agree(&a, &b), "{term} rows {w:?}: {got}");
+            let (a, b) = (c.a, c.b);
+            let want = if outer == 1 {
+                format!("(slice {dim} {a} {b} {term})")
+            } else {
+                let mut blocks = out[..dim].to_vec();
+                blocks.extend([outer, out[dim] / outer]);
+                blocks.extend_from_slice(&out[dim + 1..]);
+                let mut target = out.clone();
+                target[dim] = c.len();
+                let list = |v: &[usize]| {
+                    let items: Vec<String> = v.iter().map(|n| n.to_string()).collect();
+                    format!("(list {})", items.join(" "))
+                };
+                format!(
+                    "(aten.view.default (slice {} {a} {b} (aten.view.default {term} {})) {})",
+                    dim + 1,
+                    list(&blocks),
+                    list(&target)
+                )
+            };
+            let want: RecExpr<Term> = want.parse().unwrap();
+            let (x, y) = (eval(&got, &values).unwrap(), eval(&want, &values).unwrap());
+            assert!(tensors_agree(&x, &y), "{term} cut {c:?}: {got}");
             assert!(
-                !got.to_string().contains("(slice 0"),
+                !got.to_string()
+                    .contains(&format!("(slice {}", dim + usize::from(outer > 1))),
                 "the cut stopped early: {got}"
             );
         }
@@ -391,6 +634,8 @@ mod tests {
         assert_cuts_are_rows(
             "(aten._softmax_backward_data.default (aten.view.default (aten.bmm.default (cat 0 %r0:a %r1:a) (cat 0 %r0:b %r1:b)) (list 2 2 3 4)) (aten._softmax.default (cat 0 %r0:c %r1:c) 3 b:false) 3 dt:f64)",
             &[("a", &[2, 3, 5]), ("b", &[2, 5, 4]), ("c", &[1, 2, 3, 4])],
+            0,
+            1,
             &[0, 1, 2],
         );
     }
@@ -400,6 +645,8 @@ mod tests {
         assert_cuts_are_rows(
             "(aten.add.Tensor (aten.mul.Tensor (cat 0 %r0:x %r1:x) %r0:w) (aten.full.default (list 4 3) f:1.0 dt:f64 none dev b:false) 1)",
             &[("x", &[2, 3]), ("w", &[3])],
+            0,
+            1,
             &[0, 2, 4],
         );
     }
@@ -409,19 +656,88 @@ mod tests {
         assert_cuts_are_rows(
             "(scale 1 2 (sum (aten.sum.dim_IntList (aten.transpose.int (cat 0 %r0:x %r1:x) 1 2) (list 2) b:true none) (aten.sum.dim_IntList (aten.transpose.int (cat 0 (cat 1 %r0:y %r1:y) (cat 1 %r2:y %r3:y)) 1 2) (list 2) b:true none)))",
             &[("x", &[1, 4, 3]), ("y", &[1, 2, 3])],
+            0,
+            1,
             &[0, 1, 2],
         );
     }
 
     #[test]
-    fn operators_mixing_leading_rows_are_never_cut_through() {
+    fn heads_split_by_tensor_parallelism_cut_along_the_heads_dim() {
+        // Tensor parallelism splits the heads (dim 1): the pieces are the head groups, each
+        // one rank's share of the attention.
+        assert_cuts_are_rows(
+            "(aten._softmax_backward_data.default (aten.matmul.default (cat 1 %r0:q %r1:q) (aten.transpose.int (cat 1 %r0:k %r1:k) 2 3)) (cat 1 %r0:p %r1:p) 3 dt:f64)",
+            &[("q", &[2, 1, 3, 5]), ("k", &[2, 1, 3, 5]), ("p", &[2, 1, 3, 3])],
+            1,
+            1,
+            &[0, 1, 2],
+        );
+    }
+
+    #[test]
+    fn head_groups_inside_a_flattened_batch_are_strided_cuts() {
+        // The attention's products run over batch x heads flattened: a head group is the same
+        // rows of every batch's block.
+        assert_cuts_are_rows(
+            "(aten.mul.Scalar (aten.bmm.default (aten.view.default (cat 1 %r0:q %r1:q) (list 4 3 5)) (aten.view.default (cat 1 %r0:k %r1:k) (list 4 5 3))) f:0.5)",
+            &[("q", &[2, 1, 3, 5]), ("k", &[2, 1, 5, 3])],
+            0,
+            2,
+            &[0, 1, 2],
+        );
+        // And back: the heads of the unflattened product.
+        assert_cuts_are_rows(
+            "(aten.view.default (aten.bmm.default (aten.view.default (cat 1 %r0:q %r1:u) (list 6 3 5)) (aten.view.default (cat 1 %r0:k %r1:w) (list 6 5 4))) (list 2 3 3 4))",
+            &[
+                ("q", &[2, 1, 3, 5]),
+                ("u", &[2, 2, 3, 5]),
+                ("k", &[2, 1, 5, 4]),
+                ("w", &[2, 2, 5, 4]),
+            ],
+            1,
+            1,
+            &[0, 1, 3],
+        );
+    }
+
+    #[test]
+    fn products_reductions_and_permutes_keep_their_free_dims() {
+        // Rows of a product's left operand, columns of its right one; a sum without keepdim
+        // renumbers the dims after the reduced one; a permute moves the cut dim.
+        assert_cuts_are_rows(
+            "(aten.mm.default (aten.sum.dim_IntList (cat 1 %r0:x %r1:x) (list 0) b:false none) %r0:w)",
+            &[("x", &[3, 2, 4]), ("w", &[4, 5])],
+            0,
+            1,
+            &[0, 2, 4],
+        );
+        assert_cuts_are_rows(
+            "(aten.permute.default (aten.matmul.default %r0:a (cat 2 %r0:b %r1:b)) (list 0 2 1))",
+            &[("a", &[2, 3, 4]), ("b", &[2, 4, 3])],
+            1,
+            1,
+            &[0, 3, 6],
+        );
+        assert_cuts_are_rows(
+            "(slice 0 1 3 (aten.transpose.int (cat 0 %r0:x %r1:x) 0 1))",
+            &[("x", &[2, 4])],
+            1,
+            1,
+            &[0, 2, 4],
+        );
+    }
+
+    #[test]
+    fn operators_mixing_rows_of_every_dim_are_never_cut_through() {
         for term in [
-            "(aten.transpose.int (cat 0 %r0:x %r1:x) 0 1)",
             "(aten._softmax.default (cat 0 %r0:x %r1:x) 0 b:false)",
             "(aten.sum.dim_IntList (cat 0 %r0:x %r1:x) (list 0) b:true none)",
+            "(aten.mm.default %r0:w (cat 0 %r0:x %r1:x))",
+            "(aten.view.default (cat 0 %r0:x %r1:x) (list 3 4))",
         ] {
-            let (g, root, _) = setup(term, &[("x", &[2, 3])]);
-            assert_eq!(leading_bounds(&g, root), None, "{term}");
+            let (g, root, _) = setup(term, &[("x", &[2, 3]), ("w", &[3, 4])]);
+            assert_eq!(split(&g, root), None, "{term}");
         }
     }
 }

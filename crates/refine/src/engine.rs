@@ -5,7 +5,7 @@
 
 use crate::kinds::{self, Abs, Kind, ZeroBlocks};
 use crate::lemmas::pieces::{Cut, Split};
-use crate::lemmas::{library_for, Graph, SCALE, WIDENED};
+use crate::lemmas::{library_for, Graph, PIECEWISE, SCALE, WIDENED};
 use crate::lower::{lower, pair_collectives, pair_messages, LowerCtx, Lowered, Tpl, ValueRef};
 use crate::term::{
     is_leaf, is_op, leaf_symbol, Data, Shapes, Term, CAT, GET, LIST, MAX, MIN, SLICE, SUM,
@@ -284,6 +284,11 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
     }
     let lemmas = library_for(&assumed);
     let rules: Vec<Rewrite<Term, Shapes>> = lemmas.iter().flat_map(|l| l.rewrites()).collect();
+    let piece_rules: Vec<Rewrite<Term, Shapes>> =
+        library_for(&[assumed.as_slice(), &[PIECEWISE]].concat())
+            .iter()
+            .flat_map(|l| l.rewrites())
+            .collect();
     assumed.push(WIDENED);
     let wide_lemmas = library_for(&assumed);
     let wide_rules: Vec<Rewrite<Term, Shapes>> =
@@ -480,7 +485,7 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
                         && !clean_up_to_factor(&s)
                     {
                         if let Some(p) =
-                            infer_by_pieces(&imp, &rules, opts, &state, &t, v, &seeds)
+                            infer_by_pieces(&imp, &piece_rules, opts, &state, &t, v, &seeds)
                         {
                             s = p;
                         }
@@ -1382,7 +1387,8 @@ fn infer_by_pieces(
         node_limit: opts.node_limit * PIECE_NODE_FACTOR,
         ..opts.clone()
     };
-    let mut parts: Vec<Rel> = Vec::new();
+    // Each piece's states, seeds and operator, built before any is inferred.
+    let mut prepared = Vec::new();
     for c in split.cuts() {
         let mut pieces = Pieces {
             imp,
@@ -1417,17 +1423,36 @@ fn infer_by_pieces(
             sub_seeds.push((lhs_t, w));
         }
         let op_t = pieces.operator(t, root, c)?;
+        prepared.push((pieces.sub, sub_seeds, op_t));
+    }
+    // Only a split that parts the ranks: pieces that share ranks (the sequence chunks of one
+    // group's attention) bring each other's operators back into every exploration.
+    let mut seen: BTreeSet<usize> = BTreeSet::new();
+    for (sub, _, _) in &prepared {
+        let mut ranks = BTreeSet::new();
+        for st in sub.values() {
+            if let State::Related(r) = st {
+                ranks.extend(ranks_of(&r.exprs));
+            }
+        }
+        if !seen.is_disjoint(&ranks) {
+            return None;
+        }
+        seen.extend(ranks);
+    }
+    let mut parts: Vec<Rel> = Vec::new();
+    for (sub, sub_seeds, op_t) in &prepared {
         let s = infer_one(
             imp,
             rules,
             &wider,
-            &pieces.sub,
-            &op_t,
+            sub,
+            op_t,
             None,
             &mut HashMap::new(),
             v,
             false,
-            &sub_seeds,
+            sub_seeds,
             &Attempt::default(),
         );
         match s {

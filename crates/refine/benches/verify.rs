@@ -1,7 +1,7 @@
 //! Refinement benchmark: times `verify` on the ../shared samples and on zoo cases (MLP, Llama,
 //! GPT-2 and DeepSeek, forward-only and full iteration, degrees 2-8, 1-8 layers, pipelines, the
-//! three models' ring-attention full iterations under cp=2, llama's and deepseek's under
-//! dp=2 x cp=2) and prints one line per case. Run
+//! three models' ring-attention full iterations under cp=2 and tp=2 x cp=2, llama's and
+//! deepseek's under dp=2 x cp=2) and prints one line per case. Run
 //! with `cargo bench -p shardproof-refine --bench verify` (release build); set
 //! `SHARDPROOF_SHARED` to the shared folder to include the samples (default `../shared`).
 //!
@@ -177,11 +177,18 @@ fn main() {
             options(model, "cp=2", 2, false),
         ));
     }
-    // dp x cp: the softmax backward inferred piece by piece along the batch.
-    for model in ["llama", "deepseek"] {
+    // dp x cp and tp x cp: the softmax backward inferred piece by piece along the batch, or
+    // along the heads.
+    for (model, mesh) in [
+        ("llama", "dp=2,cp=2"),
+        ("deepseek", "dp=2,cp=2"),
+        ("llama", "tp=2,cp=2"),
+        ("gpt2", "tp=2,cp=2"),
+        ("deepseek", "tp=2,cp=2"),
+    ] {
         slow.push(plain(
-            format!("zoo {model} dp=2,cp=2 full (1 run)"),
-            options(model, "dp=2,cp=2", 2, false),
+            format!("zoo {model} {mesh} full (1 run)"),
+            options(model, mesh, 2, false),
         ));
     }
     for (list, repeats) in [(&cases, 3), (&slow, 1)] {

@@ -1366,65 +1366,29 @@ fn infer_by_pieces(
     eg.rebuild();
     let split = crate::lemmas::pieces::split(&eg, root)?;
     let out = crate::lemmas::shape(&eg, root)?;
-    // Both sides of each seeded equation, the left one over the relations of its inputs; the
-    // equalities their relations carry go to the pieces too (a received block equal to its
-    // sender's, in the attention output the forward's equation relates).
+    // Both sides of each seeded equation, the left one over the relations of its inputs.
     let equations = seed_sides(&mut eg, imp, state, seeds, &mut ids);
     eg.rebuild();
-    for (t, w) in seeds {
-        let mut values = vec![*w];
-        let mut inside = Vec::new();
-        tpl_values(t, &mut inside);
-        values.extend(inside.iter().map(|x| x.value));
-        for x in values {
-            if let Some(State::Related(r)) = state.get(&x) {
-                facts.equal_leaves.extend(r.equal_leaves.iter().cloned());
-                facts.equal_slices.extend(r.equal_slices.iter().cloned());
-            }
-        }
-    }
     let wider = Options {
         node_limit: opts.node_limit * PIECE_NODE_FACTOR,
         ..opts.clone()
     };
+    let mut scope = PieceScope {
+        imp,
+        state,
+        eg: &mut eg,
+        ids: &ids,
+        equations: &equations,
+        t,
+        root,
+        out: &out,
+    };
     // Each piece's states, seeds and operator, built before any is inferred.
-    let mut prepared = Vec::new();
-    for c in split.cuts() {
-        let mut pieces = Pieces {
-            imp,
-            state,
-            eg: &mut eg,
-            ids: &ids,
-            facts: &facts,
-            sub: HashMap::new(),
-            next: 0,
-        };
-        // An equation over another tensor is cut where it takes the same blocks of the
-        // output, at the same fraction of their rows (the batch or the heads lead both).
-        let mut sub_seeds = Vec::new();
-        for &(ts, rw, lhs, rhs) in &equations {
-            let Some(lhs_cut) = crate::lemmas::shape(pieces.eg, lhs)
-                .and_then(|s| crate::lemmas::pieces::matching_cut(&s, &out, c))
-            else {
-                continue;
-            };
-            let Some(lhs_t) = pieces.operator(ts, lhs, lhs_cut) else {
-                continue;
-            };
-            let rhs_rel = match cut_relation(imp, rw, lhs_cut, &facts) {
-                Some(r) => r,
-                None => match pieces.cut_term(rhs, lhs_cut) {
-                    Some(e) => Rel::of(vec![e], rw.clean),
-                    None => continue,
-                },
-            };
-            let w = pieces.fresh();
-            pieces.sub.insert(w, State::Related(rhs_rel));
-            sub_seeds.push((lhs_t, w));
-        }
-        let op_t = pieces.operator(t, root, c)?;
-        prepared.push((pieces.sub, sub_seeds, op_t));
-    }
+    let prepared: Vec<Prepared> = split
+        .cuts()
+        .into_iter()
+        .map(|c| scope.prepare(c, &facts))
+        .collect::<Option<_>>()?;
     // Only a split that parts the ranks: pieces that share ranks (the sequence chunks of one
     // group's attention) bring each other's operators back into every exploration.
     let mut seen: BTreeSet<usize> = BTreeSet::new();
@@ -1440,9 +1404,30 @@ fn infer_by_pieces(
         }
         seen.extend(ranks);
     }
-    let mut parts: Vec<Rel> = Vec::new();
-    for (sub, sub_seeds, op_t) in &prepared {
-        let s = infer_one(
+    // The equalities the seeds' relations carry as well, for a piece that found no relation
+    // without them (a received block equal to its sender's, in the attention output the
+    // forward's equation relates); not at first: they slow every dp x cp piece by half.
+    let mut with_seeds = facts.clone();
+    for (st, w) in seeds {
+        let mut values = vec![*w];
+        let mut inside = Vec::new();
+        tpl_values(st, &mut inside);
+        values.extend(inside.iter().map(|x| x.value));
+        for x in values {
+            if let Some(State::Related(r)) = state.get(&x) {
+                with_seeds
+                    .equal_leaves
+                    .extend(r.equal_leaves.iter().cloned());
+                with_seeds
+                    .equal_slices
+                    .extend(r.equal_slices.iter().cloned());
+            }
+        }
+    }
+    let more = with_seeds.equal_leaves.len() > facts.equal_leaves.len()
+        || with_seeds.equal_slices.len() > facts.equal_slices.len();
+    let infer = |(sub, sub_seeds, op_t): &Prepared| -> Option<Rel> {
+        match infer_one(
             imp,
             rules,
             &wider,
@@ -1454,13 +1439,77 @@ fn infer_by_pieces(
             false,
             sub_seeds,
             &Attempt::default(),
-        );
-        match s {
-            State::Related(r) if clean_up_to_factor(&State::Related(r.clone())) => parts.push(r),
-            _ => return None,
+        ) {
+            State::Related(r) if clean_up_to_factor(&State::Related(r.clone())) => Some(r),
+            _ => None,
         }
+    };
+    let mut parts: Vec<Rel> = Vec::new();
+    for (c, piece) in split.cuts().into_iter().zip(&prepared) {
+        let found = match infer(piece) {
+            Some(r) => r,
+            None if more => infer(&scope.prepare(c, &with_seeds)?)?,
+            None => return None,
+        };
+        parts.push(found);
     }
     join_pieces(imp, parts, &split, &out)
+}
+
+/// A piece ready to infer: the states of its fresh values, its seeded equations, its operator.
+type Prepared = (HashMap<ValueId, State>, Vec<(Tpl, ValueId)>, Tpl);
+
+/// What [`infer_by_pieces`] cuts each piece from: the whole operator's e-graph, its inputs'
+/// classes, the seeded equations' sides, the operator and its class and shape.
+struct PieceScope<'a, 'i> {
+    imp: &'a Impl<'i>,
+    state: &'a HashMap<ValueId, State>,
+    eg: &'a mut Graph,
+    ids: &'a HashMap<ValueId, Id>,
+    equations: &'a [(&'a Tpl, &'a Rel, Id, Id)],
+    t: &'a Tpl,
+    root: Id,
+    out: &'a [usize],
+}
+
+impl PieceScope<'_, '_> {
+    /// Piece `c` of the operator, with the equalities of `facts` among its own ranks: an
+    /// equation over another tensor is cut where it takes the same blocks of the output, at
+    /// the same fraction of their rows (the batch or the heads lead both).
+    fn prepare(&mut self, c: Cut, facts: &Rel) -> Option<Prepared> {
+        let mut pieces = Pieces {
+            imp: self.imp,
+            state: self.state,
+            eg: &mut *self.eg,
+            ids: self.ids,
+            facts,
+            sub: HashMap::new(),
+            next: 0,
+        };
+        let mut sub_seeds = Vec::new();
+        for &(ts, rw, lhs, rhs) in self.equations {
+            let Some(lhs_cut) = crate::lemmas::shape(pieces.eg, lhs)
+                .and_then(|s| crate::lemmas::pieces::matching_cut(&s, self.out, c))
+            else {
+                continue;
+            };
+            let Some(lhs_t) = pieces.operator(ts, lhs, lhs_cut) else {
+                continue;
+            };
+            let rhs_rel = match cut_relation(self.imp, rw, lhs_cut, facts) {
+                Some(r) => r,
+                None => match pieces.cut_term(rhs, lhs_cut) {
+                    Some(e) => Rel::of(vec![e], rw.clean),
+                    None => continue,
+                },
+            };
+            let w = pieces.fresh();
+            pieces.sub.insert(w, State::Related(rhs_rel));
+            sub_seeds.push((lhs_t, w));
+        }
+        let op_t = pieces.operator(self.t, self.root, c)?;
+        Some((pieces.sub, sub_seeds, op_t))
+    }
 }
 
 /// What one piece of [`infer_by_pieces`] is inferred from: the states of fresh values standing

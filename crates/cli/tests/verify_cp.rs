@@ -293,16 +293,27 @@ fn small_llama(
 #[test]
 fn llama_dp_by_cp_full_iteration_verifies_piece_by_piece() {
     let (dir, case) = small_llama_dp_by_cp(&[]);
+    assert_softmax_backward_joins_pieces(dir.path(), &case, "cat(dim=0; ", ["r0.", "r2."]);
+}
+
+/// `case` verifies, and the softmax backward's trace line is a concatenation (`joined`) of
+/// pieces over the `ranks`' tensors, with no spec softmax backward left in it.
+fn assert_softmax_backward_joins_pieces(
+    dir: &std::path::Path,
+    case: &std::path::Path,
+    joined: &str,
+    ranks: [&str; 2],
+) {
     let out = shardproof_in(
-        dir.path(),
+        dir,
         &["verify", "--quiet", "--trace", case.to_str().unwrap()],
     );
     let text = format!("{}{}", out.stdout, out.stderr);
     assert_eq!(out.code, Some(0), "{text}");
     assert!(text.contains("certificate:"), "{text}");
     let line = trace_line(&text, "_softmax_backward_data");
-    assert!(line.contains("cat(dim=0; "), "{line}");
-    assert!(line.contains("r0.") && line.contains("r2."), "{line}");
+    assert!(line.contains(joined), "{line}");
+    assert!(ranks.iter().all(|r| line.contains(r)), "{line}");
     assert!(!line.contains("_softmax_backward_data("), "{line}");
 }
 
@@ -321,17 +332,7 @@ fn llama_dp_by_cp_bug_full_iteration_is_never_verified() {
 #[test]
 fn llama_tp_by_cp_full_iteration_verifies_piece_by_piece() {
     let (dir, case) = small_llama_tp_by_cp(&[]);
-    let out = shardproof_in(
-        dir.path(),
-        &["verify", "--quiet", "--trace", case.to_str().unwrap()],
-    );
-    let text = format!("{}{}", out.stdout, out.stderr);
-    assert_eq!(out.code, Some(0), "{text}");
-    assert!(text.contains("certificate:"), "{text}");
-    let line = trace_line(&text, "_softmax_backward_data");
-    assert!(line.contains("[clean] cat(dim=1; "), "{line}");
-    assert!(line.contains("r0.") && line.contains("r1."), "{line}");
-    assert!(!line.contains("_softmax_backward_data("), "{line}");
+    assert_softmax_backward_joins_pieces(dir.path(), &case, "[clean] cat(dim=1; ", ["r0.", "r1."]);
 }
 
 /// The same plan with a block-local causal mask is never verified.

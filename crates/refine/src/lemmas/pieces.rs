@@ -192,6 +192,17 @@ fn dim_operands(
     }
 }
 
+/// How many equal blocks dim `k` of `shape` falls into so that, with every index of the dims
+/// before it, they make `blocks` blocks in all: `None` where no whole number does.
+fn blocks_of_dim(shape: &[usize], k: usize, blocks: usize) -> Option<usize> {
+    let before = product(&shape[..k]);
+    if before == 0 || !blocks.is_multiple_of(before) {
+        return None;
+    }
+    let outer = blocks / before;
+    (outer > 0 && shape[k].is_multiple_of(outer)).then_some(outer)
+}
+
 /// For a view of `input` to `out`, the cut of `input` holding the elements of cut `c` of the
 /// output. Both tensors fall into the same contiguous blocks (every index of the output's dims
 /// before `c.dim`, times `c.outer`); the input's dim is one where whole rows of it make the
@@ -203,14 +214,7 @@ fn view_cut(input: &[usize], out: &[usize], c: Cut) -> Option<Cut> {
     let blocks = product(&out[..c.dim]) * c.outer;
     let out_row = product(&out[c.dim + 1..]);
     (0..input.len()).find_map(|k| {
-        let before = product(&input[..k]);
-        if before == 0 || !blocks.is_multiple_of(before) {
-            return None;
-        }
-        let outer = blocks / before;
-        if outer == 0 || !input[k].is_multiple_of(outer) {
-            return None;
-        }
+        let outer = blocks_of_dim(input, k, blocks)?;
         let in_row = product(&input[k + 1..]);
         let (fa, fb) = (c.a * out_row, c.b * out_row);
         (in_row > 0 && fa % in_row == 0 && fb % in_row == 0)
@@ -223,14 +227,7 @@ fn view_cut(input: &[usize], out: &[usize], c: Cut) -> Option<Cut> {
 /// whole rows there.
 fn view_split(input: &[usize], out: &[usize], dim: usize, inner: &Split) -> Option<Split> {
     let blocks = product(&input[..inner.dim]) * inner.outer;
-    let before = product(&out[..dim]);
-    if before == 0 || !blocks.is_multiple_of(before) {
-        return None;
-    }
-    let outer = blocks / before;
-    if outer == 0 || !out[dim].is_multiple_of(outer) {
-        return None;
-    }
+    let outer = blocks_of_dim(out, dim, blocks)?;
     let (in_row, out_row) = (product(&input[inner.dim + 1..]), product(&out[dim + 1..]));
     let mut bounds: Vec<usize> = inner
         .bounds
@@ -253,82 +250,82 @@ fn view_split(input: &[usize], out: &[usize], dim: usize, inner: &Split) -> Opti
 /// leading dim is tried first. `None` below two pieces along every dim.
 pub(crate) fn split(g: &Graph, id: Id) -> Option<Split> {
     let rank = shape(g, id)?.len();
-    let mut memo = HashMap::new();
-    (0..rank).find_map(|d| split_at(g, id, d, &mut memo, 0))
-}
-
-fn split_at(
-    g: &Graph,
-    id: Id,
-    dim: usize,
-    memo: &mut HashMap<(Id, usize), Option<Split>>,
-    depth: usize,
-) -> Option<Split> {
-    let id = g.find(id);
-    if let Some(known) = memo.get(&(id, dim)) {
-        return known.clone();
-    }
-    // A cycle through unions ends here.
-    memo.insert((id, dim), None);
-    let found = if depth > MAX_DEPTH {
-        None
-    } else {
-        split_here(g, id, dim, memo, depth)
+    let mut search = SplitSearch {
+        g,
+        memo: HashMap::new(),
     };
-    memo.insert((id, dim), found.clone());
-    found
+    (0..rank).find_map(|d| search.at(id, d, 0))
 }
 
-fn split_here(
-    g: &Graph,
-    id: Id,
-    dim: usize,
-    memo: &mut HashMap<(Id, usize), Option<Split>>,
-    depth: usize,
-) -> Option<Split> {
-    let out = shape(g, id)?;
-    for (d, pieces) in cats(g, id) {
-        if d == dim {
-            let mut bounds = vec![0];
-            for p in &pieces {
-                bounds.push(bounds.last()? + shape(g, *p)?.get(dim)?);
-            }
-            return Some(Split {
-                dim,
-                outer: 1,
-                bounds,
-            });
+/// The search of [`split`]: each class and dim's split, once.
+struct SplitSearch<'g> {
+    g: &'g Graph,
+    memo: HashMap<(Id, usize), Option<Split>>,
+}
+
+impl SplitSearch<'_> {
+    fn at(&mut self, id: Id, dim: usize, depth: usize) -> Option<Split> {
+        let id = self.g.find(id);
+        if let Some(known) = self.memo.get(&(id, dim)) {
+            return known.clone();
         }
-        if let Some(s) = split_at(g, pieces[0], dim, memo, depth + 1) {
-            return Some(s);
-        }
+        // A cycle through unions ends here.
+        self.memo.insert((id, dim), None);
+        let found = if depth > MAX_DEPTH {
+            None
+        } else {
+            self.here(id, dim, depth)
+        };
+        self.memo.insert((id, dim), found.clone());
+        found
     }
-    for n in &g[id].nodes {
-        let Term::Op(sym, kids) = n else { continue };
-        if sym.as_str() == "aten.view.default" && kids.len() == 2 {
-            let Some(input) = shape(g, kids[0]) else {
-                continue;
-            };
-            for k in 0..input.len() {
-                let Some(inner) = split_at(g, kids[0], k, memo, depth + 1) else {
+
+    fn here(&mut self, id: Id, dim: usize, depth: usize) -> Option<Split> {
+        let g = self.g;
+        let out = shape(g, id)?;
+        for (d, pieces) in cats(g, id) {
+            if d == dim {
+                let mut bounds = vec![0];
+                for p in &pieces {
+                    bounds.push(bounds.last()? + shape(g, *p)?.get(dim)?);
+                }
+                return Some(Split {
+                    dim,
+                    outer: 1,
+                    bounds,
+                });
+            }
+            if let Some(s) = self.at(pieces[0], dim, depth + 1) {
+                return Some(s);
+            }
+        }
+        for n in &g[id].nodes {
+            let Term::Op(sym, kids) = n else { continue };
+            if sym.as_str() == "aten.view.default" && kids.len() == 2 {
+                let Some(input) = shape(g, kids[0]) else {
                     continue;
                 };
-                if let Some(s) = view_split(&input, &out, dim, &inner) {
-                    return Some(s);
+                for k in 0..input.len() {
+                    let Some(inner) = self.at(kids[0], k, depth + 1) else {
+                        continue;
+                    };
+                    if let Some(s) = view_split(&input, &out, dim, &inner) {
+                        return Some(s);
+                    }
+                }
+                continue;
+            }
+            let Some(ops) = dim_operands(g, *sym, kids, &out, dim) else {
+                continue;
+            };
+            for (p, at) in ops {
+                if let Some(inner) = self.at(kids[p], at, depth + 1) {
+                    return Some(Split { dim, ..inner });
                 }
             }
-            continue;
         }
-        let Some(ops) = dim_operands(g, *sym, kids, &out, dim) else {
-            continue;
-        };
-        for (p, at) in ops {
-            if let Some(inner) = split_at(g, kids[p], at, memo, depth + 1) {
-                return Some(Split { dim, ..inner });
-            }
-        }
+        None
     }
-    None
 }
 
 /// A class for cut `c` of `id`: the cut pushed through concatenations, slices and the
@@ -528,12 +525,8 @@ pub(crate) fn matching_cut(s: &[usize], out: &[usize], c: Cut) -> Option<Cut> {
     let blocks = product(&out[..c.dim]) * c.outer;
     let inner = out[c.dim] / c.outer;
     (0..s.len()).find_map(|k| {
-        let before = product(&s[..k]);
-        if before == 0 || !blocks.is_multiple_of(before) {
-            return None;
-        }
-        let outer = blocks / before;
-        if outer == 0 || inner == 0 || !s[k].is_multiple_of(outer * inner) {
+        let outer = blocks_of_dim(s, k, blocks)?;
+        if inner == 0 || !(s[k] / outer).is_multiple_of(inner) {
             return None;
         }
         let f = s[k] / outer / inner;

@@ -4508,3 +4508,99 @@ fn blame(
         other_stops,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shardproof_zoo::{
+        emit_to_dir, EmitExtras, EmitOptions, LlamaConfig, Mesh, PipelineOptions, TrainOptions,
+    };
+
+    /// A one-layer llama on tp=2, forward only: its ranks scale the attention scores.
+    fn tiny_llama(dir: &std::path::Path) -> Case {
+        let opts = EmitOptions {
+            model: "llama".into(),
+            mlp: Default::default(),
+            llama: LlamaConfig {
+                layers: 1,
+                ..LlamaConfig::default()
+            },
+            mesh: Mesh::parse("tp=2").unwrap(),
+            bug: None,
+            forward_only: true,
+            vocab_parallel: false,
+        };
+        let pipeline = PipelineOptions::default();
+        emit_to_dir(
+            &opts,
+            &EmitExtras::default(),
+            &TrainOptions::PLAIN,
+            &pipeline,
+            dir,
+        )
+        .unwrap();
+        shardproof_case::load_case(&dir.join("case.yaml")).unwrap()
+    }
+
+    #[test]
+    fn a_multiple_of_a_clean_expression_is_the_expression_over_the_scaled_tensors() {
+        let dir = tempfile::tempdir().unwrap();
+        let case = tiny_llama(dir.path());
+        let (partners, _) = pair_collectives(&case.program);
+        let messages = pair_messages(&case.program);
+        let ctx = LowerCtx {
+            messages: &messages,
+            custom_ops: &case.ops,
+            same_mask: false,
+            program: &case.program,
+            partners: &partners,
+            constants: &case.constants,
+            ignore_index_unused: false,
+        };
+        let imp = build_impl(&case, &ctx);
+        // A rank tensor the implementation defines as a multiple of another: u = (p/q) y.
+        let mut scaled: Vec<(ValueRef, i64, i64, ValueRef)> = imp
+            .lowered
+            .iter()
+            .filter_map(|(u, l)| match l {
+                Lowered::Term(Tpl::Op(op, kids)) if op == SCALE => match kids.as_slice() {
+                    [Tpl::Num(p), Tpl::Num(q), Tpl::Value(y)]
+                        if imp.canon(*u) == *u && imp.canon(*y) == *y && y.rank.is_some() =>
+                    {
+                        Some((*u, *p, *q, *y))
+                    }
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect();
+        scaled.sort_by_key(|(u, ..)| (u.rank, u.value));
+        let &(u, p, q, y) = scaled.first().expect("a scaled rank tensor");
+        let leaf = |v: ValueRef| leaf_symbol(v.rank.unwrap(), &imp.name(v));
+        let (lu, ly) = (leaf(u), leaf(y));
+        let expr = |s: String| -> RecExpr<Term> { s.parse().unwrap() };
+        let top = |e: &RecExpr<Term>| e.as_ref().len() - 1;
+
+        // (p/q) slice(y) = slice(u), and (q/p) u = y.
+        let e = expr(format!("(slice 0 0 1 {ly})"));
+        let got = rescaled(&imp, &e, top(&e), (p, q)).expect("scaled onto u");
+        assert_eq!(got, expr(format!("(slice 0 0 1 {lu})")));
+        let e = expr(lu.clone());
+        let got = rescaled(&imp, &e, top(&e), (q, p)).expect("scaled back onto y");
+        assert_eq!(got, expr(ly.clone()));
+        // A zero fill stays; another constant, an unscaled leaf, or a rank max under a
+        // negative factor has no such form.
+        let e = expr(format!(
+            "(cat 0 {ly} (aten.full.default (list 1) f:0.0 dt:f32 none dev b:false))"
+        ));
+        assert!(rescaled(&imp, &e, top(&e), (p, q)).is_some());
+        let e = expr(format!(
+            "(cat 0 {ly} (aten.full.default (list 1) f:1.0 dt:f32 none dev b:false))"
+        ));
+        assert!(rescaled(&imp, &e, top(&e), (p, q)).is_none());
+        let e = expr(format!("(aten.exp.default {ly})"));
+        assert!(rescaled(&imp, &e, top(&e), (p, q)).is_none());
+        let e = expr(format!("(max {ly} {ly})"));
+        assert!(rescaled(&imp, &e, top(&e), (-p, q)).is_none());
+    }
+}

@@ -5,7 +5,7 @@
 
 use crate::kinds::{self, Abs, Kind, ZeroBlocks};
 use crate::lemmas::pieces::{Cut, Split};
-use crate::lemmas::{library_for, Graph, PIECEWISE, SCALE, WIDENED};
+use crate::lemmas::{library_for, same_ratio, Graph, PIECEWISE, SCALE, WIDENED};
 use crate::lower::{lower, pair_collectives, pair_messages, LowerCtx, Lowered, Tpl, ValueRef};
 use crate::term::{
     is_leaf, is_op, leaf_symbol, Data, Shapes, Term, CAT, GET, LIST, MAX, MIN, SLICE, SUM,
@@ -179,6 +179,12 @@ struct Rel {
 }
 
 impl Rel {
+    /// Adds the groups of equal tensors and slices that `other` carries.
+    fn take_equalities(&mut self, other: &Rel) {
+        self.equal_leaves.extend(other.equal_leaves.iter().cloned());
+        self.equal_slices.extend(other.equal_slices.iter().cloned());
+    }
+
     /// A relation by these expressions alone, with no equal tensors or explored values.
     fn of(exprs: Vec<RecExpr<Term>>, clean: bool) -> Rel {
         Rel {
@@ -1327,9 +1333,10 @@ fn new_graph(imp: &Impl) -> Graph {
 /// concatenation in its operands' relations (the data-parallel groups' batch rows, the
 /// tensor-parallel groups' heads; the leading dim first), rows `[a, b)` of the output there
 /// are the operator over rows of the operands ([`crate::lemmas::pieces`]), each inferred in
-/// an e-graph of its own, and the output is the concatenation of the pieces' relations. The spec equations the operator is seeded with are
-/// cut alike (rows of both sides of a true equation are equal). `None` unless every piece has
-/// a clean relation, or all the same multiple of one.
+/// an e-graph of its own, and the output is the concatenation of the pieces' relations. The
+/// spec equations the operator is seeded with are cut alike (rows of both sides of a true
+/// equation are equal). `None` unless the pieces read disjoint ranks and each has a clean
+/// relation or a multiple of one, at factors [`join_pieces`] can bring to one.
 #[allow(clippy::too_many_arguments)]
 fn infer_by_pieces(
     imp: &Impl,
@@ -1358,8 +1365,7 @@ fn infer_by_pieces(
                 imp,
                 &Rel::of(r.exprs.clone(), r.clean),
             ));
-            facts.equal_leaves.extend(r.equal_leaves.iter().cloned());
-            facts.equal_slices.extend(r.equal_slices.iter().cloned());
+            facts.take_equalities(r);
         }
     }
     let root = add_tpl(&mut eg, t, &mut |_, x| ids[&x.value]);
@@ -1415,12 +1421,7 @@ fn infer_by_pieces(
         values.extend(inside.iter().map(|x| x.value));
         for x in values {
             if let Some(State::Related(r)) = state.get(&x) {
-                with_seeds
-                    .equal_leaves
-                    .extend(r.equal_leaves.iter().cloned());
-                with_seeds
-                    .equal_slices
-                    .extend(r.equal_slices.iter().cloned());
+                with_seeds.take_equalities(r);
             }
         }
     }
@@ -1716,7 +1717,7 @@ fn join_pieces(imp: &Impl, parts: Vec<Rel>, how: &Split, out: &[usize]) -> Optio
             .zip(&splits)
             .map(|(r, &(g, top))| {
                 let e = &r.exprs[0];
-                if same_factor(g, f) {
+                if same_ratio(g, f) {
                     let mut own = RecExpr::default();
                     append(&mut own, e, top);
                     Some(own)
@@ -1760,27 +1761,16 @@ fn join_pieces(imp: &Impl, parts: Vec<Rel>, how: &Split, out: &[usize]) -> Optio
         let shape = list(&mut e, out);
         joined = e.add(Term::Op(view, vec![joined, shape]));
     }
-    let unit = same_factor(f, (1, 1));
+    let unit = same_ratio(f, (1, 1));
     if !unit {
         let (p, q) = (e.add(Term::Num(f.0)), e.add(Term::Num(f.1)));
         e.add(Term::Op(Symbol::from(SCALE), vec![p, q, joined]));
     }
-    Some(State::Related(Rel {
-        equal_leaves: parts
-            .iter()
-            .flat_map(|r| r.equal_leaves.iter().cloned())
-            .collect(),
-        equal_slices: parts
-            .iter()
-            .flat_map(|r| r.equal_slices.iter().cloned())
-            .collect(),
-        ..Rel::of(vec![e], unit)
-    }))
-}
-
-/// Whether two factors `p/q` are equal.
-fn same_factor(a: (i64, i64), b: (i64, i64)) -> bool {
-    i128::from(a.0) * i128::from(b.1) == i128::from(b.0) * i128::from(a.1)
+    let mut rel = Rel::of(vec![e], unit);
+    for r in &parts {
+        rel.take_equalities(r);
+    }
+    Some(State::Related(rel))
 }
 
 /// Copies the subterm of `src` rooted at node `top` into `dst`; returns its id there.
@@ -2470,8 +2460,7 @@ fn scaling_consumers(imp: &Impl, x: ValueRef, (p, q): (i64, i64)) -> Vec<ValueRe
             Some(Lowered::Term(Tpl::Op(op, kids)))
                 if op == SCALE
                     && matches!(kids.as_slice(), [Tpl::Num(p2), Tpl::Num(q2), Tpl::Value(y)]
-                        if i128::from(*p2) * i128::from(q) == i128::from(p) * i128::from(*q2)
-                            && imp.canon(*y) == x)
+                        if same_ratio((*p2, *q2), (p, q)) && imp.canon(*y) == x)
         );
         if scales_x && imp.canon(v) == v {
             out.push(v);
@@ -2489,9 +2478,8 @@ fn scaled_tensor(imp: &Impl, x: ValueRef, (p, q): (i64, i64)) -> Option<ValueRef
     }
     match imp.lowered.get(&x) {
         Some(Lowered::Term(Tpl::Op(op, kids))) if op == SCALE => match kids.as_slice() {
-            [Tpl::Num(p2), Tpl::Num(q2), Tpl::Value(y)]
-                if i128::from(p) * i128::from(*p2) == i128::from(q) * i128::from(*q2) =>
-            {
+            // x = (p2/q2) y, so (p/q) x = y.
+            [Tpl::Num(p2), Tpl::Num(q2), Tpl::Value(y)] if same_ratio((p, q), (*q2, *p2)) => {
                 Some(imp.canon(*y))
             }
             _ => None,
@@ -2505,51 +2493,53 @@ fn scaled_tensor(imp: &Impl, x: ValueRef, (p, q): (i64, i64)) -> Option<ValueRef
 /// for `f > 0`), so each leaf is replaced by the rank tensor equal to `f` times it. `None`
 /// where a leaf has no such tensor, or the expression holds a constant other than a zero fill.
 fn rescaled(imp: &Impl, e: &RecExpr<Term>, top: usize, f: (i64, i64)) -> Option<RecExpr<Term>> {
-    let positive = (f.0 > 0) == (f.1 > 0) && f.0 != 0;
-    let mut out: RecExpr<Term> = RecExpr::default();
-    let mut ids: HashMap<usize, Id> = HashMap::new();
-    for (i, n) in e.as_ref()[..=top].iter().enumerate() {
-        let new = match n {
-            Term::Num(_) => n.clone(),
-            Term::Op(s, kids) if kids.is_empty() => match crate::term::parse_leaf(s.as_str()) {
-                Some((r, name)) => {
-                    let value = imp.case.program.ranks.get(r)?.find(name)?;
-                    let scaled = scaled_tensor(
-                        imp,
-                        ValueRef {
-                            rank: Some(r),
-                            value,
-                        },
-                        f,
-                    )?;
-                    let name = leaf_symbol(scaled.rank?, &imp.name(scaled));
-                    Term::Op(Symbol::from(name), vec![])
-                }
-                None => n.clone(),
-            },
-            Term::Op(s, kids) => {
-                let linear = is_op!(s, LIST)
-                    || (CLEAN_OPS.contains(&s.as_str())
-                        && (positive || !(is_op!(s, MAX) || is_op!(s, MIN))));
-                let zero_fill = s.as_str() == "aten.full.default"
-                    && kids.get(1).is_some_and(|&v| {
-                        matches!(&e[v], Term::Op(z, k) if k.is_empty()
-                            && matches!(z.as_str(), "f:0.0" | "f:-0.0"))
-                    });
-                if !linear && !zero_fill {
-                    return None;
-                }
-                Term::Op(
-                    *s,
-                    kids.iter()
-                        .map(|k| ids.get(&usize::from(*k)).copied())
-                        .collect::<Option<_>>()?,
-                )
-            }
-        };
-        ids.insert(i, out.add(new));
-    }
+    let mut out = RecExpr::default();
+    rescale_into(imp, e, top, f, &mut out)?;
     Some(out)
+}
+
+/// [`rescaled`] of the subterm at `top`, appended to `dst`; returns its id there.
+fn rescale_into(
+    imp: &Impl,
+    e: &RecExpr<Term>,
+    top: usize,
+    f: (i64, i64),
+    dst: &mut RecExpr<Term>,
+) -> Option<Id> {
+    let node = &e.as_ref()[top];
+    let Term::Op(s, kids) = node else {
+        return Some(dst.add(node.clone()));
+    };
+    if kids.is_empty() {
+        let Some((r, name)) = crate::term::parse_leaf(s.as_str()) else {
+            // A literal argument stays; any other constant is no multiple of itself.
+            return crate::term::literal_arg(s.as_str()).map(|_| dst.add(node.clone()));
+        };
+        let value = imp.case.program.ranks.get(r)?.find(name)?;
+        let x = ValueRef {
+            rank: Some(r),
+            value,
+        };
+        let scaled = scaled_tensor(imp, x, f)?;
+        let leaf = leaf_symbol(scaled.rank?, &imp.name(scaled));
+        return Some(dst.add(Term::Op(Symbol::from(leaf), vec![])));
+    }
+    let positive = (f.0 > 0) == (f.1 > 0) && f.0 != 0;
+    let linear = is_op!(s, LIST)
+        || (CLEAN_OPS.contains(&s.as_str()) && (positive || !(is_op!(s, MAX) || is_op!(s, MIN))));
+    if linear {
+        let kids = kids
+            .iter()
+            .map(|&k| rescale_into(imp, e, usize::from(k), f, dst))
+            .collect::<Option<_>>()?;
+        return Some(dst.add(Term::Op(*s, kids)));
+    }
+    // A zero fill is every multiple of itself.
+    let zero_fill = s.as_str() == "aten.full.default"
+        && kids.get(1).is_some_and(|&v| {
+            matches!(&e[v], Term::Op(z, k) if k.is_empty() && matches!(z.as_str(), "f:0.0" | "f:-0.0"))
+        });
+    zero_fill.then(|| append(dst, e, top))
 }
 
 /// The groups of leaves proven equal in `eg` that contain a leaf used by `exprs`.
@@ -4599,6 +4589,9 @@ mod tests {
         ));
         assert!(rescaled(&imp, &e, top(&e), (p, q)).is_none());
         let e = expr(format!("(aten.exp.default {ly})"));
+        assert!(rescaled(&imp, &e, top(&e), (p, q)).is_none());
+        // A symbol that is no literal argument (a constant of unknown value) has none either.
+        let e = expr(format!("(cat 0 {ly} opaque_constant)"));
         assert!(rescaled(&imp, &e, top(&e), (p, q)).is_none());
         let e = expr(format!("(max {ly} {ly})"));
         assert!(rescaled(&imp, &e, top(&e), (-p, q)).is_none());

@@ -765,7 +765,7 @@ const MAX_SEPARATE_ADDS: usize = 3;
 
 /// Whether `a.0 / a.1 == b.0 / b.1`, cross-multiplied in i128 (the i64 products of two scale
 /// factors overflow, and a wrapped product could call two different factors equal).
-fn same_ratio(a: (i64, i64), b: (i64, i64)) -> bool {
+pub(crate) fn same_ratio(a: (i64, i64), b: (i64, i64)) -> bool {
     i128::from(a.0) * i128::from(b.1) == i128::from(a.1) * i128::from(b.0)
 }
 

@@ -12,12 +12,14 @@
 //! A cut may be strided: the same rows of each of several equal blocks of a dim, the form a
 //! head group takes in the flattened `batch x heads` dim of the attention's products.
 
-use super::{cats, int, int_list, is_true, shape, ELEMENTWISE, SCALE};
-use crate::term::{is_op, Term, CAT, LIST, SLICE, SUM};
+use super::{cat, cats, int, int_list, is_true, list, op, shape, slice, ELEMENTWISE, SCALE};
+use crate::term::{is_op, Term, SLICE, SUM};
 use egg::{Id, Symbol};
 use std::collections::HashMap;
 
 type Graph = egg::EGraph<Term, crate::term::Shapes>;
+
+const VIEW: &str = "aten.view.default";
 
 /// How deep [`split`] and [`cut`] descend (a guard against cycles through unions).
 const MAX_DEPTH: usize = 48;
@@ -301,7 +303,7 @@ impl SplitSearch<'_> {
         }
         for n in &g[id].nodes {
             let Term::Op(sym, kids) = n else { continue };
-            if sym.as_str() == "aten.view.default" && kids.len() == 2 {
+            if sym.as_str() == VIEW && kids.len() == 2 {
                 let Some(input) = shape(g, kids[0]) else {
                     continue;
                 };
@@ -366,17 +368,11 @@ fn cut_at(
     Some(piece)
 }
 
-/// A list node of integers.
-fn list_node(g: &mut Graph, values: &[usize]) -> Id {
-    let nums: Vec<Id> = values.iter().map(|&n| g.add(Term::Num(n as i64))).collect();
-    g.add(Term::Op(Symbol::from(LIST), nums))
-}
-
 /// The list node of `out` with its size along `dim` set to `len`.
 fn resized(g: &mut Graph, out: &[usize], dim: usize, len: usize) -> Id {
     let mut target = out.to_vec();
     target[dim] = len;
-    list_node(g, &target)
+    list(g, &target)
 }
 
 fn cut_through(
@@ -410,15 +406,7 @@ fn cut_through(
                 kids.push(cut_at(g, p, c, memo, depth + 1)?);
             }
         }
-        return Some(if kids.len() == 1 {
-            kids[0]
-        } else {
-            let dn = g.add(Term::Num(d as i64));
-            g.add(Term::Op(
-                Symbol::from(CAT),
-                std::iter::once(dn).chain(kids).collect(),
-            ))
-        });
+        return Some(cat(g, d, kids));
     }
     let nodes = g[id].nodes.clone();
     for n in &nodes {
@@ -458,7 +446,7 @@ fn cut_through(
         if !ok {
             continue;
         }
-        if sym.as_str() == "aten.view.default" {
+        if sym.as_str() == VIEW {
             new[1] = resized(g, out, c.dim, c.len());
         }
         return Some(g.add(Term::Op(*sym, new)));
@@ -469,27 +457,17 @@ fn cut_through(
 /// Cut `c` of `id` as a slice: `slice(dim, a, b, id)`, or for a strided cut the slice of the
 /// dim viewed as its blocks, viewed back.
 fn slice_along(g: &mut Graph, id: Id, out: &[usize], c: Cut) -> Id {
-    let slice = |g: &mut Graph, dim: usize, x: Id| {
-        let kids = vec![
-            g.add(Term::Num(dim as i64)),
-            g.add(Term::Num(c.a as i64)),
-            g.add(Term::Num(c.b as i64)),
-            x,
-        ];
-        g.add(Term::Op(Symbol::from(SLICE), kids))
-    };
     if c.outer == 1 {
-        return slice(g, c.dim, id);
+        return slice(g, c.dim, c.a, c.b, id);
     }
-    let view = Symbol::from("aten.view.default");
     let mut blocks = out[..c.dim].to_vec();
     blocks.extend([c.outer, out[c.dim] / c.outer]);
     blocks.extend_from_slice(&out[c.dim + 1..]);
-    let shape = list_node(g, &blocks);
-    let split = g.add(Term::Op(view, vec![id, shape]));
-    let sliced = slice(g, c.dim + 1, split);
+    let shape = list(g, &blocks);
+    let split = op(g, VIEW, vec![id, shape]);
+    let sliced = slice(g, c.dim + 1, c.a, c.b, split);
     let target = resized(g, out, c.dim, c.len());
-    g.add(Term::Op(view, vec![sliced, target]))
+    op(g, VIEW, vec![sliced, target])
 }
 
 /// For the node `sym(kids)` of shape `out`, the operands to cut for its cut `c`, with their
@@ -503,7 +481,7 @@ pub(crate) fn operand_cuts(
     out: &[usize],
     c: Cut,
 ) -> Option<Vec<(usize, Cut)>> {
-    if sym.as_str() == "aten.view.default" && kids.len() == 2 {
+    if sym.as_str() == VIEW && kids.len() == 2 {
         let input = shape(g, kids[0])?;
         return Some(vec![(0, view_cut(&input, out, c)?)]);
     }

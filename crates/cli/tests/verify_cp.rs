@@ -14,6 +14,25 @@ fn llama_ring_attention_forward_verifies() {
     assert!(out.contains("certificate:"), "{out}");
 }
 
+/// Head dim 2: the scores are scaled by 1/sqrt(2), a factor with no exact rational form, so
+/// it stays a multiplication by its literal in both programs; the ring's blocks are still
+/// finite products and its masked blocks still drop out.
+#[test]
+fn llama_ring_attention_forward_with_an_irrational_softmax_scale_verifies() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = emit(
+        "llama",
+        dir.path(),
+        "cp=2",
+        &["--forward-only", "--heads", "4", "--hidden", "8"],
+    );
+    let text = std::fs::read_to_string(dir.path().join("r0.py")).unwrap();
+    assert!(text.contains("0.7071067811865475"), "{text}");
+    let (code, out) = verify(&case);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("certificate:"), "{out}");
+}
+
 /// Bugs of the ring (masks, positions, loss scaling) are refuted or inconclusive, never
 /// verified.
 #[test]

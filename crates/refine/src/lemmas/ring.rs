@@ -168,6 +168,12 @@ fn finite_product(g: &Graph, id: Id, depth: usize) -> bool {
                 !holds_infinity(g, k[0]) && !holds_infinity(g, k[1])
             }
             SCALE if k.len() == 3 => finite_product(g, k[2], depth - 1),
+            // A factor with no exact rational form (1/sqrt(d) for a head dim that is no
+            // square) stays a multiplication by its literal.
+            "aten.mul.Scalar" if k.len() == 2 => {
+                float_literal(g, k[1]).is_some_and(f64::is_finite)
+                    && finite_product(g, k[0], depth - 1)
+            }
             CAT if k.len() >= 2 => k[1..].iter().all(|&p| finite_product(g, p, depth - 1)),
             SLICE if k.len() == 4 => finite_product(g, k[3], depth - 1),
             _ => false,
@@ -1156,6 +1162,10 @@ fn masked_block_probabilities() -> Lemma {
         examples: vec![(
             "(aten.exp.default (aten.sub.Tensor (aten.add.Tensor (aten.bmm.default %r0:q %r1:k) (aten.full.default (list 2 3) f:-inf dt:f64 none dev b:false) 1) (aten.logsumexp.default (aten.bmm.default %r0:q %r0:k) (list 2) b:true) 1))",
             &[("q", "f64[2,2,4]"), ("k", "f64[2,4,3]")],
+        ), (
+            // Scores scaled by 1/sqrt(2), a factor with no exact rational form.
+            "(aten.exp.default (aten.sub.Tensor (aten.add.Tensor (aten.mul.Scalar (aten.bmm.default %r0:q %r1:k) f:0.7071067811865475) (aten.full.default (list 2 3) f:-inf dt:f64 none dev b:false) 1) (aten.logsumexp.default (aten.mul.Scalar (aten.bmm.default %r0:q %r0:k) f:0.7071067811865475) (list 2) b:true) 1))",
+            &[("q", "f64[2,2,2]"), ("k", "f64[2,2,3]")],
         )],
         requires: None,
         build: Arc::new(|g, eclass, kids| {

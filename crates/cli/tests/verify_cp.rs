@@ -33,6 +33,34 @@ fn llama_ring_attention_forward_with_an_irrational_softmax_scale_verifies() {
     assert!(out.contains("certificate:"), "{out}");
 }
 
+/// Head dim 8, full iteration: the scores are scaled by 1/sqrt(8), the exact binary fraction
+/// that float is; the backward's factors (that scale, the ranks' share of the loss) compose
+/// reduced, so the softmax backward relates and every parameter's update verifies.
+#[test]
+fn llama_ring_attention_full_iteration_with_an_irrational_softmax_scale_verifies() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = emit(
+        "llama",
+        dir.path(),
+        "cp=2",
+        &[
+            "--layers",
+            "1",
+            "--heads",
+            "2",
+            "--kv-heads",
+            "1",
+            "--hidden",
+            "16",
+        ],
+    );
+    let text = std::fs::read_to_string(dir.path().join("r0.py")).unwrap();
+    assert!(text.contains("0.35355339059327373"), "{text}");
+    let (code, out) = verify(&case);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("certificate:"), "{out}");
+}
+
 /// Bugs of the ring (masks, positions, loss scaling) are refuted or inconclusive, never
 /// verified.
 #[test]

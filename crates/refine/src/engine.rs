@@ -3227,6 +3227,24 @@ fn extract(eg: &Graph, root: Id, clean_only: bool) -> Vec<RecExpr<Term>> {
     out.into_iter().map(|o| o.2).collect()
 }
 
+/// A factor `p/q` as text: a fraction of small terms as it is (`* 1/4`); a binary fraction
+/// such as the `m / 2^k` a float literal is, as that float (`* 0.35355339059327373`, or
+/// `/ 0.35355339059327373` for its inverse), which is exact; any other as the fraction.
+fn factor(p: i64, q: i64) -> String {
+    const SMALL: u64 = 1 << 20;
+    if p.unsigned_abs() <= SMALL && q.unsigned_abs() <= SMALL {
+        return format!("* {p}/{q}");
+    }
+    let exact = |n: i64| n.unsigned_abs() < (1 << 53);
+    if q > 0 && q.count_ones() == 1 && exact(p) {
+        return format!("* {}", p as f64 / q as f64);
+    }
+    if p != 0 && p.unsigned_abs().is_power_of_two() && q > 0 && exact(q) {
+        return format!("/ {}", q as f64 / p as f64);
+    }
+    format!("* {p}/{q}")
+}
+
 /// A readable rendering of node `i` of an expression.
 pub fn render(e: &RecExpr<Term>, i: usize) -> String {
     let nodes = e.as_ref();
@@ -3255,7 +3273,10 @@ pub fn render(e: &RecExpr<Term>, i: usize) -> String {
                     r(&kids[2])
                 ),
                 GET => format!("{}[{}]", r(&kids[1]), r(&kids[0])),
-                SCALE => format!("({} * {}/{})", r(&kids[2]), r(&kids[0]), r(&kids[1])),
+                SCALE => match (&nodes[usize::from(kids[0])], &nodes[usize::from(kids[1])]) {
+                    (Term::Num(p), Term::Num(q)) => format!("({} {})", r(&kids[2]), factor(*p, *q)),
+                    _ => format!("({} * {}/{})", r(&kids[2]), r(&kids[0]), r(&kids[1])),
+                },
                 LIST => format!("[{}]", kids.iter().map(r).collect::<Vec<_>>().join(", ")),
                 _ if kids.is_empty() => s
                     .split_once(':')
@@ -4505,6 +4526,19 @@ mod tests {
     use shardproof_zoo::{
         emit_to_dir, EmitExtras, EmitOptions, LlamaConfig, Mesh, PipelineOptions, TrainOptions,
     };
+
+    /// Small factors print as fractions; the binary fraction a float literal is prints as that
+    /// float, exactly, and so does its inverse (as a division); others as fractions.
+    #[test]
+    fn factors_print_exactly() {
+        let (m, k) = crate::lower::rational(0.35355339059327373).unwrap();
+        assert_eq!(factor(1, 4), "* 1/4");
+        assert_eq!(factor(-3, 2), "* -3/2");
+        assert_eq!(factor(m, k), "* 0.35355339059327373");
+        assert_eq!(factor(k, m), "/ 0.35355339059327373");
+        assert_eq!(factor(-k, m), "/ -0.35355339059327373");
+        assert_eq!(factor(3 * m, 7 * k), format!("* {}/{}", 3 * m, 7 * k));
+    }
 
     /// A one-layer llama on tp=2, forward only: its ranks scale the attention scores.
     fn tiny_llama(dir: &std::path::Path) -> Case {

@@ -714,6 +714,19 @@ fn gcd128(a: i128, b: i128) -> i128 {
     }
 }
 
+/// `(p/q) (p2/q2)` in lowest terms, when that fits: factors that are exact binary fractions
+/// (`1/sqrt(d)` is `m / 2^k`) meet their inverses only after reduction, their raw products
+/// overflow.
+pub(crate) fn times(a: (i64, i64), b: (i64, i64)) -> Option<(i64, i64)> {
+    let n = i128::from(a.0) * i128::from(b.0);
+    let d = i128::from(a.1) * i128::from(b.1);
+    let r = gcd128(n, d) * d.signum();
+    if r == 0 {
+        return None;
+    }
+    Some((i64::try_from(n / r).ok()?, i64::try_from(d / r).ok()?))
+}
+
 /// The `scale` nodes of a class: (numerator, denominator, operand).
 fn scales(g: &Graph, id: Id) -> Vec<(i64, i64, Id)> {
     g[id]
@@ -1167,6 +1180,11 @@ pub fn library() -> Vec<Lemma> {
                 &[("a", "f64[2,3]"), ("b", "f64[2,3]")],
             ),
             ("(scale 2 1 (scale 1 4 %r0:a))", &[("a", "f64[2,3]")]),
+            // 1/sqrt(8) as the binary fraction it is, then its inverse over two: one half.
+            (
+                "(scale 4503599627370496 3184525836262886 (scale 1592262918131443 4503599627370496 %r0:a))",
+                &[("a", "f64[2,3]")],
+            ),
         ],
         requires: None,
         build: Arc::new(move |g, eclass, kids| {
@@ -1187,7 +1205,7 @@ pub fn library() -> Vec<Lemma> {
                 }
                 for (p2, q2, x) in scales(g, kids[2]) {
                     // A factor that overflows is left unbuilt (wrapped, it would be wrong).
-                    if let (Some(p), Some(q)) = (p.checked_mul(p2), q.checked_mul(q2)) {
+                    if let Some((p, q)) = times((p, q), (p2, q2)) {
                         out.push(scale(g, p, q, x));
                     }
                 }
@@ -1253,7 +1271,8 @@ pub fn library() -> Vec<Lemma> {
                 .into_iter()
                 .take(4)
                 .filter_map(|(p2, q2, id)| {
-                    Some(scale(g, p.checked_mul(q2)?, q.checked_mul(p2)?, id))
+                    let (a, b) = times((p, q), (q2, p2))?;
+                    Some(scale(g, a, b, id))
                 })
                 .collect()
         }),
@@ -3591,6 +3610,19 @@ mod tests {
     use egg::RecExpr;
     use shardproof_ir::DType;
     use shardproof_ops::{Meta, Tensor};
+
+    /// Factors compose in lowest terms: `1/sqrt(8)` as the binary fraction it is, times its
+    /// inverse over two, is one half, though the raw products overflow an i64; a product that
+    /// does not fit even reduced is none.
+    #[test]
+    fn factors_compose_reduced() {
+        let (m, k) = crate::lower::rational(0.35355339059327373).unwrap();
+        assert!(m.checked_mul(k).is_none());
+        assert_eq!(times((k, m), (m, 2 * k)), Some((1, 2)));
+        assert_eq!(times((-k, m), (m, k)), Some((-1, 1)));
+        assert_eq!(times((i64::MAX, 1), (i64::MAX, 1)), None);
+        assert_eq!(times((1, 2), (3, 0)), None);
+    }
 
     /// Adds `text` to `g`, returning its class and the expression (for evaluation).
     fn add(g: &mut Graph, text: &str) -> (Id, RecExpr<Term>) {

@@ -1004,15 +1004,75 @@ pub fn pair_messages(program: &Program) -> Messages {
     out
 }
 
-/// A float as a fraction with a small integer numerator or denominator, when it is one.
+/// A float as an exact fraction: an integer, one over an integer, or the binary fraction every
+/// other float is (`1/sqrt(128)`, a softmax scale, is `m / 2^55`), when it fits.
 pub fn rational(c: f64) -> Option<(i64, i64)> {
     const LIMIT: f64 = (1u64 << 40) as f64;
-    if c.is_finite() && c.fract() == 0.0 && c.abs() < LIMIT {
+    if !c.is_finite() {
+        return None;
+    }
+    if c.fract() == 0.0 && c.abs() < LIMIT {
         return Some((c as i64, 1));
     }
     let inv = 1.0 / c;
     if inv.is_finite() && inv.fract() == 0.0 && inv.abs() < LIMIT && 1.0 / inv == c {
         return Some((inv.signum() as i64, inv.abs() as i64));
     }
-    None
+    dyadic(c)
+}
+
+/// A finite float as the exact fraction `m / 2^k` it is (`m` odd), when `k` is at most 62.
+fn dyadic(c: f64) -> Option<(i64, i64)> {
+    if !c.is_finite() || c == 0.0 {
+        return None;
+    }
+    let bits = c.to_bits();
+    let biased = ((bits >> 52) & 0x7ff) as i64;
+    let fraction = bits & ((1u64 << 52) - 1);
+    let (mut m, mut e) = if biased == 0 {
+        (fraction, -1074)
+    } else {
+        (fraction | (1u64 << 52), biased - 1075)
+    };
+    let zeros = m.trailing_zeros();
+    m >>= zeros;
+    e += i64::from(zeros);
+    if !(-62..0).contains(&e) {
+        return None;
+    }
+    let sign = if c < 0.0 { -1 } else { 1 };
+    Some((sign * m as i64, 1i64 << -e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rational;
+
+    /// Integers and their inverses stay small fractions; every other float of moderate size is
+    /// the exact binary fraction it is (`p / q` evaluates back to the very float); floats too
+    /// small for a 62-bit denominator, and infinities, have none.
+    #[test]
+    fn floats_are_exact_fractions() {
+        assert_eq!(rational(3.0), Some((3, 1)));
+        assert_eq!(rational(0.25), Some((1, 4)));
+        assert_eq!(rational(-0.5), Some((-1, 2)));
+        for c in [
+            0.35355339059327373, // 1/sqrt(8), a softmax scale
+            0.7071067811865475,
+            0.1,
+            -0.9,
+            0.044715,
+            1e-3,
+        ] {
+            let (p, q) = rational(c).unwrap_or_else(|| panic!("{c}"));
+            assert!(
+                q > 0 && (q == 1 || p % 2 != 0),
+                "{c}: {p}/{q} is not in lowest terms"
+            );
+            assert_eq!(p as f64 / q as f64, c);
+        }
+        assert_eq!(rational(1e-30), None);
+        assert_eq!(rational(f64::INFINITY), None);
+        assert_eq!(rational(f64::NAN), None);
+    }
 }

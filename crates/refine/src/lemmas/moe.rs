@@ -113,7 +113,7 @@ fn add_replicated_into_sum() -> Lemma {
 fn replicated_share(g: &Graph, id: Id, n: i64) -> Option<Id> {
     scales(g, id)
         .into_iter()
-        .find(|&(p, q, _)| q != 0 && p == n * q)
+        .find(|&(p, q, _)| q != 0 && i128::from(p) == i128::from(n) * i128::from(q))
         .map(|(_, _, y)| y)
 }
 

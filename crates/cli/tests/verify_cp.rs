@@ -14,23 +14,14 @@ fn llama_ring_attention_forward_verifies() {
     assert!(out.contains("certificate:"), "{out}");
 }
 
-/// Head dim 2: the scores are scaled by 1/sqrt(2), a factor with no exact rational form, so
-/// it stays a multiplication by its literal in both programs; the ring's blocks are still
-/// finite products and its masked blocks still drop out.
+/// Head dim 2, forward: the scores are scaled by 1/sqrt(2), a factor that is no integer's
+/// inverse; the ring's blocks are still finite products and its masked blocks drop out.
 #[test]
 fn llama_ring_attention_forward_with_an_irrational_softmax_scale_verifies() {
-    let dir = tempfile::tempdir().unwrap();
-    let case = emit(
-        "llama",
-        dir.path(),
-        "cp=2",
+    llama_cp_verifies_with_scale(
         &["--forward-only", "--heads", "4", "--hidden", "8"],
+        "0.7071067811865475",
     );
-    let text = std::fs::read_to_string(dir.path().join("r0.py")).unwrap();
-    assert!(text.contains("0.7071067811865475"), "{text}");
-    let (code, out) = verify(&case);
-    assert_eq!(code, 0, "{out}");
-    assert!(out.contains("certificate:"), "{out}");
 }
 
 /// Head dim 8, full iteration: the scores are scaled by 1/sqrt(8), the exact binary fraction
@@ -38,11 +29,7 @@ fn llama_ring_attention_forward_with_an_irrational_softmax_scale_verifies() {
 /// reduced, so the softmax backward relates and every parameter's update verifies.
 #[test]
 fn llama_ring_attention_full_iteration_with_an_irrational_softmax_scale_verifies() {
-    let dir = tempfile::tempdir().unwrap();
-    let case = emit(
-        "llama",
-        dir.path(),
-        "cp=2",
+    llama_cp_verifies_with_scale(
         &[
             "--layers",
             "1",
@@ -53,9 +40,17 @@ fn llama_ring_attention_full_iteration_with_an_irrational_softmax_scale_verifies
             "--hidden",
             "16",
         ],
+        "0.35355339059327373",
     );
+}
+
+/// Emits llama on cp=2 with the `extra` emit flags, checks that rank 0 scales by the literal
+/// `scale`, and asserts the case verifies.
+fn llama_cp_verifies_with_scale(extra: &[&str], scale: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let case = emit("llama", dir.path(), "cp=2", extra);
     let text = std::fs::read_to_string(dir.path().join("r0.py")).unwrap();
-    assert!(text.contains("0.35355339059327373"), "{text}");
+    assert!(text.contains(scale), "{text}");
     let (code, out) = verify(&case);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("certificate:"), "{out}");

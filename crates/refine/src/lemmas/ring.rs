@@ -168,8 +168,8 @@ fn finite_product(g: &Graph, id: Id, depth: usize) -> bool {
                 !holds_infinity(g, k[0]) && !holds_infinity(g, k[1])
             }
             SCALE if k.len() == 3 => finite_product(g, k[2], depth - 1),
-            // A factor with no exact rational form (1/sqrt(d) for a head dim that is no
-            // square) stays a multiplication by its literal.
+            // A float factor the lowering leaves a multiplication by its literal (one too
+            // small for a binary fraction with a 62-bit denominator) is finite as well.
             "aten.mul.Scalar" if k.len() == 2 => {
                 float_literal(g, k[1]).is_some_and(f64::is_finite)
                     && finite_product(g, k[0], depth - 1)
@@ -1163,7 +1163,7 @@ fn masked_block_probabilities() -> Lemma {
             "(aten.exp.default (aten.sub.Tensor (aten.add.Tensor (aten.bmm.default %r0:q %r1:k) (aten.full.default (list 2 3) f:-inf dt:f64 none dev b:false) 1) (aten.logsumexp.default (aten.bmm.default %r0:q %r0:k) (list 2) b:true) 1))",
             &[("q", "f64[2,2,4]"), ("k", "f64[2,4,3]")],
         ), (
-            // Scores scaled by 1/sqrt(2), a factor with no exact rational form.
+            // Scores multiplied by a float literal (`1/sqrt(2)`), not a `scale` node.
             "(aten.exp.default (aten.sub.Tensor (aten.add.Tensor (aten.mul.Scalar (aten.bmm.default %r0:q %r1:k) f:0.7071067811865475) (aten.full.default (list 2 3) f:-inf dt:f64 none dev b:false) 1) (aten.logsumexp.default (aten.mul.Scalar (aten.bmm.default %r0:q %r0:k) f:0.7071067811865475) (list 2) b:true) 1))",
             &[("q", "f64[2,2,2]"), ("k", "f64[2,2,3]")],
         )],

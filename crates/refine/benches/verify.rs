@@ -1,7 +1,8 @@
 //! Refinement benchmark: times `verify` on the ../shared samples and on zoo cases (MLP, Llama,
 //! GPT-2 and DeepSeek, forward-only and full iteration, degrees 2-8, 1-8 layers, pipelines, the
 //! three models' ring-attention full iterations under cp=2 and tp=2 x cp=2, llama's and
-//! deepseek's under dp=2 x cp=2) and prints one line per case. Run
+//! deepseek's under dp=2 x cp=2, llama's under cp=2 with an irrational softmax scale) and
+//! prints one line per case. Run
 //! with `cargo bench -p shardproof-refine --bench verify` (release build); set
 //! `SHARDPROOF_SHARED` to the shared folder to include the samples (default `../shared`).
 //!
@@ -191,6 +192,18 @@ fn main() {
             options(model, mesh, 2, false),
         ));
     }
+    // A softmax scale that is no integer's inverse: head dim 8, 1/sqrt(8).
+    let mut head_dim_8 = options("llama", "cp=2", 1, false);
+    head_dim_8.llama = LlamaConfig {
+        hidden: 16,
+        heads: 2,
+        kv_heads: 1,
+        ..head_dim_8.llama
+    };
+    slow.push(plain(
+        "zoo llama cp=2 hd=8 layers=1 full (1 run)".into(),
+        head_dim_8,
+    ));
     for (list, repeats) in [(&cases, 3), (&slow, 1)] {
         for case in list.iter().filter(|c| selected(&c.0)) {
             let label = &case.0;

@@ -3230,7 +3230,7 @@ fn extract(eg: &Graph, root: Id, clean_only: bool) -> Vec<RecExpr<Term>> {
 /// A factor `p/q` as text: a fraction of small terms as it is (`* 1/4`); a binary fraction
 /// such as the `m / 2^k` a float literal is, as that float (`* 0.35355339059327373`, or
 /// `/ 0.35355339059327373` for its inverse), which is exact; any other as the fraction.
-fn factor(p: i64, q: i64) -> String {
+fn factor_text(p: i64, q: i64) -> String {
     const SMALL: u64 = 1 << 20;
     if p.unsigned_abs() <= SMALL && q.unsigned_abs() <= SMALL {
         return format!("* {p}/{q}");
@@ -3274,7 +3274,9 @@ pub fn render(e: &RecExpr<Term>, i: usize) -> String {
                 ),
                 GET => format!("{}[{}]", r(&kids[1]), r(&kids[0])),
                 SCALE => match (&nodes[usize::from(kids[0])], &nodes[usize::from(kids[1])]) {
-                    (Term::Num(p), Term::Num(q)) => format!("({} {})", r(&kids[2]), factor(*p, *q)),
+                    (Term::Num(p), Term::Num(q)) => {
+                        format!("({} {})", r(&kids[2]), factor_text(*p, *q))
+                    }
                     _ => format!("({} * {}/{})", r(&kids[2]), r(&kids[0]), r(&kids[1])),
                 },
                 LIST => format!("[{}]", kids.iter().map(r).collect::<Vec<_>>().join(", ")),
@@ -4532,12 +4534,12 @@ mod tests {
     #[test]
     fn factors_print_exactly() {
         let (m, k) = crate::lower::rational(0.35355339059327373).unwrap();
-        assert_eq!(factor(1, 4), "* 1/4");
-        assert_eq!(factor(-3, 2), "* -3/2");
-        assert_eq!(factor(m, k), "* 0.35355339059327373");
-        assert_eq!(factor(k, m), "/ 0.35355339059327373");
-        assert_eq!(factor(-k, m), "/ -0.35355339059327373");
-        assert_eq!(factor(3 * m, 7 * k), format!("* {}/{}", 3 * m, 7 * k));
+        assert_eq!(factor_text(1, 4), "* 1/4");
+        assert_eq!(factor_text(-3, 2), "* -3/2");
+        assert_eq!(factor_text(m, k), "* 0.35355339059327373");
+        assert_eq!(factor_text(k, m), "/ 0.35355339059327373");
+        assert_eq!(factor_text(-k, m), "/ -0.35355339059327373");
+        assert_eq!(factor_text(3 * m, 7 * k), format!("* {}/{}", 3 * m, 7 * k));
     }
 
     /// A one-layer llama on tp=2, forward only: its ranks scale the attention scores.

@@ -717,7 +717,7 @@ fn gcd128(a: i128, b: i128) -> i128 {
 /// `(p/q) (p2/q2)` in lowest terms, when that fits: factors that are exact binary fractions
 /// (`1/sqrt(d)` is `m / 2^k`) meet their inverses only after reduction, their raw products
 /// overflow.
-pub(crate) fn times(a: (i64, i64), b: (i64, i64)) -> Option<(i64, i64)> {
+pub(crate) fn product_reduced(a: (i64, i64), b: (i64, i64)) -> Option<(i64, i64)> {
     let n = i128::from(a.0) * i128::from(b.0);
     let d = i128::from(a.1) * i128::from(b.1);
     let r = gcd128(n, d) * d.signum();
@@ -1205,7 +1205,7 @@ pub fn library() -> Vec<Lemma> {
                 }
                 for (p2, q2, x) in scales(g, kids[2]) {
                     // A factor that overflows is left unbuilt (wrapped, it would be wrong).
-                    if let Some((p, q)) = times((p, q), (p2, q2)) {
+                    if let Some((p, q)) = product_reduced((p, q), (p2, q2)) {
                         out.push(scale(g, p, q, x));
                     }
                 }
@@ -1271,7 +1271,7 @@ pub fn library() -> Vec<Lemma> {
                 .into_iter()
                 .take(4)
                 .filter_map(|(p2, q2, id)| {
-                    let (a, b) = times((p, q), (q2, p2))?;
+                    let (a, b) = product_reduced((p, q), (q2, p2))?;
                     Some(scale(g, a, b, id))
                 })
                 .collect()
@@ -3618,10 +3618,10 @@ mod tests {
     fn factors_compose_reduced() {
         let (m, k) = crate::lower::rational(0.35355339059327373).unwrap();
         assert!(m.checked_mul(k).is_none());
-        assert_eq!(times((k, m), (m, 2 * k)), Some((1, 2)));
-        assert_eq!(times((-k, m), (m, k)), Some((-1, 1)));
-        assert_eq!(times((i64::MAX, 1), (i64::MAX, 1)), None);
-        assert_eq!(times((1, 2), (3, 0)), None);
+        assert_eq!(product_reduced((k, m), (m, 2 * k)), Some((1, 2)));
+        assert_eq!(product_reduced((-k, m), (m, k)), Some((-1, 1)));
+        assert_eq!(product_reduced((i64::MAX, 1), (i64::MAX, 1)), None);
+        assert_eq!(product_reduced((1, 2), (3, 0)), None);
     }
 
     /// Adds `text` to `g`, returning its class and the expression (for evaluation).

@@ -44,6 +44,17 @@ fn llama_ring_attention_full_iteration_with_an_irrational_softmax_scale_verifies
     );
 }
 
+/// Head dim 2, full iteration: the head dim equals the chunk length (8 tokens in 4 chunks), so
+/// the attention's blocks are square; the row-sum lemma takes no transpose the graph lacks of a
+/// square operand, and the backward's e-graph stays under the node limit.
+#[test]
+fn llama_ring_attention_full_iteration_with_square_blocks_verifies() {
+    llama_cp_verifies_with_scale(
+        &["--layers", "1", "--heads", "4", "--hidden", "8"],
+        "0.7071067811865475",
+    );
+}
+
 /// Emits llama on cp=2 with the `extra` emit flags, checks that rank 0 scales by the literal
 /// `scale`, and asserts the case verifies.
 fn llama_cp_verifies_with_scale(extra: &[&str], scale: &str) {

@@ -1957,19 +1957,13 @@ pub fn library() -> Vec<Lemma> {
             if p1 == 0 {
                 return vec![];
             }
-            // (p/q) / (p1/q1) = (p*q1) / (q*p1), reduced in i128 (the products of two i64
-            // factors overflow an i64), sign on the numerator; a ratio that does not fit back
-            // in i64 leaves the cat alone.
+            // (p/q) / (p1/q1), reduced; a ratio that does not fit back in i64 leaves the cat
+            // alone.
             let ratios: Option<Vec<(i64, i64, Id)>> = factors
                 .iter()
                 .map(|&(p, q, x)| {
-                    let (mut n, mut m) = (i128::from(p) * i128::from(q1), i128::from(q) * i128::from(p1));
-                    if m < 0 {
-                        n = -n;
-                        m = -m;
-                    }
-                    let gcd = gcd128(n.abs(), m.abs()).max(1);
-                    Some((i64::try_from(n / gcd).ok()?, i64::try_from(m / gcd).ok()?, x))
+                    let (n, m) = product_reduced((p, q), (q1, p1))?;
+                    Some((n, m, x))
                 })
                 .collect();
             let Some(ratios) = ratios else { return vec![] };

@@ -1005,7 +1005,7 @@ pub fn pair_messages(program: &Program) -> Messages {
 }
 
 /// A float as an exact fraction: an integer, one over an integer, or the binary fraction every
-/// other float is (`1/sqrt(128)`, a softmax scale, is `m / 2^55`), when it fits.
+/// other float is (`1/sqrt(128)`, a softmax scale, is `m / 2^54`), when it fits.
 pub fn rational(c: f64) -> Option<(i64, i64)> {
     const LIMIT: f64 = (1u64 << 40) as f64;
     if !c.is_finite() {
@@ -1022,8 +1022,9 @@ pub fn rational(c: f64) -> Option<(i64, i64)> {
 }
 
 /// A finite float as the exact fraction `m / 2^k` it is (`m` odd), when `k` is at most 62.
+/// (An infinity's or NaN's exponent is out of that range; zero has no odd `m`.)
 fn dyadic(c: f64) -> Option<(i64, i64)> {
-    if !c.is_finite() || c == 0.0 {
+    if c == 0.0 {
         return None;
     }
     let bits = c.to_bits();

@@ -15,6 +15,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 mod chunks;
+mod elements;
 mod flash;
 pub use flash::mark_zero_blocks;
 mod identities;
@@ -2898,6 +2899,7 @@ pub fn library() -> Vec<Lemma> {
     l.extend(moe::lemmas());
     l.extend(ring::lemmas());
     l.extend(flash::lemmas());
+    l.extend(elements::lemmas());
     l
 }
 

@@ -1,0 +1,535 @@
+//! Elementwise operators through layouts, decided element by element.
+//!
+//! An elementwise operator over rearranged pieces of tensors (slices, views, permutes of them)
+//! is the same rearrangement of the operator over the tensors whole wherever every operand's
+//! elements sit where the whole operator reads them. Expert parallelism under context
+//! parallelism needs it: the spec multiplies each expert's outputs by its gates, and the
+//! relations of both are the ranks' sequence chunks, cut out of tensors the ranks multiply
+//! whole (`r.mul = r.bmm * unsqueeze(r.gates)`), through different chains of views (the gates
+//! have no hidden dim and an extra unit dim). The lemmas that move one layout operator at a
+//! time meet such chains only where both operands are rearranged the same way; here each
+//! operand's chain is reduced to a map from the result's coordinates to its base tensor's
+//! elements, computed on the concrete shapes, and the maps are compared.
+//!
+//! Constrained like the other lemmas: the whole operator is only looked up, never built.
+
+use super::{ew, int, int_list, node_sym, shape, Graph, Lemma};
+use crate::term::{is_leaf, is_op, Term, SLICE};
+use egg::Id;
+use std::sync::Arc;
+
+/// The most elements a result may have for its maps to be compared (a map is computed per
+/// element; the zoo's tiny shapes stay far below, a full-size model's tensors are skipped).
+const MAX_ELEMENTS: usize = 1 << 14;
+
+/// How many layout operators a chain follows.
+const MAX_DEPTH: usize = 6;
+
+/// How many chains one class yields at most (a class holds several equal layouts).
+const MAX_CHAINS: usize = 24;
+
+/// The fewest layout operators a chain needs to be rebuilt over a whole operator that is no
+/// implementation tensor (a term of the spec's side, which may turn clean later). Shorter
+/// chains over such terms are what the lemmas moving one operator at a time build already;
+/// taking them here too cost a third more time on deepseek ep=2 (2.8 -> 4.0 s) and gpt2
+/// cp=2, while deepseek cp=2 x ep=2 needs chains of three (measured: with four its experts'
+/// combine stays unrelated).
+const MIN_STEPS_OVER_SPEC_TERMS: usize = 3;
+
+/// What one layout operator does to a coordinate of its result.
+#[derive(Clone, Debug)]
+enum Move {
+    /// A view: the same position in row-major order.
+    View,
+    /// A slice along `dim` from `start`.
+    Slice { dim: usize, start: usize },
+    /// A permutation: result dim `i` is input dim `p[i]`.
+    Permute(Vec<usize>),
+    /// A new unit dim at `dim`.
+    Unsqueeze(usize),
+    /// A broadcast: the input's unit dims repeat, missing leading dims are new.
+    Expand,
+}
+
+/// One layout operator of a chain: the node (its tensor operand at `at`), what it does, and the
+/// shapes of its input and result.
+#[derive(Clone, Debug)]
+struct Step {
+    node: Term,
+    at: usize,
+    moves: Move,
+    input: Vec<usize>,
+    result: Vec<usize>,
+}
+
+fn dim(d: i64, rank: usize) -> Option<usize> {
+    let d = if d < 0 { d + rank as i64 } else { d };
+    usize::try_from(d).ok().filter(|&d| d < rank)
+}
+
+/// The layout operator a node is, if it is one: its tensor operand and what it does.
+fn step_of(g: &Graph, node: &Term, result: &[usize]) -> Option<(Id, Step)> {
+    let Term::Op(s, k) = node else { return None };
+    let (at, moves) = if is_op!(s, "aten.view.default") && k.len() == 2 {
+        (0, Move::View)
+    } else if is_op!(s, SLICE) && k.len() == 4 {
+        let d = dim(int(g, k[0])?, result.len())?;
+        (
+            3,
+            Move::Slice {
+                dim: d,
+                start: usize::try_from(int(g, k[1])?).ok()?,
+            },
+        )
+    } else if is_op!(s, "aten.transpose.int") && k.len() == 3 {
+        let (a, b) = (
+            dim(int(g, k[1])?, result.len())?,
+            dim(int(g, k[2])?, result.len())?,
+        );
+        let mut p: Vec<usize> = (0..result.len()).collect();
+        p.swap(a, b);
+        (0, Move::Permute(p))
+    } else if is_op!(s, "aten.permute.default") && k.len() == 2 {
+        let p = int_list(g, k[1])?;
+        let p: Vec<usize> = p
+            .iter()
+            .map(|&d| dim(d, result.len()))
+            .collect::<Option<_>>()?;
+        (0, Move::Permute(p))
+    } else if is_op!(s, "aten.unsqueeze.default") && k.len() == 2 {
+        (0, Move::Unsqueeze(dim(int(g, k[1])?, result.len())?))
+    } else if is_op!(s, "aten.expand.default") && !k.is_empty() {
+        (0, Move::Expand)
+    } else {
+        return None;
+    };
+    let input = shape(g, k[at])?;
+    let step = Step {
+        node: node.clone(),
+        at,
+        moves,
+        input,
+        result: result.to_vec(),
+    };
+    Some((g.find(k[at]), step))
+}
+
+/// The layout chains that end at `id`: (base, steps from `id` inward), the empty chain first.
+/// Every layout node of a class is followed, up to [`MAX_DEPTH`] steps and [`MAX_CHAINS`]
+/// bases visited.
+fn chains(g: &Graph, id: Id) -> Vec<(Id, Vec<Step>)> {
+    chains_to(g, id, |_| true)
+}
+
+/// The chains of [`chains`] whose base `keep` accepts (the steps are built for those only).
+fn chains_to(g: &Graph, id: Id, keep: impl Fn(Id) -> bool) -> Vec<(Id, Vec<Step>)> {
+    let mut found = Vec::new();
+    let mut path = Vec::new();
+    let mut visited = 0;
+    walk(
+        g,
+        g.find(id),
+        &mut path,
+        &mut visited,
+        &mut |base, path: &[Hop]| {
+            if !keep(base) {
+                return;
+            }
+            let steps = path
+                .iter()
+                .map(|&(class, i)| {
+                    let result = shape(g, class)?;
+                    step_of(g, &g[class].nodes[i], &result).map(|(_, s)| s)
+                })
+                .collect::<Option<Vec<_>>>();
+            if let Some(steps) = steps {
+                found.push((base, steps));
+            }
+        },
+    );
+    found
+}
+
+/// One step of a walk: a class and the index of the layout node followed out of it.
+type Hop = (Id, usize);
+
+/// The operand a layout node rearranges (by its symbol alone).
+fn layout_operand(node: &Term) -> Option<Id> {
+    let Term::Op(s, k) = node else { return None };
+    let at = if is_op!(s, SLICE) && k.len() == 4 {
+        3
+    } else if (is_op!(s, "aten.view.default")
+        || is_op!(s, "aten.transpose.int")
+        || is_op!(s, "aten.permute.default")
+        || is_op!(s, "aten.unsqueeze.default")
+        || is_op!(s, "aten.expand.default"))
+        && !k.is_empty()
+    {
+        0
+    } else {
+        return None;
+    };
+    Some(k[at])
+}
+
+/// Visits the bases of the layout chains from `id` (depth first, the path as (class, node
+/// index) pairs from the outside inward).
+fn walk(
+    g: &Graph,
+    id: Id,
+    path: &mut Vec<Hop>,
+    visited: &mut usize,
+    visit: &mut dyn FnMut(Id, &[Hop]),
+) {
+    if *visited >= MAX_CHAINS {
+        return;
+    }
+    *visited += 1;
+    visit(id, path);
+    if path.len() >= MAX_DEPTH {
+        return;
+    }
+    for (i, node) in g[id].nodes.iter().enumerate() {
+        let Some(inner) = layout_operand(node).map(|x| g.find(x)) else {
+            continue;
+        };
+        if inner == id || path.iter().any(|&(c, _)| c == inner) {
+            continue;
+        }
+        path.push((id, i));
+        walk(g, inner, path, visited, visit);
+        path.pop();
+    }
+}
+
+fn ravel(c: &[usize], shape: &[usize]) -> usize {
+    c.iter().zip(shape).fold(0, |acc, (&i, &n)| acc * n + i)
+}
+
+fn unravel(mut flat: usize, shape: &[usize]) -> Vec<usize> {
+    let mut c = vec![0; shape.len()];
+    for (slot, &n) in c.iter_mut().zip(shape).rev() {
+        if n > 0 {
+            *slot = flat % n;
+            flat /= n;
+        }
+    }
+    c
+}
+
+/// The coordinate of a tensor of shape `own` that a result of shape `out` reads at `c` by
+/// broadcasting (trailing dims aligned, unit dims repeated).
+fn broadcast(c: &[usize], own: &[usize]) -> Option<Vec<usize>> {
+    let lead = c.len().checked_sub(own.len())?;
+    Some(
+        own.iter()
+            .enumerate()
+            .map(|(j, &n)| if n == 1 { 0 } else { c[lead + j] })
+            .collect(),
+    )
+}
+
+/// The base tensor's element (row-major index) that a chain (steps from the outside inward)
+/// reads at coordinate `c` of its outermost result; `None` where a step's shapes disagree.
+fn base_element(steps: &[Step], mut c: Vec<usize>, base: &[usize]) -> Option<usize> {
+    for s in steps {
+        c = match &s.moves {
+            Move::View => unravel(ravel(&c, &s.result), &s.input),
+            Move::Slice { dim, start } => {
+                let mut c = c;
+                *c.get_mut(*dim)? += start;
+                c
+            }
+            Move::Permute(p) => {
+                let mut inner = vec![0; c.len()];
+                for (i, &pi) in p.iter().enumerate() {
+                    *inner.get_mut(pi)? = c[i];
+                }
+                inner
+            }
+            Move::Unsqueeze(d) => {
+                let mut c = c;
+                (*d < c.len()).then(|| c.remove(*d))?;
+                c
+            }
+            Move::Expand => broadcast(&c, &s.input)?,
+        };
+        if c.len() != s.input.len() || c.iter().zip(&s.input).any(|(i, n)| i >= n) {
+            return None;
+        }
+    }
+    (c.len() == base.len()).then(|| ravel(&c, base))
+}
+
+/// The base elements a chain reads at the coordinates `coords` (of its outermost result).
+fn element_map(g: &Graph, base: Id, steps: &[Step], coords: &[Vec<usize>]) -> Option<Vec<usize>> {
+    let bs = shape(g, base)?;
+    coords
+        .iter()
+        .map(|c| base_element(steps, c.clone(), &bs))
+        .collect()
+}
+
+/// A few coordinates spread over `n` (the first, the last and some between): chains that
+/// read different elements almost always differ there, so only pairs that agree on them are
+/// compared whole.
+fn sample(n: usize) -> Vec<usize> {
+    let mut at: Vec<usize> = (0..8).map(|k| k * (n - 1) / 7).collect();
+    at.dedup();
+    at
+}
+
+/// Whether two classes read the same elements of one base: `a` at coordinates `ca`, `b` at
+/// `cb` (one to one), through some chain of each.
+fn same_elements(g: &Graph, a: Id, ca: &[Vec<usize>], b: Id, cb: &[Vec<usize>]) -> bool {
+    let picks = sample(ca.len());
+    let (sa, sb): (Vec<Vec<usize>>, Vec<Vec<usize>>) = picks
+        .iter()
+        .map(|&i| (ca[i].clone(), cb[i].clone()))
+        .unzip();
+    let sampled = |id: Id, at: &[Vec<usize>]| -> Vec<(Id, Vec<Step>, Vec<usize>)> {
+        chains(g, id)
+            .into_iter()
+            .filter_map(|(base, steps)| {
+                let m = element_map(g, base, &steps, at)?;
+                Some((base, steps, m))
+            })
+            .collect()
+    };
+    let left = sampled(a, &sa);
+    if left.is_empty() {
+        return false;
+    }
+    for (rb, rs, rm) in sampled(b, &sb) {
+        for (lb, ls, lm) in &left {
+            if *lb == rb
+                && *lm == rm
+                && element_map(g, *lb, ls, ca)
+                    .is_some_and(|l| element_map(g, rb, &rs, cb) == Some(l))
+            {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+/// `f(L(x), y) = L(f(x, y'))` for an elementwise `f` and a layout chain `L`, where the graph
+/// already holds `f(x, y')` and `y` reads, at every coordinate, the element of the same base
+/// tensor that `y'` contributes to `f(x, y')` at the coordinate `L` reads of `x`.
+fn elementwise_through_layout() -> Lemma {
+    let roots = super::elementwise_roots();
+    Lemma {
+        name: "elementwise-through-layout",
+        doc: "f(L(x), y) = L(f(x, y')) for an elementwise f and a chain L of slices, views, permutes, unsqueezes and expands, when the graph holds f(x, y') and y and y' read the same elements of one tensor there (each operand's chain reduced to the base elements it reads, compared on the concrete shapes)",
+        roots: roots.clone(),
+        examples: vec![
+            // A rank multiplies its experts' outputs by its gates whole; the spec multiplies
+            // one sequence chunk of each, the gates viewed without their unit dim.
+            (
+                "(cat 0 (aten.mul.Tensor (aten.view.default (slice 2 0 2 (aten.view.default (slice 1 0 8 %r0:o) (list 2 2 4 3))) (list 2 4 3)) (aten.view.default (slice 2 0 2 (aten.view.default (slice 1 0 8 %r0:g) (list 2 2 4))) (list 2 4 1))) (slice 1 0 4 (aten.mul.Tensor %r0:o (aten.unsqueeze.default %r0:g 2))))",
+                &[("o", "f64[2,16,3]"), ("g", "f64[2,16]")],
+            ),
+            // Rows of a sum, viewed and transposed: both operands rearranged alike.
+            (
+                "(cat 0 (aten.add.Tensor (aten.transpose.int (aten.view.default (slice 0 2 6 %r0:a) (list 2 2 2)) 0 2) (aten.transpose.int (aten.view.default (slice 0 2 6 %r1:b) (list 2 2 2)) 0 2) 1) (aten.view.default (aten.add.Tensor %r0:a %r1:b 1) (list 4 2 2)))",
+                &[("a", "f64[8,2]"), ("b", "f64[8,2]")],
+            ),
+        ],
+        requires: None,
+        build: Arc::new(move |g, eclass, kids| {
+            let Some(sym) = node_sym(g, eclass, kids, &roots) else { return vec![] };
+            let Some(&(_, tensors, _, _)) = ew(sym.as_str()) else { return vec![] };
+            if tensors.len() < 2 {
+                return vec![];
+            }
+            let Some(out) = shape(g, eclass) else { return vec![] };
+            let n: usize = out.iter().product();
+            if n == 0 || n > MAX_ELEMENTS {
+                return vec![];
+            }
+            let mut results = Vec::new();
+            for &t in tensors {
+                if shape(g, kids[t]).as_deref() != Some(&out[..]) {
+                    continue;
+                }
+                let top = g.find(kids[t]);
+                let bases = chains_to(g, kids[t], |b| {
+                    b != top && !wholes(g, sym, kids, t, b).is_empty()
+                });
+                for (base, steps) in bases {
+                    for whole in wholes(g, sym, kids, t, base) {
+                        let tensor = g[whole.0].nodes.iter().any(is_leaf);
+                        if !tensor && steps.len() < MIN_STEPS_OVER_SPEC_TERMS {
+                            continue;
+                        }
+                        if let Some(id) = rebuild_if_same(g, eclass, kids, tensors, t, &out, &steps, whole) {
+                            results.push(id);
+                        }
+                    }
+                }
+            }
+            results
+        }),
+    }
+}
+
+/// The classes of `sym` nodes with `base` at operand `t` and the other non-tensor operands of
+/// `kids`: (class, the node's children).
+fn wholes(g: &Graph, sym: egg::Symbol, kids: &[Id], t: usize, base: Id) -> Vec<(Id, Vec<Id>)> {
+    let Some(tensors) = ew(sym.as_str()).map(|e| e.1) else {
+        return vec![];
+    };
+    let mut out = Vec::new();
+    for p in g[base].parents() {
+        let p = g.find(p);
+        for node in &g[p].nodes {
+            let Term::Op(s, k) = node else { continue };
+            if *s != sym || k.len() != kids.len() || g.find(k[t]) != base {
+                continue;
+            }
+            let same_args = (0..k.len())
+                .filter(|i| !tensors.contains(i))
+                .all(|i| g.find(k[i]) == g.find(kids[i]));
+            if same_args && !out.iter().any(|(c, _)| *c == p) {
+                out.push((p, k.clone()));
+            }
+        }
+    }
+    out
+}
+
+/// `steps` rebuilt over `whole` when every other tensor operand of the match reads what the
+/// whole operator's does at the same elements.
+#[allow(clippy::too_many_arguments)]
+fn rebuild_if_same(
+    g: &mut Graph,
+    eclass: Id,
+    kids: &[Id],
+    tensors: &[usize],
+    t: usize,
+    out: &[usize],
+    steps: &[Step],
+    (whole, whole_kids): (Id, Vec<Id>),
+) -> Option<Id> {
+    // Already merged (the rewrite runs on every match in every round).
+    if present(g, steps, whole) == Some(g.find(eclass)) {
+        return None;
+    }
+    let base_shape = shape(g, whole_kids[t])?;
+    if shape(g, whole)? != base_shape {
+        return None;
+    }
+    // On a few coordinates first: most candidates fail there.
+    let n: usize = out.iter().product();
+    let all: Vec<usize> = (0..n).collect();
+    for at in [sample(n), all] {
+        let coords: Vec<Vec<usize>> = at.iter().map(|&f| unravel(f, out)).collect();
+        // Where the chain reads the base, in the whole operator's coordinates.
+        let mut inner: Vec<Vec<usize>> = Vec::with_capacity(coords.len());
+        for c in &coords {
+            let flat = base_element(steps, c.clone(), &base_shape)?;
+            inner.push(unravel(flat, &base_shape));
+        }
+        for &u in tensors.iter().filter(|&&u| u != t) {
+            let (mine, theirs) = (shape(g, kids[u])?, shape(g, whole_kids[u])?);
+            let at_mine: Vec<Vec<usize>> = coords
+                .iter()
+                .map(|c| broadcast(c, &mine))
+                .collect::<Option<_>>()?;
+            let at_theirs: Vec<Vec<usize>> = inner
+                .iter()
+                .map(|c| broadcast(c, &theirs))
+                .collect::<Option<_>>()?;
+            if !same_elements(g, kids[u], &at_mine, whole_kids[u], &at_theirs) {
+                return None;
+            }
+        }
+    }
+    let mut x = whole;
+    for s in steps.iter().rev() {
+        let Term::Op(sym, k) = &s.node else {
+            return None;
+        };
+        let mut k = k.clone();
+        k[s.at] = x;
+        x = g.add(Term::Op(*sym, k));
+    }
+    Some(x)
+}
+
+/// The class of `steps` over `whole` if the graph holds every node of it.
+fn present(g: &Graph, steps: &[Step], whole: Id) -> Option<Id> {
+    let mut x = whole;
+    for s in steps.iter().rev() {
+        let Term::Op(sym, k) = &s.node else {
+            return None;
+        };
+        let mut k = k.clone();
+        k[s.at] = x;
+        x = g.find(g.lookup(Term::Op(*sym, k))?);
+    }
+    Some(x)
+}
+
+/// The lemmas of this module.
+pub(super) fn lemmas() -> Vec<Lemma> {
+    vec![elementwise_through_layout()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn coordinates_round_trip() {
+        let s = [2, 3, 4];
+        for f in 0..24 {
+            assert_eq!(ravel(&unravel(f, &s), &s), f);
+        }
+        assert_eq!(broadcast(&[1, 2, 3], &[3, 1]), Some(vec![2, 0]));
+        assert_eq!(broadcast(&[1], &[2, 1]), None);
+    }
+
+    /// The gates' chain reads the same tokens the outputs' chain does only at matching
+    /// offsets: one sequence chunk of the outputs times another chunk of the gates is no
+    /// slice of the rank's product, and the lemma leaves it alone; the matching chunk merges.
+    #[test]
+    fn operands_reading_other_elements_are_left_alone() {
+        use crate::term::Shapes;
+        use egg::{RecExpr, Runner};
+        use shardproof_ir::DType;
+        use shardproof_ops::Meta;
+        let product = |gates_chunk: &str| {
+            format!(
+                "(aten.mul.Tensor (aten.view.default (slice 2 0 2 (aten.view.default (slice 1 0 8 %r0:o) (list 2 2 4 3))) (list 2 4 3)) (aten.view.default (slice 2 {gates_chunk} (aten.view.default (slice 1 0 8 %r0:g) (list 2 2 4))) (list 2 4 1)))"
+            )
+        };
+        for (chunk, merges) in [("2 4", false), ("0 2", true)] {
+            let mut g = Graph::new(Shapes::default());
+            g.analysis
+                .leaves
+                .insert("%r0:o".into(), Meta::new(DType::F64, vec![2, 16, 3]));
+            g.analysis
+                .leaves
+                .insert("%r0:g".into(), Meta::new(DType::F64, vec![2, 16]));
+            let lhs: RecExpr<Term> = product(chunk).parse().unwrap();
+            let whole: RecExpr<Term> = "(aten.mul.Tensor %r0:o (aten.unsqueeze.default %r0:g 2))"
+                .parse()
+                .unwrap();
+            let root = g.add_expr(&lhs);
+            g.add_expr(&whole);
+            g.rebuild();
+            let g = Runner::default()
+                .with_egraph(g)
+                .with_iter_limit(3)
+                .run(&elementwise_through_layout().rewrites())
+                .egraph;
+            let slices = g[g.find(root)]
+                .nodes
+                .iter()
+                .any(|n| !matches!(n, Term::Op(s, _) if s.as_str() == "aten.mul.Tensor"));
+            assert_eq!(slices, merges, "gates chunk {chunk}");
+        }
+    }
+}

@@ -41,6 +41,10 @@ fn every_lemma_is_sound() {
             let expr: RecExpr<Term> = lhs.parse().unwrap_or_else(|e| panic!("{lhs}: {e}"));
             let mut eg: EGraph<Term, Shapes> = EGraph::new(Shapes::default());
             let mut leaves = HashMap::new();
+            // A leaf given as `=TERM` is the tensor a rank computes by that term over the other
+            // leaves: its class holds the term too (lemmas that only look up implementation
+            // tensors need one).
+            let mut defined: Vec<(egg::Symbol, String, RecExpr<Term>)> = Vec::new();
             for node in expr.as_ref() {
                 if let Term::Op(s, k) = node {
                     if let (true, Some((r, name))) = (k.is_empty(), parse_leaf(s.as_str())) {
@@ -49,6 +53,12 @@ fn every_lemma_is_sound() {
                             .find(|(n, _)| *n == name)
                             .unwrap_or_else(|| panic!("{lhs}: no shape for {name}"))
                             .1;
+                        if let Some(term) = spec.strip_prefix('=') {
+                            let def: RecExpr<Term> =
+                                term.parse().unwrap_or_else(|e| panic!("{term}: {e}"));
+                            defined.push((*s, format!("r{r}:{name}"), def));
+                            continue;
+                        }
                         let (dt, shape, bound) = parse_shape(spec);
                         eg.analysis.leaves.insert(*s, Meta::new(dt, shape.clone()));
                         let key = format!("r{r}:{name}");
@@ -58,11 +68,23 @@ fn every_lemma_is_sound() {
                     }
                 }
             }
+            for (sym, key, def) in &defined {
+                let value = eval(def, &leaves)
+                    .unwrap_or_else(|e| panic!("{}: {lhs}: {e}", lemma.name))
+                    .swap_remove(0);
+                eg.analysis.leaves.insert(*sym, value.meta.clone());
+                leaves.insert(key.clone(), value);
+            }
             let premise = matches!(expr.as_ref().last(), Some(Term::Op(s, _)) if s.as_str() == "=");
             if !premise {
                 eval(&expr, &leaves).unwrap_or_else(|e| panic!("{}: {lhs}: {e}", lemma.name));
             }
             let root = eg.add_expr(&expr);
+            for (sym, _, def) in &defined {
+                let leaf = eg.add(Term::Op(*sym, vec![]));
+                let term = eg.add_expr(def);
+                eg.union(leaf, term);
+            }
             // A premise `(= a b)`: two terms the evaluator proves equal, merged before the lemma
             // runs (lemmas such as cat injectivity act on equalities already in the e-graph).
             if let Some(Term::Op(s, k)) = expr.as_ref().last() {

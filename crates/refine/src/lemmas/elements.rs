@@ -14,7 +14,7 @@
 //! Constrained like the other lemmas: the whole operator is only looked up, never built.
 
 use super::{ew, int, int_list, node_sym, shape, Graph, Lemma};
-use crate::term::{is_leaf, is_op, Term, SLICE};
+use crate::term::{is_leaf, is_op, Term, CAT, SLICE};
 use egg::Id;
 use std::sync::Arc;
 
@@ -28,13 +28,12 @@ const MAX_DEPTH: usize = 6;
 /// How many chains one class yields at most (a class holds several equal layouts).
 const MAX_CHAINS: usize = 24;
 
-/// The fewest layout operators a chain needs to be rebuilt over a whole operator that is no
-/// implementation tensor (a term of the spec's side, which may turn clean later). Shorter
-/// chains over such terms are what the lemmas moving one operator at a time build already;
-/// taking them here too cost a third more time on deepseek ep=2 (2.8 -> 4.0 s) and gpt2
-/// cp=2, while deepseek cp=2 x ep=2 needs chains of three (measured: with four its experts'
-/// combine stays unrelated).
-const MIN_STEPS_OVER_SPEC_TERMS: usize = 3;
+/// The fewest layout operators a chain through an elementwise operator has (see [`mixed`]).
+/// Shorter chains, and chains of slices only or of no slice, are what the lemmas moving one
+/// operator at a time build already: taking them too cost deepseek dp=2 x ep=2 a third more
+/// time (13.4 -> 20 s), while deepseek cp=2 x ep=2 needs the chains of three and four steps
+/// that cut its ranks' sequence chunks out of their whole products.
+const MIN_CHAIN_STEPS: usize = 3;
 
 /// What one layout operator does to a coordinate of its result.
 #[derive(Clone, Debug)]
@@ -349,6 +348,9 @@ fn elementwise_through_layout() -> Lemma {
                 return vec![];
             }
             let mut results = Vec::new();
+            // The bases the class is already a layout of: a whole operator among them is
+            // related to it (a second chain to it, slices in another order, adds an equal term).
+            let mut related: Option<Vec<Id>> = None;
             for &t in tensors {
                 if shape(g, kids[t]).as_deref() != Some(&out[..]) {
                     continue;
@@ -357,14 +359,20 @@ fn elementwise_through_layout() -> Lemma {
                 let bases = chains_to(g, kids[t], |b| {
                     b != top && !wholes(g, sym, kids, t, b).is_empty()
                 });
-                for (base, steps) in bases {
+                for (base, steps) in bases.into_iter().filter(|(_, s)| mixed(s)) {
                     for whole in wholes(g, sym, kids, t, base) {
-                        let tensor = g[whole.0].nodes.iter().any(is_leaf);
-                        if !tensor && steps.len() < MIN_STEPS_OVER_SPEC_TERMS {
+                        let known = related.get_or_insert_with(|| {
+                            chains(g, eclass).into_iter().map(|(b, _)| b).collect()
+                        });
+                        if known.contains(&whole.0) {
                             continue;
                         }
-                        if let Some(id) = rebuild_if_same(g, eclass, kids, tensors, t, &out, &steps, whole) {
+                        let w = whole.0;
+                        if let Some(id) =
+                            rebuild_if_same(g, eclass, kids, tensors, t, &out, &steps, whole)
+                        {
                             results.push(id);
+                            related.get_or_insert_with(Vec::new).push(w);
                         }
                     }
                 }
@@ -372,6 +380,18 @@ fn elementwise_through_layout() -> Lemma {
             results
         }),
     }
+}
+
+/// Whether a chain is one the lemmas moving one layout operator at a time do not already
+/// take through an elementwise operator: [`MIN_CHAIN_STEPS`] steps at least, slices mixed
+/// with other layout operators (a chain of slices only is a box of the operator's result, a
+/// chain without slices a rearrangement of all of it).
+fn mixed(steps: &[Step]) -> bool {
+    let slices = steps
+        .iter()
+        .filter(|s| matches!(s.moves, Move::Slice { .. }))
+        .count();
+    steps.len() >= MIN_CHAIN_STEPS && slices > 0 && slices < steps.len()
 }
 
 /// The classes of `sym` nodes with `base` at operand `t` and the other non-tensor operands of
@@ -472,9 +492,193 @@ fn present(g: &Graph, steps: &[Step], whole: Id) -> Option<Id> {
     Some(x)
 }
 
+/// `cat_d(L(b_1), .., L(b_k)) = L'(cat_e(b_1, .., b_k))` for one layout chain `L` over equally
+/// shaped tensors, when the graph holds the implementation tensor `cat_e(b_1, .., b_k)`:
+/// `L'` is `L` with the concatenated dim grown `k` times (checked element by element).
+fn cat_through_layout() -> Lemma {
+    Lemma {
+        name: "cat-through-layout",
+        doc: "cat_d(L(b_1), .., L(b_k)) = L'(cat_e(b_1, .., b_k)) for one chain L of views, slices, permutes and unsqueezes over equally shaped b_i, when the graph holds cat_e(b_1, .., b_k) as an implementation tensor: L' is L with dim e grown k times, and every element is checked to be read from the same place (the ranks' reduce-scatter of their experts' gate gradients, against the spec's chunks of them)",
+        roots: vec![CAT.into()],
+        examples: vec![(
+            "(aten.add.Tensor (cat 2 (slice 1 2 4 (aten.view.default (slice 0 0 8 %r0:a) (list 2 4 2))) (slice 1 2 4 (aten.view.default (slice 0 0 8 %r1:a) (list 2 4 2)))) (slice 1 0 2 (aten.view.default %r0:w (list 2 4 4))) 1)",
+            &[("a", "f64[16,2]"), ("w", "=(cat 1 (slice 0 0 8 %r0:a) (slice 0 0 8 %r1:a))")],
+        )],
+        requires: None,
+        build: Arc::new(|g, eclass, kids| {
+            let Some(d) = int(g, kids[0]).and_then(|d| usize::try_from(d).ok()) else {
+                return vec![];
+            };
+            let pieces = &kids[1..];
+            let Some(out) = shape(g, eclass) else {
+                return vec![];
+            };
+            let n: usize = out.iter().product();
+            if pieces.len() < 2 || n == 0 || n > MAX_ELEMENTS {
+                return vec![];
+            }
+            let first = g.find(pieces[0]);
+            let bases = chains_to(g, first, |b| {
+                b != first && !cat_wholes(g, b, pieces.len()).is_empty()
+            });
+            let mut results = Vec::new();
+            for (base, steps) in bases {
+                for (whole, wkids) in cat_wholes(g, base, pieces.len()) {
+                    let Some(lifted) = lift(g, &steps, &wkids, d, &out) else {
+                        continue;
+                    };
+                    if present(g, &lifted, whole) == Some(g.find(eclass))
+                        || !cat_reads_same(g, pieces, d, &out, &wkids, &lifted)
+                    {
+                        continue;
+                    }
+                    let mut x = whole;
+                    for s in lifted.iter().rev() {
+                        let Term::Op(sym, k) = &s.node else { break };
+                        let mut k = k.clone();
+                        k[s.at] = x;
+                        if matches!(s.moves, Move::View) {
+                            k[1] = super::list(g, &s.result);
+                        }
+                        x = g.add(Term::Op(*sym, k));
+                    }
+                    results.push(x);
+                }
+            }
+            results
+        }),
+    }
+}
+
+/// The implementation tensors among the `cat` nodes of `k` pieces whose first piece is `base`,
+/// every piece shaped alike: (class, the node's children).
+fn cat_wholes(g: &Graph, base: Id, k: usize) -> Vec<(Id, Vec<Id>)> {
+    let mut out = Vec::new();
+    for p in g[base].parents() {
+        let p = g.find(p);
+        if !g[p].nodes.iter().any(is_leaf) || out.iter().any(|(c, _)| *c == p) {
+            continue;
+        }
+        for node in &g[p].nodes {
+            let Term::Op(s, kids) = node else { continue };
+            if is_op!(s, CAT) && kids.len() == k + 1 && g.find(kids[1]) == base {
+                let first = shape(g, kids[1]);
+                if first.is_some() && kids[2..].iter().all(|&b| shape(g, b) == first) {
+                    out.push((p, kids.clone()));
+                    break;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The chain `steps` (outermost first, over the first piece of `wkids`) rebuilt over the whole
+/// concatenation: the concatenated dim followed outward and grown `k` times, each step's
+/// shapes with it; `None` where a step does not keep that dim whole and apart (a slice along
+/// it, a view merging it with others, an expand) or it does not end at dim `d` of `out`.
+fn lift(g: &Graph, steps: &[Step], wkids: &[Id], d: usize, out: &[usize]) -> Option<Vec<Step>> {
+    let k = wkids.len() - 1;
+    let mut at = usize::try_from(int(g, wkids[0])?).ok()?;
+    let mut input = shape(g, wkids[1])?;
+    *input.get_mut(at)? *= k;
+    let mut lifted = Vec::with_capacity(steps.len());
+    for s in steps.iter().rev() {
+        let mut result = s.result.clone();
+        match &s.moves {
+            Move::View => {
+                let tail = |v: &[usize], i: usize| v[i..].iter().product::<usize>();
+                let j = (0..result.len()).find(|&j| {
+                    tail(&result, j) == tail(&s.input, at)
+                        && tail(&result, j + 1) == tail(&s.input, at + 1)
+                })?;
+                at = j;
+            }
+            Move::Slice { dim, .. } if *dim == at => return None,
+            Move::Slice { .. } => {}
+            Move::Permute(p) => at = p.iter().position(|&i| i == at)?,
+            Move::Unsqueeze(u) => {
+                if *u <= at {
+                    at += 1;
+                }
+            }
+            Move::Expand => return None,
+        }
+        *result.get_mut(at)? *= k;
+        lifted.push(Step {
+            node: s.node.clone(),
+            at: s.at,
+            moves: s.moves.clone(),
+            input: input.clone(),
+            result: result.clone(),
+        });
+        input = result;
+    }
+    lifted.reverse();
+    (at == d && input == out).then_some(lifted)
+}
+
+/// Whether the lifted chain over the concatenation reads, at every coordinate of the spec's
+/// `cat_d(pieces)`, the element that piece reads there of its own base (checked on a few
+/// coordinates, then on all).
+fn cat_reads_same(
+    g: &Graph,
+    pieces: &[Id],
+    d: usize,
+    out: &[usize],
+    wkids: &[Id],
+    lifted: &[Step],
+) -> bool {
+    let (Some(e), Some(bs)) = (int(g, wkids[0]), shape(g, wkids[1])) else {
+        return false;
+    };
+    let Ok(e) = usize::try_from(e) else {
+        return false;
+    };
+    let mut ws = bs.clone();
+    ws[e] *= pieces.len();
+    let m = out[d] / pieces.len();
+    let n: usize = out.iter().product();
+    let all: Vec<usize> = (0..n).collect();
+    for at in [sample(n), all] {
+        // Per piece: its local coordinates and the base elements the lifted chain reads there.
+        let mut per_piece: Vec<(Vec<Vec<usize>>, Vec<usize>)> =
+            vec![(vec![], vec![]); pieces.len()];
+        for &f in &at {
+            let o = unravel(f, out);
+            let i = o[d] / m;
+            let Some(flat) = base_element(lifted, o.clone(), &ws) else {
+                return false;
+            };
+            let mut wc = unravel(flat, &ws);
+            if wc[e] / bs[e] != i {
+                return false;
+            }
+            wc[e] %= bs[e];
+            let mut local = o;
+            local[d] %= m;
+            per_piece[i].0.push(local);
+            per_piece[i].1.push(ravel(&wc, &bs));
+        }
+        for (i, (coords, want)) in per_piece.iter().enumerate() {
+            if coords.is_empty() {
+                continue;
+            }
+            let target = g.find(wkids[i + 1]);
+            let found = chains_to(g, pieces[i], |b| b == target)
+                .iter()
+                .any(|(b, steps)| element_map(g, *b, steps, coords).as_ref() == Some(want));
+            if !found {
+                return false;
+            }
+        }
+    }
+    true
+}
+
 /// The lemmas of this module.
 pub(super) fn lemmas() -> Vec<Lemma> {
-    vec![elementwise_through_layout()]
+    vec![elementwise_through_layout(), cat_through_layout()]
 }
 
 #[cfg(test)]

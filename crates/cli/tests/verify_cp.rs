@@ -128,6 +128,24 @@ fn deepseek_tp_by_cp_forward_verifies() {
     tp_by_cp_forward_verifies("deepseek");
 }
 
+/// deepseek under cp=2 x ep=2 (forward, one layer): each rank runs its experts on the tokens
+/// its ep group gathered for its cp chunks, so the spec's experts-times-gates product relates
+/// only as chunks cut out of the ranks' whole products, through different chains of views for
+/// the outputs and the gates (`elementwise-through-layout`); it was inconclusive before.
+#[test]
+fn deepseek_cp_by_ep_forward_verifies() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = emit(
+        "deepseek",
+        dir.path(),
+        "cp=2,ep=2",
+        &["--forward-only", "--layers", "1"],
+    );
+    let (code, out) = verify(&case);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("certificate:"), "{out}");
+}
+
 /// The ring's bugs stay unverified when tp splits the heads as well, so that the spec's
 /// attention is a 4-D `matmul` over `[b, heads, seq, d]`: the rank-generic forms of the
 /// attention lemmas are no looser than the 3-D ones.

@@ -11,6 +11,11 @@
 //! operand's chain is reduced to a map from the result's coordinates to its base tensor's
 //! elements, computed on the concrete shapes, and the maps are compared.
 //!
+//! A concatenation of such pieces is likewise a rearrangement of the concatenation of the
+//! tensors whole, where the graph holds that as an implementation tensor (the ranks
+//! reduce-scatter the gradient of their experts' gates: the spec's chunks of it are the ep
+//! ranks' pieces side by side).
+//!
 //! Constrained like the other lemmas: the whole operator is only looked up, never built.
 
 use super::{ew, int, int_list, node_sym, shape, Graph, Lemma};
@@ -34,6 +39,10 @@ const MAX_CHAINS: usize = 24;
 /// time (13.4 -> 20 s), while deepseek cp=2 x ep=2 needs the chains of three and four steps
 /// that cut its ranks' sequence chunks out of their whole products.
 const MIN_CHAIN_STEPS: usize = 3;
+
+/// The lemmas' tags in [`crate::term::Shapes::layout_misses`].
+const ELEMENTWISE_MISS: u8 = 0;
+const CAT_MISS: u8 = 1;
 
 /// What one layout operator does to a coordinate of its result.
 #[derive(Clone, Debug)]
@@ -117,11 +126,11 @@ fn step_of(g: &Graph, node: &Term, result: &[usize]) -> Option<(Id, Step)> {
 /// Every layout node of a class is followed, up to [`MAX_DEPTH`] steps and [`MAX_CHAINS`]
 /// bases visited.
 fn chains(g: &Graph, id: Id) -> Vec<(Id, Vec<Step>)> {
-    chains_to(g, id, |_| true)
+    chains_to(g, id, |_, _| true)
 }
 
 /// The chains of [`chains`] whose base `keep` accepts (the steps are built for those only).
-fn chains_to(g: &Graph, id: Id, keep: impl Fn(Id) -> bool) -> Vec<(Id, Vec<Step>)> {
+fn chains_to(g: &Graph, id: Id, keep: impl Fn(Id, &[Hop]) -> bool) -> Vec<(Id, Vec<Step>)> {
     let mut found = Vec::new();
     let mut path = Vec::new();
     let mut visited = 0;
@@ -131,7 +140,7 @@ fn chains_to(g: &Graph, id: Id, keep: impl Fn(Id) -> bool) -> Vec<(Id, Vec<Step>
         &mut path,
         &mut visited,
         &mut |base, path: &[Hop]| {
-            if !keep(base) {
+            if !keep(base, path) {
                 return;
             }
             let steps = path
@@ -356,8 +365,8 @@ fn elementwise_through_layout() -> Lemma {
                     continue;
                 }
                 let top = g.find(kids[t]);
-                let bases = chains_to(g, kids[t], |b| {
-                    b != top && !wholes(g, sym, kids, t, b).is_empty()
+                let bases = chains_to(g, kids[t], |b, path| {
+                    b != top && mixed_hops(g, path, MIN_CHAIN_STEPS) && !wholes(g, sym, kids, t, b).is_empty()
                 });
                 for (base, steps) in bases.into_iter().filter(|(_, s)| mixed(s)) {
                     for whole in wholes(g, sym, kids, t, base) {
@@ -367,12 +376,19 @@ fn elementwise_through_layout() -> Lemma {
                         if known.contains(&whole.0) {
                             continue;
                         }
+                        let key = (ELEMENTWISE_MISS, g.find(eclass), whole.0);
+                        if g.analysis.layout_misses.contains(&key) {
+                            continue;
+                        }
                         let w = whole.0;
-                        if let Some(id) =
-                            rebuild_if_same(g, eclass, kids, tensors, t, &out, &steps, whole)
-                        {
-                            results.push(id);
-                            related.get_or_insert_with(Vec::new).push(w);
+                        match rebuild_if_same(g, eclass, kids, tensors, t, &out, &steps, whole) {
+                            Some(id) => {
+                                results.push(id);
+                                related.get_or_insert_with(Vec::new).push(w);
+                            }
+                            None => {
+                                g.analysis.layout_misses.insert(key);
+                            }
                         }
                     }
                 }
@@ -380,6 +396,17 @@ fn elementwise_through_layout() -> Lemma {
             results
         }),
     }
+}
+
+/// Whether a walk's path mixes slices with other layout operators in `min_steps` steps at
+/// least, before its steps are built (from the nodes' operators): what the element-by-element
+/// lemmas take (see [`mixed`]; a concatenation's pieces cut out by a view and a slice are two).
+fn mixed_hops(g: &Graph, path: &[Hop], min_steps: usize) -> bool {
+    let slices = path
+        .iter()
+        .filter(|&&(c, i)| matches!(&g[c].nodes[i], Term::Op(s, _) if is_op!(s, SLICE)))
+        .count();
+    path.len() >= min_steps && slices > 0 && slices < path.len()
 }
 
 /// Whether a chain is one the lemmas moving one layout operator at a time do not already
@@ -466,30 +493,50 @@ fn rebuild_if_same(
             }
         }
     }
-    let mut x = whole;
-    for s in steps.iter().rev() {
-        let Term::Op(sym, k) = &s.node else {
-            return None;
-        };
-        let mut k = k.clone();
-        k[s.at] = x;
-        x = g.add(Term::Op(*sym, k));
-    }
-    Some(x)
+    build_chain(g, steps, whole)
 }
 
 /// The class of `steps` over `whole` if the graph holds every node of it.
 fn present(g: &Graph, steps: &[Step], whole: Id) -> Option<Id> {
     let mut x = whole;
     for s in steps.iter().rev() {
-        let Term::Op(sym, k) = &s.node else {
-            return None;
+        let shape_list = match s.moves {
+            Move::View => {
+                let nums = s
+                    .result
+                    .iter()
+                    .map(|&n| g.lookup(Term::Num(n as i64)))
+                    .collect::<Option<Vec<_>>>()?;
+                Some(g.lookup(Term::Op(egg::Symbol::from(crate::term::LIST), nums))?)
+            }
+            _ => None,
         };
-        let mut k = k.clone();
-        k[s.at] = x;
-        x = g.find(g.lookup(Term::Op(*sym, k))?);
+        x = g.find(g.lookup(step_node(s, x, shape_list)?)?);
     }
     Some(x)
+}
+
+/// `steps` built over `whole` (outermost first): the class of the outermost node.
+fn build_chain(g: &mut Graph, steps: &[Step], whole: Id) -> Option<Id> {
+    let mut x = whole;
+    for s in steps.iter().rev() {
+        let shape_list = matches!(s.moves, Move::View).then(|| super::list(g, &s.result));
+        x = g.add(step_node(s, x, shape_list)?);
+    }
+    Some(x)
+}
+
+/// A step's node over `x` (a view to the step's result shape, given as `shape_list`).
+fn step_node(s: &Step, x: Id, shape_list: Option<Id>) -> Option<Term> {
+    let Term::Op(sym, k) = &s.node else {
+        return None;
+    };
+    let mut k = k.clone();
+    k[s.at] = x;
+    if let Some(l) = shape_list {
+        *k.get_mut(1)? = l;
+    }
+    Some(Term::Op(*sym, k))
 }
 
 /// `cat_d(L(b_1), .., L(b_k)) = L'(cat_e(b_1, .., b_k))` for one layout chain `L` over equally
@@ -518,8 +565,8 @@ fn cat_through_layout() -> Lemma {
                 return vec![];
             }
             let first = g.find(pieces[0]);
-            let bases = chains_to(g, first, |b| {
-                b != first && !cat_wholes(g, b, pieces.len()).is_empty()
+            let bases = chains_to(g, first, |b, path| {
+                mixed_hops(g, path, 2) && !cat_wholes(g, b, pieces.len()).is_empty()
             });
             let mut results = Vec::new();
             for (base, steps) in bases {
@@ -527,22 +574,17 @@ fn cat_through_layout() -> Lemma {
                     let Some(lifted) = lift(g, &steps, &wkids, d, &out) else {
                         continue;
                     };
-                    if present(g, &lifted, whole) == Some(g.find(eclass))
-                        || !cat_reads_same(g, pieces, d, &out, &wkids, &lifted)
+                    let key = (CAT_MISS, g.find(eclass), whole);
+                    if g.analysis.layout_misses.contains(&key)
+                        || present(g, &lifted, whole) == Some(g.find(eclass))
                     {
                         continue;
                     }
-                    let mut x = whole;
-                    for s in lifted.iter().rev() {
-                        let Term::Op(sym, k) = &s.node else { break };
-                        let mut k = k.clone();
-                        k[s.at] = x;
-                        if matches!(s.moves, Move::View) {
-                            k[1] = super::list(g, &s.result);
-                        }
-                        x = g.add(Term::Op(*sym, k));
+                    if !cat_reads_same(g, pieces, d, &out, &wkids, &lifted) {
+                        g.analysis.layout_misses.insert(key);
+                        continue;
                     }
-                    results.push(x);
+                    results.extend(build_chain(g, &lifted, whole));
                 }
             }
             results
@@ -665,7 +707,7 @@ fn cat_reads_same(
                 continue;
             }
             let target = g.find(wkids[i + 1]);
-            let found = chains_to(g, pieces[i], |b| b == target)
+            let found = chains_to(g, pieces[i], |b, _| b == target)
                 .iter()
                 .any(|(b, steps)| element_map(g, *b, steps, coords).as_ref() == Some(want));
             if !found {

@@ -216,11 +216,6 @@ pub struct Shapes {
     pub leaves: HashMap<Symbol, Meta>,
     /// The blocks of implementation tensors the ranks' programs make zero.
     pub zeros: std::sync::Arc<crate::kinds::ZeroBlocks>,
-    /// Candidates the element-by-element lemmas (`lemmas/elements.rs`) checked and found to
-    /// read other elements: (lemma, matched class, whole operator's class), canonical when
-    /// checked. A check passes over every element, and a rewrite runs on every match in every
-    /// round; only looked up, so the order of the set never shows.
-    pub layout_misses: std::collections::HashSet<(u8, egg::Id, egg::Id)>,
 }
 
 impl Analysis<Term> for Shapes {

@@ -49,10 +49,6 @@ const MAX_CHAINS: usize = 24;
 /// that cut its ranks' sequence chunks out of their whole products.
 const MIN_CHAIN_STEPS: usize = 3;
 
-/// The lemmas' tags in [`crate::term::Shapes::layout_misses`].
-const ELEMENTWISE_MISS: u8 = 0;
-const CAT_MISS: u8 = 1;
-
 /// What one layout operator does to a coordinate of its result.
 #[derive(Clone, Debug)]
 enum Move {
@@ -388,19 +384,12 @@ fn elementwise_through_layout() -> Lemma {
                         if known.contains(&whole.0) {
                             continue;
                         }
-                        let key = (ELEMENTWISE_MISS, g.find(eclass), whole.0);
-                        if g.analysis.layout_misses.contains(&key) {
-                            continue;
-                        }
                         let w = whole.0;
-                        match rebuild_if_same(g, eclass, kids, tensors, t, &out, &steps, whole) {
-                            Some(id) => {
-                                results.push(id);
-                                related.get_or_insert_with(Vec::new).push(w);
-                            }
-                            None => {
-                                g.analysis.layout_misses.insert(key);
-                            }
+                        if let Some(id) =
+                            rebuild_if_same(g, eclass, kids, tensors, t, &out, &steps, whole)
+                        {
+                            results.push(id);
+                            related.get_or_insert_with(Vec::new).push(w);
                         }
                     }
                 }
@@ -589,14 +578,9 @@ fn cat_through_layout() -> Lemma {
                     let Some(lifted) = lift(g, &steps, &wkids, d, &out) else {
                         continue;
                     };
-                    let key = (CAT_MISS, g.find(eclass), whole);
-                    if g.analysis.layout_misses.contains(&key)
-                        || present(g, &lifted, whole) == Some(g.find(eclass))
+                    if present(g, &lifted, whole) == Some(g.find(eclass))
+                        || !cat_reads_same(g, pieces, d, &out, &wkids, &lifted)
                     {
-                        continue;
-                    }
-                    if !cat_reads_same(g, pieces, d, &out, &wkids, &lifted) {
-                        g.analysis.layout_misses.insert(key);
                         continue;
                     }
                     results.extend(build_chain(g, &lifted, whole));

@@ -1478,6 +1478,7 @@ pub fn library() -> Vec<Lemma> {
         examples: vec![
             ("(aten.view.default (aten.transpose.int (aten.view.default %r0:a (list 3 8 2)) 0 1) (list 2 4 3 2))", &[("a", "f64[3,2,4,2]")]),
             ("(aten.view.default (aten.permute.default %r0:a (list 0 2 1)) (list 3 2 2 2))", &[("a", "f64[3,4,2]")]),
+            ("(aten.view.default (aten.transpose.int %r0:a 1 2) (list 1 4 3 1 2))", &[("a", "f64[4,2,3]")]),
         ],
         requires: None,
         build: Arc::new(|g, eclass, _| {
@@ -3055,11 +3056,17 @@ fn strided_permutation(
         }
         expect *= dims[i].0;
     }
-    let split: Vec<usize> = order.iter().map(|&i| dims[i].0).collect();
-    // perm: the result's non-unit dims in target order, as positions in `split`.
+    // The target's unit dims lead `split` (a batch of one stays where a larger batch would be,
+    // so the chain meets the one a rank with a single sequence builds), then the non-unit dims
+    // by decreasing stride; `perm` puts every dim where the target has it, so no view follows.
+    let units: Vec<usize> = (0..dims.len()).filter(|&i| dims[i].0 == 1).collect();
+    let mut split = vec![1; units.len()];
+    split.extend(order.iter().map(|&i| dims[i].0));
     let perm: Vec<usize> = (0..dims.len())
-        .filter(|&i| dims[i].0 != 1)
-        .map(|i| order.iter().position(|&o| o == i).expect("listed"))
+        .map(|i| match units.iter().position(|&u| u == i) {
+            Some(u) => u,
+            None => units.len() + order.iter().position(|&o| o == i).expect("listed"),
+        })
         .collect();
     let split = if split.is_empty() { vec![1] } else { split };
     let perm = if perm.is_empty() { vec![0] } else { perm };
@@ -3618,6 +3625,20 @@ mod tests {
         assert_eq!(product_reduced((-k, m), (m, k)), Some((-1, 1)));
         assert_eq!(product_reduced((i64::MAX, 1), (i64::MAX, 1)), None);
         assert_eq!(product_reduced((1, 2), (3, 0)), None);
+    }
+
+    /// A reordering whose target has unit dims keeps them in the split, where a larger batch
+    /// would be, so the chain needs no trailing view: the transposed chunk a single-sequence
+    /// rank builds as `permute(view(x, [1, 4, 2, 4]), [0, 1, 3, 2])` comes out in that form.
+    #[test]
+    fn unit_dims_stay_in_the_split() {
+        let steps = [LayoutStep::Permute(vec![0, 2, 1]), LayoutStep::View(vec![1, 4, 4, 2])];
+        let found = strided_permutation(&[4, 2, 4], &steps, &[1, 4, 4, 2]);
+        assert_eq!(found, Some((vec![1, 4, 2, 4], vec![0, 1, 3, 2])));
+        let steps = [LayoutStep::Permute(vec![1, 0])];
+        assert_eq!(strided_permutation(&[3, 2], &steps, &[2, 3]), Some((vec![3, 2], vec![1, 0])));
+        let steps = [LayoutStep::View(vec![2, 1, 3]), LayoutStep::Permute(vec![2, 1, 0])];
+        assert_eq!(strided_permutation(&[2, 3], &steps, &[3, 1, 2]), Some((vec![1, 2, 3], vec![2, 0, 1])));
     }
 
     /// Adds `text` to `g`, returning its class and the expression (for evaluation).

@@ -281,6 +281,30 @@ fn gpt2_ring_attention_full_iteration_verifies() {
     }
 }
 
+/// gpt2 on dp=2 x cp=2, full iteration: each rank holds one sequence, so the key gradient the
+/// ring passes back is a batch of one; its blocks (the spec's sums of transposed products,
+/// viewed with the unit batch dim) meet the sums the ranks add as `[1, H, S, D]` tensors, and
+/// the key weight's gradient relates to the ranks' (a multiple of their sum).
+#[test]
+fn gpt2_dp_by_cp_full_iteration_verifies() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = emit(
+        "gpt2",
+        dir.path(),
+        "dp=2,cp=2",
+        &["--layers", "1", "--heads", "2", "--hidden", "8"],
+    );
+    let out = shardproof_in(
+        dir.path(),
+        &["verify", "--quiet", "--trace", case.to_str().unwrap()],
+    );
+    let text = format!("{}{}", out.stdout, out.stderr);
+    assert_eq!(out.code, Some(0), "{text}");
+    let line = trace_line(&text, "view_26");
+    assert!(line.contains("permute(r1.add_10, [0, 1, 3, 2])"), "{line}");
+    assert!(!line.contains("sum("), "{line}");
+}
+
 /// gpt2's overscaled loss is refuted at the loss, and a run confirms it.
 #[test]
 fn gpt2_cp_bug_full_iteration_is_refuted() {

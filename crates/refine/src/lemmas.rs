@@ -3632,13 +3632,25 @@ mod tests {
     /// rank builds as `permute(view(x, [1, 4, 2, 4]), [0, 1, 3, 2])` comes out in that form.
     #[test]
     fn unit_dims_stay_in_the_split() {
-        let steps = [LayoutStep::Permute(vec![0, 2, 1]), LayoutStep::View(vec![1, 4, 4, 2])];
+        let steps = [
+            LayoutStep::Permute(vec![0, 2, 1]),
+            LayoutStep::View(vec![1, 4, 4, 2]),
+        ];
         let found = strided_permutation(&[4, 2, 4], &steps, &[1, 4, 4, 2]);
         assert_eq!(found, Some((vec![1, 4, 2, 4], vec![0, 1, 3, 2])));
         let steps = [LayoutStep::Permute(vec![1, 0])];
-        assert_eq!(strided_permutation(&[3, 2], &steps, &[2, 3]), Some((vec![3, 2], vec![1, 0])));
-        let steps = [LayoutStep::View(vec![2, 1, 3]), LayoutStep::Permute(vec![2, 1, 0])];
-        assert_eq!(strided_permutation(&[2, 3], &steps, &[3, 1, 2]), Some((vec![1, 2, 3], vec![2, 0, 1])));
+        assert_eq!(
+            strided_permutation(&[3, 2], &steps, &[2, 3]),
+            Some((vec![3, 2], vec![1, 0]))
+        );
+        let steps = [
+            LayoutStep::View(vec![2, 1, 3]),
+            LayoutStep::Permute(vec![2, 1, 0]),
+        ];
+        assert_eq!(
+            strided_permutation(&[2, 3], &steps, &[3, 1, 2]),
+            Some((vec![1, 2, 3], vec![2, 0, 1]))
+        );
     }
 
     /// Adds `text` to `g`, returning its class and the expression (for evaluation).

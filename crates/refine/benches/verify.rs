@@ -1,8 +1,7 @@
 //! Refinement benchmark: times `verify` on the ../shared samples and on zoo cases (MLP, Llama,
 //! GPT-2 and DeepSeek, forward-only and full iteration, degrees 2-8, 1-8 layers, pipelines, the
-//! three models' ring-attention full iterations under cp=2 and tp=2 x cp=2, llama's and
-//! deepseek's under dp=2 x cp=2, llama's under cp=2 with an irrational softmax scale) and
-//! prints one line per case. Run
+//! three models' ring-attention full iterations under cp=2, dp=2 x cp=2 and tp=2 x cp=2,
+//! llama's under cp=2 with an irrational softmax scale) and prints one line per case. Run
 //! with `cargo bench -p shardproof-refine --bench verify` (release build); set
 //! `SHARDPROOF_SHARED` to the shared folder to include the samples (default `../shared`).
 //!
@@ -183,6 +182,7 @@ fn main() {
     for (model, mesh) in [
         ("llama", "dp=2,cp=2"),
         ("deepseek", "dp=2,cp=2"),
+        ("gpt2", "dp=2,cp=2"),
         ("llama", "tp=2,cp=2"),
         ("gpt2", "tp=2,cp=2"),
         ("deepseek", "tp=2,cp=2"),

@@ -1490,6 +1490,13 @@ pub fn library() -> Vec<Lemma> {
                 }
                 let Some(bs) = shape(g, base) else { continue };
                 let Some((split, perm)) = strided_permutation(&bs, &steps, &target) else { continue };
+                // A permutation of `base` itself that only a view to unit dims follows is the
+                // chain as it was: the unit dims go into the split instead.
+                let (split, perm) = if split == bs {
+                    units_in_split(&split, &perm, &target).unwrap_or((split, perm))
+                } else {
+                    (split, perm)
+                };
                 let mut x = base;
                 if split != bs {
                     let l = list(g, &split);
@@ -3056,21 +3063,43 @@ fn strided_permutation(
         }
         expect *= dims[i].0;
     }
-    // The target's unit dims lead `split` (a batch of one stays where a larger batch would be,
-    // so the chain meets the one a rank with a single sequence builds), then the non-unit dims
-    // by decreasing stride; `perm` puts every dim where the target has it, so no view follows.
-    let units: Vec<usize> = (0..dims.len()).filter(|&i| dims[i].0 == 1).collect();
-    let mut split = vec![1; units.len()];
-    split.extend(order.iter().map(|&i| dims[i].0));
+    let split: Vec<usize> = order.iter().map(|&i| dims[i].0).collect();
+    // perm: the result's non-unit dims in target order, as positions in `split`.
     let perm: Vec<usize> = (0..dims.len())
-        .map(|i| match units.iter().position(|&u| u == i) {
-            Some(u) => u,
-            None => units.len() + order.iter().position(|&o| o == i).expect("listed"),
-        })
+        .filter(|&i| dims[i].0 != 1)
+        .map(|i| order.iter().position(|&o| o == i).expect("listed"))
         .collect();
     let split = if split.is_empty() { vec![1] } else { split };
     let perm = if perm.is_empty() { vec![0] } else { perm };
     Some((split, perm))
+}
+
+/// A split and permutation of [`strided_permutation`] whose result differs from `target` only
+/// by unit dims, with those unit dims leading the split and `perm` putting every dim where
+/// `target` has it (no view after the permutation): the form a rank holding one sequence
+/// builds (`permute(view(x, [1, 4, 2, 4]), [0, 1, 3, 2])`, the ring's key gradient under dp x
+/// cp). `None` when the result differs otherwise or `target` has no unit dim.
+fn units_in_split(
+    split: &[usize],
+    perm: &[usize],
+    target: &[usize],
+) -> Option<(Vec<usize>, Vec<usize>)> {
+    let units: Vec<usize> = (0..target.len()).filter(|&i| target[i] == 1).collect();
+    let now: Vec<usize> = perm.iter().map(|&p| split[p]).collect();
+    let rest: Vec<usize> = target.iter().copied().filter(|&n| n != 1).collect();
+    if units.is_empty() || now != rest || split.contains(&1) {
+        return None;
+    }
+    let mut with_units = vec![1; units.len()];
+    with_units.extend_from_slice(split);
+    let mut kept = perm.iter();
+    let full = (0..target.len())
+        .map(|i| match units.iter().position(|&u| u == i) {
+            Some(u) => Some(u),
+            None => kept.next().map(|&p| units.len() + p),
+        })
+        .collect::<Option<Vec<usize>>>()?;
+    Some((with_units, full))
 }
 
 /// The strides of viewing strided dims as `shape`, by torch's rule (`computeStride`): each
@@ -3627,30 +3656,28 @@ mod tests {
         assert_eq!(product_reduced((1, 2), (3, 0)), None);
     }
 
-    /// A reordering whose target has unit dims keeps them in the split, where a larger batch
-    /// would be, so the chain needs no trailing view: the transposed chunk a single-sequence
-    /// rank builds as `permute(view(x, [1, 4, 2, 4]), [0, 1, 3, 2])` comes out in that form.
+    /// A permutation of a tensor itself that only a view to unit dims follows puts the unit
+    /// dims into the split, so the chain needs no trailing view: the transposed chunk a
+    /// single-sequence rank builds as `permute(view(x, [1, 4, 2, 4]), [0, 1, 3, 2])` comes out
+    /// in that form; a result that differs by more than unit dims is left alone.
     #[test]
-    fn unit_dims_stay_in_the_split() {
+    fn unit_dims_go_into_the_split() {
         let steps = [
             LayoutStep::Permute(vec![0, 2, 1]),
             LayoutStep::View(vec![1, 4, 4, 2]),
         ];
-        let found = strided_permutation(&[4, 2, 4], &steps, &[1, 4, 4, 2]);
-        assert_eq!(found, Some((vec![1, 4, 2, 4], vec![0, 1, 3, 2])));
-        let steps = [LayoutStep::Permute(vec![1, 0])];
+        let (split, perm) = strided_permutation(&[4, 2, 4], &steps, &[1, 4, 4, 2]).unwrap();
+        assert_eq!((&split[..], &perm[..]), (&[4, 2, 4][..], &[0, 2, 1][..]));
         assert_eq!(
-            strided_permutation(&[3, 2], &steps, &[2, 3]),
-            Some((vec![3, 2], vec![1, 0]))
+            units_in_split(&split, &perm, &[1, 4, 4, 2]),
+            Some((vec![1, 4, 2, 4], vec![0, 1, 3, 2]))
         );
-        let steps = [
-            LayoutStep::View(vec![2, 1, 3]),
-            LayoutStep::Permute(vec![2, 1, 0]),
-        ];
         assert_eq!(
-            strided_permutation(&[2, 3], &steps, &[3, 1, 2]),
-            Some((vec![1, 2, 3], vec![2, 0, 1]))
+            units_in_split(&[3, 2], &[1, 0], &[2, 1, 3]),
+            Some((vec![1, 3, 2], vec![2, 0, 1]))
         );
+        assert_eq!(units_in_split(&[3, 2], &[1, 0], &[2, 3]), None);
+        assert_eq!(units_in_split(&[3, 2], &[1, 0], &[1, 6]), None);
     }
 
     /// Adds `text` to `g`, returning its class and the expression (for evaluation).

@@ -42,7 +42,7 @@ const MAX_DEPTH: usize = 6;
 /// How many chains one class yields at most (a class holds several equal layouts).
 const MAX_CHAINS: usize = 24;
 
-/// The fewest layout operators a chain through an elementwise operator has (see [`mixed`]).
+/// The fewest layout operators a chain through an elementwise operator has (see [`mixed_hops`]).
 /// Shorter chains, and chains of slices only or of no slice, are what the lemmas moving one
 /// operator at a time build already: taking them too cost deepseek dp=2 x ep=2 a third more
 /// time (13.4 -> 20 s), while deepseek cp=2 x ep=2 needs the chains of three and four steps
@@ -245,6 +245,13 @@ fn broadcast(c: &[usize], own: &[usize]) -> Option<Vec<usize>> {
 /// The base tensor's element (row-major index) that a chain (steps from the outside inward)
 /// reads at coordinate `c` of its outermost result; `None` where a step's shapes disagree.
 fn base_element(steps: &[Step], mut c: Vec<usize>, base: &[usize]) -> Option<usize> {
+    // A coordinate outside the outermost result reads nothing (a later step's offset could
+    // otherwise carry it back in range).
+    if let Some(outer) = steps.first() {
+        if c.len() != outer.result.len() || c.iter().zip(&outer.result).any(|(i, n)| i >= n) {
+            return None;
+        }
+    }
     for s in steps {
         c = match &s.moves {
             Move::View => unravel(ravel(&c, &s.result), &s.input),
@@ -376,7 +383,7 @@ fn elementwise_through_layout() -> Lemma {
                 let bases = chains_to(g, kids[t], |b, path| {
                     b != top && mixed_hops(g, path, MIN_CHAIN_STEPS) && !wholes(g, sym, kids, t, b).is_empty()
                 });
-                for (base, steps) in bases.into_iter().filter(|(_, s)| mixed(s)) {
+                for (base, steps) in bases {
                     for whole in wholes(g, sym, kids, t, base) {
                         let known = related.get_or_insert_with(|| {
                             chains(g, eclass).into_iter().map(|(b, _)| b).collect()
@@ -389,7 +396,7 @@ fn elementwise_through_layout() -> Lemma {
                             rebuild_if_same(g, eclass, kids, tensors, t, &out, &steps, whole)
                         {
                             results.push(id);
-                            related.get_or_insert_with(Vec::new).push(w);
+                            known.push(w);
                         }
                     }
                 }
@@ -399,27 +406,17 @@ fn elementwise_through_layout() -> Lemma {
     }
 }
 
-/// Whether a walk's path mixes slices with other layout operators in `min_steps` steps at
-/// least, before its steps are built (from the nodes' operators): what the element-by-element
-/// lemmas take (see [`mixed`]; a concatenation's pieces cut out by a view and a slice are two).
+/// Whether a walk's path is one the lemmas moving one layout operator at a time do not already
+/// take: `min_steps` steps at least, slices mixed with other layout operators (a chain of
+/// slices only is a box of the operator's result, a chain without slices a rearrangement of
+/// all of it; a concatenation's pieces cut out by a view and a slice are two). Decided from
+/// the nodes' operators, before the steps are built.
 fn mixed_hops(g: &Graph, path: &[Hop], min_steps: usize) -> bool {
     let slices = path
         .iter()
         .filter(|&&(c, i)| matches!(&g[c].nodes[i], Term::Op(s, _) if is_op!(s, SLICE)))
         .count();
     path.len() >= min_steps && slices > 0 && slices < path.len()
-}
-
-/// Whether a chain is one the lemmas moving one layout operator at a time do not already
-/// take through an elementwise operator: [`MIN_CHAIN_STEPS`] steps at least, slices mixed
-/// with other layout operators (a chain of slices only is a box of the operator's result, a
-/// chain without slices a rearrangement of all of it).
-fn mixed(steps: &[Step]) -> bool {
-    let slices = steps
-        .iter()
-        .filter(|s| matches!(s.moves, Move::Slice { .. }))
-        .count();
-    steps.len() >= MIN_CHAIN_STEPS && slices > 0 && slices < steps.len()
 }
 
 /// The classes of `sym` nodes with `base` at operand `t` and the other non-tensor operands of
@@ -565,7 +562,13 @@ fn cat_through_layout() -> Lemma {
                 return vec![];
             };
             let n: usize = out.iter().product();
-            if pieces.len() < 2 || n == 0 || n > MAX_ELEMENTS {
+            if pieces.len() < 2 || n == 0 || n > MAX_ELEMENTS || out.get(d).is_none_or(|&m| m % pieces.len() != 0) {
+                return vec![];
+            }
+            // Equal pieces: the element check finds each coordinate's piece by division.
+            let mut piece = out.clone();
+            piece[d] /= pieces.len();
+            if pieces.iter().any(|&p| shape(g, p).as_ref() != Some(&piece)) {
                 return vec![];
             }
             let first = g.find(pieces[0]);
@@ -734,6 +737,22 @@ mod tests {
         }
         assert_eq!(broadcast(&[1, 2, 3], &[3, 1]), Some(vec![2, 0]));
         assert_eq!(broadcast(&[1], &[2, 1]), None);
+    }
+
+    /// A coordinate past a slice's result reads nothing, though its offset would land inside
+    /// the sliced tensor (a piece indexed past its end must not pass as another's element).
+    #[test]
+    fn coordinates_outside_the_result_read_nothing() {
+        let slice = Step {
+            node: Term::Num(0),
+            at: 3,
+            moves: Move::Slice { dim: 0, start: 1 },
+            input: vec![4],
+            result: vec![2],
+        };
+        let steps = [slice];
+        assert_eq!(base_element(&steps, vec![1], &[4]), Some(2));
+        assert_eq!(base_element(&steps, vec![2], &[4]), None);
     }
 
     /// The gates' chain reads the same tokens the outputs' chain does only at matching

@@ -743,7 +743,7 @@ fn scales(g: &Graph, id: Id) -> Vec<(i64, i64, Id)> {
         .collect()
 }
 
-fn num(g: &mut Graph, n: i64) -> Id {
+pub(super) fn num(g: &mut Graph, n: i64) -> Id {
     g.add(Term::Num(n))
 }
 

@@ -305,6 +305,36 @@ fn gpt2_dp_by_cp_full_iteration_verifies() {
     assert!(!line.contains("sum("), "{line}");
 }
 
+/// deepseek on cp=2 x ep=2, full iteration, one layer: the gradient of the expert outputs
+/// relates as the ranks' own products. Each rank multiplies the output gradient, gathered over
+/// ep and broadcast over its experts, by its gates; the spec's piece of one expert is one index
+/// of that broadcast (`elementwise-through-layout` over a broadcast whole), and the pieces of
+/// one rank's experts join into its product (`cat-through-layout` over unit slices). Before,
+/// both stayed products of the ranks' chunks (exit 3 at `mul_24`); the attention backward
+/// after them is where the iteration stops now (never a false alarm).
+#[test]
+fn deepseek_cp_by_ep_expert_gradients_relate() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = emit("deepseek", dir.path(), "cp=2,ep=2", &["--layers", "1"]);
+    let out = shardproof_in(
+        dir.path(),
+        &["verify", "--quiet", "--trace", case.to_str().unwrap()],
+    );
+    let text = format!("{}{}", out.stdout, out.stderr);
+    assert!(matches!(out.code, Some(0 | 3)), "{text}");
+    let grads = trace_line(&text, "mul_24");
+    assert!(
+        grads.contains("r0.mul_27") && grads.contains("r3.mul_27"),
+        "{grads}"
+    );
+    assert!(!grads.contains("mul.Tensor("), "{grads}");
+    let down = trace_line(&text, "bmm_5");
+    assert!(
+        down.contains("r0.bmm_7") && !down.contains("bmm("),
+        "{down}"
+    );
+}
+
 /// gpt2's overscaled loss is refuted at the loss, and a run confirms it.
 #[test]
 fn gpt2_cp_bug_full_iteration_is_refuted() {

@@ -309,9 +309,10 @@ fn gpt2_dp_by_cp_full_iteration_verifies() {
 /// relates as the ranks' own products. Each rank multiplies the output gradient, gathered over
 /// ep and broadcast over its experts, by its gates; the spec's piece of one expert is one index
 /// of that broadcast (`elementwise-through-layout` over a broadcast whole), and the pieces of
-/// one rank's experts join into its product (`cat-through-layout` over unit slices). Before,
-/// both stayed products of the ranks' chunks (exit 3 at `mul_24`); the attention backward
-/// after them is where the iteration stops now (never a false alarm).
+/// one rank's experts join into its product (`cat-through-layout` over unit slices), and the
+/// experts' updated weights relate. Before, both stayed products of the ranks' chunks (exit 3
+/// at `mul_24`); the attention backward after them is where the iteration stops now (never a
+/// false alarm).
 #[test]
 fn deepseek_cp_by_ep_expert_gradients_relate() {
     let dir = tempfile::tempdir().unwrap();
@@ -333,6 +334,11 @@ fn deepseek_cp_by_ep_expert_gradients_relate() {
         down.contains("r0.bmm_7") && !down.contains("bmm("),
         "{down}"
     );
+    // The experts' updated weights: their gradients relate through the same products.
+    for weight in ["expert_gate_0_new", "expert_up_0_new", "expert_down_0_new"] {
+        let line = trace_line(&text, weight);
+        assert!(line.contains("[clean]"), "{line}");
+    }
 }
 
 /// gpt2's overscaled loss is refuted at the loss, and a run confirms it.

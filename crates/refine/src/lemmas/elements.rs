@@ -686,6 +686,12 @@ fn cat_through_layout() -> Lemma {
                 "(aten.add.Tensor (cat 2 (slice 1 2 4 (aten.view.default (slice 0 0 8 %r0:a) (list 2 4 2))) (slice 1 2 4 (aten.view.default (slice 0 0 8 %r1:a) (list 2 4 2)))) (slice 1 0 2 (aten.view.default %r0:w (list 2 4 4))) 1)",
                 &[("a", "f64[16,2]"), ("w", "=(cat 1 (slice 0 0 8 %r0:a) (slice 0 0 8 %r1:a))")],
             ),
+            // A view adding a unit dim before the concatenated dim: the dim that holds the
+            // rows grows, not the unit dim.
+            (
+                "(aten.add.Tensor (cat 1 (aten.view.default (slice 1 2 4 (aten.view.default (slice 0 0 8 %r0:a) (list 2 4 2))) (list 1 2 2 2)) (aten.view.default (slice 1 2 4 (aten.view.default (slice 0 0 8 %r1:a) (list 2 4 2))) (list 1 2 2 2))) (slice 1 0 4 (aten.view.default %r0:w (list 1 8 2 2))) 1)",
+                &[("a", "f64[16,2]"), ("w", "=(cat 0 (slice 0 0 8 %r0:a) (slice 0 0 8 %r1:a))")],
+            ),
             // A run of two pieces, one expert of `p` each (the unit dim the inner view drops
             // comes back as the pieces' dim), beside a piece of another tensor.
             (
@@ -857,7 +863,18 @@ fn lift(g: &mut Graph, steps: &[Step], wkids: &[Id], d: usize, out: &[usize]) ->
         let mut result = s.result.clone();
         match &s.moves {
             Move::View => {
-                let j = (0..result.len()).find(|&j| tail(&result, j) == tail(&s.input, at))?;
+                // The result dims whose outer boundary is the concatenated dim's: more than
+                // one where unit dims stand before it. A concatenated dim of more than one
+                // row goes to the last of them (the dim that holds its rows, not a unit dim
+                // the view adds before it); one that is a unit dim itself, or carried as an
+                // extra dim, to the first (a unit dim there takes it).
+                let mut at_boundary =
+                    (0..result.len()).filter(|&j| tail(&result, j) == tail(&s.input, at));
+                let j = if !extra && s.input[at] > 1 {
+                    at_boundary.next_back()?
+                } else {
+                    at_boundary.next()?
+                };
                 // A unit dim where the concatenated dim stands takes it again.
                 if result[j] == 1 {
                     extra = false;
@@ -910,7 +927,7 @@ fn lift(g: &mut Graph, steps: &[Step], wkids: &[Id], d: usize, out: &[usize]) ->
                         );
                         moves = Move::Permute(q);
                     }
-                    _ => unreachable!("matched above"),
+                    _ => return None,
                 }
             }
             Move::Slice { .. } => {}
@@ -927,14 +944,9 @@ fn lift(g: &mut Graph, steps: &[Step], wkids: &[Id], d: usize, out: &[usize]) ->
         } else {
             *result.get_mut(at)? *= k;
         }
-        let at_operand = if matches!(moves, Move::Permute(_)) && extra {
-            0
-        } else {
-            s.at
-        };
         lifted.push(Step {
             node,
-            at: at_operand,
+            at: s.at,
             moves,
             input: input.clone(),
             result: result.clone(),

@@ -457,7 +457,7 @@ fn mixed_hops(g: &Graph, path: &[Hop], min_steps: usize) -> bool {
 
 /// The classes of `sym` nodes with `base` at operand `t` and the other non-tensor operands of
 /// `kids`: (class, the node's children).
-fn wholes(g: &Graph, sym: egg::Symbol, kids: &[Id], t: usize, base: Id) -> Vec<(Id, Vec<Id>)> {
+fn wholes(g: &Graph, sym: egg::Symbol, kids: &[Id], t: usize, base: Id) -> Vec<Whole> {
     let Some(tensors) = ew(sym.as_str()).map(|e| e.1) else {
         return vec![];
     };
@@ -483,7 +483,7 @@ fn wholes(g: &Graph, sym: egg::Symbol, kids: &[Id], t: usize, base: Id) -> Vec<(
 /// A whole operator over its base broadcast along one new dim: the node's class and children,
 /// the new dim, and the shapes with that dim as a unit dim and broadcast.
 struct Broadcast {
-    whole: (Id, Vec<Id>),
+    whole: Whole,
     dim: usize,
     unit: Vec<usize>,
     wide: Vec<usize>,
@@ -776,7 +776,7 @@ fn cat_through_layout() -> Lemma {
 /// expert each, cut out of a rank's product over its experts). Runs of wider slices are left
 /// alone: they would merge the sequence chunks the attention lemmas expect apart. The `cat`
 /// nodes are looked at only where `plain` (see [`MAX_GRAPH_NODES_EXPERTS`]).
-fn cat_wholes(g: &Graph, base: Id, plain: bool, n: usize, most: usize) -> Vec<(Id, Vec<Id>)> {
+fn cat_wholes(g: &Graph, base: Id, plain: bool, n: usize, most: usize) -> Vec<Whole> {
     let mut out = Vec::new();
     for p in g[base].parents().filter(|_| plain) {
         let p = g.find(p);
@@ -802,34 +802,26 @@ fn cat_wholes(g: &Graph, base: Id, plain: bool, n: usize, most: usize) -> Vec<(I
             continue;
         }
         let x = g.find(kids[3]);
-        let (Some(m), Some(xs)) = (int(g, kids[2]), shape(g, x)) else {
-            continue;
-        };
+        let Some(xs) = shape(g, x) else { continue };
         let Some(e) = int(g, kids[0]).and_then(|e| dim(e, xs.len())) else {
             continue;
         };
-        let k = if m > 0 { xs[e] as i64 / m } else { 0 };
-        if m != 1
+        let k = xs[e];
+        if int(g, kids[2]) != Some(1)
+            || !(2..=most).contains(&k)
             || !g[x].nodes.iter().any(is_leaf)
-            || xs[e] as i64 != k
-            || !(2..=most as i64).contains(&k)
             || out.iter().any(|(c, _)| *c == x)
         {
             continue;
         }
-        let slices = (0..k)
+        let slices = (0..k as i64)
             .map(|i| {
-                let (a, b) = (
-                    g.lookup(Term::Num(i * m))?,
-                    g.lookup(Term::Num((i + 1) * m))?,
-                );
+                let (a, b) = (g.lookup(Term::Num(i))?, g.lookup(Term::Num(i + 1))?);
                 g.lookup(Term::Op(*s, vec![kids[0], a, b, x]))
             })
             .collect::<Option<Vec<Id>>>();
-        if let (Some(slices), Ok(e)) = (slices, i64::try_from(e)) {
-            let Some(e) = g.lookup(Term::Num(e)) else {
-                continue;
-            };
+        let e = g.lookup(Term::Num(e as i64));
+        if let (Some(slices), Some(e)) = (slices, e) {
             out.push((x, std::iter::once(e).chain(slices).collect()));
         }
     }
@@ -883,53 +875,46 @@ fn lift(g: &mut Graph, steps: &[Step], wkids: &[Id], d: usize, out: &[usize]) ->
                 }
                 at = j;
             }
-            Move::Slice { dim, .. } if !extra && *dim == at => return None,
-            Move::Slice { .. } | Move::Unsqueeze(_) | Move::Permute(_) if extra => {
-                let shifted = |i: usize| i + usize::from(i >= at);
-                match &s.moves {
-                    Move::Slice { dim, start } => {
-                        let Term::Op(sym, kids) = &s.node else {
-                            return None;
-                        };
-                        let mut kids = kids.clone();
-                        kids[0] = super::num(g, shifted(*dim) as i64);
-                        node = Term::Op(*sym, kids);
-                        moves = Move::Slice {
-                            dim: shifted(*dim),
-                            start: *start,
-                        };
-                    }
-                    Move::Unsqueeze(u) => {
-                        // A unit dim inserted at or before the concatenated dim moves it out.
-                        let u = if *u <= at {
-                            at += 1;
-                            *u
-                        } else {
-                            u + 1
-                        };
-                        let Term::Op(sym, kids) = &s.node else {
-                            return None;
-                        };
-                        node = Term::Op(*sym, vec![kids[0], super::num(g, u as i64)]);
-                        moves = Move::Unsqueeze(u);
-                    }
-                    Move::Permute(p) => {
-                        // The concatenated dim stays where it is among the others.
-                        let mut q: Vec<usize> = p.iter().map(|&i| shifted(i)).collect();
-                        q.insert(at, at);
-                        let Term::Op(_, kids) = &s.node else {
-                            return None;
-                        };
-                        let list = super::list(g, &q);
-                        node = Term::Op(
-                            egg::Symbol::from("aten.permute.default"),
-                            vec![kids[s.at], list],
-                        );
-                        moves = Move::Permute(q);
-                    }
-                    _ => return None,
-                }
+            // In extra mode a step's own dims from `at` on sit one further out.
+            Move::Slice { dim, start } if extra => {
+                let Term::Op(sym, kids) = &s.node else {
+                    return None;
+                };
+                let dim = dim + usize::from(*dim >= at);
+                let mut kids = kids.clone();
+                kids[0] = super::num(g, dim as i64);
+                node = Term::Op(*sym, kids);
+                moves = Move::Slice { dim, start: *start };
             }
+            Move::Unsqueeze(u) if extra => {
+                // A unit dim inserted at or before the concatenated dim moves it out.
+                let u = if *u <= at {
+                    at += 1;
+                    *u
+                } else {
+                    u + 1
+                };
+                let Term::Op(sym, kids) = &s.node else {
+                    return None;
+                };
+                node = Term::Op(*sym, vec![kids[0], super::num(g, u as i64)]);
+                moves = Move::Unsqueeze(u);
+            }
+            Move::Permute(p) if extra => {
+                // The concatenated dim stays where it is among the others.
+                let mut q: Vec<usize> = p.iter().map(|&i| i + usize::from(i >= at)).collect();
+                q.insert(at, at);
+                let Term::Op(_, kids) = &s.node else {
+                    return None;
+                };
+                let list = super::list(g, &q);
+                node = Term::Op(
+                    egg::Symbol::from("aten.permute.default"),
+                    vec![kids[s.at], list],
+                );
+                moves = Move::Permute(q);
+            }
+            Move::Slice { dim, .. } if *dim == at => return None,
             Move::Slice { .. } => {}
             Move::Permute(p) => at = p.iter().position(|&i| i == at)?,
             Move::Unsqueeze(u) => {

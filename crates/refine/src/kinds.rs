@@ -263,6 +263,7 @@ fn fold(mut it: impl Iterator<Item = Kind>, f: fn(Kind, Kind) -> Kind) -> Option
 }
 
 /// A child of a term while it is being interpreted.
+#[derive(Clone)]
 enum Val {
     Tensor(Arc<Abs>),
     /// The outputs of a multi-output call.
@@ -855,6 +856,7 @@ fn apply_one(
         "aten.bmm.default" | "aten.mm.default" | "aten.matmul.default" => {
             Some(product(meta.clone(), t(0)?, t(1)?))
         }
+        "aten.constant_pad_nd.default" => pad(op, meta.clone(), kids),
         "aten._softmax.default" => Some(softmax(
             meta.clone(),
             t(0)?,
@@ -889,6 +891,29 @@ fn apply_one(
         }
     };
     Some(out.unwrap_or(Abs::Uniform(meta, Any)))
+}
+
+/// `constant_pad_nd(x, pads, value)`: the kinds of `x` moved into place, the border the kind of
+/// `value` (zero when absent). The padding runs on kind codes, the border filled with the code
+/// of the value's kind, so the reference kernel places every element.
+fn pad(op: &str, meta: Meta, kids: &[Val]) -> Option<Abs> {
+    let x = tensor(kids.first()?)?;
+    let fill = match kids.get(2) {
+        Some(v) => Kind::of(float_of(v)?),
+        None => Zero,
+    };
+    if meta.numel() > MAX_ELEMS {
+        return Some(Abs::Uniform(meta, Kind::join(x.joined(), fill)));
+    }
+    let mut coded = kids.get(..2)?.to_vec();
+    coded.push(Val::Lit(Tpl::Op(
+        format!("f:{:?}", f64::from(fill as u8)),
+        Vec::new(),
+    )));
+    let (expr, leaves) = call_expr(op, &coded);
+    let moved = run(&expr, &leaves, vec![codes(x)?])?;
+    (moved.meta.shape == meta.shape)
+        .then(|| Abs::from_kinds(meta, moved.data.iter().map(|&c| decode(c)).collect()))
 }
 
 /// `f` of every element.
@@ -1336,7 +1361,7 @@ mod tests {
             |rng: &mut ChaCha8Rng| lit(["b:false", "b:true"][usize::from(rng.random_bool(0.7))]);
         let unary = |name: &str| Some(op(name, vec![input(x)]));
         let n = Tpl::Num;
-        match rng.random_range(0..29) {
+        match rng.random_range(0..30) {
             0 => unary("aten.exp.default"),
             28 => unary("aten.sigmoid.default"),
             1 => unary("aten.log.default"),
@@ -1407,10 +1432,23 @@ mod tests {
                 ))
             }
             19 => Some(op("aten.gt.Tensor", vec![input(x), input(y)])),
+            29 if rank > 0 => {
+                // Pads the last one or two dims with a number of each kind.
+                let k = rng.random_range(1..=rank.min(2));
+                let pads: Vec<i64> = (0..2 * k).map(|_| rng.random_range(0..=2)).collect();
+                let v = pick(rng, &["f:0.0", "f:-inf", "f:1.5", "f:-2.0"]);
+                Some(op(
+                    "aten.constant_pad_nd.default",
+                    vec![input(x), list(&pads), lit(v)],
+                ))
+            }
             20 => {
                 let sxy = broadcast_shape(&sx, &shape(y))?;
                 let conds =
                     of(&|j| bools.contains(&j) && broadcast_shape(&shape(j), &sxy).is_some());
+                if conds.is_empty() {
+                    return None;
+                }
                 let c = pick(rng, &conds);
                 Some(op("aten.where.self", vec![input(c), input(x), input(y)]))
             }

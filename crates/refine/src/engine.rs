@@ -1953,6 +1953,19 @@ fn infer_one(
     }
     if !saturated {
         saturate(&mut eg);
+    } else if !relates_up_to_factor(&eg, root)
+        && ins
+            .iter()
+            .all(|x| state.get(&x.value).is_some_and(clean_up_to_factor))
+    {
+        // The first operator without a relation: the scheduler banned the scale rewrites
+        // that name multiples by rank tensors while the last operators came in.
+        for _ in 0..SCALE_PASSES {
+            let changed = crate::lemmas::apply_everywhere(&mut eg, SCALE_REWRITES);
+            if !changed || relates_up_to_factor(&eg, root) {
+                break;
+            }
+        }
     }
     define_scaled_consumers(&mut eg, imp, root, &mut added);
     // Only along a chain of 0-d operators (a running sum of per-layer losses), and only where
@@ -2929,6 +2942,27 @@ fn unfold_recomputed(
             }
         }
     }
+}
+
+/// The scale rewrites applied everywhere at the first operator without a relation, with the
+/// operator each applies at ([`crate::lemmas::apply_everywhere`]).
+const SCALE_REWRITES: &[(&str, &str)] = &[
+    ("linear-over-scale", crate::lemmas::SCALE),
+    ("scale-through-sibling", crate::lemmas::SCALE),
+    ("scale-and-cat", crate::term::CAT),
+];
+
+/// How many times [`SCALE_REWRITES`] are applied at most: a fold, a sibling, a concatenation.
+const SCALE_PASSES: usize = 3;
+
+/// Whether class `root` has a clean expression or a multiple of one.
+fn relates_up_to_factor(eg: &Graph, root: Id) -> bool {
+    let root = eg.find(root);
+    !extract(eg, root, true).is_empty()
+        || eg[root].nodes.iter().any(|n| {
+            matches!(n, Term::Op(s, k) if is_op!(s, SCALE) && k.len() == 3
+                && !extract(eg, k[2], true).is_empty())
+        })
 }
 
 /// Whether a relation is clean, or a constant multiple of a clean expression.

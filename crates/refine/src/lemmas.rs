@@ -360,6 +360,46 @@ pub fn merge_equal_sums(g: &mut Graph) -> bool {
     merge_linear_scalars(g) || permuted
 }
 
+/// Applies each `(lemma, root operator)` pair once at every node of that operator, outside the
+/// runner; returns whether anything changed. The runner's scheduler bans a lemma for a few
+/// iterations after it matched often, and the rewrites that turn multiples of chunks into one
+/// multiple of a concatenation (a scale of a scale folded, a multiple named by the rank tensor
+/// it is a multiple of, a concatenation of equal multiples) match thousands of times in an
+/// attention backward's e-graph: the operators brought in last were never rewritten by them.
+pub fn apply_everywhere(g: &mut Graph, pairs: &[(&str, &str)]) -> bool {
+    let lemmas: Vec<Lemma> = library()
+        .into_iter()
+        .filter(|l| pairs.iter().any(|p| p.0 == l.name))
+        .collect();
+    // Every match first: the e-graph changes as the lemmas apply.
+    let mut matches: Vec<(usize, Id, Vec<Id>)> = Vec::new();
+    for class in g.classes() {
+        for n in &class.nodes {
+            let Term::Op(s, kids) = n else { continue };
+            for (i, l) in lemmas.iter().enumerate() {
+                if pairs
+                    .iter()
+                    .any(|&(name, root)| name == l.name && root == s.as_str())
+                {
+                    matches.push((i, class.id, kids.to_vec()));
+                }
+            }
+        }
+    }
+    let mut changed = false;
+    for (i, class, kids) in matches {
+        let class = g.find(class);
+        let kids: Vec<Id> = kids.iter().map(|&k| g.find(k)).collect();
+        for new in (lemmas[i].build)(g, class, &kids) {
+            changed |= new == class || g.union(class, new);
+        }
+    }
+    if changed {
+        g.rebuild();
+    }
+    changed
+}
+
 /// Unites each pair of classes and restores the e-graph's invariants; whether any changed.
 fn union_all(g: &mut Graph, merges: Vec<(Id, Id)>) -> bool {
     let mut changed = false;
@@ -1268,6 +1308,10 @@ pub fn library() -> Vec<Lemma> {
                     }
                 }
             }
+            // A rank tensor first: the sibling is there to name `x * a` by an implementation
+            // tensor (a rank's dq chunk is half the spec's sum of blocks, where `x` has a
+            // dozen other multiples).
+            siblings.sort_by_key(|&(_, _, id)| !g[id].nodes.iter().any(crate::term::is_leaf));
             siblings
                 .into_iter()
                 .take(4)

@@ -3769,6 +3769,54 @@ mod tests {
         assert!((value(&flat_e) - value(&other_e)).abs() > 1e-3);
     }
 
+    /// The scale rewrites applied everywhere name a concatenation of multiples by the rank
+    /// tensors: a rank's `t = x / 2` makes the spec's chunk `x / 8` the multiple `t / 4`, and
+    /// the concatenation of it with `c / 4` is `cat(c, t) / 4`, as the reference kernels
+    /// evaluate it.
+    #[test]
+    fn scale_rewrites_everywhere_name_multiples_by_rank_tensors() {
+        let mut g = Graph::new(Shapes::default());
+        let meta = Meta::new(DType::F64, vec![2, 3]);
+        for leaf in ["%r0:a", "%r0:b", "%r0:c", "%r0:t"] {
+            g.analysis.leaves.insert(Symbol::from(leaf), meta.clone());
+        }
+        let (x, _) = add(&mut g, "(aten.add.Tensor %r0:a %r0:b 1)");
+        let (t, _) = add(&mut g, "%r0:t");
+        let (half, _) = add(&mut g, "(scale 1 2 (aten.add.Tensor %r0:a %r0:b 1))");
+        g.union(t, half);
+        let (chunks, chunks_e) = add(
+            &mut g,
+            "(cat 0 (scale 1 4 %r0:c) (scale 1 8 (aten.add.Tensor %r0:a %r0:b 1)))",
+        );
+        g.rebuild();
+        let named = "(scale 1 4 (cat 0 %r0:c %r0:t))";
+        let pairs = [
+            ("linear-over-scale", SCALE),
+            ("scale-through-sibling", SCALE),
+            ("scale-and-cat", CAT),
+        ];
+        for _ in 0..3 {
+            apply_everywhere(&mut g, &pairs);
+        }
+        let found = g.lookup_expr(&named.parse().expect("term"));
+        assert_eq!(found.map(|f| g.find(f)), Some(g.find(chunks)));
+        assert_ne!(g.find(x), g.find(t));
+        // The rank tensor is half the sum; both forms evaluate alike.
+        let mut leaves = HashMap::new();
+        let vals = |k: f64| (0..6).map(|i| k + f64::from(i)).collect::<Vec<_>>();
+        for (name, k) in [("r0:a", 0.5), ("r0:b", -1.25), ("r0:c", 2.0)] {
+            leaves.insert(name.to_string(), Tensor::new(meta.clone(), vals(k)));
+        }
+        let sum: Vec<f64> = vals(0.5)
+            .iter()
+            .zip(vals(-1.25))
+            .map(|(p, q)| (p + q) / 2.0)
+            .collect();
+        leaves.insert("r0:t".to_string(), Tensor::new(meta.clone(), sum));
+        let value = |e: &RecExpr<Term>| eval(e, &leaves).expect("evaluates")[0].data.clone();
+        assert_eq!(value(&chunks_e), value(&named.parse().expect("term")));
+    }
+
     /// Declares 0-d f64 leaves.
     fn scalar_leaves(g: &mut Graph, names: &[&str]) {
         for leaf in names {

@@ -178,8 +178,9 @@ fn main() {
         ));
     }
     // dp x cp and tp x cp: the softmax backward inferred piece by piece along the batch, or
-    // along the heads.
+    // along the heads; cp x ep: the experts' gradients through layouts of the ranks' products.
     for (model, mesh) in [
+        ("deepseek", "cp=2,ep=2"),
         ("llama", "dp=2,cp=2"),
         ("deepseek", "dp=2,cp=2"),
         ("gpt2", "dp=2,cp=2"),

@@ -416,10 +416,12 @@ fn codes(a: &Abs) -> Option<Tensor> {
 }
 
 fn decode(x: f64) -> Kind {
-    [Zero, Pos, NonNeg, Finite, NegInf, Any]
-        .get(x as usize)
-        .copied()
-        .unwrap_or(Any)
+    let kinds = [Zero, Pos, NonNeg, Finite, NegInf, Any];
+    // Only the codes themselves: anything else (a NaN, a fraction) is no kind we wrote.
+    if x.fract() != 0.0 || !(0.0..kinds.len() as f64).contains(&x) {
+        return Any;
+    }
+    kinds[x as usize]
 }
 
 /// The kinds of `a` broadcast to `shape`.
@@ -1433,13 +1435,30 @@ mod tests {
             }
             19 => Some(op("aten.gt.Tensor", vec![input(x), input(y)])),
             29 if rank > 0 => {
-                // Pads the last one or two dims with a number of each kind.
-                let k = rng.random_range(1..=rank.min(2));
-                let pads: Vec<i64> = (0..2 * k).map(|_| rng.random_range(0..=2)).collect();
-                let v = pick(rng, &["f:0.0", "f:-inf", "f:1.5", "f:-2.0"]);
+                // Pads the last one or two dims (or crops one from a side of three or more)
+                // with a number of each kind, an integer literal among them.
+                let k = rng.random_range(1..=rank.min(2)) as usize;
+                let mut pads = Vec::new();
+                for i in 0..k {
+                    let lo = if sx[sx.len() - 1 - i] >= 3 { -1 } else { 0 };
+                    pads.push(rng.random_range(lo..=2));
+                    pads.push(rng.random_range(lo..=2));
+                }
+                let v = pick(
+                    rng,
+                    &[
+                        lit("f:0.0"),
+                        lit("f:-inf"),
+                        lit("f:inf"),
+                        lit("f:1.5"),
+                        lit("f:-2.0"),
+                        n(0),
+                        n(3),
+                    ],
+                );
                 Some(op(
                     "aten.constant_pad_nd.default",
-                    vec![input(x), list(&pads), lit(v)],
+                    vec![input(x), list(&pads), v],
                 ))
             }
             20 => {

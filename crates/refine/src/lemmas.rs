@@ -371,11 +371,21 @@ pub fn apply_everywhere(g: &mut Graph, pairs: &[(&str, &str)]) -> bool {
         .into_iter()
         .filter(|l| pairs.iter().any(|p| p.0 == l.name))
         .collect();
-    // Every match first: the e-graph changes as the lemmas apply.
+    let reg = shardproof_ops::Registry::builtin();
+    // Every match first: the e-graph changes as the lemmas apply. Only the child counts the
+    // runner's patterns match: a build may rely on them.
     let mut matches: Vec<(usize, Id, Vec<Id>)> = Vec::new();
     for class in g.classes() {
         for n in &class.nodes {
             let Term::Op(s, kids) = n else { continue };
+            let arity_matched = match s.as_str() {
+                SUM | MAX | MIN => (2..=MAX_WIDE_ARITY).contains(&kids.len()),
+                CAT => (3..=MAX_WIDE_ARITY + 1).contains(&kids.len()),
+                root => root_arities(reg, root).contains(&kids.len()),
+            };
+            if !arity_matched {
+                continue;
+            }
             for (i, l) in lemmas.iter().enumerate() {
                 if pairs
                     .iter()
@@ -386,14 +396,17 @@ pub fn apply_everywhere(g: &mut Graph, pairs: &[(&str, &str)]) -> bool {
             }
         }
     }
-    let mut changed = false;
+    let before = (g.total_size(), g.number_of_classes());
+    let mut united = false;
     for (i, class, kids) in matches {
         let class = g.find(class);
         let kids: Vec<Id> = kids.iter().map(|&k| g.find(k)).collect();
         for new in (lemmas[i].build)(g, class, &kids) {
-            changed |= new == class || g.union(class, new);
+            united |= g.union(class, new);
         }
     }
+    // A build that unites classes itself returns the match's class: the counts tell.
+    let changed = united || (g.total_size(), g.number_of_classes()) != before;
     if changed {
         g.rebuild();
     }

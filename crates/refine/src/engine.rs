@@ -470,9 +470,7 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
                     if !scalar_chain
                         && first.peak_nodes.get() < WIDEN_BELOW_NODES
                         && !clean_up_to_factor(&s)
-                        && ins
-                            .iter()
-                            .all(|x| state.get(&x.value).is_some_and(clean_up_to_factor))
+                        && inputs_relate_up_to_factor(&state, &ins)
                     {
                         let wider = Attempt {
                             widened: true,
@@ -1953,11 +1951,7 @@ fn infer_one(
     }
     if !saturated {
         saturate(&mut eg);
-    } else if !relates_up_to_factor(&eg, root)
-        && ins
-            .iter()
-            .all(|x| state.get(&x.value).is_some_and(clean_up_to_factor))
-    {
+    } else if !relates_up_to_factor(&eg, root) && inputs_relate_up_to_factor(state, &ins) {
         // The first operator without a relation: the scheduler banned the scale rewrites
         // that name multiples by rank tensors while the last operators came in.
         for _ in 0..SCALE_PASSES {
@@ -2963,6 +2957,13 @@ fn relates_up_to_factor(eg: &Graph, root: Id) -> bool {
             matches!(n, Term::Op(s, k) if is_op!(s, SCALE) && k.len() == 3
                 && !extract(eg, k[2], true).is_empty())
         })
+}
+
+/// Whether every input's relation is clean, or a constant multiple of a clean expression: the
+/// operator is the first one without a relation along its chain.
+fn inputs_relate_up_to_factor(state: &HashMap<ValueId, State>, ins: &[ValueRef]) -> bool {
+    ins.iter()
+        .all(|x| state.get(&x.value).is_some_and(clean_up_to_factor))
 }
 
 /// Whether a relation is clean, or a constant multiple of a clean expression.

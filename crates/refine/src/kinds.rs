@@ -760,17 +760,7 @@ fn apply_one(
                 let k = fold(tensors.iter().map(|a| a.joined()), Kind::join).unwrap_or(Any);
                 Some(Abs::Uniform(meta.clone(), k))
             } else {
-                let cs = tensors
-                    .iter()
-                    .map(|a| codes(a))
-                    .collect::<Option<Vec<_>>>()?;
-                let moved = run(expr, leaves, cs)?;
-                (moved.meta.shape == meta.shape).then(|| {
-                    Abs::from_kinds(
-                        meta.clone(),
-                        moved.data.iter().map(|&x| decode(x)).collect(),
-                    )
-                })
+                on_codes(&meta, expr, leaves, &tensors)
             }
         }
         "aten._to_copy.default" => each(|k| if k == Pos { NonNeg } else { k }),
@@ -913,9 +903,28 @@ fn pad(op: &str, meta: Meta, kids: &[Val]) -> Option<Abs> {
         Vec::new(),
     )));
     let (expr, leaves) = call_expr(op, &coded);
-    let moved = run(&expr, &leaves, vec![codes(x)?])?;
-    (moved.meta.shape == meta.shape)
-        .then(|| Abs::from_kinds(meta, moved.data.iter().map(|&c| decode(c)).collect()))
+    on_codes(&meta, &expr, &leaves, &[x])
+}
+
+/// `expr` (an operator that only moves elements, or fills with a kind's code) run by the
+/// reference kernels on its tensors' kind codes, decoded.
+fn on_codes(
+    meta: &Meta,
+    expr: &RecExpr<Term>,
+    leaves: &[(String, Meta)],
+    tensors: &[&Arc<Abs>],
+) -> Option<Abs> {
+    let cs = tensors
+        .iter()
+        .map(|a| codes(a))
+        .collect::<Option<Vec<_>>>()?;
+    let moved = run(expr, leaves, cs)?;
+    (moved.meta.shape == meta.shape).then(|| {
+        Abs::from_kinds(
+            meta.clone(),
+            moved.data.iter().map(|&c| decode(c)).collect(),
+        )
+    })
 }
 
 /// `f` of every element.

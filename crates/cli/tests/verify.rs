@@ -341,6 +341,39 @@ fn a_lost_relation_names_the_operator_whose_expression_outgrew_the_limit() {
 }
 
 #[test]
+fn the_size_limit_of_a_lost_relation_grows_with_the_ranks() {
+    // The same program on eight ranks: expressions over more ranks' pieces are larger, so
+    // the limit is per rank, and the relation is lost one square later, past 800 nodes.
+    let s = common::Scratch::new();
+    let spec =
+        squares_program("        p: \"f32[4]\" = torch.ops.aten.add.Tensor(x, y);  x = y = None\n");
+    let rank = squares_program(concat!(
+        "        neg: \"f32[4]\" = torch.ops.aten.neg.default(y);  y = None\n",
+        "        p: \"f32[4]\" = torch.ops.aten.sub.Tensor(x, neg);  x = neg = None\n",
+    ));
+    s.write("spec.py", &spec);
+    let mut graphs = Vec::new();
+    for r in 0..8 {
+        s.write(&format!("r{r}.py"), &rank);
+        graphs.push(format!("r{r}.py"));
+    }
+    let case = s.write(
+        "case.yaml",
+        &format!(
+            "version: 1\nname: squares\nspec:\n  graph: spec.py\nimpl:\n  mesh: {{ tp: 8 }}\n  graphs: [{}]\ninputs:\n  x: Replicate()\n  y: Replicate()\n",
+            graphs.join(", ")
+        ),
+    );
+    let (code, out) = verify(&case);
+    assert_eq!(code, 3, "{out}");
+    assert!(
+        out.contains("the expression computed for `s8` grew beyond the size limit ("),
+        "{out}"
+    );
+    assert!(out.contains("nodes, at most 800)"), "{out}");
+}
+
+#[test]
 fn an_unmet_expression_expectation_is_settled_by_a_run() {
     // Shard pieces expected in the wrong order, written as an `expr:`: the engine's relation
     // differs, and a run evaluates the expression on the ranks' values and confirms it.

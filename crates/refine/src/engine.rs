@@ -489,7 +489,7 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
                         && !clean_up_to_factor(&s)
                     {
                         if let Some(p) =
-                            infer_by_pieces(&imp, &piece_rules, opts, &state, &t, v, &seeds)
+                            infer_by_pieces(&imp, &piece_rules, opts, &state, &t, v, &seeds, 0)
                         {
                             s = p;
                         }
@@ -1314,6 +1314,10 @@ fn tile(
     None
 }
 
+/// How many times a piece is cut into pieces again: once, for the head groups of a batch
+/// row (each dim of the mesh that parts the attention's batch x heads is one level).
+const MAX_PIECE_DEPTH: usize = 1;
+
 /// How many times the node limit a piece's e-graph may grow to: a piece is one group's share
 /// of an operator whose e-graph outgrew the limit, and still holds every block of that group.
 const PIECE_NODE_FACTOR: usize = 2;
@@ -1344,6 +1348,7 @@ fn infer_by_pieces(
     t: &Tpl,
     v: ValueId,
     seeds: &[(Tpl, ValueId)],
+    depth: usize,
 ) -> Option<State> {
     let mut ins = Vec::new();
     tpl_values(t, &mut ins);
@@ -1368,7 +1373,7 @@ fn infer_by_pieces(
     }
     let root = add_tpl(&mut eg, t, &mut |_, x| ids[&x.value]);
     eg.rebuild();
-    let split = crate::lemmas::pieces::split(&eg, root)?;
+    let splits = crate::lemmas::pieces::splits(&eg, root);
     let out = crate::lemmas::shape(&eg, root)?;
     // Both sides of each seeded equation, the left one over the relations of its inputs.
     let equations = seed_sides(&mut eg, imp, state, seeds, &mut ids);
@@ -1387,27 +1392,30 @@ fn infer_by_pieces(
         root,
         out: &out,
     };
-    // Each piece's states, seeds and operator, built before any is inferred.
-    let prepared: Vec<Prepared> = split
-        .cuts()
-        .into_iter()
-        .map(|c| scope.prepare(c, &facts))
-        .collect::<Option<_>>()?;
-    // Only a split that parts the ranks: pieces that share ranks (the sequence chunks of one
-    // group's attention) bring each other's operators back into every exploration.
-    let mut seen: BTreeSet<usize> = BTreeSet::new();
-    for (sub, _, _) in &prepared {
-        let mut ranks = BTreeSet::new();
-        for st in sub.values() {
-            if let State::Related(r) = st {
-                ranks.extend(ranks_of(&r.exprs));
+    // The first split whose pieces part the ranks: pieces that share ranks (the sequence
+    // chunks of one group's attention) bring each other's operators back into every
+    // exploration. Each piece's states, seeds and operator are built before any is inferred.
+    let (split, prepared) = splits.into_iter().find_map(|split| {
+        let prepared: Vec<Prepared> = split
+            .cuts()
+            .into_iter()
+            .map(|c| scope.prepare(c, &facts))
+            .collect::<Option<_>>()?;
+        let mut seen: BTreeSet<usize> = BTreeSet::new();
+        for (sub, _, _) in &prepared {
+            let mut ranks = BTreeSet::new();
+            for st in sub.values() {
+                if let State::Related(r) = st {
+                    ranks.extend(ranks_of(&r.exprs));
+                }
             }
+            if !seen.is_disjoint(&ranks) {
+                return None;
+            }
+            seen.extend(ranks);
         }
-        if !seen.is_disjoint(&ranks) {
-            return None;
-        }
-        seen.extend(ranks);
-    }
+        Some((split, prepared))
+    })?;
     // The equalities the seeds' relations carry as well, for a piece that found no relation
     // without them (a received block equal to its sender's, in the attention output the
     // forward's equation relates); not at first: they slow every dp x cp piece by half.
@@ -1426,7 +1434,8 @@ fn infer_by_pieces(
     let more = with_seeds.equal_leaves.len() > facts.equal_leaves.len()
         || with_seeds.equal_slices.len() > facts.equal_slices.len();
     let infer = |(sub, sub_seeds, op_t): &Prepared| -> Option<Rel> {
-        match infer_one(
+        let attempt = Attempt::default();
+        let mut found = infer_one(
             imp,
             rules,
             &wider,
@@ -1437,8 +1446,19 @@ fn infer_by_pieces(
             v,
             false,
             sub_seeds,
-            &Attempt::default(),
-        ) {
+            &attempt,
+        );
+        // A piece that outgrew its own limit, piece by piece in turn (a data-parallel
+        // group's batch row, then its tensor-parallel head groups).
+        if !clean_up_to_factor(&found)
+            && depth < MAX_PIECE_DEPTH
+            && attempt.peak_nodes.get() >= wider.node_limit
+        {
+            if let Some(p) = infer_by_pieces(imp, rules, opts, sub, op_t, v, sub_seeds, depth + 1) {
+                found = p;
+            }
+        }
+        match found {
             State::Related(r) if clean_up_to_factor(&State::Related(r.clone())) => Some(r),
             _ => None,
         }
@@ -2059,7 +2079,7 @@ fn infer_one(
         }
     }
     match extract(&eg, root, false).into_iter().next() {
-        Some(e) if e.as_ref().len() <= MAX_UNCLEAN_NODES => {
+        Some(e) if e.as_ref().len() <= max_unclean_nodes(imp) => {
             let equal_leaves = leaf_groups(&eg, std::slice::from_ref(&e));
             let equal_slices = slice_groups(&eg, std::slice::from_ref(&e));
             State::Related(Rel {
@@ -2073,9 +2093,10 @@ fn infer_one(
         // Named here: every consumer inherits this state, and the report quotes it at the
         // output, far from the operator whose expression outgrew the limit.
         Some(e) => State::Lost(format!(
-            "the expression computed for `{}` grew beyond the size limit ({} nodes, at most {MAX_UNCLEAN_NODES})",
+            "the expression computed for `{}` grew beyond the size limit ({} nodes, at most {})",
             imp.case.spec.value_name(v),
-            e.as_ref().len()
+            e.as_ref().len(),
+            max_unclean_nodes(imp)
         )),
         None => State::Lost(format!(
             "no expression for `{}` could be built within the size limit (none nested at most {MAX_EXTRACT_DEPTH} operators deep)",
@@ -2341,12 +2362,21 @@ fn spec_form(imp: &Impl, state: &HashMap<ValueId, State>, t: &Tpl) -> Option<Rec
     extract(&small, small.find(root), false)
         .into_iter()
         .next()
-        .filter(|e| e.as_ref().len() <= MAX_UNCLEAN_NODES)
+        .filter(|e| e.as_ref().len() <= max_unclean_nodes(imp))
 }
 
-/// The largest expression kept for a spec value without a clean relation: past it the value is
-/// lost (see [`State::Lost`]), which bounds the e-graphs of its consumers.
-const MAX_UNCLEAN_NODES: usize = 400;
+/// The largest expression kept for a spec value without a clean relation, per rank of the
+/// implementation (at least four counted): past it the value is lost (see [`State::Lost`]),
+/// which bounds the e-graphs of its consumers.
+const MAX_UNCLEAN_NODES_PER_RANK: usize = 100;
+
+/// [`MAX_UNCLEAN_NODES_PER_RANK`] times the ranks: an expression over the ranks' pieces grows
+/// with their number (a context-parallel attention block holds a piece per cp rank and per
+/// chunk of every other dim), so a bound fixed for four ranks lost eight-rank plans whose
+/// expressions were the four-rank ones twice over.
+fn max_unclean_nodes(imp: &Impl) -> usize {
+    MAX_UNCLEAN_NODES_PER_RANK * imp.case.program.ranks.len().max(4)
+}
 
 /// The deepest expression [`extract`] builds.
 const MAX_EXTRACT_DEPTH: usize = 200;

@@ -224,21 +224,72 @@ fn view_cut(input: &[usize], out: &[usize], c: Cut) -> Option<Cut> {
     })
 }
 
+/// For a view of `input` to `out` whose cut `c` [`view_cut`] cannot map to one dim of the
+/// input, because its rows lie inside one row of an input dim (a head group of one batch row,
+/// where the view flattens batch x heads and data and tensor parallelism split both): that
+/// input row of dim `k`, then the rows of dim `k + 1` inside it, two cuts applied in turn.
+fn view_cut_in_two(input: &[usize], out: &[usize], c: Cut) -> Option<(Cut, Cut)> {
+    if c.outer != 1 || c.a >= c.b {
+        return None;
+    }
+    let blocks = product(&out[..c.dim]);
+    let out_row = product(&out[c.dim + 1..]);
+    let (fa, fb) = (c.a * out_row, c.b * out_row);
+    (0..input.len().saturating_sub(1)).find_map(|k| {
+        if product(&input[..k]) != blocks {
+            return None;
+        }
+        let in_row = product(&input[k + 2..]);
+        let row = input[k + 1] * in_row;
+        if in_row == 0 || fb == 0 {
+            return None;
+        }
+        let i = fa / row;
+        if (fb - 1) / row != i {
+            return None;
+        }
+        let (ra, rb) = (fa - i * row, fb - i * row);
+        (ra % in_row == 0 && rb % in_row == 0).then_some((
+            Cut {
+                dim: k,
+                outer: 1,
+                a: i,
+                b: i + 1,
+            },
+            Cut {
+                dim: k + 1,
+                outer: 1,
+                a: ra / in_row,
+                b: rb / in_row,
+            },
+        ))
+    })
+}
+
 /// For a view of `input` to `out`, where the input splits along its dim `k` into `outer`
 /// blocks with the given bounds: the output's split along `dim`, if the same elements are
 /// whole rows there.
-fn view_split(input: &[usize], out: &[usize], dim: usize, inner: &Split) -> Option<Split> {
+/// With `coarse`, bounds that fall inside output rows are dropped (adjacent pieces merged):
+/// batch rows made of several head groups, where the pieces are the head groups.
+fn view_split(
+    input: &[usize],
+    out: &[usize],
+    dim: usize,
+    inner: &Split,
+    coarse: bool,
+) -> Option<Split> {
     let blocks = product(&input[..inner.dim]) * inner.outer;
     let outer = blocks_of_dim(out, dim, blocks)?;
     let (in_row, out_row) = (product(&input[inner.dim + 1..]), product(&out[dim + 1..]));
-    let mut bounds: Vec<usize> = inner
-        .bounds
-        .iter()
-        .map(|&x| {
-            let f = x * in_row;
-            (out_row > 0 && f % out_row == 0).then_some(f / out_row)
-        })
-        .collect::<Option<_>>()?;
+    let rows = inner.bounds.iter().map(|&x| {
+        let f = x * in_row;
+        (out_row > 0 && f % out_row == 0).then_some(f / out_row)
+    });
+    let mut bounds: Vec<usize> = if coarse {
+        rows.flatten().collect()
+    } else {
+        rows.collect::<Option<_>>()?
+    };
     bounds.dedup();
     (bounds.len() >= 3 && bounds.last() == Some(&(out[dim] / outer))).then_some(Split {
         dim,
@@ -250,19 +301,42 @@ fn view_split(input: &[usize], out: &[usize], dim: usize, inner: &Split) -> Opti
 /// Where a class falls into independent pieces: the first concatenation found under
 /// operators that keep its dim independent, mapped to the class's own dims and rows. The
 /// leading dim is tried first. `None` below two pieces along every dim.
+#[cfg(test)]
 pub(crate) fn split(g: &Graph, id: Id) -> Option<Split> {
-    let rank = shape(g, id)?.len();
-    let mut search = SplitSearch {
-        g,
-        memo: HashMap::new(),
+    splits(g, id).into_iter().next()
+}
+
+/// Every way [`split`] finds, in the order to try them: along each dim (the leading one
+/// first), then along each dim with pieces merged where a view's rows hold several (the
+/// batch rows of a flattened batch x heads split by both data and tensor parallelism).
+pub(crate) fn splits(g: &Graph, id: Id) -> Vec<Split> {
+    let Some(rank) = shape(g, id).map(|s| s.len()) else {
+        return Vec::new();
     };
-    (0..rank).find_map(|d| search.at(id, d, 0))
+    let mut found: Vec<Split> = Vec::new();
+    for coarse in [false, true] {
+        let mut search = SplitSearch {
+            g,
+            memo: HashMap::new(),
+            coarse,
+        };
+        for d in 0..rank {
+            if let Some(s) = search.at(id, d, 0) {
+                if !found.contains(&s) {
+                    found.push(s);
+                }
+            }
+        }
+    }
+    found
 }
 
 /// The search of [`split`]: each class and dim's split, once.
 struct SplitSearch<'g> {
     g: &'g Graph,
     memo: HashMap<(Id, usize), Option<Split>>,
+    /// Whether a view may merge pieces (see [`view_split`]).
+    coarse: bool,
 }
 
 impl SplitSearch<'_> {
@@ -311,7 +385,7 @@ impl SplitSearch<'_> {
                     let Some(inner) = self.at(kids[0], k, depth + 1) else {
                         continue;
                     };
-                    if let Some(s) = view_split(&input, &out, dim, &inner) {
+                    if let Some(s) = view_split(&input, &out, dim, &inner, self.coarse) {
                         return Some(s);
                     }
                 }
@@ -417,6 +491,17 @@ fn cut_through(
                 let s = usize::try_from(int(g, kids[1])?).ok()?;
                 let shifted = c.moved(c.dim, 1, (s + c.a, s + c.b));
                 return cut_at(g, kids[3], shifted, memo, depth + 1);
+            }
+        }
+        if sym.as_str() == VIEW && kids.len() == 2 {
+            let input = shape(g, kids[0])?;
+            if view_cut(&input, out, c).is_none() {
+                if let Some((row, rows)) = view_cut_in_two(&input, out, c) {
+                    let once = cut_at(g, kids[0], row, memo, depth + 1)?;
+                    let twice = cut_at(g, once, rows, memo, depth + 1)?;
+                    let target = resized(g, out, c.dim, c.len());
+                    return Some(g.add(Term::Op(*sym, vec![twice, target])));
+                }
             }
         }
         if is_op!(sym, SCALE) && kids.len() == 3 {
@@ -670,6 +755,63 @@ mod tests {
             1,
             &[0, 1, 3],
         );
+    }
+
+    #[test]
+    fn a_head_group_of_one_batch_row_is_cut_through_the_flattening_view() {
+        // Data parallelism splits the batch and tensor parallelism the heads: the flattened
+        // batch x heads dim of the product falls into one piece per (batch row, head group),
+        // each of which lies inside one batch row of the view's input.
+        assert_cuts_are_rows(
+            "(aten.bmm.default (aten.view.default (aten._softmax_backward_data.default (aten.view.default (aten.bmm.default (cat 0 %r0:a %r1:a %r2:a %r3:a) (cat 0 %r0:b %r1:b %r2:b %r3:b)) (list 2 4 3 3)) (aten._softmax.default (aten.view.default (aten.bmm.default (cat 0 %r0:a %r1:a %r2:a %r3:a) (cat 0 %r0:c %r1:c %r2:c %r3:c)) (list 2 4 3 3)) 3 b:false) 3 dt:f64) (list 8 3 3)) (cat 0 %r0:v %r1:v %r2:v %r3:v))",
+            &[("a", &[2, 3, 5]), ("b", &[2, 5, 3]), ("c", &[2, 5, 3]), ("v", &[2, 3, 2])],
+            0,
+            1,
+            &[0, 2, 4, 6, 8],
+        );
+        // Rows across two batch rows have no such cut: the view is sliced.
+        let (in_two, one) = (
+            view_cut_in_two(
+                &[2, 4, 3],
+                &[8, 3],
+                Cut {
+                    dim: 0,
+                    outer: 1,
+                    a: 3,
+                    b: 5,
+                },
+            ),
+            view_cut(
+                &[2, 4, 3],
+                &[8, 3],
+                Cut {
+                    dim: 0,
+                    outer: 1,
+                    a: 3,
+                    b: 5,
+                },
+            ),
+        );
+        assert_eq!((in_two, one), (None, None));
+    }
+
+    #[test]
+    fn batch_rows_of_several_head_groups_merge_their_pieces() {
+        // Four (batch row, head group) pieces of a flattened product, viewed back to batch x
+        // heads: no dim of the view holds them one for one, so the pieces of each batch row
+        // merge (the data-parallel groups, each cut again into its head groups).
+        let term = "(aten.view.default (aten.bmm.default (cat 0 %r0:a %r1:a %r2:a %r3:a) (cat 0 %r0:b %r1:b %r2:b %r3:b)) (list 2 4 3 3))";
+        let shapes: &[(&str, &[usize])] = &[("a", &[2, 3, 5]), ("b", &[2, 5, 3])];
+        let (g, root, _) = setup(term, shapes);
+        assert_eq!(
+            splits(&g, root),
+            vec![Split {
+                dim: 0,
+                outer: 1,
+                bounds: vec![0, 1, 2]
+            }]
+        );
+        assert_cuts_are_rows(term, shapes, 0, 1, &[0, 1, 2]);
     }
 
     #[test]

@@ -1454,12 +1454,13 @@ fn infer_by_pieces(
             && depth < MAX_PIECE_DEPTH
             && attempt.peak_nodes.get() >= wider.node_limit
         {
-            if let Some(p) = infer_by_pieces(imp, rules, opts, sub, op_t, v, sub_seeds, depth + 1) {
-                found = p;
-            }
+            found = infer_by_pieces(imp, rules, opts, sub, op_t, v, sub_seeds, depth + 1)?;
+        }
+        if !clean_up_to_factor(&found) {
+            return None;
         }
         match found {
-            State::Related(r) if clean_up_to_factor(&State::Related(r.clone())) => Some(r),
+            State::Related(r) => Some(r),
             _ => None,
         }
     };

@@ -241,7 +241,7 @@ fn view_cut_in_two(input: &[usize], out: &[usize], c: Cut) -> Option<(Cut, Cut)>
         }
         let in_row = product(&input[k + 2..]);
         let row = input[k + 1] * in_row;
-        if in_row == 0 || fb == 0 {
+        if row == 0 {
             return None;
         }
         let i = fa / row;
@@ -298,17 +298,17 @@ fn view_split(
     })
 }
 
-/// Where a class falls into independent pieces: the first concatenation found under
-/// operators that keep its dim independent, mapped to the class's own dims and rows. The
-/// leading dim is tried first. `None` below two pieces along every dim.
+/// The first of [`splits`].
 #[cfg(test)]
 pub(crate) fn split(g: &Graph, id: Id) -> Option<Split> {
     splits(g, id).into_iter().next()
 }
 
-/// Every way [`split`] finds, in the order to try them: along each dim (the leading one
-/// first), then along each dim with pieces merged where a view's rows hold several (the
-/// batch rows of a flattened batch x heads split by both data and tensor parallelism).
+/// Where a class falls into independent pieces, in the order to try them: along each dim, the
+/// leading one first, the first concatenation found under operators that keep that dim
+/// independent, mapped to the class's own dims and rows; then the same with pieces merged
+/// where a view's rows hold several (the batch rows of a flattened batch x heads split by both
+/// data and tensor parallelism). Empty below two pieces along every dim.
 pub(crate) fn splits(g: &Graph, id: Id) -> Vec<Split> {
     let Some(rank) = shape(g, id).map(|s| s.len()) else {
         return Vec::new();
@@ -331,7 +331,7 @@ pub(crate) fn splits(g: &Graph, id: Id) -> Vec<Split> {
     found
 }
 
-/// The search of [`split`]: each class and dim's split, once.
+/// The search of [`splits`]: each class and dim's split, once.
 struct SplitSearch<'g> {
     g: &'g Graph,
     memo: HashMap<(Id, usize), Option<Split>>,
@@ -493,17 +493,6 @@ fn cut_through(
                 return cut_at(g, kids[3], shifted, memo, depth + 1);
             }
         }
-        if sym.as_str() == VIEW && kids.len() == 2 {
-            let input = shape(g, kids[0])?;
-            if view_cut(&input, out, c).is_none() {
-                if let Some((row, rows)) = view_cut_in_two(&input, out, c) {
-                    let once = cut_at(g, kids[0], row, memo, depth + 1)?;
-                    let twice = cut_at(g, once, rows, memo, depth + 1)?;
-                    let target = resized(g, out, c.dim, c.len());
-                    return Some(g.add(Term::Op(*sym, vec![twice, target])));
-                }
-            }
-        }
         if is_op!(sym, SCALE) && kids.len() == 3 {
             let inner = cut_at(g, kids[2], c, memo, depth + 1)?;
             return Some(g.add(Term::Op(*sym, vec![kids[0], kids[1], inner])));
@@ -515,6 +504,16 @@ fn cut_through(
             return Some(g.add(Term::Op(*sym, new)));
         }
         let Some(ops) = operand_cuts(g, *sym, kids, out, c) else {
+            // A view whose cut is no rows of one dim of its input may be two cuts in turn.
+            if sym.as_str() == VIEW && kids.len() == 2 {
+                let input = shape(g, kids[0])?;
+                if let Some((row, rows)) = view_cut_in_two(&input, out, c) {
+                    let once = cut_at(g, kids[0], row, memo, depth + 1)?;
+                    let twice = cut_at(g, once, rows, memo, depth + 1)?;
+                    let target = resized(g, out, c.dim, c.len());
+                    return Some(g.add(Term::Op(*sym, vec![twice, target])));
+                }
+            }
             continue;
         };
         let mut new = kids.clone();

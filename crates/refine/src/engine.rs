@@ -1895,6 +1895,7 @@ fn infer_one(
         // an e-graph at the node limit still gets this round's zero blocks.
         crate::lemmas::mark_zero_blocks(eg);
         eg.rebuild();
+        eg.analysis.node_cap = opts.node_limit.saturating_mul(NODE_CAP_FACTOR);
         let runner = Runner::default()
             .with_egraph(std::mem::take(eg))
             .with_iter_limit(opts.iter_limit)
@@ -3007,6 +3008,11 @@ fn clean_up_to_factor(s: &State) -> bool {
 /// nodes (and a second attempt costs seconds), while the steps are made for the small
 /// e-graphs of per-token arithmetic.
 const WIDEN_BELOW_NODES: usize = 2000;
+
+/// Within one saturation iteration the lemmas stop adding terms at this many times the node
+/// limit ([`Shapes::node_cap`](crate::term::Shapes::node_cap)): the iteration that crosses
+/// the limit still completes the rewrites it can afford, and the runner stops after it.
+const NODE_CAP_FACTOR: usize = 10;
 
 /// One attempt at a spec operator's relation.
 #[derive(Default)]

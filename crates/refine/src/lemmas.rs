@@ -127,6 +127,10 @@ impl Applier<Term, Shapes> for FnApplier {
         _: Option<&PatternAst<Term>>,
         _: Symbol,
     ) -> Vec<Id> {
+        let cap = egraph.analysis.node_cap;
+        if cap != 0 && egraph.total_size() >= cap {
+            return Vec::new();
+        }
         let kids: Vec<Id> = if self.wide {
             self.vars
                 .iter()
@@ -1127,7 +1131,7 @@ pub fn library() -> Vec<Lemma> {
     let lr2 = lr.clone();
     l.push(Lemma {
         name: "linear-over-sum",
-        doc: "f(sum_i x_i) = sum_i f(x_i) for f linear in x (additive ops: both operands sums)",
+        doc: "f(sum_i x_i) = sum_i f(x_i) for f linear in x (additive ops: both operands sums); a factor is not spread over n copies of one term, which sum-of-replicas names n x",
         roots: lin_roots.clone(),
         examples: vec![
             (
@@ -1181,6 +1185,12 @@ pub fn library() -> Vec<Lemma> {
             }
             for &p in &positions {
                 for s in sums(g, kids[p]) {
+                    // A factor is not spread over n copies of one term: that sum is already
+                    // n x (sum-of-replicas), and c x in turn a sum of copies of c x / n, so
+                    // each spread names a new multiple, c/2, c/4, .. without end.
+                    if is_op!(sym, SCALE) && s.iter().all(|&x| g.find(x) == g.find(s[0])) {
+                        continue;
+                    }
                     let terms: Vec<Id> = s
                         .iter()
                         .map(|&x| g.add(with_kids(sym, kids, &[(p, x)])))
@@ -3828,6 +3838,70 @@ mod tests {
         leaves.insert("r0:t".to_string(), Tensor::new(meta.clone(), sum));
         let value = |e: &RecExpr<Term>| eval(e, &leaves).expect("evaluates")[0].data.clone();
         assert_eq!(value(&chunks_e), value(&named.parse().expect("term")));
+    }
+
+    /// A factor over a sum of copies of one term is not spread into the copies: `sum(a, a) / 2`
+    /// spread as `sum(a / 2, a / 2)` names `a / 2`, whose class holds a sum of copies in turn,
+    /// a new multiple each iteration (a context-parallel MoE gradient's e-graph filled with
+    /// `a / 2^k`). The factor still reaches `a` by the replicas' multiple: `sum(a, a) / 2 = a`.
+    #[test]
+    fn a_factor_is_not_spread_over_copies_of_one_term() {
+        let mut g = Graph::new(Shapes::default());
+        let meta = Meta::new(DType::F64, vec![2, 3]);
+        g.analysis
+            .leaves
+            .insert(Symbol::from("%r0:a"), meta.clone());
+        let (half, half_e) = add(&mut g, "(scale 1 2 (sum %r0:a %r0:a))");
+        let (a, _) = add(&mut g, "%r0:a");
+        g.rebuild();
+        let pairs = [
+            ("linear-over-sum", SCALE),
+            ("sum-of-replicas", SUM),
+            ("linear-over-scale", SCALE),
+        ];
+        for _ in 0..6 {
+            apply_everywhere(&mut g, &pairs);
+        }
+        assert_eq!(g.find(half), g.find(a));
+        for k in [4, 8, 16] {
+            let deeper = format!("(scale 1 {k} %r0:a)");
+            assert!(
+                g.lookup_expr(&deeper.parse().expect("term")).is_none(),
+                "{deeper}"
+            );
+        }
+        let vals: Vec<f64> = (0..6).map(|i| 0.25 + f64::from(i)).collect();
+        let leaves = HashMap::from([("r0:a".to_string(), Tensor::new(meta, vals.clone()))]);
+        assert_eq!(*eval(&half_e, &leaves).expect("evaluates")[0].data, vals);
+    }
+
+    /// At the node cap a lemma's match adds nothing, where below it the same match adds its
+    /// terms: one iteration stops growing the e-graph once it reaches the cap.
+    #[test]
+    fn lemmas_add_nothing_at_the_node_cap() {
+        let rules: Vec<Rewrite<Term, Shapes>> = library()
+            .into_iter()
+            .filter(|l| l.name == "sum-of-replicas")
+            .flat_map(|l| l.rewrites())
+            .collect();
+        let tripled = |capped: bool| {
+            let mut g = Graph::new(Shapes::default());
+            let meta = Meta::new(DType::F64, vec![2, 3]);
+            g.analysis.leaves.insert(Symbol::from("%r0:a"), meta);
+            add(&mut g, "(sum %r0:a %r0:a %r0:a)");
+            g.rebuild();
+            if capped {
+                g.analysis.node_cap = g.total_size();
+            }
+            let runner = egg::Runner::default()
+                .with_egraph(g)
+                .with_iter_limit(1)
+                .run(&rules);
+            let three = "(scale 3 1 %r0:a)".parse().expect("term");
+            runner.egraph.lookup_expr(&three).is_some()
+        };
+        assert!(tripled(false));
+        assert!(!tripled(true));
     }
 
     /// Declares 0-d f64 leaves.

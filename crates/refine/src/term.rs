@@ -216,6 +216,10 @@ pub struct Shapes {
     pub leaves: HashMap<Symbol, Meta>,
     /// The blocks of implementation tensors the ranks' programs make zero.
     pub zeros: std::sync::Arc<crate::kinds::ZeroBlocks>,
+    /// The size at which lemmas stop adding terms (0: no bound). egg checks its node limit
+    /// only between iterations, and one iteration can outgrow it a thousandfold (a view pushed
+    /// through every multiple of every class: 16 thousand nodes to 23 million).
+    pub node_cap: usize,
 }
 
 impl Analysis<Term> for Shapes {

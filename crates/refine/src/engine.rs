@@ -1889,17 +1889,23 @@ fn infer_one(
     unfold_indices(&mut eg, imp, &mut t_rel, &mut added);
     if widened {
         unfold_view_sources(&mut eg, imp, &mut t_rel, &mut added);
+        define_layout_chains(&mut eg, imp, &t_rel, &mut added);
     }
     let saturate = |eg: &mut Graph| {
         // Also before the runner: its hooks run only while the limits allow an iteration, and
         // an e-graph at the node limit still gets this round's zero blocks.
         crate::lemmas::mark_zero_blocks(eg);
         eg.rebuild();
-        eg.analysis.node_cap = opts.node_limit.saturating_mul(NODE_CAP_FACTOR);
+        let node_limit = if widened {
+            opts.node_limit.saturating_mul(WIDE_NODE_FACTOR)
+        } else {
+            opts.node_limit
+        };
+        eg.analysis.node_cap = node_limit.saturating_mul(NODE_CAP_FACTOR);
         let runner = Runner::default()
             .with_egraph(std::mem::take(eg))
             .with_iter_limit(opts.iter_limit)
-            .with_node_limit(opts.node_limit)
+            .with_node_limit(node_limit)
             .with_time_limit(SATURATION_WALL_CLOCK)
             .with_hook(|r| {
                 if crate::lemmas::mark_zero_blocks(&mut r.egraph) {
@@ -3003,11 +3009,17 @@ fn clean_up_to_factor(s: &State) -> bool {
     matches!(s, State::Related(r) if r.clean) || scaled_clean(Some(s))
 }
 
-/// Only an operator whose e-graphs stayed below this many nodes is attempted again, wider: a
-/// larger one is a block of attention or a product chain, where the wider steps only add
-/// nodes (and a second attempt costs seconds), while the steps are made for the small
-/// e-graphs of per-token arithmetic.
-const WIDEN_BELOW_NODES: usize = 2000;
+/// Only an operator whose e-graphs stayed below this many nodes is attempted again, wider: the
+/// steps are made for the small e-graphs of per-token arithmetic and for an attention block's
+/// product whose ranks read their key through a chain of layouts (llama dp x tp x cp's query
+/// gradient, 9000 nodes), while a larger one is a product chain where the wider steps only add
+/// nodes (and a second attempt costs seconds).
+const WIDEN_BELOW_NODES: usize = 10_000;
+
+/// The wider attempt's node limit, in multiples of the first attempt's: it explores the
+/// sources of the ranks' layouts besides all the first attempt did (llama dp x tp x cp's query
+/// gradient reaches the ranks' products at 24 thousand nodes).
+const WIDE_NODE_FACTOR: usize = 2;
 
 /// Within one saturation iteration the lemmas stop adding terms at this many times the node
 /// limit ([`Shapes::node_cap`](crate::term::Shapes::node_cap)): the iteration that crosses
@@ -3031,49 +3043,155 @@ const RESHAPES: &[&str] = &[
     "aten._unsafe_view.default",
 ];
 
-/// The sources of related implementation views are related too: a relation names the view a
-/// rank took (`view(div_7, [4, 4, 4])`), the rank's next operators read the source (`div_7`),
-/// and exploration only moves forward from related tensors. Each source is brought in with its
-/// definition inverted, `x = view(view(x, s), shape(x))`, so its consumers can be explored.
+/// The sources of related implementation layouts are related too: a relation names the view
+/// a rank took (`view(div_7, [4, 4, 4])`) or the key it transposed for a product, the rank's
+/// next operators read the source (`div_7`), and exploration only moves forward from related
+/// tensors. Each source is brought in with its definition inverted (`x = view(view(x, s),
+/// shape(x))`, a transpose transposed back, a permute by the inverse permutation), so its
+/// consumers can be explored, and so on up a chain of such layouts (a ring's key block is
+/// viewed, transposed and viewed again before its product).
 fn unfold_view_sources(
     eg: &mut Graph,
     imp: &Impl,
     t_rel: &mut HashSet<ValueRef>,
     added: &mut HashSet<ValueRef>,
 ) {
-    let mut views: Vec<ValueRef> = t_rel
-        .iter()
-        .copied()
-        .filter(|&v| {
-            !added.contains(&v) && defining_op(imp, v).is_some_and(|s| RESHAPES.contains(&s))
-        })
-        .collect();
-    views.sort();
-    for v in views {
-        let Some(Lowered::Term(Tpl::Op(_, k))) = imp.lowered.get(&v) else {
-            continue;
-        };
-        let Some(Tpl::Value(x)) = k.first() else {
-            continue;
-        };
-        let x = imp.canon(*x);
-        let Some(meta) = imp.meta(x).filter(|m| m.dtype.is_float()) else {
-            continue;
-        };
-        if imp.cut.contains(&x) || t_rel.contains(&x) {
-            continue;
+    for _ in 0..MAX_LAYOUT_UNFOLD {
+        let mut layouts: Vec<ValueRef> = t_rel
+            .iter()
+            .copied()
+            .filter(|&v| {
+                !added.contains(&v) && defining_op(imp, v).is_some_and(is_invertible_layout)
+            })
+            .collect();
+        layouts.sort();
+        let mut grew = false;
+        for v in layouts {
+            let Some(Lowered::Term(Tpl::Op(op, k))) = imp.lowered.get(&v) else {
+                continue;
+            };
+            let Some(Tpl::Value(x)) = k.first() else {
+                continue;
+            };
+            let x = imp.canon(*x);
+            let Some(meta) = imp.meta(x).filter(|m| m.dtype.is_float()) else {
+                continue;
+            };
+            if imp.cut.contains(&x) || t_rel.contains(&x) {
+                continue;
+            }
+            let leaf = imp.leaf(eg, v);
+            let back = if RESHAPES.contains(&op.as_str()) {
+                let list = crate::lemmas::list(eg, &meta.shape);
+                eg.add(Term::Op(Symbol::from(op.as_str()), vec![leaf, list]))
+            } else if op.as_str() == "aten.transpose.int" {
+                let (Some(Tpl::Num(a)), Some(Tpl::Num(b))) = (k.get(1), k.get(2)) else {
+                    continue;
+                };
+                let (a, b) = (eg.add(Term::Num(*a)), eg.add(Term::Num(*b)));
+                eg.add(Term::Op(Symbol::from(op.as_str()), vec![leaf, a, b]))
+            } else {
+                let Some(p) = permutation(k.get(1)) else {
+                    continue;
+                };
+                let mut inverse = vec![0usize; p.len()];
+                for (i, &d) in p.iter().enumerate() {
+                    inverse[d] = i;
+                }
+                let list = crate::lemmas::list(eg, &inverse);
+                eg.add(Term::Op(Symbol::from(op.as_str()), vec![leaf, list]))
+            };
+            added.insert(v);
+            define(eg, imp, v, added);
+            let src = imp.leaf(eg, x);
+            eg.union(src, back);
+            t_rel.insert(x);
+            grew = true;
         }
-        added.insert(v);
-        define(eg, imp, v, added);
-        let (leaf, src) = (imp.leaf(eg, v), imp.leaf(eg, x));
-        let list = crate::lemmas::list(eg, &meta.shape);
-        let back = eg.add(Term::Op(
-            Symbol::from("aten.view.default"),
-            vec![leaf, list],
-        ));
-        eg.union(src, back);
-        t_rel.insert(x);
+        if !grew {
+            break;
+        }
     }
+}
+
+/// The layout chains above related tensors, defined up to [`MAX_LAYOUT_UNFOLD`] operators deep
+/// (without relating the sources a slice or broadcast does not determine): two ranks' chains
+/// of views of one received tensor (a ring's key block, taken once for the forward and once
+/// more for the backward) then meet by congruence, and the tensors at their ends are equal.
+fn define_layout_chains(
+    eg: &mut Graph,
+    imp: &Impl,
+    t_rel: &HashSet<ValueRef>,
+    added: &mut HashSet<ValueRef>,
+) {
+    let mut frontier: Vec<ValueRef> = t_rel.iter().copied().collect();
+    frontier.sort();
+    let mut defined: HashSet<ValueRef> = HashSet::new();
+    for _ in 0..MAX_LAYOUT_UNFOLD {
+        let mut next = Vec::new();
+        for v in frontier {
+            if !defined.insert(v) || imp.cut.contains(&v) {
+                continue;
+            }
+            let Some(Lowered::Term(Tpl::Op(op, k))) = imp.lowered.get(&v) else {
+                continue;
+            };
+            if !(is_invertible_layout(op.as_str()) || CHAIN_LAYOUTS.contains(&op.as_str())) {
+                continue;
+            }
+            let sources: Vec<ValueRef> = k
+                .iter()
+                .filter_map(|t| match t {
+                    Tpl::Value(x) => Some(imp.canon(*x)),
+                    _ => None,
+                })
+                .collect();
+            let [x] = sources[..] else {
+                continue;
+            };
+            if imp.meta(x).is_none_or(|m| !m.dtype.is_float()) {
+                continue;
+            }
+            added.insert(v);
+            define(eg, imp, v, added);
+            next.push(x);
+        }
+        next.sort();
+        next.dedup();
+        frontier = next;
+    }
+}
+
+/// Layouts [`define_layout_chains`] follows besides the invertible ones.
+const CHAIN_LAYOUTS: &[&str] = &["aten.expand.default", SLICE];
+
+/// How many layouts deep [`unfold_view_sources`] follows a related tensor's sources.
+const MAX_LAYOUT_UNFOLD: usize = 8;
+
+/// Layout operators whose input is their output with the operator inverted.
+fn is_invertible_layout(op: &str) -> bool {
+    RESHAPES.contains(&op) || op == "aten.transpose.int" || op == "aten.permute.default"
+}
+
+/// A permutation written as a list of dims.
+fn permutation(t: Option<&Tpl>) -> Option<Vec<usize>> {
+    let Some(Tpl::Op(_, items)) = t else {
+        return None;
+    };
+    let p: Vec<usize> = items
+        .iter()
+        .map(|i| match i {
+            Tpl::Num(d) => usize::try_from(*d).ok(),
+            _ => None,
+        })
+        .collect::<Option<_>>()?;
+    let mut seen = vec![false; p.len()];
+    for &d in &p {
+        if d >= p.len() || std::mem::replace(&mut seen[d], true) {
+            return None;
+        }
+    }
+    Some(p)
 }
 
 /// Integer and boolean implementation tensors (indices, masks) are unfolded into their
@@ -4638,6 +4756,129 @@ mod tests {
         )
         .unwrap();
         shardproof_case::load_case(&dir.join("case.yaml")).unwrap()
+    }
+
+    /// Every value of rank `r` whose lowered definition is one of `ops`.
+    fn values_defined_by(imp: &Impl, r: usize, ops: &[&str]) -> Vec<ValueRef> {
+        let g = &imp.case.program.ranks[r];
+        let mut out: Vec<ValueRef> = (0..g.nodes.len())
+            .flat_map(|n| {
+                (0..g.nodes[n].outputs.len()).map(move |k| ValueRef {
+                    rank: Some(r),
+                    value: ValueId::new(n, k),
+                })
+            })
+            .filter(|&v| imp.canon(v) == v && defining_op(imp, v).is_some_and(|s| ops.contains(&s)))
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// Runs every rank of `case` on random inputs (integers below 4): the values every leaf of
+    /// an e-graph over the ranks' tensors takes, keyed as [`crate::eval::eval`] reads them.
+    fn rank_values(case: &Case) -> HashMap<String, shardproof_ops::Tensor> {
+        use crate::eval::{random_tensor, seeded_values};
+        let metas: Vec<_> = case
+            .program
+            .ranks
+            .iter()
+            .map(|g| infer_graph(g, &case.ops).metas)
+            .collect();
+        let mut next = seeded_values(0.37);
+        let leaves: Vec<std::collections::BTreeMap<String, shardproof_ops::Tensor>> = case
+            .program
+            .ranks
+            .iter()
+            .zip(&metas)
+            .map(|(g, m)| {
+                g.nodes
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, n)| matches!(n.kind, NodeKind::Input))
+                    .map(|(i, n)| {
+                        let meta = m[i][0].clone().expect("an input's meta");
+                        let t = random_tensor(meta.dtype, meta.shape.clone(), 4, &mut next);
+                        (n.outputs[0].name.clone(), t)
+                    })
+                    .collect()
+            })
+            .collect();
+        let envs = shardproof_interp::run_program(&case.program, &leaves, &Default::default())
+            .expect("the ranks run");
+        let mut out = HashMap::new();
+        for (r, (g, env)) in case.program.ranks.iter().zip(&envs).enumerate() {
+            for (n, node) in g.nodes.iter().enumerate() {
+                for (k, o) in node.outputs.iter().enumerate() {
+                    if let Some(t) = env.get(ValueId::new(n, k)) {
+                        out.insert(format!("r{r}:{}", o.name), t.clone());
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// The wider attempt's layout steps on llama's cp=2 full iteration (one layer): from the
+    /// ranks' views, the sources behind their transposes are related back (a key block read
+    /// as `view(transpose(view(x)))`), and the chains of layouts over one received block (taken
+    /// once for the forward and once more for the backward) meet by congruence. Every class
+    /// the steps built holds on a run of the ranks.
+    #[test]
+    fn layout_sources_are_related_back_and_their_chains_meet() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = EmitOptions {
+            model: "llama".into(),
+            mlp: Default::default(),
+            llama: LlamaConfig {
+                layers: 1,
+                ..LlamaConfig::default()
+            },
+            mesh: Mesh::parse("cp=2").unwrap(),
+            bug: None,
+            forward_only: false,
+            vocab_parallel: false,
+        };
+        let pipeline = PipelineOptions::default();
+        let extras = EmitExtras::default();
+        emit_to_dir(&opts, &extras, &TrainOptions::PLAIN, &pipeline, dir.path()).unwrap();
+        let case = shardproof_case::load_case(&dir.path().join("case.yaml")).unwrap();
+        let (partners, _) = pair_collectives(&case.program);
+        let messages = pair_messages(&case.program);
+        let ctx = LowerCtx {
+            messages: &messages,
+            custom_ops: &case.ops,
+            same_mask: false,
+            program: &case.program,
+            partners: &partners,
+            constants: &case.constants,
+            ignore_index_unused: false,
+        };
+        let imp = build_impl(&case, &ctx);
+        let views = values_defined_by(&imp, 1, RESHAPES);
+        let transposes = values_defined_by(&imp, 1, &["aten.transpose.int"]);
+        let mut eg = new_graph(&imp);
+        let mut t_rel: HashSet<ValueRef> = views.iter().copied().collect();
+        let leaves: Vec<Id> = views.iter().map(|&v| imp.leaf(&mut eg, v)).collect();
+        let mut added = HashSet::new();
+        unfold_view_sources(&mut eg, &imp, &mut t_rel, &mut added);
+        define_layout_chains(&mut eg, &imp, &t_rel, &mut added);
+        eg.rebuild();
+
+        // A transpose's source, reached only by inverting the transpose, is related.
+        let behind_transpose = transposes.iter().any(|t| {
+            t_rel.contains(t)
+                && imp
+                    .term_inputs(*t)
+                    .iter()
+                    .any(|x| t_rel.contains(x) && !views.contains(x) && !transposes.contains(x))
+        });
+        assert!(behind_transpose, "no source behind a transpose was related");
+        // Two of the ranks' views, distinct nodes of its program, are one class now.
+        let classes: HashSet<Id> = leaves.iter().map(|&l| eg.find(l)).collect();
+        assert!(classes.len() < leaves.len(), "no two chains met");
+        // Every class holds on a run of the ranks.
+        let compared = crate::eval::classes_agree(&eg, &rank_values(&case)).unwrap();
+        assert!(compared > 0);
     }
 
     #[test]

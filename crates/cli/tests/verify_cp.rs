@@ -411,6 +411,30 @@ fn small_llama_tp_by_cp(extra: &[&str]) -> (tempfile::TempDir, std::path::PathBu
     )
 }
 
+/// The small llama on dp=2 x tp=2 x cp=2, full iteration, verifies. In the backward each rank
+/// reads the key block the ring sends once more through views and a transpose, where the
+/// relations name the forward's copy: the query gradient (`bmm_4 = bmm(dS, K)`) relates only
+/// once the wider attempt relates the sources behind the ranks' transposes and the two chains
+/// over one received block meet. Its trace line is then a quarter of the ranks' own sums
+/// (`add_N`: the block products of the ring's steps added up).
+#[test]
+fn llama_dp_by_tp_by_cp_full_iteration_verifies() {
+    let (dir, case) = small_llama(
+        "dp=2,tp=2,cp=2",
+        &["--heads", "4", "--kv-heads", "2", "--hidden", "16"],
+        &[],
+    );
+    let out = shardproof_in(
+        dir.path(),
+        &["verify", "--quiet", "--trace", case.to_str().unwrap()],
+    );
+    let text = format!("{}{}", out.stdout, out.stderr);
+    assert_eq!(out.code, Some(0), "{text}");
+    let line = trace_line(&text, "bmm_4");
+    assert!(line.contains("[clean]") || line.contains("* 1/4"), "{line}");
+    assert!(!line.contains("bmm("), "{line}");
+}
+
 /// A one-layer llama of the given heads and width on `mesh`, full iteration.
 fn small_llama(
     mesh: &str,

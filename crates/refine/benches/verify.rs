@@ -1,9 +1,9 @@
 //! Refinement benchmark: times `verify` on the ../shared samples and on zoo cases (MLP, Llama,
 //! GPT-2 and DeepSeek, forward-only and full iteration, degrees 2-8, 1-8 layers, pipelines, the
-//! three models' ring-attention full iterations under cp=2, dp=2 x cp=2 and tp=2 x cp=2,
-//! llama's under cp=2 with an irrational softmax scale) and prints one line per case. Run
-//! with `cargo bench -p shardproof-refine --bench verify` (release build); set
-//! `SHARDPROOF_SHARED` to the shared folder to include the samples (default `../shared`).
+//! three models' ring-attention full iterations under cp=2, dp=2 x cp=2, tp=2 x cp=2 and
+//! dp=2 x tp=2 x cp=2, llama's under cp=2 with an irrational softmax scale) and prints one
+//! line per case. Run with `cargo bench -p shardproof-refine --bench verify` (release build);
+//! set `SHARDPROOF_SHARED` to the shared folder to include the samples (default `../shared`).
 //!
 //! A word after `--` keeps only the cases whose label contains it
 //! (`cargo bench -p shardproof-refine --bench verify -- megatron`).
@@ -179,12 +179,15 @@ fn main() {
     }
     // dp x cp and tp x cp: the softmax backward inferred piece by piece along the batch, or
     // along the heads; cp x ep: the experts' gradients through layouts of the ranks' products;
-    // dp x tp x cp: along the batch, each batch row along its heads; dp x cp x ep: eight
+    // dp x tp x cp: along the batch, each batch row along its heads, and (llama, deepseek) the
+    // query gradient through the layout chains over the ring's key blocks; dp x cp x ep: eight
     // ranks' expressions under the size bound per rank.
     for (model, mesh) in [
         ("deepseek", "cp=2,ep=2"),
         ("deepseek", "dp=2,cp=2,ep=2"),
         ("gpt2", "dp=2,tp=2,cp=2"),
+        ("llama", "dp=2,tp=2,cp=2"),
+        ("deepseek", "dp=2,tp=2,cp=2"),
         ("llama", "dp=2,cp=2"),
         ("deepseek", "dp=2,cp=2"),
         ("gpt2", "dp=2,cp=2"),

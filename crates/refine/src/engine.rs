@@ -1889,8 +1889,10 @@ fn infer_one(
     unfold_indices(&mut eg, imp, &mut t_rel, &mut added);
     if widened {
         unfold_view_sources(&mut eg, imp, &mut t_rel, &mut added);
-        define_layout_chains(&mut eg, imp, &t_rel, &mut added);
     }
+    // In every attempt: the definitions only add true equalities, and deepseek dp x tp x cp's
+    // RoPE backward needs the received blocks' chains in its first.
+    define_layout_chains(&mut eg, imp, &t_rel, &mut added);
     let saturate = |eg: &mut Graph| {
         // Also before the runner: its hooks run only while the limits allow an iteration, and
         // an e-graph at the node limit still gets this round's zero blocks.
@@ -3114,52 +3116,67 @@ fn unfold_view_sources(
     }
 }
 
-/// The layout chains above related tensors, defined up to [`MAX_LAYOUT_UNFOLD`] operators deep
-/// (without relating the sources a slice or broadcast does not determine): two ranks' chains
-/// of views of one received tensor (a ring's key block, taken once for the forward and once
-/// more for the backward) then meet by congruence, and the tensors at their ends are equal.
+/// The layout chains above related tensors that lead to a tensor another rank sent, defined up
+/// to [`MAX_LAYOUT_UNFOLD`] operators deep (without relating the sources a slice or broadcast
+/// does not determine): a rank's two chains of views of one received tensor (a ring's key
+/// block, taken once for the forward and once more for the backward) then meet by congruence,
+/// and the tensors at their ends are equal. Chains within one rank are left out: they cost
+/// nodes in every e-graph and meet nothing the rank's own definitions do not.
 fn define_layout_chains(
     eg: &mut Graph,
     imp: &Impl,
     t_rel: &HashSet<ValueRef>,
     added: &mut HashSet<ValueRef>,
 ) {
-    let mut frontier: Vec<ValueRef> = t_rel.iter().copied().collect();
-    frontier.sort();
+    let mut starts: Vec<ValueRef> = t_rel.iter().copied().collect();
+    starts.sort();
     let mut defined: HashSet<ValueRef> = HashSet::new();
-    for _ in 0..MAX_LAYOUT_UNFOLD {
-        let mut next = Vec::new();
-        for v in frontier {
-            if !defined.insert(v) || imp.cut.contains(&v) {
-                continue;
-            }
-            let Some(Lowered::Term(Tpl::Op(op, k))) = imp.lowered.get(&v) else {
-                continue;
+    for v in starts {
+        let mut chain = Vec::new();
+        let mut at = v;
+        let mut received = false;
+        while chain.len() < MAX_LAYOUT_UNFOLD && !imp.cut.contains(&at) {
+            let Some(x) = layout_source(imp, at) else {
+                break;
             };
-            if !(is_invertible_layout(op.as_str()) || CHAIN_LAYOUTS.contains(&op.as_str())) {
-                continue;
+            chain.push(at);
+            if x.rank != at.rank {
+                received = true;
+                break;
             }
-            let sources: Vec<ValueRef> = k
-                .iter()
-                .filter_map(|t| match t {
-                    Tpl::Value(x) => Some(imp.canon(*x)),
-                    _ => None,
-                })
-                .collect();
-            let [x] = sources[..] else {
-                continue;
-            };
-            if imp.meta(x).is_none_or(|m| !m.dtype.is_float()) {
-                continue;
-            }
-            added.insert(v);
-            define(eg, imp, v, added);
-            next.push(x);
+            at = x;
         }
-        next.sort();
-        next.dedup();
-        frontier = next;
+        if received {
+            for c in chain {
+                if defined.insert(c) {
+                    added.insert(c);
+                    define(eg, imp, c, added);
+                }
+            }
+        }
     }
+}
+
+/// The one float tensor a layout operator (an invertible one or one of [`CHAIN_LAYOUTS`])
+/// defining `v` reads.
+fn layout_source(imp: &Impl, v: ValueRef) -> Option<ValueRef> {
+    let Some(Lowered::Term(Tpl::Op(op, k))) = imp.lowered.get(&v) else {
+        return None;
+    };
+    if !(is_invertible_layout(op.as_str()) || CHAIN_LAYOUTS.contains(&op.as_str())) {
+        return None;
+    }
+    let sources: Vec<ValueRef> = k
+        .iter()
+        .filter_map(|t| match t {
+            Tpl::Value(x) => Some(imp.canon(*x)),
+            _ => None,
+        })
+        .collect();
+    let [x] = sources[..] else {
+        return None;
+    };
+    imp.meta(x).filter(|m| m.dtype.is_float()).map(|_| x)
 }
 
 /// Layouts [`define_layout_chains`] follows besides the invertible ones.

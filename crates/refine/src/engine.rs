@@ -4751,6 +4751,11 @@ mod tests {
 
     /// A one-layer llama on tp=2, forward only: its ranks scale the attention scores.
     fn tiny_llama(dir: &std::path::Path) -> Case {
+        one_layer_llama(dir, "tp=2", true)
+    }
+
+    /// A one-layer llama on `mesh`, emitted into `dir` and loaded.
+    fn one_layer_llama(dir: &std::path::Path, mesh: &str, forward_only: bool) -> Case {
         let opts = EmitOptions {
             model: "llama".into(),
             mlp: Default::default(),
@@ -4758,9 +4763,9 @@ mod tests {
                 layers: 1,
                 ..LlamaConfig::default()
             },
-            mesh: Mesh::parse("tp=2").unwrap(),
+            mesh: Mesh::parse(mesh).unwrap(),
             bug: None,
-            forward_only: true,
+            forward_only,
             vocab_parallel: false,
         };
         let pipeline = PipelineOptions::default();
@@ -4773,6 +4778,22 @@ mod tests {
         )
         .unwrap();
         shardproof_case::load_case(&dir.join("case.yaml")).unwrap()
+    }
+
+    /// The engine's view of `case`'s ranks, as `verify` builds it.
+    fn impl_of(case: &Case) -> Impl<'_> {
+        let (partners, _) = pair_collectives(&case.program);
+        let messages = pair_messages(&case.program);
+        let ctx = LowerCtx {
+            messages: &messages,
+            custom_ops: &case.ops,
+            same_mask: false,
+            program: &case.program,
+            partners: &partners,
+            constants: &case.constants,
+            ignore_index_unused: false,
+        };
+        build_impl(case, &ctx)
     }
 
     /// Every value of rank `r` whose lowered definition is one of `ops`.
@@ -4791,29 +4812,30 @@ mod tests {
         out
     }
 
-    /// Runs every rank of `case` on random inputs (integers below 4): the values every leaf of
-    /// an e-graph over the ranks' tensors takes, keyed as [`crate::eval::eval`] reads them.
-    fn rank_values(case: &Case) -> HashMap<String, shardproof_ops::Tensor> {
+    /// Runs every rank of `imp`'s case on random inputs (integers below 4): the values every
+    /// leaf of an e-graph over the ranks' tensors takes, keyed as [`crate::eval::eval`] reads
+    /// them.
+    fn rank_values(imp: &Impl) -> HashMap<String, shardproof_ops::Tensor> {
         use crate::eval::{random_tensor, seeded_values};
-        let metas: Vec<_> = case
-            .program
-            .ranks
-            .iter()
-            .map(|g| infer_graph(g, &case.ops).metas)
-            .collect();
+        let case = imp.case;
         let mut next = seeded_values(0.37);
         let leaves: Vec<std::collections::BTreeMap<String, shardproof_ops::Tensor>> = case
             .program
             .ranks
             .iter()
-            .zip(&metas)
-            .map(|(g, m)| {
+            .enumerate()
+            .map(|(r, g)| {
                 g.nodes
                     .iter()
                     .enumerate()
                     .filter(|(_, n)| matches!(n.kind, NodeKind::Input))
                     .map(|(i, n)| {
-                        let meta = m[i][0].clone().expect("an input's meta");
+                        let meta = imp
+                            .meta(ValueRef {
+                                rank: Some(r),
+                                value: ValueId::new(i, 0),
+                            })
+                            .expect("an input's meta");
                         let t = random_tensor(meta.dtype, meta.shape.clone(), 4, &mut next);
                         (n.outputs[0].name.clone(), t)
                     })
@@ -4843,34 +4865,8 @@ mod tests {
     #[test]
     fn layout_sources_are_related_back_and_their_chains_meet() {
         let dir = tempfile::tempdir().unwrap();
-        let opts = EmitOptions {
-            model: "llama".into(),
-            mlp: Default::default(),
-            llama: LlamaConfig {
-                layers: 1,
-                ..LlamaConfig::default()
-            },
-            mesh: Mesh::parse("cp=2").unwrap(),
-            bug: None,
-            forward_only: false,
-            vocab_parallel: false,
-        };
-        let pipeline = PipelineOptions::default();
-        let extras = EmitExtras::default();
-        emit_to_dir(&opts, &extras, &TrainOptions::PLAIN, &pipeline, dir.path()).unwrap();
-        let case = shardproof_case::load_case(&dir.path().join("case.yaml")).unwrap();
-        let (partners, _) = pair_collectives(&case.program);
-        let messages = pair_messages(&case.program);
-        let ctx = LowerCtx {
-            messages: &messages,
-            custom_ops: &case.ops,
-            same_mask: false,
-            program: &case.program,
-            partners: &partners,
-            constants: &case.constants,
-            ignore_index_unused: false,
-        };
-        let imp = build_impl(&case, &ctx);
+        let case = one_layer_llama(dir.path(), "cp=2", false);
+        let imp = impl_of(&case);
         let views = values_defined_by(&imp, 1, RESHAPES);
         let transposes = values_defined_by(&imp, 1, &["aten.transpose.int"]);
         let mut eg = new_graph(&imp);
@@ -4894,7 +4890,7 @@ mod tests {
         let classes: HashSet<Id> = leaves.iter().map(|&l| eg.find(l)).collect();
         assert!(classes.len() < leaves.len(), "no two chains met");
         // Every class holds on a run of the ranks.
-        let compared = crate::eval::classes_agree(&eg, &rank_values(&case)).unwrap();
+        let compared = crate::eval::classes_agree(&eg, &rank_values(&imp)).unwrap();
         assert!(compared > 0);
     }
 
@@ -4902,18 +4898,7 @@ mod tests {
     fn a_multiple_of_a_clean_expression_is_the_expression_over_the_scaled_tensors() {
         let dir = tempfile::tempdir().unwrap();
         let case = tiny_llama(dir.path());
-        let (partners, _) = pair_collectives(&case.program);
-        let messages = pair_messages(&case.program);
-        let ctx = LowerCtx {
-            messages: &messages,
-            custom_ops: &case.ops,
-            same_mask: false,
-            program: &case.program,
-            partners: &partners,
-            constants: &case.constants,
-            ignore_index_unused: false,
-        };
-        let imp = build_impl(&case, &ctx);
+        let imp = impl_of(&case);
         // A rank tensor the implementation defines as a multiple of another: u = (p/q) y.
         let mut scaled: Vec<(ValueRef, i64, i64, ValueRef)> = imp
             .lowered

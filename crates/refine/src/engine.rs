@@ -5,7 +5,7 @@
 
 use crate::kinds::{self, Abs, Kind, ZeroBlocks};
 use crate::lemmas::pieces::{Cut, Split};
-use crate::lemmas::{library_for, same_ratio, Graph, PIECEWISE, SCALE, WIDENED};
+use crate::lemmas::{library_for, product_reduced, same_ratio, Graph, PIECEWISE, SCALE, WIDENED};
 use crate::lower::{lower, pair_collectives, pair_messages, LowerCtx, Lowered, Tpl, ValueRef};
 use crate::term::{
     is_leaf, is_op, leaf_symbol, Data, Shapes, Term, CAT, GET, LIST, MAX, MIN, SLICE, SUM,
@@ -1793,6 +1793,57 @@ fn join_pieces(imp: &Impl, parts: Vec<Rel>, how: &Split, out: &[usize]) -> Optio
 }
 
 /// Copies the subterm of `src` rooted at node `top` into `dst`; returns its id there.
+/// `e` with every scale of a scale by literal factors folded into one (`(x * 2) * 1/8` is
+/// `x * 1/4`, and `(x * 2) * 1/2` is `x`): a runner stopped at its node limit can leave the
+/// class it extracts from without the folded term, and a multiple of a clean expression is
+/// read only at the top.
+fn fold_nested_scales(e: &RecExpr<Term>) -> RecExpr<Term> {
+    let nodes = e.as_ref();
+    let mut out: RecExpr<Term> = RecExpr::default();
+    let mut map: Vec<Id> = Vec::with_capacity(nodes.len());
+    // The literal factor and operand of each scale added to `out`.
+    let mut scales: HashMap<Id, (i64, i64, Id)> = HashMap::new();
+    let num = |out: &RecExpr<Term>, id: Id| match out[id] {
+        Term::Num(x) => Some(x),
+        _ => None,
+    };
+    for node in nodes {
+        let mapped = node.clone().map_children(|c| map[usize::from(c)]);
+        let factor = match &mapped {
+            Term::Op(s, k) if is_op!(s, SCALE) && k.len() == 3 => {
+                num(&out, k[0]).zip(num(&out, k[1])).map(|f| (f, k[2]))
+            }
+            _ => None,
+        };
+        let id = match factor {
+            Some((f, x)) => {
+                let (f, x) = match scales.get(&x) {
+                    Some(&(p, q, inner)) => match product_reduced(f, (p, q)) {
+                        Some(g) => (g, inner),
+                        None => (f, x),
+                    },
+                    None => (f, x),
+                };
+                if f == (1, 1) {
+                    x
+                } else {
+                    let (p, q) = (out.add(Term::Num(f.0)), out.add(Term::Num(f.1)));
+                    let id = out.add(Term::Op(Symbol::from(SCALE), vec![p, q, x]));
+                    scales.insert(id, (f.0, f.1, x));
+                    id
+                }
+            }
+            None => out.add(mapped),
+        };
+        map.push(id);
+    }
+    let mut folded = RecExpr::default();
+    if let Some(&root) = map.last() {
+        append(&mut folded, &out, usize::from(root));
+    }
+    folded
+}
+
 fn append(dst: &mut RecExpr<Term>, src: &RecExpr<Term>, top: usize) -> Id {
     let node = src.as_ref()[top].clone();
     let node = node.map_children(|c| append(dst, src, usize::from(c)));
@@ -2090,6 +2141,7 @@ fn infer_one(
     }
     match extract(&eg, root, false).into_iter().next() {
         Some(e) if e.as_ref().len() <= max_unclean_nodes(imp) => {
+            let e = fold_nested_scales(&e);
             let equal_leaves = leaf_groups(&eg, std::slice::from_ref(&e));
             let equal_slices = slice_groups(&eg, std::slice::from_ref(&e));
             State::Related(Rel {
@@ -4794,6 +4846,33 @@ mod tests {
             ignore_index_unused: false,
         };
         build_impl(case, &ctx)
+    }
+
+    /// Scales of scales fold into one, inside an expression too, and a unit factor drops; the
+    /// folded expression evaluates as the original did.
+    #[test]
+    fn nested_scales_fold_into_one() {
+        use crate::eval::{eval, random_tensor, seeded_values, tensors_agree};
+        let expr = |s: &str| -> RecExpr<Term> { s.parse().unwrap() };
+        let mut leaves = HashMap::new();
+        let mut next = seeded_values(0.29);
+        for name in ["r0:x", "r1:x"] {
+            let t = random_tensor(shardproof_ir::DType::F64, vec![2, 3], 4, &mut next);
+            leaves.insert(name.to_string(), t);
+        }
+        for (nested, folded) in [
+            ("(scale 1 8 (scale 2 1 %r0:x))", "(scale 1 4 %r0:x)"),
+            ("(scale 1 2 (scale 2 1 %r0:x))", "%r0:x"),
+            (
+                "(cat 0 (scale 3 1 (scale 1 6 %r0:x)) (scale 5 1 %r1:x))",
+                "(cat 0 (scale 1 2 %r0:x) (scale 5 1 %r1:x))",
+            ),
+        ] {
+            let got = fold_nested_scales(&expr(nested));
+            assert_eq!(got, expr(folded), "{nested}");
+            let (a, b) = (eval(&expr(nested), &leaves), eval(&got, &leaves));
+            assert!(tensors_agree(&a.unwrap(), &b.unwrap()), "{nested}");
+        }
     }
 
     /// Every value of rank `r` whose lowered definition is one of `ops`.

@@ -179,7 +179,7 @@ fn main() {
     }
     // dp x cp and tp x cp: the softmax backward inferred piece by piece along the batch, or
     // along the heads; cp x ep: the experts' gradients through layouts of the ranks' products;
-    // dp x tp x cp: along the batch, each batch row along its heads, and (llama, deepseek) the
+    // dp x tp x cp: along the batch, each batch row along its heads, and (llama) the
     // query gradient through the layout chains over the ring's key blocks; dp x cp x ep: eight
     // ranks' expressions under the size bound per rank.
     for (model, mesh) in [
@@ -187,7 +187,6 @@ fn main() {
         ("deepseek", "dp=2,cp=2,ep=2"),
         ("gpt2", "dp=2,tp=2,cp=2"),
         ("llama", "dp=2,tp=2,cp=2"),
-        ("deepseek", "dp=2,tp=2,cp=2"),
         ("llama", "dp=2,cp=2"),
         ("deepseek", "dp=2,cp=2"),
         ("gpt2", "dp=2,cp=2"),

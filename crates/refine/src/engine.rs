@@ -1940,10 +1940,8 @@ fn infer_one(
     unfold_indices(&mut eg, imp, &mut t_rel, &mut added);
     if widened {
         unfold_view_sources(&mut eg, imp, &mut t_rel, &mut added);
+        define_layout_chains(&mut eg, imp, &t_rel, &mut added);
     }
-    // In every attempt: the definitions only add true equalities, and deepseek dp x tp x cp's
-    // RoPE backward needs the received blocks' chains in its first.
-    define_layout_chains(&mut eg, imp, &t_rel, &mut added);
     let saturate = |eg: &mut Graph| {
         // Also before the runner: its hooks run only while the limits allow an iteration, and
         // an e-graph at the node limit still gets this round's zero blocks.
@@ -3168,44 +3166,35 @@ fn unfold_view_sources(
     }
 }
 
-/// The layout chains above related tensors that lead to a tensor another rank sent, defined up
-/// to [`MAX_LAYOUT_UNFOLD`] operators deep (without relating the sources a slice or broadcast
-/// does not determine): a rank's two chains of views of one received tensor (a ring's key
-/// block, taken once for the forward and once more for the backward) then meet by congruence,
-/// and the tensors at their ends are equal. Chains within one rank are left out: they cost
-/// nodes in every e-graph and meet nothing the rank's own definitions do not.
+/// The layout chains above related tensors, defined up to [`MAX_LAYOUT_UNFOLD`] operators deep
+/// (without relating the sources a slice or broadcast does not determine): a rank's two chains
+/// of views of one received tensor (a ring's key block, taken once for the forward and once
+/// more for the backward) then meet by congruence, and the tensors at their ends are equal.
 fn define_layout_chains(
     eg: &mut Graph,
     imp: &Impl,
     t_rel: &HashSet<ValueRef>,
     added: &mut HashSet<ValueRef>,
 ) {
-    let mut starts: Vec<ValueRef> = t_rel.iter().copied().collect();
-    starts.sort();
+    let mut frontier: Vec<ValueRef> = t_rel.iter().copied().collect();
+    frontier.sort();
     let mut defined: HashSet<ValueRef> = HashSet::new();
-    for v in starts {
-        let mut chain = Vec::new();
-        let mut at = v;
-        let mut received = false;
-        while chain.len() < MAX_LAYOUT_UNFOLD && !imp.cut.contains(&at) {
-            let Some(x) = layout_source(imp, at) else {
-                break;
+    for _ in 0..MAX_LAYOUT_UNFOLD {
+        let mut next = Vec::new();
+        for v in frontier {
+            if !defined.insert(v) || imp.cut.contains(&v) {
+                continue;
+            }
+            let Some(x) = layout_source(imp, v) else {
+                continue;
             };
-            chain.push(at);
-            if x.rank != at.rank {
-                received = true;
-                break;
-            }
-            at = x;
+            added.insert(v);
+            define(eg, imp, v, added);
+            next.push(x);
         }
-        if received {
-            for c in chain {
-                if defined.insert(c) {
-                    added.insert(c);
-                    define(eg, imp, c, added);
-                }
-            }
-        }
+        next.sort();
+        next.dedup();
+        frontier = next;
     }
 }
 

@@ -1792,7 +1792,6 @@ fn join_pieces(imp: &Impl, parts: Vec<Rel>, how: &Split, out: &[usize]) -> Optio
     Some(State::Related(rel))
 }
 
-/// Copies the subterm of `src` rooted at node `top` into `dst`; returns its id there.
 /// `e` with every scale of a scale by literal factors folded into one (`(x * 2) * 1/8` is
 /// `x * 1/4`, and `(x * 2) * 1/2` is `x`): a runner stopped at its node limit can leave the
 /// class it extracts from without the folded term, and a multiple of a clean expression is
@@ -1844,6 +1843,7 @@ fn fold_nested_scales(e: &RecExpr<Term>) -> RecExpr<Term> {
     folded
 }
 
+/// Copies the subterm of `src` rooted at node `top` into `dst`; returns its id there.
 fn append(dst: &mut RecExpr<Term>, src: &RecExpr<Term>, top: usize) -> Id {
     let node = src.as_ref()[top].clone();
     let node = node.map_children(|c| append(dst, src, usize::from(c)));
@@ -3122,11 +3122,8 @@ fn unfold_view_sources(
             let Some(Lowered::Term(Tpl::Op(op, k))) = imp.lowered.get(&v) else {
                 continue;
             };
-            let Some(Tpl::Value(x)) = k.first() else {
-                continue;
-            };
-            let x = imp.canon(*x);
-            let Some(meta) = imp.meta(x).filter(|m| m.dtype.is_float()) else {
+            let Some((x, meta)) = layout_source(imp, v).and_then(|x| Some((x, imp.meta(x)?)))
+            else {
                 continue;
             };
             if imp.cut.contains(&x) || t_rel.contains(&x) {
@@ -3223,7 +3220,8 @@ fn layout_source(imp: &Impl, v: ValueRef) -> Option<ValueRef> {
 /// Layouts [`define_layout_chains`] follows besides the invertible ones.
 const CHAIN_LAYOUTS: &[&str] = &["aten.expand.default", SLICE];
 
-/// How many layouts deep [`unfold_view_sources`] follows a related tensor's sources.
+/// How many layouts deep [`unfold_view_sources`] and [`define_layout_chains`] follow a related
+/// tensor's sources.
 const MAX_LAYOUT_UNFOLD: usize = 8;
 
 /// Layout operators whose input is their output with the operator inverted.

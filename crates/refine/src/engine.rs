@@ -1717,13 +1717,7 @@ fn join_pieces(imp: &Impl, parts: Vec<Rel>, how: &Split, out: &[usize]) -> Optio
         if r.clean {
             return Some(((1, 1), last));
         }
-        match &e.as_ref()[last] {
-            Term::Op(s, k) if is_op!(s, SCALE) && k.len() == 3 => match (&e[k[0]], &e[k[1]]) {
-                (Term::Num(p), Term::Num(q)) => Some(((*p, *q), usize::from(k[2]))),
-                _ => None,
-            },
-            _ => None,
-        }
+        literal_scale(e, &e.as_ref()[last]).map(|(f, x)| (f, usize::from(x)))
     };
     let splits: Vec<_> = parts.iter().map(split).collect::<Option<_>>()?;
     // Each piece's clean expression and factor, at the first factor every piece reaches.
@@ -1800,25 +1794,14 @@ fn fold_nested_scales(e: &RecExpr<Term>) -> RecExpr<Term> {
     let nodes = e.as_ref();
     let mut out: RecExpr<Term> = RecExpr::default();
     let mut map: Vec<Id> = Vec::with_capacity(nodes.len());
-    // The literal factor and operand of each scale added to `out`.
-    let mut scales: HashMap<Id, (i64, i64, Id)> = HashMap::new();
-    let num = |out: &RecExpr<Term>, id: Id| match out[id] {
-        Term::Num(x) => Some(x),
-        _ => None,
-    };
     for node in nodes {
         let mapped = node.clone().map_children(|c| map[usize::from(c)]);
-        let factor = match &mapped {
-            Term::Op(s, k) if is_op!(s, SCALE) && k.len() == 3 => {
-                num(&out, k[0]).zip(num(&out, k[1])).map(|f| (f, k[2]))
-            }
-            _ => None,
-        };
-        let id = match factor {
+        let id = match literal_scale(&out, &mapped) {
             Some((f, x)) => {
-                let (f, x) = match scales.get(&x) {
-                    Some(&(p, q, inner)) => match product_reduced(f, (p, q)) {
-                        Some(g) => (g, inner),
+                // The operand is already folded: at most one literal scale to merge with.
+                let (f, x) = match literal_scale(&out, &out[x]) {
+                    Some((g, inner)) => match product_reduced(f, g) {
+                        Some(fg) => (fg, inner),
                         None => (f, x),
                     },
                     None => (f, x),
@@ -1827,9 +1810,7 @@ fn fold_nested_scales(e: &RecExpr<Term>) -> RecExpr<Term> {
                     x
                 } else {
                     let (p, q) = (out.add(Term::Num(f.0)), out.add(Term::Num(f.1)));
-                    let id = out.add(Term::Op(Symbol::from(SCALE), vec![p, q, x]));
-                    scales.insert(id, (f.0, f.1, x));
-                    id
+                    out.add(Term::Op(Symbol::from(SCALE), vec![p, q, x]))
                 }
             }
             None => out.add(mapped),
@@ -1841,6 +1822,20 @@ fn fold_nested_scales(e: &RecExpr<Term>) -> RecExpr<Term> {
         append(&mut folded, &out, usize::from(root));
     }
     folded
+}
+
+/// The factor `(p, q)` and operand of `n`, a node of `e`, when it is a scale by literal numbers.
+fn literal_scale(e: &RecExpr<Term>, n: &Term) -> Option<((i64, i64), Id)> {
+    let Term::Op(s, k) = n else {
+        return None;
+    };
+    if !is_op!(s, SCALE) || k.len() != 3 {
+        return None;
+    }
+    match (&e[k[0]], &e[k[1]]) {
+        (Term::Num(p), Term::Num(q)) => Some(((*p, *q), k[2])),
+        _ => None,
+    }
 }
 
 /// Copies the subterm of `src` rooted at node `top` into `dst`; returns its id there.

@@ -146,6 +146,35 @@ fn deepseek_cp_by_ep_forward_verifies() {
     assert!(out.contains("certificate:"), "{out}");
 }
 
+/// deepseek on dp=2 x cp=2 x tp=2 x ep=2 (16 ranks, forward, one layer) verifies. The router
+/// statistics sum a rank's tokens over the sequence and all-reduce them over cp, which sums
+/// ranks of one tp group; the sum relates to that all-reduce only if every chunk of its
+/// operand names a rank of the same tp group, and through the tensor the rank computed, not
+/// through its copy all-gathered over ep. The extraction names, among equal expressions, the
+/// earliest-computed tensor and then the lowest rank; before, the choice followed the order
+/// terms entered the e-graph and relations stopped at `sum_2`.
+#[test]
+fn deepseek_dp_by_cp_by_tp_by_ep_forward_verifies() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = emit(
+        "deepseek",
+        dir.path(),
+        "dp=2,cp=2,tp=2,ep=2",
+        &["--forward-only", "--layers", "1"],
+    );
+    let out = shardproof_in(
+        dir.path(),
+        &["verify", "--quiet", "--trace", case.to_str().unwrap()],
+    );
+    let text = format!("{}{}", out.stdout, out.stderr);
+    assert_eq!(out.code, Some(0), "{text}");
+    let stats = trace_line(&text, "sum_2");
+    assert!(
+        stats.contains("[clean]") && stats.contains(".all_reduce_1"),
+        "{stats}"
+    );
+}
+
 /// The ring's bugs stay unverified when tp splits the heads as well, so that the spec's
 /// attention is a 4-D `matmul` over `[b, heads, seq, d]`: the rank-generic forms of the
 /// attention lemmas are no looser than the 3-D ones.

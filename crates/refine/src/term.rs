@@ -214,12 +214,27 @@ impl Data {
 pub struct Shapes {
     /// Metas of the implementation leaves, by symbol.
     pub leaves: HashMap<Symbol, Meta>,
+    /// Where each implementation leaf is computed: its node's position in its rank's program,
+    /// and its rank. Extraction breaks ties between equally small expressions by these (see
+    /// [`Shapes::preference`]).
+    pub positions: HashMap<Symbol, (usize, usize)>,
     /// The blocks of implementation tensors the ranks' programs make zero.
     pub zeros: std::sync::Arc<crate::kinds::ZeroBlocks>,
     /// The size at which lemmas stop adding terms (0: no bound). egg checks its node limit
     /// only between iterations, and one iteration can outgrow it a thousandfold (a view pushed
     /// through every multiple of every class: 16 thousand nodes to 23 million).
     pub node_cap: usize,
+}
+
+impl Shapes {
+    /// How little extraction prefers a leaf among equals (lower is preferred): the tensor
+    /// computed earliest in its rank's program, then the lowest rank, so that replicas and
+    /// copies are named the same way in every relation. Unknown leaves come first.
+    pub fn preference(&self, leaf: Symbol) -> u64 {
+        self.positions
+            .get(&leaf)
+            .map_or(0, |&(node, rank)| ((node as u64) << 16) + rank as u64)
+    }
 }
 
 impl Analysis<Term> for Shapes {

@@ -1,7 +1,8 @@
 //! Refinement benchmark: times `verify` on the ../shared samples and on zoo cases (MLP, Llama,
 //! GPT-2 and DeepSeek, forward-only and full iteration, degrees 2-8, 1-8 layers, pipelines, the
 //! three models' ring-attention full iterations under cp=2, dp=2 x cp=2, tp=2 x cp=2 and
-//! dp=2 x tp=2 x cp=2, llama's under cp=2 with an irrational softmax scale) and prints one
+//! dp=2 x tp=2 x cp=2, llama's under cp=2 with an irrational softmax scale, deepseek's forward
+//! on 16 ranks, dp=2 x cp=2 x tp=2 x ep=2) and prints one
 //! line per case. Run with `cargo bench -p shardproof-refine --bench verify` (release build);
 //! set `SHARDPROOF_SHARED` to the shared folder to include the samples (default `../shared`).
 //!
@@ -199,6 +200,12 @@ fn main() {
             options(model, mesh, 2, false),
         ));
     }
+    // 16 ranks, forward: the chunks of one relation named on ranks of one tp group (the
+    // extraction's tie-break) and the loss's 0-d chain retried with twice the node limit.
+    slow.push(plain(
+        "zoo deepseek dp=2,cp=2,tp=2,ep=2 fw (1 run)".into(),
+        options("deepseek", "dp=2,cp=2,tp=2,ep=2", 2, true),
+    ));
     // A softmax scale that is no integer's inverse: head dim 8, 1/sqrt(8).
     let mut head_dim_8 = options("llama", "cp=2", 1, false);
     head_dim_8.llama = LlamaConfig {

@@ -243,13 +243,19 @@ impl Impl<'_> {
     fn leaf(&self, eg: &mut Graph, v: ValueRef) -> Id {
         let v = self.canon(v);
         let sym = Symbol::from(leaf_symbol(v.rank.unwrap_or(0), &self.name(v)));
+        self.describe_leaf(eg, sym, v);
+        eg.add(Term::Op(sym, Vec::new()))
+    }
+
+    /// Tells the e-graph's analysis about leaf `sym`, the rank tensor `v`: its meta, and
+    /// where it is computed (the extraction's preference).
+    fn describe_leaf(&self, eg: &mut Graph, sym: Symbol, v: ValueRef) {
         if let Some(m) = self.meta(v) {
             eg.analysis.leaves.insert(sym, m);
         }
         eg.analysis
             .positions
             .insert(sym, (v.value.node, v.rank.unwrap_or(0)));
-        eg.add(Term::Op(sym, Vec::new()))
     }
 
     /// Inputs (canonical) of an impl node's term.
@@ -2072,10 +2078,11 @@ fn infer_one(
     }
     let root = eg.find(root);
     // The record is the latest attempt's: a retry that meets the expectation clears it.
-    let met = expect_ids.iter().all(|&e| eg.find(e) == root);
-    if !expect_ids.is_empty() && met {
-        mismatches.remove(&v);
-    } else if !met {
+    if expect_ids.iter().all(|&e| eg.find(e) == root) {
+        if !expect_ids.is_empty() {
+            mismatches.remove(&v);
+        }
+    } else {
         let found = extract(&eg, root, true)
             .first()
             .map(|e| render(e, e.as_ref().len() - 1));
@@ -2904,13 +2911,11 @@ fn add_rec(eg: &mut Graph, imp: &Impl, e: &RecExpr<Term>) -> Id {
             if kids.is_empty() {
                 if let Some((r, name)) = crate::term::parse_leaf(s.as_str()) {
                     if let Some(v) = imp.case.program.ranks.get(r).and_then(|g| g.find(name)) {
-                        if let Some(m) = imp.meta(ValueRef {
+                        let v = ValueRef {
                             rank: Some(r),
                             value: v,
-                        }) {
-                            eg.analysis.leaves.insert(Symbol::from(s.as_str()), m);
-                        }
-                        eg.analysis.positions.insert(*s, (v.node, r));
+                        };
+                        imp.describe_leaf(eg, *s, v);
                     }
                 }
             }
@@ -3353,19 +3358,15 @@ impl Cost {
         Cost { nodes, tie: 0 }
     }
 
-    fn plus(self, nodes: f64, tie: u64) -> Cost {
+    fn plus(self, other: Cost) -> Cost {
         Cost {
-            nodes: self.nodes + nodes,
-            tie: self.tie.saturating_add(tie),
+            nodes: self.nodes + other.nodes,
+            tie: self.tie.saturating_add(other.tie),
         }
     }
 
     fn is_finite(self) -> bool {
         self.nodes.is_finite()
-    }
-
-    fn less(self, other: Cost) -> bool {
-        self.nodes < other.nodes || (self.nodes == other.nodes && self.tie < other.tie)
     }
 
     fn cmp(self, other: Cost) -> std::cmp::Ordering {
@@ -3375,7 +3376,7 @@ impl Cost {
     }
 
     fn min(self, other: Cost) -> Cost {
-        if other.less(self) {
+        if other.cmp(self).is_lt() {
             other
         } else {
             self
@@ -3402,26 +3403,25 @@ fn extract(eg: &Graph, root: Id, clean_only: bool) -> Vec<RecExpr<Term>> {
                     return [c, c, INF];
                 }
                 let sum = |which: usize| -> Cost {
-                    kids.iter().fold(Cost::new(0.0), |acc, k| {
-                        let c = cost[&eg.find(*k)][which];
-                        acc.plus(c.nodes, c.tie)
-                    })
+                    kids.iter()
+                        .fold(Cost::new(0.0), |acc, k| acc.plus(cost[&eg.find(*k)][which]))
                 };
                 let literal = kids.is_empty() || is_op!(s, LIST);
-                let any = sum(1).plus(1.0, 0);
+                let one = Cost::new(1.0);
+                let any = sum(1).plus(one);
                 let konst = if is_op!(s, SUM) || is_op!(s, CAT) || is_op!(s, SCALE) {
                     INF
                 } else {
-                    sum(2).plus(if literal { 0.0 } else { 1.0 }, 0)
+                    sum(2).plus(if literal { Cost::new(0.0) } else { one })
                 };
                 let clean = if literal {
                     Cost::new(0.0)
                 } else if CLEAN_OPS.contains(&s.as_str()) {
-                    sum(0).plus(1.0, 0)
+                    sum(0).plus(one)
                 } else {
                     INF
                 };
-                [clean.min(konst.plus(1.0, 0)), any, konst]
+                [clean.min(konst.plus(one)), any, konst]
             }
         }
     };
@@ -3432,7 +3432,7 @@ fn extract(eg: &Graph, root: Id, clean_only: bool) -> Vec<RecExpr<Term>> {
             for n in &class.nodes {
                 let c = node_cost(&cost, n);
                 for which in 0..3 {
-                    if c[which].less(best[which]) {
+                    if c[which].cmp(best[which]).is_lt() {
                         best[which] = c[which];
                         changed = true;
                     }

@@ -186,6 +186,7 @@ fn main() {
     for (model, mesh) in [
         ("deepseek", "cp=2,ep=2"),
         ("deepseek", "dp=2,cp=2,ep=2"),
+        ("deepseek", "dp=2,tp=2,cp=2"),
         ("gpt2", "dp=2,tp=2,cp=2"),
         ("llama", "dp=2,tp=2,cp=2"),
         ("llama", "dp=2,cp=2"),

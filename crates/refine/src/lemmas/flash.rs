@@ -1266,14 +1266,39 @@ fn common_layouts(g: &Graph, a: Id, b: Id) -> Vec<(egg::Symbol, Vec<Id>, [Id; 2]
 }
 
 /// The class of the graph's own addition `a + b` of two terms, where the e-graph already holds
-/// it. (Not a present `sum(terms)`: `linear-over-sum` already put `sum(f(x_i))` in the class of
-/// `f(sum(x_i))`, and finding it again only repeated that work, a sixth of the demo bug case's
-/// time.)
+/// it, or of a present `sum(a, b)` that a collective computes (see [`named_by_rank`]). Not every
+/// present sum: `linear-over-sum` already put `sum(f(x_i))` in the class of `f(sum(x_i))`
+/// wherever `f(sum(x_i))` is present, and finding those again only repeated that work, a sixth
+/// of the demo bug case's time. A collective's sum has no such layout above it: the spec's
+/// chunks of tensor-parallel partial sums meet the all-reduced tensor only through this lookup.
 fn present_total(g: &Graph, [a, b]: [Id; 2]) -> Option<Id> {
-    let one = g.lookup(Term::Num(1))?;
-    [(a, b), (b, a)]
-        .into_iter()
-        .find_map(|(x, y)| g.lookup(Term::Op(egg::Symbol::from(ADD), vec![x, y, one])))
+    let added = g.lookup(Term::Num(1)).and_then(|one| {
+        [(a, b), (b, a)]
+            .into_iter()
+            .find_map(|(x, y)| g.lookup(Term::Op(egg::Symbol::from(ADD), vec![x, y, one])))
+    });
+    added.or_else(|| {
+        [(a, b), (b, a)]
+            .into_iter()
+            .find_map(|(x, y)| g.lookup(Term::Op(egg::Symbol::from(SUM), vec![x, y])))
+            .filter(|&s| named_by_rank(g, s))
+    })
+}
+
+/// Whether a class is a rank's tensor, or the whole that a rank's tensor is a slice of: the sum
+/// an all-reduce computes, or the one a reduce-scatter cuts its rows from.
+fn named_by_rank(g: &Graph, id: Id) -> bool {
+    let id = g.find(id);
+    if g[id].nodes.iter().any(crate::term::is_leaf) {
+        return true;
+    }
+    g[id].parents().any(|p| {
+        let p = g.find(p);
+        let slices_this = |n: &Term| {
+            matches!(n, Term::Op(s, k) if is_op!(s, SLICE) && k.last().is_some_and(|&x| g.find(x) == id))
+        };
+        g[p].nodes.iter().any(crate::term::is_leaf) && g[p].nodes.iter().any(slices_this)
+    })
 }
 
 /// The layout call `sym(args)` with its tensor operand replaced by `x`.
@@ -1294,11 +1319,14 @@ fn relayout(g: &mut Graph, sym: egg::Symbol, args: &[Id], x: Id) -> Id {
 fn sum_of_common_layout() -> Lemma {
     Lemma {
         name: "sum-of-common-layout",
-        doc: "sum(f(x_1), f(x_2)) = f(x_1 + x_2) and sum(f(g(x_1)), f(g(x_2))) = f(g(x_1 + x_2)) for f, g layout operators (permute, transpose, view, slice) with the same arguments on both terms, only where the addition x_1 + x_2 is already in the e-graph (a rank's own): the spec's transposed block of a sum of ranks' gradient pieces meets the sum a rank passes along the ring",
+        doc: "sum(f(x_1), f(x_2)) = f(x_1 + x_2) and sum(f(g(x_1)), f(g(x_2))) = f(g(x_1 + x_2)) for f, g layout operators (permute, transpose, view, slice) with the same arguments on both terms, only where the addition x_1 + x_2 is already in the e-graph (a rank's own, or a collective's sum): the spec's transposed block of a sum of ranks' gradient pieces meets the sum a rank passes along the ring, and chunks of tensor-parallel partial sums meet the all-reduced tensor",
         roots: vec![format!("{SUM}/2")],
         examples: vec![
             ("(cat 0 (sum (aten.transpose.int %r0:a 0 1) (aten.transpose.int %r1:b 0 1)) (aten.add.Tensor %r0:a %r1:b 1))", &[("a", "f64[3,3]"), ("b", "f64[3,3]")]),
             ("(cat 0 (sum (aten.permute.default (slice 0 1 3 %r0:a) (list 1 0)) (aten.permute.default (slice 0 1 3 %r1:b) (list 1 0))) (aten.add.Tensor %r0:a %r1:b 1))", &[("a", "f64[4,2]"), ("b", "f64[4,2]")]),
+            // An all-reduce's result, and a reduce-scatter's rows of the whole sum.
+            ("(cat 0 (sum (aten.transpose.int %r0:a 0 1) (aten.transpose.int %r1:b 0 1)) %r0:s)", &[("a", "f64[3,3]"), ("b", "f64[3,3]"), ("s", "=(sum %r0:a %r1:b)")]),
+            ("(cat 1 (sum (aten.transpose.int %r0:a 0 1) (aten.transpose.int %r1:b 0 1)) (aten.transpose.int %r0:s 0 1))", &[("a", "f64[4,3]"), ("b", "f64[4,3]"), ("s", "=(slice 0 0 2 (sum %r0:a %r1:b))")]),
         ],
         requires: None,
         build: Arc::new(|g, _, kids| {

@@ -1367,24 +1367,27 @@ mod tests {
     use shardproof_ir::DType;
     use shardproof_ops::Meta;
 
+    /// An e-graph holding the given rank tensors, each `f64[2, 3]`, and their classes.
+    fn graph_of_leaves<const N: usize>(names: [&str; N]) -> (Graph, [Id; N]) {
+        let mut g = Graph::new(Shapes::default());
+        let ids = names.map(|name| {
+            g.analysis
+                .leaves
+                .insert(name.into(), Meta::new(DType::F64, vec![2, 3]));
+            let leaf: RecExpr<Term> = name.parse().unwrap();
+            g.add_expr(&leaf)
+        });
+        (g, ids)
+    }
+
     /// A present sum counts as a total only once a rank's tensor names it (an all-reduce's
     /// result): other sums are `linear-over-sum`'s work already.
     #[test]
     fn a_present_sum_is_a_total_only_when_a_rank_computes_it() {
-        let mut g = Graph::new(Shapes::default());
-        for name in ["%r0:a", "%r1:a", "%r0:s"] {
-            g.analysis
-                .leaves
-                .insert(name.into(), Meta::new(DType::F64, vec![2, 3]));
-        }
-        let a: RecExpr<Term> = "%r0:a".parse().unwrap();
-        let b: RecExpr<Term> = "%r1:a".parse().unwrap();
-        let (a, b) = (g.add_expr(&a), g.add_expr(&b));
+        let (mut g, [a, b, s]) = graph_of_leaves(["%r0:a", "%r1:a", "%r0:s"]);
         let total = crate::lemmas::op(&mut g, SUM, vec![a, b]);
         g.rebuild();
         assert_eq!(present_total(&g, [a, b]), None);
-        let s: RecExpr<Term> = "%r0:s".parse().unwrap();
-        let s = g.add_expr(&s);
         g.union(s, total);
         g.rebuild();
         assert_eq!(present_total(&g, [b, a]), Some(g.find(total)));
@@ -1393,15 +1396,7 @@ mod tests {
     /// Joining pieces builds nothing new when no concatenation of them is present.
     #[test]
     fn join_needs_the_pieces_present() {
-        let mut g = Graph::new(Shapes::default());
-        for name in ["%r0:a", "%r1:a"] {
-            g.analysis
-                .leaves
-                .insert(name.into(), Meta::new(DType::F64, vec![2, 3]));
-        }
-        let a: RecExpr<Term> = "%r0:a".parse().unwrap();
-        let b: RecExpr<Term> = "%r1:a".parse().unwrap();
-        let (a, b) = (g.add_expr(&a), g.add_expr(&b));
+        let (mut g, [a, b]) = graph_of_leaves(["%r0:a", "%r1:a"]);
         let _ = crate::lemmas::num(&mut g, 0);
         g.rebuild();
         let before = g.total_size();

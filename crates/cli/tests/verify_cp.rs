@@ -162,12 +162,7 @@ fn deepseek_dp_by_cp_by_tp_by_ep_forward_verifies() {
         "dp=2,cp=2,tp=2,ep=2",
         &["--forward-only", "--layers", "1"],
     );
-    let out = shardproof_in(
-        dir.path(),
-        &["verify", "--quiet", "--trace", case.to_str().unwrap()],
-    );
-    let text = format!("{}{}", out.stdout, out.stderr);
-    assert_eq!(out.code, Some(0), "{text}");
+    let text = verified_trace(dir.path(), &case);
     let stats = trace_line(&text, "sum_2");
     assert!(
         stats.contains("[clean]") && stats.contains(".all_reduce_1"),
@@ -255,11 +250,19 @@ fn llama_ring_attention_full_iteration_verifies() {
 fn verified_cp_trace(model: &str) -> String {
     let dir = tempfile::tempdir().unwrap();
     let case = emit(model, dir.path(), "cp=2", &[]);
-    let case = case.to_str().unwrap();
-    let out = shardproof_in(dir.path(), &["verify", "--quiet", "--trace", case]);
+    let text = verified_trace(dir.path(), &case);
+    assert!(text.contains("certificate:"), "{text}");
+    text
+}
+
+/// The trace of `verify` on `case` (emitted into `dir`), which must verify.
+fn verified_trace(dir: &std::path::Path, case: &std::path::Path) -> String {
+    let out = shardproof_in(
+        dir,
+        &["verify", "--quiet", "--trace", case.to_str().unwrap()],
+    );
     let text = format!("{}{}", out.stdout, out.stderr);
     assert_eq!(out.code, Some(0), "{text}");
-    assert!(text.contains("certificate:"), "{text}");
     text
 }
 
@@ -323,12 +326,7 @@ fn gpt2_dp_by_cp_full_iteration_verifies() {
         "dp=2,cp=2",
         &["--layers", "1", "--heads", "2", "--hidden", "8"],
     );
-    let out = shardproof_in(
-        dir.path(),
-        &["verify", "--quiet", "--trace", case.to_str().unwrap()],
-    );
-    let text = format!("{}{}", out.stdout, out.stderr);
-    assert_eq!(out.code, Some(0), "{text}");
+    let text = verified_trace(dir.path(), &case);
     let line = trace_line(&text, "view_26");
     assert!(line.contains("permute(r1.add_10, [0, 1, 3, 2])"), "{line}");
     assert!(!line.contains("sum("), "{line}");
@@ -348,12 +346,7 @@ fn gpt2_dp_by_cp_full_iteration_verifies() {
 fn deepseek_cp_by_ep_full_iteration_verifies() {
     let dir = tempfile::tempdir().unwrap();
     let case = emit("deepseek", dir.path(), "cp=2,ep=2", &[]);
-    let out = shardproof_in(
-        dir.path(),
-        &["verify", "--quiet", "--trace", case.to_str().unwrap()],
-    );
-    let text = format!("{}{}", out.stdout, out.stderr);
-    assert_eq!(out.code, Some(0), "{text}");
+    let text = verified_trace(dir.path(), &case);
     assert!(text.contains("verified: deepseek-cp2-ep2"), "{text}");
     // Both layers' expert output gradients.
     for (op, rank_op) in [("mul_37", "mul_43"), ("mul_63", "mul_75")] {
@@ -453,12 +446,7 @@ fn llama_dp_by_tp_by_cp_full_iteration_verifies() {
         &["--heads", "4", "--kv-heads", "2", "--hidden", "16"],
         &[],
     );
-    let out = shardproof_in(
-        dir.path(),
-        &["verify", "--quiet", "--trace", case.to_str().unwrap()],
-    );
-    let text = format!("{}{}", out.stdout, out.stderr);
-    assert_eq!(out.code, Some(0), "{text}");
+    let text = verified_trace(dir.path(), &case);
     let line = trace_line(&text, "bmm_4");
     assert!(line.contains("[clean]") || line.contains("* 1/4"), "{line}");
     assert!(!line.contains("bmm("), "{line}");
@@ -496,12 +484,7 @@ fn assert_softmax_backward_joins_pieces(
     joined: &str,
     ranks: [&str; 2],
 ) {
-    let out = shardproof_in(
-        dir,
-        &["verify", "--quiet", "--trace", case.to_str().unwrap()],
-    );
-    let text = format!("{}{}", out.stdout, out.stderr);
-    assert_eq!(out.code, Some(0), "{text}");
+    let text = verified_trace(dir, case);
     assert!(text.contains("certificate:"), "{text}");
     let line = trace_line(&text, "_softmax_backward_data");
     assert!(line.contains(joined), "{line}");

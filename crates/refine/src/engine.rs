@@ -492,33 +492,23 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
                         }
                     }
                     // An e-graph that outgrew the node limit without a relation: once more
-                    // piece by piece along a dim where the operands split.
-                    if !scalar_chain
-                        && first.peak_nodes.get() >= opts.node_limit
-                        && !clean_up_to_factor(&s)
-                    {
-                        if let Some(p) =
+                    // piece by piece along a dim where the operands split; a 0-d chain, which
+                    // has no dim to split, once more with the wider attempt's limit. Such a
+                    // chain meets every rank's scalars at once: the 16-rank deepseek plan's
+                    // loss (each rank's loss and tp-reduced aux loss, summed over eight ranks)
+                    // relates at 28 thousand nodes in three seconds.
+                    if first.peak_nodes.get() >= opts.node_limit && !clean_up_to_factor(&s) {
+                        let retry = if scalar_chain {
+                            let roomier = Attempt {
+                                roomier: true,
+                                ..Attempt::default()
+                            };
+                            Some(attempt(&rules, &roomier)).filter(clean_up_to_factor)
+                        } else {
                             infer_by_pieces(&imp, &piece_rules, opts, &state, &t, v, &seeds, 0)
-                        {
-                            s = p;
-                        }
-                    }
-                    // A 0-d chain whose e-graph outgrew the node limit without a relation:
-                    // once more with the wider attempt's limit. It has no dim to split into
-                    // pieces, and it meets every rank's scalars at once: the 16-rank deepseek
-                    // plan's loss (each rank's loss and tp-reduced aux loss, summed over
-                    // eight ranks) relates at 28 thousand nodes in three seconds.
-                    if scalar_chain
-                        && first.peak_nodes.get() >= opts.node_limit
-                        && !clean_up_to_factor(&s)
-                    {
-                        let roomier = Attempt {
-                            roomier: true,
-                            ..Attempt::default()
                         };
-                        let retry = attempt(&rules, &roomier);
-                        if clean_up_to_factor(&retry) {
-                            s = retry;
+                        if let Some(r) = retry {
+                            s = r;
                         }
                     }
                     // Only such a chain carries its explored scalars: a reduction of a tensor

@@ -1079,6 +1079,12 @@ pub fn library() -> Vec<Lemma> {
                 "(aten.gelu.default (cat 0 %r0:a %r1:a) s:none)",
                 &[("a", "f64[2,3]")],
             ),
+            // Per-expert copies of a gradient against two ranks' groups of experts, each a sum
+            // of tensor-parallel partials: the copies regroup in pairs.
+            (
+                "(aten.mul.Tensor (cat 0 %r0:a %r0:a %r0:a %r0:a) (cat 0 (sum %r0:b %r2:b) (sum %r1:b %r3:b)))",
+                &[("a", "f64[1,3]"), ("b", "f64[2,3]")],
+            ),
         ],
         requires: None,
         build: Arc::new(move |g, eclass, kids| {
@@ -3520,11 +3526,35 @@ fn split_elementwise(
             continue; // broadcast along the split dim: every piece takes it whole
         }
         let d = ts.len() + od - out.len();
-        let same = cats(g, kids[t])
+        let along: Vec<Vec<Id>> = cats(g, kids[t])
             .into_iter()
-            .find(|(cd, ps)| *cd == d && sizes(g, ps, d).as_deref() == Some(szs));
+            .filter(|(cd, _)| *cd == d)
+            .map(|(_, ps)| ps)
+            .collect();
+        // Finer pieces regroup into the driver's only where the driver's are rank sums: per-expert
+        // copies of a gradient against per-rank groups of experts that are tensor-parallel
+        // partials. Split per expert, the partials' sums outgrow the bound below; plain pieces
+        // relate per expert as they are (regrouping those too changed which names the
+        // forward's experts take, and their gradient's products no longer met the ranks').
+        let partials = pieces.iter().all(|&p| !sums(g, p).is_empty());
+        let mut same = None;
+        for ps in &along {
+            let Some(have) = sizes(g, ps, d) else {
+                continue;
+            };
+            if have == szs {
+                same = Some(ps.clone());
+                break;
+            }
+            if partials {
+                if let Some(rs) = regroup(g, ps, d, &have, szs) {
+                    same = Some(rs);
+                    break;
+                }
+            }
+        }
         let ps = match same {
-            Some((_, ps)) => ps,
+            Some(ps) => ps,
             None => {
                 let mut off = 0;
                 szs.iter()

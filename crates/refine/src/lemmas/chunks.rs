@@ -18,7 +18,11 @@ use std::sync::Arc;
 
 /// The lemmas of this module.
 pub(super) fn lemmas() -> Vec<Lemma> {
-    vec![tokenwise_over_chunk(), contraction_over_chunks()]
+    vec![
+        tokenwise_over_chunk(),
+        contraction_over_chunks(),
+        sum_over_chunk(),
+    ]
 }
 
 /// A class whose token dim holds the tokens of a slice: `view(slice(x, d, a, b), s)` (or the
@@ -817,6 +821,86 @@ fn contraction_over_chunks() -> Lemma {
                         Some(ts) if !ts.is_empty() => out.push(op(g, SUM, ts.to_vec())),
                         _ => {}
                     }
+                }
+            }
+            out
+        }),
+    }
+}
+
+/// `sum(slice(view(z, s), d, a, b), trailing dims)` = `slice(view(sum(z, trailing dims), s'), d,
+/// a, b)` when the view leaves the trailing dims as they are (it regroups the leading ones), d
+/// is a leading dim, and the rank's sum of `z` is in the graph (looked up, never built): a
+/// chunk of the tokens of a rank's per-token sum (the experts' gate gradient, `sum(g * y, -1)`,
+/// per group of experts), where the spec's tokens interleave the cp ranks' chunks.
+fn sum_over_chunk() -> Lemma {
+    Lemma {
+        name: "sum-over-chunk",
+        doc: "sum over the trailing dims of slice(view(z, s), d, a, b), d a leading dim and the view regrouping only leading dims, = slice(view(sum(z, its trailing dims), s'), d, a, b), only when that sum of z is in the graph",
+        roots: vec!["aten.sum.dim_IntList".into()],
+        examples: vec![
+            // The chunk's sum beside the rank's sum over its whole tokens.
+            (
+                "(cat 0 (aten.view.default (aten.sum.dim_IntList (slice 2 0 2 (aten.view.default %r0:z (list 2 4 4 3))) (list 3) b:false none) (list 16)) (aten.view.default (aten.sum.dim_IntList %r0:z (list 2) b:false none) (list 32)))",
+                &[("z", "f64[2,16,3]")],
+            ),
+            (
+                "(cat 0 (aten.view.default (aten.sum.dim_IntList (slice 1 2 4 (aten.view.default %r0:z (list 2 4 2 3))) (list -2 -1) b:false none) (list 4)) (aten.view.default (aten.sum.dim_IntList %r0:z (list 1 2) b:false none) (list 8)))",
+                &[("z", "f64[8,2,3]")],
+            ),
+        ],
+        requires: None,
+        build: Arc::new(|g, _, kids| {
+            if is_true(g, kids[2]) {
+                return vec![];
+            }
+            let (Some(src), Some(dims)) = (shape(g, kids[0]), int_list(g, kids[1])) else {
+                return vec![];
+            };
+            let mut dims: Vec<usize> = match dims.iter().map(|&d| norm(d, src.len())).collect() {
+                Some(d) => d,
+                None => return vec![],
+            };
+            dims.sort_unstable();
+            dims.dedup();
+            let k = dims.len();
+            let lead = src.len().saturating_sub(k);
+            if k == 0 || lead == 0 || dims != (lead..src.len()).collect::<Vec<_>>() {
+                return vec![];
+            }
+            let slices: Vec<(usize, usize, usize, Id)> = g[kids[0]]
+                .nodes
+                .iter()
+                .filter_map(|n| match n {
+                    Term::Op(s, c) if is_op!(s, SLICE) => {
+                        let d = usize::try_from(int(g, c[0])?).ok()?;
+                        let a = usize::try_from(int(g, c[1])?).ok()?;
+                        let b = usize::try_from(int(g, c[2])?).ok()?;
+                        Some((d, a, b, c[3]))
+                    }
+                    _ => None,
+                })
+                .collect();
+            let mut out = Vec::new();
+            for (d, a, b, y) in slices {
+                if d >= lead {
+                    continue;
+                }
+                let Some(ys) = shape(g, y) else { continue };
+                for z in views(g, y) {
+                    let Some(zs) = shape(g, z) else { continue };
+                    if zs.len() <= k || zs[zs.len() - k..] != ys[lead..] {
+                        continue;
+                    }
+                    let whole: Vec<usize> = (zs.len() - k..zs.len()).collect();
+                    let Some(l) = lookup_list(g, &whole) else { continue };
+                    let call = Term::Op(
+                        Symbol::from("aten.sum.dim_IntList"),
+                        vec![z, l, kids[2], kids[3]],
+                    );
+                    let Some(total) = g.lookup(call) else { continue };
+                    let v = view_to(g, total, &ys[..lead]);
+                    out.push(slice(g, d, a, b, v));
                 }
             }
             out

@@ -201,6 +201,13 @@ fn main() {
             options(model, mesh, 2, false),
         ));
     }
+    // tp x cp x ep, one layer: the experts' gradient in ep's pairs of tp partials (the copies
+    // of the expanded gradient regrouped per rank) and the gate gradient's per-token sums over
+    // the cp chunks of the ranks' sums.
+    slow.push(plain(
+        "zoo deepseek cp=2,tp=2,ep=2 layers=1 full (1 run)".into(),
+        options("deepseek", "cp=2,tp=2,ep=2", 1, false),
+    ));
     // 16 ranks, forward: the chunks of one relation named on ranks of one tp group (the
     // extraction's tie-break) and the loss's 0-d chain retried with twice the node limit.
     slow.push(plain(

@@ -3740,6 +3740,87 @@ mod tests {
     use shardproof_ir::DType;
     use shardproof_ops::{Meta, Tensor};
 
+    /// An e-graph of `term` over rank tensors of the given shapes, run with one lemma; whether
+    /// `expected` is then in the term's class (a term not built by the lemma would be a new
+    /// class).
+    fn lemma_relates(name: &str, leaves: &[(&str, &[usize])], term: &str, expected: &str) -> bool {
+        let mut g = Graph::new(Shapes::default());
+        for (leaf, dims) in leaves {
+            g.analysis
+                .leaves
+                .insert((*leaf).into(), Meta::new(DType::F64, dims.to_vec()));
+        }
+        let root = g.add_expr(&term.parse().unwrap());
+        g.rebuild();
+        let lemma = library().into_iter().find(|l| l.name == name).unwrap();
+        let mut g = egg::Runner::default()
+            .with_egraph(g)
+            .with_iter_limit(2)
+            .run(&lemma.rewrites())
+            .egraph;
+        let other = g.add_expr(&expected.parse().unwrap());
+        g.rebuild();
+        g.find(root) == g.find(other)
+    }
+
+    /// Copies of a gradient per expert regroup in the ranks' groups of experts only where those
+    /// are sums of tensor-parallel partials; plain groups keep the per-expert split.
+    #[test]
+    fn expert_copies_regroup_only_against_rank_sums() {
+        let leaves: &[(&str, &[usize])] = &[
+            ("%r0:a", &[1, 3]),
+            ("%r0:b", &[2, 3]),
+            ("%r1:b", &[2, 3]),
+            ("%r2:b", &[2, 3]),
+            ("%r3:b", &[2, 3]),
+        ];
+        let copies = "(cat 0 %r0:a %r0:a %r0:a %r0:a)";
+        let pair = "(cat 0 %r0:a %r0:a)";
+        let partials =
+            format!("(aten.mul.Tensor {copies} (cat 0 (sum %r0:b %r2:b) (sum %r1:b %r3:b)))");
+        let paired = format!(
+            "(cat 0 (aten.mul.Tensor {pair} (sum %r0:b %r2:b)) (aten.mul.Tensor {pair} (sum %r1:b %r3:b)))"
+        );
+        assert!(lemma_relates(
+            "elementwise-over-cat",
+            leaves,
+            &partials,
+            &paired
+        ));
+        let plain = format!("(aten.mul.Tensor {copies} (cat 0 %r0:b %r1:b))");
+        let paired =
+            format!("(cat 0 (aten.mul.Tensor {pair} %r0:b) (aten.mul.Tensor {pair} %r1:b))");
+        assert!(!lemma_relates(
+            "elementwise-over-cat",
+            leaves,
+            &plain,
+            &paired
+        ));
+    }
+
+    /// A chunk's per-token sum becomes the chunk of the rank's sum only when the rank's sum is
+    /// in the graph.
+    #[test]
+    fn a_chunk_sum_is_the_ranks_only_where_the_rank_sums() {
+        let leaves: &[(&str, &[usize])] = &[("%r0:z", &[2, 16, 3])];
+        let chunk = "(aten.sum.dim_IntList (slice 2 0 2 (aten.view.default %r0:z (list 2 4 4 3))) (list 3) b:false none)";
+        let rank = "(aten.sum.dim_IntList %r0:z (list 2) b:false none)";
+        let expected = format!("(slice 2 0 2 (aten.view.default {rank} (list 2 4 4)))");
+        assert!(!lemma_relates("sum-over-chunk", leaves, chunk, &expected));
+        let both = format!(
+            "(cat 0 (aten.view.default {chunk} (list 16)) (aten.view.default {rank} (list 32)))"
+        );
+        let expected_both = format!(
+            "(cat 0 (aten.view.default {expected} (list 16)) (aten.view.default {rank} (list 32)))"
+        );
+        assert!(lemma_relates(
+            "sum-over-chunk",
+            leaves,
+            &both,
+            &expected_both
+        ));
+    }
+
     /// Factors compose in lowest terms: `1/sqrt(8)` as the binary fraction it is, times its
     /// inverse over two, is one half, though the raw products overflow an i64; a product that
     /// does not fit even reduced is none.

@@ -1060,7 +1060,7 @@ pub fn library() -> Vec<Lemma> {
     let roots = all_ew.clone();
     l.push(Lemma {
         name: "elementwise-over-cat",
-        doc: "f(cat_d(x_i), y) = cat_d(f(x_i, y_i)): y is split like x (or broadcast along d)",
+        doc: "f(cat_d(x_i), y) = cat_d(f(x_i, y_i)): y is split like x (or broadcast along d); where the x_i are rank sums, y's finer pieces regroup into x's (per-expert copies against per-rank groups of experts)",
         roots: elementwise_roots(),
         examples: vec![
             (

@@ -3536,7 +3536,7 @@ fn split_elementwise(
         // partials. Split per expert, the partials' sums outgrow the bound below; plain pieces
         // relate per expert as they are (regrouping those too changed which names the
         // forward's experts take, and their gradient's products no longer met the ranks').
-        let partials = pieces.iter().all(|&p| !sums(g, p).is_empty());
+        let partials = |g: &Graph| pieces.iter().all(|&p| !sums(g, p).is_empty());
         let mut same = None;
         for ps in &along {
             let Some(have) = sizes(g, ps, d) else {
@@ -3546,7 +3546,7 @@ fn split_elementwise(
                 same = Some(ps.clone());
                 break;
             }
-            if partials {
+            if partials(g) {
                 if let Some(rs) = regroup(g, ps, d, &have, szs) {
                     same = Some(rs);
                     break;

@@ -868,18 +868,10 @@ fn sum_over_chunk() -> Lemma {
             if k == 0 || lead == 0 || dims != (lead..src.len()).collect::<Vec<_>>() {
                 return vec![];
             }
-            let slices: Vec<(usize, usize, usize, Id)> = g[kids[0]]
-                .nodes
-                .iter()
-                .filter_map(|n| match n {
-                    Term::Op(s, c) if is_op!(s, SLICE) => {
-                        let d = usize::try_from(int(g, c[0])?).ok()?;
-                        let a = usize::try_from(int(g, c[1])?).ok()?;
-                        let b = usize::try_from(int(g, c[2])?).ok()?;
-                        Some((d, a, b, c[3]))
-                    }
-                    _ => None,
-                })
+            let at = |id: Id| usize::try_from(int(g, id)?).ok();
+            let slices: Vec<(usize, usize, usize, Id)> = super::ring::calls(g, kids[0], SLICE)
+                .into_iter()
+                .filter_map(|c| Some((at(c[0])?, at(c[1])?, at(c[2])?, c[3])))
                 .collect();
             let mut out = Vec::new();
             for (d, a, b, y) in slices {

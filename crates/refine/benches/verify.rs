@@ -214,6 +214,13 @@ fn main() {
         "zoo deepseek dp=2,cp=2,tp=2,ep=2 fw (1 run)".into(),
         options("deepseek", "dp=2,cp=2,tp=2,ep=2", 2, true),
     ));
+    // 16 ranks, full iteration, one layer: the MoE backward's product relates in the retry
+    // that brings each round's element moves in with it (the ranks' gathered routing weights,
+    // unsqueezed and expanded, in one round).
+    slow.push(plain(
+        "zoo deepseek dp=2,cp=2,tp=2,ep=2 layers=1 full (1 run)".into(),
+        options("deepseek", "dp=2,cp=2,tp=2,ep=2", 1, false),
+    ));
     // A softmax scale that is no integer's inverse: head dim 8, 1/sqrt(8).
     let mut head_dim_8 = options("llama", "cp=2", 1, false);
     head_dim_8.llama = LlamaConfig {

@@ -492,7 +492,9 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
                         }
                     }
                     // An e-graph that outgrew the node limit without a relation: once more
-                    // piece by piece along a dim where the operands split; a 0-d chain, which
+                    // with each round's element moves brought in with it, where a round left
+                    // some to later rounds (see `follow_element_moves`), then piece by piece
+                    // along a dim where the operands split; a 0-d chain, which
                     // has no dim to split, once more with the wider attempt's limit. Such a
                     // chain meets every rank's scalars at once: the 16-rank deepseek plan's
                     // loss (each rank's loss and tp-reduced aux loss, summed over eight ranks)
@@ -505,7 +507,18 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
                             };
                             Some(attempt(&rules, &roomier)).filter(clean_up_to_factor)
                         } else {
-                            infer_by_pieces(&imp, &piece_rules, opts, &state, &t, v, &seeds, 0)
+                            let moves = Attempt {
+                                follow_moves: true,
+                                ..Attempt::default()
+                            };
+                            let followed = first
+                                .moves_deferred
+                                .get()
+                                .then(|| attempt(&rules, &moves))
+                                .filter(clean_up_to_factor);
+                            followed.or_else(|| {
+                                infer_by_pieces(&imp, &piece_rules, opts, &state, &t, v, &seeds, 0)
+                            })
                         };
                         if let Some(r) = retry {
                             s = r;
@@ -2024,6 +2037,13 @@ fn infer_one(
         if new.is_empty() {
             break;
         }
+        if attempt.follow_moves {
+            follow_element_moves(imp, &t_rel, &added, &mut new);
+        } else if !attempt.moves_deferred.get() {
+            let mut followed = new.clone();
+            follow_element_moves(imp, &t_rel, &added, &mut followed);
+            attempt.moves_deferred.set(followed.len() > new.len());
+        }
         if new.iter().all(|&v| is_float_scalar_value(imp, v)) && scalar_rounds < MAX_SCALAR_ROUNDS {
             scalar_rounds += 1;
         } else {
@@ -2933,6 +2953,63 @@ fn define(eg: &mut Graph, imp: &Impl, v: ValueRef, added: &mut HashSet<ValueRef>
     }
 }
 
+/// Extends a round's new implementation operators with the operators that only move their
+/// elements (see [`moves_elements`]) over them and over already related tensors, transitively,
+/// so that the round brings them in together.
+///
+/// Why: each round ends with a saturation, and a chain of such operators before a product (an
+/// expert-parallel gather of the routing weights, its unsqueeze and its expand) otherwise
+/// takes a round per link. The e-graph can reach the node limit before the product arrives,
+/// and then the product never meets the spec's (the 16-rank deepseek plan's MoE backward).
+/// Only in the retry of an operator that outgrew the node limit: fewer rounds mean fewer
+/// saturations, which changes which of several equal relations is kept, and later operators
+/// depend on that choice (deepseek cp=2 x ep=2's expert gradient `bmm_6` stops relating).
+fn follow_element_moves(
+    imp: &Impl,
+    t_rel: &HashSet<ValueRef>,
+    added: &HashSet<ValueRef>,
+    new: &mut Vec<ValueRef>,
+) {
+    let mut taken: HashSet<ValueRef> = new.iter().copied().collect();
+    let mut frontier = new.clone();
+    while let Some(u) = frontier.pop() {
+        for &(r, n) in imp.consumers.get(&u).map_or(&[][..], Vec::as_slice) {
+            let g: &IrGraph = &imp.case.program.ranks[r];
+            for k in 0..g.nodes[n].outputs.len() {
+                let out = ValueRef {
+                    rank: Some(r),
+                    value: ValueId::new(n, k),
+                };
+                if imp.canon(out) != out
+                    || added.contains(&out)
+                    || taken.contains(&out)
+                    || imp.cut.contains(&out)
+                    || !defining_op(imp, out).is_some_and(moves_elements)
+                {
+                    continue;
+                }
+                let ready = imp
+                    .term_inputs(out)
+                    .iter()
+                    .all(|i| t_rel.contains(i) || taken.contains(i) || imp.const_only.contains(i));
+                if ready {
+                    taken.insert(out);
+                    new.push(out);
+                    frontier.push(out);
+                }
+            }
+        }
+    }
+    new.sort();
+}
+
+/// Whether [`follow_element_moves`] brings in an operator with its inputs: a layout operator
+/// that traces elements (see [`LAYOUT_OPS`]; an all-gather is lowered to a concatenation of
+/// the members' tensors, so it is one), or an expand, which copies them.
+fn moves_elements(op: &str) -> bool {
+    LAYOUT_OPS.contains(&op) || op == "aten.expand.default"
+}
+
 /// At most this many definitions of recomputed attention probabilities are unfolded per spec
 /// operator (see [`unfold_recomputed`]).
 const UNFOLD_RECOMPUTED: usize = 96;
@@ -3104,6 +3181,12 @@ struct Attempt {
     roomier: bool,
     /// The largest e-graph its saturations left.
     peak_nodes: std::cell::Cell<usize>,
+    /// Each round brings in the element moves over its operators ([`follow_element_moves`]):
+    /// the retry of an operator whose e-graph outgrew the node limit.
+    follow_moves: bool,
+    /// Whether some round left element moves over its operators to later rounds: only then
+    /// does the retry that follows them differ.
+    moves_deferred: std::cell::Cell<bool>,
 }
 
 /// Operators that only reshape their input, so the input is the output viewed back.
@@ -5022,6 +5105,81 @@ mod tests {
         // Every class holds on a run of the ranks.
         let compared = crate::eval::classes_agree(&eg, &rank_values(&imp)).unwrap();
         assert!(compared > 0);
+    }
+
+    /// A round's operators bring in the operators that only move elements over them, chains
+    /// of them in one round: every value taken moves elements, its inputs are related or
+    /// taken, some chain has two links, and nothing that could be taken is left behind.
+    #[test]
+    fn a_round_brings_in_the_element_moves_over_its_operators() {
+        let dir = tempfile::tempdir().unwrap();
+        let case = one_layer_llama(dir.path(), "tp=2", false);
+        let imp = impl_of(&case);
+        // Related: the ranks' inputs and every value an operator computes arithmetic for.
+        // The round: the element moves over those alone.
+        let t_rel: HashSet<ValueRef> = imp
+            .lowered
+            .iter()
+            .filter(|(v, l)| {
+                imp.canon(**v) == **v
+                    && match l {
+                        Lowered::Leaf => true,
+                        Lowered::Term(_) => !defining_op(&imp, **v).is_some_and(moves_elements),
+                        _ => false,
+                    }
+            })
+            .map(|(v, _)| *v)
+            .collect();
+        let ready = |v: &ValueRef, have: &dyn Fn(&ValueRef) -> bool| {
+            imp.canon(*v) == *v
+                && !imp.cut.contains(v)
+                && !t_rel.contains(v)
+                && matches!(imp.lowered.get(v), Some(Lowered::Term(_)))
+                && imp
+                    .term_inputs(*v)
+                    .iter()
+                    .all(|i| have(i) || imp.const_only.contains(i))
+        };
+        let mut round: Vec<ValueRef> = imp
+            .lowered
+            .keys()
+            .filter(|v| ready(v, &|i| t_rel.contains(i)))
+            .copied()
+            .collect();
+        round.sort();
+        let first: HashSet<ValueRef> = round.iter().copied().collect();
+        follow_element_moves(&imp, &t_rel, &HashSet::new(), &mut round);
+        let taken: HashSet<ValueRef> = round.iter().copied().collect();
+        assert_eq!(taken.len(), round.len(), "a value taken twice");
+
+        let later: Vec<ValueRef> = round
+            .iter()
+            .filter(|v| !first.contains(v))
+            .copied()
+            .collect();
+        assert!(!later.is_empty(), "no operator followed");
+        let known = |i: &ValueRef| t_rel.contains(i) || taken.contains(i);
+        for v in &later {
+            assert!(
+                defining_op(&imp, *v).is_some_and(moves_elements),
+                "{}",
+                imp.name(*v)
+            );
+            assert!(ready(v, &known), "{} taken before its inputs", imp.name(*v));
+        }
+        let chained = later
+            .iter()
+            .any(|v| imp.term_inputs(*v).iter().any(|i| later.contains(i)));
+        assert!(
+            chained,
+            "no chain of two element moves followed in one round"
+        );
+        // Closed: every element move over related or taken values is taken.
+        for v in imp.lowered.keys() {
+            if ready(v, &known) && defining_op(&imp, *v).is_some_and(moves_elements) {
+                assert!(taken.contains(v), "{} left behind", imp.name(*v));
+            }
+        }
     }
 
     /// Among equal leaves the extraction names the tensor computed first, then the lowest

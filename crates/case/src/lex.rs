@@ -20,7 +20,7 @@ pub(crate) enum Tok {
 impl Tok {
     pub fn describe(&self) -> String {
         match self {
-            Tok::Ident(s) => format!("`{s}`"),
+            Tok::Ident(s) => format!("`{}`", shardproof_import::excerpt(s)),
             Tok::Int(i) => format!("`{i}`"),
             Tok::Float(f) => format!("`{f}`"),
             Tok::Arg(i) => format!("`${i}`"),

@@ -114,6 +114,38 @@ pub enum DropoutAssumption {
 }
 
 impl Case {
+    /// The names of the values rank `rank`'s graph is given: the rank tensors the case's
+    /// `inputs:` lay out on it, and its constants. A run computes only what these reach.
+    pub fn rank_leaves(&self, rank: usize) -> BTreeSet<String> {
+        let Some(graph) = self.program.ranks.get(rank) else {
+            return BTreeSet::new();
+        };
+        let laid_out = self.inputs.iter().flat_map(|rel| {
+            let placed = rel
+                .rank_values
+                .iter()
+                .filter(move |&&(holder, _)| holder == rank)
+                .map(|&(_, v)| graph.value_name(v).to_string());
+            // An `expr:` layout gives the rank the tensors its expression names.
+            let named: Vec<String> = match &rel.layout {
+                Layout::Expr(e) => e
+                    .tensors()
+                    .into_iter()
+                    .filter(|&(r, _, _)| r == rank)
+                    .map(|(_, name, _)| name.to_string())
+                    .collect(),
+                _ => Vec::new(),
+            };
+            placed.chain(named)
+        });
+        let constants = graph
+            .nodes
+            .iter()
+            .filter(|n| matches!(n.kind, shardproof_ir::NodeKind::Constant { .. }))
+            .map(|n| n.outputs[0].name.clone());
+        laid_out.chain(constants).collect()
+    }
+
     /// The relation of a spec input (or cut) by spec name.
     pub fn input(&self, spec_name: &str) -> Option<&InputRelation> {
         self.inputs.iter().find(|r| r.spec_name == spec_name)
@@ -176,11 +208,16 @@ impl Case {
 /// need no graph, then the spec and rank graphs (paths relative to the case file; their own
 /// errors pass through), then the checks against the graphs.
 pub fn load_case(path: &Path) -> Result<Case, SourceError> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
+    read_case(path).map_err(shardproof_import::shorten_quotes)
+}
+
+fn read_case(path: &Path) -> Result<Case, SourceError> {
+    let bytes = std::fs::read(path).map_err(|e| {
         SourceError::new(path, None, format!("cannot read the case file: {e}"))
             .with_hint("check that the path exists and is a readable UTF-8 text file")
     })?;
-    let file = parse_case(&text, path)?;
+    let text = shardproof_import::decode_utf8(&bytes, path)?;
+    let file = parse_case(text, path)?;
     let prep = prepare(&file)?;
     let base = path.parent().unwrap_or(Path::new("."));
     let spec = load_graph_at(&file, base, &file.spec.path, "spec graph")?;
@@ -196,8 +233,8 @@ pub fn load_case(path: &Path) -> Result<Case, SourceError> {
 
 /// Resolves a parsed case against graphs the caller already has (`ranks` in rank order).
 pub fn resolve_case(file: CaseFile, spec: Graph, ranks: Vec<Graph>) -> Result<Case, SourceError> {
-    let prep = prepare(&file)?;
-    finish(file, prep, spec, ranks)
+    let prep = prepare(&file).map_err(shardproof_import::shorten_quotes)?;
+    finish(file, prep, spec, ranks).map_err(shardproof_import::shorten_quotes)
 }
 
 fn load_graph_at(

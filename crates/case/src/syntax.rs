@@ -344,6 +344,10 @@ fn required<'a, 'n>(
 
 /// Parses the text of a case file. `path` names the file in diagnostics.
 pub fn parse_case(text: &str, path: &Path) -> Result<CaseFile, SourceError> {
+    parse_case_text(text, path).map_err(shardproof_import::shorten_quotes)
+}
+
+fn parse_case_text(text: &str, path: &Path) -> Result<CaseFile, SourceError> {
     let ctx = Ctx { file: path };
     let root = parse_yaml(text, path)?.ok_or_else(|| {
         SourceError::new(path, Some(Span::new(1, 1)), "the case file is empty")

@@ -379,3 +379,33 @@ fn constants_are_checked() {
     let text = format!("{BASE}constants: [0]\n");
     assert_error(resolve(&text), 14, 12, "must be a mapping");
 }
+
+#[test]
+fn invalid_utf8_in_a_case_file_names_its_line_and_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("case.yaml");
+    let text = BASE.replace("name: linear", "name: lin\u{e9}ar");
+    let bytes = text.replace('\u{e9}', "\u{1}").into_bytes();
+    let bytes: Vec<u8> = bytes
+        .into_iter()
+        .map(|b| if b == 1 { 0xe9 } else { b })
+        .collect();
+    std::fs::write(&path, bytes).unwrap();
+    let shown = shardproof_case::load_case(&path).unwrap_err().to_string();
+    assert!(
+        shown.starts_with(&format!(
+            "{}:2:10: the file is not valid UTF-8",
+            path.display()
+        )),
+        "{shown}"
+    );
+    assert!(shown.contains("hint: "), "{shown}");
+}
+
+#[test]
+fn a_long_identifier_is_quoted_as_an_excerpt() {
+    let long = "q".repeat(3000);
+    let e = resolve(&BASE.replace("Shard(1)", &format!("Shard({long})"))).unwrap_err();
+    let shown = e.to_string();
+    assert!(shown.chars().count() < 600, "{shown:.300}");
+}

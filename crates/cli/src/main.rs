@@ -13,6 +13,7 @@ macro_rules! outln {
 
 mod demo;
 mod inspect;
+mod preflight;
 mod run;
 mod verify;
 mod zoo;

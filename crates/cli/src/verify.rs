@@ -1,5 +1,6 @@
 //! `shardproof verify`: the refinement engine on a case.
 
+use crate::run::{search_counterexample, Search, SEARCH_SEEDS};
 use crate::Verdict;
 use clap::Args as ClapArgs;
 use shardproof_ops::Registry;
@@ -29,12 +30,61 @@ pub struct VerifyArgs {
 #[derive(serde::Serialize)]
 struct Report<'a> {
     case: String,
-    /// Only when there is no outcome (invalid input); the outcome carries its own verdict.
+    /// Only when there is no outcome (invalid input, or a finding before relation inference);
+    /// the outcome carries its own verdict.
     #[serde(skip_serializing_if = "Option::is_none")]
     verdict: Option<&'static str>,
     #[serde(flatten)]
     outcome: Option<&'a Outcome>,
     message: Option<String>,
+    #[serde(flatten)]
+    decision: &'a Decision,
+}
+
+/// Which engine settled the verdict, and the concrete evidence behind it.
+#[derive(serde::Serialize, Default)]
+struct Decision {
+    /// `typecheck` (the programs do not type-check), `schedule` (the ranks' communication
+    /// cannot complete), `relations` (the e-graph engine's relations) or `counterexample` (a
+    /// concrete run of the reference interpreter on seeded random inputs).
+    decided_by: &'static str,
+    /// The inputs' seed and the output a concrete run shows differing, when one does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    counterexample: Option<Counterexample>,
+    /// What the counterexample search did (seeds tried, or why it could not run).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    search: Option<String>,
+}
+
+/// A concrete input on which the ranks miss the spec.
+#[derive(serde::Serialize)]
+struct Counterexample {
+    /// `run --seed SEED` reproduces it.
+    seed: u64,
+    /// The expected output that differs.
+    output: String,
+    /// Its relative Frobenius error; `None` when the ranks' tensors do not fit its placement.
+    rel_error: Option<f64>,
+}
+
+impl Counterexample {
+    /// `a run on seeded random inputs (f64, seed N) confirms it: output `o` differs ...`.
+    fn describe(&self, verb: &str) -> String {
+        let by = self
+            .rel_error
+            .map_or("does not fit its expected placement".to_string(), |e| {
+                format!("differs from the spec by a relative error of {e:.3e}")
+            });
+        format!(
+            "a run on seeded random inputs (f64, seed {}) {verb}: output `{}` {by} (`shardproof run --seed {}` reproduces it)",
+            self.seed, self.output, self.seed
+        )
+    }
+}
+
+fn seeds_tried() -> String {
+    let seeds: Vec<String> = SEARCH_SEEDS.iter().map(u64::to_string).collect();
+    format!("seeds {}", seeds.join(", "))
 }
 
 /// Runs `verify` and prints its report.
@@ -45,23 +95,25 @@ pub fn main(args: &VerifyArgs) -> Verdict {
     }) {
         Ok(c) => c,
         Err(e) => {
-            if args.json {
-                let r = Report {
-                    case: args.case.display().to_string(),
-                    verdict: Some("invalid"),
-                    outcome: None,
-                    message: Some(e.to_string()),
-                };
-                outln!(
-                    "{}",
-                    serde_json::to_string_pretty(&r).expect("report serializes")
-                );
-            } else {
-                eprintln!("error: {e}");
-            }
-            return Verdict::Invalid;
+            return early_stop(
+                args,
+                &args.case.display().to_string(),
+                Verdict::Invalid,
+                "",
+                format!("error: {e}"),
+            )
         }
     };
+    // A program that does not type-check, or whose ranks cannot meet, gets no verdict on values.
+    if let Err(stop) = crate::preflight::check(&case) {
+        return early_stop(
+            args,
+            &case.name,
+            stop.verdict,
+            stop.decided_by,
+            stop.message,
+        );
+    }
     let spinner = (!args.quiet
         && !args.json
         && std::io::IsTerminal::is_terminal(&std::io::stderr()))
@@ -77,136 +129,347 @@ pub fn main(args: &VerifyArgs) -> Verdict {
         ..Options::default()
     };
     let mut outcome = verify(&case, &opts);
-    if let Some(output) = outcome.unmet_expectation.clone() {
-        if let Some(s) = &spinner {
-            s.set_message(format!(
-                "running {} to check the expectation of `{output}`",
-                case.name
-            ));
-        }
-        settle_expectation(&case, &output, &mut outcome);
-    } else if outcome.verdict == RefineVerdict::Refuted {
-        if let Some(s) = &spinner {
-            s.set_message(format!("running {} to confirm the refutation", case.name));
-        }
-        confirm_refutation(&case, &mut outcome);
+    if let Some(s) = &spinner {
+        s.set_message(format!(
+            "searching {} for a counterexample ({})",
+            case.name,
+            seeds_tried()
+        ));
     }
+    let started = std::time::Instant::now();
+    let decision = if let Some(output) = outcome.unmet_expectation.clone() {
+        settle_expectation(&case, &output, &mut outcome)
+    } else {
+        match outcome.verdict {
+            RefineVerdict::Refuted => confirm_refutation(&case, &mut outcome),
+            RefineVerdict::Inconclusive => settle_inconclusive(&case, &mut outcome),
+            RefineVerdict::Verified => challenge_verified(&case, &mut outcome),
+        }
+    };
+    outcome.seconds += started.elapsed().as_secs_f64();
     if let Some(s) = spinner {
         s.finish_and_clear();
     }
-    let verdict = match outcome.verdict {
-        RefineVerdict::Verified => Verdict::Holds,
-        RefineVerdict::Refuted => Verdict::Violated,
-        RefineVerdict::Inconclusive => Verdict::Inconclusive,
-    };
+    let (verdict, decision) = decision;
     if args.json {
         let r = Report {
             case: case.name.clone(),
-            verdict: None,
+            verdict: (verdict == Verdict::Invalid).then_some("invalid"),
             outcome: Some(&outcome),
             message: None,
+            decision: &decision,
         };
         outln!(
             "{}",
             serde_json::to_string_pretty(&r).expect("report serializes")
         );
     } else {
-        print_text(&case.name, &outcome);
+        print_text(&case.name, &outcome, verdict, &decision);
     }
     verdict
+}
+
+/// Reports a verdict reached before relation inference (invalid input, a program that does
+/// not type-check, ranks that cannot meet).
+fn early_stop(
+    args: &VerifyArgs,
+    name: &str,
+    verdict: Verdict,
+    decided_by: &'static str,
+    message: String,
+) -> Verdict {
+    let word = match verdict {
+        Verdict::Holds => "verified",
+        Verdict::Violated => "refuted",
+        Verdict::Invalid => "invalid",
+        Verdict::Inconclusive => "inconclusive",
+    };
+    if args.json {
+        let decision = Decision {
+            decided_by,
+            ..Decision::default()
+        };
+        let r = Report {
+            case: name.to_string(),
+            verdict: Some(word),
+            outcome: None,
+            message: Some(message),
+            decision: &decision,
+        };
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&r).expect("report serializes")
+        );
+    } else if verdict == Verdict::Violated {
+        outln!(
+            "refuted: {name}
+  {message}
+decided by: {decided_by}"
+        );
+    } else {
+        eprintln!("{message}");
+    }
+    verdict
+}
+
+fn cli_verdict(v: RefineVerdict) -> Verdict {
+    match v {
+        RefineVerdict::Verified => Verdict::Holds,
+        RefineVerdict::Refuted => Verdict::Violated,
+        RefineVerdict::Inconclusive => Verdict::Inconclusive,
+    }
+}
+
+/// Turns `o` into a refutation by a concrete finding (a counterexample or a hang), keeping the
+/// engine's evidence of where relations stop.
+fn refute_by_run(o: &mut Outcome, finding: String) {
+    o.verdict = RefineVerdict::Refuted;
+    match &mut o.failure {
+        Some(f) => {
+            let stopped = o
+                .reason
+                .take()
+                .map(|r| format!("; {r}"))
+                .unwrap_or_default();
+            let hint = f.hint.take().map(|h| format!("{h}; ")).unwrap_or_default();
+            f.hint = Some(format!("{hint}{finding}{stopped}"));
+        }
+        None => {
+            let stopped = o
+                .reason
+                .take()
+                .map(|r| format!(" (relation inference: {r})"))
+                .unwrap_or_default();
+            o.reason = Some(format!("{finding}{stopped}"));
+        }
+    }
 }
 
 /// Settles an output whose clean relation is not the expected one by running the case on
 /// seeded random values: a numeric mismatch is a counterexample (refuted, the engine's evidence
 /// kept); agreement, or a case the run cannot execute, leaves the verdict inconclusive with the
 /// run's finding added, since the engine may only lack a lemma between the two expressions.
-fn settle_expectation(case: &shardproof_case::Case, output: &str, o: &mut Outcome) {
-    let started = std::time::Instant::now();
-    let finding = crate::run::expectation_counterexample(case, output);
-    o.seconds += started.elapsed().as_secs_f64();
-    match finding {
-        Ok(Some(error)) => {
-            o.verdict = RefineVerdict::Refuted;
-            o.reason = None;
-            if let Some(f) = &mut o.failure {
-                let hint = f.hint.take().unwrap_or_default();
-                f.hint = Some(format!(
-                    "{hint}; a run on seeded random inputs (f64, seed 0) confirms it: the ranks miss the expected placement by a relative error of {error:.3e}"
-                ));
-            }
+fn settle_expectation(
+    case: &shardproof_case::Case,
+    output: &str,
+    o: &mut Outcome,
+) -> (Verdict, Decision) {
+    settle(case, Some(output), o)
+}
+
+/// Searches for a counterexample where relations stop short of a verdict: one makes the
+/// verdict refuted, with the location where relations stopped kept as evidence.
+fn settle_inconclusive(case: &shardproof_case::Case, o: &mut Outcome) -> (Verdict, Decision) {
+    settle(case, None, o)
+}
+
+fn settle(
+    case: &shardproof_case::Case,
+    output: Option<&str>,
+    o: &mut Outcome,
+) -> (Verdict, Decision) {
+    let mut d = Decision {
+        decided_by: "relations",
+        ..Decision::default()
+    };
+    match search_counterexample(case, output) {
+        Search::Counterexample {
+            seed,
+            output,
+            rel_error,
+        } => {
+            let c = Counterexample {
+                seed,
+                output,
+                rel_error,
+            };
+            refute_by_run(o, c.describe("is a counterexample"));
+            d.decided_by = "counterexample";
+            d.counterexample = Some(c);
         }
-        Ok(None) => {
+        Search::Hang(why) => {
+            refute_by_run(o, format!("a run hangs: {}", first_line(&why)));
+            d.decided_by = "counterexample";
+        }
+        Search::Agrees => {
             let reason = o.reason.take().unwrap_or_default();
+            d.search = Some(format!("a run on {} matches every output", seeds_tried()));
             o.reason = Some(format!(
-                "{reason}; a run on seeded random inputs (f64, seed 0) meets the expectation, so this is likely a missing lemma"
+                "{reason}; a run on seeded random inputs (f64, {}) meets {}, so this is likely a missing lemma",
+                seeds_tried(),
+                if output.is_some() { "the expectation" } else { "every output" }
             ));
         }
-        Err(why) => {
+        Search::Undecided(Verdict::Invalid, why) => {
+            // The program cannot run: no verdict on its values.
+            d.decided_by = "counterexample";
+            d.search = Some(first_line(&why).to_string());
             let reason = o.reason.take().unwrap_or_default();
+            o.reason = Some(format!(
+                "{reason}; the programs cannot run: {}",
+                run_stop_reason(&why)
+            ));
+            return (Verdict::Invalid, d);
+        }
+        Search::Undecided(_, why) => {
             let why = run_stop_reason(&why);
+            d.search = Some(format!("no counterexample search: {why}"));
+            let reason = o.reason.take().unwrap_or_default();
             o.reason = Some(format!("{reason}; a run could not settle it: {why}"));
         }
     }
+    (cli_verdict(o.verdict), d)
 }
 
-/// Checks a refutation against a concrete run on seeded random inputs. An output the ranks
-/// miss is a counterexample and confirms the engine's evidence; a run that matches every
-/// output turns the verdict inconclusive, since the evidence (a relation off by a factor, a
-/// partial sum left unreduced) may only mean the library lacks a lemma for how the program
-/// combines its values. A case the run cannot execute (too large, inputs laid out by an
-/// `expr:`) keeps the engine's verdict, and the report says it was not confirmed.
-fn confirm_refutation(case: &shardproof_case::Case, o: &mut Outcome) {
-    let started = std::time::Instant::now();
-    let finding = crate::run::outputs_counterexample(case);
-    o.seconds += started.elapsed().as_secs_f64();
-    let Some(f) = &mut o.failure else { return };
+/// Checks a refutation against concrete runs on seeded random inputs. An output the ranks
+/// miss is a counterexample and confirms the engine's evidence; runs that match every output
+/// turn the verdict inconclusive, since the evidence (a relation off by a factor, a partial sum
+/// left unreduced) may only mean the library lacks a lemma for how the program combines its
+/// values. A case the run cannot execute (too large, inputs laid out by an `expr:`) keeps the
+/// engine's verdict, and the report says it was not confirmed.
+fn confirm_refutation(case: &shardproof_case::Case, o: &mut Outcome) -> (Verdict, Decision) {
+    let mut d = Decision {
+        decided_by: "relations",
+        ..Decision::default()
+    };
+    let finding = search_counterexample(case, None);
+    let Some(f) = &mut o.failure else {
+        return (cli_verdict(o.verdict), d);
+    };
     let hint = f.hint.take();
+    let with_hint = |note: String| match &hint {
+        Some(h) => format!("{h}; {note}"),
+        None => note,
+    };
     match finding {
-        Ok(Some((output, error))) => {
-            let by = error.map_or("does not fit its expected placement".into(), |e| {
-                format!("differs from the spec by a relative error of {e:.3e}")
-            });
-            let confirmed = format!(
-                "a run on seeded random inputs (f64, seed 0) confirms it: output `{output}` {by}"
-            );
-            f.hint = Some(match hint {
-                Some(h) => format!("{h}; {confirmed}"),
-                None => confirmed,
-            });
+        Search::Counterexample {
+            seed,
+            output,
+            rel_error,
+        } => {
+            let c = Counterexample {
+                seed,
+                output,
+                rel_error,
+            };
+            f.hint = Some(with_hint(c.describe("confirms it")));
+            d.counterexample = Some(c);
         }
-        Ok(None) => {
-            let evidence =
-                hint.map_or(String::new(), |h| format!(", where the evidence read: {h}"));
+        Search::Hang(why) => {
+            f.hint = Some(with_hint(format!("a run hangs: {}", first_line(&why))));
+        }
+        Search::Agrees => {
+            let evidence = hint
+                .as_ref()
+                .map_or(String::new(), |h| format!(", where the evidence read: {h}"));
             o.verdict = RefineVerdict::Inconclusive;
             o.reason = Some(format!(
-                "`{}` cannot be related: relations stop at spec operator `{}` ({}){evidence}; but a run on seeded random inputs (f64, seed 0) matches every output, so this is likely a missing lemma, not a bug{}",
+                "`{}` cannot be related: relations stop at spec operator `{}` ({}){evidence}; but a run on seeded random inputs (f64, {}) matches every output, so this is likely a missing lemma, not a bug{}",
                 f.output,
                 f.operator,
                 f.op,
+                seeds_tried(),
                 f.other_stops_clause()
             ));
+            d.search = Some(format!("a run on {} matches every output", seeds_tried()));
             f.hint = None;
         }
-        Err(why) => {
+        Search::Undecided(Verdict::Invalid, why) => {
+            f.hint = hint;
+            d.decided_by = "counterexample";
+            d.search = Some(first_line(&why).to_string());
+            o.reason = Some(format!(
+                "the programs cannot run: {}",
+                run_stop_reason(&why)
+            ));
+            return (Verdict::Invalid, d);
+        }
+        Search::Undecided(_, why) => {
             let note = format!("not confirmed by a run: {}", run_stop_reason(&why));
+            d.search = Some(note.clone());
             f.hint = Some(match hint {
                 Some(h) => format!("{h} ({note})"),
                 None => note,
             });
         }
     }
+    (cli_verdict(o.verdict), d)
+}
+
+/// A verified case must survive a counterexample search: a run that shows a difference (or
+/// hangs) refutes it, and the report says the relations were contradicted. A case too large
+/// to run keeps the engine's verdict, and the report says no search ran.
+fn challenge_verified(case: &shardproof_case::Case, o: &mut Outcome) -> (Verdict, Decision) {
+    let mut d = Decision {
+        decided_by: "relations",
+        ..Decision::default()
+    };
+    let contradicted = |o: &mut Outcome, finding: String| {
+        o.verdict = RefineVerdict::Refuted;
+        o.reason = Some(format!(
+            "{finding}, although relation inference related every output (a shardproof bug: please report it with this case)"
+        ));
+    };
+    match search_counterexample(case, None) {
+        Search::Counterexample {
+            seed,
+            output,
+            rel_error,
+        } => {
+            let c = Counterexample {
+                seed,
+                output,
+                rel_error,
+            };
+            contradicted(o, c.describe("is a counterexample"));
+            d.decided_by = "counterexample";
+            d.counterexample = Some(c);
+        }
+        Search::Hang(why) => {
+            contradicted(o, format!("a run hangs: {}", first_line(&why)));
+            d.decided_by = "counterexample";
+        }
+        Search::Agrees => {
+            d.search = Some(format!(
+                "no counterexample: a run on {} matches every output",
+                seeds_tried()
+            ));
+        }
+        Search::Undecided(Verdict::Invalid, why) => {
+            o.verdict = RefineVerdict::Inconclusive;
+            o.reason = Some(format!(
+                "the programs cannot run: {}",
+                run_stop_reason(&why)
+            ));
+            d.decided_by = "counterexample";
+            d.search = Some(first_line(&why).to_string());
+            return (Verdict::Invalid, d);
+        }
+        Search::Undecided(_, why) => {
+            d.search = Some(format!(
+                "no counterexample search: {}",
+                run_stop_reason(&why)
+            ));
+        }
+    }
+    (cli_verdict(o.verdict), d)
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or_default()
 }
 
 /// The first line of why a run stopped, without its verdict prefix (it is quoted inside
 /// verify's own report).
 fn run_stop_reason(why: &str) -> &str {
-    let why = why.lines().next().unwrap_or_default();
+    let why = first_line(why);
     why.strip_prefix("inconclusive: ")
         .or_else(|| why.strip_prefix("error: "))
+        .or_else(|| why.strip_prefix("violated: "))
         .unwrap_or(why)
 }
 
-fn print_text(name: &str, o: &Outcome) {
+fn print_text(name: &str, o: &Outcome, verdict: Verdict, d: &Decision) {
     if !o.trace.is_empty() {
         outln!("trace:");
         for t in &o.trace {
@@ -214,6 +477,12 @@ fn print_text(name: &str, o: &Outcome) {
         }
     }
     match o.verdict {
+        _ if verdict == Verdict::Invalid => {
+            outln!(
+                "invalid: {name}: {}",
+                o.reason.as_deref().unwrap_or("the programs cannot run")
+            );
+        }
         RefineVerdict::Verified => {
             outln!(
                 "verified: {name} ({} spec operators, {} lemmas)",
@@ -286,6 +555,8 @@ fn print_text(name: &str, o: &Outcome) {
                 if let Some(h) = &f.hint {
                     outln!("  hint: {h}");
                 }
+            } else if let Some(r) = &o.reason {
+                outln!("  {r}");
             }
         }
         RefineVerdict::Inconclusive => {
@@ -295,5 +566,12 @@ fn print_text(name: &str, o: &Outcome) {
             );
         }
     }
+    if let Some(c) = &d.counterexample {
+        outln!("counterexample: {}", c.describe("shows it"));
+    }
+    if let Some(s) = &d.search {
+        outln!("counterexample search: {s}");
+    }
+    outln!("decided by: {}", d.decided_by);
     outln!("time: {:.3} s", o.seconds);
 }

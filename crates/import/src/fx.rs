@@ -68,14 +68,18 @@ pub struct FxParse {
 /// Parses torch.fx readable text; any line it does not understand is an error located at its
 /// line and column.
 pub fn parse_fx(text: &str, file: &Path) -> Result<FxParse, SourceError> {
-    FileParser::new(text, file, false).run()
+    FileParser::new(text, file, false)
+        .run()
+        .map_err(crate::shorten_quotes)
 }
 
 /// Parses torch.fx readable text, recording statements it does not understand in
 /// [`ParseStats::unparsed`] instead of failing; structural problems (no `forward`, no `return`)
 /// are still errors.
 pub fn parse_fx_lenient(text: &str, file: &Path) -> Result<FxParse, SourceError> {
-    FileParser::new(text, file, true).run()
+    FileParser::new(text, file, true)
+        .run()
+        .map_err(crate::shorten_quotes)
 }
 
 fn perr(span: Span, message: impl Into<String>, hint: impl Into<String>) -> ParseError {

@@ -676,11 +676,35 @@ impl Reader<'_> {
 /// Reads a JSON graph. Syntax and shape errors carry serde_json's line and column; semantic
 /// errors (an unknown value name, a node kind without its operator, ...) point at the node.
 pub fn from_json(text: &str, file: &Path) -> Result<Graph, SourceError> {
+    read_json(text, file).map_err(crate::shorten_quotes)
+}
+
+/// serde's "unknown field `NAME`, expected ..." with `NAME` (the input's text, which may itself
+/// hold backticks) cut to a short excerpt without backticks.
+fn shorten_serde_name(msg: &str) -> String {
+    let Some(open) = msg.find('`') else {
+        return msg.to_string();
+    };
+    let rest = &msg[open + 1..];
+    let close = rest.find("`, expected").or_else(|| rest.rfind('`'));
+    match close {
+        Some(close) => format!(
+            "{}`{}`{}",
+            &msg[..open],
+            crate::excerpt(&rest[..close].replace('`', "'")),
+            &rest[close + 1..]
+        ),
+        None => msg.to_string(),
+    }
+}
+
+fn read_json(text: &str, file: &Path) -> Result<Graph, SourceError> {
     let dto: GraphDto = serde_json::from_str(text).map_err(|e| {
         let span = (e.line() > 0).then(|| Span::new(e.line(), e.column().max(1)));
         let msg = e.to_string();
         // serde_json appends " at line L column C"; the span already says it.
         let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
+        let msg = shorten_serde_name(&msg);
         SourceError::new(file, span, format!("invalid JSON graph: {msg}")).with_hint(
             "the JSON graph format is described in docs/formats/graph-json.md (schema: \
              docs/formats/graph.schema.json)",
@@ -693,7 +717,7 @@ pub fn from_json(text: &str, file: &Path) -> Result<Graph, SourceError> {
             Some("format"),
             format!(
                 "expected \"format\": \"{FORMAT}\", found \"{}\"",
-                dto.format
+                crate::excerpt(&dto.format)
             ),
             "this file is not a shardproof graph",
         ));

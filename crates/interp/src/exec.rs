@@ -31,7 +31,7 @@ struct GraphRun<'g> {
     cfg: &'g RunConfig,
 }
 
-fn located(graph: &Graph, node: &Node, msg: impl std::fmt::Display) -> String {
+pub(crate) fn located(graph: &Graph, node: &Node, msg: impl std::fmt::Display) -> String {
     let op = node.op().map(|o| format!(" ({o})")).unwrap_or_default();
     let file = graph
         .path
@@ -49,6 +49,12 @@ impl<'g> GraphRun<'g> {
         leaves: &BTreeMap<String, Tensor>,
         cfg: &'g RunConfig,
     ) -> Result<Self, InterpError> {
+        graph.check_structure().map_err(|e| {
+            InterpError::new(
+                InterpErrorKind::Invalid,
+                format!("graph `{}` is malformed: {e}", graph.name),
+            )
+        })?;
         let mut env = Env {
             values: graph
                 .nodes
@@ -63,6 +69,21 @@ impl<'g> GraphRun<'g> {
             .collect();
         let index = graph.name_index();
         for (name, t) in leaves {
+            if t.meta.checked_numel() != Some(t.data.len()) {
+                return Err(InterpError::new(
+                    InterpErrorKind::Invalid,
+                    format!(
+                        "value `{name}` of graph `{}` was given a tensor of shape {:?} holding {} elements{}",
+                        graph.name,
+                        t.meta.shape,
+                        t.data.len(),
+                        match t.meta.checked_numel() {
+                            Some(n) => format!(" instead of {n}"),
+                            None => ": the shape's element count overflows 64-bit arithmetic".into(),
+                        }
+                    ),
+                ));
+            }
             let v = *index.get(name.as_str()).ok_or_else(|| {
                 InterpError::new(
                     InterpErrorKind::Invalid,

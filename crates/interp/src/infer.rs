@@ -56,15 +56,17 @@ pub fn infer_graph(graph: &Graph, custom_ops: &BTreeMap<String, OpMeaning>) -> I
     let reg = Registry::builtin();
     let mut metas: Vec<Vec<Option<Meta>>> = Vec::with_capacity(graph.nodes.len());
     let mut nodes = Vec::with_capacity(graph.nodes.len());
-    let consumers = graph.consumers();
+    let consumers = consumers(graph);
     for (i, node) in graph.nodes.iter().enumerate() {
         let mut recorded: Vec<Option<Meta>> = node
             .outputs
             .iter()
             .map(|o| o.ty.as_ref().and_then(Meta::from_type))
             .collect();
-        if matches!(node.kind, NodeKind::Constant { .. }) && recorded[0].is_none() {
-            recorded[0] = constant_type_from_copy(graph, &consumers[i]);
+        if matches!(node.kind, NodeKind::Constant { .. }) {
+            if let Some(r @ None) = recorded.first_mut() {
+                *r = constant_type_from_copy(graph, &consumers[i]);
+            }
         }
         let result = match &node.kind {
             NodeKind::Input | NodeKind::Constant { .. } => NodeInference::Leaf,
@@ -108,6 +110,22 @@ pub fn infer_graph(graph: &Graph, custom_ops: &BTreeMap<String, OpMeaning>) -> I
         nodes.push(result);
     }
     Inference { nodes, metas }
+}
+
+/// For every node, the later nodes that read one of its values ([`Graph::consumers`], ignoring
+/// references to nodes that do not exist, which a malformed graph may hold).
+fn consumers(graph: &Graph) -> Vec<Vec<usize>> {
+    let mut users = vec![Vec::new(); graph.nodes.len()];
+    for (i, n) in graph.nodes.iter().enumerate() {
+        for v in n.inputs() {
+            if let Some(u) = users.get_mut(v.node) {
+                if u.last() != Some(&i) {
+                    u.push(i);
+                }
+            }
+        }
+    }
+    users
 }
 
 /// Captures sometimes print a module constant without a type annotation; its value-preserving
@@ -230,7 +248,12 @@ pub fn live_values(graph: &Graph, leaves: &std::collections::BTreeSet<String>) -
             .map(|o| leaves.contains(&o.name))
             .collect();
         let runs = matches!(node.kind, NodeKind::Call { .. })
-            && node.inputs().iter().all(|v| live[v.node][v.output]);
+            && node.inputs().iter().all(|v| {
+                live.get(v.node)
+                    .and_then(|l| l.get(v.output))
+                    .copied()
+                    .unwrap_or(false)
+            });
         live.push(given.into_iter().map(|g| g || runs).collect());
     }
     live

@@ -9,11 +9,19 @@
 //! Point-to-point messages (`shardproof_p2p.send` / `recv`) travel between ranks: a send is
 //! buffered and never blocks, a recv takes the oldest message from its source with its tag.
 
+#![warn(missing_docs)]
+
 mod exec;
 mod infer;
+mod schedule;
+mod typecheck;
 
 pub use exec::{run_graph, run_program};
 pub use infer::{infer_graph, live_values, Inference, NodeInference};
+pub use schedule::{schedule, Meeting, Schedule, ScheduleProblem};
+pub use typecheck::{
+    storage_bytes, type_errors, typecheck, TypeError, TypeErrorKind, MAX_TENSOR_SIZE,
+};
 
 use shardproof_ir::{OpMeaning, ValueId};
 use shardproof_ops::Tensor;

@@ -421,6 +421,7 @@ pub fn apply_collective(
     }
     let me = group_args[rank];
     let metas = (op.infer)(me)?;
+    crate::check_outputs(&op.name, &metas)?;
     let name = op.name.name.as_str();
     if matches!(
         name,

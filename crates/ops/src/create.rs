@@ -119,6 +119,16 @@ fn arange_bounds(a: &Args) -> Result<(Arg, Arg, Arg), OpError> {
 /// The dtype and values of an `arange` call, computed as torch's CPU kernel does (integer
 /// dtypes truncate the bounds first; int64 counts with integer arithmetic).
 fn arange_values(a: &Args) -> Result<(DType, Vec<f64>), OpError> {
+    let (dtype, n, xs, xst) = arange_count(a)?;
+    let data = (0..n)
+        .map(|i| cast_value(xs + xst * i as f64, dtype))
+        .collect();
+    Ok((dtype, data))
+}
+
+/// The dtype, element count, start and step of an `arange` call (without building its values,
+/// so that shape inference never allocates).
+fn arange_count(a: &Args) -> Result<(DType, usize, f64, f64), OpError> {
     let (start, end, step) = arange_bounds(a)?;
     let num = |x: &Arg| {
         x.as_f64()
@@ -152,7 +162,8 @@ fn arange_values(a: &Args) -> Result<(DType, Vec<f64>), OpError> {
         ));
     }
     let n = if dtype == DType::I64 {
-        let (xs, xe, xst) = (xs as i64, xe as i64, xst as i64);
+        // i128: the bounds may be near the ends of i64.
+        let (xs, xe, xst) = (xs as i64 as i128, xe as i64 as i128, xst as i64 as i128);
         let sgn = xst.signum();
         ((xe - xs + xst - sgn) / xst) as f64
     } else {
@@ -163,15 +174,12 @@ fn arange_values(a: &Args) -> Result<(DType, Vec<f64>), OpError> {
             "arange: invalid number of elements {n}"
         )));
     }
-    let data = (0..n as usize)
-        .map(|i| cast_value(xs + xst * i as f64, dtype))
-        .collect();
-    Ok((dtype, data))
+    Ok((dtype, n as usize, xs, xst))
 }
 
 fn infer_arange(a: &Args) -> Result<Vec<Meta>, OpError> {
-    let (d, v) = arange_values(a)?;
-    Ok(vec![Meta::new(d, vec![v.len()])])
+    let (d, n, _, _) = arange_count(a)?;
+    Ok(vec![Meta::new(d, vec![n])])
 }
 
 /// `linspace` as torch's CPU kernel computes it: from both ends towards the middle.

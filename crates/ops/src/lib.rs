@@ -4,6 +4,8 @@
 //! Kernels compute in f64 and never round to narrower float types themselves: the interpreter
 //! rounds every output to the precision of the run, so one kernel serves f64, f32, bf16 and fp8.
 
+#![warn(missing_docs)]
+
 mod args;
 mod registry;
 mod schema;
@@ -29,9 +31,12 @@ mod shape;
 pub use args::{normalize_args, Args, TensorList, Values};
 pub use collective::apply_collective;
 pub use p2p::{p2p_call, P2pCall, P2pEnd, P2P_NAMESPACE};
-pub use registry::{EvalCtx, EvalFn, InferFn, Meta0, OpClass, OpDef, Registry};
+pub use registry::{
+    check_inputs, check_outputs, check_tensor, EvalCtx, EvalFn, InferFn, Meta0, OpClass, OpDef,
+    Registry,
+};
 pub use schema::{ArgType, Schema, SchemaArg};
-pub use tensor::{cast_value, round_to, strides, Meta, Tensor};
+pub use tensor::{cast_value, checked_numel, round_to, strides, Meta, Tensor};
 
 /// An error in a call: wrong arguments, incompatible shapes, an unsupported variant.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

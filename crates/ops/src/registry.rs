@@ -158,7 +158,7 @@ impl Registry {
         values: &dyn Values,
     ) -> Result<Vec<Meta>, OpError> {
         let bound = Args::bind(&def.schema, args, kwargs, values)?;
-        (def.infer)(&bound)
+        guarded(&def.name, "shape inference", || (def.infer)(&bound))
     }
 
     /// Runs the kernel of a call: infers output metas, then computes the outputs.
@@ -170,12 +170,14 @@ impl Registry {
         values: &dyn Values,
         ctx: &mut EvalCtx,
     ) -> Result<Vec<Tensor>, OpError> {
+        check_inputs(&def.name, args, kwargs, values)?;
         let bound = Args::bind(&def.schema, args, kwargs, values)?;
-        let metas = (def.infer)(&bound)?;
+        let metas = guarded(&def.name, "shape inference", || (def.infer)(&bound))?;
         let kernel = def
             .eval
             .ok_or_else(|| OpError::new(format!("{} has no single-graph kernel", def.name)))?;
-        let out = kernel(&bound, &metas, ctx)?;
+        check_outputs(&def.name, &metas)?;
+        let out = guarded(&def.name, "kernel", || kernel(&bound, &metas, ctx))?;
         debug_assert_eq!(
             out.iter().map(|t| &t.meta).collect::<Vec<_>>(),
             metas.iter().collect::<Vec<_>>(),
@@ -212,6 +214,103 @@ impl Registry {
     }
 }
 
+/// Runs `f` (an operator's shape inference or kernel), turning a panic into an [`OpError`]:
+/// the last line of defence that keeps a bug in one operator from aborting a whole run on user
+/// input. Sizes are checked before any kernel runs ([`check_inputs`], [`check_outputs`]), so
+/// this only catches what those checks cannot foresee.
+fn guarded<T>(
+    op: &OpName,
+    what: &str,
+    f: impl FnOnce() -> Result<T, OpError>,
+) -> Result<T, OpError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|payload| {
+        let msg = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".into());
+        Err(OpError::new(format!(
+            "{op}: internal error in its {what} ({msg}); the arguments are out of what it supports"
+        )))
+    })
+}
+
+/// Checks that every tensor a call reads holds as many elements as its shape says (a tensor
+/// built with an overflowing or inconsistent shape would make a kernel index out of bounds).
+pub fn check_inputs(
+    op: &OpName,
+    args: &[shardproof_ir::Arg],
+    kwargs: &[(String, shardproof_ir::Arg)],
+    values: &dyn Values,
+) -> Result<(), OpError> {
+    let mut read = Vec::new();
+    args.iter().for_each(|a| a.values(&mut read));
+    kwargs.iter().for_each(|(_, a)| a.values(&mut read));
+    for v in read {
+        let Some(t) = values.tensor(v) else { continue };
+        check_tensor(op, t)?;
+    }
+    Ok(())
+}
+
+/// Checks that `t` holds exactly as many elements as its shape says.
+pub fn check_tensor(op: &OpName, t: &Tensor) -> Result<(), OpError> {
+    match t.meta.checked_numel() {
+        Some(n) if n == t.data.len() => Ok(()),
+        Some(n) => Err(OpError::new(format!(
+            "{op}: an input of shape {:?} holds {} elements instead of {n}",
+            t.meta.shape,
+            t.data.len()
+        ))),
+        None => Err(OpError::new(format!(
+            "{op}: an input of shape {:?} has more elements than 64-bit arithmetic can count",
+            t.meta.shape
+        ))),
+    }
+}
+
+/// Element counts above which [`check_outputs`] makes sure the memory can be had before a
+/// kernel builds its results (2^24 elements, 128 MiB).
+const LARGE_RESULT: usize = 1 << 24;
+
+/// Checks, before a kernel runs, that its results (of `metas`) can be held: their element
+/// counts and byte sizes (8 bytes per element: the interpreter stores `f64`s) do not overflow,
+/// and, for large results, that the allocator grants that much memory (`try_reserve`), so that a
+/// kernel never attempts an absurd allocation. Returns an [`OpError`] naming `op` and the sizes.
+pub fn check_outputs(op: &OpName, metas: &[Meta]) -> Result<(), OpError> {
+    let mut total: usize = 0;
+    for m in metas {
+        let n = m
+            .checked_numel()
+            .filter(|&n| n.checked_mul(8).is_some_and(|b| b <= isize::MAX as usize))
+            .ok_or_else(|| {
+                OpError::new(format!(
+                    "{op}: its result of shape {:?} is too large to hold (its size in bytes overflows 64-bit arithmetic)",
+                    m.shape
+                ))
+            })?;
+        total = total
+            .checked_add(n)
+            .filter(|t| t.checked_mul(8).is_some_and(|b| b <= isize::MAX as usize))
+            .ok_or_else(|| {
+                OpError::new(format!(
+                    "{op}: its results are too large to hold (their size in bytes overflows 64-bit arithmetic)"
+                ))
+            })?;
+    }
+    if total > LARGE_RESULT {
+        let mut probe: Vec<f64> = Vec::new();
+        if probe.try_reserve_exact(total).is_err() {
+            let shapes: Vec<&Vec<usize>> = metas.iter().map(|m| &m.shape).collect();
+            return Err(OpError::new(format!(
+                "{op}: cannot allocate {} bytes for its results of shapes {shapes:?}",
+                total * 8
+            )));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -237,6 +336,80 @@ mod tests {
             .call("aten.add.Tensor", &[a, b], &[v(0), v(1)], &kw)
             .unwrap();
         assert_eq!(*out[0].data, vec![21.0, 42.0, 23.0, 44.0]);
+    }
+
+    fn regression_call(op: &str, tensors: &[Tensor], args: &[Arg]) -> String {
+        Registry::builtin()
+            .call(op, tensors, args, &[])
+            .expect_err("expected the call to be refused")
+            .0
+    }
+
+    #[test]
+    fn full_of_absurd_size_is_refused() {
+        let e = regression_call(
+            "aten.full.default",
+            &[],
+            &[Arg::List(vec![Arg::Int(i64::MAX)]), Arg::Float(1.0)],
+        );
+        assert!(
+            e.contains("aten.full.default") && e.contains("too large"),
+            "{e}"
+        );
+        // 2^59 f64s (4 EiB) do not overflow, but exceed any address space: no allocator grants
+        // them, even with unlimited overcommit.
+        let e = regression_call(
+            "aten.full.default",
+            &[],
+            &[
+                Arg::List(vec![Arg::Int(1 << 40), Arg::Int(1 << 19)]),
+                Arg::Float(1.0),
+            ],
+        );
+        assert!(
+            e.contains("aten.full.default") && e.contains("cannot allocate"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn expand_to_absurd_size_is_refused() {
+        let x = Tensor::new(Meta::new(DType::F32, vec![1]), vec![1.0]);
+        let e = regression_call(
+            "aten.expand.default",
+            &[x],
+            &[
+                Arg::Value(ValueId::new(0, 0)),
+                Arg::List(vec![Arg::Int(i64::MAX)]),
+            ],
+        );
+        assert!(
+            e.contains("aten.expand.default") && e.contains("too large"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn inputs_whose_shape_overflows_are_refused() {
+        // A [2^62, 16] tensor cannot exist; one that claims that shape (its data empty, as a
+        // wrapped element count would make it) is refused instead of indexed out of bounds.
+        let x = Tensor {
+            meta: Meta::new(DType::F32, vec![1 << 62, 16]),
+            data: std::sync::Arc::new(Vec::new()),
+        };
+        let w = Tensor::new(Meta::new(DType::F32, vec![16, 2]), vec![0.0; 32]);
+        let v = |i| Arg::Value(ValueId::new(i, 0));
+        let e = regression_call("aten.mm.default", &[x.clone(), w.clone()], &[v(0), v(1)]);
+        assert!(e.contains("aten.mm.default") && e.contains("64-bit"), "{e}");
+        let e = regression_call("aten.matmul.default", &[x, w], &[v(0), v(1)]);
+        assert!(e.contains("aten.matmul.default"), "{e}");
+        let short = Tensor {
+            meta: Meta::new(DType::F32, vec![4, 16]),
+            data: std::sync::Arc::new(vec![0.0; 3]),
+        };
+        let w = Tensor::new(Meta::new(DType::F32, vec![16, 2]), vec![0.0; 32]);
+        let e = regression_call("aten.mm.default", &[short, w], &[v(0), v(1)]);
+        assert!(e.contains("holds 3 elements instead of 64"), "{e}");
     }
 
     #[test]

@@ -1192,8 +1192,12 @@ impl Padding {
             pads[r - 1 - i] = (pad[2 * i], pad[2 * i + 1]);
         }
         for (d, &(lo, hi)) in pads.iter().enumerate().skip(r - k) {
-            let n = m.shape[d] as i64;
-            let out = n + lo + hi;
+            let n = i64::try_from(m.shape[d]).unwrap_or(i64::MAX);
+            let Some(out) = n.checked_add(lo).and_then(|x| x.checked_add(hi)) else {
+                return Err(OpError::new(format!(
+                    "{op}: padding ({lo}, {hi}) of dim {d} of size {n} overflows"
+                )));
+            };
             let bad = match mode {
                 PadMode::Constant => (out < 0).then_some("resulted in a negative output size"),
                 PadMode::Reflect if lo >= n || hi >= n => {
@@ -1203,7 +1207,9 @@ impl Padding {
                     Some("causes wrapping around more than once")
                 }
                 // Wrapping reads the input left after cropping the other side.
-                PadMode::Circular if lo.max(hi) > n + lo.min(0) + hi.min(0) => {
+                PadMode::Circular
+                    if lo.max(hi) > n.saturating_add(lo.min(0)).saturating_add(hi.min(0)) =>
+                {
                     Some("wraps around a cropped dimension more than once")
                 }
                 PadMode::Circular => (out < 0).then_some("resulted in a negative output size"),

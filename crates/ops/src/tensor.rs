@@ -21,9 +21,27 @@ impl Meta {
         Meta { dtype, shape }
     }
 
-    /// Number of elements.
+    /// Number of elements, saturating at `usize::MAX` when the product of the sizes overflows
+    /// (such a tensor can never be allocated; see [`Meta::checked_numel`]).
     pub fn numel(&self) -> usize {
-        self.shape.iter().product()
+        self.checked_numel().unwrap_or(usize::MAX)
+    }
+
+    /// Number of elements, or `None` when the product of the sizes overflows `usize`.
+    pub fn checked_numel(&self) -> Option<usize> {
+        checked_numel(&self.shape)
+    }
+
+    /// Bytes the interpreter needs to hold this tensor (every element is stored as an `f64`,
+    /// 8 bytes, whatever the dtype), or `None` when that overflows `u64`.
+    pub fn storage_bytes(&self) -> Option<u64> {
+        (self.checked_numel()? as u64).checked_mul(8)
+    }
+
+    /// Bytes of this tensor at its declared dtype (what the captured program holds), or `None`
+    /// when that overflows `u64`.
+    pub fn dtype_bytes(&self) -> Option<u64> {
+        (self.checked_numel()? as u64).checked_mul(self.dtype.size_bytes() as u64)
     }
 
     /// Number of dims.
@@ -50,11 +68,18 @@ impl Meta {
     }
 }
 
-/// Row-major strides (in elements) for `shape`.
+/// The product of `shape`, or `None` when it overflows `usize`.
+pub fn checked_numel(shape: &[usize]) -> Option<usize> {
+    shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
+}
+
+/// Row-major strides (in elements) for `shape`. Strides saturate at `usize::MAX` when the
+/// shape's element count overflows (no tensor of such a shape can exist, so they are never used
+/// to index one).
 pub fn strides(shape: &[usize]) -> Vec<usize> {
-    let mut s = vec![1; shape.len()];
+    let mut s = vec![1usize; shape.len()];
     for i in (0..shape.len().saturating_sub(1)).rev() {
-        s[i] = s[i + 1] * shape[i + 1];
+        s[i] = s[i + 1].saturating_mul(shape[i + 1]);
     }
     s
 }

@@ -324,8 +324,29 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
         o
     };
     let same_mask = case.assume.dropout.is_some();
-    // Unpaired collectives stay without meaning (a verdict through them is inconclusive).
-    let (partners, _unpaired) = pair_collectives(&case.program);
+    // A program that does not type-check is never verified (and its shapes would mislead the
+    // lemmas' side conditions).
+    for graph in std::iter::once(&case.spec).chain(&case.program.ranks) {
+        if let Err(errors) = shardproof_interp::typecheck(graph, &case.ops) {
+            outcome.reason = Some(format!(
+                "the programs do not type-check: {}",
+                errors.first().map(|e| e.to_string()).unwrap_or_default()
+            ));
+            return finish(outcome);
+        }
+    }
+    // Collectives that cannot meet are a hang, never a sum: no verdict past them.
+    let leaves: Vec<_> = (0..case.program.ranks.len())
+        .map(|r| case.rank_leaves(r))
+        .collect();
+    let (partners, unpaired) = pair_collectives(&case.program, &case.ops, &leaves);
+    if let Some(problem) = unpaired {
+        outcome.reason = Some(format!(
+            "the ranks' collectives cannot all run: {}",
+            problem.message()
+        ));
+        return finish(outcome);
+    }
     let messages = pair_messages(&case.program);
     let ctx = LowerCtx {
         messages: &messages,
@@ -4983,7 +5004,10 @@ mod tests {
 
     /// The engine's view of `case`'s ranks, as `verify` builds it.
     fn impl_of(case: &Case) -> Impl<'_> {
-        let (partners, _) = pair_collectives(&case.program);
+        let leaves: Vec<_> = (0..case.program.ranks.len())
+            .map(|r| case.rank_leaves(r))
+            .collect();
+        let (partners, _) = pair_collectives(&case.program, &case.ops, &leaves);
         let messages = pair_messages(&case.program);
         let ctx = LowerCtx {
             messages: &messages,

@@ -10,9 +10,10 @@
 
 use crate::lemmas::SCALE;
 use crate::term::{literal_symbol, CAT, GET, LIST, MAX, MIN, SLICE, SUM};
+use shardproof_interp::{schedule, ScheduleProblem};
 use shardproof_ir::{Arg, DecompExpr, Graph, Node, NodeKind, OpMeaning, OpName, Program, ValueId};
 use shardproof_ops::{normalize_args, Meta, OpClass, Registry};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// A term template over the input values of a node.
 #[derive(Clone, Debug, PartialEq)]
@@ -848,92 +849,40 @@ fn graph_rows(graph: &Graph, v: ValueId) -> i64 {
 /// Per (rank, collective node): the input value of each group member, in member order.
 pub type Partners = HashMap<(usize, usize), Vec<ValueRef>>;
 
-/// A rank's collectives on one member set: (node, input value), in program order.
-type CollectiveSeq = Vec<(usize, ValueId)>;
-
-/// Pairs the collectives of the ranks: the k-th collective a rank issues on a group matches the
-/// k-th collective of every other member on that group. Returns, per (rank, node), the input
-/// value of each member in member order, and a message per rank sequence that does not pair.
-pub fn pair_collectives(program: &Program) -> (Partners, Vec<String>) {
-    let reg = Registry::builtin();
-    // (rank, group name) -> the collective nodes in program order.
-    let mut seqs: BTreeMap<(usize, String), Vec<(usize, ValueId)>> = BTreeMap::new();
-    for (r, g) in program.ranks.iter().enumerate() {
-        for (i, node) in g.nodes.iter().enumerate() {
-            let Some(op) = node.op() else { continue };
-            if reg.get(op).is_none_or(|d| d.class != OpClass::Collective) {
-                continue;
-            }
-            let Some(x) = node.inputs().first().copied() else {
-                continue;
-            };
-            let group = node
-                .args()
-                .iter()
-                .rev()
-                .find_map(|a| match a {
-                    Arg::Str(s) => Some(s.clone()),
-                    _ => None,
-                })
-                .or_else(|| {
-                    node.kwarg("group_name").and_then(|a| match a {
-                        Arg::Str(s) => Some(s.clone()),
-                        _ => None,
-                    })
-                })
-                .unwrap_or_default();
-            seqs.entry((r, group)).or_default().push((i, x));
-        }
-    }
-    // A group name means a member set on each rank; sequences are matched by member set, so
-    // ranks may name the same group differently.
-    let mut by_members: BTreeMap<(usize, Vec<usize>), CollectiveSeq> = BTreeMap::new();
-    let mut problems = Vec::new();
-    for ((r, group), seq) in &seqs {
-        let Some(pg) = program.group(group) else {
-            problems.push(format!(
-                "rank {r} uses process group `{group}`, which the case does not define"
-            ));
-            continue;
-        };
-        let Some(members) = pg.group_of(*r) else {
-            problems.push(format!(
-                "rank {r} is not a member of process group `{group}`"
-            ));
-            continue;
-        };
-        by_members
-            .entry((*r, members.to_vec()))
-            .or_default()
-            .extend(seq.iter().copied());
-    }
-    for seq in by_members.values_mut() {
-        seq.sort_by_key(|(node, _)| *node);
-    }
+/// Pairs the collectives of the ranks as the interpreter runs them
+/// ([`shardproof_interp::schedule`]): a call meets only the calls of the same collective on the
+/// same group name on every member, in a consistent order. Returns, per (rank, node), the input
+/// value of each member in member order, and why the schedule cannot complete (a hang or a call
+/// without meaning), if it cannot: collectives past that point stay unpaired. `leaves`, per
+/// rank, names the values the rank is given (a case's `rank_leaves`): collectives that do not
+/// depend on them never run.
+pub fn pair_collectives(
+    program: &Program,
+    custom_ops: &BTreeMap<String, OpMeaning>,
+    leaves: &[BTreeSet<String>],
+) -> (Partners, Option<ScheduleProblem>) {
+    let plan = schedule(program, custom_ops, Some(leaves));
     let mut out = HashMap::new();
-    for ((r, members), seq) in &by_members {
-        for (k, &(node, _)) in seq.iter().enumerate() {
-            let mut ins = Vec::new();
-            for &m in members {
-                match by_members.get(&(m, members.clone())).and_then(|s| s.get(k)) {
-                    Some(&(_, x)) => ins.push(ValueRef {
+    for meeting in &plan.meetings {
+        let ins: Option<Vec<ValueRef>> = meeting
+            .calls
+            .iter()
+            .map(|&(m, node)| {
+                program.ranks[m].nodes[node]
+                    .inputs()
+                    .first()
+                    .map(|&x| ValueRef {
                         rank: Some(m),
                         value: x,
-                    }),
-                    None => {
-                        problems.push(format!(
-                            "rank {r} issues collective #{k} on ranks {members:?}, but rank {m} does not"
-                        ));
-                        break;
-                    }
-                }
-            }
-            if ins.len() == members.len() {
-                out.insert((*r, node), ins);
-            }
+                    })
+            })
+            .collect();
+        let Some(ins) = ins else { continue };
+        for &(r, node) in &meeting.calls {
+            out.insert((r, node), ins.clone());
         }
     }
-    (out, problems)
+    (out, plan.problem)
 }
 
 const P2P_SEND: &str = "shardproof_p2p.send.default";

@@ -25,11 +25,11 @@ impl Tok {
     /// A short description for "found ..." in error messages.
     pub(crate) fn describe(&self) -> String {
         match self {
-            Tok::Name(n) => format!("`{n}`"),
+            Tok::Name(n) => format!("`{}`", crate::excerpt(n)),
             Tok::Int(i) => format!("`{i}`"),
             Tok::Float(f) => format!("`{f}`"),
             Tok::Str(_) => "a string".to_string(),
-            Tok::Punct(p) => format!("`{p}`"),
+            Tok::Punct(p) => format!("`{}`", crate::excerpt(p)),
         }
     }
 }

@@ -253,18 +253,22 @@ fn run_case(
 /// counterexample `run` would show by default is the one reported.
 pub const SEARCH_SEEDS: [u64; 3] = [0, 1, 2];
 
+/// A concrete input on which the ranks miss the spec.
+#[derive(Clone, Debug, Serialize)]
+pub struct Counterexample {
+    /// The seed of the random inputs: `run --seed SEED` reproduces it.
+    pub seed: u64,
+    /// The expected output the ranks miss.
+    pub output: String,
+    /// Its relative Frobenius error; `None` when the ranks' tensors do not even fit its
+    /// placement.
+    pub rel_error: Option<f64>,
+}
+
 /// What a counterexample search over [`SEARCH_SEEDS`] found (f64, `run`'s memory budget).
 pub enum Search {
-    /// On `seed`, expected output `output` differs from the spec by `rel_error` (`None`: the
-    /// ranks' tensors do not even fit its placement).
-    Counterexample {
-        /// The seed of the random inputs that show it.
-        seed: u64,
-        /// The expected output the ranks miss.
-        output: String,
-        /// The relative Frobenius error, when the tensors fit the placement.
-        rel_error: Option<f64>,
-    },
+    /// A seed on which an expected output differs from the spec.
+    Counterexample(Counterexample),
     /// The ranks cannot complete their communication (`run`'s deadlock report).
     Hang(String),
     /// Every seed matches every output checked.
@@ -306,11 +310,11 @@ pub fn search_counterexample(case: &Case, output: Option<&str>) -> Search {
                 });
                 return Search::Undecided(Verdict::Inconclusive, why);
             }
-            return Search::Counterexample {
+            return Search::Counterexample(Counterexample {
                 seed,
                 output: r.name,
                 rel_error: r.rel_error,
-            };
+            });
         }
     }
     Search::Agrees

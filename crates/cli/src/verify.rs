@@ -1,6 +1,6 @@
 //! `shardproof verify`: the refinement engine on a case.
 
-use crate::run::{search_counterexample, Search, SEARCH_SEEDS};
+use crate::run::{search_counterexample, Counterexample, Search, SEARCH_SEEDS};
 use crate::Verdict;
 use clap::Args as ClapArgs;
 use shardproof_ops::Registry;
@@ -56,30 +56,17 @@ struct Decision {
     search: Option<String>,
 }
 
-/// A concrete input on which the ranks miss the spec.
-#[derive(serde::Serialize)]
-struct Counterexample {
-    /// `run --seed SEED` reproduces it.
-    seed: u64,
-    /// The expected output that differs.
-    output: String,
-    /// Its relative Frobenius error; `None` when the ranks' tensors do not fit its placement.
-    rel_error: Option<f64>,
-}
-
-impl Counterexample {
-    /// `a run on seeded random inputs (f64, seed N) confirms it: output `o` differs ...`.
-    fn describe(&self, verb: &str) -> String {
-        let by = self
-            .rel_error
-            .map_or("does not fit its expected placement".to_string(), |e| {
-                format!("differs from the spec by a relative error of {e:.3e}")
-            });
-        format!(
-            "a run on seeded random inputs (f64, seed {}) {verb}: output `{}` {by} (`shardproof run --seed {}` reproduces it)",
-            self.seed, self.output, self.seed
-        )
-    }
+/// `a run on seeded random inputs (f64, seed N) confirms it: output `o` differs ...`.
+fn describe(c: &Counterexample, verb: &str) -> String {
+    let by = c
+        .rel_error
+        .map_or("does not fit its expected placement".to_string(), |e| {
+            format!("differs from the spec by a relative error of {e:.3e}")
+        });
+    format!(
+        "a run on seeded random inputs (f64, seed {}) {verb}: output `{}` {by} (`shardproof run --seed {}` reproduces it)",
+        c.seed, c.output, c.seed
+    )
 }
 
 fn seeds_tried() -> String {
@@ -273,17 +260,8 @@ fn settle(
         ..Decision::default()
     };
     match search_counterexample(case, output) {
-        Search::Counterexample {
-            seed,
-            output,
-            rel_error,
-        } => {
-            let c = Counterexample {
-                seed,
-                output,
-                rel_error,
-            };
-            refute_by_run(o, c.describe("is a counterexample"));
+        Search::Counterexample(c) => {
+            refute_by_run(o, describe(&c, "is a counterexample"));
             d.decided_by = "counterexample";
             d.counterexample = Some(c);
         }
@@ -342,17 +320,8 @@ fn confirm_refutation(case: &shardproof_case::Case, o: &mut Outcome) -> (Verdict
         None => note,
     };
     match finding {
-        Search::Counterexample {
-            seed,
-            output,
-            rel_error,
-        } => {
-            let c = Counterexample {
-                seed,
-                output,
-                rel_error,
-            };
-            f.hint = Some(with_hint(c.describe("confirms it")));
+        Search::Counterexample(c) => {
+            f.hint = Some(with_hint(describe(&c, "confirms it")));
             d.counterexample = Some(c);
         }
         Search::Hang(why) => {
@@ -411,17 +380,8 @@ fn challenge_verified(case: &shardproof_case::Case, o: &mut Outcome) -> (Verdict
         ));
     };
     match search_counterexample(case, None) {
-        Search::Counterexample {
-            seed,
-            output,
-            rel_error,
-        } => {
-            let c = Counterexample {
-                seed,
-                output,
-                rel_error,
-            };
-            contradicted(o, c.describe("is a counterexample"));
+        Search::Counterexample(c) => {
+            contradicted(o, describe(&c, "is a counterexample"));
             d.decided_by = "counterexample";
             d.counterexample = Some(c);
         }
@@ -567,7 +527,7 @@ fn print_text(name: &str, o: &Outcome, verdict: Verdict, d: &Decision) {
         }
     }
     if let Some(c) = &d.counterexample {
-        outln!("counterexample: {}", c.describe("shows it"));
+        outln!("counterexample: {}", describe(c, "shows it"));
     }
     if let Some(s) = &d.search {
         outln!("counterexample search: {s}");

@@ -545,12 +545,15 @@ fn a_recv_whose_send_is_missing_is_a_located_deadlock() {
         "hint:",
     ]);
     assert!(v["message"].as_str().unwrap().contains("deadlock"), "{v}");
-    // A recv that declares another type than what its send sends.
+    // A recv that declares another type than what its send sends (the rank's graph otherwise
+    // type-checks: its later values are recorded with the recv's type).
     let s = p2p();
     s.write(
         "r1.py",
         &P2P_STAGE1
             .replace("recv: \"f32[2]\"", "recv: \"f32[1, 2]\"")
+            .replace("add: \"f32[2]\"", "add: \"f32[1, 2]\"")
+            .replace("send: \"f32[2]\"", "send: \"f32[1, 2]\"")
             .replace(
                 "([2], torch.float32, 0, 0)",
                 "([1, 2], torch.float32, 0, 0)",

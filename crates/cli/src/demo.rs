@@ -37,7 +37,7 @@ pub fn main() -> Verdict {
     {
         Ok(d) => d,
         Err(e) => {
-            eprintln!("error: cannot create a temporary directory: {e}");
+            errln!("error: cannot create a temporary directory: {e}");
             return Verdict::Invalid;
         }
     };
@@ -111,11 +111,11 @@ fn write_case(dir: &Path, bug: Option<&str>) -> Result<PathBuf, Verdict> {
         vocab_parallel: false,
     };
     let emitted = emit(&opts).map_err(|e| {
-        eprintln!("error: cannot emit the demo case: {e}");
+        errln!("error: cannot emit the demo case: {e}");
         Verdict::Invalid
     })?;
     emitted.write(dir).map_err(|e| {
-        eprintln!("error: cannot write {}: {e}", dir.display());
+        errln!("error: cannot write {}: {e}", dir.display());
         Verdict::Invalid
     })?;
     Ok(dir.join("case.yaml"))
@@ -140,7 +140,7 @@ fn check(case: &Path, title: &str) -> Verdicts {
     ]) {
         Ok(cli) => verify::main(&cli.args),
         Err(e) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             Verdict::Invalid
         }
     };

@@ -93,7 +93,7 @@ pub fn main(path: &Path, strict: bool, json: bool) -> Verdict {
     let report = match build(path) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             return Verdict::Invalid;
         }
     };
@@ -116,7 +116,7 @@ pub fn main(path: &Path, strict: bool, json: bool) -> Verdict {
 pub fn summary(path: &Path) -> Verdict {
     match build(path) {
         Err(e) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             Verdict::Invalid
         }
         Ok(r) => {

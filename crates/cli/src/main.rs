@@ -11,6 +11,15 @@ macro_rules! outln {
     }};
 }
 
+/// `eprintln!` that ignores a closed stderr (`shardproof verify CASE 2>&1 | head`) instead of
+/// panicking: exit codes stay 0-3 whatever the pipe does.
+macro_rules! errln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 mod demo;
 mod inspect;
 mod preflight;

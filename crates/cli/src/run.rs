@@ -142,7 +142,7 @@ pub fn main(args: &RunArgs) -> Verdict {
         Err(s) => {
             report.message = Some(s.message.clone());
             if !args.json {
-                eprintln!("{}", s.message);
+                errln!("{}", s.message);
             }
             s.verdict
         }

@@ -194,7 +194,7 @@ fn early_stop(
 decided by: {decided_by}"
         );
     } else {
-        eprintln!("{message}");
+        errln!("{message}");
     }
     verdict
 }

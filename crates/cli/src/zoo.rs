@@ -154,7 +154,7 @@ pub fn main(cmd: &ZooCommand) -> Verdict {
         ZooCommand::Emit(args) => match emit_case(args) {
             Ok(()) => Verdict::Holds,
             Err(e) => {
-                eprintln!("error: {e}");
+                errln!("error: {e}");
                 Verdict::Invalid
             }
         },

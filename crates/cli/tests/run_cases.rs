@@ -546,14 +546,17 @@ fn a_recv_whose_send_is_missing_is_a_located_deadlock() {
     ]);
     assert!(v["message"].as_str().unwrap().contains("deadlock"), "{v}");
     // A recv that declares another type than what its send sends (the rank's graph otherwise
-    // type-checks: its later values are recorded with the recv's type).
+    // type-checks: it views the received tensor back to the spec's shape).
     let s = p2p();
     s.write(
         "r1.py",
         &P2P_STAGE1
             .replace("recv: \"f32[2]\"", "recv: \"f32[1, 2]\"")
-            .replace("add: \"f32[2]\"", "add: \"f32[1, 2]\"")
-            .replace("send: \"f32[2]\"", "send: \"f32[1, 2]\"")
+            .replace(
+                "        add: ",
+                "        flat: \"f32[2]\" = torch.ops.aten.view.default(recv, [2])\n        add: ",
+            )
+            .replace("add.Tensor(recv, y)", "add.Tensor(flat, y)")
             .replace(
                 "([2], torch.float32, 0, 0)",
                 "([1, 2], torch.float32, 0, 0)",

@@ -12,8 +12,8 @@
 
 use crate::exec::located;
 use crate::live_values;
-use shardproof_ir::{Arg, Graph, NodeKind, OpMeaning, OpName, Program, ValueId};
-use shardproof_ops::{p2p_call, Args, Meta, OpClass, P2pEnd, Registry, Tensor, Values};
+use shardproof_ir::{Arg, Graph, NodeKind, OpMeaning, OpName, Program};
+use shardproof_ops::{p2p_call, Args, NoValues, OpClass, P2pEnd, Registry};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// One collective as it runs: the calls of every member of its group, in member order.
@@ -65,18 +65,6 @@ enum Call {
     Collective { group: String, op: OpName },
     Send { peer: usize, tag: i64 },
     Recv { peer: usize, tag: i64 },
-}
-
-/// Binding reads only literals here (group names, peers, tags): no value is known.
-struct NoValues;
-
-impl Values for NoValues {
-    fn meta(&self, _: ValueId) -> Option<Meta> {
-        None
-    }
-    fn tensor(&self, _: ValueId) -> Option<&Tensor> {
-        None
-    }
 }
 
 fn kwargs_of(kind: &NodeKind) -> &[(String, Arg)] {

@@ -325,6 +325,19 @@ fn parse_default(text: &str, ty: &ArgType) -> Option<Arg> {
     })
 }
 
+/// Values for binding a call whose literals alone matter (group names, peers, tags, defaults):
+/// no value's meta or data is known.
+pub struct NoValues;
+
+impl Values for NoValues {
+    fn meta(&self, _: ValueId) -> Option<Meta> {
+        None
+    }
+    fn tensor(&self, _: ValueId) -> Option<&Tensor> {
+        None
+    }
+}
+
 /// Every schema argument of a call in schema order: the argument given (by position or
 /// keyword), else its default, else `None`. Two calls with equal normalized arguments are the
 /// same call however they were written.
@@ -333,15 +346,6 @@ pub fn normalize_args(
     args: &[Arg],
     kwargs: &[(String, Arg)],
 ) -> Result<Vec<Arg>, OpError> {
-    struct NoValues;
-    impl Values for NoValues {
-        fn meta(&self, _: ValueId) -> Option<Meta> {
-            None
-        }
-        fn tensor(&self, _: ValueId) -> Option<&Tensor> {
-            None
-        }
-    }
     let bound = Args::bind(schema, args, kwargs, &NoValues)?;
     Ok((0..schema.args.len())
         .map(|i| match bound.bound[i] {

@@ -28,7 +28,7 @@ mod random;
 mod reduce;
 mod shape;
 
-pub use args::{normalize_args, Args, TensorList, Values};
+pub use args::{normalize_args, Args, NoValues, TensorList, Values};
 pub use collective::apply_collective;
 pub use p2p::{p2p_call, P2pCall, P2pEnd, P2P_NAMESPACE};
 pub use registry::{

@@ -1,0 +1,508 @@
+//! Diagnosis: from a checked output without a clean relation back to the spec operator where
+//! relations stop ([`blame`]), with the failure the report shows and the strength of its
+//! evidence.
+
+use super::evidence::{
+    added_to_before_reduction, changed_before_reduction, collective_ranks, dropped_clause,
+    dropped_input, expr_leaves, is_rank_sum, leaf_ranks, misaligned_pieces, misaligned_rows,
+    reduced_over_shard, reduction_path, summands_of, unread_leaves, ReductionPath,
+};
+use super::relation::{scaled_clean, Impl, Rel, State};
+use super::report::{render, Failure};
+use crate::lower::{Tpl, ValueRef};
+use crate::term::{is_op, Term, MAX, MIN, SUM};
+use egg::{Id, RecExpr};
+use shardproof_case::Case;
+use shardproof_ir::{Graph as IrGraph, ValueId};
+use shardproof_ops::Meta;
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+/// Hints that name a bug by what the implementation does, not by the shape of a relation: a
+/// partial sum never reduced (or reduced after an add), a reduction over the wrong ranks, a
+/// different scale factor in the corresponding operator. A constant multiple of a clean value
+/// alone is not among them: it is normal mid-backward under data parallelism.
+pub(super) fn strong_evidence(hint: &str) -> bool {
+    hint.contains("partial sum")
+        || hint.contains("reduces its own shard")
+        || hint.contains("wrong process group")
+        || hint.contains("wrong scale factor")
+}
+
+/// Whether a spec operator multiplies by a constant itself: its result being a constant
+/// multiple of a clean value is then its meaning, not evidence of wrong scaling.
+fn scales_itself(node: &shardproof_ir::Node) -> bool {
+    let op = node.op().map(|o| o.to_string());
+    match op.as_deref() {
+        Some("aten.mul.Scalar" | "aten.div.Scalar" | "aten.neg.default") => true,
+        Some("aten.mul.Tensor" | "aten.div.Tensor") => node.inputs().len() == 1,
+        _ => false,
+    }
+}
+
+/// The product term inside a lowered fused linear, `add(mm(a, b), bias)`.
+pub(super) fn fused_product(t: &Tpl) -> Option<&Tpl> {
+    match t {
+        Tpl::Op(add, kids) if add == "aten.add.Tensor" => match kids.first() {
+            Some(p @ Tpl::Op(mm, _)) if mm == "aten.mm.default" => Some(p),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Whether some float spec tensor computed from the values of `v` (transitively; shapes and
+/// dtypes alone do not count) has a clean relation: then whatever `v` lacks (a constant factor
+/// a later average supplies, a partial sum a later reduction completes) was made good
+/// downstream, and `v` is not where relations broke.
+fn has_clean_descendant(
+    spec: &IrGraph,
+    state: &HashMap<ValueId, State>,
+    is_float: &dyn Fn(&ValueId) -> bool,
+    v: ValueId,
+) -> bool {
+    const SHAPE_ONLY: &[&str] = &[
+        "aten.zeros_like.default",
+        "aten.ones_like.default",
+        "aten.empty_like.default",
+        "aten.full_like.default",
+        "aten.new_zeros.default",
+        "aten.new_ones.default",
+        "aten.new_empty.default",
+        "aten.new_full.default",
+        "aten.sym_size.int",
+    ];
+    let mut reached = vec![false; spec.nodes.len()];
+    for (n, node) in spec.nodes.iter().enumerate().skip(v.node + 1) {
+        if node
+            .op()
+            .is_some_and(|o| SHAPE_ONLY.contains(&o.to_string().as_str()))
+        {
+            continue;
+        }
+        reached[n] = node
+            .inputs()
+            .iter()
+            .any(|i| *i == v || (i.node != v.node && reached[i.node]));
+    }
+    state
+        .iter()
+        .any(|(k, s)| reached[k.node] && is_float(k) && matches!(s, State::Related(r) if r.clean))
+}
+
+/// Whether spec value `v` is a float tensor (unknown metadata counts as float).
+/// Whether spec value `v` is a 0-d float (a loss or one of its addends).
+pub(super) fn is_float_scalar(spec_metas: &[Vec<Option<Meta>>], v: ValueId) -> bool {
+    spec_metas
+        .get(v.node)
+        .and_then(|m| m.get(v.output))
+        .and_then(Option::as_ref)
+        .is_some_and(|m| m.dtype.is_float() && m.shape.is_empty())
+}
+
+/// A spec value's clean relation and its shape.
+pub(super) fn clean_with_shape<'s>(
+    state: &'s HashMap<ValueId, State>,
+    spec_metas: &[Vec<Option<Meta>>],
+    v: ValueId,
+) -> Option<(&'s Rel, Vec<usize>)> {
+    let r = match state.get(&v) {
+        Some(State::Related(r)) if r.clean => r,
+        _ => return None,
+    };
+    let meta = spec_metas.get(v.node)?.get(v.output)?.as_ref()?;
+    Some((r, meta.shape.clone()))
+}
+
+pub(super) fn is_float_value(spec_metas: &[Vec<Option<Meta>>], v: ValueId) -> bool {
+    spec_metas
+        .get(v.node)
+        .and_then(|m| m.get(v.output))
+        .and_then(Option::as_ref)
+        .is_none_or(|m| m.dtype.is_float())
+}
+
+/// Localizes a failure: from the failing output back through spec values without clean
+/// relations, to the first operator whose inputs all have clean relations.
+// The walk reads every table the inference kept; a struct of them would only be unpacked here.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn blame(
+    case: &Case,
+    imp: &Impl,
+    state: &HashMap<ValueId, State>,
+    products: &HashMap<ValueId, State>,
+    spec_metas: &[Vec<Option<Meta>>],
+    widened: &HashSet<ValueId>,
+    out: ValueId,
+    name: &str,
+) -> Failure {
+    // A multiple found only by the wider attempt is a rank's tensor taken as a multiple of the
+    // spec's value (its gradient of the local loss): the ranks' convention, no evidence of a
+    // wrong factor, so it counts as unclean here.
+    let scaled = |v: &ValueId| scaled_clean(state.get(v)) && !widened.contains(v);
+    let spec = &case.spec;
+    let is_clean = |v: &ValueId| matches!(state.get(v), Some(State::Related(r)) if r.clean);
+    let is_float = |v: &ValueId| is_float_value(spec_metas, *v);
+    let mut frontier: Vec<ValueId> = Vec::new();
+    let mut seen = HashSet::new();
+    let mut stack = vec![out];
+    // Memoized: the walk may meet a value along several paths.
+    let mut compensated_memo: HashMap<ValueId, bool> = HashMap::new();
+    let mut compensated = |v: ValueId| {
+        *compensated_memo
+            .entry(v)
+            .or_insert_with(|| has_clean_descendant(spec, state, &is_float, v))
+    };
+    while let Some(v) = stack.pop() {
+        if !seen.insert(v) || is_clean(&v) || (v != out && compensated(v)) {
+            continue;
+        }
+        if v != out && !scales_itself(&spec.nodes[v.node]) && scaled(&v) {
+            // Clean up to a constant factor: the factor is the bug.
+            frontier.push(v);
+            continue;
+        }
+        let node = &spec.nodes[v.node];
+        let ins = node.inputs();
+        let unclean: Vec<ValueId> = ins
+            .iter()
+            .copied()
+            .filter(|i| state.contains_key(i) && !is_clean(i))
+            // Masks and indices often have no clean relation by design (each rank compares
+            // against its own shard range): the data path decides where relations stop.
+            .filter(|i| is_float(i))
+            .collect();
+        let unclean: Vec<ValueId> = unclean.into_iter().filter(|&i| !compensated(i)).collect();
+        if unclean.is_empty() {
+            frontier.push(v);
+        } else {
+            stack.extend(unclean);
+        }
+    }
+    frontier.sort();
+    let mut v = frontier.first().copied().unwrap_or(out);
+    let first_stop = v;
+    // The stops on other paths into the output (each an operator whose float inputs all
+    // relate cleanly, so none merely inherits another's gap).
+    let other_stops: Vec<String> = frontier
+        .iter()
+        .skip(1)
+        .map(|&s| {
+            let op = spec.nodes[s.node]
+                .op()
+                .map(|o| o.to_string())
+                .unwrap_or_default();
+            format!("{} ({op})", spec.value_name(s))
+        })
+        .collect();
+    // Relations stopped at an operator that is (or may be) linear in its rank-sum inputs while
+    // every other operand is replicated on the summed ranks: summing the operator's results
+    // later is then the same sum, and a partial sum flowing on to a later reduction is no
+    // evidence of a missing one. (With a sharded operand, sum_r f(p_r, w_r) is another sum.)
+    let stop = v;
+    let deferrable = |partial_sum: &RecExpr<Term>| {
+        let n = &spec.nodes[stop.node];
+        let op = n.op().map(|o| o.to_string()).unwrap_or_default();
+        let summands = summands_of(partial_sum);
+        if summands.is_empty() {
+            return false;
+        }
+        let mut any_partial = false;
+        for (i, a) in n.args().iter().enumerate() {
+            let shardproof_ir::Arg::Value(x) = a else {
+                continue;
+            };
+            let Some(State::Related(r)) = state.get(x) else {
+                continue;
+            };
+            if r.exprs.iter().any(is_rank_sum) {
+                if !crate::lemmas::may_be_linear_in(&op, i) {
+                    return false;
+                }
+                any_partial = true;
+                continue;
+            }
+            // An operand that every relation spreads over several summands is sharded across
+            // them: sum_k f(p_k, w_k) is then another sum. One held within a summand (or a
+            // constant, held by none) may be each summand's own copy.
+            let spread = |e: &RecExpr<Term>| {
+                let ranks = leaf_ranks(e, Id::from(e.as_ref().len() - 1));
+                summands
+                    .iter()
+                    .filter(|s| s.iter().any(|r| ranks.contains(r)))
+                    .count()
+                    >= 2
+            };
+            if r.exprs.iter().all(spread) {
+                return false;
+            }
+        }
+        any_partial
+    };
+    // A partial sum stays a (clean) partial sum through additions of other tensors, so the
+    // relations stop only where something nonlinear reads it: the bug is where the partial
+    // sum was first added to, the point a reduction was due.
+    let partial = |x: &ValueId| match state.get(x) {
+        Some(State::Related(r)) => r.exprs.iter().any(is_rank_sum),
+        _ => false,
+    };
+    let absorbed = |x: &ValueId| {
+        let n = &spec.nodes[x.node];
+        n.op().is_some_and(|o| o.to_string() == "aten.add.Tensor")
+            && partial(x)
+            && n.inputs().iter().any(&partial)
+    };
+    let mut steps = 0;
+    while let Some(x) = spec.nodes[v.node]
+        .inputs()
+        .into_iter()
+        .find(|x| is_float(x) && absorbed(x))
+    {
+        if x == v || steps > spec.nodes.len() {
+            break;
+        }
+        v = x;
+        steps += 1;
+    }
+    let node = &spec.nodes[v.node];
+    let rels = |st: Option<&State>| -> Vec<String> {
+        match st {
+            Some(State::Related(r)) => r
+                .exprs
+                .iter()
+                .map(|e| render(e, e.as_ref().len() - 1))
+                .collect(),
+            Some(State::Unrelated(m)) | Some(State::Blocked(m)) | Some(State::Lost(m)) => {
+                vec![format!("(none: {m})")]
+            }
+            None => vec!["(none)".into()],
+        }
+    };
+    let mut inputs = Vec::new();
+    let mut consumers = BTreeSet::new();
+    let mut hint = None;
+    // The operator's inputs, and the product inside a fused linear.
+    let mut evidence: Vec<(String, String, Option<&State>)> = node
+        .inputs()
+        .iter()
+        .map(|x| {
+            let name = spec.value_name(*x).to_string();
+            (format!("input `{name}`"), name, state.get(x))
+        })
+        .collect();
+    if let Some(p) = products.get(&v) {
+        let name = spec.value_name(v);
+        evidence.push((
+            format!("the product inside `{name}`"),
+            format!("{name} (its product)"),
+            Some(p),
+        ));
+    }
+    for (subject, name, st) in evidence {
+        inputs.push((name, rels(st)));
+        if let Some(State::Related(r)) = st {
+            for e in &r.exprs {
+                let top = e.as_ref().last();
+                let leaves = expr_leaves(case, e);
+                let mut reduced = false;
+                let late_op = changed_before_reduction(case, imp, &leaves);
+                // The rank sets the implementation's collectives over these leaves reduce.
+                let mut groups: BTreeSet<Vec<usize>> = BTreeSet::new();
+                for l in &leaves {
+                    for &(r, n) in imp.consumers.get(l).map_or(&[][..], Vec::as_slice) {
+                        let g = &case.program.ranks[r];
+                        let nd = &g.nodes[n];
+                        let op = nd.op().map(|o| o.to_string()).unwrap_or_default();
+                        if op.starts_with("_c10d_functional.") {
+                            reduced = true;
+                            if let Some(ranks) = collective_ranks(imp, r, n) {
+                                groups.insert(ranks.into_iter().collect());
+                            }
+                        }
+                        consumers.insert(format!("r{r}.{} = {}", nd.name, op));
+                    }
+                }
+                let mut summed: Vec<usize> = leaves.iter().filter_map(|l| l.rank).collect();
+                summed.sort_unstable();
+                summed.dedup();
+                let reduction = match top {
+                    Some(Term::Op(s, _)) if is_op!(s, SUM) => Some("sum"),
+                    Some(Term::Op(s, _)) if is_op!(s, MAX) => Some("max"),
+                    Some(Term::Op(s, _)) if is_op!(s, MIN) => Some("min"),
+                    _ => None,
+                };
+                if let Some(kind) = reduction.filter(|_| {
+                    reduced
+                        && !groups.is_empty()
+                        && groups.iter().all(|g| g.len() > 1 && *g != summed)
+                        && hint.is_none()
+                }) {
+                    let show = |v: &[usize]| {
+                        v.iter()
+                            .map(|r| format!("r{r}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    };
+                    hint = Some(format!(
+                        "{subject} is a {kind} over ranks {}, but the implementation's collectives over those tensors reduce over {} (a collective on the wrong process group?)",
+                        show(&summed),
+                        groups.iter().map(|g| format!("[{}]", show(g))).collect::<Vec<_>>().join(", ")
+                    ));
+                }
+                // Reduced further downstream, after more operators: the engine lacks the
+                // lemma that relates the path, which is no evidence of a bug.
+                //
+                // At an operator nonlinear in the partial sum, the same holds when the
+                // implementation reduces every piece before computing with it: relations then
+                // stop for want of a lemma that regroups the reduction (the ranks' running
+                // totals of a gradient norm, reduced in another order), not for a missing one.
+                let reduced_later = !reduced && late_op.is_none() && {
+                    let summands = summands_of(e);
+                    let paths: Vec<ReductionPath> = leaves
+                        .iter()
+                        .map(|l| reduction_path(case, imp, *l, &summands))
+                        .collect();
+                    let reaches = paths.iter().any(|p| p.reduced);
+                    reaches
+                        && (deferrable(e) || paths.iter().all(|p| p.reduced && !p.used_unreduced))
+                };
+                if matches!(top, Some(Term::Op(s, _)) if is_op!(s, SUM))
+                    && !reduced
+                    && !reduced_later
+                    && hint.is_none()
+                {
+                    hint = Some(if let Some(late) = &late_op {
+                        format!(
+                            "{subject} is a partial sum, {}, that the implementation reduces only after `{late}` changes it: whatever that adds is counted once per rank (a bias or residual added before the all-reduce?)",
+                            render(e, e.as_ref().len() - 1)
+                        )
+                    } else {
+                        format!(
+                        "{subject} is an unreduced partial sum, {} — the implementation never reduces it across ranks (a missing all-reduce?)",
+                        render(e, e.as_ref().len() - 1)
+                    )
+                    });
+                }
+            }
+        }
+    }
+    // Nothing at the first addition of the partial sums (the walk back above), but the operator
+    // where relations first stopped reads a rank sum one of whose terms the implementation
+    // changes just before reducing it: what that adds is counted once per rank (a replicated
+    // parameter's squared norm summed on every rank into a gradient norm).
+    if hint.is_none() && first_stop != v {
+        let stop_node = &spec.nodes[first_stop.node];
+        'late: for x in stop_node.inputs() {
+            let Some(State::Related(r)) = state.get(&x) else {
+                continue;
+            };
+            for e in r.exprs.iter().filter(|e| is_rank_sum(e)) {
+                let leaves = expr_leaves(case, e);
+                let late = changed_before_reduction(case, imp, &leaves)
+                    .or_else(|| added_to_before_reduction(case, imp, &leaves));
+                if let Some(late) = late {
+                    hint = Some(format!(
+                        "input `{}` of `{}` is a partial sum, {}, that the implementation reduces only after `{late}` changes it: whatever that adds is counted once per rank (a replicated term summed on every rank, or a bias added before the all-reduce?)",
+                        spec.value_name(x),
+                        stop_node.name,
+                        render(e, e.as_ref().len() - 1)
+                    ));
+                    break 'late;
+                }
+            }
+        }
+    }
+    let computed = match state.get(&v) {
+        Some(State::Related(r)) if !r.clean => {
+            r.exprs.first().map(|e| render(e, e.as_ref().len() - 1))
+        }
+        _ => None,
+    };
+    // The spec operator scales by a constant and an implementation operator of the same kind
+    // reading the related tensors scales by another: a wrong scale factor (however irrational).
+    if hint.is_none() && scales_itself(node) {
+        let factor = |nd: &shardproof_ir::Node| nd.args().get(1).and_then(|a| a.as_f64());
+        if let Some(c) = factor(node) {
+            let op = node.op().map(|o| o.to_string());
+            'found: for x in node.inputs() {
+                let Some(State::Related(r)) = state.get(&x) else {
+                    continue;
+                };
+                for e in &r.exprs {
+                    for n in e.as_ref() {
+                        let Term::Op(s, k) = n else { continue };
+                        let Some((rank, nm)) =
+                            crate::term::parse_leaf(s.as_str()).filter(|_| k.is_empty())
+                        else {
+                            continue;
+                        };
+                        let Some(v) = case.program.ranks.get(rank).and_then(|g| g.find(nm)) else {
+                            continue;
+                        };
+                        let leaf = ValueRef {
+                            rank: Some(rank),
+                            value: v,
+                        };
+                        for &(r2, n2) in imp.consumers.get(&leaf).map_or(&[][..], Vec::as_slice) {
+                            let nd = &case.program.ranks[r2].nodes[n2];
+                            if nd.op().map(|o| o.to_string()) == op {
+                                if let Some(c2) = factor(nd)
+                                    .filter(|c2| (c2 - c).abs() > 1e-12 * c.abs().max(1.0))
+                                {
+                                    hint = Some(format!(
+                                        "the spec multiplies by {c} here, but `r{r2}.{}` multiplies the corresponding tensor by {c2} (a wrong scale factor, e.g. computed from a local size)",
+                                        nd.name
+                                    ));
+                                    break 'found;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if hint.is_none() {
+        hint = misaligned_pieces(case, imp, state, node)
+            .or_else(|| misaligned_rows(case, imp, state, spec_metas, node));
+    }
+    if hint.is_none() {
+        hint = dropped_input(case, imp, state, node);
+    }
+    if hint.is_none() {
+        hint = reduced_over_shard(case, imp, state, spec_metas, node);
+    }
+    // Only a constant multiple of a clean expression is the implementation's value off by a
+    // factor; a computed expression that happens to end in the spec's own scaling is not.
+    if hint.is_none() && !scales_itself(node) && scaled(&v) {
+        // A multiple of tensors the ranks never read is a dropped value, whatever the factor.
+        let dropped = match state.get(&v) {
+            Some(State::Related(r)) => unread_leaves(case, imp, &r.exprs)
+                .map(|names| (render(&r.exprs[0], r.exprs[0].as_ref().len() - 1), names)),
+            _ => None,
+        };
+        hint = Some(match dropped {
+            Some((value, names)) => format!("the value is {value}, but {}", dropped_clause(&names)),
+            None => "the value is the implementation's off by a constant factor (wrong scaling, e.g. a missing or extra division by the parallel degree)".into(),
+        });
+    }
+    let file = spec
+        .path
+        .as_ref()
+        .map_or(spec.name.clone(), |p| p.display().to_string());
+    let loc = node.line.map(|l| format!("{file}:{l}")).unwrap_or_default();
+    Failure {
+        output: name.to_string(),
+        operator: spec.value_name(v).to_string(),
+        op: node.op().map(|o| o.to_string()).unwrap_or_default(),
+        graph_location: loc,
+        source: node
+            .loc
+            .as_ref()
+            .map(|l| format!("{}:{} in {}", l.file, l.line, l.function)),
+        inputs,
+        computed,
+        impl_consumers: consumers.into_iter().take(12).collect(),
+        hint,
+        other_stops,
+    }
+}

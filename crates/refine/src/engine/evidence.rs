@@ -1,0 +1,753 @@
+//! Evidence of known bug classes at the operator where relations stop (the failure's hint):
+//! misaligned pieces and rows, partial sums never reduced or reduced late or over the wrong
+//! group, reductions over a sharded dim, values the ranks compute and drop.
+
+use super::diagnose::clean_with_shape;
+use super::relation::{tpl_values, Impl, State};
+use super::report::render;
+use crate::lower::{Lowered, Tpl, ValueRef};
+use crate::term::{is_op, leaf_symbol, Term, CAT, LIST, SLICE, SUM};
+use egg::{Id, RecExpr, Symbol};
+use shardproof_case::Case;
+use shardproof_ir::ValueId;
+use shardproof_ops::Meta;
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+/// Where an implementation tensor lies in a spec tensor: (spec input position, dim, start,
+/// end), when it is a piece of (nested) concatenations along one dim that relate the input, or
+/// a slice along that dim of such a piece or of a tensor equal to the whole input.
+fn piece_range(
+    imp: &Impl,
+    inputs: &[(usize, Vec<RecExpr<Term>>)],
+    v: ValueRef,
+) -> Option<(usize, i64, i64, i64)> {
+    let v = imp.canon(v);
+    let leaf = leaf_symbol(v.rank?, &imp.name(v));
+    let sliced = match imp.lowered.get(&v) {
+        Some(Lowered::Term(Tpl::Op(op, k))) if op.as_str() == SLICE && k.len() == 4 => {
+            match (&k[0], &k[1], &k[2], &k[3]) {
+                (Tpl::Num(d), Tpl::Num(a), Tpl::Num(b), Tpl::Value(x)) => {
+                    let x = imp.canon(*x);
+                    Some((*d, *a, *b, leaf_symbol(x.rank?, &imp.name(x))))
+                }
+                _ => None,
+            }
+        }
+        _ => None,
+    };
+    for (pos, exprs) in inputs {
+        for e in exprs {
+            let root = Id::from(e.as_ref().len() - 1);
+            if let Some((d, a, b, x)) = &sliced {
+                match locate(imp, e, root, x) {
+                    Some(Place::Whole) => return Some((*pos, *d, *a, *b)),
+                    Some(Place::Range(d2, a2, _)) if d2 == *d => {
+                        return Some((*pos, *d, a2 + a, a2 + b))
+                    }
+                    _ => {}
+                }
+            }
+            if let Some(Place::Range(d, a, b)) = locate(imp, e, root, &leaf) {
+                return Some((*pos, d, a, b));
+            }
+        }
+    }
+    None
+}
+
+/// Where a leaf lies in a relation.
+enum Place {
+    /// The leaf is the whole tensor.
+    Whole,
+    /// The leaf covers `start..end` along `dim`.
+    Range(i64, i64, i64),
+}
+
+/// Finds `leaf` in the subterm `id` of `e`, through concatenations along one dim.
+fn locate(imp: &Impl, e: &RecExpr<Term>, id: Id, leaf: &str) -> Option<Place> {
+    match &e[id] {
+        Term::Op(s, k) if k.is_empty() => (s.as_str() == leaf).then_some(Place::Whole),
+        Term::Op(s, k) if is_op!(s, CAT) && k.len() >= 3 => {
+            let Term::Num(d) = e[k[0]] else { return None };
+            let mut off = 0;
+            for &kid in &k[1..] {
+                let len = extent(imp, e, kid, d)?;
+                match locate(imp, e, kid, leaf) {
+                    Some(Place::Whole) => return Some(Place::Range(d, off, off + len)),
+                    Some(Place::Range(d2, a, b)) if d2 == d => {
+                        return Some(Place::Range(d, off + a, off + b))
+                    }
+                    Some(_) => return None,
+                    None => {}
+                }
+                off += len;
+            }
+            None
+        }
+        _ => None,
+    }
+}
+
+/// The extent along `d` of a subterm of a relation: leaves and concatenations.
+fn extent(imp: &Impl, e: &RecExpr<Term>, id: Id, d: i64) -> Option<i64> {
+    match &e[id] {
+        Term::Op(s, k) if k.is_empty() => {
+            let (rank, name) = crate::term::parse_leaf(s.as_str())?;
+            let v = imp.case.program.ranks.get(rank)?.find(name)?;
+            let m = imp.meta(ValueRef {
+                rank: Some(rank),
+                value: v,
+            })?;
+            m.shape.get(usize::try_from(d).ok()?).map(|&n| n as i64)
+        }
+        Term::Op(s, k) if is_op!(s, CAT) && k.len() >= 3 => {
+            let Term::Num(d2) = e[k[0]] else { return None };
+            if d2 == d {
+                k[1..].iter().map(|&x| extent(imp, e, x, d)).sum()
+            } else {
+                extent(imp, e, k[1], d)
+            }
+        }
+        _ => None,
+    }
+}
+
+/// Evidence of misaligned pieces: the implementation applies the spec operator to a piece of
+/// one input and a piece of another that cover different ranges along the same dim (a slice
+/// with the wrong offset, microbatches paired with the wrong labels).
+pub(super) fn misaligned_pieces(
+    case: &Case,
+    imp: &Impl,
+    state: &HashMap<ValueId, State>,
+    node: &shardproof_ir::Node,
+) -> Option<String> {
+    let op = node.op()?.to_string();
+    let inputs: Vec<(usize, Vec<RecExpr<Term>>)> = node
+        .args()
+        .iter()
+        .enumerate()
+        .filter_map(|(i, a)| match a {
+            shardproof_ir::Arg::Value(x) => match state.get(x) {
+                Some(State::Related(r)) if r.clean => Some((i, r.exprs.clone())),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect();
+    if inputs.len() < 2 {
+        return None;
+    }
+    let mut aligned = false;
+    let mut found = None;
+    for (r, g) in case.program.ranks.iter().enumerate() {
+        for (n, nd) in g.nodes.iter().enumerate() {
+            if nd.op().map(|o| o.to_string()).as_deref() != Some(op.as_str()) {
+                continue;
+            }
+            let ranges: Vec<(usize, i64, i64, i64)> = nd
+                .args()
+                .iter()
+                .enumerate()
+                .filter_map(|(i, a)| {
+                    let x = a.as_value()?;
+                    piece_range(
+                        imp,
+                        &inputs,
+                        ValueRef {
+                            rank: Some(r),
+                            value: x,
+                        },
+                    )
+                    .filter(|p| p.0 == i)
+                })
+                .collect();
+            if ranges.len() < 2 || ranges.iter().any(|p| p.1 != ranges[0].1) {
+                continue;
+            }
+            let (d, a, b) = (ranges[0].1, ranges[0].2, ranges[0].3);
+            if ranges.iter().all(|p| (p.2, p.3) == (a, b)) {
+                aligned = true;
+            } else if found.is_none() {
+                let q = ranges.iter().find(|p| (p.2, p.3) != (a, b))?;
+                found = Some(format!(
+                    "`r{r}.{}` applies `{op}` to rows {a}..{b} of one input and rows {}..{} of another along dim {d}: the pieces are misaligned (a slice with the wrong offset, or microbatches paired with the wrong labels?)",
+                    g.nodes[n].name, q.2, q.3
+                ));
+            }
+        }
+    }
+    // Only when no implementation operator pairs the pieces correctly.
+    found.filter(|_| !aligned)
+}
+
+/// Operators reached through when tracing which spec elements an implementation operand holds:
+/// they only move elements.
+pub(super) const LAYOUT_OPS: &[&str] = &[
+    "aten.view.default",
+    "aten._unsafe_view.default",
+    "aten.reshape.default",
+    "aten.permute.default",
+    "aten.transpose.int",
+    "aten.t.default",
+    "aten.clone.default",
+    "aten.contiguous.default",
+    "aten.unsqueeze.default",
+    "aten.squeeze.dim",
+    "aten.slice.Tensor",
+    "aten.select.int",
+    "aten.cat.default",
+    SLICE,
+    CAT,
+];
+
+/// Misaligned pieces found by where their elements come from, for layouts `misaligned_pieces`
+/// cannot read (a sequence-major activation viewed to tokens, permuted labels): the spec
+/// operator's inputs relate cleanly, and an implementation operator of the same kind pairs
+/// row `k` of one operand with row `k` of another, but those rows hold different rows of the
+/// spec's inputs (microbatches paired with the wrong labels).
+///
+/// Each rank tensor of the relations gets a tensor of distinct ids; evaluating a relation on
+/// them gives, for every element of the spec's input, the rank element it is; evaluating the
+/// operand's layout operators (see [`LAYOUT_OPS`]) on them gives its elements' ids.
+pub(super) fn misaligned_rows(
+    case: &Case,
+    imp: &Impl,
+    state: &HashMap<ValueId, State>,
+    spec_metas: &[Vec<Option<Meta>>],
+    node: &shardproof_ir::Node,
+) -> Option<String> {
+    let op = node.op()?.to_string();
+    // (argument position, relation, the spec input's shape), for clean tensor inputs.
+    let inputs: Vec<(usize, &RecExpr<Term>, Vec<usize>)> = node
+        .args()
+        .iter()
+        .enumerate()
+        .filter_map(|(i, a)| {
+            let (r, shape) = clean_with_shape(state, spec_metas, a.as_value()?)?;
+            Some((i, r.exprs.first().filter(|_| !shape.is_empty())?, shape))
+        })
+        .collect();
+    if inputs.len() < 2 || inputs.iter().any(|x| x.2[0] != inputs[0].2[0]) {
+        return None;
+    }
+    // Distinct ids per rank tensor: element `j` of the `k`-th is `(k + 1) * 2^32 + j`.
+    let mut ids: HashMap<String, shardproof_ops::Tensor> = HashMap::new();
+    for (_, e, _) in &inputs {
+        for l in expr_leaves(case, e) {
+            let key = format!("r{}:{}", l.rank?, imp.name(l));
+            if ids.contains_key(&key) {
+                continue;
+            }
+            let meta = imp.meta(l)?;
+            let base = (ids.len() as f64 + 1.0) * 4_294_967_296.0;
+            let data = (0..meta.numel()).map(|j| base + j as f64).collect();
+            ids.insert(key, shardproof_ops::Tensor::new(meta, data));
+        }
+    }
+    // For each input: the spec row (along dim 0) of every id.
+    let mut rows_of: Vec<HashMap<u64, usize>> = Vec::new();
+    for (_, e, shape) in &inputs {
+        let t = crate::eval::eval(e, &ids).ok()?.into_iter().next()?;
+        let stride: usize = shape[1..].iter().product();
+        if t.shape() != shape.as_slice() || stride == 0 {
+            return None;
+        }
+        rows_of.push(
+            t.data
+                .iter()
+                .enumerate()
+                .map(|(j, &id)| (id as u64, j / stride))
+                .collect(),
+        );
+    }
+    let mut aligned = false;
+    let mut found = None;
+    for (r, g) in case.program.ranks.iter().enumerate() {
+        for nd in &g.nodes {
+            if nd.op().map(|o| o.to_string()).as_deref() != Some(op.as_str()) {
+                continue;
+            }
+            // For each related operand: the spec row of each of its rows.
+            let mut operand_rows: Vec<Vec<usize>> = Vec::new();
+            for (k, (pos, _, _)) in inputs.iter().enumerate() {
+                let Some(x) = nd.args().get(*pos).and_then(|a| a.as_value()) else {
+                    break;
+                };
+                let v = ValueRef {
+                    rank: Some(r),
+                    value: x,
+                };
+                let Some(t) = operand_ids(imp, &ids, v, 6) else {
+                    break;
+                };
+                let n = t.shape().first().copied().unwrap_or(0);
+                if n == 0 {
+                    break;
+                }
+                let per_row = t.data.len() / n;
+                let rows: Option<Vec<usize>> = (0..n)
+                    .map(|i| rows_of[k].get(&(t.data[i * per_row] as u64)).copied())
+                    .collect();
+                let Some(rows) = rows else { break };
+                operand_rows.push(rows);
+            }
+            if operand_rows.len() != inputs.len()
+                || operand_rows
+                    .iter()
+                    .any(|o| o.len() != operand_rows[0].len())
+            {
+                continue;
+            }
+            let first = &operand_rows[0];
+            let bad = operand_rows[1..]
+                .iter()
+                .find_map(|o| (0..o.len()).find(|&i| o[i] != first[i]).map(|i| (i, o[i])));
+            match bad {
+                None => aligned = true,
+                Some((i, other)) if found.is_none() => {
+                    found = Some(format!(
+                        "`r{r}.{}` applies `{op}` to row {i} of its operands, but that row holds row {} of one spec input and row {other} of another: the pieces are misaligned (microbatches paired with the wrong labels, or a shard taken at the wrong offset?)",
+                        nd.name, first[i]
+                    ));
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    // Only when no implementation operator pairs the pieces correctly.
+    found.filter(|_| !aligned)
+}
+
+/// The ids (see [`misaligned_rows`]) of an implementation value: a rank tensor of the relations
+/// itself, or layout operators over such tensors, at most `depth` operators deep.
+fn operand_ids(
+    imp: &Impl,
+    ids: &HashMap<String, shardproof_ops::Tensor>,
+    v: ValueRef,
+    depth: usize,
+) -> Option<shardproof_ops::Tensor> {
+    let v = imp.canon(v);
+    if let Some(t) = ids.get(&format!("r{}:{}", v.rank?, imp.name(v))) {
+        return Some(t.clone());
+    }
+    let Some(Lowered::Term(t)) = imp.lowered.get(&v) else {
+        return None;
+    };
+    if depth == 0 {
+        return None;
+    }
+    // The term, its values named as leaves whose ids come from the next level down.
+    fn build(
+        t: &Tpl,
+        imp: &Impl,
+        ids: &HashMap<String, shardproof_ops::Tensor>,
+        depth: usize,
+        leaves: &mut HashMap<String, shardproof_ops::Tensor>,
+        r: &mut RecExpr<Term>,
+    ) -> Option<Id> {
+        Some(match t {
+            Tpl::Num(n) => r.add(Term::Num(*n)),
+            Tpl::Value(x) => {
+                let x = imp.canon(*x);
+                let key = format!("r{}:{}", x.rank?, imp.name(x));
+                if let std::collections::hash_map::Entry::Vacant(slot) = leaves.entry(key) {
+                    slot.insert(operand_ids(imp, ids, x, depth - 1)?);
+                }
+                r.add(Term::Op(
+                    Symbol::from(leaf_symbol(x.rank?, &imp.name(x))),
+                    vec![],
+                ))
+            }
+            Tpl::Op(op, kids) => {
+                let is_literal = kids.is_empty();
+                if !is_literal && op != LIST && !LAYOUT_OPS.contains(&op.as_str()) {
+                    return None;
+                }
+                let kids: Option<Vec<Id>> = kids
+                    .iter()
+                    .map(|k| build(k, imp, ids, depth, leaves, r))
+                    .collect();
+                r.add(Term::Op(Symbol::from(op.as_str()), kids?))
+            }
+        })
+    }
+    let mut leaves = HashMap::new();
+    let mut rec = RecExpr::default();
+    build(t, imp, ids, depth, &mut leaves, &mut rec)?;
+    crate::eval::eval(&rec, &leaves).ok()?.into_iter().next()
+}
+
+/// The ranks whose tensors the collective node `n` of rank `r` combines.
+pub(super) fn collective_ranks(imp: &Impl, r: usize, n: usize) -> Option<BTreeSet<usize>> {
+    let out = ValueRef {
+        rank: Some(r),
+        value: ValueId::new(n, 0),
+    };
+    let Some(Lowered::Term(t)) = imp.lowered.get(&out) else {
+        return None;
+    };
+    let mut vals = Vec::new();
+    tpl_values(t, &mut vals);
+    Some(vals.iter().filter_map(|v| v.rank).collect())
+}
+
+/// The ranks of the implementation tensors in the subterm `root` of `e`.
+pub(super) fn leaf_ranks(e: &RecExpr<Term>, root: Id) -> BTreeSet<usize> {
+    let mut out = BTreeSet::new();
+    let mut stack = vec![root];
+    while let Some(id) = stack.pop() {
+        match &e[id] {
+            Term::Op(s, k) if k.is_empty() => {
+                if let Some((r, _)) = crate::term::parse_leaf(s.as_str()) {
+                    out.insert(r);
+                }
+            }
+            Term::Op(_, k) => stack.extend(k.iter().copied()),
+            Term::Num(_) => {}
+        }
+    }
+    out
+}
+
+/// Whether a relation is a sum over ranks at its top (a partial sum).
+pub(super) fn is_rank_sum(e: &RecExpr<Term>) -> bool {
+    e.as_ref()
+        .last()
+        .is_some_and(|t| matches!(t, Term::Op(s, _) if is_op!(s, SUM)))
+}
+
+/// The ranks each summand of a rank sum reads (empty when `e` is no sum).
+pub(super) fn summands_of(e: &RecExpr<Term>) -> Vec<BTreeSet<usize>> {
+    match e.as_ref().last() {
+        Some(Term::Op(s, kids)) if is_op!(s, SUM) => {
+            kids.iter().map(|&k| leaf_ranks(e, k)).collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// The implementation tensors an expression reads.
+pub(super) fn expr_leaves(case: &Case, e: &RecExpr<Term>) -> Vec<ValueRef> {
+    e.as_ref()
+        .iter()
+        .filter_map(|n| match n {
+            Term::Op(s, k) if k.is_empty() => {
+                crate::term::parse_leaf(s.as_str()).and_then(|(r, nm)| {
+                    case.program.ranks.get(r)?.find(nm).map(|v| ValueRef {
+                        rank: Some(r),
+                        value: v,
+                    })
+                })
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// The rank tensors of a relation, when every one of its expressions is over rank tensors that
+/// no implementation operator reads and no rank returns (named as `rK.name`, from the first
+/// expression): a value the ranks compute and then drop.
+pub(super) fn unread_leaves(
+    case: &Case,
+    imp: &Impl,
+    exprs: &[RecExpr<Term>],
+) -> Option<Vec<String>> {
+    let unread = |l: &ValueRef| {
+        let Some(r) = l.rank else { return false };
+        let g = &case.program.ranks[r];
+        let c = imp.canon(*l);
+        let canon_of = |v: ValueId| {
+            imp.canon(ValueRef {
+                rank: Some(r),
+                value: v,
+            })
+        };
+        imp.consumers.get(&c).is_none_or(Vec::is_empty)
+            && !g.nodes.iter().any(|n| n.inputs().contains(&l.value))
+            && !g.outputs.iter().flatten().any(|&o| canon_of(o) == c)
+    };
+    let leaves: Vec<Vec<ValueRef>> = exprs.iter().map(|e| expr_leaves(case, e)).collect();
+    let dropped = !leaves.is_empty()
+        && leaves
+            .iter()
+            .all(|ls| !ls.is_empty() && ls.iter().all(unread));
+    dropped.then(|| {
+        leaves[0]
+            .iter()
+            .map(|l| format!("r{}.{}", l.rank.unwrap_or(0), imp.name(*l)))
+            .collect()
+    })
+}
+
+/// How a hint names dropped rank tensors: the list, and the pronoun that stands for it.
+pub(super) fn dropped_clause(names: &[String]) -> String {
+    format!(
+        "no implementation operator reads {} and no rank returns {}: the ranks compute the value and drop it (a dangling tensor, e.g. a gradient never reduced or applied?)",
+        names.join(", "),
+        if names.len() > 1 { "them" } else { "it" }
+    )
+}
+
+/// A reduction over a sharded dim: the spec operator reduces (a `dim` list, its second
+/// argument) a cleanly related input along dims that an implementation operator of the same
+/// kind sees only a piece of, and no collective reads that operator's result: each rank's
+/// statistic covers its own shard (an RMSNorm's mean of squares over a tp-split hidden dim).
+/// Only when no implementation operator of the kind reduces the whole dim.
+pub(super) fn reduced_over_shard(
+    case: &Case,
+    imp: &Impl,
+    state: &HashMap<ValueId, State>,
+    spec_metas: &[Vec<Option<Meta>>],
+    node: &shardproof_ir::Node,
+) -> Option<String> {
+    let op = node.op()?.to_string();
+    let (r, shape) = clean_with_shape(state, spec_metas, node.args().first()?.as_value()?)?;
+    let dims: Vec<i64> = match node.args().get(1)? {
+        shardproof_ir::Arg::List(items) => items
+            .iter()
+            .map(|a| a.as_int())
+            .collect::<Option<Vec<i64>>>()?,
+        a => vec![a.as_int()?],
+    };
+    let rank = shape.len() as i64;
+    let reduced: Vec<i64> = dims
+        .iter()
+        .map(|&d| if d < 0 { d + rank } else { d })
+        .collect();
+    if reduced.iter().any(|&d| d < 0 || d >= rank) {
+        return None;
+    }
+    let inputs = [(0, r.exprs.clone())];
+    let mut whole = false;
+    let mut found = None;
+    for (rk, g) in case.program.ranks.iter().enumerate() {
+        for (n, nd) in g.nodes.iter().enumerate() {
+            if nd.op().map(|o| o.to_string()).as_deref() != Some(op.as_str())
+                || nd.args().get(1) != node.args().get(1)
+            {
+                continue;
+            }
+            let Some(v) = nd.args().first().and_then(|a| a.as_value()) else {
+                continue;
+            };
+            let operand = ValueRef {
+                rank: Some(rk),
+                value: v,
+            };
+            let Some((_, d, a, b)) = piece_range(imp, &inputs, operand) else {
+                continue;
+            };
+            let full = shape[d as usize] as i64;
+            if !reduced.contains(&d) || (a, b) == (0, full) {
+                whole = true;
+                continue;
+            }
+            if !read_by_collective(case, imp, rk, n) && found.is_none() {
+                found = Some(format!(
+                    "`r{rk}.{}` applies `{op}` over dim {d} to `r{rk}.{}`, which holds only {a}..{b} of that dim's {full}: each rank reduces its own shard, and no collective combines the results (a statistic over a sharded dim, e.g. a norm's mean of squares taken per rank?)",
+                    nd.name,
+                    imp.name(imp.canon(operand))
+                ));
+            }
+        }
+    }
+    found.filter(|_| !whole)
+}
+
+/// Evidence of a value the ranks compute and then drop: an input of the operator where
+/// relations stop whose every clean expression is over unread rank tensors (see
+/// [`unread_leaves`]). An unread tensor cannot be how the ranks compute the output.
+pub(super) fn dropped_input(
+    case: &Case,
+    imp: &Impl,
+    state: &HashMap<ValueId, State>,
+    node: &shardproof_ir::Node,
+) -> Option<String> {
+    node.inputs().into_iter().find_map(|x| {
+        let r = match state.get(&x) {
+            Some(State::Related(r)) if r.clean => r,
+            _ => return None,
+        };
+        let names = unread_leaves(case, imp, &r.exprs)?;
+        Some(format!(
+            "input `{}` is {}, but {}",
+            case.spec.value_name(x),
+            render(&r.exprs[0], r.exprs[0].as_ref().len() - 1),
+            dropped_clause(&names)
+        ))
+    })
+}
+
+/// Whether node `n` of rank `r` is a collective.
+fn is_collective(case: &Case, r: usize, n: usize) -> bool {
+    case.program.ranks[r].nodes[n]
+        .op()
+        .is_some_and(|o| o.namespace == "_c10d_functional")
+}
+
+/// Whether a collective reads the first output of node `n` of rank `r`.
+fn read_by_collective(case: &Case, imp: &Impl, r: usize, n: usize) -> bool {
+    let out = ValueRef {
+        rank: Some(r),
+        value: ValueId::new(n, 0),
+    };
+    imp.consumers
+        .get(&out)
+        .is_some_and(|cs| cs.iter().any(|&(r2, n2)| is_collective(case, r2, n2)))
+}
+
+/// The first implementation operator (`rK.name = op`) that reads one of `leaves` and whose
+/// result a collective reads: the tensor is reduced one step later, after that operator changed
+/// it.
+pub(super) fn changed_before_reduction(
+    case: &Case,
+    imp: &Impl,
+    leaves: &[ValueRef],
+) -> Option<String> {
+    for l in leaves {
+        for &(r, n) in imp.consumers.get(l).map_or(&[][..], Vec::as_slice) {
+            if is_collective(case, r, n) {
+                continue;
+            }
+            if read_by_collective(case, imp, r, n) {
+                let nd = &case.program.ranks[r].nodes[n];
+                let op = nd.op().map(|o| o.to_string()).unwrap_or_default();
+                return Some(format!("r{r}.{} = {op}", nd.name));
+            }
+        }
+    }
+    None
+}
+
+/// The first addition (`rK.name = op`) of a chain of additions that starts at one of `leaves`
+/// and ends in a collective: a rank's running total that goes on growing before it is
+/// reduced (the terms after the spec's total: replicated parameters' squared norms every rank
+/// adds). [`changed_before_reduction`] is the chain of one addition.
+pub(super) fn added_to_before_reduction(
+    case: &Case,
+    imp: &Impl,
+    leaves: &[ValueRef],
+) -> Option<String> {
+    const MAX_CHAIN: usize = 256;
+    let is_add = |r: usize, n: usize| {
+        case.program.ranks[r].nodes[n]
+            .op()
+            .is_some_and(|o| o.to_string() == "aten.add.Tensor")
+    };
+    for l in leaves {
+        for &(r, n) in imp.consumers.get(l).map_or(&[][..], Vec::as_slice) {
+            if !is_add(r, n) {
+                continue;
+            }
+            // Along the chain: each addition's only reader is the next addition, until a
+            // collective reads one.
+            let mut at = (r, n);
+            for _ in 0..MAX_CHAIN {
+                if read_by_collective(case, imp, at.0, at.1) {
+                    let nd = &case.program.ranks[r].nodes[n];
+                    return Some(format!("r{r}.{} = aten.add.Tensor", nd.name));
+                }
+                let out = ValueRef {
+                    rank: Some(at.0),
+                    value: ValueId::new(at.1, 0),
+                };
+                match imp.consumers.get(&out).map_or(&[][..], Vec::as_slice) {
+                    [(r2, n2)] if is_add(*r2, *n2) => at = (*r2, *n2),
+                    _ => break,
+                }
+            }
+        }
+    }
+    None
+}
+
+/// Where an implementation tensor's partial sum goes (bounded search along operators linear in
+/// it, stopping at collectives that combine ranks of different summands).
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct ReductionPath {
+    /// Some path reaches such a collective.
+    pub(super) reduced: bool,
+    /// Some path on the tensor's own rank reaches an operator nonlinear in the partial value
+    /// first: the implementation computes with the unreduced value.
+    pub(super) used_unreduced: bool,
+}
+
+pub(super) fn reduction_path(
+    case: &Case,
+    imp: &Impl,
+    from: ValueRef,
+    summands: &[BTreeSet<usize>],
+) -> ReductionPath {
+    let mut path = ReductionPath::default();
+    let mut seen: HashSet<ValueRef> = HashSet::new();
+    let mut frontier = vec![from];
+    // Deep enough for a running total over every parameter (a global gradient norm adds one
+    // squared norm per parameter before its reduction); the visited set bounds the work.
+    for _ in 0..1024 {
+        let mut next = Vec::new();
+        for v in frontier {
+            for &(r, n) in imp.consumers.get(&v).map_or(&[][..], Vec::as_slice) {
+                let node = &case.program.ranks[r].nodes[n];
+                let collective = is_collective(case, r, n);
+                if collective {
+                    // A collective that combines ranks of different summands (a chain of
+                    // them may combine the rest: tensor then expert groups).
+                    if let Some(ranks) = collective_ranks(imp, r, n) {
+                        let met = summands
+                            .iter()
+                            .filter(|s| s.iter().any(|r| ranks.contains(r)))
+                            .count();
+                        if met >= 2 {
+                            path.reduced = true;
+                            continue;
+                        }
+                    }
+                }
+                // Past an operator nonlinear in it, the value is no longer a partial sum that a
+                // later reduction completes.
+                let op = node.op().map(|o| o.to_string()).unwrap_or_default();
+                let holds = |a: &shardproof_ir::Arg| {
+                    let mut vals = Vec::new();
+                    a.values(&mut vals);
+                    vals.iter().any(|&x| {
+                        imp.canon(ValueRef {
+                            rank: Some(r),
+                            value: x,
+                        }) == v
+                    })
+                };
+                // A collective is linear in its input: a rearrangement or a partial reduction
+                // passes the sum on to the next one.
+                let linear = collective
+                    || node
+                        .args()
+                        .iter()
+                        .enumerate()
+                        .any(|(i, a)| holds(a) && crate::lemmas::may_be_linear_in(&op, i));
+                if !linear {
+                    // Judged on the tensor's own rank: the other members of a collective
+                    // complete their sums through their own earlier collectives, which this
+                    // walk does not follow back.
+                    if Some(r) == from.rank {
+                        path.used_unreduced = true;
+                    }
+                    continue;
+                }
+                for k in 0..node.outputs.len() {
+                    let out = ValueRef {
+                        rank: Some(r),
+                        value: ValueId::new(n, k),
+                    };
+                    if seen.len() < 4096 && seen.insert(out) {
+                        next.push(out);
+                    }
+                }
+            }
+        }
+        if next.is_empty() {
+            break;
+        }
+        frontier = next;
+    }
+    path
+}

@@ -1,0 +1,418 @@
+//! One spec operator's relation (Listing 2, `compute_node_out_rel`): its e-graph built from its
+//! inputs' relations, explored and saturated with the lemmas within the node budget, and its
+//! output's clean expressions (or the best unclean one) kept as its relation. Also the budget
+//! itself: node and size limits, the wider and roomier attempts.
+
+use super::explore::{
+    collect_leaves, define, define_layout_chains, define_scaled_consumers, follow_element_moves,
+    is_float_scalar_value, latest_scalars, scalar_frontier, unfold_indices, unfold_recomputed,
+    unfold_view_sources, COMBINE_ABOVE_NODES, MAX_SCALAR_ROUNDS, UNFOLD_RECOMPUTED,
+};
+use super::extract::{extract, leaf_groups, relates_up_to_factor, slice_groups, MAX_EXTRACT_DEPTH};
+use super::pieces::fold_nested_scales;
+use super::relation::{
+    add_rec, add_relation, add_tpl, inputs_relate_up_to_factor, tpl_values, Impl, Rel, State,
+};
+use super::report::render;
+use super::seeds::{nested_slices, seed_spec_equations, spec_form};
+use super::Options;
+use crate::lemmas::{Graph, SCALE};
+use crate::lower::{Tpl, ValueRef};
+use crate::term::{is_op, Shapes, Term};
+use egg::{Id, RecExpr, Rewrite, Runner, Symbol};
+use shardproof_ir::{Graph as IrGraph, ValueId};
+use std::collections::{HashMap, HashSet};
+
+/// An empty e-graph over the implementation's tensors.
+pub(super) fn new_graph(imp: &Impl) -> Graph {
+    Graph::new(Shapes {
+        zeros: imp.zeros.clone(),
+        ..Shapes::default()
+    })
+}
+
+/// A saturation run's wall-clock limit: far above what the node and iteration limits allow on
+/// an idle machine, so that those limits, not the machine's load, decide where a run stops (a
+/// 10 s limit made context-parallel cases inconclusive on a loaded machine).
+const SATURATION_WALL_CLOCK: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// Infers the relations of one spec value defined by `t`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn infer_one(
+    imp: &Impl,
+    rules: &[Rewrite<Term, Shapes>],
+    opts: &Options,
+    state: &HashMap<ValueId, State>,
+    t: &Tpl,
+    expect: Option<&[RecExpr<Term>]>,
+    mismatches: &mut HashMap<ValueId, (String, Option<String>)>,
+    v: ValueId,
+    scalar_chain: bool,
+    seeds: &[(Tpl, ValueId)],
+    attempt: &Attempt,
+) -> State {
+    let widened = attempt.widened;
+    let mut ins = Vec::new();
+    tpl_values(t, &mut ins);
+    for x in &ins {
+        match state.get(&x.value) {
+            Some(State::Related(_)) => {}
+            Some(s) => return s.clone(),
+            None => return State::Unrelated("an input was never computed".into()),
+        }
+    }
+    let mut eg = new_graph(imp);
+    let mut ids: HashMap<ValueId, Id> = HashMap::new();
+    for x in &ins {
+        if ids.contains_key(&x.value) {
+            continue;
+        }
+        let Some(State::Related(r)) = state.get(&x.value) else {
+            unreachable!()
+        };
+        ids.insert(x.value, add_relation(&mut eg, imp, r));
+    }
+    seed_spec_equations(&mut eg, imp, state, seeds, &mut ids);
+    if ins.is_empty() {
+        // A constant: the term itself is its (clean) relation.
+        let root = add_tpl(&mut eg, t, &mut |_, _| unreachable!());
+        eg.rebuild();
+        let e = extract(&eg, root, false).into_iter().next();
+        return match e {
+            Some(e) => State::Related(Rel {
+                exprs: vec![e],
+                clean: true,
+                equal_leaves: Vec::new(),
+                equal_slices: Vec::new(),
+                explored: Vec::new(),
+            }),
+            None => State::Unrelated("constant".into()),
+        };
+    }
+    let root = add_tpl(&mut eg, t, &mut |_, x| ids[&x.value]);
+    let expect_ids: Vec<Id> = expect
+        .unwrap_or(&[])
+        .iter()
+        .map(|e| add_rec(&mut eg, imp, e))
+        .collect();
+
+    // Exploration: bring in implementation operators whose inputs are all related.
+    let mut t_rel: HashSet<ValueRef> = HashSet::new();
+    collect_leaves(&eg, imp, &mut t_rel);
+    let mut added: HashSet<ValueRef> = HashSet::new();
+    let mut carried: Vec<ValueRef> = ins
+        .iter()
+        .filter_map(|x| match state.get(&x.value) {
+            Some(State::Related(r)) => Some(r.explored.iter().copied()),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    carried.sort_unstable();
+    carried.dedup();
+    for &out in &carried {
+        if added.insert(out) {
+            define(&mut eg, imp, out, &mut added);
+        }
+    }
+    collect_leaves(&eg, imp, &mut t_rel);
+    let mut unfold_budget = UNFOLD_RECOMPUTED;
+    unfold_recomputed(&mut eg, imp, &mut t_rel, &mut added, &mut unfold_budget);
+    unfold_indices(&mut eg, imp, &mut t_rel, &mut added);
+    if widened {
+        unfold_view_sources(&mut eg, imp, &mut t_rel, &mut added);
+        define_layout_chains(&mut eg, imp, &t_rel, &mut added);
+    }
+    let saturate = |eg: &mut Graph| {
+        // Also before the runner: its hooks run only while the limits allow an iteration, and
+        // an e-graph at the node limit still gets this round's zero blocks.
+        crate::lemmas::mark_zero_blocks(eg);
+        eg.rebuild();
+        let node_limit = if widened || attempt.roomier {
+            opts.node_limit.saturating_mul(WIDE_NODE_FACTOR)
+        } else {
+            opts.node_limit
+        };
+        eg.analysis.node_cap = node_limit.saturating_mul(NODE_CAP_FACTOR);
+        let runner = Runner::default()
+            .with_egraph(std::mem::take(eg))
+            .with_iter_limit(opts.iter_limit)
+            .with_node_limit(node_limit)
+            .with_time_limit(SATURATION_WALL_CLOCK)
+            .with_hook(|r| {
+                if crate::lemmas::mark_zero_blocks(&mut r.egraph) {
+                    r.egraph.rebuild();
+                }
+                Ok(())
+            })
+            .run(rules);
+        attempt
+            .peak_nodes
+            .set(attempt.peak_nodes.get().max(runner.egraph.total_size()));
+        *eg = runner.egraph;
+        crate::lemmas::merge_equal_sums(eg);
+    };
+    // Rounds that bring in only 0-d values (a running sum of per-layer losses, one addition a
+    // round) are not counted: a stage's chain of additions is as long as its layers, far more
+    // than the rounds a tensor relation needs.
+    let mut round = 0;
+    let mut scalar_rounds = 0;
+    let mut saturated = false;
+    while round < opts.explore_rounds + opts.deepen_rounds {
+        if round >= opts.explore_rounds {
+            let root = eg.find(root);
+            let met = expect_ids.iter().all(|&e| eg.find(e) == root);
+            if met && !extract(&eg, root, true).is_empty() {
+                break;
+            }
+        }
+        let mut new = Vec::new();
+        for u in t_rel.iter() {
+            for &(r, n) in imp.consumers.get(u).map_or(&[][..], Vec::as_slice) {
+                let g: &IrGraph = &imp.case.program.ranks[r];
+                for k in 0..g.nodes[n].outputs.len() {
+                    let out = ValueRef {
+                        rank: Some(r),
+                        value: ValueId::new(n, k),
+                    };
+                    if imp.canon(out) != out || added.contains(&out) || imp.cut.contains(&out) {
+                        continue;
+                    }
+                    let inputs = imp.term_inputs(out);
+                    if inputs
+                        .iter()
+                        .all(|i| t_rel.contains(i) || imp.const_only.contains(i))
+                    {
+                        new.push(out);
+                    }
+                }
+            }
+        }
+        new.sort();
+        new.dedup();
+        if new.is_empty() {
+            break;
+        }
+        if attempt.follow_moves {
+            follow_element_moves(imp, &t_rel, &added, &mut new);
+        } else if !attempt.moves_deferred.get() {
+            let mut followed = new.clone();
+            follow_element_moves(imp, &t_rel, &added, &mut followed);
+            attempt.moves_deferred.set(followed.len() > new.len());
+        }
+        if new.iter().all(|&v| is_float_scalar_value(imp, v)) && scalar_rounds < MAX_SCALAR_ROUNDS {
+            scalar_rounds += 1;
+        } else {
+            round += 1;
+        }
+        for out in new {
+            added.insert(out);
+            define(&mut eg, imp, out, &mut added);
+            t_rel.insert(out);
+        }
+        saturate(&mut eg);
+        saturated = true;
+        collect_leaves(&eg, imp, &mut t_rel);
+        unfold_recomputed(&mut eg, imp, &mut t_rel, &mut added, &mut unfold_budget);
+        unfold_indices(&mut eg, imp, &mut t_rel, &mut added);
+    }
+    if !saturated {
+        saturate(&mut eg);
+    } else if !relates_up_to_factor(&eg, root) && inputs_relate_up_to_factor(state, &ins) {
+        // The first operator without a relation: the scheduler banned the scale rewrites
+        // that name multiples by rank tensors while the last operators came in.
+        for _ in 0..SCALE_PASSES {
+            let changed = crate::lemmas::apply_everywhere(&mut eg, SCALE_REWRITES);
+            if !changed || relates_up_to_factor(&eg, root) {
+                break;
+            }
+        }
+    }
+    define_scaled_consumers(&mut eg, imp, root, &mut added);
+    // Only along a chain of 0-d operators (a running sum of per-layer losses), and only where
+    // the relation has grown: a reduction of a tensor to 0-d, and a small relation, keep what
+    // the lemmas found.
+    let sizeable = || {
+        extract(&eg, root, false)
+            .first()
+            .is_some_and(|e| e.as_ref().len() > COMBINE_ABOVE_NODES)
+    };
+    if scalar_chain && sizeable() {
+        let latest = latest_scalars(imp, &added);
+        let candidates: Vec<Id> = latest.into_iter().map(|v| imp.leaf(&mut eg, v)).collect();
+        crate::lemmas::express_by_combination(&mut eg, root, &candidates);
+    }
+    let root = eg.find(root);
+    // The record is the latest attempt's: a retry that meets the expectation clears it.
+    if expect_ids.iter().all(|&e| eg.find(e) == root) {
+        if !expect_ids.is_empty() {
+            mismatches.remove(&v);
+        }
+    } else {
+        let found = extract(&eg, root, true)
+            .first()
+            .map(|e| render(e, e.as_ref().len() - 1));
+        let want = expect
+            .map(|e| render(&e[0], e[0].as_ref().len() - 1))
+            .unwrap_or_default();
+        mismatches.insert(v, (want, found));
+    }
+    let mut clean = extract(&eg, root, true);
+    let mut named = false;
+    if clean.is_empty() && crate::lemmas::ring::name_chunks(&mut eg) {
+        // Chunks of rank tensors (context parallelism) get their slice names, only where the
+        // output has no clean expression without them.
+        clean = extract(&eg, eg.find(root), true);
+        named = true;
+    }
+    if !clean.is_empty() {
+        // The leaves and slices equal to those of the spec form too: the next operators
+        // reach the ranks' tensors from them as they did before the chunks were named.
+        // Only for nested chunk names (a rank's attention block cut to the spec's chunks): a
+        // clean form of single chunks carries every operator the next lemmas need, and the
+        // spec form beside it would only grow the next e-graphs.
+        let spec_form = (named && nested_slices(&clean[0]))
+            .then(|| spec_form(imp, state, t))
+            .flatten();
+        let mut used = clean.clone();
+        used.extend(spec_form.iter().cloned());
+        let equal_leaves = leaf_groups(&eg, &used);
+        let mut equal_slices = slice_groups(&eg, &used);
+        if let Some(f) = spec_form {
+            equal_slices.push(vec![clean[0].clone(), f]);
+        }
+        return State::Related(Rel {
+            exprs: clean,
+            clean: true,
+            equal_leaves,
+            equal_slices,
+            explored: Vec::new(),
+        });
+    }
+    // A constant multiple of clean expressions (a gradient before the data-parallel averaging
+    // absorbs the factor): keep every clean alternative, as a clean relation does, so the next
+    // operators can use whichever the implementation computes from.
+    let scaled: Vec<(i64, i64, Id)> = eg[root]
+        .nodes
+        .iter()
+        .filter_map(|n| match n {
+            Term::Op(s, k) if is_op!(s, SCALE) && k.len() == 3 => {
+                let num = |id: Id| {
+                    eg[id].nodes.iter().find_map(|n| match n {
+                        Term::Num(x) => Some(*x),
+                        _ => None,
+                    })
+                };
+                Some((num(k[0])?, num(k[1])?, k[2]))
+            }
+            _ => None,
+        })
+        .collect();
+    for (p, q, inner) in scaled {
+        let exprs: Vec<RecExpr<Term>> = extract(&eg, inner, true)
+            .into_iter()
+            .map(|mut e| {
+                let x = Id::from(e.as_ref().len() - 1);
+                let (pn, qn) = (e.add(Term::Num(p)), e.add(Term::Num(q)));
+                e.add(Term::Op(Symbol::from(SCALE), vec![pn, qn, x]));
+                e
+            })
+            .collect();
+        if !exprs.is_empty() {
+            let equal_leaves = leaf_groups(&eg, &exprs);
+            let equal_slices = slice_groups(&eg, &exprs);
+            return State::Related(Rel {
+                exprs,
+                clean: false,
+                equal_leaves,
+                equal_slices,
+                explored: scalar_frontier(imp, &added),
+            });
+        }
+    }
+    match extract(&eg, root, false).into_iter().next() {
+        Some(e) if e.as_ref().len() <= max_unclean_nodes(imp) => {
+            let e = fold_nested_scales(&e);
+            let equal_leaves = leaf_groups(&eg, std::slice::from_ref(&e));
+            let equal_slices = slice_groups(&eg, std::slice::from_ref(&e));
+            State::Related(Rel {
+                exprs: vec![e],
+                clean: false,
+                equal_leaves,
+                equal_slices,
+                explored: scalar_frontier(imp, &added),
+            })
+        }
+        // Named here: every consumer inherits this state, and the report quotes it at the
+        // output, far from the operator whose expression outgrew the limit.
+        Some(e) => State::Lost(format!(
+            "the expression computed for `{}` grew beyond the size limit ({} nodes, at most {})",
+            imp.case.spec.value_name(v),
+            e.as_ref().len(),
+            max_unclean_nodes(imp)
+        )),
+        None => State::Lost(format!(
+            "no expression for `{}` could be built within the size limit (none nested at most {MAX_EXTRACT_DEPTH} operators deep)",
+            imp.case.spec.value_name(v)
+        )),
+    }
+}
+
+/// The largest expression kept for a spec value without a clean relation, per rank of the
+/// implementation (at least four counted): past it the value is lost (see [`State::Lost`]),
+/// which bounds the e-graphs of its consumers.
+const MAX_UNCLEAN_NODES_PER_RANK: usize = 100;
+
+/// [`MAX_UNCLEAN_NODES_PER_RANK`] times the ranks: an expression over the ranks' pieces grows
+/// with their number (a context-parallel attention block holds a piece per cp rank and per
+/// chunk of every other dim), so a bound fixed for four ranks lost eight-rank plans whose
+/// expressions were the four-rank ones twice over.
+pub(super) fn max_unclean_nodes(imp: &Impl) -> usize {
+    MAX_UNCLEAN_NODES_PER_RANK * imp.case.program.ranks.len().max(4)
+}
+
+/// The scale rewrites applied everywhere at the first operator without a relation, with the
+/// operator each applies at ([`crate::lemmas::apply_everywhere`]).
+const SCALE_REWRITES: &[(&str, &str)] = &[
+    ("linear-over-scale", crate::lemmas::SCALE),
+    ("scale-through-sibling", crate::lemmas::SCALE),
+    ("scale-and-cat", crate::term::CAT),
+];
+
+/// How many times [`SCALE_REWRITES`] are applied at most: a fold, a sibling, a concatenation.
+const SCALE_PASSES: usize = 3;
+
+/// Only an operator whose e-graphs stayed below this many nodes is attempted again, wider: the
+/// steps are made for the small e-graphs of per-token arithmetic and for an attention block's
+/// product whose ranks read their key through a chain of layouts (llama dp x tp x cp's query
+/// gradient, 9000 nodes), while a larger one is a product chain where the wider steps only add
+/// nodes (and a second attempt costs seconds).
+pub(super) const WIDEN_BELOW_NODES: usize = 10_000;
+
+/// The wider attempt's node limit, in multiples of the first attempt's: it explores the
+/// sources of the ranks' layouts besides all the first attempt did (llama dp x tp x cp's query
+/// gradient reaches the ranks' products at 24 thousand nodes).
+const WIDE_NODE_FACTOR: usize = 2;
+
+/// Within one saturation iteration the lemmas stop adding terms at this many times the node
+/// limit ([`Shapes::node_cap`](crate::term::Shapes::node_cap)): the iteration that crosses
+/// the limit still completes the rewrites it can afford, and the runner stops after it.
+const NODE_CAP_FACTOR: usize = 10;
+
+/// One attempt at a spec operator's relation.
+#[derive(Default)]
+pub(super) struct Attempt {
+    /// The second attempt's wider steps: the sources of the ranks' views explored, and the
+    /// [`WIDENED`] lemmas.
+    pub(super) widened: bool,
+    /// The wider attempt's node limit with the first attempt's steps: a 0-d chain's retry.
+    pub(super) roomier: bool,
+    /// The largest e-graph its saturations left.
+    pub(super) peak_nodes: std::cell::Cell<usize>,
+    /// Each round brings in the element moves over its operators ([`follow_element_moves`]):
+    /// the retry of an operator whose e-graph outgrew the node limit.
+    pub(super) follow_moves: bool,
+    /// Whether some round left element moves over its operators to later rounds: only then
+    /// does the retry that follows them differ.
+    pub(super) moves_deferred: std::cell::Cell<bool>,
+}

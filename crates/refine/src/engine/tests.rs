@@ -1,0 +1,366 @@
+//! The engine's unit tests: extraction, exploration and relations on small emitted cases.
+
+use super::explore::*;
+use super::extract::*;
+use super::pieces::*;
+use super::relation::*;
+use super::report::*;
+use super::saturate::*;
+use crate::lemmas::{Graph, SCALE};
+use crate::lower::{pair_collectives, pair_messages, LowerCtx, Lowered, Tpl, ValueRef};
+use crate::term::{leaf_symbol, Shapes, Term};
+use egg::{Id, RecExpr, Symbol};
+use shardproof_case::Case;
+use shardproof_ir::{NodeKind, ValueId};
+use shardproof_zoo::{
+    emit_to_dir, EmitExtras, EmitOptions, LlamaConfig, Mesh, PipelineOptions, TrainOptions,
+};
+use std::collections::{HashMap, HashSet};
+
+/// Small factors print as fractions; the binary fraction a float literal is prints as that
+/// float, exactly, and so does its inverse (as a division); others as fractions.
+#[test]
+fn factors_print_exactly() {
+    let (m, k) = crate::lower::rational(0.35355339059327373).unwrap();
+    assert_eq!(factor_text(1, 4), "* 1/4");
+    assert_eq!(factor_text(-3, 2), "* -3/2");
+    assert_eq!(factor_text(m, k), "* 0.35355339059327373");
+    assert_eq!(factor_text(k, m), "/ 0.35355339059327373");
+    assert_eq!(factor_text(-k, m), "/ -0.35355339059327373");
+    assert_eq!(factor_text(3 * m, 7 * k), format!("* {}/{}", 3 * m, 7 * k));
+}
+
+/// A one-layer llama on tp=2, forward only: its ranks scale the attention scores.
+fn tiny_llama(dir: &std::path::Path) -> Case {
+    one_layer_llama(dir, "tp=2", true)
+}
+
+/// A one-layer llama on `mesh`, emitted into `dir` and loaded.
+fn one_layer_llama(dir: &std::path::Path, mesh: &str, forward_only: bool) -> Case {
+    let opts = EmitOptions {
+        model: "llama".into(),
+        mlp: Default::default(),
+        llama: LlamaConfig {
+            layers: 1,
+            ..LlamaConfig::default()
+        },
+        mesh: Mesh::parse(mesh).unwrap(),
+        bug: None,
+        forward_only,
+        vocab_parallel: false,
+    };
+    let pipeline = PipelineOptions::default();
+    emit_to_dir(
+        &opts,
+        &EmitExtras::default(),
+        &TrainOptions::PLAIN,
+        &pipeline,
+        dir,
+    )
+    .unwrap();
+    shardproof_case::load_case(&dir.join("case.yaml")).unwrap()
+}
+
+/// The engine's view of `case`'s ranks, as `verify` builds it.
+fn impl_of(case: &Case) -> Impl<'_> {
+    let leaves: Vec<_> = (0..case.program.ranks.len())
+        .map(|r| case.rank_leaves(r))
+        .collect();
+    let (partners, _) = pair_collectives(&case.program, &case.ops, &leaves);
+    let messages = pair_messages(&case.program);
+    let ctx = LowerCtx {
+        messages: &messages,
+        custom_ops: &case.ops,
+        same_mask: false,
+        program: &case.program,
+        partners: &partners,
+        constants: &case.constants,
+        ignore_index_unused: false,
+    };
+    build_impl(case, &ctx)
+}
+
+/// Scales of scales fold into one, inside an expression too, and a unit factor drops; the
+/// folded expression evaluates as the original did.
+#[test]
+fn nested_scales_fold_into_one() {
+    use crate::eval::{eval, random_tensor, seeded_values, tensors_agree};
+    let expr = |s: &str| -> RecExpr<Term> { s.parse().unwrap() };
+    let mut leaves = HashMap::new();
+    let mut next = seeded_values(0.29);
+    for name in ["r0:x", "r1:x"] {
+        let t = random_tensor(shardproof_ir::DType::F64, vec![2, 3], 4, &mut next);
+        leaves.insert(name.to_string(), t);
+    }
+    for (nested, folded) in [
+        ("(scale 1 8 (scale 2 1 %r0:x))", "(scale 1 4 %r0:x)"),
+        ("(scale 1 2 (scale 2 1 %r0:x))", "%r0:x"),
+        (
+            "(cat 0 (scale 3 1 (scale 1 6 %r0:x)) (scale 5 1 %r1:x))",
+            "(cat 0 (scale 1 2 %r0:x) (scale 5 1 %r1:x))",
+        ),
+    ] {
+        let got = fold_nested_scales(&expr(nested));
+        assert_eq!(got, expr(folded), "{nested}");
+        let (a, b) = (eval(&expr(nested), &leaves), eval(&got, &leaves));
+        assert!(tensors_agree(&a.unwrap(), &b.unwrap()), "{nested}");
+    }
+}
+
+/// Every value of rank `r` whose lowered definition is one of `ops`.
+fn values_defined_by(imp: &Impl, r: usize, ops: &[&str]) -> Vec<ValueRef> {
+    let g = &imp.case.program.ranks[r];
+    let mut out: Vec<ValueRef> = (0..g.nodes.len())
+        .flat_map(|n| {
+            (0..g.nodes[n].outputs.len()).map(move |k| ValueRef {
+                rank: Some(r),
+                value: ValueId::new(n, k),
+            })
+        })
+        .filter(|&v| imp.canon(v) == v && defining_op(imp, v).is_some_and(|s| ops.contains(&s)))
+        .collect();
+    out.sort();
+    out
+}
+
+/// Runs every rank of `imp`'s case on random inputs (integers below 4): the values every
+/// leaf of an e-graph over the ranks' tensors takes, keyed as [`crate::eval::eval`] reads
+/// them.
+fn rank_values(imp: &Impl) -> HashMap<String, shardproof_ops::Tensor> {
+    use crate::eval::{random_tensor, seeded_values};
+    let case = imp.case;
+    let mut next = seeded_values(0.37);
+    let leaves: Vec<std::collections::BTreeMap<String, shardproof_ops::Tensor>> = case
+        .program
+        .ranks
+        .iter()
+        .enumerate()
+        .map(|(r, g)| {
+            g.nodes
+                .iter()
+                .enumerate()
+                .filter(|(_, n)| matches!(n.kind, NodeKind::Input))
+                .map(|(i, n)| {
+                    let meta = imp
+                        .meta(ValueRef {
+                            rank: Some(r),
+                            value: ValueId::new(i, 0),
+                        })
+                        .expect("an input's meta");
+                    let t = random_tensor(meta.dtype, meta.shape.clone(), 4, &mut next);
+                    (n.outputs[0].name.clone(), t)
+                })
+                .collect()
+        })
+        .collect();
+    let envs = shardproof_interp::run_program(&case.program, &leaves, &Default::default())
+        .expect("the ranks run");
+    let mut out = HashMap::new();
+    for (r, (g, env)) in case.program.ranks.iter().zip(&envs).enumerate() {
+        for (n, node) in g.nodes.iter().enumerate() {
+            for (k, o) in node.outputs.iter().enumerate() {
+                if let Some(t) = env.get(ValueId::new(n, k)) {
+                    out.insert(format!("r{r}:{}", o.name), t.clone());
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The wider attempt's layout steps on llama's cp=2 full iteration (one layer): from the
+/// ranks' views, the sources behind their transposes are related back (a key block read
+/// as `view(transpose(view(x)))`), and the chains of layouts over one received block (taken
+/// once for the forward and once more for the backward) meet by congruence. Every class
+/// the steps built holds on a run of the ranks.
+#[test]
+fn layout_sources_are_related_back_and_their_chains_meet() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = one_layer_llama(dir.path(), "cp=2", false);
+    let imp = impl_of(&case);
+    let views = values_defined_by(&imp, 1, RESHAPES);
+    let transposes = values_defined_by(&imp, 1, &["aten.transpose.int"]);
+    let mut eg = new_graph(&imp);
+    let mut t_rel: HashSet<ValueRef> = views.iter().copied().collect();
+    let leaves: Vec<Id> = views.iter().map(|&v| imp.leaf(&mut eg, v)).collect();
+    let mut added = HashSet::new();
+    unfold_view_sources(&mut eg, &imp, &mut t_rel, &mut added);
+    define_layout_chains(&mut eg, &imp, &t_rel, &mut added);
+    eg.rebuild();
+
+    // A transpose's source, reached only by inverting the transpose, is related.
+    let behind_transpose = transposes.iter().any(|t| {
+        t_rel.contains(t)
+            && imp
+                .term_inputs(*t)
+                .iter()
+                .any(|x| t_rel.contains(x) && !views.contains(x) && !transposes.contains(x))
+    });
+    assert!(behind_transpose, "no source behind a transpose was related");
+    // Two of the ranks' views, distinct nodes of its program, are one class now.
+    let classes: HashSet<Id> = leaves.iter().map(|&l| eg.find(l)).collect();
+    assert!(classes.len() < leaves.len(), "no two chains met");
+    // Every class holds on a run of the ranks.
+    let compared = crate::eval::classes_agree(&eg, &rank_values(&imp)).unwrap();
+    assert!(compared > 0);
+}
+
+/// A round's operators bring in the operators that only move elements over them, chains
+/// of them in one round: every value taken moves elements, its inputs are related or
+/// taken, some chain has two links, and nothing that could be taken is left behind.
+#[test]
+fn a_round_brings_in_the_element_moves_over_its_operators() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = one_layer_llama(dir.path(), "tp=2", false);
+    let imp = impl_of(&case);
+    // Related: the ranks' inputs and every value an operator computes arithmetic for.
+    // The round: the element moves over those alone.
+    let t_rel: HashSet<ValueRef> = imp
+        .lowered
+        .iter()
+        .filter(|(v, l)| {
+            imp.canon(**v) == **v
+                && match l {
+                    Lowered::Leaf => true,
+                    Lowered::Term(_) => !moves_elements(&imp, **v),
+                    _ => false,
+                }
+        })
+        .map(|(v, _)| *v)
+        .collect();
+    let ready = |v: &ValueRef, have: &dyn Fn(&ValueRef) -> bool| {
+        imp.canon(*v) == *v
+            && !imp.cut.contains(v)
+            && !t_rel.contains(v)
+            && matches!(imp.lowered.get(v), Some(Lowered::Term(_)))
+            && imp
+                .term_inputs(*v)
+                .iter()
+                .all(|i| have(i) || imp.const_only.contains(i))
+    };
+    let mut round: Vec<ValueRef> = imp
+        .lowered
+        .keys()
+        .filter(|v| ready(v, &|i| t_rel.contains(i)))
+        .copied()
+        .collect();
+    round.sort();
+    let first: HashSet<ValueRef> = round.iter().copied().collect();
+    follow_element_moves(&imp, &t_rel, &HashSet::new(), &mut round);
+    let taken: HashSet<ValueRef> = round.iter().copied().collect();
+    assert_eq!(taken.len(), round.len(), "a value taken twice");
+
+    let later: Vec<ValueRef> = round
+        .iter()
+        .filter(|v| !first.contains(v))
+        .copied()
+        .collect();
+    assert!(!later.is_empty(), "no operator followed");
+    let known = |i: &ValueRef| t_rel.contains(i) || taken.contains(i);
+    for v in &later {
+        assert!(moves_elements(&imp, *v), "{}", imp.name(*v));
+        assert!(ready(v, &known), "{} taken before its inputs", imp.name(*v));
+    }
+    let chained = later
+        .iter()
+        .any(|v| imp.term_inputs(*v).iter().any(|i| later.contains(i)));
+    assert!(
+        chained,
+        "no chain of two element moves followed in one round"
+    );
+    // Closed: every element move over related or taken values is taken.
+    for v in imp.lowered.keys() {
+        if ready(v, &known) && moves_elements(&imp, *v) {
+            assert!(taken.contains(v), "{} left behind", imp.name(*v));
+        }
+    }
+}
+
+/// Among equal leaves the extraction names the tensor computed first, then the lowest
+/// rank, whatever order they entered the e-graph in; and it keeps that choice inside a
+/// composite. The symbols are fresh so that interning order cannot decide.
+#[test]
+fn extraction_prefers_the_earliest_tensor_then_the_lowest_rank() {
+    let mut eg = Graph::new(Shapes::default());
+    let leaf = |eg: &mut Graph, sym: &str, at: (usize, usize)| {
+        let s = Symbol::from(sym);
+        eg.analysis.positions.insert(s, at);
+        eg.add(Term::Op(s, Vec::new()))
+    };
+    // Replicas of one tensor on ranks 5, 3 and 1, then a copy computed later on rank 0.
+    let r5 = leaf(&mut eg, "%r5:preference_test_x", (4, 5));
+    let r3 = leaf(&mut eg, "%r3:preference_test_x", (4, 3));
+    let copy = leaf(&mut eg, "%r0:preference_test_copy", (9, 0));
+    let r1 = leaf(&mut eg, "%r1:preference_test_x", (4, 1));
+    for other in [r3, copy, r1] {
+        eg.union(r5, other);
+    }
+    let t = eg.add(Term::Op(Symbol::from("aten.t.default"), vec![r5]));
+    let negated = eg.add(Term::Op(Symbol::from("aten.neg.default"), vec![t]));
+    eg.rebuild();
+    let best = extract(&eg, r5, false);
+    assert_eq!(best[0].to_string(), "\"%r1:preference_test_x\"");
+    let composite = extract(&eg, negated, false);
+    assert!(
+        composite[0].to_string().contains("%r1:preference_test_x"),
+        "{}",
+        composite[0]
+    );
+    // Every replica is still listed as a clean relation.
+    let clean = extract(&eg, r5, true);
+    assert!(clean.len() >= 4, "{clean:?}");
+}
+
+#[test]
+fn a_multiple_of_a_clean_expression_is_the_expression_over_the_scaled_tensors() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = tiny_llama(dir.path());
+    let imp = impl_of(&case);
+    // A rank tensor the implementation defines as a multiple of another: u = (p/q) y.
+    let mut scaled: Vec<(ValueRef, i64, i64, ValueRef)> = imp
+        .lowered
+        .iter()
+        .filter_map(|(u, l)| match l {
+            Lowered::Term(Tpl::Op(op, kids)) if op == SCALE => match kids.as_slice() {
+                [Tpl::Num(p), Tpl::Num(q), Tpl::Value(y)]
+                    if imp.canon(*u) == *u && imp.canon(*y) == *y && y.rank.is_some() =>
+                {
+                    Some((*u, *p, *q, *y))
+                }
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect();
+    scaled.sort_by_key(|(u, ..)| (u.rank, u.value));
+    let &(u, p, q, y) = scaled.first().expect("a scaled rank tensor");
+    let leaf = |v: ValueRef| leaf_symbol(v.rank.unwrap(), &imp.name(v));
+    let (lu, ly) = (leaf(u), leaf(y));
+    let expr = |s: String| -> RecExpr<Term> { s.parse().unwrap() };
+    let top = |e: &RecExpr<Term>| e.as_ref().len() - 1;
+
+    // (p/q) slice(y) = slice(u), and (q/p) u = y.
+    let e = expr(format!("(slice 0 0 1 {ly})"));
+    let got = rescaled(&imp, &e, top(&e), (p, q)).expect("scaled onto u");
+    assert_eq!(got, expr(format!("(slice 0 0 1 {lu})")));
+    let e = expr(lu.clone());
+    let got = rescaled(&imp, &e, top(&e), (q, p)).expect("scaled back onto y");
+    assert_eq!(got, expr(ly.clone()));
+    // A zero fill stays; another constant, an unscaled leaf, or a rank max under a
+    // negative factor has no such form.
+    let e = expr(format!(
+        "(cat 0 {ly} (aten.full.default (list 1) f:0.0 dt:f32 none dev b:false))"
+    ));
+    assert!(rescaled(&imp, &e, top(&e), (p, q)).is_some());
+    let e = expr(format!(
+        "(cat 0 {ly} (aten.full.default (list 1) f:1.0 dt:f32 none dev b:false))"
+    ));
+    assert!(rescaled(&imp, &e, top(&e), (p, q)).is_none());
+    let e = expr(format!("(aten.exp.default {ly})"));
+    assert!(rescaled(&imp, &e, top(&e), (p, q)).is_none());
+    // A symbol that is no literal argument (a constant of unknown value) has none either.
+    let e = expr(format!("(cat 0 {ly} opaque_constant)"));
+    assert!(rescaled(&imp, &e, top(&e), (p, q)).is_none());
+    let e = expr(format!("(max {ly} {ly})"));
+    assert!(rescaled(&imp, &e, top(&e), (-p, q)).is_none());
+}

@@ -1,0 +1,156 @@
+//! Elementwise operators act piece by piece on concatenations (of the ranks' shards), their
+//! other operands split alike or broadcast.
+
+use super::{
+    cat, cats, elementwise_roots, ew, node_sym, regroup, shape, sizes, slice, sums, with_kids,
+    Graph, Lemma, ELEMENTWISE,
+};
+use egg::{Id, Symbol};
+use std::sync::Arc;
+
+/// The lemmas of this family, in the library's order.
+pub(super) fn lemmas() -> Vec<Lemma> {
+    let mut l = Vec::new();
+    let all_ew: Vec<&str> = ELEMENTWISE.iter().map(|e| e.0).collect();
+    // Elementwise operators act piece by piece on concatenations.
+    let roots = all_ew.clone();
+    l.push(Lemma {
+        name: "elementwise-over-cat",
+        doc: "f(cat_d(x_i), y) = cat_d(f(x_i, y_i)): y is split like x (or broadcast along d); where the x_i are rank sums, y's finer pieces regroup into x's (per-expert copies against per-rank groups of experts)",
+        roots: elementwise_roots(),
+        examples: vec![
+            (
+                "(aten.add.Tensor (cat 0 %r0:a %r1:a) (cat 0 %r0:b %r1:b) 1)",
+                &[("a", "f64[2,3]"), ("b", "f64[2,3]")],
+            ),
+            (
+                "(aten.mul.Tensor (cat 1 %r0:a %r1:c) %r0:b)",
+                &[("a", "f64[2,3]"), ("c", "f64[2,1]"), ("b", "f64[2,4]")],
+            ),
+            (
+                "(aten.add.Tensor (cat 1 %r0:a %r1:a) %r0:b 1)",
+                &[("a", "f64[2,3]"), ("b", "f64[6]")],
+            ),
+            (
+                "(aten.gelu.default (cat 0 %r0:a %r1:a) s:none)",
+                &[("a", "f64[2,3]")],
+            ),
+            // Per-expert copies of a gradient against two ranks' groups of experts, each a sum
+            // of tensor-parallel partials: the copies regroup in pairs.
+            (
+                "(aten.mul.Tensor (cat 0 %r0:a %r0:a %r0:a %r0:a) (cat 0 (sum %r0:b %r2:b) (sum %r1:b %r3:b)))",
+                &[("a", "f64[1,3]"), ("b", "f64[2,3]")],
+            ),
+        ],
+        requires: None,
+        build: Arc::new(move |g, eclass, kids| {
+            let Some(sym) = node_sym(g, eclass, kids, &roots) else {
+                return vec![];
+            };
+            let Some(&(_, tensors, _, _)) = ew(sym.as_str()) else {
+                return vec![];
+            };
+            let Some(out) = g[eclass].data.meta().map(|m| m.shape.clone()) else {
+                return vec![];
+            };
+            let mut results = Vec::new();
+            for &t in tensors {
+                for (d, pieces) in cats(g, kids[t]) {
+                    let Some(ts) = shape(g, kids[t]) else {
+                        continue;
+                    };
+                    let od = d + out.len() - ts.len();
+                    if ts[d] != out[od] {
+                        continue;
+                    }
+                    let Some(szs) = sizes(g, &pieces, d) else {
+                        continue;
+                    };
+                    if let Some(id) =
+                        split_elementwise(g, sym, kids, tensors, &out, od, &szs, t, &pieces)
+                    {
+                        results.push(id);
+                    }
+                }
+            }
+            results
+        }),
+    });
+
+    l
+}
+
+/// Splits an elementwise call along output dim `od` into pieces of `szs`, operand `driver`
+/// already split into `pieces`; other tensor operands are split likewise (broadcast ones kept).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn split_elementwise(
+    g: &mut Graph,
+    sym: Symbol,
+    kids: &[Id],
+    tensors: &[usize],
+    out: &[usize],
+    od: usize,
+    szs: &[usize],
+    driver: usize,
+    pieces: &[Id],
+) -> Option<Id> {
+    let mut per_operand: Vec<(usize, Vec<Id>)> = vec![(driver, pieces.to_vec())];
+    for &t in tensors {
+        if t == driver {
+            continue;
+        }
+        let ts = shape(g, kids[t])?;
+        if ts.len() + od < out.len() || ts[ts.len() + od - out.len()] == 1 {
+            continue; // broadcast along the split dim: every piece takes it whole
+        }
+        let d = ts.len() + od - out.len();
+        let along: Vec<Vec<Id>> = cats(g, kids[t])
+            .into_iter()
+            .filter(|(cd, _)| *cd == d)
+            .map(|(_, ps)| ps)
+            .collect();
+        // Finer pieces regroup into the driver's only where the driver's are rank sums: per-expert
+        // copies of a gradient against per-rank groups of experts that are tensor-parallel
+        // partials. Split per expert, the partials' sums outgrow the bound below; plain pieces
+        // relate per expert as they are (regrouping those too changed which names the
+        // forward's experts take, and their gradient's products no longer met the ranks').
+        let partials = |g: &Graph| pieces.iter().all(|&p| !sums(g, p).is_empty());
+        let mut same = None;
+        for ps in &along {
+            let Some(have) = sizes(g, ps, d) else {
+                continue;
+            };
+            if have == szs {
+                same = Some(ps.clone());
+                break;
+            }
+            if partials(g) {
+                if let Some(rs) = regroup(g, ps, d, &have, szs) {
+                    same = Some(rs);
+                    break;
+                }
+            }
+        }
+        let ps = match same {
+            Some(ps) => ps,
+            None => {
+                let mut off = 0;
+                szs.iter()
+                    .map(|&n| {
+                        let s = slice(g, d, off, off + n, kids[t]);
+                        off += n;
+                        s
+                    })
+                    .collect()
+            }
+        };
+        per_operand.push((t, ps));
+    }
+    let parts: Vec<Id> = (0..szs.len())
+        .map(|i| {
+            let rep: Vec<(usize, Id)> = per_operand.iter().map(|(t, ps)| (*t, ps[i])).collect();
+            g.add(with_kids(sym, kids, &rep))
+        })
+        .collect();
+    Some(cat(g, od, parts))
+}

@@ -263,6 +263,10 @@ pub struct Counterexample {
     /// Its relative Frobenius error; `None` when the ranks' tensors do not even fit its
     /// placement.
     pub rel_error: Option<f64>,
+    /// Why the ranks' tensors do not fit, when they do not (an `expr:` they cannot be
+    /// evaluated into).
+    #[serde(skip)]
+    pub misfit: Option<String>,
 }
 
 /// What a counterexample search over [`SEARCH_SEEDS`] found (f64, `run`'s memory budget).
@@ -271,7 +275,7 @@ pub enum Search {
     Counterexample(Counterexample),
     /// The ranks cannot complete their communication (`run`'s deadlock report).
     Hang(String),
-    /// Every seed matches every output checked.
+    /// Every seed matches every output.
     Agrees,
     /// The run cannot decide: the case is too large, invalid, or uses an operator without a
     /// meaning. The verdict `run` itself would give, and its first line.
@@ -279,8 +283,8 @@ pub enum Search {
 }
 
 /// Runs `case` on every seed of [`SEARCH_SEEDS`] until one shows an output that misses its
-/// expectation; only `output` when given, else every output.
-pub fn search_counterexample(case: &Case, output: Option<&str>) -> Search {
+/// expectation.
+pub fn search_counterexample(case: &Case) -> Search {
     let defaults = RunArgs::new(case.file.clone());
     for seed in SEARCH_SEEDS {
         let results = run_case(
@@ -298,22 +302,17 @@ pub fn search_counterexample(case: &Case, output: Option<&str>) -> Search {
             Err(s) if s.verdict == Verdict::Violated => return Search::Hang(s.message),
             Err(s) => return Search::Undecided(s.verdict, s.message),
         };
-        let missed = results
-            .into_iter()
-            .filter(|r| output.is_none_or(|o| r.name == o))
-            .find(|r| !r.matched);
-        if let Some(r) = missed {
-            if r.rel_error.is_none() && output.is_some() {
-                // An `expr:` the ranks' tensors cannot even be evaluated into: no number to show.
-                let why = r.note.unwrap_or_else(|| {
+        if let Some(r) = results.into_iter().find(|r| !r.matched) {
+            let misfit = r.rel_error.is_none().then(|| {
+                r.note.unwrap_or_else(|| {
                     "the ranks' tensors do not fit the expected placement".into()
-                });
-                return Search::Undecided(Verdict::Inconclusive, why);
-            }
+                })
+            });
             return Search::Counterexample(Counterexample {
                 seed,
                 output: r.name,
                 rel_error: r.rel_error,
+                misfit,
             });
         }
     }

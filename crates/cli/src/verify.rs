@@ -25,6 +25,19 @@ pub struct VerifyArgs {
     /// Print every spec operator's inferred relation, in order.
     #[arg(long)]
     trace: bool,
+    /// Stop relation inference after this many seconds (0: no limit). The verdict then rests on
+    /// the counterexample search: refuted when a run shows a difference, else inconclusive.
+    #[arg(long, value_name = "SECONDS", default_value_t = 0.0, value_parser = parse_seconds)]
+    time_limit: f64,
+}
+
+fn parse_seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!(
+            "expected a number of seconds, 0 or more (e.g. 30 or 2.5), found `{s}`"
+        )),
+    }
 }
 
 #[derive(serde::Serialize)]
@@ -106,16 +119,11 @@ pub fn main(args: &VerifyArgs) -> Verdict {
         && std::io::IsTerminal::is_terminal(&std::io::stderr()))
     .then(|| {
         let s = indicatif::ProgressBar::new_spinner();
-        s.set_message(format!("inferring relations for {}", case.name));
         s.enable_steady_tick(std::time::Duration::from_millis(120));
         s
     });
-    let opts = Options {
-        node_limit: args.node_limit,
-        trace: args.trace,
-        ..Options::default()
-    };
-    let mut outcome = verify(&case, &opts);
+    // The concrete search comes first: it takes well under a second on a small case and
+    // settles most bugs, so a time limit on the relations never hides one the run shows.
     if let Some(s) = &spinner {
         s.set_message(format!(
             "searching {} for a counterexample ({})",
@@ -124,16 +132,33 @@ pub fn main(args: &VerifyArgs) -> Verdict {
         ));
     }
     let started = std::time::Instant::now();
+    let search = search_counterexample(&case);
+    let search_seconds = started.elapsed().as_secs_f64();
+    if let Some(s) = &spinner {
+        s.set_message(match &search {
+            Search::Counterexample(c) => format!(
+                "output `{}` differs on seed {}: locating where relations stop in {}",
+                c.output, c.seed, case.name
+            ),
+            _ => format!("inferring relations for {}", case.name),
+        });
+    }
+    let opts = Options {
+        node_limit: args.node_limit,
+        trace: args.trace,
+        ..Options::default()
+    };
+    let mut outcome = infer_relations(&case, opts, args.time_limit);
+    outcome.seconds += search_seconds;
     let decision = if let Some(output) = outcome.unmet_expectation.clone() {
-        settle_expectation(&case, &output, &mut outcome)
+        settle_expectation(search, &output, &mut outcome)
     } else {
         match outcome.verdict {
-            RefineVerdict::Refuted => confirm_refutation(&case, &mut outcome),
-            RefineVerdict::Inconclusive => settle_inconclusive(&case, &mut outcome),
-            RefineVerdict::Verified => challenge_verified(&case, &mut outcome),
+            RefineVerdict::Refuted => confirm_refutation(search, &mut outcome),
+            RefineVerdict::Inconclusive => settle(search, None, &mut outcome),
+            RefineVerdict::Verified => challenge_verified(search, &mut outcome),
         }
     };
-    outcome.seconds += started.elapsed().as_secs_f64();
     if let Some(s) = spinner {
         s.finish_and_clear();
     }
@@ -154,6 +179,45 @@ pub fn main(args: &VerifyArgs) -> Verdict {
         print_text(&case.name, &outcome, verdict, &decision);
     }
     verdict
+}
+
+/// Relation inference, stopped after `limit` seconds when `limit` is positive: an unfinished
+/// inference is inconclusive (the engine's thread is abandoned; the process exits after the
+/// report).
+fn infer_relations(case: &shardproof_case::Case, opts: Options, limit: f64) -> Outcome {
+    if limit <= 0.0 {
+        return verify(case, &opts);
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let owned = case.clone();
+    let fallback = opts.clone();
+    let spawned = std::thread::Builder::new()
+        .name("relations".into())
+        // The engine recurses over terms; give it the main thread's room.
+        .stack_size(64 << 20)
+        .spawn(move || {
+            let _ = tx.send(verify(&owned, &opts));
+        });
+    if spawned.is_err() {
+        errln!("warning: could not start a thread for --time-limit; running without a limit");
+        return verify(case, &fallback);
+    }
+    match rx.recv_timeout(std::time::Duration::from_secs_f64(limit)) {
+        Ok(outcome) => outcome,
+        Err(_) => Outcome {
+            verdict: RefineVerdict::Inconclusive,
+            spec_operators: 0,
+            certificate: Vec::new(),
+            failure: None,
+            reason: Some(format!(
+                "relation inference did not finish within the time limit ({limit} s; --time-limit)"
+            )),
+            seconds: limit,
+            lemmas: 0,
+            unmet_expectation: None,
+            trace: Vec::new(),
+        },
+    }
 }
 
 /// Reports a verdict reached before relation inference (invalid input, a program that does
@@ -232,34 +296,30 @@ fn refute_by_run(o: &mut Outcome, finding: String) {
     }
 }
 
-/// Settles an output whose clean relation is not the expected one by running the case on
-/// seeded random values: a numeric mismatch is a counterexample (refuted, the engine's evidence
-/// kept); agreement, or a case the run cannot execute, leaves the verdict inconclusive with the
-/// run's finding added, since the engine may only lack a lemma between the two expressions.
-fn settle_expectation(
-    case: &shardproof_case::Case,
-    output: &str,
-    o: &mut Outcome,
-) -> (Verdict, Decision) {
-    settle(case, Some(output), o)
+/// Settles an output whose clean relation is not the expected one by the counterexample
+/// search: a numeric mismatch is a counterexample (refuted, the engine's evidence kept);
+/// agreement, or a case the run cannot execute, leaves the verdict inconclusive with the run's
+/// finding added, since the engine may only lack a lemma between the two expressions.
+fn settle_expectation(search: Search, output: &str, o: &mut Outcome) -> (Verdict, Decision) {
+    let search = match search {
+        // An `expr:` the ranks' tensors cannot even be evaluated into: no number to show.
+        Search::Counterexample(Counterexample {
+            misfit: Some(why), ..
+        }) => Search::Undecided(Verdict::Inconclusive, why),
+        other => other,
+    };
+    settle(search, Some(output), o)
 }
 
-/// Searches for a counterexample where relations stop short of a verdict: one makes the
-/// verdict refuted, with the location where relations stopped kept as evidence.
-fn settle_inconclusive(case: &shardproof_case::Case, o: &mut Outcome) -> (Verdict, Decision) {
-    settle(case, None, o)
-}
-
-fn settle(
-    case: &shardproof_case::Case,
-    output: Option<&str>,
-    o: &mut Outcome,
-) -> (Verdict, Decision) {
+/// Where relations stop short of a verdict, the counterexample search decides: a
+/// counterexample makes the verdict refuted, with the location where relations stopped kept as
+/// evidence.
+fn settle(search: Search, output: Option<&str>, o: &mut Outcome) -> (Verdict, Decision) {
     let mut d = Decision {
         decided_by: "relations",
         ..Decision::default()
     };
-    match search_counterexample(case, output) {
+    match search {
         Search::Counterexample(c) => {
             refute_by_run(o, describe(&c, "is a counterexample"));
             d.decided_by = "counterexample";
@@ -305,12 +365,11 @@ fn settle(
 /// left unreduced) may only mean the library lacks a lemma for how the program combines its
 /// values. A case the run cannot execute (too large, inputs laid out by an `expr:`) keeps the
 /// engine's verdict, and the report says it was not confirmed.
-fn confirm_refutation(case: &shardproof_case::Case, o: &mut Outcome) -> (Verdict, Decision) {
+fn confirm_refutation(finding: Search, o: &mut Outcome) -> (Verdict, Decision) {
     let mut d = Decision {
         decided_by: "relations",
         ..Decision::default()
     };
-    let finding = search_counterexample(case, None);
     let Some(f) = &mut o.failure else {
         return (cli_verdict(o.verdict), d);
     };
@@ -368,7 +427,7 @@ fn confirm_refutation(case: &shardproof_case::Case, o: &mut Outcome) -> (Verdict
 /// A verified case must survive a counterexample search: a run that shows a difference (or
 /// hangs) refutes it, and the report says the relations were contradicted. A case too large
 /// to run keeps the engine's verdict, and the report says no search ran.
-fn challenge_verified(case: &shardproof_case::Case, o: &mut Outcome) -> (Verdict, Decision) {
+fn challenge_verified(search: Search, o: &mut Outcome) -> (Verdict, Decision) {
     let mut d = Decision {
         decided_by: "relations",
         ..Decision::default()
@@ -379,7 +438,7 @@ fn challenge_verified(case: &shardproof_case::Case, o: &mut Outcome) -> (Verdict
             "{finding}, although relation inference related every output (a shardproof bug: please report it with this case)"
         ));
     };
-    match search_counterexample(case, None) {
+    match search {
         Search::Counterexample(c) => {
             contradicted(o, describe(&c, "is a counterexample"));
             d.decided_by = "counterexample";

@@ -1192,3 +1192,61 @@ fn fp8_plans_verify() {
         "{out}"
     );
 }
+
+/// `--time-limit` stops relation inference; the verdict then rests on the counterexample
+/// search, which runs first: a planted bug is still refuted (by the run), a correct plan is
+/// inconclusive with the limit named, never verified. A limit of a microsecond is always hit:
+/// relation inference takes milliseconds even on the smallest case.
+#[test]
+fn time_limit_leaves_the_verdict_to_the_counterexample_search() {
+    let json_verify = |case: &Path, limit: &str| {
+        let out = bin()
+            .arg("verify")
+            .arg(case)
+            .args(["--json", "--quiet", "--time-limit", limit])
+            .output()
+            .unwrap();
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+        (out.status.code(), report)
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let buggy = emit(dir.path(), "tp=2", &["--bug", "tp-missing-allreduce"]);
+    let (code, r) = json_verify(&buggy, "0.000001");
+    assert_eq!(code, Some(1), "{r:#}");
+    assert_eq!(r["decided_by"], "counterexample", "{r:#}");
+    assert!(r["counterexample"]["output"].is_string(), "{r:#}");
+    assert!(
+        r["reason"].as_str().unwrap().contains("time limit"),
+        "{r:#}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let correct = emit(dir.path(), "tp=2", &[]);
+    let (code, r) = json_verify(&correct, "0.000001");
+    assert_eq!(code, Some(3), "{r:#}");
+    assert_eq!(r["verdict"], "inconclusive", "{r:#}");
+    assert!(
+        r["reason"].as_str().unwrap().contains("time limit"),
+        "{r:#}"
+    );
+    assert!(
+        r["search"]
+            .as_str()
+            .unwrap()
+            .contains("matches every output"),
+        "{r:#}"
+    );
+    // A generous limit changes nothing.
+    let (code, r) = json_verify(&correct, "600");
+    assert_eq!(code, Some(0), "{r:#}");
+
+    let out = bin()
+        .arg("verify")
+        .arg(&correct)
+        .arg("--time-limit=-1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("expected a number of seconds"));
+}

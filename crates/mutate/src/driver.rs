@@ -20,6 +20,10 @@ pub struct DriverOptions {
     pub jobs: usize,
     /// Wall-clock limit of each `shardproof` command.
     pub timeout: Duration,
+    /// `verify --time-limit`: how long relation inference may run before verify settles on
+    /// its counterexample search alone (`None`: three quarters of `timeout`, so a verify that
+    /// runs out of time still reports a verdict with its reason instead of being killed).
+    pub verify_time_limit: Option<Duration>,
     /// Seeds of the numeric oracle (`shardproof run --seed S`).
     pub seeds: Vec<u64>,
 }
@@ -31,8 +35,16 @@ impl DriverOptions {
             bin: bin.into(),
             jobs: 2,
             timeout: Duration::from_secs(60),
+            verify_time_limit: None,
             seeds: vec![0, 1, 2],
         }
+    }
+
+    /// The `--time-limit` given to `verify`, in seconds.
+    pub fn verify_time_limit_seconds(&self) -> f64 {
+        self.verify_time_limit
+            .unwrap_or(self.timeout.mul_f64(0.75))
+            .as_secs_f64()
     }
 }
 
@@ -379,9 +391,17 @@ fn run_one(case: &CaseInput, sel: &Selected, opts: &DriverOptions) -> MutantOutc
     if all_equal {
         outcome.oracle = OracleClass::Equivalent;
     }
+    let limit = format!("{:.3}", opts.verify_time_limit_seconds());
     let exit = run_command(
         &opts.bin,
-        &["verify", &case_arg, "--json", "--quiet"],
+        &[
+            "verify",
+            &case_arg,
+            "--json",
+            "--quiet",
+            "--time-limit",
+            &limit,
+        ],
         tmp.path(),
         "verify",
         opts.timeout,
@@ -473,6 +493,17 @@ impl Report {
         self.outcomes
             .iter()
             .filter(|o| o.is_false_alarm())
+            .collect()
+    }
+
+    /// Non-equivalent mutants verify did not refute (inconclusive with its reason, or timed
+    /// out).
+    pub fn unrefuted(&self) -> Vec<&MutantOutcome> {
+        self.outcomes
+            .iter()
+            .filter(|o| {
+                o.oracle == OracleClass::NonEquivalent && o.verify != VerifyVerdict::Refuted
+            })
             .collect()
     }
 
@@ -594,6 +625,7 @@ impl Report {
             ("false verified", self.false_verified()),
             ("crashes", self.crashes()),
             ("false alarms", self.false_alarms()),
+            ("non-equivalent, not refuted", self.unrefuted()),
         ] {
             if list.is_empty() {
                 continue;

@@ -39,6 +39,10 @@ struct Args {
     /// Seconds each shardproof command may run.
     #[arg(long, default_value_t = 60)]
     timeout: u64,
+    /// Seconds verify's relation inference may run (`verify --time-limit`; default: three
+    /// quarters of --timeout).
+    #[arg(long, value_name = "SECONDS")]
+    verify_time_limit: Option<f64>,
     /// Only mutation kinds with these names (comma-separated).
     #[arg(long, value_delimiter = ',')]
     kinds: Vec<String>,
@@ -158,6 +162,14 @@ fn run(args: Args) -> Result<ExitCode, String> {
         bin: args.bin.clone(),
         jobs: args.jobs,
         timeout: Duration::from_secs(args.timeout),
+        verify_time_limit: args
+            .verify_time_limit
+            .map(|s| {
+                Duration::try_from_secs_f64(s).map_err(|_| {
+                    format!("--verify-time-limit: expected seconds, 0 or more, found {s}")
+                })
+            })
+            .transpose()?,
         seeds: vec![0, 1, 2],
     };
     let report = run_mutants(&cases, &selected, &opts);

@@ -5,15 +5,17 @@
 //! the implementation's own scalings of a value, and the 0-d values a running sum carries.
 
 use super::evidence::LAYOUT_OPS;
-use super::extract::CLEAN_OPS;
+use super::extract::{extract, relates_up_to_factor, CLEAN_OPS};
 use super::pieces::append;
-use super::relation::{add_tpl, tpl_values, Impl};
+use super::relation::{add_tpl, inputs_relate_up_to_factor, tpl_values, Impl, State};
+use super::saturate::{saturate, Attempt, SCALE_PASSES, SCALE_REWRITES};
+use super::Options;
 use crate::lemmas::{same_ratio, Graph, SCALE};
 use crate::lower::{Lowered, Tpl, ValueRef};
-use crate::term::{is_op, leaf_symbol, Term, CAT, LIST, MAX, MIN, SLICE};
-use egg::{Id, RecExpr, Symbol};
+use crate::term::{is_op, leaf_symbol, Shapes, Term, CAT, LIST, MAX, MIN, SLICE};
+use egg::{Id, RecExpr, Rewrite, Symbol};
 use shardproof_ir::{Graph as IrGraph, ValueId};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 /// Most exploration rounds per spec operator that bring in only 0-d values and are not counted
 /// against [`Options::explore_rounds`]: far above a pipeline stage's layers.
@@ -630,4 +632,129 @@ pub(super) fn collect_leaves(eg: &Graph, imp: &Impl, out: &mut HashSet<ValueRef>
             }
         }
     }
+}
+
+/// Steps 2 and 3 of Listing 2, in Listing 3's rounds: from the implementation tensors the
+/// e-graph of an operator already names (T_rel), each round brings in the implementation
+/// operators whose inputs are all in T_rel, with their definitions, and saturates the e-graph
+/// with the lemmas, until no operator is left, the rounds run out, or (in the deepening rounds)
+/// the output meets its expectation with a clean expression. Returns the implementation values
+/// brought in.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn explore(
+    eg: &mut Graph,
+    imp: &Impl,
+    rules: &[Rewrite<Term, Shapes>],
+    opts: &Options,
+    attempt: &Attempt,
+    state: &HashMap<ValueId, State>,
+    ins: &[ValueRef],
+    root: Id,
+    expect_ids: &[Id],
+) -> HashSet<ValueRef> {
+    let widened = attempt.widened;
+    // Exploration: bring in implementation operators whose inputs are all related.
+    let mut t_rel: HashSet<ValueRef> = HashSet::new();
+    collect_leaves(eg, imp, &mut t_rel);
+    let mut added: HashSet<ValueRef> = HashSet::new();
+    let mut carried: Vec<ValueRef> = ins
+        .iter()
+        .filter_map(|x| match state.get(&x.value) {
+            Some(State::Related(r)) => Some(r.explored.iter().copied()),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    carried.sort_unstable();
+    carried.dedup();
+    for &out in &carried {
+        if added.insert(out) {
+            define(eg, imp, out, &mut added);
+        }
+    }
+    collect_leaves(eg, imp, &mut t_rel);
+    let mut unfold_budget = UNFOLD_RECOMPUTED;
+    unfold_recomputed(eg, imp, &mut t_rel, &mut added, &mut unfold_budget);
+    unfold_indices(eg, imp, &mut t_rel, &mut added);
+    if widened {
+        unfold_view_sources(eg, imp, &mut t_rel, &mut added);
+        define_layout_chains(eg, imp, &t_rel, &mut added);
+    }
+    // Rounds that bring in only 0-d values (a running sum of per-layer losses, one addition a
+    // round) are not counted: a stage's chain of additions is as long as its layers, far more
+    // than the rounds a tensor relation needs.
+    let mut round = 0;
+    let mut scalar_rounds = 0;
+    let mut saturated = false;
+    while round < opts.explore_rounds + opts.deepen_rounds {
+        if round >= opts.explore_rounds {
+            let root = eg.find(root);
+            let met = expect_ids.iter().all(|&e| eg.find(e) == root);
+            if met && !extract(eg, root, true).is_empty() {
+                break;
+            }
+        }
+        let mut new = Vec::new();
+        for u in t_rel.iter() {
+            for &(r, n) in imp.consumers.get(u).map_or(&[][..], Vec::as_slice) {
+                let g: &IrGraph = &imp.case.program.ranks[r];
+                for k in 0..g.nodes[n].outputs.len() {
+                    let out = ValueRef {
+                        rank: Some(r),
+                        value: ValueId::new(n, k),
+                    };
+                    if imp.canon(out) != out || added.contains(&out) || imp.cut.contains(&out) {
+                        continue;
+                    }
+                    let inputs = imp.term_inputs(out);
+                    if inputs
+                        .iter()
+                        .all(|i| t_rel.contains(i) || imp.const_only.contains(i))
+                    {
+                        new.push(out);
+                    }
+                }
+            }
+        }
+        new.sort();
+        new.dedup();
+        if new.is_empty() {
+            break;
+        }
+        if attempt.follow_moves {
+            follow_element_moves(imp, &t_rel, &added, &mut new);
+        } else if !attempt.moves_deferred.get() {
+            let mut followed = new.clone();
+            follow_element_moves(imp, &t_rel, &added, &mut followed);
+            attempt.moves_deferred.set(followed.len() > new.len());
+        }
+        if new.iter().all(|&v| is_float_scalar_value(imp, v)) && scalar_rounds < MAX_SCALAR_ROUNDS {
+            scalar_rounds += 1;
+        } else {
+            round += 1;
+        }
+        for out in new {
+            added.insert(out);
+            define(eg, imp, out, &mut added);
+            t_rel.insert(out);
+        }
+        saturate(eg, rules, opts, attempt);
+        saturated = true;
+        collect_leaves(eg, imp, &mut t_rel);
+        unfold_recomputed(eg, imp, &mut t_rel, &mut added, &mut unfold_budget);
+        unfold_indices(eg, imp, &mut t_rel, &mut added);
+    }
+    if !saturated {
+        saturate(eg, rules, opts, attempt);
+    } else if !relates_up_to_factor(eg, root) && inputs_relate_up_to_factor(state, ins) {
+        // The first operator without a relation: the scheduler banned the scale rewrites
+        // that name multiples by rank tensors while the last operators came in.
+        for _ in 0..SCALE_PASSES {
+            let changed = crate::lemmas::apply_everywhere(eg, SCALE_REWRITES);
+            if !changed || relates_up_to_factor(eg, root) {
+                break;
+            }
+        }
+    }
+    added
 }

@@ -4,15 +4,11 @@
 //! itself: node and size limits, the wider and roomier attempts.
 
 use super::explore::{
-    collect_leaves, define, define_layout_chains, define_scaled_consumers, follow_element_moves,
-    is_float_scalar_value, latest_scalars, scalar_frontier, unfold_indices, unfold_recomputed,
-    unfold_view_sources, COMBINE_ABOVE_NODES, MAX_SCALAR_ROUNDS, UNFOLD_RECOMPUTED,
+    define_scaled_consumers, explore, latest_scalars, scalar_frontier, COMBINE_ABOVE_NODES,
 };
-use super::extract::{extract, leaf_groups, relates_up_to_factor, slice_groups, MAX_EXTRACT_DEPTH};
+use super::extract::{extract, leaf_groups, slice_groups, MAX_EXTRACT_DEPTH};
 use super::pieces::fold_nested_scales;
-use super::relation::{
-    add_rec, add_relation, add_tpl, inputs_relate_up_to_factor, tpl_values, Impl, Rel, State,
-};
+use super::relation::{add_rec, add_relation, add_tpl, tpl_values, Impl, Rel, State};
 use super::report::render;
 use super::seeds::{nested_slices, seed_spec_equations, spec_form};
 use super::Options;
@@ -20,7 +16,7 @@ use crate::lemmas::{Graph, SCALE};
 use crate::lower::{Tpl, ValueRef};
 use crate::term::{is_op, Shapes, Term};
 use egg::{Id, RecExpr, Rewrite, Runner, Symbol};
-use shardproof_ir::{Graph as IrGraph, ValueId};
+use shardproof_ir::ValueId;
 use std::collections::{HashMap, HashSet};
 
 /// An empty e-graph over the implementation's tensors.
@@ -36,7 +32,10 @@ pub(super) fn new_graph(imp: &Impl) -> Graph {
 /// 10 s limit made context-parallel cases inconclusive on a loaded machine).
 const SATURATION_WALL_CLOCK: std::time::Duration = std::time::Duration::from_secs(120);
 
-/// Infers the relations of one spec value defined by `t`.
+/// Infers the relations of one spec value defined by `t` (Listing 2, `compute_node_out_rel`):
+/// step 1 puts the operator over its inputs' relations into a fresh e-graph; steps 2 and 3
+/// saturate it with the lemmas while [`explore`] brings in the implementation's operators over
+/// related tensors; step 4 keeps its output's clean expressions ([`relation_of`]).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn infer_one(
     imp: &Impl,
@@ -51,7 +50,6 @@ pub(super) fn infer_one(
     seeds: &[(Tpl, ValueId)],
     attempt: &Attempt,
 ) -> State {
-    let widened = attempt.widened;
     let mut ins = Vec::new();
     tpl_values(t, &mut ins);
     for x in &ins {
@@ -61,6 +59,7 @@ pub(super) fn infer_one(
             None => return State::Unrelated("an input was never computed".into()),
         }
     }
+    // Step 1: the operator over its inputs' relations, and the spec equations it is seeded with.
     let mut eg = new_graph(imp);
     let mut ids: HashMap<ValueId, Id> = HashMap::new();
     for x in &ins {
@@ -96,138 +95,18 @@ pub(super) fn infer_one(
         .map(|e| add_rec(&mut eg, imp, e))
         .collect();
 
-    // Exploration: bring in implementation operators whose inputs are all related.
-    let mut t_rel: HashSet<ValueRef> = HashSet::new();
-    collect_leaves(&eg, imp, &mut t_rel);
-    let mut added: HashSet<ValueRef> = HashSet::new();
-    let mut carried: Vec<ValueRef> = ins
-        .iter()
-        .filter_map(|x| match state.get(&x.value) {
-            Some(State::Related(r)) => Some(r.explored.iter().copied()),
-            _ => None,
-        })
-        .flatten()
-        .collect();
-    carried.sort_unstable();
-    carried.dedup();
-    for &out in &carried {
-        if added.insert(out) {
-            define(&mut eg, imp, out, &mut added);
-        }
-    }
-    collect_leaves(&eg, imp, &mut t_rel);
-    let mut unfold_budget = UNFOLD_RECOMPUTED;
-    unfold_recomputed(&mut eg, imp, &mut t_rel, &mut added, &mut unfold_budget);
-    unfold_indices(&mut eg, imp, &mut t_rel, &mut added);
-    if widened {
-        unfold_view_sources(&mut eg, imp, &mut t_rel, &mut added);
-        define_layout_chains(&mut eg, imp, &t_rel, &mut added);
-    }
-    let saturate = |eg: &mut Graph| {
-        // Also before the runner: its hooks run only while the limits allow an iteration, and
-        // an e-graph at the node limit still gets this round's zero blocks.
-        crate::lemmas::mark_zero_blocks(eg);
-        eg.rebuild();
-        let node_limit = if widened || attempt.roomier {
-            opts.node_limit.saturating_mul(WIDE_NODE_FACTOR)
-        } else {
-            opts.node_limit
-        };
-        eg.analysis.node_cap = node_limit.saturating_mul(NODE_CAP_FACTOR);
-        let runner = Runner::default()
-            .with_egraph(std::mem::take(eg))
-            .with_iter_limit(opts.iter_limit)
-            .with_node_limit(node_limit)
-            .with_time_limit(SATURATION_WALL_CLOCK)
-            .with_hook(|r| {
-                if crate::lemmas::mark_zero_blocks(&mut r.egraph) {
-                    r.egraph.rebuild();
-                }
-                Ok(())
-            })
-            .run(rules);
-        attempt
-            .peak_nodes
-            .set(attempt.peak_nodes.get().max(runner.egraph.total_size()));
-        *eg = runner.egraph;
-        crate::lemmas::merge_equal_sums(eg);
-    };
-    // Rounds that bring in only 0-d values (a running sum of per-layer losses, one addition a
-    // round) are not counted: a stage's chain of additions is as long as its layers, far more
-    // than the rounds a tensor relation needs.
-    let mut round = 0;
-    let mut scalar_rounds = 0;
-    let mut saturated = false;
-    while round < opts.explore_rounds + opts.deepen_rounds {
-        if round >= opts.explore_rounds {
-            let root = eg.find(root);
-            let met = expect_ids.iter().all(|&e| eg.find(e) == root);
-            if met && !extract(&eg, root, true).is_empty() {
-                break;
-            }
-        }
-        let mut new = Vec::new();
-        for u in t_rel.iter() {
-            for &(r, n) in imp.consumers.get(u).map_or(&[][..], Vec::as_slice) {
-                let g: &IrGraph = &imp.case.program.ranks[r];
-                for k in 0..g.nodes[n].outputs.len() {
-                    let out = ValueRef {
-                        rank: Some(r),
-                        value: ValueId::new(n, k),
-                    };
-                    if imp.canon(out) != out || added.contains(&out) || imp.cut.contains(&out) {
-                        continue;
-                    }
-                    let inputs = imp.term_inputs(out);
-                    if inputs
-                        .iter()
-                        .all(|i| t_rel.contains(i) || imp.const_only.contains(i))
-                    {
-                        new.push(out);
-                    }
-                }
-            }
-        }
-        new.sort();
-        new.dedup();
-        if new.is_empty() {
-            break;
-        }
-        if attempt.follow_moves {
-            follow_element_moves(imp, &t_rel, &added, &mut new);
-        } else if !attempt.moves_deferred.get() {
-            let mut followed = new.clone();
-            follow_element_moves(imp, &t_rel, &added, &mut followed);
-            attempt.moves_deferred.set(followed.len() > new.len());
-        }
-        if new.iter().all(|&v| is_float_scalar_value(imp, v)) && scalar_rounds < MAX_SCALAR_ROUNDS {
-            scalar_rounds += 1;
-        } else {
-            round += 1;
-        }
-        for out in new {
-            added.insert(out);
-            define(&mut eg, imp, out, &mut added);
-            t_rel.insert(out);
-        }
-        saturate(&mut eg);
-        saturated = true;
-        collect_leaves(&eg, imp, &mut t_rel);
-        unfold_recomputed(&mut eg, imp, &mut t_rel, &mut added, &mut unfold_budget);
-        unfold_indices(&mut eg, imp, &mut t_rel, &mut added);
-    }
-    if !saturated {
-        saturate(&mut eg);
-    } else if !relates_up_to_factor(&eg, root) && inputs_relate_up_to_factor(state, &ins) {
-        // The first operator without a relation: the scheduler banned the scale rewrites
-        // that name multiples by rank tensors while the last operators came in.
-        for _ in 0..SCALE_PASSES {
-            let changed = crate::lemmas::apply_everywhere(&mut eg, SCALE_REWRITES);
-            if !changed || relates_up_to_factor(&eg, root) {
-                break;
-            }
-        }
-    }
+    // Steps 2 and 3: the lemmas and the implementation neighbourhood, round by round.
+    let mut added = explore(
+        &mut eg,
+        imp,
+        rules,
+        opts,
+        attempt,
+        state,
+        &ins,
+        root,
+        &expect_ids,
+    );
     define_scaled_consumers(&mut eg, imp, root, &mut added);
     // Only along a chain of 0-d operators (a running sum of per-layer losses), and only where
     // the relation has grown: a reduction of a tensor to 0-d, and a small relation, keep what
@@ -243,13 +122,67 @@ pub(super) fn infer_one(
         crate::lemmas::express_by_combination(&mut eg, root, &candidates);
     }
     let root = eg.find(root);
+    record_expectation(&eg, root, expect, &expect_ids, mismatches, v);
+    // Step 4: the clean expressions of the output are its relation.
+    relation_of(&mut eg, imp, state, t, root, &added, v)
+}
+
+/// One saturation run of the lemmas over `eg` within the attempt's node budget (the wider and
+/// roomier attempts get [`WIDE_NODE_FACTOR`] times the limit), the zero blocks marked before
+/// and between iterations and equal sums merged after; the attempt records its peak size.
+pub(super) fn saturate(
+    eg: &mut Graph,
+    rules: &[Rewrite<Term, Shapes>],
+    opts: &Options,
+    attempt: &Attempt,
+) {
+    let widened = attempt.widened;
+    // Also before the runner: its hooks run only while the limits allow an iteration, and
+    // an e-graph at the node limit still gets this round's zero blocks.
+    crate::lemmas::mark_zero_blocks(eg);
+    eg.rebuild();
+    let node_limit = if widened || attempt.roomier {
+        opts.node_limit.saturating_mul(WIDE_NODE_FACTOR)
+    } else {
+        opts.node_limit
+    };
+    eg.analysis.node_cap = node_limit.saturating_mul(NODE_CAP_FACTOR);
+    let runner = Runner::default()
+        .with_egraph(std::mem::take(eg))
+        .with_iter_limit(opts.iter_limit)
+        .with_node_limit(node_limit)
+        .with_time_limit(SATURATION_WALL_CLOCK)
+        .with_hook(|r| {
+            if crate::lemmas::mark_zero_blocks(&mut r.egraph) {
+                r.egraph.rebuild();
+            }
+            Ok(())
+        })
+        .run(rules);
+    attempt
+        .peak_nodes
+        .set(attempt.peak_nodes.get().max(runner.egraph.total_size()));
+    *eg = runner.egraph;
+    crate::lemmas::merge_equal_sums(eg);
+}
+
+/// Records whether the output's class meets the expected relations: a mismatch (what was
+/// expected, what was found) where it does not, cleared where a retry meets them.
+fn record_expectation(
+    eg: &Graph,
+    root: Id,
+    expect: Option<&[RecExpr<Term>]>,
+    expect_ids: &[Id],
+    mismatches: &mut HashMap<ValueId, (String, Option<String>)>,
+    v: ValueId,
+) {
     // The record is the latest attempt's: a retry that meets the expectation clears it.
     if expect_ids.iter().all(|&e| eg.find(e) == root) {
         if !expect_ids.is_empty() {
             mismatches.remove(&v);
         }
     } else {
-        let found = extract(&eg, root, true)
+        let found = extract(eg, root, true)
             .first()
             .map(|e| render(e, e.as_ref().len() - 1));
         let want = expect
@@ -257,12 +190,26 @@ pub(super) fn infer_one(
             .unwrap_or_default();
         mismatches.insert(v, (want, found));
     }
-    let mut clean = extract(&eg, root, true);
+}
+
+/// Step 4 of Listing 2: the relation of spec value `v` from the class `root` of its output
+/// (the operator `t`): its clean expressions (with the equal leaves and slices they use), else
+/// a constant multiple of clean ones, else its smallest expression within the size limit.
+fn relation_of(
+    eg: &mut Graph,
+    imp: &Impl,
+    state: &HashMap<ValueId, State>,
+    t: &Tpl,
+    root: Id,
+    added: &HashSet<ValueRef>,
+    v: ValueId,
+) -> State {
+    let mut clean = extract(eg, root, true);
     let mut named = false;
-    if clean.is_empty() && crate::lemmas::ring::name_chunks(&mut eg) {
+    if clean.is_empty() && crate::lemmas::ring::name_chunks(eg) {
         // Chunks of rank tensors (context parallelism) get their slice names, only where the
         // output has no clean expression without them.
-        clean = extract(&eg, eg.find(root), true);
+        clean = extract(eg, eg.find(root), true);
         named = true;
     }
     if !clean.is_empty() {
@@ -276,8 +223,8 @@ pub(super) fn infer_one(
             .flatten();
         let mut used = clean.clone();
         used.extend(spec_form.iter().cloned());
-        let equal_leaves = leaf_groups(&eg, &used);
-        let mut equal_slices = slice_groups(&eg, &used);
+        let equal_leaves = leaf_groups(eg, &used);
+        let mut equal_slices = slice_groups(eg, &used);
         if let Some(f) = spec_form {
             equal_slices.push(vec![clean[0].clone(), f]);
         }
@@ -309,7 +256,7 @@ pub(super) fn infer_one(
         })
         .collect();
     for (p, q, inner) in scaled {
-        let exprs: Vec<RecExpr<Term>> = extract(&eg, inner, true)
+        let exprs: Vec<RecExpr<Term>> = extract(eg, inner, true)
             .into_iter()
             .map(|mut e| {
                 let x = Id::from(e.as_ref().len() - 1);
@@ -319,28 +266,28 @@ pub(super) fn infer_one(
             })
             .collect();
         if !exprs.is_empty() {
-            let equal_leaves = leaf_groups(&eg, &exprs);
-            let equal_slices = slice_groups(&eg, &exprs);
+            let equal_leaves = leaf_groups(eg, &exprs);
+            let equal_slices = slice_groups(eg, &exprs);
             return State::Related(Rel {
                 exprs,
                 clean: false,
                 equal_leaves,
                 equal_slices,
-                explored: scalar_frontier(imp, &added),
+                explored: scalar_frontier(imp, added),
             });
         }
     }
-    match extract(&eg, root, false).into_iter().next() {
+    match extract(eg, root, false).into_iter().next() {
         Some(e) if e.as_ref().len() <= max_unclean_nodes(imp) => {
             let e = fold_nested_scales(&e);
-            let equal_leaves = leaf_groups(&eg, std::slice::from_ref(&e));
-            let equal_slices = slice_groups(&eg, std::slice::from_ref(&e));
+            let equal_leaves = leaf_groups(eg, std::slice::from_ref(&e));
+            let equal_slices = slice_groups(eg, std::slice::from_ref(&e));
             State::Related(Rel {
                 exprs: vec![e],
                 clean: false,
                 equal_leaves,
                 equal_slices,
-                explored: scalar_frontier(imp, &added),
+                explored: scalar_frontier(imp, added),
             })
         }
         // Named here: every consumer inherits this state, and the report quotes it at the
@@ -373,14 +320,14 @@ pub(super) fn max_unclean_nodes(imp: &Impl) -> usize {
 
 /// The scale rewrites applied everywhere at the first operator without a relation, with the
 /// operator each applies at ([`crate::lemmas::apply_everywhere`]).
-const SCALE_REWRITES: &[(&str, &str)] = &[
+pub(super) const SCALE_REWRITES: &[(&str, &str)] = &[
     ("linear-over-scale", crate::lemmas::SCALE),
     ("scale-through-sibling", crate::lemmas::SCALE),
     ("scale-and-cat", crate::term::CAT),
 ];
 
 /// How many times [`SCALE_REWRITES`] are applied at most: a fold, a sibling, a concatenation.
-const SCALE_PASSES: usize = 3;
+pub(super) const SCALE_PASSES: usize = 3;
 
 /// Only an operator whose e-graphs stayed below this many nodes is attempted again, wider: the
 /// steps are made for the small e-graphs of per-token arithmetic and for an attention block's

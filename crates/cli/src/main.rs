@@ -20,6 +20,7 @@ macro_rules! errln {
     }};
 }
 
+mod check;
 mod demo;
 mod inspect;
 mod preflight;
@@ -62,6 +63,9 @@ enum Command {
     /// Refinement check: infer, operator by operator, clean relations from every spec tensor
     /// to the implementation's tensors; prints the certificate, or where relations stop.
     Verify(verify::VerifyArgs),
+    /// Static check, with no spec and no values: placement propagation over the mesh, SPMD
+    /// types, collective legality, async waits and the ranks' communication schedule.
+    Check(check::CheckArgs),
     /// The model zoo: list models, parallelisms and the bug catalog, or emit a case.
     #[command(subcommand)]
     Zoo(zoo::ZooCommand),
@@ -103,6 +107,7 @@ fn main() -> ExitCode {
         Command::Inspect { path, strict, json } => inspect::main(&path, strict, json),
         Command::Run(args) => run::main(&args),
         Command::Verify(args) => verify::main(&args),
+        Command::Check(args) => check::main(&args),
         Command::Demo => demo::main(),
         Command::Zoo(cmd) => zoo::main(&cmd),
     };

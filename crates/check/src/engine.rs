@@ -1,0 +1,641 @@
+//! Placement propagation over every rank graph of a program, with the operator rules of
+//! [`crate::rules`].
+
+use crate::place::{Place, Red};
+use crate::report::{Check, RawFinding};
+use crate::rules::{self, Ctx, Exempt, Hint, Kind, Literals, Violation};
+use shardproof_ir::{Arg, Graph, Mesh, NodeKind, OpMeaning, Program, ValueId};
+use shardproof_ops::{Args, Meta, NoValues, OpClass, Registry};
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
+
+/// The placements of one rank graph: per value (flattened: node, output), per mesh dim.
+#[derive(Clone, Debug, Default)]
+pub struct RankPlacements {
+    /// Offset of each node's first output in `places` (divided by the mesh rank).
+    pub offsets: Vec<u32>,
+    /// Per value, per mesh dim.
+    pub places: Vec<Place>,
+    /// Per value, per mesh dim: the node where a partial placement began (`u32::MAX`: none).
+    pub origin: Vec<u32>,
+    /// Per value: no gradient flows through it (indices, masks, constants).
+    pub invariant: Vec<bool>,
+    /// Per value, per mesh dim: a replicated value scaled by 1/n (n the mesh dim's size), so
+    /// that the n ranks' copies sum to the unscaled value.
+    pub scaled: Vec<bool>,
+    /// Nodes whose outputs are `Unknown` because of the node itself (no rule, opaque, an
+    /// input without a layout), as (node, reason).
+    pub unknown_sources: Vec<(usize, String)>,
+    /// Values whose placement is `Unknown` on some mesh dim.
+    pub unknown_values: usize,
+    /// Findings of the operator rules.
+    pub findings: Vec<RawFinding>,
+}
+
+impl RankPlacements {
+    /// The placements of value `v` (one per mesh dim).
+    pub fn of(&self, v: ValueId, ndims: usize) -> &[Place] {
+        let i = (self.offsets[v.node] as usize + v.output) * ndims;
+        &self.places[i..i + ndims]
+    }
+}
+
+/// The mesh dims a process group spans, when it is one group per combination of the other
+/// coordinates (as `groups: { tp: tp }` declares); `None` for explicit rank lists that are not.
+pub fn group_dims(mesh: &Mesh, members: &[Vec<usize>]) -> Option<Vec<usize>> {
+    let n = mesh.dims.len();
+    if n > 12 {
+        return None;
+    }
+    let mut sorted: Vec<Vec<usize>> = members
+        .iter()
+        .map(|m| {
+            let mut m = m.clone();
+            m.sort_unstable();
+            m
+        })
+        .collect();
+    sorted.sort();
+    for mask in 0u32..(1 << n) {
+        let dims: Vec<usize> = (0..n).filter(|d| mask & (1 << d) != 0).collect();
+        let mut g = mesh.groups_along(&dims);
+        g.sort();
+        if g == sorted {
+            return Some(dims);
+        }
+    }
+    None
+}
+
+/// Everything propagation needs that is shared by the ranks.
+pub struct Shared<'a> {
+    /// The program.
+    pub program: &'a Program,
+    /// Custom operator meanings.
+    pub custom: &'a BTreeMap<String, OpMeaning>,
+    /// Per rank: its input placements by graph value.
+    pub inputs: Vec<HashMap<ValueId, Vec<Place>>>,
+    /// Per rank: local metas of every value (from type inference).
+    pub metas: Vec<Vec<Vec<Option<Meta>>>>,
+    /// Per rank: node name -> node index.
+    pub names: Vec<HashMap<&'a str, u32>>,
+    /// Per rank, per node: a hash of its literal arguments.
+    pub literals: Vec<Vec<u64>>,
+    /// Per rank, per node: a hash of its operator and the names of the values it reads.
+    pub structure: Vec<Vec<u64>>,
+    /// Group name -> the mesh dims it spans (`None`: explicit rank lists).
+    pub groups: HashMap<String, Option<Vec<usize>>>,
+    /// Per recv (rank, node): the send (rank, node) whose message it takes.
+    pub messages: &'a BTreeMap<(usize, usize), (usize, usize)>,
+}
+
+fn hash_arg(a: &Arg, h: &mut impl Hasher) {
+    std::mem::discriminant(a).hash(h);
+    match a {
+        Arg::None | Arg::Value(_) => {}
+        Arg::Bool(b) => b.hash(h),
+        Arg::Int(i) => i.hash(h),
+        Arg::Float(f) => f.to_bits().hash(h),
+        Arg::Str(s) | Arg::Device(s) | Arg::Layout(s) | Arg::MemoryFormat(s) => s.hash(h),
+        Arg::List(items) => {
+            items.len().hash(h);
+            items.iter().for_each(|x| hash_arg(x, h));
+        }
+        Arg::Dtype(d) => d.hash(h),
+        Arg::Op(o) => o.hash(h),
+    }
+}
+
+/// A hash of the literal arguments of every node of `g` (values count only by position).
+pub fn literal_hashes(g: &Graph) -> Vec<u64> {
+    g.nodes
+        .iter()
+        .map(|n| {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            if let NodeKind::Call { args, kwargs, .. } = &n.kind {
+                args.iter().for_each(|a| hash_arg(a, &mut h));
+                for (k, a) in kwargs {
+                    k.hash(&mut h);
+                    hash_arg(a, &mut h);
+                }
+            }
+            h.finish()
+        })
+        .collect()
+}
+
+/// A hash of every node's computation: its operator, literals and the hashes of the values it
+/// reads (graph inputs and constants by name), so that two ranks' nodes hash alike exactly when
+/// they compute the same expression of the same leaves.
+pub fn structure_hashes(g: &Graph, literals: &[u64]) -> Vec<u64> {
+    let mut out: Vec<u64> = Vec::with_capacity(g.nodes.len());
+    for (i, n) in g.nodes.iter().enumerate() {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        match &n.kind {
+            NodeKind::Call { op, .. } => {
+                op.hash(&mut h);
+                literals[i].hash(&mut h);
+                for v in n.inputs() {
+                    out[v.node].hash(&mut h);
+                    v.output.hash(&mut h);
+                }
+            }
+            _ => n.name.hash(&mut h),
+        }
+        out.push(h.finish());
+    }
+    out
+}
+
+/// The ranks along mesh dim `m` through `rank` (its coordinate varied), in coordinate order.
+pub fn peers(mesh: &Mesh, rank: usize, m: usize) -> Vec<usize> {
+    let mut c = mesh.coords(rank);
+    (0..mesh.dims[m].1)
+        .map(|k| {
+            c[m] = k;
+            mesh.rank(&c)
+        })
+        .collect()
+}
+
+const NONE: u32 = u32::MAX;
+
+/// Propagates placements through rank `r`'s graph. `done` holds the other ranks' placements
+/// of an earlier pass (for recvs); returns whether some recv read a pending sender.
+pub fn propagate_rank(
+    sh: &Shared,
+    r: usize,
+    done: &[Option<RankPlacements>],
+) -> (RankPlacements, bool) {
+    let program = sh.program;
+    let g = &program.ranks[r];
+    let mesh = &program.mesh;
+    let nd = mesh.dims.len();
+    let reg = Registry::builtin();
+    let coords = mesh.coords(r);
+    let mut offsets = Vec::with_capacity(g.nodes.len());
+    let mut total = 0u32;
+    for n in &g.nodes {
+        offsets.push(total);
+        total += n.outputs.len() as u32;
+    }
+    let mut rp = RankPlacements {
+        offsets,
+        places: vec![Place::Unknown; total as usize * nd],
+        origin: vec![NONE; total as usize * nd],
+        invariant: vec![false; total as usize],
+        scaled: vec![false; total as usize * nd],
+        ..Default::default()
+    };
+    let mut pending = false;
+    let metas = &sh.metas[r];
+    let meta_of = |v: ValueId| {
+        metas
+            .get(v.node)
+            .and_then(|o| o.get(v.output))
+            .cloned()
+            .flatten()
+    };
+    let peer_list: Vec<Vec<usize>> = (0..nd).map(|m| peers(mesh, r, m)).collect();
+    for (i, node) in g.nodes.iter().enumerate() {
+        let base = rp.offsets[i] as usize;
+        let nout = node.outputs.len();
+        let set = |rp: &mut RankPlacements, o: usize, m: usize, p: Place| {
+            rp.places[(base + o) * nd + m] = p;
+        };
+        let given = if matches!(node.kind, NodeKind::Input) {
+            None
+        } else {
+            sh.inputs[r].get(&ValueId::new(i, 0))
+        };
+        if let Some(ps) = given {
+            // A cut: the case gives this value, its producers are not checked.
+            for (m, p) in ps.iter().enumerate() {
+                set(&mut rp, 0, m, *p);
+            }
+            continue;
+        }
+        match &node.kind {
+            NodeKind::Input => {
+                match sh.inputs[r].get(&ValueId::new(i, 0)) {
+                    Some(ps) => {
+                        for (m, p) in ps.iter().enumerate() {
+                            set(&mut rp, 0, m, *p);
+                            if p.is_partial() {
+                                rp.origin[base * nd + m] = i as u32;
+                            }
+                        }
+                        if ps.contains(&Place::Unknown) {
+                            rp.unknown_sources.push((i, "its layout is an expression over rank tensors, which the checker does not read".into()));
+                        }
+                    }
+                    None => rp
+                        .unknown_sources
+                        .push((i, "the case gives this input no layout".into())),
+                }
+                rp.invariant[base] =
+                    meta_of(ValueId::new(i, 0)).is_some_and(|m| !m.dtype.is_float());
+                continue;
+            }
+            NodeKind::Constant { .. } => {
+                for o in 0..nout {
+                    for m in 0..nd {
+                        set(&mut rp, o, m, Place::Replicate);
+                    }
+                    rp.invariant[base + o] = true;
+                }
+                continue;
+            }
+            NodeKind::Call { op, args, kwargs } => {
+                let inputs = node.inputs();
+                let inv = inputs
+                    .iter()
+                    .all(|v| rp.invariant[rp.offsets[v.node] as usize + v.output]);
+                for o in 0..nout {
+                    rp.invariant[base + o] =
+                        inv || meta_of(ValueId::new(i, o)).is_some_and(|m| !m.dtype.is_float());
+                }
+                let meaning = sh
+                    .custom
+                    .get(&op.to_string())
+                    .or_else(|| sh.custom.get(&op.base()));
+                if let Some(meaning) = meaning {
+                    match (meaning, inputs.first()) {
+                        (OpMeaning::Identity, Some(&v)) => {
+                            for m in 0..nd {
+                                let p = rp.of(v, nd)[m];
+                                for o in 0..nout {
+                                    set(&mut rp, o, m, p);
+                                }
+                            }
+                        }
+                        _ => rp.unknown_sources.push((i, format!("`{op}` is declared by a decomposition, which the checker does not expand"))),
+                    }
+                    continue;
+                }
+                let Some(def) = reg.get(op) else {
+                    rp.unknown_sources
+                        .push((i, format!("`{op}` is not a known operator")));
+                    continue;
+                };
+                if def.class == OpClass::PointToPoint && op.name == "recv" {
+                    match sh.messages.get(&(r, i)) {
+                        Some(&(s, j)) => {
+                            let sender = if s == r {
+                                Some(&rp)
+                            } else {
+                                done.get(s).and_then(|d| d.as_ref())
+                            };
+                            let sent = program.ranks[s].nodes[j].inputs().first().copied();
+                            match (sender, sent) {
+                                (Some(sp), Some(v))
+                                    if sp.offsets.len() == program.ranks[s].nodes.len() =>
+                                {
+                                    let sc = mesh.coords(s);
+                                    let ps: Vec<Place> = sp.of(v, nd).to_vec();
+                                    for (m, p) in ps.into_iter().enumerate() {
+                                        let moved = sc[m] != coords[m];
+                                        let q = match p {
+                                            Place::Shard(_)
+                                            | Place::Partial(_)
+                                            | Place::Unmasked
+                                                if moved =>
+                                            {
+                                                Place::Varying
+                                            }
+                                            p => p,
+                                        };
+                                        if q == Place::Unknown {
+                                            pending = true;
+                                        }
+                                        set(&mut rp, 0, m, q);
+                                    }
+                                }
+                                _ => pending = true,
+                            }
+                        }
+                        None => rp.unknown_sources.push((
+                            i,
+                            "the recv takes no message in the simulated schedule".into(),
+                        )),
+                    }
+                    continue;
+                }
+                let Some(rule) = rules::rule(&op.base()) else {
+                    rp.unknown_sources
+                        .push((i, format!("no placement rule for `{}`", op.base())));
+                    continue;
+                };
+                let bound = match Args::bind(&def.schema, args, kwargs, &NoValues) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        rp.unknown_sources
+                            .push((i, format!("arguments do not bind: {e}")));
+                        continue;
+                    }
+                };
+                let outs: Vec<Option<Meta>> =
+                    (0..nout).map(|o| meta_of(ValueId::new(i, o))).collect();
+                let group = if def.class == OpClass::Collective {
+                    let name = match bound
+                        .schema()
+                        .index_of("group_name")
+                        .and_then(|_| bound.get("group_name"))
+                    {
+                        Some(Arg::Str(s)) => s,
+                        _ => String::new(),
+                    };
+                    let dims = match sh.groups.get(&name) {
+                        Some(Some(d)) => Some(d.clone()),
+                        Some(None) => {
+                            // Explicit rank lists: the dims along which the caller's group varies.
+                            program
+                                .group(&name)
+                                .and_then(|pg| pg.group_of(r))
+                                .map(|members| {
+                                    (0..nd)
+                                        .filter(|&m| {
+                                            members.iter().any(|&x| mesh.coords(x)[m] != coords[m])
+                                        })
+                                        .collect()
+                                })
+                        }
+                        None if nd <= 1 => Some((0..nd).collect()),
+                        None => None,
+                    };
+                    let len = program
+                        .group(&name)
+                        .and_then(|pg| pg.group_of(r))
+                        .map_or(program.ranks.len(), <[usize]>::len);
+                    Some((dims.unwrap_or_default(), len))
+                } else {
+                    None
+                };
+                let my_lit = sh.literals[r][i];
+                let name = node.name.as_str();
+                let peer_node = |p: usize| sh.names[p].get(name).map(|&j| j as usize);
+                for m in 0..nd {
+                    let varies = mesh.dims[m].1 > 1
+                        && peer_list[m].iter().any(|&p| {
+                            p != r && peer_node(p).is_some_and(|j| sh.literals[p][j] != my_lit)
+                        });
+                    let place = |v: ValueId| rp.of(v, nd)[m];
+                    if inputs.iter().any(|&v| place(v) == Place::Unknown) {
+                        continue;
+                    }
+                    let peer_ints = |arg: &str| -> Vec<Option<i64>> {
+                        peer_list[m]
+                            .iter()
+                            .map(|&p| {
+                                let j = if p == r { Some(i) } else { peer_node(p) }?;
+                                let pn = &program.ranks[p].nodes[j];
+                                let NodeKind::Call { args, kwargs, .. } = &pn.kind else {
+                                    return None;
+                                };
+                                let b = Args::bind(&def.schema, args, kwargs, &NoValues).ok()?;
+                                b.schema().index_of(arg)?;
+                                b.get(arg).and_then(|a| a.as_int())
+                            })
+                            .collect()
+                    };
+                    let (in_group, group_len) = match &group {
+                        Some((dims, len)) => (dims.contains(&m), *len),
+                        None => (false, 1),
+                    };
+                    let ctx = Ctx {
+                        args: &bound,
+                        outs: &outs,
+                        varies,
+                        in_group,
+                        group_len,
+                        coord: (coords[m], mesh.dims[m].1),
+                        peer_ints: &peer_ints,
+                        place: &place,
+                        meta: &meta_of,
+                    };
+                    let (mut result, mut violation) = match (rule.f)(&ctx) {
+                        Ok(v) => (v, None),
+                        Err(v) => (v.recover.clone(), Some(v)),
+                    };
+                    let scaled_of =
+                        |v: ValueId| rp.scaled[(rp.offsets[v.node] as usize + v.output) * nd + m];
+                    let tensor_inputs_scaled = |rp: &RankPlacements| {
+                        inputs.iter().all(|&v| {
+                            let q = rp.of(v, nd)[m];
+                            q.is_partial()
+                                || rp.scaled[(rp.offsets[v.node] as usize + v.output) * nd + m]
+                        })
+                    };
+                    let lifted = match violation.as_ref().map(|v| v.exempt) {
+                        Some(Exempt::ReduceReplicate) => inputs
+                            .first()
+                            .is_some_and(|&v| scaled_of(v))
+                            .then(|| vec![Place::Replicate; nout]),
+                        Some(Exempt::PartialPlusReplicate(red)) => {
+                            // The replicated terms computed differently on the ranks (added on
+                            // some ranks only).
+                            let differs = inputs
+                                .iter()
+                                .filter(|&&v| place(v) == Place::Replicate)
+                                .any(|&v| {
+                                    let mine = sh.structure[r][v.node];
+                                    let vname = g.nodes[v.node].name.as_str();
+                                    peer_list[m].iter().any(|&p| {
+                                        p != r
+                                            && sh.names[p].get(vname).is_none_or(|&j| {
+                                                sh.structure[p][j as usize] != mine
+                                            })
+                                    })
+                                });
+                            (differs || tensor_inputs_scaled(&rp))
+                                .then(|| vec![Place::Partial(red); nout])
+                        }
+                        _ => None,
+                    };
+                    if let Some(l) = lifted {
+                        result = l;
+                        violation = None;
+                    }
+                    // Scaling by 1/n of a replicated value.
+                    let n_m = mesh.dims[m].1 as f64;
+                    let other = if bound.schema().index_of("other").is_some() {
+                        bound.get("other")
+                    } else {
+                        None
+                    };
+                    let by_n = match (op.name.as_str(), other.and_then(|a| a.as_f64())) {
+                        ("div", Some(x)) => n_m > 1.0 && x == n_m,
+                        ("mul", Some(x)) => n_m > 1.0 && (x * n_m - 1.0).abs() < 1e-12,
+                        _ => false,
+                    };
+                    let first_scaled = inputs.first().is_some_and(|&v| scaled_of(v));
+                    let keeps = matches!(
+                        rule.family,
+                        "linear-unary"
+                            | "view"
+                            | "transpose"
+                            | "permute"
+                            | "unsqueeze"
+                            | "squeeze"
+                            | "expand"
+                            | "elementwise-mul"
+                            | "elementwise-div"
+                    ) || (rule.family == "elementwise-add"
+                        && !inputs.is_empty()
+                        && inputs.iter().all(|&v| scaled_of(v)));
+                    let now_scaled = result.first() == Some(&Place::Replicate)
+                        && ((by_n
+                            && inputs
+                                .first()
+                                .is_some_and(|&v| place(v) == Place::Replicate))
+                            || (first_scaled && keeps));
+                    if varies && rule.literals == Literals::Vary {
+                        for p in &mut result {
+                            if *p == Place::Replicate {
+                                *p = Place::Varying;
+                            }
+                        }
+                    }
+                    let finding = violation.map(|v| raw_finding(sh, r, i, m, &v, &rp, &inputs));
+                    // Origin of partials: the first partial input's, or this node.
+                    let first_partial_origin = inputs
+                        .iter()
+                        .find(|&&v| place(v).is_partial())
+                        .map(|&v| rp.origin[(rp.offsets[v.node] as usize + v.output) * nd + m]);
+                    rp.findings.extend(finding);
+                    for (o, p) in result.iter().enumerate().take(nout) {
+                        rp.scaled[(base + o) * nd + m] = now_scaled;
+                        set(&mut rp, o, m, *p);
+                        if p.is_partial() {
+                            rp.origin[(base + o) * nd + m] =
+                                first_partial_origin.unwrap_or(i as u32);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // Unknown values: count them.
+    rp.unknown_values = rp
+        .places
+        .chunks(nd.max(1))
+        .filter(|c| c.contains(&Place::Unknown))
+        .count();
+    (rp, pending)
+}
+
+/// The group name that reduces exactly mesh dim `m`, else the dim's name.
+pub fn group_name_for(sh: &Shared, m: usize) -> String {
+    let mut names: Vec<&String> = sh
+        .groups
+        .iter()
+        .filter(|(_, d)| d.as_deref() == Some(&[m][..]))
+        .map(|(n, _)| n)
+        .collect();
+    names.sort();
+    names
+        .first()
+        .map_or_else(|| sh.program.mesh.dims[m].0.clone(), |n| (*n).clone())
+}
+
+fn placements_text(sh: &Shared, rp: &RankPlacements, g: &Graph, v: ValueId) -> String {
+    let nd = sh.program.mesh.dims.len();
+    let ps = rp.of(v, nd);
+    let inv = rp.invariant[rp.offsets[v.node] as usize + v.output];
+    let body: Vec<String> = sh
+        .program
+        .mesh
+        .dims
+        .iter()
+        .zip(ps)
+        .map(|((name, _), p)| {
+            let t = p
+                .spmd_type(inv)
+                .map_or("?".to_string(), |t| format!("{t:?}"));
+            format!("{name}: {p} [{t}]")
+        })
+        .collect();
+    format!("`{}` {{{}}}", g.value_name(v), body.join(", "))
+}
+
+fn raw_finding(
+    sh: &Shared,
+    r: usize,
+    i: usize,
+    m: usize,
+    v: &Violation,
+    rp: &RankPlacements,
+    inputs: &[ValueId],
+) -> RawFinding {
+    let g = &sh.program.ranks[r];
+    let nd = sh.program.mesh.dims.len();
+    let dim = &sh.program.mesh.dims[m].0;
+    let node = &g.nodes[i];
+    let check = match v.kind {
+        Kind::Spmd => Check::SpmdType,
+        Kind::Consistency => Check::PlacementConsistency,
+        Kind::Legality => Check::CommLegality,
+        Kind::Shape => Check::ShapeDivisibility,
+    };
+    let mut seen = Vec::new();
+    let placements: Vec<String> = inputs
+        .iter()
+        .filter(|v| {
+            let new = !seen.contains(*v);
+            seen.push(**v);
+            new
+        })
+        .map(|&v| placements_text(sh, rp, g, v))
+        .collect();
+    let hint = match &v.hint {
+        Hint::ReducePartial => {
+            let partial = inputs.iter().find(|&&x| rp.of(x, nd)[m].is_partial());
+            match partial {
+                Some(&x) => {
+                    let red = match rp.of(x, nd)[m] {
+                        Place::Partial(r) => r,
+                        _ => Red::Sum,
+                    };
+                    let o = rp.origin[(rp.offsets[x.node] as usize + x.output) * nd + m];
+                    let origin = if o == NONE { x.node } else { o as usize };
+                    let on = &g.nodes[origin];
+                    let at = on
+                        .loc
+                        .as_ref()
+                        .map(|l| format!(", {}:{}", l.file, l.line))
+                        .unwrap_or_default();
+                    format!(
+                        "insert all_reduce({}) over {} after `{}`{at} (the partial sum over mesh dim `{dim}` begins there)",
+                        red.name(),
+                        group_name_for(sh, m),
+                        on.name
+                    )
+                }
+                None => format!("reduce the partial input over `{dim}` first"),
+            }
+        }
+        Hint::GatherShard => {
+            let sharded = inputs
+                .iter()
+                .find(|&&x| matches!(rp.of(x, nd)[m], Place::Shard(_)));
+            match sharded {
+                Some(&x) => format!(
+                    "all-gather `{}` over {} before `{}`, or keep the dim whole over `{dim}`",
+                    g.value_name(x),
+                    group_name_for(sh, m),
+                    node.name
+                ),
+                None => format!("keep the dim whole over `{dim}`"),
+            }
+        }
+        Hint::Text(t) => t.clone(),
+    };
+    RawFinding {
+        check,
+        rank: r,
+        node: i,
+        message: format!("on mesh dim `{dim}`: {}", v.message),
+        placements,
+        hint,
+    }
+}

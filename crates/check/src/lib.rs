@@ -1,0 +1,640 @@
+//! The static checker of shardproof: is a distributed program well-placed and race-free on its
+//! own? No single-device spec, no values, no e-graph.
+//!
+//! From a case's input placements (per mesh dim `Shard(d)`, `Replicate()`, `Partial(op)`),
+//! [`check_case`] infers the placement of every tensor of every rank graph on every mesh dim
+//! through a table of operator rules ([`rules`]), and runs the spatial checks (postcondition,
+//! communication legality, placement consistency, shape divisibility through collectives, the
+//! SPMD type rules) and the temporal ones (missing wait, orphaned handle, data race, buffer
+//! aliasing, and the cross-rank matching of collectives and messages through the
+//! interpreter's simulated schedule). An operator without a rule makes its outputs `Unknown`:
+//! counted and listed in the [`Report`], never guessed, and a report with unknown placements
+//! and no finding is inconclusive.
+//!
+//! ```
+//! use shardproof_check::{check_case, Verdict};
+//! # let dir = tempfile::tempdir().unwrap();
+//! # let w = |name: &str, text: &str| std::fs::write(dir.path().join(name), text).unwrap();
+//! // A row-parallel matmul whose partial sum is returned without its all-reduce.
+//! w("spec.py", "def forward(self, x: \"f32[4, 8]\", w: \"f32[8, 6]\"):\n    \
+//!     y: \"f32[4, 6]\" = torch.ops.aten.mm.default(x, w)\n    return (y,)\n");
+//! for r in 0..2 {
+//!     w(&format!("r{r}.py"), "def forward(self, x: \"f32[4, 4]\", w: \"f32[4, 6]\"):\n    \
+//!         y: \"f32[4, 6]\" = torch.ops.aten.mm.default(x, w)\n    return (y,)\n");
+//! }
+//! w("case.yaml", "version: 1\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  \
+//!     graphs: [r0.py, r1.py]\ninputs:\n  x: Shard(1)\n  w: Shard(0)\noutputs:\n  y: Replicate()\n");
+//! let case = shardproof_case::load_case(&dir.path().join("case.yaml")).unwrap();
+//! let report = check_case(&case).unwrap();
+//! assert_eq!(report.verdict, Verdict::Violated);
+//! let f = &report.findings[0];
+//! assert_eq!(f.check.name(), "postcondition");
+//! assert_eq!(f.node, "y");
+//! assert!(f.hint.contains("insert all_reduce(sum) over tp after `y`"));
+//! ```
+
+#![warn(missing_docs)]
+
+mod engine;
+mod place;
+mod report;
+pub mod rules;
+mod temporal;
+
+pub use engine::{group_dims, RankPlacements};
+pub use place::{Place, Red, SpmdType};
+pub use report::{ranks_text, Check, Finding, RawFinding, Report, UnknownSource, Verdict};
+
+use engine::{literal_hashes, propagate_rank, structure_hashes, Shared};
+use shardproof_case::{Case, Layout};
+use shardproof_interp::{live_values, schedule, typecheck, ScheduleProblem};
+use shardproof_ir::{Graph, NodeKind, ValueId};
+use shardproof_ops::{OpClass, Registry};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// Why a case cannot be checked: the input is invalid.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Invalid {
+    /// What is wrong, with the file, line and node, and a hint.
+    pub message: String,
+}
+
+impl std::fmt::Display for Invalid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Invalid {}
+
+/// How many times ranks that receive messages are propagated again, at most, for their
+/// senders' placements to arrive (a ring of k ranks needs about k passes).
+const MAX_PASSES: usize = 32;
+
+/// The placements [`propagate`] infers, with what the passes saw.
+pub struct Propagation {
+    /// Per rank, its placements.
+    pub ranks: Vec<RankPlacements>,
+    /// The simulated schedule.
+    pub schedule: shardproof_interp::Schedule,
+    /// Per rank: local metas.
+    pub metas: Vec<Vec<Vec<Option<shardproof_ops::Meta>>>>,
+    /// Group name -> mesh dims it spans.
+    pub groups: HashMap<String, Option<Vec<usize>>>,
+}
+
+/// Infers the placement of every value of every rank graph of `case` (type inference and the
+/// simulated schedule first: a program that does not type-check, or whose calls have no
+/// meaning, is invalid).
+pub fn propagate(case: &Case) -> Result<Propagation, Invalid> {
+    let program = &case.program;
+    let mut metas = Vec::with_capacity(program.ranks.len());
+    for g in &program.ranks {
+        match typecheck(g, &case.ops) {
+            Ok(inf) => metas.push(inf.metas),
+            Err(errors) => {
+                let lines: Vec<String> = errors
+                    .iter()
+                    .take(5)
+                    .map(|e| format!("error: {e}"))
+                    .collect();
+                return Err(Invalid {
+                    message: format!("the program does not type-check:\n{}", lines.join("\n")),
+                });
+            }
+        }
+    }
+    let leaves: Vec<BTreeSet<String>> = (0..program.ranks.len())
+        .map(|r| case.rank_leaves(r))
+        .collect();
+    let sched = schedule(program, &case.ops, Some(&leaves));
+    if let Some(ScheduleProblem::Invalid(m)) = &sched.problem {
+        return Err(Invalid {
+            message: format!("error: {m}"),
+        });
+    }
+    let nd = program.mesh.dims.len();
+    let mut ins: Vec<HashMap<ValueId, Vec<Place>>> = vec![HashMap::new(); program.ranks.len()];
+    for rel in &case.inputs {
+        let places: Vec<Place> = match &rel.layout {
+            Layout::Placed(pl) => pl
+                .placements
+                .iter()
+                .map(|&p| {
+                    let q = Place::from_case(p);
+                    if !pl.blocks.is_trivial() && matches!(q, Place::Shard(_)) {
+                        Place::Varying
+                    } else {
+                        q
+                    }
+                })
+                .collect(),
+            Layout::Expr(_) => vec![Place::Unknown; nd],
+        };
+        for &(r, v) in &rel.rank_values {
+            if let Some(m) = ins.get_mut(r) {
+                m.insert(v, places.clone());
+            }
+        }
+    }
+    let groups: HashMap<String, Option<Vec<usize>>> = program
+        .groups
+        .iter()
+        .map(|g| (g.name.clone(), group_dims(&program.mesh, &g.members)))
+        .collect();
+    let names: Vec<HashMap<&str, u32>> = program
+        .ranks
+        .iter()
+        .map(|g| {
+            g.nodes
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (n.name.as_str(), i as u32))
+                .collect()
+        })
+        .collect();
+    let literals: Vec<Vec<u64>> = program.ranks.iter().map(literal_hashes).collect();
+    let structure: Vec<Vec<u64>> = program
+        .ranks
+        .iter()
+        .zip(&literals)
+        .map(|(g, l)| structure_hashes(g, l))
+        .collect();
+    let sh = Shared {
+        program,
+        custom: &case.ops,
+        inputs: ins,
+        metas,
+        names,
+        literals,
+        structure,
+        groups,
+        messages: &sched.messages,
+    };
+    let n = program.ranks.len();
+    let receives: Vec<bool> = (0..n)
+        .map(|r| sched.messages.keys().any(|&(q, _)| q == r))
+        .collect();
+    let mut done: Vec<Option<RankPlacements>> = vec![None; n];
+    for r in 0..n {
+        done[r] = Some(propagate_rank(&sh, r, &done).0);
+    }
+    for pass in 1..MAX_PASSES {
+        let mut changed = false;
+        for r in (0..n).filter(|&r| receives[r]) {
+            let (rp, _) = propagate_rank(&sh, r, &done);
+            if done[r].as_ref().is_none_or(|old| old.places != rp.places) {
+                changed = true;
+            }
+            done[r] = Some(rp);
+        }
+        tracing::debug!(pass, changed, "propagation pass over the receiving ranks");
+        if !changed {
+            break;
+        }
+    }
+    let Shared { metas, groups, .. } = sh;
+    Ok(Propagation {
+        ranks: done.into_iter().map(Option::unwrap_or_default).collect(),
+        schedule: sched,
+        metas,
+        groups,
+    })
+}
+
+/// Checks `case`: propagation, then every spatial and temporal check (see the crate docs).
+pub fn check_case(case: &Case) -> Result<Report, Invalid> {
+    let prop = propagate(case)?;
+    let program = &case.program;
+    let nd = program.mesh.dims.len();
+    let mut raw: Vec<RawFinding> = Vec::new();
+    for rp in &prop.ranks {
+        raw.extend(rp.findings.iter().cloned());
+    }
+    // Postcondition: every expected output in the placement the case declares.
+    let mut outputs_checked = 0;
+    let mut unchecked = 0;
+    let mut unknown_outputs = BTreeSet::new();
+    let mut declared: BTreeSet<(usize, ValueId)> = BTreeSet::new();
+    for exp in &case.outputs {
+        let Layout::Placed(pl) = &exp.layout else {
+            unknown_outputs.insert(format!("{} (an expression layout)", exp.spec_name));
+            continue;
+        };
+        for &(r, v) in &exp.rank_values {
+            declared.insert((r, v));
+            let rp = &prop.ranks[r];
+            let got = rp.of(v, nd);
+            let g = &program.ranks[r];
+            for (m, &have) in got.iter().enumerate() {
+                if pl.at.iter().any(|h| h.dim == m) {
+                    continue;
+                }
+                let want = Place::from_case(pl.placements[m]);
+                outputs_checked += 1;
+                let ok = match (want, have) {
+                    (_, Place::Unknown) => {
+                        unknown_outputs.insert(exp.spec_name.clone());
+                        true
+                    }
+                    (w, h) if w == h => true,
+                    (Place::Shard(_), Place::Varying) => {
+                        unchecked += 1;
+                        true
+                    }
+                    (Place::Shard(_), Place::Shard(_)) if !pl.blocks.is_trivial() => true,
+                    (Place::Partial(a), Place::Partial(b)) => a.is_linear() && b.is_linear(),
+                    _ => false,
+                };
+                if !ok {
+                    let dim = &program.mesh.dims[m].0;
+                    let what = match have {
+                        Place::Partial(_) | Place::Unmasked => "an unreduced partial sum",
+                        Place::Varying => {
+                            "a tensor that differs across ranks in no declared layout"
+                        }
+                        _ => "a different placement",
+                    };
+                    let hint = match have {
+                        Place::Partial(red) => {
+                            let o = rp.origin[(rp.offsets[v.node] as usize + v.output) * nd + m];
+                            let origin = if o == u32::MAX { v.node } else { o as usize };
+                            let on = &g.nodes[origin];
+                            let at = on
+                                .loc
+                                .as_ref()
+                                .map(|l| format!(", {}:{}", l.file, l.line))
+                                .unwrap_or_default();
+                            format!(
+                                "insert all_reduce({}) over {} after `{}`{at}",
+                                red.name(),
+                                group_name_for(&prop, program, m),
+                                on.name
+                            )
+                        }
+                        _ => format!(
+                            "make `{}` {want} over `{dim}` (or declare the placement it has)",
+                            exp.impl_name
+                        ),
+                    };
+                    raw.push(RawFinding {
+                        check: Check::Postcondition,
+                        rank: r,
+                        node: v.node,
+                        message: format!(
+                            "output `{}` must be {want} over mesh dim `{dim}`, but the rank holds {what}: {have}",
+                            exp.spec_name
+                        ),
+                        placements: vec![format!("`{}` {{{dim}: {have}}}", g.value_name(v))],
+                        hint,
+                    });
+                }
+            }
+        }
+    }
+    // Program outputs the case does not declare must not be pending sums.
+    for (r, g) in program.ranks.iter().enumerate() {
+        for v in g.outputs.iter().flatten() {
+            if declared.contains(&(r, *v)) {
+                continue;
+            }
+            for m in 0..nd {
+                let p = prop.ranks[r].of(*v, nd)[m];
+                if p.is_partial() {
+                    let dim = &program.mesh.dims[m].0;
+                    raw.push(RawFinding {
+                        check: Check::Postcondition,
+                        rank: r,
+                        node: v.node,
+                        message: format!("the program returns `{}`, {p} over mesh dim `{dim}`, which the case does not declare partial", g.value_name(*v)),
+                        placements: vec![format!("`{}` {{{dim}: {p}}}", g.value_name(*v))],
+                        hint: format!("reduce it over {} before returning it, or declare it Partial in the case's outputs", group_name_for(&prop, program, m)),
+                    });
+                }
+            }
+        }
+    }
+    // Temporal checks per rank.
+    for (r, g) in program.ranks.iter().enumerate() {
+        raw.extend(temporal::temporal(g, r, &case.ops));
+    }
+    // Cross-rank matching: the schedule, then the shapes of what meets.
+    raw.extend(schedule_findings(case, &prop));
+    let mut findings = merge_findings(program, raw);
+    findings.sort_by_key(|f| (f.check.is_temporal(), f.ranks[0], f.line, f.node.clone()));
+    findings.dedup();
+    // Unknown placements.
+    let mut sources: BTreeMap<String, (usize, String)> = BTreeMap::new();
+    for (r, rp) in prop.ranks.iter().enumerate() {
+        let g = &program.ranks[r];
+        for (i, reason) in &rp.unknown_sources {
+            let e = sources.entry(reason.clone()).or_insert((0, located(g, *i)));
+            e.0 += 1;
+        }
+    }
+    let unknown_values: usize = prop.ranks.iter().map(|rp| rp.unknown_values).sum();
+    let verdict = if !findings.is_empty() {
+        Verdict::Violated
+    } else if unknown_values > 0 || !unknown_outputs.is_empty() {
+        Verdict::Inconclusive
+    } else {
+        Verdict::Holds
+    };
+    let operators = program
+        .ranks
+        .iter()
+        .map(|g| {
+            g.nodes
+                .iter()
+                .filter(|n| matches!(n.kind, NodeKind::Call { .. }))
+                .count()
+        })
+        .sum();
+    Ok(Report {
+        case: case.name.clone(),
+        verdict,
+        ranks: program.ranks.len(),
+        operators,
+        outputs_checked,
+        outputs_layout_unchecked: unchecked,
+        meetings: prop.schedule.meetings.len() + prop.schedule.messages.len(),
+        findings,
+        unknown_values,
+        unknown: sources
+            .into_iter()
+            .map(|(reason, (count, first))| UnknownSource {
+                reason,
+                count,
+                first,
+            })
+            .collect(),
+        unknown_outputs: unknown_outputs.into_iter().collect(),
+    })
+}
+
+fn group_name_for(prop: &Propagation, program: &shardproof_ir::Program, m: usize) -> String {
+    let mut names: Vec<&String> = prop
+        .groups
+        .iter()
+        .filter(|(_, d)| d.as_deref() == Some(&[m][..]))
+        .map(|(n, _)| n)
+        .collect();
+    names.sort();
+    names
+        .first()
+        .map_or_else(|| program.mesh.dims[m].0.clone(), |n| (*n).clone())
+}
+
+fn located(g: &Graph, i: usize) -> String {
+    let file = g
+        .path
+        .as_ref()
+        .map_or_else(|| g.name.clone(), |p| p.display().to_string());
+    match g.nodes[i].line {
+        Some(l) => format!("{file}:{l}: `{}`", g.nodes[i].name),
+        None => format!("{file}: `{}`", g.nodes[i].name),
+    }
+}
+
+/// Findings of the same check, node name and message on several ranks become one.
+fn merge_findings(program: &shardproof_ir::Program, raw: Vec<RawFinding>) -> Vec<Finding> {
+    let mut order: Vec<(Check, String, String)> = Vec::new();
+    let mut by: HashMap<(Check, String, String), Finding> = HashMap::new();
+    for f in raw {
+        let g = &program.ranks[f.rank];
+        let node = &g.nodes[f.node];
+        let key = (f.check, node.name.clone(), f.message.clone());
+        match by.get_mut(&key) {
+            Some(e) => {
+                if !e.ranks.contains(&f.rank) {
+                    e.ranks.push(f.rank);
+                }
+            }
+            None => {
+                order.push(key.clone());
+                by.insert(
+                    key,
+                    Finding {
+                        check: f.check,
+                        ranks: vec![f.rank],
+                        node: node.name.clone(),
+                        op: node.op().map(|o| o.to_string()),
+                        file: g
+                            .path
+                            .as_ref()
+                            .map_or_else(|| g.name.clone(), |p| p.display().to_string()),
+                        line: node.line,
+                        source: node.loc.as_ref().map(|l| format!("{}:{}", l.file, l.line)),
+                        message: f.message,
+                        placements: f.placements,
+                        hint: f.hint,
+                    },
+                );
+            }
+        }
+    }
+    order
+        .into_iter()
+        .filter_map(|k| by.remove(&k))
+        .map(|mut f| {
+            f.ranks.sort_unstable();
+            f
+        })
+        .collect()
+}
+
+/// The schedule's hang (with each rank's pending call), and collectives or messages that meet
+/// with incompatible types or sizes.
+fn schedule_findings(case: &Case, prop: &Propagation) -> Vec<RawFinding> {
+    let program = &case.program;
+    let sched = &prop.schedule;
+    let reg = Registry::builtin();
+    let mut out = Vec::new();
+    let meta = |r: usize, v: ValueId| {
+        prop.metas[r]
+            .get(v.node)
+            .and_then(|o| o.get(v.output))
+            .cloned()
+            .flatten()
+    };
+    if let Some(ScheduleProblem::Hang(message)) = &sched.problem {
+        let mut completed: BTreeSet<(usize, usize)> = BTreeSet::new();
+        for m in &sched.meetings {
+            completed.extend(m.calls.iter().copied());
+        }
+        completed.extend(sched.messages.keys().copied());
+        let leaves: Vec<BTreeSet<String>> = (0..program.ranks.len())
+            .map(|r| case.rank_leaves(r))
+            .collect();
+        let mut pending: Vec<(usize, usize, bool)> = Vec::new();
+        for (r, g) in program.ranks.iter().enumerate() {
+            let live = live_values(g, &leaves[r]);
+            for (i, node) in g.nodes.iter().enumerate() {
+                let Some(op) = node.op() else { continue };
+                if case.op_meaning(op).is_some() {
+                    continue;
+                }
+                let Some(def) = reg.get(op) else { continue };
+                let collective = def.class == OpClass::Collective;
+                let recv = def.class == OpClass::PointToPoint && op.name == "recv";
+                if !(collective || recv) || completed.contains(&(r, i)) {
+                    continue;
+                }
+                if collective
+                    && !node.inputs().iter().all(|v| {
+                        live.get(v.node)
+                            .and_then(|l| l.get(v.output))
+                            .copied()
+                            .unwrap_or(false)
+                    })
+                {
+                    continue;
+                }
+                pending.push((r, i, collective));
+                break;
+            }
+        }
+        let any_collective = pending.iter().any(|p| p.2);
+        let check = if any_collective {
+            Check::CollectiveMismatch
+        } else {
+            Check::DependencyViolation
+        };
+        let placements: Vec<String> = pending
+            .iter()
+            .map(|&(r, i, _)| {
+                let g = &program.ranks[r];
+                format!("rank {r} waits at {}", located(g, i))
+            })
+            .collect();
+        for &(r, i, _) in &pending {
+            out.push(RawFinding {
+                check,
+                rank: r,
+                node: i,
+                message: message.clone(),
+                placements: placements.clone(),
+                hint: if any_collective {
+                    "every member of a group must issue the same collectives on the same group name, in the same order".into()
+                } else {
+                    "every recv needs a send from its source with its tag, issued before the sender waits on the receiver".into()
+                },
+            });
+        }
+        if pending.is_empty() {
+            // A message nobody receives: the schedule names its send.
+            out.push(RawFinding {
+                check: Check::DependencyViolation,
+                rank: 0,
+                node: 0,
+                message: message.clone(),
+                placements: Vec::new(),
+                hint: "every send needs a recv on its destination from its rank with the same tag"
+                    .into(),
+            });
+        }
+    }
+    for m in &sched.meetings {
+        let input = |r: usize, i: usize| program.ranks[r].nodes[i].inputs().first().copied();
+        let types: Vec<Option<shardproof_ops::Meta>> = m
+            .calls
+            .iter()
+            .map(|&(r, i)| input(r, i).and_then(|v| meta(r, v)))
+            .collect();
+        let all_to_all = m.op.name == "all_to_all_single";
+        let first = &types[0];
+        let differs = types.iter().any(|t| {
+            if all_to_all {
+                t.as_ref()
+                    .map(|t| (t.dtype, t.shape.get(1..).map(<[usize]>::to_vec)))
+                    != first
+                        .as_ref()
+                        .map(|f| (f.dtype, f.shape.get(1..).map(<[usize]>::to_vec)))
+            } else {
+                t != first
+            }
+        });
+        let (r0, i0) = m.calls[0];
+        if differs {
+            let placements: Vec<String> = m
+                .calls
+                .iter()
+                .zip(&types)
+                .map(|(&(r, i), t)| {
+                    let ty = t
+                        .as_ref()
+                        .map_or("?".into(), |t| format!("{}{:?}", t.dtype, t.shape));
+                    format!("rank {r}: {} reads {ty}", located(&program.ranks[r], i))
+                })
+                .collect();
+            for &(r, i) in &m.calls {
+                out.push(RawFinding {
+                    check: Check::CollectiveMismatch,
+                    rank: r,
+                    node: i,
+                    message: format!("the members of `{}` on group `{}` pass tensors of different types or sizes", m.op, m.group),
+                    placements: placements.clone(),
+                    hint: "every member of a collective must pass a tensor of the same shape and dtype".into(),
+                });
+            }
+        }
+        // group_size against the group.
+        if matches!(
+            m.op.name.as_str(),
+            "all_gather_into_tensor" | "reduce_scatter_tensor"
+        ) {
+            let node = &program.ranks[r0].nodes[i0];
+            let NodeKind::Call { args, kwargs, .. } = &node.kind else {
+                continue;
+            };
+            let Some(def) = reg.get(&m.op) else { continue };
+            let Ok(b) =
+                shardproof_ops::Args::bind(&def.schema, args, kwargs, &shardproof_ops::NoValues)
+            else {
+                continue;
+            };
+            let n = b.int("group_size").unwrap_or(0);
+            if n != m.calls.len() as i64 {
+                out.push(RawFinding {
+                    check: Check::ShapeDivisibility,
+                    rank: r0,
+                    node: i0,
+                    message: format!(
+                        "`{}` says group_size {n}, but group `{}` has {} members",
+                        m.op,
+                        m.group,
+                        m.calls.len()
+                    ),
+                    placements: Vec::new(),
+                    hint: format!("pass group_size {}", m.calls.len()),
+                });
+            }
+        }
+    }
+    for (&(rr, ri), &(sr, si)) in &sched.messages {
+        let sent = program.ranks[sr].nodes[si]
+            .inputs()
+            .first()
+            .and_then(|&v| meta(sr, v));
+        let got = meta(rr, ValueId::new(ri, 0));
+        if sent.is_some() && got.is_some() && sent != got {
+            out.push(RawFinding {
+                check: Check::DependencyViolation,
+                rank: rr,
+                node: ri,
+                message: format!(
+                    "receives a message of type {} sent by rank {sr} ({}), but declares {}",
+                    sent.as_ref()
+                        .map_or("?".into(), |t| format!("{}{:?}", t.dtype, t.shape)),
+                    located(&program.ranks[sr], si),
+                    got.as_ref()
+                        .map_or("?".into(), |t| format!("{}{:?}", t.dtype, t.shape)),
+                ),
+                placements: Vec::new(),
+                hint: "the recv's size and dtype must be those of the tensor its send passes"
+                    .into(),
+            });
+        }
+    }
+    out
+}

@@ -1,0 +1,177 @@
+//! The abstract placement of a tensor along one mesh dim, and its SPMD type.
+
+use serde::Serialize;
+use shardproof_case::{Placement, Reduce};
+use std::fmt;
+
+/// How a tensor is laid out along one mesh dim, as the checker infers it.
+///
+/// The first three are DTensor's placements; [`Place::Varying`] is the SPMD type V of a tensor
+/// that differs across the ranks of the mesh dim in no layout the checker knows (a rank's own
+/// token chunks, a routed expert's tokens); [`Place::Unmasked`] is the rows a rank looks up in
+/// its vocabulary shard before the rows outside its range are zeroed (a partial sum once they
+/// are); [`Place::Unknown`] is what an operator without a rule produces: never guessed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Place {
+    /// Every coordinate holds the same tensor.
+    Replicate,
+    /// Split into equal contiguous pieces along this tensor dim, one per coordinate.
+    Shard(u8),
+    /// The pieces reduce (sum, avg, max, min) to the tensor.
+    Partial(Red),
+    /// Differs across coordinates, in no known layout (SPMD type V).
+    Varying,
+    /// Rows looked up in a vocabulary shard, not yet masked to the rank's range.
+    Unmasked,
+    /// No rule says.
+    Unknown,
+}
+
+/// The reduction of a partial placement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Red {
+    /// Sum of the pieces.
+    Sum,
+    /// Mean of the pieces.
+    Avg,
+    /// Element-wise maximum.
+    Max,
+    /// Element-wise minimum.
+    Min,
+}
+
+impl Red {
+    /// The c10d name (`sum`, `avg`, `max`, `min`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Red::Sum => "sum",
+            Red::Avg => "avg",
+            Red::Max => "max",
+            Red::Min => "min",
+        }
+    }
+
+    /// Parses a c10d reduce op name.
+    pub fn parse(s: &str) -> Option<Red> {
+        Some(match s.to_ascii_lowercase().as_str() {
+            "sum" => Red::Sum,
+            "avg" | "mean" => Red::Avg,
+            "max" => Red::Max,
+            "min" => Red::Min,
+            _ => return None,
+        })
+    }
+
+    /// Sum and avg are linear: a linear operator maps pieces to pieces.
+    pub fn is_linear(self) -> bool {
+        matches!(self, Red::Sum | Red::Avg)
+    }
+}
+
+/// The SPMD type of a local tensor (the seed's R / I / V / P).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum SpmdType {
+    /// Replicate: the same data on every rank (its gradient is partial).
+    R,
+    /// Invariant: the same data, and no gradient flows through it (indices, masks, constants).
+    I,
+    /// Varying: different data per rank (shards included).
+    V,
+    /// Partial: a pending reduction across ranks (its gradient is replicated).
+    P,
+}
+
+impl SpmdType {
+    /// The type of the gradient of a tensor of this type (the seed's duality).
+    pub fn gradient_dual(self) -> SpmdType {
+        match self {
+            SpmdType::R => SpmdType::P,
+            SpmdType::P => SpmdType::R,
+            t => t,
+        }
+    }
+}
+
+impl Place {
+    /// The case's placement as a checker placement.
+    pub fn from_case(p: Placement) -> Place {
+        match p {
+            Placement::Replicate => Place::Replicate,
+            Placement::Shard(d) => u8::try_from(d).map_or(Place::Unknown, Place::Shard),
+            Placement::Partial(r) => Place::Partial(match r {
+                Reduce::Sum => Red::Sum,
+                Reduce::Avg => Red::Avg,
+                Reduce::Max => Red::Max,
+                Reduce::Min => Red::Min,
+            }),
+        }
+    }
+
+    /// The SPMD type (`invariant` marks a replicated value no gradient flows through).
+    pub fn spmd_type(self, invariant: bool) -> Option<SpmdType> {
+        Some(match self {
+            Place::Replicate if invariant => SpmdType::I,
+            Place::Replicate => SpmdType::R,
+            Place::Shard(_) | Place::Varying => SpmdType::V,
+            Place::Partial(_) | Place::Unmasked => SpmdType::P,
+            Place::Unknown => return None,
+        })
+    }
+
+    /// True for a pending reduction (a partial, or unmasked vocabulary rows).
+    pub fn is_partial(self) -> bool {
+        matches!(self, Place::Partial(_) | Place::Unmasked)
+    }
+
+    /// The tensor dim this placement shards, if any.
+    pub fn shard_dim(self) -> Option<usize> {
+        match self {
+            Place::Shard(d) => Some(d as usize),
+            _ => None,
+        }
+    }
+
+    /// `Shard(d)` for a usize dim (dims past 255 are unknown).
+    pub fn shard(d: usize) -> Place {
+        u8::try_from(d).map_or(Place::Unknown, Place::Shard)
+    }
+}
+
+impl fmt::Display for Place {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Place::Replicate => f.write_str("Replicate()"),
+            Place::Shard(d) => write!(f, "Shard({d})"),
+            Place::Partial(r) => write!(f, "Partial({})", r.name()),
+            Place::Varying => f.write_str("Varying"),
+            Place::Unmasked => f.write_str("Unmasked(vocab)"),
+            Place::Unknown => f.write_str("Unknown"),
+        }
+    }
+}
+
+impl Serialize for Place {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spmd_types_and_duality() {
+        assert_eq!(Place::Shard(1).spmd_type(false), Some(SpmdType::V));
+        assert_eq!(Place::Replicate.spmd_type(true), Some(SpmdType::I));
+        assert_eq!(Place::Partial(Red::Sum).spmd_type(false), Some(SpmdType::P));
+        assert_eq!(Place::Unknown.spmd_type(false), None);
+        assert_eq!(SpmdType::R.gradient_dual(), SpmdType::P);
+        assert_eq!(SpmdType::P.gradient_dual(), SpmdType::R);
+        assert_eq!(SpmdType::I.gradient_dual(), SpmdType::I);
+        assert_eq!(SpmdType::V.gradient_dual(), SpmdType::V);
+        assert_eq!(Place::Partial(Red::Max).to_string(), "Partial(max)");
+        assert_eq!(Place::from_case(Placement::Shard(2)), Place::Shard(2));
+    }
+}

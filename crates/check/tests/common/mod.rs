@@ -1,0 +1,2 @@
+//! Helpers of the integration tests.
+pub mod plans;

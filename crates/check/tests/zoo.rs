@@ -1,0 +1,183 @@
+//! The checker on the zoo: no finding and no unknown placement on the correct plans (every
+//! model x parallelism x forward/full, tiny sizes), and a finding of the right check at the
+//! right operator for each catalog bug whose class is static.
+
+mod common;
+
+use common::plans::{correct_plans, Plan};
+use shardproof_check::{check_case, Report, Verdict};
+use shardproof_zoo::find_bug;
+
+fn check(plan: &Plan) -> Report {
+    let dir = tempfile::tempdir().unwrap();
+    let case = plan
+        .emit(dir.path())
+        .unwrap_or_else(|e| panic!("{}: {e}", plan.label()));
+    let case = shardproof_case::load_case(&case).unwrap();
+    check_case(&case).unwrap_or_else(|e| panic!("{}: {e}", plan.label()))
+}
+
+/// Plans whose correct versions the checker still reports (open work, listed in
+/// docs/check.md): ZeRO's gathers and reduce-scatters relayout a tensor sharded over another
+/// mesh dim (a blocked shard the placement lattice does not have yet); gradient clipping's
+/// norm over tp-replicated parameters counted on some ranks only through a chain of adds;
+/// DeepSeek's full iteration under tp and cp (router gradient scatter, the auxiliary loss
+/// shares).
+fn known_open(plan: &Plan) -> bool {
+    plan.train.zero.is_some()
+        || plan.train.clip_grad.is_some()
+        || (plan.model == "deepseek"
+            && !plan.forward_only
+            && (plan.mesh.contains("tp") || plan.mesh.contains("cp"))
+            && !plan.sequence_parallel
+            && plan.microbatches == 1)
+}
+
+#[test]
+fn correct_zoo_plans_have_no_findings_and_no_unknowns() {
+    let mut checked = 0;
+    let mut failures = Vec::new();
+    for plan in correct_plans() {
+        if known_open(&plan) {
+            continue;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let Ok(case) = plan.emit(dir.path()) else {
+            continue;
+        };
+        let case = shardproof_case::load_case(&case).unwrap();
+        let report = check_case(&case).unwrap();
+        checked += 1;
+        if report.verdict != Verdict::Holds || report.unknown_values > 0 {
+            failures.push(format!("{}:\n{}", plan.label(), report.render()));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(checked >= 50, "only {checked} plans checked");
+}
+
+/// Plants `bug` in `plan` and returns the findings of check `check` as (node, op).
+fn found(plan: Plan, bug: &str, check_name: &str) -> Vec<(String, String)> {
+    let plan = Plan {
+        bug: Some(find_bug(bug).unwrap()),
+        ..plan
+    };
+    let report = check(&plan);
+    assert_eq!(
+        report.verdict,
+        Verdict::Violated,
+        "{}:\n{}",
+        plan.label(),
+        report.render()
+    );
+    let hits: Vec<(String, String)> = report
+        .findings
+        .iter()
+        .filter(|f| f.check.name() == check_name)
+        .map(|f| (f.node.clone(), f.op.clone().unwrap_or_default()))
+        .collect();
+    assert!(
+        !hits.is_empty(),
+        "{}: no {check_name} finding:\n{}",
+        plan.label(),
+        report.render()
+    );
+    hits
+}
+
+#[test]
+fn missing_allreduce_after_row_parallel_matmul() {
+    // mlp: the bias is added to fc2's partial sum.
+    let hits = found(
+        Plan::new("mlp", "tp=2", true),
+        "tp-missing-allreduce",
+        "spmd-type",
+    );
+    assert_eq!(
+        hits[0],
+        ("add_1".to_string(), "aten.add.Tensor".to_string()),
+        "{hits:?}"
+    );
+    // llama: the attention output projection's partial sum is caught, for now, only at the
+    // loss (the postcondition; open: find it at the residual add).
+    let hits = found(
+        Plan::new("llama", "tp=2", true),
+        "llama-oproj-missing-allreduce",
+        "postcondition",
+    );
+    assert!(!hits.is_empty(), "{hits:?}");
+}
+
+#[test]
+fn bias_before_allreduce() {
+    let hits = found(
+        Plan::new("mlp", "tp=2", true),
+        "tp-bias-before-allreduce",
+        "spmd-type",
+    );
+    assert!(hits[0].1.starts_with("aten.add"), "{hits:?}");
+}
+
+#[test]
+fn wrong_group_all_reduce() {
+    let hits = found(
+        Plan::new("mlp", "dp=2,tp=2", true),
+        "wrong-group",
+        "comm-legality",
+    );
+    assert!(hits[0].1.contains("all_reduce"), "{hits:?}");
+}
+
+#[test]
+fn norm_on_sharded_hidden_dim() {
+    let hits = found(
+        Plan::new("deepseek", "tp=2", true),
+        "norm-sharded-hidden",
+        "spmd-type",
+    );
+    assert!(!hits.is_empty());
+}
+
+#[test]
+fn async_all_reduce_without_wait() {
+    let plan = Plan::new("mlp", "tp=2", false);
+    let hits = found(plan, "async-allreduce-no-wait", "missing-wait");
+    assert!(!hits.is_empty());
+}
+
+#[test]
+fn mismatched_send_recv() {
+    let plan = Plan {
+        microbatches: 2,
+        ..Plan::new("mlp", "pp=2", false)
+    };
+    let hits = found(plan, "pp-mismatched-send-recv", "dependency-violation");
+    assert!(hits.iter().any(|(_, op)| op.contains("recv")), "{hits:?}");
+}
+
+#[test]
+fn unmasked_vocab_embedding() {
+    let plan = Plan {
+        vocab_parallel: true,
+        ..Plan::new("llama", "tp=2", true)
+    };
+    let hits = found(plan, "llama-vocab-embedding-unmasked", "spmd-type");
+    assert!(hits[0].1.contains("all_reduce"), "{hits:?}");
+}
+
+#[test]
+fn reports_are_deterministic() {
+    let plan = Plan {
+        bug: find_bug("tp-missing-allreduce"),
+        ..Plan::new("mlp", "dp=2,tp=2", false)
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let case = shardproof_case::load_case(&plan.emit(dir.path()).unwrap()).unwrap();
+    let a = serde_json::to_string(&check_case(&case).unwrap()).unwrap();
+    let b = serde_json::to_string(&check_case(&case).unwrap()).unwrap();
+    assert_eq!(a, b);
+    assert_eq!(
+        check_case(&case).unwrap().render(),
+        check_case(&case).unwrap().render()
+    );
+}

@@ -16,9 +16,13 @@ use shardproof_ops::Meta;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+/// A spec tensor's relation: expressions over implementation tensors (all equal to it), and
+/// what the next operators need to reach the ranks' tensors from them.
 #[derive(Clone, Debug)]
 pub(super) struct Rel {
+    /// The expressions, simplest first.
     pub(super) exprs: Vec<RecExpr<Term>>,
+    /// Whether they are clean (only leaves, layout operators and rank reductions).
     pub(super) clean: bool,
     /// Groups of implementation tensors proven equal (replicas) among those the expressions
     /// use, so the next operator knows every rank's copy.
@@ -54,8 +58,10 @@ impl Rel {
     }
 }
 
+/// What inference knows about a spec tensor (its entry in the relation R of Listing 1).
 #[derive(Clone, Debug)]
 pub(super) enum State {
+    /// A relation, clean or not.
     Related(Rel),
     /// No relation: an input the case does not relate, or beyond a non-clean expression cap.
     Unrelated(String),
@@ -65,13 +71,23 @@ pub(super) enum State {
     Blocked(String),
 }
 
+/// The implementation as inference reads it ([`build_impl`]): the ranks' programs lowered to
+/// terms once, with what exploration looks up.
 pub(super) struct Impl<'a> {
+    /// The case.
     pub(super) case: &'a Case,
+    /// Per rank, node and output: its inferred meta.
     pub(super) metas: Vec<Vec<Vec<Option<Meta>>>>,
+    /// Every rank value's lowering (the cut values have none).
     pub(super) lowered: HashMap<ValueRef, Lowered>,
+    /// Aliases (views that rename, recvs) to the value at the end of their chain.
     pub(super) canon: HashMap<ValueRef, ValueRef>,
+    /// Per canonical rank value: the (rank, node) terms that read it.
     pub(super) consumers: HashMap<ValueRef, Vec<(usize, usize)>>,
+    /// Rank values computed from constants only.
     pub(super) const_only: HashSet<ValueRef>,
+    /// Rank values of the case's cuts (`inputs:` entries that are no graph inputs): leaves,
+    /// their producers never lowered.
     pub(super) cut: HashSet<ValueRef>,
     /// Module constants of unknown value (see [`unknown_constants`]).
     pub(super) unknown_consts: HashSet<ValueRef>,

@@ -1,22 +1,30 @@
 //! Importers (and the JSON exporter) that turn graph files into the shardproof IR.
 //!
-//! Two formats are read: torch.fx "readable" text ([`parse_fx`], what `print_readable()`,
-//! torch.export and AOTAutograd print) and the JSON graph format ([`from_json`], documented in
-//! `docs/formats/graph-json.md`), which [`to_json`] writes losslessly.
+//! Three formats are read: torch.fx "readable" text ([`parse_fx`], what `print_readable()`,
+//! torch.export and AOTAutograd print), XLA HLO module text ([`parse_hlo`], what JAX's
+//! `lower(...).as_text(dialect="hlo")` and `compile().as_text()` print; `docs/formats/hlo.md`)
+//! and the JSON graph format ([`from_json`], documented in `docs/formats/graph-json.md`), which
+//! [`to_json`] writes losslessly.
 
 #![warn(missing_docs)]
 
 mod fx;
+mod hlo;
 mod json;
 
-pub use fx::{parse_fx, parse_fx_lenient, FxParse, ParseStats};
+pub use fx::{parse_fx, FxParse, ParseStats};
+pub use hlo::{
+    hlo_device_from_path, hlo_groups, hlo_groups_yaml, is_hlo_path, looks_like_hlo,
+    parse_group_name, parse_hlo, HloParse,
+};
 pub use json::{from_json, json_schema, to_json};
 
 use shardproof_ir::{Graph, SourceError};
 use std::path::Path;
 
-/// Reads a graph file, choosing the format by extension (`.json`: JSON graph; anything else:
-/// torch.fx readable text).
+/// Reads a graph file, choosing the format by extension (`.json`: JSON graph; `.hlo` or
+/// `.hlo.txt`, or text whose first line starts with `HloModule`: HLO text, imported for the
+/// device a `NAME.devK.hlo` file name gives; anything else: torch.fx readable text).
 ///
 /// A JSON graph without a `path` gets the JSON file's path, so that diagnostics can name it.
 pub fn load_graph(path: &Path) -> Result<Graph, SourceError> {
@@ -28,6 +36,9 @@ pub fn load_graph(path: &Path) -> Result<Graph, SourceError> {
     let is_json = path
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("json"));
+    if !is_json && (is_hlo_path(path) || looks_like_hlo(text)) {
+        return Ok(parse_hlo(text, path, hlo_device_from_path(path))?.graph);
+    }
     if is_json {
         let mut g = from_json(text, path)?;
         if g.path.is_none() {
@@ -37,6 +48,22 @@ pub fn load_graph(path: &Path) -> Result<Graph, SourceError> {
     } else {
         Ok(parse_fx(text, path)?.graph)
     }
+}
+
+/// Parses torch.fx readable text, leaving the lines it does not understand in
+/// [`ParseStats::unparsed`] instead of failing on them. HLO module text (a first line starting
+/// with `HloModule`, or a `.hlo` / `.hlo.txt` path) is read by the HLO importer instead, so that
+/// a parse-coverage report over any graph file counts its lines.
+pub fn parse_fx_lenient(text: &str, file: &Path) -> Result<FxParse, SourceError> {
+    if is_hlo_path(file) || looks_like_hlo(text) {
+        let h = parse_hlo(text, file, hlo_device_from_path(file))?;
+        return Ok(FxParse {
+            graph: h.graph,
+            subgraphs: Vec::new(),
+            stats: h.stats,
+        });
+    }
+    fx::parse_fx_lenient(text, file)
 }
 
 /// The longest excerpt of the input a diagnostic quotes, in characters ([`excerpt`]).

@@ -1,0 +1,1765 @@
+//! One HLO instruction to the registry's operators (the table in `docs/formats/hlo.md`).
+
+use super::groups::parse_pairs;
+use super::lit::{parse_literal, wrap_int, Lit, LitData};
+use super::lower::{elem_dtype, flatten_val, int_list, Lowerer, Val};
+use super::parse::{perr, Computation, Instr, PErr, Shape};
+use shardproof_ir::{Arg, DType, ValueId};
+use std::rc::Rc;
+
+type R<T> = Result<T, PErr>;
+
+fn ints(v: &[i64]) -> Arg {
+    Arg::List(v.iter().map(|&i| Arg::Int(i)).collect())
+}
+
+fn is_int(elem: &str) -> bool {
+    elem.starts_with('s') || elem.starts_with('u')
+}
+
+fn is_float(elem: &str) -> bool {
+    elem.starts_with('f') || elem == "bf16"
+}
+
+/// The array shape of the instruction, or `None` for tuples and dynamic shapes.
+fn arr(ins: &Instr) -> Option<(&str, &[i64])> {
+    match &ins.shape {
+        Shape::Array {
+            elem,
+            dims,
+            dynamic: false,
+            ..
+        } => Some((elem, dims)),
+        _ => None,
+    }
+}
+
+fn arity(ins: &Instr, ops: &[Val], n: usize) -> R<()> {
+    if ops.len() == n {
+        Ok(())
+    } else {
+        Err(perr(
+            ins.line,
+            ins.col,
+            format!("`{}` takes {n} operand(s), found {}", ins.opcode, ops.len()),
+            "check the instruction's operand list",
+        ))
+    }
+}
+
+fn attr_ints(ins: &Instr, key: &str) -> R<Option<Vec<i64>>> {
+    ins.attr(key).map(|a| int_list(a, ins.line)).transpose()
+}
+
+fn is_identity(perm: &[i64]) -> bool {
+    perm.iter().enumerate().all(|(i, &p)| p == i as i64)
+}
+
+/// Where `binary` ops come from: the ATen base name, and how a scalar may be passed.
+fn binary_op(opcode: &str, elem: &str) -> Option<&'static str> {
+    let int = is_int(elem);
+    let pred = elem == "pred";
+    Some(match opcode {
+        "add" => "add",
+        "subtract" => "sub",
+        "multiply" => "mul",
+        "divide" if !int && !pred => "div",
+        "divide" if int => "div_trunc",
+        "maximum" => "maximum",
+        "minimum" => "minimum",
+        "power" if !int && !pred => "pow",
+        "remainder" if !pred => "fmod",
+        "atan2" if !int && !pred => "atan2",
+        "and" if pred => "logical_and",
+        "or" if pred => "logical_or",
+        "xor" if pred => "logical_xor",
+        "and" if int => "bitwise_and",
+        "or" if int => "bitwise_or",
+        "xor" if int => "bitwise_xor",
+        _ => return None,
+    })
+}
+
+fn fold_binary(opcode: &str, elem: &str, x: f64, y: f64) -> Option<f64> {
+    let v = match opcode {
+        "add" => x + y,
+        "subtract" => x - y,
+        "multiply" => x * y,
+        "divide" if y != 0.0 => (x / y).trunc(),
+        "remainder" if y != 0.0 => x % y,
+        "maximum" => x.max(y),
+        "minimum" => x.min(y),
+        "and" => ((x as i64) & (y as i64)) as f64,
+        "or" => ((x as i64) | (y as i64)) as f64,
+        "xor" => ((x as i64) ^ (y as i64)) as f64,
+        _ => return None,
+    };
+    Some(if elem == "pred" {
+        (v != 0.0) as i64 as f64
+    } else {
+        wrap_int(elem, v)
+    })
+}
+
+fn unary_op(opcode: &str, elem: &str) -> Option<&'static str> {
+    let float = is_float(elem);
+    Some(match opcode {
+        "negate" if elem != "pred" => "aten.neg.default",
+        "abs" if elem != "pred" => "aten.abs.default",
+        "sign" if elem != "pred" => "aten.sign.default",
+        "floor" if float => "aten.floor.default",
+        "ceil" if float => "aten.ceil.default",
+        "round-nearest-even" if float => "aten.round.default",
+        "sqrt" if float => "aten.sqrt.default",
+        "rsqrt" if float => "aten.rsqrt.default",
+        "exponential" if float => "aten.exp.default",
+        "exponential-minus-one" if float => "aten.expm1.default",
+        "log" if float => "aten.log.default",
+        "log-plus-one" if float => "aten.log1p.default",
+        "tanh" if float => "aten.tanh.default",
+        "logistic" if float => "aten.sigmoid.default",
+        "sine" if float => "aten.sin.default",
+        "cosine" if float => "aten.cos.default",
+        "tan" if float => "aten.tan.default",
+        "erf" if float => "aten.erf.default",
+        "not" => "aten.bitwise_not.default",
+        _ => return None,
+    })
+}
+
+fn compare_op(dir: &str) -> Option<&'static str> {
+    Some(match dir {
+        "EQ" => "eq",
+        "NE" => "ne",
+        "LT" => "lt",
+        "LE" => "le",
+        "GT" => "gt",
+        "GE" => "ge",
+        _ => return None,
+    })
+}
+
+fn word_attr<'a>(ins: &'a Instr, key: &str) -> Option<&'a str> {
+    ins.attr(key)
+        .and_then(|a| a.toks.first())
+        .and_then(|t| match &t.tok {
+            super::lex::Tok::Word(w) | super::lex::Tok::Str(w) => Some(w.as_str()),
+            _ => None,
+        })
+}
+
+/// What a two-parameter reduction computation computes: `add`, `maximum`, ... of its
+/// parameters, or `None`.
+fn region_op(comp: &Computation) -> Option<&str> {
+    let root = comp.instrs.get(comp.root)?;
+    if root.operands.len() != 2 || comp.instrs.len() != 3 {
+        return None;
+    }
+    let params: Vec<&Instr> = comp
+        .instrs
+        .iter()
+        .filter(|i| i.opcode == "parameter")
+        .collect();
+    if params.len() != 2 {
+        return None;
+    }
+    let mut names: Vec<&str> = root.operands.iter().map(String::as_str).collect();
+    names.sort_unstable();
+    let mut pn: Vec<&str> = params.iter().map(|p| p.name.as_str()).collect();
+    pn.sort_unstable();
+    (names == pn).then_some(root.opcode.as_str())
+}
+
+impl Lowerer<'_> {
+    fn v(&mut self, ins: &Instr, x: &Val) -> R<(ValueId, String, Vec<i64>)> {
+        self.value(ins, x)
+    }
+
+    fn reshape_to(
+        &mut self,
+        ins: &Instr,
+        sfx: &str,
+        x: ValueId,
+        elem: &str,
+        from: &[i64],
+        to: &[i64],
+    ) -> ValueId {
+        if from == to {
+            return x;
+        }
+        let v = self.call(
+            ins,
+            sfx,
+            "aten.reshape.default",
+            vec![Arg::Value(x), ints(to)],
+            vec![],
+            elem,
+            to,
+        );
+        self.id(v)
+    }
+
+    fn permute(
+        &mut self,
+        ins: &Instr,
+        sfx: &str,
+        x: ValueId,
+        elem: &str,
+        dims: &[i64],
+        perm: &[i64],
+    ) -> (ValueId, Vec<i64>) {
+        let out: Vec<i64> = perm.iter().map(|&p| dims[p as usize]).collect();
+        if is_identity(perm) {
+            return (x, out);
+        }
+        let v = self.call(
+            ins,
+            sfx,
+            "aten.permute.default",
+            vec![Arg::Value(x), ints(perm)],
+            vec![],
+            elem,
+            &out,
+        );
+        (self.id(v), out)
+    }
+
+    fn id(&self, v: Val) -> ValueId {
+        match v {
+            Val::Ir(id, ..) => id,
+            _ => unreachable!("call returns a graph value"),
+        }
+    }
+
+    /// A scalar or tensor operand of an elementwise op: a uniform literal passes as a 0-d
+    /// `scalar_tensor` (broadcast by the operator), anything else as a graph value.
+    fn elem_arg(&mut self, ins: &Instr, x: &Val) -> R<Arg> {
+        if let Val::Lit(l) = x {
+            if let (Some(v), Some(d)) = (l.uniform(), elem_dtype(&l.elem)) {
+                if !l.dims.is_empty() {
+                    let s = Lit {
+                        elem: l.elem.clone(),
+                        dims: vec![],
+                        data: LitData::Uniform(v),
+                    };
+                    let _ = d;
+                    let id = self.v(ins, &Val::Lit(Rc::new(s)))?.0;
+                    return Ok(Arg::Value(id));
+                }
+            }
+        }
+        Ok(Arg::Value(self.v(ins, x)?.0))
+    }
+
+    fn binary(&mut self, ins: &Instr, a: &Val, b: &Val) -> R<Val> {
+        let Some((elem, dims)) = arr(ins) else {
+            return self.opaque(ins, &[a.clone(), b.clone()]);
+        };
+        let opnd_elem = match a {
+            Val::Ir(_, e, _) => e.clone(),
+            Val::Lit(l) => l.elem.clone(),
+            Val::Tuple(_) => return self.opaque(ins, &[a.clone(), b.clone()]),
+        };
+        if let (Some(x), Some(y)) = (Self::lit(a), Self::lit(b)) {
+            if (is_int(elem) || elem == "pred") && x.numel() <= Self::fold_limit() {
+                let op = ins.opcode.clone();
+                let e = elem.to_string();
+                if let Some(l) = Lit::map(&[x, y], elem, |v| {
+                    fold_binary(&op, &e, v[0], v[1]).unwrap_or(f64::NAN)
+                }) {
+                    let ok = match &l.data {
+                        LitData::Uniform(v) => !v.is_nan(),
+                        LitData::Dense(d) => d.iter().all(|v| !v.is_nan()),
+                    };
+                    if ok {
+                        return Ok(Val::Lit(Rc::new(l)));
+                    }
+                }
+            }
+        }
+        let Some(op) = binary_op(&ins.opcode, &opnd_elem) else {
+            return self.opaque(ins, &[a.clone(), b.clone()]);
+        };
+        if elem_dtype(elem).is_none() {
+            return self.opaque(ins, &[a.clone(), b.clone()]);
+        }
+        // A uniform literal operand passes as a Python scalar where ATen takes one.
+        let scalar = |v: &Val| -> Option<Arg> {
+            let l = Self::lit(v)?;
+            let s = l.uniform()?;
+            Some(if l.elem == "pred" {
+                return None;
+            } else if is_int(&l.elem) {
+                Arg::Int(s as i64)
+            } else {
+                Arg::Float(s)
+            })
+        };
+        // Exact IEEE identities (NaN and signed zeros included): `maximum(x, -inf)` (JAX's
+        // softmax guard, which XLA's compiler drops), `minimum(x, inf)`, `x * 1`, `x / 1`.
+        let ident = |x: &Val, y: &Val, swap_ok: bool| -> Option<Val> {
+            let c = Self::lit(y)?.uniform()?;
+            if Self::lit(x).is_some() || !is_float(elem) {
+                return None;
+            }
+            let hit = match op {
+                "maximum" => c == f64::NEG_INFINITY,
+                "minimum" => c == f64::INFINITY,
+                "mul" => c == 1.0,
+                "div" => c == 1.0 && !swap_ok,
+                _ => false,
+            };
+            hit.then(|| x.clone())
+        };
+        if let Some(v) = ident(a, b, false).or_else(|| ident(b, a, true).filter(|_| op != "div")) {
+            if matches!(&v, Val::Ir(_, e, d) if e == elem && d.as_slice() == dims) {
+                return Ok(v);
+            }
+        }
+        let commutes = matches!(op, "add" | "mul" | "maximum" | "minimum");
+        let (a, b) = if commutes && Self::lit(a).is_some() && Self::lit(b).is_none() {
+            (b, a)
+        } else {
+            (a, b)
+        };
+        if matches!(op, "add" | "sub" | "mul" | "div") && Self::lit(a).is_none() {
+            if let Some(s) = scalar(b) {
+                let x = self.v(ins, a)?.0;
+                // `add.Scalar` / `sub.Scalar` for sums with a scalar, `mul.Tensor` /
+                // `div.Tensor` with a scalar for products: the forms torch's own captures use.
+                let overload = if matches!(op, "add" | "sub") {
+                    "Scalar"
+                } else {
+                    "Tensor"
+                };
+                return Ok(self.call(
+                    ins,
+                    "",
+                    &format!("aten.{op}.{overload}"),
+                    vec![Arg::Value(x), s],
+                    vec![],
+                    elem,
+                    dims,
+                ));
+            }
+        }
+        if op == "sub" && Self::lit(b).is_none() {
+            if let Some(s) = scalar(a) {
+                let y = self.v(ins, b)?.0;
+                return Ok(self.call(
+                    ins,
+                    "",
+                    "aten.rsub.Scalar",
+                    vec![Arg::Value(y), s],
+                    vec![],
+                    elem,
+                    dims,
+                ));
+            }
+        }
+        // Both literals (float): the first becomes a full tensor so the result has the shape.
+        let x = if Self::lit(a).is_some() && Self::lit(b).is_some() {
+            Arg::Value(self.v(ins, a)?.0)
+        } else {
+            self.elem_arg(ins, a)?
+        };
+        let y = self.elem_arg(ins, b)?;
+        let (name, kwargs) = match op {
+            "div_trunc" => (
+                "aten.div.Tensor_mode",
+                vec![("rounding_mode".to_string(), Arg::Str("trunc".into()))],
+            ),
+            "maximum" => ("aten.maximum.default", vec![]),
+            "minimum" => ("aten.minimum.default", vec![]),
+            "pow" => ("aten.pow.Tensor_Tensor", vec![]),
+            "fmod" => ("aten.fmod.Tensor", vec![]),
+            "atan2" => ("aten.atan2.default", vec![]),
+            "logical_and" => ("aten.logical_and.default", vec![]),
+            "logical_or" => ("aten.logical_or.default", vec![]),
+            "logical_xor" => ("aten.logical_xor.default", vec![]),
+            "bitwise_and" => ("aten.bitwise_and.Tensor", vec![]),
+            "bitwise_or" => ("aten.bitwise_or.Tensor", vec![]),
+            "bitwise_xor" => ("aten.bitwise_xor.Tensor", vec![]),
+            "add" => ("aten.add.Tensor", vec![]),
+            "sub" => ("aten.sub.Tensor", vec![]),
+            "mul" => ("aten.mul.Tensor", vec![]),
+            _ => ("aten.div.Tensor", vec![]),
+        };
+        Ok(self.call(ins, "", name, vec![x, y], kwargs, elem, dims))
+    }
+
+    fn broadcast(
+        &mut self,
+        ins: &Instr,
+        x: &Val,
+        out: &[i64],
+        elem: &str,
+        bdims: &[i64],
+    ) -> R<Val> {
+        if let Some(l) = Self::lit(x) {
+            if l.dims.len() == bdims.len() {
+                if let Some(r) = l.broadcast(out, bdims) {
+                    return Ok(Val::Lit(Rc::new(r)));
+                }
+            }
+        }
+        let (id, e, dims) = self.v(ins, x)?;
+        if dims.len() != bdims.len() || bdims.iter().any(|&b| b < 0 || b as usize >= out.len()) {
+            return Err(perr(
+                ins.line,
+                ins.col,
+                "broadcast `dimensions` do not match the operand's rank or the result's",
+                "broadcast maps each operand dim to a result dim",
+            ));
+        }
+        // Order the operand's dims like the result's, then insert 1s and expand.
+        let mut order: Vec<i64> = (0..bdims.len() as i64).collect();
+        order.sort_by_key(|&i| bdims[i as usize]);
+        let (id, pdims) = self.permute(ins, "permute", id, &e, &dims, &order);
+        let mut sorted: Vec<i64> = bdims.to_vec();
+        sorted.sort_unstable();
+        let mut shape = vec![1i64; out.len()];
+        for (k, &b) in sorted.iter().enumerate() {
+            shape[b as usize] = pdims[k];
+        }
+        let id = self.reshape_to(ins, "reshape", id, &e, &pdims, &shape);
+        if shape == out {
+            if id == self.v(ins, x)?.0 {
+                return Ok(self.call(
+                    ins,
+                    "",
+                    "aten.alias.default",
+                    vec![Arg::Value(id)],
+                    vec![],
+                    elem,
+                    out,
+                ));
+            }
+            return Ok(Val::Ir(id, elem.to_string(), out.to_vec()));
+        }
+        Ok(self.call(
+            ins,
+            "",
+            "aten.expand.default",
+            vec![Arg::Value(id), ints(out)],
+            vec![],
+            elem,
+            out,
+        ))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn slice(
+        &mut self,
+        ins: &Instr,
+        x: &Val,
+        starts: &[i64],
+        limits: &[i64],
+        steps: &[i64],
+        elem: &str,
+        out: &[i64],
+    ) -> R<Val> {
+        if let Some(l) = Self::lit(x) {
+            if let Some(r) = l.slice(starts, steps, out) {
+                return Ok(Val::Lit(Rc::new(r)));
+            }
+        }
+        let (mut id, e, dims) = self.v(ins, x)?;
+        let mut cur = dims.clone();
+        let mut sliced = false;
+        for d in 0..dims.len() {
+            if starts[d] == 0 && limits[d] == dims[d] && steps[d] == 1 {
+                continue;
+            }
+            cur[d] = out[d];
+            let v = self.call(
+                ins,
+                &format!("slice{d}"),
+                "aten.slice.Tensor",
+                vec![
+                    Arg::Value(id),
+                    Arg::Int(d as i64),
+                    Arg::Int(starts[d]),
+                    Arg::Int(limits[d]),
+                    Arg::Int(steps[d]),
+                ],
+                vec![],
+                &e,
+                &cur,
+            );
+            id = self.id(v);
+            sliced = true;
+        }
+        if !sliced {
+            return Ok(x.clone());
+        }
+        Ok(Val::Ir(id, elem.to_string(), out.to_vec()))
+    }
+
+    /// Moves dim `d` to the front (`to_front`) or back from the front.
+    #[allow(clippy::too_many_arguments)]
+    fn move_dim(
+        &mut self,
+        ins: &Instr,
+        sfx: &str,
+        x: ValueId,
+        elem: &str,
+        dims: &[i64],
+        d: usize,
+        to_front: bool,
+    ) -> (ValueId, Vec<i64>) {
+        let n = dims.len();
+        let mut perm: Vec<i64> = (0..n as i64).collect();
+        if to_front {
+            perm.remove(d);
+            perm.insert(0, d as i64);
+        } else {
+            // inverse of the above
+            let mut p: Vec<i64> = (1..n as i64).collect();
+            p.insert(d, 0);
+            perm = p;
+        }
+        self.permute(ins, sfx, x, elem, dims, &perm)
+    }
+}
+
+pub(crate) fn lower_instr(l: &mut Lowerer, ins: &Instr, ops: &[Val]) -> R<Val> {
+    let op = ins.opcode.as_str();
+    let shape = arr(ins);
+    match op {
+        "constant" => {
+            let Some((elem, dims)) = shape else {
+                return l.opaque(ins, ops);
+            };
+            return match parse_literal(&ins.inner, elem, dims, ins.line, ins.col)? {
+                Some(lit) if lit.numel() <= Lowerer::fold_limit() => Ok(Val::Lit(Rc::new(lit))),
+                _ => l.opaque(ins, ops),
+            };
+        }
+        "tuple" => return Ok(Val::Tuple(ops.to_vec())),
+        "get-tuple-element" => {
+            arity(ins, ops, 1)?;
+            let idx = word_attr(ins, "index").and_then(|w| w.parse::<usize>().ok());
+            return match (&ops[0], idx) {
+                (Val::Tuple(items), Some(i)) if i < items.len() => Ok(items[i].clone()),
+                _ => Err(perr(
+                    ins.line,
+                    ins.col,
+                    "get-tuple-element needs a tuple operand and an `index=` within it",
+                    "e.g. `get-tuple-element(%t), index=0`",
+                )),
+            };
+        }
+        "copy" | "copy-start" | "copy-done" | "optimization-barrier" | "opt-barrier" => {
+            arity(ins, ops, 1)?;
+            return Ok(ops[0].clone());
+        }
+        "add-dependency" => {
+            arity(ins, ops, 2)?;
+            return Ok(ops[0].clone());
+        }
+        "partition-id" | "replica-id" => {
+            let single = if op == "partition-id" {
+                l.m.num_partitions.unwrap_or(1) <= 1
+            } else {
+                l.m.replica_count.unwrap_or(1) <= 1
+            };
+            let known = if single {
+                Some(0)
+            } else if (op == "partition-id" && l.m.replica_count.unwrap_or(1) <= 1)
+                || (op == "replica-id" && l.m.num_partitions.unwrap_or(1) <= 1)
+            {
+                l.device
+            } else {
+                None
+            };
+            return match (known, shape) {
+                (Some(d), Some((elem, _))) => Ok(Val::Lit(Rc::new(Lit {
+                    elem: elem.to_string(),
+                    dims: vec![],
+                    data: LitData::Uniform(d as f64),
+                }))),
+                _ => l.opaque(ins, ops),
+            };
+        }
+        "fusion" | "call" | "async-start" => {
+            let key = if ins.attr("calls").is_some() {
+                "calls"
+            } else {
+                "to_apply"
+            };
+            let comp = l.computation(ins, key)?;
+            return l.lower_comp(comp, ops);
+        }
+        "custom-call" => {
+            let target =
+                ins.attr("custom_call_target")
+                    .and_then(|a| match a.toks.first().map(|t| &t.tok) {
+                        Some(super::lex::Tok::Str(s)) => Some(s.as_str()),
+                        _ => None,
+                    });
+            // Sharding annotations: the identity on values (the unpartitioned program's view).
+            let annotation = matches!(
+                target,
+                Some("Sharding" | "xla.sdy.Sharding" | "xla.sdy.FuncResultSharding")
+            );
+            if annotation && ops.len() == 1 {
+                let same = match (&ops[0], arr(ins)) {
+                    (Val::Ir(_, e, d), Some((elem, dims))) => e == elem && d.as_slice() == dims,
+                    (Val::Lit(x), Some((elem, dims))) => {
+                        x.elem == elem && x.dims.as_slice() == dims
+                    }
+                    _ => false,
+                };
+                if same {
+                    return Ok(ops[0].clone());
+                }
+            }
+            return l.opaque(ins, ops);
+        }
+        "all-reduce-done" | "all-gather-done" | "collective-permute-done" | "async-done" => {
+            arity(ins, ops, 1)?;
+            return Ok(match &ops[0] {
+                Val::Tuple(items) if items.len() >= 2 && op != "all-reduce-done" => {
+                    items[1].clone()
+                }
+                v => v.clone(),
+            });
+        }
+        _ => {}
+    }
+    let Some((elem, dims)) = shape else {
+        return match op {
+            "all-reduce" | "all-reduce-start" | "all-to-all" | "all-gather"
+            | "all-gather-start" | "reduce-scatter" => collective(l, ins, ops),
+            "collective-permute-start" => collective_permute(l, ins, ops),
+            _ => l.opaque(ins, ops),
+        };
+    };
+    let (elem, dims) = (elem.to_string(), dims.to_vec());
+    let elem = elem.as_str();
+    if let Some(aten) = unary_op(
+        op,
+        ops.first().map_or(elem, |v| match v {
+            Val::Ir(_, e, _) => e.as_str(),
+            Val::Lit(l) => l.elem.as_str(),
+            Val::Tuple(_) => "",
+        }),
+    ) {
+        arity(ins, ops, 1)?;
+        if let Some(x) = Lowerer::lit(&ops[0]) {
+            if is_int(elem) || elem == "pred" {
+                let f: Option<fn(f64) -> f64> = match op {
+                    "negate" => Some(|v| -v),
+                    "abs" => Some(f64::abs),
+                    "sign" => Some(f64::signum),
+                    _ => None,
+                };
+                let e = elem.to_string();
+                let folded = match (op, f) {
+                    ("not", _) if elem == "pred" => {
+                        Lit::map(&[x], elem, |v| (v[0] == 0.0) as i64 as f64)
+                    }
+                    ("not", _) => Lit::map(&[x], elem, |v| wrap_int(&e, !(v[0] as i64) as f64)),
+                    (_, Some(f)) => Lit::map(&[x], elem, |v| {
+                        wrap_int(
+                            &e,
+                            if v[0] == 0.0 && op == "sign" {
+                                0.0
+                            } else {
+                                f(v[0])
+                            },
+                        )
+                    }),
+                    _ => None,
+                };
+                if let Some(r) = folded {
+                    return Ok(Val::Lit(Rc::new(r)));
+                }
+            }
+        }
+        if elem_dtype(elem).is_none() {
+            return l.opaque(ins, ops);
+        }
+        let x = l.value(ins, &ops[0])?.0;
+        return Ok(l.call(ins, "", aten, vec![Arg::Value(x)], vec![], elem, &dims));
+    }
+    if binary_op(
+        op,
+        match &ops.first() {
+            Some(Val::Ir(_, e, _)) => e.as_str(),
+            Some(Val::Lit(x)) => x.elem.as_str(),
+            _ => elem,
+        },
+    )
+    .is_some()
+        || matches!(op, "divide" | "remainder")
+            && ops.len() == 2
+            && ops.iter().all(|v| Lowerer::lit(v).is_some())
+    {
+        arity(ins, ops, 2)?;
+        return l.binary(ins, &ops[0], &ops[1]);
+    }
+    match op {
+        "compare" => {
+            arity(ins, ops, 2)?;
+            let Some(cmp) = word_attr(ins, "direction").and_then(compare_op) else {
+                return l.opaque(ins, ops);
+            };
+            if let (Some(x), Some(y)) = (Lowerer::lit(&ops[0]), Lowerer::lit(&ops[1])) {
+                let f: fn(f64, f64) -> bool = match cmp {
+                    "eq" => |a, b| a == b,
+                    "ne" => |a, b| a != b,
+                    "lt" => |a, b| a < b,
+                    "le" => |a, b| a <= b,
+                    "gt" => |a, b| a > b,
+                    _ => |a, b| a >= b,
+                };
+                if let Some(r) = Lit::map(&[x, y], "pred", |v| f(v[0], v[1]) as i64 as f64) {
+                    return Ok(Val::Lit(Rc::new(r)));
+                }
+            }
+            let a = if Lowerer::lit(&ops[0]).is_some() && Lowerer::lit(&ops[1]).is_none() {
+                l.elem_arg(ins, &ops[0])?
+            } else {
+                Arg::Value(l.value(ins, &ops[0])?.0)
+            };
+            let b = l.elem_arg(ins, &ops[1])?;
+            Ok(l.call(
+                ins,
+                "",
+                &format!("aten.{cmp}.Tensor"),
+                vec![a, b],
+                vec![],
+                elem,
+                &dims,
+            ))
+        }
+        "select" => {
+            arity(ins, ops, 3)?;
+            if let Some(p) = Lowerer::lit(&ops[0]).and_then(|p| p.uniform()) {
+                return Ok(if p != 0.0 {
+                    ops[1].clone()
+                } else {
+                    ops[2].clone()
+                });
+            }
+            if let (Some(p), Some(a), Some(b)) = (
+                Lowerer::lit(&ops[0]),
+                Lowerer::lit(&ops[1]),
+                Lowerer::lit(&ops[2]),
+            ) {
+                if let Some(r) =
+                    Lit::map(&[p, a, b], elem, |v| if v[0] != 0.0 { v[1] } else { v[2] })
+                {
+                    return Ok(Val::Lit(Rc::new(r)));
+                }
+            }
+            let p = l.value(ins, &ops[0])?.0;
+            let a = l.elem_arg(ins, &ops[1])?;
+            let b = l.elem_arg(ins, &ops[2])?;
+            Ok(l.call(
+                ins,
+                "",
+                "aten.where.self",
+                vec![Arg::Value(p), a, b],
+                vec![],
+                elem,
+                &dims,
+            ))
+        }
+        "clamp" => {
+            arity(ins, ops, 3)?;
+            if let (Some(lo), Some(x), Some(hi)) = (
+                Lowerer::lit(&ops[0]),
+                Lowerer::lit(&ops[1]),
+                Lowerer::lit(&ops[2]),
+            ) {
+                if is_int(elem) {
+                    let lo = lo
+                        .broadcast(&x.dims, &[])
+                        .filter(|_| lo.dims.is_empty())
+                        .unwrap_or_else(|| (**lo).clone());
+                    let hi = hi
+                        .broadcast(&x.dims, &[])
+                        .filter(|_| hi.dims.is_empty())
+                        .unwrap_or_else(|| (**hi).clone());
+                    if let Some(r) = Lit::map(&[&lo, x, &hi], elem, |v| v[1].max(v[0]).min(v[2])) {
+                        return Ok(Val::Lit(Rc::new(r)));
+                    }
+                }
+            }
+            let x = l.value(ins, &ops[1])?.0;
+            let lo = l.elem_arg(ins, &ops[0])?;
+            let hi = l.elem_arg(ins, &ops[2])?;
+            Ok(l.call(
+                ins,
+                "",
+                "aten.clamp.Tensor",
+                vec![Arg::Value(x), lo, hi],
+                vec![],
+                elem,
+                &dims,
+            ))
+        }
+        "convert" => {
+            arity(ins, ops, 1)?;
+            if let Some(x) = Lowerer::lit(&ops[0]) {
+                if is_int(&x.elem) || x.elem == "pred" {
+                    let e = elem.to_string();
+                    let r = Lit::map(&[x], elem, |v| {
+                        if e == "pred" {
+                            (v[0] != 0.0) as i64 as f64
+                        } else if is_int(&e) {
+                            wrap_int(&e, v[0])
+                        } else {
+                            v[0]
+                        }
+                    });
+                    if let Some(r) = r {
+                        return Ok(Val::Lit(Rc::new(r)));
+                    }
+                }
+            }
+            let Some(d) = elem_dtype(elem) else {
+                return l.opaque(ins, ops);
+            };
+            let (x, e, _) = l.value(ins, &ops[0])?;
+            if e == elem {
+                return Ok(Val::Ir(x, e, dims));
+            }
+            Ok(l.call(
+                ins,
+                "",
+                "aten._to_copy.default",
+                vec![Arg::Value(x)],
+                vec![("dtype".into(), Arg::Dtype(d))],
+                elem,
+                &dims,
+            ))
+        }
+        "broadcast" => {
+            arity(ins, ops, 1)?;
+            let b = attr_ints(ins, "dimensions")?.unwrap_or_default();
+            l.broadcast(ins, &ops[0], &dims, elem, &b)
+        }
+        "reshape" => {
+            arity(ins, ops, 1)?;
+            if let Some(x) = Lowerer::lit(&ops[0]) {
+                if let Some(r) = x.reshape(&dims) {
+                    return Ok(Val::Lit(Rc::new(r)));
+                }
+            }
+            let (x, e, from) = l.value(ins, &ops[0])?;
+            if from.iter().product::<i64>() != dims.iter().product::<i64>() {
+                return Err(perr(
+                    ins.line,
+                    ins.col,
+                    "reshape changes the number of elements",
+                    "a reshape keeps the element count",
+                ));
+            }
+            if from == dims {
+                return Ok(ops[0].clone());
+            }
+            Ok(l.call(
+                ins,
+                "",
+                "aten.reshape.default",
+                vec![Arg::Value(x)]
+                    .into_iter()
+                    .chain([ints(&dims)])
+                    .collect(),
+                vec![],
+                &e,
+                &dims,
+            ))
+        }
+        "bitcast" => {
+            arity(ins, ops, 1)?;
+            bitcast(l, ins, &ops[0], elem, &dims)
+        }
+        "transpose" => {
+            arity(ins, ops, 1)?;
+            let perm = attr_ints(ins, "dimensions")?.unwrap_or_default();
+            if let Some(x) = Lowerer::lit(&ops[0]) {
+                if let Some(r) = x.transpose(&perm, &dims) {
+                    return Ok(Val::Lit(Rc::new(r)));
+                }
+            }
+            let (x, e, from) = l.value(ins, &ops[0])?;
+            if !valid_perm(&perm, from.len()) {
+                return Err(perr(
+                    ins.line,
+                    ins.col,
+                    "transpose `dimensions` is not a permutation of the operand's dims",
+                    "e.g. `dimensions={1,0}`",
+                ));
+            }
+            if is_identity(&perm) {
+                return Ok(ops[0].clone());
+            }
+            Ok(l.call(
+                ins,
+                "",
+                "aten.permute.default",
+                vec![Arg::Value(x), ints(&perm)],
+                vec![],
+                &e,
+                &dims,
+            ))
+        }
+        "slice" => {
+            arity(ins, ops, 1)?;
+            let Some(a) = ins.attr("slice") else {
+                return Err(perr(
+                    ins.line,
+                    ins.col,
+                    "slice needs a `slice={[start:limit:stride], ...}` attribute",
+                    "as XLA prints it",
+                ));
+            };
+            let spec = slice_spec(a, ins.line)?;
+            let in_dims = match &ops[0] {
+                Val::Ir(_, _, d) => d.clone(),
+                Val::Lit(x) => x.dims.clone(),
+                Val::Tuple(_) => return l.opaque(ins, ops),
+            };
+            if spec.len() != in_dims.len() {
+                return Err(perr(
+                    ins.line,
+                    a.col,
+                    "the slice has a different number of dims than its operand",
+                    "one `[start:limit]` per dim",
+                ));
+            }
+            let starts: Vec<i64> = spec.iter().map(|s| s.0).collect();
+            let limits: Vec<i64> = spec.iter().map(|s| s.1).collect();
+            let steps: Vec<i64> = spec.iter().map(|s| s.2).collect();
+            l.slice(ins, &ops[0], &starts, &limits, &steps, elem, &dims)
+        }
+        "dynamic-slice" => {
+            if ops.is_empty() {
+                return arity(ins, ops, 2).map(|_| unreachable!());
+            }
+            let in_dims = match &ops[0] {
+                Val::Ir(_, _, d) => d.clone(),
+                Val::Lit(x) => x.dims.clone(),
+                Val::Tuple(_) => return l.opaque(ins, ops),
+            };
+            let sizes = attr_ints(ins, "dynamic_slice_sizes")?.unwrap_or_else(|| dims.clone());
+            let Some(offs) = Lowerer::dyn_offsets(&ops[1..]) else {
+                return l.opaque(ins, ops);
+            };
+            if offs.len() != in_dims.len() || sizes.len() != in_dims.len() {
+                return Err(perr(
+                    ins.line,
+                    ins.col,
+                    "dynamic-slice needs one start index and one size per operand dim",
+                    "as XLA prints it",
+                ));
+            }
+            // HLO clamps the start so the slice stays inside the operand.
+            let starts: Vec<i64> = (0..in_dims.len())
+                .map(|d| offs[d].clamp(0, (in_dims[d] - sizes[d]).max(0)))
+                .collect();
+            let limits: Vec<i64> = (0..in_dims.len()).map(|d| starts[d] + sizes[d]).collect();
+            l.slice(
+                ins,
+                &ops[0],
+                &starts,
+                &limits,
+                &vec![1; in_dims.len()],
+                elem,
+                &dims,
+            )
+        }
+        "dynamic-update-slice" => {
+            if ops.len() < 2 {
+                return arity(ins, ops, 3).map(|_| unreachable!());
+            }
+            let Some(offs) = Lowerer::dyn_offsets(&ops[2..]) else {
+                return l.opaque(ins, ops);
+            };
+            let (x, e, xd) = l.value(ins, &ops[0])?;
+            let (u, _, ud) = l.value(ins, &ops[1])?;
+            if offs.len() != xd.len() || ud.len() != xd.len() {
+                return Err(perr(
+                    ins.line,
+                    ins.col,
+                    "dynamic-update-slice needs one start index per operand dim",
+                    "as XLA prints it",
+                ));
+            }
+            let differ: Vec<usize> = (0..xd.len()).filter(|&d| ud[d] != xd[d]).collect();
+            match differ.as_slice() {
+                [] => Ok(Val::Ir(u, e, xd)),
+                [d] => {
+                    let s = offs[*d].clamp(0, xd[*d] - ud[*d]);
+                    Ok(l.call(
+                        ins,
+                        "",
+                        "aten.slice_scatter.default",
+                        vec![
+                            Arg::Value(x),
+                            Arg::Value(u),
+                            Arg::Int(*d as i64),
+                            Arg::Int(s),
+                            Arg::Int(s + ud[*d]),
+                            Arg::Int(1),
+                        ],
+                        vec![],
+                        elem,
+                        &dims,
+                    ))
+                }
+                _ => l.opaque(ins, ops),
+            }
+        }
+        "concatenate" => {
+            let d = attr_ints(ins, "dimensions")?
+                .and_then(|v| v.first().copied())
+                .unwrap_or(0);
+            if d < 0 || d as usize >= dims.len() {
+                return Err(perr(
+                    ins.line,
+                    ins.col,
+                    "concatenate `dimensions` is outside the result's rank",
+                    "e.g. `dimensions={0}`",
+                ));
+            }
+            let lits: Option<Vec<&Rc<Lit>>> = ops.iter().map(Lowerer::lit).collect();
+            if let Some(ls) = lits {
+                let refs: Vec<&Lit> = ls.iter().map(|x| x.as_ref()).collect();
+                if let Some(r) = Lit::concat(&refs, d as usize, &dims) {
+                    return Ok(Val::Lit(Rc::new(r)));
+                }
+            }
+            let mut parts = Vec::new();
+            for o in ops {
+                parts.push(Arg::Value(l.value(ins, o)?.0));
+            }
+            Ok(l.call(
+                ins,
+                "",
+                "aten.cat.default",
+                vec![Arg::List(parts), Arg::Int(d)],
+                vec![],
+                elem,
+                &dims,
+            ))
+        }
+        "iota" => {
+            let d = word_attr(ins, "iota_dimension")
+                .and_then(|w| w.parse::<usize>().ok())
+                .unwrap_or(0);
+            if d >= dims.len() {
+                return Err(perr(
+                    ins.line,
+                    ins.col,
+                    "iota_dimension is outside the shape",
+                    "e.g. `iota_dimension=0`",
+                ));
+            }
+            if is_int(elem) {
+                if let Some(r) = Lit::iota(elem, &dims, d) {
+                    return Ok(Val::Lit(Rc::new(r)));
+                }
+            }
+            let Some(dt) = elem_dtype(elem) else {
+                return l.opaque(ins, ops);
+            };
+            let n = dims[d];
+            let a = l.call(
+                ins,
+                "arange",
+                "aten.arange.default",
+                vec![Arg::Int(n)],
+                vec![("dtype".into(), Arg::Dtype(dt))],
+                elem,
+                &[n],
+            );
+            let seen = Val::Ir(l_id(&a), elem.to_string(), vec![n]);
+            l.broadcast(ins, &seen, &dims, elem, &[d as i64])
+        }
+        "pad" => {
+            arity(ins, ops, 2)?;
+            let Some(pv) = Lowerer::lit(&ops[1]).and_then(|p| p.uniform()) else {
+                return l.opaque(ins, ops);
+            };
+            let Some(cfg) = word_attr(ins, "padding").map(str::to_string) else {
+                return l.opaque(ins, ops);
+            };
+            let mut pads = Vec::new();
+            for part in cfg.split('x') {
+                let nums: Vec<i64> = match part.split('_').map(|p| p.parse::<i64>()).collect() {
+                    Ok(v) => v,
+                    Err(_) => return l.opaque(ins, ops),
+                };
+                match nums.as_slice() {
+                    [lo, hi] | [lo, hi, 0] => pads.push((*lo, *hi)),
+                    _ => return l.opaque(ins, ops),
+                }
+            }
+            let (x, _, xd) = l.value(ins, &ops[0])?;
+            if pads.len() != xd.len() {
+                return l.opaque(ins, ops);
+            }
+            let flat: Vec<i64> = pads.iter().rev().flat_map(|(lo, hi)| [*lo, *hi]).collect();
+            let s = if is_int(elem) {
+                Arg::Int(pv as i64)
+            } else if elem == "pred" {
+                Arg::Bool(pv != 0.0)
+            } else {
+                Arg::Float(pv)
+            };
+            Ok(l.call(
+                ins,
+                "",
+                "aten.constant_pad_nd.default",
+                vec![Arg::Value(x), ints(&flat), s],
+                vec![],
+                elem,
+                &dims,
+            ))
+        }
+        "reverse" => {
+            arity(ins, ops, 1)?;
+            let ds = attr_ints(ins, "dimensions")?.unwrap_or_default();
+            let x = l.value(ins, &ops[0])?.0;
+            if ds.is_empty() {
+                return Ok(ops[0].clone());
+            }
+            Ok(l.call(
+                ins,
+                "",
+                "aten.flip.default",
+                vec![Arg::Value(x), ints(&ds)],
+                vec![],
+                elem,
+                &dims,
+            ))
+        }
+        "reduce" => reduce(l, ins, ops, elem, &dims),
+        "dot" => dot(l, ins, ops, elem, &dims),
+        "all-reduce" | "all-reduce-start" | "all-gather" | "all-gather-start"
+        | "reduce-scatter" | "all-to-all" => collective(l, ins, ops),
+        "collective-permute" | "collective-permute-start" => collective_permute(l, ins, ops),
+        _ => l.opaque(ins, ops),
+    }
+}
+
+fn l_id(v: &Val) -> ValueId {
+    match v {
+        Val::Ir(id, ..) => *id,
+        _ => unreachable!("call returns a graph value"),
+    }
+}
+
+fn valid_perm(perm: &[i64], n: usize) -> bool {
+    let mut seen = vec![false; n];
+    perm.len() == n
+        && perm.iter().all(|&p| {
+            usize::try_from(p)
+                .ok()
+                .and_then(|p| seen.get_mut(p))
+                .is_some_and(|s| !std::mem::replace(s, true))
+        })
+}
+
+/// `{[0:4], [0:16:1]}` -> (start, limit, stride) per dim.
+fn slice_spec(a: &super::parse::Attr, line: usize) -> R<Vec<(i64, i64, i64)>> {
+    let bad = |col| {
+        perr(
+            line,
+            col,
+            "cannot read the slice",
+            "a slice reads `slice={[start:limit], [start:limit:stride], ...}`",
+        )
+    };
+    let t = &a.toks;
+    let mut out = Vec::new();
+    let mut i = 1;
+    if !t.first().is_some_and(|x| x.is_punct("{")) {
+        return Err(bad(a.col));
+    }
+    let num = |i: usize| {
+        t.get(i)
+            .and_then(|x| x.word())
+            .and_then(|w| w.parse::<i64>().ok())
+    };
+    while i < t.len() {
+        if t[i].is_punct("}") {
+            return Ok(out);
+        }
+        if t[i].is_punct(",") {
+            i += 1;
+            continue;
+        }
+        if !t[i].is_punct("[") {
+            return Err(bad(t[i].col));
+        }
+        let s = num(i + 1).ok_or_else(|| bad(t[i].col))?;
+        if !t.get(i + 2).is_some_and(|x| x.is_punct(":")) {
+            return Err(bad(t[i].col));
+        }
+        let e = num(i + 3).ok_or_else(|| bad(t[i].col))?;
+        let (step, next) = if t.get(i + 4).is_some_and(|x| x.is_punct(":")) {
+            (num(i + 5).ok_or_else(|| bad(t[i].col))?, i + 6)
+        } else {
+            (1, i + 4)
+        };
+        if !t.get(next).is_some_and(|x| x.is_punct("]")) || step < 1 || s < 0 || e < s {
+            return Err(bad(t[i].col));
+        }
+        out.push((s, e, step));
+        i = next + 1;
+    }
+    Err(bad(a.col))
+}
+
+/// `bitcast`: a reshape of the values in their physical (layout) order.
+fn bitcast(l: &mut Lowerer, ins: &Instr, x: &Val, elem: &str, dims: &[i64]) -> R<Val> {
+    let out_layout = match &ins.shape {
+        Shape::Array { layout, .. } => layout.clone(),
+        _ => None,
+    };
+    if let Some(lit) = Lowerer::lit(x) {
+        let default = out_layout.as_ref().is_none_or(|lay| is_default_layout(lay));
+        if default && lit.elem == elem {
+            if let Some(r) = lit.reshape(dims) {
+                return Ok(Val::Lit(Rc::new(r)));
+            }
+        }
+    }
+    let (id, e, from) = l.value(ins, x)?;
+    if e != elem || from.iter().product::<i64>() != dims.iter().product::<i64>() {
+        return l.opaque(ins, std::slice::from_ref(x));
+    }
+    // The operand's layout is the one its producer printed; values we create have the default.
+    let in_layout = operand_layout(l, ins);
+    let major = |lay: &Option<Vec<i64>>, n: usize| -> Option<Vec<i64>> {
+        match lay {
+            None => Some((0..n as i64).collect()),
+            Some(m2m) if valid_perm(m2m, n) => Some(m2m.iter().rev().copied().collect()),
+            Some(_) => None,
+        }
+    };
+    let (Some(pin), Some(pout)) = (
+        major(&in_layout, from.len()),
+        major(&out_layout, dims.len()),
+    ) else {
+        return l.opaque(ins, std::slice::from_ref(x));
+    };
+    // logical -> physical (operand), reshape, physical -> logical (result).
+    let (a, phys_in) = l.permute(ins, "phys", id, &e, &from, &pin);
+    let phys_out: Vec<i64> = pout.iter().map(|&p| dims[p as usize]).collect();
+    let b = l.reshape_to(ins, "reshape", a, &e, &phys_in, &phys_out);
+    let mut inv = vec![0i64; pout.len()];
+    for (k, &p) in pout.iter().enumerate() {
+        inv[p as usize] = k as i64;
+    }
+    let (c, _) = l.permute(ins, "", b, &e, &phys_out, &inv);
+    if c == id {
+        return Ok(x.clone());
+    }
+    Ok(Val::Ir(c, elem.to_string(), dims.to_vec()))
+}
+
+fn is_default_layout(lay: &[i64]) -> bool {
+    lay.iter().rev().enumerate().all(|(i, &d)| d == i as i64)
+}
+
+/// The layout the bitcast's operand was printed with (its producer's shape).
+fn operand_layout(l: &Lowerer, ins: &Instr) -> Option<Vec<i64>> {
+    let name = ins.operands.first()?;
+    for c in &l.m.computations {
+        for i in &c.instrs {
+            if &i.name == name {
+                if let Shape::Array { layout, .. } = &i.shape {
+                    return layout.clone();
+                }
+            }
+        }
+    }
+    None
+}
+
+fn reduce(l: &mut Lowerer, ins: &Instr, ops: &[Val], elem: &str, dims: &[i64]) -> R<Val> {
+    if ops.len() != 2 {
+        return l.opaque(ins, ops);
+    }
+    let comp = l.computation(ins, "to_apply")?;
+    let Some(rop) = region_op(comp) else {
+        return l.opaque(ins, ops);
+    };
+    let rd = attr_ints(ins, "dimensions")?.unwrap_or_default();
+    let Some(init) = Lowerer::lit(&ops[1]).and_then(|x| x.uniform()) else {
+        return l.opaque(ins, ops);
+    };
+    let Some(dt) = elem_dtype(elem) else {
+        return l.opaque(ins, ops);
+    };
+    let (aten, identity): (&str, f64) = match (rop, elem) {
+        ("add", e) if e != "pred" => ("aten.sum.dim_IntList", 0.0),
+        ("maximum", e) if is_float(e) => ("aten.amax.default", f64::NEG_INFINITY),
+        ("minimum", e) if is_float(e) => ("aten.amin.default", f64::INFINITY),
+        ("maximum", e) if is_int(e) => ("aten.amax.default", f64::NAN),
+        ("minimum", e) if is_int(e) => ("aten.amin.default", f64::NAN),
+        ("and", "pred") => ("aten.all.dims", 1.0),
+        ("or", "pred") => ("aten.any.dims", 0.0),
+        _ => return l.opaque(ins, ops),
+    };
+    if rd.is_empty() {
+        return l.opaque(ins, ops);
+    }
+    let (x, _, _) = l.value(ins, &ops[0])?;
+    let mut kwargs = Vec::new();
+    let mut args = vec![Arg::Value(x), ints(&rd)];
+    if aten == "aten.sum.dim_IntList" {
+        args.push(Arg::Bool(false));
+        if is_int(elem) {
+            kwargs.push(("dtype".to_string(), Arg::Dtype(dt)));
+        }
+    }
+    let combine = init.to_bits() != identity.to_bits() && !(init == 0.0 && identity == 0.0);
+    let r = l.call(
+        ins,
+        if combine { "reduce" } else { "" },
+        aten,
+        args,
+        kwargs,
+        elem,
+        dims,
+    );
+    if !combine {
+        return Ok(r);
+    }
+    // A non-identity initial value joins the reduction once.
+    let ctor = match rop {
+        "add" => "add",
+        "maximum" => "maximum",
+        "minimum" => "minimum",
+        "and" => "and",
+        _ => "or",
+    };
+    let init_lit = Val::Lit(Rc::new(Lit {
+        elem: elem.to_string(),
+        dims: vec![],
+        data: LitData::Uniform(init),
+    }));
+    let _ = ctor;
+    let mut fake = ins.clone();
+    fake.opcode = rop.to_string();
+    l.binary(&fake, &r, &init_lit)
+}
+
+fn dot(l: &mut Lowerer, ins: &Instr, ops: &[Val], elem: &str, out: &[i64]) -> R<Val> {
+    arity(ins, ops, 2)?;
+    let lb = attr_ints(ins, "lhs_batch_dims")?.unwrap_or_default();
+    let rb = attr_ints(ins, "rhs_batch_dims")?.unwrap_or_default();
+    let lc = attr_ints(ins, "lhs_contracting_dims")?.unwrap_or_default();
+    let rc = attr_ints(ins, "rhs_contracting_dims")?.unwrap_or_default();
+    let (mut x, xe, xd) = l.value(ins, &ops[0])?;
+    let (mut y, ye, yd) = l.value(ins, &ops[1])?;
+    let in_range = |v: &[i64], n: usize| v.iter().all(|&d| d >= 0 && (d as usize) < n);
+    if lb.len() != rb.len()
+        || lc.len() != rc.len()
+        || !in_range(&lb, xd.len())
+        || !in_range(&lc, xd.len())
+        || !in_range(&rb, yd.len())
+        || !in_range(&rc, yd.len())
+    {
+        return Err(perr(
+            ins.line,
+            ins.col,
+            "dot dimension numbers do not fit the operands",
+            "batch and contracting dims pair up and lie within each operand's rank",
+        ));
+    }
+    let Some(dt) = elem_dtype(elem) else {
+        return l.opaque(ins, ops);
+    };
+    // Operands of another element type than the result are converted first (exact for the
+    // bf16 -> f32 products XLA emits with a preferred element type).
+    if xe != elem {
+        x = l_id(&l.call(
+            ins,
+            "lhs_cast",
+            "aten._to_copy.default",
+            vec![Arg::Value(x)],
+            vec![("dtype".into(), Arg::Dtype(dt))],
+            elem,
+            &xd,
+        ));
+    }
+    if ye != elem {
+        y = l_id(&l.call(
+            ins,
+            "rhs_cast",
+            "aten._to_copy.default",
+            vec![Arg::Value(y)],
+            vec![("dtype".into(), Arg::Dtype(dt))],
+            elem,
+            &yd,
+        ));
+    }
+    let free = |n: usize, a: &[i64], b: &[i64]| -> Vec<i64> {
+        (0..n as i64)
+            .filter(|d| !a.contains(d) && !b.contains(d))
+            .collect()
+    };
+    let lf = free(xd.len(), &lb, &lc);
+    let rf = free(yd.len(), &rb, &rc);
+    let size = |d: &[i64], v: &[i64]| -> i64 { v.iter().map(|&i| d[i as usize]).product() };
+    let bsz: Vec<i64> = lb.iter().map(|&i| xd[i as usize]).collect();
+    let (m, k, n) = (size(&xd, &lf), size(&xd, &lc), size(&yd, &rf));
+    if size(&yd, &rc) != k || rb.iter().map(|&i| yd[i as usize]).collect::<Vec<_>>() != bsz {
+        return Err(perr(
+            ins.line,
+            ins.col,
+            "dot operands disagree on contracting or batch sizes",
+            "paired dims must have equal sizes",
+        ));
+    }
+    let lperm: Vec<i64> = lb.iter().chain(&lf).chain(&lc).copied().collect();
+    let rperm: Vec<i64> = rb.iter().chain(&rc).chain(&rf).copied().collect();
+    let (x, xp) = l.permute(ins, "lhs", x, elem, &xd, &lperm);
+    let (y, yp) = l.permute(ins, "rhs", y, elem, &yd, &rperm);
+    let lshape: Vec<i64> = bsz.iter().copied().chain([m, k]).collect();
+    let rshape: Vec<i64> = bsz.iter().copied().chain([k, n]).collect();
+    let x = l.reshape_to(ins, "lhs_view", x, elem, &xp, &lshape);
+    let y = l.reshape_to(ins, "rhs_view", y, elem, &yp, &rshape);
+    let mshape: Vec<i64> = bsz.iter().copied().chain([m, n]).collect();
+    let op = match bsz.len() {
+        0 => "aten.mm.default",
+        1 => "aten.bmm.default",
+        _ => "aten.matmul.default",
+    };
+    let sfx = if mshape == out { "" } else { "mm" };
+    let r = l.call(
+        ins,
+        sfx,
+        op,
+        vec![Arg::Value(x), Arg::Value(y)],
+        vec![],
+        elem,
+        &mshape,
+    );
+    if mshape == out {
+        return Ok(r);
+    }
+    let id = l_id(&r);
+    Ok(Val::Ir(
+        l.reshape_to(ins, "", id, elem, &mshape, out),
+        elem.to_string(),
+        out.to_vec(),
+    ))
+}
+
+fn reduce_name(l: &Lowerer, ins: &Instr) -> R<Option<&'static str>> {
+    let comp = l.computation(ins, "to_apply")?;
+    Ok(match region_op(comp) {
+        Some("add") => Some("sum"),
+        Some("maximum") => Some("max"),
+        Some("minimum") => Some("min"),
+        Some("multiply") => Some("product"),
+        _ => None,
+    })
+}
+
+fn collective(l: &mut Lowerer, ins: &Instr, ops: &[Val]) -> R<Val> {
+    let op = ins.opcode.trim_end_matches("-start");
+    let Some((group, gsize)) = l.groups(ins)? else {
+        return l.opaque(ins, ops);
+    };
+    let order_sensitive = op != "all-reduce";
+    if order_sensitive {
+        if let Some(spec) = super::groups::parse_groups(l.m, ins)? {
+            if spec
+                .groups
+                .iter()
+                .any(|g| g.windows(2).any(|w| w[0] > w[1]))
+            {
+                // Members out of rank order gather in that order: the case's sorted groups
+                // cannot say so.
+                return l.opaque(ins, ops);
+            }
+        }
+    }
+    let mut leaves = Vec::new();
+    for o in ops {
+        flatten_val(o, &mut leaves);
+    }
+    let mut out_shapes = Vec::new();
+    collect_arrays(&ins.shape, &mut out_shapes);
+    let mut results = Vec::new();
+    match op {
+        "all-reduce" => {
+            let Some(red) = reduce_name(l, ins)? else {
+                return l.opaque(ins, ops);
+            };
+            for (k, v) in leaves.iter().enumerate() {
+                let (x, e, d) = l.value(ins, v)?;
+                let sfx = if leaves.len() > 1 {
+                    format!("{k}")
+                } else {
+                    String::new()
+                };
+                results.push(l.call(
+                    ins,
+                    &sfx,
+                    "_c10d_functional.all_reduce.default",
+                    vec![Arg::Value(x), Arg::Str(red.into()), Arg::Str(group.clone())],
+                    vec![],
+                    &e,
+                    &d,
+                ));
+            }
+        }
+        "all-gather" | "reduce-scatter" => {
+            let red = if op == "reduce-scatter" {
+                match reduce_name(l, ins)? {
+                    Some(r) => Some(r),
+                    None => return l.opaque(ins, ops),
+                }
+            } else {
+                None
+            };
+            let dim = attr_ints(ins, "dimensions")?
+                .and_then(|v| v.first().copied())
+                .unwrap_or(0);
+            for (k, v) in leaves.iter().enumerate() {
+                let (x, e, d) = l.value(ins, v)?;
+                if dim < 0
+                    || dim as usize >= d.len()
+                    || (op == "reduce-scatter" && d[dim as usize] % gsize != 0)
+                {
+                    return Err(perr(ins.line, ins.col, format!("{op} dimension {dim} does not fit the operand"), "the dimension lies within the operand's rank (and divides by the group size)"));
+                }
+                let dim = dim as usize;
+                let sfx = if leaves.len() > 1 {
+                    format!("{k}")
+                } else {
+                    String::new()
+                };
+                let (x, fd) = l.move_dim(ins, &format!("{sfx}front"), x, &e, &d, dim, true);
+                let mut od = fd.clone();
+                let (name, args) = if let Some(r) = red {
+                    od[0] /= gsize;
+                    (
+                        "_c10d_functional.reduce_scatter_tensor.default",
+                        vec![
+                            Arg::Value(x),
+                            Arg::Str(r.into()),
+                            Arg::Int(gsize),
+                            Arg::Str(group.clone()),
+                        ],
+                    )
+                } else {
+                    od[0] *= gsize;
+                    (
+                        "_c10d_functional.all_gather_into_tensor.default",
+                        vec![Arg::Value(x), Arg::Int(gsize), Arg::Str(group.clone())],
+                    )
+                };
+                let c = if dim == 0 {
+                    sfx.clone()
+                } else {
+                    format!("{sfx}c")
+                };
+                let r = l.call(ins, &c, name, args, vec![], &e, &od);
+                let (b, bd) = l.move_dim(ins, &sfx, l_id(&r), &e, &od, dim, false);
+                results.push(Val::Ir(b, e.clone(), bd));
+            }
+        }
+        _ => {
+            // all-to-all
+            if let Some(dim) = attr_ints(ins, "dimensions")?.and_then(|v| v.first().copied()) {
+                if leaves.len() != 1 {
+                    return l.opaque(ins, ops);
+                }
+                let (x, e, d) = l.value(ins, &leaves[0])?;
+                if dim < 0 || dim as usize >= d.len() || d[dim as usize] % gsize != 0 {
+                    return Err(perr(
+                        ins.line,
+                        ins.col,
+                        "all-to-all dimension does not fit the operand",
+                        "the split dimension divides by the group size",
+                    ));
+                }
+                let dim = dim as usize;
+                let (x, fd) = l.move_dim(ins, "front", x, &e, &d, dim, true);
+                let r = l.call(
+                    ins,
+                    if dim == 0 { "" } else { "c" },
+                    "_c10d_functional.all_to_all_single.default",
+                    vec![Arg::Value(x), ints(&[]), ints(&[]), Arg::Str(group.clone())],
+                    vec![],
+                    &e,
+                    &fd,
+                );
+                let (b, bd) = l.move_dim(ins, "", l_id(&r), &e, &fd, dim, false);
+                return Ok(Val::Ir(b, e, bd));
+            }
+            // Tuple form: operand j goes to member j; result j comes from member j.
+            if leaves.len() as i64 != gsize || leaves.is_empty() {
+                return l.opaque(ins, ops);
+            }
+            let mut parts = Vec::new();
+            let mut shape: Option<(String, Vec<i64>)> = None;
+            for v in &leaves {
+                let (x, e, d) = l.value(ins, v)?;
+                if d.is_empty() || shape.as_ref().is_some_and(|s| s.1 != d || s.0 != e) {
+                    return l.opaque(ins, ops);
+                }
+                shape = Some((e, d));
+                parts.push(Arg::Value(x));
+            }
+            let (e, d) = shape.expect("at least one operand");
+            let mut cd = d.clone();
+            cd[0] *= gsize;
+            let cat = l.call(
+                ins,
+                "cat",
+                "aten.cat.default",
+                vec![Arg::List(parts), Arg::Int(0)],
+                vec![],
+                &e,
+                &cd,
+            );
+            let r = l.call(
+                ins,
+                "a2a",
+                "_c10d_functional.all_to_all_single.default",
+                vec![
+                    Arg::Value(l_id(&cat)),
+                    ints(&[]),
+                    ints(&[]),
+                    Arg::Str(group.clone()),
+                ],
+                vec![],
+                &e,
+                &cd,
+            );
+            for j in 0..gsize {
+                let s = l.call(
+                    ins,
+                    &format!("{j}"),
+                    "aten.slice.Tensor",
+                    vec![
+                        Arg::Value(l_id(&r)),
+                        Arg::Int(0),
+                        Arg::Int(j * d[0]),
+                        Arg::Int((j + 1) * d[0]),
+                        Arg::Int(1),
+                    ],
+                    vec![],
+                    &e,
+                    &d,
+                );
+                results.push(s);
+            }
+            return Ok(Val::Tuple(results));
+        }
+    }
+    if matches!(ins.shape, Shape::Tuple(_)) {
+        if out_shapes.len() == 2 && results.len() == 1 && ins.opcode.ends_with("-start") {
+            // (operand, result) of an async start
+            let first = leaves[0].clone();
+            return Ok(Val::Tuple(vec![first, results.remove(0)]));
+        }
+        return Ok(Val::Tuple(results));
+    }
+    match results.len() {
+        1 => Ok(results.remove(0)),
+        _ => l.opaque(ins, ops),
+    }
+}
+
+fn collect_arrays<'s>(s: &'s Shape, out: &mut Vec<&'s Shape>) {
+    match s {
+        Shape::Tuple(p) => p.iter().for_each(|x| collect_arrays(x, out)),
+        a => out.push(a),
+    }
+}
+
+fn collective_permute(l: &mut Lowerer, ins: &Instr, ops: &[Val]) -> R<Val> {
+    let Some(device) = l.device else {
+        return l.opaque(ins, ops);
+    };
+    let Some(pairs) = parse_pairs(ins)? else {
+        return l.opaque(ins, ops);
+    };
+    if ops.len() != 1 || ins.attr("channel_id").is_none() {
+        return l.opaque(ins, ops);
+    }
+    let (x, e, d) = l.value(ins, &ops[0])?;
+    let Some(dt) = elem_dtype(&e) else {
+        return l.opaque(ins, ops);
+    };
+    let tag = word_attr(ins, "channel_id")
+        .and_then(|w| w.parse::<i64>().ok())
+        .unwrap_or(0);
+    for &(s, t) in &pairs {
+        if s == device {
+            l.call(
+                ins,
+                &format!("send{t}"),
+                "shardproof_p2p.send.default",
+                vec![Arg::Value(x), Arg::Int(t as i64), Arg::Int(tag)],
+                vec![],
+                &e,
+                &d,
+            );
+        }
+    }
+    let srcs: Vec<usize> = pairs
+        .iter()
+        .filter(|p| p.1 == device)
+        .map(|p| p.0)
+        .collect();
+    let r = match srcs.as_slice() {
+        [] => {
+            // Devices no pair targets receive zeros.
+            let s = if is_int(&e) {
+                Arg::Int(0)
+            } else if e == "pred" {
+                Arg::Bool(false)
+            } else {
+                Arg::Float(0.0)
+            };
+            l.call(
+                ins,
+                "",
+                "aten.full.default",
+                vec![ints(&d), s],
+                vec![("dtype".into(), Arg::Dtype(dt))],
+                &e,
+                &d,
+            )
+        }
+        [s] => l.call(
+            ins,
+            "",
+            "shardproof_p2p.recv.default",
+            vec![ints(&d), Arg::Dtype(dt), Arg::Int(*s as i64), Arg::Int(tag)],
+            vec![],
+            &e,
+            &d,
+        ),
+        _ => {
+            return Err(perr(
+                ins.line,
+                ins.col,
+                format!("device {device} is the target of several source_target_pairs"),
+                "each device receives from at most one source",
+            ));
+        }
+    };
+    if ins.opcode.ends_with("-start") && matches!(ins.shape, Shape::Tuple(_)) {
+        return Ok(Val::Tuple(vec![ops[0].clone(), r]));
+    }
+    let _ = DType::F32;
+    Ok(r)
+}

@@ -96,7 +96,9 @@ fn hash_arg(a: &Arg, h: &mut impl Hasher) {
         Arg::Bool(b) => b.hash(h),
         Arg::Int(i) => i.hash(h),
         Arg::Float(f) => f.to_bits().hash(h),
-        Arg::Str(s) | Arg::Device(s) | Arg::Layout(s) | Arg::MemoryFormat(s) => s.hash(h),
+        // Each rank names its own device (`cuda:0`, `cuda:1`): not a rank-dependent value.
+        Arg::Device(_) => {}
+        Arg::Str(s) | Arg::Layout(s) | Arg::MemoryFormat(s) => s.hash(h),
         Arg::List(items) => {
             items.len().hash(h);
             items.iter().for_each(|x| hash_arg(x, h));

@@ -1584,6 +1584,19 @@ fn slice_scatter(c: &Ctx) -> Outcome {
     let Some(dim) = norm_dim(c.int("dim").unwrap_or(0), x.rank()) else {
         return c.all(Place::Unknown);
     };
+    // A slice_scatter over the whole dim replaces the tensor by `src`.
+    let size = x
+        .meta
+        .as_ref()
+        .and_then(|m| m.shape.get(dim).copied())
+        .unwrap_or(usize::MAX) as i64;
+    let whole = c.args.schema().name.starts_with("slice_scatter")
+        && c.int("start").unwrap_or(0) == 0
+        && c.int("end").is_none_or(|e| e >= size)
+        && c.int("step").unwrap_or(1) == 1;
+    if whole && !c.varies {
+        return c.all(src.p);
+    }
     if c.varies || x.p == Place::Shard(dim as u8) {
         if x.p.is_partial() || src.p.is_partial() {
             return one(merge(&[x, src], 0, Lin::None, false), c.n_out());

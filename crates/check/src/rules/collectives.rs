@@ -1,0 +1,172 @@
+//! Collective rules: all-reduce, all-gather, reduce-scatter, all-to-all and broadcast on
+//! the group's mesh dims (point-to-point is placed by the engine).
+
+use super::*;
+
+pub(super) fn legality(message: String, hint: &str, recover: Place, n: usize) -> Outcome {
+    bad(
+        Kind::Legality,
+        message,
+        Hint::Text(hint.into()),
+        vec![recover; n],
+    )
+}
+
+pub(super) fn all_reduce(c: &Ctx) -> Outcome {
+    let Some(x) = c.t("input") else {
+        return c.all(Place::Unknown);
+    };
+    if !c.in_group {
+        return c.all(x.p);
+    }
+    let op = c
+        .str("reduce_op")
+        .and_then(|s| Red::parse(&s))
+        .unwrap_or(Red::Sum);
+    match x.p {
+        Place::Partial(r) if r == op || (r.is_linear() && op.is_linear()) => c.all(Place::Replicate),
+        Place::Partial(r) => legality(
+            format!("all-reduces with `{}` a tensor that is Partial({})", op.name(), r.name()),
+            &format!("reduce with `{}`", r.name()),
+            Place::Replicate,
+            c.n_out(),
+        ),
+        Place::Varying => c.all(Place::Replicate),
+        Place::Replicate if matches!(op, Red::Max | Red::Min | Red::Avg) => c.all(Place::Replicate),
+        Place::Replicate => {
+            let mut v = legality(
+                format!(
+                    "all-reduces (`{}`) a tensor that is already Replicate() over this mesh dim: no \
+                     sum is pending, so each element becomes {} times its value",
+                    op.name(),
+                    c.group_len
+                ),
+                "drop the all-reduce over this mesh dim, or all-reduce over the group where the tensor is partial",
+                Place::Replicate,
+                c.n_out(),
+            );
+            if let Err(e) = &mut v {
+                e.exempt = Exempt::ReduceReplicate;
+            }
+            v
+        }
+        Place::Shard(d) => legality(
+            format!("all-reduces a tensor sharded on dim {d}: it adds different slices together"),
+            "all-gather a shard; all-reduce only partial sums",
+            Place::Replicate,
+            c.n_out(),
+        ),
+        Place::Unmasked => bad(
+            Kind::Spmd,
+            "all-reduces rows looked up in a vocabulary shard that were never masked: every rank adds the rows of tokens outside its range",
+            Hint::Text("zero the rows of tokens outside the rank's vocabulary range (masked_fill with 0) before the all-reduce".into()),
+            vec![Place::Replicate; c.n_out()],
+        ),
+        Place::Unknown => c.all(Place::Unknown),
+    }
+}
+
+pub(super) fn all_gather(c: &Ctx) -> Outcome {
+    let Some(x) = c.t("input") else {
+        return c.all(Place::Unknown);
+    };
+    if !c.in_group {
+        return c.all(x.p);
+    }
+    match x.p {
+        Place::Shard(_) | Place::Varying => c.all(Place::Replicate),
+        Place::Replicate => legality(
+            "all-gathers a tensor that is Replicate() over this mesh dim: the result holds one copy per rank".into(),
+            "drop the all-gather, or gather a shard",
+            Place::Replicate,
+            c.n_out(),
+        ),
+        Place::Partial(_) | Place::Unmasked => bad(
+            Kind::Legality,
+            "all-gathers a partial sum: the result stacks unreduced pieces",
+            Hint::ReducePartial,
+            vec![Place::Replicate; c.n_out()],
+        ),
+        Place::Unknown => c.all(Place::Unknown),
+    }
+}
+
+pub(super) fn reduce_scatter(c: &Ctx) -> Outcome {
+    let Some(x) = c.t("input") else {
+        return c.all(Place::Unknown);
+    };
+    if !c.in_group {
+        return c.all(match x.p {
+            Place::Shard(0) => Place::Varying,
+            p => p,
+        });
+    }
+    let op = c
+        .str("reduce_op")
+        .and_then(|s| Red::parse(&s))
+        .unwrap_or(Red::Sum);
+    match x.p {
+        Place::Partial(r) if r == op || (r.is_linear() && op.is_linear()) => c.all(Place::Shard(0)),
+        Place::Varying => c.all(Place::Shard(0)),
+        Place::Partial(r) => legality(
+            format!("reduce-scatters with `{}` a tensor that is Partial({})", op.name(), r.name()),
+            &format!("reduce with `{}`", r.name()),
+            Place::Shard(0),
+            c.n_out(),
+        ),
+        Place::Replicate if !op.is_linear() || op == Red::Avg => c.all(Place::Shard(0)),
+        Place::Replicate => legality(
+            "reduce-scatters (sum) a tensor that is already Replicate() over this mesh dim: each element becomes group-size times its value".into(),
+            "slice the rank's chunk instead, or reduce-scatter a partial sum",
+            Place::Shard(0),
+            c.n_out(),
+        ),
+        Place::Shard(d) => legality(
+            format!("reduce-scatters a tensor sharded on dim {d}: it adds different slices together"),
+            "reduce-scatter a partial sum",
+            Place::Varying,
+            c.n_out(),
+        ),
+        Place::Unmasked => bad(Kind::Spmd, "reduce-scatters an unmasked vocabulary-shard lookup", Hint::Text("mask it first".into()), vec![Place::Shard(0); c.n_out()]),
+        Place::Unknown => c.all(Place::Unknown),
+    }
+}
+
+pub(super) fn all_to_all(c: &Ctx) -> Outcome {
+    let Some(x) = c.t("input") else {
+        return c.all(Place::Unknown);
+    };
+    if !c.in_group {
+        return c.all(match x.p {
+            Place::Shard(0) => Place::Varying,
+            p => p,
+        });
+    }
+    match x.p {
+        Place::Partial(_) | Place::Unmasked => bad(
+            Kind::Legality,
+            "all-to-all of a partial sum: the pieces move to other ranks unreduced",
+            Hint::ReducePartial,
+            vec![Place::Varying; c.n_out()],
+        ),
+        _ => c.all(Place::Varying),
+    }
+}
+
+pub(super) fn broadcast(c: &Ctx) -> Outcome {
+    let Some(x) = c.t("input") else {
+        return c.all(Place::Unknown);
+    };
+    if !c.in_group {
+        return c.all(x.p);
+    }
+    match x.p {
+        Place::Partial(_) | Place::Unmasked => bad(
+            Kind::Legality,
+            "broadcasts a partial sum: one rank's piece replaces the sum",
+            Hint::ReducePartial,
+            vec![Place::Replicate; c.n_out()],
+        ),
+        _ => c.all(Place::Replicate),
+    }
+}

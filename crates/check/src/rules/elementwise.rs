@@ -1,0 +1,433 @@
+//! Element-wise rules: unary and binary operators, broadcast merge with linearity, where,
+//! masked_fill, lerp, addcmul, and creation (`full`, `*_like`, `copy`).
+
+use super::*;
+
+/// How an element-wise operator treats a pending reduction.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Lin {
+    /// Every tensor argument enters linearly and additively (add, sub, cat, where).
+    Add,
+    /// Linear in each argument separately (mul): one partial times replicated tensors.
+    Mul,
+    /// Linear in the first argument only (div by a replicated divisor; activation backward
+    /// in its gradient).
+    First,
+    /// Not linear: no partial argument.
+    None,
+}
+
+/// Placement of `x`'s sharded dim in an output of rank `out_rank` (broadcast aligns dims
+/// from the right).
+pub(super) fn aligned(x: &T, out_rank: usize) -> Place {
+    match x.p {
+        Place::Shard(d) => Place::shard(d as usize + out_rank.saturating_sub(x.rank())),
+        p => p,
+    }
+}
+
+/// Merges the placements of element-wise arguments (broadcast), with `lin` deciding where a
+/// partial may enter, and `scalar_nonzero` a non-zero scalar operand added to the result.
+pub(super) fn merge(
+    ts: &[T],
+    out_rank: usize,
+    lin: Lin,
+    scalar_add_nonzero: bool,
+) -> Result<Place, Violation> {
+    let places: Vec<Place> = ts.iter().map(|t| aligned(t, out_rank)).collect();
+    if places.contains(&Place::Unmasked) {
+        return Err(Violation {
+            kind: Kind::Spmd,
+            message: "reads rows looked up in a vocabulary shard before the rows outside the \
+                      rank's range are zeroed"
+                .into(),
+            hint: Hint::Text(
+                "mask the lookup (masked_fill of the out-of-range rows with 0) before using it"
+                    .into(),
+            ),
+            recover: vec![Place::Replicate],
+            exempt: Exempt::No,
+        });
+    }
+    let mut shard: Option<u8> = None;
+    let mut varying = false;
+    let mut partial: Option<Red> = None;
+    let mut n_partial = 0;
+    let mut n_plain_tensor = 0;
+    for p in &places {
+        match *p {
+            Place::Shard(d) => {
+                if let Some(e) = shard {
+                    if e != d {
+                        return Err(Violation {
+                            kind: Kind::Consistency,
+                            message: format!(
+                                "combines tensors sharded on different dims (Shard({e}) and \
+                                 Shard({d}))"
+                            ),
+                            hint: Hint::Text(
+                                "redistribute one operand (all-gather it, or all-to-all) so \
+                                 both are sharded on the same dim"
+                                    .into(),
+                            ),
+                            recover: vec![Place::Varying],
+                            exempt: Exempt::No,
+                        });
+                    }
+                }
+                shard = Some(d);
+                n_plain_tensor += 1;
+            }
+            Place::Varying => {
+                varying = true;
+                n_plain_tensor += 1;
+            }
+            Place::Partial(r) => {
+                if partial.is_some_and(|q| q != r) {
+                    return Err(Violation {
+                        kind: Kind::Spmd,
+                        message: "combines partial tensors of different reductions".into(),
+                        hint: Hint::ReducePartial,
+                        recover: vec![Place::Replicate],
+                        exempt: Exempt::No,
+                    });
+                }
+                partial = Some(r);
+                n_partial += 1;
+            }
+            Place::Replicate => n_plain_tensor += 1,
+            Place::Unmasked | Place::Unknown => {}
+        }
+    }
+    let plain = if varying {
+        Place::Varying
+    } else if let Some(d) = shard {
+        Place::Shard(d)
+    } else {
+        Place::Replicate
+    };
+    let Some(r) = partial else { return Ok(plain) };
+    let spmd_ex = |message: &str, exempt: Exempt| {
+        Err(Violation {
+            kind: Kind::Spmd,
+            message: message.into(),
+            hint: Hint::ReducePartial,
+            recover: vec![plain],
+            exempt,
+        })
+    };
+    let spmd = |message: &str| spmd_ex(message, Exempt::No);
+    if !(r.is_linear() || (lin == Lin::Add && n_partial == ts.len() && ts.len() == 1)) {
+        return spmd(&format!(
+            "applies an operator to a Partial({}) tensor: only a reduction over the ranks \
+             (all-reduce) may read it",
+            r.name()
+        ));
+    }
+    match lin {
+        Lin::None => spmd("applies a nonlinear operator to a partial sum (the result is not the partial of anything)"),
+        Lin::Add => {
+            if n_plain_tensor > 0 {
+                spmd_ex(
+                    "adds a partial sum and a non-partial tensor: the non-partial term is counted once per rank (partial + replicate)",
+                    if varying || shard.is_some() { Exempt::No } else { Exempt::PartialPlusReplicate(r) },
+                )
+            } else if scalar_add_nonzero {
+                spmd("adds a constant to a partial sum: the constant is counted once per rank")
+            } else {
+                Ok(Place::Partial(r))
+            }
+        }
+        Lin::Mul => {
+            if n_partial > 1 {
+                spmd("multiplies two partial sums (partial x partial does not distribute over the pending sum)")
+            } else if varying || shard.is_some() {
+                spmd("multiplies a partial sum by a tensor that differs across ranks")
+            } else {
+                Ok(Place::Partial(r))
+            }
+        }
+        Lin::First => {
+            if ts.first().is_some_and(|t| aligned(t, out_rank).is_partial()) && n_partial == 1 {
+                if varying || shard.is_some() {
+                    spmd("scales a partial sum by a tensor that differs across ranks")
+                } else {
+                    Ok(Place::Partial(r))
+                }
+            } else {
+                spmd("divides by (or feeds the nonlinear operand with) a partial sum")
+            }
+        }
+    }
+}
+
+pub(super) fn one(p: Result<Place, Violation>, n: usize) -> Outcome {
+    match p {
+        Ok(p) => Ok(vec![p; n]),
+        Err(mut v) => {
+            let r = v.recover.first().copied().unwrap_or(Place::Replicate);
+            v.recover = vec![r; n];
+            Err(v)
+        }
+    }
+}
+
+pub(super) fn tensors(c: &Ctx, names: &[&str]) -> Vec<T> {
+    names.iter().filter_map(|n| c.t(n)).collect()
+}
+
+pub(super) fn linear_unary(c: &Ctx) -> Outcome {
+    let x = c
+        .t("self")
+        .or_else(|| c.t("input"))
+        .or_else(|| c.t("tensor"))
+        .or_else(|| c.t("grad_output"));
+    match x {
+        Some(x) if x.p == Place::Unmasked => c.all(Place::Unmasked),
+        Some(x) => one(merge(&[x], c.out_rank(0), Lin::Add, false), c.n_out()),
+        None => c.all(Place::Replicate),
+    }
+}
+
+pub(super) fn linear_unary_own(c: &Ctx) -> Outcome {
+    linear_unary(c)
+}
+
+pub(super) fn dropout(c: &Ctx) -> Outcome {
+    let x = c.t("input").or_else(|| c.t("self"));
+    match x {
+        Some(x) if x.p.is_partial() => one(merge(&[x], c.out_rank(0), Lin::Mul, false), c.n_out()),
+        Some(x) => c.all(x.p),
+        None => c.all(Place::Replicate),
+    }
+}
+
+pub(super) fn nonlinear_unary(c: &Ctx) -> Outcome {
+    let ts = tensors(c, &["self", "min", "max"]);
+    one(merge(&ts, c.out_rank(0), Lin::None, false), c.n_out())
+}
+
+pub(super) fn pow(c: &Ctx) -> Outcome {
+    let ts = tensors(c, &["self", "exponent"]);
+    let linear = c.num("exponent") == Some(1.0);
+    one(
+        merge(
+            &ts,
+            c.out_rank(0),
+            if linear { Lin::Add } else { Lin::None },
+            false,
+        ),
+        c.n_out(),
+    )
+}
+
+pub(super) fn add_sub(c: &Ctx) -> Outcome {
+    let ts = tensors(c, &["self", "other"]);
+    let scalar = c
+        .arg("other")
+        .and_then(|a| a.as_f64())
+        .or_else(|| c.arg("self").and_then(|a| a.as_f64()));
+    one(
+        merge(
+            &ts,
+            c.out_rank(0),
+            Lin::Add,
+            scalar.is_some_and(|s| s != 0.0),
+        ),
+        c.n_out(),
+    )
+}
+
+pub(super) fn mul(c: &Ctx) -> Outcome {
+    let ts = tensors(c, &["self", "other"]);
+    one(merge(&ts, c.out_rank(0), Lin::Mul, false), c.n_out())
+}
+
+pub(super) fn div(c: &Ctx) -> Outcome {
+    let ts = tensors(c, &["self", "other"]);
+    if c.str("rounding_mode").is_some() {
+        return one(merge(&ts, c.out_rank(0), Lin::None, false), c.n_out());
+    }
+    one(merge(&ts, c.out_rank(0), Lin::First, false), c.n_out())
+}
+
+pub(super) fn nonlinear_binary(c: &Ctx) -> Outcome {
+    let ts = tensors(c, &["self", "other"]);
+    one(merge(&ts, c.out_rank(0), Lin::None, false), c.n_out())
+}
+
+pub(super) fn max_min(c: &Ctx) -> Outcome {
+    if c.has("other") {
+        return nonlinear_binary(c);
+    }
+    reduction(c)
+}
+
+pub(super) fn activation_backward(c: &Ctx) -> Outcome {
+    let ts = tensors(c, &["grad_output", "self", "output"]);
+    one(merge(&ts, c.out_rank(0), Lin::First, false), c.n_out())
+}
+
+pub(super) fn where_(c: &Ctx) -> Outcome {
+    let cond = tensors(c, &["condition"]);
+    let vals = tensors(c, &["self", "other"]);
+    let nonzero = ["self", "other"]
+        .iter()
+        .any(|n| c.arg(n).and_then(|a| a.as_f64()).is_some_and(|s| s != 0.0));
+    let out = c.out_rank(0);
+    let cp = match merge(&cond, out, Lin::None, false) {
+        Ok(p) => p,
+        Err(v) => return one(Err(v), c.n_out()),
+    };
+    let mut all = vals.clone();
+    all.extend(cond.iter().map(|t| T {
+        p: if t.p == Place::Replicate {
+            Place::Replicate
+        } else {
+            t.p
+        },
+        ..t.clone()
+    }));
+    if vals.iter().any(|t| t.p.is_partial()) {
+        // where(c, p, 0) is linear in p with a non-partial mask.
+        let mut r = merge(&vals, out, Lin::Add, nonzero);
+        if let Ok(Place::Partial(red)) = r {
+            if cp != Place::Replicate {
+                r = Err(Violation {
+                    kind: Kind::Spmd,
+                    message: format!(
+                        "selects from a Partial({}) tensor with a mask that differs across ranks",
+                        red.name()
+                    ),
+                    hint: Hint::ReducePartial,
+                    recover: vec![Place::Varying],
+                    exempt: Exempt::No,
+                });
+            }
+        }
+        return one(r, c.n_out());
+    }
+    one(merge(&all, out, Lin::None, false), c.n_out())
+}
+
+pub(super) fn masked_fill(c: &Ctx) -> Outcome {
+    let (Some(x), Some(mask)) = (c.t("self"), c.t("mask")) else {
+        return nonlinear_unary(c);
+    };
+    let zero = c.num("value") == Some(0.0);
+    if x.p == Place::Unmasked {
+        if zero && mask.p == Place::Varying {
+            return c.all(Place::Partial(Red::Sum));
+        }
+        return bad(
+            Kind::Spmd,
+            "masks a vocabulary-shard lookup with a mask that does not depend on the rank's \
+             vocabulary range (or fills with a non-zero value)",
+            Hint::Text("zero the rows whose index falls outside the rank's range".into()),
+            vec![Place::Varying; c.n_out()],
+        );
+    }
+    if x.p.is_partial() {
+        let r = merge(&[x], c.out_rank(0), Lin::Add, !zero);
+        if mask.p != Place::Replicate && r.is_ok() {
+            return bad(
+                Kind::Spmd,
+                "masks a partial sum with a mask that differs across ranks",
+                Hint::ReducePartial,
+                vec![Place::Varying; c.n_out()],
+            );
+        }
+        return one(r, c.n_out());
+    }
+    let mut ts = vec![x];
+    ts.extend(c.t("value"));
+    ts.push(mask);
+    one(merge(&ts, c.out_rank(0), Lin::None, false), c.n_out())
+}
+
+pub(super) fn lerp(c: &Ctx) -> Outcome {
+    let mut ts = tensors(c, &["self", "end"]);
+    if let Some(w) = c.t("weight") {
+        if w.p.is_partial() {
+            ts.push(w);
+            return one(merge(&ts, c.out_rank(0), Lin::None, false), c.n_out());
+        }
+        if ts.iter().any(|t| t.p.is_partial()) && w.p != Place::Replicate {
+            return one(
+                merge(&[ts, vec![w]].concat(), c.out_rank(0), Lin::Mul, false),
+                c.n_out(),
+            );
+        }
+        ts.push(T {
+            p: if ts.iter().any(|t| t.p.is_partial()) {
+                ts[0].p
+            } else {
+                w.p
+            },
+            ..w
+        });
+    }
+    one(merge(&ts, c.out_rank(0), Lin::Add, false), c.n_out())
+}
+
+pub(super) fn addcmul(c: &Ctx) -> Outcome {
+    let out = c.out_rank(0);
+    let (Some(s), Some(t1), Some(t2)) = (c.t("self"), c.t("tensor1"), c.t("tensor2")) else {
+        return nonlinear_unary(c);
+    };
+    let divide = c.args.schema().name.starts_with("addcdiv");
+    let prod = match merge(
+        &[t1.clone(), t2],
+        out,
+        if divide { Lin::First } else { Lin::Mul },
+        false,
+    ) {
+        Ok(p) => p,
+        Err(v) => return one(Err(v), c.n_out()),
+    };
+    let pt = T {
+        p: prod,
+        meta: t1.meta.clone(),
+        v: t1.v,
+    };
+    one(merge(&[s, pt], out, Lin::Add, false), c.n_out())
+}
+
+pub(super) fn creation(c: &Ctx) -> Outcome {
+    c.all(Place::Replicate)
+}
+
+pub(super) fn like(c: &Ctx) -> Outcome {
+    let Some(x) = c.t("self") else {
+        return c.all(Place::Replicate);
+    };
+    if c.t("fill_value")
+        .or_else(|| c.t("value"))
+        .is_some_and(|v| v.p != Place::Replicate)
+    {
+        return c.all(Place::Varying);
+    }
+    let new = c.args.schema().name.starts_with("new_");
+    c.all(match x.p {
+        _ if new => Place::Replicate,
+        Place::Shard(d) => Place::Shard(d),
+        Place::Varying => Place::Varying,
+        _ => Place::Replicate,
+    })
+}
+
+pub(super) fn copy(c: &Ctx) -> Outcome {
+    let (Some(x), Some(src)) = (c.t("self"), c.t("src")) else {
+        return c.all(Place::Unknown);
+    };
+    let _ = x;
+    let off = c.out_rank(0).saturating_sub(src.rank());
+    c.all(match src.p {
+        Place::Shard(d) => Place::Shard(d + off as u8),
+        p => p,
+    })
+}
+
+pub(super) fn assert_meta(_c: &Ctx) -> Outcome {
+    Ok(Vec::new())
+}

@@ -1,0 +1,238 @@
+//! Lookup rules: embedding (vocabulary shards, `Unmasked`) and its backward, gather,
+//! index, index_select, index_put and scatter.
+
+use super::*;
+
+pub(super) fn embedding(c: &Ctx) -> Outcome {
+    let (Some(w), Some(idx)) = (c.t("weight"), c.t("indices")) else {
+        return c.all(Place::Unknown);
+    };
+    let out_r = c.out_rank(0);
+    if idx.p.is_partial() {
+        return one(merge(&[idx], 0, Lin::None, false), 1);
+    }
+    match w.p {
+        Place::Shard(0) => c.all(Place::Unmasked),
+        Place::Shard(_) => c.all(match idx.p {
+            Place::Replicate => Place::shard(out_r.saturating_sub(1)),
+            _ => Place::Varying,
+        }),
+        Place::Partial(r) if idx.p == Place::Replicate => c.all(Place::Partial(r)),
+        Place::Partial(_) | Place::Unmasked => one(merge(&[w], 0, Lin::None, false), 1),
+        Place::Varying => c.all(Place::Varying),
+        _ => c.all(idx.p),
+    }
+}
+
+pub(super) fn embedding_backward(c: &Ctx) -> Outcome {
+    let (Some(g), Some(idx)) = (c.t("grad_output"), c.t("indices")) else {
+        return c.all(Place::Unknown);
+    };
+    if idx.p.is_partial() {
+        return one(merge(&[idx], 0, Lin::None, false), 1);
+    }
+    let gr = g.rank();
+    match (g.p, idx.p) {
+        (Place::Partial(r), Place::Replicate) => c.all(Place::Partial(r)),
+        (Place::Partial(_), _) | (Place::Unmasked, _) => one(merge(&[g], 0, Lin::Mul, false), 1),
+        (Place::Shard(d), _) if d as usize + 1 == gr && idx.p == Place::Replicate => {
+            c.all(Place::Shard(1))
+        }
+        (Place::Shard(d), Place::Shard(e)) if d == e && (d as usize) + 1 < gr => {
+            c.all(Place::Partial(Red::Sum))
+        }
+        (Place::Replicate, Place::Replicate) => c.all(Place::Replicate),
+        _ => c.all(Place::Varying),
+    }
+}
+
+pub(super) fn gather(c: &Ctx) -> Outcome {
+    let (Some(x), Some(idx)) = (c.t("self"), c.t("index")) else {
+        return c.all(Place::Unknown);
+    };
+    let Some(dim) = c.int("dim").and_then(|d| norm_dim(d, x.rank())) else {
+        return c.all(Place::Unknown);
+    };
+    if idx.p.is_partial() {
+        return one(merge(&[idx], 0, Lin::None, false), 1);
+    }
+    match x.p {
+        Place::Shard(d) if d as usize == dim => c.all(Place::Unmasked),
+        Place::Partial(r) if r.is_linear() && idx.p == Place::Replicate => c.all(Place::Partial(r)),
+        Place::Partial(_) | Place::Unmasked => one(merge(&[x], 0, Lin::None, false), 1),
+        _ => {
+            let mut i2 = idx.clone();
+            i2.meta = None;
+            let mut x2 = x.clone();
+            x2.meta = None;
+            one(merge(&[x2, i2], 0, Lin::None, false), 1)
+        }
+    }
+}
+
+pub(super) fn index_select(c: &Ctx) -> Outcome {
+    let (Some(x), Some(idx)) = (c.t("self"), c.t("index")) else {
+        return c.all(Place::Unknown);
+    };
+    let Some(dim) = c.int("dim").and_then(|d| norm_dim(d, x.rank())) else {
+        return c.all(Place::Unknown);
+    };
+    if idx.p.is_partial() {
+        return one(merge(&[idx], 0, Lin::None, false), 1);
+    }
+    match x.p {
+        Place::Shard(d) if d as usize == dim => c.all(Place::Unmasked),
+        Place::Shard(d) if idx.p == Place::Replicate => c.all(Place::Shard(d)),
+        Place::Partial(r) if r.is_linear() && idx.p == Place::Replicate => c.all(Place::Partial(r)),
+        Place::Partial(_) | Place::Unmasked => one(merge(&[x], 0, Lin::None, false), 1),
+        Place::Replicate => c.all(match idx.p {
+            Place::Shard(_) | Place::Varying => Place::Varying,
+            p => p,
+        }),
+        _ => c.all(Place::Varying),
+    }
+}
+
+pub(super) fn index(c: &Ctx) -> Outcome {
+    let Some(x) = c.t("self") else {
+        return c.all(Place::Unknown);
+    };
+    let Some(Arg::List(items)) = c.arg("indices") else {
+        return c.all(Place::Unknown);
+    };
+    let idx: Vec<Option<T>> = items
+        .iter()
+        .map(|a| {
+            a.as_value().map(|v| T {
+                v,
+                p: (c.place)(v),
+                meta: (c.meta)(v),
+            })
+        })
+        .collect();
+    if idx.iter().flatten().any(|t| t.p.is_partial()) {
+        return one(
+            merge(
+                &idx.into_iter().flatten().collect::<Vec<_>>(),
+                0,
+                Lin::None,
+                false,
+            ),
+            1,
+        );
+    }
+    let indexed: Vec<usize> = idx
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| t.is_some())
+        .map(|(i, _)| i)
+        .collect();
+    let idx_p: Vec<Place> = idx.iter().flatten().map(|t| t.p).collect();
+    let idx_plain = idx_p.iter().all(|p| *p == Place::Replicate);
+    match x.p {
+        Place::Shard(d) if indexed.contains(&(d as usize)) => c.all(Place::Unmasked),
+        Place::Shard(d)
+            if idx_plain && indexed.iter().all(|&i| i > d as usize) && indexed.len() == 1 =>
+        {
+            c.all(Place::Shard(d))
+        }
+        Place::Partial(r) if r.is_linear() && idx_plain => c.all(Place::Partial(r)),
+        Place::Partial(_) | Place::Unmasked => one(merge(&[x], 0, Lin::None, false), 1),
+        Place::Replicate if idx_plain => c.all(Place::Replicate),
+        _ => c.all(Place::Varying),
+    }
+}
+
+pub(super) fn index_put(c: &Ctx) -> Outcome {
+    let Some(x) = c.t("self") else {
+        return c.all(Place::Unknown);
+    };
+    let vals = c.t("values");
+    let mut idx = Vec::new();
+    if let Some(a) = c.arg("indices") {
+        a.values(&mut idx);
+    }
+    let idx: Vec<Place> = idx.into_iter().map(|v| (c.place)(v)).collect();
+    let zero_fill = vals
+        .as_ref()
+        .is_some_and(|v| v.meta.as_ref().is_some_and(|m| m.shape.is_empty()));
+    if x.p == Place::Unmasked {
+        // Megatron's `predicted[mask] = 0.0`: the values are a 0-d (lifted) constant.
+        if idx.iter().all(|p| *p == Place::Varying) && !idx.is_empty() && zero_fill {
+            return c.all(Place::Partial(Red::Sum));
+        }
+        return bad(
+            Kind::Spmd,
+            "writes into a vocabulary-shard lookup without zeroing the rows outside the rank's range",
+            Hint::Text("zero the out-of-range rows (index_put of 0 at the mask)".into()),
+            vec![Place::Varying; c.n_out()],
+        );
+    }
+    if idx.iter().any(|p| p.is_partial()) {
+        return bad(
+            Kind::Spmd,
+            "indexes with a partial tensor",
+            Hint::ReducePartial,
+            vec![Place::Varying; c.n_out()],
+        );
+    }
+    let mut ts = vec![T {
+        meta: None,
+        ..x.clone()
+    }];
+    ts.extend(vals.map(|mut v| {
+        v.meta = None;
+        v
+    }));
+    let r = merge(&ts, 0, Lin::Add, false);
+    match r {
+        Ok(p) if idx.iter().any(|q| *q != Place::Replicate) => {
+            c.all(if p.is_partial() { p } else { Place::Varying })
+        }
+        r => one(r, c.n_out()),
+    }
+}
+
+pub(super) fn scatter(c: &Ctx) -> Outcome {
+    let Some(x) = c.t("self") else {
+        return c.all(Place::Unknown);
+    };
+    let Some(dim) = c.int("dim").and_then(|d| norm_dim(d, x.rank())) else {
+        return c.all(Place::Unknown);
+    };
+    let idx = c.t("index");
+    let src = c
+        .t("src")
+        .or_else(|| c.t("source"))
+        .or_else(|| c.t("value"));
+    let mut ts = vec![x.clone()];
+    ts.extend(src.clone());
+    if idx.as_ref().is_some_and(|t| t.p.is_partial()) {
+        return bad(
+            Kind::Spmd,
+            "scatters at partial indices",
+            Hint::ReducePartial,
+            vec![Place::Varying; c.n_out()],
+        );
+    }
+    if x.p == Place::Shard(dim as u8) {
+        return c.all(Place::Varying);
+    }
+    let stripped: Vec<T> = ts
+        .into_iter()
+        .map(|mut t| {
+            t.meta = None;
+            t
+        })
+        .collect();
+    let mut all = stripped.clone();
+    if let Some(mut i) = idx {
+        i.meta = None;
+        all.push(i);
+    }
+    let nonzero = c.num("value").is_some_and(|v| v != 0.0);
+    if stripped.iter().any(|t| t.p.is_partial()) {
+        return one(merge(&stripped, 0, Lin::Add, nonzero), c.n_out());
+    }
+    one(merge(&all, 0, Lin::None, false), c.n_out())
+}

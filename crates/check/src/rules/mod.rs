@@ -1,0 +1,312 @@
+//! The rule table: one placement rule per operator, DTensor-style.
+//!
+//! A rule sees one mesh dim at a time: the placements of its tensor arguments along that dim
+//! (never `Unknown`: the engine stops before), their local shapes, and the bound literal
+//! arguments, and returns the placement of every output, or a [`Violation`] with the
+//! placements it continues with. [`rule`] finds an operator's rule by `namespace.name`; an
+//! operator without one makes its outputs `Unknown`.
+
+use crate::place::{Place, Red};
+use shardproof_ir::{Arg, ValueId};
+use shardproof_ops::{Args, Meta};
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+mod collectives;
+mod elementwise;
+mod indexing;
+mod matmul;
+mod reductions;
+mod table;
+mod views;
+
+use collectives::*;
+use elementwise::*;
+use indexing::*;
+use matmul::*;
+use reductions::*;
+use table::build;
+pub use views::view_dim;
+use views::*;
+
+/// What a violated rule is about: the spatial check it belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// The SPMD type rules (partial x partial, partial + replicate, a nonlinear function of a
+    /// partial, an unmasked vocabulary lookup).
+    Spmd,
+    /// The inputs' placements admit no output placement (shards on different dims, a norm or
+    /// softmax over a sharded dim).
+    Consistency,
+    /// A collective on an input it cannot take (all-reduce of a replicated tensor, ...).
+    Legality,
+    /// Sizes through a collective (group size, divisibility).
+    Shape,
+}
+
+/// How to fix a violation, as the engine words it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Hint {
+    /// Reduce the partial input (the engine names it, its origin and the mesh dim).
+    ReducePartial,
+    /// Gather the sharded input first.
+    GatherShard,
+    /// Words of the rule.
+    Text(String),
+}
+
+/// A rule that does not hold.
+#[derive(Clone, Debug)]
+pub struct Violation {
+    /// The check it belongs to.
+    pub kind: Kind,
+    /// What is wrong.
+    pub message: String,
+    /// How to fix it.
+    pub hint: Hint,
+    /// The output placements propagation continues with.
+    pub recover: Vec<Place>,
+    /// What could still make the call legal, for the engine to decide with what it knows of
+    /// the other ranks and of scaling.
+    pub exempt: Exempt,
+}
+
+/// A violation the engine may lift.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Exempt {
+    /// None.
+    #[default]
+    No,
+    /// A partial plus a replicated term: legal where the replicated term is pre-scaled by
+    /// 1/n (n ranks each add 1/n of it) or where the ranks compute the sum differently (the
+    /// term added on some ranks only, as Megatron counts a replicated norm once).
+    PartialPlusReplicate(Red),
+    /// An all-reduce (sum) of a replicated tensor: legal where it was scaled by 1/n.
+    ReduceReplicate,
+}
+
+/// The result of a rule on one mesh dim.
+pub type Outcome = Result<Vec<Place>, Violation>;
+
+/// The call a rule sees, on one mesh dim.
+pub struct Ctx<'a> {
+    /// The bound arguments.
+    pub args: &'a Args<'a>,
+    /// Local output metas.
+    pub outs: &'a [Option<Meta>],
+    /// Whether the call's literal arguments differ across the ranks of this mesh dim.
+    pub varies: bool,
+    /// For collectives: whether the group spans this mesh dim.
+    pub in_group: bool,
+    /// For collectives: the number of ranks in the caller's group.
+    pub group_len: usize,
+    /// This rank's coordinate along the mesh dim and the dim's size.
+    pub coord: (usize, usize),
+    /// For slices: the literal arguments of the same node on the other ranks along the mesh
+    /// dim, by coordinate (`None` where a rank has no such node).
+    pub peer_ints: &'a dyn Fn(&str) -> Vec<Option<i64>>,
+    pub(crate) place: &'a dyn Fn(ValueId) -> Place,
+    pub(crate) meta: &'a dyn Fn(ValueId) -> Option<Meta>,
+}
+
+/// A tensor argument: value, placement on this mesh dim, local meta.
+#[derive(Clone, Debug)]
+pub struct T {
+    /// The value.
+    pub v: ValueId,
+    /// Its placement on the mesh dim.
+    pub p: Place,
+    /// Its local meta, when known.
+    pub meta: Option<Meta>,
+}
+
+impl T {
+    /// The tensor's rank (number of dims), 0 when unknown.
+    pub fn rank(&self) -> usize {
+        self.meta.as_ref().map_or(0, |m| m.shape.len())
+    }
+}
+
+impl<'a> Ctx<'a> {
+    fn has(&self, name: &str) -> bool {
+        self.args.schema().index_of(name).is_some()
+    }
+
+    /// The argument `name` as given (or its default), when the schema has it.
+    pub fn arg(&self, name: &str) -> Option<Arg> {
+        if self.has(name) {
+            self.args.get(name)
+        } else {
+            None
+        }
+    }
+
+    /// The tensor argument `name`.
+    pub fn t(&self, name: &str) -> Option<T> {
+        match self.arg(name)? {
+            Arg::Value(v) => Some(T {
+                v,
+                p: (self.place)(v),
+                meta: (self.meta)(v),
+            }),
+            _ => None,
+        }
+    }
+
+    /// The tensors of a list argument `name`.
+    pub fn ts(&self, name: &str) -> Vec<T> {
+        let mut vs = Vec::new();
+        if let Some(a) = self.arg(name) {
+            a.values(&mut vs);
+        }
+        vs.into_iter()
+            .map(|v| T {
+                v,
+                p: (self.place)(v),
+                meta: (self.meta)(v),
+            })
+            .collect()
+    }
+
+    /// An int argument.
+    pub fn int(&self, name: &str) -> Option<i64> {
+        self.arg(name).and_then(|a| a.as_int())
+    }
+
+    /// An int-list argument.
+    pub fn ints(&self, name: &str) -> Option<Vec<i64>> {
+        self.arg(name).and_then(|a| a.as_int_list())
+    }
+
+    /// A number argument (not a tensor).
+    pub fn num(&self, name: &str) -> Option<f64> {
+        self.arg(name).and_then(|a| a.as_f64())
+    }
+
+    /// A string argument.
+    pub fn str(&self, name: &str) -> Option<String> {
+        match self.arg(name)? {
+            Arg::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The number of outputs.
+    pub fn n_out(&self) -> usize {
+        self.outs.len().max(1)
+    }
+
+    /// The rank of output `i`.
+    pub fn out_rank(&self, i: usize) -> usize {
+        self.outs
+            .get(i)
+            .and_then(|m| m.as_ref())
+            .map_or(0, |m| m.shape.len())
+    }
+
+    fn all(&self, p: Place) -> Outcome {
+        Ok(vec![p; self.n_out()])
+    }
+}
+
+/// Normalizes a possibly negative dim against a rank.
+pub fn norm_dim(d: i64, rank: usize) -> Option<usize> {
+    let r = rank as i64;
+    let d = if d < 0 { d + r } else { d };
+    (0..r.max(1)).contains(&d).then_some(d as usize)
+}
+
+fn bad(kind: Kind, message: impl Into<String>, hint: Hint, recover: Vec<Place>) -> Outcome {
+    Err(Violation {
+        kind,
+        message: message.into(),
+        hint,
+        recover,
+        exempt: Exempt::No,
+    })
+}
+
+/// A rule: the placement of every output from the call on one mesh dim.
+pub type RuleFn = fn(&Ctx) -> Outcome;
+
+/// How the engine treats literal arguments that differ across ranks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Literals {
+    /// A replicated result of rank-dependent literals varies (the engine makes it `Varying`).
+    Vary,
+    /// The rule reads the ranks' literals itself (slices, collectives, point-to-point).
+    Own,
+}
+
+/// One entry of the rule table.
+pub struct Rule {
+    /// What the rule is, for the docs and the report (`elementwise-add`, `matmul`, ...).
+    pub family: &'static str,
+    /// The rule.
+    pub f: RuleFn,
+    /// How rank-dependent literals are treated.
+    pub literals: Literals,
+}
+
+/// The rule of an operator (by `namespace.name`; the overload is read from the arguments).
+pub fn rule(base: &str) -> Option<&'static Rule> {
+    table().get(base)
+}
+
+/// Every operator with a rule, as (`namespace.name`, family), sorted.
+pub fn rules() -> Vec<(&'static str, &'static str)> {
+    let mut v: Vec<_> = table().iter().map(|(k, r)| (*k, r.family)).collect();
+    v.sort_unstable();
+    v
+}
+
+fn table() -> &'static HashMap<&'static str, Rule> {
+    static T: OnceLock<HashMap<&'static str, Rule>> = OnceLock::new();
+    T.get_or_init(build)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn view_moves_or_interleaves_a_shard() {
+        // [b, s, h] -> [b*s, h]: the outer dim's shard stays contiguous.
+        assert_eq!(view_dim(&[2, 4, 8], &[8, 8], 0), Some(0));
+        // the inner dim's shard interleaves.
+        assert_eq!(view_dim(&[2, 4, 8], &[8, 8], 1), None);
+        // [b, s, h] -> [b, s, heads, hd]: the hidden shard lands on the heads.
+        assert_eq!(view_dim(&[2, 4, 8], &[2, 4, 2, 4], 2), Some(2));
+        assert_eq!(view_dim(&[2, 4, 2, 4], &[2, 4, 8], 2), Some(2));
+        assert_eq!(view_dim(&[2, 4, 2, 4], &[2, 4, 8], 3), None);
+        // size-1 dims in between.
+        assert_eq!(view_dim(&[4, 1, 8], &[4, 8], 0), Some(0));
+        assert_eq!(view_dim(&[4, 8], &[4, 1, 8], 1), Some(1));
+        // a kv projection of one local head: [tokens, hd] -> [b, s, 1, hd] shards the heads.
+        assert_eq!(view_dim(&[16, 4], &[2, 8, 1, 4], 1), Some(2));
+    }
+
+    #[test]
+    fn matmul_labels_follow_torch() {
+        let (la, lb, lo) = matmul_labels(3, 3);
+        assert_eq!(la, vec![Label::Batch(0), Label::Row, Label::Contract]);
+        assert_eq!(lb, vec![Label::Batch(0), Label::Contract, Label::Col]);
+        assert_eq!(lo, vec![Label::Batch(0), Label::Row, Label::Col]);
+        let (la, lb, lo) = matmul_labels(3, 2);
+        assert_eq!(la, vec![Label::Batch(0), Label::Row, Label::Contract]);
+        assert_eq!(lb, vec![Label::Contract, Label::Col]);
+        assert_eq!(lo.len(), 3);
+    }
+
+    #[test]
+    fn every_rule_names_a_registered_operator() {
+        let reg = shardproof_ops::Registry::builtin();
+        let known: std::collections::BTreeSet<String> = reg.iter().map(|d| d.name.base()).collect();
+        for (name, _) in rules() {
+            assert!(
+                known.contains(name),
+                "{name} has a rule but is not registered"
+            );
+        }
+    }
+}

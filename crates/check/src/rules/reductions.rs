@@ -1,0 +1,331 @@
+//! Reduction rules: sum/mean/amax and friends, scans, softmax, norms and their backward,
+//! sort, and the losses (nll_loss, mse_loss).
+
+use super::*;
+
+pub(super) fn reduced_dims(c: &Ctx, rank: usize) -> Option<Vec<usize>> {
+    match c.arg("dim") {
+        None | Some(Arg::None) => Some((0..rank).collect()),
+        Some(a) => {
+            let ds = a.as_int_list()?;
+            if ds.is_empty() {
+                return Some((0..rank).collect());
+            }
+            ds.iter().map(|&d| norm_dim(d, rank)).collect()
+        }
+    }
+}
+
+pub(super) fn reduction(c: &Ctx) -> Outcome {
+    let Some(x) = c.t("self") else {
+        return c.all(Place::Unknown);
+    };
+    let name = c.args.schema().name.clone();
+    let base = name.split('.').next().unwrap_or("").to_string();
+    let r = x.rank();
+    let Some(dims) = reduced_dims(c, r) else {
+        return c.all(Place::Unknown);
+    };
+    let keep = c.arg("keepdim").and_then(|a| a.as_bool()).unwrap_or(false)
+        || (c.out_rank(0) == r && r > 0);
+    let red = match base.as_str() {
+        "sum" => Some(Red::Sum),
+        "mean" => Some(Red::Avg),
+        "amax" | "max" => Some(Red::Max),
+        "amin" | "min" => Some(Red::Min),
+        _ => None,
+    };
+    let n = c.n_out();
+    match x.p {
+        Place::Shard(d) if dims.contains(&(d as usize)) => match red {
+            Some(red) => {
+                let mut v = vec![Place::Partial(red)];
+                if n > 1 {
+                    // max.dim / min.dim indices: local positions.
+                    v.push(Place::Varying);
+                }
+                Ok(v)
+            }
+            None => bad(
+                Kind::Consistency,
+                format!("`{base}` reduces over dim {d}, which is sharded: each rank reduces only its shard"),
+                Hint::GatherShard,
+                vec![Place::Replicate; n],
+            ),
+        },
+        Place::Shard(d) => {
+            let d = d as usize;
+            let nd = if keep { d } else { d - dims.iter().filter(|&&e| e < d).count() };
+            c.all(Place::shard(nd))
+        }
+        Place::Partial(pr) if pr.is_linear() && matches!(red, Some(Red::Sum | Red::Avg)) => c.all(Place::Partial(pr)),
+        Place::Partial(_) | Place::Unmasked => one(merge(&[x], 0, Lin::None, false), n),
+        p => c.all(p),
+    }
+}
+
+pub(super) fn scan(c: &Ctx) -> Outcome {
+    let Some(x) = c.t("self") else {
+        return c.all(Place::Unknown);
+    };
+    let Some(dim) = c.int("dim").and_then(|d| norm_dim(d, x.rank())) else {
+        return c.all(Place::Unknown);
+    };
+    let linear = c.args.schema().name.starts_with("cumsum");
+    match x.p {
+        Place::Shard(d) if d as usize == dim => c.all(Place::Varying),
+        Place::Partial(_) | Place::Unmasked => one(
+            merge(&[x], 0, if linear { Lin::Add } else { Lin::None }, false),
+            1,
+        ),
+        p => c.all(p),
+    }
+}
+
+pub(super) fn softmax(c: &Ctx) -> Outcome {
+    let Some(x) = c.t("self") else {
+        return c.all(Place::Unknown);
+    };
+    let Some(dim) = c.int("dim").and_then(|d| norm_dim(d, x.rank())) else {
+        return c.all(Place::Unknown);
+    };
+    match x.p {
+        Place::Shard(d) if d as usize == dim => bad(
+            Kind::Consistency,
+            format!("softmax over dim {dim}, which is sharded: each rank normalizes over its shard only"),
+            Hint::GatherShard,
+            vec![Place::Varying; c.n_out()],
+        ),
+        Place::Partial(_) | Place::Unmasked => one(merge(&[x], 0, Lin::None, false), c.n_out()),
+        p => c.all(p),
+    }
+}
+
+pub(super) fn softmax_backward(c: &Ctx) -> Outcome {
+    let (Some(g), Some(y)) = (c.t("grad_output"), c.t("output")) else {
+        return c.all(Place::Unknown);
+    };
+    let Some(dim) = c.int("dim").and_then(|d| norm_dim(d, y.rank())) else {
+        return c.all(Place::Unknown);
+    };
+    if y.p == Place::Shard(dim as u8) || g.p == Place::Shard(dim as u8) {
+        return bad(
+            Kind::Consistency,
+            format!("softmax backward over dim {dim}, which is sharded"),
+            Hint::GatherShard,
+            vec![Place::Varying; c.n_out()],
+        );
+    }
+    one(merge(&[g, y], c.out_rank(0), Lin::First, false), c.n_out())
+}
+
+/// Checks a norm's input against its normalized dims (the last `k`); the output placements
+/// for (output, statistics...).
+pub(super) fn norm_core(c: &Ctx, x: &T, k: usize, params: &[T]) -> Outcome {
+    let r = x.rank();
+    let first = r.saturating_sub(k);
+    let n = c.n_out();
+    match x.p {
+        Place::Shard(d) if d as usize >= first => bad(
+            Kind::Consistency,
+            format!(
+                "normalizes over dim {d}, which is sharded: the statistics are those of the \
+                 rank's shard, not of the whole dim"
+            ),
+            Hint::GatherShard,
+            vec![x.p; n],
+        ),
+        Place::Partial(_) | Place::Unmasked => {
+            one(merge(std::slice::from_ref(x), 0, Lin::None, false), n)
+        }
+        p => {
+            for w in params {
+                if w.p.is_partial() || matches!(w.p, Place::Shard(_)) {
+                    return bad(
+                        Kind::Consistency,
+                        format!(
+                            "the norm's weight or bias is {} where the normalized dims are whole",
+                            w.p
+                        ),
+                        Hint::Text("replicate the norm's weight and bias".into()),
+                        vec![p; n],
+                    );
+                }
+            }
+            let varying = params.iter().any(|w| w.p == Place::Varying);
+            let out = if varying { Place::Varying } else { p };
+            let mut v = vec![out];
+            v.extend(std::iter::repeat_n(p, n - 1));
+            Ok(v)
+        }
+    }
+}
+
+pub(super) fn norm(c: &Ctx) -> Outcome {
+    let Some(x) = c.t("input") else {
+        return c.all(Place::Unknown);
+    };
+    let k = c.ints("normalized_shape").map_or(1, |s| s.len());
+    let params = tensors(c, &["weight", "bias"]);
+    norm_core(c, &x, k, &params)
+}
+
+pub(super) fn apex_norm(c: &Ctx) -> Outcome {
+    norm(c)
+}
+
+pub(super) fn norm_backward(c: &Ctx) -> Outcome {
+    let (Some(g), Some(x)) = (c.t("grad_out"), c.t("input")) else {
+        return c.all(Place::Unknown);
+    };
+    let k = c.ints("normalized_shape").map_or(1, |s| s.len());
+    let r = x.rank();
+    let first = r.saturating_sub(k);
+    let n = c.n_out();
+    for t in [&g, &x] {
+        if let Place::Shard(d) = t.p {
+            if d as usize >= first {
+                return bad(
+                    Kind::Consistency,
+                    format!("norm backward over dim {d}, which is sharded"),
+                    Hint::GatherShard,
+                    vec![t.p; n],
+                );
+            }
+        }
+    }
+    if x.p.is_partial() {
+        return one(merge(&[x], 0, Lin::None, false), n);
+    }
+    let gi = match merge(&[g.clone(), x.clone()], c.out_rank(0), Lin::First, false) {
+        Ok(p) => p,
+        Err(v) => return one(Err(v), n),
+    };
+    // The parameter gradients sum over the batch dims.
+    let param = match gi {
+        Place::Shard(d) if (d as usize) < first => Place::Partial(Red::Sum),
+        p => p,
+    };
+    let mut v = vec![gi];
+    v.extend(std::iter::repeat_n(param, n - 1));
+    Ok(v)
+}
+
+pub(super) fn sort(c: &Ctx) -> Outcome {
+    let Some(x) = c.t("self") else {
+        return c.all(Place::Unknown);
+    };
+    let Some(dim) = norm_dim(c.int("dim").unwrap_or(-1), x.rank()) else {
+        return c.all(Place::Unknown);
+    };
+    match x.p {
+        Place::Shard(d) if d as usize == dim => bad(
+            Kind::Consistency,
+            format!("sorts (or takes the top k) along dim {dim}, which is sharded"),
+            Hint::GatherShard,
+            vec![Place::Varying; c.n_out()],
+        ),
+        Place::Partial(_) | Place::Unmasked => one(merge(&[x], 0, Lin::None, false), c.n_out()),
+        p => c.all(p),
+    }
+}
+
+pub(super) fn nll_loss(c: &Ctx) -> Outcome {
+    let (Some(x), Some(tg)) = (c.t("self"), c.t("target")) else {
+        return c.all(Place::Unknown);
+    };
+    let reduction = c.int("reduction").unwrap_or(1);
+    let class_dim = if x.rank() >= 2 { 1 } else { 0 };
+    if x.p == Place::Shard(class_dim as u8) {
+        return bad(
+            Kind::Consistency,
+            "the loss picks each target's log-probability along the class dim, which is sharded",
+            Hint::Text("use the vocab-parallel cross-entropy (gather the target logit on its rank, mask, all-reduce)".into()),
+            vec![Place::Replicate; c.n_out()],
+        );
+    }
+    if tg.p.is_partial() {
+        return one(merge(&[tg], 0, Lin::None, false), c.n_out());
+    }
+    let batchish = |p: Place| matches!(p, Place::Shard(0));
+    let base = match (x.p, tg.p) {
+        (Place::Partial(r), Place::Replicate) if r.is_linear() => Place::Partial(r),
+        (Place::Partial(_), _) | (Place::Unmasked, _) => {
+            return one(merge(&[x], 0, Lin::None, false), c.n_out())
+        }
+        (p, q) if batchish(p) || batchish(q) => {
+            if (p != q) && !(p == Place::Replicate || q == Place::Replicate) {
+                Place::Varying
+            } else {
+                Place::Shard(0)
+            }
+        }
+        (Place::Varying, _) | (_, Place::Varying) => Place::Varying,
+        _ => Place::Replicate,
+    };
+    let out = match (base, reduction) {
+        (Place::Shard(0), 0) => Place::Shard(0),
+        (Place::Shard(0), 1) => Place::Partial(Red::Avg),
+        (Place::Shard(0), _) => Place::Partial(Red::Sum),
+        (p, _) => p,
+    };
+    let total = match base {
+        Place::Shard(0) => Place::Partial(Red::Sum),
+        Place::Partial(_) => Place::Replicate,
+        p => p,
+    };
+    let mut v = vec![out];
+    if c.n_out() > 1 {
+        v.push(total);
+    }
+    Ok(v)
+}
+
+pub(super) fn nll_loss_backward(c: &Ctx) -> Outcome {
+    let (Some(g), Some(x), Some(tg)) = (c.t("grad_output"), c.t("self"), c.t("target")) else {
+        return c.all(Place::Unknown);
+    };
+    let class_dim = if x.rank() >= 2 { 1 } else { 0 };
+    if x.p == Place::Shard(class_dim as u8) {
+        return bad(
+            Kind::Consistency,
+            "nll_loss backward over a sharded class dim",
+            Hint::GatherShard,
+            vec![Place::Varying],
+        );
+    }
+    let mut tg2 = tg.clone();
+    tg2.meta = None;
+    let mut x2 = x.clone();
+    x2.meta = None;
+    let shape = match merge(&[x2, tg2], 0, Lin::None, false) {
+        Ok(p) => p,
+        Err(v) => return one(Err(v), 1),
+    };
+    match g.p {
+        Place::Partial(r) if r.is_linear() && shape == Place::Replicate => c.all(Place::Partial(r)),
+        Place::Partial(_) | Place::Unmasked => one(merge(&[g], 0, Lin::None, false), 1),
+        Place::Replicate => c.all(shape),
+        Place::Varying => c.all(Place::Varying),
+        _ => c.all(Place::Varying),
+    }
+}
+
+pub(super) fn mse_loss(c: &Ctx) -> Outcome {
+    let ts = tensors(c, &["self", "target"]);
+    let p = match merge(&ts, ts.first().map_or(0, T::rank), Lin::None, false) {
+        Ok(p) => p,
+        Err(v) => return one(Err(v), 1),
+    };
+    let reduction = c.int("reduction").unwrap_or(1);
+    c.all(match (p, reduction) {
+        (Place::Shard(_), 1) => Place::Partial(Red::Avg),
+        (Place::Shard(_), 2) => Place::Partial(Red::Sum),
+        (p, _) => p,
+    })
+}
+
+pub(super) fn mse_loss_backward(c: &Ctx) -> Outcome {
+    let ts = tensors(c, &["grad_output", "self", "target"]);
+    one(merge(&ts, c.out_rank(0), Lin::First, false), 1)
+}

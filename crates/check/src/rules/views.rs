@@ -1,0 +1,431 @@
+//! View and layout rules: view/reshape/flatten, transpose, permute, (un)squeeze, expand,
+//! repeat, and slicing (slice, select, cat, stack, split, slice_scatter, pad, flip, triangle).
+
+use super::*;
+
+/// Where a shard of input dim `d` lands in a view from `ins` to `outs` (local shapes):
+/// `Some(od)` when the shard stays contiguous (it is the outermost non-trivial dim of its
+/// group), `None` when the view interleaves it.
+pub fn view_dim(ins: &[usize], outs: &[usize], d: usize) -> Option<usize> {
+    if ins.get(d).copied().unwrap_or(0) <= 1 {
+        // A size-1 shard: it lands on the output dim of the same position in an unchanged
+        // prefix only.
+        return (ins[..=d.min(ins.len().saturating_sub(1))] == outs[..(d + 1).min(outs.len())])
+            .then_some(d);
+    }
+    let (mut i, mut o) = (0usize, 0usize);
+    while i < ins.len() && o < outs.len() {
+        // Skip size-1 dims that start a group.
+        let (gi0, go0) = (i, o);
+        let (mut pi, mut po) = (ins[i] as u128, outs[o] as u128);
+        i += 1;
+        o += 1;
+        while pi != po {
+            if pi < po {
+                if i >= ins.len() {
+                    return None;
+                }
+                pi *= ins[i] as u128;
+                i += 1;
+            } else {
+                if o >= outs.len() {
+                    return None;
+                }
+                po *= outs[o] as u128;
+                o += 1;
+            }
+        }
+        // Absorb trailing size-1 dims into neither group: they start their own.
+        if (gi0..i).contains(&d) {
+            let first_in = (gi0..i).find(|&k| ins[k] > 1)?;
+            if first_in != d {
+                return None;
+            }
+            // The outermost output dim of the group holds the shard (a local size of 1 there
+            // is one of the mesh dim's pieces).
+            return Some(go0);
+        }
+    }
+    None
+}
+
+pub(super) fn out_shape(c: &Ctx, i: usize) -> Option<Vec<usize>> {
+    c.outs
+        .get(i)
+        .and_then(|m| m.as_ref())
+        .map(|m| m.shape.clone())
+}
+
+pub(super) fn view(c: &Ctx) -> Outcome {
+    let Some(x) = c.t("self") else {
+        return c.all(Place::Unknown);
+    };
+    match x.p {
+        Place::Shard(d) => {
+            let (Some(m), Some(out)) = (&x.meta, out_shape(c, 0)) else {
+                return c.all(Place::Unknown);
+            };
+            c.all(view_dim(&m.shape, &out, d as usize).map_or(Place::Varying, Place::shard))
+        }
+        p => c.all(p),
+    }
+}
+
+pub(super) fn moved(c: &Ctx, f: impl Fn(usize) -> Option<usize>) -> Outcome {
+    let Some(x) = c.t("self") else {
+        return c.all(Place::Unknown);
+    };
+    match x.p {
+        Place::Shard(d) => c.all(f(d as usize).map_or(Place::Varying, Place::shard)),
+        p => c.all(p),
+    }
+}
+
+pub(super) fn t(c: &Ctx) -> Outcome {
+    let r = c.t("self").map_or(0, |x| x.rank());
+    moved(c, |d| Some(if r == 2 { 1 - d } else { d }))
+}
+
+pub(super) fn transpose(c: &Ctx) -> Outcome {
+    let r = c.t("self").map_or(0, |x| x.rank());
+    let (Some(a), Some(b)) = (
+        c.int("dim0").and_then(|d| norm_dim(d, r)),
+        c.int("dim1").and_then(|d| norm_dim(d, r)),
+    ) else {
+        return c.all(Place::Unknown);
+    };
+    moved(c, |d| {
+        Some(if d == a {
+            b
+        } else if d == b {
+            a
+        } else {
+            d
+        })
+    })
+}
+
+pub(super) fn permute(c: &Ctx) -> Outcome {
+    let r = c.t("self").map_or(0, |x| x.rank());
+    let Some(dims) = c.ints("dims") else {
+        return c.all(Place::Unknown);
+    };
+    let dims: Option<Vec<usize>> = dims.iter().map(|&d| norm_dim(d, r)).collect();
+    let Some(dims) = dims else {
+        return c.all(Place::Unknown);
+    };
+    moved(c, |d| dims.iter().position(|&x| x == d))
+}
+
+pub(super) fn unsqueeze(c: &Ctx) -> Outcome {
+    let r = c.out_rank(0);
+    let Some(u) = c.int("dim").and_then(|d| norm_dim(d, r)) else {
+        return c.all(Place::Unknown);
+    };
+    moved(c, |d| Some(if d >= u { d + 1 } else { d }))
+}
+
+pub(super) fn squeeze(c: &Ctx) -> Outcome {
+    let Some(x) = c.t("self") else {
+        return c.all(Place::Unknown);
+    };
+    let (Some(m), Some(out)) = (x.meta.clone(), out_shape(c, 0)) else {
+        return c.all(Place::Unknown);
+    };
+    let removed: Vec<usize> = {
+        // Dims of size 1 that disappear, matched greedily.
+        let mut v = Vec::new();
+        let mut o = 0;
+        for (i, &s) in m.shape.iter().enumerate() {
+            if o < out.len() && out[o] == s && (s != 1 || out.len() - o >= m.shape.len() - i) {
+                o += 1;
+            } else {
+                v.push(i);
+            }
+        }
+        v
+    };
+    moved(c, |d| {
+        (!removed.contains(&d)).then(|| d - removed.iter().filter(|&&r| r < d).count())
+    })
+}
+
+pub(super) fn expand(c: &Ctx) -> Outcome {
+    let Some(x) = c.t("self") else {
+        return c.all(Place::Unknown);
+    };
+    let off = c.out_rank(0).saturating_sub(x.rank());
+    moved(c, |d| Some(d + off))
+}
+
+pub(super) fn repeat(c: &Ctx) -> Outcome {
+    let Some(x) = c.t("self") else {
+        return c.all(Place::Unknown);
+    };
+    let reps = c.ints("repeats").unwrap_or_default();
+    let off = reps.len().saturating_sub(x.rank());
+    match x.p {
+        Place::Shard(d) if reps.get(d as usize + off).copied().unwrap_or(1) != 1 => {
+            c.all(Place::Varying)
+        }
+        Place::Partial(_) => one(merge(&[x], c.out_rank(0), Lin::Add, false), 1),
+        _ => moved(c, |d| Some(d + off)),
+    }
+}
+
+/// Slices along `dim` of `x` from `start` of length `len`: what the slice holds on this mesh
+/// dim given the other ranks' slices.
+pub(super) fn slice_like(
+    c: &Ctx,
+    x: &T,
+    dim: usize,
+    starts_name: &str,
+    keeps_dim: bool,
+) -> Outcome {
+    let size = x
+        .meta
+        .as_ref()
+        .and_then(|m| m.shape.get(dim).copied())
+        .unwrap_or(0);
+    let out_len = out_shape(c, 0)
+        .and_then(|s| {
+            if keeps_dim {
+                s.get(dim).copied()
+            } else {
+                Some(1)
+            }
+        })
+        .unwrap_or(0);
+    let shift = |d: usize| {
+        if keeps_dim || d < dim {
+            Some(d)
+        } else {
+            Some(d - 1)
+        }
+    };
+    match x.p {
+        Place::Shard(d) if d as usize == dim => {
+            if out_len == size && keeps_dim && !c.varies {
+                c.all(x.p)
+            } else {
+                c.all(Place::Varying)
+            }
+        }
+        Place::Shard(d) => {
+            if c.varies {
+                return c.all(Place::Varying);
+            }
+            c.all(shift(d as usize).map_or(Place::Varying, Place::shard))
+        }
+        Place::Replicate if c.varies => {
+            // A rank-dependent slice of a replicated tensor: a shard when every rank along the
+            // mesh dim takes the block at its own coordinate.
+            let starts = (c.peer_ints)(starts_name);
+            let (n, me) = (c.coord.1, c.coord.0);
+            let own = keeps_dim
+                && out_len > 0
+                && out_len * n == size
+                && starts.len() == n
+                && starts.iter().enumerate().all(|(k, s)| {
+                    s.map(|s| if s < 0 { s + size as i64 } else { s }) == Some((k * out_len) as i64)
+                });
+            let _ = me;
+            c.all(if own {
+                Place::shard(dim)
+            } else {
+                Place::Varying
+            })
+        }
+        Place::Varying => c.all(Place::Varying),
+        p @ (Place::Partial(_) | Place::Replicate) => c.all(p),
+        p => c.all(p),
+    }
+}
+
+pub(super) fn slice(c: &Ctx) -> Outcome {
+    let Some(x) = c.t("self") else {
+        return c.all(Place::Unknown);
+    };
+    let Some(dim) = norm_dim(c.int("dim").unwrap_or(0), x.rank()) else {
+        return c.all(Place::Unknown);
+    };
+    slice_like(c, &x, dim, "start", true)
+}
+
+pub(super) fn select(c: &Ctx) -> Outcome {
+    let Some(x) = c.t("self") else {
+        return c.all(Place::Unknown);
+    };
+    let Some(dim) = c.int("dim").and_then(|d| norm_dim(d, x.rank())) else {
+        return c.all(Place::Unknown);
+    };
+    slice_like(c, &x, dim, "index", false)
+}
+
+pub(super) fn cat(c: &Ctx) -> Outcome {
+    let ts = c.ts("tensors");
+    let r = c.out_rank(0);
+    let Some(dim) = norm_dim(c.int("dim").unwrap_or(0), r) else {
+        return c.all(Place::Unknown);
+    };
+    // Sizes along the cat dim differ: compare placements directly.
+    let ts: Vec<T> = ts
+        .into_iter()
+        .filter(|t| {
+            t.meta
+                .as_ref()
+                .is_none_or(|m| m.shape.iter().product::<usize>() > 0 || m.shape.len() == r)
+        })
+        .collect();
+    if ts.iter().any(|t| t.p == Place::Shard(dim as u8)) {
+        return c.all(if ts.len() == 1 {
+            ts[0].p
+        } else {
+            Place::Varying
+        });
+    }
+    let first = ts.first().map(|t| t.p);
+    if ts.iter().all(|t| Some(t.p) == first) {
+        return c.all(first.unwrap_or(Place::Replicate));
+    }
+    // Mixed: merge as a sum of disjoint blocks (a partial needs every block partial).
+    let stripped: Vec<T> = ts
+        .into_iter()
+        .map(|mut t| {
+            t.meta = None;
+            t
+        })
+        .collect();
+    one(merge(&stripped, r, Lin::Add, false), c.n_out())
+}
+
+pub(super) fn stack(c: &Ctx) -> Outcome {
+    let ts = c.ts("tensors");
+    let r = c.out_rank(0);
+    let Some(dim) = norm_dim(c.int("dim").unwrap_or(0), r) else {
+        return c.all(Place::Unknown);
+    };
+    let first = ts.first().map(|t| t.p);
+    if !ts.iter().all(|t| Some(t.p) == first) {
+        let stripped: Vec<T> = ts
+            .into_iter()
+            .map(|mut t| {
+                t.meta = None;
+                t
+            })
+            .collect();
+        return one(merge(&stripped, r, Lin::Add, false), c.n_out());
+    }
+    match first {
+        Some(Place::Shard(d)) => c.all(Place::shard(if d as usize >= dim {
+            d as usize + 1
+        } else {
+            d as usize
+        })),
+        Some(p) => c.all(p),
+        None => c.all(Place::Replicate),
+    }
+}
+
+pub(super) fn split(c: &Ctx) -> Outcome {
+    let Some(x) = c.t("self") else {
+        return c.all(Place::Unknown);
+    };
+    let Some(dim) = norm_dim(c.int("dim").unwrap_or(0), x.rank()) else {
+        return c.all(Place::Unknown);
+    };
+    let unbind = c.args.schema().name.starts_with("unbind");
+    match x.p {
+        Place::Shard(d) if d as usize == dim => c.all(Place::Varying),
+        Place::Shard(d) if unbind && d as usize > dim => c.all(Place::Shard(d - 1)),
+        p => c.all(p),
+    }
+}
+
+pub(super) fn slice_scatter(c: &Ctx) -> Outcome {
+    let (Some(x), Some(src)) = (c.t("self"), c.t("src")) else {
+        return c.all(Place::Unknown);
+    };
+    let Some(dim) = norm_dim(c.int("dim").unwrap_or(0), x.rank()) else {
+        return c.all(Place::Unknown);
+    };
+    // A slice_scatter over the whole dim replaces the tensor by `src`.
+    let size = x
+        .meta
+        .as_ref()
+        .and_then(|m| m.shape.get(dim).copied())
+        .unwrap_or(usize::MAX) as i64;
+    let whole = c.args.schema().name.starts_with("slice_scatter")
+        && c.int("start").unwrap_or(0) == 0
+        && c.int("end").is_none_or(|e| e >= size)
+        && c.int("step").unwrap_or(1) == 1;
+    if whole && !c.varies {
+        return c.all(src.p);
+    }
+    if c.varies || x.p == Place::Shard(dim as u8) {
+        if x.p.is_partial() || src.p.is_partial() {
+            return one(merge(&[x, src], 0, Lin::None, false), c.n_out());
+        }
+        return c.all(Place::Varying);
+    }
+    let src_p = match src.p {
+        Place::Shard(d) if d as usize >= dim && c.args.schema().name.starts_with("select") => {
+            Place::Shard(d + 1)
+        }
+        p => p,
+    };
+    let mut src = src;
+    src.p = src_p;
+    src.meta = None;
+    let mut x = x;
+    x.meta = None;
+    one(merge(&[x, src], c.out_rank(0), Lin::Add, false), c.n_out())
+}
+
+pub(super) fn pad(c: &Ctx) -> Outcome {
+    let Some(x) = c.t("self") else {
+        return c.all(Place::Unknown);
+    };
+    let pads = c.ints("pad").unwrap_or_default();
+    let r = x.rank();
+    let padded: Vec<usize> = (0..pads.len() / 2)
+        .filter(|i| pads[2 * i] != 0 || pads[2 * i + 1] != 0)
+        .filter_map(|i| r.checked_sub(i + 1))
+        .collect();
+    let nonzero = c.num("value").is_some_and(|v| v != 0.0);
+    match x.p {
+        Place::Shard(d) if padded.contains(&(d as usize)) => c.all(Place::Varying),
+        Place::Partial(_) | Place::Unmasked => one(merge(&[x], 0, Lin::Add, nonzero), 1),
+        p => c.all(p),
+    }
+}
+
+pub(super) fn flip(c: &Ctx) -> Outcome {
+    let Some(x) = c.t("self") else {
+        return c.all(Place::Unknown);
+    };
+    let dims = c.ints("dims").unwrap_or_default();
+    let all_dims = c.ints("dims").is_none() || dims.is_empty();
+    match x.p {
+        Place::Shard(d)
+            if all_dims
+                || dims
+                    .iter()
+                    .any(|&e| norm_dim(e, x.rank()) == Some(d as usize)) =>
+        {
+            c.all(Place::Varying)
+        }
+        p => c.all(p),
+    }
+}
+
+pub(super) fn triangle(c: &Ctx) -> Outcome {
+    let Some(x) = c.t("self") else {
+        return c.all(Place::Unknown);
+    };
+    let r = x.rank();
+    match x.p {
+        Place::Shard(d) if d as usize + 2 >= r => c.all(Place::Varying),
+        p => c.all(p),
+    }
+}

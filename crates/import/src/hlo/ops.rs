@@ -231,6 +231,48 @@ impl Lowerer<'_> {
         }
     }
 
+    /// An operand that is an `aten.expand` of a tensor of the same rank (a broadcast that only
+    /// stretches size-1 dims), when the other operand has the full shape: the expand's input,
+    /// which the operator broadcasts itself (torch's broadcasting gives the same values). So
+    /// `x / broadcast(sum)` reads `sum` kept in its `[.., 1]` form, as torch's own captures do.
+    fn unexpanded(&self, x: &Arg, full: &[i64]) -> Option<Arg> {
+        let Arg::Value(v) = x else { return None };
+        let n = &self.g.nodes[v.node];
+        if n.op().map(|o| o.to_string()).as_deref() != Some("aten.expand.default") {
+            return None;
+        }
+        let Some(Arg::Value(src)) = n.args().first() else {
+            return None;
+        };
+        let ty = self.g.recorded_type(*src)?.concrete_shape()?;
+        let fits = ty.len() == full.len() && ty.iter().zip(full).all(|(&a, &b)| a == b || a == 1);
+        fits.then_some(Arg::Value(*src))
+    }
+
+    fn full_shaped(&self, x: &Arg, full: &[i64]) -> bool {
+        let Arg::Value(v) = x else { return false };
+        self.g
+            .recorded_type(*v)
+            .and_then(|t| t.concrete_shape())
+            .is_some_and(|s| s == full)
+    }
+
+    fn unexpand_pair(&self, x: Arg, y: Arg, full: &[i64]) -> (Arg, Arg) {
+        if self.full_shaped(&x, full) {
+            if let Some(y2) = self.unexpanded(&y, full) {
+                if self.unexpanded(&x, full).is_none() {
+                    return (x, y2);
+                }
+            }
+        }
+        if self.full_shaped(&y, full) && self.unexpanded(&y, full).is_none() {
+            if let Some(x2) = self.unexpanded(&x, full) {
+                return (x2, y);
+            }
+        }
+        (x, y)
+    }
+
     /// A scalar or tensor operand of an elementwise op: a uniform literal passes as a 0-d
     /// `scalar_tensor` (broadcast by the operator), anything else as a graph value.
     fn elem_arg(&mut self, ins: &Instr, x: &Val) -> R<Arg> {
@@ -364,6 +406,7 @@ impl Lowerer<'_> {
             self.elem_arg(ins, a)?
         };
         let y = self.elem_arg(ins, b)?;
+        let (x, y) = self.unexpand_pair(x, y, dims);
         let (name, kwargs) = match op {
             "div_trunc" => (
                 "aten.div.Tensor_mode",

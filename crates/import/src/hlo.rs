@@ -492,6 +492,21 @@ mod tests {
     }
 
     #[test]
+    fn shapes_that_do_not_fit_are_errors_not_panics() {
+        for body in [
+            "ENTRY e {\n  x = f32[3,8] parameter(0)\n  ROOT s = f32[2] slice(x), slice={[0:2], [0:8]}\n}\n",
+            "ENTRY e {\n  x = f32[3,8] parameter(0)\n  ROOT s = f32[2,9] slice(x), slice={[0:2], [0:9]}\n}\n",
+            "ENTRY e {\n  x = f32[3,8] parameter(0)\n  o = s32[] constant(0)\n  ROOT s = f32[2] dynamic-slice(x, o, o), dynamic_slice_sizes={2,8}\n}\n",
+            "ENTRY e {\n  x = f32[3] parameter(0)\n  ROOT b = f32[3,2] broadcast(x), dimensions={2}\n}\n",
+            "ENTRY e {\n  a = f32[8,16] parameter(0)\n  b = f32[4,4] parameter(1)\n  ROOT d = f32[8,4] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n",
+        ] {
+            let text = format!("HloModule t\n{body}");
+            let e = parse_hlo(&text, Path::new("t.hlo"), None).unwrap_err();
+            assert!(e.span.is_some(), "{e}");
+        }
+    }
+
+    #[test]
     fn device_ids_come_from_file_names() {
         assert_eq!(hlo_device_from_path(Path::new("a/b.tp4.dev3.hlo")), Some(3));
         assert_eq!(hlo_device_from_path(Path::new("b.dev12.hlo.txt")), Some(12));

@@ -976,6 +976,20 @@ pub(crate) fn lower_instr(l: &mut Lowerer, ins: &Instr, ops: &[Val]) -> R<Val> {
                     "one `[start:limit]` per dim",
                 ));
             }
+            let fits = spec.len() == dims.len()
+                && spec
+                    .iter()
+                    .zip(&in_dims)
+                    .zip(&dims)
+                    .all(|((&(s, e, st), &n), &o)| e <= n && (e - s + st - 1) / st == o);
+            if !fits {
+                return Err(perr(
+                    ins.line,
+                    a.col,
+                    "the slice does not fit its operand or its result's shape",
+                    "each `[start:limit:stride]` lies within the operand and gives the result's size",
+                ));
+            }
             let starts: Vec<i64> = spec.iter().map(|s| s.0).collect();
             let limits: Vec<i64> = spec.iter().map(|s| s.1).collect();
             let steps: Vec<i64> = spec.iter().map(|s| s.2).collect();
@@ -994,7 +1008,11 @@ pub(crate) fn lower_instr(l: &mut Lowerer, ins: &Instr, ops: &[Val]) -> R<Val> {
             let Some(offs) = Lowerer::dyn_offsets(&ops[1..]) else {
                 return l.opaque(ins, ops);
             };
-            if offs.len() != in_dims.len() || sizes.len() != in_dims.len() {
+            if offs.len() != in_dims.len()
+                || sizes.len() != in_dims.len()
+                || dims != sizes
+                || sizes.iter().zip(&in_dims).any(|(s, n)| s > n || *s < 0)
+            {
                 return Err(perr(
                     ins.line,
                     ins.col,

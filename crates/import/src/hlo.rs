@@ -12,6 +12,7 @@
 //!   device's id and the partitioner's offset arithmetic folds to constants.
 //! - An instruction the importer does not model becomes an opaque call `hlo.<opcode>`.
 
+mod collective;
 mod groups;
 mod lex;
 mod lit;

@@ -299,6 +299,7 @@ pub fn propagate_rank(
                                         let moved = sc[m] != coords[m];
                                         let q = match p {
                                             Place::Shard(_)
+                                            | Place::Blocked(..)
                                             | Place::Partial(_)
                                             | Place::Unmasked
                                                 if moved =>
@@ -381,10 +382,19 @@ pub fn propagate_rank(
                         && peer_list[m].iter().any(|&p| {
                             p != r && peer_node(p).is_some_and(|j| sh.literals[p][j] != my_lit)
                         });
-                    let place = |v: ValueId| rp.of(v, nd)[m];
+                    let blocked_ok = rules::takes_blocked(rule.family);
+                    let place = |v: ValueId| match rp.of(v, nd)[m] {
+                        Place::Blocked(..) if !blocked_ok => Place::Varying,
+                        p => p,
+                    };
                     if inputs.iter().any(|&v| place(v) == Place::Unknown) {
                         continue;
                     }
+                    let (input_places, group_dims): (Vec<Place>, &[usize]) =
+                        match (&group, inputs.first()) {
+                            (Some((dims, _)), Some(&v)) => (rp.of(v, nd).to_vec(), dims),
+                            _ => (Vec::new(), &[]),
+                        };
                     let peer_ints = |arg: &str| -> Vec<Option<i64>> {
                         peer_list[m]
                             .iter()
@@ -410,6 +420,8 @@ pub fn propagate_rank(
                         varies,
                         in_group,
                         group_len,
+                        input_places: &input_places,
+                        group_dims,
                         coord: (coords[m], mesh.dims[m].1),
                         peer_ints: &peer_ints,
                         place: &place,

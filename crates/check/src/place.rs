@@ -17,6 +17,14 @@ pub enum Place {
     Replicate,
     /// Split into equal contiguous pieces along this tensor dim, one per coordinate.
     Shard(u8),
+    /// A blocked shard, `Blocked(d, k)` with k > 1: tensor dim `d` is split into `k` equal
+    /// contiguous blocks, every block into one equal contiguous piece per coordinate, and a
+    /// coordinate holds its piece of every block, concatenated in block order (DTensor's
+    /// `_StridedShard(d, split_factor=k)`). `Shard(d)` is the one-block case. It arises where a
+    /// sharded dim is flattened with unsharded dims outside it (Megatron's `[s, b, np, hn] ->
+    /// [s, b*np, hn]` with the heads sharded), and where a collective over another mesh dim
+    /// concatenates along it (ZeRO's all-gather over dp of a tp-sharded weight).
+    Blocked(u8, u16),
     /// The pieces reduce (sum, avg, max, min) to the tensor.
     Partial(Red),
     /// Differs across coordinates, in no known layout (SPMD type V).
@@ -113,7 +121,7 @@ impl Place {
         Some(match self {
             Place::Replicate if invariant => SpmdType::I,
             Place::Replicate => SpmdType::R,
-            Place::Shard(_) | Place::Varying => SpmdType::V,
+            Place::Shard(_) | Place::Blocked(..) | Place::Varying => SpmdType::V,
             Place::Partial(_) | Place::Unmasked => SpmdType::P,
             Place::Unknown => return None,
         })
@@ -132,6 +140,25 @@ impl Place {
         }
     }
 
+    /// The (dim, blocks) of a shard or a blocked shard (`Shard(d)` is one block).
+    pub fn blocks(self) -> Option<(usize, usize)> {
+        match self {
+            Place::Shard(d) => Some((d as usize, 1)),
+            Place::Blocked(d, k) => Some((d as usize, k as usize)),
+            _ => None,
+        }
+    }
+
+    /// Dim `d` sharded in `k` blocks: `Shard(d)` for one block, `Blocked(d, k)` for more;
+    /// `Varying` where the numbers do not fit the representation (never a guess).
+    pub fn blocked(d: usize, k: usize) -> Place {
+        match (u8::try_from(d), u16::try_from(k)) {
+            (Ok(d), Ok(1)) => Place::Shard(d),
+            (Ok(d), Ok(k)) if k > 1 => Place::Blocked(d, k),
+            _ => Place::Varying,
+        }
+    }
+
     /// `Shard(d)` for a usize dim (dims past 255 are unknown).
     pub fn shard(d: usize) -> Place {
         u8::try_from(d).map_or(Place::Unknown, Place::Shard)
@@ -143,6 +170,7 @@ impl fmt::Display for Place {
         match self {
             Place::Replicate => f.write_str("Replicate()"),
             Place::Shard(d) => write!(f, "Shard({d})"),
+            Place::Blocked(d, k) => write!(f, "Shard({d}, blocks={k})"),
             Place::Partial(r) => write!(f, "Partial({})", r.name()),
             Place::Varying => f.write_str("Varying"),
             Place::Unmasked => f.write_str("Unmasked(vocab)"),

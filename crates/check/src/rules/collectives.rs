@@ -50,8 +50,8 @@ pub(super) fn all_reduce(c: &Ctx) -> Outcome {
             }
             v
         }
-        Place::Shard(d) => legality(
-            format!("all-reduces a tensor sharded on dim {d}: it adds different slices together"),
+        Place::Shard(_) | Place::Blocked(..) => legality(
+            format!("all-reduces a tensor sharded as {}: it adds different slices together", x.p),
             "all-gather a shard; all-reduce only partial sums",
             Place::Replicate,
             c.n_out(),
@@ -71,10 +71,24 @@ pub(super) fn all_gather(c: &Ctx) -> Outcome {
         return c.all(Place::Unknown);
     };
     if !c.in_group {
-        return c.all(x.p);
+        // Gathering along dim 0 over other mesh dims: where the group's pieces are not the
+        // shards of dim 0 they undo, each rank's dim 0 becomes the group's pieces in rank
+        // order, each holding this mesh dim's piece: this dim's shard of dim 0 in `group_len`
+        // times as many blocks.
+        let undoes = !c.group_dims.is_empty()
+            && c.group_dims.iter().all(|&g| {
+                c.input_places
+                    .get(g)
+                    .and_then(|p| p.blocks())
+                    .is_some_and(|(d, _)| d == 0)
+            });
+        return c.all(match x.p.blocks() {
+            Some((0, k)) if !undoes => Place::blocked(0, k.saturating_mul(c.group_len.max(1))),
+            _ => x.p,
+        });
     }
     match x.p {
-        Place::Shard(_) | Place::Varying => c.all(Place::Replicate),
+        Place::Shard(_) | Place::Blocked(..) | Place::Varying => c.all(Place::Replicate),
         Place::Replicate => legality(
             "all-gathers a tensor that is Replicate() over this mesh dim: the result holds one copy per rank".into(),
             "drop the all-gather, or gather a shard",
@@ -96,18 +110,38 @@ pub(super) fn reduce_scatter(c: &Ctx) -> Outcome {
         return c.all(Place::Unknown);
     };
     if !c.in_group {
-        return c.all(match x.p {
-            Place::Shard(0) => Place::Varying,
-            p => p,
+        // Scattering dim 0 over other mesh dims: each rank keeps one of `g` equal chunks of
+        // its local dim 0. This mesh dim's piece of dim 0 in `k` blocks stays a piece of the
+        // chunk where chunks hold whole blocks (`k / g` each) or fall inside one block.
+        let g = c.group_len.max(1);
+        return c.all(match x.p.blocks() {
+            Some((0, k)) if g.is_multiple_of(k) => Place::Shard(0),
+            Some((0, k)) if k.is_multiple_of(g) => Place::blocked(0, k / g),
+            Some((0, _)) => Place::Varying,
+            _ => x.p,
         });
     }
     let op = c
         .str("reduce_op")
         .and_then(|s| Red::parse(&s))
         .unwrap_or(Red::Sum);
+    // Where another mesh dim holds dim 0 in blocks, dim 0 is a flattening of an unsharded dim
+    // outside that mesh dim's pieces (ZeRO scatters the column blocks of a tp-sharded gradient
+    // moved to dim 0): the chunks the group's ranks keep are no shard of a dim the program
+    // names, so they are `Varying` here (no layout claimed; the all-gather that follows
+    // replicates them).
+    let composite = c
+        .input_places
+        .iter()
+        .any(|p| matches!(p, Place::Blocked(0, _)));
+    let scattered = if composite {
+        Place::Varying
+    } else {
+        Place::Shard(0)
+    };
     match x.p {
-        Place::Partial(r) if r == op || (r.is_linear() && op.is_linear()) => c.all(Place::Shard(0)),
-        Place::Varying => c.all(Place::Shard(0)),
+        Place::Partial(r) if r == op || (r.is_linear() && op.is_linear()) => c.all(scattered),
+        Place::Varying => c.all(scattered),
         Place::Partial(r) => legality(
             format!("reduce-scatters with `{}` a tensor that is Partial({})", op.name(), r.name()),
             &format!("reduce with `{}`", r.name()),
@@ -121,8 +155,8 @@ pub(super) fn reduce_scatter(c: &Ctx) -> Outcome {
             Place::Shard(0),
             c.n_out(),
         ),
-        Place::Shard(d) => legality(
-            format!("reduce-scatters a tensor sharded on dim {d}: it adds different slices together"),
+        Place::Shard(_) | Place::Blocked(..) => legality(
+            format!("reduce-scatters a tensor sharded as {}: it adds different slices together", x.p),
             "reduce-scatter a partial sum",
             Place::Varying,
             c.n_out(),

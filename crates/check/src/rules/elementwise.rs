@@ -22,6 +22,9 @@ pub(super) enum Lin {
 pub(super) fn aligned(x: &T, out_rank: usize) -> Place {
     match x.p {
         Place::Shard(d) => Place::shard(d as usize + out_rank.saturating_sub(x.rank())),
+        Place::Blocked(d, k) => {
+            Place::blocked(d as usize + out_rank.saturating_sub(x.rank()), k as usize)
+        }
         p => p,
     }
 }
@@ -49,21 +52,22 @@ pub(super) fn merge(
             exempt: Exempt::No,
         });
     }
-    let mut shard: Option<u8> = None;
+    let mut shard: Option<Place> = None;
     let mut varying = false;
     let mut partial: Option<Red> = None;
     let mut n_partial = 0;
     let mut n_plain_tensor = 0;
     for p in &places {
         match *p {
-            Place::Shard(d) => {
+            Place::Shard(_) | Place::Blocked(..) => {
+                let d = *p;
                 if let Some(e) = shard {
                     if e != d {
                         return Err(Violation {
                             kind: Kind::Consistency,
                             message: format!(
-                                "combines tensors sharded on different dims (Shard({e}) and \
-                                 Shard({d}))"
+                                "combines tensors sharded on different dims or blocks ({e} and \
+                                 {d})"
                             ),
                             hint: Hint::Text(
                                 "redistribute one operand (all-gather it, or all-to-all) so \
@@ -102,7 +106,7 @@ pub(super) fn merge(
     let plain = if varying {
         Place::Varying
     } else if let Some(d) = shard {
-        Place::Shard(d)
+        d
     } else {
         Place::Replicate
     };

@@ -20,7 +20,9 @@ pub(super) fn product(
     lb: &[Label],
     out_of: &dyn Fn(Label) -> Option<usize>,
 ) -> Result<Place, Violation> {
-    let lab = |t: &T, l: &[Label]| t.p.shard_dim().and_then(|d| l.get(d).copied());
+    let lab = |t: &T, l: &[Label]| t.p.blocks().and_then(|(d, _)| l.get(d).copied());
+    let blocks = |t: &T| t.p.blocks().map_or(1, |(_, k)| k);
+    let placed = |l: Label, k: usize| out_of(l).map_or(Place::Varying, |d| Place::blocked(d, k));
     let consistency = |message: String| Violation {
         kind: Kind::Consistency,
         message,
@@ -45,10 +47,11 @@ pub(super) fn product(
         }),
         (Place::Replicate, Place::Replicate) => Ok(Place::Replicate),
         (Place::Varying, _) | (_, Place::Varying) => Ok(Place::Varying),
-        (Place::Shard(_), Place::Shard(_)) => match (lab(a, la), lab(b, lb)) {
-            (Some(Label::Contract), Some(Label::Contract)) => Ok(Place::Partial(Red::Sum)),
-            (Some(Label::Batch(i)), Some(Label::Batch(j))) if i == j => {
-                Ok(out_of(Label::Batch(i)).map_or(Place::Varying, Place::shard))
+        (Place::Shard(_) | Place::Blocked(..), Place::Shard(_) | Place::Blocked(..)) => match (lab(a, la), lab(b, lb)) {
+            // Both operands' pieces must pair up: the same blocks on both sides.
+            (Some(Label::Contract), Some(Label::Contract)) if blocks(a) == blocks(b) => Ok(Place::Partial(Red::Sum)),
+            (Some(Label::Batch(i)), Some(Label::Batch(j))) if i == j && blocks(a) == blocks(b) => {
+                Ok(placed(Label::Batch(i), blocks(a)))
             }
             (x, y) => Err(consistency(format!(
                 "multiplies operands sharded on incompatible dims ({x:?} of the left, {y:?} \
@@ -57,14 +60,14 @@ pub(super) fn product(
         },
         // A replicated operand has the local size of the shard it meets (local shapes
         // type-check): it stands for its own tiling, and the product follows the shard.
-        (Place::Shard(_), Place::Replicate) => match lab(a, la) {
-            Some(l @ (Label::Row | Label::Col | Label::Batch(_))) => Ok(out_of(l).map_or(Place::Varying, Place::shard)),
+        (Place::Shard(_) | Place::Blocked(..), Place::Replicate) => match lab(a, la) {
+            Some(l @ (Label::Row | Label::Col | Label::Batch(_))) => Ok(placed(l, blocks(a))),
             l => Err(consistency(format!(
                 "the left operand is sharded on its {l:?} dim (contracted) but the right one is replicated"
             ))),
         },
-        (Place::Replicate, Place::Shard(_)) => match lab(b, lb) {
-            Some(l @ (Label::Row | Label::Col | Label::Batch(_))) => Ok(out_of(l).map_or(Place::Varying, Place::shard)),
+        (Place::Replicate, Place::Shard(_) | Place::Blocked(..)) => match lab(b, lb) {
+            Some(l @ (Label::Row | Label::Col | Label::Batch(_))) => Ok(placed(l, blocks(b))),
             l => Err(consistency(format!(
                 "the right operand is sharded on its {l:?} dim (contracted) but the left one is replicated"
             ))),

@@ -26,8 +26,8 @@ use indexing::*;
 use matmul::*;
 use reductions::*;
 use table::build;
-pub use views::view_dim;
 use views::*;
+pub use views::{view_blocks, view_dim};
 
 /// What a violated rule is about: the spatial check it belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,6 +100,12 @@ pub struct Ctx<'a> {
     pub in_group: bool,
     /// For collectives: the number of ranks in the caller's group.
     pub group_len: usize,
+    /// For collectives: the first tensor argument's placement on every mesh dim (by mesh dim),
+    /// and the mesh dims the group spans (what a collective does to one mesh dim's layout
+    /// depends on the others').
+    pub input_places: &'a [Place],
+    /// For collectives: the mesh dims the caller's group spans.
+    pub group_dims: &'a [usize],
     /// This rank's coordinate along the mesh dim and the dim's size.
     pub coord: (usize, usize),
     /// For slices: the literal arguments of the same node on the other ranks along the mesh
@@ -226,6 +232,30 @@ fn bad(kind: Kind, message: impl Into<String>, hint: Hint, recover: Vec<Place>) 
     })
 }
 
+/// Whether the rules of `family` read blocked shards ([`Place::Blocked`]); the engine shows
+/// a blocked input to any other rule as `Varying` (no known layout: sound, never a guess).
+pub fn takes_blocked(family: &str) -> bool {
+    matches!(
+        family,
+        "linear-unary"
+            | "nonlinear-unary"
+            | "elementwise-add"
+            | "elementwise-mul"
+            | "elementwise-div"
+            | "nonlinear-binary"
+            | "activation-backward"
+            | "matmul"
+            | "view"
+            | "transpose"
+            | "permute"
+            | "unsqueeze"
+            | "squeeze"
+            | "all-gather"
+            | "all-reduce"
+            | "reduce-scatter"
+    )
+}
+
 /// A rule: the placement of every output from the call on one mesh dim.
 pub type RuleFn = fn(&Ctx) -> Outcome;
 
@@ -284,6 +314,24 @@ mod tests {
         assert_eq!(view_dim(&[4, 8], &[4, 1, 8], 1), Some(1));
         // a kv projection of one local head: [tokens, hd] -> [b, s, 1, hd] shards the heads.
         assert_eq!(view_dim(&[16, 4], &[2, 8, 1, 4], 1), Some(2));
+    }
+
+    #[test]
+    fn views_place_blocked_shards() {
+        // Megatron's [s, b, np, hn] -> [s, b*np, hn] with the heads sharded: b blocks of dim 1.
+        assert_eq!(view_blocks(&[4, 2, 3, 8], &[4, 6, 8], 2, 1), Some((1, 2)));
+        // ... and back: the blocks split off, the heads sharded again.
+        assert_eq!(view_blocks(&[4, 6, 8], &[4, 2, 3, 8], 1, 2), Some((2, 1)));
+        // ZeRO: [dp=2 * 16, 8] with the tp rows in 2 blocks -> [2, 16, 8]: Shard(1).
+        assert_eq!(view_blocks(&[32, 8], &[2, 16, 8], 0, 2), Some((1, 1)));
+        // A shard merged with dims inside it stays one block.
+        assert_eq!(view_blocks(&[2, 4, 8], &[2, 32], 1, 1), Some((1, 1)));
+        // Blocks that cut the rows of a piece apart: no placement.
+        assert_eq!(view_blocks(&[6, 4], &[4, 6], 0, 3), None);
+        // Sizes that do not match: no placement.
+        assert_eq!(view_blocks(&[2, 4], &[3, 3], 0, 1), None);
+        assert_eq!(Place::blocked(1, 1), Place::Shard(1));
+        assert_eq!(Place::blocked(1, 4).to_string(), "Shard(1, blocks=4)");
     }
 
     #[test]

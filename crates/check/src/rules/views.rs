@@ -49,6 +49,44 @@ pub fn view_dim(ins: &[usize], outs: &[usize], d: usize) -> Option<usize> {
     None
 }
 
+/// Where a shard of input dim `d` in `k` blocks lands in a view from `ins` to `outs` (local
+/// shapes on this mesh dim): `Some((od, k2))` when every coordinate's elements form, in the
+/// output, its piece of each of `k2` blocks of output dim `od`; `None` when no placement
+/// describes them.
+///
+/// Flattened row-major, the input is `[B, n, R]`: `B` = the elements of the dims outside `d`
+/// times the `k` blocks, `n` the coordinates, `R` = a block's piece times the dims inside `d`.
+/// Output dim `j` (outside it `O`, inside `I` elements, local size `s`) is `[O, n * s, I]`
+/// globally; the two agree exactly when `O` divides `B`, `I` divides `R` and
+/// `s = (B / O) * (R / I)`: then the output is `B / O` blocks of dim `j`. One block is a plain
+/// shard (a shard merged with unsharded dims inside it); more blocks come of unsharded dims
+/// merged outside it, and `B / O = 1` of splitting a blocked dim at its blocks.
+pub fn view_blocks(ins: &[usize], outs: &[usize], d: usize, k: usize) -> Option<(usize, usize)> {
+    let prod = |v: &[usize]| v.iter().try_fold(1u128, |a, &x| a.checked_mul(x as u128));
+    let (&sd, k) = (ins.get(d)?, k as u128);
+    if k == 0 || ins.contains(&0) || outs.contains(&0) || prod(ins)? != prod(outs)? {
+        return None;
+    }
+    if !(sd as u128).is_multiple_of(k) {
+        return None;
+    }
+    let b = prod(&ins[..d])? * k;
+    let r = (sd as u128 / k) * prod(&ins[d + 1..])?;
+    let fits = |j: usize| -> Option<usize> {
+        let (o, i) = (prod(&outs[..j])?, prod(&outs[j + 1..])?);
+        (b.is_multiple_of(o) && r.is_multiple_of(i) && outs[j] as u128 == (b / o) * (r / i))
+            .then(|| usize::try_from(b / o).ok())
+            .flatten()
+    };
+    let cands: Vec<(usize, usize)> = (0..outs.len())
+        .filter_map(|j| fits(j).map(|k2| (j, k2)))
+        .collect();
+    // Local shapes alone can leave several readings (`[1, 8, 2, 4] -> [8, 8]` with dim 2
+    // sharded is Shard(1) of `[8, 16]` or dim 0 in 8 blocks of `[16, 8]`): the fewest blocks
+    // (the dims the view keeps apart), then the outermost.
+    cands.iter().min_by_key(|&&(j, k2)| (k2, j)).copied()
+}
+
 pub(super) fn out_shape(c: &Ctx, i: usize) -> Option<Vec<usize>> {
     c.outs
         .get(i)
@@ -61,11 +99,28 @@ pub(super) fn view(c: &Ctx) -> Outcome {
         return c.all(Place::Unknown);
     };
     match x.p {
-        Place::Shard(d) => {
+        Place::Shard(_) | Place::Blocked(..) => {
             let (Some(m), Some(out)) = (&x.meta, out_shape(c, 0)) else {
                 return c.all(Place::Unknown);
             };
-            c.all(view_dim(&m.shape, &out, d as usize).map_or(Place::Varying, Place::shard))
+            let Some((d, k)) = x.p.blocks() else {
+                return c.all(Place::Unknown);
+            };
+            // A plain shard that stays contiguous keeps the rule it always had; otherwise the
+            // blocked analysis says where (and in how many blocks) the pieces land.
+            // (A local size of 1 on the sharded dim leaves the readings open: no guess.)
+            if k == 1 {
+                if let Some(od) = view_dim(&m.shape, &out, d) {
+                    return c.all(Place::shard(od));
+                }
+                if m.shape.get(d).copied().unwrap_or(0) <= 1 {
+                    return c.all(Place::Varying);
+                }
+            }
+            c.all(
+                view_blocks(&m.shape, &out, d, k)
+                    .map_or(Place::Varying, |(od, k2)| Place::blocked(od, k2)),
+            )
         }
         p => c.all(p),
     }
@@ -77,6 +132,9 @@ pub(super) fn moved(c: &Ctx, f: impl Fn(usize) -> Option<usize>) -> Outcome {
     };
     match x.p {
         Place::Shard(d) => c.all(f(d as usize).map_or(Place::Varying, Place::shard)),
+        Place::Blocked(d, k) => {
+            c.all(f(d as usize).map_or(Place::Varying, |e| Place::blocked(e, k as usize)))
+        }
         p => c.all(p),
     }
 }

@@ -390,6 +390,23 @@ pub fn propagate_rank(
                     if inputs.iter().any(|&v| place(v) == Place::Unknown) {
                         continue;
                     }
+                    // Whether the collective's input had its dim 0 made by a view that
+                    // regrouped dims (dim 0 a flattening: ZeRO's gradient relayout).
+                    let regrouped = group.is_some()
+                        && inputs.first().is_some_and(|&v| {
+                            let NodeKind::Call { op: pop, .. } = &g.nodes[v.node].kind else {
+                                return false;
+                            };
+                            let src = g.nodes[v.node].inputs().first().copied();
+                            matches!(
+                                pop.base().as_str(),
+                                "aten.view" | "aten.reshape" | "aten._unsafe_view" | "aten.flatten"
+                            ) && src.is_some_and(|s| {
+                                let d0 =
+                                    |x: ValueId| meta_of(x).and_then(|m| m.shape.first().copied());
+                                d0(s) != d0(v)
+                            })
+                        });
                     let (input_places, group_dims): (Vec<Place>, &[usize]) =
                         match (&group, inputs.first()) {
                             (Some((dims, _)), Some(&v)) => (rp.of(v, nd).to_vec(), dims),
@@ -422,6 +439,7 @@ pub fn propagate_rank(
                         group_len,
                         input_places: &input_places,
                         group_dims,
+                        regrouped,
                         coord: (coords[m], mesh.dims[m].1),
                         peer_ints: &peer_ints,
                         place: &place,

@@ -6,7 +6,7 @@ mod common;
 
 use common::plans::{correct_plans, Plan};
 use shardproof_check::{check_case, Report, Verdict};
-use shardproof_zoo::{find_bug, ZeroStage};
+use shardproof_zoo::find_bug;
 
 fn check(plan: &Plan) -> Report {
     let dir = tempfile::tempdir().unwrap();
@@ -18,14 +18,12 @@ fn check(plan: &Plan) -> Report {
 }
 
 /// Plans whose correct versions the checker still reports (open work, listed in
-/// docs/check.md): ZeRO's gathers and reduce-scatters relayout a tensor sharded over another
-/// mesh dim (a blocked shard the placement lattice does not have yet); gradient clipping's
+/// docs/check.md): gradient clipping's
 /// norm over tp-replicated parameters counted on some ranks only through a chain of adds;
 /// DeepSeek's full iteration under tp and cp (router gradient scatter, the auxiliary loss
 /// shares).
 fn known_open(plan: &Plan) -> bool {
-    (plan.model != "mlp" && plan.train.zero.is_some_and(|z| z != ZeroStage::One))
-        || plan.train.clip_grad.is_some()
+    plan.train.clip_grad.is_some()
         || (plan.model == "deepseek"
             && !plan.forward_only
             && (plan.mesh.contains("tp") || plan.mesh.contains("cp"))

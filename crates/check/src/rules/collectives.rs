@@ -125,15 +125,15 @@ pub(super) fn reduce_scatter(c: &Ctx) -> Outcome {
         .str("reduce_op")
         .and_then(|s| Red::parse(&s))
         .unwrap_or(Red::Sum);
-    // Where another mesh dim holds dim 0 in blocks, dim 0 is a flattening of an unsharded dim
-    // outside that mesh dim's pieces (ZeRO scatters the column blocks of a tp-sharded gradient
+    // Where a view regrouped dims into dim 0, or another mesh dim holds dim 0 in blocks, dim 0
+    // is a flattening of several dims (ZeRO scatters the column blocks of a tp-sharded gradient
     // moved to dim 0): the chunks the group's ranks keep are no shard of a dim the program
     // names, so they are `Varying` here (no layout claimed; the all-gather that follows
     // replicates them).
-    let composite = c
-        .input_places
-        .iter()
-        .any(|p| matches!(p, Place::Blocked(0, _)));
+    let composite = c.regrouped
+        || c.input_places
+            .iter()
+            .any(|p| matches!(p, Place::Blocked(0, _)));
     let scattered = if composite {
         Place::Varying
     } else {

@@ -106,6 +106,9 @@ pub struct Ctx<'a> {
     pub input_places: &'a [Place],
     /// For collectives: the mesh dims the caller's group spans.
     pub group_dims: &'a [usize],
+    /// For collectives: whether the first tensor argument's dim 0 was made by a view that
+    /// regrouped dims (a flattening of several dims, or a split of one).
+    pub regrouped: bool,
     /// This rank's coordinate along the mesh dim and the dim's size.
     pub coord: (usize, usize),
     /// For slices: the literal arguments of the same node on the other ranks along the mesh

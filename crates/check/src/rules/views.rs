@@ -10,7 +10,10 @@ pub fn view_dim(ins: &[usize], outs: &[usize], d: usize) -> Option<usize> {
     if ins.get(d).copied().unwrap_or(0) <= 1 {
         // A size-1 shard: it lands on the output dim of the same position in an unchanged
         // prefix only.
-        return (ins[..=d.min(ins.len().saturating_sub(1))] == outs[..(d + 1).min(outs.len())])
+        // Where the view changes the number of dims, size-1 dims next to it may merge into
+        // (or split off) the sharded one: the local shapes leave the reading open.
+        return (ins.len() == outs.len()
+            && ins[..=d.min(ins.len().saturating_sub(1))] == outs[..(d + 1).min(outs.len())])
             .then_some(d);
     }
     let (mut i, mut o) = (0usize, 0usize);

@@ -376,7 +376,25 @@ pub fn propagate_rank(
                 };
                 let my_lit = sh.literals[r][i];
                 let name = node.name.as_str();
-                let peer_node = |p: usize| sh.names[p].get(name).map(|&j| j as usize);
+                // The same node on another rank: the same name calling the same operator on
+                // inputs of the same names (graphs that differ per rank, as where a replicated
+                // term is counted on some ranks only, shift the names of the nodes after it).
+                let my_inputs: Vec<&str> = inputs
+                    .iter()
+                    .map(|v| g.nodes[v.node].name.as_str())
+                    .collect();
+                let peer_node = |p: usize| {
+                    sh.names[p].get(name).map(|&j| j as usize).filter(|&j| {
+                        let pg = &program.ranks[p];
+                        let pn = &pg.nodes[j];
+                        matches!(&pn.kind, NodeKind::Call { op: pop, .. } if pop == op)
+                            && pn
+                                .inputs()
+                                .iter()
+                                .map(|v| pg.nodes[v.node].name.as_str())
+                                .eq(my_inputs.iter().copied())
+                    })
+                };
                 for m in 0..nd {
                     let varies = mesh.dims[m].1 > 1
                         && peer_list[m].iter().any(|&p| {
@@ -407,11 +425,13 @@ pub fn propagate_rank(
                                 d0(s) != d0(v)
                             })
                         });
-                    let (input_places, group_dims): (Vec<Place>, &[usize]) =
-                        match (&group, inputs.first()) {
-                            (Some((dims, _)), Some(&v)) => (rp.of(v, nd).to_vec(), dims),
-                            _ => (Vec::new(), &[]),
-                        };
+                    let input_places: Vec<Place> = inputs
+                        .first()
+                        .map_or_else(Vec::new, |&v| rp.of(v, nd).to_vec());
+                    let group_dims: &[usize] = match &group {
+                        Some((dims, _)) => dims,
+                        None => &[],
+                    };
                     let peer_ints = |arg: &str| -> Vec<Option<i64>> {
                         peer_list[m]
                             .iter()

@@ -100,9 +100,8 @@ pub struct Ctx<'a> {
     pub in_group: bool,
     /// For collectives: the number of ranks in the caller's group.
     pub group_len: usize,
-    /// For collectives: the first tensor argument's placement on every mesh dim (by mesh dim),
-    /// and the mesh dims the group spans (what a collective does to one mesh dim's layout
-    /// depends on the others').
+    /// The first tensor argument's placement on every mesh dim (by mesh dim): what a
+    /// collective or a view does to one mesh dim's layout depends on the others'.
     pub input_places: &'a [Place],
     /// For collectives: the mesh dims the caller's group spans.
     pub group_dims: &'a [usize],

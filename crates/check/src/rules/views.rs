@@ -112,6 +112,15 @@ pub(super) fn view(c: &Ctx) -> Outcome {
             // A plain shard that stays contiguous keeps the rule it always had; otherwise the
             // blocked analysis says where (and in how many blocks) the pieces land.
             // (A local size of 1 on the sharded dim leaves the readings open: no guess.)
+            // The blocked reading counts the local elements around the shard; where another
+            // mesh dim shards the tensor too, its pieces sit among them in an order the
+            // per-mesh-dim placements do not record: no claim.
+            let others = c
+                .input_places
+                .iter()
+                .filter(|p| p.blocks().is_some())
+                .count()
+                > 1;
             if k == 1 {
                 if let Some(od) = view_dim(&m.shape, &out, d) {
                     return c.all(Place::shard(od));
@@ -119,6 +128,9 @@ pub(super) fn view(c: &Ctx) -> Outcome {
                 if m.shape.get(d).copied().unwrap_or(0) <= 1 {
                     return c.all(Place::Varying);
                 }
+            }
+            if others {
+                return c.all(Place::Varying);
             }
             c.all(
                 view_blocks(&m.shape, &out, d, k)

@@ -723,7 +723,9 @@ fn resolve_program_groups(
     for u in &uses {
         let idx = match groups.iter().position(|(g, _)| g.name == u.group) {
             Some(i) => i,
-            None if mesh.dims.len() == 1 => {
+            // An HLO replica-group name (`hlo{{0,1},{2,3}}`) states its own members, which
+            // may be fewer than the mesh: taking it for the whole mesh would change the sums.
+            None if mesh.dims.len() == 1 && !u.group.starts_with("hlo{") => {
                 groups.push((
                     ProcessGroup {
                         name: u.group.clone(),
@@ -744,14 +746,24 @@ fn resolve_program_groups(
                             where_(u)
                         ),
                     )
-                    .with_hint(format!(
-                        "on the {}-d mesh {} every process group must be declared, e.g. \
-                         `\"{}\": {}` under `impl.groups`",
-                        mesh.dims.len(),
-                        mesh_text(mesh),
-                        u.group,
-                        mesh.dims[mesh.dims.len() - 1].0
-                    )))
+                    .with_hint(if u.group.starts_with("hlo{") {
+                        format!(
+                            "an HLO replica-group name states its members: declare it under \
+                             `impl.groups` with those ranks, e.g. `\"{}\": [[0, 1], [2, 3]]` for \
+                             `hlo{{{{0,1}},{{2,3}}}}` (the importer's `hlo_groups_yaml` writes \
+                             these entries)",
+                            u.group
+                        )
+                    } else {
+                        format!(
+                            "on the {}-d mesh {} every process group must be declared, e.g. \
+                             `\"{}\": {}` under `impl.groups`",
+                            mesh.dims.len(),
+                            mesh_text(mesh),
+                            u.group,
+                            mesh.dims[mesh.dims.len() - 1].0
+                        )
+                    }))
             }
         };
         let (g, span) = &groups[idx];

@@ -409,3 +409,33 @@ fn a_long_identifier_is_quoted_as_an_excerpt() {
     let shown = e.to_string();
     assert!(shown.chars().count() < 600, "{shown:.300}");
 }
+
+/// An HLO replica-group name states its own members: on a 1-d mesh it is not taken for the
+/// whole mesh (which would change the sums when the groups are pairs) but must be declared.
+#[test]
+fn undeclared_hlo_group_on_a_1d_mesh_must_be_declared() {
+    let group = "hlo{{0,1}}";
+    let rank = |r: usize| {
+        G::new(&format!("r{r}"))
+            .input("primals_1", &[8, 768])
+            .input("primals_4", &[1152, 768])
+            .call("t", "t", &["primals_4"], &[768, 1152])
+            .call("mm", "mm", &["primals_1", "t"], &[8, 1152])
+            .all_gather("all_gather_into_tensor", "mm", 2, group, &[16, 1152])
+            .outputs(&["mm"])
+            .build()
+    };
+    let undeclared = BASE.replace("  groups: { \"12\": tp }\n", "");
+    let e = assert_error(
+        resolve_with(&undeclared, vec![rank(0), rank(1)]),
+        5,
+        1,
+        "process group `hlo{{0,1}}`",
+    );
+    assert!(e.hint.unwrap().contains("states its members"));
+    let declared = BASE.replace(
+        "  groups: { \"12\": tp }\n",
+        "  groups: { \"hlo{{0,1}}\": [[0, 1]] }\n",
+    );
+    resolve_with(&declared, vec![rank(0), rank(1)]).unwrap_or_else(|e| panic!("{e}"));
+}

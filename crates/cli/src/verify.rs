@@ -204,19 +204,16 @@ fn infer_relations(case: &shardproof_case::Case, opts: Options, limit: f64) -> O
     }
     match rx.recv_timeout(std::time::Duration::from_secs_f64(limit)) {
         Ok(outcome) => outcome,
-        Err(_) => Outcome {
-            verdict: RefineVerdict::Inconclusive,
-            spec_operators: 0,
-            certificate: Vec::new(),
-            failure: None,
-            reason: Some(format!(
-                "relation inference did not finish within the time limit ({limit} s; --time-limit)"
-            )),
-            seconds: limit,
-            lemmas: 0,
-            unmet_expectation: None,
-            trace: Vec::new(),
-        },
+        Err(_) => {
+            let mut stopped = Outcome::inconclusive(
+                Some(format!(
+                    "relation inference did not finish within the time limit ({limit} s; --time-limit)"
+                )),
+                0,
+            );
+            stopped.seconds = limit;
+            stopped
+        }
     }
 }
 

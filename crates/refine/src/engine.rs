@@ -98,17 +98,7 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
         o
     };
     let rules = Rules::for_case(case);
-    let mut outcome = Outcome {
-        verdict: Verdict::Inconclusive,
-        spec_operators: 0,
-        certificate: Vec::new(),
-        failure: None,
-        reason: None,
-        seconds: 0.0,
-        lemmas: rules.lemmas,
-        unmet_expectation: None,
-        trace: Vec::new(),
-    };
+    let mut outcome = Outcome::inconclusive(None, rules.lemmas);
     if let Some(reason) = untypable(case) {
         outcome.reason = Some(reason);
         return finish(outcome);

@@ -103,6 +103,31 @@ pub struct Outcome {
     pub trace: Vec<TraceStep>,
 }
 
+impl Outcome {
+    /// An inconclusive outcome with nothing inferred yet: the start of every run of the
+    /// engine, and what a caller reports for a run it stopped (`reason: None` until one is
+    /// known).
+    ///
+    /// ```
+    /// let o = shardproof_refine::Outcome::inconclusive(Some("stopped".into()), 0);
+    /// assert_eq!(o.verdict, shardproof_refine::Verdict::Inconclusive);
+    /// assert!(o.certificate.is_empty());
+    /// ```
+    pub fn inconclusive(reason: Option<String>, lemmas: usize) -> Outcome {
+        Outcome {
+            verdict: Verdict::Inconclusive,
+            spec_operators: 0,
+            certificate: Vec::new(),
+            failure: None,
+            reason,
+            seconds: 0.0,
+            lemmas,
+            unmet_expectation: None,
+            trace: Vec::new(),
+        }
+    }
+}
+
 /// One spec tensor's relation, as inference found it.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct TraceStep {

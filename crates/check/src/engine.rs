@@ -578,16 +578,21 @@ pub fn propagate_rank(
 
 /// The group name that reduces exactly mesh dim `m`, else the dim's name.
 pub fn group_name_for(sh: &Shared, m: usize) -> String {
-    let mut names: Vec<&String> = sh
-        .groups
+    group_reducing(&sh.groups, &sh.program.mesh, m)
+}
+
+/// The first (by name) of `groups` that reduces exactly mesh dim `m`, else the dim's name.
+pub(crate) fn group_reducing(
+    groups: &HashMap<String, Option<Vec<usize>>>,
+    mesh: &shardproof_ir::Mesh,
+    m: usize,
+) -> String {
+    groups
         .iter()
         .filter(|(_, d)| d.as_deref() == Some(&[m][..]))
         .map(|(n, _)| n)
-        .collect();
-    names.sort();
-    names
-        .first()
-        .map_or_else(|| sh.program.mesh.dims[m].0.clone(), |n| (*n).clone())
+        .min()
+        .map_or_else(|| mesh.dims[m].0.clone(), |n| n.clone())
 }
 
 fn placements_text(sh: &Shared, rp: &RankPlacements, g: &Graph, v: ValueId) -> String {

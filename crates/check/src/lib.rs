@@ -373,16 +373,7 @@ pub fn check_case(case: &Case) -> Result<Report, Invalid> {
 }
 
 fn group_name_for(prop: &Propagation, program: &shardproof_ir::Program, m: usize) -> String {
-    let mut names: Vec<&String> = prop
-        .groups
-        .iter()
-        .filter(|(_, d)| d.as_deref() == Some(&[m][..]))
-        .map(|(n, _)| n)
-        .collect();
-    names.sort();
-    names
-        .first()
-        .map_or_else(|| program.mesh.dims[m].0.clone(), |n| (*n).clone())
+    engine::group_reducing(&prop.groups, &program.mesh, m)
 }
 
 fn located(g: &Graph, i: usize) -> String {

@@ -151,6 +151,7 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
         products: HashMap::new(),
         widened: HashSet::new(),
     };
+    let checked_nodes: HashSet<usize> = checked.iter().map(|c| c.0.node).collect();
     for (n, node) in spec.nodes.iter().enumerate() {
         if !needed[n] {
             continue;
@@ -159,6 +160,12 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
             if let Err(reason) = walk.infer_value(n, k, &mut outcome) {
                 outcome.reason = Some(reason);
                 return finish(outcome);
+            }
+        }
+        if checked_nodes.contains(&n) {
+            if let Some(mut settled) = walk.settled_early(&outcome, &needed, n) {
+                settled.operators_skipped = needed[n + 1..].iter().filter(|&&x| x).count();
+                return finish(settled);
             }
         }
     }
@@ -502,6 +509,45 @@ impl Walk<'_> {
             }
         }
         s
+    }
+
+    /// The verdict, before the walk past spec node `done` when it is already settled (fast
+    /// refutation, issue 48): the checked outputs before the first one that fails all relate
+    /// cleanly as expected, and that one either relates cleanly but not as the case expects
+    /// (a clean relation is final, and its diagnosis reads nothing downstream) or is refuted
+    /// on the strongest evidence (see `strong_evidence`), which names a bug in what the ranks
+    /// compute up to there. Operators further on cannot change that output's relation: only
+    /// a later view of a value can (`view_back`), so an output, or an input of the operator
+    /// blamed, that a later view still reads waits for it. `None` when the walk goes on.
+    fn settled_early(&self, outcome: &Outcome, needed: &[bool], done: usize) -> Option<Outcome> {
+        let spec = &self.case.spec;
+        let deciding = self.checked.iter().map(|c| c.0).find(|v| {
+            !matches!(self.state.get(v), Some(State::Related(r)) if r.clean && !self.mismatches.contains_key(v))
+        })?;
+        self.state.get(&deciding)?;
+        let viewed_later = |x: &ValueId| {
+            self.spec_users.get(x.node).into_iter().flatten().any(|&u| {
+                u > done
+                    && needed[u]
+                    && spec.nodes[u].op().map(|o| o.to_string()).as_deref()
+                        == Some("aten.view.default")
+            })
+        };
+        if viewed_later(&deciding) {
+            return None;
+        }
+        let settled = self.conclude(outcome.clone());
+        let f = settled.failure.as_ref()?;
+        let strong =
+            settled.verdict == Verdict::Refuted && f.hint.as_deref().is_some_and(strong_evidence);
+        if !strong && settled.unmet_expectation.is_none() {
+            return None;
+        }
+        let blamed = spec.find(&f.operator)?;
+        if spec.nodes[blamed.node].inputs().iter().any(viewed_later) {
+            return None;
+        }
+        Some(settled)
     }
 
     /// The verdict (Listing 1, lines 6 and 9): certificates when every checked output has a

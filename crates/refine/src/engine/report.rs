@@ -83,6 +83,10 @@ pub struct Outcome {
     pub verdict: Verdict,
     /// Spec operators processed.
     pub spec_operators: usize,
+    /// Spec operators left unexplored because the verdict was settled before them (see
+    /// `Options` and the engine's fast refutation): an earlier checked output already fails.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub operators_skipped: usize,
     /// Per checked output, its certificate (when verified).
     pub certificate: Vec<Certificate>,
     /// Why it failed (refuted).
@@ -117,6 +121,7 @@ impl Outcome {
         Outcome {
             verdict: Verdict::Inconclusive,
             spec_operators: 0,
+            operators_skipped: 0,
             certificate: Vec::new(),
             failure: None,
             reason,
@@ -126,6 +131,10 @@ impl Outcome {
             trace: Vec::new(),
         }
     }
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// One spec tensor's relation, as inference found it.

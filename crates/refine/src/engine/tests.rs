@@ -364,3 +364,49 @@ fn a_multiple_of_a_clean_expression_is_the_expression_over_the_scaled_tensors() 
     let e = expr(format!("(max {ly} {ly})"));
     assert!(rescaled(&imp, &e, top(&e), (-p, q)).is_none());
 }
+
+/// An mlp on `mesh` (tp=2 unless said), optionally with catalog bug `bug`, emitted into `dir`
+/// and loaded.
+fn mlp_case(dir: &std::path::Path, mesh: &str, bug: Option<&str>) -> Case {
+    let opts = EmitOptions {
+        model: "mlp".into(),
+        mlp: Default::default(),
+        llama: LlamaConfig::default(),
+        mesh: Mesh::parse(mesh).unwrap(),
+        bug: bug.map(|b| shardproof_zoo::find_bug(b).unwrap()),
+        forward_only: false,
+        vocab_parallel: false,
+    };
+    let pipeline = PipelineOptions::default();
+    emit_to_dir(
+        &opts,
+        &EmitExtras::default(),
+        &TrainOptions::PLAIN,
+        &pipeline,
+        dir,
+    )
+    .unwrap();
+    shardproof_case::load_case(&dir.join("case.yaml")).unwrap()
+}
+
+/// Fast refutation: the loss, the first checked output, fails on the strongest evidence in the
+/// forward pass, so the backward is never explored; the verdict and where relations stop are
+/// those of the whole walk (the mlp's missing all-reduce stops at `add_1`). A correct plan
+/// walks every operator.
+#[test]
+fn a_refuted_first_output_settles_the_verdict_before_the_backward() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = mlp_case(dir.path(), "tp=2", Some("tp-missing-allreduce"));
+    let o = super::verify(&case, &super::Options::default());
+    assert_eq!(o.verdict, Verdict::Refuted);
+    let f = o.failure.as_ref().unwrap();
+    assert_eq!((f.output.as_str(), f.operator.as_str()), ("loss", "add_1"));
+    assert!(f.hint.as_deref().is_some_and(|h| h.contains("partial sum")));
+    assert!(o.operators_skipped > 0, "{o:?}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let case = mlp_case(dir.path(), "tp=2", None);
+    let o = super::verify(&case, &super::Options::default());
+    assert_eq!(o.verdict, Verdict::Verified);
+    assert_eq!(o.operators_skipped, 0);
+}

@@ -46,7 +46,7 @@ use relation::{
 };
 use report::{certificate_exprs, trace_step, undecided_by_constants};
 use saturate::{infer_one, Attempt, WIDEN_BELOW_NODES};
-use seeds::{spec_seeds, view_back};
+use seeds::{spec_seeds, view_back, views_back};
 use shardproof_case::Case;
 use shardproof_interp::infer_graph;
 use shardproof_ir::{Graph as IrGraph, NodeKind, ValueId};
@@ -90,7 +90,9 @@ impl Default for Options {
 /// Listing 1 of the Entangle paper (`compute_out_rel`): the spec operators the checked outputs
 /// depend on, in topological order, each given its outputs' relations by
 /// [`Walk::infer_value`] from the relations found so far (the case's `inputs:` to start
-/// with); then the verdict on the checked outputs' relations.
+/// with); then the verdict on the checked outputs' relations. The walk stops early once that
+/// verdict is settled: the first failing checked output is refuted on the strongest evidence,
+/// or relates cleanly but not as expected ([`Outcome::operators_skipped`] counts the rest).
 pub fn verify(case: &Case, opts: &Options) -> Outcome {
     let start = Instant::now();
     let finish = |mut o: Outcome| {
@@ -526,12 +528,11 @@ impl Walk<'_> {
         })?;
         self.state.get(&deciding)?;
         let viewed_later = |x: &ValueId| {
-            self.spec_users.get(x.node).into_iter().flatten().any(|&u| {
-                u > done
-                    && needed[u]
-                    && spec.nodes[u].op().map(|o| o.to_string()).as_deref()
-                        == Some("aten.view.default")
-            })
+            self.spec_users
+                .get(x.node)
+                .into_iter()
+                .flatten()
+                .any(|&u| u > done && needed[u] && views_back(&spec.nodes[u]))
         };
         if viewed_later(&deciding) {
             return None;

@@ -83,8 +83,8 @@ pub struct Outcome {
     pub verdict: Verdict,
     /// Spec operators processed.
     pub spec_operators: usize,
-    /// Spec operators left unexplored because the verdict was settled before them (see
-    /// `Options` and the engine's fast refutation): an earlier checked output already fails.
+    /// Spec operators left unexplored because the verdict was settled before them: an earlier
+    /// checked output already fails on final evidence (fast refutation, see [`crate::verify`]).
     #[serde(skip_serializing_if = "is_zero")]
     pub operators_skipped: usize,
     /// Per checked output, its certificate (when verified).

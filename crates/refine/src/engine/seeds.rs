@@ -152,6 +152,12 @@ pub(super) fn seed_sides<'s>(
 /// clean, it becomes that view. Later consumers of `x` then start from the ranks' tensors (the
 /// attention backward reads the 4-d probabilities whose 3-d view the forward related to the
 /// ranks' blocks), not from the spec's operators over them.
+/// Whether a clean relation of `node`'s output is viewed back onto its input ([`view_back`]):
+/// the one way a later operator changes an earlier value's relation.
+pub(super) fn views_back(node: &shardproof_ir::Node) -> bool {
+    node.op().map(|o| o.to_string()).as_deref() == Some("aten.view.default")
+}
+
 pub(super) fn view_back(
     spec_metas: &[Vec<Option<Meta>>],
     node: &shardproof_ir::Node,
@@ -159,7 +165,7 @@ pub(super) fn view_back(
     state: &mut HashMap<ValueId, State>,
 ) {
     let State::Related(c) = s else { return };
-    if !c.clean || node.op().map(|o| o.to_string()).as_deref() != Some("aten.view.default") {
+    if !c.clean || !views_back(node) {
         return;
     }
     let Some(&x) = node.inputs().first() else {

@@ -37,18 +37,25 @@ fn tiny_llama(dir: &std::path::Path) -> Case {
 
 /// A one-layer llama on `mesh`, emitted into `dir` and loaded.
 fn one_layer_llama(dir: &std::path::Path, mesh: &str, forward_only: bool) -> Case {
-    let opts = EmitOptions {
-        model: "llama".into(),
-        mlp: Default::default(),
-        llama: LlamaConfig {
-            layers: 1,
-            ..LlamaConfig::default()
+    emit_and_load(
+        dir,
+        EmitOptions {
+            model: "llama".into(),
+            mlp: Default::default(),
+            llama: LlamaConfig {
+                layers: 1,
+                ..LlamaConfig::default()
+            },
+            mesh: Mesh::parse(mesh).unwrap(),
+            bug: None,
+            forward_only,
+            vocab_parallel: false,
         },
-        mesh: Mesh::parse(mesh).unwrap(),
-        bug: None,
-        forward_only,
-        vocab_parallel: false,
-    };
+    )
+}
+
+/// The zoo case `opts` describes, emitted into `dir` and loaded.
+fn emit_and_load(dir: &std::path::Path, opts: EmitOptions) -> Case {
     let pipeline = PipelineOptions::default();
     emit_to_dir(
         &opts,
@@ -365,28 +372,20 @@ fn a_multiple_of_a_clean_expression_is_the_expression_over_the_scaled_tensors() 
     assert!(rescaled(&imp, &e, top(&e), (-p, q)).is_none());
 }
 
-/// An mlp on `mesh` (tp=2 unless said), optionally with catalog bug `bug`, emitted into `dir`
-/// and loaded.
+/// An mlp on `mesh`, with catalog bug `bug` planted if given, emitted into `dir` and loaded.
 fn mlp_case(dir: &std::path::Path, mesh: &str, bug: Option<&str>) -> Case {
-    let opts = EmitOptions {
-        model: "mlp".into(),
-        mlp: Default::default(),
-        llama: LlamaConfig::default(),
-        mesh: Mesh::parse(mesh).unwrap(),
-        bug: bug.map(|b| shardproof_zoo::find_bug(b).unwrap()),
-        forward_only: false,
-        vocab_parallel: false,
-    };
-    let pipeline = PipelineOptions::default();
-    emit_to_dir(
-        &opts,
-        &EmitExtras::default(),
-        &TrainOptions::PLAIN,
-        &pipeline,
+    emit_and_load(
         dir,
+        EmitOptions {
+            model: "mlp".into(),
+            mlp: Default::default(),
+            llama: LlamaConfig::default(),
+            mesh: Mesh::parse(mesh).unwrap(),
+            bug: bug.map(|b| shardproof_zoo::find_bug(b).unwrap()),
+            forward_only: false,
+            vocab_parallel: false,
+        },
     )
-    .unwrap();
-    shardproof_case::load_case(&dir.join("case.yaml")).unwrap()
 }
 
 /// Fast refutation: the loss, the first checked output, fails on the strongest evidence in the

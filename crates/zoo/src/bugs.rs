@@ -232,7 +232,10 @@ pub struct Site<'a> {
 pub struct Bug {
     /// The name used on the command line (`--bug ID`).
     pub id: &'static str,
-    /// Where the bug class comes from.
+    /// Where the bug class comes from, cited by content: the papers by their short names
+    /// (TrainVerify: "Equivalence-Based Verification for Distributed LLM Training", SOSP'25;
+    /// Entangle: "It Takes Two to Entangle", ASPLOS'26; TTrace: "Lightweight Error Checking and
+    /// Diagnosis for Distributed Training"), upstream issues by URL or by project and number.
     pub source: &'static str,
     /// One line: what goes wrong.
     pub description: &'static str,
@@ -322,7 +325,7 @@ const CP_BUG: Bug = Bug {
 pub const BUGS: &[Bug] = &[
     Bug {
         id: "tp-missing-allreduce",
-        source: "MISSION.md: missing communication (Megatron-LM row-parallel linear)",
+        source: "Megatron-LM row-parallel linear: missing all-reduce (TrainVerify (SOSP'25) section 8.3: incorrect or missing communication operators; Entangle (ASPLOS'26): missing all-reduce in a row-parallel linear under a wrong config)",
         description: "the reduction after the row-parallel fc2 of layer 0 (all-reduce; reduce-scatter under SP) is removed",
         parallelism: "tp",
         engines: "run, verify",
@@ -339,7 +342,7 @@ pub const BUGS: &[Bug] = &[
     },
     Bug {
         id: "tp-bias-before-allreduce",
-        source: "MISSION.md: wrong scaling (bias added to every partial sum, Megatron-LM)",
+        source: "Megatron-LM row-parallel linear: bias added to every partial sum before the all-reduce (TrainVerify (SOSP'25) section 8.3: wrong scaling of distributed state)",
         description:
             "the fc2 bias of layer 0 is added before the all-reduce (reduce-scatter under SP), so it counts tp times",
         parallelism: "tp",
@@ -357,7 +360,7 @@ pub const BUGS: &[Bug] = &[
     },
     Bug {
         id: "dp-loss-not-averaged",
-        source: "MISSION.md: wrong scaling (loss averaging across data-parallel ranks)",
+        source: "TTrace Table 1: wrong DP loss scaling (the loss not averaged across data-parallel ranks, Megatron-LM)",
         description: "the loss is all-reduced over dp and divided by 1 instead of dp",
         parallelism: "dp",
         engines: "run, verify",
@@ -374,8 +377,7 @@ pub const BUGS: &[Bug] = &[
     },
     Bug {
         id: "dp-grad-not-averaged",
-        source:
-            "MISSION.md: wrong scaling (gradient all-reduce without 1/dp, DeepSpeed/Megatron-LM)",
+        source: "TTrace Table 1: wrong DP loss scaling (gradient all-reduce without 1/dp, DeepSpeed / Megatron-LM)",
         description: "gradients are all-reduced over dp but not divided by dp before the SGD step",
         parallelism: "dp (full iteration)",
         engines: "run, verify",
@@ -392,7 +394,7 @@ pub const BUGS: &[Bug] = &[
     },
     Bug {
         id: "wrong-group",
-        source: "MISSION.md: wrong process group in a collective",
+        source: "TrainVerify (SOSP'25) section 8.3: wrong device/group assignment (a collective over the wrong process group)",
         description: "the row-parallel all-reduce of layer 0 (mlp: fc2, llama and gpt2: attention output projection) runs over the dp group instead of tp",
         parallelism: "dp x tp",
         engines: "run, verify",
@@ -409,7 +411,7 @@ pub const BUGS: &[Bug] = &[
     },
     Bug {
         id: "llama-oproj-missing-allreduce",
-        source: "MISSION.md: missing all-reduce after a row-parallel matmul (static verifier README; Megatron-LM RowParallelLinear)",
+        source: "Megatron-LM RowParallelLinear: missing all-reduce after a row-parallel matmul (the first bug of the static verification framework for distributed LLM training)",
         description: "the all-reduce after the row-parallel attention output projection of layer 0 is removed",
         parallelism: "tp",
         engines: "run, verify",
@@ -426,7 +428,7 @@ pub const BUGS: &[Bug] = &[
     },
     Bug {
         id: "llama-attn-scale-local",
-        source: "MISSION.md: wrong scaling of distributed state (a size taken per rank instead of global under TP)",
+        source: "TrainVerify (SOSP'25) section 8.3: wrong scaling of distributed state (a size taken per rank instead of global under TP)",
         description: "the softmax scale is 1/sqrt(head_dim / tp), from the rank's share of the projection width, not 1/sqrt(head_dim)",
         parallelism: "tp",
         engines: "run, verify",
@@ -443,7 +445,7 @@ pub const BUGS: &[Bug] = &[
     },
     Bug {
         id: "llama-qkv-grad-missing-allreduce",
-        source: "MISSION.md: missing communication in the backward (Megatron-LM copy_to_tensor_model_parallel_region, the all-reduce of a column-parallel input gradient)",
+        source: "Megatron-LM copy_to_tensor_model_parallel_region: the all-reduce of a column-parallel input gradient missing in the backward (TrainVerify (SOSP'25) section 8.3: incorrect or missing communication operators)",
         description: "the backward all-reduce over tp of the input gradient of layer 0's column-parallel q/k/v projections is removed",
         parallelism: "tp (full iteration)",
         engines: "run, verify",
@@ -460,7 +462,7 @@ pub const BUGS: &[Bug] = &[
     },
     Bug {
         id: "llama-kv-grad-unsynced",
-        source: "MISSION.md: missing communication (GQA kv heads replicated under TP > kv heads, gradients of the replicas never all-reduced)",
+        source: "GQA kv heads replicated under TP > kv heads, the replicas' gradients never all-reduced (TrainVerify (SOSP'25) section 8.3: incorrect or missing communication operators)",
         description: "the k/v projection gradients of kv heads replicated over tp ranks are not all-reduced across the replicas",
         parallelism: "tp > kv heads (full iteration)",
         engines: "run, verify",
@@ -477,7 +479,7 @@ pub const BUGS: &[Bug] = &[
     },
     Bug {
         id: "llama-vocab-embedding-unmasked",
-        source: "MISSION.md: wrong vocab-parallel embedding mask (TTrace, Megatron-LM VocabParallelEmbedding)",
+        source: "TTrace Table 1: wrong vocab-parallel embedding mask (Megatron-LM VocabParallelEmbedding)",
         description: "the vocab-parallel embedding does not zero the rows of tokens outside the rank's vocabulary range before the all-reduce",
         parallelism: "tp with --vocab-parallel",
         engines: "run",
@@ -494,7 +496,7 @@ pub const BUGS: &[Bug] = &[
     },
     Bug {
         id: "sp-layernorm-grad-not-reduced",
-        source: "MISSION.md: layernorm weight gradient not registered for the SP all-reduce (Entangle; TTrace: layernorm weights not synchronized under SP, Megatron-LM)",
+        source: "Entangle (ASPLOS'26) appendix A: layernorm weight gradient not registered for the SP all-reduce; TTrace Table 1: layernorm weights not synchronized under SP (Megatron-LM)",
         description: "under sequence parallelism the LayerNorm weight and bias gradients, computed on sequence chunks, are not all-reduced over tp",
         parallelism: "tp with --sequence-parallel (full iteration)",
         engines: "run, verify",
@@ -511,7 +513,7 @@ pub const BUGS: &[Bug] = &[
     },
     Bug {
         id: "sp-scatter-wrong-chunk",
-        source: "MISSION.md: misaligned slice / padding-slicing mismatch before all-gather (TrainVerify, Entangle)",
+        source: "TrainVerify (SOSP'25) section 8.3: misaligned slice; Entangle (ASPLOS'26) appendix A: padding/slicing mismatch before an all-gather",
         description: "under sequence parallelism each rank keeps the next rank's sequence chunk of the embedding output instead of its own",
         parallelism: "tp with --sequence-parallel",
         engines: "run",
@@ -528,7 +530,7 @@ pub const BUGS: &[Bug] = &[
     },
     Bug {
         id: "grad-accum-loss-not-scaled",
-        source: "MISSION.md: gradient-accumulation loss not scaled (Entangle appendix A, bug 6; upstream huggingface/transformers#14638, huggingface/trl#2175)",
+        source: "Entangle (ASPLOS'26) appendix A, bug 6: gradient-accumulation loss not scaled (https://github.com/huggingface/transformers/issues/14638, https://github.com/huggingface/trl/issues/2175)",
         description: "with gradient accumulation the microbatch losses are not scaled by 1/M: the reported loss and every gradient are M times too large",
         parallelism: "any, with --grad-accum >= 2 (full iteration)",
         engines: "run, verify",
@@ -545,7 +547,7 @@ pub const BUGS: &[Bug] = &[
     },
     Bug {
         id: "zero-param-update-skipped",
-        source: "MISSION.md: ZeRO parameter update skipped (TTrace Table 1, bug 9; upstream Megatron-LM issue #663, fix 75120db)",
+        source: "TTrace Table 1, bug 9: ZeRO parameter update skipped (https://github.com/NVIDIA/Megatron-LM/issues/663, fix 75120db)",
         description: "under ZeRO the last dp rank skips the update of its parameter shards: it all-gathers (ZeRO-3: keeps) the stale shards",
         parallelism: "dp with --zero 1|2|3 (full iteration)",
         engines: "run, verify",
@@ -562,7 +564,7 @@ pub const BUGS: &[Bug] = &[
     },
     Bug {
         id: "grad-norm-replicated-overcounted",
-        source: "MISSION.md: wrong scaling of distributed state, gradient norm (TrainVerify section 8.3, category 4; Megatron-LM counts a tp-replicated parameter once: param_is_not_tensor_parallel_duplicate)",
+        source: "TrainVerify (SOSP'25) section 8.3, category 4: wrong scaling of distributed state, gradient norm (Megatron-LM counts a tp-replicated parameter once: param_is_not_tensor_parallel_duplicate)",
         description: "the squared norms of tp-replicated parameters are summed on every tp rank before the all-reduce, so the clipping norm counts them tp times",
         parallelism: "tp with --clip-grad (full iteration)",
         engines: "run, verify",
@@ -579,7 +581,7 @@ pub const BUGS: &[Bug] = &[
     },
     Bug {
         id: "loss-scale-not-unscaled",
-        source: "MISSION.md: wrong scaling of distributed state, loss scaling (TrainVerify section 8.3, category 4)",
+        source: "TrainVerify (SOSP'25) section 8.3, category 4: wrong scaling of distributed state, loss scaling",
         description: "with a static loss scale the gradients are not divided by the scale before clipping and the optimizer step",
         parallelism: "any, with --loss-scale (full iteration)",
         engines: "run, verify",
@@ -665,7 +667,7 @@ pub const BUGS: &[Bug] = &[
     },
     Bug {
         id: "pp-mismatched-send-recv",
-        source: "static verifier README: mismatched send/recv in a pipeline schedule (deadlock under specific schedules)",
+        source: "static verification framework for distributed LLM training: mismatched send/recv in a pipeline schedule (deadlock under specific schedules)",
         description: "the first stage's schedule skips the send of its last forward activation, so the next stage's recv waits for a partner that never sends",
         parallelism: "pp",
         engines: "static, run",
@@ -676,7 +678,7 @@ pub const BUGS: &[Bug] = &[
     },
     Bug {
         id: "norm-sharded-hidden",
-        source: "static verifier README: LayerNorm on a sharded hidden dim; TrainVerify (SOSP'25) section 8.3, category 3: splitting a non-partitionable dimension of a norm operator without aggregation",
+        source: "static verification framework for distributed LLM training: LayerNorm on a sharded hidden dim; TrainVerify (SOSP'25) section 8.3, category 3: splitting a non-partitionable dimension of a norm operator without aggregation",
         description: "the RMSNorm before layer 0's MoE block takes its mean of squares over the rank's tp shard of the hidden dim (h / tp features) instead of all h",
         parallelism: "tp",
         engines: "run, verify",
@@ -726,7 +728,7 @@ pub const BUGS: &[Bug] = &[
     },
     Bug {
         id: "async-allreduce-no-wait",
-        source: "static verifier README: async all-reduce without wait (temporal checks: missing wait, orphaned handle)",
+        source: "static verification framework for distributed LLM training: async all-reduce without wait (temporal checks: missing wait, orphaned handle)",
         description: "block 0's row-parallel all-reduce is read without its wait_tensor (a race on real hardware; the dataflow, and so every value, is that of the correct plan)",
         parallelism: "tp",
         engines: "static (missing wait); invisible to run and verify",
@@ -799,7 +801,7 @@ pub const BUGS: &[Bug] = &[
     },
     Bug {
         id: "cp-rope-no-offset",
-        source: "TrainVerify (SOSP'25) section 8.3: RoPE applied to a sequence shard without the offset (MISSION.md; Entangle's RoPE offset missing in a custom backward under SP is the same class)",
+        source: "TrainVerify (SOSP'25) section 8.3: RoPE applied to a sequence shard without the offset (Entangle (ASPLOS'26): the RoPE offset missing in a custom backward under SP is the same class)",
         description: "under context parallelism RoPE rotates each rank's chunks by their local positions 0..seq/cp, not their global positions: keys from other cp ranks meet queries at wrong relative distances (gpt2, learned positions: each rank looks up, and updates, the position-embedding rows 0..seq/cp instead of its chunks' rows)",
         parallelism: "cp",
         spec_op: "aten.mul.Tensor of RoPE (x * cos) on the queries and keys of every layer (gpt2: aten.add.Tensor adding the position embedding)",
@@ -810,7 +812,7 @@ pub const BUGS: &[Bug] = &[
     },
     Bug {
         id: "cp-loss-overscaled",
-        source: "TTrace Table 1: wrong CP loss scaling (Megatron-LM's per-token loss multiplied by the cp size once more); TrainVerify's CP replica counting (MISSION.md)",
+        source: "TTrace Table 1: wrong CP loss scaling (Megatron-LM's per-token loss multiplied by the cp size once more); TrainVerify (SOSP'25) section 8.3: CP replica counting",
         description: "each rank's loss is multiplied by the cp size before the reduction over dp x cp, which averages over cp already: the loss and every gradient are cp times too large",
         parallelism: "cp",
         spec_op: "the loss (aten.nll_loss_forward.default)",
@@ -821,7 +823,7 @@ pub const BUGS: &[Bug] = &[
     },
     Bug {
         id: "cp-causal-mask-local",
-        source: "MISSION.md: misaligned mask under a sequence split (TrainVerify: wrong partitioning of a non-partitionable dimension)",
+        source: "TrainVerify (SOSP'25) section 8.3: misaligned mask under a sequence split (wrong partitioning of a non-partitionable dimension)",
         description: "every ring-attention step masks its block causally by the block-local indices of queries and keys (is_causal on every block) instead of their global positions, hiding keys that precede the queries",
         parallelism: "cp",
         spec_op: "aten.add.Tensor adding the causal mask to the attention scores of every layer",
@@ -1069,8 +1071,8 @@ impl Bug {
     }
 }
 
-/// The bug classes of MISSION.md ("Bug classes it must catch"), by seed, and the catalog
-/// entries that plant each; an empty list marks a class the zoo does not plant, with the reason
+/// The bug classes the project sets out to catch, by the paper or tool that reports each, and
+/// the catalog entries that plant each; an empty list marks a class the zoo does not plant, with the reason
 /// in `docs/design.md`.
 pub const MISSION_CLASSES: &[(&str, &[&str])] = &[
     (

@@ -411,7 +411,7 @@ pub const BUGS: &[Bug] = &[
     },
     Bug {
         id: "llama-oproj-missing-allreduce",
-        source: "Megatron-LM RowParallelLinear: missing all-reduce after a row-parallel matmul (the first bug of the static verification framework for distributed LLM training)",
+        source: "Megatron-LM RowParallelLinear: missing all-reduce after a row-parallel matmul (also in the bug table of a static verification framework for distributed LLM training)",
         description: "the all-reduce after the row-parallel attention output projection of layer 0 is removed",
         parallelism: "tp",
         engines: "run, verify",

@@ -252,7 +252,14 @@ impl EpDispatch {
             .iter()
             .find(|(n, _)| *n == name)
             .map(|&(_, d)| d)
-            .ok_or_else(|| format!("unknown ep dispatcher `{name}`; known: allgather, alltoall"))
+            .ok_or_else(|| {
+                crate::suggest::unknown(
+                    "ep dispatcher",
+                    name,
+                    Self::ALL.iter().map(|(n, _)| *n),
+                    "shardproof zoo emit --help",
+                )
+            })
     }
 
     /// Its `--ep-dispatch` name.

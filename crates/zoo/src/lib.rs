@@ -11,6 +11,7 @@ pub mod llama;
 pub mod mlp;
 pub mod pipeline;
 pub mod presets;
+pub mod suggest;
 pub mod train;
 
 pub use bugs::{find_bug, Bug, Mutation, Site, BUGS, MISSION_CLASSES};
@@ -182,11 +183,11 @@ impl Mesh {
                 ));
             };
             let Some(&(dim, _)) = PARALLELISMS.iter().find(|(n, _)| *n == name.trim()) else {
-                let known: Vec<&str> = PARALLELISMS.iter().map(|(n, _)| *n).collect();
-                return Err(format!(
-                    "unknown mesh dim `{}`; known: {}",
+                return Err(suggest::unknown(
+                    "mesh dim",
                     name.trim(),
-                    known.join(", ")
+                    PARALLELISMS.iter().map(|(n, _)| *n),
+                    "shardproof zoo list",
                 ));
             };
             let size: usize = match size.trim().parse() {
@@ -561,11 +562,11 @@ fn check_and_plan<'a>(
     pipeline: &PipelineOptions,
 ) -> Result<(Plan<'a>, Option<Stages>), String> {
     if !MODELS.iter().any(|(m, _)| *m == opts.model) {
-        let known: Vec<&str> = MODELS.iter().map(|(m, _)| *m).collect();
-        return Err(format!(
-            "unknown model `{}`; known: {}",
-            opts.model,
-            known.join(", ")
+        return Err(suggest::unknown(
+            "model",
+            &opts.model,
+            MODELS.iter().map(|(m, _)| *m),
+            "shardproof zoo list",
         ));
     }
     if opts.mesh.dims.is_empty() {

@@ -53,8 +53,11 @@ impl Schedule {
         match name {
             "gpipe" => Ok(Schedule::GPipe),
             "1f1b" => Ok(Schedule::OneFOneB),
-            other => Err(format!(
-                "unknown pipeline schedule `{other}`; known: gpipe, 1f1b"
+            other => Err(crate::suggest::unknown(
+                "pipeline schedule",
+                other,
+                ["gpipe", "1f1b"],
+                "shardproof zoo emit --help",
             )),
         }
     }

@@ -556,8 +556,12 @@ pub const PRESETS: &[Preset] = &[
 /// The preset called `name`, or an error listing the presets.
 pub fn find_preset(name: &str) -> Result<&'static Preset, String> {
     PRESETS.iter().find(|p| p.name == name).ok_or_else(|| {
-        let known: Vec<&str> = PRESETS.iter().map(|p| p.name).collect();
-        format!("unknown preset `{name}`; known: {}", known.join(", "))
+        crate::suggest::unknown(
+            "preset",
+            name,
+            PRESETS.iter().map(|p| p.name),
+            "shardproof zoo list",
+        )
     })
 }
 
@@ -773,6 +777,10 @@ mod tests {
         }
         let err = find_preset("llama3-7b").unwrap_err();
         assert!(err.starts_with("unknown preset `llama3-7b`; known: llama3-8b, "));
+        assert!(
+            err.ends_with("\n  hint: did you mean `llama3-70b` or `llama3-8b`?"),
+            "{err}"
+        );
         for p in PRESETS {
             assert!(err.contains(p.name), "{err}");
         }

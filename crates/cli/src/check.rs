@@ -20,21 +20,9 @@ pub struct CheckArgs {
     quiet: bool,
 }
 
-#[derive(serde::Serialize)]
-struct InvalidReport<'a> {
-    case: &'a str,
-    verdict: &'static str,
-    message: &'a str,
-}
-
 fn invalid(args: &CheckArgs, case: &str, message: &str) -> Verdict {
     if args.json {
-        let r = InvalidReport {
-            case,
-            verdict: "invalid",
-            message,
-        };
-        outln!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
+        crate::print_invalid_json(Some(case), message);
     }
     errln!("{message}");
     Verdict::Invalid

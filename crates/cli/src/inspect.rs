@@ -93,7 +93,11 @@ pub fn main(path: &Path, strict: bool, json: bool) -> Verdict {
     let report = match build(path) {
         Ok(r) => r,
         Err(e) => {
-            errln!("error: {e}");
+            let message = format!("error: {e}");
+            if json {
+                crate::print_invalid_json(Some(&path.display().to_string()), &message);
+            }
+            errln!("{message}");
             return Verdict::Invalid;
         }
     };

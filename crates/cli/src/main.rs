@@ -23,18 +23,29 @@ macro_rules! errln {
 mod check;
 mod demo;
 mod inspect;
+mod layout;
 mod preflight;
 mod run;
 mod verify;
 mod zoo;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+/// What `--help` adds after the commands: the exit codes, and how to install completions and the
+/// man page (the two commands that are not about a program).
+const AFTER_HELP: &str = "\
+Exit codes: 0 the property holds, 1 it is violated, 2 invalid input or usage, 3 inconclusive.
+
+Shell completions (bash, zsh, fish, elvish, powershell):
+  shardproof completions bash > ~/.local/share/bash-completion/completions/shardproof
+Man page:
+  shardproof man > ~/.local/share/man/man1/shardproof.1";
+
 /// Proves a distributed program computes what its single-device specification computes.
 #[derive(Parser)]
-#[command(name = "shardproof", version, about)]
+#[command(name = "shardproof", version, about, after_help = AFTER_HELP)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -69,6 +80,97 @@ enum Command {
     /// The model zoo: list models, parallelisms and the bug catalog, or emit a case.
     #[command(subcommand)]
     Zoo(zoo::ZooCommand),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) on stdout.
+    ///
+    /// E.g. `shardproof completions bash >
+    /// ~/.local/share/bash-completion/completions/shardproof`, then start a new shell.
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) on stdout, or a command's (`shardproof man run`).
+    ///
+    /// E.g. `shardproof man > ~/.local/share/man/man1/shardproof.1`, then `man shardproof`;
+    /// `shardproof man zoo emit` prints the page shardproof-zoo-emit(1).
+    Man {
+        /// The command whose page to print, e.g. `run` or `zoo emit` (default: shardproof's).
+        command: Vec<String>,
+    },
+}
+
+/// The JSON a command given `--json` prints on stdout for input it cannot take: the fields of
+/// `run`'s and `verify`'s reports that an invalid input has (`case` is null when the command
+/// line itself is wrong).
+#[derive(serde::Serialize)]
+struct InvalidJson<'a> {
+    case: Option<&'a str>,
+    verdict: &'static str,
+    message: &'a str,
+}
+
+/// Prints the JSON error of an invalid input (see [`InvalidJson`]) on stdout.
+pub fn print_invalid_json(case: Option<&str>, message: &str) {
+    let report = InvalidJson {
+        case,
+        verdict: "invalid",
+        message,
+    };
+    outln!(
+        "{}",
+        serde_json::to_string_pretty(&report).unwrap_or_default()
+    );
+}
+
+/// Whether the command line asks for JSON, read from the raw arguments: a usage error has no
+/// parsed flags to ask.
+fn wants_json() -> bool {
+    std::env::args_os()
+        .skip(1)
+        .take_while(|a| a != "--")
+        .any(|a| a == "--json")
+}
+
+/// Writes what `completions` or `man` generate. Both go through a buffer: clap_complete panics
+/// on a failed write, and `shardproof man | head` closes stdout early.
+fn generate(command: &Command) -> Verdict {
+    use std::io::Write as _;
+    let mut cli = Cli::command();
+    let mut text = Vec::new();
+    match command {
+        Command::Completions { shell } => {
+            clap_complete::generate(*shell, &mut cli, "shardproof", &mut text);
+        }
+        Command::Man { command } => {
+            // Built, so that subcommands carry their full names (`shardproof-run`) into the
+            // page's title and synopsis.
+            let mut page = cli.disable_help_subcommand(true);
+            page.build();
+            for name in command {
+                let Some(sub) = page.find_subcommand(name).cloned() else {
+                    let names = page.get_subcommands().map(|c| c.get_name());
+                    errln!(
+                        "error: {}",
+                        shardproof_zoo::suggest::unknown(
+                            "command",
+                            name,
+                            names,
+                            "shardproof --help"
+                        )
+                    );
+                    return Verdict::Invalid;
+                };
+                page = sub;
+            }
+            if let Err(e) = clap_mangen::Man::new(page).render(&mut text) {
+                errln!("error: cannot render the man page: {e}");
+                return Verdict::Invalid;
+            }
+        }
+        _ => {}
+    }
+    let _ = std::io::stdout().write_all(&text);
+    Verdict::Holds
 }
 
 /// The outcome of a command, mapped to the process exit code.
@@ -99,6 +201,9 @@ fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
+            if e.use_stderr() && wants_json() {
+                print_invalid_json(None, e.render().to_string().trim_end());
+            }
             let _ = e.print();
             return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
         }
@@ -110,6 +215,7 @@ fn main() -> ExitCode {
         Command::Check(args) => check::main(&args),
         Command::Demo => demo::main(),
         Command::Zoo(cmd) => zoo::main(&cmd),
+        Command::Completions { .. } | Command::Man { .. } => generate(&cli.command),
     };
     ExitCode::from(verdict.code())
 }

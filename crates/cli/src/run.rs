@@ -158,7 +158,9 @@ pub fn main(args: &RunArgs) -> Verdict {
             "{}",
             serde_json::to_string_pretty(&report).expect("report serializes")
         );
-    } else {
+    } else if verdict != Verdict::Invalid {
+        // Invalid input has no verdict to report: the error on stderr is the whole answer, so
+        // a script reading stdout never sees a header for a run that did not happen.
         print_text(&report, verdict);
     }
     verdict
@@ -1186,7 +1188,8 @@ fn print_text(report: &RunReport, verdict: Verdict) {
             }
             None => outln!("verdict: violated"),
         },
-        Verdict::Invalid => outln!("verdict: invalid input"),
+        // `main` prints no report for invalid input.
+        Verdict::Invalid => {}
         Verdict::Inconclusive => outln!("verdict: inconclusive"),
     }
 }

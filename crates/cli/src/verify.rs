@@ -486,6 +486,14 @@ fn run_stop_reason(why: &str) -> &str {
 }
 
 fn print_text(name: &str, o: &Outcome, verdict: Verdict, d: &Decision) {
+    if verdict == Verdict::Invalid {
+        // No verdict for invalid input: the error alone, on stderr, as for every other command.
+        errln!(
+            "invalid: {name}: {}",
+            o.reason.as_deref().unwrap_or("the programs cannot run")
+        );
+        return;
+    }
     if !o.trace.is_empty() {
         outln!("trace:");
         for t in &o.trace {
@@ -493,12 +501,6 @@ fn print_text(name: &str, o: &Outcome, verdict: Verdict, d: &Decision) {
         }
     }
     match o.verdict {
-        _ if verdict == Verdict::Invalid => {
-            outln!(
-                "invalid: {name}: {}",
-                o.reason.as_deref().unwrap_or("the programs cannot run")
-            );
-        }
         RefineVerdict::Verified => {
             outln!(
                 "verified: {name} ({} spec operators, {} lemmas)",

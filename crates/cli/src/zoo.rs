@@ -2,6 +2,7 @@
 
 use crate::Verdict;
 use clap::{Args as ClapArgs, Subcommand};
+use shardproof_zoo::suggest;
 use shardproof_zoo::{
     emit_to_dir, find_bug, find_preset, AdamConfig, DeepseekConfig, EmitExtras, EmitOptions,
     EpDispatch, Gpt2Config, LlamaConfig, Mesh, MlpConfig, MlpOptions, Optimizer, PipelineOptions,
@@ -13,7 +14,8 @@ use std::path::PathBuf;
 /// Subcommands of `shardproof zoo`.
 #[derive(Subcommand)]
 pub enum ZooCommand {
-    /// List the models, presets, parallelisms and the bug catalog.
+    /// List the models, presets, parallelisms and the bug catalog, in columns that fit the
+    /// terminal (100 columns when stdout is not one), or as JSON.
     List(ListArgs),
     /// Emit a spec graph, one graph per rank and a case file into a directory.
     Emit(Box<EmitArgs>),
@@ -25,6 +27,10 @@ pub struct ListArgs {
     /// Print only the bug catalog.
     #[arg(long)]
     bugs: bool,
+    /// Print machine-readable JSON on stdout: one object per model, preset, parallelism,
+    /// option and bug.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Arguments of `shardproof zoo emit`.
@@ -148,7 +154,7 @@ pub struct EmitArgs {
 pub fn main(cmd: &ZooCommand) -> Verdict {
     match cmd {
         ZooCommand::List(args) => {
-            list(args.bugs);
+            list(args);
             Verdict::Holds
         }
         ZooCommand::Emit(args) => match emit_case(args) {
@@ -161,73 +167,206 @@ pub fn main(cmd: &ZooCommand) -> Verdict {
     }
 }
 
-fn list(bugs_only: bool) {
+/// The model options of the zoo, each with the models it applies to (`zoo list` prints them
+/// under the parallelisms).
+const MODEL_OPTIONS: &[(&str, &str)] = &[
+    (
+        "--vocab-parallel",
+        "llama only: splits the embedding and LM head over tp",
+    ),
+    (
+        "--sequence-parallel",
+        "gpt2: Megatron sequence parallelism over tp: LayerNorms on sequence chunks, \
+         all-gather before and reduce-scatter after the tensor-parallel regions, LayerNorm and \
+         row-parallel bias gradients all-reduced; deepseek: each MoE block runs on the rank's \
+         sequence chunk, router and experts replicated over tp, the chunks all-gathered after it",
+    ),
+    (
+        "--ep-dispatch alltoall",
+        "deepseek only: dispatches tokens to the experts and combines their outputs by \
+         all_to_all_single over ep instead of all-gather and reduce-scatter",
+    ),
+    (
+        "--recompute",
+        "mlp only: reruns each block's fc1 and relu in the backward from its checkpoint",
+    ),
+    (
+        "--fp8",
+        "mlp only: runs fc1 and fc2 on FP8 (E4M3, emulated) weights with per-tensor scaling, \
+         the amax all-reduced over tp",
+    ),
+    (
+        "--tp-comm-overlap",
+        "gpt2 with --sequence-parallel: computes the row-parallel weight gradients chunk by \
+         chunk as the all-gathered output gradient arrives",
+    ),
+];
+
+fn list(args: &ListArgs) {
+    if args.json {
+        let text = serde_json::to_string_pretty(&list_json(args.bugs)).unwrap_or_default();
+        outln!("{text}");
+        return;
+    }
+    for line in list_text(args.bugs, crate::layout::stdout_width()) {
+        outln!("{line}");
+    }
+}
+
+/// The `zoo list` rows as JSON: one object per model, preset, parallelism, option and bug.
+fn list_json(bugs_only: bool) -> serde_json::Value {
+    use serde_json::json;
+    let bugs: Vec<_> = BUGS
+        .iter()
+        .map(|b| {
+            json!({
+                "id": b.id,
+                "models": b.models,
+                "parallelism": b.parallelism,
+                "engines": b.engines,
+                "spec_op": b.spec_op,
+                "description": b.description,
+                "source": b.source,
+                "plantable": !b.listed_only(),
+            })
+        })
+        .collect();
+    if bugs_only {
+        return json!({ "bugs": bugs });
+    }
+    let pairs = |rows: &[(&str, &str)], key: &str| -> Vec<serde_json::Value> {
+        rows.iter()
+            .map(|(k, d)| json!({ key: k, "description": d }))
+            .collect()
+    };
+    let presets: Vec<_> = PRESETS
+        .iter()
+        .map(|p| {
+            json!({
+                "name": p.name,
+                "model": p.model,
+                "sizes": p.sizes_line(),
+                "plan": p.plan_note(),
+                "flags": p.plan_flags(),
+                "source": p.source,
+            })
+        })
+        .collect();
+    json!({
+        "models": pairs(MODELS, "name"),
+        "presets": presets,
+        "parallelisms": pairs(PARALLELISMS, "name"),
+        "model_options": pairs(MODEL_OPTIONS, "flag"),
+        "training": pairs(TRAINING, "flag"),
+        "bugs": bugs,
+    })
+}
+
+/// The `zoo list` text, every line at most `width` columns but a preset's plan note (see
+/// below).
+fn list_text(bugs_only: bool, width: usize) -> Vec<String> {
+    use crate::layout::{paragraph, Cell, Table};
+    let mut out: Vec<String> = Vec::new();
+    let details = |rows: &[(&str, String)]| {
+        let mut t = Table::new(4, &[Cell::Whole, Cell::Words]);
+        for (label, text) in rows {
+            t.row([label.to_string(), text.clone()]);
+        }
+        t.render(width)
+    };
     if !bugs_only {
-        outln!("models:");
+        out.push("models:".into());
+        let mut t = Table::new(2, &[Cell::Whole, Cell::Words]);
         for (m, d) in MODELS {
-            outln!("  {m:6}  {d}");
+            t.row([*m, *d]);
         }
-        outln!("presets (--preset NAME; size flags override its sizes, --mesh replaces its plan):");
+        out.extend(t.render(width));
+
+        out.extend(paragraph(
+            "presets (--preset NAME; size flags override its sizes, --mesh replaces its plan):",
+            0,
+            width,
+        ));
+        let name_width = PRESETS.iter().map(|p| p.name.len()).max().unwrap_or(0);
         for p in PRESETS {
-            outln!("  {:22}  {:8}  {}", p.name, p.model, p.sizes_line());
-            outln!("  {:22}  plan: {}", "", p.plan_note());
-            outln!("  {:22}  source: {}", "", p.source);
+            out.push(format!("  {:name_width$}  {}", p.name, p.model));
+            // Three tables, one label width: sizes break between items, the plan not at all.
+            let mut t = Table::new(4, &[Cell::Whole, Cell::List]);
+            t.row([format!("{:6}", "sizes"), p.sizes_line()]);
+            out.extend(t.render(width));
+            // The plan note is printed whole, the one exception to the width:
+            // tests/zoo_presets.rs matches a whole note as one string.
+            out.push(format!("    {:6}  {}", "plan", p.plan_note()));
+            out.extend(details(&[("source", p.source.to_string())]));
         }
-        outln!("parallelisms (mesh dims):");
+
+        out.push("parallelisms (mesh dims):".into());
+        let mut t = Table::new(2, &[Cell::Whole, Cell::Words]);
         for (p, d) in PARALLELISMS {
-            outln!("  {p:6}  {d}");
+            t.row([*p, *d]);
         }
-        outln!("  (llama only: --vocab-parallel splits the embedding and LM head over tp)");
-        outln!(
-            "  (gpt2: --sequence-parallel adds Megatron sequence parallelism over tp: \
-             LayerNorms on sequence chunks, all-gather before and reduce-scatter after the \
-             tensor-parallel regions, LayerNorm and row-parallel bias gradients all-reduced)"
-        );
-        outln!(
-            "  (deepseek: --sequence-parallel runs each MoE block on the rank's sequence chunk, \
-             router and experts replicated over tp, the chunks all-gathered after it)"
-        );
-        outln!(
-            "  (deepseek only: --ep-dispatch alltoall dispatches tokens to the experts and \
-             combines their outputs by all_to_all_single over ep instead of all-gather and \
-             reduce-scatter)"
-        );
-        outln!(
-            "  (mlp only: --recompute reruns each block's fc1 and relu in the backward from its \
-             checkpoint; --fp8 runs fc1 and fc2 on FP8 (E4M3, emulated) weights with per-tensor \
-             scaling, the amax all-reduced over tp)"
-        );
-        outln!(
-            "  (gpt2 with --sequence-parallel: --tp-comm-overlap computes the row-parallel \
-             weight gradients chunk by chunk as the all-gathered output gradient arrives)"
-        );
-        outln!("training (full iteration; every model but deepseek, any mesh):");
+        out.extend(t.render(width));
+        out.push("model options:".into());
+        let mut t = Table::new(2, &[Cell::Whole, Cell::Words]);
+        for (flag, d) in MODEL_OPTIONS {
+            t.row([*flag, *d]);
+        }
+        out.extend(t.render(width));
+
+        out.extend(paragraph(
+            "training (full iteration; every model but deepseek, any mesh):",
+            0,
+            width,
+        ));
+        let mut t = Table::new(2, &[Cell::Whole, Cell::Words]);
         for (flag, d) in TRAINING {
-            outln!("  {flag:22}  {d}");
+            t.row([*flag, *d]);
         }
+        out.extend(t.render(width));
     }
-    outln!("bugs:");
-    outln!(
-        "  {:30}  {:8}  {:30}  {:8}  {:48}  {:70}  source",
-        "id",
-        "models",
-        "parallelism",
-        "engines",
-        "spec operator",
-        "description"
-    );
+    out.push("bugs:".into());
+    out.extend(paragraph(
+        "(plant one with `zoo emit MODEL --bug ID`; `zoo list --bugs --json` gives every field)",
+        2,
+        width,
+    ));
+    // Engines and parallelism beside the id where they fit in readable columns; on a narrow
+    // terminal they join the details below it.
+    let id_width = BUGS.iter().map(|b| b.id.len()).max().unwrap_or(0);
+    let beside = width >= 2 + id_width + 2 * (2 + 16);
+    let mut t = if beside {
+        let mut t = Table::new(2, &[Cell::Whole, Cell::Words, Cell::Words]);
+        t.row(["ID", "ENGINES", "PARALLELISM"]);
+        t
+    } else {
+        let mut t = Table::new(2, &[Cell::Whole]);
+        t.row(["ID"]);
+        t
+    };
     for b in BUGS {
-        outln!(
-            "  {:30}  {:8}  {:30}  {:8}  {:48}  {:70}  {}",
-            b.id,
-            b.models.join(","),
-            b.parallelism,
-            b.engines,
-            b.spec_op,
-            b.description,
-            b.source
-        );
+        t.row([b.id, b.engines, b.parallelism]);
     }
+    let mut rows = t.render_rows(width).into_iter();
+    out.extend(rows.next().unwrap_or_default());
+    for (b, row) in BUGS.iter().zip(rows) {
+        out.extend(row);
+        let mut rows = Vec::new();
+        if !beside {
+            rows.push(("engines", b.engines.to_string()));
+            rows.push(("parallelism", b.parallelism.to_string()));
+        }
+        rows.extend([
+            ("models", b.models.join(", ")),
+            ("what", b.description.to_string()),
+            ("spec operator", b.spec_op.to_string()),
+            ("source", b.source.to_string()),
+        ]);
+        if b.listed_only() {
+            rows.push(("note", "listed only: the zoo cannot plant it".to_string()));
+        }
+        out.extend(details(&rows));
+    }
+    out
 }
 
 /// The size flags given.
@@ -283,6 +422,15 @@ fn emit_case(args: &EmitArgs) -> Result<(), String> {
         (None, None) => return Err("give a MODEL or --preset NAME (see `zoo list`)".into()),
     };
     let model = model.as_str();
+    // Named first, so a typo is reported as one and not as a flag that does not apply to it.
+    if !MODELS.iter().any(|(m, _)| *m == model) {
+        return Err(suggest::unknown(
+            "model",
+            model,
+            MODELS.iter().map(|(m, _)| *m),
+            "shardproof zoo list",
+        ));
+    }
     let mesh = match (&args.mesh, preset) {
         (Some(text), _) => Mesh::parse(text).map_err(|e| format!("--mesh: {e}"))?,
         (None, Some(p)) => p.mesh(),
@@ -294,8 +442,12 @@ fn emit_case(args: &EmitArgs) -> Result<(), String> {
     let bug = match &args.bug {
         None => None,
         Some(id) => Some(find_bug(id).ok_or_else(|| {
-            let known: Vec<&str> = BUGS.iter().map(|b| b.id).collect();
-            format!("unknown bug `{id}`; known: {}", known.join(", "))
+            suggest::unknown(
+                "bug",
+                id,
+                BUGS.iter().map(|b| b.id),
+                "shardproof zoo list --bugs",
+            )
         })?),
     };
     if !["llama", "deepseek"].contains(&model) && args.kv_heads.is_some() {

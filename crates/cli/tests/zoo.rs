@@ -116,13 +116,21 @@ fn llama_sizes_are_configurable() {
     s.run(&["run", &case]).expect_code(0);
 }
 
+/// `text` with every run of whitespace one space: `zoo list` wraps its cells at spaces.
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 #[test]
 fn list_shows_models_and_bugs() {
     let out = Scratch::new().run(&["zoo", "list"]);
     out.expect_code(0)
         .stdout_has(&["mlp", "llama", "dp", "tp", "spec operator"]);
+    let text = one_line(&out.stdout);
     for bug in BUGS {
-        out.stdout_has(&[bug.id, bug.description]);
+        for field in [bug.id, bug.description] {
+            assert!(text.contains(&one_line(field)), "{}: {field}", bug.id);
+        }
     }
 }
 
@@ -134,13 +142,56 @@ fn list_bugs_prints_only_the_catalog() {
         !out.contains("models:") && out.starts_with("bugs:"),
         "{out}"
     );
+    let lines: Vec<&str> = out.lines().collect();
+    let header = lines
+        .iter()
+        .find(|l| l.trim_start().starts_with("ID "))
+        .unwrap();
+    let (engines_at, parallelism_at) = (
+        header.find("ENGINES").unwrap(),
+        header.find("PARALLELISM").unwrap(),
+    );
+    let starts_row = |l: &str, id: &str| l.trim_start().starts_with(&format!("{id} "));
     for bug in BUGS {
-        let line = out
-            .lines()
-            .find(|l| l.trim_start().starts_with(&format!("{} ", bug.id)))
+        let at = lines
+            .iter()
+            .position(|l| starts_row(l, bug.id))
             .unwrap_or_else(|| panic!("{} missing\n{out}", bug.id));
-        for field in [bug.parallelism, bug.engines, bug.spec_op, bug.source] {
-            assert!(line.contains(field), "{}: {field}\n{line}", bug.id);
+        // The row: its id line and the lines continuing its wrapped cells.
+        let row_end = at
+            + 1
+            + lines[at + 1..]
+                .iter()
+                .take_while(|l| {
+                    l.len() > engines_at && l.get(..engines_at).is_some_and(|p| p.trim().is_empty())
+                })
+                .count();
+        let cell = |from: usize, to: usize| {
+            let parts: Vec<&str> = lines[at..row_end]
+                .iter()
+                .map(|l| l.get(from..to.min(l.len())).unwrap_or("").trim())
+                .collect();
+            one_line(&parts.join(" "))
+        };
+        assert_eq!(cell(engines_at, parallelism_at), bug.engines, "{}", bug.id);
+        assert_eq!(
+            cell(parallelism_at, usize::MAX),
+            bug.parallelism,
+            "{}",
+            bug.id
+        );
+        // The details below the row, up to the next bug's row.
+        let block_end = lines[row_end..]
+            .iter()
+            .position(|l| BUGS.iter().any(|b| starts_row(l, b.id)))
+            .map_or(lines.len(), |n| row_end + n);
+        let details = one_line(&lines[row_end..block_end].join("\n"));
+        for field in [bug.spec_op, bug.source, bug.description] {
+            assert!(
+                details.contains(&one_line(field)),
+                "{}: {field}\n{details}",
+                bug.id
+            );
         }
     }
 }

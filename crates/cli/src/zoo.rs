@@ -262,8 +262,7 @@ fn list_json(bugs_only: bool) -> serde_json::Value {
     })
 }
 
-/// The `zoo list` text, every line at most `width` columns but a preset's plan note (see
-/// below).
+/// The `zoo list` text, every line at most `width` columns.
 fn list_text(bugs_only: bool, width: usize) -> Vec<String> {
     use crate::layout::{paragraph, Cell, Table};
     let mut out: Vec<String> = Vec::new();
@@ -290,13 +289,13 @@ fn list_text(bugs_only: bool, width: usize) -> Vec<String> {
         let name_width = PRESETS.iter().map(|p| p.name.len()).max().unwrap_or(0);
         for p in PRESETS {
             out.push(format!("  {:name_width$}  {}", p.name, p.model));
-            // Three tables, one label width: sizes break between items, the plan not at all.
+            // One label width: sizes break between items, the plan between words.
             let mut t = Table::new(4, &[Cell::Whole, Cell::List]);
             t.row([format!("{:6}", "sizes"), p.sizes_line()]);
             out.extend(t.render(width));
-            // The plan note is printed whole, the one exception to the width:
-            // tests/zoo_presets.rs matches a whole note as one string.
-            out.push(format!("    {:6}  {}", "plan", p.plan_note()));
+            let mut t = Table::new(4, &[Cell::Whole, Cell::Words]);
+            t.row([format!("{:6}", "plan"), p.plan_note()]);
+            out.extend(t.render(width));
             out.extend(details(&[("source", p.source.to_string())]));
         }
 

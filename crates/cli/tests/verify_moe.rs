@@ -177,11 +177,27 @@ fn context_parallel_forward_verifies_under_dp() {
 }
 
 #[test]
-fn context_parallel_bugs_are_never_verified() {
+fn context_parallel_mask_bug_is_never_verified() {
     // The chunk lemmas relate the MoE block only where the ranks' attention already relates:
     // a causal mask by block-local positions or RoPE without the chunks' offsets never does.
-    never_verified("cp-causal-mask-local", "cp=2", &["--forward-only"]);
-    never_verified("cp-rope-no-offset", "cp=2", &["--forward-only"]);
+    // One layer: the first layer's attention already differs.
+    never_verified(
+        "cp-causal-mask-local",
+        "cp=2",
+        &["--forward-only", "--layers", "1"],
+    );
+}
+
+/// Minutes each: run by `scripts/heavy`, outside the suite (see tests/verify_cp.rs).
+mod heavy {
+    use super::*;
+
+    /// RoPE without the chunks' offsets: relations stop inside the attention (the seeded run
+    /// decides it after a minute and more of relation inference).
+    #[test]
+    fn context_parallel_rope_bug_is_never_verified() {
+        never_verified("cp-rope-no-offset", "cp=2", &["--forward-only"]);
+    }
 }
 
 /// Plants `bug` and asserts that verify refutes it (1) or is inconclusive (3): never 0.

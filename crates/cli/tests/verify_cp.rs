@@ -75,17 +75,12 @@ fn llama_cp_verifies_with_scale(extra: &[&str], scale: &str) {
 /// verified.
 #[test]
 fn cp_bugs_are_never_verified() {
-    for bug in ["cp-causal-mask-local", "cp-loss-overscaled"] {
-        let dir = tempfile::tempdir().unwrap();
-        let case = emit(
-            "llama",
-            dir.path(),
-            "cp=2",
-            &["--forward-only", "--bug", bug],
-        );
-        let (code, out) = verify(&case);
-        assert!(code == 1 || code == 3, "{bug}:\n{out}");
-    }
+    bugs_never_verify(
+        "llama",
+        "cp=2",
+        &["--forward-only"],
+        &["cp-causal-mask-local", "cp-loss-overscaled"],
+    );
 }
 
 #[test]
@@ -144,11 +139,19 @@ fn deepseek_cp_by_ep_forward_verifies() {
 /// gradient reduction and the step) are refuted or inconclusive, never verified: the guard
 /// the attention-backward lemmas must keep.
 fn full_iteration_bugs_never_verify(model: &str, bugs: &[&str]) {
+    bugs_never_verify(model, "cp=2", &[], bugs);
+}
+
+/// Each of `bugs`, planted in `model` on `mesh` with the `extra` emit flags, is refuted or
+/// inconclusive, never verified.
+fn bugs_never_verify(model: &str, mesh: &str, extra: &[&str], bugs: &[&str]) {
     for bug in bugs {
         let dir = tempfile::tempdir().unwrap();
-        let case = emit(model, dir.path(), "cp=2", &["--bug", bug]);
+        let mut args = extra.to_vec();
+        args.extend(["--bug", bug]);
+        let case = emit(model, dir.path(), mesh, &args);
         let (code, out) = verify(&case);
-        assert!(code == 1 || code == 3, "{model} {bug}:\n{out}");
+        assert!(code == 1 || code == 3, "{model} {mesh} {bug}:\n{out}");
     }
 }
 
@@ -201,42 +204,32 @@ mod heavy {
     /// attention lemmas are no looser than the 3-D ones.
     #[test]
     fn tp_by_cp_bugs_are_never_verified() {
-        for bug in [
-            "cp-causal-mask-local",
-            "cp-rope-no-offset",
-            "cp-loss-overscaled",
-        ] {
-            let dir = tempfile::tempdir().unwrap();
-            let case = emit(
-                "llama",
-                dir.path(),
-                "tp=2,cp=2",
-                &["--forward-only", "--bug", bug],
-            );
-            let (code, out) = verify(&case);
-            assert!(code == 1 || code == 3, "{bug}:\n{out}");
-        }
+        bugs_never_verify(
+            "llama",
+            "tp=2,cp=2",
+            &["--forward-only"],
+            &[
+                "cp-causal-mask-local",
+                "cp-rope-no-offset",
+                "cp-loss-overscaled",
+            ],
+        );
     }
 
     /// gpt2's cp bugs (positions without the chunk offset, block-local causal masks, the loss
     /// scaled by cp twice) are refuted or inconclusive, never verified.
     #[test]
     fn gpt2_cp_bugs_are_never_verified() {
-        for bug in [
-            "cp-loss-overscaled",
-            "cp-rope-no-offset",
-            "cp-causal-mask-local",
-        ] {
-            let dir = tempfile::tempdir().unwrap();
-            let case = emit(
-                "gpt2",
-                dir.path(),
-                "cp=2",
-                &["--forward-only", "--bug", bug],
-            );
-            let (code, out) = verify(&case);
-            assert!(code == 1 || code == 3, "{bug}:\n{out}");
-        }
+        bugs_never_verify(
+            "gpt2",
+            "cp=2",
+            &["--forward-only"],
+            &[
+                "cp-loss-overscaled",
+                "cp-rope-no-offset",
+                "cp-causal-mask-local",
+            ],
+        );
     }
 
     /// A bug or two per model (each full iteration runs a minute or more to its verdict); the

@@ -4,7 +4,7 @@ use crate::run::{search_counterexample, Counterexample, Search, SEARCH_SEEDS};
 use crate::Verdict;
 use clap::Args as ClapArgs;
 use shardproof_ops::Registry;
-use shardproof_refine::{verify, Options, Outcome, Verdict as RefineVerdict};
+use shardproof_refine::{verify, Options, Outcome, Progress, Verdict as RefineVerdict};
 use std::path::PathBuf;
 
 /// Arguments of `shardproof verify`.
@@ -15,7 +15,8 @@ pub struct VerifyArgs {
     /// Print machine-readable JSON on stdout.
     #[arg(long)]
     json: bool,
-    /// Show no progress on stderr.
+    /// Show no progress on stderr (a spinner on a terminal, else a line every 5 seconds;
+    /// SHARDPROOF_PROGRESS_SECONDS sets the interval).
     #[arg(long)]
     quiet: bool,
     /// E-graph size limit per spec operator, counted in egg's hash-cons entries (merged
@@ -148,7 +149,8 @@ pub fn main(args: &VerifyArgs) -> Verdict {
         trace: args.trace,
         ..Options::default()
     };
-    let mut outcome = infer_relations(&case, opts, args.time_limit);
+    let shown = Shown::new(args, spinner.as_ref());
+    let mut outcome = infer_relations(&case, opts, args.time_limit, shown);
     outcome.seconds += search_seconds;
     let decision = if let Some(output) = outcome.unmet_expectation.clone() {
         settle_expectation(search, &output, &mut outcome)
@@ -181,13 +183,61 @@ pub fn main(args: &VerifyArgs) -> Verdict {
     verdict
 }
 
-/// Relation inference, stopped after `limit` seconds when `limit` is positive: an unfinished
-/// inference is inconclusive (the engine's thread is abandoned; the process exits after the
-/// report).
-fn infer_relations(case: &shardproof_case::Case, opts: Options, limit: f64) -> Outcome {
-    if limit <= 0.0 {
-        return verify(case, &opts);
+/// How the reason of relation inference stopped by `--time-limit` begins.
+const TIME_LIMIT_STOP: &str = "relation inference did not finish within the time limit";
+
+/// How often a log (stderr not a terminal) gets a progress line; `SHARDPROOF_PROGRESS_SECONDS`
+/// sets another interval.
+const LOG_EVERY_SECONDS: f64 = 5.0;
+
+/// Where relation inference shows how far it has come: the spinner on a terminal, a line every
+/// few seconds in a log, or nowhere (`--quiet`, `--json`).
+enum Shown<'a> {
+    Spinner(&'a indicatif::ProgressBar),
+    Log { every: f64 },
+    Nowhere,
+}
+
+impl<'a> Shown<'a> {
+    fn new(args: &VerifyArgs, spinner: Option<&'a indicatif::ProgressBar>) -> Shown<'a> {
+        match spinner {
+            Some(s) => Shown::Spinner(s),
+            None if args.quiet || args.json => Shown::Nowhere,
+            None => Shown::Log {
+                every: std::env::var("SHARDPROOF_PROGRESS_SECONDS")
+                    .ok()
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .filter(|v| v.is_finite() && *v > 0.0)
+                    .unwrap_or(LOG_EVERY_SECONDS),
+            },
+        }
     }
+}
+
+/// Operators done of all, the current one and the time so far, e.g. `12/845 spec operators,
+/// at `mm_3`, 4 s`.
+fn progress_line(progress: &Progress, elapsed: f64) -> String {
+    let (done, total, current) = progress.snapshot();
+    let at = if current.is_empty() {
+        String::new()
+    } else {
+        format!(", at `{current}`")
+    };
+    format!("{done}/{total} spec operators{at}, {elapsed:.0} s")
+}
+
+/// Relation inference on its own thread, shown as it goes (see [`Shown`]) and stopped after
+/// `limit` seconds when `limit` is positive: an unfinished inference is inconclusive and names
+/// the operator it had reached (the engine's thread is abandoned; the process exits after the
+/// report).
+fn infer_relations(
+    case: &shardproof_case::Case,
+    mut opts: Options,
+    limit: f64,
+    shown: Shown,
+) -> Outcome {
+    let progress = std::sync::Arc::new(Progress::default());
+    opts.progress = Some(progress.clone());
     let (tx, rx) = std::sync::mpsc::channel();
     let owned = case.clone();
     let fallback = opts.clone();
@@ -199,20 +249,64 @@ fn infer_relations(case: &shardproof_case::Case, opts: Options, limit: f64) -> O
             let _ = tx.send(verify(&owned, &opts));
         });
     if spawned.is_err() {
-        errln!("warning: could not start a thread for --time-limit; running without a limit");
+        errln!("warning: could not start a thread for relation inference; running without progress or a time limit");
         return verify(case, &fallback);
     }
-    match rx.recv_timeout(std::time::Duration::from_secs_f64(limit)) {
-        Ok(outcome) => outcome,
-        Err(_) => {
+    let started = std::time::Instant::now();
+    let tick = std::time::Duration::from_millis(200);
+    let mut last_line = 0.0;
+    loop {
+        // Wake at the limit itself, not at the next tick past it.
+        let wait = if limit > 0.0 {
+            let left = (limit - started.elapsed().as_secs_f64()).max(0.0);
+            tick.min(std::time::Duration::from_secs_f64(left))
+        } else {
+            tick
+        };
+        match rx.recv_timeout(wait) {
+            Ok(outcome) => return outcome,
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                return Outcome::inconclusive(
+                    Some(
+                        "relation inference stopped without a result (its thread ended early)"
+                            .into(),
+                    ),
+                    0,
+                );
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+        }
+        let elapsed = started.elapsed().as_secs_f64();
+        if limit > 0.0 && elapsed >= limit {
+            let (done, total, current) = progress.snapshot();
+            let at = if current.is_empty() {
+                "it stopped before the first spec operator (while lowering the programs)"
+                    .to_string()
+            } else {
+                format!("it stopped at spec operator `{current}`, {done} of {total} done")
+            };
             let mut stopped = Outcome::inconclusive(
-                Some(format!(
-                    "relation inference did not finish within the time limit ({limit} s; --time-limit)"
-                )),
+                Some(format!("{TIME_LIMIT_STOP} ({limit} s; --time-limit): {at}")),
                 0,
             );
             stopped.seconds = limit;
-            stopped
+            return stopped;
+        }
+        match shown {
+            Shown::Spinner(s) => s.set_message(format!(
+                "inferring relations for {}: {}",
+                case.name,
+                progress_line(&progress, elapsed)
+            )),
+            Shown::Log { every } if elapsed - last_line >= every => {
+                last_line = elapsed;
+                errln!(
+                    "verify {}: {}",
+                    case.name,
+                    progress_line(&progress, elapsed)
+                );
+            }
+            _ => {}
         }
     }
 }
@@ -329,10 +423,20 @@ fn settle(search: Search, output: Option<&str>, o: &mut Outcome) -> (Verdict, De
         Search::Agrees => {
             let reason = o.reason.take().unwrap_or_default();
             d.search = Some(format!("a run on {} matches every output", seeds_tried()));
+            // A time limit says nothing about the lemmas: more time may prove it.
+            let why = if reason.starts_with(TIME_LIMIT_STOP) {
+                "so no bug shows there; a longer --time-limit may prove it"
+            } else {
+                "so this is likely a missing lemma"
+            };
             o.reason = Some(format!(
-                "{reason}; a run on seeded random inputs (f64, {}) meets {}, so this is likely a missing lemma",
+                "{reason}; a run on seeded random inputs (f64, {}) meets {}, {why}",
                 seeds_tried(),
-                if output.is_some() { "the expectation" } else { "every output" }
+                if output.is_some() {
+                    "the expectation"
+                } else {
+                    "every output"
+                }
             ));
         }
         Search::Undecided(Verdict::Invalid, why) => {

@@ -243,3 +243,43 @@ fn help_documents_completions_and_man() {
         "shardproof man >",
     ]);
 }
+
+/// In a log (stderr not a terminal) verify prints where relation inference is every few
+/// seconds, and a time limit names the operator it stopped at.
+#[test]
+fn verify_shows_progress_in_a_log_and_names_where_a_time_limit_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = common::emit_zoo("llama", dir.path(), "tp=2", &[]);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_shardproof"))
+        .args(["verify", case.to_str().unwrap()])
+        .env("SHARDPROOF_PROGRESS_SECONDS", "0.01")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("verify llama-tp2: "))
+        .unwrap_or_else(|| panic!("no progress line:\n{stderr}"));
+    assert!(line.contains(" spec operators, at `"), "{line}");
+    // --quiet keeps the log clean.
+    let quiet = std::process::Command::new(env!("CARGO_BIN_EXE_shardproof"))
+        .args(["verify", "--quiet", case.to_str().unwrap()])
+        .env("SHARDPROOF_PROGRESS_SECONDS", "0.01")
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&quiet.stderr), "");
+
+    let limited = std::process::Command::new(env!("CARGO_BIN_EXE_shardproof"))
+        .args(["verify", "--time-limit", "0.000001", case.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(limited.status.code(), Some(3));
+    let text = String::from_utf8_lossy(&limited.stdout);
+    assert!(text.contains("; --time-limit): it stopped "), "{text}");
+    assert!(
+        text.contains("a longer --time-limit may prove it"),
+        "{text}"
+    );
+    assert!(!text.contains("missing lemma"), "{text}");
+}

@@ -36,6 +36,7 @@ use crate::lemmas::{library_for, PIECEWISE, WIDENED};
 use crate::lower::{
     lower, pair_collectives, pair_messages, LowerCtx, Lowered, Messages, Partners, Tpl, ValueRef,
 };
+use crate::progress::Progress;
 use crate::term::{Shapes, Term};
 use diagnose::{blame, fused_product, is_float_scalar, is_float_value, strong_evidence};
 use egg::{RecExpr, Rewrite};
@@ -71,6 +72,9 @@ pub struct Options {
     pub deepen_rounds: usize,
     /// Record every spec operator's relation in [`Outcome::trace`].
     pub trace: bool,
+    /// Where the walk reports how far it has come (see [`Progress`]), for another thread to
+    /// read while it runs.
+    pub progress: Option<std::sync::Arc<Progress>>,
 }
 
 impl Default for Options {
@@ -81,6 +85,7 @@ impl Default for Options {
             explore_rounds: 12,
             deepen_rounds: 4,
             trace: false,
+            progress: None,
         }
     }
 }
@@ -154,15 +159,25 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
         widened: HashSet::new(),
     };
     let checked_nodes: HashSet<usize> = checked.iter().map(|c| c.0.node).collect();
+    let progress = opts.progress.as_deref();
+    if let Some(p) = progress {
+        p.start(needed.iter().filter(|&&x| x).count());
+    }
     for (n, node) in spec.nodes.iter().enumerate() {
         if !needed[n] {
             continue;
+        }
+        if let Some(p) = progress {
+            p.enter(&node.name);
         }
         for k in 0..node.outputs.len() {
             if let Err(reason) = walk.infer_value(n, k, &mut outcome) {
                 outcome.reason = Some(reason);
                 return finish(outcome);
             }
+        }
+        if let Some(p) = progress {
+            p.leave();
         }
         if checked_nodes.contains(&n) {
             if let Some(mut settled) = walk.settled_early(&outcome, &needed, n) {

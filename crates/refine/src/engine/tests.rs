@@ -409,3 +409,30 @@ fn a_refuted_first_output_settles_the_verdict_before_the_backward() {
     assert_eq!(o.verdict, Verdict::Verified);
     assert_eq!(o.operators_skipped, 0);
 }
+
+#[test]
+fn progress_counts_every_needed_operator_and_stops_where_the_walk_settles() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = mlp_case(dir.path(), "tp=2", None);
+    let progress = std::sync::Arc::new(crate::Progress::default());
+    let opts = super::Options {
+        progress: Some(progress.clone()),
+        ..super::Options::default()
+    };
+    let o = super::verify(&case, &opts);
+    assert_eq!(o.verdict, Verdict::Verified);
+    let (done, total, current) = progress.snapshot();
+    assert!(total > 0 && done == total, "{done}/{total}");
+    assert!(
+        case.spec.nodes.iter().any(|n| n.name == current),
+        "{current}"
+    );
+
+    // A settled refutation leaves the operators it skipped undone.
+    let dir = tempfile::tempdir().unwrap();
+    let case = mlp_case(dir.path(), "tp=2", Some("tp-missing-allreduce"));
+    let o = super::verify(&case, &opts);
+    assert_eq!(o.verdict, Verdict::Refuted);
+    let (done, total, _) = progress.snapshot();
+    assert_eq!(done + o.operators_skipped, total);
+}

@@ -1,29 +1,13 @@
 //! "Did you mean" suggestions by edit distance.
 
-/// Levenshtein distance in characters, with an early exit once every cell of a row exceeds `cap`
-/// (graphs have thousands of value names; most are far from the typo).
+/// Levenshtein distance in characters when at most `cap` (strsim's); names whose lengths
+/// differ by more are skipped without it (graphs have thousands of value names; most are far
+/// from the typo).
 fn distance(a: &str, b: &str, cap: usize) -> Option<usize> {
-    let a: Vec<char> = a.chars().collect();
-    let b: Vec<char> = b.chars().collect();
-    if a.len().abs_diff(b.len()) > cap {
+    if a.chars().count().abs_diff(b.chars().count()) > cap {
         return None;
     }
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    let mut cur = vec![0; b.len() + 1];
-    for (i, ca) in a.iter().enumerate() {
-        cur[0] = i + 1;
-        let mut row_min = cur[0];
-        for (j, cb) in b.iter().enumerate() {
-            let sub = prev[j] + usize::from(ca != cb);
-            cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
-            row_min = row_min.min(cur[j + 1]);
-        }
-        if row_min > cap {
-            return None;
-        }
-        std::mem::swap(&mut prev, &mut cur);
-    }
-    let d = prev[b.len()];
+    let d = strsim::levenshtein(a, b);
     (d <= cap).then_some(d)
 }
 

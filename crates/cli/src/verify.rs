@@ -150,14 +150,14 @@ pub fn main(args: &VerifyArgs) -> Verdict {
         ..Options::default()
     };
     let shown = Shown::new(args, spinner.as_ref());
-    let mut outcome = infer_relations(&case, opts, args.time_limit, shown);
+    let (mut outcome, time_limited) = infer_relations(&case, opts, args.time_limit, shown);
     outcome.seconds += search_seconds;
     let decision = if let Some(output) = outcome.unmet_expectation.clone() {
         settle_expectation(search, &output, &mut outcome)
     } else {
         match outcome.verdict {
             RefineVerdict::Refuted => confirm_refutation(search, &mut outcome),
-            RefineVerdict::Inconclusive => settle(search, None, &mut outcome),
+            RefineVerdict::Inconclusive => settle(search, None, time_limited, &mut outcome),
             RefineVerdict::Verified => challenge_verified(search, &mut outcome),
         }
     };
@@ -182,9 +182,6 @@ pub fn main(args: &VerifyArgs) -> Verdict {
     }
     verdict
 }
-
-/// How the reason of relation inference stopped by `--time-limit` begins.
-const TIME_LIMIT_STOP: &str = "relation inference did not finish within the time limit";
 
 /// How often a log (stderr not a terminal) gets a progress line; `SHARDPROOF_PROGRESS_SECONDS`
 /// sets another interval.
@@ -229,13 +226,13 @@ fn progress_line(progress: &Progress, elapsed: f64) -> String {
 /// Relation inference on its own thread, shown as it goes (see [`Shown`]) and stopped after
 /// `limit` seconds when `limit` is positive: an unfinished inference is inconclusive and names
 /// the operator it had reached (the engine's thread is abandoned; the process exits after the
-/// report).
+/// report). The flag says whether the limit stopped it.
 fn infer_relations(
     case: &shardproof_case::Case,
     mut opts: Options,
     limit: f64,
     shown: Shown,
-) -> Outcome {
+) -> (Outcome, bool) {
     let progress = std::sync::Arc::new(Progress::default());
     opts.progress = Some(progress.clone());
     let (tx, rx) = std::sync::mpsc::channel();
@@ -250,7 +247,7 @@ fn infer_relations(
         });
     if spawned.is_err() {
         errln!("warning: could not start a thread for relation inference; running without progress or a time limit");
-        return verify(case, &fallback);
+        return (verify(case, &fallback), false);
     }
     let started = std::time::Instant::now();
     let tick = std::time::Duration::from_millis(200);
@@ -264,15 +261,16 @@ fn infer_relations(
             tick
         };
         match rx.recv_timeout(wait) {
-            Ok(outcome) => return outcome,
+            Ok(outcome) => return (outcome, false),
             Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-                return Outcome::inconclusive(
+                let ended = Outcome::inconclusive(
                     Some(
                         "relation inference stopped without a result (its thread ended early)"
                             .into(),
                     ),
                     0,
                 );
+                return (ended, false);
             }
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
         }
@@ -280,17 +278,19 @@ fn infer_relations(
         if limit > 0.0 && elapsed >= limit {
             let (done, total, current) = progress.snapshot();
             let at = if current.is_empty() {
-                "it stopped before the first spec operator (while lowering the programs)"
+                "it stopped before the first spec operator (while preparing the programs)"
                     .to_string()
             } else {
                 format!("it stopped at spec operator `{current}`, {done} of {total} done")
             };
             let mut stopped = Outcome::inconclusive(
-                Some(format!("{TIME_LIMIT_STOP} ({limit} s; --time-limit): {at}")),
+                Some(format!(
+                    "relation inference did not finish within the time limit ({limit} s; --time-limit): {at}"
+                )),
                 0,
             );
             stopped.seconds = limit;
-            return stopped;
+            return (stopped, true);
         }
         match shown {
             Shown::Spinner(s) => s.set_message(format!(
@@ -399,13 +399,19 @@ fn settle_expectation(search: Search, output: &str, o: &mut Outcome) -> (Verdict
         }) => Search::Undecided(Verdict::Inconclusive, why),
         other => other,
     };
-    settle(search, Some(output), o)
+    // An unmet expectation is a finished inference: no time limit stopped it.
+    settle(search, Some(output), false, o)
 }
 
 /// Where relations stop short of a verdict, the counterexample search decides: a
 /// counterexample makes the verdict refuted, with the location where relations stopped kept as
 /// evidence.
-fn settle(search: Search, output: Option<&str>, o: &mut Outcome) -> (Verdict, Decision) {
+fn settle(
+    search: Search,
+    output: Option<&str>,
+    time_limited: bool,
+    o: &mut Outcome,
+) -> (Verdict, Decision) {
     let mut d = Decision {
         decided_by: "relations",
         ..Decision::default()
@@ -424,7 +430,7 @@ fn settle(search: Search, output: Option<&str>, o: &mut Outcome) -> (Verdict, De
             let reason = o.reason.take().unwrap_or_default();
             d.search = Some(format!("a run on {} matches every output", seeds_tried()));
             // A time limit says nothing about the lemmas: more time may prove it.
-            let why = if reason.starts_with(TIME_LIMIT_STOP) {
+            let why = if time_limited {
                 "so no bug shows there; a longer --time-limit may prove it"
             } else {
                 "so this is likely a missing lemma"

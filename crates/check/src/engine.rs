@@ -564,6 +564,9 @@ pub fn propagate_rank(
                         }
                     }
                 }
+                if rules::pairs_elements(rule.family) {
+                    mixed_shards(sh, r, i, &inputs, nout, nd, &meta_of, &mut rp);
+                }
             }
         }
     }
@@ -574,6 +577,67 @@ pub fn propagate_rank(
         .filter(|c| c.contains(&Place::Unknown))
         .count();
     (rp, pending)
+}
+
+/// An element-wise operator whose operands shard one tensor dim over different mesh dims
+/// ([`rules::mixed_mesh_shards`]): a `placement-consistency` finding, and the output is
+/// `Varying` on those mesh dims (each mesh dim's rule alone called it a shard).
+#[allow(clippy::too_many_arguments)]
+fn mixed_shards(
+    sh: &Shared,
+    r: usize,
+    i: usize,
+    inputs: &[ValueId],
+    nout: usize,
+    nd: usize,
+    meta_of: &dyn Fn(ValueId) -> Option<Meta>,
+    rp: &mut RankPlacements,
+) {
+    let ranks: Vec<usize> = inputs
+        .iter()
+        .map(|&v| meta_of(v).map_or(0, |m| m.shape.len()))
+        .collect();
+    let args: Vec<(&[Place], usize)> = inputs
+        .iter()
+        .zip(&ranks)
+        .map(|(&v, &k)| (rp.of(v, nd), k))
+        .collect();
+    let out_rank = meta_of(ValueId::new(i, 0)).map_or(0, |m| m.shape.len());
+    let Some((dim, mesh_dims)) = rules::mixed_mesh_shards(&args, out_rank) else {
+        return;
+    };
+    let base = rp.offsets[i] as usize;
+    for o in 0..nout {
+        for &m in &mesh_dims {
+            let p = &mut rp.places[(base + o) * nd + m];
+            if p.blocks().is_some_and(|(d, _)| d == dim) {
+                *p = Place::Varying;
+            }
+        }
+    }
+    if rp.findings.last().is_some_and(|f| f.node == i) {
+        return;
+    }
+    let names: Vec<&str> = mesh_dims
+        .iter()
+        .map(|&m| sh.program.mesh.dims[m].0.as_str())
+        .collect();
+    let v = Violation {
+        kind: Kind::Consistency,
+        message: format!(
+            "pairs operands whose dim {dim} is sharded over different mesh dims ({}): each rank \
+             combines pieces the single-device operator never pairs",
+            names.join(", ")
+        ),
+        hint: Hint::Text(format!(
+            "shard every operand's dim {dim} over the same mesh dims (all-gather the extra \
+             shards, or slice the replicated operand to the same layout)"
+        )),
+        recover: vec![Place::Varying; nout],
+        exempt: Exempt::No,
+    };
+    let finding = raw_finding(sh, r, i, mesh_dims[0], &v, rp, inputs);
+    rp.findings.push(finding);
 }
 
 /// The group name that reduces exactly mesh dim `m`, else the dim's name.

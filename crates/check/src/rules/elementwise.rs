@@ -435,3 +435,79 @@ pub(super) fn copy(c: &Ctx) -> Outcome {
 pub(super) fn assert_meta(_c: &Ctx) -> Outcome {
     Ok(Vec::new())
 }
+
+/// Whether `family` pairs its tensor arguments element by element after broadcasting (dims
+/// aligned from the right): the families whose shards must agree across mesh dims, see
+/// [`mixed_mesh_shards`].
+pub fn pairs_elements(family: &str) -> bool {
+    matches!(
+        family,
+        "pow"
+            | "elementwise-add"
+            | "elementwise-mul"
+            | "elementwise-div"
+            | "nonlinear-binary"
+            | "max-min"
+            | "activation-backward"
+            | "where"
+            | "masked-fill"
+            | "lerp"
+            | "addcmul"
+            | "cat"
+    )
+}
+
+/// Operands an element-wise operator pairs that are sharded on the same tensor dim by
+/// different sets of mesh dims: the tensor dim (aligned to the output) and every mesh dim
+/// sharding it in some operand. `args` holds, per tensor argument, its placement on every mesh
+/// dim and its number of dims.
+///
+/// Rules see one mesh dim at a time, where a replicated operand beside a shard stands for its
+/// own tiling. Across mesh dims that reading fails: `x {dp: R, tp: Shard(1)}` plus
+/// `y {dp: Shard(1), tp: R}` adds, on rank (i, j), x's piece j to y's piece i, which the
+/// spec's sum never pairs; each mesh dim alone would call the sum `Shard(1)`.
+///
+/// ```
+/// use shardproof_check::Place;
+/// use shardproof_check::rules::mixed_mesh_shards;
+/// let x = [Place::Replicate, Place::Shard(1)];
+/// let y = [Place::Shard(1), Place::Replicate];
+/// assert_eq!(mixed_mesh_shards(&[(&x, 2), (&y, 2)], 2), Some((1, vec![0, 1])));
+/// let z = [Place::Replicate, Place::Shard(1)];
+/// assert_eq!(mixed_mesh_shards(&[(&x, 2), (&z, 2)], 2), None);
+/// // A fully replicated operand broadcasts (or tiles) against any shard.
+/// let r = [Place::Replicate, Place::Replicate];
+/// assert_eq!(mixed_mesh_shards(&[(&x, 2), (&r, 1)], 2), None);
+/// ```
+pub fn mixed_mesh_shards(
+    args: &[(&[Place], usize)],
+    out_rank: usize,
+) -> Option<(usize, Vec<usize>)> {
+    // Per output dim, the distinct non-empty sharding patterns: (mesh dim, blocks) in mesh order.
+    let mut patterns: Vec<(usize, Vec<(usize, usize)>)> = Vec::new();
+    for &(places, rank) in args {
+        let mut by_dim: Vec<(usize, Vec<(usize, usize)>)> = Vec::new();
+        for (m, p) in places.iter().enumerate() {
+            let Some((d, k)) = p.blocks() else { continue };
+            let j = d + out_rank.saturating_sub(rank);
+            match by_dim.iter_mut().find(|(jj, _)| *jj == j) {
+                Some((_, v)) => v.push((m, k)),
+                None => by_dim.push((j, vec![(m, k)])),
+            }
+        }
+        for (j, pattern) in by_dim {
+            match patterns.iter().find(|(jj, _)| *jj == j) {
+                Some((_, seen)) if *seen != pattern => {
+                    let mut dims: Vec<usize> =
+                        seen.iter().chain(&pattern).map(|&(m, _)| m).collect();
+                    dims.sort_unstable();
+                    dims.dedup();
+                    return Some((j, dims));
+                }
+                Some(_) => {}
+                None => patterns.push((j, pattern)),
+            }
+        }
+    }
+    None
+}

@@ -22,6 +22,7 @@ mod views;
 
 use collectives::*;
 use elementwise::*;
+pub use elementwise::{mixed_mesh_shards, pairs_elements};
 use indexing::*;
 use matmul::*;
 use reductions::*;

@@ -225,6 +225,7 @@ fn run_case(
         precision,
         seed,
         custom_ops: case.ops.clone(),
+        progress: None,
     };
     let interp_stop = |e: shardproof_interp::InterpError, which: &str| {
         match e.kind {

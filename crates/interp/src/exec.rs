@@ -137,11 +137,14 @@ impl<'g> GraphRun<'g> {
                 return Ok(Some(Pause::PointToPoint(i)));
             }
             if self.is_leaf[i].iter().all(|&l| l) || !self.ready(node) {
-                self.next += 1;
+                self.pass_to(i + 1);
                 continue;
             }
             if !alone && class == Some(OpClass::Collective) {
                 return Ok(Some(Pause::Collective(i)));
+            }
+            if let Some(p) = &self.cfg.progress {
+                p.enter(&node.name);
             }
             let outs = self.eval_node(node).map_err(|e| match e {
                 NodeError::Op(e) => {
@@ -152,9 +155,19 @@ impl<'g> GraphRun<'g> {
                 }
             })?;
             self.store(i, outs)?;
-            self.next += 1;
+            self.pass_to(i + 1);
         }
         Ok(None)
+    }
+
+    /// Moves past the nodes before `next`, counting each in the run's progress.
+    fn pass_to(&mut self, next: usize) {
+        if let Some(p) = &self.cfg.progress {
+            for _ in self.next..next {
+                p.leave();
+            }
+        }
+        self.next = next;
     }
 
     /// Whether every value the node reads is available (inputs and constants need a leaf).
@@ -520,7 +533,7 @@ pub fn run_program(
             for ((&m, &ni), t) in members.iter().zip(&member_nodes).zip(outputs) {
                 blocked[m] = None;
                 runs[m].store(ni, t)?;
-                runs[m].next = ni + 1;
+                runs[m].pass_to(ni + 1);
             }
             progressed = true;
         }
@@ -672,7 +685,7 @@ fn point_to_point(
             }
         }
     }
-    runs[r].next = i + 1;
+    runs[r].pass_to(i + 1);
     Ok(true)
 }
 

@@ -72,6 +72,9 @@ pub struct RunConfig {
     pub seed: u64,
     /// Meanings of custom operators, by `namespace.name` (`tg.log_tensor`) or full name.
     pub custom_ops: BTreeMap<String, OpMeaning>,
+    /// Where the run counts the nodes it has passed (one unit per node of every graph run) and
+    /// names the one it evaluates, for another thread to show; the caller sets the total.
+    pub progress: Option<std::sync::Arc<shardproof_ir::Progress>>,
 }
 
 /// The values computed by a run of one graph.

@@ -440,3 +440,27 @@ class GraphModule(torch.nn.Module):
     let out = |r: usize| envs[r].get(p.ranks[r].outputs[0].unwrap()).unwrap().data[0];
     assert_eq!([out(0), out(1), out(2), out(3)], [3.0, 3.0, 330.0, 330.0]);
 }
+
+#[test]
+fn progress_counts_every_node_of_every_rank_collectives_and_messages_included() {
+    let progress = std::sync::Arc::new(shardproof_ir::Progress::default());
+    let cfg = RunConfig {
+        progress: Some(progress.clone()),
+        ..Default::default()
+    };
+    let p = two_rank(graph(MATMUL_ALLREDUCE));
+    let nodes: usize = p.ranks.iter().map(|g| g.nodes.len()).sum();
+    progress.start(nodes);
+    let w = t(&[2, 2], &[1.0, 0.0, 0.0, 1.0]);
+    let l = leaves(&[("x", t(&[2, 2], &[1.0, 2.0, 3.0, 4.0])), ("w", w)]);
+    run_program(&p, &[l.clone(), l], &cfg).unwrap();
+    let (done, total, last) = progress.snapshot();
+    assert_eq!((done, total), (nodes, nodes));
+    assert_eq!(last, "wait_tensor");
+    // Point-to-point: the sends and recvs are passed too.
+    let p = pipeline(STAGE0, STAGE1);
+    let nodes: usize = p.ranks.iter().map(|g| g.nodes.len()).sum();
+    progress.start(nodes);
+    run_program(&p, &pipeline_leaves(), &cfg).unwrap();
+    assert_eq!(progress.snapshot().0, nodes);
+}

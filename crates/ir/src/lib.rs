@@ -10,9 +10,11 @@ mod diag;
 mod dtype;
 mod graph;
 mod program;
+mod progress;
 
 pub use custom::{DecompExpr, OpMeaning};
 pub use diag::{Located, SourceError, Span};
 pub use dtype::DType;
 pub use graph::{Arg, Dim, Graph, Node, NodeKind, OpName, Output, SourceLoc, TensorType, ValueId};
 pub use program::{Mesh, ProcessGroup, Program};
+pub use progress::Progress;

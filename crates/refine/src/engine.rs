@@ -36,7 +36,6 @@ use crate::lemmas::{library_for, PIECEWISE, WIDENED};
 use crate::lower::{
     lower, pair_collectives, pair_messages, LowerCtx, Lowered, Messages, Partners, Tpl, ValueRef,
 };
-use crate::progress::Progress;
 use crate::term::{Shapes, Term};
 use diagnose::{blame, fused_product, is_float_scalar, is_float_value, strong_evidence};
 use egg::{RecExpr, Rewrite};
@@ -50,6 +49,7 @@ use saturate::{infer_one, Attempt, WIDEN_BELOW_NODES};
 use seeds::{spec_seeds, view_back, views_back};
 use shardproof_case::Case;
 use shardproof_interp::infer_graph;
+use shardproof_ir::Progress;
 use shardproof_ir::{Graph as IrGraph, NodeKind, ValueId};
 use shardproof_ops::Meta;
 use std::collections::{BTreeSet, HashMap, HashSet};

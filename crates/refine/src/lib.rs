@@ -9,8 +9,7 @@ pub mod eval;
 pub mod kinds;
 pub mod lemmas;
 pub mod lower;
-pub mod progress;
 pub mod term;
 
 pub use engine::{verify, Certificate, Failure, Options, Outcome, TraceStep, Verdict};
-pub use progress::Progress;
+pub use shardproof_ir::Progress;

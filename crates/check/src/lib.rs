@@ -48,7 +48,7 @@ pub use report::{ranks_text, Check, Finding, RawFinding, Report, UnknownSource, 
 use engine::{literal_hashes, propagate_rank, structure_hashes, Shared};
 use shardproof_case::{Case, Layout};
 use shardproof_interp::{live_values, schedule, typecheck, ScheduleProblem};
-use shardproof_ir::{Graph, NodeKind, ValueId};
+use shardproof_ir::{Graph, NodeKind, Progress, ValueId};
 use shardproof_ops::{OpClass, Registry};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -87,10 +87,22 @@ pub struct Propagation {
 /// simulated schedule first: a program that does not type-check, or whose calls have no
 /// meaning, is invalid).
 pub fn propagate(case: &Case) -> Result<Propagation, Invalid> {
+    propagate_counted(case, &Progress::default())
+}
+
+/// [`propagate`], counting its work in `progress`: every rank graph's type inference, then
+/// every rank's propagation (`rank 3 of 8`); the passes that re-propagate receiving ranks name
+/// the rank without counting it.
+pub fn propagate_counted(case: &Case, progress: &Progress) -> Result<Propagation, Invalid> {
     let program = &case.program;
-    let mut metas = Vec::with_capacity(program.ranks.len());
-    for g in &program.ranks {
-        match typecheck(g, &case.ops) {
+    let n = program.ranks.len();
+    progress.start(2 * n);
+    let mut metas = Vec::with_capacity(n);
+    for (r, g) in program.ranks.iter().enumerate() {
+        progress.enter(&format!("type inference of rank {r} of {n}"));
+        let typed = typecheck(g, &case.ops);
+        progress.leave();
+        match typed {
             Ok(inf) => metas.push(inf.metas),
             Err(errors) => {
                 let lines: Vec<String> = errors
@@ -171,17 +183,19 @@ pub fn propagate(case: &Case) -> Result<Propagation, Invalid> {
         groups,
         messages: &sched.messages,
     };
-    let n = program.ranks.len();
     let receives: Vec<bool> = (0..n)
         .map(|r| sched.messages.keys().any(|&(q, _)| q == r))
         .collect();
     let mut done: Vec<Option<RankPlacements>> = vec![None; n];
     for r in 0..n {
+        progress.enter(&format!("placements of rank {r} of {n}"));
         done[r] = Some(propagate_rank(&sh, r, &done).0);
+        progress.leave();
     }
     for pass in 1..MAX_PASSES {
         let mut changed = false;
         for r in (0..n).filter(|&r| receives[r]) {
+            progress.enter(&format!("placements of rank {r} of {n}, pass {}", pass + 1));
             let (rp, _) = propagate_rank(&sh, r, &done);
             if done[r].as_ref().is_none_or(|old| old.places != rp.places) {
                 changed = true;
@@ -204,7 +218,13 @@ pub fn propagate(case: &Case) -> Result<Propagation, Invalid> {
 
 /// Checks `case`: propagation, then every spatial and temporal check (see the crate docs).
 pub fn check_case(case: &Case) -> Result<Report, Invalid> {
-    let prop = propagate(case)?;
+    check_case_counted(case, &Progress::default())
+}
+
+/// [`check_case`], counting its work in `progress` (see [`propagate_counted`]), for another
+/// thread to show while it runs.
+pub fn check_case_counted(case: &Case, progress: &Progress) -> Result<Report, Invalid> {
+    let prop = propagate_counted(case, progress)?;
     let program = &case.program;
     let nd = program.mesh.dims.len();
     let mut raw: Vec<RawFinding> = Vec::new();

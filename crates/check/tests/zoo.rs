@@ -179,3 +179,21 @@ fn reports_are_deterministic() {
         check_case(&case).unwrap().render()
     );
 }
+
+#[test]
+fn progress_counts_each_rank_twice_and_ends_at_its_total() {
+    let plan = correct_plans()
+        .into_iter()
+        .find(|p| p.model == "mlp" && p.mesh.contains("dp") && p.mesh.contains("tp"))
+        .expect("an mlp plan on dp x tp");
+    let dir = tempfile::tempdir().unwrap();
+    let case = shardproof_case::load_case(&plan.emit(dir.path()).unwrap()).unwrap();
+    let progress = shardproof_ir::Progress::default();
+    let counted = shardproof_check::check_case_counted(&case, &progress).unwrap();
+    let (done, total, last) = progress.snapshot();
+    let n = case.program.ranks.len();
+    assert_eq!((done, total), (2 * n, 2 * n));
+    assert!(last.starts_with("placements of rank"), "{last}");
+    // Counting changes nothing in the report.
+    assert_eq!(counted.render(), check_case(&case).unwrap().render());
+}

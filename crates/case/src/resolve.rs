@@ -16,6 +16,7 @@ use shardproof_ir::{
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// A bound that keeps rank enumeration (groups, pieces) cheap on hostile input.
 const MAX_RANKS: usize = 1 << 16;
@@ -221,19 +222,29 @@ fn read_case(path: &Path) -> Result<Case, SourceError> {
     let prep = prepare(&file)?;
     let base = path.parent().unwrap_or(Path::new("."));
     let spec = load_graph_at(&file, base, &file.spec.path, "spec graph")?;
-    let ranks = file
-        .impl_
-        .graphs
-        .iter()
-        .enumerate()
-        .map(|(r, g)| load_graph_at(&file, base, g, &format!("graph of rank {r}")))
-        .collect::<Result<Vec<_>, _>>()?;
+    // Ranks that share a graph file (the zoo's presets map thousands of ranks to a few files)
+    // parse it once: the same bytes give the same graph.
+    let mut parsed: BTreeMap<&str, Arc<Graph>> = BTreeMap::new();
+    let mut ranks = Vec::with_capacity(file.impl_.graphs.len());
+    for (r, g) in file.impl_.graphs.iter().enumerate() {
+        let graph = match parsed.get(g.value.as_str()) {
+            Some(graph) => graph.clone(),
+            None => {
+                let graph = Arc::new(load_graph_at(&file, base, g, &format!("graph of rank {r}"))?);
+                parsed.insert(&g.value, graph.clone());
+                graph
+            }
+        };
+        ranks.push(graph);
+    }
+    drop(parsed);
     finish(file, prep, spec, ranks)
 }
 
 /// Resolves a parsed case against graphs the caller already has (`ranks` in rank order).
 pub fn resolve_case(file: CaseFile, spec: Graph, ranks: Vec<Graph>) -> Result<Case, SourceError> {
     let prep = prepare(&file).map_err(shardproof_import::shorten_quotes)?;
+    let ranks = ranks.into_iter().map(Arc::new).collect();
     finish(file, prep, spec, ranks).map_err(shardproof_import::shorten_quotes)
 }
 
@@ -658,7 +669,7 @@ struct GroupUse {
 
 /// Collectives of the functional c10d API name their group by the last string argument (or
 /// `group_name=`); `wait_tensor` names none.
-fn group_uses(ranks: &[Graph]) -> Vec<GroupUse> {
+fn group_uses(ranks: &[Arc<Graph>]) -> Vec<GroupUse> {
     let mut out = Vec::new();
     for (rank, g) in ranks.iter().enumerate() {
         for n in &g.nodes {
@@ -703,7 +714,7 @@ fn resolve_program_groups(
     file: &CaseFile,
     mesh: &Mesh,
     declared: Vec<(ProcessGroup, Span)>,
-    ranks: &[Graph],
+    ranks: &[Arc<Graph>],
 ) -> Result<Vec<ProcessGroup>, SourceError> {
     let mut groups = declared;
     let at = file.impl_.groups_span.unwrap_or(file.impl_.span);
@@ -853,8 +864,9 @@ struct Resolver<'a> {
     mesh: &'a Mesh,
     spec: &'a Graph,
     spec_index: HashMap<&'a str, ValueId>,
-    ranks: &'a [Graph],
-    rank_index: Vec<HashMap<&'a str, ValueId>>,
+    ranks: &'a [Arc<Graph>],
+    /// Per rank, its graph's names (one index per shared graph).
+    rank_index: Vec<std::rc::Rc<HashMap<&'a str, ValueId>>>,
 }
 
 /// A resolved entry, before it becomes an input relation or an output expectation.
@@ -1133,7 +1145,7 @@ fn finish(
     file: CaseFile,
     prep: Prepared,
     spec: Graph,
-    ranks: Vec<Graph>,
+    ranks: Vec<Arc<Graph>>,
 ) -> Result<Case, SourceError> {
     let ctx = Ctx { file: &file.path };
     check_rank_count(&file, &prep.mesh, ranks.len(), "the caller gave")?;
@@ -1145,7 +1157,19 @@ fn finish(
             spec: &spec,
             spec_index: spec.name_index(),
             ranks: &ranks,
-            rank_index: ranks.iter().map(Graph::name_index).collect(),
+            rank_index: {
+                let mut shared: HashMap<*const Graph, std::rc::Rc<HashMap<&str, ValueId>>> =
+                    HashMap::new();
+                ranks
+                    .iter()
+                    .map(|g| {
+                        shared
+                            .entry(Arc::as_ptr(g))
+                            .or_insert_with(|| std::rc::Rc::new(g.name_index()))
+                            .clone()
+                    })
+                    .collect()
+            },
         };
         let mut inputs = Vec::new();
         for (e, layout) in file.inputs.iter().zip(prep.inputs) {
@@ -1183,7 +1207,7 @@ fn finish(
     };
     let mut constants = BTreeMap::new();
     let attrs: BTreeSet<&str> = std::iter::once(&spec)
-        .chain(ranks.iter())
+        .chain(ranks.iter().map(|g| &**g))
         .flat_map(|g| g.nodes.iter())
         .filter_map(|n| match &n.kind {
             NodeKind::Constant { attr } => Some(attr.as_str()),

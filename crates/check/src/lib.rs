@@ -165,7 +165,7 @@ pub fn propagate_counted(case: &Case, progress: &Progress) -> Result<Propagation
                 .collect()
         })
         .collect();
-    let literals: Vec<Vec<u64>> = program.ranks.iter().map(literal_hashes).collect();
+    let literals: Vec<Vec<u64>> = program.ranks.iter().map(|g| literal_hashes(g)).collect();
     let structure: Vec<Vec<u64>> = program
         .ranks
         .iter()

@@ -4,7 +4,7 @@
 
 use crate::Verdict;
 use shardproof_case::Case;
-use shardproof_interp::{schedule, typecheck, ScheduleProblem};
+use shardproof_interp::{first_equal, schedule, typecheck, ScheduleProblem};
 
 /// Why a case gets no verdict on values, and which check decided.
 pub struct PreflightStop {
@@ -44,9 +44,16 @@ pub fn check(case: &Case) -> Result<(), PreflightStop> {
 /// Type-checks the spec and every rank graph (the first [`SHOWN_ERRORS`] errors reported).
 pub fn typecheck_all(case: &Case) -> Result<(), PreflightStop> {
     let mut errors = Vec::new();
-    for graph in std::iter::once(&case.spec).chain(&case.program.ranks) {
-        if let Err(e) = typecheck(graph, &case.ops) {
-            errors.extend(e);
+    if let Err(e) = typecheck(&case.spec, &case.ops) {
+        errors.extend(e);
+    }
+    // A rank graph equal to an earlier one has its errors (same file, same lines).
+    let first = first_equal(&case.program.ranks);
+    for (r, graph) in case.program.ranks.iter().enumerate() {
+        if first[r] == r {
+            if let Err(e) = typecheck(graph, &case.ops) {
+                errors.extend(e);
+            }
         }
     }
     if errors.is_empty() {

@@ -208,17 +208,14 @@ fn run_case(
     max_memory: u64,
     progress: &Progress,
 ) -> Result<(Env, Vec<Env>), Stop> {
+    // The memory estimate comes first, from the shapes inference gives (an ill-typed program
+    // leaves some unknown, which only lowers the estimate): a case over budget is refused in
+    // a moment, before the ranks are type-checked. Ranks with equal graphs share one inference.
+    let spec_metas = infer_graph(&case.spec, &case.ops).metas;
+    check_memory(case, &spec_metas, max_memory)?;
     // A program that does not type-check gets no run; empty and overflowing tensors are
     // refused here, before anything is allocated.
     crate::preflight::typecheck_all(case).map_err(|p| stop(p.verdict, p.message))?;
-    let spec_metas = infer_graph(&case.spec, &case.ops).metas;
-    let rank_metas: Vec<_> = case
-        .program
-        .ranks
-        .iter()
-        .map(|g| infer_graph(g, &case.ops).metas)
-        .collect();
-    check_memory(case, &spec_metas, &rank_metas, max_memory)?;
 
     let (spec_leaves, rank_leaves) = make_inputs(case, &spec_metas, seed)?;
     let cfg = RunConfig {
@@ -362,12 +359,9 @@ impl Drop for Progress {
 }
 
 /// Refuses cases whose computed tensors (stored as f64 by the interpreter) exceed the budget.
-fn check_memory(
-    case: &Case,
-    spec: &[Vec<Option<Meta>>],
-    ranks: &[Vec<Vec<Option<Meta>>>],
-    budget: u64,
-) -> Result<(), Stop> {
+/// Ranks with equal graphs and the same given inputs need the same bytes: each distinct rank
+/// program is inferred and counted once (the zoo's presets give thousands of ranks a few).
+fn check_memory(case: &Case, spec: &[Vec<Option<Meta>>], budget: u64) -> Result<(), Stop> {
     // Checked sums: a shape whose byte size overflows is over any budget (`None`).
     let bytes = |graph: &Graph, names: BTreeSet<String>, metas: &[Vec<Option<Meta>>]| {
         let live = live_values(graph, &names);
@@ -375,6 +369,9 @@ fn check_memory(
     };
     let spec_names = leaf_names(&case.spec, case.inputs.iter().map(|r| r.spec_name.clone()));
     let spec_bytes = bytes(&case.spec, spec_names, spec);
+    let first = shardproof_interp::first_equal(&case.program.ranks);
+    let mut counted: BTreeMap<(usize, BTreeSet<String>), Option<u64>> = BTreeMap::new();
+    let mut metas_of: BTreeMap<usize, Vec<Vec<Option<Meta>>>> = BTreeMap::new();
     let rank_bytes = case
         .program
         .ranks
@@ -390,7 +387,16 @@ fn check_memory(
                         .map(|&(_, v)| g.value_name(v).to_string())
                 }),
             );
-            bytes(g, names, &ranks[r])
+            let key = (first[r], names);
+            if let Some(&b) = counted.get(&key) {
+                return b;
+            }
+            let metas = metas_of
+                .entry(first[r])
+                .or_insert_with(|| infer_graph(g, &case.ops).metas);
+            let b = bytes(g, key.1.clone(), metas);
+            counted.insert(key, b);
+            b
         })
         .try_fold(0u64, |acc, b| acc.checked_add(b?));
     let (Some(spec_bytes), Some(rank_bytes), Some(total)) = (

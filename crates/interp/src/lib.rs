@@ -23,9 +23,10 @@ pub use typecheck::{
     storage_bytes, type_errors, typecheck, TypeError, TypeErrorKind, MAX_TENSOR_SIZE,
 };
 
-use shardproof_ir::{OpMeaning, ValueId};
+use shardproof_ir::{Graph, OpMeaning, ValueId};
 use shardproof_ops::Tensor;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// The floating-point precision a run computes in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -122,4 +123,39 @@ impl InterpError {
             message: message.into(),
         }
     }
+}
+
+/// For every graph of `graphs`, the index of the first graph equal to it (itself when none
+/// before is): what is inferred or type-checked of one graph holds for its copies, and the
+/// zoo's presets give thousands of ranks a few distinct programs.
+///
+/// ```
+/// use shardproof_ir::Graph;
+/// use std::sync::Arc;
+/// let (a, b) = (Arc::new(Graph::new("a")), Arc::new(Graph::new("b")));
+/// let copy = Arc::new(Graph::new("a"));
+/// let graphs = [a.clone(), b.clone(), a, b, copy];
+/// assert_eq!(shardproof_interp::first_equal(&graphs), vec![0, 1, 0, 1, 0]);
+/// ```
+pub fn first_equal(graphs: &[Arc<Graph>]) -> Vec<usize> {
+    // Buckets by a cheap key, so that only graphs that may be equal are compared in full (and
+    // shared graphs not even then).
+    type Key<'a> = (Option<&'a std::path::Path>, &'a str, usize, usize);
+    let mut buckets: BTreeMap<Key, Vec<usize>> = BTreeMap::new();
+    let mut first = Vec::with_capacity(graphs.len());
+    for (i, g) in graphs.iter().enumerate() {
+        let key = (g.path.as_deref(), g.name.as_str(), g.nodes.len(), g.inputs.len());
+        let bucket = buckets.entry(key).or_default();
+        match bucket
+            .iter()
+            .find(|&&j| Arc::ptr_eq(&graphs[j], g) || graphs[j] == *g)
+        {
+            Some(&j) => first.push(j),
+            None => {
+                bucket.push(i);
+                first.push(i);
+            }
+        }
+    }
+    first
 }

@@ -5,6 +5,7 @@ use shardproof_ir::{DType, Mesh, OpMeaning, ProcessGroup, Program};
 use shardproof_ops::{Meta, Tensor};
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 
 fn graph(text: &str) -> shardproof_ir::Graph {
     shardproof_import::parse_fx(text, Path::new("test.py"))
@@ -54,7 +55,7 @@ fn two_rank(g: shardproof_ir::Graph) -> Program {
             name: "tp".into(),
             members: vec![vec![0, 1]],
         }],
-        ranks: vec![g.clone(), g],
+        ranks: vec![Arc::new(g.clone()), Arc::new(g)],
     }
 }
 
@@ -75,7 +76,7 @@ fn all_reduce_sums_across_ranks() {
 fn mismatched_collectives_are_a_deadlock() {
     let other = MATMUL_ALLREDUCE.replace("'tp'", "'dp'");
     let mut p = two_rank(graph(MATMUL_ALLREDUCE));
-    p.ranks[1] = graph(&other);
+    p.ranks[1] = Arc::new(graph(&other));
     p.groups.push(ProcessGroup {
         name: "dp".into(),
         members: vec![vec![0, 1]],
@@ -170,7 +171,7 @@ fn pipeline(r0: &str, r1: &str) -> Program {
     Program {
         mesh: Mesh::new(vec![("pp".into(), 2)]),
         groups: Vec::new(),
-        ranks: vec![rank_graph(r0, "r0.py"), rank_graph(r1, "r1.py")],
+        ranks: vec![Arc::new(rank_graph(r0, "r0.py")), Arc::new(rank_graph(r1, "r1.py"))],
     }
 }
 
@@ -422,12 +423,15 @@ class GraphModule(torch.nn.Module):
             members: vec![vec![0, 1], vec![2, 3]],
         }],
         // Stage 1 listed first in the rank order would not matter: ranks 2 and 3 wait.
-        ranks: vec![
-            graph(&stage0.replace("DST", "2")),
-            graph(&stage0.replace("DST", "3")),
-            graph(&stage1.replace("SRC", "0")),
-            graph(&stage1.replace("SRC", "1")),
-        ],
+        ranks: [
+            stage0.replace("DST", "2"),
+            stage0.replace("DST", "3"),
+            stage1.replace("SRC", "0"),
+            stage1.replace("SRC", "1"),
+        ]
+        .iter()
+        .map(|text| Arc::new(graph(text)))
+        .collect(),
     };
     let l = |v: f64| leaves(&[("x", t(&[1], &[v]))]);
     let envs = run_program(

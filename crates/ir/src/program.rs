@@ -1,6 +1,7 @@
 //! Distributed programs: a device mesh, process groups and one graph per rank.
 
 use crate::Graph;
+use std::sync::Arc;
 
 /// A named N-d device mesh; ranks are numbered row-major over the dims, as torch's DeviceMesh.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -89,8 +90,9 @@ pub struct Program {
     pub mesh: Mesh,
     /// Process groups by name.
     pub groups: Vec<ProcessGroup>,
-    /// One graph per rank, in rank order.
-    pub ranks: Vec<Graph>,
+    /// One graph per rank, in rank order. Ranks that run the same program (read from one
+    /// file) share one graph: a preset's thousands of ranks hold a few graphs, not copies.
+    pub ranks: Vec<Arc<Graph>>,
 }
 
 impl Program {

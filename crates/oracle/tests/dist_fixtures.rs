@@ -259,7 +259,7 @@ fn run_one(dir: &Path, name: &str) -> Result<String, String> {
     let program = Program {
         mesh,
         groups,
-        ranks,
+        ranks: ranks.into_iter().map(std::sync::Arc::new).collect(),
     };
     let envs = run_program(&program, &leaves, &cfg).map_err(|e| format!("run_program: {e}"))?;
     let mut worst = 0.0f64;

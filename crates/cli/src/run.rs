@@ -4,6 +4,7 @@
 //! Shard, copies for Replicate, a random split for Partial); the spec and every rank run in the
 //! reference interpreter; each expected output is compared piece by piece, rank by rank.
 
+use crate::output::{self, OutputArgs};
 use crate::Verdict;
 use clap::Args as ClapArgs;
 use rand::{Rng, SeedableRng};
@@ -38,9 +39,8 @@ pub struct RunArgs {
     /// Refuse cases whose tensors need more memory than this (e.g. 8GB, 512MB).
     #[arg(long, default_value = "8GB", value_parser = parse_bytes)]
     max_memory: u64,
-    /// Print machine-readable JSON on stdout.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    output: OutputArgs,
     /// Show no progress on stderr.
     #[arg(long)]
     quiet: bool,
@@ -54,7 +54,7 @@ impl RunArgs {
             seed: 0,
             dtype: "f64".into(),
             max_memory: 8 << 30,
-            json: false,
+            output: OutputArgs::default(),
             quiet: true,
         }
     }
@@ -137,11 +137,21 @@ pub fn main(args: &RunArgs) -> Verdict {
         first_mismatch: None,
         message: None,
     };
-    let verdict = match execute(args, precision, tolerance, &mut report) {
+    let started = std::time::Instant::now();
+    let mut loaded = None;
+    // The `--html` file is opened first: a path that cannot be written is refused at once.
+    let (html, executed) = match args.output.prepare() {
+        Ok(html) => (
+            html,
+            execute(args, precision, tolerance, &mut report, &mut loaded),
+        ),
+        Err(message) => (None, Err(stop(Verdict::Invalid, message))),
+    };
+    let verdict = match executed {
         Ok(v) => v,
         Err(s) => {
             report.message = Some(s.message.clone());
-            if !args.json {
+            if !args.output.json() {
                 errln!("{}", s.message);
             }
             s.verdict
@@ -153,24 +163,147 @@ pub fn main(args: &RunArgs) -> Verdict {
         Verdict::Invalid => "invalid",
         Verdict::Inconclusive => "inconclusive",
     };
-    if args.json {
-        outln!(
-            "{}",
-            serde_json::to_string_pretty(&report).expect("report serializes")
+    let mut converted = convert(&report, args, verdict, loaded.as_ref());
+    converted.seconds = Some(started.elapsed().as_secs_f64());
+    let print = || {
+        if args.output.json() {
+            outln!(
+                "{}",
+                serde_json::to_string_pretty(&report).expect("report serializes")
+            );
+        } else if verdict != Verdict::Invalid {
+            // Invalid input has no verdict to report: the error on stderr is the whole answer,
+            // so a script reading stdout never sees a header for a run that did not happen.
+            print_text(&report, verdict);
+        }
+    };
+    // A page that could not be written after all (the disk filled up): an invalid run.
+    let unwritten = |message: &str| {
+        let r = output::report(
+            shardproof_report::Command::Run,
+            &report.case,
+            &args.case,
+            Verdict::Invalid,
+            message,
         );
-    } else if verdict != Verdict::Invalid {
-        // Invalid input has no verdict to report: the error on stderr is the whole answer, so
-        // a script reading stdout never sees a header for a run that did not happen.
-        print_text(&report, verdict);
-    }
-    verdict
+        let json = || crate::print_invalid_json(Some(&report.case), message);
+        output::invalid(&args.output, None, &r, json, true)
+    };
+    output::finish(&args.output, html, &converted, print, unwritten, verdict)
 }
 
+/// The rules of `run`'s reports.
+fn rules() -> Vec<shardproof_report::Rule> {
+    use shardproof_report::Rule;
+    vec![
+        Rule::new(MISMATCH, "An expected output of the ranks differs from the spec's by more than the tolerance (relative Frobenius error), or does not fit its declared placement."),
+        Rule::new(HANG, "The ranks' communication cannot complete (a deadlock), or a message is never received."),
+        Rule::new(INCONCLUSIVE, "The run could not decide: the case is over the memory budget, uses an operator without a meaning, or lays out an input by an expression."),
+    ]
+}
+
+/// The rule ids of `run`'s reports.
+const MISMATCH: &str = "output-mismatch";
+const HANG: &str = "hang";
+const INCONCLUSIVE: &str = "inconclusive";
+
+/// The run's report as the one report every format is rendered from: a SARIF result per
+/// mismatching output (at the spec's definition of it, in `case` when it was loaded), a JUnit
+/// test case per compared output.
+fn convert(
+    r: &RunReport,
+    args: &RunArgs,
+    verdict: Verdict,
+    case: Option<&Case>,
+) -> shardproof_report::Report {
+    use shardproof_report::{Checked, Finding, Level, Status};
+    let mismatch_text = |o: &OutputResult| match (o.rel_error, &o.note) {
+        (Some(e), _) => format!(
+            "output `{}` differs from the spec: relative error {e:.3e} over the tolerance {:e} ({}, seed {})",
+            o.name, r.tolerance, r.dtype, r.seed
+        ),
+        (None, Some(note)) => format!("output `{}` does not fit its placement: {note}", o.name),
+        (None, None) => format!("output `{}` does not fit its placement", o.name),
+    };
+    let message = r.message.as_deref().unwrap_or_default();
+    let summary = match verdict {
+        Verdict::Holds => format!(
+            "holds: every compared output matches the spec ({} outputs, {}, seed {})",
+            r.outputs.len(),
+            r.dtype,
+            r.seed
+        ),
+        Verdict::Violated => match r.outputs.iter().find(|o| !o.matched) {
+            Some(o) => format!("violated: {}", mismatch_text(o)),
+            None => output::first_line(message).to_string(),
+        },
+        Verdict::Invalid | Verdict::Inconclusive => output::first_line(message).to_string(),
+    };
+    let mut out = output::report(
+        shardproof_report::Command::Run,
+        &r.case,
+        &args.case,
+        verdict,
+        summary,
+    );
+    out.rules = rules();
+    for o in &r.outputs {
+        let mut checked = Checked::new(o.name.clone(), Status::Passed);
+        let error = o
+            .rel_error
+            .map_or("-".to_string(), |e| format!("{e:.3e}"));
+        checked.detail = Some(format!(
+            "placement {}; relative error {error} (tolerance {:e})",
+            o.placement.as_deref().unwrap_or("-"),
+            r.tolerance
+        ));
+        if !o.matched {
+            checked.status = Status::Failed;
+            checked.rule = Some(MISMATCH.into());
+            checked.message = Some(mismatch_text(o));
+            let (graph, source) = case.map_or((None, None), |c| {
+                output::value_locations(&c.spec, &o.name)
+            });
+            out.findings.push(Finding {
+                graph,
+                source,
+                ..Finding::new(MISMATCH, Level::Error, o.name.clone(), mismatch_text(o))
+            });
+        }
+        out.checked.push(checked);
+    }
+    if out.findings.is_empty() && matches!(verdict, Verdict::Violated | Verdict::Inconclusive) {
+        let (rule, level) = if verdict == Verdict::Violated {
+            (HANG, Level::Error)
+        } else {
+            (INCONCLUSIVE, Level::Warning)
+        };
+        let hint = message
+            .lines()
+            .find_map(|l| l.trim_start().strip_prefix("hint: "))
+            .map(str::to_string);
+        out.findings.push(Finding {
+            hint,
+            ..Finding::new(rule, level, "", output::first_line(message))
+        });
+    }
+    if r.ranks > 0 {
+        out.fact("ranks", r.ranks.to_string());
+    }
+    out.fact("seed", r.seed.to_string());
+    out.fact("precision", r.dtype.clone());
+    out.fact("tolerance", format!("{:e}", r.tolerance));
+    out
+}
+
+/// Runs the case of `args`, filling `report`; `loaded` keeps the case once it is read, for the
+/// locations of the report's findings.
 fn execute(
     args: &RunArgs,
     precision: Precision,
     tolerance: f64,
     report: &mut RunReport,
+    loaded: &mut Option<Case>,
 ) -> Result<Verdict, Stop> {
     let case = shardproof_case::load_case(&args.case)
         .and_then(|c| {
@@ -178,10 +311,11 @@ fn execute(
             Ok(c)
         })
         .map_err(|e| stop(Verdict::Invalid, format!("error: {e}")))?;
+    let case = &*loaded.insert(case);
     report.case = case.name.clone();
     report.ranks = case.program.ranks.len();
-    let progress = Progress::new(!args.quiet && !args.json);
-    let (spec_env, rank_envs) = run_case(&case, precision, args.seed, args.max_memory, &progress)?;
+    let progress = Progress::new(!args.quiet && args.output.text());
+    let (spec_env, rank_envs) = run_case(case, precision, args.seed, args.max_memory, &progress)?;
     progress.stage("comparing outputs");
     let results = compare_outputs(&case, &spec_env, &rank_envs, tolerance)?;
     if results.is_empty() {

@@ -175,7 +175,12 @@ fn convert(r: &Report, args: &CheckArgs, verdict: Verdict, seconds: f64) -> repo
             ranks: f.ranks.clone(),
             placements: f.placements.clone(),
             hint: (!f.hint.is_empty()).then(|| f.hint.clone()),
-            ..report::Finding::new(f.check.name(), Level::Error, f.node.clone(), f.message.clone())
+            ..report::Finding::new(
+                f.check.name(),
+                Level::Error,
+                f.node.clone(),
+                f.message.clone(),
+            )
         });
     }
     if r.verdict == CheckVerdict::Inconclusive {

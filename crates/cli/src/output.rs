@@ -100,6 +100,7 @@ fn cannot_write(path: &Path, e: &std::io::Error) -> String {
 }
 
 /// The `--html` file, opened by [`OutputArgs::prepare`].
+#[derive(Debug)]
 pub struct HtmlFile {
     path: PathBuf,
     file: std::fs::File,

@@ -217,13 +217,15 @@ fn convert(
     case: Option<&Case>,
 ) -> shardproof_report::Report {
     use shardproof_report::{Checked, Finding, Level, Status};
-    let mismatch_text = |o: &OutputResult| match (o.rel_error, &o.note) {
+    let mismatch_text = |o: &OutputResult| {
+        match (o.rel_error, &o.note) {
         (Some(e), _) => format!(
             "output `{}` differs from the spec: relative error {e:.3e} over the tolerance {:e} ({}, seed {})",
             o.name, r.tolerance, r.dtype, r.seed
         ),
         (None, Some(note)) => format!("output `{}` does not fit its placement: {note}", o.name),
         (None, None) => format!("output `{}` does not fit its placement", o.name),
+    }
     };
     let message = r.message.as_deref().unwrap_or_default();
     let summary = match verdict {
@@ -249,9 +251,7 @@ fn convert(
     out.rules = rules();
     for o in &r.outputs {
         let mut checked = Checked::new(o.name.clone(), Status::Passed);
-        let error = o
-            .rel_error
-            .map_or("-".to_string(), |e| format!("{e:.3e}"));
+        let error = o.rel_error.map_or("-".to_string(), |e| format!("{e:.3e}"));
         checked.detail = Some(format!(
             "placement {}; relative error {error} (tolerance {:e})",
             o.placement.as_deref().unwrap_or("-"),
@@ -261,9 +261,8 @@ fn convert(
             checked.status = Status::Failed;
             checked.rule = Some(MISMATCH.into());
             checked.message = Some(mismatch_text(o));
-            let (graph, source) = case.map_or((None, None), |c| {
-                output::value_locations(&c.spec, &o.name)
-            });
+            let (graph, source) =
+                case.map_or((None, None), |c| output::value_locations(&c.spec, &o.name));
             out.findings.push(Finding {
                 graph,
                 source,
@@ -317,7 +316,7 @@ fn execute(
     let progress = Progress::new(!args.quiet && args.output.text());
     let (spec_env, rank_envs) = run_case(case, precision, args.seed, args.max_memory, &progress)?;
     progress.stage("comparing outputs");
-    let results = compare_outputs(&case, &spec_env, &rank_envs, tolerance)?;
+    let results = compare_outputs(case, &spec_env, &rank_envs, tolerance)?;
     if results.is_empty() {
         return Err(stop(
             Verdict::Inconclusive,

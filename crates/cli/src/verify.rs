@@ -125,14 +125,13 @@ pub fn main(args: &VerifyArgs) -> Verdict {
             stop.message,
         );
     }
-    let spinner = (!args.quiet
-        && args.output.text()
-        && std::io::IsTerminal::is_terminal(&std::io::stderr()))
-    .then(|| {
-        let s = indicatif::ProgressBar::new_spinner();
-        s.enable_steady_tick(std::time::Duration::from_millis(120));
-        s
-    });
+    let spinner =
+        (!args.quiet && args.output.text() && std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .then(|| {
+                let s = indicatif::ProgressBar::new_spinner();
+                s.enable_steady_tick(std::time::Duration::from_millis(120));
+                s
+            });
     // The concrete search comes first: it takes well under a second on a small case and
     // settles most bugs, so a time limit on the relations never hides one the run shows.
     if let Some(s) = &spinner {
@@ -194,9 +193,8 @@ pub fn main(args: &VerifyArgs) -> Verdict {
         }
     };
     // A page that could not be written after all (the disk filled up): an invalid run.
-    let unwritten = |message: &str| {
-        early_stop(args, None, &case.name, Verdict::Invalid, "", message.into())
-    };
+    let unwritten =
+        |message: &str| early_stop(args, None, &case.name, Verdict::Invalid, "", message.into());
     output::finish(&args.output, html, &converted, print, unwritten, verdict)
 }
 

@@ -98,9 +98,7 @@ fn place(location: &Value) -> (String, Option<u64>) {
 /// `file:line` as (file, line).
 fn split_location(at: &str) -> (String, Option<u64>) {
     match at.rsplit_once(':') {
-        Some((file, line)) if line.parse::<u64>().is_ok() => {
-            (file.to_string(), line.parse().ok())
-        }
+        Some((file, line)) if line.parse::<u64>().is_ok() => (file.to_string(), line.parse().ok()),
         _ => (at.to_string(), None),
     }
 }
@@ -173,7 +171,9 @@ fn check_sarif_validates_with_a_result_at_each_finding() {
         );
         assert_eq!(r["locations"][0]["logicalLocations"][0]["name"], f["node"]);
     }
-    let rules = doc["runs"][0]["tool"]["driver"]["rules"].as_array().unwrap();
+    let rules = doc["runs"][0]["tool"]["driver"]["rules"]
+        .as_array()
+        .unwrap();
     assert!(rules.iter().any(|r| r["id"] == "spmd-type"));
     assert_eq!(
         doc["runs"][0]["tool"]["driver"]["version"],
@@ -229,7 +229,10 @@ fn run_sarif_has_a_result_per_mismatching_output() {
         let (file, line) = place(&r["locations"][0]);
         assert_eq!(file, "bug/spec.py");
         // The line is where the spec defines the output.
-        let text = spec.lines().nth(line.expect("a line") as usize - 1).unwrap();
+        let text = spec
+            .lines()
+            .nth(line.expect("a line") as usize - 1)
+            .unwrap();
         let defines = format!("{}:", o["name"].as_str().unwrap());
         assert!(text.trim_start().starts_with(&defines), "{text}");
     }
@@ -239,10 +242,7 @@ fn run_sarif_has_a_result_per_mismatching_output() {
 fn sarif_results_sit_at_the_captured_python_source() {
     let s = Scratch::new();
     let case = sourced_case(&s);
-    let spec_source = (
-        "file:///home/user/my%20model.py".to_string(),
-        Some(88),
-    );
+    let spec_source = ("file:///home/user/my%20model.py".to_string(), Some(88));
     for (command, expected, graph) in [
         ("check", ("model.py".to_string(), Some(88)), "r0.py"),
         ("verify", spec_source.clone(), "spec.py"),
@@ -298,7 +298,10 @@ fn junit_counts_what_the_json_report_counts() {
     let case = bug_case(&s);
     // verify: one test case per checked output; the refuted one fails.
     let json = s.run(&["verify", &case, "--json"]).json();
-    let (counts, names) = junit(s.run(&["verify", &case, "--format", "junit"]).expect_code(1));
+    let (counts, names) = junit(
+        s.run(&["verify", &case, "--format", "junit"])
+            .expect_code(1),
+    );
     assert_eq!(counts, [1, 1, 0, 0]);
     assert_eq!(names, [json["failure"]["output"].as_str().unwrap()]);
     // run: one per compared output.
@@ -307,7 +310,10 @@ fn junit_counts_what_the_json_report_counts() {
     let failed = outputs.iter().filter(|o| o["matched"] == false).count();
     let (counts, names) = junit(s.run(&["run", &case, "--format", "junit"]).expect_code(1));
     assert_eq!(counts, [outputs.len(), failed, 0, 0]);
-    let output_names: Vec<&str> = outputs.iter().map(|o| o["name"].as_str().unwrap()).collect();
+    let output_names: Vec<&str> = outputs
+        .iter()
+        .map(|o| o["name"].as_str().unwrap())
+        .collect();
     assert_eq!(names, output_names);
     // check: one per check kind; a kind with findings fails.
     let json = s.run(&["check", &case, "--json"]).json();
@@ -326,7 +332,10 @@ fn junit_counts_what_the_json_report_counts() {
     let good = s.emit_model("good", "mlp", "tp=2", &["--forward-only"]);
     let json = s.run(&["verify", &good, "--json"]).expect_code(0).json();
     let certified = json["certificate"].as_array().unwrap().len();
-    let (counts, _) = junit(s.run(&["verify", &good, "--format", "junit"]).expect_code(0));
+    let (counts, _) = junit(
+        s.run(&["verify", &good, "--format", "junit"])
+            .expect_code(0),
+    );
     assert_eq!(counts, [certified, 0, 0, 0]);
     let (counts, _) = junit(s.run(&["check", &good, "--format", "junit"]).expect_code(0));
     assert_eq!(counts, [11, 0, 0, 0]);
@@ -341,8 +350,14 @@ fn an_inconclusive_run_is_a_warning_and_a_skipped_case_exiting_3() {
     let out = s.run(&[&args[..], &["--format", "sarif"]].concat());
     let doc = valid_sarif(out.expect_code(3));
     let r = &results(&doc)[0];
-    assert_eq!((r["ruleId"].as_str(), r["level"].as_str()), (Some("inconclusive"), Some("warning")));
-    assert!(r["message"]["text"].as_str().unwrap().contains("memory budget"));
+    assert_eq!(
+        (r["ruleId"].as_str(), r["level"].as_str()),
+        (Some("inconclusive"), Some("warning"))
+    );
+    assert!(r["message"]["text"]
+        .as_str()
+        .unwrap()
+        .contains("memory budget"));
     let out = s.run(&[&args[..], &["--format", "junit"]].concat());
     assert_eq!(junit(out.expect_code(3)).0, [1, 0, 0, 1]);
 }
@@ -353,13 +368,29 @@ fn markup_in_user_names_stays_escaped() {
     let name = r#"row<par> & "quoted" 'x'"#;
     s.write(
         "case.yaml",
-        &common::CASE_ROWPAR.replace("name: rowpar", &format!("name: '{}'", name.replace('\'', "''"))),
+        &common::CASE_ROWPAR.replace(
+            "name: rowpar",
+            &format!("name: '{}'", name.replace('\'', "''")),
+        ),
     );
-    let out = s.run(&["check", "case.yaml", "--format", "junit", "--html", "page.html"]);
+    let out = s.run(&[
+        "check",
+        "case.yaml",
+        "--format",
+        "junit",
+        "--html",
+        "page.html",
+    ]);
     out.expect_code(0);
     let doc = roxmltree::Document::parse(&out.stdout).expect("JUnit parses");
-    let suite = doc.descendants().find(|n| n.has_tag_name("testsuite")).unwrap();
-    assert_eq!(suite.attribute("name"), Some(format!("check {name}").as_str()));
+    let suite = doc
+        .descendants()
+        .find(|n| n.has_tag_name("testsuite"))
+        .unwrap();
+    assert_eq!(
+        suite.attribute("name"),
+        Some(format!("check {name}").as_str())
+    );
     let page = s.read("page.html");
     assert!(!page.contains("<par>"), "{page}");
     assert!(page.contains("row&lt;par&gt; &amp; &quot;quoted&quot; &#39;x&#39;"));
@@ -381,8 +412,16 @@ fn json_output_is_the_same_under_format_json() {
         let with_page = s.run(&[command, &case, "--json", "--html", "page.html"]);
         assert_eq!(json.code, Some(1));
         assert_eq!((format.code, with_page.code), (json.code, json.code));
-        assert_eq!(without_time(&format.stdout), without_time(&json.stdout), "{command}");
-        assert_eq!(without_time(&with_page.stdout), without_time(&json.stdout), "{command}");
+        assert_eq!(
+            without_time(&format.stdout),
+            without_time(&json.stdout),
+            "{command}"
+        );
+        assert_eq!(
+            without_time(&with_page.stdout),
+            without_time(&json.stdout),
+            "{command}"
+        );
         // `--json` with another format is a usage error.
         s.run(&[command, &case, "--json", "--format", "sarif"])
             .expect_code(2)
@@ -409,13 +448,20 @@ fn html_pages_show_each_command_s_result() {
         for fetching in ["<script", "<link", "src=", "@import"] {
             assert!(!html.contains(fetching), "{command}: {fetching}");
         }
-        let verdict = if command == "verify" { "refuted" } else { "violated" };
+        let verdict = if command == "verify" {
+            "refuted"
+        } else {
+            "violated"
+        };
         assert!(html.contains(&format!("<span class=\"badge\">{verdict}</span>")));
     }
     let verify = s.run(&["verify", &case, "--json"]).json();
     let html = s.read("verify.html");
     let operator = verify["failure"]["operator"].as_str().unwrap();
-    assert!(html.contains(&format!(">{operator}</text>")), "the SVG names the operator");
+    assert!(
+        html.contains(&format!(">{operator}</text>")),
+        "the SVG names the operator"
+    );
     assert!(html.contains("unreduced partial sum"), "the hint");
     let check = s.run(&["check", &case, "--json"]).json();
     let html = s.read("check.html");
@@ -446,9 +492,19 @@ fn an_unwritable_html_path_is_refused_with_exit_2() {
             "hint:",
         ]);
         assert!(out.stdout.is_empty(), "{command}: {}", out.stdout);
-        let out = s.run(&[command, &case, "--html", "no/page.html", "--format", "sarif"]);
+        let out = s.run(&[
+            command,
+            &case,
+            "--html",
+            "no/page.html",
+            "--format",
+            "sarif",
+        ]);
         let doc = valid_sarif(out.expect_code(2));
-        assert_eq!(doc["runs"][0]["invocations"][0]["executionSuccessful"], false);
+        assert_eq!(
+            doc["runs"][0]["invocations"][0]["executionSuccessful"],
+            false
+        );
         let out = s.run(&[command, &case, "--html", "no/page.html", "--json"]);
         assert_eq!(out.expect_code(2).json()["verdict"], "invalid");
     }
@@ -480,7 +536,11 @@ fn chromium(profile: &Path, args: &[String]) -> std::process::Output {
         .spawn()
         .expect("chromium starts");
     let started = std::time::Instant::now();
-    while child.try_wait().expect("chromium can be waited on").is_none() {
+    while child
+        .try_wait()
+        .expect("chromium can be waited on")
+        .is_none()
+    {
         if started.elapsed() > std::time::Duration::from_secs(60) {
             let _ = child.kill();
             panic!("chromium did not finish within 60 s");
@@ -523,7 +583,10 @@ fn the_html_of_a_catalog_bug_renders_in_headless_chromium() {
     let url = format!("file://{}", page.display());
 
     // The page parses: the DOM Chromium built has the drawing and the operator's name in it.
-    let dom = chromium(&s.path().join("profile-dom"), &["--dump-dom".into(), url.clone()]);
+    let dom = chromium(
+        &s.path().join("profile-dom"),
+        &["--dump-dom".into(), url.clone()],
+    );
     let dom = String::from_utf8_lossy(&dom.stdout);
     let svg = &dom[dom.find("<svg").expect("an <svg> in the DOM")..];
     let svg = &svg[..svg.find("</svg>").expect("the <svg> closes")];
@@ -546,9 +609,7 @@ fn the_html_of_a_catalog_bug_renders_in_headless_chromium() {
         "no screenshot: {}",
         String::from_utf8_lossy(&shot.stderr)
     );
-    let decoder = png::Decoder::new(std::io::BufReader::new(
-        std::fs::File::open(&png).unwrap(),
-    ));
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&png).unwrap()));
     let mut reader = decoder.read_info().expect("a PNG");
     let mut pixels = vec![0; reader.output_buffer_size().expect("a buffer size")];
     let frame = reader.next_frame(&mut pixels).expect("a frame");
@@ -556,7 +617,10 @@ fn the_html_of_a_catalog_bug_renders_in_headless_chromium() {
     assert_eq!(frame.bit_depth, png::BitDepth::Eight);
     let pixel = |x: f64, y: f64| -> [u8; 3] {
         let (x, y) = (x.round() as usize, y.round() as usize);
-        assert!(x < frame.width as usize && y < frame.height as usize, "({x}, {y}) off the screenshot");
+        assert!(
+            x < frame.width as usize && y < frame.height as usize,
+            "({x}, {y}) off the screenshot"
+        );
         let at = y * frame.line_size + x * channels;
         [pixels[at], pixels[at + 1], pixels[at + 2]]
     };
@@ -579,9 +643,15 @@ fn the_html_of_a_catalog_bug_renders_in_headless_chromium() {
     ];
     for (px, py) in inside {
         let p = pixel(px, py);
-        assert!(near(p, HIGHLIGHT), "pixel ({px}, {py}) is {p:?}, not the highlight {HIGHLIGHT:?}");
+        assert!(
+            near(p, HIGHLIGHT),
+            "pixel ({px}, {py}) is {p:?}, not the highlight {HIGHLIGHT:?}"
+        );
     }
     // And only there: just right of the box, the page is not highlighted.
     let beside = pixel(x + w + 8.0, y + 4.0);
-    assert!(!near(beside, HIGHLIGHT), "the highlight spills out of the box: {beside:?}");
+    assert!(
+        !near(beside, HIGHLIGHT),
+        "the highlight spills out of the box: {beside:?}"
+    );
 }

@@ -24,7 +24,8 @@ fn main() {
         "relations-stop",
         "An output has no clean relation: relations stop at a spec operator.",
     )];
-    let hint = "input `mm_1` is an unreduced partial sum, sum(r0.mm_1, r1.mm_1): a missing all-reduce?";
+    let hint =
+        "input `mm_1` is an unreduced partial sum, sum(r0.mm_1, r1.mm_1): a missing all-reduce?";
     r.findings.push(Finding {
         graph: Location::parse("spec.py:9"),
         hint: Some(hint.into()),

@@ -29,7 +29,7 @@ pub(crate) fn markup(text: &str) -> String {
 pub(crate) fn prose(text: &str) -> String {
     let escaped = markup(text);
     let parts: Vec<&str> = escaped.split('`').collect();
-    if parts.len() % 2 == 0 {
+    if parts.len().is_multiple_of(2) {
         return escaped;
     }
     let mut out = String::with_capacity(escaped.len() + 16);
@@ -83,13 +83,19 @@ mod tests {
 
     #[test]
     fn replaces_what_xml_forbids() {
-        assert_eq!(markup("a\u{0}b\u{1b}c\td\u{FFFF}"), "a\u{FFFD}b\u{FFFD}c\td\u{FFFD}");
+        assert_eq!(
+            markup("a\u{0}b\u{1b}c\td\u{FFFF}"),
+            "a\u{FFFD}b\u{FFFD}c\td\u{FFFD}"
+        );
         assert_eq!(markup("mm_1 ∑ é"), "mm_1 ∑ é");
     }
 
     #[test]
     fn quoted_names_become_code_and_stay_escaped() {
-        assert_eq!(prose("output `a<b` differs"), "output <code>a&lt;b</code> differs");
+        assert_eq!(
+            prose("output `a<b` differs"),
+            "output <code>a&lt;b</code> differs"
+        );
         assert_eq!(prose("one ` only"), "one ` only");
     }
 

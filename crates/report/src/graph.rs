@@ -162,10 +162,7 @@ pub(crate) fn draw(n: &Neighbourhood) -> Drawing {
     }
 
     // Left layer: the inputs, stacked.
-    let left = inputs
-        .iter()
-        .map(|b| b.rect.width)
-        .fold(160.0, f64::max);
+    let left = inputs.iter().map(|b| b.rect.width).fold(160.0, f64::max);
     let mut y = TOP;
     for b in &mut inputs {
         b.rect.x = MARGIN;
@@ -210,7 +207,12 @@ pub(crate) fn draw(n: &Neighbourhood) -> Drawing {
         r##"<marker id="arrow-impl" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" markerHeight="7" orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#3949ab"/></marker></defs>"##,
     ));
     heading(&mut s, MARGIN, 16.0, "spec inputs and their relations");
-    heading(&mut s, right_x, 16.0, "where relations stop (spec operator)");
+    heading(
+        &mut s,
+        right_x,
+        16.0,
+        "where relations stop (spec operator)",
+    );
     if !consumers.is_empty() {
         heading(
             &mut s,
@@ -230,7 +232,13 @@ pub(crate) fn draw(n: &Neighbourhood) -> Drawing {
             }
         }
     }
-    edge(&mut s, &stop.rect, &output.rect, "edge-output", "arrow-spec");
+    edge(
+        &mut s,
+        &stop.rect,
+        &output.rect,
+        "edge-output",
+        "arrow-spec",
+    );
     for b in inputs.iter().chain([&stop, &output]) {
         node(&mut s, b);
     }
@@ -353,6 +361,8 @@ mod tests {
         n.operator = "<script>alert('x')</script>&".into();
         let d = draw(&n);
         assert!(!d.svg.contains("<script>"));
-        assert!(d.svg.contains("&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;&amp;"));
+        assert!(d
+            .svg
+            .contains("&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;&amp;"));
     }
 }

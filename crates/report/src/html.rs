@@ -53,6 +53,7 @@ td.lines{white-space:pre-wrap;word-break:break-word}
 table{border-collapse:collapse;margin:6px 0}
 th,td{border:1px solid #e0e0e0;padding:4px 10px;text-align:left;vertical-align:top}
 th{background:#f5f5f5}
+td:first-child{white-space:nowrap}
 .s-passed{color:#2e7d32;font-weight:700}.s-failed{color:#c62828;font-weight:700}.s-skipped{color:#e65100;font-weight:700}.s-error{color:#616161;font-weight:700}
 ol.findings>li{margin-bottom:14px}
 .rule{font-weight:700;color:#c62828}
@@ -157,7 +158,11 @@ fn neighbourhood(h: &mut String, report: &Report, n: &crate::Neighbourhood) {
         let _ = write!(at, ", defined at <code>{}</code>", markup(&g.to_string()));
     }
     if let Some(s) = &n.source {
-        let _ = write!(at, ", captured from <code>{}</code>", markup(&s.to_string()));
+        let _ = write!(
+            at,
+            ", captured from <code>{}</code>",
+            markup(&s.to_string())
+        );
     }
     let _ = writeln!(
         h,
@@ -337,11 +342,7 @@ fn checked(h: &mut String, report: &Report) {
 
 fn facts(h: &mut String, report: &Report) {
     h.push_str("<section><h2>Details</h2>\n<dl>");
-    let _ = write!(
-        h,
-        "<dt>exit code</dt><dd>{}</dd>",
-        report.exit_code()
-    );
+    let _ = write!(h, "<dt>exit code</dt><dd>{}</dd>", report.exit_code());
     for f in &report.facts {
         let _ = write!(
             h,

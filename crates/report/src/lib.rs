@@ -398,7 +398,8 @@ pub struct Report {
     pub case_file: Option<String>,
     /// The verdict.
     pub verdict: Verdict,
-    /// One line on what the verdict rests on (for invalid input: the error).
+    /// One line on what the verdict rests on; for invalid input, the error (with its hint
+    /// lines, as stderr shows it).
     pub summary: String,
     /// Seconds the command took, when measured.
     pub seconds: Option<f64>,

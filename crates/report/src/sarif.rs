@@ -311,12 +311,10 @@ mod tests {
     #[test]
     fn rules_are_indexed_and_unknown_ones_added() {
         let mut r = Report::new(Command::Check, "c", Verdict::Violated, "2 findings");
-        r.rules = vec![
-            Rule::new("postcondition", "a"),
-            Rule::new("spmd-type", "b"),
-        ];
+        r.rules = vec![Rule::new("postcondition", "a"), Rule::new("spmd-type", "b")];
         r.findings.push(finding(None, None));
-        r.findings.push(Finding::new("new-rule", Level::Warning, "x", "y"));
+        r.findings
+            .push(Finding::new("new-rule", Level::Warning, "x", "y"));
         let doc = document(&r);
         let run = &doc["runs"][0];
         assert_eq!(run["results"][0]["ruleIndex"], 1);
@@ -342,7 +340,12 @@ mod tests {
 
     #[test]
     fn invalid_input_is_an_unsuccessful_invocation() {
-        let mut r = Report::new(Command::Verify, "c", Verdict::Invalid, "error: no such file");
+        let mut r = Report::new(
+            Command::Verify,
+            "c",
+            Verdict::Invalid,
+            "error: no such file",
+        );
         r.case_file = Some("case.yaml".into());
         let doc = document(&r);
         let inv = &doc["runs"][0]["invocations"][0];

@@ -10,7 +10,10 @@ use shardproof_report::{
 };
 
 fn validator() -> jsonschema::Validator {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/sarif-schema-2.1.0.json");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/sarif-schema-2.1.0.json"
+    );
     let text = std::fs::read_to_string(path).expect("the SARIF schema is in tests/data");
     let schema: Value = serde_json::from_str(&text).expect("the schema is JSON");
     jsonschema::options()
@@ -44,12 +47,20 @@ fn refutation() -> Report {
     );
     r.case_file = Some("cases/my case.yaml".into());
     r.seconds = Some(0.25);
-    r.rules = vec![Rule::new("relations-stop", "relations stop at a spec operator")];
+    r.rules = vec![Rule::new(
+        "relations-stop",
+        "relations stop at a spec operator",
+    )];
     r.findings.push(Finding {
         source: Location::parse("/home/user/model.py:88 in forward"),
         graph: Location::parse("cases/spec.py:9"),
         hint: Some("input `mm_1` is an unreduced partial sum".into()),
-        ..Finding::new("relations-stop", Level::Error, "add_1", "relations stop at `add_1`")
+        ..Finding::new(
+            "relations-stop",
+            Level::Error,
+            "add_1",
+            "relations stop at `add_1`",
+        )
     });
     r.certificate.push(Relation {
         tensor: "logits".into(),
@@ -113,11 +124,24 @@ fn inconclusive_holds_and_invalid_reports_validate() {
     let mut inconclusive = Report::new(Command::Run, "big", Verdict::Inconclusive, "too large");
     inconclusive.case_file = Some("case.yaml".into());
     assert_valid(&inconclusive);
-    assert_valid(&Report::new(Command::Verify, "ok", Verdict::Holds, "verified"));
-    let mut invalid = Report::new(Command::Check, "bad", Verdict::Invalid, "error: no such file");
+    assert_valid(&Report::new(
+        Command::Verify,
+        "ok",
+        Verdict::Holds,
+        "verified",
+    ));
+    let mut invalid = Report::new(
+        Command::Check,
+        "bad",
+        Verdict::Invalid,
+        "error: no such file",
+    );
     invalid.case_file = Some("missing/case.yaml".into());
     let doc = assert_valid(&invalid);
-    assert_eq!(doc["runs"][0]["invocations"][0]["executionSuccessful"], false);
+    assert_eq!(
+        doc["runs"][0]["invocations"][0]["executionSuccessful"],
+        false
+    );
 }
 
 /// The schema test can fail: a document the schema forbids is caught.

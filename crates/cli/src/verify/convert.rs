@@ -64,7 +64,13 @@ pub(super) fn early(
     decided_by: &str,
     message: &str,
 ) -> Report {
-    let mut r = output::report(Command::Verify, name, case_file, verdict, message.trim_end());
+    let mut r = output::report(
+        Command::Verify,
+        name,
+        case_file,
+        verdict,
+        message.trim_end(),
+    );
     r.rules = rules();
     r.rules.push(Rule::new(
         TYPECHECK,

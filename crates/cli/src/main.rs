@@ -24,6 +24,7 @@ mod check;
 mod demo;
 mod inspect;
 mod layout;
+mod output;
 mod preflight;
 mod run;
 mod verify;
@@ -122,13 +123,32 @@ pub fn print_invalid_json(case: Option<&str>, message: &str) {
     );
 }
 
-/// Whether the command line asks for JSON, read from the raw arguments: a usage error has no
-/// parsed flags to ask.
-fn wants_json() -> bool {
-    std::env::args_os()
+/// Prints, for a command line clap refused, the document its `--format` asks for: the JSON
+/// error (`--json`, `--format json`), or a SARIF or JUnit document of the invalid input for
+/// `run`, `verify` and `check`, so a pipeline reading it still gets a well-formed file.
+fn print_usage_error(message: &str) {
+    let args: Vec<String> = std::env::args_os()
         .skip(1)
-        .take_while(|a| a != "--")
-        .any(|a| a == "--json")
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    match output::requested(&args) {
+        (_, Some(output::Format::Json)) => print_invalid_json(None, message),
+        (Some(command), Some(format @ (output::Format::Sarif | output::Format::Junit))) => {
+            let mut report = shardproof_report::Report::new(
+                command,
+                "command line",
+                shardproof_report::Verdict::Invalid,
+                message,
+            );
+            report.tool_version = env!("CARGO_PKG_VERSION").to_string();
+            let flags = output::OutputArgs {
+                format: Some(format),
+                ..output::OutputArgs::default()
+            };
+            output::print_document(&flags, &report);
+        }
+        _ => {}
+    }
 }
 
 /// Writes what `completions` or `man` generate. Both go through a buffer: clap_complete panics
@@ -201,8 +221,8 @@ fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
-            if e.use_stderr() && wants_json() {
-                print_invalid_json(None, e.render().to_string().trim_end());
+            if e.use_stderr() {
+                print_usage_error(e.render().to_string().trim_end());
             }
             let _ = e.print();
             return ExitCode::from(if e.use_stderr() { 2 } else { 0 });

@@ -4,6 +4,9 @@
 //! Shard, copies for Replicate, a random split for Partial); the spec and every rank run in the
 //! reference interpreter; each expected output is compared piece by piece, rank by rank.
 
+mod convert;
+
+use crate::output::{self, OutputArgs};
 use crate::Verdict;
 use clap::Args as ClapArgs;
 use rand::{Rng, SeedableRng};
@@ -38,9 +41,8 @@ pub struct RunArgs {
     /// Refuse cases whose tensors need more memory than this (e.g. 8GB, 512MB).
     #[arg(long, default_value = "8GB", value_parser = parse_bytes)]
     max_memory: u64,
-    /// Print machine-readable JSON on stdout.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    output: OutputArgs,
     /// Show no progress on stderr.
     #[arg(long)]
     quiet: bool,
@@ -54,7 +56,7 @@ impl RunArgs {
             seed: 0,
             dtype: "f64".into(),
             max_memory: 8 << 30,
-            json: false,
+            output: OutputArgs::default(),
             quiet: true,
         }
     }
@@ -137,11 +139,21 @@ pub fn main(args: &RunArgs) -> Verdict {
         first_mismatch: None,
         message: None,
     };
-    let verdict = match execute(args, precision, tolerance, &mut report) {
+    let started = std::time::Instant::now();
+    let mut loaded = None;
+    // The `--html` file is opened first: a path that cannot be written is refused at once.
+    let (html, executed) = match args.output.prepare() {
+        Ok(html) => (
+            html,
+            execute(args, precision, tolerance, &mut report, &mut loaded),
+        ),
+        Err(message) => (None, Err(stop(Verdict::Invalid, message))),
+    };
+    let verdict = match executed {
         Ok(v) => v,
         Err(s) => {
             report.message = Some(s.message.clone());
-            if !args.json {
+            if !args.output.json() {
                 errln!("{}", s.message);
             }
             s.verdict
@@ -153,24 +165,43 @@ pub fn main(args: &RunArgs) -> Verdict {
         Verdict::Invalid => "invalid",
         Verdict::Inconclusive => "inconclusive",
     };
-    if args.json {
-        outln!(
-            "{}",
-            serde_json::to_string_pretty(&report).expect("report serializes")
+    let mut converted = convert::report(&report, args, verdict, loaded.as_ref());
+    converted.seconds = Some(started.elapsed().as_secs_f64());
+    let print = || {
+        if args.output.json() {
+            outln!(
+                "{}",
+                serde_json::to_string_pretty(&report).expect("report serializes")
+            );
+        } else if verdict != Verdict::Invalid {
+            // Invalid input has no verdict to report: the error on stderr is the whole answer,
+            // so a script reading stdout never sees a header for a run that did not happen.
+            print_text(&report, verdict);
+        }
+    };
+    // A page that could not be written after all (the disk filled up): an invalid run.
+    let unwritten = |message: &str| {
+        let r = output::report(
+            shardproof_report::Command::Run,
+            &report.case,
+            &args.case,
+            Verdict::Invalid,
+            message,
         );
-    } else if verdict != Verdict::Invalid {
-        // Invalid input has no verdict to report: the error on stderr is the whole answer, so
-        // a script reading stdout never sees a header for a run that did not happen.
-        print_text(&report, verdict);
-    }
-    verdict
+        let json = || crate::print_invalid_json(Some(&report.case), message);
+        output::invalid(&args.output, None, &r, json, true)
+    };
+    output::finish(&args.output, html, &converted, print, unwritten, verdict)
 }
 
+/// Runs the case of `args`, filling `report`; `loaded` keeps the case once it is read, for the
+/// locations of the report's findings.
 fn execute(
     args: &RunArgs,
     precision: Precision,
     tolerance: f64,
     report: &mut RunReport,
+    loaded: &mut Option<Case>,
 ) -> Result<Verdict, Stop> {
     let case = shardproof_case::load_case(&args.case)
         .and_then(|c| {
@@ -178,12 +209,13 @@ fn execute(
             Ok(c)
         })
         .map_err(|e| stop(Verdict::Invalid, format!("error: {e}")))?;
+    let case = &*loaded.insert(case);
     report.case = case.name.clone();
     report.ranks = case.program.ranks.len();
-    let progress = Progress::new(!args.quiet && !args.json);
-    let (spec_env, rank_envs) = run_case(&case, precision, args.seed, args.max_memory, &progress)?;
+    let progress = Progress::new(!args.quiet && args.output.text());
+    let (spec_env, rank_envs) = run_case(case, precision, args.seed, args.max_memory, &progress)?;
     progress.stage("comparing outputs");
-    let results = compare_outputs(&case, &spec_env, &rank_envs, tolerance)?;
+    let results = compare_outputs(case, &spec_env, &rank_envs, tolerance)?;
     if results.is_empty() {
         return Err(stop(
             Verdict::Inconclusive,

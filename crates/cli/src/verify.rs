@@ -1,5 +1,8 @@
 //! `shardproof verify`: the refinement engine on a case.
 
+mod convert;
+
+use crate::output::{self, HtmlFile, OutputArgs};
 use crate::run::{search_counterexample, Counterexample, Search, SEARCH_SEEDS};
 use crate::Verdict;
 use clap::Args as ClapArgs;
@@ -12,9 +15,8 @@ use std::path::PathBuf;
 pub struct VerifyArgs {
     /// The case file.
     case: PathBuf,
-    /// Print machine-readable JSON on stdout.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    output: OutputArgs,
     /// Show no progress on stderr (a spinner on a terminal, else a line every 5 seconds;
     /// SHARDPROOF_PROGRESS_SECONDS sets the interval).
     #[arg(long)]
@@ -90,6 +92,12 @@ fn seeds_tried() -> String {
 
 /// Runs `verify` and prints its report.
 pub fn main(args: &VerifyArgs) -> Verdict {
+    let path = args.case.display().to_string();
+    // The `--html` file is opened first: a path that cannot be written is refused at once.
+    let html = match args.output.prepare() {
+        Ok(h) => h,
+        Err(message) => return early_stop(args, None, &path, Verdict::Invalid, "", message),
+    };
     let case = match shardproof_case::load_case(&args.case).and_then(|c| {
         c.validate_ops(&|op| Registry::builtin().get(op).is_some())?;
         Ok(c)
@@ -98,7 +106,8 @@ pub fn main(args: &VerifyArgs) -> Verdict {
         Err(e) => {
             return early_stop(
                 args,
-                &args.case.display().to_string(),
+                html,
+                &path,
                 Verdict::Invalid,
                 "",
                 format!("error: {e}"),
@@ -109,20 +118,20 @@ pub fn main(args: &VerifyArgs) -> Verdict {
     if let Err(stop) = crate::preflight::check(&case) {
         return early_stop(
             args,
+            html,
             &case.name,
             stop.verdict,
             stop.decided_by,
             stop.message,
         );
     }
-    let spinner = (!args.quiet
-        && !args.json
-        && std::io::IsTerminal::is_terminal(&std::io::stderr()))
-    .then(|| {
-        let s = indicatif::ProgressBar::new_spinner();
-        s.enable_steady_tick(std::time::Duration::from_millis(120));
-        s
-    });
+    let spinner =
+        (!args.quiet && args.output.text() && std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .then(|| {
+                let s = indicatif::ProgressBar::new_spinner();
+                s.enable_steady_tick(std::time::Duration::from_millis(120));
+                s
+            });
     // The concrete search comes first: it takes well under a second on a small case and
     // settles most bugs, so a time limit on the relations never hides one the run shows.
     if let Some(s) = &spinner {
@@ -165,22 +174,28 @@ pub fn main(args: &VerifyArgs) -> Verdict {
         s.finish_and_clear();
     }
     let (verdict, decision) = decision;
-    if args.json {
-        let r = Report {
-            case: case.name.clone(),
-            verdict: (verdict == Verdict::Invalid).then_some("invalid"),
-            outcome: Some(&outcome),
-            message: None,
-            decision: &decision,
-        };
-        outln!(
-            "{}",
-            serde_json::to_string_pretty(&r).expect("report serializes")
-        );
-    } else {
-        print_text(&case.name, &outcome, verdict, &decision);
-    }
-    verdict
+    let converted = convert::report(&case, &args.case, &outcome, verdict, &decision);
+    let print = || {
+        if args.output.json() {
+            let r = Report {
+                case: case.name.clone(),
+                verdict: (verdict == Verdict::Invalid).then_some("invalid"),
+                outcome: Some(&outcome),
+                message: None,
+                decision: &decision,
+            };
+            outln!(
+                "{}",
+                serde_json::to_string_pretty(&r).expect("report serializes")
+            );
+        } else {
+            print_text(&case.name, &outcome, verdict, &decision);
+        }
+    };
+    // A page that could not be written after all (the disk filled up): an invalid run.
+    let unwritten =
+        |message: &str| early_stop(args, None, &case.name, Verdict::Invalid, "", message.into());
+    output::finish(&args.output, html, &converted, print, unwritten, verdict)
 }
 
 /// How often a log (stderr not a terminal) gets a progress line; `SHARDPROOF_PROGRESS_SECONDS`
@@ -199,7 +214,7 @@ impl<'a> Shown<'a> {
     fn new(args: &VerifyArgs, spinner: Option<&'a indicatif::ProgressBar>) -> Shown<'a> {
         match spinner {
             Some(s) => Shown::Spinner(s),
-            None if args.quiet || args.json => Shown::Nowhere,
+            None if args.quiet || !args.output.text() => Shown::Nowhere,
             None => Shown::Log {
                 every: std::env::var("SHARDPROOF_PROGRESS_SECONDS")
                     .ok()
@@ -315,6 +330,7 @@ fn infer_relations(
 /// not type-check, ranks that cannot meet).
 fn early_stop(
     args: &VerifyArgs,
+    html: Option<HtmlFile>,
     name: &str,
     verdict: Verdict,
     decided_by: &'static str,
@@ -326,7 +342,19 @@ fn early_stop(
         Verdict::Invalid => "invalid",
         Verdict::Inconclusive => "inconclusive",
     };
-    if args.json {
+    let report = convert::early(name, &args.case, verdict, decided_by, &message);
+    let mut verdict = verdict;
+    if let Some(h) = html {
+        if let Err(unwritten) = h.write(&report) {
+            errln!("{unwritten}");
+            verdict = Verdict::Invalid;
+        }
+    }
+    if output::print_document(&args.output, &report) {
+        if report.verdict != shardproof_report::Verdict::Violated {
+            errln!("{message}");
+        }
+    } else if args.output.json() {
         let decision = Decision {
             decided_by,
             ..Decision::default()

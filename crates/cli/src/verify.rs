@@ -230,6 +230,9 @@ impl<'a> Shown<'a> {
 /// at `mm_3`, 4 s`.
 fn progress_line(progress: &Progress, elapsed: f64) -> String {
     let (done, total, current) = progress.snapshot();
+    if total == 0 {
+        return format!("preparing the programs, {elapsed:.0} s");
+    }
     let at = if current.is_empty() {
         String::new()
     } else {

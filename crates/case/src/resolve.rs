@@ -230,7 +230,12 @@ fn read_case(path: &Path) -> Result<Case, SourceError> {
         let graph = match parsed.get(g.value.as_str()) {
             Some(graph) => graph.clone(),
             None => {
-                let graph = Arc::new(load_graph_at(&file, base, g, &format!("graph of rank {r}"))?);
+                let graph = Arc::new(load_graph_at(
+                    &file,
+                    base,
+                    g,
+                    &format!("graph of rank {r}"),
+                )?);
                 parsed.insert(&g.value, graph.clone());
                 graph
             }

@@ -144,7 +144,12 @@ pub fn first_equal(graphs: &[Arc<Graph>]) -> Vec<usize> {
     let mut buckets: BTreeMap<Key, Vec<usize>> = BTreeMap::new();
     let mut first = Vec::with_capacity(graphs.len());
     for (i, g) in graphs.iter().enumerate() {
-        let key = (g.path.as_deref(), g.name.as_str(), g.nodes.len(), g.inputs.len());
+        let key = (
+            g.path.as_deref(),
+            g.name.as_str(),
+            g.nodes.len(),
+            g.inputs.len(),
+        );
         let bucket = buckets.entry(key).or_default();
         match bucket
             .iter()

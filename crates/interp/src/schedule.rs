@@ -406,7 +406,10 @@ mod tests {
         Program {
             mesh,
             groups,
-            ranks: ranks.iter().map(|b| std::sync::Arc::new(graph(b))).collect(),
+            ranks: ranks
+                .iter()
+                .map(|b| std::sync::Arc::new(graph(b)))
+                .collect(),
         }
     }
 

@@ -171,7 +171,10 @@ fn pipeline(r0: &str, r1: &str) -> Program {
     Program {
         mesh: Mesh::new(vec![("pp".into(), 2)]),
         groups: Vec::new(),
-        ranks: vec![Arc::new(rank_graph(r0, "r0.py")), Arc::new(rank_graph(r1, "r1.py"))],
+        ranks: vec![
+            Arc::new(rank_graph(r0, "r0.py")),
+            Arc::new(rank_graph(r1, "r1.py")),
+        ],
     }
 }
 

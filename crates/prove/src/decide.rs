@@ -1,0 +1,247 @@
+//! Deciding one goal `a == b`, layer by layer: normal forms, random points, Z3.
+
+use crate::eval::{clearly_differ, ExactEval, FloatEval, ModEval, PRIME};
+use crate::expr::{Arena, ExprId, Rat, SymbolKind};
+use crate::smt;
+use num_traits::Zero;
+use serde::Serialize;
+use std::time::Duration;
+
+/// The layer that decided a goal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Layer {
+    /// Both sides have the same normal form.
+    NormalForm,
+    /// A random point where the two sides differ (evaluated exactly, or in f64 clearly).
+    RandomWitness,
+    /// The SMT solver: unsat (proved) or a model that is a real witness (refuted).
+    Z3,
+    /// Nothing decided the goal.
+    Unknown,
+}
+
+impl Layer {
+    /// The layer's name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Layer::NormalForm => "normal-form",
+            Layer::RandomWitness => "random-witness",
+            Layer::Z3 => "z3",
+            Layer::Unknown => "unknown",
+        }
+    }
+}
+
+/// Values of (some of) the symbols where two expressions differ, by symbol number; symbols
+/// not listed may take any value.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Point {
+    /// (symbol number, value).
+    pub values: Vec<(u32, Rat)>,
+}
+
+/// What is known of one goal.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    /// The two sides are equal for every input.
+    Proved(Layer),
+    /// The two sides differ at `point` (a real difference, checked by evaluation).
+    Refuted {
+        /// The layer that found it.
+        layer: Layer,
+        /// Where they differ.
+        point: Point,
+    },
+    /// Undecided, and why.
+    Unknown(String),
+}
+
+/// Settings of the decision procedure.
+#[derive(Clone, Debug)]
+pub struct DecideConfig {
+    /// Seed of the random points (results are deterministic for a seed).
+    pub seed: u64,
+    /// Modular points tried.
+    pub modular_points: usize,
+    /// Real points tried for a witness.
+    pub real_points: usize,
+    /// Z3's time limit per goal; `None` skips Z3.
+    pub z3_timeout: Option<Duration>,
+}
+
+impl Default for DecideConfig {
+    fn default() -> Self {
+        DecideConfig {
+            seed: 0x5eed,
+            modular_points: 3,
+            real_points: 12,
+            z3_timeout: Some(Duration::from_secs(10)),
+        }
+    }
+}
+
+/// A deterministic generator (splitmix64).
+pub(crate) struct Rng(u64);
+
+impl Rng {
+    pub(crate) fn new(seed: u64) -> Self {
+        Rng(seed)
+    }
+
+    pub(crate) fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        crate::eval::mix(self.0)
+    }
+
+    /// A small rational of the symbol's kind: bools 0/1, ints in [-4, 4], reals k/8 in
+    /// [-2, 2] (exact in f64, non-zero more often than not).
+    pub(crate) fn value(&mut self, kind: SymbolKind) -> Rat {
+        let r = self.next();
+        match kind {
+            SymbolKind::Bool => Rat::from_integer(((r & 1) as i64).into()),
+            SymbolKind::Int => Rat::from_integer(((r % 9) as i64 - 4).into()),
+            SymbolKind::Real => Rat::new(((r % 33) as i64 - 16).into(), 8.into()),
+        }
+    }
+}
+
+/// Decides `a == b` over the reals (every symbol ranging over its kind).
+pub fn decide(arena: &Arena, a: ExprId, b: ExprId, cfg: &DecideConfig) -> Outcome {
+    if a == b {
+        return Outcome::Proved(Layer::NormalForm);
+    }
+    let symbols = arena.symbols();
+    // Modular screening: distinct normal forms differ at a random residue unless they are
+    // equal through identities of the functions, which only the layers below can see.
+    let mut rng = Rng::new(cfg.seed ^ (a.0 as u64) << 32 ^ b.0 as u64);
+    let mut modular_difference = false;
+    for _ in 0..cfg.modular_points {
+        let residues: Vec<u64> = symbols
+            .iter()
+            .map(|(_, kind)| match kind {
+                SymbolKind::Bool => rng.next() & 1,
+                _ => rng.next() % PRIME,
+            })
+            .collect();
+        let seed = rng.next();
+        let mut ev = ModEval::new(arena, residues, seed);
+        if ev.eval(a) != ev.eval(b) {
+            modular_difference = true;
+            break;
+        }
+    }
+    if modular_difference {
+        for _ in 0..cfg.real_points {
+            let values: Vec<Rat> = symbols.iter().map(|(_, k)| rng.value(*k)).collect();
+            if let Some(point) = witness_at(arena, a, b, &values) {
+                return Outcome::Refuted {
+                    layer: Layer::RandomWitness,
+                    point,
+                };
+            }
+        }
+    }
+    let Some(timeout) = cfg.z3_timeout else {
+        return Outcome::Unknown("the sides differ in normal form and Z3 is off".into());
+    };
+    match smt::prove_equal(arena, a, b, timeout) {
+        smt::SmtResult::Equal => Outcome::Proved(Layer::Z3),
+        smt::SmtResult::Model(values) => {
+            // Z3's model is a witness only where it is a real difference: functions Z3 left
+            // uninterpreted may have values no real function takes.
+            let mut full: Vec<Rat> = symbols.iter().map(|_| Rat::zero()).collect();
+            for (s, v) in &values {
+                full[*s as usize] = v.clone();
+            }
+            match witness_at(arena, a, b, &full) {
+                Some(point) => Outcome::Refuted {
+                    layer: Layer::Z3,
+                    point,
+                },
+                None => Outcome::Unknown(
+                    "Z3 found a model only through its uninterpreted functions; no real witness"
+                        .into(),
+                ),
+            }
+        }
+        smt::SmtResult::Unknown(why) => Outcome::Unknown(format!("Z3: {why}")),
+    }
+}
+
+/// The point `values` when `a` and `b` really differ there: exactly, or clearly in f64.
+fn witness_at(arena: &Arena, a: ExprId, b: ExprId, values: &[Rat]) -> Option<Point> {
+    let mut exact = ExactEval::new(arena, values.to_vec());
+    let differ = match (exact.eval(a), exact.eval(b)) {
+        (Some(x), Some(y)) => x != y,
+        _ => {
+            let floats = values.iter().map(crate::expr::rat_to_f64).collect();
+            let mut ev = FloatEval::new(arena, floats);
+            clearly_differ(ev.eval(a), ev.eval(b))
+        }
+    };
+    differ.then(|| Point {
+        values: values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (i as u32, v.clone()))
+            .collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> DecideConfig {
+        DecideConfig::default()
+    }
+
+    #[test]
+    fn layers_decide_what_they_can() {
+        let mut ar = Arena::default();
+        let x = ar.symbol("x", SymbolKind::Real).unwrap();
+        let y = ar.symbol("y", SymbolKind::Real).unwrap();
+        let xy = ar.add(x, y).unwrap();
+        let yx = ar.add(y, x).unwrap();
+        assert_eq!(
+            decide(&ar, xy, yx, &cfg()),
+            Outcome::Proved(Layer::NormalForm)
+        );
+        // x + y vs x: a random point shows it.
+        match decide(&ar, xy, x, &cfg()) {
+            Outcome::Refuted { layer, point } => {
+                assert_eq!(layer, Layer::RandomWitness);
+                assert!(point.values.iter().any(|(s, v)| *s == 1 && !v.is_zero()));
+            }
+            other => panic!("{other:?}"),
+        }
+        // max(x, y) + min(x, y) == x + y only through the meaning of max and min: Z3 proves it.
+        let mx = ar.max(x, y).unwrap();
+        let mn = ar.min(x, y).unwrap();
+        let lhs = ar.add(mx, mn).unwrap();
+        assert_eq!(decide(&ar, lhs, xy, &cfg()), Outcome::Proved(Layer::Z3));
+        // relu(x) - relu(-x) == x, likewise.
+        let zero = ar.int(0).unwrap();
+        let r = ar.max(x, zero).unwrap();
+        let nx = ar.neg(x).unwrap();
+        let rn = ar.max(nx, zero).unwrap();
+        let d = ar.sub(r, rn).unwrap();
+        assert_eq!(decide(&ar, d, x, &cfg()), Outcome::Proved(Layer::Z3));
+    }
+
+    #[test]
+    fn function_identities_are_never_refuted() {
+        let mut ar = Arena::default();
+        let x = ar.symbol("x", SymbolKind::Real).unwrap();
+        let y = ar.symbol("y", SymbolKind::Real).unwrap();
+        let s = ar.add(x, y).unwrap();
+        let lhs = ar.app(crate::expr::Func::Exp, vec![s]).unwrap();
+        let ex = ar.app(crate::expr::Func::Exp, vec![x]).unwrap();
+        let ey = ar.app(crate::expr::Func::Exp, vec![y]).unwrap();
+        let rhs = ar.mul(ex, ey).unwrap();
+        // exp(x + y) == exp(x) exp(y): not in normal form, no real witness; Z3 without the
+        // exponential's axioms cannot prove it, so it stays unknown, never refuted.
+        assert!(matches!(decide(&ar, lhs, rhs, &cfg()), Outcome::Unknown(_)));
+    }
+}

@@ -1,0 +1,317 @@
+//! Evaluation of expressions at a point: modulo a large prime with random interpretations of
+//! the functions (a fast test of difference modulo function identities), exactly over the
+//! rationals where every function met is exact, and in f64 with the real functions.
+
+use crate::expr::{rat_to_f64, Arena, Atom, ExprId, Func, Rat};
+use num_bigint::BigInt;
+use num_traits::{Signed, ToPrimitive, Zero};
+use std::collections::HashMap;
+
+/// The prime of modular evaluation: 2^61 - 1.
+pub const PRIME: u64 = (1 << 61) - 1;
+
+fn mul_mod(a: u64, b: u64) -> u64 {
+    ((a as u128 * b as u128) % PRIME as u128) as u64
+}
+
+fn add_mod(a: u64, b: u64) -> u64 {
+    (a + b) % PRIME
+}
+
+fn pow_mod(mut b: u64, mut e: u64) -> u64 {
+    let mut acc = 1;
+    while e > 0 {
+        if e & 1 == 1 {
+            acc = mul_mod(acc, b);
+        }
+        b = mul_mod(b, b);
+        e >>= 1;
+    }
+    acc
+}
+
+/// The inverse of `a` modulo [`PRIME`] (0 for 0).
+pub fn inv_mod(a: u64) -> u64 {
+    pow_mod(a, PRIME - 2)
+}
+
+fn big_mod(n: &BigInt) -> u64 {
+    let p = BigInt::from(PRIME);
+    let r = ((n % &p) + &p) % &p;
+    r.to_u64().unwrap_or(0)
+}
+
+/// A rational modulo [`PRIME`] (denominators divisible by the prime map to 0; with a 61-bit
+/// prime and the dyadic denominators of f64 constants this does not happen in practice).
+pub fn rat_mod(r: &Rat) -> u64 {
+    mul_mod(big_mod(r.numer()), inv_mod(big_mod(r.denom())))
+}
+
+/// A 64-bit mix (splitmix64's finalizer): the random interpretations of functions.
+pub fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+fn func_code(f: &Func) -> u64 {
+    let name = f.name();
+    name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+/// Evaluates expressions modulo [`PRIME`] at one point, memoized: symbols take the given
+/// residues, `recip` is the modular inverse, every other function is a fixed random function
+/// (keyed by `seed`) of its argument values; max and min hash their argument *set*, so they
+/// stay commutative and idempotent, and comparisons return random bits.
+pub struct ModEval<'a> {
+    arena: &'a Arena,
+    symbols: Vec<u64>,
+    seed: u64,
+    memo: HashMap<ExprId, u64>,
+    atoms: HashMap<u32, u64>,
+}
+
+impl<'a> ModEval<'a> {
+    /// An evaluator with symbol residues `symbols` (by symbol number) and function seed `seed`.
+    pub fn new(arena: &'a Arena, symbols: Vec<u64>, seed: u64) -> Self {
+        ModEval {
+            arena,
+            symbols,
+            seed,
+            memo: HashMap::new(),
+            atoms: HashMap::new(),
+        }
+    }
+
+    /// The residue of `e`.
+    pub fn eval(&mut self, e: ExprId) -> u64 {
+        if let Some(&v) = self.memo.get(&e) {
+            return v;
+        }
+        let mut total = 0;
+        for (m, c) in &self.arena.poly(e).terms {
+            let mut t = rat_mod(c);
+            for &(a, k) in m {
+                let v = self.atom(a.0);
+                t = mul_mod(t, pow_mod(v, k as u64));
+            }
+            total = add_mod(total, t);
+        }
+        self.memo.insert(e, total);
+        total
+    }
+
+    fn atom(&mut self, a: u32) -> u64 {
+        if let Some(&v) = self.atoms.get(&a) {
+            return v;
+        }
+        let v = match self.arena.atom(crate::expr::AtomId(a)).clone() {
+            Atom::Symbol(s) => self.symbols[s as usize],
+            Atom::NonFinite(k) => mix(self.seed ^ (k as i64 as u64) ^ 0x5eed) % PRIME,
+            Atom::App(Func::Recip, args) => inv_mod(self.eval(args[0])),
+            Atom::App(Func::Where, args) => {
+                if self.eval(args[0]) != 0 {
+                    self.eval(args[1])
+                } else {
+                    self.eval(args[2])
+                }
+            }
+            Atom::App(f, args) => {
+                let mut vals: Vec<u64> = args.iter().map(|&x| self.eval(x)).collect();
+                if matches!(f, Func::Max | Func::Min) {
+                    vals.sort_unstable();
+                    vals.dedup();
+                }
+                let h = vals
+                    .iter()
+                    .fold(mix(self.seed ^ func_code(&f)), |h, &v| mix(h ^ v));
+                match f {
+                    Func::Positive | Func::NonNegative | Func::IsZero => h & 1,
+                    _ => h % PRIME,
+                }
+            }
+        };
+        self.atoms.insert(a, v);
+        v
+    }
+}
+
+/// Evaluates expressions exactly over the rationals at one point, memoized; `None` where the
+/// value is not a rational the ring and the exact functions reach (exp, log, an irrational
+/// square root, division by zero, a non-finite constant).
+pub struct ExactEval<'a> {
+    arena: &'a Arena,
+    symbols: Vec<Rat>,
+    memo: HashMap<ExprId, Option<Rat>>,
+}
+
+impl<'a> ExactEval<'a> {
+    /// An evaluator with symbol values `symbols` (by symbol number).
+    pub fn new(arena: &'a Arena, symbols: Vec<Rat>) -> Self {
+        ExactEval {
+            arena,
+            symbols,
+            memo: HashMap::new(),
+        }
+    }
+
+    /// The exact value of `e`, if it is rational.
+    pub fn eval(&mut self, e: ExprId) -> Option<Rat> {
+        if let Some(v) = self.memo.get(&e) {
+            return v.clone();
+        }
+        let mut total = Rat::zero();
+        let mut ok = true;
+        for (m, c) in &self.arena.poly(e).terms {
+            let mut t = c.clone();
+            for &(a, k) in m {
+                match self.atom(a.0) {
+                    Some(v) => {
+                        for _ in 0..k {
+                            t *= &v;
+                        }
+                    }
+                    None => ok = false,
+                }
+            }
+            total += t;
+        }
+        let v = ok.then_some(total);
+        self.memo.insert(e, v.clone());
+        v
+    }
+
+    fn atom(&mut self, a: u32) -> Option<Rat> {
+        match self.arena.atom(crate::expr::AtomId(a)).clone() {
+            Atom::Symbol(s) => Some(self.symbols[s as usize].clone()),
+            Atom::NonFinite(_) => None,
+            Atom::App(f, args) => {
+                let vals: Option<Vec<Rat>> = match f {
+                    // Only the chosen branch needs a value.
+                    Func::Where => {
+                        let c = self.eval(args[0])?;
+                        return self.eval(if c.is_zero() { args[2] } else { args[1] });
+                    }
+                    _ => args.iter().map(|&x| self.eval(x)).collect(),
+                };
+                let vals = vals?;
+                match f {
+                    Func::Recip => (!vals[0].is_zero()).then(|| vals[0].recip()),
+                    Func::Max => vals.into_iter().max(),
+                    Func::Min => vals.into_iter().min(),
+                    Func::Positive => Some(Rat::from_integer(vals[0].is_positive().into())),
+                    Func::NonNegative => Some(Rat::from_integer((!vals[0].is_negative()).into())),
+                    Func::IsZero => Some(Rat::from_integer(vals[0].is_zero().into())),
+                    _ => None,
+                }
+            }
+        }
+    }
+}
+
+/// Evaluates expressions in f64 with the real functions at one point, memoized.
+pub struct FloatEval<'a> {
+    arena: &'a Arena,
+    symbols: Vec<f64>,
+    memo: HashMap<ExprId, f64>,
+}
+
+impl<'a> FloatEval<'a> {
+    /// An evaluator with symbol values `symbols` (by symbol number).
+    pub fn new(arena: &'a Arena, symbols: Vec<f64>) -> Self {
+        FloatEval {
+            arena,
+            symbols,
+            memo: HashMap::new(),
+        }
+    }
+
+    /// The f64 value of `e`.
+    pub fn eval(&mut self, e: ExprId) -> f64 {
+        if let Some(&v) = self.memo.get(&e) {
+            return v;
+        }
+        let mut total = 0.0;
+        for (m, c) in &self.arena.poly(e).terms {
+            let mut t = rat_to_f64(c);
+            for &(a, k) in m {
+                t *= self.atom(a.0).powi(k as i32);
+            }
+            total += t;
+        }
+        self.memo.insert(e, total);
+        total
+    }
+
+    fn atom(&mut self, a: u32) -> f64 {
+        match self.arena.atom(crate::expr::AtomId(a)).clone() {
+            Atom::Symbol(s) => self.symbols[s as usize],
+            Atom::NonFinite(1) => f64::INFINITY,
+            Atom::NonFinite(-1) => f64::NEG_INFINITY,
+            Atom::NonFinite(_) => f64::NAN,
+            Atom::App(f, args) => {
+                let vals: Vec<f64> = args.iter().map(|&x| self.eval(x)).collect();
+                f.eval_f64(&vals)
+            }
+        }
+    }
+}
+
+/// True when two f64 values differ beyond rounding noise: a real difference, not a rounding
+/// artifact of evaluating two different but equal expressions.
+pub fn clearly_differ(a: f64, b: f64) -> bool {
+    if a.is_nan() || b.is_nan() {
+        return false;
+    }
+    if a.is_infinite() || b.is_infinite() {
+        return a != b && (a.is_finite() || b.is_finite());
+    }
+    (a - b).abs() > 1e-6 * (1.0 + a.abs().max(b.abs()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::expr::SymbolKind;
+
+    #[test]
+    fn modular_arithmetic_inverts() {
+        for a in [1u64, 2, 12345, PRIME - 1] {
+            assert_eq!(mul_mod(a, inv_mod(a)), 1);
+        }
+        let r = Rat::new(3.into(), 4.into());
+        assert_eq!(mul_mod(rat_mod(&r), 4), 3);
+        let neg = Rat::from_integer((-5).into());
+        assert_eq!(add_mod(rat_mod(&neg), 5), 0);
+    }
+
+    #[test]
+    fn the_three_evaluations_agree_on_ring_expressions() {
+        let mut a = Arena::default();
+        let x = a.symbol("x", SymbolKind::Real).unwrap();
+        let y = a.symbol("y", SymbolKind::Real).unwrap();
+        let xy = a.mul(x, y).unwrap();
+        let three = a.int(3).unwrap();
+        let e = a.div(xy, three).unwrap();
+        let e = a.sub(e, y).unwrap();
+        let exact = ExactEval::new(
+            &a,
+            vec![Rat::from_integer(2.into()), Rat::from_integer(6.into())],
+        )
+        .eval(e)
+        .unwrap();
+        assert_eq!(exact, Rat::from_integer((-2).into()));
+        assert_eq!(FloatEval::new(&a, vec![2.0, 6.0]).eval(e), -2.0);
+        assert_eq!(ModEval::new(&a, vec![2, 6], 7).eval(e), rat_mod(&exact));
+    }
+
+    #[test]
+    fn float_differences_ignore_rounding() {
+        assert!(!clearly_differ(0.1 + 0.2, 0.3));
+        assert!(clearly_differ(1.0, 1.001));
+        assert!(clearly_differ(f64::INFINITY, 1.0));
+        assert!(!clearly_differ(f64::NAN, 1.0));
+    }
+}

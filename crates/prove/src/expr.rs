@@ -1,0 +1,1040 @@
+//! Hash-consed scalar expressions in normal form.
+//!
+//! Every expression is stored once, as a polynomial with rational coefficients over *atoms*:
+//! input symbols, non-finite constants, and applications of interpreted functions whose
+//! arguments are themselves expressions in normal form. The smart constructors of [`Arena`]
+//! normalize as they build (sums and products are expanded and collected, function arguments are
+//! canonicalized), so two expressions with the same normal form get the same [`ExprId`] and
+//! equality of ids is a proof of equality over the reals.
+
+use num_bigint::BigInt;
+use num_rational::BigRational;
+use num_traits::{One, Signed, ToPrimitive, Zero};
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::sync::Arc;
+
+/// An exact rational number.
+pub type Rat = BigRational;
+
+/// A hash-consed expression in normal form (an index into its [`Arena`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ExprId(pub u32);
+
+/// A hash-consed atom (an index into its [`Arena`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AtomId(pub u32);
+
+/// What values an input symbol ranges over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SymbolKind {
+    /// Any real number (float tensors).
+    Real,
+    /// Any integer (integer tensors).
+    Int,
+    /// 0 or 1 (bool tensors).
+    Bool,
+}
+
+/// An interpreted function: what an atom applies to its arguments.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Func {
+    /// e^x.
+    Exp,
+    /// Natural logarithm.
+    Log,
+    /// Square root.
+    Sqrt,
+    /// 1 / x of a non-constant x (constants are inverted exactly).
+    Recip,
+    /// Hyperbolic tangent.
+    Tanh,
+    /// The error function.
+    Erf,
+    /// Maximum of a normalized multiset of arguments (commutative, idempotent, flattened).
+    Max,
+    /// Minimum of a normalized multiset of arguments.
+    Min,
+    /// 1 when the argument is positive, else 0.
+    Positive,
+    /// 1 when the argument is non-negative, else 0.
+    NonNegative,
+    /// 1 when the argument is zero, else 0 (the argument's sign is normalized).
+    IsZero,
+    /// `where(c, a, b)`: a when c is non-zero, else b.
+    Where,
+    /// x^e for a rational, non-integer exponent e (stored as its f64 bits).
+    PowConst(u64),
+    /// Another elementwise function, by its ATen name (`sin`, `floor`, ...), evaluated by f64.
+    Named(String),
+}
+
+impl Func {
+    /// The function's display name.
+    pub fn name(&self) -> String {
+        match self {
+            Func::Exp => "exp".into(),
+            Func::Log => "log".into(),
+            Func::Sqrt => "sqrt".into(),
+            Func::Recip => "recip".into(),
+            Func::Tanh => "tanh".into(),
+            Func::Erf => "erf".into(),
+            Func::Max => "max".into(),
+            Func::Min => "min".into(),
+            Func::Positive => "gt0".into(),
+            Func::NonNegative => "ge0".into(),
+            Func::IsZero => "eq0".into(),
+            Func::Where => "where".into(),
+            Func::PowConst(bits) => format!("pow[{}]", f64::from_bits(*bits)),
+            Func::Named(n) => n.clone(),
+        }
+    }
+
+    /// The function at a real point, in f64.
+    pub fn eval_f64(&self, args: &[f64]) -> f64 {
+        let x = args.first().copied().unwrap_or(f64::NAN);
+        match self {
+            Func::Exp => x.exp(),
+            Func::Log => x.ln(),
+            Func::Sqrt => x.sqrt(),
+            Func::Recip => 1.0 / x,
+            Func::Tanh => x.tanh(),
+            Func::Erf => erf(x),
+            Func::Max => args.iter().copied().fold(f64::NEG_INFINITY, f64_max_nan),
+            Func::Min => args.iter().copied().fold(f64::INFINITY, f64_min_nan),
+            Func::Positive => bool_f64(x > 0.0),
+            Func::NonNegative => bool_f64(x >= 0.0),
+            Func::IsZero => bool_f64(x == 0.0),
+            Func::Where => {
+                if x != 0.0 {
+                    args[1]
+                } else {
+                    args[2]
+                }
+            }
+            Func::PowConst(bits) => x.powf(f64::from_bits(*bits)),
+            Func::Named(n) => named_f64(n, x),
+        }
+    }
+}
+
+fn bool_f64(b: bool) -> f64 {
+    if b {
+        1.0
+    } else {
+        0.0
+    }
+}
+
+/// Max that propagates NaN, as torch's `maximum` does.
+fn f64_max_nan(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else {
+        a.max(b)
+    }
+}
+
+fn f64_min_nan(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else {
+        a.min(b)
+    }
+}
+
+/// The error function (Abramowitz-Stegun 7.1.26 is too coarse for witnesses; this uses the
+/// series below 3 and the continued fraction tail above).
+pub fn erf(x: f64) -> f64 {
+    if x.is_nan() {
+        return f64::NAN;
+    }
+    let a = x.abs();
+    let v = if a < 3.0 {
+        // Maclaurin series: erf(x) = 2/sqrt(pi) * sum (-1)^n x^(2n+1) / (n! (2n+1)).
+        let mut sum: f64 = 0.0;
+        let mut term = a;
+        let mut n = 0.0;
+        while term.abs() > 1e-17 * sum.abs().max(1e-300) && n < 200.0 {
+            sum += term / (2.0 * n + 1.0);
+            n += 1.0;
+            term *= -a * a / n;
+        }
+        sum * 2.0 / std::f64::consts::PI.sqrt()
+    } else {
+        // erfc(x) = exp(-x^2)/(x sqrt(pi)) * continued fraction.
+        let mut f = 0.0;
+        for k in (1..60).rev() {
+            f = (k as f64 / 2.0) / (a + f);
+        }
+        1.0 - (-a * a).exp() / (std::f64::consts::PI.sqrt() * (a + f))
+    };
+    v.copysign(x)
+}
+
+/// Elementwise functions known by name.
+fn named_f64(name: &str, x: f64) -> f64 {
+    match name {
+        "sin" => x.sin(),
+        "cos" => x.cos(),
+        "tan" => x.tan(),
+        "sinh" => x.sinh(),
+        "cosh" => x.cosh(),
+        "asin" => x.asin(),
+        "acos" => x.acos(),
+        "atan" => x.atan(),
+        "asinh" => x.asinh(),
+        "acosh" => x.acosh(),
+        "atanh" => x.atanh(),
+        "expm1" => x.exp_m1(),
+        "log1p" => x.ln_1p(),
+        "log2" => x.log2(),
+        "log10" => x.log10(),
+        "exp2" => x.exp2(),
+        "floor" => x.floor(),
+        "ceil" => x.ceil(),
+        "trunc" => x.trunc(),
+        "round" => {
+            // Round half to even, as torch.
+            let r = x.round();
+            if (x - x.trunc()).abs() == 0.5 {
+                2.0 * (x / 2.0).round()
+            } else {
+                r
+            }
+        }
+        "sign" => {
+            if x > 0.0 {
+                1.0
+            } else if x < 0.0 {
+                -1.0
+            } else {
+                x
+            }
+        }
+        "erfc" => 1.0 - erf(x),
+        _ => f64::NAN,
+    }
+}
+
+/// What an atom is.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Atom {
+    /// Input symbol number `n` (see [`Arena::symbol_name`]).
+    Symbol(u32),
+    /// +inf (1), -inf (-1) or NaN (0): f64 constants that are not rationals.
+    NonFinite(i8),
+    /// A function applied to normalized arguments.
+    App(Func, Vec<ExprId>),
+}
+
+/// A monomial: atoms with positive exponents, sorted by atom.
+pub type Mono = Vec<(AtomId, u32)>;
+
+/// A polynomial: terms sorted by monomial, no zero coefficient. The empty polynomial is 0.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Poly {
+    /// The terms, sorted by monomial.
+    pub terms: Vec<(Mono, Rat)>,
+}
+
+/// An expression grew past a budget: the caller reports the program as too large.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{what} exceeds the limit of {limit} (reached {reached})")]
+pub struct BudgetError {
+    /// What grew too large.
+    pub what: &'static str,
+    /// The limit.
+    pub limit: usize,
+    /// How far it got.
+    pub reached: usize,
+}
+
+/// Limits that keep normalization from running out of memory.
+#[derive(Clone, Copy, Debug)]
+pub struct Budget {
+    /// Terms of one expanded polynomial.
+    pub terms_per_expr: usize,
+    /// Terms stored in the whole arena.
+    pub total_terms: usize,
+}
+
+impl Default for Budget {
+    fn default() -> Self {
+        Budget {
+            terms_per_expr: 20_000,
+            total_terms: 50_000_000,
+        }
+    }
+}
+
+/// The store of hash-consed expressions and atoms.
+pub struct Arena {
+    polys: Vec<Arc<Poly>>,
+    poly_ids: HashMap<Arc<Poly>, ExprId>,
+    atoms: Vec<Atom>,
+    atom_ids: HashMap<Atom, AtomId>,
+    symbols: Vec<(String, SymbolKind)>,
+    symbol_ids: HashMap<String, u32>,
+    budget: Budget,
+    stored_terms: usize,
+}
+
+impl Default for Arena {
+    fn default() -> Self {
+        Arena::new(Budget::default())
+    }
+}
+
+impl fmt::Debug for Arena {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Arena({} exprs, {} atoms, {} symbols)",
+            self.polys.len(),
+            self.atoms.len(),
+            self.symbols.len()
+        )
+    }
+}
+
+/// The result of a constructor: the expression, or the budget it broke.
+pub type Built = Result<ExprId, BudgetError>;
+
+impl Arena {
+    /// An empty arena with the given limits.
+    pub fn new(budget: Budget) -> Self {
+        Arena {
+            polys: Vec::new(),
+            poly_ids: HashMap::new(),
+            atoms: Vec::new(),
+            atom_ids: HashMap::new(),
+            symbols: Vec::new(),
+            symbol_ids: HashMap::new(),
+            budget,
+            stored_terms: 0,
+        }
+    }
+
+    /// Number of distinct expressions stored.
+    pub fn len(&self) -> usize {
+        self.polys.len()
+    }
+
+    /// Whether nothing is stored.
+    pub fn is_empty(&self) -> bool {
+        self.polys.is_empty()
+    }
+
+    /// Number of distinct atoms stored.
+    pub fn atom_count(&self) -> usize {
+        self.atoms.len()
+    }
+
+    /// Terms stored over all expressions.
+    pub fn stored_terms(&self) -> usize {
+        self.stored_terms
+    }
+
+    /// The normal form of `e`.
+    pub fn poly(&self, e: ExprId) -> &Poly {
+        &self.polys[e.0 as usize]
+    }
+
+    /// Atom `a`.
+    pub fn atom(&self, a: AtomId) -> &Atom {
+        &self.atoms[a.0 as usize]
+    }
+
+    /// The symbols, by number: name and kind.
+    pub fn symbols(&self) -> &[(String, SymbolKind)] {
+        &self.symbols
+    }
+
+    /// The name of symbol number `s`.
+    pub fn symbol_name(&self, s: u32) -> &str {
+        &self.symbols[s as usize].0
+    }
+
+    /// The number of the symbol named `name`, if one is.
+    pub fn symbol_number(&self, name: &str) -> Option<u32> {
+        self.symbol_ids.get(name).copied()
+    }
+
+    fn intern(&mut self, p: Poly) -> Built {
+        if p.terms.len() > self.budget.terms_per_expr {
+            return Err(BudgetError {
+                what: "terms of one expression",
+                limit: self.budget.terms_per_expr,
+                reached: p.terms.len(),
+            });
+        }
+        if let Some(&id) = self.poly_ids.get(&p) {
+            return Ok(id);
+        }
+        self.stored_terms += p.terms.len();
+        if self.stored_terms > self.budget.total_terms {
+            return Err(BudgetError {
+                what: "terms stored in all expressions",
+                limit: self.budget.total_terms,
+                reached: self.stored_terms,
+            });
+        }
+        let id = ExprId(u32::try_from(self.polys.len()).map_err(|_| BudgetError {
+            what: "expressions",
+            limit: u32::MAX as usize,
+            reached: self.polys.len(),
+        })?);
+        let p = Arc::new(p);
+        self.polys.push(p.clone());
+        self.poly_ids.insert(p, id);
+        Ok(id)
+    }
+
+    fn intern_atom(&mut self, a: Atom) -> AtomId {
+        if let Some(&id) = self.atom_ids.get(&a) {
+            return id;
+        }
+        let id = AtomId(self.atoms.len() as u32);
+        self.atoms.push(a.clone());
+        self.atom_ids.insert(a, id);
+        id
+    }
+
+    /// The expression that is just atom `a`.
+    fn atom_expr(&mut self, a: Atom) -> Built {
+        let id = self.intern_atom(a);
+        self.intern(Poly {
+            terms: vec![(vec![(id, 1)], Rat::one())],
+        })
+    }
+
+    /// The constant `r`.
+    pub fn constant(&mut self, r: Rat) -> Built {
+        if r.is_zero() {
+            self.intern(Poly::default())
+        } else {
+            self.intern(Poly {
+                terms: vec![(Vec::new(), r)],
+            })
+        }
+    }
+
+    /// The integer constant `n`.
+    pub fn int(&mut self, n: i64) -> Built {
+        self.constant(Rat::from_integer(BigInt::from(n)))
+    }
+
+    /// The f64 constant `x`: its exact rational value, or a non-finite atom.
+    pub fn float(&mut self, x: f64) -> Built {
+        match Rat::from_float(x) {
+            Some(r) if x.is_finite() => self.constant(r),
+            _ => {
+                let code = if x.is_nan() {
+                    0
+                } else if x > 0.0 {
+                    1
+                } else {
+                    -1
+                };
+                self.atom_expr(Atom::NonFinite(code))
+            }
+        }
+    }
+
+    /// The input symbol `name` of kind `kind` (the same name always gives the same symbol).
+    pub fn symbol(&mut self, name: &str, kind: SymbolKind) -> Built {
+        let n = match self.symbol_ids.get(name) {
+            Some(&n) => n,
+            None => {
+                let n = self.symbols.len() as u32;
+                self.symbols.push((name.to_string(), kind));
+                self.symbol_ids.insert(name.to_string(), n);
+                n
+            }
+        };
+        self.atom_expr(Atom::Symbol(n))
+    }
+
+    /// The constant value of `e`, if it is constant.
+    pub fn as_const(&self, e: ExprId) -> Option<Rat> {
+        let p = self.poly(e);
+        match p.terms.as_slice() {
+            [] => Some(Rat::zero()),
+            [(m, c)] if m.is_empty() => Some(c.clone()),
+            _ => None,
+        }
+    }
+
+    /// The f64 value of `e` when it is a constant (rational or non-finite).
+    pub fn as_f64_const(&self, e: ExprId) -> Option<f64> {
+        if let Some(r) = self.as_const(e) {
+            return Some(rat_to_f64(&r));
+        }
+        match self.poly(e).terms.as_slice() {
+            [(m, c)] if m.len() == 1 && m[0].1 == 1 && c.is_one() => match self.atom(m[0].0) {
+                Atom::NonFinite(1) => Some(f64::INFINITY),
+                Atom::NonFinite(-1) => Some(f64::NEG_INFINITY),
+                Atom::NonFinite(_) => Some(f64::NAN),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// a + b.
+    pub fn add(&mut self, a: ExprId, b: ExprId) -> Built {
+        self.sum(&[a, b])
+    }
+
+    /// The sum of `items`.
+    pub fn sum(&mut self, items: &[ExprId]) -> Built {
+        match items {
+            [] => return self.int(0),
+            [a] => return Ok(*a),
+            _ => {}
+        }
+        let mut acc: BTreeMap<Mono, Rat> = BTreeMap::new();
+        for &e in items {
+            for (m, c) in &self.polys[e.0 as usize].terms {
+                add_term(&mut acc, m.clone(), c.clone());
+            }
+            if acc.len() > self.budget.terms_per_expr {
+                return Err(BudgetError {
+                    what: "terms of one expression",
+                    limit: self.budget.terms_per_expr,
+                    reached: acc.len(),
+                });
+            }
+        }
+        self.intern(from_map(acc))
+    }
+
+    /// -a.
+    pub fn neg(&mut self, a: ExprId) -> Built {
+        self.scale(a, &-Rat::one())
+    }
+
+    /// a - b.
+    pub fn sub(&mut self, a: ExprId, b: ExprId) -> Built {
+        let nb = self.neg(b)?;
+        self.add(a, nb)
+    }
+
+    /// r * a.
+    pub fn scale(&mut self, a: ExprId, r: &Rat) -> Built {
+        if r.is_zero() {
+            return self.int(0);
+        }
+        if r.is_one() {
+            return Ok(a);
+        }
+        let terms = self
+            .poly(a)
+            .terms
+            .iter()
+            .map(|(m, c)| (m.clone(), c * r))
+            .collect();
+        self.intern(Poly { terms })
+    }
+
+    /// a * b, expanded.
+    pub fn mul(&mut self, a: ExprId, b: ExprId) -> Built {
+        if let Some(c) = self.as_const(a) {
+            return self.scale(b, &c);
+        }
+        if let Some(c) = self.as_const(b) {
+            return self.scale(a, &c);
+        }
+        let (pa, pb) = (
+            self.polys[a.0 as usize].clone(),
+            self.polys[b.0 as usize].clone(),
+        );
+        let product = pa.terms.len().saturating_mul(pb.terms.len());
+        if product > self.budget.terms_per_expr.saturating_mul(4) {
+            return Err(BudgetError {
+                what: "terms of one product before collection",
+                limit: self.budget.terms_per_expr * 4,
+                reached: product,
+            });
+        }
+        let mut acc: BTreeMap<Mono, Rat> = BTreeMap::new();
+        for (ma, ca) in &pa.terms {
+            for (mb, cb) in &pb.terms {
+                add_term(&mut acc, mul_mono(ma, mb), ca * cb);
+            }
+        }
+        self.intern(from_map(acc))
+    }
+
+    /// The product of `items`.
+    pub fn product(&mut self, items: &[ExprId]) -> Built {
+        let mut acc = self.int(1)?;
+        for &e in items {
+            acc = self.mul(acc, e)?;
+        }
+        Ok(acc)
+    }
+
+    /// a^n for an integer n (negative: the reciprocal of a^-n).
+    pub fn pow_int(&mut self, a: ExprId, n: i64) -> Built {
+        let mut acc = self.int(1)?;
+        for _ in 0..n.unsigned_abs() {
+            acc = self.mul(acc, a)?;
+        }
+        if n < 0 {
+            self.recip(acc)
+        } else {
+            Ok(acc)
+        }
+    }
+
+    /// a^e for a constant exponent.
+    pub fn pow_const(&mut self, a: ExprId, e: f64) -> Built {
+        if e.fract() == 0.0 && e.abs() <= 64.0 {
+            return self.pow_int(a, e as i64);
+        }
+        if e == 0.5 {
+            return self.app(Func::Sqrt, vec![a]);
+        }
+        if e == -0.5 {
+            let s = self.app(Func::Sqrt, vec![a])?;
+            return self.recip(s);
+        }
+        self.app(Func::PowConst(e.to_bits()), vec![a])
+    }
+
+    /// 1 / a: exact for a non-zero constant; otherwise the constant content is pulled out and
+    /// the rest becomes a `recip` atom (1/(c*p) = (1/c) * recip(p)).
+    pub fn recip(&mut self, a: ExprId) -> Built {
+        if let Some(c) = self.as_const(a) {
+            if !c.is_zero() {
+                return self.constant(c.recip());
+            }
+            return self.float(f64::INFINITY);
+        }
+        let lead = self.poly(a).terms[0].1.clone();
+        let monic = self.scale(a, &lead.recip())?;
+        let r = self.app(Func::Recip, vec![monic])?;
+        self.scale(r, &lead.recip())
+    }
+
+    /// a / b.
+    pub fn div(&mut self, a: ExprId, b: ExprId) -> Built {
+        let r = self.recip(b)?;
+        self.mul(a, r)
+    }
+
+    /// max(a, b).
+    pub fn max(&mut self, a: ExprId, b: ExprId) -> Built {
+        self.app(Func::Max, vec![a, b])
+    }
+
+    /// min(a, b).
+    pub fn min(&mut self, a: ExprId, b: ExprId) -> Built {
+        self.app(Func::Min, vec![a, b])
+    }
+
+    /// 1 when a > b, else 0.
+    pub fn gt(&mut self, a: ExprId, b: ExprId) -> Built {
+        let d = self.sub(a, b)?;
+        self.app(Func::Positive, vec![d])
+    }
+
+    /// 1 when a >= b, else 0.
+    pub fn ge(&mut self, a: ExprId, b: ExprId) -> Built {
+        let d = self.sub(a, b)?;
+        self.app(Func::NonNegative, vec![d])
+    }
+
+    /// 1 when a == b, else 0.
+    pub fn eq(&mut self, a: ExprId, b: ExprId) -> Built {
+        let d = self.sub(a, b)?;
+        self.app(Func::IsZero, vec![d])
+    }
+
+    /// 1 - a (logical not of a 0/1 value).
+    pub fn not(&mut self, a: ExprId) -> Built {
+        let one = self.int(1)?;
+        self.sub(one, a)
+    }
+
+    /// where(c, a, b).
+    pub fn select(&mut self, c: ExprId, a: ExprId, b: ExprId) -> Built {
+        self.app(Func::Where, vec![c, a, b])
+    }
+
+    /// `func` applied to `args`, normalized: constants are folded where the result is exact,
+    /// max/min arguments are flattened, sorted and deduplicated, comparison arguments get a
+    /// canonical sign.
+    pub fn app(&mut self, func: Func, mut args: Vec<ExprId>) -> Built {
+        match func {
+            Func::Max | Func::Min => {
+                let mut flat = Vec::with_capacity(args.len());
+                for a in args {
+                    match self.single_app(a) {
+                        Some((f, inner)) if *f == func => flat.extend(inner.iter().copied()),
+                        _ => flat.push(a),
+                    }
+                }
+                // Constants fold into one.
+                let mut best: Option<Rat> = None;
+                let mut rest = Vec::new();
+                for a in flat {
+                    match self.as_const(a) {
+                        Some(c) => {
+                            best = Some(match best {
+                                None => c,
+                                Some(b) if func == Func::Max => b.max(c),
+                                Some(b) => b.min(c),
+                            })
+                        }
+                        None => rest.push(a),
+                    }
+                }
+                if let Some(c) = best {
+                    rest.push(self.constant(c)?);
+                }
+                rest.sort();
+                rest.dedup();
+                if rest.len() == 1 {
+                    return Ok(rest[0]);
+                }
+                args = rest;
+            }
+            Func::Positive | Func::NonNegative | Func::IsZero => {
+                let d = args[0];
+                if let Some(c) = self.as_const(d) {
+                    let v = match func {
+                        Func::Positive => c.is_positive(),
+                        Func::NonNegative => !c.is_negative(),
+                        _ => c.is_zero(),
+                    };
+                    return self.int(v as i64);
+                }
+                // d == 0 iff -d == 0 and the scale does not matter: make the polynomial monic.
+                if func == Func::IsZero {
+                    let lead = self.poly(d).terms[0].1.clone();
+                    args[0] = self.scale(d, &lead.recip())?;
+                } else {
+                    // Positive scales keep the sign: make the leading coefficient +-1.
+                    let lead = self.poly(d).terms[0].1.abs();
+                    args[0] = self.scale(d, &lead.recip())?;
+                }
+            }
+            Func::Where => {
+                let (c, a, b) = (args[0], args[1], args[2]);
+                if a == b {
+                    return Ok(a);
+                }
+                if let Some(v) = self.as_const(c) {
+                    return Ok(if v.is_zero() { b } else { a });
+                }
+            }
+            Func::Sqrt => {
+                if let Some(c) = self.as_const(args[0]) {
+                    if let Some(r) = exact_sqrt(&c) {
+                        return self.constant(r);
+                    }
+                }
+            }
+            Func::Exp | Func::Tanh | Func::Erf | Func::Log => {
+                if let Some(c) = self.as_const(args[0]) {
+                    if c.is_zero() {
+                        return match func {
+                            Func::Exp => self.int(1),
+                            Func::Log => self.float(f64::NEG_INFINITY),
+                            _ => self.int(0),
+                        };
+                    }
+                    if func == Func::Log && c.is_one() {
+                        return self.int(0);
+                    }
+                }
+            }
+            Func::Recip => {
+                if let Some(c) = self.as_const(args[0]) {
+                    if !c.is_zero() {
+                        return self.constant(c.recip());
+                    }
+                }
+            }
+            Func::PowConst(_) | Func::Named(_) => {}
+        }
+        self.atom_expr(Atom::App(func, args))
+    }
+
+    /// When `e` is exactly one function application (coefficient 1, exponent 1): it.
+    pub fn single_app(&self, e: ExprId) -> Option<(&Func, &[ExprId])> {
+        match self.poly(e).terms.as_slice() {
+            [(m, c)] if m.len() == 1 && m[0].1 == 1 && c.is_one() => match self.atom(m[0].0) {
+                Atom::App(f, args) => Some((f, args.as_slice())),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// Every atom reachable from `roots` (through function arguments), in increasing order.
+    pub fn reachable_atoms(&self, roots: &[ExprId]) -> Vec<AtomId> {
+        let mut seen_expr = std::collections::HashSet::new();
+        let mut seen_atom = std::collections::BTreeSet::new();
+        let mut stack: Vec<ExprId> = roots.to_vec();
+        while let Some(e) = stack.pop() {
+            if !seen_expr.insert(e) {
+                continue;
+            }
+            for (m, _) in &self.poly(e).terms {
+                for &(a, _) in m {
+                    if seen_atom.insert(a) {
+                        if let Atom::App(_, args) = self.atom(a) {
+                            stack.extend(args.iter().copied());
+                        }
+                    }
+                }
+            }
+        }
+        seen_atom.into_iter().collect()
+    }
+
+    /// A readable rendering of `e` (for reports; long expressions are cut).
+    pub fn render(&self, e: ExprId, max_len: usize) -> String {
+        let mut out = String::new();
+        self.render_into(e, &mut out, max_len);
+        if out.len() > max_len {
+            let mut cut = max_len;
+            while !out.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            out.truncate(cut);
+            out.push_str(" ...");
+        }
+        out
+    }
+
+    fn render_into(&self, e: ExprId, out: &mut String, max_len: usize) {
+        let p = self.poly(e);
+        if p.terms.is_empty() {
+            out.push('0');
+            return;
+        }
+        for (i, (m, c)) in p.terms.iter().enumerate() {
+            if out.len() > max_len {
+                return;
+            }
+            let neg = c.is_negative();
+            if i > 0 {
+                out.push_str(if neg { " - " } else { " + " });
+            } else if neg {
+                out.push('-');
+            }
+            let c = c.abs();
+            if m.is_empty() || !c.is_one() {
+                out.push_str(&render_rat(&c));
+                if !m.is_empty() {
+                    out.push('*');
+                }
+            }
+            for (j, &(a, k)) in m.iter().enumerate() {
+                if j > 0 {
+                    out.push('*');
+                }
+                match self.atom(a) {
+                    Atom::Symbol(s) => out.push_str(self.symbol_name(*s)),
+                    Atom::NonFinite(1) => out.push_str("inf"),
+                    Atom::NonFinite(-1) => out.push_str("(-inf)"),
+                    Atom::NonFinite(_) => out.push_str("nan"),
+                    Atom::App(f, args) => {
+                        out.push_str(&f.name());
+                        out.push('(');
+                        for (n, &x) in args.iter().enumerate() {
+                            if n > 0 {
+                                out.push_str(", ");
+                            }
+                            self.render_into(x, out, max_len);
+                        }
+                        out.push(')');
+                    }
+                }
+                if k > 1 {
+                    out.push_str(&format!("^{k}"));
+                }
+            }
+        }
+    }
+}
+
+fn render_rat(r: &Rat) -> String {
+    if r.is_integer() {
+        return r.to_integer().to_string();
+    }
+    // Dyadic rationals from f64 literals read better as decimals.
+    let f = rat_to_f64(r);
+    if Rat::from_float(f).as_ref() == Some(r) {
+        format!("{f}")
+    } else {
+        format!("({r})")
+    }
+}
+
+/// The nearest f64 of a rational.
+pub fn rat_to_f64(r: &Rat) -> f64 {
+    r.to_f64().unwrap_or_else(|| {
+        // Very large numerators and denominators: scale both down together.
+        let n = r.numer().to_f64().unwrap_or(f64::INFINITY);
+        let d = r.denom().to_f64().unwrap_or(f64::INFINITY);
+        n / d
+    })
+}
+
+fn exact_sqrt(c: &Rat) -> Option<Rat> {
+    if c.is_negative() {
+        return None;
+    }
+    let n = c.numer().sqrt();
+    let d = c.denom().sqrt();
+    (&n * &n == *c.numer() && &d * &d == *c.denom()).then(|| Rat::new(n, d))
+}
+
+fn add_term(acc: &mut BTreeMap<Mono, Rat>, m: Mono, c: Rat) {
+    use std::collections::btree_map::Entry;
+    match acc.entry(m) {
+        Entry::Vacant(v) => {
+            v.insert(c);
+        }
+        Entry::Occupied(mut o) => {
+            *o.get_mut() += c;
+            if o.get().is_zero() {
+                o.remove();
+            }
+        }
+    }
+}
+
+fn from_map(acc: BTreeMap<Mono, Rat>) -> Poly {
+    Poly {
+        terms: acc.into_iter().filter(|(_, c)| !c.is_zero()).collect(),
+    }
+}
+
+fn mul_mono(a: &Mono, b: &Mono) -> Mono {
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() && j < b.len() {
+        match a[i].0.cmp(&b[j].0) {
+            std::cmp::Ordering::Less => {
+                out.push(a[i]);
+                i += 1;
+            }
+            std::cmp::Ordering::Greater => {
+                out.push(b[j]);
+                j += 1;
+            }
+            std::cmp::Ordering::Equal => {
+                out.push((a[i].0, a[i].1 + b[j].1));
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    out.extend_from_slice(&a[i..]);
+    out.extend_from_slice(&b[j..]);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn arena() -> Arena {
+        Arena::default()
+    }
+
+    #[test]
+    fn ring_identities_have_one_normal_form() {
+        let mut a = arena();
+        let x = a.symbol("x", SymbolKind::Real).unwrap();
+        let y = a.symbol("y", SymbolKind::Real).unwrap();
+        // (x + y)^2 == x^2 + 2xy + y^2
+        let s = a.add(x, y).unwrap();
+        let lhs = a.mul(s, s).unwrap();
+        let x2 = a.mul(x, x).unwrap();
+        let y2 = a.mul(y, y).unwrap();
+        let xy = a.mul(x, y).unwrap();
+        let two_xy = a.scale(xy, &Rat::from_integer(2.into())).unwrap();
+        let rhs = a.sum(&[x2, two_xy, y2]).unwrap();
+        assert_eq!(lhs, rhs);
+        // (x + y) - y == x; x / 4 * 4 == x.
+        let back = a.sub(s, y).unwrap();
+        assert_eq!(back, x);
+        let four = a.int(4).unwrap();
+        let q = a.div(x, four).unwrap();
+        assert_eq!(a.mul(q, four).unwrap(), x);
+        assert_ne!(lhs, x2);
+    }
+
+    #[test]
+    fn max_is_commutative_idempotent_and_flattened() {
+        let mut a = arena();
+        let x = a.symbol("x", SymbolKind::Real).unwrap();
+        let y = a.symbol("y", SymbolKind::Real).unwrap();
+        let z = a.symbol("z", SymbolKind::Real).unwrap();
+        let xy = a.max(x, y).unwrap();
+        let yx = a.max(y, x).unwrap();
+        assert_eq!(xy, yx);
+        let xyz = a.max(xy, z).unwrap();
+        let yz = a.max(y, z).unwrap();
+        let xyz2 = a.max(x, yz).unwrap();
+        assert_eq!(xyz, xyz2);
+        assert_eq!(a.max(xy, x).unwrap(), xy);
+        let zero = a.int(0).unwrap();
+        let three = a.int(3).unwrap();
+        let c = a.max(zero, three).unwrap();
+        assert_eq!(a.as_const(c), Some(Rat::from_integer(3.into())));
+    }
+
+    #[test]
+    fn reciprocals_pull_out_constants_and_comparisons_normalize_sign() {
+        let mut a = arena();
+        let x = a.symbol("x", SymbolKind::Real).unwrap();
+        let y = a.symbol("y", SymbolKind::Real).unwrap();
+        let two = a.int(2).unwrap();
+        let two_y = a.mul(two, y).unwrap();
+        // x / (2y) == (x / 2) / y
+        let l = a.div(x, two_y).unwrap();
+        let half = a.div(x, two).unwrap();
+        let r = a.div(half, y).unwrap();
+        assert_eq!(l, r);
+        // x == y iff y == x; x > y iff 2x > 2y.
+        assert_eq!(a.eq(x, y).unwrap(), a.eq(y, x).unwrap());
+        let x2 = a.mul(two, x).unwrap();
+        assert_eq!(a.gt(x, y).unwrap(), a.gt(x2, two_y).unwrap());
+        assert_ne!(a.gt(x, y).unwrap(), a.gt(y, x).unwrap());
+    }
+
+    #[test]
+    fn budgets_refuse_blowups() {
+        let mut a = Arena::new(Budget {
+            terms_per_expr: 50,
+            total_terms: 1000,
+        });
+        let xs: Vec<ExprId> = (0..10)
+            .map(|i| a.symbol(&format!("x{i}"), SymbolKind::Real).unwrap())
+            .collect();
+        let s = a.sum(&xs).unwrap();
+        let err = a.mul(s, s).unwrap_err();
+        assert_eq!(err.what, "terms of one expression");
+    }
+
+    #[test]
+    fn erf_is_accurate() {
+        for (x, want) in [
+            (0.5, 0.520_499_877_813_046_5),
+            (1.0, 0.842_700_792_949_714_9),
+            (-2.0, -0.995_322_265_018_952_7),
+            (3.5, 0.999_999_256_901_627_7),
+        ] {
+            assert!((erf(x) - want).abs() < 1e-14, "erf({x}) = {}", erf(x));
+        }
+    }
+}

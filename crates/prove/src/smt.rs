@@ -1,0 +1,170 @@
+//! The Z3 layer: `a != b` over the reals, with max, min, comparisons, `where` and division
+//! encoded exactly and the transcendental functions uninterpreted (with true axioms, such as
+//! exp(x) > 0 and sqrt(x)^2 = x for x >= 0). Unsat is a proof for every interpretation of
+//! the uninterpreted functions, so in particular for the real ones.
+
+mod ffi;
+
+use crate::expr::{Arena, Atom, AtomId, ExprId, Func, Rat, SymbolKind};
+use ffi::{Answer, Ast, Z3};
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+/// What Z3 says of `a != b`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SmtResult {
+    /// Unsat: equal for all inputs.
+    Equal,
+    /// Sat, with the symbols' values in the model (by symbol number).
+    Model(Vec<(u32, Rat)>),
+    /// Unknown (time limit, non-linear arithmetic, a value that is not a rational).
+    Unknown(String),
+}
+
+struct Encoder<'a> {
+    z3: &'a Z3,
+    arena: &'a Arena,
+    exprs: HashMap<ExprId, Ast>,
+    atoms: HashMap<AtomId, Ast>,
+    symbols: BTreeMap<u32, Ast>,
+    side: Vec<Ast>,
+}
+
+impl Encoder<'_> {
+    fn rat(&self, r: &Rat) -> Ast {
+        self.z3.numeral(&format!("{}/{}", r.numer(), r.denom()))
+    }
+
+    fn expr(&mut self, e: ExprId) -> Ast {
+        if let Some(&r) = self.exprs.get(&e) {
+            return r;
+        }
+        let mut terms = Vec::new();
+        for (m, c) in &self.arena.poly(e).terms {
+            let mut factors = vec![self.rat(c)];
+            for &(a, k) in m {
+                let v = self.atom(a);
+                factors.extend(std::iter::repeat_n(v, k as usize));
+            }
+            terms.push(if factors.len() == 1 {
+                factors[0]
+            } else {
+                self.z3.mul(&factors)
+            });
+        }
+        let out = match terms.len() {
+            0 => self.z3.numeral("0"),
+            1 => terms[0],
+            _ => self.z3.add(&terms),
+        };
+        self.exprs.insert(e, out);
+        out
+    }
+
+    fn atom(&mut self, a: AtomId) -> Ast {
+        if let Some(&r) = self.atoms.get(&a) {
+            return r;
+        }
+        let z3 = self.z3;
+        let zero = z3.numeral("0");
+        let one = z3.numeral("1");
+        let out = match self.arena.atom(a).clone() {
+            Atom::Symbol(s) => {
+                let (name, kind) = &self.arena.symbols()[s as usize];
+                let v = match kind {
+                    SymbolKind::Int => z3.int_const_as_real(name),
+                    _ => z3.real_const(name),
+                };
+                if *kind == SymbolKind::Bool {
+                    let is01 = z3.or(&[z3.eq(v, zero), z3.eq(v, one)]);
+                    self.side.push(is01);
+                }
+                self.symbols.insert(s, v);
+                v
+            }
+            Atom::NonFinite(k) => z3.real_const(&format!("nonfinite_{k}")),
+            Atom::App(f, args) => {
+                let xs: Vec<Ast> = args.iter().map(|&x| self.expr(x)).collect();
+                match f {
+                    Func::Recip => z3.div(one, xs[0]),
+                    Func::Max | Func::Min => {
+                        let mut acc = xs[0];
+                        for &x in &xs[1..] {
+                            let pick_x = if f == Func::Max {
+                                z3.gt(x, acc)
+                            } else {
+                                z3.lt(x, acc)
+                            };
+                            acc = z3.ite(pick_x, x, acc);
+                        }
+                        acc
+                    }
+                    Func::Positive => z3.ite(z3.gt(xs[0], zero), one, zero),
+                    Func::NonNegative => z3.ite(z3.ge(xs[0], zero), one, zero),
+                    Func::IsZero => z3.ite(z3.eq(xs[0], zero), one, zero),
+                    Func::Where => z3.ite(z3.eq(xs[0], zero), xs[2], xs[1]),
+                    Func::Sqrt => {
+                        let r = z3.apply_uninterpreted("sqrt", &xs);
+                        let square = z3.eq(z3.mul(&[r, r]), xs[0]);
+                        let root = z3.and(&[z3.ge(r, zero), square]);
+                        self.side.push(z3.implies(z3.ge(xs[0], zero), root));
+                        r
+                    }
+                    Func::Exp => {
+                        let r = z3.apply_uninterpreted("exp", &xs);
+                        self.side.push(z3.gt(r, zero));
+                        r
+                    }
+                    other => {
+                        let name = format!("f_{}_{}", other.name(), xs.len());
+                        z3.apply_uninterpreted(&name, &xs)
+                    }
+                }
+            }
+        };
+        self.atoms.insert(a, out);
+        out
+    }
+}
+
+/// Asks Z3 whether `a != b` is satisfiable within `timeout`.
+pub fn prove_equal(arena: &Arena, a: ExprId, b: ExprId, timeout: Duration) -> SmtResult {
+    let z3 = Z3::new(timeout.as_millis().min(u32::MAX as u128) as u32);
+    let mut enc = Encoder {
+        z3: &z3,
+        arena,
+        exprs: HashMap::new(),
+        atoms: HashMap::new(),
+        symbols: BTreeMap::new(),
+        side: Vec::new(),
+    };
+    let (x, y) = (enc.expr(a), enc.expr(b));
+    for &s in &enc.side {
+        z3.assert(s);
+    }
+    z3.assert(z3.not(z3.eq(x, y)));
+    if z3.error() != 0 {
+        return SmtResult::Unknown(format!("Z3 rejected the encoding (error {})", z3.error()));
+    }
+    match z3.check() {
+        Answer::Unsat => SmtResult::Equal,
+        Answer::Unknown => SmtResult::Unknown(z3.reason_unknown()),
+        Answer::Sat => {
+            let (numbers, asts): (Vec<u32>, Vec<Ast>) =
+                enc.symbols.iter().map(|(s, a)| (*s, *a)).unzip();
+            let mut values = Vec::new();
+            for (s, v) in numbers.into_iter().zip(z3.model_values(&asts)) {
+                match v.and_then(|t| t.parse::<Rat>().ok()) {
+                    Some(r) => values.push((s, r)),
+                    None => {
+                        return SmtResult::Unknown(format!(
+                            "the model's value of `{}` is not a rational",
+                            arena.symbol_name(s)
+                        ))
+                    }
+                }
+            }
+            SmtResult::Model(values)
+        }
+    }
+}

@@ -1,0 +1,253 @@
+//! The normalizer against direct evaluation of random expression trees: a normal form
+//! evaluates as its tree does (exactly for the rational fragment, closely in f64 with the
+//! transcendental functions); equal normal forms mean equal values; and every witness the
+//! decision procedure reports is a real difference of the two trees.
+
+use num_rational::BigRational as Rat;
+use num_traits::Zero;
+use proptest::prelude::*;
+use shardproof_prove::decide::{decide, DecideConfig, Outcome};
+use shardproof_prove::eval::{ExactEval, FloatEval};
+use shardproof_prove::expr::{rat_to_f64, Arena, ExprId, Func, SymbolKind};
+
+const SYMBOLS: usize = 3;
+
+#[derive(Clone, Debug)]
+enum Tree {
+    Sym(usize),
+    Const(i64),
+    Add(Box<Tree>, Box<Tree>),
+    Sub(Box<Tree>, Box<Tree>),
+    Mul(Box<Tree>, Box<Tree>),
+    DivConst(Box<Tree>, i64),
+    Max(Box<Tree>, Box<Tree>),
+    Min(Box<Tree>, Box<Tree>),
+    Gt(Box<Tree>, Box<Tree>),
+    Where(Box<Tree>, Box<Tree>, Box<Tree>),
+    Exp(Box<Tree>),
+    Tanh(Box<Tree>),
+}
+
+fn tree() -> impl Strategy<Value = Tree> {
+    let leaf = prop_oneof![
+        (0..SYMBOLS).prop_map(Tree::Sym),
+        (-3i64..4).prop_map(Tree::Const),
+    ];
+    leaf.prop_recursive(5, 24, 3, |inner| {
+        let b = || inner.clone().prop_map(Box::new);
+        prop_oneof![
+            (b(), b()).prop_map(|(x, y)| Tree::Add(x, y)),
+            (b(), b()).prop_map(|(x, y)| Tree::Sub(x, y)),
+            (b(), b()).prop_map(|(x, y)| Tree::Mul(x, y)),
+            (b(), prop_oneof![Just(2i64), Just(-4), Just(3)])
+                .prop_map(|(x, k)| Tree::DivConst(x, k)),
+            (b(), b()).prop_map(|(x, y)| Tree::Max(x, y)),
+            (b(), b()).prop_map(|(x, y)| Tree::Min(x, y)),
+            (b(), b()).prop_map(|(x, y)| Tree::Gt(x, y)),
+            (b(), b(), b()).prop_map(|(c, x, y)| Tree::Where(c, x, y)),
+            b().prop_map(Tree::Exp),
+            b().prop_map(Tree::Tanh),
+        ]
+    })
+}
+
+fn build(a: &mut Arena, t: &Tree) -> ExprId {
+    let r = match t {
+        Tree::Sym(i) => a.symbol(&format!("x{i}"), SymbolKind::Real),
+        Tree::Const(k) => a.int(*k),
+        Tree::Add(x, y) => {
+            let (x, y) = (build(a, x), build(a, y));
+            a.add(x, y)
+        }
+        Tree::Sub(x, y) => {
+            let (x, y) = (build(a, x), build(a, y));
+            a.sub(x, y)
+        }
+        Tree::Mul(x, y) => {
+            let (x, y) = (build(a, x), build(a, y));
+            a.mul(x, y)
+        }
+        Tree::DivConst(x, k) => {
+            let x = build(a, x);
+            let k = a.int(*k).unwrap();
+            a.div(x, k)
+        }
+        Tree::Max(x, y) => {
+            let (x, y) = (build(a, x), build(a, y));
+            a.max(x, y)
+        }
+        Tree::Min(x, y) => {
+            let (x, y) = (build(a, x), build(a, y));
+            a.min(x, y)
+        }
+        Tree::Gt(x, y) => {
+            let (x, y) = (build(a, x), build(a, y));
+            a.gt(x, y)
+        }
+        Tree::Where(c, x, y) => {
+            let (c, x, y) = (build(a, c), build(a, x), build(a, y));
+            a.select(c, x, y)
+        }
+        Tree::Exp(x) => {
+            let x = build(a, x);
+            a.app(Func::Exp, vec![x])
+        }
+        Tree::Tanh(x) => {
+            let x = build(a, x);
+            a.app(Func::Tanh, vec![x])
+        }
+    };
+    r.expect("within budget")
+}
+
+/// The tree's value at `xs`, exactly; `None` when a transcendental function is reached.
+fn exact(t: &Tree, xs: &[Rat]) -> Option<Rat> {
+    Some(match t {
+        Tree::Sym(i) => xs[*i].clone(),
+        Tree::Const(k) => Rat::from_integer((*k).into()),
+        Tree::Add(x, y) => exact(x, xs)? + exact(y, xs)?,
+        Tree::Sub(x, y) => exact(x, xs)? - exact(y, xs)?,
+        Tree::Mul(x, y) => exact(x, xs)? * exact(y, xs)?,
+        Tree::DivConst(x, k) => exact(x, xs)? / Rat::from_integer((*k).into()),
+        Tree::Max(x, y) => exact(x, xs)?.max(exact(y, xs)?),
+        Tree::Min(x, y) => exact(x, xs)?.min(exact(y, xs)?),
+        Tree::Gt(x, y) => Rat::from_integer(((exact(x, xs)? > exact(y, xs)?) as i64).into()),
+        Tree::Where(c, x, y) => {
+            if exact(c, xs)?.is_zero() {
+                exact(y, xs)?
+            } else {
+                exact(x, xs)?
+            }
+        }
+        Tree::Exp(_) | Tree::Tanh(_) => return None,
+    })
+}
+
+fn float(t: &Tree, xs: &[f64]) -> f64 {
+    match t {
+        Tree::Sym(i) => xs[*i],
+        Tree::Const(k) => *k as f64,
+        Tree::Add(x, y) => float(x, xs) + float(y, xs),
+        Tree::Sub(x, y) => float(x, xs) - float(y, xs),
+        Tree::Mul(x, y) => float(x, xs) * float(y, xs),
+        Tree::DivConst(x, k) => float(x, xs) / *k as f64,
+        Tree::Max(x, y) => float(x, xs).max(float(y, xs)),
+        Tree::Min(x, y) => float(x, xs).min(float(y, xs)),
+        Tree::Gt(x, y) => (float(x, xs) > float(y, xs)) as i64 as f64,
+        Tree::Where(c, x, y) => {
+            if float(c, xs) != 0.0 {
+                float(x, xs)
+            } else {
+                float(y, xs)
+            }
+        }
+        Tree::Exp(x) => float(x, xs).exp(),
+        Tree::Tanh(x) => float(x, xs).tanh(),
+    }
+}
+
+/// A tree equal to `t` by ring identities and the commutativity of max and min: operands
+/// swapped, products distributed over sums, differences written as sums of negations.
+fn rewrite(t: &Tree) -> Tree {
+    let r = |x: &Tree| Box::new(rewrite(x));
+    match t {
+        Tree::Sym(_) | Tree::Const(_) => t.clone(),
+        Tree::Add(x, y) => Tree::Add(r(y), r(x)),
+        Tree::Sub(x, y) => Tree::Add(r(x), Box::new(Tree::Mul(Box::new(Tree::Const(-1)), r(y)))),
+        Tree::Mul(x, y) => match &**y {
+            Tree::Add(p, q) => Tree::Add(
+                Box::new(Tree::Mul(r(x), r(p))),
+                Box::new(Tree::Mul(r(q), r(x))),
+            ),
+            _ => Tree::Mul(r(y), r(x)),
+        },
+        Tree::DivConst(x, k) => Tree::DivConst(r(x), *k),
+        Tree::Max(x, y) => Tree::Max(r(y), r(x)),
+        Tree::Min(x, y) => Tree::Min(r(y), r(x)),
+        Tree::Gt(x, y) => Tree::Gt(Box::new(Tree::Sub(r(x), r(y))), Box::new(Tree::Const(0))),
+        Tree::Where(c, x, y) => Tree::Where(r(c), r(x), r(y)),
+        Tree::Exp(x) => Tree::Exp(r(x)),
+        Tree::Tanh(x) => Tree::Tanh(r(x)),
+    }
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a.is_nan() && b.is_nan()) || a == b || (a - b).abs() <= 1e-9 * (1.0 + a.abs().max(b.abs()))
+}
+
+fn point() -> impl Strategy<Value = Vec<i64>> {
+    proptest::collection::vec(-12i64..13, SYMBOLS)
+}
+
+/// Symbol values by symbol number (the arena numbers symbols as it meets them).
+fn by_number<T: Clone>(a: &Arena, xs: &[T]) -> Vec<T> {
+    a.symbols()
+        .iter()
+        .map(|(name, _)| xs[name[1..].parse::<usize>().unwrap()].clone())
+        .collect()
+}
+
+fn rats(p: &[i64]) -> Vec<Rat> {
+    p.iter().map(|&k| Rat::new(k.into(), 4.into())).collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn normal_forms_evaluate_as_their_trees(t in tree(), p in point()) {
+        let mut a = Arena::default();
+        let e = build(&mut a, &t);
+        let xs = rats(&p);
+        if let Some(want) = exact(&t, &xs) {
+            let got = ExactEval::new(&a, by_number(&a, &xs)).eval(e);
+            prop_assert_eq!(got, Some(want));
+        }
+        let fx: Vec<f64> = p.iter().map(|&k| k as f64 / 4.0).collect();
+        let got = FloatEval::new(&a, by_number(&a, &fx)).eval(e);
+        let want = float(&t, &fx);
+        // Exponentials of large arguments lose relative precision in different orders.
+        if want.is_finite() && want.abs() < 1e12 {
+            prop_assert!(close(got, want), "{got} vs {want}");
+        }
+    }
+
+    #[test]
+    fn identities_give_equal_normal_forms_and_values(t in tree(), p in point()) {
+        let u = rewrite(&t);
+        let mut a = Arena::default();
+        let (e, f) = (build(&mut a, &t), build(&mut a, &u));
+        prop_assert_eq!(e, f, "{:?} vs {:?}", t, u);
+        let xs = rats(&p);
+        if let (Some(x), Some(y)) = (exact(&t, &xs), exact(&u, &xs)) {
+            prop_assert_eq!(x, y);
+        }
+        let fx: Vec<f64> = p.iter().map(|&k| k as f64 / 4.0).collect();
+        let (x, y) = (float(&t, &fx), float(&u, &fx));
+        if x.is_finite() && x.abs() < 1e9 {
+            prop_assert!(close(x, y), "{x} vs {y}");
+        }
+    }
+
+    #[test]
+    fn every_witness_is_a_real_difference(t in tree(), u in tree()) {
+        let mut a = Arena::default();
+        let (e, f) = (build(&mut a, &t), build(&mut a, &u));
+        let cfg = DecideConfig { z3_timeout: None, ..DecideConfig::default() };
+        if let Outcome::Refuted { point, .. } = decide(&a, e, f, &cfg) {
+            let mut xs = vec![Rat::zero(); SYMBOLS];
+            for (s, v) in &point.values {
+                let name = a.symbol_name(*s);
+                xs[name[1..].parse::<usize>().unwrap()] = v.clone();
+            }
+            match (exact(&t, &xs), exact(&u, &xs)) {
+                (Some(x), Some(y)) => prop_assert_ne!(x, y),
+                _ => {
+                    let fx: Vec<f64> = xs.iter().map(rat_to_f64).collect();
+                    let (x, y) = (float(&t, &fx), float(&u, &fx));
+                    prop_assert!((x - y).abs() > 1e-7 * (1.0 + x.abs().max(y.abs())), "{x} vs {y} at {fx:?}");
+                }
+            }
+        }
+    }
+}

@@ -68,6 +68,9 @@ pub struct DecideConfig {
     pub real_points: usize,
     /// Z3's time limit per goal; `None` skips Z3.
     pub z3_timeout: Option<Duration>,
+    /// Goals whose two sides hold more polynomial terms than this (through every function
+    /// argument) skip Z3: non-linear real arithmetic of that size does not finish in time.
+    pub z3_max_terms: usize,
 }
 
 impl Default for DecideConfig {
@@ -77,6 +80,7 @@ impl Default for DecideConfig {
             modular_points: 3,
             real_points: 12,
             z3_timeout: Some(Duration::from_secs(10)),
+            z3_max_terms: 400,
         }
     }
 }
@@ -101,6 +105,9 @@ impl Rng {
         match kind {
             SymbolKind::Bool => Rat::from_integer(((r & 1) as i64).into()),
             SymbolKind::Int => Rat::from_integer(((r % 9) as i64 - 4).into()),
+            SymbolKind::Index(bound) => {
+                Rat::from_integer(((r % bound.max(1) as u64) as i64).into())
+            }
             SymbolKind::Real => Rat::new(((r % 33) as i64 - 16).into(), 8.into()),
         }
     }
@@ -121,6 +128,7 @@ pub fn decide(arena: &Arena, a: ExprId, b: ExprId, cfg: &DecideConfig) -> Outcom
             .iter()
             .map(|(_, kind)| match kind {
                 SymbolKind::Bool => rng.next() & 1,
+                SymbolKind::Index(bound) => rng.next() % (*bound).max(1) as u64,
                 _ => rng.next() % PRIME,
             })
             .collect();
@@ -145,6 +153,13 @@ pub fn decide(arena: &Arena, a: ExprId, b: ExprId, cfg: &DecideConfig) -> Outcom
     let Some(timeout) = cfg.z3_timeout else {
         return Outcome::Unknown("the sides differ in normal form and Z3 is off".into());
     };
+    let size = arena.reachable_terms(&[a, b]);
+    if size > cfg.z3_max_terms {
+        return Outcome::Unknown(format!(
+            "the sides differ in normal form, no random point separates them, and at {size} terms the goal is too large for Z3 (limit {})",
+            cfg.z3_max_terms
+        ));
+    }
     match smt::prove_equal(arena, a, b, timeout) {
         smt::SmtResult::Equal => Outcome::Proved(Layer::Z3),
         smt::SmtResult::Model(values) => {

@@ -34,6 +34,8 @@ pub enum SymbolKind {
     Int,
     /// 0 or 1 (bool tensors).
     Bool,
+    /// An integer in [0, bound): an index into something of that size (token ids, targets).
+    Index(u32),
 }
 
 /// An interpreted function: what an atom applies to its arguments.
@@ -700,6 +702,23 @@ impl Arena {
                 if rest.len() == 1 {
                     return Ok(rest[0]);
                 }
+                // max(g a, g b) = g max(a, b) for g > 0. g is the smallest magnitude of the
+                // arguments' leading coefficients: independent of their order, and 1 once
+                // factored out, so the normal form is canonical under positive scaling.
+                let g = rest
+                    .iter()
+                    .filter_map(|&a| self.poly(a).terms.first().map(|t| t.1.abs()))
+                    .min()
+                    .unwrap_or_else(Rat::one);
+                if !g.is_one() {
+                    let inv = g.recip();
+                    let scaled = rest
+                        .iter()
+                        .map(|&a| self.scale(a, &inv))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    let inner = self.app(func, scaled)?;
+                    return self.scale(inner, &g);
+                }
                 args = rest;
             }
             Func::Positive | Func::NonNegative | Func::IsZero => {
@@ -712,15 +731,15 @@ impl Arena {
                     };
                     return self.int(v as i64);
                 }
-                // d == 0 iff -d == 0 and the scale does not matter: make the polynomial monic.
-                if func == Func::IsZero {
-                    let lead = self.poly(d).terms[0].1.clone();
-                    args[0] = self.scale(d, &lead.recip())?;
-                } else {
-                    // Positive scales keep the sign: make the leading coefficient +-1.
-                    let lead = self.poly(d).terms[0].1.abs();
-                    args[0] = self.scale(d, &lead.recip())?;
+                // Positive scales keep the sign: the argument becomes its primitive part
+                // (integer coefficients without a common factor), which also keeps its
+                // evaluation exact in f64 where the coefficients were; d == 0 iff -d == 0,
+                // so there the sign is normalized too.
+                let mut c = content(self.poly(d));
+                if func == Func::IsZero && self.poly(d).terms[0].1.is_negative() {
+                    c = -c;
                 }
+                args[0] = self.scale(d, &c.recip())?;
             }
             Func::Where => {
                 let (c, a, b) = (args[0], args[1], args[2]);
@@ -729,6 +748,24 @@ impl Arena {
                 }
                 if let Some(v) = self.as_const(c) {
                     return Ok(if v.is_zero() { b } else { a });
+                }
+                // Only whether c is zero matters: its primitive part, sign normalized.
+                let mut lc = content(self.poly(c));
+                if self.poly(c).terms[0].1.is_negative() {
+                    lc = -lc;
+                }
+                if !lc.is_one() {
+                    args[0] = self.scale(c, &lc.recip())?;
+                }
+                // where(c, k a, k b) = k where(c, a, b): the leading coefficient of the first
+                // non-zero branch is factored out.
+                let branch = if self.poly(a).terms.is_empty() { b } else { a };
+                let k = self.poly(branch).terms[0].1.clone();
+                if !k.is_one() {
+                    let inv = k.recip();
+                    let (sa, sb) = (self.scale(a, &inv)?, self.scale(b, &inv)?);
+                    let inner = self.app(Func::Where, vec![args[0], sa, sb])?;
+                    return self.scale(inner, &k);
                 }
             }
             Func::Sqrt => {
@@ -795,6 +832,28 @@ impl Arena {
             }
         }
         seen_atom.into_iter().collect()
+    }
+
+    /// Polynomial terms of `roots` and of every function argument they reach, each distinct
+    /// expression counted once.
+    pub fn reachable_terms(&self, roots: &[ExprId]) -> usize {
+        let mut seen = std::collections::HashSet::new();
+        let mut stack: Vec<ExprId> = roots.to_vec();
+        let mut total = 0;
+        while let Some(e) = stack.pop() {
+            if !seen.insert(e) {
+                continue;
+            }
+            for (m, _) in &self.poly(e).terms {
+                total += 1;
+                for &(a, _) in m {
+                    if let Atom::App(_, args) = self.atom(a) {
+                        stack.extend(args.iter().copied());
+                    }
+                }
+            }
+        }
+        total
     }
 
     /// A readable rendering of `e` (for reports; long expressions are cut).
@@ -885,6 +944,23 @@ pub fn rat_to_f64(r: &Rat) -> f64 {
         let d = r.denom().to_f64().unwrap_or(f64::INFINITY);
         n / d
     })
+}
+
+/// The positive content of a polynomial: gcd of the numerators over lcm of the
+/// denominators, so that p / content has coprime integer coefficients.
+fn content(p: &Poly) -> Rat {
+    use num_integer::Integer;
+    let mut num = BigInt::zero();
+    let mut den = BigInt::one();
+    for (_, c) in &p.terms {
+        num = num.gcd(c.numer());
+        den = den.lcm(c.denom());
+    }
+    if num.is_zero() {
+        Rat::one()
+    } else {
+        Rat::new(num, den)
+    }
 }
 
 fn exact_sqrt(c: &Rat) -> Option<Rat> {

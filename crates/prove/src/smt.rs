@@ -72,12 +72,16 @@ impl Encoder<'_> {
             Atom::Symbol(s) => {
                 let (name, kind) = &self.arena.symbols()[s as usize];
                 let v = match kind {
-                    SymbolKind::Int => z3.int_const_as_real(name),
+                    SymbolKind::Int | SymbolKind::Index(_) => z3.int_const_as_real(name),
                     _ => z3.real_const(name),
                 };
                 if *kind == SymbolKind::Bool {
                     let is01 = z3.or(&[z3.eq(v, zero), z3.eq(v, one)]);
                     self.side.push(is01);
+                }
+                if let SymbolKind::Index(bound) = kind {
+                    let range = z3.and(&[z3.ge(v, zero), z3.lt(v, z3.numeral(&bound.to_string()))]);
+                    self.side.push(range);
                 }
                 self.symbols.insert(s, v);
                 v

@@ -1,0 +1,575 @@
+//! Equivalence of a case, element by element: symbolic leaves laid out by the case, the spec
+//! and every rank executed symbolically, each expected spec output rebuilt from the ranks'
+//! outputs, and every (spec element, rebuilt element) pair decided. A refutation is reported
+//! only with a counterexample the reference interpreter confirms.
+
+pub mod counterexample;
+pub mod inputs;
+pub mod layout;
+
+use crate::decide::{decide, DecideConfig, Layer, Outcome, Point};
+use crate::exec::{self, ExecError, ExecErrorKind, ExecLimits, SymEnv};
+use crate::expr::{Arena, Budget, ExprId, Func, Rat};
+use crate::tensor::SymTensor;
+use layout::{rebuild, Misfit};
+use serde::Serialize;
+use shardproof_case::{Blocks, Case, Layout, PlacedLayout, Placement, Reduce};
+use shardproof_ir::ValueId;
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+/// Settings of a proof.
+#[derive(Clone, Debug)]
+pub struct ProveConfig {
+    /// The decision procedure's settings.
+    pub decide: DecideConfig,
+    /// Limits on expressions.
+    pub budget: Budget,
+    /// Limits on tensors.
+    pub limits: ExecLimits,
+    /// Elements of all values of the spec and the ranks together, checked before executing.
+    pub max_elements: usize,
+    /// Distinct goals decided.
+    pub max_goals: usize,
+    /// Wall-clock limit of the whole proof.
+    pub time_limit: Option<Duration>,
+}
+
+impl Default for ProveConfig {
+    fn default() -> Self {
+        ProveConfig {
+            decide: DecideConfig::default(),
+            budget: Budget::default(),
+            limits: ExecLimits::default(),
+            max_elements: 4_000_000,
+            max_goals: 1_000_000,
+            time_limit: None,
+        }
+    }
+}
+
+/// The verdict of a proof.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    /// Every expected output equals the spec's for all inputs.
+    Proved,
+    /// Some output differs, with a counterexample the interpreter confirmed.
+    Refuted,
+    /// Neither: an operator without a rule, a limit, or goals no layer decided.
+    Inconclusive,
+}
+
+/// What was decided of one expected output.
+#[derive(Clone, Debug, Serialize)]
+pub struct OutputResult {
+    /// The spec tensor's name.
+    pub name: String,
+    /// The placement its elements were rebuilt by.
+    pub placement: Option<String>,
+    /// Elements compared.
+    pub elements: usize,
+    /// Distinct (spec, implementation) expression pairs among them.
+    pub distinct_goals: usize,
+    /// Distinct goals per deciding layer (`normal-form`, `random-witness`, `z3`, `unknown`).
+    pub layers: BTreeMap<String, usize>,
+    /// `proved`, `refuted`, `unknown` or `misfit`.
+    pub status: String,
+    /// Why, when not proved.
+    pub note: Option<String>,
+}
+
+/// A goal that failed, in words.
+#[derive(Clone, Debug, Serialize)]
+pub struct Failure {
+    /// The spec output.
+    pub output: String,
+    /// The element's index.
+    pub index: Vec<usize>,
+    /// The spec's expression (cut when long).
+    pub spec: String,
+    /// The rebuilt implementation's expression (cut when long).
+    pub implementation: String,
+    /// The layer that found the difference.
+    pub layer: String,
+}
+
+/// Sizes of the symbolic execution.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Stats {
+    /// Input symbols.
+    pub symbols: usize,
+    /// Distinct expressions.
+    pub expressions: usize,
+    /// Distinct atoms.
+    pub atoms: usize,
+    /// Polynomial terms stored.
+    pub terms: usize,
+    /// Distinct goals decided.
+    pub goals: usize,
+}
+
+/// The result of proving a case.
+#[derive(Clone, Debug, Serialize)]
+pub struct Proof {
+    /// The case's name.
+    pub case: String,
+    /// Ranks of the program.
+    pub ranks: usize,
+    /// The verdict.
+    pub verdict: Verdict,
+    /// Per expected output.
+    pub outputs: Vec<OutputResult>,
+    /// Distinct goals per deciding layer, over all outputs.
+    pub layers: BTreeMap<String, usize>,
+    /// The first failing goal, if any.
+    pub failure: Option<Failure>,
+    /// The confirmed counterexample of a refutation.
+    pub counterexample: Option<counterexample::Counterexample>,
+    /// The operator without a symbolic rule, when one stopped the proof.
+    pub unsupported_op: Option<String>,
+    /// Why the verdict is not `proved`, in words.
+    pub message: Option<String>,
+    /// Sizes.
+    pub stats: Stats,
+}
+
+impl Proof {
+    fn stopped(case: &Case, verdict: Verdict, e: &ExecError) -> Proof {
+        Proof {
+            case: case.name.clone(),
+            ranks: case.program.ranks.len(),
+            verdict,
+            outputs: Vec::new(),
+            layers: BTreeMap::new(),
+            failure: None,
+            counterexample: None,
+            unsupported_op: e
+                .op
+                .clone()
+                .filter(|_| e.kind == ExecErrorKind::Unsupported),
+            message: Some(e.message.clone()),
+            stats: Stats::default(),
+        }
+    }
+}
+
+/// An expected output: the spec value, where the ranks hold it, and the layouts to try.
+struct Expectation {
+    name: String,
+    spec_value: ValueId,
+    holders: Vec<(usize, ValueId)>,
+    layouts: Vec<Layout>,
+    explicit: bool,
+}
+
+fn expectations(case: &Case) -> Result<Vec<Expectation>, ExecError> {
+    if !case.outputs.is_empty() {
+        let mut out = Vec::new();
+        for e in &case.outputs {
+            if let Layout::Expr(_) = e.layout {
+                return Err(ExecError::unsupported(
+                    "outputs",
+                    format!("`{}` expects an `expr:` layout; the prover rebuilds outputs by placements only", e.spec_name),
+                ));
+            }
+            out.push(Expectation {
+                name: e.spec_name.clone(),
+                spec_value: e.spec_value,
+                holders: e.rank_values.clone(),
+                layouts: vec![e.layout.clone()],
+                explicit: true,
+            });
+        }
+        out.sort_by_key(|e| e.spec_value);
+        return Ok(out);
+    }
+    let mut seen = Vec::new();
+    let mut out = Vec::new();
+    for (i, o) in case.spec.outputs.iter().enumerate() {
+        let Some(v) = *o else { continue };
+        if seen.contains(&v) {
+            continue;
+        }
+        seen.push(v);
+        let holders = case
+            .program
+            .ranks
+            .iter()
+            .enumerate()
+            .filter_map(|(r, g)| g.outputs.get(i).copied().flatten().map(|rv| (r, rv)))
+            .collect();
+        let rank = case.spec.recorded_type(v).map_or(0, |t| t.shape.len());
+        out.push(Expectation {
+            name: case.spec.value_name(v).to_string(),
+            spec_value: v,
+            holders,
+            layouts: candidate_layouts(case.program.mesh.dims.len(), rank),
+            explicit: false,
+        });
+    }
+    Ok(out)
+}
+
+/// Every simple layout of a tensor of `rank` dims on the mesh (Replicate first), as `run`
+/// tries them for outputs the case sets no expectation on.
+fn candidate_layouts(mesh_dims: usize, rank: usize) -> Vec<Layout> {
+    let mut options = vec![Placement::Replicate];
+    options.extend((0..rank).map(Placement::Shard));
+    options.push(Placement::Partial(Reduce::Sum));
+    let mut out: Vec<Vec<Placement>> = vec![Vec::new()];
+    for _ in 0..mesh_dims {
+        out = out
+            .into_iter()
+            .flat_map(|prefix| {
+                options.iter().map(move |p| {
+                    let mut v = prefix.clone();
+                    v.push(*p);
+                    v
+                })
+            })
+            .take(256)
+            .collect();
+    }
+    out.into_iter()
+        .map(|placements| {
+            Layout::Placed(PlacedLayout {
+                placements,
+                blocks: Blocks::NONE,
+                at: Vec::new(),
+            })
+        })
+        .collect()
+}
+
+/// Elements of every value inference knows, spec and ranks together.
+fn program_elements(case: &Case) -> usize {
+    let count = |g: &shardproof_ir::Graph| -> usize {
+        shardproof_interp::infer_graph(g, &case.ops)
+            .metas
+            .iter()
+            .flatten()
+            .flatten()
+            .map(|m| m.numel())
+            .sum()
+    };
+    let first = shardproof_interp::first_equal(&case.program.ranks);
+    let mut per_graph = HashMap::new();
+    let mut total = count(&case.spec);
+    for (r, g) in case.program.ranks.iter().enumerate() {
+        let n = *per_graph.entry(first[r]).or_insert_with(|| count(g));
+        total = total.saturating_add(n);
+    }
+    total
+}
+
+/// Combines partial shares symbolically.
+fn combine_shares(arena: &mut Arena, reduce: Reduce, xs: Vec<ExprId>) -> Result<ExprId, String> {
+    let r = match reduce {
+        Reduce::Sum => arena.sum(&xs),
+        Reduce::Avg => arena
+            .sum(&xs)
+            .and_then(|s| arena.scale(s, &Rat::new(1.into(), (xs.len() as i64).into()))),
+        Reduce::Max => arena.app(Func::Max, xs),
+        Reduce::Min => arena.app(Func::Min, xs),
+    };
+    r.map_err(|e| e.to_string())
+}
+
+/// A refuted goal and where.
+struct Refutation {
+    output: usize,
+    layout: Layout,
+    spec_index: usize,
+    point: Point,
+    layer: Layer,
+}
+
+/// Proves (or refutes) that the ranks of `case` compute its spec. The case must type-check
+/// (the CLI checks first); an operator without a symbolic rule, a limit, or undecided goals
+/// give [`Verdict::Inconclusive`].
+pub fn prove_case(case: &Case, cfg: &ProveConfig) -> Proof {
+    let started = Instant::now();
+    let elements = program_elements(case);
+    if elements > cfg.max_elements {
+        let e = ExecError {
+            kind: ExecErrorKind::Budget,
+            op: None,
+            message: format!(
+                "the spec and the ranks hold {elements} tensor elements, over the prover's limit of {}; shape reduction (not implemented yet) would shrink them",
+                cfg.max_elements
+            ),
+        };
+        return Proof::stopped(case, Verdict::Inconclusive, &e);
+    }
+    let mut arena = Arena::new(cfg.budget);
+    let mut run = || -> Result<(inputs::Leaves, SymEnv, Vec<SymEnv>), ExecError> {
+        let leaves = inputs::make_leaves(&mut arena, case)?;
+        let spec = exec::run_graph(&mut arena, &case.spec, &leaves.spec, &case.ops, &cfg.limits)?;
+        let ranks = exec::run_program(
+            &mut arena,
+            &case.program,
+            &leaves.ranks,
+            &case.ops,
+            &cfg.limits,
+        )?;
+        Ok((leaves, spec, ranks))
+    };
+    let (leaves, spec_env, rank_envs) = match run() {
+        Ok(x) => x,
+        // Programs that type-check but still fail here (an operator without a rule, a
+        // limit, ranks that cannot communicate) get no verdict on values.
+        Err(e) => return Proof::stopped(case, Verdict::Inconclusive, &e),
+    };
+    let expectations = match expectations(case) {
+        Ok(e) => e,
+        Err(e) => return Proof::stopped(case, Verdict::Inconclusive, &e),
+    };
+    let mut outputs = Vec::new();
+    let mut totals: BTreeMap<String, usize> = BTreeMap::new();
+    let mut decided: HashMap<(ExprId, ExprId), Outcome> = HashMap::new();
+    let mut refutation: Option<Refutation> = None;
+    let mut failure = None;
+    let mut limit_hit: Option<String> = None;
+    'outputs: for (k, exp) in expectations.iter().enumerate() {
+        let Some(spec) = spec_env[exp.spec_value.node][exp.spec_value.output].clone() else {
+            outputs.push(OutputResult {
+                name: exp.name.clone(),
+                placement: None,
+                elements: 0,
+                distinct_goals: 0,
+                layers: BTreeMap::new(),
+                status: "unknown".into(),
+                note: Some("the spec tensor is not computed from the case's inputs".into()),
+            });
+            continue;
+        };
+        let mut best: Option<OutputResult> = None;
+        let mut fitting = 0;
+        for layout in &exp.layouts {
+            let holders: Vec<usize> = exp.holders.iter().map(|&(r, _)| r).collect();
+            let value_of = |r: usize| -> Option<&SymTensor> {
+                let &(_, v) = exp.holders.iter().find(|(h, _)| *h == r)?;
+                rank_envs[r][v.node][v.output].as_ref()
+            };
+            let rebuilt = rebuild(
+                layout,
+                &spec.shape,
+                &case.program.mesh,
+                &holders,
+                &|r| value_of(r).map(|t| t.shape.clone()),
+                &mut |r, i| value_of(r).expect("shape checked").elems[i],
+                &mut |red, xs| combine_shares(&mut arena, red, xs),
+            );
+            let rebuilt = match rebuilt {
+                Ok(r) => r,
+                Err(Misfit(why)) => {
+                    if exp.explicit {
+                        best = Some(OutputResult {
+                            name: exp.name.clone(),
+                            placement: Some(layout.to_string()),
+                            elements: 0,
+                            distinct_goals: 0,
+                            layers: BTreeMap::new(),
+                            status: "misfit".into(),
+                            note: Some(why),
+                        });
+                    }
+                    continue;
+                }
+            };
+            fitting += 1;
+            let mut layers: BTreeMap<String, usize> = BTreeMap::new();
+            let mut local: HashMap<(ExprId, ExprId), ()> = HashMap::new();
+            let mut status = "proved";
+            let mut note = None;
+            for g in &rebuilt {
+                let key = (spec.elems[g.spec_index], g.value);
+                if local.insert(key, ()).is_some() {
+                    continue;
+                }
+                if decided.len() >= cfg.max_goals && !decided.contains_key(&key) {
+                    limit_hit = Some(format!(
+                        "more than {} distinct goals (the limit); the program is too large to prove element by element",
+                        cfg.max_goals
+                    ));
+                    status = "unknown";
+                    break;
+                }
+                if let Some(limit) = cfg.time_limit {
+                    if started.elapsed() > limit {
+                        limit_hit = Some(format!(
+                            "the time limit of {} s ran out",
+                            limit.as_secs_f64()
+                        ));
+                        status = "unknown";
+                        break;
+                    }
+                }
+                let outcome = decided
+                    .entry(key)
+                    .or_insert_with(|| decide(&arena, key.0, key.1, &cfg.decide))
+                    .clone();
+                let layer = match &outcome {
+                    Outcome::Proved(l) => *l,
+                    Outcome::Refuted { layer, .. } => *layer,
+                    Outcome::Unknown(_) => Layer::Unknown,
+                };
+                *layers.entry(layer.name().to_string()).or_default() += 1;
+                match outcome {
+                    Outcome::Proved(_) => {}
+                    Outcome::Refuted { layer, point } => {
+                        status = "refuted";
+                        if refutation.is_none() {
+                            failure = Some(Failure {
+                                output: exp.name.clone(),
+                                index: unflatten(g.spec_index, &spec.shape),
+                                spec: arena.render(key.0, 400),
+                                implementation: arena.render(key.1, 400),
+                                layer: layer.name().into(),
+                            });
+                            refutation = Some(Refutation {
+                                output: k,
+                                layout: layout.clone(),
+                                spec_index: g.spec_index,
+                                point,
+                                layer,
+                            });
+                        }
+                        break;
+                    }
+                    Outcome::Unknown(why) => {
+                        if status == "proved" {
+                            status = "unknown";
+                            note = Some(why);
+                        }
+                    }
+                }
+            }
+            let result = OutputResult {
+                name: exp.name.clone(),
+                placement: Some(layout.to_string()),
+                elements: rebuilt.len(),
+                distinct_goals: local.len(),
+                layers,
+                status: status.into(),
+                note,
+            };
+            let done = result.status == "proved" || exp.explicit || limit_hit.is_some();
+            if best.is_none() || result.status == "proved" {
+                best = Some(result);
+            }
+            if done {
+                break;
+            }
+        }
+        let mut result = best.unwrap_or_else(|| OutputResult {
+            name: exp.name.clone(),
+            placement: None,
+            elements: 0,
+            distinct_goals: 0,
+            layers: BTreeMap::new(),
+            status: "misfit".into(),
+            note: Some("the ranks' outputs fit no simple placement".into()),
+        });
+        if !exp.explicit && result.status == "refuted" && fitting > 1 {
+            // Without a stated placement, one refuted candidate says nothing of the others.
+            result.status = "unknown".into();
+            result.note = Some(
+                "no simple placement of the ranks' outputs is proved; state the expected placement under `outputs:`".into(),
+            );
+            if refutation.as_ref().is_some_and(|r| r.output == k) {
+                refutation = None;
+                failure = None;
+            }
+        }
+        for (l, n) in &result.layers {
+            *totals.entry(l.clone()).or_default() += n;
+        }
+        outputs.push(result);
+        if limit_hit.is_some() {
+            break 'outputs;
+        }
+    }
+    let stats = Stats {
+        symbols: arena.symbols().len(),
+        expressions: arena.len(),
+        atoms: arena.atom_count(),
+        terms: arena.stored_terms(),
+        goals: decided.len(),
+    };
+    let mut proof = Proof {
+        case: case.name.clone(),
+        ranks: case.program.ranks.len(),
+        verdict: Verdict::Inconclusive,
+        outputs,
+        layers: totals,
+        failure,
+        counterexample: None,
+        unsupported_op: None,
+        message: None,
+        stats,
+    };
+    if let Some(r) = refutation {
+        let exp = &expectations[r.output];
+        match counterexample::confirm(
+            case,
+            &arena,
+            &leaves,
+            &exp.name,
+            exp.spec_value,
+            &exp.holders,
+            &r.layout,
+            r.spec_index,
+            &r.point,
+            cfg.decide.seed,
+        ) {
+            Ok(cx) => {
+                proof.verdict = Verdict::Refuted;
+                proof.message = Some(format!(
+                    "`{}`{:?} differs from the spec ({} found it; the interpreter confirms: spec {} vs rebuilt {})",
+                    exp.name,
+                    unflatten(r.spec_index, &spec_env[exp.spec_value.node][exp.spec_value.output].as_ref().map_or(vec![], |t| t.shape.clone())),
+                    r.layer.name(),
+                    cx.spec_value,
+                    cx.rebuilt_value
+                ));
+                proof.counterexample = Some(cx);
+            }
+            Err(why) => {
+                proof.message = Some(format!(
+                    "a goal of `{}` differs symbolically, but the interpreter did not confirm the witness: {why}",
+                    exp.name
+                ));
+            }
+        }
+        return proof;
+    }
+    if let Some(why) = limit_hit {
+        proof.message = Some(why);
+        return proof;
+    }
+    if proof.outputs.is_empty() {
+        proof.message = Some("there is nothing to compare: the spec returns no tensor and the case sets no `outputs:`".into());
+        return proof;
+    }
+    match proof.outputs.iter().find(|o| o.status != "proved") {
+        None => proof.verdict = Verdict::Proved,
+        Some(o) => {
+            proof.message = Some(format!(
+                "`{}` is not proved: {}",
+                o.name,
+                o.note.clone().unwrap_or_else(|| o.status.clone())
+            ))
+        }
+    }
+    proof
+}
+
+/// The multi-index of a flat index.
+pub fn unflatten(flat: usize, shape: &[usize]) -> Vec<usize> {
+    let st = crate::tensor::strides(shape);
+    (0..shape.len())
+        .map(|d| (flat / st[d]) % shape[d])
+        .collect()
+}

@@ -1,0 +1,649 @@
+//! The symbolic rules of pure operators: one entry per operator family, looked up by
+//! `namespace.name`; the overload and arguments are read inside the rule.
+
+use super::movement;
+use super::{ExecError, NodeCtx, Operand};
+use crate::expr::{Arena, Built, ExprId, Func, Rat};
+use crate::tensor::{broadcast_index, norm_dim, reduce_groups, SymTensor};
+use shardproof_ir::DType;
+
+/// A rule: the outputs of one call.
+pub(crate) type RuleFn = fn(&mut NodeCtx) -> Result<Vec<SymTensor>, ExecError>;
+
+/// The rule of a pure operator, by `namespace.name`.
+pub(crate) fn rule_of(base: &str) -> Option<RuleFn> {
+    Some(match base {
+        "aten.add"
+        | "aten.sub"
+        | "aten.rsub"
+        | "aten.mul"
+        | "aten.div"
+        | "aten.maximum"
+        | "aten.minimum"
+        | "aten.fmax"
+        | "aten.fmin"
+        | "aten.eq"
+        | "aten.ne"
+        | "aten.gt"
+        | "aten.ge"
+        | "aten.lt"
+        | "aten.le"
+        | "aten.logical_and"
+        | "aten.logical_or"
+        | "aten.pow"
+        | "aten.threshold_backward"
+        | "aten.tanh_backward"
+        | "aten.sigmoid_backward"
+        | "aten.silu_backward"
+        | "aten.bitwise_and"
+        | "aten.bitwise_or"
+        | "aten.__and__"
+        | "aten.__or__" => binary,
+        "aten.neg" | "aten.relu" | "aten.abs" | "aten.exp" | "aten.log" | "aten.sqrt"
+        | "aten.rsqrt" | "aten.reciprocal" | "aten.tanh" | "aten.sigmoid" | "aten.silu"
+        | "aten.erf" | "aten.gelu" | "aten.logical_not" | "aten.bitwise_not" | "aten.sin"
+        | "aten.cos" | "aten.floor" | "aten.ceil" | "aten.round" | "aten.trunc" | "aten.sign"
+        | "aten.log2" | "aten.exp2" | "aten.log1p" | "aten.expm1" | "aten.erfc" | "aten.square" => {
+            unary
+        }
+        "aten.gelu_backward" => gelu_backward,
+        "aten.clamp" | "aten.clamp_min" | "aten.clamp_max" => clamp,
+        "aten.where" => where_,
+        "aten.masked_fill" => masked_fill,
+        "aten.lerp" => lerp,
+        "aten.addcmul" | "aten.addcdiv" => addc,
+        "aten.sum" | "aten.mean" | "aten.amax" | "aten.amin" | "aten.prod" => reduction,
+        "aten.max" | "aten.min" => max_min,
+        "aten.var" | "aten.std" => variance,
+        "aten.linalg_vector_norm" => vector_norm,
+        "aten._to_copy" | "aten.to" => convert,
+        "aten.zeros_like" | "aten.ones_like" | "aten.full_like" | "aten.new_zeros"
+        | "aten.new_ones" | "aten.new_full" | "aten.fill" | "aten.zero" => movement::run_shape_only,
+        "aten.mm" | "aten.bmm" | "aten.matmul" | "aten.addmm" | "aten.linear" | "aten.dot"
+        | "aten.mv" | "aten.baddbmm" => super::nn::matmul_family,
+        "aten._softmax" | "aten.softmax" | "aten._log_softmax" | "aten.log_softmax" => {
+            super::nn::softmax
+        }
+        "aten._softmax_backward_data" | "aten._log_softmax_backward_data" => {
+            super::nn::softmax_backward
+        }
+        "aten.native_layer_norm" | "aten.layer_norm" => super::nn::layer_norm,
+        "aten.rms_norm" | "aten._fused_rms_norm" => super::nn::rms_norm,
+        "aten.nll_loss_forward" => super::nn::nll_loss_forward,
+        "aten.nll_loss_backward" => super::nn::nll_loss_backward,
+        "aten.mse_loss" => super::nn::mse_loss,
+        _ => return None,
+    })
+}
+
+/// Runs a pure operator: constants fold through the kernel, data movement runs on encoded
+/// indices, arithmetic by its rule; anything else is unsupported.
+pub(crate) fn apply(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
+    let base = ctx.def.name.base();
+    if let Some(index_args) = movement::movement_index_args(&base) {
+        return movement::run(ctx, index_args);
+    }
+    if let Some(outs) = movement::run_constant(ctx)? {
+        return Ok(outs);
+    }
+    match rule_of(&base) {
+        Some(rule) => rule(ctx),
+        None => Err(ctx.unsupported("no symbolic rule for this operator")),
+    }
+}
+
+/// Random operators: dropout that draws nothing (p = 0 or not training) is the identity;
+/// anything that draws is unsupported (the spec and the ranks draw different numbers).
+pub(crate) fn random(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
+    let name = ctx.def.name.name.clone();
+    if matches!(name.as_str(), "dropout" | "native_dropout") {
+        let p = ctx.opt_float("p").unwrap_or(0.5);
+        let train = ctx.bool_or("train", true)?;
+        if p == 0.0 || !train {
+            let x = ctx.tensor("input")?;
+            if name == "dropout" {
+                return Ok(vec![x]);
+            }
+            let one = ctx.arena.int(1)?;
+            let mask = SymTensor::new(DType::Bool, x.shape.clone(), vec![one; x.numel()]);
+            return Ok(vec![x, mask]);
+        }
+    }
+    Err(ctx.unsupported("draws random numbers; the prover compares deterministic programs"))
+}
+
+/// Elementwise map over broadcast operands into output 0's shape.
+pub(crate) fn map_elementwise(
+    ctx: &mut NodeCtx,
+    operands: &[Operand],
+    f: &mut dyn FnMut(&mut Arena, &[ExprId]) -> Built,
+) -> Result<SymTensor, ExecError> {
+    let meta = ctx.out_meta(0)?;
+    let n = meta.numel();
+    let maps: Vec<Option<Vec<usize>>> = operands
+        .iter()
+        .map(|o| match o {
+            Operand::Tensor(t) => Some(broadcast_index(&t.shape, &meta.shape)),
+            Operand::Scalar(_) => None,
+        })
+        .collect();
+    let mut out = Vec::with_capacity(n);
+    let mut xs = vec![ExprId(0); operands.len()];
+    for e in 0..n {
+        for (k, o) in operands.iter().enumerate() {
+            xs[k] = match (o, &maps[k]) {
+                (Operand::Tensor(t), Some(m)) => t.elems[m[e]],
+                (Operand::Scalar(s), _) => *s,
+                _ => unreachable!(),
+            };
+        }
+        out.push(f(ctx.arena, &xs)?);
+    }
+    Ok(SymTensor::new(meta.dtype, meta.shape, out))
+}
+
+fn sigmoid(a: &mut Arena, x: ExprId) -> Built {
+    let nx = a.neg(x)?;
+    let e = a.app(Func::Exp, vec![nx])?;
+    let one = a.int(1)?;
+    let d = a.add(one, e)?;
+    a.recip(d)
+}
+
+fn truthy(a: &mut Arena, x: ExprId) -> Built {
+    let z = a.app(Func::IsZero, vec![x])?;
+    a.not(z)
+}
+
+fn binary(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
+    let name = ctx.def.name.name.clone();
+    let overload = ctx.def.name.overload.clone();
+    let (first, second) = match name.as_str() {
+        "threshold_backward" => ("grad_output", "self"),
+        "tanh_backward" | "sigmoid_backward" => ("grad_output", "output"),
+        "silu_backward" => ("grad_output", "self"),
+        "pow" if overload == "Scalar" => ("self", "exponent"),
+        "pow" => ("self", "exponent"),
+        _ => ("self", "other"),
+    };
+    let a = ctx.operand(first, None)?;
+    let b = ctx.operand(second, None)?;
+    let alpha = if matches!(name.as_str(), "add" | "sub" | "rsub") {
+        Some(ctx.scalar("alpha", 1.0)?)
+    } else {
+        None
+    };
+    let threshold = if name == "threshold_backward" {
+        Some(ctx.scalar("threshold", 0.0)?)
+    } else {
+        None
+    };
+    let rounding = if name == "div" {
+        ctx.arg("rounding_mode").and_then(|a| match a {
+            shardproof_ir::Arg::Str(s) => Some(s),
+            _ => None,
+        })
+    } else {
+        None
+    };
+    if name == "pow" {
+        // Only a constant exponent has a rule: x^n expands, other powers are a function.
+        let Operand::Scalar(e) = b else {
+            return Err(ctx.unsupported("a tensor exponent has no symbolic rule"));
+        };
+        let Some(exp) = ctx.arena.as_f64_const(e) else {
+            return Err(ctx.unsupported("a non-constant exponent has no symbolic rule"));
+        };
+        if matches!(a, Operand::Scalar(_)) {
+            return Err(ctx.unsupported("a scalar base has no symbolic rule"));
+        }
+        return Ok(vec![map_elementwise(ctx, &[a], &mut |ar, x| {
+            ar.pow_const(x[0], exp)
+        })?]);
+    }
+    let out = map_elementwise(ctx, &[a, b], &mut |ar, x| {
+        let (x, y) = (x[0], x[1]);
+        match name.as_str() {
+            "add" => {
+                let s = ar.mul(alpha.expect("set"), y)?;
+                ar.add(x, s)
+            }
+            "sub" => {
+                let s = ar.mul(alpha.expect("set"), y)?;
+                ar.sub(x, s)
+            }
+            "rsub" => {
+                let s = ar.mul(alpha.expect("set"), x)?;
+                ar.sub(y, s)
+            }
+            "mul" => ar.mul(x, y),
+            "logical_and" | "bitwise_and" | "__and__" => {
+                let (tx, ty) = (truthy(ar, x)?, truthy(ar, y)?);
+                ar.mul(tx, ty)
+            }
+            "logical_or" | "bitwise_or" | "__or__" => {
+                // a or b = a + b - ab on 0/1 values.
+                let (tx, ty) = (truthy(ar, x)?, truthy(ar, y)?);
+                let s = ar.add(tx, ty)?;
+                let p = ar.mul(tx, ty)?;
+                ar.sub(s, p)
+            }
+            "div" => {
+                let q = ar.div(x, y)?;
+                match rounding.as_deref() {
+                    None => Ok(q),
+                    Some("floor") => ar.app(Func::Named("floor".into()), vec![q]),
+                    Some(_) => ar.app(Func::Named("trunc".into()), vec![q]),
+                }
+            }
+            "maximum" | "fmax" => ar.max(x, y),
+            "minimum" | "fmin" => ar.min(x, y),
+            "eq" => ar.eq(x, y),
+            "ne" => {
+                let e = ar.eq(x, y)?;
+                ar.not(e)
+            }
+            "gt" => ar.gt(x, y),
+            "ge" => ar.ge(x, y),
+            "lt" => ar.gt(y, x),
+            "le" => ar.ge(y, x),
+            "threshold_backward" => {
+                // grad where self > threshold, else 0.
+                let c = ar.gt(y, threshold.expect("set"))?;
+                let zero = ar.int(0)?;
+                ar.select(c, x, zero)
+            }
+            "tanh_backward" => {
+                let one = ar.int(1)?;
+                let y2 = ar.mul(y, y)?;
+                let d = ar.sub(one, y2)?;
+                ar.mul(x, d)
+            }
+            "sigmoid_backward" => {
+                let one = ar.int(1)?;
+                let d = ar.sub(one, y)?;
+                let p = ar.mul(y, d)?;
+                ar.mul(x, p)
+            }
+            "silu_backward" => {
+                // grad * s * (1 + x (1 - s)), s = sigmoid(x).
+                let s = sigmoid(ar, y)?;
+                let one = ar.int(1)?;
+                let oms = ar.sub(one, s)?;
+                let xo = ar.mul(y, oms)?;
+                let f = ar.add(one, xo)?;
+                let sf = ar.mul(s, f)?;
+                ar.mul(x, sf)
+            }
+            _ => unreachable!("binary rule for {name}"),
+        }
+    })?;
+    Ok(vec![out])
+}
+
+fn unary(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
+    let name = ctx.def.name.name.clone();
+    let x = ctx.operand("self", None)?;
+    let approximate = if name == "gelu" {
+        ctx.opt_str("approximate").unwrap_or_else(|| "none".into())
+    } else {
+        String::new()
+    };
+    let out = map_elementwise(ctx, &[x], &mut |ar, xs| {
+        let x = xs[0];
+        match name.as_str() {
+            "neg" => ar.neg(x),
+            "relu" => {
+                let z = ar.int(0)?;
+                ar.max(x, z)
+            }
+            "abs" => {
+                let n = ar.neg(x)?;
+                ar.max(x, n)
+            }
+            "square" => ar.mul(x, x),
+            "exp" => ar.app(Func::Exp, vec![x]),
+            "log" => ar.app(Func::Log, vec![x]),
+            "sqrt" => ar.app(Func::Sqrt, vec![x]),
+            "rsqrt" => {
+                let s = ar.app(Func::Sqrt, vec![x])?;
+                ar.recip(s)
+            }
+            "reciprocal" => ar.recip(x),
+            "tanh" => ar.app(Func::Tanh, vec![x]),
+            "erf" => ar.app(Func::Erf, vec![x]),
+            "sigmoid" => sigmoid(ar, x),
+            "silu" => {
+                let s = sigmoid(ar, x)?;
+                ar.mul(x, s)
+            }
+            "gelu" => gelu(ar, x, &approximate),
+            "logical_not" | "bitwise_not" => ar.app(Func::IsZero, vec![x]),
+            other => ar.app(Func::Named(other.to_string()), vec![x]),
+        }
+    })?;
+    Ok(vec![out])
+}
+
+/// gelu(x) = x/2 (1 + erf(x/sqrt 2)), or the tanh approximation; constants as the kernel's f64.
+fn gelu(ar: &mut Arena, x: ExprId, approximate: &str) -> Built {
+    let half = ar.constant(Rat::new(1.into(), 2.into()))?;
+    let one = ar.int(1)?;
+    let inner = if approximate == "tanh" {
+        let k = ar.float((2.0 / std::f64::consts::PI).sqrt())?;
+        let c = ar.float(0.044715)?;
+        let x3 = ar.pow_int(x, 3)?;
+        let cx3 = ar.mul(c, x3)?;
+        let s = ar.add(x, cx3)?;
+        let arg = ar.mul(k, s)?;
+        ar.app(Func::Tanh, vec![arg])?
+    } else {
+        let k = ar.float(std::f64::consts::FRAC_1_SQRT_2)?;
+        let arg = ar.mul(x, k)?;
+        ar.app(Func::Erf, vec![arg])?
+    };
+    let s = ar.add(one, inner)?;
+    let hx = ar.mul(half, x)?;
+    ar.mul(hx, s)
+}
+
+fn gelu_backward(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
+    let g = ctx.operand("grad_output", None)?;
+    let x = ctx.operand("self", None)?;
+    let approximate = ctx.opt_str("approximate").unwrap_or_else(|| "none".into());
+    if approximate != "none" {
+        return Err(ctx.unsupported("the tanh approximation's gradient has no symbolic rule"));
+    }
+    let out = map_elementwise(ctx, &[g, x], &mut |ar, v| {
+        // d/dx gelu = cdf(x) + x pdf(x), cdf = (1 + erf(x/sqrt2))/2, pdf = exp(-x^2/2)/sqrt(2 pi).
+        let (g, x) = (v[0], v[1]);
+        let half = ar.constant(Rat::new(1.into(), 2.into()))?;
+        let one = ar.int(1)?;
+        let k = ar.float(std::f64::consts::FRAC_1_SQRT_2)?;
+        let xk = ar.mul(x, k)?;
+        let erf = ar.app(Func::Erf, vec![xk])?;
+        let s = ar.add(one, erf)?;
+        let cdf = ar.mul(half, s)?;
+        let x2 = ar.mul(x, x)?;
+        let mhx2 = ar.scale(x2, &Rat::new((-1).into(), 2.into()))?;
+        let e = ar.app(Func::Exp, vec![mhx2])?;
+        let c = ar.float(1.0 / (2.0 * std::f64::consts::PI).sqrt())?;
+        let pdf = ar.mul(c, e)?;
+        let xpdf = ar.mul(x, pdf)?;
+        let d = ar.add(cdf, xpdf)?;
+        ar.mul(g, d)
+    })?;
+    Ok(vec![out])
+}
+
+fn clamp(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
+    let name = ctx.def.name.name.clone();
+    let x = ctx.operand("self", None)?;
+    let lo = if name == "clamp_max" {
+        None
+    } else {
+        match ctx.arg("min") {
+            None => None,
+            Some(_) => Some(ctx.operand("min", None)?),
+        }
+    };
+    let hi = if name == "clamp_min" {
+        None
+    } else {
+        match ctx.arg("max") {
+            None => None,
+            Some(_) => Some(ctx.operand("max", None)?),
+        }
+    };
+    let mut ops = vec![x];
+    let has_lo = lo.is_some();
+    ops.extend(lo);
+    ops.extend(hi);
+    let out = map_elementwise(ctx, &ops, &mut |ar, v| {
+        let mut y = v[0];
+        let mut k = 1;
+        if has_lo {
+            y = ar.max(y, v[k])?;
+            k += 1;
+        }
+        if k < v.len() {
+            y = ar.min(y, v[k])?;
+        }
+        Ok(y)
+    })?;
+    Ok(vec![out])
+}
+
+fn where_(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
+    let c = ctx.operand("condition", None)?;
+    let a = ctx.operand("self", None)?;
+    let b = ctx.operand("other", None)?;
+    Ok(vec![map_elementwise(ctx, &[c, a, b], &mut |ar, v| {
+        ar.select(v[0], v[1], v[2])
+    })?])
+}
+
+fn masked_fill(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
+    let x = ctx.operand("self", None)?;
+    let m = ctx.operand("mask", None)?;
+    let v = ctx.operand("value", None)?;
+    Ok(vec![map_elementwise(ctx, &[m, v, x], &mut |ar, v| {
+        ar.select(v[0], v[1], v[2])
+    })?])
+}
+
+fn lerp(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
+    let a = ctx.operand("self", None)?;
+    let b = ctx.operand("end", None)?;
+    let w = ctx.operand("weight", None)?;
+    Ok(vec![map_elementwise(ctx, &[a, b, w], &mut |ar, v| {
+        let d = ar.sub(v[1], v[0])?;
+        let s = ar.mul(v[2], d)?;
+        ar.add(v[0], s)
+    })?])
+}
+
+fn addc(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
+    let div = ctx.def.name.name == "addcdiv";
+    let s = ctx.operand("self", None)?;
+    let t1 = ctx.operand("tensor1", None)?;
+    let t2 = ctx.operand("tensor2", None)?;
+    let value = ctx.scalar("value", 1.0)?;
+    Ok(vec![map_elementwise(ctx, &[s, t1, t2], &mut |ar, v| {
+        let p = if div {
+            ar.div(v[1], v[2])?
+        } else {
+            ar.mul(v[1], v[2])?
+        };
+        let q = ar.mul(value, p)?;
+        ar.add(v[0], q)
+    })?])
+}
+
+/// The dims a reduction's `dim` argument names (all dims when absent or empty).
+pub(crate) fn reduction_dims(
+    ctx: &NodeCtx,
+    rank: usize,
+    key: &str,
+) -> Result<Vec<usize>, ExecError> {
+    let dims = ctx.opt_int_list(key)?.unwrap_or_default();
+    if dims.is_empty() {
+        return Ok((0..rank).collect());
+    }
+    dims.iter()
+        .map(|&d| norm_dim(d, rank).ok_or_else(|| ctx.unsupported(format!("dim {d} out of range"))))
+        .collect()
+}
+
+/// Reduces groups of elements of `x` into a tensor of output 0's meta.
+pub(crate) fn reduce_by(
+    ctx: &mut NodeCtx,
+    x: &SymTensor,
+    dims: &[usize],
+    keepdim: bool,
+    f: &mut dyn FnMut(&mut Arena, &[ExprId]) -> Built,
+) -> Result<SymTensor, ExecError> {
+    let (shape, groups) = reduce_groups(&x.shape, dims, keepdim);
+    let mut out = Vec::with_capacity(groups.len());
+    let mut xs = Vec::new();
+    for g in &groups {
+        xs.clear();
+        xs.extend(g.iter().map(|&i| x.elems[i]));
+        out.push(f(ctx.arena, &xs)?);
+    }
+    let dtype = ctx.out_meta(0).map(|m| m.dtype).unwrap_or(x.dtype);
+    Ok(SymTensor::new(dtype, shape, out))
+}
+
+fn reduction(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
+    let name = ctx.def.name.name.clone();
+    let x = ctx.tensor("self")?;
+    let key = if ctx.def.schema.index_of("dim").is_some() {
+        "dim"
+    } else {
+        ""
+    };
+    let dims =
+        if key.is_empty() {
+            (0..x.shape.len()).collect()
+        } else if name == "prod" {
+            match ctx.opt_int("dim")? {
+                Some(d) => vec![norm_dim(d, x.shape.len())
+                    .ok_or_else(|| ctx.unsupported("dim out of range"))?],
+                None => (0..x.shape.len()).collect(),
+            }
+        } else {
+            reduction_dims(ctx, x.shape.len(), key)?
+        };
+    let keepdim = if ctx.def.schema.index_of("keepdim").is_some() {
+        ctx.bool_or("keepdim", false)?
+    } else {
+        false
+    };
+    let out = reduce_by(ctx, &x, &dims, keepdim, &mut |ar, xs| match name.as_str() {
+        "sum" => ar.sum(xs),
+        "mean" => {
+            let s = ar.sum(xs)?;
+            ar.scale(s, &Rat::new(1.into(), (xs.len().max(1) as i64).into()))
+        }
+        "amax" => ar.app(Func::Max, xs.to_vec()),
+        "amin" => ar.app(Func::Min, xs.to_vec()),
+        _ => ar.product(xs),
+    })?;
+    Ok(vec![out])
+}
+
+/// `max` / `min`: of all elements, elementwise of two tensors, or along a dim (values only:
+/// the indices output has no symbolic form).
+fn max_min(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
+    let is_max = ctx.def.name.name == "max";
+    let func = if is_max { Func::Max } else { Func::Min };
+    match ctx.def.name.overload.as_str() {
+        "default" => {
+            let x = ctx.tensor("self")?;
+            let dims: Vec<usize> = (0..x.shape.len()).collect();
+            Ok(vec![reduce_by(ctx, &x, &dims, false, &mut |ar, xs| {
+                ar.app(func.clone(), xs.to_vec())
+            })?])
+        }
+        "other" => {
+            let a = ctx.operand("self", None)?;
+            let b = ctx.operand("other", None)?;
+            Ok(vec![map_elementwise(ctx, &[a, b], &mut |ar, v| {
+                ar.app(func.clone(), v.to_vec())
+            })?])
+        }
+        _ => Err(ctx.unsupported("the indices of a max/min along a dim have no symbolic rule")),
+    }
+}
+
+fn variance(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
+    let is_std = ctx.def.name.name == "std";
+    let x = ctx.tensor("self")?;
+    let dims = reduction_dims(ctx, x.shape.len(), "dim")?;
+    let keepdim = ctx.bool_or("keepdim", false)?;
+    let correction = match ctx.def.name.overload.as_str() {
+        "correction" => ctx.opt_float("correction").unwrap_or(1.0),
+        _ => {
+            if ctx.bool_or("unbiased", true)? {
+                1.0
+            } else {
+                0.0
+            }
+        }
+    };
+    let out = reduce_by(ctx, &x, &dims, keepdim, &mut |ar, xs| {
+        let n = xs.len() as i64;
+        let s = ar.sum(xs)?;
+        let mean = ar.scale(s, &Rat::new(1.into(), n.into()))?;
+        let mut sq = Vec::with_capacity(xs.len());
+        for &x in xs {
+            let d = ar.sub(x, mean)?;
+            sq.push(ar.mul(d, d)?);
+        }
+        let ss = ar.sum(&sq)?;
+        let denom = ar.float(n as f64 - correction)?;
+        let var = ar.div(ss, denom)?;
+        if is_std {
+            ar.app(Func::Sqrt, vec![var])
+        } else {
+            Ok(var)
+        }
+    })?;
+    Ok(vec![out])
+}
+
+fn vector_norm(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
+    let x = ctx.tensor("self")?;
+    let ord = ctx.opt_float("ord").unwrap_or(2.0);
+    let dims = reduction_dims(ctx, x.shape.len(), "dim")?;
+    let keepdim = ctx.bool_or("keepdim", false)?;
+    if ord != 2.0 && ord != 1.0 && ord != f64::INFINITY {
+        return Err(ctx.unsupported(format!("ord {ord} has no symbolic rule")));
+    }
+    let out = reduce_by(ctx, &x, &dims, keepdim, &mut |ar, xs| {
+        let mut abs = Vec::with_capacity(xs.len());
+        for &x in xs {
+            abs.push(if ord == 2.0 {
+                ar.mul(x, x)?
+            } else {
+                let n = ar.neg(x)?;
+                ar.max(x, n)?
+            });
+        }
+        if ord == 2.0 {
+            let s = ar.sum(&abs)?;
+            ar.app(Func::Sqrt, vec![s])
+        } else if ord == 1.0 {
+            ar.sum(&abs)
+        } else {
+            ar.app(Func::Max, abs)
+        }
+    })?;
+    Ok(vec![out])
+}
+
+/// dtype conversions: over the reals a float-to-float or int-to-float cast is the identity
+/// (rounding is outside the prover's semantics, as in TrainVerify); casts to bool test for
+/// non-zero; casts from float to int truncate.
+fn convert(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
+    let x = ctx.tensor("self")?;
+    let meta = ctx.out_meta(0)?;
+    let from = x.dtype;
+    let to = meta.dtype;
+    if from == to || to.is_float() || (from == DType::Bool) || (from.is_int() && to.is_int()) {
+        return Ok(vec![SymTensor::new(to, x.shape.clone(), x.elems.to_vec())]);
+    }
+    let elems = if to == DType::Bool {
+        x.elems
+            .iter()
+            .map(|&e| truthy(ctx.arena, e))
+            .collect::<Result<Vec<_>, _>>()?
+    } else {
+        x.elems
+            .iter()
+            .map(|&e| ctx.arena.app(Func::Named("trunc".into()), vec![e]))
+            .collect::<Result<Vec<_>, _>>()?
+    };
+    Ok(vec![SymTensor::new(to, x.shape.clone(), elems)])
+}

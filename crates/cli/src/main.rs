@@ -26,6 +26,7 @@ mod inspect;
 mod layout;
 mod output;
 mod preflight;
+mod prove;
 mod run;
 mod verify;
 mod zoo;
@@ -78,6 +79,10 @@ enum Command {
     /// Static check, with no spec and no values: placement propagation over the mesh, SPMD
     /// types, collective legality, async waits and the ranks' communication schedule.
     Check(check::CheckArgs),
+    /// Element-level proof: execute the spec and every rank on symbolic tensors and decide
+    /// each expected output element by element (normal forms, random witnesses, Z3); every
+    /// refutation comes with a counterexample the interpreter confirms.
+    Prove(prove::ProveArgs),
     /// The model zoo: list models, parallelisms and the bug catalog, or emit a case.
     #[command(subcommand)]
     Zoo(zoo::ZooCommand),
@@ -233,6 +238,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run::main(&args),
         Command::Verify(args) => verify::main(&args),
         Command::Check(args) => check::main(&args),
+        Command::Prove(args) => prove::main(&args),
         Command::Demo => demo::main(),
         Command::Zoo(cmd) => zoo::main(&cmd),
         Command::Completions { .. } | Command::Man { .. } => generate(&cli.command),

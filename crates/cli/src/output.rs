@@ -238,6 +238,7 @@ pub fn requested(args: &[String]) -> (Option<Command>, Option<Format>) {
         "run" => Some(Command::Run),
         "verify" => Some(Command::Verify),
         "check" => Some(Command::Check),
+        "prove" => Some(Command::Prove),
         _ => None,
     });
     let parse = |v: &str| match v {

@@ -111,6 +111,14 @@ impl<'a> ModEval<'a> {
             Atom::Symbol(s) => self.symbols[s as usize],
             Atom::NonFinite(k) => mix(self.seed ^ (k as i64 as u64) ^ 0x5eed) % PRIME,
             Atom::App(Func::Recip, args) => inv_mod(self.eval(args[0])),
+            Atom::App(Func::Product, args) => {
+                args.iter().fold(1, |acc, &x| mul_mod(acc, self.eval(x)))
+            }
+            Atom::App(Func::Lookup, args) if (self.eval(args[0]) as usize) < args.len() - 1 => {
+                // Index symbols take residues within their range: the lookup is exact.
+                let i = self.eval(args[0]) as usize;
+                self.eval(args[1 + i])
+            }
             Atom::App(Func::Where, args) => {
                 if self.eval(args[0]) != 0 {
                     self.eval(args[1])
@@ -194,11 +202,20 @@ impl<'a> ExactEval<'a> {
                         let c = self.eval(args[0])?;
                         return self.eval(if c.is_zero() { args[2] } else { args[1] });
                     }
+                    Func::Lookup => {
+                        let i = self.eval(args[0])?;
+                        let i = i
+                            .is_integer()
+                            .then(|| i.to_integer().to_usize())
+                            .flatten()?;
+                        return self.eval(*args.get(1 + i)?);
+                    }
                     _ => args.iter().map(|&x| self.eval(x)).collect(),
                 };
                 let vals = vals?;
                 match f {
                     Func::Recip => (!vals[0].is_zero()).then(|| vals[0].recip()),
+                    Func::Product => Some(vals.iter().product()),
                     Func::Max => vals.into_iter().max(),
                     Func::Min => vals.into_iter().min(),
                     Func::Positive => Some(Rat::from_integer(vals[0].is_positive().into())),

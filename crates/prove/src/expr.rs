@@ -67,6 +67,13 @@ pub enum Func {
     Where,
     /// x^e for a rational, non-integer exponent e (stored as its f64 bits).
     PowConst(u64),
+    /// The product of two polynomials too large to expand (see [`Budget::expand_limit`]),
+    /// each primitive (integer coefficients without a common factor, positive leading
+    /// coefficient), sorted.
+    Product,
+    /// `lookup(i, t_0, ..., t_{n-1})`: t_i for an integer i in [0, n) (an embedding row or a
+    /// gathered element at a symbolic index); outside that range it has no value.
+    Lookup,
     /// Another elementwise function, by its ATen name (`sin`, `floor`, ...), evaluated by f64.
     Named(String),
 }
@@ -88,6 +95,8 @@ impl Func {
             Func::IsZero => "eq0".into(),
             Func::Where => "where".into(),
             Func::PowConst(bits) => format!("pow[{}]", f64::from_bits(*bits)),
+            Func::Lookup => "lookup".into(),
+            Func::Product => "product".into(),
             Func::Named(n) => n.clone(),
         }
     }
@@ -115,6 +124,15 @@ impl Func {
                 }
             }
             Func::PowConst(bits) => x.powf(f64::from_bits(*bits)),
+            Func::Product => args.iter().product(),
+            Func::Lookup => {
+                let n = args.len() - 1;
+                if x.fract() == 0.0 && x >= 0.0 && (x as usize) < n {
+                    args[1 + x as usize]
+                } else {
+                    f64::NAN
+                }
+            }
             Func::Named(n) => named_f64(n, x),
         }
     }
@@ -259,6 +277,9 @@ pub struct Budget {
     pub terms_per_expr: usize,
     /// Terms stored in the whole arena.
     pub total_terms: usize,
+    /// Products of two sums whose expansion would have more terms than this stay a product
+    /// (a [`Func::Product`] atom of their primitive parts) instead of being expanded.
+    pub expand_limit: usize,
 }
 
 impl Default for Budget {
@@ -266,6 +287,7 @@ impl Default for Budget {
         Budget {
             terms_per_expr: 20_000,
             total_terms: 50_000_000,
+            expand_limit: 1024,
         }
     }
 }
@@ -553,6 +575,16 @@ impl Arena {
             self.polys[b.0 as usize].clone(),
         );
         let product = pa.terms.len().saturating_mul(pb.terms.len());
+        if pa.terms.len() > 1 && pb.terms.len() > 1 && product > self.budget.expand_limit {
+            // (c p)(d q) = c d product(p, q) with p, q primitive: canonical, and no blowup.
+            let (ca, cb) = (primitive_scale(&pa), primitive_scale(&pb));
+            let pa1 = self.scale(a, &ca.recip())?;
+            let pb1 = self.scale(b, &cb.recip())?;
+            let mut args = vec![pa1, pb1];
+            args.sort();
+            let atom = self.atom_expr(Atom::App(Func::Product, args))?;
+            return self.scale(atom, &(ca * cb));
+        }
         if product > self.budget.terms_per_expr.saturating_mul(4) {
             return Err(BudgetError {
                 what: "terms of one product before collection",
@@ -796,7 +828,21 @@ impl Arena {
                     }
                 }
             }
-            Func::PowConst(_) | Func::Named(_) => {}
+            Func::Lookup => {
+                if let Some(i) = self.as_const(args[0]) {
+                    let n = args.len() - 1;
+                    if let Some(i) = i.is_integer().then(|| i.to_integer().to_usize()).flatten() {
+                        if i < n {
+                            return Ok(args[1 + i]);
+                        }
+                    }
+                }
+                if args[2..].iter().all(|&t| t == args[1]) {
+                    // Every entry is the same: the index does not matter (within range).
+                    return Ok(args[1]);
+                }
+            }
+            Func::PowConst(_) | Func::Named(_) | Func::Product => {}
         }
         self.atom_expr(Atom::App(func, args))
     }
@@ -946,6 +992,17 @@ pub fn rat_to_f64(r: &Rat) -> f64 {
     })
 }
 
+/// The content of a polynomial with the sign of its leading coefficient: p divided by it is
+/// primitive with a positive leading coefficient.
+fn primitive_scale(p: &Poly) -> Rat {
+    let c = content(p);
+    if p.terms.first().is_some_and(|t| t.1.is_negative()) {
+        -c
+    } else {
+        c
+    }
+}
+
 /// The positive content of a polynomial: gcd of the numerators over lcm of the
 /// denominators, so that p / content has coprime integer coefficients.
 fn content(p: &Poly) -> Rat {
@@ -1093,6 +1150,7 @@ mod tests {
         let mut a = Arena::new(Budget {
             terms_per_expr: 50,
             total_terms: 1000,
+            expand_limit: usize::MAX,
         });
         let xs: Vec<ExprId> = (0..10)
             .map(|i| a.symbol(&format!("x{i}"), SymbolKind::Real).unwrap())

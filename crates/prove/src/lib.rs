@@ -1,4 +1,76 @@
-//! The element-level prover of shardproof (work in progress; documented below once complete).
+//! The element-level prover of shardproof: does a distributed program compute, element by
+//! element and for every input, what its single-device specification computes?
+//!
+//! Following TrainVerify (seed 000, sections 4-6), every tensor of the spec and of every rank
+//! is executed on *symbolic tensors* whose elements are expressions over input symbols; each
+//! expected spec output is rebuilt from the ranks' outputs by the case's placements, and
+//! every (spec element, rebuilt element) pair is a goal `a == b` over the reals.
+//!
+//! # What it proves
+//!
+//! [`prove_case`] returns [`Verdict::Proved`] only when every element of every expected
+//! output was decided equal by a sound layer, for all values of the inputs (reals for float
+//! tensors, 0/1 for bools, integers within the indexed range for integer inputs such as token
+//! ids). Partial inputs are split into fresh shares that combine into the spec value, so a
+//! proof covers every split. Floating-point rounding is outside the semantics (as in
+//! TrainVerify): a float-to-float cast is the identity.
+//!
+//! # The layers ([`decide`])
+//!
+//! 1. **normal-form**: expressions are hash-consed in a normal form ([`expr`]): polynomials
+//!    with exact rational coefficients over *atoms* (symbols, and interpreted functions —
+//!    exp, log, sqrt, reciprocal of a non-constant, tanh, erf, comparisons, `where`, max/min
+//!    as a flattened, sorted, deduplicated multiset, table lookups — applied to normalized
+//!    arguments). Equal ids are equal expressions: proved.
+//! 2. **random-witness**: otherwise both sides are evaluated modulo 2^61-1 with fixed random
+//!    interpretations of the functions; where they differ, random rational points are tried
+//!    with the real functions (exactly where possible, else clearly beyond f64 rounding). A
+//!    point where they differ refutes the goal. Equality at random points is never a proof.
+//! 3. **z3**: remaining goals go to Z3 (the system libz3 through a minimal C binding, see
+//!    `smt`): reals, max/min/comparisons/where/division encoded exactly, the transcendental
+//!    functions uninterpreted with true axioms. Unsat proves the goal; a model is accepted as
+//!    a refutation only if it is a real difference.
+//! 4. **unknown**: anything else, reported as such.
+//!
+//! A refutation is reported only with a [`equiv::counterexample::Counterexample`]: the
+//! witness turned into concrete inputs, run through the reference interpreter
+//! (`shardproof_interp::run_graph` / `run_program`), with the spec output and the rebuilt
+//! output differing there.
+//!
+//! # Symbolic execution ([`exec`])
+//!
+//! Pure data movement (views, slices, permutes, concatenation, gathers with constant indices)
+//! runs the registry's own f64 kernel on tensors of element indices; arithmetic operators
+//! have one symbolic rule per family; operators with constant inputs fold through their
+//! kernel; collectives and send/recv run across ranks in the order the interpreter's
+//! schedule pairs them. An operator without a rule makes the proof inconclusive, naming it.
+//!
+//! # Limits
+//!
+//! No shape reduction or staged proofs yet: programs are proved at their real sizes, and
+//! refused (inconclusive, naming the size and the limit) beyond [`ProveConfig::max_elements`]
+//! tensor elements, [`expr::Budget`] polynomial terms or [`ProveConfig::max_goals`] goals.
+//! Deep compositions of matmuls expand into large polynomials; those hit the term budget.
+//!
+//! ```
+//! use shardproof_prove::decide::{decide, DecideConfig, Layer, Outcome};
+//! use shardproof_prove::expr::{Arena, SymbolKind};
+//!
+//! let mut a = Arena::default();
+//! let x = a.symbol("x", SymbolKind::Real).unwrap();
+//! let y = a.symbol("y", SymbolKind::Real).unwrap();
+//! // (x + y) * 2 and 2x + 2y have one normal form.
+//! let s = a.add(x, y).unwrap();
+//! let two = a.int(2).unwrap();
+//! let lhs = a.mul(s, two).unwrap();
+//! let (x2, y2) = (a.mul(two, x).unwrap(), a.mul(two, y).unwrap());
+//! let rhs = a.add(x2, y2).unwrap();
+//! assert_eq!(decide(&a, lhs, rhs, &DecideConfig::default()), Outcome::Proved(Layer::NormalForm));
+//! // relu(x) and x differ, and a random point shows it.
+//! let zero = a.int(0).unwrap();
+//! let relu = a.max(x, zero).unwrap();
+//! assert!(matches!(decide(&a, relu, x, &DecideConfig::default()), Outcome::Refuted { .. }));
+//! ```
 
 #![warn(missing_docs)]
 

@@ -91,6 +91,7 @@ impl Encoder<'_> {
                 let xs: Vec<Ast> = args.iter().map(|&x| self.expr(x)).collect();
                 match f {
                     Func::Recip => z3.div(one, xs[0]),
+                    Func::Product => z3.mul(&xs),
                     Func::Max | Func::Min => {
                         let mut acc = xs[0];
                         for &x in &xs[1..] {
@@ -107,6 +108,15 @@ impl Encoder<'_> {
                     Func::NonNegative => z3.ite(z3.ge(xs[0], zero), one, zero),
                     Func::IsZero => z3.ite(z3.eq(xs[0], zero), one, zero),
                     Func::Where => z3.ite(z3.eq(xs[0], zero), xs[2], xs[1]),
+                    Func::Lookup => {
+                        // An index outside the table has no value: an unconstrained one.
+                        let mut acc = z3.real_const(&format!("lookup_outside_{}", a.0));
+                        for (k, &t) in xs[1..].iter().enumerate().rev() {
+                            let hit = z3.eq(xs[0], z3.numeral(&k.to_string()));
+                            acc = z3.ite(hit, t, acc);
+                        }
+                        acc
+                    }
                     Func::Sqrt => {
                         let r = z3.apply_uninterpreted("sqrt", &xs);
                         let square = z3.eq(z3.mul(&[r, r]), xs[0]);

@@ -8,7 +8,7 @@ use num_traits::Zero;
 use proptest::prelude::*;
 use shardproof_prove::decide::{decide, DecideConfig, Outcome};
 use shardproof_prove::eval::{ExactEval, FloatEval};
-use shardproof_prove::expr::{rat_to_f64, Arena, ExprId, Func, SymbolKind};
+use shardproof_prove::expr::{rat_to_f64, Arena, Budget, ExprId, Func, SymbolKind};
 
 const SYMBOLS: usize = 3;
 
@@ -195,8 +195,9 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
 
     #[test]
-    fn normal_forms_evaluate_as_their_trees(t in tree(), p in point()) {
-        let mut a = Arena::default();
+    fn normal_forms_evaluate_as_their_trees(t in tree(), p in point(), expand in prop_oneof![Just(1024usize), Just(2)]) {
+        // A tiny expansion limit keeps products of sums as `product` atoms.
+        let mut a = Arena::new(Budget { expand_limit: expand, ..Budget::default() });
         let e = build(&mut a, &t);
         let xs = rats(&p);
         if let Some(want) = exact(&t, &xs) {

@@ -48,6 +48,8 @@ pub enum Command {
     Verify,
     /// `shardproof check`: the static placement checker.
     Check,
+    /// `shardproof prove`: the element-level prover.
+    Prove,
 }
 
 impl Command {
@@ -57,6 +59,7 @@ impl Command {
             Command::Run => "run",
             Command::Verify => "verify",
             Command::Check => "check",
+            Command::Prove => "prove",
         }
     }
 
@@ -72,6 +75,8 @@ impl Command {
         match (self, verdict) {
             (Command::Verify, Verdict::Holds) => "verified",
             (Command::Verify, Verdict::Violated) => "refuted",
+            (Command::Prove, Verdict::Holds) => "proved",
+            (Command::Prove, Verdict::Violated) => "refuted",
             (_, v) => v.word(),
         }
     }

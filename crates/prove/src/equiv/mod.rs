@@ -378,6 +378,31 @@ pub fn prove_case(case: &Case, cfg: &ProveConfig) -> Proof {
                     continue;
                 }
             };
+            // Every spec element must be rebuilt: a proof over some of them proves nothing of
+            // the rest.
+            let mut covered = vec![false; spec.numel()];
+            for g in &rebuilt {
+                covered[g.spec_index] = true;
+            }
+            let missing = covered.iter().filter(|c| !**c).count();
+            if missing > 0 {
+                if exp.explicit {
+                    best = Some(OutputResult {
+                        name: exp.name.clone(),
+                        placement: Some(layout.to_string()),
+                        elements: rebuilt.len(),
+                        distinct_goals: 0,
+                        layers: BTreeMap::new(),
+                        status: "misfit".into(),
+                        note: Some(format!(
+                            "the ranks' pieces cover {} of the {} elements",
+                            spec.numel() - missing,
+                            spec.numel()
+                        )),
+                    });
+                }
+                continue;
+            }
             fitting += 1;
             let mut layers: BTreeMap<String, usize> = BTreeMap::new();
             let mut local: HashMap<(ExprId, ExprId), ()> = HashMap::new();

@@ -497,3 +497,35 @@ pub(crate) fn mse_loss(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
     let _ = reduce_by;
     Ok(vec![SymTensor::new(meta.dtype, meta.shape, vec![v])])
 }
+
+/// Whether tensor argument `name` has constant elements only.
+pub(crate) fn constant_arg(ctx: &NodeCtx, name: &str) -> Result<bool, ExecError> {
+    Ok(match ctx.opt_tensor(name)? {
+        Some(t) => super::constant_values(ctx.arena, &t).is_some(),
+        None => true,
+    })
+}
+
+/// embedding(weight, indices) at symbolic indices: out[p, d] = lookup(indices[p], weight[:, d]).
+pub(crate) fn embedding(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
+    let w = ctx.tensor("weight")?;
+    let idx = ctx.tensor("indices")?;
+    if w.shape.len() != 2 {
+        return Err(ctx.unsupported("a weight that is not 2-d"));
+    }
+    let (v, d) = (w.shape[0], w.shape[1]);
+    let meta = ctx.out_meta(0)?;
+    let columns: Vec<Vec<ExprId>> = (0..d)
+        .map(|j| (0..v).map(|i| w.elems[i * d + j]).collect())
+        .collect();
+    let mut out = Vec::with_capacity(idx.numel() * d);
+    for &i in idx.elems.iter() {
+        for col in &columns {
+            let mut args = Vec::with_capacity(v + 1);
+            args.push(i);
+            args.extend_from_slice(col);
+            out.push(ctx.arena.app(Func::Lookup, args)?);
+        }
+    }
+    Ok(vec![SymTensor::new(meta.dtype, meta.shape, out)])
+}

@@ -80,6 +80,9 @@ pub(crate) fn rule_of(base: &str) -> Option<RuleFn> {
 /// indices, arithmetic by its rule; anything else is unsupported.
 pub(crate) fn apply(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
     let base = ctx.def.name.base();
+    if base == "aten.embedding" && !super::nn::constant_arg(ctx, "indices")? {
+        return super::nn::embedding(ctx);
+    }
     if let Some(index_args) = movement::movement_index_args(&base) {
         return movement::run(ctx, index_args);
     }

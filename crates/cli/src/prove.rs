@@ -1,0 +1,261 @@
+//! `shardproof prove`: the element-level prover (crates/prove) on a case: every expected
+//! output decided element by element, each refutation with a counterexample the reference
+//! interpreter confirms.
+
+use crate::output::{self, HtmlFile, OutputArgs};
+use crate::Verdict;
+use clap::Args as ClapArgs;
+use shardproof_ops::Registry;
+use shardproof_prove::{prove_case, Proof, ProveConfig, Verdict as ProofVerdict};
+use shardproof_report::{self as report, Checked, Command, Level, Status};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Arguments of `shardproof prove`.
+#[derive(ClapArgs)]
+pub struct ProveArgs {
+    /// The case file.
+    case: PathBuf,
+    #[command(flatten)]
+    output: OutputArgs,
+    /// Write a refutation's counterexample into DIR: the inputs and both outputs as
+    /// safetensors, and counterexample.json, the index.
+    #[arg(long, value_name = "DIR")]
+    counterexample: Option<PathBuf>,
+    /// Stop after S seconds (inconclusive, exit 3).
+    #[arg(long, value_name = "S")]
+    time_limit: Option<f64>,
+    /// Print nothing on stderr (the time taken).
+    #[arg(long)]
+    quiet: bool,
+}
+
+fn invalid(args: &ProveArgs, html: Option<HtmlFile>, case: &str, message: &str) -> Verdict {
+    let r = output::report(Command::Prove, case, &args.case, Verdict::Invalid, message);
+    let json = || crate::print_invalid_json(Some(case), message);
+    output::invalid(&args.output, html, &r, json, true)
+}
+
+/// Proves the case and prints the report.
+pub fn main(args: &ProveArgs) -> Verdict {
+    let started = std::time::Instant::now();
+    let name = args.case.display().to_string();
+    let html = match args.output.prepare() {
+        Ok(h) => h,
+        Err(message) => return invalid(args, None, &name, &message),
+    };
+    let time_limit = match args.time_limit {
+        None => None,
+        Some(s) if s.is_finite() && s > 0.0 => Some(Duration::from_secs_f64(s)),
+        Some(s) => {
+            let m = format!("error: --time-limit {s}: expected a positive number of seconds\n  hint: e.g. --time-limit 60");
+            return invalid(args, html, &name, &m);
+        }
+    };
+    let case = match shardproof_case::load_case(&args.case).and_then(|c| {
+        c.validate_ops(&|op| Registry::builtin().get(op).is_some())?;
+        Ok(c)
+    }) {
+        Ok(c) => c,
+        Err(e) => return invalid(args, html, &name, &format!("error: {e}")),
+    };
+    // Programs that do not type-check get no verdict (exit 2); ranks that would hang are a
+    // bug (exit 1), as in every engine.
+    if let Err(stop) = crate::preflight::check(&case) {
+        if stop.verdict == Verdict::Invalid {
+            return invalid(args, html, &case.name, &stop.message);
+        }
+        let r = output::report(
+            Command::Prove,
+            &case.name,
+            &args.case,
+            stop.verdict,
+            &stop.message,
+        );
+        let print = || {
+            if args.output.json() {
+                crate::print_invalid_json(Some(&case.name), &stop.message);
+            } else {
+                outln!("refuted: {}", stop.message);
+            }
+        };
+        return output::finish(
+            &args.output,
+            html,
+            &r,
+            print,
+            |m| invalid(args, None, &case.name, m),
+            stop.verdict,
+        );
+    }
+    let cfg = ProveConfig {
+        time_limit,
+        ..ProveConfig::default()
+    };
+    let proof = prove_case(&case, &cfg);
+    let mut verdict = match proof.verdict {
+        ProofVerdict::Proved => Verdict::Holds,
+        ProofVerdict::Refuted => Verdict::Violated,
+        ProofVerdict::Inconclusive => Verdict::Inconclusive,
+    };
+    if let (Some(dir), Some(cx)) = (&args.counterexample, &proof.counterexample) {
+        if let Err(e) = cx.write(dir, &proof.case) {
+            return invalid(
+                args,
+                html,
+                &case.name,
+                &format!("error: cannot write the counterexample: {e}"),
+            );
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let converted = convert(&proof, args, verdict, seconds);
+    let print = || {
+        if args.output.json() {
+            outln!(
+                "{}",
+                serde_json::to_string_pretty(&proof).unwrap_or_default()
+            );
+        } else {
+            print_text(&proof, args);
+        }
+    };
+    verdict = output::finish(
+        &args.output,
+        html,
+        &converted,
+        print,
+        |message| invalid(args, None, &case.name, message),
+        verdict,
+    );
+    if !args.quiet && verdict != Verdict::Invalid {
+        errln!(
+            "decided {} distinct goals over {} symbols in {:.1} ms",
+            proof.stats.goals,
+            proof.stats.symbols,
+            seconds * 1e3
+        );
+    }
+    verdict
+}
+
+fn layers_text(layers: &std::collections::BTreeMap<String, usize>) -> String {
+    if layers.is_empty() {
+        return "no goals".into();
+    }
+    layers
+        .iter()
+        .map(|(l, n)| format!("{l} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn print_text(p: &Proof, args: &ProveArgs) {
+    outln!("case {}: spec + {} ranks", p.case, p.ranks);
+    for o in &p.outputs {
+        outln!(
+            "  {} ({}): {} elements, {} distinct goals [{}]: {}{}",
+            o.name,
+            o.placement.as_deref().unwrap_or("no placement"),
+            o.elements,
+            o.distinct_goals,
+            layers_text(&o.layers),
+            o.status,
+            o.note
+                .as_ref()
+                .map(|n| format!(" ({n})"))
+                .unwrap_or_default()
+        );
+    }
+    match p.verdict {
+        ProofVerdict::Proved => outln!(
+            "proved: every expected output equals the spec's for all inputs (decided by {})",
+            layers_text(&p.layers)
+        ),
+        ProofVerdict::Refuted => {
+            outln!("refuted: {}", p.message.as_deref().unwrap_or_default());
+            if let Some(f) = &p.failure {
+                outln!("  spec:           {}", f.spec);
+                outln!("  implementation: {}", f.implementation);
+            }
+            match &args.counterexample {
+                Some(dir) => outln!("  counterexample written to {}", dir.display()),
+                None => outln!("  hint: --counterexample DIR writes the inputs and both outputs"),
+            }
+        }
+        ProofVerdict::Inconclusive => {
+            outln!("inconclusive: {}", p.message.as_deref().unwrap_or_default());
+            if let Some(op) = &p.unsupported_op {
+                outln!("  hint: `{op}` has no symbolic rule in the prover yet; `shardproof run` and `verify` may still decide the case");
+            }
+        }
+    }
+}
+
+/// The proof as the one report every format is rendered from.
+fn convert(p: &Proof, args: &ProveArgs, verdict: Verdict, seconds: f64) -> report::Report {
+    let summary = match p.verdict {
+        ProofVerdict::Proved => format!(
+            "proved: {} outputs equal the spec's for all inputs ({})",
+            p.outputs.len(),
+            layers_text(&p.layers)
+        ),
+        _ => p.message.clone().unwrap_or_default(),
+    };
+    let mut out = output::report(Command::Prove, &p.case, &args.case, verdict, summary);
+    out.seconds = Some(seconds);
+    if let Some(f) = &p.failure {
+        let cx = p.counterexample.as_ref();
+        out.findings.push(report::Finding {
+            hint: Some(
+                "`shardproof prove --counterexample DIR` writes inputs on which the outputs differ"
+                    .into(),
+            ),
+            ..report::Finding::new(
+                "refuted",
+                Level::Error,
+                f.output.clone(),
+                format!(
+                    "element {:?} differs from the spec ({}){}",
+                    f.index,
+                    f.layer,
+                    cx.map(|c| format!(": spec {} vs rebuilt {}", c.spec_value, c.rebuilt_value))
+                        .unwrap_or_default()
+                ),
+            )
+        });
+    }
+    if let Some(op) = &p.unsupported_op {
+        out.findings.push(report::Finding::new(
+            "unsupported-operator",
+            Level::Warning,
+            op.clone(),
+            p.message.clone().unwrap_or_default(),
+        ));
+    }
+    for o in &p.outputs {
+        let status = match o.status.as_str() {
+            "proved" => Status::Passed,
+            "refuted" | "misfit" => Status::Failed,
+            _ => Status::Skipped,
+        };
+        let mut c = Checked::new(o.name.clone(), status);
+        c.message = Some(format!(
+            "{} elements, {} distinct goals ({}){}",
+            o.elements,
+            o.distinct_goals,
+            layers_text(&o.layers),
+            o.note
+                .as_ref()
+                .map(|n| format!(": {n}"))
+                .unwrap_or_default()
+        ));
+        out.checked.push(c);
+    }
+    out.fact("ranks", p.ranks.to_string());
+    out.fact("symbols", p.stats.symbols.to_string());
+    out.fact("expressions", p.stats.expressions.to_string());
+    out.fact("distinct goals", p.stats.goals.to_string());
+    out.fact("decided by", layers_text(&p.layers));
+    out
+}

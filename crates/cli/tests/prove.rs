@@ -1,0 +1,111 @@
+//! `shardproof prove`: a correct zoo plan is proved, a planted catalog bug is refuted with a
+//! counterexample the interpreter confirms (and written to disk), an operator without a
+//! symbolic rule is inconclusive and named, and invalid input exits 2.
+
+mod common;
+
+use common::Scratch;
+
+fn emit(s: &Scratch, dir: &str, extra: &[&str]) -> String {
+    let mut args = vec![
+        "zoo",
+        "emit",
+        "mlp",
+        "--mesh",
+        "tp=2",
+        "--hidden",
+        "8",
+        "--forward-only",
+    ];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["-o", dir]);
+    s.run(&args).expect_code(0);
+    format!("{dir}/case.yaml")
+}
+
+#[test]
+fn a_correct_plan_is_proved() {
+    let s = Scratch::new();
+    let case = emit(&s, "ok", &[]);
+    let out = s.run(&["prove", &case]);
+    out.expect_code(0);
+    assert!(
+        out.stdout.contains("proved: every expected output"),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("normal-form"), "{}", out.stdout);
+    let json = s.run(&["prove", &case, "--json", "--quiet"]);
+    json.expect_code(0);
+    let v = json.json();
+    assert_eq!(v["verdict"], "proved");
+    assert!(json.stderr.is_empty(), "--quiet: {}", json.stderr);
+}
+
+#[test]
+fn a_missing_all_reduce_is_refuted_with_a_confirmed_counterexample() {
+    let s = Scratch::new();
+    let case = emit(&s, "bug", &["--bug", "tp-missing-allreduce"]);
+    let out = s.run(&["prove", &case, "--counterexample", "cx"]);
+    out.expect_code(1);
+    assert!(
+        out.stdout.contains("the interpreter confirms"),
+        "{}",
+        out.stdout
+    );
+    let index: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(s.path().join("cx/counterexample.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(index["output"], "loss");
+    let (spec, rebuilt) = (
+        index["spec_value"].as_f64().unwrap(),
+        index["rebuilt_value"].as_f64().unwrap(),
+    );
+    assert!((spec - rebuilt).abs() > 1e-6 * (1.0 + spec.abs()));
+    for f in [
+        "inputs.safetensors",
+        "spec_output.safetensors",
+        "rebuilt_output.safetensors",
+    ] {
+        assert!(s.path().join("cx").join(f).is_file(), "{f}");
+    }
+    // `run` with its own random inputs agrees that the plan is wrong.
+    s.run(&["run", &case]).expect_code(1);
+}
+
+#[test]
+fn an_operator_without_a_symbolic_rule_is_inconclusive() {
+    let s = Scratch::new();
+    let spec = r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[4, 8]"):
+        cumsum: "f32[4, 8]" = torch.ops.aten.cumsum.default(x, 1);  x = None
+        return (cumsum,)
+"#;
+    s.write("spec.py", spec);
+    s.write("r0.py", spec);
+    s.write("r1.py", spec);
+    s.write(
+        "case.yaml",
+        "version: 1\nname: scan\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [r0.py, r1.py]\ninputs:\n  x: Replicate()\noutputs:\n  cumsum: Replicate()\n",
+    );
+    let out = s.run(&["prove", "case.yaml"]);
+    out.expect_code(3);
+    assert!(out.stdout.contains("aten.cumsum.default"), "{}", out.stdout);
+    let json = s.run(&["prove", "case.yaml", "--format", "sarif"]);
+    json.expect_code(3);
+    assert!(
+        json.stdout.contains("unsupported-operator"),
+        "{}",
+        json.stdout
+    );
+}
+
+#[test]
+fn invalid_input_exits_2() {
+    let s = Scratch::new();
+    s.run(&["prove", "missing.yaml"]).expect_code(2);
+    let case = emit(&s, "ok", &[]);
+    s.run(&["prove", &case, "--time-limit", "-1"])
+        .expect_code(2);
+}

@@ -277,8 +277,12 @@ pub struct Budget {
     pub terms_per_expr: usize,
     /// Terms stored in the whole arena.
     pub total_terms: usize,
-    /// Products of two sums whose expansion would have more terms than this stay a product
-    /// (a [`Func::Product`] atom of their primitive parts) instead of being expanded.
+    /// Products whose expansion would have more terms than this stay a product (a
+    /// [`Func::Product`] atom of the factors' primitive parts) instead of being expanded:
+    /// deep chains of linear maps would otherwise grow as the product of their widths.
+    /// Both programs compute the same factors where they compute the same values, so the
+    /// atoms match; where one distributes a product the other does not, the goal falls to
+    /// the later layers (never to a wrong verdict).
     pub expand_limit: usize,
 }
 
@@ -287,7 +291,7 @@ impl Default for Budget {
         Budget {
             terms_per_expr: 20_000,
             total_terms: 50_000_000,
-            expand_limit: 1024,
+            expand_limit: 16,
         }
     }
 }
@@ -575,7 +579,7 @@ impl Arena {
             self.polys[b.0 as usize].clone(),
         );
         let product = pa.terms.len().saturating_mul(pb.terms.len());
-        if pa.terms.len() > 1 && pb.terms.len() > 1 && product > self.budget.expand_limit {
+        if (pa.terms.len() > 1 || pb.terms.len() > 1) && product > self.budget.expand_limit {
             // (c p)(d q) = c d product(p, q) with p, q primitive: canonical, and no blowup.
             let (ca, cb) = (primitive_scale(&pa), primitive_scale(&pb));
             let pa1 = self.scale(a, &ca.recip())?;

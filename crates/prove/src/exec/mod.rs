@@ -338,7 +338,14 @@ fn run_call(
     let outs = match def.class {
         OpClass::Wait => vec![ctx.tensor("tensor")?],
         OpClass::Random => rules::random(&mut ctx)?,
-        OpClass::Pure => rules::apply(&mut ctx)?,
+        OpClass::Pure => rules::apply(&mut ctx).map_err(|mut e| {
+            // A budget names where it ran out.
+            if e.kind == ExecErrorKind::Budget {
+                e.message = format!("{}: {}", ctx.location(), e.message);
+                e.op = Some(def.name.to_string());
+            }
+            e
+        })?,
         OpClass::Collective | OpClass::PointToPoint => {
             unreachable!("communication runs across ranks")
         }
@@ -515,6 +522,16 @@ pub fn run_program(
                         }
                     }
                     Step::Store(outs) => {
+                        if tracing::enabled!(tracing::Level::DEBUG) {
+                            let terms = outs
+                                .iter()
+                                .flatten()
+                                .flat_map(|t| t.elems.iter())
+                                .map(|&e| arena.poly(e).terms.len())
+                                .max()
+                                .unwrap_or(0);
+                            tracing::debug!(rank = r, node = %node.name, terms, "executed");
+                        }
                         let flat: Vec<SymTensor> = outs.iter().flatten().cloned().collect();
                         check_size(node, &flat, limits)?;
                         let st = &mut states[r];

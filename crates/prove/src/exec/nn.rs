@@ -529,3 +529,47 @@ pub(crate) fn embedding(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> 
     }
     Ok(vec![SymTensor::new(meta.dtype, meta.shape, out)])
 }
+
+/// embedding_dense_backward: grad_weight[v, d] = sum over positions p with indices[p] == v
+/// (and != padding_idx) of grad[p, d]; the test is an equality atom, so symbolic indices need
+/// no case split (constant ones fold it to 0 or 1).
+pub(crate) fn embedding_backward(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
+    let g = ctx.tensor("grad_output")?;
+    let idx = ctx.tensor("indices")?;
+    if ctx.bool_or("scale_grad_by_freq", false)? {
+        return Err(ctx.unsupported("scale_grad_by_freq has no symbolic rule"));
+    }
+    let padding = ctx.opt_int("padding_idx")?.unwrap_or(-1);
+    let meta = ctx.out_meta(0)?;
+    let (v, d) = (meta.shape[0], meta.shape[1]);
+    let n = idx.numel();
+    let ar = &mut *ctx.arena;
+    let pad = ar.int(padding)?;
+    // Per position and row: whether the position's index is that row.
+    let mut hits = Vec::with_capacity(n);
+    for &i in idx.elems.iter() {
+        let not_pad = {
+            let is_pad = ar.eq(i, pad)?;
+            ar.not(is_pad)?
+        };
+        let mut row = Vec::with_capacity(v);
+        for r in 0..v {
+            let rc = ar.int(r as i64)?;
+            let hit = ar.eq(i, rc)?;
+            row.push(ar.mul(hit, not_pad)?);
+        }
+        hits.push(row);
+    }
+    let mut out = Vec::with_capacity(v * d);
+    let mut terms = Vec::with_capacity(n);
+    for r in 0..v {
+        for j in 0..d {
+            terms.clear();
+            for (p, row) in hits.iter().enumerate() {
+                terms.push(ar.mul(row[r], g.elems[p * d + j])?);
+            }
+            out.push(ar.sum(&terms)?);
+        }
+    }
+    Ok(vec![SymTensor::new(meta.dtype, meta.shape, out)])
+}

@@ -72,6 +72,7 @@ pub(crate) fn rule_of(base: &str) -> Option<RuleFn> {
         "aten.nll_loss_forward" => super::nn::nll_loss_forward,
         "aten.nll_loss_backward" => super::nn::nll_loss_backward,
         "aten.mse_loss" => super::nn::mse_loss,
+        "aten.embedding_dense_backward" => super::nn::embedding_backward,
         _ => return None,
     })
 }

@@ -303,16 +303,15 @@ pub fn prove_case(case: &Case, cfg: &ProveConfig) -> Proof {
         return Proof::stopped(case, Verdict::Inconclusive, &e);
     }
     let mut arena = Arena::new(cfg.budget);
+    let limits = ExecLimits {
+        deadline: cfg.time_limit.map(|t| started + t),
+        ..cfg.limits
+    };
     let mut run = || -> Result<(inputs::Leaves, SymEnv, Vec<SymEnv>), ExecError> {
         let leaves = inputs::make_leaves(&mut arena, case)?;
-        let spec = exec::run_graph(&mut arena, &case.spec, &leaves.spec, &case.ops, &cfg.limits)?;
-        let ranks = exec::run_program(
-            &mut arena,
-            &case.program,
-            &leaves.ranks,
-            &case.ops,
-            &cfg.limits,
-        )?;
+        let spec = exec::run_graph(&mut arena, &case.spec, &leaves.spec, &case.ops, &limits)?;
+        let ranks =
+            exec::run_program(&mut arena, &case.program, &leaves.ranks, &case.ops, &limits)?;
         Ok((leaves, spec, ranks))
     };
     let (leaves, spec_env, rank_envs) = match run() {

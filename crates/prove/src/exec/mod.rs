@@ -267,12 +267,15 @@ pub(crate) fn constant_tensor(arena: &mut Arena, t: &Tensor) -> Result<SymTensor
 pub struct ExecLimits {
     /// Elements of one tensor.
     pub elements_per_tensor: usize,
+    /// When to give up (checked before every node).
+    pub deadline: Option<std::time::Instant>,
 }
 
 impl Default for ExecLimits {
     fn default() -> Self {
         ExecLimits {
             elements_per_tensor: 1 << 20,
+            deadline: None,
         }
     }
 }
@@ -510,6 +513,19 @@ pub fn run_program(
         let mut progressed = false;
         for r in 0..states.len() {
             while let Some(node) = states[r].graph.nodes.get(states[r].next) {
+                if limits
+                    .deadline
+                    .is_some_and(|d| std::time::Instant::now() > d)
+                {
+                    return Err(ExecError {
+                        kind: ExecErrorKind::Budget,
+                        op: None,
+                        message: format!(
+                            "the time limit ran out while executing rank {r} at `{}`",
+                            node.name
+                        ),
+                    });
+                }
                 let i = states[r].next;
                 match step(arena, &states, r, &sched, &meeting_of, leaves, custom_ops)? {
                     Step::Blocked => break,

@@ -50,7 +50,13 @@
 //! No shape reduction or staged proofs yet: programs are proved at their real sizes, and
 //! refused (inconclusive, naming the size and the limit) beyond [`ProveConfig::max_elements`]
 //! tensor elements, [`expr::Budget`] polynomial terms or [`ProveConfig::max_goals`] goals.
-//! Deep compositions of matmuls expand into large polynomials; those hit the term budget.
+//! Products whose expansion would exceed [`expr::Budget::expand_limit`] terms stay
+//! `product` atoms of their (primitive) factors, so deep chains of linear maps do not grow as
+//! the product of their widths; where one program distributes such a product and the other
+//! does not, normal forms differ and the goal falls to the later layers (unknown at worst,
+//! never a wrong verdict). Exact rational arithmetic on f64 constants is slow on big models
+//! (gpt2 tp=2 forward takes about a minute). `--time-limit` is checked before every node and
+//! between goals.
 //!
 //! ```
 //! use shardproof_prove::decide::{decide, DecideConfig, Layer, Outcome};

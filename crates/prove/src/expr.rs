@@ -484,6 +484,41 @@ impl Arena {
         self.atom_expr(Atom::Symbol(n))
     }
 
+    /// When `e` is exactly an index symbol (an integer in [0, bound)): its bound.
+    pub fn index_bound(&self, e: ExprId) -> Option<u32> {
+        match self.poly(e).terms.as_slice() {
+            [(m, c)] if m.len() == 1 && m[0].1 == 1 && c.is_one() => match self.atom(m[0].0) {
+                Atom::Symbol(s) => match self.symbols[*s as usize].1 {
+                    SymbolKind::Index(b) => Some(b),
+                    _ => None,
+                },
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// Whether `d == 0` is impossible by the range of the one index symbol it holds: `d` is
+    /// `c (t - k)` for an index symbol t in [0, bound) and k outside it (or not an integer).
+    fn zero_out_of_range(&self, d: ExprId) -> bool {
+        let p = self.poly(d);
+        let [(m0, k), (m1, c)] = p.terms.as_slice() else {
+            return false;
+        };
+        if !m0.is_empty() || m1.len() != 1 || m1[0].1 != 1 {
+            return false;
+        }
+        let Atom::Symbol(s) = self.atom(m1[0].0) else {
+            return false;
+        };
+        let SymbolKind::Index(bound) = self.symbols[*s as usize].1 else {
+            return false;
+        };
+        // c t + k == 0 iff t == -k / c.
+        let root = -(k / c);
+        !root.is_integer() || root.is_negative() || root >= Rat::from_integer(bound.into())
+    }
+
     /// The constant value of `e`, if it is constant.
     pub fn as_const(&self, e: ExprId) -> Option<Rat> {
         let p = self.poly(e);
@@ -771,6 +806,9 @@ impl Arena {
                 // (integer coefficients without a common factor), which also keeps its
                 // evaluation exact in f64 where the coefficients were; d == 0 iff -d == 0,
                 // so there the sign is normalized too.
+                if func == Func::IsZero && self.zero_out_of_range(d) {
+                    return self.int(0);
+                }
                 let mut c = content(self.poly(d));
                 if func == Func::IsZero && self.poly(d).terms[0].1.is_negative() {
                     c = -c;
@@ -1147,6 +1185,27 @@ mod tests {
         let x2 = a.mul(two, x).unwrap();
         assert_eq!(a.gt(x, y).unwrap(), a.gt(x2, two_y).unwrap());
         assert_ne!(a.gt(x, y).unwrap(), a.gt(y, x).unwrap());
+    }
+
+    #[test]
+    fn index_ranges_decide_equalities_outside_them() {
+        let mut a = arena();
+        let t = a.symbol("t", SymbolKind::Index(8)).unwrap();
+        assert_eq!(a.index_bound(t), Some(8));
+        // t == -100 is impossible for t in [0, 8); t == 3 is not decided.
+        let ignore = a.int(-100).unwrap();
+        let e = a.eq(t, ignore).unwrap();
+        assert_eq!(a.as_const(e), Some(Rat::zero()));
+        let three = a.int(3).unwrap();
+        let e = a.eq(t, three).unwrap();
+        assert!(a.as_const(e).is_none());
+        let eight = a.int(8).unwrap();
+        let e = a.eq(t, eight).unwrap();
+        assert_eq!(a.as_const(e), Some(Rat::zero()));
+        // A real symbol has no range.
+        let x = a.symbol("x", SymbolKind::Real).unwrap();
+        let e = a.eq(x, ignore).unwrap();
+        assert!(a.as_const(e).is_none());
     }
 
     #[test]

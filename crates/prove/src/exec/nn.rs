@@ -392,13 +392,26 @@ fn nll_selectors(
             row.push(sel);
         }
         // An ignored target selects no class: its class weight sums to 0 when ignore_index is
-        // outside [0, C), and is masked out otherwise.
+        // outside [0, C), and is masked out otherwise (the equality folds to 0 when the
+        // target's range excludes ignore_index).
         let is_ignored = ar.eq(ti, ig)?;
         let keep = ar.not(is_ignored)?;
         for sel in row.iter_mut() {
             *sel = ar.mul(*sel, keep)?;
         }
-        let total = ar.sum(&wsum)?;
+        // A target ranging within [0, C) selects exactly one class: the selectors sum to
+        // that class's weight (1 without weights), not to a sum of equality atoms.
+        let total = match ar.index_bound(ti) {
+            Some(b) if (b as usize) <= c => match &w {
+                None => ar.int(1)?,
+                Some(w) => {
+                    let mut args = vec![ti];
+                    args.extend(w.elems.iter().copied());
+                    ar.app(Func::Lookup, args)?
+                }
+            },
+            _ => ar.sum(&wsum)?,
+        };
         weight.push(ar.mul(total, keep)?);
         onehot.push(row);
     }

@@ -9,8 +9,18 @@ use shardproof_zoo::{
 use std::path::Path;
 
 fn emit(dir: &Path, mesh: &str, bug: Option<&str>, forward_only: bool) -> shardproof_case::Case {
+    emit_model("mlp", dir, mesh, bug, forward_only)
+}
+
+fn emit_model(
+    model: &str,
+    dir: &Path,
+    mesh: &str,
+    bug: Option<&str>,
+    forward_only: bool,
+) -> shardproof_case::Case {
     let opts = EmitOptions {
-        model: "mlp".into(),
+        model: model.into(),
         mlp: MlpConfig {
             hidden: 8,
             ffn: 16,
@@ -84,6 +94,21 @@ fn a_missing_all_reduce_is_refuted_with_a_confirmed_counterexample() {
         f64::from_le_bytes(t.data()[..8].try_into().unwrap()),
         cx.spec_value
     );
+}
+
+#[test]
+fn a_llama_forward_under_dp_and_tp_is_proved_and_a_wrong_group_refuted() {
+    // Token ids and targets are index symbols: the embedding is a lookup, the loss's mean
+    // divides by the exact count of targets.
+    let dir = tempfile::tempdir().unwrap();
+    let case = emit_model("llama", dir.path(), "dp=2,tp=2", None, true);
+    let proof = prove_case(&case, &ProveConfig::default());
+    assert_eq!(proof.verdict, Verdict::Proved, "{:?}", proof.message);
+    let dir = tempfile::tempdir().unwrap();
+    let case = emit_model("llama", dir.path(), "dp=2,tp=2", Some("wrong-group"), true);
+    let proof = prove_case(&case, &ProveConfig::default());
+    assert_eq!(proof.verdict, Verdict::Refuted, "{:?}", proof.message);
+    assert!(proof.counterexample.is_some());
 }
 
 fn write_case(dir: &Path, spec: &str, rank: &str, case: &str) -> shardproof_case::Case {

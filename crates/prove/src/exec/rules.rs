@@ -55,6 +55,7 @@ pub(crate) fn rule_of(base: &str) -> Option<RuleFn> {
         "aten.sum" | "aten.mean" | "aten.amax" | "aten.amin" | "aten.prod" => reduction,
         "aten.max" | "aten.min" => max_min,
         "aten.var" | "aten.std" => variance,
+        "aten.logsumexp" => logsumexp,
         "aten.linalg_vector_norm" => vector_norm,
         "aten._to_copy" | "aten.to" => convert,
         "aten.zeros_like" | "aten.ones_like" | "aten.full_like" | "aten.new_zeros"
@@ -650,4 +651,24 @@ fn convert(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
             .collect::<Result<Vec<_>, _>>()?
     };
     Ok(vec![SymTensor::new(to, x.shape.clone(), elems)])
+}
+
+/// logsumexp(x) over dims = m + log(sum exp(x - m)), m = max over the same dims (as the
+/// kernel computes it, stable).
+fn logsumexp(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
+    let x = ctx.tensor("self")?;
+    let dims = reduction_dims(ctx, x.shape.len(), "dim")?;
+    let keepdim = ctx.bool_or("keepdim", false)?;
+    let out = reduce_by(ctx, &x, &dims, keepdim, &mut |ar, xs| {
+        let m = ar.app(Func::Max, xs.to_vec())?;
+        let mut exps = Vec::with_capacity(xs.len());
+        for &v in xs {
+            let d = ar.sub(v, m)?;
+            exps.push(ar.app(Func::Exp, vec![d])?);
+        }
+        let s = ar.sum(&exps)?;
+        let l = ar.app(Func::Log, vec![s])?;
+        ar.add(m, l)
+    })?;
+    Ok(vec![out])
 }

@@ -28,6 +28,7 @@ mod output;
 mod preflight;
 mod run;
 mod verify;
+mod watch;
 mod zoo;
 
 use clap::{CommandFactory, Parser, Subcommand};
@@ -65,6 +66,13 @@ enum Command {
         /// Print machine-readable JSON on stdout.
         #[arg(long)]
         json: bool,
+        /// Show no progress on stderr (a spinner on a terminal, else a line every 5 seconds
+        /// counting the graphs read; SHARDPROOF_PROGRESS_SECONDS sets the interval).
+        #[arg(long)]
+        quiet: bool,
+        /// Stop after this many seconds (0: no limit): exit 3, naming the graph it had reached.
+        #[arg(long, value_name = "SECONDS", default_value_t = 0.0, value_parser = watch::parse_seconds)]
+        time_limit: f64,
     },
     /// Run the built-in demo: a tiny tensor-parallel Llama training iteration from the model
     /// zoo, correct and with a planted bug, through every engine.
@@ -229,7 +237,13 @@ fn main() -> ExitCode {
         }
     };
     let verdict = match cli.command {
-        Command::Inspect { path, strict, json } => inspect::main(&path, strict, json),
+        Command::Inspect {
+            path,
+            strict,
+            json,
+            quiet,
+            time_limit,
+        } => inspect::main(&path, strict, json, inspect::Watching { quiet, time_limit }),
         Command::Run(args) => run::main(&args),
         Command::Verify(args) => verify::main(&args),
         Command::Check(args) => check::main(&args),

@@ -11,6 +11,11 @@
 //! promoted), or unrecorded dtypes — are left as they are: the in-place operator is not in the
 //! registry, so every engine reports it as unsupported (inconclusive), never guesses.
 //!
+//! Functionalized captures (torch.export's, AOTAutograd's) call the copying twins of the view
+//! operators instead (`aten.split_copy.Tensor`, `aten.view_copy.default`): on values they are
+//! the same functions with the same signatures, so they are renamed to the view operators,
+//! which every engine knows.
+//!
 //! ```
 //! use shardproof_import::{functionalize, parse_fx};
 //! let text = "def forward(self, x: \"f32[4]\"):\n    \
@@ -26,7 +31,7 @@
 //! assert_eq!(graph.value_name(graph.nodes[3].inputs()[0]), "add_");
 //! ```
 
-use shardproof_ir::{Arg, DType, Graph, NodeKind, ValueId};
+use shardproof_ir::{Arg, DType, Graph, NodeKind, OpName, ValueId};
 use std::collections::HashMap;
 
 /// ATen operators whose outputs may share storage with their first tensor argument (views,
@@ -100,6 +105,36 @@ pub struct Functionalized {
     /// In-place calls left as they are (another name of their storage is read after them, or
     /// their dtypes are not known to agree), by node name.
     pub kept: Vec<String>,
+    /// Copying twins of view operators (`split_copy`) renamed to the view operators.
+    pub view_copies: usize,
+}
+
+/// The name [`functionalize`] may give a call of `op`: the out-of-place form of an in-place
+/// ATen operator, or the view operator of a copying twin; `None` for every other operator.
+///
+/// ```
+/// use shardproof_import::functional_form;
+/// use shardproof_ir::OpName;
+/// let f = |s: &str| functional_form(&OpName::parse(s).unwrap()).map(|o| o.to_string());
+/// assert_eq!(f("aten.add_.Scalar").as_deref(), Some("aten.add.Scalar"));
+/// assert_eq!(f("aten.split_copy.Tensor").as_deref(), Some("aten.split.Tensor"));
+/// assert_eq!(f("aten._to_copy.default"), None);
+/// ```
+pub fn functional_form(op: &OpName) -> Option<OpName> {
+    let name = in_place_name(&op.namespace, &op.name)
+        .or_else(|| view_of_copy(&op.namespace, &op.name).map(String::from))?;
+    Some(OpName::new(&op.namespace, &name, &op.overload))
+}
+
+/// The view operator whose copying twin `name` is (`split_copy` -> `split`), for ATen.
+fn view_of_copy(namespace: &str, name: &str) -> Option<&'static str> {
+    let base = name.strip_suffix("_copy")?;
+    // `lift_fresh_copy` is how every capture lifts a constant; the engines know it by that
+    // name (the lifted-constant analysis keys on it), so it keeps it.
+    if namespace != "aten" || base == "lift_fresh" {
+        return None;
+    }
+    ALIASING.iter().copied().find(|v| *v == base)
 }
 
 /// Whether `op` names an in-place ATen operator (`add_`, `masked_fill_`, `copy_`), whose
@@ -182,6 +217,16 @@ fn remap_arg(arg: &mut Arg, current: &dyn Fn(ValueId) -> ValueId) {
 /// (see the module docs), redirecting later reads of the mutated value to the call's result.
 pub fn functionalize(graph: &mut Graph) -> Functionalized {
     let mut report = Functionalized::default();
+    for node in &mut graph.nodes {
+        if let NodeKind::Call { op, .. } = &mut node.kind {
+            if let Some(view) = view_of_copy(&op.namespace, &op.name) {
+                // Renamed first: a copy taken for a view is then assumed to alias, which only
+                // keeps more in-place calls as they are.
+                op.name = view.to_string();
+                report.view_copies += 1;
+            }
+        }
+    }
     let any_in_place = graph.nodes.iter().any(|n| {
         n.op()
             .is_some_and(|op| in_place_name(&op.namespace, &op.name).is_some())
@@ -433,6 +478,23 @@ mod tests {
         assert_eq!(functionalize(&mut g).rewritten, 1);
         assert_eq!(ops(&g)[1], "copy.default");
         assert_eq!(g.value_name(g.outputs[0].unwrap()), "copy_");
+    }
+
+    #[test]
+    fn copying_twins_of_views_become_the_views() {
+        let mut g = graph(
+            "    split_copy = torch.ops.aten.split_copy.Tensor(x, 2)\n    \
+             getitem: \"f32[2, 2]\" = split_copy[0]\n    \
+             view_copy: \"f32[4]\" = torch.ops.aten.view_copy.default(getitem, [4])\n    \
+             _to_copy: \"f64[4]\" = torch.ops.aten._to_copy.default(view_copy, dtype = torch.float64)\n    \
+             return (_to_copy,)\n",
+        );
+        assert_eq!(functionalize(&mut g).view_copies, 2);
+        assert_eq!(
+            ops(&g),
+            ["split.Tensor", "view.default", "_to_copy.default"]
+        );
+        assert_eq!(view_of_copy("aten", "index_copy"), None);
     }
 
     #[test]

@@ -13,7 +13,7 @@ mod fx;
 mod hlo;
 mod json;
 
-pub use functionalize::{functionalize, Functionalized};
+pub use functionalize::{functional_form, functionalize, Functionalized};
 pub use fx::{parse_fx, FxParse, ParseStats};
 pub use hlo::{
     hlo_device_from_path, hlo_groups, hlo_groups_yaml, is_hlo_path, looks_like_hlo,

@@ -299,18 +299,18 @@ fn graphs_parse_with_the_ops_torch_emitted() {
                 }
                 let ops = graph_ops(&g);
                 // The importer rewrites in-place operators to their out-of-place forms
-                // (`aten.add_.Scalar` -> `aten.add.Scalar`) where that is sound.
+                // (`aten.add_.Scalar` -> `aten.add.Scalar`) where that is sound, and copying
+                // twins of views to the views (`view_copy` -> `view`).
                 let mut torch_ops: Vec<String> = str_list(&case["ops"])
                     .into_iter()
-                    .map(|op| match op.split('.').collect::<Vec<_>>()[..] {
-                        ["aten", name, overload]
-                            if name.ends_with('_')
-                                && !name.starts_with('_')
-                                && !ops.contains(&op) =>
-                        {
-                            format!("aten.{}.{overload}", name.trim_end_matches('_'))
+                    .map(|op| {
+                        let renamed = shardproof_ir::OpName::parse(&op)
+                            .and_then(|o| shardproof_import::functional_form(&o))
+                            .map(|o| o.to_string());
+                        match renamed {
+                            Some(r) if !ops.contains(&op) => r,
+                            _ => op,
                         }
-                        _ => op,
                     })
                     .collect();
                 torch_ops.sort();

@@ -601,3 +601,35 @@ case("inplace_copy_cast_", "copy_", _copy_cast_,
 case("inplace_chain_", ["mul_.Tensor", "add_.Scalar"], _chain_,
      lambda g: dict(x=g.randn(4, 8), y=g.randn(4, 8)), tracer="make_fx",
      note="in place, functionalized by the importer; later reads see both updates")
+
+
+# ---------------------------------------------------------------------------------------------
+# The fused attention kernel PyTorch's CPU captures call, with its log-sum-exp output, and its
+# backward from them.
+_FLASH = aten._scaled_dot_product_flash_attention_for_cpu.default
+_FLASH_BW = aten._scaled_dot_product_flash_attention_for_cpu_backward.default
+
+
+def _qkv(g, extra=None):
+    d = dict(q=g.randn(2, 2, 4, 8), k=g.randn(2, 2, 6, 8), v=g.randn(2, 2, 6, 8))
+    d.update(extra or {})
+    return d
+
+
+case("flash_cpu", "_scaled_dot_product_flash_attention_for_cpu",
+     lambda q, k, v: tuple(_FLASH(q, k, v)), _qkv, tracer="make_fx")
+case("flash_cpu_causal_scaled", "_scaled_dot_product_flash_attention_for_cpu",
+     lambda q, k, v: tuple(_FLASH(q, k, v, 0.0, True, scale=0.5)), _qkv, tracer="make_fx")
+case("flash_cpu_additive_mask", "_scaled_dot_product_flash_attention_for_cpu",
+     lambda q, k, v, m: tuple(_FLASH(q, k, v, attn_mask=m)),
+     lambda g: _qkv(g, dict(m=g.randn(4, 6))), tracer="make_fx")
+
+
+def _flash_backward(q, k, v, grad):
+    out, lse = _FLASH(q, k, v, 0.0, True)
+    return tuple(_FLASH_BW(grad, q, k, v, out, lse, 0.0, True))
+
+
+case("flash_cpu_backward", ["_scaled_dot_product_flash_attention_for_cpu",
+                            "_scaled_dot_product_flash_attention_for_cpu_backward"],
+     _flash_backward, lambda g: _qkv(g, dict(grad=g.randn(2, 2, 4, 8))), tracer="make_fx")

@@ -37,6 +37,7 @@
 
 mod engine;
 mod place;
+pub mod plan;
 mod report;
 pub mod rules;
 mod temporal;

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 /// Arguments of `shardproof check`.
 #[derive(ClapArgs)]
 pub struct CheckArgs {
-    /// The case file.
+    /// The case file, or a plan file (`.plan`, docs/formats/plan.md).
     case: PathBuf,
     #[command(flatten)]
     output: OutputArgs,
@@ -35,7 +35,14 @@ pub fn main(args: &CheckArgs) -> Verdict {
         Ok(h) => h,
         Err(message) => return invalid(args, None, &name, &message),
     };
-    let case = match shardproof_case::load_case(&args.case).and_then(|c| {
+    // A file ending in `.plan` is a hand-written plan (docs/formats/plan.md); anything else
+    // is a case file.
+    let loaded = if shardproof_check::plan::is_plan_path(&args.case) {
+        shardproof_check::plan::load_plan(&args.case)
+    } else {
+        shardproof_case::load_case(&args.case)
+    };
+    let case = match loaded.and_then(|c| {
         c.validate_ops(&|op| Registry::builtin().get(op).is_some())?;
         Ok(c)
     }) {

@@ -277,12 +277,35 @@ impl Lowering<'_> {
             };
         }
         let prefix = format!("aten.{name}.");
-        let found: Vec<String> = self
+        let all: Vec<&shardproof_ops::OpDef> = self
             .registry
             .iter()
-            .map(|d| d.name.to_string())
-            .filter(|n| n.starts_with(&prefix))
+            .filter(|d| d.name.to_string().starts_with(&prefix))
             .collect();
+        // Overloads that take this many positional arguments (and these keywords), if any.
+        let fits = |d: &&shardproof_ops::OpDef| {
+            let positional: Vec<_> = d.schema.args.iter().filter(|a| !a.kw_only).collect();
+            let required = positional
+                .iter()
+                .filter(|a| a.default.is_none() && !a.optional)
+                .count();
+            (d.schema.variadic || call.args.len() <= positional.len())
+                && call.args.len() + call.kwargs.len() >= required
+                && call
+                    .kwargs
+                    .iter()
+                    .all(|(k, _)| d.schema.args.iter().any(|a| a.name == k.text))
+        };
+        let fitting: Vec<String> = all
+            .iter()
+            .filter(|d| fits(d))
+            .map(|d| d.name.to_string())
+            .collect();
+        let found: Vec<String> = if fitting.is_empty() {
+            all.iter().map(|d| d.name.to_string()).collect()
+        } else {
+            fitting
+        };
         let scalar_second = matches!(
             call.args.get(1).map(|a| &a.kind),
             Some(ExprKind::Int { .. } | ExprKind::Float(_))
@@ -437,8 +460,8 @@ pub(super) fn lower(file: &Path, ast: &PlanAst) -> Result<Case, SourceError> {
             members: mesh.groups_along(&idx),
         });
     }
-    for s in &ast.stmts {
-        l.check_restrictions(&s.on)?;
+    for on in &ast.blocks {
+        l.check_restrictions(on)?;
     }
     let plan_name = ast.name.as_ref().map_or_else(
         || {

@@ -121,6 +121,8 @@ pub(super) struct PlanAst {
     pub mesh: Vec<(Name, usize)>,
     pub mesh_span: Option<Span>,
     pub groups: Vec<(Name, Vec<Name>)>,
+    /// Every `on` header, empty blocks included (their coordinates are checked too).
+    pub blocks: Vec<Vec<Restriction>>,
     pub stmts: Vec<Stmt>,
 }
 
@@ -555,6 +557,7 @@ pub(super) fn parse(file: &Path, text: &str) -> Result<PlanAst, SourceError> {
         mesh: Vec::new(),
         mesh_span: None,
         groups: Vec::new(),
+        blocks: Vec::new(),
         stmts: Vec::new(),
     };
     // The open `on` block: its restriction and where it opened.
@@ -703,6 +706,7 @@ pub(super) fn parse(file: &Path, text: &str) -> Result<PlanAst, SourceError> {
                     )
                     .with_hint(hint));
                 }
+                ast.blocks.push(rs.clone());
                 block = Some((rs, start));
             }
             "input" if !next_is_eq => {

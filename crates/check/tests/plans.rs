@@ -1,0 +1,214 @@
+//! The seed's nine demos (and their bug variants) written as plans under examples/plans/ at
+//! the repository root: each gives the seed's verdict, with the findings of the right checks
+//! at the right operators.
+
+use shardproof_check::{check_case, plan::load_plan, Report, Verdict};
+use std::path::PathBuf;
+
+fn plan_path(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/plans")
+        .join(format!("{name}.plan"))
+}
+
+fn check(name: &str) -> Report {
+    let case = load_plan(&plan_path(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+    check_case(&case).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// A demo: the plan, its verdict, and the (check, node) findings it must have: exactly these.
+type Demo = (&'static str, Verdict, &'static [(&'static str, &'static str)]);
+
+const DEMOS: &[Demo] = &[
+    ("tp_linear", Verdict::Holds, &[]),
+    (
+        "tp_linear_missing_allreduce",
+        Verdict::Violated,
+        &[("postcondition", "y_partial")],
+    ),
+    ("tp_mlp", Verdict::Holds, &[]),
+    (
+        "tp_mlp_bias_before_allreduce",
+        Verdict::Violated,
+        &[("spmd-type", "yb"), ("comm-legality", "y_async")],
+    ),
+    (
+        "tp_layernorm_sharded",
+        Verdict::Violated,
+        &[("placement-consistency", "ln")],
+    ),
+    ("pp_2stage", Verdict::Holds, &[]),
+    (
+        "pp_2stage_deadlock",
+        Verdict::Violated,
+        &[
+            ("dependency-violation", "gh0"),
+            ("dependency-violation", "a0"),
+        ],
+    ),
+    ("cp_ring_attn", Verdict::Holds, &[]),
+    ("cp_allgather_attn", Verdict::Holds, &[]),
+    (
+        "overlap_demo",
+        Verdict::Violated,
+        &[
+            ("missing-wait", "z"),
+            ("data-race", "mul__17"),
+            ("orphaned-handle", "g"),
+        ],
+    ),
+    ("overlap_ok", Verdict::Holds, &[]),
+    (
+        "spmd_demo",
+        Verdict::Violated,
+        &[
+            ("spmd-type", "pp"),
+            ("comm-legality", "r_sum_async"),
+            ("spmd-type", "act"),
+        ],
+    ),
+    (
+        "synthesis_demo",
+        Verdict::Violated,
+        &[("postcondition", "h2")],
+    ),
+    ("megatron_gpt2", Verdict::Holds, &[]),
+    ("consistency", Verdict::Holds, &[]),
+];
+
+#[test]
+fn every_demo_gives_the_seeds_verdict() {
+    let mut failures = Vec::new();
+    for &(name, verdict, expected) in DEMOS {
+        let report = check(name);
+        let mut got: Vec<(String, String)> = report
+            .findings
+            .iter()
+            .map(|f| (f.check.name().to_string(), f.node.clone()))
+            .collect();
+        got.sort();
+        let mut want: Vec<(String, String)> = expected
+            .iter()
+            .map(|&(c, n)| (c.to_string(), n.to_string()))
+            .collect();
+        want.sort();
+        if report.verdict != verdict
+            || got != want
+            || report.unknown_values > 0 && verdict == Verdict::Holds
+        {
+            failures.push(format!(
+                "{name}: expected {verdict:?} {want:?}\n{}",
+                report.render()
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn every_plan_in_the_examples_is_a_demo() {
+    let dir = plan_path("x").parent().unwrap().to_path_buf();
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| {
+            let p = e.ok()?.path();
+            (p.extension()? == "plan")
+                .then(|| p.file_stem().unwrap().to_string_lossy().into_owned())
+        })
+        .collect();
+    names.sort();
+    for n in &names {
+        assert!(
+            DEMOS.iter().any(|d| d.0 == n),
+            "{n}.plan is not asserted in DEMOS"
+        );
+    }
+    for seed in [
+        "tp_linear",
+        "tp_mlp",
+        "pp_2stage",
+        "cp_ring_attn",
+        "overlap_demo",
+        "spmd_demo",
+        "synthesis_demo",
+        "megatron_gpt2",
+        "consistency",
+    ] {
+        assert!(
+            names.iter().any(|n| n == seed),
+            "the seed's demo {seed} is missing"
+        );
+    }
+}
+
+#[test]
+fn findings_name_the_plan_file_and_line() {
+    let report = check("tp_linear_missing_allreduce");
+    let f = &report.findings[0];
+    assert!(
+        f.file.ends_with("tp_linear_missing_allreduce.plan"),
+        "{}",
+        f.file
+    );
+    assert_eq!(f.line, Some(8));
+    assert!(
+        f.hint
+            .contains("insert all_reduce(sum) over tp after `y_partial`"),
+        "{}",
+        f.hint
+    );
+}
+
+#[test]
+fn invalid_plans_are_errors_at_their_position_never_panics() {
+    let cases: &[(&str, &str)] = &[
+        (
+            "mesh tp=2\ny = relu(x)\n",
+            "p.plan:2:10: `x` is not defined on rank 0 (tp=0)",
+        ),
+        (
+            "mesh tp=2\ninput x: f32[7, 4] tp=Shard(0)\n",
+            "p.plan:2:7: dim 0 of `x` has 7 elements",
+        ),
+        (
+            "mesh tp=2\ninput x: f32[8]\ny = frobnicate(x)\n",
+            "p.plan:3:5: unknown operator `frobnicate`",
+        ),
+        (
+            "mesh tp=2\ninput x: f32[8]\ny = all_reduce(x, sum, dp)\n",
+            "p.plan:3:24: `dp` is not a group",
+        ),
+        (
+            "mesh pp=2\ninput x: f32[8]\nsend(x, pp=5)\n",
+            "p.plan:3:12: coordinate 5 is outside mesh dim `pp`",
+        ),
+        (
+            "mesh pp=2\non pp=2 {\n}\n",
+            "p.plan:2:4: coordinate 2 is outside mesh dim `pp` of size 2",
+        ),
+        (
+            "mesh tp=2\ninput x: f32[8]\nx = relu(x)\n",
+            "p.plan:3:1: `x` is already defined at line 2",
+        ),
+        (
+            "mesh tp=2\ninput x: f32[8] dp=Shard(0)\n",
+            "p.plan:2:17: `dp` is not a mesh dim",
+        ),
+        (
+            "mesh tp=2\ninput x: f32[8]\na, b = relu(x)\n",
+            "p.plan:3:1: `aten.relu.default` has 1 results, 2 names",
+        ),
+        (
+            "mesh tp=2\ninput x: f32[8]\ny = recv(x, tp=0)\n",
+            "p.plan:3:5: `recv` needs the received buffer's type first",
+        ),
+    ];
+    for (text, want) in cases {
+        let e = shardproof_check::plan::parse_plan(std::path::Path::new("p.plan"), text)
+            .err()
+            .unwrap_or_else(|| panic!("no error for {text:?}"));
+        let s = e.to_string();
+        assert!(s.starts_with(want), "{text:?}:\n{s}");
+        assert!(s.contains("\n  hint: "), "{text:?}: no hint:\n{s}");
+    }
+}

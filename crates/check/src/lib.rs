@@ -35,6 +35,7 @@
 
 #![warn(missing_docs)]
 
+mod duality;
 mod engine;
 mod place;
 pub mod plan;
@@ -338,6 +339,26 @@ pub fn check_case_counted(case: &Case, progress: &Progress) -> Result<Report, In
     // Temporal checks per rank.
     for (r, g) in program.ranks.iter().enumerate() {
         raw.extend(temporal::temporal(g, r, &case.ops));
+    }
+    // Gradient duality, where a rank's program has a backward.
+    for (r, g) in program.ranks.iter().enumerate() {
+        let rp = &prop.ranks[r];
+        let varies_over = |v: ValueId, group: &str| {
+            let dims: Vec<usize> = match prop.groups.get(group) {
+                Some(Some(d)) => d.clone(),
+                _ => (0..nd).collect(),
+            };
+            let places = rp.of(v, nd);
+            dims.iter()
+                .any(|&m| places.get(m).is_some_and(|p| *p != Place::Replicate))
+        };
+        raw.extend(duality::duality(
+            g,
+            r,
+            &program.mesh,
+            &prop.metas[r],
+            &varies_over,
+        ));
     }
     // Cross-rank matching: the schedule, then the shapes of what meets.
     raw.extend(schedule_findings(case, &prop));

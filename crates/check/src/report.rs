@@ -21,6 +21,9 @@ pub enum Check {
     /// The SPMD type rules: partial x partial, partial + replicate, a nonlinear function of a
     /// partial, an unmasked vocabulary lookup.
     SpmdType,
+    /// A forward communication without its dual in the backward (all-gather <->
+    /// reduce-scatter, all-to-all <-> all-to-all, send <-> recv).
+    GradientDuality,
     /// A functional collective's result read before its `wait_tensor`.
     MissingWait,
     /// A functional collective whose result is never waited on.
@@ -46,6 +49,7 @@ impl Check {
             Check::PlacementConsistency => "placement-consistency",
             Check::ShapeDivisibility => "shape-divisibility",
             Check::SpmdType => "spmd-type",
+            Check::GradientDuality => "gradient-duality",
             Check::MissingWait => "missing-wait",
             Check::OrphanedHandle => "orphaned-handle",
             Check::DataRace => "data-race",

@@ -17,7 +17,11 @@ fn check(name: &str) -> Report {
 }
 
 /// A demo: the plan, its verdict, and the (check, node) findings it must have: exactly these.
-type Demo = (&'static str, Verdict, &'static [(&'static str, &'static str)]);
+type Demo = (
+    &'static str,
+    Verdict,
+    &'static [(&'static str, &'static str)],
+);
 
 const DEMOS: &[Demo] = &[
     ("tp_linear", Verdict::Holds, &[]),
@@ -74,6 +78,12 @@ const DEMOS: &[Demo] = &[
     ),
     ("megatron_gpt2", Verdict::Holds, &[]),
     ("consistency", Verdict::Holds, &[]),
+    ("sp_mlp_train", Verdict::Holds, &[]),
+    (
+        "sp_mlp_train_missing_dual",
+        Verdict::Violated,
+        &[("gradient-duality", "xf_async")],
+    ),
 ];
 
 #[test]

@@ -37,6 +37,7 @@
 
 mod duality;
 mod engine;
+pub mod pipeline;
 mod place;
 pub mod plan;
 mod report;
@@ -362,6 +363,7 @@ pub fn check_case_counted(case: &Case, progress: &Progress) -> Result<Report, In
     }
     // Cross-rank matching: the schedule, then the shapes of what meets.
     raw.extend(schedule_findings(case, &prop));
+    raw.extend(pipeline_findings(program, &prop));
     let mut findings = merge_findings(program, raw);
     findings.sort_by_key(|f| (f.check.is_temporal(), f.ranks[0], f.line, f.node.clone()));
     findings.dedup();
@@ -412,6 +414,60 @@ pub fn check_case_counted(case: &Case, progress: &Progress) -> Result<Report, In
             .collect(),
         unknown_outputs: unknown_outputs.into_iter().collect(),
     })
+}
+
+/// The pipeline order of each pipeline along the `pp` mesh dim: completeness and gradient
+/// sync (its deadlocks are the schedule's hang, reported as such).
+fn pipeline_findings(program: &shardproof_ir::Program, prop: &Propagation) -> Vec<RawFinding> {
+    let Some(pp) = program
+        .mesh
+        .dim_index("pp")
+        .filter(|&d| program.mesh.dims[d].1 > 1)
+    else {
+        return Vec::new();
+    };
+    let hang = matches!(prop.schedule.problem, Some(ScheduleProblem::Hang(_)));
+    let mut out = Vec::new();
+    for first in (0..program.ranks.len()).filter(|&r| program.mesh.coords(r)[pp] == 0) {
+        let Some(order) = pipeline::order_of_program(program, pp, first) else {
+            continue;
+        };
+        for problem in pipeline::check_order(&order) {
+            let device = match &problem {
+                pipeline::PipelineProblem::Deadlock(_)
+                | pipeline::PipelineProblem::NeverSent { .. }
+                    if hang =>
+                {
+                    continue
+                }
+                pipeline::PipelineProblem::Deadlock(c) => c.first().map_or(0, |x| x.0),
+                pipeline::PipelineProblem::NeverSent { device, .. }
+                | pipeline::PipelineProblem::Missing { device, .. }
+                | pipeline::PipelineProblem::Duplicate { device, .. }
+                | pipeline::PipelineProblem::BackwardBeforeForward { device, .. }
+                | pipeline::PipelineProblem::GradSync { device, .. } => *device,
+            };
+            let mut coords = program.mesh.coords(first);
+            coords[pp] = device;
+            let rank = program.mesh.rank(&coords);
+            let g = &program.ranks[rank];
+            // The stage's first point-to-point call locates it.
+            let node = g
+                .nodes
+                .iter()
+                .position(|n| n.op().is_some_and(|o| o.namespace == "shardproof_p2p"))
+                .unwrap_or(0);
+            out.push(RawFinding {
+                check: Check::PipelineSchedule,
+                rank,
+                node,
+                message: format!("pipeline stage {device} (messages tagged by microbatch): {}", problem.describe(&order)),
+                placements: Vec::new(),
+                hint: "every stage runs the forward and the backward of every microbatch once, and synchronizes its gradients after the last backward".into(),
+            });
+        }
+    }
+    out
 }
 
 fn group_name_for(prop: &Propagation, program: &shardproof_ir::Program, m: usize) -> String {

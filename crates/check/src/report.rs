@@ -35,6 +35,9 @@ pub enum Check {
     /// Ranks whose collectives cannot meet (a hang), or meet with incompatible shapes or
     /// dtypes.
     CollectiveMismatch,
+    /// A pipeline order that is incomplete (a microbatch's forward or backward missing on a
+    /// stage, or run twice), or whose gradients are synchronized before the last microbatch.
+    PipelineSchedule,
     /// A recv whose matching send never comes (a hang), or a message of another type than its
     /// recv declares.
     DependencyViolation,
@@ -56,6 +59,7 @@ impl Check {
             Check::BufferAliasing => "buffer-aliasing",
             Check::CollectiveMismatch => "collective-mismatch",
             Check::DependencyViolation => "dependency-violation",
+            Check::PipelineSchedule => "pipeline-schedule",
         }
     }
 
@@ -69,6 +73,7 @@ impl Check {
                 | Check::BufferAliasing
                 | Check::CollectiveMismatch
                 | Check::DependencyViolation
+                | Check::PipelineSchedule
         )
     }
 }

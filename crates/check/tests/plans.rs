@@ -48,6 +48,17 @@ const DEMOS: &[Demo] = &[
         &[
             ("dependency-violation", "gh0"),
             ("dependency-violation", "a0"),
+            ("pipeline-schedule", "gh0"),
+        ],
+    ),
+    (
+        "pp_2stage_missing_microbatch",
+        Verdict::Violated,
+        &[
+            ("gradient-duality", "send_14"),
+            ("gradient-duality", "a1"),
+            ("pipeline-schedule", "send_12"),
+            ("pipeline-schedule", "a0"),
         ],
     ),
     ("cp_ring_attn", Verdict::Holds, &[]),

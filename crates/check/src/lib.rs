@@ -42,6 +42,7 @@ mod place;
 pub mod plan;
 mod report;
 pub mod rules;
+pub mod synth;
 mod temporal;
 
 pub use engine::{group_dims, RankPlacements};
@@ -226,7 +227,41 @@ pub fn check_case(case: &Case) -> Result<Report, Invalid> {
 
 /// [`check_case`], counting its work in `progress` (see [`propagate_counted`]), for another
 /// thread to show while it runs.
+///
+/// A violated report's postcondition, legality, SPMD-type and placement findings get their
+/// hint from [`synth::synthesize`] where the search finds edits after which the program checks
+/// with no finding (small programs only: see [`synth::MAX_NODES`]).
 pub fn check_case_counted(case: &Case, progress: &Progress) -> Result<Report, Invalid> {
+    let mut report = check_unfixed(case, progress)?;
+    if report.verdict == Verdict::Violated {
+        let fix = synth::synthesize(case, &report, &|c| check_case_without_fixes(c).ok());
+        if let Some(fix) = fix {
+            let text = fix.describe(case);
+            for f in &mut report.findings {
+                if matches!(
+                    f.check,
+                    Check::Postcondition
+                        | Check::CommLegality
+                        | Check::SpmdType
+                        | Check::PlacementConsistency
+                ) {
+                    f.hint =
+                        format!("{text} (synthesized: with it the program checks with no finding)");
+                }
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// [`check_case`] without fix synthesis: the hints are the rules' own. The check
+/// [`synth::synthesize`] runs on each candidate program.
+pub fn check_case_without_fixes(case: &Case) -> Result<Report, Invalid> {
+    check_unfixed(case, &Progress::default())
+}
+
+/// The checks, without fix synthesis.
+fn check_unfixed(case: &Case, progress: &Progress) -> Result<Report, Invalid> {
     let prop = propagate_counted(case, progress)?;
     let program = &case.program;
     let nd = program.mesh.dims.len();

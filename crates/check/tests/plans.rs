@@ -233,3 +233,49 @@ fn invalid_plans_are_errors_at_their_position_never_panics() {
         assert!(s.contains("\n  hint: "), "{text:?}: no hint:\n{s}");
     }
 }
+
+/// Each synthesized hint, applied to its plan, makes `check` hold.
+#[test]
+fn synthesized_fixes_make_the_plans_hold() {
+    use shardproof_check::check_case_without_fixes;
+    use shardproof_check::synth::{apply, synthesize};
+    for (name, edits) in [
+        ("tp_linear_missing_allreduce", 1),
+        ("synthesis_demo", 1),
+        ("tp_mlp_bias_before_allreduce", 2),
+        ("spmd_demo", 3),
+    ] {
+        let case = load_plan(&plan_path(name)).unwrap();
+        let report = check(name);
+        assert_eq!(report.verdict, Verdict::Violated, "{name}");
+        let fix = synthesize(&case, &report, &|c| check_case_without_fixes(c).ok())
+            .unwrap_or_else(|| panic!("{name}: no fix"));
+        assert_eq!(fix.edits.len(), edits, "{name}: {}", fix.describe(&case));
+        // The report's hint is the fix.
+        let described = fix.describe(&case);
+        assert!(
+            report
+                .findings
+                .iter()
+                .any(|f| f.hint.starts_with(&described)),
+            "{name}: {described}\n{}",
+            report.render()
+        );
+        let fixed = fix.edits.iter().fold(case, |c, e| apply(&c, e));
+        let after = check_case(&fixed).unwrap();
+        assert_eq!(after.verdict, Verdict::Holds, "{name}:\n{}", after.render());
+    }
+    // The row-parallel fix names the partial product and its plan line.
+    let case = load_plan(&plan_path("tp_linear_missing_allreduce")).unwrap();
+    let report = check_case(&case).unwrap();
+    assert!(
+        report.findings[0]
+            .hint
+            .starts_with("insert all_reduce(sum) over tp after `y_partial` ("),
+        "{}",
+        report.findings[0].hint
+    );
+    assert!(report.findings[0]
+        .hint
+        .contains("tp_linear_missing_allreduce.plan:8)"));
+}

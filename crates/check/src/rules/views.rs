@@ -45,7 +45,12 @@ pub fn view_dim(ins: &[usize], outs: &[usize], d: usize) -> Option<usize> {
                 return None;
             }
             // The outermost output dim of the group holds the shard (a local size of 1 there
-            // is one of the mesh dim's pieces).
+            // is one of the mesh dim's pieces). Where size-1 output dims lead the group, the
+            // local shapes leave the reading open (`[2, 8, 4] -> [1, 2, 8, 4]` is the shard
+            // on dim 0 of `[n, 2, 8, 4]` or on dim 1 of `[1, 2n, 8, 4]`): no claim.
+            if o - go0 > 1 && outs[go0] == 1 {
+                return None;
+            }
             return Some(go0);
         }
     }

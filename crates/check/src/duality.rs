@@ -373,3 +373,62 @@ fn pair_messages(
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::{check_case_without_fixes, plan::parse_plan, Check};
+    use std::path::Path;
+
+    fn duality_findings(text: &str) -> Vec<(String, String)> {
+        let case = parse_plan(Path::new("d.plan"), text).unwrap();
+        let report = check_case_without_fixes(&case).unwrap();
+        report
+            .findings
+            .iter()
+            .filter(|f| f.check == Check::GradientDuality)
+            .map(|f| (f.node.clone(), f.message.clone()))
+            .collect()
+    }
+
+    const MOE: &str = "mesh ep=2\n\
+        input x: f32[4, 8] ep=Shard(0)\n\
+        input w: f32[8, 8]\n\
+        sent = _c10d_functional.all_to_all_single(x, [1, 1], [1, 1], \"ep\")\n\
+        routed = _c10d_functional.wait_tensor(sent)\n\
+        h = mm(routed, w)\n\
+        s = sum(h)\n\
+        loss = all_reduce(s, sum, ep)\n\
+        output loss\n\
+        g = ones_like(h)\n\
+        wt = t(w)\n\
+        gx = mm(g, wt)\n";
+
+    #[test]
+    fn an_all_to_all_needs_an_all_to_all_in_the_backward() {
+        let found = duality_findings(MOE);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].0, "sent");
+        assert!(
+            found[0].1.contains("needs an all-to-all over `ep`"),
+            "{found:?}"
+        );
+        let fixed = format!(
+            "{MOE}back = _c10d_functional.all_to_all_single(gx, [1, 1], [1, 1], \"ep\")\n\
+             gxr = _c10d_functional.wait_tensor(back)\noutput gxr ep=Shard(0)\n"
+        );
+        assert!(duality_findings(&fixed).is_empty());
+    }
+
+    #[test]
+    fn forward_only_programs_and_integer_traffic_need_no_dual() {
+        // No backward: the all-gather's dual is not asked for.
+        let text = "mesh tp=2\ninput x: f32[4, 8] tp=Shard(0)\ninput w: f32[8, 8] tp=Shard(1)\n\
+                    xf = all_gather(x, tp)\nh = mm(xf, w)\noutput h tp=Shard(1)\n";
+        assert!(duality_findings(text).is_empty());
+        // Token ids gathered in the forward carry no gradient.
+        let text = "mesh tp=2\ninput ids: i64[4] tp=Shard(0)\ninput emb: f32[16, 8]\n\
+                    idsf = all_gather(ids, tp)\nrows = embedding(emb, idsf)\nl = sum(rows)\n\
+                    output l\ng = ones_like(rows)\n";
+        assert!(duality_findings(text).is_empty());
+    }
+}

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 /// Arguments of `shardproof check`.
 #[derive(ClapArgs)]
 pub struct CheckArgs {
-    /// The case file.
+    /// The case file, or a plan file (`.plan`, docs/formats/plan.md).
     case: PathBuf,
     #[command(flatten)]
     output: OutputArgs,
@@ -35,7 +35,14 @@ pub fn main(args: &CheckArgs) -> Verdict {
         Ok(h) => h,
         Err(message) => return invalid(args, None, &name, &message),
     };
-    let case = match shardproof_case::load_case(&args.case).and_then(|c| {
+    // A file ending in `.plan` is a hand-written plan (docs/formats/plan.md); anything else
+    // is a case file.
+    let loaded = if shardproof_check::plan::is_plan_path(&args.case) {
+        shardproof_check::plan::load_plan(&args.case)
+    } else {
+        shardproof_case::load_case(&args.case)
+    };
+    let case = match loaded.and_then(|c| {
         c.validate_ops(&|op| Registry::builtin().get(op).is_some())?;
         Ok(c)
     }) {
@@ -89,18 +96,20 @@ pub fn main(args: &CheckArgs) -> Verdict {
 
 /// Every check, in the order reports list them (the rules of the SARIF driver, the test cases
 /// of JUnit).
-const CHECKS: [Check; 11] = [
+const CHECKS: [Check; 13] = [
     Check::Postcondition,
     Check::CommLegality,
     Check::PlacementConsistency,
     Check::ShapeDivisibility,
     Check::SpmdType,
+    Check::GradientDuality,
     Check::MissingWait,
     Check::OrphanedHandle,
     Check::DataRace,
     Check::BufferAliasing,
     Check::CollectiveMismatch,
     Check::DependencyViolation,
+    Check::PipelineSchedule,
 ];
 
 /// The rule id of the unknown placements that make a check inconclusive.
@@ -121,6 +130,8 @@ fn describe(c: Check) -> &'static str {
         Check::BufferAliasing => "Two unfinished collectives on the same buffer.",
         Check::CollectiveMismatch => "Ranks whose collectives cannot meet (a hang), or meet with incompatible shapes or dtypes.",
         Check::DependencyViolation => "A recv whose matching send never comes (a hang), or a message of another type than its recv declares.",
+        Check::GradientDuality => "A forward communication without its dual in the backward (all-gather <-> reduce-scatter, all-to-all <-> all-to-all, send <-> recv).",
+        Check::PipelineSchedule => "A pipeline order that misses a microbatch's forward or backward on a stage, or synchronizes gradients before the last backward.",
     }
 }
 

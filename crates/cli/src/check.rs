@@ -4,7 +4,7 @@
 use crate::output::{self, HtmlFile, OutputArgs};
 use crate::Verdict;
 use clap::Args as ClapArgs;
-use shardproof_check::{check_case, Check, Report, Verdict as CheckVerdict};
+use shardproof_check::{Check, Report, Verdict as CheckVerdict};
 use shardproof_ops::Registry;
 use shardproof_report::{self as report, Checked, Command, Level, Location, Rule, Status};
 use std::path::PathBuf;
@@ -16,15 +16,62 @@ pub struct CheckArgs {
     case: PathBuf,
     #[command(flatten)]
     output: OutputArgs,
-    /// Print nothing on stderr (the time taken).
+    /// Print nothing on stderr (progress, and the time taken).
     #[arg(long)]
     quiet: bool,
+    /// Stop after this many seconds (0: no limit): exit 3, naming the rank it had reached.
+    #[arg(long, value_name = "SECONDS", default_value_t = 0.0, value_parser = crate::watch::parse_seconds)]
+    time_limit: f64,
 }
 
 fn invalid(args: &CheckArgs, html: Option<HtmlFile>, case: &str, message: &str) -> Verdict {
     let r = output::report(Command::Check, case, &args.case, Verdict::Invalid, message);
     let json = || crate::print_invalid_json(Some(case), message);
     output::invalid(&args.output, html, &r, json, true)
+}
+
+/// The checker on its own thread, its progress shown (ranks typed and placed) and stopped at
+/// `--time-limit` (see [`crate::watch`]).
+fn check_watched(
+    args: &CheckArgs,
+    case: &shardproof_case::Case,
+) -> Result<Report, (Verdict, String)> {
+    let progress = std::sync::Arc::new(shardproof_ir::Progress::default());
+    let counted = progress.clone();
+    let owned = case.clone();
+    let spinner = crate::watch::spinner(!args.quiet && args.output.text());
+    let display = crate::watch::Display::new(
+        spinner.as_ref(),
+        args.quiet || !args.output.text(),
+        format!("check {}: ", case.name),
+    );
+    let watched = crate::watch::watch(
+        move || shardproof_check::check_case_counted(&owned, &counted),
+        crate::watch::Watch {
+            progress,
+            units: "steps",
+            limit: args.time_limit,
+            display,
+        },
+    );
+    if let Some(s) = spinner {
+        s.finish_and_clear();
+    }
+    match watched {
+        crate::watch::Watched::Done(result) => result.map_err(|e| (Verdict::Invalid, e.message)),
+        crate::watch::Watched::TimedOut(stopped) => Err((
+            Verdict::Inconclusive,
+            format!(
+                "inconclusive: the check did not finish within the time limit ({} s; --time-limit): {}",
+                stopped.limit,
+                stopped.at("step")
+            ),
+        )),
+        crate::watch::Watched::Lost => Err((
+            Verdict::Inconclusive,
+            "inconclusive: the check stopped without a result (its thread ended early)".into(),
+        )),
+    }
 }
 
 /// Runs the static checker and prints its report.
@@ -53,9 +100,16 @@ pub fn main(args: &CheckArgs) -> Verdict {
     if let Err(stop) = crate::preflight::typecheck_all(&case) {
         return invalid(args, html, &case.name, &stop.message);
     }
-    let result: Report = match check_case(&case) {
+    let result: Report = match check_watched(args, &case) {
         Ok(r) => r,
-        Err(e) => return invalid(args, html, &case.name, &e.message),
+        Err((verdict, message)) if verdict == Verdict::Inconclusive => {
+            let r = output::report(Command::Check, &case.name, &args.case, verdict, &message);
+            let json = || crate::print_stop_json(Some(&case.name), "inconclusive", &message);
+            // Printed as an invalid input's report is, with its own verdict and exit code.
+            output::invalid(&args.output, html, &r, json, true);
+            return verdict;
+        }
+        Err((_, message)) => return invalid(args, html, &case.name, &message),
     };
     let verdict = match result.verdict {
         CheckVerdict::Holds => Verdict::Holds,

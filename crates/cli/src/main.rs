@@ -120,9 +120,15 @@ struct InvalidJson<'a> {
 
 /// Prints the JSON error of an invalid input (see [`InvalidJson`]) on stdout.
 pub fn print_invalid_json(case: Option<&str>, message: &str) {
+    print_stop_json(case, "invalid", message);
+}
+
+/// Prints the JSON of a command that stopped before its report (`invalid`, or `inconclusive`
+/// at a time limit) on stdout, with the fields of [`InvalidJson`].
+pub fn print_stop_json(case: Option<&str>, verdict: &'static str, message: &str) {
     let report = InvalidJson {
         case,
-        verdict: "invalid",
+        verdict,
         message,
     };
     outln!(

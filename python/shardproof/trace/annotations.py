@@ -10,13 +10,14 @@ top level and tells them apart by their keys::
       output: {tp_dim: -1, cp_dim: 0}
 
 The structured one puts them under ``parameters:`` and ``modules:``. A key matches every
-canonical name equal to it or ending in ``.KEY`` (``*`` and ``?`` glob); the longest matching key
+canonical name equal to it or ending in ``.KEY`` (``*`` and ``?`` glob within one dotted
+segment); the longest matching key
 wins. Errors name the file, line and column, what was expected, and a hint.
 """
 
 from __future__ import annotations
 
-import fnmatch
+import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
@@ -97,9 +98,15 @@ class Annotations:
         return _lookup(self.modules, canonical_name)
 
 
+def _glob_regex(key: str) -> "re.Pattern[str]":
+    # `*` and `?` stay within one dotted segment, so `layers.*` names layers, not their children.
+    body = "".join("[^.]*" if c == "*" else "[^.]" if c == "?" else re.escape(c) for c in key)
+    return re.compile(rf"(?:.*\.)?{body}")
+
+
 def _matches(key: str, name: str) -> bool:
-    if any(c in key for c in "*?["):
-        return fnmatch.fnmatchcase(name, key) or fnmatch.fnmatchcase(name, "*." + key)
+    if "*" in key or "?" in key:
+        return _glob_regex(key).fullmatch(name) is not None
     return name == key or name.endswith("." + key)
 
 

@@ -101,12 +101,17 @@ class Tracer:
     `model` is the rank's module, or its list of virtual-pipeline chunks (chunk i = list index).
     `annotations` is an `Annotations` or the path of an annotation file. `role` is "reference",
     "candidate" or "perturbed" (then `perturbation` is required). `rank` is this process's rank
-    in `config`'s layout (single-device reference: rank 0 of the default layout)."""
+    in `config`'s layout (single-device reference: rank 0 of the default layout).
+
+    `align_with` (for a reference) is the layout of the candidate it will be compared with:
+    parameter gradients the candidate cannot record whole (see `partial_grad`) are left out of
+    the reference too, so both traces hold the same ids."""
 
     def __init__(self, model: Union[torch.nn.Module, Sequence[torch.nn.Module]],
                  annotations: Union[Annotations, str], config: ParallelConfig, rank: int, out: str, *,
                  role: str, dtype: str = "float32", iteration: int = 0, rewrite: bool = False,
-                 generator: Optional[ConsistentGenerator] = None, perturbation: Optional[Perturbation] = None):
+                 generator: Optional[ConsistentGenerator] = None, perturbation: Optional[Perturbation] = None,
+                 align_with: Optional[ParallelConfig] = None):
         if role not in ROLES:
             raise ValueError(f"unknown role `{role}`; expected one of {', '.join(ROLES)}")
         if (role == "perturbed") != (perturbation is not None):
@@ -123,6 +128,7 @@ class Tracer:
         self.rewrite = rewrite
         self.generator = generator or ConsistentGenerator()
         self.perturbation = perturbation
+        self.align_with = align_with
         self.writer = RankTraceWriter(out, rank, self.coords, dtype)
         self._local_microbatch = 0
         self._handles: list = []
@@ -258,11 +264,13 @@ class Tracer:
         """A per-microbatch parameter gradient is recorded only where it is whole on the rank:
         under CP every rank holds a partial sum over its sequence chunks, and an annotation's
         `partial_grad` names other parallelisms under which it is partial."""
-        cfg = self.config
-        active = {"sp": cfg.sp and cfg.tp > 1, "pp": cfg.pp > 1, "cp": cfg.cp > 1, "tp": cfg.tp > 1}
-        if active["cp"]:
-            return False
-        return not any(active[k] for k in (annotation.partial_grad if annotation else ()))
+        for cfg in (self.config, self.align_with):
+            if cfg is None:
+                continue
+            active = {"sp": cfg.sp and cfg.tp > 1, "pp": cfg.pp > 1, "cp": cfg.cp > 1, "tp": cfg.tp > 1}
+            if active["cp"] or any(active[k] for k in (annotation.partial_grad if annotation else ())):
+                return False
+        return True
 
     def _record(self, cid: CanonicalId, tensor: torch.Tensor, smap: ShardMap, cls: Optional[str]) -> None:
         key = str(cid)

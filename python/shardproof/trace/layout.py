@@ -237,8 +237,8 @@ def _splits_per_dim(ndim: int, split: TensorSplit, config: ParallelConfig, coord
 
 def _dim_factor(splits) -> int:
     factor = 1
-    for kind, size, _ in splits:
-        factor *= 2 * size if kind == "cp" else size
+    for _, size, _ in splits:
+        factor *= size  # CP: 2*cp chunks, two per rank
     return factor
 
 

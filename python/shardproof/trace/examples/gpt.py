@@ -167,13 +167,13 @@ class VocabParallelEmbedding(torch.nn.Module):
         begin = ctx.groups.tp.index * self.vocab_per_rank
         end = begin + self.vocab_per_rank
         if ctx.config.tp > 1:
-            if ctx.bug("embedding_mask"):
-                # Table 1 bug 1 (seed Figure 4): `~(x >= end)` where `x >= end` was meant.
-                outside = (tokens < begin) | ~(tokens >= end)
-            else:
-                outside = (tokens < begin) | (tokens >= end)
+            outside = (tokens < begin) | (tokens >= end)
             local = torch.where(outside, torch.zeros_like(tokens), tokens - begin)
             out = F.embedding(local, self.weight)
+            if ctx.bug("embedding_mask"):
+                # Table 1 bug 1 (seed Figure 4): the output mask recomputed from the shifted
+                # indices, with `~(x >= end)` where `x >= end` was meant.
+                outside = (local < begin) | ~(local >= end)
             out = out * (~outside).unsqueeze(-1).to(out.dtype)
         else:
             out = F.embedding(tokens, self.weight)

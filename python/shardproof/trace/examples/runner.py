@@ -62,6 +62,7 @@ class TraceJob:
     rewrite: bool = False
     perturbation: Optional[Perturbation] = None
     annotations: str = ANNOTATIONS
+    align_with: Optional[ParallelConfig] = None
 
 
 _LAYER_PATH = re.compile(r"^layers\.(\d+)\.(.*)$")
@@ -222,7 +223,8 @@ def run_rank(run: RunSpec, job: TraceJob, rank: int) -> None:
     init_parameters(model, ctx, gen)
     annotations: Annotations = load_annotations(job.annotations)
     tracer = Tracer(model, annotations, cfg, rank, job.out, role=job.role, dtype=run.options.dtype,
-                    iteration=run.iteration, rewrite=job.rewrite, generator=gen, perturbation=job.perturbation)
+                    iteration=run.iteration, rewrite=job.rewrite, generator=gen, perturbation=job.perturbation,
+                    align_with=job.align_with)
     optimizer = ZeroSGD(ctx, list(model.parameters()))
     with tracer.iteration():
         run_schedule(run, ctx, model, tracer, gen)

@@ -224,8 +224,11 @@ def _splits_per_dim(ndim: int, split: TensorSplit, config: ParallelConfig, coord
     cp_dim = _norm_dim(split.cp_dim, ndim, "cp_dim")
     sp_dim = _norm_dim(split.sp_dim, ndim, "sp_dim")
     tp_dim = _norm_dim(split.tp_dim, ndim, "tp_dim")
-    if config.sp and config.tp > 1 and sp_dim is not None and sp_dim == tp_dim:
-        raise LayoutError("sp_dim and tp_dim name the same dimension; both split over the tensor-parallel group")
+    if config.sp and config.tp > 1 and sp_dim is not None and tp_dim is not None:
+        # Both would split over the one tensor-parallel group: each rank would hold a diagonal
+        # block, which no Megatron tensor does (a tensor is sequence- or hidden-split).
+        raise LayoutError("sp_dim and tp_dim both given under sequence parallelism; both split over the "
+                          "tensor-parallel group, so a tensor has only one of them")
     if config.cp > 1 and cp_dim is not None:
         per_dim.setdefault(cp_dim, []).append(("cp", config.cp, coords.cp))
     if config.tp > 1 and config.sp and sp_dim is not None:

@@ -88,7 +88,6 @@ def init_parameters(model: GPTStage, ctx: Context, gen: ConsistentGenerator) -> 
             else:
                 mean, std = 0.0, 1.0 / (full[1] ** 0.5)
             param.copy_(gen.shard(f"init:{name}", smap, dtype=param.dtype, std=std, mean=mean))
-            param.master = param.detach().float().clone()
 
 
 def _microbatch_data(run: RunSpec, ctx: Context, gen: ConsistentGenerator, local_mb: int):
@@ -200,7 +199,9 @@ class ZeroSGD:
         """One optimizer step on every parameter."""
         dp = self.ctx.groups.dp
         for index, param in enumerate(self.params):
-            master = param.master
+            # The float32 master copy is taken at the step, so it holds the parameters the
+            # iteration used (perturbed ones in a perturbed run).
+            master = param.detach().float().clone()
             if self.owner(index) == dp.index:
                 update = param.main_grad + self.weight_decay * master
                 buffer = self.state.get(index)

@@ -41,9 +41,6 @@ BUGS: Dict[str, Bug] = {b.name: b for b in [
     Bug("untied_embedding", 5, "PP: the word-embedding and LM-head gradients are not all-reduced between the "
         "first and last stage (embedding and head untied)", "pp > 1", lambda r: _cfg(r).pp > 1, "pp2", "bf16",
         "main_grad of embedding.word_embeddings.weight (replicas on the two stages differ)"),
-    Bug("fp8_wrong_group", 7, "TP: fp8 weight scaling reduces amax over the wrong group (DP instead of TP)",
-        "tp > 1 and dtype fp8", lambda r: _cfg(r).tp > 1 and r.options.fp8, "tp2", "fp8",
-        "forward_output of layers.0.self_attention.linear_qkv"),
     Bug("zero_no_update", 9, "ZeRO: parameters owned by another dp rank are never updated (no broadcast)",
         "zero and dp > 1", lambda r: r.options.zero and _cfg(r).dp > 1, "dp2-zero", "bf16",
         "param_after_step of embedding.word_embeddings.weight (owned by dp rank 0; dp rank 1 keeps the old "

@@ -98,8 +98,7 @@ def gather_input(ctx: Context, x):
 def _linear(x, weight, bias, ctx: Context, amax_group):
     if ctx.options.fp8:
         x = fp8_round_trip(x, amax_group)
-        weight_group = ctx.groups.dp if ctx.bug("fp8_wrong_group") else ctx.groups.tp
-        weight = fp8_round_trip(weight, weight_group)
+        weight = fp8_round_trip(weight, ctx.groups.tp)
     return F.linear(x, weight, bias)
 
 

@@ -1,7 +1,6 @@
 """A small GPT (pre-LayerNorm, learned positions, tied embeddings) in plain PyTorch, parallelized
 the Megatron way: vocab-parallel embedding and cross-entropy, column/row-parallel linears,
-sequence parallelism, context parallelism with load-balanced chunks (keys/values all-gathered
-over the CP group), pipeline stages, activation recomputation and emulated fp8 linears.
+sequence parallelism, context parallelism with load-balanced chunks (ring attention), pipeline stages, activation recomputation and emulated fp8 linears.
 
 Activations are laid out [sequence, batch, hidden] as in Megatron, so the sequence dimension is 0.
 With every parallel size 1 the same code is the single-device reference and calls no collective.
@@ -19,7 +18,7 @@ import torch.nn.functional as F
 
 from ..collector import recomputing
 from ..layout import ParallelConfig
-from .parallel import (CopyToTP, GatherFromSP, GatherKV_CP, Groups, ReduceFromTP, ReduceScatterToSP, ScatterToSP,
+from .parallel import (CopyToTP, GatherFromSP, Groups, ReduceFromTP, ReduceScatterToSP, RingShift, ScatterToSP,
                        all_reduce, fp8_round_trip)
 
 
@@ -202,32 +201,46 @@ class Embedding(torch.nn.Module):
 
 class CoreAttention(torch.nn.Module):
     """Causal softmax attention of this rank's heads. Input: the fused q/k/v projection
-    [s, b, heads_local * 3 * head_dim] (heads grouped: per head q, k, v). Under CP the keys and
-    values of every CP rank are all-gathered, and the causal mask uses global positions."""
+    [s, b, heads_local * 3 * head_dim] (heads grouped: per head q, k, v). Under CP it is ring
+    attention: the key/value blocks travel around the CP group in cp steps, each step's partial
+    attention is kept with its log-sum-exp, and the blocks are combined exactly at the end; the
+    causal mask uses global positions (load-balanced chunks)."""
 
     def __init__(self, ctx: Context):
         super().__init__()
         self.ctx = ctx
         self.head_dim = ctx.spec.hidden // ctx.spec.heads
 
+    def _block(self, q, k, v, q_positions, k_positions):
+        """Attention of q to one key block: (output [b,h,s,d], log-sum-exp [b,h,s]), float32."""
+        scores = torch.einsum("qbhd,kbhd->bhqk", q, k) / math.sqrt(self.head_dim)
+        allowed = q_positions.view(-1, 1) >= k_positions.view(1, -1)
+        # A large finite negative keeps fully masked rows free of NaN; their weight is exp(-huge) = 0.
+        scores = scores.masked_fill(~allowed, -1e30)
+        lse = torch.logsumexp(scores, dim=-1)
+        out = torch.einsum("bhqk,kbhd->bhqd", torch.exp(scores - lse.unsqueeze(-1)), v)
+        return out, lse
+
     def forward(self, qkv, positions):
         ctx = self.ctx
         s, b, width = qkv.shape
         heads = width // (3 * self.head_dim)
-        q, k, v = qkv.view(s, b, heads, 3, self.head_dim).unbind(dim=3)
+        q, k, v = (t.float() for t in qkv.view(s, b, heads, 3, self.head_dim).unbind(dim=3))
+        outs, lses = [], []
         key_positions = positions
-        if ctx.config.cp > 1:
-            swap = ctx.bug("cp_attention_grad")
-            k = GatherKV_CP.apply(k, ctx.groups.cp, 0, swap)
-            v = GatherKV_CP.apply(v, ctx.groups.cp, 0, swap)
-            key_positions = GatherKV_CP.apply(positions.float(), ctx.groups.cp, 0, False).long()
-        # [b, heads, s_q, s_k]
-        scores = torch.einsum("qbhd,kbhd->bhqk", q.float(), k.float()) / math.sqrt(self.head_dim)
-        allowed = positions.view(-1, 1) >= key_positions.view(1, -1)
-        scores = scores.masked_fill(~allowed, float("-inf"))
-        probs = torch.softmax(scores, dim=-1)
-        context = torch.einsum("bhqk,kbhd->qbhd", probs, v.float()).to(qkv.dtype)
-        return context.reshape(s, b, heads * self.head_dim)
+        for step in range(ctx.config.cp):
+            if step > 0:
+                swap = ctx.bug("cp_attention_grad")
+                k = RingShift.apply(k, ctx.groups.cp, swap)
+                v = RingShift.apply(v, ctx.groups.cp, swap)
+                key_positions = RingShift.apply(key_positions, ctx.groups.cp, False)
+            out, lse = self._block(q, k, v, positions, key_positions)
+            outs.append(out)
+            lses.append(lse)
+        lse_all = torch.logsumexp(torch.stack(lses), dim=0)
+        context = sum(torch.exp(lse - lse_all).unsqueeze(-1) * out for out, lse in zip(outs, lses))
+        # [b, h, s, d] -> [s, b, h*d]
+        return context.permute(2, 0, 1, 3).reshape(s, b, heads * self.head_dim).to(qkv.dtype)
 
 
 class SelfAttention(torch.nn.Module):

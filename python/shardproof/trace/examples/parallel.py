@@ -178,24 +178,38 @@ class ScatterToSP(torch.autograd.Function):
         return all_gather(grad, ctx.group, ctx.dim), None, None
 
 
-class GatherKV_CP(torch.autograd.Function):
-    """Forward: all-gather keys/values (or positions) of every CP rank along the sequence dim.
-    Backward: reduce-scatter the key/value gradients back to their owners. `swap_chunks` is the CP
-    attention-gradient bug: the two load-balanced chunks of the gradient come back swapped (a
-    layout mismatch)."""
+def _exchange(tensor: torch.Tensor, group: Group, send_to: int, recv_from: int) -> torch.Tensor:
+    """Sends `tensor` to group member `send_to` and receives the same shape from `recv_from`
+    (non-blocking both ways, so every member can send first), in float32."""
+    buffer = tensor.detach().float().contiguous()
+    received = torch.empty_like(buffer)
+    requests = [dist.isend(buffer, group.ranks[send_to]), dist.irecv(received, group.ranks[recv_from])]
+    for request in requests:
+        request.wait()
+    return received.to(tensor.dtype)
+
+
+class RingShift(torch.autograd.Function):
+    """One ring-attention step: forward passes this rank's block to the next CP rank and receives
+    the previous rank's; backward passes gradients the other way round. `swap_chunks` is the CP
+    attention-gradient bug: the returning gradient's two load-balanced chunks come back swapped
+    (a layout mismatch)."""
 
     @staticmethod
-    def forward(ctx, x, group, dim, swap_chunks):
-        ctx.group, ctx.dim, ctx.swap = group, dim, swap_chunks
-        return all_gather(x, group, dim)
+    def forward(ctx, x, group, swap_chunks):
+        ctx.group, ctx.swap = group, swap_chunks
+        n, i = group.size, group.index
+        return _exchange(x, group, (i + 1) % n, (i - 1) % n)
 
     @staticmethod
     def backward(ctx, grad):
-        mine = reduce_scatter(grad, ctx.group, ctx.dim)
+        group = ctx.group
+        n, i = group.size, group.index
+        back = _exchange(grad, group, (i - 1) % n, (i + 1) % n)
         if ctx.swap:
-            first, second = mine.chunk(2, dim=ctx.dim)
-            mine = torch.cat([second, first], dim=ctx.dim)
-        return mine, None, None, None
+            first, second = back.chunk(2, dim=0)
+            back = torch.cat([second, first], dim=0)
+        return back, None, None
 
 
 class _StraightThrough(torch.autograd.Function):

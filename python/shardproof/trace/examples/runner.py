@@ -1,9 +1,9 @@
 """Runs one traced training iteration of the example GPT: the single-device reference in this
 process, or a parallel candidate as real processes on CPU (`torch.distributed`, gloo).
 
-One iteration: every microbatch forward and backward (GPipe order across pipeline stages, with
-send/recv between them), gradient reduction (DP x CP, SP layernorms over TP, the tied embedding
-over the first and last stage), then an SGD-with-momentum step on float32 master weights whose
+One iteration: every microbatch forward and backward (the 1F1B schedule across pipeline stages,
+with batched send/recv between them), gradient reduction (DP x CP, SP layernorms over TP, the tied embedding
+over the first and last stage), then an SGD-with-momentum step on float32 copies of the parameters whose
 state is partitioned over DP (ZeRO-1, parameter-wise ownership) when `zero` is on.
 """
 
@@ -119,46 +119,80 @@ def _p2p_shape(run: RunSpec, ctx: Context) -> Tuple[int, ...]:
     return (s, run.spec.micro_batch, run.spec.hidden)
 
 
-def _send(tensor: torch.Tensor, dst: int) -> None:
-    dist.send(tensor.detach().float().contiguous(), dst)
-
-
-def _recv(shape, dtype, src: int) -> torch.Tensor:
-    buffer = torch.empty(shape, dtype=torch.float32)
-    dist.recv(buffer, src)
-    return buffer.to(dtype)
+def _p2p(send: Optional[Tuple[torch.Tensor, int]] = None, recv: Optional[Tuple[tuple, torch.dtype, int]] = None):
+    """A send and/or a receive posted together (non-blocking, then waited), in float32, so that
+    neighbouring stages never wait on each other's blocking send (Megatron's batched p2p)."""
+    requests = []
+    if send is not None:
+        tensor, dst = send
+        buffer = tensor.detach().float().contiguous()
+        requests.append(dist.isend(buffer, dst))
+    received = None
+    if recv is not None:
+        shape, dtype, src = recv
+        received = torch.empty(shape, dtype=torch.float32)
+        requests.append(dist.irecv(received, src))
+    for request in requests:
+        request.wait()
+    return None if received is None else received.to(recv[1])
 
 
 def run_schedule(run: RunSpec, ctx: Context, model: GPTStage, tracer: Tracer, gen: ConsistentGenerator) -> None:
-    """Forward and backward of every local microbatch (GPipe order under PP)."""
+    """Forward and backward of every local microbatch: one after the other without PP, else the
+    non-interleaved 1F1B schedule (warm-up forwards, then one forward one backward, then the
+    remaining backwards), exchanging activations and gradients with the neighbouring stages."""
     cfg, groups = ctx.config, ctx.groups
     scale = _loss_scale(run, ctx)
     dtype = ctx.options.compute_dtype
-    pending = []
-    for m in range(cfg.microbatches):
-        tokens, positions, labels = _microbatch_data(run, ctx, gen, m)
+    shape = _p2p_shape(run, ctx)
+    first, last = model.pre_process, model.post_process
+    data = [_microbatch_data(run, ctx, gen, m) for m in range(cfg.microbatches)]
+
+    def forward(m: int, received: Optional[torch.Tensor]):
+        tokens, positions, labels = data[m]
+        stage_input = tokens if first else received.requires_grad_(True)
         with tracer.microbatch(m):
-            if model.pre_process:
-                stage_input = tokens
-            else:
-                stage_input = _recv(_p2p_shape(run, ctx), dtype, groups.pp_prev).requires_grad_(True)
             output = model(stage_input, positions, labels)
-            if model.post_process:
+            if last:
                 output = output.sum() * scale
-            else:
-                _send(output, groups.pp_next)
-            if cfg.pp == 1:
-                output.backward()
-            else:
-                pending.append((m, stage_input, output))
-    for m, stage_input, output in pending:
+        return stage_input, output
+
+    def backward(m: int, stage_input, output, grad):
         with tracer.microbatch(m):
-            if model.post_process:
+            if last:
                 output.backward()
             else:
-                torch.autograd.backward(output, _recv(output.shape, output.dtype, groups.pp_next))
-            if not model.pre_process:
-                _send(stage_input.grad, groups.pp_prev)
+                torch.autograd.backward(output, grad)
+        return None if first else stage_input.grad
+
+    if cfg.pp == 1:
+        for m in range(cfg.microbatches):
+            backward(m, *forward(m, None), None)
+        return
+
+    recv_forward = None if first else (shape, dtype, groups.pp_prev)
+    recv_backward = None if last else (shape, dtype, groups.pp_next)
+    total = cfg.microbatches
+    warmup = min(cfg.pp - ctx.coords.pp - 1, total)
+    in_flight = []
+    for m in range(warmup):
+        stage_input, output = forward(m, _p2p(recv=recv_forward))
+        _p2p(send=None if last else (output, groups.pp_next))
+        in_flight.append((m, stage_input, output))
+    received = _p2p(recv=recv_forward) if warmup < total else None
+    for m in range(warmup, total):
+        stage_input, output = forward(m, received)
+        in_flight.append((m, stage_input, output))
+        grad = _p2p(send=None if last else (output, groups.pp_next), recv=recv_backward)
+        oldest = in_flight.pop(0)
+        input_grad = backward(*oldest, grad)
+        more = m + 1 < total
+        received = _p2p(send=None if first else (input_grad, groups.pp_prev),
+                        recv=recv_forward if more else None)
+    while in_flight:
+        oldest = in_flight.pop(0)
+        input_grad = backward(*oldest, _p2p(recv=recv_backward))
+        _p2p(send=None if first else (input_grad, groups.pp_prev))
 
 
 def finalize_gradients(ctx: Context, model: GPTStage) -> None:
@@ -180,7 +214,7 @@ def finalize_gradients(ctx: Context, model: GPTStage) -> None:
 
 
 class ZeroSGD:
-    """SGD with momentum and weight decay on float32 master weights. With `zero`, parameter i is
+    """SGD with momentum and weight decay, computed in float32. With `zero`, parameter i is
     owned by dp rank i mod dp (ZeRO-1, parameter-wise): only its owner keeps its momentum and
     updates it, then broadcasts the new value over the dp group."""
 

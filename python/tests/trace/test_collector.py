@@ -11,6 +11,10 @@ import torch
 from shardproof import trace
 from tracereader import read_trace
 
+# The test inputs do not require gradients, so PyTorch notes that full backward hooks fire with
+# respect to module outputs only; that is expected here.
+pytestmark = pytest.mark.filterwarnings("ignore:Full backward hook is firing:UserWarning")
+
 ANNOTATIONS = """
 fc1: {input: {}, output: {}}
 fc2: {input: {}, output: {}}

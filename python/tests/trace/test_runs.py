@@ -11,6 +11,7 @@ import sys
 import pytest
 import torch
 
+from shardproof.trace import demo
 from shardproof.trace.examples.gpt import ModelSpec
 from shardproof.trace.examples.runner import TraceJob, launch, parse_config
 from tracereader import read_trace, rel_error
@@ -38,24 +39,26 @@ def divergent(ref, cand, dtype):
     return out
 
 
-@pytest.mark.parametrize("config, dtype", [("tp2-sp", "bfloat16"), ("dp2-zero", "float32"),
-                                           ("pp2-mb2", "bfloat16"), ("tp2-cp2", "float32")])
-def test_correct_parallel_runs_reassemble_to_the_reference(tmp_path, config, dtype):
-    ref, cand = traces(tmp_path, config, dtype)
+@pytest.mark.parametrize("config, dtype, rewrite", [("tp2-sp", "bfloat16", False), ("dp2-zero", "float32", False),
+                                                    ("pp2-mb3", "bfloat16", False), ("tp2-cp2", "float32", False),
+                                                    ("tp2-sp", "float32", True)])
+def test_correct_parallel_runs_reassemble_to_the_reference(tmp_path, config, dtype, rewrite):
+    ref, cand = traces(tmp_path, config, dtype, rewrite=rewrite)
     assert set(cand) == set(ref)
     assert all(m.covered for m in cand.values())
     kinds = {key.split("/")[2] for key in cand}
     assert {"forward_output", "grad_input", "main_grad", "param_after_step"} <= kinds
     assert divergent(ref, cand, dtype) == []
     if config.startswith("pp2"):
-        # Stage 1's stage-local layers.0 is global layer 2; both global microbatches are there.
-        assert "it0/mb1/forward_output/layers.2.mlp/0" in cand
+        # Stage 1's stage-local layers.0 is global layer 2; every microbatch of 1F1B is there.
+        assert "it0/mb2/forward_output/layers.2.mlp/0" in cand
 
 
 @pytest.mark.parametrize("config, bug, first", [
     ("tp2", "embedding_mask", "it0/mb0/forward_output/embedding.word_embeddings/0"),
     ("dp2", "dp_loss_scale", "it0/mb0/grad_output/loss/0"),
     ("tp2-sp", "sp_layernorm_unsynced", "it0/mb0/main_grad/layers.0.input_layernorm.weight/0"),
+    ("cp2", "cp_attention_grad", "it0/mb0/grad_input/layers.3.self_attention.core_attention/0"),
 ])
 def test_planted_bugs_diverge_first_where_expected(tmp_path, config, bug, first):
     ref, cand = traces(tmp_path, config, "float32", [bug])
@@ -76,20 +79,23 @@ def run_demo(*args):
     return subprocess.run([sys.executable, "-m", "shardproof.trace.demo", *args], capture_output=True, text=True)
 
 
-def test_demo_usage_errors_exit_2(tmp_path):
-    assert run_demo("--list").returncode == 0
-    assert "embedding_mask" in run_demo("--help").stdout
+def test_demo_usage_errors_exit_2(tmp_path, capsys):
+    listing = run_demo("--list")  # the module entry point
+    assert listing.returncode == 0 and "embedding_mask" in listing.stdout
+    with pytest.raises(SystemExit) as help_exit:
+        demo.main(["--help"])
+    assert help_exit.value.code == 0 and "tpcp_layernorm_scale" in capsys.readouterr().out
     for args in (["--bug", "nonsense"], ["--config", "tp2-xx"], ["--config", "dp2", "--bug", "embedding_mask"],
-                 ["--dtype", "fp4"], []):
-        result = run_demo(*args, *(["--out", str(tmp_path / "x")] if args else []))
-        assert result.returncode == 2, (args, result.stderr)
-        assert "error" in result.stderr
+                 ["--dtype", "fp4"], ["--perturbed", "0"], []):
+        code = demo.main([*args, *(["--out", str(tmp_path / "x")] if args else [])])
+        assert code == 2, args
+        assert "error" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
 
 
 def test_demo_writes_reference_perturbed_runs_and_candidate(tmp_path):
     out = tmp_path / "demo"
-    result = run_demo("--config", "tp2", "--dtype", "bf16", "--perturbed", "2", "--out", str(out))
-    assert result.returncode == 0, result.stderr
+    assert demo.main(["--config", "tp2", "--dtype", "bf16", "--perturbed", "2", "--out", str(out)]) == 0
     ref, cand = read_trace(str(out / "ref")), read_trace(str(out / "cand"))
     perturbed = [read_trace(p) for p in sorted(glob.glob(str(out / "ref" / "perturbed-*")))]
     assert len(perturbed) == 2 and all(set(p) == set(ref) for p in perturbed) and set(cand) == set(ref)

@@ -145,3 +145,32 @@ def test_recomputation_is_not_recorded_twice(tmp_path):
             net(x)
     tracer.save()
     assert os.path.exists(tmp_path / "rank-00000" / "tensors.safetensors")
+
+
+def test_virtual_pipeline_chunks_are_named_by_global_layer(tmp_path):
+    class Chunk(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList(torch.nn.Linear(3, 3) for _ in range(2))
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = layer(x)
+            return x
+
+    chunks = [Chunk(), Chunk()]
+    # 8 layers, pp = 2, vpp = 2: stage 1 holds layers 2-3 (chunk 0) and 6-7 (chunk 1).
+    config = trace.ParallelConfig(pp=2, vpp=2, num_layers=8)
+    annotations = trace.parse_annotations('"layers.*": {output: {}}\n"layers.*.weight": {}\n')
+    tracer = trace.Tracer(chunks, annotations, config, rank=1, out=str(tmp_path), role="candidate")
+    with tracer.iteration():
+        chunks[1](chunks[0](torch.randn(2, 3))).sum().backward()
+        tracer.before_step()
+    tracer.save()
+    index = json.load(open(tmp_path / "rank-00001" / "index.json"))
+    assert index["coords"]["pp"] == 1
+    forward = [e["id"]["module"] for e in index["tensors"] if e["id"]["kind"] == "forward_output"]
+    assert forward == ["layers.2", "layers.3", "layers.6", "layers.7"]
+    grads = {e["id"]["module"] for e in index["tensors"] if e["id"]["kind"] == "main_grad"}
+    assert grads == {f"layers.{i}.{p}" for i in (2, 3, 6, 7) for p in ("weight", "bias")}
+    assert not (tmp_path / "trace.json").exists()  # rank 0 writes the run-level file

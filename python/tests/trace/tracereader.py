@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import Dict, List
+from typing import Dict
 
 import torch
 from safetensors.torch import load_file

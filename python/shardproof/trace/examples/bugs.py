@@ -32,7 +32,7 @@ BUGS: Dict[str, Bug] = {b.name: b for b in [
         "tp > 1", lambda r: _cfg(r).tp > 1, "tp2", "bf16",
         "forward_output of embedding.word_embeddings"),
     Bug("stale_recompute", 2, "AR: the recomputed MLP reads a stale input (one buffer shared by all layers)",
-        "recompute and at least two layers on a stage", lambda r: r.options.recompute, "tp2-recompute", "bf16",
+        "recompute", lambda r: r.options.recompute, "tp2-recompute", "bf16",
         "backward of layers.2.mlp (param_grad of layers.2.mlp.linear_fc2.weight; layers.3 recomputes right)"),
     Bug("cp_loss_scale", 3, "CP: the loss is scaled by the CP-local token count instead of the global one",
         "cp > 1", lambda r: _cfg(r).cp > 1, "cp2", "bf16", "grad_output of loss"),

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import FrozenSet, List, Optional
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 
 from ..collector import recomputing
@@ -346,7 +347,6 @@ class VocabParallelCrossEntropy(torch.nn.Module):
         begin = ctx.groups.tp.index * per_rank
         local_max = logits.detach().amax(dim=-1)
         if ctx.config.tp > 1:
-            import torch.distributed as dist
             local_max = all_reduce(local_max, ctx.groups.tp, op=dist.ReduceOp.MAX)
         shifted = logits - local_max.unsqueeze(-1)
         sum_exp = ReduceFromTP.apply(shifted.exp().sum(dim=-1), ctx.groups.tp)

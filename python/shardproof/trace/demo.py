@@ -27,11 +27,13 @@ DTYPES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16", "bfloat16
 
 CONFIGS_HELP = """configurations (dash-separated tokens):
   tpN dpN ppN cpN   parallel sizes (world size = tp*dp*pp*cp; 2 or 4 on this machine)
+  vppN              virtual pipeline chunks per stage (needs pp > 1)
   mbN               microbatches per dp rank (default 1)
   sp                sequence parallelism (needs tp > 1)
   zero              ZeRO-1 optimizer (state partitioned over dp)
   recompute         recompute each MLP in backward
-  e.g. tp2, tp2-sp, dp2, dp2-zero, tp2-sp-dp2-zero, pp2-mb2, tp2-pp2, cp2, tp2-cp2, tp2-sp-cp2, tp2-recompute
+  e.g. tp2, tp2-sp, dp2, dp2-zero, tp2-sp-dp2-zero, pp2-mb2, pp2-vpp2, tp2-pp2, cp2, tp2-cp2, tp2-sp-cp2,
+       tp2-recompute
 """
 
 

@@ -41,7 +41,7 @@ def divergent(ref, cand, dtype):
 
 @pytest.mark.parametrize("config, dtype, rewrite", [("tp2-sp", "bfloat16", False), ("dp2-zero", "float32", False),
                                                     ("pp2-mb3", "bfloat16", False), ("tp2-cp2", "float32", False),
-                                                    ("tp2-sp", "float32", True)])
+                                                    ("tp2-sp", "float32", True), ("pp2-vpp2", "float32", False)])
 def test_correct_parallel_runs_reassemble_to_the_reference(tmp_path, config, dtype, rewrite):
     ref, cand = traces(tmp_path, config, dtype, rewrite=rewrite)
     assert set(cand) == set(ref)
@@ -49,9 +49,12 @@ def test_correct_parallel_runs_reassemble_to_the_reference(tmp_path, config, dty
     kinds = {key.split("/")[2] for key in cand}
     assert {"forward_output", "grad_input", "main_grad", "param_after_step"} <= kinds
     assert divergent(ref, cand, dtype) == []
-    if config.startswith("pp2"):
+    if config == "pp2-mb3":
         # Stage 1's stage-local layers.0 is global layer 2; every microbatch of 1F1B is there.
         assert "it0/mb2/forward_output/layers.2.mlp/0" in cand
+    if config == "pp2-vpp2":
+        # Virtual chunks: stage 0 holds layers 0 and 2, stage 1 layers 1 and 3.
+        assert "it0/mb0/forward_output/layers.3.mlp/0" in cand
 
 
 @pytest.mark.parametrize("config, bug, first", [

@@ -357,34 +357,36 @@ class VocabParallelCrossEntropy(torch.nn.Module):
         return torch.log(sum_exp) - target
 
 
-def stage_layer_numbers(ctx: Context) -> List[int]:
-    """The global layer indices this pipeline stage builds. `pp_stage_division` is Table 1 bug
-    10: the offset of a later stage is computed from the wrong per-stage count."""
+def stage_layer_numbers(ctx: Context, chunk: int = 0) -> List[int]:
+    """The global layer indices virtual chunk `chunk` of this pipeline stage builds: chunk v of
+    stage p is virtual stage v*pp + p and holds L/(pp*vpp) layers. `pp_stage_division` is
+    Table 1 bug 10: a later stage computes its offset from the wrong per-stage count."""
     cfg = ctx.config
-    per_stage = ctx.spec.layers // cfg.pp
-    stage = ctx.coords.pp
-    offset = stage * per_stage
-    if ctx.bug("pp_stage_division") and stage > 0:
-        offset = stage * (per_stage - 1)
-    return list(range(offset, offset + per_stage))
+    per_chunk = ctx.spec.layers // (cfg.pp * cfg.vpp)
+    virtual_stage = chunk * cfg.pp + ctx.coords.pp
+    offset = virtual_stage * per_chunk
+    if ctx.bug("pp_stage_division") and ctx.coords.pp > 0:
+        offset = virtual_stage * (per_chunk - 1)
+    return list(range(offset, offset + per_chunk))
 
 
 class GPTStage(torch.nn.Module):
-    """One pipeline stage of the GPT (the whole model when pp = 1). Module names inside a stage
-    are stage-local (`layers.0` ...); the tracer maps them back to global layers."""
+    """One pipeline stage, or one virtual chunk of it under VPP (the whole model when pp = 1).
+    Module names inside are stage-local (`layers.0` ...); the tracer maps them back to global
+    layers."""
 
-    def __init__(self, ctx: Context):
+    def __init__(self, ctx: Context, chunk: int = 0):
         super().__init__()
         cfg = ctx.config
         self.ctx = ctx
-        stage = ctx.coords.pp
-        self.pre_process = stage == 0
-        self.post_process = stage == cfg.pp - 1
+        self.chunk = chunk
+        self.pre_process = ctx.coords.pp == 0 and chunk == 0
+        self.post_process = ctx.coords.pp == cfg.pp - 1 and chunk == cfg.vpp - 1
         if self.pre_process:
             self.embedding = Embedding(ctx)
         elif self.post_process:
             self.embedding = Embedding(ctx, word_only=True)  # the tied LM-head weight
-        self.layers = torch.nn.ModuleList(TransformerLayer(ctx, n) for n in stage_layer_numbers(ctx))
+        self.layers = torch.nn.ModuleList(TransformerLayer(ctx, n) for n in stage_layer_numbers(ctx, chunk))
         if self.post_process:
             self.final_layernorm = LayerNorm(ctx)
             self.output_layer = OutputLayer(ctx)

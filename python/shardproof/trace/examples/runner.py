@@ -195,6 +195,46 @@ def run_schedule(run: RunSpec, ctx: Context, model: GPTStage, tracer: Tracer, ge
         _p2p(send=None if first else (input_grad, groups.pp_prev))
 
 
+def run_virtual_schedule(run: RunSpec, ctx: Context, chunks: List[GPTStage], tracer: Tracer,
+                         gen: ConsistentGenerator) -> None:
+    """Virtual pipeline (VPP): chunk v of stage p is virtual stage v*pp + p. Every microbatch
+    runs forward through the virtual stages in order, then every microbatch backward in reverse
+    (all-forward-all-backward; the interleaved 1F1B order is not implemented)."""
+    cfg, coords = ctx.config, ctx.coords
+    scale = _loss_scale(run, ctx)
+    dtype = ctx.options.compute_dtype
+    shape = _p2p_shape(run, ctx)
+    me = coords.__dict__
+    prev_rank = cfg.rank(type(coords)(**{**me, "pp": (coords.pp - 1) % cfg.pp}))
+    next_rank = cfg.rank(type(coords)(**{**me, "pp": (coords.pp + 1) % cfg.pp}))
+    saved = []
+    for m in range(cfg.microbatches):
+        tokens, positions, labels = _microbatch_data(run, ctx, gen, m)
+        for chunk in chunks:
+            stage_input = tokens if chunk.pre_process else _p2p(recv=(shape, dtype, prev_rank)).requires_grad_(True)
+            with tracer.microbatch(m):
+                output = chunk(stage_input, positions, labels)
+                if chunk.post_process:
+                    output = output.sum() * scale
+            if not chunk.post_process:
+                _p2p(send=(output, next_rank))
+            saved.append((m, chunk, stage_input, output))
+    for m, chunk, stage_input, output in _backward_order(saved, cfg.microbatches):
+        with tracer.microbatch(m):
+            if chunk.post_process:
+                output.backward()
+            else:
+                torch.autograd.backward(output, _p2p(recv=(shape, output.dtype, next_rank)))
+        if not chunk.pre_process:
+            _p2p(send=(stage_input.grad, prev_rank))
+
+
+def _backward_order(saved, microbatches):
+    """Microbatches in order, each one's chunks in reverse (the reverse of its forward path)."""
+    for m in range(microbatches):
+        yield from [entry for entry in saved if entry[0] == m][::-1]
+
+
 def finalize_gradients(ctx: Context, model: GPTStage) -> None:
     """Reduces gradients into `param.main_grad` (float32): the sum over DP x CP; sequence-parallel
     parameters also over TP; the tied word embeddings over the first and last stage."""
@@ -254,16 +294,21 @@ def run_rank(run: RunSpec, job: TraceJob, rank: int) -> None:
     groups = Groups.build(cfg, rank) if cfg.world_size > 1 else Groups()
     ctx = Context(cfg, rank, groups, run.options, run.spec)
     gen = ConsistentGenerator(run.seed)
-    model = GPTStage(ctx)
-    init_parameters(model, ctx, gen)
+    chunks = [GPTStage(ctx, v) for v in range(cfg.vpp)]
+    for chunk in chunks:
+        init_parameters(chunk, ctx, gen)
     annotations: Annotations = load_annotations(job.annotations)
-    tracer = Tracer(model, annotations, cfg, rank, job.out, role=job.role, dtype=run.options.dtype,
+    tracer = Tracer(chunks, annotations, cfg, rank, job.out, role=job.role, dtype=run.options.dtype,
                     iteration=run.iteration, rewrite=job.rewrite, generator=gen, perturbation=job.perturbation,
                     align_with=job.align_with)
-    optimizer = ZeroSGD(ctx, list(model.parameters()))
+    optimizer = ZeroSGD(ctx, [p for chunk in chunks for p in chunk.parameters()])
     with tracer.iteration():
-        run_schedule(run, ctx, model, tracer, gen)
-        finalize_gradients(ctx, model)
+        if cfg.vpp > 1:
+            run_virtual_schedule(run, ctx, chunks, tracer, gen)
+        else:
+            run_schedule(run, ctx, chunks[0], tracer, gen)
+        for chunk in chunks:
+            finalize_gradients(ctx, chunk)
         tracer.before_step()
         optimizer.step()
         tracer.after_step()
@@ -335,21 +380,25 @@ def launch(run: RunSpec, job: TraceJob, timeout: float = 600.0) -> None:
 
 
 def parse_config(name: str, spec: ModelSpec, dtype: str, bugs=frozenset()) -> RunSpec:
-    """A run from a configuration name: dash-separated tokens tpN, dpN, ppN, cpN, mbN
+    """A run from a configuration name: dash-separated tokens tpN, dpN, ppN, cpN, vppN, mbN
     (microbatches per dp rank), sp, zero, recompute. E.g. `tp2-sp-dp2-zero`."""
-    sizes = {"tp": 1, "dp": 1, "pp": 1, "cp": 1, "mb": 1}
+    sizes = {"tp": 1, "dp": 1, "pp": 1, "cp": 1, "vpp": 1, "mb": 1}
     flags = {"sp": False, "zero": False, "recompute": False}
     for token in name.split("-"):
-        match = re.fullmatch(r"(tp|dp|pp|cp|mb)(\d+)", token)
+        match = re.fullmatch(r"(tp|dp|pp|cp|vpp|mb)(\d+)", token)
         if match:
             sizes[match.group(1)] = int(match.group(2))
         elif token in flags:
             flags[token] = True
         else:
-            raise ValueError(f"unknown configuration token `{token}` in `{name}`; expected tpN, dpN, ppN, cpN, mbN, "
+            raise ValueError(f"unknown configuration token `{token}` in `{name}`; expected tpN, dpN, ppN, cpN, vppN, mbN, "
                              "sp, zero or recompute")
-    config = ParallelConfig(tp=sizes["tp"], dp=sizes["dp"], pp=sizes["pp"], cp=sizes["cp"], sp=flags["sp"],
+    config = ParallelConfig(tp=sizes["tp"], dp=sizes["dp"], pp=sizes["pp"], cp=sizes["cp"], vpp=sizes["vpp"], sp=flags["sp"],
                             num_layers=spec.layers, microbatches=sizes["mb"])
+    if config.vpp > 1 and config.pp == 1:
+        raise ValueError(f"`{name}`: vpp needs pp > 1")
+    if spec.layers % (config.pp * config.vpp):
+        raise ValueError(f"`{name}`: {spec.layers} layers do not divide over pp x vpp = {config.pp * config.vpp}")
     options = RunOptions(dtype=dtype, recompute=flags["recompute"], zero=flags["zero"], bugs=frozenset(bugs))
     return RunSpec(config=config, options=options, spec=spec)
 

@@ -43,11 +43,12 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("out", nargs="?", default="/tmp/shardproof-trace-sweep")
     parser.add_argument("--threshold", type=float, default=5.0)
+    parser.add_argument("--seeds", default="0", help="comma-separated generator seeds of the correct runs")
     args = parser.parse_args()
-    cases = [(c[0], c[1], None, list(c[2:])) for c in CORRECT]
+    cases = [(c[0], c[1], None, list(c[2:]) + ["--seed", seed]) for seed in args.seeds.split(",") for c in CORRECT]
     cases += [(b.example_config, b.example_dtype, b.name, []) for b in BUGS.values()]
     for config, dtype, bug, extra in cases:
-        out = os.path.join(args.out, f"{config}-{dtype}-{bug or 'ok'}{'-rw' if extra else ''}")
+        out = os.path.join(args.out, "-".join([config, dtype, bug or "ok", *[e.strip("-") for e in extra]]))
         started = time.monotonic()
         code = demo.main(["--config", config, "--dtype", dtype, "--out", out, *extra, *(["--bug", bug] if bug else [])])
         if code != 0:
@@ -58,7 +59,8 @@ def main():
         if bug is None:
             worst = max(rows, key=lambda r: r[1])
             replicas = max(r[2] for r in rows)
-            print(f"{config:16s} {dtype:5s} {'correct' + (' rewrite' if extra else ''):22s} max ratio {worst[1]:6.2f} "
+            label = " ".join(["correct", *[e.strip("-") for e in extra]])
+            print(f"{config:16s} {dtype:5s} {label:22s} max ratio {worst[1]:6.2f} "
                   f"({worst[0]}), max replica diff {replicas:.1e}  [{took:.0f} s]", flush=True)
         else:
             first = next((r for r in rows if r[1] > args.threshold or r[2] > 0), None)

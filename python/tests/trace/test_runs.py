@@ -114,3 +114,11 @@ def test_demo_writes_reference_perturbed_runs_and_candidate(tmp_path):
         assert error <= 2 * tolerance, (key, error, tolerance)
         assert tolerance > 0 or key.split("/")[2:4] == ["grad_output", "loss"], key
     assert torch.is_tensor(ref["it0/mb0/forward_output/loss/0"].value)
+
+
+def test_traces_are_byte_identical_across_runs(tmp_path):
+    run = parse_config("tp2", ModelSpec(), "bfloat16").reference()
+    for name in ("a", "b"):
+        launch(run, TraceJob(str(tmp_path / name), "reference", rewrite=True))
+    for relative in ("trace.json", "rank-00000/index.json", "rank-00000/tensors.safetensors"):
+        assert (tmp_path / "a" / relative).read_bytes() == (tmp_path / "b" / relative).read_bytes(), relative

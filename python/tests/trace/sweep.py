@@ -3,7 +3,10 @@ configuration and every planted bug and prints, from a Python estimate of the co
 (error / largest perturbation response, replicas bit-identical), the largest ratio of each
 correct run and the first flagged tensor of each buggy run.
 
-    python tests/trace/sweep.py [OUT_DIR] [--threshold 5]
+    python tests/trace/sweep.py [OUT_DIR] [--threshold 5] [--seeds 0,1]
+
+It imports the installed package (`scripts/trace-tests` installs it), or the source tree with
+PYTHONPATH=python. About 20 s per case on 2 idle cores; 25 cases.
 
 This only estimates what `shardproof trace compare` will say; the comparer is the authority.
 """

@@ -57,6 +57,7 @@ pub mod format;
 pub mod merge;
 pub mod reader;
 pub mod sums;
+pub mod synthetic;
 pub mod tolerance;
 pub mod writer;
 

@@ -223,6 +223,8 @@ pub struct ModuleRow {
     pub worst: Option<String>,
     /// The largest relative error among its tensors.
     pub max_relative_error: Option<f64>,
+    /// The relative error of the tensor with the worst ratio.
+    pub worst_error: Option<f64>,
     /// The tolerance of the tensor with the worst ratio.
     pub tolerance: Option<f64>,
 }
@@ -253,7 +255,8 @@ pub struct Comparison {
     pub verdict: Verdict,
     /// One line on the verdict.
     pub summary: String,
-    /// Index into `tensors` of the first divergent tensor in execution order.
+    /// Index into `tensors` of the first divergent tensor in execution order (beyond its
+    /// tolerance, or with replicas that disagree).
     pub first_divergence: Option<usize>,
     /// What the tolerances rest on.
     pub tolerances: ToleranceSummary,
@@ -330,17 +333,16 @@ fn judge(r: &mut TensorResult, tol: Tolerance) {
     if r.status != Status::Passed {
         return;
     }
+    // Disagreeing replicas say more than the divergence they usually cause as well (the first
+    // replica is compared with the reference): they name the missing synchronization. NaN is
+    // within no tolerance.
     if r.replicas
         .as_ref()
         .is_some_and(|s| !within(s.relative_error, tol.value))
     {
         r.status = Status::ReplicasDisagree;
-    }
-    if let Some(e) = r.relative_error {
-        // NaN is not within any tolerance.
-        if !within(e, tol.value) {
-            r.status = Status::Diverged;
-        }
+    } else if r.relative_error.is_some_and(|e| !within(e, tol.value)) {
+        r.status = Status::Diverged;
     }
 }
 
@@ -450,7 +452,9 @@ fn finish(
     model: Model,
     tensors: Vec<TensorResult>,
 ) -> Comparison {
-    let first_divergence = tensors.iter().position(|t| t.status == Status::Diverged);
+    let first_divergence = tensors
+        .iter()
+        .position(|t| matches!(t.status, Status::Diverged | Status::ReplicasDisagree));
     let compared = tensors
         .iter()
         .filter(|t| t.relative_error.is_some() && t.tolerance.is_some())
@@ -482,7 +486,7 @@ fn finish(
                 t.id.kind,
                 t.id.iteration,
                 t.id.microbatch,
-                t.message().trim_start_matches("diverges: "),
+                t.message().replacen("diverges: ", "", 1),
                 more(violations.len())
             )
         }
@@ -492,7 +496,7 @@ fn finish(
                 "violated: {} `{}`: {}{}",
                 t.status.rule().unwrap_or(""),
                 t.name,
-                t.message(),
+                t.message().replacen("diverges: ", "", 1),
                 more(violations.len())
             )
         }
@@ -572,6 +576,7 @@ fn module_table(tensors: &[TensorResult]) -> Vec<ModuleRow> {
                 worst_ratio: None,
                 worst: None,
                 max_relative_error: None,
+                worst_error: None,
                 tolerance: None,
             }
         });
@@ -583,6 +588,7 @@ fn module_table(tensors: &[TensorResult]) -> Vec<ModuleRow> {
             if row.worst_ratio.is_none_or(|w| ratio > w) {
                 row.worst_ratio = Some(ratio);
                 row.worst = Some(t.name.clone());
+                row.worst_error = Some(e);
                 row.tolerance = t.tolerance.map(|x| x.value);
             }
         }

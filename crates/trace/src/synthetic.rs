@@ -346,3 +346,36 @@ pub fn reference_bytes(spec: &Spec) -> u64 {
         .map(|t| t.shape.iter().product::<u64>() * size)
         .sum()
 }
+
+/// Bytes of tensor data of the candidate of `spec` (every rank's pieces, replicas included).
+pub fn candidate_bytes(spec: &Spec) -> u64 {
+    let size = spec.dtype.storage()[0].size() as u64;
+    tensors(spec)
+        .iter()
+        .map(|t| {
+            let elements: u64 = t.shape.iter().product();
+            // Sharded tensors are split over TP, replicated ones copied on every TP rank; main
+            // gradients are on every DP rank, activations on their microbatch's.
+            let per_dp = if t.tp_dim.is_some() {
+                elements
+            } else {
+                elements * spec.tp
+            };
+            let dp_copies = if t.id.kind == Kind::MainGrad {
+                spec.dp
+            } else {
+                1
+            };
+            per_dp * dp_copies * size
+        })
+        .sum()
+}
+
+/// Elements of the largest logical tensor of `spec`.
+pub fn largest_tensor(spec: &Spec) -> u64 {
+    tensors(spec)
+        .iter()
+        .map(|t| t.shape.iter().product::<u64>())
+        .max()
+        .unwrap_or(0)
+}

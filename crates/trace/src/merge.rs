@@ -140,6 +140,7 @@ impl<'t> Layout<'t> {
         let stored = &rank.stored[r.holder.entry];
         let piece = &rank.index.tensors[r.holder.entry].pieces[r.piece];
         piece_data(
+            Some(rank),
             rank.bytes(),
             stored.dtype,
             stored.offset,

@@ -4,11 +4,12 @@
 //! block sums are added in block order, so the result is the same bytes at any thread count.
 
 use crate::format::{Region, StorageDtype};
+use crate::reader::Rank;
 use crate::writer::strides;
 use rayon::prelude::*;
 
 /// Elements per unit of parallel work.
-const UNIT: u64 = 1 << 16;
+const UNIT: u64 = 1 << 20;
 /// Elements decoded at a time.
 const BLOCK: usize = 512;
 
@@ -27,6 +28,9 @@ pub struct PieceData<'t> {
     pub local: Region,
     /// The same box in the full tensor.
     pub full: Region,
+    /// The rank whose mapped file `bytes` is: each unit of work prefetches its pages and drops
+    /// them when done, so memory stays bounded by the units in flight. `None` for plain bytes.
+    pub rank: Option<&'t Rank>,
 }
 
 impl PieceData<'_> {
@@ -192,6 +196,12 @@ fn run_unit(pair: &Pair<'_>, u: &Unit) -> Sums {
     let dims = region.len();
     let ext = pair.region.extents();
     let mut at = vec![0u64; dims];
+    let spans = [span(&pair.a, pair, u), span(&pair.b, pair, u)];
+    for (side, (start, end)) in [&pair.a, &pair.b].iter().zip(spans) {
+        if let Some(rank) = side.rank {
+            rank.prefetch(start, end);
+        }
+    }
     let (mut diff, mut refs) = ([0f64; 8], [0f64; 8]);
     let (mut ba, mut bb) = ([0f64; BLOCK], [0f64; BLOCK]);
     for row in u.row_lo..u.row_hi {
@@ -218,10 +228,39 @@ fn run_unit(pair: &Pair<'_>, u: &Unit) -> Sums {
             done += n as u64;
         }
     }
+    for (side, (start, end)) in [&pair.a, &pair.b].iter().zip(spans) {
+        if let Some(rank) = side.rank {
+            rank.release(start, end);
+        }
+    }
     Sums {
         diff_sq: diff.iter().sum(),
         ref_sq: refs.iter().sum(),
     }
+}
+
+/// The bytes of `side` a unit reads: from its first element to its last (rows of a box lie in
+/// increasing order in a row-major tensor).
+fn span(side: &PieceData<'_>, pair: &Pair<'_>, u: &Unit) -> (usize, usize) {
+    let region = &pair.region.0;
+    let ext = pair.region.extents();
+    let dims = region.len();
+    let coords = |row: u64, col: u64| {
+        let mut at = vec![0u64; dims];
+        let mut r = row;
+        for d in (0..dims.saturating_sub(1)).rev() {
+            at[d] = region[d][0] + r % ext[d];
+            r /= ext[d];
+        }
+        if dims > 0 {
+            at[dims - 1] = region[dims - 1][0] + col;
+        }
+        at
+    };
+    let size = side.dtype.size();
+    let first = side.element(&coords(u.row_lo, u.col_lo)) as usize;
+    let last = side.element(&coords(u.row_hi - 1, u.col_hi - 1)) as usize;
+    (side.offset + first * size, side.offset + (last + 1) * size)
 }
 
 /// The sums over every pair, computed in parallel and added in a fixed order.
@@ -234,8 +273,10 @@ pub fn sums(pairs: &[Pair<'_>]) -> Sums {
     parts.into_iter().fold(Sums::default(), Sums::add)
 }
 
-/// A piece over a tensor stored at `offset` of `bytes` with `shape`.
+/// A piece over a tensor stored at `offset` of `bytes` with `shape`, in the mapped file of
+/// `rank` when it is one.
 pub fn piece_data<'t>(
+    rank: Option<&'t Rank>,
     bytes: &'t [u8],
     dtype: StorageDtype,
     offset: usize,
@@ -250,6 +291,7 @@ pub fn piece_data<'t>(
         strides: strides(shape),
         local,
         full,
+        rank,
     }
 }
 
@@ -267,6 +309,7 @@ mod tests {
         let a = f32_bytes(&[3.0, 4.0, 7.0, 9.0]);
         let b = f32_bytes(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
         let pa = piece_data(
+            None,
             &a,
             StorageDtype::F32,
             0,
@@ -275,6 +318,7 @@ mod tests {
             Region(vec![[0, 2], [2, 4]]),
         );
         let pb = piece_data(
+            None,
             &b,
             StorageDtype::F32,
             0,

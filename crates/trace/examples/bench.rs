@@ -23,6 +23,15 @@ fn status_kb(field: &str) -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// User and system CPU seconds of this process so far (Linux; clock ticks of 1/100 s).
+fn cpu_seconds() -> Option<(f64, f64)> {
+    let text = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = text.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks = |k: usize| fields.get(k)?.parse::<f64>().ok().map(|t| t / 100.0);
+    Some((ticks(11)?, ticks(12)?))
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let value = |flag: &str| {
@@ -70,9 +79,13 @@ fn main() {
     // Reset the peak resident set so it measures the comparison only.
     let reset = std::fs::write("/proc/self/clear_refs", "5").is_ok();
     let before = status_kb("VmRSS:").unwrap_or(0);
+    let cpu_before = cpu_seconds();
     let started = Instant::now();
     let result = compare_dirs(&r, &c).expect("the traces are valid");
     let seconds = started.elapsed().as_secs_f64();
+    let cpu = cpu_before
+        .zip(cpu_seconds())
+        .map(|((u0, s0), (u1, s1))| (u1 - u0, s1 - s0));
     let peak = status_kb("VmHWM:").unwrap_or(0);
     println!(
         "verdict: {:?} ({} tensors compared)",
@@ -86,6 +99,12 @@ fn main() {
         result.bytes_read as f64 / 1e9,
         rayon::current_num_threads()
     );
+    if let Some((user, system)) = cpu {
+        println!(
+            "cpu: {user:.2} s user, {system:.2} s system: {:.2} GB/s of all data read per CPU second (the machine's load shares the cores)",
+            result.bytes_read as f64 / 1e9 / (user + system)
+        );
+    }
     println!(
         "memory: peak resident {:.0} MB during compare{} (resident before: {:.0} MB); largest logical tensor {:.0} MB",
         peak as f64 / 1024.0,

@@ -191,6 +191,78 @@ fn accumulate(a: &[f64], b: &[f64], diff: &mut [f64; 8], refs: &mut [f64; 8]) {
     }
 }
 
+/// Decode buffers of one thread.
+struct Scratch {
+    a64: [f64; BLOCK],
+    b64: [f64; BLOCK],
+    a32: [f32; BLOCK],
+    b32: [f32; BLOCK],
+}
+
+/// Decodes `out.len()` elements of a dtype narrower than f64 into f32 (exactly).
+fn decode32(bytes: &[u8], dtype: StorageDtype, start: usize, out: &mut [f32]) {
+    let n = out.len();
+    let src = &bytes[start..start + n * dtype.size()];
+    match dtype {
+        StorageDtype::F32 => {
+            for (o, c) in out.iter_mut().zip(src.chunks_exact(4)) {
+                *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            }
+        }
+        StorageDtype::Bf16 => {
+            for (o, c) in out.iter_mut().zip(src.chunks_exact(2)) {
+                *o = f32::from_bits(u32::from(u16::from_le_bytes([c[0], c[1]])) << 16);
+            }
+        }
+        StorageDtype::F16 => {
+            for (o, c) in out.iter_mut().zip(src.chunks_exact(2)) {
+                *o = half::f16::from_le_bytes([c[0], c[1]]).to_f32();
+            }
+        }
+        StorageDtype::F64 => unreachable!("f64 data takes the f64 path"),
+    }
+}
+
+/// The two sums of one decoded f32 block, in sixteen lanes added in a fixed order.
+fn accumulate32(a: &[f32], b: &[f32]) -> (f32, f32) {
+    let (mut diff, mut refs) = ([0f32; 16], [0f32; 16]);
+    let mut ca = a.chunks_exact(16);
+    let mut cb = b.chunks_exact(16);
+    for (x, y) in (&mut ca).zip(&mut cb) {
+        for l in 0..16 {
+            let d = x[l] - y[l];
+            diff[l] += d * d;
+            refs[l] += y[l] * y[l];
+        }
+    }
+    for (l, (x, y)) in ca.remainder().iter().zip(cb.remainder()).enumerate() {
+        let d = x - y;
+        diff[l] += d * d;
+        refs[l] += y * y;
+    }
+    (diff.iter().sum(), refs.iter().sum())
+}
+
+/// The sums of `n` elements from byte `sa` of `a` and `sb` of `b`. Data narrower than f64 is
+/// summed in f32 (twice the vector width) within the block, and the block's sums are added in
+/// f64; a block whose f32 sums could have overflowed or underflowed is redone in f64.
+fn block_sums(pair: &Pair<'_>, sa: usize, sb: usize, n: usize, s: &mut Scratch) -> (f64, f64) {
+    let (a, b) = (&pair.a, &pair.b);
+    if a.dtype != StorageDtype::F64 && b.dtype != StorageDtype::F64 {
+        decode32(a.bytes, a.dtype, sa, &mut s.a32[..n]);
+        decode32(b.bytes, b.dtype, sb, &mut s.b32[..n]);
+        let (d, r) = accumulate32(&s.a32[..n], &s.b32[..n]);
+        if d.is_finite() && r.is_finite() && r >= 1e-30 {
+            return (f64::from(d), f64::from(r));
+        }
+    }
+    decode(a.bytes, a.dtype, sa, &mut s.a64[..n]);
+    decode(b.bytes, b.dtype, sb, &mut s.b64[..n]);
+    let (mut diff, mut refs) = ([0f64; 8], [0f64; 8]);
+    accumulate(&s.a64[..n], &s.b64[..n], &mut diff, &mut refs);
+    (diff.iter().sum(), refs.iter().sum())
+}
+
 fn run_unit(pair: &Pair<'_>, u: &Unit) -> Sums {
     let region = &pair.region.0;
     let dims = region.len();
@@ -202,8 +274,13 @@ fn run_unit(pair: &Pair<'_>, u: &Unit) -> Sums {
             rank.prefetch(start, end);
         }
     }
-    let (mut diff, mut refs) = ([0f64; 8], [0f64; 8]);
-    let (mut ba, mut bb) = ([0f64; BLOCK], [0f64; BLOCK]);
+    let mut scratch = Scratch {
+        a64: [0.0; BLOCK],
+        b64: [0.0; BLOCK],
+        a32: [0.0; BLOCK],
+        b32: [0.0; BLOCK],
+    };
+    let mut total = Sums::default();
     for row in u.row_lo..u.row_hi {
         // The row's coordinates: mixed radix over every dimension but the last.
         let mut r = row;
@@ -222,9 +299,9 @@ fn run_unit(pair: &Pair<'_>, u: &Unit) -> Sums {
             let n = ((cols - done) as usize).min(BLOCK);
             let sa = pair.a.offset + ((ea + done) as usize) * pair.a.dtype.size();
             let sb = pair.b.offset + ((eb + done) as usize) * pair.b.dtype.size();
-            decode(pair.a.bytes, pair.a.dtype, sa, &mut ba[..n]);
-            decode(pair.b.bytes, pair.b.dtype, sb, &mut bb[..n]);
-            accumulate(&ba[..n], &bb[..n], &mut diff, &mut refs);
+            let (d, r) = block_sums(pair, sa, sb, n, &mut scratch);
+            total.diff_sq += d;
+            total.ref_sq += r;
             done += n as u64;
         }
     }
@@ -233,10 +310,7 @@ fn run_unit(pair: &Pair<'_>, u: &Unit) -> Sums {
             rank.release(start, end);
         }
     }
-    Sums {
-        diff_sq: diff.iter().sum(),
-        ref_sq: refs.iter().sum(),
-    }
+    total
 }
 
 /// The bytes of `side` a unit reads: from its first element to its last (rows of a box lie in
@@ -374,6 +448,42 @@ mod tests {
             .relative_error(),
             0.5
         );
+    }
+
+    #[test]
+    fn blocks_out_of_f32_range_are_summed_in_f64() {
+        let big = f32_bytes(&[3e30, 1.0]);
+        let tiny = f32_bytes(&[1e-20, 2e-20]);
+        let zero = f32_bytes(&[0.0, 0.0]);
+        let whole = Region::whole(&[2]);
+        let piece = |b: &'static [u8]| {
+            piece_data(
+                None,
+                b,
+                StorageDtype::F32,
+                0,
+                &[2],
+                whole.clone(),
+                whole.clone(),
+            )
+        };
+        let leak = |v: Vec<u8>| -> &'static [u8] { Box::leak(v.into_boxed_slice()) };
+        let (big, tiny, zero) = (leak(big), leak(tiny), leak(zero));
+        let s = sums(&[Pair {
+            a: piece(zero),
+            b: piece(big),
+            region: whole.clone(),
+        }]);
+        assert!(
+            s.ref_sq.is_finite() && (s.ref_sq / 9e60 - 1.0).abs() < 1e-6,
+            "{s:?}"
+        );
+        let s = sums(&[Pair {
+            a: piece(zero),
+            b: piece(tiny),
+            region: whole.clone(),
+        }]);
+        assert!((s.relative_error() - 1.0).abs() < 1e-6, "{s:?}");
     }
 
     #[test]

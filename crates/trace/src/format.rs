@@ -801,6 +801,18 @@ pub fn parse_rank_index(file: &Path, text: &str) -> Result<RankIndex, TraceError
             .enumerate()
             .map(|(d, n)| doc.uint(n, &format!("{shape_at}[{d}]")))
             .collect::<Result<Vec<u64>, _>>()?;
+        // Counts of elements are products of sizes: refuse a shape whose count overflows
+        // rather than let any later product wrap.
+        if full_shape
+            .iter()
+            .try_fold(1u64, |n, &d| n.checked_mul(d))
+            .is_none_or(|n| n > 1 << 62)
+        {
+            return Err(doc.err(
+                &shape_at,
+                format!("a full shape of more than 2^62 elements: {full_shape:?}"),
+            ));
+        }
         let pieces_at = format!("{at}.pieces");
         let piece_values = doc.array(doc.field(tm, &at, "pieces")?, &pieces_at)?;
         if piece_values.is_empty() {
@@ -988,6 +1000,8 @@ mod tests {
         let pieces = INDEX.find("\"pieces\"").unwrap();
         let empty = format!("{}\"pieces\": [] }} ] }}", &INDEX[..pieces]);
         assert!(err(empty).contains("expected at least one piece"));
+        let huge = INDEX.replace("[8, 2, 64]", "[4294967296, 4294967296, 64]");
+        assert!(err(huge).contains("at $.tensors[0].full_shape: a full shape of more than 2^62"));
     }
 
     #[test]

@@ -180,7 +180,10 @@ impl<'t> Layout<'t> {
     /// The part of the full tensor no box covers, by a grid of every box boundary.
     fn omission(&self, overlapping: bool) -> Option<Inconsistency> {
         let whole = Region::whole(&self.full_shape);
-        let covered: u64 = self.groups.iter().map(|g| g.full.volume()).sum();
+        let covered = self
+            .groups
+            .iter()
+            .fold(0u64, |n, g| n.saturating_add(g.full.volume()));
         if !overlapping && covered == whole.volume() {
             return None;
         }
@@ -195,7 +198,10 @@ impl<'t> Layout<'t> {
                 c
             })
             .collect();
-        let cells: u64 = cuts.iter().map(|c| c.len() as u64 - 1).product();
+        let cells = cuts
+            .iter()
+            .try_fold(1u64, |n, c| n.checked_mul(c.len() as u64 - 1))
+            .unwrap_or(u64::MAX);
         if cells > MAX_CELLS {
             // Too fine a grid: only a tiling short of volume is reported (overlaps already are).
             let missing = whole.volume().saturating_sub(covered);

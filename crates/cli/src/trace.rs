@@ -1,6 +1,8 @@
 //! `shardproof trace`: trace testing (crates/trace). `trace compare REF CAND` compares a
 //! candidate run's trace with a reference run's, with tolerances from the reference's
-//! perturbed runs, and reports the first divergent tensor in execution order.
+//! perturbed runs, and reports the first divergent tensor in execution order. `trace emit CASE`
+//! writes the traces of a case's interpreter runs (the spec as the reference, the ranks as the
+//! candidate).
 
 use crate::output::{self, HtmlFile, OutputArgs};
 use crate::Verdict;
@@ -9,7 +11,8 @@ use shardproof_report::{
     self as report, Checked, Command, Level, Location, Plot, Rule, Series, Status,
 };
 use shardproof_trace::compare::{sci, source_word};
-use shardproof_trace::{Comparison, TensorResult};
+use shardproof_trace::emit::{emit_case, EmitError, EmitOptions};
+use shardproof_trace::{Comparison, RunDtype, TensorResult};
 use std::path::PathBuf;
 
 /// The `trace` subcommands.
@@ -21,6 +24,80 @@ pub enum TraceCommand {
     /// order (forward, backward, optimizer) with a per-module table. Exit 0 no divergence,
     /// 1 divergence or consistency finding, 2 invalid trace, 3 inconclusive.
     Compare(CompareArgs),
+    /// Emit the traces of a case's interpreter runs: DIR/ref (the spec run, with perturbed
+    /// reruns in DIR/ref/perturbed-K/) and DIR/cand (the ranks' run), recording the case's
+    /// inputs and expected outputs with each rank's pieces from their layouts; then
+    /// `shardproof trace compare DIR/ref DIR/cand`. Exit 3 for what a trace cannot represent
+    /// (integer or `expr:` inputs, partial layouts).
+    Emit(EmitArgs),
+}
+
+/// Arguments of `shardproof trace emit`.
+#[derive(ClapArgs)]
+pub struct EmitArgs {
+    /// The case file.
+    case: PathBuf,
+    /// The directory to write `ref/` and `cand/` into.
+    #[arg(short = 'o', long = "out", value_name = "DIR")]
+    out: PathBuf,
+    /// The runs' dtype: f32 (float32), bf16 (bfloat16) or f64 (float64).
+    #[arg(long, default_value = "f32", value_parser = parse_dtype)]
+    dtype: RunDtype,
+    /// The seed of the inputs.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Perturbed reference runs.
+    #[arg(long, default_value_t = 2)]
+    perturbed: u64,
+}
+
+fn parse_dtype(s: &str) -> Result<RunDtype, String> {
+    match s {
+        "f32" | "float32" => Ok(RunDtype::Float32),
+        "bf16" | "bfloat16" => Ok(RunDtype::Bfloat16),
+        "f64" | "float64" => Ok(RunDtype::Float64),
+        _ => Err(format!("unknown dtype `{s}`: f32, bf16 or f64")),
+    }
+}
+
+fn emit(args: &EmitArgs) -> Verdict {
+    let case = match shardproof_case::load_case(&args.case) {
+        Ok(c) => c,
+        Err(e) => {
+            errln!("error: {e}");
+            return Verdict::Invalid;
+        }
+    };
+    if let Err(stop) = crate::preflight::typecheck_all(&case) {
+        errln!("{}", stop.message);
+        return Verdict::Invalid;
+    }
+    let options = EmitOptions {
+        dtype: args.dtype,
+        seed: args.seed,
+        perturbed: args.perturbed,
+    };
+    match emit_case(&case, &args.out, &options) {
+        Ok(e) => {
+            outln!(
+                "wrote {0}/ref ({1} perturbed runs) and {0}/cand ({2} ranks): {3} tensors each, {4}",
+                args.out.display(),
+                args.perturbed,
+                e.ranks,
+                e.tensors,
+                args.dtype
+            );
+            Verdict::Holds
+        }
+        Err(EmitError::Invalid(m)) => {
+            errln!("{m}");
+            Verdict::Invalid
+        }
+        Err(EmitError::Unsupported(m)) => {
+            errln!("{m}");
+            Verdict::Inconclusive
+        }
+    }
 }
 
 /// Arguments of `shardproof trace compare`.
@@ -41,6 +118,7 @@ pub struct CompareArgs {
 pub fn main(command: &TraceCommand) -> Verdict {
     match command {
         TraceCommand::Compare(args) => compare(args),
+        TraceCommand::Emit(args) => emit(args),
     }
 }
 

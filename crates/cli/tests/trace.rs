@@ -96,3 +96,64 @@ fn a_malformed_trace_is_invalid_input() {
         .expect_code(2)
         .stderr_has(&["nowhere/trace.json: cannot read"]);
 }
+
+/// `zoo emit ARGS`, then `trace emit` of the case into `traces` with `dtype`.
+fn emitted(s: &Scratch, name: &str, zoo: &[&str], dtype: &str) -> common::Out {
+    let case = format!("{name}/case.yaml");
+    let mut args = vec!["zoo", "emit"];
+    args.extend_from_slice(zoo);
+    args.extend_from_slice(&["-o", name]);
+    s.run(&args).expect_code(0);
+    s.run(&[
+        "trace",
+        "emit",
+        &case,
+        "-o",
+        &format!("{name}-traces"),
+        "--dtype",
+        dtype,
+    ])
+}
+
+#[test]
+fn interpreter_traces_of_zoo_cases_hold_or_find_the_catalog_bug() {
+    let s = Scratch::new();
+    emitted(&s, "ok", &["mlp", "--mesh", "dp=2,tp=2"], "bf16")
+        .expect_code(0)
+        .stdout_has(&["ok-traces/ref (2 perturbed runs)"]);
+    s.run(&["trace", "compare", "ok-traces/ref", "ok-traces/cand"])
+        .expect_code(0)
+        .stdout_has(&["holds: all 11 tensors"]);
+    for (bug, mesh, first) in [
+        ("tp-missing-allreduce", "tp=2", "module `loss`"),
+        ("dp-loss-not-averaged", "dp=2", "module `loss`"),
+        (
+            "dp-grad-not-averaged",
+            "dp=2",
+            "module `w1_0` (param_after_step",
+        ),
+    ] {
+        emitted(&s, bug, &["mlp", "--mesh", mesh, "--bug", bug], "f32").expect_code(0);
+        let traces = format!("{bug}-traces");
+        s.run(&[
+            "trace",
+            "compare",
+            &format!("{traces}/ref"),
+            &format!("{traces}/cand"),
+        ])
+        .expect_code(1)
+        .stdout_has(&[first]);
+    }
+    // Emitting again into the same directory would mix runs: refused.
+    s.run(&["trace", "emit", "ok/case.yaml", "-o", "ok-traces"])
+        .expect_code(2)
+        .stderr_has(&["is not empty"]);
+}
+
+#[test]
+fn interpreter_traces_refuse_what_they_cannot_represent() {
+    let s = Scratch::new();
+    emitted(&s, "llama", &["llama", "--mesh", "tp=2"], "f32")
+        .expect_code(3)
+        .stderr_has(&["inconclusive: input `tokens`", "float inputs only"]);
+}

@@ -14,6 +14,9 @@
 //!   seed's growth model across layers; a dtype default, said so, when there is none.
 //! - [`compare`]: aligns by canonical id, judges every tensor, and reports the first divergence
 //!   in execution order (forward, backward, optimizer) and a per-module table.
+//! - [`emit`]: traces of a case's interpreter runs (spec as the reference, with perturbed
+//!   reruns; ranks as the candidate), pieces from the case's layouts.
+//! - [`synthetic`]: synthetic traces of a layered model with planted bugs (tests, benchmark).
 //!
 //! ```
 //! use shardproof_trace::*;
@@ -52,6 +55,7 @@
 #![warn(missing_docs)]
 
 pub mod compare;
+pub mod emit;
 pub mod error;
 pub mod format;
 pub mod merge;

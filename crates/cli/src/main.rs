@@ -27,6 +27,7 @@ mod layout;
 mod output;
 mod preflight;
 mod run;
+mod trace;
 mod verify;
 mod watch;
 mod zoo;
@@ -86,6 +87,10 @@ enum Command {
     /// Static check, with no spec and no values: placement propagation over the mesh, SPMD
     /// types, collective legality, async waits and the ranks' communication schedule.
     Check(check::CheckArgs),
+    /// Trace testing of real runs: compare a distributed run's recorded tensors with a
+    /// reference run's, with tolerances from perturbed reference runs.
+    #[command(subcommand)]
+    Trace(trace::TraceCommand),
     /// The model zoo: list models, parallelisms and the bug catalog, or emit a case.
     #[command(subcommand)]
     Zoo(zoo::ZooCommand),
@@ -254,6 +259,7 @@ fn main() -> ExitCode {
         Command::Verify(args) => verify::main(&args),
         Command::Check(args) => check::main(&args),
         Command::Demo => demo::main(),
+        Command::Trace(cmd) => trace::main(&cmd),
         Command::Zoo(cmd) => zoo::main(&cmd),
         Command::Completions { .. } | Command::Man { .. } => generate(&cli.command),
     };

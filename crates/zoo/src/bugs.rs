@@ -363,7 +363,7 @@ pub const BUGS: &[Bug] = &[
         source: "TTrace Table 1: wrong DP loss scaling (the loss not averaged across data-parallel ranks, Megatron-LM)",
         description: "the loss is all-reduced over dp and divided by 1 instead of dp",
         parallelism: "dp",
-        engines: "run, verify",
+        engines: "run, verify, trace",
         spec_op: "the loss (aten.mean.default for mlp, aten.nll_loss_forward.default for llama and gpt2)",
         mutation: Mutation::DpLossNotAveraged,
         needs_dp: true,
@@ -482,7 +482,7 @@ pub const BUGS: &[Bug] = &[
         source: "TTrace Table 1: wrong vocab-parallel embedding mask (Megatron-LM VocabParallelEmbedding)",
         description: "the vocab-parallel embedding does not zero the rows of tokens outside the rank's vocabulary range before the all-reduce",
         parallelism: "tp with --vocab-parallel",
-        engines: "check, run",
+        engines: "check, run, trace",
         spec_op: "aten.embedding.default of the token embedding",
         mutation: Mutation::LlamaVocabEmbeddingUnmasked,
         needs_dp: false,
@@ -499,7 +499,7 @@ pub const BUGS: &[Bug] = &[
         source: "Entangle (ASPLOS'26) appendix A: layernorm weight gradient not registered for the SP all-reduce; TTrace Table 1: layernorm weights not synchronized under SP (Megatron-LM)",
         description: "under sequence parallelism the LayerNorm weight and bias gradients, computed on sequence chunks, are not all-reduced over tp",
         parallelism: "tp with --sequence-parallel (full iteration)",
-        engines: "check, run, verify",
+        engines: "check, run, verify, trace",
         spec_op: "aten.sub.Tensor of the SGD step of the LayerNorm weights and biases",
         mutation: Mutation::SpLayernormGradNotReduced,
         needs_dp: false,
@@ -550,7 +550,7 @@ pub const BUGS: &[Bug] = &[
         source: "TTrace Table 1, bug 9: ZeRO parameter update skipped (https://github.com/NVIDIA/Megatron-LM/issues/663, fix 75120db)",
         description: "under ZeRO the last dp rank skips the update of its parameter shards: it all-gathers (ZeRO-3: keeps) the stale shards",
         parallelism: "dp with --zero 1|2|3 (full iteration)",
-        engines: "run, verify",
+        engines: "run, verify, trace",
         spec_op: "the optimizer step of every ZeRO-split parameter (aten.sub.Tensor for SGD, aten.addcdiv.default for Adam)",
         mutation: Mutation::ZeroParamUpdateSkipped,
         needs_dp: true,
@@ -663,6 +663,7 @@ pub const BUGS: &[Bug] = &[
         spec_op: "the first operator of the layer after the duplicated one (its input is the duplicated layer's output)",
         mutation: Mutation::PpWrongStageDivision,
         changes_loss: true,
+        engines: "run, trace",
         ..PIPELINE_BUG
     },
     Bug {
@@ -718,7 +719,7 @@ pub const BUGS: &[Bug] = &[
         source: "TTrace Table 1, bug 5: ZeRO, embedding and LM head untied (Megatron-LM issue 656, fix db2040f)",
         description: "under ZeRO the tied token embedding and LM head are updated as two weights: the embedding's update takes its lookup gradient only, the LM head's gradient never reaches it",
         parallelism: "dp with --zero 1|2|3 (full iteration)",
-        engines: "run, verify",
+        engines: "run, verify, trace",
         spec_op: "aten.add.Tensor adding the LM head's gradient to the token embedding's (then its optimizer step)",
         mutation: Mutation::ZeroTiedEmbeddingUntied,
         needs_dp: true,
@@ -747,6 +748,7 @@ pub const BUGS: &[Bug] = &[
         mutation: Mutation::RecomputeStaleInput,
         needs_backward: true,
         models: MLP,
+        engines: "run, trace",
         ..DEEPSEEK_BUG
     },
     Bug {
@@ -785,7 +787,7 @@ pub const BUGS: &[Bug] = &[
         needs_backward: true,
         needs_sequence_parallel: true,
         models: GPT2,
-        engines: "check, run",
+        engines: "check, run, trace",
         ..DEEPSEEK_BUG
     },
     Bug {
@@ -820,6 +822,7 @@ pub const BUGS: &[Bug] = &[
         mutation: Mutation::CpLossOverscaled,
         changes_loss: true,
         models: CP_DENSE,
+        engines: "run, trace",
         ..CP_BUG
     },
     Bug {
@@ -843,7 +846,7 @@ pub const BUGS: &[Bug] = &[
         needs_tp: true,
         needs_backward: true,
         models: CP_DENSE,
-        engines: "check, run",
+        engines: "check, run, trace",
         ..CP_BUG
     },
     Bug {
@@ -851,7 +854,7 @@ pub const BUGS: &[Bug] = &[
         source: "TTrace Table 1: wrong CP attention gradients (a non-contiguous input handed to a kernel, Megatron-LM / Transformer Engine)",
         description: "a kernel of the ring-attention backward reads a non-contiguous tensor with the strides of a contiguous one; a graph has value semantics (operators read values, not memory), so the bug is numerically invisible in any emitted graph and the zoo does not plant it; numerical differential testing of a real run (TTrace's engine, real kernels) catches it",
         parallelism: "cp (full iteration)",
-        engines: "real-run numerical testing (TTrace); no graph engine",
+        engines: "trace (real runs); no graph engine",
         spec_op: "none: invisible in a graph",
         mutation: Mutation::CpAttnGradNonContiguous,
         needs_backward: true,

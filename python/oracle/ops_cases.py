@@ -559,3 +559,77 @@ case("clone_contiguous_format", "clone", lambda x: aten.clone.default(x.t(), mem
      lambda g: dict(x=g.randn(4, 8)))
 case("lift_fresh_copy_constant", "lift_fresh_copy", lambda x: x * torch.tensor(2.5, dtype=F64),
      lambda g: dict(x=g.randn(4, 8)), note="a tensor constant, lifted as an input `c_lifted_tensor_0`")
+
+
+# ---------------------------------------------------------------------------------------------
+# In-place operators, as make_fx records them outside torch.export's functionalization (DTensor
+# captures, RMSNorm's add_, the vocab-parallel embedding's masked_fill_): the importer rewrites
+# them to their out-of-place forms where no other name of the storage is read afterwards.
+def _rmsnorm_add_(x):
+    t = aten.mean.dim(aten.pow.Tensor_Scalar(x, 2), [-1], True)
+    aten.add_.Scalar(t, 1e-6)
+    return (aten.mul.Tensor(x, aten.rsqrt.default(t)),)
+
+
+def _masked_fill_(x, m):
+    y = aten.clone.default(x)
+    aten.masked_fill_.Scalar(y, m, 0.0)
+    return (aten.mul.Scalar(y, 2.0),)
+
+
+def _copy_cast_(x, y):
+    z = aten.clone.default(x)
+    aten.copy_.default(z, y)
+    return (aten.add.Scalar(z, 1.0),)
+
+
+def _chain_(x, y):
+    z = aten.mul.Tensor(x, y)
+    aten.mul_.Tensor(z, y)
+    aten.add_.Scalar(z, 1.0)
+    return (z, aten.neg.default(z))
+
+
+case("inplace_rmsnorm_add_", "add_.Scalar", _rmsnorm_add_, lambda g: dict(x=g.randn(4, 8)),
+     tracer="make_fx", note="in place, functionalized by the importer")
+case("inplace_masked_fill_", "masked_fill_.Scalar", _masked_fill_,
+     lambda g: dict(x=g.randn(4, 8), m=g.bools(4, 8)), tracer="make_fx",
+     note="in place, functionalized by the importer")
+case("inplace_copy_cast_", "copy_", _copy_cast_,
+     lambda g: dict(x=g.randn(4, 8), y=g.randn(4, 8, dtype=F32)), tracer="make_fx",
+     note="in place, functionalized by the importer; copy_ casts to the target's dtype")
+case("inplace_chain_", ["mul_.Tensor", "add_.Scalar"], _chain_,
+     lambda g: dict(x=g.randn(4, 8), y=g.randn(4, 8)), tracer="make_fx",
+     note="in place, functionalized by the importer; later reads see both updates")
+
+
+# ---------------------------------------------------------------------------------------------
+# The fused attention kernel PyTorch's CPU captures call, with its log-sum-exp output, and its
+# backward from them.
+_FLASH = aten._scaled_dot_product_flash_attention_for_cpu.default
+_FLASH_BW = aten._scaled_dot_product_flash_attention_for_cpu_backward.default
+
+
+def _qkv(g, extra=None):
+    d = dict(q=g.randn(2, 2, 4, 8), k=g.randn(2, 2, 6, 8), v=g.randn(2, 2, 6, 8))
+    d.update(extra or {})
+    return d
+
+
+case("flash_cpu", "_scaled_dot_product_flash_attention_for_cpu",
+     lambda q, k, v: tuple(_FLASH(q, k, v)), _qkv, tracer="make_fx")
+case("flash_cpu_causal_scaled", "_scaled_dot_product_flash_attention_for_cpu",
+     lambda q, k, v: tuple(_FLASH(q, k, v, 0.0, True, scale=0.5)), _qkv, tracer="make_fx")
+case("flash_cpu_additive_mask", "_scaled_dot_product_flash_attention_for_cpu",
+     lambda q, k, v, m: tuple(_FLASH(q, k, v, attn_mask=m)),
+     lambda g: _qkv(g, dict(m=g.randn(4, 6))), tracer="make_fx")
+
+
+def _flash_backward(q, k, v, grad):
+    out, lse = _FLASH(q, k, v, 0.0, True)
+    return tuple(_FLASH_BW(grad, q, k, v, out, lse, 0.0, True))
+
+
+case("flash_cpu_backward", ["_scaled_dot_product_flash_attention_for_cpu",
+                            "_scaled_dot_product_flash_attention_for_cpu_backward"],
+     _flash_backward, lambda g: _qkv(g, dict(grad=g.randn(2, 2, 4, 8))), tracer="make_fx")

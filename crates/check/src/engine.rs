@@ -4,7 +4,7 @@
 use crate::place::{Place, Red};
 use crate::report::{Check, RawFinding};
 use crate::rules::{self, Ctx, Exempt, Hint, Kind, Literals, Violation};
-use shardproof_ir::{Arg, Graph, Mesh, NodeKind, OpMeaning, Program, ValueId};
+use shardproof_ir::{Arg, DecompExpr, Graph, Mesh, NodeKind, OpMeaning, OpName, Program, ValueId};
 use shardproof_ops::{Args, Meta, NoValues, OpClass, Registry};
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
@@ -261,7 +261,12 @@ pub fn propagate_rank(
                     .custom
                     .get(&op.to_string())
                     .or_else(|| sh.custom.get(&op.base()));
-                if let Some(meaning) = meaning {
+                // A declared operator that only renames a registered one (a plan's in-place
+                // `add_` declared as `aten.add.Tensor($0, $1)`) takes that operator's rule.
+                let renamed = meaning
+                    .filter(|_| kwargs.is_empty())
+                    .and_then(|m| plain_rename(m, args.len()));
+                if let Some(meaning) = meaning.filter(|_| renamed.is_none()) {
                     match (meaning, inputs.first()) {
                         (OpMeaning::Identity, Some(&v)) => {
                             for m in 0..nd {
@@ -275,6 +280,8 @@ pub fn propagate_rank(
                     }
                     continue;
                 }
+                let called = op;
+                let op = renamed.unwrap_or(op);
                 let Some(def) = reg.get(op) else {
                     rp.unknown_sources
                         .push((i, format!("`{op}` is not a known operator")));
@@ -387,7 +394,7 @@ pub fn propagate_rank(
                     sh.names[p].get(name).map(|&j| j as usize).filter(|&j| {
                         let pg = &program.ranks[p];
                         let pn = &pg.nodes[j];
-                        matches!(&pn.kind, NodeKind::Call { op: pop, .. } if pop == op)
+                        matches!(&pn.kind, NodeKind::Call { op: pop, .. } if pop == called)
                             && pn
                                 .inputs()
                                 .iter()
@@ -758,5 +765,22 @@ fn raw_finding(
         message: format!("on mesh dim `{dim}`: {}", v.message),
         placements,
         hint,
+    }
+}
+
+/// The operator a declared meaning calls when it only renames it: `Call { op, args: [$0, $1,
+/// ...] }` over all `positional` arguments of the call.
+fn plain_rename(meaning: &OpMeaning, positional: usize) -> Option<&OpName> {
+    match meaning {
+        OpMeaning::Decompose(DecompExpr::Call { op, args })
+            if args.len() == positional
+                && args
+                    .iter()
+                    .enumerate()
+                    .all(|(k, a)| *a == DecompExpr::Arg(k)) =>
+        {
+            Some(op)
+        }
+        _ => None,
     }
 }

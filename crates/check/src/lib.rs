@@ -35,10 +35,14 @@
 
 #![warn(missing_docs)]
 
+mod duality;
 mod engine;
+pub mod pipeline;
 mod place;
+pub mod plan;
 mod report;
 pub mod rules;
+pub mod synth;
 mod temporal;
 
 pub use engine::{group_dims, RankPlacements};
@@ -223,7 +227,41 @@ pub fn check_case(case: &Case) -> Result<Report, Invalid> {
 
 /// [`check_case`], counting its work in `progress` (see [`propagate_counted`]), for another
 /// thread to show while it runs.
+///
+/// A violated report's postcondition, legality, SPMD-type and placement findings get their
+/// hint from [`synth::synthesize`] where the search finds edits after which the program checks
+/// with no finding (small programs only: see [`synth::MAX_NODES`]).
 pub fn check_case_counted(case: &Case, progress: &Progress) -> Result<Report, Invalid> {
+    let mut report = check_unfixed(case, progress)?;
+    if report.verdict == Verdict::Violated {
+        let fix = synth::synthesize(case, &report, &|c| check_case_without_fixes(c).ok());
+        if let Some(fix) = fix {
+            let text = fix.describe(case);
+            for f in &mut report.findings {
+                if matches!(
+                    f.check,
+                    Check::Postcondition
+                        | Check::CommLegality
+                        | Check::SpmdType
+                        | Check::PlacementConsistency
+                ) {
+                    f.hint =
+                        format!("{text} (synthesized: with it the program checks with no finding)");
+                }
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// [`check_case`] without fix synthesis: the hints are the rules' own. The check
+/// [`synth::synthesize`] runs on each candidate program.
+pub fn check_case_without_fixes(case: &Case) -> Result<Report, Invalid> {
+    check_unfixed(case, &Progress::default())
+}
+
+/// The checks, without fix synthesis.
+fn check_unfixed(case: &Case, progress: &Progress) -> Result<Report, Invalid> {
     let prop = propagate_counted(case, progress)?;
     let program = &case.program;
     let nd = program.mesh.dims.len();
@@ -338,8 +376,29 @@ pub fn check_case_counted(case: &Case, progress: &Progress) -> Result<Report, In
     for (r, g) in program.ranks.iter().enumerate() {
         raw.extend(temporal::temporal(g, r, &case.ops));
     }
+    // Gradient duality, where a rank's program has a backward.
+    for (r, g) in program.ranks.iter().enumerate() {
+        let rp = &prop.ranks[r];
+        let varies_over = |v: ValueId, group: &str| {
+            let dims: Vec<usize> = match prop.groups.get(group) {
+                Some(Some(d)) => d.clone(),
+                _ => (0..nd).collect(),
+            };
+            let places = rp.of(v, nd);
+            dims.iter()
+                .any(|&m| places.get(m).is_some_and(|p| *p != Place::Replicate))
+        };
+        raw.extend(duality::duality(
+            g,
+            r,
+            &program.mesh,
+            &prop.metas[r],
+            &varies_over,
+        ));
+    }
     // Cross-rank matching: the schedule, then the shapes of what meets.
     raw.extend(schedule_findings(case, &prop));
+    raw.extend(pipeline_findings(program, &prop));
     let mut findings = merge_findings(program, raw);
     findings.sort_by_key(|f| (f.check.is_temporal(), f.ranks[0], f.line, f.node.clone()));
     findings.dedup();
@@ -390,6 +449,60 @@ pub fn check_case_counted(case: &Case, progress: &Progress) -> Result<Report, In
             .collect(),
         unknown_outputs: unknown_outputs.into_iter().collect(),
     })
+}
+
+/// The pipeline order of each pipeline along the `pp` mesh dim: completeness and gradient
+/// sync (its deadlocks are the schedule's hang, reported as such).
+fn pipeline_findings(program: &shardproof_ir::Program, prop: &Propagation) -> Vec<RawFinding> {
+    let Some(pp) = program
+        .mesh
+        .dim_index("pp")
+        .filter(|&d| program.mesh.dims[d].1 > 1)
+    else {
+        return Vec::new();
+    };
+    let hang = matches!(prop.schedule.problem, Some(ScheduleProblem::Hang(_)));
+    let mut out = Vec::new();
+    for first in (0..program.ranks.len()).filter(|&r| program.mesh.coords(r)[pp] == 0) {
+        let Some(order) = pipeline::order_of_program(program, pp, first) else {
+            continue;
+        };
+        for problem in pipeline::check_order(&order) {
+            let device = match &problem {
+                pipeline::PipelineProblem::Deadlock(_)
+                | pipeline::PipelineProblem::NeverSent { .. }
+                    if hang =>
+                {
+                    continue
+                }
+                pipeline::PipelineProblem::Deadlock(c) => c.first().map_or(0, |x| x.0),
+                pipeline::PipelineProblem::NeverSent { device, .. }
+                | pipeline::PipelineProblem::Missing { device, .. }
+                | pipeline::PipelineProblem::Duplicate { device, .. }
+                | pipeline::PipelineProblem::BackwardBeforeForward { device, .. }
+                | pipeline::PipelineProblem::GradSync { device, .. } => *device,
+            };
+            let mut coords = program.mesh.coords(first);
+            coords[pp] = device;
+            let rank = program.mesh.rank(&coords);
+            let g = &program.ranks[rank];
+            // The stage's first point-to-point call locates it.
+            let node = g
+                .nodes
+                .iter()
+                .position(|n| n.op().is_some_and(|o| o.namespace == "shardproof_p2p"))
+                .unwrap_or(0);
+            out.push(RawFinding {
+                check: Check::PipelineSchedule,
+                rank,
+                node,
+                message: format!("pipeline stage {device} (messages tagged by microbatch): {}", problem.describe(&order)),
+                placements: Vec::new(),
+                hint: "every stage runs the forward and the backward of every microbatch once, and synchronizes its gradients after the last backward".into(),
+            });
+        }
+    }
+    out
 }
 
 fn group_name_for(prop: &Propagation, program: &shardproof_ir::Program, m: usize) -> String {

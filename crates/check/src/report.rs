@@ -21,6 +21,9 @@ pub enum Check {
     /// The SPMD type rules: partial x partial, partial + replicate, a nonlinear function of a
     /// partial, an unmasked vocabulary lookup.
     SpmdType,
+    /// A forward communication without its dual in the backward (all-gather <->
+    /// reduce-scatter, all-to-all <-> all-to-all, send <-> recv).
+    GradientDuality,
     /// A functional collective's result read before its `wait_tensor`.
     MissingWait,
     /// A functional collective whose result is never waited on.
@@ -32,6 +35,9 @@ pub enum Check {
     /// Ranks whose collectives cannot meet (a hang), or meet with incompatible shapes or
     /// dtypes.
     CollectiveMismatch,
+    /// A pipeline order that is incomplete (a microbatch's forward or backward missing on a
+    /// stage, or run twice), or whose gradients are synchronized before the last microbatch.
+    PipelineSchedule,
     /// A recv whose matching send never comes (a hang), or a message of another type than its
     /// recv declares.
     DependencyViolation,
@@ -46,12 +52,14 @@ impl Check {
             Check::PlacementConsistency => "placement-consistency",
             Check::ShapeDivisibility => "shape-divisibility",
             Check::SpmdType => "spmd-type",
+            Check::GradientDuality => "gradient-duality",
             Check::MissingWait => "missing-wait",
             Check::OrphanedHandle => "orphaned-handle",
             Check::DataRace => "data-race",
             Check::BufferAliasing => "buffer-aliasing",
             Check::CollectiveMismatch => "collective-mismatch",
             Check::DependencyViolation => "dependency-violation",
+            Check::PipelineSchedule => "pipeline-schedule",
         }
     }
 
@@ -65,6 +73,7 @@ impl Check {
                 | Check::BufferAliasing
                 | Check::CollectiveMismatch
                 | Check::DependencyViolation
+                | Check::PipelineSchedule
         )
     }
 }

@@ -151,6 +151,109 @@ const OPS: &[Op] = &[
         },
     },
     Op {
+        name: "softmax0",
+        inputs: 1,
+        rank: 2,
+        call: |s| {
+            Some((
+                "torch.ops.aten._softmax.default(x0, 0, False)".into(),
+                s[0].clone(),
+            ))
+        },
+    },
+    Op {
+        name: "softmax1",
+        inputs: 1,
+        rank: 2,
+        call: |s| {
+            Some((
+                "torch.ops.aten._softmax.default(x0, 1, False)".into(),
+                s[0].clone(),
+            ))
+        },
+    },
+    Op {
+        name: "gelu",
+        inputs: 1,
+        rank: 2,
+        call: |s| Some(("torch.ops.aten.gelu.default(x0)".into(), s[0].clone())),
+    },
+    Op {
+        name: "div",
+        inputs: 2,
+        rank: 2,
+        call: |s| same(s).then(|| ("torch.ops.aten.div.Tensor(x0, x1)".into(), s[0].clone())),
+    },
+    Op {
+        name: "mean1",
+        inputs: 1,
+        rank: 2,
+        call: |s| Some(("torch.ops.aten.mean.dim(x0, [1])".into(), vec![s[0][0]])),
+    },
+    Op {
+        name: "amax1",
+        inputs: 1,
+        rank: 2,
+        call: |s| Some(("torch.ops.aten.amax.default(x0, [1])".into(), vec![s[0][0]])),
+    },
+    Op {
+        name: "unsqueeze1",
+        inputs: 1,
+        rank: 2,
+        call: |s| {
+            Some((
+                "torch.ops.aten.unsqueeze.default(x0, 1)".into(),
+                vec![s[0][0], 1, s[0][1]],
+            ))
+        },
+    },
+    Op {
+        name: "view_insert1",
+        inputs: 1,
+        rank: 2,
+        call: |s| {
+            let o = vec![s[0][0], 1, s[0][1]];
+            Some((format!("torch.ops.aten.view.default(x0, {o:?})"), o))
+        },
+    },
+    Op {
+        name: "transpose12",
+        inputs: 1,
+        rank: 3,
+        call: |s| {
+            Some((
+                "torch.ops.aten.transpose.int(x0, 1, 2)".into(),
+                vec![s[0][0], s[0][2], s[0][1]],
+            ))
+        },
+    },
+    Op {
+        name: "cat0",
+        inputs: 2,
+        rank: 2,
+        call: |s| {
+            same(s).then(|| {
+                (
+                    "torch.ops.aten.cat.default([x0, x1], 0)".into(),
+                    vec![2 * s[0][0], s[0][1]],
+                )
+            })
+        },
+    },
+    Op {
+        name: "cat1",
+        inputs: 2,
+        rank: 2,
+        call: |s| {
+            same(s).then(|| {
+                (
+                    "torch.ops.aten.cat.default([x0, x1], 1)".into(),
+                    vec![s[0][0], 2 * s[0][1]],
+                )
+            })
+        },
+    },
+    Op {
         name: "bmm",
         inputs: 2,
         rank: 3,

@@ -197,3 +197,78 @@ fn progress_counts_each_rank_twice_and_ends_at_its_total() {
     // Counting changes nothing in the report.
     assert_eq!(counted.render(), check_case(&case).unwrap().render());
 }
+
+/// The order of the zoo's pipelined plans (pp=2, 2 microbatches, GPipe and 1F1B): read from
+/// the rank graphs' sends and recvs, it is complete, deadlock-free, and its compute steps are
+/// those the builder makes for the same schedule.
+#[test]
+fn zoo_pipeline_orders_match_the_built_schedules() {
+    use shardproof_check::pipeline::{
+        build, check_order, order_of_program, Action, PipelineKind, PipelineSpec,
+    };
+    for (gpipe, kind) in [(true, PipelineKind::GPipe), (false, PipelineKind::OneFOneB)] {
+        let plan = Plan {
+            microbatches: 2,
+            gpipe,
+            ..Plan::new("mlp", "pp=2", false)
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let case = shardproof_case::load_case(&plan.emit(dir.path()).unwrap()).unwrap();
+        let pp = case.program.mesh.dim_index("pp").unwrap();
+        let order = order_of_program(&case.program, pp, 0).expect("a pipelined program");
+        assert_eq!((order.stages, order.microbatches), (2, 2));
+        assert!(order.backward);
+        assert!(
+            check_order(&order).is_empty(),
+            "{kind:?}: {:?}",
+            check_order(&order)
+        );
+        let built = build(&PipelineSpec {
+            kind,
+            stages: 2,
+            microbatches: 2,
+            virtual_stages: 1,
+        })
+        .unwrap();
+        let steps = |acts: &[Action]| -> Vec<String> {
+            acts.iter()
+                .filter_map(|a| match a {
+                    Action::Compute(w) => Some(w.to_string()),
+                    _ => None,
+                })
+                .collect()
+        };
+        for d in 0..2 {
+            // The program witnesses a step by its messages: the first stage's forward by its
+            // send, the last stage's backward by its send; every step has one.
+            assert_eq!(
+                steps(&order.devices[d]),
+                steps(&built.devices[d]),
+                "{kind:?} stage {d}"
+            );
+        }
+        // A microbatch dropped from stage 1's backward (its gradient send removed) is
+        // found: stage 1 never runs B1, and stage 0 waits for it (the schedule's hang).
+        let mut broken = case.clone();
+        let g = std::sync::Arc::make_mut(&mut broken.program.ranks[1]);
+        let last_send = g
+            .nodes
+            .iter()
+            .rposition(|n| n.op().is_some_and(|o| o.name == "send"))
+            .unwrap();
+        g.nodes[last_send].kind = shardproof_ir::NodeKind::Call {
+            op: shardproof_ir::OpName::new("aten", "clone", "default"),
+            args: vec![g.nodes[last_send].args()[0].clone()],
+            kwargs: Vec::new(),
+        };
+        let report = shardproof_check::check_case(&broken).unwrap();
+        assert_eq!(report.verdict, Verdict::Violated);
+        let checks: Vec<&str> = report.findings.iter().map(|f| f.check.name()).collect();
+        assert!(checks.contains(&"pipeline-schedule"), "{}", report.render());
+        assert!(
+            checks.contains(&"dependency-violation"),
+            "{}",
+            report.render()
+        );
+    }
+}

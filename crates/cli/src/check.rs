@@ -4,7 +4,7 @@
 use crate::output::{self, HtmlFile, OutputArgs};
 use crate::Verdict;
 use clap::Args as ClapArgs;
-use shardproof_check::{check_case, Check, Report, Verdict as CheckVerdict};
+use shardproof_check::{Check, Report, Verdict as CheckVerdict};
 use shardproof_ops::Registry;
 use shardproof_report::{self as report, Checked, Command, Level, Location, Rule, Status};
 use std::path::PathBuf;
@@ -12,19 +12,66 @@ use std::path::PathBuf;
 /// Arguments of `shardproof check`.
 #[derive(ClapArgs)]
 pub struct CheckArgs {
-    /// The case file.
+    /// The case file, or a plan file (`.plan`, docs/formats/plan.md).
     case: PathBuf,
     #[command(flatten)]
     output: OutputArgs,
-    /// Print nothing on stderr (the time taken).
+    /// Print nothing on stderr (progress, and the time taken).
     #[arg(long)]
     quiet: bool,
+    /// Stop after this many seconds (0: no limit): exit 3, naming the rank it had reached.
+    #[arg(long, value_name = "SECONDS", default_value_t = 0.0, value_parser = crate::watch::parse_seconds)]
+    time_limit: f64,
 }
 
 fn invalid(args: &CheckArgs, html: Option<HtmlFile>, case: &str, message: &str) -> Verdict {
     let r = output::report(Command::Check, case, &args.case, Verdict::Invalid, message);
     let json = || crate::print_invalid_json(Some(case), message);
     output::invalid(&args.output, html, &r, json, true)
+}
+
+/// The checker on its own thread, its progress shown (ranks typed and placed) and stopped at
+/// `--time-limit` (see [`crate::watch`]).
+fn check_watched(
+    args: &CheckArgs,
+    case: &shardproof_case::Case,
+) -> Result<Report, (Verdict, String)> {
+    let progress = std::sync::Arc::new(shardproof_ir::Progress::default());
+    let counted = progress.clone();
+    let owned = case.clone();
+    let spinner = crate::watch::spinner(!args.quiet && args.output.text());
+    let display = crate::watch::Display::new(
+        spinner.as_ref(),
+        args.quiet || !args.output.text(),
+        format!("check {}: ", case.name),
+    );
+    let watched = crate::watch::watch(
+        move || shardproof_check::check_case_counted(&owned, &counted),
+        crate::watch::Watch {
+            progress,
+            units: "steps",
+            limit: args.time_limit,
+            display,
+        },
+    );
+    if let Some(s) = spinner {
+        s.finish_and_clear();
+    }
+    match watched {
+        crate::watch::Watched::Done(result) => result.map_err(|e| (Verdict::Invalid, e.message)),
+        crate::watch::Watched::TimedOut(stopped) => Err((
+            Verdict::Inconclusive,
+            format!(
+                "inconclusive: the check did not finish within the time limit ({} s; --time-limit): {}",
+                stopped.limit,
+                stopped.at("step")
+            ),
+        )),
+        crate::watch::Watched::Lost => Err((
+            Verdict::Inconclusive,
+            "inconclusive: the check stopped without a result (its thread ended early)".into(),
+        )),
+    }
 }
 
 /// Runs the static checker and prints its report.
@@ -35,7 +82,14 @@ pub fn main(args: &CheckArgs) -> Verdict {
         Ok(h) => h,
         Err(message) => return invalid(args, None, &name, &message),
     };
-    let case = match shardproof_case::load_case(&args.case).and_then(|c| {
+    // A file ending in `.plan` is a hand-written plan (docs/formats/plan.md); anything else
+    // is a case file.
+    let loaded = if shardproof_check::plan::is_plan_path(&args.case) {
+        shardproof_check::plan::load_plan(&args.case)
+    } else {
+        shardproof_case::load_case(&args.case)
+    };
+    let case = match loaded.and_then(|c| {
         c.validate_ops(&|op| Registry::builtin().get(op).is_some())?;
         Ok(c)
     }) {
@@ -46,9 +100,16 @@ pub fn main(args: &CheckArgs) -> Verdict {
     if let Err(stop) = crate::preflight::typecheck_all(&case) {
         return invalid(args, html, &case.name, &stop.message);
     }
-    let result: Report = match check_case(&case) {
+    let result: Report = match check_watched(args, &case) {
         Ok(r) => r,
-        Err(e) => return invalid(args, html, &case.name, &e.message),
+        Err((verdict, message)) if verdict == Verdict::Inconclusive => {
+            let r = output::report(Command::Check, &case.name, &args.case, verdict, &message);
+            let json = || crate::print_stop_json(Some(&case.name), "inconclusive", &message);
+            // Printed as an invalid input's report is, with its own verdict and exit code.
+            output::invalid(&args.output, html, &r, json, true);
+            return verdict;
+        }
+        Err((_, message)) => return invalid(args, html, &case.name, &message),
     };
     let verdict = match result.verdict {
         CheckVerdict::Holds => Verdict::Holds,
@@ -89,18 +150,20 @@ pub fn main(args: &CheckArgs) -> Verdict {
 
 /// Every check, in the order reports list them (the rules of the SARIF driver, the test cases
 /// of JUnit).
-const CHECKS: [Check; 11] = [
+const CHECKS: [Check; 13] = [
     Check::Postcondition,
     Check::CommLegality,
     Check::PlacementConsistency,
     Check::ShapeDivisibility,
     Check::SpmdType,
+    Check::GradientDuality,
     Check::MissingWait,
     Check::OrphanedHandle,
     Check::DataRace,
     Check::BufferAliasing,
     Check::CollectiveMismatch,
     Check::DependencyViolation,
+    Check::PipelineSchedule,
 ];
 
 /// The rule id of the unknown placements that make a check inconclusive.
@@ -121,6 +184,8 @@ fn describe(c: Check) -> &'static str {
         Check::BufferAliasing => "Two unfinished collectives on the same buffer.",
         Check::CollectiveMismatch => "Ranks whose collectives cannot meet (a hang), or meet with incompatible shapes or dtypes.",
         Check::DependencyViolation => "A recv whose matching send never comes (a hang), or a message of another type than its recv declares.",
+        Check::GradientDuality => "A forward communication without its dual in the backward (all-gather <-> reduce-scatter, all-to-all <-> all-to-all, send <-> recv).",
+        Check::PipelineSchedule => "A pipeline order that misses a microbatch's forward or backward on a stage, or synchronizes gradients before the last backward.",
     }
 }
 

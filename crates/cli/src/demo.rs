@@ -4,9 +4,10 @@
 //! a planted bug (the all-reduce after the row-parallel attention output projection removed)
 //! into a temporary directory, and runs every engine on both.
 
+use crate::check::CheckArgs;
 use crate::run::RunArgs;
 use crate::verify::VerifyArgs;
-use crate::{inspect, run, verify, Verdict};
+use crate::{check, inspect, run, verify, Verdict};
 use clap::Parser;
 use shardproof_zoo::{emit, find_bug, EmitOptions, LlamaConfig, Mesh, MlpConfig};
 use std::path::{Path, PathBuf};
@@ -21,9 +22,17 @@ struct VerifyCli {
     args: VerifyArgs,
 }
 
+/// Parses `check`'s own command-line arguments, as for `verify`.
+#[derive(Parser)]
+struct CheckCli {
+    #[command(flatten)]
+    args: CheckArgs,
+}
+
 /// The verdicts of every engine on one case.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Verdicts {
+    check: Verdict,
     run: Verdict,
     verify: Verdict,
 }
@@ -69,28 +78,45 @@ pub fn main() -> Verdict {
         "parallelism on 2 ranks, emitted by `shardproof zoo emit llama --mesh tp=2` into {}\n",
         dir.path().display()
     );
-    let correct = check(&correct_case, "correct plan");
-    let bug = check(
+    let correct = examine(&correct_case, "correct plan");
+    let bug = examine(
         &bug_case,
         "planted bug: the all-reduce after the attention output projection of layer 0 removed",
     );
     outln!("\nsummary:");
     for (name, v) in [("correct plan", correct), ("planted bug", bug)] {
         outln!(
-            "  {name:13}  run: {:24}  verify: {}",
+            "  {name:13}  check: {:22}  run: {:19}  verify: {}",
+            describe(v.check),
             describe(v.run),
             describe(v.verify)
         );
     }
-    // `verify` must never verify the bug nor refute the correct plan; inconclusive is honest.
-    let verify_sound = correct.verify != Verdict::Violated && bug.verify != Verdict::Holds;
-    if correct.run == Verdict::Holds && bug.run == Verdict::Violated && verify_sound {
+    // No engine may pass the bug or fail the correct plan; inconclusive is honest.
+    let sound =
+        |v: fn(&Verdicts) -> Verdict| v(&correct) != Verdict::Violated && v(&bug) != Verdict::Holds;
+    if correct.run == Verdict::Holds
+        && bug.run == Verdict::Violated
+        && sound(|v| v.verify)
+        && sound(|v| v.check)
+    {
         outln!("the correct plan holds and the planted bug is caught.");
-        if correct.verify == Verdict::Inconclusive || bug.verify == Verdict::Inconclusive {
-            outln!(
-                "(verify, the refinement engine, could not decide this plan; an inconclusive \
-                 verdict is reported as such, never as a pass or a failure.)"
-            );
+        for (engine, undecided) in [
+            (
+                "verify, the refinement engine,",
+                correct.verify == Verdict::Inconclusive || bug.verify == Verdict::Inconclusive,
+            ),
+            (
+                "check, the static checker,",
+                correct.check == Verdict::Inconclusive || bug.check == Verdict::Inconclusive,
+            ),
+        ] {
+            if undecided {
+                outln!(
+                    "({engine} could not decide this plan; an inconclusive verdict is reported \
+                     as such, never as a pass or a failure.)"
+                );
+            }
         }
         Verdict::Holds
     } else {
@@ -121,15 +147,26 @@ fn write_case(dir: &Path, bug: Option<&str>) -> Result<PathBuf, Verdict> {
     Ok(dir.join("case.yaml"))
 }
 
-fn check(case: &Path, title: &str) -> Verdicts {
+/// Runs every engine on `case`, under the heading `title`.
+fn examine(case: &Path, title: &str) -> Verdicts {
     outln!("== {title}: {}", case.display());
     let shape = inspect::summary(case);
     if shape != Verdict::Holds {
         return Verdicts {
+            check: shape,
             run: shape,
             verify: shape,
         };
     }
+    outln!("-- check (static placements, SPMD types, async waits; no spec, no values)");
+    let check =
+        match CheckCli::try_parse_from(["check".as_ref(), case.as_os_str(), "--quiet".as_ref()]) {
+            Ok(cli) => check::main(&cli.args),
+            Err(e) => {
+                errln!("error: {e}");
+                Verdict::Invalid
+            }
+        };
     outln!("-- run (numerical differential check)");
     let run = run::main(&RunArgs::new(case.to_path_buf()));
     outln!("-- verify (refinement inference)");
@@ -145,7 +182,7 @@ fn check(case: &Path, title: &str) -> Verdicts {
         }
     };
     outln!();
-    Verdicts { run, verify }
+    Verdicts { check, run, verify }
 }
 
 fn describe(v: Verdict) -> &'static str {

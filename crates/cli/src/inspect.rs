@@ -88,9 +88,60 @@ struct Report {
     clean: bool,
 }
 
+/// How `inspect` shows its work: without `quiet` (and without `json`), a spinner on a
+/// terminal or a line every few seconds in a log counting the graphs read; a positive
+/// `time_limit` (seconds) ends it inconclusive, naming the graph it had reached.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Watching {
+    /// Show no progress.
+    pub quiet: bool,
+    /// Seconds before it stops (0: no limit).
+    pub time_limit: f64,
+}
+
 /// Runs `inspect` and returns the verdict (exit code).
-pub fn main(path: &Path, strict: bool, json: bool) -> Verdict {
-    let report = match build(path) {
+pub fn main(path: &Path, strict: bool, json: bool, watching: Watching) -> Verdict {
+    let progress = std::sync::Arc::new(shardproof_ir::Progress::default());
+    let counted = progress.clone();
+    let owned = path.to_path_buf();
+    let spinner = crate::watch::spinner(!watching.quiet && !json);
+    let display = crate::watch::Display::new(
+        spinner.as_ref(),
+        watching.quiet || json,
+        format!("inspect {}: ", path.display()),
+    );
+    let watched = crate::watch::watch(
+        move || build(&owned, Some(&counted)),
+        crate::watch::Watch {
+            progress,
+            units: "graphs",
+            limit: watching.time_limit,
+            display,
+        },
+    );
+    if let Some(s) = spinner {
+        s.finish_and_clear();
+    }
+    let built = match watched {
+        crate::watch::Watched::Done(built) => built,
+        crate::watch::Watched::TimedOut(stopped) => {
+            let message = format!(
+                "inconclusive: inspect did not finish within the time limit ({} s; --time-limit): {}",
+                stopped.limit,
+                stopped.at("graph")
+            );
+            if json {
+                crate::print_invalid_json(Some(&path.display().to_string()), &message);
+            }
+            errln!("{message}");
+            return Verdict::Inconclusive;
+        }
+        crate::watch::Watched::Lost => {
+            errln!("inconclusive: inspect stopped without a result (its thread ended early)");
+            return Verdict::Inconclusive;
+        }
+    };
+    let report = match built {
         Ok(r) => r,
         Err(e) => {
             let message = format!("error: {e}");
@@ -118,7 +169,7 @@ pub fn main(path: &Path, strict: bool, json: bool) -> Verdict {
 
 /// `inspect --strict` with a one-line summary instead of the full report (for the demo).
 pub fn summary(path: &Path) -> Verdict {
-    match build(path) {
+    match build(path, None) {
         Err(e) => {
             errln!("error: {e}");
             Verdict::Invalid
@@ -156,14 +207,26 @@ fn is_case(path: &Path) -> bool {
         .is_some_and(|e| e.eq_ignore_ascii_case("yaml") || e.eq_ignore_ascii_case("yml"))
 }
 
-fn build(path: &Path) -> Result<Report, SourceError> {
+/// Reads `path` and reports on every graph, counting them in `progress` when given.
+fn build(path: &Path, progress: Option<&shardproof_ir::Progress>) -> Result<Report, SourceError> {
     let mut graphs = Vec::new();
     if is_case(path) {
         let case = shardproof_case::load_case(path)?;
         case.validate_ops(&|op| Registry::builtin().get(op).is_some())?;
-        graphs.push(graph_report("spec", &case.spec, &case.ops)?);
-        for (r, g) in case.program.ranks.iter().enumerate() {
-            graphs.push(graph_report(&format!("rank {r}"), g, &case.ops)?);
+        let graph_names = std::iter::once("spec".to_string())
+            .chain((0..case.program.ranks.len()).map(|r| format!("rank {r}")));
+        let all = std::iter::once(&case.spec).chain(case.program.ranks.iter().map(|g| &**g));
+        if let Some(p) = progress {
+            p.start(1 + case.program.ranks.len());
+        }
+        for (name, g) in graph_names.zip(all) {
+            if let Some(p) = progress {
+                p.enter(&name);
+            }
+            graphs.push(graph_report(&name, g, &case.ops)?);
+            if let Some(p) = progress {
+                p.leave();
+            }
         }
     } else {
         let graph = shardproof_import::load_graph(path)?;

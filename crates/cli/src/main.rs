@@ -28,7 +28,9 @@ mod output;
 mod preflight;
 mod prove;
 mod run;
+mod trace;
 mod verify;
+mod watch;
 mod zoo;
 
 use clap::{CommandFactory, Parser, Subcommand};
@@ -66,6 +68,13 @@ enum Command {
         /// Print machine-readable JSON on stdout.
         #[arg(long)]
         json: bool,
+        /// Show no progress on stderr (a spinner on a terminal, else a line every 5 seconds
+        /// counting the graphs read; SHARDPROOF_PROGRESS_SECONDS sets the interval).
+        #[arg(long)]
+        quiet: bool,
+        /// Stop after this many seconds (0: no limit): exit 3, naming the graph it had reached.
+        #[arg(long, value_name = "SECONDS", default_value_t = 0.0, value_parser = watch::parse_seconds)]
+        time_limit: f64,
     },
     /// Run the built-in demo: a tiny tensor-parallel Llama training iteration from the model
     /// zoo, correct and with a planted bug, through every engine.
@@ -83,6 +92,10 @@ enum Command {
     /// each expected output element by element (normal forms, random witnesses, Z3); every
     /// refutation comes with a counterexample the interpreter confirms.
     Prove(prove::ProveArgs),
+    /// Trace testing of real runs: compare a distributed run's recorded tensors with a
+    /// reference run's, with tolerances from perturbed reference runs.
+    #[command(subcommand)]
+    Trace(trace::TraceCommand),
     /// The model zoo: list models, parallelisms and the bug catalog, or emit a case.
     #[command(subcommand)]
     Zoo(zoo::ZooCommand),
@@ -117,9 +130,15 @@ struct InvalidJson<'a> {
 
 /// Prints the JSON error of an invalid input (see [`InvalidJson`]) on stdout.
 pub fn print_invalid_json(case: Option<&str>, message: &str) {
+    print_stop_json(case, "invalid", message);
+}
+
+/// Prints the JSON of a command that stopped before its report (`invalid`, or `inconclusive`
+/// at a time limit) on stdout, with the fields of [`InvalidJson`].
+pub fn print_stop_json(case: Option<&str>, verdict: &'static str, message: &str) {
     let report = InvalidJson {
         case,
-        verdict: "invalid",
+        verdict,
         message,
     };
     outln!(
@@ -234,12 +253,19 @@ fn main() -> ExitCode {
         }
     };
     let verdict = match cli.command {
-        Command::Inspect { path, strict, json } => inspect::main(&path, strict, json),
+        Command::Inspect {
+            path,
+            strict,
+            json,
+            quiet,
+            time_limit,
+        } => inspect::main(&path, strict, json, inspect::Watching { quiet, time_limit }),
         Command::Run(args) => run::main(&args),
         Command::Verify(args) => verify::main(&args),
         Command::Check(args) => check::main(&args),
         Command::Prove(args) => prove::main(&args),
         Command::Demo => demo::main(),
+        Command::Trace(cmd) => trace::main(&cmd),
         Command::Zoo(cmd) => zoo::main(&cmd),
         Command::Completions { .. } | Command::Man { .. } => generate(&cli.command),
     };

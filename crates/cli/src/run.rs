@@ -23,6 +23,7 @@ use shardproof_ir::{DType, Graph, NodeKind, ValueId};
 use shardproof_ops::{strides, Meta, OpClass, Registry, Tensor};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// The relative error an f64 run tolerates (the reference precision: rounding only).
 const F64_TOLERANCE: f64 = 1e-9;
@@ -43,9 +44,14 @@ pub struct RunArgs {
     max_memory: u64,
     #[command(flatten)]
     output: OutputArgs,
-    /// Show no progress on stderr.
+    /// Show no progress on stderr (a spinner on a terminal, else a line every 5 seconds;
+    /// SHARDPROOF_PROGRESS_SECONDS sets the interval).
     #[arg(long)]
     quiet: bool,
+    /// Stop the run after this many seconds (0: no limit): the verdict is then inconclusive,
+    /// naming the node it had reached.
+    #[arg(long, value_name = "SECONDS", default_value_t = 0.0, value_parser = crate::watch::parse_seconds)]
+    time_limit: f64,
 }
 
 impl RunArgs {
@@ -58,6 +64,7 @@ impl RunArgs {
             max_memory: 8 << 30,
             output: OutputArgs::default(),
             quiet: true,
+            time_limit: 0.0,
         }
     }
 }
@@ -212,10 +219,7 @@ fn execute(
     let case = &*loaded.insert(case);
     report.case = case.name.clone();
     report.ranks = case.program.ranks.len();
-    let progress = Progress::new(!args.quiet && args.output.text());
-    let (spec_env, rank_envs) = run_case(case, precision, args.seed, args.max_memory, &progress)?;
-    progress.stage("comparing outputs");
-    let results = compare_outputs(case, &spec_env, &rank_envs, tolerance)?;
+    let results = run_watched(args, case, precision, tolerance)?;
     if results.is_empty() {
         return Err(stop(
             Verdict::Inconclusive,
@@ -231,14 +235,66 @@ fn execute(
     })
 }
 
+/// Runs `case` and compares its outputs on a thread of its own, showing how many nodes have
+/// run and stopping at `--time-limit` (see [`crate::watch`]).
+fn run_watched(
+    args: &RunArgs,
+    case: &Case,
+    precision: Precision,
+    tolerance: f64,
+) -> Result<Vec<OutputResult>, Stop> {
+    let progress = Arc::new(shardproof_ir::Progress::default());
+    let counted = progress.clone();
+    let owned = case.clone();
+    let (seed, max_memory) = (args.seed, args.max_memory);
+    let work = move || {
+        let (spec_env, rank_envs) = run_case(&owned, precision, seed, max_memory, Some(counted))?;
+        compare_outputs(&owned, &spec_env, &rank_envs, tolerance)
+    };
+    let spinner = crate::watch::spinner(!args.quiet && args.output.text());
+    let display = crate::watch::Display::new(
+        spinner.as_ref(),
+        args.quiet || !args.output.text(),
+        format!("run {}: ", case.name),
+    );
+    let watched = crate::watch::watch(
+        work,
+        crate::watch::Watch {
+            progress,
+            units: "nodes",
+            limit: args.time_limit,
+            display,
+        },
+    );
+    if let Some(s) = spinner {
+        s.finish_and_clear();
+    }
+    match watched {
+        crate::watch::Watched::Done(results) => results,
+        crate::watch::Watched::TimedOut(stopped) => Err(stop(
+            Verdict::Inconclusive,
+            format!(
+                "inconclusive: the run did not finish within the time limit ({} s; --time-limit): {}\n  hint: a longer --time-limit, or a smaller case (`zoo emit` sizes)",
+                stopped.limit,
+                stopped.at("node")
+            ),
+        )),
+        crate::watch::Watched::Lost => Err(stop(
+            Verdict::Inconclusive,
+            "inconclusive: the run stopped without a result (its thread ended early)",
+        )),
+    }
+}
+
 /// Lays out seeded random inputs and runs the spec and every rank of `case`; checks memory
-/// first and that no random operator ran without a seed.
+/// first and that no random operator ran without a seed. `progress`, when given, counts every
+/// node of the spec and of every rank.
 fn run_case(
     case: &Case,
     precision: Precision,
     seed: u64,
     max_memory: u64,
-    progress: &Progress,
+    progress: Option<Arc<shardproof_ir::Progress>>,
 ) -> Result<(Env, Vec<Env>), Stop> {
     // The memory estimate comes first, from the shapes inference gives (an ill-typed program
     // leaves some unknown, which only lowers the estimate): a case over budget is refused in
@@ -254,8 +310,18 @@ fn run_case(
         precision,
         seed,
         custom_ops: case.ops.clone(),
-        progress: None,
+        progress: progress.clone(),
     };
+    if let Some(p) = &progress {
+        let nodes = case.spec.nodes.len()
+            + case
+                .program
+                .ranks
+                .iter()
+                .map(|g| g.nodes.len())
+                .sum::<usize>();
+        p.start(nodes);
+    }
     let interp_stop = |e: shardproof_interp::InterpError, which: &str| {
         match e.kind {
             InterpErrorKind::Invalid => stop(Verdict::Invalid, format!("error: {which}: {}", e.message)),
@@ -269,9 +335,7 @@ fn run_case(
             InterpErrorKind::Deadlock => stop(Verdict::Violated, format!("violated: {which}: {}", e.message)),
         }
     };
-    progress.stage("running the spec");
     let spec_env = run_graph(&case.spec, &spec_leaves, &cfg).map_err(|e| interp_stop(e, "spec"))?;
-    progress.stage(&format!("running {} ranks", case.program.ranks.len()));
     let rank_envs = run_program(&case.program, &rank_leaves, &cfg)
         .map_err(|e| interp_stop(e, "implementation"))?;
     check_random(&case.spec, &spec_env, "spec")?;
@@ -319,16 +383,9 @@ pub enum Search {
 pub fn search_counterexample(case: &Case) -> Search {
     let defaults = RunArgs::new(case.file.clone());
     for seed in SEARCH_SEEDS {
-        let results = run_case(
-            case,
-            Precision::F64,
-            seed,
-            defaults.max_memory,
-            &Progress::new(false),
-        )
-        .and_then(|(spec_env, rank_envs)| {
-            compare_outputs(case, &spec_env, &rank_envs, F64_TOLERANCE)
-        });
+        let results = run_case(case, Precision::F64, seed, defaults.max_memory, None).and_then(
+            |(spec_env, rank_envs)| compare_outputs(case, &spec_env, &rank_envs, F64_TOLERANCE),
+        );
         let results = match results {
             Ok(r) => r,
             Err(s) if s.verdict == Verdict::Violated => return Search::Hang(s.message),
@@ -360,34 +417,6 @@ fn leaf_names(graph: &Graph, laid_out: impl Iterator<Item = String>) -> BTreeSet
         }
     }
     names
-}
-
-/// A spinner on stderr naming the current stage, shown only on a terminal.
-struct Progress(Option<indicatif::ProgressBar>);
-
-impl Progress {
-    fn new(wanted: bool) -> Self {
-        use std::io::IsTerminal;
-        Progress((wanted && std::io::stderr().is_terminal()).then(|| {
-            let bar = indicatif::ProgressBar::new_spinner();
-            bar.enable_steady_tick(std::time::Duration::from_millis(120));
-            bar
-        }))
-    }
-
-    fn stage(&self, what: &str) {
-        if let Some(bar) = &self.0 {
-            bar.set_message(what.to_string());
-        }
-    }
-}
-
-impl Drop for Progress {
-    fn drop(&mut self) {
-        if let Some(bar) = &self.0 {
-            bar.finish_and_clear();
-        }
-    }
 }
 
 /// Refuses cases whose computed tensors (stored as f64 by the interpreter) exceed the budget.

@@ -4,6 +4,7 @@ mod convert;
 
 use crate::output::{self, HtmlFile, OutputArgs};
 use crate::run::{search_counterexample, Counterexample, Search, SEARCH_SEEDS};
+use crate::watch;
 use crate::Verdict;
 use clap::Args as ClapArgs;
 use shardproof_ops::Registry;
@@ -30,17 +31,8 @@ pub struct VerifyArgs {
     trace: bool,
     /// Stop relation inference after this many seconds (0: no limit). The verdict then rests on
     /// the counterexample search: refuted when a run shows a difference, else inconclusive.
-    #[arg(long, value_name = "SECONDS", default_value_t = 0.0, value_parser = parse_seconds)]
+    #[arg(long, value_name = "SECONDS", default_value_t = 0.0, value_parser = crate::watch::parse_seconds)]
     time_limit: f64,
-}
-
-fn parse_seconds(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
-        _ => Err(format!(
-            "expected a number of seconds, 0 or more (e.g. 30 or 2.5), found `{s}`"
-        )),
-    }
 }
 
 #[derive(serde::Serialize)]
@@ -70,6 +62,112 @@ struct Decision {
     /// What the counterexample search did (seeds tried, or why it could not run).
     #[serde(skip_serializing_if = "Option::is_none")]
     search: Option<String>,
+    /// What the static checker found on the same programs, shown beside the verdict.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    static_check: Option<StaticCheck>,
+}
+
+/// What the static checker (`shardproof check`: placements, SPMD types, async waits, with no
+/// spec and no values) says of the case, run before relation inference. It is shown beside
+/// verify's verdict and never changes it: its findings are its own command's verdict, and a
+/// misplaced tensor it names is often the cause of a refutation the relations find downstream.
+#[derive(serde::Serialize)]
+struct StaticCheck {
+    /// `holds`, `violated`, `inconclusive` or `skipped`.
+    verdict: &'static str,
+    /// How many findings.
+    findings: usize,
+    /// The first few, one line each.
+    first: Vec<String>,
+    /// Why it was skipped or is inconclusive.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    note: Option<String>,
+}
+
+/// Rank operators above which verify leaves the static check to its own command: the checker
+/// handles tens of thousands of operators a second, and verify must not spend minutes on a
+/// large preset before its own work.
+const STATIC_CHECK_MAX_OPERATORS: usize = 200_000;
+
+/// How many findings verify's report lists (`shardproof check` lists them all).
+const STATIC_CHECK_SHOWN: usize = 3;
+
+/// Runs the static checker on `case` within [`STATIC_CHECK_MAX_OPERATORS`].
+fn static_check(case: &shardproof_case::Case) -> StaticCheck {
+    let operators: usize = case.program.ranks.iter().map(|g| g.nodes.len()).sum();
+    if operators > STATIC_CHECK_MAX_OPERATORS {
+        return StaticCheck {
+            verdict: "skipped",
+            findings: 0,
+            first: Vec::new(),
+            note: Some(format!(
+                "{operators} rank operators, over verify's budget of {STATIC_CHECK_MAX_OPERATORS} for it; run `shardproof check` on the case"
+            )),
+        };
+    }
+    // Without fix synthesis: verify shows the findings, not their hints.
+    match shardproof_check::check_case_without_fixes(case) {
+        Err(e) => StaticCheck {
+            verdict: "inconclusive",
+            findings: 0,
+            first: Vec::new(),
+            note: Some(e.message),
+        },
+        Ok(report) => {
+            let first = report
+                .findings
+                .iter()
+                .take(STATIC_CHECK_SHOWN)
+                .map(|f| {
+                    let ranks: Vec<String> = f.ranks.iter().map(usize::to_string).collect();
+                    format!(
+                        "{} at `{}` (rank {}): {}",
+                        f.check.name(),
+                        f.node,
+                        ranks.join(", "),
+                        f.message
+                    )
+                })
+                .collect();
+            let note = (report.unknown_values > 0).then(|| {
+                format!(
+                    "{} values have no known placement (operators without a placement rule)",
+                    report.unknown_values
+                )
+            });
+            StaticCheck {
+                verdict: match report.verdict {
+                    shardproof_check::Verdict::Holds => "holds",
+                    shardproof_check::Verdict::Violated => "violated",
+                    shardproof_check::Verdict::Inconclusive => "inconclusive",
+                },
+                findings: report.findings.len(),
+                first,
+                note,
+            }
+        }
+    }
+}
+
+/// The static check's lines of verify's text report.
+fn print_static_check(s: &StaticCheck) {
+    match s.verdict {
+        "holds" => outln!("static check: holds (no findings)"),
+        "violated" => {
+            outln!(
+                "static check: {} finding{} (`shardproof check` lists them all):",
+                s.findings,
+                if s.findings == 1 { "" } else { "s" }
+            );
+            for f in &s.first {
+                outln!("  {f}");
+            }
+        }
+        other => outln!(
+            "static check: {other}: {}",
+            s.note.as_deref().unwrap_or("no reason given")
+        ),
+    }
 }
 
 /// `a run on seeded random inputs (f64, seed N) confirms it: output `o` differs ...`.
@@ -125,13 +223,8 @@ pub fn main(args: &VerifyArgs) -> Verdict {
             stop.message,
         );
     }
-    let spinner =
-        (!args.quiet && args.output.text() && std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .then(|| {
-                let s = indicatif::ProgressBar::new_spinner();
-                s.enable_steady_tick(std::time::Duration::from_millis(120));
-                s
-            });
+    let static_check = static_check(&case);
+    let spinner = watch::spinner(!args.quiet && args.output.text());
     // The concrete search comes first: it takes well under a second on a small case and
     // settles most bugs, so a time limit on the relations never hides one the run shows.
     if let Some(s) = &spinner {
@@ -158,8 +251,12 @@ pub fn main(args: &VerifyArgs) -> Verdict {
         trace: args.trace,
         ..Options::default()
     };
-    let shown = Shown::new(args, spinner.as_ref());
-    let (mut outcome, time_limited) = infer_relations(&case, opts, args.time_limit, shown);
+    let display = watch::Display::new(
+        spinner.as_ref(),
+        args.quiet || !args.output.text(),
+        format!("verify {}: ", case.name),
+    );
+    let (mut outcome, time_limited) = infer_relations(&case, opts, args.time_limit, display);
     outcome.seconds += search_seconds;
     let decision = if let Some(output) = outcome.unmet_expectation.clone() {
         settle_expectation(search, &output, &mut outcome)
@@ -173,7 +270,8 @@ pub fn main(args: &VerifyArgs) -> Verdict {
     if let Some(s) = spinner {
         s.finish_and_clear();
     }
-    let (verdict, decision) = decision;
+    let (verdict, mut decision) = decision;
+    decision.static_check = Some(static_check);
     let converted = convert::report(&case, &args.case, &outcome, verdict, &decision);
     let print = || {
         if args.output.json() {
@@ -198,133 +296,46 @@ pub fn main(args: &VerifyArgs) -> Verdict {
     output::finish(&args.output, html, &converted, print, unwritten, verdict)
 }
 
-/// How often a log (stderr not a terminal) gets a progress line; `SHARDPROOF_PROGRESS_SECONDS`
-/// sets another interval.
-const LOG_EVERY_SECONDS: f64 = 5.0;
-
-/// Where relation inference shows how far it has come: the spinner on a terminal, a line every
-/// few seconds in a log, or nowhere (`--quiet`, `--json`).
-enum Shown<'a> {
-    Spinner(&'a indicatif::ProgressBar),
-    Log { every: f64 },
-    Nowhere,
-}
-
-impl<'a> Shown<'a> {
-    fn new(args: &VerifyArgs, spinner: Option<&'a indicatif::ProgressBar>) -> Shown<'a> {
-        match spinner {
-            Some(s) => Shown::Spinner(s),
-            None if args.quiet || !args.output.text() => Shown::Nowhere,
-            None => Shown::Log {
-                every: std::env::var("SHARDPROOF_PROGRESS_SECONDS")
-                    .ok()
-                    .and_then(|v| v.parse::<f64>().ok())
-                    .filter(|v| v.is_finite() && *v > 0.0)
-                    .unwrap_or(LOG_EVERY_SECONDS),
-            },
-        }
-    }
-}
-
-/// Operators done of all, the current one and the time so far, e.g. `12/845 spec operators,
-/// at `mm_3`, 4 s`.
-fn progress_line(progress: &Progress, elapsed: f64) -> String {
-    let (done, total, current) = progress.snapshot();
-    if total == 0 {
-        return format!("preparing the programs, {elapsed:.0} s");
-    }
-    let at = if current.is_empty() {
-        String::new()
-    } else {
-        format!(", at `{current}`")
-    };
-    format!("{done}/{total} spec operators{at}, {elapsed:.0} s")
-}
-
-/// Relation inference on its own thread, shown as it goes (see [`Shown`]) and stopped after
-/// `limit` seconds when `limit` is positive: an unfinished inference is inconclusive and names
-/// the operator it had reached (the engine's thread is abandoned; the process exits after the
-/// report). The flag says whether the limit stopped it.
+/// Relation inference on its own thread, shown as it goes and stopped after `limit` seconds
+/// when `limit` is positive (see [`crate::watch`]): an unfinished inference is inconclusive and
+/// names the operator it had reached. The flag says whether the limit stopped it.
 fn infer_relations(
     case: &shardproof_case::Case,
     mut opts: Options,
     limit: f64,
-    shown: Shown,
+    display: watch::Display,
 ) -> (Outcome, bool) {
     let progress = std::sync::Arc::new(Progress::default());
     opts.progress = Some(progress.clone());
-    let (tx, rx) = std::sync::mpsc::channel();
     let owned = case.clone();
-    let fallback = opts.clone();
-    let spawned = std::thread::Builder::new()
-        .name("relations".into())
-        // The engine recurses over terms; give it the main thread's room.
-        .stack_size(64 << 20)
-        .spawn(move || {
-            let _ = tx.send(verify(&owned, &opts));
-        });
-    if spawned.is_err() {
-        errln!("warning: could not start a thread for relation inference; running without progress or a time limit");
-        return (verify(case, &fallback), false);
-    }
-    let started = std::time::Instant::now();
-    let tick = std::time::Duration::from_millis(200);
-    let mut last_line = 0.0;
-    loop {
-        // Wake at the limit itself, not at the next tick past it.
-        let wait = if limit > 0.0 {
-            let left = (limit - started.elapsed().as_secs_f64()).max(0.0);
-            tick.min(std::time::Duration::from_secs_f64(left))
-        } else {
-            tick
-        };
-        match rx.recv_timeout(wait) {
-            Ok(outcome) => return (outcome, false),
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-                let ended = Outcome::inconclusive(
-                    Some(
-                        "relation inference stopped without a result (its thread ended early)"
-                            .into(),
-                    ),
-                    0,
-                );
-                return (ended, false);
-            }
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
-        }
-        let elapsed = started.elapsed().as_secs_f64();
-        if limit > 0.0 && elapsed >= limit {
-            let (done, total, current) = progress.snapshot();
-            let at = if current.is_empty() {
-                "it stopped before the first spec operator (while preparing the programs)"
-                    .to_string()
-            } else {
-                format!("it stopped at spec operator `{current}`, {done} of {total} done")
-            };
-            let mut stopped = Outcome::inconclusive(
+    let watched = watch::watch(
+        move || verify(&owned, &opts),
+        watch::Watch {
+            progress,
+            units: "spec operators",
+            limit,
+            display,
+        },
+    );
+    match watched {
+        watch::Watched::Done(outcome) => (outcome, false),
+        watch::Watched::Lost => (
+            Outcome::inconclusive(
+                Some("relation inference stopped without a result (its thread ended early)".into()),
+                0,
+            ),
+            false,
+        ),
+        watch::Watched::TimedOut(stopped) => {
+            let mut outcome = Outcome::inconclusive(
                 Some(format!(
-                    "relation inference did not finish within the time limit ({limit} s; --time-limit): {at}"
+                    "relation inference did not finish within the time limit ({limit} s; --time-limit): {}",
+                    stopped.at("spec operator")
                 )),
                 0,
             );
-            stopped.seconds = limit;
-            return (stopped, true);
-        }
-        match shown {
-            Shown::Spinner(s) => s.set_message(format!(
-                "inferring relations for {}: {}",
-                case.name,
-                progress_line(&progress, elapsed)
-            )),
-            Shown::Log { every } if elapsed - last_line >= every => {
-                last_line = elapsed;
-                errln!(
-                    "verify {}: {}",
-                    case.name,
-                    progress_line(&progress, elapsed)
-                );
-            }
-            _ => {}
+            outcome.seconds = limit;
+            (outcome, true)
         }
     }
 }
@@ -730,6 +741,9 @@ fn print_text(name: &str, o: &Outcome, verdict: Verdict, d: &Decision) {
     }
     if let Some(s) = &d.search {
         outln!("counterexample search: {s}");
+    }
+    if let Some(s) = &d.static_check {
+        print_static_check(s);
     }
     outln!("decided by: {}", d.decided_by);
     outln!("time: {:.3} s", o.seconds);

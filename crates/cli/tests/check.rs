@@ -167,3 +167,74 @@ fn the_entangle_sample_holds() {
         out.stdout
     );
 }
+
+/// The catalog's bugs `check` finds, each with the smallest plan it is planted in: the correct
+/// plan holds and the bug is violated. The catalog names `check` for exactly these.
+const FOUND_BY_CHECK: &[(&str, &str)] = &[
+    ("tp-missing-allreduce", "mlp --mesh tp=2"),
+    ("tp-bias-before-allreduce", "mlp --mesh tp=2"),
+    ("wrong-group", "mlp --mesh dp=2,tp=2"),
+    ("llama-oproj-missing-allreduce", "llama --mesh tp=2"),
+    ("llama-qkv-grad-missing-allreduce", "llama --mesh tp=2"),
+    (
+        "llama-vocab-embedding-unmasked",
+        "llama --mesh tp=2 --vocab-parallel",
+    ),
+    (
+        "sp-layernorm-grad-not-reduced",
+        "gpt2 --mesh tp=2 --sequence-parallel",
+    ),
+    (
+        "grad-norm-replicated-overcounted",
+        "mlp --mesh tp=2 --clip-grad 0.5",
+    ),
+    (
+        "moe-aux-loss-not-divided-by-tp",
+        "deepseek --mesh tp=2 --forward-only",
+    ),
+    (
+        "pp-mismatched-send-recv",
+        "llama --mesh pp=2 --microbatches 2",
+    ),
+    ("norm-sharded-hidden", "deepseek --mesh tp=2 --forward-only"),
+    ("async-allreduce-no-wait", "mlp --mesh tp=2"),
+    ("fp8-amax-wrong-group", "mlp --mesh dp=2,tp=2 --fp8"),
+    (
+        "tp-overlap-wrong-chunk-order",
+        "gpt2 --mesh tp=2 --sequence-parallel --tp-comm-overlap",
+    ),
+    (
+        "tp-cp-layernorm-grad-scaled-by-tp",
+        "llama --mesh cp=2,tp=2",
+    ),
+];
+
+#[test]
+fn the_catalog_names_check_for_exactly_the_bugs_it_finds() {
+    let s = Scratch::new();
+    let mut plans: Vec<&str> = FOUND_BY_CHECK.iter().map(|f| f.1).collect();
+    plans.sort();
+    plans.dedup();
+    for (i, plan) in plans.iter().enumerate() {
+        let args: Vec<&str> = plan.split_whitespace().collect();
+        let case = emit(&s, &format!("ok{i}"), &args);
+        s.run(&["check", &case, "--quiet"]).expect_code(0);
+    }
+    for (i, (bug, plan)) in FOUND_BY_CHECK.iter().enumerate() {
+        let mut args: Vec<&str> = plan.split_whitespace().collect();
+        args.extend(["--bug", bug]);
+        let case = emit(&s, &format!("bug{i}"), &args);
+        s.run(&["check", &case, "--quiet"]).expect_code(1);
+    }
+    let claimed: std::collections::BTreeSet<&str> = shardproof_zoo::BUGS
+        .iter()
+        .filter(|b| {
+            b.engines
+                .split([',', ' ', ';'])
+                .any(|e| e.trim() == "check")
+        })
+        .map(|b| b.id)
+        .collect();
+    let found: std::collections::BTreeSet<&str> = FOUND_BY_CHECK.iter().map(|f| f.0).collect();
+    assert_eq!(claimed, found);
+}

@@ -325,7 +325,7 @@ fn junit_counts_what_the_json_report_counts() {
         .collect();
     kinds.dedup();
     let (counts, names) = junit(s.run(&["check", &case, "--format", "junit"]).expect_code(1));
-    assert_eq!(counts, [11, kinds.len(), 0, 0]);
+    assert_eq!(counts, [13, kinds.len(), 0, 0]);
     assert!(names.contains(&"spmd-type".to_string()), "{names:?}");
 
     // A correct plan: every checked output of verify passes, as its certificate says.
@@ -338,7 +338,7 @@ fn junit_counts_what_the_json_report_counts() {
     );
     assert_eq!(counts, [certified, 0, 0, 0]);
     let (counts, _) = junit(s.run(&["check", &good, "--format", "junit"]).expect_code(0));
-    assert_eq!(counts, [11, 0, 0, 0]);
+    assert_eq!(counts, [13, 0, 0, 0]);
 }
 
 #[test]

@@ -286,3 +286,62 @@ fn verify_shows_progress_in_a_log_and_names_where_a_time_limit_stopped() {
     );
     assert!(!text.contains("missing lemma"), "{text}");
 }
+
+/// `run` and `inspect` show their progress in a log as verify does (nodes run, graphs read),
+/// and `--time-limit` ends them inconclusive, naming where they stopped.
+#[test]
+fn run_and_inspect_show_progress_in_a_log_and_stop_at_a_time_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    // Large enough that a debug run takes about a second: progress lines come every 0.01 s
+    // once the watcher, which looks every 0.2 s, sees the run going.
+    let case = common::emit_zoo(
+        "llama",
+        dir.path(),
+        "tp=2",
+        &["--hidden", "256", "--ffn", "512", "--seq", "128"],
+    );
+    let shardproof = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_shardproof"))
+            .args(args)
+            .arg(&case)
+            .env("SHARDPROOF_PROGRESS_SECONDS", "0.01")
+            .output()
+            .unwrap()
+    };
+    let run = shardproof(&["run"]);
+    assert_eq!(run.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with("run llama-tp2: ") && l.contains(" nodes, at `")),
+        "no progress line naming a node:\n{stderr}"
+    );
+    let quiet = shardproof(&["run", "--quiet"]);
+    assert_eq!(String::from_utf8_lossy(&quiet.stderr), "");
+
+    let limited = shardproof(&["run", "--time-limit", "0.000001"]);
+    assert_eq!(limited.status.code(), Some(3));
+    let stderr = String::from_utf8_lossy(&limited.stderr);
+    assert!(
+        stderr.contains(
+            "the run did not finish within the time limit (0.000001 s; --time-limit): it stopped "
+        ),
+        "{stderr}"
+    );
+    let json = shardproof(&["run", "--json", "--time-limit", "0.000001"]);
+    assert_eq!(json.status.code(), Some(3));
+    let report: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(report["verdict"], "inconclusive");
+
+    let inspected = shardproof(&["inspect", "--time-limit", "0.000001"]);
+    assert_eq!(inspected.status.code(), Some(3));
+    let stderr = String::from_utf8_lossy(&inspected.stderr);
+    assert!(
+        stderr.contains("inspect did not finish within the time limit"),
+        "{stderr}"
+    );
+    assert_eq!(shardproof(&["inspect", "--quiet"]).status.code(), Some(0));
+    let bad = shardproof(&["run", "--time-limit", "soon"]);
+    assert_eq!(bad.status.code(), Some(2));
+}

@@ -356,5 +356,5 @@ fn every_mission_class_has_catalog_entries() {
         .lines()
         .find(|l| l.trim_start().starts_with("async-allreduce-no-wait "))
         .expect("listed");
-    assert!(line.contains("static (missing wait)"), "{line}");
+    assert!(line.contains("check (missing wait)"), "{line}");
 }

@@ -8,10 +8,12 @@
 
 #![warn(missing_docs)]
 
+mod functionalize;
 mod fx;
 mod hlo;
 mod json;
 
+pub use functionalize::{functional_form, functionalize, Functionalized};
 pub use fx::{parse_fx, FxParse, ParseStats};
 pub use hlo::{
     hlo_device_from_path, hlo_groups, hlo_groups_yaml, is_hlo_path, looks_like_hlo,
@@ -39,15 +41,19 @@ pub fn load_graph(path: &Path) -> Result<Graph, SourceError> {
     if !is_json && (is_hlo_path(path) || looks_like_hlo(text)) {
         return Ok(parse_hlo(text, path, hlo_device_from_path(path))?.graph);
     }
-    if is_json {
+    // In-place operators become out-of-place ones wherever that is sound (see
+    // [`functionalize`]); the rest stay, unsupported, for the engines to report.
+    let mut g = if is_json {
         let mut g = from_json(text, path)?;
         if g.path.is_none() {
             g.path = Some(path.to_path_buf());
         }
-        Ok(g)
+        g
     } else {
-        Ok(parse_fx(text, path)?.graph)
-    }
+        parse_fx(text, path)?.graph
+    };
+    functionalize(&mut g);
+    Ok(g)
 }
 
 /// Parses torch.fx readable text, leaving the lines it does not understand in

@@ -33,7 +33,7 @@ header h1{font-size:20px;font-weight:600;margin:0;overflow:hidden;text-overflow:
 .v-holds{--verdict:#2e7d32}.v-violated{--verdict:#c62828}.v-inconclusive{--verdict:#e65100}.v-invalid{--verdict:#616161}
 main{padding:0 24px 24px}
 section{margin-top:16px}
-section.neighbourhood{overflow-x:auto}
+section.neighbourhood,section.plot{overflow-x:auto}
 svg.graph{display:block;font:12px "DejaVu Sans Mono",monospace}
 svg .heading{font:italic 12px "DejaVu Sans",sans-serif;fill:#616161}
 svg .name{font-weight:700}
@@ -130,6 +130,7 @@ pub fn render(report: &Report) -> String {
     if report.neighbourhood.is_none() {
         findings(&mut h, report);
     }
+    plots(&mut h, report);
     certificate(&mut h, report);
     checked(&mut h, report);
     facts(&mut h, report);
@@ -288,6 +289,20 @@ fn findings(h: &mut String, report: &Report) {
     h.push_str("</ol></section>\n");
 }
 
+fn plots(h: &mut String, report: &Report) {
+    for p in &report.plots {
+        let svg = crate::plot::draw(p);
+        if svg.is_empty() {
+            continue;
+        }
+        let _ = writeln!(
+            h,
+            "<section class=\"plot\"><h2>{}</h2>\n{svg}\n</section>",
+            markup(&p.title)
+        );
+    }
+}
+
 fn certificate(h: &mut String, report: &Report) {
     if report.certificate.is_empty() {
         return;
@@ -311,6 +326,7 @@ fn checked(h: &mut String, report: &Report) {
     }
     let what = match report.command {
         crate::Command::Check => "Checks",
+        crate::Command::Trace => "Modules",
         _ => "Checked outputs",
     };
     let _ = writeln!(

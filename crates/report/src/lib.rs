@@ -35,6 +35,7 @@ mod escape;
 mod graph;
 pub mod html;
 pub mod junit;
+mod plot;
 pub mod sarif;
 
 use std::fmt;
@@ -50,6 +51,8 @@ pub enum Command {
     Check,
     /// `shardproof prove`: the element-level prover.
     Prove,
+    /// `shardproof trace compare`: trace testing of a real run against a reference run.
+    Trace,
 }
 
 impl Command {
@@ -60,6 +63,7 @@ impl Command {
             Command::Verify => "verify",
             Command::Check => "check",
             Command::Prove => "prove",
+            Command::Trace => "trace",
         }
     }
 
@@ -422,6 +426,38 @@ pub struct Report {
     pub neighbourhood: Option<Neighbourhood>,
     /// More facts, in order.
     pub facts: Vec<Fact>,
+    /// Charts the page draws (trace: error against tolerance per module).
+    pub plots: Vec<Plot>,
+}
+
+/// A chart of values over named categories (modules, layers): one line of points per series,
+/// on a logarithmic or linear value axis, with one category optionally marked (the bug's
+/// module). The HTML page draws it in SVG; the other formats leave it out.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plot {
+    /// Its title.
+    pub title: String,
+    /// What the categories are (`module`).
+    pub x_label: String,
+    /// What the values are (`relative error`).
+    pub y_label: String,
+    /// The categories, left to right.
+    pub categories: Vec<String>,
+    /// The series, each with one value (or none) per category.
+    pub series: Vec<Series>,
+    /// The category to mark, if any.
+    pub marked: Option<usize>,
+    /// Whether the value axis is logarithmic (non-positive values are then not drawn).
+    pub log_scale: bool,
+}
+
+/// One series of a [`Plot`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Series {
+    /// Its name in the legend.
+    pub name: String,
+    /// One value per category of the plot (`None`: no point).
+    pub values: Vec<Option<f64>>,
 }
 
 impl Report {
@@ -446,6 +482,7 @@ impl Report {
             certificate: Vec::new(),
             neighbourhood: None,
             facts: Vec::new(),
+            plots: Vec::new(),
         }
     }
 

@@ -314,9 +314,15 @@ mod tests {
         assert_eq!(view_dim(&[2, 4, 2, 4], &[2, 4, 8], 3), None);
         // size-1 dims in between.
         assert_eq!(view_dim(&[4, 1, 8], &[4, 8], 0), Some(0));
-        assert_eq!(view_dim(&[4, 8], &[4, 1, 8], 1), Some(1));
-        // a kv projection of one local head: [tokens, hd] -> [b, s, 1, hd] shards the heads.
-        assert_eq!(view_dim(&[16, 4], &[2, 8, 1, 4], 1), Some(2));
+        // [4, 8] -> [4, 1, 8] with dim 1 sharded: an unsqueeze of [4, 8n] (Shard(2)) or a split
+        // of it into [4, n, 8] (Shard(1)): open, no claim.
+        assert_eq!(view_dim(&[4, 8], &[4, 1, 8], 1), None);
+        // A size-1 output dim leading the group leaves the reading open: a kv projection of
+        // one local head, [tokens, hd] -> [b, s, 1, hd], shards the heads of [b, s, n, hd]
+        // or the head dim of [b, s, 1, n*hd]; [2, 8, 4] -> [1, 2, 8, 4] shards dim 0 of
+        // [n, 2, 8, 4] or dim 1 of [1, 2n, 8, 4]. No claim (was a guess: the first).
+        assert_eq!(view_dim(&[16, 4], &[2, 8, 1, 4], 1), None);
+        assert_eq!(view_dim(&[2, 8, 4], &[1, 2, 8, 4], 0), None);
     }
 
     #[test]

@@ -45,7 +45,12 @@ pub fn view_dim(ins: &[usize], outs: &[usize], d: usize) -> Option<usize> {
                 return None;
             }
             // The outermost output dim of the group holds the shard (a local size of 1 there
-            // is one of the mesh dim's pieces).
+            // is one of the mesh dim's pieces). Where size-1 output dims lead the group, the
+            // local shapes leave the reading open (`[2, 8, 4] -> [1, 2, 8, 4]` is the shard
+            // on dim 0 of `[n, 2, 8, 4]` or on dim 1 of `[1, 2n, 8, 4]`): no claim.
+            if o - go0 > 1 && outs[go0] == 1 {
+                return None;
+            }
             return Some(go0);
         }
     }
@@ -86,8 +91,16 @@ pub fn view_blocks(ins: &[usize], outs: &[usize], d: usize, k: usize) -> Option<
         .collect();
     // Local shapes alone can leave several readings (`[1, 8, 2, 4] -> [8, 8]` with dim 2
     // sharded is Shard(1) of `[8, 16]` or dim 0 in 8 blocks of `[16, 8]`): the fewest blocks
-    // (the dims the view keeps apart), then the outermost.
-    cands.iter().min_by_key(|&&(j, k2)| (k2, j)).copied()
+    // (the dims the view keeps apart). Two readings with as few blocks are no claim: a
+    // size-1 dim next to the sharded one (`[2, 3] -> [2, 1, 3]` is Shard(1) of `[2, n, 3]`
+    // or Shard(2) of `[2, 1, 3n]`) leaves the layout open.
+    let fewest = cands.iter().map(|&(_, k2)| k2).min()?;
+    let mut best = cands.iter().filter(|&&(_, k2)| k2 == fewest);
+    let first = best.next().copied();
+    if best.next().is_some() {
+        return None;
+    }
+    first
 }
 
 pub(super) fn out_shape(c: &Ctx, i: usize) -> Option<Vec<usize>> {

@@ -33,6 +33,8 @@ pub struct Plan {
     pub tp_comm_overlap: bool,
     /// A planted bug.
     pub bug: Option<&'static Bug>,
+    /// A pipelined plan in GPipe order (1F1B otherwise).
+    pub gpipe: bool,
 }
 
 impl Plan {
@@ -49,6 +51,7 @@ impl Plan {
             mlp_options: MlpOptions::default(),
             tp_comm_overlap: false,
             bug: None,
+            gpipe: false,
         }
     }
 
@@ -122,7 +125,7 @@ impl Plan {
         };
         let pipeline = PipelineOptions {
             microbatches: self.microbatches,
-            schedule: if pp {
+            schedule: if pp && !self.gpipe {
                 Schedule::OneFOneB
             } else {
                 Schedule::GPipe

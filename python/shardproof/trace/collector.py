@@ -1,0 +1,386 @@
+"""The trace collector and tensor rewrites (TTrace section 4.3).
+
+A `Tracer` hooks the annotated modules of one rank's model (one module, or a list of virtual
+pipeline chunks) for one training iteration and records, by canonical id and shard map:
+
+* module inputs and outputs (forward pre-hooks and forward hooks),
+* the gradients w.r.t. them (full backward pre-hooks and full backward hooks),
+* each parameter's gradient of one microbatch (tensor hooks: the contribution of that microbatch
+  before accumulation, so that under DP a rank's local microbatch lines up with the reference's
+  global one),
+* main gradients and parameters before the optimizer step, parameters after it.
+
+In **rewrite mode** (module-wise testing) every traced floating-point module input is overwritten
+with its shard of the consistent generator's tensor for that input's canonical id, and every
+traced output gradient likewise in backward, so the reference and the candidate modules consume
+identical inputs. The rewrite keeps the graph: the gradient flows through to the original input.
+
+In a **perturbed run** (section 4.5), parameters, data inputs given to `data_input` and (in
+rewrite mode) rewritten tensors get a relative perturbation of `relative_scale` (the run dtype's
+machine epsilon by default) times standard-normal noise seeded by (run seed, canonical id).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from dataclasses import dataclass
+from typing import Dict, Iterator, List, Optional, Sequence, Union
+
+import torch
+
+from .annotations import Annotations, ModuleAnnotation, ParamAnnotation, TensorSplit, load_annotations
+from .generator import ConsistentGenerator, perturbation_noise
+from .layout import (CanonicalId, LayoutError, ParallelConfig, ShardMap, canonical_name, param_split,
+                     shard_map)
+from .writer import ROLES, RankTraceWriter, storage_dtype, write_trace_json
+
+_STATE = threading.local()
+
+
+@contextlib.contextmanager
+def recomputing() -> Iterator[None]:
+    """Marks a forward recomputation (activation checkpointing): hooks still rewrite inputs (so
+    the recomputed graph equals the original one) but record nothing."""
+    previous = getattr(_STATE, "recomputing", False)
+    _STATE.recomputing = True
+    try:
+        yield
+    finally:
+        _STATE.recomputing = previous
+
+
+def _is_recomputing() -> bool:
+    return getattr(_STATE, "recomputing", False)
+
+
+@dataclass(frozen=True)
+class Perturbation:
+    """One perturbed reference run: its seed and the relative size of the perturbation."""
+
+    seed: int
+    relative_scale: float
+
+    def as_json(self) -> dict:
+        """The `perturbation` object of trace.json."""
+        return {"seed": self.seed, "relative_scale": self.relative_scale}
+
+
+def machine_epsilon(run_dtype: str) -> float:
+    """The machine epsilon of a run dtype's storage dtype (bfloat16 for emulated fp8)."""
+    return float(torch.finfo(storage_dtype(run_dtype)).eps)
+
+
+class _Rewrite(torch.autograd.Function):
+    """Forward: the replacement value. Backward: the gradient passes to the original tensor."""
+
+    @staticmethod
+    def forward(ctx, original, replacement):  # noqa: D401 - autograd signature
+        return replacement.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+def _is_float(value) -> bool:
+    return isinstance(value, torch.Tensor) and value.is_floating_point()
+
+
+def _as_list(value) -> List:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return list(value)
+    return []
+
+
+class Tracer:
+    """Records one rank's trace of one training iteration.
+
+    `model` is the rank's module, or its list of virtual-pipeline chunks (chunk i = list index).
+    `annotations` is an `Annotations` or the path of an annotation file. `role` is "reference",
+    "candidate" or "perturbed" (then `perturbation` is required). `rank` is this process's rank
+    in `config`'s layout (single-device reference: rank 0 of the default layout).
+
+    `align_with` (for a reference) is the layout of the candidate it will be compared with:
+    parameter gradients the candidate cannot record whole (see `partial_grad`) are left out of
+    the reference too, so both traces hold the same ids."""
+
+    def __init__(self, model: Union[torch.nn.Module, Sequence[torch.nn.Module]],
+                 annotations: Union[Annotations, str], config: ParallelConfig, rank: int, out: str, *,
+                 role: str, dtype: str = "float32", iteration: int = 0, rewrite: bool = False,
+                 generator: Optional[ConsistentGenerator] = None, perturbation: Optional[Perturbation] = None,
+                 align_with: Optional[ParallelConfig] = None):
+        if role not in ROLES:
+            raise ValueError(f"unknown role `{role}`; expected one of {', '.join(ROLES)}")
+        if (role == "perturbed") != (perturbation is not None):
+            raise ValueError("a perturbed run, and only a perturbed run, needs a perturbation")
+        self.chunks = list(model) if isinstance(model, (list, tuple, torch.nn.ModuleList)) else [model]
+        self.annotations = annotations if isinstance(annotations, Annotations) else load_annotations(annotations)
+        self.config = config
+        self.rank = rank
+        self.coords = config.coords(rank)
+        self.out = out
+        self.role = role
+        self.dtype = dtype
+        self.iteration_index = iteration
+        self.rewrite = rewrite
+        self.generator = generator or ConsistentGenerator()
+        self.perturbation = perturbation
+        self.align_with = align_with
+        self.writer = RankTraceWriter(out, rank, self.coords, dtype)
+        self._local_microbatch = 0
+        self._handles: list = []
+        self._active = False
+        self._seen: set = set()
+        self._param_grad_slot: Dict[str, int] = {}
+        self._params = self._collect_params()
+
+    # ---- public API -------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def iteration(self) -> Iterator["Tracer"]:
+        """Hooks the model for the duration of one training iteration (perturbing parameters
+        first in a perturbed run)."""
+        self.start()
+        try:
+            yield self
+        finally:
+            self.stop()
+
+    @contextlib.contextmanager
+    def microbatch(self, local_index: int) -> Iterator[None]:
+        """Marks the forward or backward of local microbatch `local_index` of this dp rank."""
+        self.config.global_microbatch(self.coords.dp, local_index)  # validates the index
+        previous = self._local_microbatch
+        self._local_microbatch = local_index
+        try:
+            yield
+        finally:
+            self._local_microbatch = previous
+
+    def start(self) -> None:
+        """Registers the hooks (and perturbs parameters in a perturbed run)."""
+        if self._active:
+            raise RuntimeError("the tracer is already started")
+        self._active = True
+        if self.perturbation is not None:
+            self._perturb_parameters()
+        for chunk_index, chunk in enumerate(self.chunks):
+            for name, module in chunk.named_modules():
+                if not name:
+                    continue
+                cname, annotation = self._module_name(name, chunk_index)
+                if annotation is None:
+                    continue
+                cls = type(module).__name__
+                self._handles.append(module.register_forward_pre_hook(self._pre_forward_hook(cname, annotation)))
+                self._handles.append(module.register_forward_hook(self._forward_hook(cname, annotation, cls)))
+                self._handles.append(module.register_full_backward_pre_hook(
+                    self._backward_pre_hook(cname, annotation, cls)))
+                if annotation.input is not None:
+                    self._handles.append(module.register_full_backward_hook(
+                        self._backward_hook(cname, annotation, cls)))
+        for cname, (param, annotation, cls) in self._params.items():
+            if param.requires_grad and self._records_param_grad(annotation):
+                self._handles.append(param.register_hook(self._param_grad_hook(cname, annotation, cls)))
+
+    def stop(self) -> None:
+        """Removes the hooks."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        self._active = False
+
+    def data_input(self, tensor: torch.Tensor, name: str, split: Optional[TensorSplit] = None) -> torch.Tensor:
+        """Passes a data input through: in a perturbed run a floating-point input is perturbed."""
+        if self.perturbation is None or not _is_float(tensor):
+            return tensor
+        cid = self._id("forward_input", f"data.{name}", 0)
+        smap = shard_map(split, self.config, self.coords, local_shape=tuple(tensor.shape), what=str(cid))
+        return self._perturb(tensor, f"data:{cid}", smap)
+
+    def before_step(self) -> None:
+        """Records main gradients (`param.main_grad` if present, else `param.grad`) and the
+        parameters, after gradient reduction and before the optimizer step."""
+        for cname, (param, annotation, cls) in self._params.items():
+            grad = getattr(param, "main_grad", None)
+            if grad is None:
+                grad = param.grad
+            smap = self._param_map(cname, param, annotation)
+            if grad is not None:
+                self._record(CanonicalId(self.iteration_index, 0, "main_grad", cname, 0), grad, smap, cls)
+            self._record(CanonicalId(self.iteration_index, 0, "param_before_step", cname, 0), param, smap, cls)
+
+    def after_step(self) -> None:
+        """Records the parameters after the optimizer step."""
+        for cname, (param, annotation, cls) in self._params.items():
+            smap = self._param_map(cname, param, annotation)
+            self._record(CanonicalId(self.iteration_index, 0, "param_after_step", cname, 0), param, smap, cls)
+
+    def save(self) -> str:
+        """Writes this rank's files (and trace.json on rank 0); returns the rank directory."""
+        if self.rank == 0:
+            write_trace_json(self.out, self.role, self.config.world_size, self.dtype, self.config,
+                             None if self.perturbation is None else self.perturbation.as_json())
+        return self.writer.close()
+
+    # ---- names, ids, maps -------------------------------------------------------------------
+
+    def _module_name(self, name: str, chunk: int):
+        cname = canonical_name(name, self.config, self.coords, chunk)
+        annotation: Optional[ModuleAnnotation] = self.annotations.module(cname)
+        if annotation is not None and annotation.ep:
+            cname = canonical_name(name, self.config, self.coords, chunk, expert=True)
+        return cname, annotation
+
+    def _collect_params(self) -> Dict[str, tuple]:
+        params: Dict[str, tuple] = {}
+        seen = set()
+        for chunk_index, chunk in enumerate(self.chunks):
+            owners = dict(chunk.named_modules())
+            for name, param in chunk.named_parameters():
+                if id(param) in seen:
+                    continue
+                seen.add(id(param))
+                cname = canonical_name(name, self.config, self.coords, chunk_index)
+                annotation: Optional[ParamAnnotation] = self.annotations.param(cname)
+                if annotation is not None and annotation.ep:
+                    cname = canonical_name(name, self.config, self.coords, chunk_index, expert=True)
+                owner = owners.get(name.rpartition(".")[0])
+                params[cname] = (param, annotation, None if owner is None else type(owner).__name__)
+        return params
+
+    def _id(self, kind: str, module: str, index: int) -> CanonicalId:
+        microbatch = self.config.global_microbatch(self.coords.dp, self._local_microbatch)
+        return CanonicalId(self.iteration_index, microbatch, kind, module, index)
+
+    def _param_map(self, cname: str, param: torch.Tensor, annotation: Optional[ParamAnnotation]) -> ShardMap:
+        return shard_map(param_split(annotation), self.config, self.coords, local_shape=tuple(param.shape),
+                         what=cname)
+
+    def _records_param_grad(self, annotation: Optional[ParamAnnotation]) -> bool:
+        """A per-microbatch parameter gradient is recorded only where it is whole on the rank:
+        under CP every rank holds a partial sum over its sequence chunks, and an annotation's
+        `partial_grad` names other parallelisms under which it is partial."""
+        for cfg in (self.config, self.align_with):
+            if cfg is None:
+                continue
+            active = {"sp": cfg.sp and cfg.tp > 1, "pp": cfg.pp > 1, "cp": cfg.cp > 1, "tp": cfg.tp > 1}
+            if active["cp"] or any(active[k] for k in (annotation.partial_grad if annotation else ())):
+                return False
+        return True
+
+    def _record(self, cid: CanonicalId, tensor: torch.Tensor, smap: ShardMap, cls: Optional[str]) -> None:
+        key = str(cid)
+        if key in self._seen:
+            raise LayoutError(f"{key} recorded twice on rank {self.rank}: a traced module ran twice in one "
+                              "microbatch (wrap recomputation in shardproof.trace.recomputing())")
+        self._seen.add(key)
+        self.writer.add(cid, tensor, smap, cls)
+
+    def _perturb(self, tensor: torch.Tensor, key: str, smap: ShardMap) -> torch.Tensor:
+        noise = perturbation_noise(self.perturbation.seed, key, smap).to(tensor.device)
+        delta = tensor.detach().float() * noise * self.perturbation.relative_scale
+        return (tensor.float() + delta).to(tensor.dtype)
+
+    def _perturb_parameters(self) -> None:
+        with torch.no_grad():
+            for cname, (param, annotation, _) in self._params.items():
+                if param.is_floating_point():
+                    param.copy_(self._perturb(param, f"param:{cname}", self._param_map(cname, param, annotation)))
+
+    def _replacement(self, key: str, like: torch.Tensor, smap: ShardMap) -> torch.Tensor:
+        value = self.generator.shard(f"rewrite:{key}", smap, dtype=like.dtype, device=like.device)
+        if self.perturbation is not None:
+            value = self._perturb(value, f"rewrite:{key}", smap)
+        return value
+
+    # ---- hooks ------------------------------------------------------------------------------
+
+    def _pre_forward_hook(self, cname: str, annotation: ModuleAnnotation):
+        def hook(module, args):
+            if annotation.input is None:
+                return None
+            new_args = list(args)
+            changed = False
+            for index, value in enumerate(args):
+                split = annotation.input_split(index)
+                if split is None or not _is_float(value):
+                    continue
+                cid = self._id("forward_input", cname, index)
+                smap = shard_map(split, self.config, self.coords, local_shape=tuple(value.shape), what=str(cid))
+                if self.rewrite:
+                    replacement = self._replacement(str(cid), value, smap)
+                    value = _Rewrite.apply(value, replacement) if value.requires_grad else replacement
+                    new_args[index] = value
+                    changed = True
+                if not _is_recomputing():
+                    self._record(cid, value, smap, type(module).__name__)
+            return tuple(new_args) if changed else None
+        return hook
+
+    def _forward_hook(self, cname: str, annotation: ModuleAnnotation, cls: str):
+        def hook(module, args, output):
+            if annotation.output is None or _is_recomputing():
+                return None
+            for index, value in enumerate(_as_list(output)):
+                split = annotation.output_split(index)
+                if split is None or not _is_float(value):
+                    continue
+                cid = self._id("forward_output", cname, index)
+                smap = shard_map(split, self.config, self.coords, local_shape=tuple(value.shape), what=str(cid))
+                self._record(cid, value, smap, cls)
+            return None
+        return hook
+
+    def _backward_pre_hook(self, cname: str, annotation: ModuleAnnotation, cls: str):
+        def hook(module, grad_output):
+            if annotation.output is None:
+                return None
+            new = list(grad_output)
+            changed = False
+            for index, grad in enumerate(grad_output):
+                split = annotation.output_split(index)
+                if split is None or grad is None:
+                    continue
+                cid = self._id("grad_output", cname, index)
+                smap = shard_map(split, self.config, self.coords, local_shape=tuple(grad.shape), what=str(cid))
+                if self.rewrite:
+                    grad = self._replacement(str(cid), grad, smap)
+                    new[index] = grad
+                    changed = True
+                self._record(cid, grad, smap, cls)
+            return tuple(new) if changed else None
+        return hook
+
+    def _backward_hook(self, cname: str, annotation: ModuleAnnotation, cls: str):
+        def hook(module, grad_input, grad_output):
+            for index, grad in enumerate(grad_input):
+                split = annotation.input_split(index)
+                if split is None or grad is None:
+                    continue
+                cid = self._id("grad_input", cname, index)
+                smap = shard_map(split, self.config, self.coords, local_shape=tuple(grad.shape), what=str(cid))
+                self._record(cid, grad, smap, cls)
+            return None
+        return hook
+
+    def _param_grad_hook(self, cname: str, annotation: Optional[ParamAnnotation], cls: Optional[str]):
+        def hook(grad):
+            cid = self._id("param_grad", cname, 0)
+            key = str(cid)
+            slot = self._param_grad_slot.get(key)
+            if slot is not None:
+                # The parameter took part in several backward passes of one microbatch
+                # (e.g. recomputation): its microbatch gradient is their sum.
+                name, stored = self.writer.tensors[slot]
+                stored.add_(grad.detach().to(device="cpu", dtype=stored.dtype))
+                return None
+            smap = shard_map(param_split(annotation), self.config, self.coords, local_shape=tuple(grad.shape),
+                             what=cname)
+            self._param_grad_slot[key] = len(self.writer.tensors)
+            self._record(cid, grad, smap, cls)
+            return None
+        return hook

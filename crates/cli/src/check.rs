@@ -52,6 +52,7 @@ fn check_watched(
             units: "steps",
             limit: args.time_limit,
             display,
+            preparing: "preparing the programs",
         },
     );
     if let Some(s) = spinner {

@@ -117,6 +117,7 @@ pub fn main(path: &Path, strict: bool, json: bool, watching: Watching) -> Verdic
             units: "graphs",
             limit: watching.time_limit,
             display,
+            preparing: "reading the graphs",
         },
     );
     if let Some(s) = spinner {

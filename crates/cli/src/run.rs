@@ -264,6 +264,7 @@ fn run_watched(
             units: "nodes",
             limit: args.time_limit,
             display,
+            preparing: "preparing the programs",
         },
     );
     if let Some(s) = spinner {

@@ -109,9 +109,12 @@ pub struct CompareArgs {
     candidate: PathBuf,
     #[command(flatten)]
     output: OutputArgs,
-    /// Print nothing on stderr (the time taken).
+    /// Print nothing on stderr (progress, and the time taken).
     #[arg(long)]
     quiet: bool,
+    /// Stop after this many seconds (0: no limit): exit 3, naming the tensor it had reached.
+    #[arg(long, value_name = "SECONDS", default_value_t = 0.0, value_parser = crate::watch::parse_seconds)]
+    time_limit: f64,
 }
 
 /// Runs a `trace` subcommand.
@@ -148,9 +151,55 @@ fn compare(args: &CompareArgs) -> Verdict {
         Ok(h) => h,
         Err(message) => return invalid(args, None, &message),
     };
-    let result = match shardproof_trace::compare_dirs(&args.reference, &args.candidate) {
+    let progress = std::sync::Arc::new(shardproof_ir::Progress::default());
+    let counted = progress.clone();
+    let (reference, candidate) = (args.reference.clone(), args.candidate.clone());
+    let spinner = crate::watch::spinner(!args.quiet && args.output.text());
+    let display = crate::watch::Display::new(
+        spinner.as_ref(),
+        args.quiet || !args.output.text(),
+        format!("trace compare {}: ", name(args)),
+    );
+    let watched = crate::watch::watch(
+        move || shardproof_trace::compare_dirs_counted(&reference, &candidate, &counted),
+        crate::watch::Watch {
+            progress,
+            units: "tensors",
+            limit: args.time_limit,
+            display,
+            preparing: "reading the traces",
+        },
+    );
+    if let Some(s) = spinner {
+        s.finish_and_clear();
+    }
+    let unfinished = match watched {
+        crate::watch::Watched::Done(Ok(r)) => Ok(r),
+        crate::watch::Watched::Done(Err(e)) => return invalid(args, html, &format!("error: {e}")),
+        crate::watch::Watched::TimedOut(at) => Err(format!(
+            "inconclusive: the comparison did not finish within the time limit ({} s; --time-limit): {}",
+            at.limit,
+            at.at("tensor")
+        )),
+        crate::watch::Watched::Lost => Err(
+            "inconclusive: the comparison stopped without a result (its thread ended early)".into(),
+        ),
+    };
+    let result = match unfinished {
         Ok(r) => r,
-        Err(e) => return invalid(args, html, &format!("error: {e}")),
+        Err(message) => {
+            // Printed as an invalid input's report is, with its own verdict and exit code.
+            let r = output::report(
+                Command::Trace,
+                &name(args),
+                &args.reference,
+                Verdict::Inconclusive,
+                &message,
+            );
+            let json = || crate::print_stop_json(Some(&name(args)), "inconclusive", &message);
+            output::invalid(&args.output, html, &r, json, true);
+            return Verdict::Inconclusive;
+        }
     };
     let seconds = started.elapsed().as_secs_f64();
     let verdict = match result.verdict {

@@ -315,6 +315,7 @@ fn infer_relations(
             units: "spec operators",
             limit,
             display,
+            preparing: "preparing the programs",
         },
     );
     match watched {

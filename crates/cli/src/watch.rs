@@ -73,6 +73,8 @@ pub struct Stopped {
     pub total: usize,
     /// The unit in progress (empty before the first).
     pub current: String,
+    /// What the work does before its first unit (see [`Watch::preparing`]).
+    pub preparing: &'static str,
 }
 
 impl Stopped {
@@ -80,7 +82,10 @@ impl Stopped {
     /// unit named in the singular (`spec operator`, `node`).
     pub fn at(&self, unit: &str) -> String {
         if self.current.is_empty() {
-            "it stopped before the first ".to_string() + unit + " (while preparing the programs)"
+            format!(
+                "it stopped before the first {unit} (while {})",
+                self.preparing
+            )
         } else {
             format!(
                 "it stopped at {unit} `{}`, {} of {} done",
@@ -111,14 +116,16 @@ pub struct Watch<'a> {
     pub limit: f64,
     /// Where progress is shown.
     pub display: Display<'a>,
+    /// What the work does before its first unit, e.g. `preparing the programs`.
+    pub preparing: &'static str,
 }
 
 /// Units done of all, the current one, the time so far and an estimate of the time left, e.g.
 /// `12/845 spec operators, at `mm_3`, 4 s, about 270 s left`.
-pub fn progress_line(progress: &Progress, units: &str, elapsed: f64) -> String {
+pub fn progress_line(progress: &Progress, units: &str, preparing: &str, elapsed: f64) -> String {
     let (done, total, current) = progress.snapshot();
     if total == 0 {
-        return format!("preparing the programs, {elapsed:.0} s");
+        return format!("{preparing}, {elapsed:.0} s");
     }
     let at = if current.is_empty() {
         String::new()
@@ -188,18 +195,19 @@ where
                 done,
                 total,
                 current,
+                preparing: watch.preparing,
             });
         }
         match &watch.display {
             Display::Spinner(s, prefix) => s.set_message(format!(
                 "{prefix}{}",
-                progress_line(&watch.progress, watch.units, elapsed)
+                progress_line(&watch.progress, watch.units, watch.preparing, elapsed)
             )),
             Display::Log { every, prefix } if elapsed - last_line >= *every => {
                 last_line = elapsed;
                 errln!(
                     "{prefix}{}",
-                    progress_line(&watch.progress, watch.units, elapsed)
+                    progress_line(&watch.progress, watch.units, watch.preparing, elapsed)
                 );
             }
             _ => {}
@@ -225,14 +233,14 @@ mod tests {
     fn the_line_estimates_the_time_left_once_work_is_done() {
         let p = Progress::default();
         assert_eq!(
-            progress_line(&p, "nodes", 2.0),
+            progress_line(&p, "nodes", "preparing the programs", 2.0),
             "preparing the programs, 2 s"
         );
         p.start(4);
         p.enter("mm_1");
         p.leave();
         assert_eq!(
-            progress_line(&p, "nodes", 3.0),
+            progress_line(&p, "nodes", "preparing the programs", 3.0),
             "1/4 nodes, at `mm_1`, 3 s, about 9 s left"
         );
     }
@@ -252,6 +260,7 @@ mod tests {
                 units: "nodes",
                 limit: 0.3,
                 display: Display::Nowhere,
+                preparing: "preparing the programs",
             },
         );
         match w {
@@ -271,6 +280,7 @@ mod tests {
                 units: "nodes",
                 limit: 0.0,
                 display: Display::Nowhere,
+                preparing: "preparing the programs",
             },
         );
         assert!(matches!(w, Watched::Done(7)));
@@ -281,6 +291,7 @@ mod tests {
                 units: "nodes",
                 limit: 0.0,
                 display: Display::Nowhere,
+                preparing: "preparing the programs",
             },
         );
         assert!(matches!(w, Watched::Lost));

@@ -12,6 +12,7 @@ use crate::merge::{Inconsistency, Layout, ReplicaSpread};
 use crate::reader::Trace;
 use crate::tolerance::{layer_of, Model, Source, Tolerance};
 use rayon::prelude::*;
+use shardproof_ir::Progress;
 use std::collections::BTreeMap;
 
 /// The outcome of a comparison.
@@ -283,6 +284,17 @@ fn layout_bytes(layout: &Layout<'_>) -> u64 {
 
 /// Compares `candidate` against `reference`, whose perturbed runs are `perturbed`.
 pub fn compare(reference: &Trace, perturbed: &[Trace], candidate: &Trace) -> Comparison {
+    compare_counted(reference, perturbed, candidate, &Progress::default())
+}
+
+/// [`compare`], counting the logical tensors measured in `progress`, for another thread to
+/// show while it runs.
+pub fn compare_counted(
+    reference: &Trace,
+    perturbed: &[Trace],
+    candidate: &Trace,
+    progress: &Progress,
+) -> Comparison {
     let mut ids: Vec<&CanonicalId> = reference
         .logical
         .keys()
@@ -291,9 +303,15 @@ pub fn compare(reference: &Trace, perturbed: &[Trace], candidate: &Trace) -> Com
     ids.sort();
     ids.dedup();
     let epsilon = reference.meta.dtype.epsilon();
+    progress.start(ids.len());
     let measured: Vec<Measured> = ids
         .par_iter()
-        .map(|id| measure(reference, perturbed, candidate, id, epsilon))
+        .map(|id| {
+            progress.enter(&id.to_string());
+            let m = measure(reference, perturbed, candidate, id, epsilon);
+            progress.leave();
+            m
+        })
         .collect();
     let responses: Vec<(&CanonicalId, Option<f64>)> = measured
         .iter()

@@ -65,7 +65,7 @@ pub mod synthetic;
 pub mod tolerance;
 pub mod writer;
 
-pub use compare::{compare, Comparison, Status, TensorResult, Verdict};
+pub use compare::{compare, compare_counted, Comparison, Status, TensorResult, Verdict};
 pub use error::TraceError;
 pub use format::{
     CanonicalId, Coords, Kind, Parallel, Perturbation, Piece, Region, Role, RunDtype, TraceMeta,
@@ -77,6 +77,15 @@ pub use writer::{extract, Local, RankWriter, TraceWriter};
 pub fn compare_dirs(
     reference: &std::path::Path,
     candidate: &std::path::Path,
+) -> Result<Comparison, TraceError> {
+    compare_dirs_counted(reference, candidate, &shardproof_ir::Progress::default())
+}
+
+/// [`compare_dirs`], counting the logical tensors compared in `progress`.
+pub fn compare_dirs_counted(
+    reference: &std::path::Path,
+    candidate: &std::path::Path,
+    progress: &shardproof_ir::Progress,
 ) -> Result<Comparison, TraceError> {
     let r = Trace::open(reference)?;
     if r.meta.role != Role::Reference {
@@ -100,5 +109,5 @@ pub fn compare_dirs(
         )
         .with_hint("perturbed runs live in the reference's perturbed-K/ directories"));
     }
-    Ok(compare(&r, &perturbed, &c))
+    Ok(compare::compare_counted(&r, &perturbed, &c, progress))
 }

@@ -22,10 +22,10 @@ pub struct ProveArgs {
     /// safetensors, and counterexample.json, the index.
     #[arg(long, value_name = "DIR")]
     counterexample: Option<PathBuf>,
-    /// Stop after S seconds (inconclusive, exit 3).
-    #[arg(long, value_name = "S")]
-    time_limit: Option<f64>,
-    /// Print nothing on stderr (the time taken).
+    /// Stop after this many seconds (0: no limit): inconclusive, exit 3, naming where it was.
+    #[arg(long, value_name = "SECONDS", default_value_t = 0.0, value_parser = crate::watch::parse_seconds)]
+    time_limit: f64,
+    /// Print nothing on stderr (progress, and the time taken).
     #[arg(long)]
     quiet: bool,
 }
@@ -44,14 +44,7 @@ pub fn main(args: &ProveArgs) -> Verdict {
         Ok(h) => h,
         Err(message) => return invalid(args, None, &name, &message),
     };
-    let time_limit = match args.time_limit {
-        None => None,
-        Some(s) if s.is_finite() && s > 0.0 => Some(Duration::from_secs_f64(s)),
-        Some(s) => {
-            let m = format!("error: --time-limit {s}: expected a positive number of seconds\n  hint: e.g. --time-limit 60");
-            return invalid(args, html, &name, &m);
-        }
-    };
+    let time_limit = (args.time_limit > 0.0).then(|| Duration::from_secs_f64(args.time_limit));
     let case = match shardproof_case::load_case(&args.case).and_then(|c| {
         c.validate_ops(&|op| Registry::builtin().get(op).is_some())?;
         Ok(c)
@@ -88,11 +81,51 @@ pub fn main(args: &ProveArgs) -> Verdict {
             stop.verdict,
         );
     }
+    let progress = std::sync::Arc::new(shardproof_ir::Progress::default());
     let cfg = ProveConfig {
         time_limit,
+        progress: Some(progress.clone()),
         ..ProveConfig::default()
     };
-    let proof = prove_case(&case, &cfg);
+    let spinner = crate::watch::spinner(!args.quiet && args.output.text());
+    let display = crate::watch::Display::new(
+        spinner.as_ref(),
+        args.quiet || !args.output.text(),
+        format!("prove {}: ", case.name),
+    );
+    let owned = case.clone();
+    // The prover keeps its own time limit (checked before every node and between goals), so
+    // it ends with a report naming where it was; the watcher only shows its progress.
+    let watched = crate::watch::watch(
+        move || prove_case(&owned, &cfg),
+        crate::watch::Watch {
+            progress,
+            units: "steps (nodes executed, then outputs decided)",
+            limit: 0.0,
+            display,
+            preparing: "preparing the programs",
+        },
+    );
+    if let Some(s) = spinner {
+        s.finish_and_clear();
+    }
+    let proof = match watched {
+        crate::watch::Watched::Done(p) => p,
+        _ => {
+            let message =
+                "inconclusive: the prover stopped without a result (its thread ended early)";
+            let r = output::report(
+                Command::Prove,
+                &case.name,
+                &args.case,
+                Verdict::Inconclusive,
+                message,
+            );
+            let json = || crate::print_stop_json(Some(&case.name), "inconclusive", message);
+            output::invalid(&args.output, html, &r, json, true);
+            return Verdict::Inconclusive;
+        }
+    };
     let mut verdict = match proof.verdict {
         ProofVerdict::Proved => Verdict::Holds,
         ProofVerdict::Refuted => Verdict::Violated,

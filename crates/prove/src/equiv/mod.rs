@@ -33,6 +33,9 @@ pub struct ProveConfig {
     pub max_goals: usize,
     /// Wall-clock limit of the whole proof.
     pub time_limit: Option<Duration>,
+    /// Where the proof counts its work, for another thread to show: the nodes executed, then
+    /// the expected outputs decided.
+    pub progress: Option<std::sync::Arc<shardproof_ir::Progress>>,
 }
 
 impl Default for ProveConfig {
@@ -44,6 +47,7 @@ impl Default for ProveConfig {
             max_elements: 4_000_000,
             max_goals: 1_000_000,
             time_limit: None,
+            progress: None,
         }
     }
 }
@@ -305,8 +309,19 @@ pub fn prove_case(case: &Case, cfg: &ProveConfig) -> Proof {
     let mut arena = Arena::new(cfg.budget);
     let limits = ExecLimits {
         deadline: cfg.time_limit.map(|t| started + t),
-        ..cfg.limits
+        progress: cfg.progress.clone(),
+        ..cfg.limits.clone()
     };
+    if let Some(p) = &cfg.progress {
+        let nodes = case.spec.nodes.len()
+            + case
+                .program
+                .ranks
+                .iter()
+                .map(|g| g.nodes.len())
+                .sum::<usize>();
+        p.start(nodes);
+    }
     let mut run = || -> Result<(inputs::Leaves, SymEnv, Vec<SymEnv>), ExecError> {
         let leaves = inputs::make_leaves(&mut arena, case)?;
         let spec = exec::run_graph(&mut arena, &case.spec, &leaves.spec, &case.ops, &limits)?;
@@ -330,7 +345,16 @@ pub fn prove_case(case: &Case, cfg: &ProveConfig) -> Proof {
     let mut refutation: Option<Refutation> = None;
     let mut failure = None;
     let mut limit_hit: Option<String> = None;
+    if let Some(p) = &cfg.progress {
+        p.start(expectations.len());
+    }
     'outputs: for (k, exp) in expectations.iter().enumerate() {
+        if let Some(p) = &cfg.progress {
+            if k > 0 {
+                p.leave();
+            }
+            p.enter(&format!("goals of output `{}`", exp.name));
+        }
         let Some(spec) = spec_env[exp.spec_value.node][exp.spec_value.output].clone() else {
             outputs.push(OutputResult {
                 name: exp.name.clone(),

@@ -262,13 +262,15 @@ pub(crate) fn constant_tensor(arena: &mut Arena, t: &Tensor) -> Result<SymTensor
     Ok(SymTensor::new(t.dtype(), t.shape().to_vec(), elems))
 }
 
-/// Limits on what symbolic execution holds.
-#[derive(Clone, Copy, Debug)]
+/// Limits on what symbolic execution holds, and where it counts its nodes.
+#[derive(Clone, Debug)]
 pub struct ExecLimits {
     /// Elements of one tensor.
     pub elements_per_tensor: usize,
     /// When to give up (checked before every node).
     pub deadline: Option<std::time::Instant>,
+    /// Where every executed node is counted and named, for another thread to show.
+    pub progress: Option<std::sync::Arc<shardproof_ir::Progress>>,
 }
 
 impl Default for ExecLimits {
@@ -276,6 +278,7 @@ impl Default for ExecLimits {
         ExecLimits {
             elements_per_tensor: 1 << 20,
             deadline: None,
+            progress: None,
         }
     }
 }
@@ -526,6 +529,9 @@ pub fn run_program(
                         ),
                     });
                 }
+                if let Some(p) = &limits.progress {
+                    p.enter(&node.name);
+                }
                 let i = states[r].next;
                 match step(arena, &states, r, &sched, &meeting_of, leaves, custom_ops)? {
                     Step::Blocked => break,
@@ -553,6 +559,9 @@ pub fn run_program(
                         let st = &mut states[r];
                         st.env[i] = outs;
                         st.next = i + 1;
+                        if let Some(p) = &limits.progress {
+                            p.leave();
+                        }
                     }
                 }
                 progressed = true;

@@ -1,8 +1,9 @@
 //! A minimal binding of the system libz3's C API: the few calls the prover makes.
 //!
-//! Why not the `z3` crate: every `z3-sys` release generates its bindings with bindgen at build
-//! time, which needs libclang, and neither this machine nor CI has it. The C API below is
-//! stable since Z3 4.8 and links against the system `libz3` (libz3-dev).
+//! Why not the `z3` crate: its releases up to 0.12 generate their bindings with bindgen at
+//! build time, which needs libclang (neither this machine nor CI has it), and the current ones
+//! call C functions newer than the Z3 4.8.12 of Debian's libz3-dev (`Z3_mk_real_int64`: the
+//! link fails). The C API below is stable since Z3 4.8 and links against the system `libz3`.
 //!
 //! The context is created with `Z3_mk_context` (not `_rc`): ASTs live until the context is
 //! deleted, so they need no reference counting; solvers, models and parameter sets do.

@@ -568,6 +568,45 @@ pub(crate) fn explain_dim(
     Some(format!("{total} = {}", terms.join(" + ")))
 }
 
+/// Every simple layout of a tensor of `rank` dims on a mesh of `mesh_dims` dims — each mesh
+/// dim `Replicate()`, `Shard(d)` or `Partial()`, the all-Replicate layout first — at most
+/// `limit` of them: the layouts an output the case sets no expectation on is tried in.
+///
+/// ```
+/// use shardproof_case::simple_layouts;
+/// let layouts = simple_layouts(1, 2, 100);
+/// let shown: Vec<String> = layouts.iter().map(|l| l.to_string()).collect();
+/// assert_eq!(shown, ["Replicate()", "Shard(0)", "Shard(1)", "Partial()"]);
+/// ```
+pub fn simple_layouts(mesh_dims: usize, rank: usize, limit: usize) -> Vec<Layout> {
+    let mut options = vec![Placement::Replicate];
+    options.extend((0..rank).map(Placement::Shard));
+    options.push(Placement::Partial(Reduce::Sum));
+    let mut out: Vec<Vec<Placement>> = vec![Vec::new()];
+    for _ in 0..mesh_dims {
+        out = out
+            .into_iter()
+            .flat_map(|prefix| {
+                options.iter().map(move |p| {
+                    let mut v = prefix.clone();
+                    v.push(*p);
+                    v
+                })
+            })
+            .take(limit)
+            .collect();
+    }
+    out.into_iter()
+        .map(|placements| {
+            Layout::Placed(PlacedLayout {
+                placements,
+                blocks: Blocks::NONE,
+                at: Vec::new(),
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -22,7 +22,8 @@ mod yaml;
 
 pub use expr::{Expr, ExprKind};
 pub use layout::{
-    rank_pieces, Block, Blocks, Held, Layout, LayoutError, PartialShare, PlacedLayout, RankPiece,
+    rank_pieces, simple_layouts, Block, Blocks, Held, Layout, LayoutError, PartialShare,
+    PlacedLayout, RankPiece,
 };
 pub use placement::{Placement, Reduce};
 pub use resolve::{

@@ -12,9 +12,7 @@ use clap::Args as ClapArgs;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
-use shardproof_case::{
-    rank_pieces, Case, Expr, Layout, PlacedLayout, Placement, RankPiece, Reduce,
-};
+use shardproof_case::{rank_pieces, Case, Expr, Layout, RankPiece, Reduce};
 use shardproof_interp::{
     infer_graph, live_values, run_graph, run_program, storage_bytes, Env, InterpErrorKind,
     Precision, RunConfig,
@@ -526,77 +524,6 @@ fn random_tensor(meta: &Meta, bound: i64, rng: &mut ChaCha8Rng) -> Tensor {
     Tensor::new(meta.clone(), data)
 }
 
-/// The largest safe value + 1 for an integer input: the size of what it indexes (embedding
-/// rows, an indexed dim, a gathered dim, classes of nll_loss), following dtype casts and views.
-fn int_bound(graph: &Graph, v: ValueId, metas: &[Vec<Option<Meta>>]) -> i64 {
-    const DEFAULT: i64 = 8;
-    let consumers = graph.consumers();
-    let mut bound = i64::MAX;
-    let mut frontier = vec![v];
-    let mut seen = 0;
-    while let Some(cur) = frontier.pop() {
-        seen += 1;
-        if seen > 64 {
-            break;
-        }
-        for &c in &consumers[cur.node] {
-            let node = &graph.nodes[c];
-            let Some(op) = node.op() else { continue };
-            let args = node.args();
-            let is = |i: usize| args.get(i).and_then(|a| a.as_value()) == Some(cur);
-            let dim_of = |i: usize, d: usize| -> Option<i64> {
-                let t = args.get(i)?.as_value()?;
-                metas[t.node]
-                    .get(t.output)?
-                    .as_ref()?
-                    .shape
-                    .get(d)
-                    .map(|&s| s as i64)
-            };
-            let found = match op.name.as_str() {
-                "embedding" if is(1) => dim_of(0, 0),
-                "nll_loss_forward" | "nll_loss_backward" if is(1) || is(2) => {
-                    let i = if op.name == "nll_loss_forward" { 0 } else { 1 };
-                    let t = args.get(i).and_then(|a| a.as_value());
-                    t.and_then(|t| metas[t.node].get(t.output)?.as_ref())
-                        .and_then(|m| {
-                            m.shape
-                                .get(if m.shape.len() > 1 { 1 } else { 0 })
-                                .map(|&s| s as i64)
-                        })
-                }
-                "index_select" | "gather" | "scatter" | "scatter_add" if is(2) => args
-                    .get(1)
-                    .and_then(|a| a.as_int())
-                    .and_then(|d| dim_of(0, if d < 0 { 0 } else { d as usize })),
-                "index" | "index_put" => match args.get(1) {
-                    Some(shardproof_ir::Arg::List(items)) => items
-                        .iter()
-                        .position(|a| a.as_value() == Some(cur))
-                        .and_then(|d| dim_of(0, d)),
-                    _ => None,
-                },
-                "_to_copy" | "clone" | "view" | "_unsafe_view" | "reshape" | "detach" | "to"
-                | "contiguous" | "lift_fresh_copy" => {
-                    if node.outputs.len() == 1 {
-                        frontier.push(ValueId::new(c, 0));
-                    }
-                    None
-                }
-                _ => None,
-            };
-            if let Some(b) = found {
-                bound = bound.min(b);
-            }
-        }
-    }
-    if bound == i64::MAX {
-        DEFAULT
-    } else {
-        bound.max(1)
-    }
-}
-
 /// Copies the blocks a rank holds out of a spec tensor (concatenated along `piece.dim`).
 fn extract(spec: &Tensor, piece: &RankPiece, dtype: DType) -> Tensor {
     let shape: Vec<usize> = piece.local_shape().iter().map(|&d| d as usize).collect();
@@ -731,7 +658,7 @@ fn make_inputs(
         // Only integer data needs a bound, and finding it walks the graph's consumers: asking
         // for every input made inputs of a many-layer model quadratic in its layers.
         let bound = if meta.dtype.is_int() {
-            int_bound(&case.spec, v, spec_metas)
+            shardproof_interp::index_bound(&case.spec, v, spec_metas)
         } else {
             i64::MAX
         };
@@ -801,7 +728,7 @@ fn add_constants(
                     continue;
                 }
                 let bound = if meta.dtype.is_int() {
-                    int_bound(graph, ValueId::new(i, 0), metas)
+                    shardproof_interp::index_bound(graph, ValueId::new(i, 0), metas)
                 } else {
                     i64::MAX
                 };
@@ -1032,37 +959,6 @@ fn compare_placed(
     Ok(sum.relative())
 }
 
-/// Every simple layout of a tensor of `rank` dims on the mesh (Replicate first), for outputs
-/// the case sets no expectation on.
-fn candidate_layouts(mesh_dims: usize, rank: usize) -> Vec<Layout> {
-    let mut options = vec![Placement::Replicate];
-    options.extend((0..rank).map(Placement::Shard));
-    options.push(Placement::Partial(Reduce::Sum));
-    let mut out: Vec<Vec<Placement>> = vec![Vec::new()];
-    for _ in 0..mesh_dims {
-        out = out
-            .into_iter()
-            .flat_map(|prefix| {
-                options.iter().map(move |p| {
-                    let mut v = prefix.clone();
-                    v.push(*p);
-                    v
-                })
-            })
-            .take(4096)
-            .collect();
-    }
-    out.into_iter()
-        .map(|placements| {
-            Layout::Placed(PlacedLayout {
-                placements,
-                blocks: shardproof_case::Blocks::NONE,
-                at: Vec::new(),
-            })
-        })
-        .collect()
-}
-
 /// The graph inputs and constants without a value that `v` depends on.
 fn missing_inputs(graph: &Graph, env: &Env, v: ValueId) -> Vec<String> {
     let mut missing = BTreeSet::new();
@@ -1178,7 +1074,9 @@ fn compare_outputs(
             .collect();
         let mut best: Option<(f64, String)> = None;
         let mut matched = None;
-        for layout in candidate_layouts(case.program.mesh.dims.len(), spec.shape().len()) {
+        for layout in
+            shardproof_case::simple_layouts(case.program.mesh.dims.len(), spec.shape().len(), 4096)
+        {
             if let Ok(err) = compare_placed(case, &layout, spec, &ranks, &name) {
                 if err <= tolerance {
                     matched = Some((err, layout.to_string()));
@@ -1320,7 +1218,7 @@ mod tests {
 
     #[test]
     fn candidate_layouts_start_with_replicate() {
-        let c = candidate_layouts(2, 2);
+        let c = shardproof_case::simple_layouts(2, 2, 4096);
         assert_eq!(c.len(), 16);
         assert_eq!(c[0].to_string(), "[Replicate(), Replicate()]");
     }

@@ -11,11 +11,13 @@
 
 #![warn(missing_docs)]
 
+mod bounds;
 mod exec;
 mod infer;
 mod schedule;
 mod typecheck;
 
+pub use bounds::index_bound;
 pub use exec::{run_graph, run_program};
 pub use infer::{infer_graph, live_values, Inference, NodeInference};
 pub use schedule::{schedule, Meeting, Schedule, ScheduleProblem};

@@ -204,7 +204,7 @@ fn members_of(
 /// let program = |names: [&str; 2]| Program {
 ///     mesh: mesh.clone(),
 ///     groups: vec![tp.clone(), world.clone()],
-///     ranks: names.iter().map(|g| rank(g)).collect(),
+///     ranks: names.iter().map(|g| std::sync::Arc::new(rank(g))).collect(),
 /// };
 /// // Both ranks on `tp`: the all-reduce runs.
 /// let ok = schedule(&program(["tp", "tp"]), &BTreeMap::new(), None);

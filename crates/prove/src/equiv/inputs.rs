@@ -47,71 +47,6 @@ fn symbols(arena: &mut Arena, base: &str, meta: &Meta, bound: i64) -> Result<Sym
     Ok(SymTensor::new(meta.dtype, meta.shape.clone(), elems))
 }
 
-/// The largest safe value + 1 of an integer input: the size of what it indexes (embedding
-/// rows, classes of nll_loss, an indexed dim), following casts and views; 8 otherwise (as
-/// `shardproof run` draws integer inputs).
-pub fn int_bound(graph: &Graph, v: ValueId, metas: &[Vec<Option<Meta>>]) -> i64 {
-    const DEFAULT: i64 = 8;
-    let consumers = graph.consumers();
-    let mut bound = i64::MAX;
-    let mut frontier = vec![v];
-    let mut seen = 0;
-    while let Some(cur) = frontier.pop() {
-        seen += 1;
-        if seen > 64 {
-            break;
-        }
-        for &c in &consumers[cur.node] {
-            let node = &graph.nodes[c];
-            let Some(op) = node.op() else { continue };
-            let args = node.args();
-            let is = |i: usize| args.get(i).and_then(|a| a.as_value()) == Some(cur);
-            let dim_of = |i: usize, d: usize| -> Option<i64> {
-                let t = args.get(i)?.as_value()?;
-                metas[t.node]
-                    .get(t.output)?
-                    .as_ref()?
-                    .shape
-                    .get(d)
-                    .map(|&s| s as i64)
-            };
-            let found = match op.name.as_str() {
-                "embedding" if is(1) => dim_of(0, 0),
-                "nll_loss_forward" | "nll_loss_backward" if is(1) || is(2) => {
-                    let i = if op.name == "nll_loss_forward" { 0 } else { 1 };
-                    let t = args.get(i).and_then(|a| a.as_value());
-                    t.and_then(|t| metas[t.node].get(t.output)?.as_ref())
-                        .and_then(|m| {
-                            m.shape
-                                .get(if m.shape.len() > 1 { 1 } else { 0 })
-                                .map(|&s| s as i64)
-                        })
-                }
-                "index_select" | "gather" if is(2) => args
-                    .get(1)
-                    .and_then(|a| a.as_int())
-                    .and_then(|d| dim_of(0, if d < 0 { 0 } else { d as usize })),
-                "_to_copy" | "clone" | "view" | "_unsafe_view" | "reshape" | "detach" | "to"
-                | "contiguous" | "lift_fresh_copy" => {
-                    if node.outputs.len() == 1 {
-                        frontier.push(ValueId::new(c, 0));
-                    }
-                    None
-                }
-                _ => None,
-            };
-            if let Some(b) = found {
-                bound = bound.min(b);
-            }
-        }
-    }
-    if bound == i64::MAX {
-        DEFAULT
-    } else {
-        bound.max(1)
-    }
-}
-
 /// The spec's and every rank's symbolic leaves.
 pub fn make_leaves(arena: &mut Arena, case: &Case) -> Result<Leaves, ExecError> {
     let mesh = &case.program.mesh;
@@ -136,7 +71,7 @@ pub fn make_leaves(arena: &mut Arena, case: &Case) -> Result<Leaves, ExecError> 
             ))
         })?;
         let bound = if meta.dtype.is_int() {
-            int_bound(&case.spec, v, &spec_metas)
+            shardproof_interp::index_bound(&case.spec, v, &spec_metas)
         } else {
             i64::MAX
         };
@@ -245,7 +180,7 @@ fn add_constants(
             }
             None => {
                 let bound = if meta.dtype.is_int() {
-                    int_bound(graph, ValueId::new(i, 0), metas)
+                    shardproof_interp::index_bound(graph, ValueId::new(i, 0), metas)
                 } else {
                     i64::MAX
                 };

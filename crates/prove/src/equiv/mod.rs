@@ -13,7 +13,7 @@ use crate::expr::{Arena, Budget, ExprId, Func, Rat};
 use crate::tensor::SymTensor;
 use layout::{rebuild, Misfit};
 use serde::Serialize;
-use shardproof_case::{Blocks, Case, Layout, PlacedLayout, Placement, Reduce};
+use shardproof_case::{Case, Layout, Reduce};
 use shardproof_ir::ValueId;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -208,42 +208,11 @@ fn expectations(case: &Case) -> Result<Vec<Expectation>, ExecError> {
             name: case.spec.value_name(v).to_string(),
             spec_value: v,
             holders,
-            layouts: candidate_layouts(case.program.mesh.dims.len(), rank),
+            layouts: shardproof_case::simple_layouts(case.program.mesh.dims.len(), rank, 256),
             explicit: false,
         });
     }
     Ok(out)
-}
-
-/// Every simple layout of a tensor of `rank` dims on the mesh (Replicate first), as `run`
-/// tries them for outputs the case sets no expectation on.
-fn candidate_layouts(mesh_dims: usize, rank: usize) -> Vec<Layout> {
-    let mut options = vec![Placement::Replicate];
-    options.extend((0..rank).map(Placement::Shard));
-    options.push(Placement::Partial(Reduce::Sum));
-    let mut out: Vec<Vec<Placement>> = vec![Vec::new()];
-    for _ in 0..mesh_dims {
-        out = out
-            .into_iter()
-            .flat_map(|prefix| {
-                options.iter().map(move |p| {
-                    let mut v = prefix.clone();
-                    v.push(*p);
-                    v
-                })
-            })
-            .take(256)
-            .collect();
-    }
-    out.into_iter()
-        .map(|placements| {
-            Layout::Placed(PlacedLayout {
-                placements,
-                blocks: Blocks::NONE,
-                at: Vec::new(),
-            })
-        })
-        .collect()
 }
 
 /// Elements of every value inference knows, spec and ranks together.

@@ -39,25 +39,17 @@ fn check_watched(
     let progress = std::sync::Arc::new(shardproof_ir::Progress::default());
     let counted = progress.clone();
     let owned = case.clone();
-    let spinner = crate::watch::spinner(!args.quiet && args.output.text());
-    let display = crate::watch::Display::new(
-        spinner.as_ref(),
-        args.quiet || !args.output.text(),
-        format!("check {}: ", case.name),
-    );
-    let watched = crate::watch::watch(
+    let watched = crate::watch::watch_shown(
         move || shardproof_check::check_case_counted(&owned, &counted),
-        crate::watch::Watch {
-            progress,
+        progress,
+        crate::watch::Shown {
+            visible: !args.quiet && args.output.text(),
+            prefix: format!("check {}: ", case.name),
             units: "steps",
-            limit: args.time_limit,
-            display,
             preparing: "preparing the programs",
+            limit: args.time_limit,
         },
     );
-    if let Some(s) = spinner {
-        s.finish_and_clear();
-    }
     match watched {
         crate::watch::Watched::Done(result) => result.map_err(|e| (Verdict::Invalid, e.message)),
         crate::watch::Watched::TimedOut(stopped) => Err((

@@ -104,25 +104,17 @@ pub fn main(path: &Path, strict: bool, json: bool, watching: Watching) -> Verdic
     let progress = std::sync::Arc::new(shardproof_ir::Progress::default());
     let counted = progress.clone();
     let owned = path.to_path_buf();
-    let spinner = crate::watch::spinner(!watching.quiet && !json);
-    let display = crate::watch::Display::new(
-        spinner.as_ref(),
-        watching.quiet || json,
-        format!("inspect {}: ", path.display()),
-    );
-    let watched = crate::watch::watch(
+    let watched = crate::watch::watch_shown(
         move || build(&owned, Some(&counted)),
-        crate::watch::Watch {
-            progress,
+        progress,
+        crate::watch::Shown {
+            visible: !watching.quiet && !json,
+            prefix: format!("inspect {}: ", path.display()),
             units: "graphs",
-            limit: watching.time_limit,
-            display,
             preparing: "reading the graphs",
+            limit: watching.time_limit,
         },
     );
-    if let Some(s) = spinner {
-        s.finish_and_clear();
-    }
     let built = match watched {
         crate::watch::Watched::Done(built) => built,
         crate::watch::Watched::TimedOut(stopped) => {

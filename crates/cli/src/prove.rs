@@ -87,28 +87,20 @@ pub fn main(args: &ProveArgs) -> Verdict {
         progress: Some(progress.clone()),
         ..ProveConfig::default()
     };
-    let spinner = crate::watch::spinner(!args.quiet && args.output.text());
-    let display = crate::watch::Display::new(
-        spinner.as_ref(),
-        args.quiet || !args.output.text(),
-        format!("prove {}: ", case.name),
-    );
     let owned = case.clone();
     // The prover keeps its own time limit (checked before every node and between goals), so
     // it ends with a report naming where it was; the watcher only shows its progress.
-    let watched = crate::watch::watch(
+    let watched = crate::watch::watch_shown(
         move || prove_case(&owned, &cfg),
-        crate::watch::Watch {
-            progress,
+        progress,
+        crate::watch::Shown {
+            visible: !args.quiet && args.output.text(),
+            prefix: format!("prove {}: ", case.name),
             units: "steps (nodes executed, then outputs decided)",
-            limit: 0.0,
-            display,
             preparing: "preparing the programs",
+            limit: 0.0,
         },
     );
-    if let Some(s) = spinner {
-        s.finish_and_clear();
-    }
     let proof = match watched {
         crate::watch::Watched::Done(p) => p,
         _ => {

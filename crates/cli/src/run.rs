@@ -249,25 +249,17 @@ fn run_watched(
         let (spec_env, rank_envs) = run_case(&owned, precision, seed, max_memory, Some(counted))?;
         compare_outputs(&owned, &spec_env, &rank_envs, tolerance)
     };
-    let spinner = crate::watch::spinner(!args.quiet && args.output.text());
-    let display = crate::watch::Display::new(
-        spinner.as_ref(),
-        args.quiet || !args.output.text(),
-        format!("run {}: ", case.name),
-    );
-    let watched = crate::watch::watch(
+    let watched = crate::watch::watch_shown(
         work,
-        crate::watch::Watch {
-            progress,
+        progress,
+        crate::watch::Shown {
+            visible: !args.quiet && args.output.text(),
+            prefix: format!("run {}: ", case.name),
             units: "nodes",
-            limit: args.time_limit,
-            display,
             preparing: "preparing the programs",
+            limit: args.time_limit,
         },
     );
-    if let Some(s) = spinner {
-        s.finish_and_clear();
-    }
     match watched {
         crate::watch::Watched::Done(results) => results,
         crate::watch::Watched::TimedOut(stopped) => Err(stop(

@@ -154,25 +154,17 @@ fn compare(args: &CompareArgs) -> Verdict {
     let progress = std::sync::Arc::new(shardproof_ir::Progress::default());
     let counted = progress.clone();
     let (reference, candidate) = (args.reference.clone(), args.candidate.clone());
-    let spinner = crate::watch::spinner(!args.quiet && args.output.text());
-    let display = crate::watch::Display::new(
-        spinner.as_ref(),
-        args.quiet || !args.output.text(),
-        format!("trace compare {}: ", name(args)),
-    );
-    let watched = crate::watch::watch(
+    let watched = crate::watch::watch_shown(
         move || shardproof_trace::compare_dirs_counted(&reference, &candidate, &counted),
-        crate::watch::Watch {
-            progress,
+        progress,
+        crate::watch::Shown {
+            visible: !args.quiet && args.output.text(),
+            prefix: format!("trace compare {}: ", name(args)),
             units: "tensors",
-            limit: args.time_limit,
-            display,
             preparing: "reading the traces",
+            limit: args.time_limit,
         },
     );
-    if let Some(s) = spinner {
-        s.finish_and_clear();
-    }
     let unfinished = match watched {
         crate::watch::Watched::Done(Ok(r)) => Ok(r),
         crate::watch::Watched::Done(Err(e)) => return invalid(args, html, &format!("error: {e}")),

@@ -62,6 +62,45 @@ pub fn spinner(wanted: bool) -> Option<indicatif::ProgressBar> {
     })
 }
 
+/// How a command shows and bounds its work (see [`watch_shown`]).
+pub struct Shown {
+    /// Whether progress is drawn at all: not under `--quiet` nor a machine-readable format.
+    pub visible: bool,
+    /// What each line (and the spinner's message) begins with, e.g. `run llama-tp2: `.
+    pub prefix: String,
+    /// The units counted, in the plural (`nodes`, `tensors`).
+    pub units: &'static str,
+    /// What the work does before its first unit.
+    pub preparing: &'static str,
+    /// Seconds before the wait ends; 0 for none.
+    pub limit: f64,
+}
+
+/// [`watch`] with a command's display: a spinner on a terminal, a line every few seconds in a
+/// log, nothing when not [`Shown::visible`]; the spinner is cleared when the work ends.
+pub fn watch_shown<T, F>(work: F, progress: Arc<Progress>, shown: Shown) -> Watched<T>
+where
+    T: Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
+    let bar = spinner(shown.visible);
+    let display = Display::new(bar.as_ref(), !shown.visible, shown.prefix);
+    let watched = watch(
+        work,
+        Watch {
+            progress,
+            units: shown.units,
+            limit: shown.limit,
+            display,
+            preparing: shown.preparing,
+        },
+    );
+    if let Some(s) = bar {
+        s.finish_and_clear();
+    }
+    watched
+}
+
 /// Where a time limit stopped the work.
 #[derive(Clone, Debug)]
 pub struct Stopped {

@@ -17,6 +17,7 @@ pub mod util;
 mod testing;
 
 // Operator families, one module each.
+mod attention;
 mod collective;
 mod create;
 mod elementwise;

@@ -23,6 +23,7 @@ macro_rules! errln {
     }};
 }
 
+mod capture;
 mod check;
 mod demo;
 mod inspect;
@@ -94,6 +95,9 @@ enum Command {
     /// each expected output element by element (normal forms, random witnesses, Z3); every
     /// refutation comes with a counterexample the interpreter confirms.
     Prove(prove::ProveArgs),
+    /// Run a Python capture script (one calling `shardproof.capture(...)`) and name the case
+    /// files it wrote: the graphs and the case derived from a PyTorch parallel plan.
+    Capture(capture::CaptureArgs),
     /// Trace testing of real runs: compare a distributed run's recorded tensors with a
     /// reference run's, with tolerances from perturbed reference runs.
     #[command(subcommand)]
@@ -275,6 +279,7 @@ where
         Command::Verify(args) => verify::main(&args),
         Command::Check(args) => check::main(&args),
         Command::Prove(args) => prove::main(&args),
+        Command::Capture(args) => capture::main(&args),
         Command::Demo => demo::main(),
         Command::Trace(cmd) => trace::main(&cmd),
         Command::Zoo(cmd) => zoo::main(&cmd),

@@ -132,7 +132,7 @@ def capture(
     *,
     mesh: Mapping[str, int],
     plan: Any,
-    out: str | os.PathLike[str],
+    out: str | os.PathLike[str] | None = None,
     train: bool = False,
     loss_fn: Callable[..., torch.Tensor] | None = None,
     loss_inputs: Any = (),
@@ -152,7 +152,8 @@ def capture(
         plan: a `parallelize_module` plan (`{"fc1": ColwiseParallel(), ...}`); on a mesh of
             several dims, `{mesh dim: plan}`; or a callable `(module, mesh) -> module` that
             parallelizes it any way DTensor allows.
-        out: the folder to write `spec.py`, `r0.py`.. and `case.yaml` into.
+        out: the folder to write `spec.py`, `r0.py`.. and `case.yaml` into (default: the
+            folder `shardproof capture SCRIPT --out DIR` gives in SHARDPROOF_CAPTURE_OUT).
         train: trace forward, backward and one SGD step (outputs: `loss`, `next_<param>`).
         loss_fn: `loss_fn(model_output, *loss_inputs)`; without it the model returns the loss.
         loss_inputs: the loss function's extra arguments (targets), full size.
@@ -218,6 +219,10 @@ def capture(
     for s in mesh_sizes:
         world *= s
 
+    if out is None:
+        out = os.environ.get("SHARDPROOF_CAPTURE_OUT")
+        if not out:
+            raise CaptureError("give `out`, the folder to write the case into (or run under `shardproof capture`)")
     outdir = Path(out)
     outdir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".capture-", dir=outdir))

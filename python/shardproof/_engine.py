@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import json
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass, field
@@ -135,15 +136,32 @@ class Result:
         return f"<div>{body}<details><summary>report</summary><pre>{detail}</pre></details></div>"
 
 
+_PLACE = re.compile(r"^(?P<file>.+?):(?P<line>\d+)(?::(?P<col>\d+))?(?: in (?P<func>.+))?$")
+
+
+def _place(text: Any, what: str) -> Optional[Location]:
+    """A `PATH:LINE[:COL][ in FUNC]` string (the reports' `source` and `graph_location`)."""
+    if not isinstance(text, str):
+        return None
+    m = _PLACE.match(text.strip())
+    if not m:
+        return None
+    return Location(m.group("file"), int(m.group("line")), int(m.group("col") or 0), what)
+
+
 def _first_location(obj: Any) -> Optional[Location]:
-    """Depth-first: the first mapping with a file and a line (the reports' location shape)."""
+    """Depth-first, the first place a report names: the user's source line (`source`) before
+    the graph line (`graph_location`, or `file` + `line`), as docs/formats/reports.md orders."""
     if isinstance(obj, dict):
-        f = obj.get("file") or obj.get("path")
-        line = obj.get("line")
+        what = str(obj.get("operator") or obj.get("node") or obj.get("output") or "")
+        for key in ("source", "graph_location"):
+            found = _place(obj.get(key), what)
+            if found:
+                return found
+        f, line = obj.get("file"), obj.get("line")
         if isinstance(f, str) and isinstance(line, int):
-            what = obj.get("node") or obj.get("op") or obj.get("code") or ""
-            return Location(f, line, int(obj.get("column") or obj.get("col") or 0), str(what))
-        for key in ("failure", "failures", "location", "at", "stop", "stops"):
+            return Location(f, line, int(obj.get("column") or 0), what)
+        for key in ("failure", "findings", "finding", "mismatches", "outputs"):
             if key in obj:
                 found = _first_location(obj[key])
                 if found:

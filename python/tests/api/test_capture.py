@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -84,8 +85,12 @@ def test_dropped_reduction_is_refuted_at_the_row_parallel_layer(tmp_path, engine
     verdict = cap.verify()
     assert verdict.exit_code == 1, (verdict, verdict.stderr, verdict.report)
     assert verdict.verdict == "violated"
+    # Refuted at fc2's matrix product, located at the user's line that calls fc2.
+    assert verdict.report["failure"]["op"] == "aten.addmm.default", verdict.report
     where = verdict.location
-    assert where is not None, verdict.report
+    assert where is not None and where.file.endswith("models.py"), verdict.report
+    assert "return self.fc2(h)" in Path(where.file).read_text().splitlines()[where.line - 1]
+    assert "violated" in verdict._repr_html_() and "models.py" in str(verdict)
     ran = cap.run()
     assert ran.exit_code == 1, (ran, ran.stderr, ran.report)
 

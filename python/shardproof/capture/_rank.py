@@ -58,11 +58,28 @@ def _spec_layout(dt: Any, dims: Sequence[str]) -> Layout:
     return normalize_dim(tuple(full[d] for d in dims), dt.dim())
 
 
+class Seen:
+    """Layouts recorded for plain tensors, by identity. The tensor itself is kept alive with
+    its layout: an id freed and reused by another tensor must not inherit a layout."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, tuple[torch.Tensor, Layout]] = {}
+
+    def add(self, t: torch.Tensor, layout: Layout, first: bool = False) -> None:
+        if first and id(t) in self._by_id and self._by_id[id(t)][0] is t:
+            return
+        self._by_id[id(t)] = (t, layout)
+
+    def get(self, t: Any) -> Layout | None:
+        entry = self._by_id.get(id(t))
+        return entry[1] if entry is not None and entry[0] is t else None
+
+
 @contextmanager
-def _recording(job: Job, seen_from: dict[int, Layout], seen_to: dict[int, Layout]) -> Iterator[None]:
+def _recording(job: Job, seen_from: Seen, seen_to: Seen) -> Iterator[None]:
     """Records the layout DTensor gives a plain tensor it wraps (`from_local`: how a parallel
     style reads a module input) and the layout of a plain tensor it unwraps (`to_local`: how a
-    style hands back its output), keyed by the plain tensor's identity."""
+    style hands back its output)."""
     from torch.distributed.tensor import DTensor
 
     from_local, to_local = DTensor.from_local, DTensor.to_local
@@ -70,14 +87,14 @@ def _recording(job: Job, seen_from: dict[int, Layout], seen_to: dict[int, Layout
     def rec_from(local_tensor, device_mesh=None, placements=None, **kw):
         out = from_local(local_tensor, device_mesh, placements, **kw)
         try:
-            seen_from.setdefault(id(local_tensor), _spec_layout(out, job.mesh_dims))
+            seen_from.add(local_tensor, _spec_layout(out, job.mesh_dims), first=True)
         except CaptureError:
             pass
         return out
 
     def rec_to(self, *a, **kw):
         out = to_local(self, *a, **kw)
-        seen_to[id(out)] = _spec_layout(self, job.mesh_dims)
+        seen_to.add(out, _spec_layout(self, job.mesh_dims))
         return out
 
     DTensor.from_local = staticmethod(rec_from)
@@ -163,8 +180,7 @@ def capture_rank(job: Job, rank: int) -> dict[str, Any]:
 
         # A dry run on the full inputs shows the layout each parallel style reads an input with.
         data_names = list(prog.data_names)
-        seen_from: dict[int, Layout] = {}
-        seen_to: dict[int, Layout] = {}
+        seen_from, seen_to = Seen(), Seen()
         with _recording(job, seen_from, seen_to), torch.no_grad():
             try:
                 module(*job.data)
@@ -175,8 +191,8 @@ def capture_rank(job: Job, rank: int) -> dict[str, Any]:
         for name, t in zip(data_names, job.data):
             if name in job.input_layouts:
                 layouts[name], sources[name] = job.input_layouts[name], "given"
-            elif id(t) in seen_from:
-                layouts[name], sources[name] = normalize_dim(seen_from[id(t)], t.dim()), "plan"
+            elif seen_from.get(t) is not None:
+                layouts[name], sources[name] = normalize_dim(seen_from.get(t), t.dim()), "plan"
             else:
                 layouts[name], sources[name] = replicated, "default"
         for name in prog.loss_names:
@@ -209,15 +225,15 @@ def capture_rank(job: Job, rank: int) -> dict[str, Any]:
             elif name == "loss":
                 # A plain loss: what a training loop reads on every rank, so it must be whole.
                 out_layouts[name] = replicated
-            elif id(v) in seen_to:
-                out_layouts[name] = seen_to[id(v)]
+            elif seen_to.get(v) is not None:
+                out_layouts[name] = seen_to.get(v)
             else:
                 out_layouts[name] = None
             return v
 
         loss_ctx = _loss_parallel_ctx if job.loss_parallel else None
-        seen_to.clear()
-        with _recording(job, {}, seen_to):
+        seen_to = Seen()
+        with _recording(job, Seen(), seen_to):
             kwargs = {"loss_ctx": loss_ctx} if loss_ctx else {}
             gm = trace(module, prog, local_state, local_data, local_loss, wrap, finish, **kwargs)
 

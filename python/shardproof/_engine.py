@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -46,6 +47,10 @@ def call(argv: Sequence[str]) -> tuple[int, str, str]:
     argv = [os.fspath(a) for a in argv]
     core = _core()
     if core is not None and not os.environ.get("SHARDPROOF_BIN"):
+        # The extension points file descriptors 1 and 2 at files while the command runs: what
+        # Python buffered before goes out first.
+        sys.stdout.flush()
+        sys.stderr.flush()
         code, out, err = core.main(["shardproof", *argv])
         return int(code), out, err
     exe = binary()

@@ -115,6 +115,12 @@ mod tests {
         std::fs::write(dir.path().join("a/case.yaml"), "").unwrap();
         std::fs::write(dir.path().join("a/other.yaml"), "").unwrap();
         let found = find_cases(dir.path());
-        assert_eq!(found, vec![dir.path().join("a/case.yaml"), dir.path().join("b/case.yaml")]);
+        assert_eq!(
+            found,
+            vec![
+                dir.path().join("a/case.yaml"),
+                dir.path().join("b/case.yaml")
+            ]
+        );
     }
 }

@@ -85,7 +85,8 @@ pub fn run_captured(argv: Vec<String>) -> std::io::Result<(u8, String, String)> 
 #[pyfunction]
 fn main(py: Python<'_>, argv: Vec<String>) -> PyResult<(u8, String, String)> {
     // The engines take seconds to minutes: let other Python threads run meanwhile.
-    py.detach(|| run_captured(argv)).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+    py.detach(|| run_captured(argv))
+        .map_err(|e| PyRuntimeError::new_err(e.to_string()))
 }
 
 /// The extension module `shardproof._core`.
@@ -102,13 +103,15 @@ mod tests {
 
     #[test]
     fn a_command_line_runs_in_process_with_its_output_captured() {
-        let (code, out, err) =
-            run_captured(vec!["shardproof".into(), "--version".into()]).unwrap();
+        let (code, out, err) = run_captured(vec!["shardproof".into(), "--version".into()]).unwrap();
         assert_eq!(code, 0, "stderr: {err}");
         assert!(out.starts_with("shardproof "), "stdout: {out:?}");
-        let (code, _, err) =
-            run_captured(vec!["shardproof".into(), "verify".into(), "/no/such/case.yaml".into()])
-                .unwrap();
+        let (code, _, err) = run_captured(vec![
+            "shardproof".into(),
+            "verify".into(),
+            "/no/such/case.yaml".into(),
+        ])
+        .unwrap();
         assert_eq!(code, 2);
         assert!(err.contains("case.yaml"), "stderr: {err}");
     }

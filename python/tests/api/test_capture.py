@@ -19,10 +19,21 @@ def _inputs(tp: int):
     return torch.randn(4, 8, generator=g), torch.randn(4, 4, generator=g)
 
 
+_FORWARD: dict[int, object] = {}
+
+
+def _forward(tp: int, tmp_path_factory):
+    """The forward MLP captured once per tp for the tests that read it."""
+    if tp not in _FORWARD:
+        x, _ = _inputs(tp)
+        out = tmp_path_factory.mktemp(f"mlp-tp{tp}")
+        _FORWARD[tp] = shardproof.capture(MLP(), (x,), mesh={"tp": tp}, plan=megatron_plan(), out=out)
+    return _FORWARD[tp]
+
+
 @pytest.mark.parametrize("tp", [2, 4])
-def test_forward_case_is_derived_from_the_plan(tmp_path, tp):
-    x, _ = _inputs(tp)
-    cap = shardproof.capture(MLP(), (x,), mesh={"tp": tp}, plan=megatron_plan(), out=tmp_path)
+def test_forward_case_is_derived_from_the_plan(tmp_path_factory, tp):
+    cap = _forward(tp, tmp_path_factory)
     assert cap.inputs == {
         "fc1_weight": "Shard(0)",
         "fc1_bias": "Shard(0)",
@@ -45,9 +56,8 @@ def test_forward_case_is_derived_from_the_plan(tmp_path, tp):
 
 
 @pytest.mark.parametrize("tp", [2, 4])
-def test_forward_verifies_and_runs(tmp_path, tp, engine_ready):
-    x, _ = _inputs(tp)
-    cap = shardproof.capture(MLP(), (x,), mesh={"tp": tp}, plan=megatron_plan(), out=tmp_path)
+def test_forward_verifies_and_runs(tmp_path_factory, tp, engine_ready):
+    cap = _forward(tp, tmp_path_factory)
     verdict = shardproof.verify(cap.case)
     assert verdict.exit_code == 0, (verdict, verdict.stderr, verdict.report)
     assert verdict.verdict == "holds" and bool(verdict)

@@ -37,3 +37,27 @@ class RowwiseWithoutReduce(RowwiseParallel):
     def _prepare_output_fn(output_layouts, use_local_output, mod, outputs, device_mesh):
         wrong = DTensor.from_local(outputs.to_local(), device_mesh, (Replicate(),), run_check=False)
         return wrong.to_local() if use_local_output else wrong
+
+
+class Classifier(nn.Module):
+    """fc1 column-parallel with its output gathered, fc2 column-parallel over the classes: the
+    logits stay vocab-sharded for `loss_parallel`'s cross-entropy."""
+
+    def __init__(self, d: int = 8, h: int = 16, classes: int = 8):
+        super().__init__()
+        self.fc1 = nn.Linear(d, h)
+        self.fc2 = nn.Linear(h, classes, bias=False)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+def loss_parallel_plan() -> dict:
+    return {
+        "fc1": ColwiseParallel(output_layouts=Replicate()),
+        "fc2": ColwiseParallel(use_local_output=False),
+    }
+
+
+def cross_entropy(logits, target):
+    return torch.nn.functional.cross_entropy(logits, target)

@@ -1,0 +1,28 @@
+"""Fixtures of the Python API tests: the engine the API calls, and tiny parallelized models.
+
+The engine is the wheel's compiled extension when it is installed, else the binary named by
+SHARDPROOF_BIN (scripts/test sets both up). Tests that need a verdict skip, saying why, when
+there is neither; the capture tests run regardless.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+# The source tree's package, unless an installed wheel is asked for (SHARDPROOF_USE_WHEEL=1).
+if not os.environ.get("SHARDPROOF_USE_WHEEL"):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import shardproof  # noqa: E402
+from shardproof import _engine  # noqa: E402
+
+
+@pytest.fixture
+def engine_ready() -> None:
+    """Skips a test that needs a verdict when no engine is installed."""
+    if _engine._core() is None and _engine.binary() is None:
+        pytest.skip("no shardproof engine: install the wheel or set SHARDPROOF_BIN")

@@ -59,6 +59,7 @@ pub mod emit;
 pub mod error;
 pub mod format;
 pub mod merge;
+pub mod modules;
 pub mod reader;
 pub mod sums;
 pub mod synthetic;

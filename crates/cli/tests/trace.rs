@@ -152,8 +152,21 @@ fn interpreter_traces_of_zoo_cases_hold_or_find_the_catalog_bug() {
 
 #[test]
 fn interpreter_traces_refuse_what_they_cannot_represent() {
+    // Integer inputs (token ids, labels) are drawn and fed, not recorded: llama emits.
     let s = Scratch::new();
     emitted(&s, "llama", &["llama", "--mesh", "tp=2"], "f32")
+        .expect_code(0)
+        .stdout_has(&["module outputs)"]);
+    // An input laid out by an `expr:` has no per-rank pieces.
+    let r = common::rowpar();
+    r.write(
+        "case.yaml",
+        &common::CASE_ROWPAR.replace(
+            "  w: Shard(0)",
+            "  w: { expr: \"concat([r0.w, r1.w], 0)\" }",
+        ),
+    );
+    r.run(&["trace", "emit", "case.yaml", "-o", "t"])
         .expect_code(3)
-        .stderr_has(&["inconclusive: input `tokens`", "float inputs only"]);
+        .stderr_has(&["`w` is laid out by an `expr:`", "hint:"]);
 }

@@ -20,6 +20,7 @@ use crate::format::{
     CanonicalId, Coords, Kind, Perturbation, Piece, Region, Role, RunDtype, TraceMeta,
 };
 use crate::modules::{module_outputs, place, ModuleOutput};
+use crate::perturb::{output_id, perturb, run_seed, uniform};
 use crate::writer::{Local, TraceWriter};
 use shardproof_case::{rank_pieces, Case, Layout, RankPiece};
 use shardproof_interp::{run_graph, run_program, Env, InterpErrorKind, Precision, RunConfig};
@@ -108,20 +109,6 @@ struct Recorded {
     ranks: Vec<(usize, Vec<Occurrence>)>,
 }
 
-/// splitmix64.
-fn mix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^ (x >> 31)
-}
-
-/// A value in [-1, 1) from a seed, a name and an element index.
-fn uniform(seed: u64, name: &str, element: u64) -> f64 {
-    let h = name.bytes().fold(mix(seed), |h, b| mix(h ^ u64::from(b)));
-    (mix(h ^ mix(element)) >> 11) as f64 / (1u64 << 52) as f64 - 1.0
-}
-
 fn precision(dtype: RunDtype) -> Result<Precision, EmitError> {
     match dtype {
         RunDtype::Float32 => Ok(Precision::F32),
@@ -181,7 +168,9 @@ fn spec_inputs(
         let draw = |e: u64| uniform(seed, &rel.spec_name, e);
         let data: Vec<f64> = match meta.dtype {
             d if d.is_float() => (0..n).map(draw).collect(),
-            DType::Bool => (0..n).map(|e| f64::from(u8::from(draw(e) >= 0.0))).collect(),
+            DType::Bool => (0..n)
+                .map(|e| f64::from(u8::from(draw(e) >= 0.0)))
+                .collect(),
             _ => {
                 let bound = shardproof_interp::index_bound(&case.spec, v, metas).max(1) as f64;
                 (0..n)
@@ -203,7 +192,8 @@ fn module_records(
     spec_env: &Env,
     envs: &[Env],
 ) -> Result<(Vec<Recorded>, usize), EmitError> {
-    let spec_modules = module_outputs(&case.spec).map_err(|e| EmitError::Invalid(format!("error: {e}")))?;
+    let spec_modules =
+        module_outputs(&case.spec).map_err(|e| EmitError::Invalid(format!("error: {e}")))?;
     let rank_modules = case
         .program
         .ranks
@@ -228,11 +218,23 @@ fn module_records(
         .any(|d| mesh.dim_index(d).is_some_and(|i| mesh.dims[i].1 > 1));
     let (mut records, mut unplaced) = (Vec::new(), 0);
     for k in order {
-        let spec_runs: Vec<ValueId> = spec_modules.iter().filter(|m| key(m) == k).map(|m| m.value).collect();
+        let spec_runs: Vec<ValueId> = spec_modules
+            .iter()
+            .filter(|m| key(m) == k)
+            .map(|m| m.value)
+            .collect();
         let rank_runs: Vec<(usize, Vec<ValueId>)> = rank_modules
             .iter()
             .enumerate()
-            .map(|(r, ms)| (r, ms.iter().filter(|m| key(m) == k).map(|m| m.value).collect::<Vec<_>>()))
+            .map(|(r, ms)| {
+                (
+                    r,
+                    ms.iter()
+                        .filter(|m| key(m) == k)
+                        .map(|m| m.value)
+                        .collect::<Vec<_>>(),
+                )
+            })
             .filter(|(_, vs)| !vs.is_empty())
             .collect();
         if rank_runs.is_empty() || (k.1 && data_parallel) {
@@ -263,22 +265,35 @@ fn module_records(
                         unplaced += 1;
                         continue 'run;
                     };
-                    let Some(pieces) = place(&local.data, &dims(local), &full.data, &dims(full)) else {
+                    let Some(pieces) = place(&local.data, &dims(local), &full.data, &dims(full))
+                    else {
                         unplaced += 1;
                         continue 'run;
                     };
-                    occurrences.push((local.shape().to_vec(), Occurrence { value: v, pieces, expected: None }));
+                    occurrences.push((
+                        local.shape().to_vec(),
+                        Occurrence {
+                            value: v,
+                            pieces,
+                            expected: None,
+                        },
+                    ));
                 }
                 // Several runs on one rank are stacked along dim 0: they need one shape.
                 if occurrences.len() > 1
-                    && (occurrences[0].0.is_empty() || occurrences.iter().any(|o| o.0 != occurrences[0].0))
+                    && (occurrences[0].0.is_empty()
+                        || occurrences.iter().any(|o| o.0 != occurrences[0].0))
                 {
                     unplaced += 1;
                     continue 'run;
                 }
                 ranks.push((r, occurrences.into_iter().map(|o| o.1).collect()));
             }
-            let kind = if k.1 { Kind::GradInput } else { Kind::ForwardOutput };
+            let kind = if k.1 {
+                Kind::GradInput
+            } else {
+                Kind::ForwardOutput
+            };
             records.push(Recorded {
                 id: CanonicalId::new(0, j as u64, kind, &k.0, 0),
                 name: k.0.clone(),
@@ -328,11 +343,13 @@ pub fn emit_case(case: &Case, dir: &Path, options: &EmitOptions) -> Result<Emitt
                 "inconclusive: `{name}` is laid out by an `expr:`, which has no per-rank pieces\n  hint: write its layout as a placement"
             )));
         }
-        let meta = metas[spec_value.node][spec_value.output].clone().ok_or_else(|| {
-            EmitError::Invalid(format!(
+        let meta = metas[spec_value.node][spec_value.output]
+            .clone()
+            .ok_or_else(|| {
+                EmitError::Invalid(format!(
                 "error: the shape of spec tensor `{name}` is unknown (symbolic or not inferable)"
             ))
-        })?;
+            })?;
         let shape: Vec<i64> = meta.shape.iter().map(|&d| d as i64).collect();
         let mut ranks = Vec::new();
         for &(r, v) in rank_values {
@@ -391,13 +408,18 @@ pub fn emit_case(case: &Case, dir: &Path, options: &EmitOptions) -> Result<Emitt
     }
     let spec_env = run_spec(&spec_leaves)?;
     let envs = run_program(&case.program, &rank_leaves, &cfg).map_err(|e| match e.kind {
-        InterpErrorKind::Deadlock => EmitError::Violated(format!("violated: the ranks' run: {}", e.message)),
-        InterpErrorKind::Unsupported => EmitError::Unsupported(format!("inconclusive: the ranks' run: {}", e.message)),
-        InterpErrorKind::Invalid => EmitError::Invalid(format!("error: the ranks' run failed: {}", e.message)),
+        InterpErrorKind::Deadlock => {
+            EmitError::Violated(format!("violated: the ranks' run: {}", e.message))
+        }
+        InterpErrorKind::Unsupported => {
+            EmitError::Unsupported(format!("inconclusive: the ranks' run: {}", e.message))
+        }
+        InterpErrorKind::Invalid => {
+            EmitError::Invalid(format!("error: the ranks' run failed: {}", e.message))
+        }
     })?;
 
     // What is recorded, in execution order: the float inputs, the module outputs, the outputs.
-    let input_names: Vec<&str> = case.inputs.iter().map(|i| i.spec_name.as_str()).collect();
     let declared_record = |k: usize, id: CanonicalId, name: &str, spec_value: ValueId| Recorded {
         id,
         name: name.to_string(),
@@ -425,14 +447,7 @@ pub fn emit_case(case: &Case, dir: &Path, options: &EmitOptions) -> Result<Emitt
     let module_count = modules.len();
     recorded.extend(modules);
     for (k, out) in case.outputs.iter().enumerate() {
-        let id = match out
-            .spec_name
-            .strip_suffix("_new")
-            .filter(|p| input_names.contains(p))
-        {
-            Some(param) => CanonicalId::new(0, 0, Kind::ParamAfterStep, param, 0),
-            None => CanonicalId::new(0, 0, Kind::ForwardOutput, &out.spec_name, 0),
-        };
+        let id = output_id(case, &out.spec_name);
         recorded.push(declared_record(
             case.inputs.len() + k,
             id,
@@ -484,23 +499,9 @@ pub fn emit_case(case: &Case, dir: &Path, options: &EmitOptions) -> Result<Emitt
     write_single(&reference, Role::Reference, &spec_env, None)?;
     let eps = options.dtype.epsilon();
     for k in 0..options.perturbed {
-        let seed = mix(options.seed ^ (k + 1));
+        let seed = run_seed(options.seed, k);
         // Only float inputs are perturbed: token ids and masks are exact in every run.
-        let perturbed: BTreeMap<String, Tensor> = spec_leaves
-            .iter()
-            .map(|(name, t)| {
-                if !t.dtype().is_float() {
-                    return (name.clone(), t.clone());
-                }
-                let data = t
-                    .data
-                    .iter()
-                    .enumerate()
-                    .map(|(e, x)| x * (1.0 + eps * uniform(seed, name, e as u64)))
-                    .collect();
-                (name.clone(), Tensor::new(t.meta.clone(), data))
-            })
-            .collect();
+        let perturbed = perturb(&spec_leaves, eps, seed);
         let p = Some(Perturbation {
             seed,
             relative_scale: eps,

@@ -60,6 +60,7 @@ pub mod error;
 pub mod format;
 pub mod merge;
 pub mod modules;
+pub mod perturb;
 pub mod reader;
 pub mod sums;
 pub mod synthetic;

@@ -133,7 +133,8 @@ fn dim_options(full: u64, local: u64) -> Vec<Vec<[u64; 2]>> {
         return Vec::new();
     }
     let k = full / local;
-    let mut options: Vec<Vec<[u64; 2]>> = (0..k).map(|i| vec![[i * local, (i + 1) * local]]).collect();
+    let mut options: Vec<Vec<[u64; 2]>> =
+        (0..k).map(|i| vec![[i * local, (i + 1) * local]]).collect();
     if local % 2 == 0 {
         let half = local / 2;
         for i in 0..k {
@@ -173,7 +174,13 @@ fn pieces_of(choice: &[&Vec<[u64; 2]>]) -> Vec<Piece> {
 }
 
 /// The squared distance between the local tensor's boxes and the full tensor's.
-fn distance(local: &[f64], local_shape: &[u64], full: &[f64], full_shape: &[u64], pieces: &[Piece]) -> f64 {
+fn distance(
+    local: &[f64],
+    local_shape: &[u64],
+    full: &[f64],
+    full_shape: &[u64],
+    pieces: &[Piece],
+) -> f64 {
     let (ls, fs) = (strides(local_shape), strides(full_shape));
     let mut sum = 0.0;
     for p in pieces {
@@ -188,7 +195,11 @@ fn distance(local: &[f64], local_shape: &[u64], full: &[f64], full_shape: &[u64]
                 fo += (p.full.0[d][0] + i) * fs[d];
             }
             let diff = local[lo as usize] - full[fo as usize];
-            sum += if diff.is_nan() { f64::INFINITY } else { diff * diff };
+            sum += if diff.is_nan() {
+                f64::INFINITY
+            } else {
+                diff * diff
+            };
         }
     }
     sum
@@ -197,7 +208,12 @@ fn distance(local: &[f64], local_shape: &[u64], full: &[f64], full_shape: &[u64]
 /// Where a rank's `local` tensor lies in the spec's `full` tensor: the pieces of the
 /// candidate box it matches best (the first on a tie), or `None` when its shape fits no
 /// even split of the full shape (or too many).
-pub fn place(local: &[f64], local_shape: &[u64], full: &[f64], full_shape: &[u64]) -> Option<Vec<Piece>> {
+pub fn place(
+    local: &[f64],
+    local_shape: &[u64],
+    full: &[f64],
+    full_shape: &[u64],
+) -> Option<Vec<Piece>> {
     if local_shape.len() != full_shape.len() {
         return None;
     }

@@ -123,9 +123,9 @@ fn interpreter_traces_of_zoo_cases_hold_or_find_the_catalog_bug() {
         .stdout_has(&["ok-traces/ref (2 perturbed runs)"]);
     s.run(&["trace", "compare", "ok-traces/ref", "ok-traces/cand"])
         .expect_code(0)
-        .stdout_has(&["holds: all 11 tensors"]);
+        .stdout_has(&["holds: all 12 tensors"]);
     for (bug, mesh, first) in [
-        ("tp-missing-allreduce", "tp=2", "module `loss`"),
+        ("tp-missing-allreduce", "tp=2", "module `layers.0`"),
         ("dp-loss-not-averaged", "dp=2", "module `loss`"),
         (
             "dp-grad-not-averaged",

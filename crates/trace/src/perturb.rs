@@ -116,7 +116,7 @@ mod tests {
         let p = perturb(&leaves, eps, run_seed(0, 0));
         assert_eq!(p["ids"].data, ids.data);
         assert_ne!(p["x"].data, x.data);
-        for (a, b) in p["x"].data.iter().zip(&x.data) {
+        for (a, b) in p["x"].data.iter().zip(x.data.iter()) {
             assert!(((a - b) / b).abs() <= eps);
         }
         assert!(relative_error(&x.data, &p["x"].data) <= eps);

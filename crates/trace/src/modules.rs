@@ -129,13 +129,13 @@ fn dim_options(full: u64, local: u64) -> Vec<Vec<[u64; 2]>> {
     if local == full {
         return vec![vec![[0, full]]];
     }
-    if local == 0 || full % local != 0 {
+    if local == 0 || !full.is_multiple_of(local) {
         return Vec::new();
     }
     let k = full / local;
     let mut options: Vec<Vec<[u64; 2]>> =
         (0..k).map(|i| vec![[i * local, (i + 1) * local]]).collect();
-    if local % 2 == 0 {
+    if local.is_multiple_of(2) {
         let half = local / 2;
         for i in 0..k {
             let j = 2 * k - 1 - i;

@@ -20,7 +20,7 @@ class Bug:
     applies: Callable[[RunSpec], bool]
     example_config: str         # a demo configuration that expresses it
     example_dtype: str
-    caught_at: str              # the first divergent tensor the comparer should report
+    caught_at: str              # the first divergent tensor the comparer should report (or why none)
 
 
 def _cfg(run: RunSpec):

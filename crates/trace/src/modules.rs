@@ -9,9 +9,11 @@
 //! A case declares layouts only for its inputs and outputs, so the pieces of an intermediate
 //! tensor are found by [`place`]: among the boxes an even split of each dimension allows (and
 //! the two mirrored chunks of a load-balanced context-parallel split), the one whose spec
-//! values the rank's tensor matches best. That choice can never hide a bug: a rank's tensor
-//! that matches no box diverges at the best one, and boxes that do not tile the full tensor
-//! are an omission or an overlap for `trace compare`.
+//! values the rank's tensor matches best. That choice never makes a wrong run hold: a rank's
+//! tensor that matches no box diverges at the best one, and boxes that do not tile the full
+//! tensor are an omission or an overlap for `trace compare`. It is blind to a permutation
+//! (ranks holding each other's correct slices tile the tensor): such a bug shows at the next
+//! module, where the slices no longer fit.
 
 use crate::format::{Piece, Region};
 use crate::writer::strides;

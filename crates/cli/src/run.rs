@@ -26,6 +26,12 @@ use std::sync::Arc;
 /// The relative error an f64 run tolerates (the reference precision: rounding only).
 const F64_TOLERANCE: f64 = 1e-9;
 
+/// Perturbed reruns of the spec that set a bf16 run's tolerances (seed 002 section 4.5): a
+/// fixed bound is wrong both ways in bf16 (a deep model's rounding exceeds it, a bug below it
+/// passes), so each output gets the response of the spec to inputs perturbed at bf16's machine
+/// epsilon, with the tolerance model `trace compare` uses.
+const BF16_PERTURBED_RUNS: u64 = 2;
+
 /// Arguments of `shardproof run`.
 #[derive(ClapArgs)]
 pub struct RunArgs {
@@ -98,6 +104,9 @@ struct OutputResult {
     rel_error: Option<f64>,
     matched: bool,
     note: Option<String>,
+    /// The output's own tolerance, when it has one (perturbation tolerances, bf16).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tolerance: Option<f64>,
 }
 
 #[derive(Serialize)]
@@ -106,7 +115,11 @@ struct RunReport {
     ranks: usize,
     seed: u64,
     dtype: String,
+    /// The fixed tolerance, or under perturbation tolerances the largest output's.
     tolerance: f64,
+    /// How many perturbed spec runs set the tolerances (absent: the fixed `tolerance`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    perturbed_runs: Option<u64>,
     verdict: &'static str,
     outputs: Vec<OutputResult>,
     first_mismatch: Option<String>,
@@ -129,16 +142,28 @@ fn stop(verdict: Verdict, message: impl Into<String>) -> Stop {
 /// Runs the command and returns its verdict.
 pub fn main(args: &RunArgs) -> Verdict {
     let (precision, tolerance) = match args.dtype.as_str() {
-        "f32" => (Precision::F32, 1e-5),
-        "bf16" => (Precision::Bf16, 3e-2),
-        _ => (Precision::F64, F64_TOLERANCE),
+        "f32" => (Precision::F32, Tolerances::Fixed(1e-5)),
+        "bf16" => (
+            Precision::Bf16,
+            Tolerances::Perturbation {
+                runs: BF16_PERTURBED_RUNS,
+            },
+        ),
+        _ => (Precision::F64, Tolerances::Fixed(F64_TOLERANCE)),
     };
     let mut report = RunReport {
         case: args.case.display().to_string(),
         ranks: 0,
         seed: args.seed,
         dtype: args.dtype.clone(),
-        tolerance,
+        tolerance: match tolerance {
+            Tolerances::Fixed(t) => t,
+            Tolerances::Perturbation { .. } => 0.0,
+        },
+        perturbed_runs: match tolerance {
+            Tolerances::Fixed(_) => None,
+            Tolerances::Perturbation { runs } => Some(runs),
+        },
         verdict: "invalid",
         outputs: Vec::new(),
         first_mismatch: None,
@@ -199,12 +224,24 @@ pub fn main(args: &RunArgs) -> Verdict {
     output::finish(&args.output, html, &converted, print, unwritten, verdict)
 }
 
+/// How outputs are judged.
+#[derive(Clone, Copy, Debug)]
+enum Tolerances {
+    /// One relative error bound for every output.
+    Fixed(f64),
+    /// Each output's response to `runs` perturbed reruns of the spec.
+    Perturbation {
+        /// Perturbed reruns.
+        runs: u64,
+    },
+}
+
 /// Runs the case of `args`, filling `report`; `loaded` keeps the case once it is read, for the
 /// locations of the report's findings.
 fn execute(
     args: &RunArgs,
     precision: Precision,
-    tolerance: f64,
+    tolerance: Tolerances,
     report: &mut RunReport,
     loaded: &mut Option<Case>,
 ) -> Result<Verdict, Stop> {
@@ -225,6 +262,9 @@ fn execute(
         ));
     }
     report.first_mismatch = results.iter().find(|r| !r.matched).map(|r| r.name.clone());
+    if let Some(largest) = results.iter().filter_map(|r| r.tolerance).reduce(f64::max) {
+        report.tolerance = largest;
+    }
     report.outputs = results;
     Ok(if report.first_mismatch.is_some() {
         Verdict::Violated
@@ -239,15 +279,28 @@ fn run_watched(
     args: &RunArgs,
     case: &Case,
     precision: Precision,
-    tolerance: f64,
+    tolerance: Tolerances,
 ) -> Result<Vec<OutputResult>, Stop> {
     let progress = Arc::new(shardproof_ir::Progress::default());
     let counted = progress.clone();
     let owned = case.clone();
     let (seed, max_memory) = (args.seed, args.max_memory);
     let work = move || {
-        let (spec_env, rank_envs) = run_case(&owned, precision, seed, max_memory, Some(counted))?;
-        compare_outputs(&owned, &spec_env, &rank_envs, tolerance)
+        let (spec_env, rank_envs, spec_leaves) =
+            run_case(&owned, precision, seed, max_memory, Some(counted))?;
+        let tolerances = match tolerance {
+            Tolerances::Fixed(t) => Judged::Fixed(t),
+            Tolerances::Perturbation { runs } => Judged::PerOutput(perturbation_tolerances(
+                &owned,
+                precision,
+                shardproof_trace::RunDtype::Bfloat16,
+                seed,
+                &spec_env,
+                &spec_leaves,
+                runs,
+            )?),
+        };
+        compare_outputs(&owned, &spec_env, &rank_envs, &tolerances)
     };
     let watched = crate::watch::watch_shown(
         work,
@@ -286,7 +339,7 @@ fn run_case(
     seed: u64,
     max_memory: u64,
     progress: Option<Arc<shardproof_ir::Progress>>,
-) -> Result<(Env, Vec<Env>), Stop> {
+) -> Result<(Env, Vec<Env>, Leaves), Stop> {
     // The memory estimate comes first, from the shapes inference gives (an ill-typed program
     // leaves some unknown, which only lowers the estimate): a case over budget is refused in
     // a moment, before the ranks are type-checked. Ranks with equal graphs share one inference.
@@ -333,7 +386,7 @@ fn run_case(
     for (r, (g, env)) in case.program.ranks.iter().zip(&rank_envs).enumerate() {
         check_random(g, env, &format!("rank {r}"))?;
     }
-    Ok((spec_env, rank_envs))
+    Ok((spec_env, rank_envs, spec_leaves))
 }
 
 /// The seeds a counterexample search tries, in order: `run`'s default seed first, so a
@@ -375,7 +428,9 @@ pub fn search_counterexample(case: &Case) -> Search {
     let defaults = RunArgs::new(case.file.clone());
     for seed in SEARCH_SEEDS {
         let results = run_case(case, Precision::F64, seed, defaults.max_memory, None).and_then(
-            |(spec_env, rank_envs)| compare_outputs(case, &spec_env, &rank_envs, F64_TOLERANCE),
+            |(spec_env, rank_envs, _)| {
+                compare_outputs(case, &spec_env, &rank_envs, &Judged::Fixed(F64_TOLERANCE))
+            },
         );
         let results = match results {
             Ok(r) => r,
@@ -977,11 +1032,100 @@ fn missing_inputs(graph: &Graph, env: &Env, v: ValueId) -> Vec<String> {
     missing.into_iter().collect()
 }
 
+/// The tolerances a comparison applies.
+enum Judged {
+    /// One bound for every output.
+    Fixed(f64),
+    /// Per spec value compared, its own (from [`perturbation_tolerances`]).
+    PerOutput(BTreeMap<ValueId, f64>),
+}
+
+impl Judged {
+    /// The tolerance of spec value `v`, and whether it is the output's own.
+    fn of(&self, v: ValueId) -> (f64, Option<f64>) {
+        match self {
+            Judged::Fixed(t) => (*t, None),
+            // Every compared value has one; a value without would be a bug here, and an
+            // infinite bound would hide it, so it gets none.
+            Judged::PerOutput(map) => map.get(&v).map_or((0.0, Some(0.0)), |&t| (t, Some(t))),
+        }
+    }
+}
+
+/// The spec values an output comparison reads: the case's `outputs:`, or else the spec's
+/// graph outputs.
+fn compared_values(case: &Case) -> Vec<(ValueId, String)> {
+    if !case.outputs.is_empty() {
+        return case
+            .outputs
+            .iter()
+            .map(|e| (e.spec_value, e.spec_name.clone()))
+            .collect();
+    }
+    let mut seen = Vec::new();
+    for v in case.spec.outputs.iter().flatten() {
+        if !seen.iter().any(|(s, _)| s == v) {
+            seen.push((*v, case.spec.value_name(*v).to_string()));
+        }
+    }
+    seen
+}
+
+/// Each compared output's tolerance from `runs` reruns of the spec with its float inputs
+/// perturbed at the precision's machine epsilon: the tolerance model of `trace compare`
+/// (`shardproof_trace::perturb`), on the same canonical ids `trace emit` gives the outputs.
+fn perturbation_tolerances(
+    case: &Case,
+    precision: Precision,
+    dtype: shardproof_trace::RunDtype,
+    seed: u64,
+    spec_env: &Env,
+    spec_leaves: &Leaves,
+    runs: u64,
+) -> Result<BTreeMap<ValueId, f64>, Stop> {
+    let cfg = RunConfig {
+        precision,
+        seed,
+        custom_ops: case.ops.clone(),
+        progress: None,
+    };
+    let values = compared_values(case);
+    let mut responses: Vec<Vec<f64>> = vec![Vec::new(); values.len()];
+    for k in 0..runs {
+        let leaves = shardproof_trace::perturb::perturb(
+            spec_leaves,
+            dtype.epsilon(),
+            shardproof_trace::perturb::run_seed(seed, k),
+        );
+        let env = run_graph(&case.spec, &leaves, &cfg).map_err(|e| {
+            stop(
+                Verdict::Inconclusive,
+                format!("inconclusive: a perturbed spec run failed: {}", e.message),
+            )
+        })?;
+        for ((v, _), r) in values.iter().zip(responses.iter_mut()) {
+            if let (Some(a), Some(b)) = (spec_env.get(*v), env.get(*v)) {
+                r.push(shardproof_trace::perturb::relative_error(&a.data, &b.data));
+            }
+        }
+    }
+    let ids: Vec<_> = values
+        .iter()
+        .map(|(_, name)| shardproof_trace::perturb::output_id(case, name))
+        .collect();
+    let tolerances = shardproof_trace::perturb::tolerances(dtype, &ids, &responses);
+    Ok(values
+        .iter()
+        .zip(tolerances)
+        .map(|((v, _), t)| (*v, t.value))
+        .collect())
+}
+
 fn compare_outputs(
     case: &Case,
     spec_env: &Env,
     rank_envs: &[Env],
-    tolerance: f64,
+    judged: &Judged,
 ) -> Result<Vec<OutputResult>, Stop> {
     let spec_value = |v: ValueId, name: &str| {
         spec_env.get(v).ok_or_else(|| {
@@ -1004,6 +1148,7 @@ fn compare_outputs(
         expectations.sort_by_key(|e| e.spec_value);
         for e in expectations {
             let spec = spec_value(e.spec_value, &e.spec_name)?;
+            let (tolerance, own) = judged.of(e.spec_value);
             let (rel_error, note) = if let Layout::Expr(x) = &e.layout {
                 match eval_layout_expr(case, x, rank_envs) {
                     Ok(got) if got.shape() == spec.shape() => {
@@ -1038,6 +1183,7 @@ fn compare_outputs(
                 matched: rel_error.is_some_and(|x| x <= tolerance),
                 rel_error,
                 note,
+                tolerance: own,
             });
         }
         return Ok(results);
@@ -1051,6 +1197,7 @@ fn compare_outputs(
         seen.push(v);
         let name = case.spec.value_name(v).to_string();
         let spec = spec_value(v, &name)?;
+        let (tolerance, own) = judged.of(v);
         let ranks: Vec<Option<&Tensor>> = case
             .program
             .ranks
@@ -1086,6 +1233,7 @@ fn compare_outputs(
                 rel_error: Some(err),
                 matched: true,
                 note: None,
+                tolerance: own,
             },
             (None, Some((err, p))) => OutputResult {
                 name,
@@ -1095,6 +1243,7 @@ fn compare_outputs(
                 note: Some(format!(
                     "output {i} matches no simple placement; closest shown"
                 )),
+                tolerance: own,
             },
             (None, None) => OutputResult {
                 name,
@@ -1104,6 +1253,7 @@ fn compare_outputs(
                 note: Some(format!(
                     "output {i}: the ranks' outputs fit no simple placement"
                 )),
+                tolerance: own,
             },
         });
     }
@@ -1111,13 +1261,19 @@ fn compare_outputs(
 }
 
 fn print_text(report: &RunReport, verdict: Verdict) {
+    let tolerance = match report.perturbed_runs {
+        Some(runs) => format!(
+            "perturbation tolerances from {runs} perturbed spec runs, largest {:.2e}",
+            report.tolerance
+        ),
+        None => format!("tolerance {:e}", report.tolerance),
+    };
     outln!(
-        "case {}: spec + {} ranks, seed {}, {} (tolerance {:e})",
+        "case {}: spec + {} ranks, seed {}, {} ({tolerance})",
         report.case,
         report.ranks,
         report.seed,
         report.dtype,
-        report.tolerance
     );
     let width = report
         .outputs
@@ -1127,7 +1283,10 @@ fn print_text(report: &RunReport, verdict: Verdict) {
         .unwrap_or(6)
         .max(6);
     for o in &report.outputs {
-        let err = o.rel_error.map_or("-".to_string(), |e| format!("{e:.2e}"));
+        let mut err = o.rel_error.map_or("-".to_string(), |e| format!("{e:.2e}"));
+        if let Some(t) = o.tolerance {
+            err = format!("{err} <= {t:.2e}");
+        }
         outln!(
             "  {:width$}  {:24}  rel. error {:>9}  {}{}",
             o.name,

@@ -80,13 +80,20 @@ fn emit(args: &EmitArgs) -> Verdict {
     match emit_case(&case, &args.out, &options) {
         Ok(e) => {
             outln!(
-                "wrote {0}/ref ({1} perturbed runs) and {0}/cand ({2} ranks): {3} tensors each, {4}",
+                "wrote {0}/ref ({1} perturbed runs) and {0}/cand ({2} ranks): {3} tensors each ({4} module outputs), {5}",
                 args.out.display(),
                 args.perturbed,
                 e.ranks,
                 e.tensors,
+                e.modules,
                 args.dtype
             );
+            if e.unplaced > 0 {
+                errln!(
+                    "note: {} module outputs left out: a rank's copy fits no even split of the spec's tensor, the ranks run the module a different number of times, or it is a backward gradient under data parallelism",
+                    e.unplaced
+                );
+            }
             Verdict::Holds
         }
         Err(EmitError::Invalid(m)) => {
@@ -96,6 +103,10 @@ fn emit(args: &EmitArgs) -> Verdict {
         Err(EmitError::Unsupported(m)) => {
             errln!("{m}");
             Verdict::Inconclusive
+        }
+        Err(EmitError::Violated(m)) => {
+            errln!("{m}");
+            Verdict::Violated
         }
     }
 }

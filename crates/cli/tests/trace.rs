@@ -123,9 +123,9 @@ fn interpreter_traces_of_zoo_cases_hold_or_find_the_catalog_bug() {
         .stdout_has(&["ok-traces/ref (2 perturbed runs)"]);
     s.run(&["trace", "compare", "ok-traces/ref", "ok-traces/cand"])
         .expect_code(0)
-        .stdout_has(&["holds: all 11 tensors"]);
+        .stdout_has(&["holds: all 12 tensors"]);
     for (bug, mesh, first) in [
-        ("tp-missing-allreduce", "tp=2", "module `loss`"),
+        ("tp-missing-allreduce", "tp=2", "module `layers.0`"),
         ("dp-loss-not-averaged", "dp=2", "module `loss`"),
         (
             "dp-grad-not-averaged",
@@ -152,8 +152,21 @@ fn interpreter_traces_of_zoo_cases_hold_or_find_the_catalog_bug() {
 
 #[test]
 fn interpreter_traces_refuse_what_they_cannot_represent() {
+    // Integer inputs (token ids, labels) are drawn and fed, not recorded: llama emits.
     let s = Scratch::new();
     emitted(&s, "llama", &["llama", "--mesh", "tp=2"], "f32")
+        .expect_code(0)
+        .stdout_has(&["module outputs)"]);
+    // An input laid out by an `expr:` has no per-rank pieces.
+    let r = common::rowpar();
+    r.write(
+        "case.yaml",
+        &common::CASE_ROWPAR.replace(
+            "  w: Shard(0)",
+            "  w: { expr: \"concat([r0.w, r1.w], 0)\" }",
+        ),
+    );
+    r.run(&["trace", "emit", "case.yaml", "-o", "t"])
         .expect_code(3)
-        .stderr_has(&["inconclusive: input `tokens`", "float inputs only"]);
+        .stderr_has(&["`w` is laid out by an `expr:`", "hint:"]);
 }

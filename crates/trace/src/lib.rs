@@ -59,6 +59,8 @@ pub mod emit;
 pub mod error;
 pub mod format;
 pub mod merge;
+pub mod modules;
+pub mod perturb;
 pub mod reader;
 pub mod sums;
 pub mod synthetic;

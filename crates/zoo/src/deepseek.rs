@@ -933,7 +933,10 @@ pub(crate) fn layer_forward(
     let (plan, base) = (cx.plan, &cx.cfg.base);
     let (tp, h) = (plan.tp, base.hidden);
     let t = dims.tokens();
+    let scope = g.begin_module(format!("layers.{l}.attention"), false);
     let (hres, attn) = attention(g, x, l, w, dims, tables, base.eps, None);
+    g.end_module(scope, Some(&hres));
+    let scope = g.begin_module(format!("layers.{l}.moe"), false);
     let norm_w = w(&format!("mlp_norm_{l}"));
     let (hn, mlp_norm) = if l == 0 && tp > 1 && cx.bug == Some(Mutation::NormShardedHidden) {
         // The mean of squares over the rank's tp shard of the hidden dim only.
@@ -945,6 +948,7 @@ pub(crate) fn layer_forward(
     };
     let hn2d = g.view(&hn, &[t, h]);
     let (moe_out, aux, moe) = moe_block(g, &hn2d, l, w, cx);
+    g.end_module(scope, Some(&moe_out));
     (
         hres,
         moe_out,
@@ -986,6 +990,7 @@ pub(crate) fn layer_backward(
 ) -> Val {
     let h = cx.cfg.base.hidden;
     let (b, s, t) = (dims.b, dims.s, dims.tokens());
+    let scope = g.begin_module(format!("layers.{l}.moe"), true);
     let g_m2d = g.view(gx, &[t, h]);
     let g_hn2d = moe_block_backward(g, &g_m2d, &sv.moe, l, w, cx, grads);
     let g_hn = g.view(&g_hn2d, &[b, s, h]);
@@ -993,7 +998,11 @@ pub(crate) fn layer_backward(
         rms_norm_backward(g, &g_hn, &w(&format!("mlp_norm_{l}")), &sv.mlp_norm);
     grads.insert(format!("mlp_norm_{l}"), g_mn);
     let g_hres = g.add(gx, &g_hres_norm);
-    attention_backward(g, &g_hres, &sv.attn, l, w, dims, tables, grads, None)
+    g.end_module(scope, Some(&g_hres));
+    let scope = g.begin_module(format!("layers.{l}.attention"), true);
+    let g_x = attention_backward(g, &g_hres, &sv.attn, l, w, dims, tables, grads, None);
+    g.end_module(scope, Some(&g_x));
+    g_x
 }
 
 /// Gradient finalization and SGD for the parameters `specs` of a rank of `plan`: the router's

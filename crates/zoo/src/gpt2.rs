@@ -452,6 +452,19 @@ pub(crate) fn embed_forward(
     w: &BTreeMap<String, Val>,
     tokens: &Val,
 ) -> (Val, Embedded, Masks) {
+    let scope = g.begin_module("embedding", false);
+    let (x, embedded, masks) = embed_forward_body(g, d, w, tokens);
+    g.end_module(scope, Some(&x));
+    (x, embedded, masks)
+}
+
+/// [`embed_forward`] without its module annotation.
+fn embed_forward_body(
+    g: &mut GraphBuilder,
+    d: &Dims,
+    w: &BTreeMap<String, Val>,
+    tokens: &Val,
+) -> (Val, Embedded, Masks) {
     let (s, b, h, sl, plan, cp) = (d.s, d.b, d.h, d.sl, d.plan, d.cp);
     // Embeddings, sequence-first: wte[tokens^T] + wpe[arange(seq)].
     let tokens_t = g.permute(tokens, &[1, 0]);
@@ -517,8 +530,24 @@ pub(crate) fn stage_masks(g: &mut GraphBuilder, d: &Dims) -> Masks {
     attention_masks(g, d, global_pos.as_ref())
 }
 
-/// Decoder layer `l` on the residual stream `x` (`[sl, b, hidden]`).
+/// Decoder layer `l` on the residual stream `x` (`[sl, b, hidden]`), annotated as module
+/// `layers.{l}`.
 pub(crate) fn layer_forward(
+    g: &mut GraphBuilder,
+    d: &Dims,
+    w: &BTreeMap<String, Val>,
+    masks: &Masks,
+    x: &Val,
+    l: usize,
+) -> (Val, LayerSaved) {
+    let scope = g.begin_module(format!("layers.{l}"), false);
+    let (out, saved) = layer_forward_body(g, d, w, masks, x, l);
+    g.end_module(scope, Some(&out));
+    (out, saved)
+}
+
+/// [`layer_forward`] without its module annotation.
+fn layer_forward_body(
     g: &mut GraphBuilder,
     d: &Dims,
     w: &BTreeMap<String, Val>,
@@ -758,6 +787,26 @@ pub(crate) fn head_backward(
 /// `seq_partial`). Returns the gradient of the layer's input.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn layer_backward(
+    g: &mut GraphBuilder,
+    d: &Dims,
+    step: &Step,
+    w: &BTreeMap<String, Val>,
+    masks: &Masks,
+    gx: &Val,
+    sv: &LayerSaved,
+    l: usize,
+    grads: &mut BTreeMap<String, Val>,
+    seq_partial: &mut BTreeSet<String>,
+) -> Val {
+    let scope = g.begin_module(format!("layers.{l}"), true);
+    let g_x = layer_backward_body(g, d, step, w, masks, gx, sv, l, grads, seq_partial);
+    g.end_module(scope, Some(&g_x));
+    g_x
+}
+
+/// [`layer_backward`] without its module annotation.
+#[allow(clippy::too_many_arguments)]
+fn layer_backward_body(
     g: &mut GraphBuilder,
     d: &Dims,
     step: &Step,

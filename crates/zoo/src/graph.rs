@@ -74,6 +74,19 @@ pub struct GraphBuilder {
     /// (a 126-layer graph reuses hints like `mm` thousands of times).
     next_suffix: HashMap<String, usize>,
     outputs: Vec<Val>,
+    /// Comments printed before the line of the index, in push order: the module annotations
+    /// of [`GraphBuilder::end_module`] (`trace emit` records each module's output by them).
+    comments: Vec<(usize, String)>,
+    /// A module region is open: regions do not nest (an fx comment applies until the next).
+    in_module: bool,
+}
+
+/// An open module region of a graph: see [`GraphBuilder::begin_module`].
+#[must_use = "a module region is closed by `end_module`"]
+pub struct ModuleScope {
+    start: usize,
+    name: String,
+    backward: bool,
 }
 
 fn ty(dtype: &str, shape: &[usize]) -> String {
@@ -209,6 +222,45 @@ impl GraphBuilder {
             .collect()
     }
 
+    /// Opens the region of module `name` (its forward, or with `backward` its backward): the
+    /// lines up to [`GraphBuilder::end_module`] are annotated as torch.fx prints the nodes of
+    /// `torch.fx.traceback.annotate({...})`, so a trace of the graph can record the module's
+    /// output under its canonical name. Regions do not nest.
+    pub fn begin_module(&mut self, name: impl Into<String>, backward: bool) -> ModuleScope {
+        debug_assert!(!self.in_module, "module regions do not nest");
+        self.in_module = true;
+        ModuleScope {
+            start: self.lines.len(),
+            name: name.into(),
+            backward,
+        }
+    }
+
+    /// Closes a module region whose result is `output` (the module's output, or in a backward
+    /// region the gradient of its input); with none, the region is left unannotated.
+    pub fn end_module(&mut self, scope: ModuleScope, output: Option<&Val>) {
+        self.in_module = false;
+        let Some(output) = output.filter(|_| scope.start < self.lines.len()) else {
+            return;
+        };
+        let phase = if scope.backward {
+            ", 'phase': 'backward'"
+        } else {
+            ""
+        };
+        self.comments.push((
+            scope.start,
+            format!(
+                "# Annotation: {{'module': '{}'{phase}, 'output': '{}'}} No stacktrace found for following nodes",
+                scope.name, output.name
+            ),
+        ));
+        self.comments.push((
+            self.lines.len(),
+            "# No stacktrace found for following nodes".to_string(),
+        ));
+    }
+
     /// Marks `v` as a graph output (in call order).
     pub fn output(&mut self, v: &Val) {
         self.outputs.push(v.clone());
@@ -232,7 +284,11 @@ impl GraphBuilder {
             let _ = write!(s, ", {}: {}", i.name, ty(i.dtype, &i.shape));
         }
         s.push_str("):\n");
-        for l in &self.lines {
+        let mut comments = self.comments.iter().peekable();
+        for (i, l) in self.lines.iter().enumerate() {
+            while let Some((_, c)) = comments.next_if(|(at, _)| *at <= i) {
+                let _ = writeln!(s, "        {c}");
+            }
             let _ = writeln!(s, "        {l}");
         }
         let outs: Vec<&str> = self.outputs.iter().map(|v| v.name.as_str()).collect();

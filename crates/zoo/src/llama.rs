@@ -1266,6 +1266,20 @@ pub(crate) fn token_embedding(
     vocab: Option<(usize, usize)>,
     bug: Option<Mutation>,
 ) -> (Val, Option<VocabEmbedding>) {
+    let scope = g.begin_module("embedding", false);
+    let (x, vpe) = token_embedding_body(g, embed, tokens, vocab, bug);
+    g.end_module(scope, Some(&x));
+    (x, vpe)
+}
+
+/// [`token_embedding`] without its module annotation.
+fn token_embedding_body(
+    g: &mut GraphBuilder,
+    embed: &Val,
+    tokens: &Val,
+    vocab: Option<(usize, usize)>,
+    bug: Option<Mutation>,
+) -> (Val, Option<VocabEmbedding>) {
     match vocab {
         Some((v0, vl)) => {
             let vpe = vocab_embedding(g, embed, tokens, v0, vl, bug);
@@ -1319,15 +1333,19 @@ pub(crate) fn decoder_layer(
     bug: Option<Mutation>,
 ) -> (Val, LayerSaved) {
     let (b, s, h, t) = (dims.b, dims.s, dims.h, dims.tokens());
+    let scope = g.begin_module(format!("layers.{l}.attention"), false);
     let (hres, attn) = attention(g, x, l, w, dims, tables, eps, bug);
+    g.end_module(scope, Some(&hres));
 
     // SwiGLU MLP: gate/up column parallel, down row parallel.
+    let scope = g.begin_module(format!("layers.{l}.mlp"), false);
     let (hn, mlp_norm) = rms_norm(g, &hres, &w(&format!("mlp_norm_{l}")), eps);
     let hn2d = g.view(&hn, &[t, h]);
     let (down, mlp) = swiglu(g, &hn2d, w, MLP_WEIGHTS, l);
     let down_full = reduce_if(g, &down, "tp", dims.tp);
     let d3 = g.view(&down_full, &[b, s, h]);
     let out = g.add(&hres, &d3);
+    g.end_module(scope, Some(&out));
     let saved = LayerSaved {
         attn,
         mlp_norm,
@@ -1352,6 +1370,7 @@ pub(crate) fn decoder_layer_backward(
 ) -> Val {
     let (b, s, h, t) = (dims.b, dims.s, dims.h, dims.tokens());
     // MLP branch.
+    let scope = g.begin_module(format!("layers.{l}.mlp"), true);
     let g_d2d = g.view(gx, &[t, h]);
     let g_in = swiglu_backward(g, &g_d2d, &sv.mlp, w, MLP_WEIGHTS, l, grads);
     let g_hn2d = reduce_if(g, &g_in, "tp", dims.tp);
@@ -1360,9 +1379,13 @@ pub(crate) fn decoder_layer_backward(
         rms_norm_backward(g, &g_hn, &w(&format!("mlp_norm_{l}")), &sv.mlp_norm);
     grads.insert(format!("mlp_norm_{l}"), g_mn);
     let g_hres = g.add(gx, &g_hres_norm);
+    g.end_module(scope, Some(&g_hres));
 
     // Attention branch.
-    attention_backward(g, &g_hres, &sv.attn, l, w, dims, tables, grads, bug)
+    let scope = g.begin_module(format!("layers.{l}.attention"), true);
+    let g_x = attention_backward(g, &g_hres, &sv.attn, l, w, dims, tables, grads, bug);
+    g.end_module(scope, Some(&g_x));
+    g_x
 }
 
 /// Builds the graph of one rank of the plan ([`RankPlan::SPEC`], no bug, is the spec). Ranks

@@ -313,6 +313,7 @@ pub(crate) fn block(
     bug: Option<Mutation>,
 ) -> (Val, BlockSaved) {
     let is = |m: Mutation| bug == Some(m);
+    let scope = g.begin_module(format!("layers.{l}"), false);
     let t1 = g.t(w1);
     let m1 = g.mm(act, &t1);
     let a = g.add(&m1, b1);
@@ -342,6 +343,7 @@ pub(crate) fn block(
         let full = g.all_reduce_sum(&m2, group);
         g.add(&full, b2)
     };
+    g.end_module(scope, Some(&y));
     let saved = BlockSaved {
         input: act.clone(),
         relu: r,
@@ -363,6 +365,12 @@ pub(crate) fn block_backward(
     names: &[&str],
     grads: &mut BTreeMap<String, Val>,
 ) -> Option<Val> {
+    // The weight names end in the layer number (`w1_3`): the module the region belongs to.
+    let layer = names
+        .first()
+        .and_then(|n| n.rsplit('_').next())
+        .unwrap_or_default();
+    let scope = g.begin_module(format!("layers.{layer}"), true);
     let r = &saved.relu;
     let gb2 = g.sum0(grad_y);
     let gyt = g.t(grad_y);
@@ -381,6 +389,7 @@ pub(crate) fn block_backward(
             gh
         }
     });
+    g.end_module(scope, gx.as_ref());
     for (name, gv) in names.iter().zip([gw1, gb1, gw2, gb2]) {
         grads.insert((*name).to_string(), gv);
     }

@@ -34,7 +34,7 @@ pub(super) fn report(
         match (o.rel_error, &o.note) {
         (Some(e), _) => format!(
             "output `{}` differs from the spec: relative error {e:.3e} over the tolerance {:e} ({}, seed {})",
-            o.name, r.tolerance, r.dtype, r.seed
+            o.name, o.tolerance.unwrap_or(r.tolerance), r.dtype, r.seed
         ),
         (None, Some(note)) => format!("output `{}` does not fit its placement: {note}", o.name),
         (None, None) => format!("output `{}` does not fit its placement", o.name),
@@ -68,7 +68,7 @@ pub(super) fn report(
         checked.detail = Some(format!(
             "placement {}; relative error {error} (tolerance {:e})",
             o.placement.as_deref().unwrap_or("-"),
-            r.tolerance
+            o.tolerance.unwrap_or(r.tolerance)
         ));
         if !o.matched {
             checked.status = Status::Failed;

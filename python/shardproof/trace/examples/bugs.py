@@ -20,7 +20,7 @@ class Bug:
     applies: Callable[[RunSpec], bool]
     example_config: str         # a demo configuration that expresses it
     example_dtype: str
-    caught_at: str              # the first divergent tensor the comparer should report
+    caught_at: str              # the first divergent tensor the comparer should report (or why none)
 
 
 def _cfg(run: RunSpec):
@@ -48,6 +48,11 @@ BUGS: Dict[str, Bug] = {b.name: b for b in [
     Bug("pp_stage_division", 10, "PP: a later stage computes its first global layer from the wrong per-stage count "
         "(builds the wrong layers)", "pp > 1", lambda r: _cfg(r).pp > 1, "pp2", "bf16",
         "forward_output of layers.2.input_layernorm (the first layer of stage 1)"),
+    Bug("fp8_recompute_cast", 8, "FP8 with recompute: the recomputed MLP uses the master weights instead of "
+        "their fp8 casts", "fp8 and recompute", lambda r: r.options.fp8 and r.options.recompute, "tp2-recompute",
+        "fp8", "not caught: the effect (one fp8 rounding of the weight, about 6% on layers.0.mlp.linear_fc2's "
+        "weight gradient) is of the order of a correct emulated-fp8 run's own noise (about 5%), see "
+        "test_fp8_recompute_cast_is_within_emulated_fp8_noise"),
     Bug("tp_overlap_grad", 11, "TP: the input gradient of a column-parallel linear is not all-reduced (overlap path)",
         "tp > 1 without sp", lambda r: _cfg(r).tp > 1 and not _cfg(r).sp, "tp2", "bf16",
         "grad_input of output_layer"),

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from ..collector import recomputing
+from ..collector import _is_recomputing, recomputing
 from ..layout import ParallelConfig
 from .parallel import (CopyToTP, GatherFromSP, Groups, ReduceFromTP, ReduceScatterToSP, RingShift, ScatterToSP,
                        all_reduce, fp8_round_trip)
@@ -98,7 +98,10 @@ def gather_input(ctx: Context, x):
 def _linear(x, weight, bias, ctx: Context, amax_group):
     if ctx.options.fp8:
         x = fp8_round_trip(x, amax_group)
-        weight = fp8_round_trip(weight, ctx.groups.tp)
+        # Table 1 bug 8: the recomputed forward multiplies by the master weight instead of its
+        # fp8 cast, so the recomputed activations are not the ones the forward computed.
+        if not (ctx.bug("fp8_recompute_cast") and _is_recomputing()):
+            weight = fp8_round_trip(weight, ctx.groups.tp)
     return F.linear(x, weight, bias)
 
 

@@ -85,6 +85,7 @@ pub mod equiv;
 pub mod eval;
 pub mod exec;
 pub mod expr;
+pub mod reduce;
 pub mod smt;
 pub mod tensor;
 

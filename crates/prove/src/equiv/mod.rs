@@ -36,6 +36,9 @@ pub struct ProveConfig {
     /// Where the proof counts its work, for another thread to show: the nodes executed, then
     /// the expected outputs decided.
     pub progress: Option<std::sync::Arc<shardproof_ir::Progress>>,
+    /// Prove on the shape-reduced case ([`crate::reduce`]); refuse (inconclusive) where the
+    /// reduction is not proved sound.
+    pub reduce: bool,
 }
 
 impl Default for ProveConfig {
@@ -48,6 +51,7 @@ impl Default for ProveConfig {
             max_goals: 1_000_000,
             time_limit: None,
             progress: None,
+            reduce: true,
         }
     }
 }
@@ -136,6 +140,32 @@ pub struct Proof {
     pub message: Option<String>,
     /// Sizes.
     pub stats: Stats,
+    /// How the case was shape-reduced before the proof (`None`: proved at full size).
+    pub reduction: Option<ReductionSummary>,
+}
+
+/// What shape reduction did, for the report.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReductionSummary {
+    /// Every spec input's original and reduced shape.
+    pub inputs: Vec<ReducedInput>,
+    /// The free size variables with their original and reduced sizes.
+    pub sizes: Vec<crate::reduce::ReducedSize>,
+    /// Tensor elements of the spec and the ranks, before and after.
+    pub elements_before: usize,
+    /// After.
+    pub elements_after: usize,
+}
+
+/// One spec input's shapes.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReducedInput {
+    /// The spec input.
+    pub name: String,
+    /// Its shape in the case.
+    pub original: Vec<u64>,
+    /// Its shape in the reduced case.
+    pub reduced: Vec<u64>,
 }
 
 impl Proof {
@@ -154,6 +184,7 @@ impl Proof {
                 .filter(|_| e.kind == ExecErrorKind::Unsupported),
             message: Some(e.message.clone()),
             stats: Stats::default(),
+            reduction: None,
         }
     }
 }
@@ -260,8 +291,44 @@ struct Refutation {
 
 /// Proves (or refutes) that the ranks of `case` compute its spec. The case must type-check
 /// (the CLI checks first); an operator without a symbolic rule, a limit, or undecided goals
-/// give [`Verdict::Inconclusive`].
+/// give [`Verdict::Inconclusive`]. With [`ProveConfig::reduce`] the proof runs on the
+/// shape-reduced case, and a case the reduction refuses is inconclusive, naming why.
 pub fn prove_case(case: &Case, cfg: &ProveConfig) -> Proof {
+    if !cfg.reduce {
+        return prove_sized(case, cfg);
+    }
+    let reduction = match crate::reduce::reduce_case(case) {
+        Ok(r) => r,
+        Err(refusal) => {
+            let e = ExecError {
+                kind: ExecErrorKind::Unsupported,
+                op: refusal.op.clone(),
+                message: format!("shape reduction refused: {}", refusal.message),
+            };
+            return Proof::stopped(case, Verdict::Inconclusive, &e);
+        }
+    };
+    tracing::debug!(sizes = reduction.sizes.len(), "shape-reduced");
+    let mut proof = prove_sized(&reduction.case, cfg);
+    proof.reduction = Some(ReductionSummary {
+        inputs: reduction
+            .inputs
+            .iter()
+            .map(|(name, original, reduced)| ReducedInput {
+                name: name.clone(),
+                original: original.clone(),
+                reduced: reduced.clone(),
+            })
+            .collect(),
+        sizes: reduction.sizes.clone(),
+        elements_before: program_elements(case),
+        elements_after: program_elements(&reduction.case),
+    });
+    proof
+}
+
+/// Proves the case at the sizes it has.
+fn prove_sized(case: &Case, cfg: &ProveConfig) -> Proof {
     let started = Instant::now();
     let elements = program_elements(case);
     if elements > cfg.max_elements {
@@ -526,6 +593,7 @@ pub fn prove_case(case: &Case, cfg: &ProveConfig) -> Proof {
         unsupported_op: None,
         message: None,
         stats,
+        reduction: None,
     };
     if let Some(r) = refutation {
         let exp = &expectations[r.output];

@@ -147,30 +147,30 @@ impl Sizes {
                 self.original(&n)
             )));
         }
-        let mut need = k / gcd(n.coef, k);
         let mut n = n;
-        // Factor the rest out of variables whose original sizes it divides, largest first.
-        let mut candidates: Vec<Var> = n.vars.keys().copied().collect();
-        candidates.sort_by_key(|&v| std::cmp::Reverse(self.orig[v]));
-        for v in candidates {
+        // Factor the rest out of variables sharing a factor with it, largest first; each
+        // round moves a factor into the coefficient.
+        loop {
+            let need = k / gcd(n.coef, k);
             if need == 1 {
                 break;
             }
+            let pick = n
+                .vars
+                .keys()
+                .copied()
+                .filter(|&v| gcd(need, self.orig[v]) > 1)
+                .max_by_key(|&v| (self.orig[v], std::cmp::Reverse(v)));
+            let Some(v) = pick else {
+                return Err(Unexplained(format!(
+                    "{why}: cannot keep size {} divisible by {k} at every reduced size",
+                    self.original(&n)
+                )));
+            };
             let g = gcd(need, self.orig[v]);
-            if g == 1 || n.vars[&v] != 1 {
-                continue;
-            }
             let rest = self.fresh(self.orig[v] / g, format!("{} / {g}", self.origin[v]));
-            let def = rest.scale(g).expect("small");
-            self.define(v, def);
-            need /= g;
+            self.define(v, rest.scale(g).expect("small"));
             n = self.norm(&n);
-        }
-        if need != 1 {
-            return Err(Unexplained(format!(
-                "{why}: cannot keep size {} divisible by {k} at every reduced size",
-                self.original(&n)
-            )));
         }
         Ok(self.exact_div(&n, k))
     }
@@ -183,63 +183,88 @@ impl Sizes {
         n
     }
 
-    /// Makes `a` and `b` equal for every value of the free variables.
+    /// Makes `a` and `b` equal for every value of the free variables: common factors cancel,
+    /// a lone variable is defined as the other side, and otherwise two variables (or a
+    /// variable and a coefficient) sharing a factor are refined into the common factor and
+    /// the rests, until one of the first two cases applies.
     pub fn unify(&mut self, a: &Mono, b: &Mono, why: &str) -> Result<(), Unexplained> {
-        let (mut a, mut b) = (self.norm(a), self.norm(b));
-        if a == b {
-            return Ok(());
-        }
-        let (oa, ob) = (self.original(&a), self.original(&b));
+        let (oa, ob) = (self.original(a), self.original(b));
         if oa != ob {
             return Err(Unexplained(format!("{why}: sizes {oa} and {ob} differ")));
         }
-        // Cancel common variables and the common coefficient.
-        let common: Vec<Var> = a
-            .vars
-            .keys()
-            .filter(|v| b.vars.contains_key(v))
-            .copied()
-            .collect();
-        for v in common {
-            let e = a.vars[&v].min(b.vars[&v]);
-            for m in [&mut a, &mut b] {
-                let x = m.vars.get_mut(&v).expect("common");
-                *x -= e;
-                if *x == 0 {
-                    m.vars.remove(&v);
+        // Each round either finishes or splits a variable into smaller ones.
+        for _ in 0..256 {
+            let (mut a, mut b) = (self.norm(a), self.norm(b));
+            cancel(&mut a, &mut b);
+            if a == b {
+                return Ok(());
+            }
+            let single = |m: &Mono| -> Option<Var> {
+                (m.vars.len() == 1 && m.vars.values().all(|&e| e == 1))
+                    .then(|| *m.vars.keys().next().expect("one"))
+            };
+            // a.coef * v = b  =>  v = b / a.coef, when that is a monomial.
+            for (x, y) in [(&a, &b), (&b, &a)] {
+                if let Some(v) = single(x) {
+                    if y.coef % x.coef == 0 && !y.vars.contains_key(&v) {
+                        let mut def = y.clone();
+                        def.coef /= x.coef;
+                        self.define(v, def);
+                        return Ok(());
+                    }
                 }
             }
-        }
-        let g = gcd(a.coef, b.coef);
-        a.coef /= g;
-        b.coef /= g;
-        let single = |m: &Mono| -> Option<Var> {
-            (m.vars.len() == 1 && m.vars.values().all(|&e| e == 1))
-                .then(|| *m.vars.keys().next().expect("one"))
-        };
-        // a.coef * v = b  =>  v = b / a.coef, when that is a monomial.
-        for (x, y) in [(&a, &b), (&b, &a)] {
-            if let Some(v) = single(x) {
-                if y.coef % x.coef == 0 && !y.vars.contains_key(&v) {
-                    let mut def = y.clone();
-                    def.coef /= x.coef;
-                    self.define(v, def);
-                    return Ok(());
-                }
+            if !self.refine(&a, &b) && !self.refine(&b, &a) {
+                return Err(Unexplained(format!(
+                    "{why}: cannot relate sizes {} and {} by products of size variables",
+                    self.show(&a),
+                    self.show(&b)
+                )));
             }
         }
-        // c1 * u = c2 * w with coprime c1, c2: u = c2 * t, w = c1 * t.
-        if let (Some(u), Some(w)) = (single(&a), single(&b)) {
-            let t = self.fresh(self.orig[u] / b.coef, format!("{} / {}", self.origin[u], b.coef));
-            self.define(u, t.scale(b.coef).expect("small"));
-            self.define(w, t.scale(a.coef).expect("small"));
-            return Ok(());
+        Err(Unexplained(format!("{why}: sizes too entangled to relate")))
+    }
+
+    /// Splits a variable of `y` by a factor it shares with a variable or the coefficient of
+    /// `x`; whether it did.
+    fn refine(&mut self, x: &Mono, y: &Mono) -> bool {
+        for (&w, &ew) in &y.vars {
+            if ew != 1 {
+                continue;
+            }
+            let ow = self.orig[w];
+            let g = gcd(x.coef, ow);
+            if g > 1 {
+                let rest = self.fresh(ow / g, format!("{} / {g}", self.origin[w]));
+                self.define(w, rest.scale(g).expect("small"));
+                return true;
+            }
+            for (&u, &eu) in &x.vars {
+                if eu != 1 {
+                    continue;
+                }
+                let ou = self.orig[u];
+                let g = gcd(ou, ow);
+                if g <= 1 {
+                    continue;
+                }
+                if ou == g {
+                    let rest = self.fresh(ow / g, format!("{} / {g}", self.origin[w]));
+                    self.define(w, Mono::var(u).mul(&rest).expect("small"));
+                } else if ow == g {
+                    let rest = self.fresh(ou / g, format!("{} / {g}", self.origin[u]));
+                    self.define(u, Mono::var(w).mul(&rest).expect("small"));
+                } else {
+                    let t = self.fresh(g, format!("{} (common factor {g})", self.origin[u]));
+                    let ru = self.fresh(ou / g, format!("{} / {g}", self.origin[u]));
+                    let rw = self.fresh(ow / g, format!("{} / {g}", self.origin[w]));
+                    self.define(u, t.mul(&ru).expect("small"));
+                    self.define(w, t.mul(&rw).expect("small"));
+                }
+                return true;
+            }
         }
-        Err(Unexplained(format!(
-            "{why}: cannot relate sizes {} and {} by products of size variables",
-            self.show(&a),
-            self.show(&b)
-        )))
+        false
     }
 
     /// Splits `m` into factors with the given original sizes, in order (a reshape that splits
@@ -372,6 +397,29 @@ impl Sizes {
         }
         parts.join("*")
     }
+}
+
+/// Divides out the variables and the coefficient `a` and `b` have in common.
+fn cancel(a: &mut Mono, b: &mut Mono) {
+    let common: Vec<Var> = a
+        .vars
+        .keys()
+        .filter(|v| b.vars.contains_key(v))
+        .copied()
+        .collect();
+    for v in common {
+        let e = a.vars[&v].min(b.vars[&v]);
+        for m in [&mut *a, &mut *b] {
+            let x = m.vars.get_mut(&v).expect("common");
+            *x -= e;
+            if *x == 0 {
+                m.vars.remove(&v);
+            }
+        }
+    }
+    let g = gcd(a.coef, b.coef);
+    a.coef /= g;
+    b.coef /= g;
 }
 
 fn remove_var(m: &Mono, v: Var) -> Mono {

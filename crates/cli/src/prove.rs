@@ -231,6 +231,12 @@ fn print_text(p: &Proof, args: &ProveArgs) {
                 outln!("  spec:           {}", f.spec);
                 outln!("  implementation: {}", f.implementation);
             }
+            if p.reduction
+                .as_ref()
+                .is_some_and(|r| r.counterexample_reduced)
+            {
+                outln!("  the counterexample is for the shape-reduced programs (the full-size case is over the element limit)");
+            }
             match &args.counterexample {
                 Some(dir) => outln!("  counterexample written to {}", dir.display()),
                 None => outln!("  hint: --counterexample DIR writes the inputs and both outputs"),
@@ -239,7 +245,10 @@ fn print_text(p: &Proof, args: &ProveArgs) {
         ProofVerdict::Inconclusive => {
             outln!("inconclusive: {}", p.message.as_deref().unwrap_or_default());
             if let Some(op) = &p.unsupported_op {
-                if p.message.as_deref().is_some_and(|m| m.starts_with("shape reduction refused")) {
+                if p.message
+                    .as_deref()
+                    .is_some_and(|m| m.starts_with("shape reduction refused"))
+                {
                     outln!("  hint: `{op}` is not on shape reduction's list of sound operators; `--no-reduce` proves at full size");
                 } else {
                     outln!("  hint: `{op}` has no symbolic rule in the prover yet; `shardproof run` and `verify` may still decide the case");

@@ -19,12 +19,24 @@ fn emit_model(
     bug: Option<&str>,
     forward_only: bool,
 ) -> shardproof_case::Case {
+    emit_sized(model, dir, mesh, bug, forward_only, (8, 16, 4))
+}
+
+/// Emits with the mlp's (hidden, ffn, batch).
+fn emit_sized(
+    model: &str,
+    dir: &Path,
+    mesh: &str,
+    bug: Option<&str>,
+    forward_only: bool,
+    (hidden, ffn, batch): (usize, usize, usize),
+) -> shardproof_case::Case {
     let opts = EmitOptions {
         model: model.into(),
         mlp: MlpConfig {
-            hidden: 8,
-            ffn: 16,
-            batch: 4,
+            hidden,
+            ffn,
+            batch,
             layers: 1,
             ..MlpConfig::default()
         },
@@ -182,4 +194,91 @@ fn programs_over_the_element_limit_are_refused_before_executing() {
     assert_eq!(proof.verdict, Verdict::Inconclusive);
     let m = proof.message.unwrap();
     assert!(m.contains("limit of 100"), "{m}");
+}
+
+#[test]
+fn shape_reduction_keeps_the_verdict_of_every_mlp_plan() {
+    // Sizes with a factor 3, which no literal of the mlp (the power 2) can stand for: every
+    // size reduces.
+    for (mesh, bug) in [
+        ("tp=2", None),
+        ("tp=2", Some("tp-missing-allreduce")),
+        ("tp=2", Some("tp-bias-before-allreduce")),
+        ("dp=2", Some("dp-loss-not-averaged")),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let case = emit_sized("mlp", dir.path(), mesh, bug, true, (24, 48, 6));
+        let reduced = prove_case(&case, &ProveConfig::default());
+        let full = prove_case(
+            &case,
+            &ProveConfig {
+                reduce: false,
+                ..ProveConfig::default()
+            },
+        );
+        assert_eq!(
+            reduced.verdict, full.verdict,
+            "{mesh} {bug:?}: {:?}",
+            reduced.message
+        );
+        let want = if bug.is_some() {
+            Verdict::Refuted
+        } else {
+            Verdict::Proved
+        };
+        assert_eq!(
+            reduced.verdict, want,
+            "{mesh} {bug:?}: {:?}",
+            reduced.message
+        );
+        assert_eq!(reduced.counterexample.is_some(), bug.is_some());
+        let r = reduced.reduction.expect("reduced");
+        assert!(full.reduction.is_none());
+        assert!(
+            r.elements_after * 20 < r.elements_before,
+            "{} of {}",
+            r.elements_after,
+            r.elements_before
+        );
+        // The batch split over dp keeps 2 samples a rank.
+        let x = r.inputs.iter().find(|i| i.name == "x").unwrap();
+        let batch = if mesh == "dp=2" { 4 } else { 2 };
+        assert_eq!(
+            (x.original.clone(), x.reduced.clone()),
+            (vec![6, 24], vec![batch, 2])
+        );
+    }
+}
+
+#[test]
+fn an_operator_outside_the_reduction_list_is_refused_and_proved_at_full_size() {
+    // A strided slice keeps every other element: not a dependency mapping that scales.
+    let spec = r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[4, 8]"):
+        slice_1: "f32[4, 4]" = torch.ops.aten.slice.Tensor(x, 1, 0, 8, 2);  x = None
+        return (slice_1,)
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let c = write_case(
+        dir.path(),
+        spec,
+        spec,
+        "version: 1\nname: strided\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [r0.py, r1.py]\ninputs:\n  x: Replicate()\noutputs:\n  slice_1: Replicate()\n",
+    );
+    let proof = prove_case(&c, &ProveConfig::default());
+    assert_eq!(proof.verdict, Verdict::Inconclusive);
+    assert_eq!(proof.unsupported_op.as_deref(), Some("aten.slice.Tensor"));
+    let m = proof.message.unwrap();
+    assert!(
+        m.contains("shape reduction refused") && m.contains("spec.py:3"),
+        "{m}"
+    );
+    let full = prove_case(
+        &c,
+        &ProveConfig {
+            reduce: false,
+            ..ProveConfig::default()
+        },
+    );
+    assert_eq!(full.verdict, Verdict::Proved, "{:?}", full.message);
 }

@@ -155,6 +155,9 @@ pub struct ReductionSummary {
     pub elements_before: usize,
     /// After.
     pub elements_after: usize,
+    /// Whether the counterexample's inputs have the reduced shapes (the full-size case was
+    /// over the element limit); otherwise a refutation was shown at full size.
+    pub counterexample_reduced: bool,
 }
 
 /// One spec input's shapes.
@@ -309,8 +312,7 @@ pub fn prove_case(case: &Case, cfg: &ProveConfig) -> Proof {
         }
     };
     tracing::debug!(sizes = reduction.sizes.len(), "shape-reduced");
-    let mut proof = prove_sized(&reduction.case, cfg);
-    proof.reduction = Some(ReductionSummary {
+    let summary = ReductionSummary {
         inputs: reduction
             .inputs
             .iter()
@@ -323,6 +325,33 @@ pub fn prove_case(case: &Case, cfg: &ProveConfig) -> Proof {
         sizes: reduction.sizes.clone(),
         elements_before: program_elements(case),
         elements_after: program_elements(&reduction.case),
+        counterexample_reduced: false,
+    };
+    let mut proof = prove_sized(&reduction.case, cfg);
+    if proof.verdict == Verdict::Refuted && summary.elements_before <= cfg.max_elements {
+        // A refutation is shown on the case as written where it fits: the counterexample
+        // then replays on the user's own graphs, and a disagreement would expose a reduction
+        // that changed the program's meaning.
+        let full = prove_sized(case, cfg);
+        match full.verdict {
+            Verdict::Refuted => {
+                proof = full;
+            }
+            _ => {
+                proof.verdict = Verdict::Inconclusive;
+                proof.counterexample = None;
+                proof.message = Some(format!(
+                    "the shape-reduced case is refuted but the full-size case is not ({}); run with --no-reduce",
+                    full.message.unwrap_or_else(|| "proved".into())
+                ));
+            }
+        }
+        proof.reduction = Some(summary);
+        return proof;
+    }
+    proof.reduction = Some(ReductionSummary {
+        counterexample_reduced: proof.counterexample.is_some(),
+        ..summary
     });
     proof
 }
@@ -336,7 +365,7 @@ fn prove_sized(case: &Case, cfg: &ProveConfig) -> Proof {
             kind: ExecErrorKind::Budget,
             op: None,
             message: format!(
-                "the spec and the ranks hold {elements} tensor elements, over the prover's limit of {}; shape reduction (not implemented yet) would shrink them",
+                "the spec and the ranks hold {elements} tensor elements, over the prover's limit of {} (after shape reduction, where it applies)",
                 cfg.max_elements
             ),
         };

@@ -169,7 +169,10 @@ pub fn reduce_case(case: &Case) -> Result<Reduction, Refusal> {
                 )));
             };
             let global = spec.dims_of(rel.spec_value).ok_or_else(|| {
-                Refusal::new(format!("the shape of spec input `{}` is unknown", rel.spec_name))
+                Refusal::new(format!(
+                    "the shape of spec input `{}` is unknown",
+                    rel.spec_name
+                ))
             })?;
             if global.len() != shape.len() {
                 return Err(Refusal::new(format!(
@@ -223,7 +226,10 @@ pub fn reduce_case(case: &Case) -> Result<Reduction, Refusal> {
     let new_spec = rewrite(&case.spec, &spec, &sizes, &case.ops)?;
     let mut new_graphs: HashMap<usize, Arc<Graph>> = HashMap::new();
     for (&r, dims) in &walked {
-        new_graphs.insert(r, Arc::new(rewrite(&case.program.ranks[r], dims, &sizes, &case.ops)?));
+        new_graphs.insert(
+            r,
+            Arc::new(rewrite(&case.program.ranks[r], dims, &sizes, &case.ops)?),
+        );
     }
     let mut reduced = case.clone();
     reduced.spec = new_spec;
@@ -295,8 +301,7 @@ fn rewrite(
     let mut out = g.clone();
     for (i, node) in out.nodes.iter_mut().enumerate() {
         for (k, o) in node.outputs.iter_mut().enumerate() {
-            let (Some(ty), Some(d)) = (&o.ty, dims.dims[i].get(k).and_then(|d| d.as_ref()))
-            else {
+            let (Some(ty), Some(d)) = (&o.ty, dims.dims[i].get(k).and_then(|d| d.as_ref())) else {
                 continue;
             };
             if ty.shape.iter().any(|d| matches!(d, Dim::Sym(_))) {

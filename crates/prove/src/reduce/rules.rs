@@ -224,11 +224,9 @@ pub fn walk(
                     message: format!("{}: unknown operator", location(g, i)),
                 })?;
                 let values = MetaValues(metas);
-                let bound = Args::bind(&def.schema, args, kwargs, &values).map_err(|e| {
-                    Refusal::new(format!("{}: {e}", location(g, i)))
-                })?;
-                let outs: Vec<Option<Vec<u64>>> =
-                    (0..node.outputs.len()).map(shape_of).collect();
+                let bound = Args::bind(&def.schema, args, kwargs, &values)
+                    .map_err(|e| Refusal::new(format!("{}: {e}", location(g, i))))?;
+                let outs: Vec<Option<Vec<u64>>> = (0..node.outputs.len()).map(shape_of).collect();
                 let mut cx = Cx {
                     sizes,
                     g,
@@ -353,7 +351,9 @@ impl Cx<'_> {
 
     fn unify(&mut self, a: &Mono, b: &Mono) -> Result<(), Refusal> {
         let why = self.why();
-        self.sizes.unify(a, b, &why).map_err(|e| self.refuse_plain(e.0))
+        self.sizes
+            .unify(a, b, &why)
+            .map_err(|e| self.refuse_plain(e.0))
     }
 
     fn refuse_plain(&self, message: String) -> Refusal {
@@ -604,7 +604,9 @@ impl Cx<'_> {
                     }
                 }
             }
-            dims.push(found.ok_or_else(|| self.refuse(format!("output dim {i} comes from no input")))?);
+            dims.push(
+                found.ok_or_else(|| self.refuse(format!("output dim {i} comes from no input")))?,
+            );
         }
         Ok(dims)
     }
@@ -620,8 +622,10 @@ impl Cx<'_> {
                 vec![1, 0]
             }
             "aten.transpose" => {
-                let a = norm_dim(self.int("dim0").unwrap_or(0), r).ok_or_else(|| self.refuse("bad dim"))?;
-                let b = norm_dim(self.int("dim1").unwrap_or(0), r).ok_or_else(|| self.refuse("bad dim"))?;
+                let a = norm_dim(self.int("dim0").unwrap_or(0), r)
+                    .ok_or_else(|| self.refuse("bad dim"))?;
+                let b = norm_dim(self.int("dim1").unwrap_or(0), r)
+                    .ok_or_else(|| self.refuse("bad dim"))?;
                 let mut p: Vec<usize> = (0..r).collect();
                 p.swap(a, b);
                 p
@@ -664,8 +668,14 @@ impl Cx<'_> {
     fn reduction(&mut self) -> Result<Vec<Mono>, Refusal> {
         let x = self.tensor("self")?;
         let r = x.len();
-        let keep = self.get("keepdim").and_then(|a| a.as_bool()).unwrap_or(false);
-        let dims: Vec<usize> = match self.ints("dim").or_else(|| self.int("dim").map(|d| vec![d])) {
+        let keep = self
+            .get("keepdim")
+            .and_then(|a| a.as_bool())
+            .unwrap_or(false);
+        let dims: Vec<usize> = match self
+            .ints("dim")
+            .or_else(|| self.int("dim").map(|d| vec![d]))
+        {
             Some(ds) if !ds.is_empty() => ds
                 .iter()
                 .map(|&d| norm_dim(d, r).ok_or_else(|| self.refuse("bad dim")))
@@ -815,7 +825,8 @@ impl Cx<'_> {
 
     fn slice(&mut self) -> Result<Vec<Mono>, Refusal> {
         let mut x = self.tensor("self")?;
-        let d = norm_dim(self.int("dim").unwrap_or(0), x.len()).ok_or_else(|| self.refuse("bad dim"))?;
+        let d = norm_dim(self.int("dim").unwrap_or(0), x.len())
+            .ok_or_else(|| self.refuse("bad dim"))?;
         if self.int("step").unwrap_or(1) != 1 {
             return Err(self.refuse("a strided slice"));
         }
@@ -863,8 +874,12 @@ impl Cx<'_> {
                     .ok_or_else(|| self.refuse("a part's sizes are unknown"))
             })
             .collect::<Result<_, _>>()?;
-        let first = dims.first().cloned().ok_or_else(|| self.refuse("cat of nothing"))?;
-        let d = norm_dim(self.int("dim").unwrap_or(0), first.len()).ok_or_else(|| self.refuse("bad dim"))?;
+        let first = dims
+            .first()
+            .cloned()
+            .ok_or_else(|| self.refuse("cat of nothing"))?;
+        let d = norm_dim(self.int("dim").unwrap_or(0), first.len())
+            .ok_or_else(|| self.refuse("bad dim"))?;
         for p in &dims[1..] {
             if p.len() != first.len() {
                 return Err(self.refuse("parts of different ranks"));
@@ -887,7 +902,8 @@ impl Cx<'_> {
 
     fn split(&mut self) -> Result<Vec<Vec<Mono>>, Refusal> {
         let x = self.tensor("self")?;
-        let d = norm_dim(self.int("dim").unwrap_or(0), x.len()).ok_or_else(|| self.refuse("bad dim"))?;
+        let d = norm_dim(self.int("dim").unwrap_or(0), x.len())
+            .ok_or_else(|| self.refuse("bad dim"))?;
         let m = x[d].clone();
         let n = self.sizes.original(&m);
         let sizes: Vec<u64> = match self.ints("split_sizes") {

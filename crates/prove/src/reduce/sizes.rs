@@ -116,7 +116,9 @@ impl Sizes {
                 None => Mono::var(v),
             };
             for _ in 0..e {
-                out = out.mul(&part).expect("sizes stay within u64: they equal original sizes");
+                out = out
+                    .mul(&part)
+                    .expect("sizes stay within u64: they equal original sizes");
             }
         }
         out

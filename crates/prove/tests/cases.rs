@@ -282,3 +282,79 @@ fn an_operator_outside_the_reduction_list_is_refused_and_proved_at_full_size() {
     );
     assert_eq!(full.verdict, Verdict::Proved, "{:?}", full.message);
 }
+
+#[test]
+fn the_layer_norm_backward_rule_agrees_with_the_kernel() {
+    use shardproof_prove::eval::FloatEval;
+    use shardproof_prove::exec::{run_graph, ExecLimits};
+    use shardproof_prove::expr::{Arena, SymbolKind};
+    use shardproof_prove::tensor::SymTensor;
+    let spec = r#"class GraphModule(torch.nn.Module):
+    def forward(self, g: "f32[3, 4]", x: "f32[3, 4]", w: "f32[4]", b: "f32[4]"):
+        native_layer_norm = torch.ops.aten.native_layer_norm.default(x, [4], w, b, 1e-5)
+        getitem: "f32[3, 4]" = native_layer_norm[0]
+        getitem_1: "f32[3, 1]" = native_layer_norm[1]
+        getitem_2: "f32[3, 1]" = native_layer_norm[2]
+        native_layer_norm_backward = torch.ops.aten.native_layer_norm_backward.default(g, x, [4], getitem_1, getitem_2, w, b, [True, True, True])
+        getitem_3: "f32[3, 4]" = native_layer_norm_backward[0]
+        getitem_4: "f32[4]" = native_layer_norm_backward[1]
+        getitem_5: "f32[4]" = native_layer_norm_backward[2]
+        return (getitem_3, getitem_4, getitem_5)
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let c = write_case(
+        dir.path(),
+        spec,
+        spec,
+        "version: 1\nname: lnb\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [r0.py, r1.py]\ninputs:\n  g: Replicate()\n  x: Replicate()\n  w: Replicate()\n  b: Replicate()\n",
+    );
+    let mut arena = Arena::default();
+    let mut leaves = std::collections::BTreeMap::new();
+    let mut concrete = std::collections::BTreeMap::new();
+    let mut values = Vec::new();
+    for (name, shape) in [
+        ("g", vec![3, 4]),
+        ("x", vec![3, 4]),
+        ("w", vec![4]),
+        ("b", vec![4]),
+    ] {
+        let n: usize = shape.iter().product();
+        let mut elems = Vec::new();
+        let mut data = Vec::new();
+        for i in 0..n {
+            elems.push(
+                arena
+                    .symbol(&format!("{name}{i}"), SymbolKind::Real)
+                    .unwrap(),
+            );
+            // Distinct, irregular values.
+            let v = ((values.len() * 7919 + 13) % 101) as f64 / 17.0 - 2.5;
+            values.push(v);
+            data.push(v);
+        }
+        let meta = shardproof_ops::Meta::new(shardproof_ir::DType::F32, shape.clone());
+        leaves.insert(
+            name.to_string(),
+            SymTensor::new(shardproof_ir::DType::F32, shape.clone(), elems),
+        );
+        concrete.insert(name.to_string(), shardproof_ops::Tensor::new(meta, data));
+    }
+    let env = run_graph(&mut arena, &c.spec, &leaves, &c.ops, &ExecLimits::default()).unwrap();
+    let run =
+        shardproof_interp::run_graph(&c.spec, &concrete, &shardproof_interp::RunConfig::default())
+            .unwrap();
+    let mut eval = FloatEval::new(&arena, values);
+    for name in ["getitem_3", "getitem_4", "getitem_5"] {
+        let v = c.spec.find(name).unwrap();
+        let sym = env[v.node][v.output].as_ref().unwrap();
+        let want = &run.get(v).unwrap().data;
+        for (k, &e) in sym.elems.iter().enumerate() {
+            let got = eval.eval(e);
+            assert!(
+                (got - want[k]).abs() <= 1e-9 * (1.0 + want[k].abs()),
+                "{name}[{k}]: {got} vs {}",
+                want[k]
+            );
+        }
+    }
+}

@@ -90,7 +90,7 @@ pub fn graph_elements(g: &Graph, case: &Case) -> usize {
 
 /// The ratio `global / local` of a dimension, when exact.
 fn ratio(global: u64, local: u64, what: &str) -> Result<u64, Refusal> {
-    if local == 0 || global % local != 0 {
+    if local == 0 || !global.is_multiple_of(local) {
         return Err(Refusal::new(format!(
             "{what}: the ranks' size {local} does not divide the spec's {global} (uneven shards are not reduced)"
         )));

@@ -179,13 +179,17 @@ fn size_candidates(c: f64) -> Vec<u64> {
         .collect()
 }
 
+/// The sizes of a graph input (its value and original shape), from its caller.
+pub type InputSizes<'a> =
+    dyn FnMut(&mut Sizes, ValueId, &[u64]) -> Result<Option<Vec<Mono>>, Refusal> + 'a;
+
 /// One graph's walk: sizes of every value, from its inputs' (given by `input`) through every
 /// node's shape rule.
 pub fn walk(
     sizes: &mut Sizes,
     g: &Graph,
     metas: &[Vec<Option<Meta>>],
-    input: &mut dyn FnMut(&mut Sizes, ValueId, &[u64]) -> Result<Option<Vec<Mono>>, Refusal>,
+    input: &mut InputSizes<'_>,
 ) -> Result<GraphDims, Refusal> {
     let mut out = GraphDims {
         dims: vec![Vec::new(); g.nodes.len()],
@@ -804,7 +808,7 @@ impl Cx<'_> {
     fn scaled(&mut self, dim: &Mono, literal: u64, arg: &'static str) -> Result<(), Refusal> {
         let n = self.sizes.original(dim);
         let g = gcd(literal, n);
-        let q = if g == 0 { 1 } else { n / g };
+        let q = n.checked_div(g).unwrap_or(1);
         if literal != 0 && literal != n {
             let why = self.why();
             self.sizes
@@ -910,7 +914,7 @@ impl Cx<'_> {
             Some(s) => s.iter().map(|&v| v.max(0) as u64).collect(),
             None => {
                 let s = self.int("split_size").unwrap_or(0).max(1) as u64;
-                if n % s != 0 {
+                if !n.is_multiple_of(s) {
                     return Err(self.refuse("a split into unequal pieces"));
                 }
                 vec![s; (n / s) as usize]

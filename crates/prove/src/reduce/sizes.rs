@@ -143,7 +143,7 @@ impl Sizes {
     /// variables as a multiple; the size divided by `k`.
     pub fn divide(&mut self, m: &Mono, k: u64, why: &str) -> Result<Mono, Unexplained> {
         let n = self.norm(m);
-        if k == 0 || self.original(&n) % k != 0 {
+        if k == 0 || !self.original(&n).is_multiple_of(k) {
             return Err(Unexplained(format!(
                 "{why}: size {} is not divisible by {k}",
                 self.original(&n)
@@ -208,7 +208,7 @@ impl Sizes {
             // a.coef * v = b  =>  v = b / a.coef, when that is a monomial.
             for (x, y) in [(&a, &b), (&b, &a)] {
                 if let Some(v) = single(x) {
-                    if y.coef % x.coef == 0 && !y.vars.contains_key(&v) {
+                    if y.coef.is_multiple_of(x.coef) && !y.vars.contains_key(&v) {
                         let mut def = y.clone();
                         def.coef /= x.coef;
                         self.define(v, def);
@@ -302,7 +302,7 @@ impl Sizes {
                 rest = remove_var(&rest, v);
                 continue;
             }
-            if rest.coef % p == 0 {
+            if rest.coef.is_multiple_of(p) {
                 out.push(Mono::constant(p));
                 rest.coef /= p;
                 continue;
@@ -311,7 +311,7 @@ impl Sizes {
             let divisible = rest
                 .vars
                 .iter()
-                .filter(|(&v, &e)| e == 1 && self.orig[v] % p == 0)
+                .filter(|(&v, &e)| e == 1 && self.orig[v].is_multiple_of(p))
                 .map(|(&v, _)| v)
                 .max_by_key(|&v| (self.orig[v], std::cmp::Reverse(v)));
             let Some(v) = divisible else {
@@ -343,7 +343,7 @@ impl Sizes {
     /// program keeps the literal, so the sizes it may stand for keep their values.
     pub fn pin_divisors_of(&mut self, x: u64) {
         for v in 0..self.orig.len() {
-            if self.defs[v].is_none() && x % self.orig[v] == 0 {
+            if self.defs[v].is_none() && x.is_multiple_of(self.orig[v]) {
                 self.pinned[v] = true;
             }
         }

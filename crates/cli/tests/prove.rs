@@ -114,8 +114,27 @@ fn invalid_input_exits_2() {
 #[test]
 fn shape_reduction_prints_the_sizes_and_keeps_the_verdict() {
     let s = Scratch::new();
-    let sized = ["--hidden", "24", "--ffn", "48", "--batch", "6"];
-    let case = emit(&s, "ok3", &sized);
+    let emit3 = |dir: &str, bug: &[&str]| {
+        let mut args = vec![
+            "zoo",
+            "emit",
+            "mlp",
+            "--mesh",
+            "tp=2",
+            "--hidden",
+            "24",
+            "--ffn",
+            "48",
+            "--batch",
+            "6",
+            "--forward-only",
+        ];
+        args.extend_from_slice(bug);
+        args.extend_from_slice(&["-o", dir]);
+        s.run(&args).expect_code(0);
+        format!("{dir}/case.yaml")
+    };
+    let case = emit3("ok3", &[]);
     let out = s.run(&["prove", &case]);
     out.expect_code(0);
     assert!(out.stdout.contains("shape-reduced:"), "{}", out.stdout);
@@ -135,9 +154,7 @@ fn shape_reduction_prints_the_sizes_and_keeps_the_verdict() {
     let full = s.run(&["prove", &case, "--no-reduce", "--json", "--quiet"]);
     full.expect_code(0);
     assert!(full.json()["reduction"].is_null());
-    let mut buggy = sized.to_vec();
-    buggy.extend_from_slice(&["--bug", "tp-bias-before-allreduce"]);
-    let bug = emit(&s, "bug3", &buggy);
+    let bug = emit3("bug3", &["--bug", "tp-bias-before-allreduce"]);
     s.run(&["prove", &bug]).expect_code(1);
     s.run(&["prove", &bug, "--no-reduce"]).expect_code(1);
 }

@@ -314,18 +314,54 @@ impl Sizes {
                 .filter(|(&v, &e)| e == 1 && self.orig[v].is_multiple_of(p))
                 .map(|(&v, _)| v)
                 .max_by_key(|&v| (self.orig[v], std::cmp::Reverse(v)));
-            let Some(v) = divisible else {
-                return Err(Unexplained(format!(
-                    "{why}: cannot split size {} into {parts:?} by size variables",
-                    self.show(m)
-                )));
-            };
-            let f = self.fresh(p, format!("{} (factor {p})", self.origin[v]));
-            let r = self.fresh(self.orig[v] / p, format!("{} / {p}", self.origin[v]));
-            self.define(v, f.mul(&r).expect("small"));
-            // `rest` had v once; it now has f * r: take f away.
-            rest = remove_var(&self.norm(&rest), single_var(&f));
-            out.push(f);
+            if let Some(v) = divisible {
+                let f = self.fresh(p, format!("{} (factor {p})", self.origin[v]));
+                let r = self.fresh(self.orig[v] / p, format!("{} / {p}", self.origin[v]));
+                self.define(v, f.mul(&r).expect("small"));
+                // `rest` had v once; it now has f * r: take f away.
+                rest = remove_var(&self.norm(&rest), single_var(&f));
+                out.push(f);
+                continue;
+            }
+            // Otherwise gather the part from several variables (and the coefficient), each
+            // giving the factor it shares with what is still missing.
+            let mut part = Mono::constant(1);
+            let mut missing = p;
+            while missing > 1 {
+                let g = gcd(rest.coef, missing);
+                if g > 1 {
+                    rest.coef /= g;
+                    part = part.scale(g).expect("small");
+                    missing /= g;
+                    continue;
+                }
+                let pick = rest
+                    .vars
+                    .keys()
+                    .copied()
+                    .filter(|&v| gcd(self.orig[v], missing) > 1)
+                    .max_by_key(|&v| (gcd(self.orig[v], missing), std::cmp::Reverse(v)));
+                let Some(v) = pick else {
+                    return Err(Unexplained(format!(
+                        "{why}: cannot split size {} into {parts:?} by size variables",
+                        self.show(m)
+                    )));
+                };
+                let g = gcd(self.orig[v], missing);
+                let taken = if self.orig[v] == g {
+                    Mono::var(v)
+                } else {
+                    let f = self.fresh(g, format!("{} (factor {g})", self.origin[v]));
+                    let r = self.fresh(self.orig[v] / g, format!("{} / {g}", self.origin[v]));
+                    self.define(v, f.mul(&r).expect("small"));
+                    rest = self.norm(&rest);
+                    f
+                };
+                rest = remove_var(&rest, single_var(&taken));
+                part = part.mul(&taken).expect("small");
+                missing /= g;
+            }
+            out.push(part);
         }
         Ok(out)
     }
@@ -493,6 +529,19 @@ mod tests {
         s.unify(&u2, &w3, "cat").unwrap();
         assert_eq!(s.reduced(&u) * 2, s.reduced(&w) * 3);
         assert_eq!(s.reduced(&u), 6);
+    }
+
+    #[test]
+    fn a_split_gathers_its_part_from_several_variables() {
+        let mut s = Sizes::default();
+        let (a, b) = (s.fresh(6, "a"), s.fresh(10, "b"));
+        let ab = a.mul(&b).unwrap();
+        // 60 = 4 * 15: 4 takes a factor 2 from each variable.
+        let parts = s.split(&ab, &[4, 15], "view").unwrap();
+        assert_eq!(s.original(&parts[0]), 4);
+        assert_eq!(s.original(&parts[1]), 15);
+        let prod = parts[0].mul(&parts[1]).unwrap();
+        assert_eq!(s.norm(&prod), s.norm(&ab));
     }
 
     #[test]

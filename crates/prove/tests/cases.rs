@@ -154,7 +154,13 @@ fn row_parallel_partial_sums_are_proved_and_a_wrong_placement_refuted() {
     let c = write_case(dir.path(), SPEC_MM, RANK_MM, &case("Partial()"));
     let proof = prove_case(&c, &ProveConfig::default());
     assert_eq!(proof.verdict, Verdict::Proved, "{:?}", proof.message);
-    assert_eq!(proof.outputs[0].elements, 24);
+    // Shape-reduced from 4 x 6 to 2 x 2 (the contraction split over tp keeps 2 a rank).
+    assert_eq!(proof.outputs[0].elements, 4);
+    let x = &proof.reduction.as_ref().unwrap().inputs[0];
+    assert_eq!(
+        (x.original.clone(), x.reduced.clone()),
+        (vec![4, 8], vec![2, 4])
+    );
     // Claiming each rank holds the whole product is wrong, and shown.
     let c = write_case(dir.path(), SPEC_MM, RANK_MM, &case("Replicate()"));
     let proof = prove_case(&c, &ProveConfig::default());

@@ -951,18 +951,44 @@ impl Cx<'_> {
             .collect())
     }
 
+    /// `arange(start, end)` with step 1: its length is a size, and a nonzero start must be a
+    /// whole number of lengths (a rank's chunk of positions, as context parallelism writes
+    /// it), which stays the same number of reduced lengths.
     fn arange(&mut self) -> Result<Vec<Mono>, Refusal> {
-        let start = self.get("start").map(|a| a.as_f64());
+        let start = self.get("start").and_then(|a| a.as_f64()).unwrap_or(0.0);
         let step = self.get("step").map(|a| a.as_f64());
-        if !matches!(start, None | Some(Some(0.0))) || !matches!(step, None | Some(Some(1.0))) {
-            return Err(self.refuse("an arange that does not start at 0 with step 1"));
+        if !matches!(step, None | Some(Some(1.0))) || start < 0.0 || start.fract() != 0.0 {
+            return Err(
+                self.refuse("an arange with a step other than 1 or a negative or fractional start")
+            );
         }
         let out = self.out_shape(0)?;
         let d = self.fresh(&out, "positions");
+        let len = out.first().copied().unwrap_or(0);
+        let start = start as u64;
+        if start != 0 && (len == 0 || !start.is_multiple_of(len)) {
+            return Err(self.refuse(format!(
+                "an arange from {start} that is not a whole number of its length {len}"
+            )));
+        }
+        let chunks = start.checked_div(len).unwrap_or(0);
+        if start != 0 {
+            self.literals.push(Literal {
+                node: self.i,
+                arg: "start",
+                value: LitValue::Size(
+                    d[0].scale(chunks)
+                        .ok_or_else(|| self.refuse("size overflow"))?,
+                ),
+            });
+        }
         self.literals.push(Literal {
             node: self.i,
             arg: "end",
-            value: LitValue::Size(d[0].clone()),
+            value: LitValue::Size(
+                d[0].scale(chunks + 1)
+                    .ok_or_else(|| self.refuse("size overflow"))?,
+            ),
         });
         Ok(d)
     }

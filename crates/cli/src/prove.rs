@@ -28,6 +28,10 @@ pub struct ProveArgs {
     /// Print nothing on stderr (progress, and the time taken).
     #[arg(long)]
     quiet: bool,
+    /// Prove at the case's full sizes instead of the shape-reduced ones (shape reduction
+    /// refuses programs with operators it is not proved sound for).
+    #[arg(long)]
+    no_reduce: bool,
 }
 
 fn invalid(args: &ProveArgs, html: Option<HtmlFile>, case: &str, message: &str) -> Verdict {
@@ -85,6 +89,7 @@ pub fn main(args: &ProveArgs) -> Verdict {
     let cfg = ProveConfig {
         time_limit,
         progress: Some(progress.clone()),
+        reduce: !args.no_reduce,
         ..ProveConfig::default()
     };
     let owned = case.clone();
@@ -175,8 +180,31 @@ fn layers_text(layers: &std::collections::BTreeMap<String, usize>) -> String {
         .join(", ")
 }
 
+fn shape_text(s: &[u64]) -> String {
+    let parts: Vec<String> = s.iter().map(|d| d.to_string()).collect();
+    format!("[{}]", parts.join(", "))
+}
+
 fn print_text(p: &Proof, args: &ProveArgs) {
     outln!("case {}: spec + {} ranks", p.case, p.ranks);
+    if let Some(r) = &p.reduction {
+        let reduced = r.sizes.iter().filter(|s| s.reduced < s.original).count();
+        outln!(
+            "shape-reduced: {} of {} size variables reduced, {} tensor elements instead of {} (--no-reduce proves at full size)",
+            reduced,
+            r.sizes.len(),
+            r.elements_after,
+            r.elements_before
+        );
+        for i in r.inputs.iter().filter(|i| i.original != i.reduced) {
+            outln!(
+                "  {}: {} -> {}",
+                i.name,
+                shape_text(&i.original),
+                shape_text(&i.reduced)
+            );
+        }
+    }
     for o in &p.outputs {
         outln!(
             "  {} ({}): {} elements, {} distinct goals [{}]: {}{}",
@@ -203,6 +231,12 @@ fn print_text(p: &Proof, args: &ProveArgs) {
                 outln!("  spec:           {}", f.spec);
                 outln!("  implementation: {}", f.implementation);
             }
+            if p.reduction
+                .as_ref()
+                .is_some_and(|r| r.counterexample_reduced)
+            {
+                outln!("  the counterexample is for the shape-reduced programs (the full-size case is over the element limit)");
+            }
             match &args.counterexample {
                 Some(dir) => outln!("  counterexample written to {}", dir.display()),
                 None => outln!("  hint: --counterexample DIR writes the inputs and both outputs"),
@@ -211,7 +245,14 @@ fn print_text(p: &Proof, args: &ProveArgs) {
         ProofVerdict::Inconclusive => {
             outln!("inconclusive: {}", p.message.as_deref().unwrap_or_default());
             if let Some(op) = &p.unsupported_op {
-                outln!("  hint: `{op}` has no symbolic rule in the prover yet; `shardproof run` and `verify` may still decide the case");
+                if p.message
+                    .as_deref()
+                    .is_some_and(|m| m.starts_with("shape reduction refused"))
+                {
+                    outln!("  hint: `{op}` is not on shape reduction's list of sound operators; `--no-reduce` proves at full size");
+                } else {
+                    outln!("  hint: `{op}` has no symbolic rule in the prover yet; `shardproof run` and `verify` may still decide the case");
+                }
             }
         }
     }
@@ -282,5 +323,14 @@ fn convert(p: &Proof, args: &ProveArgs, verdict: Verdict, seconds: f64) -> repor
     out.fact("expressions", p.stats.expressions.to_string());
     out.fact("distinct goals", p.stats.goals.to_string());
     out.fact("decided by", layers_text(&p.layers));
+    if let Some(r) = &p.reduction {
+        out.fact(
+            "shape reduction",
+            format!(
+                "{} tensor elements instead of {}",
+                r.elements_after, r.elements_before
+            ),
+        );
+    }
     out
 }

@@ -1,6 +1,7 @@
 //! `shardproof prove`: a correct zoo plan is proved, a planted catalog bug is refuted with a
 //! counterexample the interpreter confirms (and written to disk), an operator without a
-//! symbolic rule is inconclusive and named, and invalid input exits 2.
+//! symbolic rule is inconclusive and named, shape reduction prints its sizes and keeps the
+//! verdict, and invalid input exits 2.
 
 mod common;
 
@@ -108,4 +109,52 @@ fn invalid_input_exits_2() {
     let case = emit(&s, "ok", &[]);
     s.run(&["prove", &case, "--time-limit", "-1"])
         .expect_code(2);
+}
+
+#[test]
+fn shape_reduction_prints_the_sizes_and_keeps_the_verdict() {
+    let s = Scratch::new();
+    let emit3 = |dir: &str, bug: &[&str]| {
+        let mut args = vec![
+            "zoo",
+            "emit",
+            "mlp",
+            "--mesh",
+            "tp=2",
+            "--hidden",
+            "24",
+            "--ffn",
+            "48",
+            "--batch",
+            "6",
+            "--forward-only",
+        ];
+        args.extend_from_slice(bug);
+        args.extend_from_slice(&["-o", dir]);
+        s.run(&args).expect_code(0);
+        format!("{dir}/case.yaml")
+    };
+    let case = emit3("ok3", &[]);
+    let out = s.run(&["prove", &case]);
+    out.expect_code(0);
+    assert!(out.stdout.contains("shape-reduced:"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains("x: [6, 24] -> [2, 2]"),
+        "{}",
+        out.stdout
+    );
+    let json = s.run(&["prove", &case, "--json", "--quiet"]);
+    json.expect_code(0);
+    let v = json.json();
+    assert_eq!(
+        v["reduction"]["inputs"][0]["reduced"],
+        serde_json::json!([2, 2])
+    );
+    // --no-reduce proves at full size, with no reduction reported.
+    let full = s.run(&["prove", &case, "--no-reduce", "--json", "--quiet"]);
+    full.expect_code(0);
+    assert!(full.json()["reduction"].is_null());
+    let bug = emit3("bug3", &["--bug", "tp-bias-before-allreduce"]);
+    s.run(&["prove", &bug]).expect_code(1);
+    s.run(&["prove", &bug, "--no-reduce"]).expect_code(1);
 }

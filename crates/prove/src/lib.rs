@@ -47,9 +47,14 @@
 //!
 //! # Limits
 //!
-//! No shape reduction or staged proofs yet: programs are proved at their real sizes, and
-//! refused (inconclusive, naming the size and the limit) beyond [`ProveConfig::max_elements`]
-//! tensor elements, [`expr::Budget`] polynomial terms or [`ProveConfig::max_goals`] goals.
+//! By default the case is first *shape-reduced* ([`reduce`]; TrainVerify's Algorithm 1):
+//! every size becomes the smallest one that keeps each operator's semantics and each
+//! partition boundary, and the proof runs on the reduced case; a program with an operator or
+//! literal the reduction cannot explain is refused (inconclusive), never reduced unsoundly
+//! ([`ProveConfig::reduce`] off proves at full size). No staged proofs yet: the (reduced)
+//! program is refused (inconclusive, naming the size and the limit) beyond
+//! [`ProveConfig::max_elements`] tensor elements, [`expr::Budget`] polynomial terms or
+//! [`ProveConfig::max_goals`] goals.
 //! Products whose expansion would exceed [`expr::Budget::expand_limit`] terms stay
 //! `product` atoms of their (primitive) factors, so deep chains of linear maps do not grow as
 //! the product of their widths; where one program distributes such a product and the other
@@ -85,6 +90,7 @@ pub mod equiv;
 pub mod eval;
 pub mod exec;
 pub mod expr;
+pub mod reduce;
 pub mod smt;
 pub mod tensor;
 

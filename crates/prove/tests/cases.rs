@@ -19,12 +19,24 @@ fn emit_model(
     bug: Option<&str>,
     forward_only: bool,
 ) -> shardproof_case::Case {
+    emit_sized(model, dir, mesh, bug, forward_only, (8, 16, 4))
+}
+
+/// Emits with the mlp's (hidden, ffn, batch).
+fn emit_sized(
+    model: &str,
+    dir: &Path,
+    mesh: &str,
+    bug: Option<&str>,
+    forward_only: bool,
+    (hidden, ffn, batch): (usize, usize, usize),
+) -> shardproof_case::Case {
     let opts = EmitOptions {
         model: model.into(),
         mlp: MlpConfig {
-            hidden: 8,
-            ffn: 16,
-            batch: 4,
+            hidden,
+            ffn,
+            batch,
             layers: 1,
             ..MlpConfig::default()
         },
@@ -142,7 +154,13 @@ fn row_parallel_partial_sums_are_proved_and_a_wrong_placement_refuted() {
     let c = write_case(dir.path(), SPEC_MM, RANK_MM, &case("Partial()"));
     let proof = prove_case(&c, &ProveConfig::default());
     assert_eq!(proof.verdict, Verdict::Proved, "{:?}", proof.message);
-    assert_eq!(proof.outputs[0].elements, 24);
+    // Shape-reduced from 4 x 6 to 2 x 2 (the contraction split over tp keeps 2 a rank).
+    assert_eq!(proof.outputs[0].elements, 4);
+    let x = &proof.reduction.as_ref().unwrap().inputs[0];
+    assert_eq!(
+        (x.original.clone(), x.reduced.clone()),
+        (vec![4, 8], vec![2, 4])
+    );
     // Claiming each rank holds the whole product is wrong, and shown.
     let c = write_case(dir.path(), SPEC_MM, RANK_MM, &case("Replicate()"));
     let proof = prove_case(&c, &ProveConfig::default());
@@ -182,4 +200,167 @@ fn programs_over_the_element_limit_are_refused_before_executing() {
     assert_eq!(proof.verdict, Verdict::Inconclusive);
     let m = proof.message.unwrap();
     assert!(m.contains("limit of 100"), "{m}");
+}
+
+#[test]
+fn shape_reduction_keeps_the_verdict_of_every_mlp_plan() {
+    // Sizes with a factor 3, which no literal of the mlp (the power 2) can stand for: every
+    // size reduces.
+    for (mesh, bug) in [
+        ("tp=2", None),
+        ("tp=2", Some("tp-missing-allreduce")),
+        ("tp=2", Some("tp-bias-before-allreduce")),
+        ("dp=2", Some("dp-loss-not-averaged")),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let case = emit_sized("mlp", dir.path(), mesh, bug, true, (24, 48, 6));
+        let reduced = prove_case(&case, &ProveConfig::default());
+        let full = prove_case(
+            &case,
+            &ProveConfig {
+                reduce: false,
+                ..ProveConfig::default()
+            },
+        );
+        assert_eq!(
+            reduced.verdict, full.verdict,
+            "{mesh} {bug:?}: {:?}",
+            reduced.message
+        );
+        let want = if bug.is_some() {
+            Verdict::Refuted
+        } else {
+            Verdict::Proved
+        };
+        assert_eq!(
+            reduced.verdict, want,
+            "{mesh} {bug:?}: {:?}",
+            reduced.message
+        );
+        assert_eq!(reduced.counterexample.is_some(), bug.is_some());
+        let r = reduced.reduction.expect("reduced");
+        assert!(full.reduction.is_none());
+        assert!(
+            r.elements_after * 20 < r.elements_before,
+            "{} of {}",
+            r.elements_after,
+            r.elements_before
+        );
+        // The batch split over dp keeps 2 samples a rank.
+        let x = r.inputs.iter().find(|i| i.name == "x").unwrap();
+        let batch = if mesh == "dp=2" { 4 } else { 2 };
+        assert_eq!(
+            (x.original.clone(), x.reduced.clone()),
+            (vec![6, 24], vec![batch, 2])
+        );
+    }
+}
+
+#[test]
+fn an_operator_outside_the_reduction_list_is_refused_and_proved_at_full_size() {
+    // A strided slice keeps every other element: not a dependency mapping that scales.
+    let spec = r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[4, 8]"):
+        slice_1: "f32[4, 4]" = torch.ops.aten.slice.Tensor(x, 1, 0, 8, 2);  x = None
+        return (slice_1,)
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let c = write_case(
+        dir.path(),
+        spec,
+        spec,
+        "version: 1\nname: strided\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [r0.py, r1.py]\ninputs:\n  x: Replicate()\noutputs:\n  slice_1: Replicate()\n",
+    );
+    let proof = prove_case(&c, &ProveConfig::default());
+    assert_eq!(proof.verdict, Verdict::Inconclusive);
+    assert_eq!(proof.unsupported_op.as_deref(), Some("aten.slice.Tensor"));
+    let m = proof.message.unwrap();
+    assert!(
+        m.contains("shape reduction refused") && m.contains("spec.py:3"),
+        "{m}"
+    );
+    let full = prove_case(
+        &c,
+        &ProveConfig {
+            reduce: false,
+            ..ProveConfig::default()
+        },
+    );
+    assert_eq!(full.verdict, Verdict::Proved, "{:?}", full.message);
+}
+
+#[test]
+fn the_layer_norm_backward_rule_agrees_with_the_kernel() {
+    use shardproof_prove::eval::FloatEval;
+    use shardproof_prove::exec::{run_graph, ExecLimits};
+    use shardproof_prove::expr::{Arena, SymbolKind};
+    use shardproof_prove::tensor::SymTensor;
+    let spec = r#"class GraphModule(torch.nn.Module):
+    def forward(self, g: "f32[3, 4]", x: "f32[3, 4]", w: "f32[4]", b: "f32[4]"):
+        native_layer_norm = torch.ops.aten.native_layer_norm.default(x, [4], w, b, 1e-5)
+        getitem: "f32[3, 4]" = native_layer_norm[0]
+        getitem_1: "f32[3, 1]" = native_layer_norm[1]
+        getitem_2: "f32[3, 1]" = native_layer_norm[2]
+        native_layer_norm_backward = torch.ops.aten.native_layer_norm_backward.default(g, x, [4], getitem_1, getitem_2, w, b, [True, True, True])
+        getitem_3: "f32[3, 4]" = native_layer_norm_backward[0]
+        getitem_4: "f32[4]" = native_layer_norm_backward[1]
+        getitem_5: "f32[4]" = native_layer_norm_backward[2]
+        return (getitem_3, getitem_4, getitem_5)
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let c = write_case(
+        dir.path(),
+        spec,
+        spec,
+        "version: 1\nname: lnb\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [r0.py, r1.py]\ninputs:\n  g: Replicate()\n  x: Replicate()\n  w: Replicate()\n  b: Replicate()\n",
+    );
+    let mut arena = Arena::default();
+    let mut leaves = std::collections::BTreeMap::new();
+    let mut concrete = std::collections::BTreeMap::new();
+    let mut values = Vec::new();
+    for (name, shape) in [
+        ("g", vec![3, 4]),
+        ("x", vec![3, 4]),
+        ("w", vec![4]),
+        ("b", vec![4]),
+    ] {
+        let n: usize = shape.iter().product();
+        let mut elems = Vec::new();
+        let mut data = Vec::new();
+        for i in 0..n {
+            elems.push(
+                arena
+                    .symbol(&format!("{name}{i}"), SymbolKind::Real)
+                    .unwrap(),
+            );
+            // Distinct, irregular values.
+            let v = ((values.len() * 7919 + 13) % 101) as f64 / 17.0 - 2.5;
+            values.push(v);
+            data.push(v);
+        }
+        let meta = shardproof_ops::Meta::new(shardproof_ir::DType::F32, shape.clone());
+        leaves.insert(
+            name.to_string(),
+            SymTensor::new(shardproof_ir::DType::F32, shape.clone(), elems),
+        );
+        concrete.insert(name.to_string(), shardproof_ops::Tensor::new(meta, data));
+    }
+    let env = run_graph(&mut arena, &c.spec, &leaves, &c.ops, &ExecLimits::default()).unwrap();
+    let run =
+        shardproof_interp::run_graph(&c.spec, &concrete, &shardproof_interp::RunConfig::default())
+            .unwrap();
+    let mut eval = FloatEval::new(&arena, values);
+    for name in ["getitem_3", "getitem_4", "getitem_5"] {
+        let v = c.spec.find(name).unwrap();
+        let sym = env[v.node][v.output].as_ref().unwrap();
+        let want = &run.get(v).unwrap().data;
+        for (k, &e) in sym.elems.iter().enumerate() {
+            let got = eval.eval(e);
+            assert!(
+                (got - want[k]).abs() <= 1e-9 * (1.0 + want[k].abs()),
+                "{name}[{k}]: {got} vs {}",
+                want[k]
+            );
+        }
+    }
 }

@@ -36,6 +36,9 @@ pub struct ProveConfig {
     /// Where the proof counts its work, for another thread to show: the nodes executed, then
     /// the expected outputs decided.
     pub progress: Option<std::sync::Arc<shardproof_ir::Progress>>,
+    /// Prove on the shape-reduced case ([`crate::reduce`]); refuse (inconclusive) where the
+    /// reduction is not proved sound.
+    pub reduce: bool,
 }
 
 impl Default for ProveConfig {
@@ -48,6 +51,7 @@ impl Default for ProveConfig {
             max_goals: 1_000_000,
             time_limit: None,
             progress: None,
+            reduce: true,
         }
     }
 }
@@ -136,6 +140,35 @@ pub struct Proof {
     pub message: Option<String>,
     /// Sizes.
     pub stats: Stats,
+    /// How the case was shape-reduced before the proof (`None`: proved at full size).
+    pub reduction: Option<ReductionSummary>,
+}
+
+/// What shape reduction did, for the report.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReductionSummary {
+    /// Every spec input's original and reduced shape.
+    pub inputs: Vec<ReducedInput>,
+    /// The free size variables with their original and reduced sizes.
+    pub sizes: Vec<crate::reduce::ReducedSize>,
+    /// Tensor elements of the spec and the ranks, before and after.
+    pub elements_before: usize,
+    /// After.
+    pub elements_after: usize,
+    /// Whether the counterexample's inputs have the reduced shapes (the full-size case was
+    /// over the element limit); otherwise a refutation was shown at full size.
+    pub counterexample_reduced: bool,
+}
+
+/// One spec input's shapes.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReducedInput {
+    /// The spec input.
+    pub name: String,
+    /// Its shape in the case.
+    pub original: Vec<u64>,
+    /// Its shape in the reduced case.
+    pub reduced: Vec<u64>,
 }
 
 impl Proof {
@@ -154,6 +187,7 @@ impl Proof {
                 .filter(|_| e.kind == ExecErrorKind::Unsupported),
             message: Some(e.message.clone()),
             stats: Stats::default(),
+            reduction: None,
         }
     }
 }
@@ -260,8 +294,70 @@ struct Refutation {
 
 /// Proves (or refutes) that the ranks of `case` compute its spec. The case must type-check
 /// (the CLI checks first); an operator without a symbolic rule, a limit, or undecided goals
-/// give [`Verdict::Inconclusive`].
+/// give [`Verdict::Inconclusive`]. With [`ProveConfig::reduce`] the proof runs on the
+/// shape-reduced case, and a case the reduction refuses is inconclusive, naming why.
 pub fn prove_case(case: &Case, cfg: &ProveConfig) -> Proof {
+    if !cfg.reduce {
+        return prove_sized(case, cfg);
+    }
+    let reduction = match crate::reduce::reduce_case(case) {
+        Ok(r) => r,
+        Err(refusal) => {
+            let e = ExecError {
+                kind: ExecErrorKind::Unsupported,
+                op: refusal.op.clone(),
+                message: format!("shape reduction refused: {}", refusal.message),
+            };
+            return Proof::stopped(case, Verdict::Inconclusive, &e);
+        }
+    };
+    tracing::debug!(sizes = reduction.sizes.len(), "shape-reduced");
+    let summary = ReductionSummary {
+        inputs: reduction
+            .inputs
+            .iter()
+            .map(|(name, original, reduced)| ReducedInput {
+                name: name.clone(),
+                original: original.clone(),
+                reduced: reduced.clone(),
+            })
+            .collect(),
+        sizes: reduction.sizes.clone(),
+        elements_before: program_elements(case),
+        elements_after: program_elements(&reduction.case),
+        counterexample_reduced: false,
+    };
+    let mut proof = prove_sized(&reduction.case, cfg);
+    if proof.verdict == Verdict::Refuted && summary.elements_before <= cfg.max_elements {
+        // A refutation is shown on the case as written where it fits: the counterexample
+        // then replays on the user's own graphs, and a disagreement would expose a reduction
+        // that changed the program's meaning.
+        let full = prove_sized(case, cfg);
+        match full.verdict {
+            Verdict::Refuted => {
+                proof = full;
+            }
+            _ => {
+                proof.verdict = Verdict::Inconclusive;
+                proof.counterexample = None;
+                proof.message = Some(format!(
+                    "the shape-reduced case is refuted but the full-size case is not ({}); run with --no-reduce",
+                    full.message.unwrap_or_else(|| "proved".into())
+                ));
+            }
+        }
+        proof.reduction = Some(summary);
+        return proof;
+    }
+    proof.reduction = Some(ReductionSummary {
+        counterexample_reduced: proof.counterexample.is_some(),
+        ..summary
+    });
+    proof
+}
+
+/// Proves the case at the sizes it has.
+fn prove_sized(case: &Case, cfg: &ProveConfig) -> Proof {
     let started = Instant::now();
     let elements = program_elements(case);
     if elements > cfg.max_elements {
@@ -269,7 +365,7 @@ pub fn prove_case(case: &Case, cfg: &ProveConfig) -> Proof {
             kind: ExecErrorKind::Budget,
             op: None,
             message: format!(
-                "the spec and the ranks hold {elements} tensor elements, over the prover's limit of {}; shape reduction (not implemented yet) would shrink them",
+                "the spec and the ranks hold {elements} tensor elements, over the prover's limit of {} (after shape reduction, where it applies)",
                 cfg.max_elements
             ),
         };
@@ -526,6 +622,7 @@ pub fn prove_case(case: &Case, cfg: &ProveConfig) -> Proof {
         unsupported_op: None,
         message: None,
         stats,
+        reduction: None,
     };
     if let Some(r) = refutation {
         let exp = &expectations[r.output];

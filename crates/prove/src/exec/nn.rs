@@ -299,6 +299,70 @@ pub(crate) fn layer_norm(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError>
     ])
 }
 
+/// native_layer_norm_backward, as the registry's kernel: with `x̂ = (x - mean) * rstd` and
+/// `ĝ = g * w` per row, `dx = rstd / n * (n * ĝ - Σ ĝ - x̂ * Σ ĝ x̂)`, `dw = Σ_rows g x̂`,
+/// `db = Σ_rows g` (every output produced, whatever the mask, as the kernel does).
+pub(crate) fn layer_norm_backward(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
+    let g = ctx.tensor("grad_out")?;
+    let x = ctx.tensor("input")?;
+    let (rows, n) = norm_rows(ctx, &x)?;
+    let mean = ctx.tensor("mean")?;
+    let rstd = ctx.tensor("rstd")?;
+    if mean.numel() != rows || rstd.numel() != rows || g.numel() != x.numel() {
+        return Err(ctx.unsupported("statistics or gradient of the wrong size"));
+    }
+    let w = ctx.opt_tensor("weight")?;
+    let metas = [ctx.out_meta(0)?, ctx.out_meta(1)?, ctx.out_meta(2)?];
+    let ar = &mut *ctx.arena;
+    let nn = ar.int(n as i64)?;
+    let mut dx = Vec::with_capacity(x.numel());
+    let mut dw_terms: Vec<Vec<ExprId>> = vec![Vec::with_capacity(rows); n];
+    let mut db_terms: Vec<Vec<ExprId>> = vec![Vec::with_capacity(rows); n];
+    for r in 0..rows {
+        let (m, rs) = (mean.elems[r], rstd.elems[r]);
+        let mut xh = Vec::with_capacity(n);
+        let mut gh = Vec::with_capacity(n);
+        for j in 0..n {
+            let d = ar.sub(x.elems[r * n + j], m)?;
+            xh.push(ar.mul(d, rs)?);
+            let gj = g.elems[r * n + j];
+            gh.push(match &w {
+                Some(w) => ar.mul(gj, w.elems[j])?,
+                None => gj,
+            });
+            dw_terms[j].push(ar.mul(gj, xh[j])?);
+            db_terms[j].push(gj);
+        }
+        let s1 = ar.sum(&gh)?;
+        let prods = (0..n)
+            .map(|j| ar.mul(gh[j], xh[j]))
+            .collect::<Result<Vec<_>, _>>()?;
+        let s2 = ar.sum(&prods)?;
+        let k = scale_by(ar, rs, n)?;
+        for j in 0..n {
+            let a = ar.mul(nn, gh[j])?;
+            let b = ar.sub(a, s1)?;
+            let c = ar.mul(xh[j], s2)?;
+            let inner = ar.sub(b, c)?;
+            dx.push(ar.mul(k, inner)?);
+        }
+    }
+    let dw = dw_terms
+        .iter()
+        .map(|t| ar.sum(t))
+        .collect::<Result<Vec<_>, _>>()?;
+    let db = db_terms
+        .iter()
+        .map(|t| ar.sum(t))
+        .collect::<Result<Vec<_>, _>>()?;
+    let [m0, m1, m2] = metas;
+    Ok(vec![
+        SymTensor::new(m0.dtype, x.shape.clone(), dx),
+        SymTensor::new(m1.dtype, m1.shape, dw),
+        SymTensor::new(m2.dtype, m2.shape, db),
+    ])
+}
+
 /// rms_norm: x * rsqrt(mean(x^2) + eps) * w (eps defaults to the machine epsilon, as the
 /// kernel's).
 pub(crate) fn rms_norm(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {

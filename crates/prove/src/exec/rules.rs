@@ -69,6 +69,7 @@ pub(crate) fn rule_of(base: &str) -> Option<RuleFn> {
             super::nn::softmax_backward
         }
         "aten.native_layer_norm" | "aten.layer_norm" => super::nn::layer_norm,
+        "aten.native_layer_norm_backward" => super::nn::layer_norm_backward,
         "aten.rms_norm" | "aten._fused_rms_norm" => super::nn::rms_norm,
         "aten.nll_loss_forward" => super::nn::nll_loss_forward,
         "aten.nll_loss_backward" => super::nn::nll_loss_backward,

@@ -1,0 +1,370 @@
+//! Shape reduction (TrainVerify, seed 000, section 5.2, Algorithm 1; soundness in section 6
+//! and appendix C): the smallest sizes that keep every operator's semantics and every
+//! partition boundary, and the case rewritten to them.
+//!
+//! Every dimension of every value of the spec and of every distinct rank graph gets a size
+//! over size variables ([`sizes`]). The case's input placements relate a rank's dims to the
+//! spec's (`local = global / shards`, divisible by the shards and fused blocks), each
+//! operator's shape rule ([`rules`]) relates its outputs' dims to its inputs' (equal dims,
+//! products for reshapes, multiples for concatenation and all-gathers, proportional offsets
+//! for slices), and the expected outputs' placements relate the ranks' outputs to the spec's.
+//! Constraints are solved exactly by substitution as they are met, so the remaining free
+//! variables can take any positive value; each gets 2 (or 1 where it was 1), except those a
+//! value literal may depend on (a scale `1/sqrt(d)`, a mean's `1/n` written as a constant),
+//! which keep their size. Every shape literal is then rewritten from its dims' sizes, and
+//! the rewritten graphs are checked against shape inference.
+//!
+//! An operator outside the list satisfying the theorem's conditions ([`rules`]), a literal
+//! no dim explains, a cut, a constant tensor or a layout with explicit block sizes refuses
+//! the reduction ([`Refusal`]): never reduced unsoundly.
+
+pub mod rules;
+pub mod sizes;
+
+use rules::{GraphDims, LitValue};
+use serde::Serialize;
+use shardproof_case::{Blocks, Case, Layout};
+use shardproof_ir::{Arg, Dim, Graph, NodeKind, TensorType};
+use sizes::{Mono, Sizes, Unexplained};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Why a case is not reduced.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Refusal {
+    /// The operator to blame, when one is.
+    pub op: Option<String>,
+    /// What and where.
+    pub message: String,
+}
+
+impl Refusal {
+    fn new(message: impl Into<String>) -> Refusal {
+        Refusal {
+            op: None,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<Unexplained> for Refusal {
+    fn from(e: Unexplained) -> Self {
+        Refusal::new(e.0)
+    }
+}
+
+/// One size variable of the reduction.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ReducedSize {
+    /// Where it first appeared (`spec x dim 1`).
+    pub origin: String,
+    /// Its size in the case.
+    pub original: u64,
+    /// Its size in the reduced case.
+    pub reduced: u64,
+    /// Kept at the original size because a value literal may depend on it.
+    pub pinned: bool,
+}
+
+/// A reduced case and how it was reduced.
+#[derive(Clone, Debug)]
+pub struct Reduction {
+    /// The case with every shape and shape literal rewritten.
+    pub case: Case,
+    /// The free size variables.
+    pub sizes: Vec<ReducedSize>,
+    /// Every spec input's original and reduced shape.
+    pub inputs: Vec<(String, Vec<u64>, Vec<u64>)>,
+}
+
+/// Elements of every value of a graph, by shape inference.
+pub fn graph_elements(g: &Graph, case: &Case) -> usize {
+    shardproof_interp::infer_graph(g, &case.ops)
+        .metas
+        .iter()
+        .flatten()
+        .flatten()
+        .map(|m| m.numel())
+        .sum()
+}
+
+/// The ratio `global / local` of a dimension, when exact.
+fn ratio(global: u64, local: u64, what: &str) -> Result<u64, Refusal> {
+    if local == 0 || !global.is_multiple_of(local) {
+        return Err(Refusal::new(format!(
+            "{what}: the ranks' size {local} does not divide the spec's {global} (uneven shards are not reduced)"
+        )));
+    }
+    Ok(global / local)
+}
+
+fn blocks_of(layout: &Layout) -> Result<u64, Refusal> {
+    match layout {
+        Layout::Placed(p) => match &p.blocks {
+            Blocks::Equal { count, .. } => Ok(*count as u64),
+            Blocks::Sizes(_) => Err(Refusal::new(
+                "a layout with explicit block sizes (`blocks: [..]`) is not reduced",
+            )),
+        },
+        Layout::Expr(_) => Err(Refusal::new("an `expr:` layout is not reduced")),
+    }
+}
+
+/// A rank dim from the spec dim it holds a `1/k` of (with `blocks` fused blocks, each split
+/// into `k`): divisible by `k * blocks`, so every shard and block boundary stays.
+fn local_dim(
+    sizes: &mut Sizes,
+    global: &Mono,
+    local: u64,
+    blocks: u64,
+    what: &str,
+) -> Result<Mono, Refusal> {
+    let g = sizes.original(global);
+    if g == local {
+        if blocks > 1 {
+            // A fused dim held whole still has its block boundaries.
+            sizes.divide(global, blocks, what)?;
+        }
+        return Ok(global.clone());
+    }
+    let k = ratio(g, local, what)?;
+    let part = sizes.divide(global, k * blocks, what)?;
+    Ok(part.scale(blocks).expect("small"))
+}
+
+/// Reduces `case`: the smallest sizes keeping every operator's semantics and every partition
+/// boundary, or why not.
+pub fn reduce_case(case: &Case) -> Result<Reduction, Refusal> {
+    let mut sizes = Sizes::default();
+    if case.inputs.iter().any(|r| r.cut) {
+        return Err(Refusal::new("a case with cuts is not reduced"));
+    }
+    let spec_metas = shardproof_interp::infer_graph(&case.spec, &case.ops).metas;
+    let spec = rules::walk(&mut sizes, &case.spec, &spec_metas, &mut |sz, v, shape| {
+        Ok(Some(
+            shape
+                .iter()
+                .enumerate()
+                .map(|(d, &n)| sz.fresh(n, format!("spec {} dim {d}", case.spec.value_name(v))))
+                .collect(),
+        ))
+    })?;
+    // The rank graphs, each distinct one once: ranks sharing a graph hold the same shapes.
+    let first = shardproof_interp::first_equal(&case.program.ranks);
+    let mut walked: HashMap<usize, GraphDims> = HashMap::new();
+    for (r, g) in case.program.ranks.iter().enumerate() {
+        if first[r] != r {
+            continue;
+        }
+        let metas = shardproof_interp::infer_graph(g, &case.ops).metas;
+        let dims = rules::walk(&mut sizes, g, &metas, &mut |sz, v, shape| {
+            let rel = case
+                .inputs
+                .iter()
+                .find(|rel| rel.rank_values.iter().any(|&(rr, rv)| rr == r && rv == v));
+            let Some(rel) = rel else {
+                return Err(Refusal::new(format!(
+                    "rank {r}'s input `{}` is not laid out by the case",
+                    g.value_name(v)
+                )));
+            };
+            let global = spec.dims_of(rel.spec_value).ok_or_else(|| {
+                Refusal::new(format!(
+                    "the shape of spec input `{}` is unknown",
+                    rel.spec_name
+                ))
+            })?;
+            if global.len() != shape.len() {
+                return Err(Refusal::new(format!(
+                    "rank {r}'s `{}` has rank {} but spec `{}` has {}",
+                    g.value_name(v),
+                    shape.len(),
+                    rel.spec_name,
+                    global.len()
+                )));
+            }
+            let blocks = blocks_of(&rel.layout)?;
+            let mut out = Vec::new();
+            for (d, (gm, &n)) in global.iter().zip(shape).enumerate() {
+                let what = format!("`{}` dim {d} on rank {r}", rel.spec_name);
+                out.push(local_dim(sz, gm, n, blocks, &what)?);
+            }
+            Ok(Some(out))
+        })?;
+        walked.insert(r, dims);
+    }
+    // The expected outputs' placements relate the ranks' outputs to the spec's.
+    for e in &case.outputs {
+        let Some(global) = spec.dims_of(e.spec_value) else {
+            continue;
+        };
+        let blocks = blocks_of(&e.layout)?;
+        for &(r, rv) in &e.rank_values {
+            let dims = &walked[&first[r]];
+            let Some(local) = dims.dims_of(rv) else {
+                continue;
+            };
+            if local.len() != global.len() {
+                continue;
+            }
+            for (d, (gm, lm)) in global.iter().zip(local.iter()).enumerate() {
+                let what = format!("output `{}` dim {d} on rank {r}", e.spec_name);
+                let n = sizes.original(lm);
+                let expect = local_dim(&mut sizes, gm, n, blocks, &what)?;
+                sizes.unify(&expect, lm, &what)?;
+            }
+        }
+    }
+    // Value literals may stand for sizes: keep those sizes.
+    for x in spec
+        .value_literals
+        .iter()
+        .chain(walked.values().flat_map(|w| w.value_literals.iter()))
+    {
+        sizes.pin_divisors_of(*x);
+    }
+    let new_spec = rewrite(&case.spec, &spec, &sizes, &case.ops)?;
+    let mut new_graphs: HashMap<usize, Arc<Graph>> = HashMap::new();
+    for (&r, dims) in &walked {
+        new_graphs.insert(
+            r,
+            Arc::new(rewrite(&case.program.ranks[r], dims, &sizes, &case.ops)?),
+        );
+    }
+    let mut reduced = case.clone();
+    reduced.spec = new_spec;
+    reduced.program.ranks = (0..case.program.ranks.len())
+        .map(|r| new_graphs[&first[r]].clone())
+        .collect();
+    let inputs = case
+        .inputs
+        .iter()
+        .filter_map(|rel| {
+            let d = spec.dims_of(rel.spec_value)?;
+            Some((
+                rel.spec_name.clone(),
+                d.iter().map(|m| sizes.original(m)).collect(),
+                d.iter().map(|m| sizes.reduced(m)).collect(),
+            ))
+        })
+        .collect();
+    let free = sizes
+        .free()
+        .into_iter()
+        .map(|(_, original, reduced, origin, pinned)| ReducedSize {
+            origin: origin.to_string(),
+            original,
+            reduced,
+            pinned,
+        })
+        .collect();
+    Ok(Reduction {
+        case: reduced,
+        sizes: free,
+        inputs,
+    })
+}
+
+/// Sets argument `name` of a call node, positionally or by keyword as it was given (or
+/// appended by keyword when it was defaulted).
+fn set_arg(
+    node: &mut shardproof_ir::Node,
+    schema: &shardproof_ops::Schema,
+    name: &str,
+    value: Arg,
+) {
+    let NodeKind::Call { args, kwargs, .. } = &mut node.kind else {
+        return;
+    };
+    if let Some((_, a)) = kwargs.iter_mut().find(|(k, _)| k == name) {
+        *a = value;
+        return;
+    }
+    match schema.index_of(name) {
+        Some(i) if i < args.len() => args[i] = value,
+        _ => kwargs.push((name.to_string(), value)),
+    }
+}
+
+fn int_arg(x: u64) -> Arg {
+    Arg::Int(x as i64)
+}
+
+/// The graph with every recorded shape and shape literal at its reduced size, checked
+/// against shape inference.
+fn rewrite(
+    g: &Graph,
+    dims: &GraphDims,
+    sizes: &Sizes,
+    ops: &std::collections::BTreeMap<String, shardproof_ir::OpMeaning>,
+) -> Result<Graph, Refusal> {
+    let mut out = g.clone();
+    for (i, node) in out.nodes.iter_mut().enumerate() {
+        for (k, o) in node.outputs.iter_mut().enumerate() {
+            let (Some(ty), Some(d)) = (&o.ty, dims.dims[i].get(k).and_then(|d| d.as_ref())) else {
+                continue;
+            };
+            if ty.shape.iter().any(|d| matches!(d, Dim::Sym(_))) {
+                return Err(Refusal::new(format!(
+                    "`{}` has a symbolic shape; only concrete shapes are reduced",
+                    o.name
+                )));
+            }
+            let shape: Vec<i64> = d.iter().map(|m| sizes.reduced(m) as i64).collect();
+            o.ty = Some(TensorType::new(ty.dtype, &shape));
+        }
+    }
+    let reg = shardproof_ops::Registry::builtin();
+    for lit in &dims.literals {
+        let node = &mut out.nodes[lit.node];
+        let Some(op) = node.op().cloned() else {
+            continue;
+        };
+        let def = reg.get(&op).expect("walked nodes are registered");
+        let value = match &lit.value {
+            LitValue::Sizes(list) => Arg::List(
+                list.iter()
+                    .map(|m| match m {
+                        Some(m) => int_arg(sizes.reduced(m)),
+                        None => Arg::Int(-1),
+                    })
+                    .collect(),
+            ),
+            LitValue::Size(m) => int_arg(sizes.reduced(m)),
+            LitValue::Scaled { dim, num, den } => {
+                let n = sizes.reduced(dim);
+                // Exact: the dim was made divisible by `den / gcd(num, den)`.
+                int_arg(n * num / den)
+            }
+        };
+        set_arg(node, &def.schema, lit.arg, value);
+    }
+    // The rewritten graph must agree with shape inference everywhere.
+    let inferred = shardproof_interp::infer_graph(&out, ops);
+    for (i, node) in out.nodes.iter().enumerate() {
+        for (k, o) in node.outputs.iter().enumerate() {
+            let (Some(ty), Some(Some(m))) = (&o.ty, inferred.metas[i].get(k)) else {
+                continue;
+            };
+            let want: Vec<usize> = ty
+                .concrete_shape()
+                .unwrap_or_default()
+                .iter()
+                .map(|&d| d as usize)
+                .collect();
+            if m.shape != want {
+                return Err(Refusal {
+                    op: node.op().map(|o| o.to_string()),
+                    message: format!(
+                        "{}: the reduced `{}` infers to {:?}, not {:?}: its shape rule is not reduced consistently",
+                        rules::location(g, i),
+                        o.name,
+                        m.shape,
+                        want
+                    ),
+                });
+            }
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,556 @@
+//! Symbolic sizes: every tensor dimension a monomial `c * v1^e1 * v2^e2 ...` over size
+//! variables, each variable with the size it has in the original program. Shape rules relate
+//! dimensions by equations between monomials; the solver satisfies them by *substitution*
+//! (a variable is replaced by a product of fresh ones, or by a multiple of one), so every
+//! constraint seen holds for every assignment of the remaining free variables. The reduced
+//! program then gives each free variable the smallest value its semantics allow.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// A size variable's index.
+pub type Var = usize;
+
+/// A size: `coef * Π var^exp`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Mono {
+    /// The constant factor.
+    pub coef: u64,
+    /// Variables with their (positive) exponents.
+    pub vars: BTreeMap<Var, u32>,
+}
+
+impl Mono {
+    /// The constant `c`.
+    pub fn constant(c: u64) -> Mono {
+        Mono {
+            coef: c,
+            vars: BTreeMap::new(),
+        }
+    }
+
+    /// The variable `v`.
+    pub fn var(v: Var) -> Mono {
+        Mono {
+            coef: 1,
+            vars: BTreeMap::from([(v, 1)]),
+        }
+    }
+
+    /// The product of two sizes.
+    pub fn mul(&self, other: &Mono) -> Option<Mono> {
+        let mut out = self.clone();
+        out.coef = out.coef.checked_mul(other.coef)?;
+        for (&v, &e) in &other.vars {
+            *out.vars.entry(v).or_default() += e;
+        }
+        Some(out)
+    }
+
+    /// `self * k`.
+    pub fn scale(&self, k: u64) -> Option<Mono> {
+        self.mul(&Mono::constant(k))
+    }
+
+    /// Whether the size is the constant 1.
+    pub fn is_one(&self) -> bool {
+        self.coef == 1 && self.vars.is_empty()
+    }
+}
+
+/// Why the sizes cannot be related soundly.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unexplained(pub String);
+
+/// The size variables and what is known of them.
+#[derive(Clone, Debug, Default)]
+pub struct Sizes {
+    /// Each variable's size in the original program.
+    orig: Vec<u64>,
+    /// A variable replaced by a monomial over newer variables.
+    defs: Vec<Option<Mono>>,
+    /// Where each variable first appeared, for the report.
+    origin: Vec<String>,
+    /// Variables whose value must stay the original one (a literal may depend on it).
+    pinned: Vec<bool>,
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+impl Sizes {
+    /// A fresh size equal to `orig` in the original program: the constant 1 for 1 (a size-1
+    /// dimension broadcasts, so it is never reduced or enlarged), else a new variable.
+    pub fn fresh(&mut self, orig: u64, origin: impl Into<String>) -> Mono {
+        if orig <= 1 {
+            return Mono::constant(orig);
+        }
+        self.orig.push(orig);
+        self.defs.push(None);
+        self.origin.push(origin.into());
+        self.pinned.push(false);
+        Mono::var(self.orig.len() - 1)
+    }
+
+    /// Variables created so far.
+    pub fn len(&self) -> usize {
+        self.orig.len()
+    }
+
+    /// Whether no variable was created.
+    pub fn is_empty(&self) -> bool {
+        self.orig.is_empty()
+    }
+
+    /// The size with every substituted variable expanded.
+    pub fn norm(&self, m: &Mono) -> Mono {
+        let mut out = Mono::constant(m.coef);
+        for (&v, &e) in &m.vars {
+            let part = match &self.defs[v] {
+                Some(d) => self.norm(d),
+                None => Mono::var(v),
+            };
+            for _ in 0..e {
+                out = out
+                    .mul(&part)
+                    .expect("sizes stay within u64: they equal original sizes");
+            }
+        }
+        out
+    }
+
+    /// The size in the original program.
+    pub fn original(&self, m: &Mono) -> u64 {
+        let m = self.norm(m);
+        m.vars
+            .iter()
+            .fold(m.coef, |acc, (&v, &e)| acc * self.orig[v].pow(e))
+    }
+
+    /// Replaces free variable `v` by `m` (whose original size must equal `v`'s).
+    fn define(&mut self, v: Var, m: Mono) {
+        debug_assert!(self.defs[v].is_none());
+        debug_assert_eq!(self.original(&m), self.orig[v]);
+        self.defs[v] = Some(m);
+    }
+
+    /// Makes `m` divisible by `k` for every value of the free variables, by writing one of its
+    /// variables as a multiple; the size divided by `k`.
+    pub fn divide(&mut self, m: &Mono, k: u64, why: &str) -> Result<Mono, Unexplained> {
+        let n = self.norm(m);
+        if k == 0 || !self.original(&n).is_multiple_of(k) {
+            return Err(Unexplained(format!(
+                "{why}: size {} is not divisible by {k}",
+                self.original(&n)
+            )));
+        }
+        let mut n = n;
+        // Factor the rest out of variables sharing a factor with it, largest first; each
+        // round moves a factor into the coefficient.
+        loop {
+            let need = k / gcd(n.coef, k);
+            if need == 1 {
+                break;
+            }
+            let pick = n
+                .vars
+                .keys()
+                .copied()
+                .filter(|&v| gcd(need, self.orig[v]) > 1)
+                .max_by_key(|&v| (self.orig[v], std::cmp::Reverse(v)));
+            let Some(v) = pick else {
+                return Err(Unexplained(format!(
+                    "{why}: cannot keep size {} divisible by {k} at every reduced size",
+                    self.original(&n)
+                )));
+            };
+            let g = gcd(need, self.orig[v]);
+            let rest = self.fresh(self.orig[v] / g, format!("{} / {g}", self.origin[v]));
+            self.define(v, rest.scale(g).expect("small"));
+            n = self.norm(&n);
+        }
+        Ok(self.exact_div(&n, k))
+    }
+
+    /// `m / k` where `k` divides the coefficient of `m`'s normal form.
+    fn exact_div(&self, m: &Mono, k: u64) -> Mono {
+        let mut n = self.norm(m);
+        debug_assert_eq!(n.coef % k, 0);
+        n.coef /= k;
+        n
+    }
+
+    /// Makes `a` and `b` equal for every value of the free variables: common factors cancel,
+    /// a lone variable is defined as the other side, and otherwise two variables (or a
+    /// variable and a coefficient) sharing a factor are refined into the common factor and
+    /// the rests, until one of the first two cases applies.
+    pub fn unify(&mut self, a: &Mono, b: &Mono, why: &str) -> Result<(), Unexplained> {
+        let (oa, ob) = (self.original(a), self.original(b));
+        if oa != ob {
+            return Err(Unexplained(format!("{why}: sizes {oa} and {ob} differ")));
+        }
+        // Each round either finishes or splits a variable into smaller ones.
+        for _ in 0..256 {
+            let (mut a, mut b) = (self.norm(a), self.norm(b));
+            cancel(&mut a, &mut b);
+            if a == b {
+                return Ok(());
+            }
+            let single = |m: &Mono| -> Option<Var> {
+                (m.vars.len() == 1 && m.vars.values().all(|&e| e == 1))
+                    .then(|| *m.vars.keys().next().expect("one"))
+            };
+            // a.coef * v = b  =>  v = b / a.coef, when that is a monomial.
+            for (x, y) in [(&a, &b), (&b, &a)] {
+                if let Some(v) = single(x) {
+                    if y.coef.is_multiple_of(x.coef) && !y.vars.contains_key(&v) {
+                        let mut def = y.clone();
+                        def.coef /= x.coef;
+                        self.define(v, def);
+                        return Ok(());
+                    }
+                }
+            }
+            if !self.refine(&a, &b) && !self.refine(&b, &a) {
+                return Err(Unexplained(format!(
+                    "{why}: cannot relate sizes {} and {} by products of size variables",
+                    self.show(&a),
+                    self.show(&b)
+                )));
+            }
+        }
+        Err(Unexplained(format!("{why}: sizes too entangled to relate")))
+    }
+
+    /// Splits a variable of `y` by a factor it shares with a variable or the coefficient of
+    /// `x`; whether it did.
+    fn refine(&mut self, x: &Mono, y: &Mono) -> bool {
+        for (&w, &ew) in &y.vars {
+            if ew != 1 {
+                continue;
+            }
+            let ow = self.orig[w];
+            let g = gcd(x.coef, ow);
+            if g > 1 {
+                let rest = self.fresh(ow / g, format!("{} / {g}", self.origin[w]));
+                self.define(w, rest.scale(g).expect("small"));
+                return true;
+            }
+            for (&u, &eu) in &x.vars {
+                if eu != 1 {
+                    continue;
+                }
+                let ou = self.orig[u];
+                let g = gcd(ou, ow);
+                if g <= 1 {
+                    continue;
+                }
+                if ou == g {
+                    let rest = self.fresh(ow / g, format!("{} / {g}", self.origin[w]));
+                    self.define(w, Mono::var(u).mul(&rest).expect("small"));
+                } else if ow == g {
+                    let rest = self.fresh(ou / g, format!("{} / {g}", self.origin[u]));
+                    self.define(u, Mono::var(w).mul(&rest).expect("small"));
+                } else {
+                    let t = self.fresh(g, format!("{} (common factor {g})", self.origin[u]));
+                    let ru = self.fresh(ou / g, format!("{} / {g}", self.origin[u]));
+                    let rw = self.fresh(ow / g, format!("{} / {g}", self.origin[w]));
+                    self.define(u, t.mul(&ru).expect("small"));
+                    self.define(w, t.mul(&rw).expect("small"));
+                }
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Splits `m` into factors with the given original sizes, in order (a reshape that splits
+    /// one dimension into several): exact matches first, else a variable is written as a
+    /// product of a fresh factor and the rest.
+    pub fn split(&mut self, m: &Mono, parts: &[u64], why: &str) -> Result<Vec<Mono>, Unexplained> {
+        let total: u64 = parts.iter().product();
+        if self.original(m) != total {
+            return Err(Unexplained(format!(
+                "{why}: {} is not the product of {parts:?}",
+                self.original(m)
+            )));
+        }
+        let mut rest = self.norm(m);
+        let mut out = Vec::with_capacity(parts.len());
+        for (j, &p) in parts.iter().enumerate() {
+            if j + 1 == parts.len() {
+                out.push(rest.clone());
+                break;
+            }
+            if p == 1 {
+                out.push(Mono::constant(1));
+                continue;
+            }
+            // A variable of exactly this size.
+            let exact = rest
+                .vars
+                .iter()
+                .find(|(&v, &e)| e >= 1 && self.orig[v] == p)
+                .map(|(&v, _)| v);
+            if let Some(v) = exact {
+                out.push(Mono::var(v));
+                rest = remove_var(&rest, v);
+                continue;
+            }
+            if rest.coef.is_multiple_of(p) {
+                out.push(Mono::constant(p));
+                rest.coef /= p;
+                continue;
+            }
+            // A variable this size divides: v = f * r.
+            let divisible = rest
+                .vars
+                .iter()
+                .filter(|(&v, &e)| e == 1 && self.orig[v].is_multiple_of(p))
+                .map(|(&v, _)| v)
+                .max_by_key(|&v| (self.orig[v], std::cmp::Reverse(v)));
+            if let Some(v) = divisible {
+                let f = self.fresh(p, format!("{} (factor {p})", self.origin[v]));
+                let r = self.fresh(self.orig[v] / p, format!("{} / {p}", self.origin[v]));
+                self.define(v, f.mul(&r).expect("small"));
+                // `rest` had v once; it now has f * r: take f away.
+                rest = remove_var(&self.norm(&rest), single_var(&f));
+                out.push(f);
+                continue;
+            }
+            // Otherwise gather the part from several variables (and the coefficient), each
+            // giving the factor it shares with what is still missing.
+            let mut part = Mono::constant(1);
+            let mut missing = p;
+            while missing > 1 {
+                let g = gcd(rest.coef, missing);
+                if g > 1 {
+                    rest.coef /= g;
+                    part = part.scale(g).expect("small");
+                    missing /= g;
+                    continue;
+                }
+                let pick = rest
+                    .vars
+                    .keys()
+                    .copied()
+                    .filter(|&v| gcd(self.orig[v], missing) > 1)
+                    .max_by_key(|&v| (gcd(self.orig[v], missing), std::cmp::Reverse(v)));
+                let Some(v) = pick else {
+                    return Err(Unexplained(format!(
+                        "{why}: cannot split size {} into {parts:?} by size variables",
+                        self.show(m)
+                    )));
+                };
+                let g = gcd(self.orig[v], missing);
+                let taken = if self.orig[v] == g {
+                    Mono::var(v)
+                } else {
+                    let f = self.fresh(g, format!("{} (factor {g})", self.origin[v]));
+                    let r = self.fresh(self.orig[v] / g, format!("{} / {g}", self.origin[v]));
+                    self.define(v, f.mul(&r).expect("small"));
+                    rest = self.norm(&rest);
+                    f
+                };
+                rest = remove_var(&rest, single_var(&taken));
+                part = part.mul(&taken).expect("small");
+                missing /= g;
+            }
+            out.push(part);
+        }
+        Ok(out)
+    }
+
+    /// Keeps every free variable of `m` at its original size.
+    pub fn pin(&mut self, m: &Mono) {
+        let n = self.norm(m);
+        for v in n.vars.keys() {
+            self.pinned[*v] = true;
+        }
+    }
+
+    /// Pins every free variable whose original size divides `x`: a value literal equal to `x`
+    /// (or its reciprocal, square or square root) may be a product of sizes, and the reduced
+    /// program keeps the literal, so the sizes it may stand for keep their values.
+    pub fn pin_divisors_of(&mut self, x: u64) {
+        for v in 0..self.orig.len() {
+            if self.defs[v].is_none() && x.is_multiple_of(self.orig[v]) {
+                self.pinned[v] = true;
+            }
+        }
+    }
+
+    /// The reduced value of every free variable: the original when pinned, else the smallest
+    /// size that keeps a reduction a reduction (2; 1 stays 1).
+    pub fn reduced_value(&self, v: Var) -> u64 {
+        if self.pinned[v] {
+            self.orig[v]
+        } else {
+            self.orig[v].min(2)
+        }
+    }
+
+    /// The size in the reduced program.
+    pub fn reduced(&self, m: &Mono) -> u64 {
+        let n = self.norm(m);
+        n.vars
+            .iter()
+            .fold(n.coef, |acc, (&v, &e)| acc * self.reduced_value(v).pow(e))
+    }
+
+    /// The free variables, with their original and reduced sizes and where they come from.
+    pub fn free(&self) -> Vec<(Var, u64, u64, &str, bool)> {
+        (0..self.orig.len())
+            .filter(|&v| self.defs[v].is_none())
+            .map(|v| {
+                (
+                    v,
+                    self.orig[v],
+                    self.reduced_value(v),
+                    self.origin[v].as_str(),
+                    self.pinned[v],
+                )
+            })
+            .collect()
+    }
+
+    /// The size in words: `2*s3*s7`.
+    pub fn show(&self, m: &Mono) -> String {
+        let n = self.norm(m);
+        let mut parts = Vec::new();
+        if n.coef != 1 || n.vars.is_empty() {
+            parts.push(n.coef.to_string());
+        }
+        for (v, e) in &n.vars {
+            parts.push(if *e == 1 {
+                format!("s{v}")
+            } else {
+                format!("s{v}^{e}")
+            });
+        }
+        parts.join("*")
+    }
+}
+
+/// Divides out the variables and the coefficient `a` and `b` have in common.
+fn cancel(a: &mut Mono, b: &mut Mono) {
+    let common: Vec<Var> = a
+        .vars
+        .keys()
+        .filter(|v| b.vars.contains_key(v))
+        .copied()
+        .collect();
+    for v in common {
+        let e = a.vars[&v].min(b.vars[&v]);
+        for m in [&mut *a, &mut *b] {
+            let x = m.vars.get_mut(&v).expect("common");
+            *x -= e;
+            if *x == 0 {
+                m.vars.remove(&v);
+            }
+        }
+    }
+    let g = gcd(a.coef, b.coef);
+    a.coef /= g;
+    b.coef /= g;
+}
+
+fn remove_var(m: &Mono, v: Var) -> Mono {
+    let mut out = m.clone();
+    if let Some(e) = out.vars.get_mut(&v) {
+        *e -= 1;
+        if *e == 0 {
+            out.vars.remove(&v);
+        }
+    }
+    out
+}
+
+fn single_var(m: &Mono) -> Var {
+    *m.vars.keys().next().unwrap_or(&usize::MAX)
+}
+
+impl fmt::Display for Mono {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.coef)?;
+        for (v, e) in &self.vars {
+            write!(f, "*s{v}^{e}")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn division_writes_a_variable_as_a_multiple() {
+        let mut s = Sizes::default();
+        let h = s.fresh(16, "hidden");
+        let local = s.divide(&h, 2, "tp").unwrap();
+        assert_eq!(s.original(&local), 8);
+        assert_eq!(s.reduced(&h), 4);
+        assert_eq!(s.reduced(&local), 2);
+        // 3 does not divide 16.
+        assert!(s.divide(&h, 3, "tp").is_err());
+    }
+
+    #[test]
+    fn unification_and_splits_keep_every_relation() {
+        let mut s = Sizes::default();
+        let a = s.fresh(12, "a");
+        let b = s.fresh(12, "b");
+        s.unify(&a, &b, "add").unwrap();
+        assert_eq!(s.norm(&a), s.norm(&b));
+        let parts = s.split(&a, &[3, 4], "view").unwrap();
+        assert_eq!(parts.len(), 2);
+        assert_eq!(s.original(&parts[0]), 3);
+        assert_eq!(s.original(&parts[1]), 4);
+        let prod = parts[0].mul(&parts[1]).unwrap();
+        assert_eq!(s.norm(&prod), s.norm(&b));
+        assert_eq!(s.reduced(&b), 4);
+        // Different sizes never unify.
+        let c = s.fresh(5, "c");
+        assert!(s.unify(&c, &b, "add").is_err());
+    }
+
+    #[test]
+    fn coprime_multiples_share_a_fresh_variable() {
+        let mut s = Sizes::default();
+        let u = s.fresh(6, "u");
+        let w = s.fresh(4, "w");
+        let (u2, w3) = (u.scale(2).unwrap(), w.scale(3).unwrap());
+        s.unify(&u2, &w3, "cat").unwrap();
+        assert_eq!(s.reduced(&u) * 2, s.reduced(&w) * 3);
+        assert_eq!(s.reduced(&u), 6);
+    }
+
+    #[test]
+    fn a_split_gathers_its_part_from_several_variables() {
+        let mut s = Sizes::default();
+        let (a, b) = (s.fresh(6, "a"), s.fresh(10, "b"));
+        let ab = a.mul(&b).unwrap();
+        // 60 = 4 * 15: 4 takes a factor 2 from each variable.
+        let parts = s.split(&ab, &[4, 15], "view").unwrap();
+        assert_eq!(s.original(&parts[0]), 4);
+        assert_eq!(s.original(&parts[1]), 15);
+        let prod = parts[0].mul(&parts[1]).unwrap();
+        assert_eq!(s.norm(&prod), s.norm(&ab));
+    }
+
+    #[test]
+    fn pinned_variables_keep_their_size() {
+        let mut s = Sizes::default();
+        let d = s.fresh(8, "head_dim");
+        let h = s.fresh(12, "hidden");
+        s.pin_divisors_of(64);
+        assert_eq!(s.reduced(&d), 8);
+        assert_eq!(s.reduced(&h), 2);
+    }
+}

@@ -28,6 +28,8 @@ pub struct RankPlacements {
     pub unknown_sources: Vec<(usize, String)>,
     /// Values whose placement is `Unknown` on some mesh dim.
     pub unknown_values: usize,
+    /// Per value: known to hold only zeros (see [`zero_output`]).
+    pub zero: Vec<bool>,
     /// Findings of the operator rules.
     pub findings: Vec<RawFinding>,
 }
@@ -87,6 +89,35 @@ pub struct Shared<'a> {
     pub groups: HashMap<String, Option<Vec<usize>>>,
     /// Per recv (rank, node): the send (rank, node) whose message it takes.
     pub messages: &'a BTreeMap<(usize, usize), (usize, usize)>,
+    /// The single-device spec's scalings, when the case has a spec: node name -> (operator,
+    /// scalar factor) of every `mul` or `div` by a literal number (see [`spec_scalings`]).
+    pub spec_scalings: HashMap<&'a str, (&'a OpName, f64, Option<i64>)>,
+}
+
+/// The scalings of `spec` (the case's single-device program): every `mul` or `div` by a
+/// literal number, by node name. A rank node of the same name and operator whose factor is
+/// the spec's divided by a mesh dim's size n (autograd folds the 1/n of a loss share into
+/// its backward's constants) makes a replicated value whose n copies sum to the spec's.
+pub fn spec_scalings(spec: &Graph) -> HashMap<&str, (&OpName, f64, Option<i64>)> {
+    spec.nodes
+        .iter()
+        .filter_map(|n| {
+            let NodeKind::Call { op, args, .. } = &n.kind else {
+                return None;
+            };
+            if !matches!(op.name.as_str(), "mul" | "div") {
+                return None;
+            }
+            let x = args.get(1).and_then(Arg::as_f64)?;
+            let numel = n
+                .outputs
+                .first()
+                .and_then(|o| o.ty.as_ref())
+                .and_then(|t| t.concrete_shape())
+                .map(|s| s.iter().product());
+            Some((n.name.as_str(), (op, x, numel)))
+        })
+        .collect()
 }
 
 fn hash_arg(a: &Arg, h: &mut impl Hasher) {
@@ -187,6 +218,7 @@ pub fn propagate_rank(
         origin: vec![NONE; total as usize * nd],
         invariant: vec![false; total as usize],
         scaled: vec![false; total as usize * nd],
+        zero: vec![false; total as usize],
         ..Default::default()
     };
     let mut pending = false;
@@ -199,6 +231,14 @@ pub fn propagate_rank(
             .flatten()
     };
     let peer_list: Vec<Vec<usize>> = (0..nd).map(|m| peers(mesh, r, m)).collect();
+    let loss_terms = LossTerms::of(g, metas);
+    let mut dual_used: HashMap<String, usize> = HashMap::new();
+    // A graph that writes some buffer in place (`add_`, `copy_`) may fill a zero tensor
+    // after it is made: no value of it is taken to be zero.
+    let mutates = g.nodes.iter().any(|n| {
+        n.op()
+            .is_some_and(|op| op.name.ends_with('_') && !op.name.ends_with("__"))
+    });
     for (i, node) in g.nodes.iter().enumerate() {
         let base = rp.offsets[i] as usize;
         let nout = node.outputs.len();
@@ -346,6 +386,21 @@ pub fn propagate_rank(
                 };
                 let outs: Vec<Option<Meta>> =
                     (0..nout).map(|o| meta_of(ValueId::new(i, o))).collect();
+                if !mutates && zero_output(&op.name, rule.family, &bound, &inputs, &rp) {
+                    rp.zero[base..base + nout].fill(true);
+                }
+                let group_name = (def.class == OpClass::Collective)
+                    .then(|| {
+                        match bound
+                            .schema()
+                            .index_of("group_name")
+                            .and_then(|_| bound.get("group_name"))
+                        {
+                            Some(Arg::Str(s)) => Some(s),
+                            _ => None,
+                        }
+                    })
+                    .flatten();
                 let group = if def.class == OpClass::Collective {
                     let name = match bound
                         .schema()
@@ -407,6 +462,7 @@ pub fn propagate_rank(
                         && peer_list[m].iter().any(|&p| {
                             p != r && peer_node(p).is_some_and(|j| sh.literals[p][j] != my_lit)
                         });
+                    let zero_of = |v: ValueId| rp.zero[rp.offsets[v.node] as usize + v.output];
                     let blocked_ok = rules::takes_blocked(rule.family);
                     let place = |v: ValueId| match rp.of(v, nd)[m] {
                         Place::Blocked(..) if !blocked_ok => Place::Varying,
@@ -471,6 +527,7 @@ pub fn propagate_rank(
                         peer_ints: &peer_ints,
                         place: &place,
                         meta: &meta_of,
+                        zero: &zero_of,
                     };
                     let (mut result, mut violation) = match (rule.f)(&ctx) {
                         Ok(v) => (v, None),
@@ -486,10 +543,13 @@ pub fn propagate_rank(
                         })
                     };
                     let lifted = match violation.as_ref().map(|v| v.exempt) {
-                        Some(Exempt::ReduceReplicate) => inputs
-                            .first()
-                            .is_some_and(|&v| scaled_of(v))
-                            .then(|| vec![Place::Replicate; nout]),
+                        Some(Exempt::ReduceReplicate) => {
+                            let dual = group_name.as_deref().is_some_and(|gname| {
+                                loss_terms.backward_dual(i, gname, &mut dual_used)
+                            });
+                            (dual || inputs.first().is_some_and(|&v| scaled_of(v)))
+                                .then(|| vec![Place::Replicate; nout])
+                        }
                         Some(Exempt::PartialPlusReplicate(red)) => {
                             // The replicated terms computed differently on the ranks (added on
                             // some ranks only).
@@ -522,11 +582,33 @@ pub fn propagate_rank(
                     } else {
                         None
                     };
-                    let by_n = match (op.name.as_str(), other.and_then(|a| a.as_f64())) {
+                    let factor = other.and_then(|a| a.as_f64());
+                    let by_n = match (op.name.as_str(), factor) {
                         ("div", Some(x)) => n_m > 1.0 && x == n_m,
                         ("mul", Some(x)) => n_m > 1.0 && (x * n_m - 1.0).abs() < 1e-12,
                         _ => false,
-                    };
+                    } || (n_m > 1.0
+                        && factor.is_some_and(|x| {
+                            sh.spec_scalings
+                                .get(name)
+                                .is_some_and(|&(sop, y, spec_numel)| {
+                                    // A mean that autograd folded into the constant counts the
+                                    // rank's local elements where other mesh dims shard the batch:
+                                    // the spec's elements over the rank's multiply the factor.
+                                    let local = match (spec_numel, outs.first().cloned().flatten())
+                                    {
+                                        (Some(g), Some(l)) if l.numel() > 0 => {
+                                            g as f64 / l.numel() as f64
+                                        }
+                                        _ => 1.0,
+                                    };
+                                    // The rank's factor over the spec's is local/n.
+                                    let ratio = if op.name == "mul" { x / y } else { y / x };
+                                    sop == op
+                                        && y != 0.0
+                                        && (ratio * n_m / local - 1.0).abs() < 1e-9
+                                })
+                        }));
                     let first_scaled = inputs.first().is_some_and(|&v| scaled_of(v));
                     let keeps = matches!(
                         rule.family,
@@ -539,9 +621,11 @@ pub fn propagate_rank(
                             | "expand"
                             | "elementwise-mul"
                             | "elementwise-div"
-                    ) || (rule.family == "elementwise-add"
-                        && !inputs.is_empty()
-                        && inputs.iter().all(|&v| scaled_of(v)));
+                    ) || (rule.family == "reduction"
+                        && matches!(op.name.as_str(), "sum" | "mean"))
+                        || (rule.family == "elementwise-add"
+                            && !inputs.is_empty()
+                            && inputs.iter().all(|&v| scaled_of(v)));
                     let now_scaled = result.first() == Some(&Place::Replicate)
                         && ((by_n
                             && inputs
@@ -584,6 +668,160 @@ pub fn propagate_rank(
         .filter(|c| c.contains(&Place::Unknown))
         .count();
     (rp, pending)
+}
+
+/// A rank's loss summed over groups: where the rank's loss is its term of a sum over a group
+/// (`loss = all_reduce(local_loss, sum, g) / n`), its backward differentiates its own term,
+/// and the backward of a forward all-reduce over `g` is an all-reduce of the gradient (PyTorch's
+/// autograd of `all_reduce`): each rank's replicated gradient is one term of the sum.
+struct LossTerms {
+    /// Per node: an ancestor of the loss (the forward).
+    forward: Vec<bool>,
+    /// Groups the loss is summed over, with the number of the forward's all-reduces (sum) over
+    /// each on non-scalar tensors: the backward all-reduces they license.
+    groups: HashMap<String, usize>,
+}
+
+impl LossTerms {
+    fn of(g: &Graph, metas: &[Vec<Option<Meta>>]) -> LossTerms {
+        let n = g.nodes.len();
+        let meta = |v: ValueId| {
+            metas
+                .get(v.node)
+                .and_then(|o| o.get(v.output))
+                .cloned()
+                .flatten()
+        };
+        let mut forward = vec![false; n];
+        let mut groups = HashMap::new();
+        let loss = g
+            .outputs
+            .iter()
+            .flatten()
+            .copied()
+            .find(|&v| meta(v).is_some_and(|m| m.shape.is_empty() && m.dtype.is_float()));
+        let Some(loss) = loss else {
+            return LossTerms { forward, groups };
+        };
+        forward[loss.node] = true;
+        for i in (0..n).rev() {
+            if forward[i] {
+                for v in g.nodes[i].inputs() {
+                    forward[v.node] = true;
+                }
+            }
+        }
+        let all_reduce_sum = |i: usize| -> Option<(String, bool)> {
+            let node = &g.nodes[i];
+            let NodeKind::Call { op, args, .. } = &node.kind else {
+                return None;
+            };
+            if op.namespace != "_c10d_functional" || op.name != "all_reduce" {
+                return None;
+            }
+            if args.get(1).and_then(|a| match a {
+                Arg::Str(s) => Some(s.as_str()),
+                _ => None,
+            }) != Some("sum")
+            {
+                return None;
+            }
+            let Some(Arg::Str(group)) = args.get(2) else {
+                return None;
+            };
+            let scalar = node
+                .inputs()
+                .first()
+                .and_then(|&v| meta(v))
+                .is_some_and(|m| m.shape.is_empty());
+            Some((group.clone(), scalar))
+        };
+        // The loss is the group's sum of the ranks' terms only when it is that all-reduce,
+        // waited, maybe scaled by a number or copied: a loss that adds other terms after it
+        // (a replicated cross-entropy plus the shares of an auxiliary loss) is no rank's term.
+        let mut v = loss.node;
+        loop {
+            if let Some((group, true)) = all_reduce_sum(v) {
+                groups.insert(group, 0);
+                break;
+            }
+            let node = &g.nodes[v];
+            let passes = node.op().is_some_and(|op| {
+                matches!(
+                    op.name.as_str(),
+                    "wait_tensor" | "div" | "mul" | "clone" | "view" | "_to_copy" | "alias"
+                )
+            }) && node.inputs().len() == 1;
+            match node.inputs().first() {
+                Some(x) if passes => v = x.node,
+                _ => break,
+            }
+        }
+        for i in (0..n).filter(|&i| forward[i]) {
+            if let Some((group, false)) = all_reduce_sum(i) {
+                if let Some(k) = groups.get_mut(&group) {
+                    *k += 1;
+                }
+            }
+        }
+        LossTerms { forward, groups }
+    }
+
+    /// Whether node `i`, an all-reduce (sum) over `group` of a replicated tensor, is in the
+    /// backward of a loss summed over `group` and still has a forward all-reduce to be the
+    /// dual of (`used` counts the ones taken).
+    fn backward_dual(&self, i: usize, group: &str, used: &mut HashMap<String, usize>) -> bool {
+        if self.forward.get(i).copied().unwrap_or(true) {
+            return false;
+        }
+        let Some(&k) = self.groups.get(group) else {
+            return false;
+        };
+        let u = used.entry(group.to_string()).or_insert(0);
+        if *u < k {
+            *u += 1;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// Whether a call's outputs hold only zeros: a creation with fill 0 (`zeros`, `full(.., 0)`,
+/// `zeros_like`, `new_zeros`, `fill(.., 0)`, `zero`), or a copy or view of a zero tensor.
+fn zero_output(
+    name: &str,
+    family: &str,
+    bound: &Args,
+    inputs: &[ValueId],
+    rp: &RankPlacements,
+) -> bool {
+    let literal = |arg: &str| {
+        bound
+            .schema()
+            .index_of(arg)
+            .and_then(|_| bound.get(arg))
+            .and_then(|a| a.as_f64())
+    };
+    match name.trim_end_matches('_') {
+        "zeros" | "zeros_like" | "new_zeros" | "zero" => true,
+        "full" | "full_like" | "new_full" => literal("fill_value") == Some(0.0),
+        "fill" => literal("value") == Some(0.0),
+        _ => {
+            matches!(
+                family,
+                "linear-unary"
+                    | "view"
+                    | "transpose"
+                    | "permute"
+                    | "unsqueeze"
+                    | "squeeze"
+                    | "expand"
+            ) && inputs
+                .first()
+                .is_some_and(|v| rp.zero[rp.offsets[v.node] as usize + v.output])
+        }
+    }
 }
 
 /// An element-wise operator whose operands shard one tensor dim over different mesh dims

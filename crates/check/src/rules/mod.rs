@@ -116,6 +116,9 @@ pub struct Ctx<'a> {
     pub peer_ints: &'a dyn Fn(&str) -> Vec<Option<i64>>,
     pub(crate) place: &'a dyn Fn(ValueId) -> Place,
     pub(crate) meta: &'a dyn Fn(ValueId) -> Option<Meta>,
+    /// Whether a value is known to be all zeros (made by `zeros`, `full(.., 0)` and the like,
+    /// or a view or copy of such): a replicated zero tensor is also a `Partial(sum)` one.
+    pub(crate) zero: &'a dyn Fn(ValueId) -> bool,
 }
 
 /// A tensor argument: value, placement on this mesh dim, local meta.
@@ -160,6 +163,11 @@ impl<'a> Ctx<'a> {
             }),
             _ => None,
         }
+    }
+
+    /// Whether tensor `t` is known to hold only zeros.
+    pub fn is_zero(&self, t: &T) -> bool {
+        (self.zero)(t.v)
     }
 
     /// The tensors of a list argument `name`.

@@ -11,6 +11,12 @@ fn main() {
         if !p.label().contains(&filter) {
             continue;
         }
+        // ZOO_CHECK_BUG=ID plants a catalog bug in every selected plan.
+        let bug = std::env::var("ZOO_CHECK_BUG").ok();
+        let p = &plans::Plan {
+            bug: bug.and_then(|b| shardproof_zoo::find_bug(&b)),
+            ..p.clone()
+        };
         let dir = keep
             .as_deref()
             .unwrap_or(root.path())

@@ -92,6 +92,24 @@ pub struct Shared<'a> {
     /// The single-device spec's scalings, when the case has a spec: node name -> (operator,
     /// scalar factor) of every `mul` or `div` by a literal number (see [`spec_scalings`]).
     pub spec_scalings: HashMap<&'a str, (&'a OpName, f64, Option<i64>)>,
+    /// The spec's views by node name: operator and global output shape ([`spec_shapes`]).
+    pub spec_shapes: HashMap<&'a str, (&'a OpName, Vec<i64>)>,
+}
+
+/// The views of `spec` (`view`, `reshape`, `_unsafe_view`) by node name, with their recorded
+/// global output shapes.
+pub fn spec_shapes(spec: &Graph) -> HashMap<&str, (&OpName, Vec<i64>)> {
+    spec.nodes
+        .iter()
+        .filter_map(|n| {
+            let op = n.op()?;
+            if !matches!(op.name.as_str(), "view" | "reshape" | "_unsafe_view") {
+                return None;
+            }
+            let shape = n.outputs.first()?.ty.as_ref()?.concrete_shape()?;
+            Some((n.name.as_str(), (op, shape)))
+        })
+        .collect()
 }
 
 /// The scalings of `spec` (the case's single-device program): every `mul` or `div` by a
@@ -528,6 +546,11 @@ pub fn propagate_rank(
                         place: &place,
                         meta: &meta_of,
                         zero: &zero_of,
+                        global_out: sh
+                            .spec_shapes
+                            .get(name)
+                            .filter(|(sop, _)| *sop == op)
+                            .map(|(_, shape)| shape.as_slice()),
                     };
                     let (mut result, mut violation) = match (rule.f)(&ctx) {
                         Ok(v) => (v, None),

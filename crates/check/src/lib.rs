@@ -49,7 +49,9 @@ pub use engine::{group_dims, RankPlacements};
 pub use place::{Place, Red, SpmdType};
 pub use report::{ranks_text, Check, Finding, RawFinding, Report, UnknownSource, Verdict};
 
-use engine::{literal_hashes, propagate_rank, spec_scalings, structure_hashes, Shared};
+use engine::{
+    literal_hashes, propagate_rank, spec_scalings, spec_shapes, structure_hashes, Shared,
+};
 use shardproof_case::{Case, Layout};
 use shardproof_interp::{live_values, schedule, typecheck, ScheduleProblem};
 use shardproof_ir::{Graph, NodeKind, Progress, ValueId};
@@ -187,6 +189,7 @@ pub fn propagate_counted(case: &Case, progress: &Progress) -> Result<Propagation
         groups,
         messages: &sched.messages,
         spec_scalings: spec_scalings(&case.spec),
+        spec_shapes: spec_shapes(&case.spec),
     };
     let receives: Vec<bool> = (0..n)
         .map(|r| sched.messages.keys().any(|&(q, _)| q == r))

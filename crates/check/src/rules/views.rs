@@ -57,6 +57,46 @@ pub fn view_dim(ins: &[usize], outs: &[usize], d: usize) -> Option<usize> {
     None
 }
 
+/// Where a shard of input dim `d` lands in a view from `ins` to `outs` (local shapes) whose
+/// local shapes admit several readings (`[8, 4] -> [1, 8, 1, 4]` with dim 1 sharded is the
+/// shard of the heads of `[1, 8, n, 4]` or of the head dim of `[1, 8, 1, 4n]`): the one output
+/// dim `j` that holds the input dim's elements as the outermost dim of a group, and whose
+/// local size times the mesh dim's `n` is the global size `global[j]`. Only where this mesh
+/// dim alone shards the output (the global elements are the local ones times `n`): a dim
+/// that another mesh dim shards could match the sizes by coincidence. `None` unless exactly
+/// one reading fits.
+pub fn view_dim_by_global(
+    ins: &[usize],
+    outs: &[usize],
+    d: usize,
+    global: &[i64],
+    n: usize,
+) -> Option<usize> {
+    if global.len() != outs.len() || d >= ins.len() {
+        return None;
+    }
+    let prod = |v: &[usize]| v.iter().map(|&x| x as u128).product::<u128>();
+    let global_numel = global
+        .iter()
+        .try_fold(1u128, |a, &x| u128::try_from(x).ok().map(|x| a * x));
+    if global_numel != Some(prod(outs) * n as u128) {
+        return None;
+    }
+    let outer = prod(&ins[..d]);
+    let inner = prod(&ins[d + 1..]);
+    let fits = |j: usize| {
+        if outs[j] as u128 * n as u128 != global[j].max(0) as u128 || prod(&outs[..j]) != outer {
+            return false;
+        }
+        // The group outs[j..=k] holds exactly the input dim's elements.
+        (j..outs.len())
+            .any(|k| prod(&outs[j..=k]) == ins[d] as u128 && prod(&outs[k + 1..]) == inner)
+    };
+    let mut found = (0..outs.len()).filter(|&j| fits(j));
+    let first = found.next()?;
+    found.next().is_none().then_some(first)
+}
+
 /// Where a shard of input dim `d` in `k` blocks lands in a view from `ins` to `outs` (local
 /// shapes on this mesh dim): `Some((od, k2))` when every coordinate's elements form, in the
 /// output, its piece of each of `k2` blocks of output dim `od`; `None` when no placement
@@ -136,6 +176,12 @@ pub(super) fn view(c: &Ctx) -> Outcome {
                 > 1;
             if k == 1 {
                 if let Some(od) = view_dim(&m.shape, &out, d) {
+                    return c.all(Place::shard(od));
+                }
+                if let Some(od) = c
+                    .global_out
+                    .and_then(|g| view_dim_by_global(&m.shape, &out, d, g, c.coord.1))
+                {
                     return c.all(Place::shard(od));
                 }
                 if m.shape.get(d).copied().unwrap_or(0) <= 1 {

@@ -92,6 +92,9 @@ pub struct Shared<'a> {
     /// The single-device spec's scalings, when the case has a spec: node name -> (operator,
     /// scalar factor) of every `mul` or `div` by a literal number (see [`spec_scalings`]).
     pub spec_scalings: HashMap<&'a str, (&'a OpName, f64, Option<i64>)>,
+    /// Per rank: the class of ranks whose graphs are equal node for node (names, operators,
+    /// arguments and inputs), so that the same node of a peer is the same index.
+    pub graph_class: Vec<usize>,
     /// The spec's views by node name: operator and global output shape ([`spec_shapes`]).
     pub spec_shapes: HashMap<&'a str, (&'a OpName, Vec<i64>)>,
 }
@@ -110,6 +113,41 @@ pub fn spec_shapes(spec: &Graph) -> HashMap<&str, (&OpName, Vec<i64>)> {
             Some((n.name.as_str(), (op, shape)))
         })
         .collect()
+}
+
+/// The classes of equal rank graphs ([`Shared::graph_class`]): each rank's class is the
+/// first rank whose graph equals its own, compared in full (a hash only groups candidates).
+pub fn graph_classes(graphs: &[std::sync::Arc<Graph>]) -> Vec<usize> {
+    let sig = |g: &Graph| {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        g.nodes.len().hash(&mut h);
+        for n in &g.nodes {
+            n.name.hash(&mut h);
+        }
+        h.finish()
+    };
+    let mut firsts: HashMap<u64, Vec<usize>> = HashMap::new();
+    let mut class = Vec::with_capacity(graphs.len());
+    for (r, g) in graphs.iter().enumerate() {
+        let cands = firsts.entry(sig(g)).or_default();
+        let same = cands.iter().copied().find(|&q| {
+            let o = &graphs[q];
+            std::sync::Arc::ptr_eq(o, g)
+                || o.nodes.len() == g.nodes.len()
+                    && o.nodes
+                        .iter()
+                        .zip(&g.nodes)
+                        .all(|(a, b)| a.name == b.name && a.kind == b.kind)
+        });
+        match same {
+            Some(q) => class.push(q),
+            None => {
+                cands.push(r);
+                class.push(r);
+            }
+        }
+    }
+    class
 }
 
 /// The scalings of `spec` (the case's single-device program): every `mul` or `div` by a
@@ -459,11 +497,11 @@ pub fn propagate_rank(
                 // The same node on another rank: the same name calling the same operator on
                 // inputs of the same names (graphs that differ per rank, as where a replicated
                 // term is counted on some ranks only, shift the names of the nodes after it).
-                let my_inputs: Vec<&str> = inputs
-                    .iter()
-                    .map(|v| g.nodes[v.node].name.as_str())
-                    .collect();
                 let peer_node = |p: usize| {
+                    // A rank whose graph is this one's, node for node: the same index.
+                    if sh.graph_class[p] == sh.graph_class[r] {
+                        return Some(i);
+                    }
                     sh.names[p].get(name).map(|&j| j as usize).filter(|&j| {
                         let pg = &program.ranks[p];
                         let pn = &pg.nodes[j];
@@ -472,7 +510,7 @@ pub fn propagate_rank(
                                 .inputs()
                                 .iter()
                                 .map(|v| pg.nodes[v.node].name.as_str())
-                                .eq(my_inputs.iter().copied())
+                                .eq(inputs.iter().map(|v| g.nodes[v.node].name.as_str()))
                     })
                 };
                 for m in 0..nd {

@@ -50,7 +50,8 @@ pub use place::{Place, Red, SpmdType};
 pub use report::{ranks_text, Check, Finding, RawFinding, Report, UnknownSource, Verdict};
 
 use engine::{
-    literal_hashes, propagate_rank, spec_scalings, spec_shapes, structure_hashes, Shared,
+    graph_classes, literal_hashes, propagate_rank, spec_scalings, spec_shapes, structure_hashes,
+    Shared,
 };
 use shardproof_case::{Case, Layout};
 use shardproof_interp::{live_values, schedule, typecheck, ScheduleProblem};
@@ -190,31 +191,47 @@ pub fn propagate_counted(case: &Case, progress: &Progress) -> Result<Propagation
         messages: &sched.messages,
         spec_scalings: spec_scalings(&case.spec),
         spec_shapes: spec_shapes(&case.spec),
+        graph_class: graph_classes(&program.ranks),
     };
-    let receives: Vec<bool> = (0..n)
-        .map(|r| sched.messages.keys().any(|&(q, _)| q == r))
-        .collect();
+    // Who receives from whom: a rank's placements depend only on its own graph and on the
+    // placements its senders had when it read them.
+    let mut receivers: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); n];
+    for (&(q, _), &(s, _)) in sched.messages.iter() {
+        if s != q && s < n {
+            receivers[s].insert(q);
+        }
+    }
     let mut done: Vec<Option<RankPlacements>> = vec![None; n];
+    // Ranks to propagate again: a receiver of a rank whose placements changed after the
+    // receiver last read them (in the first pass, the receivers that came before it).
+    let mut again: BTreeSet<usize> = BTreeSet::new();
     for r in 0..n {
         progress.enter(&format!("placements of rank {r} of {n}"));
         done[r] = Some(propagate_rank(&sh, r, &done).0);
         progress.leave();
+        again.extend(receivers[r].iter().filter(|&&q| q < r));
     }
-    for pass in 1..MAX_PASSES {
-        let mut changed = false;
-        for r in (0..n).filter(|&r| receives[r]) {
-            progress.enter(&format!("placements of rank {r} of {n}, pass {}", pass + 1));
-            let (rp, _) = propagate_rank(&sh, r, &done);
-            if done[r].as_ref().is_none_or(|old| old.places != rp.places) {
-                changed = true;
-            }
-            done[r] = Some(rp);
+    // Each rank is propagated again at most MAX_PASSES - 1 times (a bound on pathological
+    // message chains; zoo pipelines settle in a few).
+    let mut runs = vec![1usize; n];
+    while let Some(r) = again.pop_first() {
+        if runs[r] >= MAX_PASSES {
+            continue;
         }
-        tracing::debug!(pass, changed, "propagation pass over the receiving ranks");
-        if !changed {
-            break;
+        runs[r] += 1;
+        progress.enter(&format!("placements of rank {r} of {n}, pass {}", runs[r]));
+        let (rp, _) = propagate_rank(&sh, r, &done);
+        let changed = done[r].as_ref().is_none_or(|old| old.places != rp.places);
+        done[r] = Some(rp);
+        if changed {
+            again.extend(receivers[r].iter().copied());
         }
     }
+    tracing::debug!(
+        runs = runs.iter().sum::<usize>(),
+        ranks = n,
+        "propagations, the receiving ranks' again included"
+    );
     let Shared { metas, groups, .. } = sh;
     Ok(Propagation {
         ranks: done.into_iter().map(Option::unwrap_or_default).collect(),

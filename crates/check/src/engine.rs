@@ -30,6 +30,9 @@ pub struct RankPlacements {
     pub unknown_values: usize,
     /// Per value: known to hold only zeros (see [`zero_output`]).
     pub zero: Vec<bool>,
+    /// The backward all-reduces of replicated gradients taken as duals of forward
+    /// all-reduces (see [`LossTerms`]), as (node, group), in program order.
+    pub dual_lifts: Vec<(usize, String)>,
     /// Findings of the operator rules.
     pub findings: Vec<RawFinding>,
 }
@@ -249,12 +252,102 @@ pub fn peers(mesh: &Mesh, rank: usize, m: usize) -> Vec<usize> {
 
 const NONE: u32 = u32::MAX;
 
+/// What the recv of rank `r` reads from the send at node `j` of rank `s`, whose placements
+/// are `sender` (`None`, or not yet reached: `Unknown`): per mesh dim, the sender's placement
+/// of the sent tensor, `Varying` where a shard or partial moved along the mesh dim.
+fn recv_read(
+    sh: &Shared,
+    r: usize,
+    s: usize,
+    j: usize,
+    sender: Option<&RankPlacements>,
+) -> Vec<Place> {
+    let program = sh.program;
+    let mesh = &program.mesh;
+    let nd = mesh.dims.len();
+    let sent = program.ranks[s].nodes[j].inputs().first().copied();
+    match (sender, sent) {
+        (Some(sp), Some(v)) if sp.offsets.len() == program.ranks[s].nodes.len() => {
+            let (sc, rc) = (mesh.coords(s), mesh.coords(r));
+            sp.of(v, nd)
+                .iter()
+                .enumerate()
+                .map(|(m, &p)| match p {
+                    Place::Shard(_) | Place::Blocked(..) | Place::Partial(_) | Place::Unmasked
+                        if sc[m] != rc[m] =>
+                    {
+                        Place::Varying
+                    }
+                    p => p,
+                })
+                .collect()
+        }
+        _ => vec![Place::Unknown; nd],
+    }
+}
+
+/// Where propagating rank `r` again must start, given its placements `prev` of an earlier
+/// run: the first recv from another rank that now reads other placements than it did
+/// (everything before it reads the same, so it comes out the same). `None`: nothing changed.
+fn resume_at(
+    sh: &Shared,
+    r: usize,
+    done: &[Option<RankPlacements>],
+    prev: &RankPlacements,
+) -> Option<usize> {
+    let nd = sh.program.mesh.dims.len();
+    sh.messages
+        .range((r, 0)..(r + 1, 0))
+        .filter(|(_, &(s, _))| s != r)
+        .find(|(&(_, i), &(s, j))| {
+            let now = recv_read(sh, r, s, j, done.get(s).and_then(|d| d.as_ref()));
+            prev.offsets
+                .get(i)
+                .is_none_or(|_| prev.of(ValueId::new(i, 0), nd) != now)
+        })
+        .map(|(&(_, i), _)| i)
+}
+
 /// Propagates placements through rank `r`'s graph. `done` holds the other ranks' placements
 /// of an earlier pass (for recvs); returns whether some recv read a pending sender.
 pub fn propagate_rank(
     sh: &Shared,
     r: usize,
     done: &[Option<RankPlacements>],
+) -> (RankPlacements, bool) {
+    propagate_rank_from(sh, r, done, None)
+}
+
+/// [`propagate_rank`] again, with `prev` the rank's placements of an earlier run: from the
+/// first recv whose read changed ([`resume_at`]), keeping everything before it; `prev`
+/// itself where no read changed. Exactly what a full run gives.
+pub fn propagate_rank_again(
+    sh: &Shared,
+    r: usize,
+    done: &[Option<RankPlacements>],
+    prev: RankPlacements,
+) -> (RankPlacements, bool) {
+    #[cfg(test)]
+    if FULL_RERUNS.with(std::cell::Cell::get) {
+        return propagate_rank_from(sh, r, done, None);
+    }
+    match resume_at(sh, r, done, &prev) {
+        None => (prev, false),
+        Some(start) => propagate_rank_from(sh, r, done, Some((prev, start))),
+    }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Tests: propagate again from the start (no resume), to compare with resuming.
+    pub(crate) static FULL_RERUNS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+fn propagate_rank_from(
+    sh: &Shared,
+    r: usize,
+    done: &[Option<RankPlacements>],
+    resume: Option<(RankPlacements, usize)>,
 ) -> (RankPlacements, bool) {
     let program = sh.program;
     let g = &program.ranks[r];
@@ -268,14 +361,32 @@ pub fn propagate_rank(
         offsets.push(total);
         total += n.outputs.len() as u32;
     }
-    let mut rp = RankPlacements {
-        offsets,
-        places: vec![Place::Unknown; total as usize * nd],
-        origin: vec![NONE; total as usize * nd],
-        invariant: vec![false; total as usize],
-        scaled: vec![false; total as usize * nd],
-        zero: vec![false; total as usize],
-        ..Default::default()
+    let (mut rp, start) = match resume {
+        Some((mut rp, start)) if rp.offsets == offsets => {
+            // Everything from `start` on is computed again from its initial state.
+            let v0 = offsets.get(start).map_or(total as usize, |&o| o as usize);
+            rp.places[v0 * nd..].fill(Place::Unknown);
+            rp.origin[v0 * nd..].fill(NONE);
+            rp.scaled[v0 * nd..].fill(false);
+            rp.invariant[v0..].fill(false);
+            rp.zero[v0..].fill(false);
+            rp.findings.retain(|f| f.node < start);
+            rp.unknown_sources.retain(|&(n, _)| n < start);
+            rp.dual_lifts.retain(|&(n, _)| n < start);
+            (rp, start)
+        }
+        _ => (
+            RankPlacements {
+                offsets,
+                places: vec![Place::Unknown; total as usize * nd],
+                origin: vec![NONE; total as usize * nd],
+                invariant: vec![false; total as usize],
+                scaled: vec![false; total as usize * nd],
+                zero: vec![false; total as usize],
+                ..Default::default()
+            },
+            0,
+        ),
     };
     let mut pending = false;
     let metas = &sh.metas[r];
@@ -289,13 +400,18 @@ pub fn propagate_rank(
     let peer_list: Vec<Vec<usize>> = (0..nd).map(|m| peers(mesh, r, m)).collect();
     let loss_terms = LossTerms::of(g, metas);
     let mut dual_used: HashMap<String, usize> = HashMap::new();
+    let mut rule_of: HashMap<&OpName, Option<&'static rules::Rule>> = HashMap::new();
+    let mut dual_lifts = std::mem::take(&mut rp.dual_lifts);
+    for (_, group) in &dual_lifts {
+        *dual_used.entry(group.clone()).or_insert(0) += 1;
+    }
     // A graph that writes some buffer in place (`add_`, `copy_`) may fill a zero tensor
     // after it is made: no value of it is taken to be zero.
     let mutates = g.nodes.iter().any(|n| {
         n.op()
             .is_some_and(|op| op.name.ends_with('_') && !op.name.ends_with("__"))
     });
-    for (i, node) in g.nodes.iter().enumerate() {
+    for (i, node) in g.nodes.iter().enumerate().skip(start) {
         let base = rp.offsets[i] as usize;
         let nout = node.outputs.len();
         let set = |rp: &mut RankPlacements, o: usize, m: usize, p: Place| {
@@ -353,10 +469,15 @@ pub fn propagate_rank(
                     rp.invariant[base + o] =
                         inv || meta_of(ValueId::new(i, o)).is_some_and(|m| !m.dtype.is_float());
                 }
-                let meaning = sh
-                    .custom
-                    .get(&op.to_string())
-                    .or_else(|| sh.custom.get(&op.base()));
+                // Operator names resolve once per run: formatting them per node was a tenth
+                // of the time.
+                let meaning = if sh.custom.is_empty() {
+                    None
+                } else {
+                    sh.custom
+                        .get(&op.to_string())
+                        .or_else(|| sh.custom.get(&op.base()))
+                };
                 // A declared operator that only renames a registered one (a plan's in-place
                 // `add_` declared as `aten.add.Tensor($0, $1)`) takes that operator's rule.
                 let renamed = meaning
@@ -391,33 +512,12 @@ pub fn propagate_rank(
                             } else {
                                 done.get(s).and_then(|d| d.as_ref())
                             };
-                            let sent = program.ranks[s].nodes[j].inputs().first().copied();
-                            match (sender, sent) {
-                                (Some(sp), Some(v))
-                                    if sp.offsets.len() == program.ranks[s].nodes.len() =>
-                                {
-                                    let sc = mesh.coords(s);
-                                    let ps: Vec<Place> = sp.of(v, nd).to_vec();
-                                    for (m, p) in ps.into_iter().enumerate() {
-                                        let moved = sc[m] != coords[m];
-                                        let q = match p {
-                                            Place::Shard(_)
-                                            | Place::Blocked(..)
-                                            | Place::Partial(_)
-                                            | Place::Unmasked
-                                                if moved =>
-                                            {
-                                                Place::Varying
-                                            }
-                                            p => p,
-                                        };
-                                        if q == Place::Unknown {
-                                            pending = true;
-                                        }
-                                        set(&mut rp, 0, m, q);
-                                    }
+                            let ps = recv_read(sh, r, s, j, sender);
+                            for (m, q) in ps.into_iter().enumerate() {
+                                if q == Place::Unknown {
+                                    pending = true;
                                 }
-                                _ => pending = true,
+                                set(&mut rp, 0, m, q);
                             }
                         }
                         None => rp.unknown_sources.push((
@@ -427,7 +527,8 @@ pub fn propagate_rank(
                     }
                     continue;
                 }
-                let Some(rule) = rules::rule(&op.base()) else {
+                let rule = *rule_of.entry(op).or_insert_with(|| rules::rule(&op.base()));
+                let Some(rule) = rule else {
                     rp.unknown_sources
                         .push((i, format!("no placement rule for `{}`", op.base())));
                     continue;
@@ -608,6 +709,9 @@ pub fn propagate_rank(
                             let dual = group_name.as_deref().is_some_and(|gname| {
                                 loss_terms.backward_dual(i, gname, &mut dual_used)
                             });
+                            if dual {
+                                dual_lifts.push((i, group_name.clone().unwrap_or_default()));
+                            }
                             (dual || inputs.first().is_some_and(|&v| scaled_of(v)))
                                 .then(|| vec![Place::Replicate; nout])
                         }
@@ -722,6 +826,7 @@ pub fn propagate_rank(
             }
         }
     }
+    rp.dual_lifts = dual_lifts;
     // Unknown values: count them.
     rp.unknown_values = rp
         .places

@@ -1,4 +1,7 @@
-//! Scratch: phase times of check on a preset.
+//! Where `check` spends its time on one zoo preset: type inference, the simulated schedule,
+//! propagation (which includes both) and the whole check, in seconds, with the rank runs of
+//! propagation (`RUST_LOG=debug` shows the count). `cargo run --release -p shardproof-check
+//! --example phases PRESET`. Figures only.
 use std::time::Instant;
 fn main() {
     let name = std::env::args().nth(1).unwrap();

@@ -98,13 +98,14 @@ pub struct Shared<'a> {
     /// Per rank: the class of ranks whose graphs are equal node for node (names, operators,
     /// arguments and inputs), so that the same node of a peer is the same index.
     pub graph_class: Vec<usize>,
-    /// The spec's views by node name: operator and global output shape ([`spec_shapes`]).
-    pub spec_shapes: HashMap<&'a str, (&'a OpName, Vec<i64>)>,
+    /// The spec's views by node name: operator, global input and output shapes
+    /// ([`spec_shapes`]).
+    pub spec_shapes: HashMap<&'a str, (&'a OpName, Vec<i64>, Vec<i64>)>,
 }
 
 /// The views of `spec` (`view`, `reshape`, `_unsafe_view`) by node name, with their recorded
-/// global output shapes.
-pub fn spec_shapes(spec: &Graph) -> HashMap<&str, (&OpName, Vec<i64>)> {
+/// global input and output shapes.
+pub fn spec_shapes(spec: &Graph) -> HashMap<&str, (&OpName, Vec<i64>, Vec<i64>)> {
     spec.nodes
         .iter()
         .filter_map(|n| {
@@ -113,7 +114,14 @@ pub fn spec_shapes(spec: &Graph) -> HashMap<&str, (&OpName, Vec<i64>)> {
                 return None;
             }
             let shape = n.outputs.first()?.ty.as_ref()?.concrete_shape()?;
-            Some((n.name.as_str(), (op, shape)))
+            let input = n.inputs().first().copied()?;
+            let in_shape = spec.nodes[input.node]
+                .outputs
+                .get(input.output)?
+                .ty
+                .as_ref()?
+                .concrete_shape()?;
+            Some((n.name.as_str(), (op, in_shape, shape)))
         })
         .collect()
 }
@@ -685,11 +693,11 @@ fn propagate_rank_from(
                         place: &place,
                         meta: &meta_of,
                         zero: &zero_of,
-                        global_out: sh
+                        global_view: sh
                             .spec_shapes
                             .get(name)
-                            .filter(|(sop, _)| *sop == op)
-                            .map(|(_, shape)| shape.as_slice()),
+                            .filter(|(sop, ..)| *sop == op)
+                            .map(|(_, i, o)| (i.as_slice(), o.as_slice())),
                     };
                     let (mut result, mut violation) = match (rule.f)(&ctx) {
                         Ok(v) => (v, None),
@@ -804,6 +812,7 @@ fn propagate_rank_from(
                             }
                         }
                     }
+                    let inconclusive = violation.is_none() && result.contains(&Place::Unknown);
                     let finding = violation.map(|v| raw_finding(sh, r, i, m, &v, &rp, &inputs));
                     // Origin of partials: the first partial input's, or this node.
                     let first_partial_origin = inputs
@@ -811,6 +820,16 @@ fn propagate_rank_from(
                         .find(|&&v| place(v).is_partial())
                         .map(|&v| rp.origin[(rp.offsets[v.node] as usize + v.output) * nd + m]);
                     rp.findings.extend(finding);
+                    if inconclusive {
+                        rp.unknown_sources.push((
+                            i,
+                            format!(
+                                "`{op}` on mesh dim `{}` combines a partial sum with a tensor \
+                                 of unknown layout (`Varying`): no placement, and no finding",
+                                mesh.dims[m].0
+                            ),
+                        ));
+                    }
                     for (o, p) in result.iter().enumerate().take(nout) {
                         rp.scaled[(base + o) * nd + m] = now_scaled;
                         set(&mut rp, o, m, *p);

@@ -119,10 +119,10 @@ pub struct Ctx<'a> {
     /// Whether a value is known to be all zeros (made by `zeros`, `full(.., 0)` and the like,
     /// or a view or copy of such): a replicated zero tensor is also a `Partial(sum)` one.
     pub(crate) zero: &'a dyn Fn(ValueId) -> bool,
-    /// The global shape of the first output where the case's single-device spec has a node of
-    /// the same name and operator: it settles a view whose local shapes leave the sharded
-    /// output dim open.
-    pub global_out: Option<&'a [i64]>,
+    /// The global shapes of the first input and the output where the case's single-device
+    /// spec has a node of the same name and operator: they settle a view whose local shapes
+    /// leave the sharded output dim open.
+    pub global_view: Option<(&'a [i64], &'a [i64])>,
 }
 
 /// A tensor argument: value, placement on this mesh dim, local meta.
@@ -350,6 +350,13 @@ mod tests {
         assert_eq!(
             view_dim_by_global(&[8, 4], &[1, 8, 1, 4], 1, &[1, 8, 1, 8], 2),
             Some(3)
+        );
+        // A kv head of local size 1 merged with its 2 query-group copies: dim 1 of the spec's
+        // [2, 4, 8, 4] (2 kv heads x 2).
+        assert_eq!(view_dim(&[2, 1, 2, 8, 4], &[2, 2, 8, 4], 1), None);
+        assert_eq!(
+            view_dim_by_global(&[2, 1, 2, 8, 4], &[2, 2, 8, 4], 1, &[2, 4, 8, 4], 2),
+            Some(1)
         );
         // Another mesh dim shards the output too (the batch over dp): the sizes could match by
         // coincidence, no claim.

@@ -59,8 +59,9 @@ pub fn view_dim(ins: &[usize], outs: &[usize], d: usize) -> Option<usize> {
 
 /// Where a shard of input dim `d` lands in a view from `ins` to `outs` (local shapes) whose
 /// local shapes admit several readings (`[8, 4] -> [1, 8, 1, 4]` with dim 1 sharded is the
-/// shard of the heads of `[1, 8, n, 4]` or of the head dim of `[1, 8, 1, 4n]`): the one output
-/// dim `j` that holds the input dim's elements as the outermost dim of a group, and whose
+/// shard of the heads of `[1, 8, n, 4]` or of the head dim of `[1, 8, 1, 4n]`; a kv head of
+/// local size 1 merged with its query-group copies, `[2, 1, 2, 8, 4] -> [2, 2, 8, 4]`): the
+/// one output dim `j` after exactly the input's elements before `d`, and whose
 /// local size times the mesh dim's `n` is the global size `global[j]`. Only where this mesh
 /// dim alone shards the output (the global elements are the local ones times `n`): a dim
 /// that another mesh dim shards could match the sizes by coincidence. `None` unless exactly
@@ -82,15 +83,13 @@ pub fn view_dim_by_global(
     if global_numel != Some(prod(outs) * n as u128) {
         return None;
     }
+    // A contiguous shard of input dim d is the outermost split of the elements from d inward;
+    // it stays one where the output dims before j hold exactly the elements before d: output
+    // dim j is then the outermost of the dims holding d's elements, and its pieces are the
+    // shards.
     let outer = prod(&ins[..d]);
-    let inner = prod(&ins[d + 1..]);
     let fits = |j: usize| {
-        if outs[j] as u128 * n as u128 != global[j].max(0) as u128 || prod(&outs[..j]) != outer {
-            return false;
-        }
-        // The group outs[j..=k] holds exactly the input dim's elements.
-        (j..outs.len())
-            .any(|k| prod(&outs[j..=k]) == ins[d] as u128 && prod(&outs[k + 1..]) == inner)
+        outs[j] as u128 * n as u128 == global[j].max(0) as u128 && prod(&outs[..j]) == outer
     };
     let mut found = (0..outs.len()).filter(|&j| fits(j));
     let first = found.next()?;
@@ -178,9 +177,19 @@ pub(super) fn view(c: &Ctx) -> Outcome {
                 if let Some(od) = view_dim(&m.shape, &out, d) {
                     return c.all(Place::shard(od));
                 }
+                // The spec's node of the same name is this view where its input is this
+                // rank's with dim d whole (the names could shift between the programs).
+                let n = c.coord.1;
+                let same_node = |gi: &[i64]| {
+                    gi.len() == m.shape.len()
+                        && gi.iter().zip(&m.shape).enumerate().all(|(k, (&g, &l))| {
+                            g == (l * if k == d { n } else { 1 }) as i64
+                        })
+                };
                 if let Some(od) = c
-                    .global_out
-                    .and_then(|g| view_dim_by_global(&m.shape, &out, d, g, c.coord.1))
+                    .global_view
+                    .filter(|(gi, _)| same_node(gi))
+                    .and_then(|(_, go)| view_dim_by_global(&m.shape, &out, d, go, n))
                 {
                     return c.all(Place::shard(od));
                 }

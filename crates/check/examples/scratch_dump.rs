@@ -7,7 +7,9 @@ fn main() {
     let g = &case.program.ranks[r];
     let nd = case.program.mesh.dims.len();
     for (i, n) in g.nodes.iter().enumerate() {
-        if n.outputs.is_empty() { continue; }
+        if n.outputs.is_empty() {
+            continue;
+        }
         if a.len() == 3 || a[3..].iter().any(|s| s == &n.name) {
             let ps = p.ranks[r].of(shardproof_ir::ValueId::new(i, 0), nd);
             println!("{} {:?}", n.name, ps);

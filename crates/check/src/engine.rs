@@ -622,6 +622,15 @@ fn propagate_rank_from(
                                 .eq(inputs.iter().map(|v| g.nodes[v.node].name.as_str()))
                     })
                 };
+                // Only views read the spec's shapes.
+                let global_view = if rule.family == "view" && !sh.spec_shapes.is_empty() {
+                    sh.spec_shapes
+                        .get(name)
+                        .filter(|(sop, ..)| *sop == op)
+                        .map(|(_, i, o)| (i.as_slice(), o.as_slice()))
+                } else {
+                    None
+                };
                 for m in 0..nd {
                     let varies = mesh.dims[m].1 > 1
                         && peer_list[m].iter().any(|&p| {
@@ -693,11 +702,7 @@ fn propagate_rank_from(
                         place: &place,
                         meta: &meta_of,
                         zero: &zero_of,
-                        global_view: sh
-                            .spec_shapes
-                            .get(name)
-                            .filter(|(sop, ..)| *sop == op)
-                            .map(|(_, i, o)| (i.as_slice(), o.as_slice())),
+                        global_view,
                     };
                     let (mut result, mut violation) = match (rule.f)(&ctx) {
                         Ok(v) => (v, None),
@@ -761,6 +766,7 @@ fn propagate_rank_from(
                         ("mul", Some(x)) => n_m > 1.0 && (x * n_m - 1.0).abs() < 1e-12,
                         _ => false,
                     } || (n_m > 1.0
+                        && matches!(op.name.as_str(), "mul" | "div")
                         && factor.is_some_and(|x| {
                             sh.spec_scalings
                                 .get(name)

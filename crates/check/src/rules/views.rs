@@ -182,9 +182,11 @@ pub(super) fn view(c: &Ctx) -> Outcome {
                 let n = c.coord.1;
                 let same_node = |gi: &[i64]| {
                     gi.len() == m.shape.len()
-                        && gi.iter().zip(&m.shape).enumerate().all(|(k, (&g, &l))| {
-                            g == (l * if k == d { n } else { 1 }) as i64
-                        })
+                        && gi
+                            .iter()
+                            .zip(&m.shape)
+                            .enumerate()
+                            .all(|(k, (&g, &l))| g == (l * if k == d { n } else { 1 }) as i64)
                 };
                 if let Some(od) = c
                     .global_view

@@ -42,4 +42,14 @@ fn main() {
         r.operators,
         r.verdict
     );
+    // The first findings, for a violated preset.
+    for f in r.findings.iter().take(3) {
+        println!(
+            "  {} {} {}: {}",
+            f.check.name(),
+            f.node,
+            f.op.clone().unwrap_or_default(),
+            f.message
+        );
+    }
 }

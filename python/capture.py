@@ -45,6 +45,11 @@ def main() -> int:
 
         d = capture_dist(a.out, a.only)
         failed += len(d["not_captured"])
+        # The programs of `shardproof check`'s captured-graph tests (OUT/check/).
+        from oracle.check_cases import capture_check_cases
+
+        c = capture_check_cases(a.out, a.only)
+        failed += len(c["not_captured"])
     print(f"capture: done in {time.time() - t0:.1f}s -> {a.out}", file=sys.stderr)
     return 1 if failed else 0
 

@@ -28,6 +28,11 @@ pub struct RankPlacements {
     pub unknown_sources: Vec<(usize, String)>,
     /// Values whose placement is `Unknown` on some mesh dim.
     pub unknown_values: usize,
+    /// Per value: known to hold only zeros (see [`zero_output`]).
+    pub zero: Vec<bool>,
+    /// The backward all-reduces of replicated gradients taken as duals of forward
+    /// all-reduces (see [`LossTerms`]), as (node, group), in program order.
+    pub dual_lifts: Vec<(usize, String)>,
     /// Findings of the operator rules.
     pub findings: Vec<RawFinding>,
 }
@@ -87,6 +92,99 @@ pub struct Shared<'a> {
     pub groups: HashMap<String, Option<Vec<usize>>>,
     /// Per recv (rank, node): the send (rank, node) whose message it takes.
     pub messages: &'a BTreeMap<(usize, usize), (usize, usize)>,
+    /// The single-device spec's scalings, when the case has a spec: node name -> (operator,
+    /// scalar factor) of every `mul` or `div` by a literal number (see [`spec_scalings`]).
+    pub spec_scalings: HashMap<&'a str, (&'a OpName, f64, Option<i64>)>,
+    /// Per rank: the class of ranks whose graphs are equal node for node (names, operators,
+    /// arguments and inputs), so that the same node of a peer is the same index.
+    pub graph_class: Vec<usize>,
+    /// The spec's views by node name: operator, global input and output shapes
+    /// ([`spec_shapes`]).
+    pub spec_shapes: HashMap<&'a str, (&'a OpName, Vec<i64>, Vec<i64>)>,
+}
+
+/// The views of `spec` (`view`, `reshape`, `_unsafe_view`) by node name, with their recorded
+/// global input and output shapes.
+pub fn spec_shapes(spec: &Graph) -> HashMap<&str, (&OpName, Vec<i64>, Vec<i64>)> {
+    spec.nodes
+        .iter()
+        .filter_map(|n| {
+            let op = n.op()?;
+            if !matches!(op.name.as_str(), "view" | "reshape" | "_unsafe_view") {
+                return None;
+            }
+            let shape = n.outputs.first()?.ty.as_ref()?.concrete_shape()?;
+            let input = n.inputs().first().copied()?;
+            let in_shape = spec.nodes[input.node]
+                .outputs
+                .get(input.output)?
+                .ty
+                .as_ref()?
+                .concrete_shape()?;
+            Some((n.name.as_str(), (op, in_shape, shape)))
+        })
+        .collect()
+}
+
+/// The classes of equal rank graphs ([`Shared::graph_class`]): each rank's class is the
+/// first rank whose graph equals its own, compared in full (a hash only groups candidates).
+pub fn graph_classes(graphs: &[std::sync::Arc<Graph>]) -> Vec<usize> {
+    let sig = |g: &Graph| {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        g.nodes.len().hash(&mut h);
+        for n in &g.nodes {
+            n.name.hash(&mut h);
+        }
+        h.finish()
+    };
+    let mut firsts: HashMap<u64, Vec<usize>> = HashMap::new();
+    let mut class = Vec::with_capacity(graphs.len());
+    for (r, g) in graphs.iter().enumerate() {
+        let cands = firsts.entry(sig(g)).or_default();
+        let same = cands.iter().copied().find(|&q| {
+            let o = &graphs[q];
+            std::sync::Arc::ptr_eq(o, g)
+                || o.nodes.len() == g.nodes.len()
+                    && o.nodes
+                        .iter()
+                        .zip(&g.nodes)
+                        .all(|(a, b)| a.name == b.name && a.kind == b.kind)
+        });
+        match same {
+            Some(q) => class.push(q),
+            None => {
+                cands.push(r);
+                class.push(r);
+            }
+        }
+    }
+    class
+}
+
+/// The scalings of `spec` (the case's single-device program): every `mul` or `div` by a
+/// literal number, by node name. A rank node of the same name and operator whose factor is
+/// the spec's divided by a mesh dim's size n (autograd folds the 1/n of a loss share into
+/// its backward's constants) makes a replicated value whose n copies sum to the spec's.
+pub fn spec_scalings(spec: &Graph) -> HashMap<&str, (&OpName, f64, Option<i64>)> {
+    spec.nodes
+        .iter()
+        .filter_map(|n| {
+            let NodeKind::Call { op, args, .. } = &n.kind else {
+                return None;
+            };
+            if !matches!(op.name.as_str(), "mul" | "div") {
+                return None;
+            }
+            let x = args.get(1).and_then(Arg::as_f64)?;
+            let numel = n
+                .outputs
+                .first()
+                .and_then(|o| o.ty.as_ref())
+                .and_then(|t| t.concrete_shape())
+                .map(|s| s.iter().product());
+            Some((n.name.as_str(), (op, x, numel)))
+        })
+        .collect()
 }
 
 fn hash_arg(a: &Arg, h: &mut impl Hasher) {
@@ -162,12 +260,102 @@ pub fn peers(mesh: &Mesh, rank: usize, m: usize) -> Vec<usize> {
 
 const NONE: u32 = u32::MAX;
 
+/// What the recv of rank `r` reads from the send at node `j` of rank `s`, whose placements
+/// are `sender` (`None`, or not yet reached: `Unknown`): per mesh dim, the sender's placement
+/// of the sent tensor, `Varying` where a shard or partial moved along the mesh dim.
+fn recv_read(
+    sh: &Shared,
+    r: usize,
+    s: usize,
+    j: usize,
+    sender: Option<&RankPlacements>,
+) -> Vec<Place> {
+    let program = sh.program;
+    let mesh = &program.mesh;
+    let nd = mesh.dims.len();
+    let sent = program.ranks[s].nodes[j].inputs().first().copied();
+    match (sender, sent) {
+        (Some(sp), Some(v)) if sp.offsets.len() == program.ranks[s].nodes.len() => {
+            let (sc, rc) = (mesh.coords(s), mesh.coords(r));
+            sp.of(v, nd)
+                .iter()
+                .enumerate()
+                .map(|(m, &p)| match p {
+                    Place::Shard(_) | Place::Blocked(..) | Place::Partial(_) | Place::Unmasked
+                        if sc[m] != rc[m] =>
+                    {
+                        Place::Varying
+                    }
+                    p => p,
+                })
+                .collect()
+        }
+        _ => vec![Place::Unknown; nd],
+    }
+}
+
+/// Where propagating rank `r` again must start, given its placements `prev` of an earlier
+/// run: the first recv from another rank that now reads other placements than it did
+/// (everything before it reads the same, so it comes out the same). `None`: nothing changed.
+fn resume_at(
+    sh: &Shared,
+    r: usize,
+    done: &[Option<RankPlacements>],
+    prev: &RankPlacements,
+) -> Option<usize> {
+    let nd = sh.program.mesh.dims.len();
+    sh.messages
+        .range((r, 0)..(r + 1, 0))
+        .filter(|(_, &(s, _))| s != r)
+        .find(|(&(_, i), &(s, j))| {
+            let now = recv_read(sh, r, s, j, done.get(s).and_then(|d| d.as_ref()));
+            prev.offsets
+                .get(i)
+                .is_none_or(|_| prev.of(ValueId::new(i, 0), nd) != now)
+        })
+        .map(|(&(_, i), _)| i)
+}
+
 /// Propagates placements through rank `r`'s graph. `done` holds the other ranks' placements
 /// of an earlier pass (for recvs); returns whether some recv read a pending sender.
 pub fn propagate_rank(
     sh: &Shared,
     r: usize,
     done: &[Option<RankPlacements>],
+) -> (RankPlacements, bool) {
+    propagate_rank_from(sh, r, done, None)
+}
+
+/// [`propagate_rank`] again, with `prev` the rank's placements of an earlier run: from the
+/// first recv whose read changed ([`resume_at`]), keeping everything before it; `prev`
+/// itself where no read changed. Exactly what a full run gives.
+pub fn propagate_rank_again(
+    sh: &Shared,
+    r: usize,
+    done: &[Option<RankPlacements>],
+    prev: RankPlacements,
+) -> (RankPlacements, bool) {
+    #[cfg(test)]
+    if FULL_RERUNS.with(std::cell::Cell::get) {
+        return propagate_rank_from(sh, r, done, None);
+    }
+    match resume_at(sh, r, done, &prev) {
+        None => (prev, false),
+        Some(start) => propagate_rank_from(sh, r, done, Some((prev, start))),
+    }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Tests: propagate again from the start (no resume), to compare with resuming.
+    pub(crate) static FULL_RERUNS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+fn propagate_rank_from(
+    sh: &Shared,
+    r: usize,
+    done: &[Option<RankPlacements>],
+    resume: Option<(RankPlacements, usize)>,
 ) -> (RankPlacements, bool) {
     let program = sh.program;
     let g = &program.ranks[r];
@@ -181,13 +369,32 @@ pub fn propagate_rank(
         offsets.push(total);
         total += n.outputs.len() as u32;
     }
-    let mut rp = RankPlacements {
-        offsets,
-        places: vec![Place::Unknown; total as usize * nd],
-        origin: vec![NONE; total as usize * nd],
-        invariant: vec![false; total as usize],
-        scaled: vec![false; total as usize * nd],
-        ..Default::default()
+    let (mut rp, start) = match resume {
+        Some((mut rp, start)) if rp.offsets == offsets => {
+            // Everything from `start` on is computed again from its initial state.
+            let v0 = offsets.get(start).map_or(total as usize, |&o| o as usize);
+            rp.places[v0 * nd..].fill(Place::Unknown);
+            rp.origin[v0 * nd..].fill(NONE);
+            rp.scaled[v0 * nd..].fill(false);
+            rp.invariant[v0..].fill(false);
+            rp.zero[v0..].fill(false);
+            rp.findings.retain(|f| f.node < start);
+            rp.unknown_sources.retain(|&(n, _)| n < start);
+            rp.dual_lifts.retain(|&(n, _)| n < start);
+            (rp, start)
+        }
+        _ => (
+            RankPlacements {
+                offsets,
+                places: vec![Place::Unknown; total as usize * nd],
+                origin: vec![NONE; total as usize * nd],
+                invariant: vec![false; total as usize],
+                scaled: vec![false; total as usize * nd],
+                zero: vec![false; total as usize],
+                ..Default::default()
+            },
+            0,
+        ),
     };
     let mut pending = false;
     let metas = &sh.metas[r];
@@ -199,7 +406,20 @@ pub fn propagate_rank(
             .flatten()
     };
     let peer_list: Vec<Vec<usize>> = (0..nd).map(|m| peers(mesh, r, m)).collect();
-    for (i, node) in g.nodes.iter().enumerate() {
+    let loss_terms = LossTerms::of(g, metas);
+    let mut dual_used: HashMap<String, usize> = HashMap::new();
+    let mut rule_of: HashMap<&OpName, Option<&'static rules::Rule>> = HashMap::new();
+    let mut dual_lifts = std::mem::take(&mut rp.dual_lifts);
+    for (_, group) in &dual_lifts {
+        *dual_used.entry(group.clone()).or_insert(0) += 1;
+    }
+    // A graph that writes some buffer in place (`add_`, `copy_`) may fill a zero tensor
+    // after it is made: no value of it is taken to be zero.
+    let mutates = g.nodes.iter().any(|n| {
+        n.op()
+            .is_some_and(|op| op.name.ends_with('_') && !op.name.ends_with("__"))
+    });
+    for (i, node) in g.nodes.iter().enumerate().skip(start) {
         let base = rp.offsets[i] as usize;
         let nout = node.outputs.len();
         let set = |rp: &mut RankPlacements, o: usize, m: usize, p: Place| {
@@ -257,10 +477,15 @@ pub fn propagate_rank(
                     rp.invariant[base + o] =
                         inv || meta_of(ValueId::new(i, o)).is_some_and(|m| !m.dtype.is_float());
                 }
-                let meaning = sh
-                    .custom
-                    .get(&op.to_string())
-                    .or_else(|| sh.custom.get(&op.base()));
+                // Operator names resolve once per run: formatting them per node was a tenth
+                // of the time.
+                let meaning = if sh.custom.is_empty() {
+                    None
+                } else {
+                    sh.custom
+                        .get(&op.to_string())
+                        .or_else(|| sh.custom.get(&op.base()))
+                };
                 // A declared operator that only renames a registered one (a plan's in-place
                 // `add_` declared as `aten.add.Tensor($0, $1)`) takes that operator's rule.
                 let renamed = meaning
@@ -295,33 +520,12 @@ pub fn propagate_rank(
                             } else {
                                 done.get(s).and_then(|d| d.as_ref())
                             };
-                            let sent = program.ranks[s].nodes[j].inputs().first().copied();
-                            match (sender, sent) {
-                                (Some(sp), Some(v))
-                                    if sp.offsets.len() == program.ranks[s].nodes.len() =>
-                                {
-                                    let sc = mesh.coords(s);
-                                    let ps: Vec<Place> = sp.of(v, nd).to_vec();
-                                    for (m, p) in ps.into_iter().enumerate() {
-                                        let moved = sc[m] != coords[m];
-                                        let q = match p {
-                                            Place::Shard(_)
-                                            | Place::Blocked(..)
-                                            | Place::Partial(_)
-                                            | Place::Unmasked
-                                                if moved =>
-                                            {
-                                                Place::Varying
-                                            }
-                                            p => p,
-                                        };
-                                        if q == Place::Unknown {
-                                            pending = true;
-                                        }
-                                        set(&mut rp, 0, m, q);
-                                    }
+                            let ps = recv_read(sh, r, s, j, sender);
+                            for (m, q) in ps.into_iter().enumerate() {
+                                if q == Place::Unknown {
+                                    pending = true;
                                 }
-                                _ => pending = true,
+                                set(&mut rp, 0, m, q);
                             }
                         }
                         None => rp.unknown_sources.push((
@@ -331,7 +535,8 @@ pub fn propagate_rank(
                     }
                     continue;
                 }
-                let Some(rule) = rules::rule(&op.base()) else {
+                let rule = *rule_of.entry(op).or_insert_with(|| rules::rule(&op.base()));
+                let Some(rule) = rule else {
                     rp.unknown_sources
                         .push((i, format!("no placement rule for `{}`", op.base())));
                     continue;
@@ -346,6 +551,21 @@ pub fn propagate_rank(
                 };
                 let outs: Vec<Option<Meta>> =
                     (0..nout).map(|o| meta_of(ValueId::new(i, o))).collect();
+                if !mutates && zero_output(&op.name, rule.family, &bound, &inputs, &rp) {
+                    rp.zero[base..base + nout].fill(true);
+                }
+                let group_name = (def.class == OpClass::Collective)
+                    .then(|| {
+                        match bound
+                            .schema()
+                            .index_of("group_name")
+                            .and_then(|_| bound.get("group_name"))
+                        {
+                            Some(Arg::Str(s)) => Some(s),
+                            _ => None,
+                        }
+                    })
+                    .flatten();
                 let group = if def.class == OpClass::Collective {
                     let name = match bound
                         .schema()
@@ -386,11 +606,11 @@ pub fn propagate_rank(
                 // The same node on another rank: the same name calling the same operator on
                 // inputs of the same names (graphs that differ per rank, as where a replicated
                 // term is counted on some ranks only, shift the names of the nodes after it).
-                let my_inputs: Vec<&str> = inputs
-                    .iter()
-                    .map(|v| g.nodes[v.node].name.as_str())
-                    .collect();
                 let peer_node = |p: usize| {
+                    // A rank whose graph is this one's, node for node: the same index.
+                    if sh.graph_class[p] == sh.graph_class[r] {
+                        return Some(i);
+                    }
                     sh.names[p].get(name).map(|&j| j as usize).filter(|&j| {
                         let pg = &program.ranks[p];
                         let pn = &pg.nodes[j];
@@ -399,14 +619,24 @@ pub fn propagate_rank(
                                 .inputs()
                                 .iter()
                                 .map(|v| pg.nodes[v.node].name.as_str())
-                                .eq(my_inputs.iter().copied())
+                                .eq(inputs.iter().map(|v| g.nodes[v.node].name.as_str()))
                     })
+                };
+                // Only views read the spec's shapes.
+                let global_view = if rule.family == "view" && !sh.spec_shapes.is_empty() {
+                    sh.spec_shapes
+                        .get(name)
+                        .filter(|(sop, ..)| *sop == op)
+                        .map(|(_, i, o)| (i.as_slice(), o.as_slice()))
+                } else {
+                    None
                 };
                 for m in 0..nd {
                     let varies = mesh.dims[m].1 > 1
                         && peer_list[m].iter().any(|&p| {
                             p != r && peer_node(p).is_some_and(|j| sh.literals[p][j] != my_lit)
                         });
+                    let zero_of = |v: ValueId| rp.zero[rp.offsets[v.node] as usize + v.output];
                     let blocked_ok = rules::takes_blocked(rule.family);
                     let place = |v: ValueId| match rp.of(v, nd)[m] {
                         Place::Blocked(..) if !blocked_ok => Place::Varying,
@@ -471,6 +701,8 @@ pub fn propagate_rank(
                         peer_ints: &peer_ints,
                         place: &place,
                         meta: &meta_of,
+                        zero: &zero_of,
+                        global_view,
                     };
                     let (mut result, mut violation) = match (rule.f)(&ctx) {
                         Ok(v) => (v, None),
@@ -486,10 +718,16 @@ pub fn propagate_rank(
                         })
                     };
                     let lifted = match violation.as_ref().map(|v| v.exempt) {
-                        Some(Exempt::ReduceReplicate) => inputs
-                            .first()
-                            .is_some_and(|&v| scaled_of(v))
-                            .then(|| vec![Place::Replicate; nout]),
+                        Some(Exempt::ReduceReplicate) => {
+                            let dual = group_name.as_deref().is_some_and(|gname| {
+                                loss_terms.backward_dual(i, gname, &mut dual_used)
+                            });
+                            if dual {
+                                dual_lifts.push((i, group_name.clone().unwrap_or_default()));
+                            }
+                            (dual || inputs.first().is_some_and(|&v| scaled_of(v)))
+                                .then(|| vec![Place::Replicate; nout])
+                        }
                         Some(Exempt::PartialPlusReplicate(red)) => {
                             // The replicated terms computed differently on the ranks (added on
                             // some ranks only).
@@ -522,11 +760,34 @@ pub fn propagate_rank(
                     } else {
                         None
                     };
-                    let by_n = match (op.name.as_str(), other.and_then(|a| a.as_f64())) {
+                    let factor = other.and_then(|a| a.as_f64());
+                    let by_n = match (op.name.as_str(), factor) {
                         ("div", Some(x)) => n_m > 1.0 && x == n_m,
                         ("mul", Some(x)) => n_m > 1.0 && (x * n_m - 1.0).abs() < 1e-12,
                         _ => false,
-                    };
+                    } || (n_m > 1.0
+                        && matches!(op.name.as_str(), "mul" | "div")
+                        && factor.is_some_and(|x| {
+                            sh.spec_scalings
+                                .get(name)
+                                .is_some_and(|&(sop, y, spec_numel)| {
+                                    // A mean that autograd folded into the constant counts the
+                                    // rank's local elements where other mesh dims shard the batch:
+                                    // the spec's elements over the rank's multiply the factor.
+                                    let local = match (spec_numel, outs.first().cloned().flatten())
+                                    {
+                                        (Some(g), Some(l)) if l.numel() > 0 => {
+                                            g as f64 / l.numel() as f64
+                                        }
+                                        _ => 1.0,
+                                    };
+                                    // The rank's factor over the spec's is local/n.
+                                    let ratio = if op.name == "mul" { x / y } else { y / x };
+                                    sop == op
+                                        && y != 0.0
+                                        && (ratio * n_m / local - 1.0).abs() < 1e-9
+                                })
+                        }));
                     let first_scaled = inputs.first().is_some_and(|&v| scaled_of(v));
                     let keeps = matches!(
                         rule.family,
@@ -539,9 +800,11 @@ pub fn propagate_rank(
                             | "expand"
                             | "elementwise-mul"
                             | "elementwise-div"
-                    ) || (rule.family == "elementwise-add"
-                        && !inputs.is_empty()
-                        && inputs.iter().all(|&v| scaled_of(v)));
+                    ) || (rule.family == "reduction"
+                        && matches!(op.name.as_str(), "sum" | "mean"))
+                        || (rule.family == "elementwise-add"
+                            && !inputs.is_empty()
+                            && inputs.iter().all(|&v| scaled_of(v)));
                     let now_scaled = result.first() == Some(&Place::Replicate)
                         && ((by_n
                             && inputs
@@ -555,6 +818,7 @@ pub fn propagate_rank(
                             }
                         }
                     }
+                    let inconclusive = violation.is_none() && result.contains(&Place::Unknown);
                     let finding = violation.map(|v| raw_finding(sh, r, i, m, &v, &rp, &inputs));
                     // Origin of partials: the first partial input's, or this node.
                     let first_partial_origin = inputs
@@ -562,6 +826,16 @@ pub fn propagate_rank(
                         .find(|&&v| place(v).is_partial())
                         .map(|&v| rp.origin[(rp.offsets[v.node] as usize + v.output) * nd + m]);
                     rp.findings.extend(finding);
+                    if inconclusive {
+                        rp.unknown_sources.push((
+                            i,
+                            format!(
+                                "`{op}` on mesh dim `{}` combines a partial sum with a tensor \
+                                 of unknown layout (`Varying`): no placement, and no finding",
+                                mesh.dims[m].0
+                            ),
+                        ));
+                    }
                     for (o, p) in result.iter().enumerate().take(nout) {
                         rp.scaled[(base + o) * nd + m] = now_scaled;
                         set(&mut rp, o, m, *p);
@@ -577,6 +851,7 @@ pub fn propagate_rank(
             }
         }
     }
+    rp.dual_lifts = dual_lifts;
     // Unknown values: count them.
     rp.unknown_values = rp
         .places
@@ -584,6 +859,160 @@ pub fn propagate_rank(
         .filter(|c| c.contains(&Place::Unknown))
         .count();
     (rp, pending)
+}
+
+/// A rank's loss summed over groups: where the rank's loss is its term of a sum over a group
+/// (`loss = all_reduce(local_loss, sum, g) / n`), its backward differentiates its own term,
+/// and the backward of a forward all-reduce over `g` is an all-reduce of the gradient (PyTorch's
+/// autograd of `all_reduce`): each rank's replicated gradient is one term of the sum.
+struct LossTerms {
+    /// Per node: an ancestor of the loss (the forward).
+    forward: Vec<bool>,
+    /// Groups the loss is summed over, with the number of the forward's all-reduces (sum) over
+    /// each on non-scalar tensors: the backward all-reduces they license.
+    groups: HashMap<String, usize>,
+}
+
+impl LossTerms {
+    fn of(g: &Graph, metas: &[Vec<Option<Meta>>]) -> LossTerms {
+        let n = g.nodes.len();
+        let meta = |v: ValueId| {
+            metas
+                .get(v.node)
+                .and_then(|o| o.get(v.output))
+                .cloned()
+                .flatten()
+        };
+        let mut forward = vec![false; n];
+        let mut groups = HashMap::new();
+        let loss = g
+            .outputs
+            .iter()
+            .flatten()
+            .copied()
+            .find(|&v| meta(v).is_some_and(|m| m.shape.is_empty() && m.dtype.is_float()));
+        let Some(loss) = loss else {
+            return LossTerms { forward, groups };
+        };
+        forward[loss.node] = true;
+        for i in (0..n).rev() {
+            if forward[i] {
+                for v in g.nodes[i].inputs() {
+                    forward[v.node] = true;
+                }
+            }
+        }
+        let all_reduce_sum = |i: usize| -> Option<(String, bool)> {
+            let node = &g.nodes[i];
+            let NodeKind::Call { op, args, .. } = &node.kind else {
+                return None;
+            };
+            if op.namespace != "_c10d_functional" || op.name != "all_reduce" {
+                return None;
+            }
+            if args.get(1).and_then(|a| match a {
+                Arg::Str(s) => Some(s.as_str()),
+                _ => None,
+            }) != Some("sum")
+            {
+                return None;
+            }
+            let Some(Arg::Str(group)) = args.get(2) else {
+                return None;
+            };
+            let scalar = node
+                .inputs()
+                .first()
+                .and_then(|&v| meta(v))
+                .is_some_and(|m| m.shape.is_empty());
+            Some((group.clone(), scalar))
+        };
+        // The loss is the group's sum of the ranks' terms only when it is that all-reduce,
+        // waited, maybe scaled by a number or copied: a loss that adds other terms after it
+        // (a replicated cross-entropy plus the shares of an auxiliary loss) is no rank's term.
+        let mut v = loss.node;
+        loop {
+            if let Some((group, true)) = all_reduce_sum(v) {
+                groups.insert(group, 0);
+                break;
+            }
+            let node = &g.nodes[v];
+            let passes = node.op().is_some_and(|op| {
+                matches!(
+                    op.name.as_str(),
+                    "wait_tensor" | "div" | "mul" | "clone" | "view" | "_to_copy" | "alias"
+                )
+            }) && node.inputs().len() == 1;
+            match node.inputs().first() {
+                Some(x) if passes => v = x.node,
+                _ => break,
+            }
+        }
+        for i in (0..n).filter(|&i| forward[i]) {
+            if let Some((group, false)) = all_reduce_sum(i) {
+                if let Some(k) = groups.get_mut(&group) {
+                    *k += 1;
+                }
+            }
+        }
+        LossTerms { forward, groups }
+    }
+
+    /// Whether node `i`, an all-reduce (sum) over `group` of a replicated tensor, is in the
+    /// backward of a loss summed over `group` and still has a forward all-reduce to be the
+    /// dual of (`used` counts the ones taken).
+    fn backward_dual(&self, i: usize, group: &str, used: &mut HashMap<String, usize>) -> bool {
+        if self.forward.get(i).copied().unwrap_or(true) {
+            return false;
+        }
+        let Some(&k) = self.groups.get(group) else {
+            return false;
+        };
+        let u = used.entry(group.to_string()).or_insert(0);
+        if *u < k {
+            *u += 1;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// Whether a call's outputs hold only zeros: a creation with fill 0 (`zeros`, `full(.., 0)`,
+/// `zeros_like`, `new_zeros`, `fill(.., 0)`, `zero`), or a copy or view of a zero tensor.
+fn zero_output(
+    name: &str,
+    family: &str,
+    bound: &Args,
+    inputs: &[ValueId],
+    rp: &RankPlacements,
+) -> bool {
+    let literal = |arg: &str| {
+        bound
+            .schema()
+            .index_of(arg)
+            .and_then(|_| bound.get(arg))
+            .and_then(|a| a.as_f64())
+    };
+    match name.trim_end_matches('_') {
+        "zeros" | "zeros_like" | "new_zeros" | "zero" => true,
+        "full" | "full_like" | "new_full" => literal("fill_value") == Some(0.0),
+        "fill" => literal("value") == Some(0.0),
+        _ => {
+            matches!(
+                family,
+                "linear-unary"
+                    | "view"
+                    | "transpose"
+                    | "permute"
+                    | "unsqueeze"
+                    | "squeeze"
+                    | "expand"
+            ) && inputs
+                .first()
+                .is_some_and(|v| rp.zero[rp.offsets[v.node] as usize + v.output])
+        }
+    }
 }
 
 /// An element-wise operator whose operands shard one tensor dim over different mesh dims

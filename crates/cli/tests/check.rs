@@ -192,6 +192,7 @@ const FOUND_BY_CHECK: &[(&str, &str)] = &[
         "moe-aux-loss-not-divided-by-tp",
         "deepseek --mesh tp=2 --forward-only",
     ),
+    ("moe-router-grad-unsynced", "deepseek --mesh tp=2"),
     (
         "pp-mismatched-send-recv",
         "llama --mesh pp=2 --microbatches 2",

@@ -131,7 +131,12 @@ pub(super) fn merge(
     match lin {
         Lin::None => spmd("applies a nonlinear operator to a partial sum (the result is not the partial of anything)"),
         Lin::Add => {
-            if n_plain_tensor > 0 {
+            if n_plain_tensor > 0 && varying && shard.is_none() {
+                // A partial plus a tensor that differs across ranks in no known layout (a
+                // shard whose view the local shapes leave open, say): it may be a partial
+                // too, or not. No finding and no placement: inconclusive, never a guess.
+                Ok(Place::Unknown)
+            } else if n_plain_tensor > 0 {
                 spmd_ex(
                     "adds a partial sum and a non-partial tensor: the non-partial term is counted once per rank (partial + replicate)",
                     if varying || shard.is_some() { Exempt::No } else { Exempt::PartialPlusReplicate(r) },

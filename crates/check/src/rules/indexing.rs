@@ -207,6 +207,17 @@ pub(super) fn scatter(c: &Ctx) -> Outcome {
         .or_else(|| c.t("value"));
     let mut ts = vec![x.clone()];
     ts.extend(src.clone());
+    // A scatter is linear in (self, src) jointly for a fixed index: a replicated zero `self`
+    // is the partial sum of zeros, so a partial `src` scattered into it stays partial (the
+    // router gradient's `scatter(zeros, 1, topk, grad)`).
+    if let Some(s) = src.as_ref().filter(|s| s.p.is_partial()) {
+        let summing = c
+            .str("reduce")
+            .is_none_or(|r| matches!(r.as_str(), "sum" | "add"));
+        if x.p == Place::Replicate && c.is_zero(&x) && c.num("value").is_none() && summing {
+            ts[0].p = s.p;
+        }
+    }
     if idx.as_ref().is_some_and(|t| t.p.is_partial()) {
         return bad(
             Kind::Spmd,

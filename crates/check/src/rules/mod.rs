@@ -116,6 +116,13 @@ pub struct Ctx<'a> {
     pub peer_ints: &'a dyn Fn(&str) -> Vec<Option<i64>>,
     pub(crate) place: &'a dyn Fn(ValueId) -> Place,
     pub(crate) meta: &'a dyn Fn(ValueId) -> Option<Meta>,
+    /// Whether a value is known to be all zeros (made by `zeros`, `full(.., 0)` and the like,
+    /// or a view or copy of such): a replicated zero tensor is also a `Partial(sum)` one.
+    pub(crate) zero: &'a dyn Fn(ValueId) -> bool,
+    /// The global shapes of the first input and the output where the case's single-device
+    /// spec has a node of the same name and operator: they settle a view whose local shapes
+    /// leave the sharded output dim open.
+    pub global_view: Option<(&'a [i64], &'a [i64])>,
 }
 
 /// A tensor argument: value, placement on this mesh dim, local meta.
@@ -160,6 +167,11 @@ impl<'a> Ctx<'a> {
             }),
             _ => None,
         }
+    }
+
+    /// Whether tensor `t` is known to hold only zeros.
+    pub fn is_zero(&self, t: &T) -> bool {
+        (self.zero)(t.v)
     }
 
     /// The tensors of a list argument `name`.
@@ -323,6 +335,35 @@ mod tests {
         // [n, 2, 8, 4] or dim 1 of [1, 2n, 8, 4]. No claim (was a guess: the first).
         assert_eq!(view_dim(&[16, 4], &[2, 8, 1, 4], 1), None);
         assert_eq!(view_dim(&[2, 8, 4], &[1, 2, 8, 4], 0), None);
+    }
+
+    #[test]
+    fn the_spec_settles_a_view_the_local_shapes_leave_open() {
+        // A kv projection of one local head: [8, 4] -> [1, 8, 1, 4] shards the heads of the
+        // spec's [1, 8, 2, 4], not the head dim.
+        assert_eq!(view_dim(&[8, 4], &[1, 8, 1, 4], 1), None);
+        assert_eq!(
+            view_dim_by_global(&[8, 4], &[1, 8, 1, 4], 1, &[1, 8, 2, 4], 2),
+            Some(2)
+        );
+        // ... and the head dim of a spec [1, 8, 1, 8].
+        assert_eq!(
+            view_dim_by_global(&[8, 4], &[1, 8, 1, 4], 1, &[1, 8, 1, 8], 2),
+            Some(3)
+        );
+        // A kv head of local size 1 merged with its 2 query-group copies: dim 1 of the spec's
+        // [2, 4, 8, 4] (2 kv heads x 2).
+        assert_eq!(view_dim(&[2, 1, 2, 8, 4], &[2, 2, 8, 4], 1), None);
+        assert_eq!(
+            view_dim_by_global(&[2, 1, 2, 8, 4], &[2, 2, 8, 4], 1, &[2, 4, 8, 4], 2),
+            Some(1)
+        );
+        // Another mesh dim shards the output too (the batch over dp): the sizes could match by
+        // coincidence, no claim.
+        assert_eq!(
+            view_dim_by_global(&[8, 4], &[1, 8, 1, 4], 1, &[2, 8, 2, 4], 2),
+            None
+        );
     }
 
     #[test]

@@ -57,6 +57,45 @@ pub fn view_dim(ins: &[usize], outs: &[usize], d: usize) -> Option<usize> {
     None
 }
 
+/// Where a shard of input dim `d` lands in a view from `ins` to `outs` (local shapes) whose
+/// local shapes admit several readings (`[8, 4] -> [1, 8, 1, 4]` with dim 1 sharded is the
+/// shard of the heads of `[1, 8, n, 4]` or of the head dim of `[1, 8, 1, 4n]`; a kv head of
+/// local size 1 merged with its query-group copies, `[2, 1, 2, 8, 4] -> [2, 2, 8, 4]`): the
+/// one output dim `j` after exactly the input's elements before `d`, and whose
+/// local size times the mesh dim's `n` is the global size `global[j]`. Only where this mesh
+/// dim alone shards the output (the global elements are the local ones times `n`): a dim
+/// that another mesh dim shards could match the sizes by coincidence. `None` unless exactly
+/// one reading fits.
+pub fn view_dim_by_global(
+    ins: &[usize],
+    outs: &[usize],
+    d: usize,
+    global: &[i64],
+    n: usize,
+) -> Option<usize> {
+    if global.len() != outs.len() || d >= ins.len() {
+        return None;
+    }
+    let prod = |v: &[usize]| v.iter().map(|&x| x as u128).product::<u128>();
+    let global_numel = global
+        .iter()
+        .try_fold(1u128, |a, &x| u128::try_from(x).ok().map(|x| a * x));
+    if global_numel != Some(prod(outs) * n as u128) {
+        return None;
+    }
+    // A contiguous shard of input dim d is the outermost split of the elements from d inward;
+    // it stays one where the output dims before j hold exactly the elements before d: output
+    // dim j is then the outermost of the dims holding d's elements, and its pieces are the
+    // shards.
+    let outer = prod(&ins[..d]);
+    let fits = |j: usize| {
+        outs[j] as u128 * n as u128 == global[j].max(0) as u128 && prod(&outs[..j]) == outer
+    };
+    let mut found = (0..outs.len()).filter(|&j| fits(j));
+    let first = found.next()?;
+    found.next().is_none().then_some(first)
+}
+
 /// Where a shard of input dim `d` in `k` blocks lands in a view from `ins` to `outs` (local
 /// shapes on this mesh dim): `Some((od, k2))` when every coordinate's elements form, in the
 /// output, its piece of each of `k2` blocks of output dim `od`; `None` when no placement
@@ -136,6 +175,24 @@ pub(super) fn view(c: &Ctx) -> Outcome {
                 > 1;
             if k == 1 {
                 if let Some(od) = view_dim(&m.shape, &out, d) {
+                    return c.all(Place::shard(od));
+                }
+                // The spec's node of the same name is this view where its input is this
+                // rank's with dim d whole (the names could shift between the programs).
+                let n = c.coord.1;
+                let same_node = |gi: &[i64]| {
+                    gi.len() == m.shape.len()
+                        && gi
+                            .iter()
+                            .zip(&m.shape)
+                            .enumerate()
+                            .all(|(k, (&g, &l))| g == (l * if k == d { n } else { 1 }) as i64)
+                };
+                if let Some(od) = c
+                    .global_view
+                    .filter(|(gi, _)| same_node(gi))
+                    .and_then(|(_, go)| view_dim_by_global(&m.shape, &out, d, go, n))
+                {
                     return c.all(Place::shard(od));
                 }
                 if m.shape.get(d).copied().unwrap_or(0) <= 1 {

@@ -315,6 +315,14 @@ pub fn lower(
                 vec![prod, val_of(&norm, 0, rank), Tpl::Num(1)],
             ));
         }
+        // zeros(size, ..) is the zero fill full(size, 0, ..), the form the lemmas know.
+        "aten.zeros.default" => {
+            let kids: Vec<Tpl> = std::iter::once(val_of(&norm, 0, rank))
+                .chain(std::iter::once(Tpl::Op("f:0.0".into(), vec![])))
+                .chain((1..5).map(|i| val_of(&norm, i, rank)))
+                .collect();
+            return Lowered::Term(Tpl::Op("aten.full.default".into(), kids));
+        }
         // A scatter of a whole-range slice replaces everything.
         "aten.slice_scatter.default" if same_meta(value(1)) => {
             return Lowered::Alias(at(value(1).expect("checked")));

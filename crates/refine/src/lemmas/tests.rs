@@ -393,3 +393,46 @@ fn scalars_on_a_cycle_of_scalings_merge_by_their_definitions() {
     assert_eq!(g.find(b), g.find(doubled));
     assert_ne!(g.find(a), g.find(b));
 }
+
+/// An accumulating index_put into zeros spreads over a partial sum of its values; a plain
+/// index_put (later writes replace earlier ones) and an accumulation into a non-zero buffer
+/// that is not a sum do not.
+#[test]
+fn accumulation_spreads_over_sums_only_when_it_accumulates() {
+    let leaves: &[(&str, &[usize])] = &[
+        ("%r0:i", &[3]),
+        ("%r0:a", &[3, 2]),
+        ("%r1:a", &[3, 2]),
+        ("%r0:x", &[4, 2]),
+    ];
+    let zeros = "(aten.full.default (list 4 2) f:0.0 dt:f64 none dev b:false)";
+    let put = |x: &str, v: &str, acc: bool| {
+        format!("(aten.index_put.default {x} (list %r0:i) {v} b:{acc})")
+    };
+    let spread = |x: &str, acc: bool| {
+        format!(
+            "(sum {} {})",
+            put(x, "%r0:a", acc),
+            put(x, "%r1:a", acc)
+        )
+    };
+    let sum = "(sum %r0:a %r1:a)";
+    assert!(lemma_relates(
+        "accumulate-over-sum",
+        leaves,
+        &put(zeros, sum, true),
+        &spread(zeros, true)
+    ));
+    assert!(!lemma_relates(
+        "accumulate-over-sum",
+        leaves,
+        &put(zeros, sum, false),
+        &spread(zeros, false)
+    ));
+    assert!(!lemma_relates(
+        "accumulate-over-sum",
+        leaves,
+        &put("%r0:x", sum, true),
+        &spread("%r0:x", true)
+    ));
+}

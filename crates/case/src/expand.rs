@@ -73,9 +73,19 @@ pub(crate) fn expand_declared(graph: &Graph, ops: &BTreeMap<String, OpMeaning>) 
     if !changed {
         return None;
     }
-    let at = |v: &ValueId| remap.get(v.node).and_then(|o| o.get(v.output)).copied().flatten();
+    let at = |v: &ValueId| {
+        remap
+            .get(v.node)
+            .and_then(|o| o.get(v.output))
+            .copied()
+            .flatten()
+    };
     out.inputs = graph.inputs.iter().map(|v| at(v)).collect::<Option<_>>()?;
-    out.outputs = graph.outputs.iter().map(|v| v.as_ref().and_then(at)).collect();
+    out.outputs = graph
+        .outputs
+        .iter()
+        .map(|v| v.as_ref().and_then(at))
+        .collect();
     Some(out)
 }
 
@@ -353,7 +363,9 @@ impl Emitter<'_, '_, '_> {
             DecompExpr::Float(f) => Arg::Float(*f),
             DecompExpr::Bool(b) => Arg::Bool(*b),
             DecompExpr::Str(s) => Arg::Str(s.clone()),
-            DecompExpr::List(items) => Arg::List(items.iter().map(|x| self.arg(x, bound)).collect()),
+            DecompExpr::List(items) => {
+                Arg::List(items.iter().map(|x| self.arg(x, bound)).collect())
+            }
             DecompExpr::Call { op, args } => {
                 let args: Vec<Arg> = args.iter().map(|x| self.arg(x, bound)).collect();
                 let name = self.fresh();
@@ -413,13 +425,22 @@ mod tests {
         }
     }
 
-    fn call(name: &str, op: OpName, args: Vec<Arg>, kwargs: Vec<(&str, Arg)>, outs: &[&str]) -> Node {
+    fn call(
+        name: &str,
+        op: OpName,
+        args: Vec<Arg>,
+        kwargs: Vec<(&str, Arg)>,
+        outs: &[&str],
+    ) -> Node {
         Node {
             name: name.into(),
             kind: NodeKind::Call {
                 op,
                 args,
-                kwargs: kwargs.into_iter().map(|(k, a)| (k.to_string(), a)).collect(),
+                kwargs: kwargs
+                    .into_iter()
+                    .map(|(k, a)| (k.to_string(), a))
+                    .collect(),
             },
             outputs: outs
                 .iter()
@@ -467,13 +488,20 @@ mod tests {
             "af",
             OpName::new("higher_order", "auto_functionalized", ""),
             vec![Arg::Op(OpName::new("_C", "fused", "default"))],
-            vec![("input", v(0)), ("residual", v(1)), ("eps", Arg::Float(1e-6))],
+            vec![
+                ("input", v(0)),
+                ("residual", v(1)),
+                ("eps", Arg::Float(1e-6)),
+            ],
             &["af[0]", "getitem_1", "getitem_2"],
         ));
         g.push(call(
             "out",
             OpName::new("aten", "mul", "Tensor"),
-            vec![Arg::Value(ValueId::new(2, 1)), Arg::Value(ValueId::new(2, 2))],
+            vec![
+                Arg::Value(ValueId::new(2, 1)),
+                Arg::Value(ValueId::new(2, 2)),
+            ],
             vec![],
             &["out"],
         ));
@@ -484,7 +512,13 @@ mod tests {
         let ops: Vec<String> = e
             .nodes
             .iter()
-            .map(|n| format!("{}={}", n.name, n.op().map_or("input".into(), |o| o.to_string())))
+            .map(|n| {
+                format!(
+                    "{}={}",
+                    n.name,
+                    n.op().map_or("input".into(), |o| o.to_string())
+                )
+            })
             .collect();
         assert_eq!(
             ops,
@@ -530,7 +564,9 @@ mod tests {
         assert_eq!(last("getitem_1").op().unwrap().name, "add");
         assert_eq!(last("getitem_1").args(), &[v(0), v(1)]);
         assert_eq!(last("getitem_2").op().unwrap().name, "relu");
-        assert!(expand_declared(&af(vec![("_input_size", Arg::List(vec![]))]), &fused_add()).is_none());
+        assert!(
+            expand_declared(&af(vec![("_input_size", Arg::List(vec![]))]), &fused_add()).is_none()
+        );
     }
 
     #[test]

@@ -107,13 +107,16 @@ pub(crate) fn lex(text: &str) -> Result<Vec<Token>, SyntaxError> {
             continue;
         }
         if c == '\'' {
-            let end = chars[i + 1..].iter().position(|&d| d == '\'').ok_or_else(|| {
-                SyntaxError::new(
-                    start,
-                    "this string has no closing quote",
-                    "write strings in single quotes, e.g. `'sum'`",
-                )
-            })?;
+            let end = chars[i + 1..]
+                .iter()
+                .position(|&d| d == '\'')
+                .ok_or_else(|| {
+                    SyntaxError::new(
+                        start,
+                        "this string has no closing quote",
+                        "write strings in single quotes, e.g. `'sum'`",
+                    )
+                })?;
             out.push(Token {
                 tok: Tok::Str(chars[i + 1..i + 1 + end].iter().collect()),
                 offset: start,

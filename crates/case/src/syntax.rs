@@ -883,8 +883,10 @@ fn decomposition(
     text: &str,
 ) -> Result<(DecompExpr, Vec<(OpName, Span)>), SourceError> {
     let at = |o: usize| v.span_at(o);
-    parse_decomposition(text, &at)
-        .map_err(|err| ctx.err(v.span_at(err.offset), err.message).with_hint(err.hint))
+    parse_decomposition(text, &at).map_err(|err| {
+        ctx.err(v.span_at(err.offset), err.message)
+            .with_hint(err.hint)
+    })
 }
 
 /// The mapping form of an `ops:` entry: `args` names the parameters (so that keyword
@@ -896,23 +898,35 @@ fn signature_decl(
     v: &YNode,
 ) -> Result<(OpMeaning, Vec<(OpName, Span)>), SourceError> {
     let what = format!("the declaration of `{}`", name.value);
-    let m = ctx.map(v, &what, "write `{ args: [out, x], writes: { out: \"relu($1)\" } }`")?;
+    let m = ctx.map(
+        v,
+        &what,
+        "write `{ args: [out, x], writes: { out: \"relu($1)\" } }`",
+    )?;
     let keys = ctx.keys(&m, Some(&["args", "returns", "writes"]), &what)?;
     let (_, args_node) = required(ctx, &keys, "args", v.span, &what, "args: [out, x]")?;
     let YKind::Seq(items) = &args_node.kind else {
         return Err(ctx
             .err(
                 args_node.span,
-                format!("`args` must be a list of parameter names, found {}", args_node.describe()),
+                format!(
+                    "`args` must be a list of parameter names, found {}",
+                    args_node.describe()
+                ),
             )
-            .with_hint("list the operator's parameters in schema order, e.g. `args: [out, x, eps]`"));
+            .with_hint(
+                "list the operator's parameters in schema order, e.g. `args: [out, x, eps]`",
+            ));
     };
     let mut params: Vec<String> = Vec::new();
     for it in items {
         let p = ctx.string(it, "a parameter name")?;
         if params.contains(&p.value) {
             return Err(ctx
-                .err(p.span, format!("parameter `{}` appears twice in `args`", p.value))
+                .err(
+                    p.span,
+                    format!("parameter `{}` appears twice in `args`", p.value),
+                )
                 .with_hint("name each parameter once"));
         }
         params.push(p.value);
@@ -923,7 +937,13 @@ fn signature_decl(
         let (e, c) = decomposition(ctx, node, &text.value)?;
         if let Some(i) = max_arg(&e).filter(|&i| i >= params.len()) {
             return Err(ctx
-                .err(node.span, format!("{what} reads `${i}`, but `args` names {} parameters", params.len()))
+                .err(
+                    node.span,
+                    format!(
+                        "{what} reads `${i}`, but `args` names {} parameters",
+                        params.len()
+                    ),
+                )
                 .with_hint("`$i` is the i-th name of `args`, counting from 0"));
         }
         calls.extend(c);
@@ -948,7 +968,10 @@ fn signature_decl(
                     )
                     .with_hint("`writes` maps parameters named in `args` to their new values"));
             };
-            writes.push((i, expr(value, &format!("the new value of `{}`", param.value))?));
+            writes.push((
+                i,
+                expr(value, &format!("the new value of `{}`", param.value))?,
+            ));
         }
     }
     // `auto_functionalized` returns the written arguments in schema order.

@@ -448,12 +448,12 @@ fn mapped_op_declarations_are_parsed_and_checked() {
     let case = resolve(&text).unwrap();
     assert_eq!(case.ops.len(), 2);
     // A write to a parameter `args` does not name.
-    let text = format!(
-        "{BASE}ops:\n  _C.f: {{ args: [out, x], writes: {{ result: \"relu($1)\" }} }}\n"
-    );
+    let text =
+        format!("{BASE}ops:\n  _C.f: {{ args: [out, x], writes: {{ result: \"relu($1)\" }} }}\n");
     assert_error(resolve(&text), 15, 37, "not a parameter in `args`");
     // `$i` past the parameters.
-    let text = format!("{BASE}ops:\n  _C.f: {{ args: [out, x], writes: {{ out: \"relu($2)\" }} }}\n");
+    let text =
+        format!("{BASE}ops:\n  _C.f: {{ args: [out, x], writes: {{ out: \"relu($2)\" }} }}\n");
     assert_error(resolve(&text), 15, 42, "reads `$2`");
     // Neither a result nor a write.
     let text = format!("{BASE}ops:\n  _C.f: {{ args: [out, x] }}\n");

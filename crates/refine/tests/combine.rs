@@ -37,12 +37,24 @@ fn switch_mlp(tp: usize, combine: Combine, reduce: bool) -> String {
     line(format!("zeros: \"f32[{N}, {H}]\" = torch.ops.aten.zeros.default([{N}, {H}], dtype = torch.float32, device = device(type='cpu'), pin_memory = False)"));
     let mut acc = "zeros".to_string();
     for e in 0..2 {
-        line(format!("index_{e}: \"f32[{K}, {H}]\" = torch.ops.aten.index.Tensor(x, [idx_{e}])"));
-        line(format!("t_{e}: \"f32[{H}, {f}]\" = torch.ops.aten.t.default(w1_{e})"));
-        line(format!("mm_{e}: \"f32[{K}, {f}]\" = torch.ops.aten.mm.default(index_{e}, t_{e})"));
-        line(format!("relu_{e}: \"f32[{K}, {f}]\" = torch.ops.aten.relu.default(mm_{e})"));
-        line(format!("t2_{e}: \"f32[{f}, {H}]\" = torch.ops.aten.t.default(w2_{e})"));
-        line(format!("out_{e}: \"f32[{K}, {H}]\" = torch.ops.aten.mm.default(relu_{e}, t2_{e})"));
+        line(format!(
+            "index_{e}: \"f32[{K}, {H}]\" = torch.ops.aten.index.Tensor(x, [idx_{e}])"
+        ));
+        line(format!(
+            "t_{e}: \"f32[{H}, {f}]\" = torch.ops.aten.t.default(w1_{e})"
+        ));
+        line(format!(
+            "mm_{e}: \"f32[{K}, {f}]\" = torch.ops.aten.mm.default(index_{e}, t_{e})"
+        ));
+        line(format!(
+            "relu_{e}: \"f32[{K}, {f}]\" = torch.ops.aten.relu.default(mm_{e})"
+        ));
+        line(format!(
+            "t2_{e}: \"f32[{f}, {H}]\" = torch.ops.aten.t.default(w2_{e})"
+        ));
+        line(format!(
+            "out_{e}: \"f32[{K}, {H}]\" = torch.ops.aten.mm.default(relu_{e}, t2_{e})"
+        ));
         let next = format!("combined_{e}");
         match combine {
             Combine::IndexPut => line(format!("{next}: \"f32[{N}, {H}]\" = torch.ops.aten.index_put.default({acc}, [idx_{e}], out_{e}, True)")),
@@ -60,8 +72,12 @@ fn switch_mlp(tp: usize, combine: Combine, reduce: bool) -> String {
         acc = "wait_tensor".into();
     }
     // The residual connection around the MoE layer, and the next layer's first operator.
-    line(format!("residual: \"f32[{N}, {H}]\" = torch.ops.aten.add.Tensor(x, {acc})"));
-    line(format!("output: \"f32[{N}, {H}]\" = torch.ops.aten.tanh.default(residual)"));
+    line(format!(
+        "residual: \"f32[{N}, {H}]\" = torch.ops.aten.add.Tensor(x, {acc})"
+    ));
+    line(format!(
+        "output: \"f32[{N}, {H}]\" = torch.ops.aten.tanh.default(residual)"
+    ));
     g.push_str("        return (output,)\n");
     g
 }
@@ -114,7 +130,10 @@ fn switch_mlp_without_the_all_reduce_is_refuted() {
         // Where the reduced sum is first needed: the residual add.
         assert_eq!(f.operator, "residual", "{f:#?}");
         assert!(
-            f.hint.as_deref().unwrap_or("").contains("unreduced partial sum"),
+            f.hint
+                .as_deref()
+                .unwrap_or("")
+                .contains("unreduced partial sum"),
             "{f:#?}"
         );
     }

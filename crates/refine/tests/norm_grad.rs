@@ -34,7 +34,9 @@ fn layer_norm_grad(tp: usize, reduce: bool) -> String {
         dw = "wait_tensor".into();
     }
     // The optimizer's second moment of the weight gradient.
-    line(format!("mul: \"f32[{H}]\" = torch.ops.aten.mul.Tensor({dw}, {dw})"));
+    line(format!(
+        "mul: \"f32[{H}]\" = torch.ops.aten.mul.Tensor({dw}, {dw})"
+    ));
     g.push_str("        return (getitem, mul)\n");
     g
 }

@@ -83,41 +83,80 @@ fn qwen2_layer(tp: usize, drop_reduce: bool) -> String {
         g.push('\n');
     };
     line(format!("auto_functionalized = torch.ops.higher_order.auto_functionalized(torch.ops._C.fused_add_rms_norm.default, input = hidden, residual = residual, weight = w_in, epsilon = 1e-06)"));
-    line(format!("getitem_1: \"f32[{T}, {H}]\" = auto_functionalized[1]"));
-    line(format!("getitem_2: \"f32[{T}, {H}]\" = auto_functionalized[2];  auto_functionalized = None"));
+    line(format!(
+        "getitem_1: \"f32[{T}, {H}]\" = auto_functionalized[1]"
+    ));
+    line(format!(
+        "getitem_2: \"f32[{T}, {H}]\" = auto_functionalized[2];  auto_functionalized = None"
+    ));
     for (name, w) in [("q", "wq"), ("k", "wk"), ("v", "wv")] {
-        line(format!("t_{name}: \"f32[{H}, {q}]\" = torch.ops.aten.t.default({w})"));
-        line(format!("mm_{name}: \"f32[{T}, {q}]\" = torch.ops.aten.mm.default(getitem_1, t_{name})"));
+        line(format!(
+            "t_{name}: \"f32[{H}, {q}]\" = torch.ops.aten.t.default({w})"
+        ));
+        line(format!(
+            "mm_{name}: \"f32[{T}, {q}]\" = torch.ops.aten.mm.default(getitem_1, t_{name})"
+        ));
     }
     line("auto_functionalized_1 = torch.ops.higher_order.auto_functionalized(torch.ops._C.rotary_embedding.default, positions = positions, query = mm_q, key = mm_k, head_size = 4, cos_sin_cache = cos_sin_cache, is_neox = True)".into());
-    line(format!("getitem_4: \"f32[{T}, {q}]\" = auto_functionalized_1[1]"));
-    line(format!("getitem_5: \"f32[{T}, {q}]\" = auto_functionalized_1[2];  auto_functionalized_1 = None"));
+    line(format!(
+        "getitem_4: \"f32[{T}, {q}]\" = auto_functionalized_1[1]"
+    ));
+    line(format!(
+        "getitem_5: \"f32[{T}, {q}]\" = auto_functionalized_1[2];  auto_functionalized_1 = None"
+    ));
     line(format!("empty: \"f32[{T}, {q}]\" = torch.ops.aten.empty.memory_format([{T}, {q}], dtype = torch.float32, device = device(type='cpu'), pin_memory = False)"));
     line("auto_functionalized_2 = torch.ops.higher_order.auto_functionalized(torch.ops.vllm.unified_attention_with_output.default, query = getitem_4, key = getitem_5, value = mm_v, output = empty, layer_name = 'model.layers.0.self_attn.attn');  empty = None".into());
-    line(format!("getitem_7: \"f32[{T}, {q}]\" = auto_functionalized_2[1];  auto_functionalized_2 = None"));
-    line(format!("t_o: \"f32[{q}, {H}]\" = torch.ops.aten.t.default(wo)"));
-    line(format!("mm_o: \"f32[{T}, {H}]\" = torch.ops.aten.mm.default(getitem_7, t_o)"));
+    line(format!(
+        "getitem_7: \"f32[{T}, {q}]\" = auto_functionalized_2[1];  auto_functionalized_2 = None"
+    ));
+    line(format!(
+        "t_o: \"f32[{q}, {H}]\" = torch.ops.aten.t.default(wo)"
+    ));
+    line(format!(
+        "mm_o: \"f32[{T}, {H}]\" = torch.ops.aten.mm.default(getitem_7, t_o)"
+    ));
     let attn_out = if tp > 1 && !drop_reduce {
-        line(format!("all_reduce: \"f32[{T}, {H}]\" = torch.ops.vllm.all_reduce.default(mm_o, 'tp:0')"));
+        line(format!(
+            "all_reduce: \"f32[{T}, {H}]\" = torch.ops.vllm.all_reduce.default(mm_o, 'tp:0')"
+        ));
         "all_reduce"
     } else {
         "mm_o"
     };
     line(format!("auto_functionalized_3 = torch.ops.higher_order.auto_functionalized(torch.ops._C.fused_add_rms_norm.default, input = {attn_out}, residual = getitem_2, weight = w_post, epsilon = 1e-06)"));
-    line(format!("getitem_9: \"f32[{T}, {H}]\" = auto_functionalized_3[1]"));
-    line(format!("getitem_10: \"f32[{T}, {H}]\" = auto_functionalized_3[2];  auto_functionalized_3 = None"));
+    line(format!(
+        "getitem_9: \"f32[{T}, {H}]\" = auto_functionalized_3[1]"
+    ));
+    line(format!(
+        "getitem_10: \"f32[{T}, {H}]\" = auto_functionalized_3[2];  auto_functionalized_3 = None"
+    ));
     for (name, w) in [("gate", "w_gate"), ("up", "w_up")] {
-        line(format!("t_{name}: \"f32[{H}, {i}]\" = torch.ops.aten.t.default({w})"));
-        line(format!("mm_{name}: \"f32[{T}, {i}]\" = torch.ops.aten.mm.default(getitem_9, t_{name})"));
+        line(format!(
+            "t_{name}: \"f32[{H}, {i}]\" = torch.ops.aten.t.default({w})"
+        ));
+        line(format!(
+            "mm_{name}: \"f32[{T}, {i}]\" = torch.ops.aten.mm.default(getitem_9, t_{name})"
+        ));
     }
-    line(format!("cat: \"f32[{T}, {}]\" = torch.ops.aten.cat.default([mm_gate, mm_up], 1)", 2 * i));
+    line(format!(
+        "cat: \"f32[{T}, {}]\" = torch.ops.aten.cat.default([mm_gate, mm_up], 1)",
+        2 * i
+    ));
     line(format!("empty_1: \"f32[{T}, {i}]\" = torch.ops.aten.empty.memory_format([{T}, {i}], dtype = torch.float32, device = device(type='cpu'), pin_memory = False)"));
     line("auto_functionalized_4 = torch.ops.higher_order.auto_functionalized(torch.ops._C.silu_and_mul.default, result = empty_1, input = cat);  empty_1 = None".into());
-    line(format!("getitem_12: \"f32[{T}, {i}]\" = auto_functionalized_4[1];  auto_functionalized_4 = None"));
-    line(format!("t_down: \"f32[{i}, {H}]\" = torch.ops.aten.t.default(w_down)"));
-    line(format!("mm_down: \"f32[{T}, {H}]\" = torch.ops.aten.mm.default(getitem_12, t_down)"));
+    line(format!(
+        "getitem_12: \"f32[{T}, {i}]\" = auto_functionalized_4[1];  auto_functionalized_4 = None"
+    ));
+    line(format!(
+        "t_down: \"f32[{i}, {H}]\" = torch.ops.aten.t.default(w_down)"
+    ));
+    line(format!(
+        "mm_down: \"f32[{T}, {H}]\" = torch.ops.aten.mm.default(getitem_12, t_down)"
+    ));
     let out = if tp > 1 {
-        line(format!("all_reduce_1: \"f32[{T}, {H}]\" = torch.ops.vllm.all_reduce.default(mm_down, 'tp:0')"));
+        line(format!(
+            "all_reduce_1: \"f32[{T}, {H}]\" = torch.ops.vllm.all_reduce.default(mm_down, 'tp:0')"
+        ));
         "all_reduce_1"
     } else {
         "mm_down"
@@ -186,6 +225,18 @@ fn vllm_qwen2_layer_without_the_attention_all_reduce_is_refuted() {
         .position(|l| l.contains("auto_functionalized_3 ="))
         .unwrap();
     assert_eq!(failure.op, "aten.add.Tensor", "{text}");
-    assert!(failure.graph_location.ends_with(&format!("spec.py:{}", line + 1)), "{text}");
-    assert!(failure.hint.as_deref().unwrap_or("").contains("unreduced partial sum"), "{text}");
+    assert!(
+        failure
+            .graph_location
+            .ends_with(&format!("spec.py:{}", line + 1)),
+        "{text}"
+    );
+    assert!(
+        failure
+            .hint
+            .as_deref()
+            .unwrap_or("")
+            .contains("unreduced partial sum"),
+        "{text}"
+    );
 }

@@ -1,8 +1,8 @@
 //! Linear operators move through sums over ranks (partial sums) and through scale factors.
 
 use super::{
-    int, is_true, is_zero, linear_positions, zero_fill, node_sym, op, product_reduced, same_ratio, scale, scales, sums,
-    with_kids, Lemma, ELEMENTWISE, LINEAR, SCALE, WIDENED,
+    int, is_true, is_zero, linear_positions, node_sym, op, product_reduced, same_ratio, scale,
+    scales, sums, with_kids, zero_fill, Lemma, ELEMENTWISE, LINEAR, SCALE, WIDENED,
 };
 use crate::term::{is_op, Term, SUM};
 use egg::{Id, Symbol};

@@ -409,13 +409,8 @@ fn accumulation_spreads_over_sums_only_when_it_accumulates() {
     let put = |x: &str, v: &str, acc: bool| {
         format!("(aten.index_put.default {x} (list %r0:i) {v} b:{acc})")
     };
-    let spread = |x: &str, acc: bool| {
-        format!(
-            "(sum {} {})",
-            put(x, "%r0:a", acc),
-            put(x, "%r1:a", acc)
-        )
-    };
+    let spread =
+        |x: &str, acc: bool| format!("(sum {} {})", put(x, "%r0:a", acc), put(x, "%r1:a", acc));
     let sum = "(sum %r0:a %r1:a)";
     assert!(lemma_relates(
         "accumulate-over-sum",
@@ -464,7 +459,14 @@ fn apex_norm_backward_splits_with_flattened_statistics() {
         "(cat 0 %r0:r %r1:r)",
         "(cat 0 %r0:x %r1:x)",
     );
-    let piece = |r: usize| call(&format!("%r{r}:g"), &format!("%r{r}:m"), &format!("%r{r}:r"), &format!("%r{r}:x"));
+    let piece = |r: usize| {
+        call(
+            &format!("%r{r}:g"),
+            &format!("%r{r}:m"),
+            &format!("%r{r}:r"),
+            &format!("%r{r}:x"),
+        )
+    };
     assert!(lemma_relates(
         "apex-norm-backward-over-cat",
         leaves,
@@ -478,11 +480,22 @@ fn apex_norm_backward_splits_with_flattened_statistics() {
         "(cat 0 %r0:q %r1:q)",
         "(cat 0 %r0:x %r1:x)",
     );
-    let skewed_piece = |r: usize| call(&format!("%r{r}:g"), &format!("%r{r}:q"), &format!("%r{r}:q"), &format!("%r{r}:x"));
+    let skewed_piece = |r: usize| {
+        call(
+            &format!("%r{r}:g"),
+            &format!("%r{r}:q"),
+            &format!("%r{r}:q"),
+            &format!("%r{r}:x"),
+        )
+    };
     assert!(!lemma_relates(
         "apex-norm-backward-over-cat",
         leaves,
         &format!("(get 1 {skewed})"),
-        &format!("(sum (get 1 {}) (get 1 {}))", skewed_piece(0), skewed_piece(1))
+        &format!(
+            "(sum (get 1 {}) (get 1 {}))",
+            skewed_piece(0),
+            skewed_piece(1)
+        )
     ));
 }

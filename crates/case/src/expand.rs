@@ -80,7 +80,7 @@ pub(crate) fn expand_declared(graph: &Graph, ops: &BTreeMap<String, OpMeaning>) 
             .copied()
             .flatten()
     };
-    out.inputs = graph.inputs.iter().map(|v| at(v)).collect::<Option<_>>()?;
+    out.inputs = graph.inputs.iter().map(&at).collect::<Option<_>>()?;
     out.outputs = graph
         .outputs
         .iter()

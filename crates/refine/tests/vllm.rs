@@ -82,7 +82,7 @@ fn qwen2_layer(tp: usize, drop_reduce: bool) -> String {
         g.push_str(&l);
         g.push('\n');
     };
-    line(format!("auto_functionalized = torch.ops.higher_order.auto_functionalized(torch.ops._C.fused_add_rms_norm.default, input = hidden, residual = residual, weight = w_in, epsilon = 1e-06)"));
+    line("auto_functionalized = torch.ops.higher_order.auto_functionalized(torch.ops._C.fused_add_rms_norm.default, input = hidden, residual = residual, weight = w_in, epsilon = 1e-06)".into());
     line(format!(
         "getitem_1: \"f32[{T}, {H}]\" = auto_functionalized[1]"
     ));

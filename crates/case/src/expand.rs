@@ -332,6 +332,18 @@ fn emit_output(
             vec![a],
             out.clone(),
         )),
+        // A declared collective is synchronous where it is called (vLLM's all-reduce returns
+        // the reduced tensor): the functional collective it names is waited on at once.
+        Source::Expr(e @ DecompExpr::Call { op, .. }, bound)
+            if op.namespace == "_c10d_functional" && op.name != "wait_tensor" =>
+        {
+            let issued = em.arg(e, bound);
+            Some(em.call_named(
+                OpName::new("_c10d_functional", "wait_tensor", "default"),
+                vec![issued],
+                out.clone(),
+            ))
+        }
         Source::Expr(DecompExpr::Call { op, args }, bound) => {
             let args: Vec<Arg> = args.iter().map(|e| em.arg(e, bound)).collect();
             Some(em.call_named(op.clone(), args, out.clone()))

@@ -69,6 +69,7 @@ fn item_inner(
         Tok::Arg(i) => Ok(DecompExpr::Arg(i)),
         Tok::Int(i) => Ok(DecompExpr::Int(i)),
         Tok::Float(f) => Ok(DecompExpr::Float(f)),
+        Tok::Str(s) => Ok(DecompExpr::Str(s)),
         Tok::LBrack => {
             let mut items = Vec::new();
             if c.peek().tok == Tok::RBrack {

@@ -9,6 +9,8 @@ pub(crate) enum Tok {
     Float(f64),
     /// `$i`.
     Arg(usize),
+    /// A quoted string, `'sum'` (decompositions only).
+    Str(String),
     LParen,
     RParen,
     LBrack,
@@ -24,6 +26,7 @@ impl Tok {
             Tok::Int(i) => format!("`{i}`"),
             Tok::Float(f) => format!("`{f}`"),
             Tok::Arg(i) => format!("`${i}`"),
+            Tok::Str(s) => format!("`'{}'`", shardproof_import::excerpt(s)),
             Tok::LParen => "`(`".into(),
             Tok::RParen => "`)`".into(),
             Tok::LBrack => "`[`".into(),
@@ -101,6 +104,24 @@ pub(crate) fn lex(text: &str) -> Result<Vec<Token>, SyntaxError> {
                 tok: Tok::Arg(n),
                 offset: start,
             });
+            continue;
+        }
+        if c == '\'' {
+            let end = chars[i + 1..]
+                .iter()
+                .position(|&d| d == '\'')
+                .ok_or_else(|| {
+                    SyntaxError::new(
+                        start,
+                        "this string has no closing quote",
+                        "write strings in single quotes, e.g. `'sum'`",
+                    )
+                })?;
+            out.push(Token {
+                tok: Tok::Str(chars[i + 1..i + 1 + end].iter().collect()),
+                offset: start,
+            });
+            i += end + 2;
             continue;
         }
         if c.is_ascii_alphabetic() || c == '_' {

@@ -11,6 +11,7 @@
 #![warn(missing_docs)]
 
 mod decomp;
+mod expand;
 mod expr;
 mod layout;
 mod lex;

@@ -243,13 +243,38 @@ fn read_case(path: &Path) -> Result<Case, SourceError> {
         ranks.push(graph);
     }
     drop(parsed);
+    let (spec, ranks) = inline_declared(spec, ranks, &prep.ops);
     finish(file, prep, spec, ranks)
+}
+
+/// The graphs with the operators declared in `ops:` inlined ([`crate::expand`]); ranks that
+/// share a graph keep sharing its expansion.
+fn inline_declared(
+    spec: Graph,
+    ranks: Vec<Arc<Graph>>,
+    ops: &BTreeMap<String, OpMeaning>,
+) -> (Graph, Vec<Arc<Graph>>) {
+    let spec = crate::expand::expand_declared(&spec, ops).unwrap_or(spec);
+    let mut done: Vec<(Arc<Graph>, Arc<Graph>)> = Vec::new();
+    let ranks = ranks
+        .into_iter()
+        .map(|g| {
+            if let Some((_, e)) = done.iter().find(|(o, _)| Arc::ptr_eq(o, &g)) {
+                return e.clone();
+            }
+            let e = crate::expand::expand_declared(&g, ops).map_or_else(|| g.clone(), Arc::new);
+            done.push((g, e.clone()));
+            e
+        })
+        .collect();
+    (spec, ranks)
 }
 
 /// Resolves a parsed case against graphs the caller already has (`ranks` in rank order).
 pub fn resolve_case(file: CaseFile, spec: Graph, ranks: Vec<Graph>) -> Result<Case, SourceError> {
     let prep = prepare(&file).map_err(shardproof_import::shorten_quotes)?;
     let ranks = ranks.into_iter().map(Arc::new).collect();
+    let (spec, ranks) = inline_declared(spec, ranks, &prep.ops);
     finish(file, prep, spec, ranks).map_err(shardproof_import::shorten_quotes)
 }
 

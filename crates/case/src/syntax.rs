@@ -6,7 +6,7 @@ use crate::expr::{parse_expr, Expr};
 use crate::placement::{parse_placement, Placement};
 use crate::suggest::{did_you_mean_suffix, list_names};
 use crate::yaml::{parse_yaml, YKind, YNode};
-use shardproof_ir::{Located, OpMeaning, OpName, SourceError, Span};
+use shardproof_ir::{DecompExpr, Located, OpMeaning, OpName, Signature, SourceError, Span};
 use std::path::{Path, PathBuf};
 
 /// A parsed case file (format version 1), not yet checked against its graphs.
@@ -839,26 +839,32 @@ fn op_decls(ctx: &Ctx, node: &YNode) -> Result<Vec<OpDecl>, SourceError> {
             ctx.err(name.span, format!("`{}` is not an operator name", name.value))
                 .with_hint("write the operator as `namespace.name` or `namespace.name.overload`, e.g. `tg.log_tensor`")
         })?;
+        if let YKind::Map(_) = &v.kind {
+            let (meaning, calls) = signature_decl(ctx, &name, v)?;
+            out.push(OpDecl {
+                name,
+                op,
+                meaning,
+                calls,
+            });
+            continue;
+        }
         let Some(text) = v.scalar().filter(|_| !v.is_null()) else {
             return Err(ctx
                 .err(
                     v.span,
                     format!(
-                        "the meaning of `{}` must be a string, found {}",
+                        "the meaning of `{}` must be a string or a mapping, found {}",
                         name.value,
                         v.describe()
                     ),
                 )
-                .with_hint("write `identity` or a decomposition such as `\"gelu(add($0, $1))\"`"));
+                .with_hint("write `identity`, a decomposition such as `\"gelu(add($0, $1))\"`, or `{ args: [out, x], writes: { out: \"relu($1)\" } }`"));
         };
         let (meaning, calls) = if text.trim() == "identity" {
             (OpMeaning::Identity, Vec::new())
         } else {
-            let at = |o: usize| v.span_at(o);
-            let (e, calls) = parse_decomposition(text, &at).map_err(|err| {
-                ctx.err(v.span_at(err.offset), err.message)
-                    .with_hint(err.hint)
-            })?;
+            let (e, calls) = decomposition(ctx, v, text)?;
             (OpMeaning::Decompose(e), calls)
         };
         out.push(OpDecl {
@@ -869,6 +875,130 @@ fn op_decls(ctx: &Ctx, node: &YNode) -> Result<Vec<OpDecl>, SourceError> {
         });
     }
     Ok(out)
+}
+
+fn decomposition(
+    ctx: &Ctx,
+    v: &YNode,
+    text: &str,
+) -> Result<(DecompExpr, Vec<(OpName, Span)>), SourceError> {
+    let at = |o: usize| v.span_at(o);
+    parse_decomposition(text, &at).map_err(|err| {
+        ctx.err(v.span_at(err.offset), err.message)
+            .with_hint(err.hint)
+    })
+}
+
+/// The mapping form of an `ops:` entry: `args` names the parameters (so that keyword
+/// arguments bind), `returns` is the result and `writes` the new values of the parameters
+/// the operator overwrites in place (what `auto_functionalized` returns after the result).
+fn signature_decl(
+    ctx: &Ctx,
+    name: &Located<String>,
+    v: &YNode,
+) -> Result<(OpMeaning, Vec<(OpName, Span)>), SourceError> {
+    let what = format!("the declaration of `{}`", name.value);
+    let m = ctx.map(
+        v,
+        &what,
+        "write `{ args: [out, x], writes: { out: \"relu($1)\" } }`",
+    )?;
+    let keys = ctx.keys(&m, Some(&["args", "returns", "writes"]), &what)?;
+    let (_, args_node) = required(ctx, &keys, "args", v.span, &what, "args: [out, x]")?;
+    let YKind::Seq(items) = &args_node.kind else {
+        return Err(ctx
+            .err(
+                args_node.span,
+                format!(
+                    "`args` must be a list of parameter names, found {}",
+                    args_node.describe()
+                ),
+            )
+            .with_hint(
+                "list the operator's parameters in schema order, e.g. `args: [out, x, eps]`",
+            ));
+    };
+    let mut params: Vec<String> = Vec::new();
+    for it in items {
+        let p = ctx.string(it, "a parameter name")?;
+        if params.contains(&p.value) {
+            return Err(ctx
+                .err(
+                    p.span,
+                    format!("parameter `{}` appears twice in `args`", p.value),
+                )
+                .with_hint("name each parameter once"));
+        }
+        params.push(p.value);
+    }
+    let mut calls = Vec::new();
+    let mut expr = |node: &YNode, what: &str| -> Result<DecompExpr, SourceError> {
+        let text = ctx.string(node, what)?;
+        let (e, c) = decomposition(ctx, node, &text.value)?;
+        if let Some(i) = max_arg(&e).filter(|&i| i >= params.len()) {
+            return Err(ctx
+                .err(
+                    node.span,
+                    format!(
+                        "{what} reads `${i}`, but `args` names {} parameters",
+                        params.len()
+                    ),
+                )
+                .with_hint("`$i` is the i-th name of `args`, counting from 0"));
+        }
+        calls.extend(c);
+        Ok(e)
+    };
+    let returns = find(&keys, "returns")
+        .map(|(_, r)| expr(r, "`returns`"))
+        .transpose()?;
+    let mut writes: Vec<(usize, DecompExpr)> = Vec::new();
+    if let Some((_, w)) = find(&keys, "writes") {
+        let wm = ctx.map(w, "`writes`", "write `writes: { out: \"relu($1)\" }`")?;
+        for (param, value) in ctx.keys(&wm, None, "`writes`")? {
+            let Some(i) = params.iter().position(|p| *p == param.value) else {
+                return Err(ctx
+                    .err(
+                        param.span,
+                        format!(
+                            "`{}` is not a parameter in `args`{}",
+                            param.value,
+                            did_you_mean_suffix(&param.value, params.iter().map(String::as_str))
+                        ),
+                    )
+                    .with_hint("`writes` maps parameters named in `args` to their new values"));
+            };
+            writes.push((
+                i,
+                expr(value, &format!("the new value of `{}`", param.value))?,
+            ));
+        }
+    }
+    // `auto_functionalized` returns the written arguments in schema order.
+    writes.sort_by_key(|(i, _)| *i);
+    if returns.is_none() && writes.is_empty() {
+        return Err(ctx
+            .err(v.span, format!("{what} has neither `returns` nor `writes`"))
+            .with_hint("say what the operator returns, what it overwrites, or both"));
+    }
+    Ok((
+        OpMeaning::Decompose(DecompExpr::Signature(Box::new(Signature {
+            params,
+            returns,
+            writes,
+        }))),
+        calls,
+    ))
+}
+
+fn max_arg(e: &DecompExpr) -> Option<usize> {
+    match e {
+        DecompExpr::Arg(i) => Some(*i),
+        DecompExpr::List(items) | DecompExpr::Call { args: items, .. } => {
+            items.iter().filter_map(max_arg).max()
+        }
+        _ => None,
+    }
 }
 
 fn constant_values(ctx: &Ctx, node: &YNode) -> Result<Vec<ConstantValue>, SourceError> {

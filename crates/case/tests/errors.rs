@@ -439,3 +439,26 @@ fn undeclared_hlo_group_on_a_1d_mesh_must_be_declared() {
     );
     resolve_with(&declared, vec![rank(0), rank(1)]).unwrap_or_else(|e| panic!("{e}"));
 }
+
+#[test]
+fn mapped_op_declarations_are_parsed_and_checked() {
+    let text = format!(
+        "{BASE}ops:\n  _C.rms_norm: {{ args: [result, input, weight, eps], writes: {{ result: \"mul($1, $2)\" }} }}\n  vllm.all_reduce: \"_c10d_functional.all_reduce($0, 'sum', $1)\"\n"
+    );
+    let case = resolve(&text).unwrap();
+    assert_eq!(case.ops.len(), 2);
+    // A write to a parameter `args` does not name.
+    let text =
+        format!("{BASE}ops:\n  _C.f: {{ args: [out, x], writes: {{ result: \"relu($1)\" }} }}\n");
+    assert_error(resolve(&text), 15, 37, "not a parameter in `args`");
+    // `$i` past the parameters.
+    let text =
+        format!("{BASE}ops:\n  _C.f: {{ args: [out, x], writes: {{ out: \"relu($2)\" }} }}\n");
+    assert_error(resolve(&text), 15, 42, "reads `$2`");
+    // Neither a result nor a write.
+    let text = format!("{BASE}ops:\n  _C.f: {{ args: [out, x] }}\n");
+    assert_error(resolve(&text), 15, 9, "neither `returns` nor `writes`");
+    // An unclosed string.
+    let text = format!("{BASE}ops:\n  _C.f: \"all_reduce($0, 'sum)\"\n");
+    assert_error(resolve(&text), 15, 25, "no closing quote");
+}

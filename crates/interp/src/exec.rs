@@ -227,6 +227,15 @@ impl<'g> GraphRun<'g> {
         if op.namespace == "higher_order" && op.name == "auto_functionalized_v2" {
             return self.eval_auto_functionalized(args, kwargs, &values);
         }
+        if op.namespace == "higher_order" && op.name == "auto_functionalized" {
+            // Calls that fit their declaration were inlined when the case was loaded.
+            return Err(NodeError::Unsupported(match args.first() {
+                Some(Arg::Op(inner)) => format!(
+                    "in-place operator `{inner}` (in `auto_functionalized`) has no declaration its call fits; declare it in the case's `ops:` with `args` and `writes`"
+                ),
+                _ => "auto_functionalized without an operator".into(),
+            }));
+        }
         let reg = Registry::builtin();
         let def = reg.get(op).ok_or_else(|| {
             NodeError::Unsupported(format!(
@@ -259,6 +268,23 @@ impl<'g> GraphRun<'g> {
                     .expect("ready node has its inputs")
                     .clone();
                 Ok(vec![t; node.outputs.len().max(1)])
+            }
+            OpMeaning::Decompose(DecompExpr::Signature(sig)) => {
+                let Some(ret) = &sig.returns else {
+                    return Err(NodeError::Unsupported(format!(
+                        "`{}` is declared to return nothing and write its arguments in place; only its functionalized form (`auto_functionalized`) has a value",
+                        node.name
+                    )));
+                };
+                let bound = sig
+                    .bind(args, node_kwargs(node))
+                    .map_err(|e| NodeError::Op(OpError::new(e)))?;
+                match eval_decomp(ret, &bound, values, &self.ctx(node))? {
+                    DVal::Tensor(t) => Ok(vec![t]),
+                    DVal::Lit(a) => Err(NodeError::Op(OpError::new(format!(
+                        "the declared result evaluates to {a:?}, not a tensor"
+                    )))),
+                }
             }
             OpMeaning::Decompose(expr) => match eval_decomp(expr, args, values, &self.ctx(node))? {
                 DVal::Tensor(t) => Ok(vec![t]),
@@ -333,6 +359,13 @@ impl From<OpError> for NodeError {
 }
 
 /// An intermediate of a decomposition: a tensor or a literal argument.
+fn node_kwargs(node: &Node) -> &[(String, Arg)] {
+    match &node.kind {
+        NodeKind::Call { kwargs, .. } => kwargs,
+        _ => &[],
+    }
+}
+
 enum DVal {
     Tensor(Tensor),
     Lit(Arg),
@@ -358,6 +391,12 @@ fn eval_decomp(
         DecompExpr::Int(i) => DVal::Lit(Arg::Int(*i)),
         DecompExpr::Float(f) => DVal::Lit(Arg::Float(*f)),
         DecompExpr::Bool(b) => DVal::Lit(Arg::Bool(*b)),
+        DecompExpr::Str(t) => DVal::Lit(Arg::Str(t.clone())),
+        DecompExpr::Signature(_) => {
+            return Err(NodeError::Op(OpError::new(
+                "a declaration's mapping form can only be a whole meaning",
+            )))
+        }
         DecompExpr::List(items) => {
             let mut out = Vec::new();
             for it in items {

@@ -81,6 +81,16 @@ pub fn infer_graph(graph: &Graph, custom_ops: &BTreeMap<String, OpMeaning>) -> I
                         Some(m) => NodeInference::Inferred(vec![m; node.outputs.len().max(1)]),
                         None => NodeInference::Error("identity operator without a tensor".into()),
                     },
+                    Some(OpMeaning::Decompose(DecompExpr::Signature(sig))) => {
+                        match (&sig.returns, sig.bind(args, kwargs)) {
+                            (Some(ret), Ok(bound)) => match infer_decomp(ret, &bound, &values) {
+                                Ok(m) => NodeInference::Inferred(vec![m]),
+                                Err(e) => NodeInference::Error(e.0),
+                            },
+                            (None, _) => NodeInference::Opaque(op.clone()),
+                            (_, Err(e)) => NodeInference::Error(e),
+                        }
+                    }
                     Some(OpMeaning::Decompose(e)) => match infer_decomp(e, args, &values) {
                         Ok(m) => NodeInference::Inferred(vec![m]),
                         Err(e) => NodeInference::Error(e.0),
@@ -89,6 +99,15 @@ pub fn infer_graph(graph: &Graph, custom_ops: &BTreeMap<String, OpMeaning>) -> I
                         && op.name == "auto_functionalized_v2" =>
                     {
                         infer_auto_functionalized(args, kwargs, &values, custom_ops)
+                    }
+                    // Calls that fit their declaration were inlined when the case was loaded.
+                    None if op.namespace == "higher_order" && op.name == "auto_functionalized" => {
+                        match args.first() {
+                            Some(Arg::Op(inner)) => NodeInference::Opaque(inner.clone()),
+                            _ => NodeInference::Error(
+                                "auto_functionalized expects an operator first".into(),
+                            ),
+                        }
                     }
                     None => match reg.get(op) {
                         None => NodeInference::Opaque(op.clone()),
@@ -206,6 +225,7 @@ fn infer_decomp(
                     DecompExpr::Int(i) => bound.push(Arg::Int(*i)),
                     DecompExpr::Float(f) => bound.push(Arg::Float(*f)),
                     DecompExpr::Bool(b) => bound.push(Arg::Bool(*b)),
+                    DecompExpr::Str(t) => bound.push(Arg::Str(t.clone())),
                     DecompExpr::List(items) => bound.push(Arg::List(
                         items
                             .iter()

@@ -12,7 +12,7 @@ mod graph;
 mod program;
 mod progress;
 
-pub use custom::{DecompExpr, OpMeaning};
+pub use custom::{DecompExpr, OpMeaning, Signature};
 pub use diag::{Located, SourceError, Span};
 pub use dtype::DType;
 pub use graph::{Arg, Dim, Graph, Node, NodeKind, OpName, Output, SourceLoc, TensorType, ValueId};

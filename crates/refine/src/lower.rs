@@ -127,6 +127,22 @@ pub fn lower(
                 },
                 |v| Lowered::Alias(at(v)),
             ),
+            OpMeaning::Decompose(DecompExpr::Signature(sig)) => {
+                match (&sig.returns, sig.bind(args, kwargs)) {
+                    (Some(ret), Ok(bound)) => decomp_tpl(ret, &bound, rank).map_or_else(
+                        || {
+                            Lowered::Unsupported(format!(
+                                "the declared result of `{op}` does not fit its call"
+                            ))
+                        },
+                        Lowered::Term,
+                    ),
+                    (None, _) => Lowered::Unsupported(format!(
+                        "`{op}` returns nothing; its writes have values only in its functionalized form (`auto_functionalized`)"
+                    )),
+                    (_, Err(e)) => Lowered::Unsupported(format!("`{op}`: {e}")),
+                }
+            }
             OpMeaning::Decompose(e) => match decomp_tpl(e, args, rank) {
                 Some(t) => Lowered::Term(t),
                 None => Lowered::Unsupported(format!(
@@ -137,6 +153,10 @@ pub fn lower(
     }
     if op.namespace == "higher_order" && op.name == "auto_functionalized_v2" {
         return lower_auto_functionalized(ctx, args, kwargs, output, rank);
+    }
+    if op.namespace == "higher_order" && op.name == "auto_functionalized" {
+        // Calls that fit their declaration were inlined when the case was loaded.
+        return Lowered::Unsupported(unfit_functionalized(args));
     }
     match full.as_str() {
         // A send's result is its input (a handle to wait on); a recv is the tensor the matched
@@ -295,6 +315,14 @@ pub fn lower(
                 vec![prod, val_of(&norm, 0, rank), Tpl::Num(1)],
             ));
         }
+        // zeros(size, ..) is the zero fill full(size, 0, ..), the form the lemmas know.
+        "aten.zeros.default" => {
+            let kids: Vec<Tpl> = std::iter::once(val_of(&norm, 0, rank))
+                .chain(std::iter::once(Tpl::Op("f:0.0".into(), vec![])))
+                .chain((1..5).map(|i| val_of(&norm, i, rank)))
+                .collect();
+            return Lowered::Term(Tpl::Op("aten.full.default".into(), kids));
+        }
         // A scatter of a whole-range slice replaces everything.
         "aten.slice_scatter.default" if same_meta(value(1)) => {
             return Lowered::Alias(at(value(1).expect("checked")));
@@ -422,6 +450,24 @@ pub fn lower(
                     return Lowered::Alias(at(value(0).expect("input")));
                 }
                 return Lowered::Term(slice_tpl(d, s, e, val(0)));
+            }
+        }
+        // select(x, d, i) is the one-wide slice at i with dim d dropped.
+        "aten.select.int" => {
+            let (Some(m), Some(om)) = (value(0).and_then(meta_of), out_meta.as_ref()) else {
+                return Lowered::Unsupported(format!("`{op}` with an unknown shape"));
+            };
+            let d = dim(arg(1).as_int().unwrap_or(0), in_rank(0));
+            let n = m.shape.get(d as usize).copied().unwrap_or(0) as i64;
+            let i = arg(2).as_int().unwrap_or(0);
+            let i = if i < 0 { i + n } else { i };
+            if (0..n).contains(&i) {
+                let piece = if n == 1 {
+                    val(0)
+                } else {
+                    slice_tpl(d, i, i + 1, val(0))
+                };
+                return Lowered::Term(view_tpl(piece, &om.shape));
             }
         }
         "aten.split_with_sizes.default" | "aten.split.Tensor" | "aten.chunk.default" => {
@@ -659,6 +705,8 @@ fn decomp_tpl(e: &DecompExpr, args: &[Arg], rank: Option<usize>) -> Option<Tpl> 
         DecompExpr::Int(i) => Tpl::Num(*i),
         DecompExpr::Float(f) => Tpl::Op(format!("f:{f:?}"), Vec::new()),
         DecompExpr::Bool(b) => Tpl::Op(format!("b:{b}"), Vec::new()),
+        DecompExpr::Str(t) => Tpl::Op(literal_symbol(&Arg::Str(t.clone()))?, Vec::new()),
+        DecompExpr::Signature(_) => return None,
         DecompExpr::List(items) => Tpl::Op(
             LIST.into(),
             items
@@ -688,6 +736,16 @@ fn decomp_tpl(e: &DecompExpr, args: &[Arg], rank: Option<usize>) -> Option<Tpl> 
             Tpl::Op(def.name.to_string(), kids)
         }
     })
+}
+
+/// Why an `auto_functionalized` call that the case loader could not inline has no meaning.
+pub fn unfit_functionalized(args: &[Arg]) -> String {
+    match args.first() {
+        Some(Arg::Op(inner)) => format!(
+            "in-place operator `{inner}` (in `auto_functionalized`) has no declaration its call fits; declare it in the case's `ops:` as `{{ args: [...], writes: {{ ... }} }}` naming every keyword it is called with"
+        ),
+        _ => "auto_functionalized without an operator".into(),
+    }
 }
 
 fn lower_auto_functionalized(

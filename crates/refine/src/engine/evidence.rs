@@ -165,10 +165,30 @@ pub(super) fn misaligned_pieces(
                 continue;
             }
             let (d, a, b) = (ranges[0].1, ranges[0].2, ranges[0].3);
-            if ranges.iter().all(|p| (p.2, p.3) == (a, b)) {
+            // Pieces along dim 0 are contiguous blocks: the same fraction of two inputs is the
+            // same rows, however their leading dims are flattened (a [s, b, h] activation and
+            // its [s * b] statistics).
+            let extent0 = |pos: usize| {
+                let x = node.args().get(pos)?.as_value()?;
+                let shape = case.spec.recorded_type(x)?.concrete_shape()?;
+                shape.first().copied().filter(|&n| n > 0)
+            };
+            let same = |p: &(usize, i64, i64, i64)| {
+                if (p.2, p.3) == (a, b) {
+                    return true;
+                }
+                match (d, extent0(ranges[0].0), extent0(p.0)) {
+                    (0, Some(n0), Some(n)) => {
+                        i128::from(p.2) * i128::from(n0) == i128::from(a) * i128::from(n)
+                            && i128::from(p.3) * i128::from(n0) == i128::from(b) * i128::from(n)
+                    }
+                    _ => false,
+                }
+            };
+            if ranges.iter().all(same) {
                 aligned = true;
             } else if found.is_none() {
-                let q = ranges.iter().find(|p| (p.2, p.3) != (a, b))?;
+                let q = ranges.iter().find(|p| !same(p))?;
                 found = Some(format!(
                     "`r{r}.{}` applies `{op}` to rows {a}..{b} of one input and rows {}..{} of another along dim {d}: the pieces are misaligned (a slice with the wrong offset, or microbatches paired with the wrong labels?)",
                     g.nodes[n].name, q.2, q.3

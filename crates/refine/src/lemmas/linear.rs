@@ -1,8 +1,8 @@
 //! Linear operators move through sums over ranks (partial sums) and through scale factors.
 
 use super::{
-    int, is_zero, linear_positions, node_sym, op, product_reduced, same_ratio, scale, scales, sums,
-    with_kids, Lemma, ELEMENTWISE, LINEAR, SCALE, WIDENED,
+    int, is_true, is_zero, linear_positions, node_sym, op, product_reduced, same_ratio, scale,
+    scales, sums, with_kids, zero_fill, Lemma, ELEMENTWISE, LINEAR, SCALE, WIDENED,
 };
 use crate::term::{is_op, Term, SUM};
 use egg::{Id, Symbol};
@@ -124,6 +124,70 @@ pub(super) fn lemmas() -> Vec<Lemma> {
                     op(g, SUM, terms)
                 })
                 .collect()
+        }),
+    });
+    l.push(Lemma {
+        name: "accumulate-over-sum",
+        doc: "index_put(x, I, v, accumulate=True) and scatter_add(x, d, i, v) are linear in (x, v) together: with v = sum_k v_k and x = sum_k x_k (n terms each) or x a zero fill, they are sum_k f(x_k, v_k), x_k = x for a zero fill (zeros + zeros = zeros): experts' outputs, partial sums over tp, added into a zero buffer at their tokens' rows (the MoE combine)",
+        roots: vec![
+            "aten.index_put.default".into(),
+            "aten.scatter_add.default".into(),
+        ],
+        examples: vec![
+            (
+                "(aten.index_put.default (aten.full.default (list 4 3) f:0.0 dt:f64 none dev b:false) (list %r0:i) (sum %r0:a %r1:a) b:true)",
+                &[("i", "i64[3]<4"), ("a", "f64[3,3]")],
+            ),
+            (
+                "(aten.index_put.default (sum %r0:x %r1:x) (list %r0:i) (sum %r0:a %r1:a) b:true)",
+                &[("x", "f64[4,3]"), ("i", "i64[3]<4"), ("a", "f64[3,3]")],
+            ),
+            (
+                "(aten.scatter_add.default (sum %r0:x %r1:x) 0 %r0:i (sum %r0:a %r1:a))",
+                &[("x", "f64[4,3]"), ("i", "i64[2,3]<4"), ("a", "f64[2,3]")],
+            ),
+            (
+                "(aten.scatter_add.default (aten.full.default (list 4 3) f:0.0 dt:f64 none dev b:false) 1 %r0:i (sum %r0:a %r1:a))",
+                &[("i", "i64[4,2]<3"), ("a", "f64[4,2]")],
+            ),
+        ],
+        requires: None,
+        build: Arc::new(|g, eclass, kids| {
+            let roots = ["aten.index_put.default", "aten.scatter_add.default"];
+            let Some(sym) = node_sym(g, eclass, kids, &roots) else {
+                return vec![];
+            };
+            let (x_at, v_at) = if is_op!(sym, "aten.index_put.default") {
+                // Without accumulate, later writes replace earlier ones: not linear.
+                if kids.len() != 4 || !is_true(g, kids[3]) {
+                    return vec![];
+                }
+                (0, 2)
+            } else {
+                if kids.len() != 4 {
+                    return vec![];
+                }
+                (0, 3)
+            };
+            let zero_x = zero_fill(g, kids[x_at], 0).is_some();
+            let mut out = Vec::new();
+            for v in sums(g, kids[v_at]) {
+                let xs: Vec<Id> = if zero_x {
+                    vec![kids[x_at]; v.len()]
+                } else {
+                    match sums(g, kids[x_at]).into_iter().find(|s| s.len() == v.len()) {
+                        Some(s) => s,
+                        None => continue,
+                    }
+                };
+                let terms: Vec<Id> = xs
+                    .iter()
+                    .zip(&v)
+                    .map(|(&x, &vk)| g.add(with_kids(sym, kids, &[(x_at, x), (v_at, vk)])))
+                    .collect();
+                out.push(op(g, SUM, terms));
+            }
+            out
         }),
     });
     l.push(Lemma {

@@ -170,6 +170,68 @@ pub(super) fn lemmas() -> Vec<Lemma> {
         }),
     });
     l.push(Lemma {
+        name: "apex-norm-backward-over-cat",
+        doc: "apex's fused layer norm backward with the gradient and input split alike along dim 0 and the flattened per-row statistics (mean, invvar) split into the matching row ranges: the input gradient is per piece (cat along 0), the weight and bias gradients are the sum of the pieces' (Megatron's sequence-parallel layer norm, whose weight gradients are partial sums over tp)",
+        roots: vec![GET.into()],
+        examples: vec![
+            ("(get 0 (apex.fused_layer_norm_affine_bwd.default (cat 0 %r0:g %r1:g) (cat 0 %r0:m %r1:m) (cat 0 %r0:r %r1:r) (cat 0 %r0:x %r1:x) (list 3) %r0:w %r0:b f:1e-5 b:false))", &[("g", "f64[2,2,3]"), ("x", "f64[2,2,3]"), ("m", "f64[4]"), ("r", "f64[4]"), ("w", "f64[3]"), ("b", "f64[3]")]),
+            ("(get 1 (apex.fused_layer_norm_affine_bwd.default (cat 0 %r0:g %r1:g) (cat 0 %r0:m %r1:m) (cat 0 %r0:r %r1:r) (cat 0 %r0:x %r1:x) (list 3) %r0:w %r0:b f:1e-5 b:false))", &[("g", "f64[2,2,3]"), ("x", "f64[2,2,3]"), ("m", "f64[4]"), ("r", "f64[4]"), ("w", "f64[3]"), ("b", "f64[3]")]),
+            ("(get 2 (apex.fused_layer_norm_affine_bwd.default (cat 0 %r0:g %r1:g) (cat 0 %r0:m %r1:m) (cat 0 %r0:r %r1:r) (cat 0 %r0:x %r1:x) (list 3) %r0:w %r0:b f:1e-5 b:false))", &[("g", "f64[1,2,3]"), ("x", "f64[1,2,3]"), ("m", "f64[2]"), ("r", "f64[2]"), ("w", "f64[3]"), ("b", "f64[3]")]),
+        ],
+        requires: None,
+        build: Arc::new(|g, _, kids| {
+            let Some(k) = int(g, kids[0]) else { return vec![] };
+            let mut out = Vec::new();
+            for n in g[kids[1]].nodes.clone() {
+                let Term::Op(s, ck) = n else { continue };
+                if !is_op!(s, "apex.fused_layer_norm_affine_bwd.default") || ck.len() < 8 {
+                    continue;
+                }
+                let (Some(normalized), Some(x)) = (int_list(g, ck[4]), shape(g, ck[3])) else {
+                    continue;
+                };
+                let rows = x.len().saturating_sub(normalized.len());
+                if rows == 0 {
+                    continue;
+                }
+                // Statistics rows per index of dim 0.
+                let per: usize = x[1..rows].iter().product();
+                for (d, xs) in cats(g, ck[3]) {
+                    let Some(szs) = sizes(g, &xs, d) else { continue };
+                    if d != 0 {
+                        continue;
+                    }
+                    let split = |g: &Graph, id: Id, want: &[usize]| {
+                        cats(g, id)
+                            .into_iter()
+                            .find(|(e, ps)| *e == 0 && sizes(g, ps, 0).as_deref() == Some(want))
+                            .map(|(_, ps)| ps)
+                    };
+                    let stat_sizes: Vec<usize> = szs.iter().map(|n| n * per).collect();
+                    let (Some(gs), Some(ms), Some(rs)) = (
+                        split(g, ck[0], &szs),
+                        split(g, ck[1], &stat_sizes),
+                        split(g, ck[2], &stat_sizes),
+                    ) else {
+                        continue;
+                    };
+                    let parts: Vec<Id> = (0..xs.len())
+                        .map(|i| {
+                            let call = g.add(with_kids(
+                                s,
+                                &ck,
+                                &[(0, gs[i]), (1, ms[i]), (2, rs[i]), (3, xs[i])],
+                            ));
+                            op(g, GET, vec![kids[0], call])
+                        })
+                        .collect();
+                    out.push(if k == 0 { cat(g, 0, parts) } else { op(g, SUM, parts) });
+                }
+            }
+            out
+        }),
+    });
+    l.push(Lemma {
         name: "vocab-masked-lookup",
         doc: "Megatron's masked embedding: masked_fill(embedding(w, masked_fill(t - s, m, c)), m, 0) with m = (t < s) | (t >= s + rows(w)) and 0 <= c < rows(w) is vocab_lookup(w, t, s)",
         roots: vec!["aten.masked_fill.Scalar".into()],

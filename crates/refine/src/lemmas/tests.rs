@@ -393,3 +393,109 @@ fn scalars_on_a_cycle_of_scalings_merge_by_their_definitions() {
     assert_eq!(g.find(b), g.find(doubled));
     assert_ne!(g.find(a), g.find(b));
 }
+
+/// An accumulating index_put into zeros spreads over a partial sum of its values; a plain
+/// index_put (later writes replace earlier ones) and an accumulation into a non-zero buffer
+/// that is not a sum do not.
+#[test]
+fn accumulation_spreads_over_sums_only_when_it_accumulates() {
+    let leaves: &[(&str, &[usize])] = &[
+        ("%r0:i", &[3]),
+        ("%r0:a", &[3, 2]),
+        ("%r1:a", &[3, 2]),
+        ("%r0:x", &[4, 2]),
+    ];
+    let zeros = "(aten.full.default (list 4 2) f:0.0 dt:f64 none dev b:false)";
+    let put = |x: &str, v: &str, acc: bool| {
+        format!("(aten.index_put.default {x} (list %r0:i) {v} b:{acc})")
+    };
+    let spread =
+        |x: &str, acc: bool| format!("(sum {} {})", put(x, "%r0:a", acc), put(x, "%r1:a", acc));
+    let sum = "(sum %r0:a %r1:a)";
+    assert!(lemma_relates(
+        "accumulate-over-sum",
+        leaves,
+        &put(zeros, sum, true),
+        &spread(zeros, true)
+    ));
+    assert!(!lemma_relates(
+        "accumulate-over-sum",
+        leaves,
+        &put(zeros, sum, false),
+        &spread(zeros, false)
+    ));
+    assert!(!lemma_relates(
+        "accumulate-over-sum",
+        leaves,
+        &put("%r0:x", sum, true),
+        &spread("%r0:x", true)
+    ));
+}
+
+/// apex's layer norm backward over sequence pieces with flattened statistics: the weight
+/// gradient is the sum of the pieces'; statistics split at other rows relate nothing.
+#[test]
+fn apex_norm_backward_splits_with_flattened_statistics() {
+    let leaves: &[(&str, &[usize])] = &[
+        ("%r0:g", &[2, 2, 3]),
+        ("%r1:g", &[2, 2, 3]),
+        ("%r0:x", &[2, 2, 3]),
+        ("%r1:x", &[2, 2, 3]),
+        ("%r0:m", &[4]),
+        ("%r1:m", &[4]),
+        ("%r0:r", &[4]),
+        ("%r1:r", &[4]),
+        ("%r0:w", &[3]),
+        ("%r0:b", &[3]),
+        ("%r0:q", &[2]),
+        ("%r1:q", &[6]),
+    ];
+    let call = |g: &str, m: &str, r: &str, x: &str| {
+        format!("(apex.fused_layer_norm_affine_bwd.default {g} {m} {r} {x} (list 3) %r0:w %r0:b f:1e-5 b:false)")
+    };
+    let whole = call(
+        "(cat 0 %r0:g %r1:g)",
+        "(cat 0 %r0:m %r1:m)",
+        "(cat 0 %r0:r %r1:r)",
+        "(cat 0 %r0:x %r1:x)",
+    );
+    let piece = |r: usize| {
+        call(
+            &format!("%r{r}:g"),
+            &format!("%r{r}:m"),
+            &format!("%r{r}:r"),
+            &format!("%r{r}:x"),
+        )
+    };
+    assert!(lemma_relates(
+        "apex-norm-backward-over-cat",
+        leaves,
+        &format!("(get 1 {whole})"),
+        &format!("(sum (get 1 {}) (get 1 {}))", piece(0), piece(1))
+    ));
+    // Statistics cut at rows 2 and 6 belong to other rows than the gradient's pieces.
+    let skewed = call(
+        "(cat 0 %r0:g %r1:g)",
+        "(cat 0 %r0:q %r1:q)",
+        "(cat 0 %r0:q %r1:q)",
+        "(cat 0 %r0:x %r1:x)",
+    );
+    let skewed_piece = |r: usize| {
+        call(
+            &format!("%r{r}:g"),
+            &format!("%r{r}:q"),
+            &format!("%r{r}:q"),
+            &format!("%r{r}:x"),
+        )
+    };
+    assert!(!lemma_relates(
+        "apex-norm-backward-over-cat",
+        leaves,
+        &format!("(get 1 {skewed})"),
+        &format!(
+            "(sum (get 1 {}) (get 1 {}))",
+            skewed_piece(0),
+            skewed_piece(1)
+        )
+    ));
+}

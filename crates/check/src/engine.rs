@@ -637,6 +637,8 @@ fn propagate_rank_from(
                             p != r && peer_node(p).is_some_and(|j| sh.literals[p][j] != my_lit)
                         });
                     let zero_of = |v: ValueId| rp.zero[rp.offsets[v.node] as usize + v.output];
+                    let scaled_of =
+                        |v: ValueId| rp.scaled[(rp.offsets[v.node] as usize + v.output) * nd + m];
                     let blocked_ok = rules::takes_blocked(rule.family);
                     let place = |v: ValueId| match rp.of(v, nd)[m] {
                         Place::Blocked(..) if !blocked_ok => Place::Varying,
@@ -702,14 +704,13 @@ fn propagate_rank_from(
                         place: &place,
                         meta: &meta_of,
                         zero: &zero_of,
+                        scaled: &scaled_of,
                         global_view,
                     };
                     let (mut result, mut violation) = match (rule.f)(&ctx) {
                         Ok(v) => (v, None),
                         Err(v) => (v.recover.clone(), Some(v)),
                     };
-                    let scaled_of =
-                        |v: ValueId| rp.scaled[(rp.offsets[v.node] as usize + v.output) * nd + m];
                     let tensor_inputs_scaled = |rp: &RankPlacements| {
                         inputs.iter().all(|&v| {
                             let q = rp.of(v, nd)[m];

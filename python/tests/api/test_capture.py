@@ -71,6 +71,11 @@ def test_forward_verifies_and_runs(tmp_path_factory, tp, engine_ready):
     assert verdict.verdict == "holds" and bool(verdict)
     ran = cap.run()
     assert ran.exit_code == 0, (ran, ran.stderr, ran.report)
+    # RowwiseParallel adds its replicated bias divided by tp before the all-reduce (DTensor's
+    # replicate-to-partial share): the static checker must read that as a partial, not a
+    # bias counted tp times.
+    checked = shardproof.check(cap.case)
+    assert checked.exit_code == 0, (checked, checked.stderr, checked.report)
 
 
 @pytest.mark.parametrize("tp", [2, 4])
@@ -111,6 +116,8 @@ def test_dropped_reduction_is_refuted_at_the_row_parallel_layer(tmp_path, engine
     assert "violated" in verdict._repr_html_() and "models.py" in str(verdict)
     ran = cap.run()
     assert ran.exit_code == 1, (ran, ran.stderr, ran.report)
+    checked = shardproof.check(cap.case)
+    assert checked.exit_code == 1, (checked, checked.stderr, checked.report)
 
 
 def test_sequence_parallel_input_layout_comes_from_the_plan(tmp_path):

@@ -135,6 +135,11 @@ pub(super) fn with_bias(
     if scaled_out {
         return c.all(p);
     }
+    // A replicated bias divided by the mesh dim's size is one rank's share of a sum (what
+    // DTensor's RowwiseParallel adds before its all-reduce): the result stays partial.
+    if p == Place::Partial(Red::Sum) && bias.p == Place::Replicate && (c.scaled)(bias.v) {
+        return c.all(p);
+    }
     let pt = T {
         v: bias.v,
         p,

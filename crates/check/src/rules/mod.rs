@@ -119,6 +119,9 @@ pub struct Ctx<'a> {
     /// Whether a value is known to be all zeros (made by `zeros`, `full(.., 0)` and the like,
     /// or a view or copy of such): a replicated zero tensor is also a `Partial(sum)` one.
     pub(crate) zero: &'a dyn Fn(ValueId) -> bool,
+    /// Whether a replicated value is scaled by 1/n over this mesh dim (`div(x, n)`, as DTensor
+    /// turns a replicated operand into a `Partial(sum)` share): its n copies sum to one.
+    pub(crate) scaled: &'a dyn Fn(ValueId) -> bool,
     /// The global shapes of the first input and the output where the case's single-device
     /// spec has a node of the same name and operator: they settle a view whose local shapes
     /// leave the sharded output dim open.

@@ -1,6 +1,6 @@
 //! Throughput of `shardproof check` on the zoo presets: operators checked per second per core.
 //!
-//! `cargo run --release -p shardproof-check --example bench [PRESET...]` emits each preset
+//! `cargo run --release -p shardproof-check --example throughput [PRESET...]` emits each preset
 //! (default: every `-tiny` preset; name the full-size ones to run them) into a temporary
 //! directory, loads it, checks it `REPEAT` times (env `BENCH_REPEAT`, default 1) and prints the
 //! best time. The checker runs on one thread, so operators per second is per core. Emitting and

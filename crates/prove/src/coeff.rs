@@ -98,7 +98,10 @@ impl Coeff {
         }
         match (i64::try_from(n), i64::try_from(d)) {
             (Ok(n), Ok(d)) => Coeff(Repr::Small(n, d)),
-            _ => Coeff(Repr::Big(Box::new(BigRational::new_raw(n.into(), d.into())))),
+            _ => Coeff(Repr::Big(Box::new(BigRational::new_raw(
+                n.into(),
+                d.into(),
+            )))),
         }
     }
 
@@ -196,7 +199,12 @@ impl Coeff {
             if b == d {
                 return Coeff::from_i128(i128::from(*a) + i128::from(*c), i128::from(*b));
             }
-            let (a, b, c, d) = (i128::from(*a), i128::from(*b), i128::from(*c), i128::from(*d));
+            let (a, b, c, d) = (
+                i128::from(*a),
+                i128::from(*b),
+                i128::from(*c),
+                i128::from(*d),
+            );
             if let Some(n) = (a * d).checked_add(c * b) {
                 return Coeff::from_i128(n, b * d);
             }
@@ -475,10 +483,8 @@ mod tests {
             (edge(), edge().prop_filter("non-zero", |d| *d != 0))
                 .prop_map(|(n, d)| big(n.into(), d.into())),
             // Values past i64 in numerator or denominator.
-            (edge(), edge(), 1i64..5).prop_map(|(n, m, d)| big(
-                i128::from(n) * i128::from(m),
-                i128::from(d)
-            )),
+            (edge(), edge(), 1i64..5)
+                .prop_map(|(n, m, d)| big(i128::from(n) * i128::from(m), i128::from(d))),
             (edge(), edge().prop_filter("non-zero", |d| *d != 0), edge())
                 .prop_map(|(n, d, e)| big(n.into(), i128::from(d) * i128::from(e) | 1)),
         ]

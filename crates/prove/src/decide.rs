@@ -1,7 +1,7 @@
 //! Deciding one goal `a == b`, layer by layer: normal forms, random points, Z3.
 
 use crate::eval::{clearly_differ, ExactEval, FloatEval, ModEval, PRIME};
-use crate::expr::{Arena, ExprId, Coeff, SymbolKind};
+use crate::expr::{Arena, Coeff, ExprId, SymbolKind};
 use crate::smt;
 use num_rational::BigRational;
 
@@ -106,9 +106,7 @@ impl Rng {
         match kind {
             SymbolKind::Bool => Coeff::from_integer((r & 1) as i64),
             SymbolKind::Int => Coeff::from_integer((r % 9) as i64 - 4),
-            SymbolKind::Index(bound) => {
-                Coeff::from_integer((r % bound.max(1) as u64) as i64)
-            }
+            SymbolKind::Index(bound) => Coeff::from_integer((r % bound.max(1) as u64) as i64),
             SymbolKind::Real => Coeff::new((r % 33) as i64 - 16, 8),
         }
     }

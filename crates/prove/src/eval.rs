@@ -214,7 +214,9 @@ impl<'a> ExactEval<'a> {
                     Func::Max => vals.into_iter().max(),
                     Func::Min => vals.into_iter().min(),
                     Func::Positive => Some(Coeff::from_integer(i64::from(vals[0].is_positive()))),
-                    Func::NonNegative => Some(Coeff::from_integer(i64::from(!vals[0].is_negative()))),
+                    Func::NonNegative => {
+                        Some(Coeff::from_integer(i64::from(!vals[0].is_negative())))
+                    }
                     Func::IsZero => Some(Coeff::from_integer(i64::from(vals[0].is_zero()))),
                     _ => None,
                 }
@@ -308,12 +310,9 @@ mod tests {
         let three = a.int(3).unwrap();
         let e = a.div(xy, three).unwrap();
         let e = a.sub(e, y).unwrap();
-        let exact = ExactEval::new(
-            &a,
-            vec![Coeff::from_integer(2), Coeff::from_integer(6)],
-        )
-        .value(e)
-        .unwrap();
+        let exact = ExactEval::new(&a, vec![Coeff::from_integer(2), Coeff::from_integer(6)])
+            .value(e)
+            .unwrap();
         assert_eq!(exact, Coeff::from_integer(-2));
         assert_eq!(FloatEval::new(&a, vec![2.0, 6.0]).eval(e), -2.0);
         assert_eq!(ModEval::new(&a, vec![2, 6], 7).eval(e), rat_mod(&exact));

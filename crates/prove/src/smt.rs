@@ -5,7 +5,7 @@
 
 mod ffi;
 
-use crate::expr::{Arena, Atom, AtomId, ExprId, Func, Coeff, SymbolKind};
+use crate::expr::{Arena, Atom, AtomId, Coeff, ExprId, Func, SymbolKind};
 use ffi::{Answer, Ast, Z3};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -174,7 +174,11 @@ pub fn prove_equal(arena: &Arena, a: ExprId, b: ExprId, timeout: Duration) -> Sm
                 enc.symbols.iter().map(|(s, a)| (*s, *a)).unzip();
             let mut values = Vec::new();
             for (s, v) in numbers.into_iter().zip(z3.model_values(&asts)) {
-                match v.and_then(|t| t.parse::<num_rational::BigRational>().ok().map(Coeff::from_big)) {
+                match v.and_then(|t| {
+                    t.parse::<num_rational::BigRational>()
+                        .ok()
+                        .map(Coeff::from_big)
+                }) {
                     Some(r) => values.push((s, r)),
                     None => {
                         return SmtResult::Unknown(format!(

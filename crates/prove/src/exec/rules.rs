@@ -3,7 +3,7 @@
 
 use super::movement;
 use super::{ExecError, NodeCtx, Operand};
-use crate::expr::{Arena, Built, ExprId, Func, Coeff};
+use crate::expr::{Arena, Built, Coeff, ExprId, Func};
 use crate::tensor::{broadcast_index, norm_dim, reduce_groups, SymTensor};
 use shardproof_ir::DType;
 
@@ -530,7 +530,7 @@ fn reduction(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
         "sum" => ar.sum(xs),
         "mean" => {
             let s = ar.sum(xs)?;
-            ar.scale(s, &Coeff::new(1, (xs.len().max(1) as i64)))
+            ar.scale(s, &Coeff::new(1, xs.len().max(1) as i64))
         }
         "amax" => ar.app(Func::Max, xs.to_vec()),
         "amin" => ar.app(Func::Min, xs.to_vec()),

@@ -2,11 +2,12 @@
 //!
 //! Almost every coefficient the prover meets is a small integer or a small dyadic fraction, yet
 //! arbitrary-precision rationals allocate on every operation. [`Coeff`] keeps a value as a
-//! reduced `i64 / i64` while it fits, does each operation in `i128` (where the products of two
-//! `i64`s cannot overflow) and falls back to [`BigRational`] only when a result does not fit.
+//! reduced `i128 / i128` while it fits (wide enough for the exact value of f64 constants such as
+//! `1e-5`, whose denominators pass 2^64), does each operation with checked machine arithmetic
+//! and falls back to [`BigRational`] only when a result does not fit.
 //!
 //! The representation is canonical: a value is small exactly when its reduced numerator and
-//! denominator both fit in `i64`. Equal values therefore have equal representations, so the
+//! denominator both fit in `i128`. Equal values therefore have equal representations, so the
 //! derived `Eq` and `Hash` agree with equality of the rationals, which hash-consing relies on.
 
 use num_bigint::BigInt;
@@ -17,15 +18,15 @@ use std::cmp::Ordering;
 use std::fmt;
 use std::ops::{Add, AddAssign, Div, Mul, MulAssign, Neg, Sub};
 
-/// An exact rational number: a reduced `i64` fraction when it fits, else a [`BigRational`].
+/// An exact rational number: a reduced `i128` fraction when it fits, else a [`BigRational`].
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Coeff(Repr);
 
 #[derive(Clone, PartialEq, Eq, Hash)]
 enum Repr {
     /// Numerator and positive denominator, coprime.
-    Small(i64, i64),
-    /// A value whose reduced numerator or denominator does not fit in `i64`.
+    Small(i128, i128),
+    /// A value whose reduced numerator or denominator does not fit in `i128`.
     Big(Box<BigRational>),
 }
 
@@ -38,12 +39,12 @@ impl Coeff {
     /// n / d, reduced. Panics when `d` is zero, like [`BigRational::new`].
     pub fn new(n: i64, d: i64) -> Coeff {
         assert!(d != 0, "denominator == 0");
-        Coeff::from_i128(i128::from(n), i128::from(d))
+        Coeff::reduced(i128::from(n), i128::from(d))
     }
 
     /// The integer `n`.
     pub fn from_integer(n: i64) -> Coeff {
-        Coeff(Repr::Small(n, 1))
+        Coeff(Repr::Small(i128::from(n), 1))
     }
 
     /// Zero.
@@ -63,7 +64,7 @@ impl Coeff {
 
     /// The canonical form of an arbitrary-precision rational.
     pub fn from_big(r: BigRational) -> Coeff {
-        match (r.numer().to_i64(), r.denom().to_i64()) {
+        match (r.numer().to_i128(), r.denom().to_i128()) {
             (Some(n), Some(d)) => Coeff(Repr::Small(n, d)),
             _ => Coeff(Repr::Big(Box::new(r))),
         }
@@ -77,31 +78,27 @@ impl Coeff {
         }
     }
 
-    /// The reduced numerator and denominator when both fit in `i64` (the denominator positive).
-    pub fn as_small(&self) -> Option<(i64, i64)> {
+    /// The reduced numerator and denominator when both fit in `i128` (the denominator positive).
+    pub fn as_small(&self) -> Option<(i128, i128)> {
         match self.0 {
             Repr::Small(n, d) => Some((n, d)),
             Repr::Big(_) => None,
         }
     }
 
-    /// n / d for d != 0 (at most 127 bits each in magnitude), reduced and made canonical.
-    fn from_i128(n: i128, d: i128) -> Coeff {
+    /// n / d for d != 0, reduced and made canonical.
+    fn reduced(n: i128, d: i128) -> Coeff {
         debug_assert!(d != 0);
-        let g = n.gcd(&d);
-        let (mut n, mut d) = (n / g, d / g);
-        if d < 0 {
-            match (n.checked_neg(), d.checked_neg()) {
-                (Some(nn), Some(dd)) => (n, d) = (nn, dd),
-                _ => return Coeff::from_big(BigRational::new(n.into(), d.into())),
-            }
+        let Some(g) = gcd(n, d) else {
+            return Coeff::from_big(BigRational::new(n.into(), d.into()));
+        };
+        let (n, d) = (div_exact(n, g), div_exact(d, g));
+        if d > 0 {
+            return Coeff(Repr::Small(n, d));
         }
-        match (i64::try_from(n), i64::try_from(d)) {
-            (Ok(n), Ok(d)) => Coeff(Repr::Small(n, d)),
-            _ => Coeff(Repr::Big(Box::new(BigRational::new_raw(
-                n.into(),
-                d.into(),
-            )))),
+        match (n.checked_neg(), d.checked_neg()) {
+            (Some(n), Some(d)) => Coeff(Repr::Small(n, d)),
+            _ => Coeff::from_big(BigRational::new(n.into(), d.into())),
         }
     }
 
@@ -153,7 +150,7 @@ impl Coeff {
         match &self.0 {
             Repr::Small(n, d) => {
                 assert!(*n != 0, "denominator == 0");
-                Coeff::from_i128(i128::from(*d), i128::from(*n))
+                Coeff::reduced(*d, *n)
             }
             Repr::Big(r) => Coeff::from_big(r.recip()),
         }
@@ -181,32 +178,21 @@ impl Coeff {
     pub fn residue(&self, p: u64, inv: impl Fn(u64) -> u64) -> u64 {
         let (n, d) = match &self.0 {
             Repr::Small(n, d) => (
-                i128::from(*n).rem_euclid(i128::from(p)) as u64,
-                i128::from(*d).rem_euclid(i128::from(p)) as u64,
+                n.rem_euclid(i128::from(p)) as u64,
+                d.rem_euclid(i128::from(p)) as u64,
             ),
             Repr::Big(r) => (big_residue(r.numer(), p), big_residue(r.denom(), p)),
         };
+        if d == 1 {
+            return n;
+        }
         ((u128::from(n) * u128::from(inv(d))) % u128::from(p)) as u64
     }
 
     fn add_ref(&self, o: &Coeff) -> Coeff {
         if let (Repr::Small(a, b), Repr::Small(c, d)) = (&self.0, &o.0) {
-            if *b == 1 && *d == 1 {
-                if let Some(s) = a.checked_add(*c) {
-                    return Coeff(Repr::Small(s, 1));
-                }
-            }
-            if b == d {
-                return Coeff::from_i128(i128::from(*a) + i128::from(*c), i128::from(*b));
-            }
-            let (a, b, c, d) = (
-                i128::from(*a),
-                i128::from(*b),
-                i128::from(*c),
-                i128::from(*d),
-            );
-            if let Some(n) = (a * d).checked_add(c * b) {
-                return Coeff::from_i128(n, b * d);
+            if let Some(r) = small_add(*a, *b, *c, *d) {
+                return r;
             }
         }
         Coeff::from_big(self.to_big() + o.to_big())
@@ -214,26 +200,25 @@ impl Coeff {
 
     fn mul_ref(&self, o: &Coeff) -> Coeff {
         if let (Repr::Small(a, b), Repr::Small(c, d)) = (&self.0, &o.0) {
-            if *b == 1 && *d == 1 {
-                if let Some(p) = a.checked_mul(*c) {
-                    return Coeff(Repr::Small(p, 1));
-                }
+            if let Some(r) = small_mul(*a, *b, *c, *d) {
+                return r;
             }
-            return Coeff::from_i128(
-                i128::from(*a) * i128::from(*c),
-                i128::from(*b) * i128::from(*d),
-            );
         }
         Coeff::from_big(self.to_big() * o.to_big())
     }
 
     fn div_ref(&self, o: &Coeff) -> Coeff {
+        assert!(!o.is_zero(), "denominator == 0");
         if let (Repr::Small(a, b), Repr::Small(c, d)) = (&self.0, &o.0) {
-            assert!(*c != 0, "denominator == 0");
-            return Coeff::from_i128(
-                i128::from(*a) * i128::from(*d),
-                i128::from(*b) * i128::from(*c),
-            );
+            // a/b / c/d = a/b * d/c with the sign of c moved to the numerator.
+            let (d, c) = if *c < 0 {
+                (d.checked_neg(), c.checked_neg())
+            } else {
+                (Some(*d), Some(*c))
+            };
+            if let Some(r) = d.zip(c).and_then(|(d, c)| small_mul(*a, *b, d, c)) {
+                return r;
+            }
         }
         Coeff::from_big(self.to_big() / o.to_big())
     }
@@ -246,6 +231,58 @@ impl Coeff {
             },
             Repr::Big(r) => Coeff::from_big(-(**r).clone()),
         }
+    }
+}
+
+/// a/b + c/d for reduced fractions with positive denominators, None on overflow.
+fn small_add(a: i128, b: i128, c: i128, d: i128) -> Option<Coeff> {
+    if b == 1 && d == 1 {
+        return Some(Coeff(Repr::Small(a.checked_add(c)?, 1)));
+    }
+    if b == d {
+        return Some(Coeff::reduced(a.checked_add(c)?, b));
+    }
+    // Over the lcm of the denominators: the common factor g is divided out first.
+    let g = gcd(b, d)?;
+    let (b1, d1) = (div_exact(b, g), div_exact(d, g));
+    let n = a.checked_mul(d1)?.checked_add(c.checked_mul(b1)?)?;
+    let den = b.checked_mul(d1)?;
+    Some(Coeff::reduced(n, den))
+}
+
+/// (a/b)(c/d) for reduced fractions with positive denominators, None on overflow.
+fn small_mul(a: i128, b: i128, c: i128, d: i128) -> Option<Coeff> {
+    if a == 0 || c == 0 {
+        return Some(Coeff::ZERO);
+    }
+    if b == 1 && d == 1 {
+        return Some(Coeff(Repr::Small(a.checked_mul(c)?, 1)));
+    }
+    // Cross-cancelling keeps the intermediate products small and the result reduced.
+    let (g1, g2) = (gcd(a, d)?, gcd(c, b)?);
+    let n = div_exact(a, g1).checked_mul(div_exact(c, g2))?;
+    let den = div_exact(b, g2).checked_mul(div_exact(d, g1))?;
+    Some(Coeff(Repr::Small(n, den)))
+}
+
+/// The non-negative gcd of `a` and `b` (0 for two zeros); None when it does not fit i128 (both are
+/// i128::MIN). Values that fit in 64 bits, nearly all of them, take the much cheaper u64 path.
+#[inline]
+fn gcd(a: i128, b: i128) -> Option<i128> {
+    let (x, y) = (a.unsigned_abs(), b.unsigned_abs());
+    let g = match (u64::try_from(x), u64::try_from(y)) {
+        (Ok(x), Ok(y)) => u128::from(x.gcd(&y)),
+        _ => x.gcd(&y),
+    };
+    i128::try_from(g).ok()
+}
+
+/// n / g for g > 0 dividing n, in 64-bit arithmetic where both fit.
+#[inline]
+fn div_exact(n: i128, g: i128) -> i128 {
+    match (i64::try_from(n), i64::try_from(g)) {
+        (Ok(n), Ok(g)) => i128::from(n / g),
+        _ => n / g,
     }
 }
 
@@ -293,9 +330,14 @@ impl From<&Coeff> for BigRational {
 impl Ord for Coeff {
     fn cmp(&self, o: &Coeff) -> Ordering {
         match (&self.0, &o.0) {
-            // Cross-multiplied in i128: each product is below 2^126 in magnitude.
             (Repr::Small(a, b), Repr::Small(c, d)) => {
-                (i128::from(*a) * i128::from(*d)).cmp(&(i128::from(*c) * i128::from(*b)))
+                if b == d {
+                    return a.cmp(c);
+                }
+                match (a.checked_mul(*d), c.checked_mul(*b)) {
+                    (Some(x), Some(y)) => x.cmp(&y),
+                    _ => self.to_big().cmp(&o.to_big()),
+                }
             }
             _ => self.to_big().cmp(&o.to_big()),
         }
@@ -421,12 +463,11 @@ pub fn content<'a>(cs: impl Iterator<Item = &'a Coeff> + Clone) -> Coeff {
             small = false;
             break;
         };
-        num = num.gcd(&i128::from(n));
-        // The lcm grows past i128 only for many large coprime denominators: then go big.
-        let g = den.gcd(&i128::from(d));
-        match (den / g).checked_mul(i128::from(d)) {
-            Some(l) => den = l,
-            None => {
+        // The lcm outgrows i128 for many large coprime denominators: then go big.
+        let lcm = gcd(den, d).and_then(|g| div_exact(den, g).checked_mul(d));
+        match (gcd(num, n), lcm) {
+            (Some(g), Some(l)) => (num, den) = (g, l),
+            _ => {
                 small = false;
                 break;
             }
@@ -436,7 +477,7 @@ pub fn content<'a>(cs: impl Iterator<Item = &'a Coeff> + Clone) -> Coeff {
         return if num == 0 {
             Coeff::ONE
         } else {
-            Coeff::from_i128(num, den)
+            Coeff::reduced(num, den)
         };
     }
     let mut num = BigInt::zero();
@@ -463,7 +504,21 @@ mod tests {
     }
 
     /// Numerators and denominators that stress the i64 and i128 boundaries.
-    fn edge() -> impl Strategy<Value = i64> {
+    fn edge() -> impl Strategy<Value = i128> {
+        prop_oneof![
+            edge64().prop_map(i128::from),
+            Just(i128::MAX),
+            Just(i128::MIN),
+            Just(i128::MAX - 1),
+            Just(i128::MIN + 1),
+            Just(1i128 << 100),
+            Just(-(1i128 << 69)),
+            Just(13_043_817_825_332_782_212),
+            any::<i128>(),
+        ]
+    }
+
+    fn edge64() -> impl Strategy<Value = i64> {
         prop_oneof![
             -9i64..10,
             Just(i64::MAX),
@@ -479,21 +534,29 @@ mod tests {
     }
 
     fn value() -> impl Strategy<Value = BigRational> {
+        let nz = || edge().prop_filter("non-zero", |d| *d != 0);
         prop_oneof![
-            (edge(), edge().prop_filter("non-zero", |d| *d != 0))
-                .prop_map(|(n, d)| big(n.into(), d.into())),
-            // Values past i64 in numerator or denominator.
-            (edge(), edge(), 1i64..5)
-                .prop_map(|(n, m, d)| big(i128::from(n) * i128::from(m), i128::from(d))),
-            (edge(), edge().prop_filter("non-zero", |d| *d != 0), edge())
-                .prop_map(|(n, d, e)| big(n.into(), i128::from(d) * i128::from(e) | 1)),
+            (edge(), nz()).prop_map(|(n, d)| big(n, d)),
+            (edge64(), 1i64..64).prop_map(|(n, d)| big(n.into(), d.into())),
+            // Values past i128 in numerator or denominator.
+            (edge(), edge(), nz()).prop_map(|(n, m, d)| BigRational::new(
+                BigInt::from(n) * BigInt::from(m),
+                d.into()
+            )),
+            (edge(), nz(), nz()).prop_map(|(n, d, e)| BigRational::new(
+                n.into(),
+                BigInt::from(d) * BigInt::from(e)
+            )),
+            any::<f64>()
+                .prop_filter("finite", |x| x.is_finite())
+                .prop_map(|x| BigRational::from_float(x).unwrap()),
         ]
     }
 
     /// The representation is canonical: small exactly when it fits.
     fn canonical(c: &Coeff) -> bool {
         let r = c.to_big();
-        let fits = r.numer().to_i64().is_some() && r.denom().to_i64().is_some();
+        let fits = r.numer().to_i128().is_some() && r.denom().to_i128().is_some();
         fits == c.as_small().is_some()
     }
 
@@ -554,15 +617,23 @@ mod tests {
     fn overflow_edges_fall_back_and_come_back() {
         let max = Coeff::from_integer(i64::MAX);
         let min = Coeff::from_integer(i64::MIN);
-        let past = &max + &Coeff::ONE;
-        assert!(past.as_small().is_none());
-        assert_eq!(past.to_big(), big(i128::from(i64::MAX) + 1, 1));
-        assert_eq!(&past - &Coeff::ONE, max);
-        assert!((&past - &Coeff::ONE).as_small().is_some());
-        assert!((-&min).as_small().is_none());
-        assert_eq!(-(-&min), min);
-        assert_eq!(min.recip().to_big(), big(-1, 1i128 << 63));
+        let wide = &max * &max * Coeff::from_integer(4);
+        assert!(wide.as_small().is_none());
+        assert_eq!(
+            wide.to_big(),
+            BigRational::from_integer(BigInt::from(i64::MAX).pow(2) * 4)
+        );
+        assert_eq!(&wide / &Coeff::from_integer(4), &max * &max);
+        assert!((&wide / &Coeff::from_integer(4)).as_small().is_some());
+        let i128_min = &min * &min * Coeff::from_integer(-2);
+        assert_eq!(i128_min.as_small(), Some((i128::MIN, 1)));
+        assert!((-&i128_min).as_small().is_none());
+        assert_eq!(-(-&i128_min), i128_min);
+        assert!(i128_min.recip().as_small().is_none());
+        assert_eq!(i128_min.recip().recip(), i128_min);
         assert_eq!(&max * &max / &max, max);
+        assert_eq!(Coeff::from_float(1e-5).unwrap().to_f64(), 1e-5);
+        assert!(Coeff::from_float(1e-5).unwrap().as_small().is_some());
         assert_eq!(Coeff::new(6, -4), Coeff::new(-3, 2));
         assert_eq!(Coeff::from_float(0.375), Some(Coeff::new(3, 8)));
         assert_eq!(Coeff::from_float(f64::NAN), None);

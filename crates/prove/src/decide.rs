@@ -206,6 +206,7 @@ fn witness_at(arena: &Arena, a: ExprId, b: ExprId, values: &[Coeff]) -> Option<P
 #[cfg(test)]
 mod tests {
     use super::*;
+    use num_traits::Zero;
 
     fn cfg() -> DecideConfig {
         DecideConfig::default()

@@ -9,6 +9,7 @@
 
 pub use crate::coeff::Coeff;
 use num_rational::BigRational;
+use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::Arc;
@@ -295,9 +296,11 @@ impl Default for Budget {
 /// The store of hash-consed expressions and atoms.
 pub struct Arena {
     polys: Vec<Arc<Poly>>,
-    poly_ids: HashMap<Arc<Poly>, ExprId>,
+    // Interning hashes every polynomial built; Fx is several times cheaper than SipHash here,
+    // and nothing iterates these maps, so output does not depend on the hasher.
+    poly_ids: FxHashMap<Arc<Poly>, ExprId>,
     atoms: Vec<Atom>,
-    atom_ids: HashMap<Atom, AtomId>,
+    atom_ids: FxHashMap<Atom, AtomId>,
     symbols: Vec<(String, SymbolKind)>,
     symbol_ids: HashMap<String, u32>,
     budget: Budget,
@@ -330,9 +333,9 @@ impl Arena {
     pub fn new(budget: Budget) -> Self {
         Arena {
             polys: Vec::new(),
-            poly_ids: HashMap::new(),
+            poly_ids: FxHashMap::default(),
             atoms: Vec::new(),
-            atom_ids: HashMap::new(),
+            atom_ids: FxHashMap::default(),
             symbols: Vec::new(),
             symbol_ids: HashMap::new(),
             budget,
@@ -1046,10 +1049,12 @@ fn exact_sqrt(c: &Coeff) -> Option<Coeff> {
     if c.is_negative() {
         return None;
     }
-    if let Some((n, d)) = c.as_small() {
-        let (rn, rd) = (isqrt(n.unsigned_abs()), isqrt(d.unsigned_abs()));
-        return (rn * rn == n.unsigned_abs() && rd * rd == d.unsigned_abs())
-            .then(|| Coeff::new(rn as i64, rd as i64));
+    let small = c
+        .as_small()
+        .and_then(|(n, d)| Some((u64::try_from(n).ok()?, u64::try_from(d).ok()?)));
+    if let Some((n, d)) = small {
+        let (rn, rd) = (isqrt(n), isqrt(d));
+        return (rn * rn == n && rd * rd == d).then(|| Coeff::new(rn as i64, rd as i64));
     }
     let c = c.to_big();
     let n = c.numer().sqrt();

@@ -1,9 +1,10 @@
 //! Deciding one goal `a == b`, layer by layer: normal forms, random points, Z3.
 
 use crate::eval::{clearly_differ, ExactEval, FloatEval, ModEval, PRIME};
-use crate::expr::{Arena, ExprId, Rat, SymbolKind};
+use crate::expr::{Arena, Coeff, ExprId, SymbolKind};
 use crate::smt;
-use num_traits::Zero;
+use num_rational::BigRational;
+
 use serde::Serialize;
 use std::time::Duration;
 
@@ -38,7 +39,7 @@ impl Layer {
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct Point {
     /// (symbol number, value).
-    pub values: Vec<(u32, Rat)>,
+    pub values: Vec<(u32, BigRational)>,
 }
 
 /// What is known of one goal.
@@ -100,15 +101,13 @@ impl Rng {
 
     /// A small rational of the symbol's kind: bools 0/1, ints in [-4, 4], reals k/8 in
     /// [-2, 2] (exact in f64, non-zero more often than not).
-    pub(crate) fn value(&mut self, kind: SymbolKind) -> Rat {
+    pub(crate) fn value(&mut self, kind: SymbolKind) -> Coeff {
         let r = self.next();
         match kind {
-            SymbolKind::Bool => Rat::from_integer(((r & 1) as i64).into()),
-            SymbolKind::Int => Rat::from_integer(((r % 9) as i64 - 4).into()),
-            SymbolKind::Index(bound) => {
-                Rat::from_integer(((r % bound.max(1) as u64) as i64).into())
-            }
-            SymbolKind::Real => Rat::new(((r % 33) as i64 - 16).into(), 8.into()),
+            SymbolKind::Bool => Coeff::from_integer((r & 1) as i64),
+            SymbolKind::Int => Coeff::from_integer((r % 9) as i64 - 4),
+            SymbolKind::Index(bound) => Coeff::from_integer((r % bound.max(1) as u64) as i64),
+            SymbolKind::Real => Coeff::new((r % 33) as i64 - 16, 8),
         }
     }
 }
@@ -141,7 +140,7 @@ pub fn decide(arena: &Arena, a: ExprId, b: ExprId, cfg: &DecideConfig) -> Outcom
     }
     if modular_difference {
         for _ in 0..cfg.real_points {
-            let values: Vec<Rat> = symbols.iter().map(|(_, k)| rng.value(*k)).collect();
+            let values: Vec<Coeff> = symbols.iter().map(|(_, k)| rng.value(*k)).collect();
             if let Some(point) = witness_at(arena, a, b, &values) {
                 return Outcome::Refuted {
                     layer: Layer::RandomWitness,
@@ -165,7 +164,7 @@ pub fn decide(arena: &Arena, a: ExprId, b: ExprId, cfg: &DecideConfig) -> Outcom
         smt::SmtResult::Model(values) => {
             // Z3's model is a witness only where it is a real difference: functions Z3 left
             // uninterpreted may have values no real function takes.
-            let mut full: Vec<Rat> = symbols.iter().map(|_| Rat::zero()).collect();
+            let mut full: Vec<Coeff> = symbols.iter().map(|_| Coeff::zero()).collect();
             for (s, v) in &values {
                 full[*s as usize] = v.clone();
             }
@@ -185,12 +184,12 @@ pub fn decide(arena: &Arena, a: ExprId, b: ExprId, cfg: &DecideConfig) -> Outcom
 }
 
 /// The point `values` when `a` and `b` really differ there: exactly, or clearly in f64.
-fn witness_at(arena: &Arena, a: ExprId, b: ExprId, values: &[Rat]) -> Option<Point> {
+fn witness_at(arena: &Arena, a: ExprId, b: ExprId, values: &[Coeff]) -> Option<Point> {
     let mut exact = ExactEval::new(arena, values.to_vec());
-    let differ = match (exact.eval(a), exact.eval(b)) {
+    let differ = match (exact.value(a), exact.value(b)) {
         (Some(x), Some(y)) => x != y,
         _ => {
-            let floats = values.iter().map(crate::expr::rat_to_f64).collect();
+            let floats = values.iter().map(Coeff::to_f64).collect();
             let mut ev = FloatEval::new(arena, floats);
             clearly_differ(ev.eval(a), ev.eval(b))
         }
@@ -199,7 +198,7 @@ fn witness_at(arena: &Arena, a: ExprId, b: ExprId, values: &[Rat]) -> Option<Poi
         values: values
             .iter()
             .enumerate()
-            .map(|(i, v)| (i as u32, v.clone()))
+            .map(|(i, v)| (i as u32, v.to_big()))
             .collect(),
     })
 }
@@ -207,6 +206,7 @@ fn witness_at(arena: &Arena, a: ExprId, b: ExprId, values: &[Rat]) -> Option<Poi
 #[cfg(test)]
 mod tests {
     use super::*;
+    use num_traits::Zero;
 
     fn cfg() -> DecideConfig {
         DecideConfig::default()

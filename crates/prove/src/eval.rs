@@ -2,9 +2,8 @@
 //! the functions (a fast test of difference modulo function identities), exactly over the
 //! rationals where every function met is exact, and in f64 with the real functions.
 
-use crate::expr::{rat_to_f64, Arena, Atom, ExprId, Func, Rat};
-use num_bigint::BigInt;
-use num_traits::{Signed, ToPrimitive, Zero};
+use crate::expr::{Arena, Atom, Coeff, ExprId, Func};
+use num_rational::BigRational;
 use std::collections::HashMap;
 
 /// The prime of modular evaluation: 2^61 - 1.
@@ -35,16 +34,10 @@ pub fn inv_mod(a: u64) -> u64 {
     pow_mod(a, PRIME - 2)
 }
 
-fn big_mod(n: &BigInt) -> u64 {
-    let p = BigInt::from(PRIME);
-    let r = ((n % &p) + &p) % &p;
-    r.to_u64().unwrap_or(0)
-}
-
 /// A rational modulo [`PRIME`] (denominators divisible by the prime map to 0; with a 61-bit
 /// prime and the dyadic denominators of f64 constants this does not happen in practice).
-pub fn rat_mod(r: &Rat) -> u64 {
-    mul_mod(big_mod(r.numer()), inv_mod(big_mod(r.denom())))
+pub fn rat_mod(r: &Coeff) -> u64 {
+    r.residue(PRIME, inv_mod)
 }
 
 /// A 64-bit mix (splitmix64's finalizer): the random interpretations of functions.
@@ -151,26 +144,31 @@ impl<'a> ModEval<'a> {
 /// square root, division by zero, a non-finite constant).
 pub struct ExactEval<'a> {
     arena: &'a Arena,
-    symbols: Vec<Rat>,
-    memo: HashMap<ExprId, Option<Rat>>,
+    symbols: Vec<Coeff>,
+    memo: HashMap<ExprId, Option<Coeff>>,
 }
 
 impl<'a> ExactEval<'a> {
     /// An evaluator with symbol values `symbols` (by symbol number).
-    pub fn new(arena: &'a Arena, symbols: Vec<Rat>) -> Self {
+    pub fn new(arena: &'a Arena, symbols: Vec<impl Into<Coeff>>) -> Self {
         ExactEval {
             arena,
-            symbols,
+            symbols: symbols.into_iter().map(Into::into).collect(),
             memo: HashMap::new(),
         }
     }
 
     /// The exact value of `e`, if it is rational.
-    pub fn eval(&mut self, e: ExprId) -> Option<Rat> {
+    pub fn eval(&mut self, e: ExprId) -> Option<BigRational> {
+        self.value(e).map(|v| v.to_big())
+    }
+
+    /// The exact value of `e` as a coefficient, if it is rational.
+    pub fn value(&mut self, e: ExprId) -> Option<Coeff> {
         if let Some(v) = self.memo.get(&e) {
             return v.clone();
         }
-        let mut total = Rat::zero();
+        let mut total = Coeff::zero();
         let mut ok = true;
         for (m, c) in &self.arena.poly(e).terms {
             let mut t = c.clone();
@@ -191,26 +189,23 @@ impl<'a> ExactEval<'a> {
         v
     }
 
-    fn atom(&mut self, a: u32) -> Option<Rat> {
+    fn atom(&mut self, a: u32) -> Option<Coeff> {
         match self.arena.atom(crate::expr::AtomId(a)).clone() {
             Atom::Symbol(s) => Some(self.symbols[s as usize].clone()),
             Atom::NonFinite(_) => None,
             Atom::App(f, args) => {
-                let vals: Option<Vec<Rat>> = match f {
+                let vals: Option<Vec<Coeff>> = match f {
                     // Only the chosen branch needs a value.
                     Func::Where => {
-                        let c = self.eval(args[0])?;
-                        return self.eval(if c.is_zero() { args[2] } else { args[1] });
+                        let c = self.value(args[0])?;
+                        return self.value(if c.is_zero() { args[2] } else { args[1] });
                     }
                     Func::Lookup => {
-                        let i = self.eval(args[0])?;
-                        let i = i
-                            .is_integer()
-                            .then(|| i.to_integer().to_usize())
-                            .flatten()?;
-                        return self.eval(*args.get(1 + i)?);
+                        let i = self.value(args[0])?;
+                        let i = i.to_usize()?;
+                        return self.value(*args.get(1 + i)?);
                     }
-                    _ => args.iter().map(|&x| self.eval(x)).collect(),
+                    _ => args.iter().map(|&x| self.value(x)).collect(),
                 };
                 let vals = vals?;
                 match f {
@@ -218,9 +213,11 @@ impl<'a> ExactEval<'a> {
                     Func::Product => Some(vals.iter().product()),
                     Func::Max => vals.into_iter().max(),
                     Func::Min => vals.into_iter().min(),
-                    Func::Positive => Some(Rat::from_integer(vals[0].is_positive().into())),
-                    Func::NonNegative => Some(Rat::from_integer((!vals[0].is_negative()).into())),
-                    Func::IsZero => Some(Rat::from_integer(vals[0].is_zero().into())),
+                    Func::Positive => Some(Coeff::from_integer(i64::from(vals[0].is_positive()))),
+                    Func::NonNegative => {
+                        Some(Coeff::from_integer(i64::from(!vals[0].is_negative())))
+                    }
+                    Func::IsZero => Some(Coeff::from_integer(i64::from(vals[0].is_zero()))),
                     _ => None,
                 }
             }
@@ -252,7 +249,7 @@ impl<'a> FloatEval<'a> {
         }
         let mut total = 0.0;
         for (m, c) in &self.arena.poly(e).terms {
-            let mut t = rat_to_f64(c);
+            let mut t = c.to_f64();
             for &(a, k) in m {
                 t *= self.atom(a.0).powi(k as i32);
             }
@@ -298,9 +295,9 @@ mod tests {
         for a in [1u64, 2, 12345, PRIME - 1] {
             assert_eq!(mul_mod(a, inv_mod(a)), 1);
         }
-        let r = Rat::new(3.into(), 4.into());
+        let r = Coeff::new(3, 4);
         assert_eq!(mul_mod(rat_mod(&r), 4), 3);
-        let neg = Rat::from_integer((-5).into());
+        let neg = Coeff::from_integer(-5);
         assert_eq!(add_mod(rat_mod(&neg), 5), 0);
     }
 
@@ -313,13 +310,10 @@ mod tests {
         let three = a.int(3).unwrap();
         let e = a.div(xy, three).unwrap();
         let e = a.sub(e, y).unwrap();
-        let exact = ExactEval::new(
-            &a,
-            vec![Rat::from_integer(2.into()), Rat::from_integer(6.into())],
-        )
-        .eval(e)
-        .unwrap();
-        assert_eq!(exact, Rat::from_integer((-2).into()));
+        let exact = ExactEval::new(&a, vec![Coeff::from_integer(2), Coeff::from_integer(6)])
+            .value(e)
+            .unwrap();
+        assert_eq!(exact, Coeff::from_integer(-2));
         assert_eq!(FloatEval::new(&a, vec![2.0, 6.0]).eval(e), -2.0);
         assert_eq!(ModEval::new(&a, vec![2, 6], 7).eval(e), rat_mod(&exact));
     }

@@ -7,15 +7,12 @@
 //! canonicalized), so two expressions with the same normal form get the same [`ExprId`] and
 //! equality of ids is a proof of equality over the reals.
 
-use num_bigint::BigInt;
+pub use crate::coeff::Coeff;
 use num_rational::BigRational;
-use num_traits::{One, Signed, ToPrimitive, Zero};
+use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::Arc;
-
-/// An exact rational number.
-pub type Rat = BigRational;
 
 /// A hash-consed expression in normal form (an index into its [`Arena`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -255,7 +252,7 @@ pub type Mono = Vec<(AtomId, u32)>;
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
 pub struct Poly {
     /// The terms, sorted by monomial.
-    pub terms: Vec<(Mono, Rat)>,
+    pub terms: Vec<(Mono, Coeff)>,
 }
 
 /// An expression grew past a budget: the caller reports the program as too large.
@@ -299,9 +296,11 @@ impl Default for Budget {
 /// The store of hash-consed expressions and atoms.
 pub struct Arena {
     polys: Vec<Arc<Poly>>,
-    poly_ids: HashMap<Arc<Poly>, ExprId>,
+    // Interning hashes every polynomial built; Fx is several times cheaper than SipHash here,
+    // and nothing iterates these maps, so output does not depend on the hasher.
+    poly_ids: FxHashMap<Arc<Poly>, ExprId>,
     atoms: Vec<Atom>,
-    atom_ids: HashMap<Atom, AtomId>,
+    atom_ids: FxHashMap<Atom, AtomId>,
     symbols: Vec<(String, SymbolKind)>,
     symbol_ids: HashMap<String, u32>,
     budget: Budget,
@@ -334,9 +333,9 @@ impl Arena {
     pub fn new(budget: Budget) -> Self {
         Arena {
             polys: Vec::new(),
-            poly_ids: HashMap::new(),
+            poly_ids: FxHashMap::default(),
             atoms: Vec::new(),
-            atom_ids: HashMap::new(),
+            atom_ids: FxHashMap::default(),
             symbols: Vec::new(),
             symbol_ids: HashMap::new(),
             budget,
@@ -433,12 +432,12 @@ impl Arena {
     fn atom_expr(&mut self, a: Atom) -> Built {
         let id = self.intern_atom(a);
         self.intern(Poly {
-            terms: vec![(vec![(id, 1)], Rat::one())],
+            terms: vec![(vec![(id, 1)], Coeff::one())],
         })
     }
 
     /// The constant `r`.
-    pub fn constant(&mut self, r: Rat) -> Built {
+    pub fn constant(&mut self, r: Coeff) -> Built {
         if r.is_zero() {
             self.intern(Poly::default())
         } else {
@@ -450,12 +449,12 @@ impl Arena {
 
     /// The integer constant `n`.
     pub fn int(&mut self, n: i64) -> Built {
-        self.constant(Rat::from_integer(BigInt::from(n)))
+        self.constant(Coeff::from_integer(n))
     }
 
     /// The f64 constant `x`: its exact rational value, or a non-finite atom.
     pub fn float(&mut self, x: f64) -> Built {
-        match Rat::from_float(x) {
+        match Coeff::from_float(x) {
             Some(r) if x.is_finite() => self.constant(r),
             _ => {
                 let code = if x.is_nan() {
@@ -516,14 +515,14 @@ impl Arena {
         };
         // c t + k == 0 iff t == -k / c.
         let root = -(k / c);
-        !root.is_integer() || root.is_negative() || root >= Rat::from_integer(bound.into())
+        !root.is_integer() || root.is_negative() || root >= Coeff::from_integer(i64::from(bound))
     }
 
     /// The constant value of `e`, if it is constant.
-    pub fn as_const(&self, e: ExprId) -> Option<Rat> {
+    pub fn as_const(&self, e: ExprId) -> Option<Coeff> {
         let p = self.poly(e);
         match p.terms.as_slice() {
-            [] => Some(Rat::zero()),
+            [] => Some(Coeff::zero()),
             [(m, c)] if m.is_empty() => Some(c.clone()),
             _ => None,
         }
@@ -532,7 +531,7 @@ impl Arena {
     /// The f64 value of `e` when it is a constant (rational or non-finite).
     pub fn as_f64_const(&self, e: ExprId) -> Option<f64> {
         if let Some(r) = self.as_const(e) {
-            return Some(rat_to_f64(&r));
+            return Some(r.to_f64());
         }
         match self.poly(e).terms.as_slice() {
             [(m, c)] if m.len() == 1 && m[0].1 == 1 && c.is_one() => match self.atom(m[0].0) {
@@ -557,7 +556,7 @@ impl Arena {
             [a] => return Ok(*a),
             _ => {}
         }
-        let mut acc: BTreeMap<Mono, Rat> = BTreeMap::new();
+        let mut acc: BTreeMap<Mono, Coeff> = BTreeMap::new();
         for &e in items {
             for (m, c) in &self.polys[e.0 as usize].terms {
                 add_term(&mut acc, m.clone(), c.clone());
@@ -575,7 +574,7 @@ impl Arena {
 
     /// -a.
     pub fn neg(&mut self, a: ExprId) -> Built {
-        self.scale(a, &-Rat::one())
+        self.scale(a, &-Coeff::one())
     }
 
     /// a - b.
@@ -585,7 +584,7 @@ impl Arena {
     }
 
     /// r * a.
-    pub fn scale(&mut self, a: ExprId, r: &Rat) -> Built {
+    pub fn scale(&mut self, a: ExprId, r: &Coeff) -> Built {
         if r.is_zero() {
             return self.int(0);
         }
@@ -631,7 +630,7 @@ impl Arena {
                 reached: product,
             });
         }
-        let mut acc: BTreeMap<Mono, Rat> = BTreeMap::new();
+        let mut acc: BTreeMap<Mono, Coeff> = BTreeMap::new();
         for (ma, ca) in &pa.terms {
             for (mb, cb) in &pb.terms {
                 add_term(&mut acc, mul_mono(ma, mb), ca * cb);
@@ -751,7 +750,7 @@ impl Arena {
                     }
                 }
                 // Constants fold into one.
-                let mut best: Option<Rat> = None;
+                let mut best: Option<Coeff> = None;
                 let mut rest = Vec::new();
                 for a in flat {
                     match self.as_const(a) {
@@ -780,7 +779,7 @@ impl Arena {
                     .iter()
                     .filter_map(|&a| self.poly(a).terms.first().map(|t| t.1.abs()))
                     .min()
-                    .unwrap_or_else(Rat::one);
+                    .unwrap_or_else(Coeff::one);
                 if !g.is_one() {
                     let inv = g.recip();
                     let scaled = rest
@@ -873,7 +872,7 @@ impl Arena {
             Func::Lookup => {
                 if let Some(i) = self.as_const(args[0]) {
                     let n = args.len() - 1;
-                    if let Some(i) = i.is_integer().then(|| i.to_integer().to_usize()).flatten() {
+                    if let Some(i) = i.to_usize() {
                         if i < n {
                             return Ok(args[1 + i]);
                         }
@@ -1011,32 +1010,27 @@ impl Arena {
     }
 }
 
-fn render_rat(r: &Rat) -> String {
+fn render_rat(r: &Coeff) -> String {
     if r.is_integer() {
-        return r.to_integer().to_string();
+        return r.to_string();
     }
     // Dyadic rationals from f64 literals read better as decimals.
-    let f = rat_to_f64(r);
-    if Rat::from_float(f).as_ref() == Some(r) {
+    let f = r.to_f64();
+    if Coeff::from_float(f).as_ref() == Some(r) {
         format!("{f}")
     } else {
         format!("({r})")
     }
 }
 
-/// The nearest f64 of a rational.
-pub fn rat_to_f64(r: &Rat) -> f64 {
-    r.to_f64().unwrap_or_else(|| {
-        // Very large numerators and denominators: scale both down together.
-        let n = r.numer().to_f64().unwrap_or(f64::INFINITY);
-        let d = r.denom().to_f64().unwrap_or(f64::INFINITY);
-        n / d
-    })
+/// The nearest f64 of an arbitrary-precision rational (coefficients have [`Coeff::to_f64`]).
+pub fn rat_to_f64(r: &BigRational) -> f64 {
+    crate::coeff::big_to_f64(r)
 }
 
 /// The content of a polynomial with the sign of its leading coefficient: p divided by it is
 /// primitive with a positive leading coefficient.
-fn primitive_scale(p: &Poly) -> Rat {
+fn primitive_scale(p: &Poly) -> Coeff {
     let c = content(p);
     if p.terms.first().is_some_and(|t| t.1.is_negative()) {
         -c
@@ -1047,31 +1041,42 @@ fn primitive_scale(p: &Poly) -> Rat {
 
 /// The positive content of a polynomial: gcd of the numerators over lcm of the
 /// denominators, so that p / content has coprime integer coefficients.
-fn content(p: &Poly) -> Rat {
-    use num_integer::Integer;
-    let mut num = BigInt::zero();
-    let mut den = BigInt::one();
-    for (_, c) in &p.terms {
-        num = num.gcd(c.numer());
-        den = den.lcm(c.denom());
-    }
-    if num.is_zero() {
-        Rat::one()
-    } else {
-        Rat::new(num, den)
-    }
+fn content(p: &Poly) -> Coeff {
+    crate::coeff::content(p.terms.iter().map(|(_, c)| c))
 }
 
-fn exact_sqrt(c: &Rat) -> Option<Rat> {
+fn exact_sqrt(c: &Coeff) -> Option<Coeff> {
     if c.is_negative() {
         return None;
     }
+    let small = c
+        .as_small()
+        .and_then(|(n, d)| Some((u64::try_from(n).ok()?, u64::try_from(d).ok()?)));
+    if let Some((n, d)) = small {
+        let (rn, rd) = (isqrt(n), isqrt(d));
+        return (rn * rn == n && rd * rd == d).then(|| Coeff::new(rn as i64, rd as i64));
+    }
+    let c = c.to_big();
     let n = c.numer().sqrt();
     let d = c.denom().sqrt();
-    (&n * &n == *c.numer() && &d * &d == *c.denom()).then(|| Rat::new(n, d))
+    (&n * &n == *c.numer() && &d * &d == *c.denom())
+        .then(|| Coeff::from_big(BigRational::new(n, d)))
 }
 
-fn add_term(acc: &mut BTreeMap<Mono, Rat>, m: Mono, c: Rat) {
+/// The integer square root (floor) of `x`.
+fn isqrt(x: u64) -> u64 {
+    let mut r = (x as f64).sqrt() as u64;
+    // The f64 estimate is off by at most a few units near 2^64: correct it exactly.
+    while r.checked_mul(r).is_none_or(|sq| sq > x) {
+        r -= 1;
+    }
+    while (r + 1).checked_mul(r + 1).is_some_and(|sq| sq <= x) {
+        r += 1;
+    }
+    r
+}
+
+fn add_term(acc: &mut BTreeMap<Mono, Coeff>, m: Mono, c: Coeff) {
     use std::collections::btree_map::Entry;
     match acc.entry(m) {
         Entry::Vacant(v) => {
@@ -1086,7 +1091,7 @@ fn add_term(acc: &mut BTreeMap<Mono, Rat>, m: Mono, c: Rat) {
     }
 }
 
-fn from_map(acc: BTreeMap<Mono, Rat>) -> Poly {
+fn from_map(acc: BTreeMap<Mono, Coeff>) -> Poly {
     Poly {
         terms: acc.into_iter().filter(|(_, c)| !c.is_zero()).collect(),
     }
@@ -1136,7 +1141,7 @@ mod tests {
         let x2 = a.mul(x, x).unwrap();
         let y2 = a.mul(y, y).unwrap();
         let xy = a.mul(x, y).unwrap();
-        let two_xy = a.scale(xy, &Rat::from_integer(2.into())).unwrap();
+        let two_xy = a.scale(xy, &Coeff::from_integer(2)).unwrap();
         let rhs = a.sum(&[x2, two_xy, y2]).unwrap();
         assert_eq!(lhs, rhs);
         // (x + y) - y == x; x / 4 * 4 == x.
@@ -1165,7 +1170,7 @@ mod tests {
         let zero = a.int(0).unwrap();
         let three = a.int(3).unwrap();
         let c = a.max(zero, three).unwrap();
-        assert_eq!(a.as_const(c), Some(Rat::from_integer(3.into())));
+        assert_eq!(a.as_const(c), Some(Coeff::from_integer(3)));
     }
 
     #[test]
@@ -1195,13 +1200,13 @@ mod tests {
         // t == -100 is impossible for t in [0, 8); t == 3 is not decided.
         let ignore = a.int(-100).unwrap();
         let e = a.eq(t, ignore).unwrap();
-        assert_eq!(a.as_const(e), Some(Rat::zero()));
+        assert_eq!(a.as_const(e), Some(Coeff::zero()));
         let three = a.int(3).unwrap();
         let e = a.eq(t, three).unwrap();
         assert!(a.as_const(e).is_none());
         let eight = a.int(8).unwrap();
         let e = a.eq(t, eight).unwrap();
-        assert_eq!(a.as_const(e), Some(Rat::zero()));
+        assert_eq!(a.as_const(e), Some(Coeff::zero()));
         // A real symbol has no range.
         let x = a.symbol("x", SymbolKind::Real).unwrap();
         let e = a.eq(x, ignore).unwrap();

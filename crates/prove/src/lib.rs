@@ -85,6 +85,7 @@
 
 #![warn(missing_docs)]
 
+pub mod coeff;
 pub mod decide;
 pub mod equiv;
 pub mod eval;

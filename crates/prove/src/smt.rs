@@ -5,7 +5,7 @@
 
 mod ffi;
 
-use crate::expr::{Arena, Atom, AtomId, ExprId, Func, Rat, SymbolKind};
+use crate::expr::{Arena, Atom, AtomId, Coeff, ExprId, Func, SymbolKind};
 use ffi::{Answer, Ast, Z3};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -16,7 +16,7 @@ pub enum SmtResult {
     /// Unsat: equal for all inputs.
     Equal,
     /// Sat, with the symbols' values in the model (by symbol number).
-    Model(Vec<(u32, Rat)>),
+    Model(Vec<(u32, Coeff)>),
     /// Unknown (time limit, non-linear arithmetic, a value that is not a rational).
     Unknown(String),
 }
@@ -31,8 +31,14 @@ struct Encoder<'a> {
 }
 
 impl Encoder<'_> {
-    fn rat(&self, r: &Rat) -> Ast {
-        self.z3.numeral(&format!("{}/{}", r.numer(), r.denom()))
+    fn rat(&self, r: &Coeff) -> Ast {
+        match r.as_small() {
+            Some((n, d)) => self.z3.numeral(&format!("{n}/{d}")),
+            None => {
+                let r = r.to_big();
+                self.z3.numeral(&format!("{}/{}", r.numer(), r.denom()))
+            }
+        }
     }
 
     fn expr(&mut self, e: ExprId) -> Ast {
@@ -168,7 +174,11 @@ pub fn prove_equal(arena: &Arena, a: ExprId, b: ExprId, timeout: Duration) -> Sm
                 enc.symbols.iter().map(|(s, a)| (*s, *a)).unzip();
             let mut values = Vec::new();
             for (s, v) in numbers.into_iter().zip(z3.model_values(&asts)) {
-                match v.and_then(|t| t.parse::<Rat>().ok()) {
+                match v.and_then(|t| {
+                    t.parse::<num_rational::BigRational>()
+                        .ok()
+                        .map(Coeff::from_big)
+                }) {
                     Some(r) => values.push((s, r)),
                     None => {
                         return SmtResult::Unknown(format!(

@@ -66,7 +66,7 @@ pub fn confirm(
     let mut values: Vec<f64> = arena
         .symbols()
         .iter()
-        .map(|(_, kind)| rat_to_f64(&rng.value(*kind)))
+        .map(|(_, kind)| rng.value(*kind).to_f64())
         .collect();
     for (s, v) in &point.values {
         values[*s as usize] = rat_to_f64(v);

@@ -9,7 +9,7 @@ pub mod layout;
 
 use crate::decide::{decide, DecideConfig, Layer, Outcome, Point};
 use crate::exec::{self, ExecError, ExecErrorKind, ExecLimits, SymEnv};
-use crate::expr::{Arena, Budget, ExprId, Func, Rat};
+use crate::expr::{Arena, Budget, Coeff, ExprId, Func};
 use crate::tensor::SymTensor;
 use layout::{rebuild, Misfit};
 use serde::Serialize;
@@ -276,7 +276,7 @@ fn combine_shares(arena: &mut Arena, reduce: Reduce, xs: Vec<ExprId>) -> Result<
         Reduce::Sum => arena.sum(&xs),
         Reduce::Avg => arena
             .sum(&xs)
-            .and_then(|s| arena.scale(s, &Rat::new(1.into(), (xs.len() as i64).into()))),
+            .and_then(|s| arena.scale(s, &Coeff::new(1, xs.len() as i64))),
         Reduce::Max => arena.app(Func::Max, xs),
         Reduce::Min => arena.app(Func::Min, xs),
     };

@@ -6,7 +6,7 @@
 
 use super::movement::Encoding;
 use super::{ExecError, GraphState, MetaValues};
-use crate::expr::{Arena, ExprId, Func, Rat};
+use crate::expr::{Arena, Coeff, ExprId, Func};
 use crate::tensor::SymTensor;
 use shardproof_interp::Meeting;
 use shardproof_ir::{Arg, NodeKind, ValueId};
@@ -43,7 +43,7 @@ fn reduce(arena: &mut Arena, op: &str, xs: &[ExprId]) -> Result<ExprId, ExecErro
         "sum" => arena.sum(xs)?,
         "avg" => {
             let s = arena.sum(xs)?;
-            arena.scale(s, &Rat::new(1.into(), (xs.len() as i64).into()))?
+            arena.scale(s, &Coeff::new(1, xs.len() as i64))?
         }
         "product" => arena.product(xs)?,
         "max" => arena.app(Func::Max, xs.to_vec())?,

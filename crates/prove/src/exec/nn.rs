@@ -3,7 +3,7 @@
 
 use super::rules::{map_elementwise, reduce_by};
 use super::{ExecError, NodeCtx, Operand};
-use crate::expr::{Arena, Built, ExprId, Func, Rat};
+use crate::expr::{Arena, Built, Coeff, ExprId, Func};
 use crate::tensor::{broadcast_index, norm_dim, strides, SymTensor};
 
 /// sum_k a[.., i, k] * b[.., k, j] with broadcast batch dims, both operands at least 2-d.
@@ -242,7 +242,7 @@ fn norm_rows(ctx: &NodeCtx, x: &SymTensor) -> Result<(usize, usize), ExecError> 
 }
 
 fn scale_by(ar: &mut Arena, e: ExprId, n: usize) -> Built {
-    ar.scale(e, &Rat::new(1.into(), (n.max(1) as i64).into()))
+    ar.scale(e, &Coeff::new(1, n.max(1) as i64))
 }
 
 /// layer_norm: (x - mean) * rsqrt(var + eps) * w + b; native_layer_norm also returns mean

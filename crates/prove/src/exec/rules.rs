@@ -3,7 +3,7 @@
 
 use super::movement;
 use super::{ExecError, NodeCtx, Operand};
-use crate::expr::{Arena, Built, ExprId, Func, Rat};
+use crate::expr::{Arena, Built, Coeff, ExprId, Func};
 use crate::tensor::{broadcast_index, norm_dim, reduce_groups, SymTensor};
 use shardproof_ir::DType;
 
@@ -333,7 +333,7 @@ fn unary(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
 
 /// gelu(x) = x/2 (1 + erf(x/sqrt 2)), or the tanh approximation; constants as the kernel's f64.
 fn gelu(ar: &mut Arena, x: ExprId, approximate: &str) -> Built {
-    let half = ar.constant(Rat::new(1.into(), 2.into()))?;
+    let half = ar.constant(Coeff::new(1, 2))?;
     let one = ar.int(1)?;
     let inner = if approximate == "tanh" {
         let k = ar.float((2.0 / std::f64::consts::PI).sqrt())?;
@@ -363,7 +363,7 @@ fn gelu_backward(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
     let out = map_elementwise(ctx, &[g, x], &mut |ar, v| {
         // d/dx gelu = cdf(x) + x pdf(x), cdf = (1 + erf(x/sqrt2))/2, pdf = exp(-x^2/2)/sqrt(2 pi).
         let (g, x) = (v[0], v[1]);
-        let half = ar.constant(Rat::new(1.into(), 2.into()))?;
+        let half = ar.constant(Coeff::new(1, 2))?;
         let one = ar.int(1)?;
         let k = ar.float(std::f64::consts::FRAC_1_SQRT_2)?;
         let xk = ar.mul(x, k)?;
@@ -371,7 +371,7 @@ fn gelu_backward(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
         let s = ar.add(one, erf)?;
         let cdf = ar.mul(half, s)?;
         let x2 = ar.mul(x, x)?;
-        let mhx2 = ar.scale(x2, &Rat::new((-1).into(), 2.into()))?;
+        let mhx2 = ar.scale(x2, &Coeff::new(-1, 2))?;
         let e = ar.app(Func::Exp, vec![mhx2])?;
         let c = ar.float(1.0 / (2.0 * std::f64::consts::PI).sqrt())?;
         let pdf = ar.mul(c, e)?;
@@ -530,7 +530,7 @@ fn reduction(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
         "sum" => ar.sum(xs),
         "mean" => {
             let s = ar.sum(xs)?;
-            ar.scale(s, &Rat::new(1.into(), (xs.len().max(1) as i64).into()))
+            ar.scale(s, &Coeff::new(1, xs.len().max(1) as i64))
         }
         "amax" => ar.app(Func::Max, xs.to_vec()),
         "amin" => ar.app(Func::Min, xs.to_vec()),
@@ -581,7 +581,7 @@ fn variance(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
     let out = reduce_by(ctx, &x, &dims, keepdim, &mut |ar, xs| {
         let n = xs.len() as i64;
         let s = ar.sum(xs)?;
-        let mean = ar.scale(s, &Rat::new(1.into(), n.into()))?;
+        let mean = ar.scale(s, &Coeff::new(1, n))?;
         let mut sq = Vec::with_capacity(xs.len());
         for &x in xs {
             let d = ar.sub(x, mean)?;

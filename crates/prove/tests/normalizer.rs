@@ -246,7 +246,14 @@ proptest! {
                 _ => {
                     let fx: Vec<f64> = xs.iter().map(rat_to_f64).collect();
                     let (x, y) = (float(&t, &fx), float(&u, &fx));
-                    prop_assert!((x - y).abs() > 1e-7 * (1.0 + x.abs().max(y.abs())), "{x} vs {y} at {fx:?}");
+                    // A side that overflows f64 (exp(exp(exp(2)))) is beyond every finite f64
+                    // the other side can be, so the two differ; where both overflow or one is
+                    // NaN, f64 cannot judge the witness and the exact sides above did not apply.
+                    if x.is_finite() && y.is_finite() {
+                        prop_assert!((x - y).abs() > 1e-7 * (1.0 + x.abs().max(y.abs())), "{x} vs {y} at {fx:?}");
+                    } else if x.is_nan() || y.is_nan() || x.is_infinite() && y.is_infinite() {
+                        prop_assume!(false, "both sides overflow f64");
+                    }
                 }
             }
         }

@@ -761,6 +761,13 @@ impl Cx<'_> {
                 return Err(self.refuse("a reshape that regroups several dims into several others"));
             }
         }
+        self.push_size_literal(&lit, &res);
+        Ok(res)
+    }
+
+    /// Records the node's `size` list as the sizes `res`, keeping a `-1` (an inferred dim)
+    /// where the literal had one.
+    fn push_size_literal(&mut self, lit: &[i64], res: &[Mono]) {
         self.literals.push(Literal {
             node: self.i,
             arg: "size",
@@ -771,7 +778,6 @@ impl Cx<'_> {
                     .collect(),
             ),
         });
-        Ok(res)
     }
 
     fn expand(&mut self) -> Result<Vec<Mono>, Refusal> {
@@ -790,16 +796,7 @@ impl Cx<'_> {
                 }
             }
         }
-        self.literals.push(Literal {
-            node: self.i,
-            arg: "size",
-            value: LitValue::Sizes(
-                res.iter()
-                    .enumerate()
-                    .map(|(d, m)| (lit.get(d) != Some(&-1)).then(|| m.clone()))
-                    .collect(),
-            ),
-        });
+        self.push_size_literal(&lit, &res);
         Ok(res)
     }
 

@@ -281,17 +281,41 @@ fn recv_read(
                 .iter()
                 .enumerate()
                 .map(|(m, &p)| match p {
-                    Place::Shard(_) | Place::Blocked(..) | Place::Partial(_) | Place::Unmasked
-                        if sc[m] != rc[m] =>
-                    {
-                        Place::Varying
-                    }
+                    Place::Shard(_) | Place::Blocked(..) if sc[m] != rc[m] => Place::Varying,
+                    // Another coordinate's piece of a pending sum: whether the receivers'
+                    // pieces still sum to the tensor depends on who sends to whom, which no
+                    // placement records; `Varying` would let a gather or an all-reduce pass.
+                    Place::Partial(_) | Place::Unmasked if sc[m] != rc[m] => Place::Unknown,
                     p => p,
                 })
                 .collect()
         }
         _ => vec![Place::Unknown; nd],
     }
+}
+
+/// Whether the message rank `r` receives from node `j` of rank `s` is a partial sum's piece
+/// that moves along some mesh dim (the recv reads it as `Unknown`).
+fn moves_partial(
+    sh: &Shared<'_>,
+    r: usize,
+    s: usize,
+    j: usize,
+    sender: Option<&RankPlacements>,
+) -> bool {
+    let program = sh.program;
+    let nd = program.mesh.dims.len();
+    let (Some(sp), Some(v)) = (sender, program.ranks[s].nodes[j].inputs().first().copied()) else {
+        return false;
+    };
+    if sp.offsets.len() != program.ranks[s].nodes.len() {
+        return false;
+    }
+    let (sc, rc) = (program.mesh.coords(s), program.mesh.coords(r));
+    sp.of(v, nd)
+        .iter()
+        .enumerate()
+        .any(|(m, p)| p.is_partial() && sc[m] != rc[m])
 }
 
 /// Where propagating rank `r` again must start, given its placements `prev` of an earlier
@@ -521,6 +545,15 @@ fn propagate_rank_from(
                                 done.get(s).and_then(|d| d.as_ref())
                             };
                             let ps = recv_read(sh, r, s, j, sender);
+                            if moves_partial(sh, r, s, j, sender) {
+                                rp.unknown_sources.push((
+                                    i,
+                                    "the recv reads another coordinate's piece of a partial sum: \
+                                     whether the receivers' pieces still sum to the tensor is not \
+                                     recorded"
+                                        .into(),
+                                ));
+                            }
                             for (m, q) in ps.into_iter().enumerate() {
                                 if q == Place::Unknown {
                                     pending = true;
@@ -830,11 +863,20 @@ fn propagate_rank_from(
                     if inconclusive {
                         rp.unknown_sources.push((
                             i,
-                            format!(
-                                "`{op}` on mesh dim `{}` combines a partial sum with a tensor \
-                                 of unknown layout (`Varying`): no placement, and no finding",
-                                mesh.dims[m].0
-                            ),
+                            if rule.family == "all-reduce" || rule.family == "reduce-scatter" {
+                                format!(
+                                    "`{op}` on mesh dim `{}` reduces a tensor of unknown layout \
+                                     (`Varying`): a partial sum (completed) or a shard (different \
+                                     slices added), not known which",
+                                    mesh.dims[m].0
+                                )
+                            } else {
+                                format!(
+                                    "`{op}` on mesh dim `{}` combines a partial sum with a tensor \
+                                     of unknown layout (`Varying`): no placement, and no finding",
+                                    mesh.dims[m].0
+                                )
+                            },
                         ));
                     }
                     for (o, p) in result.iter().enumerate().take(nout) {

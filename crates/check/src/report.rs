@@ -156,8 +156,8 @@ pub struct Report {
     pub operators: usize,
     /// Output placements compared with the case's expectations (per rank, per mesh dim).
     pub outputs_checked: usize,
-    /// Output placements the checker accepts without checking their layout: `Varying` where
-    /// the case declares a shard.
+    /// Output placements whose layout is not proven: `Varying` where the case declares a
+    /// shard (each makes the verdict inconclusive unless there is a finding).
     pub outputs_layout_unchecked: usize,
     /// Collectives and messages matched across ranks by the simulated schedule.
     pub meetings: usize,
@@ -183,7 +183,7 @@ impl Report {
         let _ = writeln!(s, "check {}: {verdict}", self.case);
         let _ = writeln!(
             s,
-            "  {} ranks, {} operators, {} output placements checked ({} varying where a shard is declared: layout not checked), {} collectives and messages matched",
+            "  {} ranks, {} operators, {} output placements checked ({} varying where a shard is declared: layout not proven, inconclusive), {} collectives and messages matched",
             self.ranks, self.operators, self.outputs_checked, self.outputs_layout_unchecked, self.meetings
         );
         for (k, f) in self.findings.iter().enumerate() {
@@ -220,8 +220,11 @@ impl Report {
             for u in &self.unknown {
                 let _ = writeln!(s, "  {} x {} (first: {})", u.count, u.reason, u.first);
             }
+        }
+        if !self.unknown_outputs.is_empty() {
+            let _ = writeln!(s, "outputs whose placement is not proven:");
             for o in &self.unknown_outputs {
-                let _ = writeln!(s, "  output `{o}` has an unknown placement");
+                let _ = writeln!(s, "  output `{o}`");
             }
         }
         s

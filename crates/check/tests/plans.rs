@@ -61,7 +61,9 @@ const DEMOS: &[Demo] = &[
             ("pipeline-schedule", "a0"),
         ],
     ),
-    ("cp_ring_attn", Verdict::Holds, &[]),
+    // The seed says holds; the output's layout (built from chunks that moved along cp) is
+    // not proven, so the checker is inconclusive rather than pass it unchecked.
+    ("cp_ring_attn", Verdict::Inconclusive, &[]),
     ("cp_allgather_attn", Verdict::Holds, &[]),
     (
         "overlap_demo",

@@ -31,7 +31,9 @@ pub(super) fn all_reduce(c: &Ctx) -> Outcome {
             Place::Replicate,
             c.n_out(),
         ),
-        Place::Varying => c.all(Place::Replicate),
+        // A tensor of unknown layout may be a partial sum (the all-reduce completes it) or a
+        // shard (the all-reduce adds different slices): no claim either way.
+        Place::Varying => c.all(Place::Unknown),
         Place::Replicate if matches!(op, Red::Max | Red::Min | Red::Avg) => c.all(Place::Replicate),
         Place::Replicate => {
             let mut v = legality(
@@ -141,7 +143,8 @@ pub(super) fn reduce_scatter(c: &Ctx) -> Outcome {
     };
     match x.p {
         Place::Partial(r) if r == op || (r.is_linear() && op.is_linear()) => c.all(scattered),
-        Place::Varying => c.all(scattered),
+        // As for an all-reduce: a partial or a shard in unknown layout, not known which.
+        Place::Varying => c.all(Place::Unknown),
         Place::Partial(r) => legality(
             format!("reduce-scatters with `{}` a tensor that is Partial({})", op.name(), r.name()),
             &format!("reduce with `{}`", r.name()),

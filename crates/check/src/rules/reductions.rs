@@ -36,8 +36,14 @@ pub(super) fn reduction(c: &Ctx) -> Outcome {
         _ => None,
     };
     let n = c.n_out();
+    // A blocked shard is a shard of its dim for a reduction: each rank holds an equal share
+    // of the dim's elements, so a reduction over it is pending and the other dims keep it.
     match x.p {
-        Place::Shard(d) if dims.contains(&(d as usize)) => match red {
+        Place::Shard(_) | Place::Blocked(..)
+            if x.p.blocks().is_some_and(|(d, _)| dims.contains(&d)) =>
+        {
+            let d = x.p.blocks().map_or(0, |(d, _)| d);
+            match red {
             Some(red) => {
                 let mut v = vec![Place::Partial(red)];
                 if n > 1 {
@@ -52,13 +58,20 @@ pub(super) fn reduction(c: &Ctx) -> Outcome {
                 Hint::GatherShard,
                 vec![Place::Replicate; n],
             ),
-        },
-        Place::Shard(d) => {
-            let d = d as usize;
-            let nd = if keep { d } else { d - dims.iter().filter(|&&e| e < d).count() };
-            c.all(Place::shard(nd))
+            }
         }
-        Place::Partial(pr) if pr.is_linear() && matches!(red, Some(Red::Sum | Red::Avg)) => c.all(Place::Partial(pr)),
+        Place::Shard(_) | Place::Blocked(..) => {
+            let (d, k) = x.p.blocks().unwrap_or((0, 1));
+            let nd = if keep {
+                d
+            } else {
+                d - dims.iter().filter(|&&e| e < d).count()
+            };
+            c.all(Place::blocked(nd, k))
+        }
+        Place::Partial(pr) if pr.is_linear() && matches!(red, Some(Red::Sum | Red::Avg)) => {
+            c.all(Place::Partial(pr))
+        }
         Place::Partial(_) | Place::Unmasked => one(merge(&[x], 0, Lin::None, false), n),
         p => c.all(p),
     }
@@ -90,7 +103,7 @@ pub(super) fn softmax(c: &Ctx) -> Outcome {
         return c.all(Place::Unknown);
     };
     match x.p {
-        Place::Shard(d) if d as usize == dim => bad(
+        p if p.blocks().is_some_and(|(d, _)| d == dim) => bad(
             Kind::Consistency,
             format!("softmax over dim {dim}, which is sharded: each rank normalizes over its shard only"),
             Hint::GatherShard,
@@ -108,7 +121,10 @@ pub(super) fn softmax_backward(c: &Ctx) -> Outcome {
     let Some(dim) = c.int("dim").and_then(|d| norm_dim(d, y.rank())) else {
         return c.all(Place::Unknown);
     };
-    if y.p == Place::Shard(dim as u8) || g.p == Place::Shard(dim as u8) {
+    if [y.p, g.p]
+        .iter()
+        .any(|p| p.blocks().is_some_and(|(d, _)| d == dim))
+    {
         return bad(
             Kind::Consistency,
             format!("softmax backward over dim {dim}, which is sharded"),
@@ -126,11 +142,12 @@ pub(super) fn norm_core(c: &Ctx, x: &T, k: usize, params: &[T]) -> Outcome {
     let first = r.saturating_sub(k);
     let n = c.n_out();
     match x.p {
-        Place::Shard(d) if d as usize >= first => bad(
+        p if p.blocks().is_some_and(|(d, _)| d >= first) => bad(
             Kind::Consistency,
             format!(
-                "normalizes over dim {d}, which is sharded: the statistics are those of the \
-                 rank's shard, not of the whole dim"
+                "normalizes over dim {}, which is sharded: the statistics are those of the \
+                 rank's shard, not of the whole dim",
+                x.p.blocks().map_or(0, |(d, _)| d)
             ),
             Hint::GatherShard,
             vec![x.p; n],
@@ -140,7 +157,7 @@ pub(super) fn norm_core(c: &Ctx, x: &T, k: usize, params: &[T]) -> Outcome {
         }
         p => {
             for w in params {
-                if w.p.is_partial() || matches!(w.p, Place::Shard(_)) {
+                if w.p.is_partial() || w.p.blocks().is_some() {
                     return bad(
                         Kind::Consistency,
                         format!(
@@ -183,8 +200,8 @@ pub(super) fn norm_backward(c: &Ctx) -> Outcome {
     let first = r.saturating_sub(k);
     let n = c.n_out();
     for t in [&g, &x] {
-        if let Place::Shard(d) = t.p {
-            if d as usize >= first {
+        if let Some((d, _)) = t.p.blocks() {
+            if d >= first {
                 return bad(
                     Kind::Consistency,
                     format!("norm backward over dim {d}, which is sharded"),
@@ -202,9 +219,9 @@ pub(super) fn norm_backward(c: &Ctx) -> Outcome {
         Err(v) => return one(Err(v), n),
     };
     // The parameter gradients sum over the batch dims.
-    let param = match gi {
-        Place::Shard(d) if (d as usize) < first => Place::Partial(Red::Sum),
-        p => p,
+    let param = match gi.blocks() {
+        Some((d, _)) if d < first => Place::Partial(Red::Sum),
+        _ => gi,
     };
     let mut v = vec![gi];
     v.extend(std::iter::repeat_n(param, n - 1));
@@ -219,7 +236,7 @@ pub(super) fn sort(c: &Ctx) -> Outcome {
         return c.all(Place::Unknown);
     };
     match x.p {
-        Place::Shard(d) if d as usize == dim => bad(
+        p if p.blocks().is_some_and(|(d, _)| d == dim) => bad(
             Kind::Consistency,
             format!("sorts (or takes the top k) along dim {dim}, which is sharded"),
             Hint::GatherShard,
@@ -236,7 +253,7 @@ pub(super) fn nll_loss(c: &Ctx) -> Outcome {
     };
     let reduction = c.int("reduction").unwrap_or(1);
     let class_dim = if x.rank() >= 2 { 1 } else { 0 };
-    if x.p == Place::Shard(class_dim as u8) {
+    if x.p.blocks().is_some_and(|(d, _)| d == class_dim) {
         return bad(
             Kind::Consistency,
             "the loss picks each target's log-probability along the class dim, which is sharded",
@@ -247,7 +264,8 @@ pub(super) fn nll_loss(c: &Ctx) -> Outcome {
     if tg.p.is_partial() {
         return one(merge(&[tg], 0, Lin::None, false), c.n_out());
     }
-    let batchish = |p: Place| matches!(p, Place::Shard(0));
+    // Rows sharded (in blocks or not): each rank holds an equal share of the rows.
+    let batchish = |p: Place| p.blocks().is_some_and(|(d, _)| d == 0);
     let base = match (x.p, tg.p) {
         (Place::Partial(r), Place::Replicate) if r.is_linear() => Place::Partial(r),
         (Place::Partial(_), _) | (Place::Unmasked, _) => {
@@ -256,21 +274,23 @@ pub(super) fn nll_loss(c: &Ctx) -> Outcome {
         (p, q) if batchish(p) || batchish(q) => {
             if (p != q) && !(p == Place::Replicate || q == Place::Replicate) {
                 Place::Varying
+            } else if batchish(p) {
+                p
             } else {
-                Place::Shard(0)
+                q
             }
         }
         (Place::Varying, _) | (_, Place::Varying) => Place::Varying,
         _ => Place::Replicate,
     };
     let out = match (base, reduction) {
-        (Place::Shard(0), 0) => Place::Shard(0),
-        (Place::Shard(0), 1) => Place::Partial(Red::Avg),
-        (Place::Shard(0), _) => Place::Partial(Red::Sum),
+        (p, 0) if batchish(p) => p,
+        (p, 1) if batchish(p) => Place::Partial(Red::Avg),
+        (p, _) if batchish(p) => Place::Partial(Red::Sum),
         (p, _) => p,
     };
     let total = match base {
-        Place::Shard(0) => Place::Partial(Red::Sum),
+        p if batchish(p) => Place::Partial(Red::Sum),
         Place::Partial(_) => Place::Replicate,
         p => p,
     };
@@ -286,7 +306,7 @@ pub(super) fn nll_loss_backward(c: &Ctx) -> Outcome {
         return c.all(Place::Unknown);
     };
     let class_dim = if x.rank() >= 2 { 1 } else { 0 };
-    if x.p == Place::Shard(class_dim as u8) {
+    if x.p.blocks().is_some_and(|(d, _)| d == class_dim) {
         return bad(
             Kind::Consistency,
             "nll_loss backward over a sharded class dim",

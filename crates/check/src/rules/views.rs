@@ -142,6 +142,41 @@ pub fn view_blocks(ins: &[usize], outs: &[usize], d: usize, k: usize) -> Option<
     first
 }
 
+/// [`view_blocks`] where the spec's view of the same name gives the global output shape
+/// `global` (its input the rank's with dim `d` whole, `n` coordinates): the output dim `j`
+/// whose global size is `n` times the local one, every other dim the same, read as `[O, n *
+/// s, I]` against the input's `[B, n, R]`. Exactly one dim differs, so the reading is unique;
+/// `None` where the global shape is not the local one with one dim `n` times larger, or where
+/// that dim holds no blocked piece.
+pub fn view_blocks_by_global(
+    ins: &[usize],
+    outs: &[usize],
+    d: usize,
+    k: usize,
+    global: &[i64],
+    n: usize,
+) -> Option<(usize, usize)> {
+    let prod = |v: &[usize]| v.iter().try_fold(1u128, |a, &x| a.checked_mul(x as u128));
+    if n < 2 || global.len() != outs.len() || k == 0 || d >= ins.len() {
+        return None;
+    }
+    let mut differs = (0..outs.len()).filter(|&j| global[j] != outs[j] as i64);
+    let j = differs.next()?;
+    if differs.next().is_some() || global[j] != (outs[j] as i64).checked_mul(n as i64)? {
+        return None;
+    }
+    let (sd, k128) = (ins[d] as u128, k as u128);
+    if ins.contains(&0) || prod(ins)? != prod(outs)? || !sd.is_multiple_of(k128) {
+        return None;
+    }
+    let b = prod(&ins[..d])? * k128;
+    let r = (sd / k128) * prod(&ins[d + 1..])?;
+    let (o, i) = (prod(&outs[..j])?, prod(&outs[j + 1..])?);
+    (b.is_multiple_of(o) && r.is_multiple_of(i) && outs[j] as u128 == (b / o) * (r / i))
+        .then(|| usize::try_from(b / o).ok().map(|k2| (j, k2)))
+        .flatten()
+}
+
 pub(super) fn out_shape(c: &Ctx, i: usize) -> Option<Vec<usize>> {
     c.outs
         .get(i)
@@ -173,25 +208,31 @@ pub(super) fn view(c: &Ctx) -> Outcome {
                 .filter(|p| p.blocks().is_some())
                 .count()
                 > 1;
+            // The spec's node of the same name is this view where its input is this rank's
+            // with dim d whole (the names could shift between the programs).
+            let n = c.coord.1;
+            let same_node = |gi: &[i64]| {
+                gi.len() == m.shape.len()
+                    && gi
+                        .iter()
+                        .zip(&m.shape)
+                        .enumerate()
+                        .all(|(k, (&g, &l))| g == (l * if k == d { n } else { 1 }) as i64)
+            };
+            let global = c.global_view.filter(|(gi, _)| same_node(gi));
+            // The spec's output shape names the one output dim this mesh dim shards: the
+            // blocked reading that has it is the layout, whatever the local shapes admit.
+            if let Some((od, k2)) =
+                global.and_then(|(_, go)| view_blocks_by_global(&m.shape, &out, d, k, go, n))
+            {
+                return c.all(Place::blocked(od, k2));
+            }
             if k == 1 {
                 if let Some(od) = view_dim(&m.shape, &out, d) {
                     return c.all(Place::shard(od));
                 }
-                // The spec's node of the same name is this view where its input is this
-                // rank's with dim d whole (the names could shift between the programs).
-                let n = c.coord.1;
-                let same_node = |gi: &[i64]| {
-                    gi.len() == m.shape.len()
-                        && gi
-                            .iter()
-                            .zip(&m.shape)
-                            .enumerate()
-                            .all(|(k, (&g, &l))| g == (l * if k == d { n } else { 1 }) as i64)
-                };
-                if let Some(od) = c
-                    .global_view
-                    .filter(|(gi, _)| same_node(gi))
-                    .and_then(|(_, go)| view_dim_by_global(&m.shape, &out, d, go, n))
+                if let Some(od) =
+                    global.and_then(|(_, go)| view_dim_by_global(&m.shape, &out, d, go, n))
                 {
                     return c.all(Place::shard(od));
                 }

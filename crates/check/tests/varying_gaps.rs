@@ -1,0 +1,107 @@
+//! The two ways a tensor of unknown layout (`Varying`) could end a buggy program with a pass:
+//! an all-reduce (or reduce-scatter) of it, and its comparison with a declared shard. Each
+//! program below is wrong; the checker may not prove it wrong, but it may never say "holds".
+
+use shardproof_check::{check_case, plan::parse_plan, Report, Verdict};
+use std::path::Path;
+
+fn check(text: &str) -> Report {
+    let case = parse_plan(Path::new("gap.plan"), text).unwrap_or_else(|e| panic!("{e}"));
+    check_case(&case).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A shard whose local size is 1 flattened by a view: the local shapes leave its layout open
+/// (`Varying`). All-reducing it adds the ranks' different rows: a real bug (the program
+/// returns x[0] + x[1] where the tensor is the flattened x). Before, the all-reduce made the
+/// `Varying` value replicated and the program held (exit 0).
+#[test]
+fn all_reduce_of_a_varying_shard_is_never_a_pass() {
+    let r = check(
+        "mesh tp=2\n\
+         input x: f32[2, 4] tp=Shard(0)\n\
+         v = view(x, [4])\n\
+         y = all_reduce(v, sum, tp)\n\
+         output y tp=Replicate()\n",
+    );
+    assert_ne!(r.verdict, Verdict::Holds, "{}", r.render());
+    assert_eq!(r.verdict, Verdict::Inconclusive, "{}", r.render());
+    assert!(
+        r.unknown
+            .iter()
+            .any(|u| u.reason.contains("reduces a tensor of unknown layout")),
+        "{}",
+        r.render()
+    );
+}
+
+/// The same with a reduce-scatter (a sum of different slices, then scattered).
+#[test]
+fn reduce_scatter_of_a_varying_shard_is_never_a_pass() {
+    let r = check(
+        "mesh tp=2\n\
+         input x: f32[2, 4] tp=Shard(0)\n\
+         v = view(x, [4])\n\
+         y = reduce_scatter(v, sum, tp)\n\
+         output y tp=Shard(0)\n",
+    );
+    assert_eq!(r.verdict, Verdict::Inconclusive, "{}", r.render());
+}
+
+/// A column shard of local size 1 flattened: each rank holds every other element of the
+/// flattened tensor (`Shard(0, blocks=4)`), not its contiguous half. Declaring `Shard(0)`
+/// is wrong; the local shapes alone leave the layout open (`Varying`), which the
+/// postcondition used to accept ("layout not checked", exit 0).
+#[test]
+fn a_varying_output_where_a_shard_is_declared_is_never_a_pass() {
+    let r = check(
+        "mesh tp=2\n\
+         input x: f32[4, 2] tp=Shard(1)\n\
+         v = view(x, [4])\n\
+         output v tp=Shard(0)\n",
+    );
+    assert_eq!(r.verdict, Verdict::Inconclusive, "{}", r.render());
+    assert_eq!(r.outputs_layout_unchecked, 2, "{}", r.render());
+    assert!(
+        r.unknown_outputs
+            .iter()
+            .any(|o| o.contains("layout not proven")),
+        "{}",
+        r.render()
+    );
+}
+
+/// The correct all-reduce of a partial sum, and the gather of a shard, still hold.
+#[test]
+fn the_correct_programs_still_hold() {
+    let r = check(
+        "mesh tp=2\n\
+         input x: f32[8, 16] tp=Shard(1)\n\
+         input w: f32[16, 32] tp=Shard(0)\n\
+         p = mm(x, w)\n\
+         y = all_reduce(p, sum, tp)\n\
+         output y tp=Replicate()\n",
+    );
+    assert_eq!(r.verdict, Verdict::Holds, "{}", r.render());
+}
+
+/// A pending sum sent to another coordinate: the receiver holds a piece of some partial sum,
+/// in no recorded arrangement; all-gathering or all-reducing it proves nothing.
+#[test]
+fn a_partial_moved_along_its_mesh_dim_is_unknown() {
+    let r = check(
+        "mesh tp=2\n\
+         input x: f32[4, 8] tp=Shard(1)\n\
+         input w: f32[8, 4] tp=Shard(0)\n\
+         p = mm(x, w)\n\
+         send(p, tp=+1, tag=0)\n\
+         q = recv(f32[4, 4], tp=-1, tag=0)\n\
+         y = all_reduce(q, sum, tp)\n\
+         output y tp=Replicate()\n",
+    );
+    assert_eq!(r.verdict, Verdict::Inconclusive, "{}", r.render());
+    assert!(
+        r.unknown.iter().any(|u| u.reason.contains("partial sum")),
+        "{}",
+        r.render()
+    );
+}

@@ -846,7 +846,7 @@ pub const BUGS: &[Bug] = &[
         needs_tp: true,
         needs_backward: true,
         models: CP_DENSE,
-        engines: "check, run, trace",
+        engines: "run, trace",
         ..CP_BUG
     },
     Bug {

@@ -177,6 +177,101 @@ pub fn view_blocks_by_global(
         .flatten()
 }
 
+/// [`view_blocks_by_global`] where other mesh dims shard the input dims `others_in` too:
+/// the view must reshape a group of dims apart from the rest (the local and the spec's
+/// global prefix products both meet at the group's two ends, in the input and the output),
+/// the group holds dim `d` and none of `others_in`, its input dims are global but `d`
+/// (`n` times), and exactly one of its output dims is `n` times larger globally. A row-major
+/// view that splits at the group's ends reshapes every slab of the group alike, so the other
+/// mesh dims' pieces (outside the group) leave this mesh dim's reading as it is alone.
+#[allow(clippy::too_many_arguments)]
+pub fn view_blocks_in_group(
+    ins: &[usize],
+    outs: &[usize],
+    d: usize,
+    k: usize,
+    gin: &[i64],
+    gout: &[i64],
+    n: usize,
+    others_in: &[usize],
+) -> Option<(usize, usize)> {
+    if n < 2 || gin.len() != ins.len() || gout.len() != outs.len() || d >= ins.len() {
+        return None;
+    }
+    let gin: Vec<usize> = gin
+        .iter()
+        .map(|&x| usize::try_from(x).ok())
+        .collect::<Option<_>>()?;
+    let gout: Vec<usize> = gout
+        .iter()
+        .map(|&x| usize::try_from(x).ok())
+        .collect::<Option<_>>()?;
+    let prefix = |v: &[usize]| -> Option<Vec<u128>> {
+        let mut p = vec![1u128];
+        for &x in v {
+            p.push(p.last()?.checked_mul(x as u128)?);
+        }
+        Some(p)
+    };
+    let (pi, po, gpi, gpo) = (prefix(ins)?, prefix(outs)?, prefix(&gin)?, prefix(&gout)?);
+    // The group's input ends: the nearest boundaries around d where some output prefix
+    // meets the input prefix, locally and globally at the same output positions.
+    let ends_at = |i: usize| -> Vec<usize> {
+        (0..=outs.len())
+            .filter(|&o| po[o] == pi[i] && gpo[o] == gpi[i])
+            .collect()
+    };
+    let i0 = (0..=d).rev().find(|&i| !ends_at(i).is_empty())?;
+    let i1 = (d + 1..=ins.len()).find(|&i| !ends_at(i).is_empty())?;
+    if others_in.iter().any(|e| (i0..i1).contains(e)) {
+        return None;
+    }
+    if (i0..i1).any(|i| gin[i] != ins[i] * if i == d { n } else { 1 }) {
+        return None;
+    }
+    let mut found = None;
+    for &o0 in &ends_at(i0) {
+        for &o1 in ends_at(i1).iter().filter(|&&o1| o1 > o0) {
+            let mut differs = (o0..o1).filter(|&j| gout[j] != outs[j]);
+            let Some(j) = differs.next() else { continue };
+            if differs.next().is_some() || gout[j] != outs[j].checked_mul(n)? {
+                continue;
+            }
+            let r = view_blocks_at(ins, outs, d, k, j)?;
+            if found.is_some_and(|f| f != r) {
+                return None;
+            }
+            found = Some(r);
+        }
+    }
+    found
+}
+
+/// The blocked reading of output dim `j` for a shard of input dim `d` in `k` blocks (the
+/// local-shape condition of [`view_blocks`] at one dim), `None` where it does not hold.
+fn view_blocks_at(
+    ins: &[usize],
+    outs: &[usize],
+    d: usize,
+    k: usize,
+    j: usize,
+) -> Option<(usize, usize)> {
+    let prod = |v: &[usize]| v.iter().try_fold(1u128, |a, &x| a.checked_mul(x as u128));
+    let (sd, k128) = (*ins.get(d)? as u128, k as u128);
+    if k == 0 || ins.contains(&0) || outs.contains(&0) || prod(ins)? != prod(outs)? {
+        return None;
+    }
+    if !sd.is_multiple_of(k128) {
+        return None;
+    }
+    let b = prod(&ins[..d])? * k128;
+    let r = (sd / k128) * prod(&ins[d + 1..])?;
+    let (o, i) = (prod(&outs[..j])?, prod(&outs[j + 1..])?);
+    (b.is_multiple_of(o) && r.is_multiple_of(i) && *outs.get(j)? as u128 == (b / o) * (r / i))
+        .then(|| usize::try_from(b / o).ok().map(|k2| (j, k2)))
+        .flatten()
+}
+
 pub(super) fn out_shape(c: &Ctx, i: usize) -> Option<Vec<usize>> {
     c.outs
         .get(i)
@@ -226,6 +321,23 @@ pub(super) fn view(c: &Ctx) -> Outcome {
                 global.and_then(|(_, go)| view_blocks_by_global(&m.shape, &out, d, k, go, n))
             {
                 return c.all(Place::blocked(od, k2));
+            }
+            // Where other mesh dims shard the input too, the spec's shapes still settle a
+            // view that reshapes this shard's dims apart from theirs.
+            let mut others_in: Vec<usize> = c
+                .input_places
+                .iter()
+                .filter_map(|p| p.blocks().map(|(e, _)| e))
+                .collect();
+            if let Some(pos) = others_in.iter().position(|&e| e == d) {
+                others_in.remove(pos);
+            }
+            if !others_in.is_empty() {
+                if let Some((od, k2)) = c.global_view.and_then(|(gi, go)| {
+                    view_blocks_in_group(&m.shape, &out, d, k, gi, go, n, &others_in)
+                }) {
+                    return c.all(Place::blocked(od, k2));
+                }
             }
             if k == 1 {
                 if let Some(od) = view_dim(&m.shape, &out, d) {
@@ -611,5 +723,32 @@ pub(super) fn triangle(c: &Ctx) -> Outcome {
     match x.p {
         Place::Shard(d) if d as usize + 2 >= r => c.all(Place::Varying),
         p => c.all(p),
+    }
+}
+
+#[cfg(test)]
+mod group_tests {
+    use super::*;
+
+    /// Megatron's kv projection `[b*s, h*d] -> [b, s, h, d]` with the batch sharded over dp
+    /// and the heads over tp (one local head): each mesh dim's shard lands on its own output
+    /// dim, which the spec's shapes name.
+    #[test]
+    fn a_view_of_a_tensor_sharded_over_two_mesh_dims_is_settled_group_by_group() {
+        let (ins, outs) = ([8, 4], [1, 8, 1, 4]);
+        let (gin, gout) = ([16, 8], [2, 8, 2, 4]);
+        assert_eq!(
+            view_blocks_in_group(&ins, &outs, 1, 1, &gin, &gout, 2, &[0]),
+            Some((2, 1))
+        );
+        assert_eq!(
+            view_blocks_in_group(&ins, &outs, 0, 1, &gin, &gout, 2, &[1]),
+            Some((0, 1))
+        );
+        // A view merging the two sharded dims into one group: no claim.
+        assert_eq!(
+            view_blocks_in_group(&[2, 4], &[8], 1, 1, &[4, 8], &[32], 2, &[0]),
+            None
+        );
     }
 }

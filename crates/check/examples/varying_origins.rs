@@ -85,7 +85,7 @@ fn main() {
     }
     println!("total:");
     let mut v: Vec<_> = total.into_iter().collect();
-    v.sort_by(|a, b| b.1.cmp(&a.1));
+    v.sort_by_key(|e| std::cmp::Reverse(e.1));
     for (k, c) in v.iter().take(60) {
         println!("    {c:6} {k}");
     }

@@ -739,6 +739,7 @@ fn propagate_rank_from(
                         zero: &zero_of,
                         scaled: &scaled_of,
                         global_view,
+                        pipeline_dim: mesh.dims[m].0 == "pp",
                     };
                     let (mut result, mut violation) = match (rule.f)(&ctx) {
                         Ok(v) => (v, None),
@@ -863,7 +864,18 @@ fn propagate_rank_from(
                     if inconclusive {
                         rp.unknown_sources.push((
                             i,
-                            if rule.family == "all-reduce" || rule.family == "reduce-scatter" {
+                            if matches!(
+                                rule.family,
+                                "norm" | "norm-backward" | "softmax" | "softmax-backward" | "sort"
+                            ) {
+                                format!(
+                                    "`{op}` on mesh dim `{}` normalizes (or sorts) a tensor of \
+                                     unknown layout (`Varying`): its normalized dims may be \
+                                     sharded, not known",
+                                    mesh.dims[m].0
+                                )
+                            } else if rule.family == "all-reduce" || rule.family == "reduce-scatter"
+                            {
                                 format!(
                                     "`{op}` on mesh dim `{}` reduces a tensor of unknown layout \
                                      (`Varying`): a partial sum (completed) or a shard (different \

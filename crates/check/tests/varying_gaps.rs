@@ -105,3 +105,39 @@ fn a_partial_moved_along_its_mesh_dim_is_unknown() {
         r.render()
     );
 }
+
+/// A norm over a tensor of unknown layout: its normalized dim may be the sharded one. Here the
+/// rank flattens its row of a row-sharded `[2, 8]` and normalizes it, where the program's
+/// tensor is the flattened `[16]`: each rank's statistics are those of its half. Before, the
+/// norm passed `Varying` on and the all-gather made it replicated (exit 0).
+#[test]
+fn a_norm_over_a_varying_tensor_is_never_a_pass() {
+    let r = check(
+        "mesh tp=2\n\
+         input x: f32[2, 8] tp=Shard(0)\n\
+         v = view(x, [8])\n\
+         n = layer_norm(v, [8])\n\
+         y = all_gather(n, tp)\n\
+         output y tp=Replicate()\n",
+    );
+    assert_eq!(r.verdict, Verdict::Inconclusive, "{}", r.render());
+    assert!(
+        r.unknown.iter().any(|u| u.reason.contains("normalizes")),
+        "{}",
+        r.render()
+    );
+}
+
+/// The same program with a softmax in place of the norm.
+#[test]
+fn a_softmax_over_a_varying_tensor_is_never_a_pass() {
+    let r = check(
+        "mesh tp=2\n\
+         input x: f32[2, 8] tp=Shard(0)\n\
+         v = view(x, [8])\n\
+         n = softmax(v, 0)\n\
+         y = all_gather(n, tp)\n\
+         output y tp=Replicate()\n",
+    );
+    assert_eq!(r.verdict, Verdict::Inconclusive, "{}", r.render());
+}

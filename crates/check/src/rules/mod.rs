@@ -126,6 +126,17 @@ pub struct Ctx<'a> {
     /// spec has a node of the same name and operator: they settle a view whose local shapes
     /// leave the sharded output dim open.
     pub global_view: Option<(&'a [i64], &'a [i64])>,
+    /// Whether this mesh dim is the pipeline's (`pp`): its coordinates run different stages,
+    /// so a `Varying` value there is a stage's own tensor, never split along the dim.
+    pub pipeline_dim: bool,
+}
+
+impl Ctx<'_> {
+    /// Whether a `Varying` placement here may be a shard in an unknown layout (any mesh dim
+    /// but the pipeline's): a rule that needs a dim whole cannot claim it is.
+    pub fn varying_may_shard(&self, p: Place) -> bool {
+        p == Place::Varying && !self.pipeline_dim
+    }
 }
 
 /// A tensor argument: value, placement on this mesh dim, local meta.

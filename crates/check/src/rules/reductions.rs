@@ -110,6 +110,8 @@ pub(super) fn softmax(c: &Ctx) -> Outcome {
             vec![Place::Varying; c.n_out()],
         ),
         Place::Partial(_) | Place::Unmasked => one(merge(&[x], 0, Lin::None, false), c.n_out()),
+        // In no known layout, the softmax dim may be sharded: no claim.
+        p if c.varying_may_shard(p) => c.all(Place::Unknown),
         p => c.all(p),
     }
 }
@@ -131,6 +133,9 @@ pub(super) fn softmax_backward(c: &Ctx) -> Outcome {
             Hint::GatherShard,
             vec![Place::Varying; c.n_out()],
         );
+    }
+    if c.varying_may_shard(y.p) || c.varying_may_shard(g.p) {
+        return c.all(Place::Unknown);
     }
     one(merge(&[g, y], c.out_rank(0), Lin::First, false), c.n_out())
 }
@@ -155,6 +160,8 @@ pub(super) fn norm_core(c: &Ctx, x: &T, k: usize, params: &[T]) -> Outcome {
         Place::Partial(_) | Place::Unmasked => {
             one(merge(std::slice::from_ref(x), 0, Lin::None, false), n)
         }
+        // In no known layout, the normalized dims may be sharded: no claim.
+        p if c.varying_may_shard(p) => c.all(Place::Unknown),
         p => {
             for w in params {
                 if w.p.is_partial() || w.p.blocks().is_some() {
@@ -214,6 +221,9 @@ pub(super) fn norm_backward(c: &Ctx) -> Outcome {
     if x.p.is_partial() {
         return one(merge(&[x], 0, Lin::None, false), n);
     }
+    if c.varying_may_shard(g.p) || c.varying_may_shard(x.p) {
+        return c.all(Place::Unknown);
+    }
     let gi = match merge(&[g.clone(), x.clone()], c.out_rank(0), Lin::First, false) {
         Ok(p) => p,
         Err(v) => return one(Err(v), n),
@@ -243,6 +253,7 @@ pub(super) fn sort(c: &Ctx) -> Outcome {
             vec![Place::Varying; c.n_out()],
         ),
         Place::Partial(_) | Place::Unmasked => one(merge(&[x], 0, Lin::None, false), c.n_out()),
+        p if c.varying_may_shard(p) => c.all(Place::Unknown),
         p => c.all(p),
     }
 }

@@ -27,7 +27,9 @@ pub enum Place {
     Blocked(u8, u16),
     /// The pieces reduce (sum, avg, max, min) to the tensor.
     Partial(Red),
-    /// Differs across coordinates, in no known layout (SPMD type V).
+    /// Differs across coordinates, in no known layout (SPMD type V): possibly a shard whose
+    /// layout the checker lost, so a rule that needs a layout proven (a reduction over the
+    /// group, a norm, a declared shard) makes no claim from it.
     Varying,
     /// Rows looked up in a vocabulary shard, not yet masked to the rank's range.
     Unmasked,

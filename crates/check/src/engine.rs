@@ -882,6 +882,13 @@ fn propagate_rank_from(
                                      slices added), not known which",
                                     mesh.dims[m].0
                                 )
+                            } else if rule.family == "all-gather" {
+                                format!(
+                                    "`{op}` on mesh dim `{}` gathers a tensor of unknown layout \
+                                     (`Varying`): the same data on every rank, in an order not \
+                                     known (a shard's rows in rank order not proven)",
+                                    mesh.dims[m].0
+                                )
                             } else {
                                 format!(
                                     "`{op}` on mesh dim `{}` combines a partial sum with a tensor \

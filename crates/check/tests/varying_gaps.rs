@@ -141,3 +141,40 @@ fn a_softmax_over_a_varying_tensor_is_never_a_pass() {
     );
     assert_eq!(r.verdict, Verdict::Inconclusive, "{}", r.render());
 }
+
+/// A column shard of local size 1 flattened (`Varying`: the local shapes leave its layout
+/// open) and all-gathered: every rank holds its column, then the other's, where the program's
+/// tensor is the flattened rows (`x[0,0], x[0,1], ...`). The gathered data is the same on
+/// every rank, in the wrong order: a real bug. Before, the all-gather made the `Varying`
+/// value replicated and the program held (exit 0).
+#[test]
+fn all_gather_of_a_varying_shard_is_never_a_pass() {
+    let r = check(
+        "mesh tp=2\n\
+         input x: f32[4, 2] tp=Shard(1)\n\
+         v = view(x, [4])\n\
+         y = all_gather(v, tp)\n\
+         output y tp=Replicate()\n",
+    );
+    assert_ne!(r.verdict, Verdict::Holds, "{}", r.render());
+    assert_eq!(r.verdict, Verdict::Inconclusive, "{}", r.render());
+    assert!(
+        r.unknown
+            .iter()
+            .any(|u| u.reason.contains("gathers a tensor of unknown layout")),
+        "{}",
+        r.render()
+    );
+}
+
+/// The gather of a proven shard still holds.
+#[test]
+fn all_gather_of_a_proven_shard_holds() {
+    let r = check(
+        "mesh tp=2\n\
+         input x: f32[4, 2] tp=Shard(0)\n\
+         y = all_gather(x, tp)\n\
+         output y tp=Replicate()\n",
+    );
+    assert_eq!(r.verdict, Verdict::Holds, "{}", r.render());
+}

@@ -57,9 +57,9 @@ fn correct_zoo_plans_have_no_findings_and_no_unknowns_but_layouts() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     assert!(checked >= 50, "only {checked} plans checked");
-    // Measured: 31 of 67 (every tp=2 and pp=2 plan but DeepSeek's pipelines, the dp=2 plans
-    // of mlp, llama, deepseek and gpt2's forward).
-    assert!(holds >= 31, "only {holds} of {checked} plans hold");
+    // Measured: 30 of 67 (every tp=2 and pp=2 plan but DeepSeek's pipelines, the dp=2 plans
+    // of mlp, llama, deepseek and gpt2's forward; mlp's ZeRO-2 all-gathers a `Varying` chunk).
+    assert!(holds >= 30, "only {holds} of {checked} plans hold");
 }
 
 /// Plain tensor parallelism (no size-1 local dims): every model holds.

@@ -90,7 +90,10 @@ pub(super) fn all_gather(c: &Ctx) -> Outcome {
         });
     }
     match x.p {
-        Place::Shard(_) | Place::Blocked(..) | Place::Varying => c.all(Place::Replicate),
+        Place::Shard(_) | Place::Blocked(..) => c.all(Place::Replicate),
+        // A tensor of unknown layout gathers to the same data on every rank, but in an order
+        // not known: a shard's rows in rank order only where the layout is a proven shard.
+        Place::Varying => c.all(Place::Unknown),
         Place::Replicate => legality(
             "all-gathers a tensor that is Replicate() over this mesh dim: the result holds one copy per rank".into(),
             "drop the all-gather, or gather a shard",

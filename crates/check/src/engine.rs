@@ -385,6 +385,7 @@ fn propagate_rank_from(
     let g = &program.ranks[r];
     let mesh = &program.mesh;
     let nd = mesh.dims.len();
+    let mesh_sizes: Vec<usize> = mesh.dims.iter().map(|d| d.1).collect();
     let reg = Registry::builtin();
     let coords = mesh.coords(r);
     let mut offsets = Vec::with_capacity(g.nodes.len());
@@ -733,6 +734,8 @@ fn propagate_rank_from(
                         group_dims,
                         regrouped,
                         coord: (coords[m], mesh.dims[m].1),
+                        mesh_dim: m,
+                        mesh_sizes: &mesh_sizes,
                         peer_ints: &peer_ints,
                         place: &place,
                         meta: &meta_of,

@@ -111,6 +111,10 @@ pub struct Ctx<'a> {
     pub regrouped: bool,
     /// This rank's coordinate along the mesh dim and the dim's size.
     pub coord: (usize, usize),
+    /// The index of this mesh dim (in `input_places` and `mesh_sizes`).
+    pub mesh_dim: usize,
+    /// Every mesh dim's size, by mesh dim.
+    pub mesh_sizes: &'a [usize],
     /// For slices: the literal arguments of the same node on the other ranks along the mesh
     /// dim, by coordinate (`None` where a rank has no such node).
     pub peer_ints: &'a dyn Fn(&str) -> Vec<Option<i64>>,

@@ -272,6 +272,129 @@ fn view_blocks_at(
         .flatten()
 }
 
+/// The placements a view gives every mesh dim that shards its input, where several mesh dims
+/// shard it (`shards[m]` = `Some((input dim, blocks, mesh dim size))` for mesh dim `m`, `None`
+/// for one that shards nothing), read against the spec's global shapes `gin` -> `gout`.
+///
+/// A mesh dim's placement describes the set of global indices of the tensor dim its
+/// coordinate holds; a rank holds the intersection of its mesh dims' sets, in index order. So
+/// the global row-major index is a sequence of factors: a dim sharded in `k` blocks by a mesh
+/// dim of size `n` is `[k, n, s / k]` (`s` its local size), the `n` being the mesh dim's
+/// coordinate; an unsharded dim is one factor. A row-major view keeps that sequence and cuts
+/// it into the output dims (a rank-held factor may be split at a cut, its major part before
+/// it; a coordinate's factor may not). Where every output dim's rank-held factors multiply to
+/// its local size, the local view is every rank's piece of the global one, and a mesh dim
+/// whose factor lands in output dim `j` after factors of global size `a` there shards `j` in
+/// `a` blocks, whatever the other mesh dims do: the mesh dims' order within the merged dim is
+/// the factors' order (`[b, h, s, d] -> [b*h, s, d]` with `b` over dp and `h` over tp: dp is
+/// `Shard(0)`, tp `Shard(0, blocks=b)`). Several mesh dims on one input dim nest by their block
+/// counts (dp `Shard(0)` and tp `Shard(0, blocks=b)` of `[b*h]` are `[dp, tp, h / tp]`), which
+/// is how the merge above splits back. `None` where their pieces cross, where the shapes are
+/// not the local ones scaled by the shards, or where a cut splits a coordinate.
+pub fn view_by_factors(
+    ins: &[usize],
+    outs: &[usize],
+    gin: &[i64],
+    gout: &[i64],
+    shards: &[Option<(usize, usize, usize)>],
+) -> Option<Vec<Option<(usize, usize)>>> {
+    if gin.len() != ins.len() || gout.len() != outs.len() {
+        return None;
+    }
+    // The mesh dims sharding each input dim, as (blocks, mesh dim, size).
+    let mut by_dim: Vec<Vec<(usize, usize, usize)>> = vec![Vec::new(); ins.len()];
+    for (m, sh) in shards.iter().enumerate() {
+        let Some((e, k, n)) = *sh else { continue };
+        if e >= ins.len() || n < 2 || k == 0 {
+            return None;
+        }
+        by_dim[e].push((k, m, n));
+    }
+    // Factors of the global row-major index: (size, the mesh dim whose coordinate it is).
+    let mut factors: Vec<(u128, Option<usize>)> = Vec::new();
+    for (e, &s) in ins.iter().enumerate() {
+        let g = u128::try_from(gin[e]).ok()?;
+        let mut on = std::mem::take(&mut by_dim[e]);
+        on.sort_unstable();
+        let coords = on
+            .iter()
+            .try_fold(1u128, |a, &(_, _, n)| a.checked_mul(n as u128))?;
+        if s == 0 || g != (s as u128).checked_mul(coords)? {
+            return None;
+        }
+        // Several mesh dims on one dim nest where each one's blocks are whole blocks of the
+        // coarser ones' pieces (the next one's block count a multiple of the pieces so far):
+        // `[k1, n1, k2 / (k1 n1), n2, ..., g / (k_last n_last)]`. Otherwise their pieces
+        // cross, in no order this reading knows.
+        let mut outer = 1u128;
+        for &(k, m, n) in &on {
+            let k = k as u128;
+            if !k.is_multiple_of(outer) {
+                return None;
+            }
+            factors.push((k / outer, None));
+            factors.push((n as u128, Some(m)));
+            outer = k.checked_mul(n as u128)?;
+        }
+        if !g.is_multiple_of(outer) {
+            return None;
+        }
+        factors.push((g / outer, None));
+    }
+    factors.retain(|&(f, m)| f != 1 || m.is_some());
+    let mut placed: Vec<Option<(usize, usize)>> = vec![None; shards.len()];
+    let mut next = factors.into_iter().peekable();
+    for (j, (&g, &l)) in gout.iter().zip(outs).enumerate() {
+        let mut need = u128::try_from(g).ok()?;
+        if need == 0 {
+            return None;
+        }
+        let (mut before, mut local) = (1u128, 1u128);
+        while need > 1 {
+            let (f, m) = next.next()?;
+            match m {
+                Some(m) => {
+                    if !need.is_multiple_of(f) {
+                        return None;
+                    }
+                    placed[m] = Some((j, usize::try_from(before).ok()?));
+                    need /= f;
+                    before *= f;
+                }
+                None if need.is_multiple_of(f) => {
+                    need /= f;
+                    before *= f;
+                    local *= f;
+                }
+                None if f.is_multiple_of(need) => {
+                    // The factor's major part ends this output dim; its minor part begins
+                    // the next one.
+                    let rest = f / need;
+                    before *= need;
+                    local *= need;
+                    need = 1;
+                    let mut tail: Vec<(u128, Option<usize>)> = vec![(rest, None)];
+                    tail.extend(next.by_ref());
+                    next = tail.into_iter().peekable();
+                }
+                None => return None,
+            }
+        }
+        if local != l as u128 {
+            return None;
+        }
+    }
+    if next.next().is_some() {
+        return None;
+    }
+    // Every mesh dim that shards the input lands somewhere.
+    shards
+        .iter()
+        .zip(&placed)
+        .all(|(s, p)| s.is_none() || p.is_some())
+        .then_some(placed)
+}
+
 pub(super) fn out_shape(c: &Ctx, i: usize) -> Option<Vec<usize>> {
     c.outs
         .get(i)
@@ -337,6 +460,31 @@ pub(super) fn view(c: &Ctx) -> Outcome {
                     view_blocks_in_group(&m.shape, &out, d, k, gi, go, n, &others_in)
                 }) {
                     return c.all(Place::blocked(od, k2));
+                }
+            }
+            // Several mesh dims shard the input: the spec's shapes settle every mesh dim's
+            // piece of the merged dims (the mesh dims' order within a dim included).
+            if !others_in.is_empty() {
+                if let Some(p) = c.global_view.and_then(|(gi, go)| {
+                    let shards = c
+                        .input_places
+                        .iter()
+                        .zip(c.mesh_sizes)
+                        .map(|(p, &n)| match p {
+                            Place::Shard(_) | Place::Blocked(..) => {
+                                p.blocks().map(|(e, k)| Some((e, k, n)))
+                            }
+                            // Layouts that take no elements apart.
+                            Place::Replicate | Place::Partial(_) => Some(None),
+                            _ => None,
+                        })
+                        .collect::<Option<Vec<_>>>()?;
+                    view_by_factors(&m.shape, &out, gi, go, &shards)?
+                        .get(c.mesh_dim)
+                        .copied()
+                        .flatten()
+                }) {
+                    return c.all(Place::blocked(p.0, p.1));
                 }
             }
             if k == 1 {
@@ -729,6 +877,98 @@ pub(super) fn triangle(c: &Ctx) -> Outcome {
 #[cfg(test)]
 mod group_tests {
     use super::*;
+
+    /// `[b, h, s, d] -> [b*h, s, d]` with the batch over dp and the heads over tp: dp's
+    /// coordinate is the major factor of the merged dim (`Shard(0)`), tp's piece sits in each
+    /// of the `b` batch rows' blocks.
+    #[test]
+    fn merged_batch_and_heads_put_dp_major_and_tp_in_batch_blocks() {
+        let got = view_by_factors(
+            &[1, 2, 3, 4],
+            &[2, 3, 4],
+            &[2, 4, 3, 4],
+            &[8, 3, 4],
+            &[Some((0, 1, 2)), Some((1, 1, 2))],
+        );
+        assert_eq!(got, Some(vec![Some((0, 1)), Some((0, 2))]));
+    }
+
+    /// The same merge with the heads outside the batch: the order follows the factors, so tp
+    /// is now major and dp's piece sits in each of the `h` head blocks.
+    #[test]
+    fn merged_heads_and_batch_put_tp_major() {
+        let got = view_by_factors(
+            &[2, 1, 3],
+            &[2, 3],
+            &[4, 2, 3],
+            &[8, 3],
+            &[Some((1, 1, 2)), Some((0, 1, 2))],
+        );
+        assert_eq!(got, Some(vec![Some((0, 4)), Some((0, 1))]));
+    }
+
+    /// `[4, 6] -> [8, 3]` with dim 0 over dp and dim 1 over tp: output row `2r + c / 3`, so dp
+    /// holds a contiguous half and tp one row of each pair; a rank-held factor split at a
+    /// cut (`[4, 6] -> [2, 2, 6]`, dim 0's local 2 split into the batch pair) keeps dp whole.
+    #[test]
+    fn merges_and_splits_keep_both_mesh_dims_readings() {
+        let two = [Some((0, 1, 2)), Some((1, 1, 2))];
+        let got = view_by_factors(&[2, 3], &[2, 3], &[4, 6], &[8, 3], &two);
+        assert_eq!(got, Some(vec![Some((0, 1)), Some((0, 4))]));
+        let got = view_by_factors(&[2, 3], &[1, 6], &[4, 6], &[2, 12], &two);
+        assert_eq!(got, Some(vec![Some((0, 1)), Some((1, 2))]));
+        // [8, 6] -> [4, 2, 6] with dim 0 (local 4) over dp: the local 4 splits into 2 x 2.
+        let got = view_by_factors(&[4, 3], &[2, 2, 3], &[8, 6], &[4, 2, 6], &two);
+        assert_eq!(got, Some(vec![Some((0, 1)), Some((2, 1))]));
+    }
+
+    /// Megatron's attention output `[b*h, s, d] -> [b, h, s, d]` split back, with dp major on
+    /// the merged dim and tp in its `b` blocks: each mesh dim regains its own dim.
+    #[test]
+    fn two_mesh_dims_nested_on_one_dim_split_back() {
+        let got = view_by_factors(
+            &[2, 8, 8],
+            &[1, 2, 8, 8],
+            &[8, 8, 8],
+            &[2, 4, 8, 8],
+            &[Some((0, 1, 2)), Some((0, 2, 2))],
+        );
+        assert_eq!(got, Some(vec![Some((0, 1)), Some((1, 1))]));
+        // Pieces that cross (tp's halves against dp's three blocks) have no order to read.
+        let crossing = [Some((0, 3, 2)), Some((0, 1, 2))];
+        assert_eq!(
+            view_by_factors(&[3, 2], &[6], &[12, 2], &[24], &crossing),
+            None
+        );
+    }
+
+    /// No reading where a cut splits a coordinate, where two mesh dims' pieces of one input
+    /// dim cross (two plain shards of it), where the global shapes are not the local ones
+    /// scaled by the shards, or where the local view cuts elsewhere than the global one.
+    #[test]
+    fn no_reading_where_the_factors_do_not_fit() {
+        let two = [Some((0, 1, 2)), Some((1, 1, 2))];
+        // A cut through dp's coordinate: [12, 2] -> [3, 8] with dp on dim 0.
+        assert_eq!(
+            view_by_factors(&[6, 1], &[3, 2], &[12, 2], &[3, 8], &two),
+            None
+        );
+        let both_on_0 = [Some((0, 1, 2)), Some((0, 1, 2))];
+        assert_eq!(
+            view_by_factors(&[1, 3], &[3], &[4, 3], &[12], &both_on_0),
+            None
+        );
+        // The global input is not the local one scaled (dim 1 not sharded globally).
+        assert_eq!(
+            view_by_factors(&[1, 2, 3], &[2, 3], &[2, 2, 3], &[8, 3], &two),
+            None
+        );
+        // The local view cuts elsewhere: [1, 2, 3] -> [3, 2] against [2, 4, 3] -> [8, 3].
+        assert_eq!(
+            view_by_factors(&[1, 2, 3], &[3, 2], &[2, 4, 3], &[8, 3], &two),
+            None
+        );
+    }
 
     /// Megatron's kv projection `[b*s, h*d] -> [b, s, h, d]` with the batch sharded over dp
     /// and the heads over tp (one local head): each mesh dim's shard lands on its own output

@@ -178,3 +178,39 @@ fn all_gather_of_a_proven_shard_holds() {
     );
     assert_eq!(r.verdict, Verdict::Holds, "{}", r.render());
 }
+
+/// Megatron's sequence-parallel reduce-scatter: the row-parallel product's partial sum, its
+/// token dim split back into `[s, b, h]` by a view, scattered over tp alone. No other mesh dim
+/// shards it, so the chunks of dim 0 are `Shard(0)` of the tensor itself (was `Varying`, and
+/// the layer norm after it inconclusive on the Entangle sample).
+#[test]
+fn a_reduce_scatter_of_a_regrouped_dim_on_one_mesh_dim_is_a_shard() {
+    let r = check(
+        "mesh tp=2\n\
+         input x: f32[8, 16] tp=Shard(1)\n\
+         input w: f32[16, 4] tp=Shard(0)\n\
+         p = mm(x, w)\n\
+         v = view(p, [4, 2, 4])\n\
+         y = reduce_scatter(v, sum, tp)\n\
+         n = layer_norm(y, [4])\n\
+         output n tp=Shard(0)\n",
+    );
+    assert_eq!(r.verdict, Verdict::Holds, "{}", r.render());
+}
+
+/// The same with a dp mesh dim sharding the batch: the regrouped dim 0 is a flattening the
+/// other mesh dim cuts too, so its chunks claim no shard and the declared `Shard(0)` is not
+/// proven.
+#[test]
+fn a_reduce_scatter_of_a_regrouped_dim_another_mesh_dim_shards_is_not_a_shard() {
+    let r = check(
+        "mesh dp=2 tp=2\n\
+         input x: f32[8, 16] dp=Shard(0) tp=Shard(1)\n\
+         input w: f32[16, 4] dp=Replicate() tp=Shard(0)\n\
+         p = mm(x, w)\n\
+         v = view(p, [2, 2, 4])\n\
+         y = reduce_scatter(v, sum, tp)\n\
+         output y dp=Shard(0) tp=Shard(0)\n",
+    );
+    assert_ne!(r.verdict, Verdict::Holds, "{}", r.render());
+}

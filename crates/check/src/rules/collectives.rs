@@ -133,9 +133,13 @@ pub(super) fn reduce_scatter(c: &Ctx) -> Outcome {
     // Where a view regrouped dims into dim 0, or another mesh dim holds dim 0 in blocks, dim 0
     // is a flattening of several dims (ZeRO scatters the column blocks of a tp-sharded gradient
     // moved to dim 0): the chunks the group's ranks keep are no shard of a dim the program
-    // names, so they are `Varying` here (no layout claimed; the all-gather that follows
-    // replicates them).
-    let composite = c.regrouped
+    // names, so they are `Varying` here (no layout claimed). A regrouped dim 0 that no other
+    // mesh dim shards (Megatron's sequence-parallel `[s*b, h] -> [s, b, h]` before the
+    // reduce-scatter on tp alone) is the tensor itself: its chunks are `Shard(0)`.
+    let others_shard = c.input_places.iter().enumerate().any(|(m, p)| {
+        m != c.mesh_dim && !matches!(p, Place::Replicate | Place::Partial(_) | Place::Unmasked)
+    });
+    let composite = (c.regrouped && others_shard)
         || c.input_places
             .iter()
             .any(|p| matches!(p, Place::Blocked(0, _)));

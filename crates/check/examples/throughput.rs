@@ -82,6 +82,12 @@ fn main() {
                     r.findings.len(),
                     r.unknown_values
                 );
+                // BENCH_UNKNOWN=1 lists where the unknown placements begin.
+                if std::env::var_os("BENCH_UNKNOWN").is_some() {
+                    for u in &r.unknown {
+                        println!("    {} x {} (first: {})", u.count, u.reason, u.first);
+                    }
+                }
             }
             Some(Err(e)) => eprintln!("{name}: invalid: {e}"),
             None => {}

@@ -139,7 +139,7 @@ fn shape_reduction_prints_the_sizes_and_keeps_the_verdict() {
     out.expect_code(0);
     assert!(out.stdout.contains("shape-reduced:"), "{}", out.stdout);
     assert!(
-        out.stdout.contains("x: [6, 24] -> [2, 2]"),
+        out.stdout.contains("x: [6, 24] -> [3, 3]"),
         "{}",
         out.stdout
     );
@@ -148,7 +148,7 @@ fn shape_reduction_prints_the_sizes_and_keeps_the_verdict() {
     let v = json.json();
     assert_eq!(
         v["reduction"]["inputs"][0]["reduced"],
-        serde_json::json!([2, 2])
+        serde_json::json!([3, 3])
     );
     // --no-reduce proves at full size, with no reduction reported.
     let full = s.run(&["prove", &case, "--no-reduce", "--json", "--quiet"]);
@@ -157,4 +157,48 @@ fn shape_reduction_prints_the_sizes_and_keeps_the_verdict() {
     let bug = emit3("bug3", &["--bug", "tp-bias-before-allreduce"]);
     s.run(&["prove", &bug]).expect_code(1);
     s.run(&["prove", &bug, "--no-reduce"]).expect_code(1);
+}
+
+#[test]
+fn a_time_limit_ends_the_proof_inconclusive() {
+    let s = Scratch::new();
+    // A llama full iteration takes seconds to prove; a fifth of a second stops it wherever it
+    // is (symbolic execution, normalization or goal decision), inconclusive, naming the limit.
+    s.run(&["zoo", "emit", "llama", "--mesh", "tp=2", "-o", "llama"])
+        .expect_code(0);
+    let out = s.run(&["prove", "llama/case.yaml", "--time-limit", "0.2"]);
+    out.expect_code(3);
+    assert!(
+        out.stdout.contains("inconclusive: the time limit") && out.stdout.contains("ran out"),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
+fn a_literal_equal_to_a_reduced_size_does_not_hide_a_wrong_mean() {
+    // The ranks write a mean over 8 as `sum * 0.5`: wrong at the case's size, and right at a
+    // reduced size of 2. The reduction must choose sizes no literal can coincide with.
+    let s = Scratch::new();
+    let spec = r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[8, 8]"):
+        mean: "f32[8]" = torch.ops.aten.mean.dim(x, [1]);  x = None
+        return (mean,)
+"#;
+    let rank = r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[8, 8]"):
+        sum_1: "f32[8]" = torch.ops.aten.sum.dim_IntList(x, [1]);  x = None
+        mean: "f32[8]" = torch.ops.aten.mul.Tensor(sum_1, 0.5);  sum_1 = None
+        return (mean,)
+"#;
+    s.write("spec.py", spec);
+    s.write("r0.py", rank);
+    s.write("r1.py", rank);
+    s.write(
+        "case.yaml",
+        "version: 1\nname: halfmean\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [r0.py, r1.py]\ninputs:\n  x: Replicate()\noutputs:\n  mean: Replicate()\n",
+    );
+    let out = s.run(&["prove", "case.yaml"]);
+    out.expect_code(1);
+    assert!(out.stdout.contains("x: [8, 8] -> [3, 3]"), "{}", out.stdout);
 }

@@ -13,6 +13,7 @@ use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// A hash-consed expression in normal form (an index into its [`Arena`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -305,7 +306,25 @@ pub struct Arena {
     symbol_ids: HashMap<String, u32>,
     budget: Budget,
     stored_terms: usize,
+    deadline: Option<Deadline>,
 }
+
+/// When normalization gives up, and how often it looks at the clock.
+#[derive(Clone, Copy, Debug)]
+struct Deadline {
+    at: Instant,
+    limit: Duration,
+    // Reading the clock on every interned polynomial would cost more than some of the
+    // normalizations it guards; every few thousand still ends a runaway loop within
+    // milliseconds.
+    countdown: u32,
+}
+
+const CLOCK_EVERY: u32 = 4096;
+
+/// [`BudgetError::what`] when the deadline of [`Arena::set_deadline`] passed (limit and
+/// reached in milliseconds).
+pub const TIME_LIMIT: &str = "the time limit (milliseconds)";
 
 impl Default for Arena {
     fn default() -> Self {
@@ -340,7 +359,19 @@ impl Arena {
             symbol_ids: HashMap::new(),
             budget,
             stored_terms: 0,
+            deadline: None,
         }
+    }
+
+    /// Makes every constructor fail with a [`BudgetError`] once `limit` has passed since
+    /// `started`: normalization loops (a wide matmul, a long sum) end promptly at a time
+    /// limit instead of running to completion first.
+    pub fn set_deadline(&mut self, started: Instant, limit: Duration) {
+        self.deadline = Some(Deadline {
+            at: started + limit,
+            limit,
+            countdown: CLOCK_EVERY,
+        });
     }
 
     /// Number of distinct expressions stored.
@@ -389,6 +420,21 @@ impl Arena {
     }
 
     fn intern(&mut self, p: Poly) -> Built {
+        if let Some(d) = &mut self.deadline {
+            d.countdown -= 1;
+            if d.countdown == 0 {
+                d.countdown = CLOCK_EVERY;
+                let now = Instant::now();
+                if now > d.at {
+                    let limit = d.limit.as_millis() as usize;
+                    return Err(BudgetError {
+                        what: TIME_LIMIT,
+                        limit,
+                        reached: limit + now.duration_since(d.at).as_millis() as usize,
+                    });
+                }
+            }
+        }
         if p.terms.len() > self.budget.terms_per_expr {
             return Err(BudgetError {
                 what: "terms of one expression",
@@ -1128,6 +1174,22 @@ mod tests {
 
     fn arena() -> Arena {
         Arena::default()
+    }
+
+    #[test]
+    fn a_passed_deadline_stops_construction() {
+        let mut a = Arena::default();
+        a.set_deadline(Instant::now(), Duration::ZERO);
+        std::thread::sleep(Duration::from_millis(2));
+        let x = a.symbol("x", SymbolKind::Real).unwrap();
+        let stopped = (0..3 * CLOCK_EVERY as i64)
+            .map(|k| {
+                let c = a.int(k)?;
+                a.add(x, c)
+            })
+            .find_map(Result::err)
+            .expect("the clock is read every CLOCK_EVERY constructions");
+        assert_eq!(stopped.what, TIME_LIMIT);
     }
 
     #[test]

@@ -248,10 +248,10 @@ fn shape_reduction_keeps_the_verdict_of_every_mlp_plan() {
         );
         // The batch split over dp keeps 2 samples a rank.
         let x = r.inputs.iter().find(|i| i.name == "x").unwrap();
-        let batch = if mesh == "dp=2" { 4 } else { 2 };
+        let batch = if mesh == "dp=2" { 6 } else { 3 };
         assert_eq!(
             (x.original.clone(), x.reduced.clone()),
-            (vec![6, 24], vec![batch, 2])
+            (vec![6, 24], vec![batch, 3])
         );
     }
 }

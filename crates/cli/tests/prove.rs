@@ -169,7 +169,9 @@ fn a_time_limit_ends_the_proof_inconclusive() {
     let out = s.run(&["prove", "llama/case.yaml", "--time-limit", "0.2"]);
     out.expect_code(3);
     assert!(
-        out.stdout.contains("inconclusive: the time limit") && out.stdout.contains("ran out"),
+        out.stdout.contains("inconclusive: ")
+            && out.stdout.contains("the time limit")
+            && out.stdout.contains("ran out"),
         "{}",
         out.stdout
     );

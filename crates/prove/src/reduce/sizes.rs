@@ -219,7 +219,7 @@ impl Sizes {
                     }
                 }
             }
-            if !self.refine(&a, &b) && !self.refine(&b, &a) {
+            if !self.refine(&a, &b) && !self.refine(&b, &a) && !self.fix_one(&a, &b) {
                 return Err(Unexplained(format!(
                     "{why}: cannot relate sizes {} and {} by products of size variables",
                     self.show(&a),
@@ -228,6 +228,26 @@ impl Sizes {
             }
         }
         Err(Unexplained(format!("{why}: sizes too entangled to relate")))
+    }
+
+    /// Fixes one variable of `a` or `b` (a power first) at its original size; whether there
+    /// was one. Where no factor relates the two sides (`4 = v²`), keeping a size is always a
+    /// solution: a fixed variable is not reduced, so the reduced program keeps that dim as
+    /// written, and once every variable is fixed the sides are their (equal) original sizes.
+    fn fix_one(&mut self, a: &Mono, b: &Mono) -> bool {
+        let vars = || a.vars.iter().chain(b.vars.iter());
+        let pick = vars()
+            .find(|(_, &e)| e != 1)
+            .or_else(|| vars().next())
+            .map(|(&v, _)| v);
+        match pick {
+            Some(v) => {
+                tracing::debug!(size = self.orig[v], origin = %self.origin[v], "size kept: no factor relates it");
+                self.define(v, Mono::constant(self.orig[v]));
+                true
+            }
+            None => false,
+        }
     }
 
     /// Splits a variable of `y` by a factor it shares with a variable or the coefficient of
@@ -567,6 +587,19 @@ mod tests {
         assert_eq!(s.reduced(&d), 8);
         // 2 divides 64: a product of reduced sizes of 2 could equal the literal.
         assert_eq!(s.reduced(&h), 3);
+    }
+
+    #[test]
+    fn sizes_no_factor_relates_are_kept() {
+        let mut s = Sizes::default();
+        let v = s.fresh(2, "half");
+        let w = s.fresh(6, "other");
+        let square = v.mul(&v).unwrap();
+        // 4 = v²: no factor of 4 splits a square; keeping v at 2 solves it.
+        s.unify(&Mono::constant(4), &square, "test").unwrap();
+        assert_eq!(s.reduced(&square), 4);
+        // Sizes that differ are still refused.
+        assert!(s.unify(&Mono::constant(5), &w, "test").is_err());
     }
 
     #[test]

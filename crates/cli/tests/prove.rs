@@ -75,6 +75,102 @@ fn a_missing_all_reduce_is_refuted_with_a_confirmed_counterexample() {
     s.run(&["run", &case]).expect_code(1);
 }
 
+/// The Python with torch and safetensors the replay needs (`SHARDPROOF_VENV`, by default
+/// ~/.cache/shardproof/venv), or why there is none.
+fn replay_python() -> Result<std::path::PathBuf, String> {
+    let venv = std::env::var_os("SHARDPROOF_VENV")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                .join(".cache/shardproof/venv")
+        });
+    let python = venv.join("bin/python");
+    if !python.is_file() {
+        return Err(format!("{} does not exist", python.display()));
+    }
+    let probe = std::process::Command::new(&python)
+        .args(["-c", "import torch, safetensors"])
+        .output()
+        .map_err(|e| format!("{}: {e}", python.display()))?;
+    if !probe.status.success() {
+        return Err(format!(
+            "{} lacks torch or safetensors: {}",
+            python.display(),
+            String::from_utf8_lossy(&probe.stderr).trim()
+        ));
+    }
+    Ok(python)
+}
+
+#[test]
+fn the_replay_script_reproduces_the_counterexample_in_pytorch() {
+    let python = match replay_python() {
+        Ok(p) => p,
+        Err(why) => {
+            eprintln!("SKIPPED: the replay needs PyTorch: {why}");
+            return;
+        }
+    };
+    let s = Scratch::new();
+    // dp x tp: the ranks' all-reduce runs over a named group of a two-dim mesh.
+    s.run(&[
+        "zoo",
+        "emit",
+        "mlp",
+        "--mesh",
+        "dp=2,tp=2",
+        "--hidden",
+        "8",
+        "--forward-only",
+        "--bug",
+        "wrong-group",
+        "-o",
+        "bug",
+    ])
+    .expect_code(0);
+    let case = "bug/case.yaml";
+    s.run(&["prove", case, "--counterexample", "cx"])
+        .expect_code(1);
+    let cx = s.path().join("cx");
+    for f in ["replay.py", "replay.json"] {
+        assert!(cx.join(f).is_file(), "{f}");
+    }
+    let index: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(cx.join("counterexample.json")).unwrap())
+            .unwrap();
+    assert_eq!(index["files"]["replay"], "replay.py");
+    // Run from elsewhere: the script finds its files next to itself.
+    let out = std::process::Command::new(&python)
+        .arg(cx.join("replay.py"))
+        .current_dir(s.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("differ:"))
+        .unwrap_or_else(|| panic!("no `differ:` line in\n{stdout}"));
+    // PyTorch's spec value at the first differing element is the interpreter's (6 digits).
+    let spec: f64 = line
+        .split("spec ")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    let want = index["spec_value"].as_f64().unwrap();
+    assert!(
+        (spec - want).abs() <= 1e-5 * (1.0 + want.abs()),
+        "{line} vs {want}"
+    );
+    assert!(stdout.contains("max |spec - rebuilt| = "), "{stdout}");
+}
+
 #[test]
 fn an_operator_without_a_symbolic_rule_is_inconclusive() {
     let s = Scratch::new();

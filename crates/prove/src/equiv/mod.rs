@@ -6,6 +6,7 @@
 pub mod counterexample;
 pub mod inputs;
 pub mod layout;
+pub mod replay;
 
 use crate::decide::{decide, DecideConfig, Layer, Outcome, Point};
 use crate::exec::{self, ExecError, ExecErrorKind, ExecLimits, SymEnv};

@@ -1,8 +1,7 @@
 //! `shardproof prove`: a correct zoo plan is proved, a planted catalog bug is refuted with a
 //! counterexample the interpreter confirms (and written to disk, with a PyTorch replay that
-//! reproduces it), an operator without a
-//! symbolic rule is inconclusive and named, shape reduction prints its sizes and keeps the
-//! verdict, and invalid input exits 2.
+//! reproduces it), an operator without a symbolic rule is inconclusive and named, shape
+//! reduction prints its sizes and keeps the verdict, and invalid input exits 2.
 
 mod common;
 

@@ -55,6 +55,11 @@ pub enum Func {
     Max,
     /// Minimum of a normalized multiset of arguments.
     Min,
+    /// The position (from 0) of the first maximum of the arguments, in their order (torch's
+    /// `argmax` / `max.dim` indices); the arguments are not reordered.
+    ArgMax,
+    /// The position of the first minimum of the arguments, in their order.
+    ArgMin,
     /// 1 when the argument is positive, else 0.
     Positive,
     /// 1 when the argument is non-negative, else 0.
@@ -88,6 +93,8 @@ impl Func {
             Func::Erf => "erf".into(),
             Func::Max => "max".into(),
             Func::Min => "min".into(),
+            Func::ArgMax => "argmax".into(),
+            Func::ArgMin => "argmin".into(),
             Func::Positive => "gt0".into(),
             Func::NonNegative => "ge0".into(),
             Func::IsZero => "eq0".into(),
@@ -111,6 +118,8 @@ impl Func {
             Func::Erf => erf(x),
             Func::Max => args.iter().copied().fold(f64::NEG_INFINITY, f64_max_nan),
             Func::Min => args.iter().copied().fold(f64::INFINITY, f64_min_nan),
+            Func::ArgMax => first_extreme(args, |x, best| x > best) as f64,
+            Func::ArgMin => first_extreme(args, |x, best| x < best) as f64,
             Func::Positive => bool_f64(x > 0.0),
             Func::NonNegative => bool_f64(x >= 0.0),
             Func::IsZero => bool_f64(x == 0.0),
@@ -134,6 +143,21 @@ impl Func {
             Func::Named(n) => named_f64(n, x),
         }
     }
+}
+
+/// The position of the first extreme of `xs` (`beats(x, best)`: x replaces the best so far);
+/// a NaN wins at its first occurrence, as torch's CPU kernels and the interpreter do.
+fn first_extreme(xs: &[f64], beats: impl Fn(f64, f64) -> bool) -> usize {
+    let mut best = 0;
+    for (i, &x) in xs.iter().enumerate().skip(1) {
+        if xs[best].is_nan() {
+            break;
+        }
+        if x.is_nan() || beats(x, xs[best]) {
+            best = i;
+        }
+    }
+    best
 }
 
 fn bool_f64(b: bool) -> f64 {
@@ -927,6 +951,27 @@ impl Arena {
                 if args[2..].iter().all(|&t| t == args[1]) {
                     // Every entry is the same: the index does not matter (within range).
                     return Ok(args[1]);
+                }
+            }
+            Func::ArgMax | Func::ArgMin => {
+                // One candidate, or every candidate the same expression: the first.
+                if args.iter().all(|&a| a == args[0]) {
+                    return self.int(0);
+                }
+                let consts: Option<Vec<Coeff>> = args.iter().map(|&a| self.as_const(a)).collect();
+                if let Some(cs) = consts {
+                    let mut best = 0;
+                    for (i, c) in cs.iter().enumerate().skip(1) {
+                        let better = if func == Func::ArgMax {
+                            *c > cs[best]
+                        } else {
+                            *c < cs[best]
+                        };
+                        if better {
+                            best = i;
+                        }
+                    }
+                    return self.int(best as i64);
                 }
             }
             Func::PowConst(_) | Func::Named(_) | Func::Product => {}

@@ -110,6 +110,20 @@ impl Encoder<'_> {
                         }
                         acc
                     }
+                    Func::ArgMax | Func::ArgMin => {
+                        // The first extreme: a later argument wins only when strictly better.
+                        let (mut best, mut at) = (xs[0], zero);
+                        for (k, &x) in xs.iter().enumerate().skip(1) {
+                            let better = if f == Func::ArgMax {
+                                z3.gt(x, best)
+                            } else {
+                                z3.lt(x, best)
+                            };
+                            best = z3.ite(better, x, best);
+                            at = z3.ite(better, z3.numeral(&k.to_string()), at);
+                        }
+                        at
+                    }
                     Func::Positive => z3.ite(z3.gt(xs[0], zero), one, zero),
                     Func::NonNegative => z3.ite(z3.ge(xs[0], zero), one, zero),
                     Func::IsZero => z3.ite(z3.eq(xs[0], zero), one, zero),

@@ -364,3 +364,110 @@ fn the_layer_norm_backward_rule_agrees_with_the_kernel() {
         }
     }
 }
+
+#[test]
+fn max_min_with_indices_and_argmax_agree_with_the_kernels_ties_included() {
+    use shardproof_prove::eval::FloatEval;
+    use shardproof_prove::exec::{run_graph, ExecLimits};
+    use shardproof_prove::expr::{Arena, SymbolKind};
+    use shardproof_prove::tensor::SymTensor;
+    let spec = r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[3, 4]"):
+        max_1 = torch.ops.aten.max.dim(x, 1)
+        getitem: "f32[3]" = max_1[0]
+        getitem_1: "i64[3]" = max_1[1]
+        min_1 = torch.ops.aten.min.dim(x, 0, True)
+        getitem_2: "f32[1, 4]" = min_1[0]
+        getitem_3: "i64[1, 4]" = min_1[1]
+        argmax: "i64[]" = torch.ops.aten.argmax.default(x)
+        argmin: "i64[3, 1]" = torch.ops.aten.argmin.default(x, -1, True)
+        return (getitem, getitem_1, getitem_2, getitem_3, argmax, argmin)
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let c = write_case(
+        dir.path(),
+        spec,
+        spec,
+        "version: 1\nname: ext\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [r0.py, r1.py]\ninputs:\n  x: Replicate()\n",
+    );
+    // Row 0 ties at its maximum, column 1 ties at its minimum, the global maximum ties.
+    let data = [
+        3.0, 1.0, 3.0, -2.0, //
+        0.5, -4.0, 7.0, 7.0, //
+        -1.0, -4.0, 2.0, 6.0,
+    ];
+    let mut arena = Arena::default();
+    let elems = (0..12)
+        .map(|i| arena.symbol(&format!("x{i}"), SymbolKind::Real).unwrap())
+        .collect();
+    let mut leaves = std::collections::BTreeMap::new();
+    leaves.insert(
+        "x".to_string(),
+        SymTensor::new(shardproof_ir::DType::F32, vec![3, 4], elems),
+    );
+    let mut concrete = std::collections::BTreeMap::new();
+    concrete.insert(
+        "x".to_string(),
+        shardproof_ops::Tensor::new(
+            shardproof_ops::Meta::new(shardproof_ir::DType::F32, vec![3, 4]),
+            data.to_vec(),
+        ),
+    );
+    let env = run_graph(&mut arena, &c.spec, &leaves, &c.ops, &ExecLimits::default()).unwrap();
+    let run =
+        shardproof_interp::run_graph(&c.spec, &concrete, &shardproof_interp::RunConfig::default())
+            .unwrap();
+    let mut eval = FloatEval::new(&arena, data.to_vec());
+    for name in [
+        "getitem",
+        "getitem_1",
+        "getitem_2",
+        "getitem_3",
+        "argmax",
+        "argmin",
+    ] {
+        let v = c.spec.find(name).unwrap();
+        let sym = env[v.node][v.output].as_ref().unwrap();
+        let want = run.get(v).unwrap();
+        assert_eq!(sym.shape, want.shape(), "{name}");
+        let got: Vec<f64> = sym.elems.iter().map(|&e| eval.eval(e)).collect();
+        assert_eq!(got, *want.data, "{name}");
+    }
+}
+
+#[test]
+fn sharded_argmax_rows_are_proved_and_an_argmin_in_their_place_refuted() {
+    let spec = r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[4, 3]"):
+        argmax: "i64[4]" = torch.ops.aten.argmax.default(x, 1)
+        return (argmax,)
+"#;
+    let rank = |op: &str| {
+        format!(
+            "class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[2, 3]\"):\n        argmax: \"i64[2]\" = torch.ops.aten.{op}.default(x, 1)\n        return (argmax,)\n"
+        )
+    };
+    let case = "version: 1\nname: argmax\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [r0.py, r1.py]\ninputs:\n  x: Shard(0)\noutputs:\n  argmax: Shard(0)\n";
+    // Argmax is outside the shape reduction's operator list: proved at full size.
+    let full = ProveConfig {
+        reduce: false,
+        ..ProveConfig::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let ok = write_case(dir.path(), spec, &rank("argmax"), case);
+    let proof = prove_case(&ok, &full);
+    assert_eq!(proof.verdict, Verdict::Proved, "{:?}", proof.message);
+    // Scaling by 2 keeps every argmax but changes the normal form: Z3 decides it.
+    let scaled = "class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[2, 3]\"):\n        mul: \"f32[2, 3]\" = torch.ops.aten.mul.Tensor(x, 2.0)\n        argmax: \"i64[2]\" = torch.ops.aten.argmax.default(mul, 1)\n        return (argmax,)\n";
+    let proof = prove_case(&write_case(dir.path(), spec, scaled, case), &full);
+    assert_eq!(proof.verdict, Verdict::Proved, "{:?}", proof.message);
+    assert!(
+        proof.layers.get("z3").is_some_and(|&n| n > 0),
+        "{:?}",
+        proof.layers
+    );
+    let bad = write_case(dir.path(), spec, &rank("argmin"), case);
+    let proof = prove_case(&bad, &full);
+    assert_eq!(proof.verdict, Verdict::Refuted, "{:?}", proof.message);
+    assert!(proof.counterexample.is_some());
+}

@@ -54,6 +54,7 @@ pub(crate) fn rule_of(base: &str) -> Option<RuleFn> {
         "aten.addcmul" | "aten.addcdiv" => addc,
         "aten.sum" | "aten.mean" | "aten.amax" | "aten.amin" | "aten.prod" => reduction,
         "aten.max" | "aten.min" => max_min,
+        "aten.argmax" | "aten.argmin" => arg_extreme,
         "aten.var" | "aten.std" => variance,
         "aten.logsumexp" => logsumexp,
         "aten.linalg_vector_norm" => vector_norm,
@@ -539,8 +540,8 @@ fn reduction(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
     Ok(vec![out])
 }
 
-/// `max` / `min`: of all elements, elementwise of two tensors, or along a dim (values only:
-/// the indices output has no symbolic form).
+/// `max` / `min`: of all elements, elementwise of two tensors, or along a dim (values and the
+/// position of the first extreme, as the interpreter's kernel picks it).
 fn max_min(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
     let is_max = ctx.def.name.name == "max";
     let func = if is_max { Func::Max } else { Func::Min };
@@ -559,8 +560,58 @@ fn max_min(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
                 ar.app(func.clone(), v.to_vec())
             })?])
         }
-        _ => Err(ctx.unsupported("the indices of a max/min along a dim have no symbolic rule")),
+        "dim" => {
+            let x = ctx.tensor("self")?;
+            let d = ctx.int("dim")?;
+            let rank = x.shape.len().max(1);
+            let d = norm_dim(d, rank).ok_or_else(|| ctx.unsupported("dim out of range"))?;
+            let keepdim = ctx.bool_or("keepdim", false)?;
+            // A rank-0 tensor is one lane of one element.
+            let dims: Vec<usize> = if x.shape.is_empty() { vec![] } else { vec![d] };
+            let values = reduce_by(ctx, &x, &dims, keepdim, &mut |ar, xs| {
+                ar.app(func.clone(), xs.to_vec())
+            })?;
+            let at = if is_max { Func::ArgMax } else { Func::ArgMin };
+            let indices = lane_positions(ctx, &x, &dims, keepdim, at)?;
+            Ok(vec![values, indices])
+        }
+        other => Err(ctx.unsupported(format!("max/min overload `{other}` has no symbolic rule"))),
     }
+}
+
+/// Per lane of `x` over `dims`, the position of its first extreme (`func` is ArgMax or
+/// ArgMin), as an i64 tensor.
+fn lane_positions(
+    ctx: &mut NodeCtx,
+    x: &SymTensor,
+    dims: &[usize],
+    keepdim: bool,
+    func: Func,
+) -> Result<SymTensor, ExecError> {
+    let mut t = reduce_by(ctx, x, dims, keepdim, &mut |ar, xs| {
+        ar.app(func.clone(), xs.to_vec())
+    })?;
+    t.dtype = shardproof_ir::DType::I64;
+    Ok(t)
+}
+
+/// `argmax` / `argmin`: along `dim`, or over the flattened tensor when `dim` is None.
+fn arg_extreme(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
+    let func = if ctx.def.name.name == "argmax" {
+        Func::ArgMax
+    } else {
+        Func::ArgMin
+    };
+    let x = ctx.tensor("self")?;
+    let keepdim = ctx.bool_or("keepdim", false)?;
+    let dims: Vec<usize> = match ctx.opt_int("dim")? {
+        None => (0..x.shape.len()).collect(),
+        Some(_) if x.shape.is_empty() => vec![],
+        Some(d) => {
+            vec![norm_dim(d, x.shape.len()).ok_or_else(|| ctx.unsupported("dim out of range"))?]
+        }
+    };
+    Ok(vec![lane_positions(ctx, &x, &dims, keepdim, func)?])
 }
 
 fn variance(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {

@@ -227,6 +227,16 @@ impl<'a> ExactEval<'a> {
                         }
                         Some(Coeff::from_integer(best as i64))
                     }
+                    Func::SortedValue { rank, largest } => {
+                        let order = crate::expr::stable_order(&vals, largest);
+                        order.get(rank as usize).map(|&i| vals[i].clone())
+                    }
+                    Func::SortedIndex { rank, largest } => {
+                        let order = crate::expr::stable_order(&vals, largest);
+                        order
+                            .get(rank as usize)
+                            .map(|&i| Coeff::from_integer(i as i64))
+                    }
                     Func::Positive => Some(Coeff::from_integer(i64::from(vals[0].is_positive()))),
                     Func::NonNegative => {
                         Some(Coeff::from_integer(i64::from(!vals[0].is_negative())))

@@ -60,6 +60,22 @@ pub enum Func {
     ArgMax,
     /// The position of the first minimum of the arguments, in their order.
     ArgMin,
+    /// The `rank`-th (from 0) of the arguments sorted descending (`largest`) or ascending: a
+    /// `topk` value. Symmetric: its arguments are kept sorted.
+    SortedValue {
+        /// Which position of the sorted list.
+        rank: u32,
+        /// Descending order (largest first) when true.
+        largest: bool,
+    },
+    /// The position, among the arguments in their order, of the `rank`-th of a stable sort
+    /// (ties keep their order): a `topk` index.
+    SortedIndex {
+        /// Which position of the sorted list.
+        rank: u32,
+        /// Descending order (largest first) when true.
+        largest: bool,
+    },
     /// 1 when the argument is positive, else 0.
     Positive,
     /// 1 when the argument is non-negative, else 0.
@@ -95,6 +111,8 @@ impl Func {
             Func::Min => "min".into(),
             Func::ArgMax => "argmax".into(),
             Func::ArgMin => "argmin".into(),
+            Func::SortedValue { rank, largest } => format!("sorted_value[{rank},{largest}]"),
+            Func::SortedIndex { rank, largest } => format!("sorted_index[{rank},{largest}]"),
             Func::Positive => "gt0".into(),
             Func::NonNegative => "ge0".into(),
             Func::IsZero => "eq0".into(),
@@ -120,6 +138,14 @@ impl Func {
             Func::Min => args.iter().copied().fold(f64::INFINITY, f64_min_nan),
             Func::ArgMax => first_extreme(args, |x, best| x > best) as f64,
             Func::ArgMin => first_extreme(args, |x, best| x < best) as f64,
+            Func::SortedValue { rank, largest } => {
+                let order = stable_order(args, *largest);
+                order.get(*rank as usize).map_or(f64::NAN, |&i| args[i])
+            }
+            Func::SortedIndex { rank, largest } => {
+                let order = stable_order(args, *largest);
+                order.get(*rank as usize).map_or(f64::NAN, |&i| i as f64)
+            }
             Func::Positive => bool_f64(x > 0.0),
             Func::NonNegative => bool_f64(x >= 0.0),
             Func::IsZero => bool_f64(x == 0.0),
@@ -158,6 +184,26 @@ fn first_extreme(xs: &[f64], beats: impl Fn(f64, f64) -> bool) -> usize {
         }
     }
     best
+}
+
+/// The positions of `xs` in a stable sort, descending when `largest`; NaN counts as larger
+/// than every number, as in the interpreter's `sort`/`topk` kernels.
+pub fn stable_order<T: PartialOrd>(xs: &[T], largest: bool) -> Vec<usize> {
+    use std::cmp::Ordering;
+    let nan = |a: &T| a.partial_cmp(a).is_none();
+    let cmp = |a: &T, b: &T| match (nan(a), nan(b)) {
+        (true, true) => Ordering::Equal,
+        (true, false) => Ordering::Greater,
+        (false, true) => Ordering::Less,
+        _ => a.partial_cmp(b).unwrap_or(Ordering::Equal),
+    };
+    let mut idx: Vec<usize> = (0..xs.len()).collect();
+    if largest {
+        idx.sort_by(|&i, &j| cmp(&xs[j], &xs[i]));
+    } else {
+        idx.sort_by(|&i, &j| cmp(&xs[i], &xs[j]));
+    }
+    idx
 }
 
 fn bool_f64(b: bool) -> f64 {
@@ -972,6 +1018,36 @@ impl Arena {
                         }
                     }
                     return self.int(best as i64);
+                }
+            }
+            Func::SortedValue { rank, .. } => {
+                if args.iter().all(|&a| a == args[0]) {
+                    return Ok(args[0]);
+                }
+                if let Some(cs) = args
+                    .iter()
+                    .map(|&a| self.as_const(a))
+                    .collect::<Option<Vec<Coeff>>>()
+                {
+                    let largest = matches!(func, Func::SortedValue { largest: true, .. });
+                    let order = stable_order(&cs, largest);
+                    return Ok(args[order[rank as usize]]);
+                }
+                // The value does not depend on the arguments' order.
+                args.sort_unstable();
+            }
+            Func::SortedIndex { rank, largest } => {
+                if args.iter().all(|&a| a == args[0]) {
+                    // Every tie keeps its place: the rank-th position.
+                    return self.int(i64::from(rank));
+                }
+                if let Some(cs) = args
+                    .iter()
+                    .map(|&a| self.as_const(a))
+                    .collect::<Option<Vec<Coeff>>>()
+                {
+                    let order = stable_order(&cs, largest);
+                    return self.int(order[rank as usize] as i64);
                 }
             }
             Func::PowConst(_) | Func::Named(_) | Func::Product => {}

@@ -366,7 +366,7 @@ fn the_layer_norm_backward_rule_agrees_with_the_kernel() {
 }
 
 #[test]
-fn max_min_with_indices_and_argmax_agree_with_the_kernels_ties_included() {
+fn max_min_with_indices_argmax_and_topk_agree_with_the_kernels_ties_included() {
     use shardproof_prove::eval::FloatEval;
     use shardproof_prove::exec::{run_graph, ExecLimits};
     use shardproof_prove::expr::{Arena, SymbolKind};
@@ -381,7 +381,13 @@ fn max_min_with_indices_and_argmax_agree_with_the_kernels_ties_included() {
         getitem_3: "i64[1, 4]" = min_1[1]
         argmax: "i64[]" = torch.ops.aten.argmax.default(x)
         argmin: "i64[3, 1]" = torch.ops.aten.argmin.default(x, -1, True)
-        return (getitem, getitem_1, getitem_2, getitem_3, argmax, argmin)
+        topk = torch.ops.aten.topk.default(x, 3)
+        getitem_4: "f32[3, 3]" = topk[0]
+        getitem_5: "i64[3, 3]" = topk[1]
+        topk_1 = torch.ops.aten.topk.default(x, 2, 0, False)
+        getitem_6: "f32[2, 4]" = topk_1[0]
+        getitem_7: "i64[2, 4]" = topk_1[1]
+        return (getitem, getitem_1, getitem_2, getitem_3, argmax, argmin, getitem_4, getitem_5, getitem_6, getitem_7)
 "#;
     let dir = tempfile::tempdir().unwrap();
     let c = write_case(
@@ -468,6 +474,44 @@ fn sharded_argmax_rows_are_proved_and_an_argmin_in_their_place_refuted() {
     );
     let bad = write_case(dir.path(), spec, &rank("argmin"), case);
     let proof = prove_case(&bad, &full);
+    assert_eq!(proof.verdict, Verdict::Refuted, "{:?}", proof.message);
+    assert!(proof.counterexample.is_some());
+}
+
+#[test]
+fn sharded_topk_rows_are_proved_and_a_smallest_k_in_their_place_refuted() {
+    let spec = r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[4, 3]"):
+        topk = torch.ops.aten.topk.default(x, 2)
+        getitem: "f32[4, 2]" = topk[0]
+        getitem_1: "i64[4, 2]" = topk[1]
+        return (getitem, getitem_1)
+"#;
+    let rank = |body: &str| {
+        format!(
+            "class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[2, 3]\"):\n{body}        return (getitem, getitem_1)\n"
+        )
+    };
+    let plain = "        topk = torch.ops.aten.topk.default(x, 2)\n        getitem: \"f32[2, 2]\" = topk[0]\n        getitem_1: \"i64[2, 2]\" = topk[1]\n";
+    // Sorting 2x and halving the values changes the normal forms, not the result: Z3.
+    let scaled = "        mul: \"f32[2, 3]\" = torch.ops.aten.mul.Tensor(x, 2.0)\n        topk = torch.ops.aten.topk.default(mul, 2)\n        getitem_2: \"f32[2, 2]\" = topk[0]\n        getitem_1: \"i64[2, 2]\" = topk[1]\n        getitem: \"f32[2, 2]\" = torch.ops.aten.mul.Tensor(getitem_2, 0.5)\n";
+    let smallest = "        topk = torch.ops.aten.topk.default(x, 2, -1, False)\n        getitem: \"f32[2, 2]\" = topk[0]\n        getitem_1: \"i64[2, 2]\" = topk[1]\n";
+    let case = "version: 1\nname: topk\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [r0.py, r1.py]\ninputs:\n  x: Shard(0)\noutputs:\n  getitem: Shard(0)\n  getitem_1: Shard(0)\n";
+    let full = ProveConfig {
+        reduce: false,
+        ..ProveConfig::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let proof = prove_case(&write_case(dir.path(), spec, &rank(plain), case), &full);
+    assert_eq!(proof.verdict, Verdict::Proved, "{:?}", proof.message);
+    let proof = prove_case(&write_case(dir.path(), spec, &rank(scaled), case), &full);
+    assert_eq!(proof.verdict, Verdict::Proved, "{:?}", proof.message);
+    assert!(
+        proof.layers.get("z3").is_some_and(|&n| n > 0),
+        "{:?}",
+        proof.layers
+    );
+    let proof = prove_case(&write_case(dir.path(), spec, &rank(smallest), case), &full);
     assert_eq!(proof.verdict, Verdict::Refuted, "{:?}", proof.message);
     assert!(proof.counterexample.is_some());
 }

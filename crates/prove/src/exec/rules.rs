@@ -55,6 +55,7 @@ pub(crate) fn rule_of(base: &str) -> Option<RuleFn> {
         "aten.sum" | "aten.mean" | "aten.amax" | "aten.amin" | "aten.prod" => reduction,
         "aten.max" | "aten.min" => max_min,
         "aten.argmax" | "aten.argmin" => arg_extreme,
+        "aten.topk" => topk,
         "aten.var" | "aten.std" => variance,
         "aten.logsumexp" => logsumexp,
         "aten.linalg_vector_norm" => vector_norm,
@@ -612,6 +613,60 @@ fn arg_extreme(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
         }
     };
     Ok(vec![lane_positions(ctx, &x, &dims, keepdim, func)?])
+}
+
+/// `topk`: per lane along `dim`, the `k` first values of a stable sort and their positions
+/// (ties in index order, as the interpreter's kernel); `sorted=False` leaves the order to
+/// the backend, so it has no rule.
+fn topk(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
+    let x = ctx.tensor("self")?;
+    let k = usize::try_from(ctx.int("k")?).map_err(|_| ctx.unsupported("negative k"))?;
+    let largest = ctx.bool_or("largest", true)?;
+    if !ctx.bool_or("sorted", true)? {
+        return Err(ctx.unsupported("topk with sorted=False has no fixed order"));
+    }
+    let int = shardproof_ir::DType::I64;
+    if x.shape.is_empty() {
+        if k != 1 {
+            return Err(ctx.unsupported(format!("topk k={k} of a 0-d tensor")));
+        }
+        let zero = ctx.arena.int(0)?;
+        return Ok(vec![x.clone(), SymTensor::new(int, vec![], vec![zero])]);
+    }
+    let d = norm_dim(ctx.opt_int("dim")?.unwrap_or(-1), x.shape.len())
+        .ok_or_else(|| ctx.unsupported("dim out of range"))?;
+    let n = x.shape[d];
+    if k > n {
+        return Err(ctx.unsupported(format!("topk k={k} over a dim of {n}")));
+    }
+    let inner: usize = x.shape[d + 1..].iter().product();
+    let (_, lanes) = reduce_groups(&x.shape, &[d], true);
+    let mut shape = x.shape.clone();
+    shape[d] = k;
+    let total: usize = shape.iter().product();
+    let (mut values, mut indices) = (vec![None; total], vec![None; total]);
+    for (g, lane) in lanes.iter().enumerate() {
+        let xs: Vec<ExprId> = lane.iter().map(|&i| x.elems[i]).collect();
+        let (o, i) = (g / inner, g % inner);
+        for j in 0..k {
+            let rank = u32::try_from(j).map_err(|_| ctx.unsupported("k too large"))?;
+            let at = (o * k + j) * inner + i;
+            values[at] = Some(
+                ctx.arena
+                    .app(Func::SortedValue { rank, largest }, xs.clone())?,
+            );
+            indices[at] = Some(
+                ctx.arena
+                    .app(Func::SortedIndex { rank, largest }, xs.clone())?,
+            );
+        }
+    }
+    let dtype = ctx.out_meta(0).map(|m| m.dtype).unwrap_or(x.dtype);
+    let collect = |v: Vec<Option<ExprId>>| v.into_iter().map(|e| e.expect("every slot")).collect();
+    Ok(vec![
+        SymTensor::new(dtype, shape.clone(), collect(values)),
+        SymTensor::new(int, shape, collect(indices)),
+    ])
 }
 
 fn variance(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {

@@ -56,6 +56,7 @@ pub(crate) fn rule_of(base: &str) -> Option<RuleFn> {
         "aten.max" | "aten.min" => max_min,
         "aten.argmax" | "aten.argmin" => arg_extreme,
         "aten.topk" => topk,
+        "aten.scatter" => scatter,
         "aten.var" | "aten.std" => variance,
         "aten.logsumexp" => logsumexp,
         "aten.linalg_vector_norm" => vector_norm,
@@ -667,6 +668,93 @@ fn topk(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
         SymTensor::new(dtype, shape.clone(), collect(values)),
         SymTensor::new(int, shape, collect(indices)),
     ])
+}
+
+/// Whether index expression `e` is provably in `[0, n)`: a constant there, or a position
+/// among at most `n` arguments (argmax/argmin, a sorted index). Anything else could fall
+/// outside the target, where the kernel fails instead of computing.
+fn index_within(arena: &Arena, e: ExprId, n: usize) -> bool {
+    if let Some(c) = arena.as_const(e) {
+        return c.to_usize().is_some_and(|i| i < n);
+    }
+    matches!(
+        arena.single_app(e),
+        Some((Func::ArgMax | Func::ArgMin | Func::SortedIndex { .. }, args)) if args.len() <= n
+    )
+}
+
+/// `scatter.src` / `scatter.value` (no reduction): `out[q] = src[p]` for every index
+/// position `p` that agrees with `q` off `dim` and whose index value is `q[dim]`, the last
+/// such `p` winning (the interpreter's order); `self[q]` where none does. With symbolic
+/// index values each element is a chain of `where(index[p] == q[dim], src[p], ...)`.
+fn scatter(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
+    let overload = ctx.def.name.overload.clone();
+    if overload != "src" && overload != "value" {
+        return Err(ctx.unsupported(format!(
+            "scatter overload `{overload}` has no symbolic rule"
+        )));
+    }
+    let x = ctx.tensor("self")?;
+    let index = ctx.tensor("index")?;
+    let rank = x.shape.len();
+    if rank == 0 || index.shape.len() != rank {
+        return Err(ctx.unsupported("scatter of a 0-d tensor or with an index of another rank"));
+    }
+    let d = norm_dim(ctx.int("dim")?, rank).ok_or_else(|| ctx.unsupported("dim out of range"))?;
+    let src = if overload == "src" {
+        Some(ctx.tensor("src")?)
+    } else {
+        None
+    };
+    let value = match &src {
+        Some(_) => None,
+        None => Some(match ctx.operand("value", None)? {
+            Operand::Scalar(e) => e,
+            Operand::Tensor(_) => return Err(ctx.unsupported("scatter value is a tensor")),
+        }),
+    };
+    for k in 0..rank {
+        let fits = index.shape[k] <= src.as_ref().map_or(usize::MAX, |s| s.shape[k])
+            && (k == d || index.shape[k] <= x.shape[k]);
+        if !fits {
+            return Err(ctx.unsupported("scatter index larger than its source or target"));
+        }
+    }
+    let n = x.shape[d];
+    if index.elems.iter().any(|&e| !index_within(ctx.arena, e, n)) {
+        return Err(ctx.unsupported(format!(
+            "scatter index values not provably within the target's dim of {n}"
+        )));
+    }
+    let xst = crate::tensor::strides(&x.shape);
+    let ist = crate::tensor::strides(&index.shape);
+    let sst = src.as_ref().map(|s| crate::tensor::strides(&s.shape));
+    let mut out: Vec<ExprId> = x.elems.to_vec();
+    for (q, slot) in out.iter_mut().enumerate() {
+        let coords: Vec<usize> = (0..rank).map(|k| q / xst[k] % x.shape[k]).collect();
+        if (0..rank).any(|k| k != d && coords[k] >= index.shape[k]) {
+            continue;
+        }
+        let target = ctx.arena.int(coords[d] as i64)?;
+        let mut acc = *slot;
+        for j in 0..index.shape[d] {
+            let at = |st: &[usize]| -> usize {
+                (0..rank)
+                    .map(|k| if k == d { j } else { coords[k] } * st[k])
+                    .sum()
+            };
+            let idx = index.elems[at(&ist)];
+            let v = match (&src, &sst) {
+                (Some(s), Some(st)) => s.elems[at(st)],
+                _ => value.expect("a value when there is no src"),
+            };
+            let hit = ctx.arena.eq(idx, target)?;
+            acc = ctx.arena.select(hit, v, acc)?;
+        }
+        *slot = acc;
+    }
+    let dtype = ctx.out_meta(0).map(|m| m.dtype).unwrap_or(x.dtype);
+    Ok(vec![SymTensor::new(dtype, x.shape.clone(), out)])
 }
 
 fn variance(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {

@@ -366,7 +366,7 @@ fn the_layer_norm_backward_rule_agrees_with_the_kernel() {
 }
 
 #[test]
-fn max_min_with_indices_argmax_topk_and_scatter_agree_with_the_kernels_ties_included() {
+fn max_min_with_indices_argmax_topk_scatter_and_gather_agree_with_the_kernels_ties_included() {
     use shardproof_prove::eval::FloatEval;
     use shardproof_prove::exec::{run_graph, ExecLimits};
     use shardproof_prove::expr::{Arena, SymbolKind};
@@ -390,7 +390,8 @@ fn max_min_with_indices_argmax_topk_and_scatter_agree_with_the_kernels_ties_incl
         neg: "f32[3, 4]" = torch.ops.aten.neg.default(x)
         scatter: "f32[3, 4]" = torch.ops.aten.scatter.src(neg, 1, getitem_5, getitem_4)
         scatter_1: "f32[3, 4]" = torch.ops.aten.scatter.value(x, 0, getitem_7, 9.0)
-        return (getitem, getitem_1, getitem_2, getitem_3, argmax, argmin, getitem_4, getitem_5, getitem_6, getitem_7, scatter, scatter_1)
+        gather: "f32[3, 3]" = torch.ops.aten.gather.default(neg, 1, getitem_5)
+        return (getitem, getitem_1, getitem_2, getitem_3, argmax, argmin, getitem_4, getitem_5, getitem_6, getitem_7, scatter, scatter_1, gather)
 "#;
     let dir = tempfile::tempdir().unwrap();
     let c = write_case(

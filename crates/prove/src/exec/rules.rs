@@ -757,6 +757,43 @@ fn scatter(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
     Ok(vec![SymTensor::new(dtype, x.shape.clone(), out)])
 }
 
+/// `gather` with symbolic index values: `out[p] = lookup(index[p], self[p with dim = 0..n])`,
+/// only for indices provably in range (see [`index_within`]).
+pub(crate) fn symbolic_gather(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
+    let x = ctx.tensor("self")?;
+    let index = ctx.tensor("index")?;
+    let rank = x.shape.len();
+    if rank == 0 || index.shape.len() != rank {
+        return Err(ctx.unsupported("gather of a 0-d tensor or with an index of another rank"));
+    }
+    let d = norm_dim(ctx.int("dim")?, rank).ok_or_else(|| ctx.unsupported("dim out of range"))?;
+    if (0..rank).any(|k| k != d && index.shape[k] > x.shape[k]) {
+        return Err(ctx.unsupported("gather index larger than its source"));
+    }
+    let n = x.shape[d];
+    if index.elems.iter().any(|&e| !index_within(ctx.arena, e, n)) {
+        return Err(ctx.unsupported(format!(
+            "gather index values not provably within the source's dim of {n}"
+        )));
+    }
+    let xst = crate::tensor::strides(&x.shape);
+    let ist = crate::tensor::strides(&index.shape);
+    let mut out = Vec::with_capacity(index.numel());
+    for p in 0..index.numel() {
+        let coords: Vec<usize> = (0..rank).map(|k| p / ist[k] % index.shape[k]).collect();
+        let mut args = vec![index.elems[p]];
+        for j in 0..n {
+            let at: usize = (0..rank)
+                .map(|k| if k == d { j } else { coords[k] } * xst[k])
+                .sum();
+            args.push(x.elems[at]);
+        }
+        out.push(ctx.arena.app(Func::Lookup, args)?);
+    }
+    let dtype = ctx.out_meta(0).map(|m| m.dtype).unwrap_or(x.dtype);
+    Ok(vec![SymTensor::new(dtype, index.shape.clone(), out)])
+}
+
 fn variance(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
     let is_std = ctx.def.name.name == "std";
     let x = ctx.tensor("self")?;

@@ -519,3 +519,26 @@ fn sharded_topk_rows_are_proved_and_a_smallest_k_in_their_place_refuted() {
     assert_eq!(proof.verdict, Verdict::Refuted, "{:?}", proof.message);
     assert!(proof.counterexample.is_some());
 }
+
+#[test]
+fn a_deepseek_moe_forward_is_proved_at_full_size_and_a_sharded_norm_refuted() {
+    // The router's topk, scatter and the experts' dispatch all have symbolic rules.
+    let full = ProveConfig {
+        reduce: false,
+        ..ProveConfig::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let ok = emit_model("deepseek", &dir.path().join("ok"), "tp=2", None, true);
+    let proof = prove_case(&ok, &full);
+    assert_eq!(proof.verdict, Verdict::Proved, "{:?}", proof.message);
+    let bad = emit_model(
+        "deepseek",
+        &dir.path().join("bad"),
+        "tp=2",
+        Some("norm-sharded-hidden"),
+        true,
+    );
+    let proof = prove_case(&bad, &full);
+    assert_eq!(proof.verdict, Verdict::Refuted, "{:?}", proof.message);
+    assert!(proof.counterexample.is_some());
+}

@@ -88,6 +88,8 @@ pub fn main(args: &ProveArgs) -> Verdict {
     let progress = std::sync::Arc::new(shardproof_ir::Progress::default());
     let cfg = ProveConfig {
         time_limit,
+        // The limit covers the whole command: loading and checking the case used part of it.
+        started: Some(started),
         progress: Some(progress.clone()),
         reduce: !args.no_reduce,
         ..ProveConfig::default()

@@ -1,7 +1,7 @@
 //! `shardproof prove`: a correct zoo plan is proved, a planted catalog bug is refuted with a
-//! counterexample the interpreter confirms (and written to disk), an operator without a
-//! symbolic rule is inconclusive and named, shape reduction prints its sizes and keeps the
-//! verdict, and invalid input exits 2.
+//! counterexample the interpreter confirms (and written to disk, with a PyTorch replay that
+//! reproduces it), an operator without a symbolic rule is inconclusive and named, shape
+//! reduction prints its sizes and keeps the verdict, and invalid input exits 2.
 
 mod common;
 
@@ -75,6 +75,102 @@ fn a_missing_all_reduce_is_refuted_with_a_confirmed_counterexample() {
     s.run(&["run", &case]).expect_code(1);
 }
 
+/// The Python with torch and safetensors the replay needs (`SHARDPROOF_VENV`, by default
+/// ~/.cache/shardproof/venv), or why there is none.
+fn replay_python() -> Result<std::path::PathBuf, String> {
+    let venv = std::env::var_os("SHARDPROOF_VENV")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                .join(".cache/shardproof/venv")
+        });
+    let python = venv.join("bin/python");
+    if !python.is_file() {
+        return Err(format!("{} does not exist", python.display()));
+    }
+    let probe = std::process::Command::new(&python)
+        .args(["-c", "import torch, safetensors"])
+        .output()
+        .map_err(|e| format!("{}: {e}", python.display()))?;
+    if !probe.status.success() {
+        return Err(format!(
+            "{} lacks torch or safetensors: {}",
+            python.display(),
+            String::from_utf8_lossy(&probe.stderr).trim()
+        ));
+    }
+    Ok(python)
+}
+
+#[test]
+fn the_replay_script_reproduces_the_counterexample_in_pytorch() {
+    let python = match replay_python() {
+        Ok(p) => p,
+        Err(why) => {
+            eprintln!("SKIPPED: the replay needs PyTorch: {why}");
+            return;
+        }
+    };
+    let s = Scratch::new();
+    // dp x tp: the ranks' all-reduce runs over a named group of a two-dim mesh.
+    s.run(&[
+        "zoo",
+        "emit",
+        "mlp",
+        "--mesh",
+        "dp=2,tp=2",
+        "--hidden",
+        "8",
+        "--forward-only",
+        "--bug",
+        "wrong-group",
+        "-o",
+        "bug",
+    ])
+    .expect_code(0);
+    let case = "bug/case.yaml";
+    s.run(&["prove", case, "--counterexample", "cx"])
+        .expect_code(1);
+    let cx = s.path().join("cx");
+    for f in ["replay.py", "replay.json"] {
+        assert!(cx.join(f).is_file(), "{f}");
+    }
+    let index: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(cx.join("counterexample.json")).unwrap())
+            .unwrap();
+    assert_eq!(index["files"]["replay"], "replay.py");
+    // Run from elsewhere: the script finds its files next to itself.
+    let out = std::process::Command::new(&python)
+        .arg(cx.join("replay.py"))
+        .current_dir(s.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("differ:"))
+        .unwrap_or_else(|| panic!("no `differ:` line in\n{stdout}"));
+    // PyTorch's spec value at the first differing element is the interpreter's (6 digits).
+    let spec: f64 = line
+        .split("spec ")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    let want = index["spec_value"].as_f64().unwrap();
+    assert!(
+        (spec - want).abs() <= 1e-5 * (1.0 + want.abs()),
+        "{line} vs {want}"
+    );
+    assert!(stdout.contains("max |spec - rebuilt| = "), "{stdout}");
+}
+
 #[test]
 fn an_operator_without_a_symbolic_rule_is_inconclusive() {
     let s = Scratch::new();
@@ -139,7 +235,7 @@ fn shape_reduction_prints_the_sizes_and_keeps_the_verdict() {
     out.expect_code(0);
     assert!(out.stdout.contains("shape-reduced:"), "{}", out.stdout);
     assert!(
-        out.stdout.contains("x: [6, 24] -> [2, 2]"),
+        out.stdout.contains("x: [6, 24] -> [3, 3]"),
         "{}",
         out.stdout
     );
@@ -148,7 +244,7 @@ fn shape_reduction_prints_the_sizes_and_keeps_the_verdict() {
     let v = json.json();
     assert_eq!(
         v["reduction"]["inputs"][0]["reduced"],
-        serde_json::json!([2, 2])
+        serde_json::json!([3, 3])
     );
     // --no-reduce proves at full size, with no reduction reported.
     let full = s.run(&["prove", &case, "--no-reduce", "--json", "--quiet"]);
@@ -157,4 +253,50 @@ fn shape_reduction_prints_the_sizes_and_keeps_the_verdict() {
     let bug = emit3("bug3", &["--bug", "tp-bias-before-allreduce"]);
     s.run(&["prove", &bug]).expect_code(1);
     s.run(&["prove", &bug, "--no-reduce"]).expect_code(1);
+}
+
+#[test]
+fn a_time_limit_ends_the_proof_inconclusive() {
+    let s = Scratch::new();
+    // A llama full iteration takes seconds to prove; a fifth of a second stops it wherever it
+    // is (symbolic execution, normalization or goal decision), inconclusive, naming the limit.
+    s.run(&["zoo", "emit", "llama", "--mesh", "tp=2", "-o", "llama"])
+        .expect_code(0);
+    let out = s.run(&["prove", "llama/case.yaml", "--time-limit", "0.2"]);
+    out.expect_code(3);
+    assert!(
+        out.stdout.contains("inconclusive: ")
+            && out.stdout.contains("the time limit")
+            && out.stdout.contains("ran out"),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
+fn a_literal_equal_to_a_reduced_size_does_not_hide_a_wrong_mean() {
+    // The ranks write a mean over 8 as `sum * 0.5`: wrong at the case's size, and right at a
+    // reduced size of 2. The reduction must choose sizes no literal can coincide with.
+    let s = Scratch::new();
+    let spec = r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[8, 8]"):
+        mean: "f32[8]" = torch.ops.aten.mean.dim(x, [1]);  x = None
+        return (mean,)
+"#;
+    let rank = r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[8, 8]"):
+        sum_1: "f32[8]" = torch.ops.aten.sum.dim_IntList(x, [1]);  x = None
+        mean: "f32[8]" = torch.ops.aten.mul.Tensor(sum_1, 0.5);  sum_1 = None
+        return (mean,)
+"#;
+    s.write("spec.py", spec);
+    s.write("r0.py", rank);
+    s.write("r1.py", rank);
+    s.write(
+        "case.yaml",
+        "version: 1\nname: halfmean\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [r0.py, r1.py]\ninputs:\n  x: Replicate()\noutputs:\n  mean: Replicate()\n",
+    );
+    let out = s.run(&["prove", "case.yaml"]);
+    out.expect_code(1);
+    assert!(out.stdout.contains("x: [8, 8] -> [3, 3]"), "{}", out.stdout);
 }

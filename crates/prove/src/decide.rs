@@ -6,7 +6,7 @@ use crate::smt;
 use num_rational::BigRational;
 
 use serde::Serialize;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The layer that decided a goal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -72,6 +72,9 @@ pub struct DecideConfig {
     /// Goals whose two sides hold more polynomial terms than this (through every function
     /// argument) skip Z3: non-linear real arithmetic of that size does not finish in time.
     pub z3_max_terms: usize,
+    /// When to stop: the random points and Z3 (its own timeout cut to what is left) end
+    /// with [`Outcome::Unknown`] once it has passed.
+    pub deadline: Option<Instant>,
 }
 
 impl Default for DecideConfig {
@@ -82,6 +85,7 @@ impl Default for DecideConfig {
             real_points: 12,
             z3_timeout: Some(Duration::from_secs(10)),
             z3_max_terms: 400,
+            deadline: None,
         }
     }
 }
@@ -112,6 +116,9 @@ impl Rng {
     }
 }
 
+/// Why a goal is unknown when [`DecideConfig::deadline`] passed while deciding it.
+pub const TIME_RAN_OUT: &str = "the time limit ran out while deciding this goal";
+
 /// Decides `a == b` over the reals (every symbol ranging over its kind).
 pub fn decide(arena: &Arena, a: ExprId, b: ExprId, cfg: &DecideConfig) -> Outcome {
     if a == b {
@@ -122,7 +129,12 @@ pub fn decide(arena: &Arena, a: ExprId, b: ExprId, cfg: &DecideConfig) -> Outcom
     // equal through identities of the functions, which only the layers below can see.
     let mut rng = Rng::new(cfg.seed ^ (a.0 as u64) << 32 ^ b.0 as u64);
     let mut modular_difference = false;
+    let out_of_time = || cfg.deadline.is_some_and(|d| Instant::now() > d);
+    let time_ran_out = || Outcome::Unknown(TIME_RAN_OUT.into());
     for _ in 0..cfg.modular_points {
+        if out_of_time() {
+            return time_ran_out();
+        }
         let residues: Vec<u64> = symbols
             .iter()
             .map(|(_, kind)| match kind {
@@ -140,6 +152,9 @@ pub fn decide(arena: &Arena, a: ExprId, b: ExprId, cfg: &DecideConfig) -> Outcom
     }
     if modular_difference {
         for _ in 0..cfg.real_points {
+            if out_of_time() {
+                return time_ran_out();
+            }
             let values: Vec<Coeff> = symbols.iter().map(|(_, k)| rng.value(*k)).collect();
             if let Some(point) = witness_at(arena, a, b, &values) {
                 return Outcome::Refuted {
@@ -159,6 +174,13 @@ pub fn decide(arena: &Arena, a: ExprId, b: ExprId, cfg: &DecideConfig) -> Outcom
             cfg.z3_max_terms
         ));
     }
+    let timeout = match cfg.deadline {
+        Some(d) => match d.checked_duration_since(Instant::now()) {
+            Some(left) if !left.is_zero() => timeout.min(left),
+            _ => return time_ran_out(),
+        },
+        None => timeout,
+    };
     match smt::prove_equal(arena, a, b, timeout) {
         smt::SmtResult::Equal => Outcome::Proved(Layer::Z3),
         smt::SmtResult::Model(values) => {
@@ -243,6 +265,29 @@ mod tests {
         let rn = ar.max(nx, zero).unwrap();
         let d = ar.sub(r, rn).unwrap();
         assert_eq!(decide(&ar, d, x, &cfg()), Outcome::Proved(Layer::Z3));
+    }
+
+    #[test]
+    fn a_passed_deadline_leaves_goals_unknown_never_decided() {
+        let mut ar = Arena::default();
+        let x = ar.symbol("x", SymbolKind::Real).unwrap();
+        let y = ar.symbol("y", SymbolKind::Real).unwrap();
+        let mx = ar.max(x, y).unwrap();
+        let past = DecideConfig {
+            deadline: Some(Instant::now()),
+            ..cfg()
+        };
+        std::thread::sleep(Duration::from_millis(2));
+        // Distinct normal forms need the random points or Z3, which the deadline cuts off.
+        assert_eq!(
+            decide(&ar, mx, x, &past),
+            Outcome::Unknown(TIME_RAN_OUT.into())
+        );
+        // Equal normal forms cost nothing and are still proved.
+        assert_eq!(
+            decide(&ar, mx, mx, &past),
+            Outcome::Proved(Layer::NormalForm)
+        );
     }
 
     #[test]

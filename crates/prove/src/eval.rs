@@ -213,6 +213,30 @@ impl<'a> ExactEval<'a> {
                     Func::Product => Some(vals.iter().product()),
                     Func::Max => vals.into_iter().max(),
                     Func::Min => vals.into_iter().min(),
+                    Func::ArgMax | Func::ArgMin => {
+                        let mut best = 0;
+                        for i in 1..vals.len() {
+                            let better = if f == Func::ArgMax {
+                                vals[i] > vals[best]
+                            } else {
+                                vals[i] < vals[best]
+                            };
+                            if better {
+                                best = i;
+                            }
+                        }
+                        Some(Coeff::from_integer(best as i64))
+                    }
+                    Func::SortedValue { rank, largest } => {
+                        let order = crate::expr::stable_order(&vals, largest);
+                        order.get(rank as usize).map(|&i| vals[i].clone())
+                    }
+                    Func::SortedIndex { rank, largest } => {
+                        let order = crate::expr::stable_order(&vals, largest);
+                        order
+                            .get(rank as usize)
+                            .map(|&i| Coeff::from_integer(i as i64))
+                    }
                     Func::Positive => Some(Coeff::from_integer(i64::from(vals[0].is_positive()))),
                     Func::NonNegative => {
                         Some(Coeff::from_integer(i64::from(!vals[0].is_negative())))

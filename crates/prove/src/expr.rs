@@ -13,6 +13,7 @@ use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// A hash-consed expression in normal form (an index into its [`Arena`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -54,6 +55,27 @@ pub enum Func {
     Max,
     /// Minimum of a normalized multiset of arguments.
     Min,
+    /// The position (from 0) of the first maximum of the arguments, in their order (torch's
+    /// `argmax` / `max.dim` indices); the arguments are not reordered.
+    ArgMax,
+    /// The position of the first minimum of the arguments, in their order.
+    ArgMin,
+    /// The `rank`-th (from 0) of the arguments sorted descending (`largest`) or ascending: a
+    /// `topk` value. Symmetric: its arguments are kept sorted.
+    SortedValue {
+        /// Which position of the sorted list.
+        rank: u32,
+        /// Descending order (largest first) when true.
+        largest: bool,
+    },
+    /// The position, among the arguments in their order, of the `rank`-th of a stable sort
+    /// (ties keep their order): a `topk` index.
+    SortedIndex {
+        /// Which position of the sorted list.
+        rank: u32,
+        /// Descending order (largest first) when true.
+        largest: bool,
+    },
     /// 1 when the argument is positive, else 0.
     Positive,
     /// 1 when the argument is non-negative, else 0.
@@ -87,6 +109,10 @@ impl Func {
             Func::Erf => "erf".into(),
             Func::Max => "max".into(),
             Func::Min => "min".into(),
+            Func::ArgMax => "argmax".into(),
+            Func::ArgMin => "argmin".into(),
+            Func::SortedValue { rank, largest } => format!("sorted_value[{rank},{largest}]"),
+            Func::SortedIndex { rank, largest } => format!("sorted_index[{rank},{largest}]"),
             Func::Positive => "gt0".into(),
             Func::NonNegative => "ge0".into(),
             Func::IsZero => "eq0".into(),
@@ -110,6 +136,16 @@ impl Func {
             Func::Erf => erf(x),
             Func::Max => args.iter().copied().fold(f64::NEG_INFINITY, f64_max_nan),
             Func::Min => args.iter().copied().fold(f64::INFINITY, f64_min_nan),
+            Func::ArgMax => first_extreme(args, |x, best| x > best) as f64,
+            Func::ArgMin => first_extreme(args, |x, best| x < best) as f64,
+            Func::SortedValue { rank, largest } => {
+                let order = stable_order(args, *largest);
+                order.get(*rank as usize).map_or(f64::NAN, |&i| args[i])
+            }
+            Func::SortedIndex { rank, largest } => {
+                let order = stable_order(args, *largest);
+                order.get(*rank as usize).map_or(f64::NAN, |&i| i as f64)
+            }
             Func::Positive => bool_f64(x > 0.0),
             Func::NonNegative => bool_f64(x >= 0.0),
             Func::IsZero => bool_f64(x == 0.0),
@@ -133,6 +169,41 @@ impl Func {
             Func::Named(n) => named_f64(n, x),
         }
     }
+}
+
+/// The position of the first extreme of `xs` (`beats(x, best)`: x replaces the best so far);
+/// a NaN wins at its first occurrence, as torch's CPU kernels and the interpreter do.
+fn first_extreme(xs: &[f64], beats: impl Fn(f64, f64) -> bool) -> usize {
+    let mut best = 0;
+    for (i, &x) in xs.iter().enumerate().skip(1) {
+        if xs[best].is_nan() {
+            break;
+        }
+        if x.is_nan() || beats(x, xs[best]) {
+            best = i;
+        }
+    }
+    best
+}
+
+/// The positions of `xs` in a stable sort, descending when `largest`; NaN counts as larger
+/// than every number, as in the interpreter's `sort`/`topk` kernels.
+pub fn stable_order<T: PartialOrd>(xs: &[T], largest: bool) -> Vec<usize> {
+    use std::cmp::Ordering;
+    let nan = |a: &T| a.partial_cmp(a).is_none();
+    let cmp = |a: &T, b: &T| match (nan(a), nan(b)) {
+        (true, true) => Ordering::Equal,
+        (true, false) => Ordering::Greater,
+        (false, true) => Ordering::Less,
+        _ => a.partial_cmp(b).unwrap_or(Ordering::Equal),
+    };
+    let mut idx: Vec<usize> = (0..xs.len()).collect();
+    if largest {
+        idx.sort_by(|&i, &j| cmp(&xs[j], &xs[i]));
+    } else {
+        idx.sort_by(|&i, &j| cmp(&xs[i], &xs[j]));
+    }
+    idx
 }
 
 fn bool_f64(b: bool) -> f64 {
@@ -305,7 +376,25 @@ pub struct Arena {
     symbol_ids: HashMap<String, u32>,
     budget: Budget,
     stored_terms: usize,
+    deadline: Option<Deadline>,
 }
+
+/// When normalization gives up, and how often it looks at the clock.
+#[derive(Clone, Copy, Debug)]
+struct Deadline {
+    at: Instant,
+    limit: Duration,
+    // Reading the clock on every interned polynomial would cost more than some of the
+    // normalizations it guards; every few thousand still ends a runaway loop within
+    // milliseconds.
+    countdown: u32,
+}
+
+const CLOCK_EVERY: u32 = 4096;
+
+/// [`BudgetError::what`] when the deadline of [`Arena::set_deadline`] passed (limit and
+/// reached in milliseconds).
+pub const TIME_LIMIT: &str = "the time limit (milliseconds)";
 
 impl Default for Arena {
     fn default() -> Self {
@@ -340,7 +429,19 @@ impl Arena {
             symbol_ids: HashMap::new(),
             budget,
             stored_terms: 0,
+            deadline: None,
         }
+    }
+
+    /// Makes every constructor fail with a [`BudgetError`] once `limit` has passed since
+    /// `started`: normalization loops (a wide matmul, a long sum) end promptly at a time
+    /// limit instead of running to completion first.
+    pub fn set_deadline(&mut self, started: Instant, limit: Duration) {
+        self.deadline = Some(Deadline {
+            at: started + limit,
+            limit,
+            countdown: CLOCK_EVERY,
+        });
     }
 
     /// Number of distinct expressions stored.
@@ -389,6 +490,21 @@ impl Arena {
     }
 
     fn intern(&mut self, p: Poly) -> Built {
+        if let Some(d) = &mut self.deadline {
+            d.countdown -= 1;
+            if d.countdown == 0 {
+                d.countdown = CLOCK_EVERY;
+                let now = Instant::now();
+                if now > d.at {
+                    let limit = d.limit.as_millis() as usize;
+                    return Err(BudgetError {
+                        what: TIME_LIMIT,
+                        limit,
+                        reached: limit + now.duration_since(d.at).as_millis() as usize,
+                    });
+                }
+            }
+        }
         if p.terms.len() > self.budget.terms_per_expr {
             return Err(BudgetError {
                 what: "terms of one expression",
@@ -883,6 +999,57 @@ impl Arena {
                     return Ok(args[1]);
                 }
             }
+            Func::ArgMax | Func::ArgMin => {
+                // One candidate, or every candidate the same expression: the first.
+                if args.iter().all(|&a| a == args[0]) {
+                    return self.int(0);
+                }
+                let consts: Option<Vec<Coeff>> = args.iter().map(|&a| self.as_const(a)).collect();
+                if let Some(cs) = consts {
+                    let mut best = 0;
+                    for (i, c) in cs.iter().enumerate().skip(1) {
+                        let better = if func == Func::ArgMax {
+                            *c > cs[best]
+                        } else {
+                            *c < cs[best]
+                        };
+                        if better {
+                            best = i;
+                        }
+                    }
+                    return self.int(best as i64);
+                }
+            }
+            Func::SortedValue { rank, .. } => {
+                if args.iter().all(|&a| a == args[0]) {
+                    return Ok(args[0]);
+                }
+                if let Some(cs) = args
+                    .iter()
+                    .map(|&a| self.as_const(a))
+                    .collect::<Option<Vec<Coeff>>>()
+                {
+                    let largest = matches!(func, Func::SortedValue { largest: true, .. });
+                    let order = stable_order(&cs, largest);
+                    return Ok(args[order[rank as usize]]);
+                }
+                // The value does not depend on the arguments' order.
+                args.sort_unstable();
+            }
+            Func::SortedIndex { rank, largest } => {
+                if args.iter().all(|&a| a == args[0]) {
+                    // Every tie keeps its place: the rank-th position.
+                    return self.int(i64::from(rank));
+                }
+                if let Some(cs) = args
+                    .iter()
+                    .map(|&a| self.as_const(a))
+                    .collect::<Option<Vec<Coeff>>>()
+                {
+                    let order = stable_order(&cs, largest);
+                    return self.int(order[rank as usize] as i64);
+                }
+            }
             Func::PowConst(_) | Func::Named(_) | Func::Product => {}
         }
         self.atom_expr(Atom::App(func, args))
@@ -1128,6 +1295,22 @@ mod tests {
 
     fn arena() -> Arena {
         Arena::default()
+    }
+
+    #[test]
+    fn a_passed_deadline_stops_construction() {
+        let mut a = Arena::default();
+        a.set_deadline(Instant::now(), Duration::ZERO);
+        std::thread::sleep(Duration::from_millis(2));
+        let x = a.symbol("x", SymbolKind::Real).unwrap();
+        let stopped = (0..3 * CLOCK_EVERY as i64)
+            .map(|k| {
+                let c = a.int(k)?;
+                a.add(x, c)
+            })
+            .find_map(Result::err)
+            .expect("the clock is read every CLOCK_EVERY constructions");
+        assert_eq!(stopped.what, TIME_LIMIT);
     }
 
     #[test]

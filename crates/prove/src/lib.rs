@@ -60,8 +60,9 @@
 //! the product of their widths; where one program distributes such a product and the other
 //! does not, normal forms differ and the goal falls to the later layers (unknown at worst,
 //! never a wrong verdict). Exact rational arithmetic on f64 constants is slow on big models
-//! (gpt2 tp=2 forward takes about a minute). `--time-limit` is checked before every node and
-//! between goals.
+//! (gpt2 tp=2 forward takes about a minute). [`ProveConfig::time_limit`] is checked before every node,
+//! every few thousand expressions built ([`expr::Arena::set_deadline`]), before every goal and
+//! random point, and caps Z3's timeout.
 //!
 //! ```
 //! use shardproof_prove::decide::{decide, DecideConfig, Layer, Outcome};

@@ -110,6 +110,61 @@ impl Encoder<'_> {
                         }
                         acc
                     }
+                    Func::ArgMax | Func::ArgMin => {
+                        // The first extreme: a later argument wins only when strictly better.
+                        let (mut best, mut at) = (xs[0], zero);
+                        for (k, &x) in xs.iter().enumerate().skip(1) {
+                            let better = if f == Func::ArgMax {
+                                z3.gt(x, best)
+                            } else {
+                                z3.lt(x, best)
+                            };
+                            best = z3.ite(better, x, best);
+                            at = z3.ite(better, z3.numeral(&k.to_string()), at);
+                        }
+                        at
+                    }
+                    Func::SortedValue { rank, largest } | Func::SortedIndex { rank, largest } => {
+                        // Position i is the rank-th of a stable sort when exactly `rank`
+                        // arguments precede it: strictly better ones, and equal ones before it.
+                        let n = xs.len();
+                        let mut acc = if matches!(f, Func::SortedValue { .. }) {
+                            xs[n - 1]
+                        } else {
+                            z3.numeral(&(n - 1).to_string())
+                        };
+                        for i in (0..n.saturating_sub(1)).rev() {
+                            let before: Vec<Ast> = (0..n)
+                                .filter(|&l| l != i)
+                                .map(|l| {
+                                    let better = if largest {
+                                        z3.gt(xs[l], xs[i])
+                                    } else {
+                                        z3.lt(xs[l], xs[i])
+                                    };
+                                    let ahead = if l < i {
+                                        z3.or(&[better, z3.eq(xs[l], xs[i])])
+                                    } else {
+                                        better
+                                    };
+                                    z3.ite(ahead, one, zero)
+                                })
+                                .collect();
+                            let count = if before.is_empty() {
+                                zero
+                            } else {
+                                z3.add(&before)
+                            };
+                            let hit = z3.eq(count, z3.numeral(&rank.to_string()));
+                            let here = if matches!(f, Func::SortedValue { .. }) {
+                                xs[i]
+                            } else {
+                                z3.numeral(&i.to_string())
+                            };
+                            acc = z3.ite(hit, here, acc);
+                        }
+                        acc
+                    }
                     Func::Positive => z3.ite(z3.gt(xs[0], zero), one, zero),
                     Func::NonNegative => z3.ite(z3.ge(xs[0], zero), one, zero),
                     Func::IsZero => z3.ite(z3.eq(xs[0], zero), one, zero),

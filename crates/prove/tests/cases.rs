@@ -248,10 +248,10 @@ fn shape_reduction_keeps_the_verdict_of_every_mlp_plan() {
         );
         // The batch split over dp keeps 2 samples a rank.
         let x = r.inputs.iter().find(|i| i.name == "x").unwrap();
-        let batch = if mesh == "dp=2" { 4 } else { 2 };
+        let batch = if mesh == "dp=2" { 6 } else { 3 };
         assert_eq!(
             (x.original.clone(), x.reduced.clone()),
-            (vec![6, 24], vec![batch, 2])
+            (vec![6, 24], vec![batch, 3])
         );
     }
 }
@@ -363,4 +363,182 @@ fn the_layer_norm_backward_rule_agrees_with_the_kernel() {
             );
         }
     }
+}
+
+#[test]
+fn max_min_with_indices_argmax_topk_scatter_and_gather_agree_with_the_kernels_ties_included() {
+    use shardproof_prove::eval::FloatEval;
+    use shardproof_prove::exec::{run_graph, ExecLimits};
+    use shardproof_prove::expr::{Arena, SymbolKind};
+    use shardproof_prove::tensor::SymTensor;
+    let spec = r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[3, 4]"):
+        max_1 = torch.ops.aten.max.dim(x, 1)
+        getitem: "f32[3]" = max_1[0]
+        getitem_1: "i64[3]" = max_1[1]
+        min_1 = torch.ops.aten.min.dim(x, 0, True)
+        getitem_2: "f32[1, 4]" = min_1[0]
+        getitem_3: "i64[1, 4]" = min_1[1]
+        argmax: "i64[]" = torch.ops.aten.argmax.default(x)
+        argmin: "i64[3, 1]" = torch.ops.aten.argmin.default(x, -1, True)
+        topk = torch.ops.aten.topk.default(x, 3)
+        getitem_4: "f32[3, 3]" = topk[0]
+        getitem_5: "i64[3, 3]" = topk[1]
+        topk_1 = torch.ops.aten.topk.default(x, 2, 0, False)
+        getitem_6: "f32[2, 4]" = topk_1[0]
+        getitem_7: "i64[2, 4]" = topk_1[1]
+        neg: "f32[3, 4]" = torch.ops.aten.neg.default(x)
+        scatter: "f32[3, 4]" = torch.ops.aten.scatter.src(neg, 1, getitem_5, getitem_4)
+        scatter_1: "f32[3, 4]" = torch.ops.aten.scatter.value(x, 0, getitem_7, 9.0)
+        gather: "f32[3, 3]" = torch.ops.aten.gather.default(neg, 1, getitem_5)
+        return (getitem, getitem_1, getitem_2, getitem_3, argmax, argmin, getitem_4, getitem_5, getitem_6, getitem_7, scatter, scatter_1, gather)
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let c = write_case(
+        dir.path(),
+        spec,
+        spec,
+        "version: 1\nname: ext\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [r0.py, r1.py]\ninputs:\n  x: Replicate()\n",
+    );
+    // Row 0 ties at its maximum, column 1 ties at its minimum, the global maximum ties.
+    let data = [
+        3.0, 1.0, 3.0, -2.0, //
+        0.5, -4.0, 7.0, 7.0, //
+        -1.0, -4.0, 2.0, 6.0,
+    ];
+    let mut arena = Arena::default();
+    let elems = (0..12)
+        .map(|i| arena.symbol(&format!("x{i}"), SymbolKind::Real).unwrap())
+        .collect();
+    let mut leaves = std::collections::BTreeMap::new();
+    leaves.insert(
+        "x".to_string(),
+        SymTensor::new(shardproof_ir::DType::F32, vec![3, 4], elems),
+    );
+    let mut concrete = std::collections::BTreeMap::new();
+    concrete.insert(
+        "x".to_string(),
+        shardproof_ops::Tensor::new(
+            shardproof_ops::Meta::new(shardproof_ir::DType::F32, vec![3, 4]),
+            data.to_vec(),
+        ),
+    );
+    let env = run_graph(&mut arena, &c.spec, &leaves, &c.ops, &ExecLimits::default()).unwrap();
+    let run =
+        shardproof_interp::run_graph(&c.spec, &concrete, &shardproof_interp::RunConfig::default())
+            .unwrap();
+    let mut eval = FloatEval::new(&arena, data.to_vec());
+    for name in [
+        "getitem",
+        "getitem_1",
+        "getitem_2",
+        "getitem_3",
+        "argmax",
+        "argmin",
+    ] {
+        let v = c.spec.find(name).unwrap();
+        let sym = env[v.node][v.output].as_ref().unwrap();
+        let want = run.get(v).unwrap();
+        assert_eq!(sym.shape, want.shape(), "{name}");
+        let got: Vec<f64> = sym.elems.iter().map(|&e| eval.eval(e)).collect();
+        assert_eq!(got, *want.data, "{name}");
+    }
+}
+
+#[test]
+fn sharded_argmax_rows_are_proved_and_an_argmin_in_their_place_refuted() {
+    let spec = r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[4, 3]"):
+        argmax: "i64[4]" = torch.ops.aten.argmax.default(x, 1)
+        return (argmax,)
+"#;
+    let rank = |op: &str| {
+        format!(
+            "class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[2, 3]\"):\n        argmax: \"i64[2]\" = torch.ops.aten.{op}.default(x, 1)\n        return (argmax,)\n"
+        )
+    };
+    let case = "version: 1\nname: argmax\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [r0.py, r1.py]\ninputs:\n  x: Shard(0)\noutputs:\n  argmax: Shard(0)\n";
+    // Argmax is outside the shape reduction's operator list: proved at full size.
+    let full = ProveConfig {
+        reduce: false,
+        ..ProveConfig::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let ok = write_case(dir.path(), spec, &rank("argmax"), case);
+    let proof = prove_case(&ok, &full);
+    assert_eq!(proof.verdict, Verdict::Proved, "{:?}", proof.message);
+    // Scaling by 2 keeps every argmax but changes the normal form: Z3 decides it.
+    let scaled = "class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[2, 3]\"):\n        mul: \"f32[2, 3]\" = torch.ops.aten.mul.Tensor(x, 2.0)\n        argmax: \"i64[2]\" = torch.ops.aten.argmax.default(mul, 1)\n        return (argmax,)\n";
+    let proof = prove_case(&write_case(dir.path(), spec, scaled, case), &full);
+    assert_eq!(proof.verdict, Verdict::Proved, "{:?}", proof.message);
+    assert!(
+        proof.layers.get("z3").is_some_and(|&n| n > 0),
+        "{:?}",
+        proof.layers
+    );
+    let bad = write_case(dir.path(), spec, &rank("argmin"), case);
+    let proof = prove_case(&bad, &full);
+    assert_eq!(proof.verdict, Verdict::Refuted, "{:?}", proof.message);
+    assert!(proof.counterexample.is_some());
+}
+
+#[test]
+fn sharded_topk_rows_are_proved_and_a_smallest_k_in_their_place_refuted() {
+    let spec = r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[4, 3]"):
+        topk = torch.ops.aten.topk.default(x, 2)
+        getitem: "f32[4, 2]" = topk[0]
+        getitem_1: "i64[4, 2]" = topk[1]
+        return (getitem, getitem_1)
+"#;
+    let rank = |body: &str| {
+        format!(
+            "class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[2, 3]\"):\n{body}        return (getitem, getitem_1)\n"
+        )
+    };
+    let plain = "        topk = torch.ops.aten.topk.default(x, 2)\n        getitem: \"f32[2, 2]\" = topk[0]\n        getitem_1: \"i64[2, 2]\" = topk[1]\n";
+    // Sorting 2x and halving the values changes the normal forms, not the result: Z3.
+    let scaled = "        mul: \"f32[2, 3]\" = torch.ops.aten.mul.Tensor(x, 2.0)\n        topk = torch.ops.aten.topk.default(mul, 2)\n        getitem_2: \"f32[2, 2]\" = topk[0]\n        getitem_1: \"i64[2, 2]\" = topk[1]\n        getitem: \"f32[2, 2]\" = torch.ops.aten.mul.Tensor(getitem_2, 0.5)\n";
+    let smallest = "        topk = torch.ops.aten.topk.default(x, 2, -1, False)\n        getitem: \"f32[2, 2]\" = topk[0]\n        getitem_1: \"i64[2, 2]\" = topk[1]\n";
+    let case = "version: 1\nname: topk\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [r0.py, r1.py]\ninputs:\n  x: Shard(0)\noutputs:\n  getitem: Shard(0)\n  getitem_1: Shard(0)\n";
+    let full = ProveConfig {
+        reduce: false,
+        ..ProveConfig::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let proof = prove_case(&write_case(dir.path(), spec, &rank(plain), case), &full);
+    assert_eq!(proof.verdict, Verdict::Proved, "{:?}", proof.message);
+    let proof = prove_case(&write_case(dir.path(), spec, &rank(scaled), case), &full);
+    assert_eq!(proof.verdict, Verdict::Proved, "{:?}", proof.message);
+    assert!(
+        proof.layers.get("z3").is_some_and(|&n| n > 0),
+        "{:?}",
+        proof.layers
+    );
+    let proof = prove_case(&write_case(dir.path(), spec, &rank(smallest), case), &full);
+    assert_eq!(proof.verdict, Verdict::Refuted, "{:?}", proof.message);
+    assert!(proof.counterexample.is_some());
+}
+
+#[test]
+fn a_deepseek_moe_forward_is_proved_at_full_size_and_a_sharded_norm_refuted() {
+    // The router's topk, scatter and the experts' dispatch all have symbolic rules.
+    let full = ProveConfig {
+        reduce: false,
+        ..ProveConfig::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let ok = emit_model("deepseek", &dir.path().join("ok"), "tp=2", None, true);
+    let proof = prove_case(&ok, &full);
+    assert_eq!(proof.verdict, Verdict::Proved, "{:?}", proof.message);
+    let bad = emit_model(
+        "deepseek",
+        &dir.path().join("bad"),
+        "tp=2",
+        Some("norm-sharded-hidden"),
+        true,
+    );
+    let proof = prove_case(&bad, &full);
+    assert_eq!(proof.verdict, Verdict::Refuted, "{:?}", proof.message);
+    assert!(proof.counterexample.is_some());
 }

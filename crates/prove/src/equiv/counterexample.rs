@@ -40,6 +40,9 @@ pub struct Counterexample {
     /// The output rebuilt from the ranks (NaN where no rank holds an element).
     #[serde(skip)]
     pub rebuilt_output: Tensor,
+    /// The PyTorch replay plan (`replay.json`), or why there is none.
+    #[serde(skip)]
+    pub replay: Result<serde_json::Value, String>,
 }
 
 fn concrete(eval: &mut FloatEval, t: &SymTensor) -> Tensor {
@@ -123,6 +126,17 @@ pub fn confirm(
     for r in &rebuilt {
         full[r.spec_index] = r.value;
     }
+    let replay = super::replay::plan(
+        case,
+        name,
+        spec_value,
+        spec.shape(),
+        holders,
+        layout,
+        &spec_inputs,
+        &rank_inputs,
+        &|r| value_of(r).map(|t| t.shape().to_vec()),
+    );
     let (want, got) = (spec.data[spec_index], full[spec_index]);
     if !clearly_differ(want, got) {
         return Err(format!(
@@ -137,6 +151,7 @@ pub fn confirm(
         rebuilt_value: got,
         spec_inputs,
         rank_inputs,
+        replay,
         rebuilt_output: Tensor::new(spec.meta.clone(), full),
         spec_output: spec,
     })
@@ -165,7 +180,8 @@ fn save(path: &Path, tensors: &[(String, &Tensor)]) -> Result<(), String> {
 impl Counterexample {
     /// Writes the counterexample into `dir`: `inputs.safetensors` (the spec's inputs by name,
     /// rank r's as `r<r>/<name>`), `spec_output.safetensors`, `rebuilt_output.safetensors`
-    /// (f64; NaN where no rank holds an element) and `counterexample.json`, the index.
+    /// (f64; NaN where no rank holds an element), `counterexample.json`, the index, and
+    /// `replay.py` with its `replay.json`, which reproduce the difference in PyTorch.
     pub fn write(&self, dir: &Path, case: &str) -> Result<(), String> {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let mut inputs: Vec<(String, &Tensor)> = self
@@ -200,6 +216,18 @@ impl Counterexample {
             "spec_inputs": self.spec_inputs.keys().collect::<Vec<_>>(),
             "rank_inputs": self.rank_inputs.iter().map(|l| l.keys().collect::<Vec<_>>()).collect::<Vec<_>>(),
         });
+        let mut index = index;
+        match &self.replay {
+            Ok(plan) => {
+                let plan = serde_json::to_string(plan).expect("json");
+                std::fs::write(dir.join("replay.json"), plan + "\n")
+                    .map_err(|e| format!("{}: {e}", dir.display()))?;
+                std::fs::write(dir.join("replay.py"), super::replay::SCRIPT)
+                    .map_err(|e| format!("{}: {e}", dir.display()))?;
+                index["files"]["replay"] = serde_json::json!("replay.py");
+            }
+            Err(e) => index["replay_unavailable"] = serde_json::json!(e),
+        }
         let text = serde_json::to_string_pretty(&index).expect("json");
         std::fs::write(dir.join("counterexample.json"), text + "\n")
             .map_err(|e| format!("{}: {e}", dir.display()))

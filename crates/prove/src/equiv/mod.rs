@@ -6,6 +6,7 @@
 pub mod counterexample;
 pub mod inputs;
 pub mod layout;
+pub mod replay;
 
 use crate::decide::{decide, DecideConfig, Layer, Outcome, Point};
 use crate::exec::{self, ExecError, ExecErrorKind, ExecLimits, SymEnv};
@@ -33,6 +34,9 @@ pub struct ProveConfig {
     pub max_goals: usize,
     /// Wall-clock limit of the whole proof.
     pub time_limit: Option<Duration>,
+    /// When the time limit began (`None`: when [`prove_case`] is called), so that a caller's
+    /// own work before the proof counts against it.
+    pub started: Option<Instant>,
     /// Where the proof counts its work, for another thread to show: the nodes executed, then
     /// the expected outputs decided.
     pub progress: Option<std::sync::Arc<shardproof_ir::Progress>>,
@@ -50,6 +54,7 @@ impl Default for ProveConfig {
             max_elements: 4_000_000,
             max_goals: 1_000_000,
             time_limit: None,
+            started: None,
             progress: None,
             reduce: true,
         }
@@ -297,8 +302,11 @@ struct Refutation {
 /// give [`Verdict::Inconclusive`]. With [`ProveConfig::reduce`] the proof runs on the
 /// shape-reduced case, and a case the reduction refuses is inconclusive, naming why.
 pub fn prove_case(case: &Case, cfg: &ProveConfig) -> Proof {
+    // One clock for the whole proof: the reduced case, the full-size replay of a refutation
+    // and every goal's decision share the one limit the user gave.
+    let started = cfg.started.unwrap_or_else(Instant::now);
     if !cfg.reduce {
-        return prove_sized(case, cfg);
+        return prove_sized(case, cfg, started);
     }
     let reduction = match crate::reduce::reduce_case(case) {
         Ok(r) => r,
@@ -327,12 +335,12 @@ pub fn prove_case(case: &Case, cfg: &ProveConfig) -> Proof {
         elements_after: program_elements(&reduction.case),
         counterexample_reduced: false,
     };
-    let mut proof = prove_sized(&reduction.case, cfg);
+    let mut proof = prove_sized(&reduction.case, cfg, started);
     if proof.verdict == Verdict::Refuted && summary.elements_before <= cfg.max_elements {
         // A refutation is shown on the case as written where it fits: the counterexample
         // then replays on the user's own graphs, and a disagreement would expose a reduction
         // that changed the program's meaning.
-        let full = prove_sized(case, cfg);
+        let full = prove_sized(case, cfg, started);
         match full.verdict {
             Verdict::Refuted => {
                 proof = full;
@@ -356,9 +364,18 @@ pub fn prove_case(case: &Case, cfg: &ProveConfig) -> Proof {
     proof
 }
 
-/// Proves the case at the sizes it has.
-fn prove_sized(case: &Case, cfg: &ProveConfig) -> Proof {
-    let started = Instant::now();
+/// Proves the case at the sizes it has, within `cfg.time_limit` of `started`.
+fn prove_sized(case: &Case, cfg: &ProveConfig, started: Instant) -> Proof {
+    let mut arena = Arena::new(cfg.budget);
+    let proof = prove_in(case, cfg, started, &mut arena);
+    // Freeing millions of hash-consed polynomials takes seconds on a big program (1.6 s of a
+    // 3 s llama run); the verdict, a time limit's above all, does not wait for it.
+    std::thread::spawn(move || drop(arena));
+    proof
+}
+
+/// [`prove_sized`] with the expressions kept in `arena`.
+fn prove_in(case: &Case, cfg: &ProveConfig, started: Instant, arena: &mut Arena) -> Proof {
     let elements = program_elements(case);
     if elements > cfg.max_elements {
         let e = ExecError {
@@ -371,9 +388,17 @@ fn prove_sized(case: &Case, cfg: &ProveConfig) -> Proof {
         };
         return Proof::stopped(case, Verdict::Inconclusive, &e);
     }
-    let mut arena = Arena::new(cfg.budget);
+    let deadline = cfg.time_limit.map(|t| started + t);
+    let out_of_time = || deadline.is_some_and(|d| Instant::now() > d);
+    if let Some(limit) = cfg.time_limit {
+        arena.set_deadline(started, limit);
+    }
+    let decide_cfg = DecideConfig {
+        deadline,
+        ..cfg.decide.clone()
+    };
     let limits = ExecLimits {
-        deadline: cfg.time_limit.map(|t| started + t),
+        deadline,
         progress: cfg.progress.clone(),
         ..cfg.limits.clone()
     };
@@ -388,10 +413,9 @@ fn prove_sized(case: &Case, cfg: &ProveConfig) -> Proof {
         p.start(nodes);
     }
     let mut run = || -> Result<(inputs::Leaves, SymEnv, Vec<SymEnv>), ExecError> {
-        let leaves = inputs::make_leaves(&mut arena, case)?;
-        let spec = exec::run_graph(&mut arena, &case.spec, &leaves.spec, &case.ops, &limits)?;
-        let ranks =
-            exec::run_program(&mut arena, &case.program, &leaves.ranks, &case.ops, &limits)?;
+        let leaves = inputs::make_leaves(arena, case)?;
+        let spec = exec::run_graph(arena, &case.spec, &leaves.spec, &case.ops, &limits)?;
+        let ranks = exec::run_program(arena, &case.program, &leaves.ranks, &case.ops, &limits)?;
         Ok((leaves, spec, ranks))
     };
     let (leaves, spec_env, rank_envs) = match run() {
@@ -447,7 +471,7 @@ fn prove_sized(case: &Case, cfg: &ProveConfig) -> Proof {
                 &holders,
                 &|r| value_of(r).map(|t| t.shape.clone()),
                 &mut |r, i| value_of(r).expect("shape checked").elems[i],
-                &mut |red, xs| combine_shares(&mut arena, red, xs),
+                &mut |red, xs| combine_shares(arena, red, xs),
             );
             let rebuilt = match rebuilt {
                 Ok(r) => r,
@@ -509,19 +533,14 @@ fn prove_sized(case: &Case, cfg: &ProveConfig) -> Proof {
                     status = "unknown";
                     break;
                 }
-                if let Some(limit) = cfg.time_limit {
-                    if started.elapsed() > limit {
-                        limit_hit = Some(format!(
-                            "the time limit of {} s ran out",
-                            limit.as_secs_f64()
-                        ));
-                        status = "unknown";
-                        break;
-                    }
+                if out_of_time() {
+                    limit_hit = Some(time_ran_out(cfg));
+                    status = "unknown";
+                    break;
                 }
                 let outcome = decided
                     .entry(key)
-                    .or_insert_with(|| decide(&arena, key.0, key.1, &cfg.decide))
+                    .or_insert_with(|| decide(arena, key.0, key.1, &decide_cfg))
                     .clone();
                 let layer = match &outcome {
                     Outcome::Proved(l) => *l,
@@ -628,7 +647,7 @@ fn prove_sized(case: &Case, cfg: &ProveConfig) -> Proof {
         let exp = &expectations[r.output];
         match counterexample::confirm(
             case,
-            &arena,
+            arena,
             &leaves,
             &exp.name,
             exp.spec_value,
@@ -659,6 +678,10 @@ fn prove_sized(case: &Case, cfg: &ProveConfig) -> Proof {
         }
         return proof;
     }
+    if limit_hit.is_none() && out_of_time() && proof.outputs.iter().any(|o| o.status != "proved") {
+        // The last goals' Z3 runs were cut short by the limit rather than undecidable.
+        limit_hit = Some(time_ran_out(cfg));
+    }
     if let Some(why) = limit_hit {
         proof.message = Some(why);
         return proof;
@@ -678,6 +701,14 @@ fn prove_sized(case: &Case, cfg: &ProveConfig) -> Proof {
         }
     }
     proof
+}
+
+/// Why a proof stopped at its time limit.
+fn time_ran_out(cfg: &ProveConfig) -> String {
+    format!(
+        "the time limit of {} s ran out",
+        cfg.time_limit.unwrap_or_default().as_secs_f64()
+    )
 }
 
 /// The multi-index of a flat index.

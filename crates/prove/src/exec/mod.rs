@@ -63,7 +63,11 @@ impl From<BudgetError> for ExecError {
         ExecError {
             kind: ExecErrorKind::Budget,
             op: None,
-            message: e.to_string(),
+            message: if e.what == crate::expr::TIME_LIMIT {
+                format!("the time limit of {} s ran out", e.limit as f64 / 1e3)
+            } else {
+                e.to_string()
+            },
         }
     }
 }

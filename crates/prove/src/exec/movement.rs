@@ -148,6 +148,9 @@ pub(crate) fn run(ctx: &mut NodeCtx, index_args: &[&str]) -> Result<Vec<SymTenso
             .clone()
             .ok_or_else(|| ctx.unsupported("an input has no value"))?;
         let tensor = if index_values.contains(&v) {
+            if ctx.def.name.name == "gather" && constant_values(ctx.arena, &t).is_none() {
+                return super::rules::symbolic_gather(ctx);
+            }
             let values = constant_values(ctx.arena, &t).ok_or_else(|| {
                 ctx.unsupported(format!(
                     "index tensor `{}` is not constant (symbolic indices have no rule here)",

@@ -54,6 +54,9 @@ pub(crate) fn rule_of(base: &str) -> Option<RuleFn> {
         "aten.addcmul" | "aten.addcdiv" => addc,
         "aten.sum" | "aten.mean" | "aten.amax" | "aten.amin" | "aten.prod" => reduction,
         "aten.max" | "aten.min" => max_min,
+        "aten.argmax" | "aten.argmin" => arg_extreme,
+        "aten.topk" => topk,
+        "aten.scatter" => scatter,
         "aten.var" | "aten.std" => variance,
         "aten.logsumexp" => logsumexp,
         "aten.linalg_vector_norm" => vector_norm,
@@ -539,8 +542,8 @@ fn reduction(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
     Ok(vec![out])
 }
 
-/// `max` / `min`: of all elements, elementwise of two tensors, or along a dim (values only:
-/// the indices output has no symbolic form).
+/// `max` / `min`: of all elements, elementwise of two tensors, or along a dim (values and the
+/// position of the first extreme, as the interpreter's kernel picks it).
 fn max_min(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
     let is_max = ctx.def.name.name == "max";
     let func = if is_max { Func::Max } else { Func::Min };
@@ -559,8 +562,236 @@ fn max_min(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
                 ar.app(func.clone(), v.to_vec())
             })?])
         }
-        _ => Err(ctx.unsupported("the indices of a max/min along a dim have no symbolic rule")),
+        "dim" => {
+            let x = ctx.tensor("self")?;
+            let d = ctx.int("dim")?;
+            let rank = x.shape.len().max(1);
+            let d = norm_dim(d, rank).ok_or_else(|| ctx.unsupported("dim out of range"))?;
+            let keepdim = ctx.bool_or("keepdim", false)?;
+            // A rank-0 tensor is one lane of one element.
+            let dims: Vec<usize> = if x.shape.is_empty() { vec![] } else { vec![d] };
+            let values = reduce_by(ctx, &x, &dims, keepdim, &mut |ar, xs| {
+                ar.app(func.clone(), xs.to_vec())
+            })?;
+            let at = if is_max { Func::ArgMax } else { Func::ArgMin };
+            let indices = lane_positions(ctx, &x, &dims, keepdim, at)?;
+            Ok(vec![values, indices])
+        }
+        other => Err(ctx.unsupported(format!("max/min overload `{other}` has no symbolic rule"))),
     }
+}
+
+/// Per lane of `x` over `dims`, the position of its first extreme (`func` is ArgMax or
+/// ArgMin), as an i64 tensor.
+fn lane_positions(
+    ctx: &mut NodeCtx,
+    x: &SymTensor,
+    dims: &[usize],
+    keepdim: bool,
+    func: Func,
+) -> Result<SymTensor, ExecError> {
+    let mut t = reduce_by(ctx, x, dims, keepdim, &mut |ar, xs| {
+        ar.app(func.clone(), xs.to_vec())
+    })?;
+    t.dtype = shardproof_ir::DType::I64;
+    Ok(t)
+}
+
+/// `argmax` / `argmin`: along `dim`, or over the flattened tensor when `dim` is None.
+fn arg_extreme(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
+    let func = if ctx.def.name.name == "argmax" {
+        Func::ArgMax
+    } else {
+        Func::ArgMin
+    };
+    let x = ctx.tensor("self")?;
+    let keepdim = ctx.bool_or("keepdim", false)?;
+    let dims: Vec<usize> = match ctx.opt_int("dim")? {
+        None => (0..x.shape.len()).collect(),
+        Some(_) if x.shape.is_empty() => vec![],
+        Some(d) => {
+            vec![norm_dim(d, x.shape.len()).ok_or_else(|| ctx.unsupported("dim out of range"))?]
+        }
+    };
+    Ok(vec![lane_positions(ctx, &x, &dims, keepdim, func)?])
+}
+
+/// `topk`: per lane along `dim`, the `k` first values of a stable sort and their positions
+/// (ties in index order, as the interpreter's kernel); `sorted=False` leaves the order to
+/// the backend, so it has no rule.
+fn topk(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
+    let x = ctx.tensor("self")?;
+    let k = usize::try_from(ctx.int("k")?).map_err(|_| ctx.unsupported("negative k"))?;
+    let largest = ctx.bool_or("largest", true)?;
+    if !ctx.bool_or("sorted", true)? {
+        return Err(ctx.unsupported("topk with sorted=False has no fixed order"));
+    }
+    let int = shardproof_ir::DType::I64;
+    if x.shape.is_empty() {
+        if k != 1 {
+            return Err(ctx.unsupported(format!("topk k={k} of a 0-d tensor")));
+        }
+        let zero = ctx.arena.int(0)?;
+        return Ok(vec![x.clone(), SymTensor::new(int, vec![], vec![zero])]);
+    }
+    let d = norm_dim(ctx.opt_int("dim")?.unwrap_or(-1), x.shape.len())
+        .ok_or_else(|| ctx.unsupported("dim out of range"))?;
+    let n = x.shape[d];
+    if k > n {
+        return Err(ctx.unsupported(format!("topk k={k} over a dim of {n}")));
+    }
+    let inner: usize = x.shape[d + 1..].iter().product();
+    let (_, lanes) = reduce_groups(&x.shape, &[d], true);
+    let mut shape = x.shape.clone();
+    shape[d] = k;
+    let total: usize = shape.iter().product();
+    let (mut values, mut indices) = (vec![None; total], vec![None; total]);
+    for (g, lane) in lanes.iter().enumerate() {
+        let xs: Vec<ExprId> = lane.iter().map(|&i| x.elems[i]).collect();
+        let (o, i) = (g / inner, g % inner);
+        for j in 0..k {
+            let rank = u32::try_from(j).map_err(|_| ctx.unsupported("k too large"))?;
+            let at = (o * k + j) * inner + i;
+            values[at] = Some(
+                ctx.arena
+                    .app(Func::SortedValue { rank, largest }, xs.clone())?,
+            );
+            indices[at] = Some(
+                ctx.arena
+                    .app(Func::SortedIndex { rank, largest }, xs.clone())?,
+            );
+        }
+    }
+    let dtype = ctx.out_meta(0).map(|m| m.dtype).unwrap_or(x.dtype);
+    let collect = |v: Vec<Option<ExprId>>| v.into_iter().map(|e| e.expect("every slot")).collect();
+    Ok(vec![
+        SymTensor::new(dtype, shape.clone(), collect(values)),
+        SymTensor::new(int, shape, collect(indices)),
+    ])
+}
+
+/// Whether index expression `e` is provably in `[0, n)`: a constant there, or a position
+/// among at most `n` arguments (argmax/argmin, a sorted index). Anything else could fall
+/// outside the target, where the kernel fails instead of computing.
+fn index_within(arena: &Arena, e: ExprId, n: usize) -> bool {
+    if let Some(c) = arena.as_const(e) {
+        return c.to_usize().is_some_and(|i| i < n);
+    }
+    matches!(
+        arena.single_app(e),
+        Some((Func::ArgMax | Func::ArgMin | Func::SortedIndex { .. }, args)) if args.len() <= n
+    )
+}
+
+/// `scatter.src` / `scatter.value` (no reduction): `out[q] = src[p]` for every index
+/// position `p` that agrees with `q` off `dim` and whose index value is `q[dim]`, the last
+/// such `p` winning (the interpreter's order); `self[q]` where none does. With symbolic
+/// index values each element is a chain of `where(index[p] == q[dim], src[p], ...)`.
+fn scatter(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
+    let overload = ctx.def.name.overload.clone();
+    if overload != "src" && overload != "value" {
+        return Err(ctx.unsupported(format!(
+            "scatter overload `{overload}` has no symbolic rule"
+        )));
+    }
+    let x = ctx.tensor("self")?;
+    let index = ctx.tensor("index")?;
+    let rank = x.shape.len();
+    if rank == 0 || index.shape.len() != rank {
+        return Err(ctx.unsupported("scatter of a 0-d tensor or with an index of another rank"));
+    }
+    let d = norm_dim(ctx.int("dim")?, rank).ok_or_else(|| ctx.unsupported("dim out of range"))?;
+    let src = if overload == "src" {
+        Some(ctx.tensor("src")?)
+    } else {
+        None
+    };
+    let value = match &src {
+        Some(_) => None,
+        None => Some(match ctx.operand("value", None)? {
+            Operand::Scalar(e) => e,
+            Operand::Tensor(_) => return Err(ctx.unsupported("scatter value is a tensor")),
+        }),
+    };
+    for k in 0..rank {
+        let fits = index.shape[k] <= src.as_ref().map_or(usize::MAX, |s| s.shape[k])
+            && (k == d || index.shape[k] <= x.shape[k]);
+        if !fits {
+            return Err(ctx.unsupported("scatter index larger than its source or target"));
+        }
+    }
+    let n = x.shape[d];
+    if index.elems.iter().any(|&e| !index_within(ctx.arena, e, n)) {
+        return Err(ctx.unsupported(format!(
+            "scatter index values not provably within the target's dim of {n}"
+        )));
+    }
+    let xst = crate::tensor::strides(&x.shape);
+    let ist = crate::tensor::strides(&index.shape);
+    let sst = src.as_ref().map(|s| crate::tensor::strides(&s.shape));
+    let mut out: Vec<ExprId> = x.elems.to_vec();
+    for (q, slot) in out.iter_mut().enumerate() {
+        let coords: Vec<usize> = (0..rank).map(|k| q / xst[k] % x.shape[k]).collect();
+        if (0..rank).any(|k| k != d && coords[k] >= index.shape[k]) {
+            continue;
+        }
+        let target = ctx.arena.int(coords[d] as i64)?;
+        let mut acc = *slot;
+        for j in 0..index.shape[d] {
+            let at = |st: &[usize]| -> usize {
+                (0..rank)
+                    .map(|k| if k == d { j } else { coords[k] } * st[k])
+                    .sum()
+            };
+            let idx = index.elems[at(&ist)];
+            let v = match (&src, &sst) {
+                (Some(s), Some(st)) => s.elems[at(st)],
+                _ => value.expect("a value when there is no src"),
+            };
+            let hit = ctx.arena.eq(idx, target)?;
+            acc = ctx.arena.select(hit, v, acc)?;
+        }
+        *slot = acc;
+    }
+    let dtype = ctx.out_meta(0).map(|m| m.dtype).unwrap_or(x.dtype);
+    Ok(vec![SymTensor::new(dtype, x.shape.clone(), out)])
+}
+
+/// `gather` with symbolic index values: `out[p] = lookup(index[p], self[p with dim = 0..n])`,
+/// only for indices provably in range (see [`index_within`]).
+pub(crate) fn symbolic_gather(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
+    let x = ctx.tensor("self")?;
+    let index = ctx.tensor("index")?;
+    let rank = x.shape.len();
+    if rank == 0 || index.shape.len() != rank {
+        return Err(ctx.unsupported("gather of a 0-d tensor or with an index of another rank"));
+    }
+    let d = norm_dim(ctx.int("dim")?, rank).ok_or_else(|| ctx.unsupported("dim out of range"))?;
+    if (0..rank).any(|k| k != d && index.shape[k] > x.shape[k]) {
+        return Err(ctx.unsupported("gather index larger than its source"));
+    }
+    let n = x.shape[d];
+    if index.elems.iter().any(|&e| !index_within(ctx.arena, e, n)) {
+        return Err(ctx.unsupported(format!(
+            "gather index values not provably within the source's dim of {n}"
+        )));
+    }
+    let xst = crate::tensor::strides(&x.shape);
+    let ist = crate::tensor::strides(&index.shape);
+    let mut out = Vec::with_capacity(index.numel());
+    for p in 0..index.numel() {
+        let coords: Vec<usize> = (0..rank).map(|k| p / ist[k] % index.shape[k]).collect();
+        let mut args = vec![index.elems[p]];
+        for j in 0..n {
+            let at: usize = (0..rank)
+                .map(|k| if k == d { j } else { coords[k] } * xst[k])
+                .sum();
+            args.push(x.elems[at]);
+        }
+        out.push(ctx.arena.app(Func::Lookup, args)?);
+    }
+    let dtype = ctx.out_meta(0).map(|m| m.dtype).unwrap_or(x.dtype);
+    Ok(vec![SymTensor::new(dtype, index.shape.clone(), out)])
 }
 
 fn variance(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {

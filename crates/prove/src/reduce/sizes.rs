@@ -73,6 +73,9 @@ pub struct Sizes {
     origin: Vec<String>,
     /// Variables whose value must stay the original one (a literal may depend on it).
     pinned: Vec<bool>,
+    /// The integers value literals may be products of sizes of ([`Sizes::pin_divisors_of`]):
+    /// no reduced size may divide one of them.
+    literal_products: Vec<u64>,
 }
 
 fn gcd(a: u64, b: u64) -> u64 {
@@ -216,7 +219,7 @@ impl Sizes {
                     }
                 }
             }
-            if !self.refine(&a, &b) && !self.refine(&b, &a) {
+            if !self.refine(&a, &b) && !self.refine(&b, &a) && !self.fix_one(&a, &b) {
                 return Err(Unexplained(format!(
                     "{why}: cannot relate sizes {} and {} by products of size variables",
                     self.show(&a),
@@ -225,6 +228,26 @@ impl Sizes {
             }
         }
         Err(Unexplained(format!("{why}: sizes too entangled to relate")))
+    }
+
+    /// Fixes one variable of `a` or `b` (a power first) at its original size; whether there
+    /// was one. Where no factor relates the two sides (`4 = v²`), keeping a size is always a
+    /// solution: a fixed variable is not reduced, so the reduced program keeps that dim as
+    /// written, and once every variable is fixed the sides are their (equal) original sizes.
+    fn fix_one(&mut self, a: &Mono, b: &Mono) -> bool {
+        let vars = || a.vars.iter().chain(b.vars.iter());
+        let pick = vars()
+            .find(|(_, &e)| e != 1)
+            .or_else(|| vars().next())
+            .map(|(&v, _)| v);
+        match pick {
+            Some(v) => {
+                tracing::debug!(size = self.orig[v], origin = %self.origin[v], "size kept: no factor relates it");
+                self.define(v, Mono::constant(self.orig[v]));
+                true
+            }
+            None => false,
+        }
     }
 
     /// Splits a variable of `y` by a factor it shares with a variable or the coefficient of
@@ -378,6 +401,9 @@ impl Sizes {
     /// (or its reciprocal, square or square root) may be a product of sizes, and the reduced
     /// program keeps the literal, so the sizes it may stand for keep their values.
     pub fn pin_divisors_of(&mut self, x: u64) {
+        if !self.literal_products.contains(&x) {
+            self.literal_products.push(x);
+        }
         for v in 0..self.orig.len() {
             if self.defs[v].is_none() && x.is_multiple_of(self.orig[v]) {
                 self.pinned[v] = true;
@@ -386,13 +412,21 @@ impl Sizes {
     }
 
     /// The reduced value of every free variable: the original when pinned, else the smallest
-    /// size that keeps a reduction a reduction (2; 1 stays 1).
+    /// size of at least 2 (a reduction stays a reduction) that divides no integer a literal
+    /// may be a product of sizes of; the original when no smaller one does.
+    ///
+    /// Pinning keeps a literal that *stands for* a size meaning the same; this keeps a literal
+    /// from *coinciding* with a reduced size: a mean over 8 written wrongly as `sum * 0.5`
+    /// must not be proved because the reduced mean is over 2. A product of sizes equal to
+    /// `x` has each of its variables' values dividing `x`, so no product of these values
+    /// (times the constant factors of divisibility) equals any `x`.
     pub fn reduced_value(&self, v: Var) -> u64 {
         if self.pinned[v] {
-            self.orig[v]
-        } else {
-            self.orig[v].min(2)
+            return self.orig[v];
         }
+        (2..self.orig[v])
+            .find(|k| !self.literal_products.iter().any(|x| x.is_multiple_of(*k)))
+            .unwrap_or(self.orig[v])
     }
 
     /// The size in the reduced program.
@@ -551,6 +585,36 @@ mod tests {
         let h = s.fresh(12, "hidden");
         s.pin_divisors_of(64);
         assert_eq!(s.reduced(&d), 8);
-        assert_eq!(s.reduced(&h), 2);
+        // 2 divides 64: a product of reduced sizes of 2 could equal the literal.
+        assert_eq!(s.reduced(&h), 3);
+    }
+
+    #[test]
+    fn sizes_no_factor_relates_are_kept() {
+        let mut s = Sizes::default();
+        let v = s.fresh(2, "half");
+        let w = s.fresh(6, "other");
+        let square = v.mul(&v).unwrap();
+        // 4 = v²: no factor of 4 splits a square; keeping v at 2 solves it.
+        s.unify(&Mono::constant(4), &square, "test").unwrap();
+        assert_eq!(s.reduced(&square), 4);
+        // Sizes that differ are still refused.
+        assert!(s.unify(&Mono::constant(5), &w, "test").is_err());
+    }
+
+    #[test]
+    fn reduced_sizes_divide_no_literal_product() {
+        let mut s = Sizes::default();
+        let a = s.fresh(8, "a");
+        let b = s.fresh(5, "b");
+        let c = s.fresh(3, "c");
+        // Products of sizes the literals 0.1 (10, 100) and 1/sqrt(12) (12) may stand for.
+        for x in [10, 100, 12] {
+            s.pin_divisors_of(x);
+        }
+        // 2, 3, 4, 5 and 6 each divide one of them.
+        assert_eq!(s.reduced(&a), 7);
+        // 5 divides 10: pinned; 3 divides 12: pinned.
+        assert_eq!((s.reduced(&b), s.reduced(&c)), (5, 3));
     }
 }

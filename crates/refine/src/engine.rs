@@ -43,7 +43,7 @@ use egg::{RecExpr, Rewrite};
 use inputs::{expected_exprs, input_state};
 use pieces::infer_by_pieces;
 use relation::{
-    build_impl, clean_up_to_factor, inputs_relate_up_to_factor, tpl_values, Impl, State,
+    build_impl, clean_up_to_factor, inputs_relate_up_to_factor, tpl_values, Impl, Rel, State,
 };
 use report::{certificate_exprs, trace_step, undecided_by_constants};
 use saturate::{infer_one, Attempt, WIDEN_BELOW_NODES};
@@ -174,7 +174,7 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
         let n = order[i];
         if walk.checked.iter().any(|c| c.0.node == n) {
             if let Some(mut settled) = walk.settled_early(grown, &outcome, &needed, n) {
-                settled.operators_skipped = needed[n + 1..].iter().filter(|&&x| x).count();
+                settled.operators_skipped += needed[n + 1..].iter().filter(|&&x| x).count();
                 return Err(Some(settled));
             }
         }
@@ -184,6 +184,97 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
         Err(Some(settled)) => finish(settled),
         Err(None) => finish(outcome),
         Ok(()) => finish(walk.conclude(&grown, outcome)),
+    }
+}
+
+/// The relation of a value not explored because it lies downstream of an operator refuted on
+/// strong evidence: unclean, with no expression (inference never produces that otherwise).
+fn unexplored_state() -> State {
+    State::Related(Rel {
+        exprs: Vec::new(),
+        clean: false,
+        equal_leaves: Vec::new(),
+        equal_slices: Vec::new(),
+        explored: Vec::new(),
+    })
+}
+
+/// Whether `s` is [`unexplored_state`].
+fn unexplored(s: &State) -> bool {
+    matches!(s, State::Related(r) if !r.clean && r.exprs.is_empty())
+}
+
+/// The state of an operator `t` that reads the output of a refuted operator (in `refuted`) or
+/// a value not explored for that reason, without exploring it: the first input's state that
+/// is no relation, as inference would inherit it (see `infer_one`), else unexplored. `None`
+/// when `t` reads neither.
+fn downstream_of_refutation(
+    t: &Tpl,
+    view: &HashMap<ValueId, State>,
+    refuted: &HashSet<ValueId>,
+) -> Option<State> {
+    let mut ins = Vec::new();
+    tpl_values(t, &mut ins);
+    let downstream = ins
+        .iter()
+        .any(|x| refuted.contains(&x.value) || view.get(&x.value).is_some_and(unexplored));
+    if !downstream {
+        return None;
+    }
+    for x in &ins {
+        match view.get(&x.value) {
+            Some(State::Related(_)) => {}
+            Some(s) => return Some(s.clone()),
+            None => return Some(State::Unrelated("an input was never computed".into())),
+        }
+    }
+    Some(unexplored_state())
+}
+
+impl Walk<'_> {
+    /// Whether spec value `v` is refuted where it stands (fast refutation, issue 48): a float
+    /// value its operator's inference left without a clean relation while every float input
+    /// relates cleanly, where the evidence names a bug class on strong evidence (see
+    /// `strong_evidence`: what the implementation does, not the shape of a relation; `blame`
+    /// may name an operator before it, a clean sum no rank holds), and no
+    /// later view can carry a clean relation back onto it (`view_back`). A bug in what the
+    /// ranks compute then reaches every consumer, so they are not explored; operators on
+    /// independent paths into the same outputs still are (the report's other stops).
+    fn refuted_here(&self, grown: &Grown, v: ValueId) -> bool {
+        let spec = &self.case.spec;
+        let Some(s) = grown.state.get(&v) else {
+            return false;
+        };
+        let inferred = matches!(s, State::Related(r) if !r.clean) || matches!(s, State::Lost(_));
+        if !inferred || unexplored(s) || !is_float_value(self.spec_metas, v) {
+            return false;
+        }
+        let viewed_later = self
+            .spec_users
+            .get(v.node)
+            .into_iter()
+            .flatten()
+            .any(|&u| views_back(&spec.nodes[u]));
+        let inputs_relate = spec.nodes[v.node]
+            .inputs()
+            .iter()
+            .filter(|x| is_float_value(self.spec_metas, **x))
+            .all(|x| grown.state.get(x).is_some_and(clean_up_to_factor));
+        if viewed_later || !inputs_relate {
+            return false;
+        }
+        let name = spec.value_name(v);
+        let f = blame(
+            self.case,
+            self.imp,
+            &grown.state,
+            &grown.products,
+            self.spec_metas,
+            &grown.widened,
+            v,
+            name,
+        );
+        f.hint.as_deref().is_some_and(strong_evidence)
     }
 }
 
@@ -338,6 +429,9 @@ struct Grown {
     products: HashMap<ValueId, State>,
     /// Spec operators whose relation only the wider second attempt found.
     widened: HashSet<ValueId>,
+    /// Outputs of operators refuted on strong evidence where their inputs relate (see
+    /// [`Walk::refuted_here`]): their consumers are not explored.
+    refuted: HashSet<ValueId>,
 }
 
 /// What a spec node's inference needs besides the relations: its outputs' lowered terms and
@@ -366,6 +460,8 @@ pub(super) struct NodeResult {
     effects: Vec<Effect>,
     /// Operators inferred (each counts in [`Outcome::spec_operators`]).
     inferred: usize,
+    /// Operators not explored, downstream of a refuted one.
+    unexplored: usize,
     /// `--trace` steps, in order.
     trace: Vec<TraceStep>,
     /// Expectations found unmet, per value.
@@ -437,10 +533,17 @@ impl Walk<'_> {
     /// Infers every output of spec node `n` (Listing 1, lines 5 and 8) from `view`, the
     /// relations of what it reads as of just before it in node order. Nothing shared changes:
     /// the result is committed by [`Walk::commit`].
-    fn compute(&self, n: usize, plan: &NodePlan, mut view: HashMap<ValueId, State>) -> NodeResult {
+    fn compute(
+        &self,
+        n: usize,
+        plan: &NodePlan,
+        mut view: HashMap<ValueId, State>,
+        refuted: &HashSet<ValueId>,
+    ) -> NodeResult {
         let mut r = NodeResult {
             effects: Vec::new(),
             inferred: 0,
+            unexplored: 0,
             trace: Vec::new(),
             mismatches: HashMap::new(),
             products: Vec::new(),
@@ -449,7 +552,9 @@ impl Walk<'_> {
         };
         for (k, low) in plan.lowered.iter().enumerate() {
             let before = r.effects.len();
-            if let Err(reason) = self.infer_value(n, k, low.as_ref(), plan, &view, &mut r) {
+            if let Err(reason) =
+                self.infer_value(n, k, low.as_ref(), plan, (&view, refuted), &mut r)
+            {
                 r.error = Some(reason);
                 return r;
             }
@@ -474,6 +579,7 @@ impl Walk<'_> {
             p.enter(&spec.nodes[n].name);
         }
         outcome.spec_operators += r.inferred;
+        outcome.operators_skipped += r.unexplored;
         outcome.trace.extend(r.trace);
         for e in &r.effects {
             e.apply(spec, self.spec_metas, &mut grown.state);
@@ -483,6 +589,12 @@ impl Walk<'_> {
         grown.widened.extend(r.widened);
         if let Some(reason) = r.error {
             return Err(reason);
+        }
+        for k in 0..spec.nodes[n].outputs.len() {
+            let v = ValueId::new(n, k);
+            if self.refuted_here(grown, v) {
+                grown.refuted.insert(v);
+            }
         }
         if let Some(p) = progress {
             p.leave();
@@ -499,7 +611,7 @@ impl Walk<'_> {
         k: usize,
         low: Option<&Lowered>,
         plan: &NodePlan,
-        view: &HashMap<ValueId, State>,
+        (view, refuted): (&HashMap<ValueId, State>, &HashSet<ValueId>),
         r: &mut NodeResult,
     ) -> Result<(), String> {
         let (case, imp) = (self.case, self.imp);
@@ -563,13 +675,24 @@ impl Walk<'_> {
                 .get(&a.value)
                 .cloned()
                 .unwrap_or_else(|| State::Unrelated("unrelated".into())),
-            Lowered::Term(t) => {
-                r.inferred += 1;
-                self.infer_operator(v, &t, expect.as_deref(), &plan.seeds, view, r)
-            }
+            Lowered::Term(t) => match downstream_of_refutation(&t, view, refuted) {
+                Some(s) => {
+                    r.unexplored += 1;
+                    s
+                }
+                None => {
+                    r.inferred += 1;
+                    self.infer_operator(v, &t, expect.as_deref(), &plan.seeds, view, r)
+                }
+            },
         };
         if self.opts.trace {
-            r.trace.push(trace_step(spec, v, &s));
+            let mut step = trace_step(spec, v, &s);
+            if unexplored(&s) {
+                step.status = "unexplored";
+                step.detail = "downstream of an operator refuted on strong evidence".into();
+            }
+            r.trace.push(step);
         }
         r.effects.push(Effect::ViewBack(n, s.clone()));
         r.effects.push(Effect::Set(v, s));

@@ -12,7 +12,7 @@
 
 use super::{views_back, Grown, NodePlan, NodeResult, State, Walk};
 use shardproof_ir::ValueId;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::mpsc;
 
 /// How many operators past the oldest uncommitted one may be in flight or waiting: bounds the
@@ -33,12 +33,19 @@ pub(super) fn run<E>(
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .max(1);
-    let snapshot = |grown: &Grown, i: usize| -> HashMap<ValueId, State> {
-        plans[i]
-            .reads
-            .iter()
-            .filter_map(|x| grown.state.get(x).map(|s| (*x, s.clone())))
-            .collect()
+    let snapshot = |grown: &Grown, i: usize| -> (HashMap<ValueId, State>, HashSet<ValueId>) {
+        let reads = &plans[i].reads;
+        (
+            reads
+                .iter()
+                .filter_map(|x| grown.state.get(x).map(|s| (*x, s.clone())))
+                .collect(),
+            reads
+                .iter()
+                .filter(|x| grown.refuted.contains(x))
+                .copied()
+                .collect(),
+        )
     };
     let pool = (jobs > 1 && order.len() > 1)
         .then(|| {
@@ -50,7 +57,8 @@ pub(super) fn run<E>(
         .flatten();
     let Some(pool) = pool else {
         for i in 0..order.len() {
-            let r = walk.compute(order[i], &plans[i], snapshot(grown, i));
+            let (view, refuted) = snapshot(grown, i);
+            let r = walk.compute(order[i], &plans[i], view, &refuted);
             commit(grown, i, r)?;
         }
         return Ok(());
@@ -73,11 +81,11 @@ pub(super) fn run<E>(
                 }
                 launched[i] = true;
                 in_flight += 1;
-                let view = snapshot(grown, i);
+                let (view, refuted) = snapshot(grown, i);
                 let (tx, plan, n) = (tx.clone(), &plans[i], order[i]);
                 scope.spawn(move |_| {
                     // The receiver is gone only when the walk has stopped.
-                    let _ = tx.send((i, walk.compute(n, plan, view)));
+                    let _ = tx.send((i, walk.compute(n, plan, view, &refuted)));
                 });
             }
             if results[committed].is_none() {

@@ -187,6 +187,15 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
     }
 }
 
+/// Evidence no later operator can make good: a partial sum the implementation never reduces
+/// across ranks. The other strong evidence is final only at a checked output: mid-walk a
+/// wrong-looking scale factor is normal under data parallelism (each rank's local mean, made
+/// good by the gradient average), and a reduction over a shard or over another group may be
+/// completed by a later collective (`blame` then finds the value compensated downstream).
+fn final_evidence(hint: &str) -> bool {
+    hint.contains("the implementation never reduces it across ranks")
+}
+
 /// The relation of a value not explored because it lies downstream of an operator refuted on
 /// strong evidence: unclean, with no expression (inference never produces that otherwise).
 fn unexplored_state() -> State {
@@ -234,9 +243,9 @@ fn downstream_of_refutation(
 impl Walk<'_> {
     /// Whether spec value `v` is refuted where it stands (fast refutation, issue 48): a float
     /// value its operator's inference left without a clean relation while every float input
-    /// relates cleanly, where the evidence names a bug class on strong evidence (see
-    /// `strong_evidence`: what the implementation does, not the shape of a relation; `blame`
-    /// may name an operator before it, a clean sum no rank holds), and no
+    /// relates cleanly, where the evidence is final ([`final_evidence`]: a partial sum the
+    /// implementation never reduces; `blame` may name an operator before it, a clean sum no
+    /// rank holds), and no
     /// later view can carry a clean relation back onto it (`view_back`). A bug in what the
     /// ranks compute then reaches every consumer, so they are not explored; operators on
     /// independent paths into the same outputs still are (the report's other stops).
@@ -274,7 +283,7 @@ impl Walk<'_> {
             v,
             name,
         );
-        f.hint.as_deref().is_some_and(strong_evidence)
+        f.hint.as_deref().is_some_and(final_evidence)
     }
 }
 

@@ -456,6 +456,7 @@ pub(super) struct NodePlan {
 
 /// One change a node's inference makes to the relation R, replayed in order on the walk's
 /// own copy of the relations and, at commit, on the shared one.
+#[derive(Clone)]
 enum Effect {
     /// The value's relation is this state.
     Set(ValueId, State),
@@ -485,16 +486,16 @@ pub(super) struct NodeResult {
 
 impl Effect {
     fn apply(
-        &self,
+        self,
         spec: &IrGraph,
         metas: &[Vec<Option<Meta>>],
         state: &mut HashMap<ValueId, State>,
     ) {
         match self {
             Effect::Set(v, s) => {
-                state.insert(*v, s.clone());
+                state.insert(v, s);
             }
-            Effect::ViewBack(n, s) => view_back(metas, &spec.nodes[*n], s, state),
+            Effect::ViewBack(n, s) => view_back(metas, &spec.nodes[n], &s, state),
         }
     }
 }
@@ -567,8 +568,11 @@ impl Walk<'_> {
                 r.error = Some(reason);
                 return r;
             }
-            for e in &r.effects[before..] {
-                e.apply(&self.case.spec, self.spec_metas, &mut view);
+            // Later outputs of the node read the earlier ones' relations.
+            if k + 1 < plan.lowered.len() {
+                for e in &r.effects[before..] {
+                    e.clone().apply(&self.case.spec, self.spec_metas, &mut view);
+                }
             }
         }
         r
@@ -590,7 +594,7 @@ impl Walk<'_> {
         outcome.spec_operators += r.inferred;
         outcome.operators_skipped += r.unexplored;
         outcome.trace.extend(r.trace);
-        for e in &r.effects {
+        for e in r.effects {
             e.apply(spec, self.spec_metas, &mut grown.state);
         }
         grown.mismatches.extend(r.mismatches);
@@ -703,7 +707,10 @@ impl Walk<'_> {
             }
             r.trace.push(step);
         }
-        r.effects.push(Effect::ViewBack(n, s.clone()));
+        // Only a view's clean relation is carried back (see `view_back`).
+        if views_back(node) && matches!(&s, State::Related(c) if c.clean) {
+            r.effects.push(Effect::ViewBack(n, s.clone()));
+        }
         r.effects.push(Effect::Set(v, s));
         Ok(())
     }

@@ -175,13 +175,13 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
         if walk.checked.iter().any(|c| c.0.node == n) {
             if let Some(mut settled) = walk.settled_early(grown, &outcome, &needed, n) {
                 settled.operators_skipped += needed[n + 1..].iter().filter(|&&x| x).count();
-                return Err(Some(settled));
+                return Err(Some(Box::new(settled)));
             }
         }
         Ok(())
     });
     match ended {
-        Err(Some(settled)) => finish(settled),
+        Err(Some(settled)) => finish(*settled),
         Err(None) => finish(outcome),
         Ok(()) => finish(walk.conclude(&grown, outcome)),
     }
@@ -752,7 +752,7 @@ impl Walk<'_> {
                 mismatches,
                 v,
                 scalar_chain,
-                &seeds,
+                seeds,
                 a,
             )
         };
@@ -808,7 +808,7 @@ impl Walk<'_> {
                     .then(|| attempt(&rules.first, &moves))
                     .filter(clean_up_to_factor);
                 followed
-                    .or_else(|| infer_by_pieces(imp, &rules.pieces, opts, state, t, v, &seeds, 0))
+                    .or_else(|| infer_by_pieces(imp, &rules.pieces, opts, state, t, v, seeds, 0))
             };
             if let Some(r) = retry {
                 s = r;

@@ -703,7 +703,9 @@ impl Walk<'_> {
             let mut step = trace_step(spec, v, &s);
             if unexplored(&s) {
                 step.status = "unexplored";
-                step.detail = "downstream of an operator refuted on strong evidence".into();
+                step.detail =
+                    "not explored: downstream of a partial sum the implementation never reduces"
+                        .into();
             }
             r.trace.push(step);
         }

@@ -592,7 +592,11 @@ impl Walk<'_> {
             p.enter(&spec.nodes[n].name);
         }
         outcome.spec_operators += r.inferred;
-        outcome.operators_skipped += r.unexplored;
+        // A node none of whose operators was explored counts as skipped, not done.
+        let skipped = r.unexplored > 0 && r.inferred == 0;
+        if skipped {
+            outcome.operators_skipped += 1;
+        }
         outcome.trace.extend(r.trace);
         for e in r.effects {
             e.apply(spec, self.spec_metas, &mut grown.state);
@@ -609,7 +613,7 @@ impl Walk<'_> {
                 grown.refuted.insert(v);
             }
         }
-        if let Some(p) = progress {
+        if let Some(p) = progress.filter(|_| !skipped) {
             p.leave();
         }
         Ok(())

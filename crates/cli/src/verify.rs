@@ -33,6 +33,10 @@ pub struct VerifyArgs {
     /// the counterexample search: refuted when a run shows a difference, else inconclusive.
     #[arg(long, value_name = "SECONDS", default_value_t = 0.0, value_parser = crate::watch::parse_seconds)]
     time_limit: f64,
+    /// Worker threads for relation inference (default: the available cores). The report is
+    /// the same at any count.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    jobs: Option<u32>,
 }
 
 #[derive(serde::Serialize)]
@@ -249,6 +253,7 @@ pub fn main(args: &VerifyArgs) -> Verdict {
     let opts = Options {
         node_limit: args.node_limit,
         trace: args.trace,
+        jobs: args.jobs.map(|n| n as usize),
         ..Options::default()
     };
     let display = watch::Display::new(

@@ -26,6 +26,7 @@ mod pieces;
 mod relation;
 mod report;
 mod saturate;
+mod schedule;
 mod seeds;
 #[cfg(test)]
 mod tests;
@@ -42,7 +43,7 @@ use egg::{RecExpr, Rewrite};
 use inputs::{expected_exprs, input_state};
 use pieces::infer_by_pieces;
 use relation::{
-    build_impl, clean_up_to_factor, inputs_relate_up_to_factor, tpl_values, Impl, State,
+    build_impl, clean_up_to_factor, inputs_relate_up_to_factor, tpl_values, Impl, Rel, State,
 };
 use report::{certificate_exprs, trace_step, undecided_by_constants};
 use saturate::{infer_one, Attempt, WIDEN_BELOW_NODES};
@@ -75,6 +76,9 @@ pub struct Options {
     /// Where the walk reports how far it has come (see [`Progress`]), for another thread to
     /// read while it runs.
     pub progress: Option<std::sync::Arc<Progress>>,
+    /// Worker threads for independent work (`None`: the available cores). Reports are the
+    /// same at any count.
+    pub jobs: Option<usize>,
 }
 
 impl Default for Options {
@@ -86,6 +90,7 @@ impl Default for Options {
             deepen_rounds: 4,
             trace: false,
             progress: None,
+            jobs: None,
         }
     }
 }
@@ -143,7 +148,7 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
         .collect();
     let needed = needed_operators(spec, &checked, &cuts);
 
-    let mut walk = Walk {
+    let walk = Walk {
         case,
         opts,
         ctx: &ctx,
@@ -153,40 +158,133 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
         rules: &rules,
         checked: &checked,
         cuts: &cuts,
-        state: HashMap::new(),
-        mismatches: HashMap::new(),
-        products: HashMap::new(),
-        widened: HashSet::new(),
     };
-    let checked_nodes: HashSet<usize> = checked.iter().map(|c| c.0.node).collect();
-    let progress = opts.progress.as_deref();
-    if let Some(p) = progress {
-        p.start(needed.iter().filter(|&&x| x).count());
+    let mut grown = Grown::default();
+    let order: Vec<usize> = (0..spec.nodes.len()).filter(|&n| needed[n]).collect();
+    if let Some(p) = opts.progress.as_deref() {
+        p.start(order.len());
     }
-    for (n, node) in spec.nodes.iter().enumerate() {
-        if !needed[n] {
-            continue;
-        }
-        if let Some(p) = progress {
-            p.enter(&node.name);
-        }
-        for k in 0..node.outputs.len() {
-            if let Err(reason) = walk.infer_value(n, k, &mut outcome) {
+    let plans: Vec<NodePlan> = order.iter().map(|&n| walk.plan(n)).collect();
+    let ended = schedule::run(&walk, &order, &plans, &mut grown, |grown, i, result| {
+        walk.commit(grown, order[i], result, &mut outcome)
+            .map_err(|reason| {
                 outcome.reason = Some(reason);
-                return finish(outcome);
+                None
+            })?;
+        let n = order[i];
+        if walk.checked.iter().any(|c| c.0.node == n) {
+            if let Some(mut settled) = walk.settled_early(grown, &outcome, &needed, n) {
+                settled.operators_skipped += needed[n + 1..].iter().filter(|&&x| x).count();
+                return Err(Some(Box::new(settled)));
             }
         }
-        if let Some(p) = progress {
-            p.leave();
-        }
-        if checked_nodes.contains(&n) {
-            if let Some(mut settled) = walk.settled_early(&outcome, &needed, n) {
-                settled.operators_skipped = needed[n + 1..].iter().filter(|&&x| x).count();
-                return finish(settled);
-            }
+        Ok(())
+    });
+    match ended {
+        Err(Some(settled)) => finish(*settled),
+        Err(None) => finish(outcome),
+        Ok(()) => finish(walk.conclude(&grown, outcome)),
+    }
+}
+
+/// Evidence no later operator can make good: a partial sum the implementation never reduces
+/// across ranks. The other strong evidence is final only at a checked output: mid-walk a
+/// wrong-looking scale factor is normal under data parallelism (each rank's local mean, made
+/// good by the gradient average), and a reduction over a shard or over another group may be
+/// completed by a later collective (`blame` then finds the value compensated downstream).
+fn final_evidence(hint: &str) -> bool {
+    hint.contains("the implementation never reduces it across ranks")
+}
+
+/// The relation of a value not explored because it lies downstream of an operator refuted on
+/// strong evidence: unclean, with no expression (inference never produces that otherwise).
+fn unexplored_state() -> State {
+    State::Related(Rel {
+        exprs: Vec::new(),
+        clean: false,
+        equal_leaves: Vec::new(),
+        equal_slices: Vec::new(),
+        explored: Vec::new(),
+    })
+}
+
+/// Whether `s` is [`unexplored_state`].
+fn unexplored(s: &State) -> bool {
+    matches!(s, State::Related(r) if !r.clean && r.exprs.is_empty())
+}
+
+/// The state of an operator `t` that reads the output of a refuted operator (in `refuted`) or
+/// a value not explored for that reason, without exploring it: the first input's state that
+/// is no relation, as inference would inherit it (see `infer_one`), else unexplored. `None`
+/// when `t` reads neither.
+fn downstream_of_refutation(
+    t: &Tpl,
+    view: &HashMap<ValueId, State>,
+    refuted: &HashSet<ValueId>,
+) -> Option<State> {
+    let mut ins = Vec::new();
+    tpl_values(t, &mut ins);
+    let downstream = ins
+        .iter()
+        .any(|x| refuted.contains(&x.value) || view.get(&x.value).is_some_and(unexplored));
+    if !downstream {
+        return None;
+    }
+    for x in &ins {
+        match view.get(&x.value) {
+            Some(State::Related(_)) => {}
+            Some(s) => return Some(s.clone()),
+            None => return Some(State::Unrelated("an input was never computed".into())),
         }
     }
-    finish(walk.conclude(outcome))
+    Some(unexplored_state())
+}
+
+impl Walk<'_> {
+    /// Whether spec value `v` is refuted where it stands (fast refutation, issue 48): a float
+    /// value its operator's inference left without a clean relation while every float input
+    /// relates cleanly, where the evidence is final ([`final_evidence`]: a partial sum the
+    /// implementation never reduces; `blame` may name an operator before it, a clean sum no
+    /// rank holds), and no
+    /// later view can carry a clean relation back onto it (`view_back`). A bug in what the
+    /// ranks compute then reaches every consumer, so they are not explored; operators on
+    /// independent paths into the same outputs still are (the report's other stops).
+    fn refuted_here(&self, grown: &Grown, v: ValueId) -> bool {
+        let spec = &self.case.spec;
+        let Some(s) = grown.state.get(&v) else {
+            return false;
+        };
+        let inferred = matches!(s, State::Related(r) if !r.clean) || matches!(s, State::Lost(_));
+        if !inferred || unexplored(s) || !is_float_value(self.spec_metas, v) {
+            return false;
+        }
+        let viewed_later = self
+            .spec_users
+            .get(v.node)
+            .into_iter()
+            .flatten()
+            .any(|&u| views_back(&spec.nodes[u]));
+        let inputs_relate = spec.nodes[v.node]
+            .inputs()
+            .iter()
+            .filter(|x| is_float_value(self.spec_metas, **x))
+            .all(|x| grown.state.get(x).is_some_and(clean_up_to_factor));
+        if viewed_later || !inputs_relate {
+            return false;
+        }
+        let name = spec.value_name(v);
+        let f = blame(
+            self.case,
+            self.imp,
+            &grown.state,
+            &grown.products,
+            self.spec_metas,
+            &grown.widened,
+            v,
+            name,
+        );
+        f.hint.as_deref().is_some_and(final_evidence)
+    }
 }
 
 /// The lemma sets of a case's attempts (see [`Attempt`]): the first attempt's, the piecewise
@@ -315,7 +413,8 @@ fn needed_operators(
     needed
 }
 
-/// The walk of Listing 1 over the spec: what it reads, and the relation R it grows.
+/// The walk of Listing 1 over the spec: what it reads. It is shared by the worker threads; the
+/// relation R it grows is [`Grown`], which only the in-order commit writes.
 struct Walk<'a> {
     case: &'a Case,
     opts: &'a Options,
@@ -326,6 +425,11 @@ struct Walk<'a> {
     rules: &'a Rules,
     checked: &'a [(ValueId, Option<usize>)],
     cuts: &'a HashMap<ValueId, usize>,
+}
+
+/// The relation R the walk grows, and what diagnosis reads beside it.
+#[derive(Default)]
+struct Grown {
     /// Every spec value's relation so far (the relation R).
     state: HashMap<ValueId, State>,
     /// The checked outputs whose clean relation is not the expected one: (expected, found).
@@ -334,14 +438,200 @@ struct Walk<'a> {
     products: HashMap<ValueId, State>,
     /// Spec operators whose relation only the wider second attempt found.
     widened: HashSet<ValueId>,
+    /// Outputs of operators refuted on strong evidence where their inputs relate (see
+    /// [`Walk::refuted_here`]): their consumers are not explored.
+    refuted: HashSet<ValueId>,
+}
+
+/// What a spec node's inference needs besides the relations: its outputs' lowered terms and
+/// the spec equations it is seeded with; and the spec values whose relations it reads.
+pub(super) struct NodePlan {
+    /// Per output: the lowered term (`None` for a cut, whose relation the case states).
+    lowered: Vec<Option<Lowered>>,
+    /// The spec equations seeded into its e-graphs.
+    seeds: Vec<(Tpl, ValueId)>,
+    /// Every spec value of another node whose relation the inference reads.
+    pub(super) reads: BTreeSet<ValueId>,
+}
+
+/// One change a node's inference makes to the relation R, replayed in order on the walk's
+/// own copy of the relations and, at commit, on the shared one.
+#[derive(Clone)]
+enum Effect {
+    /// The value's relation is this state.
+    Set(ValueId, State),
+    /// A clean relation of the node's output carried back to its input (`view_back`).
+    ViewBack(usize, State),
+}
+
+/// The result of one spec node's inference, committed in node order.
+pub(super) struct NodeResult {
+    /// The changes to R, in order.
+    effects: Vec<Effect>,
+    /// Operators inferred (each counts in [`Outcome::spec_operators`]).
+    inferred: usize,
+    /// Operators not explored, downstream of a refuted one.
+    unexplored: usize,
+    /// `--trace` steps, in order.
+    trace: Vec<TraceStep>,
+    /// Expectations found unmet, per value.
+    mismatches: HashMap<ValueId, (String, Option<String>)>,
+    /// Fused linears' products.
+    products: Vec<(ValueId, State)>,
+    /// Values only the wider attempt related.
+    widened: Vec<ValueId>,
+    /// Why the walk stops here (an expectation that cannot be checked).
+    error: Option<String>,
+}
+
+impl Effect {
+    fn apply(
+        self,
+        spec: &IrGraph,
+        metas: &[Vec<Option<Meta>>],
+        state: &mut HashMap<ValueId, State>,
+    ) {
+        match self {
+            Effect::Set(v, s) => {
+                state.insert(v, s);
+            }
+            Effect::ViewBack(n, s) => view_back(metas, &spec.nodes[n], &s, state),
+        }
+    }
 }
 
 impl Walk<'_> {
+    /// Node `n`'s plan: its lowered outputs, its seeds, what it reads.
+    fn plan(&self, n: usize) -> NodePlan {
+        let spec = &self.case.spec;
+        let node = &spec.nodes[n];
+        let mut reads = Vec::new();
+        let lowered: Vec<Option<Lowered>> = (0..node.outputs.len())
+            .map(|k| {
+                let v = ValueId::new(n, k);
+                if self.cuts.contains_key(&v) {
+                    return None;
+                }
+                let low = lower(self.ctx, spec, self.spec_metas, None, n, k);
+                match &low {
+                    Lowered::Alias(a) => reads.push(*a),
+                    Lowered::Term(t) => tpl_values(t, &mut reads),
+                    Lowered::Leaf | Lowered::Unsupported(_) => {}
+                }
+                Some(low)
+            })
+            .collect();
+        let seeds = spec_seeds(self.ctx, spec, self.spec_metas, &self.spec_users, n);
+        for (t, w) in &seeds {
+            reads.push(ValueRef {
+                rank: None,
+                value: *w,
+            });
+            tpl_values(t, &mut reads);
+        }
+        NodePlan {
+            lowered,
+            seeds,
+            reads: reads
+                .into_iter()
+                .map(|r| r.value)
+                .filter(|v| v.node != n)
+                .collect(),
+        }
+    }
+
+    /// Infers every output of spec node `n` (Listing 1, lines 5 and 8) from `view`, the
+    /// relations of what it reads as of just before it in node order. Nothing shared changes:
+    /// the result is committed by [`Walk::commit`].
+    fn compute(
+        &self,
+        n: usize,
+        plan: &NodePlan,
+        mut view: HashMap<ValueId, State>,
+        refuted: &HashSet<ValueId>,
+    ) -> NodeResult {
+        let mut r = NodeResult {
+            effects: Vec::new(),
+            inferred: 0,
+            unexplored: 0,
+            trace: Vec::new(),
+            mismatches: HashMap::new(),
+            products: Vec::new(),
+            widened: Vec::new(),
+            error: None,
+        };
+        for (k, low) in plan.lowered.iter().enumerate() {
+            let before = r.effects.len();
+            if let Err(reason) =
+                self.infer_value(n, k, low.as_ref(), plan, (&view, refuted), &mut r)
+            {
+                r.error = Some(reason);
+                return r;
+            }
+            // Later outputs of the node read the earlier ones' relations.
+            if k + 1 < plan.lowered.len() {
+                for e in &r.effects[before..] {
+                    e.clone().apply(&self.case.spec, self.spec_metas, &mut view);
+                }
+            }
+        }
+        r
+    }
+
+    /// Commits node `n`'s result to the relation R and the outcome, in node order.
+    fn commit(
+        &self,
+        grown: &mut Grown,
+        n: usize,
+        r: NodeResult,
+        outcome: &mut Outcome,
+    ) -> Result<(), String> {
+        let spec = &self.case.spec;
+        let progress = self.opts.progress.as_deref();
+        if let Some(p) = progress {
+            p.enter(&spec.nodes[n].name);
+        }
+        outcome.spec_operators += r.inferred;
+        // A node none of whose operators was explored counts as skipped, not done.
+        let skipped = r.unexplored > 0 && r.inferred == 0;
+        if skipped {
+            outcome.operators_skipped += 1;
+        }
+        outcome.trace.extend(r.trace);
+        for e in r.effects {
+            e.apply(spec, self.spec_metas, &mut grown.state);
+        }
+        grown.mismatches.extend(r.mismatches);
+        grown.products.extend(r.products);
+        grown.widened.extend(r.widened);
+        if let Some(reason) = r.error {
+            return Err(reason);
+        }
+        for k in 0..spec.nodes[n].outputs.len() {
+            let v = ValueId::new(n, k);
+            if self.refuted_here(grown, v) {
+                grown.refuted.insert(v);
+            }
+        }
+        if let Some(p) = progress.filter(|_| !skipped) {
+            p.leave();
+        }
+        Ok(())
+    }
+
     /// Output `k` of spec node `n` gets its state (Listing 1, lines 5 and 8): a cut's from the
-    /// case, an operator's from inference over its lowered term. An error when the expectation
-    /// for it cannot be checked.
-    fn infer_value(&mut self, n: usize, k: usize, outcome: &mut Outcome) -> Result<(), String> {
-        let (case, imp, spec_metas) = (self.case, self.imp, self.spec_metas);
+    /// case, an operator's from inference over its lowered term `low`, recorded as effects in
+    /// `r`. An error when the expectation for it cannot be checked.
+    fn infer_value(
+        &self,
+        n: usize,
+        k: usize,
+        low: Option<&Lowered>,
+        plan: &NodePlan,
+        (view, refuted): (&HashMap<ValueId, State>, &HashSet<ValueId>),
+        r: &mut NodeResult,
+    ) -> Result<(), String> {
+        let (case, imp) = (self.case, self.imp);
         let spec = &case.spec;
         let node = &spec.nodes[n];
         let v = ValueId::new(n, k);
@@ -357,19 +647,30 @@ impl Walk<'_> {
                 }
             },
         };
-        let low = match self.cuts.get(&v) {
-            Some(&i) => {
-                self.state.insert(v, input_state(case, i, imp));
+        let own;
+        let mut view = view;
+        let low = match (self.cuts.get(&v), low) {
+            (Some(&i), _) => {
+                let s = input_state(case, i, imp);
                 if expect.is_none() {
+                    r.effects.push(Effect::Set(v, s));
                     return Ok(());
                 }
                 // A cut that is also an expected output: check it against its own relation.
+                own = {
+                    let mut own = view.clone();
+                    own.insert(v, s.clone());
+                    own
+                };
+                view = &own;
+                r.effects.push(Effect::Set(v, s));
                 Lowered::Term(Tpl::Value(ValueRef {
                     rank: None,
                     value: v,
                 }))
             }
-            None => lower(self.ctx, spec, spec_metas, None, n, k),
+            (None, Some(low)) => low.clone(),
+            (None, None) => lower(self.ctx, spec, self.spec_metas, None, n, k),
         };
         // An expected output is checked in an e-graph even when it only renames a value.
         let term = match low {
@@ -387,21 +688,36 @@ impl Walk<'_> {
                 )),
             },
             Lowered::Unsupported(m) => State::Blocked(m),
-            Lowered::Alias(a) => self
-                .state
+            Lowered::Alias(a) => view
                 .get(&a.value)
                 .cloned()
                 .unwrap_or_else(|| State::Unrelated("unrelated".into())),
-            Lowered::Term(t) => {
-                outcome.spec_operators += 1;
-                self.infer_operator(n, v, &t, expect.as_deref())
-            }
+            Lowered::Term(t) => match downstream_of_refutation(&t, view, refuted) {
+                Some(s) => {
+                    r.unexplored += 1;
+                    s
+                }
+                None => {
+                    r.inferred += 1;
+                    self.infer_operator(v, &t, expect.as_deref(), &plan.seeds, view, r)
+                }
+            },
         };
         if self.opts.trace {
-            outcome.trace.push(trace_step(spec, v, &s));
+            let mut step = trace_step(spec, v, &s);
+            if unexplored(&s) {
+                step.status = "unexplored";
+                step.detail =
+                    "not explored: downstream of a partial sum the implementation never reduces"
+                        .into();
+            }
+            r.trace.push(step);
         }
-        view_back(spec_metas, node, &s, &mut self.state);
-        self.state.insert(v, s);
+        // Only a view's clean relation is carried back (see `view_back`).
+        if views_back(node) && matches!(&s, State::Related(c) if c.clean) {
+            r.effects.push(Effect::ViewBack(n, s.clone()));
+        }
+        r.effects.push(Effect::Set(v, s));
         Ok(())
     }
 
@@ -410,17 +726,18 @@ impl Walk<'_> {
     /// finds nothing clean in a small e-graph, a wider one; where the e-graph outgrew the node
     /// limit, one following element moves, or piece by piece ([`infer_by_pieces`]), or (a 0-d
     /// chain) a roomier one. Also records the relation of a fused linear's product.
+    #[allow(clippy::too_many_arguments)]
     fn infer_operator(
-        &mut self,
-        n: usize,
+        &self,
         v: ValueId,
         t: &Tpl,
         expect: Option<&[RecExpr<Term>]>,
+        seeds: &[(Tpl, ValueId)],
+        state: &HashMap<ValueId, State>,
+        r: &mut NodeResult,
     ) -> State {
         let (imp, opts, spec_metas, rules) = (self.imp, self.opts, self.spec_metas, self.rules);
-        let spec = &self.case.spec;
-        let state = &self.state;
-        let mismatches = &mut self.mismatches;
+        let mismatches = &mut r.mismatches;
         let mut ins = Vec::new();
         tpl_values(t, &mut ins);
         // A chain of operators on 0-d values (a loss summed layer by layer).
@@ -429,7 +746,6 @@ impl Walk<'_> {
                 .iter()
                 .filter(|x| is_float_value(spec_metas, x.value))
                 .all(|x| is_float_scalar(spec_metas, x.value));
-        let seeds = spec_seeds(self.ctx, spec, spec_metas, &self.spec_users, n);
         let mut attempt = |rules: &[Rewrite<Term, Shapes>], a: &Attempt| {
             let want = expect;
             infer_one(
@@ -442,7 +758,7 @@ impl Walk<'_> {
                 mismatches,
                 v,
                 scalar_chain,
-                &seeds,
+                seeds,
                 a,
             )
         };
@@ -468,7 +784,7 @@ impl Walk<'_> {
             };
             let wide = attempt(&rules.wide, &wider);
             if clean_up_to_factor(&wide) {
-                self.widened.insert(v);
+                r.widened.push(v);
                 s = wide;
             }
         }
@@ -498,7 +814,7 @@ impl Walk<'_> {
                     .then(|| attempt(&rules.first, &moves))
                     .filter(clean_up_to_factor);
                 followed
-                    .or_else(|| infer_by_pieces(imp, &rules.pieces, opts, state, t, v, &seeds, 0))
+                    .or_else(|| infer_by_pieces(imp, &rules.pieces, opts, state, t, v, seeds, 0))
             };
             if let Some(r) = retry {
                 s = r;
@@ -530,7 +846,7 @@ impl Walk<'_> {
                     &[],
                     &Attempt::default(),
                 );
-                self.products.insert(v, p);
+                r.products.push((v, p));
             }
         }
         s
@@ -544,12 +860,18 @@ impl Walk<'_> {
     /// compute up to there. Operators further on cannot change that output's relation: only
     /// a later view of a value can (`view_back`), so an output, or an input of the operator
     /// blamed, that a later view still reads waits for it. `None` when the walk goes on.
-    fn settled_early(&self, outcome: &Outcome, needed: &[bool], done: usize) -> Option<Outcome> {
+    fn settled_early(
+        &self,
+        grown: &Grown,
+        outcome: &Outcome,
+        needed: &[bool],
+        done: usize,
+    ) -> Option<Outcome> {
         let spec = &self.case.spec;
         let deciding = self.checked.iter().map(|c| c.0).find(|v| {
-            !matches!(self.state.get(v), Some(State::Related(r)) if r.clean && !self.mismatches.contains_key(v))
+            !matches!(grown.state.get(v), Some(State::Related(r)) if r.clean && !grown.mismatches.contains_key(v))
         })?;
-        self.state.get(&deciding)?;
+        grown.state.get(&deciding)?;
         let viewed_later = |x: &ValueId| {
             self.spec_users
                 .get(x.node)
@@ -560,7 +882,7 @@ impl Walk<'_> {
         if viewed_later(&deciding) {
             return None;
         }
-        let settled = self.conclude(outcome.clone());
+        let settled = self.conclude(grown, outcome.clone());
         let f = settled.failure.as_ref()?;
         let strong =
             settled.verdict == Verdict::Refuted && f.hint.as_deref().is_some_and(strong_evidence);
@@ -577,17 +899,17 @@ impl Walk<'_> {
     /// The verdict (Listing 1, lines 6 and 9): certificates when every checked output has a
     /// clean relation (meeting its expectation), else the first output without one, localized
     /// by [`blame`] and refuted only where its evidence names a bug class.
-    fn conclude(&self, mut outcome: Outcome) -> Outcome {
-        let (case, imp, state) = (self.case, self.imp, &self.state);
+    fn conclude(&self, grown: &Grown, mut outcome: Outcome) -> Outcome {
+        let (case, imp, state) = (self.case, self.imp, &grown.state);
         let spec = &case.spec;
         let blame_at = |v, name: &str| {
             blame(
                 case,
                 imp,
                 state,
-                &self.products,
+                &grown.products,
                 self.spec_metas,
-                &self.widened,
+                &grown.widened,
                 v,
                 name,
             )
@@ -595,7 +917,7 @@ impl Walk<'_> {
         for &(v, _) in self.checked {
             let name = spec.value_name(v).to_string();
             match state.get(&v) {
-                Some(State::Related(r)) if r.clean && !self.mismatches.contains_key(&v) => {
+                Some(State::Related(r)) if r.clean && !grown.mismatches.contains_key(&v) => {
                     outcome.certificate.push(Certificate {
                         tensor: name,
                         relations: certificate_exprs(&r.exprs)
@@ -639,7 +961,7 @@ impl Walk<'_> {
                     // the library lacks between the two expressions. Only a concrete run can tell
                     // (see `Outcome::unmet_expectation`), so the engine alone stays undecided.
                     let mut f = blame_at(v, &name);
-                    let (want, found) = &self.mismatches[&v];
+                    let (want, found) = &grown.mismatches[&v];
                     let found = found.as_deref().unwrap_or("something else");
                     f.hint = Some(format!(
                         "the case expects `{name}` = {want}, but it is {found}"

@@ -1,0 +1,386 @@
+//! The figures issue 48 sets as `verify`'s targets, printed one line per case: the Megatron GPT
+//! sample (case-tp2), every catalog bug the catalog assigns to `verify` (each timed), the demo's
+//! planted bug, llama tp=2 with 1 and 8 layers, llama3-70b-tiny, deepseek-v3-671b-tiny's full
+//! iteration and the 16-rank DeepSeek full iteration (one layer).
+//!
+//! ```sh
+//! cargo build --release -p shardproof            # the cases are emitted by `shardproof zoo emit`
+//! SHARDPROOF_SHARED=/work/shared cargo run --release -p shardproof-refine --example targets -- \
+//!     [GROUP ...] [--repeats N] [--jobs N]
+//! ```
+//!
+//! Groups: `sample`, `catalog`, `demo`, `layers` (the default set, a few minutes on two cores),
+//! and the slow ones `70b`, `671b`, `deepseek16` (minutes each); `all` runs every group. A
+//! word that is no group keeps the catalog entries whose bug id contains it. Emission is not
+//! timed; each line is the best of `--repeats` runs (default 1) of [`verify`] alone.
+//! `SHARDPROOF_BIN` names the `shardproof` binary (default: the workspace's release build).
+//!
+//! Figures are printed, never asserted: timings depend on the machine.
+
+use shardproof_case::{load_case, Case};
+use shardproof_refine::{verify, Options, Outcome};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+/// The Megatron GPT sample needs the values of its four cross-entropy constants.
+const GPT_CONSTANTS: &str =
+    "constants:\n  _tensor_constant0: 0\n  _tensor_constant1: 0.0\n  _tensor_constant2: 0\n  _tensor_constant3: 0.0\n";
+
+/// Emit flags of a pipelined catalog entry: two microbatches of two rows over two layers.
+const PIPELINED: &[&str] = &["--microbatches", "2", "--layers", "2", "--batch", "4"];
+
+/// Every catalog bug the catalog assigns to `verify`, on every model it is defined for: (model,
+/// bug, mesh, emit flags) — the plans crates/cli/tests/verify.rs refutes at their operator.
+const CATALOG: &[(&str, &str, &str, &[&str])] = &[
+    ("mlp", "tp-missing-allreduce", "tp=2", &[]),
+    ("gpt2", "tp-missing-allreduce", "tp=2", &[]),
+    ("mlp", "tp-bias-before-allreduce", "tp=2", &[]),
+    ("gpt2", "tp-bias-before-allreduce", "tp=2", &[]),
+    ("mlp", "dp-loss-not-averaged", "dp=2", &[]),
+    ("llama", "dp-loss-not-averaged", "dp=2", &[]),
+    ("gpt2", "dp-loss-not-averaged", "dp=2", &[]),
+    ("mlp", "dp-grad-not-averaged", "dp=2", &[]),
+    ("llama", "dp-grad-not-averaged", "dp=2", &[]),
+    ("gpt2", "dp-grad-not-averaged", "dp=2", &[]),
+    ("mlp", "wrong-group", "dp=2,tp=2", &[]),
+    ("llama", "wrong-group", "dp=2,tp=2", &[]),
+    ("gpt2", "wrong-group", "dp=2,tp=2", &[]),
+    ("llama", "llama-oproj-missing-allreduce", "tp=2", &[]),
+    ("llama", "llama-attn-scale-local", "tp=2", &[]),
+    ("llama", "llama-qkv-grad-missing-allreduce", "tp=2", &[]),
+    ("llama", "llama-kv-grad-unsynced", "tp=4", &[]),
+    (
+        "gpt2",
+        "sp-layernorm-grad-not-reduced",
+        "tp=2",
+        &["--sequence-parallel"],
+    ),
+    (
+        "mlp",
+        "grad-accum-loss-not-scaled",
+        "dp=2",
+        &["--grad-accum", "2", "--batch", "4"],
+    ),
+    (
+        "llama",
+        "grad-accum-loss-not-scaled",
+        "dp=2",
+        &["--grad-accum", "2", "--batch", "4"],
+    ),
+    (
+        "gpt2",
+        "grad-accum-loss-not-scaled",
+        "dp=2",
+        &["--grad-accum", "2", "--batch", "4"],
+    ),
+    ("mlp", "zero-param-update-skipped", "dp=2", &["--zero", "1"]),
+    (
+        "llama",
+        "zero-param-update-skipped",
+        "dp=2",
+        &["--zero", "1"],
+    ),
+    (
+        "gpt2",
+        "zero-param-update-skipped",
+        "dp=2",
+        &["--zero", "1"],
+    ),
+    (
+        "mlp",
+        "grad-norm-replicated-overcounted",
+        "tp=2",
+        &["--clip-grad", "1.0"],
+    ),
+    (
+        "llama",
+        "grad-norm-replicated-overcounted",
+        "tp=2",
+        &["--clip-grad", "1.0"],
+    ),
+    (
+        "gpt2",
+        "grad-norm-replicated-overcounted",
+        "tp=2",
+        &["--clip-grad", "1.0"],
+    ),
+    (
+        "mlp",
+        "pp-grad-sync-before-last-microbatch",
+        "pp=2,dp=2",
+        PIPELINED,
+    ),
+    (
+        "llama",
+        "pp-grad-sync-before-last-microbatch",
+        "pp=2,dp=2",
+        PIPELINED,
+    ),
+    (
+        "gpt2",
+        "pp-grad-sync-before-last-microbatch",
+        "pp=2,dp=2",
+        PIPELINED,
+    ),
+    ("mlp", "pp-shuffled-microbatches", "pp=2", PIPELINED),
+    ("llama", "pp-shuffled-microbatches", "pp=2", PIPELINED),
+    ("gpt2", "pp-shuffled-microbatches", "pp=2", PIPELINED),
+    ("deepseek", "pp-shuffled-microbatches", "pp=2", PIPELINED),
+    ("mlp", "dangling-backward-tensor", "dp=2", &[]),
+    ("mlp", "dangling-backward-tensor", "tp=2", &[]),
+    (
+        "gpt2",
+        "zero-tied-embedding-untied",
+        "dp=2",
+        &["--zero", "1"],
+    ),
+    ("mlp", "fp8-amax-wrong-group", "dp=2,tp=2", &["--fp8"]),
+    (
+        "mlp",
+        "loss-scale-not-unscaled",
+        "dp=2",
+        &["--loss-scale", "8"],
+    ),
+    (
+        "llama",
+        "loss-scale-not-unscaled",
+        "dp=2",
+        &["--loss-scale", "8"],
+    ),
+    (
+        "gpt2",
+        "loss-scale-not-unscaled",
+        "dp=2",
+        &["--loss-scale", "8"],
+    ),
+    ("deepseek", "moe-aux-loss-not-divided-by-tp", "tp=2", &[]),
+    ("deepseek", "moe-router-grad-unsynced", "tp=2", &[]),
+    ("deepseek", "norm-sharded-hidden", "tp=2", &[]),
+    ("deepseek", "ep-expert-grad-not-averaged", "ep=2", &[]),
+];
+
+/// The groups run when none is named.
+const DEFAULT_GROUPS: &[&str] = &["sample", "catalog", "demo", "layers"];
+/// Every group.
+const ALL_GROUPS: &[&str] = &[
+    "sample",
+    "catalog",
+    "demo",
+    "layers",
+    "70b",
+    "671b",
+    "deepseek16",
+];
+
+/// The command line: groups, catalog filter words, repeats, jobs.
+struct Args {
+    groups: Vec<String>,
+    words: Vec<String>,
+    repeats: usize,
+    jobs: Option<usize>,
+}
+
+fn parse_args() -> Args {
+    let mut args = Args {
+        groups: Vec::new(),
+        words: Vec::new(),
+        repeats: 1,
+        jobs: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--repeats" => args.repeats = it.next().and_then(|n| n.parse().ok()).unwrap_or(1),
+            "--jobs" => args.jobs = it.next().and_then(|n| n.parse().ok()),
+            "all" => args.groups.extend(ALL_GROUPS.iter().map(|g| g.to_string())),
+            g if ALL_GROUPS.contains(&g) => args.groups.push(g.to_string()),
+            w if !w.starts_with("--") => args.words.push(w.to_string()),
+            _ => {}
+        }
+    }
+    if args.groups.is_empty() {
+        let groups = if args.words.is_empty() {
+            DEFAULT_GROUPS
+        } else {
+            &["catalog"][..]
+        };
+        args.groups = groups.iter().map(|g| g.to_string()).collect();
+    }
+    args
+}
+
+/// The `shardproof` binary that emits the zoo cases.
+fn shardproof_bin() -> PathBuf {
+    std::env::var_os("SHARDPROOF_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/release/shardproof")
+        })
+}
+
+/// `shardproof zoo emit ARGS -o DIR`, loaded; why not, when it fails.
+fn emit(dir: &Path, args: &[&str]) -> Result<Case, String> {
+    let out = Command::new(shardproof_bin())
+        .args(["zoo", "emit"])
+        .args(args)
+        .arg("-o")
+        .arg(dir)
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", shardproof_bin().display()))?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
+    }
+    load_case(&dir.join("case.yaml")).map_err(|e| e.to_string())
+}
+
+/// Verifies `case` `repeats` times; prints the best time, the verdict and where it stops.
+fn time(label: &str, case: &Case, args: &Args) -> Outcome {
+    let opts = Options {
+        jobs: args.jobs,
+        ..Options::default()
+    };
+    let mut best = f64::INFINITY;
+    let mut last = None;
+    for _ in 0..args.repeats.max(1) {
+        let t = Instant::now();
+        let o = verify(case, &opts);
+        best = best.min(t.elapsed().as_secs_f64());
+        last = Some(o);
+    }
+    let o = last.expect("one run at least");
+    let at = o
+        .failure
+        .as_ref()
+        .map(|f| format!(" at `{}`", f.operator))
+        .unwrap_or_default();
+    println!(
+        "{label:<58} {:>12} {:>5} ops {:>5} skipped {best:>9.3} s{at}",
+        format!("{:?}", o.verdict).to_lowercase(),
+        o.spec_operators,
+        o.operators_skipped,
+    );
+    o
+}
+
+/// Emits `args` into a scratch directory and times it under `label`.
+fn emitted(label: &str, emit_args: &[&str], args: &Args) {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    match emit(tmp.path(), emit_args) {
+        Ok(case) => {
+            time(label, &case, args);
+        }
+        Err(e) => println!("{label:<58} not emitted: {e}"),
+    }
+}
+
+fn shared() -> Option<PathBuf> {
+    let dir = std::env::var_os("SHARDPROOF_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared"));
+    dir.join("samples/entangle").is_dir().then_some(dir)
+}
+
+fn sample(args: &Args) {
+    let Some(shared) = shared() else {
+        println!("(samples not found: set SHARDPROOF_SHARED to the shared folder)");
+        return;
+    };
+    let samples = shared.join("samples/entangle");
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let text = std::fs::read_to_string(samples.join("case-tp2.yaml")).expect("sample case");
+    let text = text.replace("gpt/", &format!("{}/", samples.join("gpt").display()));
+    let gpt = tmp.path().join("gpt.yaml");
+    std::fs::write(&gpt, text + GPT_CONSTANTS).expect("write case");
+    for (label, path) in [
+        ("sample case-tp2 + constants (target < 0.2 s)", gpt),
+        ("sample case-bug-tp2", samples.join("case-bug-tp2.yaml")),
+    ] {
+        match load_case(&path) {
+            Ok(c) => {
+                time(label, &c, args);
+            }
+            Err(e) => println!("{label:<58} {e}"),
+        }
+    }
+}
+
+fn catalog(args: &Args) {
+    let mut total = 0.0;
+    let mut worst: (f64, String) = (0.0, String::new());
+    for &(model, bug, mesh, flags) in CATALOG {
+        if !args.words.is_empty() && !args.words.iter().any(|w| bug.contains(w.as_str())) {
+            continue;
+        }
+        let label = format!("catalog {model} {bug} {mesh}");
+        let mut emit_args = vec![model, "--mesh", mesh, "--bug", bug];
+        emit_args.extend(flags);
+        let tmp = tempfile::tempdir().expect("temp dir");
+        match emit(tmp.path(), &emit_args) {
+            Ok(case) => {
+                let t = Instant::now();
+                time(&label, &case, args);
+                let s = t.elapsed().as_secs_f64() / args.repeats.max(1) as f64;
+                total += s;
+                if s > worst.0 {
+                    worst = (s, label);
+                }
+            }
+            Err(e) => println!("{label:<58} not emitted: {e}"),
+        }
+    }
+    println!(
+        "catalog: {total:.2} s in all (mean of repeats); slowest {:.2} s: {} (target < 5 s each)",
+        worst.0, worst.1
+    );
+}
+
+fn main() {
+    let args = parse_args();
+    println!(
+        "{:<58} {:>12} {:>9} {:>13} {:>11}",
+        "case", "verdict", "spec", "", "best time"
+    );
+    for group in &args.groups {
+        match group.as_str() {
+            "sample" => sample(&args),
+            "catalog" => catalog(&args),
+            "demo" => emitted(
+                "demo: llama tp=2 llama-oproj-missing-allreduce (target < 2 s)",
+                &[
+                    "llama",
+                    "--mesh",
+                    "tp=2",
+                    "--bug",
+                    "llama-oproj-missing-allreduce",
+                ],
+                &args,
+            ),
+            "layers" => {
+                for layers in ["1", "8"] {
+                    emitted(
+                        &format!("llama tp=2 full layers={layers}"),
+                        &["llama", "--mesh", "tp=2", "--layers", layers],
+                        &args,
+                    );
+                }
+            }
+            "70b" => emitted(
+                "preset llama3-70b-tiny (target < 60 s)",
+                &["--preset", "llama3-70b-tiny"],
+                &args,
+            ),
+            "671b" => emitted(
+                "preset deepseek-v3-671b-tiny full (target < 300 s)",
+                &["--preset", "deepseek-v3-671b-tiny"],
+                &args,
+            ),
+            "deepseek16" => emitted(
+                "deepseek dp=2,cp=2,tp=2,ep=2 layers=1 full (target < 30 s)",
+                &["deepseek", "--mesh", "dp=2,cp=2,tp=2,ep=2", "--layers", "1"],
+                &args,
+            ),
+            _ => {}
+        }
+    }
+}

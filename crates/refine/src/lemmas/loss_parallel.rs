@@ -36,6 +36,7 @@ pub(super) fn lemmas() -> Vec<Lemma> {
         shard_onehot_by_index_put(),
         exp_of_log_shift(),
         fill_like(),
+        log_softmax_backward_of_nll(),
     ]
 }
 
@@ -499,6 +500,63 @@ fn fill_like() -> Lemma {
             let dev = op(g, "dev", vec![]);
             let no = op(g, "b:false", vec![]);
             vec![op(g, "aten.full.default", vec![size, v, dt, none, dev, no])]
+        }),
+    }
+}
+
+/// The cross-entropy backward through any log-probabilities `y`: `_log_softmax_backward_data`
+/// is `d - exp(y) * sum(d)` row by row, and the summed NLL's backward `d` is `-g` at each
+/// row's target, so the result is `g * (exp(y) - one_hot(t))` whatever `y` is.
+fn log_softmax_backward_of_nll() -> Lemma {
+    Lemma {
+        name: "log-softmax-backward-of-nll-pick",
+        doc: "with no ignored targets (every target indexes a class), _log_softmax_backward_data(nll_loss_backward(g, y, t, None, sum, c, w), y, 1, dt) over [N, C] is (exp(y) - float(vocab_onehot(t, 0, C))) * g",
+        roots: vec!["aten._log_softmax_backward_data.default".into()],
+        examples: vec![(
+            "(aten._log_softmax_backward_data.default (aten.nll_loss_backward.default %r0:g %r0:y %r0:t none 2 -100 %r0:w) %r0:y 1 dt:f64)",
+            &[("g", "f64[]"), ("y", "f64[4,5]"), ("t", "i64[4]<5"), ("w", "f64[]")],
+        )],
+        requires: Some(IGNORE_INDEX),
+        build: Arc::new(|g, eclass, kids| {
+            let (dy, y) = (kids[0], kids[1]);
+            if int(g, kids[2]) != Some(1) {
+                return vec![];
+            }
+            let Some(meta) = g[eclass].data.meta().cloned() else { return vec![] };
+            if meta.shape.len() != 2 || g[y].data.meta() != Some(&meta) {
+                return vec![];
+            }
+            let (rows, classes) = (meta.shape[0], meta.shape[1]);
+            let calls: Vec<(Id, Id)> = g[dy]
+                .nodes
+                .iter()
+                .filter_map(|n| match n {
+                    Term::Op(s, k) if is_op!(s, "aten.nll_loss_backward.default") && k.len() == 7 => Some(k.clone()),
+                    _ => None,
+                })
+                .filter(|k| {
+                    g.find(k[1]) == g.find(y)
+                        && super::is_none(g, k[3])
+                        && int(g, k[4]) == Some(2)
+                        && shape(g, k[0]).is_some_and(|s| s.is_empty())
+                        && shape(g, k[2]).as_deref() == Some(&[rows][..])
+                })
+                .map(|k| (k[0], k[2]))
+                .collect();
+            let mut out = Vec::new();
+            for (seed, t) in calls {
+                let e = op(g, "aten.exp.default", vec![y]);
+                let (zero, width) = (num(g, 0), num(g, classes as i64));
+                let onehot = op(g, VOCAB_ONEHOT, vec![t, zero, width]);
+                let dtn = op(g, &format!("dt:{}", meta.dtype.short_name()), vec![]);
+                let none = op(g, "none", vec![]);
+                let no = op(g, "b:false", vec![]);
+                let float = op(g, "aten._to_copy.default", vec![onehot, dtn, none, none, none, no, none]);
+                let one = num(g, 1);
+                let diff = op(g, "aten.sub.Tensor", vec![e, float, one]);
+                out.push(op(g, "aten.mul.Tensor", vec![diff, seed]));
+            }
+            out
         }),
     }
 }

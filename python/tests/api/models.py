@@ -115,13 +115,13 @@ class FeedForward(nn.Module):
 class LlamaBlock(nn.Module):
     """One pre-norm Llama block with its final norm and output projection to the vocabulary."""
 
-    def __init__(self, d: int = 8, heads: int = 4, h: int = 16, vocab: int = 8):
+    def __init__(self, d: int = 8, heads: int = 4, h: int = 16, vocab: int = 8, eps: float = 1e-6):
         super().__init__()
-        self.attention_norm = RMSNorm(d)
+        self.attention_norm = RMSNorm(d, eps)
         self.attention = Attention(d, heads)
-        self.ffn_norm = RMSNorm(d)
+        self.ffn_norm = RMSNorm(d, eps)
         self.feed_forward = FeedForward(d, h)
-        self.norm = RMSNorm(d)
+        self.norm = RMSNorm(d, eps)
         self.output = nn.Linear(d, vocab, bias=False)
 
     def forward(self, x):
@@ -130,12 +130,24 @@ class LlamaBlock(nn.Module):
         return self.output(self.norm(x))
 
 
-def llama_plan(loss_parallel: bool = True) -> dict:
+def llama_plan(loss_parallel: bool = True, sequence_parallel: bool = True) -> dict:
     """torchtitan's tensor- and sequence-parallel plan for a block: norms sequence-parallel,
     attention and feed-forward Megatron-style, the output projection vocab-parallel."""
     from torch.distributed.tensor import Shard
     from torch.distributed.tensor.parallel import PrepareModuleInput, SequenceParallel
 
+    if not sequence_parallel:
+        # Norms replicated: the block's input and every residual are whole on each rank.
+        return {
+            "attention.wq": ColwiseParallel(),
+            "attention.wk": ColwiseParallel(),
+            "attention.wv": ColwiseParallel(),
+            "attention.wo": RowwiseParallel(),
+            "feed_forward.w1": ColwiseParallel(),
+            "feed_forward.w2": RowwiseParallel(),
+            "feed_forward.w3": ColwiseParallel(),
+            "output": ColwiseParallel(use_local_output=not loss_parallel),
+        }
     return {
         "attention_norm": SequenceParallel(),
         "attention": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),

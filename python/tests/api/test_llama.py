@@ -47,6 +47,7 @@ def test_loss_parallel_training_step_verifies(tmp_path, engine_ready):
     assert ran.exit_code == 0, (ran, ran.stderr, ran.report)
 
 
+@pytest.mark.heavy
 def test_dropped_attention_reduction_is_refuted_at_the_residual_add(tmp_path, engine_ready):
     plan = llama_plan(sequence_parallel=False)
     plan["attention.wo"] = RowwiseWithoutReduce()
@@ -62,6 +63,7 @@ def test_dropped_attention_reduction_is_refuted_at_the_residual_add(tmp_path, en
     assert "x = x + self.attention(" in open(where.file).read().splitlines()[where.line - 1]
 
 
+@pytest.mark.heavy
 def test_sequence_parallel_training_step_is_never_refuted(tmp_path, engine_ready):
     # torchtitan's plan with SequenceParallel norms: runs and is never refuted; verify does not
     # yet relate the sequence-sharded RMSNorm (`add(mean, eps)` over the sequence shards).

@@ -62,7 +62,9 @@ fn loss_target(g: &Graph, t: Id, c: i64) -> bool {
                 }
                 let target = g.find(k[target_at]);
                 if aliases.contains(&target)
-                    || views(g, target).iter().any(|&v| aliases.contains(&g.find(v)))
+                    || views(g, target)
+                        .iter()
+                        .any(|&v| aliases.contains(&g.find(v)))
                 {
                     return true;
                 }
@@ -312,8 +314,12 @@ fn zeros(g: &Graph, id: Id) -> bool {
 /// idx], float(m) - 1)` with idx the shard-local index of targets t and m their out-of-shard
 /// mask; the shard's one-hot as a float of the given dtype, negated.
 fn negated_onehot(g: &mut Graph, id: Id) -> Vec<Id> {
-    let Some(meta) = g[id].data.meta().cloned() else { return vec![] };
-    let Some((&w, lead)) = meta.shape.split_last() else { return vec![] };
+    let Some(meta) = g[id].data.meta().cloned() else {
+        return vec![];
+    };
+    let Some((&w, lead)) = meta.shape.split_last() else {
+        return vec![];
+    };
     if meta.shape.len() != 2 || !meta.dtype.is_float() {
         return vec![];
     }
@@ -327,7 +333,9 @@ fn negated_onehot(g: &mut Graph, id: Id) -> Vec<Id> {
         if !zeros(g, k[0]) {
             continue;
         }
-        let Some([r, idx]) = list_items(g, k[1]) else { continue };
+        let Some([r, idx]) = list_items(g, k[1]) else {
+            continue;
+        };
         if !super::is_arange(g, r, rows) || shape(g, idx).as_deref() != Some(&[rows][..]) {
             continue;
         }
@@ -432,7 +440,10 @@ fn shard_onehot_by_index_put() -> Lemma {
 fn positive(g: &Graph, id: Id, depth: usize) -> bool {
     g[id].nodes.iter().any(|n| match n {
         Term::Op(s, _) if is_op!(s, "aten.exp.default") => true,
-        Term::Op(s, k) if depth > 0 && (is_op!(s, "aten.sum.dim_IntList") || is_op!(s, "aten.view.default")) => {
+        Term::Op(s, k)
+            if depth > 0
+                && (is_op!(s, "aten.sum.dim_IntList") || is_op!(s, "aten.view.default")) =>
+        {
             !k.is_empty() && positive(g, k[0], depth - 1)
         }
         Term::Op(s, k) if depth > 0 && is_op!(s, SUM) => {

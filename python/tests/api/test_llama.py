@@ -36,8 +36,9 @@ def test_forward_verifies(tmp_path, engine_ready):
     assert verdict.exit_code == 0, (verdict, verdict.stderr, verdict.report)
 
 
-def test_loss_parallel_training_step_verifies(tmp_path, engine_ready):
-    cap = _train(tmp_path, llama_plan(sequence_parallel=False))
+@pytest.mark.parametrize("tp", [2, 4])
+def test_loss_parallel_training_step_verifies(tmp_path, engine_ready, tp):
+    cap = _train(tmp_path, llama_plan(sequence_parallel=False), tp=tp)
     assert cap.outputs["loss"] == "Replicate()"
     assert cap.outputs["next_output_weight"] == "Shard(0)"
     assert cap.outputs["next_attention_wq_weight"] == "Shard(0)"

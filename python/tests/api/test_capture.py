@@ -152,6 +152,9 @@ def test_loss_parallel_training_step_verifies(tmp_path, engine_ready):
     assert cap.inputs["fc2_weight"] == "Shard(0)" and cap.inputs["target"] == "Replicate()"
     assert cap.outputs["loss"] == "Replicate()" and cap.outputs["next_fc2_weight"] == "Shard(0)"
     assert "assume:" in cap.case.read_text() and "ignore-index: unused" in cap.case.read_text()
+    # Backward nodes are located at the user's line of the forward operator they differentiate.
+    assert re.search(r"# Backward of forward node: File: .*models\.py:\d+ in forward", cap.ranks[0].read_text())
+    assert re.search(r"# Backward of forward node: File: .*models\.py:\d+ in forward", cap.spec.read_text())
     ran = cap.run()
     assert ran.exit_code == 0, (ran, ran.stderr, ran.report)
     # The vocab-parallel cross-entropy and its backward relate to the spec's (loss_parallel

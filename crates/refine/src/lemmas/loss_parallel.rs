@@ -180,11 +180,13 @@ fn kept_targets_select() -> Lemma {
         ],
         requires: Some(IGNORE_INDEX),
         build: Arc::new(|g, eclass, kids| {
-            let Some(out_shape) = shape(g, eclass) else { return vec![] };
-            // where.self has three children, mul.Tensor two.
+            let Some(out_meta) = g[eclass].data.meta().cloned() else { return vec![] };
+            let out_shape = out_meta.shape.clone();
+            // where.self has three children, mul.Tensor two. The selected operand must be the
+            // result in shape and dtype (no broadcast, no promotion with the other branch).
             if kids.len() == 3 {
                 if kept_target_mask(g, kids[0]).is_some()
-                    && shape(g, kids[1]).as_deref() == Some(&out_shape[..])
+                    && g[kids[1]].data.meta() == Some(&out_meta)
                 {
                     return vec![kids[1]];
                 }
@@ -200,6 +202,8 @@ fn kept_targets_select() -> Lemma {
                     if is_op!(s, "aten.where.self")
                         && k.len() == 3
                         && shape(g, k[1]).is_some_and(|s| s.is_empty())
+                        && g[k[1]].data.meta().map(|m| m.dtype)
+                            == g[w].data.meta().map(|m| m.dtype)
                         && kept_target_mask(g, k[0]).is_some()
                     {
                         out.push(op(g, "aten.mul.Tensor", vec![x, k[1]]));
@@ -224,7 +228,9 @@ fn kept_targets_count() -> Lemma {
         )],
         requires: Some(IGNORE_INDEX),
         build: Arc::new(|g, eclass, kids| {
-            if !g[eclass].data.meta().is_some_and(|m| m.dtype.is_float()) {
+            // A float quotient of a numerator of the same dtype: the scale keeps its dtype.
+            let Some(dtype) = g[eclass].data.meta().map(|m| m.dtype) else { return vec![] };
+            if !dtype.is_float() || g[kids[0]].data.meta().map(|m| m.dtype) != Some(dtype) {
                 return vec![];
             }
             let mut out = Vec::new();
@@ -569,5 +575,91 @@ fn log_softmax_backward_of_nll() -> Lemma {
             }
             out
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{library, Graph};
+    use crate::term::Shapes;
+    use shardproof_ir::DType;
+    use shardproof_ops::Meta;
+
+    /// Whether lemma `name` adds anything to an e-graph of `term` over the given leaves.
+    fn fires(name: &str, leaves: &[(&str, DType, &[usize])], term: &str) -> bool {
+        let mut g = Graph::new(Shapes::default());
+        for (leaf, dt, dims) in leaves {
+            g.analysis
+                .leaves
+                .insert((*leaf).into(), Meta::new(*dt, dims.to_vec()));
+        }
+        g.add_expr(&term.parse().unwrap());
+        g.rebuild();
+        let before = (g.total_size(), g.number_of_classes());
+        let lemma = library().into_iter().find(|l| l.name == name).unwrap();
+        let g = egg::Runner::default()
+            .with_egraph(g)
+            .with_iter_limit(2)
+            .run(&lemma.rewrites())
+            .egraph;
+        (g.total_size(), g.number_of_classes()) != before
+    }
+
+    const LEAVES: &[(&str, DType, &[usize])] = &[
+        ("%r0:t", DType::I64, &[4]),
+        ("%r0:u", DType::I64, &[4]),
+        ("%r0:a", DType::F64, &[4]),
+        ("%r0:b", DType::F64, &[4]),
+        ("%r0:y", DType::F64, &[4, 5]),
+    ];
+
+    /// `target != ignore_index` is read as all true only for the targets of an NLL call with
+    /// that ignore index: not for another integer tensor, nor for another ignore index.
+    #[test]
+    fn kept_target_selection_needs_the_losss_own_targets() {
+        let select = "(aten.where.self (aten.ne.Scalar %r0:t -100) %r0:a %r0:b)";
+        let nll = |t: &str, c: i64| {
+            format!("(get 0 (aten.nll_loss_forward.default %r0:y {t} none 2 {c}))")
+        };
+        let with = |loss: String| format!("(aten.add.Tensor {select} {loss} 1)");
+        assert!(fires(
+            "kept-targets-select",
+            LEAVES,
+            &with(nll("%r0:t", -100))
+        ));
+        assert!(!fires("kept-targets-select", LEAVES, select));
+        assert!(!fires(
+            "kept-targets-select",
+            LEAVES,
+            &with(nll("%r0:u", -100))
+        ));
+        assert!(!fires(
+            "kept-targets-select",
+            LEAVES,
+            &with(nll("%r0:t", -1))
+        ));
+    }
+
+    /// The log-softmax is decomposed only where its row is split into shards (a cat along
+    /// its dim), so other cases' e-graphs do not grow.
+    #[test]
+    fn log_softmax_decomposes_only_over_shards_of_its_dim() {
+        let leaves: &[(&str, DType, &[usize])] = &[("%r0:x", DType::F64, &[2, 3])];
+        let name = "log-softmax-over-vocab-shards";
+        assert!(fires(
+            name,
+            leaves,
+            "(aten._log_softmax.default (cat 1 %r0:x %r0:x) 1 b:false)"
+        ));
+        assert!(!fires(
+            name,
+            leaves,
+            "(aten._log_softmax.default (cat 0 %r0:x %r0:x) 1 b:false)"
+        ));
+        assert!(!fires(
+            name,
+            leaves,
+            "(aten._log_softmax.default %r0:x 1 b:false)"
+        ));
     }
 }

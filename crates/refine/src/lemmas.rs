@@ -21,6 +21,7 @@ mod flash;
 mod identities;
 mod layout;
 mod linear;
+mod loss_parallel;
 mod matmul;
 mod moe;
 pub(crate) mod pieces;
@@ -290,5 +291,6 @@ pub fn library() -> Vec<Lemma> {
     l.extend(ring::lemmas());
     l.extend(flash::lemmas());
     l.extend(elements::lemmas());
+    l.extend(loss_parallel::lemmas());
     l
 }

@@ -141,6 +141,7 @@ def capture(
     input_placements: Mapping[str, Any] | None = None,
     output_placements: Mapping[str, Any] | None = None,
     loss_parallel: bool = False,
+    assume: Mapping[str, str] | None = None,
     name: str | None = None,
 ) -> Capture:
     """Capture the spec and every rank's program and write them with a derived case to `out`.
@@ -163,6 +164,10 @@ def capture(
             the layout the plan's styles read the argument with, else `Replicate()`).
         output_placements: `{output: layout}` for outputs whose layout DTensor does not tell.
         loss_parallel: compute the loss under `torch.distributed.tensor.parallel.loss_parallel`.
+        assume: the case's `assume:` entries, assumptions the user accepts and the verdict
+            then depends on (`{"ignore-index": "unused"}`: no target equals the loss's
+            `ignore_index`, which `verify` needs to relate a mean cross-entropy). Never
+            added on the user's behalf.
         name: the case's name (default: the folder's name).
 
     Returns:
@@ -187,6 +192,7 @@ def capture(
             raise CaptureError(f"example inputs must be tensors, not {type(t).__name__}")
     if extra and not train:
         raise CaptureError("loss_inputs is for train=True")
+    assumed = _assumptions(assume)
 
     taken: set[str] = set()
     params = [(f, p) for f, p in model.named_parameters()]
@@ -230,11 +236,24 @@ def capture(
         spec, ranks = _run_children(job, world, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return _write(outdir, name or outdir.resolve().name, prog, spec, ranks, mesh_dims, mesh_sizes)
+    return _write(outdir, name or outdir.resolve().name, prog, spec, ranks, mesh_dims, mesh_sizes, assumed)
+
+
+def _assumptions(assume: Mapping[str, str] | None) -> dict[str, str]:
+    """The `assume:` entries as the case writes them; keys and values are plain words."""
+    out: dict[str, str] = {}
+    for k, v in (assume or {}).items():
+        k, v = str(k), str(v)
+        for word in (k, v):
+            if not word or not all(c.isalnum() or c in "-_" for c in word):
+                raise CaptureError(f"assume: {k!r}: {v!r} is not a case assumption (plain words, e.g. "
+                                   "{'ignore-index': 'unused'})")
+        out[k] = v
+    return out
 
 
 def _write(outdir: Path, name: str, prog: Program, spec: dict[str, Any], ranks: list[dict[str, Any]],
-           dims: list[str], sizes: list[int]) -> Capture:
+           dims: list[str], sizes: list[int], assume: dict[str, str]) -> Capture:
     """Writes the graphs and the case; checks the ranks agree on every derived layout."""
     first = ranks[0]
     for r, res in enumerate(ranks):
@@ -297,6 +316,10 @@ def _write(outdir: Path, name: str, prog: Program, spec: dict[str, Any], ranks: 
     lines.append("outputs:")
     for n, lay in outputs.items():
         lines.append(f"  {n}: {lay}")
+    if assume:
+        lines.append("assume:  # as given to capture: the verdict holds under these")
+        for k, v in assume.items():
+            lines.append(f"  {k}: {v}")
     case_path = outdir / "case.yaml"
     case_path.write_text("\n".join(lines) + "\n")
     fqns = dict(zip(prog.state_names, prog.state_fqns))

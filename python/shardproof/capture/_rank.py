@@ -41,6 +41,17 @@ class Job:
     loss_parallel: bool
 
 
+def _value_layout(dt: Any, dims: Sequence[str], varying: Sequence[str]) -> Layout | None:
+    """The layout of a value computed from the inputs (an output, not a parameter): on a
+    sub-mesh's DTensor, a mesh dim outside the sub-mesh along which some input varies (a batch
+    sharded over dp) leaves the value's layout there unknown (None); one along which nothing
+    varies is Replicate() (every rank along it runs the same program on the same inputs)."""
+    sub = dt.device_mesh.mesh_dim_names or tuple(dims)
+    if any(d in varying and d not in sub for d in dims):
+        return None
+    return _spec_layout(dt, dims)
+
+
 def _spec_layout(dt: Any, dims: Sequence[str]) -> Layout:
     """A DTensor's placements over the whole mesh: its own mesh may be a named sub-mesh."""
     from torch.distributed.tensor import Replicate
@@ -76,7 +87,7 @@ class Seen:
 
 
 @contextmanager
-def _recording(job: Job, seen_from: Seen, seen_to: Seen) -> Iterator[None]:
+def _recording(job: Job, seen_from: Seen, seen_to: Seen, varying: Sequence[str] = ()) -> Iterator[None]:
     """Records the layout DTensor gives a plain tensor it wraps (`from_local`: how a parallel
     style reads a module input) and the layout of a plain tensor it unwraps (`to_local`: how a
     style hands back its output)."""
@@ -94,7 +105,9 @@ def _recording(job: Job, seen_from: Seen, seen_to: Seen) -> Iterator[None]:
 
     def rec_to(self, *a, **kw):
         out = to_local(self, *a, **kw)
-        seen_to.add(out, _spec_layout(self, job.mesh_dims))
+        layout = _value_layout(self, job.mesh_dims, varying)
+        if layout is not None:
+            seen_to.add(out, layout)
         return out
 
     DTensor.from_local = staticmethod(rec_from)
@@ -216,9 +229,15 @@ def capture_rank(job: Job, rank: int) -> dict[str, Any]:
         out_layouts: dict[str, Any] = {}
         by_next = {f"next_{n}": lay for n, lay in zip(prog.state_names, state_layouts)}
 
+        # The mesh dims along which some input differs between ranks.
+        varying = [
+            d for i, d in enumerate(job.mesh_dims)
+            if any(not isinstance(l[i], Replicate) for l in list(layouts.values()) + state_layouts)
+        ]
+
         def finish(name: str, v: Any) -> torch.Tensor:
             if isinstance(v, DTensor):
-                out_layouts[name] = _spec_layout(v, job.mesh_dims)
+                out_layouts[name] = _value_layout(v, job.mesh_dims, varying)
                 return v.to_local()
             if name in by_next:
                 out_layouts[name] = by_next[name]
@@ -233,7 +252,7 @@ def capture_rank(job: Job, rank: int) -> dict[str, Any]:
 
         loss_ctx = _loss_parallel_ctx if job.loss_parallel else None
         seen_to = Seen()
-        with _recording(job, Seen(), seen_to):
+        with _recording(job, Seen(), seen_to, varying):
             kwargs = {"loss_ctx": loss_ctx} if loss_ctx else {}
             gm = trace(module, prog, local_state, local_data, local_loss, wrap, finish, **kwargs)
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import torch
+import torch.fx.traceback as fx_traceback
 import torch.utils._pytree as pytree
 from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -105,6 +106,19 @@ def _rename_outputs(gm: torch.fx.GraphModule, names: Sequence[str]) -> None:
     gm.recompile()
 
 
+def _mark_backward(loss: torch.Tensor) -> None:
+    """Registers hooks on the loss's autograd graph that tag the nodes its backward traces
+    with the forward operator's sequence number (`autograd_backward`, `seq_nr`), as
+    AOTAutograd does; without torch's helper the backward nodes stay unlocated."""
+    try:
+        from torch._functorch._aot_autograd.logging_utils import setup_stacktrace_preservation_hooks
+    except ImportError:
+        return
+    grad_fn = getattr(loss, "grad_fn", None)
+    if grad_fn is not None:
+        setup_stacktrace_preservation_hooks([grad_fn])
+
+
 def trace(
     module: torch.nn.Module,
     prog: Program,
@@ -138,6 +152,7 @@ def trace(
             loss = prog.loss_fn(out, *extra) if prog.loss_fn is not None else out
             if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
                 raise CaptureError("a training step needs a scalar loss: give loss_fn, or return the loss")
+            _mark_backward(loss)
             leaves = [t for t, tr in zip(local_state, prog.trainable) if tr]
             grads = torch.autograd.grad(loss, leaves, allow_unused=True)
         nxt = []
@@ -152,7 +167,10 @@ def trace(
         t.detach().clone().requires_grad_(prog.train and tr) for t, tr in zip(state, prog.trainable)
     ]
     try:
-        gm = make_fx(step, record_stack_traces=True)(*state_in, *data, *loss_inputs)
+        # Node meta preserved: every node records its autograd sequence number, and backward
+        # nodes the number of the forward operator they differentiate (see `_mark_backward`).
+        with fx_traceback.preserve_node_meta():
+            gm = make_fx(step, record_stack_traces=True)(*state_in, *data, *loss_inputs)
     except CaptureError:
         raise
     except Exception as e:  # the tracer's own errors carry the reason; keep it
@@ -167,8 +185,16 @@ def trace(
         node.target = node.name
         if node.name != name:
             raise CaptureError(f"cannot name input `{name}` (got `{node.name}`)")
+    # A backward node is located at the user's line of the forward operator it
+    # differentiates (same sequence number); a forward node at its own innermost user frame.
+    forward_frames: dict[int, str] = {}
     for node in gm.graph.nodes:
         frame = _user_frame(node.meta.get("stack_trace"))
+        seq = node.meta.get("seq_nr")
+        if node.meta.get("autograd_backward"):
+            frame = frame or (forward_frames.get(seq) if isinstance(seq, int) else None)
+        elif frame is not None and isinstance(seq, int):
+            forward_frames.setdefault(seq, frame)
         if frame is None:
             node.meta.pop("stack_trace", None)
         else:

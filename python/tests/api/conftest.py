@@ -26,3 +26,19 @@ def engine_ready() -> None:
     """Skips a test that needs a verdict when no engine is installed."""
     if _engine._core() is None and _engine.binary() is None:
         pytest.skip("no shardproof engine: install the wheel or set SHARDPROOF_BIN")
+
+
+def pytest_configure(config) -> None:
+    config.addinivalue_line(
+        "markers", "heavy: a test of minutes (a whole transformer block refuted); runs with SHARDPROOF_HEAVY=1"
+    )
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """The suite skips `heavy` tests unless SHARDPROOF_HEAVY=1 asks for them."""
+    if os.environ.get("SHARDPROOF_HEAVY") == "1":
+        return
+    skip = pytest.mark.skip(reason="heavy: set SHARDPROOF_HEAVY=1 to run it")
+    for item in items:
+        if "heavy" in item.keywords:
+            item.add_marker(skip)

@@ -1,0 +1,76 @@
+"""A Llama-style block (RMSNorm, causal attention, SwiGLU, vocabulary output) under
+PyTorch's own tensor-parallel plan, with `loss_parallel`'s vocab-parallel cross-entropy."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import shardproof
+from models import LlamaBlock, RowwiseWithoutReduce, llama_plan, token_cross_entropy
+
+ASSUME = {"ignore-index": "unused"}
+
+
+def _inputs():
+    g = torch.Generator().manual_seed(3)
+    return torch.randn(2, 4, 8, generator=g), torch.randint(0, 8, (2, 4), generator=g)
+
+
+def _train(tmp_path, plan, tp=2):
+    x, target = _inputs()
+    return shardproof.capture(
+        LlamaBlock(), (x,), mesh={"tp": tp}, plan=plan, out=tmp_path, train=True,
+        loss_fn=token_cross_entropy, loss_inputs=(target,), loss_parallel=True, assume=ASSUME,
+    )
+
+
+def test_forward_verifies(tmp_path, engine_ready):
+    x, _ = _inputs()
+    cap = shardproof.capture(LlamaBlock(), (x,), mesh={"tp": 2}, out=tmp_path,
+                             plan=llama_plan(loss_parallel=False, sequence_parallel=False))
+    assert cap.inputs["attention_wo_weight"] == "Shard(1)" and cap.inputs["output_weight"] == "Shard(0)"
+    # The output projection's local shard is the logits' vocabulary slice.
+    assert cap.outputs == {"out": "Shard(2)"}
+    verdict = cap.verify()
+    assert verdict.exit_code == 0, (verdict, verdict.stderr, verdict.report)
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+def test_loss_parallel_training_step_verifies(tmp_path, engine_ready, tp):
+    cap = _train(tmp_path, llama_plan(sequence_parallel=False), tp=tp)
+    assert cap.outputs["loss"] == "Replicate()"
+    assert cap.outputs["next_output_weight"] == "Shard(0)"
+    assert cap.outputs["next_attention_wq_weight"] == "Shard(0)"
+    verdict = cap.verify()
+    assert verdict.exit_code == 0, (verdict, verdict.stderr, verdict.report)
+    ran = cap.run()
+    assert ran.exit_code == 0, (ran, ran.stderr, ran.report)
+
+
+@pytest.mark.heavy
+def test_dropped_attention_reduction_is_refuted_at_the_residual_add(tmp_path, engine_ready):
+    plan = llama_plan(sequence_parallel=False)
+    plan["attention.wo"] = RowwiseWithoutReduce()
+    cap = _train(tmp_path, plan)
+    verdict = cap.verify()
+    assert verdict.exit_code == 1, (verdict, verdict.stderr, verdict.report)
+    # wo's partial sums are each rank's share, so the first wrong value is the residual add
+    # that reads them as whole, located at the user's line.
+    failure = verdict.report["failure"]
+    assert failure["op"] == "aten.add.Tensor", failure
+    where = verdict.location
+    assert where is not None and where.file.endswith("models.py"), verdict.report
+    assert "x = x + self.attention(" in open(where.file).read().splitlines()[where.line - 1]
+
+
+@pytest.mark.heavy
+def test_sequence_parallel_training_step_is_never_refuted(tmp_path, engine_ready):
+    # torchtitan's plan with SequenceParallel norms: runs and is never refuted; verify does not
+    # yet relate the sequence-sharded RMSNorm (`add(mean, eps)` over the sequence shards).
+    cap = _train(tmp_path, llama_plan())
+    assert cap.inputs["x"] == "Shard(1)"
+    ran = cap.run()
+    assert ran.exit_code == 0, (ran, ran.stderr, ran.report)
+    verdict = cap.verify("--time-limit", "60")
+    assert verdict.exit_code in (0, 3), (verdict, verdict.stderr, verdict.report)

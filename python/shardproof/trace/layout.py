@@ -298,6 +298,30 @@ def shard_map(split: Optional[TensorSplit], config: ParallelConfig, coords: Coor
     return ShardMap(full_shape=full_shape, local_shape=derived_local, pieces=tuple(pieces))
 
 
+def mesh_shard_map(full_shape: Sequence[int], mesh_shape: Sequence[int], coordinate: Sequence[int],
+                   shard_dims: Sequence[Optional[int]], what: str = "tensor") -> ShardMap:
+    """The shard map of a DTensor's local tensor: `shard_dims[i]` is the tensor dimension mesh
+    dimension `i` shards (`Shard(d)`), or None where it replicates. Mesh dimensions shard in
+    order, each splitting the previous one's local range the way `torch.chunk` does (DTensor's
+    rule: chunks of ceil(n / k), the last ones shorter or empty)."""
+    full_shape = tuple(int(n) for n in full_shape)
+    if not len(mesh_shape) == len(coordinate) == len(shard_dims):
+        raise LayoutError(f"{what}: mesh shape, coordinate and placements differ in length")
+    ranges = [(0, n) for n in full_shape]  # (full start, length) of the local range per dimension
+    for mesh_dim, dim in enumerate(shard_dims):
+        if dim is None:
+            continue
+        d = _norm_dim(dim, len(full_shape), f"{what}: Shard dim")
+        start, length = ranges[d]
+        chunks, index = int(mesh_shape[mesh_dim]), int(coordinate[mesh_dim])
+        chunk = -(-length // chunks)
+        offset = min(index * chunk, length)
+        ranges[d] = (start + offset, max(0, min(chunk, length - offset)))
+    local_shape = tuple(n for _, n in ranges)
+    piece = Piece(local=tuple((0, n) for n in local_shape), full=tuple((a, a + n) for a, n in ranges))
+    return ShardMap(full_shape=full_shape, local_shape=local_shape, pieces=(piece,))
+
+
 def param_split(annotation: Optional[ParamAnnotation]) -> Optional[TensorSplit]:
     """The split of a parameter: its tp_dim (parameters are never split by SP or CP)."""
     if annotation is None or annotation.tp_dim is None:

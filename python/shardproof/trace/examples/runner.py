@@ -340,6 +340,12 @@ def launch(run: RunSpec, job: TraceJob, timeout: float = 600.0) -> None:
     if run.config.world_size == 1:
         run_rank(run, job, 0)
         return
+    launch_processes("shardproof.trace.examples.runner", (run, job), run.config.world_size, timeout)
+
+
+def launch_processes(module: str, payload, world_size: int, timeout: float = 600.0) -> None:
+    """Starts `python -m MODULE PAYLOAD_PICKLE RANK PORT` for every rank and joins them; a failing
+    rank stops the others and raises `RuntimeError` with its error output."""
     package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     env = dict(os.environ)
     env["PYTHONPATH"] = package_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -347,12 +353,12 @@ def launch(run: RunSpec, job: TraceJob, timeout: float = 600.0) -> None:
     with tempfile.TemporaryDirectory(prefix="shardproof-run-") as tmp:
         spec_path = os.path.join(tmp, "run.pickle")
         with open(spec_path, "wb") as handle:
-            pickle.dump((run, job), handle)
+            pickle.dump(payload, handle)
         port = free_port()
         procs = []
-        for rank in range(run.config.world_size):
+        for rank in range(world_size):
             log = open(os.path.join(tmp, f"rank{rank}.log"), "w+b")
-            procs.append((subprocess.Popen([sys.executable, "-m", "shardproof.trace.examples.runner", spec_path,
+            procs.append((subprocess.Popen([sys.executable, "-m", module, spec_path,
                                             str(rank), str(port)], env=env, stdout=log, stderr=subprocess.STDOUT),
                           log))
         deadline = time.monotonic() + timeout
@@ -370,11 +376,11 @@ def launch(run: RunSpec, job: TraceJob, timeout: float = 600.0) -> None:
                     p.kill()
                     p.wait()
             if failed == -1:
-                raise RuntimeError(f"the {run.config.world_size}-rank run did not finish in {timeout:.0f} s")
+                raise RuntimeError(f"the {world_size}-rank run did not finish in {timeout:.0f} s")
             log = procs[failed][1]
             log.seek(0)
             tail = log.read().decode("utf-8", "replace")[-4000:]
-            raise RuntimeError(f"rank {failed} of the {run.config.world_size}-rank run failed:\n{tail}")
+            raise RuntimeError(f"rank {failed} of the {world_size}-rank run failed:\n{tail}")
         for _, log in procs:
             log.close()
 
@@ -403,7 +409,7 @@ def parse_config(name: str, spec: ModelSpec, dtype: str, bugs=frozenset()) -> Ru
     return RunSpec(config=config, options=options, spec=spec)
 
 
-__all__ = ["ANNOTATIONS", "RunSpec", "TraceJob", "launch", "parse_config", "run_rank"]
+__all__ = ["ANNOTATIONS", "RunSpec", "TraceJob", "launch", "launch_processes", "parse_config", "run_rank"]
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import torch
 from shardproof.trace import demo
 from shardproof.trace.examples.gpt import ModelSpec
 from shardproof.trace.examples.runner import TraceJob, launch, parse_config
-from tracereader import read_trace, rel_error
+from tracereader import id_string, read_trace, rel_error
 
 LOOSE = {"float32": 1e-4, "bfloat16": 6e-2}
 
@@ -41,7 +41,7 @@ def divergent(ref, cand, dtype):
 
 @pytest.mark.parametrize("config, dtype, rewrite", [("tp2-sp", "bfloat16", False), ("dp2-zero", "float32", False),
                                                     ("pp2-mb3", "bfloat16", False), ("tp2-cp2", "float32", False),
-                                                    ("tp2-sp", "float32", True), ("pp2-vpp2", "float32", False)])
+                                                    ("tp2-sp", "float32", True), ("pp2-vpp2-mb4", "float32", False)])
 def test_correct_parallel_runs_reassemble_to_the_reference(tmp_path, config, dtype, rewrite):
     ref, cand = traces(tmp_path, config, dtype, rewrite=rewrite)
     assert set(cand) == set(ref)
@@ -52,9 +52,15 @@ def test_correct_parallel_runs_reassemble_to_the_reference(tmp_path, config, dty
     if config == "pp2-mb3":
         # Stage 1's stage-local layers.0 is global layer 2; every microbatch of 1F1B is there.
         assert "it0/mb2/forward_output/layers.2.mlp/0" in cand
-    if config == "pp2-vpp2":
+    if config == "pp2-vpp2-mb4":
         # Virtual chunks: stage 0 holds layers 0 and 2, stage 1 layers 1 and 3.
-        assert "it0/mb0/forward_output/layers.3.mlp/0" in cand
+        assert "it0/mb3/forward_output/layers.3.mlp/0" in cand
+        # Interleaved 1F1B (Megatron's order), not all forwards then all backwards: stage 0 runs
+        # mb0's backward through its second chunk (layer 2) before mb3's forward.
+        index = json.load(open(tmp_path / "cand" / "rank-00000" / "index.json"))
+        seq = {id_string(e["id"]): e["seq"] for e in index["tensors"]}
+        assert seq["it0/mb0/grad_input/layers.2.mlp/0"] < seq["it0/mb3/forward_output/layers.0.mlp/0"]
+        assert seq["it0/mb0/grad_input/layers.0.mlp/0"] < seq["it0/mb3/forward_output/layers.2.mlp/0"]
 
 
 @pytest.mark.parametrize("config, bug, first", [

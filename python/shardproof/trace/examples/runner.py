@@ -2,7 +2,7 @@
 process, or a parallel candidate as real processes on CPU (`torch.distributed`, gloo).
 
 One iteration: every microbatch forward and backward (the 1F1B schedule across pipeline stages,
-with batched send/recv between them), gradient reduction (DP x CP, SP layernorms over TP, the tied embedding
+with batched send/recv between them; Megatron's interleaved 1F1B with virtual stages), gradient reduction (DP x CP, SP layernorms over TP, the tied embedding
 over the first and last stage), then an SGD-with-momentum step on float32 copies of the parameters whose
 state is partitioned over DP (ZeRO-1, parameter-wise ownership) when `zero` is on.
 """
@@ -195,11 +195,44 @@ def run_schedule(run: RunSpec, ctx: Context, model: GPTStage, tracer: Tracer, ge
         _p2p(send=None if first else (input_grad, groups.pp_prev))
 
 
+def interleaved_order(pp: int, vpp: int, microbatches: int, stage: int):
+    """Megatron's interleaved 1F1B order for pipeline stage `stage`: a list of
+    ("forward" | "backward", microbatch, chunk). Virtual step k runs chunk (k mod pp*vpp) // pp
+    (reversed in backward) on microbatch (k // (pp*vpp)) * pp + k mod pp, so groups of `pp`
+    microbatches go through one chunk before the next; (pp - stage - 1) * 2 + (vpp - 1) * pp
+    warm-up forwards (all of them when microbatches == pp), then one forward one backward, then
+    the remaining backwards."""
+    if microbatches % pp:
+        raise ValueError(f"the interleaved schedule needs microbatches ({microbatches}) divisible by pp ({pp})")
+    group = pp * vpp
+    total = microbatches * vpp
+
+    def step(k: int, forward: bool):
+        chunk = (k % group) // pp
+        return ("forward" if forward else "backward", (k // group) * pp + k % pp,
+                chunk if forward else vpp - 1 - chunk)
+
+    warmup = total if microbatches == pp else min((pp - stage - 1) * 2 + (vpp - 1) * pp, total)
+    order = [step(k, True) for k in range(warmup)]
+    for k in range(total - warmup):
+        order += [step(k + warmup, True), step(k, False)]
+    order += [step(k, False) for k in range(total - warmup, total)]
+    return order
+
+
+def _tag(backward: bool, microbatch: int, virtual_stage: int) -> int:
+    """The p2p tag of the activation (gradient) of `microbatch` entering (leaving backward)
+    `virtual_stage`: every message of the schedule has its own, so arrival order never matters."""
+    return (int(backward) * 4096 + microbatch) * 4096 + virtual_stage
+
+
 def run_virtual_schedule(run: RunSpec, ctx: Context, chunks: List[GPTStage], tracer: Tracer,
                          gen: ConsistentGenerator) -> None:
-    """Virtual pipeline (VPP): chunk v of stage p is virtual stage v*pp + p. Every microbatch
-    runs forward through the virtual stages in order, then every microbatch backward in reverse
-    (all-forward-all-backward; the interleaved 1F1B order is not implemented)."""
+    """Virtual pipeline (VPP), Megatron's interleaved 1F1B (`interleaved_order`): chunk v of
+    stage p is virtual stage v*pp + p; activations go to the next virtual stage (stage p+1, or
+    stage 0's next chunk after the last stage), gradients back. Sends are posted without
+    waiting and each message has its own tag, so a stage blocks only on the receive the next
+    step needs, which Megatron's order guarantees is on its way."""
     cfg, coords = ctx.config, ctx.coords
     scale = _loss_scale(run, ctx)
     dtype = ctx.options.compute_dtype
@@ -207,32 +240,44 @@ def run_virtual_schedule(run: RunSpec, ctx: Context, chunks: List[GPTStage], tra
     me = coords.__dict__
     prev_rank = cfg.rank(type(coords)(**{**me, "pp": (coords.pp - 1) % cfg.pp}))
     next_rank = cfg.rank(type(coords)(**{**me, "pp": (coords.pp + 1) % cfg.pp}))
-    saved = []
-    for m in range(cfg.microbatches):
-        tokens, positions, labels = _microbatch_data(run, ctx, gen, m)
-        for chunk in chunks:
-            stage_input = tokens if chunk.pre_process else _p2p(recv=(shape, dtype, prev_rank)).requires_grad_(True)
+    data = [_microbatch_data(run, ctx, gen, m) for m in range(cfg.microbatches)]
+    sends = []
+
+    def send(tensor: torch.Tensor, dst: int, tag: int) -> None:
+        buffer = tensor.detach().float().contiguous()
+        sends.append((buffer, dist.isend(buffer, dst, tag=tag)))
+
+    def receive(src: int, tag: int) -> torch.Tensor:
+        buffer = torch.empty(shape, dtype=torch.float32)
+        dist.irecv(buffer, src, tag=tag).wait()
+        return buffer.to(dtype)
+
+    saved = {}
+    for direction, m, c in interleaved_order(cfg.pp, cfg.vpp, cfg.microbatches, coords.pp):
+        chunk = chunks[c]
+        virtual_stage = c * cfg.pp + coords.pp
+        if direction == "forward":
+            tokens, positions, labels = data[m]
+            stage_input = tokens if chunk.pre_process else \
+                receive(prev_rank, _tag(False, m, virtual_stage)).requires_grad_(True)
             with tracer.microbatch(m):
                 output = chunk(stage_input, positions, labels)
                 if chunk.post_process:
                     output = output.sum() * scale
             if not chunk.post_process:
-                _p2p(send=(output, next_rank))
-            saved.append((m, chunk, stage_input, output))
-    for m, chunk, stage_input, output in _backward_order(saved, cfg.microbatches):
-        with tracer.microbatch(m):
-            if chunk.post_process:
-                output.backward()
-            else:
-                torch.autograd.backward(output, _p2p(recv=(shape, output.dtype, next_rank)))
-        if not chunk.pre_process:
-            _p2p(send=(stage_input.grad, prev_rank))
-
-
-def _backward_order(saved, microbatches):
-    """Microbatches in order, each one's chunks in reverse (the reverse of its forward path)."""
-    for m in range(microbatches):
-        yield from [entry for entry in saved if entry[0] == m][::-1]
+                send(output, next_rank, _tag(False, m, virtual_stage + 1))
+            saved[(m, c)] = (stage_input, output)
+        else:
+            stage_input, output = saved.pop((m, c))
+            with tracer.microbatch(m):
+                if chunk.post_process:
+                    output.backward()
+                else:
+                    torch.autograd.backward(output, receive(next_rank, _tag(True, m, virtual_stage)))
+            if not chunk.pre_process:
+                send(stage_input.grad, prev_rank, _tag(True, m, virtual_stage - 1))
+    for _, request in sends:
+        request.wait()
 
 
 def finalize_gradients(ctx: Context, model: GPTStage) -> None:
@@ -403,13 +448,15 @@ def parse_config(name: str, spec: ModelSpec, dtype: str, bugs=frozenset()) -> Ru
                             num_layers=spec.layers, microbatches=sizes["mb"])
     if config.vpp > 1 and config.pp == 1:
         raise ValueError(f"`{name}`: vpp needs pp > 1")
+    if config.vpp > 1 and config.microbatches % config.pp:
+        raise ValueError(f"`{name}`: the interleaved schedule needs mbN with N a multiple of pp={config.pp}")
     if spec.layers % (config.pp * config.vpp):
         raise ValueError(f"`{name}`: {spec.layers} layers do not divide over pp x vpp = {config.pp * config.vpp}")
     options = RunOptions(dtype=dtype, recompute=flags["recompute"], zero=flags["zero"], bugs=frozenset(bugs))
     return RunSpec(config=config, options=options, spec=spec)
 
 
-__all__ = ["ANNOTATIONS", "RunSpec", "TraceJob", "launch", "launch_processes", "parse_config", "run_rank"]
+__all__ = ["ANNOTATIONS", "RunSpec", "interleaved_order", "TraceJob", "launch", "launch_processes", "parse_config", "run_rank"]
 
 
 if __name__ == "__main__":

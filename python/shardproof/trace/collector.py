@@ -38,8 +38,8 @@ import torch
 from . import dtensor
 from .annotations import Annotations, ModuleAnnotation, ParamAnnotation, TensorSplit, load_annotations
 from .generator import ConsistentGenerator, perturbation_noise
-from .layout import (CanonicalId, LayoutError, ParallelConfig, ShardMap, canonical_name, param_split,
-                     shard_map)
+from .layout import (CanonicalId, LayoutError, ParallelConfig, ShardMap, canonical_name, flat_shard_map,
+                     param_split, shard_map)
 from .writer import ROLES, RankTraceWriter, storage_dtype, write_trace_json
 
 _STATE = threading.local()
@@ -214,14 +214,25 @@ class Tracer:
 
     def before_step(self) -> None:
         """Records main gradients (`param.main_grad` if present, else `param.grad`) and the
-        parameters, after gradient reduction and before the optimizer step."""
+        parameters, after gradient reduction and before the optimizer step. A parameter with
+        `main_grad_range = (a, b)` holds only a ZeRO shard: `main_grad` is the 1-D tensor of the
+        gradient's row-major elements a..b-1 (recorded with flat pieces); with `main_grad_range`
+        None (a rank that owns none of it) none is recorded on this rank."""
         for cname, (param, annotation, cls) in self._params.items():
+            sharded = hasattr(param, "main_grad_range")
+            flat = getattr(param, "main_grad_range", None)
             grad = getattr(param, "main_grad", None)
-            if grad is None:
+            if grad is None and not sharded:
                 grad = param.grad
-            if grad is not None:
-                self._record_value(CanonicalId(self.iteration_index, 0, "main_grad", cname, 0), grad,
-                                   param_split(annotation), cls)
+            cid = CanonicalId(self.iteration_index, 0, "main_grad", cname, 0)
+            if sharded and (grad is None) != (flat is None):
+                raise LayoutError(f"{cid}: main_grad and main_grad_range must be set together")
+            if grad is not None and flat is not None:
+                # A ZeRO shard: the rank holds flat elements [a, b) of the parameter's gradient.
+                smap = flat_shard_map(self._param_map(cname, param, annotation), flat[0], flat[1], str(cid))
+                self._record(cid, grad, smap, cls)
+            elif grad is not None:
+                self._record_value(cid, grad, param_split(annotation), cls)
             self._record_value(CanonicalId(self.iteration_index, 0, "param_before_step", cname, 0), param,
                                param_split(annotation), cls)
 

@@ -41,10 +41,11 @@ BUGS: Dict[str, Bug] = {b.name: b for b in [
     Bug("untied_embedding", 5, "PP: the word-embedding and LM-head gradients are not all-reduced between the "
         "first and last stage (embedding and head untied)", "pp > 1", lambda r: _cfg(r).pp > 1, "pp2", "bf16",
         "main_grad of embedding.word_embeddings.weight (replicas on the two stages differ)"),
-    Bug("zero_no_update", 9, "ZeRO: parameters owned by another dp rank are never updated (no broadcast)",
+    Bug("zero_no_update", 9, "ZeRO: the buffer ranges owned by other dp ranks are never gathered, so their "
+        "parameters are never updated",
         "zero and dp > 1", lambda r: r.options.zero and _cfg(r).dp > 1, "dp2-zero", "bf16",
-        "param_after_step of embedding.word_embeddings.weight (owned by dp rank 0; dp rank 1 keeps the old "
-        "value, so the replicas differ)"),
+        "param_after_step of embedding.word_embeddings.weight (in dp rank 0's range of the flat buffer; "
+        "dp rank 1 keeps the old value, so the replicas differ)"),
     Bug("pp_stage_division", 10, "PP: a later stage computes its first global layer from the wrong per-stage count "
         "(builds the wrong layers)", "pp > 1", lambda r: _cfg(r).pp > 1, "pp2", "bf16",
         "forward_output of layers.2.input_layernorm (the first layer of stage 1)"),

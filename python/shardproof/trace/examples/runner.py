@@ -4,7 +4,8 @@ process, or a parallel candidate as real processes on CPU (`torch.distributed`, 
 One iteration: every microbatch forward and backward (the 1F1B schedule across pipeline stages,
 with batched send/recv between them; Megatron's interleaved 1F1B with virtual stages), gradient reduction (DP x CP, SP layernorms over TP, the tied embedding
 over the first and last stage), then an SGD-with-momentum step on float32 copies of the parameters whose
-state is partitioned over DP (ZeRO-1, parameter-wise ownership) when `zero` is on.
+state is partitioned over DP when `zero` is on (ZeRO-1 as Megatron's distributed optimizer: contiguous
+flat buffers split evenly across DP ranks, see `ZeroSGD`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from ..collector import Perturbation, Tracer
 from ..generator import ConsistentGenerator
 from ..layout import ParallelConfig, extract_local, shard_map
 from .gpt import Context, GPTStage, ModelSpec, RunOptions
-from .parallel import Groups, all_reduce
+from .parallel import Groups, all_gather, all_reduce, reduce_scatter
 
 #: The annotation file of the example GPT.
 ANNOTATIONS = os.path.join(os.path.dirname(__file__), "gpt.yaml")
@@ -280,56 +281,153 @@ def run_virtual_schedule(run: RunSpec, ctx: Context, chunks: List[GPTStage], tra
         request.wait()
 
 
+def _model_parallel_reduce(ctx: Context, name: str, param, grad: torch.Tensor) -> torch.Tensor:
+    """The reductions a gradient (or a slice of one: every rank of each group holds the same
+    slice) needs beyond DP x CP: sequence-parallel parameters over TP, the tied word embeddings
+    over the first and last stage."""
+    cfg = ctx.config
+    layernorm = "layernorm" in name
+    if ctx.sp and param.sequence_parallel and not (layernorm and ctx.bug("sp_layernorm_unsynced")):
+        grad = all_reduce(grad, ctx.groups.tp)
+    if layernorm and not ctx.sp and cfg.tp > 1 and cfg.cp > 1 and ctx.bug("tpcp_layernorm_scale"):
+        # Table 1 bug 14: a sum over TP of gradients that TP ranks already hold in full.
+        grad = all_reduce(grad, ctx.groups.tp)
+    if cfg.pp > 1 and name == SHARED_EMBEDDING and not ctx.bug("untied_embedding"):
+        grad = all_reduce(grad, ctx.groups.embedding)
+    return grad
+
+
+#: The word embeddings, tied with the LM head: held by the first and the last stage under PP.
+SHARED_EMBEDDING = "embedding.word_embeddings.weight"
+
+
 def finalize_gradients(ctx: Context, model: GPTStage) -> None:
     """Reduces gradients into `param.main_grad` (float32): the sum over DP x CP; sequence-parallel
     parameters also over TP; the tied word embeddings over the first and last stage."""
-    cfg = ctx.config
     for name, param in model.named_parameters():
         grad = param.grad.float() if param.grad is not None else torch.zeros(param.shape)
-        grad = all_reduce(grad, ctx.groups.dpcp)
-        layernorm = "layernorm" in name
-        if ctx.sp and param.sequence_parallel and not (layernorm and ctx.bug("sp_layernorm_unsynced")):
-            grad = all_reduce(grad, ctx.groups.tp)
-        if layernorm and not ctx.sp and cfg.tp > 1 and cfg.cp > 1 and ctx.bug("tpcp_layernorm_scale"):
-            # Table 1 bug 14: a sum over TP of gradients that TP ranks already hold in full.
-            grad = all_reduce(grad, ctx.groups.tp)
-        if cfg.pp > 1 and name == "embedding.word_embeddings.weight" and not ctx.bug("untied_embedding"):
-            grad = all_reduce(grad, ctx.groups.embedding)
-        param.main_grad = grad
+        param.main_grad = _model_parallel_reduce(ctx, name, param, all_reduce(grad, ctx.groups.dpcp))
 
 
-class ZeroSGD:
-    """SGD with momentum and weight decay, computed in float32. With `zero`, parameter i is
-    owned by dp rank i mod dp (ZeRO-1, parameter-wise): only its owner keeps its momentum and
-    updates it, then broadcasts the new value over the dp group."""
+class SGD:
+    """SGD with momentum and weight decay, computed in float32 on every parameter."""
 
     def __init__(self, ctx: Context, params: List[torch.nn.Parameter], lr=0.1, momentum=0.9, weight_decay=0.01):
         self.ctx, self.params = ctx, params
         self.lr, self.momentum, self.weight_decay = lr, momentum, weight_decay
         self.state: dict = {}
 
-    def owner(self, index: int) -> int:
-        """The dp index of the rank that updates parameter `index`."""
-        dp = self.ctx.groups.dp
-        return index % dp.size if self.ctx.options.zero else dp.index
+    def update(self, key, master: torch.Tensor, grad: torch.Tensor) -> None:
+        """One step of `master` (float32, in place) with gradient `grad`; momentum kept by `key`."""
+        step = grad + self.weight_decay * master
+        buffer = self.state.get(key)
+        buffer = step.clone() if buffer is None else buffer.mul_(self.momentum).add_(step)
+        self.state[key] = buffer
+        master.sub_(self.lr * buffer)
+
+    def reduce_gradients(self, chunks: List[GPTStage]) -> None:
+        """`param.main_grad` of every parameter, reduced (`finalize_gradients`)."""
+        for chunk in chunks:
+            finalize_gradients(self.ctx, chunk)
 
     @torch.no_grad()
     def step(self) -> None:
         """One optimizer step on every parameter."""
-        dp = self.ctx.groups.dp
         for index, param in enumerate(self.params):
             # The float32 master copy is taken at the step, so it holds the parameters the
             # iteration used (perturbed ones in a perturbed run).
             master = param.detach().float().clone()
-            if self.owner(index) == dp.index:
-                update = param.main_grad + self.weight_decay * master
-                buffer = self.state.get(index)
-                buffer = update.clone() if buffer is None else buffer.mul_(self.momentum).add_(update)
-                self.state[index] = buffer
-                master.sub_(self.lr * buffer)
-            if self.ctx.options.zero and dp.size > 1 and not self.ctx.bug("zero_no_update"):
-                dist.broadcast(master, src=dp.ranks[self.owner(index)], group=dp.handle)
+            self.update(index, master, param.main_grad)
             param.copy_(master.to(param.dtype))
+
+
+@dataclass
+class Bucket:
+    """Parameters laid end to end in one flat buffer of `size` elements (padded to a multiple of
+    dp), split evenly: dp rank d owns elements [d*size/dp, (d+1)*size/dp)."""
+
+    names: List[str]
+    params: List[torch.nn.Parameter]
+    offsets: List[int]
+    size: int
+
+    def owned(self, dp: int, index: int) -> Tuple[int, int]:
+        """The range of the buffer dp rank `index` of `dp` owns."""
+        share = self.size // dp
+        return index * share, (index + 1) * share
+
+
+class ZeroSGD(SGD):
+    """ZeRO-1 as Megatron's distributed optimizer: each bucket's gradients, flattened into one
+    contiguous buffer, are reduce-scattered over DP (all-reduced over CP first), so dp rank d
+    holds the reduced gradients of its contiguous range only, which crosses parameter
+    boundaries; it keeps the float32 master weights and momentum of that range, updates them,
+    and the ranks all-gather the updated ranges into every parameter. The shared word embedding
+    is a bucket of its own under PP (as in Megatron), so the first and last stage split it alike
+    and its slices are all-reduced between them. Each parameter's `main_grad` is its slice of
+    the owned range, with `main_grad_range` saying which flat elements of the parameter it holds
+    (absent where the rank owns none of it)."""
+
+    def __init__(self, ctx: Context, named: List[Tuple[str, torch.nn.Parameter]], **kwargs):
+        super().__init__(ctx, [p for _, p in named], **kwargs)
+        dp = ctx.groups.dp.size
+        shared = [(n, p) for n, p in named if n == SHARED_EMBEDDING and ctx.config.pp > 1]
+        rest = [(n, p) for n, p in named if not (n == SHARED_EMBEDDING and ctx.config.pp > 1)]
+        self.buckets = [self._bucket(group, dp) for group in (shared, rest) if group]
+
+    @staticmethod
+    def _bucket(named, dp: int) -> Bucket:
+        offsets, total = [], 0
+        for _, param in named:
+            offsets.append(total)
+            total += param.numel()
+        return Bucket([n for n, _ in named], [p for _, p in named], offsets, -(-total // dp) * dp)
+
+    def _slices(self, bucket: Bucket):
+        """(name, param, parameter's flat range, owned buffer's range) of each parameter the
+        owned range meets."""
+        lo, hi = bucket.owned(self.ctx.groups.dp.size, self.ctx.groups.dp.index)
+        for name, param, offset in zip(bucket.names, bucket.params, bucket.offsets):
+            a, b = max(lo, offset), min(hi, offset + param.numel())
+            if a < b:
+                yield name, param, (a - offset, b - offset), (a - lo, b - lo)
+
+    def reduce_gradients(self, chunks: List[GPTStage]) -> None:
+        """Reduce-scatters each bucket over DP and applies the model-parallel reductions to the
+        owned slices."""
+        groups = self.ctx.groups
+        self.shards = []
+        for bucket in self.buckets:
+            flat = torch.zeros(bucket.size)
+            for param, offset in zip(bucket.params, bucket.offsets):
+                if param.grad is not None:
+                    flat[offset:offset + param.numel()] = param.grad.float().flatten()
+            flat = all_reduce(flat, groups.cp)
+            shard = reduce_scatter(flat, groups.dp, dim=0)
+            for param in bucket.params:
+                param.main_grad, param.main_grad_range = None, None
+            for name, param, (a, b), (s, e) in self._slices(bucket):
+                shard[s:e] = _model_parallel_reduce(self.ctx, name, param, shard[s:e])
+                param.main_grad, param.main_grad_range = shard[s:e], (a, b)
+            self.shards.append(shard)
+
+    @torch.no_grad()
+    def step(self) -> None:
+        """Updates the owned ranges and all-gathers them into every parameter."""
+        dp = self.ctx.groups.dp
+        for index, (bucket, grad) in enumerate(zip(self.buckets, self.shards)):
+            flat = torch.zeros(bucket.size)
+            for param, offset in zip(bucket.params, bucket.offsets):
+                flat[offset:offset + param.numel()] = param.detach().float().flatten()
+            lo, hi = bucket.owned(dp.size, dp.index)
+            master = flat[lo:hi].clone()
+            self.update(index, master, grad)
+            if self.ctx.bug("zero_no_update"):
+                flat[lo:hi] = master  # Table 1 bug 9: the other ranks' ranges are never gathered
+            else:
+                flat = all_gather(master, dp, dim=0)
+            for param, offset in zip(bucket.params, bucket.offsets):
+                param.copy_(flat[offset:offset + param.numel()].view(param.shape).to(param.dtype))
 
 
 def run_rank(run: RunSpec, job: TraceJob, rank: int) -> None:
@@ -346,14 +444,14 @@ def run_rank(run: RunSpec, job: TraceJob, rank: int) -> None:
     tracer = Tracer(chunks, annotations, cfg, rank, job.out, role=job.role, dtype=run.options.dtype,
                     iteration=run.iteration, rewrite=job.rewrite, generator=gen, perturbation=job.perturbation,
                     align_with=job.align_with)
-    optimizer = ZeroSGD(ctx, [p for chunk in chunks for p in chunk.parameters()])
+    named = [(name, p) for chunk in chunks for name, p in chunk.named_parameters()]
+    optimizer = ZeroSGD(ctx, named) if run.options.zero else SGD(ctx, [p for _, p in named])
     with tracer.iteration():
         if cfg.vpp > 1:
             run_virtual_schedule(run, ctx, chunks, tracer, gen)
         else:
             run_schedule(run, ctx, chunks[0], tracer, gen)
-        for chunk in chunks:
-            finalize_gradients(ctx, chunk)
+        optimizer.reduce_gradients(chunks)
         tracer.before_step()
         optimizer.step()
         tracer.after_step()

@@ -41,7 +41,8 @@ def divergent(ref, cand, dtype):
 
 @pytest.mark.parametrize("config, dtype, rewrite", [("tp2-sp", "bfloat16", False), ("dp2-zero", "float32", False),
                                                     ("pp2-mb3", "bfloat16", False), ("tp2-cp2", "float32", False),
-                                                    ("tp2-sp", "float32", True), ("pp2-vpp2-mb4", "float32", False)])
+                                                    ("tp2-sp", "float32", True), ("pp2-vpp2-mb4", "float32", False),
+                                                    ("tp2-sp-moe", "bfloat16", False)])
 def test_correct_parallel_runs_reassemble_to_the_reference(tmp_path, config, dtype, rewrite):
     ref, cand = traces(tmp_path, config, dtype, rewrite=rewrite)
     assert set(cand) == set(ref)
@@ -79,6 +80,8 @@ def test_correct_parallel_runs_reassemble_to_the_reference(tmp_path, config, dty
     # Under ZeRO the shared embedding is a bucket of its own, split alike on both stages, so
     # the stages' unsynchronized slices are replicas that disagree.
     ("pp2-dp2-zero", "untied_embedding", "it0/mb0/main_grad/embedding.word_embeddings.weight/0"),
+    # Table 1 bug 6: the MoE router's gradient under SP is a partial sum over TP, left unreduced.
+    ("tp2-sp-moe", "sp_router_unsynced", "it0/mb0/main_grad/layers.0.mlp.router.weight/0"),
 ])
 def test_planted_bugs_diverge_first_where_expected(tmp_path, config, bug, first):
     ref, cand = traces(tmp_path, config, "float32", [bug])

@@ -41,6 +41,9 @@ BUGS: Dict[str, Bug] = {b.name: b for b in [
     Bug("untied_embedding", 5, "PP: the word-embedding and LM-head gradients are not all-reduced between the "
         "first and last stage (embedding and head untied)", "pp > 1", lambda r: _cfg(r).pp > 1, "pp2", "bf16",
         "main_grad of embedding.word_embeddings.weight (replicas on the two stages differ)"),
+    Bug("sp_router_unsynced", 6, "SP with MoE: the router weight gradients are not all-reduced over the TP group",
+        "moe and tp > 1 with sp", lambda r: r.options.moe and _cfg(r).sp, "tp2-sp-moe", "bf16",
+        "main_grad of layers.0.mlp.router.weight (replicas on the TP ranks differ)"),
     Bug("zero_no_update", 9, "ZeRO: the buffer ranges owned by other dp ranks are never gathered, so their "
         "parameters are never updated",
         "zero and dp > 1", lambda r: r.options.zero and _cfg(r).dp > 1, "dp2-zero", "bf16",

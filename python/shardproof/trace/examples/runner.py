@@ -47,11 +47,12 @@ class RunSpec:
 
     def reference(self) -> "RunSpec":
         """The single-device reference of this run: no parallelism, every global microbatch in
-        sequence (gradient accumulation), no recomputation, no ZeRO, no bug."""
+        sequence (gradient accumulation), no recomputation, no ZeRO, no bug; the same model
+        (MoE layers or not)."""
         cfg = self.config
         ref = ParallelConfig(num_layers=self.spec.layers, microbatches=cfg.dp * cfg.microbatches)
-        return RunSpec(config=ref, options=RunOptions(dtype=self.options.dtype), spec=self.spec, seed=self.seed,
-                       iteration=self.iteration)
+        return RunSpec(config=ref, options=RunOptions(dtype=self.options.dtype, moe=self.options.moe), spec=self.spec,
+                       seed=self.seed, iteration=self.iteration)
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,8 @@ def init_parameters(model: GPTStage, ctx: Context, gen: ConsistentGenerator) -> 
                 mean, std = 0.0, 0.1
             elif "embeddings" in name:
                 mean, std = 0.0, 0.3
+            elif "router" in name:
+                mean, std = 0.0, 0.5  # gates well away from uniform
             else:
                 mean, std = 0.0, 1.0 / (full[1] ** 0.5)
             param.copy_(gen.shard(f"init:{name}", smap, dtype=param.dtype, std=std, mean=mean))
@@ -287,7 +290,8 @@ def _model_parallel_reduce(ctx: Context, name: str, param, grad: torch.Tensor) -
     over the first and last stage."""
     cfg = ctx.config
     layernorm = "layernorm" in name
-    if ctx.sp and param.sequence_parallel and not (layernorm and ctx.bug("sp_layernorm_unsynced")):
+    unsynced = (layernorm and ctx.bug("sp_layernorm_unsynced")) or (".router." in name and ctx.bug("sp_router_unsynced"))
+    if ctx.sp and param.sequence_parallel and not unsynced:
         grad = all_reduce(grad, ctx.groups.tp)
     if layernorm and not ctx.sp and cfg.tp > 1 and cfg.cp > 1 and ctx.bug("tpcp_layernorm_scale"):
         # Table 1 bug 14: a sum over TP of gradients that TP ranks already hold in full.
@@ -530,9 +534,9 @@ def launch_processes(module: str, payload, world_size: int, timeout: float = 600
 
 def parse_config(name: str, spec: ModelSpec, dtype: str, bugs=frozenset()) -> RunSpec:
     """A run from a configuration name: dash-separated tokens tpN, dpN, ppN, cpN, vppN, mbN
-    (microbatches per dp rank), sp, zero, recompute. E.g. `tp2-sp-dp2-zero`."""
+    (microbatches per dp rank), sp, zero, recompute, moe. E.g. `tp2-sp-dp2-zero`."""
     sizes = {"tp": 1, "dp": 1, "pp": 1, "cp": 1, "vpp": 1, "mb": 1}
-    flags = {"sp": False, "zero": False, "recompute": False}
+    flags = {"sp": False, "zero": False, "recompute": False, "moe": False}
     for token in name.split("-"):
         match = re.fullmatch(r"(tp|dp|pp|cp|vpp|mb)(\d+)", token)
         if match:
@@ -541,7 +545,7 @@ def parse_config(name: str, spec: ModelSpec, dtype: str, bugs=frozenset()) -> Ru
             flags[token] = True
         else:
             raise ValueError(f"unknown configuration token `{token}` in `{name}`; expected tpN, dpN, ppN, cpN, vppN, mbN, "
-                             "sp, zero or recompute")
+                             "sp, zero, recompute or moe")
     config = ParallelConfig(tp=sizes["tp"], dp=sizes["dp"], pp=sizes["pp"], cp=sizes["cp"], vpp=sizes["vpp"], sp=flags["sp"],
                             num_layers=spec.layers, microbatches=sizes["mb"])
     if config.vpp > 1 and config.pp == 1:
@@ -550,7 +554,8 @@ def parse_config(name: str, spec: ModelSpec, dtype: str, bugs=frozenset()) -> Ru
         raise ValueError(f"`{name}`: the interleaved schedule needs mbN with N a multiple of pp={config.pp}")
     if spec.layers % (config.pp * config.vpp):
         raise ValueError(f"`{name}`: {spec.layers} layers do not divide over pp x vpp = {config.pp * config.vpp}")
-    options = RunOptions(dtype=dtype, recompute=flags["recompute"], zero=flags["zero"], bugs=frozenset(bugs))
+    options = RunOptions(dtype=dtype, recompute=flags["recompute"], zero=flags["zero"], moe=flags["moe"],
+                         bugs=frozenset(bugs))
     return RunSpec(config=config, options=options, spec=spec)
 
 

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from ..collector import _is_recomputing, recomputing
 from ..layout import ParallelConfig
-from .parallel import (CopyToTP, GatherFromSP, Groups, ReduceFromTP, ReduceScatterToSP, RingShift, ScatterToSP,
+from .parallel import (CopyToTP, Fp8GatherFromSP, GatherFromSP, Groups, ReduceFromTP, ReduceScatterToSP, RingShift, ScatterToSP,
                        all_reduce, fp8_round_trip)
 
 
@@ -89,6 +89,18 @@ def _param(shape, ctx: Context, tp_dim: Optional[int] = None, sequence_parallel:
     return p
 
 
+def gathered_linear(ctx: Context, x, weight, bias):
+    """A column-parallel product: the input gathered (`gather_input`), then the linear. In fp8
+    under SP the input is gathered in fp8 (`Fp8GatherFromSP`), quantized with the amax over the
+    TP x CP group that holds the logical tensor; `fp8_wrong_group` (Table 1 bug 7) reduces it
+    over the data-parallel group instead, so the TP ranks' scales differ."""
+    if ctx.options.fp8 and ctx.sp:
+        group = ctx.groups.dp if ctx.bug("fp8_wrong_group") else ctx.groups.tpcp
+        x = Fp8GatherFromSP.apply(x, ctx.groups.tp, 0, group)
+        return _linear(x, weight, bias, ctx, None, input_quantized=True)
+    return _linear(gather_input(ctx, x), weight, bias, ctx, ctx.groups.tpcp)
+
+
 def gather_input(ctx: Context, x):
     """The full-sequence input of a column-parallel linear on every TP rank: all-gathered over
     the sequence under SP, else a copy whose gradient is all-reduced over TP."""
@@ -97,9 +109,10 @@ def gather_input(ctx: Context, x):
     return CopyToTP.apply(x, ctx.groups.tp, ctx.bug("tp_overlap_grad"))
 
 
-def _linear(x, weight, bias, ctx: Context, amax_group):
+def _linear(x, weight, bias, ctx: Context, amax_group, input_quantized: bool = False):
     if ctx.options.fp8:
-        x = fp8_round_trip(x, amax_group)
+        if not input_quantized:
+            x = fp8_round_trip(x, amax_group)
         # Table 1 bug 8: the recomputed forward multiplies by the master weight instead of its
         # fp8 cast, so the recomputed activations are not the ones the forward computed.
         if not (ctx.bug("fp8_recompute_cast") and _is_recomputing()):
@@ -132,7 +145,7 @@ class ColumnParallelLinear(torch.nn.Module):
         self.bias = _param((out_features // tp,), ctx, tp_dim=0) if bias else None
 
     def forward(self, x):
-        return _linear(gather_input(self.ctx, x), self.weight, self.bias, self.ctx, self.ctx.groups.tpcp)
+        return gathered_linear(self.ctx, x, self.weight, self.bias)
 
 
 class RowParallelLinear(torch.nn.Module):
@@ -394,7 +407,7 @@ class OutputLayer(torch.nn.Module):
         self.ctx = ctx
 
     def forward(self, x, weight):
-        return _linear(gather_input(self.ctx, x), weight, None, self.ctx, self.ctx.groups.tpcp)
+        return gathered_linear(self.ctx, x, weight, None)
 
 
 class VocabParallelCrossEntropy(torch.nn.Module):

@@ -1029,6 +1029,29 @@ mod tests {
     }
 
     #[test]
+    fn flat_pieces_read_write_back_and_are_checked() {
+        let local = r#""local": [[0, 8], [0, 2], [0, 32]]"#;
+        let flat = INDEX
+            .replace(local, r#""local_flat": [0, 64]"#)
+            .replace("[[0, 8], [0, 2], [32, 64]]", "[[1, 2], [0, 2], [32, 64]]");
+        let index = parse_rank_index(path(), &flat).unwrap();
+        let piece = &index.tensors[0].pieces[0];
+        assert_eq!(piece.flat_range(), Some([0, 64]));
+        assert_eq!(piece.local, Region(vec![[0, 1], [0, 2], [0, 32]]));
+        assert_eq!(
+            parse_rank_index(path(), &rank_index_json(&index)).unwrap(),
+            index
+        );
+        let short = parse_rank_index(path(), &flat.replace("[0, 64]", "[0, 63]"))
+            .unwrap_err()
+            .to_string();
+        assert!(short.contains("pieces[0].local_flat"), "{short}");
+        let both = flat.replace(r#""local_flat""#, &format!(r#"{local}, "local_flat""#));
+        let both = parse_rank_index(path(), &both).unwrap_err().to_string();
+        assert!(both.contains("both `local` and `local_flat`"), "{both}");
+    }
+
+    #[test]
     fn malformed_metadata_names_the_json_path() {
         let err = |text: String| parse_trace_meta(path(), &text).unwrap_err().to_string();
         assert!(err(META.replace("\"version\": 1", "\"version\": 2"))

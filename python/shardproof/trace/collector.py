@@ -342,6 +342,9 @@ class Tracer:
         kind of tensor: a DTensor with the same placements for a DTensor), and its shard map."""
         key = str(cid)
         if dtensor.is_dtensor(value):
+            if dtensor.has_partial(value):
+                raise LayoutError(f"{key}: a DTensor with a Partial placement cannot be rewritten; trace the "
+                                  "module whose input it is after the reduction")
             smap = dtensor.unwrap(value, key)[1]
             local = self._replacement(key, dtensor.local_view(value), smap)
             return dtensor.like(local, value, key), smap

@@ -114,6 +114,15 @@ const CAUGHT_IN_REAL_RUNS: &[(&str, &str, &str, &str)] = &[
         "`layers.3.self_attention.core_attention` (grad_input",
     ),
     (
+        // The first layer's router gradient answers one of the three bf16 perturbations with a
+        // 32% change, so its tolerance (1.28) is above the bug's replica spread (1.13); layer 1's
+        // router is the first whose TP replicas differ beyond tolerance (1.28 against 0.48).
+        "moe-router-grad-unsynced",
+        "sp_router_unsynced",
+        "tp2-sp-moe",
+        "`layers.1.mlp.router.weight` (main_grad",
+    ),
+    (
         "tp-cp-layernorm-grad-scaled-by-tp",
         "tpcp_layernorm_scale",
         "tp2-cp2",
@@ -186,11 +195,12 @@ mod heavy {
                 "dp2-zero",
                 "pp2-mb2",
                 "tp2-pp2",
-                "pp2-vpp2",
+                "pp2-vpp2-mb2",
                 "tp2-cp2",
                 "tp2-sp-cp2",
                 "tp2-sp-dp2-zero",
                 "tp2-recompute",
+                "tp2-sp-moe",
             ],
             &ids,
         );

@@ -138,7 +138,7 @@ fn pieces(piece: &RankPiece) -> Vec<Piece> {
                 *d = [offset, offset + d[1]];
                 offset = d[1];
             }
-            Piece { local, full }
+            Piece::boxed(local, full)
         })
         .collect()
 }
@@ -477,10 +477,7 @@ pub fn emit_case(case: &Case, dir: &Path, options: &EmitOptions) -> Result<Emitt
         for rec in &recorded {
             let t = value(env, rec, rec.spec_value, "spec")?;
             let shape = dims(&t);
-            let whole = vec![Piece {
-                local: Region::whole(&shape),
-                full: Region::whole(&shape),
-            }];
+            let whole = vec![Piece::boxed(Region::whole(&shape), Region::whole(&shape))];
             rank.record(
                 rec.id.clone(),
                 None,
@@ -565,10 +562,7 @@ pub fn emit_case(case: &Case, dir: &Path, options: &EmitOptions) -> Result<Emitt
                     if let Some(d0) = local.0.first_mut() {
                         *d0 = [d0[0] + offset, d0[1] + offset];
                     }
-                    all_pieces.push(Piece {
-                        local,
-                        full: p.full.clone(),
-                    });
+                    all_pieces.push(Piece::boxed(local, p.full.clone()));
                 }
                 match local_shape.first_mut() {
                     Some(rows) => *rows += shape[0],

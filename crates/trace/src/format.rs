@@ -395,10 +395,41 @@ impl fmt::Display for Region {
 /// A box of the local tensor and where it lies in the logical full tensor.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Piece {
-    /// The box in the local tensor.
+    /// The box in the local tensor; for a flat piece, the whole box of `full`'s extents in the
+    /// view of the stored elements from `flat_start` on.
     pub local: Region,
     /// The box in the logical full tensor (equal extents).
     pub full: Region,
+    /// A flat piece (`local_flat` in `index.json`): the stored tensor's row-major elements
+    /// `flat_start..flat_start + volume(full)` fill `full` in row-major order (a ZeRO shard of
+    /// a contiguous buffer, whose range crosses rows and parameters). `None`: a box piece.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flat_start: Option<u64>,
+}
+
+impl Piece {
+    /// A box piece: `local` of the stored tensor is `full` of the logical tensor.
+    pub fn boxed(local: Region, full: Region) -> Piece {
+        Piece {
+            local,
+            full,
+            flat_start: None,
+        }
+    }
+
+    /// A flat piece: stored elements `flat_start..` in row-major order fill `full`.
+    pub fn flat(flat_start: u64, full: Region) -> Piece {
+        Piece {
+            local: Region::whole(&full.extents()),
+            full,
+            flat_start: Some(flat_start),
+        }
+    }
+
+    /// The stored elements a flat piece reads, `[start, end)`.
+    pub fn flat_range(&self) -> Option<[u64; 2]> {
+        self.flat_start.map(|s| [s, s + self.full.volume()])
+    }
 }
 
 /// A rank's coordinates in the parallel mesh (`coords` in `index.json`).
@@ -823,9 +854,25 @@ pub fn parse_rank_index(file: &Path, text: &str) -> Result<RankIndex, TraceError
         let mut pieces = Vec::new();
         for (p, pv) in piece_values.iter().enumerate() {
             let pat = format!("{pieces_at}[{p}]");
-            let pm = doc.object(pv, &pat, &["local", "full"])?;
-            let local = doc.region(doc.field(pm, &pat, "local")?, &format!("{pat}.local"))?;
+            let pm = doc.object(pv, &pat, &["local", "local_flat", "full"])?;
             let full = doc.region(doc.field(pm, &pat, "full")?, &format!("{pat}.full"))?;
+            let flat = match (pm.get("local"), pm.get("local_flat")) {
+                (Some(_), Some(_)) => {
+                    return Err(doc
+                        .err(&pat, "both `local` and `local_flat`")
+                        .with_hint("a piece is a box (`local`) or a flat range (`local_flat`)"))
+                }
+                (None, Some(v)) => {
+                    let at = format!("{pat}.local_flat");
+                    let range = doc.region(&Value::Array(vec![v.clone()]), &at)?;
+                    Some(range.0[0])
+                }
+                _ => None,
+            };
+            let local = match flat {
+                Some(_) => Region::whole(&full.extents()),
+                None => doc.region(doc.field(pm, &pat, "local")?, &format!("{pat}.local"))?,
+            };
             if full.0.len() != full_shape.len() {
                 return Err(doc.err(
                     &format!("{pat}.full"),
@@ -850,7 +897,25 @@ pub fn parse_rank_index(file: &Path, text: &str) -> Result<RankIndex, TraceError
                     )
                     .with_hint("a piece's two boxes have the same extent in every dimension"));
             }
-            pieces.push(Piece { local, full });
+            if let Some([start, end]) = flat {
+                if end - start != full.volume() {
+                    return Err(doc
+                        .err(
+                            &format!("{pat}.local_flat"),
+                            format!(
+                                "flat range [{start}, {end}) holds {} elements, full box {full} {}",
+                                end - start,
+                                full.volume()
+                            ),
+                        )
+                        .with_hint("a flat range holds exactly the elements of its full box"));
+                }
+            }
+            pieces.push(Piece {
+                local,
+                full,
+                flat_start: flat.map(|[s, _]| s),
+            });
         }
         tensors.push(TensorEntry {
             key,
@@ -902,8 +967,10 @@ pub fn rank_index_json(index: &RankIndex) -> String {
                        "kind": t.id.kind.name(), "module": t.id.module, "index": t.id.index},
                 "module_class": t.module_class,
                 "full_shape": t.full_shape,
-                "pieces": t.pieces.iter().map(|p| serde_json::json!({
-                    "local": region_json(&p.local), "full": region_json(&p.full)})).collect::<Vec<_>>(),
+                "pieces": t.pieces.iter().map(|p| match p.flat_range() {
+                    Some(range) => serde_json::json!({"local_flat": range, "full": region_json(&p.full)}),
+                    None => serde_json::json!({"local": region_json(&p.local), "full": region_json(&p.full)}),
+                }).collect::<Vec<_>>(),
             })
         })
         .collect();
@@ -959,6 +1026,29 @@ mod tests {
             parse_rank_index(path(), &rank_index_json(&index)).unwrap(),
             index
         );
+    }
+
+    #[test]
+    fn flat_pieces_read_write_back_and_are_checked() {
+        let local = r#""local": [[0, 8], [0, 2], [0, 32]]"#;
+        let flat = INDEX
+            .replace(local, r#""local_flat": [0, 64]"#)
+            .replace("[[0, 8], [0, 2], [32, 64]]", "[[1, 2], [0, 2], [32, 64]]");
+        let index = parse_rank_index(path(), &flat).unwrap();
+        let piece = &index.tensors[0].pieces[0];
+        assert_eq!(piece.flat_range(), Some([0, 64]));
+        assert_eq!(piece.local, Region(vec![[0, 1], [0, 2], [0, 32]]));
+        assert_eq!(
+            parse_rank_index(path(), &rank_index_json(&index)).unwrap(),
+            index
+        );
+        let short = parse_rank_index(path(), &flat.replace("[0, 64]", "[0, 63]"))
+            .unwrap_err()
+            .to_string();
+        assert!(short.contains("pieces[0].local_flat"), "{short}");
+        let both = flat.replace(r#""local_flat""#, &format!(r#"{local}, "local_flat""#));
+        let both = parse_rank_index(path(), &both).unwrap_err().to_string();
+        assert!(both.contains("both `local` and `local_flat`"), "{both}");
     }
 
     #[test]

@@ -28,7 +28,7 @@
 //! // The reference: one rank with the whole tensor.
 //! let r = TraceWriter::create(&dir.path().join("ref"), TraceMeta::new(Role::Reference, 1, RunDtype::Float32)).unwrap();
 //! let mut w = r.rank(0, Coords::default()).unwrap();
-//! let pieces = vec![Piece { local: whole.clone(), full: whole.clone() }];
+//! let pieces = vec![Piece::boxed(whole.clone(), whole.clone())];
 //! w.record(id.clone(), None, &[2, 4], Local { shape: &[2, 4], pieces }, &full).unwrap();
 //! w.finish().unwrap();
 //! // The candidate: two tensor-parallel ranks, each with two columns.
@@ -38,7 +38,7 @@
 //! for tp in 0..2u64 {
 //!     let cols = Region(vec![[0, 2], [2 * tp, 2 * tp + 2]]);
 //!     let mut w = c.rank(tp, Coords { tp, ..Coords::default() }).unwrap();
-//!     let pieces = vec![Piece { local: Region::whole(&[2, 2]), full: cols.clone() }];
+//!     let pieces = vec![Piece::boxed(Region::whole(&[2, 2]), cols.clone())];
 //!     let local = extract(&full, &[2, 4], &cols);
 //!     w.record(id.clone(), None, &[2, 4], Local { shape: &[2, 2], pieces }, &local).unwrap();
 //!     w.finish().unwrap();

@@ -139,15 +139,27 @@ impl<'t> Layout<'t> {
         let rank = &self.trace.ranks[r.holder.rank];
         let stored = &rank.stored[r.holder.entry];
         let piece = &rank.index.tensors[r.holder.entry].pieces[r.piece];
-        piece_data(
-            Some(rank),
-            rank.bytes(),
-            stored.dtype,
-            stored.offset,
-            &stored.shape,
-            piece.local.clone(),
-            piece.full.clone(),
-        )
+        match piece.flat_start {
+            // A flat piece is a box-shaped view of the stored elements from its start on.
+            Some(start) => piece_data(
+                Some(rank),
+                rank.bytes(),
+                stored.dtype,
+                stored.offset + start as usize * stored.dtype.size(),
+                &piece.full.extents(),
+                piece.local.clone(),
+                piece.full.clone(),
+            ),
+            None => piece_data(
+                Some(rank),
+                rank.bytes(),
+                stored.dtype,
+                stored.offset,
+                &stored.shape,
+                piece.local.clone(),
+                piece.full.clone(),
+            ),
+        }
     }
 
     /// Partial overlaps and omissions: empty when the distinct boxes tile the full tensor.

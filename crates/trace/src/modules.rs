@@ -168,10 +168,7 @@ fn pieces_of(choice: &[&Vec<[u64; 2]>]) -> Vec<Piece> {
     }
     pieces
         .into_iter()
-        .map(|(l, f)| Piece {
-            local: Region(l),
-            full: Region(f),
-        })
+        .map(|(l, f)| Piece::boxed(Region(l), Region(f)))
         .collect()
 }
 

@@ -286,8 +286,20 @@ fn open_rank(dir: &Path, r: u64, meta: &TraceMeta) -> Result<Rank, TraceError> {
                 )
             })?;
         let shape: Vec<u64> = info.shape.iter().map(|&n| n as u64).collect();
+        let stored_len: u64 = shape.iter().product();
         for (p, piece) in entry.pieces.iter().enumerate() {
-            if !piece.local.within(&shape) {
+            if let Some([start, end]) = piece.flat_range() {
+                if end > stored_len {
+                    return Err(TraceError::new(
+                        &index_file,
+                        Some(format!("$.tensors[{t}].pieces[{p}].local_flat")),
+                        format!(
+                            "flat range [{start}, {end}) lies outside the stored tensor's {stored_len} elements (key {:?})",
+                            entry.key
+                        ),
+                    ));
+                }
+            } else if !piece.local.within(&shape) {
                 return Err(TraceError::new(
                     &index_file,
                     Some(format!("$.tensors[{t}].pieces[{p}].local")),

@@ -211,10 +211,7 @@ fn write_single(dir: &Path, spec: &Spec, role: Role, seed: u64) -> Result<(), Tr
         let n = whole.volume();
         let local = Local {
             shape: &t.shape,
-            pieces: vec![Piece {
-                local: whole.clone(),
-                full: whole,
-            }],
+            pieces: vec![Piece::boxed(whole.clone(), whole)],
         };
         r.record_iter(
             t.id.clone(),
@@ -325,10 +322,7 @@ pub fn write_candidate(dir: &Path, spec: &Spec) -> Result<(), TraceError> {
                 });
                 let local = Local {
                     shape: &local_shape,
-                    pieces: vec![Piece {
-                        local: Region::whole(&local_shape),
-                        full: full_box,
-                    }],
+                    pieces: vec![Piece::boxed(Region::whole(&local_shape), full_box)],
                 };
                 r.record_iter(x.id.clone(), Some(x.class), &x.shape, local, values)?;
             }

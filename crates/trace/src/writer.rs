@@ -117,7 +117,18 @@ impl RankWriter {
         let bad = |message: String| {
             TraceError::new(&self.dir, Some(format!("tensor {key:?} ({id})")), message)
         };
+        let stored_len: u64 = local.shape.iter().product();
         for p in &local.pieces {
+            if let Some([s, e]) = p.flat_range() {
+                if e > stored_len || !p.full.within(full_shape) {
+                    return Err(bad(format!(
+                        "flat piece [{s}, {e}) -> {} lies outside {stored_len} stored elements or full shape \
+                         {full_shape:?}",
+                        p.full
+                    )));
+                }
+                continue;
+            }
             if !p.local.within(local.shape) || !p.full.within(full_shape) {
                 return Err(bad(format!(
                     "piece {} -> {} lies outside local shape {:?} or full shape {full_shape:?}",

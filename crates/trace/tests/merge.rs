@@ -30,10 +30,7 @@ fn write(
             .into_iter()
             .map(|v| edit(r, v))
             .collect();
-        let pieces = vec![Piece {
-            local: Region::whole(&local_shape),
-            full: b.clone(),
-        }];
+        let pieces = vec![Piece::boxed(Region::whole(&local_shape), b.clone())];
         rank.record(
             id(),
             Some("Attention"),
@@ -149,10 +146,7 @@ fn one_sided_tensors_are_reported() {
     .unwrap();
     let mut rank = w.rank(0, Coords::default()).unwrap();
     let other = CanonicalId::new(0, 0, Kind::ForwardOutput, "layers.0.mlp", 0);
-    let pieces = vec![Piece {
-        local: Region::whole(&[4]),
-        full: Region::whole(&[4]),
-    }];
+    let pieces = vec![Piece::boxed(Region::whole(&[4]), Region::whole(&[4]))];
     rank.record(
         other,
         None,
@@ -177,4 +171,108 @@ fn one_sided_tensors_are_reported() {
         "{}",
         result.summary
     );
+}
+
+/// A candidate whose two ranks hold the flat element ranges `[0, split)` and `[split, 12)` of
+/// a [3, 4] tensor (a ZeRO shard of a contiguous buffer), written as `local_flat` pieces, each
+/// rank's value at flat index `i` passed through `edit`.
+fn flat_candidate(dir: &Path, split: u64, edit: impl Fn(u64, f64) -> f64) {
+    let full: Vec<f64> = (1..=12).map(f64::from).collect();
+    let mut meta = TraceMeta::new(Role::Candidate, 2, RunDtype::Float64);
+    meta.parallel.dp = 2;
+    let w = TraceWriter::create(dir, meta).unwrap();
+    // Row-major boxes of each range: a partial row, whole rows, a partial row.
+    let boxes = |a: u64, b: u64| -> Vec<Region> {
+        let mut out = Vec::new();
+        let mut i = a;
+        while i < b {
+            let (row, col) = (i / 4, i % 4);
+            let end = if col == 0 && b - i >= 4 {
+                i + (b - i) / 4 * 4
+            } else {
+                (row * 4 + 4).min(b)
+            };
+            let rows = [
+                row,
+                if col == 0 && end - i >= 4 {
+                    row + (end - i) / 4
+                } else {
+                    row + 1
+                },
+            ];
+            let cols = if col == 0 && end - i >= 4 {
+                [0, 4]
+            } else {
+                [col, col + end - i]
+            };
+            out.push(Region(vec![rows, cols]));
+            i = end;
+        }
+        out
+    };
+    for (r, (a, b)) in [(0, split), (split, 12)].into_iter().enumerate() {
+        let mut rank = w
+            .rank(
+                r as u64,
+                Coords {
+                    dp: r as u64,
+                    ..Coords::default()
+                },
+            )
+            .unwrap();
+        let mut start = 0;
+        let pieces: Vec<Piece> = boxes(a, b)
+            .into_iter()
+            .map(|full_box| {
+                let p = Piece::flat(start, full_box);
+                start += p.full.volume();
+                p
+            })
+            .collect();
+        let values: Vec<f64> = (a..b).map(|i| edit(i, full[i as usize])).collect();
+        let local_shape = [b - a];
+        rank.record(
+            id(),
+            None,
+            &[3, 4],
+            Local {
+                shape: &local_shape,
+                pieces,
+            },
+            &values,
+        )
+        .unwrap();
+        rank.finish().unwrap();
+    }
+}
+
+#[test]
+fn flat_ranges_across_rows_merge_into_the_full_tensor() {
+    let dir = tempfile::tempdir().unwrap();
+    let full: Vec<f64> = (1..=12).map(f64::from).collect();
+    write(
+        &dir.path().join("ref"),
+        Role::Reference,
+        &[3, 4],
+        &full,
+        &[Region::whole(&[3, 4])],
+        |_, v| v,
+    );
+    for (name, split, wrong) in [("ok", 6, None), ("ok-rows", 4, None), ("bad", 7, Some(9))] {
+        let cand = dir.path().join(name);
+        flat_candidate(
+            &cand,
+            split,
+            |i, v| if Some(i) == wrong { v + 1.0 } else { v },
+        );
+        let text = std::fs::read_to_string(cand.join("rank-00001/index.json")).unwrap();
+        assert!(text.contains("\"local_flat\""), "{text}");
+        let c = compare_dirs(&dir.path().join("ref"), &cand).unwrap();
+        let expected = if wrong.is_some() {
+            Verdict::Violated
+        } else {
+            Verdict::Holds
+        };
+        assert_eq!(c.verdict, expected, "{name}: {}", c.tensors[0].message());
+    }
 }

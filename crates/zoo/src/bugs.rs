@@ -613,7 +613,7 @@ pub const BUGS: &[Bug] = &[
         source: "TTrace Table 1 #6 and Entangle bug 8: router weights not synchronized under TP+SP (Megatron-LM issue 599, pull 619)",
         description: "the router weight gradients, partial over tp (the gates weight the experts' tp-partial outputs), are not all-reduced over tp",
         parallelism: "tp (full iteration)",
-        engines: "run, verify, check",
+        engines: "run, verify, check, trace",
         spec_op: "aten.sub.Tensor of the SGD step of the router weights",
         mutation: Mutation::MoeRouterGradUnsynced,
         needs_tp: true,

@@ -10,6 +10,12 @@ pipeline chunks) for one training iteration and records, by canonical id and sha
   global one),
 * main gradients and parameters before the optimizer step, parameters after it.
 
+Module inputs are seen as the caller passes them (the tracer's forward pre-hook runs before
+any other, e.g. before `parallelize_module`'s input conversion) and outputs as the caller
+receives them (after every other forward hook). A DTensor value is recorded as its local
+tensor with the shard map of its placements (see `dtensor`); plain tensors are split as the
+annotation says.
+
 In **rewrite mode** (module-wise testing) every traced floating-point module input is overwritten
 with its shard of the consistent generator's tensor for that input's canonical id, and every
 traced output gradient likewise in backward, so the reference and the candidate modules consume
@@ -29,10 +35,11 @@ from typing import Dict, Iterator, List, Optional, Sequence, Union
 
 import torch
 
+from . import dtensor
 from .annotations import Annotations, ModuleAnnotation, ParamAnnotation, TensorSplit, load_annotations
 from .generator import ConsistentGenerator, perturbation_noise
-from .layout import (CanonicalId, LayoutError, ParallelConfig, ShardMap, canonical_name, param_split,
-                     shard_map)
+from .layout import (CanonicalId, LayoutError, ParallelConfig, ShardMap, canonical_name, flat_shard_map,
+                     param_split, shard_map)
 from .writer import ROLES, RankTraceWriter, storage_dtype, write_trace_json
 
 _STATE = threading.local()
@@ -175,7 +182,8 @@ class Tracer:
                 if annotation is None:
                     continue
                 cls = type(module).__name__
-                self._handles.append(module.register_forward_pre_hook(self._pre_forward_hook(cname, annotation)))
+                self._handles.append(module.register_forward_pre_hook(self._pre_forward_hook(cname, annotation),
+                                                                     prepend=True))
                 self._handles.append(module.register_forward_hook(self._forward_hook(cname, annotation, cls)))
                 self._handles.append(module.register_full_backward_pre_hook(
                     self._backward_pre_hook(cname, annotation, cls)))
@@ -198,26 +206,41 @@ class Tracer:
         if self.perturbation is None or not _is_float(tensor):
             return tensor
         cid = self._id("forward_input", f"data.{name}", 0)
+        if dtensor.is_dtensor(tensor):
+            local, smap = dtensor.unwrap(tensor, str(cid))
+            return dtensor.like(self._perturb(local, f"data:{cid}", smap), tensor, str(cid))
         smap = shard_map(split, self.config, self.coords, local_shape=tuple(tensor.shape), what=str(cid))
         return self._perturb(tensor, f"data:{cid}", smap)
 
     def before_step(self) -> None:
         """Records main gradients (`param.main_grad` if present, else `param.grad`) and the
-        parameters, after gradient reduction and before the optimizer step."""
+        parameters, after gradient reduction and before the optimizer step. A parameter with
+        `main_grad_range = (a, b)` holds only a ZeRO shard: `main_grad` is the 1-D tensor of the
+        gradient's row-major elements a..b-1 (recorded with flat pieces); with `main_grad_range`
+        None (a rank that owns none of it) none is recorded on this rank."""
         for cname, (param, annotation, cls) in self._params.items():
+            sharded = hasattr(param, "main_grad_range")
+            flat = getattr(param, "main_grad_range", None)
             grad = getattr(param, "main_grad", None)
-            if grad is None:
+            if grad is None and not sharded:
                 grad = param.grad
-            smap = self._param_map(cname, param, annotation)
-            if grad is not None:
-                self._record(CanonicalId(self.iteration_index, 0, "main_grad", cname, 0), grad, smap, cls)
-            self._record(CanonicalId(self.iteration_index, 0, "param_before_step", cname, 0), param, smap, cls)
+            cid = CanonicalId(self.iteration_index, 0, "main_grad", cname, 0)
+            if sharded and (grad is None) != (flat is None):
+                raise LayoutError(f"{cid}: main_grad and main_grad_range must be set together")
+            if grad is not None and flat is not None:
+                # A ZeRO shard: the rank holds flat elements [a, b) of the parameter's gradient.
+                smap = flat_shard_map(self._param_map(cname, param, annotation), flat[0], flat[1], str(cid))
+                self._record(cid, grad, smap, cls)
+            elif grad is not None:
+                self._record_value(cid, grad, param_split(annotation), cls)
+            self._record_value(CanonicalId(self.iteration_index, 0, "param_before_step", cname, 0), param,
+                               param_split(annotation), cls)
 
     def after_step(self) -> None:
         """Records the parameters after the optimizer step."""
         for cname, (param, annotation, cls) in self._params.items():
-            smap = self._param_map(cname, param, annotation)
-            self._record(CanonicalId(self.iteration_index, 0, "param_after_step", cname, 0), param, smap, cls)
+            self._record_value(CanonicalId(self.iteration_index, 0, "param_after_step", cname, 0), param,
+                               param_split(annotation), cls)
 
     def save(self) -> str:
         """Writes this rank's files (and trace.json on rank 0); returns the rank directory."""
@@ -257,8 +280,22 @@ class Tracer:
         return CanonicalId(self.iteration_index, microbatch, kind, module, index)
 
     def _param_map(self, cname: str, param: torch.Tensor, annotation: Optional[ParamAnnotation]) -> ShardMap:
+        if dtensor.is_dtensor(param):
+            return dtensor.unwrap(param, cname)[1]
         return shard_map(param_split(annotation), self.config, self.coords, local_shape=tuple(param.shape),
                          what=cname)
+
+    def _local(self, value, split: Optional[TensorSplit], what: str):
+        """The tensor to store and its shard map: a DTensor's local tensor and placements, else
+        the tensor itself split as annotated."""
+        if dtensor.is_dtensor(value):
+            return dtensor.unwrap(value, what)
+        value = dtensor.settled(value)
+        return value, shard_map(split, self.config, self.coords, local_shape=tuple(value.shape), what=what)
+
+    def _record_value(self, cid: CanonicalId, value, split: Optional[TensorSplit], cls: Optional[str]) -> None:
+        local, smap = self._local(value, split, str(cid))
+        self._record(cid, local, smap, cls)
 
     def _records_param_grad(self, annotation: Optional[ParamAnnotation]) -> bool:
         """A per-microbatch parameter gradient is recorded only where it is whole on the rank:
@@ -289,7 +326,8 @@ class Tracer:
         with torch.no_grad():
             for cname, (param, annotation, _) in self._params.items():
                 if param.is_floating_point():
-                    param.copy_(self._perturb(param, f"param:{cname}", self._param_map(cname, param, annotation)))
+                    local = dtensor.local_view(param)
+                    local.copy_(self._perturb(local, f"param:{cname}", self._param_map(cname, param, annotation)))
 
     def _replacement(self, key: str, like: torch.Tensor, smap: ShardMap) -> torch.Tensor:
         value = self.generator.shard(f"rewrite:{key}", smap, dtype=like.dtype, device=like.device)
@@ -298,6 +336,21 @@ class Tracer:
         return value
 
     # ---- hooks ------------------------------------------------------------------------------
+
+    def _rewritten(self, cid: CanonicalId, value, split: Optional[TensorSplit]):
+        """`value` replaced by this rank's shard of the generated tensor for `cid` (the same
+        kind of tensor: a DTensor with the same placements for a DTensor), and its shard map."""
+        key = str(cid)
+        if dtensor.is_dtensor(value):
+            if dtensor.has_partial(value):
+                raise LayoutError(f"{key}: a DTensor with a Partial placement cannot be rewritten; trace the "
+                                  "module whose input it is after the reduction")
+            smap = dtensor.unwrap(value, key)[1]
+            local = self._replacement(key, dtensor.local_view(value), smap)
+            return dtensor.like(local, value, key), smap
+        value = dtensor.settled(value)
+        smap = shard_map(split, self.config, self.coords, local_shape=tuple(value.shape), what=key)
+        return self._replacement(key, value, smap), smap
 
     def _pre_forward_hook(self, cname: str, annotation: ModuleAnnotation):
         def hook(module, args):
@@ -310,14 +363,13 @@ class Tracer:
                 if split is None or not _is_float(value):
                     continue
                 cid = self._id("forward_input", cname, index)
-                smap = shard_map(split, self.config, self.coords, local_shape=tuple(value.shape), what=str(cid))
                 if self.rewrite:
-                    replacement = self._replacement(str(cid), value, smap)
+                    replacement, _ = self._rewritten(cid, value, split)
                     value = _Rewrite.apply(value, replacement) if value.requires_grad else replacement
                     new_args[index] = value
                     changed = True
                 if not _is_recomputing():
-                    self._record(cid, value, smap, type(module).__name__)
+                    self._record_value(cid, value, split, type(module).__name__)
             return tuple(new_args) if changed else None
         return hook
 
@@ -329,9 +381,7 @@ class Tracer:
                 split = annotation.output_split(index)
                 if split is None or not _is_float(value):
                     continue
-                cid = self._id("forward_output", cname, index)
-                smap = shard_map(split, self.config, self.coords, local_shape=tuple(value.shape), what=str(cid))
-                self._record(cid, value, smap, cls)
+                self._record_value(self._id("forward_output", cname, index), value, split, cls)
             return None
         return hook
 
@@ -346,12 +396,11 @@ class Tracer:
                 if split is None or grad is None:
                     continue
                 cid = self._id("grad_output", cname, index)
-                smap = shard_map(split, self.config, self.coords, local_shape=tuple(grad.shape), what=str(cid))
                 if self.rewrite:
-                    grad = self._replacement(str(cid), grad, smap)
+                    grad, _ = self._rewritten(cid, grad, split)
                     new[index] = grad
                     changed = True
-                self._record(cid, grad, smap, cls)
+                self._record_value(cid, grad, split, cls)
             return tuple(new) if changed else None
         return hook
 
@@ -361,9 +410,7 @@ class Tracer:
                 split = annotation.input_split(index)
                 if split is None or grad is None:
                     continue
-                cid = self._id("grad_input", cname, index)
-                smap = shard_map(split, self.config, self.coords, local_shape=tuple(grad.shape), what=str(cid))
-                self._record(cid, grad, smap, cls)
+                self._record_value(self._id("grad_input", cname, index), grad, split, cls)
             return None
         return hook
 
@@ -371,16 +418,15 @@ class Tracer:
         def hook(grad):
             cid = self._id("param_grad", cname, 0)
             key = str(cid)
+            local, smap = self._local(grad, param_split(annotation), cname)
             slot = self._param_grad_slot.get(key)
             if slot is not None:
                 # The parameter took part in several backward passes of one microbatch
                 # (e.g. recomputation): its microbatch gradient is their sum.
                 name, stored = self.writer.tensors[slot]
-                stored.add_(grad.detach().to(device="cpu", dtype=stored.dtype))
+                stored.add_(local.detach().to(device="cpu", dtype=stored.dtype))
                 return None
-            smap = shard_map(param_split(annotation), self.config, self.coords, local_shape=tuple(grad.shape),
-                             what=cname)
             self._param_grad_slot[key] = len(self.writer.tensors)
-            self._record(cid, grad, smap, cls)
+            self._record(cid, local, smap, cls)
             return None
         return hook

@@ -32,7 +32,8 @@ CONFIGS_HELP = """configurations (dash-separated tokens):
   sp                sequence parallelism (needs tp > 1)
   zero              ZeRO-1 optimizer (state partitioned over dp)
   recompute         recompute each MLP in backward
-  e.g. tp2, tp2-sp, dp2, dp2-zero, tp2-sp-dp2-zero, pp2-mb2, pp2-vpp2, tp2-pp2, cp2, tp2-cp2, tp2-sp-cp2,
+  moe               each MLP is a mixture of experts (a router and 2 experts, dense gates)
+  e.g. tp2, tp2-sp, dp2, dp2-zero, tp2-sp-dp2-zero, pp2-mb2, pp2-vpp2-mb4, tp2-pp2, cp2, tp2-cp2, tp2-sp-cp2,
        tp2-recompute
 """
 

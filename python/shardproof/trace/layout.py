@@ -190,13 +190,19 @@ Segment = Tuple[int, int, int]
 
 @dataclass(frozen=True)
 class Piece:
-    """A box of the local tensor and where it lies in the full tensor."""
+    """A box of the local tensor and where it lies in the full tensor. A flat piece (`flat`
+    set) instead takes the local tensor's row-major elements `flat[0]:flat[1]` and fills the
+    full box with them in row-major order (a ZeRO shard of a contiguous buffer); its `local`
+    is then the whole box of the full box's extents."""
 
     local: Tuple[Tuple[int, int], ...]
     full: Tuple[Tuple[int, int], ...]
+    flat: Optional[Tuple[int, int]] = None
 
     def as_json(self) -> dict:
         """The piece object of the index file."""
+        if self.flat is not None:
+            return {"local_flat": list(self.flat), "full": [list(r) for r in self.full]}
         return {"local": [list(r) for r in self.local], "full": [list(r) for r in self.full]}
 
 
@@ -298,6 +304,79 @@ def shard_map(split: Optional[TensorSplit], config: ParallelConfig, coords: Coor
     return ShardMap(full_shape=full_shape, local_shape=derived_local, pieces=tuple(pieces))
 
 
+def mesh_shard_map(full_shape: Sequence[int], mesh_shape: Sequence[int], coordinate: Sequence[int],
+                   shard_dims: Sequence[Optional[int]], what: str = "tensor") -> ShardMap:
+    """The shard map of a DTensor's local tensor: `shard_dims[i]` is the tensor dimension mesh
+    dimension `i` shards (`Shard(d)`), or None where it replicates. Mesh dimensions shard in
+    order, each splitting the previous one's local range the way `torch.chunk` does (DTensor's
+    rule: chunks of ceil(n / k), the last ones shorter or empty)."""
+    full_shape = tuple(int(n) for n in full_shape)
+    if not len(mesh_shape) == len(coordinate) == len(shard_dims):
+        raise LayoutError(f"{what}: mesh shape, coordinate and placements differ in length")
+    ranges = [(0, n) for n in full_shape]  # (full start, length) of the local range per dimension
+    for mesh_dim, dim in enumerate(shard_dims):
+        if dim is None:
+            continue
+        d = _norm_dim(dim, len(full_shape), f"{what}: Shard dim")
+        start, length = ranges[d]
+        chunks, index = int(mesh_shape[mesh_dim]), int(coordinate[mesh_dim])
+        chunk = -(-length // chunks)
+        offset = min(index * chunk, length)
+        ranges[d] = (start + offset, max(0, min(chunk, length - offset)))
+    local_shape = tuple(n for _, n in ranges)
+    piece = Piece(local=tuple((0, n) for n in local_shape), full=tuple((a, a + n) for a, n in ranges))
+    return ShardMap(full_shape=full_shape, local_shape=local_shape, pieces=(piece,))
+
+
+def flat_boxes(shape: Sequence[int], start: int, end: int) -> List[Tuple[Tuple[int, int], ...]]:
+    """The boxes, in row-major order, whose elements are exactly the row-major elements
+    `start:end` of a tensor of `shape`: a partial leading row, whole rows, a partial trailing
+    row, recursively. Each box is itself contiguous in row-major order."""
+    if start >= end:
+        return []
+    if not shape:
+        return [()]
+    inner = 1
+    for n in shape[1:]:
+        inner *= int(n)
+    first, first_col = divmod(start, inner)
+    last, last_col = divmod(end, inner)
+    if first == last:
+        return [((first, first + 1),) + box for box in flat_boxes(shape[1:], first_col, last_col)]
+    boxes = []
+    if first_col:
+        boxes += [((first, first + 1),) + box for box in flat_boxes(shape[1:], first_col, inner)]
+        first += 1
+    if last > first:
+        boxes.append(((first, last),) + tuple((0, int(n)) for n in shape[1:]))
+    if last_col:
+        boxes += [((last, last + 1),) + box for box in flat_boxes(shape[1:], 0, last_col)]
+    return boxes
+
+
+def flat_shard_map(smap: ShardMap, start: int, end: int, what: str = "tensor") -> ShardMap:
+    """The shard map of a 1-D tensor holding row-major elements `start:end` of a local tensor
+    whose shard map is `smap` (one piece covering the whole local tensor, as a parameter's)."""
+    whole = tuple((0, n) for n in smap.local_shape)
+    if len(smap.pieces) != 1 or smap.pieces[0].local != whole:
+        raise LayoutError(f"{what}: a flat range needs a local tensor that is one box of the full tensor")
+    total = 1
+    for n in smap.local_shape:
+        total *= n
+    if not 0 <= start <= end <= total:
+        raise LayoutError(f"{what}: flat range [{start}, {end}) outside the local tensor's {total} elements")
+    origin = [a for a, _ in smap.pieces[0].full]
+    pieces, cursor = [], 0
+    for box in flat_boxes(smap.local_shape, start, end):
+        count = 1
+        for a, b in box:
+            count *= b - a
+        full = tuple((a + o, b + o) for (a, b), o in zip(box, origin))
+        pieces.append(Piece(local=tuple((0, b - a) for a, b in box), full=full, flat=(cursor, cursor + count)))
+        cursor += count
+    return ShardMap(full_shape=smap.full_shape, local_shape=(end - start,), pieces=tuple(pieces))
+
+
 def param_split(annotation: Optional[ParamAnnotation]) -> Optional[TensorSplit]:
     """The split of a parameter: its tp_dim (parameters are never split by SP or CP)."""
     if annotation is None or annotation.tp_dim is None:
@@ -309,5 +388,9 @@ def extract_local(full, smap: ShardMap):
     """The local shard of `full` (a torch tensor of the full shape) under `smap`."""
     local = full.new_empty(smap.local_shape)
     for piece in smap.pieces:
-        local[tuple(slice(a, b) for a, b in piece.local)] = full[tuple(slice(a, b) for a, b in piece.full)]
+        part = full[tuple(slice(a, b) for a, b in piece.full)]
+        if piece.flat is not None:
+            local.view(-1)[piece.flat[0]:piece.flat[1]] = part.reshape(-1)
+        else:
+            local[tuple(slice(a, b) for a, b in piece.local)] = part
     return local

@@ -6,7 +6,7 @@ correct run and the first flagged tensor of each buggy run.
     python tests/trace/sweep.py [OUT_DIR] [--threshold 5] [--seeds 0,1]
 
 It imports the installed package (`scripts/trace-tests` installs it), or the source tree with
-PYTHONPATH=python. About 20 s per case on 2 idle cores; 25 cases.
+PYTHONPATH=python. About 20 s per case on 2 idle cores; 32 cases.
 
 This only estimates what `shardproof trace compare` will say; the comparer is the authority.
 """
@@ -27,7 +27,8 @@ PHASE = {"forward_input": 0, "forward_output": 0, "grad_output": 1, "grad_input"
          "main_grad": 2, "param_before_step": 2, "param_after_step": 2}
 CORRECT = [("tp2", "fp32"), ("tp2", "bf16"), ("tp2-sp", "bf16"), ("dp2", "bf16"), ("dp2-zero", "bf16"),
            ("pp2-mb2", "bf16"), ("tp2-pp2", "bf16"), ("cp2", "bf16"), ("tp2-cp2", "bf16"), ("tp2-sp-cp2", "bf16"),
-           ("tp2-sp-dp2-zero", "bf16"), ("tp2-recompute", "bf16"), ("tp2", "fp8"), ("tp2-sp", "bf16", "--rewrite")]
+           ("tp2-sp-dp2-zero", "bf16"), ("tp2-recompute", "bf16"), ("tp2", "fp8"), ("tp2-sp", "bf16", "--rewrite"),
+           ("pp2-vpp2-mb4", "bf16"), ("pp2-dp2-zero", "bf16"), ("tp2-sp-moe", "bf16"), ("tp2-sp", "fp8")]
 
 
 def ratios(out):

@@ -138,3 +138,27 @@ def test_uneven_splits_are_errors_not_wrong_maps():
         shard_map(TensorSplit(tp_dim=2), ParallelConfig(tp=2), Coords(), full_shape=(2, 4))
     with pytest.raises(LayoutError):
         ParallelConfig(sp=True)
+
+
+def test_flat_ranges_become_row_major_boxes_that_extract_the_range():
+    import torch
+    from shardproof.trace.layout import flat_boxes, flat_shard_map
+    # Elements 5..17 of a [3, 2, 4] tensor: the rest of row (0, 1), the whole slab 1, the start
+    # of row (2, 0).
+    assert flat_boxes((3, 2, 4), 5, 18) == [((0, 1), (1, 2), (1, 4)), ((1, 2), (0, 2), (0, 4)),
+                                            ((2, 3), (0, 1), (0, 2))]
+    for shape in [(3, 4), (2, 3, 4), (5,), (4, 1)]:
+        full = torch.arange(torch.Size(shape).numel(), dtype=torch.float32).reshape(shape)
+        whole = shard_map(None, ParallelConfig(), Coords(), full_shape=shape)
+        for a in range(full.numel() + 1):
+            for b in range(a, full.numel() + 1):
+                smap = flat_shard_map(whole, a, b)
+                assert torch.equal(extract_local(full, smap), full.reshape(-1)[a:b]), (shape, a, b)
+    # A TP shard's flat range lies in the shard's box of the full tensor.
+    cfg = ParallelConfig(tp=2)
+    shard = shard_map(TensorSplit(tp_dim=1), cfg, cfg.coords(1), full_shape=(2, 4))
+    smap = flat_shard_map(shard, 1, 4)
+    assert [p.full for p in smap.pieces] == [((0, 1), (3, 4)), ((1, 2), (2, 4))]
+    assert [p.as_json() for p in smap.pieces][0] == {"local_flat": [0, 1], "full": [[0, 1], [3, 4]]}
+    with pytest.raises(LayoutError):
+        flat_shard_map(shard, 3, 5)

@@ -14,7 +14,7 @@ import torch
 from shardproof.trace import demo
 from shardproof.trace.examples.gpt import ModelSpec
 from shardproof.trace.examples.runner import TraceJob, launch, parse_config
-from tracereader import read_trace, rel_error
+from tracereader import id_string, read_trace, rel_error
 
 LOOSE = {"float32": 1e-4, "bfloat16": 6e-2}
 
@@ -41,7 +41,8 @@ def divergent(ref, cand, dtype):
 
 @pytest.mark.parametrize("config, dtype, rewrite", [("tp2-sp", "bfloat16", False), ("dp2-zero", "float32", False),
                                                     ("pp2-mb3", "bfloat16", False), ("tp2-cp2", "float32", False),
-                                                    ("tp2-sp", "float32", True), ("pp2-vpp2", "float32", False)])
+                                                    ("tp2-sp", "float32", True), ("pp2-vpp2-mb4", "float32", False),
+                                                    ("tp2-sp-moe", "bfloat16", False)])
 def test_correct_parallel_runs_reassemble_to_the_reference(tmp_path, config, dtype, rewrite):
     ref, cand = traces(tmp_path, config, dtype, rewrite=rewrite)
     assert set(cand) == set(ref)
@@ -49,12 +50,26 @@ def test_correct_parallel_runs_reassemble_to_the_reference(tmp_path, config, dty
     kinds = {key.split("/")[2] for key in cand}
     assert {"forward_output", "grad_input", "main_grad", "param_after_step"} <= kinds
     assert divergent(ref, cand, dtype) == []
+    if config == "dp2-zero":
+        # ZeRO-1 flat buffer: dp rank 1's range starts inside a parameter, so the main gradient
+        # of that parameter is a flat piece of a partial box (its rows from the split on).
+        index = json.load(open(tmp_path / "cand" / "rank-00001" / "index.json"))
+        flat = [e for e in index["tensors"] if e["id"]["kind"] == "main_grad"]
+        assert all("local_flat" in p for e in flat for p in e["pieces"])
+        first = flat[0]["pieces"][0]["full"]
+        assert any(a > 0 for a, _ in first), first
     if config == "pp2-mb3":
         # Stage 1's stage-local layers.0 is global layer 2; every microbatch of 1F1B is there.
         assert "it0/mb2/forward_output/layers.2.mlp/0" in cand
-    if config == "pp2-vpp2":
+    if config == "pp2-vpp2-mb4":
         # Virtual chunks: stage 0 holds layers 0 and 2, stage 1 layers 1 and 3.
-        assert "it0/mb0/forward_output/layers.3.mlp/0" in cand
+        assert "it0/mb3/forward_output/layers.3.mlp/0" in cand
+        # Interleaved 1F1B (Megatron's order), not all forwards then all backwards: stage 0 runs
+        # mb0's backward through its second chunk (layer 2) before mb3's forward.
+        index = json.load(open(tmp_path / "cand" / "rank-00000" / "index.json"))
+        seq = {id_string(e["id"]): e["seq"] for e in index["tensors"]}
+        assert seq["it0/mb0/grad_input/layers.2.mlp/0"] < seq["it0/mb3/forward_output/layers.0.mlp/0"]
+        assert seq["it0/mb0/grad_input/layers.0.mlp/0"] < seq["it0/mb3/forward_output/layers.2.mlp/0"]
 
 
 @pytest.mark.parametrize("config, bug, first", [
@@ -62,6 +77,11 @@ def test_correct_parallel_runs_reassemble_to_the_reference(tmp_path, config, dty
     ("dp2", "dp_loss_scale", "it0/mb0/grad_output/loss/0"),
     ("tp2-sp", "sp_layernorm_unsynced", "it0/mb0/main_grad/layers.0.input_layernorm.weight/0"),
     ("cp2", "cp_attention_grad", "it0/mb0/grad_input/layers.3.self_attention.core_attention/0"),
+    # Under ZeRO the shared embedding is a bucket of its own, split alike on both stages, so
+    # the stages' unsynchronized slices are replicas that disagree.
+    ("pp2-dp2-zero", "untied_embedding", "it0/mb0/main_grad/embedding.word_embeddings.weight/0"),
+    # Table 1 bug 6: the MoE router's gradient under SP is a partial sum over TP, left unreduced.
+    ("tp2-sp-moe", "sp_router_unsynced", "it0/mb0/main_grad/layers.0.mlp.router.weight/0"),
 ])
 def test_planted_bugs_diverge_first_where_expected(tmp_path, config, bug, first):
     ref, cand = traces(tmp_path, config, "float32", [bug])

@@ -63,9 +63,14 @@ def read_trace(path: str) -> Dict[str, Merged]:
                 seqs[key] = seq
             assert list(sums[key].shape) == full_shape
             for piece in entry["pieces"]:
-                lbox = tuple(slice(a, b) for a, b in piece["local"])
                 fbox = tuple(slice(a, b) for a, b in piece["full"])
-                part = local[lbox]
+                if "local_flat" in piece:
+                    assert set(piece) == {"local_flat", "full"}
+                    a, b = piece["local_flat"]
+                    part = local.reshape(-1)[a:b].reshape([e - s for s, e in piece["full"]])
+                else:
+                    assert set(piece) == {"local", "full"}
+                    part = local[tuple(slice(a, b) for a, b in piece["local"])]
                 assert list(part.shape) == [b - a for a, b in piece["full"]]
                 first = firsts[key][fbox]
                 seen = ~torch.isnan(first)

@@ -1,6 +1,6 @@
 """A small GPT (pre-LayerNorm, learned positions, tied embeddings) in plain PyTorch, parallelized
 the Megatron way: vocab-parallel embedding and cross-entropy, column/row-parallel linears,
-sequence parallelism, context parallelism with load-balanced chunks (ring attention), pipeline stages, activation recomputation and emulated fp8 linears.
+sequence parallelism, context parallelism with load-balanced chunks (ring attention), pipeline stages, activation recomputation, emulated fp8 linears and (optionally) mixture-of-experts layers.
 
 Activations are laid out [sequence, batch, hidden] as in Megatron, so the sequence dimension is 0.
 With every parallel size 1 the same code is the single-device reference and calls no collective.
@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from ..collector import _is_recomputing, recomputing
 from ..layout import ParallelConfig
-from .parallel import (CopyToTP, GatherFromSP, Groups, ReduceFromTP, ReduceScatterToSP, RingShift, ScatterToSP,
+from .parallel import (CopyToTP, Fp8GatherFromSP, GatherFromSP, Groups, ReduceFromTP, ReduceScatterToSP, RingShift, ScatterToSP,
                        all_reduce, fp8_round_trip)
 
 
@@ -34,6 +34,7 @@ class ModelSpec:
     layers: int = 4
     seq: int = 16
     micro_batch: int = 2
+    experts: int = 2                # experts of each MoE layer (with RunOptions.moe)
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class RunOptions:
     dtype: str = "float32"          # float32 | bfloat16 | float8_e4m3fn (emulated: bf16 + fp8 linears)
     recompute: bool = False         # recompute each MLP in backward (activation checkpointing)
     zero: bool = False              # ZeRO-1: optimizer state partitioned over dp
+    moe: bool = False               # each layer's MLP is a mixture of experts (router + experts)
     bugs: FrozenSet[str] = field(default_factory=frozenset)
 
     @property
@@ -87,6 +89,18 @@ def _param(shape, ctx: Context, tp_dim: Optional[int] = None, sequence_parallel:
     return p
 
 
+def gathered_linear(ctx: Context, x, weight, bias):
+    """A column-parallel product: the input gathered (`gather_input`), then the linear. In fp8
+    under SP the input is gathered in fp8 (`Fp8GatherFromSP`), quantized with the amax over the
+    TP x CP group that holds the logical tensor; `fp8_wrong_group` (Table 1 bug 7) reduces it
+    over the data-parallel group instead, so the TP ranks' scales differ."""
+    if ctx.options.fp8 and ctx.sp:
+        group = ctx.groups.dp if ctx.bug("fp8_wrong_group") else ctx.groups.tpcp
+        x = Fp8GatherFromSP.apply(x, ctx.groups.tp, 0, group)
+        return _linear(x, weight, bias, ctx, None, input_quantized=True)
+    return _linear(gather_input(ctx, x), weight, bias, ctx, ctx.groups.tpcp)
+
+
 def gather_input(ctx: Context, x):
     """The full-sequence input of a column-parallel linear on every TP rank: all-gathered over
     the sequence under SP, else a copy whose gradient is all-reduced over TP."""
@@ -95,9 +109,10 @@ def gather_input(ctx: Context, x):
     return CopyToTP.apply(x, ctx.groups.tp, ctx.bug("tp_overlap_grad"))
 
 
-def _linear(x, weight, bias, ctx: Context, amax_group):
+def _linear(x, weight, bias, ctx: Context, amax_group, input_quantized: bool = False):
     if ctx.options.fp8:
-        x = fp8_round_trip(x, amax_group)
+        if not input_quantized:
+            x = fp8_round_trip(x, amax_group)
         # Table 1 bug 8: the recomputed forward multiplies by the master weight instead of its
         # fp8 cast, so the recomputed activations are not the ones the forward computed.
         if not (ctx.bug("fp8_recompute_cast") and _is_recomputing()):
@@ -130,7 +145,7 @@ class ColumnParallelLinear(torch.nn.Module):
         self.bias = _param((out_features // tp,), ctx, tp_dim=0) if bias else None
 
     def forward(self, x):
-        return _linear(gather_input(self.ctx, x), self.weight, self.bias, self.ctx, self.ctx.groups.tpcp)
+        return gathered_linear(self.ctx, x, self.weight, self.bias)
 
 
 class RowParallelLinear(torch.nn.Module):
@@ -307,6 +322,66 @@ class MLP(torch.nn.Module):
         return self._run(x)
 
 
+class DenseLinear(torch.nn.Module):
+    """y = x W^T + b with W whole on every TP rank: an expert's or router's projection of this
+    rank's tokens. Under SP each TP rank sees other tokens, so the gradients are partial sums
+    over TP (`sequence_parallel`) and are all-reduced with the layernorms'."""
+
+    def __init__(self, ctx: Context, in_features: int, out_features: int):
+        super().__init__()
+        self.ctx = ctx
+        self.weight = _param((out_features, in_features), ctx, sequence_parallel=ctx.sp)
+        self.bias = _param((out_features,), ctx, sequence_parallel=ctx.sp)
+
+    def forward(self, x):
+        return _linear(x, self.weight, self.bias, self.ctx, self.ctx.groups.tpcp)
+
+
+class Router(torch.nn.Module):
+    """The MoE router: per token, the softmax over experts of a linear projection, in float32
+    (as Megatron keeps routing in float32). Its weight is whole on every TP rank; under SP its
+    gradient is a partial sum over TP (Table 1 bug 6 leaves it unreduced)."""
+
+    def __init__(self, ctx: Context):
+        super().__init__()
+        self.weight = _param((ctx.spec.experts, ctx.spec.hidden), ctx, sequence_parallel=ctx.sp)
+
+    def forward(self, x):
+        return torch.softmax(F.linear(x.float(), self.weight.float()), dim=-1)
+
+
+class Expert(torch.nn.Module):
+    """One expert: fc_in -> GeLU -> fc_out on this rank's tokens."""
+
+    def __init__(self, ctx: Context):
+        super().__init__()
+        self.fc_in = DenseLinear(ctx, ctx.spec.hidden, ctx.spec.ffn)
+        self.fc_out = DenseLinear(ctx, ctx.spec.ffn, ctx.spec.hidden)
+
+    def forward(self, x):
+        return self.fc_out(F.gelu(self.fc_in(x)))
+
+
+class MoE(torch.nn.Module):
+    """A mixture of experts in place of the MLP: every token's output is the router-weighted sum
+    of the experts' outputs. The routing is dense (soft): with top-k routing a rounding
+    difference between the reference and a correct candidate can send a token to another
+    expert, a discontinuity that no perturbation tolerance bounds. Tokens stay where they are
+    (no expert parallelism): under SP each TP rank routes its own sequence slice; without SP
+    every TP rank computes the whole layer. Not recomputed."""
+
+    def __init__(self, ctx: Context):
+        super().__init__()
+        self.router = Router(ctx)
+        self.experts = torch.nn.ModuleList(Expert(ctx) for _ in range(ctx.spec.experts))
+
+    def forward(self, x):
+        gates = self.router(x)
+        # The gates and the weighted sum stay in float32 (the gradient of the routing is a
+        # difference of the experts' weighted outputs, which bf16 products would round away).
+        return sum(gates[..., e:e + 1] * expert(x).float() for e, expert in enumerate(self.experts)).to(x.dtype)
+
+
 class TransformerLayer(torch.nn.Module):
     """Pre-LN layer: x + attention(ln(x)), then + mlp(ln(.)). `layer_number` is the global index
     this layer believes it has (used to initialize it)."""
@@ -317,7 +392,7 @@ class TransformerLayer(torch.nn.Module):
         self.input_layernorm = LayerNorm(ctx)
         self.self_attention = SelfAttention(ctx)
         self.pre_mlp_layernorm = LayerNorm(ctx)
-        self.mlp = MLP(ctx)
+        self.mlp = MoE(ctx) if ctx.options.moe else MLP(ctx)
 
     def forward(self, x, positions):
         x = x + self.self_attention(self.input_layernorm(x), positions)
@@ -332,7 +407,7 @@ class OutputLayer(torch.nn.Module):
         self.ctx = ctx
 
     def forward(self, x, weight):
-        return _linear(gather_input(self.ctx, x), weight, None, self.ctx, self.ctx.groups.tpcp)
+        return gathered_linear(self.ctx, x, weight, None)
 
 
 class VocabParallelCrossEntropy(torch.nn.Module):

@@ -234,3 +234,25 @@ def fp8_round_trip(x: torch.Tensor, amax_group: Optional[Group]) -> torch.Tensor
     scale = 448.0 / torch.clamp(amax, min=1e-12)
     quantized = ((x.detach().float() * scale).to(torch.float8_e4m3fn).float() / scale).to(x.dtype)
     return _StraightThrough.apply(x, quantized)
+
+
+class Fp8GatherFromSP(torch.autograd.Function):
+    """Forward: the sequence all-gather of an fp8 input under SP done in fp8 (as Transformer
+    Engine gathers fp8 inputs): each rank quantizes its slice with scale 448/amax, amax reduced
+    over `amax_group`, the ranks all-gather the fp8 codes, and each dequantizes the gathered
+    codes with its own scale. That is right only when every rank's scale is the same, i.e. when
+    `amax_group` spans the gathered tensor's shards. Backward: reduce-scatter (straight-through)."""
+
+    @staticmethod
+    def forward(ctx, x, group, dim, amax_group):
+        ctx.group, ctx.dim = group, dim
+        amax = x.detach().abs().amax().float().reshape(1)
+        if amax_group is not None and amax_group.size > 1:
+            amax = all_reduce(amax, amax_group, op=dist.ReduceOp.MAX)
+        scale = 448.0 / torch.clamp(amax, min=1e-12)
+        codes = (x.detach().float() * scale).to(torch.float8_e4m3fn).float()
+        return (all_gather(codes, group, dim) / scale).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return reduce_scatter(grad, ctx.group, ctx.dim), None, None, None

@@ -37,8 +37,9 @@ mod vocab;
 
 use classes::{
     calls2, cat, int, int_list, int_list_node, is_arange, is_false, is_none, is_one, is_true,
-    is_zero, list_items, masked_shard_index, num, op, output_per_piece, output_per_piece_at,
-    regroup, scales, sizes, slice, split_alike, transposes, views, with_kids, zero_fill,
+    is_zero, last_dim_column_gathers, list_items, masked_shard_index, num, op, output_per_piece,
+    output_per_piece_at, regroup, scales, sizes, slice, split_alike, transposes, views, with_kids,
+    zero_fill,
 };
 pub use classes::{cats, scale, shape, sums, SCALE};
 pub(crate) use classes::{classes_of, list, product_reduced, same_ratio};

@@ -351,6 +351,25 @@ pub(super) fn is_arange(g: &Graph, id: Id, n: usize) -> bool {
     })
 }
 
+/// The gathers along the last dim in class `id` whose index is a column (`[.., 1]`), as
+/// `(x, index, w)` with `w` the size of x's last dim: the target-logit pick written as a gather,
+/// by hand in Megatron and by DTensor's `loss_parallel`.
+pub(super) fn last_dim_column_gathers(g: &Graph, id: Id) -> Vec<(Id, Id, usize)> {
+    g[id]
+        .nodes
+        .iter()
+        .filter_map(|n| match n {
+            Term::Op(s, k) if is_op!(s, "aten.gather.default") && k.len() >= 3 => {
+                let xs = shape(g, k[0])?;
+                let w = *xs.last()?;
+                let column = shape(g, k[2]).is_some_and(|s| s.last() == Some(&1));
+                (int(g, k[1]) == Some(xs.len() as i64 - 1) && column).then_some((k[0], k[2], w))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
 /// Megatron's shard-local index: `idx` = masked_fill(t - s, m, c) with 0 <= c < width, where
 /// `mask_class` is m (or a view of m adding unit dims) and m = (t < s) | (t >= s + width).
 /// Returns every (t, s) that fits.

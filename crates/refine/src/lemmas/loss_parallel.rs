@@ -15,8 +15,8 @@
 //! e-graph reads as its targets with that ignore index.
 
 use super::{
-    cats, int, is_false, is_one, is_zero, list, list_items, masked_shard_index, num, op, scale,
-    shape, views, Graph, Lemma, LIST, SUM,
+    cats, int, is_false, is_one, is_zero, last_dim_column_gathers, list, list_items,
+    masked_shard_index, num, op, scale, shape, views, Graph, Lemma, LIST, SUM,
 };
 use crate::term::{is_op, Term, VOCAB_ONEHOT, VOCAB_PICK};
 use egg::Id;
@@ -275,19 +275,10 @@ fn masked_gather_column() -> Lemma {
                 return vec![];
             }
             let mut out = Vec::new();
-            for n in g[kids[0]].nodes.clone() {
-                let Term::Op(s, k) = n else { continue };
-                if !is_op!(s, "aten.gather.default") || k.len() < 3 {
-                    continue;
-                }
-                let (x, idx) = (k[0], k[2]);
+            for (x, idx, _) in last_dim_column_gathers(g, kids[0]) {
                 let (Some(xs), Some(is)) = (shape(g, x), shape(g, idx)) else { continue };
                 let Some((&w, lead)) = xs.split_last() else { continue };
-                if int(g, k[1]) != Some(xs.len() as i64 - 1)
-                    || is.len() != xs.len()
-                    || is.last() != Some(&1)
-                    || is[..is.len() - 1] != *lead
-                {
+                if is.len() != xs.len() || is[..is.len() - 1] != *lead {
                     continue;
                 }
                 for (u, st) in masked_shard_index(g, idx, w, kids[1]) {

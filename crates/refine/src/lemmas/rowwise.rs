@@ -4,9 +4,10 @@
 
 use super::ring;
 use super::{
-    calls2, cat, cats, ew, int, int_list, is_arange, is_false, is_none, is_zero, list, list_items,
-    masked_shard_index, node_sym, num, op, output_per_piece, output_per_piece_at, scale, scales,
-    shape, sizes, split_elementwise, sums, views, with_kids, Graph, Lemma,
+    calls2, cat, cats, ew, int, int_list, is_arange, is_false, is_none, is_zero,
+    last_dim_column_gathers, list, list_items, masked_shard_index, node_sym, num, op,
+    output_per_piece, output_per_piece_at, scale, scales, shape, sizes, split_elementwise, sums,
+    views, with_kids, Graph, Lemma,
 };
 use crate::term::{is_op, Term, GET, LIST, SUM};
 use egg::{Id, Symbol};
@@ -512,17 +513,7 @@ pub(super) fn lemmas() -> Vec<Lemma> {
                 return vec![];
             }
             let mut out = Vec::new();
-            for n in g[kids[0]].nodes.clone() {
-                let Term::Op(s, k) = n else { continue };
-                if !is_op!(s, "aten.gather.default") || k.len() < 3 {
-                    continue;
-                }
-                let (x, idx_col) = (k[0], k[2]);
-                let Some(xs) = shape(g, x) else { continue };
-                let Some(&w) = xs.last() else { continue };
-                if int(g, k[1]) != Some(xs.len() as i64 - 1) || shape(g, idx_col).is_none_or(|s| s.last() != Some(&1)) {
-                    continue;
-                }
+            for (x, idx_col, w) in last_dim_column_gathers(g, kids[0]) {
                 // The mask of the fill is a view of the range mask; the index a view of the shifted index.
                 let masks = views(g, kids[1]);
                 for idx in views(g, idx_col) {

@@ -3,8 +3,11 @@
 
 use crate::place::{Place, Red};
 use crate::report::{Check, RawFinding};
+use crate::rows::{self, RowsMode};
 use crate::rules::{self, Ctx, Exempt, Hint, Kind, Literals, Violation};
-use shardproof_ir::{Arg, DecompExpr, Graph, Mesh, NodeKind, OpMeaning, OpName, Program, ValueId};
+use shardproof_ir::{
+    Arg, DecompExpr, Graph, Mesh, Node, NodeKind, OpMeaning, OpName, Program, ValueId,
+};
 use shardproof_ops::{Args, Meta, NoValues, OpClass, Registry};
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
@@ -98,32 +101,154 @@ pub struct Shared<'a> {
     /// Per rank: the class of ranks whose graphs are equal node for node (names, operators,
     /// arguments and inputs), so that the same node of a peer is the same index.
     pub graph_class: Vec<usize>,
-    /// The spec's views by node name: operator, global input and output shapes
-    /// ([`spec_shapes`]).
-    pub spec_shapes: HashMap<&'a str, (&'a OpName, Vec<i64>, Vec<i64>)>,
+    /// The spec's views: every view node's operator and global input and output shapes
+    /// ([`SpecViews`]).
+    pub spec_views: SpecViews<'a>,
+    /// Per rank: for every node, the spec's view node it is, where one is found
+    /// ([`SpecViews::matches`]); shared by ranks with equal graphs.
+    pub view_matches: Vec<std::sync::Arc<Vec<Option<u32>>>>,
+    /// The row selections met so far ([`Place::Rows`]), numbered in the order met.
+    pub rows: std::cell::RefCell<crate::place::RowTable>,
 }
 
-/// The views of `spec` (`view`, `reshape`, `_unsafe_view`) by node name, with their recorded
-/// global input and output shapes.
-pub fn spec_shapes(spec: &Graph) -> HashMap<&str, (&OpName, Vec<i64>, Vec<i64>)> {
-    spec.nodes
-        .iter()
-        .filter_map(|n| {
-            let op = n.op()?;
+/// The views of a spec (`view`, `reshape`, `_unsafe_view`), by index, with their operator
+/// and recorded global input and output shapes, found by node name or by the node they view.
+#[derive(Default)]
+pub struct SpecViews<'a> {
+    /// Spec node index -> (operator, global input shape, global output shape).
+    pub shapes: HashMap<usize, SpecView<'a>>,
+    /// Spec view name -> node index.
+    by_name: HashMap<&'a str, usize>,
+    /// The name of the node a view reads ([`view_source`]) -> the view, where exactly one
+    /// view reads it.
+    by_input: HashMap<&'a str, usize>,
+}
+
+impl<'a> SpecViews<'a> {
+    /// The views of `spec`.
+    pub fn new(spec: &'a Graph) -> SpecViews<'a> {
+        let mut sv = SpecViews::default();
+        let mut by_input: HashMap<&str, Option<usize>> = HashMap::new();
+        for (j, n) in spec.nodes.iter().enumerate() {
+            let Some((source, entry)) = spec_view(spec, n) else {
+                continue;
+            };
+            sv.shapes.insert(j, entry);
+            sv.by_name.insert(n.name.as_str(), j);
+            // Two views of one node: neither is taken (which one a rank's view is, is open).
+            by_input
+                .entry(spec.nodes[source].name.as_str())
+                .and_modify(|e| *e = None)
+                .or_insert(Some(j));
+        }
+        sv.by_input = by_input
+            .into_iter()
+            .filter_map(|(k, v)| v.map(|v| (k, v)))
+            .collect();
+        sv
+    }
+
+    /// For every node of rank graph `g` (local metas `metas`), the spec's view it is: the
+    /// spec's view of the same name, or else the spec's one view of the node this view reads
+    /// (through copies; a view of a view reads the spec's match of that view), whichever has
+    /// global shapes that can hold the local ones (every global dim a multiple of the local
+    /// one, as many dims) and the same operator. Names shift between the programs where a
+    /// rank has more views than the spec (ZeRO-3's regrouped parameters): the node a view
+    /// reads settles it then. The match only selects among the readings the local shapes
+    /// admit (the view rules check the one they take against the local shapes).
+    pub fn matches(
+        &self,
+        spec: &Graph,
+        g: &Graph,
+        metas: &[Vec<Option<Meta>>],
+    ) -> Vec<Option<u32>> {
+        let mut out: Vec<Option<u32>> = vec![None; g.nodes.len()];
+        if self.shapes.is_empty() {
+            return out;
+        }
+        let holds = |gs: &[i64], l: Option<&Meta>| {
+            l.is_some_and(|l| {
+                gs.len() == l.shape.len()
+                    && gs
+                        .iter()
+                        .zip(&l.shape)
+                        .all(|(&gd, &ld)| ld > 0 && gd >= ld as i64 && gd % ld as i64 == 0)
+            })
+        };
+        for (i, n) in g.nodes.iter().enumerate() {
+            let Some(op) = n.op() else { continue };
             if !matches!(op.name.as_str(), "view" | "reshape" | "_unsafe_view") {
-                return None;
+                continue;
             }
-            let shape = n.outputs.first()?.ty.as_ref()?.concrete_shape()?;
-            let input = n.inputs().first().copied()?;
-            let in_shape = spec.nodes[input.node]
-                .outputs
-                .get(input.output)?
-                .ty
-                .as_ref()?
-                .concrete_shape()?;
-            Some((n.name.as_str(), (op, in_shape, shape)))
-        })
-        .collect()
+            let Some(input) = n.inputs().first().copied() else {
+                continue;
+            };
+            let local_in = metas
+                .get(input.node)
+                .and_then(|o| o.get(input.output))
+                .cloned()
+                .flatten();
+            let local_out = metas.get(i).and_then(|o| o.first()).cloned().flatten();
+            let fits = |j: &usize| {
+                self.shapes.get(j).is_some_and(|(sop, gi, go)| {
+                    *sop == op && holds(gi, local_in.as_ref()) && holds(go, local_out.as_ref())
+                })
+            };
+            let source = view_source(g, input.node);
+            let source_key = out[source].map_or(g.nodes[source].name.as_str(), |j| {
+                spec.nodes[j as usize].name.as_str()
+            });
+            out[i] = self
+                .by_name
+                .get(n.name.as_str())
+                .copied()
+                .filter(fits)
+                .or_else(|| self.by_input.get(source_key).copied().filter(fits))
+                .and_then(|j| u32::try_from(j).ok());
+        }
+        out
+    }
+}
+
+/// A spec view's operator and global input and output shapes.
+pub type SpecView<'a> = (&'a OpName, Vec<i64>, Vec<i64>);
+
+/// A view node of `spec`: the node it views ([`view_source`]), its operator, and its global input
+/// and output shapes.
+fn spec_view<'a>(spec: &'a Graph, n: &'a Node) -> Option<(usize, SpecView<'a>)> {
+    let op = n.op()?;
+    if !matches!(op.name.as_str(), "view" | "reshape" | "_unsafe_view") {
+        return None;
+    }
+    let shape = n.outputs.first()?.ty.as_ref()?.concrete_shape()?;
+    let input = n.inputs().first().copied()?;
+    let source = &spec.nodes[input.node];
+    let in_shape = source
+        .outputs
+        .get(input.output)?
+        .ty
+        .as_ref()?
+        .concrete_shape()?;
+    Some((view_source(spec, input.node), (op, in_shape, shape)))
+}
+
+/// The node a view's input is known by across programs: the node itself, or where it is a
+/// `clone` (a copy whose name shifts with the number of copies before it), or an all-reduce
+/// or its wait (communication the spec does not have, which keeps the shape), what it reads.
+pub fn view_source(g: &Graph, mut node: usize) -> usize {
+    loop {
+        let n = &g.nodes[node];
+        let through = n.op().is_some_and(|op| {
+            matches!(
+                (op.namespace.as_str(), op.name.as_str()),
+                ("aten", "clone") | ("_c10d_functional", "wait_tensor" | "all_reduce")
+            )
+        });
+        match n.inputs().first() {
+            Some(v) if through => node = v.node,
+            _ => return node,
+        }
+    }
 }
 
 /// The classes of equal rank graphs ([`Shared::graph_class`]): each rank's class is the
@@ -281,7 +406,9 @@ fn recv_read(
                 .iter()
                 .enumerate()
                 .map(|(m, &p)| match p {
-                    Place::Shard(_) | Place::Blocked(..) if sc[m] != rc[m] => Place::Varying,
+                    Place::Shard(_) | Place::Blocked(..) | Place::Rows(..) if sc[m] != rc[m] => {
+                        Place::Varying
+                    }
                     // Another coordinate's piece of a pending sum: whether the receivers'
                     // pieces still sum to the tensor depends on who sends to whom, which no
                     // placement records; `Varying` would let a gather or an all-reduce pass.
@@ -657,11 +784,11 @@ fn propagate_rank_from(
                     })
                 };
                 // Only views read the spec's shapes.
-                let global_view = if rule.family == "view" && !sh.spec_shapes.is_empty() {
-                    sh.spec_shapes
-                        .get(name)
-                        .filter(|(sop, ..)| *sop == op)
-                        .map(|(_, i, o)| (i.as_slice(), o.as_slice()))
+                // Only views read the spec's shapes.
+                let global_view = if rule.family == "view" {
+                    sh.view_matches[r][i]
+                        .and_then(|j| sh.spec_views.shapes.get(&(j as usize)))
+                        .map(|(_, gi, go)| (gi.as_slice(), go.as_slice()))
                 } else {
                     None
                 };
@@ -674,9 +801,16 @@ fn propagate_rank_from(
                     let scaled_of =
                         |v: ValueId| rp.scaled[(rp.offsets[v.node] as usize + v.output) * nd + m];
                     let blocked_ok = rules::takes_blocked(rule.family);
-                    let place = |v: ValueId| match rp.of(v, nd)[m] {
+                    let raw_place = |v: ValueId| match rp.of(v, nd)[m] {
                         Place::Blocked(..) if !blocked_ok => Place::Varying,
                         p => p,
+                    };
+                    let rows_mode = rows::rows_mode(rule.family, &bound, raw_place, meta_of);
+                    let place = |v: ValueId| match (raw_place(v), rows_mode) {
+                        (Place::Rows(d, _), RowsMode::AsShard { .. }) => Place::Shard(d),
+                        (Place::Rows(..), RowsMode::Own) => raw_place(v),
+                        (Place::Rows(..), _) => Place::Varying,
+                        (p, _) => p,
                     };
                     if inputs.iter().any(|&v| place(v) == Place::Unknown) {
                         continue;
@@ -698,9 +832,20 @@ fn propagate_rank_from(
                                 d0(s) != d0(v)
                             })
                         });
-                    let input_places: Vec<Place> = inputs
-                        .first()
-                        .map_or_else(Vec::new, |&v| rp.of(v, nd).to_vec());
+                    // Rows on other mesh dims count there as shards (a view merging them with
+                    // this mesh dim's shard reads no layout then); on this one, as the rule
+                    // sees them.
+                    let input_places: Vec<Place> = inputs.first().map_or_else(Vec::new, |&v| {
+                        rp.of(v, nd)
+                            .iter()
+                            .enumerate()
+                            .map(|(k, &p)| match p {
+                                _ if k == m => place(v),
+                                Place::Rows(d, _) => Place::Shard(d),
+                                p => p,
+                            })
+                            .collect()
+                    });
                     let group_dims: &[usize] = match &group {
                         Some((dims, _)) => dims,
                         None => &[],
@@ -743,11 +888,53 @@ fn propagate_rank_from(
                         scaled: &scaled_of,
                         global_view,
                         pipeline_dim: mesh.dims[m].0 == "pp",
+                        rows: &|k| sh.rows.borrow_mut().intern(k),
                     };
                     let (mut result, mut violation) = match (rule.f)(&ctx) {
                         Ok(v) => (v, None),
                         Err(v) => (v.recover.clone(), Some(v)),
                     };
+                    if let RowsMode::AsShard { id, v, d } = rows_mode {
+                        let in_size = meta_of(v).and_then(|mm| mm.shape.get(d as usize).copied());
+                        let mut table = sh.rows.borrow_mut();
+                        for (o, p) in result.iter_mut().enumerate() {
+                            let shape = outs
+                                .get(o)
+                                .and_then(|mm| mm.as_ref())
+                                .map(|mm| mm.shape.as_slice());
+                            *p = rows::rows_output(*p, rule.family, in_size, shape, id, &mut table);
+                        }
+                    }
+                    // A view whose input another mesh dim holds as rows: where the view merges
+                    // them outside this mesh dim's shard, no reading (the rows' order is not
+                    // known, so neither is where this mesh dim's pieces fall among them).
+                    if rule.family == "view" {
+                        if let (Some(&v), Some(shape)) =
+                            (inputs.first(), meta_of(inputs[0]).map(|mm| mm.shape))
+                        {
+                            let outs_shape = outs
+                                .first()
+                                .and_then(|mm| mm.as_ref())
+                                .map(|mm| mm.shape.clone());
+                            let mine = rp.of(v, nd)[m];
+                            let my_dim = match mine {
+                                Place::Rows(d, _) => Some(d as usize),
+                                p => p.blocks().map(|(d, _)| d),
+                            };
+                            let crosses = rp.of(v, nd).iter().enumerate().any(|(k, p)| match p {
+                                Place::Rows(e, _) if k != m => my_dim.is_some_and(|d| {
+                                    (*e as usize) <= d
+                                        && outs_shape.as_deref().is_none_or(|o| {
+                                            !rules::reshaped_apart(&shape, o, d, *e as usize)
+                                        })
+                                }),
+                                _ => false,
+                            });
+                            if crosses {
+                                result.iter_mut().for_each(|p| *p = Place::Varying);
+                            }
+                        }
+                    }
                     let tensor_inputs_scaled = |rp: &RankPlacements| {
                         inputs.iter().all(|&v| {
                             let q = rp.of(v, nd)[m];

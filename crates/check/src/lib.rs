@@ -41,17 +41,18 @@ pub mod pipeline;
 mod place;
 pub mod plan;
 mod report;
+mod rows;
 pub mod rules;
 pub mod synth;
 mod temporal;
 
 pub use engine::{group_dims, RankPlacements};
-pub use place::{Place, Red, SpmdType};
+pub use place::{Place, Red, RowKey, RowTable, SpmdType};
 pub use report::{ranks_text, Check, Finding, RawFinding, Report, UnknownSource, Verdict};
 
 use engine::{
     graph_classes, literal_hashes, propagate_rank, propagate_rank_again, spec_scalings,
-    spec_shapes, structure_hashes, Shared,
+    structure_hashes, Shared, SpecViews,
 };
 use shardproof_case::{Case, Layout};
 use shardproof_interp::{live_values, schedule, typecheck, ScheduleProblem};
@@ -179,6 +180,17 @@ pub fn propagate_counted(case: &Case, progress: &Progress) -> Result<Propagation
         .zip(&literals)
         .map(|(g, l)| structure_hashes(g, l))
         .collect();
+    let graph_class = graph_classes(&program.ranks);
+    let spec_views = SpecViews::new(&case.spec);
+    // Ranks with equal graphs and local metas share their view matches.
+    let mut view_matches: Vec<std::sync::Arc<Vec<Option<u32>>>> = Vec::with_capacity(n);
+    for (r, g) in program.ranks.iter().enumerate() {
+        let m = match graph_class[r] {
+            q if q < r && metas[q] == metas[r] => view_matches[q].clone(),
+            _ => std::sync::Arc::new(spec_views.matches(&case.spec, g, &metas[r])),
+        };
+        view_matches.push(m);
+    }
     let sh = Shared {
         program,
         custom: &case.ops,
@@ -190,8 +202,10 @@ pub fn propagate_counted(case: &Case, progress: &Progress) -> Result<Propagation
         groups,
         messages: &sched.messages,
         spec_scalings: spec_scalings(&case.spec),
-        spec_shapes: spec_shapes(&case.spec),
-        graph_class: graph_classes(&program.ranks),
+        spec_views,
+        view_matches,
+        graph_class,
+        rows: Default::default(),
     };
     // Who receives from whom: a rank's placements depend only on its own graph and on the
     // placements its senders had when it read them.
@@ -321,10 +335,10 @@ fn check_unfixed(case: &Case, progress: &Progress) -> Result<Report, Invalid> {
                     (w, h) if w == h => true,
                     // Differs across ranks, but in no layout the checker knows: whether it is
                     // the declared shard is not proven (inconclusive, never a pass).
-                    (Place::Shard(_), Place::Varying) => {
+                    (Place::Shard(_), Place::Varying | Place::Rows(..)) => {
                         unchecked += 1;
                         unknown_outputs.insert(format!(
-                            "{} (Varying over `{}` where {want} is declared: layout not proven)",
+                            "{} ({have} over `{}` where {want} is declared: layout not proven)",
                             exp.spec_name, program.mesh.dims[m].0
                         ));
                         true
@@ -337,7 +351,7 @@ fn check_unfixed(case: &Case, progress: &Progress) -> Result<Report, Invalid> {
                     let dim = &program.mesh.dims[m].0;
                     let what = match have {
                         Place::Partial(_) | Place::Unmasked => "an unreduced partial sum",
-                        Place::Varying => {
+                        Place::Varying | Place::Rows(..) => {
                             "a tensor that differs across ranks in no declared layout"
                         }
                         _ => "a different placement",

@@ -27,6 +27,15 @@ pub enum Place {
     Blocked(u8, u16),
     /// The pieces reduce (sum, avg, max, min) to the tensor.
     Partial(Red),
+    /// `Rows(d, id)`: the pieces along tensor dim `d`, in coordinate order, are a shard of a
+    /// tensor whose rows along `d` are a fixed selection of another's, in an order the
+    /// checker does not prove (a microbatch slice of a batch shard holds rows `r*L + a ..
+    /// r*L + b` of coordinate `r`: a shard of the microbatch's rows, which are no contiguous
+    /// rows of the batch). Values of one `id` hold the same selection, so a row of one meets
+    /// the same row of another; a sum or mean over `d` is a partial of the selected rows'
+    /// sum, whatever their order, but nothing that reads the order (a gather, a declared
+    /// shard, a replicated operand along `d`) takes it. See [`RowKey`].
+    Rows(u8, u16),
     /// Differs across coordinates, in no known layout (SPMD type V): possibly a shard whose
     /// layout the checker lost, so a rule that needs a layout proven (a reduction over the
     /// group, a norm, a declared shard) makes no claim from it.
@@ -103,6 +112,63 @@ impl SpmdType {
     }
 }
 
+/// How the rows of a [`Place::Rows`] value are selected: the identity of its selection, so
+/// that two values can be shown to hold the same rows in the same order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RowKey {
+    /// `slice(x, d, start, end, step)` (normalized: `0 <= start <= end <= size`, step >= 1)
+    /// of `x` whose dim `d` has local size `size`, `x` a plain shard of `d` (`parent` none)
+    /// or rows of selection `parent`: coordinate `r` holds the rows `start, start + step, ..`
+    /// of its piece.
+    Slice {
+        /// The selection sliced, none for a plain shard.
+        parent: Option<u16>,
+        /// The local size of the sliced dim.
+        size: usize,
+        /// First row.
+        start: usize,
+        /// End (exclusive).
+        end: usize,
+        /// Step.
+        step: usize,
+    },
+    /// Rows of selection `parent` merged with the `factor` elements of the dims inside it by
+    /// a view (`[mb, s, h] -> [mb * s, h]`): row `i` of the parent is rows `i * factor ..
+    /// (i + 1) * factor`.
+    Merge {
+        /// The selection merged.
+        parent: u16,
+        /// The elements of each of its rows.
+        factor: usize,
+    },
+}
+
+/// The row selections met in one check, numbered in the order first met ([`Place::Rows`]).
+#[derive(Debug, Default)]
+pub struct RowTable {
+    keys: Vec<RowKey>,
+    ids: std::collections::HashMap<RowKey, u16>,
+}
+
+impl RowTable {
+    /// The number of `key`, numbering it if new; `None` once the numbers run out (the caller
+    /// claims no rows then).
+    pub fn intern(&mut self, key: RowKey) -> Option<u16> {
+        if let Some(&id) = self.ids.get(&key) {
+            return Some(id);
+        }
+        let id = u16::try_from(self.keys.len()).ok()?;
+        self.keys.push(key);
+        self.ids.insert(key, id);
+        Some(id)
+    }
+
+    /// The selection numbered `id`.
+    pub fn key(&self, id: u16) -> Option<RowKey> {
+        self.keys.get(id as usize).copied()
+    }
+}
+
 impl Place {
     /// The case's placement as a checker placement.
     pub fn from_case(p: Placement) -> Place {
@@ -123,7 +189,7 @@ impl Place {
         Some(match self {
             Place::Replicate if invariant => SpmdType::I,
             Place::Replicate => SpmdType::R,
-            Place::Shard(_) | Place::Blocked(..) | Place::Varying => SpmdType::V,
+            Place::Shard(_) | Place::Blocked(..) | Place::Rows(..) | Place::Varying => SpmdType::V,
             Place::Partial(_) | Place::Unmasked => SpmdType::P,
             Place::Unknown => return None,
         })
@@ -174,6 +240,7 @@ impl fmt::Display for Place {
             Place::Shard(d) => write!(f, "Shard({d})"),
             Place::Blocked(d, k) => write!(f, "Shard({d}, blocks={k})"),
             Place::Partial(r) => write!(f, "Partial({})", r.name()),
+            Place::Rows(d, id) => write!(f, "Rows({d}, #{id})"),
             Place::Varying => f.write_str("Varying"),
             Place::Unmasked => f.write_str("Unmasked(vocab)"),
             Place::Unknown => f.write_str("Unknown"),

@@ -10,16 +10,17 @@ fn check(text: &str) -> Report {
     check_case(&case).unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// A shard whose local size is 1 flattened by a view: the local shapes leave its layout open
-/// (`Varying`). All-reducing it adds the ranks' different rows: a real bug (the program
-/// returns x[0] + x[1] where the tensor is the flattened x). Before, the all-reduce made the
-/// `Varying` value replicated and the program held (exit 0).
+/// A shard whose local size is 1 merged with a size-1 dim by a view: the local shapes leave
+/// its layout open (`Shard(0)` of `[n, 4]` or `Shard(1)` of `[1, 4n]`: `Varying`).
+/// All-reducing it adds the ranks' different rows: a real bug (the program returns x[0] +
+/// x[1]). Before, the all-reduce made the `Varying` value replicated and the program held
+/// (exit 0).
 #[test]
 fn all_reduce_of_a_varying_shard_is_never_a_pass() {
     let r = check(
         "mesh tp=2\n\
-         input x: f32[2, 4] tp=Shard(0)\n\
-         v = view(x, [4])\n\
+         input x: f32[2, 1, 4] tp=Shard(0)\n\
+         v = view(x, [1, 4])\n\
          y = all_reduce(v, sum, tp)\n\
          output y tp=Replicate()\n",
     );
@@ -34,7 +35,8 @@ fn all_reduce_of_a_varying_shard_is_never_a_pass() {
     );
 }
 
-/// The same with a reduce-scatter (a sum of different slices, then scattered).
+/// The same with a reduce-scatter (a sum of different slices, then scattered). The flattened
+/// size-1 shard has one reading (`Shard(0)` of `[4n]`), so this is a finding now.
 #[test]
 fn reduce_scatter_of_a_varying_shard_is_never_a_pass() {
     let r = check(
@@ -44,7 +46,7 @@ fn reduce_scatter_of_a_varying_shard_is_never_a_pass() {
          y = reduce_scatter(v, sum, tp)\n\
          output y tp=Shard(0)\n",
     );
-    assert_eq!(r.verdict, Verdict::Inconclusive, "{}", r.render());
+    assert_eq!(r.verdict, Verdict::Violated, "{}", r.render());
 }
 
 /// A column shard of local size 1 flattened: each rank holds every other element of the
@@ -114,9 +116,9 @@ fn a_partial_moved_along_its_mesh_dim_is_unknown() {
 fn a_norm_over_a_varying_tensor_is_never_a_pass() {
     let r = check(
         "mesh tp=2\n\
-         input x: f32[2, 8] tp=Shard(0)\n\
-         v = view(x, [8])\n\
-         n = layer_norm(v, [8])\n\
+         input x: f32[2, 1, 8] tp=Shard(0)\n\
+         v = view(x, [1, 8])\n\
+         n = layer_norm(v, [1, 8])\n\
          y = all_gather(n, tp)\n\
          output y tp=Replicate()\n",
     );
@@ -133,9 +135,9 @@ fn a_norm_over_a_varying_tensor_is_never_a_pass() {
 fn a_softmax_over_a_varying_tensor_is_never_a_pass() {
     let r = check(
         "mesh tp=2\n\
-         input x: f32[2, 8] tp=Shard(0)\n\
-         v = view(x, [8])\n\
-         n = softmax(v, 0)\n\
+         input x: f32[2, 1, 8] tp=Shard(0)\n\
+         v = view(x, [1, 8])\n\
+         n = softmax(v, 1)\n\
          y = all_gather(n, tp)\n\
          output y tp=Replicate()\n",
     );
@@ -213,4 +215,49 @@ fn a_reduce_scatter_of_a_regrouped_dim_another_mesh_dim_shards_is_not_a_shard() 
          output y dp=Shard(0) tp=Shard(0)\n",
     );
     assert_ne!(r.verdict, Verdict::Holds, "{}", r.render());
+}
+
+/// A shard of local size 1 flattened with the dims inside it (`[1, 4] -> [4]`) has one
+/// reading, `Shard(0)` of the flattened `[4n]`: all-reducing it is a finding now (it adds the
+/// ranks' different rows), and a norm over it one too (each rank normalizes its half).
+#[test]
+fn a_flattened_size_one_shard_is_a_shard() {
+    let r = check(
+        "mesh tp=2\n\
+         input x: f32[2, 4] tp=Shard(0)\n\
+         v = view(x, [4])\n\
+         y = all_reduce(v, sum, tp)\n\
+         output y tp=Replicate()\n",
+    );
+    assert_eq!(r.verdict, Verdict::Violated, "{}", r.render());
+    assert!(
+        r.findings.iter().any(|f| f.check.name() == "comm-legality"),
+        "{}",
+        r.render()
+    );
+    let r = check(
+        "mesh tp=2\n\
+         input x: f32[2, 8] tp=Shard(0)\n\
+         v = view(x, [8])\n\
+         n = layer_norm(v, [8])\n\
+         y = all_gather(n, tp)\n\
+         output y tp=Replicate()\n",
+    );
+    assert_eq!(r.verdict, Verdict::Violated, "{}", r.render());
+    assert!(
+        r.findings
+            .iter()
+            .any(|f| f.check.name() == "placement-consistency"),
+        "{}",
+        r.render()
+    );
+    // The flattened shard gathered back: the tensor's elements in order.
+    let r = check(
+        "mesh tp=2\n\
+         input x: f32[2, 4] tp=Shard(0)\n\
+         v = view(x, [4])\n\
+         y = all_gather(v, tp)\n\
+         output y tp=Replicate()\n",
+    );
+    assert_eq!(r.verdict, Verdict::Holds, "{}", r.render());
 }

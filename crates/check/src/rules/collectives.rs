@@ -33,7 +33,7 @@ pub(super) fn all_reduce(c: &Ctx) -> Outcome {
         ),
         // A tensor of unknown layout may be a partial sum (the all-reduce completes it) or a
         // shard (the all-reduce adds different slices): no claim either way.
-        Place::Varying => c.all(Place::Unknown),
+        Place::Varying | Place::Rows(..) => c.all(Place::Unknown),
         Place::Replicate if matches!(op, Red::Max | Red::Min | Red::Avg) => c.all(Place::Replicate),
         Place::Replicate => {
             let mut v = legality(
@@ -93,7 +93,7 @@ pub(super) fn all_gather(c: &Ctx) -> Outcome {
         Place::Shard(_) | Place::Blocked(..) => c.all(Place::Replicate),
         // A tensor of unknown layout gathers to the same data on every rank, but in an order
         // not known: a shard's rows in rank order only where the layout is a proven shard.
-        Place::Varying => c.all(Place::Unknown),
+        Place::Varying | Place::Rows(..) => c.all(Place::Unknown),
         Place::Replicate => legality(
             "all-gathers a tensor that is Replicate() over this mesh dim: the result holds one copy per rank".into(),
             "drop the all-gather, or gather a shard",
@@ -151,7 +151,7 @@ pub(super) fn reduce_scatter(c: &Ctx) -> Outcome {
     match x.p {
         Place::Partial(r) if r == op || (r.is_linear() && op.is_linear()) => c.all(scattered),
         // As for an all-reduce: a partial or a shard in unknown layout, not known which.
-        Place::Varying => c.all(Place::Unknown),
+        Place::Varying | Place::Rows(..) => c.all(Place::Unknown),
         Place::Partial(r) => legality(
             format!("reduce-scatters with `{}` a tensor that is Partial({})", op.name(), r.name()),
             &format!("reduce with `{}`", r.name()),

@@ -82,7 +82,7 @@ pub(super) fn merge(
                 shard = Some(d);
                 n_plain_tensor += 1;
             }
-            Place::Varying => {
+            Place::Varying | Place::Rows(..) => {
                 varying = true;
                 n_plain_tensor += 1;
             }
@@ -493,7 +493,13 @@ pub fn mixed_mesh_shards(
     for &(places, rank) in args {
         let mut by_dim: Vec<(usize, Vec<(usize, usize)>)> = Vec::new();
         for (m, p) in places.iter().enumerate() {
-            let Some((d, k)) = p.blocks() else { continue };
+            // Rows of a selection shard their dim too, in a pattern of their own.
+            let Some((d, k)) = p.blocks().or(match p {
+                Place::Rows(d, id) => Some((*d as usize, usize::MAX - *id as usize)),
+                _ => None,
+            }) else {
+                continue;
+            };
             let j = d + out_rank.saturating_sub(rank);
             match by_dim.iter_mut().find(|(jj, _)| *jj == j) {
                 Some((_, v)) => v.push((m, k)),

@@ -6,7 +6,7 @@
 //! placements it continues with. [`rule`] finds an operator's rule by `namespace.name`; an
 //! operator without one makes its outputs `Unknown`.
 
-use crate::place::{Place, Red};
+use crate::place::{Place, Red, RowKey};
 use shardproof_ir::{Arg, ValueId};
 use shardproof_ops::{Args, Meta};
 use std::collections::HashMap;
@@ -28,7 +28,7 @@ use matmul::*;
 use reductions::*;
 use table::build;
 use views::*;
-pub use views::{view_blocks, view_dim};
+pub use views::{reshaped_apart, view_blocks, view_blocks_unique, view_dim};
 
 /// What a violated rule is about: the spatial check it belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -133,6 +133,8 @@ pub struct Ctx<'a> {
     /// Whether this mesh dim is the pipeline's (`pp`): its coordinates run different stages,
     /// so a `Varying` value there is a stage's own tensor, never split along the dim.
     pub pipeline_dim: bool,
+    /// Numbers a row selection ([`Place::Rows`]), `None` when the numbers ran out.
+    pub(crate) rows: &'a dyn Fn(RowKey) -> Option<u16>,
 }
 
 impl Ctx<'_> {
@@ -408,6 +410,24 @@ mod tests {
         assert_eq!(view_blocks(&[6, 4], &[4, 6], 0, 3), None);
         // Sizes that do not match: no placement.
         assert_eq!(view_blocks(&[2, 4], &[3, 3], 0, 1), None);
+        // A local batch of one flattened with the sequence: one reading, Shard(0) of [8n, 16].
+        assert_eq!(
+            view_blocks_unique(&[1, 8, 16], &[8, 16], 0, 1),
+            Some((0, 1))
+        );
+        assert_eq!(view_blocks_unique(&[1, 8], &[8], 0, 1), Some((0, 1)));
+        // Size-1 dims around a size-1 shard: Shard(0) of [n, 1] or Shard(1) of [1, n].
+        assert_eq!(view_blocks_unique(&[1, 1, 1], &[1, 1], 0, 1), None);
+        assert_eq!(view_blocks_unique(&[1, 1, 1], &[1, 1], 1, 1), None);
+        // [1, 8] -> [1, 2, 4]: Shard(0) of [n, 2, 4] or Shard(1) of [1, 2n, 4].
+        assert_eq!(view_blocks_unique(&[1, 8], &[1, 2, 4], 0, 1), None);
+        // Fewest blocks wins in view_blocks; view_blocks_unique refuses two readings.
+        assert_eq!(view_blocks(&[1, 8, 2, 4], &[8, 8], 2, 1), Some((1, 1)));
+        assert_eq!(view_blocks_unique(&[1, 8, 2, 4], &[8, 8], 2, 1), None);
+        // Dims reshaped apart or together.
+        assert!(reshaped_apart(&[2, 4, 8], &[2, 4, 2, 4], 0, 2));
+        assert!(!reshaped_apart(&[2, 4, 8, 4], &[8, 8, 4], 0, 1));
+        assert!(!reshaped_apart(&[1, 2, 8, 4], &[2, 8, 4], 0, 1));
         assert_eq!(Place::blocked(1, 1), Place::Shard(1));
         assert_eq!(Place::blocked(1, 4).to_string(), "Shard(1, blocks=4)");
     }

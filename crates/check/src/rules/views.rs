@@ -109,6 +109,47 @@ pub fn view_dim_by_global(
 /// shard (a shard merged with unsharded dims inside it); more blocks come of unsharded dims
 /// merged outside it, and `B / O = 1` of splitting a blocked dim at its blocks.
 pub fn view_blocks(ins: &[usize], outs: &[usize], d: usize, k: usize) -> Option<(usize, usize)> {
+    let cands = view_block_readings(ins, outs, d, k)?;
+    // Local shapes alone can leave several readings (`[1, 8, 2, 4] -> [8, 8]` with dim 2
+    // sharded is Shard(1) of `[8, 16]` or dim 0 in 8 blocks of `[16, 8]`): the fewest blocks
+    // (the dims the view keeps apart). Two readings with as few blocks are no claim: a
+    // size-1 dim next to the sharded one (`[2, 3] -> [2, 1, 3]` is Shard(1) of `[2, n, 3]`
+    // or Shard(2) of `[2, 1, 3n]`) leaves the layout open.
+    let fewest = cands.iter().map(|&(_, k2)| k2).min()?;
+    let mut best = cands.iter().filter(|&&(_, k2)| k2 == fewest);
+    let first = best.next().copied();
+    if best.next().is_some() {
+        return None;
+    }
+    first
+}
+
+/// The one reading of [`view_blocks`] where the local shapes admit exactly one: every output
+/// dim `j` whose global shape (the local one with dim `j` n times larger) holds each
+/// coordinate's elements as its piece of some blocks is a candidate, and a second candidate
+/// (of any block count) is no claim. A sharded dim of local size 1 takes this reading:
+/// `[1, 8, 16] -> [8, 16]` (a local batch of one flattened with the sequence) has the one
+/// reading `Shard(0)` of `[8n, 16]`, while `[1, 1, 1] -> [1, 1]` has two.
+pub fn view_blocks_unique(
+    ins: &[usize],
+    outs: &[usize],
+    d: usize,
+    k: usize,
+) -> Option<(usize, usize)> {
+    match view_block_readings(ins, outs, d, k)?.as_slice() {
+        [one] => Some(*one),
+        _ => None,
+    }
+}
+
+/// Every (output dim, blocks) reading of a shard of input dim `d` in `k` blocks through a view
+/// from `ins` to `outs` ([`view_blocks`] reads them).
+fn view_block_readings(
+    ins: &[usize],
+    outs: &[usize],
+    d: usize,
+    k: usize,
+) -> Option<Vec<(usize, usize)>> {
     let prod = |v: &[usize]| v.iter().try_fold(1u128, |a, &x| a.checked_mul(x as u128));
     let (&sd, k) = (ins.get(d)?, k as u128);
     if k == 0 || ins.contains(&0) || outs.contains(&0) || prod(ins)? != prod(outs)? {
@@ -125,21 +166,11 @@ pub fn view_blocks(ins: &[usize], outs: &[usize], d: usize, k: usize) -> Option<
             .then(|| usize::try_from(b / o).ok())
             .flatten()
     };
-    let cands: Vec<(usize, usize)> = (0..outs.len())
-        .filter_map(|j| fits(j).map(|k2| (j, k2)))
-        .collect();
-    // Local shapes alone can leave several readings (`[1, 8, 2, 4] -> [8, 8]` with dim 2
-    // sharded is Shard(1) of `[8, 16]` or dim 0 in 8 blocks of `[16, 8]`): the fewest blocks
-    // (the dims the view keeps apart). Two readings with as few blocks are no claim: a
-    // size-1 dim next to the sharded one (`[2, 3] -> [2, 1, 3]` is Shard(1) of `[2, n, 3]`
-    // or Shard(2) of `[2, 1, 3n]`) leaves the layout open.
-    let fewest = cands.iter().map(|&(_, k2)| k2).min()?;
-    let mut best = cands.iter().filter(|&&(_, k2)| k2 == fewest);
-    let first = best.next().copied();
-    if best.next().is_some() {
-        return None;
-    }
-    first
+    Some(
+        (0..outs.len())
+            .filter_map(|j| fits(j).map(|k2| (j, k2)))
+            .collect(),
+    )
 }
 
 /// [`view_blocks`] where the spec's view of the same name gives the global output shape
@@ -245,6 +276,19 @@ pub fn view_blocks_in_group(
         }
     }
     found
+}
+
+/// Whether a view from `ins` to `outs` reshapes input dims `d` and `e` in different groups:
+/// both of local size above 1 (a size-1 dim may belong to either neighbour), and a cut
+/// between them where the local input and output prefix products meet.
+pub fn reshaped_apart(ins: &[usize], outs: &[usize], d: usize, e: usize) -> bool {
+    let (lo, hi) = (d.min(e), d.max(e));
+    if lo == hi || ins.get(hi).is_none_or(|&x| x <= 1) || ins[lo] <= 1 {
+        return false;
+    }
+    let prod = |v: &[usize]| v.iter().map(|&x| x as u128).product::<u128>();
+    let out_prefix: Vec<u128> = (0..=outs.len()).map(|q| prod(&outs[..q])).collect();
+    (lo + 1..=hi).any(|p| out_prefix.contains(&prod(&ins[..p])))
 }
 
 /// The blocked reading of output dim `j` for a shard of input dim `d` in `k` blocks (the
@@ -487,7 +531,15 @@ pub(super) fn view(c: &Ctx) -> Outcome {
                     return c.all(Place::blocked(p.0, p.1));
                 }
             }
-            if k == 1 {
+            // The local shapes read this mesh dim's shard alone; where another mesh dim shards
+            // a dim the view merges outside it, this one's pieces sit inside that one's
+            // (Megatron's `[b, h, s, d] -> [b*h, s, d]`, the batch over dp, the heads over tp,
+            // is tp `Shard(0, blocks=b)`, not `Shard(0)`): no local reading then. A dim merged
+            // inside this one's splits each of this one's pieces, which stay contiguous.
+            let apart = others_in
+                .iter()
+                .all(|&e| e > d || reshaped_apart(&m.shape, &out, d, e));
+            if k == 1 && apart {
                 if let Some(od) = view_dim(&m.shape, &out, d) {
                     return c.all(Place::shard(od));
                 }
@@ -496,8 +548,16 @@ pub(super) fn view(c: &Ctx) -> Outcome {
                 {
                     return c.all(Place::shard(od));
                 }
+                // A local size of 1 on the sharded dim: size-1 dims around it may merge
+                // into it or split off it, so only a view the local shapes read one way
+                // (and no other mesh dim shards the input) is placed.
                 if m.shape.get(d).copied().unwrap_or(0) <= 1 {
-                    return c.all(Place::Varying);
+                    // One block only: a blocked reading gathers to the tensor's elements in
+                    // another order, which the all-gather rule does not record.
+                    return c.all(match view_blocks_unique(&m.shape, &out, d, k) {
+                        Some((od, 1)) if !others => Place::shard(od),
+                        _ => Place::Varying,
+                    });
                 }
             }
             if others {
@@ -647,13 +707,59 @@ pub(super) fn slice_like(
             Some(d - 1)
         }
     };
+    // The same rows of every coordinate's piece (a microbatch of a batch shard): rows of a
+    // selection the slice's literals name (`Rows`), never a plain shard.
+    let rows_of = |parent: Option<u16>| -> Place {
+        if !keeps_dim || c.varies || out_len == 0 {
+            return Place::Varying;
+        }
+        let norm = |v: i64| -> usize {
+            let v = if v < 0 { v + size as i64 } else { v };
+            v.clamp(0, size as i64) as usize
+        };
+        let start = norm(c.int(starts_name).unwrap_or(0));
+        let end = c.int("end").map_or(size, norm);
+        let Some(step) = c
+            .int("step")
+            .unwrap_or(1)
+            .try_into()
+            .ok()
+            .filter(|&s: &usize| s >= 1)
+        else {
+            return Place::Varying;
+        };
+        if end <= start || (end - start).div_ceil(step) != out_len {
+            return Place::Varying;
+        }
+        let key = RowKey::Slice {
+            parent,
+            size,
+            start,
+            end,
+            step,
+        };
+        (c.rows)(key).map_or(Place::Varying, |id| Place::Rows(dim as u8, id))
+    };
     match x.p {
         Place::Shard(d) if d as usize == dim => {
             if out_len == size && keeps_dim && !c.varies {
                 c.all(x.p)
             } else {
-                c.all(Place::Varying)
+                c.all(rows_of(None))
             }
+        }
+        Place::Rows(d, id) if d as usize == dim => {
+            if out_len == size && keeps_dim && !c.varies {
+                c.all(x.p)
+            } else {
+                c.all(rows_of(Some(id)))
+            }
+        }
+        Place::Rows(d, id) => {
+            if c.varies {
+                return c.all(Place::Varying);
+            }
+            c.all(shift(d as usize).map_or(Place::Varying, |e| Place::Rows(e as u8, id)))
         }
         Place::Shard(d) => {
             if c.varies {

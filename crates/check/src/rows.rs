@@ -137,13 +137,16 @@ pub(crate) fn rows_mode(
         return RowsMode::Own;
     }
     let rank = |v: ValueId| meta(v).map(|m| m.shape.len());
-    // One selection; no plain shard or pending sum beside it (their rows are other rows).
+    // One selection; no plain shard or pending sum with rows beside it (their rows are
+    // other rows). A scalar has no rows: the rule judges it as beside a shard (a loss's
+    // total weight, a partial count).
     let alike = rows.iter().all(|r| r.3 == id)
         && ts.iter().all(|&(_, v)| {
-            !matches!(
-                place(v),
-                Place::Shard(_) | Place::Blocked(..) | Place::Partial(_) | Place::Unmasked
-            )
+            rank(v) == Some(0)
+                || !matches!(
+                    place(v),
+                    Place::Shard(_) | Place::Blocked(..) | Place::Partial(_) | Place::Unmasked
+                )
         });
     if !alike {
         return RowsMode::Varying;

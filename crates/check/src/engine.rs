@@ -801,8 +801,15 @@ fn propagate_rank_from(
                     let scaled_of =
                         |v: ValueId| rp.scaled[(rp.offsets[v.node] as usize + v.output) * nd + m];
                     let blocked_ok = rules::takes_blocked(rule.family);
+                    // Gathered pieces in another arrangement: only copies, views and
+                    // permutes follow them; any other rule sees a tensor of no known layout.
+                    let gathered_ok = matches!(
+                        rule.family,
+                        "linear-unary" | "view" | "transpose" | "permute"
+                    );
                     let raw_place = |v: ValueId| match rp.of(v, nd)[m] {
                         Place::Blocked(..) if !blocked_ok => Place::Varying,
+                        Place::Stacked(_) | Place::Gathered(..) if !gathered_ok => Place::Varying,
                         p => p,
                     };
                     let rows_mode = rows::rows_mode(rule.family, &bound, raw_place, meta_of);

@@ -36,6 +36,15 @@ pub enum Place {
     /// sum, whatever their order, but nothing that reads the order (a gather, a declared
     /// shard, a replicated operand along `d`) takes it. See [`RowKey`].
     Rows(u8, u16),
+    /// `Stacked(d)`: every coordinate holds the same tensor, the pieces of a shard of dim `d`
+    /// concatenated along dim 0 in coordinate order (an all-gather of `Shard(d)`, d > 0): the
+    /// tensor's elements in another order and shape, which the program must rearrange.
+    Stacked(u8),
+    /// `Gathered(a, o)`: every coordinate holds the same tensor, whose dim `a` indexes the
+    /// coordinate and dim `o` the piece's part of the tensor's dim (a `Stacked` value with its
+    /// dim 0 split into `[n, piece]`, then permuted); a view merging `a` just outside `o` is
+    /// the tensor (`Replicate()`).
+    Gathered(u8, u8),
     /// Differs across coordinates, in no known layout (SPMD type V): possibly a shard whose
     /// layout the checker lost, so a rule that needs a layout proven (a reduction over the
     /// group, a norm, a declared shard) makes no claim from it.
@@ -188,7 +197,7 @@ impl Place {
     pub fn spmd_type(self, invariant: bool) -> Option<SpmdType> {
         Some(match self {
             Place::Replicate if invariant => SpmdType::I,
-            Place::Replicate => SpmdType::R,
+            Place::Replicate | Place::Stacked(_) | Place::Gathered(..) => SpmdType::R,
             Place::Shard(_) | Place::Blocked(..) | Place::Rows(..) | Place::Varying => SpmdType::V,
             Place::Partial(_) | Place::Unmasked => SpmdType::P,
             Place::Unknown => return None,
@@ -241,6 +250,8 @@ impl fmt::Display for Place {
             Place::Blocked(d, k) => write!(f, "Shard({d}, blocks={k})"),
             Place::Partial(r) => write!(f, "Partial({})", r.name()),
             Place::Rows(d, id) => write!(f, "Rows({d}, #{id})"),
+            Place::Stacked(d) => write!(f, "Stacked({d})"),
+            Place::Gathered(a, o) => write!(f, "Gathered(axis={a}, of={o})"),
             Place::Varying => f.write_str("Varying"),
             Place::Unmasked => f.write_str("Unmasked(vocab)"),
             Place::Unknown => f.write_str("Unknown"),

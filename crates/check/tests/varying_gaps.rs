@@ -261,3 +261,51 @@ fn a_flattened_size_one_shard_is_a_shard() {
     );
     assert_eq!(r.verdict, Verdict::Holds, "{}", r.render());
 }
+
+/// ZeRO's gather of a column chunk: every rank holds the pieces of dim 1 stacked along dim 0
+/// (`Stacked(1)`); split off and permuted outside dim 1, then merged, it is the tensor. The
+/// program that views the stacked pieces straight to the tensor's shape scrambles its columns:
+/// before, the gather was taken as replicated and it held (exit 0).
+#[test]
+fn a_gathered_column_shard_is_the_tensor_only_once_rearranged() {
+    let wrong = check(
+        "mesh dp=2\n\
+         input w: f32[4, 8] dp=Shard(1)\n\
+         g = all_gather(w, dp)\n\
+         v = view(g, [4, 8])\n\
+         output v dp=Replicate()\n",
+    );
+    assert_ne!(wrong.verdict, Verdict::Holds, "{}", wrong.render());
+    let right = check(
+        "mesh dp=2\n\
+         input w: f32[4, 8] dp=Shard(1)\n\
+         g = all_gather(w, dp)\n\
+         s = view(g, [2, 4, 4])\n\
+         p = permute(s, [1, 0, 2])\n\
+         c = clone(p)\n\
+         v = view(c, [4, 8])\n\
+         output v dp=Replicate()\n",
+    );
+    assert_eq!(right.verdict, Verdict::Holds, "{}", right.render());
+    // Permuted the wrong way round: the coordinate inside the piece's dim.
+    let inside = check(
+        "mesh dp=2\n\
+         input w: f32[4, 8] dp=Shard(1)\n\
+         g = all_gather(w, dp)\n\
+         s = view(g, [2, 4, 4])\n\
+         p = permute(s, [1, 2, 0])\n\
+         c = clone(p)\n\
+         v = view(c, [4, 8])\n\
+         output v dp=Replicate()\n",
+    );
+    assert_ne!(inside.verdict, Verdict::Holds, "{}", inside.render());
+    // A blocked shard gathered: no arrangement is followed, never a pass.
+    let blocked = check(
+        "mesh tp=2\n\
+         input x: f32[4, 2] tp=Shard(1)\n\
+         v = view(x, [4])\n\
+         y = all_gather(v, tp)\n\
+         output y tp=Replicate()\n",
+    );
+    assert_ne!(blocked.verdict, Verdict::Holds, "{}", blocked.render());
+}

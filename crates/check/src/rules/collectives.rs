@@ -33,7 +33,9 @@ pub(super) fn all_reduce(c: &Ctx) -> Outcome {
         ),
         // A tensor of unknown layout may be a partial sum (the all-reduce completes it) or a
         // shard (the all-reduce adds different slices): no claim either way.
-        Place::Varying | Place::Rows(..) => c.all(Place::Unknown),
+        Place::Varying | Place::Rows(..) | Place::Stacked(_) | Place::Gathered(..) => {
+            c.all(Place::Unknown)
+        }
         Place::Replicate if matches!(op, Red::Max | Red::Min | Red::Avg) => c.all(Place::Replicate),
         Place::Replicate => {
             let mut v = legality(
@@ -90,10 +92,19 @@ pub(super) fn all_gather(c: &Ctx) -> Outcome {
         });
     }
     match x.p {
-        Place::Shard(_) | Place::Blocked(..) => c.all(Place::Replicate),
+        // The pieces concatenated along dim 0 in rank order are the tensor.
+        Place::Shard(0) => c.all(Place::Replicate),
+        // The same data on every rank, the pieces of dim d stacked along dim 0: the tensor
+        // once a view splits the coordinate off and a permute puts it outside dim d (ZeRO's
+        // gather of a column chunk), which the view rules follow.
+        Place::Shard(d) if c.group_dims.len() == 1 => c.all(Place::Stacked(d)),
+        // A blocked shard gathered: its elements in another order that no placement follows.
+        Place::Shard(_) | Place::Blocked(..) => c.all(Place::Unknown),
         // A tensor of unknown layout gathers to the same data on every rank, but in an order
         // not known: a shard's rows in rank order only where the layout is a proven shard.
-        Place::Varying | Place::Rows(..) => c.all(Place::Unknown),
+        Place::Varying | Place::Rows(..) | Place::Stacked(_) | Place::Gathered(..) => {
+            c.all(Place::Unknown)
+        }
         Place::Replicate => legality(
             "all-gathers a tensor that is Replicate() over this mesh dim: the result holds one copy per rank".into(),
             "drop the all-gather, or gather a shard",
@@ -151,7 +162,9 @@ pub(super) fn reduce_scatter(c: &Ctx) -> Outcome {
     match x.p {
         Place::Partial(r) if r == op || (r.is_linear() && op.is_linear()) => c.all(scattered),
         // As for an all-reduce: a partial or a shard in unknown layout, not known which.
-        Place::Varying | Place::Rows(..) => c.all(Place::Unknown),
+        Place::Varying | Place::Rows(..) | Place::Stacked(_) | Place::Gathered(..) => {
+            c.all(Place::Unknown)
+        }
         Place::Partial(r) => legality(
             format!("reduce-scatters with `{}` a tensor that is Partial({})", op.name(), r.name()),
             &format!("reduce with `{}`", r.name()),

@@ -451,6 +451,42 @@ pub(super) fn view(c: &Ctx) -> Outcome {
         return c.all(Place::Unknown);
     };
     match x.p {
+        Place::Stacked(d) => {
+            // Dim 0 split into [n, piece] (nothing else changed): the coordinate axis apart.
+            let (Some(m), Some(out)) = (&x.meta, out_shape(c, 0)) else {
+                return c.all(Place::Unknown);
+            };
+            let n = c.coord.1;
+            let split = n > 0
+                && m.shape.first().is_some_and(|&s0| s0 % n == 0)
+                && out.len() == m.shape.len() + 1
+                && out[0] == n
+                && out[1] == m.shape[0] / n
+                && out[2..] == m.shape[1..];
+            c.all(match u8::try_from(d as usize + 1) {
+                Ok(o) if split => Place::Gathered(0, o),
+                _ => Place::Varying,
+            })
+        }
+        Place::Gathered(a, o) => {
+            // The coordinate axis merged just outside the piece's dim (nothing else
+            // changed): the pieces in coordinate order along the tensor's dim.
+            let (Some(m), Some(out)) = (&x.meta, out_shape(c, 0)) else {
+                return c.all(Place::Unknown);
+            };
+            let (a, o) = (a as usize, o as usize);
+            let merged = o == a + 1
+                && o < m.shape.len()
+                && out.len() + 1 == m.shape.len()
+                && out[..a] == m.shape[..a]
+                && out[a] == m.shape[a] * m.shape[o]
+                && out[a + 1..] == m.shape[o + 1..];
+            c.all(if merged {
+                Place::Replicate
+            } else {
+                Place::Varying
+            })
+        }
         Place::Shard(_) | Place::Blocked(..) => {
             let (Some(m), Some(out)) = (&x.meta, out_shape(c, 0)) else {
                 return c.all(Place::Unknown);
@@ -577,6 +613,14 @@ pub(super) fn moved(c: &Ctx, f: impl Fn(usize) -> Option<usize>) -> Outcome {
         return c.all(Place::Unknown);
     };
     match x.p {
+        Place::Gathered(a, o) => c.all(match (f(a as usize), f(o as usize)) {
+            (Some(a2), Some(o2)) => match (u8::try_from(a2), u8::try_from(o2)) {
+                (Ok(a2), Ok(o2)) => Place::Gathered(a2, o2),
+                _ => Place::Varying,
+            },
+            _ => Place::Varying,
+        }),
+        Place::Stacked(_) => c.all(Place::Varying),
         Place::Shard(d) => c.all(f(d as usize).map_or(Place::Varying, Place::shard)),
         Place::Blocked(d, k) => {
             c.all(f(d as usize).map_or(Place::Varying, |e| Place::blocked(e, k as usize)))

@@ -807,9 +807,15 @@ fn propagate_rank_from(
                         rule.family,
                         "linear-unary" | "view" | "transpose" | "permute"
                     );
+                    // A partial sum with a split dim recorded: only views, permutes, copies
+                    // and the reduce-scatter read the record; to the others it is a partial.
+                    let split_ok = gathered_ok || rule.family == "reduce-scatter";
                     let raw_place = |v: ValueId| match rp.of(v, nd)[m] {
                         Place::Blocked(..) if !blocked_ok => Place::Varying,
                         Place::Stacked(_) | Place::Gathered(..) if !gathered_ok => Place::Varying,
+                        Place::PartialSplit(..) | Place::PartialStacked(_) if !split_ok => {
+                            Place::Partial(Red::Sum)
+                        }
                         p => p,
                     };
                     let rows_mode = rows::rows_mode(rule.family, &bound, raw_place, meta_of);

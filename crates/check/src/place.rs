@@ -45,6 +45,15 @@ pub enum Place {
     /// dim 0 split into `[n, piece]`, then permuted); a view merging `a` just outside `o` is
     /// the tensor (`Replicate()`).
     Gathered(u8, u8),
+    /// `PartialSplit(a, j)`: a `Partial(sum)` whose dim `j` a view split into `[n, piece]`
+    /// (n the mesh dim's size) at dim `a`; the other dims are the tensor's, in order (`j`
+    /// counts them). Every rule but views, permutes, copies and the reduce-scatter sees
+    /// `Partial(sum)`.
+    PartialSplit(u8, u8),
+    /// `PartialStacked(j)`: a `Partial(sum)` whose dim 0 is `[n, d0]`, the `n` pieces of its
+    /// dim `j` outermost (ZeRO's gradient moved to column-block-major order): a reduce-scatter
+    /// over the mesh dim leaves coordinate `r` piece `r` of dim `j`, a `Shard(j)`.
+    PartialStacked(u8),
     /// Differs across coordinates, in no known layout (SPMD type V): possibly a shard whose
     /// layout the checker lost, so a rule that needs a layout proven (a reduction over the
     /// group, a norm, a declared shard) makes no claim from it.
@@ -199,14 +208,23 @@ impl Place {
             Place::Replicate if invariant => SpmdType::I,
             Place::Replicate | Place::Stacked(_) | Place::Gathered(..) => SpmdType::R,
             Place::Shard(_) | Place::Blocked(..) | Place::Rows(..) | Place::Varying => SpmdType::V,
-            Place::Partial(_) | Place::Unmasked => SpmdType::P,
+            Place::Partial(_)
+            | Place::Unmasked
+            | Place::PartialSplit(..)
+            | Place::PartialStacked(_) => SpmdType::P,
             Place::Unknown => return None,
         })
     }
 
     /// True for a pending reduction (a partial, or unmasked vocabulary rows).
     pub fn is_partial(self) -> bool {
-        matches!(self, Place::Partial(_) | Place::Unmasked)
+        matches!(
+            self,
+            Place::Partial(_)
+                | Place::Unmasked
+                | Place::PartialSplit(..)
+                | Place::PartialStacked(_)
+        )
     }
 
     /// The tensor dim this placement shards, if any.
@@ -252,6 +270,8 @@ impl fmt::Display for Place {
             Place::Rows(d, id) => write!(f, "Rows({d}, #{id})"),
             Place::Stacked(d) => write!(f, "Stacked({d})"),
             Place::Gathered(a, o) => write!(f, "Gathered(axis={a}, of={o})"),
+            Place::PartialSplit(a, j) => write!(f, "Partial(sum, dim {j} split at {a})"),
+            Place::PartialStacked(j) => write!(f, "Partial(sum, pieces of dim {j} in dim 0)"),
             Place::Varying => f.write_str("Varying"),
             Place::Unmasked => f.write_str("Unmasked(vocab)"),
             Place::Unknown => f.write_str("Unknown"),

@@ -33,9 +33,13 @@ pub(super) fn all_reduce(c: &Ctx) -> Outcome {
         ),
         // A tensor of unknown layout may be a partial sum (the all-reduce completes it) or a
         // shard (the all-reduce adds different slices): no claim either way.
-        Place::Varying | Place::Rows(..) | Place::Stacked(_) | Place::Gathered(..) => {
-            c.all(Place::Unknown)
-        }
+        // (The engine shows a recorded split to this rule as the partial it is.)
+        Place::Varying
+        | Place::Rows(..)
+        | Place::Stacked(_)
+        | Place::Gathered(..)
+        | Place::PartialSplit(..)
+        | Place::PartialStacked(_) => c.all(Place::Unknown),
         Place::Replicate if matches!(op, Red::Max | Red::Min | Red::Avg) => c.all(Place::Replicate),
         Place::Replicate => {
             let mut v = legality(
@@ -102,9 +106,13 @@ pub(super) fn all_gather(c: &Ctx) -> Outcome {
         Place::Shard(_) | Place::Blocked(..) => c.all(Place::Unknown),
         // A tensor of unknown layout gathers to the same data on every rank, but in an order
         // not known: a shard's rows in rank order only where the layout is a proven shard.
-        Place::Varying | Place::Rows(..) | Place::Stacked(_) | Place::Gathered(..) => {
-            c.all(Place::Unknown)
-        }
+        // (The engine shows a recorded split to this rule as the partial it is.)
+        Place::Varying
+        | Place::Rows(..)
+        | Place::Stacked(_)
+        | Place::Gathered(..)
+        | Place::PartialSplit(..)
+        | Place::PartialStacked(_) => c.all(Place::Unknown),
         Place::Replicate => legality(
             "all-gathers a tensor that is Replicate() over this mesh dim: the result holds one copy per rank".into(),
             "drop the all-gather, or gather a shard",
@@ -130,6 +138,14 @@ pub(super) fn reduce_scatter(c: &Ctx) -> Outcome {
         // its local dim 0. This mesh dim's piece of dim 0 in `k` blocks stays a piece of the
         // chunk where chunks hold whole blocks (`k / g` each) or fall inside one block.
         let g = c.group_len.max(1);
+        if x.p.is_partial() && x.p != Place::Unmasked {
+            // Chunks of dim 0 of a pending sum are pending sums; a split recorded in dim 0
+            // is cut by them.
+            return c.all(match x.p {
+                Place::Partial(r) => Place::Partial(r),
+                _ => Place::Partial(Red::Sum),
+            });
+        }
         return c.all(match x.p.blocks() {
             Some((0, k)) if g.is_multiple_of(k) => Place::Shard(0),
             Some((0, k)) if k.is_multiple_of(g) => Place::blocked(0, k / g),
@@ -160,6 +176,23 @@ pub(super) fn reduce_scatter(c: &Ctx) -> Outcome {
         Place::Shard(0)
     };
     match x.p {
+        // Coordinate r keeps slab r of dim 0, piece r of dim j: the sum's shard of dim j.
+        Place::PartialStacked(j)
+            if op == Red::Sum && c.group_dims.len() == 1 && c.group_len == c.coord.1 =>
+        {
+            c.all(Place::Shard(j))
+        }
+        Place::PartialSplit(..) | Place::PartialStacked(_)
+            if op.is_linear() =>
+        {
+            c.all(scattered)
+        }
+        Place::PartialSplit(..) | Place::PartialStacked(_) => legality(
+            format!("reduce-scatters with `{}` a tensor that is Partial(sum)", op.name()),
+            "reduce with `sum`",
+            Place::Shard(0),
+            c.n_out(),
+        ),
         Place::Partial(r) if r == op || (r.is_linear() && op.is_linear()) => c.all(scattered),
         // As for an all-reduce: a partial or a shard in unknown layout, not known which.
         Place::Varying | Place::Rows(..) | Place::Stacked(_) | Place::Gathered(..) => {

@@ -82,7 +82,12 @@ pub(super) fn merge(
                 shard = Some(d);
                 n_plain_tensor += 1;
             }
-            Place::Varying | Place::Rows(..) | Place::Stacked(_) | Place::Gathered(..) => {
+            Place::Varying
+            | Place::Rows(..)
+            | Place::Stacked(_)
+            | Place::Gathered(..)
+            | Place::PartialSplit(..)
+            | Place::PartialStacked(_) => {
                 varying = true;
                 n_plain_tensor += 1;
             }
@@ -194,7 +199,17 @@ pub(super) fn linear_unary(c: &Ctx) -> Outcome {
     match x {
         Some(x) if x.p == Place::Unmasked => c.all(Place::Unmasked),
         // Element by element, in place: the same arrangement.
-        Some(x) if matches!(x.p, Place::Stacked(_) | Place::Gathered(..)) => c.all(x.p),
+        Some(x)
+            if matches!(
+                x.p,
+                Place::Stacked(_)
+                    | Place::Gathered(..)
+                    | Place::PartialSplit(..)
+                    | Place::PartialStacked(_)
+            ) =>
+        {
+            c.all(x.p)
+        }
         Some(x) => one(merge(&[x], c.out_rank(0), Lin::Add, false), c.n_out()),
         None => c.all(Place::Replicate),
     }

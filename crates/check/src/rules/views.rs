@@ -451,6 +451,38 @@ pub(super) fn view(c: &Ctx) -> Outcome {
         return c.all(Place::Unknown);
     };
     match x.p {
+        Place::Partial(Red::Sum) | Place::PartialSplit(..) | Place::PartialStacked(_) => {
+            let (Some(m), Some(out)) = (&x.meta, out_shape(c, 0)) else {
+                return c.all(Place::Partial(Red::Sum));
+            };
+            let (ins, n) = (&m.shape, c.coord.1);
+            c.all(match x.p {
+                // One dim j split into [n, piece], nothing else changed: recorded.
+                Place::Partial(_) => (0..ins.len())
+                    .find(|&j| {
+                        n > 1
+                            && out.len() == ins.len() + 1
+                            && out[..j] == ins[..j]
+                            && out[j] == n
+                            && out[j + 1] * n == ins[j]
+                            && out[j + 2..] == ins[j + 1..]
+                    })
+                    .and_then(|j| u8::try_from(j).ok())
+                    .map_or(Place::Partial(Red::Sum), |j| Place::PartialSplit(j, j)),
+                // The split axis outermost, merged with the dim after it: the pieces of dim
+                // j in dim 0.
+                Place::PartialSplit(0, j)
+                    if ins.len() >= 2
+                        && out.len() + 1 == ins.len()
+                        && out[0] == ins[0] * ins[1]
+                        && out[1..] == ins[2..]
+                        && ins[0] == n =>
+                {
+                    Place::PartialStacked(j)
+                }
+                _ => Place::Partial(Red::Sum),
+            })
+        }
         Place::Stacked(d) => {
             // Dim 0 split into [n, piece] (nothing else changed): the coordinate axis apart.
             let (Some(m), Some(out)) = (&x.meta, out_shape(c, 0)) else {
@@ -621,6 +653,18 @@ pub(super) fn moved(c: &Ctx, f: impl Fn(usize) -> Option<usize>) -> Outcome {
             _ => Place::Varying,
         }),
         Place::Stacked(_) => c.all(Place::Varying),
+        // The split axis moves; the tensor's own dims must keep their order.
+        Place::PartialSplit(a, j) => {
+            let r = x.rank();
+            let others: Vec<Option<usize>> = (0..r).filter(|&d| d != a as usize).map(&f).collect();
+            let ordered =
+                others.iter().all(Option::is_some) && others.windows(2).all(|w| w[0] < w[1]);
+            c.all(match f(a as usize).map(u8::try_from) {
+                Some(Ok(a2)) if ordered => Place::PartialSplit(a2, j),
+                _ => Place::Partial(Red::Sum),
+            })
+        }
+        Place::PartialStacked(_) => c.all(Place::Partial(Red::Sum)),
         Place::Shard(d) => c.all(f(d as usize).map_or(Place::Varying, Place::shard)),
         Place::Blocked(d, k) => {
             c.all(f(d as usize).map_or(Place::Varying, |e| Place::blocked(e, k as usize)))

@@ -818,7 +818,15 @@ fn propagate_rank_from(
                         }
                         p => p,
                     };
-                    let rows_mode = rows::rows_mode(rule.family, &bound, raw_place, meta_of);
+                    // Most calls meet no rows: skip reading their arguments again.
+                    let rows_mode = if inputs
+                        .iter()
+                        .any(|&v| matches!(rp.of(v, nd)[m], Place::Rows(..)))
+                    {
+                        rows::rows_mode(rule.family, &bound, raw_place, meta_of)
+                    } else {
+                        RowsMode::None
+                    };
                     let place = |v: ValueId| match (raw_place(v), rows_mode) {
                         (Place::Rows(d, _), RowsMode::AsShard { .. }) => Place::Shard(d),
                         (Place::Rows(..), RowsMode::Own) => raw_place(v),

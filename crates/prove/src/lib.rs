@@ -94,6 +94,8 @@ pub mod exec;
 pub mod expr;
 pub mod reduce;
 pub mod smt;
+pub mod stage;
 pub mod tensor;
 
 pub use equiv::{prove_case, Proof, ProveConfig, Verdict};
+pub use stage::{prove_staged, StagedProof};

@@ -4,7 +4,7 @@
 //! cargo run --release -p shardproof-prove --example prove_zoo -- mlp tp=2 [--bug ID] [--full] [--hidden N] [--layers N] [--no-z3] [--stages] [--jobs N]
 //! ```
 //!
-//! With `--stages` the case is cut at every decoder layer's output, read from the module
+//! With `--stages` the case is cut at the embedding's and every decoder layer's output, read from the module
 //! lineage the zoo writes into its graphs (`# Annotation: {'module': 'layers.3.mlp', 'output':
 //! 'add_41'}`), the residual stream laid out as the zoo lays it out (batch-sharded on `dp`,
 //! replicated elsewhere), and proved in stages with the memo on `--jobs` threads. Only the
@@ -41,10 +41,11 @@ fn layer_outputs(path: &Path) -> BTreeMap<String, String> {
             continue;
         };
         // A decoder layer ends where its last sublayer does.
-        let layer_end = module.starts_with("layers.")
-            && (module.ends_with(".mlp")
-                || module.ends_with(".moe")
-                || module.matches('.').count() == 1);
+        let layer_end = module == "embedding"
+            || (module.starts_with("layers.")
+                && (module.ends_with(".mlp")
+                    || module.ends_with(".moe")
+                    || module.matches('.').count() == 1));
         if layer_end {
             out.insert(module.to_string(), output.to_string());
         }
@@ -75,14 +76,9 @@ fn cut_at_layers(dir: &Path) -> usize {
             }
         })
         .collect();
-    let last = spec.len().saturating_sub(1);
     let mut lines = String::new();
     let mut cuts = 0;
-    for (i, (module, name)) in spec.iter().enumerate() {
-        // The last layer's output feeds the head: its stage is the output's.
-        if i == last {
-            break;
-        }
+    for (module, name) in &spec {
         let names: Vec<Option<&String>> = ranks.iter().map(|r| r.get(module)).collect();
         let Some(Some(rank_name)) = names.first() else {
             continue;

@@ -63,8 +63,8 @@ fn chain(dir: &Path, layers: usize, bug: Option<usize>) -> shardproof_case::Case
         let _ = writeln!(case, "  h{l}: Replicate()");
     }
     let last = layers - 1;
-    let _ = write!(spec, "        return (h{last},)\n");
-    let _ = write!(rank, "        return (h{last},)\n");
+    let _ = writeln!(spec, "        return (h{last},)");
+    let _ = writeln!(rank, "        return (h{last},)");
     let _ = write!(case, "outputs:\n  h{last}: Replicate()\n");
     std::fs::write(dir.join("spec.py"), spec).unwrap();
     std::fs::write(dir.join("r0.py"), &rank).unwrap();

@@ -159,11 +159,7 @@ fn canonical_order(graph: &Graph, marks: &Marks) -> Vec<usize> {
             }
         }
     }
-    for i in 0..graph.nodes.len() {
-        if leaf(i) && !placed[i] {
-            order.push(i);
-        }
-    }
+    order.extend((0..graph.nodes.len()).filter(|&i| leaf(i) && !placed[i]));
     order.extend((0..graph.nodes.len()).filter(|&i| marks.marks[i] == Mark::Computed && !leaf(i)));
     order
 }

@@ -3,7 +3,8 @@
 //! and the stages chain into the case's verdict.
 //!
 //! A stage's *targets* are one cut (a case `inputs:` entry naming a non-input spec tensor) or
-//! one expected output. Its graphs are the backward slices of the target in the spec and in
+//! the expected outputs together (their slices overlap: a full iteration's gradients share its
+//! whole backward). Its graphs are the backward slices of the target in the spec and in
 //! every rank, stopping at tensors the case relates (its inputs and cuts), closed under the
 //! whole program's pairing of collectives and messages (see [`slice`]). The cut tensors it
 //! reads become inputs laid out by their relation, its target an output expected in the
@@ -52,7 +53,7 @@ use std::sync::Arc;
 /// One stage of a plan.
 #[derive(Clone, Debug)]
 pub struct Stage {
-    /// What it establishes, in words: ``cut `h1` `` or ``output `loss` ``.
+    /// What it establishes, in words: ``cut `h1` ``, ``output `loss` `` or ``outputs `a`, `b` ``.
     pub target: String,
     /// The relations it assumes (case inputs and cuts), by spec name.
     pub assumes: Vec<String>,
@@ -232,21 +233,28 @@ pub fn plan(case: &Case, reduce: bool) -> Result<Plan, String> {
             case.inputs[i].spec_value.output,
         )
     });
-    let mut targets: Vec<Target> = cuts.iter().map(|&i| Target::Cut(i)).collect();
+    let mut targets: Vec<Vec<Target>> = cuts.iter().map(|&i| vec![Target::Cut(i)]).collect();
+    // The outputs are one stage: their slices overlap (a full iteration's gradients share
+    // its forward and backward), and one proof shares their expressions as the whole-case
+    // proof does.
+    let mut finals = Vec::new();
     if case.outputs.is_empty() {
         let mut seen = Vec::new();
         for (i, o) in case.spec.outputs.iter().enumerate() {
             if let Some(v) = o {
                 if !seen.contains(v) {
                     seen.push(*v);
-                    targets.push(Target::Implicit(i));
+                    finals.push(Target::Implicit(i));
                 }
             }
         }
     } else {
         let mut outs: Vec<usize> = (0..case.outputs.len()).collect();
         outs.sort_by_key(|&i| case.outputs[i].spec_value);
-        targets.extend(outs.into_iter().map(Target::Output));
+        finals.extend(outs.into_iter().map(Target::Output));
+    }
+    if !finals.is_empty() {
+        targets.push(finals);
     }
     // Shapes of the whole graphs, inferred once: every stage's cut tensors are typed by them.
     let spec_metas = shardproof_interp::infer_graph(&case.spec, &case.ops).metas;
@@ -274,7 +282,7 @@ pub fn plan(case: &Case, reduce: bool) -> Result<Plan, String> {
     let mut stages: Vec<Stage> = Vec::new();
     let mut first: BTreeMap<String, usize> = BTreeMap::new();
     let mut distinct = Vec::new();
-    for (k, &t) in targets.iter().enumerate() {
+    for (k, t) in targets.iter().enumerate() {
         let (mut stage, assumed) = build_stage(case, t, &whole)?;
         for rel in &assumed {
             if let Some(&s) = stage_of_cut.get(rel) {
@@ -318,49 +326,68 @@ struct Whole<'a> {
 }
 
 /// One stage's graphs and relations, and the case relations it assumes (indices).
-fn build_stage(case: &Case, target: Target, whole: &Whole) -> Result<(Stage, Vec<usize>), String> {
+fn build_stage(
+    case: &Case,
+    targets: &[Target],
+    whole: &Whole,
+) -> Result<(Stage, Vec<usize>), String> {
     let (spec_stops, rank_stops, full) = (whole.spec_stops, whole.rank_stops, whole.full);
     let nranks = case.program.ranks.len();
-    let (label, spec_target, holders): (String, ValueId, Vec<(usize, ValueId)>) = match target {
-        Target::Cut(i) => {
-            let rel = &case.inputs[i];
-            if let Layout::Expr(_) = rel.layout {
-                return Err(format!(
-                    "cut `{}` is laid out by an `expr:`; stages begin at placed cuts only",
-                    rel.spec_name
-                ));
+    let mut names = Vec::new();
+    let mut ends: Vec<(ValueId, Vec<(usize, ValueId)>)> = Vec::new();
+    for &target in targets {
+        let (name, spec_target, holders) = match target {
+            Target::Cut(i) => {
+                let rel = &case.inputs[i];
+                if let Layout::Expr(_) = rel.layout {
+                    return Err(format!(
+                        "cut `{}` is laid out by an `expr:`; stages begin at placed cuts only",
+                        rel.spec_name
+                    ));
+                }
+                (
+                    rel.spec_name.clone(),
+                    rel.spec_value,
+                    rel.rank_values.clone(),
+                )
             }
-            (
-                format!("cut `{}`", rel.spec_name),
-                rel.spec_value,
-                rel.rank_values.clone(),
-            )
-        }
-        Target::Output(i) => {
-            let o = &case.outputs[i];
-            (
-                format!("output `{}`", o.spec_name),
-                o.spec_value,
-                o.rank_values.clone(),
-            )
-        }
-        Target::Implicit(i) => {
-            let v = case.spec.outputs[i].expect("a spec output");
-            let holders = case
-                .program
-                .ranks
-                .iter()
-                .enumerate()
-                .filter_map(|(r, g)| g.outputs.get(i).copied().flatten().map(|rv| (r, rv)))
-                .collect();
-            (format!("output `{}`", case.spec.value_name(v)), v, holders)
-        }
+            Target::Output(i) => {
+                let o = &case.outputs[i];
+                (o.spec_name.clone(), o.spec_value, o.rank_values.clone())
+            }
+            Target::Implicit(i) => {
+                let v = case.spec.outputs[i].expect("a spec output");
+                let holders = case
+                    .program
+                    .ranks
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(r, g)| g.outputs.get(i).copied().flatten().map(|rv| (r, rv)))
+                    .collect();
+                (case.spec.value_name(v).to_string(), v, holders)
+            }
+        };
+        names.push(format!("`{name}`"));
+        ends.push((spec_target, holders));
+    }
+    let label = match targets {
+        [Target::Cut(_)] => format!("cut {}", names[0]),
+        [_] => format!("output {}", names[0]),
+        _ if names.len() <= 4 => format!("outputs {}", names.join(", ")),
+        _ => format!(
+            "outputs {} and {} more",
+            names[..3].join(", "),
+            names.len() - 3
+        ),
     };
     let mut spec_marks = Marks::new(&case.spec);
-    spec_marks.close(&case.spec, &[spec_target.node], spec_stops)?;
+    let starts: Vec<usize> = ends.iter().map(|(v, _)| v.node).collect();
+    spec_marks.close(&case.spec, &starts, spec_stops)?;
     let mut marks: Vec<Marks> = case.program.ranks.iter().map(|g| Marks::new(g)).collect();
-    for &(r, v) in &holders {
-        marks[r].close(&case.program.ranks[r], &[v.node], &rank_stops[r])?;
+    for (_, holders) in &ends {
+        for &(r, v) in holders {
+            marks[r].close(&case.program.ranks[r], &[v.node], &rank_stops[r])?;
+        }
     }
     slice::close_under_pairing(&case.program.ranks, &mut marks, rank_stops, full)?;
     // A relation is assumed where some side reads it as an input; every side of it is then
@@ -434,54 +461,63 @@ fn build_stage(case: &Case, target: Target, whole: &Whole) -> Result<(Stage, Vec
         })
         .collect();
     inputs.sort_by_key(|r| r.spec_value);
-    let spec_out = spec.value(spec_target).expect("the target is computed");
-    let mut outputs = Vec::new();
+    let spec_outs: Vec<ValueId> = ends
+        .iter()
+        .map(|(v, _)| spec.value(*v).expect("a target is computed"))
+        .collect();
     let mut spec_graph = spec.graph.clone();
-    spec_graph.outputs = vec![Some(spec_out)];
-    let rank_outputs: Vec<Option<ValueId>> = (0..nranks)
+    spec_graph.outputs = spec_outs.iter().map(|&v| Some(v)).collect();
+    let rank_outputs: Vec<Vec<Option<ValueId>>> = (0..nranks)
         .map(|r| {
-            holders
-                .iter()
-                .find(|(h, _)| *h == r)
-                .and_then(|&(_, v)| built[r].value(v))
+            ends.iter()
+                .map(|(_, holders)| {
+                    holders
+                        .iter()
+                        .find(|(h, _)| *h == r)
+                        .and_then(|&(_, v)| built[r].value(v))
+                })
+                .collect()
         })
         .collect();
-    match target {
-        Target::Cut(i) => {
-            let rel = &case.inputs[i];
-            outputs.push(OutputExpectation {
-                spec_name: rel.spec_name.clone(),
-                spec_value: spec_out,
-                is_graph_output: true,
-                impl_name: rel.impl_name.clone(),
-                impl_values: map_impl(&rel.impl_values),
-                rank_values: map_ranks(&rel.rank_values),
-                layout: rel.layout.clone(),
-                span: rel.span,
-            });
+    let mut outputs = Vec::new();
+    for (&target, &spec_out) in targets.iter().zip(&spec_outs) {
+        match target {
+            Target::Cut(i) => {
+                let rel = &case.inputs[i];
+                outputs.push(OutputExpectation {
+                    spec_name: rel.spec_name.clone(),
+                    spec_value: spec_out,
+                    is_graph_output: true,
+                    impl_name: rel.impl_name.clone(),
+                    impl_values: map_impl(&rel.impl_values),
+                    rank_values: map_ranks(&rel.rank_values),
+                    layout: rel.layout.clone(),
+                    span: rel.span,
+                });
+            }
+            Target::Output(i) => {
+                let o = &case.outputs[i];
+                outputs.push(OutputExpectation {
+                    spec_value: spec_out,
+                    is_graph_output: true,
+                    impl_values: map_impl(&o.impl_values),
+                    rank_values: map_ranks(&o.rank_values),
+                    ..o.clone()
+                });
+            }
+            Target::Implicit(_) => {}
         }
-        Target::Output(i) => {
-            let o = &case.outputs[i];
-            outputs.push(OutputExpectation {
-                spec_value: spec_out,
-                is_graph_output: true,
-                impl_values: map_impl(&o.impl_values),
-                rank_values: map_ranks(&o.rank_values),
-                ..o.clone()
-            });
-        }
-        Target::Implicit(_) => {}
     }
     // Ranks that share a stage graph and its output share the whole stage graph.
     let mut ranks: Vec<Arc<Graph>> = Vec::with_capacity(nranks);
-    let mut joined: BTreeMap<(usize, Option<ValueId>), Arc<Graph>> = BTreeMap::new();
-    for (sliced, &output) in built.iter().zip(&rank_outputs) {
-        let id = (Arc::as_ptr(sliced) as usize, output);
+    let mut joined: BTreeMap<(usize, Vec<Option<ValueId>>), Arc<Graph>> = BTreeMap::new();
+    for (sliced, outs) in built.iter().zip(&rank_outputs) {
+        let id = (Arc::as_ptr(sliced) as usize, outs.clone());
         let g = joined
             .entry(id)
             .or_insert_with(|| {
                 let mut g = sliced.graph.clone();
-                g.outputs = vec![output];
+                g.outputs = outs.clone();
                 Arc::new(g)
             })
             .clone();
@@ -766,7 +802,7 @@ pub fn assemble(case: &Case, plan: &Plan, outcomes: &BTreeMap<usize, StageOutcom
     let finals = plan
         .stages
         .iter()
-        .filter(|s| s.target.starts_with("output"))
+        .filter(|s| !s.target.starts_with("cut"))
         .count();
     let (verdict, message) = if let Some(k) = first_refuted(plan, outcomes) {
         let s = &plan.stages[k];

@@ -174,3 +174,40 @@ fn shard_arguments_are_checked() {
     assert!(shard::parse_shard("0/0").is_err());
     assert!(shard::parse_shard("x").is_err());
 }
+
+#[test]
+fn a_cut_computed_from_a_later_cut_is_refused_not_assumed() {
+    // The spec computes c1 before c2; the rank computes c1 from c2. Stage c1 would assume c2,
+    // which only a later stage establishes: circular, so no verdict.
+    let dir = tempfile::tempdir().unwrap();
+    let spec = r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[4, 8]"):
+        c1: "f32[4, 8]" = torch.ops.aten.relu.default(x)
+        c2: "f32[4, 8]" = torch.ops.aten.neg.default(x)
+        out: "f32[4, 8]" = torch.ops.aten.add.Tensor(c1, c2)
+        return (out,)
+"#;
+    let rank = r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[4, 8]"):
+        c2: "f32[4, 8]" = torch.ops.aten.neg.default(x)
+        c1: "f32[4, 8]" = torch.ops.aten.relu.default(c2)
+        out: "f32[4, 8]" = torch.ops.aten.add.Tensor(c1, c2)
+        return (out,)
+"#;
+    std::fs::write(dir.path().join("spec.py"), spec).unwrap();
+    std::fs::write(dir.path().join("r0.py"), rank).unwrap();
+    std::fs::write(dir.path().join("r1.py"), rank).unwrap();
+    std::fs::write(
+        dir.path().join("case.yaml"),
+        "version: 1\nname: cycle\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [r0.py, r1.py]\ninputs:\n  x: Replicate()\n  c1: Replicate()\n  c2: Replicate()\noutputs:\n  out: Replicate()\n",
+    )
+    .unwrap();
+    let case = shardproof_case::load_case(&dir.path().join("case.yaml")).unwrap();
+    let proof = prove_staged(&case, &ProveConfig::default(), 1);
+    assert_eq!(proof.verdict, Verdict::Inconclusive);
+    assert!(
+        proof.message.as_deref().unwrap().contains("cycle"),
+        "{:?}",
+        proof.message
+    );
+}

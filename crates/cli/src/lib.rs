@@ -31,6 +31,7 @@ mod layout;
 mod output;
 mod preflight;
 mod prove;
+mod prove_staged;
 mod run;
 mod trace;
 mod verify;

@@ -15,26 +15,49 @@ use std::time::Duration;
 #[derive(ClapArgs)]
 pub struct ProveArgs {
     /// The case file.
-    case: PathBuf,
+    pub(crate) case: PathBuf,
     #[command(flatten)]
-    output: OutputArgs,
+    pub(crate) output: OutputArgs,
     /// Write a refutation's counterexample into DIR: the inputs and both outputs as
     /// safetensors, and counterexample.json, the index.
     #[arg(long, value_name = "DIR")]
-    counterexample: Option<PathBuf>,
+    pub(crate) counterexample: Option<PathBuf>,
     /// Stop after this many seconds (0: no limit): inconclusive, exit 3, naming where it was.
     #[arg(long, value_name = "SECONDS", default_value_t = 0.0, value_parser = crate::watch::parse_seconds)]
-    time_limit: f64,
+    pub(crate) time_limit: f64,
     /// Print nothing on stderr (progress, and the time taken).
     #[arg(long)]
-    quiet: bool,
+    pub(crate) quiet: bool,
     /// Prove at the case's full sizes instead of the shape-reduced ones (shape reduction
     /// refuses programs with operators it is not proved sound for).
     #[arg(long)]
-    no_reduce: bool,
+    pub(crate) no_reduce: bool,
+    /// Prove stage by stage (the case's cuts, and one stage per output) on N threads; the
+    /// report is the same at any N. A case with cuts is always proved in stages.
+    #[arg(long, value_name = "N")]
+    pub(crate) jobs: Option<usize>,
+    /// Prove only the I-th of N parts of the distinct stages and write their results into
+    /// --shard-dir (for array jobs; `--merge` gives the verdict).
+    #[arg(long, value_name = "I/N", requires = "shard_dir", value_parser = parse_shard)]
+    pub(crate) shard: Option<(usize, usize)>,
+    /// Where `--shard` writes its results.
+    #[arg(long, value_name = "DIR", requires = "shard")]
+    pub(crate) shard_dir: Option<PathBuf>,
+    /// Combine the results the shards wrote into DIR into the case's verdict.
+    #[arg(long, value_name = "DIR", conflicts_with = "shard")]
+    pub(crate) merge: Option<PathBuf>,
 }
 
-fn invalid(args: &ProveArgs, html: Option<HtmlFile>, case: &str, message: &str) -> Verdict {
+fn parse_shard(text: &str) -> Result<(usize, usize), String> {
+    shardproof_prove::stage::shard::parse_shard(text)
+}
+
+pub(crate) fn invalid(
+    args: &ProveArgs,
+    html: Option<HtmlFile>,
+    case: &str,
+    message: &str,
+) -> Verdict {
     let r = output::report(Command::Prove, case, &args.case, Verdict::Invalid, message);
     let json = || crate::print_invalid_json(Some(case), message);
     output::invalid(&args.output, html, &r, json, true)
@@ -84,6 +107,13 @@ pub fn main(args: &ProveArgs) -> Verdict {
             |m| invalid(args, None, &case.name, m),
             stop.verdict,
         );
+    }
+    let staged = args.jobs.is_some()
+        || args.shard.is_some()
+        || args.merge.is_some()
+        || case.inputs.iter().any(|r| r.cut);
+    if staged {
+        return crate::prove_staged::main(args, html, &case, started, time_limit);
     }
     let progress = std::sync::Arc::new(shardproof_ir::Progress::default());
     let cfg = ProveConfig {
@@ -171,7 +201,7 @@ pub fn main(args: &ProveArgs) -> Verdict {
     verdict
 }
 
-fn layers_text(layers: &std::collections::BTreeMap<String, usize>) -> String {
+pub(crate) fn layers_text(layers: &std::collections::BTreeMap<String, usize>) -> String {
     if layers.is_empty() {
         return "no goals".into();
     }

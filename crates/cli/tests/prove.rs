@@ -300,3 +300,95 @@ fn a_literal_equal_to_a_reduced_size_does_not_hide_a_wrong_mean() {
     out.expect_code(1);
     assert!(out.stdout.contains("x: [8, 8] -> [3, 3]"), "{}", out.stdout);
 }
+
+/// Two tensor-parallel residual blocks `h = h + relu(h @ a) @ b` cut at the first block's
+/// output; the rank's second block forgets its all-reduce.
+fn two_blocks(s: &Scratch) {
+    let block = |l: usize, h: &str, rank: bool, reduce: bool| {
+        let col = if rank { 4 } else { 8 };
+        let mut t = format!(
+            "        mm{l}: \"f32[4, {col}]\" = torch.ops.aten.mm.default({h}, a{l})\n        relu{l}: \"f32[4, {col}]\" = torch.ops.aten.relu.default(mm{l})\n        down{l}: \"f32[4, 8]\" = torch.ops.aten.mm.default(relu{l}, b{l})\n"
+        );
+        if reduce {
+            t.push_str(&format!("        ar{l}: \"f32[4, 8]\" = torch.ops._c10d_functional.all_reduce.default(down{l}, 'sum', '0')\n        wt{l}: \"f32[4, 8]\" = torch.ops._c10d_functional.wait_tensor.default(ar{l})\n        h{l}: \"f32[4, 8]\" = torch.ops.aten.add.Tensor({h}, wt{l})\n"));
+        } else {
+            t.push_str(&format!(
+                "        h{l}: \"f32[4, 8]\" = torch.ops.aten.add.Tensor({h}, down{l})\n"
+            ));
+        }
+        t
+    };
+    let head = |a: &str, b: &str| {
+        format!("class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[4, 8]\", a0: \"f32{a}\", b0: \"f32{b}\", a1: \"f32{a}\", b1: \"f32{b}\"):\n")
+    };
+    let spec = format!(
+        "{}{}{}        return (h1,)\n",
+        head("[8, 8]", "[8, 8]"),
+        block(0, "x", false, false),
+        block(1, "h0", false, false)
+    );
+    let rank = format!(
+        "{}{}{}        return (h1,)\n",
+        head("[8, 4]", "[4, 8]"),
+        block(0, "x", true, true),
+        block(1, "h0", true, false)
+    );
+    s.write("spec.py", &spec);
+    s.write("r0.py", &rank);
+    s.write("r1.py", &rank);
+    s.write(
+        "case.yaml",
+        "version: 1\nname: blocks\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [r0.py, r1.py]\ninputs:\n  x: Replicate()\n  a0: Shard(1)\n  b0: Shard(0)\n  a1: Shard(1)\n  b1: Shard(0)\n  h0: Replicate()\noutputs:\n  h1: Replicate()\n",
+    );
+}
+
+#[test]
+fn stages_are_reported_and_shards_run_as_processes_merge_into_the_same_report() {
+    let s = Scratch::new();
+    two_blocks(&s);
+    let text = s.run(&["prove", "case.yaml", "--quiet"]);
+    text.expect_code(1);
+    text.stdout_has(&[
+        "stage 0 cut `h0`",
+        "proved",
+        "stage 1 output `h1`",
+        "refuted: stage 1",
+    ]);
+    let single = s.run(&["prove", "case.yaml", "--json", "--quiet"]);
+    single.expect_code(1);
+    assert_eq!(single.json()["stages"][0]["verdict"], "proved");
+    let jobs = s.run(&["prove", "case.yaml", "--json", "--quiet", "--jobs", "2"]);
+    assert_eq!(single.stdout, jobs.stdout, "--jobs 2");
+    // Two shards at once, as an array job would start them.
+    let children: Vec<_> = (0..2)
+        .map(|i| {
+            std::process::Command::new(env!("CARGO_BIN_EXE_shardproof"))
+                .args(["prove", "case.yaml", "--quiet", "--shard"])
+                .arg(format!("{i}/2"))
+                .args(["--shard-dir", "results"])
+                .current_dir(s.path())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let codes: Vec<Option<i32>> = children
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap().status.code())
+        .collect();
+    // Shard 0 proves the correct block, shard 1 refutes the wrong one.
+    assert_eq!(codes, [Some(0), Some(1)]);
+    let merged = s.run(&[
+        "prove",
+        "case.yaml",
+        "--merge",
+        "results",
+        "--json",
+        "--quiet",
+    ]);
+    merged.expect_code(1);
+    assert_eq!(single.stdout, merged.stdout);
+    // A merge with a shard missing gives no verdict.
+    std::fs::remove_file(s.path().join("results/shard-1-of-2.json")).unwrap();
+    s.run(&["prove", "case.yaml", "--merge", "results", "--quiet"])
+        .expect_code(3);
+}

@@ -1,14 +1,103 @@
 //! Emits a zoo plan and proves it, printing the verdict, the deciding layers and figures.
 //!
 //! ```text
-//! cargo run -p shardproof-prove --example prove_zoo -- mlp tp=2 [--bug ID] [--full] [--hidden N] [--layers N] [--no-z3]
+//! cargo run --release -p shardproof-prove --example prove_zoo -- mlp tp=2 [--bug ID] [--full] [--hidden N] [--layers N] [--no-z3] [--stages] [--jobs N]
 //! ```
+//!
+//! With `--stages` the case is cut at the embedding's and every decoder layer's output, read from the module
+//! lineage the zoo writes into its graphs (`# Annotation: {'module': 'layers.3.mlp', 'output':
+//! 'add_41'}`), the residual stream laid out as the zoo lays it out (batch-sharded on `dp`,
+//! replicated elsewhere), and proved in stages with the memo on `--jobs` threads. Only the
+//! forward's layer outputs are cut (`--full` adds the backward, which then lies in the last
+//! stage).
 
-use shardproof_prove::{prove_case, ProveConfig};
+use shardproof_prove::{prove_case, prove_staged, ProveConfig};
 use shardproof_zoo::{
     find_bug, EmitExtras, EmitOptions, LlamaConfig, Mesh, MlpConfig, PipelineOptions, TrainOptions,
 };
+use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::Instant;
+
+/// The forward layer outputs a graph file's lineage names: module -> value name.
+fn layer_outputs(path: &Path) -> BTreeMap<String, String> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.trim().strip_prefix("# Annotation: {'module': '") else {
+            continue;
+        };
+        if rest.contains("'phase': 'backward'") {
+            continue;
+        }
+        let Some((module, rest)) = rest.split_once('\'') else {
+            continue;
+        };
+        let Some(output) = rest
+            .split_once("'output': '")
+            .and_then(|(_, o)| o.split_once('\''))
+            .map(|(o, _)| o)
+        else {
+            continue;
+        };
+        // A decoder layer ends where its last sublayer does.
+        let layer_end = module == "embedding"
+            || (module.starts_with("layers.")
+                && (module.ends_with(".mlp")
+                    || module.ends_with(".moe")
+                    || module.matches('.').count() == 1));
+        if layer_end {
+            out.insert(module.to_string(), output.to_string());
+        }
+    }
+    out
+}
+
+/// Adds the lineage's layer outputs to the case file as cuts; returns how many.
+fn cut_at_layers(dir: &Path) -> usize {
+    let case = shardproof_case::load_case(&dir.join("case.yaml")).expect("case");
+    let spec = layer_outputs(case.spec.path.as_deref().expect("spec file"));
+    let ranks: Vec<BTreeMap<String, String>> = case
+        .program
+        .ranks
+        .iter()
+        .map(|g| layer_outputs(g.path.as_deref().expect("rank file")))
+        .collect();
+    let placement: Vec<&str> = case
+        .program
+        .mesh
+        .dims
+        .iter()
+        .map(|d| {
+            if d.0 == "dp" {
+                "Shard(0)"
+            } else {
+                "Replicate()"
+            }
+        })
+        .collect();
+    let mut lines = String::new();
+    let mut cuts = 0;
+    for (module, name) in &spec {
+        let names: Vec<Option<&String>> = ranks.iter().map(|r| r.get(module)).collect();
+        let Some(Some(rank_name)) = names.first() else {
+            continue;
+        };
+        if names.iter().any(|n| *n != Some(*rank_name)) {
+            continue;
+        }
+        lines.push_str(&format!(
+            "  {name}: {{ impl: {rank_name}, placement: [{}] }}\n",
+            placement.join(", ")
+        ));
+        cuts += 1;
+    }
+    let path = dir.join("case.yaml");
+    let text = std::fs::read_to_string(&path).expect("case.yaml");
+    let text = text.replacen("inputs:\n", &format!("inputs:\n{lines}"), 1);
+    std::fs::write(&path, text).expect("case.yaml");
+    cuts
+}
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -26,18 +115,21 @@ fn main() {
         layers: 1,
         ..MlpConfig::default()
     };
+    let mut llama = LlamaConfig::default();
     if let Some(h) = flag("--hidden") {
         mlp.hidden = h.parse().expect("--hidden N");
         mlp.ffn = 2 * mlp.hidden;
     }
     if let Some(l) = flag("--layers") {
         mlp.layers = l.parse().expect("--layers N");
+        llama.layers = mlp.layers;
     }
+    let mesh = Mesh::parse(&mesh).expect("mesh");
     let opts = EmitOptions {
         model,
         mlp,
-        llama: LlamaConfig::default(),
-        mesh: Mesh::parse(&mesh).expect("mesh"),
+        llama,
+        mesh,
         bug: flag("--bug").map(|b| find_bug(&b).expect("a catalog bug")),
         forward_only: !args.iter().any(|a| a == "--full"),
         vocab_parallel: false,
@@ -51,11 +143,50 @@ fn main() {
         dir.path(),
     )
     .expect("emit");
+    let staged = args.iter().any(|a| a == "--stages");
+    if staged {
+        let cuts = cut_at_layers(dir.path());
+        println!("cut at {cuts} layer outputs (zoo lineage)");
+    }
     let case = shardproof_case::load_case(&dir.path().join("case.yaml")).expect("case");
     let started = Instant::now();
     let mut cfg = ProveConfig::default();
     if args.iter().any(|a| a == "--no-z3") {
         cfg.decide.z3_timeout = None;
+    }
+    if staged {
+        let jobs = flag("--jobs").map_or(1, |j| j.parse().expect("--jobs N"));
+        let proof = prove_staged(&case, &cfg, jobs);
+        let secs = started.elapsed().as_secs_f64();
+        if args.iter().any(|a| a == "--json") {
+            println!("{}", serde_json::to_string_pretty(&proof).expect("json"));
+        }
+        for s in &proof.stages {
+            println!(
+                "stage {} {}: {:?} ({}; {} spec + {} rank nodes)",
+                s.index,
+                s.target,
+                s.verdict,
+                if s.memo_hit {
+                    format!("memo hit of stage {}", s.proved_by)
+                } else {
+                    format!("{:?}", s.layers)
+                },
+                s.spec_nodes,
+                s.rank_nodes
+            );
+        }
+        if let Some(m) = &proof.message {
+            println!("{m}");
+        }
+        println!(
+            "verdict {:?} in {secs:.3} s: {} stages, {} proved, {} memo hits, jobs {jobs}",
+            proof.verdict,
+            proof.stages.len(),
+            proof.distinct_stages,
+            proof.memo_hits
+        );
+        return;
     }
     let proof = prove_case(&case, &cfg);
     let secs = started.elapsed().as_secs_f64();

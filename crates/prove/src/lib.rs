@@ -51,8 +51,9 @@
 //! every size becomes the smallest one that keeps each operator's semantics and each
 //! partition boundary, and the proof runs on the reduced case; a program with an operator or
 //! literal the reduction cannot explain is refused (inconclusive), never reduced unsoundly
-//! ([`ProveConfig::reduce`] off proves at full size). No staged proofs yet: the (reduced)
-//! program is refused (inconclusive, naming the size and the limit) beyond
+//! ([`ProveConfig::reduce`] off proves at full size). [`stage`] cuts a case with cuts into
+//! stages proved on their own (with a memo for identical stages, on several threads or
+//! processes) and chains them. A (reduced) program or stage is refused (inconclusive, naming the size and the limit) beyond
 //! [`ProveConfig::max_elements`] tensor elements, [`expr::Budget`] polynomial terms or
 //! [`ProveConfig::max_goals`] goals.
 //! Products whose expansion would exceed [`expr::Budget::expand_limit`] terms stay
@@ -94,6 +95,8 @@ pub mod exec;
 pub mod expr;
 pub mod reduce;
 pub mod smt;
+pub mod stage;
 pub mod tensor;
 
 pub use equiv::{prove_case, Proof, ProveConfig, Verdict};
+pub use stage::{prove_staged, StagedProof};

@@ -62,7 +62,7 @@ impl Default for ProveConfig {
 }
 
 /// The verdict of a proof.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Verdict {
     /// Every expected output equals the spec's for all inputs.

@@ -1,0 +1,855 @@
+//! Staged proofs (TrainVerify's Algorithm 2): the spec and the ranks are cut at tensors whose
+//! relation is known, every stage is proved on its own assuming the relations of its inputs,
+//! and the stages chain into the case's verdict.
+//!
+//! A stage's *targets* are one cut (a case `inputs:` entry naming a non-input spec tensor) or
+//! the expected outputs together (their slices overlap: a full iteration's gradients share its
+//! whole backward). Its graphs are the backward slices of the target in the spec and in
+//! every rank, stopping at tensors the case relates (its inputs and cuts), closed under the
+//! whole program's pairing of collectives and messages (see [`slice`]). The cut tensors it
+//! reads become inputs laid out by their relation, its target an output expected in the
+//! cut's layout, and the stage is proved by [`prove_case`] like any case (shape reduction
+//! included).
+//!
+//! # Why a chain of stage proofs proves the case
+//!
+//! The stages are ordered: cuts in spec order, then the outputs. The plan is refused unless
+//! every cut a stage assumes is the target of an *earlier* stage, so the assumptions form no
+//! cycle. Take any inputs satisfying the case's input relations and run the whole programs. By
+//! induction along the order, every cut's spec value and rank values satisfy its relation: the
+//! stage computing it is the exact backward slice of the whole programs (same operators, same
+//! arguments, collectives paired with the same members, which [`slice::same_pairing`] checks
+//! against the interpreter's schedule of the whole run), its own inputs satisfy their
+//! relations (case inputs by hypothesis, earlier cuts by induction), and its proof covers all
+//! such inputs. The same argument at the output stages gives the case's outputs. So the case is
+//! [`Verdict::Proved`] only when every stage is proved.
+//!
+//! A refuted stage carries the counterexample its own proof confirmed on the stage's programs:
+//! inputs satisfying every relation the stage assumes, on which the target's relation fails.
+//! The case's cuts are claims of the case (its format makes them assumptions), so this shows
+//! that a stated relation does not follow from the relations stated before it:
+//! [`Verdict::Refuted`], naming the stage. Anything else is inconclusive.
+//!
+//! # Memo
+//!
+//! A stage's key is its structure up to renaming: the operators and their arguments, the
+//! shapes (after shape reduction, where it applies), the relations of its inputs and target,
+//! the mesh and groups. Stages with one key state the same theorem about renamed tensors, so
+//! the first is proved and the others reuse its result: the identical layers of a deep model
+//! are proved once.
+
+pub mod shard;
+mod slice;
+
+use crate::equiv::{prove_case, Proof, ProveConfig, Verdict};
+use serde::{Deserialize, Serialize};
+use shardproof_case::{Case, InputRelation, Layout, OutputExpectation};
+use shardproof_ir::{Arg, Graph, NodeKind, Program, ValueId};
+use slice::{Mark, Marks, Sliced};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+/// One stage of a plan.
+#[derive(Clone, Debug)]
+pub struct Stage {
+    /// What it establishes, in words: ``cut `h1` ``, ``output `loss` `` or ``outputs `a`, `b` ``.
+    pub target: String,
+    /// The relations it assumes (case inputs and cuts), by spec name.
+    pub assumes: Vec<String>,
+    /// The stage as a case of its own.
+    pub case: Case,
+    /// Its structure up to renaming (the memo key).
+    pub key: String,
+    /// A short stable digest of the key (16 hex digits).
+    pub digest: String,
+    /// The first stage with the same key, whose proof this one reuses (itself when first).
+    pub rep: usize,
+    /// Nodes of its spec graph.
+    pub spec_nodes: usize,
+    /// Nodes of its rank graphs together.
+    pub rank_nodes: usize,
+}
+
+/// The stages of a case, in proof order.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// Every stage.
+    pub stages: Vec<Stage>,
+    /// The stages proved (the first of every key), in order.
+    pub distinct: Vec<usize>,
+    /// A digest of the whole plan: shards of one plan carry it, and a merge checks it.
+    pub digest: String,
+}
+
+/// What a stage (or the stage whose proof it reuses) was found to be.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct StageOutcome {
+    /// The stage proof's verdict.
+    pub verdict: Verdict,
+    /// Distinct goals per deciding layer.
+    pub layers: BTreeMap<String, usize>,
+    /// Why it is not proved.
+    pub message: Option<String>,
+    /// The stage's whole proof report, as JSON text (kept as text so that a merge reproduces
+    /// it byte for byte).
+    pub proof: String,
+}
+
+impl StageOutcome {
+    fn of(proof: &Proof) -> StageOutcome {
+        StageOutcome {
+            verdict: proof.verdict,
+            layers: proof.layers.clone(),
+            message: proof.message.clone(),
+            proof: serde_json::to_string(proof).unwrap_or_default(),
+        }
+    }
+}
+
+/// One stage in the report.
+#[derive(Clone, Debug, Serialize)]
+pub struct StageReport {
+    /// Its position in the plan.
+    pub index: usize,
+    /// What it establishes.
+    pub target: String,
+    /// The relations it assumes.
+    pub assumes: Vec<String>,
+    /// Nodes of its spec graph.
+    pub spec_nodes: usize,
+    /// Nodes of its rank graphs.
+    pub rank_nodes: usize,
+    /// Its memo key's digest.
+    pub key: String,
+    /// Whether it reuses an earlier stage's proof.
+    pub memo_hit: bool,
+    /// The stage whose proof decides it.
+    pub proved_by: usize,
+    /// Its verdict (`None`: no result, e.g. a shard's file is missing).
+    pub verdict: Option<Verdict>,
+    /// Distinct goals per deciding layer of the proof that decides it.
+    pub layers: BTreeMap<String, usize>,
+    /// Why it is not proved.
+    pub message: Option<String>,
+}
+
+/// A distinct stage's proof in the report.
+#[derive(Clone, Debug, Serialize)]
+pub struct StageProof {
+    /// The stage proved.
+    pub stage: usize,
+    /// Its proof report.
+    pub proof: serde_json::Value,
+}
+
+/// The result of a staged proof.
+#[derive(Clone, Debug, Serialize)]
+pub struct StagedProof {
+    /// The case's name.
+    pub case: String,
+    /// Ranks of the program.
+    pub ranks: usize,
+    /// The verdict.
+    pub verdict: Verdict,
+    /// Why the verdict is not `proved`, in words.
+    pub message: Option<String>,
+    /// Every stage, in proof order.
+    pub stages: Vec<StageReport>,
+    /// Stages proved (one per memo key).
+    pub distinct_stages: usize,
+    /// Stages decided by another stage's proof.
+    pub memo_hits: usize,
+    /// Distinct goals per deciding layer, over the distinct stages.
+    pub layers: BTreeMap<String, usize>,
+    /// The distinct stages' proofs.
+    pub proofs: Vec<StageProof>,
+    /// The refuted stage's proof, when this process ran it (for writing its counterexample).
+    #[serde(skip)]
+    pub refuted: Option<Box<Proof>>,
+}
+
+/// FNV-1a, 64 bits: a digest that is the same in every process and on every machine.
+pub(crate) fn digest(text: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+/// What a stage is built to establish.
+#[derive(Clone, Copy, Debug)]
+enum Target {
+    /// A cut: `case.inputs[i]`.
+    Cut(usize),
+    /// An explicit expectation: `case.outputs[i]`.
+    Output(usize),
+    /// A spec output without a stated placement, by its index among the graph's outputs.
+    Implicit(usize),
+}
+
+/// Cuts `case` into stages and keys them. With `reduce`, keys compare the shape-reduced
+/// stages. Refused (with the reason) where a cut cannot start a stage, the stages would
+/// assume one another in a cycle, or the ranks' communication cannot be scheduled.
+pub fn plan(case: &Case, reduce: bool) -> Result<Plan, String> {
+    let nranks = case.program.ranks.len();
+    let spec_stops: HashSet<ValueId> = case.inputs.iter().map(|r| r.spec_value).collect();
+    let mut rank_stops: Vec<HashSet<ValueId>> = vec![HashSet::new(); nranks];
+    for rel in &case.inputs {
+        for &(r, v) in &rel.rank_values {
+            rank_stops[r].insert(v);
+        }
+    }
+    // The whole run, from the case's true inputs only: the pairing every stage must keep.
+    let names: Vec<BTreeSet<String>> = (0..nranks)
+        .map(|r| {
+            let g = &case.program.ranks[r];
+            let mut leaves = case.rank_leaves(r);
+            for rel in case.inputs.iter().filter(|rel| rel.cut) {
+                for &(h, v) in &rel.rank_values {
+                    if h == r {
+                        leaves.remove(g.value_name(v));
+                    }
+                }
+            }
+            leaves
+        })
+        .collect();
+    let full = shardproof_interp::schedule(&case.program, &case.ops, Some(&names));
+    if let Some(p) = &full.problem {
+        return Err(format!(
+            "the ranks' communication cannot be scheduled: {}",
+            p.message()
+        ));
+    }
+    let mut cuts: Vec<usize> = (0..case.inputs.len())
+        .filter(|&i| case.inputs[i].cut)
+        .collect();
+    cuts.sort_by_key(|&i| {
+        (
+            case.inputs[i].spec_value.node,
+            case.inputs[i].spec_value.output,
+        )
+    });
+    let mut targets: Vec<Vec<Target>> = cuts.iter().map(|&i| vec![Target::Cut(i)]).collect();
+    // The outputs are one stage: their slices overlap (a full iteration's gradients share
+    // its forward and backward), and one proof shares their expressions as the whole-case
+    // proof does.
+    let mut finals = Vec::new();
+    if case.outputs.is_empty() {
+        let mut seen = Vec::new();
+        for (i, o) in case.spec.outputs.iter().enumerate() {
+            if let Some(v) = o {
+                if !seen.contains(v) {
+                    seen.push(*v);
+                    finals.push(Target::Implicit(i));
+                }
+            }
+        }
+    } else {
+        let mut outs: Vec<usize> = (0..case.outputs.len()).collect();
+        outs.sort_by_key(|&i| case.outputs[i].spec_value);
+        finals.extend(outs.into_iter().map(Target::Output));
+    }
+    if !finals.is_empty() {
+        targets.push(finals);
+    }
+    // Shapes of the whole graphs, inferred once: every stage's cut tensors are typed by them.
+    let spec_metas = shardproof_interp::infer_graph(&case.spec, &case.ops).metas;
+    let mut by_graph: BTreeMap<usize, Arc<Metas>> = BTreeMap::new();
+    let rank_metas: Vec<Arc<Metas>> = case
+        .program
+        .ranks
+        .iter()
+        .map(|g| {
+            by_graph
+                .entry(Arc::as_ptr(g) as usize)
+                .or_insert_with(|| Arc::new(shardproof_interp::infer_graph(g, &case.ops).metas))
+                .clone()
+        })
+        .collect();
+    let whole = Whole {
+        spec_stops: &spec_stops,
+        rank_stops: &rank_stops,
+        full: &full,
+        spec_metas: &spec_metas,
+        rank_metas: &rank_metas,
+    };
+    let stage_of_cut: BTreeMap<usize, usize> =
+        cuts.iter().enumerate().map(|(k, &i)| (i, k)).collect();
+    let mut stages: Vec<Stage> = Vec::new();
+    let mut first: BTreeMap<String, usize> = BTreeMap::new();
+    let mut distinct = Vec::new();
+    for (k, t) in targets.iter().enumerate() {
+        let (mut stage, assumed) = build_stage(case, t, &whole)?;
+        for rel in &assumed {
+            if let Some(&s) = stage_of_cut.get(rel) {
+                if s >= k {
+                    return Err(format!(
+                        "{} assumes cut `{}`, which is established later: the cuts depend on each other in a cycle",
+                        stage.target, case.inputs[*rel].spec_name
+                    ));
+                }
+            }
+        }
+        stage.key = stage_key(&stage.case, reduce);
+        stage.digest = digest(&stage.key);
+        stage.rep = *first.entry(stage.key.clone()).or_insert(k);
+        if stage.rep == k {
+            distinct.push(k);
+        }
+        stages.push(stage);
+    }
+    let mut all = String::new();
+    for s in &stages {
+        let _ = writeln!(all, "{} {} {}", s.digest, s.rep, s.target);
+    }
+    Ok(Plan {
+        digest: digest(&all),
+        stages,
+        distinct,
+    })
+}
+
+/// Shapes of every value of a graph.
+type Metas = Vec<Vec<Option<shardproof_ops::Meta>>>;
+
+/// What every stage of a case is cut from.
+struct Whole<'a> {
+    spec_stops: &'a HashSet<ValueId>,
+    rank_stops: &'a [HashSet<ValueId>],
+    full: &'a shardproof_interp::Schedule,
+    spec_metas: &'a Metas,
+    rank_metas: &'a [Arc<Metas>],
+}
+
+/// One stage's graphs and relations, and the case relations it assumes (indices).
+fn build_stage(
+    case: &Case,
+    targets: &[Target],
+    whole: &Whole,
+) -> Result<(Stage, Vec<usize>), String> {
+    let (spec_stops, rank_stops, full) = (whole.spec_stops, whole.rank_stops, whole.full);
+    let nranks = case.program.ranks.len();
+    let mut names = Vec::new();
+    let mut ends: Vec<(ValueId, Vec<(usize, ValueId)>)> = Vec::new();
+    for &target in targets {
+        let (name, spec_target, holders) = match target {
+            Target::Cut(i) => {
+                let rel = &case.inputs[i];
+                if let Layout::Expr(_) = rel.layout {
+                    return Err(format!(
+                        "cut `{}` is laid out by an `expr:`; stages begin at placed cuts only",
+                        rel.spec_name
+                    ));
+                }
+                (
+                    rel.spec_name.clone(),
+                    rel.spec_value,
+                    rel.rank_values.clone(),
+                )
+            }
+            Target::Output(i) => {
+                let o = &case.outputs[i];
+                (o.spec_name.clone(), o.spec_value, o.rank_values.clone())
+            }
+            Target::Implicit(i) => {
+                let v = case.spec.outputs[i].expect("a spec output");
+                let holders = case
+                    .program
+                    .ranks
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(r, g)| g.outputs.get(i).copied().flatten().map(|rv| (r, rv)))
+                    .collect();
+                (case.spec.value_name(v).to_string(), v, holders)
+            }
+        };
+        names.push(format!("`{name}`"));
+        ends.push((spec_target, holders));
+    }
+    let label = match targets {
+        [Target::Cut(_)] => format!("cut {}", names[0]),
+        [_] => format!("output {}", names[0]),
+        _ if names.len() <= 4 => format!("outputs {}", names.join(", ")),
+        _ => format!(
+            "outputs {} and {} more",
+            names[..3].join(", "),
+            names.len() - 3
+        ),
+    };
+    let mut spec_marks = Marks::new(&case.spec);
+    let starts: Vec<usize> = ends.iter().map(|(v, _)| v.node).collect();
+    spec_marks.close(&case.spec, &starts, spec_stops)?;
+    let mut marks: Vec<Marks> = case.program.ranks.iter().map(|g| Marks::new(g)).collect();
+    for (_, holders) in &ends {
+        for &(r, v) in holders {
+            marks[r].close(&case.program.ranks[r], &[v.node], &rank_stops[r])?;
+        }
+    }
+    slice::close_under_pairing(&case.program.ranks, &mut marks, rank_stops, full)?;
+    // A relation is assumed where some side reads it as an input; every side of it is then
+    // laid out, so that its pieces are the relation's whole.
+    let mut assumed = Vec::new();
+    for (i, rel) in case.inputs.iter().enumerate() {
+        let boundary = |m: &Marks, n: usize| m.marks[n] == Mark::Boundary;
+        let read = boundary(&spec_marks, rel.spec_value.node)
+            || rel
+                .rank_values
+                .iter()
+                .any(|&(r, v)| boundary(&marks[r], v.node));
+        if !read {
+            continue;
+        }
+        assumed.push(i);
+        if spec_marks.marks[rel.spec_value.node] == Mark::Out {
+            spec_marks.marks[rel.spec_value.node] = Mark::Boundary;
+        }
+        for &(r, v) in &rel.rank_values {
+            if marks[r].marks[v.node] == Mark::Out {
+                marks[r].marks[v.node] = Mark::Boundary;
+            }
+        }
+    }
+    let spec = slice::build(&case.spec, &spec_marks, whole.spec_metas)?;
+    // Ranks that run one graph and slice it alike share the stage graph, as they share the
+    // whole one.
+    let mut built: Vec<Arc<Sliced>> = Vec::with_capacity(nranks);
+    let mut shared: BTreeMap<(usize, Vec<Mark>), Arc<Sliced>> = BTreeMap::new();
+    for (r, g) in case.program.ranks.iter().enumerate() {
+        let id = (Arc::as_ptr(g) as usize, marks[r].marks.clone());
+        let s = match shared.get(&id) {
+            Some(s) => s.clone(),
+            None => {
+                let s = Arc::new(slice::build(g, &marks[r], &whole.rank_metas[r])?);
+                shared.insert(id, s.clone());
+                s
+            }
+        };
+        built.push(s);
+    }
+    let map_ranks = |values: &[(usize, ValueId)]| -> Vec<(usize, ValueId)> {
+        values
+            .iter()
+            .filter_map(|&(r, v)| built[r].value(v).map(|nv| (r, nv)))
+            .collect()
+    };
+    let map_impl = |values: &[ValueId]| -> Vec<ValueId> {
+        let mapped: Vec<Option<ValueId>> = values
+            .iter()
+            .enumerate()
+            .map(|(r, &v)| built[r].value(v))
+            .collect();
+        mapped
+            .into_iter()
+            .collect::<Option<Vec<_>>>()
+            .unwrap_or_default()
+    };
+    let mut inputs: Vec<InputRelation> = assumed
+        .iter()
+        .map(|&i| {
+            let rel = &case.inputs[i];
+            InputRelation {
+                spec_value: spec.value(rel.spec_value).expect("marked above"),
+                impl_values: map_impl(&rel.impl_values),
+                rank_values: map_ranks(&rel.rank_values),
+                cut: false,
+                ..rel.clone()
+            }
+        })
+        .collect();
+    inputs.sort_by_key(|r| r.spec_value);
+    let spec_outs: Vec<ValueId> = ends
+        .iter()
+        .map(|(v, _)| spec.value(*v).expect("a target is computed"))
+        .collect();
+    let mut spec_graph = spec.graph.clone();
+    spec_graph.outputs = spec_outs.iter().map(|&v| Some(v)).collect();
+    let rank_outputs: Vec<Vec<Option<ValueId>>> = (0..nranks)
+        .map(|r| {
+            ends.iter()
+                .map(|(_, holders)| {
+                    holders
+                        .iter()
+                        .find(|(h, _)| *h == r)
+                        .and_then(|&(_, v)| built[r].value(v))
+                })
+                .collect()
+        })
+        .collect();
+    let mut outputs = Vec::new();
+    for (&target, &spec_out) in targets.iter().zip(&spec_outs) {
+        match target {
+            Target::Cut(i) => {
+                let rel = &case.inputs[i];
+                outputs.push(OutputExpectation {
+                    spec_name: rel.spec_name.clone(),
+                    spec_value: spec_out,
+                    is_graph_output: true,
+                    impl_name: rel.impl_name.clone(),
+                    impl_values: map_impl(&rel.impl_values),
+                    rank_values: map_ranks(&rel.rank_values),
+                    layout: rel.layout.clone(),
+                    span: rel.span,
+                });
+            }
+            Target::Output(i) => {
+                let o = &case.outputs[i];
+                outputs.push(OutputExpectation {
+                    spec_value: spec_out,
+                    is_graph_output: true,
+                    impl_values: map_impl(&o.impl_values),
+                    rank_values: map_ranks(&o.rank_values),
+                    ..o.clone()
+                });
+            }
+            Target::Implicit(_) => {}
+        }
+    }
+    // Ranks that share a stage graph and its output share the whole stage graph.
+    let mut ranks: Vec<Arc<Graph>> = Vec::with_capacity(nranks);
+    let mut joined: BTreeMap<(usize, Vec<Option<ValueId>>), Arc<Graph>> = BTreeMap::new();
+    for (sliced, outs) in built.iter().zip(&rank_outputs) {
+        let id = (Arc::as_ptr(sliced) as usize, outs.clone());
+        let g = joined
+            .entry(id)
+            .or_insert_with(|| {
+                let mut g = sliced.graph.clone();
+                g.outputs = outs.clone();
+                Arc::new(g)
+            })
+            .clone();
+        ranks.push(g);
+    }
+    let stage_names: Vec<BTreeSet<String>> = (0..nranks)
+        .map(|r| {
+            let g = &ranks[r];
+            let mut names: BTreeSet<String> = inputs
+                .iter()
+                .flat_map(|rel| rel.rank_values.iter())
+                .filter(|(h, _)| *h == r)
+                .map(|&(_, v)| g.value_name(v).to_string())
+                .collect();
+            for n in &g.nodes {
+                if let NodeKind::Constant { .. } = n.kind {
+                    names.insert(n.outputs[0].name.clone());
+                }
+            }
+            names
+        })
+        .collect();
+    let program = Program {
+        mesh: case.program.mesh.clone(),
+        groups: case.program.groups.clone(),
+        ranks,
+    };
+    let sched = shardproof_interp::schedule(&program, &case.ops, Some(&stage_names));
+    let refs: Vec<&Sliced> = built.iter().map(|s| &**s).collect();
+    slice::same_pairing(&sched, full, &refs).map_err(|e| format!("{label}: {e}"))?;
+    let spec_nodes = spec_graph.nodes.len();
+    let rank_nodes = program.ranks.iter().map(|g| g.nodes.len()).sum();
+    let assumes = inputs.iter().map(|r| r.spec_name.clone()).collect();
+    let stage_case = Case {
+        name: format!("{} ({label})", case.name),
+        spec: spec_graph,
+        program,
+        inputs,
+        outputs,
+        ..case.clone()
+    };
+    Ok((
+        Stage {
+            target: label,
+            assumes,
+            case: stage_case,
+            key: String::new(),
+            digest: String::new(),
+            rep: 0,
+            spec_nodes,
+            rank_nodes,
+        },
+        assumed,
+    ))
+}
+
+/// The memo key of a stage: its structure with every tensor name dropped.
+fn stage_key(case: &Case, reduce: bool) -> String {
+    if reduce {
+        if let Ok(r) = crate::reduce::reduce_case(case) {
+            return format!("reduced\n{}", structure(&r.case));
+        }
+    }
+    format!("full\n{}", structure(case))
+}
+
+fn arg_key(out: &mut String, a: &Arg) {
+    match a {
+        Arg::Value(v) => {
+            let _ = write!(out, "%{}.{}", v.node, v.output);
+        }
+        Arg::List(items) => {
+            out.push('[');
+            for (i, x) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                arg_key(out, x);
+            }
+            out.push(']');
+        }
+        other => {
+            let _ = write!(out, "{other:?}");
+        }
+    }
+}
+
+fn graph_key(out: &mut String, g: &Graph, case: &Case) {
+    let metas = shardproof_interp::infer_graph(g, &case.ops).metas;
+    for (i, node) in g.nodes.iter().enumerate() {
+        match &node.kind {
+            NodeKind::Input => out.push_str("in"),
+            // Constants are leaves by attribute: their value, or one symbol per attribute.
+            NodeKind::Constant { attr } => {
+                let _ = write!(
+                    out,
+                    "const {attr} {:?} {:?}",
+                    case.constants.get(attr),
+                    node.loc.as_ref().and_then(|l| l.assigned_literal())
+                );
+            }
+            NodeKind::Call { op, args, kwargs } => {
+                let _ = write!(out, "{op}(");
+                for a in args {
+                    arg_key(out, a);
+                    out.push(',');
+                }
+                for (k, a) in kwargs {
+                    let _ = write!(out, "{k}=");
+                    arg_key(out, a);
+                    out.push(',');
+                }
+                out.push(')');
+            }
+        }
+        for m in &metas[i] {
+            match m {
+                Some(m) => {
+                    let _ = write!(out, " {:?}{:?}", m.dtype, m.shape);
+                }
+                None => out.push_str(" ?"),
+            }
+        }
+        out.push('\n');
+    }
+    let _ = writeln!(out, "outputs {:?}", g.outputs);
+}
+
+/// Everything a proof depends on, names aside.
+fn structure(case: &Case) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "mesh {:?}\ngroups {:?}\nops {:?}\nassume {:?}",
+        case.program.mesh, case.program.groups, case.ops, case.assume
+    );
+    out.push_str("spec\n");
+    graph_key(&mut out, &case.spec, case);
+    let mut seen: Vec<*const Graph> = Vec::new();
+    for (r, g) in case.program.ranks.iter().enumerate() {
+        match seen.iter().position(|p| *p == Arc::as_ptr(g)) {
+            Some(k) => {
+                let _ = writeln!(out, "rank {r} = graph {k}");
+            }
+            None => {
+                let _ = writeln!(out, "rank {r} = graph {}", seen.len());
+                seen.push(Arc::as_ptr(g));
+                graph_key(&mut out, g, case);
+            }
+        }
+    }
+    for rel in &case.inputs {
+        let _ = writeln!(
+            out,
+            "input {:?} {:?} {:?} {:?}",
+            rel.spec_value, rel.layout, rel.rank_values, rel.impl_values
+        );
+    }
+    for o in &case.outputs {
+        let _ = writeln!(
+            out,
+            "output {:?} {:?} {:?} {:?}",
+            o.spec_value, o.layout, o.rank_values, o.impl_values
+        );
+    }
+    out
+}
+
+/// Proves the distinct stages `which` (indices into the plan) on `jobs` threads; the results
+/// are in the order of `which`, whatever the threads' timing.
+pub fn prove_stages(
+    plan: &Plan,
+    which: &[usize],
+    cfg: &ProveConfig,
+    jobs: usize,
+) -> Vec<(usize, StageOutcome, Proof)> {
+    use rayon::prelude::*;
+    let cfg = ProveConfig {
+        // One progress counter cannot follow stages proved at once.
+        progress: None,
+        started: Some(cfg.started.unwrap_or_else(std::time::Instant::now)),
+        ..cfg.clone()
+    };
+    let one = |&k: &usize| {
+        let stage = &plan.stages[k];
+        tracing::debug!(stage = k, target = %stage.target, "proving stage");
+        let proof = prove_case(&stage.case, &cfg);
+        tracing::info!(stage = k, target = %stage.target, verdict = ?proof.verdict, "stage decided");
+        (k, StageOutcome::of(&proof), proof)
+    };
+    match rayon::ThreadPoolBuilder::new()
+        .num_threads(jobs.max(1))
+        .build()
+    {
+        Ok(pool) => pool.install(|| which.par_iter().map(one).collect()),
+        Err(e) => {
+            tracing::warn!(error = %e, "no thread pool; proving the stages one by one");
+            which.iter().map(one).collect()
+        }
+    }
+}
+
+/// Proves `case` stage by stage on `jobs` threads.
+pub fn prove_staged(case: &Case, cfg: &ProveConfig, jobs: usize) -> StagedProof {
+    let plan = match plan(case, cfg.reduce) {
+        Ok(p) => p,
+        Err(why) => return refused(case, &why),
+    };
+    let results = prove_stages(&plan, &plan.distinct, cfg, jobs);
+    let mut outcomes = BTreeMap::new();
+    let mut proofs = BTreeMap::new();
+    for (k, o, p) in results {
+        outcomes.insert(k, o);
+        proofs.insert(k, p);
+    }
+    let mut staged = assemble(case, &plan, &outcomes);
+    if let Some(k) = first_refuted(&plan, &outcomes) {
+        staged.refuted = proofs.remove(&plan.stages[k].rep).map(Box::new);
+    }
+    staged
+}
+
+/// The report of a plan that could not be made.
+pub fn refused(case: &Case, why: &str) -> StagedProof {
+    StagedProof {
+        case: case.name.clone(),
+        ranks: case.program.ranks.len(),
+        verdict: Verdict::Inconclusive,
+        message: Some(format!("the case cannot be cut into stages: {why}")),
+        stages: Vec::new(),
+        distinct_stages: 0,
+        memo_hits: 0,
+        layers: BTreeMap::new(),
+        proofs: Vec::new(),
+        refuted: None,
+    }
+}
+
+fn first_refuted(plan: &Plan, outcomes: &BTreeMap<usize, StageOutcome>) -> Option<usize> {
+    (0..plan.stages.len()).find(|&k| {
+        outcomes
+            .get(&plan.stages[k].rep)
+            .is_some_and(|o| o.verdict == Verdict::Refuted)
+    })
+}
+
+/// Chains the distinct stages' outcomes (by stage index) into the case's verdict.
+pub fn assemble(case: &Case, plan: &Plan, outcomes: &BTreeMap<usize, StageOutcome>) -> StagedProof {
+    let mut stages = Vec::new();
+    for (k, s) in plan.stages.iter().enumerate() {
+        let o = outcomes.get(&s.rep);
+        stages.push(StageReport {
+            index: k,
+            target: s.target.clone(),
+            assumes: s.assumes.clone(),
+            spec_nodes: s.spec_nodes,
+            rank_nodes: s.rank_nodes,
+            key: s.digest.clone(),
+            memo_hit: s.rep != k,
+            proved_by: s.rep,
+            verdict: o.map(|o| o.verdict),
+            layers: o.map(|o| o.layers.clone()).unwrap_or_default(),
+            message: match o {
+                Some(o) => o.message.clone(),
+                None => Some("no result: no shard proved this stage".into()),
+            },
+        });
+    }
+    let mut layers: BTreeMap<String, usize> = BTreeMap::new();
+    let mut proofs = Vec::new();
+    for &k in &plan.distinct {
+        if let Some(o) = outcomes.get(&k) {
+            for (l, n) in &o.layers {
+                *layers.entry(l.clone()).or_default() += n;
+            }
+            proofs.push(StageProof {
+                stage: k,
+                proof: serde_json::from_str(&o.proof).unwrap_or(serde_json::Value::Null),
+            });
+        }
+    }
+    let finals = plan
+        .stages
+        .iter()
+        .filter(|s| !s.target.starts_with("cut"))
+        .count();
+    let (verdict, message) = if let Some(k) = first_refuted(plan, outcomes) {
+        let s = &plan.stages[k];
+        let why = stages[k].message.clone().unwrap_or_default();
+        (
+            Verdict::Refuted,
+            Some(format!(
+                "stage {k} ({}) is refuted under the relations it assumes{}: {why}",
+                s.target,
+                if s.rep == k {
+                    String::new()
+                } else {
+                    format!(
+                        " (by the proof of stage {}, the same up to renaming)",
+                        s.rep
+                    )
+                }
+            )),
+        )
+    } else if let Some(r) = stages.iter().find(|r| r.verdict != Some(Verdict::Proved)) {
+        (
+            Verdict::Inconclusive,
+            Some(format!(
+                "stage {} ({}) is not proved: {}",
+                r.index,
+                r.target,
+                r.message.clone().unwrap_or_default()
+            )),
+        )
+    } else if finals == 0 {
+        (
+            Verdict::Inconclusive,
+            Some("there is nothing to compare: the spec returns no tensor and the case sets no `outputs:`".into()),
+        )
+    } else {
+        (Verdict::Proved, None)
+    };
+    StagedProof {
+        case: case.name.clone(),
+        ranks: case.program.ranks.len(),
+        verdict,
+        message,
+        distinct_stages: plan.distinct.len(),
+        memo_hits: plan.stages.len() - plan.distinct.len(),
+        stages,
+        layers,
+        proofs,
+        refuted: None,
+    }
+}

@@ -1,0 +1,264 @@
+//! Cutting a program into one stage: the backward slice of the stage's targets in the spec and
+//! in every rank, stopping at tensors whose relation is known, closed under the collectives and
+//! messages that pair ranks, and rebuilt as standalone graphs whose cut tensors are inputs.
+
+use shardproof_interp::Schedule;
+use shardproof_ir::{Arg, Graph, Node, NodeKind, Output, TensorType, ValueId};
+use shardproof_ops::Meta;
+use std::collections::{BTreeSet, HashSet};
+
+/// What a node of the full graph becomes in a stage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Mark {
+    /// Not part of the stage.
+    Out,
+    /// Computed by the stage, as in the full graph.
+    Computed,
+    /// A tensor whose relation is known: an input of the stage.
+    Boundary,
+}
+
+/// The slice of one graph: a mark per node of the full graph.
+pub(crate) struct Marks {
+    pub(crate) marks: Vec<Mark>,
+}
+
+impl Marks {
+    pub(crate) fn new(graph: &Graph) -> Marks {
+        Marks {
+            marks: vec![Mark::Out; graph.nodes.len()],
+        }
+    }
+
+    /// Adds to the slice the nodes `starts` read, transitively, stopping at `stops`. The
+    /// starting nodes are computed even where they are stops themselves (a cut is the target
+    /// of its own stage). Returns whether anything was added.
+    pub(crate) fn close(
+        &mut self,
+        graph: &Graph,
+        starts: &[usize],
+        stops: &HashSet<ValueId>,
+    ) -> Result<bool, String> {
+        let mut added = false;
+        let mut stack: Vec<(usize, bool)> = starts.iter().map(|&n| (n, true)).collect();
+        while let Some((n, start)) = stack.pop() {
+            let node = &graph.nodes[n];
+            let stop =
+                !start && (0..node.outputs.len()).any(|k| stops.contains(&ValueId::new(n, k)));
+            let want = if stop { Mark::Boundary } else { Mark::Computed };
+            match (self.marks[n], want) {
+                (Mark::Computed, _) | (Mark::Boundary, Mark::Boundary) => continue,
+                _ => {}
+            }
+            if stop && node.outputs.len() != 1 {
+                // A node with several outputs cannot become one input; a cut there would
+                // need the stage to split the node.
+                return Err(format!(
+                    "a cut in graph `{}` is an output of `{}`, a node with {} outputs; a stage can only begin at a single-output node",
+                    graph.name,
+                    node.name,
+                    node.outputs.len()
+                ));
+            }
+            self.marks[n] = want;
+            added = true;
+            if want == Mark::Computed {
+                for v in node.inputs() {
+                    stack.push((v.node, false));
+                }
+            }
+        }
+        Ok(added)
+    }
+
+    pub(crate) fn computed(&self, n: usize) -> bool {
+        self.marks[n] == Mark::Computed
+    }
+}
+
+/// Closes the ranks' slices under the full program's pairing: a collective computed on one
+/// member is computed on all, and a message's send and receive go together. The stage's
+/// collectives are then whole meetings of the full run, so they pair as they do there.
+pub(crate) fn close_under_pairing(
+    ranks: &[std::sync::Arc<Graph>],
+    marks: &mut [Marks],
+    stops: &[HashSet<ValueId>],
+    sched: &Schedule,
+) -> Result<(), String> {
+    loop {
+        let mut changed = false;
+        for meet in &sched.meetings {
+            if meet.calls.iter().any(|&(r, n)| marks[r].computed(n)) {
+                for &(r, n) in &meet.calls {
+                    changed |= marks[r].close(&ranks[r], &[n], &stops[r])?;
+                }
+            }
+        }
+        for (&(rr, rn), &(sr, sn)) in &sched.messages {
+            if marks[rr].computed(rn) || marks[sr].computed(sn) {
+                changed |= marks[rr].close(&ranks[rr], &[rn], &stops[rr])?;
+                changed |= marks[sr].close(&ranks[sr], &[sn], &stops[sr])?;
+            }
+        }
+        if !changed {
+            return Ok(());
+        }
+    }
+}
+
+/// A stage graph and where its nodes came from.
+pub(crate) struct Sliced {
+    pub(crate) graph: Graph,
+    /// The stage node of every full-graph node in the slice.
+    pub(crate) map: Vec<Option<usize>>,
+    /// The full-graph node of every stage node.
+    pub(crate) origin: Vec<usize>,
+}
+
+impl Sliced {
+    /// The stage value of a full-graph value, if the slice holds it.
+    pub(crate) fn value(&self, v: ValueId) -> Option<ValueId> {
+        self.map[v.node].map(|n| ValueId::new(n, v.output))
+    }
+}
+
+fn remap(arg: &Arg, map: &[Option<usize>]) -> Arg {
+    match arg {
+        Arg::Value(v) => Arg::Value(ValueId::new(
+            map[v.node].expect("a computed node's inputs are in the slice"),
+            v.output,
+        )),
+        Arg::List(items) => Arg::List(items.iter().map(|a| remap(a, map)).collect()),
+        other => other.clone(),
+    }
+}
+
+/// The slice's nodes in an order that renaming does not change: the leaves (inputs, cut
+/// tensors, constants) by their first use, unused ones after them, then the computed nodes in
+/// the graph's order. Two layers emitted alike then give equal stage graphs, although the
+/// whole graph declares all layers' weights before any layer's first node.
+fn canonical_order(graph: &Graph, marks: &Marks) -> Vec<usize> {
+    let leaf = |i: usize| {
+        marks.marks[i] == Mark::Boundary
+            || (marks.marks[i] == Mark::Computed
+                && matches!(
+                    graph.nodes[i].kind,
+                    NodeKind::Input | NodeKind::Constant { .. }
+                ))
+    };
+    let mut order = Vec::new();
+    let mut placed = vec![false; graph.nodes.len()];
+    for (i, node) in graph.nodes.iter().enumerate() {
+        if marks.marks[i] != Mark::Computed || leaf(i) {
+            continue;
+        }
+        for v in node.inputs() {
+            if leaf(v.node) && !placed[v.node] {
+                placed[v.node] = true;
+                order.push(v.node);
+            }
+        }
+    }
+    order.extend((0..graph.nodes.len()).filter(|&i| leaf(i) && !placed[i]));
+    order.extend((0..graph.nodes.len()).filter(|&i| marks.marks[i] == Mark::Computed && !leaf(i)));
+    order
+}
+
+/// The standalone graph of a slice: its nodes in the full graph's order, boundary nodes as
+/// inputs typed by `metas`, inference on the full graph.
+pub(crate) fn build(
+    graph: &Graph,
+    marks: &Marks,
+    metas: &[Vec<Option<Meta>>],
+) -> Result<Sliced, String> {
+    let mut out = Graph::new(graph.name.clone());
+    out.path = graph.path.clone();
+    let mut map = vec![None; graph.nodes.len()];
+    let mut origin = Vec::new();
+    for i in canonical_order(graph, marks) {
+        let node = &graph.nodes[i];
+        let new = match marks.marks[i] {
+            Mark::Out => continue,
+            Mark::Boundary if !matches!(node.kind, NodeKind::Input) => {
+                let meta = metas[i][0].as_ref().ok_or_else(|| {
+                    format!(
+                        "the shape of `{}` in graph `{}` is unknown",
+                        node.name, graph.name
+                    )
+                })?;
+                let shape: Vec<i64> = meta.shape.iter().map(|&d| d as i64).collect();
+                Node {
+                    name: node.name.clone(),
+                    kind: NodeKind::Input,
+                    outputs: vec![Output {
+                        name: node.outputs[0].name.clone(),
+                        ty: Some(TensorType::new(meta.dtype, &shape)),
+                    }],
+                    loc: None,
+                    line: node.line,
+                }
+            }
+            _ => {
+                let mut n = node.clone();
+                if let NodeKind::Call { args, kwargs, .. } = &mut n.kind {
+                    for a in args.iter_mut() {
+                        *a = remap(a, &map);
+                    }
+                    for (_, a) in kwargs.iter_mut() {
+                        *a = remap(a, &map);
+                    }
+                }
+                n
+            }
+        };
+        let is_input = matches!(new.kind, NodeKind::Input);
+        let at = out.push(new);
+        map[i] = Some(at);
+        origin.push(i);
+        if is_input {
+            out.inputs.push(ValueId::new(at, 0));
+        }
+    }
+    Ok(Sliced {
+        graph: out,
+        map,
+        origin,
+    })
+}
+
+/// Checks that every collective and message of the stage program is one of the full run's,
+/// with the same members: otherwise the stage would pair calls differently and prove something
+/// of another program.
+pub(crate) fn same_pairing(
+    stage: &Schedule,
+    full: &Schedule,
+    maps: &[&Sliced],
+) -> Result<(), String> {
+    let back = |r: usize, n: usize| -> Option<usize> { maps[r].origin.get(n).copied() };
+    let full_meetings: BTreeSet<Vec<(usize, usize)>> =
+        full.meetings.iter().map(|m| m.calls.clone()).collect();
+    for meet in &stage.meetings {
+        let calls: Option<Vec<(usize, usize)>> = meet
+            .calls
+            .iter()
+            .map(|&(r, n)| back(r, n).map(|o| (r, o)))
+            .collect();
+        if !calls.is_some_and(|c| full_meetings.contains(&c)) {
+            return Err(format!(
+                "the stage's `{}` on group `{}` does not pair its ranks as the whole program does",
+                meet.op, meet.group
+            ));
+        }
+    }
+    for (&(rr, rn), &(sr, sn)) in &stage.messages {
+        let (Some(ro), Some(so)) = (back(rr, rn), back(sr, sn)) else {
+            return Err("a message of the stage is not one of the whole program's".into());
+        };
+        if full.messages.get(&(rr, ro)) != Some(&(sr, so)) {
+            return Err(format!(
+                "the stage's receive on rank {rr} takes another message than in the whole program"
+            ));
+        }
+    }
+    Ok(())
+}

@@ -10,7 +10,7 @@
 use crate::format::{CanonicalId, Phase, RunDtype};
 use crate::merge::{Inconsistency, Layout, ReplicaSpread};
 use crate::reader::Trace;
-use crate::tolerance::{layer_of, Model, Source, Tolerance};
+use crate::tolerance::{layer_of, Measurement, Model, Source, Tolerance};
 use rayon::prelude::*;
 use shardproof_ir::Progress;
 use std::collections::BTreeMap;
@@ -119,8 +119,8 @@ pub struct TensorResult {
     pub relative_error: Option<f64>,
     /// Its tolerance, when it has a reference.
     pub tolerance: Option<Tolerance>,
-    /// Perturbation responses, normalized to one machine epsilon, one per perturbed run that
-    /// has it.
+    /// Perturbation responses, normalized to one unit of precision
+    /// ([`RunDtype::precision`]), one per perturbed run that has it.
     pub responses: Vec<f64>,
     /// The worst replica disagreement, when the candidate holds replicas.
     pub replicas: Option<ReplicaSpread>,
@@ -274,7 +274,7 @@ pub struct Comparison {
 /// What the streaming pass measures of one id before tolerances are known.
 struct Measured {
     result: TensorResult,
-    /// The measured response, normalized to one machine epsilon (max over runs).
+    /// The measured response, normalized to one unit of precision (max over runs).
     response: Option<f64>,
 }
 
@@ -302,7 +302,7 @@ pub fn compare_counted(
         .collect();
     ids.sort();
     ids.dedup();
-    let epsilon = reference.meta.dtype.epsilon();
+    let epsilon = reference.meta.dtype.precision();
     progress.start(ids.len());
     let measured: Vec<Measured> = ids
         .par_iter()
@@ -313,17 +313,25 @@ pub fn compare_counted(
             m
         })
         .collect();
-    let responses: Vec<(&CanonicalId, Option<f64>)> = measured
+    let responses: Vec<Measurement> = measured
         .iter()
-        .map(|m| (&m.result.id, m.response))
+        .map(|m| Measurement {
+            id: &m.result.id,
+            elements: reference
+                .logical
+                .get(&m.result.id)
+                .map(|r| r.full_shape.iter().product()),
+            response: m.response,
+        })
         .collect();
     let model = Model::fit(reference.meta.dtype, &responses, !perturbed.is_empty());
     let mut tensors: Vec<TensorResult> = measured
         .iter()
-        .map(|m| {
+        .zip(&responses)
+        .map(|(m, measurement)| {
             let mut r = m.result.clone();
             if reference.logical.contains_key(&r.id) {
-                let tol = model.tolerance(&r.id, m.response);
+                let tol = model.tolerance(measurement);
                 r.tolerance = Some(tol);
                 judge(&mut r, tol);
             }

@@ -494,7 +494,7 @@ pub fn emit_case(case: &Case, dir: &Path, options: &EmitOptions) -> Result<Emitt
     };
     let reference = dir.join("ref");
     write_single(&reference, Role::Reference, &spec_env, None)?;
-    let eps = options.dtype.epsilon();
+    let eps = options.dtype.precision();
     for k in 0..options.perturbed {
         let seed = run_seed(options.seed, k);
         // Only float inputs are perturbed: token ids and masks are exact in every run.

@@ -88,6 +88,17 @@ impl RunDtype {
         }
     }
 
+    /// The unit tolerances are measured in: the machine epsilon of the dtype the run's tensors
+    /// are stored in. That is the run dtype's own except for emulated fp8, whose tensors are
+    /// bf16 between the fp8 casts: its errors are normalized by bf16's precision, as seed 002
+    /// does (Figure 8), and perturbed runs perturb at that scale.
+    pub fn precision(self) -> f64 {
+        match self {
+            RunDtype::Float8E4m3fn => RunDtype::Bfloat16.epsilon(),
+            other => other.epsilon(),
+        }
+    }
+
     /// The safetensors dtypes a tensor of a run in this dtype may be stored in (the first is
     /// what the writer uses).
     pub fn storage(self) -> &'static [StorageDtype] {

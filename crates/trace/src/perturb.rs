@@ -7,7 +7,7 @@
 
 use crate::format::{CanonicalId, Kind, RunDtype};
 use crate::sums::Sums;
-use crate::tolerance::{Model, Tolerance};
+use crate::tolerance::{Measurement, Model, Tolerance};
 use shardproof_case::Case;
 use shardproof_ops::Tensor;
 use std::collections::BTreeMap;
@@ -88,14 +88,20 @@ pub fn tolerances(dtype: RunDtype, ids: &[CanonicalId], responses: &[Vec<f64>]) 
         .iter()
         .map(|r| r.iter().copied().filter(|x| x.is_finite()).reduce(f64::max))
         .collect();
-    let pairs: Vec<(&CanonicalId, Option<f64>)> =
-        ids.iter().zip(measured.iter().copied()).collect();
+    // A case's outputs are not one-element statistics of the kind the growth model leaves
+    // alone (see `crate::tolerance`); their sizes are not at hand here.
+    let pairs: Vec<Measurement> = ids
+        .iter()
+        .zip(measured.iter().copied())
+        .map(|(id, response)| Measurement {
+            id,
+            elements: None,
+            response,
+        })
+        .collect();
     let perturbed = responses.iter().any(|r| !r.is_empty());
     let model = Model::fit(dtype, &pairs, perturbed);
-    pairs
-        .iter()
-        .map(|(id, m)| model.tolerance(id, *m))
-        .collect()
+    pairs.iter().map(|m| model.tolerance(m)).collect()
 }
 
 #[cfg(test)]

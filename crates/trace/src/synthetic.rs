@@ -187,12 +187,12 @@ fn write_single(dir: &Path, spec: &Spec, role: Role, seed: u64) -> Result<(), Tr
     if role == Role::Perturbed {
         meta.perturbation = Some(crate::format::Perturbation {
             seed,
-            relative_scale: spec.dtype.epsilon(),
+            relative_scale: spec.dtype.precision(),
         });
     }
     let w = TraceWriter::create(dir, meta)?;
     let mut r = w.rank(0, Coords::default())?;
-    let eps = spec.dtype.epsilon();
+    let eps = spec.dtype.precision();
     for t in tensors(spec) {
         let base = id_seed(&t.id);
         let noise = match role {
@@ -245,7 +245,7 @@ pub fn write_candidate(dir: &Path, spec: &Spec) -> Result<(), TraceError> {
     meta.parallel.tp = spec.tp;
     meta.parallel.dp = spec.dp;
     let w = TraceWriter::create(dir, meta)?;
-    let eps = spec.dtype.epsilon();
+    let eps = spec.dtype.precision();
     let all = tensors(spec);
     let bug_layer = match &spec.bug {
         Some(Bug::Diverge { module, .. }) => crate::tolerance::layer_of(module),

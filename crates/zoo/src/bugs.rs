@@ -762,7 +762,7 @@ pub const BUGS: &[Bug] = &[
         needs_tp: true,
         changes_loss: true,
         models: MLP,
-        engines: "check, run, verify",
+        engines: "check, run, verify, trace",
         ..DEEPSEEK_BUG
     },
     Bug {

@@ -144,6 +144,27 @@ def test_traces_are_byte_identical_across_runs(tmp_path):
         assert (tmp_path / "a" / relative).read_bytes() == (tmp_path / "b" / relative).read_bytes(), relative
 
 
+def test_fp8_amax_over_the_wrong_group_shows_in_the_amax_replicas(tmp_path):
+    """Table 1 bug 7 (`fp8_wrong_group`): the amax of an input gathered in fp8 under SP is
+    reduced over the wrong group. Every fp8 input cast's amax is traced (`Fp8Amax`, one element
+    replicated on every rank): in a correct run its replicas are bit-identical (an all-reduce
+    max) and the first layer's equal the reference's; with the bug the TP ranks of the first
+    gathered linear hold different amaxes, which the comparer reports as a replica
+    disagreement there, far above the amax's bf16 perturbation response."""
+    first = "it0/mb0/forward_output/layers.0.self_attention.linear_qkv.input_amax/0"
+    ref, cand = traces(tmp_path, "tp2-sp", "float8_e4m3fn")
+    amaxes = [k for k in ref if k.endswith(".input_amax/0")]
+    assert len(amaxes) == 4 * 4 + 1  # four linears per layer and the LM head
+    assert all(cand[k].replica_diff == 0 and cand[k].value.numel() == 1 for k in amaxes)
+    assert rel_error(cand[first].value, ref[first].value) == 0
+    buggy = parse_config("tp2-sp", ModelSpec(), "float8_e4m3fn", ["fp8_wrong_group"])
+    launch(buggy, TraceJob(str(tmp_path / "bug"), "candidate"))
+    bug = read_trace(str(tmp_path / "bug"))
+    assert bug[first].replica_diff / float(bug[first].value.abs().max()) > 0.05
+    # Row-parallel linears reduce their amax over the right group even with the bug.
+    assert bug["it0/mb0/forward_output/layers.0.self_attention.linear_proj.input_amax/0"].replica_diff == 0
+
+
 @pytest.mark.skipif(not os.environ.get("SHARDPROOF_TRACE_SLOW"),
                     reason="two real fp8 runs (about a minute): set SHARDPROOF_TRACE_SLOW=1")
 def test_fp8_recompute_cast_is_within_emulated_fp8_noise(tmp_path):

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from ..collector import _is_recomputing, recomputing
 from ..layout import ParallelConfig
 from .parallel import (CopyToTP, Fp8GatherFromSP, GatherFromSP, Groups, ReduceFromTP, ReduceScatterToSP, RingShift, ScatterToSP,
-                       all_reduce, fp8_round_trip)
+                       all_reduce, fp8_amax, fp8_round_trip)
 
 
 @dataclass(frozen=True)
@@ -89,16 +89,39 @@ def _param(shape, ctx: Context, tp_dim: Optional[int] = None, sequence_parallel:
     return p
 
 
-def gathered_linear(ctx: Context, x, weight, bias):
+class Fp8Amax(torch.nn.Module):
+    """The amax of a linear's fp8 input cast, reduced over the group that holds the logical
+    input (TP x CP), so that every shard of it is quantized with the logical tensor's scale.
+    Transformer Engine keeps this statistic in the module's fp8 metadata; here it is a module
+    of its own so that the tracer records it (forward output 0: one float32 element,
+    replicated on every rank): the scale is a cross-rank reduction, and its replicas or its
+    value tell a wrong reduction group apart from fp8 rounding noise. `fp8_wrong_group`
+    (Table 1 bug 7) reduces the amax of an input gathered in fp8 under SP over the
+    data-parallel group instead, so the TP ranks' scales differ."""
+
+    def __init__(self, ctx: Context, gathered_in_fp8: bool = False):
+        super().__init__()
+        self.ctx = ctx
+        self.gathered_in_fp8 = gathered_in_fp8
+
+    def forward(self, x):
+        ctx = self.ctx
+        wrong = self.gathered_in_fp8 and ctx.sp and ctx.bug("fp8_wrong_group")
+        return fp8_amax(x, ctx.groups.dp if wrong else ctx.groups.tpcp)
+
+
+def _input_amax(ctx: Context, gathered_in_fp8: bool = False) -> Optional[Fp8Amax]:
+    return Fp8Amax(ctx, gathered_in_fp8) if ctx.options.fp8 else None
+
+
+def gathered_linear(ctx: Context, x, weight, bias, amax: Optional[Fp8Amax]):
     """A column-parallel product: the input gathered (`gather_input`), then the linear. In fp8
-    under SP the input is gathered in fp8 (`Fp8GatherFromSP`), quantized with the amax over the
-    TP x CP group that holds the logical tensor; `fp8_wrong_group` (Table 1 bug 7) reduces it
-    over the data-parallel group instead, so the TP ranks' scales differ."""
+    under SP the input is gathered in fp8 (`Fp8GatherFromSP`), quantized with the amax of
+    `amax` (an `Fp8Amax` built with `gathered_in_fp8`)."""
     if ctx.options.fp8 and ctx.sp:
-        group = ctx.groups.dp if ctx.bug("fp8_wrong_group") else ctx.groups.tpcp
-        x = Fp8GatherFromSP.apply(x, ctx.groups.tp, 0, group)
+        x = Fp8GatherFromSP.apply(x, ctx.groups.tp, 0, amax(x))
         return _linear(x, weight, bias, ctx, None, input_quantized=True)
-    return _linear(gather_input(ctx, x), weight, bias, ctx, ctx.groups.tpcp)
+    return _linear(gather_input(ctx, x), weight, bias, ctx, amax)
 
 
 def gather_input(ctx: Context, x):
@@ -109,14 +132,14 @@ def gather_input(ctx: Context, x):
     return CopyToTP.apply(x, ctx.groups.tp, ctx.bug("tp_overlap_grad"))
 
 
-def _linear(x, weight, bias, ctx: Context, amax_group, input_quantized: bool = False):
+def _linear(x, weight, bias, ctx: Context, amax: Optional[Fp8Amax], input_quantized: bool = False):
     if ctx.options.fp8:
         if not input_quantized:
-            x = fp8_round_trip(x, amax_group)
+            x = fp8_round_trip(x, amax(x))
         # Table 1 bug 8: the recomputed forward multiplies by the master weight instead of its
         # fp8 cast, so the recomputed activations are not the ones the forward computed.
         if not (ctx.bug("fp8_recompute_cast") and _is_recomputing()):
-            weight = fp8_round_trip(weight, ctx.groups.tp)
+            weight = fp8_round_trip(weight, fp8_amax(weight, ctx.groups.tp))
     return F.linear(x, weight, bias)
 
 
@@ -143,9 +166,10 @@ class ColumnParallelLinear(torch.nn.Module):
         tp = ctx.config.tp
         self.weight = _param((out_features // tp, in_features), ctx, tp_dim=0)
         self.bias = _param((out_features // tp,), ctx, tp_dim=0) if bias else None
+        self.input_amax = _input_amax(ctx, gathered_in_fp8=True)
 
     def forward(self, x):
-        return gathered_linear(self.ctx, x, self.weight, self.bias)
+        return gathered_linear(self.ctx, x, self.weight, self.bias, self.input_amax)
 
 
 class RowParallelLinear(torch.nn.Module):
@@ -157,10 +181,11 @@ class RowParallelLinear(torch.nn.Module):
         self.ctx = ctx
         self.weight = _param((out_features, in_features // ctx.config.tp), ctx, tp_dim=1)
         self.bias = _param((out_features,), ctx, sequence_parallel=ctx.sp)
+        self.input_amax = _input_amax(ctx)
 
     def forward(self, x):
         ctx = self.ctx
-        partial = _linear(x, self.weight, None, ctx, ctx.groups.tpcp)
+        partial = _linear(x, self.weight, None, ctx, self.input_amax)
         if ctx.sp:
             out = ReduceScatterToSP.apply(partial, ctx.groups.tp, 0)
         else:
@@ -332,9 +357,10 @@ class DenseLinear(torch.nn.Module):
         self.ctx = ctx
         self.weight = _param((out_features, in_features), ctx, sequence_parallel=ctx.sp)
         self.bias = _param((out_features,), ctx, sequence_parallel=ctx.sp)
+        self.input_amax = _input_amax(ctx)
 
     def forward(self, x):
-        return _linear(x, self.weight, self.bias, self.ctx, self.ctx.groups.tpcp)
+        return _linear(x, self.weight, self.bias, self.ctx, self.input_amax)
 
 
 class Router(torch.nn.Module):
@@ -405,9 +431,10 @@ class OutputLayer(torch.nn.Module):
     def __init__(self, ctx: Context):
         super().__init__()
         self.ctx = ctx
+        self.input_amax = _input_amax(ctx, gathered_in_fp8=True)
 
     def forward(self, x, weight):
-        return gathered_linear(self.ctx, x, weight, None)
+        return gathered_linear(self.ctx, x, weight, None, self.input_amax)
 
 
 class VocabParallelCrossEntropy(torch.nn.Module):

@@ -224,13 +224,19 @@ class _StraightThrough(torch.autograd.Function):
         return grad, None
 
 
-def fp8_round_trip(x: torch.Tensor, amax_group: Optional[Group]) -> torch.Tensor:
-    """Emulated fp8 (e4m3) with per-tensor scaling: scale by 448/amax, cast to float8_e4m3fn and
-    back, unscale. The amax is taken over `amax_group` so that every shard of one logical tensor
-    uses the logical tensor's scale. Straight-through gradient."""
+def fp8_amax(x: torch.Tensor, amax_group: Optional[Group]) -> torch.Tensor:
+    """The amax of a per-tensor fp8 cast: the largest magnitude of `x`, reduced (max) over
+    `amax_group` so that every shard of one logical tensor gets the logical tensor's scale.
+    A float32 tensor of one element, outside the graph."""
     amax = x.detach().abs().amax().float().reshape(1)
     if amax_group is not None and amax_group.size > 1:
         amax = all_reduce(amax, amax_group, op=dist.ReduceOp.MAX)
+    return amax
+
+
+def fp8_round_trip(x: torch.Tensor, amax: torch.Tensor) -> torch.Tensor:
+    """Emulated fp8 (e4m3) with per-tensor scaling: scale by 448/amax (`fp8_amax`), cast to
+    float8_e4m3fn and back, unscale. Straight-through gradient."""
     scale = 448.0 / torch.clamp(amax, min=1e-12)
     quantized = ((x.detach().float() * scale).to(torch.float8_e4m3fn).float() / scale).to(x.dtype)
     return _StraightThrough.apply(x, quantized)
@@ -238,17 +244,14 @@ def fp8_round_trip(x: torch.Tensor, amax_group: Optional[Group]) -> torch.Tensor
 
 class Fp8GatherFromSP(torch.autograd.Function):
     """Forward: the sequence all-gather of an fp8 input under SP done in fp8 (as Transformer
-    Engine gathers fp8 inputs): each rank quantizes its slice with scale 448/amax, amax reduced
-    over `amax_group`, the ranks all-gather the fp8 codes, and each dequantizes the gathered
-    codes with its own scale. That is right only when every rank's scale is the same, i.e. when
-    `amax_group` spans the gathered tensor's shards. Backward: reduce-scatter (straight-through)."""
+    Engine gathers fp8 inputs): each rank quantizes its slice with scale 448/amax, the ranks
+    all-gather the fp8 codes, and each dequantizes the gathered codes with its own scale. That
+    is right only when every rank's amax is the same, i.e. when it was reduced over a group that
+    spans the gathered tensor's shards. Backward: reduce-scatter (straight-through)."""
 
     @staticmethod
-    def forward(ctx, x, group, dim, amax_group):
+    def forward(ctx, x, group, dim, amax):
         ctx.group, ctx.dim = group, dim
-        amax = x.detach().abs().amax().float().reshape(1)
-        if amax_group is not None and amax_group.size > 1:
-            amax = all_reduce(amax, amax_group, op=dist.ReduceOp.MAX)
         scale = 448.0 / torch.clamp(amax, min=1e-12)
         codes = (x.detach().float() * scale).to(torch.float8_e4m3fn).float()
         return (all_gather(codes, group, dim) / scale).to(x.dtype)

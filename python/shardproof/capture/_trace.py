@@ -132,7 +132,12 @@ def _functionalized(gm: torch.fx.GraphModule, example: Sequence[torch.Tensor]) -
         return torch.fx.Interpreter(gm).run(*args)
 
     with fx_traceback.preserve_node_meta():
-        return make_fx(torch.func.functionalize(replay, remove="mutations"))(*example)
+        out = make_fx(torch.func.functionalize(replay, remove="mutations"))(*example)
+    # Functionalization leaves unread aliases behind (`alias(all_reduce)` before its wait, which
+    # the static check reads as a race); a functional graph's unread values are dead.
+    out.graph.eliminate_dead_code()
+    out.recompile()
+    return out
 
 
 def _out_to_in_place(gm: torch.fx.GraphModule) -> None:

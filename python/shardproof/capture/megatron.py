@@ -31,6 +31,7 @@ Megatron-core assumes a GPU in three places that do not touch its math; the capt
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import multiprocessing
 import os
@@ -179,8 +180,6 @@ def _capture(job: _Job, rank: int | None) -> dict[str, Any]:
         fqns = [f for f, _ in params] + [f for f, _ in buffers]
         state_names = [tensor_name(f, taken) for f in fqns]
         trainable = [p.requires_grad for _, p in params] + [False] * len(buffers)
-        import inspect
-
         arg_names = job.arg_names
         if arg_names is None:
             sig = [p.name for p in inspect.signature(module.forward).parameters.values()

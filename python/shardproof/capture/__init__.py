@@ -253,8 +253,9 @@ def _assumptions(assume: Mapping[str, str] | None) -> dict[str, str]:
 
 
 def _write(outdir: Path, name: str, prog: Program, spec: dict[str, Any], ranks: list[dict[str, Any]],
-           dims: list[str], sizes: list[int], assume: dict[str, str]) -> Capture:
-    """Writes the graphs and the case; checks the ranks agree on every derived layout."""
+           dims: list[str], sizes: list[int], assume: dict[str, str], source: str = "the DTensor plan") -> Capture:
+    """Writes the graphs and the case; checks the ranks agree on every derived layout.
+    `source` names where the layouts come from (the DTensor plan, Megatron's attributes)."""
     first = ranks[0]
     for r, res in enumerate(ranks):
         if res["outputs"] != spec["outputs"]:
@@ -288,7 +289,7 @@ def _write(outdir: Path, name: str, prog: Program, spec: dict[str, Any], ranks: 
     comments: dict[str, str] = {}
     for fqn, n, lay in zip(prog.state_fqns, prog.state_names, first["state_layouts"]):
         inputs[n] = text(lay)
-        comments[n] = f"{fqn}, from its DTensor" if lay != ["Replicate()"] * len(dims) else f"{fqn}"
+        comments[n] = f"{fqn}, from {'its DTensor' if source == 'the DTensor plan' else source}" if lay != ["Replicate()"] * len(dims) else f"{fqn}"
     why = {"given": "as given", "plan": "as the plan reads it", "default": "not read by the plan: given whole"}
     for n in prog.data_names + prog.loss_names:
         inputs[n] = text(first["input_layouts"][n])
@@ -296,7 +297,7 @@ def _write(outdir: Path, name: str, prog: Program, spec: dict[str, Any], ranks: 
     outputs = {n: text(first["output_layouts"][n]) for n in spec["outputs"]}
 
     lines = [
-        "# Written by shardproof.capture: the layouts are derived from the DTensor plan.",
+        f"# Written by shardproof.capture: the layouts are derived from {source}.",
         "version: 1",
         f"name: {json.dumps(name)}",
         "spec:",

@@ -119,6 +119,52 @@ def _mark_backward(loss: torch.Tensor) -> None:
         setup_stacktrace_preservation_hooks([grad_fn])
 
 
+def _functionalized(gm: torch.fx.GraphModule, example: Sequence[torch.Tensor]) -> torch.fx.GraphModule:
+    """The captured graph re-traced under `torch.func.functionalize`: every in-place update
+    (Megatron's collectives write their results back with `copy_`, its cross-entropy updates
+    its logits in place) becomes a new value that later reads see, by PyTorch's own alias
+    tracking. The graph holds only ATen and functional-collective calls by now, which
+    functionalization accepts (the module's autograd.Functions, which it refuses, were traced
+    through). Replayed node by node with node meta preserved, so frames and sequence numbers
+    carry over to the new nodes."""
+
+    def replay(*args: torch.Tensor) -> Any:
+        return torch.fx.Interpreter(gm).run(*args)
+
+    with fx_traceback.preserve_node_meta():
+        out = make_fx(torch.func.functionalize(replay, remove="mutations"))(*example)
+    # Functionalization leaves unread aliases behind (`alias(all_reduce)` before its wait, which
+    # the static check reads as a race); a functional graph's unread values are dead.
+    out.graph.eliminate_dead_code()
+    out.recompile()
+    return out
+
+
+def _out_to_in_place(gm: torch.fx.GraphModule) -> None:
+    """`aten.exp.out(x, out=x)` (Megatron's vocab-parallel cross-entropy writes its exp into
+    the logits) becomes `aten.exp_.default(x)`: the same function, writing into and returning
+    the same tensor, in the in-place form the importer functionalizes. Only where `out` is the
+    first argument itself and the in-place overload takes exactly the other arguments."""
+    for node in gm.graph.nodes:
+        target = node.target
+        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+            continue
+        if target._overloadname != "out" or not node.args or node.kwargs.get("out") is not node.args[0]:
+            continue
+        packet = getattr(torch.ops.aten, target._schema.name.split("::")[-1] + "_", None)
+        if packet is None or not target._schema.name.startswith("aten::"):
+            continue
+        want = [a.name for a in target._schema.arguments if a.name != "out"]
+        for overload in packet.overloads():
+            op = getattr(packet, overload)
+            if [a.name for a in op._schema.arguments] == want:
+                node.target = op
+                node.kwargs = {k: v for k, v in node.kwargs.items() if k != "out"}
+                break
+    gm.graph.lint()
+    gm.recompile()
+
+
 def trace(
     module: torch.nn.Module,
     prog: Program,
@@ -128,12 +174,14 @@ def trace(
     wrap: Callable[[int, torch.Tensor], Any],
     finish: Callable[[str, Any], torch.Tensor],
     loss_ctx: Callable[[], Any] = nullcontext,
+    functional: bool = False,
 ) -> torch.fx.GraphModule:
     """make_fx over the functional step; placeholders and outputs named as in `prog`.
 
     `wrap(i, local)` turns state entry i into what the module holds (a DTensor on a rank, the
     tensor itself in the spec); `finish(name, value)` turns a returned value into the local
-    tensor the graph returns (and may record its layout).
+    tensor the graph returns (and may record its layout). `functional` re-traces the captured
+    graph under PyTorch's own functionalization (see `_functionalized`).
     """
     n_state, n_data = len(state), len(data)
 
@@ -171,6 +219,8 @@ def trace(
         # nodes the number of the forward operator they differentiate (see `_mark_backward`).
         with fx_traceback.preserve_node_meta():
             gm = make_fx(step, record_stack_traces=True)(*state_in, *data, *loss_inputs)
+        if functional:
+            gm = _functionalized(gm, [*state_in, *data, *loss_inputs])
     except CaptureError:
         raise
     except Exception as e:  # the tracer's own errors carry the reason; keep it
@@ -199,6 +249,7 @@ def trace(
             node.meta.pop("stack_trace", None)
         else:
             node.meta["stack_trace"] = frame
+    _out_to_in_place(gm)
     _rename_outputs(gm, prog.output_names)
     return gm
 

@@ -39,6 +39,21 @@ class RowwiseWithoutReduce(RowwiseParallel):
         return wrong.to_local() if use_local_output else wrong
 
 
+class RowwiseSequenceWithoutReduce(RowwiseParallel):
+    """A planted sequence-parallel bug: the row-parallel output's partial sums are cut to the
+    rank's sequence shard and declared `Shard(1)`, with no reduce-scatter (what a hand-written
+    sequence-parallel layer that forgets its reduction computes)."""
+
+    @staticmethod
+    def _prepare_output_fn(output_layouts, use_local_output, mod, outputs, device_mesh):
+        from torch.distributed.tensor import Shard
+
+        partial = outputs.to_local()
+        piece = partial.chunk(device_mesh.size(), dim=1)[device_mesh.get_local_rank()]
+        wrong = DTensor.from_local(piece, device_mesh, (Shard(1),), run_check=False)
+        return wrong.to_local() if use_local_output else wrong
+
+
 class Classifier(nn.Module):
     """fc1 column-parallel with its output gathered, fc2 column-parallel over the classes: the
     logits stay vocab-sharded for `loss_parallel`'s cross-entropy."""

@@ -219,3 +219,31 @@ def test_dp_by_tp_mesh_forward_verifies(tmp_path, engine_ready):
     assert "mesh: { dp: 2, tp: 2 }" in cap.case.read_text()
     verdict = cap.verify()
     assert verdict.exit_code == 0, (verdict, verdict.stderr, verdict.report)
+
+
+def test_out_variants_writing_their_input_become_in_place():
+    # Megatron's cross-entropy writes `torch.exp(x, out=x)`; the importer reads in-place calls.
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from shardproof.capture._trace import _functionalized, _out_to_in_place
+
+    def f(x):
+        y = x * 2
+        torch.exp(y, out=y)
+        z = x + 1
+        torch.exp(x, out=z)  # `out` is not the first argument: left alone
+        return y, z
+
+    gm = make_fx(f)(torch.randn(3))
+    _out_to_in_place(gm)
+    targets = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+    assert "aten.exp_.default" in targets and targets.count("aten.exp.out") == 1, targets
+    x = torch.randn(3)
+    for a, b in zip(gm(x), f(x)):
+        torch.testing.assert_close(a, b)
+    # PyTorch's functionalization then leaves no in-place call and the same values.
+    fn = _functionalized(gm, [x])
+    assert not any(str(n.target).split(".")[1].endswith("_") for n in fn.graph.nodes
+                   if n.op == "call_function" and str(n.target).startswith("aten.")), fn.code
+    for a, b in zip(fn(x), f(x)):
+        torch.testing.assert_close(a, b)

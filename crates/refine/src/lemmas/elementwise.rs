@@ -5,6 +5,7 @@ use super::{
     cat, cats, elementwise_roots, ew, node_sym, regroup, shape, sizes, slice, sums, with_kids,
     Graph, Lemma, ELEMENTWISE,
 };
+use crate::term::Data;
 use egg::{Id, Symbol};
 use std::sync::Arc;
 
@@ -30,6 +31,12 @@ pub(super) fn lemmas() -> Vec<Lemma> {
             (
                 "(aten.add.Tensor (cat 1 %r0:a %r1:a) %r0:b 1)",
                 &[("a", "f64[2,3]"), ("b", "f64[6]")],
+            ),
+            // RMSNorm's `add(mean, eps)` with the mean over the sequence shards: the literal
+            // goes whole into every piece.
+            (
+                "(aten.add.Tensor (cat 1 %r0:m %r1:m) f:1e-6 1)",
+                &[("m", "f64[2,2,1]")],
             ),
             (
                 "(aten.gelu.default (cat 0 %r0:a %r1:a) s:none)",
@@ -97,6 +104,11 @@ pub(super) fn split_elementwise(
     let mut per_operand: Vec<(usize, Vec<Id>)> = vec![(driver, pieces.to_vec())];
     for &t in tensors {
         if t == driver {
+            continue;
+        }
+        // A literal operand (RMSNorm's `add(mean, eps)`) is a scalar: every piece takes it
+        // whole, like a broadcast one. A tensor whose shape is unknown stops the split.
+        if matches!(g[kids[t]].data, Data::Literal | Data::Int(_)) {
             continue;
         }
         let ts = shape(g, kids[t])?;

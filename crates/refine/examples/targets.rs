@@ -6,8 +6,12 @@
 //! ```sh
 //! cargo build --release -p shardproof            # the cases are emitted by `shardproof zoo emit`
 //! SHARDPROOF_SHARED=/work/shared cargo run --release -p shardproof-refine --example targets -- \
-//!     [GROUP ...] [--repeats N] [--jobs N]
+//!     [GROUP ...] [--repeats N] [--jobs N] [--no-reuse]
 //! ```
+//!
+//! `--no-reuse` infers every operator afresh (no twin's relation reused, see `Options::reuse`),
+//! for the figures before and after repeated layers were solved once; each line also counts
+//! the operators related by reuse.
 //!
 //! Groups: `sample`, `catalog`, `demo`, `layers` (the default set, a few minutes on two cores),
 //! and the slow ones `70b`, `671b`, `deepseek16` (minutes each); `all` runs every group. A
@@ -179,6 +183,7 @@ struct Args {
     words: Vec<String>,
     repeats: usize,
     jobs: Option<usize>,
+    reuse: bool,
 }
 
 fn parse_args() -> Args {
@@ -187,12 +192,14 @@ fn parse_args() -> Args {
         words: Vec::new(),
         repeats: 1,
         jobs: None,
+        reuse: true,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         match a.as_str() {
             "--repeats" => args.repeats = it.next().and_then(|n| n.parse().ok()).unwrap_or(1),
             "--jobs" => args.jobs = it.next().and_then(|n| n.parse().ok()),
+            "--no-reuse" => args.reuse = false,
             "all" => args.groups.extend(ALL_GROUPS.iter().map(|g| g.to_string())),
             g if ALL_GROUPS.contains(&g) => args.groups.push(g.to_string()),
             w if !w.starts_with("--") => args.words.push(w.to_string()),
@@ -238,6 +245,7 @@ fn emit(dir: &Path, args: &[&str]) -> Result<Case, String> {
 fn time(label: &str, case: &Case, args: &Args) -> Outcome {
     let opts = Options {
         jobs: args.jobs,
+        reuse: args.reuse,
         ..Options::default()
     };
     let mut best = f64::INFINITY;
@@ -255,10 +263,11 @@ fn time(label: &str, case: &Case, args: &Args) -> Outcome {
         .map(|f| format!(" at `{}`", f.operator))
         .unwrap_or_default();
     println!(
-        "{label:<58} {:>12} {:>5} ops {:>5} skipped {best:>9.3} s{at}",
+        "{label:<58} {:>12} {:>5} ops {:>5} skipped {:>5} reused {best:>9.3} s{at}",
         format!("{:?}", o.verdict).to_lowercase(),
         o.spec_operators,
         o.operators_skipped,
+        o.operators_reused,
     );
     o
 }

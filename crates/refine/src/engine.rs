@@ -25,6 +25,7 @@ mod inputs;
 mod pieces;
 mod relation;
 mod report;
+mod reuse;
 mod saturate;
 mod schedule;
 mod seeds;
@@ -54,6 +55,7 @@ use shardproof_ir::Progress;
 use shardproof_ir::{Graph as IrGraph, NodeKind, ValueId};
 use shardproof_ops::Meta;
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 /// Limits of the search.
@@ -79,6 +81,9 @@ pub struct Options {
     /// Worker threads for independent work (`None`: the available cores). Reports are the
     /// same at any count.
     pub jobs: Option<usize>,
+    /// Try each operator first by its twin's relation (the same operator of an earlier layer),
+    /// renamed onto its tensors and checked (see `reuse`); off, every operator is inferred.
+    pub reuse: bool,
 }
 
 impl Default for Options {
@@ -91,6 +96,7 @@ impl Default for Options {
             trace: false,
             progress: None,
             jobs: None,
+            reuse: true,
         }
     }
 }
@@ -148,7 +154,7 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
         .collect();
     let needed = needed_operators(spec, &checked, &cuts);
 
-    let walk = Walk {
+    let mut walk = Walk {
         case,
         opts,
         ctx: &ctx,
@@ -158,13 +164,16 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
         rules: &rules,
         checked: &checked,
         cuts: &cuts,
+        keep: HashSet::new(),
+        solved: Mutex::new(HashMap::new()),
     };
     let mut grown = Grown::default();
     let order: Vec<usize> = (0..spec.nodes.len()).filter(|&n| needed[n]).collect();
     if let Some(p) = opts.progress.as_deref() {
         p.start(order.len());
     }
-    let plans: Vec<NodePlan> = order.iter().map(|&n| walk.plan(n)).collect();
+    let mut plans: Vec<NodePlan> = order.iter().map(|&n| walk.plan(n)).collect();
+    walk.keep = assign_twins(&mut plans, opts.reuse);
     let ended = schedule::run(&walk, &order, &plans, &mut grown, |grown, i, result| {
         walk.commit(grown, order[i], result, &mut outcome)
             .map_err(|reason| {
@@ -425,6 +434,31 @@ struct Walk<'a> {
     rules: &'a Rules,
     checked: &'a [(ValueId, Option<usize>)],
     cuts: &'a HashMap<ValueId, usize>,
+    /// The values some later operator names as its twin: their solutions are kept.
+    keep: HashSet<ValueId>,
+    /// The kept solutions, written by the twin's inference, read by operators that wait for it.
+    solved: Mutex<HashMap<ValueId, Arc<reuse::Solved>>>,
+}
+
+/// Gives each plan's outputs their twins (see `reuse`), each twin added to what the plan reads
+/// so that it is committed first; returns the twins. Nothing when `enabled` is off.
+fn assign_twins(plans: &mut [NodePlan], enabled: bool) -> HashSet<ValueId> {
+    let mut keep = HashSet::new();
+    if !enabled {
+        return keep;
+    }
+    let sigs: Vec<Vec<(ValueId, Option<String>)>> = plans
+        .iter_mut()
+        .map(|p| std::mem::take(&mut p.signatures))
+        .collect();
+    for (plan, twins) in plans.iter_mut().zip(reuse::assign_twins(&sigs)) {
+        for t in twins.iter().flatten() {
+            plan.reads.insert(*t);
+            keep.insert(*t);
+        }
+        plan.twins = twins;
+    }
+    keep
 }
 
 /// The relation R the walk grows, and what diagnosis reads beside it.
@@ -450,8 +484,13 @@ pub(super) struct NodePlan {
     lowered: Vec<Option<Lowered>>,
     /// The spec equations seeded into its e-graphs.
     seeds: Vec<(Tpl, ValueId)>,
-    /// Every spec value of another node whose relation the inference reads.
+    /// Every spec value of another node whose relation the inference reads (and the twins,
+    /// whose solutions it reads).
     pub(super) reads: BTreeSet<ValueId>,
+    /// Per output, its problem's signature (see `reuse::signature`), until twins are assigned.
+    signatures: Vec<(ValueId, Option<String>)>,
+    /// Per output, the earlier values whose solutions it tries first, nearest first.
+    twins: Vec<Vec<ValueId>>,
 }
 
 /// One change a node's inference makes to the relation R, replayed in order on the walk's
@@ -472,6 +511,8 @@ pub(super) struct NodeResult {
     inferred: usize,
     /// Operators not explored, downstream of a refuted one.
     unexplored: usize,
+    /// Operators related by their twin's checked relation.
+    reused: usize,
     /// `--trace` steps, in order.
     trace: Vec<TraceStep>,
     /// Expectations found unmet, per value.
@@ -522,6 +563,21 @@ impl Walk<'_> {
             })
             .collect();
         let seeds = spec_seeds(self.ctx, spec, self.spec_metas, &self.spec_users, n);
+        // Checked outputs are never reused: their expectations are checked in full.
+        let signatures = lowered
+            .iter()
+            .enumerate()
+            .map(|(k, low)| {
+                let v = ValueId::new(n, k);
+                let sig = match low {
+                    Some(Lowered::Term(t)) if !self.checked.iter().any(|c| c.0 == v) => {
+                        Some(reuse::signature(self.spec_metas, v, t, &seeds))
+                    }
+                    _ => None,
+                };
+                (v, sig)
+            })
+            .collect();
         for (t, w) in &seeds {
             reads.push(ValueRef {
                 rank: None,
@@ -530,6 +586,8 @@ impl Walk<'_> {
             tpl_values(t, &mut reads);
         }
         NodePlan {
+            twins: vec![Vec::new(); lowered.len()],
+            signatures,
             lowered,
             seeds,
             reads: reads
@@ -554,6 +612,7 @@ impl Walk<'_> {
             effects: Vec::new(),
             inferred: 0,
             unexplored: 0,
+            reused: 0,
             trace: Vec::new(),
             mismatches: HashMap::new(),
             products: Vec::new(),
@@ -592,6 +651,7 @@ impl Walk<'_> {
             p.enter(&spec.nodes[n].name);
         }
         outcome.spec_operators += r.inferred;
+        outcome.operators_reused += r.reused;
         // A node none of whose operators was explored counts as skipped, not done.
         let skipped = r.unexplored > 0 && r.inferred == 0;
         if skipped {
@@ -699,7 +759,8 @@ impl Walk<'_> {
                 }
                 None => {
                     r.inferred += 1;
-                    self.infer_operator(v, &t, expect.as_deref(), &plan.seeds, view, r)
+                    let twins = plan.twins.get(k).map_or(&[][..], Vec::as_slice);
+                    self.infer_operator(v, &t, expect.as_deref(), (&plan.seeds, twins), view, r)
                 }
             },
         };
@@ -725,19 +786,20 @@ impl Walk<'_> {
     /// inputs (Listing 2, [`infer_one`]), by the attempts of [`Attempt`]: the first; where it
     /// finds nothing clean in a small e-graph, a wider one; where the e-graph outgrew the node
     /// limit, one following element moves, or piece by piece ([`infer_by_pieces`]), or (a 0-d
-    /// chain) a roomier one. Also records the relation of a fused linear's product.
+    /// chain) a roomier one. Also records the relation of a fused linear's product. First, where
+    /// the operator has a twin with a kept solution, that solution renamed and checked
+    /// (`reuse`).
     #[allow(clippy::too_many_arguments)]
     fn infer_operator(
         &self,
         v: ValueId,
         t: &Tpl,
         expect: Option<&[RecExpr<Term>]>,
-        seeds: &[(Tpl, ValueId)],
+        (seeds, twins): (&[(Tpl, ValueId)], &[ValueId]),
         state: &HashMap<ValueId, State>,
         r: &mut NodeResult,
     ) -> State {
         let (imp, opts, spec_metas, rules) = (self.imp, self.opts, self.spec_metas, self.rules);
-        let mismatches = &mut r.mismatches;
         let mut ins = Vec::new();
         tpl_values(t, &mut ins);
         // A chain of operators on 0-d values (a loss summed layer by layer).
@@ -746,6 +808,72 @@ impl Walk<'_> {
                 .iter()
                 .filter(|x| is_float_value(spec_metas, x.value))
                 .all(|x| is_float_scalar(spec_metas, x.value));
+        // Reuse only for a clean relation without expectation, outside 0-d chains (whose
+        // relations carry explored values a renaming does not follow).
+        let reusable = expect.is_none() && !scalar_chain;
+        let twins: Vec<Arc<reuse::Solved>> = match self.solved.lock() {
+            Ok(solved) if reusable => twins
+                .iter()
+                .filter_map(|w| solved.get(w).cloned())
+                .collect(),
+            _ => Vec::new(),
+        };
+        let lemmas = (&rules.first[..], &rules.wide[..]);
+        if let Some((rel, widened)) = reuse::reuse(imp, lemmas, opts, state, t, seeds, &twins) {
+            r.reused += 1;
+            if widened {
+                r.widened.push(v);
+            }
+            self.keep_solution(v, (t, seeds), state, &rel, widened);
+            return State::Related(rel);
+        }
+        let s = self.infer_afresh(v, t, expect, seeds, state, r, scalar_chain);
+        if reusable {
+            if let State::Related(rel) = &s {
+                if rel.clean {
+                    self.keep_solution(v, (t, seeds), state, rel, r.widened.contains(&v));
+                }
+            }
+        }
+        s
+    }
+
+    /// Keeps the solution of `v` (the operator `t` over `state`, related as `rel`) where a
+    /// later operator names it as its twin.
+    fn keep_solution(
+        &self,
+        v: ValueId,
+        (t, seeds): (&Tpl, &[(Tpl, ValueId)]),
+        state: &HashMap<ValueId, State>,
+        rel: &Rel,
+        widened: bool,
+    ) {
+        if !self.keep.contains(&v) {
+            return;
+        }
+        if let Some(solved) = reuse::Solved::new(t, seeds, state, rel, widened) {
+            if let Ok(mut map) = self.solved.lock() {
+                map.insert(v, Arc::new(solved));
+            }
+        }
+    }
+
+    /// [`Walk::infer_operator`] without a twin: the attempts of full inference.
+    #[allow(clippy::too_many_arguments)]
+    fn infer_afresh(
+        &self,
+        v: ValueId,
+        t: &Tpl,
+        expect: Option<&[RecExpr<Term>]>,
+        seeds: &[(Tpl, ValueId)],
+        state: &HashMap<ValueId, State>,
+        r: &mut NodeResult,
+        scalar_chain: bool,
+    ) -> State {
+        let (imp, opts, rules) = (self.imp, self.opts, self.rules);
+        let mismatches = &mut r.mismatches;
+        let mut ins = Vec::new();
+        tpl_values(t, &mut ins);
         let mut attempt = |rules: &[Rewrite<Term, Shapes>], a: &Attempt| {
             let want = expect;
             infer_one(

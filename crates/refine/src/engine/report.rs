@@ -87,6 +87,10 @@ pub struct Outcome {
     /// checked output already fails on final evidence (fast refutation, see [`crate::verify`]).
     #[serde(skip_serializing_if = "is_zero")]
     pub operators_skipped: usize,
+    /// Spec operators related by an earlier twin's relation, renamed and checked (repeated
+    /// layers solved once); not in the serialized report, which stays the same with reuse off.
+    #[serde(skip)]
+    pub operators_reused: usize,
     /// Per checked output, its certificate (when verified).
     pub certificate: Vec<Certificate>,
     /// Why it failed (refuted).
@@ -122,6 +126,7 @@ impl Outcome {
             verdict: Verdict::Inconclusive,
             spec_operators: 0,
             operators_skipped: 0,
+            operators_reused: 0,
             certificate: Vec::new(),
             failure: None,
             reason,

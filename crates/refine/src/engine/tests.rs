@@ -436,3 +436,151 @@ fn progress_counts_every_needed_operator_and_stops_where_the_walk_settles() {
     let (done, total, _) = progress.snapshot();
     assert_eq!(done + o.operators_skipped, total);
 }
+
+/// A llama on tp=2 with `layers` layers, forward only.
+fn llama_layers(dir: &std::path::Path, layers: usize) -> Case {
+    emit_and_load(
+        dir,
+        EmitOptions {
+            model: "llama".into(),
+            mlp: Default::default(),
+            llama: LlamaConfig {
+                layers,
+                ..LlamaConfig::default()
+            },
+            mesh: Mesh::parse("tp=2").unwrap(),
+            bug: None,
+            forward_only: true,
+            vocab_parallel: false,
+        },
+    )
+}
+
+/// A twin's relation renamed onto an operator's tensors is kept only where the check proves
+/// it: the transpose of a column-parallel weight reuses its own solution, and the same
+/// solution with the ranks' blocks swapped (a relation that does not hold) is rejected.
+#[test]
+fn a_reused_relation_is_kept_only_where_the_check_proves_it() {
+    use super::reuse::{reuse, Solved};
+    let dir = tempfile::tempdir().unwrap();
+    let case = tiny_llama(dir.path());
+    let imp = impl_of(&case);
+    let leaves: Vec<_> = (0..case.program.ranks.len())
+        .map(|r| case.rank_leaves(r))
+        .collect();
+    let (partners, _) = pair_collectives(&case.program, &case.ops, &leaves);
+    let messages = pair_messages(&case.program);
+    let ctx = LowerCtx {
+        messages: &messages,
+        custom_ops: &case.ops,
+        same_mask: false,
+        program: &case.program,
+        partners: &partners,
+        constants: &case.constants,
+        ignore_index_unused: false,
+    };
+    let spec = &case.spec;
+    let metas = shardproof_interp::infer_graph(spec, &case.ops).metas;
+    let rules: Vec<_> = crate::lemmas::library_for(&[])
+        .iter()
+        .flat_map(|l| l.rewrites())
+        .collect();
+    let opts = super::Options::default();
+    // The first weight transpose whose weight the case relates.
+    let (i, n) = (0..spec.nodes.len())
+        .find_map(|n| {
+            let node = &spec.nodes[n];
+            if node.op().map(|o| o.to_string()).as_deref() != Some("aten.t.default") {
+                return None;
+            }
+            let w = *node.inputs().first()?;
+            let i = case.inputs.iter().position(|r| r.spec_value == w)?;
+            Some((i, n))
+        })
+        .expect("a weight transpose");
+    let w = case.inputs[i].spec_value;
+    let state: HashMap<ValueId, State> = [(w, super::inputs::input_state(&case, i, &imp))].into();
+    let Lowered::Term(t) = crate::lower::lower(&ctx, spec, &metas, None, n, 0) else {
+        panic!("the transpose lowers to a term")
+    };
+    let v = ValueId::new(n, 0);
+    let mut mismatches = HashMap::new();
+    let State::Related(rel) = infer_one(
+        &imp,
+        &rules,
+        &opts,
+        &state,
+        &t,
+        None,
+        &mut mismatches,
+        v,
+        false,
+        &[],
+        &Attempt::default(),
+    ) else {
+        panic!("the transpose relates")
+    };
+    assert!(rel.clean);
+    let twin = |out: &Rel| std::sync::Arc::new(Solved::new(&t, &[], &state, out, false).unwrap());
+    let lemmas = (&rules[..], &rules[..]);
+    let (kept, _) = reuse(&imp, lemmas, &opts, &state, &t, &[], &[twin(&rel)])
+        .expect("its own solution checks");
+    assert_eq!(kept.exprs, rel.exprs);
+
+    // The ranks' blocks swapped: every leaf of rank 0 named as rank 1's and back.
+    let swap = |e: &RecExpr<Term>| -> RecExpr<Term> {
+        let text = e
+            .to_string()
+            .replace("%r0:", "%rX:")
+            .replace("%r1:", "%r0:");
+        text.replace("%rX:", "%r1:").parse().unwrap()
+    };
+    let wrong = Rel::of(rel.exprs.iter().map(swap).collect(), true);
+    assert_ne!(wrong.exprs, rel.exprs);
+    assert!(
+        reuse(&imp, lemmas, &opts, &state, &t, &[], &[twin(&wrong)]).is_none(),
+        "a relation that does not hold was kept"
+    );
+}
+
+/// A later layer's operators take the first layer's relations, checked, and the report is the
+/// one full inference gives, byte for byte (timing aside).
+#[test]
+fn later_layers_reuse_the_first_layers_relations_and_report_the_same() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = llama_layers(dir.path(), 2);
+    let run = |reuse: bool| {
+        let mut o = super::verify(
+            &case,
+            &super::Options {
+                trace: true,
+                jobs: Some(1),
+                reuse,
+                ..super::Options::default()
+            },
+        );
+        o.seconds = 0.0;
+        o
+    };
+    let (with, without) = (run(true), run(false));
+    assert_eq!(with.verdict, Verdict::Verified);
+    assert!(with.operators_reused > 0, "nothing was reused");
+    assert_eq!(without.operators_reused, 0);
+    let json = |o: &Outcome| report_text(o);
+    assert_eq!(json(&with), json(&without));
+}
+
+/// The report as text (its `Debug` form: the crate has no JSON serializer of its own).
+fn report_text(o: &Outcome) -> String {
+    format!(
+        "{:?}",
+        (
+            o.verdict,
+            &o.certificate,
+            &o.failure,
+            &o.reason,
+            &o.trace,
+            o.spec_operators
+        )
+    )
+}

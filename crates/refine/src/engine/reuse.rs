@@ -1,0 +1,561 @@
+//! Repeated layers once (issue 48, item 5): a spec operator whose inference problem repeats an
+//! earlier one's up to a renaming of tensors (the same operator in the next layer, or the
+//! sibling projection of the same layer) takes the earlier relation, renamed onto its own
+//! tensors, and checks it in a small e-graph instead of exploring the implementation again.
+//!
+//! The renaming is only a guess, and nothing rests on it: the renamed relation is kept only
+//! when a saturation of the operator over its inputs' relations, together with the
+//! implementation's own definitions of the tensors the relation names, puts every renamed
+//! expression (and every group of tensors it claims equal) in the operator's class. Every
+//! union in that e-graph is a true equation (the inputs' relations, the spec seeds, the ranks'
+//! definitions, the lemmas), as in inference itself; a check that fails falls back to the full
+//! inference, so reuse changes what is inferred only where both find a relation.
+//!
+//! Which earlier operator to try is fixed before the walk, from the spec alone
+//! ([`assign_twins`]): the nearest earlier operator whose term has the same shape over values
+//! of the same metas. The later one then waits for it (it is among what it reads), so the
+//! twin's solution is there whatever the thread count, and reports stay byte-identical.
+
+use super::explore::define;
+use super::relation::{add_rec, add_relation, add_tpl, tpl_values, Impl, Rel, State};
+use super::saturate::new_graph;
+use super::seeds::seed_spec_equations;
+use super::Options;
+use crate::lemmas::Graph;
+use crate::lower::{Lowered, Tpl, ValueRef};
+use crate::term::{is_leaf, leaf_symbol, parse_leaf, Shapes, Term};
+use egg::{Id, RecExpr, Rewrite, Runner, Symbol};
+use shardproof_ir::ValueId;
+use shardproof_ops::Meta;
+use std::collections::{HashMap, HashSet};
+use std::fmt::Write as _;
+
+/// An operator's solved inference problem, kept for the operators that name it as their twin:
+/// its inputs' relations (in the order of its term's values) and the relation it found.
+pub(super) struct Solved {
+    /// The relations its inference read ([`input_rels`]).
+    ins: Vec<Option<Rel>>,
+    /// The operator's clean relation.
+    out: Rel,
+    /// Whether only the wider attempt found it (diagnosis reads this).
+    pub(super) widened: bool,
+}
+
+impl Solved {
+    /// The problem of term `t` over `state`, solved as `out`; `None` where an input has no
+    /// relation (such an operator inherits its input's state and is never worth keeping).
+    pub(super) fn new(
+        t: &Tpl,
+        seeds: &[(Tpl, ValueId)],
+        state: &HashMap<ValueId, State>,
+        out: &Rel,
+        widened: bool,
+    ) -> Option<Solved> {
+        Some(Solved {
+            ins: input_rels(t, seeds, state)?,
+            out: out.clone(),
+            widened,
+        })
+    }
+}
+
+/// The relations an operator's inference reads: those of the values of `t`, in
+/// [`tpl_values`] order (`None` where one has none: nothing to reuse), then per seed those of
+/// its value and of its operator's values, where they have one.
+fn input_rels(
+    t: &Tpl,
+    seeds: &[(Tpl, ValueId)],
+    state: &HashMap<ValueId, State>,
+) -> Option<Vec<Option<Rel>>> {
+    let rel = |x: ValueId| match state.get(&x) {
+        Some(State::Related(r)) => Some(r.clone()),
+        _ => None,
+    };
+    let mut ins = Vec::new();
+    tpl_values(t, &mut ins);
+    let mut out = ins
+        .iter()
+        .map(|x| rel(x.value).map(Some))
+        .collect::<Option<Vec<_>>>()?;
+    for (s, w) in seeds {
+        out.push(rel(*w));
+        let mut xs = Vec::new();
+        tpl_values(s, &mut xs);
+        out.extend(xs.iter().map(|x| rel(x.value)));
+    }
+    Some(out)
+}
+
+/// The static shape of an operator's problem: its term with every spec value replaced by its
+/// first position and meta, its seeds likewise, and its output's meta. Two operators with the
+/// same signature are twins (the same operator of two layers, or two sibling projections).
+pub(super) fn signature(
+    metas: &[Vec<Option<Meta>>],
+    v: ValueId,
+    t: &Tpl,
+    seeds: &[(Tpl, ValueId)],
+) -> String {
+    let meta = |x: ValueId| {
+        metas
+            .get(x.node)
+            .and_then(|m| m.get(x.output))
+            .cloned()
+            .flatten()
+    };
+    let mut numbering: HashMap<ValueId, usize> = HashMap::new();
+    let mut out = String::new();
+    let _ = write!(out, "{:?}=", meta(v));
+    write_tpl(&mut out, t, &mut numbering, &meta);
+    for (s, w) in seeds {
+        out.push_str(";seed ");
+        let next = numbering.len();
+        let i = *numbering.entry(*w).or_insert(next);
+        let _ = write!(out, "v{i}:{:?}=", meta(*w));
+        write_tpl(&mut out, s, &mut numbering, &meta);
+    }
+    out
+}
+
+fn write_tpl(
+    out: &mut String,
+    t: &Tpl,
+    numbering: &mut HashMap<ValueId, usize>,
+    meta: &dyn Fn(ValueId) -> Option<Meta>,
+) {
+    match t {
+        Tpl::Num(n) => {
+            let _ = write!(out, "{n}");
+        }
+        Tpl::Value(x) => {
+            let next = numbering.len();
+            let i = *numbering.entry(x.value).or_insert(next);
+            let _ = write!(out, "v{i}:{:?}", meta(x.value));
+        }
+        Tpl::Op(s, kids) => {
+            let _ = write!(out, "({s}");
+            for k in kids {
+                out.push(' ');
+                write_tpl(out, k, numbering, meta);
+            }
+            out.push(')');
+        }
+    }
+}
+
+/// How many earlier operators of the same signature an operator may try, nearest first: a
+/// layer repeats several operators of one signature (the query, key and value projections,
+/// the weights' transposes), whose inputs relate differently, so the one that matches is the
+/// same operator of the previous layer, a few signatures back.
+pub(super) const MAX_TWINS: usize = 12;
+
+/// Per operator (in walk order) and output, its twins: the nearest earlier outputs with the
+/// same [`signature`], nearest first, at most [`MAX_TWINS`]; `sigs` holds each output's
+/// signature (`None`: never reused nor kept).
+pub(super) fn assign_twins(sigs: &[Vec<(ValueId, Option<String>)>]) -> Vec<Vec<Vec<ValueId>>> {
+    let mut seen: HashMap<&str, Vec<ValueId>> = HashMap::new();
+    sigs.iter()
+        .map(|outs| {
+            // Twins come from earlier nodes only: a node's outputs are inferred together.
+            let twins: Vec<Vec<ValueId>> = outs
+                .iter()
+                .map(|(_, s)| {
+                    let earlier = s.as_deref().and_then(|s| seen.get(s));
+                    earlier
+                        .map(|e| e.iter().rev().take(MAX_TWINS).copied().collect())
+                        .unwrap_or_default()
+                })
+                .collect();
+            for (v, s) in outs {
+                if let Some(s) = s {
+                    seen.entry(s.as_str()).or_default().push(*v);
+                }
+            }
+            twins
+        })
+        .collect()
+}
+
+/// Most implementation tensors a reused relation may need defined: a layer's operator reaches
+/// a few per rank (the ranks' local products and their collectives).
+const MAX_DEFINED: usize = 256;
+
+/// A renaming of the twin's implementation tensors (leaf symbols) onto this operator's.
+struct Renaming<'a> {
+    imp: &'a Impl<'a>,
+    map: HashMap<Symbol, Symbol>,
+    /// The tensors to define in the check, in dependency order.
+    defined: Vec<ValueRef>,
+}
+
+impl<'a> Renaming<'a> {
+    /// Matches `a` (the twin's) onto `b` node for node, extending the renaming of leaves;
+    /// false where they differ in anything but leaf names, or a leaf is already renamed
+    /// otherwise.
+    fn match_expr(&mut self, a: &RecExpr<Term>, b: &RecExpr<Term>) -> bool {
+        let (a, b) = (a.as_ref(), b.as_ref());
+        a.len() == b.len()
+            && a.iter().zip(b).all(|(x, y)| match (x, y) {
+                (Term::Op(s, k), Term::Op(t, l)) if is_leaf(x) && is_leaf(y) => {
+                    k.is_empty() && l.is_empty() && self.bind(*s, *t)
+                }
+                _ => x == y,
+            })
+    }
+
+    /// Binds leaf `a` to `b`: only a tensor of the same rank (a layer's renaming keeps each
+    /// rank's part), and only where `a` is not bound otherwise.
+    fn bind(&mut self, a: Symbol, b: Symbol) -> bool {
+        let rank = |s: Symbol| parse_leaf(s.as_str()).map(|p| p.0);
+        rank(a) == rank(b) && *self.map.entry(a).or_insert(b) == b
+    }
+
+    /// Whether every renamed tensor has the same implementation neighbourhood as its image:
+    /// the operators that consume it, and those that consume theirs, by name. Exploration
+    /// brings them in, so a tensor whose consumers differ (the rotary slices that read one
+    /// layout of a projection and not its sibling's) can relate in more ways than its twin.
+    fn same_neighbourhoods(&self) -> bool {
+        let mut pairs: Vec<(Symbol, Symbol)> = self.map.iter().map(|(a, b)| (*a, *b)).collect();
+        pairs.sort_unstable_by(|x, y| x.0.as_str().cmp(y.0.as_str()));
+        pairs
+            .iter()
+            .all(|&(a, b)| match (self.value(a), self.value(b)) {
+                (Some(x), Some(y)) => self.neighbourhood(x) == self.neighbourhood(y),
+                (None, None) => a == b,
+                _ => false,
+            })
+    }
+
+    /// The operators consuming `x` and, for each, those consuming its outputs, by name, sorted.
+    fn neighbourhood(&self, x: ValueRef) -> Vec<(String, Vec<String>)> {
+        let imp = self.imp;
+        let ops = |v: ValueRef| -> Vec<(usize, usize)> {
+            imp.consumers.get(&v).cloned().unwrap_or_default()
+        };
+        let name = |r: usize, n: usize| {
+            imp.case.program.ranks[r].nodes[n]
+                .op()
+                .map(|o| o.to_string())
+                .unwrap_or_default()
+        };
+        let mut out: Vec<(String, Vec<String>)> = ops(x)
+            .into_iter()
+            .map(|(r, n)| {
+                let outs = imp.case.program.ranks[r].nodes[n].outputs.len();
+                let mut next: Vec<String> = (0..outs)
+                    .flat_map(|k| {
+                        ops(imp.canon(ValueRef {
+                            rank: Some(r),
+                            value: ValueId::new(n, k),
+                        }))
+                    })
+                    .map(|(r2, n2)| name(r2, n2))
+                    .collect();
+                next.sort_unstable();
+                (name(r, n), next)
+            })
+            .collect();
+        out.sort_unstable();
+        out
+    }
+
+    /// Matches two relations in full: expressions, equal leaves and equal slices, in order
+    /// and one for one. Only an identical problem is worth the check: a twin whose inputs
+    /// relate otherwise (one equal form fewer) would give a relation that checks but differs
+    /// from what inference finds, and later operators depend on which of equal relations is
+    /// kept (llama tp=2 went inconclusive with a looser match).
+    fn match_rel(&mut self, a: &Rel, b: &Rel) -> bool {
+        a.exprs.len() == b.exprs.len()
+            && a.equal_leaves.len() == b.equal_leaves.len()
+            && a.equal_slices.len() == b.equal_slices.len()
+            && a.exprs
+                .iter()
+                .zip(&b.exprs)
+                .all(|(x, y)| self.match_expr(x, y))
+            && a.equal_leaves
+                .iter()
+                .zip(&b.equal_leaves)
+                .all(|(g, h)| g.len() == h.len() && g.iter().zip(h).all(|(s, t)| self.bind(*s, *t)))
+            && a.equal_slices.iter().zip(&b.equal_slices).all(|(g, h)| {
+                g.len() == h.len() && g.iter().zip(h).all(|(x, y)| self.match_expr(x, y))
+            })
+    }
+
+    fn value(&self, sym: Symbol) -> Option<ValueRef> {
+        let (r, name) = parse_leaf(sym.as_str())?;
+        let v = self.imp.case.program.ranks.get(r)?.find(name)?;
+        Some(self.imp.canon(ValueRef {
+            rank: Some(r),
+            value: v,
+        }))
+    }
+
+    fn symbol(&self, v: ValueRef) -> Symbol {
+        Symbol::from(leaf_symbol(v.rank.unwrap_or(0), &self.imp.name(v)))
+    }
+
+    /// The image of the twin's leaf `sym`: already renamed, else the implementation tensor
+    /// computed from the images of its inputs by the same operator (found among their
+    /// consumers), whose definition the check then needs. `None` where there is none.
+    fn image(&mut self, sym: Symbol, depth: usize) -> Option<Symbol> {
+        if let Some(&s) = self.map.get(&sym) {
+            return Some(s);
+        }
+        if depth > 64 || self.defined.len() >= MAX_DEFINED {
+            return None;
+        }
+        let imp = self.imp;
+        let x = self.value(sym)?;
+        let Some(Lowered::Term(tx)) = imp.lowered.get(&x) else {
+            return None;
+        };
+        let mut ins = Vec::new();
+        tpl_values(tx, &mut ins);
+        let mut images = Vec::with_capacity(ins.len());
+        for i in &ins {
+            let i = imp.canon(*i);
+            if imp.const_only.contains(&i) {
+                images.push(None);
+                continue;
+            }
+            let s = self.image(self.symbol(i), depth + 1)?;
+            images.push(Some(self.value(s)?));
+        }
+        let first = images.iter().flatten().next().copied()?;
+        let mut candidates: Vec<ValueRef> = imp
+            .consumers
+            .get(&first)
+            .into_iter()
+            .flatten()
+            .map(|&(r, n)| ValueRef {
+                rank: Some(r),
+                value: ValueId::new(n, x.value.output),
+            })
+            .filter(|w| w.rank == x.rank && imp.canon(*w) == *w && !imp.cut.contains(w))
+            .collect();
+        candidates.sort_unstable();
+        candidates.dedup();
+        let w = candidates.into_iter().find(|w| {
+            let Some(Lowered::Term(tw)) = imp.lowered.get(w) else {
+                return false;
+            };
+            let mut wins = Vec::new();
+            tpl_values(tw, &mut wins);
+            same_shape(tx, tw)
+                && wins.len() == images.len()
+                && wins.iter().zip(&images).all(|(y, m)| {
+                    let y = imp.canon(*y);
+                    match m {
+                        Some(m) => y == *m,
+                        None => imp.const_only.contains(&y),
+                    }
+                })
+        })?;
+        let s = self.symbol(w);
+        self.map.insert(sym, s);
+        self.defined.push(w);
+        Some(s)
+    }
+
+    /// `e` with every leaf renamed (extending the renaming through the implementation where
+    /// needed); `None` where a leaf has no image.
+    fn rename(&mut self, e: &RecExpr<Term>) -> Option<RecExpr<Term>> {
+        let mut out = RecExpr::default();
+        for n in e.as_ref() {
+            let n = match n {
+                Term::Op(s, k) if k.is_empty() && is_leaf(n) => {
+                    Term::Op(self.image(*s, 0)?, Vec::new())
+                }
+                other => other.clone(),
+            };
+            out.add(n);
+        }
+        Some(out)
+    }
+
+    fn rename_rel(&mut self, r: &Rel) -> Option<Rel> {
+        let exprs = r
+            .exprs
+            .iter()
+            .map(|e| self.rename(e))
+            .collect::<Option<Vec<_>>>()?;
+        let equal_leaves = r
+            .equal_leaves
+            .iter()
+            .map(|g| {
+                g.iter()
+                    .map(|s| self.image(*s, 0))
+                    .collect::<Option<Vec<_>>>()
+            })
+            .collect::<Option<Vec<_>>>()?;
+        let equal_slices = r
+            .equal_slices
+            .iter()
+            .map(|g| g.iter().map(|e| self.rename(e)).collect::<Option<Vec<_>>>())
+            .collect::<Option<Vec<_>>>()?;
+        Some(Rel {
+            exprs,
+            clean: r.clean,
+            equal_leaves,
+            equal_slices,
+            explored: Vec::new(),
+        })
+    }
+}
+
+/// A set of lemmas' rewrites.
+type Lemmas<'a> = &'a [Rewrite<Term, Shapes>];
+
+/// Whether two terms are the same operators and numbers, whatever values they read.
+fn same_shape(a: &Tpl, b: &Tpl) -> bool {
+    match (a, b) {
+        (Tpl::Value(_), Tpl::Value(_)) => true,
+        (Tpl::Num(x), Tpl::Num(y)) => x == y,
+        (Tpl::Op(s, k), Tpl::Op(t, l)) => {
+            s == t && k.len() == l.len() && k.iter().zip(l).all(|(x, y)| same_shape(x, y))
+        }
+        _ => false,
+    }
+}
+
+/// The relation of the operator `t` (seeded with `seeds`) over `state`, by the solution of the
+/// first of its `twins` whose inputs relate alike and whose renamed tensors have the same
+/// neighbourhoods, renamed onto its tensors and checked ([`check`]); `None` where no twin is
+/// alike or the check does not close.
+pub(super) fn reuse(
+    imp: &Impl,
+    rules: (Lemmas, Lemmas),
+    opts: &Options,
+    state: &HashMap<ValueId, State>,
+    t: &Tpl,
+    seeds: &[(Tpl, ValueId)],
+    twins: &[std::sync::Arc<Solved>],
+) -> Option<(Rel, bool)> {
+    let ins = input_rels(t, seeds, state)?;
+    let found = twins.iter().find_map(|twin| {
+        let mut renaming = Renaming {
+            imp,
+            map: HashMap::new(),
+            defined: Vec::new(),
+        };
+        let alike = twin.ins.len() == ins.len()
+            && twin.ins.iter().zip(&ins).all(|(a, b)| match (a, b) {
+                (Some(a), Some(b)) => renaming.match_rel(a, b),
+                (None, None) => true,
+                _ => false,
+            });
+        if !alike {
+            return None;
+        }
+        let candidate = renaming.rename_rel(&twin.out)?;
+        renaming
+            .same_neighbourhoods()
+            .then_some((twin, renaming, candidate))
+    });
+    let (twin, renaming, candidate) = found?;
+    let lemmas = if twin.widened { rules.1 } else { rules.0 };
+    let ok = check(
+        imp,
+        lemmas,
+        opts,
+        state,
+        t,
+        seeds,
+        &candidate,
+        &renaming.defined,
+    );
+    ok.then_some((candidate, twin.widened))
+}
+
+/// Whether `candidate` is a relation of the operator `t` over `state`: in an e-graph of the
+/// operator over its inputs' relations and seeds, with the definitions of `defined` (the
+/// implementation tensors the candidate names beyond its inputs'), saturation puts each of its
+/// expressions in the operator's class and each of its groups of equal tensors and slices in
+/// one class. The run stops as soon as they are, or at the node and iteration limits.
+#[allow(clippy::too_many_arguments)]
+fn check(
+    imp: &Impl,
+    rules: &[Rewrite<Term, Shapes>],
+    opts: &Options,
+    state: &HashMap<ValueId, State>,
+    t: &Tpl,
+    seeds: &[(Tpl, ValueId)],
+    candidate: &Rel,
+    defined: &[ValueRef],
+) -> bool {
+    let mut eg = new_graph(imp);
+    let mut ins = Vec::new();
+    tpl_values(t, &mut ins);
+    let mut ids: HashMap<ValueId, Id> = HashMap::new();
+    for x in &ins {
+        if ids.contains_key(&x.value) {
+            continue;
+        }
+        let Some(State::Related(r)) = state.get(&x.value) else {
+            return false;
+        };
+        ids.insert(x.value, add_relation(&mut eg, imp, r));
+    }
+    seed_spec_equations(&mut eg, imp, state, seeds, &mut ids);
+    let root = add_tpl(&mut eg, t, &mut |_, x| ids[&x.value]);
+    let mut added = HashSet::new();
+    for &d in defined {
+        if added.insert(d) {
+            define(&mut eg, imp, d, &mut added);
+        }
+    }
+    // Each goal: classes that must end as one.
+    let mut goals: Vec<Vec<Id>> = vec![std::iter::once(root)
+        .chain(candidate.exprs.iter().map(|e| add_rec(&mut eg, imp, e)))
+        .collect()];
+    for g in &candidate.equal_leaves {
+        goals.push(
+            g.iter()
+                .map(|s| {
+                    let mut e = RecExpr::default();
+                    e.add(Term::Op(*s, Vec::new()));
+                    add_rec(&mut eg, imp, &e)
+                })
+                .collect(),
+        );
+    }
+    for g in &candidate.equal_slices {
+        goals.push(g.iter().map(|e| add_rec(&mut eg, imp, e)).collect());
+    }
+    let met = |eg: &Graph, goals: &[Vec<Id>]| {
+        goals
+            .iter()
+            .all(|g| g.iter().all(|&x| eg.find(x) == eg.find(g[0])))
+    };
+    crate::lemmas::mark_zero_blocks(&mut eg);
+    eg.rebuild();
+    if met(&eg, &goals) {
+        return true;
+    }
+    eg.analysis.node_cap = opts.node_limit.saturating_mul(10);
+    let runner = Runner::default()
+        .with_egraph(eg)
+        .with_iter_limit(opts.iter_limit * 2)
+        .with_node_limit(opts.node_limit)
+        // As in inference: the limits, never the machine's load, end a run.
+        .with_time_limit(std::time::Duration::from_secs(120))
+        .with_hook({
+            let goals = goals.clone();
+            move |r| {
+                if crate::lemmas::mark_zero_blocks(&mut r.egraph) {
+                    r.egraph.rebuild();
+                }
+                if met(&r.egraph, &goals) {
+                    return Err("met".into());
+                }
+                Ok(())
+            }
+        })
+        .run(rules);
+    let mut eg = runner.egraph;
+    eg.rebuild();
+    if met(&eg, &goals) {
+        return true;
+    }
+    crate::lemmas::merge_equal_sums(&mut eg);
+    met(&eg, &goals)
+}

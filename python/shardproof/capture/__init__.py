@@ -89,13 +89,22 @@ def _as_tuple(xs: Any) -> tuple:
     return tuple(xs) if isinstance(xs, (tuple, list)) else (xs,)
 
 
-def _run_children(job: Job, world: int, workdir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The spec and every rank, each in a forked process; their results in order."""
+def _run_children(
+    job: Any,
+    world: int,
+    workdir: Path,
+    target: Callable[[Any, int | None, str], None] | None = None,
+    width: int | None = None,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The spec and every rank, each in a forked process running `target(job, rank, path)`
+    (`child_main` by default), at most `width` at once (the CPU count by default); their
+    results in order."""
     ctx = multiprocessing.get_context("fork")
+    target = target or child_main
     jobs: list[tuple[int | None, Path]] = [(None, workdir / "spec.json")]
     jobs += [(r, workdir / f"r{r}.json") for r in range(world)]
     running: list[tuple[Any, int | None, Path]] = []
-    width = max(1, min(len(jobs), os.cpu_count() or 1))
+    width = max(1, min(len(jobs), width or os.cpu_count() or 1))
     pending = list(jobs)
     results: dict[int | None, dict[str, Any]] = {}
 
@@ -115,7 +124,7 @@ def _run_children(job: Job, world: int, workdir: Path) -> tuple[dict[str, Any], 
         while pending or running:
             while pending and len(running) < width:
                 what, path = pending.pop(0)
-                proc = ctx.Process(target=child_main, args=(job, what, str(path)))
+                proc = ctx.Process(target=target, args=(job, what, str(path)))
                 proc.start()
                 running.append((proc, what, path))
             reap(running.pop(0))

@@ -33,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
-import multiprocessing
 import os
 import shutil
 import tempfile
@@ -44,7 +43,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from . import Capture, _as_tuple, _assumptions, _write
+from . import Capture, _as_tuple, _assumptions, _run_children, _write
 from ._layout import CaptureError, Layout, local_piece, parse_layout, placement_text
 from ._trace import Program, collective_groups, graph_text, tensor_name, trace
 
@@ -317,33 +316,11 @@ def capture_megatron(
     outdir = Path(out)
     outdir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".capture-", dir=outdir))
-    ctx = multiprocessing.get_context("fork")
-    results: list[dict[str, Any]] = []
-    running: list[tuple[Any, int | None, Path]] = []
     try:
         # Every program at once: most of a capture process's time is importing Megatron.
-        for what in [None, *range(tp)]:
-            path = work / ("spec.json" if what is None else f"r{what}.json")
-            proc = ctx.Process(target=_child, args=(job, what, str(path)))
-            proc.start()
-            running.append((proc, what, path))
-        while running:
-            proc, what, path = running.pop(0)
-            proc.join()
-            who = "the spec" if what is None else f"rank {what}"
-            if not path.exists():
-                raise CaptureError(f"capturing {who} ended without a result (exit code {proc.exitcode})")
-            payload = json.loads(path.read_text())
-            if "error" in payload:
-                detail = payload.get("traceback", "") if os.environ.get("SHARDPROOF_CAPTURE_DEBUG") else ""
-                raise CaptureError(f"capturing {who}: {payload['error']}\n{detail}".rstrip())
-            results.append(payload["ok"])
+        spec, ranks = _run_children(job, tp, work, target=_child, width=tp + 1)
     finally:
-        for proc, _, _ in running:
-            proc.kill()
-            proc.join()
         shutil.rmtree(work, ignore_errors=True)
-    spec, ranks = results[0], results[1:]
     for r, res in enumerate(ranks):
         for key in ("fqns", "data_names", "loss_names", "trainable"):
             if res[key] != spec[key]:

@@ -10,13 +10,16 @@
 //! counted.
 
 use proptest::prelude::*;
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use shardproof_check::{check_case, propagate, Place, Red};
 use shardproof_interp::{run_graph, RunConfig};
 use shardproof_ir::{DType, ValueId};
 use shardproof_ops::{Meta, Tensor};
 use std::collections::BTreeMap;
+
+mod common;
+use common::values::{close, concat, random};
 
 #[derive(Clone, Copy, Debug)]
 enum In {
@@ -278,34 +281,6 @@ fn fx(shapes: &[Vec<usize>], call: &str, out: &[usize]) -> String {
         "class GraphModule(torch.nn.Module):\n    def forward(self, {}):\n        out: \"f64{out:?}\" = {call}\n        return (out,)\n",
         params.join(", ")
     )
-}
-
-fn random(shape: &[usize], rng: &mut ChaCha8Rng) -> Tensor {
-    let n = shape.iter().product();
-    Tensor::new(
-        Meta::new(DType::F64, shape.to_vec()),
-        (0..n).map(|_| rng.random_range(-1.0..1.0)).collect(),
-    )
-}
-
-/// Concatenates row-major tensors of `shape` along `d`.
-fn concat(parts: &[Vec<f64>], shape: &[usize], d: usize) -> Vec<f64> {
-    let outer: usize = shape[..d].iter().product();
-    let inner: usize = shape[d..].iter().product();
-    let mut out = Vec::with_capacity(parts.len() * outer * inner);
-    for o in 0..outer {
-        for p in parts {
-            out.extend_from_slice(&p[o * inner..(o + 1) * inner]);
-        }
-    }
-    out
-}
-
-fn close(a: &[f64], b: &[f64]) -> bool {
-    a.len() == b.len()
-        && a.iter()
-            .zip(b)
-            .all(|(x, y)| (x - y).abs() <= 1e-9 * (1.0 + y.abs()))
 }
 
 /// How the pieces along one mesh dim make up the tensor.

@@ -8,13 +8,16 @@
 //! batch's contiguous rows).
 
 use proptest::prelude::*;
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use shardproof_check::{propagate, Place, Red};
 use shardproof_interp::{run_graph, RunConfig};
 use shardproof_ir::{DType, ValueId};
 use shardproof_ops::{Meta, Tensor};
 use std::collections::BTreeMap;
+
+mod common;
+use common::values::{close, concat, random};
 
 /// The second operand of a case.
 #[derive(Clone, Copy, Debug)]
@@ -64,34 +67,6 @@ fn pre(op: usize, m: usize, c: usize) -> Vec<(&'static str, Vec<usize>, String)>
         9 => vec![("at", vec![c, m], "torch.ops.aten.t.default(a)".into())],
         _ => vec![],
     }
-}
-
-fn random(shape: &[usize], rng: &mut ChaCha8Rng) -> Tensor {
-    let n = shape.iter().product();
-    Tensor::new(
-        Meta::new(DType::F64, shape.to_vec()),
-        (0..n).map(|_| rng.random_range(-1.0..1.0)).collect(),
-    )
-}
-
-/// Concatenates row-major tensors of `shape` along `d`.
-fn concat(parts: &[Vec<f64>], shape: &[usize], d: usize) -> Vec<f64> {
-    let outer: usize = shape[..d].iter().product();
-    let inner: usize = shape[d..].iter().product();
-    let mut out = Vec::new();
-    for o in 0..outer {
-        for p in parts {
-            out.extend_from_slice(&p[o * inner..(o + 1) * inner]);
-        }
-    }
-    out
-}
-
-fn close(a: &[f64], b: &[f64]) -> bool {
-    a.len() == b.len()
-        && a.iter()
-            .zip(b)
-            .all(|(x, y)| (x - y).abs() <= 1e-9 * (1.0 + y.abs()))
 }
 
 /// A graph module: inputs `params` (name, shape), body lines `(name, shape, call)`, the last

@@ -48,6 +48,15 @@ pub struct ProveArgs {
     pub(crate) merge: Option<PathBuf>,
 }
 
+/// The CLI verdict (and exit code) of a prover verdict.
+pub(crate) fn verdict_of(v: ProofVerdict) -> Verdict {
+    match v {
+        ProofVerdict::Proved => Verdict::Holds,
+        ProofVerdict::Refuted => Verdict::Violated,
+        ProofVerdict::Inconclusive => Verdict::Inconclusive,
+    }
+}
+
 fn parse_shard(text: &str) -> Result<(usize, usize), String> {
     shardproof_prove::stage::shard::parse_shard(text)
 }
@@ -155,11 +164,7 @@ pub fn main(args: &ProveArgs) -> Verdict {
             return Verdict::Inconclusive;
         }
     };
-    let mut verdict = match proof.verdict {
-        ProofVerdict::Proved => Verdict::Holds,
-        ProofVerdict::Refuted => Verdict::Violated,
-        ProofVerdict::Inconclusive => Verdict::Inconclusive,
-    };
+    let mut verdict = verdict_of(proof.verdict);
     if let (Some(dir), Some(cx)) = (&args.counterexample, &proof.counterexample) {
         if let Err(e) = cx.write(dir, &proof.case) {
             return invalid(

@@ -2,7 +2,7 @@
 //! case is cut into stages proved on their own and chained (crates/prove, `stage`).
 
 use crate::output::{self, HtmlFile};
-use crate::prove::{invalid, layers_text, ProveArgs};
+use crate::prove::{invalid, layers_text, verdict_of, ProveArgs};
 use crate::Verdict;
 use shardproof_case::Case;
 use shardproof_prove::stage::{self, shard, StagedProof};
@@ -10,14 +10,6 @@ use shardproof_prove::{ProveConfig, Verdict as ProofVerdict};
 use shardproof_report::{self as report, Checked, Command, Status};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
-
-fn verdict_of(v: ProofVerdict) -> Verdict {
-    match v {
-        ProofVerdict::Proved => Verdict::Holds,
-        ProofVerdict::Refuted => Verdict::Violated,
-        ProofVerdict::Inconclusive => Verdict::Inconclusive,
-    }
-}
 
 /// Proves `case` in stages as the arguments ask and prints the report.
 pub fn main(

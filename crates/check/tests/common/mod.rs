@@ -1,2 +1,3 @@
 //! Helpers of the integration tests.
 pub mod plans;
+pub mod values;

@@ -68,8 +68,8 @@ fn emit_and_load(dir: &std::path::Path, opts: EmitOptions) -> Case {
     shardproof_case::load_case(&dir.join("case.yaml")).unwrap()
 }
 
-/// The engine's view of `case`'s ranks, as `verify` builds it.
-fn impl_of(case: &Case) -> Impl<'_> {
+/// Runs `f` with the lowering context of `case`'s ranks, as `verify` builds it.
+fn with_ctx<R>(case: &Case, f: impl FnOnce(&LowerCtx) -> R) -> R {
     let leaves: Vec<_> = (0..case.program.ranks.len())
         .map(|r| case.rank_leaves(r))
         .collect();
@@ -84,7 +84,12 @@ fn impl_of(case: &Case) -> Impl<'_> {
         constants: &case.constants,
         ignore_index_unused: false,
     };
-    build_impl(case, &ctx)
+    f(&ctx)
+}
+
+/// The engine's view of `case`'s ranks, as `verify` builds it.
+fn impl_of(case: &Case) -> Impl<'_> {
+    with_ctx(case, |ctx| build_impl(case, ctx))
 }
 
 /// Scales of scales fold into one, inside an expression too, and a unit factor drops; the
@@ -465,20 +470,6 @@ fn a_reused_relation_is_kept_only_where_the_check_proves_it() {
     let dir = tempfile::tempdir().unwrap();
     let case = tiny_llama(dir.path());
     let imp = impl_of(&case);
-    let leaves: Vec<_> = (0..case.program.ranks.len())
-        .map(|r| case.rank_leaves(r))
-        .collect();
-    let (partners, _) = pair_collectives(&case.program, &case.ops, &leaves);
-    let messages = pair_messages(&case.program);
-    let ctx = LowerCtx {
-        messages: &messages,
-        custom_ops: &case.ops,
-        same_mask: false,
-        program: &case.program,
-        partners: &partners,
-        constants: &case.constants,
-        ignore_index_unused: false,
-    };
     let spec = &case.spec;
     let metas = shardproof_interp::infer_graph(spec, &case.ops).metas;
     let rules: Vec<_> = crate::lemmas::library_for(&[])
@@ -500,7 +491,9 @@ fn a_reused_relation_is_kept_only_where_the_check_proves_it() {
         .expect("a weight transpose");
     let w = case.inputs[i].spec_value;
     let state: HashMap<ValueId, State> = [(w, super::inputs::input_state(&case, i, &imp))].into();
-    let Lowered::Term(t) = crate::lower::lower(&ctx, spec, &metas, None, n, 0) else {
+    let Lowered::Term(t) = with_ctx(&case, |ctx| {
+        crate::lower::lower(ctx, spec, &metas, None, n, 0)
+    }) else {
         panic!("the transpose lowers to a term")
     };
     let v = ValueId::new(n, 0);

@@ -8,8 +8,9 @@
 //! Forward and backward of one rank graph: the forward is everything the loss (a 0-d float
 //! output of the graph) depends on; the backward is every other call that depends on the
 //! forward. A rank without a loss (an early pipeline stage) has a backward when it both sends
-//! and receives floating-point messages; there the forward sends to a peer pair with the recvs
-//! from it, one for one. A rank with neither has no backward, and the check does not apply.
+//! and receives floating-point messages along the pipeline (`pp`); there the forward sends to
+//! a peer pair with the recvs from it, one for one (messages along other mesh dims, a ring's,
+//! are no stage boundary). A rank with neither has no backward, and the check does not apply.
 //! Only floating-point tensors carry gradients: integer and boolean traffic (token ids,
 //! masks) needs no dual.
 
@@ -174,7 +175,22 @@ pub fn duality(
             return Vec::new();
         }
     } else {
-        // No loss here: a pipeline stage has a backward when it both sends and receives.
+        // No loss here: a pipeline stage has a backward when it both sends and receives
+        // along the pipeline (`pp`). Messages along other mesh dims are no stage boundary (a
+        // context-parallel ring passes chunks forward to one peer and takes them from
+        // another), so they pair with nothing here.
+        let pp = mesh.dims.iter().position(|(name, _)| name == "pp");
+        let along_pp = |peer: usize| {
+            let (a, b) = (mesh.coords(rank), mesh.coords(peer));
+            pp.is_some_and(|d| a[d] != b[d]) && (0..a.len()).all(|k| Some(k) == pp || a[k] == b[k])
+        };
+        let comms: Vec<Option<Comm>> = comms
+            .into_iter()
+            .map(|c| match c {
+                Some(Comm::Send(p) | Comm::Recv(p)) if !along_pp(p) => None,
+                c => c,
+            })
+            .collect();
         let sends = comms.iter().any(|c| matches!(c, Some(Comm::Send(_))));
         let recvs = comms.iter().any(|c| matches!(c, Some(Comm::Recv(_))));
         if !(sends && recvs) {

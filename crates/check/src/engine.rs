@@ -3,6 +3,7 @@
 
 use crate::place::{Place, Red};
 use crate::report::{Check, RawFinding};
+use crate::ring::{self, RingMode};
 use crate::rows::{self, RowsMode};
 use crate::rules::{self, Ctx, Exempt, Hint, Kind, Literals, Violation};
 use shardproof_ir::{
@@ -109,6 +110,9 @@ pub struct Shared<'a> {
     pub view_matches: Vec<std::sync::Arc<Vec<Option<u32>>>>,
     /// The row selections met so far ([`Place::Rows`]), numbered in the order met.
     pub rows: std::cell::RefCell<crate::place::RowTable>,
+    /// The values whose pieces travel along rings ([`Place::Rolled`]), numbered in the order
+    /// met.
+    pub ring_roots: std::cell::RefCell<ring::RingRoots>,
 }
 
 /// The views of a spec (`view`, `reshape`, `_unsafe_view`), by index, with their operator
@@ -387,7 +391,8 @@ const NONE: u32 = u32::MAX;
 
 /// What the recv of rank `r` reads from the send at node `j` of rank `s`, whose placements
 /// are `sender` (`None`, or not yet reached: `Unknown`): per mesh dim, the sender's placement
-/// of the sent tensor, `Varying` where a shard or partial moved along the mesh dim.
+/// of the sent tensor; a shard that moved along the mesh dim is the sender's piece
+/// ([`Place::Rolled`]), a blocked shard or rows that moved `Varying`, a partial `Unknown`.
 fn recv_read(
     sh: &Shared,
     r: usize,
@@ -402,13 +407,20 @@ fn recv_read(
     match (sender, sent) {
         (Some(sp), Some(v)) if sp.offsets.len() == program.ranks[s].nodes.len() => {
             let (sc, rc) = (mesh.coords(s), mesh.coords(r));
+            let sender = &program.ranks[s];
             sp.of(v, nd)
                 .iter()
                 .enumerate()
                 .map(|(m, &p)| match p {
-                    Place::Shard(_) | Place::Blocked(..) | Place::Rows(..) if sc[m] != rc[m] => {
-                        Place::Varying
+                    Place::Shard(_) | Place::Rolled(..) | Place::Permuted(..) if sc[m] != rc[m] => {
+                        let root = sh.ring_roots.borrow_mut().intern(
+                            &sender.nodes[v.node].name,
+                            v.output,
+                            sh.structure[s][v.node],
+                        );
+                        ring::moved(p, sc[m], rc[m], mesh.dims[m].1, root)
                     }
+                    Place::Blocked(..) | Place::Rows(..) if sc[m] != rc[m] => Place::Varying,
                     // Another coordinate's piece of a pending sum: whether the receivers'
                     // pieces still sum to the tensor depends on who sends to whom, which no
                     // placement records; `Varying` would let a gather or an all-reduce pass.
@@ -810,7 +822,33 @@ fn propagate_rank_from(
                     // A partial sum with a split dim recorded: only views, permutes, copies
                     // and the reduce-scatter read the record; to the others it is a partial.
                     let split_ok = gathered_ok || rule.family == "reduce-scatter";
-                    let raw_place = |v: ValueId| match rp.of(v, nd)[m] {
+                    // Ring placements: the rule sees them as their base where the operator
+                    // keeps or drops the ring's order, as `Varying` otherwise.
+                    let ring_mode = if inputs.iter().any(|&v| {
+                        matches!(rp.of(v, nd)[m], Place::Rolled(..) | Place::Permuted(..))
+                    }) {
+                        ring::ring_mode(
+                            rule.family,
+                            &op.name,
+                            &bound,
+                            mesh.dims[m].1,
+                            |v| rp.of(v, nd)[m],
+                            meta_of,
+                            |v: ValueId| {
+                                sh.ring_roots.borrow_mut().intern(
+                                    &g.nodes[v.node].name,
+                                    v.output,
+                                    sh.structure[r][v.node],
+                                )
+                            },
+                            outs.first()
+                                .and_then(|mm| mm.as_ref())
+                                .map_or(0, |mm| mm.shape.len()),
+                        )
+                    } else {
+                        RingMode::None
+                    };
+                    let raw_place = |v: ValueId| match ring::seen(rp.of(v, nd)[m], ring_mode) {
                         Place::Blocked(..) if !blocked_ok => Place::Varying,
                         Place::Stacked(_) | Place::Gathered(..) if !gathered_ok => Place::Varying,
                         Place::PartialSplit(..) | Place::PartialStacked(_) if !split_ok => {
@@ -863,6 +901,7 @@ fn propagate_rank_from(
                             .map(|(k, &p)| match p {
                                 _ if k == m => place(v),
                                 Place::Rows(d, _) => Place::Shard(d),
+                                Place::Rolled(..) | Place::Permuted(..) => Place::Varying,
                                 p => p,
                             })
                             .collect()
@@ -911,10 +950,18 @@ fn propagate_rank_from(
                         pipeline_dim: mesh.dims[m].0 == "pp",
                         rows: &|k| sh.rows.borrow_mut().intern(k),
                     };
-                    let (mut result, mut violation) = match (rule.f)(&ctx) {
-                        Ok(v) => (v, None),
-                        Err(v) => (v.recover.clone(), Some(v)),
+                    let (mut result, mut violation) = match ring_mode {
+                        RingMode::Result(p) => (vec![p; nout], None),
+                        _ => match (rule.f)(&ctx) {
+                            Ok(v) => (v, None),
+                            Err(v) => (v.recover.clone(), Some(v)),
+                        },
                     };
+                    if matches!(ring_mode, RingMode::Rolled(..) | RingMode::Permuted { .. }) {
+                        for p in &mut result {
+                            *p = ring::ring_output(*p, ring_mode);
+                        }
+                    }
                     if let RowsMode::AsShard { id, v, d } = rows_mode {
                         let in_size = meta_of(v).and_then(|mm| mm.shape.get(d as usize).copied());
                         let mut table = sh.rows.borrow_mut();
@@ -1059,7 +1106,10 @@ fn propagate_rank_from(
                             || (first_scaled && keeps));
                     if varies && rule.literals == Literals::Vary {
                         for p in &mut result {
-                            if *p == Place::Replicate {
+                            if matches!(
+                                *p,
+                                Place::Replicate | Place::Rolled(..) | Place::Permuted(..)
+                            ) {
                                 *p = Place::Varying;
                             }
                         }
@@ -1120,6 +1170,16 @@ fn propagate_rank_from(
                 }
                 if rules::pairs_elements(rule.family) {
                     mixed_shards(sh, r, i, &inputs, nout, nd, &meta_of, &mut rp);
+                }
+                // A ring's pieces or order on one mesh dim where another splits the same
+                // tensor dim: which piece, in which order, would depend on both coordinates.
+                for o in 0..nout {
+                    let at = (base + o) * nd;
+                    for m in 0..nd {
+                        if ring::crosses(&rp.places[at..at + nd], m) {
+                            rp.places[at + m] = Place::Varying;
+                        }
+                    }
                 }
             }
         }

@@ -41,13 +41,14 @@ pub mod pipeline;
 mod place;
 pub mod plan;
 mod report;
+mod ring;
 mod rows;
 pub mod rules;
 pub mod synth;
 mod temporal;
 
 pub use engine::{group_dims, RankPlacements};
-pub use place::{Place, Red, RowKey, RowTable, SpmdType};
+pub use place::{perm_code, perm_offsets, Place, Red, RowKey, RowTable, SpmdType};
 pub use report::{ranks_text, Check, Finding, RawFinding, Report, UnknownSource, Verdict};
 
 use engine::{
@@ -206,6 +207,7 @@ pub fn propagate_counted(case: &Case, progress: &Progress) -> Result<Propagation
         view_matches,
         graph_class,
         rows: Default::default(),
+        ring_roots: Default::default(),
     };
     // Who receives from whom: a rank's placements depend only on its own graph and on the
     // placements its senders had when it read them.
@@ -335,7 +337,10 @@ fn check_unfixed(case: &Case, progress: &Progress) -> Result<Report, Invalid> {
                     (w, h) if w == h => true,
                     // Differs across ranks, but in no layout the checker knows: whether it is
                     // the declared shard is not proven (inconclusive, never a pass).
-                    (Place::Shard(_), Place::Varying | Place::Rows(..)) => {
+                    (
+                        Place::Shard(_),
+                        Place::Varying | Place::Rows(..) | Place::Rolled(..) | Place::Permuted(..),
+                    ) => {
                         unchecked += 1;
                         unknown_outputs.insert(format!(
                             "{} ({have} over `{}` where {want} is declared: layout not proven)",
@@ -351,7 +356,10 @@ fn check_unfixed(case: &Case, progress: &Progress) -> Result<Report, Invalid> {
                     let dim = &program.mesh.dims[m].0;
                     let what = match have {
                         Place::Partial(_) | Place::Unmasked => "an unreduced partial sum",
-                        Place::Varying | Place::Rows(..) => {
+                        Place::Varying
+                        | Place::Rows(..)
+                        | Place::Rolled(..)
+                        | Place::Permuted(..) => {
                             "a tensor that differs across ranks in no declared layout"
                         }
                         _ => "a different placement",

@@ -54,6 +54,21 @@ pub enum Place {
     /// dim `j` outermost (ZeRO's gradient moved to column-block-major order): a reduce-scatter
     /// over the mesh dim leaves coordinate `r` piece `r` of dim `j`, a `Shard(j)`.
     PartialStacked(u8),
+    /// `Rolled(d, k, root)`, `0 <= k < n`: coordinate `r` holds piece `(r + k) mod n` of the
+    /// value `root` (numbered in the check's table of ring roots: a node, by name, output and
+    /// structure), which is `Shard(d)` (a shard passed along a ring: a recv of the piece
+    /// coordinate `r + k` sent). Only copies, sends and a concatenation of every piece of one
+    /// root ([`Place::Permuted`]) read it; every other rule sees `Varying`.
+    Rolled(u8, u8, u16),
+    /// `Permuted(p, code, base)`: dim `p` holds every piece of a shard of `p`, coordinate `r`
+    /// holding at position `t` the piece `(r + k_t) mod n`, where `k` is the permutation of
+    /// `0..n` numbered `code` ([`perm_offsets`]); with dim `p` put back in piece order, the
+    /// tensor is `base` (`u8::MAX`: `Replicate()`, else `Shard(base)`, never `p`). It is what a
+    /// ring that concatenates every coordinate's keys holds (the seed's ring attention). Rules
+    /// that commute with a permutation of dim `p` (element-wise with operands of the same
+    /// order, softmax, transposes) keep it, sums over `p` and products that contract `p` on
+    /// both sides in the same order drop it; see `ring.rs`.
+    Permuted(u8, u16, u8),
     /// Differs across coordinates, in no known layout (SPMD type V): possibly a shard whose
     /// layout the checker lost, so a rule that needs a layout proven (a reduction over the
     /// group, a norm, a declared shard) makes no claim from it.
@@ -207,7 +222,12 @@ impl Place {
         Some(match self {
             Place::Replicate if invariant => SpmdType::I,
             Place::Replicate | Place::Stacked(_) | Place::Gathered(..) => SpmdType::R,
-            Place::Shard(_) | Place::Blocked(..) | Place::Rows(..) | Place::Varying => SpmdType::V,
+            Place::Shard(_)
+            | Place::Blocked(..)
+            | Place::Rows(..)
+            | Place::Rolled(..)
+            | Place::Permuted(..)
+            | Place::Varying => SpmdType::V,
             Place::Partial(_)
             | Place::Unmasked
             | Place::PartialSplit(..)
@@ -260,6 +280,47 @@ impl Place {
     }
 }
 
+/// The Lehmer number of `offsets`, a permutation of `0..n` (`n <= 8`, so the number fits a
+/// `u16`); `None` for anything else. See [`Place::Permuted`].
+pub fn perm_code(offsets: &[usize]) -> Option<u16> {
+    let n = offsets.len();
+    if n == 0 || n > 8 {
+        return None;
+    }
+    let mut seen = [false; 8];
+    let mut code = 0usize;
+    for (i, &k) in offsets.iter().enumerate() {
+        if k >= n || seen[k] {
+            return None;
+        }
+        seen[k] = true;
+        let smaller = (0..k).filter(|&j| !seen[j]).count();
+        code = code * (n - i) + smaller;
+    }
+    u16::try_from(code).ok()
+}
+
+/// The permutation of `0..n` numbered `code` by [`perm_code`]: position `t` of a
+/// [`Place::Permuted`] dim on coordinate `r` holds the piece `(r + offsets[t]) mod n`.
+pub fn perm_offsets(code: u16, n: usize) -> Option<Vec<usize>> {
+    if n == 0 || n > 8 {
+        return None;
+    }
+    // Digits of the mixed-radix number, most significant first (radix n, n - 1, ..., 1).
+    let mut digits = vec![0usize; n];
+    let mut c = code as usize;
+    for i in (0..n).rev() {
+        let radix = n - i;
+        digits[i] = c % radix;
+        c /= radix;
+    }
+    if c != 0 {
+        return None;
+    }
+    let mut free: Vec<usize> = (0..n).collect();
+    Some(digits.into_iter().map(|d| free.remove(d)).collect())
+}
+
 impl fmt::Display for Place {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -269,6 +330,14 @@ impl fmt::Display for Place {
             Place::Partial(r) => write!(f, "Partial({})", r.name()),
             Place::Rows(d, id) => write!(f, "Rows({d}, #{id})"),
             Place::Stacked(d) => write!(f, "Stacked({d})"),
+            Place::Rolled(d, k, _) => write!(f, "Shard({d}) of coordinate + {k}"),
+            Place::Permuted(p, code, base) => {
+                write!(f, "Permuted(dim={p}, order=#{code}, ")?;
+                match *base {
+                    u8::MAX => f.write_str("Replicate())"),
+                    b => write!(f, "Shard({b}))"),
+                }
+            }
             Place::Gathered(a, o) => write!(f, "Gathered(axis={a}, of={o})"),
             Place::PartialSplit(a, j) => write!(f, "Partial(sum, dim {j} split at {a})"),
             Place::PartialStacked(j) => write!(f, "Partial(sum, pieces of dim {j} in dim 0)"),
@@ -301,5 +370,40 @@ mod tests {
         assert_eq!(SpmdType::V.gradient_dual(), SpmdType::V);
         assert_eq!(Place::Partial(Red::Max).to_string(), "Partial(max)");
         assert_eq!(Place::from_case(Placement::Shard(2)), Place::Shard(2));
+    }
+
+    #[test]
+    fn permutation_numbers_round_trip() {
+        for n in 1..=5usize {
+            let mut seen = std::collections::BTreeSet::new();
+            // Every permutation of 0..n, by Heap's algorithm.
+            let mut a: Vec<usize> = (0..n).collect();
+            let mut c = vec![0usize; n];
+            let mut perms = vec![a.clone()];
+            let mut i = 0;
+            while i < n {
+                if c[i] < i {
+                    if i % 2 == 0 {
+                        a.swap(0, i);
+                    } else {
+                        a.swap(c[i], i);
+                    }
+                    perms.push(a.clone());
+                    c[i] += 1;
+                    i = 0;
+                } else {
+                    c[i] = 0;
+                    i += 1;
+                }
+            }
+            for p in perms {
+                let code = perm_code(&p).unwrap();
+                assert!(seen.insert(code), "{p:?}");
+                assert_eq!(perm_offsets(code, n).unwrap(), p);
+            }
+        }
+        assert_eq!(perm_code(&[0, 0]), None);
+        assert_eq!(perm_code(&[0, 2]), None);
+        assert_eq!(perm_offsets(2, 2), None);
     }
 }

@@ -96,7 +96,7 @@ fn all_rows(family: &str) -> bool {
 }
 
 /// The tensor arguments of a bound call, with their argument names.
-fn tensors<'a>(bound: &'a Args) -> Vec<(&'a str, ValueId)> {
+pub(crate) fn tensors<'a>(bound: &'a Args) -> Vec<(&'a str, ValueId)> {
     let mut out = Vec::new();
     for a in &bound.schema().args {
         let Some(arg) = bound.get(&a.name) else {

@@ -35,6 +35,8 @@ pub(super) fn all_reduce(c: &Ctx) -> Outcome {
         // shard (the all-reduce adds different slices): no claim either way.
         // (The engine shows a recorded split to this rule as the partial it is.)
         Place::Varying
+        | Place::Rolled(..)
+        | Place::Permuted(..)
         | Place::Rows(..)
         | Place::Stacked(_)
         | Place::Gathered(..)
@@ -108,6 +110,8 @@ pub(super) fn all_gather(c: &Ctx) -> Outcome {
         // not known: a shard's rows in rank order only where the layout is a proven shard.
         // (The engine shows a recorded split to this rule as the partial it is.)
         Place::Varying
+        | Place::Rolled(..)
+        | Place::Permuted(..)
         | Place::Rows(..)
         | Place::Stacked(_)
         | Place::Gathered(..)
@@ -195,7 +199,12 @@ pub(super) fn reduce_scatter(c: &Ctx) -> Outcome {
         ),
         Place::Partial(r) if r == op || (r.is_linear() && op.is_linear()) => c.all(scattered),
         // As for an all-reduce: a partial or a shard in unknown layout, not known which.
-        Place::Varying | Place::Rows(..) | Place::Stacked(_) | Place::Gathered(..) => {
+        Place::Varying
+        | Place::Rolled(..)
+        | Place::Permuted(..)
+        | Place::Rows(..)
+        | Place::Stacked(_)
+        | Place::Gathered(..) => {
             c.all(Place::Unknown)
         }
         Place::Partial(r) => legality(

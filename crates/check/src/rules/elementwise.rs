@@ -83,6 +83,8 @@ pub(super) fn merge(
                 n_plain_tensor += 1;
             }
             Place::Varying
+            | Place::Rolled(..)
+            | Place::Permuted(..)
             | Place::Rows(..)
             | Place::Stacked(_)
             | Place::Gathered(..)

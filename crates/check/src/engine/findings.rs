@@ -1,0 +1,369 @@
+//! What the propagation driver asks per call besides the rules: the loss's terms (a backward
+//! all-reduce's license), zero tensors, shards of one dim over two mesh dims, and the wording
+//! of a rule's violation as a finding.
+
+use super::{RankPlacements, Shared, NONE};
+use crate::place::{Place, Red};
+use crate::report::{Check, RawFinding};
+use crate::rules::{self, Exempt, Hint, Kind, Violation};
+use shardproof_ir::{Arg, DecompExpr, Graph, NodeKind, OpMeaning, OpName, ValueId};
+use shardproof_ops::{Args, Meta};
+use std::collections::HashMap;
+
+/// A rank's loss summed over groups: where the rank's loss is its term of a sum over a group
+/// (`loss = all_reduce(local_loss, sum, g) / n`), its backward differentiates its own term,
+/// and the backward of a forward all-reduce over `g` is an all-reduce of the gradient (PyTorch's
+/// autograd of `all_reduce`): each rank's replicated gradient is one term of the sum.
+pub(super) struct LossTerms {
+    /// Per node: an ancestor of the loss (the forward).
+    forward: Vec<bool>,
+    /// Groups the loss is summed over, with the number of the forward's all-reduces (sum) over
+    /// each on non-scalar tensors: the backward all-reduces they license.
+    groups: HashMap<String, usize>,
+}
+
+impl LossTerms {
+    pub(super) fn of(g: &Graph, metas: &[Vec<Option<Meta>>]) -> LossTerms {
+        let n = g.nodes.len();
+        let meta = |v: ValueId| {
+            metas
+                .get(v.node)
+                .and_then(|o| o.get(v.output))
+                .cloned()
+                .flatten()
+        };
+        let mut forward = vec![false; n];
+        let mut groups = HashMap::new();
+        let loss = g
+            .outputs
+            .iter()
+            .flatten()
+            .copied()
+            .find(|&v| meta(v).is_some_and(|m| m.shape.is_empty() && m.dtype.is_float()));
+        let Some(loss) = loss else {
+            return LossTerms { forward, groups };
+        };
+        forward[loss.node] = true;
+        for i in (0..n).rev() {
+            if forward[i] {
+                for v in g.nodes[i].inputs() {
+                    forward[v.node] = true;
+                }
+            }
+        }
+        let all_reduce_sum = |i: usize| -> Option<(String, bool)> {
+            let node = &g.nodes[i];
+            let NodeKind::Call { op, args, .. } = &node.kind else {
+                return None;
+            };
+            if op.namespace != "_c10d_functional" || op.name != "all_reduce" {
+                return None;
+            }
+            if args.get(1).and_then(|a| match a {
+                Arg::Str(s) => Some(s.as_str()),
+                _ => None,
+            }) != Some("sum")
+            {
+                return None;
+            }
+            let Some(Arg::Str(group)) = args.get(2) else {
+                return None;
+            };
+            let scalar = node
+                .inputs()
+                .first()
+                .and_then(|&v| meta(v))
+                .is_some_and(|m| m.shape.is_empty());
+            Some((group.clone(), scalar))
+        };
+        // The loss is the group's sum of the ranks' terms only when it is that all-reduce,
+        // waited, maybe scaled by a number or copied: a loss that adds other terms after it
+        // (a replicated cross-entropy plus the shares of an auxiliary loss) is no rank's term.
+        let mut v = loss.node;
+        loop {
+            if let Some((group, true)) = all_reduce_sum(v) {
+                groups.insert(group, 0);
+                break;
+            }
+            let node = &g.nodes[v];
+            let passes = node.op().is_some_and(|op| {
+                matches!(
+                    op.name.as_str(),
+                    "wait_tensor" | "div" | "mul" | "clone" | "view" | "_to_copy" | "alias"
+                )
+            }) && node.inputs().len() == 1;
+            match node.inputs().first() {
+                Some(x) if passes => v = x.node,
+                _ => break,
+            }
+        }
+        for i in (0..n).filter(|&i| forward[i]) {
+            if let Some((group, false)) = all_reduce_sum(i) {
+                if let Some(k) = groups.get_mut(&group) {
+                    *k += 1;
+                }
+            }
+        }
+        LossTerms { forward, groups }
+    }
+
+    /// Whether node `i`, an all-reduce (sum) over `group` of a replicated tensor, is in the
+    /// backward of a loss summed over `group` and still has a forward all-reduce to be the
+    /// dual of (`used` counts the ones taken).
+    pub(super) fn backward_dual(
+        &self,
+        i: usize,
+        group: &str,
+        used: &mut HashMap<String, usize>,
+    ) -> bool {
+        if self.forward.get(i).copied().unwrap_or(true) {
+            return false;
+        }
+        let Some(&k) = self.groups.get(group) else {
+            return false;
+        };
+        let u = used.entry(group.to_string()).or_insert(0);
+        if *u < k {
+            *u += 1;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// Whether a call's outputs hold only zeros: a creation with fill 0 (`zeros`, `full(.., 0)`,
+/// `zeros_like`, `new_zeros`, `fill(.., 0)`, `zero`), or a copy or view of a zero tensor.
+pub(super) fn zero_output(
+    name: &str,
+    family: &str,
+    bound: &Args,
+    inputs: &[ValueId],
+    rp: &RankPlacements,
+) -> bool {
+    let literal = |arg: &str| {
+        bound
+            .schema()
+            .index_of(arg)
+            .and_then(|_| bound.get(arg))
+            .and_then(|a| a.as_f64())
+    };
+    match name.trim_end_matches('_') {
+        "zeros" | "zeros_like" | "new_zeros" | "zero" => true,
+        "full" | "full_like" | "new_full" => literal("fill_value") == Some(0.0),
+        "fill" => literal("value") == Some(0.0),
+        _ => {
+            matches!(
+                family,
+                "linear-unary"
+                    | "view"
+                    | "transpose"
+                    | "permute"
+                    | "unsqueeze"
+                    | "squeeze"
+                    | "expand"
+            ) && inputs
+                .first()
+                .is_some_and(|v| rp.zero[rp.offsets[v.node] as usize + v.output])
+        }
+    }
+}
+
+/// An element-wise operator whose operands shard one tensor dim over different mesh dims
+/// ([`rules::mixed_mesh_shards`]): a `placement-consistency` finding, and the output is
+/// `Varying` on those mesh dims (each mesh dim's rule alone called it a shard).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn mixed_shards(
+    sh: &Shared,
+    r: usize,
+    i: usize,
+    inputs: &[ValueId],
+    nout: usize,
+    nd: usize,
+    meta_of: &dyn Fn(ValueId) -> Option<Meta>,
+    rp: &mut RankPlacements,
+) {
+    let ranks: Vec<usize> = inputs
+        .iter()
+        .map(|&v| meta_of(v).map_or(0, |m| m.shape.len()))
+        .collect();
+    let args: Vec<(&[Place], usize)> = inputs
+        .iter()
+        .zip(&ranks)
+        .map(|(&v, &k)| (rp.of(v, nd), k))
+        .collect();
+    let out_rank = meta_of(ValueId::new(i, 0)).map_or(0, |m| m.shape.len());
+    let Some((dim, mesh_dims)) = rules::mixed_mesh_shards(&args, out_rank) else {
+        return;
+    };
+    let base = rp.offsets[i] as usize;
+    for o in 0..nout {
+        for &m in &mesh_dims {
+            let p = &mut rp.places[(base + o) * nd + m];
+            if p.blocks().is_some_and(|(d, _)| d == dim) {
+                *p = Place::Varying;
+            }
+        }
+    }
+    if rp.findings.last().is_some_and(|f| f.node == i) {
+        return;
+    }
+    let names: Vec<&str> = mesh_dims
+        .iter()
+        .map(|&m| sh.program.mesh.dims[m].0.as_str())
+        .collect();
+    let v = Violation {
+        kind: Kind::Consistency,
+        message: format!(
+            "pairs operands whose dim {dim} is sharded over different mesh dims ({}): each rank \
+             combines pieces the single-device operator never pairs",
+            names.join(", ")
+        ),
+        hint: Hint::Text(format!(
+            "shard every operand's dim {dim} over the same mesh dims (all-gather the extra \
+             shards, or slice the replicated operand to the same layout)"
+        )),
+        recover: vec![Place::Varying; nout],
+        exempt: Exempt::No,
+    };
+    let finding = raw_finding(sh, r, i, mesh_dims[0], &v, rp, inputs);
+    rp.findings.push(finding);
+}
+
+/// The group name that reduces exactly mesh dim `m`, else the dim's name.
+pub fn group_name_for(sh: &Shared, m: usize) -> String {
+    group_reducing(&sh.groups, &sh.program.mesh, m)
+}
+
+/// The first (by name) of `groups` that reduces exactly mesh dim `m`, else the dim's name.
+pub(crate) fn group_reducing(
+    groups: &HashMap<String, Option<Vec<usize>>>,
+    mesh: &shardproof_ir::Mesh,
+    m: usize,
+) -> String {
+    groups
+        .iter()
+        .filter(|(_, d)| d.as_deref() == Some(&[m][..]))
+        .map(|(n, _)| n)
+        .min()
+        .map_or_else(|| mesh.dims[m].0.clone(), |n| n.clone())
+}
+
+pub(super) fn placements_text(sh: &Shared, rp: &RankPlacements, g: &Graph, v: ValueId) -> String {
+    let nd = sh.program.mesh.dims.len();
+    let ps = rp.of(v, nd);
+    let inv = rp.invariant[rp.offsets[v.node] as usize + v.output];
+    let body: Vec<String> = sh
+        .program
+        .mesh
+        .dims
+        .iter()
+        .zip(ps)
+        .map(|((name, _), p)| {
+            let t = p
+                .spmd_type(inv)
+                .map_or("?".to_string(), |t| format!("{t:?}"));
+            format!("{name}: {p} [{t}]")
+        })
+        .collect();
+    format!("`{}` {{{}}}", g.value_name(v), body.join(", "))
+}
+
+pub(super) fn raw_finding(
+    sh: &Shared,
+    r: usize,
+    i: usize,
+    m: usize,
+    v: &Violation,
+    rp: &RankPlacements,
+    inputs: &[ValueId],
+) -> RawFinding {
+    let g = &sh.program.ranks[r];
+    let nd = sh.program.mesh.dims.len();
+    let dim = &sh.program.mesh.dims[m].0;
+    let node = &g.nodes[i];
+    let check = match v.kind {
+        Kind::Spmd => Check::SpmdType,
+        Kind::Consistency => Check::PlacementConsistency,
+        Kind::Legality => Check::CommLegality,
+        Kind::Shape => Check::ShapeDivisibility,
+    };
+    let mut seen = Vec::new();
+    let placements: Vec<String> = inputs
+        .iter()
+        .filter(|v| {
+            let new = !seen.contains(*v);
+            seen.push(**v);
+            new
+        })
+        .map(|&v| placements_text(sh, rp, g, v))
+        .collect();
+    let hint = match &v.hint {
+        Hint::ReducePartial => {
+            let partial = inputs.iter().find(|&&x| rp.of(x, nd)[m].is_partial());
+            match partial {
+                Some(&x) => {
+                    let red = match rp.of(x, nd)[m] {
+                        Place::Partial(r) => r,
+                        _ => Red::Sum,
+                    };
+                    let o = rp.origin[(rp.offsets[x.node] as usize + x.output) * nd + m];
+                    let origin = if o == NONE { x.node } else { o as usize };
+                    let on = &g.nodes[origin];
+                    let at = on
+                        .loc
+                        .as_ref()
+                        .map(|l| format!(", {}:{}", l.file, l.line))
+                        .unwrap_or_default();
+                    format!(
+                        "insert all_reduce({}) over {} after `{}`{at} (the partial sum over mesh dim `{dim}` begins there)",
+                        red.name(),
+                        group_name_for(sh, m),
+                        on.name
+                    )
+                }
+                None => format!("reduce the partial input over `{dim}` first"),
+            }
+        }
+        Hint::GatherShard => {
+            let sharded = inputs
+                .iter()
+                .find(|&&x| matches!(rp.of(x, nd)[m], Place::Shard(_)));
+            match sharded {
+                Some(&x) => format!(
+                    "all-gather `{}` over {} before `{}`, or keep the dim whole over `{dim}`",
+                    g.value_name(x),
+                    group_name_for(sh, m),
+                    node.name
+                ),
+                None => format!("keep the dim whole over `{dim}`"),
+            }
+        }
+        Hint::Text(t) => t.clone(),
+    };
+    RawFinding {
+        check,
+        rank: r,
+        node: i,
+        message: format!("on mesh dim `{dim}`: {}", v.message),
+        placements,
+        hint,
+    }
+}
+
+/// The operator a declared meaning calls when it only renames it: `Call { op, args: [$0, $1,
+/// ...] }` over all `positional` arguments of the call.
+pub(super) fn plain_rename(meaning: &OpMeaning, positional: usize) -> Option<&OpName> {
+    match meaning {
+        OpMeaning::Decompose(DecompExpr::Call { op, args })
+            if args.len() == positional
+                && args
+                    .iter()
+                    .enumerate()
+                    .all(|(k, a)| *a == DecompExpr::Arg(k)) =>
+        {
+            Some(op)
+        }
+        _ => None,
+    }
+}

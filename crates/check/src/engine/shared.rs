@@ -1,0 +1,385 @@
+//! What propagation shares across ranks: the program's shared state ([`Shared`]), the
+//! placements of a rank ([`RankPlacements`]), the spec's views and scalings, and the hashes
+//! that find a node's peers on other ranks.
+
+use crate::place::Place;
+use crate::report::RawFinding;
+use crate::ring;
+use shardproof_ir::{Arg, Graph, Mesh, Node, NodeKind, OpMeaning, OpName, Program, ValueId};
+use shardproof_ops::Meta;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
+
+/// The placements of one rank graph: per value (flattened: node, output), per mesh dim.
+#[derive(Clone, Debug, Default)]
+pub struct RankPlacements {
+    /// Offset of each node's first output in `places` (divided by the mesh rank).
+    pub offsets: Vec<u32>,
+    /// Per value, per mesh dim.
+    pub places: Vec<Place>,
+    /// Per value, per mesh dim: the node where a partial placement began (`u32::MAX`: none).
+    pub origin: Vec<u32>,
+    /// Per value: no gradient flows through it (indices, masks, constants).
+    pub invariant: Vec<bool>,
+    /// Per value, per mesh dim: a replicated value scaled by 1/n (n the mesh dim's size), so
+    /// that the n ranks' copies sum to the unscaled value.
+    pub scaled: Vec<bool>,
+    /// Nodes whose outputs are `Unknown` because of the node itself (no rule, opaque, an
+    /// input without a layout), as (node, reason).
+    pub unknown_sources: Vec<(usize, String)>,
+    /// Values whose placement is `Unknown` on some mesh dim.
+    pub unknown_values: usize,
+    /// Per value: known to hold only zeros (see [`zero_output`]).
+    pub zero: Vec<bool>,
+    /// The backward all-reduces of replicated gradients taken as duals of forward
+    /// all-reduces (see [`LossTerms`]), as (node, group), in program order.
+    pub dual_lifts: Vec<(usize, String)>,
+    /// Findings of the operator rules.
+    pub findings: Vec<RawFinding>,
+}
+
+impl RankPlacements {
+    /// The placements of value `v` (one per mesh dim).
+    pub fn of(&self, v: ValueId, ndims: usize) -> &[Place] {
+        let i = (self.offsets[v.node] as usize + v.output) * ndims;
+        &self.places[i..i + ndims]
+    }
+}
+
+/// The mesh dims a process group spans, when it is one group per combination of the other
+/// coordinates (as `groups: { tp: tp }` declares); `None` for explicit rank lists that are not.
+pub fn group_dims(mesh: &Mesh, members: &[Vec<usize>]) -> Option<Vec<usize>> {
+    let n = mesh.dims.len();
+    if n > 12 {
+        return None;
+    }
+    let mut sorted: Vec<Vec<usize>> = members
+        .iter()
+        .map(|m| {
+            let mut m = m.clone();
+            m.sort_unstable();
+            m
+        })
+        .collect();
+    sorted.sort();
+    for mask in 0u32..(1 << n) {
+        let dims: Vec<usize> = (0..n).filter(|d| mask & (1 << d) != 0).collect();
+        let mut g = mesh.groups_along(&dims);
+        g.sort();
+        if g == sorted {
+            return Some(dims);
+        }
+    }
+    None
+}
+
+/// Everything propagation needs that is shared by the ranks.
+pub struct Shared<'a> {
+    /// The program.
+    pub program: &'a Program,
+    /// Custom operator meanings.
+    pub custom: &'a BTreeMap<String, OpMeaning>,
+    /// Per rank: its input placements by graph value.
+    pub inputs: Vec<HashMap<ValueId, Vec<Place>>>,
+    /// Per rank: local metas of every value (from type inference).
+    pub metas: Vec<Vec<Vec<Option<Meta>>>>,
+    /// Per rank: node name -> node index.
+    pub names: Vec<HashMap<&'a str, u32>>,
+    /// Per rank, per node: a hash of its literal arguments.
+    pub literals: Vec<Vec<u64>>,
+    /// Per rank, per node: a hash of its operator and the names of the values it reads.
+    pub structure: Vec<Vec<u64>>,
+    /// Group name -> the mesh dims it spans (`None`: explicit rank lists).
+    pub groups: HashMap<String, Option<Vec<usize>>>,
+    /// Per recv (rank, node): the send (rank, node) whose message it takes.
+    pub messages: &'a BTreeMap<(usize, usize), (usize, usize)>,
+    /// The single-device spec's scalings, when the case has a spec: node name -> (operator,
+    /// scalar factor) of every `mul` or `div` by a literal number (see [`spec_scalings`]).
+    pub spec_scalings: HashMap<&'a str, (&'a OpName, f64, Option<i64>)>,
+    /// Per rank: the class of ranks whose graphs are equal node for node (names, operators,
+    /// arguments and inputs), so that the same node of a peer is the same index.
+    pub graph_class: Vec<usize>,
+    /// The spec's views: every view node's operator and global input and output shapes
+    /// ([`SpecViews`]).
+    pub spec_views: SpecViews<'a>,
+    /// Per rank: for every node, the spec's view node it is, where one is found
+    /// ([`SpecViews::matches`]); shared by ranks with equal graphs.
+    pub view_matches: Vec<std::sync::Arc<Vec<Option<u32>>>>,
+    /// The row selections met so far ([`Place::Rows`]), numbered in the order met.
+    pub rows: std::cell::RefCell<crate::place::RowTable>,
+    /// The values whose pieces travel along rings ([`Place::Rolled`]), numbered in the order
+    /// met.
+    pub ring_roots: std::cell::RefCell<ring::RingRoots>,
+}
+
+/// The views of a spec (`view`, `reshape`, `_unsafe_view`), by index, with their operator
+/// and recorded global input and output shapes, found by node name or by the node they view.
+#[derive(Default)]
+pub struct SpecViews<'a> {
+    /// Spec node index -> (operator, global input shape, global output shape).
+    pub shapes: HashMap<usize, SpecView<'a>>,
+    /// Spec view name -> node index.
+    by_name: HashMap<&'a str, usize>,
+    /// The name of the node a view reads ([`view_source`]) -> the view, where exactly one
+    /// view reads it.
+    by_input: HashMap<&'a str, usize>,
+}
+
+impl<'a> SpecViews<'a> {
+    /// The views of `spec`.
+    pub fn new(spec: &'a Graph) -> SpecViews<'a> {
+        let mut sv = SpecViews::default();
+        let mut by_input: HashMap<&str, Option<usize>> = HashMap::new();
+        for (j, n) in spec.nodes.iter().enumerate() {
+            let Some((source, entry)) = spec_view(spec, n) else {
+                continue;
+            };
+            sv.shapes.insert(j, entry);
+            sv.by_name.insert(n.name.as_str(), j);
+            // Two views of one node: neither is taken (which one a rank's view is, is open).
+            by_input
+                .entry(spec.nodes[source].name.as_str())
+                .and_modify(|e| *e = None)
+                .or_insert(Some(j));
+        }
+        sv.by_input = by_input
+            .into_iter()
+            .filter_map(|(k, v)| v.map(|v| (k, v)))
+            .collect();
+        sv
+    }
+
+    /// For every node of rank graph `g` (local metas `metas`), the spec's view it is: the
+    /// spec's view of the same name, or else the spec's one view of the node this view reads
+    /// (through copies; a view of a view reads the spec's match of that view), whichever has
+    /// global shapes that can hold the local ones (every global dim a multiple of the local
+    /// one, as many dims) and the same operator. Names shift between the programs where a
+    /// rank has more views than the spec (ZeRO-3's regrouped parameters): the node a view
+    /// reads settles it then. The match only selects among the readings the local shapes
+    /// admit (the view rules check the one they take against the local shapes).
+    pub fn matches(
+        &self,
+        spec: &Graph,
+        g: &Graph,
+        metas: &[Vec<Option<Meta>>],
+    ) -> Vec<Option<u32>> {
+        let mut out: Vec<Option<u32>> = vec![None; g.nodes.len()];
+        if self.shapes.is_empty() {
+            return out;
+        }
+        let holds = |gs: &[i64], l: Option<&Meta>| {
+            l.is_some_and(|l| {
+                gs.len() == l.shape.len()
+                    && gs
+                        .iter()
+                        .zip(&l.shape)
+                        .all(|(&gd, &ld)| ld > 0 && gd >= ld as i64 && gd % ld as i64 == 0)
+            })
+        };
+        for (i, n) in g.nodes.iter().enumerate() {
+            let Some(op) = n.op() else { continue };
+            if !matches!(op.name.as_str(), "view" | "reshape" | "_unsafe_view") {
+                continue;
+            }
+            let Some(input) = n.inputs().first().copied() else {
+                continue;
+            };
+            let local_in = metas
+                .get(input.node)
+                .and_then(|o| o.get(input.output))
+                .cloned()
+                .flatten();
+            let local_out = metas.get(i).and_then(|o| o.first()).cloned().flatten();
+            let fits = |j: &usize| {
+                self.shapes.get(j).is_some_and(|(sop, gi, go)| {
+                    *sop == op && holds(gi, local_in.as_ref()) && holds(go, local_out.as_ref())
+                })
+            };
+            let source = view_source(g, input.node);
+            let source_key = out[source].map_or(g.nodes[source].name.as_str(), |j| {
+                spec.nodes[j as usize].name.as_str()
+            });
+            out[i] = self
+                .by_name
+                .get(n.name.as_str())
+                .copied()
+                .filter(fits)
+                .or_else(|| self.by_input.get(source_key).copied().filter(fits))
+                .and_then(|j| u32::try_from(j).ok());
+        }
+        out
+    }
+}
+
+/// A spec view's operator and global input and output shapes.
+pub type SpecView<'a> = (&'a OpName, Vec<i64>, Vec<i64>);
+
+/// A view node of `spec`: the node it views ([`view_source`]), its operator, and its global input
+/// and output shapes.
+fn spec_view<'a>(spec: &'a Graph, n: &'a Node) -> Option<(usize, SpecView<'a>)> {
+    let op = n.op()?;
+    if !matches!(op.name.as_str(), "view" | "reshape" | "_unsafe_view") {
+        return None;
+    }
+    let shape = n.outputs.first()?.ty.as_ref()?.concrete_shape()?;
+    let input = n.inputs().first().copied()?;
+    let source = &spec.nodes[input.node];
+    let in_shape = source
+        .outputs
+        .get(input.output)?
+        .ty
+        .as_ref()?
+        .concrete_shape()?;
+    Some((view_source(spec, input.node), (op, in_shape, shape)))
+}
+
+/// The node a view's input is known by across programs: the node itself, or where it is a
+/// `clone` (a copy whose name shifts with the number of copies before it), or an all-reduce
+/// or its wait (communication the spec does not have, which keeps the shape), what it reads.
+pub fn view_source(g: &Graph, mut node: usize) -> usize {
+    loop {
+        let n = &g.nodes[node];
+        let through = n.op().is_some_and(|op| {
+            matches!(
+                (op.namespace.as_str(), op.name.as_str()),
+                ("aten", "clone") | ("_c10d_functional", "wait_tensor" | "all_reduce")
+            )
+        });
+        match n.inputs().first() {
+            Some(v) if through => node = v.node,
+            _ => return node,
+        }
+    }
+}
+
+/// The classes of equal rank graphs ([`Shared::graph_class`]): each rank's class is the
+/// first rank whose graph equals its own, compared in full (a hash only groups candidates).
+pub fn graph_classes(graphs: &[std::sync::Arc<Graph>]) -> Vec<usize> {
+    let sig = |g: &Graph| {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        g.nodes.len().hash(&mut h);
+        for n in &g.nodes {
+            n.name.hash(&mut h);
+        }
+        h.finish()
+    };
+    let mut firsts: HashMap<u64, Vec<usize>> = HashMap::new();
+    let mut class = Vec::with_capacity(graphs.len());
+    for (r, g) in graphs.iter().enumerate() {
+        let cands = firsts.entry(sig(g)).or_default();
+        let same = cands.iter().copied().find(|&q| {
+            let o = &graphs[q];
+            std::sync::Arc::ptr_eq(o, g)
+                || o.nodes.len() == g.nodes.len()
+                    && o.nodes
+                        .iter()
+                        .zip(&g.nodes)
+                        .all(|(a, b)| a.name == b.name && a.kind == b.kind)
+        });
+        match same {
+            Some(q) => class.push(q),
+            None => {
+                cands.push(r);
+                class.push(r);
+            }
+        }
+    }
+    class
+}
+
+/// The scalings of `spec` (the case's single-device program): every `mul` or `div` by a
+/// literal number, by node name. A rank node of the same name and operator whose factor is
+/// the spec's divided by a mesh dim's size n (autograd folds the 1/n of a loss share into
+/// its backward's constants) makes a replicated value whose n copies sum to the spec's.
+pub fn spec_scalings(spec: &Graph) -> HashMap<&str, (&OpName, f64, Option<i64>)> {
+    spec.nodes
+        .iter()
+        .filter_map(|n| {
+            let NodeKind::Call { op, args, .. } = &n.kind else {
+                return None;
+            };
+            if !matches!(op.name.as_str(), "mul" | "div") {
+                return None;
+            }
+            let x = args.get(1).and_then(Arg::as_f64)?;
+            let numel = n
+                .outputs
+                .first()
+                .and_then(|o| o.ty.as_ref())
+                .and_then(|t| t.concrete_shape())
+                .map(|s| s.iter().product());
+            Some((n.name.as_str(), (op, x, numel)))
+        })
+        .collect()
+}
+
+fn hash_arg(a: &Arg, h: &mut impl Hasher) {
+    std::mem::discriminant(a).hash(h);
+    match a {
+        Arg::None | Arg::Value(_) => {}
+        Arg::Bool(b) => b.hash(h),
+        Arg::Int(i) => i.hash(h),
+        Arg::Float(f) => f.to_bits().hash(h),
+        // Each rank names its own device (`cuda:0`, `cuda:1`): not a rank-dependent value.
+        Arg::Device(_) => {}
+        Arg::Str(s) | Arg::Layout(s) | Arg::MemoryFormat(s) => s.hash(h),
+        Arg::List(items) => {
+            items.len().hash(h);
+            items.iter().for_each(|x| hash_arg(x, h));
+        }
+        Arg::Dtype(d) => d.hash(h),
+        Arg::Op(o) => o.hash(h),
+    }
+}
+
+/// A hash of the literal arguments of every node of `g` (values count only by position).
+pub fn literal_hashes(g: &Graph) -> Vec<u64> {
+    g.nodes
+        .iter()
+        .map(|n| {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            if let NodeKind::Call { args, kwargs, .. } = &n.kind {
+                args.iter().for_each(|a| hash_arg(a, &mut h));
+                for (k, a) in kwargs {
+                    k.hash(&mut h);
+                    hash_arg(a, &mut h);
+                }
+            }
+            h.finish()
+        })
+        .collect()
+}
+
+/// A hash of every node's computation: its operator, literals and the hashes of the values it
+/// reads (graph inputs and constants by name), so that two ranks' nodes hash alike exactly when
+/// they compute the same expression of the same leaves.
+pub fn structure_hashes(g: &Graph, literals: &[u64]) -> Vec<u64> {
+    let mut out: Vec<u64> = Vec::with_capacity(g.nodes.len());
+    for (i, n) in g.nodes.iter().enumerate() {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        match &n.kind {
+            NodeKind::Call { op, .. } => {
+                op.hash(&mut h);
+                literals[i].hash(&mut h);
+                for v in n.inputs() {
+                    out[v.node].hash(&mut h);
+                    v.output.hash(&mut h);
+                }
+            }
+            _ => n.name.hash(&mut h),
+        }
+        out.push(h.finish());
+    }
+    out
+}
+
+/// The ranks along mesh dim `m` through `rank` (its coordinate varied), in coordinate order.
+pub fn peers(mesh: &Mesh, rank: usize, m: usize) -> Vec<usize> {
+    let mut c = mesh.coords(rank);
+    (0..mesh.dims[m].1)
+        .map(|k| {
+            c[m] = k;
+            mesh.rank(&c)
+        })
+        .collect()
+}

@@ -46,6 +46,7 @@ mod rows;
 pub mod rules;
 pub mod synth;
 mod temporal;
+mod vocab;
 
 pub use engine::{group_dims, RankPlacements};
 pub use place::{perm_code, perm_offsets, Place, Red, RowKey, RowTable, SpmdType};

@@ -592,6 +592,35 @@ fn propagate_rank_from(
                             *p = ring::ring_output(*p, ring_mode);
                         }
                     }
+                    // A vocabulary-shard lookup zeroed outside a mask is a partial sum only
+                    // where the mask is the rank's range (checked on the graph).
+                    let mut vocab_unproven = None;
+                    if rule.family == "masked-fill"
+                        && violation.is_none()
+                        && result.iter().any(|p| p.is_partial())
+                    {
+                        let x = bound.get("self").and_then(|a| a.as_value());
+                        let mask = bound.get("mask").and_then(|a| a.as_value());
+                        if let (Some(x), Some(mask)) = (x, mask) {
+                            if rp.of(x, nd)[m] == Place::Unmasked {
+                                let proven = crate::vocab::range_proven(
+                                    g,
+                                    x,
+                                    mask,
+                                    coords[m],
+                                    |v| rp.of(v, nd)[m] == Place::Replicate,
+                                    meta_of,
+                                );
+                                if let Err(why) = proven {
+                                    result.iter_mut().for_each(|p| *p = Place::Unknown);
+                                    vocab_unproven = Some(format!(
+                                        "`{op}` on mesh dim `{}`: {why}",
+                                        mesh.dims[m].0
+                                    ));
+                                }
+                            }
+                        }
+                    }
                     if let RowsMode::AsShard { id, v, d } = rows_mode {
                         let in_size = meta_of(v).and_then(|mm| mm.shape.get(d as usize).copied());
                         let mut table = sh.rows.borrow_mut();
@@ -744,7 +773,9 @@ fn propagate_rank_from(
                             }
                         }
                     }
-                    let inconclusive = violation.is_none() && result.contains(&Place::Unknown);
+                    let inconclusive = violation.is_none()
+                        && vocab_unproven.is_none()
+                        && result.contains(&Place::Unknown);
                     let finding = violation.map(|v| raw_finding(sh, r, i, m, &v, &rp, &inputs));
                     // Origin of partials: the first partial input's, or this node.
                     let first_partial_origin = inputs
@@ -752,6 +783,9 @@ fn propagate_rank_from(
                         .find(|&&v| place(v).is_partial())
                         .map(|&v| rp.origin[(rp.offsets[v.node] as usize + v.output) * nd + m]);
                     rp.findings.extend(finding);
+                    if let Some(why) = vocab_unproven {
+                        rp.unknown_sources.push((i, why));
+                    }
                     if inconclusive {
                         rp.unknown_sources.push((
                             i,

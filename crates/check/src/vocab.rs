@@ -1,0 +1,175 @@
+//! The vocabulary range of a vocab-parallel lookup: where a lookup in a vocabulary shard
+//! (`Unmasked`) is zeroed outside the rank's range (`masked_fill(x, mask, 0)`), the masked
+//! rows are a `Partial(sum)` only if the mask is the rank's range and the lookup read the
+//! rank's rows of it. Checked on the graph, on each rank with its own coordinate.
+//!
+//! The form proven (Megatron's `VocabParallelEmbedding` and vocab-parallel cross entropy):
+//! with `I` a replicated tensor of ids, `L` the local size of the table's sharded dim and `r`
+//! the rank's coordinate, `B = bitwise_or(lt(I, r*L), ge(I, (r+1)*L))` (either order, or
+//! `logical_or`), the lookup's index is `S(masked_fill(sub(I, r*L), B, _))` and the mask is
+//! `S(B)` (for `embedding`, `S(B)` unsqueezed at the end), where `S` is the same chain of
+//! shape operators (unsqueeze, view, reshape, expand, clone, contiguous) with the same
+//! arguments on both sides. Then every element of the lookup whose id lies in the rank's
+//! range reads row `id - r*L` of the rank's shard, which is row `id` of the table, and every
+//! other element is zeroed by a mask element at the same position: summed over the ranks,
+//! each element is its id's row once.
+
+use shardproof_ir::{Arg, Graph, NodeKind, OpName, ValueId};
+use shardproof_ops::Meta;
+
+/// The call that makes `v`: operator, positional arguments, and whether it has keywords.
+fn call(g: &Graph, v: ValueId) -> Option<(&OpName, &[Arg], bool)> {
+    match &g.nodes.get(v.node)?.kind {
+        NodeKind::Call { op, args, kwargs } if v.output == 0 => {
+            Some((op, args.as_slice(), !kwargs.is_empty()))
+        }
+        _ => None,
+    }
+}
+
+fn aten(op: &OpName) -> Option<&str> {
+    (op.namespace == "aten").then_some(op.name.as_str())
+}
+
+/// Operators that only reshape, broadcast or copy their first argument, element for element.
+fn shape_op(name: &str) -> bool {
+    matches!(
+        name,
+        "unsqueeze" | "view" | "reshape" | "_unsafe_view" | "expand" | "clone" | "contiguous"
+    )
+}
+
+/// Operators between a lookup and its mask that act on each element alone.
+fn elementwise_copy(name: &str) -> bool {
+    matches!(
+        name,
+        "clone" | "contiguous" | "_to_copy" | "to" | "alias" | "detach" | "lift_fresh_copy"
+    )
+}
+
+/// `(I, lo, hi)` where `b` is `lt(I, lo) | ge(I, hi)`.
+fn range_mask(g: &Graph, b: ValueId) -> Option<(ValueId, i64, i64)> {
+    let (op, args, kw) = call(g, b)?;
+    if kw || !matches!(aten(op)?, "bitwise_or" | "logical_or") || args.len() != 2 {
+        return None;
+    }
+    let cmp = |a: &Arg| -> Option<(&str, ValueId, i64)> {
+        let (op, args, kw) = call(g, a.as_value()?)?;
+        let name = aten(op)?;
+        if kw || args.len() != 2 || !matches!(name, "lt" | "ge") {
+            return None;
+        }
+        Some((name, args[0].as_value()?, args[1].as_int()?))
+    };
+    let (x, y) = (cmp(&args[0])?, cmp(&args[1])?);
+    let ((_, i, lo), (_, j, hi)) = match (x.0, y.0) {
+        ("lt", "ge") => (x, y),
+        ("ge", "lt") => (y, x),
+        _ => return None,
+    };
+    (i == j).then_some((i, lo, hi))
+}
+
+/// Whether the rows of the lookup behind `x` that `mask` leaves are exactly the rank's range
+/// (see the module documentation); `coord` is the rank's coordinate along the mesh dim, and
+/// `replicated` tells whether a value is `Replicate()` there. `Err` says what is not proven.
+pub(crate) fn range_proven(
+    g: &Graph,
+    x: ValueId,
+    mask: ValueId,
+    coord: usize,
+    replicated: impl Fn(ValueId) -> bool,
+    meta: impl Fn(ValueId) -> Option<Meta>,
+) -> Result<(), &'static str> {
+    const NO_LOOKUP: &str = "the masked rows do not come from an embedding or gather in a \
+                             vocabulary shard";
+    const NO_RANGE: &str = "the mask is not proven to be the rank's vocabulary range \
+                            (`lt(ids, r*L) | ge(ids, (r+1)*L)`, the index `ids - r*L` masked \
+                            by it, both reshaped alike)";
+    // Back from the masked value to the lookup, through element-wise copies.
+    let mut v = x;
+    let (lookup, args) = loop {
+        let (op, args, _) = call(g, v).ok_or(NO_LOOKUP)?;
+        let name = aten(op).ok_or(NO_LOOKUP)?;
+        if matches!(name, "embedding" | "gather") {
+            break (name, args);
+        }
+        if !elementwise_copy(name) {
+            return Err(NO_LOOKUP);
+        }
+        v = args.first().and_then(Arg::as_value).ok_or(NO_LOOKUP)?;
+    };
+    // The table's sharded dim (its local size) and the index.
+    let (table, dim, index) = match lookup {
+        "embedding" => (args.first(), Some(0), args.get(1)),
+        _ => (args.first(), args.get(1).and_then(Arg::as_int), args.get(2)),
+    };
+    let (Some(table), Some(dim), Some(index)) = (
+        table.and_then(Arg::as_value),
+        dim,
+        index.and_then(Arg::as_value),
+    ) else {
+        return Err(NO_LOOKUP);
+    };
+    let tmeta = meta(table).ok_or(NO_LOOKUP)?;
+    let rank = tmeta.shape.len() as i64;
+    let dim = if dim < 0 { dim + rank } else { dim };
+    let local = *usize::try_from(dim)
+        .ok()
+        .and_then(|d| tmeta.shape.get(d))
+        .ok_or(NO_LOOKUP)? as i64;
+    // The mask: for an embedding, one more trailing dim (unsqueezed) than the index.
+    let mut m = mask;
+    if lookup == "embedding" {
+        let (op, args, kw) = call(g, m).ok_or(NO_RANGE)?;
+        let mrank = meta(m).map_or(0, |mm| mm.shape.len() as i64);
+        let last = args.get(1).and_then(Arg::as_int);
+        if kw || aten(op) != Some("unsqueeze") || !(last == Some(-1) || last == Some(mrank - 1)) {
+            return Err(NO_RANGE);
+        }
+        m = args[0].as_value().ok_or(NO_RANGE)?;
+    }
+    // The same shape operators on both sides, down to the index's masked_fill.
+    let mut i = index;
+    loop {
+        let (op, args, kw) = call(g, i).ok_or(NO_RANGE)?;
+        let name = aten(op).ok_or(NO_RANGE)?;
+        if name == "masked_fill" {
+            break;
+        }
+        if !shape_op(name) {
+            return Err(NO_RANGE);
+        }
+        let (mop, margs, mkw) = call(g, m).ok_or(NO_RANGE)?;
+        if kw || mkw || mop != op || margs.len() != args.len() || margs[1..] != args[1..] {
+            return Err(NO_RANGE);
+        }
+        i = args.first().and_then(Arg::as_value).ok_or(NO_RANGE)?;
+        m = margs.first().and_then(Arg::as_value).ok_or(NO_RANGE)?;
+    }
+    // index = masked_fill(sub(I, lo), B, _) with B the mask's own value.
+    let (_, fill_args, fill_kw) = call(g, i).ok_or(NO_RANGE)?;
+    if fill_kw || fill_args.get(1).and_then(Arg::as_value) != Some(m) {
+        return Err(NO_RANGE);
+    }
+    let (ids, lo, hi) = range_mask(g, m).ok_or(NO_RANGE)?;
+    let (sop, sargs, skw) = fill_args
+        .first()
+        .and_then(Arg::as_value)
+        .and_then(|s| call(g, s))
+        .ok_or(NO_RANGE)?;
+    let alpha_one = sargs.get(2).is_none_or(|a| a.as_int() == Some(1));
+    if aten(sop) != Some("sub")
+        || sargs.first().and_then(Arg::as_value) != Some(ids)
+        || sargs.get(1).and_then(Arg::as_int) != Some(lo)
+        || !alpha_one
+        || skw
+    {
+        return Err(NO_RANGE);
+    }
+    let r = coord as i64;
+    if !replicated(ids) || lo != r * local || hi != (r + 1) * local {
+        return Err(NO_RANGE);
+    }
+    Ok(())
+}

@@ -1,0 +1,188 @@
+//! The vocabulary range of a vocab-parallel embedding: masked rows are a partial sum only where
+//! the mask is the rank's range and the index the id less the range's start. Wrong ranges,
+//! a mask of other ids, an index shifted by another offset are never a pass; random ranges
+//! run in the interpreter never hold with a wrong sum.
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use shardproof_check::{check_case, plan::parse_plan, Report, Verdict};
+use shardproof_interp::{run_program, RunConfig};
+use shardproof_ir::{DType, ValueId};
+use shardproof_ops::{Meta, Tensor};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+mod common;
+use common::values::{close, random};
+
+/// A vocab-parallel embedding on `tp = n` with a table of `n * l` rows: the ranks' range
+/// starts `lo`, ends `hi`, index offsets `off`, and whether the mask reads other ids (`ids2`).
+fn embedding(n: usize, l: usize, lo: &[i64], hi: &[i64], off: &[i64], other_ids: bool) -> String {
+    let lits = |xs: &[i64]| {
+        format!(
+            "tp[{}]",
+            xs.iter()
+                .map(|x| x.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
+    let mask_ids = if other_ids { "ids2" } else { "ids" };
+    format!(
+        "mesh tp={n}\n\
+         input ids: i64[6] tp=Replicate()\n\
+         input ids2: i64[6] tp=Replicate()\n\
+         input w: f64[{v}, 3] tp=Shard(0)\n\
+         below = lt({mask_ids}, {lo})\n\
+         above = ge({mask_ids}, {hi})\n\
+         mask = bitwise_or(below, above)\n\
+         local = sub(ids, {off})\n\
+         idx = masked_fill(local, mask, 0)\n\
+         e = embedding(w, idx)\n\
+         m = unsqueeze(mask, 1)\n\
+         z = masked_fill(e, m, 0.0)\n\
+         y = all_reduce(z, sum, tp)\n\
+         output y tp=Replicate()\n",
+        v = n * l,
+        lo = lits(lo),
+        hi = lits(hi),
+        off = lits(off),
+    )
+}
+
+fn check(text: &str) -> Report {
+    let case = parse_plan(Path::new("vocab.plan"), text).unwrap_or_else(|e| panic!("{e}"));
+    check_case(&case).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn the_rank_range_holds() {
+    let r = check(&embedding(2, 8, &[0, 8], &[8, 16], &[0, 8], false));
+    assert_eq!(r.verdict, Verdict::Holds, "{}", r.render());
+}
+
+#[test]
+fn wrong_ranges_are_never_a_pass() {
+    for (lo, hi, off) in [
+        // Overlapping ranges: ids 4..8 counted twice.
+        ([0, 4], [8, 12], [0, 4]),
+        // A range that masks nothing on either rank.
+        ([0, 1], [100, 101], [0, 8]),
+        // The right ranges, the index shifted by another offset.
+        ([0, 8], [8, 16], [0, 4]),
+    ] {
+        let r = check(&embedding(2, 8, &lo, &hi, &off, false));
+        assert_eq!(
+            r.verdict,
+            Verdict::Inconclusive,
+            "{lo:?} {hi:?} {off:?}: {}",
+            r.render()
+        );
+        assert!(
+            r.unknown
+                .iter()
+                .any(|u| u.reason.contains("vocabulary range")),
+            "{}",
+            r.render()
+        );
+    }
+}
+
+#[test]
+fn a_mask_of_other_ids_is_never_a_pass() {
+    let r = check(&embedding(2, 8, &[0, 8], &[8, 16], &[0, 8], true));
+    assert_eq!(r.verdict, Verdict::Inconclusive, "{}", r.render());
+}
+
+/// A mask reshaped otherwise than the index: the mask's positions are not the lookup's.
+#[test]
+fn a_mask_reshaped_otherwise_is_never_a_pass() {
+    let text = "mesh tp=2\n\
+         input ids: i64[2, 3] tp=Replicate()\n\
+         input w: f64[16, 3] tp=Shard(0)\n\
+         below = lt(ids, tp[0, 8])\n\
+         above = ge(ids, tp[8, 16])\n\
+         mask = bitwise_or(below, above)\n\
+         local = sub(ids, tp[0, 8])\n\
+         idx = masked_fill(local, mask, 0)\n\
+         e = embedding(w, idx)\n\
+         mt = t(mask)\n\
+         mv = view(mt, [2, 3])\n\
+         m = unsqueeze(mv, 2)\n\
+         z = masked_fill(e, m, 0.0)\n\
+         y = all_reduce(z, sum, tp)\n\
+         output y tp=Replicate()\n";
+    let r = check(text);
+    assert_eq!(r.verdict, Verdict::Inconclusive, "{}", r.render());
+}
+
+/// Random ranges (mostly the rank's, sometimes shifted) on 2-4 ranks, run in the
+/// interpreter: a program that holds sums to the table's rows of the ids on every rank.
+#[test]
+fn random_ranges_never_hold_with_a_wrong_sum() {
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    let (mut held, mut refused) = (0, 0);
+    for _ in 0..120 {
+        let n = rng.random_range(2..=4usize);
+        let l = rng.random_range(1..=4usize);
+        let v = n * l;
+        // Rank-dependent literals are written without a sign: nudges stay at 0 or above.
+        let nudge = |x: i64, rng: &mut ChaCha8Rng| {
+            if rng.random_bool(0.85) {
+                x
+            } else {
+                (x + rng.random_range(-2..=2i64)).max(0)
+            }
+        };
+        let lo: Vec<i64> = (0..n).map(|r| nudge((r * l) as i64, &mut rng)).collect();
+        let hi: Vec<i64> = (0..n)
+            .map(|r| nudge(((r + 1) * l) as i64, &mut rng))
+            .collect();
+        let off: Vec<i64> = (0..n).map(|r| nudge((r * l) as i64, &mut rng)).collect();
+        let text = embedding(n, l, &lo, &hi, &off, false);
+        let case = parse_plan(Path::new("vocab.plan"), &text).unwrap();
+        let report = check_case(&case).unwrap();
+        let ids: Vec<f64> = (0..6).map(|_| rng.random_range(0..v) as f64).collect();
+        let ids_t = Tensor::new(Meta::new(DType::I64, vec![6]), ids.clone());
+        let w = random(&[v, 3], &mut rng);
+        let leaves: Vec<BTreeMap<String, Tensor>> = (0..n)
+            .map(|r| {
+                let piece = Tensor::new(
+                    Meta::new(DType::F64, vec![l, 3]),
+                    w.data[r * l * 3..(r + 1) * l * 3].to_vec(),
+                );
+                BTreeMap::from([
+                    ("ids".to_string(), ids_t.clone()),
+                    ("ids2".to_string(), ids_t.clone()),
+                    ("w".to_string(), piece),
+                ])
+            })
+            .collect();
+        // A shifted index can fall outside the shard: the run fails, and the check must
+        // not have held.
+        let Ok(envs) = run_program(&case.program, &leaves, &RunConfig::default()) else {
+            assert_ne!(report.verdict, Verdict::Holds, "{text}");
+            refused += 1;
+            continue;
+        };
+        let want: Vec<f64> = ids
+            .iter()
+            .flat_map(|&id| w.data[id as usize * 3..id as usize * 3 + 3].to_vec())
+            .collect();
+        let g = &case.program.ranks[0];
+        let y = g.nodes.iter().position(|nd| nd.name == "y").unwrap();
+        let right = envs
+            .iter()
+            .all(|e| close(&e.get(ValueId::new(y, 0)).unwrap().data, &want));
+        if report.verdict == Verdict::Holds {
+            assert!(right, "held with a wrong sum:\n{text}");
+            held += 1;
+        } else {
+            refused += 1;
+        }
+    }
+    assert!(
+        held >= 20 && refused >= 20,
+        "held {held}, refused {refused}"
+    );
+}

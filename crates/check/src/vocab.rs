@@ -173,3 +173,160 @@ pub(crate) fn range_proven(
     }
     Ok(())
 }
+
+/// Where `x` is `S(masked_fill(sub(I, lo), B, _))` and `mask` is `S(B)` (the same chain S of
+/// shape operators on both), with `B = lt(I, lo) | ge(I, hi)`: `(I, lo, hi)`.
+fn index_and_mask(g: &Graph, x: ValueId, mask: ValueId) -> Option<(ValueId, i64, i64)> {
+    let (mut i, mut m) = (x, mask);
+    loop {
+        let (op, args, kw) = call(g, i)?;
+        let name = aten(op)?;
+        if name == "masked_fill" {
+            break;
+        }
+        if !shape_op(name) {
+            return None;
+        }
+        let (mop, margs, mkw) = call(g, m)?;
+        if kw || mkw || mop != op || margs.len() != args.len() || margs[1..] != args[1..] {
+            return None;
+        }
+        i = args.first().and_then(Arg::as_value)?;
+        m = margs.first().and_then(Arg::as_value)?;
+    }
+    let (_, fill_args, fill_kw) = call(g, i)?;
+    if fill_kw || fill_args.get(1).and_then(Arg::as_value) != Some(m) {
+        return None;
+    }
+    let (ids, lo, hi) = range_mask(g, m)?;
+    let (sop, sargs, skw) = fill_args
+        .first()
+        .and_then(Arg::as_value)
+        .and_then(|s| call(g, s))?;
+    let alpha_one = sargs.get(2).is_none_or(|a| a.as_int() == Some(1));
+    (aten(sop) == Some("sub")
+        && !skw
+        && alpha_one
+        && sargs.first().and_then(Arg::as_value) == Some(ids)
+        && sargs.get(1).and_then(Arg::as_int) == Some(lo))
+    .then_some((ids, lo, hi))
+}
+
+/// Whether `v` is `arange(0, len)` (or `arange(len)`) with `len` given.
+fn is_arange(g: &Graph, v: ValueId, len: i64) -> bool {
+    let Some((op, args, _)) = call(g, v) else {
+        return false;
+    };
+    if aten(op) != Some("arange") {
+        return false;
+    }
+    let ints: Vec<Option<i64>> = args.iter().map(Arg::as_int).collect();
+    match op.overload.as_str() {
+        "default" => ints.first() == Some(&Some(len)),
+        "start" => ints.first() == Some(&Some(0)) && ints.get(1) == Some(&Some(len)),
+        "start_step" => {
+            ints.first() == Some(&Some(0))
+                && ints.get(1) == Some(&Some(len))
+                && ints.get(2) == Some(&Some(1))
+        }
+        _ => false,
+    }
+}
+
+/// The one-hot of ids over the rank's vocabulary range, in local columns (the target of
+/// vocab-parallel cross entropy's backward): `eq(X, arange(0, L)) & ~M`, X the index
+/// `S(masked_fill(sub(I, r*L), B, _))` with a trailing dim of size 1, M the mask `S(B)`
+/// (the same chain S), B the rank's range `[r*L, (r+1)*L)`, I replicated. Column j of the
+/// rank's local result is `I == r*L + j`: the rank's columns of the one-hot of I over `n*L`
+/// classes, `Shard(last)`. Returns that dim.
+pub(crate) fn one_hot_shard(
+    g: &Graph,
+    lhs: ValueId,
+    rhs: ValueId,
+    coord: usize,
+    replicated: impl Fn(ValueId) -> bool,
+    meta: impl Fn(ValueId) -> Option<Meta>,
+) -> Option<usize> {
+    let not_of = |v: ValueId| {
+        let (op, args, kw) = call(g, v)?;
+        (!kw && matches!(aten(op)?, "bitwise_not" | "logical_not"))
+            .then(|| args.first().and_then(Arg::as_value))
+            .flatten()
+    };
+    let (eqv, mask) = match (not_of(lhs), not_of(rhs)) {
+        (None, Some(m)) => (lhs, m),
+        (Some(m), None) => (rhs, m),
+        _ => return None,
+    };
+    let (op, args, kw) = call(g, eqv)?;
+    if kw || aten(op) != Some("eq") || args.len() != 2 {
+        return None;
+    }
+    let (x, ar) = (args[0].as_value()?, args[1].as_value()?);
+    let xshape = meta(x)?.shape;
+    let out = meta(eqv)?.shape;
+    let len = *out.last()? as i64;
+    if xshape.last() != Some(&1) || out.len() != xshape.len() || !is_arange(g, ar, len) {
+        return None;
+    }
+    let (ids, lo, hi) = index_and_mask(g, x, mask)?;
+    let r = coord as i64;
+    (replicated(ids) && lo == r * len && hi == (r + 1) * len).then(|| out.len() - 1)
+}
+
+/// The gradient of a vocab-parallel embedding's shard: `embedding_dense_backward(
+/// masked_fill(G, M, 0), X, L, -1, False)` with G replicated, X the index
+/// `S(masked_fill(sub(I, r*L), B, _))`, M the mask `S(B)` unsqueezed at the end, B the rank's
+/// range `[r*L, (r+1)*L)` and I replicated. Row j of the rank's result sums the gradient rows
+/// at the positions whose id is `r*L + j` (a masked position adds its zeroed row to row 0):
+/// the rank's rows of the whole table's gradient, `Shard(0)`.
+pub(crate) fn embedding_grad_shard(
+    g: &Graph,
+    node: usize,
+    coord: usize,
+    replicated: impl Fn(ValueId) -> bool,
+    meta: impl Fn(ValueId) -> Option<Meta>,
+) -> bool {
+    let Some(NodeKind::Call { op, args, kwargs }) = g.nodes.get(node).map(|n| &n.kind) else {
+        return false;
+    };
+    if aten(op) != Some("embedding_dense_backward") || !kwargs.is_empty() || args.len() != 5 {
+        return false;
+    }
+    let (Some(grad), Some(x), Some(len)) =
+        (args[0].as_value(), args[1].as_value(), args[2].as_int())
+    else {
+        return false;
+    };
+    if args[3].as_int() != Some(-1) || args[4].as_int() != Some(0) {
+        return false;
+    }
+    let Some((fop, fargs, fkw)) = call(g, grad) else {
+        return false;
+    };
+    let zero = fargs.get(2).and_then(Arg::as_f64) == Some(0.0);
+    let (Some(gv), Some(mv)) = (
+        fargs.first().and_then(Arg::as_value),
+        fargs.get(1).and_then(Arg::as_value),
+    ) else {
+        return false;
+    };
+    if fkw || aten(fop) != Some("masked_fill") || !zero || !replicated(gv) {
+        return false;
+    }
+    // The mask: unsqueezed at the end, then the index's chain.
+    let Some((uop, uargs, ukw)) = call(g, mv) else {
+        return false;
+    };
+    let mrank = meta(mv).map_or(0, |mm| mm.shape.len() as i64);
+    let last = uargs.get(1).and_then(Arg::as_int);
+    if ukw || aten(uop) != Some("unsqueeze") || !(last == Some(-1) || last == Some(mrank - 1)) {
+        return false;
+    }
+    let Some(m0) = uargs.first().and_then(Arg::as_value) else {
+        return false;
+    };
+    let r = coord as i64;
+    index_and_mask(g, x, m0)
+        .is_some_and(|(ids, lo, hi)| replicated(ids) && lo == r * len && hi == (r + 1) * len)
+}

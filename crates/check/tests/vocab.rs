@@ -186,3 +186,118 @@ fn random_ranges_never_hold_with_a_wrong_sum() {
         "held {held}, refused {refused}"
     );
 }
+
+/// The backward of vocab-parallel cross entropy and embedding on `tp = n`: the one-hot of the
+/// ids over the rank's range and the gradient of the rank's table rows.
+fn backward(n: usize, l: usize, lo: &[i64], hi: &[i64], off: &[i64], arange_len: usize) -> String {
+    let lits = |xs: &[i64]| {
+        format!(
+            "tp[{}]",
+            xs.iter()
+                .map(|x| x.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
+    format!(
+        "mesh tp={n}\n\
+         input ids: i64[6] tp=Replicate()\n\
+         input g: f64[6, 3] tp=Replicate()\n\
+         below = lt(ids, {lo})\n\
+         above = ge(ids, {hi})\n\
+         mask = bitwise_or(below, above)\n\
+         local = sub(ids, {off})\n\
+         idx = masked_fill(local, mask, 0)\n\
+         u = unsqueeze(idx, 1)\n\
+         um = unsqueeze(mask, 1)\n\
+         cls = aten.arange.start(0, {arange_len})\n\
+         hit = eq(u, cls)\n\
+         keep = bitwise_not(um)\n\
+         oh = bitwise_and(hit, keep)\n\
+         gm = masked_fill(g, um, 0.0)\n\
+         dw = embedding_dense_backward(gm, idx, {l}, -1, False)\n\
+         output oh tp=Shard(1)\n\
+         output dw tp=Shard(0)\n",
+        lo = lits(lo),
+        hi = lits(hi),
+        off = lits(off),
+    )
+}
+
+/// Random ranges for the backward, run in the interpreter: where the checker claims the
+/// one-hot `Shard(1)` or the table gradient `Shard(0)`, the rank's values are those columns
+/// of the one-hot of the ids over `n * len` classes (`len` the local classes), or those rows
+/// of the table's gradient.
+#[test]
+fn the_backward_shards_agree_with_the_interpreter() {
+    let mut rng = ChaCha8Rng::seed_from_u64(11);
+    let (mut claims, mut held) = (0, 0);
+    for _ in 0..120 {
+        let n = rng.random_range(2..=4usize);
+        let l = rng.random_range(1..=4usize);
+        let v = n * l;
+        let nudge = |x: i64, rng: &mut ChaCha8Rng| {
+            if rng.random_bool(0.85) {
+                x
+            } else {
+                (x + rng.random_range(-2..=2i64)).max(0)
+            }
+        };
+        let lo: Vec<i64> = (0..n).map(|r| nudge((r * l) as i64, &mut rng)).collect();
+        let hi: Vec<i64> = (0..n)
+            .map(|r| nudge(((r + 1) * l) as i64, &mut rng))
+            .collect();
+        let off: Vec<i64> = (0..n).map(|r| nudge((r * l) as i64, &mut rng)).collect();
+        let len = if rng.random_bool(0.9) { l } else { l + 1 };
+        let text = backward(n, l, &lo, &hi, &off, len);
+        let case = parse_plan(Path::new("vocab.plan"), &text).unwrap();
+        let report = check_case(&case).unwrap();
+        let prop = shardproof_check::propagate(&case).unwrap();
+        let ids: Vec<f64> = (0..6).map(|_| rng.random_range(0..v) as f64).collect();
+        let ids_t = Tensor::new(Meta::new(DType::I64, vec![6]), ids.clone());
+        let gr = random(&[6, 3], &mut rng);
+        let leaves: Vec<BTreeMap<String, Tensor>> = (0..n)
+            .map(|_| {
+                BTreeMap::from([
+                    ("ids".to_string(), ids_t.clone()),
+                    ("g".to_string(), gr.clone()),
+                ])
+            })
+            .collect();
+        let Ok(envs) = run_program(&case.program, &leaves, &RunConfig::default()) else {
+            assert_ne!(report.verdict, Verdict::Holds, "{text}");
+            continue;
+        };
+        let g0 = &case.program.ranks[0];
+        let node = |name: &str| g0.nodes.iter().position(|nd| nd.name == name).unwrap();
+        for (r, env) in envs.iter().enumerate() {
+            let oh = ValueId::new(node("oh"), 0);
+            if prop.ranks[r].of(oh, 1)[0] == shardproof_check::Place::Shard(1) {
+                claims += 1;
+                let want: Vec<f64> = ids
+                    .iter()
+                    .flat_map(|&id| {
+                        (r * len..(r + 1) * len).map(move |c| f64::from(id as usize == c))
+                    })
+                    .collect();
+                assert!(close(&env.get(oh).unwrap().data, &want), "rank {r}: {text}");
+            }
+            let dw = ValueId::new(node("dw"), 0);
+            if prop.ranks[r].of(dw, 1)[0] == shardproof_check::Place::Shard(0) {
+                claims += 1;
+                let mut want = vec![0.0; l * 3];
+                for (p, &id) in ids.iter().enumerate() {
+                    let id = id as usize;
+                    if (r * l..(r + 1) * l).contains(&id) {
+                        for k in 0..3 {
+                            want[(id - r * l) * 3 + k] += gr.data[p * 3 + k];
+                        }
+                    }
+                }
+                assert!(close(&env.get(dw).unwrap().data, &want), "rank {r}: {text}");
+            }
+        }
+        held += usize::from(report.verdict == Verdict::Holds);
+    }
+    assert!(held >= 20 && claims >= 100, "held {held}, claims {claims}");
+}

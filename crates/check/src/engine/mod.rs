@@ -595,6 +595,39 @@ fn propagate_rank_from(
                     // A vocabulary-shard lookup zeroed outside a mask is a partial sum only
                     // where the mask is the rank's range (checked on the graph).
                     let mut vocab_unproven = None;
+                    // The one-hot of ids over the rank's vocabulary range is the rank's columns
+                    // of the one-hot over the whole vocabulary.
+                    if matches!(op.name.as_str(), "bitwise_and" | "logical_and")
+                        && op.namespace == "aten"
+                        && violation.is_none()
+                        && inputs.len() == 2
+                        && mesh.dims[m].1 > 1
+                    {
+                        let d = crate::vocab::one_hot_shard(
+                            g,
+                            inputs[0],
+                            inputs[1],
+                            coords[m],
+                            |v| rp.of(v, nd)[m] == Place::Replicate,
+                            meta_of,
+                        );
+                        if let Some(d) = d {
+                            result = vec![Place::shard(d); nout];
+                        }
+                    }
+                    if op.name == "embedding_dense_backward"
+                        && violation.is_none()
+                        && mesh.dims[m].1 > 1
+                        && crate::vocab::embedding_grad_shard(
+                            g,
+                            i,
+                            coords[m],
+                            |v| rp.of(v, nd)[m] == Place::Replicate,
+                            meta_of,
+                        )
+                    {
+                        result = vec![Place::Shard(0); nout];
+                    }
                     if rule.family == "masked-fill"
                         && violation.is_none()
                         && result.iter().any(|p| p.is_partial())

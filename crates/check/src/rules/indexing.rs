@@ -237,13 +237,54 @@ pub(super) fn scatter(c: &Ctx) -> Outcome {
         })
         .collect();
     let mut all = stripped.clone();
-    if let Some(mut i) = idx {
+    if let Some(mut i) = idx.clone() {
         i.meta = None;
         all.push(i);
     }
     let nonzero = c.num("value").is_some_and(|v| v != 0.0);
     if stripped.iter().any(|t| t.p.is_partial()) {
+        // The ranks' partial terms add up position by position only where every rank writes
+        // the same positions: a sharded index puts each rank's terms elsewhere.
+        if idx.as_ref().is_some_and(|i| i.p != Place::Replicate) {
+            return c.all(Place::Varying);
+        }
         return one(merge(&stripped, 0, Lin::Add, nonzero), c.n_out());
     }
-    one(merge(&all, 0, Lin::None, false), c.n_out())
+    match merge(&all, 0, Lin::None, false) {
+        Ok(Place::Replicate) => c.all(Place::Replicate),
+        Ok(_) => {
+            // A zero-filled self made on each rank is a piece of the zeros of any size, so it
+            // takes the index's shard (the router's `scatter(zeros, 1, topk, weights)` over a
+            // token shard).
+            let mut x = x;
+            if x.p == Place::Replicate && c.is_zero(&x) {
+                x.p = idx.as_ref().map_or(x.p, |i| i.p);
+            }
+            // Any other mix writes each rank's positions into its own tensor: a replicated
+            // self with a sharded index, or a shard with an index that does not cover its
+            // rows, is neither a replica nor a piece of the global scatter.
+            c.all(if rows_alike(&x, dim, idx.as_ref(), src.as_ref()) {
+                x.p
+            } else {
+                Place::Varying
+            })
+        }
+        r => one(r, c.n_out()),
+    }
+}
+
+/// Whether a scatter runs row by row on each rank's piece: self, index and source sharded
+/// alike along a dim other than the scatter's, with the same local size there (the index
+/// covers every row of the piece, and the source's rows are the index's). Then each global
+/// row is scattered by the rank holding it, exactly as on one device.
+fn rows_alike(x: &T, dim: usize, idx: Option<&T>, src: Option<&T>) -> bool {
+    let Place::Shard(d) = x.p else { return false };
+    let d = d as usize;
+    let size = |t: &T| t.meta.as_ref().and_then(|m| m.shape.get(d).copied());
+    d != dim
+        && size(x).is_some()
+        && idx
+            .iter()
+            .chain(src.iter())
+            .all(|t| t.p == x.p && size(t) == size(x))
 }

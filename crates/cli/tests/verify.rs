@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{emit_zoo as emit_model, entangle_samples, verify_exit as verify};
+use common::{emit_zoo as emit_model, entangle_samples, verify_exit as verify, verify_exit_with};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -207,8 +207,16 @@ fn a_refutation_stands_only_where_a_run_confirms_it() {
         s.write(r, &RANK_HALF_SUMS.replace("SCALE", "0.5"));
     }
     let case = s.write("case.yaml", CASE_HALF_SUMS);
-    let (code, out) = verify(&case);
+    let (code, out) = verify_exit_with(&case, &["--no-prove"]);
     assert_eq!(code, 3, "{out}");
+    // The element-level prover decides what relation inference left open.
+    let (code, proved) = verify(&case);
+    assert_eq!(code, 0, "{proved}");
+    assert!(proved.contains("decided by: prove"), "{proved}");
+    assert!(
+        proved.contains("relation inference alone was inconclusive"),
+        "{proved}"
+    );
     assert!(
         out.contains("relations stop at spec operator `add`"),
         "{out}"
@@ -267,8 +275,16 @@ fn an_inconclusive_verdict_names_every_stop() {
         RANK_TWO_SUMS,
         "name: two-sums\ninputs:\n  x: Replicate()\n  y: Replicate()\n  z: Replicate()\n  w: Replicate()\noutputs:\n  out: Replicate()\n",
     );
-    let (code, out) = verify(&case);
+    let (code, out) = verify_exit_with(&case, &["--no-prove"]);
     assert_eq!(code, 3, "{out}");
+    // The element-level prover decides what relation inference left open.
+    let (code, proved) = verify(&case);
+    assert_eq!(code, 0, "{proved}");
+    assert!(proved.contains("decided by: prove"), "{proved}");
+    assert!(
+        proved.contains("relation inference alone was inconclusive"),
+        "{proved}"
+    );
     assert!(
         out.contains("relations stop at spec operator `p` (aten.add.Tensor)"),
         "{out}"
@@ -278,7 +294,7 @@ fn an_inconclusive_verdict_names_every_stop() {
         "{out}"
     );
     let json = bin()
-        .args(["verify", "--json"])
+        .args(["verify", "--json", "--no-prove"])
         .arg(&case)
         .output()
         .unwrap();
@@ -325,8 +341,16 @@ fn a_lost_relation_names_the_operator_whose_expression_outgrew_the_limit() {
         )),
         "name: squares\ninputs:\n  x: Replicate()\n  y: Replicate()\n",
     );
-    let (code, out) = verify(&case);
+    let (code, out) = verify_exit_with(&case, &["--no-prove"]);
     assert_eq!(code, 3, "{out}");
+    // The element-level prover decides what relation inference left open.
+    let (code, proved) = verify(&case);
+    assert_eq!(code, 0, "{proved}");
+    assert!(proved.contains("decided by: prove"), "{proved}");
+    assert!(
+        proved.contains("relation inference alone was inconclusive"),
+        "{proved}"
+    );
     // The output inherits the state; the report names where the expression outgrew the limit,
     // not the output, and not the operator where relations stopped.
     assert!(
@@ -364,8 +388,16 @@ fn the_size_limit_of_a_lost_relation_grows_with_the_ranks() {
             graphs.join(", ")
         ),
     );
-    let (code, out) = verify(&case);
+    let (code, out) = verify_exit_with(&case, &["--no-prove"]);
     assert_eq!(code, 3, "{out}");
+    // The element-level prover decides what relation inference left open.
+    let (code, proved) = verify(&case);
+    assert_eq!(code, 0, "{proved}");
+    assert!(proved.contains("decided by: prove"), "{proved}");
+    assert!(
+        proved.contains("relation inference alone was inconclusive"),
+        "{proved}"
+    );
     assert!(
         out.contains("the expression computed for `s8` grew beyond the size limit ("),
         "{out}"

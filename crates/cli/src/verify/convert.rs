@@ -112,6 +112,7 @@ pub(super) fn report(
         )
     };
     let summary = match (verdict, o.verdict, &o.failure) {
+        (Verdict::Holds, ..) if d.decided_by == "prove" => format!("verified: {reason}"),
         (Verdict::Holds, ..) => format!(
             "verified: every checked output has a clean relation ({} outputs, {} spec operators)",
             o.certificate.len(),
@@ -152,6 +153,9 @@ pub(super) fn report(
     }
     if let Some(s) = &d.search {
         r.fact("counterexample search", s.clone());
+    }
+    if let Some(h) = &d.prove {
+        r.fact("element-level prover", h.summary());
     }
     r.fact("spec operators", o.spec_operators.to_string());
     r.fact("lemmas", o.lemmas.to_string());
@@ -232,7 +236,12 @@ fn checked(
                     .collect::<Vec<_>>()
                     .join("\n")
             });
-            if blamed.as_deref() == Some(name.as_str()) {
+            if verdict == Verdict::Holds && d.decided_by == "prove" {
+                // The prover proved every checked output, related or not.
+                if related.is_none() {
+                    c.message = Some("proved by the element-level prover".into());
+                }
+            } else if blamed.as_deref() == Some(name.as_str()) {
                 c.status = if violated {
                     Status::Failed
                 } else {

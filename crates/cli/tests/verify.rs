@@ -1227,15 +1227,18 @@ fn fp8_plans_verify() {
 
 /// `--time-limit` stops relation inference; the verdict then rests on the counterexample
 /// search, which runs first: a planted bug is still refuted (by the run), a correct plan is
-/// inconclusive with the limit named, never verified. A limit of a microsecond is always hit:
-/// relation inference takes milliseconds even on the smallest case.
+/// inconclusive with the limit named (with `--no-prove`), never verified by relations; the
+/// element-level prover then proves it. A limit of a microsecond is always hit: relation
+/// inference takes milliseconds even on the smallest case. `limit` is the limit and any further
+/// flags, separated by spaces.
 #[test]
 fn time_limit_leaves_the_verdict_to_the_counterexample_search() {
     let json_verify = |case: &Path, limit: &str| {
         let out = bin()
             .arg("verify")
             .arg(case)
-            .args(["--json", "--quiet", "--time-limit", limit])
+            .args(["--json", "--quiet", "--time-limit"])
+            .args(limit.split(' '))
             .output()
             .unwrap();
         let report: serde_json::Value = serde_json::from_slice(&out.stdout)
@@ -1255,7 +1258,7 @@ fn time_limit_leaves_the_verdict_to_the_counterexample_search() {
 
     let dir = tempfile::tempdir().unwrap();
     let correct = emit(dir.path(), "tp=2", &[]);
-    let (code, r) = json_verify(&correct, "0.000001");
+    let (code, r) = json_verify(&correct, "0.000001 --no-prove");
     assert_eq!(code, Some(3), "{r:#}");
     assert_eq!(r["verdict"], "inconclusive", "{r:#}");
     assert!(
@@ -1269,6 +1272,10 @@ fn time_limit_leaves_the_verdict_to_the_counterexample_search() {
             .contains("matches every output"),
         "{r:#}"
     );
+    // The element-level prover, on by default, decides what the limit left open.
+    let (code, r) = json_verify(&correct, "0.000001");
+    assert_eq!(code, Some(0), "{r:#}");
+    assert_eq!(r["decided_by"], "prove", "{r:#}");
     // A generous limit changes nothing.
     let (code, r) = json_verify(&correct, "600");
     assert_eq!(code, Some(0), "{r:#}");

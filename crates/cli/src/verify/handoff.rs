@@ -60,7 +60,9 @@ pub(crate) struct Handoff {
     pub sizes: String,
     /// Whether the time limit stopped it.
     pub time_limited: bool,
-    /// Seconds taken (dropped by the golden reports, as every timing).
+    /// Seconds taken: counted in the report's own `seconds`, not serialized here, so that the
+    /// report stays the same from run to run.
+    #[serde(skip)]
     pub seconds: f64,
     /// Where the counterexample's files were written (`--counterexample`).
     #[serde(skip)]

@@ -1,13 +1,16 @@
 //! `shardproof verify`: the refinement engine on a case.
 
 mod convert;
+mod handoff;
 
 use crate::output::{self, HtmlFile, OutputArgs};
 use crate::run::{search_counterexample, Counterexample, Search, SEARCH_SEEDS};
 use crate::watch;
 use crate::Verdict;
 use clap::Args as ClapArgs;
+use handoff::{hand_off, Asked, Handoff};
 use shardproof_ops::Registry;
+use shardproof_prove::Verdict as ProofVerdict;
 use shardproof_refine::{verify, Options, Outcome, Progress, Verdict as RefineVerdict};
 use std::path::PathBuf;
 
@@ -37,7 +40,24 @@ pub struct VerifyArgs {
     /// the same at any count.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     jobs: Option<u32>,
+    /// Do not hand what relation inference leaves undecided to the element-level prover. By
+    /// default an inconclusive case is proved or refuted by `shardproof prove`'s engine (on
+    /// the shape-reduced case), and a refutation no run confirms gets its counterexample.
+    #[arg(long)]
+    no_prove: bool,
+    /// Stop the element-level prover after this many seconds (0: no limit); the verdict then
+    /// stays what relation inference and the runs made it.
+    #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_PROVE_SECONDS, value_parser = crate::watch::parse_seconds)]
+    prove_time_limit: f64,
+    /// Write the element-level prover's counterexample into DIR when it refutes the case (the
+    /// inputs and both outputs as safetensors, an index and a PyTorch replay, as `prove`).
+    #[arg(long, value_name = "DIR")]
+    counterexample: Option<PathBuf>,
 }
+
+/// The prover's default time limit under verify: the zoo's tiny cases are decided in a few
+/// seconds, and a case it cannot decide costs verify no more than this.
+const DEFAULT_PROVE_SECONDS: f64 = 30.0;
 
 #[derive(serde::Serialize)]
 struct Report<'a> {
@@ -57,8 +77,9 @@ struct Report<'a> {
 #[derive(serde::Serialize, Default)]
 struct Decision {
     /// `typecheck` (the programs do not type-check), `schedule` (the ranks' communication
-    /// cannot complete), `relations` (the e-graph engine's relations) or `counterexample` (a
-    /// concrete run of the reference interpreter on seeded random inputs).
+    /// cannot complete), `relations` (the e-graph engine's relations), `counterexample` (a
+    /// concrete run of the reference interpreter on seeded random inputs) or `prove` (the
+    /// element-level prover, on what the others left undecided).
     decided_by: &'static str,
     /// The inputs' seed and the output a concrete run shows differing, when one does.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -69,6 +90,13 @@ struct Decision {
     /// What the static checker found on the same programs, shown beside the verdict.
     #[serde(skip_serializing_if = "Option::is_none")]
     static_check: Option<StaticCheck>,
+    /// What the element-level prover decided, when the case was handed to it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prove: Option<Handoff>,
+    /// A refutation by relations that no run confirmed (the case could not run): the prover
+    /// is asked for its counterexample.
+    #[serde(skip)]
+    unconfirmed: bool,
 }
 
 /// What the static checker (`shardproof check`: placements, SPMD types, async waits, with no
@@ -272,10 +300,13 @@ pub fn main(args: &VerifyArgs) -> Verdict {
             RefineVerdict::Verified => challenge_verified(search, &mut outcome),
         }
     };
+    let (mut verdict, mut decision) = decision;
+    if !args.no_prove {
+        verdict = consult_prover(&case, args, verdict, &mut decision, &mut outcome, &spinner);
+    }
     if let Some(s) = spinner {
         s.finish_and_clear();
     }
-    let (verdict, mut decision) = decision;
     decision.static_check = Some(static_check);
     let converted = convert::report(&case, &args.case, &outcome, verdict, &decision);
     let print = || {
@@ -344,6 +375,106 @@ fn infer_relations(
             (outcome, true)
         }
     }
+}
+
+/// Hands an inconclusive verdict, or a refutation no run confirmed, to the element-level
+/// prover and folds its answer into the verdict: proved makes it verified, a refutation with a
+/// confirmed counterexample makes it refuted, and anything else leaves the verdict as it was
+/// with the prover's reason added. A verdict the relations or a run settled is not asked about.
+fn consult_prover(
+    case: &shardproof_case::Case,
+    args: &VerifyArgs,
+    verdict: Verdict,
+    d: &mut Decision,
+    o: &mut Outcome,
+    spinner: &Option<indicatif::ProgressBar>,
+) -> Verdict {
+    let asked = match verdict {
+        Verdict::Inconclusive => Asked::Decide,
+        // A run's counterexample is a seed, not files: with --counterexample the prover is
+        // asked for its own, which it writes there.
+        Verdict::Violated if d.unconfirmed || args.counterexample.is_some() => Asked::Confirm,
+        _ => return verdict,
+    };
+    if let Some(s) = spinner {
+        s.set_message(format!(
+            "handing {} to the element-level prover{}",
+            case.name,
+            if args.prove_time_limit > 0.0 {
+                format!(" (at most {} s)", args.prove_time_limit)
+            } else {
+                String::new()
+            }
+        ));
+    }
+    let settings = handoff::Settings {
+        time_limit: args.prove_time_limit,
+        jobs: args.jobs.map_or(1, |n| n as usize),
+        counterexample: args.counterexample.as_deref(),
+    };
+    let h = hand_off(case, asked, &settings);
+    o.seconds += h.seconds;
+    let summary = h.summary();
+    let verdict = match (asked, h.verdict) {
+        (Asked::Confirm, ProofVerdict::Proved) if !d.unconfirmed => {
+            // A concrete run shows a difference the proof says cannot be: one of the engines
+            // is wrong, and the run's numbers stand (never a false "verified").
+            let note = format!(
+                "{summary}, although a concrete run shows a difference (a shardproof bug: please report it with this case)"
+            );
+            add_note(o, note);
+            verdict
+        }
+        (_, ProofVerdict::Proved) => {
+            // The prover's proof covers every input; where relations stopped (or even named
+            // an operator as wrong, unconfirmed by any run), they lacked a lemma.
+            let before = match (&o.failure, o.reason.take()) {
+                (Some(f), _) if asked == Asked::Confirm => format!(
+                    "relations stop at spec operator `{}` ({}), unconfirmed by any run",
+                    f.operator, f.op
+                ),
+                (_, Some(r)) => format!("relation inference alone was inconclusive: {r}"),
+                (_, None) => "relation inference alone was inconclusive".to_string(),
+            };
+            o.verdict = RefineVerdict::Verified;
+            o.failure = None;
+            o.unmet_expectation = None;
+            o.reason = Some(format!("{summary}; {before}"));
+            d.decided_by = "prove";
+            Verdict::Holds
+        }
+        (Asked::Decide, ProofVerdict::Refuted) => {
+            refute_by_run(o, summary);
+            d.decided_by = "prove";
+            Verdict::Violated
+        }
+        (Asked::Confirm, _) => {
+            add_note(o, summary);
+            verdict
+        }
+        (Asked::Decide, ProofVerdict::Inconclusive) => {
+            o.reason = Some(match o.reason.take() {
+                Some(r) => format!("{r}; {summary}"),
+                None => summary,
+            });
+            verdict
+        }
+    };
+    d.prove = Some(h);
+    verdict
+}
+
+/// Adds `note` to a refutation's evidence: the failure's hint, or the reason when relations
+/// named no operator.
+fn add_note(o: &mut Outcome, note: String) {
+    let slot = match &mut o.failure {
+        Some(f) => &mut f.hint,
+        None => &mut o.reason,
+    };
+    *slot = Some(match slot.take() {
+        Some(h) => format!("{h}; {note}"),
+        None => note,
+    });
 }
 
 /// Reports a verdict reached before relation inference (invalid input, a program that does
@@ -570,6 +701,7 @@ fn confirm_refutation(finding: Search, o: &mut Outcome) -> (Verdict, Decision) {
         Search::Undecided(_, why) => {
             let note = format!("not confirmed by a run: {}", run_stop_reason(&why));
             d.search = Some(note.clone());
+            d.unconfirmed = true;
             f.hint = Some(match hint {
                 Some(h) => format!("{h} ({note})"),
                 None => note,
@@ -659,6 +791,12 @@ fn print_text(name: &str, o: &Outcome, verdict: Verdict, d: &Decision) {
         }
     }
     match o.verdict {
+        RefineVerdict::Verified if d.decided_by == "prove" => {
+            outln!(
+                "verified: {name}: {}",
+                o.reason.as_deref().unwrap_or_default()
+            );
+        }
         RefineVerdict::Verified => {
             outln!(
                 "verified: {name} ({} spec operators, {} lemmas)",
@@ -747,6 +885,17 @@ fn print_text(name: &str, o: &Outcome, verdict: Verdict, d: &Decision) {
     }
     if let Some(s) = &d.search {
         outln!("counterexample search: {s}");
+    }
+    if let Some(h) = &d.prove {
+        outln!(
+            "element-level prover: {} ({})",
+            match h.verdict {
+                ProofVerdict::Proved => "proved",
+                ProofVerdict::Refuted => "refuted",
+                ProofVerdict::Inconclusive => "inconclusive",
+            },
+            h.sizes
+        );
     }
     if let Some(s) = &d.static_check {
         print_static_check(s);

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{emit_zoo as emit_model, entangle_samples, verify_exit as verify};
+use common::{emit_zoo as emit_model, entangle_samples, verify_exit as verify, verify_exit_with};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -207,8 +207,16 @@ fn a_refutation_stands_only_where_a_run_confirms_it() {
         s.write(r, &RANK_HALF_SUMS.replace("SCALE", "0.5"));
     }
     let case = s.write("case.yaml", CASE_HALF_SUMS);
-    let (code, out) = verify(&case);
+    let (code, out) = verify_exit_with(&case, &["--no-prove"]);
     assert_eq!(code, 3, "{out}");
+    // The element-level prover decides what relation inference left open.
+    let (code, proved) = verify(&case);
+    assert_eq!(code, 0, "{proved}");
+    assert!(proved.contains("decided by: prove"), "{proved}");
+    assert!(
+        proved.contains("relation inference alone was inconclusive"),
+        "{proved}"
+    );
     assert!(
         out.contains("relations stop at spec operator `add`"),
         "{out}"
@@ -267,8 +275,16 @@ fn an_inconclusive_verdict_names_every_stop() {
         RANK_TWO_SUMS,
         "name: two-sums\ninputs:\n  x: Replicate()\n  y: Replicate()\n  z: Replicate()\n  w: Replicate()\noutputs:\n  out: Replicate()\n",
     );
-    let (code, out) = verify(&case);
+    let (code, out) = verify_exit_with(&case, &["--no-prove"]);
     assert_eq!(code, 3, "{out}");
+    // The element-level prover decides what relation inference left open.
+    let (code, proved) = verify(&case);
+    assert_eq!(code, 0, "{proved}");
+    assert!(proved.contains("decided by: prove"), "{proved}");
+    assert!(
+        proved.contains("relation inference alone was inconclusive"),
+        "{proved}"
+    );
     assert!(
         out.contains("relations stop at spec operator `p` (aten.add.Tensor)"),
         "{out}"
@@ -278,7 +294,7 @@ fn an_inconclusive_verdict_names_every_stop() {
         "{out}"
     );
     let json = bin()
-        .args(["verify", "--json"])
+        .args(["verify", "--json", "--no-prove"])
         .arg(&case)
         .output()
         .unwrap();
@@ -325,8 +341,16 @@ fn a_lost_relation_names_the_operator_whose_expression_outgrew_the_limit() {
         )),
         "name: squares\ninputs:\n  x: Replicate()\n  y: Replicate()\n",
     );
-    let (code, out) = verify(&case);
+    let (code, out) = verify_exit_with(&case, &["--no-prove"]);
     assert_eq!(code, 3, "{out}");
+    // The element-level prover decides what relation inference left open.
+    let (code, proved) = verify(&case);
+    assert_eq!(code, 0, "{proved}");
+    assert!(proved.contains("decided by: prove"), "{proved}");
+    assert!(
+        proved.contains("relation inference alone was inconclusive"),
+        "{proved}"
+    );
     // The output inherits the state; the report names where the expression outgrew the limit,
     // not the output, and not the operator where relations stopped.
     assert!(
@@ -364,8 +388,16 @@ fn the_size_limit_of_a_lost_relation_grows_with_the_ranks() {
             graphs.join(", ")
         ),
     );
-    let (code, out) = verify(&case);
+    let (code, out) = verify_exit_with(&case, &["--no-prove"]);
     assert_eq!(code, 3, "{out}");
+    // The element-level prover decides what relation inference left open.
+    let (code, proved) = verify(&case);
+    assert_eq!(code, 0, "{proved}");
+    assert!(proved.contains("decided by: prove"), "{proved}");
+    assert!(
+        proved.contains("relation inference alone was inconclusive"),
+        "{proved}"
+    );
     assert!(
         out.contains("the expression computed for `s8` grew beyond the size limit ("),
         "{out}"
@@ -1195,15 +1227,18 @@ fn fp8_plans_verify() {
 
 /// `--time-limit` stops relation inference; the verdict then rests on the counterexample
 /// search, which runs first: a planted bug is still refuted (by the run), a correct plan is
-/// inconclusive with the limit named, never verified. A limit of a microsecond is always hit:
-/// relation inference takes milliseconds even on the smallest case.
+/// inconclusive with the limit named (with `--no-prove`), never verified by relations; the
+/// element-level prover then proves it. A limit of a microsecond is always hit: relation
+/// inference takes milliseconds even on the smallest case. `limit` is the limit and any further
+/// flags, separated by spaces.
 #[test]
 fn time_limit_leaves_the_verdict_to_the_counterexample_search() {
     let json_verify = |case: &Path, limit: &str| {
         let out = bin()
             .arg("verify")
             .arg(case)
-            .args(["--json", "--quiet", "--time-limit", limit])
+            .args(["--json", "--quiet", "--time-limit"])
+            .args(limit.split(' '))
             .output()
             .unwrap();
         let report: serde_json::Value = serde_json::from_slice(&out.stdout)
@@ -1223,7 +1258,7 @@ fn time_limit_leaves_the_verdict_to_the_counterexample_search() {
 
     let dir = tempfile::tempdir().unwrap();
     let correct = emit(dir.path(), "tp=2", &[]);
-    let (code, r) = json_verify(&correct, "0.000001");
+    let (code, r) = json_verify(&correct, "0.000001 --no-prove");
     assert_eq!(code, Some(3), "{r:#}");
     assert_eq!(r["verdict"], "inconclusive", "{r:#}");
     assert!(
@@ -1237,6 +1272,10 @@ fn time_limit_leaves_the_verdict_to_the_counterexample_search() {
             .contains("matches every output"),
         "{r:#}"
     );
+    // The element-level prover, on by default, decides what the limit left open.
+    let (code, r) = json_verify(&correct, "0.000001");
+    assert_eq!(code, Some(0), "{r:#}");
+    assert_eq!(r["decided_by"], "prove", "{r:#}");
     // A generous limit changes nothing.
     let (code, r) = json_verify(&correct, "600");
     assert_eq!(code, Some(0), "{r:#}");

@@ -27,7 +27,7 @@ fn rules() -> Vec<Rule> {
     vec![
         Rule::new(RELATIONS_STOP, "An output has no clean relation to the implementation: relations stop at a spec operator, where the result points."),
         Rule::new(UNMET_EXPECTATION, "An output relates to the implementation, but not as the case's `outputs:` expects."),
-        Rule::new(COUNTEREXAMPLE, "A run on seeded random inputs shows an output differing from the spec."),
+        Rule::new(COUNTEREXAMPLE, "A run on seeded random inputs, or on inputs the element-level prover found, shows an output differing from the spec."),
         Rule::new(HANG, "The ranks' communication cannot complete (a deadlock), or a message is never received."),
         Rule::new(INCONCLUSIVE, "Relation inference could not decide (an operator without meaning, a limit, a missing lemma) and no run settled it."),
     ]
@@ -112,6 +112,7 @@ pub(super) fn report(
         )
     };
     let summary = match (verdict, o.verdict, &o.failure) {
+        (Verdict::Holds, ..) if d.decided_by == "prove" => format!("verified: {reason}"),
         (Verdict::Holds, ..) => format!(
             "verified: every checked output has a clean relation ({} outputs, {} spec operators)",
             o.certificate.len(),
@@ -153,6 +154,9 @@ pub(super) fn report(
     if let Some(s) = &d.search {
         r.fact("counterexample search", s.clone());
     }
+    if let Some(h) = &d.prove {
+        r.fact("element-level prover", h.summary());
+    }
     r.fact("spec operators", o.spec_operators.to_string());
     r.fact("lemmas", o.lemmas.to_string());
     r
@@ -187,6 +191,9 @@ fn finding(
     }
     let (rule, output) = match (&d.counterexample, &o.unmet_expectation) {
         (Some(c), _) if level == Level::Error => (COUNTEREXAMPLE, Some(c.output.clone())),
+        (None, _) if level == Level::Error && prover_blames(d).is_some() => {
+            (COUNTEREXAMPLE, prover_blames(d))
+        }
         (None, _) if level == Level::Error => (HANG, None),
         (_, unmet) => (INCONCLUSIVE, unmet.clone()),
     };
@@ -198,6 +205,14 @@ fn finding(
         source,
         ..Finding::new(rule, level, output.unwrap_or_default(), reason)
     }
+}
+
+/// The output the element-level prover's counterexample shows differing, if it gave one.
+fn prover_blames(d: &Decision) -> Option<String> {
+    d.prove
+        .as_ref()
+        .and_then(|h| h.counterexample.as_ref())
+        .map(|c| c.output.clone())
 }
 
 /// One entry per checked output: related (passed), the one that fails (failed, or skipped
@@ -219,6 +234,7 @@ fn checked(
         .as_ref()
         .map(|f| f.output.clone())
         .or_else(|| d.counterexample.as_ref().map(|c| c.output.clone()))
+        .or_else(|| prover_blames(d))
         .or_else(|| o.unmet_expectation.clone());
     checked_outputs(case)
         .into_iter()
@@ -232,7 +248,12 @@ fn checked(
                     .collect::<Vec<_>>()
                     .join("\n")
             });
-            if blamed.as_deref() == Some(name.as_str()) {
+            if verdict == Verdict::Holds && d.decided_by == "prove" {
+                // The prover proved every checked output, related or not.
+                if related.is_none() {
+                    c.message = Some("proved by the element-level prover".into());
+                }
+            } else if blamed.as_deref() == Some(name.as_str()) {
                 c.status = if violated {
                     Status::Failed
                 } else {

@@ -29,9 +29,16 @@ pub fn emit_zoo(model: &str, dir: &Path, mesh: &str, extra: &[&str]) -> PathBuf 
 
 /// The exit code and standard output of `shardproof verify CASE`.
 pub fn verify_exit(case: &Path) -> (i32, String) {
+    verify_exit_with(case, &[])
+}
+
+/// The exit code and standard output of `shardproof verify CASE FLAGS...` (`--no-prove`: the
+/// verdict of relation inference and the runs alone).
+pub fn verify_exit_with(case: &Path, flags: &[&str]) -> (i32, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_shardproof"))
         .arg("verify")
         .arg(case)
+        .args(flags)
         .output()
         .unwrap();
     (

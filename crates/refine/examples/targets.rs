@@ -11,7 +11,8 @@
 //!
 //! `--no-reuse` infers every operator afresh (no twin's relation reused, see `Options::reuse`),
 //! for the figures before and after repeated layers were solved once; each line also counts
-//! the operators related by reuse.
+//! the operators related by reuse, and the pieces of piecewise inference related by a sibling
+//! piece over other ranks (symmetric ranks solved once; `--no-reuse` turns both off).
 //!
 //! Groups: `sample`, `catalog`, `demo`, `layers` (the default set, a few minutes on two cores),
 //! and the slow ones `70b`, `671b`, `deepseek16` (minutes each); `all` runs every group. A
@@ -263,11 +264,12 @@ fn time(label: &str, case: &Case, args: &Args) -> Outcome {
         .map(|f| format!(" at `{}`", f.operator))
         .unwrap_or_default();
     println!(
-        "{label:<58} {:>12} {:>5} ops {:>5} skipped {:>5} reused {best:>9.3} s{at}",
+        "{label:<58} {:>12} {:>5} ops {:>5} skipped {:>5} reused {:>4} pieces {best:>9.3} s{at}",
         format!("{:?}", o.verdict).to_lowercase(),
         o.spec_operators,
         o.operators_skipped,
         o.operators_reused,
+        o.pieces_reused,
     );
     o
 }

@@ -82,7 +82,9 @@ pub struct Options {
     /// same at any count.
     pub jobs: Option<usize>,
     /// Try each operator first by its twin's relation (the same operator of an earlier layer),
-    /// renamed onto its tensors and checked (see `reuse`); off, every operator is inferred.
+    /// and each piece of piecewise inference by its first sibling piece's over other ranks,
+    /// renamed onto its tensors and checked (see `reuse`); off, every operator and piece is
+    /// inferred.
     pub reuse: bool,
 }
 
@@ -513,6 +515,8 @@ pub(super) struct NodeResult {
     unexplored: usize,
     /// Operators related by their twin's checked relation.
     reused: usize,
+    /// Pieces related by a sibling piece's checked relation over other ranks.
+    pieces_reused: usize,
     /// `--trace` steps, in order.
     trace: Vec<TraceStep>,
     /// Expectations found unmet, per value.
@@ -613,6 +617,7 @@ impl Walk<'_> {
             inferred: 0,
             unexplored: 0,
             reused: 0,
+            pieces_reused: 0,
             trace: Vec::new(),
             mismatches: HashMap::new(),
             products: Vec::new(),
@@ -652,6 +657,7 @@ impl Walk<'_> {
         }
         outcome.spec_operators += r.inferred;
         outcome.operators_reused += r.reused;
+        outcome.pieces_reused += r.pieces_reused;
         // A node none of whose operators was explored counts as skipped, not done.
         let skipped = r.unexplored > 0 && r.inferred == 0;
         if skipped {
@@ -941,8 +947,13 @@ impl Walk<'_> {
                     .get()
                     .then(|| attempt(&rules.first, &moves))
                     .filter(clean_up_to_factor);
-                followed
-                    .or_else(|| infer_by_pieces(imp, &rules.pieces, opts, state, t, v, seeds, 0))
+                followed.or_else(|| {
+                    let reused = std::cell::Cell::new(0);
+                    let found =
+                        infer_by_pieces(imp, &rules.pieces, opts, state, t, v, seeds, 0, &reused);
+                    r.pieces_reused += reused.get();
+                    found
+                })
             };
             if let Some(r) = retry {
                 s = r;

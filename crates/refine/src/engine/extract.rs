@@ -288,6 +288,54 @@ impl Cost {
     }
 }
 
+/// The size [`extract`] ranks a clean expression by (its cost's node count, without the
+/// tie-break): a leaf or a layout operator counts one, a number or literal argument none, and
+/// a constant subterm one per computed node plus one. `usize::MAX` for an expression that is
+/// not clean. Reuse sorts a renamed relation by it as extraction would have.
+pub(super) fn clean_size(e: &RecExpr<Term>) -> usize {
+    fn cost(nodes: &[Term], i: usize, constant: bool) -> f64 {
+        let n = &nodes[i];
+        let Term::Op(s, kids) = n else {
+            return 0.0;
+        };
+        if is_leaf(n) {
+            return if constant { f64::INFINITY } else { 1.0 };
+        }
+        let sum = |constant: bool| -> f64 {
+            kids.iter()
+                .map(|&k| cost(nodes, usize::from(k), constant))
+                .sum()
+        };
+        let literal = kids.is_empty() || is_op!(s, LIST);
+        let konst = if is_op!(s, SUM) || is_op!(s, CAT) || is_op!(s, SCALE) {
+            f64::INFINITY
+        } else {
+            sum(true) + if literal { 0.0 } else { 1.0 }
+        };
+        if constant {
+            return konst;
+        }
+        let clean = if literal {
+            0.0
+        } else if CLEAN_OPS.contains(&s.as_str()) {
+            sum(false) + 1.0
+        } else {
+            f64::INFINITY
+        };
+        clean.min(konst + 1.0)
+    }
+    let nodes = e.as_ref();
+    if nodes.is_empty() {
+        return usize::MAX;
+    }
+    let c = cost(nodes, nodes.len() - 1, false);
+    if c.is_finite() {
+        c as usize
+    } else {
+        usize::MAX
+    }
+}
+
 /// Expressions of class `root`: the clean ones (leaves, layout operators, rank reductions,
 /// constants), simplest first; or, with `clean_only == false`, the single cheapest expression.
 pub(super) fn extract(eg: &Graph, root: Id, clean_only: bool) -> Vec<RecExpr<Term>> {

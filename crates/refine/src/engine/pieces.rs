@@ -8,6 +8,7 @@ use super::extract::extract;
 use super::relation::{
     add_rec, add_relation, add_tpl, clean_up_to_factor, tpl_values, Impl, Rel, State,
 };
+use super::reuse::{across_ranks, Solved};
 use super::saturate::{infer_one, new_graph, Attempt};
 use super::seeds::seed_sides;
 use super::Options;
@@ -46,6 +47,7 @@ pub(super) fn infer_by_pieces(
     v: ValueId,
     seeds: &[(Tpl, ValueId)],
     depth: usize,
+    reused: &std::cell::Cell<usize>,
 ) -> Option<State> {
     let mut ins = Vec::new();
     tpl_values(t, &mut ins);
@@ -151,7 +153,7 @@ pub(super) fn infer_by_pieces(
             && depth < MAX_PIECE_DEPTH
             && attempt.peak_nodes.get() >= wider.node_limit
         {
-            found = infer_by_pieces(imp, rules, opts, sub, op_t, v, sub_seeds, depth + 1)?;
+            found = infer_by_pieces(imp, rules, opts, sub, op_t, v, sub_seeds, depth + 1, reused)?;
         }
         if !clean_up_to_factor(&found) {
             return None;
@@ -162,12 +164,27 @@ pub(super) fn infer_by_pieces(
         }
     };
     let mut parts: Vec<Rel> = Vec::new();
+    // Symmetric ranks once: the pieces of a split read disjoint ranks, and those of the
+    // members of another group usually repeat the first piece's problem over other ranks, so
+    // each later piece first tries the first clean piece's relation, renamed and checked.
+    let mut representative: Option<Solved> = None;
     for (c, piece) in split.cuts().into_iter().zip(&prepared) {
-        let found = match infer(piece) {
+        let (sub, sub_seeds, op_t) = piece;
+        let renamed = representative
+            .as_ref()
+            .and_then(|twin| across_ranks(imp, rules, &wider, (sub, op_t, sub_seeds), twin));
+        let renamed_here = renamed.is_some();
+        if renamed_here {
+            reused.set(reused.get() + 1);
+        }
+        let found = match renamed.or_else(|| infer(piece)) {
             Some(r) => r,
             None if more => infer(&scope.prepare(c, &with_seeds)?)?,
             None => return None,
         };
+        if opts.reuse && representative.is_none() && found.clean && !renamed_here {
+            representative = Solved::new(op_t, sub_seeds, sub, &found, false);
+        }
         parts.push(found);
     }
     join_pieces(imp, parts, &split, &out)

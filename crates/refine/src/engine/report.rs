@@ -91,6 +91,10 @@ pub struct Outcome {
     /// layers solved once); not in the serialized report, which stays the same with reuse off.
     #[serde(skip)]
     pub operators_reused: usize,
+    /// Pieces of operators inferred piece by piece that took a sibling piece's relation over
+    /// other ranks, renamed and checked (symmetric ranks solved once); not serialized either.
+    #[serde(skip)]
+    pub pieces_reused: usize,
     /// Per checked output, its certificate (when verified).
     pub certificate: Vec<Certificate>,
     /// Why it failed (refuted).
@@ -127,6 +131,7 @@ impl Outcome {
             spec_operators: 0,
             operators_skipped: 0,
             operators_reused: 0,
+            pieces_reused: 0,
             certificate: Vec::new(),
             failure: None,
             reason,

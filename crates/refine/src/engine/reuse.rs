@@ -15,8 +15,13 @@
 //! ([`assign_twins`]): the nearest earlier operator whose term has the same shape over values
 //! of the same metas. The later one then waits for it (it is among what it reads), so the
 //! twin's solution is there whatever the thread count, and reports stay byte-identical.
+//!
+//! Symmetric ranks once (item 6, [`across_ranks`]): the same renaming and check, where the
+//! renaming may also map ranks one to one, relate the pieces of piecewise inference that
+//! repeat the first piece over another group's ranks.
 
 use super::explore::define;
+use super::extract::clean_size;
 use super::relation::{add_rec, add_relation, add_tpl, tpl_values, Impl, Rel, State};
 use super::saturate::new_graph;
 use super::seeds::seed_spec_equations;
@@ -183,6 +188,9 @@ const MAX_DEFINED: usize = 256;
 struct Renaming<'a> {
     imp: &'a Impl<'a>,
     map: HashMap<Symbol, Symbol>,
+    /// The ranks' renaming, where the twin's ranks may differ (a sibling piece over other
+    /// ranks, see [`across_ranks`]); `None`: each tensor keeps its rank.
+    ranks: Option<HashMap<usize, usize>>,
     /// The tensors to define in the check, in dependency order.
     defined: Vec<ValueRef>,
 }
@@ -203,10 +211,26 @@ impl<'a> Renaming<'a> {
     }
 
     /// Binds leaf `a` to `b`: only a tensor of the same rank (a layer's renaming keeps each
-    /// rank's part), and only where `a` is not bound otherwise.
+    /// rank's part), or across ranks of the rank `a`'s rank is renamed to (one to one), and
+    /// only where `a` is not bound otherwise.
     fn bind(&mut self, a: Symbol, b: Symbol) -> bool {
         let rank = |s: Symbol| parse_leaf(s.as_str()).map(|p| p.0);
-        rank(a) == rank(b) && *self.map.entry(a).or_insert(b) == b
+        let ranks_agree = match (&mut self.ranks, rank(a), rank(b)) {
+            (Some(m), Some(x), Some(y)) => {
+                let taken = m.iter().any(|(&k, &v)| v == y && k != x);
+                !taken && *m.entry(x).or_insert(y) == y
+            }
+            (_, x, y) => x == y,
+        };
+        ranks_agree && *self.map.entry(a).or_insert(b) == b
+    }
+
+    /// The rank the twin's rank `r` is renamed to (itself unless ranks are renamed).
+    fn rank_image(&self, r: Option<usize>) -> Option<usize> {
+        match (&self.ranks, r) {
+            (Some(m), Some(r)) => m.get(&r).copied(),
+            (_, r) => r,
+        }
     }
 
     /// Whether every renamed tensor has the same implementation neighbourhood as its image:
@@ -258,26 +282,59 @@ impl<'a> Renaming<'a> {
         out
     }
 
-    /// Matches two relations in full: expressions, equal leaves and equal slices, in order
-    /// and one for one. Only an identical problem is worth the check: a twin whose inputs
-    /// relate otherwise (one equal form fewer) would give a relation that checks but differs
-    /// from what inference finds, and later operators depend on which of equal relations is
-    /// kept (llama tp=2 went inconclusive with a looser match).
+    /// Matches two relations in full: expressions, equal leaves and equal slices, one for
+    /// one. Only an identical problem is worth the check: a twin whose inputs relate otherwise
+    /// (one equal form fewer) would give a relation that checks but differs from what
+    /// inference finds, and later operators depend on which of equal relations is kept (llama
+    /// tp=2 went inconclusive with a looser match). The lists are matched as sets: they are
+    /// sorted by the names of the tensors (extraction's tie-break), which a renaming reorders
+    /// (`mm_95` before `mm_120` in one layer, after it in the next).
     fn match_rel(&mut self, a: &Rel, b: &Rel) -> bool {
         a.exprs.len() == b.exprs.len()
             && a.equal_leaves.len() == b.equal_leaves.len()
             && a.equal_slices.len() == b.equal_slices.len()
-            && a.exprs
-                .iter()
-                .zip(&b.exprs)
-                .all(|(x, y)| self.match_expr(x, y))
-            && a.equal_leaves
-                .iter()
-                .zip(&b.equal_leaves)
-                .all(|(g, h)| g.len() == h.len() && g.iter().zip(h).all(|(s, t)| self.bind(*s, *t)))
-            && a.equal_slices.iter().zip(&b.equal_slices).all(|(g, h)| {
-                g.len() == h.len() && g.iter().zip(h).all(|(x, y)| self.match_expr(x, y))
+            && self.match_unordered(&a.exprs, &b.exprs, &|m, x, y| m.match_expr(x, y))
+            && self.match_unordered(&a.equal_leaves, &b.equal_leaves, &|m, g, h| {
+                m.match_unordered(g, h, &|m, s, t| m.bind(*s, *t))
             })
+            && self.match_unordered(&a.equal_slices, &b.equal_slices, &|m, g, h| {
+                m.match_unordered(g, h, &|m, x, y| m.match_expr(x, y))
+            })
+    }
+
+    /// Matches each item of `a` onto a distinct item of `b` by `f`: the one at the same
+    /// position first, else the first unused one that matches; a failed trial leaves the
+    /// renaming as it was. Greedy: a match it misses only means full inference.
+    fn match_unordered<T>(
+        &mut self,
+        a: &[T],
+        b: &[T],
+        f: &dyn Fn(&mut Self, &T, &T) -> bool,
+    ) -> bool {
+        if a.len() != b.len() {
+            return false;
+        }
+        let mut used = vec![false; b.len()];
+        for (i, x) in a.iter().enumerate() {
+            let order = std::iter::once(i).chain((0..b.len()).filter(|&j| j != i));
+            let mut found = false;
+            for j in order {
+                if used[j] {
+                    continue;
+                }
+                let saved = (self.map.clone(), self.ranks.clone());
+                if f(self, x, &b[j]) {
+                    used[j] = true;
+                    found = true;
+                    break;
+                }
+                (self.map, self.ranks) = saved;
+            }
+            if !found {
+                return false;
+            }
+        }
+        true
     }
 
     fn value(&self, sym: Symbol) -> Option<ValueRef> {
@@ -321,6 +378,7 @@ impl<'a> Renaming<'a> {
             images.push(Some(self.value(s)?));
         }
         let first = images.iter().flatten().next().copied()?;
+        let rank = self.rank_image(x.rank);
         let mut candidates: Vec<ValueRef> = imp
             .consumers
             .get(&first)
@@ -330,7 +388,7 @@ impl<'a> Renaming<'a> {
                 rank: Some(r),
                 value: ValueId::new(n, x.value.output),
             })
-            .filter(|w| w.rank == x.rank && imp.canon(*w) == *w && !imp.cut.contains(w))
+            .filter(|w| w.rank == rank && imp.canon(*w) == *w && !imp.cut.contains(w))
             .collect();
         candidates.sort_unstable();
         candidates.dedup();
@@ -392,14 +450,65 @@ impl<'a> Renaming<'a> {
             .iter()
             .map(|g| g.iter().map(|e| self.rename(e)).collect::<Option<Vec<_>>>())
             .collect::<Option<Vec<_>>>()?;
-        Some(Rel {
-            exprs,
-            clean: r.clean,
-            equal_leaves,
-            equal_slices,
-            explored: Vec::new(),
-        })
+        Some(canonical_order(
+            r,
+            Rel {
+                exprs,
+                clean: r.clean,
+                equal_leaves,
+                equal_slices,
+                explored: Vec::new(),
+            },
+        ))
     }
+}
+
+/// `renamed` (the twin's relation `twin` renamed) in the order inference would give it: each
+/// list the twin holds in extraction's order (expressions by size, then by their text; leaves
+/// and slices by name) sorted again, since the renaming changes the names that break ties;
+/// a list in another order (a joined or seeded one) keeps the twin's.
+fn canonical_order(twin: &Rel, mut renamed: Rel) -> Rel {
+    let expr_key = |e: &RecExpr<Term>| (clean_size(e), e.to_string());
+    let sorted_by = |xs: &[RecExpr<Term>], key: &dyn Fn(&RecExpr<Term>) -> (usize, String)| {
+        xs.windows(2).all(|w| key(&w[0]) <= key(&w[1]))
+    };
+    if sorted_by(&twin.exprs, &expr_key) {
+        renamed.exprs.sort_by_cached_key(expr_key);
+    }
+    let name_key = |e: &RecExpr<Term>| (0, e.to_string());
+    for (g, h) in twin.equal_slices.iter().zip(&mut renamed.equal_slices) {
+        if sorted_by(g, &name_key) {
+            h.sort_by_cached_key(|e| e.to_string());
+        }
+    }
+    let by_name = |g: &[Symbol]| g.windows(2).all(|w| w[0].as_str() <= w[1].as_str());
+    if twin.equal_leaves.iter().all(|g| by_name(g))
+        && twin
+            .equal_leaves
+            .windows(2)
+            .all(|w| w[0][0].as_str() <= w[1][0].as_str())
+    {
+        for g in &mut renamed.equal_leaves {
+            g.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+        }
+        renamed
+            .equal_leaves
+            .sort_by(|a, b| a[0].as_str().cmp(b[0].as_str()));
+    }
+    renamed
+}
+
+/// Whether relation `b` is relation `a` up to a renaming of tensors that keeps each one's
+/// rank (the test of twins' inputs), or with `across`, renames ranks one to one.
+#[cfg(test)]
+pub(super) fn alike(imp: &Impl, a: &Rel, b: &Rel, across: bool) -> bool {
+    Renaming {
+        imp,
+        map: HashMap::new(),
+        ranks: across.then(HashMap::new),
+        defined: Vec::new(),
+    }
+    .match_rel(a, b)
 }
 
 /// A set of lemmas' rewrites.
@@ -430,11 +539,40 @@ pub(super) fn reuse(
     seeds: &[(Tpl, ValueId)],
     twins: &[std::sync::Arc<Solved>],
 ) -> Option<(Rel, bool)> {
+    let twins: Vec<&Solved> = twins.iter().map(|t| &**t).collect();
+    reuse_renamed(imp, rules, opts, (state, t, seeds), &twins, false)
+}
+
+/// Symmetric ranks once (issue 48, item 6): the relation of a piece of an operator (see
+/// `pieces`) by the solution of a sibling piece over other ranks, the members of another
+/// data- or tensor-parallel group, whose inputs relate alike up to a renaming of ranks (one
+/// to one) and of their tensors; renamed and checked as a twin's is ([`reuse`]), with
+/// `rules`. `None` where the pieces are not alike or the check does not close.
+pub(super) fn across_ranks(
+    imp: &Impl,
+    rules: Lemmas,
+    opts: &Options,
+    (state, t, seeds): (&HashMap<ValueId, State>, &Tpl, &[(Tpl, ValueId)]),
+    twin: &Solved,
+) -> Option<Rel> {
+    reuse_renamed(imp, (rules, rules), opts, (state, t, seeds), &[twin], true).map(|r| r.0)
+}
+
+/// [`reuse`], where `across` lets the renaming change ranks too.
+fn reuse_renamed(
+    imp: &Impl,
+    rules: (Lemmas, Lemmas),
+    opts: &Options,
+    (state, t, seeds): (&HashMap<ValueId, State>, &Tpl, &[(Tpl, ValueId)]),
+    twins: &[&Solved],
+    across: bool,
+) -> Option<(Rel, bool)> {
     let ins = input_rels(t, seeds, state)?;
     let found = twins.iter().find_map(|twin| {
         let mut renaming = Renaming {
             imp,
             map: HashMap::new(),
+            ranks: across.then(HashMap::new),
             defined: Vec::new(),
         };
         let alike = twin.ins.len() == ins.len()

@@ -323,6 +323,36 @@ fn extraction_prefers_the_earliest_tensor_then_the_lowest_rank() {
     assert!(clean.len() >= 4, "{clean:?}");
 }
 
+/// Reuse sorts a renamed relation as extraction would: `clean_size` is extraction's size of
+/// every clean expression it returns, and they come smallest first, then by text.
+#[test]
+fn clean_size_is_the_size_extraction_ranks_by() {
+    let mut eg = Graph::new(Shapes::default());
+    let sym = Symbol::from;
+    let a = eg.add(Term::Op(sym("%r0:size_test_a"), Vec::new()));
+    let b = eg.add(Term::Op(sym("%r1:size_test_b"), Vec::new()));
+    let c = eg.add(Term::Op(sym("%r0:size_test_c"), Vec::new()));
+    let (zero, one) = (eg.add(Term::Num(0)), eg.add(Term::Num(1)));
+    let cat = eg.add(Term::Op(sym(crate::term::CAT), vec![zero, b, c]));
+    let tr = eg.add(Term::Op(sym("aten.transpose.int"), vec![zero, one, b]));
+    let sum = eg.add(Term::Op(sym(crate::term::SUM), vec![b, c]));
+    let neg = eg.add(Term::Op(sym("aten.neg.default"), vec![c]));
+    for x in [cat, tr, sum, neg] {
+        eg.union(a, x);
+    }
+    eg.rebuild();
+    let clean = extract(&eg, a, true);
+    let sizes: Vec<usize> = clean.iter().map(clean_size).collect();
+    assert_eq!(sizes, [1, 2, 3, 3], "{clean:?}");
+    let keys: Vec<(usize, String)> = clean
+        .iter()
+        .map(|e| (clean_size(e), e.to_string()))
+        .collect();
+    assert!(keys.windows(2).all(|w| w[0] <= w[1]), "{keys:?}");
+    let negated: RecExpr<Term> = "(aten.neg.default \"%r0:size_test_c\")".parse().unwrap();
+    assert_eq!(clean_size(&negated), usize::MAX);
+}
+
 #[test]
 fn a_multiple_of_a_clean_expression_is_the_expression_over_the_scaled_tensors() {
     let dir = tempfile::tempdir().unwrap();
@@ -534,6 +564,94 @@ fn a_reused_relation_is_kept_only_where_the_check_proves_it() {
         reuse(&imp, lemmas, &opts, &state, &t, &[], &[twin(&wrong)]).is_none(),
         "a relation that does not hold was kept"
     );
+
+    // Across ranks (a sibling piece, `across_ranks`): the problem with the ranks swapped,
+    // solved, renames back onto this one and checks; the wrong relation does not.
+    let swap_rel = |r: &Rel| Rel {
+        exprs: r.exprs.iter().map(swap).collect(),
+        clean: r.clean,
+        equal_leaves: r
+            .equal_leaves
+            .iter()
+            .map(|g| {
+                g.iter()
+                    .map(|s| {
+                        let s = s.as_str().replace("%r0:", "%rX:").replace("%r1:", "%r0:");
+                        Symbol::from(s.replace("%rX:", "%r1:"))
+                    })
+                    .collect()
+            })
+            .collect(),
+        equal_slices: r
+            .equal_slices
+            .iter()
+            .map(|g| g.iter().map(swap).collect())
+            .collect(),
+        explored: Vec::new(),
+    };
+    let State::Related(input) = &state[&w] else {
+        panic!("the weight relates")
+    };
+    let swapped_state: HashMap<ValueId, State> = [(w, State::Related(swap_rel(input)))].into();
+    let sibling = Solved::new(&t, &[], &swapped_state, &swap_rel(&rel), false).unwrap();
+    let found = super::reuse::across_ranks(&imp, &rules, &opts, (&state, &t, &[]), &sibling)
+        .expect("the sibling's relation renames back and checks");
+    assert_eq!(found.exprs, rel.exprs);
+    let wrong_sibling = Solved::new(&t, &[], &swapped_state, &rel, false).unwrap();
+    assert!(
+        super::reuse::across_ranks(&imp, &rules, &opts, (&state, &t, &[]), &wrong_sibling)
+            .is_none(),
+        "a sibling's relation that does not hold here was kept"
+    );
+}
+
+/// Twins' inputs match as sets, up to a renaming that keeps ranks: extraction sorts a
+/// relation's expressions by their text, and a renaming reorders them.
+#[test]
+fn twins_inputs_match_in_any_order_and_across_ranks_only_one_to_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = tiny_llama(dir.path());
+    let imp = impl_of(&case);
+    let rel = |exprs: &[&str]| Rel::of(exprs.iter().map(|e| e.parse().unwrap()).collect(), true);
+    let twin = rel(&[
+        "(cat 0 \"%r0:mm_95\" \"%r1:mm_95\")",
+        "(cat 0 \"%r0:view_97\" \"%r1:view_97\")",
+    ]);
+    // The next layer's names sort the other way round.
+    let next = rel(&[
+        "(cat 0 \"%r0:view_122\" \"%r1:view_122\")",
+        "(cat 0 \"%r0:mm_120\" \"%r1:mm_120\")",
+    ]);
+    assert!(super::reuse::alike(&imp, &twin, &next, false));
+    // One tensor bound to two images.
+    let split = rel(&[
+        "(cat 0 \"%r0:mm_120\" \"%r1:mm_120\")",
+        "(cat 0 \"%r0:mm_120\" \"%r1:view_122\")",
+    ]);
+    let twin_one = rel(&[
+        "(cat 0 \"%r0:mm_95\" \"%r1:mm_95\")",
+        "(cat 0 \"%r0:view_97\" \"%r1:mm_95\")",
+    ]);
+    assert!(!super::reuse::alike(&imp, &twin_one, &split, false));
+    // The ranks' blocks swapped.
+    let swapped = rel(&[
+        "(cat 0 \"%r1:mm_120\" \"%r0:mm_120\")",
+        "(cat 0 \"%r1:view_122\" \"%r0:view_122\")",
+    ]);
+    assert!(!super::reuse::alike(&imp, &twin, &swapped, false));
+    // Across ranks (a sibling piece over another group's ranks) only one to one.
+    assert!(super::reuse::alike(&imp, &twin, &swapped, true));
+    let other_group = rel(&[
+        "(cat 0 \"%r2:mm_95\" \"%r3:mm_95\")",
+        "(cat 0 \"%r2:view_97\" \"%r3:view_97\")",
+    ]);
+    assert!(super::reuse::alike(&imp, &twin, &other_group, true));
+    assert!(!super::reuse::alike(&imp, &twin, &other_group, false));
+    let one_rank = rel(&[
+        "(cat 0 \"%r2:mm_95\" \"%r2:mm_96\")",
+        "(cat 0 \"%r2:view_97\" \"%r2:view_98\")",
+    ]);
+    assert!(!super::reuse::alike(&imp, &twin, &one_rank, true));
 }
 
 /// A later layer's operators take the first layer's relations, checked, and the report is the

@@ -30,6 +30,7 @@ pub(super) fn lemmas() -> Vec<Lemma> {
         vocab_slice(),
         log_softmax_backward_of_nll(),
         onehot_subtracted_in_place(),
+        clamped_lookup(),
     ]
 }
 
@@ -647,6 +648,138 @@ fn onehot_subtracted_in_place() -> Lemma {
                 );
                 let one = num(g, 1);
                 out.push(op(g, "aten.sub.Tensor", vec![kids[0], float, one]));
+            }
+            out
+        }),
+    }
+}
+
+/// `(t, s)` of the `bitwise_and(ge(t, s), lt(t, s + rows))` nodes of a class (either order).
+fn in_range_masks(g: &Graph, m: Id, rows: i64) -> Vec<(Id, i64)> {
+    let cmp = |id: Id, name: &str| -> Vec<(Id, i64)> {
+        g[id]
+            .nodes
+            .iter()
+            .filter_map(|n| match n {
+                Term::Op(s, k) if s.as_str() == name && k.len() == 2 => Some((k[0], int(g, k[1])?)),
+                _ => None,
+            })
+            .collect()
+    };
+    let mut out = Vec::new();
+    for n in &g[m].nodes {
+        let Term::Op(sym, k) = n else { continue };
+        if !is_op!(sym, "aten.bitwise_and.Tensor") || k.len() != 2 {
+            continue;
+        }
+        for (lo, hi) in [(k[0], k[1]), (k[1], k[0])] {
+            for (t1, s) in cmp(lo, "aten.ge.Scalar") {
+                for (t2, e) in cmp(hi, "aten.lt.Scalar") {
+                    if g.find(t1) == g.find(t2) && e - s == rows {
+                        out.push((t1, s));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Whether class `idx` is `clamp(t - s, 0, rows - 1)` (`t` itself for `s = 0`).
+fn clamped_shard_index(g: &Graph, idx: Id, t: Id, s: i64, rows: i64) -> bool {
+    g[idx].nodes.iter().any(|n| match n {
+        Term::Op(sym, k) if is_op!(sym, "aten.clamp.default") && k.len() == 3 => {
+            let bounds = int(g, k[1]) == Some(0) && int(g, k[2]) == Some(rows - 1);
+            let shifted = (s == 0 && g.find(k[0]) == g.find(t))
+                || g[k[0]].nodes.iter().any(|sn| match sn {
+                    Term::Op(ss, sk)
+                        if matches!(ss.as_str(), "aten.sub.Tensor" | "aten.sub.Scalar")
+                            && sk.len() == 3 =>
+                    {
+                        g.find(sk[0]) == g.find(t)
+                            && int(g, sk[1]) == Some(s)
+                            && int(g, sk[2]) == Some(1)
+                    }
+                    _ => false,
+                });
+            bounds && shifted
+        }
+        _ => false,
+    })
+}
+
+/// torchtitan's vocab-parallel embedding (`models/common/embedding.py`): each rank looks up
+/// the clamped shard-local index and multiplies the rows of out-of-range tokens by zero. That
+/// is the shard lookup for finite weights (`0 * w = 0`, the premise the masked-block lemmas
+/// share: the engine relates programs over finite inputs).
+fn clamped_lookup() -> Lemma {
+    Lemma {
+        name: "vocab-clamped-lookup",
+        doc: "embedding(w, clamp(t - s, 0, rows(w) - 1)) * float(view(m, [.., 1])) with m = (t >= s) & (t < s + rows(w)) is vocab_lookup(w, t, s) for finite w",
+        roots: vec!["aten.mul.Tensor".into()],
+        examples: vec![
+            (
+                "(aten.mul.Tensor (aten.embedding.default %r0:w (aten.clamp.default (aten.sub.Tensor %r0:t 3 1) 0 2) -1 b:false b:false) (aten._to_copy.default (aten.view.default (aten.bitwise_and.Tensor (aten.ge.Scalar %r0:t 3) (aten.lt.Scalar %r0:t 6)) (list 2 4 1)) dt:f64 none none none b:false none))",
+                &[("w", "f64[3,5]"), ("t", "i64[2,4]<9")],
+            ),
+            // The first shard (no shift), the mask first and its comparisons the other way round.
+            (
+                "(aten.mul.Tensor (aten._to_copy.default (aten.view.default (aten.bitwise_and.Tensor (aten.lt.Scalar %r0:t 4) (aten.ge.Scalar %r0:t 0)) (list 3 1)) dt:f64 none none none b:false none) (aten.embedding.default %r0:w (aten.clamp.default %r0:t 0 3) -1 b:false b:false))",
+                &[("w", "f64[4,2]"), ("t", "i64[3]<8")],
+            ),
+        ],
+        requires: None,
+        build: Arc::new(|g, eclass, kids| {
+            if node_sym(g, eclass, kids, &["aten.mul.Tensor"]).is_none() || kids.len() != 2 {
+                return vec![];
+            }
+            let Some(meta) = g[eclass].data.meta().cloned() else { return vec![] };
+            let mut out = Vec::new();
+            for (rows_side, mask_side) in [(kids[0], kids[1]), (kids[1], kids[0])] {
+                if g[rows_side].data.meta() != Some(&meta) {
+                    continue;
+                }
+                let masks: Vec<Id> = g[mask_side]
+                    .nodes
+                    .iter()
+                    .filter_map(|n| match n {
+                        Term::Op(s, k) if is_op!(s, "aten._to_copy.default") && !k.is_empty() => Some(k[0]),
+                        _ => None,
+                    })
+                    .flat_map(|col| views(g, col))
+                    .collect();
+                let lookups: Vec<(Id, Id)> = g[rows_side]
+                    .nodes
+                    .iter()
+                    .filter_map(|n| match n {
+                        Term::Op(s, k)
+                            if is_op!(s, "aten.embedding.default") && k.len() == 5 && int(g, k[2]) == Some(-1) =>
+                        {
+                            Some((k[0], k[1]))
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                for (w, idx) in lookups {
+                    let Some(rows) = shape(g, w).and_then(|s| s.first().copied()) else { continue };
+                    let Some(tshape) = shape(g, idx) else { continue };
+                    let mut col = tshape.clone();
+                    col.push(1);
+                    if shape(g, mask_side).as_deref() != Some(&col[..]) {
+                        continue;
+                    }
+                    for &m in &masks {
+                        if shape(g, m).as_deref() != Some(&tshape[..]) {
+                            continue;
+                        }
+                        for (t, s) in in_range_masks(g, m, rows as i64) {
+                            if clamped_shard_index(g, idx, t, s, rows as i64) {
+                                let sn = num(g, s);
+                                out.push(op(g, crate::term::VOCAB_LOOKUP, vec![w, t, sn]));
+                            }
+                        }
+                    }
+                }
             }
             out
         }),

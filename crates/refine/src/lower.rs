@@ -315,6 +315,38 @@ pub fn lower(
                 vec![prod, val_of(&norm, 0, rank), Tpl::Num(1)],
             ));
         }
+        // as_strided over the whole input in row-major order, as functionalization writes an
+        // in-place update of a view (autograd's copy of a slice): the IR's storage is the
+        // input's row-major data, so the read is a view and the scatter replaces everything
+        // by its source.
+        "aten.as_strided.default" | "aten.as_strided_scatter.default" => {
+            let scatter = full == "aten.as_strided_scatter.default";
+            let (src, at_size) = if scatter { (1, 2) } else { (0, 1) };
+            let offset_zero = matches!(arg(at_size + 2), Arg::None | Arg::Int(0));
+            if let (Some(size), Some(stride), Some(base), Some(from)) = (
+                arg(at_size).as_int_list(),
+                arg(at_size + 1).as_int_list(),
+                value(0).and_then(meta_of),
+                value(src).and_then(meta_of),
+            ) {
+                if offset_zero
+                    && from.numel() == base.numel()
+                    && covers_row_major(&size, &stride, base.numel())
+                {
+                    let shape: Vec<usize> = if scatter {
+                        base.shape.clone()
+                    } else {
+                        size.iter().map(|&n| n as usize).collect()
+                    };
+                    let from_at = value(src).expect("checked");
+                    return if from.shape == shape {
+                        Lowered::Alias(at(from_at))
+                    } else {
+                        Lowered::Term(view_tpl(val_of(&norm, src, rank), &shape))
+                    };
+                }
+            }
+        }
         // zeros(size, ..) is the zero fill full(size, 0, ..), the form the lemmas know.
         "aten.zeros.default" => {
             let kids: Vec<Tpl> = std::iter::once(val_of(&norm, 0, rank))
@@ -666,6 +698,23 @@ pub fn int_list(v: &[i64]) -> Tpl {
 pub fn view_tpl(x: Tpl, shape: &[usize]) -> Tpl {
     let s: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
     Tpl::Op("aten.view.default".into(), vec![x, int_list(&s)])
+}
+
+/// Whether `size` and `stride` read `numel` elements from offset 0 in row-major order: every
+/// element once, in order.
+fn covers_row_major(size: &[i64], stride: &[i64], numel: usize) -> bool {
+    if size.len() != stride.len() || size.iter().any(|&n| n < 0) {
+        return false;
+    }
+    let mut step = 1i64;
+    for (&n, &st) in size.iter().zip(stride).rev() {
+        // A dim of one element is never stepped along: its stride reads nothing.
+        if n != 1 && st != step {
+            return false;
+        }
+        step = step.saturating_mul(n);
+    }
+    usize::try_from(step).is_ok_and(|s| s == numel)
 }
 
 /// `x` with dims `a < b` swapped.
@@ -1054,7 +1103,21 @@ fn dyadic(c: f64) -> Option<(i64, i64)> {
 
 #[cfg(test)]
 mod tests {
-    use super::rational;
+    use super::{covers_row_major, rational};
+
+    /// Only a read of every element once, in row-major order from offset 0, is a view: a
+    /// transposed, overlapping, partial or overrunning stride is not.
+    #[test]
+    fn whole_row_major_strides_are_views() {
+        assert!(covers_row_major(&[2, 4, 4, 4], &[64, 16, 4, 1], 128));
+        assert!(covers_row_major(&[8, 1, 4], &[4, 99, 1], 32));
+        assert!(covers_row_major(&[], &[], 1));
+        assert!(!covers_row_major(&[4, 4], &[1, 4], 16));
+        assert!(!covers_row_major(&[4, 4], &[4, 1], 32));
+        assert!(!covers_row_major(&[4, 4], &[2, 1], 16));
+        assert!(!covers_row_major(&[4, 4], &[4], 16));
+        assert!(!covers_row_major(&[-4, -4], &[-4, 1], 16));
+    }
 
     /// Integers and their inverses stay small fractions; every other float of moderate size is
     /// the exact binary fraction it is (`p / q` evaluates back to the very float); floats too

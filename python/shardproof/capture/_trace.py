@@ -54,6 +54,10 @@ class Program:
     lr: float
     loss_fn: Callable[..., Any] | None
     output_names: list[str] = field(default_factory=list)  # filled by `trace`
+    # What the framework's training loop does to the gradients between backward and the
+    # optimizer (Megatron's `finalize_model_grads`): `(fqns, grads) -> grads`, per trainable
+    # parameter in order; None leaves them as autograd returns them.
+    grad_sync: Callable[[list[str], list[Any]], list[Any]] | None = None
 
 
 def _user_frame(stack: str | None) -> str | None:
@@ -117,6 +121,25 @@ def _mark_backward(loss: torch.Tensor) -> None:
     grad_fn = getattr(loss, "grad_fn", None)
     if grad_fn is not None:
         setup_stacktrace_preservation_hooks([grad_fn])
+
+
+def _locate(gm: torch.fx.GraphModule, by_sequence: bool) -> None:
+    """Keeps in each node's `stack_trace` only its innermost frame of the user's code. With
+    `by_sequence`, a backward node without one is located at the user's line of the forward
+    operator it differentiates (the same autograd sequence number)."""
+    forward_frames: dict[int, str] = {}
+    for node in gm.graph.nodes:
+        frame = _user_frame(node.meta.get("stack_trace"))
+        seq = node.meta.get("seq_nr")
+        if node.meta.get("autograd_backward"):
+            if by_sequence and frame is None and isinstance(seq, int):
+                frame = forward_frames.get(seq)
+        elif frame is not None and isinstance(seq, int):
+            forward_frames.setdefault(seq, frame)
+        if frame is None:
+            node.meta.pop("stack_trace", None)
+        else:
+            node.meta["stack_trace"] = frame
 
 
 def _functionalized(gm: torch.fx.GraphModule, example: Sequence[torch.Tensor]) -> torch.fx.GraphModule:
@@ -203,6 +226,9 @@ def trace(
             _mark_backward(loss)
             leaves = [t for t, tr in zip(local_state, prog.trainable) if tr]
             grads = torch.autograd.grad(loss, leaves, allow_unused=True)
+            if prog.grad_sync is not None:
+                fqns = [f for f, tr in zip(prog.state_fqns, prog.trainable) if tr]
+                grads = tuple(prog.grad_sync(fqns, list(grads)))
         nxt = []
         for t, g in zip(leaves, grads):
             # A parameter the loss does not read keeps its value (plain SGD with a zero grad).
@@ -220,6 +246,7 @@ def trace(
         with fx_traceback.preserve_node_meta():
             gm = make_fx(step, record_stack_traces=True)(*state_in, *data, *loss_inputs)
         if functional:
+            _locate(gm, by_sequence=True)
             gm = _functionalized(gm, [*state_in, *data, *loss_inputs])
     except CaptureError:
         raise
@@ -235,20 +262,9 @@ def trace(
         node.target = node.name
         if node.name != name:
             raise CaptureError(f"cannot name input `{name}` (got `{node.name}`)")
-    # A backward node is located at the user's line of the forward operator it
-    # differentiates (same sequence number); a forward node at its own innermost user frame.
-    forward_frames: dict[int, str] = {}
-    for node in gm.graph.nodes:
-        frame = _user_frame(node.meta.get("stack_trace"))
-        seq = node.meta.get("seq_nr")
-        if node.meta.get("autograd_backward"):
-            frame = frame or (forward_frames.get(seq) if isinstance(seq, int) else None)
-        elif frame is not None and isinstance(seq, int):
-            forward_frames.setdefault(seq, frame)
-        if frame is None:
-            node.meta.pop("stack_trace", None)
-        else:
-            node.meta["stack_trace"] = frame
+    # Functionalization's replay numbers the nodes' autograd sequence afresh, so backward
+    # nodes are matched with their forward operators before it, and only keep their frames.
+    _locate(gm, by_sequence=not functional)
     _out_to_in_place(gm)
     _rename_outputs(gm, prog.output_names)
     return gm

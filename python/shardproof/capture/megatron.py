@@ -35,6 +35,7 @@ import inspect
 import json
 import os
 import shutil
+import sys
 import tempfile
 import traceback
 from dataclasses import dataclass
@@ -124,14 +125,24 @@ def _cpu_harness() -> None:
     import torch.distributed as dist
 
     torch.cuda.current_device = lambda: torch.device("cpu")  # type: ignore[assignment]
+    originals = {name: getattr(dist, name, None) for name in _functional_collectives()}
     for name, fn in _functional_collectives().items():
         setattr(dist, name, fn)
-    from megatron.core.tensor_parallel import mappings
+    import megatron.core.tensor_parallel  # noqa: F401  (imports layers, mappings, utils)
     from megatron.core.tensor_parallel import random as mrandom
 
-    # mappings binds the gather / scatter entry points at import.
-    mappings.dist_all_gather_func = dist.all_gather_into_tensor
-    mappings.dist_reduce_scatter_func = dist.reduce_scatter_tensor
+    # Megatron's modules bind the gather / scatter entry points at import
+    # (`dist_all_gather_func = torch.distributed._all_gather_base` in mappings, layers and
+    # utils, which the sequence-parallel backward calls): every such binding of an original
+    # c10d function is pointed at its functional replacement.
+    replaced = {id(fn): getattr(dist, name) for name, fn in originals.items() if fn is not None}
+    for mod_name, mod in list(sys.modules.items()):
+        if mod is None or not mod_name.startswith("megatron."):
+            continue
+        for attr in ("dist_all_gather_func", "dist_reduce_scatter_func"):
+            bound = getattr(mod, attr, None)
+            if bound is not None and id(bound) in replaced:
+                setattr(mod, attr, replaced[id(bound)])
     mrandom.get_cuda_rng_tracker().fork = lambda *a, **k: contextlib.nullcontext()
 
 
@@ -143,6 +154,52 @@ def _refuse_dropout(module: torch.nn.Module) -> None:
     for m in module.modules():
         if isinstance(m, torch.nn.Dropout) and m.p != 0.0:
             raise CaptureError("capture_megatron: the model has dropout; set every dropout probability to 0")
+
+
+def _finalize_grads(module: torch.nn.Module, tp: int) -> Callable[[list[str], list[Any]], list[Any]] | None:
+    """What Megatron's training loop does to the gradients before the optimizer steps, for
+    one model replica: `finalize_model_grads` sums over the tensor-parallel group the gradients
+    of the parameters every rank holds whole but computes from its own tokens only
+    (`_allreduce_non_tensor_model_parallel_grads`: those marked `sequence_parallel` under
+    sequence parallelism, and q/k layernorms; those marked
+    `average_gradients_across_tp_domain` are averaged). Data-parallel reduction, loss scaling
+    and gradient clipping are not part of the captured step."""
+    config = getattr(module, "config", None)
+    if config is None:
+        config = next((getattr(m, "config") for m in module.modules() if hasattr(m, "config")), None)
+    if tp <= 1 or config is None:
+        return None
+    from megatron.core import parallel_state
+    import torch.distributed._functional_collectives as funcol
+
+    params = dict(module.named_parameters())
+    group = parallel_state.get_tensor_model_parallel_group()
+
+    def op_for(fqn: str) -> str | None:
+        p = params.get(fqn)
+        if p is None:
+            return None
+        if getattr(p, "average_gradients_across_tp_domain", False):
+            return "avg"
+        if (getattr(config, "sequence_parallel", False) and getattr(p, "sequence_parallel", False)) or (
+            getattr(config, "qk_layernorm", False) and ("q_layernorm" in fqn or "k_layernorm" in fqn)
+        ):
+            return "sum"
+        return None
+
+    def sync(fqns: list[str], grads: list[Any]) -> list[Any]:
+        out = []
+        for fqn, g in zip(fqns, grads):
+            how = op_for(fqn)
+            if g is None or how is None:
+                out.append(g)
+            elif how == "sum":
+                out.append(funcol.all_reduce(g, "sum", group))
+            else:
+                out.append(funcol.all_reduce(g, "sum", group) / tp)
+        return out
+
+    return sync
 
 
 def _layout_of(p: torch.Tensor) -> Layout:
@@ -187,7 +244,8 @@ def _capture(job: _Job, rank: int | None) -> dict[str, Any]:
         data_names = [tensor_name(n, taken) for n in arg_names]
         loss_names = [tensor_name(f"target_{i}" if len(job.loss_inputs) > 1 else "target", taken)
                       for i in range(len(job.loss_inputs))]
-        prog = Program(fqns, state_names, trainable, data_names, loss_names, job.train, job.lr, job.loss_fn)
+        prog = Program(fqns, state_names, trainable, data_names, loss_names, job.train, job.lr, job.loss_fn,
+                       grad_sync=_finalize_grads(module, world))
         state = [t for _, t in params] + [t for _, t in buffers]
         replicated: Layout = (Replicate(),)
         state_layouts = [_layout_of(t) if rank is not None else replicated for t in state]

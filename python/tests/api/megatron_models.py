@@ -77,6 +77,24 @@ def build_gpt_loss():
     return GPTLoss(build_gpt())
 
 
+def build_gpt_loss_without_fc1_dgrad_reduce():
+    """A planted bug in the backward only: the MLP's column-parallel fc1 skips the all-reduce of
+    its input gradient (`disable_grad_reduce`, as a layer whose gradient some other code was
+    meant to reduce), so each rank carries its partial sum of the gradient into the
+    pre-MLP norm. The forward is untouched."""
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.tensor_parallel.layers import ColumnParallelLinear
+
+    class ColumnParallelWithoutDgradReduce(ColumnParallelLinear):
+        def __init__(self, *args, **kwargs):
+            kwargs["disable_grad_reduce"] = True
+            super().__init__(*args, **kwargs)
+
+    spec = get_gpt_layer_local_spec(normalization="RMSNorm")
+    spec.submodules.mlp.submodules.linear_fc1 = ColumnParallelWithoutDgradReduce
+    return GPTLoss(build_gpt(spec))
+
+
 class SequenceParallelRMSNorm(torch.nn.RMSNorm):
     """The local spec's norm (torch's RMSNorm, as Megatron's WrappedTorchNorm builds it) for
     sequence parallelism, which WrappedTorchNorm refuses outright: the math is the same per
@@ -104,3 +122,8 @@ def build_gpt_sequence_parallel():
     sp = parallel_state.get_tensor_model_parallel_world_size() > 1
     return GPTModel(gpt_config(sequence_parallel=sp), block, vocab_size=VOCAB, max_sequence_length=SEQ,
                     position_embedding_type="learned_absolute", parallel_output=True)
+
+
+def build_gpt_sequence_parallel_loss():
+    """The sequence-parallel GPT's training objective, as `build_gpt_loss`."""
+    return GPTLoss(build_gpt_sequence_parallel())

@@ -108,3 +108,23 @@ def test_sequence_parallel_dropped_reduce_scatter_is_refuted(tmp_path, engine_re
     where = verdict.location
     assert where is not None and where.file.endswith("models.py"), verdict.report
     assert "x = x + self.attention(" in open(where.file).read().splitlines()[where.line - 1]
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "verify's diagnosis (crates/refine/src/engine/diagnose.rs, `absorbed`) walks back from the "
+    "FFN residual add through the attention residual add, whose relations include a rank-sum "
+    "alternative although it also relates as a sequence shard: it names models.py:143, not 144"))
+def test_sequence_parallel_dropped_ffn_reduce_scatter_is_refuted_at_the_ffn_residual(tmp_path, engine_ready):
+    x, _ = _inputs()
+    plan = llama_plan(loss_parallel=False)
+    plan["feed_forward.w2"] = RowwiseSequenceWithoutReduce(output_layouts=Shard(1))
+    cap = shardproof.capture(LlamaBlock(), (x,), mesh={"tp": 2}, out=tmp_path, plan=plan)
+    verdict = cap.verify()
+    assert verdict.exit_code == 1, (verdict, verdict.stderr, verdict.report)
+    # w2's partial sums, cut to the rank's tokens, are first read whole by the FFN's residual
+    # add (the spec's `add(add_1, w2's output)`), which the captured graph locates at line 144.
+    failure = verdict.report["failure"]
+    assert failure["op"] == "aten.add.Tensor", failure
+    where = verdict.location
+    assert where is not None and where.file.endswith("models.py"), verdict.report
+    assert "x = x + self.feed_forward(" in open(where.file).read().splitlines()[where.line - 1]

@@ -10,8 +10,8 @@
 //! slices of the vocabulary dim, so the spec's whole-vocabulary terms split into the ranks'.
 
 use super::{
-    cats, int, is_false, is_none, is_one, masked_shard_index, node_sym, num, op, shape, sizes,
-    slice, views, with_kids, Graph, Lemma, LIST, SLICE,
+    cats, int, is_false, is_none, is_one, list_items, masked_shard_index, node_sym, num, op, shape,
+    sizes, slice, views, with_kids, Graph, Lemma, LIST, SLICE,
 };
 use crate::term::{is_op, Term, SUM, VOCAB_GRAD, VOCAB_ONEHOT};
 use egg::{Id, Symbol};
@@ -29,6 +29,8 @@ pub(super) fn lemmas() -> Vec<Lemma> {
         masked_embedding_grad(),
         vocab_slice(),
         log_softmax_backward_of_nll(),
+        onehot_subtracted_in_place(),
+        clamped_lookup(),
     ]
 }
 
@@ -514,6 +516,269 @@ fn log_softmax_backward_of_nll() -> Lemma {
                     } else {
                         op(g, "aten.mul.Tensor", vec![diff, seed])
                     });
+                }
+            }
+            out
+        }),
+    }
+}
+
+/// The rows' masks `m` of a class holding `rsub(float(m'), 1)` (= `1 - float(m')`), with `m'`
+/// the mask itself or a view of it.
+fn kept_row_masks(g: &Graph, v: Id) -> Vec<Id> {
+    let floats: Vec<Id> = g[v]
+        .nodes
+        .iter()
+        .filter_map(|n| match n {
+            Term::Op(s, k)
+                if is_op!(s, "aten.rsub.Scalar")
+                    && k.len() == 3
+                    && is_one(g, k[1])
+                    && int(g, k[2]) == Some(1) =>
+            {
+                Some(k[0])
+            }
+            _ => None,
+        })
+        .collect();
+    let mut masks = Vec::new();
+    for f in floats {
+        for n in &g[f].nodes {
+            let Term::Op(s, k) = n else { continue };
+            if is_op!(s, "aten._to_copy.default") && !k.is_empty() {
+                masks.push(k[0]);
+                masks.extend(views(g, k[0]));
+            }
+        }
+    }
+    masks
+}
+
+/// Megatron-core's vocab-parallel cross-entropy backward (0.16: `grad_2d[arange, masked_target]
+/// -= 1 - target_mask`) subtracts the shard's one-hot from the softmax in place: row `r` of
+/// `[n, w]` loses `1 - m[r]` at column `masked_target[r]`. The index is in `[0, w)` (the mask's
+/// fill `c` is, and an unmasked `t - s` is), and `arange(n)` writes each row once, so only the
+/// target's column of an in-range row changes, by one.
+fn onehot_subtracted_in_place() -> Lemma {
+    Lemma {
+        name: "vocab-onehot-subtracted-in-place",
+        doc: "index_put(x, [arange(n), i], index(x, [arange(n), i]) - rsub(float(view(m, [n])), 1)) over x [n, w] with i = view(masked_fill(t - s, m, c), [n]), m = (t < s) | (t >= s + w), 0 <= c < w, is x - float(vocab_onehot(view(t, [n]), s, w))",
+        roots: vec!["aten.index_put.default".into()],
+        examples: vec![
+            // Targets [2, 3] flattened to 6 rows, shard [3, 7).
+            (
+                "(aten.index_put.default %r0:x (list (aten.arange.start 0 6 none none dev b:false) (aten.view.default (aten.masked_fill.Scalar (aten.sub.Tensor %r0:t 3 1) (aten.bitwise_or.Tensor (aten.lt.Scalar %r0:t 3) (aten.ge.Scalar %r0:t 7)) 0) (list 6))) (aten.sub.Tensor (aten.index.Tensor %r0:x (list (aten.arange.start 0 6 none none dev b:false) (aten.view.default (aten.masked_fill.Scalar (aten.sub.Tensor %r0:t 3 1) (aten.bitwise_or.Tensor (aten.lt.Scalar %r0:t 3) (aten.ge.Scalar %r0:t 7)) 0) (list 6)))) (aten.rsub.Scalar (aten._to_copy.default (aten.view.default (aten.bitwise_or.Tensor (aten.lt.Scalar %r0:t 3) (aten.ge.Scalar %r0:t 7)) (list 6)) dt:f64 none none none b:false none) f:1.0 1) 1) b:false)",
+                &[("x", "f64[6,4]"), ("t", "i64[2,3]<10")],
+            ),
+            // The whole vocabulary (the single-device program): shard [0, 4), fill 2.
+            (
+                "(aten.index_put.default %r0:x (list (aten.arange.start 0 5 none none dev b:false) (aten.masked_fill.Scalar %r0:t (aten.bitwise_or.Tensor (aten.lt.Scalar %r0:t 0) (aten.ge.Scalar %r0:t 4)) 2)) (aten.sub.Tensor (aten.index.Tensor %r0:x (list (aten.arange.start 0 5 none none dev b:false) (aten.masked_fill.Scalar %r0:t (aten.bitwise_or.Tensor (aten.lt.Scalar %r0:t 0) (aten.ge.Scalar %r0:t 4)) 2))) (aten.rsub.Scalar (aten._to_copy.default (aten.bitwise_or.Tensor (aten.lt.Scalar %r0:t 0) (aten.ge.Scalar %r0:t 4)) dt:f64 none none none b:false none) f:1.0 1) 1) b:false)",
+                &[("x", "f64[5,4]"), ("t", "i64[5]<4")],
+            ),
+        ],
+        requires: None,
+        build: Arc::new(|g, eclass, kids| {
+            if node_sym(g, eclass, kids, &["aten.index_put.default"]).is_none()
+                || kids.len() != 4
+                || !is_false(g, kids[3])
+            {
+                return vec![];
+            }
+            let (x, at, vals) = (g.find(kids[0]), g.find(kids[1]), kids[2]);
+            let Some(meta) = g[x].data.meta().cloned() else { return vec![] };
+            let &[rows, w] = &meta.shape[..] else { return vec![] };
+            if !meta.dtype.is_float() {
+                return vec![];
+            }
+            let Some([r, idx]) = list_items(g, at) else { return vec![] };
+            if !super::is_arange(g, r, rows) || shape(g, idx).as_deref() != Some(&[rows][..]) {
+                return vec![];
+            }
+            // The values: x's own elements at the same places, minus the kept-row weights.
+            let weights: Vec<Id> = g[vals]
+                .nodes
+                .iter()
+                .filter_map(|n| match n {
+                    Term::Op(s, k) if is_op!(s, "aten.sub.Tensor") && k.len() == 3 && int(g, k[2]) == Some(1) => {
+                        let picks_x = g[k[0]].nodes.iter().any(|p| match p {
+                            Term::Op(ps, pk) if is_op!(ps, "aten.index.Tensor") && pk.len() == 2 => {
+                                g.find(pk[0]) == x && g.find(pk[1]) == at
+                            }
+                            _ => false,
+                        });
+                        picks_x.then_some(k[1])
+                    }
+                    _ => None,
+                })
+                .collect();
+            let mut found = Vec::new();
+            for v in weights {
+                let masks = kept_row_masks(g, v);
+                // The index as written, or its unflattened source (targets of any shape).
+                let mut sources = vec![idx];
+                sources.extend(views(g, idx));
+                for &src in &sources {
+                    for &m in &masks {
+                        if shape(g, m) != shape(g, src) {
+                            continue;
+                        }
+                        found.extend(masked_shard_index(g, src, w, m));
+                    }
+                }
+            }
+            found.sort();
+            found.dedup();
+            let mut out = Vec::new();
+            for (t, s) in found {
+                let flat = if shape(g, t).as_deref() == Some(&[rows][..]) {
+                    t
+                } else {
+                    let dims = super::list(g, &[rows]);
+                    op(g, "aten.view.default", vec![t, dims])
+                };
+                let (s, width) = (num(g, s), num(g, w as i64));
+                let onehot = op(g, VOCAB_ONEHOT, vec![flat, s, width]);
+                let dtn = op(g, &format!("dt:{}", meta.dtype.short_name()), vec![]);
+                let none = op(g, "none", vec![]);
+                let no = op(g, "b:false", vec![]);
+                let float = op(
+                    g,
+                    "aten._to_copy.default",
+                    vec![onehot, dtn, none, none, none, no, none],
+                );
+                let one = num(g, 1);
+                out.push(op(g, "aten.sub.Tensor", vec![kids[0], float, one]));
+            }
+            out
+        }),
+    }
+}
+
+/// `(t, s)` of the `bitwise_and(ge(t, s), lt(t, s + rows))` nodes of a class (either order).
+fn in_range_masks(g: &Graph, m: Id, rows: i64) -> Vec<(Id, i64)> {
+    let cmp = |id: Id, name: &str| -> Vec<(Id, i64)> {
+        g[id]
+            .nodes
+            .iter()
+            .filter_map(|n| match n {
+                Term::Op(s, k) if s.as_str() == name && k.len() == 2 => Some((k[0], int(g, k[1])?)),
+                _ => None,
+            })
+            .collect()
+    };
+    let mut out = Vec::new();
+    for n in &g[m].nodes {
+        let Term::Op(sym, k) = n else { continue };
+        if !is_op!(sym, "aten.bitwise_and.Tensor") || k.len() != 2 {
+            continue;
+        }
+        for (lo, hi) in [(k[0], k[1]), (k[1], k[0])] {
+            for (t1, s) in cmp(lo, "aten.ge.Scalar") {
+                for (t2, e) in cmp(hi, "aten.lt.Scalar") {
+                    if g.find(t1) == g.find(t2) && e - s == rows {
+                        out.push((t1, s));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Whether class `idx` is `clamp(t - s, 0, rows - 1)` (`t` itself for `s = 0`).
+fn clamped_shard_index(g: &Graph, idx: Id, t: Id, s: i64, rows: i64) -> bool {
+    g[idx].nodes.iter().any(|n| match n {
+        Term::Op(sym, k) if is_op!(sym, "aten.clamp.default") && k.len() == 3 => {
+            let bounds = int(g, k[1]) == Some(0) && int(g, k[2]) == Some(rows - 1);
+            let shifted = (s == 0 && g.find(k[0]) == g.find(t))
+                || g[k[0]].nodes.iter().any(|sn| match sn {
+                    Term::Op(ss, sk)
+                        if matches!(ss.as_str(), "aten.sub.Tensor" | "aten.sub.Scalar")
+                            && sk.len() == 3 =>
+                    {
+                        g.find(sk[0]) == g.find(t)
+                            && int(g, sk[1]) == Some(s)
+                            && int(g, sk[2]) == Some(1)
+                    }
+                    _ => false,
+                });
+            bounds && shifted
+        }
+        _ => false,
+    })
+}
+
+/// torchtitan's vocab-parallel embedding (`models/common/embedding.py`): each rank looks up
+/// the clamped shard-local index and multiplies the rows of out-of-range tokens by zero. That
+/// is the shard lookup for finite weights (`0 * w = 0`, the premise the masked-block lemmas
+/// share: the engine relates programs over finite inputs).
+fn clamped_lookup() -> Lemma {
+    Lemma {
+        name: "vocab-clamped-lookup",
+        doc: "embedding(w, clamp(t - s, 0, rows(w) - 1)) * float(view(m, [.., 1])) with m = (t >= s) & (t < s + rows(w)) is vocab_lookup(w, t, s) for finite w",
+        roots: vec!["aten.mul.Tensor".into()],
+        examples: vec![
+            (
+                "(aten.mul.Tensor (aten.embedding.default %r0:w (aten.clamp.default (aten.sub.Tensor %r0:t 3 1) 0 2) -1 b:false b:false) (aten._to_copy.default (aten.view.default (aten.bitwise_and.Tensor (aten.ge.Scalar %r0:t 3) (aten.lt.Scalar %r0:t 6)) (list 2 4 1)) dt:f64 none none none b:false none))",
+                &[("w", "f64[3,5]"), ("t", "i64[2,4]<9")],
+            ),
+            // The first shard (no shift), the mask first and its comparisons the other way round.
+            (
+                "(aten.mul.Tensor (aten._to_copy.default (aten.view.default (aten.bitwise_and.Tensor (aten.lt.Scalar %r0:t 4) (aten.ge.Scalar %r0:t 0)) (list 3 1)) dt:f64 none none none b:false none) (aten.embedding.default %r0:w (aten.clamp.default %r0:t 0 3) -1 b:false b:false))",
+                &[("w", "f64[4,2]"), ("t", "i64[3]<8")],
+            ),
+        ],
+        requires: None,
+        build: Arc::new(|g, eclass, kids| {
+            if node_sym(g, eclass, kids, &["aten.mul.Tensor"]).is_none() || kids.len() != 2 {
+                return vec![];
+            }
+            let Some(meta) = g[eclass].data.meta().cloned() else { return vec![] };
+            let mut out = Vec::new();
+            for (rows_side, mask_side) in [(kids[0], kids[1]), (kids[1], kids[0])] {
+                if g[rows_side].data.meta() != Some(&meta) {
+                    continue;
+                }
+                let masks: Vec<Id> = g[mask_side]
+                    .nodes
+                    .iter()
+                    .filter_map(|n| match n {
+                        Term::Op(s, k) if is_op!(s, "aten._to_copy.default") && !k.is_empty() => Some(k[0]),
+                        _ => None,
+                    })
+                    .flat_map(|col| views(g, col))
+                    .collect();
+                let lookups: Vec<(Id, Id)> = g[rows_side]
+                    .nodes
+                    .iter()
+                    .filter_map(|n| match n {
+                        Term::Op(s, k)
+                            if is_op!(s, "aten.embedding.default") && k.len() == 5 && int(g, k[2]) == Some(-1) =>
+                        {
+                            Some((k[0], k[1]))
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                for (w, idx) in lookups {
+                    let Some(rows) = shape(g, w).and_then(|s| s.first().copied()) else { continue };
+                    let Some(tshape) = shape(g, idx) else { continue };
+                    let mut col = tshape.clone();
+                    col.push(1);
+                    if shape(g, mask_side).as_deref() != Some(&col[..]) {
+                        continue;
+                    }
+                    for &m in &masks {
+                        if shape(g, m).as_deref() != Some(&tshape[..]) {
+                            continue;
+                        }
+                        for (t, s) in in_range_masks(g, m, rows as i64) {
+                            if clamped_shard_index(g, idx, t, s, rows as i64) {
+                                let sn = num(g, s);
+                                out.push(op(g, crate::term::VOCAB_LOOKUP, vec![w, t, sn]));
+                            }
+                        }
+                    }
                 }
             }
             out

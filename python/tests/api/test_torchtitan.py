@@ -1,0 +1,44 @@
+"""torchtitan's Llama 3 (torchtitan 0.3.0 from PyPI, installed by scripts/wheel without its
+training-stack dependencies) captured with torchtitan's own tensor-parallel sharding at tp=2:
+placements from its DTensors; `run` matches the spec and `verify` never refutes it, and a
+planted missing all-reduce is refuted. verify relates torchtitan's vocab-parallel embedding
+(`vocab-clamped-lookup`) but stops at PyTorch's CPU attention kernel
+(`_scaled_dot_product_flash_attention_for_cpu`), which no lemma splits over heads yet, so the
+correct plan is inconclusive and the bug is refuted by the counterexample search, not located.
+The tests fail, never skip, without torchtitan."""
+
+from __future__ import annotations
+
+import torch
+
+import shardproof
+import torchtitan.models.llama3.model  # noqa: F401  (installed by scripts/wheel: a missing one is a failure)
+from titan_models import build_llama, titan_plan, tokens
+
+
+def _capture(tmp_path, drop_w2_reduce=False):
+    torch.manual_seed(0)
+    return shardproof.capture(build_llama(), (tokens(),), mesh={"tp": 2}, out=tmp_path,
+                              plan=titan_plan(2, drop_w2_reduce))
+
+
+def test_forward_placements_come_from_torchtitans_sharding_config(tmp_path, engine_ready):
+    cap = _capture(tmp_path)
+    assert cap.inputs["tok_embeddings_weight"] == "Shard(0)"
+    assert cap.inputs["layers_0_attention_qkv_linear_wq_weight"] == "Shard(0)"
+    assert cap.inputs["layers_0_attention_wo_weight"] == "Shard(1)"
+    assert cap.inputs["layers_0_feed_forward_w2_weight"] == "Shard(1)"
+    assert cap.inputs["lm_head_weight"] == "Shard(0)"
+    assert cap.outputs == {"out": "Shard(2)"}
+    ran = cap.run()
+    assert ran.exit_code == 0, (ran, ran.stderr, ran.report)
+    verdict = cap.verify()
+    assert verdict.exit_code in (0, 3), (verdict, verdict.stderr, verdict.report)
+
+
+def test_dropped_w2_all_reduce_is_refuted(tmp_path, engine_ready):
+    cap = _capture(tmp_path, drop_w2_reduce=True)
+    verdict = cap.verify()
+    assert verdict.exit_code == 1, (verdict, verdict.stderr, verdict.report)
+    # The counterexample search shows w2's unreduced output in the logits.
+    assert verdict.report["counterexample"]["output"] == "out", verdict.report

@@ -245,7 +245,7 @@ pub struct ModuleRow {
     pub layer: Option<u64>,
     /// Its logical tensors.
     pub tensors: usize,
-    /// Of those, compared against a tolerance.
+    /// Of those, compared against a tolerance, or (recomputations) checked bit for bit.
     pub compared: usize,
     /// Of those, findings (violations).
     pub findings: usize,
@@ -761,6 +761,9 @@ fn module_table(tensors: &[TensorResult]) -> Vec<ModuleRow> {
         });
         row.tensors += 1;
         row.findings += usize::from(t.status.is_violation());
+        if t.recompute.is_some() && matches!(t.status, Status::Passed | Status::RecomputeDiffers) {
+            row.compared += 1;
+        }
         if let (Some(e), Some(ratio)) = (t.relative_error, t.ratio()) {
             row.compared += 1;
             row.max_relative_error = Some(row.max_relative_error.map_or(e, |m| m.max(e)));

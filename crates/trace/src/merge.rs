@@ -117,7 +117,7 @@ impl ReplicaSpread {
     pub fn disagrees(&self, tolerance: f64) -> bool {
         match self.unequal {
             Some(n) => n > 0,
-            None => !(self.relative_error <= tolerance),
+            None => self.relative_error > tolerance || self.relative_error.is_nan(),
         }
     }
 }

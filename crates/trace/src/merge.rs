@@ -393,10 +393,12 @@ impl<'t> Layout<'t> {
                     relative_error,
                     unequal: differing,
                 };
-                let key = |s: &ReplicaSpread| (s.unequal.unwrap_or(0) > 0, s.relative_error);
+                // Replicas with differing elements first, then the largest relative error.
+                let key =
+                    |s: &ReplicaSpread| (u8::from(s.unequal.unwrap_or(0) > 0), s.relative_error);
                 if worst.as_ref().is_none_or(|w| {
-                    key(&spread).0 > key(w).0
-                        || (key(&spread).0 == key(w).0 && key(&spread).1 > key(w).1)
+                    let (a, b) = (key(&spread), key(w));
+                    a.0 > b.0 || (a.0 == b.0 && a.1 > b.1)
                 }) {
                     worst = Some(spread);
                 }

@@ -241,9 +241,10 @@ fn compare(args: &CompareArgs) -> Verdict {
 }
 
 /// The rules of `trace compare`, in report order.
-const RULES: [(&str, &str); 8] = [
+const RULES: [(&str, &str); 9] = [
     ("trace-divergence", "A candidate tensor whose relative error from the reference exceeds its tolerance (from the reference's perturbation response)."),
-    ("replica-disagreement", "Replicas of a candidate tensor (ranks mapping the same full box) that differ beyond its tolerance, e.g. DP gradients without their all-reduce."),
+    ("replica-disagreement", "Replicas of a candidate tensor (ranks mapping the same full box) that differ beyond its tolerance, or at all where declared bit-identical (exact_replicas), e.g. DP gradients without their all-reduce."),
+    ("recompute-mismatch", "A candidate's recomputed module input or output (activation recomputation) that is not bit-identical to the same rank's forward value."),
     ("shard-overlap", "Pieces of a candidate tensor on different ranks that overlap partially."),
     ("shard-omission", "A part of a candidate's logical tensor that no rank holds."),
     ("shape-mismatch", "A candidate tensor whose logical full shape is not the reference's."),
@@ -262,6 +263,10 @@ fn hint(t: &TensorResult) -> Option<String> {
             t.id.module, t.id.kind
         ),
         "replica-disagreement" => "replicas must agree: a missing or wrong all-reduce, or a rank that skipped a synchronization".into(),
+        "recompute-mismatch" => format!(
+            "the recomputation of module `{}` read other tensors than its forward did (a stale input, a weight instead of its cast)",
+            t.id.module
+        ),
         "shard-overlap" | "shard-omission" => "check the collector's shard annotations (tp_dim, sp/cp dims) and the ranks' partitioning".into(),
         "missing-tensor" => "a module the candidate never ran (e.g. a wrong pipeline stage division), or a collector that did not hook it".into(),
         _ => return None,

@@ -93,10 +93,12 @@ const CAUGHT_IN_REAL_RUNS: &[(&str, &str, Run<'static>, &str)] = &[
         "`embedding.word_embeddings` (forward_output",
     ),
     (
+        // The recomputation of layer 2's MLP reads layer 3's input: its first recomputed
+        // input differs from the forward's, where a correct recomputation is bit-identical.
         "recompute-stale-input",
         "stale_recompute",
         bf16("tp2-recompute"),
-        "`layers.2.mlp.linear_fc2.weight` (param_grad",
+        "`layers.2.mlp.linear_fc1` (recompute_input",
     ),
     (
         "cp-loss-overscaled",
@@ -147,13 +149,14 @@ const CAUGHT_IN_REAL_RUNS: &[(&str, &str, Run<'static>, &str)] = &[
         "`layers.3.self_attention.core_attention` (grad_input",
     ),
     (
-        // The first layer's router gradient answers one of the three bf16 perturbations with a
-        // 32% change, so its tolerance (1.28) is above the bug's replica spread (1.13); layer 1's
-        // router is the first whose TP replicas differ beyond tolerance (1.28 against 0.48).
+        // The first layer's router gradient: its TP replicas are declared bit-identical (tp2's
+        // sums run over two ranks), and the bug leaves each rank its own partial sum. By the
+        // tolerance alone it would pass (one bf16 perturbation moves it by 32%, tolerance 1.28
+        // against the bug's 1.13 spread) and layer 1's router would be the first.
         "moe-router-grad-unsynced",
         "sp_router_unsynced",
         bf16("tp2-sp-moe"),
-        "`layers.1.mlp.router.weight` (main_grad",
+        "`layers.0.mlp.router.weight` (main_grad",
     ),
     (
         "tp-cp-layernorm-grad-scaled-by-tp",
@@ -163,11 +166,20 @@ const CAUGHT_IN_REAL_RUNS: &[(&str, &str, Run<'static>, &str)] = &[
     ),
     (
         // The TP ranks' amax replicas differ (10% at seed 0) where a correct run's are
-        // bit-identical (an all-reduce max) and the bf16 perturbations move the amax by 1.5%.
+        // bit-identical (an all-reduce max, declared `exact_replicas`).
         "fp8-amax-wrong-group",
         "fp8_wrong_group",
         fp8("tp2-sp", 0),
         "`layers.0.self_attention.linear_qkv.input_amax` (forward_output",
+    ),
+    (
+        // The recomputed MLP multiplies by the master weights, not their fp8 casts: the first
+        // recomputation in backward (layer 3's fc1) differs from the forward's output. The
+        // gradients it feeds are off by about one fp8 rounding, within the tolerance.
+        "fp8-recompute-wrong-cast",
+        "fp8_recompute_cast",
+        fp8("tp2-recompute", 0),
+        "`layers.3.mlp.linear_fc1` (recompute_output",
     ),
 ];
 
@@ -211,13 +223,20 @@ fn holds_and_catches(runs: &[Run<'_>], ids: &[&str]) {
 #[test]
 fn real_runs_hold_and_planted_bugs_are_localized_to_their_module() {
     holds_and_catches(
-        &[bf16("tp2-sp"), bf16("dp2"), bf16("cp2"), fp8("tp2-sp", 0)],
+        &[
+            bf16("tp2-sp"),
+            bf16("dp2"),
+            bf16("cp2"),
+            fp8("tp2-sp", 0),
+            fp8("tp2-recompute", 0),
+        ],
         &[
             "llama-vocab-embedding-unmasked",
             "dp-loss-not-averaged",
             "sp-layernorm-grad-not-reduced",
             "cp-attn-grad-noncontiguous",
             "fp8-amax-wrong-group",
+            "fp8-recompute-wrong-cast",
         ],
     );
 }
@@ -294,6 +313,16 @@ mod heavy {
                 super::fp8("tp2-sp", 3),
                 super::fp8("tp2", 0),
                 super::fp8("tp2", 1),
+                // Recomputation bit-identical to the forward in every dtype and layout.
+                super::fp8("tp2-sp-recompute", 1),
+                super::fp8("pp2-mb2-recompute", 2),
+                super::bf16("tp2-sp-dp2-zero-recompute"),
+                super::bf16("tp2-cp2-recompute"),
+                super::Run {
+                    config: "pp2-vpp2-mb2-recompute",
+                    dtype: "fp32",
+                    seed: 1,
+                },
             ],
             &ids,
         );

@@ -8,7 +8,7 @@
 //! thread count: every sum is added in a fixed order and results are kept in id order.
 
 use crate::format::{CanonicalId, Phase, RunDtype};
-use crate::merge::{Inconsistency, Layout, ReplicaSpread};
+use crate::merge::{Inconsistency, Layout, RecomputeCheck, ReplicaSpread};
 use crate::reader::Trace;
 use crate::tolerance::{layer_of, Measurement, Model, Source, Tolerance};
 use rayon::prelude::*;
@@ -46,8 +46,12 @@ pub enum Status {
     Passed,
     /// Beyond tolerance.
     Diverged,
-    /// Its replicas disagree (beyond its tolerance); compared from the first replica.
+    /// Its replicas disagree (beyond its tolerance, or at all where declared bit-identical);
+    /// compared from the first replica.
     ReplicasDisagree,
+    /// A recomputation (`recompute_input` / `recompute_output`) differs from the candidate's
+    /// own forward value: the same kernels on the same inputs must give the same bits.
+    RecomputeDiffers,
     /// The candidate's pieces do not tile the full tensor.
     Inconsistent {
         /// What is wrong with them.
@@ -78,6 +82,7 @@ impl Status {
             self,
             Status::Diverged
                 | Status::ReplicasDisagree
+                | Status::RecomputeDiffers
                 | Status::Inconsistent { .. }
                 | Status::ShapeMismatch { .. }
                 | Status::MissingInCandidate
@@ -90,6 +95,7 @@ impl Status {
             Status::Passed => return None,
             Status::Diverged => "trace-divergence",
             Status::ReplicasDisagree => "replica-disagreement",
+            Status::RecomputeDiffers => "recompute-mismatch",
             Status::Inconsistent { problems } => match problems.first() {
                 Some(Inconsistency::Overlap { .. }) => "shard-overlap",
                 _ => "shard-omission",
@@ -113,8 +119,13 @@ pub struct TensorResult {
     pub module_class: Option<String>,
     /// Its layer, from the module name.
     pub layer: Option<u64>,
-    /// Its sequence number in the reference (the candidate's for a candidate-only tensor).
+    /// Its sequence number in the reference (the candidate's for a candidate-only tensor; for
+    /// a recomputation, the reference's of the backward tensor the candidate recorded just
+    /// before it).
     pub seq: u64,
+    /// Its place after the tensor at `seq` in execution order: 0 for a tensor of the
+    /// reference, 1 + the candidate's sequence number for a recomputation.
+    pub after: u64,
     /// rel_err(reference, candidate), when compared.
     pub relative_error: Option<f64>,
     /// Its tolerance, when it has a reference.
@@ -124,6 +135,10 @@ pub struct TensorResult {
     pub responses: Vec<f64>,
     /// The worst replica disagreement, when the candidate holds replicas.
     pub replicas: Option<ReplicaSpread>,
+    /// For a recomputation kind: the candidate's recomputation against its forward value
+    /// (the reference's, when only the reference recomputes it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recompute: Option<RecomputeCheck>,
     /// How it came out.
     pub status: Status,
     /// Bytes of tensor data read for it.
@@ -157,13 +172,29 @@ impl TensorResult {
             ),
             Status::ReplicasDisagree => {
                 let r = self.replicas.as_ref();
+                let bound = match r.and_then(|r| r.unequal) {
+                    Some(n) => {
+                        format!("{n} elements differ where the replicas are declared bit-identical")
+                    }
+                    None => format!("tolerance {}", sci(tol)),
+                };
                 format!(
-                    "replicas disagree: rank {} holds {} with relative error {} from rank {} (tolerance {})",
+                    "replicas disagree: rank {} holds {} with relative error {} from rank {} ({bound})",
                     r.map_or(0, |r| r.rank),
                     r.map_or(String::new(), |r| r.region.to_string()),
                     sci(r.map_or(f64::NAN, |r| r.relative_error)),
                     r.map_or(0, |r| r.against),
-                    sci(tol)
+                )
+            }
+            Status::RecomputeDiffers => {
+                let c = self.recompute.as_ref();
+                format!(
+                    "the recomputation differs from the forward value: {} of {} elements, relative error {} on rank {}; \
+                     a recomputation runs the same kernels on the same inputs, so it must be bit-identical",
+                    c.map_or(0, |c| c.unequal),
+                    c.map_or(0, |c| c.elements),
+                    sci(c.map_or(f64::NAN, |c| c.relative_error)),
+                    c.map_or(0, |c| c.rank)
                 )
             }
             Status::Inconsistent { problems } => problems
@@ -214,7 +245,7 @@ pub struct ModuleRow {
     pub layer: Option<u64>,
     /// Its logical tensors.
     pub tensors: usize,
-    /// Of those, compared against a tolerance.
+    /// Of those, compared against a tolerance, or (recomputations) checked bit for bit.
     pub compared: usize,
     /// Of those, findings (violations).
     pub findings: usize,
@@ -330,7 +361,7 @@ pub fn compare_counted(
         .zip(&responses)
         .map(|(m, measurement)| {
             let mut r = m.result.clone();
-            if reference.logical.contains_key(&r.id) {
+            if r.id.kind.recomputed().is_none() && reference.logical.contains_key(&r.id) {
                 let tol = model.tolerance(measurement);
                 r.tolerance = Some(tol);
                 judge(&mut r, tol);
@@ -343,10 +374,18 @@ pub fn compare_counted(
 }
 
 /// Execution order: iteration, then phase (forward, backward, optimizer), then the
-/// reference's sequence number; candidate-only tensors after the reference's.
-fn exec_key(t: &TensorResult) -> (u64, Phase, bool, u64, CanonicalId) {
+/// reference's sequence number (a recomputation right after the backward tensor the candidate
+/// recorded before it); candidate-only tensors after the reference's.
+fn exec_key(t: &TensorResult) -> (u64, Phase, bool, u64, u64, CanonicalId) {
     let only = t.status == Status::OnlyInCandidate;
-    (t.id.iteration, t.id.kind.phase(), only, t.seq, t.id.clone())
+    (
+        t.id.iteration,
+        t.id.kind.phase(),
+        only,
+        t.seq,
+        t.after,
+        t.id.clone(),
+    )
 }
 
 /// Whether `error` is within `tolerance`; NaN is within none.
@@ -362,10 +401,7 @@ fn judge(r: &mut TensorResult, tol: Tolerance) {
     // Disagreeing replicas say more than the divergence they usually cause as well (the first
     // replica is compared with the reference): they name the missing synchronization. NaN is
     // within no tolerance.
-    if r.replicas
-        .as_ref()
-        .is_some_and(|s| !within(s.relative_error, tol.value))
-    {
+    if r.replicas.as_ref().is_some_and(|s| s.disagrees(tol.value)) {
         r.status = Status::ReplicasDisagree;
     } else if r.relative_error.is_some_and(|e| !within(e, tol.value)) {
         r.status = Status::Diverged;
@@ -385,13 +421,22 @@ fn measure(
         module_class: None,
         layer: layer_of(&id.module),
         seq: 0,
+        after: 0,
         relative_error: None,
         tolerance: None,
         responses: Vec::new(),
         replicas: None,
+        recompute: None,
         status: Status::Passed,
         bytes: 0,
     };
+    if let Some(forward) = id.kind.recomputed() {
+        measure_recompute(reference, candidate, id, forward, &mut result);
+        return Measured {
+            result,
+            response: None,
+        };
+    }
     let (r, c) = (reference.logical.get(id), candidate.logical.get(id));
     let (Some(r), Some(c)) = (r, c) else {
         if let Some(r) = r {
@@ -471,6 +516,103 @@ fn measure(
     Measured { result, response }
 }
 
+/// A recomputation kind: checked within each trace that recorded it against that trace's own
+/// forward value, bit for bit, never against the other trace. A candidate whose recomputation
+/// differs is a finding; a reference whose recomputation differs cannot vouch for itself (not
+/// judged).
+fn measure_recompute(
+    reference: &Trace,
+    candidate: &Trace,
+    id: &CanonicalId,
+    forward: crate::format::Kind,
+    result: &mut TensorResult,
+) {
+    let forward_id = CanonicalId {
+        kind: forward,
+        ..id.clone()
+    };
+    fn check<'t>(
+        trace: &'t Trace,
+        id: &CanonicalId,
+        forward_id: &CanonicalId,
+    ) -> Option<(&'t crate::reader::Logical, RecomputeCheck)> {
+        let l = trace.logical.get(id)?;
+        Some((
+            l,
+            RecomputeCheck::new(trace, l, trace.logical.get(forward_id)),
+        ))
+    }
+    let reference_check = check(reference, id, &forward_id);
+    if let Some((l, c)) = &reference_check {
+        result.seq = l.seq;
+        result.module_class.clone_from(&l.module_class);
+        result.bytes += c.bytes;
+        if c.problem.is_some() || c.unequal > 0 {
+            result.status = Status::NotComparable {
+                reason: format!(
+                    "the reference's own recomputation differs from its forward value ({})",
+                    c.problem
+                        .clone()
+                        .unwrap_or_else(|| format!("{} of {} elements", c.unequal, c.elements))
+                ),
+            };
+        }
+        result.recompute = Some(c.clone());
+    }
+    let Some((l, c)) = check(candidate, id, &forward_id) else {
+        return;
+    };
+    result.module_class = l.module_class.clone().or(result.module_class.take());
+    result.bytes += c.bytes;
+    let (seq, after) = recompute_place(reference, candidate, l);
+    result.seq = seq;
+    result.after = after;
+    if result.status == Status::Passed {
+        if let Some(problem) = &c.problem {
+            result.status = Status::NotComparable {
+                reason: format!("the candidate's recomputation: {problem}"),
+            };
+        } else if c.unequal > 0 {
+            result.status = Status::RecomputeDiffers;
+        }
+        result.relative_error = Some(c.relative_error);
+        result.recompute = Some(c);
+    }
+}
+
+/// Where a candidate's recomputation goes in execution order: after the backward tensor of the
+/// same iteration and microbatch that the candidate recorded last before it on the same rank
+/// and the reference recorded too (`(that tensor's reference seq, 1 + the recomputation's
+/// candidate seq)`, the earliest over the ranks); at the start of the backward phase when there
+/// is none.
+fn recompute_place(
+    reference: &Trace,
+    candidate: &Trace,
+    recomputed: &crate::reader::Logical,
+) -> (u64, u64) {
+    let mut best: Option<(u64, u64)> = None;
+    for h in &recomputed.holders {
+        let entries = &candidate.ranks[h.rank].index.tensors;
+        let me = &entries[h.entry];
+        let anchor = entries[..h.entry]
+            .iter()
+            .rev()
+            .filter(|e| {
+                e.id.iteration == me.id.iteration
+                    && e.id.microbatch == me.id.microbatch
+                    && e.id.kind.phase() == Phase::Backward
+                    && e.id.kind.recomputed().is_none()
+            })
+            .find_map(|e| reference.logical.get(&e.id).map(|l| l.seq))
+            .unwrap_or(0);
+        let place = (anchor, 1 + me.seq);
+        if best.is_none_or(|b| place < b) {
+            best = Some(place);
+        }
+    }
+    best.unwrap_or((0, 1))
+}
+
 fn finish(
     reference: &Trace,
     perturbed_runs: usize,
@@ -478,9 +620,16 @@ fn finish(
     model: Model,
     tensors: Vec<TensorResult>,
 ) -> Comparison {
-    let first_divergence = tensors
+    let first_divergence = tensors.iter().position(|t| {
+        matches!(
+            t.status,
+            Status::Diverged | Status::ReplicasDisagree | Status::RecomputeDiffers
+        )
+    });
+    let recomputations = tensors
         .iter()
-        .position(|t| matches!(t.status, Status::Diverged | Status::ReplicasDisagree));
+        .filter(|t| t.status == Status::Passed && t.recompute.is_some())
+        .count();
     let compared = tensors
         .iter()
         .filter(|t| t.relative_error.is_some() && t.tolerance.is_some())
@@ -533,7 +682,11 @@ fn finish(
             "inconclusive: {compared} tensors within tolerance, but {undecided} could not be judged"
         ),
         (Verdict::Holds, _) => format!(
-            "holds: all {compared} tensors within tolerance, shard maps and replicas consistent"
+            "holds: all {compared} tensors within tolerance{}, shard maps and replicas consistent",
+            match recomputations {
+                0 => String::new(),
+                n => format!(", {n} recomputations bit-identical to the forward"),
+            }
         ),
     };
     let dtype_default = tensors
@@ -608,6 +761,9 @@ fn module_table(tensors: &[TensorResult]) -> Vec<ModuleRow> {
         });
         row.tensors += 1;
         row.findings += usize::from(t.status.is_violation());
+        if t.recompute.is_some() && matches!(t.status, Status::Passed | Status::RecomputeDiffers) {
+            row.compared += 1;
+        }
         if let (Some(e), Some(ratio)) = (t.relative_error, t.ratio()) {
             row.compared += 1;
             row.max_relative_error = Some(row.max_relative_error.map_or(e, |m| m.max(e)));
@@ -668,13 +824,28 @@ impl Comparison {
             let tol = t.tolerance.map_or(f64::NAN, |x| x.value);
             let e = t.relative_error.unwrap_or(f64::NAN);
             let _ = writeln!(out, "  relative error:  {}", sci(e));
-            let _ = writeln!(
-                out,
-                "  tolerance:       {} ({})",
-                sci(tol),
-                t.tolerance.map_or("none", |x| source_word(x.source))
-            );
-            let _ = writeln!(out, "  ratio:           {}", ratio(e / tol));
+            let exact = match (&t.status, &t.replicas) {
+                (Status::RecomputeDiffers, _) => Some(("recomputation", "forward value")),
+                (Status::ReplicasDisagree, Some(r)) if r.unequal.is_some() => {
+                    Some(("replicas", "first replica (declared exact)"))
+                }
+                _ => None,
+            };
+            if let Some((what, against)) = exact {
+                let _ = writeln!(
+                    out,
+                    "  tolerance:       none: the {what} must equal the {against} bit for bit"
+                );
+                let _ = writeln!(out, "  finding:         {}", t.message());
+            } else {
+                let _ = writeln!(
+                    out,
+                    "  tolerance:       {} ({})",
+                    sci(tol),
+                    t.tolerance.map_or("none", |x| source_word(x.source))
+                );
+                let _ = writeln!(out, "  ratio:           {}", ratio(e / tol));
+            }
         }
         let findings: Vec<&TensorResult> = self.findings().collect();
         if !findings.is_empty() {

@@ -239,6 +239,12 @@ pub enum Kind {
     GradInput,
     /// A parameter's `.grad` after backward.
     ParamGrad,
+    /// A module's input in an activation recomputation (during backward): checked against the
+    /// same trace's `forward_input`, bit for bit, never against the other trace.
+    RecomputeInput,
+    /// A module's output in an activation recomputation: checked against the same trace's
+    /// `forward_output`, bit for bit.
+    RecomputeOutput,
     /// The gradient the optimizer consumes, after gradient reduction.
     MainGrad,
     /// A parameter before the optimizer step.
@@ -253,7 +259,8 @@ pub enum Kind {
 pub enum Phase {
     /// Forward kinds.
     Forward,
-    /// Backward kinds (`grad_output`, `grad_input`, `param_grad`).
+    /// Backward kinds (`grad_output`, `grad_input`, `param_grad`, `recompute_input`,
+    /// `recompute_output`).
     Backward,
     /// Optimizer kinds (`main_grad`, `param_before_step`, `param_after_step`).
     Optimizer,
@@ -261,12 +268,14 @@ pub enum Phase {
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 8] = [
+    pub const ALL: [Kind; 10] = [
         Kind::ForwardInput,
         Kind::ForwardOutput,
         Kind::GradOutput,
         Kind::GradInput,
         Kind::ParamGrad,
+        Kind::RecomputeInput,
+        Kind::RecomputeOutput,
         Kind::MainGrad,
         Kind::ParamBeforeStep,
         Kind::ParamAfterStep,
@@ -280,6 +289,8 @@ impl Kind {
             Kind::GradOutput => "grad_output",
             Kind::GradInput => "grad_input",
             Kind::ParamGrad => "param_grad",
+            Kind::RecomputeInput => "recompute_input",
+            Kind::RecomputeOutput => "recompute_output",
             Kind::MainGrad => "main_grad",
             Kind::ParamBeforeStep => "param_before_step",
             Kind::ParamAfterStep => "param_after_step",
@@ -291,11 +302,25 @@ impl Kind {
         Kind::ALL.into_iter().find(|k| k.name() == name)
     }
 
+    /// The forward kind a recomputation kind repeats (`recompute_output` repeats
+    /// `forward_output`); `None` for every other kind.
+    pub fn recomputed(self) -> Option<Kind> {
+        match self {
+            Kind::RecomputeInput => Some(Kind::ForwardInput),
+            Kind::RecomputeOutput => Some(Kind::ForwardOutput),
+            _ => None,
+        }
+    }
+
     /// The phase the kind is recorded in.
     pub fn phase(self) -> Phase {
         match self {
             Kind::ForwardInput | Kind::ForwardOutput => Phase::Forward,
-            Kind::GradOutput | Kind::GradInput | Kind::ParamGrad => Phase::Backward,
+            Kind::GradOutput
+            | Kind::GradInput
+            | Kind::ParamGrad
+            | Kind::RecomputeInput
+            | Kind::RecomputeOutput => Phase::Backward,
             Kind::MainGrad | Kind::ParamBeforeStep | Kind::ParamAfterStep => Phase::Optimizer,
         }
     }
@@ -473,6 +498,11 @@ pub struct TensorEntry {
     pub full_shape: Vec<u64>,
     /// The local tensor's boxes and where they lie in the full tensor.
     pub pieces: Vec<Piece>,
+    /// `exact_replicas` in `index.json` (optional, default false): the writer declares that in
+    /// a correct run every replica of this tensor is bit-identical (same kernels on the same
+    /// inputs, or a reduction whose result is independent of order, such as a max), so replicas
+    /// that differ at all are a finding, whatever the tolerance.
+    pub exact_replicas: bool,
 }
 
 /// `rank-NNNNN/index.json`.
@@ -770,7 +800,15 @@ pub fn parse_rank_index(file: &Path, text: &str) -> Result<RankIndex, TraceError
         .enumerate()
     {
         let at = format!("$.tensors[{t}]");
-        let fields = ["key", "seq", "id", "module_class", "full_shape", "pieces"];
+        let fields = [
+            "key",
+            "seq",
+            "id",
+            "module_class",
+            "full_shape",
+            "pieces",
+            "exact_replicas",
+        ];
         let tm = doc.object(tv, &at, &fields)?;
         let key = doc
             .string(doc.field(tm, &at, "key")?, &format!("{at}.key"))?
@@ -832,6 +870,15 @@ pub fn parse_rank_index(file: &Path, text: &str) -> Result<RankIndex, TraceError
                 .err(&id_at, format!("id {id} is also $.tensors[{first}]'s"))
                 .with_hint("a rank records each canonical id once"));
         }
+        let exact_replicas = match tm.get("exact_replicas") {
+            None => false,
+            Some(v) => v.as_bool().ok_or_else(|| {
+                doc.err(
+                    &format!("{at}.exact_replicas"),
+                    format!("expected a boolean, found {}", describe(v)),
+                )
+            })?,
+        };
         let module_class = match doc.field(tm, &at, "module_class")? {
             Value::Null => None,
             v => Some(doc.string(v, &format!("{at}.module_class"))?.to_string()),
@@ -935,6 +982,7 @@ pub fn parse_rank_index(file: &Path, text: &str) -> Result<RankIndex, TraceError
             module_class,
             full_shape,
             pieces,
+            exact_replicas,
         });
     }
     Ok(RankIndex {
@@ -971,7 +1019,7 @@ pub fn rank_index_json(index: &RankIndex) -> String {
         .tensors
         .iter()
         .map(|t| {
-            serde_json::json!({
+            let mut entry = serde_json::json!({
                 "key": t.key,
                 "seq": t.seq,
                 "id": {"iteration": t.id.iteration, "microbatch": t.id.microbatch,
@@ -982,7 +1030,11 @@ pub fn rank_index_json(index: &RankIndex) -> String {
                     Some(range) => serde_json::json!({"local_flat": range, "full": region_json(&p.full)}),
                     None => serde_json::json!({"local": region_json(&p.local), "full": region_json(&p.full)}),
                 }).collect::<Vec<_>>(),
-            })
+            });
+            if t.exact_replicas {
+                entry["exact_replicas"] = Value::Bool(true);
+            }
+            entry
         })
         .collect();
     let v = serde_json::json!({

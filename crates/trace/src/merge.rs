@@ -6,7 +6,7 @@
 
 use crate::format::Region;
 use crate::reader::{Holder, Logical, Trace};
-use crate::sums::{piece_data, sums, Pair, PieceData, Sums};
+use crate::sums::{piece_data, sums, unequal, Pair, PieceData, Sums};
 
 /// Cells of the coordinate-compressed grid above which omission is judged by volume only.
 const MAX_CELLS: u64 = 1 << 20;
@@ -37,6 +37,9 @@ pub struct Layout<'t> {
     pub full_shape: Vec<u64>,
     /// The distinct full boxes, in box order.
     pub groups: Vec<Group>,
+    /// Whether a rank declares the replicas bit-identical (`exact_replicas`): then any
+    /// difference between them is a disagreement.
+    pub exact: bool,
 }
 
 /// A shard map that does not rebuild the full tensor.
@@ -102,14 +105,146 @@ pub struct ReplicaSpread {
     pub against: u64,
     /// rel_err(first replica, this replica).
     pub relative_error: f64,
+    /// For replicas declared bit-identical: how many elements differ (`None`: judged by the
+    /// tolerance).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unequal: Option<u64>,
+}
+
+impl ReplicaSpread {
+    /// Whether the replicas disagree: any difference where they are declared bit-identical,
+    /// else a relative error beyond `tolerance` (NaN is within none).
+    pub fn disagrees(&self, tolerance: f64) -> bool {
+        match self.unequal {
+            Some(n) => n > 0,
+            None => self.relative_error > tolerance || self.relative_error.is_nan(),
+        }
+    }
+}
+
+/// A trace's recomputation of a tensor (`recompute_input` / `recompute_output`) against the
+/// same trace's forward value: rank by rank, the same pieces, every element equal.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct RecomputeCheck {
+    /// Elements compared, over every rank.
+    pub elements: u64,
+    /// Of those, elements that differ.
+    pub unequal: u64,
+    /// The rank with the largest relative error (the first rank when none differs).
+    pub rank: u64,
+    /// rel_err(forward, recomputed) on that rank.
+    pub relative_error: f64,
+    /// Why the values could not be compared (a rank without the forward value, or pieces that
+    /// differ from the forward's): not judged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
+    /// Bytes of stored data read.
+    #[serde(skip)]
+    pub bytes: u64,
+}
+
+impl RecomputeCheck {
+    /// Compares `recomputed` (a recomputation kind's holders in `trace`) with `forward` (the
+    /// holders of the forward kind it repeats, when recorded).
+    pub fn new(trace: &Trace, recomputed: &Logical, forward: Option<&Logical>) -> RecomputeCheck {
+        let mut check = RecomputeCheck {
+            elements: 0,
+            unequal: 0,
+            rank: u64::MAX,
+            relative_error: 0.0,
+            problem: None,
+            bytes: 0,
+        };
+        for &holder in &recomputed.holders {
+            let rank = trace.ranks[holder.rank].index.rank;
+            let entry = &trace.ranks[holder.rank].index.tensors[holder.entry];
+            let Some(f) = forward.and_then(|f| f.holders.iter().find(|h| h.rank == holder.rank))
+            else {
+                check.problem = Some(format!(
+                    "rank {rank} recorded no forward value to compare with"
+                ));
+                return check;
+            };
+            let fentry = &trace.ranks[f.rank].index.tensors[f.entry];
+            let boxes = |e: &crate::format::TensorEntry| -> Vec<Region> {
+                e.pieces.iter().map(|p| p.full.clone()).collect()
+            };
+            if boxes(entry) != boxes(fentry) || entry.full_shape != fentry.full_shape {
+                check.problem = Some(format!(
+                    "rank {rank} holds other pieces of it than of the forward value"
+                ));
+                return check;
+            }
+            let pairs: Vec<Pair<'_>> = (0..entry.pieces.len())
+                .map(|p| Pair {
+                    a: data_of(trace, PieceRef { holder, piece: p }),
+                    b: data_of(
+                        trace,
+                        PieceRef {
+                            holder: *f,
+                            piece: p,
+                        },
+                    ),
+                    region: entry.pieces[p].full.clone(),
+                })
+                .collect();
+            let differing = unequal(&pairs);
+            let error = if differing > 0 {
+                sums(&pairs).relative_error()
+            } else {
+                0.0
+            };
+            let elements = entry.pieces.iter().map(|p| p.full.volume()).sum::<u64>();
+            let sizes = trace.ranks[holder.rank].stored[holder.entry].dtype.size()
+                + trace.ranks[f.rank].stored[f.entry].dtype.size();
+            check.bytes += elements * sizes as u64;
+            check.elements += elements;
+            check.unequal += differing;
+            if check.rank == u64::MAX || error > check.relative_error || error.is_nan() {
+                check.rank = rank;
+                check.relative_error = error;
+            }
+        }
+        check
+    }
+}
+
+/// The mapped data of a piece of `trace`.
+fn data_of(trace: &Trace, r: PieceRef) -> PieceData<'_> {
+    let rank = &trace.ranks[r.holder.rank];
+    let stored = &rank.stored[r.holder.entry];
+    let piece = &rank.index.tensors[r.holder.entry].pieces[r.piece];
+    match piece.flat_start {
+        // A flat piece is a box-shaped view of the stored elements from its start on.
+        Some(start) => piece_data(
+            Some(rank),
+            rank.bytes(),
+            stored.dtype,
+            stored.offset + start as usize * stored.dtype.size(),
+            &piece.full.extents(),
+            piece.local.clone(),
+            piece.full.clone(),
+        ),
+        None => piece_data(
+            Some(rank),
+            rank.bytes(),
+            stored.dtype,
+            stored.offset,
+            &stored.shape,
+            piece.local.clone(),
+            piece.full.clone(),
+        ),
+    }
 }
 
 impl<'t> Layout<'t> {
     /// The layout of `logical` in `trace`.
     pub fn new(trace: &'t Trace, logical: &Logical) -> Layout<'t> {
         let mut groups: Vec<Group> = Vec::new();
+        let mut exact = false;
         for &holder in &logical.holders {
             let entry = &trace.ranks[holder.rank].index.tensors[holder.entry];
+            exact |= entry.exact_replicas;
             for (p, piece) in entry.pieces.iter().enumerate() {
                 let r = PieceRef { holder, piece: p };
                 match groups.iter_mut().find(|g| g.full == piece.full) {
@@ -126,6 +261,7 @@ impl<'t> Layout<'t> {
             trace,
             full_shape: logical.full_shape.clone(),
             groups,
+            exact,
         }
     }
 
@@ -136,30 +272,7 @@ impl<'t> Layout<'t> {
 
     /// The mapped data of a piece.
     pub fn data(&self, r: PieceRef) -> PieceData<'t> {
-        let rank = &self.trace.ranks[r.holder.rank];
-        let stored = &rank.stored[r.holder.entry];
-        let piece = &rank.index.tensors[r.holder.entry].pieces[r.piece];
-        match piece.flat_start {
-            // A flat piece is a box-shaped view of the stored elements from its start on.
-            Some(start) => piece_data(
-                Some(rank),
-                rank.bytes(),
-                stored.dtype,
-                stored.offset + start as usize * stored.dtype.size(),
-                &piece.full.extents(),
-                piece.local.clone(),
-                piece.full.clone(),
-            ),
-            None => piece_data(
-                Some(rank),
-                rank.bytes(),
-                stored.dtype,
-                stored.offset,
-                &stored.shape,
-                piece.local.clone(),
-                piece.full.clone(),
-            ),
-        }
+        data_of(self.trace, r)
     }
 
     /// Partial overlaps and omissions: empty when the distinct boxes tile the full tensor.
@@ -254,27 +367,39 @@ impl<'t> Layout<'t> {
     }
 
     /// The worst replica disagreement (largest relative error against the box's first
-    /// replica), or `None` when no box has two replicas.
+    /// replica), or `None` when no box has two replicas. Replicas declared bit-identical
+    /// ([`Layout::exact`]) are compared element by element first: the worst is then one with
+    /// differing elements, if any.
     pub fn replica_spread(&self) -> Option<ReplicaSpread> {
         let mut worst: Option<ReplicaSpread> = None;
         for g in &self.groups {
             let first = g.replicas[0];
             for &other in &g.replicas[1..] {
-                let s = sums(&[Pair {
+                let pair = [Pair {
                     a: self.data(other),
                     b: self.data(first),
                     region: g.full.clone(),
-                }]);
+                }];
+                let differing = self.exact.then(|| unequal(&pair));
+                let relative_error = if differing == Some(0) {
+                    0.0
+                } else {
+                    sums(&pair).relative_error()
+                };
                 let spread = ReplicaSpread {
                     region: g.full.clone(),
                     rank: self.rank_of(other),
                     against: self.rank_of(first),
-                    relative_error: s.relative_error(),
+                    relative_error,
+                    unequal: differing,
                 };
-                if worst
-                    .as_ref()
-                    .is_none_or(|w| spread.relative_error > w.relative_error)
-                {
+                // Replicas with differing elements first, then the largest relative error.
+                let key =
+                    |s: &ReplicaSpread| (u8::from(s.unequal.unwrap_or(0) > 0), s.relative_error);
+                if worst.as_ref().is_none_or(|w| {
+                    let (a, b) = (key(&spread), key(w));
+                    a.0 > b.0 || (a.0 == b.0 && a.1 > b.1)
+                }) {
                     worst = Some(spread);
                 }
             }

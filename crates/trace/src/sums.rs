@@ -263,7 +263,10 @@ fn block_sums(pair: &Pair<'_>, sa: usize, sb: usize, n: usize, s: &mut Scratch) 
     (diff.iter().sum(), refs.iter().sum())
 }
 
-fn run_unit(pair: &Pair<'_>, u: &Unit) -> Sums {
+/// Calls `block(start byte in a, start byte in b, elements)` for every run of at most
+/// [`BLOCK`] elements of a unit, in row-major order, with the unit's pages prefetched before
+/// and released after.
+fn walk_unit(pair: &Pair<'_>, u: &Unit, mut block: impl FnMut(usize, usize, usize)) {
     let region = &pair.region.0;
     let dims = region.len();
     let ext = pair.region.extents();
@@ -274,13 +277,6 @@ fn run_unit(pair: &Pair<'_>, u: &Unit) -> Sums {
             rank.prefetch(start, end);
         }
     }
-    let mut scratch = Scratch {
-        a64: [0.0; BLOCK],
-        b64: [0.0; BLOCK],
-        a32: [0.0; BLOCK],
-        b32: [0.0; BLOCK],
-    };
-    let mut total = Sums::default();
     for row in u.row_lo..u.row_hi {
         // The row's coordinates: mixed radix over every dimension but the last.
         let mut r = row;
@@ -299,9 +295,7 @@ fn run_unit(pair: &Pair<'_>, u: &Unit) -> Sums {
             let n = ((cols - done) as usize).min(BLOCK);
             let sa = pair.a.offset + ((ea + done) as usize) * pair.a.dtype.size();
             let sb = pair.b.offset + ((eb + done) as usize) * pair.b.dtype.size();
-            let (d, r) = block_sums(pair, sa, sb, n, &mut scratch);
-            total.diff_sq += d;
-            total.ref_sq += r;
+            block(sa, sb, n);
             done += n as u64;
         }
     }
@@ -310,7 +304,49 @@ fn run_unit(pair: &Pair<'_>, u: &Unit) -> Sums {
             rank.release(start, end);
         }
     }
+}
+
+fn run_unit(pair: &Pair<'_>, u: &Unit) -> Sums {
+    let mut scratch = Scratch {
+        a64: [0.0; BLOCK],
+        b64: [0.0; BLOCK],
+        a32: [0.0; BLOCK],
+        b32: [0.0; BLOCK],
+    };
+    let mut total = Sums::default();
+    walk_unit(pair, u, |sa, sb, n| {
+        let (d, r) = block_sums(pair, sa, sb, n, &mut scratch);
+        total.diff_sq += d;
+        total.ref_sq += r;
+    });
     total
+}
+
+/// Elements of a unit whose two values differ: decoded exactly (to f64), `x != y` and not the
+/// same bits (so `+0` equals `-0` and a NaN equals the same NaN).
+fn unequal_unit(pair: &Pair<'_>, u: &Unit) -> u64 {
+    let (mut a, mut b) = ([0f64; BLOCK], [0f64; BLOCK]);
+    let mut count = 0u64;
+    walk_unit(pair, u, |sa, sb, n| {
+        decode(pair.a.bytes, pair.a.dtype, sa, &mut a[..n]);
+        decode(pair.b.bytes, pair.b.dtype, sb, &mut b[..n]);
+        count += a[..n]
+            .iter()
+            .zip(&b[..n])
+            .filter(|(x, y)| x != y && x.to_bits() != y.to_bits())
+            .count() as u64;
+    });
+    count
+}
+
+/// The number of elements over every pair whose values differ at all (see [`sums`] for the
+/// pairs): the test of copies that must be bit-identical. A count, so it is the same at any
+/// thread count.
+pub fn unequal(pairs: &[Pair<'_>]) -> u64 {
+    units(pairs)
+        .par_iter()
+        .map(|u| unequal_unit(&pairs[u.pair], u))
+        .sum()
 }
 
 /// The bytes of `side` a unit reads: from its first element to its last (rows of a box lie in
@@ -484,6 +520,41 @@ mod tests {
             region: whole.clone(),
         }]);
         assert!((s.relative_error() - 1.0).abs() < 1e-6, "{s:?}");
+    }
+
+    #[test]
+    fn unequal_counts_differing_elements_exactly() {
+        let whole = Region::whole(&[4]);
+        let leak = |v: &[f32]| -> &'static [u8] { Box::leak(f32_bytes(v).into_boxed_slice()) };
+        let piece = |b: &'static [u8]| {
+            piece_data(
+                None,
+                b,
+                StorageDtype::F32,
+                0,
+                &[4],
+                whole.clone(),
+                whole.clone(),
+            )
+        };
+        let count = |x: &'static [u8], y: &'static [u8]| {
+            unequal(&[Pair {
+                a: piece(x),
+                b: piece(y),
+                region: whole.clone(),
+            }])
+        };
+        let a = leak(&[1.0, 0.0, f32::NAN, 3.0]);
+        // -0 equals +0 and the same NaN equals itself; one ulp of 1.0 does not.
+        let b = leak(&[1.0, -0.0, f32::NAN, 3.0]);
+        let c = leak(&[1.0 + f32::EPSILON, 0.0, f32::NAN, 3.0]);
+        // Differences far below what the f32 sums can see still count.
+        let tiny = leak(&[1e-30, 0.0, 0.0, 0.0]);
+        let tinier = leak(&[1.0000001e-30, 0.0, 0.0, 0.0]);
+        assert_eq!(count(a, b), 0);
+        assert_eq!(count(a, c), 1);
+        assert_eq!(count(tiny, tinier), 1);
+        assert_eq!(count(a, leak(&[2.0, 1.0, 0.0, 4.0])), 4);
     }
 
     #[test]

@@ -62,6 +62,7 @@ impl TraceWriter {
             part_path,
             infos: BTreeMap::new(),
             written: 0,
+            exact_replicas: false,
         })
     }
 }
@@ -77,6 +78,7 @@ pub struct RankWriter {
     /// Key -> (local shape, start and end byte in the part file).
     infos: BTreeMap<String, (Vec<u64>, u64, u64)>,
     written: u64,
+    exact_replicas: bool,
 }
 
 /// The values of a rank's local tensor, row-major.
@@ -89,6 +91,12 @@ pub struct Local<'a> {
 }
 
 impl RankWriter {
+    /// Declares the replicas of the tensors recorded from now on bit-identical in a correct
+    /// run (`exact_replicas` in `index.json`), or not.
+    pub fn set_exact_replicas(&mut self, exact: bool) {
+        self.exact_replicas = exact;
+    }
+
     /// Records a tensor: `values` are the local tensor's elements, row-major, rounded to the
     /// run's storage dtype. Its key is `t` and its sequence number, which counts up from 0.
     pub fn record(
@@ -169,6 +177,7 @@ impl RankWriter {
             module_class: module_class.map(str::to_string),
             full_shape: full_shape.to_vec(),
             pieces: local.pieces,
+            exact_replicas: self.exact_replicas,
         });
         Ok(())
     }

@@ -774,6 +774,7 @@ pub const BUGS: &[Bug] = &[
         mutation: Mutation::Fp8RecomputeWrongCast,
         needs_backward: true,
         models: MLP,
+        engines: "run, trace",
         ..DEEPSEEK_BUG
     },
     Bug {

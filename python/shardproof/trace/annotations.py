@@ -27,8 +27,8 @@ import yaml
 PARTIAL_GRAD_KINDS = ("sp", "pp", "cp", "tp")
 #: Keys of one tensor's split annotation.
 SPLIT_KEYS = ("sp_dim", "cp_dim", "tp_dim")
-PARAM_KEYS = ("tp_dim", "ep", "partial_grad")
-MODULE_KEYS = ("input", "output", "ep")
+PARAM_KEYS = ("tp_dim", "ep", "partial_grad", "exact_replicas")
+MODULE_KEYS = ("input", "output", "ep", "exact_replicas")
 
 
 class AnnotationError(ValueError):
@@ -48,21 +48,29 @@ class TensorSplit:
 class ParamAnnotation:
     """A parameter annotation: its TP split dimension, whether it is an expert parameter, and the
     parallelisms over which one rank's per-microbatch gradient is only a partial sum (reduced after
-    backward, e.g. layernorm weights under SP, tied embeddings under PP)."""
+    backward, e.g. layernorm weights under SP, tied embeddings under PP). `exact_replicas`: the
+    copies of its gradients and values on different ranks are bit-identical in a correct run
+    (see `ModuleAnnotation`)."""
 
     tp_dim: Optional[int] = None
     ep: bool = False
     partial_grad: Tuple[str, ...] = ()
+    exact_replicas: bool = False
 
 
 @dataclass(frozen=True)
 class ModuleAnnotation:
     """A module annotation: the splits of its traced inputs and outputs (None: not traced). A
-    single split applies to every floating-point input (output); a list gives one per position."""
+    single split applies to every floating-point input (output); a list gives one per position.
+    `exact_replicas` declares that in a correct run the copies of its traced tensors held by
+    different ranks are bit-identical (computed by the same kernels from bit-identical inputs,
+    or reduced by an order-independent operation such as a max): the comparer then reports any
+    difference between them, not only one beyond the tolerance."""
 
     input: Optional[Union[TensorSplit, Tuple[TensorSplit, ...]]] = None
     output: Optional[Union[TensorSplit, Tuple[TensorSplit, ...]]] = None
     ep: bool = False
+    exact_replicas: bool = False
 
     def input_split(self, index: int) -> Optional[TensorSplit]:
         """The split of input `index`, or None when that input is not traced."""
@@ -192,8 +200,8 @@ def _param(source: str, name: str, node) -> ParamAnnotation:
     for key, value in _mapping(source, node, f"parameter `{name}`", "write e.g. {tp_dim: 0}"):
         if key == "tp_dim":
             values["tp_dim"] = _int(source, value, f"{name}.tp_dim")
-        elif key == "ep":
-            values["ep"] = _bool(source, value, f"{name}.ep")
+        elif key in ("ep", "exact_replicas"):
+            values[key] = _bool(source, value, f"{name}.{key}")
         elif key == "partial_grad":
             items = value.value if isinstance(value, yaml.SequenceNode) else [value]
             kinds = []
@@ -214,8 +222,8 @@ def _module(source: str, name: str, node) -> ModuleAnnotation:
     for key, value in _mapping(source, node, f"module `{name}`", "write e.g. {input: {sp_dim: 0}, output: {tp_dim: -1}}"):
         if key in ("input", "output"):
             values[key] = _splits(source, value, f"{name}.{key}")
-        elif key == "ep":
-            values["ep"] = _bool(source, value, f"{name}.ep")
+        elif key in ("ep", "exact_replicas"):
+            values[key] = _bool(source, value, f"{name}.{key}")
         else:
             raise _fail(source, value, f"unknown key `{key}` in module `{name}`; expected one of {', '.join(MODULE_KEYS)}",
                         "parameter annotations (tp_dim) belong to names ending in .weight or .bias")

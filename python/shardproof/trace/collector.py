@@ -48,7 +48,10 @@ _STATE = threading.local()
 @contextlib.contextmanager
 def recomputing() -> Iterator[None]:
     """Marks a forward recomputation (activation checkpointing): hooks still rewrite inputs (so
-    the recomputed graph equals the original one) but record nothing."""
+    the recomputed graph equals the original one), and record the recomputed inputs and outputs
+    as `recompute_input` / `recompute_output` instead of the forward kinds (unless the tracer's
+    `record_recompute` is off). The comparer requires each to equal the same rank's forward
+    value bit for bit: a recomputation runs the same kernels on the same inputs."""
     previous = getattr(_STATE, "recomputing", False)
     _STATE.recomputing = True
     try:
@@ -112,13 +115,28 @@ class Tracer:
 
     `align_with` (for a reference) is the layout of the candidate it will be compared with:
     parameter gradients the candidate cannot record whole (see `partial_grad`) are left out of
-    the reference too, so both traces hold the same ids."""
+    the reference too, so both traces hold the same ids.
+
+    `record_recompute` (default on): record the inputs and outputs of traced modules run again
+    inside `recomputing()` (activation recomputation). `shardproof trace compare` requires them
+    bit-identical to the forward's, which holds when the recomputed kernels are deterministic
+    (same kernels, same inputs, same shapes); turn it off for kernels that are not (e.g. GPU
+    kernels reducing with atomics).
+
+    `exact_replicas`: declare every traced tensor's copies on different ranks bit-identical in a
+    correct run (as the annotations' `exact_replicas` does for one module or parameter), so the
+    comparer reports any difference between replicas. True where every replica is computed by
+    the same deterministic kernels from bit-identical inputs and every cross-rank reduction
+    hands each rank the same bits: a max, or a sum over two ranks (fl(a + b) = fl(b + a)). A sum
+    over three or more ranks depends on the order the collective adds in, which is the
+    library's choice, so leave it off there (the tolerance judges those replicas)."""
 
     def __init__(self, model: Union[torch.nn.Module, Sequence[torch.nn.Module]],
                  annotations: Union[Annotations, str], config: ParallelConfig, rank: int, out: str, *,
                  role: str, dtype: str = "float32", iteration: int = 0, rewrite: bool = False,
                  generator: Optional[ConsistentGenerator] = None, perturbation: Optional[Perturbation] = None,
-                 align_with: Optional[ParallelConfig] = None):
+                 align_with: Optional[ParallelConfig] = None, record_recompute: bool = True,
+                 exact_replicas: bool = False):
         if role not in ROLES:
             raise ValueError(f"unknown role `{role}`; expected one of {', '.join(ROLES)}")
         if (role == "perturbed") != (perturbation is not None):
@@ -136,6 +154,8 @@ class Tracer:
         self.generator = generator or ConsistentGenerator()
         self.perturbation = perturbation
         self.align_with = align_with
+        self.record_recompute = record_recompute
+        self.exact_replicas = exact_replicas
         self.writer = RankTraceWriter(out, rank, self.coords, dtype)
         self._local_microbatch = 0
         self._handles: list = []
@@ -230,17 +250,17 @@ class Tracer:
             if grad is not None and flat is not None:
                 # A ZeRO shard: the rank holds flat elements [a, b) of the parameter's gradient.
                 smap = flat_shard_map(self._param_map(cname, param, annotation), flat[0], flat[1], str(cid))
-                self._record(cid, grad, smap, cls)
+                self._record(cid, grad, smap, cls, self._exact(annotation))
             elif grad is not None:
-                self._record_value(cid, grad, param_split(annotation), cls)
+                self._record_value(cid, grad, param_split(annotation), cls, self._exact(annotation))
             self._record_value(CanonicalId(self.iteration_index, 0, "param_before_step", cname, 0), param,
-                               param_split(annotation), cls)
+                               param_split(annotation), cls, self._exact(annotation))
 
     def after_step(self) -> None:
         """Records the parameters after the optimizer step."""
         for cname, (param, annotation, cls) in self._params.items():
             self._record_value(CanonicalId(self.iteration_index, 0, "param_after_step", cname, 0), param,
-                               param_split(annotation), cls)
+                               param_split(annotation), cls, self._exact(annotation))
 
     def save(self) -> str:
         """Writes this rank's files (and trace.json on rank 0); returns the rank directory."""
@@ -293,9 +313,14 @@ class Tracer:
         value = dtensor.settled(value)
         return value, shard_map(split, self.config, self.coords, local_shape=tuple(value.shape), what=what)
 
-    def _record_value(self, cid: CanonicalId, value, split: Optional[TensorSplit], cls: Optional[str]) -> None:
+    def _record_value(self, cid: CanonicalId, value, split: Optional[TensorSplit], cls: Optional[str],
+                      exact: bool = False) -> None:
         local, smap = self._local(value, split, str(cid))
-        self._record(cid, local, smap, cls)
+        self._record(cid, local, smap, cls, exact)
+
+    def _exact(self, annotation: Optional[Union[ModuleAnnotation, ParamAnnotation]]) -> bool:
+        """Whether the copies of a tensor on different ranks are declared bit-identical."""
+        return self.exact_replicas or bool(annotation is not None and annotation.exact_replicas)
 
     def _records_param_grad(self, annotation: Optional[ParamAnnotation]) -> bool:
         """A per-microbatch parameter gradient is recorded only where it is whole on the rank:
@@ -309,13 +334,14 @@ class Tracer:
                 return False
         return True
 
-    def _record(self, cid: CanonicalId, tensor: torch.Tensor, smap: ShardMap, cls: Optional[str]) -> None:
+    def _record(self, cid: CanonicalId, tensor: torch.Tensor, smap: ShardMap, cls: Optional[str],
+                exact: bool = False) -> None:
         key = str(cid)
         if key in self._seen:
             raise LayoutError(f"{key} recorded twice on rank {self.rank}: a traced module ran twice in one "
                               "microbatch (wrap recomputation in shardproof.trace.recomputing())")
         self._seen.add(key)
-        self.writer.add(cid, tensor, smap, cls)
+        self.writer.add(cid, tensor, smap, cls, exact)
 
     def _perturb(self, tensor: torch.Tensor, key: str, smap: ShardMap) -> torch.Tensor:
         noise = perturbation_noise(self.perturbation.seed, key, smap).to(tensor.device)
@@ -369,19 +395,27 @@ class Tracer:
                     new_args[index] = value
                     changed = True
                 if not _is_recomputing():
-                    self._record_value(cid, value, split, type(module).__name__)
+                    self._record_value(cid, value, split, type(module).__name__, self._exact(annotation))
+                elif self.record_recompute:
+                    self._record_value(self._id("recompute_input", cname, index), value, split,
+                                       type(module).__name__)
             return tuple(new_args) if changed else None
         return hook
 
     def _forward_hook(self, cname: str, annotation: ModuleAnnotation, cls: str):
         def hook(module, args, output):
-            if annotation.output is None or _is_recomputing():
+            if annotation.output is None:
                 return None
+            kind = "forward_output"
+            if _is_recomputing():
+                if not self.record_recompute:
+                    return None
+                kind = "recompute_output"
             for index, value in enumerate(_as_list(output)):
                 split = annotation.output_split(index)
                 if split is None or not _is_float(value):
                     continue
-                self._record_value(self._id("forward_output", cname, index), value, split, cls)
+                self._record_value(self._id(kind, cname, index), value, split, cls, self._exact(annotation))
             return None
         return hook
 
@@ -400,7 +434,7 @@ class Tracer:
                     grad, _ = self._rewritten(cid, grad, split)
                     new[index] = grad
                     changed = True
-                self._record_value(cid, grad, split, cls)
+                self._record_value(cid, grad, split, cls, self._exact(annotation))
             return tuple(new) if changed else None
         return hook
 
@@ -410,7 +444,8 @@ class Tracer:
                 split = annotation.input_split(index)
                 if split is None or grad is None:
                     continue
-                self._record_value(self._id("grad_input", cname, index), grad, split, cls)
+                self._record_value(self._id("grad_input", cname, index), grad, split, cls,
+                                   self._exact(annotation))
             return None
         return hook
 
@@ -427,6 +462,6 @@ class Tracer:
                 stored.add_(local.detach().to(device="cpu", dtype=stored.dtype))
                 return None
             self._param_grad_slot[key] = len(self.writer.tensors)
-            self._record(cid, local, smap, cls)
+            self._record(cid, local, smap, cls, self._exact(annotation))
             return None
         return hook

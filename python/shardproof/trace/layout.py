@@ -18,9 +18,12 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from .annotations import ParamAnnotation, TensorSplit
 
-#: Tensor kinds, in phase order (forward, backward, optimizer).
-KINDS = ("forward_input", "forward_output", "grad_output", "grad_input", "param_grad", "main_grad",
-         "param_before_step", "param_after_step")
+#: Tensor kinds, in phase order (forward, backward, optimizer). `recompute_input` and
+#: `recompute_output` are a module's inputs and outputs in an activation recomputation (during
+#: backward): the comparer checks each against the same trace's forward_input / forward_output,
+#: bit for bit, and never against the reference.
+KINDS = ("forward_input", "forward_output", "grad_output", "grad_input", "param_grad", "recompute_input",
+         "recompute_output", "main_grad", "param_before_step", "param_after_step")
 
 
 class LayoutError(ValueError):

@@ -80,15 +80,20 @@ class RankTraceWriter:
         self.entries: List[dict] = []
         self.tensors: List[tuple] = []
 
-    def add(self, cid: CanonicalId, tensor: torch.Tensor, smap: ShardMap, module_class: Optional[str]) -> None:
-        """Records one tensor (a copy in the storage dtype) with its id and shard map."""
+    def add(self, cid: CanonicalId, tensor: torch.Tensor, smap: ShardMap, module_class: Optional[str],
+            exact_replicas: bool = False) -> None:
+        """Records one tensor (a copy in the storage dtype) with its id and shard map;
+        `exact_replicas` declares its copies on other ranks bit-identical in a correct run."""
         seq = len(self.entries)
         key = f"t{seq:06d}"
         stored = tensor.detach().to(device="cpu", dtype=self.dtype, copy=True).contiguous()
         if tuple(stored.shape) != smap.local_shape:
             raise ValueError(f"{cid}: tensor shape {tuple(stored.shape)} differs from its shard map's {smap.local_shape}")
-        self.entries.append({"key": key, "seq": seq, "id": cid.as_json(), "module_class": module_class,
-                             "full_shape": list(smap.full_shape), "pieces": [p.as_json() for p in smap.pieces]})
+        entry = {"key": key, "seq": seq, "id": cid.as_json(), "module_class": module_class,
+                 "full_shape": list(smap.full_shape), "pieces": [p.as_json() for p in smap.pieces]}
+        if exact_replicas:
+            entry["exact_replicas"] = True
+        self.entries.append(entry)
         self.tensors.append((key, stored))
 
     def close(self) -> str:

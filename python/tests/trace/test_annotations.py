@@ -92,3 +92,16 @@ def test_bad_files_name_file_line_column_and_expectation(text, where, what):
     assert message.startswith(where + ": "), message
     assert what in message, message
     assert "hint:" in message
+
+
+def test_exact_replicas_is_a_boolean_of_modules_and_parameters():
+    ann = parse_annotations("""
+input_amax: {output: {}, exact_replicas: true}
+linear_fc1.weight: {tp_dim: 0, exact_replicas: true}
+linear_fc2: {output: {}}
+""", "exact.yaml")
+    assert ann.module("layers.0.mlp.linear_fc1.input_amax").exact_replicas
+    assert ann.param("layers.0.mlp.linear_fc1.weight").exact_replicas
+    assert not ann.module("layers.0.mlp.linear_fc2").exact_replicas
+    with pytest.raises(AnnotationError, match=r"exact.yaml:1:42: expected true or false for input_amax.exact_replicas"):
+        parse_annotations("input_amax: {output: {}, exact_replicas: 1}", "exact.yaml")

@@ -14,6 +14,7 @@ import torch
 from shardproof.trace import demo
 from shardproof.trace.examples.gpt import ModelSpec
 from shardproof.trace.examples.runner import TraceJob, launch, parse_config
+from safetensors.torch import load_file
 from tracereader import id_string, read_trace, rel_error
 
 LOOSE = {"float32": 1e-4, "bfloat16": 6e-2}
@@ -165,6 +166,45 @@ def test_fp8_amax_over_the_wrong_group_shows_in_the_amax_replicas(tmp_path):
     assert bug["it0/mb0/forward_output/layers.0.self_attention.linear_proj.input_amax/0"].replica_diff == 0
 
 
+def recomputations(path):
+    """Per rank, each recorded recomputation against the same rank's forward value: (id, equal
+    bit for bit), in recording order."""
+    out = []
+    meta = json.load(open(os.path.join(path, "trace.json")))
+    for rank in range(meta["world_size"]):
+        rdir = os.path.join(path, f"rank-{rank:05d}")
+        entries = json.load(open(os.path.join(rdir, "index.json")))["tensors"]
+        tensors = load_file(os.path.join(rdir, "tensors.safetensors"))
+        forward = {id_string(e["id"]): e for e in entries}
+        for e in entries:
+            if e["id"]["kind"].startswith("recompute_"):
+                f = forward[id_string({**e["id"], "kind": e["id"]["kind"].replace("recompute_", "forward_")})]
+                same = f["pieces"] == e["pieces"] and torch.equal(tensors[f["key"]], tensors[e["key"]])
+                out.append((rank, id_string(e["id"]), same))
+    return out
+
+
+def test_recomputations_are_bit_identical_unless_they_read_a_wrong_tensor(tmp_path):
+    """A recomputation runs the same kernels on the same inputs, so in a correct run every
+    recomputed module input and output equals the forward's bit for bit (the comparer's
+    `recompute-mismatch` rule); Table 1 bug 8 (`fp8_recompute_cast`, the recomputed MLP
+    multiplying by the master weights instead of their fp8 casts) breaks that at the first
+    recomputed linear, bug 2 (`stale_recompute`) at the first recomputed input it reads wrong.
+    Replicas are declared bit-identical (every sum group of tp2 has two ranks)."""
+    fp8 = parse_config("tp2-recompute", ModelSpec(), "float8_e4m3fn")
+    launch(fp8, TraceJob(str(tmp_path / "ok"), "candidate"))
+    checked = recomputations(str(tmp_path / "ok"))
+    # Four layers' fc1 and fc2 with their amaxes, inputs and outputs, on both ranks.
+    assert len(checked) == 2 * 4 * 6 and all(same for _, _, same in checked)
+    index = json.load(open(tmp_path / "ok" / "rank-00000" / "index.json"))["tensors"]
+    assert all(e.get("exact_replicas") for e in index if not e["id"]["kind"].startswith("recompute_"))
+    for bug, first in (("fp8_recompute_cast", "it0/mb0/recompute_output/layers.3.mlp.linear_fc1/0"),
+                       ("stale_recompute", "it0/mb0/recompute_input/layers.2.mlp.linear_fc1/0")):
+        launch(parse_config("tp2-recompute", ModelSpec(), "float8_e4m3fn", [bug]), TraceJob(str(tmp_path / bug), "candidate"))
+        bad = [key for rank, key, same in recomputations(str(tmp_path / bug)) if rank == 0 and not same]
+        assert bad and bad[0] == first, (bug, bad[:3])
+
+
 @pytest.mark.skipif(not os.environ.get("SHARDPROOF_TRACE_SLOW"),
                     reason="two real fp8 runs (about a minute): set SHARDPROOF_TRACE_SLOW=1")
 def test_fp8_recompute_cast_is_within_emulated_fp8_noise(tmp_path):
@@ -172,7 +212,8 @@ def test_fp8_recompute_cast_is_within_emulated_fp8_noise(tmp_path):
     rounding of the weight. A correct emulated-fp8 run already differs from its reference by
     fp8 rounding flips of that size (accumulation order moves values across fp8 rounding
     boundaries), and one bf16 ulp of input perturbation moves a gradient by about 10%: the bug
-    has an effect, but of the order of the noise, so no perturbation tolerance can see it."""
+    has an effect, but of the order of the noise, so no perturbation tolerance can see it in
+    the gradients. The recomputation itself shows it (see the test above)."""
     key = "it0/mb0/param_grad/layers.0.mlp.linear_fc2.weight/0"
     ref, cand = traces(tmp_path / "ok", "tp2-recompute", "float8_e4m3fn")
     correct = rel_error(cand[key].value, ref[key].value)

@@ -11,8 +11,8 @@ from typing import Dict
 import torch
 from safetensors.torch import load_file
 
-KINDS = ("forward_input", "forward_output", "grad_output", "grad_input", "param_grad", "main_grad",
-         "param_before_step", "param_after_step")
+KINDS = ("forward_input", "forward_output", "grad_output", "grad_input", "param_grad", "recompute_input",
+         "recompute_output", "main_grad", "param_before_step", "param_after_step")
 
 
 @dataclass
@@ -50,7 +50,8 @@ def read_trace(path: str) -> Dict[str, Merged]:
         assert len(tensors) == len(index["tensors"])
         for seq, entry in enumerate(index["tensors"]):
             assert entry["seq"] == seq and entry["key"] == f"t{seq:06d}"
-            assert set(entry) == {"key", "seq", "id", "module_class", "full_shape", "pieces"}
+            assert set(entry) - {"exact_replicas"} == {"key", "seq", "id", "module_class", "full_shape", "pieces"}
+            assert entry.get("exact_replicas", True) is True
             assert entry["id"]["kind"] in KINDS
             local = tensors[entry["key"]].double()
             key = id_string(entry["id"])

@@ -447,7 +447,7 @@ def run_rank(run: RunSpec, job: TraceJob, rank: int) -> None:
     annotations: Annotations = load_annotations(job.annotations)
     tracer = Tracer(chunks, annotations, cfg, rank, job.out, role=job.role, dtype=run.options.dtype,
                     iteration=run.iteration, rewrite=job.rewrite, generator=gen, perturbation=job.perturbation,
-                    align_with=job.align_with)
+                    align_with=job.align_with, exact_replicas=replicas_bit_identical(cfg))
     named = [(name, p) for chunk in chunks for name, p in chunk.named_parameters()]
     optimizer = ZeroSGD(ctx, named) if run.options.zero else SGD(ctx, [p for _, p in named])
     with tracer.iteration():
@@ -460,6 +460,20 @@ def run_rank(run: RunSpec, job: TraceJob, rank: int) -> None:
         optimizer.step()
         tracer.after_step()
     tracer.save()
+
+
+def replicas_bit_identical(cfg: ParallelConfig) -> bool:
+    """Whether every copy of a traced tensor on different ranks is provably bit-identical in a
+    correct run of this program: each rank runs the same single-threaded CPU kernels, so copies
+    computed from bit-identical inputs are bit-identical, and what crosses ranks is a copy (a
+    gather, a send), a max (the fp8 amax), or a float32 sum. A sum over two ranks is the same
+    on both (fl(a + b) = fl(b + a)); over three or more, each rank's bits depend on the order
+    gloo adds in, which is gloo's choice, not this program's. So: every sum group of at most two
+    ranks. The sums run over TP (row-parallel outputs, input gradients, SP layernorm and router
+    gradients), over DP x CP (gradient reduction; ZeRO's CP then DP), and between the first and
+    the last pipeline stage (the tied embedding: two ranks). Elsewhere the annotations' own
+    `exact_replicas` (the amax) still holds and the tolerance judges the other copies."""
+    return cfg.tp <= 2 and cfg.dp * cfg.cp <= 2
 
 
 def free_port() -> int:

@@ -315,7 +315,7 @@ mod heavy {
                 super::fp8("tp2", 1),
                 // Recomputation bit-identical to the forward in every dtype and layout.
                 super::fp8("tp2-sp-recompute", 1),
-                super::fp8("pp2-mb2-recompute", 2),
+                super::bf16("pp2-mb2-recompute"),
                 super::bf16("tp2-sp-dp2-zero-recompute"),
                 super::bf16("tp2-cp2-recompute"),
                 super::Run {

@@ -79,11 +79,6 @@ pub(crate) struct Settings<'a> {
     pub counterexample: Option<&'a Path>,
 }
 
-/// Layers in the `normal-form 3, z3 1` form of the prove command.
-pub(crate) fn layers_text(layers: &BTreeMap<String, usize>) -> String {
-    crate::prove::layers_text(layers)
-}
-
 /// Runs the prover on `case`: shape-reduced first; where shape reduction refuses an operator
 /// (pipelines' send/recv, top-k), at full size within what time is left (the prover's element
 /// limit bounds its size). A case with cuts is proved in stages, as `prove` does.
@@ -219,7 +214,7 @@ impl Handoff {
         let what = match self.verdict {
             ProofVerdict::Proved => format!(
                 "the element-level prover proves every expected output equal to the spec's for all inputs ({}; {})",
-                layers_text(&self.layers),
+                crate::prove::layers_text(&self.layers),
                 self.sizes
             ),
             ProofVerdict::Refuted => format!(

@@ -122,7 +122,8 @@ const CAUGHT_IN_REAL_RUNS: &[(&str, &str, Run<'static>, &str)] = &[
         "zero-param-update-skipped",
         "zero_no_update",
         bf16("dp2-zero"),
-        "(param_after_step",
+        // In dp rank 0's range of the flat buffer; dp rank 1 keeps the old value.
+        "`embedding.word_embeddings.weight` (param_after_step",
     ),
     (
         "pp-wrong-stage-division",

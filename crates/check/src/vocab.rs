@@ -330,3 +330,114 @@ pub(crate) fn embedding_grad_shard(
     index_and_mask(g, x, m0)
         .is_some_and(|(ids, lo, hi)| replicated(ids) && lo == r * len && hi == (r + 1) * len)
 }
+
+/// `(X, a, t, W, sign)` where node `node` is `index_put(X, [a, t], V)` (not accumulating) and
+/// V is `index(X, [a, t]) - W` (sign -1) or `+ W` (sign +1), alpha 1: the write-back of an
+/// update of the elements the indices pick (vocab-parallel cross entropy's backward,
+/// `grad_2d[arange, masked_target] -= 1 - target_mask`).
+fn write_back(g: &Graph, node: usize) -> Option<(ValueId, ValueId, ValueId, ValueId)> {
+    let NodeKind::Call { op, args, kwargs } = &g.nodes.get(node)?.kind else {
+        return None;
+    };
+    if aten(op) != Some("index_put") || !kwargs.is_empty() {
+        return None;
+    }
+    if args.get(3).is_some_and(|a| a.as_bool() != Some(false)) {
+        return None;
+    }
+    let x = args.first()?.as_value()?;
+    let idx = match args.get(1)? {
+        Arg::List(items) if items.len() == 2 => (items[0].as_value()?, items[1].as_value()?),
+        _ => return None,
+    };
+    let (vop, vargs, vkw) = call(g, args.get(2)?.as_value()?)?;
+    if vkw
+        || !matches!(aten(vop)?, "sub" | "add")
+        || vop.overload != "Tensor"
+        || vargs.len() != 2 && vargs.get(2).and_then(Arg::as_f64) != Some(1.0)
+    {
+        return None;
+    }
+    let (pop, pargs, pkw) = call(g, vargs[0].as_value()?)?;
+    if pkw || aten(pop) != Some("index") || pargs.first()?.as_value()? != x {
+        return None;
+    }
+    match pargs.get(1)? {
+        Arg::List(items)
+            if items.len() == 2
+                && items[0].as_value() == Some(idx.0)
+                && items[1].as_value() == Some(idx.1) => {}
+        _ => return None,
+    }
+    Some((x, idx.0, idx.1, vargs[1].as_value()?))
+}
+
+/// The nodes of `g` that compute an update `index(X, I) ± W` which an `index_put(X, I, ..)`
+/// writes back ([`update_shard`] decides, at the `index_put`, whether it keeps X's shard).
+pub(crate) fn update_values(g: &Graph) -> std::collections::HashSet<usize> {
+    (0..g.nodes.len())
+        .filter_map(|i| {
+            write_back(g, i)?;
+            match &g.nodes[i].kind {
+                NodeKind::Call { args, .. } => args.get(2)?.as_value().map(|v| v.node),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// Whether node `node` is the write-back `index_put(X, [a, t], index(X, [a, t]) ± W)` that
+/// keeps X's `Shard(1)` (X 2-d, `L` its local columns): `a` is `arange(0, N)` (every row of X
+/// once), `t` the rank's masked index `S(masked_fill(sub(I, r*L), B, _))` and W
+/// `rsub(C(S(B)), 1)` = `1 - B` (C element-wise copies and casts, S the same chain of shape
+/// operators on both), with `B = lt(I, r*L) | ge(I, (r+1)*L)` and I replicated. A row whose id
+/// lies in the rank's range updates column `id - r*L` of the rank's piece, column `id` of X,
+/// by `± 1`, as the single-device update does; every other row rewrites the element it read
+/// (W is 0 there), so its piece is unchanged, and the single-device program updates that row
+/// in another rank's columns. The pieces are the single-device result's: `Shard(1)`.
+pub(crate) fn update_shard(
+    g: &Graph,
+    node: usize,
+    coord: usize,
+    replicated: impl Fn(ValueId) -> bool,
+    meta: impl Fn(ValueId) -> Option<Meta>,
+) -> bool {
+    let Some((x, a, t, w)) = write_back(g, node) else {
+        return false;
+    };
+    let Some(xs) = meta(x).map(|m| m.shape) else {
+        return false;
+    };
+    let [rows, local] = xs[..] else {
+        return false;
+    };
+    if !is_arange(g, a, rows as i64) {
+        return false;
+    }
+    // W = rsub(C(M), 1) with C element-wise copies: M is the mask's chain.
+    let Some((wop, wargs, wkw)) = call(g, w) else {
+        return false;
+    };
+    let one = wargs.get(1).and_then(Arg::as_f64) == Some(1.0);
+    let alpha = wargs.get(2).is_none_or(|a| a.as_f64() == Some(1.0));
+    if wkw || aten(wop) != Some("rsub") || !one || !alpha {
+        return false;
+    }
+    let Some(mut m) = wargs.first().and_then(Arg::as_value) else {
+        return false;
+    };
+    while let Some((op, args, kw)) = call(g, m) {
+        let Some(name) = aten(op) else { break };
+        if kw && name != "_to_copy" || !elementwise_copy(name) {
+            break;
+        }
+        let Some(v) = args.first().and_then(Arg::as_value) else {
+            return false;
+        };
+        m = v;
+    }
+    let r = coord as i64;
+    let l = local as i64;
+    index_and_mask(g, t, m)
+        .is_some_and(|(ids, lo, hi)| replicated(ids) && lo == r * l && hi == (r + 1) * l)
+}

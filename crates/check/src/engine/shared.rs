@@ -31,6 +31,9 @@ pub struct RankPlacements {
     pub unknown_values: usize,
     /// Per value: known to hold only zeros (see [`zero_output`]).
     pub zero: Vec<bool>,
+    /// Per value: the dims along which it is known constant, `u64::MAX` for a fill (see
+    /// `constant_output`).
+    pub constant: Vec<u64>,
     /// The backward all-reduces of replicated gradients taken as duals of forward
     /// all-reduces (see [`LossTerms`]), as (node, group), in program order.
     pub dual_lifts: Vec<(usize, String)>,

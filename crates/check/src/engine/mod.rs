@@ -258,12 +258,18 @@ fn propagate_rank_from(
                     meta_of(ValueId::new(i, 0)).is_some_and(|m| !m.dtype.is_float());
                 continue;
             }
-            NodeKind::Constant { .. } => {
+            NodeKind::Constant { attr } => {
+                // A value the case states holds on every rank: one literal in every element.
+                let stated = sh.constants.get(attr).copied();
                 for o in 0..nout {
                     for m in 0..nd {
                         set(&mut rp, o, m, Place::Replicate);
                     }
                     rp.invariant[base + o] = true;
+                    if !mutates && stated.is_some() {
+                        rp.zero[base + o] = stated == Some(0.0);
+                        rp.constant[base + o] = u64::MAX;
+                    }
                 }
                 continue;
             }
@@ -683,10 +689,63 @@ fn propagate_rank_from(
                                     g,
                                     x,
                                     mask,
+                                    false,
                                     coords[m],
                                     |v| rp.of(v, nd)[m] == Place::Replicate,
+                                    |v| rp.of(v, nd)[m].shard_dim(),
                                     meta_of,
                                 );
+                                if let Err(why) = proven {
+                                    result.iter_mut().for_each(|p| *p = Place::Unknown);
+                                    vocab_unproven = Some(format!(
+                                        "`{op}` on mesh dim `{}`: {why}",
+                                        mesh.dims[m].0
+                                    ));
+                                }
+                            }
+                        }
+                    }
+                    // The same for `index_put(x, [mask], 0)` (Megatron's
+                    // `output_parallel[input_mask, :] = 0.0`): the mask must be the rank's range,
+                    // the values proven zero, the write not accumulating. Before, any
+                    // rank-dependent mask and any 0-d value made a partial sum (exit 0).
+                    if op.name == "index_put"
+                        && violation.is_none()
+                        && result.iter().any(|p| p.is_partial())
+                    {
+                        if let Some(x) = bound.get("self").and_then(|a| a.as_value()) {
+                            if rp.of(x, nd)[m] == Place::Unmasked {
+                                let mask = match bound.get("indices") {
+                                    Some(Arg::List(items)) if items.len() == 1 => {
+                                        items[0].as_value()
+                                    }
+                                    _ => None,
+                                };
+                                let zero =
+                                    bound.get("values").and_then(|a| a.as_value()).is_some_and(
+                                        |v| rp.zero[rp.offsets[v.node] as usize + v.output],
+                                    );
+                                let accumulates = bound
+                                    .get("accumulate")
+                                    .is_some_and(|a| a.as_bool() != Some(false));
+                                let proven = match mask {
+                                    _ if !zero => Err("the values written are not proven zero (a \
+                                                       module constant's value is not in the \
+                                                       graph)"),
+                                    _ if accumulates => Err("the write accumulates: the masked \
+                                                             rows are not zeroed"),
+                                    None => Err("the rows are not picked by one mask"),
+                                    Some(mask) => crate::vocab::range_proven(
+                                        g,
+                                        x,
+                                        mask,
+                                        true,
+                                        coords[m],
+                                        |v| rp.of(v, nd)[m] == Place::Replicate,
+                                        |v| rp.of(v, nd)[m].shard_dim(),
+                                        meta_of,
+                                    ),
+                                };
                                 if let Err(why) = proven {
                                     result.iter_mut().for_each(|p| *p = Place::Unknown);
                                     vocab_unproven = Some(format!(

@@ -113,6 +113,9 @@ pub struct Shared<'a> {
     /// The values whose pieces travel along rings ([`Place::Rolled`]), numbered in the order
     /// met.
     pub ring_roots: std::cell::RefCell<ring::RingRoots>,
+    /// Values of 0-d module constants the case states (`constants:`), by attribute name: a
+    /// constant stated 0 is a zero tensor (a captured masked assignment's lifted literal).
+    pub constants: &'a BTreeMap<String, f64>,
 }
 
 /// The views of a spec (`view`, `reshape`, `_unsafe_view`), by index, with their operator

@@ -195,6 +195,7 @@ pub fn propagate_counted(case: &Case, progress: &Progress) -> Result<Propagation
     }
     let sh = Shared {
         program,
+        constants: &case.constants,
         custom: &case.ops,
         inputs: ins,
         metas,

@@ -16,7 +16,8 @@ pub enum Check {
     /// Inputs whose placements admit no output placement (shards on different dims, a norm or
     /// softmax over a sharded dim), or ranks that disagree on a placement.
     PlacementConsistency,
-    /// Sizes through a collective: group sizes, divisibility, split sizes.
+    /// Sizes through a collective: group sizes, divisibility, split sizes; and a replicated
+    /// operand of the piece's size paired with a shard (global shapes that do not broadcast).
     ShapeDivisibility,
     /// The SPMD type rules: partial x partial, partial + replicate, a nonlinear function of a
     /// partial, an unmasked vocabulary lookup.

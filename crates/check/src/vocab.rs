@@ -73,12 +73,20 @@ fn range_mask(g: &Graph, b: ValueId) -> Option<(ValueId, i64, i64)> {
 /// Whether the rows of the lookup behind `x` that `mask` leaves are exactly the rank's range
 /// (see the module documentation); `coord` is the rank's coordinate along the mesh dim, and
 /// `replicated` tells whether a value is `Replicate()` there. `Err` says what is not proven.
+///
+/// `indexes` says how the mask meets the lookup: `false` for `masked_fill` (an embedding's
+/// mask broadcast over the rows, unsqueezed at the end), `true` for `index_put(x, [mask], _)`
+/// (Megatron's `output_parallel[input_mask, :] = 0.0`: the mask picks an embedding's rows by
+/// the leading dims, so it has the index's shape, not unsqueezed).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn range_proven(
     g: &Graph,
     x: ValueId,
     mask: ValueId,
+    indexes: bool,
     coord: usize,
     replicated: impl Fn(ValueId) -> bool,
+    shard_dim: impl Fn(ValueId) -> Option<usize>,
     meta: impl Fn(ValueId) -> Option<Meta>,
 ) -> Result<(), &'static str> {
     const NO_LOOKUP: &str = "the masked rows do not come from an embedding or gather in a \
@@ -86,23 +94,39 @@ pub(crate) fn range_proven(
     const NO_RANGE: &str = "the mask is not proven to be the rank's vocabulary range \
                             (`lt(ids, r*L) | ge(ids, (r+1)*L)`, the index `ids - r*L` masked \
                             by it, both reshaped alike)";
+    if let Some(proven) = pick_proven(g, x, mask, coord, &replicated, &shard_dim, &meta) {
+        return if proven { Ok(()) } else { Err(NO_RANGE) };
+    }
     // Back from the masked value to the lookup, through element-wise copies.
     let mut v = x;
     let (lookup, args) = loop {
         let (op, args, _) = call(g, v).ok_or(NO_LOOKUP)?;
         let name = aten(op).ok_or(NO_LOOKUP)?;
-        if matches!(name, "embedding" | "gather") {
+        if matches!(name, "embedding" | "gather") || rows_of_table(name, args).is_some() {
             break (name, args);
         }
-        if !elementwise_copy(name) {
+        let input = args.first().and_then(Arg::as_value).and_then(&meta);
+        if !elementwise_copy(name) && !full_slice(name, args, input) {
             return Err(NO_LOOKUP);
         }
         v = args.first().and_then(Arg::as_value).ok_or(NO_LOOKUP)?;
     };
-    // The table's sharded dim (its local size) and the index.
-    let (table, dim, index) = match lookup {
-        "embedding" => (args.first(), Some(0), args.get(1)),
-        _ => (args.first(), args.get(1).and_then(Arg::as_int), args.get(2)),
+    // The table's sharded dim (its local size) and the index. `table[idx]` (`index` with one
+    // index) is an embedding.
+    let (lookup, table, dim, index) = match lookup {
+        "embedding" => ("embedding", args.first(), Some(0), args.get(1)),
+        "index" => (
+            "embedding",
+            args.first(),
+            Some(0),
+            rows_of_table(lookup, args),
+        ),
+        _ => (
+            lookup,
+            args.first(),
+            args.get(1).and_then(Arg::as_int),
+            args.get(2),
+        ),
     };
     let (Some(table), Some(dim), Some(index)) = (
         table.and_then(Arg::as_value),
@@ -120,7 +144,7 @@ pub(crate) fn range_proven(
         .ok_or(NO_LOOKUP)? as i64;
     // The mask: for an embedding, one more trailing dim (unsqueezed) than the index.
     let mut m = mask;
-    if lookup == "embedding" {
+    if lookup == "embedding" && !indexes {
         let (op, args, kw) = call(g, m).ok_or(NO_RANGE)?;
         let mrank = meta(m).map_or(0, |mm| mm.shape.len() as i64);
         let last = args.get(1).and_then(Arg::as_int);
@@ -129,44 +153,7 @@ pub(crate) fn range_proven(
         }
         m = args[0].as_value().ok_or(NO_RANGE)?;
     }
-    // The same shape operators on both sides, down to the index's masked_fill.
-    let mut i = index;
-    loop {
-        let (op, args, kw) = call(g, i).ok_or(NO_RANGE)?;
-        let name = aten(op).ok_or(NO_RANGE)?;
-        if name == "masked_fill" {
-            break;
-        }
-        if !shape_op(name) {
-            return Err(NO_RANGE);
-        }
-        let (mop, margs, mkw) = call(g, m).ok_or(NO_RANGE)?;
-        if kw || mkw || mop != op || margs.len() != args.len() || margs[1..] != args[1..] {
-            return Err(NO_RANGE);
-        }
-        i = args.first().and_then(Arg::as_value).ok_or(NO_RANGE)?;
-        m = margs.first().and_then(Arg::as_value).ok_or(NO_RANGE)?;
-    }
-    // index = masked_fill(sub(I, lo), B, _) with B the mask's own value.
-    let (_, fill_args, fill_kw) = call(g, i).ok_or(NO_RANGE)?;
-    if fill_kw || fill_args.get(1).and_then(Arg::as_value) != Some(m) {
-        return Err(NO_RANGE);
-    }
-    let (ids, lo, hi) = range_mask(g, m).ok_or(NO_RANGE)?;
-    let (sop, sargs, skw) = fill_args
-        .first()
-        .and_then(Arg::as_value)
-        .and_then(|s| call(g, s))
-        .ok_or(NO_RANGE)?;
-    let alpha_one = sargs.get(2).is_none_or(|a| a.as_int() == Some(1));
-    if aten(sop) != Some("sub")
-        || sargs.first().and_then(Arg::as_value) != Some(ids)
-        || sargs.get(1).and_then(Arg::as_int) != Some(lo)
-        || !alpha_one
-        || skw
-    {
-        return Err(NO_RANGE);
-    }
+    let (ids, lo, hi) = index_and_mask(g, index, m).ok_or(NO_RANGE)?;
     let r = coord as i64;
     if !replicated(ids) || lo != r * local || hi != (r + 1) * local {
         return Err(NO_RANGE);
@@ -181,7 +168,7 @@ fn index_and_mask(g: &Graph, x: ValueId, mask: ValueId) -> Option<(ValueId, i64,
     loop {
         let (op, args, kw) = call(g, i)?;
         let name = aten(op)?;
-        if name == "masked_fill" {
+        if matches!(name, "masked_fill" | "index_put") {
             break;
         }
         if !shape_op(name) {
@@ -194,8 +181,15 @@ fn index_and_mask(g: &Graph, x: ValueId, mask: ValueId) -> Option<(ValueId, i64,
         i = args.first().and_then(Arg::as_value)?;
         m = margs.first().and_then(Arg::as_value)?;
     }
-    let (_, fill_args, fill_kw) = call(g, i)?;
-    if fill_kw || fill_args.get(1).and_then(Arg::as_value) != Some(m) {
+    // `masked_fill(s, B, _)`, or `index_put(s, [B], _)` (Megatron's `masked_input[mask] = 0`):
+    // the positions of B get some value, the others keep s's.
+    let (fop, fill_args, fill_kw) = call(g, i)?;
+    let mask_arg = match (aten(fop)?, fill_args.get(1)?) {
+        ("masked_fill", a) => a.as_value(),
+        ("index_put", Arg::List(items)) if items.len() == 1 => items[0].as_value(),
+        _ => None,
+    };
+    if fill_kw || mask_arg != Some(m) {
         return None;
     }
     let (ids, lo, hi) = range_mask(g, m)?;
@@ -204,12 +198,118 @@ fn index_and_mask(g: &Graph, x: ValueId, mask: ValueId) -> Option<(ValueId, i64,
         .and_then(Arg::as_value)
         .and_then(|s| call(g, s))?;
     let alpha_one = sargs.get(2).is_none_or(|a| a.as_int() == Some(1));
+    // The ids the sub reads, through copies that keep every value (no casts).
+    let mut base = sargs.first().and_then(Arg::as_value)?;
+    while base != ids {
+        let (op, args, kw) = call(g, base)?;
+        if kw || !matches!(aten(op)?, "clone" | "contiguous" | "alias" | "detach") {
+            return None;
+        }
+        base = args.first().and_then(Arg::as_value)?;
+    }
     (aten(sop) == Some("sub")
         && !skw
         && alpha_one
-        && sargs.first().and_then(Arg::as_value) == Some(ids)
         && sargs.get(1).and_then(Arg::as_int) == Some(lo))
     .then_some((ids, lo, hi))
+}
+
+/// Reshapes that keep the row-major order of the elements.
+fn reshape_op(name: &str) -> bool {
+    matches!(
+        name,
+        "view" | "reshape" | "_unsafe_view" | "clone" | "contiguous"
+    )
+}
+
+/// The pick of one element per row of a 2-d table sharded on its columns (Megatron's
+/// `predicted_logits = logits_2d[arange_1d, masked_target_1d]`), masked in the shape of the
+/// rank's masked index: `x` is `V(index(T, [arange(0, N), W(M)]))` with V and W reshapes (the
+/// row-major order kept), T `[N, L]` and `Shard(1)` (`shard_dim`), M the rank's masked index `S(masked_fill(sub(I, r*L), B,
+/// _))` and `mask` `S(B)`, M, `mask` and `x` of one shape. Element p of x (row-major) is row
+/// p's column `M[p]` of the rank's piece, column `M[p] + r*L` of the whole table, kept exactly
+/// where the id lies in the rank's range: summed over the ranks, each row's element at its id.
+/// `None` where x is no such pick (the other forms decide), `Some(false)` where it is one but
+/// the range is not proven.
+fn pick_proven(
+    g: &Graph,
+    x: ValueId,
+    mask: ValueId,
+    coord: usize,
+    replicated: &impl Fn(ValueId) -> bool,
+    shard_dim: &impl Fn(ValueId) -> Option<usize>,
+    meta: &impl Fn(ValueId) -> Option<Meta>,
+) -> Option<bool> {
+    let mut v = x;
+    let args = loop {
+        let (op, args, _) = call(g, v)?;
+        let name = aten(op)?;
+        if name == "index" {
+            break args;
+        }
+        if !reshape_op(name) && !elementwise_copy(name) {
+            return None;
+        }
+        v = args.first().and_then(Arg::as_value)?;
+    };
+    let (table, rows, cols) = match args {
+        [Arg::Value(t), Arg::List(items)] if items.len() == 2 => {
+            (*t, items[0].as_value()?, items[1].as_value()?)
+        }
+        _ => return None,
+    };
+    let tshape = meta(table)?.shape;
+    let [n, local] = tshape[..] else {
+        return Some(false);
+    };
+    let shape = meta(x)?.shape;
+    if !is_arange(g, rows, n as i64)
+        || shard_dim(table) != Some(1)
+        || meta(mask)?.shape != shape
+        || meta(v)?.shape != [n]
+    {
+        return Some(false);
+    }
+    // The column index, back through reshapes to the masked index of the mask's shape.
+    let mut c = cols;
+    while meta(c)?.shape != shape {
+        let (op, args, kw) = call(g, c)?;
+        if kw || !reshape_op(aten(op)?) {
+            return Some(false);
+        }
+        c = args.first().and_then(Arg::as_value)?;
+    }
+    let r = coord as i64;
+    let l = local as i64;
+    Some(
+        index_and_mask(g, c, mask)
+            .is_some_and(|(ids, lo, hi)| replicated(ids) && lo == r * l && hi == (r + 1) * l),
+    )
+}
+
+/// The index of `table[idx]` (`aten.index` with one index, on the table's rows).
+fn rows_of_table<'a>(name: &str, args: &'a [Arg]) -> Option<&'a Arg> {
+    match (name, args.get(1)?) {
+        ("index", Arg::List(items)) if items.len() == 1 && items[0].as_value().is_some() => {
+            items.first()
+        }
+        _ => None,
+    }
+}
+
+/// Whether `slice(x, d, start, end, step)` keeps all of x (start 0, end past the dim, step 1),
+/// `input` x's meta.
+fn full_slice(name: &str, args: &[Arg], input: Option<Meta>) -> bool {
+    let int = |i: usize, default: i64| args.get(i).map_or(Some(default), Arg::as_int);
+    let (Some(d), Some(start), Some(end), Some(step), Some(input)) =
+        (int(1, 0), int(2, 0), int(3, i64::MAX), int(4, 1), input)
+    else {
+        return false;
+    };
+    let Some(size) = usize::try_from(d).ok().and_then(|d| input.shape.get(d)) else {
+        return false;
+    };
+    name == "slice" && start == 0 && step == 1 && end >= *size as i64
 }
 
 /// Whether `v` is `arange(0, len)` (or `arange(len)`) with `len` given.
@@ -329,4 +429,115 @@ pub(crate) fn embedding_grad_shard(
     let r = coord as i64;
     index_and_mask(g, x, m0)
         .is_some_and(|(ids, lo, hi)| replicated(ids) && lo == r * len && hi == (r + 1) * len)
+}
+
+/// `(X, a, t, W, sign)` where node `node` is `index_put(X, [a, t], V)` (not accumulating) and
+/// V is `index(X, [a, t]) - W` (sign -1) or `+ W` (sign +1), alpha 1: the write-back of an
+/// update of the elements the indices pick (vocab-parallel cross entropy's backward,
+/// `grad_2d[arange, masked_target] -= 1 - target_mask`).
+fn write_back(g: &Graph, node: usize) -> Option<(ValueId, ValueId, ValueId, ValueId)> {
+    let NodeKind::Call { op, args, kwargs } = &g.nodes.get(node)?.kind else {
+        return None;
+    };
+    if aten(op) != Some("index_put") || !kwargs.is_empty() {
+        return None;
+    }
+    if args.get(3).is_some_and(|a| a.as_bool() != Some(false)) {
+        return None;
+    }
+    let x = args.first()?.as_value()?;
+    let idx = match args.get(1)? {
+        Arg::List(items) if items.len() == 2 => (items[0].as_value()?, items[1].as_value()?),
+        _ => return None,
+    };
+    let (vop, vargs, vkw) = call(g, args.get(2)?.as_value()?)?;
+    if vkw
+        || !matches!(aten(vop)?, "sub" | "add")
+        || vop.overload != "Tensor"
+        || vargs.len() != 2 && vargs.get(2).and_then(Arg::as_f64) != Some(1.0)
+    {
+        return None;
+    }
+    let (pop, pargs, pkw) = call(g, vargs[0].as_value()?)?;
+    if pkw || aten(pop) != Some("index") || pargs.first()?.as_value()? != x {
+        return None;
+    }
+    match pargs.get(1)? {
+        Arg::List(items)
+            if items.len() == 2
+                && items[0].as_value() == Some(idx.0)
+                && items[1].as_value() == Some(idx.1) => {}
+        _ => return None,
+    }
+    Some((x, idx.0, idx.1, vargs[1].as_value()?))
+}
+
+/// The nodes of `g` that compute an update `index(X, I) ± W` which an `index_put(X, I, ..)`
+/// writes back ([`update_shard`] decides, at the `index_put`, whether it keeps X's shard).
+pub(crate) fn update_values(g: &Graph) -> std::collections::HashSet<usize> {
+    (0..g.nodes.len())
+        .filter_map(|i| {
+            write_back(g, i)?;
+            match &g.nodes[i].kind {
+                NodeKind::Call { args, .. } => args.get(2)?.as_value().map(|v| v.node),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// Whether node `node` is the write-back `index_put(X, [a, t], index(X, [a, t]) ± W)` that
+/// keeps X's `Shard(1)` (X 2-d, `L` its local columns): `a` is `arange(0, N)` (every row of X
+/// once), `t` the rank's masked index `S(masked_fill(sub(I, r*L), B, _))` and W
+/// `rsub(C(S(B)), 1)` = `1 - B` (C element-wise copies and casts, S the same chain of shape
+/// operators on both), with `B = lt(I, r*L) | ge(I, (r+1)*L)` and I replicated. A row whose id
+/// lies in the rank's range updates column `id - r*L` of the rank's piece, column `id` of X,
+/// by `± 1`, as the single-device update does; every other row rewrites the element it read
+/// (W is 0 there), so its piece is unchanged, and the single-device program updates that row
+/// in another rank's columns. The pieces are the single-device result's: `Shard(1)`.
+pub(crate) fn update_shard(
+    g: &Graph,
+    node: usize,
+    coord: usize,
+    replicated: impl Fn(ValueId) -> bool,
+    meta: impl Fn(ValueId) -> Option<Meta>,
+) -> bool {
+    let Some((x, a, t, w)) = write_back(g, node) else {
+        return false;
+    };
+    let Some(xs) = meta(x).map(|m| m.shape) else {
+        return false;
+    };
+    let [rows, local] = xs[..] else {
+        return false;
+    };
+    if !is_arange(g, a, rows as i64) {
+        return false;
+    }
+    // W = rsub(C(M), 1) with C element-wise copies: M is the mask's chain.
+    let Some((wop, wargs, wkw)) = call(g, w) else {
+        return false;
+    };
+    let one = wargs.get(1).and_then(Arg::as_f64) == Some(1.0);
+    let alpha = wargs.get(2).is_none_or(|a| a.as_f64() == Some(1.0));
+    if wkw || aten(wop) != Some("rsub") || !one || !alpha {
+        return false;
+    }
+    let Some(mut m) = wargs.first().and_then(Arg::as_value) else {
+        return false;
+    };
+    while let Some((op, args, kw)) = call(g, m) {
+        let Some(name) = aten(op) else { break };
+        if kw && name != "_to_copy" || !elementwise_copy(name) {
+            break;
+        }
+        let Some(v) = args.first().and_then(Arg::as_value) else {
+            return false;
+        };
+        m = v;
+    }
+    let r = coord as i64;
+    let l = local as i64;
+    index_and_mask(g, t, m)
+        .is_some_and(|(ids, lo, hi)| replicated(ids) && lo == r * l && hi == (r + 1) * l)
 }

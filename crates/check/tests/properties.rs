@@ -47,12 +47,58 @@ fn same(s: &[Vec<usize>]) -> bool {
     s.windows(2).all(|w| w[0] == w[1])
 }
 
+/// The broadcast of two shapes of one rank, when they broadcast (a size-1 dim meets any).
+fn bcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
+    (a.len() == b.len())
+        .then(|| {
+            a.iter()
+                .zip(b)
+                .map(|(&x, &y)| match (x, y) {
+                    _ if x == y => Some(x),
+                    (1, y) => Some(y),
+                    (x, 1) => Some(x),
+                    _ => None,
+                })
+                .collect()
+        })
+        .flatten()
+}
+
 const OPS: &[Op] = &[
     Op {
         name: "add",
         inputs: 2,
         rank: 2,
         call: |s| same(s).then(|| ("torch.ops.aten.add.Tensor(x0, x1)".into(), s[0].clone())),
+    },
+    // Broadcasts: the second operand of size 1 along a dim (drawn so below), or the first.
+    // A replicated operand of the piece's size along a shard has no spec (its global shape
+    // does not broadcast), so such draws are skipped; the claims on the others are checked.
+    Op {
+        name: "add_bcast_row",
+        inputs: 2,
+        rank: 2,
+        call: |s| bcast(&s[0], &s[1]).map(|o| ("torch.ops.aten.add.Tensor(x0, x1)".into(), o)),
+    },
+    Op {
+        name: "mul_bcast_col",
+        inputs: 2,
+        rank: 2,
+        call: |s| bcast(&s[0], &s[1]).map(|o| ("torch.ops.aten.mul.Tensor(x0, x1)".into(), o)),
+    },
+    Op {
+        name: "sub_bcast_left",
+        inputs: 2,
+        rank: 2,
+        call: |s| bcast(&s[0], &s[1]).map(|o| ("torch.ops.aten.sub.Tensor(x0, x1)".into(), o)),
+    },
+    Op {
+        name: "addcmul_bcast_row",
+        inputs: 2,
+        rank: 2,
+        call: |s| {
+            bcast(&s[0], &s[1]).map(|o| ("torch.ops.aten.addcmul.default(x0, x1, x1)".into(), o))
+        },
     },
     Op {
         name: "mul",
@@ -584,9 +630,15 @@ proptest! {
         let b: Vec<usize> = match op.name {
             "mm" => vec![a[1], sizes[3]],
             "bmm" => vec![a[0], a[2], sizes[3]],
+            "add_bcast_row" | "addcmul_bcast_row" => vec![1, a[1]],
+            "mul_bcast_col" => vec![a[0], 1],
             _ => a.clone(),
         };
-        let local = if op.inputs == 2 { vec![a, b] } else { vec![a] };
+        let local = match op.name {
+            "sub_bcast_left" => vec![vec![1, a[1]], a],
+            _ if op.inputs == 2 => vec![a, b],
+            _ => vec![a],
+        };
         instance(op, &mesh, local, ins, seed)?;
     }
 }
@@ -624,6 +676,39 @@ fn each_operator_makes_a_checked_claim() {
     assert!(instance(op, &[2, 2], vec![vec![2, 3], vec![3, 2]], ins, 4).unwrap());
     let op = OPS.iter().find(|o| o.name == "merge01").unwrap();
     assert!(instance(op, &[2], vec![vec![2, 3, 2]], vec![vec![In::S(1)]], 5).unwrap());
+}
+
+/// A replicated operand of size 1 along the shard's dim broadcasts (from the right or the
+/// left, in a ternary too): the shard is claimed, and the interpreter confirms it.
+#[test]
+fn a_broadcast_replicated_operand_keeps_the_shard() {
+    type Case = (&'static str, Vec<Vec<usize>>, Vec<Vec<In>>);
+    let cases: [Case; 4] = [
+        (
+            "add_bcast_row",
+            vec![vec![2, 3], vec![1, 3]],
+            vec![vec![In::S(0)], vec![In::R]],
+        ),
+        (
+            "mul_bcast_col",
+            vec![vec![2, 3], vec![2, 1]],
+            vec![vec![In::S(1)], vec![In::R]],
+        ),
+        (
+            "sub_bcast_left",
+            vec![vec![1, 3], vec![2, 3]],
+            vec![vec![In::R], vec![In::S(0)]],
+        ),
+        (
+            "addcmul_bcast_row",
+            vec![vec![2, 3], vec![1, 3]],
+            vec![vec![In::S(0)], vec![In::R]],
+        ),
+    ];
+    for (name, local, ins) in cases {
+        let op = OPS.iter().find(|o| o.name == name).unwrap();
+        assert!(instance(op, &[2], local, ins, 9).unwrap(), "{name}");
+    }
 }
 
 /// Element-wise operands sharded on the same tensor dim over different mesh dims, each

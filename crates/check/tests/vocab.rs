@@ -301,3 +301,81 @@ fn the_backward_shards_agree_with_the_interpreter() {
     }
     assert!(held >= 20 && claims >= 100, "held {held}, claims {claims}");
 }
+
+/// `index_put(lookup, [mask], value)`, Megatron's `output_parallel[input_mask, :] = 0.0`.
+fn index_put_lookup(mask: &str, value: &str, accumulate: &str) -> String {
+    format!(
+        "mesh tp=2\n\
+         input w: f32[8, 3] tp=Shard(0)\n\
+         input ids: i64[4] tp=Replicate()\n\
+         below = lt(ids, tp[0, 4])\n\
+         above = ge(ids, tp[4, 8])\n\
+         mask = bitwise_or(below, above)\n\
+         other = ge(ids, tp[0, 1])\n\
+         local = sub(ids, tp[0, 4])\n\
+         idx = masked_fill(local, mask, 0)\n\
+         e = embedding(w, idx)\n\
+         z = zeros([])\n\
+         c = scalar_tensor(5.0)\n\
+         y = index_put(e, [{mask}], {value}{accumulate})\n\
+         r = all_reduce(y, sum, tp)\n\
+         output r tp=Replicate()\n"
+    )
+}
+
+/// Zeroing the rank's out-of-range rows by `index_put` holds; a value not proven zero, a mask
+/// that is not the rank's range, or an accumulating write (which adds 0, zeroing nothing) is
+/// never a pass. Before, any rank-dependent mask and any 0-d value held.
+#[test]
+fn index_put_zeroes_only_the_proven_range() {
+    let r = check(&index_put_lookup("mask", "z", ""));
+    assert_eq!(r.verdict, Verdict::Holds, "{}", r.render());
+    for (mask, value, acc) in [
+        ("mask", "c", ""),
+        ("other", "z", ""),
+        ("mask", "z", ", True"),
+    ] {
+        let r = check(&index_put_lookup(mask, value, acc));
+        assert_ne!(
+            r.verdict,
+            Verdict::Holds,
+            "{mask} {value}{acc}: {}",
+            r.render()
+        );
+    }
+}
+
+/// Megatron's `predicted_logits = logits_2d[arange_1d, masked_target_1d]`, then zeroed at the
+/// mask: one element per row of a column shard, a partial sum of each row's target logit. The
+/// same pick from a row shard (the range read as columns of rows the rank does not hold
+/// whole) is never a pass.
+#[test]
+fn the_pick_of_each_rows_target_holds_only_from_a_column_shard() {
+    let plan = |x: &str, zero: &str| {
+        format!(
+            "mesh tp=2\n\
+             input x: {x}\n\
+             input ids: i64[4] tp=Replicate()\n\
+             below = lt(ids, tp[0, 4])\n\
+             above = ge(ids, tp[4, 8])\n\
+             mask = bitwise_or(below, above)\n\
+             local = sub(ids, tp[0, 4])\n\
+             idx = masked_fill(local, mask, 0)\n\
+             a = arange(4)\n\
+             p = index(x, [a, idx])\n\
+             z = zeros([])\n\
+             {zero}\n\
+             r = all_reduce(y, sum, tp)\n\
+             output r tp=Replicate()\n"
+        )
+    };
+    for zero in [
+        "y = index_put(p, [mask], z)",
+        "y = masked_fill(p, mask, 0.0)",
+    ] {
+        let r = check(&plan("f32[4, 8] tp=Shard(1)", zero));
+        assert_eq!(r.verdict, Verdict::Holds, "{zero}: {}", r.render());
+        let r = check(&plan("f32[8, 4] tp=Shard(0)", zero));
+        assert_ne!(r.verdict, Verdict::Holds, "{zero}: {}", r.render());
+    }
+}

@@ -169,7 +169,7 @@ fn describe(c: Check) -> &'static str {
         Check::Postcondition => "A program output whose placement is not the one the case declares.",
         Check::CommLegality => "A collective on an input it cannot take (an all-reduce of a replicated tensor, an all-gather of a partial sum).",
         Check::PlacementConsistency => "Inputs whose placements admit no output placement, or ranks that disagree on a placement.",
-        Check::ShapeDivisibility => "Sizes through a collective: group sizes, divisibility, split sizes.",
+        Check::ShapeDivisibility => "Sizes through a collective (group sizes, divisibility, split sizes), and a replicated operand of a shard's piece size paired with the shard (a table made without the rank's offset).",
         Check::SpmdType => "An SPMD type rule broken: partial x partial, partial + replicate, a nonlinear function of a partial, an unmasked vocabulary lookup.",
         Check::MissingWait => "A functional collective's result read before its wait_tensor.",
         Check::OrphanedHandle => "A functional collective whose result is never waited on.",

@@ -169,6 +169,120 @@ pub(super) fn zero_output(
     }
 }
 
+/// The dims along which a call's outputs are known constant (bit `i`: every slice along dim `i`
+/// is the same; `u64::MAX`: one literal value in every element, the same on every rank). A
+/// creation or fill with a literal value (`ones`, `full(.., v)`, `fill(.., v)`, and every zero
+/// of [`zero_output`]) is constant along every dim; an `expand` is along the dims it expands
+/// (size 1, or new) and those its input was; `unsqueeze`, transposes, permutes and copies move
+/// the input's bits; a view keeps only a fill's. Such a tensor is a piece, at any offset, of the
+/// same construction of any size along those dims, so a shard may pair with it there. `empty`
+/// is not a fill (its elements are whatever the allocator left).
+pub(super) fn constant_output(
+    name: &str,
+    family: &str,
+    bound: &Args,
+    inputs: &[ValueId],
+    rp: &RankPlacements,
+    meta_of: &dyn Fn(ValueId) -> Option<Meta>,
+    out: Option<&Meta>,
+) -> u64 {
+    let literal = |arg: &str| {
+        bound
+            .schema()
+            .index_of(arg)
+            .and_then(|_| bound.get(arg))
+            .and_then(|a| a.as_f64())
+    };
+    if zero_output(name, family, bound, inputs, rp) {
+        return u64::MAX;
+    }
+    match name.trim_end_matches('_') {
+        "ones" | "ones_like" | "new_ones" => return u64::MAX,
+        "full" | "full_like" | "new_full" if literal("fill_value").is_some() => return u64::MAX,
+        "fill" if literal("value").is_some() => return u64::MAX,
+        _ => {}
+    }
+    let [x] = inputs else { return 0 };
+    let m = rp.constant[rp.offsets[x.node] as usize + x.output];
+    if m == u64::MAX {
+        return match family {
+            "linear-unary" | "view" | "transpose" | "permute" | "unsqueeze" | "squeeze"
+            | "expand" => u64::MAX,
+            _ => 0,
+        };
+    }
+    let bit = |mask: u64, i: usize| i < 64 && mask & (1 << i) != 0;
+    let (Some(xin), Some(out)) = (meta_of(*x), out) else {
+        return 0;
+    };
+    let (k, n) = (xin.shape.len(), out.shape.len());
+    let from = |f: &dyn Fn(usize) -> bool| {
+        (0..n.min(64))
+            .filter(|&i| f(i))
+            .fold(0u64, |a, i| a | 1 << i)
+    };
+    let int = |arg: &str| {
+        bound
+            .schema()
+            .index_of(arg)
+            .and_then(|_| bound.get(arg))
+            .and_then(|a| a.as_int())
+    };
+    let norm = |d: i64, r: usize| rules::norm_dim(d, r);
+    match family {
+        "linear-unary" if k == n => m,
+        "expand" if n >= k => {
+            let shift = n - k;
+            from(&|i| i < shift || xin.shape[i - shift] == 1 || bit(m, i - shift))
+        }
+        "unsqueeze" if n == k + 1 => match int("dim").and_then(|d| norm(d, n)) {
+            Some(d) => from(&|i| i == d || (i < d && bit(m, i)) || (i > d && bit(m, i - 1))),
+            None => 0,
+        },
+        "transpose" if n == k => {
+            let (a, b) = if n < 2 {
+                (0, 0)
+            } else {
+                match (int("dim0"), int("dim1")) {
+                    (Some(a), Some(b)) => match (norm(a, n), norm(b, n)) {
+                        (Some(a), Some(b)) => (a, b),
+                        _ => return 0,
+                    },
+                    _ => (0, 1),
+                }
+            };
+            from(&|i| {
+                bit(
+                    m,
+                    if i == a {
+                        b
+                    } else if i == b {
+                        a
+                    } else {
+                        i
+                    },
+                )
+            })
+        }
+        "permute" if n == k => {
+            let Some(dims) = bound
+                .schema()
+                .index_of("dims")
+                .and_then(|_| bound.get("dims"))
+                .and_then(|a| a.as_int_list())
+            else {
+                return 0;
+            };
+            let perm: Option<Vec<usize>> = dims.iter().map(|&d| norm(d, n)).collect();
+            match perm {
+                Some(p) if p.len() == n => from(&|i| bit(m, p[i])),
+                _ => 0,
+            }
+        }
+        _ => 0,
+    }
+}
+
 /// An element-wise operator whose operands shard one tensor dim over different mesh dims
 /// ([`rules::mixed_mesh_shards`]): a `placement-consistency` finding, and the output is
 /// `Varying` on those mesh dims (each mesh dim's rule alone called it a shard).

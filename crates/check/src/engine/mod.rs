@@ -13,7 +13,7 @@ mod findings;
 mod shared;
 
 pub(crate) use findings::group_reducing;
-use findings::{mixed_shards, plain_rename, raw_finding, zero_output, LossTerms};
+use findings::{constant_output, mixed_shards, plain_rename, raw_finding, zero_output, LossTerms};
 pub use shared::*;
 
 /// No origin recorded.
@@ -172,6 +172,7 @@ fn propagate_rank_from(
             rp.scaled[v0 * nd..].fill(false);
             rp.invariant[v0..].fill(false);
             rp.zero[v0..].fill(false);
+            rp.constant[v0..].fill(0);
             rp.findings.retain(|f| f.node < start);
             rp.unknown_sources.retain(|&(n, _)| n < start);
             rp.dual_lifts.retain(|&(n, _)| n < start);
@@ -185,6 +186,7 @@ fn propagate_rank_from(
                 invariant: vec![false; total as usize],
                 scaled: vec![false; total as usize * nd],
                 zero: vec![false; total as usize],
+                constant: vec![0; total as usize],
                 ..Default::default()
             },
             0,
@@ -201,6 +203,9 @@ fn propagate_rank_from(
     };
     let peer_list: Vec<Vec<usize>> = (0..nd).map(|m| peers(mesh, r, m)).collect();
     let loss_terms = LossTerms::of(g, metas);
+    // Updates `index(X, I) ± W` that an `index_put(X, I, ..)` writes back: the read of a
+    // vocabulary shard is checked at the write-back (`vocab::update_shard`), not at the update.
+    let updates = crate::vocab::update_values(g);
     let mut dual_used: HashMap<String, usize> = HashMap::new();
     let mut rule_of: HashMap<&OpName, Option<&'static rules::Rule>> = HashMap::new();
     let mut dual_lifts = std::mem::take(&mut rp.dual_lifts);
@@ -253,12 +258,18 @@ fn propagate_rank_from(
                     meta_of(ValueId::new(i, 0)).is_some_and(|m| !m.dtype.is_float());
                 continue;
             }
-            NodeKind::Constant { .. } => {
+            NodeKind::Constant { attr } => {
+                // A value the case states holds on every rank: one literal in every element.
+                let stated = sh.constants.get(attr).copied();
                 for o in 0..nout {
                     for m in 0..nd {
                         set(&mut rp, o, m, Place::Replicate);
                     }
                     rp.invariant[base + o] = true;
+                    if !mutates && stated.is_some() {
+                        rp.zero[base + o] = stated == Some(0.0);
+                        rp.constant[base + o] = u64::MAX;
+                    }
                 }
                 continue;
             }
@@ -357,6 +368,18 @@ fn propagate_rank_from(
                 if !mutates && zero_output(&op.name, rule.family, &bound, &inputs, &rp) {
                     rp.zero[base..base + nout].fill(true);
                 }
+                if !mutates {
+                    let c = constant_output(
+                        &op.name,
+                        rule.family,
+                        &bound,
+                        &inputs,
+                        &rp,
+                        &meta_of,
+                        outs.first().and_then(|m| m.as_ref()),
+                    );
+                    rp.constant[base..base + nout].fill(c);
+                }
                 let group_name = (def.class == OpClass::Collective)
                     .then(|| {
                         match bound
@@ -440,6 +463,8 @@ fn propagate_rank_from(
                             p != r && peer_node(p).is_some_and(|j| sh.literals[p][j] != my_lit)
                         });
                     let zero_of = |v: ValueId| rp.zero[rp.offsets[v.node] as usize + v.output];
+                    let constant_of =
+                        |v: ValueId| rp.constant[rp.offsets[v.node] as usize + v.output];
                     let scaled_of =
                         |v: ValueId| rp.scaled[(rp.offsets[v.node] as usize + v.output) * nd + m];
                     let blocked_ok = rules::takes_blocked(rule.family);
@@ -575,6 +600,7 @@ fn propagate_rank_from(
                         place: &place,
                         meta: &meta_of,
                         zero: &zero_of,
+                        constant: &constant_of,
                         scaled: &scaled_of,
                         global_view,
                         pipeline_dim: mesh.dims[m].0 == "pp",
@@ -591,6 +617,29 @@ fn propagate_rank_from(
                         for p in &mut result {
                             *p = ring::ring_output(*p, ring_mode);
                         }
+                    }
+                    // An update of a vocabulary-shard lookup that is written back where it was
+                    // read: `Unmasked` until the write-back, which decides.
+                    if updates.contains(&i)
+                        && violation.is_some()
+                        && inputs.iter().any(|&v| place(v) == Place::Unmasked)
+                    {
+                        violation = None;
+                        result = vec![Place::Unmasked; nout];
+                    }
+                    if op.name == "index_put"
+                        && mesh.dims[m].1 > 1
+                        && inputs.first().is_some_and(|&x| place(x) == Place::Shard(1))
+                        && crate::vocab::update_shard(
+                            g,
+                            i,
+                            coords[m],
+                            |v| rp.of(v, nd)[m] == Place::Replicate,
+                            meta_of,
+                        )
+                    {
+                        violation = None;
+                        result = vec![Place::Shard(1); nout];
                     }
                     // A vocabulary-shard lookup zeroed outside a mask is a partial sum only
                     // where the mask is the rank's range (checked on the graph).
@@ -640,10 +689,63 @@ fn propagate_rank_from(
                                     g,
                                     x,
                                     mask,
+                                    false,
                                     coords[m],
                                     |v| rp.of(v, nd)[m] == Place::Replicate,
+                                    |v| rp.of(v, nd)[m].shard_dim(),
                                     meta_of,
                                 );
+                                if let Err(why) = proven {
+                                    result.iter_mut().for_each(|p| *p = Place::Unknown);
+                                    vocab_unproven = Some(format!(
+                                        "`{op}` on mesh dim `{}`: {why}",
+                                        mesh.dims[m].0
+                                    ));
+                                }
+                            }
+                        }
+                    }
+                    // The same for `index_put(x, [mask], 0)` (Megatron's
+                    // `output_parallel[input_mask, :] = 0.0`): the mask must be the rank's range,
+                    // the values proven zero, the write not accumulating. Before, any
+                    // rank-dependent mask and any 0-d value made a partial sum (exit 0).
+                    if op.name == "index_put"
+                        && violation.is_none()
+                        && result.iter().any(|p| p.is_partial())
+                    {
+                        if let Some(x) = bound.get("self").and_then(|a| a.as_value()) {
+                            if rp.of(x, nd)[m] == Place::Unmasked {
+                                let mask = match bound.get("indices") {
+                                    Some(Arg::List(items)) if items.len() == 1 => {
+                                        items[0].as_value()
+                                    }
+                                    _ => None,
+                                };
+                                let zero =
+                                    bound.get("values").and_then(|a| a.as_value()).is_some_and(
+                                        |v| rp.zero[rp.offsets[v.node] as usize + v.output],
+                                    );
+                                let accumulates = bound
+                                    .get("accumulate")
+                                    .is_some_and(|a| a.as_bool() != Some(false));
+                                let proven = match mask {
+                                    _ if !zero => Err("the values written are not proven zero (a \
+                                                       module constant's value is not in the \
+                                                       graph)"),
+                                    _ if accumulates => Err("the write accumulates: the masked \
+                                                             rows are not zeroed"),
+                                    None => Err("the rows are not picked by one mask"),
+                                    Some(mask) => crate::vocab::range_proven(
+                                        g,
+                                        x,
+                                        mask,
+                                        true,
+                                        coords[m],
+                                        |v| rp.of(v, nd)[m] == Place::Replicate,
+                                        |v| rp.of(v, nd)[m].shard_dim(),
+                                        meta_of,
+                                    ),
+                                };
                                 if let Err(why) = proven {
                                     result.iter_mut().for_each(|p| *p = Place::Unknown);
                                     vocab_unproven = Some(format!(

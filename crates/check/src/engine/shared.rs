@@ -31,6 +31,9 @@ pub struct RankPlacements {
     pub unknown_values: usize,
     /// Per value: known to hold only zeros (see [`zero_output`]).
     pub zero: Vec<bool>,
+    /// Per value: the dims along which it is known constant, `u64::MAX` for a fill (see
+    /// `constant_output`).
+    pub constant: Vec<u64>,
     /// The backward all-reduces of replicated gradients taken as duals of forward
     /// all-reduces (see [`LossTerms`]), as (node, group), in program order.
     pub dual_lifts: Vec<(usize, String)>,
@@ -110,6 +113,9 @@ pub struct Shared<'a> {
     /// The values whose pieces travel along rings ([`Place::Rolled`]), numbered in the order
     /// met.
     pub ring_roots: std::cell::RefCell<ring::RingRoots>,
+    /// Values of 0-d module constants the case states (`constants:`), by attribute name: a
+    /// constant stated 0 is a zero tensor (a captured masked assignment's lifted literal).
+    pub constants: &'a BTreeMap<String, f64>,
 }
 
 /// The views of a spec (`view`, `reshape`, `_unsafe_view`), by index, with their operator

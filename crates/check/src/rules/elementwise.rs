@@ -113,7 +113,28 @@ pub(super) fn merge(
     let plain = if varying {
         Place::Varying
     } else if let Some(d) = shard {
-        d
+        match shard_pairing(ts, &places, out_rank, d) {
+            Pairing::Aligned => d,
+            Pairing::Open => Place::Varying,
+            Pairing::Misaligned { size, dim } => {
+                return Err(Violation {
+                    kind: Kind::Shape,
+                    message: format!(
+                        "pairs a tensor sharded on dim {dim} ({d}) with a replicated operand of \
+                         size {size} along that dim: every rank pairs the whole operand with its \
+                         own piece, where the single-device program would pair it with the whole \
+                         dim (a table made or sliced locally, without the rank's offset)"
+                    ),
+                    hint: Hint::Text(
+                        "slice the replicated operand at the rank's offset (or shard it like the \
+                         other operand), or make it broadcast (size 1 along the sharded dim)"
+                            .into(),
+                    ),
+                    recover: vec![Place::Varying],
+                    exempt: Exempt::No,
+                });
+            }
+        }
     } else {
         Place::Replicate
     };
@@ -175,6 +196,133 @@ pub(super) fn merge(
             }
         }
     }
+}
+
+/// How the operands of an element-wise call pair with its shard along the sharded dim.
+#[derive(Debug, PartialEq, Eq)]
+enum Pairing {
+    /// Every replicated operand broadcasts along the dim (absent or of size 1) or is a fill,
+    /// and no shard is broadcast itself: the result is the shard of the global result.
+    Aligned,
+    /// The pairing cannot be read (a shape unknown, or the shard itself broadcast along the
+    /// dim): no placement is claimed.
+    Open,
+    /// A replicated operand of `size` > 1 along output dim `dim`, not a fill.
+    Misaligned {
+        /// Its size along the dim.
+        size: usize,
+        /// The output dim.
+        dim: usize,
+    },
+}
+
+/// Whether the shard `shard` (the merged placement of `places`, aligned to `out_rank` dims)
+/// survives the broadcast of the operands `ts`.
+///
+/// The single-device program pairs element `i` of the global dim with element `i` of every
+/// operand that spans the dim; rank `r` pairs its piece, elements `r*L .. (r+1)*L`, with
+/// elements `0 .. L` of a replicated operand. The two agree for every `r` only where the
+/// operand is constant along the dim: absent or of size 1 (broadcast), or a fill of one literal
+/// value (a piece of the fill of any size at any offset). A replicated operand of size `L > 1`
+/// that is not a fill is a table made or sliced without the rank's offset: the global program
+/// does not even type-check (`A[n*L] + b[L]`). A shard of local size 1 broadcast against a
+/// larger operand holds its one element against every element: no shard of anything.
+///
+/// Callers that pass operands without metas (`meta: None` on every operand) pair no elements
+/// (a scatter's `self` and source, an `index_put`'s values): the check does not apply. One
+/// operand without a meta among operands with metas leaves the pairing open.
+fn shard_pairing(ts: &[T], places: &[Place], out_rank: usize, shard: Place) -> Pairing {
+    let Some((dim, _)) = shard.blocks() else {
+        return Pairing::Aligned;
+    };
+    if ts.len() < 2 || ts.iter().all(|t| t.meta.is_none()) {
+        return Pairing::Aligned;
+    }
+    // The operand's size along output dim `dim`: None where it has no such dim.
+    let size_of = |t: &T| -> Option<Option<usize>> {
+        let m = t.meta.as_ref()?;
+        // As [`aligned`] places the operand's dims.
+        let shift = out_rank.saturating_sub(m.shape.len());
+        Some(if dim < shift {
+            None
+        } else {
+            m.shape.get(dim - shift).copied()
+        })
+    };
+    let mut sizes = Vec::with_capacity(ts.len());
+    for t in ts {
+        match size_of(t) {
+            Some(s) => sizes.push(s),
+            None => return Pairing::Open,
+        }
+    }
+    let widest = sizes.iter().flatten().copied().max().unwrap_or(1);
+    let mut misaligned = None;
+    for ((t, p), s) in ts.iter().zip(places).zip(&sizes) {
+        match p {
+            Place::Shard(_) | Place::Blocked(..) if *s != Some(widest) => return Pairing::Open,
+            Place::Replicate => match *s {
+                Some(n)
+                    if n != 1 && !t.constant_along(dim - (out_rank.saturating_sub(t.rank()))) =>
+                {
+                    misaligned.get_or_insert(Pairing::Misaligned { size: n, dim });
+                }
+                _ => {}
+            },
+            _ => {}
+        }
+    }
+    misaligned.unwrap_or(Pairing::Aligned)
+}
+
+/// The finding of an operator that pairs operands of one shape without broadcasting (`cat`
+/// along another dim, `stack`, `slice_scatter`): a replicated operand beside operands merged
+/// to the shard `merged`. Its size along the sharded dim equals the piece's (the local program
+/// type-checks), so the single-device program would meet a tensor of the piece's size where
+/// it needs the whole dim's; only a fill is a piece of the whole at every offset.
+pub(super) fn unbroadcast_pairing(merged: Place, ts: &[T]) -> Option<Violation> {
+    let (dim, _) = merged.blocks()?;
+    ts.iter()
+        .any(|t| t.p == Place::Replicate && !t.constant_along(dim))
+        .then(|| Violation {
+            kind: Kind::Shape,
+            message: format!(
+                "joins a tensor sharded on dim {dim} ({merged}) with a replicated operand of \
+                 the piece's size along that dim: the single-device program needs the whole \
+                 dim there (a tensor made or sliced locally, without the rank's offset)"
+            ),
+            hint: Hint::Text(
+                "shard the replicated operand like the other (slice it at the rank's offset)"
+                    .into(),
+            ),
+            recover: vec![Place::Varying],
+            exempt: Exempt::No,
+        })
+}
+
+/// The meta of the broadcast of `a` and `b` (dims aligned from the right), `a`'s dtype.
+fn broadcast_meta(a: &Option<Meta>, b: &Option<Meta>) -> Option<Meta> {
+    let (a, b) = (a.as_ref()?, b.as_ref()?);
+    let n = a.shape.len().max(b.shape.len());
+    let at = |m: &Meta, i: usize| {
+        let shift = n - m.shape.len();
+        if i < shift {
+            1
+        } else {
+            m.shape[i - shift]
+        }
+    };
+    let shape = (0..n)
+        .map(|i| {
+            let (x, y) = (at(a, i), at(b, i));
+            if x == 1 {
+                y
+            } else {
+                x
+            }
+        })
+        .collect();
+    Some(Meta::new(a.dtype, shape))
 }
 
 pub(super) fn one(p: Result<Place, Violation>, n: usize) -> Outcome {
@@ -405,7 +553,7 @@ pub(super) fn addcmul(c: &Ctx) -> Outcome {
     };
     let divide = c.args.schema().name.starts_with("addcdiv");
     let prod = match merge(
-        &[t1.clone(), t2],
+        &[t1.clone(), t2.clone()],
         out,
         if divide { Lin::First } else { Lin::Mul },
         false,
@@ -415,8 +563,9 @@ pub(super) fn addcmul(c: &Ctx) -> Outcome {
     };
     let pt = T {
         p: prod,
-        meta: t1.meta.clone(),
+        meta: broadcast_meta(&t1.meta, &t2.meta),
         v: t1.v,
+        constant: 0,
     };
     one(merge(&[s, pt], out, Lin::Add, false), c.n_out())
 }

@@ -102,13 +102,7 @@ pub(super) fn index(c: &Ctx) -> Outcome {
     };
     let idx: Vec<Option<T>> = items
         .iter()
-        .map(|a| {
-            a.as_value().map(|v| T {
-                v,
-                p: (c.place)(v),
-                meta: (c.meta)(v),
-            })
-        })
+        .map(|a| a.as_value().map(|v| c.value(v)))
         .collect();
     if idx.iter().flatten().any(|t| t.p.is_partial()) {
         return one(
@@ -188,6 +182,22 @@ pub(super) fn index_put(c: &Ctx) -> Outcome {
     match r {
         Ok(p) if idx.iter().any(|q| *q != Place::Replicate) => {
             c.all(if p.is_partial() { p } else { Place::Varying })
+        }
+        Ok(p) if p.blocks().is_some() => {
+            // Replicated indices into a shard. Indices along the sharded dim name local rows,
+            // which are other global rows on every rank; values with more than one element
+            // pair with the piece in a layout not read here (a replicated table of the
+            // piece's size along the sharded dim is the pattern of a missing offset). Either
+            // way no shard is claimed; a fill or a single value written at other dims keeps it.
+            let (d, _) = p.blocks().unwrap_or_default();
+            let along = matches!(c.arg("indices"), Some(Arg::List(items))
+                if items.get(d).is_some_and(|a| a.as_value().is_some()));
+            let wide = c.t("values").is_some_and(|v| {
+                v.p == Place::Replicate
+                    && v.constant != u64::MAX
+                    && v.meta.as_ref().is_none_or(|m| m.numel() > 1)
+            });
+            c.all(if along || wide { Place::Varying } else { p })
         }
         r => one(r, c.n_out()),
     }

@@ -144,6 +144,7 @@ pub(super) fn with_bias(
         v: bias.v,
         p,
         meta: c.outs.first().cloned().flatten(),
+        constant: 0,
     };
     match merge(&[pt, bias], c.out_rank(0), Lin::Add, false) {
         Err(mut v) if p.is_partial() => {

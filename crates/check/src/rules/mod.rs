@@ -41,7 +41,8 @@ pub enum Kind {
     Consistency,
     /// A collective on an input it cannot take (all-reduce of a replicated tensor, ...).
     Legality,
-    /// Sizes through a collective (group size, divisibility).
+    /// Sizes through a collective (group size, divisibility), and global shapes an element-wise
+    /// pairing of a replicated operand with a shard does not broadcast.
     Shape,
 }
 
@@ -123,6 +124,10 @@ pub struct Ctx<'a> {
     /// Whether a value is known to be all zeros (made by `zeros`, `full(.., 0)` and the like,
     /// or a view or copy of such): a replicated zero tensor is also a `Partial(sum)` one.
     pub(crate) zero: &'a dyn Fn(ValueId) -> bool,
+    /// The dims along which a value is known constant (bit `i` for dim `i`; `u64::MAX` for a
+    /// fill of one literal value): a piece of the same construction of any size along them, so
+    /// it pairs with a shard there.
+    pub(crate) constant: &'a dyn Fn(ValueId) -> u64,
     /// Whether a replicated value is scaled by 1/n over this mesh dim (`div(x, n)`, as DTensor
     /// turns a replicated operand into a `Partial(sum)` share): its n copies sum to one.
     pub(crate) scaled: &'a dyn Fn(ValueId) -> bool,
@@ -154,9 +159,17 @@ pub struct T {
     pub p: Place,
     /// Its local meta, when known.
     pub meta: Option<Meta>,
+    /// The dims along which it is known constant (bit `i` for dim `i`; `u64::MAX`: a fill of
+    /// one literal value, the same on every rank).
+    pub constant: u64,
 }
 
 impl T {
+    /// Whether the tensor is known constant along its dim `d`.
+    pub fn constant_along(&self, d: usize) -> bool {
+        d < 64 && self.constant & (1 << d) != 0
+    }
+
     /// The tensor's rank (number of dims), 0 when unknown.
     pub fn rank(&self) -> usize {
         self.meta.as_ref().map_or(0, |m| m.shape.len())
@@ -180,12 +193,18 @@ impl<'a> Ctx<'a> {
     /// The tensor argument `name`.
     pub fn t(&self, name: &str) -> Option<T> {
         match self.arg(name)? {
-            Arg::Value(v) => Some(T {
-                v,
-                p: (self.place)(v),
-                meta: (self.meta)(v),
-            }),
+            Arg::Value(v) => Some(self.value(v)),
             _ => None,
+        }
+    }
+
+    /// The tensor argument of value `v`.
+    pub fn value(&self, v: ValueId) -> T {
+        T {
+            v,
+            p: (self.place)(v),
+            meta: (self.meta)(v),
+            constant: (self.constant)(v),
         }
     }
 
@@ -200,13 +219,7 @@ impl<'a> Ctx<'a> {
         if let Some(a) = self.arg(name) {
             a.values(&mut vs);
         }
-        vs.into_iter()
-            .map(|v| T {
-                v,
-                p: (self.place)(v),
-                meta: (self.meta)(v),
-            })
-            .collect()
+        vs.into_iter().map(|v| self.value(v)).collect()
     }
 
     /// An int argument.

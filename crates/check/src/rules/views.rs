@@ -926,15 +926,24 @@ pub(super) fn cat(c: &Ctx) -> Outcome {
     if ts.iter().all(|t| Some(t.p) == first) {
         return c.all(first.unwrap_or(Place::Replicate));
     }
-    // Mixed: merge as a sum of disjoint blocks (a partial needs every block partial).
+    // Mixed: merge as a sum of disjoint blocks (a partial needs every block partial). The
+    // operands' metas are dropped (their sizes along the cat dim differ; the pairing along the
+    // other dims is checked below), with output rank 0 so that a shard keeps its dim.
     let stripped: Vec<T> = ts
-        .into_iter()
+        .iter()
+        .cloned()
         .map(|mut t| {
             t.meta = None;
             t
         })
         .collect();
-    one(merge(&stripped, r, Lin::Add, false), c.n_out())
+    match merge(&stripped, 0, Lin::Add, false) {
+        Ok(p) => match unbroadcast_pairing(p, &ts) {
+            Some(v) => one(Err(v), c.n_out()),
+            None => c.all(p),
+        },
+        r => one(r, c.n_out()),
+    }
 }
 
 pub(super) fn stack(c: &Ctx) -> Outcome {
@@ -945,14 +954,29 @@ pub(super) fn stack(c: &Ctx) -> Outcome {
     };
     let first = ts.first().map(|t| t.p);
     if !ts.iter().all(|t| Some(t.p) == first) {
+        // The operands' dims in the input's numbering (output rank 0 keeps a shard's dim),
+        // moved past the new dim after the merge.
         let stripped: Vec<T> = ts
-            .into_iter()
+            .iter()
+            .cloned()
             .map(|mut t| {
                 t.meta = None;
                 t
             })
             .collect();
-        return one(merge(&stripped, r, Lin::Add, false), c.n_out());
+        return match merge(&stripped, 0, Lin::Add, false) {
+            Ok(p) => match unbroadcast_pairing(p, &ts) {
+                Some(v) => one(Err(v), c.n_out()),
+                None => c.all(match p {
+                    Place::Shard(d) if d as usize >= dim => Place::shard(d as usize + 1),
+                    Place::Blocked(d, k) if d as usize >= dim => {
+                        Place::blocked(d as usize + 1, k as usize)
+                    }
+                    p => p,
+                }),
+            },
+            r => one(r, c.n_out()),
+        };
     }
     match first {
         Some(Place::Shard(d)) => c.all(Place::shard(if d as usize >= dim {
@@ -1012,12 +1036,28 @@ pub(super) fn slice_scatter(c: &Ctx) -> Outcome {
         }
         p => p,
     };
+    // A source sharded along the written dim puts each rank's piece at the same local rows,
+    // where the single-device program writes the whole source at its own rows: no shard.
+    if src_p.blocks().is_some_and(|(d, _)| d == dim) {
+        return c.all(Place::Varying);
+    }
     let mut src = src;
     src.p = src_p;
     src.meta = None;
+    if src.constant != u64::MAX && c.args.schema().name.starts_with("select") {
+        // The source lacks the written dim: its bits are in another numbering.
+        src.constant = 0;
+    }
     let mut x = x;
     x.meta = None;
-    one(merge(&[x, src], c.out_rank(0), Lin::Add, false), c.n_out())
+    // Output rank 0: `self` and the output share their dims, so a shard keeps its dim.
+    match merge(&[x.clone(), src.clone()], 0, Lin::Add, false) {
+        Ok(p) => match unbroadcast_pairing(p, &[x, src]) {
+            Some(v) => one(Err(v), c.n_out()),
+            None => c.all(p),
+        },
+        r => one(r, c.n_out()),
+    }
 }
 
 pub(super) fn pad(c: &Ctx) -> Outcome {

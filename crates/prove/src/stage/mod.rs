@@ -167,6 +167,10 @@ pub struct StagedProof {
     /// The refuted stage's proof, when this process ran it (for writing its counterexample).
     #[serde(skip)]
     pub refuted: Option<Box<Proof>>,
+    /// The approximation overrides of `assume:` the proof holds under (recorded by the
+    /// caller, who applied them); empty: none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub assumptions: Vec<crate::assume::AppliedOverride>,
 }
 
 /// FNV-1a, 64 bits: a digest that is the same in every process and on every machine.
@@ -753,6 +757,7 @@ pub fn refused(case: &Case, why: &str) -> StagedProof {
         layers: BTreeMap::new(),
         proofs: Vec::new(),
         refuted: None,
+        assumptions: Vec::new(),
     }
 }
 
@@ -851,5 +856,6 @@ pub fn assemble(case: &Case, plan: &Plan, outcomes: &BTreeMap<usize, StageOutcom
         layers,
         proofs,
         refuted: None,
+        assumptions: Vec::new(),
     }
 }

@@ -8,7 +8,7 @@ use shardproof_case::Case;
 use shardproof_interp::{run_graph, run_program, RunConfig};
 use shardproof_ir::DType;
 use shardproof_ops::{Meta, Tensor};
-use shardproof_prove::{prove_case, ProveConfig, Verdict};
+use shardproof_prove::{prove_case, Proof, ProveConfig};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::Path;
@@ -292,17 +292,16 @@ pub fn differs_at_full_size(case: &Case, rng: &mut Rng) -> bool {
         .any(|(a, b)| (a - b).abs() > 1e-6 * (1.0 + a.abs().max(b.abs())))
 }
 
-/// The verdicts on the shape-reduced and the full-size case, and whether the interpreter finds
-/// a difference at full size.
-pub fn verdicts(case: &Case, rng: &mut Rng) -> (Verdict, Verdict, bool) {
-    let reduced = prove_case(case, &ProveConfig::default()).verdict;
+/// The proofs of the shape-reduced and the full-size case, and whether the interpreter finds
+/// a difference at full size on random inputs.
+pub fn verdicts(case: &Case, rng: &mut Rng) -> (Proof, Proof, bool) {
+    let reduced = prove_case(case, &ProveConfig::default());
     let full = prove_case(
         case,
         &ProveConfig {
             reduce: false,
             ..ProveConfig::default()
         },
-    )
-    .verdict;
+    );
     (reduced, full, differs_at_full_size(case, rng))
 }

@@ -96,7 +96,13 @@ pub fn main(
     }
     let mut proof = match &args.merge {
         Some(dir) => match shard::read_shards(dir, &plan) {
-            Ok(outcomes) => stage::assemble(case, &plan, &outcomes),
+            Ok(outcomes) => {
+                let mut merged = stage::assemble(case, &plan, &outcomes);
+                if args.counterexample.is_some() {
+                    merged.refuted = stage::reprove_refuted(&plan, &outcomes, &cfg);
+                }
+                merged
+            }
             Err(why) => return invalid(args, html, &case.name, &format!("error: {why}")),
         },
         None => stage::prove_staged(case, &cfg, jobs),
@@ -208,7 +214,7 @@ fn print_text(p: &StagedProof, args: &ProveArgs) {
                     outln!("  the stage's counterexample is written to {}", dir.display())
                 }
                 (Some(_), None) => outln!(
-                    "  no counterexample written: the refuted stage was proved by a shard; prove the case without --merge to write it"
+                    "  no counterexample written: the refuted stage, proved again here, was not refuted within the limits; prove the case without --merge to write it"
                 ),
                 (None, _) => outln!("  hint: --counterexample DIR writes the stage's inputs and both outputs"),
             }

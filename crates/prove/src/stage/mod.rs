@@ -724,6 +724,20 @@ pub fn prove_stages(
     }
 }
 
+/// The first refuted stage of a merged result proved again in this process, for its
+/// counterexample (a shard's file holds only its verdict): the shards' verdict stands either
+/// way; `None` when no stage is refuted or the local proof does not refute it (a time limit).
+pub fn reprove_refuted(
+    plan: &Plan,
+    outcomes: &BTreeMap<usize, StageOutcome>,
+    cfg: &ProveConfig,
+) -> Option<Box<Proof>> {
+    let k = first_refuted(plan, outcomes)?;
+    let rep = plan.stages[k].rep;
+    let (_, _, proof) = prove_stages(plan, &[rep], cfg, 1).pop()?;
+    (proof.verdict == Verdict::Refuted && proof.counterexample.is_some()).then(|| Box::new(proof))
+}
+
 /// Proves `case` stage by stage on `jobs` threads.
 pub fn prove_staged(case: &Case, cfg: &ProveConfig, jobs: usize) -> StagedProof {
     let plan = match plan(case, cfg.reduce) {

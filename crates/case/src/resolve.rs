@@ -104,6 +104,42 @@ pub struct Assumptions {
     /// `ignore-index: unused`: no loss target equals its loss's `ignore_index`, so a mean over
     /// targets divides by their count (where the assumption is stated, when given).
     pub ignore_index_unused: Option<Span>,
+    /// Approximation overrides (TrainVerify section 5.3), in file order: computations the
+    /// ranks approximate, accepted as their strict versions. Only `prove` applies them.
+    pub overrides: Vec<Override>,
+}
+
+/// An approximation override of `assume:`: the ranks compute an approximation of the spec's
+/// strict computation, and the user accepts it; the prover substitutes the strict version in
+/// the ranks (TrainVerify section 5.3) and reports that it did.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Override {
+    /// `batch-norm: { per-device: G, stats: [...] }`: the named rank values are per-device
+    /// batch statistics (means over the batch the ranks along mesh dim `G` split); the strict
+    /// computation averages them over `G`.
+    BatchNormPerDevice {
+        /// The mesh dim the batch is split over.
+        group: Located<String>,
+        /// Its index in the mesh.
+        dim: usize,
+        /// The rank values that are per-device statistics.
+        stats: Vec<Located<String>>,
+        /// Where the entry is.
+        span: Span,
+    },
+    /// `moe-routing: { node-limited: S, nodes: N, top-nodes: K }`: the named rank values are
+    /// routing scores masked to the experts of the `K` best of `N` nodes; the strict
+    /// computation routes over every expert (the unmasked scores).
+    NodeLimitedRouting {
+        /// The masked scores.
+        scores: Vec<Located<String>>,
+        /// Expert groups (nodes) the experts are split into.
+        nodes: Located<usize>,
+        /// Groups a token may be routed to.
+        top_nodes: Located<usize>,
+        /// Where the entry is.
+        span: Span,
+    },
 }
 
 /// What may be assumed of random dropout masks.
@@ -375,6 +411,9 @@ fn prepare(file: &CaseFile) -> Result<Prepared, SourceError> {
         if a.key.value == "ignore-index" && a.value.value == "unused" {
             assume.ignore_index_unused = Some(a.value.span);
         }
+        if !a.fields.is_empty() {
+            assume.overrides.push(resolve_override(&ctx, a, &mesh)?);
+        }
     }
     Ok(Prepared {
         mesh,
@@ -383,6 +422,103 @@ fn prepare(file: &CaseFile) -> Result<Prepared, SourceError> {
         outputs,
         ops,
         assume,
+    })
+}
+
+fn override_field<'a>(a: &'a crate::syntax::Assumption, name: &str) -> &'a [Located<String>] {
+    a.fields
+        .iter()
+        .find(|(k, _)| k.value == name)
+        .map_or(&[][..], |(_, v)| v.as_slice())
+}
+
+fn override_int(
+    ctx: &Ctx,
+    a: &crate::syntax::Assumption,
+    name: &str,
+) -> Result<Located<usize>, SourceError> {
+    let items = override_field(a, name);
+    let item = &items[0];
+    match item.value.trim().parse::<usize>() {
+        Ok(n) if n >= 1 && items.len() == 1 => Ok(Located {
+            value: n,
+            span: item.span,
+        }),
+        _ => Err(ctx
+            .err(
+                item.span,
+                format!(
+                    "`{name}` must be a positive whole number, found `{}`",
+                    item.value
+                ),
+            )
+            .with_hint(format!("write `{name}: 4`"))),
+    }
+}
+
+fn resolve_override(
+    ctx: &Ctx,
+    a: &crate::syntax::Assumption,
+    mesh: &Mesh,
+) -> Result<Override, SourceError> {
+    if a.key.value == "batch-norm" {
+        let groups = override_field(a, "per-device");
+        let group = &groups[0];
+        let names: Vec<&str> = mesh.dims.iter().map(|(n, _)| n.as_str()).collect();
+        let dim = match mesh.dim_index(&group.value) {
+            Some(d) if groups.len() == 1 => d,
+            _ => {
+                return Err(ctx
+                    .err(
+                        group.span,
+                        format!(
+                            "`per-device` must name one mesh dim, found `{}`{}",
+                            group.value,
+                            did_you_mean_suffix(&group.value, names.iter().copied())
+                        ),
+                    )
+                    .with_hint(format!(
+                        "name the mesh dim the batch is split over: {}",
+                        list_names(names.iter().copied())
+                    )))
+            }
+        };
+        if mesh.dims[dim].1 < 2 {
+            return Err(ctx
+                .err(
+                    group.span,
+                    format!(
+                        "mesh dim `{}` has one rank: no statistics are per-device along it",
+                        group.value
+                    ),
+                )
+                .with_hint("name the mesh dim the batch is split over"));
+        }
+        return Ok(Override::BatchNormPerDevice {
+            group: group.clone(),
+            dim,
+            stats: override_field(a, "stats").to_vec(),
+            span: a.key.span,
+        });
+    }
+    let nodes = override_int(ctx, a, "nodes")?;
+    let top_nodes = override_int(ctx, a, "top-nodes")?;
+    if top_nodes.value >= nodes.value {
+        return Err(ctx
+            .err(
+                top_nodes.span,
+                format!(
+                    "`top-nodes` ({}) must be fewer than `nodes` ({}): routing to every node is not limited",
+                    top_nodes.value, nodes.value
+                ),
+            )
+            .with_hint("write the number of nodes a token may be routed to, below `nodes`"));
+    }
+    Ok(Override::NodeLimitedRouting {
+        scores: override_field(a, "node-limited").to_vec(),
+        nodes,
+        top_nodes,
+        span: a.key.span,
     })
 }
 

@@ -182,8 +182,12 @@ pub type ConstantValue = (Located<String>, Located<f64>);
 pub struct Assumption {
     /// The assumption's name (`dropout`).
     pub key: Located<String>,
-    /// Its value (`same-mask`).
+    /// Its value (`same-mask`); for an override written as a mapping, the empty string at the
+    /// mapping's position.
     pub value: Located<String>,
+    /// An override's fields (`batch-norm: { per-device: dp, stats: [m, v] }`), each with its
+    /// scalar or list items; empty for a plain value.
+    pub fields: Vec<(Located<String>, Vec<Located<String>>)>,
 }
 
 /// The keys that make a mapping value of `inputs:` the entry form rather than a per-dim map.
@@ -192,6 +196,21 @@ pub(crate) const ENTRY_KEYS: [&str; 6] = ["impl", "placement", "blocks", "replic
 /// Known assumptions and their allowed values.
 pub(crate) const ASSUMPTIONS: [(&str, &[&str]); 2] =
     [("dropout", &["same-mask"]), ("ignore-index", &["unused"])];
+
+/// Approximation overrides (TrainVerify section 5.3), written as mappings, with their fields:
+/// the required ones, then the optional ones.
+pub(crate) const OVERRIDES: [(&str, &[&str], &str); 2] = [
+    (
+        "batch-norm",
+        &["per-device", "stats"],
+        "batch-norm: { per-device: dp, stats: [bn_mean, bn_var] }",
+    ),
+    (
+        "moe-routing",
+        &["node-limited", "nodes", "top-nodes"],
+        "moe-routing: { node-limited: masked_scores, nodes: 8, top-nodes: 4 }",
+    ),
+];
 
 pub(crate) struct Ctx<'a> {
     pub file: &'a Path,
@@ -1043,10 +1062,46 @@ fn constant_values(ctx: &Ctx, node: &YNode) -> Result<Vec<ConstantValue>, Source
 
 fn assumptions(ctx: &Ctx, node: &YNode) -> Result<Vec<Assumption>, SourceError> {
     let m = ctx.map(node, "`assume`", "write `assume: { dropout: same-mask }`")?;
-    let known: Vec<&str> = ASSUMPTIONS.iter().map(|(k, _)| *k).collect();
+    let known: Vec<&str> = ASSUMPTIONS
+        .iter()
+        .map(|(k, _)| *k)
+        .chain(OVERRIDES.iter().map(|(k, _, _)| *k))
+        .collect();
     let keys = ctx.keys(&m, Some(&known), "`assume`")?;
     let mut out = Vec::new();
     for (key, v) in keys {
+        if let Some((_, fields, example)) = OVERRIDES.iter().find(|(k, _, _)| *k == key.value) {
+            let what = format!("`{}`", key.value);
+            let entries = ctx.map(v, &what, &format!("write `{example}`"))?;
+            let named = ctx.keys(&entries, Some(fields), &what)?;
+            for f in fields.iter() {
+                if !named.iter().any(|(k, _)| k.value == *f) {
+                    return Err(ctx
+                        .err(v.span, format!("{what} needs `{f}`"))
+                        .with_hint(format!("write `{example}`")));
+                }
+            }
+            let mut parsed = Vec::new();
+            for (k, item) in named {
+                let items = match &item.kind {
+                    YKind::Seq(xs) if !xs.is_empty() => xs
+                        .iter()
+                        .map(|x| ctx.string(x, &format!("an item of `{}`", k.value)))
+                        .collect::<Result<Vec<_>, _>>()?,
+                    _ => vec![ctx.string(item, &format!("`{}`", k.value))?],
+                };
+                parsed.push((k, items));
+            }
+            out.push(Assumption {
+                key,
+                value: Located {
+                    value: String::new(),
+                    span: v.span,
+                },
+                fields: parsed,
+            });
+            continue;
+        }
         let allowed = ASSUMPTIONS
             .iter()
             .find(|(k, _)| *k == key.value)
@@ -1069,7 +1124,11 @@ fn assumptions(ctx: &Ctx, node: &YNode) -> Result<Vec<Assumption>, SourceError> 
                     list_names(allowed.iter().copied())
                 )));
         }
-        out.push(Assumption { key, value });
+        out.push(Assumption {
+            key,
+            value,
+            fields: Vec::new(),
+        });
     }
     Ok(out)
 }

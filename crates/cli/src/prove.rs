@@ -117,12 +117,18 @@ pub fn main(args: &ProveArgs) -> Verdict {
             stop.verdict,
         );
     }
+    // Approximation overrides (`assume:`) replace the ranks' approximate computations by the
+    // strict ones; a wrong one is invalid input at its entry.
+    let (case, applied) = match shardproof_prove::assume::apply_overrides(&case) {
+        Ok(x) => x,
+        Err(e) => return invalid(args, html, &case.name, &format!("error: {e}")),
+    };
     let staged = args.jobs.is_some()
         || args.shard.is_some()
         || args.merge.is_some()
         || case.inputs.iter().any(|r| r.cut);
     if staged {
-        return crate::prove_staged::main(args, html, &case, started, time_limit);
+        return crate::prove_staged::main(args, html, &case, &applied, started, time_limit);
     }
     let progress = std::sync::Arc::new(shardproof_ir::Progress::default());
     let cfg = ProveConfig {
@@ -147,7 +153,7 @@ pub fn main(args: &ProveArgs) -> Verdict {
             limit: 0.0,
         },
     );
-    let proof = match watched {
+    let mut proof = match watched {
         crate::watch::Watched::Done(p) => p,
         _ => {
             let message =
@@ -164,6 +170,7 @@ pub fn main(args: &ProveArgs) -> Verdict {
             return Verdict::Inconclusive;
         }
     };
+    proof.assumptions = applied;
     let mut verdict = verdict_of(proof.verdict);
     if let (Some(dir), Some(cx)) = (&args.counterexample, &proof.counterexample) {
         if let Err(e) = cx.write(dir, &proof.case) {
@@ -222,8 +229,33 @@ fn shape_text(s: &[u64]) -> String {
     format!("[{}]", parts.join(", "))
 }
 
+/// Prints the approximation overrides a proof holds under, one line each.
+pub(crate) fn print_assumptions(applied: &[shardproof_prove::assume::AppliedOverride]) {
+    for a in applied {
+        outln!(
+            "assuming {} (TrainVerify 5.3 override, {} of the ranks' graphs rewritten): {}",
+            a.assumption,
+            a.graphs,
+            a.substituted
+        );
+    }
+}
+
+/// The tail of a verdict line that holds under overrides.
+pub(crate) fn under_assumptions(applied: &[shardproof_prove::assume::AppliedOverride]) -> String {
+    if applied.is_empty() {
+        return String::new();
+    }
+    let keys: Vec<String> = applied
+        .iter()
+        .map(|a| format!("`{}`", a.assumption))
+        .collect();
+    format!(", under the assumptions {}", keys.join(", "))
+}
+
 fn print_text(p: &Proof, args: &ProveArgs) {
     outln!("case {}: spec + {} ranks", p.case, p.ranks);
+    print_assumptions(&p.assumptions);
     if let Some(r) = &p.reduction {
         let reduced = r.sizes.iter().filter(|s| s.reduced < s.original).count();
         outln!(
@@ -259,8 +291,9 @@ fn print_text(p: &Proof, args: &ProveArgs) {
     }
     match p.verdict {
         ProofVerdict::Proved => outln!(
-            "proved: every expected output equals the spec's for all inputs (decided by {})",
-            layers_text(&p.layers)
+            "proved: every expected output equals the spec's for all inputs (decided by {}){}",
+            layers_text(&p.layers),
+            under_assumptions(&p.assumptions)
         ),
         ProofVerdict::Refuted => {
             outln!("refuted: {}", p.message.as_deref().unwrap_or_default());
@@ -299,9 +332,10 @@ fn print_text(p: &Proof, args: &ProveArgs) {
 fn convert(p: &Proof, args: &ProveArgs, verdict: Verdict, seconds: f64) -> report::Report {
     let summary = match p.verdict {
         ProofVerdict::Proved => format!(
-            "proved: {} outputs equal the spec's for all inputs ({})",
+            "proved: {} outputs equal the spec's for all inputs ({}){}",
             p.outputs.len(),
-            layers_text(&p.layers)
+            layers_text(&p.layers),
+            under_assumptions(&p.assumptions)
         ),
         _ => p.message.clone().unwrap_or_default(),
     };

@@ -16,6 +16,7 @@ pub fn main(
     args: &ProveArgs,
     html: Option<HtmlFile>,
     case: &Case,
+    applied: &[shardproof_prove::assume::AppliedOverride],
     started: Instant,
     time_limit: Option<Duration>,
 ) -> Verdict {
@@ -29,7 +30,8 @@ pub fn main(
     let plan = match stage::plan(case, cfg.reduce) {
         Ok(p) => p,
         Err(why) => {
-            let proof = stage::refused(case, &why);
+            let mut proof = stage::refused(case, &why);
+            proof.assumptions = applied.to_vec();
             return finish(args, html, case, &proof, started);
         }
     };
@@ -92,13 +94,20 @@ pub fn main(
         }
         return verdict_of(worst);
     }
-    let proof = match &args.merge {
+    let mut proof = match &args.merge {
         Some(dir) => match shard::read_shards(dir, &plan) {
-            Ok(outcomes) => stage::assemble(case, &plan, &outcomes),
+            Ok(outcomes) => {
+                let mut merged = stage::assemble(case, &plan, &outcomes);
+                if args.counterexample.is_some() {
+                    merged.refuted = stage::reprove_refuted(&plan, &outcomes, &cfg);
+                }
+                merged
+            }
             Err(why) => return invalid(args, html, &case.name, &format!("error: {why}")),
         },
         None => stage::prove_staged(case, &cfg, jobs),
     };
+    proof.assumptions = applied.to_vec();
     if let (Some(dir), Some(p)) = (&args.counterexample, &proof.refuted) {
         if let Some(cx) = &p.counterexample {
             if let Err(e) = cx.write(dir, &p.case) {
@@ -171,6 +180,7 @@ fn print_text(p: &StagedProof, args: &ProveArgs) {
         p.distinct_stages,
         p.memo_hits
     );
+    crate::prove::print_assumptions(&p.assumptions);
     for s in &p.stages {
         let how = if s.memo_hit {
             format!("memo hit of stage {}", s.proved_by)
@@ -193,8 +203,9 @@ fn print_text(p: &StagedProof, args: &ProveArgs) {
     }
     match p.verdict {
         ProofVerdict::Proved => outln!(
-            "proved: every stage is proved and each assumes only case inputs and cuts established before it (decided by {})",
-            layers_text(&p.layers)
+            "proved: every stage is proved and each assumes only case inputs and cuts established before it (decided by {}){}",
+            layers_text(&p.layers),
+            crate::prove::under_assumptions(&p.assumptions)
         ),
         ProofVerdict::Refuted => {
             outln!("refuted: {}", p.message.as_deref().unwrap_or_default());
@@ -203,7 +214,7 @@ fn print_text(p: &StagedProof, args: &ProveArgs) {
                     outln!("  the stage's counterexample is written to {}", dir.display())
                 }
                 (Some(_), None) => outln!(
-                    "  no counterexample written: the refuted stage was proved by a shard; prove the case without --merge to write it"
+                    "  no counterexample written: the refuted stage, proved again here, was not refuted within the limits; prove the case without --merge to write it"
                 ),
                 (None, _) => outln!("  hint: --counterexample DIR writes the stage's inputs and both outputs"),
             }
@@ -217,10 +228,11 @@ fn print_text(p: &StagedProof, args: &ProveArgs) {
 fn convert(p: &StagedProof, args: &ProveArgs, verdict: Verdict, seconds: f64) -> report::Report {
     let summary = match p.verdict {
         ProofVerdict::Proved => format!(
-            "proved: {} stages ({} distinct) chain into the outputs ({})",
+            "proved: {} stages ({} distinct) chain into the outputs ({}){}",
             p.stages.len(),
             p.distinct_stages,
-            layers_text(&p.layers)
+            layers_text(&p.layers),
+            crate::prove::under_assumptions(&p.assumptions)
         ),
         _ => p.message.clone().unwrap_or_default(),
     };

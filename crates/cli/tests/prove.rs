@@ -387,6 +387,20 @@ fn stages_are_reported_and_shards_run_as_processes_merge_into_the_same_report() 
     ]);
     merged.expect_code(1);
     assert_eq!(single.stdout, merged.stdout);
+    // `--counterexample` under `--merge` proves the refuted stage again to write its inputs.
+    let merged = s.run(&[
+        "prove",
+        "case.yaml",
+        "--merge",
+        "results",
+        "--counterexample",
+        "cx",
+        "--quiet",
+    ]);
+    merged
+        .expect_code(1)
+        .stdout_has(&["the stage's counterexample is written to cx"]);
+    assert!(s.path().join("cx/counterexample.json").is_file());
     // A merge with a shard missing gives no verdict.
     std::fs::remove_file(s.path().join("results/shard-1-of-2.json")).unwrap();
     s.run(&["prove", "case.yaml", "--merge", "results", "--quiet"])

@@ -87,6 +87,7 @@
 
 #![warn(missing_docs)]
 
+pub mod assume;
 pub mod coeff;
 pub mod decide;
 pub mod equiv;

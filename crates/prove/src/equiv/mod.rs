@@ -147,6 +147,10 @@ pub struct Proof {
     pub stats: Stats,
     /// How the case was shape-reduced before the proof (`None`: proved at full size).
     pub reduction: Option<ReductionSummary>,
+    /// The approximation overrides of `assume:` the proof holds under (the caller applies
+    /// them with [`crate::assume::apply_overrides`] and records them here); empty: none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub assumptions: Vec<crate::assume::AppliedOverride>,
 }
 
 /// What shape reduction did, for the report.
@@ -193,6 +197,7 @@ impl Proof {
             message: Some(e.message.clone()),
             stats: Stats::default(),
             reduction: None,
+            assumptions: Vec::new(),
         }
     }
 }
@@ -357,8 +362,75 @@ pub fn prove_case(case: &Case, cfg: &ProveConfig) -> Proof {
         proof.reduction = Some(summary);
         return proof;
     }
+    if proof.verdict == Verdict::Refuted && !reduction.mesh_literals.is_empty() {
+        // Sizes a mesh-size literal would have pinned were reduced: that keeps a proof sound
+        // but may refute a program whose literal stands for a tensor size. The refutation
+        // stands only on the strict reduction's sizes.
+        return strict_refutation(case, cfg, started, proof, summary, &reduction.mesh_literals);
+    }
     proof.reduction = Some(ReductionSummary {
         counterexample_reduced: proof.counterexample.is_some(),
+        ..summary
+    });
+    proof
+}
+
+/// A refutation on sizes that mesh-size literals did not pin, checked again on the strict
+/// reduction's sizes: its verdict stands; where it cannot be had, the case is inconclusive.
+fn strict_refutation(
+    case: &Case,
+    cfg: &ProveConfig,
+    started: Instant,
+    relaxed: Proof,
+    summary: ReductionSummary,
+    literals: &[u64],
+) -> Proof {
+    let why = |what: String| {
+        let mut p = relaxed.clone();
+        p.verdict = Verdict::Inconclusive;
+        p.counterexample = None;
+        p.message = Some(format!(
+            "refuted on sizes that the mesh-size literal products {literals:?} did not pin, and {what}: the literal may stand for a tensor size; run with --no-reduce"
+        ));
+        p.reduction = Some(summary.clone());
+        p
+    };
+    let strict = match crate::reduce::reduce_case_strict(case) {
+        Ok(r) => r,
+        Err(refusal) => {
+            return why(format!(
+                "the strict reduction is refused ({})",
+                refusal.message
+            ))
+        }
+    };
+    let elements = program_elements(&strict.case);
+    if elements > cfg.max_elements {
+        return why(format!(
+            "the strict reduction holds {elements} tensor elements, over the limit of {}",
+            cfg.max_elements
+        ));
+    }
+    let mut proof = prove_sized(&strict.case, cfg, started);
+    if proof.verdict == Verdict::Inconclusive {
+        return why(format!(
+            "the strict reduction is undecided ({})",
+            proof.message.unwrap_or_default()
+        ));
+    }
+    proof.reduction = Some(ReductionSummary {
+        counterexample_reduced: proof.counterexample.is_some(),
+        sizes: strict.sizes.clone(),
+        inputs: strict
+            .inputs
+            .iter()
+            .map(|(name, original, reduced)| ReducedInput {
+                name: name.clone(),
+                original: original.clone(),
+                reduced: reduced.clone(),
+            })
+            .collect(),
+        elements_after: elements,
         ..summary
     });
     proof
@@ -642,6 +714,7 @@ fn prove_in(case: &Case, cfg: &ProveConfig, started: Instant, arena: &mut Arena)
         message: None,
         stats,
         reduction: None,
+        assumptions: Vec::new(),
     };
     if let Some(r) = refutation {
         let exp = &expectations[r.output];

@@ -75,6 +75,30 @@ pub struct Reduction {
     pub sizes: Vec<ReducedSize>,
     /// Every spec input's original and reduced shape.
     pub inputs: Vec<(String, Vec<u64>, Vec<u64>)>,
+    /// Literal products that name mesh sizes and were kept from coinciding with a reduced
+    /// size without pinning the sizes dividing them (empty for [`reduce_case_strict`], and
+    /// where pinning would have kept nothing).
+    pub mesh_literals: Vec<u64>,
+}
+
+/// Every product of mesh dim sizes (each dim at most once), and the squares of those
+/// products: the integers a literal naming a mesh size (a data-parallel average's `1/512`)
+/// gives (`c`, `1/c`, `c²`, `1/c²`).
+fn mesh_products(case: &Case) -> Vec<u64> {
+    let mut out: Vec<u64> = vec![1];
+    for (_, s) in &case.program.mesh.dims {
+        let more: Vec<u64> = out
+            .iter()
+            .filter_map(|p| p.checked_mul(*s as u64))
+            .collect();
+        out.extend(more);
+    }
+    let squares: Vec<u64> = out.iter().filter_map(|p| p.checked_mul(*p)).collect();
+    out.extend(squares);
+    out.retain(|&p| p >= 2);
+    out.sort_unstable();
+    out.dedup();
+    out
 }
 
 /// Elements of every value of a graph, by shape inference.
@@ -134,7 +158,25 @@ fn local_dim(
 
 /// Reduces `case`: the smallest sizes keeping every operator's semantics and every partition
 /// boundary, or why not.
+///
+/// A value literal that is a product of mesh dim sizes (or its square) is taken to name mesh
+/// sizes, which the reduction never changes: the sizes dividing it are not pinned, but no
+/// reduced size may coincide with it. This keeps proofs sound (a proof needs only that no
+/// literal coincides with a reduced size; pinning keeps a literal that stands for a *tensor*
+/// size agreeing with it, so without it such a program can only be refuted, never proved, at
+/// the reduced sizes). A refutation found this way is therefore checked again by the caller
+/// on [`reduce_case_strict`]'s sizes, where every literal pins (docs/prove.md, section 2).
 pub fn reduce_case(case: &Case) -> Result<Reduction, Refusal> {
+    reduce_with(case, false)
+}
+
+/// [`reduce_case`] with every value literal pinning the sizes dividing it, mesh sizes
+/// included.
+pub fn reduce_case_strict(case: &Case) -> Result<Reduction, Refusal> {
+    reduce_with(case, true)
+}
+
+fn reduce_with(case: &Case, strict: bool) -> Result<Reduction, Refusal> {
     let mut sizes = Sizes::default();
     if case.inputs.iter().any(|r| r.cut) {
         return Err(Refusal::new("a case with cuts is not reduced"));
@@ -215,13 +257,31 @@ pub fn reduce_case(case: &Case) -> Result<Reduction, Refusal> {
             }
         }
     }
-    // Value literals may stand for sizes: keep those sizes.
-    for x in spec
+    // Value literals may stand for sizes: keep those sizes; those naming mesh sizes only
+    // keep reduced sizes from coinciding with them.
+    let mesh = if strict {
+        Vec::new()
+    } else {
+        mesh_products(case)
+    };
+    let mut literals: Vec<u64> = spec
         .value_literals
         .iter()
         .chain(walked.values().flat_map(|w| w.value_literals.iter()))
-    {
-        sizes.pin_divisors_of(*x);
+        .copied()
+        .collect();
+    literals.sort_unstable();
+    literals.dedup();
+    let (named, others): (Vec<u64>, Vec<u64>) =
+        literals.into_iter().partition(|x| mesh.contains(x));
+    for x in others {
+        sizes.pin_divisors_of(x);
+    }
+    let mut mesh_literals = Vec::new();
+    for x in named {
+        if sizes.avoid(x) {
+            mesh_literals.push(x);
+        }
     }
     let new_spec = rewrite(&case.spec, &spec, &sizes, &case.ops)?;
     let mut new_graphs: HashMap<usize, Arc<Graph>> = HashMap::new();
@@ -262,6 +322,7 @@ pub fn reduce_case(case: &Case) -> Result<Reduction, Refusal> {
         case: reduced,
         sizes: free,
         inputs,
+        mesh_literals,
     })
 }
 

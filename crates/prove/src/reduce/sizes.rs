@@ -411,6 +411,21 @@ impl Sizes {
         }
     }
 
+    /// Keeps reduced sizes from coinciding with `x` without pinning the sizes dividing it: `x`
+    /// is a product of mesh sizes, which the reduction keeps (see [`super::reduce_case`]).
+    /// Returns whether pinning would have kept some size.
+    pub fn avoid(&mut self, x: u64) -> bool {
+        if !self.literal_products.contains(&x) {
+            self.literal_products.push(x);
+        }
+        (0..self.orig.len()).any(|v| {
+            self.defs[v].is_none()
+                && !self.pinned[v]
+                && self.orig[v] > 1
+                && x.is_multiple_of(self.orig[v])
+        })
+    }
+
     /// The reduced value of every free variable: the original when pinned, else the smallest
     /// size of at least 2 (a reduction stays a reduction) that divides no integer a literal
     /// may be a product of sizes of; the original when no smaller one does.

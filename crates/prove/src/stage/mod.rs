@@ -167,6 +167,10 @@ pub struct StagedProof {
     /// The refuted stage's proof, when this process ran it (for writing its counterexample).
     #[serde(skip)]
     pub refuted: Option<Box<Proof>>,
+    /// The approximation overrides of `assume:` the proof holds under (recorded by the
+    /// caller, who applied them); empty: none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub assumptions: Vec<crate::assume::AppliedOverride>,
 }
 
 /// FNV-1a, 64 bits: a digest that is the same in every process and on every machine.
@@ -720,6 +724,20 @@ pub fn prove_stages(
     }
 }
 
+/// The first refuted stage of a merged result proved again in this process, for its
+/// counterexample (a shard's file holds only its verdict): the shards' verdict stands either
+/// way; `None` when no stage is refuted or the local proof does not refute it (a time limit).
+pub fn reprove_refuted(
+    plan: &Plan,
+    outcomes: &BTreeMap<usize, StageOutcome>,
+    cfg: &ProveConfig,
+) -> Option<Box<Proof>> {
+    let k = first_refuted(plan, outcomes)?;
+    let rep = plan.stages[k].rep;
+    let (_, _, proof) = prove_stages(plan, &[rep], cfg, 1).pop()?;
+    (proof.verdict == Verdict::Refuted && proof.counterexample.is_some()).then(|| Box::new(proof))
+}
+
 /// Proves `case` stage by stage on `jobs` threads.
 pub fn prove_staged(case: &Case, cfg: &ProveConfig, jobs: usize) -> StagedProof {
     let plan = match plan(case, cfg.reduce) {
@@ -753,6 +771,7 @@ pub fn refused(case: &Case, why: &str) -> StagedProof {
         layers: BTreeMap::new(),
         proofs: Vec::new(),
         refuted: None,
+        assumptions: Vec::new(),
     }
 }
 
@@ -851,5 +870,6 @@ pub fn assemble(case: &Case, plan: &Plan, outcomes: &BTreeMap<usize, StageOutcom
         layers,
         proofs,
         refuted: None,
+        assumptions: Vec::new(),
     }
 }

@@ -1,0 +1,73 @@
+//! The zoo's real-size presets with their TrainVerify Table 2 plans, shape-reduced and proved:
+//! prints, per preset, the verdict, the tensor elements before and after shape reduction, the
+//! wall time and the process's peak resident memory.
+//!
+//! ```text
+//! cargo run --release -p shardproof-prove --example prove_presets -- [PRESET ...] [--time-limit S]
+//! ```
+//!
+//! Without names: llama3-8b, llama3-405b and deepseek-v3-671b. The peak memory is the
+//! process's (`VmHWM`), so it only grows across presets: run one preset per process for each
+//! one's own figure.
+
+use shardproof_prove::{prove_case, ProveConfig};
+use shardproof_zoo::{emit_to_dir, find_preset, TrainOptions};
+use std::time::{Duration, Instant};
+
+/// The process's peak resident set, in GB, where /proc tells it.
+fn peak_gb() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0 / 1024.0)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let limit = args
+        .iter()
+        .position(|a| a == "--time-limit")
+        .and_then(|i| args.get(i + 1))
+        .map_or(600.0, |s| s.parse().expect("--time-limit SECONDS"));
+    let mut names: Vec<&str> = args
+        .iter()
+        .enumerate()
+        .filter(|(i, a)| !a.starts_with("--") && (*i == 0 || args[i - 1] != "--time-limit"))
+        .map(|(_, a)| a.as_str())
+        .collect();
+    if names.is_empty() {
+        names = vec!["llama3-8b", "llama3-405b", "deepseek-v3-671b"];
+    }
+    for name in names {
+        let preset = find_preset(name).expect("a zoo preset");
+        let (opts, extras, pipeline) = preset.request();
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let started = Instant::now();
+        emit_to_dir(&opts, &extras, &TrainOptions::PLAIN, &pipeline, dir.path()).expect("emit");
+        let emitted = started.elapsed().as_secs_f64();
+        let case = shardproof_case::load_case(&dir.path().join("case.yaml")).expect("case");
+        let cfg = ProveConfig {
+            time_limit: Some(Duration::from_secs_f64(limit)),
+            ..ProveConfig::default()
+        };
+        let started = Instant::now();
+        let proof = prove_case(&case, &cfg);
+        let secs = started.elapsed().as_secs_f64();
+        let (before, after) = proof
+            .reduction
+            .as_ref()
+            .map_or((0, 0), |r| (r.elements_before, r.elements_after));
+        println!(
+            "{name} ({}; {} ranks): {:?} in {secs:.1} s (emitted in {emitted:.1} s), {before:.3e} -> {after:.3e} tensor elements, peak {:.2} GB{}",
+            preset.plan_note(),
+            case.program.ranks.len(),
+            proof.verdict,
+            peak_gb().unwrap_or(f64::NAN),
+            proof
+                .message
+                .as_deref()
+                .map(|m| format!("\n  {m}"))
+                .unwrap_or_default()
+        );
+    }
+}

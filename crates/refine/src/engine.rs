@@ -31,6 +31,8 @@ mod schedule;
 mod seeds;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_diagnose;
 
 pub use report::{render, Certificate, Failure, Outcome, TraceStep, Verdict};
 
@@ -1119,10 +1121,11 @@ impl Walk<'_> {
                     let f = blame_at(v, &name);
                     if f.hint.is_none() {
                         outcome.reason = Some(format!(
-                            "`{name}` has no clean relation: relations stop at spec operator `{}` ({}), and no known bug pattern matches there, so this may be a missing lemma{} (`--trace` shows every relation)",
+                            "`{name}` has no clean relation: relations stop at spec operator `{}` ({}), and no known bug pattern matches there, so this may be a missing lemma{} (`--trace` shows every relation){}",
                             f.operator,
                             f.op,
-                            f.other_stops_clause()
+                            f.other_stops_clause(),
+                            f.not_computed.as_ref().map(|n| format!("; {n}")).unwrap_or_default()
                         ));
                         outcome.failure = Some(f);
                         outcome.verdict = Verdict::Inconclusive;

@@ -5,7 +5,7 @@
 use super::evidence::{
     added_to_before_reduction, changed_before_reduction, collective_ranks, dropped_clause,
     dropped_input, expr_leaves, is_rank_sum, leaf_ranks, misaligned_pieces, misaligned_rows,
-    reduced_over_shard, reduction_path, summands_of, unread_leaves, ReductionPath,
+    reduced_over_shard, reduction_path, summands_of, unread_leaves, ReductionPath, MAX_ROW_IDS,
 };
 use super::relation::{scaled_clean, Impl, Rel, State};
 use super::report::{render, Failure};
@@ -245,10 +245,26 @@ pub(super) fn blame(
         Some(State::Related(r)) => r.exprs.iter().any(is_rank_sum),
         _ => false,
     };
+    // An add that also relates cleanly with no rank sum anywhere (a residual the
+    // implementation reduced, which inference may also write as the sum of its unreduced
+    // parts) is complete: the partial sum was added to after it, so the walk stops there. A
+    // layout of partial sums (a cat of per-token sums) is no such relation.
+    let complete = |x: &ValueId| match state.get(x) {
+        Some(State::Related(r)) => {
+            r.clean
+                && r.exprs.iter().any(|e| {
+                    !e.as_ref()
+                        .iter()
+                        .any(|t| matches!(t, Term::Op(s, _) if is_op!(s, SUM)))
+                })
+        }
+        _ => false,
+    };
     let absorbed = |x: &ValueId| {
         let n = &spec.nodes[x.node];
         n.op().is_some_and(|o| o.to_string() == "aten.add.Tensor")
             && partial(x)
+            && !complete(x)
             && n.inputs().iter().any(&partial)
     };
     let mut steps = 0;
@@ -461,9 +477,21 @@ pub(super) fn blame(
             }
         }
     }
+    // Set when the row check was too large to run: the report says so, but nothing is
+    // concluded from a check that did not run.
+    let mut not_computed = None;
     if hint.is_none() {
-        hint = misaligned_pieces(case, imp, state, node)
-            .or_else(|| misaligned_rows(case, imp, state, spec_metas, node));
+        hint = misaligned_pieces(case, imp, state, node);
+    }
+    if hint.is_none() {
+        match misaligned_rows(case, imp, state, spec_metas, node) {
+            Ok(h) => hint = h,
+            Err(elements) => {
+                not_computed = Some(format!(
+                    "whether the operands' rows pair the same spec rows was not computed ({elements} elements, over the limit of {MAX_ROW_IDS})"
+                ));
+            }
+        }
     }
     if hint.is_none() {
         hint = dropped_input(case, imp, state, node);
@@ -504,5 +532,6 @@ pub(super) fn blame(
         impl_consumers: consumers.into_iter().take(12).collect(),
         hint,
         other_stops,
+        not_computed,
     }
 }

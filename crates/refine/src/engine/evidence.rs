@@ -229,14 +229,36 @@ pub(super) const LAYOUT_OPS: &[&str] = &[
 /// Each rank tensor of the relations gets a tensor of distinct ids; evaluating a relation on
 /// them gives, for every element of the spec's input, the rank element it is; evaluating the
 /// operand's layout operators (see [`LAYOUT_OPS`]) on them gives its elements' ids.
+///
+/// The ids cost memory per element, so tensors of more than [`MAX_ROW_IDS`] elements in all
+/// are not traced: `Err` then carries the element count, for the report to say the check was
+/// not computed (never a hint, so never a refutation on a check that did not run).
 pub(super) fn misaligned_rows(
     case: &Case,
     imp: &Impl,
     state: &HashMap<ValueId, State>,
     spec_metas: &[Vec<Option<Meta>>],
     node: &shardproof_ir::Node,
-) -> Option<String> {
-    let op = node.op()?.to_string();
+) -> Result<Option<String>, usize> {
+    Ok(misaligned_rows_bounded(case, imp, state, spec_metas, node)?.flatten())
+}
+
+/// The most elements [`misaligned_rows`] gives ids to: the rank tensors its relations read and
+/// the spec inputs they build, together (a few hundred MB of ids and row tables at most).
+pub(super) const MAX_ROW_IDS: usize = 1 << 22;
+
+/// [`misaligned_rows`]: `Ok(None)` where the check does not apply, `Ok(Some(hint))` with its
+/// answer, `Err(elements)` where the tensors are too large to trace.
+fn misaligned_rows_bounded(
+    case: &Case,
+    imp: &Impl,
+    state: &HashMap<ValueId, State>,
+    spec_metas: &[Vec<Option<Meta>>],
+    node: &shardproof_ir::Node,
+) -> Result<Option<Option<String>>, usize> {
+    let Some(op) = node.op().map(|o| o.to_string()) else {
+        return Ok(None);
+    };
     // (argument position, relation, the spec input's shape), for clean tensor inputs.
     let inputs: Vec<(usize, &RecExpr<Term>, Vec<usize>)> = node
         .args()
@@ -248,26 +270,50 @@ pub(super) fn misaligned_rows(
         })
         .collect();
     if inputs.len() < 2 || inputs.iter().any(|x| x.2[0] != inputs[0].2[0]) {
-        return None;
+        return Ok(None);
+    }
+    // The size first, from shapes alone: nothing is allocated for tensors over the bound.
+    let mut leaves: Vec<(String, Meta)> = Vec::new();
+    let mut elements = inputs
+        .iter()
+        .fold(0usize, |n, x| n.saturating_add(x.2.iter().product()));
+    for (_, e, _) in &inputs {
+        for l in expr_leaves(case, e) {
+            let (Some(rank), Some(meta)) = (l.rank, imp.meta(l)) else {
+                return Ok(None);
+            };
+            let key = format!("r{rank}:{}", imp.name(l));
+            if leaves.iter().all(|(k, _)| *k != key) {
+                elements = elements.saturating_add(meta.numel());
+                leaves.push((key, meta));
+            }
+        }
+    }
+    if elements > MAX_ROW_IDS {
+        return Err(elements);
     }
     // Distinct ids per rank tensor: element `j` of the `k`-th is `(k + 1) * 2^32 + j`.
     let mut ids: HashMap<String, shardproof_ops::Tensor> = HashMap::new();
-    for (_, e, _) in &inputs {
-        for l in expr_leaves(case, e) {
-            let key = format!("r{}:{}", l.rank?, imp.name(l));
-            if ids.contains_key(&key) {
-                continue;
-            }
-            let meta = imp.meta(l)?;
-            let base = (ids.len() as f64 + 1.0) * 4_294_967_296.0;
-            let data = (0..meta.numel()).map(|j| base + j as f64).collect();
-            ids.insert(key, shardproof_ops::Tensor::new(meta, data));
-        }
+    for (key, meta) in leaves {
+        let base = (ids.len() as f64 + 1.0) * 4_294_967_296.0;
+        let data = (0..meta.numel()).map(|j| base + j as f64).collect();
+        ids.insert(key, shardproof_ops::Tensor::new(meta, data));
     }
+    Ok(Some(rows_against_ids(case, imp, &ids, &inputs, &op)))
+}
+
+/// The row check of [`misaligned_rows`] over the ids of its rank tensors.
+fn rows_against_ids(
+    case: &Case,
+    imp: &Impl,
+    ids: &HashMap<String, shardproof_ops::Tensor>,
+    inputs: &[(usize, &RecExpr<Term>, Vec<usize>)],
+    op: &str,
+) -> Option<String> {
     // For each input: the spec row (along dim 0) of every id.
     let mut rows_of: Vec<HashMap<u64, usize>> = Vec::new();
-    for (_, e, shape) in &inputs {
-        let t = crate::eval::eval(e, &ids).ok()?.into_iter().next()?;
+    for (_, e, shape) in inputs {
+        let t = crate::eval::eval(e, ids).ok()?.into_iter().next()?;
         let stride: usize = shape[1..].iter().product();
         if t.shape() != shape.as_slice() || stride == 0 {
             return None;
@@ -284,7 +330,7 @@ pub(super) fn misaligned_rows(
     let mut found = None;
     for (r, g) in case.program.ranks.iter().enumerate() {
         for nd in &g.nodes {
-            if nd.op().map(|o| o.to_string()).as_deref() != Some(op.as_str()) {
+            if nd.op().map(|o| o.to_string()).as_deref() != Some(op) {
                 continue;
             }
             // For each related operand: the spec row of each of its rows.
@@ -297,7 +343,7 @@ pub(super) fn misaligned_rows(
                     rank: Some(r),
                     value: x,
                 };
-                let Some(t) = operand_ids(imp, &ids, v, 6) else {
+                let Some(t) = operand_ids(imp, ids, v, 6) else {
                     break;
                 };
                 let n = t.shape().first().copied().unwrap_or(0);

@@ -46,7 +46,7 @@ fn fused_attention_over_heads() -> Lemma {
             ),
             (
                 "(get 1 (aten._scaled_dot_product_flash_attention_for_cpu.default (cat 0 %r0:q %r1:q) (cat 0 %r0:k %r1:k) (cat 0 %r0:v %r1:v) f:0.0 b:false none f:0.5))",
-                &[("q", "f64[1,2,3,2]"), ("k", "f64[1,2,4,2]"), ("v", "f64[1,2,4,3]")],
+                &[("q", "f64[1,2,3,2]"), ("k", "f64[1,2,4,2]"), ("v", "f64[1,2,4,2]")],
             ),
             (
                 "(get 1 (aten._scaled_dot_product_flash_attention_for_cpu_backward.default (cat 1 %r0:g %r1:g) (cat 1 %r0:q %r1:q) (cat 1 %r0:k %r1:k) (cat 1 %r0:v %r1:v) (cat 1 %r0:o %r1:o) (cat 1 %r0:l %r1:l) f:0.0 b:true none none))",

@@ -17,7 +17,8 @@ For every program it writes
 Programs: a tensor-parallel MLP (column-sharded first weight, row-sharded second, gelu), a small
 transformer block (layernorm, multi-head attention with softmax, MLP; heads column-sharded,
 output projections row-sharded), each with ``NamedSharding`` over 1, 2 and 4 devices, and a planted
-bug: a ``shard_map`` MLP whose ``psum`` after the row-parallel matmul is dropped.
+bugs: a ``shard_map`` MLP whose ``psum`` after the row-parallel matmul is dropped, and a
+``shard_map`` block whose attention output projection's ``psum`` is dropped.
 """
 
 import os
@@ -102,6 +103,29 @@ def mlp_dropped_psum(mesh):
                      out_specs=P(), check_vma=False)
 
 
+def block_dropped_psum(mesh):
+    """The planted bug in the block: each device's attention output projection (its heads' rows
+    of ``wo``) is a partial sum that is added to the residual without its ``psum``; the MLP's
+    partial sums are reduced as they should be."""
+
+    def local(x, g1, b1, wq, wk, wv, wo, g2, b2, w1, w2):
+        h = layernorm(x, g1, b1)
+        q = jnp.einsum("bsd,dhk->bshk", h, wq)
+        k = jnp.einsum("bsd,dhk->bshk", h, wk)
+        v = jnp.einsum("bsd,dhk->bshk", h, wv)
+        s = jnp.einsum("bqhk,bshk->bhqs", q, k) / jnp.sqrt(jnp.float32(D // H))
+        p = jax.nn.softmax(s, axis=-1)
+        o = jnp.einsum("bhqs,bshk->bqhk", p, v)
+        x = x + jnp.einsum("bqhk,hkd->bqd", o, wo)  # should be psum(..., "tp")
+        h = layernorm(x, g2, b2)
+        return x + jax.lax.psum(jax.nn.relu(h @ w1) @ w2, "tp")
+
+    heads = P(None, "tp", None)
+    specs = (P(), P(), P(), heads, heads, heads, P("tp", None, None), P(), P(),
+             P(None, "tp"), P("tp", None))
+    return shard_map(local, mesh=mesh, in_specs=specs, out_specs=P(), check_vma=False)
+
+
 def write(path, text):
     with open(path, "w") as f:
         f.write(text if text.endswith("\n") else text + "\n")
@@ -129,6 +153,9 @@ def main():
         text = jax.jit(mlp_dropped_psum(mesh)).lower(*MLP_ARGS).compile().as_text()
         for k in range(n):
             write(f"{out}/mlp_bug.tp{n}.dev{k}.hlo", text)
+        text = jax.jit(block_dropped_psum(mesh)).lower(*BLOCK_ARGS).compile().as_text()
+        for k in range(n):
+            write(f"{out}/block_bug.tp{n}.dev{k}.hlo", text)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 //! JAX programs as XLA HLO text, end to end: the fixtures `python/hlo/capture.py` wrote into
 //! `crates/import/tests/fixtures/hlo/` (a tensor-parallel MLP and transformer block with
-//! `NamedSharding` on 1, 2 and 4 host devices, and a `shard_map` MLP whose `psum` is dropped)
-//! through `inspect --strict`, `run` and `verify`. No JAX is needed.
+//! `NamedSharding` on 1, 2 and 4 host devices, and a `shard_map` MLP and block whose `psum` is
+//! dropped) through `inspect --strict`, `run` and `verify`. No JAX is needed.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -95,7 +95,12 @@ fn run_holds_on_the_correct_plans() {
 
 #[test]
 fn run_catches_the_dropped_psum() {
-    for case in ["mlp_bug.tp2.yaml", "mlp_bug.tp4.yaml"] {
+    for case in [
+        "mlp_bug.tp2.yaml",
+        "mlp_bug.tp4.yaml",
+        "block_bug.tp2.yaml",
+        "block_bug.tp4.yaml",
+    ] {
         expect(
             &["run"],
             case,
@@ -139,20 +144,47 @@ fn verify_refutes_the_dropped_psum_at_the_second_matmul_in_the_users_file() {
 }
 
 /// The block's per-device programs compute softmax as `exp * (1 / sum)` where the spec writes
-/// `exp / sum` (XLA's compiler rewrites the division; `run` agrees to 1e-16), which is not an
-/// exact identity of floating point and which `verify` has no lemma for: it stops at the
-/// spec's division, inconclusive, and must never refute the correct plan.
+/// `exp / sum` (`div-as-reciprocal-product`), and relu as `maximum(x, 0)` over the unreshaped
+/// column shards (`elementwise-with-scalars-through-view`): relations alone rebuild the output.
 #[test]
-fn verify_on_the_correct_block_never_refutes() {
-    for case in ["block.tp1.yaml", "block.tp2.yaml"] {
-        let (code, out) = shardproof(&["verify"], case);
-        assert!(code == 0 || code == 3, "{case}: exit {code}\n{out}");
-        if code == 3 {
-            assert!(
-                out.contains("spec operator `div_17` (aten.div.Tensor)"),
-                "{case}:\n{out}"
-            );
-            assert!(out.contains("meets every output"), "{case}:\n{out}");
-        }
+fn verify_proves_the_correct_block_plans_by_relations() {
+    for case in ["block.tp1.yaml", "block.tp2.yaml", "block.tp4.yaml"] {
+        expect(
+            &["verify"],
+            case,
+            0,
+            &["verified: jax-block-tp", "decided by: relations"],
+        );
+    }
+}
+
+/// A `shard_map` block whose attention output projection is added to the residual without its
+/// `psum`: refuted at the residual add in the user's source, the partial sum named.
+#[test]
+fn verify_refutes_the_blocks_dropped_psum_at_the_attention_residual() {
+    for (case, partial) in [
+        (
+            "block_bug.tp2.yaml",
+            "sum(r0.bitcast_13_reshape, r1.bitcast_13_reshape)",
+        ),
+        (
+            "block_bug.tp4.yaml",
+            "r2.bitcast_20_reshape, r3.bitcast_20_reshape)",
+        ),
+    ] {
+        expect(
+            &["verify"],
+            case,
+            1,
+            &[
+                "refuted: jax-block_bug-tp",
+                "relations stop at spec operator `add_17` (aten.add.Tensor)",
+                // `x = x + jnp.einsum("bqhk,hkd->bqd", o, wo)` in `block`.
+                "python/hlo/capture.py:65 in block",
+                partial,
+                "is an unreduced partial sum",
+                "decided by: relations",
+            ],
+        );
     }
 }

@@ -13,6 +13,7 @@ use egg::{
 };
 use std::sync::Arc;
 
+mod attention;
 mod chunks;
 mod classes;
 mod elements;
@@ -293,5 +294,6 @@ pub fn library() -> Vec<Lemma> {
     l.extend(flash::lemmas());
     l.extend(elements::lemmas());
     l.extend(loss_parallel::lemmas());
+    l.extend(attention::lemmas());
     l
 }

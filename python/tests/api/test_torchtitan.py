@@ -1,14 +1,14 @@
 """torchtitan's Llama 3 (torchtitan 0.3.0 from PyPI, installed by scripts/wheel without its
 training-stack dependencies) captured with torchtitan's own tensor-parallel sharding at tp=2:
-placements from its DTensors; `run` matches the spec and `verify` never refutes it, and a
-planted missing all-reduce is refuted. verify relates torchtitan's vocab-parallel embedding
-(`vocab-clamped-lookup`) but stops at PyTorch's CPU attention kernel
-(`_scaled_dot_product_flash_attention_for_cpu`), which no lemma splits over heads yet, so the
-correct plan is inconclusive and the bug is refuted by the counterexample search, not located.
-The tests fail, never skip, without torchtitan."""
+placements from its DTensors; `run` matches the spec and `verify` proves it by relations
+(torchtitan's vocab-parallel embedding by `vocab-clamped-lookup`, PyTorch's CPU attention kernel
+`_scaled_dot_product_flash_attention_for_cpu` split over the heads by
+`fused-attention-over-heads`), and a planted missing all-reduce is refuted. The tests fail,
+never skip, without torchtitan."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 import shardproof
@@ -33,12 +33,31 @@ def test_forward_placements_come_from_torchtitans_sharding_config(tmp_path, engi
     ran = cap.run()
     assert ran.exit_code == 0, (ran, ran.stderr, ran.report)
     verdict = cap.verify()
-    assert verdict.exit_code in (0, 3), (verdict, verdict.stderr, verdict.report)
+    assert verdict.exit_code == 0, (verdict, verdict.stderr, verdict.report)
+    assert verdict.report["decided_by"] == "relations", verdict.report
 
 
-def test_dropped_w2_all_reduce_is_refuted(tmp_path, engine_ready):
-    cap = _capture(tmp_path, drop_w2_reduce=True)
-    verdict = cap.verify()
+@pytest.fixture(scope="module")
+def dropped_w2(tmp_path_factory):
+    """The w2-without-all-reduce capture and its verdict, shared by the two tests below (one
+    capture: the module's time stays as it was)."""
+    cap = _capture(tmp_path_factory.mktemp("titan-bug"), drop_w2_reduce=True)
+    return cap.verify()
+
+
+def test_dropped_w2_all_reduce_is_refuted(dropped_w2, engine_ready):
+    verdict = dropped_w2
     assert verdict.exit_code == 1, (verdict, verdict.stderr, verdict.report)
     # The counterexample search shows w2's unreduced output in the logits.
     assert verdict.report["counterexample"]["output"] == "out", verdict.report
+
+
+@pytest.mark.xfail(strict=True, reason="the engine's walk-back (engine/diagnose.rs, `absorbed`) "
+                   "passes the FFN residual add and stops at the attention residual (line 48), "
+                   "which has a rank-sum relation besides its clean one; the verify helper's fix")
+def test_dropped_w2_all_reduce_is_located_at_the_ffn_residual(dropped_w2, engine_ready):
+    verdict = dropped_w2
+    loc = verdict.location
+    assert loc is not None and loc.file.endswith("llama3/model.py"), verdict
+    # `out = h + self.feed_forward(self.ffn_norm(h))`
+    assert loc.line == 49, verdict

@@ -5,7 +5,7 @@ use super::{
     cat, cats, elementwise_roots, ew, node_sym, regroup, shape, sizes, slice, sums, with_kids,
     Graph, Lemma, ELEMENTWISE,
 };
-use crate::term::Data;
+use crate::term::{Data, Term};
 use egg::{Id, Symbol};
 use std::sync::Arc;
 
@@ -79,6 +79,72 @@ pub(super) fn lemmas() -> Vec<Lemma> {
                         results.push(id);
                     }
                 }
+            }
+            results
+        }),
+    });
+    // Elementwise operators against 0-d operands act through views.
+    let roots2 = all_ew.clone();
+    l.push(Lemma {
+        name: "elementwise-with-scalars-through-view",
+        doc: "f(view(x, s), c..) = view(f(x, c..), s) for an elementwise f whose other tensor operands are 0-d (or literals), where x is a cat in the e-graph or f(x, c..) is already there: XLA's relu is maximum(x, 0-d zero) over the spec's reshaped product, whose column shards the ranks compute unreshaped",
+        roots: elementwise_roots(),
+        examples: vec![
+            (
+                "(aten.maximum.default (aten.view.default (cat 1 %r0:a %r1:a) (list 2 2 4)) (aten.scalar_tensor.default f:0.0 dt:f64 none none none))",
+                &[("a", "f64[4,2]")],
+            ),
+            (
+                "(aten.mul.Tensor (aten.view.default (cat 0 %r0:a %r1:a) (list 12)) %r0:c)",
+                &[("a", "f64[2,3]"), ("c", "f64[]")],
+            ),
+        ],
+        requires: None,
+        build: Arc::new(move |g, eclass, kids| {
+            let Some(sym) = node_sym(g, eclass, kids, &roots2) else {
+                return vec![];
+            };
+            let Some(&(_, tensors, _, _)) = ew(sym.as_str()) else {
+                return vec![];
+            };
+            let Some(out) = shape(g, eclass) else {
+                return vec![];
+            };
+            // The one operand of the output's shape; every other is 0-d.
+            let mut full = None;
+            for &t in tensors {
+                let Some(&k) = kids.get(t) else { return vec![] };
+                if matches!(g[k].data, Data::Literal | Data::Int(_)) {
+                    continue;
+                }
+                match shape(g, k) {
+                    Some(ts) if ts.is_empty() => {}
+                    Some(ts) if ts == out && full.is_none() => full = Some(t),
+                    _ => return vec![],
+                }
+            }
+            let Some(t) = full else { return vec![] };
+            let views: Vec<(Id, Id)> = g[kids[t]]
+                .nodes
+                .iter()
+                .filter_map(|n| match n {
+                    Term::Op(s, k) if s.as_str() == "aten.view.default" && k.len() == 2 => {
+                        Some((k[0], k[1]))
+                    }
+                    _ => None,
+                })
+                .take(3)
+                .collect();
+            let mut results = Vec::new();
+            for (x, size) in views {
+                // Only where the unviewed call exists (a rank computes it) or x is a cat (the
+                // call splits further); anything else would only grow the e-graph.
+                let node = with_kids(sym, kids, &[(t, x)]);
+                if cats(g, x).is_empty() && g.lookup(node.clone()).is_none() {
+                    continue;
+                }
+                let inner = g.add(node);
+                results.push(g.add(Term::Op(Symbol::from("aten.view.default"), vec![inner, size])));
             }
             results
         }),

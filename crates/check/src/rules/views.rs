@@ -926,18 +926,10 @@ pub(super) fn cat(c: &Ctx) -> Outcome {
     if ts.iter().all(|t| Some(t.p) == first) {
         return c.all(first.unwrap_or(Place::Replicate));
     }
-    // Mixed: merge as a sum of disjoint blocks (a partial needs every block partial). The
-    // operands' metas are dropped (their sizes along the cat dim differ; the pairing along the
-    // other dims is checked below), with output rank 0 so that a shard keeps its dim.
-    let stripped: Vec<T> = ts
-        .iter()
-        .cloned()
-        .map(|mut t| {
-            t.meta = None;
-            t
-        })
-        .collect();
-    match merge(&stripped, 0, Lin::Add, false) {
+    // Mixed: merge as a sum of disjoint blocks (a partial needs every block partial), in the
+    // operands' own dims (their sizes along the cat dim differ; the pairing along the other
+    // dims is checked below by `unbroadcast_pairing`).
+    match merge_joined(&ts, Lin::Add, false) {
         Ok(p) => match unbroadcast_pairing(p, &ts) {
             Some(v) => one(Err(v), c.n_out()),
             None => c.all(p),
@@ -954,17 +946,9 @@ pub(super) fn stack(c: &Ctx) -> Outcome {
     };
     let first = ts.first().map(|t| t.p);
     if !ts.iter().all(|t| Some(t.p) == first) {
-        // The operands' dims in the input's numbering (output rank 0 keeps a shard's dim),
-        // moved past the new dim after the merge.
-        let stripped: Vec<T> = ts
-            .iter()
-            .cloned()
-            .map(|mut t| {
-                t.meta = None;
-                t
-            })
-            .collect();
-        return match merge(&stripped, 0, Lin::Add, false) {
+        // The operands' dims in the input's numbering, moved past the new dim after the
+        // merge; the pairing is checked by `unbroadcast_pairing`.
+        return match merge_joined(&ts, Lin::Add, false) {
             Ok(p) => match unbroadcast_pairing(p, &ts) {
                 Some(v) => one(Err(v), c.n_out()),
                 None => c.all(match p {
@@ -1026,7 +1010,8 @@ pub(super) fn slice_scatter(c: &Ctx) -> Outcome {
     }
     if c.varies || x.p == Place::Shard(dim as u8) {
         if x.p.is_partial() || src.p.is_partial() {
-            return one(merge(&[x, src], 0, Lin::None, false), c.n_out());
+            // A partial operand: a finding whatever the pairing.
+            return one(merge_joined(&[x, src], Lin::None, false), c.n_out());
         }
         return c.all(Place::Varying);
     }
@@ -1043,15 +1028,13 @@ pub(super) fn slice_scatter(c: &Ctx) -> Outcome {
     }
     let mut src = src;
     src.p = src_p;
-    src.meta = None;
     if src.constant != u64::MAX && c.args.schema().name.starts_with("select") {
         // The source lacks the written dim: its bits are in another numbering.
         src.constant = 0;
     }
-    let mut x = x;
-    x.meta = None;
-    // Output rank 0: `self` and the output share their dims, so a shard keeps its dim.
-    match merge(&[x.clone(), src.clone()], 0, Lin::Add, false) {
+    // `self` and the output share their dims, so a shard keeps its dim; the pairing is
+    // checked by `unbroadcast_pairing`.
+    match merge_joined(&[x.clone(), src.clone()], Lin::Add, false) {
         Ok(p) => match unbroadcast_pairing(p, &[x, src]) {
             Some(v) => one(Err(v), c.n_out()),
             None => c.all(p),

@@ -48,12 +48,12 @@ pub mod synth;
 mod temporal;
 mod vocab;
 
-pub use engine::{group_dims, RankPlacements};
+pub use engine::{group_dims, RankMetas, RankPlacements};
 pub use place::{perm_code, perm_offsets, Place, Red, RowKey, RowTable, SpmdType};
 pub use report::{ranks_text, Check, Finding, RawFinding, Report, UnknownSource, Verdict};
 
 use engine::{
-    graph_classes, literal_hashes, propagate_rank, propagate_rank_again, spec_scalings,
+    graph_classes, literal_hashes, per_graph, propagate_rank, propagate_rank_again, spec_scalings,
     structure_hashes, Shared, SpecViews,
 };
 use shardproof_case::{Case, Layout};
@@ -87,8 +87,8 @@ pub struct Propagation {
     pub ranks: Vec<RankPlacements>,
     /// The simulated schedule.
     pub schedule: shardproof_interp::Schedule,
-    /// Per rank: local metas.
-    pub metas: Vec<Vec<Vec<Option<shardproof_ops::Meta>>>>,
+    /// Per rank: local metas (shared by ranks that run one graph).
+    pub metas: Vec<std::sync::Arc<RankMetas>>,
     /// Group name -> mesh dims it spans.
     pub groups: HashMap<String, Option<Vec<usize>>>,
 }
@@ -106,26 +106,36 @@ pub fn propagate(case: &Case) -> Result<Propagation, Invalid> {
 pub fn propagate_counted(case: &Case, progress: &Progress) -> Result<Propagation, Invalid> {
     let program = &case.program;
     let n = program.ranks.len();
-    progress.start(2 * n);
-    let mut metas = Vec::with_capacity(n);
-    for (r, g) in program.ranks.iter().enumerate() {
-        progress.enter(&format!("type inference of rank {r} of {n}"));
+    // Type inference once per distinct graph (ranks reading one file share it).
+    let distinct = program
+        .ranks
+        .iter()
+        .map(std::sync::Arc::as_ptr)
+        .collect::<BTreeSet<_>>()
+        .len();
+    progress.start(distinct + n);
+    let mut k = 0;
+    let metas = per_graph(&program.ranks, |g| {
+        k += 1;
+        progress.enter(&format!("type inference of graph {k} of {distinct}"));
         let typed = typecheck(g, &case.ops);
         progress.leave();
         match typed {
-            Ok(inf) => metas.push(inf.metas),
+            Ok(inf) => Ok(std::sync::Arc::new(inf.metas)),
             Err(errors) => {
                 let lines: Vec<String> = errors
                     .iter()
                     .take(5)
                     .map(|e| format!("error: {e}"))
                     .collect();
-                return Err(Invalid {
-                    message: format!("the program does not type-check:\n{}", lines.join("\n")),
-                });
+                Err(format!(
+                    "the program does not type-check:\n{}",
+                    lines.join("\n")
+                ))
             }
         }
-    }
+    })
+    .map_err(|message| Invalid { message })?;
     let leaves: Vec<BTreeSet<String>> = (0..program.ranks.len())
         .map(|r| case.rank_leaves(r))
         .collect();
@@ -164,31 +174,37 @@ pub fn propagate_counted(case: &Case, progress: &Progress) -> Result<Propagation
         .iter()
         .map(|g| (g.name.clone(), group_dims(&program.mesh, &g.members)))
         .collect();
-    let names: Vec<HashMap<&str, u32>> = program
-        .ranks
-        .iter()
-        .map(|g| {
+    // Per distinct graph, as the metas: names, literal and structure hashes.
+    let names = per_graph(&program.ranks, |g| {
+        Ok(std::sync::Arc::new(
             g.nodes
                 .iter()
                 .enumerate()
                 .map(|(i, n)| (n.name.as_str(), i as u32))
-                .collect()
-        })
-        .collect();
-    let literals: Vec<Vec<u64>> = program.ranks.iter().map(|g| literal_hashes(g)).collect();
-    let structure: Vec<Vec<u64>> = program
-        .ranks
-        .iter()
-        .zip(&literals)
-        .map(|(g, l)| structure_hashes(g, l))
-        .collect();
+                .collect::<HashMap<&str, u32>>(),
+        ))
+    })
+    .map_err(|message| Invalid { message })?;
+    let literals = per_graph(&program.ranks, |g| {
+        Ok(std::sync::Arc::new(literal_hashes(g)))
+    })
+    .map_err(|message| Invalid { message })?;
+    let structure = per_graph(&program.ranks, |g| {
+        let l = literal_hashes(g);
+        Ok(std::sync::Arc::new(structure_hashes(g, &l)))
+    })
+    .map_err(|message| Invalid { message })?;
     let graph_class = graph_classes(&program.ranks);
     let spec_views = SpecViews::new(&case.spec);
     // Ranks with equal graphs and local metas share their view matches.
     let mut view_matches: Vec<std::sync::Arc<Vec<Option<u32>>>> = Vec::with_capacity(n);
     for (r, g) in program.ranks.iter().enumerate() {
         let m = match graph_class[r] {
-            q if q < r && metas[q] == metas[r] => view_matches[q].clone(),
+            q if q < r
+                && (std::sync::Arc::ptr_eq(&metas[q], &metas[r]) || metas[q] == metas[r]) =>
+            {
+                view_matches[q].clone()
+            }
             _ => std::sync::Arc::new(spec_views.matches(&case.spec, g, &metas[r])),
         };
         view_matches.push(m);
@@ -210,6 +226,7 @@ pub fn propagate_counted(case: &Case, progress: &Progress) -> Result<Propagation
         graph_class,
         rows: Default::default(),
         ring_roots: Default::default(),
+        peer_maps: Default::default(),
     };
     // Who receives from whom: a rank's placements depend only on its own graph and on the
     // placements its senders had when it read them.

@@ -144,6 +144,12 @@ thread_local! {
     pub(crate) static FULL_RERUNS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
+thread_local! {
+    /// Tests: propagate every rank on its own (no twins), to compare with sharing. Off
+    /// outside tests (a constant `false`).
+    pub(crate) static NO_TWINS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 fn propagate_rank_from(
     sh: &Shared,
     r: usize,
@@ -157,6 +163,14 @@ fn propagate_rank_from(
     let mesh_sizes: Vec<usize> = mesh.dims.iter().map(|d| d.1).collect();
     let reg = Registry::builtin();
     let coords = mesh.coords(r);
+    // The mesh dims whose coordinate this run reads (kept from an earlier run resumed): a
+    // rank whose run reads none of the dims where another rank's coordinates differ, and
+    // whose other reads are the same, gets the same placements (`propagate`).
+    let coord_read = std::cell::Cell::new(resume.as_ref().map_or(0, |(rp, _)| rp.coord_reads));
+    let my_coord = |m: usize| {
+        coord_read.set(coord_read.get() | 1u64.checked_shl(m as u32).unwrap_or(0));
+        coords[m]
+    };
     let mut offsets = Vec::with_capacity(g.nodes.len());
     let mut total = 0u32;
     for n in &g.nodes {
@@ -602,7 +616,7 @@ fn propagate_rank_from(
                         input_places: &input_places,
                         group_dims,
                         regrouped,
-                        coord: (coords[m], mesh.dims[m].1),
+                        coord: rules::MeshCoord::new(coords[m], mesh.dims[m].1, m, &coord_read),
                         mesh_dim: m,
                         mesh_sizes: &mesh_sizes,
                         peer_ints: &peer_ints,
@@ -642,7 +656,7 @@ fn propagate_rank_from(
                         && crate::vocab::update_shard(
                             g,
                             i,
-                            coords[m],
+                            &|| my_coord(m),
                             |v| rp.of(v, nd)[m] == Place::Replicate,
                             meta_of,
                         )
@@ -665,7 +679,7 @@ fn propagate_rank_from(
                             g,
                             inputs[0],
                             inputs[1],
-                            coords[m],
+                            &|| my_coord(m),
                             |v| rp.of(v, nd)[m] == Place::Replicate,
                             meta_of,
                         );
@@ -679,7 +693,7 @@ fn propagate_rank_from(
                         && crate::vocab::embedding_grad_shard(
                             g,
                             i,
-                            coords[m],
+                            &|| my_coord(m),
                             |v| rp.of(v, nd)[m] == Place::Replicate,
                             meta_of,
                         )
@@ -699,7 +713,7 @@ fn propagate_rank_from(
                                     x,
                                     mask,
                                     false,
-                                    coords[m],
+                                    &|| my_coord(m),
                                     |v| rp.of(v, nd)[m] == Place::Replicate,
                                     |v| rp.of(v, nd)[m].shard_dim(),
                                     meta_of,
@@ -749,7 +763,7 @@ fn propagate_rank_from(
                                         x,
                                         mask,
                                         true,
-                                        coords[m],
+                                        &|| my_coord(m),
                                         |v| rp.of(v, nd)[m] == Place::Replicate,
                                         |v| rp.of(v, nd)[m].shard_dim(),
                                         meta_of,
@@ -993,6 +1007,7 @@ fn propagate_rank_from(
         }
     }
     rp.dual_lifts = dual_lifts;
+    rp.coord_reads = coord_read.get();
     // Unknown values: count them.
     rp.unknown_values = rp
         .places

@@ -40,6 +40,8 @@ pub struct RankPlacements {
     pub dual_lifts: Vec<(usize, String)>,
     /// Findings of the operator rules.
     pub findings: Vec<RawFinding>,
+    /// The mesh dims whose coordinate the propagation read (bit `m` for mesh dim `m`).
+    pub coord_reads: u64,
 }
 
 impl RankPlacements {

@@ -455,7 +455,7 @@ pub(super) fn view(c: &Ctx) -> Outcome {
             let (Some(m), Some(out)) = (&x.meta, out_shape(c, 0)) else {
                 return c.all(Place::Partial(Red::Sum));
             };
-            let (ins, n) = (&m.shape, c.coord.1);
+            let (ins, n) = (&m.shape, c.coord.n);
             c.all(match x.p {
                 // One dim j split into [n, piece], nothing else changed: recorded.
                 Place::Partial(_) => (0..ins.len())
@@ -488,7 +488,7 @@ pub(super) fn view(c: &Ctx) -> Outcome {
             let (Some(m), Some(out)) = (&x.meta, out_shape(c, 0)) else {
                 return c.all(Place::Unknown);
             };
-            let n = c.coord.1;
+            let n = c.coord.n;
             let split = n > 0
                 && m.shape.first().is_some_and(|&s0| s0 % n == 0)
                 && out.len() == m.shape.len() + 1
@@ -540,7 +540,7 @@ pub(super) fn view(c: &Ctx) -> Outcome {
                 > 1;
             // The spec's node of the same name is this view where its input is this rank's
             // with dim d whole (the names could shift between the programs).
-            let n = c.coord.1;
+            let n = c.coord.n;
             let same_node = |gi: &[i64]| {
                 gi.len() == m.shape.len()
                     && gi
@@ -859,7 +859,8 @@ pub(super) fn slice_like(
             // A rank-dependent slice of a replicated tensor: a shard when every rank along the
             // mesh dim takes the block at its own coordinate.
             let starts = (c.peer_ints)(starts_name);
-            let (n, me) = (c.coord.1, c.coord.0);
+            // Every rank's start against its own coordinate's block: no rank reads its own.
+            let n = c.coord.n;
             let own = keeps_dim
                 && out_len > 0
                 && out_len * n == size
@@ -867,7 +868,6 @@ pub(super) fn slice_like(
                 && starts.iter().enumerate().all(|(k, s)| {
                     s.map(|s| if s < 0 { s + size as i64 } else { s }) == Some((k * out_len) as i64)
                 });
-            let _ = me;
             c.all(if own {
                 Place::shard(dim)
             } else {

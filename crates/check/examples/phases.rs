@@ -29,10 +29,12 @@ fn main() {
     let _ = shardproof_interp::schedule(&case.program, &case.ops, Some(&leaves));
     println!("schedule {:.3}s", t.elapsed().as_secs_f64());
     let t = Instant::now();
-    let _ = shardproof_check::propagate(&case).unwrap();
+    let prop = shardproof_check::propagate(&case).unwrap();
     println!(
-        "propagate (incl typecheck+schedule) {:.3}s",
-        t.elapsed().as_secs_f64()
+        "propagate (incl typecheck+schedule) {:.3}s, {} of {} ranks' placements from a twin",
+        t.elapsed().as_secs_f64(),
+        prop.twin_ranks,
+        case.program.ranks.len()
     );
     let t = Instant::now();
     let r = shardproof_check::check_case(&case).unwrap();

@@ -48,12 +48,12 @@ pub mod synth;
 mod temporal;
 mod vocab;
 
-pub use engine::{group_dims, RankPlacements};
+pub use engine::{group_dims, RankMetas, RankPlacements};
 pub use place::{perm_code, perm_offsets, Place, Red, RowKey, RowTable, SpmdType};
 pub use report::{ranks_text, Check, Finding, RawFinding, Report, UnknownSource, Verdict};
 
 use engine::{
-    graph_classes, literal_hashes, propagate_rank, propagate_rank_again, spec_scalings,
+    graph_classes, literal_hashes, per_graph, propagate_rank, propagate_rank_again, spec_scalings,
     structure_hashes, Shared, SpecViews,
 };
 use shardproof_case::{Case, Layout};
@@ -87,10 +87,13 @@ pub struct Propagation {
     pub ranks: Vec<RankPlacements>,
     /// The simulated schedule.
     pub schedule: shardproof_interp::Schedule,
-    /// Per rank: local metas.
-    pub metas: Vec<Vec<Vec<Option<shardproof_ops::Meta>>>>,
+    /// Per rank: local metas (shared by ranks that run one graph).
+    pub metas: Vec<std::sync::Arc<RankMetas>>,
     /// Group name -> mesh dims it spans.
     pub groups: HashMap<String, Option<Vec<usize>>>,
+    /// Ranks whose placements were taken from an earlier rank whose run read the same (see
+    /// `Twins`), not propagated on their own.
+    pub twin_ranks: usize,
 }
 
 /// Infers the placement of every value of every rank graph of `case` (type inference and the
@@ -106,26 +109,36 @@ pub fn propagate(case: &Case) -> Result<Propagation, Invalid> {
 pub fn propagate_counted(case: &Case, progress: &Progress) -> Result<Propagation, Invalid> {
     let program = &case.program;
     let n = program.ranks.len();
-    progress.start(2 * n);
-    let mut metas = Vec::with_capacity(n);
-    for (r, g) in program.ranks.iter().enumerate() {
-        progress.enter(&format!("type inference of rank {r} of {n}"));
+    // Type inference once per distinct graph (ranks reading one file share it).
+    let distinct = program
+        .ranks
+        .iter()
+        .map(std::sync::Arc::as_ptr)
+        .collect::<BTreeSet<_>>()
+        .len();
+    progress.start(distinct + n);
+    let mut k = 0;
+    let metas = per_graph(&program.ranks, |g| {
+        k += 1;
+        progress.enter(&format!("type inference of graph {k} of {distinct}"));
         let typed = typecheck(g, &case.ops);
         progress.leave();
         match typed {
-            Ok(inf) => metas.push(inf.metas),
+            Ok(inf) => Ok(std::sync::Arc::new(inf.metas)),
             Err(errors) => {
                 let lines: Vec<String> = errors
                     .iter()
                     .take(5)
                     .map(|e| format!("error: {e}"))
                     .collect();
-                return Err(Invalid {
-                    message: format!("the program does not type-check:\n{}", lines.join("\n")),
-                });
+                Err(format!(
+                    "the program does not type-check:\n{}",
+                    lines.join("\n")
+                ))
             }
         }
-    }
+    })
+    .map_err(|message| Invalid { message })?;
     let leaves: Vec<BTreeSet<String>> = (0..program.ranks.len())
         .map(|r| case.rank_leaves(r))
         .collect();
@@ -164,31 +177,37 @@ pub fn propagate_counted(case: &Case, progress: &Progress) -> Result<Propagation
         .iter()
         .map(|g| (g.name.clone(), group_dims(&program.mesh, &g.members)))
         .collect();
-    let names: Vec<HashMap<&str, u32>> = program
-        .ranks
-        .iter()
-        .map(|g| {
+    // Per distinct graph, as the metas: names, literal and structure hashes.
+    let names = per_graph(&program.ranks, |g| {
+        Ok(std::sync::Arc::new(
             g.nodes
                 .iter()
                 .enumerate()
                 .map(|(i, n)| (n.name.as_str(), i as u32))
-                .collect()
-        })
-        .collect();
-    let literals: Vec<Vec<u64>> = program.ranks.iter().map(|g| literal_hashes(g)).collect();
-    let structure: Vec<Vec<u64>> = program
-        .ranks
-        .iter()
-        .zip(&literals)
-        .map(|(g, l)| structure_hashes(g, l))
-        .collect();
+                .collect::<HashMap<&str, u32>>(),
+        ))
+    })
+    .map_err(|message| Invalid { message })?;
+    let literals = per_graph(&program.ranks, |g| {
+        Ok(std::sync::Arc::new(literal_hashes(g)))
+    })
+    .map_err(|message| Invalid { message })?;
+    let structure = per_graph(&program.ranks, |g| {
+        let l = literal_hashes(g);
+        Ok(std::sync::Arc::new(structure_hashes(g, &l)))
+    })
+    .map_err(|message| Invalid { message })?;
     let graph_class = graph_classes(&program.ranks);
     let spec_views = SpecViews::new(&case.spec);
     // Ranks with equal graphs and local metas share their view matches.
     let mut view_matches: Vec<std::sync::Arc<Vec<Option<u32>>>> = Vec::with_capacity(n);
     for (r, g) in program.ranks.iter().enumerate() {
         let m = match graph_class[r] {
-            q if q < r && metas[q] == metas[r] => view_matches[q].clone(),
+            q if q < r
+                && (std::sync::Arc::ptr_eq(&metas[q], &metas[r]) || metas[q] == metas[r]) =>
+            {
+                view_matches[q].clone()
+            }
             _ => std::sync::Arc::new(spec_views.matches(&case.spec, g, &metas[r])),
         };
         view_matches.push(m);
@@ -210,6 +229,7 @@ pub fn propagate_counted(case: &Case, progress: &Progress) -> Result<Propagation
         graph_class,
         rows: Default::default(),
         ring_roots: Default::default(),
+        peer_maps: Default::default(),
     };
     // Who receives from whom: a rank's placements depend only on its own graph and on the
     // placements its senders had when it read them.
@@ -223,12 +243,25 @@ pub fn propagate_counted(case: &Case, progress: &Progress) -> Result<Propagation
     // Ranks to propagate again: a receiver of a rank whose placements changed after the
     // receiver last read them (in the first pass, the receivers that came before it).
     let mut again: BTreeSet<usize> = BTreeSet::new();
+    let mut twins = Twins::new(&sh, &sched.messages);
+    let mut shared_runs = 0usize;
     for r in 0..n {
         progress.enter(&format!("placements of rank {r} of {n}"));
-        done[r] = Some(propagate_rank(&sh, r, &done).0);
+        done[r] = Some(match twins.of(&sh, r, &done) {
+            Some(q) => {
+                shared_runs += 1;
+                done[q].clone().unwrap_or_default()
+            }
+            None => {
+                let rp = propagate_rank(&sh, r, &done).0;
+                twins.note(&sh, r);
+                rp
+            }
+        });
         progress.leave();
         again.extend(receivers[r].iter().filter(|&&q| q < r));
     }
+    tracing::debug!(shared_runs, ranks = n, "placements taken from a twin rank");
     // Each rank is propagated again at most MAX_PASSES - 1 times (a bound on pathological
     // message chains; zoo pipelines settle in a few).
     let mut runs = vec![1usize; n];
@@ -258,7 +291,99 @@ pub fn propagate_counted(case: &Case, progress: &Progress) -> Result<Propagation
         schedule: sched,
         metas,
         groups,
+        twin_ranks: shared_runs,
     })
+}
+
+/// Ranks whose propagation would read exactly what an earlier rank's read, so that its
+/// placements are that rank's (issue 44: dp replicas checked once, never assumed).
+///
+/// `propagate_rank` reads, for rank `r`: its graph, names and hashes (equal graph classes:
+/// equal node for node, names, operators, arguments and inputs), its local metas (compared,
+/// by pointer first: ranks that load one file share them); the case's input placements of `r`
+/// (compared); per mesh dim, its peers' graphs (their graph classes in coordinate order:
+/// compared), which decide the rank-dependent literals, the peers' literal arguments and
+/// structure hashes; `r`'s coordinates (recorded per mesh dim as read, [`rules::MeshCoord`]:
+/// a twin may differ only on dims the earlier run did not read); its recvs' messages and
+/// senders (a rank that receives is never a twin); its groups (explicit rank lists read
+/// `r`'s coordinates: a program with one is never shared; mesh-dim groups have the same
+/// dims and length on every rank); and names `r` in findings (an earlier rank with findings
+/// is never a twin's source). The row selections and ring roots it numbers are keyed by
+/// graph content, so a twin would number nothing new.
+struct Twins {
+    /// Whether any sharing is possible (every group spans mesh dims).
+    enabled: bool,
+    /// Ranks that receive a message.
+    receives: Vec<bool>,
+    /// Candidate earlier ranks by (graph class, peer classes per mesh dim).
+    firsts: HashMap<(usize, Vec<Vec<usize>>), Vec<usize>>,
+}
+
+impl Twins {
+    fn new(sh: &Shared, messages: &BTreeMap<(usize, usize), (usize, usize)>) -> Twins {
+        let n = sh.program.ranks.len();
+        let mut receives = vec![false; n];
+        for &(q, _) in messages.keys() {
+            if q < n {
+                receives[q] = true;
+            }
+        }
+        Twins {
+            enabled: sh.groups.values().all(Option::is_some)
+                && !engine::NO_TWINS.with(std::cell::Cell::get),
+            receives,
+            firsts: HashMap::new(),
+        }
+    }
+
+    fn key(sh: &Shared, r: usize) -> (usize, Vec<Vec<usize>>) {
+        let mesh = &sh.program.mesh;
+        let classes = (0..mesh.dims.len())
+            .map(|m| {
+                engine::peers(mesh, r, m)
+                    .into_iter()
+                    .map(|p| sh.graph_class[p])
+                    .collect()
+            })
+            .collect();
+        (sh.graph_class[r], classes)
+    }
+
+    /// An earlier rank whose placements are `r`'s, checked against `done` (the earlier
+    /// ranks' results); `r` becomes a candidate for later ranks otherwise.
+    fn of(&self, sh: &Shared, r: usize, done: &[Option<RankPlacements>]) -> Option<usize> {
+        if !self.enabled || self.receives[r] {
+            return None;
+        }
+        let key = Twins::key(sh, r);
+        let mesh = &sh.program.mesh;
+        let mine = mesh.coords(r);
+        let found = self.firsts.get(&key).and_then(|cands| {
+            cands.iter().copied().find(|&q| {
+                let Some(Some(rq)) = done.get(q) else {
+                    return false;
+                };
+                let theirs = mesh.coords(q);
+                let coords_unread = (0..mesh.dims.len())
+                    .all(|m| mine[m] == theirs[m] || (m < 64 && rq.coord_reads & (1 << m) == 0));
+                // Equal graphs (names, operators, arguments, inputs) with equal local types.
+                sh.graph_class[q] == sh.graph_class[r]
+                    && (std::sync::Arc::ptr_eq(&sh.metas[q], &sh.metas[r])
+                        || sh.metas[q] == sh.metas[r])
+                    && sh.inputs[q] == sh.inputs[r]
+                    && coords_unread
+                    && rq.findings.is_empty()
+            })
+        });
+        found
+    }
+
+    /// Records `r` (propagated on its own) as a candidate for later ranks.
+    fn note(&mut self, sh: &Shared, r: usize) {
+        if self.enabled && !self.receives[r] {
+            self.firsts.entry(Twins::key(sh, r)).or_default().push(r);
+        }
+    }
 }
 
 /// Checks `case`: propagation, then every spatial and temporal check (see the crate docs).
@@ -425,9 +550,21 @@ fn check_unfixed(case: &Case, progress: &Progress) -> Result<Report, Invalid> {
             }
         }
     }
-    // Temporal checks per rank.
+    // Temporal checks per rank: a function of the rank's graph (the rank only labels the
+    // findings), so once per graph that several ranks load, relabelled for each.
+    let mut temporal_of: HashMap<*const shardproof_ir::Graph, (usize, Vec<RawFinding>)> =
+        HashMap::new();
     for (r, g) in program.ranks.iter().enumerate() {
-        raw.extend(temporal::temporal(g, r, &case.ops));
+        let (first, found) = temporal_of
+            .entry(std::sync::Arc::as_ptr(g))
+            .or_insert_with(|| (r, temporal::temporal(g, r, &case.ops)));
+        raw.extend(found.iter().map(|f| {
+            debug_assert_eq!(f.rank, *first);
+            RawFinding {
+                rank: r,
+                ..f.clone()
+            }
+        }));
     }
     // Gradient duality, where a rank's program has a backward.
     for (r, g) in program.ranks.iter().enumerate() {
@@ -842,5 +979,38 @@ mod tests {
                 assert_eq!(a.unknown_values, b.unknown_values, "{name}");
             }
         }
+    }
+
+    /// A rank whose placements are taken from a twin gets what its own run gives, on every
+    /// demo plan (twins among them: the tensor-parallel ranks of `tp_linear`, whose graphs
+    /// are equal), and the report is the same.
+    #[test]
+    fn a_twin_rank_gets_what_its_own_run_gives() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/plans");
+        let mut names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "plan"))
+            .collect();
+        names.sort();
+        let mut twins = 0;
+        for path in names {
+            let case = plan::load_plan(&path).unwrap();
+            let shared = propagate(&case).unwrap();
+            engine::NO_TWINS.with(|f| f.set(true));
+            let own = propagate(&case).unwrap();
+            let own_report = check_case(&case).unwrap().render();
+            engine::NO_TWINS.with(|f| f.set(false));
+            assert_eq!(own.twin_ranks, 0);
+            twins += shared.twin_ranks;
+            for (a, b) in shared.ranks.iter().zip(&own.ranks) {
+                assert_eq!(a.places, b.places, "{}", path.display());
+                assert_eq!(a.findings.len(), b.findings.len(), "{}", path.display());
+                assert_eq!(a.unknown_values, b.unknown_values, "{}", path.display());
+                assert_eq!(a.unknown_sources, b.unknown_sources, "{}", path.display());
+            }
+            assert_eq!(check_case(&case).unwrap().render(), own_report);
+        }
+        assert!(twins > 0, "no demo plan has a twin rank");
     }
 }

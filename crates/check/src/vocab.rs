@@ -71,7 +71,8 @@ fn range_mask(g: &Graph, b: ValueId) -> Option<(ValueId, i64, i64)> {
 }
 
 /// Whether the rows of the lookup behind `x` that `mask` leaves are exactly the rank's range
-/// (see the module documentation); `coord` is the rank's coordinate along the mesh dim, and
+/// (see the module documentation); `coord` gives the rank's coordinate along the mesh dim (read
+/// only where the proof needs it: the engine records the read), and
 /// `replicated` tells whether a value is `Replicate()` there. `Err` says what is not proven.
 ///
 /// `indexes` says how the mask meets the lookup: `false` for `masked_fill` (an embedding's
@@ -84,7 +85,7 @@ pub(crate) fn range_proven(
     x: ValueId,
     mask: ValueId,
     indexes: bool,
-    coord: usize,
+    coord: &dyn Fn() -> usize,
     replicated: impl Fn(ValueId) -> bool,
     shard_dim: impl Fn(ValueId) -> Option<usize>,
     meta: impl Fn(ValueId) -> Option<Meta>,
@@ -154,7 +155,7 @@ pub(crate) fn range_proven(
         m = args[0].as_value().ok_or(NO_RANGE)?;
     }
     let (ids, lo, hi) = index_and_mask(g, index, m).ok_or(NO_RANGE)?;
-    let r = coord as i64;
+    let r = coord() as i64;
     if !replicated(ids) || lo != r * local || hi != (r + 1) * local {
         return Err(NO_RANGE);
     }
@@ -235,7 +236,7 @@ fn pick_proven(
     g: &Graph,
     x: ValueId,
     mask: ValueId,
-    coord: usize,
+    coord: &dyn Fn() -> usize,
     replicated: &impl Fn(ValueId) -> bool,
     shard_dim: &impl Fn(ValueId) -> Option<usize>,
     meta: &impl Fn(ValueId) -> Option<Meta>,
@@ -279,7 +280,7 @@ fn pick_proven(
         }
         c = args.first().and_then(Arg::as_value)?;
     }
-    let r = coord as i64;
+    let r = coord() as i64;
     let l = local as i64;
     Some(
         index_and_mask(g, c, mask)
@@ -343,7 +344,7 @@ pub(crate) fn one_hot_shard(
     g: &Graph,
     lhs: ValueId,
     rhs: ValueId,
-    coord: usize,
+    coord: &dyn Fn() -> usize,
     replicated: impl Fn(ValueId) -> bool,
     meta: impl Fn(ValueId) -> Option<Meta>,
 ) -> Option<usize> {
@@ -370,7 +371,7 @@ pub(crate) fn one_hot_shard(
         return None;
     }
     let (ids, lo, hi) = index_and_mask(g, x, mask)?;
-    let r = coord as i64;
+    let r = coord() as i64;
     (replicated(ids) && lo == r * len && hi == (r + 1) * len).then(|| out.len() - 1)
 }
 
@@ -383,7 +384,7 @@ pub(crate) fn one_hot_shard(
 pub(crate) fn embedding_grad_shard(
     g: &Graph,
     node: usize,
-    coord: usize,
+    coord: &dyn Fn() -> usize,
     replicated: impl Fn(ValueId) -> bool,
     meta: impl Fn(ValueId) -> Option<Meta>,
 ) -> bool {
@@ -426,7 +427,7 @@ pub(crate) fn embedding_grad_shard(
     let Some(m0) = uargs.first().and_then(Arg::as_value) else {
         return false;
     };
-    let r = coord as i64;
+    let r = coord() as i64;
     index_and_mask(g, x, m0)
         .is_some_and(|(ids, lo, hi)| replicated(ids) && lo == r * len && hi == (r + 1) * len)
 }
@@ -498,7 +499,7 @@ pub(crate) fn update_values(g: &Graph) -> std::collections::HashSet<usize> {
 pub(crate) fn update_shard(
     g: &Graph,
     node: usize,
-    coord: usize,
+    coord: &dyn Fn() -> usize,
     replicated: impl Fn(ValueId) -> bool,
     meta: impl Fn(ValueId) -> Option<Meta>,
 ) -> bool {
@@ -536,7 +537,7 @@ pub(crate) fn update_shard(
         };
         m = v;
     }
-    let r = coord as i64;
+    let r = coord() as i64;
     let l = local as i64;
     index_and_mask(g, t, m)
         .is_some_and(|(ids, lo, hi)| replicated(ids) && lo == r * l && hi == (r + 1) * l)

@@ -6,7 +6,7 @@ use crate::ring::{self, RingMode};
 use crate::rows::{self, RowsMode};
 use crate::rules::{self, Ctx, Exempt, Literals};
 use shardproof_ir::{Arg, NodeKind, OpMeaning, OpName, ValueId};
-use shardproof_ops::{Args, Meta, NoValues, OpClass, Registry};
+use shardproof_ops::{Args, Meta, NoValues, OpClass, OpDef, Registry};
 use std::collections::HashMap;
 
 mod findings;
@@ -144,6 +144,12 @@ thread_local! {
     pub(crate) static FULL_RERUNS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
+thread_local! {
+    /// Tests: propagate every rank on its own (no twins), to compare with sharing. Off
+    /// outside tests (a constant `false`).
+    pub(crate) static NO_TWINS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 fn propagate_rank_from(
     sh: &Shared,
     r: usize,
@@ -157,6 +163,14 @@ fn propagate_rank_from(
     let mesh_sizes: Vec<usize> = mesh.dims.iter().map(|d| d.1).collect();
     let reg = Registry::builtin();
     let coords = mesh.coords(r);
+    // The mesh dims whose coordinate this run reads (kept from an earlier run resumed): a
+    // rank whose run reads none of the dims where another rank's coordinates differ, and
+    // whose other reads are the same, gets the same placements (`propagate`).
+    let coord_read = std::cell::Cell::new(resume.as_ref().map_or(0, |(rp, _)| rp.coord_reads));
+    let my_coord = |m: usize| {
+        coord_read.set(coord_read.get() | 1u64.checked_shl(m as u32).unwrap_or(0));
+        coords[m]
+    };
     let mut offsets = Vec::with_capacity(g.nodes.len());
     let mut total = 0u32;
     for n in &g.nodes {
@@ -208,6 +222,7 @@ fn propagate_rank_from(
     let updates = crate::vocab::update_values(g);
     let mut dual_used: HashMap<String, usize> = HashMap::new();
     let mut rule_of: HashMap<&OpName, Option<&'static rules::Rule>> = HashMap::new();
+    let mut def_of: HashMap<&OpName, Option<&OpDef>> = HashMap::new();
     let mut dual_lifts = std::mem::take(&mut rp.dual_lifts);
     for (_, group) in &dual_lifts {
         *dual_used.entry(group.clone()).or_insert(0) += 1;
@@ -310,9 +325,9 @@ fn propagate_rank_from(
                     }
                     continue;
                 }
-                let called = op;
                 let op = renamed.unwrap_or(op);
-                let Some(def) = reg.get(op) else {
+                // Registry lookups format the operator's name: once per operator.
+                let Some(def) = *def_of.entry(op).or_insert_with(|| reg.get(op)) else {
                     rp.unknown_sources
                         .push((i, format!("`{op}` is not a known operator")));
                     continue;
@@ -363,6 +378,18 @@ fn propagate_rank_from(
                         continue;
                     }
                 };
+                // An input unknown on every mesh dim: every rule call below is skipped (the
+                // outputs stay `Unknown`), and the zero and constant records of the outputs
+                // are read only by calls that have them as inputs, skipped too. Only the
+                // cross-mesh pairing check reads the known dims: run it, skip the rest.
+                if nd > 0
+                    && (0..nd).all(|m| inputs.iter().any(|&v| rp.of(v, nd)[m] == Place::Unknown))
+                {
+                    if rules::pairs_elements(rule.family) {
+                        mixed_shards(sh, r, i, &inputs, nout, nd, &meta_of, &mut rp);
+                    }
+                    continue;
+                }
                 let outs: Vec<Option<Meta>> =
                     (0..nout).map(|o| meta_of(ValueId::new(i, o))).collect();
                 if !mutates && zero_output(&op.name, rule.family, &bound, &inputs, &rp) {
@@ -432,22 +459,7 @@ fn propagate_rank_from(
                 // The same node on another rank: the same name calling the same operator on
                 // inputs of the same names (graphs that differ per rank, as where a replicated
                 // term is counted on some ranks only, shift the names of the nodes after it).
-                let peer_node = |p: usize| {
-                    // A rank whose graph is this one's, node for node: the same index.
-                    if sh.graph_class[p] == sh.graph_class[r] {
-                        return Some(i);
-                    }
-                    sh.names[p].get(name).map(|&j| j as usize).filter(|&j| {
-                        let pg = &program.ranks[p];
-                        let pn = &pg.nodes[j];
-                        matches!(&pn.kind, NodeKind::Call { op: pop, .. } if pop == called)
-                            && pn
-                                .inputs()
-                                .iter()
-                                .map(|v| pg.nodes[v.node].name.as_str())
-                                .eq(inputs.iter().map(|v| g.nodes[v.node].name.as_str()))
-                    })
-                };
+                let peer_node = |p: usize| sh.peer_node(r, p, i);
                 // Only views read the spec's shapes.
                 // Only views read the spec's shapes.
                 let global_view = if rule.family == "view" {
@@ -458,6 +470,17 @@ fn propagate_rank_from(
                     None
                 };
                 for m in 0..nd {
+                    // An input unknown on this mesh dim: the rule is not called (below, after
+                    // the ring and rows readings, which keep `Unknown` as it is). Skipped
+                    // first, before the peers' literals are compared, except where a ring
+                    // placement meets it (its reading numbers the ring's root).
+                    if inputs.iter().any(|&v| rp.of(v, nd)[m] == Place::Unknown)
+                        && !inputs.iter().any(|&v| {
+                            matches!(rp.of(v, nd)[m], Place::Rolled(..) | Place::Permuted(..))
+                        })
+                    {
+                        continue;
+                    }
                     let varies = mesh.dims[m].1 > 1
                         && peer_list[m].iter().any(|&p| {
                             p != r && peer_node(p).is_some_and(|j| sh.literals[p][j] != my_lit)
@@ -593,7 +616,7 @@ fn propagate_rank_from(
                         input_places: &input_places,
                         group_dims,
                         regrouped,
-                        coord: (coords[m], mesh.dims[m].1),
+                        coord: rules::MeshCoord::new(coords[m], mesh.dims[m].1, m, &coord_read),
                         mesh_dim: m,
                         mesh_sizes: &mesh_sizes,
                         peer_ints: &peer_ints,
@@ -633,7 +656,7 @@ fn propagate_rank_from(
                         && crate::vocab::update_shard(
                             g,
                             i,
-                            coords[m],
+                            &|| my_coord(m),
                             |v| rp.of(v, nd)[m] == Place::Replicate,
                             meta_of,
                         )
@@ -656,7 +679,7 @@ fn propagate_rank_from(
                             g,
                             inputs[0],
                             inputs[1],
-                            coords[m],
+                            &|| my_coord(m),
                             |v| rp.of(v, nd)[m] == Place::Replicate,
                             meta_of,
                         );
@@ -670,7 +693,7 @@ fn propagate_rank_from(
                         && crate::vocab::embedding_grad_shard(
                             g,
                             i,
-                            coords[m],
+                            &|| my_coord(m),
                             |v| rp.of(v, nd)[m] == Place::Replicate,
                             meta_of,
                         )
@@ -690,7 +713,7 @@ fn propagate_rank_from(
                                     x,
                                     mask,
                                     false,
-                                    coords[m],
+                                    &|| my_coord(m),
                                     |v| rp.of(v, nd)[m] == Place::Replicate,
                                     |v| rp.of(v, nd)[m].shard_dim(),
                                     meta_of,
@@ -740,7 +763,7 @@ fn propagate_rank_from(
                                         x,
                                         mask,
                                         true,
-                                        coords[m],
+                                        &|| my_coord(m),
                                         |v| rp.of(v, nd)[m] == Place::Replicate,
                                         |v| rp.of(v, nd)[m].shard_dim(),
                                         meta_of,
@@ -984,6 +1007,7 @@ fn propagate_rank_from(
         }
     }
     rp.dual_lifts = dual_lifts;
+    rp.coord_reads = coord_read.get();
     // Unknown values: count them.
     rp.unknown_values = rp
         .places

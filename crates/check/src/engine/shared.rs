@@ -9,6 +9,7 @@ use shardproof_ir::{Arg, Graph, Mesh, Node, NodeKind, OpMeaning, OpName, Program
 use shardproof_ops::Meta;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 
 /// The placements of one rank graph: per value (flattened: node, output), per mesh dim.
 #[derive(Clone, Debug, Default)]
@@ -39,6 +40,8 @@ pub struct RankPlacements {
     pub dual_lifts: Vec<(usize, String)>,
     /// Findings of the operator rules.
     pub findings: Vec<RawFinding>,
+    /// The mesh dims whose coordinate the propagation read (bit `m` for mesh dim `m`).
+    pub coord_reads: u64,
 }
 
 impl RankPlacements {
@@ -76,6 +79,36 @@ pub fn group_dims(mesh: &Mesh, members: &[Vec<usize>]) -> Option<Vec<usize>> {
     None
 }
 
+/// For every node of one graph, the index of the same node in another, where asked
+/// ([`Shared::peer_node`]).
+pub type PeerMap = Vec<u32>;
+
+/// One rank graph's local metas: per node, per output.
+pub type RankMetas = Vec<Vec<Option<Meta>>>;
+
+/// `f` of every rank graph, computed once per distinct graph: ranks that run one program
+/// (the same `Arc`, as a case that names one file for several ranks loads them) share the
+/// result. `f` must depend on the graph only.
+pub fn per_graph<'g, T>(
+    graphs: &'g [Arc<Graph>],
+    mut f: impl FnMut(&'g Arc<Graph>) -> Result<Arc<T>, String>,
+) -> Result<Vec<Arc<T>>, String> {
+    let mut seen: HashMap<*const Graph, Arc<T>> = HashMap::new();
+    let mut out = Vec::with_capacity(graphs.len());
+    for g in graphs {
+        let t = match seen.get(&Arc::as_ptr(g)) {
+            Some(t) => t.clone(),
+            None => {
+                let t = f(g)?;
+                seen.insert(Arc::as_ptr(g), t.clone());
+                t
+            }
+        };
+        out.push(t);
+    }
+    Ok(out)
+}
+
 /// Everything propagation needs that is shared by the ranks.
 pub struct Shared<'a> {
     /// The program.
@@ -84,14 +117,16 @@ pub struct Shared<'a> {
     pub custom: &'a BTreeMap<String, OpMeaning>,
     /// Per rank: its input placements by graph value.
     pub inputs: Vec<HashMap<ValueId, Vec<Place>>>,
-    /// Per rank: local metas of every value (from type inference).
-    pub metas: Vec<Vec<Vec<Option<Meta>>>>,
-    /// Per rank: node name -> node index.
-    pub names: Vec<HashMap<&'a str, u32>>,
-    /// Per rank, per node: a hash of its literal arguments.
-    pub literals: Vec<Vec<u64>>,
-    /// Per rank, per node: a hash of its operator and the names of the values it reads.
-    pub structure: Vec<Vec<u64>>,
+    /// Per rank: local metas of every value (from type inference); ranks that run one
+    /// graph (the same `Arc`) share one inference.
+    pub metas: Vec<Arc<RankMetas>>,
+    /// Per rank: node name -> node index (shared like `metas`).
+    pub names: Vec<Arc<HashMap<&'a str, u32>>>,
+    /// Per rank, per node: a hash of its literal arguments (shared like `metas`).
+    pub literals: Vec<Arc<Vec<u64>>>,
+    /// Per rank, per node: a hash of its operator and the names of the values it reads
+    /// (shared like `metas`).
+    pub structure: Vec<Arc<Vec<u64>>>,
     /// Group name -> the mesh dims it spans (`None`: explicit rank lists).
     pub groups: HashMap<String, Option<Vec<usize>>>,
     /// Per recv (rank, node): the send (rank, node) whose message it takes.
@@ -116,7 +151,60 @@ pub struct Shared<'a> {
     /// Values of 0-d module constants the case states (`constants:`), by attribute name: a
     /// constant stated 0 is a zero tensor (a captured masked assignment's lifted literal).
     pub constants: &'a BTreeMap<String, f64>,
+    /// Per pair of graph classes (a rank's, a peer's of another class): for every node of
+    /// the first asked so far, the same node of the second ([`Shared::peer_node`]).
+    pub peer_maps: std::cell::RefCell<HashMap<(usize, usize), PeerMap>>,
 }
+
+impl Shared<'_> {
+    /// The same node as node `i` of rank `r`'s graph in rank `p`'s graph: the same index
+    /// where the two graphs are equal node for node, else the node of the same name calling
+    /// the same operator on inputs of the same names (graphs that differ per rank, as where a
+    /// replicated term is counted on some ranks only, shift the names of the nodes after
+    /// it). A function of the two graphs only, so each answer is kept per pair of graph
+    /// classes and node ([`Shared::peer_maps`]): ranks whose peers run the same graphs ask
+    /// once. Asked lazily: most nodes of a program with unknown placements never ask.
+    pub fn peer_node(&self, r: usize, p: usize, i: usize) -> Option<usize> {
+        let key = (self.graph_class[r], self.graph_class[p]);
+        if key.0 == key.1 {
+            return Some(i);
+        }
+        if let Some(&j) = self.peer_maps.borrow().get(&key).and_then(|m| m.get(i)) {
+            if j != PEER_UNSET {
+                return (j != PEER_NONE).then_some(j as usize);
+            }
+        }
+        let (g, pg) = (&self.program.ranks[r], &self.program.ranks[p]);
+        let node = &g.nodes[i];
+        let found = match &node.kind {
+            NodeKind::Call { op: called, .. } => {
+                self.names[p].get(node.name.as_str()).copied().filter(|&j| {
+                    let pn = &pg.nodes[j as usize];
+                    matches!(&pn.kind, NodeKind::Call { op: pop, .. } if pop == called)
+                        && pn
+                            .inputs()
+                            .iter()
+                            .map(|v| pg.nodes[v.node].name.as_str())
+                            .eq(node.inputs().iter().map(|v| g.nodes[v.node].name.as_str()))
+                })
+            }
+            _ => None,
+        };
+        let mut maps = self.peer_maps.borrow_mut();
+        let map = maps
+            .entry(key)
+            .or_insert_with(|| vec![PEER_UNSET; g.nodes.len()]);
+        if let Some(slot) = map.get_mut(i) {
+            *slot = found.unwrap_or(PEER_NONE);
+        }
+        found.map(|j| j as usize)
+    }
+}
+
+/// A [`PeerMap`] entry not asked yet.
+const PEER_UNSET: u32 = u32::MAX;
+/// A [`PeerMap`] entry: no such node in the peer's graph.
+const PEER_NONE: u32 = u32::MAX - 1;
 
 /// The views of a spec (`view`, `reshape`, `_unsafe_view`), by index, with their operator
 /// and recorded global input and output shapes, found by node name or by the node they view.
@@ -260,7 +348,7 @@ pub fn view_source(g: &Graph, mut node: usize) -> usize {
 
 /// The classes of equal rank graphs ([`Shared::graph_class`]): each rank's class is the
 /// first rank whose graph equals its own, compared in full (a hash only groups candidates).
-pub fn graph_classes(graphs: &[std::sync::Arc<Graph>]) -> Vec<usize> {
+pub fn graph_classes(graphs: &[Arc<Graph>]) -> Vec<usize> {
     let sig = |g: &Graph| {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         g.nodes.len().hash(&mut h);
@@ -271,7 +359,14 @@ pub fn graph_classes(graphs: &[std::sync::Arc<Graph>]) -> Vec<usize> {
     };
     let mut firsts: HashMap<u64, Vec<usize>> = HashMap::new();
     let mut class = Vec::with_capacity(graphs.len());
+    // One graph read for several ranks: its class is known without hashing it again.
+    let mut by_ptr: HashMap<*const Graph, usize> = HashMap::new();
     for (r, g) in graphs.iter().enumerate() {
+        if let Some(&q) = by_ptr.get(&Arc::as_ptr(g)) {
+            class.push(class[q]);
+            continue;
+        }
+        by_ptr.insert(Arc::as_ptr(g), r);
         let cands = firsts.entry(sig(g)).or_default();
         let same = cands.iter().copied().find(|&q| {
             let o = &graphs[q];

@@ -182,7 +182,7 @@ pub(super) fn reduce_scatter(c: &Ctx) -> Outcome {
     match x.p {
         // Coordinate r keeps slab r of dim 0, piece r of dim j: the sum's shard of dim j.
         Place::PartialStacked(j)
-            if op == Red::Sum && c.group_dims.len() == 1 && c.group_len == c.coord.1 =>
+            if op == Red::Sum && c.group_dims.len() == 1 && c.group_len == c.coord.n =>
         {
             c.all(Place::Shard(j))
         }

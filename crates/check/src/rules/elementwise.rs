@@ -31,11 +31,38 @@ pub(super) fn aligned(x: &T, out_rank: usize) -> Place {
 
 /// Merges the placements of element-wise arguments (broadcast), with `lin` deciding where a
 /// partial may enter, and `scalar_nonzero` a non-zero scalar operand added to the result.
+///
+/// A shard survives only where every operand's shape shows how it pairs with the shard
+/// ([`shard_pairing`]): an operand without a meta (a symbolic or opaque type) leaves the
+/// pairing open, and the result is `Varying`.
 pub(super) fn merge(
     ts: &[T],
     out_rank: usize,
     lin: Lin,
     scalar_add_nonzero: bool,
+) -> Result<Place, Violation> {
+    merge_with(ts, out_rank, lin, scalar_add_nonzero, true)
+}
+
+/// [`merge`] for operators that do not pair their operands element by element after a
+/// broadcast (joins, scatters, gathers, a loss's target): the placements are merged in the
+/// operands' own dim numbering, and the shard is returned unchecked. The caller must check
+/// how its operands pair along the shard itself (each caller names its check) and claim no
+/// shard otherwise: this function alone proves nothing about the pairing.
+pub(super) fn merge_joined(
+    ts: &[T],
+    lin: Lin,
+    scalar_add_nonzero: bool,
+) -> Result<Place, Violation> {
+    merge_with(ts, 0, lin, scalar_add_nonzero, false)
+}
+
+fn merge_with(
+    ts: &[T],
+    out_rank: usize,
+    lin: Lin,
+    scalar_add_nonzero: bool,
+    paired: bool,
 ) -> Result<Place, Violation> {
     let places: Vec<Place> = ts.iter().map(|t| aligned(t, out_rank)).collect();
     if places.contains(&Place::Unmasked) {
@@ -112,6 +139,8 @@ pub(super) fn merge(
     }
     let plain = if varying {
         Place::Varying
+    } else if let Some(d) = shard.filter(|_| !paired) {
+        d
     } else if let Some(d) = shard {
         match shard_pairing(ts, &places, out_rank, d) {
             Pairing::Aligned => d,
@@ -228,15 +257,24 @@ enum Pairing {
 /// does not even type-check (`A[n*L] + b[L]`). A shard of local size 1 broadcast against a
 /// larger operand holds its one element against every element: no shard of anything.
 ///
-/// Callers that pass operands without metas (`meta: None` on every operand) pair no elements
-/// (a scatter's `self` and source, an `index_put`'s values): the check does not apply. One
-/// operand without a meta among operands with metas leaves the pairing open.
+/// An operand without a meta (a symbolic or opaque type: a graph captured with dynamic
+/// shapes) leaves the pairing open, even where no operand has one (issue 44: that case was
+/// `Aligned`, so `x: f32[s0, 3]` sharded plus a replicated `b: f32[s1, 3]` was a shard).
+/// Operators that do not broadcast call [`merge_joined`] and check their pairing themselves.
 fn shard_pairing(ts: &[T], places: &[Place], out_rank: usize, shard: Place) -> Pairing {
     let Some((dim, _)) = shard.blocks() else {
         return Pairing::Aligned;
     };
-    if ts.len() < 2 || ts.iter().all(|t| t.meta.is_none()) {
+    if ts.len() < 2 {
         return Pairing::Aligned;
+    }
+    // An operand with more dims than the output: the output's shape is not known (broadcast
+    // gives the output every operand's dims), so the operands' alignment cannot be read.
+    if ts
+        .iter()
+        .any(|t| t.meta.as_ref().is_some_and(|m| m.shape.len() > out_rank))
+    {
+        return Pairing::Open;
     }
     // The operand's size along output dim `dim`: None where it has no such dim.
     let size_of = |t: &T| -> Option<Option<usize>> {

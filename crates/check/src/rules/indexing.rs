@@ -60,14 +60,31 @@ pub(super) fn gather(c: &Ctx) -> Outcome {
         Place::Shard(d) if d as usize == dim => c.all(Place::Unmasked),
         Place::Partial(r) if r.is_linear() && idx.p == Place::Replicate => c.all(Place::Partial(r)),
         Place::Partial(_) | Place::Unmasked => one(merge(&[x], 0, Lin::None, false), 1),
-        _ => {
-            let mut i2 = idx.clone();
-            i2.meta = None;
-            let mut x2 = x.clone();
-            x2.meta = None;
-            one(merge(&[x2, i2], 0, Lin::None, false), 1)
-        }
+        _ => match merge_joined(&[x.clone(), idx.clone()], Lin::None, false) {
+            // A shard of another dim than the gather's: output row `i` reads row `i` of
+            // `self` at the index's row `i`, so a rank computes its piece only where `self`
+            // and the index are sharded alike with as many rows (the index may have fewer
+            // rows than `self`: then the global gather reads other rows than the ranks').
+            // A replicated operand beside the shard (an index or a table made without the
+            // rank's offset) is not a piece of the global one: no shard (issue 44).
+            Ok(p) if p.blocks().is_some() => c.all(if sharded_alike(&x, &idx, p) {
+                p
+            } else {
+                Place::Varying
+            }),
+            r => one(r, 1),
+        },
     }
+}
+
+/// Whether `a` and `b` are both the shard `p` with the same local size along its dim: their
+/// rows pair one for one on every rank, as the global tensors' rows do.
+pub(super) fn sharded_alike(a: &T, b: &T, p: Place) -> bool {
+    let Some((d, _)) = p.blocks() else {
+        return false;
+    };
+    let size = |t: &T| t.meta.as_ref().and_then(|m| m.shape.get(d).copied());
+    a.p == p && b.p == p && size(a).is_some() && size(a) == size(b)
 }
 
 pub(super) fn index_select(c: &Ctx) -> Outcome {
@@ -105,10 +122,10 @@ pub(super) fn index(c: &Ctx) -> Outcome {
         .map(|a| a.as_value().map(|v| c.value(v)))
         .collect();
     if idx.iter().flatten().any(|t| t.p.is_partial()) {
+        // A partial index: a finding whatever the pairing.
         return one(
-            merge(
+            merge_joined(
                 &idx.into_iter().flatten().collect::<Vec<_>>(),
-                0,
                 Lin::None,
                 false,
             ),
@@ -170,15 +187,10 @@ pub(super) fn index_put(c: &Ctx) -> Outcome {
             vec![Place::Varying; c.n_out()],
         );
     }
-    let mut ts = vec![T {
-        meta: None,
-        ..x.clone()
-    }];
-    ts.extend(vals.map(|mut v| {
-        v.meta = None;
-        v
-    }));
-    let r = merge(&ts, 0, Lin::Add, false);
+    let mut ts = vec![x.clone()];
+    ts.extend(vals.clone());
+    // In `self`'s dims; the pairing of a shard is checked below.
+    let r = merge_joined(&ts, Lin::Add, false);
     match r {
         Ok(p) if idx.iter().any(|q| *q != Place::Replicate) => {
             c.all(if p.is_partial() { p } else { Place::Varying })
@@ -197,7 +209,40 @@ pub(super) fn index_put(c: &Ctx) -> Outcome {
                     && v.constant != u64::MAX
                     && v.meta.as_ref().is_none_or(|m| m.numel() > 1)
             });
-            c.all(if along || wide { Place::Varying } else { p })
+            // Sharded values written into `self`: their dims are `self`'s only where one
+            // 1-d index (or mask) replaces one dim after the sharded one, in place, and
+            // they pair row for row with `self`'s piece only where `self` is the same shard
+            // with as many rows, or is constant along the dim (a fill made on each rank, a
+            // piece of the fill of any size). A replicated `self` of the piece's size that
+            // is not a fill is a table without the rank's offset (issue 44: it held).
+            let values_ok = vals.as_ref().is_none_or(|v| {
+                if v.p.blocks().is_none() {
+                    return true;
+                }
+                let items = match c.arg("indices") {
+                    Some(Arg::List(items)) => items,
+                    _ => return false,
+                };
+                let tensors: Vec<(usize, ValueId)> = items
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(j, a)| a.as_value().map(|v| (j, v)))
+                    .collect();
+                let one_index = matches!(tensors.as_slice(), [(j, iv)]
+                    if *j > d && (c.meta)(*iv).is_some_and(|m| m.shape.len() == 1));
+                let size = |t: &T| t.meta.as_ref().and_then(|m| m.shape.get(d).copied());
+                one_index
+                    && v.p == p
+                    && v.rank() == x.rank()
+                    && size(v).is_some()
+                    && size(v) == size(&x)
+                    && (x.p == p || (x.p == Place::Replicate && x.constant_along(d)))
+            });
+            c.all(if along || wide || !values_ok {
+                Place::Varying
+            } else {
+                p
+            })
         }
         r => one(r, c.n_out()),
     }
@@ -239,18 +284,10 @@ pub(super) fn scatter(c: &Ctx) -> Outcome {
     if x.p == Place::Shard(dim as u8) {
         return c.all(Place::Varying);
     }
-    let stripped: Vec<T> = ts
-        .into_iter()
-        .map(|mut t| {
-            t.meta = None;
-            t
-        })
-        .collect();
+    // In `self`'s dims: a shard is kept only by `rows_alike` below.
+    let stripped = ts;
     let mut all = stripped.clone();
-    if let Some(mut i) = idx.clone() {
-        i.meta = None;
-        all.push(i);
-    }
+    all.extend(idx.clone());
     let nonzero = c.num("value").is_some_and(|v| v != 0.0);
     if stripped.iter().any(|t| t.p.is_partial()) {
         // The ranks' partial terms add up position by position only where every rank writes
@@ -258,9 +295,9 @@ pub(super) fn scatter(c: &Ctx) -> Outcome {
         if idx.as_ref().is_some_and(|i| i.p != Place::Replicate) {
             return c.all(Place::Varying);
         }
-        return one(merge(&stripped, 0, Lin::Add, nonzero), c.n_out());
+        return one(merge_joined(&stripped, Lin::Add, nonzero), c.n_out());
     }
-    match merge(&all, 0, Lin::None, false) {
+    match merge_joined(&all, Lin::None, false) {
         Ok(Place::Replicate) => c.all(Place::Replicate),
         Ok(_) => {
             // A zero-filled self made on each rank is a piece of the zeros of any size, so it

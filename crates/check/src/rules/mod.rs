@@ -110,8 +110,10 @@ pub struct Ctx<'a> {
     /// For collectives: whether the first tensor argument's dim 0 was made by a view that
     /// regrouped dims (a flattening of several dims, or a split of one).
     pub regrouped: bool,
-    /// This rank's coordinate along the mesh dim and the dim's size.
-    pub coord: (usize, usize),
+    /// This rank's coordinate along the mesh dim and the dim's size: read the coordinate
+    /// through [`MeshCoord::me`], which records the read (ranks whose runs read no
+    /// coordinate of a mesh dim share their placements across it: `propagate`).
+    pub coord: MeshCoord<'a>,
     /// The index of this mesh dim (in `input_places` and `mesh_sizes`).
     pub mesh_dim: usize,
     /// Every mesh dim's size, by mesh dim.
@@ -173,6 +175,33 @@ impl T {
     /// The tensor's rank (number of dims), 0 when unknown.
     pub fn rank(&self) -> usize {
         self.meta.as_ref().map_or(0, |m| m.shape.len())
+    }
+}
+
+/// A rank's coordinate along one mesh dim, and the dim's size. The coordinate is read only
+/// through [`MeshCoord::me`], which sets bit `dim` of `read`: the engine shares a rank's
+/// placements with another rank only across mesh dims whose coordinate no rule read.
+#[derive(Clone, Copy)]
+pub struct MeshCoord<'a> {
+    me: usize,
+    /// The mesh dim's size.
+    pub n: usize,
+    dim: usize,
+    read: &'a std::cell::Cell<u64>,
+}
+
+impl<'a> MeshCoord<'a> {
+    /// The coordinate `me` of a mesh dim `dim` of size `n`, its reads recorded in `read`.
+    pub fn new(me: usize, n: usize, dim: usize, read: &'a std::cell::Cell<u64>) -> Self {
+        MeshCoord { me, n, dim, read }
+    }
+
+    /// This rank's coordinate (recorded as read).
+    pub fn me(&self) -> usize {
+        if self.dim < 64 {
+            self.read.set(self.read.get() | 1 << self.dim);
+        }
+        self.me
     }
 }
 

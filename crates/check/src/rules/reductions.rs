@@ -282,17 +282,29 @@ pub(super) fn nll_loss(c: &Ctx) -> Outcome {
         (Place::Partial(_), _) | (Place::Unmasked, _) => {
             return one(merge(&[x], 0, Lin::None, false), c.n_out())
         }
+        // Row `i` of the input goes with target `i`: a rank computes its rows' losses only
+        // where both are sharded alike (the loss type-checks, so as many rows), or the
+        // replicated one is constant along the rows (a fill made on each rank). A replicated
+        // target beside row-sharded logits (labels not sliced at the rank's offset), or the
+        // converse, pairs every rank's rows with the same rows: no shard (issue 44: held).
         (p, q) if batchish(p) || batchish(q) => {
-            if (p != q) && !(p == Place::Replicate || q == Place::Replicate) {
-                Place::Varying
-            } else if batchish(p) {
-                p
+            if p == q
+                || (q == Place::Replicate && tg.constant_along(0))
+                || (p == Place::Replicate && x.constant_along(0))
+            {
+                if batchish(p) {
+                    p
+                } else {
+                    q
+                }
             } else {
-                q
+                Place::Varying
             }
         }
-        (Place::Varying, _) | (_, Place::Varying) => Place::Varying,
-        _ => Place::Replicate,
+        (Place::Replicate, Place::Replicate) => Place::Replicate,
+        // A shard of another dim (the positions of a K-dim loss): each rank's loss covers
+        // its own positions, in a layout not read here (was `Replicate()`: a false pass).
+        _ => Place::Varying,
     };
     let out = match (base, reduction) {
         (p, 0) if batchish(p) => p,
@@ -325,11 +337,21 @@ pub(super) fn nll_loss_backward(c: &Ctx) -> Outcome {
             vec![Place::Varying],
         );
     }
-    let mut tg2 = tg.clone();
-    tg2.meta = None;
-    let mut x2 = x.clone();
-    x2.meta = None;
-    let shape = match merge(&[x2, tg2], 0, Lin::None, false) {
+    // In the input's dims (the target lacks the class dim); a shard pairs the rows only
+    // where both are sharded alike or the replicated one is a fill along the rows (as in
+    // `nll_loss`).
+    let shape = match merge_joined(&[x.clone(), tg.clone()], Lin::None, false) {
+        Ok(p) if p.blocks().is_some() => {
+            let alike = x.p == tg.p
+                || (tg.p == Place::Replicate && tg.constant_along(0))
+                || (x.p == Place::Replicate && x.constant_along(0));
+            // Rows only: a shard of a K-dim loss's positions is not read (no claim).
+            if alike && p.blocks().is_some_and(|(d, _)| d == 0) {
+                p
+            } else {
+                Place::Varying
+            }
+        }
         Ok(p) => p,
         Err(v) => return one(Err(v), 1),
     };

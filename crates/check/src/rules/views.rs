@@ -455,7 +455,7 @@ pub(super) fn view(c: &Ctx) -> Outcome {
             let (Some(m), Some(out)) = (&x.meta, out_shape(c, 0)) else {
                 return c.all(Place::Partial(Red::Sum));
             };
-            let (ins, n) = (&m.shape, c.coord.1);
+            let (ins, n) = (&m.shape, c.coord.n);
             c.all(match x.p {
                 // One dim j split into [n, piece], nothing else changed: recorded.
                 Place::Partial(_) => (0..ins.len())
@@ -488,7 +488,7 @@ pub(super) fn view(c: &Ctx) -> Outcome {
             let (Some(m), Some(out)) = (&x.meta, out_shape(c, 0)) else {
                 return c.all(Place::Unknown);
             };
-            let n = c.coord.1;
+            let n = c.coord.n;
             let split = n > 0
                 && m.shape.first().is_some_and(|&s0| s0 % n == 0)
                 && out.len() == m.shape.len() + 1
@@ -540,7 +540,7 @@ pub(super) fn view(c: &Ctx) -> Outcome {
                 > 1;
             // The spec's node of the same name is this view where its input is this rank's
             // with dim d whole (the names could shift between the programs).
-            let n = c.coord.1;
+            let n = c.coord.n;
             let same_node = |gi: &[i64]| {
                 gi.len() == m.shape.len()
                     && gi
@@ -859,7 +859,8 @@ pub(super) fn slice_like(
             // A rank-dependent slice of a replicated tensor: a shard when every rank along the
             // mesh dim takes the block at its own coordinate.
             let starts = (c.peer_ints)(starts_name);
-            let (n, me) = (c.coord.1, c.coord.0);
+            // Every rank's start against its own coordinate's block: no rank reads its own.
+            let n = c.coord.n;
             let own = keeps_dim
                 && out_len > 0
                 && out_len * n == size
@@ -867,7 +868,6 @@ pub(super) fn slice_like(
                 && starts.iter().enumerate().all(|(k, s)| {
                     s.map(|s| if s < 0 { s + size as i64 } else { s }) == Some((k * out_len) as i64)
                 });
-            let _ = me;
             c.all(if own {
                 Place::shard(dim)
             } else {
@@ -926,18 +926,10 @@ pub(super) fn cat(c: &Ctx) -> Outcome {
     if ts.iter().all(|t| Some(t.p) == first) {
         return c.all(first.unwrap_or(Place::Replicate));
     }
-    // Mixed: merge as a sum of disjoint blocks (a partial needs every block partial). The
-    // operands' metas are dropped (their sizes along the cat dim differ; the pairing along the
-    // other dims is checked below), with output rank 0 so that a shard keeps its dim.
-    let stripped: Vec<T> = ts
-        .iter()
-        .cloned()
-        .map(|mut t| {
-            t.meta = None;
-            t
-        })
-        .collect();
-    match merge(&stripped, 0, Lin::Add, false) {
+    // Mixed: merge as a sum of disjoint blocks (a partial needs every block partial), in the
+    // operands' own dims (their sizes along the cat dim differ; the pairing along the other
+    // dims is checked below by `unbroadcast_pairing`).
+    match merge_joined(&ts, Lin::Add, false) {
         Ok(p) => match unbroadcast_pairing(p, &ts) {
             Some(v) => one(Err(v), c.n_out()),
             None => c.all(p),
@@ -954,17 +946,9 @@ pub(super) fn stack(c: &Ctx) -> Outcome {
     };
     let first = ts.first().map(|t| t.p);
     if !ts.iter().all(|t| Some(t.p) == first) {
-        // The operands' dims in the input's numbering (output rank 0 keeps a shard's dim),
-        // moved past the new dim after the merge.
-        let stripped: Vec<T> = ts
-            .iter()
-            .cloned()
-            .map(|mut t| {
-                t.meta = None;
-                t
-            })
-            .collect();
-        return match merge(&stripped, 0, Lin::Add, false) {
+        // The operands' dims in the input's numbering, moved past the new dim after the
+        // merge; the pairing is checked by `unbroadcast_pairing`.
+        return match merge_joined(&ts, Lin::Add, false) {
             Ok(p) => match unbroadcast_pairing(p, &ts) {
                 Some(v) => one(Err(v), c.n_out()),
                 None => c.all(match p {
@@ -1026,7 +1010,8 @@ pub(super) fn slice_scatter(c: &Ctx) -> Outcome {
     }
     if c.varies || x.p == Place::Shard(dim as u8) {
         if x.p.is_partial() || src.p.is_partial() {
-            return one(merge(&[x, src], 0, Lin::None, false), c.n_out());
+            // A partial operand: a finding whatever the pairing.
+            return one(merge_joined(&[x, src], Lin::None, false), c.n_out());
         }
         return c.all(Place::Varying);
     }
@@ -1043,15 +1028,13 @@ pub(super) fn slice_scatter(c: &Ctx) -> Outcome {
     }
     let mut src = src;
     src.p = src_p;
-    src.meta = None;
     if src.constant != u64::MAX && c.args.schema().name.starts_with("select") {
         // The source lacks the written dim: its bits are in another numbering.
         src.constant = 0;
     }
-    let mut x = x;
-    x.meta = None;
-    // Output rank 0: `self` and the output share their dims, so a shard keeps its dim.
-    match merge(&[x.clone(), src.clone()], 0, Lin::Add, false) {
+    // `self` and the output share their dims, so a shard keeps its dim; the pairing is
+    // checked by `unbroadcast_pairing`.
+    match merge_joined(&[x.clone(), src.clone()], Lin::Add, false) {
         Ok(p) => match unbroadcast_pairing(p, &[x, src]) {
             Some(v) => one(Err(v), c.n_out()),
             None => c.all(p),

@@ -645,3 +645,34 @@ fn constant_padding_moves_elements_and_fills_with_its_value() {
         assert!(proof.counterexample.is_some(), "{pad} {value}");
     }
 }
+
+#[test]
+fn a_norm_epsilon_pins_no_size_and_a_wrong_epsilon_is_still_refuted() {
+    // 1e-5 is 1 / (2^5 5^5): as an ordinary literal it would pin the hidden size 16.
+    let graph = |rows: usize, eps: &str| {
+        format!(
+            r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[{rows}, 16]", w: "f32[16]", b: "f32[16]"):
+        native_layer_norm = torch.ops.aten.native_layer_norm.default(x, [16], w, b, {eps});  x = w = b = None
+        getitem: "f32[{rows}, 16]" = native_layer_norm[0]
+        getitem_1: "f32[{rows}, 1]" = native_layer_norm[1]
+        getitem_2: "f32[{rows}, 1]" = native_layer_norm[2];  native_layer_norm = None
+        return (getitem, getitem_1, getitem_2)
+"#
+        )
+    };
+    let case = "version: 1\nname: ln\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [r0.py, r1.py]\ninputs:\n  x: Shard(0)\n  w: Replicate()\n  b: Replicate()\noutputs:\n  getitem: Shard(0)\n";
+    let dir = tempfile::tempdir().unwrap();
+    let c = write_case(dir.path(), &graph(4, "1e-5"), &graph(2, "1e-5"), case);
+    let proof = prove_case(&c, &ProveConfig::default());
+    assert_eq!(proof.verdict, Verdict::Proved, "{:?}", proof.message);
+    let x = &proof.reduction.as_ref().unwrap().inputs[0];
+    assert_eq!(x.original, vec![4, 16]);
+    assert!(x.reduced[1] < 16, "{:?}", x.reduced);
+    // A rank with another epsilon is refuted on the reduced sizes, and the refutation is
+    // rechecked where the epsilon would have pinned a size.
+    let c = write_case(dir.path(), &graph(4, "1e-5"), &graph(2, "1e-6"), case);
+    let proof = prove_case(&c, &ProveConfig::default());
+    assert_eq!(proof.verdict, Verdict::Refuted, "{:?}", proof.message);
+    assert!(proof.counterexample.is_some());
+}

@@ -542,3 +542,137 @@ fn a_deepseek_moe_forward_is_proved_at_full_size_and_a_sharded_norm_refuted() {
     assert_eq!(proof.verdict, Verdict::Refuted, "{:?}", proof.message);
     assert!(proof.counterexample.is_some());
 }
+
+/// An mlp of two layers on `pp=2` with two microbatches, optionally with a catalog bug.
+fn emit_pipelined_mlp(dir: &Path, bug: Option<&str>, forward_only: bool) -> shardproof_case::Case {
+    let opts = EmitOptions {
+        model: "mlp".into(),
+        mlp: MlpConfig {
+            hidden: 8,
+            ffn: 16,
+            batch: 4,
+            layers: 2,
+            ..MlpConfig::default()
+        },
+        llama: LlamaConfig::default(),
+        mesh: Mesh::parse("pp=2").unwrap(),
+        bug: bug.map(|b| find_bug(b).unwrap()),
+        forward_only,
+        vocab_parallel: false,
+    };
+    let pipeline = PipelineOptions {
+        microbatches: 2,
+        ..PipelineOptions::default()
+    };
+    shardproof_zoo::emit_to_dir(
+        &opts,
+        &EmitExtras::default(),
+        &TrainOptions::default(),
+        &pipeline,
+        dir,
+    )
+    .unwrap();
+    shardproof_case::load_case(&dir.join("case.yaml")).unwrap()
+}
+
+#[test]
+fn pipelined_mlp_plans_are_proved_at_full_size_and_shuffled_microbatches_refuted() {
+    let full_size = ProveConfig {
+        reduce: false,
+        ..ProveConfig::default()
+    };
+    for forward_only in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let case = emit_pipelined_mlp(dir.path(), None, forward_only);
+        // At full size: shape reduction refuses the stages' send/recv.
+        let proof = prove_case(&case, &full_size);
+        assert_eq!(
+            proof.verdict,
+            Verdict::Proved,
+            "forward only {forward_only}: {:?}",
+            proof.message
+        );
+    }
+    for bug in ["pp-shuffled-microbatches", "pp-wrong-stage-division"] {
+        let dir = tempfile::tempdir().unwrap();
+        let case = emit_pipelined_mlp(dir.path(), Some(bug), true);
+        let proof = prove_case(&case, &full_size);
+        assert_eq!(
+            proof.verdict,
+            Verdict::Refuted,
+            "{bug}: {:?}",
+            proof.message
+        );
+        assert!(proof.counterexample.is_some(), "{bug}");
+    }
+}
+
+#[test]
+fn constant_padding_moves_elements_and_fills_with_its_value() {
+    let spec = r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[4, 3]"):
+        constant_pad_nd: "f32[4, 6]" = torch.ops.aten.constant_pad_nd.default(x, [1, 2], 0.5);  x = None
+        return (constant_pad_nd,)
+"#;
+    let rank = |pad: &str, value: &str| {
+        format!(
+            r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[2, 3]"):
+        constant_pad_nd: "f32[2, 6]" = torch.ops.aten.constant_pad_nd.default(x, [{pad}], {value});  x = None
+        return (constant_pad_nd,)
+"#
+        )
+    };
+    let case = "version: 1\nname: pad\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [r0.py, r1.py]\ninputs:\n  x: Shard(0)\noutputs:\n  constant_pad_nd: Shard(0)\n";
+    let full_size = ProveConfig {
+        reduce: false,
+        ..ProveConfig::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let c = write_case(dir.path(), spec, &rank("1, 2", "0.5"), case);
+    let proof = prove_case(&c, &full_size);
+    assert_eq!(proof.verdict, Verdict::Proved, "{:?}", proof.message);
+    // Another fill value, or the padding on the other sides, is refuted and confirmed.
+    for (pad, value) in [("1, 2", "0.0"), ("2, 1", "0.5")] {
+        let c = write_case(dir.path(), spec, &rank(pad, value), case);
+        let proof = prove_case(&c, &full_size);
+        assert_eq!(
+            proof.verdict,
+            Verdict::Refuted,
+            "{pad} {value}: {:?}",
+            proof.message
+        );
+        assert!(proof.counterexample.is_some(), "{pad} {value}");
+    }
+}
+
+#[test]
+fn a_norm_epsilon_pins_no_size_and_a_wrong_epsilon_is_still_refuted() {
+    // 1e-5 is 1 / (2^5 5^5): as an ordinary literal it would pin the hidden size 16.
+    let graph = |rows: usize, eps: &str| {
+        format!(
+            r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[{rows}, 16]", w: "f32[16]", b: "f32[16]"):
+        native_layer_norm = torch.ops.aten.native_layer_norm.default(x, [16], w, b, {eps});  x = w = b = None
+        getitem: "f32[{rows}, 16]" = native_layer_norm[0]
+        getitem_1: "f32[{rows}, 1]" = native_layer_norm[1]
+        getitem_2: "f32[{rows}, 1]" = native_layer_norm[2];  native_layer_norm = None
+        return (getitem, getitem_1, getitem_2)
+"#
+        )
+    };
+    let case = "version: 1\nname: ln\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [r0.py, r1.py]\ninputs:\n  x: Shard(0)\n  w: Replicate()\n  b: Replicate()\noutputs:\n  getitem: Shard(0)\n";
+    let dir = tempfile::tempdir().unwrap();
+    let c = write_case(dir.path(), &graph(4, "1e-5"), &graph(2, "1e-5"), case);
+    let proof = prove_case(&c, &ProveConfig::default());
+    assert_eq!(proof.verdict, Verdict::Proved, "{:?}", proof.message);
+    let x = &proof.reduction.as_ref().unwrap().inputs[0];
+    assert_eq!(x.original, vec![4, 16]);
+    assert!(x.reduced[1] < 16, "{:?}", x.reduced);
+    // A rank with another epsilon is refuted on the reduced sizes, and the refutation is
+    // rechecked where the epsilon would have pinned a size.
+    let c = write_case(dir.path(), &graph(4, "1e-5"), &graph(2, "1e-6"), case);
+    let proof = prove_case(&c, &ProveConfig::default());
+    assert_eq!(proof.verdict, Verdict::Refuted, "{:?}", proof.message);
+    assert!(proof.counterexample.is_some());
+}

@@ -363,7 +363,7 @@ pub fn prove_case(case: &Case, cfg: &ProveConfig) -> Proof {
         return proof;
     }
     if proof.verdict == Verdict::Refuted && !reduction.mesh_literals.is_empty() {
-        // Sizes a mesh-size literal would have pinned were reduced: that keeps a proof sound
+        // Sizes a mesh-size or epsilon literal would have pinned were reduced: that keeps a proof sound
         // but may refute a program whose literal stands for a tensor size. The refutation
         // stands only on the strict reduction's sizes.
         return strict_refutation(case, cfg, started, proof, summary, &reduction.mesh_literals);
@@ -375,7 +375,7 @@ pub fn prove_case(case: &Case, cfg: &ProveConfig) -> Proof {
     proof
 }
 
-/// A refutation on sizes that mesh-size literals did not pin, checked again on the strict
+/// A refutation on sizes that mesh-size or epsilon literals did not pin, checked again on the strict
 /// reduction's sizes: its verdict stands; where it cannot be had, the case is inconclusive.
 fn strict_refutation(
     case: &Case,
@@ -390,7 +390,7 @@ fn strict_refutation(
         p.verdict = Verdict::Inconclusive;
         p.counterexample = None;
         p.message = Some(format!(
-            "refuted on sizes that the mesh-size literal products {literals:?} did not pin, and {what}: the literal may stand for a tensor size; run with --no-reduce"
+            "refuted on sizes that the literal products {literals:?} (mesh sizes, norm epsilons) did not pin, and {what}: the literal may stand for a tensor size; run with --no-reduce"
         ));
         p.reduction = Some(summary.clone());
         p

@@ -113,20 +113,20 @@ impl Encoding {
 
     /// The expressions a kernel output of encoded indices stands for.
     pub(crate) fn decode(&self, out: &Tensor) -> Result<Vec<ExprId>, String> {
-        out.data
-            .iter()
-            .map(|&x| {
-                if x < 0.0 || x.fract() != 0.0 || x >= self.next as f64 {
-                    return Err(format!(
-                        "the kernel produced {x}, which is no input element"
-                    ));
-                }
-                let i = x as usize;
-                let k = self.sources.partition_point(|(b, _)| *b <= i) - 1;
-                let (b, elems) = &self.sources[k];
-                Ok(elems[i - b])
-            })
-            .collect()
+        out.data.iter().map(|&x| self.decode_one(x)).collect()
+    }
+
+    /// The expression the encoded index `x` stands for.
+    fn decode_one(&self, x: f64) -> Result<ExprId, String> {
+        if x < 0.0 || x.fract() != 0.0 || x >= self.next as f64 {
+            return Err(format!(
+                "the kernel produced {x}, which is no input element"
+            ));
+        }
+        let i = x as usize;
+        let k = self.sources.partition_point(|(b, _)| *b <= i) - 1;
+        let (b, elems) = &self.sources[k];
+        Ok(elems[i - b])
     }
 }
 
@@ -182,6 +182,63 @@ pub(crate) fn run(ctx: &mut NodeCtx, index_args: &[&str]) -> Result<Vec<SymTenso
             Ok(SymTensor::new(dtype, t.shape().to_vec(), elems))
         })
         .collect()
+}
+
+/// Runs the operator's kernel on the given concrete inputs.
+fn eval_kernel(ctx: &NodeCtx, tensors: HashMap<ValueId, Tensor>) -> Result<Vec<Tensor>, ExecError> {
+    let values = Concrete {
+        metas: MetaValues(ctx.metas),
+        tensors,
+    };
+    let mut ectx = EvalCtx {
+        seed: 0,
+        call_key: ctx.node.name.clone(),
+    };
+    Registry::builtin()
+        .eval(ctx.def, ctx.node.args(), kwargs(ctx), &values, &mut ectx)
+        .map_err(|e| ExecError::invalid(format!("{}: {e}", ctx.location())))
+}
+
+/// Data movement that also fills with a constant (`constant_pad_nd`, `pad` in any mode): the
+/// kernel runs twice, on the inputs' element indices and on the same indices plus one. An
+/// output element the kernel took from an input differs by exactly one between the runs; one
+/// it filled holds the same fill value in both, and becomes that constant. Anything else (a
+/// NaN fill compares unequal to itself) is unsupported, never guessed.
+pub(crate) fn run_with_fill(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
+    let mut enc = Encoding::new();
+    let (mut first, mut second) = (HashMap::new(), HashMap::new());
+    for v in ctx.node.inputs() {
+        if first.contains_key(&v) {
+            continue;
+        }
+        let t = ctx.env[v.node][v.output]
+            .clone()
+            .ok_or_else(|| ctx.unsupported("an input has no value"))?;
+        let a = enc.encode(&t);
+        let b = Tensor::new(a.meta.clone(), a.data.iter().map(|x| x + 1.0).collect());
+        first.insert(v, a);
+        second.insert(v, b);
+    }
+    let (outs, shifted) = (eval_kernel(ctx, first)?, eval_kernel(ctx, second)?);
+    let mut result = Vec::with_capacity(outs.len());
+    for (i, (a, b)) in outs.iter().zip(&shifted).enumerate() {
+        let mut elems = Vec::with_capacity(a.data.len());
+        for (&x, &y) in a.data.iter().zip(b.data.iter()) {
+            let e = if x == y {
+                ctx.arena.float(x)?
+            } else if y == x + 1.0 {
+                enc.decode_one(x).map_err(|e| ctx.unsupported(e))?
+            } else {
+                return Err(ctx.unsupported(format!(
+                    "the kernel produced {x} and {y}, neither a fill nor an input element"
+                )));
+            };
+            elems.push(e);
+        }
+        let dtype = ctx.out_meta(i).map(|m| m.dtype).unwrap_or(a.dtype());
+        result.push(SymTensor::new(dtype, a.shape().to_vec(), elems));
+    }
+    Ok(result)
 }
 
 /// Runs any pure operator whose tensor inputs are all constant through its kernel; `None`

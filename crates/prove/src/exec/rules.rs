@@ -63,6 +63,7 @@ pub(crate) fn rule_of(base: &str) -> Option<RuleFn> {
         "aten._to_copy" | "aten.to" => convert,
         "aten.zeros_like" | "aten.ones_like" | "aten.full_like" | "aten.new_zeros"
         | "aten.new_ones" | "aten.new_full" | "aten.fill" | "aten.zero" => movement::run_shape_only,
+        "aten.constant_pad_nd" | "aten.pad" => movement::run_with_fill,
         "aten.mm" | "aten.bmm" | "aten.matmul" | "aten.addmm" | "aten.linear" | "aten.dot"
         | "aten.mv" | "aten.baddbmm" => super::nn::matmul_family,
         "aten._softmax" | "aten.softmax" | "aten._log_softmax" | "aten.log_softmax" => {

@@ -75,9 +75,9 @@ pub struct Reduction {
     pub sizes: Vec<ReducedSize>,
     /// Every spec input's original and reduced shape.
     pub inputs: Vec<(String, Vec<u64>, Vec<u64>)>,
-    /// Literal products that name mesh sizes and were kept from coinciding with a reduced
-    /// size without pinning the sizes dividing them (empty for [`reduce_case_strict`], and
-    /// where pinning would have kept nothing).
+    /// Literal products that name mesh sizes, or come only from a norm's `eps`, and were
+    /// kept from coinciding with a reduced size without pinning the sizes dividing them
+    /// (empty for [`reduce_case_strict`], and where pinning would have kept nothing).
     pub mesh_literals: Vec<u64>,
 }
 
@@ -272,8 +272,36 @@ fn reduce_with(case: &Case, strict: bool) -> Result<Reduction, Refusal> {
         .collect();
     literals.sort_unstable();
     literals.dedup();
-    let (named, others): (Vec<u64>, Vec<u64>) =
+    // A norm's `eps` is a stabilizer added to a variance, never a size: like a mesh-size
+    // literal it only keeps reduced sizes from coinciding with it (the one rule soundness
+    // needs), unless the same integer also comes from another literal. Without this, 1e-5
+    // (100000 = 2^5 5^5) pins every power-of-two size up to 32 and nothing of a tiny model
+    // is reduced. Not in the strict reduction, which pins every literal.
+    let mut eps: Vec<u64> = if strict {
+        Vec::new()
+    } else {
+        spec.eps_literals
+            .iter()
+            .chain(walked.values().flat_map(|w| w.eps_literals.iter()))
+            .copied()
+            .filter(|x| literals.binary_search(x).is_err())
+            .collect()
+    };
+    if strict {
+        literals.extend(
+            spec.eps_literals
+                .iter()
+                .chain(walked.values().flat_map(|w| w.eps_literals.iter()))
+                .copied(),
+        );
+        literals.sort_unstable();
+        literals.dedup();
+    }
+    eps.sort_unstable();
+    eps.dedup();
+    let (mut named, others): (Vec<u64>, Vec<u64>) =
         literals.into_iter().partition(|x| mesh.contains(x));
+    named.extend(eps);
     for x in others {
         sizes.pin_divisors_of(x);
     }

@@ -49,6 +49,10 @@ pub struct GraphDims {
     /// Integers a value literal may be a product of sizes of (the literal, its reciprocal,
     /// square, or reciprocal square).
     pub value_literals: Vec<u64>,
+    /// The same, of the `eps` arguments of norms: a stabilizer added to a variance, which
+    /// keeps reduced sizes from coinciding with it but pins no size (see
+    /// [`super::reduce_case`]).
+    pub eps_literals: Vec<u64>,
 }
 
 impl GraphDims {
@@ -264,7 +268,11 @@ pub fn walk(
                     if (a.name == "ignore_index" || a.name == "padding_idx") && x < 0.0 {
                         continue;
                     }
-                    out.value_literals.extend(size_candidates(x));
+                    if a.name == "eps" {
+                        out.eps_literals.extend(size_candidates(x));
+                    } else {
+                        out.value_literals.extend(size_candidates(x));
+                    }
                 }
                 out.literals.extend(lits);
                 out.dims[i] = result.into_iter().map(Some).collect();

@@ -1,0 +1,154 @@
+//! The prover over the zoo's correct plans: every model on every 2-way mesh it can be emitted
+//! on, forward and full iteration, at the zoo's tiny sizes. Prints, per case, the verdict
+//! (proved is the expected one), whether shape reduction applied, the deciding layers and the
+//! time; then the totals and the cases not proved. A plan the reduction refuses (send/recv,
+//! top-k) is proved at full size, as `verify`'s hand-off does.
+//!
+//! ```text
+//! cargo run -p shardproof-prove --example zoo_sweep -- [MODEL ...] [--forward | --full] [--mesh M] [--time-limit S]
+//! ```
+
+use shardproof_prove::{prove_case, ProveConfig, Verdict};
+use shardproof_zoo::{
+    emit_to_dir, EmitExtras, EmitOptions, LlamaConfig, Mesh, MlpConfig, PipelineOptions,
+    TrainOptions, MODELS,
+};
+use std::time::{Duration, Instant};
+
+/// The 2-way meshes of every parallelism the zoo emits, and their combinations with tp.
+const MESHES: &[&str] = &[
+    "tp=2",
+    "dp=2",
+    "dp=2,tp=2",
+    "cp=2",
+    "tp=2,cp=2",
+    "pp=2",
+    "ep=2",
+];
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let flag = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+    };
+    let limit = flag("--time-limit").map_or(120.0, |s| s.parse().expect("--time-limit SECONDS"));
+    let only_mesh = flag("--mesh");
+    let models: Vec<&str> = args
+        .iter()
+        .enumerate()
+        .filter(|(i, a)| {
+            !a.starts_with("--")
+                && (*i == 0 || !matches!(args[i - 1].as_str(), "--time-limit" | "--mesh"))
+        })
+        .map(|(_, a)| a.as_str())
+        .collect();
+    let phases: &[bool] = if args.iter().any(|a| a == "--forward") {
+        &[true]
+    } else if args.iter().any(|a| a == "--full") {
+        &[false]
+    } else {
+        &[true, false]
+    };
+    let (mut proved, mut skipped) = (0, 0);
+    let mut not_proved = Vec::new();
+    let all = Instant::now();
+    for &(model, _) in MODELS {
+        if !models.is_empty() && !models.contains(&model) {
+            continue;
+        }
+        for &mesh in MESHES {
+            if only_mesh.is_some_and(|m| m != mesh) {
+                continue;
+            }
+            for &forward_only in phases {
+                let phase = if forward_only { "forward" } else { "full" };
+                // A pipeline needs a layer per stage and is run with two microbatches.
+                let pp = mesh.contains("pp");
+                let layers = if pp { 2 } else { 1 };
+                let opts = EmitOptions {
+                    model: model.into(),
+                    mlp: MlpConfig {
+                        hidden: 8,
+                        ffn: 16,
+                        batch: 4,
+                        layers,
+                        ..MlpConfig::default()
+                    },
+                    llama: LlamaConfig {
+                        layers: layers.max(LlamaConfig::default().layers),
+                        ..LlamaConfig::default()
+                    },
+                    mesh: Mesh::parse(mesh).expect("mesh"),
+                    bug: None,
+                    forward_only,
+                    vocab_parallel: false,
+                };
+                let pipeline = PipelineOptions {
+                    microbatches: if pp { 2 } else { 1 },
+                    ..PipelineOptions::default()
+                };
+                let dir = tempfile::tempdir().expect("a temporary directory");
+                if let Err(e) = emit_to_dir(
+                    &opts,
+                    &EmitExtras::default(),
+                    &TrainOptions::default(),
+                    &pipeline,
+                    dir.path(),
+                ) {
+                    println!("{model} {mesh} {phase}: not emitted ({e})");
+                    skipped += 1;
+                    continue;
+                }
+                let case = shardproof_case::load_case(&dir.path().join("case.yaml")).expect("case");
+                let started = Instant::now();
+                let cfg = ProveConfig {
+                    time_limit: Some(Duration::from_secs_f64(limit)),
+                    started: Some(started),
+                    ..ProveConfig::default()
+                };
+                let mut proof = prove_case(&case, &cfg);
+                let mut how = "reduced";
+                let refused = proof
+                    .message
+                    .as_deref()
+                    .is_some_and(|m| m.starts_with("shape reduction refused"));
+                if refused {
+                    how = "full size";
+                    proof = prove_case(
+                        &case,
+                        &ProveConfig {
+                            reduce: false,
+                            ..cfg.clone()
+                        },
+                    );
+                }
+                let secs = started.elapsed().as_secs_f64();
+                let line = format!(
+                    "{model} {mesh} {phase}: {:?} ({how}, {:?}, {secs:.1} s){}",
+                    proof.verdict,
+                    proof.layers,
+                    match proof.verdict {
+                        Verdict::Proved => String::new(),
+                        _ => format!(": {}", proof.message.as_deref().unwrap_or("")),
+                    }
+                );
+                println!("{line}");
+                if proof.verdict == Verdict::Proved {
+                    proved += 1;
+                } else {
+                    not_proved.push(line);
+                }
+            }
+        }
+    }
+    println!(
+        "{proved} proved, {} not, {skipped} not emitted (the zoo refuses the mesh); {:.1} s",
+        not_proved.len(),
+        all.elapsed().as_secs_f64()
+    );
+    for line in &not_proved {
+        println!("  not proved: {line}");
+    }
+}

@@ -445,6 +445,26 @@ fn a_refuted_first_output_settles_the_verdict_before_the_backward() {
     assert_eq!(o.operators_skipped, 0);
 }
 
+/// A loss refuted where its inputs relate (the dp loss left unaveraged: a constant factor, no
+/// strong evidence) settles too, since its diagnosis reads nothing the backward can change;
+/// the report is the one the whole walk gave before (refuted at `loss`, off by a factor).
+#[test]
+fn a_loss_refuted_where_its_inputs_relate_settles_before_the_backward() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = mlp_case(dir.path(), "dp=2", Some("dp-loss-not-averaged"));
+    let o = super::verify(&case, &super::Options::default());
+    assert_eq!(o.verdict, Verdict::Refuted);
+    let f = o.failure.as_ref().unwrap();
+    assert_eq!((f.output.as_str(), f.operator.as_str()), ("loss", "loss"));
+    assert!(
+        f.hint
+            .as_deref()
+            .is_some_and(|h| h.contains("constant factor")),
+        "{f:?}"
+    );
+    assert!(o.operators_skipped > 0, "{o:?}");
+}
+
 #[test]
 fn progress_counts_every_needed_operator_and_stops_where_the_walk_settles() {
     let dir = tempfile::tempdir().unwrap();

@@ -13,6 +13,7 @@
 //! - An instruction the importer does not model becomes an opaque call `hlo.<opcode>`.
 
 mod collective;
+mod compound;
 mod groups;
 mod lex;
 mod lit;

@@ -1024,6 +1024,10 @@ impl Walk<'_> {
             return None;
         }
         let settled = self.conclude(grown, outcome.clone());
+        // The whole diagnosis is what the full walk would give: any verdict, any hint.
+        if self.diagnosis_final(grown, needed, done, deciding) {
+            return Some(settled);
+        }
         let f = settled.failure.as_ref()?;
         let strong =
             settled.verdict == Verdict::Refuted && f.hint.as_deref().is_some_and(strong_evidence);
@@ -1035,6 +1039,61 @@ impl Walk<'_> {
             return None;
         }
         Some(settled)
+    }
+
+    /// Whether the diagnosis of the failing checked output `deciding` ([`Walk::conclude`],
+    /// `blame`) reads nothing the walk past spec node `done` can change, so that it is the
+    /// full walk's whatever its verdict or hint. `blame` walks back from the output through
+    /// float values without a clean relation (`walked`, here taken without its pruning, a
+    /// superset) and reads their states, their inputs' and the impl's. A clean relation is
+    /// final; one that is not changes later only by a view carried back onto it
+    /// (`view_back`), so no later view may read a walked value. And `blame` asks of each
+    /// walked value but the output whether some spec value computed from it relates cleanly
+    /// (`has_clean_descendant`), which the operators after `done` may answer: none of them may
+    /// be reachable from a walked value. A loss refuted where its inputs relate (microbatches
+    /// paired wrongly, a missing average) then settles the verdict before the backward.
+    fn diagnosis_final(
+        &self,
+        grown: &Grown,
+        needed: &[bool],
+        done: usize,
+        deciding: ValueId,
+    ) -> bool {
+        let spec = &self.case.spec;
+        let is_clean =
+            |v: &ValueId| matches!(grown.state.get(v), Some(State::Related(r)) if r.clean);
+        let mut walked: HashSet<ValueId> = HashSet::new();
+        let mut stack = vec![deciding];
+        while let Some(v) = stack.pop() {
+            if !walked.insert(v) {
+                continue;
+            }
+            stack.extend(spec.nodes[v.node].inputs().into_iter().filter(|x| {
+                grown.state.contains_key(x) && !is_clean(x) && is_float_value(self.spec_metas, *x)
+            }));
+        }
+        let viewed_later = walked.iter().any(|x| {
+            self.spec_users
+                .get(x.node)
+                .into_iter()
+                .flatten()
+                .any(|&u| u > done && needed[u] && views_back(&spec.nodes[u]))
+        });
+        if viewed_later {
+            return false;
+        }
+        // Forward from the walked values but the output: no needed operator after `done`.
+        let mut reached = vec![false; spec.nodes.len()];
+        for (n, node) in spec.nodes.iter().enumerate() {
+            reached[n] = node
+                .inputs()
+                .iter()
+                .any(|i| (i.node < n && reached[i.node]) || (*i != deciding && walked.contains(i)));
+            if reached[n] && n > done && needed[n] {
+                return false;
+            }
+        }
+        true
     }
 
     /// The verdict (Listing 1, lines 6 and 9): certificates when every checked output has a

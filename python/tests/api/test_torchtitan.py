@@ -52,10 +52,10 @@ def test_dropped_w2_all_reduce_is_refuted(dropped_w2, engine_ready):
     assert verdict.report["counterexample"]["output"] == "out", verdict.report
 
 
-@pytest.mark.xfail(strict=True, reason="the engine's walk-back (engine/diagnose.rs, `absorbed`) "
-                   "passes the FFN residual add and stops at the attention residual (line 48), "
-                   "which has a rank-sum relation besides its clean one; the verify helper's fix")
 def test_dropped_w2_all_reduce_is_located_at_the_ffn_residual(dropped_w2, engine_ready):
+    # The diagnosis walks back from the first nonlinear read of w2's partial sum to the FFN
+    # residual add, and stops there: the attention residual before it relates cleanly with no
+    # rank sum (the ranks all-reduced wo's output), so the missing reduction comes after it.
     verdict = dropped_w2
     loc = verdict.location
     assert loc is not None and loc.file.endswith("llama3/model.py"), verdict

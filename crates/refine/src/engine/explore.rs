@@ -243,6 +243,103 @@ pub(super) fn define(eg: &mut Graph, imp: &Impl, v: ValueRef, added: &mut HashSe
     }
 }
 
+/// How many element moves deep [`define_gathered_leaves`] follows a rank tensor down to the
+/// collective whose result it moves: a `cat` of `slice`s of a wait of an all-gather is three.
+const MAX_GATHER_DEPTH: usize = 6;
+
+/// The chain of definitions by which rank tensor `v` only moves elements of collective
+/// results, `v` first: each value's term moves elements ([`moves_elements`]) of values that
+/// are either such values again or, at the bottom, the group members' tensors a collective
+/// reads (a term reading another rank's tensor is a collective's meaning: an all-gather's
+/// `cat` of the members' inputs). Empty where `v` is no such tensor (some input is computed,
+/// no collective is reached within [`MAX_GATHER_DEPTH`], or a value is cut).
+fn gathered_chain(imp: &Impl, v: ValueRef) -> Vec<ValueRef> {
+    fn walk(imp: &Impl, v: ValueRef, depth: usize, chain: &mut Vec<ValueRef>) -> bool {
+        if depth == 0 || imp.cut.contains(&v) || !moves_elements(imp, v) {
+            return false;
+        }
+        let ins = imp.term_inputs(v);
+        if ins.is_empty() {
+            return false;
+        }
+        chain.push(v);
+        // The collective itself: its inputs are the members' tensors, whatever computed them.
+        if ins.iter().any(|x| x.rank != v.rank) {
+            return true;
+        }
+        ins.into_iter()
+            .filter(|x| !imp.const_only.contains(x))
+            .all(|x| chain.contains(&x) || walk(imp, x, depth - 1, chain))
+    }
+    let mut chain = Vec::new();
+    if walk(imp, imp.canon(v), MAX_GATHER_DEPTH, &mut chain) {
+        chain
+    } else {
+        Vec::new()
+    }
+}
+
+/// The leaves of the inputs' unclean relations that only move elements of collective results
+/// (a rank's all-gathered gradient cut back into sequence chunks and concatenated, `cat(slice(
+/// all_gather(g)), ..)`) are brought in with their definitions down to the collective, so the
+/// e-graph learns that such a leaf is a layout of the members' tensors (`cat(g_0, g_1)`).
+///
+/// Why: an unclean relation is passed on as its smallest expression, in which such a tensor is
+/// a bare leaf. Exploration only moves forward from present tensors, so the next operator
+/// never sees it as the concatenation of the ranks' shards, and an elementwise operator over
+/// it cannot split by shard to meet what each rank computes on its own shard (the
+/// SequenceParallel block's residual gradient `(g + a) + b`). Definitions are true equations,
+/// so this adds no unsound union; it is confined to unclean inputs, where relations are still
+/// to be found, so operators that relate already see the same e-graph.
+pub(super) fn define_gathered_leaves(
+    eg: &mut Graph,
+    imp: &Impl,
+    state: &HashMap<ValueId, State>,
+    ins: &[ValueRef],
+    added: &mut HashSet<ValueRef>,
+) -> bool {
+    let mut leaves: Vec<ValueRef> = Vec::new();
+    for x in ins {
+        let Some(State::Related(r)) = state.get(&x.value) else {
+            continue;
+        };
+        if r.clean {
+            continue;
+        }
+        for e in &r.exprs {
+            for n in e.as_ref() {
+                let Term::Op(s, k) = n else { continue };
+                let Some((rank, name)) =
+                    crate::term::parse_leaf(s.as_str()).filter(|_| k.is_empty())
+                else {
+                    continue;
+                };
+                if let Some(value) = imp.case.program.ranks.get(rank).and_then(|g| g.find(name)) {
+                    leaves.push(imp.canon(ValueRef {
+                        rank: Some(rank),
+                        value,
+                    }));
+                }
+            }
+        }
+    }
+    leaves.sort_unstable();
+    leaves.dedup();
+    let mut grew = false;
+    for leaf in leaves {
+        for v in gathered_chain(imp, leaf) {
+            if added.insert(v) {
+                define(eg, imp, v, added);
+                grew = true;
+            }
+        }
+    }
+    if grew {
+        eg.rebuild();
+    }
+    grew
+}
+
 /// Extends a round's new implementation operators with the operators that only move their
 /// elements (see [`moves_elements`]) over them and over already related tensors, transitively,
 /// so that the round brings them in together.
@@ -672,6 +769,7 @@ pub(super) fn explore(
             define(eg, imp, out, &mut added);
         }
     }
+    define_gathered_leaves(eg, imp, state, ins, &mut added);
     collect_leaves(eg, imp, &mut t_rel);
     let mut unfold_budget = UNFOLD_RECOMPUTED;
     unfold_recomputed(eg, imp, &mut t_rel, &mut added, &mut unfold_budget);

@@ -445,6 +445,26 @@ fn a_refuted_first_output_settles_the_verdict_before_the_backward() {
     assert_eq!(o.operators_skipped, 0);
 }
 
+/// A loss refuted where its inputs relate (the dp loss left unaveraged: a constant factor, no
+/// strong evidence) settles too, since its diagnosis reads nothing the backward can change;
+/// the report is the one the whole walk gave before (refuted at `loss`, off by a factor).
+#[test]
+fn a_loss_refuted_where_its_inputs_relate_settles_before_the_backward() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = mlp_case(dir.path(), "dp=2", Some("dp-loss-not-averaged"));
+    let o = super::verify(&case, &super::Options::default());
+    assert_eq!(o.verdict, Verdict::Refuted);
+    let f = o.failure.as_ref().unwrap();
+    assert_eq!((f.output.as_str(), f.operator.as_str()), ("loss", "loss"));
+    assert!(
+        f.hint
+            .as_deref()
+            .is_some_and(|h| h.contains("constant factor")),
+        "{f:?}"
+    );
+    assert!(o.operators_skipped > 0, "{o:?}");
+}
+
 #[test]
 fn progress_counts_every_needed_operator_and_stops_where_the_walk_settles() {
     let dir = tempfile::tempdir().unwrap();
@@ -694,4 +714,99 @@ fn report_text(o: &Outcome) -> String {
             o.spec_operators
         )
     )
+}
+
+/// One rank's program of the gathered-leaf case: its sequence chunk `g` (columns) all-gathered
+/// along dim 0, split back into the members' chunks and concatenated along the columns
+/// (SequenceParallel's gather of a gradient), and the same with one chunk computed on
+/// (`relu`), which moves no collective result only.
+fn gathered_rank() -> &'static str {
+    "class GraphModule(torch.nn.Module):\n    def forward(self, g: \"f32[2, 2]\", a: \"f32[2, 2]\"):\n        all_gather_into_tensor: \"f32[4, 2]\" = torch.ops._c10d_functional.all_gather_into_tensor.default(g, 2, '0')\n        wait_tensor: \"f32[4, 2]\" = torch.ops._c10d_functional.wait_tensor.default(all_gather_into_tensor)\n        split = torch.ops.aten.split.Tensor(wait_tensor, 2)\n        getitem: \"f32[2, 2]\" = split[0]\n        getitem_1: \"f32[2, 2]\" = split[1]\n        cat: \"f32[2, 4]\" = torch.ops.aten.cat.default([getitem, getitem_1], 1)\n        relu: \"f32[2, 2]\" = torch.ops.aten.relu.default(getitem_1)\n        cat_1: \"f32[2, 4]\" = torch.ops.aten.cat.default([getitem, relu], 1)\n        add: \"f32[2, 4]\" = torch.ops.aten.add.Tensor(cat, cat_1)\n        return (add,)\n"
+}
+
+/// A leaf of an unclean relation passed on that only moves elements of an all-gather's result
+/// (`cat(slice(all_gather(g)), ..)`) comes in with its definitions down to the collective, so
+/// the e-graph learns it is the members' chunks laid out (`cat(g_0, g_1)`); a leaf computed on
+/// (a `relu` of a chunk) does not, nor does any leaf of a clean relation. Every class the
+/// definitions and the lemmas built holds on a run of the ranks.
+#[test]
+fn gathered_leaves_of_unclean_relations_come_in_with_their_layout() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = "class GraphModule(torch.nn.Module):\n    def forward(self, g: \"f32[2, 4]\", a: \"f32[2, 4]\"):\n        add: \"f32[2, 4]\" = torch.ops.aten.add.Tensor(g, a)\n        return (add,)\n";
+    std::fs::write(dir.path().join("spec.py"), spec).unwrap();
+    for r in 0..2 {
+        std::fs::write(dir.path().join(format!("r{r}.py")), gathered_rank()).unwrap();
+    }
+    let yaml = "version: 1\nname: gathered-leaf\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [r0.py, r1.py]\n  groups:\n    \"0\": tp\ninputs:\n  g: Shard(1)\n  a: Shard(1)\n";
+    std::fs::write(dir.path().join("case.yaml"), yaml).unwrap();
+    let case = shardproof_case::load_case(&dir.path().join("case.yaml")).unwrap();
+    let imp = impl_of(&case);
+    let rules: Vec<_> = crate::lemmas::library_for(&[])
+        .iter()
+        .flat_map(|l| l.rewrites())
+        .collect();
+    let rank0 = |name: &str| ValueRef {
+        rank: Some(0),
+        value: case.program.ranks[0].find(name).expect(name),
+    };
+    // The spec's `add`, passed on unclean over the gathered leaf and over the computed one.
+    let v = case.spec.find("add").unwrap();
+    let ins = [ValueRef {
+        rank: None,
+        value: v,
+    }];
+    let unclean = "(aten.add.Tensor %r0:cat (aten.add.Tensor %r0:cat_1 (cat 1 %r0:a %r1:a) 1) 1)";
+    let with = |clean: bool| -> HashMap<ValueId, State> {
+        [(
+            v,
+            State::Related(Rel::of(vec![unclean.parse().unwrap()], clean)),
+        )]
+        .into()
+    };
+
+    // A clean relation's leaves are not unfolded.
+    let mut eg = new_graph(&imp);
+    let mut added = HashSet::new();
+    assert!(!define_gathered_leaves(
+        &mut eg,
+        &imp,
+        &with(true),
+        &ins,
+        &mut added
+    ));
+    assert!(added.is_empty());
+
+    let mut eg = new_graph(&imp);
+    let rel = Rel::of(vec![unclean.parse().unwrap()], false);
+    add_relation(&mut eg, &imp, &rel);
+    let mut added = HashSet::new();
+    assert!(define_gathered_leaves(
+        &mut eg,
+        &imp,
+        &with(false),
+        &ins,
+        &mut added
+    ));
+    assert!(added.contains(&rank0("cat")), "{added:?}");
+    assert!(
+        !added.contains(&rank0("cat_1")),
+        "a computed leaf came in: {added:?}"
+    );
+    assert!(!added.contains(&rank0("relu")), "{added:?}");
+    saturate(
+        &mut eg,
+        &rules,
+        &super::Options::default(),
+        &Attempt::default(),
+    );
+    let gathered = add_rec(&mut eg, &imp, &"(cat 1 %r0:g %r1:g)".parse().unwrap());
+    let leaf = imp.leaf(&mut eg, rank0("cat"));
+    eg.rebuild();
+    assert_eq!(
+        eg.find(gathered),
+        eg.find(leaf),
+        "the gathered leaf is not the chunks' layout"
+    );
+    let compared = crate::eval::classes_agree(&eg, &rank_values(&imp)).unwrap();
+    assert!(compared > 0);
 }

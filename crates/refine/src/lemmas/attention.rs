@@ -10,9 +10,12 @@ use crate::term::{is_op, Term, GET};
 use egg::{Id, Symbol};
 use std::sync::Arc;
 
-/// The CPU flash-attention kernel and its backward: the operand positions split alike, the
-/// dropout probability, the mask, and the outputs (all split along the same dim).
-const FUSED: &[(&str, &[usize], usize, usize, &[i64])] = &[
+/// One fused attention kernel: its name, the operand positions split alike, the dropout
+/// probability's position, the mask's, and the outputs split along the same dim.
+type Fused = (&'static str, &'static [usize], usize, usize, &'static [i64]);
+
+/// The CPU flash-attention kernel and its backward (see [`Fused`]).
+const FUSED: &[Fused] = &[
     (
         "aten._scaled_dot_product_flash_attention_for_cpu.default",
         &[0, 1, 2],

@@ -2,8 +2,8 @@
 //! other operands split alike or broadcast.
 
 use super::{
-    cat, cats, elementwise_roots, ew, node_sym, regroup, shape, sizes, slice, sums, with_kids,
-    Graph, Lemma, ELEMENTWISE,
+    cat, cats, elementwise_roots, ew, is_one, node_sym, regroup, shape, sizes, slice, sums,
+    with_kids, Graph, Lemma, ELEMENTWISE,
 };
 use crate::term::{Data, Term};
 use egg::{Id, Symbol};
@@ -149,8 +149,74 @@ pub(super) fn lemmas() -> Vec<Lemma> {
             results
         }),
     });
+    l.push(add_regrouped());
 
     l
+}
+
+/// `(x + y) + z = x + (y + z)` and back, only where the graph already has the other grouping's
+/// inner addition: a rank that adds the two backward contributions of its own shard first and
+/// the incoming gradient after (`g_r + (a_r + b_r)`) against the spec's `(g + a) + b` (the
+/// SequenceParallel block's residual gradient). Looked up, never built, so additions nobody
+/// computes do not grow. Exact over the reals, which relations are stated over (as sums of
+/// ranks in another order are); every operand has the output's shape and alpha is one.
+fn add_regrouped() -> Lemma {
+    Lemma {
+        name: "add-regrouped",
+        doc: "(x + y) + z = x + (y + z), and x + (y + z) = (x + y) + z, where the graph has the other grouping's inner addition (looked up, never built); operands of the output's shape, alpha one",
+        roots: vec!["aten.add.Tensor".into()],
+        examples: vec![
+            // The rank's inner addition sits beside the spec's grouping.
+            (
+                "(cat 0 (aten.add.Tensor (aten.add.Tensor %r0:g %r0:a 1) %r0:b 1) (aten.add.Tensor %r0:a %r0:b 1))",
+                &[("g", "f64[2,3]"), ("a", "f64[2,3]"), ("b", "f64[2,3]")],
+            ),
+            (
+                "(cat 0 (aten.add.Tensor %r0:g (aten.add.Tensor %r0:a %r0:b 1) 1) (aten.add.Tensor %r0:g %r0:a 1))",
+                &[("g", "f64[2,3]"), ("a", "f64[2,3]"), ("b", "f64[2,3]")],
+            ),
+        ],
+        requires: None,
+        build: Arc::new(|g, eclass, kids| {
+            let Some(out) = shape(g, eclass) else { return vec![] };
+            let full = |g: &Graph, id: Id| shape(g, id).as_deref() == Some(&out[..]);
+            if !is_one(g, kids[2]) || !full(g, kids[0]) || !full(g, kids[1]) {
+                return vec![];
+            }
+            let add = Symbol::from("aten.add.Tensor");
+            let one = kids[2];
+            // The unit-alpha, full-shape additions in a class, as their operand pairs.
+            let adds = |g: &Graph, id: Id| -> Vec<(Id, Id)> {
+                g[id]
+                    .nodes
+                    .iter()
+                    .filter_map(|n| match n {
+                        Term::Op(s, c) if *s == add && c.len() == 3 && is_one(g, c[2]) => {
+                            Some((c[0], c[1])).filter(|&(a, b)| full(g, a) && full(g, b))
+                        }
+                        _ => None,
+                    })
+                    .take(4)
+                    .collect()
+            };
+            let mut res = Vec::new();
+            // (x + y) + z -> x + (y + z), where y + z exists.
+            for (x, y) in adds(g, kids[0]) {
+                let z = kids[1];
+                if let Some(yz) = g.lookup(Term::Op(add, vec![y, z, one])) {
+                    res.push(g.add(Term::Op(add, vec![x, yz, one])));
+                }
+            }
+            // x + (y + z) -> (x + y) + z, where x + y exists.
+            for (y, z) in adds(g, kids[1]) {
+                let x = kids[0];
+                if let Some(xy) = g.lookup(Term::Op(add, vec![x, y, one])) {
+                    res.push(g.add(Term::Op(add, vec![xy, z, one])));
+                }
+            }
+            res
+        }),
+    }
 }
 
 /// Splits an elementwise call along output dim `od` into pieces of `szs`, operand `driver`

@@ -10,7 +10,7 @@ use super::pieces::append;
 use super::relation::{add_tpl, inputs_relate_up_to_factor, tpl_values, Impl, State};
 use super::saturate::{saturate, Attempt, SCALE_PASSES, SCALE_REWRITES};
 use super::Options;
-use crate::lemmas::{same_ratio, Graph, SCALE};
+use crate::lemmas::{same_ratio, Graph, ELEMENTWISE, SCALE};
 use crate::lower::{Lowered, Tpl, ValueRef};
 use crate::term::{is_op, leaf_symbol, Shapes, Term, CAT, LIST, MAX, MIN, SLICE};
 use egg::{Id, RecExpr, Rewrite, Symbol};
@@ -769,7 +769,17 @@ pub(super) fn explore(
             define(eg, imp, out, &mut added);
         }
     }
-    define_gathered_leaves(eg, imp, state, ins, &mut added);
+    // Only under an elementwise spec operator, the one kind that splits by the gathered
+    // leaf's shards (see `define_gathered_leaves`): elsewhere the definitions only grow the
+    // e-graph (a context-parallel Llama's attention backward, whose all-gathered keys and
+    // values are leaves of every unclean relation, outgrew the node limit).
+    let elementwise_root = eg[root]
+        .nodes
+        .iter()
+        .any(|n| matches!(n, Term::Op(s, _) if ELEMENTWISE.iter().any(|e| e.0 == s.as_str())));
+    if elementwise_root {
+        define_gathered_leaves(eg, imp, state, ins, &mut added);
+    }
     collect_leaves(eg, imp, &mut t_rel);
     let mut unfold_budget = UNFOLD_RECOMPUTED;
     unfold_recomputed(eg, imp, &mut t_rel, &mut added, &mut unfold_budget);

@@ -110,20 +110,27 @@ pub(super) fn lemmas() -> Vec<Lemma> {
             let Some(out) = shape(g, eclass) else {
                 return vec![];
             };
-            // The one operand of the output's shape; every other is 0-d.
+            // The one operand of the output's shape; every other is 0-d, and one at least is
+            // a 0-d tensor. Why the last: a unary call or one with literals only (`neg`,
+            // `mul.Scalar`) over a view of a cat is everywhere in an attention backward, and
+            // moving each through its view grew the e-graphs of a context-parallel Llama
+            // iteration past the node limit (its ring attention stopped relating).
             let mut full = None;
+            let mut scalar_tensor = false;
             for &t in tensors {
                 let Some(&k) = kids.get(t) else { return vec![] };
                 if matches!(g[k].data, Data::Literal | Data::Int(_)) {
                     continue;
                 }
                 match shape(g, k) {
-                    Some(ts) if ts.is_empty() => {}
+                    Some(ts) if ts.is_empty() => scalar_tensor = true,
                     Some(ts) if ts == out && full.is_none() => full = Some(t),
                     _ => return vec![],
                 }
             }
-            let Some(t) = full else { return vec![] };
+            let Some(t) = full.filter(|_| scalar_tensor) else {
+                return vec![];
+            };
             let views: Vec<(Id, Id)> = g[kids[t]]
                 .nodes
                 .iter()

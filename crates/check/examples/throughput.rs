@@ -48,11 +48,14 @@ fn main() {
                 continue;
             }
         };
-        if let Err(e) = emitted.write(dir.path()) {
+        // BENCH_KEEP=DIR keeps the emitted case in DIR/PRESET, for reading its graphs.
+        let keep = std::env::var_os("BENCH_KEEP").map(|k| std::path::PathBuf::from(k).join(name));
+        let dir_path = keep.clone().unwrap_or_else(|| dir.path().to_path_buf());
+        if let Err(e) = emitted.write(&dir_path) {
             eprintln!("{name}: {e}");
             continue;
         }
-        let case = match shardproof_case::load_case(&dir.path().join("case.yaml")) {
+        let case = match shardproof_case::load_case(&dir_path.join("case.yaml")) {
             Ok(c) => c,
             Err(e) => {
                 eprintln!("{name}: {e}");
@@ -82,8 +85,18 @@ fn main() {
                     r.findings.len(),
                     r.unknown_values
                 );
-                // BENCH_UNKNOWN=1 lists where the unknown placements begin.
+                // BENCH_UNKNOWN=1 lists the findings and where the unknown placements begin.
                 if std::env::var_os("BENCH_UNKNOWN").is_some() {
+                    for f in &r.findings {
+                        println!(
+                            "    finding {} rank(s) {:?} {} {}: {}",
+                            f.check.name(),
+                            f.ranks,
+                            f.node,
+                            f.op.clone().unwrap_or_default(),
+                            f.message
+                        );
+                    }
                     for u in &r.unknown {
                         println!("    {} x {} (first: {})", u.count, u.reason, u.first);
                     }

@@ -683,7 +683,52 @@ fn propagate_rank_from(
                             |v| rp.of(v, nd)[m] == Place::Replicate,
                             meta_of,
                         );
-                        if let Some(d) = d {
+                        // A shard is a claim about every coordinate along the mesh dim: each
+                        // peer must build the one-hot over its own coordinate's range too.
+                        // Checking this rank alone let a pipeline stage whose tp range
+                        // happened to be its pp coordinate's block claim `Shard(1)` on `pp`
+                        // (a false `shape-divisibility` finding on llama3-70b-tiny).
+                        let peers_agree = || {
+                            peer_list[m].iter().enumerate().all(|(k, &p)| {
+                                if p == r {
+                                    return true;
+                                }
+                                let Some(j) = peer_node(p) else {
+                                    return false;
+                                };
+                                let (pg, pm) = (&program.ranks[p], &sh.metas[p]);
+                                let pin = pg.nodes[j].inputs();
+                                if pin.len() != 2 {
+                                    return false;
+                                }
+                                // The peer's values by name: replicated on this mesh dim
+                                // where this rank's value of that name is (a placement on
+                                // the mesh dim is the group's, the same on every peer).
+                                let replicated_here = |v: ValueId| {
+                                    sh.names[r].get(pg.nodes[v.node].name.as_str()).is_some_and(
+                                        |&q| {
+                                            rp.of(ValueId::new(q as usize, v.output), nd)[m]
+                                                == Place::Replicate
+                                        },
+                                    )
+                                };
+                                let peer_meta = |v: ValueId| {
+                                    pm.get(v.node)
+                                        .and_then(|o| o.get(v.output))
+                                        .cloned()
+                                        .flatten()
+                                };
+                                crate::vocab::one_hot_shard(
+                                    pg,
+                                    pin[0],
+                                    pin[1],
+                                    &|| k,
+                                    replicated_here,
+                                    peer_meta,
+                                ) == d
+                            })
+                        };
+                        if let Some(d) = d.filter(|_| peers_agree()) {
                             result = vec![Place::shard(d); nout];
                         }
                     }
@@ -811,6 +856,16 @@ fn propagate_rank_from(
                                     (*e as usize) <= d
                                         && outs_shape.as_deref().is_none_or(|o| {
                                             !rules::reshaped_apart(&shape, o, d, *e as usize)
+                                                && !global_view.is_some_and(|(gi, go)| {
+                                                    rules::reshaped_apart_by_global(
+                                                        &shape,
+                                                        o,
+                                                        gi,
+                                                        go,
+                                                        *e as usize,
+                                                        d,
+                                                    )
+                                                })
                                         })
                                 }),
                                 _ => false,

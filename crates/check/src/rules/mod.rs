@@ -28,7 +28,9 @@ use matmul::*;
 use reductions::*;
 use table::build;
 use views::*;
-pub use views::{reshaped_apart, view_blocks, view_blocks_unique, view_dim};
+pub use views::{
+    reshaped_apart, reshaped_apart_by_global, view_blocks, view_blocks_unique, view_dim,
+};
 
 /// What a violated rule is about: the spatial check it belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -470,6 +472,36 @@ mod tests {
         assert!(reshaped_apart(&[2, 4, 8], &[2, 4, 2, 4], 0, 2));
         assert!(!reshaped_apart(&[2, 4, 8, 4], &[8, 8, 4], 0, 1));
         assert!(!reshaped_apart(&[1, 2, 8, 4], &[2, 8, 4], 0, 1));
+        // A size-1 kv-head shard beside the batch (GQA's copies merged, `[b, kv, rep, s, d]
+        // -> [b, kv * rep, s, d]`): the local shapes leave the cut open, the spec's settle it
+        // (the batch and the heads stay apart); a spec that merges them does not.
+        assert!(!reshaped_apart(&[2, 1, 2, 8, 4], &[2, 2, 8, 4], 0, 1));
+        let (ins, outs) = ([2, 1, 2, 8, 4], [2, 2, 8, 4]);
+        assert!(reshaped_apart_by_global(
+            &ins,
+            &outs,
+            &[8, 2, 2, 8, 4],
+            &[8, 4, 8, 4],
+            0,
+            1
+        ));
+        assert!(!reshaped_apart_by_global(
+            &ins,
+            &outs,
+            &[8, 2, 2, 8, 4],
+            &[32, 8, 4, 1],
+            0,
+            1
+        ));
+        // Merged locally too: no cut between them.
+        assert!(!reshaped_apart_by_global(
+            &[2, 2, 8, 4],
+            &[4, 8, 4],
+            &[8, 4, 8, 4],
+            &[32, 8, 4],
+            0,
+            1
+        ));
         assert_eq!(Place::blocked(1, 1), Place::Shard(1));
         assert_eq!(Place::blocked(1, 4).to_string(), "Shard(1, blocks=4)");
     }

@@ -291,6 +291,41 @@ pub fn reshaped_apart(ins: &[usize], outs: &[usize], d: usize, e: usize) -> bool
     (lo + 1..=hi).any(|p| out_prefix.contains(&prod(&ins[..p])))
 }
 
+/// [`reshaped_apart`] where the local shapes leave it open (a size-1 dim beside the cut),
+/// settled by the spec's view of the same node (global shapes `gin` -> `gout`): a cut between
+/// input dims `lo` and `hi` where the local input and output prefix products meet and the
+/// global ones meet at the same positions. A row-major view that cuts there both locally and
+/// globally reshapes the dims on either side on their own, so the pieces of one side stay
+/// where the other side's reading leaves them.
+pub fn reshaped_apart_by_global(
+    ins: &[usize],
+    outs: &[usize],
+    gin: &[i64],
+    gout: &[i64],
+    lo: usize,
+    hi: usize,
+) -> bool {
+    if lo >= hi || hi >= ins.len() || gin.len() != ins.len() || gout.len() != outs.len() {
+        return false;
+    }
+    let prefix = |v: &mut dyn Iterator<Item = Option<u128>>| -> Option<Vec<u128>> {
+        let mut p = vec![1u128];
+        for x in v {
+            p.push(p.last()?.checked_mul(x?)?);
+        }
+        Some(p)
+    };
+    let (Some(pi), Some(po), Some(gpi), Some(gpo)) = (
+        prefix(&mut ins.iter().map(|&x| Some(x as u128))),
+        prefix(&mut outs.iter().map(|&x| Some(x as u128))),
+        prefix(&mut gin.iter().map(|&x| u128::try_from(x).ok())),
+        prefix(&mut gout.iter().map(|&x| u128::try_from(x).ok())),
+    ) else {
+        return false;
+    };
+    (lo + 1..=hi).any(|p| (0..=outs.len()).any(|o| po[o] == pi[p] && gpo[o] == gpi[p]))
+}
+
 /// The blocked reading of output dim `j` for a shard of input dim `d` in `k` blocks (the
 /// local-shape condition of [`view_blocks`] at one dim), `None` where it does not hold.
 fn view_blocks_at(

@@ -650,6 +650,48 @@ fn propagate_rank_from(
                         violation = None;
                         result = vec![Place::Unmasked; nout];
                     }
+                    // A vocabulary-range proof's shard is a claim about every coordinate along
+                    // the mesh dim: each peer must run the same node and prove it with its own
+                    // coordinate (`proof(peer graph, node, coordinate, replicated, meta)`).
+                    // Checking this rank alone let a pipeline stage whose tp range happened to
+                    // be its pp coordinate's block claim `Shard(1)` on `pp` (a false
+                    // `shape-divisibility` finding on llama3-70b-tiny). A peer's value is
+                    // replicated on the mesh dim where this rank's value of that name is (a
+                    // placement on a mesh dim is the group's, the same on every peer).
+                    type Proof<'p> = dyn Fn(
+                            &shardproof_ir::Graph,
+                            usize,
+                            usize,
+                            &dyn Fn(ValueId) -> bool,
+                            &dyn Fn(ValueId) -> Option<Meta>,
+                        ) -> bool
+                        + 'p;
+                    let peers_prove = |proof: &Proof| {
+                        peer_list[m].iter().enumerate().all(|(k, &p)| {
+                            if p == r {
+                                return true;
+                            }
+                            let Some(j) = peer_node(p) else {
+                                return false;
+                            };
+                            let (pg, pm) = (&program.ranks[p], &sh.metas[p]);
+                            let replicated_here = |v: ValueId| {
+                                sh.names[r]
+                                    .get(pg.nodes[v.node].name.as_str())
+                                    .is_some_and(|&q| {
+                                        rp.of(ValueId::new(q as usize, v.output), nd)[m]
+                                            == Place::Replicate
+                                    })
+                            };
+                            let peer_meta = |v: ValueId| {
+                                pm.get(v.node)
+                                    .and_then(|o| o.get(v.output))
+                                    .cloned()
+                                    .flatten()
+                            };
+                            proof(pg, j, k, &replicated_here, &peer_meta)
+                        })
+                    };
                     if op.name == "index_put"
                         && mesh.dims[m].1 > 1
                         && inputs.first().is_some_and(|&x| place(x) == Place::Shard(1))
@@ -660,6 +702,9 @@ fn propagate_rank_from(
                             |v| rp.of(v, nd)[m] == Place::Replicate,
                             meta_of,
                         )
+                        && peers_prove(&|pg, j, k, rep, meta| {
+                            crate::vocab::update_shard(pg, j, &|| k, rep, meta)
+                        })
                     {
                         violation = None;
                         result = vec![Place::Shard(1); nout];
@@ -683,52 +728,20 @@ fn propagate_rank_from(
                             |v| rp.of(v, nd)[m] == Place::Replicate,
                             meta_of,
                         );
-                        // A shard is a claim about every coordinate along the mesh dim: each
-                        // peer must build the one-hot over its own coordinate's range too.
-                        // Checking this rank alone let a pipeline stage whose tp range
-                        // happened to be its pp coordinate's block claim `Shard(1)` on `pp`
-                        // (a false `shape-divisibility` finding on llama3-70b-tiny).
-                        let peers_agree = || {
-                            peer_list[m].iter().enumerate().all(|(k, &p)| {
-                                if p == r {
-                                    return true;
-                                }
-                                let Some(j) = peer_node(p) else {
-                                    return false;
-                                };
-                                let (pg, pm) = (&program.ranks[p], &sh.metas[p]);
+                        if let Some(d) = d.filter(|&d| {
+                            peers_prove(&|pg, j, k, rep, meta| {
                                 let pin = pg.nodes[j].inputs();
-                                if pin.len() != 2 {
-                                    return false;
-                                }
-                                // The peer's values by name: replicated on this mesh dim
-                                // where this rank's value of that name is (a placement on
-                                // the mesh dim is the group's, the same on every peer).
-                                let replicated_here = |v: ValueId| {
-                                    sh.names[r].get(pg.nodes[v.node].name.as_str()).is_some_and(
-                                        |&q| {
-                                            rp.of(ValueId::new(q as usize, v.output), nd)[m]
-                                                == Place::Replicate
-                                        },
-                                    )
-                                };
-                                let peer_meta = |v: ValueId| {
-                                    pm.get(v.node)
-                                        .and_then(|o| o.get(v.output))
-                                        .cloned()
-                                        .flatten()
-                                };
-                                crate::vocab::one_hot_shard(
-                                    pg,
-                                    pin[0],
-                                    pin[1],
-                                    &|| k,
-                                    replicated_here,
-                                    peer_meta,
-                                ) == d
+                                pin.len() == 2
+                                    && crate::vocab::one_hot_shard(
+                                        pg,
+                                        pin[0],
+                                        pin[1],
+                                        &|| k,
+                                        rep,
+                                        meta,
+                                    ) == Some(d)
                             })
-                        };
-                        if let Some(d) = d.filter(|_| peers_agree()) {
+                        }) {
                             result = vec![Place::shard(d); nout];
                         }
                     }
@@ -742,6 +755,9 @@ fn propagate_rank_from(
                             |v| rp.of(v, nd)[m] == Place::Replicate,
                             meta_of,
                         )
+                        && peers_prove(&|pg, j, k, rep, meta| {
+                            crate::vocab::embedding_grad_shard(pg, j, &|| k, rep, meta)
+                        })
                     {
                         result = vec![Place::Shard(0); nout];
                     }

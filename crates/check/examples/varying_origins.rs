@@ -11,13 +11,23 @@ fn main() {
     let filter = std::env::args().nth(1).unwrap_or_default();
     let root = tempfile::tempdir().unwrap();
     let mut total: BTreeMap<String, usize> = BTreeMap::new();
-    for (i, p) in plans::correct_plans().iter().enumerate() {
-        if !p.label().contains(&filter) {
-            continue;
-        }
-        let dir = root.path().join(format!("{i:03}"));
-        let Ok(case) = p.emit(&dir) else { continue };
-        let case = shardproof_case::load_case(&case).unwrap();
+    // VARYING_CASE=PATH/case.yaml reads that case instead (a preset kept by `throughput`'s
+    // BENCH_KEEP).
+    let given = std::env::var_os("VARYING_CASE").map(std::path::PathBuf::from);
+    let cases: Vec<(String, std::path::PathBuf)> = match &given {
+        Some(path) => vec![(path.display().to_string(), path.clone())],
+        None => plans::correct_plans()
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.label().contains(&filter))
+            .filter_map(|(i, p)| {
+                let dir = root.path().join(format!("{i:03}"));
+                Some((format!("{i:03} {}", p.label()), p.emit(&dir).ok()?))
+            })
+            .collect(),
+    };
+    for (label, case) in &cases {
+        let case = shardproof_case::load_case(case).unwrap();
         let Ok(prop) = shardproof_check::propagate(&case) else {
             continue;
         };
@@ -77,7 +87,7 @@ fn main() {
                 }
             }
         }
-        println!("{i:03} {}", p.label());
+        println!("{label}");
         for (k, c) in &here {
             println!("    {c:5} {k}");
             *total.entry(k.clone()).or_default() += c;

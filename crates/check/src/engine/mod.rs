@@ -609,6 +609,10 @@ fn propagate_rank_from(
                     };
                     let ctx = Ctx {
                         args: &bound,
+                        rows_input: matches!(rows_mode, RowsMode::AsShard { .. })
+                            && inputs
+                                .first()
+                                .is_some_and(|&v| matches!(raw_place(v), Place::Rows(..))),
                         outs: &outs,
                         varies,
                         in_group,

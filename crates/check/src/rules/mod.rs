@@ -96,6 +96,9 @@ pub type Outcome = Result<Vec<Place>, Violation>;
 pub struct Ctx<'a> {
     /// The bound arguments.
     pub args: &'a Args<'a>,
+    /// Whether the first input is rows of a selection on this mesh dim (`Place::Rows`), read
+    /// as a shard of the selected rows: the spec's dim holds more rows than the n pieces.
+    pub rows_input: bool,
     /// Local output metas.
     pub outs: &'a [Option<Meta>],
     /// Whether the call's literal arguments differ across the ranks of this mesh dim.

@@ -225,6 +225,7 @@ pub fn view_blocks_in_group(
     gout: &[i64],
     n: usize,
     others_in: &[usize],
+    rows: bool,
 ) -> Option<(usize, usize)> {
     if n < 2 || gin.len() != ins.len() || gout.len() != outs.len() || d >= ins.len() {
         return None;
@@ -257,7 +258,13 @@ pub fn view_blocks_in_group(
     if others_in.iter().any(|e| (i0..i1).contains(e)) {
         return None;
     }
-    if (i0..i1).any(|i| gin[i] != ins[i] * if i == d { n } else { 1 }) {
+    // The spec's growth of dim d: n for a shard; for rows of a selection (a microbatch of a
+    // batch shard), the spec's whole dim is a multiple of the n pieces the selection holds.
+    let grow = match gin[d].checked_div(ins[d]) {
+        Some(g) if gin[d] == ins[d] * g && (g == n || (rows && g % n == 0)) => g,
+        _ => return None,
+    };
+    if (i0..i1).any(|i| i != d && gin[i] != ins[i]) {
         return None;
     }
     let mut found = None;
@@ -265,7 +272,7 @@ pub fn view_blocks_in_group(
         for &o1 in ends_at(i1).iter().filter(|&&o1| o1 > o0) {
             let mut differs = (o0..o1).filter(|&j| gout[j] != outs[j]);
             let Some(j) = differs.next() else { continue };
-            if differs.next().is_some() || gout[j] != outs[j].checked_mul(n)? {
+            if differs.next().is_some() || gout[j] != outs[j].checked_mul(grow)? {
                 continue;
             }
             let r = view_blocks_at(ins, outs, d, k, j)?;
@@ -604,7 +611,7 @@ pub(super) fn view(c: &Ctx) -> Outcome {
             }
             if !others_in.is_empty() {
                 if let Some((od, k2)) = c.global_view.and_then(|(gi, go)| {
-                    view_blocks_in_group(&m.shape, &out, d, k, gi, go, n, &others_in)
+                    view_blocks_in_group(&m.shape, &out, d, k, gi, go, n, &others_in, c.rows_input)
                 }) {
                     return c.all(Place::blocked(od, k2));
                 }
@@ -1230,16 +1237,34 @@ mod group_tests {
         let (ins, outs) = ([8, 4], [1, 8, 1, 4]);
         let (gin, gout) = ([16, 8], [2, 8, 2, 4]);
         assert_eq!(
-            view_blocks_in_group(&ins, &outs, 1, 1, &gin, &gout, 2, &[0]),
+            view_blocks_in_group(&ins, &outs, 1, 1, &gin, &gout, 2, &[0], false),
             Some((2, 1))
         );
         assert_eq!(
-            view_blocks_in_group(&ins, &outs, 0, 1, &gin, &gout, 2, &[1]),
+            view_blocks_in_group(&ins, &outs, 0, 1, &gin, &gout, 2, &[1], false),
             Some((0, 1))
         );
         // A view merging the two sharded dims into one group: no claim.
         assert_eq!(
-            view_blocks_in_group(&[2, 4], &[8], 1, 1, &[4, 8], &[32], 2, &[0]),
+            view_blocks_in_group(&[2, 4], &[8], 1, 1, &[4, 8], &[32], 2, &[0], false),
+            None
+        );
+        // A microbatch's rows (llama3-70b-tiny's `[b*s, h] -> [b, s, heads, d]`, one sequence
+        // per rank, two microbatches of the dp shard): the spec's batch is 4 = 2 x 2 pieces.
+        // Rows of a selection take the spec's dim as a multiple of the pieces; a plain
+        // shard does not (the spec's node would not be this view of it).
+        let (ins, outs, gin, gout) = ([8, 32], [1, 8, 8, 4], [32, 64], [4, 8, 16, 4]);
+        assert_eq!(
+            view_blocks_in_group(&ins, &outs, 0, 1, &gin, &gout, 2, &[1], true),
+            Some((0, 1))
+        );
+        assert_eq!(
+            view_blocks_in_group(&ins, &outs, 0, 1, &gin, &gout, 2, &[1], false),
+            None
+        );
+        // The output dim must grow as the input's did.
+        assert_eq!(
+            view_blocks_in_group(&ins, &outs, 0, 1, &gin, &[2, 16, 16, 4], 2, &[1], true),
             None
         );
     }

@@ -216,6 +216,12 @@ fn propagate_rank_from(
             .flatten()
     };
     let peer_list: Vec<Vec<usize>> = (0..nd).map(|m| peers(mesh, r, m)).collect();
+    let pipeline_dims = mesh
+        .dims
+        .iter()
+        .enumerate()
+        .filter(|(k, d)| d.0 == "pp" && *k < 64)
+        .fold(0u64, |a, (k, _)| a | (1 << k));
     let loss_terms = LossTerms::of(g, metas);
     // Updates `index(X, I) ± W` that an `index_put(X, I, ..)` writes back: the read of a
     // vocabulary shard is checked at the write-back (`vocab::update_shard`), not at the update.
@@ -607,8 +613,23 @@ fn propagate_rank_from(
                         Some((dims, len)) => (dims.contains(&m), *len),
                         None => (false, 1),
                     };
+                    let by_factors = std::cell::Cell::new(false);
+                    let rows_dims = inputs.first().map_or(0u64, |&v| {
+                        rp.of(v, nd)
+                            .iter()
+                            .enumerate()
+                            .filter(|&(k, p)| {
+                                matches!(p, Place::Rows(..))
+                                    && k < 64
+                                    && (k != m || matches!(rows_mode, RowsMode::AsShard { .. }))
+                            })
+                            .fold(0u64, |a, (k, _)| a | (1 << k))
+                    });
                     let ctx = Ctx {
                         args: &bound,
+                        rows_dims,
+                        pipeline_dims,
+                        by_factors: &by_factors,
                         rows_input: matches!(rows_mode, RowsMode::AsShard { .. })
                             && inputs
                                 .first()
@@ -858,7 +879,7 @@ fn propagate_rank_from(
                     // A view whose input another mesh dim holds as rows: where the view merges
                     // them outside this mesh dim's shard, no reading (the rows' order is not
                     // known, so neither is where this mesh dim's pieces fall among them).
-                    if rule.family == "view" {
+                    if rule.family == "view" && !by_factors.get() {
                         if let (Some(&v), Some(shape)) =
                             (inputs.first(), meta_of(inputs[0]).map(|mm| mm.shape))
                         {

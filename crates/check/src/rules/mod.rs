@@ -99,6 +99,15 @@ pub struct Ctx<'a> {
     /// Whether the first input is rows of a selection on this mesh dim (`Place::Rows`), read
     /// as a shard of the selected rows: the spec's dim holds more rows than the n pieces.
     pub rows_input: bool,
+    /// The mesh dims (bit per mesh dim) that hold the first input as rows of a selection
+    /// (`Place::Rows`; `input_places` shows them as shards).
+    pub rows_dims: u64,
+    /// The pipeline mesh dims (bit per mesh dim; named `pp`), whose coordinates are stages.
+    pub pipeline_dims: u64,
+    /// Set by the view rule where its reading came from the factors of every mesh dim's
+    /// pieces ([`views::view_by_factors`]), rows included: the engine's rows-cross check
+    /// then has nothing left to guard.
+    pub by_factors: &'a std::cell::Cell<bool>,
     /// Local output metas.
     pub outs: &'a [Option<Meta>],
     /// Whether the call's literal arguments differ across the ranks of this mesh dim.

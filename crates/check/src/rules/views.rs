@@ -481,6 +481,90 @@ pub fn view_by_factors(
         .then_some(placed)
 }
 
+/// The spec's view shapes `gin` -> `gout` in the frame of rows of a selection, for the
+/// reading of mesh dim `me`. An input dim that a mesh dim in `rows_dims` (bit per mesh dim)
+/// holds as rows (`Place::Rows`, in `shards` as a shard) has more rows in the spec than the
+/// pieces (a microbatch of the batch shard), the rows being the dim's outermost factor (a
+/// merge keeps them outermost, `RowKey::Merge`). For the rows' own mesh dim the frame is the
+/// selection (its n pieces); for any other mesh dim it is the rank's own rows, which its
+/// group's peers share (the rows' mesh dims then take no elements apart in the returned
+/// shards): the frame in which a reading of the local shapes alone counts blocks, so that
+/// readings by factors and by local shapes of one tensor agree. The spec's input dim shrinks
+/// to the frame, and the output dim that starts at the same global position (its outermost
+/// factor, the rows') alike. `None` where nothing shrinks or the numbers do not divide;
+/// [`view_by_factors`] then checks the frame against every piece's local shapes.
+#[allow(clippy::type_complexity)]
+pub fn rows_frame(
+    ins: &[usize],
+    gin: &[i64],
+    gout: &[i64],
+    shards: &[Option<(usize, usize, usize)>],
+    rows_dims: u64,
+    me: usize,
+) -> Option<(Vec<i64>, Vec<i64>, Vec<Option<(usize, usize, usize)>>)> {
+    if gin.len() != ins.len() {
+        return None;
+    }
+    let is_rows = |m: usize| m < 64 && rows_dims & (1 << m) != 0;
+    let (mut fi, mut fo, mut fs) = (gin.to_vec(), gout.to_vec(), shards.to_vec());
+    let mut shrunk = false;
+    for e in 0..ins.len() {
+        let on: Vec<(usize, usize)> = shards
+            .iter()
+            .enumerate()
+            .filter_map(|(m, sh)| sh.filter(|s| s.0 == e).map(|s| (m, s.2)))
+            .collect();
+        if !on.iter().any(|&(m, _)| is_rows(m)) {
+            continue;
+        }
+        // The rows' own mesh dim reads the selection; another reads the rank's rows.
+        let own = on.iter().any(|&(m, _)| m == me && is_rows(m));
+        if !own {
+            for &(m, _) in on.iter().filter(|&&(m, _)| is_rows(m)) {
+                fs[m] = None;
+            }
+        } else {
+            // The other mesh dims' blocks on this dim are counted over the rank's rows (their
+            // frame, above); in the selection's frame every rows piece, outermost, holds them
+            // again: `n` times the blocks per rows mesh dim.
+            let n_rows: usize = on
+                .iter()
+                .filter(|&&(m, _)| is_rows(m))
+                .map(|&(_, n)| n)
+                .product();
+            for &(m, _) in on.iter().filter(|&&(m, _)| !is_rows(m)) {
+                if let Some(sh) = fs[m].as_mut() {
+                    sh.1 = sh.1.checked_mul(n_rows)?;
+                }
+            }
+        }
+        let pieces = on
+            .iter()
+            .filter(|&&(m, _)| own || !is_rows(m))
+            .map(|&(_, n)| n as i64)
+            .product::<i64>()
+            * ins[e] as i64;
+        if pieces == 0 || gin[e] % pieces != 0 || gin[e] == pieces {
+            continue;
+        }
+        let rho = gin[e] / pieces;
+        let before: i64 = gin[..e].iter().product();
+        let mut at = 1i64;
+        let j = (0..gout.len()).find(|&j| {
+            let here = at == before;
+            at = at.saturating_mul(gout[j]);
+            here && gout[j] > 1
+        })?;
+        if fo[j] % rho != 0 {
+            return None;
+        }
+        fi[e] /= rho;
+        fo[j] /= rho;
+        shrunk = true;
+    }
+    shrunk.then_some((fi, fo, fs))
+}
+
 pub(super) fn out_shape(c: &Ctx, i: usize) -> Option<Vec<usize>> {
     c.outs
         .get(i)
@@ -609,7 +693,9 @@ pub(super) fn view(c: &Ctx) -> Outcome {
             if let Some(pos) = others_in.iter().position(|&e| e == d) {
                 others_in.remove(pos);
             }
-            if !others_in.is_empty() {
+            // So do they where the input is rows of a selection (a microbatch), whose spec dim
+            // holds more rows than the pieces (`global` never matches it).
+            if !others_in.is_empty() || c.rows_input {
                 if let Some((od, k2)) = c.global_view.and_then(|(gi, go)| {
                     view_blocks_in_group(&m.shape, &out, d, k, gi, go, n, &others_in, c.rows_input)
                 }) {
@@ -624,20 +710,32 @@ pub(super) fn view(c: &Ctx) -> Outcome {
                         .input_places
                         .iter()
                         .zip(c.mesh_sizes)
-                        .map(|(p, &n)| match p {
+                        .enumerate()
+                        .map(|(q, (p, &n))| match p {
                             Place::Shard(_) | Place::Blocked(..) => {
                                 p.blocks().map(|(e, k)| Some((e, k, n)))
                             }
                             // Layouts that take no elements apart.
                             Place::Replicate | Place::Partial(_) => Some(None),
+                            // A pipeline dim's stages hold different tensors, never pieces of
+                            // one (`varying_may_shard` is false there): no elements apart.
+                            Place::Varying if q < 64 && c.pipeline_dims & (1 << q) != 0 => {
+                                Some(None)
+                            }
                             _ => None,
                         })
                         .collect::<Option<Vec<_>>>()?;
-                    view_by_factors(&m.shape, &out, gi, go, &shards)?
-                        .get(c.mesh_dim)
-                        .copied()
-                        .flatten()
+                    let placed =
+                        view_by_factors(&m.shape, &out, gi, go, &shards).or_else(|| {
+                            // Rows of a selection: the spec's batch is not the pieces' batch;
+                            // read the factors in the selection's frame.
+                            let (fi, fo, fs) =
+                                rows_frame(&m.shape, gi, go, &shards, c.rows_dims, c.mesh_dim)?;
+                            view_by_factors(&m.shape, &out, &fi, &fo, &fs)
+                        })?;
+                    placed.get(c.mesh_dim).copied().flatten()
                 }) {
+                    c.by_factors.set(true);
                     return c.all(Place::blocked(p.0, p.1));
                 }
             }
@@ -1262,6 +1360,42 @@ mod group_tests {
             view_blocks_in_group(&ins, &outs, 0, 1, &gin, &gout, 2, &[1], false),
             None
         );
+        // The attention's `[b, h, s, d] -> [b*h, s, d]` merge of a microbatch (llama3-70b-tiny:
+        // one row per rank, dp holds rows, tp the heads; the spec's batch is 4): tp reads the
+        // rank's own rows (`Shard(0)`, as the local shapes alone read it), dp the selection
+        // (its two pieces outermost, tp's heads in two blocks).
+        let (ins, outs) = ([1, 8, 8, 4], [8, 8, 4]);
+        let (gin, gout) = ([4, 16, 8, 4], [64, 8, 4]);
+        let shards = [None, Some((0, 1, 2)), Some((1, 1, 2))];
+        let (fi, fo, fs) = rows_frame(&ins, &gin, &gout, &shards, 0b010, 2).unwrap();
+        assert_eq!(
+            (fi.as_slice(), fo.as_slice()),
+            ([1, 16, 8, 4].as_slice(), [16, 8, 4].as_slice())
+        );
+        assert_eq!(
+            view_by_factors(&ins, &outs, &fi, &fo, &fs).unwrap()[2],
+            Some((0, 1))
+        );
+        let (fi, fo, fs) = rows_frame(&ins, &gin, &gout, &shards, 0b010, 1).unwrap();
+        let placed = view_by_factors(&ins, &outs, &fi, &fo, &fs).unwrap();
+        assert_eq!((placed[1], placed[2]), (Some((0, 1)), Some((0, 2))));
+        // The split back, tp's heads `Shard(0)` over the rank's row: dp reads it in its frame,
+        // tp's blocks counted over dp's pieces.
+        let (ins, outs) = ([8, 8, 8], [1, 8, 8, 8]);
+        let (gin, gout) = ([64, 8, 8], [4, 16, 8, 8]);
+        let shards = [None, Some((0, 1, 2)), Some((0, 1, 2))];
+        let (fi, fo, fs) = rows_frame(&ins, &gin, &gout, &shards, 0b010, 1).unwrap();
+        assert_eq!(
+            view_by_factors(&ins, &outs, &fi, &fo, &fs).unwrap()[1],
+            Some((0, 1))
+        );
+        let (fi, fo, fs) = rows_frame(&ins, &gin, &gout, &shards, 0b010, 2).unwrap();
+        assert_eq!(
+            view_by_factors(&ins, &outs, &fi, &fo, &fs).unwrap()[2],
+            Some((1, 1))
+        );
+        // No rows: no frame.
+        assert!(rows_frame(&ins, &gin, &gout, &shards, 0, 2).is_none());
         // The output dim must grow as the input's did.
         assert_eq!(
             view_blocks_in_group(&ins, &outs, 0, 1, &gin, &[2, 16, 16, 4], 2, &[1], true),

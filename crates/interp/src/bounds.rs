@@ -3,10 +3,10 @@
 use shardproof_ir::{Arg, Graph, ValueId};
 use shardproof_ops::Meta;
 
-/// The largest safe value + 1 for an integer input `v` of `graph`: the size of what it indexes
-/// (embedding rows, an indexed dim, a gathered dim, classes of nll_loss), following dtype casts
-/// and views; 8 when it indexes nothing. `run` draws integer inputs below it, and `prove`
-/// ranges integer symbols over it.
+/// The largest safe value + 1 for an integer input `v` of `graph`: [`index_bound_known`], or
+/// 8 when it indexes nothing. `run` draws integer inputs below it (any range is a valid test
+/// input there); `prove` must not range symbols over the default, which would prove a claim
+/// for the values below 8 only, and uses [`index_bound_known`].
 ///
 /// ```
 /// use shardproof_interp::{index_bound, infer_graph};
@@ -18,6 +18,27 @@ use shardproof_ops::Meta;
 /// ```
 pub fn index_bound(graph: &Graph, v: ValueId, metas: &[Vec<Option<Meta>>]) -> i64 {
     const DEFAULT: i64 = 8;
+    index_bound_known(graph, v, metas).unwrap_or(DEFAULT)
+}
+
+/// The size of what the integer input `v` of `graph` indexes (embedding rows, an indexed dim,
+/// a gathered dim, classes of nll_loss), following dtype casts and the views and movements
+/// that keep every element (permute, transpose, squeeze, expand...), the smallest where it
+/// indexes several; `None` when it indexes nothing found there. Movements that keep only
+/// some elements (slice, select) are not followed: their consumer's bound would say nothing
+/// of the elements they drop.
+///
+/// ```
+/// use shardproof_interp::{index_bound_known, infer_graph};
+/// let text = "def forward(self, w: \"f32[10, 4]\", t: \"i64[2, 3]\"):\n    \
+///     p: \"i64[3, 2]\" = torch.ops.aten.permute.default(t, [1, 0])\n    \
+///     e: \"f32[3, 2, 4]\" = torch.ops.aten.embedding.default(w, p)\n    return (e,)\n";
+/// let g = shardproof_import::parse_fx(text, std::path::Path::new("g.py")).unwrap().graph;
+/// let metas = infer_graph(&g, &Default::default()).metas;
+/// assert_eq!(index_bound_known(&g, g.inputs[1], &metas), Some(10));
+/// assert_eq!(index_bound_known(&g, g.inputs[0], &metas), None);
+/// ```
+pub fn index_bound_known(graph: &Graph, v: ValueId, metas: &[Vec<Option<Meta>>]) -> Option<i64> {
     let consumers = graph.consumers();
     let mut bound = i64::MAX;
     let mut frontier = vec![v];
@@ -65,7 +86,8 @@ pub fn index_bound(graph: &Graph, v: ValueId, metas: &[Vec<Option<Meta>>]) -> i6
                     _ => None,
                 },
                 "_to_copy" | "clone" | "view" | "_unsafe_view" | "reshape" | "detach" | "to"
-                | "contiguous" | "lift_fresh_copy" => {
+                | "contiguous" | "lift_fresh_copy" | "permute" | "transpose" | "t" | "squeeze"
+                | "unsqueeze" | "expand" | "flatten" | "alias" => {
                     if node.outputs.len() == 1 {
                         frontier.push(ValueId::new(c, 0));
                     }
@@ -78,9 +100,5 @@ pub fn index_bound(graph: &Graph, v: ValueId, metas: &[Vec<Option<Meta>>]) -> i6
             }
         }
     }
-    if bound == i64::MAX {
-        DEFAULT
-    } else {
-        bound.max(1)
-    }
+    (bound != i64::MAX).then(|| bound.max(1))
 }

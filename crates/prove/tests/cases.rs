@@ -676,3 +676,78 @@ fn a_norm_epsilon_pins_no_size_and_a_wrong_epsilon_is_still_refuted() {
     assert_eq!(proof.verdict, Verdict::Refuted, "{:?}", proof.message);
     assert!(proof.counterexample.is_some());
 }
+
+/// A mean cross-entropy over `[batch, seq]` labels read through a permute, as gpt2's loss
+/// reads them (logits `[seq, batch, classes]`), the batch split over `dp` ranks (the ranks'
+/// partial means summed and divided by `dp`); `dp = 1` is the spec.
+fn permuted_label_loss(batch: usize, seq: usize, classes: usize, dp: usize) -> String {
+    let (b, n) = (batch / dp, batch / dp * seq);
+    let tail = if dp > 1 {
+        format!(
+            "        all_reduce: \"f32[]\" = torch.ops._c10d_functional.all_reduce.default(nll, 'sum', 'dp')\n        \
+             wait_tensor: \"f32[]\" = torch.ops._c10d_functional.wait_tensor.default(all_reduce)\n        \
+             loss: \"f32[]\" = torch.ops.aten.div.Scalar(wait_tensor, {dp})\n"
+        )
+    } else {
+        "        loss: \"f32[]\" = torch.ops.aten.clone.default(nll)\n".to_string()
+    };
+    format!(
+        r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[{seq}, {b}, {classes}]", labels: "i64[{b}, {seq}]"):
+        logits: "f32[{n}, {classes}]" = torch.ops.aten.view.default(x, [{n}, {classes}])
+        permute: "i64[{seq}, {b}]" = torch.ops.aten.permute.default(labels, [1, 0])
+        clone: "i64[{seq}, {b}]" = torch.ops.aten.clone.default(permute, memory_format = torch.contiguous_format)
+        view: "i64[{n}]" = torch.ops.aten.view.default(clone, [{n}])
+        _log_softmax: "f32[{n}, {classes}]" = torch.ops.aten._log_softmax.default(logits, 1, False)
+        nll_loss_forward = torch.ops.aten.nll_loss_forward.default(_log_softmax, view, None, 1, -100)
+        nll: "f32[]" = nll_loss_forward[0]
+        total_weight: "f32[]" = nll_loss_forward[1]
+{tail}        return (loss,)
+"#
+    )
+}
+
+#[test]
+fn a_dp_mean_loss_over_permuted_labels_is_proved_on_reduced_sizes() {
+    // Labels reach nll_loss through a permute: their range is the classes. Taken as run's
+    // default range [0, 8), they could name no class of the reduced 3, each sample's weight
+    // stayed a sum of equality atoms and the ranks' means did not normalize to the global
+    // one (gpt2 dp=2 forward was inconclusive on reduced sizes).
+    let dir = tempfile::tempdir().unwrap();
+    let c = write_case(
+        dir.path(),
+        &permuted_label_loss(2, 4, 16, 1),
+        &permuted_label_loss(2, 4, 16, 2),
+        "version: 1\nname: dploss\nspec:\n  graph: spec.py\nimpl:\n  mesh: { dp: 2 }\n  graphs: [r0.py, r1.py]\n  groups:\n    \"dp\": dp\ninputs:\n  x: { dp: Shard(1) }\n  labels: { dp: Shard(0) }\noutputs:\n  loss: Replicate()\n",
+    );
+    let proof = prove_case(&c, &ProveConfig::default());
+    assert_eq!(proof.verdict, Verdict::Proved, "{:?}", proof.message);
+    let x = &proof.reduction.as_ref().unwrap().inputs[0];
+    assert!(x.reduced[2] < 8, "{:?}", x.reduced);
+}
+
+#[test]
+fn an_integer_input_that_indexes_nothing_ranges_over_every_integer() {
+    // `t` is only compared: nothing bounds it. Ranged over run's default [0, 8), both tests
+    // fold to false and a rank comparing with 10 where the spec compares with 9 was proved;
+    // over every integer Z3 finds t = 9 or 10 and the interpreter confirms it.
+    let graph = |k: u32| {
+        format!(
+            r#"class GraphModule(torch.nn.Module):
+    def forward(self, t: "i64[4]", x: "f32[4]", y: "f32[4]"):
+        eq: "b8[4]" = torch.ops.aten.eq.Scalar(t, {k})
+        where: "f32[4]" = torch.ops.aten.where.self(eq, x, y)
+        return (where,)
+"#
+        )
+    };
+    let case = "version: 1\nname: cmp\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [r0.py, r1.py]\ninputs:\n  t: Replicate()\n  x: Replicate()\n  y: Replicate()\noutputs:\n  where: Replicate()\n";
+    let dir = tempfile::tempdir().unwrap();
+    let c = write_case(dir.path(), &graph(9), &graph(9), case);
+    let proof = prove_case(&c, &ProveConfig::default());
+    assert_eq!(proof.verdict, Verdict::Proved, "{:?}", proof.message);
+    let c = write_case(dir.path(), &graph(9), &graph(10), case);
+    let proof = prove_case(&c, &ProveConfig::default());
+    assert_eq!(proof.verdict, Verdict::Refuted, "{:?}", proof.message);
+    assert!(proof.counterexample.is_some());
+}

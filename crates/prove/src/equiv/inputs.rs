@@ -28,18 +28,29 @@ fn element_name(base: &str, shape: &[usize], flat: usize) -> String {
     format!("{base}[{}]", idx.join(","))
 }
 
-fn kind_of(dtype: DType, bound: i64) -> SymbolKind {
+/// An integer tensor's symbols range over [0, bound) only where the graph indexes with it
+/// (out-of-range values are no valid input there); elsewhere over every integer: `run`'s
+/// default range of 8 would prove a claim for the values below 8 only.
+fn kind_of(dtype: DType, bound: Option<i64>) -> SymbolKind {
     if dtype == DType::Bool {
         SymbolKind::Bool
     } else if dtype.is_int() {
-        SymbolKind::Index(bound.clamp(1, u32::MAX as i64) as u32)
+        match bound {
+            Some(b) => SymbolKind::Index(b.clamp(1, u32::MAX as i64) as u32),
+            None => SymbolKind::Int,
+        }
     } else {
         SymbolKind::Real
     }
 }
 
 /// A tensor of fresh symbols named after `base`.
-fn symbols(arena: &mut Arena, base: &str, meta: &Meta, bound: i64) -> Result<SymTensor, ExecError> {
+fn symbols(
+    arena: &mut Arena,
+    base: &str,
+    meta: &Meta,
+    bound: Option<i64>,
+) -> Result<SymTensor, ExecError> {
     let kind = kind_of(meta.dtype, bound);
     let elems = (0..meta.numel())
         .map(|i| arena.symbol(&element_name(base, &meta.shape, i), kind))
@@ -70,11 +81,7 @@ pub fn make_leaves(arena: &mut Arena, case: &Case) -> Result<Leaves, ExecError> 
                 rel.spec_name
             ))
         })?;
-        let bound = if meta.dtype.is_int() {
-            shardproof_interp::index_bound(&case.spec, v, &spec_metas)
-        } else {
-            i64::MAX
-        };
+        let bound = shardproof_interp::index_bound_known(&case.spec, v, &spec_metas);
         let value = symbols(arena, &rel.spec_name, &meta, bound)?;
         let shape_i64: Vec<i64> = meta.shape.iter().map(|&d| d as i64).collect();
         for &(r, iv) in &rel.rank_values {
@@ -179,11 +186,7 @@ fn add_constants(
                 SymTensor::new(meta.dtype, meta.shape.clone(), vec![c; meta.numel()])
             }
             None => {
-                let bound = if meta.dtype.is_int() {
-                    shardproof_interp::index_bound(graph, ValueId::new(i, 0), metas)
-                } else {
-                    i64::MAX
-                };
+                let bound = shardproof_interp::index_bound_known(graph, ValueId::new(i, 0), metas);
                 symbols(arena, &format!("const:{attr}"), meta, bound)?
             }
         };

@@ -43,6 +43,7 @@ use crate::lower::{
 use crate::term::{Shapes, Term};
 use diagnose::{blame, fused_product, is_float_scalar, is_float_value, strong_evidence};
 use egg::{RecExpr, Rewrite};
+use evidence::{is_rank_sum, never_completed};
 use inputs::{expected_exprs, input_state};
 use pieces::infer_by_pieces;
 use relation::{
@@ -204,7 +205,9 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
 /// across ranks. The other strong evidence is final only at a checked output: mid-walk a
 /// wrong-looking scale factor is normal under data parallelism (each rank's local mean, made
 /// good by the gradient average), and a reduction over a shard or over another group may be
-/// completed by a later collective (`blame` then finds the value compensated downstream).
+/// completed by a later collective (`blame` then finds the value compensated downstream);
+/// [`Walk::refuted_here`] takes a reduction over another group as final only where no such
+/// collective is reachable ([`never_completed`]).
 fn final_evidence(hint: &str) -> bool {
     hint.contains("the implementation never reduces it across ranks")
 }
@@ -254,6 +257,15 @@ fn downstream_of_refutation(
 }
 
 impl Walk<'_> {
+    /// Whether a spec node after `at` views spec value `v` (a view can carry a clean relation
+    /// back onto it, `view_back`).
+    fn viewed_after(&self, v: ValueId, at: usize) -> bool {
+        let spec = &self.case.spec;
+        self.spec_users.get(v.node).into_iter().flatten().any(|&u| {
+            u > at && views_back(&spec.nodes[u]) && spec.nodes[u].inputs().first() == Some(&v)
+        })
+    }
+
     /// Whether spec value `v` is refuted where it stands (fast refutation, issue 48): a float
     /// value its operator's inference left without a clean relation while every float input
     /// relates cleanly, where the evidence is final ([`final_evidence`]: a partial sum the
@@ -262,7 +274,9 @@ impl Walk<'_> {
     /// later view can carry a clean relation back onto it (`view_back`). A bug in what the
     /// ranks compute then reaches every consumer, so they are not explored; operators on
     /// independent paths into the same outputs still are (the report's other stops).
-    fn refuted_here(&self, grown: &Grown, v: ValueId) -> bool {
+    /// `at` is the spec node just committed: `v`'s producer, or a view of `v` after which no
+    /// view of `v` remains.
+    fn refuted_here(&self, grown: &Grown, v: ValueId, at: usize) -> bool {
         let spec = &self.case.spec;
         let Some(s) = grown.state.get(&v) else {
             return false;
@@ -271,12 +285,7 @@ impl Walk<'_> {
         if !inferred || unexplored(s) || !is_float_value(self.spec_metas, v) {
             return false;
         }
-        let viewed_later = self
-            .spec_users
-            .get(v.node)
-            .into_iter()
-            .flatten()
-            .any(|&u| views_back(&spec.nodes[u]));
+        let viewed_later = self.viewed_after(v, at);
         let inputs_relate = spec.nodes[v.node]
             .inputs()
             .iter()
@@ -296,7 +305,34 @@ impl Walk<'_> {
             v,
             name,
         );
-        f.hint.as_deref().is_some_and(final_evidence)
+        match f.hint.as_deref() {
+            // Judged past its views, only the wrong group's evidence, checked below, counts
+            // (a partial sum never reduced, taken there, stopped a correct llama dp2 x tp2).
+            Some(h) if final_evidence(h) => at == v.node,
+            // A sum over the wrong ranks is final where nothing the implementation computes
+            // from its tensors, linearly, reaches a collective that would complete it.
+            Some(h) if h.contains("wrong process group") => {
+                let mut reads: Vec<&State> = spec.nodes[v.node]
+                    .inputs()
+                    .iter()
+                    .filter_map(|x| grown.state.get(x))
+                    .collect();
+                reads.extend(grown.products.get(&v));
+                // Only on evidence at the operator's own inputs: `blame` may name a sum it
+                // walked back to (a correct llama dp2 x tp2's norm, whose input is no sum,
+                // named its residual's tp all-reduces), which later operators can compensate.
+                let exprs: Vec<&RecExpr<Term>> = reads
+                    .into_iter()
+                    .flat_map(|s| match s {
+                        State::Related(r) => r.exprs.as_slice(),
+                        _ => &[],
+                    })
+                    .filter(|e| is_rank_sum(e))
+                    .collect();
+                !exprs.is_empty() && never_completed(self.case, self.imp, exprs)
+            }
+            _ => false,
+        }
     }
 }
 
@@ -677,8 +713,32 @@ impl Walk<'_> {
         }
         for k in 0..spec.nodes[n].outputs.len() {
             let v = ValueId::new(n, k);
-            if self.refuted_here(grown, v) {
+            if self.refuted_here(grown, v, n) {
                 grown.refuted.insert(v);
+            }
+        }
+        // A value viewed later is judged once its last view has been committed (no view can
+        // carry a clean relation back onto it any more); the views, unclean with it, share its
+        // refutation where nothing views them later in turn.
+        if views_back(&spec.nodes[n]) {
+            let x = spec.nodes[n].inputs().first().copied();
+            if let Some(x) = x.filter(|&x| !grown.refuted.contains(&x)) {
+                if self.refuted_here(grown, x, n) {
+                    grown.refuted.insert(x);
+                    for k in 0..spec.nodes[n].outputs.len() {
+                        let u = ValueId::new(n, k);
+                        if self.viewed_after(u, n) {
+                            continue;
+                        }
+                        if grown.state.get(&u).is_some_and(|s| {
+                            !unexplored(s)
+                                && (matches!(s, State::Related(r) if !r.clean)
+                                    || matches!(s, State::Lost(_)))
+                        }) {
+                            grown.refuted.insert(u);
+                        }
+                    }
+                }
             }
         }
         if let Some(p) = progress.filter(|_| !skipped) {

@@ -744,6 +744,18 @@ pub(super) fn reduction_path(
     from: ValueRef,
     summands: &[BTreeSet<usize>],
 ) -> ReductionPath {
+    reduction_path_past(case, imp, from, summands, &BTreeSet::new())
+}
+
+/// [`reduction_path`], where collectives over the rank sets in `past` only pass the value on
+/// (the collectives already found reducing it over the wrong ranks).
+fn reduction_path_past(
+    case: &Case,
+    imp: &Impl,
+    from: ValueRef,
+    summands: &[BTreeSet<usize>],
+    past: &BTreeSet<BTreeSet<usize>>,
+) -> ReductionPath {
     let mut path = ReductionPath::default();
     let mut seen: HashSet<ValueRef> = HashSet::new();
     let mut frontier = vec![from];
@@ -758,7 +770,7 @@ pub(super) fn reduction_path(
                 if collective {
                     // A collective that combines ranks of different summands (a chain of
                     // them may combine the rest: tensor then expert groups).
-                    if let Some(ranks) = collective_ranks(imp, r, n) {
+                    if let Some(ranks) = collective_ranks(imp, r, n).filter(|g| !past.contains(g)) {
                         let met = summands
                             .iter()
                             .filter(|s| s.iter().any(|r| ranks.contains(r)))
@@ -816,4 +828,33 @@ pub(super) fn reduction_path(
         frontier = next;
     }
     path
+}
+
+/// Whether a reduction over the wrong ranks is final (fast refutation): no tensor of a rank
+/// sum in `exprs` flows, along operators linear in it, into a collective that combines ranks
+/// of two of its summands ([`reduction_path`]), other than the collectives over the rank sets
+/// that already reduce those tensors (the wrong groups, which only pass the value on). A later
+/// collective over the missing ranks (a weight gradient reduced over dp, then over tp) would
+/// complete the sum; where none is reachable, no later operator can.
+pub(super) fn never_completed<'e>(
+    case: &Case,
+    imp: &Impl,
+    exprs: impl IntoIterator<Item = &'e RecExpr<Term>>,
+) -> bool {
+    exprs.into_iter().filter(|e| is_rank_sum(e)).all(|e| {
+        let summands = summands_of(e);
+        let leaves: Vec<ValueRef> = expr_leaves(case, e)
+            .into_iter()
+            .map(|l| imp.canon(l))
+            .collect();
+        let past: BTreeSet<BTreeSet<usize>> = leaves
+            .iter()
+            .flat_map(|l| imp.consumers.get(l).map_or(&[][..], Vec::as_slice))
+            .filter(|&&(r, n)| is_collective(case, r, n))
+            .filter_map(|&(r, n)| collective_ranks(imp, r, n))
+            .collect();
+        leaves
+            .iter()
+            .all(|&l| !reduction_path_past(case, imp, l, &summands, &past).reduced)
+    })
 }

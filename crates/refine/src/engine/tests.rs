@@ -445,6 +445,43 @@ fn a_refuted_first_output_settles_the_verdict_before_the_backward() {
     assert_eq!(o.operators_skipped, 0);
 }
 
+/// Fast refutation past a view: gpt2's attention projection reduced over the dp group instead
+/// of tp stops at `addmm_3` (the sum over all four ranks its collectives never complete, since
+/// no later collective combines the tp ranks of what they computed from it). `addmm_3` is
+/// viewed by the next operator, so it is judged once that view is committed; its consumers,
+/// and the view's, are not explored (the whole walk inferred 106 operators before the loss
+/// settled the verdict), and the report names the same operator with the same evidence.
+#[test]
+fn a_sum_over_the_wrong_group_that_nothing_completes_stops_exploration_past_its_view() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = emit_and_load(
+        dir.path(),
+        EmitOptions {
+            model: "gpt2".into(),
+            mlp: Default::default(),
+            llama: LlamaConfig::default(),
+            mesh: Mesh::parse("dp=2,tp=2").unwrap(),
+            bug: Some(shardproof_zoo::find_bug("wrong-group").unwrap()),
+            forward_only: false,
+            vocab_parallel: false,
+        },
+    );
+    let o = super::verify(&case, &super::Options::default());
+    assert_eq!(o.verdict, Verdict::Refuted);
+    let f = o.failure.as_ref().unwrap();
+    assert_eq!(
+        (f.output.as_str(), f.operator.as_str()),
+        ("loss", "addmm_3")
+    );
+    assert!(
+        f.hint
+            .as_deref()
+            .is_some_and(|h| h.contains("wrong process group")),
+        "{f:?}"
+    );
+    assert!(o.spec_operators < 80, "{} inferred", o.spec_operators);
+}
+
 /// A loss refuted where its inputs relate (the dp loss left unaveraged: a constant factor, no
 /// strong evidence) settles too, since its diagnosis reads nothing the backward can change;
 /// the report is the one the whole walk gave before (refuted at `loss`, off by a factor).

@@ -315,10 +315,7 @@ fn print_text(p: &Proof, args: &ProveArgs) {
         ProofVerdict::Inconclusive => {
             outln!("inconclusive: {}", p.message.as_deref().unwrap_or_default());
             if let Some(op) = &p.unsupported_op {
-                if p.message
-                    .as_deref()
-                    .is_some_and(|m| m.starts_with("shape reduction refused"))
-                {
+                if p.reduction_refused() {
                     outln!("  hint: `{op}` is not on shape reduction's list of sound operators; `--no-reduce` proves at full size");
                 } else {
                     outln!("  hint: `{op}` has no symbolic rule in the prover yet; `shardproof run` and `verify` may still decide the case");

@@ -8,7 +8,7 @@
 //! cargo run -p shardproof-prove --example zoo_sweep -- [MODEL ...] [--forward | --full] [--mesh M] [--time-limit S]
 //! ```
 
-use shardproof_prove::{prove_case, ProveConfig, Verdict};
+use shardproof_prove::{prove_case_or_full_size, ProveConfig, Verdict};
 use shardproof_zoo::{
     emit_to_dir, EmitExtras, EmitOptions, LlamaConfig, Mesh, MlpConfig, PipelineOptions,
     TrainOptions, MODELS,
@@ -108,22 +108,8 @@ fn main() {
                     started: Some(started),
                     ..ProveConfig::default()
                 };
-                let mut proof = prove_case(&case, &cfg);
-                let mut how = "reduced";
-                let refused = proof
-                    .message
-                    .as_deref()
-                    .is_some_and(|m| m.starts_with("shape reduction refused"));
-                if refused {
-                    how = "full size";
-                    proof = prove_case(
-                        &case,
-                        &ProveConfig {
-                            reduce: false,
-                            ..cfg.clone()
-                        },
-                    );
-                }
+                let (proof, full_size) = prove_case_or_full_size(&case, &cfg);
+                let how = if full_size { "full size" } else { "reduced" };
                 let secs = started.elapsed().as_secs_f64();
                 let line = format!(
                     "{model} {mesh} {phase}: {:?} ({how}, {:?}, {secs:.1} s){}",

@@ -7,7 +7,9 @@
 
 use serde::Serialize;
 use shardproof_case::Case;
-use shardproof_prove::{prove_case, prove_staged, Proof, ProveConfig, Verdict as ProofVerdict};
+use shardproof_prove::{
+    prove_case_or_full_size, prove_staged, Proof, ProveConfig, Verdict as ProofVerdict,
+};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -119,29 +121,7 @@ pub(crate) fn hand_off(case: &Case, asked: Asked, s: &Settings) -> Handoff {
         }
         h
     } else {
-        let mut proof = prove_case(case, &cfg);
-        let refused = proof.verdict == ProofVerdict::Inconclusive
-            && proof.reduction.is_none()
-            && proof
-                .message
-                .as_deref()
-                .is_some_and(|m| m.starts_with("shape reduction refused"));
-        if refused && !timed_out() {
-            let reason = proof.message.take().unwrap_or_default();
-            proof = prove_case(
-                case,
-                &ProveConfig {
-                    reduce: false,
-                    ..cfg.clone()
-                },
-            );
-            if proof.verdict == ProofVerdict::Inconclusive {
-                proof.message = Some(format!(
-                    "{reason}; at full size: {}",
-                    proof.message.as_deref().unwrap_or("undecided")
-                ));
-            }
-        }
+        let (proof, _) = prove_case_or_full_size(case, &cfg);
         let mut h = Handoff {
             asked,
             verdict: proof.verdict,

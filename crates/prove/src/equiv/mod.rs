@@ -180,7 +180,21 @@ pub struct ReducedInput {
     pub reduced: Vec<u64>,
 }
 
+/// How [`Proof::message`] begins when shape reduction refused the case.
+const REDUCTION_REFUSED: &str = "shape reduction refused";
+
 impl Proof {
+    /// Whether shape reduction refused the case (an operator outside its list of sound ones),
+    /// so that only a proof at full size can decide it.
+    pub fn reduction_refused(&self) -> bool {
+        self.verdict == Verdict::Inconclusive
+            && self.reduction.is_none()
+            && self
+                .message
+                .as_deref()
+                .is_some_and(|m| m.starts_with(REDUCTION_REFUSED))
+    }
+
     fn stopped(case: &Case, verdict: Verdict, e: &ExecError) -> Proof {
         Proof {
             case: case.name.clone(),
@@ -319,7 +333,7 @@ pub fn prove_case(case: &Case, cfg: &ProveConfig) -> Proof {
             let e = ExecError {
                 kind: ExecErrorKind::Unsupported,
                 op: refusal.op.clone(),
-                message: format!("shape reduction refused: {}", refusal.message),
+                message: format!("{REDUCTION_REFUSED}: {}", refusal.message),
             };
             return Proof::stopped(case, Verdict::Inconclusive, &e);
         }
@@ -373,6 +387,38 @@ pub fn prove_case(case: &Case, cfg: &ProveConfig) -> Proof {
         ..summary
     });
     proof
+}
+
+/// [`prove_case`], and where shape reduction refuses the case (pipelines' send/recv, top-k),
+/// once more at full size on the same clock unless the time limit has passed (the element
+/// limit bounds the size); an inconclusive full-size proof keeps the refusal's reason in
+/// front of its own. Returns the proof and whether it ran at full size.
+pub fn prove_case_or_full_size(case: &Case, cfg: &ProveConfig) -> (Proof, bool) {
+    let started = cfg.started.unwrap_or_else(Instant::now);
+    let cfg = ProveConfig {
+        started: Some(started),
+        ..cfg.clone()
+    };
+    let mut proof = prove_case(case, &cfg);
+    let timed_out = cfg.time_limit.is_some_and(|t| started.elapsed() >= t);
+    if !cfg.reduce || !proof.reduction_refused() || timed_out {
+        return (proof, false);
+    }
+    let reason = proof.message.take().unwrap_or_default();
+    proof = prove_case(
+        case,
+        &ProveConfig {
+            reduce: false,
+            ..cfg
+        },
+    );
+    if proof.verdict == Verdict::Inconclusive {
+        proof.message = Some(format!(
+            "{reason}; at full size: {}",
+            proof.message.as_deref().unwrap_or("undecided")
+        ));
+    }
+    (proof, true)
 }
 
 /// A refutation on sizes that mesh-size or epsilon literals did not pin, checked again on the strict

@@ -155,9 +155,17 @@ pub fn propagate_counted(case: &Case, progress: &Progress) -> Result<Propagation
             Layout::Placed(pl) => pl
                 .placements
                 .iter()
-                .map(|&p| {
+                .enumerate()
+                .map(|(m, &p)| {
                     let q = Place::from_case(p);
                     if !pl.blocks.is_trivial() && matches!(q, Place::Shard(_)) {
+                        Place::Varying
+                    } else if stage_own(&program.mesh, pl, m) {
+                        // Held by some pipeline stages only: the stage's own tensor, which the
+                        // other stages' programs do not hold (not a piece of one tensor, and
+                        // not the same on every stage: `Varying`, which on a pipeline dim is
+                        // never read as a shard). Only values every stage holds alike (a tied
+                        // weight) are `Replicate()` there.
                         Place::Varying
                     } else {
                         q
@@ -198,6 +206,32 @@ pub fn propagate_counted(case: &Case, progress: &Progress) -> Result<Propagation
     })
     .map_err(|message| Invalid { message })?;
     let graph_class = graph_classes(&program.ranks);
+    // Nodes by structure hash, per distinct structure table, where some mesh dim is a
+    // pipeline's (`Shared::stage_alike`).
+    let by_structure: Vec<std::sync::Arc<HashMap<u64, u32>>> = if program
+        .mesh
+        .dims
+        .iter()
+        .any(|(name, size)| name == "pp" && *size > 1)
+    {
+        let mut seen: HashMap<*const Vec<u64>, std::sync::Arc<HashMap<u64, u32>>> = HashMap::new();
+        structure
+            .iter()
+            .map(|s| {
+                seen.entry(std::sync::Arc::as_ptr(s))
+                    .or_insert_with(|| {
+                        let mut m = HashMap::with_capacity(s.len());
+                        for (j, &h) in s.iter().enumerate() {
+                            m.entry(h).or_insert(j as u32);
+                        }
+                        std::sync::Arc::new(m)
+                    })
+                    .clone()
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     let spec_views = SpecViews::new(&case.spec);
     // Ranks with equal graphs and local metas share their view matches.
     let mut view_matches: Vec<std::sync::Arc<Vec<Option<u32>>>> = Vec::with_capacity(n);
@@ -221,6 +255,7 @@ pub fn propagate_counted(case: &Case, progress: &Progress) -> Result<Propagation
         names,
         literals,
         structure,
+        by_structure,
         groups,
         messages: &sched.messages,
         spec_scalings: spec_scalings(&case.spec),
@@ -424,6 +459,27 @@ pub fn check_case_counted(case: &Case, progress: &Progress) -> Result<Report, In
 /// [`synth::synthesize`] runs on each candidate program.
 pub fn check_case_without_fixes(case: &Case) -> Result<Report, Invalid> {
     check_unfixed(case, &Progress::default())
+}
+
+/// Whether a case tensor laid out as `pl` is, on mesh dim `m`, a pipeline stage's own: `m` is
+/// the pipeline's (`pp`, more than one stage) and `at:` names only some of its stages.
+fn stage_own(mesh: &shardproof_ir::Mesh, pl: &shardproof_case::PlacedLayout, m: usize) -> bool {
+    mesh.dims
+        .get(m)
+        .is_some_and(|(name, n)| name == "pp" && *n > 1)
+        && pl.at.iter().any(|h| {
+            h.dim == m && {
+                let mut held: Vec<usize> = h
+                    .coords
+                    .iter()
+                    .copied()
+                    .filter(|&c| c < mesh.dims[m].1)
+                    .collect();
+                held.sort_unstable();
+                held.dedup();
+                held.len() < mesh.dims[m].1
+            }
+        })
 }
 
 /// The checks, without fix synthesis.

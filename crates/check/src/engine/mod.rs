@@ -487,7 +487,13 @@ fn propagate_rank_from(
                     {
                         continue;
                     }
+                    // A pipeline dim's coordinates run other stages' programs: a node of the same
+                    // name there is another tensor, never a piece of this one, so no rule reads a
+                    // peer along it (literals, slice starts, range proofs, term structure). The
+                    // peers of every other mesh dim run the same program.
+                    let stage_dim = m < 64 && pipeline_dims & (1 << m) != 0;
                     let varies = mesh.dims[m].1 > 1
+                        && !stage_dim
                         && peer_list[m].iter().any(|&p| {
                             p != r && peer_node(p).is_some_and(|j| sh.literals[p][j] != my_lit)
                         });
@@ -598,6 +604,9 @@ fn propagate_rank_from(
                         peer_list[m]
                             .iter()
                             .map(|&p| {
+                                if stage_dim {
+                                    return None;
+                                }
                                 let j = if p == r { Some(i) } else { peer_node(p) }?;
                                 let pn = &program.ranks[p].nodes[j];
                                 let NodeKind::Call { args, kwargs, .. } = &pn.kind else {
@@ -692,30 +701,31 @@ fn propagate_rank_from(
                         ) -> bool
                         + 'p;
                     let peers_prove = |proof: &Proof| {
-                        peer_list[m].iter().enumerate().all(|(k, &p)| {
-                            if p == r {
-                                return true;
-                            }
-                            let Some(j) = peer_node(p) else {
-                                return false;
-                            };
-                            let (pg, pm) = (&program.ranks[p], &sh.metas[p]);
-                            let replicated_here = |v: ValueId| {
-                                sh.names[r]
-                                    .get(pg.nodes[v.node].name.as_str())
-                                    .is_some_and(|&q| {
-                                        rp.of(ValueId::new(q as usize, v.output), nd)[m]
-                                            == Place::Replicate
-                                    })
-                            };
-                            let peer_meta = |v: ValueId| {
-                                pm.get(v.node)
-                                    .and_then(|o| o.get(v.output))
-                                    .cloned()
-                                    .flatten()
-                            };
-                            proof(pg, j, k, &replicated_here, &peer_meta)
-                        })
+                        !stage_dim
+                            && peer_list[m].iter().enumerate().all(|(k, &p)| {
+                                if p == r {
+                                    return true;
+                                }
+                                let Some(j) = peer_node(p) else {
+                                    return false;
+                                };
+                                let (pg, pm) = (&program.ranks[p], &sh.metas[p]);
+                                let replicated_here = |v: ValueId| {
+                                    sh.names[r].get(pg.nodes[v.node].name.as_str()).is_some_and(
+                                        |&q| {
+                                            rp.of(ValueId::new(q as usize, v.output), nd)[m]
+                                                == Place::Replicate
+                                        },
+                                    )
+                                };
+                                let peer_meta = |v: ValueId| {
+                                    pm.get(v.node)
+                                        .and_then(|o| o.get(v.output))
+                                        .cloned()
+                                        .flatten()
+                                };
+                                proof(pg, j, k, &replicated_here, &peer_meta)
+                            })
                     };
                     if op.name == "index_put"
                         && mesh.dims[m].1 > 1
@@ -937,19 +947,20 @@ fn propagate_rank_from(
                         Some(Exempt::PartialPlusReplicate(red)) => {
                             // The replicated terms computed differently on the ranks (added on
                             // some ranks only).
-                            let differs = inputs
-                                .iter()
-                                .filter(|&&v| place(v) == Place::Replicate)
-                                .any(|&v| {
-                                    let mine = sh.structure[r][v.node];
-                                    let vname = g.nodes[v.node].name.as_str();
-                                    peer_list[m].iter().any(|&p| {
-                                        p != r
-                                            && sh.names[p].get(vname).is_none_or(|&j| {
-                                                sh.structure[p][j as usize] != mine
-                                            })
-                                    })
-                                });
+                            let differs = !stage_dim
+                                && inputs
+                                    .iter()
+                                    .filter(|&&v| place(v) == Place::Replicate)
+                                    .any(|&v| {
+                                        let mine = sh.structure[r][v.node];
+                                        let vname = g.nodes[v.node].name.as_str();
+                                        peer_list[m].iter().any(|&p| {
+                                            p != r
+                                                && sh.names[p].get(vname).is_none_or(|&j| {
+                                                    sh.structure[p][j as usize] != mine
+                                                })
+                                        })
+                                    });
                             (differs || tensor_inputs_scaled(&rp))
                                 .then(|| vec![Place::Partial(red); nout])
                         }
@@ -1017,6 +1028,25 @@ fn propagate_rank_from(
                                 .first()
                                 .is_some_and(|&v| place(v) == Place::Replicate))
                             || (first_scaled && keeps));
+                    // On a pipeline dim, `Replicate()` claims every stage holds this tensor;
+                    // the rules assume one program on every coordinate, which stages do not
+                    // run. Only a collective over the stages (its result is the same on every
+                    // member), or the same computation on every other stage, keeps it.
+                    let mut now_scaled = now_scaled;
+                    if stage_dim && !in_group {
+                        for (o, p) in result.iter_mut().enumerate() {
+                            if matches!(
+                                *p,
+                                Place::Replicate | Place::Rolled(..) | Place::Permuted(..)
+                            ) && !peer_list[m]
+                                .iter()
+                                .all(|&q| q == r || sh.stage_alike(r, q, i, o))
+                            {
+                                *p = Place::Varying;
+                                now_scaled = false;
+                            }
+                        }
+                    }
                     if varies && rule.literals == Literals::Vary {
                         for p in &mut result {
                             if matches!(

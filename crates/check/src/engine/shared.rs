@@ -127,6 +127,10 @@ pub struct Shared<'a> {
     /// Per rank, per node: a hash of its operator and the names of the values it reads
     /// (shared like `metas`).
     pub structure: Vec<Arc<Vec<u64>>>,
+    /// Per rank, where the mesh has a pipeline dim (`pp`, more than one stage): its graph's
+    /// nodes by structure hash (the first of each; shared like `metas`), to find whether
+    /// another stage computes the same expression ([`Shared::stage_alike`]). Empty otherwise.
+    pub by_structure: Vec<Arc<HashMap<u64, u32>>>,
     /// Group name -> the mesh dims it spans (`None`: explicit rank lists).
     pub groups: HashMap<String, Option<Vec<usize>>>,
     /// Per recv (rank, node): the send (rank, node) whose message it takes.
@@ -198,6 +202,31 @@ impl Shared<'_> {
             *slot = found.unwrap_or(PEER_NONE);
         }
         found.map(|j| j as usize)
+    }
+}
+
+impl Shared<'_> {
+    /// Whether rank `p` (another pipeline stage) holds the same tensor as output `o` of node
+    /// `i` of rank `r`: its graph computes the same expression of the same leaves (structure
+    /// hash) with the same local type. Stages run different programs, so a node of the same
+    /// name there proves nothing; only the same computation does.
+    pub fn stage_alike(&self, r: usize, p: usize, i: usize, o: usize) -> bool {
+        let Some(&j) = self
+            .by_structure
+            .get(p)
+            .and_then(|m| m.get(&self.structure[r][i]))
+        else {
+            return false;
+        };
+        let meta = |q: usize, n: usize| {
+            self.metas[q]
+                .get(n)
+                .and_then(|x| x.get(o))
+                .cloned()
+                .flatten()
+        };
+        let mine = meta(r, i);
+        mine.is_some() && mine == meta(p, j as usize)
     }
 }
 

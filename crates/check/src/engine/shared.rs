@@ -246,6 +246,8 @@ pub struct SpecViews<'a> {
     /// The name of the node a view reads ([`view_source`]) -> the view, where exactly one
     /// view reads it.
     by_input: HashMap<&'a str, usize>,
+    /// The views by depth and [`skeletons`] hash at that depth.
+    by_skeleton: HashMap<(usize, u64), Vec<usize>>,
 }
 
 impl<'a> SpecViews<'a> {
@@ -253,11 +255,15 @@ impl<'a> SpecViews<'a> {
     pub fn new(spec: &'a Graph) -> SpecViews<'a> {
         let mut sv = SpecViews::default();
         let mut by_input: HashMap<&str, Option<usize>> = HashMap::new();
+        let sk = skeletons(spec);
         for (j, n) in spec.nodes.iter().enumerate() {
             let Some((source, entry)) = spec_view(spec, n) else {
                 continue;
             };
             sv.shapes.insert(j, entry);
+            for (d, level) in sk.iter().enumerate() {
+                sv.by_skeleton.entry((d, level[j])).or_default().push(j);
+            }
             sv.by_name.insert(n.name.as_str(), j);
             // Two views of one node: neither is taken (which one a rank's view is, is open).
             by_input
@@ -290,6 +296,7 @@ impl<'a> SpecViews<'a> {
         if self.shapes.is_empty() {
             return out;
         }
+        let sk = skeletons(g);
         let holds = |gs: &[i64], l: Option<&Meta>| {
             l.is_some_and(|l| {
                 gs.len() == l.shape.len()
@@ -322,16 +329,89 @@ impl<'a> SpecViews<'a> {
             let source_key = out[source].map_or(g.nodes[source].name.as_str(), |j| {
                 spec.nodes[j as usize].name.as_str()
             });
-            out[i] = self
-                .by_name
-                .get(n.name.as_str())
-                .copied()
-                .filter(fits)
+            // The spec's views of the same skeleton that fit, where they all have the same
+            // global shapes (the same layer's view in another microbatch, or the same view of
+            // layers alike): names shift between the programs (a pipeline stage's graph
+            // names its first layer's nodes from 0, its second microbatch's after its first).
+            // The deepest skeleton with a fitting spec view decides; deeper levels stop
+            // matching where the rank's graph reads a message the spec computes in place.
+            let by_skeleton = (0..sk.len())
+                .rev()
+                .find_map(|d| {
+                    let cands = self.by_skeleton.get(&(d, sk[d][i]))?;
+                    let mut fitting = cands.iter().copied().filter(|j| fits(j));
+                    let first = fitting.next()?;
+                    let agree = self.shapes.get(&first).is_some_and(|(_, gi, go)| {
+                        fitting.all(|j| {
+                            self.shapes
+                                .get(&j)
+                                .is_some_and(|(_, gi2, go2)| gi2 == gi && go2 == go)
+                        })
+                    });
+                    // Candidates of different global shapes at the deepest level that fits: no
+                    // match (a shallower level only adds candidates).
+                    Some(agree.then_some(first))
+                })
+                .flatten();
+            out[i] = by_skeleton
+                .or_else(|| self.by_name.get(n.name.as_str()).copied().filter(fits))
                 .or_else(|| self.by_input.get(source_key).copied().filter(fits))
                 .and_then(|j| u32::try_from(j).ok());
         }
         out
     }
+}
+
+/// How many operators deep a view's [`skeletons`] hashes read, at most.
+const SKELETON_DEPTH: usize = 16;
+
+/// Per depth d (1 to [`SKELETON_DEPTH`], index d - 1) and node of `g`, a hash of its
+/// computation d operators deep, without
+/// literals (a rank's local shapes are not the spec's global ones) and without node names
+/// (they shift between programs): operators, and graph inputs by name (the parameters a
+/// layer reads, which the spec and the ranks name alike). Communication the spec does not
+/// have and that keeps the shape (an all-reduce, its wait) is read through; a received
+/// message is any value (the spec computes it in place). Two nodes of equal skeletons compute
+/// the same operators from the same parameters near them, whatever their names.
+pub fn skeletons(g: &Graph) -> Vec<Vec<u64>> {
+    let hash = |x: &dyn Fn(&mut std::collections::hash_map::DefaultHasher)| {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        x(&mut h);
+        h.finish()
+    };
+    let any = hash(&|h| "*".hash(h));
+    let mut levels: Vec<Vec<u64>> = Vec::with_capacity(SKELETON_DEPTH);
+    let mut prev: Vec<u64> = vec![any; g.nodes.len()];
+    for _ in 0..SKELETON_DEPTH {
+        let mut cur: Vec<u64> = Vec::with_capacity(g.nodes.len());
+        for n in &g.nodes {
+            let v = match &n.kind {
+                NodeKind::Call { op, .. } => {
+                    let first = n.inputs().first().copied();
+                    match (op.namespace.as_str(), op.name.as_str(), first) {
+                        ("_c10d_functional", "wait_tensor" | "all_reduce", Some(v)) => cur[v.node],
+                        ("shardproof_p2p", _, _) => any,
+                        _ => hash(&|h| {
+                            op.namespace.hash(h);
+                            op.name.hash(h);
+                            for v in n.inputs() {
+                                prev[v.node].hash(h);
+                                v.output.hash(h);
+                            }
+                        }),
+                    }
+                }
+                _ => hash(&|h| {
+                    "input".hash(h);
+                    n.name.hash(h);
+                }),
+            };
+            cur.push(v);
+        }
+        levels.push(cur.clone());
+        prev = cur;
+    }
+    levels
 }
 
 /// A spec view's operator and global input and output shapes.

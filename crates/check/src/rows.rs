@@ -156,10 +156,26 @@ pub(crate) fn rows_mode(
         .copied()
         .filter(|&(_, v)| place(v) == Place::Replicate)
         .collect();
+    let gather_fits = || {
+        // `gather(self, dim, index)` with both operands the same rows (checked above, and
+        // neither replicated): output row `i` reads row `i` of `self` at the index's row `i`,
+        // where the gather runs along another dim than the rows' (a loss picking each
+        // token's label column). Along the rows' dim the index's values are global rows.
+        let dim = bound
+            .get("dim")
+            .and_then(|a| a.as_int())
+            .zip(bound.get("self").and_then(|a| a.as_value()).and_then(rank))
+            .and_then(|(d, r)| {
+                let d = if d < 0 { d + r as i64 } else { d };
+                (0..r as i64).contains(&d).then_some(d as usize)
+            });
+        rows.len() == 2 && dim.is_some_and(|dim| rows.iter().all(|r| r.2 as usize != dim))
+    };
     let fits = if replicated.is_empty() {
         broadcasting(family)
             || all_rows(family)
             || matches!(family, "matmul" | "matmul-bias" | "linear" | "embedding")
+            || (family == "gather" && gather_fits())
     } else if broadcasting(family) {
         // Right-aligned broadcasting: a replicated operand's dim facing a rows dim must be
         // absent or of size 1.

@@ -380,12 +380,39 @@ pub fn skeletons(g: &Graph) -> Vec<Vec<u64>> {
         h.finish()
     };
     let any = hash(&|h| "*".hash(h));
+    // A graph input, and a rearrangement of one that the spec does not have (ZeRO-3 gathers
+    // a parameter's chunks and regroups them: views, permutes, copies, the gather and its
+    // wait): the input, by name, at every depth.
+    let mut leaf: Vec<Option<u64>> = Vec::with_capacity(g.nodes.len());
+    for n in &g.nodes {
+        let l = match &n.kind {
+            NodeKind::Call { op, .. } => {
+                let moves = matches!(
+                    (op.namespace.as_str(), op.name.as_str()),
+                    (
+                        "aten",
+                        "view" | "reshape" | "_unsafe_view" | "permute" | "clone" | "contiguous"
+                    ) | ("_c10d_functional", "all_gather_into_tensor" | "wait_tensor")
+                );
+                n.inputs()
+                    .first()
+                    .filter(|_| moves)
+                    .and_then(|v| leaf[v.node])
+            }
+            _ => Some(hash(&|h| {
+                "input".hash(h);
+                n.name.hash(h);
+            })),
+        };
+        leaf.push(l);
+    }
     let mut levels: Vec<Vec<u64>> = Vec::with_capacity(SKELETON_DEPTH);
     let mut prev: Vec<u64> = vec![any; g.nodes.len()];
     for _ in 0..SKELETON_DEPTH {
         let mut cur: Vec<u64> = Vec::with_capacity(g.nodes.len());
-        for n in &g.nodes {
+        for (k, n) in g.nodes.iter().enumerate() {
             let v = match &n.kind {
+                _ if leaf[k].is_some() => leaf[k].unwrap_or(any),
                 NodeKind::Call { op, .. } => {
                     let first = n.inputs().first().copied();
                     match (op.namespace.as_str(), op.name.as_str(), first) {

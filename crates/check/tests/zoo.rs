@@ -19,11 +19,13 @@ fn check(plan: &Plan) -> Report {
 
 /// Whether a report's unknowns are all tensors of unknown layout (`Varying`) met where a
 /// layout must be proven: reduced by a collective, combined with a partial sum, or compared
-/// with a declared shard. No operator without a rule, no input without a layout.
+/// with a declared shard; or the pipeline stages' own tensors summed over `pp`. No operator
+/// without a rule, no input without a layout.
 fn only_layout_unknowns(report: &Report) -> bool {
     report.unknown.iter().all(|u| {
         u.reason.contains("unknown layout (`Varying`)")
             || u.reason.contains("piece of a partial sum")
+            || u.reason.contains("the pipeline stages' own tensors (`Varying`)")
     }) && report
         .unknown_outputs
         .iter()

@@ -1083,6 +1083,17 @@ fn propagate_rank_from(
                                      sharded, not known",
                                     mesh.dims[m].0
                                 )
+                            } else if stage_dim
+                                && (rule.family == "all-reduce" || rule.family == "reduce-scatter")
+                            {
+                                // The stages' own tensors are never a shard there: what is
+                                // missing is the proof that they are shares of one sum.
+                                format!(
+                                    "`{op}` on mesh dim `{}` sums the pipeline stages' own tensors (`Varying`): \
+                                     whether each is its stage's share of one sum (a tied \
+                                     weight's gradient, a loss term) is not proven",
+                                    mesh.dims[m].0
+                                )
                             } else if rule.family == "all-reduce" || rule.family == "reduce-scatter"
                             {
                                 format!(

@@ -25,7 +25,8 @@ fn only_layout_unknowns(report: &Report) -> bool {
     report.unknown.iter().all(|u| {
         u.reason.contains("unknown layout (`Varying`)")
             || u.reason.contains("piece of a partial sum")
-            || u.reason.contains("the pipeline stages' own tensors (`Varying`)")
+            || u.reason
+                .contains("the pipeline stages' own tensors (`Varying`)")
     }) && report
         .unknown_outputs
         .iter()

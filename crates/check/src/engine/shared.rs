@@ -406,37 +406,56 @@ pub fn skeletons(g: &Graph) -> Vec<Vec<u64>> {
         };
         leaf.push(l);
     }
+    // Each node's rule, read once: its leaf hash, the node it is read through, any value, or
+    // its operator's hash and inputs.
+    enum Step {
+        Fixed(u64),
+        Through(usize),
+        Op(u64, Vec<ValueId>),
+    }
+    let steps: Vec<Step> = g
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(k, n)| match (&n.kind, leaf[k]) {
+            (_, Some(l)) => Step::Fixed(l),
+            (NodeKind::Call { op, .. }, None) => {
+                let first = n.inputs().first().copied();
+                match (op.namespace.as_str(), op.name.as_str(), first) {
+                    ("_c10d_functional", "wait_tensor" | "all_reduce", Some(v)) => {
+                        Step::Through(v.node)
+                    }
+                    ("shardproof_p2p", _, _) => Step::Fixed(any),
+                    _ => Step::Op(
+                        hash(&|h| {
+                            op.namespace.hash(h);
+                            op.name.hash(h);
+                        }),
+                        n.inputs(),
+                    ),
+                }
+            }
+            (_, None) => Step::Fixed(any),
+        })
+        .collect();
+    // A cheap mix per level (the operator and leaf hashes are SipHash already).
+    let mix = |h: u64, x: u64| (h ^ x).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(29);
     let mut levels: Vec<Vec<u64>> = Vec::with_capacity(SKELETON_DEPTH);
     let mut prev: Vec<u64> = vec![any; g.nodes.len()];
     for _ in 0..SKELETON_DEPTH {
         let mut cur: Vec<u64> = Vec::with_capacity(g.nodes.len());
-        for (k, n) in g.nodes.iter().enumerate() {
-            let v = match &n.kind {
-                _ if leaf[k].is_some() => leaf[k].unwrap_or(any),
-                NodeKind::Call { op, .. } => {
-                    let first = n.inputs().first().copied();
-                    match (op.namespace.as_str(), op.name.as_str(), first) {
-                        ("_c10d_functional", "wait_tensor" | "all_reduce", Some(v)) => cur[v.node],
-                        ("shardproof_p2p", _, _) => any,
-                        _ => hash(&|h| {
-                            op.namespace.hash(h);
-                            op.name.hash(h);
-                            for v in n.inputs() {
-                                prev[v.node].hash(h);
-                                v.output.hash(h);
-                            }
-                        }),
-                    }
-                }
-                _ => hash(&|h| {
-                    "input".hash(h);
-                    n.name.hash(h);
-                }),
+        for step in &steps {
+            let v = match step {
+                Step::Fixed(x) => *x,
+                Step::Through(q) => cur[*q],
+                Step::Op(oh, ins) => ins
+                    .iter()
+                    .fold(*oh, |h, v| mix(mix(h, prev[v.node]), v.output as u64)),
             };
             cur.push(v);
         }
-        levels.push(cur.clone());
-        prev = cur;
+        levels.push(cur);
+        prev = levels.last().cloned().unwrap_or_default();
     }
     levels
 }

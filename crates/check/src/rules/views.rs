@@ -887,6 +887,13 @@ pub(super) fn expand(c: &Ctx) -> Outcome {
         return c.all(Place::Unknown);
     };
     let off = c.out_rank(0).saturating_sub(x.rank());
+    // A sharded dim broadcast from a local size of 1 repeats the rank's piece: no shard.
+    if let Some((d, _)) = x.p.blocks() {
+        let local = x.meta.as_ref().and_then(|m| m.shape.get(d).copied());
+        if local.is_none() || local != out_shape(c, 0).and_then(|s| s.get(d + off).copied()) {
+            return c.all(Place::Varying);
+        }
+    }
     moved(c, |d| Some(d + off))
 }
 

@@ -618,6 +618,24 @@ fn propagate_rank_from(
                             })
                             .collect()
                     };
+                    let peer_int_lists = |arg: &str| -> Vec<Option<Vec<i64>>> {
+                        peer_list[m]
+                            .iter()
+                            .map(|&p| {
+                                if stage_dim {
+                                    return None;
+                                }
+                                let j = if p == r { Some(i) } else { peer_node(p) }?;
+                                let pn = &program.ranks[p].nodes[j];
+                                let NodeKind::Call { args, kwargs, .. } = &pn.kind else {
+                                    return None;
+                                };
+                                let b = Args::bind(&def.schema, args, kwargs, &NoValues).ok()?;
+                                b.schema().index_of(arg)?;
+                                b.get(arg).and_then(|a| a.as_int_list())
+                            })
+                            .collect()
+                    };
                     let (in_group, group_len) = match &group {
                         Some((dims, len)) => (dims.contains(&m), *len),
                         None => (false, 1),
@@ -654,6 +672,7 @@ fn propagate_rank_from(
                         mesh_dim: m,
                         mesh_sizes: &mesh_sizes,
                         peer_ints: &peer_ints,
+                        peer_int_lists: &peer_int_lists,
                         place: &place,
                         meta: &meta_of,
                         zero: &zero_of,

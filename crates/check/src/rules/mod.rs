@@ -135,6 +135,9 @@ pub struct Ctx<'a> {
     /// For slices: the literal arguments of the same node on the other ranks along the mesh
     /// dim, by coordinate (`None` where a rank has no such node).
     pub peer_ints: &'a dyn Fn(&str) -> Vec<Option<i64>>,
+    /// For pads: an integer-list argument of the same node on the other ranks along the mesh
+    /// dim, by coordinate (`None` where a rank has no such node; never on a pipeline dim).
+    pub peer_int_lists: &'a dyn Fn(&str) -> Vec<Option<Vec<i64>>>,
     pub(crate) place: &'a dyn Fn(ValueId) -> Place,
     pub(crate) meta: &'a dyn Fn(ValueId) -> Option<Meta>,
     /// Whether a value is known to be all zeros (made by `zeros`, `full(.., 0)` and the like,

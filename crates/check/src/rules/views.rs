@@ -1201,6 +1201,44 @@ pub(super) fn pad(c: &Ctx) -> Outcome {
         .filter_map(|i| r.checked_sub(i + 1))
         .collect();
     let nonzero = c.num("value").is_some_and(|v| v != 0.0);
+    // Each coordinate k pads its piece of dim d with zeros to the whole dim at its own block
+    // (`k * w` before, `(n - 1 - k) * w` after, w the piece's size) and pads nothing else:
+    // the ranks' results sum to the tensor (an expert-parallel rank's columns put back in
+    // place before a reduce-scatter).
+    if let Place::Shard(d) = x.p {
+        let d = d as usize;
+        let w = x.meta.as_ref().and_then(|m| m.shape.get(d).copied());
+        let n = c.coord.n;
+        let at = r.checked_sub(d + 1).map(|i| 2 * i);
+        let placed = |k: usize, p: &[i64]| {
+            let (Some(w), Some(at)) = (w, at) else {
+                return false;
+            };
+            p.len() % 2 == 0
+                && p.len() > at + 1
+                && p.iter().enumerate().all(|(q, &v)| {
+                    if q == at {
+                        v == (k * w) as i64
+                    } else if q == at + 1 {
+                        v == ((n - 1 - k) * w) as i64
+                    } else {
+                        v == 0
+                    }
+                })
+        };
+        let constant = c.str("mode").is_none_or(|m| m == "constant");
+        if c.varies && constant && !nonzero && w.is_some_and(|w| w > 0) && n > 1 {
+            let peers = (c.peer_int_lists)("pad");
+            if peers.len() == n
+                && peers
+                    .iter()
+                    .enumerate()
+                    .all(|(k, p)| p.as_deref().is_some_and(|p| placed(k, p)))
+            {
+                return c.all(Place::Partial(Red::Sum));
+            }
+        }
+    }
     match x.p {
         Place::Shard(d) if padded.contains(&(d as usize)) => c.all(Place::Varying),
         Place::Partial(_) | Place::Unmasked => one(merge(&[x], 0, Lin::Add, nonzero), 1),

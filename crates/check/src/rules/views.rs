@@ -1214,7 +1214,7 @@ pub(super) fn pad(c: &Ctx) -> Outcome {
             let (Some(w), Some(at)) = (w, at) else {
                 return false;
             };
-            p.len() % 2 == 0
+            p.len().is_multiple_of(2)
                 && p.len() > at + 1
                 && p.iter().enumerate().all(|(q, &v)| {
                     if q == at {

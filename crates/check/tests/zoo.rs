@@ -62,9 +62,10 @@ fn correct_zoo_plans_have_no_findings_and_no_unknowns_but_layouts() {
     assert!(checked >= 50, "only {checked} plans checked");
     // Measured: 40 of 67 at stop 58 (every tp=2 and pp=2 plan but DeepSeek's pipelines, the
     // dp=2 plans of mlp, llama, deepseek and gpt2's forward, every dp=2,tp=2 plan but ZeRO-2
-    // and ZeRO-3, whose chunks are `Varying`); 46 at stop 61; 50 at stop 62 (views matched
-    // by skeleton: llama dp=2,pp=2,tp=2 forward and full, gpt2 and llama ZeRO-3 full).
-    assert!(holds >= 50, "only {holds} of {checked} plans hold");
+    // and ZeRO-3, whose chunks are `Varying`); 46 at stop 61; 51 at stop 62 (views matched
+    // by skeleton: llama dp=2,pp=2,tp=2 forward and full, gpt2 and llama ZeRO-3 full; the
+    // expert-parallel pad: DeepSeek ep=2 full).
+    assert!(holds >= 51, "only {holds} of {checked} plans hold");
 }
 
 /// Plain tensor parallelism (no size-1 local dims): every model holds.

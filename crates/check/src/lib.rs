@@ -56,7 +56,7 @@ use engine::{
     graph_classes, literal_hashes, per_graph, propagate_rank, propagate_rank_again, spec_scalings,
     structure_hashes, Shared, SpecViews,
 };
-use shardproof_case::{Case, Layout};
+use shardproof_case::{Blocks, Case, Layout};
 use shardproof_interp::{live_values, schedule, typecheck, ScheduleProblem};
 use shardproof_ir::{Graph, NodeKind, Progress, ValueId};
 use shardproof_ops::{OpClass, Registry};
@@ -512,9 +512,29 @@ fn check_unfixed(case: &Case, progress: &Progress) -> Result<Report, Invalid> {
                 }
                 let want = Place::from_case(pl.placements[m]);
                 outputs_checked += 1;
+                // A shard declared with fused blocks or replicated pieces is the layout
+                // `Blocked(d, k)` names only for k equal unreplicated blocks; any other
+                // reading of it is not proven (a plain `Shard(d)` concatenates the pieces
+                // contiguously, which a fused layout does not).
+                let blocked_want = match (want, &pl.blocks) {
+                    (Place::Shard(d), Blocks::Equal { count, replicas: 1 }) if *count > 1 => {
+                        u16::try_from(*count).ok().map(|k| Place::Blocked(d, k))
+                    }
+                    _ => None,
+                };
+                let fused = !pl.blocks.is_trivial() && matches!(want, Place::Shard(_));
                 let ok = match (want, have) {
                     (_, Place::Unknown) => {
                         unknown_outputs.insert(exp.spec_name.clone());
+                        true
+                    }
+                    (_, h) if fused && blocked_want == Some(h) => true,
+                    (Place::Shard(_), _) if fused => {
+                        unchecked += 1;
+                        unknown_outputs.insert(format!(
+                            "{} ({have} over `{}` where {want} with fused blocks is declared: layout not proven)",
+                            exp.spec_name, program.mesh.dims[m].0
+                        ));
                         true
                     }
                     (w, h) if w == h => true,
@@ -531,7 +551,6 @@ fn check_unfixed(case: &Case, progress: &Progress) -> Result<Report, Invalid> {
                         ));
                         true
                     }
-                    (Place::Shard(_), Place::Shard(_)) if !pl.blocks.is_trivial() => true,
                     (Place::Partial(a), Place::Partial(b)) => a.is_linear() && b.is_linear(),
                     _ => false,
                 };

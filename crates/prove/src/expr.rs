@@ -15,6 +15,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod transcend;
+pub use transcend::Class;
+
 /// A hash-consed expression in normal form (an index into its [`Arena`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ExprId(pub u32);
@@ -377,6 +380,8 @@ pub struct Arena {
     budget: Budget,
     stored_terms: usize,
     deadline: Option<Deadline>,
+    // What is provably known of each expression's value (transcend.rs), memoized.
+    classes: FxHashMap<ExprId, Class>,
 }
 
 /// When normalization gives up, and how often it looks at the clock.
@@ -430,6 +435,7 @@ impl Arena {
             budget,
             stored_terms: 0,
             deadline: None,
+            classes: FxHashMap::default(),
         }
     }
 
@@ -672,6 +678,9 @@ impl Arena {
             [a] => return Ok(*a),
             _ => {}
         }
+        if let Some(r) = self.absorb_sum(items) {
+            return r;
+        }
         let mut acc: BTreeMap<Mono, Coeff> = BTreeMap::new();
         for &e in items {
             for (m, c) in &self.polys[e.0 as usize].terms {
@@ -701,6 +710,17 @@ impl Arena {
 
     /// r * a.
     pub fn scale(&mut self, a: ExprId, r: &Coeff) -> Built {
+        if let Some(k) = self.pure_nonfinite(a) {
+            // 0·inf is NaN; a non-zero scale keeps an infinity, flipped when negative.
+            let k = if r.is_zero() {
+                0
+            } else if r.is_negative() {
+                -k
+            } else {
+                k
+            };
+            return self.nonfinite(k);
+        }
         if r.is_zero() {
             return self.int(0);
         }
@@ -724,12 +744,22 @@ impl Arena {
         if let Some(c) = self.as_const(b) {
             return self.scale(a, &c);
         }
+        if let Some(r) = self.cancel_recip(a, b) {
+            return r;
+        }
         let (pa, pb) = (
             self.polys[a.0 as usize].clone(),
             self.polys[b.0 as usize].clone(),
         );
         let product = pa.terms.len().saturating_mul(pb.terms.len());
-        if (pa.terms.len() > 1 || pb.terms.len() > 1) && product > self.budget.expand_limit {
+        // A softmax weight (a single term over exponentials) times a sum is always
+        // expanded: the log-sum-exp rules cancel its reciprocal only in expanded form.
+        let weight = (pa.terms.len() == 1 && self.softmax_weight(&pa.terms[0].0))
+            || (pb.terms.len() == 1 && self.softmax_weight(&pb.terms[0].0));
+        if (pa.terms.len() > 1 || pb.terms.len() > 1)
+            && product > self.budget.expand_limit
+            && !weight
+        {
             // (c p)(d q) = c d product(p, q) with p, q primitive: canonical, and no blowup.
             let (ca, cb) = (primitive_scale(&pa), primitive_scale(&pb));
             let pa1 = self.scale(a, &ca.recip())?;
@@ -752,7 +782,7 @@ impl Arena {
                 add_term(&mut acc, mul_mono(ma, mb), ca * cb);
             }
         }
-        self.intern(from_map(acc))
+        self.merge_exps(acc)
     }
 
     /// The product of `items`.
@@ -800,6 +830,9 @@ impl Arena {
                 return self.constant(c.recip());
             }
             return self.float(f64::INFINITY);
+        }
+        if let Some(r) = self.recip_rule(a) {
+            return r;
         }
         let lead = self.poly(a).terms[0].1.clone();
         let monic = self.scale(a, &lead.recip())?;
@@ -859,6 +892,24 @@ impl Arena {
         match func {
             Func::Max | Func::Min => {
                 let mut flat = Vec::with_capacity(args.len());
+                // max(a, -inf) = a and min(a, +inf) = a for every a; a NaN wins (torch's
+                // maximum and amax propagate it).
+                let neutral = if func == Func::Max { -1 } else { 1 };
+                let n_args = args.len();
+                let mut dropped = 0;
+                for &a in &args {
+                    match self.pure_nonfinite(a) {
+                        Some(0) => return self.nonfinite(0),
+                        Some(k) if k == neutral => dropped += 1,
+                        _ => {}
+                    }
+                }
+                if dropped == n_args {
+                    return self.nonfinite(neutral);
+                }
+                if dropped > 0 {
+                    args.retain(|&a| self.pure_nonfinite(a) != Some(neutral));
+                }
                 for a in args {
                     match self.single_app(a) {
                         Some((f, inner)) if *f == func => flat.extend(inner.iter().copied()),
@@ -909,6 +960,10 @@ impl Arena {
             }
             Func::Positive | Func::NonNegative | Func::IsZero => {
                 let d = args[0];
+                if let Some(k) = self.pure_nonfinite(d) {
+                    // NaN compares false; +inf is positive; no infinity is zero.
+                    return self.int((k == 1 && func != Func::IsZero) as i64);
+                }
                 if let Some(c) = self.as_const(d) {
                     let v = match func {
                         Func::Positive => c.is_positive(),
@@ -937,6 +992,10 @@ impl Arena {
                 }
                 if let Some(v) = self.as_const(c) {
                     return Ok(if v.is_zero() { b } else { a });
+                }
+                if self.pure_nonfinite(c).is_some() {
+                    // ±inf and NaN are non-zero.
+                    return Ok(a);
                 }
                 // Only whether c is zero matters: its primitive part, sign normalized.
                 let mut lc = content(self.poly(c));
@@ -976,6 +1035,14 @@ impl Arena {
                     if func == Func::Log && c.is_one() {
                         return self.int(0);
                     }
+                }
+                let rule = match func {
+                    Func::Exp => self.exp_rule(args[0]),
+                    Func::Log => self.log_rule(args[0]),
+                    _ => None,
+                };
+                if let Some(r) = rule {
+                    return r;
                 }
             }
             Func::Recip => {

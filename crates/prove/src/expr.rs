@@ -681,6 +681,12 @@ impl Arena {
         if let Some(r) = self.absorb_sum(items) {
             return r;
         }
+        let r = self.sum_expanded(items)?;
+        self.hint_sum(items, r);
+        Ok(r)
+    }
+
+    fn sum_expanded(&mut self, items: &[ExprId]) -> Built {
         let mut acc: BTreeMap<Mono, Coeff> = BTreeMap::new();
         for &e in items {
             for (m, c) in &self.polys[e.0 as usize].terms {
@@ -733,11 +739,26 @@ impl Arena {
             .iter()
             .map(|(m, c)| (m.clone(), c * r))
             .collect();
-        self.intern(Poly { terms })
+        let e = self.intern(Poly { terms })?;
+        if r.is_positive() {
+            if let Some(c) = self.known_class(a) {
+                self.hint(e, c);
+            }
+        }
+        Ok(e)
     }
 
     /// a * b, expanded.
     pub fn mul(&mut self, a: ExprId, b: ExprId) -> Built {
+        let r = self.mul_expanded(a, b)?;
+        if a == b && self.class(a).finite {
+            // A square of a real number is non-negative, which its expansion may not show.
+            self.hint(r, transcend::NONNEG);
+        }
+        Ok(r)
+    }
+
+    fn mul_expanded(&mut self, a: ExprId, b: ExprId) -> Built {
         if let Some(c) = self.as_const(a) {
             return self.scale(b, &c);
         }
@@ -858,20 +879,38 @@ impl Arena {
 
     /// 1 when a > b, else 0.
     pub fn gt(&mut self, a: ExprId, b: ExprId) -> Built {
+        if let Some(r) = self.same_infinities(a, b, 0) {
+            return r;
+        }
         let d = self.sub(a, b)?;
         self.app(Func::Positive, vec![d])
     }
 
     /// 1 when a >= b, else 0.
     pub fn ge(&mut self, a: ExprId, b: ExprId) -> Built {
+        if let Some(r) = self.same_infinities(a, b, 1) {
+            return r;
+        }
         let d = self.sub(a, b)?;
         self.app(Func::NonNegative, vec![d])
     }
 
     /// 1 when a == b, else 0.
     pub fn eq(&mut self, a: ExprId, b: ExprId) -> Built {
+        if let Some(r) = self.same_infinities(a, b, 1) {
+            return r;
+        }
         let d = self.sub(a, b)?;
         self.app(Func::IsZero, vec![d])
+    }
+
+    /// A comparison of two equal infinities, which their difference (NaN) cannot decide:
+    /// `equal` (1 for >= and ==, 0 for >).
+    fn same_infinities(&mut self, a: ExprId, b: ExprId, equal: i64) -> Option<Built> {
+        match (self.pure_nonfinite(a), self.pure_nonfinite(b)) {
+            (Some(x), Some(y)) if x == y && x != 0 => Some(self.int(equal)),
+            _ => None,
+        }
     }
 
     /// 1 - a (logical not of a 0/1 value).

@@ -44,7 +44,7 @@ const FINITE: Class = Class {
     nonneg: false,
     positive: false,
 };
-const NONNEG: Class = Class {
+pub(super) const NONNEG: Class = Class {
     finite: true,
     nonneg: true,
     positive: false,
@@ -70,6 +70,45 @@ const FINITE_NAMED: &[&str] = &[
 ];
 
 impl Arena {
+    /// Records a proved fact about `e` (a square is non-negative, a sum of non-negative
+    /// terms too), joined with what its polynomial shows.
+    pub(super) fn hint(&mut self, e: ExprId, fact: Class) {
+        let c = self.class(e);
+        let joined = Class {
+            finite: c.finite || fact.finite,
+            nonneg: c.nonneg || fact.nonneg,
+            positive: c.positive || fact.positive,
+        };
+        self.classes.insert(e, joined);
+    }
+
+    /// What is already known of `e` without computing: its memoized class, or a constant's.
+    pub(super) fn known_class(&self, e: ExprId) -> Option<Class> {
+        if let Some(&c) = self.classes.get(&e) {
+            return Some(c);
+        }
+        let c = self.as_const(e)?;
+        Some(if c.is_positive() {
+            POSITIVE
+        } else if c.is_zero() {
+            NONNEG
+        } else {
+            FINITE
+        })
+    }
+
+    /// A sum of items each known non-negative is non-negative, positive when one is.
+    pub(super) fn hint_sum(&mut self, items: &[ExprId], sum: ExprId) {
+        let mut positive = false;
+        for &e in items {
+            match self.known_class(e) {
+                Some(c) if c.nonneg => positive |= c.positive,
+                _ => return,
+            }
+        }
+        self.hint(sum, if positive { POSITIVE } else { NONNEG });
+    }
+
     /// What is provably known of `e`'s value (memoized).
     pub fn class(&mut self, e: ExprId) -> Class {
         if let Some(&c) = self.classes.get(&e) {

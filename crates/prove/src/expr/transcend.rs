@@ -300,7 +300,32 @@ impl Arena {
         e: ExprId,
         positive: bool,
     ) -> Option<Result<(ExprId, ExprId), BudgetError>> {
-        let terms = self.exp_terms(e)?;
+        // A constant term is c·exp(0): a lane entry equal to its shift.
+        let constant = self.poly(e).terms.iter().any(|(m, _)| m.is_empty());
+        let terms = if constant {
+            let zero = match self.int(0) {
+                Ok(z) => z,
+                Err(err) => return Some(Err(err)),
+            };
+            let p = self.poly(e).terms.clone();
+            let mut out = Vec::with_capacity(p.len());
+            for (m, c) in p {
+                if m.is_empty() {
+                    out.push((c, zero));
+                    continue;
+                }
+                let single = self.intern(Poly {
+                    terms: vec![(m, Coeff::one())],
+                });
+                match single {
+                    Ok(t) => out.push((c, self.exp_terms(t)?[0].1)),
+                    Err(err) => return Some(Err(err)),
+                }
+            }
+            out
+        } else {
+            self.exp_terms(e)?
+        };
         if positive && !terms.iter().all(|(c, _)| c.is_positive()) {
             return None;
         }

@@ -187,8 +187,10 @@ impl Arena {
                     | Func::ArgMax
                     | Func::ArgMin
                     | Func::SortedIndex { .. } => NONNEG,
-                    Func::SortedValue { .. } if all_finite => FINITE,
-                    Func::Where if cs[1].finite && cs[2].finite => FINITE,
+                    // One of the arguments: what all of them are.
+                    Func::SortedValue { .. } if all_finite => weakest(&cs),
+                    // One of the branches (the condition may be anything, NaN included).
+                    Func::Where if cs[1].finite && cs[2].finite => weakest(&cs[1..]),
                     // lookup(i, t...) is t_i where i is provably an index into the table.
                     Func::Lookup if cs[1..].iter().all(|c| c.finite) => {
                         let n = args.len() - 1;
@@ -197,7 +199,7 @@ impl Arena {
                             None => self.index_bound(args[0]).is_some_and(|b| b as usize <= n),
                         };
                         if in_range {
-                            FINITE
+                            weakest(&cs[1..])
                         } else {
                             UNKNOWN
                         }
@@ -595,6 +597,17 @@ impl Arena {
             }
         }
         None
+    }
+}
+
+/// What every one of `cs` (all finite) is.
+fn weakest(cs: &[Class]) -> Class {
+    if cs.iter().all(|c| c.positive) {
+        POSITIVE
+    } else if cs.iter().all(|c| c.nonneg) {
+        NONNEG
+    } else {
+        FINITE
     }
 }
 

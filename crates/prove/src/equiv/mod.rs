@@ -356,6 +356,12 @@ pub fn prove_case(case: &Case, cfg: &ProveConfig) -> Proof {
     };
     let mut proof = prove_sized(&reduction.case, cfg, started);
     if proof.verdict == Verdict::Refuted && summary.elements_before <= cfg.max_elements {
+        // A run of the case as written on random inputs usually shows a bug with a numeric
+        // effect at once; the symbolic proof at full size is the fallback.
+        if let Some(mut p) = numeric_refutation(case, cfg) {
+            p.reduction = Some(summary);
+            return p;
+        }
         // A refutation is shown on the case as written where it fits: the counterexample
         // then replays on the user's own graphs, and a disagreement would expose a reduction
         // that changed the program's meaning.
@@ -441,6 +447,13 @@ fn strict_refutation(
         p.reduction = Some(summary.clone());
         p
     };
+    if program_elements(case) <= cfg.max_elements {
+        // A counterexample on the case as written needs no literal to mean anything.
+        if let Some(mut p) = numeric_refutation(case, cfg) {
+            p.reduction = Some(summary);
+            return p;
+        }
+    }
     let strict = match crate::reduce::reduce_case_strict(case) {
         Ok(r) => r,
         Err(refusal) => {
@@ -480,6 +493,61 @@ fn strict_refutation(
         ..summary
     });
     proof
+}
+
+/// Random inputs drawn per seed on which the interpreter shows a stated output of the case as
+/// written clearly differing from the spec: a refutation with that counterexample (the same
+/// test every counterexample passes), or `None` where no run shows one. Only outputs with a
+/// stated placement count: without one, a differing candidate placement refutes nothing.
+fn numeric_refutation(case: &Case, cfg: &ProveConfig) -> Option<Proof> {
+    const SEEDS: u64 = 3;
+    let mut arena = Arena::new(cfg.budget);
+    let leaves = inputs::make_leaves(&mut arena, case).ok()?;
+    let exps = expectations(case).ok()?;
+    for exp in exps.iter().filter(|e| e.explicit) {
+        for layout in &exp.layouts {
+            for k in 0..SEEDS {
+                let seed = cfg.decide.seed.wrapping_add(k);
+                let Ok(cx) = counterexample::confirm(
+                    case,
+                    &arena,
+                    &leaves,
+                    &exp.name,
+                    exp.spec_value,
+                    &exp.holders,
+                    layout,
+                    None,
+                    &Point::default(),
+                    seed,
+                ) else {
+                    continue;
+                };
+                let mut proof = Proof::stopped(
+                    case,
+                    Verdict::Refuted,
+                    &ExecError {
+                        kind: ExecErrorKind::Budget,
+                        op: None,
+                        message: format!(
+                            "`{}`{:?} differs from the spec (a run of the case as written on random inputs found it; the interpreter confirms: spec {} vs rebuilt {})",
+                            exp.name, cx.index, cx.spec_value, cx.rebuilt_value
+                        ),
+                    },
+                );
+                proof.layers = BTreeMap::from([(Layer::RandomWitness.name().to_string(), 1)]);
+                proof.failure = Some(Failure {
+                    output: exp.name.clone(),
+                    index: cx.index.clone(),
+                    spec: cx.spec_value.to_string(),
+                    implementation: cx.rebuilt_value.to_string(),
+                    layer: Layer::RandomWitness.name().into(),
+                });
+                proof.counterexample = Some(cx);
+                return Some(proof);
+            }
+        }
+    }
+    None
 }
 
 /// Proves the case at the sizes it has, within `cfg.time_limit` of `started`.
@@ -772,7 +840,7 @@ fn prove_in(case: &Case, cfg: &ProveConfig, started: Instant, arena: &mut Arena)
             exp.spec_value,
             &exp.holders,
             &r.layout,
-            r.spec_index,
+            Some(r.spec_index),
             &r.point,
             cfg.decide.seed,
         ) {

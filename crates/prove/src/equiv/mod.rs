@@ -535,6 +535,15 @@ fn numeric_refutation(case: &Case, cfg: &ProveConfig) -> Option<Proof> {
                     },
                 );
                 proof.layers = BTreeMap::from([(Layer::RandomWitness.name().to_string(), 1)]);
+                proof.outputs.push(OutputResult {
+                    name: exp.name.clone(),
+                    placement: Some(layout.to_string()),
+                    elements: cx.spec_output.numel(),
+                    distinct_goals: 0,
+                    layers: proof.layers.clone(),
+                    status: "refuted".into(),
+                    note: Some("a run on random inputs".into()),
+                });
                 proof.failure = Some(Failure {
                     output: exp.name.clone(),
                     index: cx.index.clone(),

@@ -43,6 +43,11 @@ pub struct ProveConfig {
     /// Prove on the shape-reduced case ([`crate::reduce`]); refuse (inconclusive) where the
     /// reduction is not proved sound.
     pub reduce: bool,
+    /// Run the case as written on random inputs, where it fits `max_elements`, before a
+    /// symbolic proof at full size and before rechecking a refutation found on reduced sizes
+    /// symbolically: a bug with a numeric effect is then refuted by the run's confirmed
+    /// counterexample at once. Off, every refutation comes from the symbolic layers.
+    pub run_first: bool,
 }
 
 impl Default for ProveConfig {
@@ -57,6 +62,7 @@ impl Default for ProveConfig {
             started: None,
             progress: None,
             reduce: true,
+            run_first: true,
         }
     }
 }
@@ -325,6 +331,13 @@ pub fn prove_case(case: &Case, cfg: &ProveConfig) -> Proof {
     // and every goal's decision share the one limit the user gave.
     let started = cfg.started.unwrap_or_else(Instant::now);
     if !cfg.reduce {
+        if program_elements(case) <= cfg.max_elements {
+            // A bug with a numeric effect shows in a run at once; the symbolic proof at full
+            // size can take minutes.
+            if let Some(p) = numeric_refutation(case, cfg) {
+                return p;
+            }
+        }
         return prove_sized(case, cfg, started);
     }
     let reduction = match crate::reduce::reduce_case(case) {
@@ -411,6 +424,13 @@ pub fn prove_case_or_full_size(case: &Case, cfg: &ProveConfig) -> (Proof, bool) 
         return (proof, false);
     }
     let reason = proof.message.take().unwrap_or_default();
+    if program_elements(case) <= cfg.max_elements {
+        // A bug with a numeric effect shows in a run at once; the symbolic proof at full size
+        // (top-k routers, pipelines) can take minutes.
+        if let Some(p) = numeric_refutation(case, &cfg) {
+            return (p, true);
+        }
+    }
     proof = prove_case(
         case,
         &ProveConfig {
@@ -501,6 +521,9 @@ fn strict_refutation(
 /// stated placement count: without one, a differing candidate placement refutes nothing.
 fn numeric_refutation(case: &Case, cfg: &ProveConfig) -> Option<Proof> {
     const SEEDS: u64 = 3;
+    if !cfg.run_first {
+        return None;
+    }
     let mut arena = Arena::new(cfg.budget);
     let leaves = inputs::make_leaves(&mut arena, case).ok()?;
     let exps = expectations(case).ok()?;

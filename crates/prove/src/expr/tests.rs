@@ -131,3 +131,62 @@ fn erf_is_accurate() {
         assert!((erf(x) - want).abs() < 1e-14, "erf({x}) = {}", erf(x));
     }
 }
+
+#[test]
+fn infinities_are_absorbed_as_ieee_computes_them() {
+    let mut a = arena();
+    let x = a.symbol("x", SymbolKind::Real).unwrap();
+    let ninf = a.float(f64::NEG_INFINITY).unwrap();
+    let inf = a.float(f64::INFINITY).unwrap();
+    // A masked score: x + (-inf) = -inf for a finite x; exp of it is 0.
+    let masked = a.add(x, ninf).unwrap();
+    assert_eq!(masked, ninf);
+    let e = a.app(Func::Exp, vec![masked]).unwrap();
+    assert_eq!(a.as_const(e), Some(Coeff::zero()));
+    // max(x, -inf) = x; -inf - -inf and 0·inf are NaN; equal infinities compare equal.
+    assert_eq!(a.max(x, ninf).unwrap(), x);
+    let d = a.sub(ninf, ninf).unwrap();
+    assert_eq!(a.pure_nonfinite(d), Some(0));
+    let zero = a.int(0).unwrap();
+    let z = a.mul(zero, inf).unwrap();
+    assert_eq!(a.pure_nonfinite(z), Some(0));
+    let ge = a.ge(ninf, ninf).unwrap();
+    assert_eq!(a.as_const(ge), Some(Coeff::one()));
+    let gt = a.gt(ninf, ninf).unwrap();
+    assert_eq!(a.as_const(gt), Some(Coeff::zero()));
+    // Next to something not provably finite (log x may be -inf or NaN), -inf stays formal.
+    let l = a.app(Func::Log, vec![x]).unwrap();
+    let s = a.add(l, ninf).unwrap();
+    assert_eq!(a.pure_nonfinite(s), None);
+}
+
+#[test]
+fn exponentials_merge_and_shifts_cancel_only_where_proved() {
+    let mut a = arena();
+    let x = a.symbol("x", SymbolKind::Real).unwrap();
+    let y = a.symbol("y", SymbolKind::Real).unwrap();
+    let m = a.max(x, y).unwrap();
+    // softmax(x, y)_0 with the max shift equals exp(x) / (exp(x) + exp(y)).
+    let (dx, dy) = (a.sub(x, m).unwrap(), a.sub(y, m).unwrap());
+    let (ex, ey) = (
+        a.app(Func::Exp, vec![dx]).unwrap(),
+        a.app(Func::Exp, vec![dy]).unwrap(),
+    );
+    let s = a.add(ex, ey).unwrap();
+    let shifted = a.div(ex, s).unwrap();
+    let (px, py) = (
+        a.app(Func::Exp, vec![x]).unwrap(),
+        a.app(Func::Exp, vec![y]).unwrap(),
+    );
+    let t = a.add(px, py).unwrap();
+    let plain = a.div(px, t).unwrap();
+    assert_eq!(shifted, plain);
+    // log(exp(x)) = x; exp(log(exp(x) + exp(y))) = exp(x) + exp(y) (a positive sum).
+    let le = a.app(Func::Log, vec![px]).unwrap();
+    assert_eq!(le, x);
+    let lt = a.app(Func::Log, vec![t]).unwrap();
+    assert_eq!(a.app(Func::Exp, vec![lt]).unwrap(), t);
+    // exp(log(x)) is not x: x may be negative.
+    let lx = a.app(Func::Log, vec![x]).unwrap();
+    assert_ne!(a.app(Func::Exp, vec![lx]).unwrap(), x);
+}

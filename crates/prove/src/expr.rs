@@ -304,9 +304,14 @@ fn named_f64(name: &str, x: f64) -> f64 {
             }
         }
         "erfc" => 1.0 - erf(x),
+        // 0·x of an x not provably finite: 0, or NaN where x is ±inf or NaN.
+        ZERO_TIMES => 0.0 * x,
         _ => f64::NAN,
     }
 }
+
+/// The function name of `0·x` for an x not provably finite ([`Arena::scale`]).
+pub const ZERO_TIMES: &str = "zero_times";
 
 /// What an atom is.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -726,6 +731,12 @@ impl Arena {
                 k
             };
             return self.nonfinite(k);
+        }
+        if r.is_zero() && !self.poly(a).terms.is_empty() && !self.class(a).finite {
+            // 0·x is NaN where x is infinite or NaN: kept as an atom unless x is provably
+            // finite (IEEE, as the interpreter computes it).
+            let p = self.scale(a, &primitive_scale(self.poly(a)).recip())?;
+            return self.app(Func::Named(ZERO_TIMES.into()), vec![p]);
         }
         if r.is_zero() {
             return self.int(0);

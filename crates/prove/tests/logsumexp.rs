@@ -303,13 +303,10 @@ proptest! {
         let b_v: Vec<V> = b_lane.iter().enumerate().map(|(i, t)| b.entry(3 + i, t)).collect();
         let whole: Vec<V> = a_v.iter().chain(&b_v).copied().collect();
         let mut all = b.softmax(&whole);
-        // A merge with a fully masked block is NaN in IEEE (-inf - -inf); the ring's zero
-        // weights of the other block's masked entries multiply it, and the ring rules of the
-        // normal form (0·x = 0) are not IEEE there (docs/prove.md, section 4). The zoo's
-        // ranks never merge a fully masked block (they skip it).
-        if unmasked(&a_lane) && unmasked(&b_lane) {
-            all.extend(b.ring(&a_v, &b_v));
-        }
+        // A merge with a fully masked block is NaN in IEEE (-inf - -inf), and so is its
+        // product with the other block's zero weights: 0·x stays an atom unless x is
+        // provably finite.
+        all.extend(b.ring(&a_v, &b_v));
         all.push(b.logsumexp(&whole));
         all.extend(a_v.iter().chain(&b_v).copied());
         check_values(&arena, &xs, &all)?;

@@ -158,6 +158,11 @@ fn infinities_are_absorbed_as_ieee_computes_them() {
     let l = a.app(Func::Log, vec![x]).unwrap();
     let s = a.add(l, ninf).unwrap();
     assert_eq!(a.pure_nonfinite(s), None);
+    // 0·log(x) is NaN for x <= 0: not 0; 0·x of a finite x is.
+    let z = a.mul(zero, l).unwrap();
+    assert_ne!(a.as_const(z), Some(Coeff::zero()));
+    let z = a.mul(zero, x).unwrap();
+    assert_eq!(a.as_const(z), Some(Coeff::zero()));
 }
 
 #[test]

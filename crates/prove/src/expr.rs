@@ -15,6 +15,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod transcend;
+pub use transcend::Class;
+
 /// A hash-consed expression in normal form (an index into its [`Arena`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ExprId(pub u32);
@@ -301,9 +304,14 @@ fn named_f64(name: &str, x: f64) -> f64 {
             }
         }
         "erfc" => 1.0 - erf(x),
+        // 0·x of an x not provably finite: 0, or NaN where x is ±inf or NaN.
+        ZERO_TIMES => 0.0 * x,
         _ => f64::NAN,
     }
 }
+
+/// The function name of `0·x` for an x not provably finite ([`Arena::scale`]).
+pub const ZERO_TIMES: &str = "zero_times";
 
 /// What an atom is.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -377,6 +385,8 @@ pub struct Arena {
     budget: Budget,
     stored_terms: usize,
     deadline: Option<Deadline>,
+    // What is provably known of each expression's value (transcend.rs), memoized.
+    classes: FxHashMap<ExprId, Class>,
 }
 
 /// When normalization gives up, and how often it looks at the clock.
@@ -430,6 +440,7 @@ impl Arena {
             budget,
             stored_terms: 0,
             deadline: None,
+            classes: FxHashMap::default(),
         }
     }
 
@@ -672,6 +683,15 @@ impl Arena {
             [a] => return Ok(*a),
             _ => {}
         }
+        if let Some(r) = self.absorb_sum(items) {
+            return r;
+        }
+        let r = self.sum_expanded(items)?;
+        self.hint_sum(items, r);
+        Ok(r)
+    }
+
+    fn sum_expanded(&mut self, items: &[ExprId]) -> Built {
         let mut acc: BTreeMap<Mono, Coeff> = BTreeMap::new();
         for &e in items {
             for (m, c) in &self.polys[e.0 as usize].terms {
@@ -701,6 +721,23 @@ impl Arena {
 
     /// r * a.
     pub fn scale(&mut self, a: ExprId, r: &Coeff) -> Built {
+        if let Some(k) = self.pure_nonfinite(a) {
+            // 0·inf is NaN; a non-zero scale keeps an infinity, flipped when negative.
+            let k = if r.is_zero() {
+                0
+            } else if r.is_negative() {
+                -k
+            } else {
+                k
+            };
+            return self.nonfinite(k);
+        }
+        if r.is_zero() && !self.poly(a).terms.is_empty() && !self.class(a).finite {
+            // 0·x is NaN where x is infinite or NaN: kept as an atom unless x is provably
+            // finite (IEEE, as the interpreter computes it).
+            let p = self.scale(a, &primitive_scale(self.poly(a)).recip())?;
+            return self.app(Func::Named(ZERO_TIMES.into()), vec![p]);
+        }
         if r.is_zero() {
             return self.int(0);
         }
@@ -713,23 +750,48 @@ impl Arena {
             .iter()
             .map(|(m, c)| (m.clone(), c * r))
             .collect();
-        self.intern(Poly { terms })
+        let e = self.intern(Poly { terms })?;
+        if r.is_positive() {
+            if let Some(c) = self.known_class(a) {
+                self.hint(e, c);
+            }
+        }
+        Ok(e)
     }
 
     /// a * b, expanded.
     pub fn mul(&mut self, a: ExprId, b: ExprId) -> Built {
+        let r = self.mul_expanded(a, b)?;
+        if a == b && self.class(a).finite {
+            // A square of a real number is non-negative, which its expansion may not show.
+            self.hint(r, transcend::NONNEG);
+        }
+        Ok(r)
+    }
+
+    fn mul_expanded(&mut self, a: ExprId, b: ExprId) -> Built {
         if let Some(c) = self.as_const(a) {
             return self.scale(b, &c);
         }
         if let Some(c) = self.as_const(b) {
             return self.scale(a, &c);
         }
+        if let Some(r) = self.cancel_recip(a, b) {
+            return r;
+        }
         let (pa, pb) = (
             self.polys[a.0 as usize].clone(),
             self.polys[b.0 as usize].clone(),
         );
         let product = pa.terms.len().saturating_mul(pb.terms.len());
-        if (pa.terms.len() > 1 || pb.terms.len() > 1) && product > self.budget.expand_limit {
+        // A softmax weight (a single term over exponentials) times a sum is always
+        // expanded: the log-sum-exp rules cancel its reciprocal only in expanded form.
+        let weight = (pa.terms.len() == 1 && self.softmax_weight(&pa.terms[0].0))
+            || (pb.terms.len() == 1 && self.softmax_weight(&pb.terms[0].0));
+        if (pa.terms.len() > 1 || pb.terms.len() > 1)
+            && product > self.budget.expand_limit
+            && !weight
+        {
             // (c p)(d q) = c d product(p, q) with p, q primitive: canonical, and no blowup.
             let (ca, cb) = (primitive_scale(&pa), primitive_scale(&pb));
             let pa1 = self.scale(a, &ca.recip())?;
@@ -752,7 +814,7 @@ impl Arena {
                 add_term(&mut acc, mul_mono(ma, mb), ca * cb);
             }
         }
-        self.intern(from_map(acc))
+        self.merge_exps(acc)
     }
 
     /// The product of `items`.
@@ -801,6 +863,9 @@ impl Arena {
             }
             return self.float(f64::INFINITY);
         }
+        if let Some(r) = self.recip_rule(a) {
+            return r;
+        }
         let lead = self.poly(a).terms[0].1.clone();
         let monic = self.scale(a, &lead.recip())?;
         let r = self.app(Func::Recip, vec![monic])?;
@@ -825,20 +890,38 @@ impl Arena {
 
     /// 1 when a > b, else 0.
     pub fn gt(&mut self, a: ExprId, b: ExprId) -> Built {
+        if let Some(r) = self.same_infinities(a, b, 0) {
+            return r;
+        }
         let d = self.sub(a, b)?;
         self.app(Func::Positive, vec![d])
     }
 
     /// 1 when a >= b, else 0.
     pub fn ge(&mut self, a: ExprId, b: ExprId) -> Built {
+        if let Some(r) = self.same_infinities(a, b, 1) {
+            return r;
+        }
         let d = self.sub(a, b)?;
         self.app(Func::NonNegative, vec![d])
     }
 
     /// 1 when a == b, else 0.
     pub fn eq(&mut self, a: ExprId, b: ExprId) -> Built {
+        if let Some(r) = self.same_infinities(a, b, 1) {
+            return r;
+        }
         let d = self.sub(a, b)?;
         self.app(Func::IsZero, vec![d])
+    }
+
+    /// A comparison of two equal infinities, which their difference (NaN) cannot decide:
+    /// `equal` (1 for >= and ==, 0 for >).
+    fn same_infinities(&mut self, a: ExprId, b: ExprId, equal: i64) -> Option<Built> {
+        match (self.pure_nonfinite(a), self.pure_nonfinite(b)) {
+            (Some(x), Some(y)) if x == y && x != 0 => Some(self.int(equal)),
+            _ => None,
+        }
     }
 
     /// 1 - a (logical not of a 0/1 value).
@@ -859,6 +942,24 @@ impl Arena {
         match func {
             Func::Max | Func::Min => {
                 let mut flat = Vec::with_capacity(args.len());
+                // max(a, -inf) = a and min(a, +inf) = a for every a; a NaN wins (torch's
+                // maximum and amax propagate it).
+                let neutral = if func == Func::Max { -1 } else { 1 };
+                let n_args = args.len();
+                let mut dropped = 0;
+                for &a in &args {
+                    match self.pure_nonfinite(a) {
+                        Some(0) => return self.nonfinite(0),
+                        Some(k) if k == neutral => dropped += 1,
+                        _ => {}
+                    }
+                }
+                if dropped == n_args {
+                    return self.nonfinite(neutral);
+                }
+                if dropped > 0 {
+                    args.retain(|&a| self.pure_nonfinite(a) != Some(neutral));
+                }
                 for a in args {
                     match self.single_app(a) {
                         Some((f, inner)) if *f == func => flat.extend(inner.iter().copied()),
@@ -909,6 +1010,10 @@ impl Arena {
             }
             Func::Positive | Func::NonNegative | Func::IsZero => {
                 let d = args[0];
+                if let Some(k) = self.pure_nonfinite(d) {
+                    // NaN compares false; +inf is positive; no infinity is zero.
+                    return self.int((k == 1 && func != Func::IsZero) as i64);
+                }
                 if let Some(c) = self.as_const(d) {
                     let v = match func {
                         Func::Positive => c.is_positive(),
@@ -937,6 +1042,10 @@ impl Arena {
                 }
                 if let Some(v) = self.as_const(c) {
                     return Ok(if v.is_zero() { b } else { a });
+                }
+                if self.pure_nonfinite(c).is_some() {
+                    // ±inf and NaN are non-zero.
+                    return Ok(a);
                 }
                 // Only whether c is zero matters: its primitive part, sign normalized.
                 let mut lc = content(self.poly(c));
@@ -976,6 +1085,14 @@ impl Arena {
                     if func == Func::Log && c.is_one() {
                         return self.int(0);
                     }
+                }
+                let rule = match func {
+                    Func::Exp => self.exp_rule(args[0]),
+                    Func::Log => self.log_rule(args[0]),
+                    _ => None,
+                };
+                if let Some(r) = rule {
+                    return r;
                 }
             }
             Func::Recip => {
@@ -1290,136 +1407,4 @@ fn mul_mono(a: &Mono, b: &Mono) -> Mono {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn arena() -> Arena {
-        Arena::default()
-    }
-
-    #[test]
-    fn a_passed_deadline_stops_construction() {
-        let mut a = Arena::default();
-        a.set_deadline(Instant::now(), Duration::ZERO);
-        std::thread::sleep(Duration::from_millis(2));
-        let x = a.symbol("x", SymbolKind::Real).unwrap();
-        let stopped = (0..3 * CLOCK_EVERY as i64)
-            .map(|k| {
-                let c = a.int(k)?;
-                a.add(x, c)
-            })
-            .find_map(Result::err)
-            .expect("the clock is read every CLOCK_EVERY constructions");
-        assert_eq!(stopped.what, TIME_LIMIT);
-    }
-
-    #[test]
-    fn ring_identities_have_one_normal_form() {
-        let mut a = arena();
-        let x = a.symbol("x", SymbolKind::Real).unwrap();
-        let y = a.symbol("y", SymbolKind::Real).unwrap();
-        // (x + y)^2 == x^2 + 2xy + y^2
-        let s = a.add(x, y).unwrap();
-        let lhs = a.mul(s, s).unwrap();
-        let x2 = a.mul(x, x).unwrap();
-        let y2 = a.mul(y, y).unwrap();
-        let xy = a.mul(x, y).unwrap();
-        let two_xy = a.scale(xy, &Coeff::from_integer(2)).unwrap();
-        let rhs = a.sum(&[x2, two_xy, y2]).unwrap();
-        assert_eq!(lhs, rhs);
-        // (x + y) - y == x; x / 4 * 4 == x.
-        let back = a.sub(s, y).unwrap();
-        assert_eq!(back, x);
-        let four = a.int(4).unwrap();
-        let q = a.div(x, four).unwrap();
-        assert_eq!(a.mul(q, four).unwrap(), x);
-        assert_ne!(lhs, x2);
-    }
-
-    #[test]
-    fn max_is_commutative_idempotent_and_flattened() {
-        let mut a = arena();
-        let x = a.symbol("x", SymbolKind::Real).unwrap();
-        let y = a.symbol("y", SymbolKind::Real).unwrap();
-        let z = a.symbol("z", SymbolKind::Real).unwrap();
-        let xy = a.max(x, y).unwrap();
-        let yx = a.max(y, x).unwrap();
-        assert_eq!(xy, yx);
-        let xyz = a.max(xy, z).unwrap();
-        let yz = a.max(y, z).unwrap();
-        let xyz2 = a.max(x, yz).unwrap();
-        assert_eq!(xyz, xyz2);
-        assert_eq!(a.max(xy, x).unwrap(), xy);
-        let zero = a.int(0).unwrap();
-        let three = a.int(3).unwrap();
-        let c = a.max(zero, three).unwrap();
-        assert_eq!(a.as_const(c), Some(Coeff::from_integer(3)));
-    }
-
-    #[test]
-    fn reciprocals_pull_out_constants_and_comparisons_normalize_sign() {
-        let mut a = arena();
-        let x = a.symbol("x", SymbolKind::Real).unwrap();
-        let y = a.symbol("y", SymbolKind::Real).unwrap();
-        let two = a.int(2).unwrap();
-        let two_y = a.mul(two, y).unwrap();
-        // x / (2y) == (x / 2) / y
-        let l = a.div(x, two_y).unwrap();
-        let half = a.div(x, two).unwrap();
-        let r = a.div(half, y).unwrap();
-        assert_eq!(l, r);
-        // x == y iff y == x; x > y iff 2x > 2y.
-        assert_eq!(a.eq(x, y).unwrap(), a.eq(y, x).unwrap());
-        let x2 = a.mul(two, x).unwrap();
-        assert_eq!(a.gt(x, y).unwrap(), a.gt(x2, two_y).unwrap());
-        assert_ne!(a.gt(x, y).unwrap(), a.gt(y, x).unwrap());
-    }
-
-    #[test]
-    fn index_ranges_decide_equalities_outside_them() {
-        let mut a = arena();
-        let t = a.symbol("t", SymbolKind::Index(8)).unwrap();
-        assert_eq!(a.index_bound(t), Some(8));
-        // t == -100 is impossible for t in [0, 8); t == 3 is not decided.
-        let ignore = a.int(-100).unwrap();
-        let e = a.eq(t, ignore).unwrap();
-        assert_eq!(a.as_const(e), Some(Coeff::zero()));
-        let three = a.int(3).unwrap();
-        let e = a.eq(t, three).unwrap();
-        assert!(a.as_const(e).is_none());
-        let eight = a.int(8).unwrap();
-        let e = a.eq(t, eight).unwrap();
-        assert_eq!(a.as_const(e), Some(Coeff::zero()));
-        // A real symbol has no range.
-        let x = a.symbol("x", SymbolKind::Real).unwrap();
-        let e = a.eq(x, ignore).unwrap();
-        assert!(a.as_const(e).is_none());
-    }
-
-    #[test]
-    fn budgets_refuse_blowups() {
-        let mut a = Arena::new(Budget {
-            terms_per_expr: 50,
-            total_terms: 1000,
-            expand_limit: usize::MAX,
-        });
-        let xs: Vec<ExprId> = (0..10)
-            .map(|i| a.symbol(&format!("x{i}"), SymbolKind::Real).unwrap())
-            .collect();
-        let s = a.sum(&xs).unwrap();
-        let err = a.mul(s, s).unwrap_err();
-        assert_eq!(err.what, "terms of one expression");
-    }
-
-    #[test]
-    fn erf_is_accurate() {
-        for (x, want) in [
-            (0.5, 0.520_499_877_813_046_5),
-            (1.0, 0.842_700_792_949_714_9),
-            (-2.0, -0.995_322_265_018_952_7),
-            (3.5, 0.999_999_256_901_627_7),
-        ] {
-            assert!((erf(x) - want).abs() < 1e-14, "erf({x}) = {}", erf(x));
-        }
-    }
-}
+mod tests;

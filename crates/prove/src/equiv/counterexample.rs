@@ -51,7 +51,8 @@ fn concrete(eval: &mut FloatEval, t: &SymTensor) -> Tensor {
 }
 
 /// Runs the interpreter on the point (other symbols drawn from `seed`) and checks that the
-/// expected output `name` differs from the spec at `spec_index`.
+/// expected output `name` differs from the spec at `spec_index` (`None`: at its first element
+/// that clearly differs).
 #[allow(clippy::too_many_arguments)]
 pub fn confirm(
     case: &Case,
@@ -61,7 +62,7 @@ pub fn confirm(
     spec_value: ValueId,
     holders: &[(usize, ValueId)],
     layout: &Layout,
-    spec_index: usize,
+    spec_index: Option<usize>,
     point: &Point,
     seed: u64,
 ) -> Result<Counterexample, String> {
@@ -137,6 +138,12 @@ pub fn confirm(
         &rank_inputs,
         &|r| value_of(r).map(|t| t.shape().to_vec()),
     );
+    let spec_index = match spec_index {
+        Some(i) => i,
+        None => (0..full.len())
+            .find(|&i| clearly_differ(spec.data[i], full[i]))
+            .ok_or_else(|| "no element of the output differs".to_string())?,
+    };
     let (want, got) = (spec.data[spec_index], full[spec_index]);
     if !clearly_differ(want, got) {
         return Err(format!(

@@ -43,6 +43,11 @@ pub struct ProveConfig {
     /// Prove on the shape-reduced case ([`crate::reduce`]); refuse (inconclusive) where the
     /// reduction is not proved sound.
     pub reduce: bool,
+    /// Run the case as written on random inputs, where it fits `max_elements`, before a
+    /// symbolic proof at full size and before rechecking a refutation found on reduced sizes
+    /// symbolically: a bug with a numeric effect is then refuted by the run's confirmed
+    /// counterexample at once. Off, every refutation comes from the symbolic layers.
+    pub run_first: bool,
 }
 
 impl Default for ProveConfig {
@@ -57,6 +62,7 @@ impl Default for ProveConfig {
             started: None,
             progress: None,
             reduce: true,
+            run_first: true,
         }
     }
 }
@@ -325,6 +331,13 @@ pub fn prove_case(case: &Case, cfg: &ProveConfig) -> Proof {
     // and every goal's decision share the one limit the user gave.
     let started = cfg.started.unwrap_or_else(Instant::now);
     if !cfg.reduce {
+        if program_elements(case) <= cfg.max_elements {
+            // A bug with a numeric effect shows in a run at once; the symbolic proof at full
+            // size can take minutes.
+            if let Some(p) = numeric_refutation(case, cfg) {
+                return p;
+            }
+        }
         return prove_sized(case, cfg, started);
     }
     let reduction = match crate::reduce::reduce_case(case) {
@@ -356,6 +369,12 @@ pub fn prove_case(case: &Case, cfg: &ProveConfig) -> Proof {
     };
     let mut proof = prove_sized(&reduction.case, cfg, started);
     if proof.verdict == Verdict::Refuted && summary.elements_before <= cfg.max_elements {
+        // A run of the case as written on random inputs usually shows a bug with a numeric
+        // effect at once; the symbolic proof at full size is the fallback.
+        if let Some(mut p) = numeric_refutation(case, cfg) {
+            p.reduction = Some(summary);
+            return p;
+        }
         // A refutation is shown on the case as written where it fits: the counterexample
         // then replays on the user's own graphs, and a disagreement would expose a reduction
         // that changed the program's meaning.
@@ -405,6 +424,13 @@ pub fn prove_case_or_full_size(case: &Case, cfg: &ProveConfig) -> (Proof, bool) 
         return (proof, false);
     }
     let reason = proof.message.take().unwrap_or_default();
+    if program_elements(case) <= cfg.max_elements {
+        // A bug with a numeric effect shows in a run at once; the symbolic proof at full size
+        // (top-k routers, pipelines) can take minutes.
+        if let Some(p) = numeric_refutation(case, &cfg) {
+            return (p, true);
+        }
+    }
     proof = prove_case(
         case,
         &ProveConfig {
@@ -441,6 +467,13 @@ fn strict_refutation(
         p.reduction = Some(summary.clone());
         p
     };
+    if program_elements(case) <= cfg.max_elements {
+        // A counterexample on the case as written needs no literal to mean anything.
+        if let Some(mut p) = numeric_refutation(case, cfg) {
+            p.reduction = Some(summary);
+            return p;
+        }
+    }
     let strict = match crate::reduce::reduce_case_strict(case) {
         Ok(r) => r,
         Err(refusal) => {
@@ -480,6 +513,73 @@ fn strict_refutation(
         ..summary
     });
     proof
+}
+
+/// Random inputs drawn per seed on which the interpreter shows a stated output of the case as
+/// written clearly differing from the spec: a refutation with that counterexample (the same
+/// test every counterexample passes), or `None` where no run shows one. Only outputs with a
+/// stated placement count: without one, a differing candidate placement refutes nothing.
+fn numeric_refutation(case: &Case, cfg: &ProveConfig) -> Option<Proof> {
+    const SEEDS: u64 = 3;
+    if !cfg.run_first {
+        return None;
+    }
+    let mut arena = Arena::new(cfg.budget);
+    let leaves = inputs::make_leaves(&mut arena, case).ok()?;
+    let exps = expectations(case).ok()?;
+    for exp in exps.iter().filter(|e| e.explicit) {
+        for layout in &exp.layouts {
+            for k in 0..SEEDS {
+                let seed = cfg.decide.seed.wrapping_add(k);
+                let Ok(cx) = counterexample::confirm(
+                    case,
+                    &arena,
+                    &leaves,
+                    &exp.name,
+                    exp.spec_value,
+                    &exp.holders,
+                    layout,
+                    None,
+                    &Point::default(),
+                    seed,
+                ) else {
+                    continue;
+                };
+                let mut proof = Proof::stopped(
+                    case,
+                    Verdict::Refuted,
+                    &ExecError {
+                        kind: ExecErrorKind::Budget,
+                        op: None,
+                        message: format!(
+                            "`{}`{:?} differs from the spec (a run of the case as written on random inputs found it; the interpreter confirms: spec {} vs rebuilt {})",
+                            exp.name, cx.index, cx.spec_value, cx.rebuilt_value
+                        ),
+                    },
+                );
+                proof.layers = BTreeMap::from([(Layer::RandomWitness.name().to_string(), 1)]);
+                proof.outputs.push(OutputResult {
+                    name: exp.name.clone(),
+                    placement: Some(layout.to_string()),
+                    elements: cx.spec_output.numel(),
+                    distinct_goals: 0,
+                    layers: proof.layers.clone(),
+                    status: "refuted".into(),
+                    note: Some("a run on random inputs".into()),
+                });
+                proof.failure = Some(Failure {
+                    output: exp.name.clone(),
+                    index: cx.index.clone(),
+                    spec: cx.spec_value.to_string(),
+                    implementation: cx.rebuilt_value.to_string(),
+                    layer: Layer::RandomWitness.name().into(),
+                });
+                proof.counterexample = Some(cx);
+                return Some(proof);
+            }
+        }
+    }
+    None
 }
 
 /// Proves the case at the sizes it has, within `cfg.time_limit` of `started`.
@@ -772,7 +872,7 @@ fn prove_in(case: &Case, cfg: &ProveConfig, started: Instant, arena: &mut Arena)
             exp.spec_value,
             &exp.holders,
             &r.layout,
-            r.spec_index,
+            Some(r.spec_index),
             &r.point,
             cfg.decide.seed,
         ) {

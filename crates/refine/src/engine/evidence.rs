@@ -566,6 +566,64 @@ pub(super) fn reduced_over_shard(
     spec_metas: &[Vec<Option<Meta>>],
     node: &shardproof_ir::Node,
 ) -> Option<String> {
+    shard_reductions(case, imp, state, spec_metas, node)?
+        .into_iter()
+        .find(|s| !read_by_collective(case, imp, s.rank, s.node))
+        .map(|s| s.evidence)
+}
+
+/// Whether the reductions over a shard behind [`reduced_over_shard`]'s evidence at `node` are
+/// final (fast refutation): none of the ranks' statistics flows, along operators linear in it
+/// as a whole ([`reduction_path_past`]'s strict walk), into a collective over two ranks or
+/// more. A later sum over the ranks of each one's partial statistic (a sum of squares
+/// all-reduced, then divided) would complete it; past a nonlinear operator (`rsqrt(m +
+/// eps)`) none can. Any collective of two ranks counts as completing it (not only one over
+/// the ranks holding other shards), and a search cut by its bounds too: a doubt answers
+/// `false`, which only costs time (see [`never_completed`]).
+pub(super) fn shard_reductions_never_completed(
+    case: &Case,
+    imp: &Impl,
+    state: &HashMap<ValueId, State>,
+    spec_metas: &[Vec<Option<Meta>>],
+    node: &shardproof_ir::Node,
+) -> bool {
+    let Some(found) = shard_reductions(case, imp, state, spec_metas, node) else {
+        return false;
+    };
+    let summands: Vec<BTreeSet<usize>> = (0..case.program.ranks.len())
+        .map(|r| BTreeSet::from([r]))
+        .collect();
+    !found.is_empty()
+        && found.iter().all(|s| {
+            let from = imp.canon(ValueRef {
+                rank: Some(s.rank),
+                value: ValueId::new(s.node, 0),
+            });
+            let dep = computed_from(case, imp, from);
+            let path =
+                reduction_path_past(case, imp, from, &summands, &BTreeSet::new(), Some(&dep));
+            !path.reduced && !path.truncated
+        })
+}
+
+/// An implementation operator that reduces a piece of a dim the spec operator reduces whole.
+struct ShardReduction {
+    rank: usize,
+    node: usize,
+    /// The evidence, in words.
+    evidence: String,
+}
+
+/// The implementation operators of `node`'s kind and dims that reduce only a piece of a dim
+/// `node` reduces, in rank and program order; `None` where `node` is no such reduction of a
+/// cleanly related input, or where some implementation operator reduces the whole dim.
+fn shard_reductions(
+    case: &Case,
+    imp: &Impl,
+    state: &HashMap<ValueId, State>,
+    spec_metas: &[Vec<Option<Meta>>],
+    node: &shardproof_ir::Node,
+) -> Option<Vec<ShardReduction>> {
     let op = node.op()?.to_string();
     let (r, shape) = clean_with_shape(state, spec_metas, node.args().first()?.as_value()?)?;
     let dims: Vec<i64> = match node.args().get(1)? {
@@ -585,7 +643,7 @@ pub(super) fn reduced_over_shard(
     }
     let inputs = [(0, r.exprs.clone())];
     let mut whole = false;
-    let mut found = None;
+    let mut found = Vec::new();
     for (rk, g) in case.program.ranks.iter().enumerate() {
         for (n, nd) in g.nodes.iter().enumerate() {
             if nd.op().map(|o| o.to_string()).as_deref() != Some(op.as_str())
@@ -608,16 +666,18 @@ pub(super) fn reduced_over_shard(
                 whole = true;
                 continue;
             }
-            if !read_by_collective(case, imp, rk, n) && found.is_none() {
-                found = Some(format!(
+            found.push(ShardReduction {
+                rank: rk,
+                node: n,
+                evidence: format!(
                     "`r{rk}.{}` applies `{op}` over dim {d} to `r{rk}.{}`, which holds only {a}..{b} of that dim's {full}: each rank reduces its own shard, and no collective combines the results (a statistic over a sharded dim, e.g. a norm's mean of squares taken per rank?)",
                     nd.name,
                     imp.name(imp.canon(operand))
-                ));
-            }
+                ),
+            });
         }
     }
-    found.filter(|_| !whole)
+    (!whole).then_some(found)
 }
 
 /// Evidence of a value the ranks compute and then drop: an input of the operator where

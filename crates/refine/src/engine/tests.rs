@@ -560,6 +560,39 @@ fn llama_wrong_group_stops_exploration_at_the_residual_add() {
     assert!(o.spec_operators < 120, "{} inferred", o.spec_operators);
 }
 
+/// A norm's mean of squares taken over each rank's tp shard of the hidden dim (deepseek
+/// `norm-sharded-hidden`): the ranks' statistics go into `rsqrt(m + eps)` and no collective
+/// ever combines them, so the evidence is final at `mean_1` and its consumers are not
+/// explored (the whole walk inferred 243 operators before the loss settled the verdict); the
+/// report names the same operator with the same evidence.
+#[test]
+fn a_statistic_over_a_shard_that_nothing_completes_stops_exploration() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = emit_and_load(
+        dir.path(),
+        EmitOptions {
+            model: "deepseek".into(),
+            mlp: Default::default(),
+            llama: LlamaConfig::default(),
+            mesh: Mesh::parse("tp=2").unwrap(),
+            bug: Some(shardproof_zoo::find_bug("norm-sharded-hidden").unwrap()),
+            forward_only: false,
+            vocab_parallel: false,
+        },
+    );
+    let o = super::verify(&case, &super::Options::default());
+    assert_eq!(o.verdict, Verdict::Refuted);
+    let f = o.failure.as_ref().unwrap();
+    assert_eq!((f.output.as_str(), f.operator.as_str()), ("loss", "mean_1"));
+    assert!(
+        f.hint
+            .as_deref()
+            .is_some_and(|h| h.contains("each rank reduces its own shard")),
+        "{f:?}"
+    );
+    assert!(o.spec_operators < 150, "{} inferred", o.spec_operators);
+}
+
 /// A loss refuted where its inputs relate (the dp loss left unaveraged: a constant factor, no
 /// strong evidence) settles too, since its diagnosis reads nothing the backward can change;
 /// the report is the one the whole walk gave before (refuted at `loss`, off by a factor).

@@ -307,32 +307,40 @@ impl Walk<'_> {
             v,
             name,
         );
+        // The rank sums at the operator's own inputs and product: `blame` may name a sum it
+        // walked back to (a correct llama dp2 x tp2's norm, whose input is no sum, named its
+        // residual's tp all-reduces), which later operators can compensate.
+        let own_sums = || -> Vec<&RecExpr<Term>> {
+            let mut reads: Vec<&State> = spec.nodes[v.node]
+                .inputs()
+                .iter()
+                .filter_map(|x| grown.state.get(x))
+                .collect();
+            reads.extend(grown.products.get(&v));
+            reads
+                .into_iter()
+                .flat_map(|s| match s {
+                    State::Related(r) => r.exprs.as_slice(),
+                    _ => &[],
+                })
+                .filter(|e| is_rank_sum(e))
+                .collect()
+        };
+        // A sum the strict walk finds nothing completing (see `never_completed`).
+        let own_sums_final = || {
+            let exprs = own_sums();
+            !exprs.is_empty() && never_completed(self.case, self.imp, exprs)
+        };
         match f.hint.as_deref() {
-            // Judged past its views, only the wrong group's evidence, checked below, counts
-            // (a partial sum never reduced, taken there, stopped a correct llama dp2 x tp2).
-            Some(h) if final_evidence(h) => at == v.node,
+            // Past its views, only on evidence at the operator's own inputs or product that
+            // nothing completes (a partial sum never reduced, taken past the views on the hint
+            // alone, stopped a correct llama dp2 x tp2).
+            Some(h) if final_evidence(h) => {
+                at == v.node || (f.operator == name && own_sums_final())
+            }
             // A sum over the wrong ranks is final where nothing the implementation computes
             // from its tensors, linearly, reaches a collective that would complete it.
-            Some(h) if h.contains("wrong process group") => {
-                let mut reads: Vec<&State> = spec.nodes[v.node]
-                    .inputs()
-                    .iter()
-                    .filter_map(|x| grown.state.get(x))
-                    .collect();
-                reads.extend(grown.products.get(&v));
-                // Only on evidence at the operator's own inputs: `blame` may name a sum it
-                // walked back to (a correct llama dp2 x tp2's norm, whose input is no sum,
-                // named its residual's tp all-reduces), which later operators can compensate.
-                let exprs: Vec<&RecExpr<Term>> = reads
-                    .into_iter()
-                    .flat_map(|s| match s {
-                        State::Related(r) => r.exprs.as_slice(),
-                        _ => &[],
-                    })
-                    .filter(|e| is_rank_sum(e))
-                    .collect();
-                !exprs.is_empty() && never_completed(self.case, self.imp, exprs)
-            }
+            Some(h) if h.contains("wrong process group") => own_sums_final(),
             // A statistic over a sharded dim is final at the operator itself, where none of the
             // ranks' partial statistics reaches a collective that could complete it.
             Some(h) if h.contains("each rank reduces its own shard") => {

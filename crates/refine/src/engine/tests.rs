@@ -593,6 +593,43 @@ fn a_statistic_over_a_shard_that_nothing_completes_stops_exploration() {
     assert!(o.spec_operators < 150, "{} inferred", o.spec_operators);
 }
 
+/// gpt2 tp=2 with the FFN's row-parallel all-reduce left out: `addmm_5`'s product is the
+/// tp ranks' partial sum, never reduced, and nothing the ranks compute from it linearly
+/// reaches a collective (the layer norm's `(h - mean(h)) * rsqrt(var(h))` stops it). `addmm_5`
+/// is viewed by the next operator, so it is judged once that view is committed, on the
+/// evidence at its own product; its consumers are not explored (the whole walk inferred 106
+/// operators before the loss settled the verdict), and the report is the same.
+#[test]
+fn a_partial_sum_never_reduced_is_final_past_its_view_where_nothing_completes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = emit_and_load(
+        dir.path(),
+        EmitOptions {
+            model: "gpt2".into(),
+            mlp: Default::default(),
+            llama: LlamaConfig::default(),
+            mesh: Mesh::parse("tp=2").unwrap(),
+            bug: Some(shardproof_zoo::find_bug("tp-missing-allreduce").unwrap()),
+            forward_only: false,
+            vocab_parallel: false,
+        },
+    );
+    let o = super::verify(&case, &super::Options::default());
+    assert_eq!(o.verdict, Verdict::Refuted);
+    let f = o.failure.as_ref().unwrap();
+    assert_eq!(
+        (f.output.as_str(), f.operator.as_str()),
+        ("loss", "addmm_5")
+    );
+    assert!(
+        f.hint
+            .as_deref()
+            .is_some_and(|h| h.contains("never reduces it across ranks")),
+        "{f:?}"
+    );
+    assert!(o.spec_operators < 90, "{} inferred", o.spec_operators);
+}
+
 /// A loss refuted where its inputs relate (the dp loss left unaveraged: a constant factor, no
 /// strong evidence) settles too, since its diagnosis reads nothing the backward can change;
 /// the report is the one the whole walk gave before (refuted at `loss`, off by a factor).

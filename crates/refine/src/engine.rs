@@ -43,7 +43,7 @@ use crate::lower::{
 use crate::term::{Shapes, Term};
 use diagnose::{blame, fused_product, is_float_scalar, is_float_value, strong_evidence};
 use egg::{RecExpr, Rewrite};
-use evidence::{is_rank_sum, never_completed};
+use evidence::{is_rank_sum, never_completed, shard_reductions_never_completed};
 use inputs::{expected_exprs, input_state};
 use pieces::infer_by_pieces;
 use relation::{
@@ -206,8 +206,9 @@ pub fn verify(case: &Case, opts: &Options) -> Outcome {
 /// wrong-looking scale factor is normal under data parallelism (each rank's local mean, made
 /// good by the gradient average), and a reduction over a shard or over another group may be
 /// completed by a later collective (`blame` then finds the value compensated downstream);
-/// [`Walk::refuted_here`] takes a reduction over another group as final only where no such
-/// collective is reachable ([`never_completed`]).
+/// [`Walk::refuted_here`] takes a reduction over another group, or over each rank's shard, as
+/// final only where no such collective is reachable ([`never_completed`],
+/// [`shard_reductions_never_completed`]).
 fn final_evidence(hint: &str) -> bool {
     hint.contains("the implementation never reduces it across ranks")
 }
@@ -270,8 +271,9 @@ impl Walk<'_> {
     /// value its operator's inference left without a clean relation while every float input
     /// relates cleanly, where the evidence is final ([`final_evidence`]: a partial sum the
     /// implementation never reduces; `blame` may name an operator before it, a clean sum no
-    /// rank holds), and no
-    /// later view can carry a clean relation back onto it (`view_back`). A bug in what the
+    /// rank holds; a sum over the wrong group or a statistic over each rank's shard that no
+    /// later collective can complete), and no later view can carry a clean relation back onto
+    /// it (`view_back`). A bug in what the
     /// ranks compute then reaches every consumer, so they are not explored; operators on
     /// independent paths into the same outputs still are (the report's other stops).
     /// `at` is the spec node just committed: `v`'s producer, or a view of `v` after which no
@@ -305,31 +307,52 @@ impl Walk<'_> {
             v,
             name,
         );
+        // The rank sums at the operator's own inputs and product: `blame` may name a sum it
+        // walked back to (a correct llama dp2 x tp2's norm, whose input is no sum, named its
+        // residual's tp all-reduces), which later operators can compensate.
+        let own_sums = || -> Vec<&RecExpr<Term>> {
+            let mut reads: Vec<&State> = spec.nodes[v.node]
+                .inputs()
+                .iter()
+                .filter_map(|x| grown.state.get(x))
+                .collect();
+            reads.extend(grown.products.get(&v));
+            reads
+                .into_iter()
+                .flat_map(|s| match s {
+                    State::Related(r) => r.exprs.as_slice(),
+                    _ => &[],
+                })
+                .filter(|e| is_rank_sum(e))
+                .collect()
+        };
+        // A sum the strict walk finds nothing completing (see `never_completed`).
+        let own_sums_final = || {
+            let exprs = own_sums();
+            !exprs.is_empty() && never_completed(self.case, self.imp, exprs)
+        };
         match f.hint.as_deref() {
-            // Judged past its views, only the wrong group's evidence, checked below, counts
-            // (a partial sum never reduced, taken there, stopped a correct llama dp2 x tp2).
-            Some(h) if final_evidence(h) => at == v.node,
+            // Past its views, only on evidence at the operator's own inputs or product that
+            // nothing completes (a partial sum never reduced, taken past the views on the hint
+            // alone, stopped a correct llama dp2 x tp2).
+            Some(h) if final_evidence(h) => {
+                at == v.node || (f.operator == name && own_sums_final())
+            }
             // A sum over the wrong ranks is final where nothing the implementation computes
             // from its tensors, linearly, reaches a collective that would complete it.
-            Some(h) if h.contains("wrong process group") => {
-                let mut reads: Vec<&State> = spec.nodes[v.node]
-                    .inputs()
-                    .iter()
-                    .filter_map(|x| grown.state.get(x))
-                    .collect();
-                reads.extend(grown.products.get(&v));
-                // Only on evidence at the operator's own inputs: `blame` may name a sum it
-                // walked back to (a correct llama dp2 x tp2's norm, whose input is no sum,
-                // named its residual's tp all-reduces), which later operators can compensate.
-                let exprs: Vec<&RecExpr<Term>> = reads
-                    .into_iter()
-                    .flat_map(|s| match s {
-                        State::Related(r) => r.exprs.as_slice(),
-                        _ => &[],
-                    })
-                    .filter(|e| is_rank_sum(e))
-                    .collect();
-                !exprs.is_empty() && never_completed(self.case, self.imp, exprs)
+            Some(h) if h.contains("wrong process group") => own_sums_final(),
+            // A statistic over a sharded dim is final at the operator itself, where none of the
+            // ranks' partial statistics reaches a collective that could complete it.
+            Some(h) if h.contains("each rank reduces its own shard") => {
+                at == v.node
+                    && f.operator == name
+                    && shard_reductions_never_completed(
+                        self.case,
+                        self.imp,
+                        &grown.state,
+                        self.spec_metas,
+                        &spec.nodes[v.node],
+                    )
             }
             _ => false,
         }

@@ -566,6 +566,64 @@ pub(super) fn reduced_over_shard(
     spec_metas: &[Vec<Option<Meta>>],
     node: &shardproof_ir::Node,
 ) -> Option<String> {
+    shard_reductions(case, imp, state, spec_metas, node)?
+        .into_iter()
+        .find(|s| !read_by_collective(case, imp, s.rank, s.node))
+        .map(|s| s.evidence)
+}
+
+/// Whether the reductions over a shard behind [`reduced_over_shard`]'s evidence at `node` are
+/// final (fast refutation): none of the ranks' statistics flows, along operators linear in it
+/// as a whole ([`reduction_path_past`]'s strict walk), into a collective over two ranks or
+/// more. A later sum over the ranks of each one's partial statistic (a sum of squares
+/// all-reduced, then divided) would complete it; past a nonlinear operator (`rsqrt(m +
+/// eps)`) none can. Any collective of two ranks counts as completing it (not only one over
+/// the ranks holding other shards), and a search cut by its bounds too: a doubt answers
+/// `false`, which only costs time (see [`never_completed`]).
+pub(super) fn shard_reductions_never_completed(
+    case: &Case,
+    imp: &Impl,
+    state: &HashMap<ValueId, State>,
+    spec_metas: &[Vec<Option<Meta>>],
+    node: &shardproof_ir::Node,
+) -> bool {
+    let Some(found) = shard_reductions(case, imp, state, spec_metas, node) else {
+        return false;
+    };
+    let summands: Vec<BTreeSet<usize>> = (0..case.program.ranks.len())
+        .map(|r| BTreeSet::from([r]))
+        .collect();
+    !found.is_empty()
+        && found.iter().all(|s| {
+            let from = imp.canon(ValueRef {
+                rank: Some(s.rank),
+                value: ValueId::new(s.node, 0),
+            });
+            let dep = computed_from(case, imp, from);
+            let path =
+                reduction_path_past(case, imp, from, &summands, &BTreeSet::new(), Some(&dep));
+            !path.reduced && !path.truncated
+        })
+}
+
+/// An implementation operator that reduces a piece of a dim the spec operator reduces whole.
+struct ShardReduction {
+    rank: usize,
+    node: usize,
+    /// The evidence, in words.
+    evidence: String,
+}
+
+/// The implementation operators of `node`'s kind and dims that reduce only a piece of a dim
+/// `node` reduces, in rank and program order; `None` where `node` is no such reduction of a
+/// cleanly related input, or where some implementation operator reduces the whole dim.
+fn shard_reductions(
+    case: &Case,
+    imp: &Impl,
+    state: &HashMap<ValueId, State>,
+    spec_metas: &[Vec<Option<Meta>>],
+    node: &shardproof_ir::Node,
+) -> Option<Vec<ShardReduction>> {
     let op = node.op()?.to_string();
     let (r, shape) = clean_with_shape(state, spec_metas, node.args().first()?.as_value()?)?;
     let dims: Vec<i64> = match node.args().get(1)? {
@@ -585,7 +643,7 @@ pub(super) fn reduced_over_shard(
     }
     let inputs = [(0, r.exprs.clone())];
     let mut whole = false;
-    let mut found = None;
+    let mut found = Vec::new();
     for (rk, g) in case.program.ranks.iter().enumerate() {
         for (n, nd) in g.nodes.iter().enumerate() {
             if nd.op().map(|o| o.to_string()).as_deref() != Some(op.as_str())
@@ -608,16 +666,18 @@ pub(super) fn reduced_over_shard(
                 whole = true;
                 continue;
             }
-            if !read_by_collective(case, imp, rk, n) && found.is_none() {
-                found = Some(format!(
+            found.push(ShardReduction {
+                rank: rk,
+                node: n,
+                evidence: format!(
                     "`r{rk}.{}` applies `{op}` over dim {d} to `r{rk}.{}`, which holds only {a}..{b} of that dim's {full}: each rank reduces its own shard, and no collective combines the results (a statistic over a sharded dim, e.g. a norm's mean of squares taken per rank?)",
                     nd.name,
                     imp.name(imp.canon(operand))
-                ));
-            }
+                ),
+            });
         }
     }
-    found.filter(|_| !whole)
+    (!whole).then_some(found)
 }
 
 /// Evidence of a value the ranks compute and then drop: an input of the operator where
@@ -736,6 +796,9 @@ pub(super) struct ReductionPath {
     /// Some path on the tensor's own rank reaches an operator nonlinear in the partial value
     /// first: the implementation computes with the unreduced value.
     pub(super) used_unreduced: bool,
+    /// The search stopped at its bounds with tensors left to follow: `reduced` may be missing
+    /// a collective further on.
+    pub(super) truncated: bool,
 }
 
 pub(super) fn reduction_path(
@@ -744,18 +807,170 @@ pub(super) fn reduction_path(
     from: ValueRef,
     summands: &[BTreeSet<usize>],
 ) -> ReductionPath {
-    reduction_path_past(case, imp, from, summands, &BTreeSet::new())
+    reduction_path_past(case, imp, from, summands, &BTreeSet::new(), None)
+}
+
+/// The values of argument `a` of a node of rank `r`, canonical.
+fn arg_values(imp: &Impl, r: usize, a: &shardproof_ir::Arg) -> Vec<ValueRef> {
+    let mut vals = Vec::new();
+    a.values(&mut vals);
+    vals.into_iter()
+        .map(|x| {
+            imp.canon(ValueRef {
+                rank: Some(r),
+                value: x,
+            })
+        })
+        .collect()
+}
+
+/// Operators, beyond the operator tables, whose result's values depend on the values (not only
+/// the shape) of their operands at these positions: the softmax and loss chain between a
+/// model's last activation and its gradients.
+const VALUE_DEPENDENT: &[(&str, &[usize])] = &[
+    ("aten._softmax.default", &[0]),
+    ("aten._log_softmax.default", &[0]),
+    ("aten._softmax_backward_data.default", &[0, 1]),
+    ("aten._log_softmax_backward_data.default", &[0, 1]),
+    ("aten.nll_loss_forward.default", &[0]),
+    ("aten.embedding.default", &[0, 1]),
+    ("aten.amax.default", &[0]),
+];
+
+/// Whether operator `op`'s result values depend on the values of its operand at `pos`: its
+/// tensor operands if elementwise, its linear positions, and [`VALUE_DEPENDENT`].
+/// Under-approximated (see [`computed_from`]).
+fn value_dependent(op: &str, pos: usize) -> bool {
+    crate::lemmas::may_be_linear_in(op, pos)
+        || crate::lemmas::ELEMENTWISE
+            .iter()
+            .any(|e| e.0 == op && e.1.contains(&pos))
+        || VALUE_DEPENDENT
+            .iter()
+            .any(|e| e.0 == op && e.1.contains(&pos))
+}
+
+/// The implementation tensors whose values are computed from `from`'s values: through
+/// collectives and through operators whose result depends on the values of the operand
+/// holding it ([`value_dependent`]). Only the first result of a multi-output operator counts
+/// (a loss's total weight depends on the targets alone, a dropout's mask on no value).
+///
+/// Under-approximated on purpose: it is used only to stop [`reduction_path_past`]'s strict
+/// walk, and a tensor left out only lets the walk go further (fewer refutations). Operators
+/// that read only an operand's shape (`zeros_like`, `new_empty`, sizes) are in no table, so a
+/// constant built from a partial sum's shape is never counted as computed from it.
+fn computed_from(case: &Case, imp: &Impl, from: ValueRef) -> HashSet<ValueRef> {
+    const MAX: usize = 1 << 16;
+    let mut dep: HashSet<ValueRef> = HashSet::from([from]);
+    let mut frontier = vec![from];
+    while let Some(v) = frontier.pop() {
+        for &(r, n) in imp.consumers.get(&v).map_or(&[][..], Vec::as_slice) {
+            let node = &case.program.ranks[r].nodes[n];
+            let reads = if is_collective(case, r, n) {
+                true
+            } else {
+                let op = node.op().map(|o| o.to_string()).unwrap_or_default();
+                node.args()
+                    .iter()
+                    .enumerate()
+                    .any(|(i, a)| value_dependent(&op, i) && arg_values(imp, r, a).contains(&v))
+            };
+            if !reads || node.outputs.is_empty() {
+                continue;
+            }
+            let out = imp.canon(ValueRef {
+                rank: Some(r),
+                value: ValueId::new(n, 0),
+            });
+            if dep.len() < MAX && dep.insert(out) {
+                frontier.push(out);
+            }
+        }
+    }
+    dep
+}
+
+/// Whether an operator the (non-strict) walk counts as linear in a partial sum is known not to
+/// pass it on, given the tensors `dep` computed from the sum and those `linear` in it so far:
+/// an elementwise or tabled linear operator with an operand computed from the sum that is not
+/// linear in it or sits where the operator is not linear (`h * rsqrt(mean(h^2))`, the
+/// residual `h + mlp(norm(h))`), or a product of two operands computed from it (`silu(w1 x) *
+/// w3 x`, `mm(x, x)`), where the operator is not jointly additive like `add`. Operators in no
+/// table, and operand positions the tables do not name, never stop it.
+fn passes_not(
+    imp: &Impl,
+    r: usize,
+    node: &shardproof_ir::Node,
+    op: &str,
+    dep: &HashSet<ValueRef>,
+    linear: &HashSet<ValueRef>,
+) -> bool {
+    let (operands, joint): (&[usize], bool) =
+        if let Some(e) = crate::lemmas::ELEMENTWISE.iter().find(|e| e.0 == op) {
+            (e.1, e.3)
+        } else if let Some(e) = crate::lemmas::LINEAR.iter().find(|e| e.0 == op) {
+            // Linear in each of these on its own (mm, bmm: bilinear).
+            (e.1, e.1.len() < 2)
+        } else {
+            return false;
+        };
+    let args = node.args();
+    let mut computed = 0;
+    for &i in operands {
+        let Some(a) = args.get(i) else { continue };
+        let vals: Vec<ValueRef> = arg_values(imp, r, a)
+            .into_iter()
+            .filter(|x| dep.contains(x) || linear.contains(x))
+            .collect();
+        if vals.is_empty() {
+            continue;
+        }
+        computed += 1;
+        if !crate::lemmas::may_be_linear_in(op, i) || vals.iter().any(|x| !linear.contains(x)) {
+            return true;
+        }
+    }
+    computed >= 2 && !joint
 }
 
 /// [`reduction_path`], where collectives over the rank sets in `past` only pass the value on
 /// (the collectives already found reducing it over the wrong ranks).
+///
+/// `strict` (the tensors computed from `from`, [`computed_from`]) also stops the walk at
+/// operators that the tables count as linear in the sum but that are not linear in it as a
+/// whole ([`passes_not`]). The linear tensors are then found to a fixpoint: an operand
+/// reached later in one pass may be linear after all, and is judged so in the next.
 fn reduction_path_past(
     case: &Case,
     imp: &Impl,
     from: ValueRef,
     summands: &[BTreeSet<usize>],
     past: &BTreeSet<BTreeSet<usize>>,
+    strict: Option<&HashSet<ValueRef>>,
 ) -> ReductionPath {
+    let mut known: HashSet<ValueRef> = HashSet::from([from]);
+    loop {
+        let (path, seen) = reduction_pass(case, imp, from, summands, past, strict, &known);
+        // Without the strict check no operator depends on `known`: one pass is the answer.
+        if strict.is_none() || path.truncated || seen == known {
+            return path;
+        }
+        known = seen;
+    }
+}
+
+/// One pass of [`reduction_path_past`]: the path, and the tensors found linear in `from`
+/// (`known`, the previous pass's, is what the strict check reads).
+fn reduction_pass(
+    case: &Case,
+    imp: &Impl,
+    from: ValueRef,
+    summands: &[BTreeSet<usize>],
+    past: &BTreeSet<BTreeSet<usize>>,
+    strict: Option<&HashSet<ValueRef>>,
+    known: &HashSet<ValueRef>,
+) -> (ReductionPath, HashSet<ValueRef>) {
+    const MAX_SEEN: usize = 4096;
     let mut path = ReductionPath::default();
     let mut seen: HashSet<ValueRef> = HashSet::new();
     let mut frontier = vec![from];
@@ -784,24 +999,13 @@ fn reduction_path_past(
                 // Past an operator nonlinear in it, the value is no longer a partial sum that a
                 // later reduction completes.
                 let op = node.op().map(|o| o.to_string()).unwrap_or_default();
-                let holds = |a: &shardproof_ir::Arg| {
-                    let mut vals = Vec::new();
-                    a.values(&mut vals);
-                    vals.iter().any(|&x| {
-                        imp.canon(ValueRef {
-                            rank: Some(r),
-                            value: x,
-                        }) == v
-                    })
-                };
                 // A collective is linear in its input: a rearrangement or a partial reduction
                 // passes the sum on to the next one.
                 let linear = collective
-                    || node
-                        .args()
-                        .iter()
-                        .enumerate()
-                        .any(|(i, a)| holds(a) && crate::lemmas::may_be_linear_in(&op, i));
+                    || (node.args().iter().enumerate().any(|(i, a)| {
+                        crate::lemmas::may_be_linear_in(&op, i)
+                            && arg_values(imp, r, a).contains(&v)
+                    }) && !strict.is_some_and(|dep| passes_not(imp, r, node, &op, dep, known)));
                 if !linear {
                     // Judged on the tensor's own rank: the other members of a collective
                     // complete their sums through their own earlier collectives, which this
@@ -816,18 +1020,23 @@ fn reduction_path_past(
                         rank: Some(r),
                         value: ValueId::new(n, k),
                     };
-                    if seen.len() < 4096 && seen.insert(out) {
+                    if seen.len() >= MAX_SEEN {
+                        path.truncated = true;
+                    } else if seen.insert(out) {
                         next.push(out);
                     }
                 }
             }
         }
         if next.is_empty() {
-            break;
+            seen.insert(from);
+            return (path, seen);
         }
         frontier = next;
     }
-    path
+    path.truncated = true;
+    seen.insert(from);
+    (path, seen)
 }
 
 /// Whether a reduction over the wrong ranks is final (fast refutation): no tensor of a rank
@@ -836,6 +1045,17 @@ fn reduction_path_past(
 /// that already reduce those tensors (the wrong groups, which only pass the value on). A later
 /// collective over the missing ranks (a weight gradient reduced over dp, then over tp) would
 /// complete the sum; where none is reachable, no later operator can.
+///
+/// The direction that matters: `true` withholds the operators downstream from inference, so a
+/// wrong `true` could refute a plan whose later operators complete the sum; a wrong `false`
+/// only costs time. So every approximation here errs towards `false`: the walk passes the sum
+/// through every operator the tables may count as linear in it, except where it is known not to
+/// be linear in the sum as a whole ([`passes_not`]: a product of two values both computed from
+/// it, `h * rsqrt(mean(h^2))`, or a sum with a nonlinear function of it, `h + mlp(norm(h))`).
+/// Such a value is a nonlinear function `f` of the rank's partial sum, and a later sum over the
+/// missing ranks gives `f(a) + f(b)`, not `f(a + b)`. What counts as "computed from" the sum is
+/// under-approximated ([`computed_from`]), so a doubt lets the sum pass; a search cut by its
+/// bounds answers `false`.
 pub(super) fn never_completed<'e>(
     case: &Case,
     imp: &Impl,
@@ -853,8 +1073,10 @@ pub(super) fn never_completed<'e>(
             .filter(|&&(r, n)| is_collective(case, r, n))
             .filter_map(|&(r, n)| collective_ranks(imp, r, n))
             .collect();
-        leaves
-            .iter()
-            .all(|&l| !reduction_path_past(case, imp, l, &summands, &past).reduced)
+        leaves.iter().all(|&l| {
+            let dep = computed_from(case, imp, l);
+            let path = reduction_path_past(case, imp, l, &summands, &past, Some(&dep));
+            !path.reduced && !path.truncated
+        })
     })
 }

@@ -482,6 +482,154 @@ fn a_sum_over_the_wrong_group_that_nothing_completes_stops_exploration_past_its_
     assert!(o.spec_operators < 80, "{} inferred", o.spec_operators);
 }
 
+/// The llama dp2 x tp2 plan whose layer-0 attention all-reduce runs over dp: emitted (two
+/// layers, the zoo's tiny sizes) and loaded.
+fn llama_wrong_group(dir: &std::path::Path) -> Case {
+    emit_and_load(
+        dir,
+        EmitOptions {
+            model: "llama".into(),
+            mlp: Default::default(),
+            llama: LlamaConfig::default(),
+            mesh: Mesh::parse("dp=2,tp=2").unwrap(),
+            bug: Some(shardproof_zoo::find_bug("wrong-group").unwrap()),
+            forward_only: false,
+            vocab_parallel: false,
+        },
+    )
+}
+
+/// The llama wrong-group plan: the tp ranks' partial sums of layer 0's attention output
+/// (`r0.mm_3 + r1.mm_3`, which the ranks reduce over dp instead) reach later tp all-reduces
+/// only through the norm's `h * rsqrt(mean(h^2))`, the FFN's `silu(w1 x) * w3 x`, the
+/// residual `h + mlp(norm(h))` and the backward's products with gradients computed from `h`:
+/// none is linear in the sum, so no later collective completes it. The walk that counted each
+/// of these as linear in `h` (one operand at a time) reached layer 1's tp all-reduces.
+#[test]
+fn a_wrong_group_sum_that_reaches_collectives_only_through_nonlinear_products_is_never_completed() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = llama_wrong_group(dir.path());
+    let imp = impl_of(&case);
+    let e: RecExpr<Term> = "(sum %r0:mm_3 %r1:mm_3)".parse().unwrap();
+    assert!(super::evidence::never_completed(&case, &imp, [&e]));
+}
+
+/// The stricter walk still passes a partial sum through a product whose other operand is not
+/// computed from it (a weight): tp=2 MLP, `relu`'s tp sum flows through `mm(relu, w2)` into
+/// the tp all-reduce, which completes it.
+#[test]
+fn a_sum_through_a_product_with_a_weight_is_completed_by_a_later_collective() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = emit_and_load(
+        dir.path(),
+        EmitOptions {
+            model: "mlp".into(),
+            mlp: Default::default(),
+            llama: LlamaConfig::default(),
+            mesh: Mesh::parse("tp=2").unwrap(),
+            bug: None,
+            forward_only: true,
+            vocab_parallel: false,
+        },
+    );
+    let imp = impl_of(&case);
+    let e: RecExpr<Term> = "(sum %r0:relu %r1:relu)".parse().unwrap();
+    assert!(!super::evidence::never_completed(&case, &imp, [&e]));
+    // Through `relu`, nonlinear, nothing completes it.
+    let e: RecExpr<Term> = "(sum %r0:add %r1:add)".parse().unwrap();
+    assert!(super::evidence::never_completed(&case, &imp, [&e]));
+}
+
+/// The llama wrong-group plan is refuted at layer 0's residual add with the wrong group's
+/// evidence, and the operators downstream are not explored (the whole walk inferred 171
+/// operators before the loss settled the verdict).
+#[test]
+fn llama_wrong_group_stops_exploration_at_the_residual_add() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = llama_wrong_group(dir.path());
+    let o = super::verify(&case, &super::Options::default());
+    assert_eq!(o.verdict, Verdict::Refuted);
+    let f = o.failure.as_ref().unwrap();
+    assert_eq!((f.output.as_str(), f.operator.as_str()), ("loss", "add_4"));
+    assert!(
+        f.hint
+            .as_deref()
+            .is_some_and(|h| h.contains("wrong process group")),
+        "{f:?}"
+    );
+    assert!(o.spec_operators < 120, "{} inferred", o.spec_operators);
+}
+
+/// A norm's mean of squares taken over each rank's tp shard of the hidden dim (deepseek
+/// `norm-sharded-hidden`): the ranks' statistics go into `rsqrt(m + eps)` and no collective
+/// ever combines them, so the evidence is final at `mean_1` and its consumers are not
+/// explored (the whole walk inferred 243 operators before the loss settled the verdict); the
+/// report names the same operator with the same evidence.
+#[test]
+fn a_statistic_over_a_shard_that_nothing_completes_stops_exploration() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = emit_and_load(
+        dir.path(),
+        EmitOptions {
+            model: "deepseek".into(),
+            mlp: Default::default(),
+            llama: LlamaConfig::default(),
+            mesh: Mesh::parse("tp=2").unwrap(),
+            bug: Some(shardproof_zoo::find_bug("norm-sharded-hidden").unwrap()),
+            forward_only: false,
+            vocab_parallel: false,
+        },
+    );
+    let o = super::verify(&case, &super::Options::default());
+    assert_eq!(o.verdict, Verdict::Refuted);
+    let f = o.failure.as_ref().unwrap();
+    assert_eq!((f.output.as_str(), f.operator.as_str()), ("loss", "mean_1"));
+    assert!(
+        f.hint
+            .as_deref()
+            .is_some_and(|h| h.contains("each rank reduces its own shard")),
+        "{f:?}"
+    );
+    assert!(o.spec_operators < 150, "{} inferred", o.spec_operators);
+}
+
+/// gpt2 tp=2 with the FFN's row-parallel all-reduce left out: `addmm_5`'s product is the
+/// tp ranks' partial sum, never reduced, and nothing the ranks compute from it linearly
+/// reaches a collective (the layer norm's `(h - mean(h)) * rsqrt(var(h))` stops it). `addmm_5`
+/// is viewed by the next operator, so it is judged once that view is committed, on the
+/// evidence at its own product; its consumers are not explored (the whole walk inferred 106
+/// operators before the loss settled the verdict), and the report is the same.
+#[test]
+fn a_partial_sum_never_reduced_is_final_past_its_view_where_nothing_completes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = emit_and_load(
+        dir.path(),
+        EmitOptions {
+            model: "gpt2".into(),
+            mlp: Default::default(),
+            llama: LlamaConfig::default(),
+            mesh: Mesh::parse("tp=2").unwrap(),
+            bug: Some(shardproof_zoo::find_bug("tp-missing-allreduce").unwrap()),
+            forward_only: false,
+            vocab_parallel: false,
+        },
+    );
+    let o = super::verify(&case, &super::Options::default());
+    assert_eq!(o.verdict, Verdict::Refuted);
+    let f = o.failure.as_ref().unwrap();
+    assert_eq!(
+        (f.output.as_str(), f.operator.as_str()),
+        ("loss", "addmm_5")
+    );
+    assert!(
+        f.hint
+            .as_deref()
+            .is_some_and(|h| h.contains("never reduces it across ranks")),
+        "{f:?}"
+    );
+    assert!(o.spec_operators < 90, "{} inferred", o.spec_operators);
+}
+
 /// A loss refuted where its inputs relate (the dp loss left unaveraged: a constant factor, no
 /// strong evidence) settles too, since its diagnosis reads nothing the backward can change;
 /// the report is the one the whole walk gave before (refuted at `loss`, off by a factor).

@@ -409,18 +409,45 @@ fn a_multiple_of_a_clean_expression_is_the_expression_over_the_scaled_tensors() 
 
 /// An mlp on `mesh`, with catalog bug `bug` planted if given, emitted into `dir` and loaded.
 fn mlp_case(dir: &std::path::Path, mesh: &str, bug: Option<&str>) -> Case {
+    zoo_case(dir, "mlp", mesh, bug, false)
+}
+
+/// The zoo's tiny `model` plan on `mesh` (a full iteration unless `forward_only`), with
+/// catalog `bug` planted: emitted and loaded.
+fn zoo_case(
+    dir: &std::path::Path,
+    model: &str,
+    mesh: &str,
+    bug: Option<&str>,
+    forward_only: bool,
+) -> Case {
     emit_and_load(
         dir,
         EmitOptions {
-            model: "mlp".into(),
+            model: model.into(),
             mlp: Default::default(),
             llama: LlamaConfig::default(),
             mesh: Mesh::parse(mesh).unwrap(),
             bug: bug.map(|b| shardproof_zoo::find_bug(b).unwrap()),
-            forward_only: false,
+            forward_only,
             vocab_parallel: false,
         },
     )
+}
+
+/// `case` is refuted at the loss's `operator` with a hint containing `hint`, after inferring
+/// fewer than `max_inferred` spec operators (the fast refutation skipped what is downstream).
+fn assert_fast_refutation(case: &Case, operator: &str, hint: &str, max_inferred: usize) {
+    let o = super::verify(case, &super::Options::default());
+    assert_eq!(o.verdict, Verdict::Refuted);
+    let f = o.failure.as_ref().unwrap();
+    assert_eq!((f.output.as_str(), f.operator.as_str()), ("loss", operator));
+    assert!(f.hint.as_deref().is_some_and(|h| h.contains(hint)), "{f:?}");
+    assert!(
+        o.spec_operators < max_inferred,
+        "{} inferred",
+        o.spec_operators
+    );
 }
 
 /// Fast refutation: the loss, the first checked output, fails on the strongest evidence in the
@@ -454,49 +481,14 @@ fn a_refuted_first_output_settles_the_verdict_before_the_backward() {
 #[test]
 fn a_sum_over_the_wrong_group_that_nothing_completes_stops_exploration_past_its_view() {
     let dir = tempfile::tempdir().unwrap();
-    let case = emit_and_load(
-        dir.path(),
-        EmitOptions {
-            model: "gpt2".into(),
-            mlp: Default::default(),
-            llama: LlamaConfig::default(),
-            mesh: Mesh::parse("dp=2,tp=2").unwrap(),
-            bug: Some(shardproof_zoo::find_bug("wrong-group").unwrap()),
-            forward_only: false,
-            vocab_parallel: false,
-        },
-    );
-    let o = super::verify(&case, &super::Options::default());
-    assert_eq!(o.verdict, Verdict::Refuted);
-    let f = o.failure.as_ref().unwrap();
-    assert_eq!(
-        (f.output.as_str(), f.operator.as_str()),
-        ("loss", "addmm_3")
-    );
-    assert!(
-        f.hint
-            .as_deref()
-            .is_some_and(|h| h.contains("wrong process group")),
-        "{f:?}"
-    );
-    assert!(o.spec_operators < 80, "{} inferred", o.spec_operators);
+    let case = zoo_case(dir.path(), "gpt2", "dp=2,tp=2", Some("wrong-group"), false);
+    assert_fast_refutation(&case, "addmm_3", "wrong process group", 80);
 }
 
 /// The llama dp2 x tp2 plan whose layer-0 attention all-reduce runs over dp: emitted (two
 /// layers, the zoo's tiny sizes) and loaded.
 fn llama_wrong_group(dir: &std::path::Path) -> Case {
-    emit_and_load(
-        dir,
-        EmitOptions {
-            model: "llama".into(),
-            mlp: Default::default(),
-            llama: LlamaConfig::default(),
-            mesh: Mesh::parse("dp=2,tp=2").unwrap(),
-            bug: Some(shardproof_zoo::find_bug("wrong-group").unwrap()),
-            forward_only: false,
-            vocab_parallel: false,
-        },
-    )
+    zoo_case(dir, "llama", "dp=2,tp=2", Some("wrong-group"), false)
 }
 
 /// The llama wrong-group plan: the tp ranks' partial sums of layer 0's attention output
@@ -520,18 +512,7 @@ fn a_wrong_group_sum_that_reaches_collectives_only_through_nonlinear_products_is
 #[test]
 fn a_sum_through_a_product_with_a_weight_is_completed_by_a_later_collective() {
     let dir = tempfile::tempdir().unwrap();
-    let case = emit_and_load(
-        dir.path(),
-        EmitOptions {
-            model: "mlp".into(),
-            mlp: Default::default(),
-            llama: LlamaConfig::default(),
-            mesh: Mesh::parse("tp=2").unwrap(),
-            bug: None,
-            forward_only: true,
-            vocab_parallel: false,
-        },
-    );
+    let case = zoo_case(dir.path(), "mlp", "tp=2", None, true);
     let imp = impl_of(&case);
     let e: RecExpr<Term> = "(sum %r0:relu %r1:relu)".parse().unwrap();
     assert!(!super::evidence::never_completed(&case, &imp, [&e]));
@@ -547,17 +528,7 @@ fn a_sum_through_a_product_with_a_weight_is_completed_by_a_later_collective() {
 fn llama_wrong_group_stops_exploration_at_the_residual_add() {
     let dir = tempfile::tempdir().unwrap();
     let case = llama_wrong_group(dir.path());
-    let o = super::verify(&case, &super::Options::default());
-    assert_eq!(o.verdict, Verdict::Refuted);
-    let f = o.failure.as_ref().unwrap();
-    assert_eq!((f.output.as_str(), f.operator.as_str()), ("loss", "add_4"));
-    assert!(
-        f.hint
-            .as_deref()
-            .is_some_and(|h| h.contains("wrong process group")),
-        "{f:?}"
-    );
-    assert!(o.spec_operators < 120, "{} inferred", o.spec_operators);
+    assert_fast_refutation(&case, "add_4", "wrong process group", 120);
 }
 
 /// A norm's mean of squares taken over each rank's tp shard of the hidden dim (deepseek
@@ -568,29 +539,14 @@ fn llama_wrong_group_stops_exploration_at_the_residual_add() {
 #[test]
 fn a_statistic_over_a_shard_that_nothing_completes_stops_exploration() {
     let dir = tempfile::tempdir().unwrap();
-    let case = emit_and_load(
+    let case = zoo_case(
         dir.path(),
-        EmitOptions {
-            model: "deepseek".into(),
-            mlp: Default::default(),
-            llama: LlamaConfig::default(),
-            mesh: Mesh::parse("tp=2").unwrap(),
-            bug: Some(shardproof_zoo::find_bug("norm-sharded-hidden").unwrap()),
-            forward_only: false,
-            vocab_parallel: false,
-        },
+        "deepseek",
+        "tp=2",
+        Some("norm-sharded-hidden"),
+        false,
     );
-    let o = super::verify(&case, &super::Options::default());
-    assert_eq!(o.verdict, Verdict::Refuted);
-    let f = o.failure.as_ref().unwrap();
-    assert_eq!((f.output.as_str(), f.operator.as_str()), ("loss", "mean_1"));
-    assert!(
-        f.hint
-            .as_deref()
-            .is_some_and(|h| h.contains("each rank reduces its own shard")),
-        "{f:?}"
-    );
-    assert!(o.spec_operators < 150, "{} inferred", o.spec_operators);
+    assert_fast_refutation(&case, "mean_1", "each rank reduces its own shard", 150);
 }
 
 /// gpt2 tp=2 with the FFN's row-parallel all-reduce left out: `addmm_5`'s product is the
@@ -602,32 +558,14 @@ fn a_statistic_over_a_shard_that_nothing_completes_stops_exploration() {
 #[test]
 fn a_partial_sum_never_reduced_is_final_past_its_view_where_nothing_completes_it() {
     let dir = tempfile::tempdir().unwrap();
-    let case = emit_and_load(
+    let case = zoo_case(
         dir.path(),
-        EmitOptions {
-            model: "gpt2".into(),
-            mlp: Default::default(),
-            llama: LlamaConfig::default(),
-            mesh: Mesh::parse("tp=2").unwrap(),
-            bug: Some(shardproof_zoo::find_bug("tp-missing-allreduce").unwrap()),
-            forward_only: false,
-            vocab_parallel: false,
-        },
+        "gpt2",
+        "tp=2",
+        Some("tp-missing-allreduce"),
+        false,
     );
-    let o = super::verify(&case, &super::Options::default());
-    assert_eq!(o.verdict, Verdict::Refuted);
-    let f = o.failure.as_ref().unwrap();
-    assert_eq!(
-        (f.output.as_str(), f.operator.as_str()),
-        ("loss", "addmm_5")
-    );
-    assert!(
-        f.hint
-            .as_deref()
-            .is_some_and(|h| h.contains("never reduces it across ranks")),
-        "{f:?}"
-    );
-    assert!(o.spec_operators < 90, "{} inferred", o.spec_operators);
+    assert_fast_refutation(&case, "addmm_5", "never reduces it across ranks", 90);
 }
 
 /// A loss refuted where its inputs relate (the dp loss left unaveraged: a constant factor, no

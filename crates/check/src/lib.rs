@@ -256,6 +256,7 @@ pub fn propagate_counted(case: &Case, progress: &Progress) -> Result<Propagation
         literals,
         structure,
         by_structure,
+        same_exprs: Default::default(),
         groups,
         messages: &sched.messages,
         spec_scalings: spec_scalings(&case.spec),

@@ -552,23 +552,39 @@ fn check_unfixed(case: &Case, progress: &Progress) -> Result<Report, Invalid> {
                         ));
                         true
                     }
-                    (Place::Partial(a), Place::Partial(b)) => a.is_linear() && b.is_linear(),
+                    // Another reduction of the pieces (the equal one passed above): pieces
+                    // that sum to the tensor average to 1/n of it, and pieces that average to
+                    // it sum to n times it; a max or min is no sum at all. A finding, never a
+                    // pass (was: any two linear reductions passed).
                     _ => false,
                 };
                 if !ok {
                     let dim = &program.mesh.dims[m].0;
-                    let what = match have {
-                        Place::Partial(_) | Place::Unmasked => "an unreduced partial sum",
-                        Place::Varying
-                        | Place::Rows(..)
-                        | Place::Rolled(..)
-                        | Place::Permuted(..) => {
-                            "a tensor that differs across ranks in no declared layout"
+                    let what = match (want, have) {
+                        (Place::Partial(_), Place::Partial(_)) => {
+                            "pieces that combine by another reduction"
                         }
+                        (_, Place::Partial(_) | Place::Unmasked) => "an unreduced partial sum",
+                        (
+                            _,
+                            Place::Varying
+                            | Place::Rows(..)
+                            | Place::Rolled(..)
+                            | Place::Permuted(..),
+                        ) => "a tensor that differs across ranks in no declared layout",
                         _ => "a different placement",
                     };
-                    let hint = match have {
-                        Place::Partial(red) => {
+                    let hint = match (want, have) {
+                        (Place::Partial(w), Place::Partial(h))
+                            if w.is_linear() && h.is_linear() =>
+                        {
+                            format!(
+                                "scale `{}` so that its pieces' {} is the tensor (the two differ by the size of `{dim}`), or declare {have}",
+                                exp.impl_name,
+                                w.name()
+                            )
+                        }
+                        (_, Place::Partial(red)) => {
                             let o = rp.origin[(rp.offsets[v.node] as usize + v.output) * nd + m];
                             let origin = if o == u32::MAX { v.node } else { o as usize };
                             let on = &g.nodes[origin];

@@ -209,6 +209,25 @@ impl Shared<'_> {
 }
 
 impl Shared<'_> {
+    /// Whether node `i` of rank `r`'s graph and node `j` of rank `p`'s compute the same
+    /// expression of the same leaves ([`same_expression`], memoized per pair of graph
+    /// classes): what an equal structure hash suggests, confirmed.
+    pub fn same_expr(&self, r: usize, i: usize, p: usize, j: usize) -> bool {
+        let mut memo = self.same_exprs.borrow_mut();
+        let memo = memo
+            .entry((self.graph_class[r], self.graph_class[p]))
+            .or_default();
+        same_expression(
+            &self.program.ranks[r],
+            &self.structure[r],
+            i,
+            &self.program.ranks[p],
+            &self.structure[p],
+            j,
+            memo,
+        )
+    }
+
     /// Whether rank `p` (another pipeline stage) holds the same tensor as output `o` of node
     /// `i` of rank `r`: its graph computes the same expression of the same leaves (structure
     /// hash, confirmed on the structure itself: [`same_expression`]) with the same local
@@ -222,21 +241,7 @@ impl Shared<'_> {
         else {
             return false;
         };
-        let same = {
-            let mut memo = self.same_exprs.borrow_mut();
-            let memo = memo
-                .entry((self.graph_class[r], self.graph_class[p]))
-                .or_default();
-            same_expression(
-                &self.program.ranks[r],
-                &self.structure[r],
-                i,
-                &self.program.ranks[p],
-                &self.structure[p],
-                j as usize,
-                memo,
-            )
-        };
+        let same = self.same_expr(r, i, p, j as usize);
         if !same {
             return false;
         }

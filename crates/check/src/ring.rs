@@ -21,25 +21,44 @@ use std::collections::HashMap;
 /// The base byte of a [`Place::Permuted`] that is replicated with its dim in piece order.
 pub(crate) const REPLICATED: u8 = u8::MAX;
 
-/// The values whose pieces travel along rings (a node's name, output and structure hash),
-/// numbered in the order met: the `root` of [`Place::Rolled`].
+/// The values whose pieces travel along rings (a node's name, output and structure hash,
+/// confirmed on the structure), numbered in the order met: the `root` of [`Place::Rolled`].
 #[derive(Debug, Default)]
 pub struct RingRoots {
-    ids: HashMap<(String, usize, u64), u16>,
+    /// Per key, the roots numbered under it.
+    ids: HashMap<(String, usize, u64), Vec<Root>>,
+    count: usize,
 }
 
 impl RingRoots {
-    /// The number of a root, numbering it if new; `None` once the numbers run out.
-    pub fn intern(&mut self, name: &str, output: usize, structure: u64) -> Option<u16> {
-        let key = (name.to_string(), output, structure);
-        if let Some(&id) = self.ids.get(&key) {
+    /// The number of a root, numbering it if new; `None` once the numbers run out. Node
+    /// `node` of rank `rank` is the value; `same(q, j)` says whether node `j` of rank `q`
+    /// computes the same expression (an equal structure hash could be a collision, which
+    /// would take two tensors' pieces as one's).
+    pub fn intern(
+        &mut self,
+        name: &str,
+        output: usize,
+        structure: u64,
+        (rank, node): (usize, usize),
+        same: impl Fn(usize, usize) -> bool,
+    ) -> Option<u16> {
+        let roots = self
+            .ids
+            .entry((name.to_string(), output, structure))
+            .or_default();
+        if let Some(&(id, _, _)) = roots.iter().find(|&&(_, q, j)| same(q, j)) {
             return Some(id);
         }
-        let id = u16::try_from(self.ids.len()).ok()?;
-        self.ids.insert(key, id);
+        let id = u16::try_from(self.count).ok()?;
+        self.count += 1;
+        roots.push((id, rank, node));
         Some(id)
     }
 }
+
+/// A numbered ring root: (number, a rank and node that computes it).
+type Root = (u16, usize, usize);
 
 /// `Rolled(d, k, root)`, `Varying` where the numbers do not fit.
 fn rolled(d: u8, k: usize, root: u16) -> Place {
@@ -395,4 +414,20 @@ pub(crate) fn crosses(places: &[Place], m: usize) -> bool {
                 _ => false,
             }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RingRoots;
+
+    #[test]
+    fn a_root_key_collision_unconfirmed_on_the_structure_is_another_root() {
+        let mut roots = RingRoots::default();
+        let a = roots.intern("k", 0, 7, (0, 3), |_, _| false);
+        // Same name, output and hash: the same root only where the structure is the same.
+        assert_eq!(roots.intern("k", 0, 7, (1, 3), |q, j| (q, j) == (0, 3)), a);
+        let b = roots.intern("k", 0, 7, (1, 4), |_, _| false);
+        assert!(a.is_some() && b.is_some() && a != b);
+        assert_eq!(roots.intern("k", 0, 7, (2, 4), |q, j| (q, j) == (1, 4)), b);
+    }
 }

@@ -47,6 +47,8 @@ fn recv_read(
                             &sender.nodes[v.node].name,
                             v.output,
                             sh.structure[s][v.node],
+                            (s, v.node),
+                            |q, k| sh.same_expr(s, v.node, q, k),
                         );
                         ring::moved(p, sc[m], rc[m], mesh.dims[m].1, root)
                     }
@@ -529,6 +531,8 @@ fn propagate_rank_from(
                                     &g.nodes[v.node].name,
                                     v.output,
                                     sh.structure[r][v.node],
+                                    (r, v.node),
+                                    |q, k| sh.same_expr(r, v.node, q, k),
                                 )
                             },
                             outs.first()
@@ -971,12 +975,11 @@ fn propagate_rank_from(
                                     .iter()
                                     .filter(|&&v| place(v) == Place::Replicate)
                                     .any(|&v| {
-                                        let mine = sh.structure[r][v.node];
                                         let vname = g.nodes[v.node].name.as_str();
                                         peer_list[m].iter().any(|&p| {
                                             p != r
                                                 && sh.names[p].get(vname).is_none_or(|&j| {
-                                                    sh.structure[p][j as usize] != mine
+                                                    !sh.same_expr(r, v.node, p, j as usize)
                                                 })
                                         })
                                     });

@@ -131,6 +131,9 @@ pub struct Shared<'a> {
     /// nodes by structure hash (the first of each; shared like `metas`), to find whether
     /// another stage computes the same expression ([`Shared::stage_alike`]). Empty otherwise.
     pub by_structure: Vec<Arc<HashMap<u64, u32>>>,
+    /// Per pair of graph classes: the node pairs compared on their structure so far
+    /// ([`same_expression`]), so that a structure hash match is confirmed before it is used.
+    pub same_exprs: std::cell::RefCell<HashMap<(usize, usize), ExprMemo>>,
     /// Group name -> the mesh dims it spans (`None`: explicit rank lists).
     pub groups: HashMap<String, Option<Vec<usize>>>,
     /// Per recv (rank, node): the send (rank, node) whose message it takes.
@@ -206,10 +209,30 @@ impl Shared<'_> {
 }
 
 impl Shared<'_> {
+    /// Whether node `i` of rank `r`'s graph and node `j` of rank `p`'s compute the same
+    /// expression of the same leaves ([`same_expression`], memoized per pair of graph
+    /// classes): what an equal structure hash suggests, confirmed.
+    pub fn same_expr(&self, r: usize, i: usize, p: usize, j: usize) -> bool {
+        let mut memo = self.same_exprs.borrow_mut();
+        let memo = memo
+            .entry((self.graph_class[r], self.graph_class[p]))
+            .or_default();
+        same_expression(
+            &self.program.ranks[r],
+            &self.structure[r],
+            i,
+            &self.program.ranks[p],
+            &self.structure[p],
+            j,
+            memo,
+        )
+    }
+
     /// Whether rank `p` (another pipeline stage) holds the same tensor as output `o` of node
     /// `i` of rank `r`: its graph computes the same expression of the same leaves (structure
-    /// hash) with the same local type. Stages run different programs, so a node of the same
-    /// name there proves nothing; only the same computation does.
+    /// hash, confirmed on the structure itself: [`same_expression`]) with the same local
+    /// type. Stages run different programs, so a node of the same name there proves nothing;
+    /// only the same computation does.
     pub fn stage_alike(&self, r: usize, p: usize, i: usize, o: usize) -> bool {
         let Some(&j) = self
             .by_structure
@@ -218,6 +241,10 @@ impl Shared<'_> {
         else {
             return false;
         };
+        let same = self.same_expr(r, i, p, j as usize);
+        if !same {
+            return false;
+        }
         let meta = |q: usize, n: usize| {
             self.metas[q]
                 .get(n)
@@ -229,6 +256,9 @@ impl Shared<'_> {
         mine.is_some() && mine == meta(p, j as usize)
     }
 }
+
+/// The pairs of nodes of two graphs [`same_expression`] decided, by their indices.
+pub type ExprMemo = HashMap<(u32, u32), bool>;
 
 /// A [`PeerMap`] entry not asked yet.
 const PEER_UNSET: u32 = u32::MAX;
@@ -248,6 +278,8 @@ pub struct SpecViews<'a> {
     by_input: HashMap<&'a str, usize>,
     /// The views by depth and [`skeletons`] hash at that depth.
     by_skeleton: HashMap<(usize, u64), Vec<usize>>,
+    /// The spec's skeletons, to confirm a hash match on the structure.
+    skeleton: Option<Skeleton>,
 }
 
 impl<'a> SpecViews<'a> {
@@ -255,13 +287,13 @@ impl<'a> SpecViews<'a> {
     pub fn new(spec: &'a Graph) -> SpecViews<'a> {
         let mut sv = SpecViews::default();
         let mut by_input: HashMap<&str, Option<usize>> = HashMap::new();
-        let sk = skeletons(spec);
+        let sk = Skeleton::new(spec);
         for (j, n) in spec.nodes.iter().enumerate() {
             let Some((source, entry)) = spec_view(spec, n) else {
                 continue;
             };
             sv.shapes.insert(j, entry);
-            for (d, level) in sk.iter().enumerate() {
+            for (d, level) in sk.levels.iter().enumerate() {
                 sv.by_skeleton.entry((d, level[j])).or_default().push(j);
             }
             sv.by_name.insert(n.name.as_str(), j);
@@ -275,6 +307,7 @@ impl<'a> SpecViews<'a> {
             .into_iter()
             .filter_map(|(k, v)| v.map(|v| (k, v)))
             .collect();
+        sv.skeleton = Some(sk);
         sv
     }
 
@@ -293,10 +326,11 @@ impl<'a> SpecViews<'a> {
         metas: &[Vec<Option<Meta>>],
     ) -> Vec<Option<u32>> {
         let mut out: Vec<Option<u32>> = vec![None; g.nodes.len()];
-        if self.shapes.is_empty() {
+        let Some(spec_sk) = self.skeleton.as_ref().filter(|_| !self.shapes.is_empty()) else {
             return out;
-        }
-        let sk = skeletons(g);
+        };
+        let sk = Skeleton::new(g);
+        let mut memo = SkeletonMemo::new();
         let holds = |gs: &[i64], l: Option<&Meta>| {
             l.is_some_and(|l| {
                 gs.len() == l.shape.len()
@@ -335,18 +369,25 @@ impl<'a> SpecViews<'a> {
             // names its first layer's nodes from 0, its second microbatch's after its first).
             // The deepest skeleton with a fitting spec view decides; deeper levels stop
             // matching where the rank's graph reads a message the spec computes in place.
-            let by_skeleton = (0..sk.len())
+            // A candidate counts only where its structure is the same to that depth (equal
+            // hashes could be a collision).
+            let by_skeleton = (0..sk.levels.len())
                 .rev()
                 .find_map(|d| {
-                    let cands = self.by_skeleton.get(&(d, sk[d][i]))?;
-                    let mut fitting = cands.iter().copied().filter(|j| fits(j));
-                    let first = fitting.next()?;
-                    let agree = self.shapes.get(&first).is_some_and(|(_, gi, go)| {
-                        fitting.all(|j| {
-                            self.shapes
+                    let cands = self.by_skeleton.get(&(d, sk.levels[d][i]))?;
+                    let mut same = |j: usize| sk.same(g, i, spec_sk, spec, j, d, &mut memo);
+                    let first = cands.iter().copied().find(|&j| fits(&j) && same(j))?;
+                    let (_, gi, go) = self.shapes.get(&first)?;
+                    // Another fitting candidate of other global shapes, alike in structure:
+                    // no match. One of the same shapes reads alike, confirmed or not.
+                    let agree = cands.iter().copied().all(|j| {
+                        j == first
+                            || !fits(&j)
+                            || self
+                                .shapes
                                 .get(&j)
                                 .is_some_and(|(_, gi2, go2)| gi2 == gi && go2 == go)
-                        })
+                            || !same(j)
                     });
                     // Candidates of different global shapes at the deepest level that fits: no
                     // match (a shallower level only adds candidates).
@@ -365,100 +406,206 @@ impl<'a> SpecViews<'a> {
 /// How many operators deep a view's [`skeletons`] hashes read, at most.
 const SKELETON_DEPTH: usize = 16;
 
-/// Per depth d (1 to [`SKELETON_DEPTH`], index d - 1) and node of `g`, a hash of its
-/// computation d operators deep, without
-/// literals (a rank's local shapes are not the spec's global ones) and without node names
-/// (they shift between programs): operators, and graph inputs by name (the parameters a
-/// layer reads, which the spec and the ranks name alike). Communication the spec does not
-/// have and that keeps the shape (an all-reduce, its wait) is read through; a received
-/// message is any value (the spec computes it in place). Two nodes of equal skeletons compute
-/// the same operators from the same parameters near them, whatever their names.
-pub fn skeletons(g: &Graph) -> Vec<Vec<u64>> {
-    let hash = |x: &dyn Fn(&mut std::collections::hash_map::DefaultHasher)| {
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        x(&mut h);
-        h.finish()
-    };
-    let any = hash(&|h| "*".hash(h));
-    // A graph input, and a rearrangement of one that the spec does not have (ZeRO-3 gathers
-    // a parameter's chunks and regroups them: views, permutes, copies, the gather and its
-    // wait): the input, by name, at every depth.
-    let mut leaf: Vec<Option<u64>> = Vec::with_capacity(g.nodes.len());
-    for n in &g.nodes {
-        let l = match &n.kind {
-            NodeKind::Call { op, .. } => {
-                let moves = matches!(
-                    (op.namespace.as_str(), op.name.as_str()),
-                    (
-                        "aten",
-                        "view" | "reshape" | "_unsafe_view" | "permute" | "clone" | "contiguous"
-                    ) | ("_c10d_functional", "all_gather_into_tensor" | "wait_tensor")
-                );
-                n.inputs()
-                    .first()
-                    .filter(|_| moves)
-                    .and_then(|v| leaf[v.node])
-            }
-            _ => Some(hash(&|h| {
-                "input".hash(h);
-                n.name.hash(h);
-            })),
-        };
-        leaf.push(l);
-    }
-    // Each node's rule, read once: its leaf hash, the node it is read through, any value, or
-    // its operator's hash and inputs.
-    enum Step {
-        Fixed(u64),
-        Through(usize),
-        Op(u64, Vec<ValueId>),
-    }
-    let steps: Vec<Step> = g
-        .nodes
-        .iter()
-        .enumerate()
-        .map(|(k, n)| match (&n.kind, leaf[k]) {
-            (_, Some(l)) => Step::Fixed(l),
-            (NodeKind::Call { op, .. }, None) => {
-                let first = n.inputs().first().copied();
-                match (op.namespace.as_str(), op.name.as_str(), first) {
-                    ("_c10d_functional", "wait_tensor" | "all_reduce", Some(v)) => {
-                        Step::Through(v.node)
-                    }
-                    ("shardproof_p2p", _, _) => Step::Fixed(any),
-                    _ => Step::Op(
-                        hash(&|h| {
-                            op.namespace.hash(h);
-                            op.name.hash(h);
-                        }),
-                        n.inputs(),
-                    ),
-                }
-            }
-            (_, None) => Step::Fixed(any),
-        })
-        .collect();
-    // A cheap mix per level (the operator and leaf hashes are SipHash already).
-    let mix = |h: u64, x: u64| (h ^ x).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(29);
-    let mut levels: Vec<Vec<u64>> = Vec::with_capacity(SKELETON_DEPTH);
-    let mut prev: Vec<u64> = vec![any; g.nodes.len()];
-    for _ in 0..SKELETON_DEPTH {
-        let mut cur: Vec<u64> = Vec::with_capacity(g.nodes.len());
-        for step in &steps {
-            let v = match step {
-                Step::Fixed(x) => *x,
-                Step::Through(q) => cur[*q],
-                Step::Op(oh, ins) => ins
-                    .iter()
-                    .fold(*oh, |h, v| mix(mix(h, prev[v.node]), v.output as u64)),
-            };
-            cur.push(v);
-        }
-        levels.push(cur);
-        prev = levels.last().cloned().unwrap_or_default();
-    }
-    levels
+/// What a node is in a [`Skeleton`]: its rule, read once.
+#[derive(Clone, Copy, PartialEq)]
+enum Leaf {
+    /// Any value (a received message, a node that is not an operator call).
+    Any,
+    /// The graph input (by index) that this node is, or rearranges.
+    Input(usize),
 }
+
+/// One node's step in a [`Skeleton`].
+enum Step {
+    /// The same at every depth.
+    Fixed(Leaf, u64),
+    /// Read through: the node it reads, at the same depth.
+    Through(usize),
+    /// An operator (index into the graph's node, for its name) and its hash, and the values
+    /// it reads.
+    Op(usize, u64, Vec<ValueId>),
+}
+
+/// The skeletons of a graph's nodes ([`skeletons`]) and the steps they hash, so that a hash
+/// match can be confirmed on the structure itself ([`Skeleton::same`]).
+pub struct Skeleton {
+    /// Per depth (index d - 1), per node: the hash.
+    pub levels: Vec<Vec<u64>>,
+    steps: Vec<Step>,
+}
+
+impl Skeleton {
+    /// Per depth d (1 to [`SKELETON_DEPTH`], index d - 1) and node of `g`, a hash of its
+    /// computation d operators deep, without
+    /// literals (a rank's local shapes are not the spec's global ones) and without node names
+    /// (they shift between programs): operators, and graph inputs by name (the parameters a
+    /// layer reads, which the spec and the ranks name alike). Communication the spec does not
+    /// have and that keeps the shape (an all-reduce, its wait) is read through; a received
+    /// message is any value (the spec computes it in place). Two nodes of equal skeletons
+    /// compute the same operators from the same parameters near them, whatever their names;
+    /// equal hashes only suggest it ([`Skeleton::same`] decides).
+    pub fn new(g: &Graph) -> Skeleton {
+        let hash = |x: &dyn Fn(&mut std::collections::hash_map::DefaultHasher)| {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            x(&mut h);
+            h.finish()
+        };
+        let any = hash(&|h| "*".hash(h));
+        // A graph input, and a rearrangement of one that the spec does not have (ZeRO-3
+        // gathers a parameter's chunks and regroups them: views, permutes, copies, the gather
+        // and its wait): the input, by name, at every depth.
+        let mut leaf: Vec<Option<(usize, u64)>> = Vec::with_capacity(g.nodes.len());
+        for (k, n) in g.nodes.iter().enumerate() {
+            let l = match &n.kind {
+                NodeKind::Call { op, .. } => {
+                    let moves = matches!(
+                        (op.namespace.as_str(), op.name.as_str()),
+                        (
+                            "aten",
+                            "view"
+                                | "reshape"
+                                | "_unsafe_view"
+                                | "permute"
+                                | "clone"
+                                | "contiguous"
+                        ) | ("_c10d_functional", "all_gather_into_tensor" | "wait_tensor")
+                    );
+                    n.inputs()
+                        .first()
+                        .filter(|_| moves)
+                        .and_then(|v| leaf[v.node])
+                }
+                _ => Some((
+                    k,
+                    hash(&|h| {
+                        "input".hash(h);
+                        n.name.hash(h);
+                    }),
+                )),
+            };
+            leaf.push(l);
+        }
+        let steps: Vec<Step> = g
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(k, n)| match (&n.kind, leaf[k]) {
+                (_, Some((input, l))) => Step::Fixed(Leaf::Input(input), l),
+                (NodeKind::Call { op, .. }, None) => {
+                    let first = n.inputs().first().copied();
+                    match (op.namespace.as_str(), op.name.as_str(), first) {
+                        ("_c10d_functional", "wait_tensor" | "all_reduce", Some(v)) => {
+                            Step::Through(v.node)
+                        }
+                        ("shardproof_p2p", _, _) => Step::Fixed(Leaf::Any, any),
+                        _ => Step::Op(
+                            k,
+                            hash(&|h| {
+                                op.namespace.hash(h);
+                                op.name.hash(h);
+                            }),
+                            n.inputs(),
+                        ),
+                    }
+                }
+                (_, None) => Step::Fixed(Leaf::Any, any),
+            })
+            .collect();
+        // A cheap mix per level (the operator and leaf hashes are SipHash already).
+        let mix = |h: u64, x: u64| (h ^ x).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(29);
+        let mut levels: Vec<Vec<u64>> = Vec::with_capacity(SKELETON_DEPTH);
+        let mut prev: Vec<u64> = vec![any; g.nodes.len()];
+        for _ in 0..SKELETON_DEPTH {
+            let mut cur: Vec<u64> = Vec::with_capacity(g.nodes.len());
+            for step in &steps {
+                let v = match step {
+                    Step::Fixed(_, x) => *x,
+                    Step::Through(q) => cur[*q],
+                    Step::Op(_, oh, ins) => ins
+                        .iter()
+                        .fold(*oh, |h, v| mix(mix(h, prev[v.node]), v.output as u64)),
+                };
+                cur.push(v);
+            }
+            levels.push(cur);
+            prev = levels.last().cloned().unwrap_or_default();
+        }
+        Skeleton { levels, steps }
+    }
+
+    /// Whether node `a` of `g` (skeleton `self`) and node `b` of `h` (skeleton `other`) have
+    /// the same skeleton at level `d` (depth d + 1), compared on the structure the hashes
+    /// stand for: the same operators on the same outputs of inputs alike one level
+    /// shallower, the same graph inputs by name, read through the same communication. A hash
+    /// match alone could be a collision and select a wrong spec view; unequal hashes settle
+    /// a difference. `memo` keeps, per pair of nodes of these two graphs, the deepest level
+    /// found alike and the shallowest found different (alike at a level is alike at every
+    /// shallower one), so a DAG's shared inputs are read once per pair.
+    #[allow(clippy::too_many_arguments)]
+    pub fn same(
+        &self,
+        g: &Graph,
+        a: usize,
+        other: &Skeleton,
+        h: &Graph,
+        b: usize,
+        d: usize,
+        memo: &mut SkeletonMemo,
+    ) -> bool {
+        // Through steps read the same level: resolve them first.
+        let resolve = |s: &Skeleton, mut n: usize| {
+            while let Some(Step::Through(q)) = s.steps.get(n) {
+                n = *q;
+            }
+            n
+        };
+        let (a, b) = (resolve(self, a), resolve(other, b));
+        if self.levels.get(d).and_then(|l| l.get(a)) != other.levels.get(d).and_then(|l| l.get(b)) {
+            return false;
+        }
+        let key = (a as u32, b as u32);
+        let d8 = d as i8;
+        if let Some(&(alike, differs)) = memo.get(&key) {
+            if d8 <= alike {
+                return true;
+            }
+            if d8 >= differs {
+                return false;
+            }
+        }
+        let x = match (self.steps.get(a), other.steps.get(b)) {
+            (Some(Step::Fixed(la, _)), Some(Step::Fixed(lb, _))) => match (la, lb) {
+                (Leaf::Any, Leaf::Any) => true,
+                (Leaf::Input(p), Leaf::Input(q)) => g.nodes[*p].name == h.nodes[*q].name,
+                _ => false,
+            },
+            (Some(Step::Op(na, _, ia)), Some(Step::Op(nb, _, ib))) => {
+                let same_op = match (g.nodes[*na].op(), h.nodes[*nb].op()) {
+                    (Some(x), Some(y)) => x.namespace == y.namespace && x.name == y.name,
+                    _ => false,
+                };
+                same_op
+                    && ia.len() == ib.len()
+                    && ia.iter().zip(ib).all(|(u, v)| {
+                        u.output == v.output
+                            && (d == 0 || self.same(g, u.node, other, h, v.node, d - 1, memo))
+                    })
+            }
+            _ => false,
+        };
+        let e = memo.entry(key).or_insert((-1, i8::MAX));
+        if x {
+            e.0 = e.0.max(d8);
+        } else {
+            e.1 = e.1.min(d8);
+        }
+        x
+    }
+}
+
+/// The pairs of nodes [`Skeleton::same`] compared: the deepest level found alike and the
+/// shallowest found different (-1 and `i8::MAX`: none).
+pub type SkeletonMemo = HashMap<(u32, u32), (i8, i8)>;
 
 /// A spec view's operator and global input and output shapes.
 pub type SpecView<'a> = (&'a OpName, Vec<i64>, Vec<i64>);
@@ -629,6 +776,104 @@ pub fn structure_hashes(g: &Graph, literals: &[u64]) -> Vec<u64> {
     out
 }
 
+/// Whether two literal arguments are equal as [`hash_arg`] reads them (values by position
+/// only, devices not at all).
+fn same_arg(a: &Arg, b: &Arg) -> bool {
+    match (a, b) {
+        (Arg::None, Arg::None)
+        | (Arg::Value(_), Arg::Value(_))
+        | (Arg::Device(_), Arg::Device(_)) => true,
+        (Arg::Bool(x), Arg::Bool(y)) => x == y,
+        (Arg::Int(x), Arg::Int(y)) => x == y,
+        (Arg::Float(x), Arg::Float(y)) => x.to_bits() == y.to_bits(),
+        (Arg::Str(x), Arg::Str(y))
+        | (Arg::Layout(x), Arg::Layout(y))
+        | (Arg::MemoryFormat(x), Arg::MemoryFormat(y)) => x == y,
+        (Arg::List(x), Arg::List(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(u, v)| same_arg(u, v))
+        }
+        (Arg::Dtype(x), Arg::Dtype(y)) => x == y,
+        (Arg::Op(x), Arg::Op(y)) => x == y,
+        _ => false,
+    }
+}
+
+/// Whether node `a` of `g` and node `b` of `h` compute the same expression of the same leaves,
+/// compared on the structure [`structure_hashes`] (`sa`, `sb`) stands for: the same operator
+/// and literals on the same outputs of nodes alike, graph inputs and constants by name. Equal
+/// hashes only suggest it (a collision would merge two stages' different tensors); unequal
+/// hashes settle it. `memo` keeps the pairs decided for this pair of graphs. Iterative: an
+/// expression can reach back through the whole graph.
+pub fn same_expression(
+    g: &Graph,
+    sa: &[u64],
+    a: usize,
+    h: &Graph,
+    sb: &[u64],
+    b: usize,
+    memo: &mut ExprMemo,
+) -> bool {
+    let key = |a: usize, b: usize| (a as u32, b as u32);
+    // (pair, whether its inputs were pushed already).
+    let mut stack: Vec<(usize, usize, bool)> = vec![(a, b, false)];
+    while let Some((x, y, expanded)) = stack.pop() {
+        if memo.contains_key(&key(x, y)) {
+            continue;
+        }
+        let (nx, ny) = (&g.nodes[x], &h.nodes[y]);
+        if expanded {
+            let all = nx
+                .inputs()
+                .iter()
+                .zip(ny.inputs())
+                .all(|(u, v)| memo.get(&key(u.node, v.node)).copied().unwrap_or(false));
+            memo.insert(key(x, y), all);
+            continue;
+        }
+        let local = sa.get(x) == sb.get(y)
+            && match (&nx.kind, &ny.kind) {
+                (
+                    NodeKind::Call {
+                        op: o1,
+                        args: a1,
+                        kwargs: k1,
+                    },
+                    NodeKind::Call {
+                        op: o2,
+                        args: a2,
+                        kwargs: k2,
+                    },
+                ) => {
+                    let (ix, iy) = (nx.inputs(), ny.inputs());
+                    o1 == o2
+                        && a1.len() == a2.len()
+                        && a1.iter().zip(a2).all(|(u, v)| same_arg(u, v))
+                        && k1.len() == k2.len()
+                        && k1
+                            .iter()
+                            .zip(k2)
+                            .all(|((n1, u), (n2, v))| n1 == n2 && same_arg(u, v))
+                        && ix.len() == iy.len()
+                        && ix.iter().zip(&iy).all(|(u, v)| u.output == v.output)
+                }
+                (NodeKind::Call { .. }, _) | (_, NodeKind::Call { .. }) => false,
+                // Graph inputs and constants by name (and kind: an input is no constant).
+                (k1, k2) => k1 == k2 && nx.name == ny.name,
+            };
+        if !local {
+            memo.insert(key(x, y), false);
+            continue;
+        }
+        stack.push((x, y, true));
+        for (u, v) in nx.inputs().iter().zip(ny.inputs()) {
+            if !memo.contains_key(&key(u.node, v.node)) {
+                stack.push((u.node, v.node, false));
+            }
+        }
+    }
+    memo.get(&key(a, b)).copied().unwrap_or(false)
+}
+
 /// The ranks along mesh dim `m` through `rank` (its coordinate varied), in coordinate order.
 pub fn peers(mesh: &Mesh, rank: usize, m: usize) -> Vec<usize> {
     let mut c = mesh.coords(rank);
@@ -639,3 +884,6 @@ pub fn peers(mesh: &Mesh, rank: usize, m: usize) -> Vec<usize> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests;

@@ -310,11 +310,15 @@ pub(super) fn scatter(c: &Ctx) -> Outcome {
             // Any other mix writes each rank's positions into its own tensor: a replicated
             // self with a sharded index, or a shard with an index that does not cover its
             // rows, is neither a replica nor a piece of the global scatter.
-            c.all(if rows_alike(&x, dim, idx.as_ref(), src.as_ref()) {
-                x.p
+            // `index_add`/`index_copy`/`index_fill` take a 1-d index of positions along
+            // `dim`, not an index shaped as `self`: its dim 0 is no row of `self`.
+            let by_positions = c.args.schema().name.starts_with("index_");
+            let alike = if by_positions {
+                positions_alike(&x, dim, idx.as_ref(), src.as_ref())
             } else {
-                Place::Varying
-            })
+                rows_alike(&x, dim, idx.as_ref(), src.as_ref())
+            };
+            c.all(if alike { x.p } else { Place::Varying })
         }
         r => one(r, c.n_out()),
     }
@@ -334,4 +338,22 @@ fn rows_alike(x: &T, dim: usize, idx: Option<&T>, src: Option<&T>) -> bool {
             .iter()
             .chain(src.iter())
             .all(|t| t.p == x.p && size(t) == size(x))
+}
+
+/// Whether an `index_add`/`index_copy`/`index_fill` runs row by row on each rank's piece:
+/// `self` sharded along a dim other than `dim`, the 1-d index of positions along `dim`
+/// replicated (every rank writes the same positions of its own rows), and the source sharded
+/// alike with the same local size there (its rows are `self`'s), or a 0-d replicated fill
+/// value. A sharded index writes other positions on each rank: no piece of the global result.
+fn positions_alike(x: &T, dim: usize, idx: Option<&T>, src: Option<&T>) -> bool {
+    let Place::Shard(d) = x.p else { return false };
+    let d = d as usize;
+    let size = |t: &T| t.meta.as_ref().and_then(|m| m.shape.get(d).copied());
+    d != dim
+        && size(x).is_some()
+        && idx.is_some_and(|i| i.p == Place::Replicate)
+        && src.is_none_or(|s| {
+            (s.p == x.p && size(s) == size(x))
+                || (s.p == Place::Replicate && s.meta.as_ref().is_some_and(|m| m.shape.is_empty()))
+        })
 }

@@ -604,19 +604,25 @@ fn propagate_rank_from(
                         Some((dims, _)) => dims,
                         None => &[],
                     };
+                    // A peer's own call of this operator, its arguments bound (never along a
+                    // pipeline dim, whose stages run other programs).
+                    let peer_args = |p: usize| {
+                        if stage_dim {
+                            return None;
+                        }
+                        let j = if p == r { Some(i) } else { peer_node(p) }?;
+                        let NodeKind::Call { args, kwargs, .. } = &program.ranks[p].nodes[j].kind
+                        else {
+                            return None;
+                        };
+                        let b = Args::bind(&def.schema, args, kwargs, &NoValues).ok()?;
+                        Some(b)
+                    };
                     let peer_ints = |arg: &str| -> Vec<Option<i64>> {
                         peer_list[m]
                             .iter()
                             .map(|&p| {
-                                if stage_dim {
-                                    return None;
-                                }
-                                let j = if p == r { Some(i) } else { peer_node(p) }?;
-                                let pn = &program.ranks[p].nodes[j];
-                                let NodeKind::Call { args, kwargs, .. } = &pn.kind else {
-                                    return None;
-                                };
-                                let b = Args::bind(&def.schema, args, kwargs, &NoValues).ok()?;
+                                let b = peer_args(p)?;
                                 b.schema().index_of(arg)?;
                                 b.get(arg).and_then(|a| a.as_int())
                             })
@@ -626,15 +632,7 @@ fn propagate_rank_from(
                         peer_list[m]
                             .iter()
                             .map(|&p| {
-                                if stage_dim {
-                                    return None;
-                                }
-                                let j = if p == r { Some(i) } else { peer_node(p) }?;
-                                let pn = &program.ranks[p].nodes[j];
-                                let NodeKind::Call { args, kwargs, .. } = &pn.kind else {
-                                    return None;
-                                };
-                                let b = Args::bind(&def.schema, args, kwargs, &NoValues).ok()?;
+                                let b = peer_args(p)?;
                                 b.schema().index_of(arg)?;
                                 b.get(arg).and_then(|a| a.as_int_list())
                             })

@@ -170,15 +170,8 @@ impl Arena {
                             FINITE
                         }
                     }
-                    Func::Min if all_finite => {
-                        if cs.iter().all(|c| c.positive) {
-                            POSITIVE
-                        } else if cs.iter().all(|c| c.nonneg) {
-                            NONNEG
-                        } else {
-                            FINITE
-                        }
-                    }
+                    // One of the arguments: what all of them are.
+                    Func::Min if all_finite => weakest(&cs),
                     // Comparisons are 0 or 1 whatever their argument (NaN compares false);
                     // indices are positions.
                     Func::Positive

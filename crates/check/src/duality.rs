@@ -179,7 +179,7 @@ pub fn duality(
         // along the pipeline (`pp`). Messages along other mesh dims are no stage boundary (a
         // context-parallel ring passes chunks forward to one peer and takes them from
         // another), so they pair with nothing here.
-        let pp = mesh.dims.iter().position(|(name, _)| name == "pp");
+        let pp = (0..mesh.dims.len()).find(|&m| crate::is_pipeline_dim(mesh, m));
         let along_pp = |peer: usize| {
             let (a, b) = (mesh.coords(rank), mesh.coords(peer));
             pp.is_some_and(|d| a[d] != b[d]) && (0..a.len()).all(|k| Some(k) == pp || a[k] == b[k])

@@ -208,11 +208,8 @@ pub fn propagate_counted(case: &Case, progress: &Progress) -> Result<Propagation
     let graph_class = graph_classes(&program.ranks);
     // Nodes by structure hash, per distinct structure table, where some mesh dim is a
     // pipeline's (`Shared::stage_alike`).
-    let by_structure: Vec<std::sync::Arc<HashMap<u64, u32>>> = if program
-        .mesh
-        .dims
-        .iter()
-        .any(|(name, size)| name == "pp" && *size > 1)
+    let by_structure: Vec<std::sync::Arc<HashMap<u64, u32>>> = if (0..program.mesh.dims.len())
+        .any(|m| is_pipeline_dim(&program.mesh, m) && program.mesh.dims[m].1 > 1)
     {
         let mut seen: HashMap<*const Vec<u64>, std::sync::Arc<HashMap<u64, u32>>> = HashMap::new();
         structure
@@ -462,25 +459,22 @@ pub fn check_case_without_fixes(case: &Case) -> Result<Report, Invalid> {
     check_unfixed(case, &Progress::default())
 }
 
+/// Whether mesh dim `m` is a pipeline's (named `pp`): its coordinates run different stage
+/// programs, so no value along it is a piece of another stage's tensor.
+pub(crate) fn is_pipeline_dim(mesh: &shardproof_ir::Mesh, m: usize) -> bool {
+    mesh.dims.get(m).is_some_and(|(name, _)| name == "pp")
+}
+
 /// Whether a case tensor laid out as `pl` is, on mesh dim `m`, a pipeline stage's own: `m` is
-/// the pipeline's (`pp`, more than one stage) and `at:` names only some of its stages.
+/// the pipeline's (more than one stage) and `at:` leaves out some of its stages.
 fn stage_own(mesh: &shardproof_ir::Mesh, pl: &shardproof_case::PlacedLayout, m: usize) -> bool {
-    mesh.dims
-        .get(m)
-        .is_some_and(|(name, n)| name == "pp" && *n > 1)
-        && pl.at.iter().any(|h| {
-            h.dim == m && {
-                let mut held: Vec<usize> = h
-                    .coords
-                    .iter()
-                    .copied()
-                    .filter(|&c| c < mesh.dims[m].1)
-                    .collect();
-                held.sort_unstable();
-                held.dedup();
-                held.len() < mesh.dims[m].1
-            }
-        })
+    let stages = mesh.dims.get(m).map_or(0, |d| d.1);
+    is_pipeline_dim(mesh, m)
+        && stages > 1
+        && pl
+            .at
+            .iter()
+            .any(|h| h.dim == m && (0..stages).any(|c| !h.coords.contains(&c)))
 }
 
 /// The checks, without fix synthesis.

@@ -196,30 +196,29 @@ impl B<'_> {
         }
     }
 
-    /// softmax over the lane, shifted by its max (the spec's `_softmax`).
-    fn softmax(&mut self, lane: &[V]) -> Vec<V> {
+    /// The lane's max m and `exp(x - m)` of each entry.
+    fn shifted_exps(&mut self, lane: &[V]) -> (V, Vec<V>) {
         let m = self.max(lane);
-        let exps: Vec<V> = lane
+        let exps = lane
             .iter()
             .map(|&x| {
                 let d = self.sub(x, m);
                 self.exp(d)
             })
             .collect();
+        (m, exps)
+    }
+
+    /// softmax over the lane, shifted by its max (the spec's `_softmax`).
+    fn softmax(&mut self, lane: &[V]) -> Vec<V> {
+        let (_, exps) = self.shifted_exps(lane);
         let s = self.sum(&exps);
         exps.iter().map(|&e| self.div(e, s)).collect()
     }
 
     /// logsumexp over the lane (the ranks' `logsumexp`: max + log(sum exp(x - max))).
     fn logsumexp(&mut self, lane: &[V]) -> V {
-        let m = self.max(lane);
-        let exps: Vec<V> = lane
-            .iter()
-            .map(|&x| {
-                let d = self.sub(x, m);
-                self.exp(d)
-            })
-            .collect();
+        let (m, exps) = self.shifted_exps(lane);
         let s = self.sum(&exps);
         let l = self.log(s);
         self.add(m, l)

@@ -222,7 +222,7 @@ fn propagate_rank_from(
         .dims
         .iter()
         .enumerate()
-        .filter(|(k, d)| d.0 == "pp" && *k < 64)
+        .filter(|&(k, _)| crate::is_pipeline_dim(mesh, k) && k < 64)
         .fold(0u64, |a, (k, _)| a | (1 << k));
     let loss_terms = LossTerms::of(g, metas);
     // Updates `index(X, I) ± W` that an `index_put(X, I, ..)` writes back: the read of a
@@ -681,7 +681,7 @@ fn propagate_rank_from(
                         constant: &constant_of,
                         scaled: &scaled_of,
                         global_view,
-                        pipeline_dim: mesh.dims[m].0 == "pp",
+                        pipeline_dim: crate::is_pipeline_dim(mesh, m),
                         rows: &|k| sh.rows.borrow_mut().intern(k),
                     };
                     let (mut result, mut violation) = match ring_mode {

@@ -331,12 +331,10 @@ pub fn prove_case(case: &Case, cfg: &ProveConfig) -> Proof {
     // and every goal's decision share the one limit the user gave.
     let started = cfg.started.unwrap_or_else(Instant::now);
     if !cfg.reduce {
-        if program_elements(case) <= cfg.max_elements {
-            // A bug with a numeric effect shows in a run at once; the symbolic proof at full
-            // size can take minutes.
-            if let Some(p) = numeric_refutation(case, cfg) {
-                return p;
-            }
+        // A bug with a numeric effect shows in a run at once; the symbolic proof at full size
+        // can take minutes.
+        if let Some(p) = numeric_refutation(case, cfg) {
+            return p;
         }
         return prove_sized(case, cfg, started);
     }
@@ -424,12 +422,10 @@ pub fn prove_case_or_full_size(case: &Case, cfg: &ProveConfig) -> (Proof, bool) 
         return (proof, false);
     }
     let reason = proof.message.take().unwrap_or_default();
-    if program_elements(case) <= cfg.max_elements {
-        // A bug with a numeric effect shows in a run at once; the symbolic proof at full size
-        // (top-k routers, pipelines) can take minutes.
-        if let Some(p) = numeric_refutation(case, &cfg) {
-            return (p, true);
-        }
+    // A bug with a numeric effect shows in a run at once; the symbolic proof at full size
+    // (top-k routers, pipelines) can take minutes.
+    if let Some(p) = numeric_refutation(case, &cfg) {
+        return (p, true);
     }
     proof = prove_case(
         case,
@@ -467,12 +463,10 @@ fn strict_refutation(
         p.reduction = Some(summary.clone());
         p
     };
-    if program_elements(case) <= cfg.max_elements {
-        // A counterexample on the case as written needs no literal to mean anything.
-        if let Some(mut p) = numeric_refutation(case, cfg) {
-            p.reduction = Some(summary);
-            return p;
-        }
+    // A counterexample on the case as written needs no literal to mean anything.
+    if let Some(mut p) = numeric_refutation(case, cfg) {
+        p.reduction = Some(summary);
+        return p;
     }
     let strict = match crate::reduce::reduce_case_strict(case) {
         Ok(r) => r,
@@ -517,11 +511,12 @@ fn strict_refutation(
 
 /// Random inputs drawn per seed on which the interpreter shows a stated output of the case as
 /// written clearly differing from the spec: a refutation with that counterexample (the same
-/// test every counterexample passes), or `None` where no run shows one. Only outputs with a
-/// stated placement count: without one, a differing candidate placement refutes nothing.
+/// test every counterexample passes), or `None` where no run shows one or the case is over
+/// the element limit. Only outputs with a stated placement count: without one, a differing
+/// candidate placement refutes nothing.
 fn numeric_refutation(case: &Case, cfg: &ProveConfig) -> Option<Proof> {
     const SEEDS: u64 = 3;
-    if !cfg.run_first {
+    if !cfg.run_first || program_elements(case) > cfg.max_elements {
         return None;
     }
     let mut arena = Arena::new(cfg.budget);

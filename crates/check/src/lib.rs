@@ -257,6 +257,7 @@ pub fn propagate_counted(case: &Case, progress: &Progress) -> Result<Propagation
         groups,
         messages: &sched.messages,
         spec_scalings: spec_scalings(&case.spec),
+        has_spec: !case.spec.nodes.is_empty(),
         spec_views,
         view_matches,
         graph_class,
@@ -518,9 +519,24 @@ fn check_unfixed(case: &Case, progress: &Progress) -> Result<Report, Invalid> {
                     _ => None,
                 };
                 let fused = !pl.blocks.is_trivial() && matches!(want, Place::Shard(_));
+                let scale_unknown = rp.scale_unknown
+                    [(rp.offsets[v.node] as usize + v.output) * nd + m]
+                    && have.is_partial()
+                    && want.is_partial();
                 let ok = match (want, have) {
                     (_, Place::Unknown) => {
                         unknown_outputs.insert(exp.spec_name.clone());
+                        true
+                    }
+                    // Pieces scaled by a number whose meaning is not known: what they
+                    // combine to is not proven (a partial declared where another placement
+                    // is, is a finding as before).
+                    _ if scale_unknown => {
+                        unchecked += 1;
+                        unknown_outputs.insert(format!(
+                            "{} ({have} over `{}`, its pieces scaled by a number whose meaning is not known: not proven)",
+                            exp.spec_name, program.mesh.dims[m].0
+                        ));
                         true
                     }
                     (_, h) if fused && blocked_want == Some(h) => true,

@@ -27,10 +27,18 @@ fn only_layout_unknowns(report: &Report) -> bool {
             || u.reason.contains("piece of a partial sum")
             || u.reason
                 .contains("the pipeline stages' own tensors (`Varying`)")
+            || scaling_unknown(u)
     }) && report
         .unknown_outputs
         .iter()
         .all(|o| !o.contains("expression layout"))
+}
+
+/// Whether an unknown is a reduction of a partial whose pieces were scaled by a number the
+/// checker does not read (a loss term's 1/tp beside dp's average, a microbatch's 1/2).
+fn scaling_unknown(u: &shardproof_check::UnknownSource) -> bool {
+    u.reason
+        .contains("scaled by a number whose meaning is not known")
 }
 
 /// Every correct plan (every model x parallelism x forward/full, and the training options)
@@ -64,8 +72,11 @@ fn correct_zoo_plans_have_no_findings_and_no_unknowns_but_layouts() {
     // dp=2 plans of mlp, llama, deepseek and gpt2's forward, every dp=2,tp=2 plan but ZeRO-2
     // and ZeRO-3, whose chunks are `Varying`); 46 at stop 61; 51 at stop 62 (views matched
     // by skeleton: llama dp=2,pp=2,tp=2 forward and full, gpt2 and llama ZeRO-3 full; the
-    // expert-parallel pad: DeepSeek ep=2 full).
-    assert!(holds >= 51, "only {holds} of {checked} plans hold");
+    // expert-parallel pad: DeepSeek ep=2 full); 46 at stop 63: a partial scaled by a number
+    // the spec lacks no longer keeps its reduction as proven (DeepSeek dp=2,tp=2's aux-loss
+    // share 1/tp beside dp's average, and the 1/2 of two microbatches in llama
+    // dp=2,pp=2,tp=2 mb=2 and mlp dp=2's gradient accumulation, forward and full).
+    assert!(holds >= 46, "only {holds} of {checked} plans hold");
 }
 
 /// Plain tensor parallelism (no size-1 local dims): every model holds.
@@ -90,11 +101,22 @@ fn tensor_parallel_plans_hold() {
 /// tp-sharded heads into one dim and split them back; the spec's shapes settle each mesh dim's
 /// piece of the merged dim (dp major, tp in the batch rows' blocks), so every model holds
 /// with no unknown, and a missing all-reduce or the wrong group planted there is found.
+/// DeepSeek's is inconclusive at its loss only: its aux-loss term is divided by tp (2) beside
+/// dp's average over 2 ranks, so which mesh dim the 1/2 makes up for is not read.
 #[test]
 fn data_and_tensor_parallel_plans_hold_and_their_bugs_are_found() {
     for model in ["llama", "gpt2", "deepseek"] {
         let plan = Plan::new(model, "dp=2,tp=2", true);
         let report = check(&plan);
+        if model == "deepseek" {
+            assert_eq!(report.verdict, Verdict::Inconclusive, "{}", report.render());
+            assert!(
+                report.unknown.iter().all(scaling_unknown),
+                "{}",
+                report.render()
+            );
+            continue;
+        }
         assert_eq!(
             (report.verdict, report.unknown_values),
             (Verdict::Holds, 0),
@@ -135,13 +157,20 @@ fn pipelined_plans_find_their_spec_views_by_structure() {
         microbatches: 2,
         ..Plan::new("llama", "dp=2,pp=2,tp=2", fw)
     };
+    // Inconclusive at the loss only (stop 63): each microbatch's loss is divided by the
+    // microbatch count (2), a factor the spec lacks, whose meaning the number does not tell.
     for plan in [pipelined(true), pipelined(false)] {
         let report = check(&plan);
         assert_eq!(
-            (report.verdict, report.unknown_values),
-            (Verdict::Holds, 0),
+            report.verdict,
+            Verdict::Inconclusive,
             "{}:\n{}",
             plan.label(),
+            report.render()
+        );
+        assert!(
+            report.unknown.iter().all(scaling_unknown),
+            "{}",
             report.render()
         );
     }

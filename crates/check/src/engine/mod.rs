@@ -186,6 +186,8 @@ fn propagate_rank_from(
             rp.places[v0 * nd..].fill(Place::Unknown);
             rp.origin[v0 * nd..].fill(NONE);
             rp.scaled[v0 * nd..].fill(false);
+            rp.times_n[v0 * nd..].fill(false);
+            rp.scale_unknown[v0 * nd..].fill(false);
             rp.invariant[v0..].fill(false);
             rp.zero[v0..].fill(false);
             rp.constant[v0..].fill(0);
@@ -201,6 +203,8 @@ fn propagate_rank_from(
                 origin: vec![NONE; total as usize * nd],
                 invariant: vec![false; total as usize],
                 scaled: vec![false; total as usize * nd],
+                times_n: vec![false; total as usize * nd],
+                scale_unknown: vec![false; total as usize * nd],
                 zero: vec![false; total as usize],
                 constant: vec![0; total as usize],
                 ..Default::default()
@@ -386,6 +390,61 @@ fn propagate_rank_from(
                         continue;
                     }
                 };
+                // A value n times the tensor (`times_n`, an all-reduce sum of pieces that
+                // average to it): `Unknown` to every rule; a copy or view keeps the record,
+                // a division by n that the spec does not make gives `Replicate()`.
+                let mut consumed = false;
+                if nd > 0 && inputs.len() == 1 {
+                    let v = inputs[0];
+                    for m in 0..nd {
+                        if !rp.times_n[(rp.offsets[v.node] as usize + v.output) * nd + m] {
+                            continue;
+                        }
+                        let stage_dim = m < 64 && crate::is_pipeline_dim(mesh, m);
+                        if matches!(
+                            rule.family,
+                            "linear-unary"
+                                | "view"
+                                | "transpose"
+                                | "permute"
+                                | "unsqueeze"
+                                | "squeeze"
+                                | "expand"
+                        ) {
+                            for o in 0..nout {
+                                rp.times_n[(base + o) * nd + m] = true;
+                            }
+                        } else if !stage_dim
+                            && matches!(op.name.as_str(), "mul" | "div")
+                            && partial_scaling(
+                                op.name.as_str(),
+                                bound.get("other").and_then(|a| a.as_f64()),
+                                mesh.dims[m].1 as f64,
+                                sh.has_spec,
+                                sh.spec_scalings.get(node.name.as_str()).copied(),
+                                true,
+                                |_| false,
+                            ) == Scaling::ByInverseN
+                        {
+                            for o in 0..nout {
+                                set(&mut rp, o, m, Place::Replicate);
+                            }
+                            consumed = true;
+                        } else {
+                            rp.unknown_sources.push((
+                                i,
+                                format!(
+                                    "`{}` on mesh dim `{}` reads a tensor that is n times its \
+                                     value on every rank (an all-reduce sum of pieces that \
+                                     average to it): only a division by n, or a copy or view, \
+                                     is followed",
+                                    op.base(),
+                                    mesh.dims[m].0
+                                ),
+                            ));
+                        }
+                    }
+                }
                 // An input unknown on every mesh dim: every rule call below is skipped (the
                 // outputs stay `Unknown`), and the zero and constant records of the outputs
                 // are read only by calls that have them as inputs, skipped too. Only the
@@ -1025,6 +1084,89 @@ fn propagate_rank_from(
                                         && (ratio * n_m / local - 1.0).abs() < 1e-9
                                 })
                         }));
+                    // A partial scaled by a number (issue 44, soundness): pieces that average
+                    // to the tensor, each divided by n, sum to it (and pieces that sum, each
+                    // times n, average to it), where the spec does not scale the tensor so.
+                    // Before, the reduction label was kept through every such product, so a
+                    // rank that divided its local mean by n where the spec does not held
+                    // pieces that sum labelled `Partial(avg)`, and an output declared so
+                    // passed. The factor is read relative to the spec's own at this node
+                    // (`spec_scalings`): the same factor keeps the label, 1/n or n of it
+                    // turns one linear reduction into the other. Any other factor (one the
+                    // spec lacks, whose meaning the number does not tell: a 1/2 may average
+                    // two microbatches), or 1/n where another mesh dim has n coordinates too
+                    // (which dim it makes up for is not known), keeps the label and records
+                    // that the pieces' factor is not known (`scale_unknown`): every finding
+                    // on a partial still applies, but no reduction of it is proven. A plan
+                    // is its own spec: its scalings keep the label. A product with a
+                    // replicated value divided by n (`scaled`) counts as a factor of 1/n.
+                    let mut scaling_why = None;
+                    let input_scale_unknown = inputs.iter().any(|&v| {
+                        place(v).is_partial()
+                            && rp.scale_unknown[(rp.offsets[v.node] as usize + v.output) * nd + m]
+                    });
+                    let mut now_scale_unknown = input_scale_unknown;
+                    if n_m > 1.0 {
+                        if let Some(Place::Partial(red)) = result.first().copied() {
+                            if red.is_linear() {
+                                let rel = partial_scaling(
+                                    op.name.as_str(),
+                                    factor,
+                                    n_m,
+                                    sh.has_spec,
+                                    sh.spec_scalings.get(name).copied(),
+                                    false,
+                                    |k| {
+                                        inputs
+                                            .iter()
+                                            .skip(k)
+                                            .any(|&v| place(v) == Place::Replicate && scaled_of(v))
+                                    },
+                                );
+                                let ambiguous = rel != Scaling::Same
+                                    && mesh
+                                        .dims
+                                        .iter()
+                                        .enumerate()
+                                        .any(|(k, d)| k != m && d.1 as f64 == n_m);
+                                let relabel = match (rel, red) {
+                                    _ if ambiguous => None,
+                                    (Scaling::Same, r) => Some(r),
+                                    (Scaling::ByInverseN, Red::Avg) => Some(Red::Sum),
+                                    (Scaling::ByN, Red::Sum) => Some(Red::Avg),
+                                    _ => None,
+                                };
+                                match relabel {
+                                    Some(r) => {
+                                        for p in result.iter_mut() {
+                                            if matches!(p, Place::Partial(_)) {
+                                                *p = Place::Partial(r);
+                                            }
+                                        }
+                                    }
+                                    None => now_scale_unknown = true,
+                                }
+                            }
+                        }
+                    }
+                    now_scale_unknown &= result.iter().any(|p| p.is_partial());
+                    // A reduction over the group of pieces whose factor is not known: what it
+                    // gives is not proven (findings of the rule stand).
+                    if input_scale_unknown
+                        && in_group
+                        && violation.is_none()
+                        && matches!(rule.family, "all-reduce" | "reduce-scatter")
+                    {
+                        result.iter_mut().for_each(|p| *p = Place::Unknown);
+                        now_scale_unknown = false;
+                        scaling_why = Some(format!(
+                            "`{op}` on mesh dim `{}` reduces a partial whose pieces were scaled \
+                             by a number whose meaning is not known (a factor the spec lacks at \
+                             that node, or 1/n where another mesh dim has n coordinates too): \
+                             what the reduction gives is not proven",
+                            mesh.dims[m].0
+                        ));
+                    }
                     let first_scaled = inputs.first().is_some_and(|&v| scaled_of(v));
                     let keeps = matches!(
                         rule.family,
@@ -1077,8 +1219,22 @@ fn propagate_rank_from(
                             }
                         }
                     }
+                    // An all-reduce sum of pieces that average to the tensor: n times it on
+                    // every rank (`times_n`), `Unknown` to the rules.
+                    let times_n = rule.family == "all-reduce"
+                        && in_group
+                        && !input_scale_unknown
+                        && inputs
+                            .first()
+                            .is_some_and(|&v| place(v) == Place::Partial(Red::Avg))
+                        && matches!(
+                            bound.get("reduce_op"),
+                            Some(Arg::Str(s)) if Red::parse(&s) == Some(Red::Sum)
+                        )
+                        && result.iter().all(|&p| p == Place::Unknown);
                     let inconclusive = violation.is_none()
                         && vocab_unproven.is_none()
+                        && !times_n
                         && result.contains(&Place::Unknown);
                     let finding = violation.map(|v| raw_finding(sh, r, i, m, &v, &rp, &inputs));
                     // Origin of partials: the first partial input's, or this node.
@@ -1090,7 +1246,9 @@ fn propagate_rank_from(
                     if let Some(why) = vocab_unproven {
                         rp.unknown_sources.push((i, why));
                     }
-                    if inconclusive {
+                    if let Some(why) = scaling_why.filter(|_| inconclusive) {
+                        rp.unknown_sources.push((i, why));
+                    } else if inconclusive {
                         rp.unknown_sources.push((
                             i,
                             if matches!(
@@ -1140,11 +1298,20 @@ fn propagate_rank_from(
                     }
                     for (o, p) in result.iter().enumerate().take(nout) {
                         rp.scaled[(base + o) * nd + m] = now_scaled;
+                        rp.times_n[(base + o) * nd + m] = times_n;
+                        rp.scale_unknown[(base + o) * nd + m] = now_scale_unknown && p.is_partial();
                         set(&mut rp, o, m, *p);
                         if p.is_partial() {
                             rp.origin[(base + o) * nd + m] =
                                 first_partial_origin.unwrap_or(i as u32);
                         }
+                    }
+                }
+                // The division by n made up for a `times_n` dim: no other mesh dim may take it
+                // as its own 1/n as well (`scaled`), or one factor would count twice.
+                if consumed {
+                    for o in 0..nout {
+                        rp.scaled[(base + o) * nd..(base + o + 1) * nd].fill(false);
                     }
                 }
                 if rules::pairs_elements(rule.family) {
@@ -1166,10 +1333,85 @@ fn propagate_rank_from(
     rp.dual_lifts = dual_lifts;
     rp.coord_reads = coord_read.get();
     // Unknown values: count them.
+    // A value n times the tensor (`times_n`) is counted only where a reader makes it unknown.
     rp.unknown_values = rp
         .places
         .chunks(nd.max(1))
-        .filter(|c| c.contains(&Place::Unknown))
+        .zip(rp.times_n.chunks(nd.max(1)))
+        .filter(|(c, t)| {
+            c.iter()
+                .zip(t.iter())
+                .any(|(&p, &t)| p == Place::Unknown && !t)
+        })
         .count();
     (rp, pending)
+}
+
+/// How a product scales a partial's pieces relative to the spec's value (see
+/// [`partial_scaling`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Scaling {
+    /// As the spec scales its tensor (or no scaling): the pieces combine as before.
+    Same,
+    /// By 1/n more than the spec: pieces that averaged now sum.
+    ByInverseN,
+    /// By n more than the spec: pieces that summed now average.
+    ByN,
+    /// By another factor, or one not read: no linear reduction is known.
+    Other,
+}
+
+/// The scaling of a partial's pieces by a call of operator `op` on a mesh dim of size `n`
+/// (> 1), relative to the spec: `factor` is the call's literal number (`other`), `spec` the
+/// spec's scaling of the node of this name (operator, factor), `has_spec` whether the case
+/// has a spec; `rank_only` whether a factor the spec lacks is read by its number (else it
+/// is `Other` unless 1); `scaled_from(k)` says whether an operand from the k-th on is a replicated
+/// value divided by n (any operand of a `mul`, the divisor of a `div`).
+fn partial_scaling(
+    op: &str,
+    factor: Option<f64>,
+    n: f64,
+    has_spec: bool,
+    spec: Option<(&OpName, f64, Option<i64>)>,
+    rank_only: bool,
+    scaled_from: impl Fn(usize) -> bool,
+) -> Scaling {
+    let near = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs().max(1.0);
+    // The rank's factor over the spec's, as a multiplier.
+    let classify = |ratio: f64| {
+        if near(ratio, 1.0) {
+            Scaling::Same
+        } else if near(ratio * n, 1.0) {
+            Scaling::ByInverseN
+        } else if near(ratio, n) {
+            Scaling::ByN
+        } else {
+            Scaling::Other
+        }
+    };
+    match (op, factor) {
+        ("mul" | "div", Some(x)) => {
+            let mine = if op == "mul" { x } else { 1.0 / x };
+            match spec {
+                Some((sop, y, _)) if sop.name == op && y != 0.0 && x != 0.0 => {
+                    let theirs = if op == "mul" { y } else { 1.0 / y };
+                    classify(mine / theirs)
+                }
+                // A plan is its own spec: the scaling is in the program the placements
+                // describe.
+                _ if !has_spec => Scaling::Same,
+                // The spec does not scale this node: the factor is the rank's own. On a
+                // value known to be n times the tensor (`times_n`) it is read as it is; on
+                // a partial, what it makes up for is not read from the number (a 1/n may
+                // average microbatches as well as a mesh dim's pieces).
+                _ if rank_only || near(mine, 1.0) => classify(mine),
+                _ => Scaling::Other,
+            }
+        }
+        ("mul", None) if scaled_from(0) => Scaling::ByInverseN,
+        ("div", None) if scaled_from(1) => Scaling::ByN,
+        // A product with a tensor the checker does not know to be scaled: the spec is
+        // taken to compute the same product (as for every other operator).
+        _ => Scaling::Same,
+    }
 }

@@ -25,6 +25,17 @@ pub struct RankPlacements {
     /// Per value, per mesh dim: a replicated value scaled by 1/n (n the mesh dim's size), so
     /// that the n ranks' copies sum to the unscaled value.
     pub scaled: Vec<bool>,
+    /// Per value, per mesh dim: `Unknown` there, but every rank holds n times the tensor (an
+    /// all-reduce sum of pieces that average to it). Only a copy or view keeps it, and only
+    /// a division by n the spec does not make turns it into `Replicate()` (the data-parallel
+    /// loss: the sum of the local means, divided by n); every other reader sees `Unknown`.
+    pub times_n: Vec<bool>,
+    /// Per value, per mesh dim: a partial whose pieces were scaled by a number whose meaning
+    /// is not known (a factor the spec lacks, or 1/n where another mesh dim has n coordinates
+    /// too): its pieces combine by its reduction to the tensor times a factor not known. Rules
+    /// see the partial (its findings stand); no reduction over the group and no declared
+    /// output takes it as proven.
+    pub scale_unknown: Vec<bool>,
     /// Nodes whose outputs are `Unknown` because of the node itself (no rule, opaque, an
     /// input without a layout), as (node, reason).
     pub unknown_sources: Vec<(usize, String)>,
@@ -141,6 +152,9 @@ pub struct Shared<'a> {
     /// The single-device spec's scalings, when the case has a spec: node name -> (operator,
     /// scalar factor) of every `mul` or `div` by a literal number (see [`spec_scalings`]).
     pub spec_scalings: HashMap<&'a str, (&'a OpName, f64, Option<i64>)>,
+    /// Whether the case has a single-device spec (a plan has none: its own operators are
+    /// the program its placements describe, every literal scaling included).
+    pub has_spec: bool,
     /// Per rank: the class of ranks whose graphs are equal node for node (names, operators,
     /// arguments and inputs), so that the same node of a peer is the same index.
     pub graph_class: Vec<usize>,

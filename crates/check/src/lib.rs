@@ -563,11 +563,11 @@ fn check_unfixed(case: &Case, progress: &Progress) -> Result<Report, Invalid> {
                         true
                     }
                     // A sum declared and an average held, or the reverse (was: a pass): pieces
-                    // that sum to the tensor average to 1/n of it. Not a finding: the rules
-                    // keep a partial's reduction through a product with a literal, so a rank
-                    // that scales its term by 1/n where the spec does not holds pieces that
-                    // sum, labelled `Partial(avg)`; which the values are is not proven
-                    // (inconclusive, never a pass). A max or min against a sum is a finding.
+                    // that sum to the tensor average to 1/n of it. Not a finding: the labels
+                    // follow scalings by a number (`partial_scaling`), but a product with a
+                    // tensor the checker does not know to be scaled may still make up for the
+                    // difference; which the values are is not proven (inconclusive, never a
+                    // pass). A max or min against a sum is a finding.
                     (Place::Partial(a), Place::Partial(b)) if a.is_linear() && b.is_linear() => {
                         unchecked += 1;
                         unknown_outputs.insert(format!(

@@ -1,8 +1,9 @@
 //! An output declared `Partial(avg)` and held as `Partial(sum)` (or the reverse) is another
 //! tensor: pieces that sum to it average to 1/n of it. Before, any two linear reductions
-//! passed the postcondition (a false holds). The rules keep a partial's reduction through a
-//! product with a literal (a rank-only 1/n turns an average into a sum, still labelled an
-//! average), so the mismatch is inconclusive, never a pass; a max against a sum is a finding.
+//! passed the postcondition (a false holds). A product with a tensor the checker does not
+//! know to be scaled may make up for the factor n between the two (scalings by a number are
+//! followed: tests/avg_scaling.rs), so the mismatch is inconclusive, never a pass; a max
+//! against a sum is a finding.
 
 use shardproof_check::{check_case, plan::parse_plan, Report, Verdict};
 use std::path::Path;

@@ -4,7 +4,8 @@
 //! (default: every `-tiny` preset; name the full-size ones to run them) into a temporary
 //! directory, loads it, checks it `REPEAT` times (env `BENCH_REPEAT`, default 1) and prints the
 //! best time. The checker runs on one thread, so operators per second is per core. Emitting and
-//! loading are not timed. No assertion: figures only.
+//! loading are not timed. `BENCH_TWINS=1` prints how many ranks took a twin's placements. No
+//! assertion: figures only.
 
 use shardproof_check::check_case;
 use shardproof_zoo::{emit_pipelined, find_preset, TrainOptions, PRESETS};
@@ -85,6 +86,13 @@ fn main() {
                     r.findings.len(),
                     r.unknown_values
                 );
+                // BENCH_TWINS=1 counts the ranks whose placements a twin's run gave (an
+                // untimed propagation more).
+                if std::env::var_os("BENCH_TWINS").is_some() {
+                    if let Ok(p) = shardproof_check::propagate(&case) {
+                        println!("    twin ranks: {} of {}", p.twin_ranks, r.ranks);
+                    }
+                }
                 // BENCH_UNKNOWN=1 lists the findings and where the unknown placements begin.
                 if std::env::var_os("BENCH_UNKNOWN").is_some() {
                     for f in &r.findings {

@@ -53,8 +53,8 @@ pub use place::{perm_code, perm_offsets, Place, Red, RowKey, RowTable, SpmdType}
 pub use report::{ranks_text, Check, Finding, RawFinding, Report, UnknownSource, Verdict};
 
 use engine::{
-    graph_classes, literal_hashes, per_graph, propagate_rank, propagate_rank_again, spec_scalings,
-    structure_hashes, Shared, SpecViews,
+    graph_classes, literal_hashes, per_graph, propagate_rank, propagate_rank_again,
+    relative_classes, spec_scalings, structure_hashes, Shared, SpecViews,
 };
 use shardproof_case::{Blocks, Case, Layout};
 use shardproof_interp::{live_values, schedule, typecheck, ScheduleProblem};
@@ -206,6 +206,7 @@ pub fn propagate_counted(case: &Case, progress: &Progress) -> Result<Propagation
     })
     .map_err(|message| Invalid { message })?;
     let graph_class = graph_classes(&program.ranks);
+    let rel_class = relative_classes(&program.ranks);
     // Nodes by structure hash, per distinct structure table, where some mesh dim is a
     // pipeline's (`Shared::stage_alike`).
     let by_structure: Vec<std::sync::Arc<HashMap<u64, u32>>> = if (0..program.mesh.dims.len())
@@ -261,6 +262,7 @@ pub fn propagate_counted(case: &Case, progress: &Progress) -> Result<Propagation
         spec_views,
         view_matches,
         graph_class,
+        rel_class,
         rows: Default::default(),
         ring_roots: Default::default(),
         peer_maps: Default::default(),
@@ -277,7 +279,7 @@ pub fn propagate_counted(case: &Case, progress: &Progress) -> Result<Propagation
     // Ranks to propagate again: a receiver of a rank whose placements changed after the
     // receiver last read them (in the first pass, the receivers that came before it).
     let mut again: BTreeSet<usize> = BTreeSet::new();
-    let mut twins = Twins::new(&sh, &sched.messages);
+    let mut twins = Twins::new(&sh);
     let mut shared_runs = 0usize;
     for r in 0..n {
         progress.enter(&format!("placements of rank {r} of {n}"));
@@ -287,8 +289,10 @@ pub fn propagate_counted(case: &Case, progress: &Progress) -> Result<Propagation
                 done[q].clone().unwrap_or_default()
             }
             None => {
+                let calls = sh.ring_roots.borrow().calls;
                 let rp = propagate_rank(&sh, r, &done).0;
-                twins.note(&sh, r);
+                let roots_read = sh.ring_roots.borrow().calls != calls;
+                twins.note(&sh, r, roots_read);
                 rp
             }
         });
@@ -333,89 +337,159 @@ pub fn propagate_counted(case: &Case, progress: &Progress) -> Result<Propagation
 /// placements are that rank's (issue 44: dp replicas checked once, never assumed).
 ///
 /// `propagate_rank` reads, for rank `r`: its graph, names and hashes (equal graph classes:
-/// equal node for node, names, operators, arguments and inputs), its local metas (compared,
-/// by pointer first: ranks that load one file share them); the case's input placements of `r`
-/// (compared); per mesh dim, its peers' graphs (their graph classes in coordinate order:
-/// compared), which decide the rank-dependent literals, the peers' literal arguments and
-/// structure hashes; `r`'s coordinates (recorded per mesh dim as read, [`rules::MeshCoord`]:
-/// a twin may differ only on dims the earlier run did not read); its recvs' messages and
-/// senders (a rank that receives is never a twin); its groups (explicit rank lists read
+/// equal node for node, names, operators, arguments and inputs; or equal up to
+/// point-to-point peers, compared as offsets from the own rank: [`relative_classes`]), its
+/// local metas (compared, by pointer first: ranks that load one file share them); the case's
+/// input placements of `r` (compared); per mesh dim, its peers' graphs (their classes in
+/// coordinate order: compared), which decide the rank-dependent literals, the peers' literal
+/// arguments and structure hashes; `r`'s coordinates (recorded per mesh dim as read,
+/// [`rules::MeshCoord`]: a twin may differ only on dims the earlier run did not read); its
+/// recvs' messages and senders (per recv: the same sender node, the sender's coordinates
+/// where they differ from the receiver's, equal on both sides, and the sender's placements
+/// of the sent value, equal: what `recv_read` reads); its groups (explicit rank lists read
 /// `r`'s coordinates: a program with one is never shared; mesh-dim groups have the same
 /// dims and length on every rank); and names `r` in findings (an earlier rank with findings
 /// is never a twin's source). The row selections and ring roots it numbers are keyed by
-/// graph content, so a twin would number nothing new.
+/// graph content, so a twin of an equal graph would number nothing new; graphs equal only
+/// up to peers may differ in a ring root's expression (a recv's `src`), so such a twin is
+/// taken only from a run that read no ring root at all.
+///
+/// Graphs equal up to peers read the same everywhere else: their literal arguments differ
+/// only in the peers of `send` (whose rule reads no literal) and `recv` (placed from its
+/// message), and a comparison of two ranks' expressions (`same_expression`) sees the peers
+/// shifted by one rank offset on both sides: a twin and its representative differ only on
+/// mesh dims other than the one the comparison runs along, so the two ranks compared there
+/// differ by that same offset, and an equality of absolute peers holds for both or neither.
 struct Twins {
     /// Whether any sharing is possible (every group spans mesh dims).
     enabled: bool,
-    /// Ranks that receive a message.
-    receives: Vec<bool>,
-    /// Candidate earlier ranks by (graph class, peer classes per mesh dim).
-    firsts: HashMap<(usize, Vec<Vec<usize>>), Vec<usize>>,
+    /// Candidate earlier ranks by (relative class, peer classes per mesh dim), with whether
+    /// their run read a ring root.
+    firsts: HashMap<TwinKey, Vec<(usize, bool)>>,
 }
 
+/// A rank's relative class and its peers' per mesh dim, in coordinate order.
+type TwinKey = (usize, Vec<Vec<usize>>);
+
 impl Twins {
-    fn new(sh: &Shared, messages: &BTreeMap<(usize, usize), (usize, usize)>) -> Twins {
-        let n = sh.program.ranks.len();
-        let mut receives = vec![false; n];
-        for &(q, _) in messages.keys() {
-            if q < n {
-                receives[q] = true;
-            }
-        }
+    fn new(sh: &Shared) -> Twins {
         Twins {
             enabled: sh.groups.values().all(Option::is_some)
                 && !engine::NO_TWINS.with(std::cell::Cell::get),
-            receives,
             firsts: HashMap::new(),
         }
     }
 
-    fn key(sh: &Shared, r: usize) -> (usize, Vec<Vec<usize>>) {
+    fn key(sh: &Shared, r: usize) -> TwinKey {
         let mesh = &sh.program.mesh;
         let classes = (0..mesh.dims.len())
             .map(|m| {
                 engine::peers(mesh, r, m)
                     .into_iter()
-                    .map(|p| sh.graph_class[p])
+                    .map(|p| sh.rel_class[p])
                     .collect()
             })
             .collect();
-        (sh.graph_class[r], classes)
+        (sh.rel_class[r], classes)
+    }
+
+    /// Whether every recv of `q` (a later rank, propagated now) reads what the same recv of
+    /// `r` read when `r` was propagated (in this first pass, in rank order): the same sender
+    /// node; the sender's
+    /// coordinates on every mesh dim where they differ from the receiver's (and on the same
+    /// dims); a sender not yet propagated then (a later rank: `Unknown`, propagated again
+    /// once it is) on both sides, or else the sender's placements of the sent value equal
+    /// (the earlier ranks' results do not change during the pass). Where `r`'s run read a
+    /// ring root, the senders' graphs must be equal too (a root is keyed by content).
+    fn recvs_alike(
+        sh: &Shared,
+        r: usize,
+        q: usize,
+        roots_read: bool,
+        done: &[Option<RankPlacements>],
+    ) -> bool {
+        let mesh = &sh.program.mesh;
+        let nd = mesh.dims.len();
+        let (rc, qc) = (mesh.coords(r), mesh.coords(q));
+        let mine = sh.messages.range((r, 0)..(r + 1, 0));
+        let theirs = sh.messages.range((q, 0)..(q + 1, 0));
+        if mine.clone().count() != theirs.clone().count() {
+            return false;
+        }
+        mine.zip(theirs)
+            .all(|((&(_, i), &(s, j)), (&(_, i2), &(s2, j2)))| {
+                if i != i2 || j != j2 || (s == r) != (s2 == q) {
+                    return false;
+                }
+                if s == r {
+                    return true;
+                }
+                let (sc, s2c) = (mesh.coords(s), mesh.coords(s2));
+                let coords = (0..nd).all(|m| {
+                    (sc[m] == rc[m]) == (s2c[m] == qc[m])
+                        && (sc[m] == rc[m] || (sc[m] == s2c[m] && rc[m] == qc[m]))
+                });
+                let classes = sh.rel_class[s] == sh.rel_class[s2]
+                    && (!roots_read || sh.graph_class[s] == sh.graph_class[s2]);
+                if !coords || !classes || (s > r) != (s2 > q) {
+                    return false;
+                }
+                if s > r {
+                    return true;
+                }
+                let sent = sh.program.ranks[s].nodes[j].inputs().first().copied();
+                let read = |s: usize| {
+                    done.get(s)
+                        .and_then(|d| d.as_ref())
+                        .filter(|sp| sp.offsets.len() == sh.program.ranks[s].nodes.len())
+                        .zip(sent)
+                        .map(|(sp, v)| sp.of(v, nd).to_vec())
+                };
+                let (a, b) = (read(s), read(s2));
+                a.is_some() && a == b
+            })
     }
 
     /// An earlier rank whose placements are `r`'s, checked against `done` (the earlier
     /// ranks' results); `r` becomes a candidate for later ranks otherwise.
     fn of(&self, sh: &Shared, r: usize, done: &[Option<RankPlacements>]) -> Option<usize> {
-        if !self.enabled || self.receives[r] {
+        if !self.enabled {
             return None;
         }
         let key = Twins::key(sh, r);
         let mesh = &sh.program.mesh;
         let mine = mesh.coords(r);
         let found = self.firsts.get(&key).and_then(|cands| {
-            cands.iter().copied().find(|&q| {
+            cands.iter().copied().find(|&(q, roots_read)| {
                 let Some(Some(rq)) = done.get(q) else {
                     return false;
                 };
                 let theirs = mesh.coords(q);
                 let coords_unread = (0..mesh.dims.len())
                     .all(|m| mine[m] == theirs[m] || (m < 64 && rq.coord_reads & (1 << m) == 0));
-                // Equal graphs (names, operators, arguments, inputs) with equal local types.
-                sh.graph_class[q] == sh.graph_class[r]
+                // Equal graphs (names, operators, arguments, inputs), or equal up to peers
+                // with no ring root read, with equal local types.
+                (sh.graph_class[q] == sh.graph_class[r]
+                    || (sh.rel_class[q] == sh.rel_class[r] && !roots_read))
                     && (std::sync::Arc::ptr_eq(&sh.metas[q], &sh.metas[r])
                         || sh.metas[q] == sh.metas[r])
                     && sh.inputs[q] == sh.inputs[r]
                     && coords_unread
                     && rq.findings.is_empty()
+                    && Twins::recvs_alike(sh, q, r, roots_read, done)
             })
         });
-        found
+        found.map(|(q, _)| q)
     }
 
-    /// Records `r` (propagated on its own) as a candidate for later ranks.
-    fn note(&mut self, sh: &Shared, r: usize) {
-        if self.enabled && !self.receives[r] {
-            self.firsts.entry(Twins::key(sh, r)).or_default().push(r);
+    /// Records `r` (propagated on its own; `roots_read`: its run read a ring root) as a
+    /// candidate for later ranks.
+    fn note(&mut self, sh: &Shared, r: usize, roots_read: bool) {
+        if self.enabled {
+            self.firsts
+                .entry(Twins::key(sh, r))
+                .or_default()
+                .push((r, roots_read));
         }
     }
 }
@@ -458,6 +532,12 @@ pub fn check_case_counted(case: &Case, progress: &Progress) -> Result<Report, In
 /// [`synth::synthesize`] runs on each candidate program.
 pub fn check_case_without_fixes(case: &Case) -> Result<Report, Invalid> {
     check_unfixed(case, &Progress::default())
+}
+
+/// Turns twin ranks off (`true`) or back on for this thread's propagations: tests compare
+/// every rank's placements with and without them (a twin must get what its own run gives).
+pub fn twins_off(off: bool) {
+    engine::NO_TWINS.with(|f| f.set(off));
 }
 
 /// Whether mesh dim `m` is a pipeline's (named `pp`): its coordinates run different stage
@@ -1084,6 +1164,25 @@ mod tests {
         }
     }
 
+    /// Propagates `case` with and without twins, asserts that every rank gets the same
+    /// placements, findings and unknowns and the report is the same; returns the twin ranks.
+    fn twins_exact(case: &Case, label: &str) -> usize {
+        let shared = propagate(case).unwrap();
+        engine::NO_TWINS.with(|f| f.set(true));
+        let own = propagate(case).unwrap();
+        let own_report = check_case(case).unwrap().render();
+        engine::NO_TWINS.with(|f| f.set(false));
+        assert_eq!(own.twin_ranks, 0);
+        for (a, b) in shared.ranks.iter().zip(&own.ranks) {
+            assert_eq!(a.places, b.places, "{label}");
+            assert_eq!(a.findings.len(), b.findings.len(), "{label}");
+            assert_eq!(a.unknown_values, b.unknown_values, "{label}");
+            assert_eq!(a.unknown_sources, b.unknown_sources, "{label}");
+        }
+        assert_eq!(check_case(case).unwrap().render(), own_report, "{label}");
+        shared.twin_ranks
+    }
+
     /// A rank whose placements are taken from a twin gets what its own run gives, on every
     /// demo plan (twins among them: the tensor-parallel ranks of `tp_linear`, whose graphs
     /// are equal), and the report is the same.
@@ -1099,20 +1198,7 @@ mod tests {
         let mut twins = 0;
         for path in names {
             let case = plan::load_plan(&path).unwrap();
-            let shared = propagate(&case).unwrap();
-            engine::NO_TWINS.with(|f| f.set(true));
-            let own = propagate(&case).unwrap();
-            let own_report = check_case(&case).unwrap().render();
-            engine::NO_TWINS.with(|f| f.set(false));
-            assert_eq!(own.twin_ranks, 0);
-            twins += shared.twin_ranks;
-            for (a, b) in shared.ranks.iter().zip(&own.ranks) {
-                assert_eq!(a.places, b.places, "{}", path.display());
-                assert_eq!(a.findings.len(), b.findings.len(), "{}", path.display());
-                assert_eq!(a.unknown_values, b.unknown_values, "{}", path.display());
-                assert_eq!(a.unknown_sources, b.unknown_sources, "{}", path.display());
-            }
-            assert_eq!(check_case(&case).unwrap().render(), own_report);
+            twins += twins_exact(&case, &path.display().to_string());
         }
         assert!(twins > 0, "no demo plan has a twin rank");
     }

@@ -28,6 +28,9 @@ pub struct RingRoots {
     /// Per key, the roots numbered under it.
     ids: HashMap<(String, usize, u64), Vec<Root>>,
     count: usize,
+    /// Calls of [`RingRoots::intern`] so far: a run that made none read no root number (a
+    /// twin of a graph equal only up to its point-to-point peers may share it).
+    pub calls: usize,
 }
 
 impl RingRoots {
@@ -43,6 +46,7 @@ impl RingRoots {
         (rank, node): (usize, usize),
         same: impl Fn(usize, usize) -> bool,
     ) -> Option<u16> {
+        self.calls += 1;
         let roots = self
             .ids
             .entry((name.to_string(), output, structure))

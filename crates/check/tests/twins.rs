@@ -5,8 +5,31 @@
 //! rank 1's, so taking rank 1's placements from rank 0's run would prove the concatenation of
 //! the two (equal) one-hots to be the one-hot over 16 classes: a false pass.
 
-use shardproof_check::{check_case, plan::parse_plan, propagate, Verdict};
+mod common;
+
+use common::plans::Plan;
+use shardproof_case::Case;
+use shardproof_check::{check_case, plan::parse_plan, propagate, twins_off, Verdict};
 use std::path::Path;
+
+/// Propagates `case` with and without twins: every rank gets the same placements, findings
+/// and unknowns, and the report is the same. Returns the twin ranks.
+fn twins_exact(case: &Case, label: &str) -> usize {
+    let shared = propagate(case).unwrap();
+    twins_off(true);
+    let own = propagate(case).unwrap();
+    let own_report = check_case(case).unwrap().render();
+    twins_off(false);
+    assert_eq!(own.twin_ranks, 0);
+    for (a, b) in shared.ranks.iter().zip(&own.ranks) {
+        assert_eq!(a.places, b.places, "{label}");
+        assert_eq!(a.findings.len(), b.findings.len(), "{label}");
+        assert_eq!(a.unknown_values, b.unknown_values, "{label}");
+        assert_eq!(a.unknown_sources, b.unknown_sources, "{label}");
+    }
+    assert_eq!(check_case(case).unwrap().render(), own_report, "{label}");
+    shared.twin_ranks
+}
 
 fn plan(lo: &str, hi: &str) -> String {
     format!(
@@ -39,4 +62,91 @@ fn equal_graphs_whose_proof_reads_the_coordinate_are_not_twins() {
     let r = check_case(&case).unwrap();
     assert_ne!(r.verdict, Verdict::Holds, "{}", r.render());
     assert_eq!(propagate(&case).unwrap().twin_ranks, 0);
+}
+
+/// Receiving ranks share a propagation only where every recv reads the same (issue 44,
+/// step 3 of the class design). On `pp=2, tp=2, dp=2`, the second stage's ranks only receive
+/// the first stage's `y` and declare it replicated over tp. The first stage's graphs are
+/// equal up to their sends' peers except at `pp=0, tp=1, dp=1`, which scales by 3 where
+/// its tp peer scales by 2: `y` is `Replicate()` over tp on the dp=0 ranks and `Varying` on
+/// the dp=1 ranks. Rank 5 (`pp=1, tp=0, dp=1`) has rank 4's key (graphs equal up to peers,
+/// its own peers' classes along every mesh dim, no coordinate read): only what its sender
+/// holds differs. Taking its placements from rank 4's run passes its tp postcondition (a
+/// false pass: checked by making the sender comparison always agree).
+#[test]
+fn receivers_whose_senders_hold_different_placements_are_not_twins() {
+    let stage0 = |at: &str, factor: &str| {
+        format!(
+            "on pp=0 {at} {{\n\
+             input x: f32[4, 8]\n\
+             y = mul(x, {factor})\n\
+             send(y, pp=1, tag=0)\n\
+             }}\n"
+        )
+    };
+    let text = format!(
+        "mesh pp=2 tp=2 dp=2\n{}{}{}on pp=1 {{\n\
+         z = recv(f32[4, 8], pp=0, tag=0)\n\
+         output z tp=Replicate()\n\
+         }}\n",
+        stage0("tp=0", "2.0"),
+        stage0("tp=1 dp=0", "2.0"),
+        stage0("tp=1 dp=1", "3.0")
+    );
+    let case = parse_plan(Path::new("recv.plan"), &text).unwrap_or_else(|e| panic!("{e}"));
+    let r = check_case(&case).unwrap();
+    assert_eq!(r.verdict, Verdict::Violated, "{}", r.render());
+    assert!(
+        r.findings
+            .iter()
+            .any(|f| f.ranks.contains(&5) && f.message.contains("over mesh dim `tp`")),
+        "{}",
+        r.render()
+    );
+    twins_exact(&case, "recv");
+}
+
+/// Data-parallel replicas of a pipeline stage run graphs equal up to their sends' and recvs'
+/// peers: the receiving ranks take a replica's placements (before, only ranks that receive
+/// nothing could, and only from equal graphs).
+#[test]
+fn pipeline_replicas_that_receive_alike_are_twins() {
+    let text = "mesh pp=2 dp=2\n\
+                on pp=0 {\n\
+                input x: f32[4, 8] dp=Shard(0)\n\
+                input w: f32[8, 8]\n\
+                h = mm(x, w)\n\
+                send(h, pp=1, tag=0)\n\
+                }\n\
+                on pp=1 {\n\
+                input v: f32[8, 8]\n\
+                a = recv(f32[2, 8], pp=0, tag=0)\n\
+                y = mm(a, v)\n\
+                output y dp=Shard(0)\n\
+                }\n";
+    let case = parse_plan(Path::new("replicas.plan"), text).unwrap_or_else(|e| panic!("{e}"));
+    let r = check_case(&case).unwrap();
+    assert_eq!(r.verdict, Verdict::Holds, "{}", r.render());
+    // Rank 1 (stage 0, dp 1) and rank 3 (stage 1, dp 1, a receiver) are twins.
+    assert_eq!(twins_exact(&case, "replicas"), 2);
+}
+
+/// The zoo's pipelined plan (`dp=2,pp=2,tp=2`, two microbatches, forward and full): the dp
+/// replicas of each stage run graphs equal up to peers and receive from the other stage (a
+/// later rank's sends read `Unknown` in the first pass, then propagated again): at least
+/// the replicas are twins (none before), each getting what its own run gives.
+#[test]
+fn pipeline_replicas_get_what_their_own_runs_give() {
+    for forward_only in [true, false] {
+        let plan = Plan {
+            microbatches: 2,
+            ..Plan::new("llama", "dp=2,pp=2,tp=2", forward_only)
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let case = shardproof_case::load_case(&plan.emit(dir.path()).unwrap()).unwrap();
+        // Measured: 6 of 8 (the dp replica of every rank, and tp peers where their graphs
+        // are equal).
+        let twins = twins_exact(&case, &plan.label());
+        assert!(twins >= 4, "{}: {twins} twins", plan.label());
+    }
 }

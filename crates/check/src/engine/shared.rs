@@ -158,6 +158,9 @@ pub struct Shared<'a> {
     /// Per rank: the class of ranks whose graphs are equal node for node (names, operators,
     /// arguments and inputs), so that the same node of a peer is the same index.
     pub graph_class: Vec<usize>,
+    /// Per rank: the first rank whose graph equals it up to point-to-point peers, compared
+    /// as offsets from each graph's own rank ([`relative_classes`]).
+    pub rel_class: Vec<usize>,
     /// The spec's views: every view node's operator and global input and output shapes
     /// ([`SpecViews`]).
     pub spec_views: SpecViews<'a>,
@@ -702,6 +705,82 @@ pub fn graph_classes(graphs: &[Arc<Graph>]) -> Vec<usize> {
         }
     }
     class
+}
+
+/// The classes of rank graphs equal up to their point-to-point peers (issue 44, step 1 of
+/// the class design): graphs equal node for node (names and kinds, as [`graph_classes`])
+/// except that a `shardproof_p2p.send`'s `dst` and a `recv`'s `src` are compared as offsets
+/// from the graph's own rank. Data-parallel replicas of a pipeline stage differ only there
+/// (`send(x, 4)` on rank 0, `send(x, 6)` on rank 2). Every class of [`graph_classes`] lies in
+/// one relative class; `graphs[r]` is rank `r`'s graph.
+pub fn relative_classes(graphs: &[Arc<Graph>]) -> Vec<usize> {
+    let mut firsts: HashMap<(usize, u64), Vec<usize>> = HashMap::new();
+    let mut class: Vec<usize> = Vec::with_capacity(graphs.len());
+    for (r, g) in graphs.iter().enumerate() {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        for n in &g.nodes {
+            n.name.hash(&mut h);
+        }
+        let cands = firsts.entry((g.nodes.len(), h.finish())).or_default();
+        let same = cands.iter().copied().find(|&q| {
+            let o = &graphs[q];
+            o.nodes
+                .iter()
+                .zip(&g.nodes)
+                .all(|(a, b)| a.name == b.name && same_up_to_peers(&a.kind, q, &b.kind, r))
+        });
+        match same {
+            Some(q) => class.push(class[q]),
+            None => {
+                cands.push(r);
+                class.push(r);
+            }
+        }
+    }
+    class
+}
+
+/// Whether node kinds `a` (of rank `ra`'s graph) and `b` (of rank `rb`'s) are equal, a
+/// point-to-point call's peer compared as its offset from the graph's own rank.
+fn same_up_to_peers(a: &NodeKind, ra: usize, b: &NodeKind, rb: usize) -> bool {
+    match (a, b) {
+        (
+            NodeKind::Call {
+                op: oa,
+                args: aa,
+                kwargs: ka,
+            },
+            NodeKind::Call {
+                op: ob,
+                args: ab,
+                kwargs: kb,
+            },
+        ) if oa.namespace == shardproof_ops::P2P_NAMESPACE => {
+            // The peer's position and keyword (`send(input, dst, tag)`,
+            // `recv(size, dtype, src, tag)`).
+            let (at, key) = match oa.name.as_str() {
+                "send" => (1, "dst"),
+                "recv" => (2, "src"),
+                _ => return a == b,
+            };
+            let rel = |x: &Arg, y: &Arg| match (x, y) {
+                (Arg::Int(i), Arg::Int(j)) => *i - ra as i64 == *j - rb as i64,
+                _ => x == y,
+            };
+            oa == ob
+                && aa.len() == ab.len()
+                && ka.len() == kb.len()
+                && aa
+                    .iter()
+                    .zip(ab)
+                    .enumerate()
+                    .all(|(k, (x, y))| if k == at { rel(x, y) } else { x == y })
+                && ka.iter().zip(kb).all(|((kx, x), (ky, y))| {
+                    kx == ky && if kx == key { rel(x, y) } else { x == y }
+                })
+        }
+        _ => a == b,
+    }
 }
 
 /// The scalings of `spec` (the case's single-device program): every `mul` or `div` by a

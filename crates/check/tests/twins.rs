@@ -1,9 +1,8 @@
-//! Ranks whose graphs are equal share one propagation only where the run read nothing that
-//! differs between them (`Twins` in the crate root): a rank's coordinate read by a proof makes
-//! its equal-graph peers propagate on their own. Two tensor-parallel ranks that both build the
-//! one-hot of ids over the range `[0, 8)` run equal graphs; the range is rank 0's own and not
-//! rank 1's, so taking rank 1's placements from rank 0's run would prove the concatenation of
-//! the two (equal) one-hots to be the one-hot over 16 classes: a false pass.
+//! Ranks whose graphs are equal (or equal up to their point-to-point peers) share one
+//! propagation only where the run read nothing that differs between them (`Twins` in the
+//! crate root): a coordinate read by a proof of the rank's own range, a recv whose sender
+//! holds something else. Each test compares every rank's placements, findings, unknowns and
+//! the report with the runs of every rank on its own (`twins_exact`).
 
 mod common;
 
@@ -51,17 +50,23 @@ fn plan(lo: &str, hi: &str) -> String {
 }
 
 #[test]
-fn equal_graphs_whose_proof_reads_the_coordinate_are_not_twins() {
+fn equal_graphs_whose_proof_reads_the_coordinate_get_their_own_result() {
     let load =
         |text: &str| parse_plan(Path::new("twins.plan"), text).unwrap_or_else(|e| panic!("{e}"));
     // Rank-dependent literals: each rank its own range, the one-hot's columns `Shard(1)`.
-    let r = check_case(&load(&plan("tp[0, 8]", "tp[8, 16]"))).unwrap();
+    let case = load(&plan("tp[0, 8]", "tp[8, 16]"));
+    let r = check_case(&case).unwrap();
     assert_eq!(r.verdict, Verdict::Holds, "{}", r.render());
-    // The same range on both ranks (equal graphs): rank 1's columns are not its own.
+    twins_exact(&case, "own ranges");
+    // The same range on both ranks (equal graphs): rank 1's columns are not its own. The
+    // one-hot proof is a claim about both coordinates at once (each rank's graph at its own
+    // coordinate, `peers_prove`), the same on either rank, so rank 1 may take rank 0's run
+    // (stop 63; before, the proof's read of the coordinate kept them apart): it gets what its
+    // own run gives, and the program does not hold.
     let case = load(&plan("0", "8"));
     let r = check_case(&case).unwrap();
     assert_ne!(r.verdict, Verdict::Holds, "{}", r.render());
-    assert_eq!(propagate(&case).unwrap().twin_ranks, 0);
+    assert_eq!(twins_exact(&case, "one range"), 1);
 }
 
 /// Receiving ranks share a propagation only where every recv reads the same (issue 44,
@@ -148,5 +153,22 @@ fn pipeline_replicas_get_what_their_own_runs_give() {
         // are equal).
         let twins = twins_exact(&case, &plan.label());
         assert!(twins >= 4, "{}: {twins} twins", plan.label());
+    }
+}
+
+/// The vocabulary-parallel embedding and LM head (llama, `dp=2,tp=2`, forward and full):
+/// their one-hot, embedding-gradient and update proofs are claims about the whole tp group;
+/// the dp replicas share runs and each rank gets what its own run gives.
+#[test]
+fn vocabulary_parallel_replicas_get_what_their_own_runs_give() {
+    for forward_only in [true, false] {
+        let plan = Plan {
+            vocab_parallel: true,
+            ..Plan::new("llama", "dp=2,tp=2", forward_only)
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let case = shardproof_case::load_case(&plan.emit(dir.path()).unwrap()).unwrap();
+        let twins = twins_exact(&case, &plan.label());
+        assert!(twins >= 2, "{}: {twins} twins", plan.label());
     }
 }

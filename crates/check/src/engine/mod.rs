@@ -780,6 +780,12 @@ fn propagate_rank_from(
                             &dyn Fn(ValueId) -> Option<Meta>,
                         ) -> bool
                         + 'p;
+                    // A proof taken with `peers_prove` is a claim about every coordinate of
+                    // the group along this mesh dim (each member's graph at its own
+                    // coordinate), the same whichever member makes it: its read of the rank's
+                    // own coordinate is not recorded (`coords[m]`, not `my_coord`), so the
+                    // replicas of a stage that runs it may share one run (`Twins`). A proof
+                    // of the rank's range alone (`range_proven`) records its read.
                     let peers_prove = |proof: &Proof| {
                         !stage_dim
                             && peer_list[m].iter().enumerate().all(|(k, &p)| {
@@ -813,7 +819,7 @@ fn propagate_rank_from(
                         && crate::vocab::update_shard(
                             g,
                             i,
-                            &|| my_coord(m),
+                            &|| coords[m],
                             |v| rp.of(v, nd)[m] == Place::Replicate,
                             meta_of,
                         )
@@ -839,7 +845,7 @@ fn propagate_rank_from(
                             g,
                             inputs[0],
                             inputs[1],
-                            &|| my_coord(m),
+                            &|| coords[m],
                             |v| rp.of(v, nd)[m] == Place::Replicate,
                             meta_of,
                         );
@@ -866,7 +872,7 @@ fn propagate_rank_from(
                         && crate::vocab::embedding_grad_shard(
                             g,
                             i,
-                            &|| my_coord(m),
+                            &|| coords[m],
                             |v| rp.of(v, nd)[m] == Place::Replicate,
                             meta_of,
                         )

@@ -619,6 +619,22 @@ fn check_unfixed(case: &Case, progress: &Progress) -> Result<Report, Invalid> {
                         ));
                         true
                     }
+                    // A replicated value divided by n where the spec need not divide (`scaled`:
+                    // its n copies sum to the undivided value) declared replicated: each copy
+                    // is 1/n of the spec's tensor unless the spec divides too, which the
+                    // record does not say (was: a pass; `run` finds the output wrong). A
+                    // plan is its own spec: the division is in the program it declares.
+                    (Place::Replicate, Place::Replicate)
+                        if !case.spec.nodes.is_empty()
+                            && rp.scaled[(rp.offsets[v.node] as usize + v.output) * nd + m] =>
+                    {
+                        unchecked += 1;
+                        unknown_outputs.insert(format!(
+                            "{} (Replicate() over `{}`, divided by the mesh size where the spec may not divide: not proven)",
+                            exp.spec_name, program.mesh.dims[m].0
+                        ));
+                        true
+                    }
                     (_, h) if fused && blocked_want == Some(h) => true,
                     (Place::Shard(_), _) if fused => {
                         unchecked += 1;

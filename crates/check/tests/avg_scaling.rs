@@ -155,3 +155,30 @@ fn a_reduce_scatter_sum_of_local_means_is_not_the_mean() {
         Verdict::Holds
     );
 }
+
+#[test]
+fn a_replicated_value_divided_by_n_where_the_spec_does_not_is_not_proven() {
+    // Replicated rows on both ranks: each rank's `y` is half the spec's mean. Base: holds
+    // (the division by n is recorded as `scaled`, a share of a sum, and passed as the
+    // replicated value); `run` finds the output wrong.
+    let dir = std::env::temp_dir().join(format!("shardproof-avg-rep-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let graph = |class: &str, body: &str| {
+        format!(
+            "class {class}(torch.nn.Module):\n    def forward(self, x: \"f32[4, 8]\"):\n{body}        return (y,)\n"
+        )
+    };
+    std::fs::write(dir.join("spec.py"), graph("Spec", MEAN)).unwrap();
+    for r in ["r0.py", "r1.py"] {
+        std::fs::write(dir.join(r), graph("Rank", &scaled("mean", "div", "2"))).unwrap();
+    }
+    std::fs::write(
+        dir.join("case.yaml"),
+        "version: 1\nname: rep\nspec:\n  graph: spec.py\nimpl:\n  mesh: { dp: 2 }\n  graphs: [r0.py, r1.py]\n  groups:\n    \"0\": dp\ninputs:\n  x: Replicate()\noutputs:\n  y: Replicate()\n",
+    )
+    .unwrap();
+    let case = shardproof_case::load_case(&dir.join("case.yaml")).unwrap();
+    let report = check_case(&case).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(report.verdict, Verdict::Inconclusive, "{}", report.render());
+}

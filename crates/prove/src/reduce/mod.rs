@@ -18,6 +18,7 @@
 //! no dim explains, a cut, a constant tensor or a layout with explicit block sizes refuses
 //! the reduction ([`Refusal`]): never reduced unsoundly.
 
+pub mod mesh;
 pub mod rules;
 pub mod sizes;
 
@@ -381,7 +382,7 @@ fn int_arg(x: u64) -> Arg {
 
 /// The graph with every recorded shape and shape literal at its reduced size, checked
 /// against shape inference.
-fn rewrite(
+pub(crate) fn rewrite(
     g: &Graph,
     dims: &GraphDims,
     sizes: &Sizes,

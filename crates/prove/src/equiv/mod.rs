@@ -411,6 +411,13 @@ fn prove_mesh_reduced(
                     p.mesh = Some(summary);
                     return p;
                 }
+                if m.lifts.is_err() {
+                    // The two-replica case is not the case's image (a literal left as it
+                    // was, a sum not divided by the replicas): the case's own verdict stands.
+                    return p;
+                }
+                // Under conditions (a)-(c) a refutation on two replicas is one on any even
+                // number of them (replicas tiled in pairs): a disagreement is a bug here.
                 p.verdict = Verdict::Inconclusive;
                 p.counterexample = None;
                 p.message = Some(format!(

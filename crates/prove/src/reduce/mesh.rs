@@ -644,7 +644,9 @@ fn classify_spec(
         // the loss's backward) is neither row-wise nor linear.
         let mixes = rows_in && ic.iter().any(|c| matches!(c, Cls::Global | Cls::Affine));
         if mixes {
-            return bad("(c) a value reduced over the batch is read back row by row");
+            return bad(
+                "(b) a statistic over the batch is read back row by row (a batch statistic)",
+            );
         }
         let out = if b == "aten.nll_loss_forward" {
             if get("reduction").and_then(|a| a.as_int()) != Some(1)

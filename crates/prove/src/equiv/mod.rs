@@ -373,8 +373,10 @@ fn prove_mesh_reduced(
     let kept = |why: String| {
         let mut p = prove_case_mesh_kept(case, &cfg, started);
         if p.verdict == Verdict::Inconclusive {
+            // After the case's own reason, which callers read (a shape-reduction refusal
+            // is retried at full size).
             p.message = Some(format!(
-                "the mesh-dim reduction along dp does not apply ({why}); at the case's mesh: {}",
+                "{} (the mesh-dim reduction along dp does not apply: {why})",
                 p.message.as_deref().unwrap_or("undecided")
             ));
         }

@@ -32,7 +32,7 @@ use super::sizes::{Sizes, Var};
 use super::Refusal;
 use shardproof_case::{Blocks, Case, Layout, Placement};
 use shardproof_ir::{Arg, Graph, NodeKind, ValueId};
-use shardproof_ops::{Args, Meta, Registry, Tensor, Values};
+use shardproof_ops::{Args, Meta, OpClass, Registry, Tensor, Values};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -274,29 +274,9 @@ fn build(case: &Case, g: usize, d: usize) -> Result<MeshReduction, String> {
     }
     let mut groups = Vec::new();
     for grp in &case.program.groups {
-        let mut members = Vec::new();
-        for set in &grp.members {
-            let coords: Vec<usize> = set.iter().map(|&r| mesh.coords(r)[g]).collect();
-            let mut along: Vec<usize> = coords.clone();
-            along.sort_unstable();
-            along.dedup();
-            let k: Vec<usize> = set.iter().filter_map(|&r| new_index[r]).collect();
-            let whole =
-                along.len() == d && set.len() % d == 0 && k.len() * d == set.len() * REDUCED;
-            if along.len() != 1 && !whole {
-                return Err(format!(
-                    "(a) process group `{}` holds {} of the {d} dp coordinates",
-                    grp.name,
-                    along.len()
-                ));
-            }
-            if !k.is_empty() {
-                members.push(k);
-            }
-        }
         groups.push(shardproof_ir::ProcessGroup {
             name: grp.name.clone(),
-            members,
+            members: group_members(grp, mesh, g, d, &new_index)?,
         });
     }
     let mut reduced = case.clone();
@@ -337,6 +317,56 @@ fn build(case: &Case, g: usize, d: usize) -> Result<MeshReduction, String> {
         lifts,
         rewritten,
     })
+}
+
+/// A process group's member sets on the kept ranks, or why its sets are not the same at every
+/// dp coordinate (condition (a)): each set either spans dp whole as a product (the same ranks
+/// of the other mesh dims at every dp coordinate) or lies at one dp coordinate, and the sets
+/// at one coordinate are those at any other, moved along dp.
+fn group_members(
+    grp: &shardproof_ir::ProcessGroup,
+    mesh: &shardproof_ir::Mesh,
+    g: usize,
+    d: usize,
+    new_index: &[Option<usize>],
+) -> Result<Vec<Vec<usize>>, String> {
+    let refuse = |what: &str| Err(format!("(a) process group `{}` {what}", grp.name));
+    // A rank as (dp coordinate, its position on the other mesh dims).
+    let split = |r: usize| {
+        let mut c = mesh.coords(r);
+        let at = c[g];
+        c[g] = 0;
+        (at, rank_of(mesh, &c))
+    };
+    let mut per_coord: Vec<Vec<Vec<usize>>> = vec![Vec::new(); d];
+    let mut members = Vec::new();
+    for set in &grp.members {
+        let mut by_coord: Vec<Vec<usize>> = vec![Vec::new(); d];
+        for &r in set {
+            let (at, other) = split(r);
+            by_coord[at].push(other);
+        }
+        for o in &mut by_coord {
+            o.sort_unstable();
+        }
+        let held: Vec<usize> = (0..d).filter(|&c| !by_coord[c].is_empty()).collect();
+        if held.len() == 1 {
+            per_coord[held[0]].push(by_coord[held[0]].clone());
+        } else if held.len() != d || by_coord.iter().any(|o| *o != by_coord[0]) {
+            return refuse("has a set that is not the same ranks at every dp coordinate");
+        }
+        let k: Vec<usize> = set.iter().filter_map(|&r| new_index[r]).collect();
+        if !k.is_empty() {
+            members.push(k);
+        }
+    }
+    for sets in &mut per_coord {
+        sets.sort();
+    }
+    if per_coord.iter().any(|s| *s != per_coord[0]) {
+        return refuse("has other sets at some dp coordinates than at others");
+    }
+    Ok(members)
 }
 
 /// The rank at mesh coordinates `c` (row-major).
@@ -530,7 +560,6 @@ const NONLINEAR: &[&str] = &[
     "aten._log_softmax",
     "aten.triu",
     "aten.tril",
-    "aten.embedding",
 ];
 
 /// Classes of batch-free values under a linear operator: `+` (`add`) or `×` by a coefficient.
@@ -620,6 +649,13 @@ fn classify_spec(
         let mv = MetaValues(&metas);
         let bound = Args::bind(&def.schema, args, kwargs, &mv)
             .map_err(|e| format!("(b) {}: {e}", here()))?;
+        if !matches!(def.class, OpClass::Pure | OpClass::Wait) {
+            return Err(format!(
+                "(b) {}: a {:?} operator in the spec",
+                here(),
+                def.class
+            ));
+        }
         let get =
             |name: &str| -> Option<Arg> { def.schema.index_of(name).and_then(|_| bound.get(name)) };
         let ins = value_args(node);
@@ -728,7 +764,9 @@ fn classify_spec(
                     }
                     Cls::Global
                 }
-                "aten.embedding_dense_backward" if ic.first() == Some(&Cls::Local(1)) => {
+                "aten.embedding_dense_backward"
+                    if ic.first() == Some(&Cls::Local(1)) && ic.get(1) == Some(&Cls::Local(0)) =>
+                {
                     Cls::Global
                 }
                 "aten.sum" => {
@@ -767,8 +805,17 @@ fn classify_spec(
                     _ => {}
                 }
                 ic[0]
+            } else if b == "aten.embedding" {
+                // Each row looks up its own indices in a batch-free table.
+                if ic.first() != Some(&Cls::Free) || ic.get(1) != Some(&Cls::Local(0)) {
+                    return bad("(b) an embedding whose table holds the batch");
+                }
+                Cls::Local(0)
             } else if matches!(b, "aten.add" | "aten.sub" | "aten.rsub") {
                 let degs: Vec<u8> = ic.iter().map(deg).collect();
+                if degs[0] > 0 && nonzero_scalar(&get) {
+                    return bad("(c) a constant added to a 1/N-scaled row");
+                }
                 if degs.iter().any(|&x| x != degs[0]) {
                     return bad("(c) a sum of terms with and without the batch's 1/N scale");
                 }
@@ -898,7 +945,13 @@ fn global_rule(b: &str, ic: &[Cls], get: &dyn Fn(&str) -> Option<Arg>) -> Option
     }
     match b {
         "aten.add" | "aten.sub" | "aten.rsub" => {
-            ic.iter().skip(1).try_fold(ic[0], |a, &c| add_global(a, c))
+            // A scalar operand is a batch-free term.
+            let first = if nonzero_scalar(get) {
+                add_global(ic[0], Cls::Free)?
+            } else {
+                ic[0]
+            };
+            ic.iter().skip(1).try_fold(first, |a, &c| add_global(a, c))
         }
         "aten.mul" | "aten.mm" | "aten.bmm" => {
             ic.iter().skip(1).try_fold(ic[0], |a, &c| mul_global(a, c))
@@ -914,11 +967,15 @@ fn global_rule(b: &str, ic: &[Cls], get: &dyn Fn(&str) -> Option<Arg>) -> Option
             let prod = mul_global(ic[1], ic[2])?;
             add_global(ic[0], prod)
         }
-        _ => {
-            let _ = get;
-            None
-        }
+        _ => None,
     }
+}
+
+/// Whether an `add`/`sub`/`rsub` has a nonzero scalar (not tensor) operand `other`.
+fn nonzero_scalar(get: &dyn Fn(&str) -> Option<Arg>) -> bool {
+    get("other")
+        .and_then(|a| a.as_f64())
+        .is_some_and(|x| x != 0.0)
 }
 
 /// A movement of several operands (cat): all of one class.
@@ -989,6 +1046,14 @@ fn classify_rank(
         let mv = MetaValues(&metas);
         let bound = Args::bind(&def.schema, args, kwargs, &mv)
             .map_err(|e| format!("(c) {}: {e}", here()))?;
+        match def.class {
+            OpClass::Pure | OpClass::Wait => {}
+            OpClass::Collective if b.starts_with("_c10d_functional.") => {}
+            other => {
+                // Messages between ranks and random draws are not compared across replicas.
+                return Err(format!("(a) {}: a {other:?} operator", here()));
+            }
+        }
         let get =
             |name: &str| -> Option<Arg> { def.schema.index_of(name).and_then(|_| bound.get(name)) };
         let ins = value_args(node);

@@ -300,8 +300,24 @@ fn reduce_with(case: &Case, strict: bool) -> Result<Reduction, Refusal> {
     }
     eps.sort_unstable();
     eps.dedup();
-    let (mut named, others): (Vec<u64>, Vec<u64>) =
-        literals.into_iter().partition(|x| mesh.contains(x));
+    // A literal product the spec and every distinct rank graph all write (an attention
+    // scale `1/sqrt(128)`, a learning rate) is used alike on both sides, so it need not keep
+    // the sizes it may stand for: like a mesh-size literal it only keeps reduced sizes from
+    // coinciding with it (the rule soundness needs), and a refutation on such sizes is
+    // checked again on the strict reduction's. Without this, `1/sqrt(128)` pins the head dim
+    // and a llama3-8b layer keeps attention widths of 4096.
+    let shared: Vec<u64> = if strict {
+        Vec::new()
+    } else {
+        spec.value_literals
+            .iter()
+            .copied()
+            .filter(|x| walked.values().all(|w| w.value_literals.contains(x)))
+            .collect()
+    };
+    let (mut named, others): (Vec<u64>, Vec<u64>) = literals
+        .into_iter()
+        .partition(|x| mesh.contains(x) || shared.contains(x));
     named.extend(eps);
     for x in others {
         sizes.pin_divisors_of(x);

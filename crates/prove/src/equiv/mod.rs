@@ -376,7 +376,7 @@ fn prove_mesh_reduced(
             // After the case's own reason, which callers read (a shape-reduction refusal
             // is retried at full size).
             p.message = Some(format!(
-                "{} (the mesh-dim reduction along dp does not apply: {why})",
+                "{} ({why})",
                 p.message.as_deref().unwrap_or("undecided")
             ));
         }
@@ -384,7 +384,11 @@ fn prove_mesh_reduced(
     };
     let m = match m {
         Ok(m) => m,
-        Err(why) => return kept(why),
+        Err(why) => {
+            return kept(format!(
+                "the mesh-dim reduction along dp does not apply: {why}"
+            ))
+        }
     };
     let summary = MeshSummary {
         dim: m.dim.clone(),
@@ -441,7 +445,7 @@ fn prove_mesh_reduced(
             proof
         }
         (Verdict::Proved, Err(why)) => kept(format!(
-            "proved at dp = {}, which does not carry over: {why}",
+            "the mesh-dim reduction along dp proved the case at dp = {}, which does not carry over: {why}",
             m.reduced
         )),
         (Verdict::Inconclusive, lifts) => {
@@ -452,13 +456,14 @@ fn prove_mesh_reduced(
                 return proof;
             }
             let why = format!(
-                "at dp = {}: {}{}",
+                "through the mesh-dim reduction along dp ({} -> {}) it is undecided: {}{}",
+                m.original,
                 m.reduced,
                 proof.message.as_deref().unwrap_or("undecided"),
                 lifts
                     .as_ref()
                     .err()
-                    .map(|w| format!("; and {w}"))
+                    .map(|w| format!("; and it would not carry over: {w}"))
                     .unwrap_or_default()
             );
             kept(why)

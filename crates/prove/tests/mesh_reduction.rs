@@ -89,6 +89,12 @@ fn dp_catalog_bugs_are_refuted_through_the_mesh_reduction() {
             case.program.ranks.len(),
             "{bug}: on the case as written"
         );
+        // Found on the two replicas, confirmed on the four.
+        let m = proof
+            .mesh
+            .as_ref()
+            .expect("refuted through the mesh reduction");
+        assert_eq!((m.original, m.reduced), (4, 2), "{bug}");
     }
 }
 

@@ -164,7 +164,7 @@ fn build(case: &Case, g: usize, d: usize) -> Result<MeshReduction, String> {
     let batch_rows = sharded
         .iter()
         .filter_map(|(&v, &k)| spec_dims.dims_of(v).map(|ds| sizes.original(&ds[k])))
-        .next()
+        .min()
         .unwrap_or(d as u64);
     // (b) and (c) on the spec, (c) on the ranks.
     let mut lifts: Result<(), String> = Ok(());
@@ -257,7 +257,10 @@ fn build(case: &Case, g: usize, d: usize) -> Result<MeshReduction, String> {
         }
     }
     let mut graphs: HashMap<usize, Arc<Graph>> = HashMap::new();
-    for (&r, lits) in &rank_lits {
+    // In rank order, so that the report is the same on every run.
+    let mut by_rank: Vec<(&usize, &Vec<LitRewrite>)> = rank_lits.iter().collect();
+    by_rank.sort_by_key(|(r, _)| **r);
+    for (&r, lits) in by_rank {
         if lits.is_empty() {
             graphs.insert(r, ranks[r].clone());
             continue;

@@ -3,15 +3,20 @@
 //! wall time and the process's peak resident memory.
 //!
 //! ```text
-//! cargo run --release -p shardproof-prove --example prove_presets -- [PRESET ...] [--time-limit S]
+//! cargo run --release -p shardproof-prove --example prove_presets -- [PRESET ...] [--time-limit S] [--forward]
 //! ```
 //!
 //! Without names: llama3-8b, llama3-405b and deepseek-v3-671b. The peak memory is the
 //! process's (`VmHWM`), so it only grows across presets: run one preset per process for each
-//! one's own figure.
+//! one's own figure. With `--forward` the forward pass and loss are emitted, cut at the
+//! embedding's and every decoder layer's output (the zoo's lineage annotations; the residual
+//! stream batch-sharded on `dp`, replicated elsewhere) and proved in stages with the memo;
+//! each stage goes through the mesh-dim reduction along dp where it applies.
 
-use shardproof_prove::{prove_case, ProveConfig};
+use shardproof_prove::{prove_case, prove_staged, ProveConfig};
 use shardproof_zoo::{emit_to_dir, find_preset, TrainOptions};
+use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// The process's peak resident set, in GB, where /proc tells it.
@@ -20,6 +25,89 @@ fn peak_gb() -> Option<f64> {
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb / 1024.0 / 1024.0)
+}
+
+/// The forward decoder-layer outputs a graph file's lineage names: module -> value name.
+fn layer_outputs(path: &Path) -> BTreeMap<String, String> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.trim().strip_prefix("# Annotation: {'module': '") else {
+            continue;
+        };
+        if rest.contains("'phase': 'backward'") {
+            continue;
+        }
+        let Some((module, rest)) = rest.split_once('\'') else {
+            continue;
+        };
+        let Some(output) = rest
+            .split_once("'output': '")
+            .and_then(|(_, o)| o.split_once('\''))
+            .map(|(o, _)| o)
+        else {
+            continue;
+        };
+        // A decoder layer ends where its last sublayer does.
+        let layer_end = module == "embedding"
+            || (module.starts_with("layers.")
+                && (module.ends_with(".mlp")
+                    || module.ends_with(".moe")
+                    || module.matches('.').count() == 1));
+        if layer_end {
+            out.insert(module.to_string(), output.to_string());
+        }
+    }
+    out
+}
+
+/// Adds the lineage's layer outputs to the case file as cuts (every rank's graph must name
+/// the same value); returns how many.
+fn cut_at_layers(dir: &Path) -> usize {
+    let case = shardproof_case::load_case(&dir.join("case.yaml")).expect("case");
+    let spec = layer_outputs(case.spec.path.as_deref().expect("spec file"));
+    let mut files: Vec<&Path> = case
+        .program
+        .ranks
+        .iter()
+        .map(|g| g.path.as_deref().expect("rank file"))
+        .collect();
+    files.dedup();
+    let ranks: Vec<BTreeMap<String, String>> = files.iter().map(|f| layer_outputs(f)).collect();
+    let placement: Vec<&str> = case
+        .program
+        .mesh
+        .dims
+        .iter()
+        .map(|d| {
+            if d.0 == "dp" {
+                "Shard(0)"
+            } else {
+                "Replicate()"
+            }
+        })
+        .collect();
+    let mut lines = String::new();
+    let mut cuts = 0;
+    for (module, name) in &spec {
+        let names: Vec<Option<&String>> = ranks.iter().map(|r| r.get(module)).collect();
+        let Some(Some(rank_name)) = names.first() else {
+            continue;
+        };
+        if names.iter().any(|n| *n != Some(*rank_name)) {
+            continue;
+        }
+        lines.push_str(&format!(
+            "  {name}: {{ impl: {rank_name}, placement: [{}] }}\n",
+            placement.join(", ")
+        ));
+        cuts += 1;
+    }
+    let path = dir.join("case.yaml");
+    let text = std::fs::read_to_string(&path).expect("case.yaml");
+    let text = text.replacen("inputs:\n", &format!("inputs:\n{lines}"), 1);
+    std::fs::write(&path, text).expect("case.yaml");
+    cuts
 }
 
 fn main() {
@@ -35,16 +123,72 @@ fn main() {
         .filter(|(i, a)| !a.starts_with("--") && (*i == 0 || args[i - 1] != "--time-limit"))
         .map(|(_, a)| a.as_str())
         .collect();
+    let forward = args.iter().any(|a| a == "--forward");
     if names.is_empty() {
         names = vec!["llama3-8b", "llama3-405b", "deepseek-v3-671b"];
     }
     for name in names {
         let preset = find_preset(name).expect("a zoo preset");
-        let (opts, extras, pipeline) = preset.request();
+        let (mut opts, extras, pipeline) = preset.request();
+        opts.forward_only = forward;
         let dir = tempfile::tempdir().expect("a temporary directory");
         let started = Instant::now();
         emit_to_dir(&opts, &extras, &TrainOptions::PLAIN, &pipeline, dir.path()).expect("emit");
         let emitted = started.elapsed().as_secs_f64();
+        let case_started = Instant::now();
+        if forward {
+            let cuts = cut_at_layers(dir.path());
+            let case = shardproof_case::load_case(&dir.path().join("case.yaml")).expect("case");
+            let cfg = ProveConfig {
+                time_limit: Some(Duration::from_secs_f64(limit)),
+                started: Some(case_started),
+                ..ProveConfig::default()
+            };
+            let proof = prove_staged(&case, &cfg, 1);
+            let secs = case_started.elapsed().as_secs_f64();
+            println!(
+                "{name} forward ({}; {} ranks; cut at {cuts} layer outputs): {:?} in {secs:.1} s (emitted in {emitted:.1} s), {} stages, {} proved, {} memo hits, peak {:.2} GB{}",
+                preset.plan_note(),
+                case.program.ranks.len(),
+                proof.verdict,
+                proof.stages.len(),
+                proof.distinct_stages,
+                proof.memo_hits,
+                peak_gb().unwrap_or(f64::NAN),
+                proof
+                    .message
+                    .as_deref()
+                    .map(|m| format!("\n  {m}"))
+                    .unwrap_or_default()
+            );
+            for p in &proof.proofs {
+                let q = &p.proof;
+                let mesh = &q["mesh"];
+                let red = &q["reduction"];
+                println!(
+                    "  stage {}: {}{}{}",
+                    p.stage,
+                    q["verdict"],
+                    if mesh.is_object() {
+                        format!(
+                            ", {} {} -> {}",
+                            mesh["dim"], mesh["original"], mesh["reduced"]
+                        )
+                    } else {
+                        String::new()
+                    },
+                    if red.is_object() {
+                        format!(
+                            ", {} -> {} tensor elements on two replicas before and after shape reduction",
+                            red["elements_before"], red["elements_after"]
+                        )
+                    } else {
+                        String::new()
+                    }
+                );
+            }
+            continue;
+        }
         let case = shardproof_case::load_case(&dir.path().join("case.yaml")).expect("case");
         let cfg = ProveConfig {
             time_limit: Some(Duration::from_secs_f64(limit)),

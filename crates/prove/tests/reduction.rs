@@ -34,3 +34,53 @@ fn reduced_verdicts_equal_full_size_verdicts_on_random_programs() {
     assert!(seen.contains(&Verdict::Proved), "{seen:?}");
     assert!(seen.contains(&Verdict::Refuted), "{seen:?}");
 }
+
+/// A tp=2 case whose spec and ranks scale by `scale` (spec) and `rank_scale` (ranks) after a
+/// row sum over 4 columns.
+fn scaled_sum(dir: &std::path::Path, scale: &str, rank_scale: &str) -> shardproof_case::Case {
+    let g = |s: &str| {
+        format!(
+            r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[4, 4]"):
+        sum_1: "f32[4]" = torch.ops.aten.sum.dim_IntList(x, [1])
+        y: "f32[4]" = torch.ops.aten.mul.Tensor(sum_1, {s})
+        return (y,)
+"#
+        )
+    };
+    std::fs::write(dir.join("spec.py"), g(scale)).unwrap();
+    std::fs::write(dir.join("r0.py"), g(rank_scale)).unwrap();
+    std::fs::write(dir.join("r1.py"), g(rank_scale)).unwrap();
+    std::fs::write(
+        dir.join("case.yaml"),
+        "version: 1\nname: scaled\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [r0.py, r1.py]\ninputs:\n  x: Replicate()\noutputs:\n  y: Replicate()\n",
+    )
+    .unwrap();
+    shardproof_case::load_case(&dir.join("case.yaml")).unwrap()
+}
+
+#[test]
+fn a_literal_both_sides_write_pins_no_size_and_a_one_sided_one_still_does() {
+    use shardproof_prove::reduce::reduce_case;
+    use shardproof_prove::{prove_case, ProveConfig};
+    // `0.25` on both sides (a literal product 4, 16): the 4s are reduced (to 3, which divides
+    // no literal product), and the case is still proved.
+    let dir = tempfile::tempdir().unwrap();
+    let case = scaled_sum(dir.path(), "0.25", "0.25");
+    let r = reduce_case(&case).unwrap();
+    assert_eq!(r.inputs[0].2, vec![3, 3], "{:?}", r.inputs);
+    assert!(r.mesh_literals.contains(&4));
+    assert_eq!(
+        prove_case(&case, &ProveConfig::default()).verdict,
+        Verdict::Proved
+    );
+    // Written on one side only (the ranks' 0.25, the spec's 0.5) a literal may stand for a
+    // size (a mean over 4) and keeps the sizes dividing it.
+    let dir = tempfile::tempdir().unwrap();
+    let case = scaled_sum(dir.path(), "0.5", "0.25");
+    let r = reduce_case(&case).unwrap();
+    assert_eq!(r.inputs[0].2, vec![4, 4], "{:?}", r.inputs);
+    assert!(r.mesh_literals.is_empty());
+    let proof = prove_case(&case, &ProveConfig::default());
+    assert_eq!(proof.verdict, Verdict::Refuted, "{:?}", proof.message);
+}

@@ -157,6 +157,23 @@ pub struct Proof {
     /// them with [`crate::assume::apply_overrides`] and records them here); empty: none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub assumptions: Vec<crate::assume::AppliedOverride>,
+    /// The mesh-dim reduction along dp the proof went through, when it did
+    /// ([`crate::reduce::mesh`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mesh: Option<MeshSummary>,
+}
+
+/// What the mesh-dim reduction along dp did, for the report.
+#[derive(Clone, Debug, Serialize)]
+pub struct MeshSummary {
+    /// The mesh dim (`dp`).
+    pub dim: String,
+    /// Its size in the case.
+    pub original: usize,
+    /// Its size in the case proved.
+    pub reduced: usize,
+    /// The literals rewritten with the replica count.
+    pub rewritten: Vec<String>,
 }
 
 /// What shape reduction did, for the report.
@@ -218,6 +235,7 @@ impl Proof {
             stats: Stats::default(),
             reduction: None,
             assumptions: Vec::new(),
+            mesh: None,
         }
     }
 }
@@ -330,6 +348,131 @@ pub fn prove_case(case: &Case, cfg: &ProveConfig) -> Proof {
     // One clock for the whole proof: the reduced case, the full-size replay of a refutation
     // and every goal's decision share the one limit the user gave.
     let started = cfg.started.unwrap_or_else(Instant::now);
+    if cfg.reduce {
+        if let Some(m) = crate::reduce::mesh::reduce_mesh(case) {
+            return prove_mesh_reduced(case, cfg, started, m);
+        }
+    }
+    prove_case_mesh_kept(case, cfg, started)
+}
+
+/// [`prove_case`] through the mesh-dim reduction along dp (docs/prove.md section 2): a proof
+/// of the two-replica case stands when the reduction's conditions hold; a refutation only
+/// once confirmed on the case as written; anything else falls back to the case as written.
+fn prove_mesh_reduced(
+    case: &Case,
+    cfg: &ProveConfig,
+    started: Instant,
+    m: Result<crate::reduce::mesh::MeshReduction, String>,
+) -> Proof {
+    let cfg = ProveConfig {
+        started: Some(started),
+        ..cfg.clone()
+    };
+    let timed_out = || cfg.time_limit.is_some_and(|t| started.elapsed() >= t);
+    let kept = |why: String| {
+        let mut p = prove_case_mesh_kept(case, &cfg, started);
+        if p.verdict == Verdict::Inconclusive {
+            // After the case's own reason, which callers read (a shape-reduction refusal
+            // is retried at full size).
+            p.message = Some(format!(
+                "{} ({why})",
+                p.message.as_deref().unwrap_or("undecided")
+            ));
+        }
+        p
+    };
+    let m = match m {
+        Ok(m) => m,
+        Err(why) => {
+            return kept(format!(
+                "the mesh-dim reduction along dp does not apply: {why}"
+            ))
+        }
+    };
+    let summary = MeshSummary {
+        dim: m.dim.clone(),
+        original: m.original,
+        reduced: m.reduced,
+        rewritten: m.rewritten.clone(),
+    };
+    let mut proof = prove_case_mesh_kept(&m.case, &cfg, started);
+    match (proof.verdict, &m.lifts) {
+        (Verdict::Proved, Ok(())) => {
+            proof.case = case.name.clone();
+            proof.ranks = case.program.ranks.len();
+            proof.mesh = Some(summary);
+            proof
+        }
+        (Verdict::Refuted, _) => {
+            // A refutation on two replicas is shown on the case as written, or not at all.
+            let why = format!(
+                "refuted at dp = {} ({})",
+                m.reduced,
+                proof.message.as_deref().unwrap_or("a counterexample")
+            );
+            if program_elements(case) <= cfg.max_elements && !timed_out() {
+                let mut p = prove_case_mesh_kept(case, &cfg, started);
+                if p.verdict == Verdict::Refuted {
+                    p.mesh = Some(summary);
+                    return p;
+                }
+                if m.lifts.is_err() {
+                    // The two-replica case is not the case's image (a literal left as it
+                    // was, a sum not divided by the replicas): the case's own verdict stands.
+                    return p;
+                }
+                // Under conditions (a)-(c) a refutation on two replicas is one on any even
+                // number of them (replicas tiled in pairs): a disagreement is a bug here.
+                p.verdict = Verdict::Inconclusive;
+                p.counterexample = None;
+                p.message = Some(format!(
+                    "{why}, but not at the case's mesh ({}); the mesh-dim reduction changed the case's meaning",
+                    p.message.as_deref().unwrap_or("proved")
+                ));
+                return p;
+            }
+            proof.verdict = Verdict::Inconclusive;
+            proof.counterexample = None;
+            proof.case = case.name.clone();
+            proof.ranks = case.program.ranks.len();
+            proof.message = Some(format!(
+                "{why}; the case as written ({} tensor elements) is over the limit of {} or out of time, so no counterexample is confirmed on it",
+                program_elements(case),
+                cfg.max_elements
+            ));
+            proof.mesh = Some(summary);
+            proof
+        }
+        (Verdict::Proved, Err(why)) => kept(format!(
+            "the mesh-dim reduction along dp proved the case at dp = {}, which does not carry over: {why}",
+            m.reduced
+        )),
+        (Verdict::Inconclusive, lifts) => {
+            if timed_out() {
+                proof.case = case.name.clone();
+                proof.ranks = case.program.ranks.len();
+                proof.mesh = Some(summary);
+                return proof;
+            }
+            let why = format!(
+                "through the mesh-dim reduction along dp ({} -> {}) it is undecided: {}{}",
+                m.original,
+                m.reduced,
+                proof.message.as_deref().unwrap_or("undecided"),
+                lifts
+                    .as_ref()
+                    .err()
+                    .map(|w| format!("; and it would not carry over: {w}"))
+                    .unwrap_or_default()
+            );
+            kept(why)
+        }
+    }
+}
+
+/// [`prove_case`] on the case's own mesh.
+fn prove_case_mesh_kept(case: &Case, cfg: &ProveConfig, started: Instant) -> Proof {
     if !cfg.reduce {
         // A bug with a numeric effect shows in a run at once; the symbolic proof at full size
         // can take minutes.
@@ -856,6 +999,7 @@ fn prove_in(case: &Case, cfg: &ProveConfig, started: Instant, arena: &mut Arena)
         stats,
         reduction: None,
         assumptions: Vec::new(),
+        mesh: None,
     };
     if let Some(r) = refutation {
         let exp = &expectations[r.output];

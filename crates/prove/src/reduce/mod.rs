@@ -18,6 +18,7 @@
 //! no dim explains, a cut, a constant tensor or a layout with explicit block sizes refuses
 //! the reduction ([`Refusal`]): never reduced unsoundly.
 
+pub mod mesh;
 pub mod rules;
 pub mod sizes;
 
@@ -299,8 +300,24 @@ fn reduce_with(case: &Case, strict: bool) -> Result<Reduction, Refusal> {
     }
     eps.sort_unstable();
     eps.dedup();
-    let (mut named, others): (Vec<u64>, Vec<u64>) =
-        literals.into_iter().partition(|x| mesh.contains(x));
+    // A literal product the spec and every distinct rank graph all write (an attention
+    // scale `1/sqrt(128)`, a learning rate) is used alike on both sides, so it need not keep
+    // the sizes it may stand for: like a mesh-size literal it only keeps reduced sizes from
+    // coinciding with it (the rule soundness needs), and a refutation on such sizes is
+    // checked again on the strict reduction's. Without this, `1/sqrt(128)` pins the head dim
+    // and a llama3-8b layer keeps attention widths of 4096.
+    let shared: Vec<u64> = if strict {
+        Vec::new()
+    } else {
+        spec.value_literals
+            .iter()
+            .copied()
+            .filter(|x| walked.values().all(|w| w.value_literals.contains(x)))
+            .collect()
+    };
+    let (mut named, others): (Vec<u64>, Vec<u64>) = literals
+        .into_iter()
+        .partition(|x| mesh.contains(x) || shared.contains(x));
     named.extend(eps);
     for x in others {
         sizes.pin_divisors_of(x);
@@ -381,7 +398,7 @@ fn int_arg(x: u64) -> Arg {
 
 /// The graph with every recorded shape and shape literal at its reduced size, checked
 /// against shape inference.
-fn rewrite(
+pub(crate) fn rewrite(
     g: &Graph,
     dims: &GraphDims,
     sizes: &Sizes,

@@ -76,6 +76,9 @@ pub struct Sizes {
     /// The integers value literals may be products of sizes of ([`Sizes::pin_divisors_of`]):
     /// no reduced size may divide one of them.
     literal_products: Vec<u64>,
+    /// Variables given a value by [`Sizes::fix`]; once one is, every other variable keeps
+    /// its original size (the mesh-dim reduction changes the replica count only).
+    fixed: BTreeMap<Var, u64>,
 }
 
 fn gcd(a: u64, b: u64) -> u64 {
@@ -389,6 +392,12 @@ impl Sizes {
         Ok(out)
     }
 
+    /// Gives free variable `v` the reduced value `value` and keeps every other variable at
+    /// its original size (the mesh-dim reduction, [`super::mesh`]).
+    pub fn fix(&mut self, v: Var, value: u64) {
+        self.fixed.insert(v, value);
+    }
+
     /// Keeps every free variable of `m` at its original size.
     pub fn pin(&mut self, m: &Mono) {
         let n = self.norm(m);
@@ -436,6 +445,9 @@ impl Sizes {
     /// `x` has each of its variables' values dividing `x`, so no product of these values
     /// (times the constant factors of divisibility) equals any `x`.
     pub fn reduced_value(&self, v: Var) -> u64 {
+        if !self.fixed.is_empty() {
+            return self.fixed.get(&v).copied().unwrap_or(self.orig[v]);
+        }
         if self.pinned[v] {
             return self.orig[v];
         }

@@ -1,0 +1,261 @@
+//! The mesh-dim reduction along dp (docs/prove.md section 2): zoo plans at dp = 4 proved
+//! through it, dp catalog bugs still refuted with a confirmed counterexample, and hand-made
+//! plans violating each of its conditions (a)-(c) refused by it, never proved through it.
+
+use shardproof_prove::reduce::mesh::reduce_mesh;
+use shardproof_prove::{prove_case, ProveConfig, Verdict};
+use shardproof_zoo::{
+    find_bug, EmitExtras, EmitOptions, LlamaConfig, Mesh, MlpConfig, PipelineOptions, TrainOptions,
+};
+use std::path::Path;
+
+fn emit_mlp(
+    dir: &Path,
+    mesh: &str,
+    bug: Option<&str>,
+    forward_only: bool,
+) -> shardproof_case::Case {
+    let opts = EmitOptions {
+        model: "mlp".into(),
+        mlp: MlpConfig {
+            hidden: 8,
+            ffn: 16,
+            batch: 8,
+            layers: 1,
+            ..MlpConfig::default()
+        },
+        llama: LlamaConfig::default(),
+        mesh: Mesh::parse(mesh).unwrap(),
+        bug: bug.map(|b| find_bug(b).unwrap()),
+        forward_only,
+        vocab_parallel: false,
+    };
+    shardproof_zoo::emit_to_dir(
+        &opts,
+        &EmitExtras::default(),
+        &TrainOptions::default(),
+        &PipelineOptions::default(),
+        dir,
+    )
+    .unwrap();
+    shardproof_case::load_case(&dir.join("case.yaml")).unwrap()
+}
+
+#[test]
+fn zoo_plans_at_dp_4_are_proved_through_the_mesh_reduction() {
+    for (mesh, fw) in [("dp=4", false), ("dp=4", true), ("dp=4,tp=2", false)] {
+        let dir = tempfile::tempdir().unwrap();
+        let case = emit_mlp(dir.path(), mesh, None, fw);
+        let m = reduce_mesh(&case).expect("a dp dim of 4").expect("reduced");
+        assert_eq!(m.lifts, Ok(()), "{mesh} {fw}");
+        assert_eq!(m.case.program.ranks.len(), case.program.ranks.len() / 2);
+        let proof = prove_case(&case, &ProveConfig::default());
+        assert_eq!(
+            proof.verdict,
+            Verdict::Proved,
+            "{mesh} {fw}: {:?}",
+            proof.message
+        );
+        let mesh_summary = proof
+            .mesh
+            .as_ref()
+            .expect("proved through the mesh reduction");
+        assert_eq!((mesh_summary.original, mesh_summary.reduced), (4, 2));
+        // The dp average's 1/4 became 1/2; a full iteration's spec mean over 8 rows, written as
+        // a literal, became one over 4.
+        assert!(mesh_summary.rewritten.iter().any(|r| r.contains("4 -> 2")));
+    }
+}
+
+#[test]
+fn dp_catalog_bugs_are_refuted_through_the_mesh_reduction() {
+    for (mesh, bug, fw) in [
+        ("dp=4", "dp-grad-not-averaged", false),
+        ("dp=4", "dp-loss-not-averaged", true),
+        ("dp=4,tp=2", "wrong-group", false),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let case = emit_mlp(dir.path(), mesh, Some(bug), fw);
+        let proof = prove_case(&case, &ProveConfig::default());
+        assert_eq!(
+            proof.verdict,
+            Verdict::Refuted,
+            "{bug}: {:?}",
+            proof.message
+        );
+        assert!(proof.counterexample.is_some(), "{bug}");
+        assert_eq!(
+            proof.ranks,
+            case.program.ranks.len(),
+            "{bug}: on the case as written"
+        );
+        // Found on the two replicas, confirmed on the four.
+        let m = proof
+            .mesh
+            .as_ref()
+            .expect("refuted through the mesh reduction");
+        assert_eq!((m.original, m.reduced), (4, 2), "{bug}");
+    }
+}
+
+/// A case of one spec graph and four dp ranks (`r0.py` .. `r3.py`).
+fn write_dp4(
+    dir: &Path,
+    spec: &str,
+    ranks: [&str; 4],
+    inputs: &str,
+    outputs: &str,
+) -> shardproof_case::Case {
+    std::fs::write(dir.join("spec.py"), spec).unwrap();
+    for (r, g) in ranks.iter().enumerate() {
+        std::fs::write(dir.join(format!("r{r}.py")), g).unwrap();
+    }
+    let case = format!(
+        "version: 1\nname: dp4\nspec:\n  graph: spec.py\nimpl:\n  mesh: {{ dp: 4 }}\n  graphs: [r0.py, r1.py, r2.py, r3.py]\n  groups:\n    \"dp\": dp\ninputs:\n{inputs}outputs:\n{outputs}"
+    );
+    std::fs::write(dir.join("case.yaml"), case).unwrap();
+    shardproof_case::load_case(&dir.join("case.yaml")).unwrap()
+}
+
+const SPEC_SCALE: &str = r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[8, 2]"):
+        y: "f32[8, 2]" = torch.ops.aten.mul.Scalar(x, 3)
+        return (y,)
+"#;
+
+fn rank_scale(c: u32) -> String {
+    format!(
+        r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[2, 2]"):
+        y: "f32[2, 2]" = torch.ops.aten.mul.Scalar(x, {c})
+        return (y,)
+"#
+    )
+}
+
+#[test]
+fn a_rank_dependent_constant_refuses_the_reduction_condition_a() {
+    // Ranks 0 and 1 are right, rank 3 scales by 5: the two kept replicas alone would prove it.
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, wrong) = (rank_scale(3), rank_scale(5));
+    let case = write_dp4(
+        dir.path(),
+        SPEC_SCALE,
+        [&ok, &ok, &ok, &wrong],
+        "  x: { dp: Shard(0) }\n",
+        "  y: { dp: Shard(0) }\n",
+    );
+    let why = reduce_mesh(&case).unwrap().unwrap_err();
+    assert!(why.starts_with("(a)"), "{why}");
+    let proof = prove_case(&case, &ProveConfig::default());
+    assert_eq!(proof.verdict, Verdict::Refuted, "{:?}", proof.message);
+    assert!(proof.mesh.is_none());
+}
+
+const SPEC_BATCH_NORM: &str = r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[8, 2]"):
+        mean: "f32[1, 2]" = torch.ops.aten.mean.dim(x, [0], True)
+        y: "f32[8, 2]" = torch.ops.aten.sub.Tensor(x, mean)
+        return (y,)
+"#;
+
+const RANK_BATCH_NORM: &str = r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[2, 2]"):
+        mean: "f32[1, 2]" = torch.ops.aten.mean.dim(x, [0], True)
+        all_reduce: "f32[1, 2]" = torch.ops._c10d_functional.all_reduce.default(mean, 'avg', 'dp')
+        wait_tensor: "f32[1, 2]" = torch.ops._c10d_functional.wait_tensor.default(all_reduce)
+        y: "f32[2, 2]" = torch.ops.aten.sub.Tensor(x, wait_tensor)
+        return (y,)
+"#;
+
+#[test]
+fn a_batch_statistic_read_back_into_the_rows_refuses_the_reduction_condition_b() {
+    // A correct synchronized batch norm: proved, but at dp = 4, not through the reduction.
+    let dir = tempfile::tempdir().unwrap();
+    let r = RANK_BATCH_NORM;
+    let case = write_dp4(
+        dir.path(),
+        SPEC_BATCH_NORM,
+        [r, r, r, r],
+        "  x: { dp: Shard(0) }\n",
+        "  y: { dp: Shard(0) }\n",
+    );
+    let m = reduce_mesh(&case).unwrap().unwrap();
+    let why = m.lifts.unwrap_err();
+    assert!(why.starts_with("(b)"), "{why}");
+    let proof = prove_case(&case, &ProveConfig::default());
+    assert_eq!(proof.verdict, Verdict::Proved, "{:?}", proof.message);
+    assert!(proof.mesh.is_none());
+}
+
+const SPEC_SUM_QUARTER: &str = r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[8]"):
+        sum_1: "f32[]" = torch.ops.aten.sum.default(x)
+        loss: "f32[]" = torch.ops.aten.div.Scalar(sum_1, 4)
+        return (loss,)
+"#;
+
+const RANK_SUM_EIGHTH: &str = r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[2]"):
+        sum_1: "f32[]" = torch.ops.aten.sum.default(x)
+        all_reduce: "f32[]" = torch.ops._c10d_functional.all_reduce.default(sum_1, 'sum', 'dp')
+        wait_tensor: "f32[]" = torch.ops._c10d_functional.wait_tensor.default(all_reduce)
+        loss: "f32[]" = torch.ops.aten.div.Scalar(wait_tensor, 8)
+        return (loss,)
+"#;
+
+const SPEC_SQUARED_MEAN: &str = r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[8]"):
+        mean: "f32[]" = torch.ops.aten.mean.default(x)
+        loss: "f32[]" = torch.ops.aten.mul.Tensor(mean, mean)
+        return (loss,)
+"#;
+
+const RANK_SQUARED_MEAN: &str = r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[2]"):
+        mean: "f32[]" = torch.ops.aten.mean.default(x)
+        all_reduce: "f32[]" = torch.ops._c10d_functional.all_reduce.default(mean, 'sum', 'dp')
+        wait_tensor: "f32[]" = torch.ops._c10d_functional.wait_tensor.default(all_reduce)
+        m: "f32[]" = torch.ops.aten.div.Scalar(wait_tensor, 4)
+        loss: "f32[]" = torch.ops.aten.mul.Tensor(m, m)
+        return (loss,)
+"#;
+
+#[test]
+fn reductions_that_are_not_means_or_not_linear_refuse_the_reduction_condition_c() {
+    // The spec sums the batch and divides by a constant 4; the ranks divide the sum by
+    // 8 = 2 x dp. At dp = 2 (the rank's 8 rewritten to 4) both are sum / 4, at dp = 4 they
+    // differ: a proof at dp = 2 must not carry over.
+    let dir = tempfile::tempdir().unwrap();
+    let r = RANK_SUM_EIGHTH;
+    let case = write_dp4(
+        dir.path(),
+        SPEC_SUM_QUARTER,
+        [r, r, r, r],
+        "  x: { dp: Shard(0) }\n",
+        "  loss: Replicate()\n",
+    );
+    let m = reduce_mesh(&case).unwrap().unwrap();
+    let why = m.lifts.clone().unwrap_err();
+    assert!(why.starts_with("(c)"), "{why}");
+    let at_two = prove_case(&m.case, &ProveConfig::default());
+    assert_eq!(at_two.verdict, Verdict::Proved, "{:?}", at_two.message);
+    let proof = prove_case(&case, &ProveConfig::default());
+    assert_eq!(proof.verdict, Verdict::Refuted, "{:?}", proof.message);
+    assert!(proof.counterexample.is_some());
+    // A loss that squares the batch mean: right at every dp, but not linear in the mean.
+    let dir = tempfile::tempdir().unwrap();
+    let r = RANK_SQUARED_MEAN;
+    let case = write_dp4(
+        dir.path(),
+        SPEC_SQUARED_MEAN,
+        [r, r, r, r],
+        "  x: { dp: Shard(0) }\n",
+        "  loss: Replicate()\n",
+    );
+    let why = reduce_mesh(&case).unwrap().unwrap().lifts.unwrap_err();
+    assert!(why.starts_with("(c)"), "{why}");
+    let proof = prove_case(&case, &ProveConfig::default());
+    assert_eq!(proof.verdict, Verdict::Proved, "{:?}", proof.message);
+    assert!(proof.mesh.is_none());
+}

@@ -471,7 +471,7 @@ pub(super) fn blame(
                         else {
                             continue;
                         };
-                        let Some(v) = case.program.ranks.get(rank).and_then(|g| g.find(nm)) else {
+                        let Some(v) = imp.find(rank, nm) else {
                             continue;
                         };
                         let leaf = ValueRef {

@@ -296,6 +296,9 @@ pub(super) fn blame(
     let mut inputs = Vec::new();
     let mut consumers = BTreeSet::new();
     let mut hint = None;
+    // Set when the search for a partial sum's reduction stopped at its bounds: reported, and
+    // no hint drawn from it.
+    let mut search_cut: Option<String> = None;
     // The operator's inputs, and the product inside a fused linear.
     let mut evidence: Vec<(String, String, Option<&State>)> = node
         .inputs()
@@ -371,19 +374,36 @@ pub(super) fn blame(
                 // implementation reduces every piece before computing with it: relations then
                 // stop for want of a lemma that regroups the reduction (the ranks' running
                 // totals of a gradient norm, reduced in another order), not for a missing one.
-                let reduced_later = !reduced && late_op.is_none() && {
+                let paths: Vec<ReductionPath> = if !reduced && late_op.is_none() {
                     let summands = summands_of(e);
-                    let paths: Vec<ReductionPath> = leaves
+                    leaves
                         .iter()
                         .map(|l| reduction_path(case, imp, *l, &summands))
-                        .collect();
-                    let reaches = paths.iter().any(|p| p.reduced);
-                    reaches
-                        && (deferrable(e) || paths.iter().all(|p| p.reduced && !p.used_unreduced))
+                        .collect()
+                } else {
+                    Vec::new()
                 };
+                let reaches = paths.iter().any(|p| p.reduced);
+                let reduced_later = reaches
+                    && (deferrable(e) || paths.iter().all(|p| p.reduced && !p.used_unreduced));
+                // A search cut off at its bounds decides nothing: a collective past them may
+                // reduce the sum (and a hint is what turns a stop into a refutation).
+                let cut_off = !reduced_later && paths.iter().any(|p| p.truncated);
                 if matches!(top, Some(Term::Op(s, _)) if is_op!(s, SUM))
                     && !reduced
                     && !reduced_later
+                    && cut_off
+                    && hint.is_none()
+                    && search_cut.is_none()
+                {
+                    search_cut = Some(format!(
+                        "whether the implementation reduces {subject}, a partial sum, was not decided: the search for a collective that reduces it was cut off at its bounds"
+                    ));
+                }
+                if matches!(top, Some(Term::Op(s, _)) if is_op!(s, SUM))
+                    && !reduced
+                    && !reduced_later
+                    && !cut_off
                     && hint.is_none()
                 {
                     hint = Some(if let Some(late) = &late_op {
@@ -451,7 +471,7 @@ pub(super) fn blame(
                         else {
                             continue;
                         };
-                        let Some(v) = case.program.ranks.get(rank).and_then(|g| g.find(nm)) else {
+                        let Some(v) = imp.find(rank, nm) else {
                             continue;
                         };
                         let leaf = ValueRef {
@@ -477,9 +497,9 @@ pub(super) fn blame(
             }
         }
     }
-    // Set when the row check was too large to run: the report says so, but nothing is
-    // concluded from a check that did not run.
-    let mut not_computed = None;
+    // Set when the row check was too large to run, or a reduction search was cut off: the
+    // report says so, but nothing is concluded from a check that did not run.
+    let mut not_computed = search_cut;
     if hint.is_none() {
         hint = misaligned_pieces(case, imp, state, node);
     }
@@ -487,9 +507,13 @@ pub(super) fn blame(
         match misaligned_rows(case, imp, state, spec_metas, node) {
             Ok(h) => hint = h,
             Err(elements) => {
-                not_computed = Some(format!(
+                let skipped = format!(
                     "whether the operands' rows pair the same spec rows was not computed ({elements} elements, over the limit of {MAX_ROW_IDS})"
-                ));
+                );
+                not_computed = Some(match not_computed {
+                    Some(cut) => format!("{cut}; {skipped}"),
+                    None => skipped,
+                });
             }
         }
     }

@@ -93,7 +93,7 @@ fn extent(imp: &Impl, e: &RecExpr<Term>, id: Id, d: i64) -> Option<i64> {
     match &e[id] {
         Term::Op(s, k) if k.is_empty() => {
             let (rank, name) = crate::term::parse_leaf(s.as_str())?;
-            let v = imp.case.program.ranks.get(rank)?.find(name)?;
+            let v = imp.find(rank, name)?;
             let m = imp.meta(ValueRef {
                 rank: Some(rank),
                 value: v,

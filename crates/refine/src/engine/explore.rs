@@ -101,7 +101,7 @@ pub(super) fn define_scaled_consumers(
             else {
                 continue;
             };
-            let Some(v) = imp.case.program.ranks.get(r).and_then(|g| g.find(name)) else {
+            let Some(v) = imp.find(r, name) else {
                 continue;
             };
             let x = imp.canon(ValueRef {
@@ -198,7 +198,7 @@ fn rescale_into(
             // A literal argument stays; any other constant is no multiple of itself.
             return crate::term::literal_arg(s.as_str()).map(|_| dst.add(node.clone()));
         };
-        let value = imp.case.program.ranks.get(r)?.find(name)?;
+        let value = imp.find(r, name)?;
         let x = ValueRef {
             rank: Some(r),
             value,
@@ -314,7 +314,7 @@ pub(super) fn define_gathered_leaves(
                 else {
                     continue;
                 };
-                if let Some(value) = imp.case.program.ranks.get(rank).and_then(|g| g.find(name)) {
+                if let Some(value) = imp.find(rank, name) {
                     leaves.push(imp.canon(ValueRef {
                         rank: Some(rank),
                         value,
@@ -718,7 +718,7 @@ pub(super) fn collect_leaves(eg: &Graph, imp: &Impl, out: &mut HashSet<ValueRef>
             if let Term::Op(s, k) = n {
                 if k.is_empty() {
                     if let Some((r, name)) = crate::term::parse_leaf(s.as_str()) {
-                        if let Some(v) = imp.case.program.ranks.get(r).and_then(|g| g.find(name)) {
+                        if let Some(v) = imp.find(r, name) {
                             out.insert(ValueRef {
                                 rank: Some(r),
                                 value: v,

@@ -93,6 +93,8 @@ pub(super) struct Impl<'a> {
     pub(super) unknown_consts: HashSet<ValueRef>,
     /// The blocks of rank tensors the ranks' programs make zero.
     pub(super) zeros: Arc<ZeroBlocks>,
+    /// Per rank: each value's name, to its value ([`Impl::find`]).
+    names: Vec<HashMap<String, ValueId>>,
 }
 
 impl Impl<'_> {
@@ -106,6 +108,12 @@ impl Impl<'_> {
             .get(v.value.node)?
             .get(v.value.output)?
             .clone()
+    }
+
+    /// The value of rank `r` named `name`: `Graph::find`, from an index (relations name
+    /// tensors, and a scan of the rank's program per name grows with the model's depth).
+    pub(super) fn find(&self, r: usize, name: &str) -> Option<ValueId> {
+        self.names.get(r)?.get(name).copied()
     }
 
     pub(super) fn name(&self, v: ValueRef) -> String {
@@ -310,9 +318,21 @@ pub(super) fn build_impl<'a>(case: &'a Case, ctx: &LowerCtx) -> Impl<'a> {
         cut,
         unknown_consts,
         zeros: Arc::default(),
+        names: case.program.ranks.iter().map(|g| name_index(g)).collect(),
     };
     imp.zeros = Arc::new(zero_blocks(&imp));
     imp
+}
+
+/// Each value of `g` by name; the first node's where names repeat, as `Graph::find` answers.
+fn name_index(g: &shardproof_ir::Graph) -> HashMap<String, ValueId> {
+    let mut index = HashMap::new();
+    for (n, node) in g.nodes.iter().enumerate() {
+        for (k, o) in node.outputs.iter().enumerate() {
+            index.entry(o.name.clone()).or_insert(ValueId::new(n, k));
+        }
+    }
+    index
 }
 
 /// The element analysis of every rank tensor ([`crate::kinds`]), kept where it found zeros.
@@ -463,7 +483,7 @@ pub(super) fn add_rec(eg: &mut Graph, imp: &Impl, e: &RecExpr<Term>) -> Id {
         if let Term::Op(s, kids) = &n {
             if kids.is_empty() {
                 if let Some((r, name)) = crate::term::parse_leaf(s.as_str()) {
-                    if let Some(v) = imp.case.program.ranks.get(r).and_then(|g| g.find(name)) {
+                    if let Some(v) = imp.find(r, name) {
                         let v = ValueRef {
                             rank: Some(r),
                             value: v,

@@ -54,8 +54,8 @@ pub struct Failure {
     /// and an inconclusive verdict names them all so the user sees every gap at once.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub other_stops: Vec<String>,
-    /// Evidence checks skipped for their size (see `evidence::misaligned_rows`), said in an
-    /// inconclusive reason; not serialized, so reports of cases under the limits stay as they were.
+    /// Evidence checks skipped for their size (see `evidence::misaligned_rows`) or cut off at
+    /// their bounds (the search for a partial sum's reduction), said in an inconclusive reason; not serialized, so reports of cases under the limits stay as they were.
     #[serde(skip)]
     pub not_computed: Option<String>,
 }

@@ -339,7 +339,7 @@ impl<'a> Renaming<'a> {
 
     fn value(&self, sym: Symbol) -> Option<ValueRef> {
         let (r, name) = parse_leaf(sym.as_str())?;
-        let v = self.imp.case.program.ranks.get(r)?.find(name)?;
+        let v = self.imp.find(r, name)?;
         Some(self.imp.canon(ValueRef {
             rank: Some(r),
             value: v,

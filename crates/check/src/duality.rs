@@ -7,7 +7,8 @@
 //!
 //! Forward and backward of one rank graph: the forward is everything the loss (a 0-d float
 //! output of the graph) depends on; the backward is every other call that depends on the
-//! forward. A rank without a loss (an early pipeline stage) has a backward when it both sends
+//! forward and feeds a value the graph returns (work kept for a backward that is not run, as a
+//! forward-only ring attention's merged log-sum-exp, is no backward). A rank without a loss (an early pipeline stage) has a backward when it both sends
 //! and receives floating-point messages along the pipeline (`pp`); there the forward sends to
 //! a peer pair with the recvs from it, one for one (messages along other mesh dims, a ring's,
 //! are no stage boundary). A rank with neither has no backward, and the check does not apply.
@@ -161,6 +162,24 @@ pub fn duality(
                 }
             }
         }
+        // What the program returns besides the loss (gradients, updated parameters): a
+        // backward call feeds one of them. Calls that feed none are work the forward keeps for
+        // a backward it does not run (a ring attention's merged log-sum-exp, its sends in a
+        // forward-only program); counting them as a backward asked a forward-only program for
+        // duals it cannot have.
+        let mut returned = vec![false; n];
+        for v in graph.outputs.iter().flatten() {
+            if *v != loss {
+                returned[v.node] = true;
+            }
+        }
+        for i in (0..n).rev() {
+            if returned[i] {
+                for v in graph.nodes[i].inputs() {
+                    returned[v.node] = true;
+                }
+            }
+        }
         let mut reaches = forward.clone();
         for (i, node) in graph.nodes.iter().enumerate() {
             if forward[i] || !matches!(node.kind, NodeKind::Call { .. }) {
@@ -168,7 +187,7 @@ pub fn duality(
             }
             if node.inputs().iter().any(|v| reaches[v.node]) {
                 reaches[i] = true;
-                backward[i] = true;
+                backward[i] = returned[i];
             }
         }
         if !backward.iter().any(|&b| b) {
@@ -417,7 +436,8 @@ mod tests {
         output loss\n\
         g = ones_like(h)\n\
         wt = t(w)\n\
-        gx = mm(g, wt)\n";
+        gx = mm(g, wt)\n\
+        output gx ep=Shard(0)\n";
 
     #[test]
     fn an_all_to_all_needs_an_all_to_all_in_the_backward() {
@@ -440,6 +460,12 @@ mod tests {
         // No backward: the all-gather's dual is not asked for.
         let text = "mesh tp=2\ninput x: f32[4, 8] tp=Shard(0)\ninput w: f32[8, 8] tp=Shard(1)\n\
                     xf = all_gather(x, tp)\nh = mm(xf, w)\noutput h tp=Shard(1)\n";
+        assert!(duality_findings(text).is_empty());
+        // Work the forward keeps for a backward it does not run (returned by nothing) is no
+        // backward: a forward-only program with such work was asked for the all-gather's dual.
+        let text = "mesh tp=2\ninput x: f32[4, 8] tp=Shard(0)\ninput w: f32[8, 8] tp=Shard(1)\n\
+                    xf = all_gather(x, tp)\nh = mm(xf, w)\nkept = exp(h)\nl = sum(h)\n\
+                    output l\n";
         assert!(duality_findings(text).is_empty());
         // Token ids gathered in the forward carry no gradient.
         let text = "mesh tp=2\ninput ids: i64[4] tp=Shard(0)\ninput emb: f32[16, 8]\n\

@@ -1019,6 +1019,9 @@ fn propagate_rank_from(
                                 || rp.scaled[(rp.offsets[v.node] as usize + v.output) * nd + m]
                         })
                     };
+                    // Whether a lift below reads a replicated input divided by n (`scaled`)
+                    // as the rank's share of a sum: that use consumes the division.
+                    let mut lift_reads_scaled = false;
                     let lifted = match violation.as_ref().map(|v| v.exempt) {
                         Some(Exempt::ReduceReplicate) => {
                             let dual = group_name.as_deref().is_some_and(|gname| {
@@ -1027,8 +1030,9 @@ fn propagate_rank_from(
                             if dual {
                                 dual_lifts.push((i, group_name.clone().unwrap_or_default()));
                             }
-                            (dual || inputs.first().is_some_and(|&v| scaled_of(v)))
-                                .then(|| vec![Place::Replicate; nout])
+                            lift_reads_scaled =
+                                !dual && inputs.first().is_some_and(|&v| scaled_of(v));
+                            (dual || lift_reads_scaled).then(|| vec![Place::Replicate; nout])
                         }
                         Some(Exempt::PartialPlusReplicate(red)) => {
                             // The replicated terms computed differently on the ranks (added on
@@ -1046,7 +1050,8 @@ fn propagate_rank_from(
                                                 })
                                         })
                                     });
-                            (differs || tensor_inputs_scaled(&rp))
+                            lift_reads_scaled = !differs && tensor_inputs_scaled(&rp);
+                            (differs || lift_reads_scaled)
                                 .then(|| vec![Place::Partial(red); nout])
                         }
                         _ => None,
@@ -1063,11 +1068,22 @@ fn propagate_rank_from(
                         None
                     };
                     let factor = other.and_then(|a| a.as_f64());
-                    let by_n = match (op.name.as_str(), factor) {
-                        ("div", Some(x)) => n_m > 1.0 && x == n_m,
-                        ("mul", Some(x)) => n_m > 1.0 && (x * n_m - 1.0).abs() < 1e-12,
-                        _ => false,
-                    } || (n_m > 1.0
+                    // The spec divides by the same number at this node: the rank's value is
+                    // the spec's tensor, not 1/n of it (a later sum over the ranks would count
+                    // it n times).
+                    let spec_same = sh.has_spec
+                        && factor.is_some_and(|x| {
+                            sh.spec_scalings
+                                .get(name)
+                                .is_some_and(|&(sop, y, _)| sop == op && y == x)
+                        });
+                    let by_n = !spec_same
+                        && match (op.name.as_str(), factor) {
+                            ("div", Some(x)) => n_m > 1.0 && x == n_m,
+                            ("mul", Some(x)) => n_m > 1.0 && (x * n_m - 1.0).abs() < 1e-12,
+                            _ => false,
+                        }
+                        || (n_m > 1.0
                         && matches!(op.name.as_str(), "mul" | "div")
                         && factor.is_some_and(|x| {
                             sh.spec_scalings
@@ -1174,19 +1190,28 @@ fn propagate_rank_from(
                         ));
                     }
                     let first_scaled = inputs.first().is_some_and(|&v| scaled_of(v));
-                    let keeps = matches!(
-                        rule.family,
-                        "linear-unary"
-                            | "view"
-                            | "transpose"
-                            | "permute"
-                            | "unsqueeze"
-                            | "squeeze"
-                            | "expand"
-                            | "elementwise-mul"
-                            | "elementwise-div"
-                    ) || (rule.family == "reduction"
-                        && matches!(op.name.as_str(), "sum" | "mean"))
+                    let scaled_inputs = inputs
+                        .iter()
+                        .filter(|&&v| place(v) == Place::Replicate && scaled_of(v))
+                        .count();
+                    // Which uses carry the 1/n on: copies, views and sums of one scaled
+                    // operand, a product with exactly one scaled factor (either side), a
+                    // quotient of a scaled dividend by an unscaled divisor, a sum of scaled
+                    // terms only.
+                    let keeps = (first_scaled
+                        && (matches!(
+                            rule.family,
+                            "linear-unary"
+                                | "view"
+                                | "transpose"
+                                | "permute"
+                                | "unsqueeze"
+                                | "squeeze"
+                                | "expand"
+                        ) || (rule.family == "reduction"
+                            && matches!(op.name.as_str(), "sum" | "mean"))
+                            || (rule.family == "elementwise-div" && scaled_inputs == 1)))
+                        || (rule.family == "elementwise-mul" && scaled_inputs == 1)
                         || (rule.family == "elementwise-add"
                             && !inputs.is_empty()
                             && inputs.iter().all(|&v| scaled_of(v)));
@@ -1195,7 +1220,48 @@ fn propagate_rank_from(
                             && inputs
                                 .first()
                                 .is_some_and(|&v| place(v) == Place::Replicate))
-                            || (first_scaled && keeps));
+                            || keeps);
+                    // A replicated value divided by n (`scaled`) is 1/n of the spec's tensor
+                    // where the spec does not divide (issue 44, soundness). Only the uses
+                    // that read it as a rank's share of a sum are proven: an all-reduce sum
+                    // of it, a partial plus it, a partial times or over it (the label follows,
+                    // `partial_scaling`), a partial matrix product plus it as the bias; the
+                    // uses above carry the 1/n on. Any other use (a sum with an unscaled
+                    // term, a matrix product, a nonlinear operator) holds neither the spec's
+                    // tensor nor a known share of it: its result is not proven (was: the
+                    // spec's replicated tensor, so `x / 2 + b` declared replicated passed
+                    // where the spec adds `x + b`, and `run` finds it wrong). A plan is its
+                    // own spec.
+                    if sh.has_spec && scaled_inputs > 0 && !now_scaled && violation.is_none() {
+                        let partial_out = result.iter().any(|p| p.is_partial());
+                        let consumed = lift_reads_scaled
+                            || (partial_out
+                                && matches!(
+                                    rule.family,
+                                    "elementwise-mul" | "elementwise-div"
+                                ))
+                            || (partial_out
+                                && matches!(rule.family, "matmul-bias" | "linear")
+                                && scaled_inputs == 1
+                                && ["bias", "self"]
+                                    .iter()
+                                    .filter(|a| bound.schema().index_of(a).is_some())
+                                    .filter_map(|a| match bound.get(a) {
+                                        Some(Arg::Value(v)) => Some(v),
+                                        _ => None,
+                                    })
+                                    .any(|v| scaled_of(v)));
+                        if !consumed {
+                            result.iter_mut().for_each(|p| *p = Place::Unknown);
+                            now_scale_unknown = false;
+                            scaling_why = Some(format!(
+                                "`{op}` on mesh dim `{}` uses a replicated value divided by the \
+                                 mesh size where the spec does not divide (`scaled`) other than \
+                                 as a rank's share of a sum: what it holds is not proven",
+                                mesh.dims[m].0
+                            ));
+                        }
+                    }
                     // On a pipeline dim, `Replicate()` claims every stage holds this tensor;
                     // the rules assume one program on every coordinate, which stages do not
                     // run. Only a collective over the stages (its result is the same on every

@@ -1221,27 +1221,21 @@ fn propagate_rank_from(
                                 .first()
                                 .is_some_and(|&v| place(v) == Place::Replicate))
                             || keeps);
-                    // A replicated value divided by n (`scaled`) is 1/n of the spec's tensor
-                    // where the spec does not divide (issue 44, soundness). Only the uses
-                    // that read it as a rank's share of a sum are proven: an all-reduce sum
-                    // of it, a partial plus it, a partial times or over it (the label follows,
-                    // `partial_scaling`), a partial matrix product plus it as the bias; the
-                    // uses above carry the 1/n on. Any other use (a sum with an unscaled
-                    // term, a matrix product, a nonlinear operator) holds neither the spec's
-                    // tensor nor a known share of it: its result is not proven (was: the
-                    // spec's replicated tensor, so `x / 2 + b` declared replicated passed
-                    // where the spec adds `x + b`, and `run` finds it wrong). A plan is its
-                    // own spec.
+                    // A replicated value divided by n (`scaled`) read as a rank's share of a
+                    // sum: an all-reduce sum of it, a partial plus it, a partial times or over
+                    // it (the label follows, `partial_scaling`), a partial matrix product plus
+                    // it as the bias. Any other use whose result is a partial (a partial matrix
+                    // product with it, say) scales the pieces by 1/n where the spec may not:
+                    // the label is kept and its factor is not known (`scale_unknown`), so no
+                    // reduction of it is proven (was: the label as if unscaled). A use whose
+                    // result is replicated or a shard keeps its placement: the record cannot
+                    // tell a share from a value the spec divides too (a gradient averaged over
+                    // the replicas, `all_reduce(g) / n`, is recorded so), and the placement
+                    // holds either way. A plan is its own spec.
                     if sh.has_spec && scaled_inputs > 0 && !now_scaled && violation.is_none() {
-                        let partial_out = result.iter().any(|p| p.is_partial());
                         let consumed = lift_reads_scaled
-                            || (partial_out
-                                && matches!(
-                                    rule.family,
-                                    "elementwise-mul" | "elementwise-div"
-                                ))
-                            || (partial_out
-                                && matches!(rule.family, "matmul-bias" | "linear")
+                            || matches!(rule.family, "elementwise-mul" | "elementwise-div")
+                            || (matches!(rule.family, "matmul-bias" | "linear")
                                 && scaled_inputs == 1
                                 && ["bias", "self"]
                                     .iter()
@@ -1251,15 +1245,12 @@ fn propagate_rank_from(
                                         _ => None,
                                     })
                                     .any(|v| scaled_of(v)));
-                        if !consumed {
-                            result.iter_mut().for_each(|p| *p = Place::Unknown);
-                            now_scale_unknown = false;
-                            scaling_why = Some(format!(
-                                "`{op}` on mesh dim `{}` uses a replicated value divided by the \
-                                 mesh size where the spec does not divide (`scaled`) other than \
-                                 as a rank's share of a sum: what it holds is not proven",
-                                mesh.dims[m].0
-                            ));
+                        if !consumed
+                            && result
+                                .iter()
+                                .any(|p| matches!(p, Place::Partial(r) if r.is_linear()))
+                        {
+                            now_scale_unknown = true;
                         }
                     }
                     // On a pipeline dim, `Replicate()` claims every stage holds this tensor;

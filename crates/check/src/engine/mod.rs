@@ -1051,8 +1051,7 @@ fn propagate_rank_from(
                                         })
                                     });
                             lift_reads_scaled = !differs && tensor_inputs_scaled(&rp);
-                            (differs || lift_reads_scaled)
-                                .then(|| vec![Place::Partial(red); nout])
+                            (differs || lift_reads_scaled).then(|| vec![Place::Partial(red); nout])
                         }
                         _ => None,
                     };
@@ -1084,28 +1083,28 @@ fn propagate_rank_from(
                             _ => false,
                         }
                         || (n_m > 1.0
-                        && matches!(op.name.as_str(), "mul" | "div")
-                        && factor.is_some_and(|x| {
-                            sh.spec_scalings
-                                .get(name)
-                                .is_some_and(|&(sop, y, spec_numel)| {
-                                    // A mean that autograd folded into the constant counts the
-                                    // rank's local elements where other mesh dims shard the batch:
-                                    // the spec's elements over the rank's multiply the factor.
-                                    let local = match (spec_numel, outs.first().cloned().flatten())
-                                    {
-                                        (Some(g), Some(l)) if l.numel() > 0 => {
-                                            g as f64 / l.numel() as f64
-                                        }
-                                        _ => 1.0,
-                                    };
-                                    // The rank's factor over the spec's is local/n.
-                                    let ratio = if op.name == "mul" { x / y } else { y / x };
-                                    sop == op
-                                        && y != 0.0
-                                        && (ratio * n_m / local - 1.0).abs() < 1e-9
-                                })
-                        }));
+                            && matches!(op.name.as_str(), "mul" | "div")
+                            && factor.is_some_and(|x| {
+                                sh.spec_scalings
+                                    .get(name)
+                                    .is_some_and(|&(sop, y, spec_numel)| {
+                                        // A mean that autograd folded into the constant counts the
+                                        // rank's local elements where other mesh dims shard the batch:
+                                        // the spec's elements over the rank's multiply the factor.
+                                        let local =
+                                            match (spec_numel, outs.first().cloned().flatten()) {
+                                                (Some(g), Some(l)) if l.numel() > 0 => {
+                                                    g as f64 / l.numel() as f64
+                                                }
+                                                _ => 1.0,
+                                            };
+                                        // The rank's factor over the spec's is local/n.
+                                        let ratio = if op.name == "mul" { x / y } else { y / x };
+                                        sop == op
+                                            && y != 0.0
+                                            && (ratio * n_m / local - 1.0).abs() < 1e-9
+                                    })
+                            }));
                     // A partial scaled by a number (issue 44, soundness): pieces that average
                     // to the tensor, each divided by n, sum to it (and pieces that sum, each
                     // times n, average to it), where the spec does not scale the tensor so.

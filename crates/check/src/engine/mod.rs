@@ -1243,7 +1243,7 @@ fn propagate_rank_from(
                                         Some(Arg::Value(v)) => Some(v),
                                         _ => None,
                                     })
-                                    .any(|v| scaled_of(v)));
+                                    .any(scaled_of));
                         if !consumed
                             && result
                                 .iter()

@@ -572,11 +572,115 @@ fn check_unfixed(case: &Case, progress: &Progress) -> Result<Report, Invalid> {
     let mut unchecked = 0;
     let mut unknown_outputs = BTreeSet::new();
     let mut declared: BTreeSet<(usize, ValueId)> = BTreeSet::new();
+    // Whether ranks `r` and `p` compute their values `v` and `pv` of one declared output the
+    // same way along mesh dim `m`: the same graph and node, or the same expression of the same
+    // leaves (`same_expression_upto`, literals included but where a node meets its peer
+    // node, whose literals the rules read), where the result of the k-th
+    // collective of both graphs counts as a leaf, the same on both, when it is replicated
+    // over `m` on rank `r` (the collectives are matched across the ranks by order; graphs
+    // that add a replicated term on some ranks only differ below the all-reduce that sums it).
+    let classes = graph_classes(&program.ranks);
+    let mut ordinals: HashMap<usize, Vec<u32>> = HashMap::new();
+    let mut memos: HashMap<(usize, usize, usize), engine::ExprMemo> = HashMap::new();
+    // Per pair of graph classes: whether the graphs are equal node for node but for literal
+    // arguments (names, operators, input names): every node is then its peer's peer node,
+    // whose literals the rules compared.
+    let mut alike: HashMap<(usize, usize), bool> = HashMap::new();
+    let mut same_output = |r: usize, v: ValueId, p: usize, pv: ValueId, m: usize| {
+        if classes[r] == classes[p] {
+            return v == pv;
+        }
+        if v.output != pv.output {
+            return false;
+        }
+        let (gr, gp) = (&program.ranks[r], &program.ranks[p]);
+        let equal_but_literals = *alike.entry((classes[r], classes[p])).or_insert_with(|| {
+            gr.nodes.len() == gp.nodes.len()
+                && gr.nodes.iter().zip(&gp.nodes).all(|(a, b)| {
+                    a.name == b.name
+                        && match (&a.kind, &b.kind) {
+                            (NodeKind::Call { op: o1, .. }, NodeKind::Call { op: o2, .. }) => {
+                                o1 == o2
+                            }
+                            (NodeKind::Call { .. }, _) | (_, NodeKind::Call { .. }) => false,
+                            (k1, k2) => k1 == k2,
+                        }
+                        && a.inputs() == b.inputs()
+                })
+        });
+        if equal_but_literals {
+            return v == pv;
+        }
+        // Per graph, per node: the ordinal of the collective a `wait_tensor` waits on.
+        for q in [r, p] {
+            ordinals.entry(classes[q]).or_insert_with(|| {
+                let g = &program.ranks[q];
+                let mut k = 0u32;
+                let mut issued = vec![u32::MAX; g.nodes.len()];
+                for (i, n) in g.nodes.iter().enumerate() {
+                    if let NodeKind::Call { op, .. } = &n.kind {
+                        if op.namespace == "_c10d_functional" && op.name != "wait_tensor" {
+                            issued[i] = k;
+                            k += 1;
+                        }
+                    }
+                }
+                g.nodes
+                    .iter()
+                    .map(|n| match &n.kind {
+                        NodeKind::Call { op, .. } if op.name == "wait_tensor" => {
+                            n.inputs().first().map_or(u32::MAX, |u| issued[u.node])
+                        }
+                        _ => u32::MAX,
+                    })
+                    .collect()
+            });
+        }
+        let (or, op) = (&ordinals[&classes[r]], &ordinals[&classes[p]]);
+        let rp = &prop.ranks[r];
+        let leaf = |x: usize, y: usize| {
+            (or[x] != u32::MAX
+                && or[x] == op[y]
+                && rp.of(ValueId::new(x, 0), nd)[m] == Place::Replicate
+                && gr.nodes[x]
+                    .inputs()
+                    .first()
+                    .map(|u| &gr.nodes[u.node].kind)
+                    .and_then(|k| match k {
+                        NodeKind::Call { op, .. } => Some(op),
+                        _ => None,
+                    })
+                    == gp.nodes[y]
+                        .inputs()
+                        .first()
+                        .map(|u| &gp.nodes[u.node].kind)
+                        .and_then(|k| match k {
+                            NodeKind::Call { op, .. } => Some(op),
+                            _ => None,
+                        }))
+            .then_some(true)
+        };
+        let memo = memos.entry((r, classes[p], m)).or_default();
+        // A node and its peer node (the same name, operator and input names): the rules
+        // compared their literals (`varies`, the slice starts), so these may differ.
+        fn names(g: &Graph, i: usize) -> Vec<&str> {
+            g.nodes[i]
+                .inputs()
+                .iter()
+                .map(|u| g.nodes[u.node].name.as_str())
+                .collect()
+        }
+        let loose = |x: usize, y: usize| {
+            gr.nodes[x].name == gp.nodes[y].name && names(gr, x) == names(gp, y)
+        };
+        engine::same_expression_upto(gr, None, v.node, gp, None, pv.node, memo, &leaf, &loose)
+    };
     for exp in &case.outputs {
         let Layout::Placed(pl) = &exp.layout else {
             unknown_outputs.insert(format!("{} (an expression layout)", exp.spec_name));
             continue;
         };
+        let value_on: HashMap<usize, ValueId> = exp.rank_values.iter().copied().collect();
         for &(r, v) in &exp.rank_values {
             declared.insert((r, v));
             let rp = &prop.ranks[r];
@@ -603,9 +707,34 @@ fn check_unfixed(case: &Case, progress: &Progress) -> Result<Report, Invalid> {
                     [(rp.offsets[v.node] as usize + v.output) * nd + m]
                     && have.is_partial()
                     && want.is_partial();
+                // A replicated output that a peer along this dim computes otherwise (another
+                // operator, other inputs, other literals under the output's name): whether
+                // the ranks hold one tensor is not proven (issue 44, soundness; was a pass,
+                // as rules compare a node with its peer node of the same name and operator,
+                // and a peer with none counted as "not varying"). Graphs that differ only
+                // by a replicated term added on some ranks still compute the output the same
+                // way where the output does not read that term's sum.
+                let otherwise = want == Place::Replicate
+                    && have == Place::Replicate
+                    && program.mesh.dims[m].1 > 1
+                    && !is_pipeline_dim(&program.mesh, m)
+                    && engine::peers(&program.mesh, r, m).into_iter().any(|p| {
+                        p != r
+                            && value_on
+                                .get(&p)
+                                .is_none_or(|&pv| !same_output(r, v, p, pv, m))
+                    });
                 let ok = match (want, have) {
                     (_, Place::Unknown) => {
                         unknown_outputs.insert(exp.spec_name.clone());
+                        true
+                    }
+                    _ if otherwise => {
+                        unchecked += 1;
+                        unknown_outputs.insert(format!(
+                            "{} (Replicate() over `{}`, computed otherwise on a peer rank: not proven)",
+                            exp.spec_name, program.mesh.dims[m].0
+                        ));
                         true
                     }
                     // Pieces scaled by a number whose meaning is not known: what they

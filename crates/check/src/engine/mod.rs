@@ -1019,6 +1019,9 @@ fn propagate_rank_from(
                                 || rp.scaled[(rp.offsets[v.node] as usize + v.output) * nd + m]
                         })
                     };
+                    // Whether a lift below reads a replicated input divided by n (`scaled`)
+                    // as the rank's share of a sum: that use consumes the division.
+                    let mut lift_reads_scaled = false;
                     let lifted = match violation.as_ref().map(|v| v.exempt) {
                         Some(Exempt::ReduceReplicate) => {
                             let dual = group_name.as_deref().is_some_and(|gname| {
@@ -1027,8 +1030,9 @@ fn propagate_rank_from(
                             if dual {
                                 dual_lifts.push((i, group_name.clone().unwrap_or_default()));
                             }
-                            (dual || inputs.first().is_some_and(|&v| scaled_of(v)))
-                                .then(|| vec![Place::Replicate; nout])
+                            lift_reads_scaled =
+                                !dual && inputs.first().is_some_and(|&v| scaled_of(v));
+                            (dual || lift_reads_scaled).then(|| vec![Place::Replicate; nout])
                         }
                         Some(Exempt::PartialPlusReplicate(red)) => {
                             // The replicated terms computed differently on the ranks (added on
@@ -1046,8 +1050,8 @@ fn propagate_rank_from(
                                                 })
                                         })
                                     });
-                            (differs || tensor_inputs_scaled(&rp))
-                                .then(|| vec![Place::Partial(red); nout])
+                            lift_reads_scaled = !differs && tensor_inputs_scaled(&rp);
+                            (differs || lift_reads_scaled).then(|| vec![Place::Partial(red); nout])
                         }
                         _ => None,
                     };
@@ -1063,33 +1067,44 @@ fn propagate_rank_from(
                         None
                     };
                     let factor = other.and_then(|a| a.as_f64());
-                    let by_n = match (op.name.as_str(), factor) {
-                        ("div", Some(x)) => n_m > 1.0 && x == n_m,
-                        ("mul", Some(x)) => n_m > 1.0 && (x * n_m - 1.0).abs() < 1e-12,
-                        _ => false,
-                    } || (n_m > 1.0
-                        && matches!(op.name.as_str(), "mul" | "div")
+                    // The spec divides by the same number at this node: the rank's value is
+                    // the spec's tensor, not 1/n of it (a later sum over the ranks would count
+                    // it n times).
+                    let spec_same = sh.has_spec
                         && factor.is_some_and(|x| {
                             sh.spec_scalings
                                 .get(name)
-                                .is_some_and(|&(sop, y, spec_numel)| {
-                                    // A mean that autograd folded into the constant counts the
-                                    // rank's local elements where other mesh dims shard the batch:
-                                    // the spec's elements over the rank's multiply the factor.
-                                    let local = match (spec_numel, outs.first().cloned().flatten())
-                                    {
-                                        (Some(g), Some(l)) if l.numel() > 0 => {
-                                            g as f64 / l.numel() as f64
-                                        }
-                                        _ => 1.0,
-                                    };
-                                    // The rank's factor over the spec's is local/n.
-                                    let ratio = if op.name == "mul" { x / y } else { y / x };
-                                    sop == op
-                                        && y != 0.0
-                                        && (ratio * n_m / local - 1.0).abs() < 1e-9
-                                })
-                        }));
+                                .is_some_and(|&(sop, y, _)| sop == op && y == x)
+                        });
+                    let by_n = !spec_same
+                        && match (op.name.as_str(), factor) {
+                            ("div", Some(x)) => n_m > 1.0 && x == n_m,
+                            ("mul", Some(x)) => n_m > 1.0 && (x * n_m - 1.0).abs() < 1e-12,
+                            _ => false,
+                        }
+                        || (n_m > 1.0
+                            && matches!(op.name.as_str(), "mul" | "div")
+                            && factor.is_some_and(|x| {
+                                sh.spec_scalings
+                                    .get(name)
+                                    .is_some_and(|&(sop, y, spec_numel)| {
+                                        // A mean that autograd folded into the constant counts the
+                                        // rank's local elements where other mesh dims shard the batch:
+                                        // the spec's elements over the rank's multiply the factor.
+                                        let local =
+                                            match (spec_numel, outs.first().cloned().flatten()) {
+                                                (Some(g), Some(l)) if l.numel() > 0 => {
+                                                    g as f64 / l.numel() as f64
+                                                }
+                                                _ => 1.0,
+                                            };
+                                        // The rank's factor over the spec's is local/n.
+                                        let ratio = if op.name == "mul" { x / y } else { y / x };
+                                        sop == op
+                                            && y != 0.0
+                                            && (ratio * n_m / local - 1.0).abs() < 1e-9
+                                    })
+                            }));
                     // A partial scaled by a number (issue 44, soundness): pieces that average
                     // to the tensor, each divided by n, sum to it (and pieces that sum, each
                     // times n, average to it), where the spec does not scale the tensor so.
@@ -1174,19 +1189,28 @@ fn propagate_rank_from(
                         ));
                     }
                     let first_scaled = inputs.first().is_some_and(|&v| scaled_of(v));
-                    let keeps = matches!(
-                        rule.family,
-                        "linear-unary"
-                            | "view"
-                            | "transpose"
-                            | "permute"
-                            | "unsqueeze"
-                            | "squeeze"
-                            | "expand"
-                            | "elementwise-mul"
-                            | "elementwise-div"
-                    ) || (rule.family == "reduction"
-                        && matches!(op.name.as_str(), "sum" | "mean"))
+                    let scaled_inputs = inputs
+                        .iter()
+                        .filter(|&&v| place(v) == Place::Replicate && scaled_of(v))
+                        .count();
+                    // Which uses carry the 1/n on: copies, views and sums of one scaled
+                    // operand, a product with exactly one scaled factor (either side), a
+                    // quotient of a scaled dividend by an unscaled divisor, a sum of scaled
+                    // terms only.
+                    let keeps = (first_scaled
+                        && (matches!(
+                            rule.family,
+                            "linear-unary"
+                                | "view"
+                                | "transpose"
+                                | "permute"
+                                | "unsqueeze"
+                                | "squeeze"
+                                | "expand"
+                        ) || (rule.family == "reduction"
+                            && matches!(op.name.as_str(), "sum" | "mean"))
+                            || (rule.family == "elementwise-div" && scaled_inputs == 1)))
+                        || (rule.family == "elementwise-mul" && scaled_inputs == 1)
                         || (rule.family == "elementwise-add"
                             && !inputs.is_empty()
                             && inputs.iter().all(|&v| scaled_of(v)));
@@ -1195,7 +1219,39 @@ fn propagate_rank_from(
                             && inputs
                                 .first()
                                 .is_some_and(|&v| place(v) == Place::Replicate))
-                            || (first_scaled && keeps));
+                            || keeps);
+                    // A replicated value divided by n (`scaled`) read as a rank's share of a
+                    // sum: an all-reduce sum of it, a partial plus it, a partial times or over
+                    // it (the label follows, `partial_scaling`), a partial matrix product plus
+                    // it as the bias. Any other use whose result is a partial (a partial matrix
+                    // product with it, say) scales the pieces by 1/n where the spec may not:
+                    // the label is kept and its factor is not known (`scale_unknown`), so no
+                    // reduction of it is proven (was: the label as if unscaled). A use whose
+                    // result is replicated or a shard keeps its placement: the record cannot
+                    // tell a share from a value the spec divides too (a gradient averaged over
+                    // the replicas, `all_reduce(g) / n`, is recorded so), and the placement
+                    // holds either way. A plan is its own spec.
+                    if sh.has_spec && scaled_inputs > 0 && !now_scaled && violation.is_none() {
+                        let consumed = lift_reads_scaled
+                            || matches!(rule.family, "elementwise-mul" | "elementwise-div")
+                            || (matches!(rule.family, "matmul-bias" | "linear")
+                                && scaled_inputs == 1
+                                && ["bias", "self"]
+                                    .iter()
+                                    .filter(|a| bound.schema().index_of(a).is_some())
+                                    .filter_map(|a| match bound.get(a) {
+                                        Some(Arg::Value(v)) => Some(v),
+                                        _ => None,
+                                    })
+                                    .any(scaled_of));
+                        if !consumed
+                            && result
+                                .iter()
+                                .any(|p| matches!(p, Place::Partial(r) if r.is_linear()))
+                        {
+                            now_scale_unknown = true;
+                        }
+                    }
                     // On a pipeline dim, `Replicate()` claims every stage holds this tensor;
                     // the rules assume one program on every coordinate, which stages do not
                     // run. Only a collective over the stages (its result is the same on every

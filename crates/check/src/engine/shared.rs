@@ -891,6 +891,18 @@ fn same_arg(a: &Arg, b: &Arg) -> bool {
     }
 }
 
+/// Whether two arguments are of one kind, their literal values aside (lists element by
+/// element).
+fn loose_arg(a: &Arg, b: &Arg) -> bool {
+    match (a, b) {
+        (Arg::List(x), Arg::List(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(u, v)| loose_arg(u, v))
+        }
+        (Arg::List(_), _) | (_, Arg::List(_)) => false,
+        _ => std::mem::discriminant(a) == std::mem::discriminant(b),
+    }
+}
+
 /// Whether node `a` of `g` and node `b` of `h` compute the same expression of the same leaves,
 /// compared on the structure [`structure_hashes`] (`sa`, `sb`) stands for: the same operator
 /// and literals on the same outputs of nodes alike, graph inputs and constants by name. Equal
@@ -905,6 +917,36 @@ pub fn same_expression(
     sb: &[u64],
     b: usize,
     memo: &mut ExprMemo,
+) -> bool {
+    same_expression_upto(
+        g,
+        Some(sa),
+        a,
+        h,
+        Some(sb),
+        b,
+        memo,
+        &|_, _| None,
+        &|_, _| false,
+    )
+}
+
+/// [`same_expression`] where `leaf(x, y)` may decide a pair of nodes without reading their
+/// inputs (a collective's result the same on every member, say), `loose(x, y)` lets a pair's
+/// literal arguments differ (where a rule read both, as for a node and its peer node), and
+/// the structure tables (`sa`, `sb`), where given, settle unequal pairs first (they hash
+/// whole subexpressions, literals included, so they are left out with `leaf` or `loose`).
+#[allow(clippy::too_many_arguments)]
+pub fn same_expression_upto(
+    g: &Graph,
+    sa: Option<&[u64]>,
+    a: usize,
+    h: &Graph,
+    sb: Option<&[u64]>,
+    b: usize,
+    memo: &mut ExprMemo,
+    leaf: &dyn Fn(usize, usize) -> Option<bool>,
+    loose: &dyn Fn(usize, usize) -> bool,
 ) -> bool {
     let key = |a: usize, b: usize| (a as u32, b as u32);
     // (pair, whether its inputs were pushed already).
@@ -923,36 +965,50 @@ pub fn same_expression(
             memo.insert(key(x, y), all);
             continue;
         }
-        let local = sa.get(x) == sb.get(y)
-            && match (&nx.kind, &ny.kind) {
-                (
-                    NodeKind::Call {
-                        op: o1,
-                        args: a1,
-                        kwargs: k1,
-                    },
-                    NodeKind::Call {
-                        op: o2,
-                        args: a2,
-                        kwargs: k2,
-                    },
-                ) => {
-                    let (ix, iy) = (nx.inputs(), ny.inputs());
-                    o1 == o2
-                        && a1.len() == a2.len()
-                        && a1.iter().zip(a2).all(|(u, v)| same_arg(u, v))
-                        && k1.len() == k2.len()
-                        && k1
-                            .iter()
-                            .zip(k2)
-                            .all(|((n1, u), (n2, v))| n1 == n2 && same_arg(u, v))
-                        && ix.len() == iy.len()
-                        && ix.iter().zip(&iy).all(|(u, v)| u.output == v.output)
-                }
-                (NodeKind::Call { .. }, _) | (_, NodeKind::Call { .. }) => false,
-                // Graph inputs and constants by name (and kind: an input is no constant).
-                (k1, k2) => k1 == k2 && nx.name == ny.name,
-            };
+        if let Some(same) = leaf(x, y) {
+            memo.insert(key(x, y), same);
+            continue;
+        }
+        let local = match (sa, sb) {
+            (Some(sa), Some(sb)) => sa.get(x) == sb.get(y),
+            _ => true,
+        } && match (&nx.kind, &ny.kind) {
+            (
+                NodeKind::Call {
+                    op: o1,
+                    args: a1,
+                    kwargs: k1,
+                },
+                NodeKind::Call {
+                    op: o2,
+                    args: a2,
+                    kwargs: k2,
+                },
+            ) => {
+                let (ix, iy) = (nx.inputs(), ny.inputs());
+                let lo = loose(x, y);
+                let arg = |u: &Arg, v: &Arg| {
+                    if lo {
+                        loose_arg(u, v)
+                    } else {
+                        same_arg(u, v)
+                    }
+                };
+                o1 == o2
+                    && a1.len() == a2.len()
+                    && a1.iter().zip(a2).all(|(u, v)| arg(u, v))
+                    && k1.len() == k2.len()
+                    && k1
+                        .iter()
+                        .zip(k2)
+                        .all(|((n1, u), (n2, v))| n1 == n2 && arg(u, v))
+                    && ix.len() == iy.len()
+                    && ix.iter().zip(&iy).all(|(u, v)| u.output == v.output)
+            }
+            (NodeKind::Call { .. }, _) | (_, NodeKind::Call { .. }) => false,
+            // Graph inputs and constants by name (and kind: an input is no constant).
+            (k1, k2) => k1 == k2 && nx.name == ny.name,
+        };
         if !local {
             memo.insert(key(x, y), false);
             continue;

@@ -7,8 +7,9 @@
 //!
 //! Forward and backward of one rank graph: the forward is everything the loss (a 0-d float
 //! output of the graph) depends on; the backward is every other call that depends on the
-//! forward and feeds a value the graph returns (work kept for a backward that is not run, as a
-//! forward-only ring attention's merged log-sum-exp, is no backward). A rank without a loss (an early pipeline stage) has a backward when it both sends
+//! forward; it is run only where some of it reaches a value the graph returns besides the loss
+//! or sends a value the forward did not make (work a forward-only program keeps for a backward
+//! it does not run, as a ring attention's merged log-sum-exp, is no backward). A rank without a loss (an early pipeline stage) has a backward when it both sends
 //! and receives floating-point messages along the pipeline (`pp`); there the forward sends to
 //! a peer pair with the recvs from it, one for one (messages along other mesh dims, a ring's,
 //! are no stage boundary). A rank with neither has no backward, and the check does not apply.
@@ -162,11 +163,21 @@ pub fn duality(
                 }
             }
         }
-        // What the program returns besides the loss (gradients, updated parameters): a
-        // backward call feeds one of them. Calls that feed none are work the forward keeps for
-        // a backward it does not run (a ring attention's merged log-sum-exp, its sends in a
-        // forward-only program); counting them as a backward asked a forward-only program for
-        // duals it cannot have.
+        let mut reaches = forward.clone();
+        for (i, node) in graph.nodes.iter().enumerate() {
+            if forward[i] || !matches!(node.kind, NodeKind::Call { .. }) {
+                continue;
+            }
+            if node.inputs().iter().any(|v| reaches[v.node]) {
+                reaches[i] = true;
+                backward[i] = true;
+            }
+        }
+        // A backward is run only where some of it reaches what the program returns besides
+        // the loss (gradients, updated parameters) or sends a value the forward did not make
+        // (a gradient to the previous stage). Work the forward keeps for a backward it does
+        // not run (a forward-only ring attention's merged log-sum-exp, its sends of
+        // activations) is no backward: it asked a forward-only program for duals.
         let mut returned = vec![false; n];
         for v in graph.outputs.iter().flatten() {
             if *v != loss {
@@ -180,17 +191,14 @@ pub fn duality(
                 }
             }
         }
-        let mut reaches = forward.clone();
-        for (i, node) in graph.nodes.iter().enumerate() {
-            if forward[i] || !matches!(node.kind, NodeKind::Call { .. }) {
-                continue;
-            }
-            if node.inputs().iter().any(|v| reaches[v.node]) {
-                reaches[i] = true;
-                backward[i] = returned[i];
-            }
-        }
-        if !backward.iter().any(|&b| b) {
+        let sends_a_gradient = |i: usize| {
+            matches!(comms[i], Some(Comm::Send(_)))
+                && graph.nodes[i]
+                    .inputs()
+                    .first()
+                    .is_some_and(|v| !forward[v.node])
+        };
+        if !(0..n).any(|i| backward[i] && (returned[i] || sends_a_gradient(i))) {
             return Vec::new();
         }
     } else {

@@ -241,6 +241,42 @@ pub(crate) fn print_assumptions(applied: &[shardproof_prove::assume::AppliedOver
     }
 }
 
+/// The mesh-dim reduction along dp (docs/prove.md section 2), as the JSON's `mesh` and
+/// `mesh_kept` say it: the replica count proved and the conditions that let the proof carry
+/// over, or why the case was proved at its own mesh.
+pub(crate) fn print_mesh(p: &Proof) {
+    if let Some(m) = &p.mesh {
+        let how = match p.verdict {
+            ProofVerdict::Proved => "proved on two replicas; conditions checked: (a) one program along dp, no rank-dependent constant; (b) the spec batch-local along the dp-sharded dim; (c) batch reductions as means, linear after".to_string(),
+            ProofVerdict::Refuted => format!(
+                "refuted on two replicas, the counterexample confirmed on the case as written ({} {})",
+                m.dim, m.original
+            ),
+            ProofVerdict::Inconclusive => "undecided on two replicas".to_string(),
+        };
+        outln!(
+            "mesh-reduced: {} {} -> {} ({how}){}",
+            m.dim,
+            m.original,
+            m.reduced,
+            if m.rewritten.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; {} literals rewritten with the replica count",
+                    m.rewritten.len()
+                )
+            }
+        );
+        for r in &m.rewritten {
+            outln!("  {r}");
+        }
+    }
+    if let Some(why) = &p.mesh_kept {
+        outln!("mesh kept: {why}");
+    }
+}
+
 /// The tail of a verdict line that holds under overrides.
 pub(crate) fn under_assumptions(applied: &[shardproof_prove::assume::AppliedOverride]) -> String {
     if applied.is_empty() {
@@ -256,6 +292,7 @@ pub(crate) fn under_assumptions(applied: &[shardproof_prove::assume::AppliedOver
 fn print_text(p: &Proof, args: &ProveArgs) {
     outln!("case {}: spec + {} ranks", p.case, p.ranks);
     print_assumptions(&p.assumptions);
+    print_mesh(p);
     if let Some(r) = &p.reduction {
         let reduced = r.sizes.iter().filter(|s| s.reduced < s.original).count();
         outln!(

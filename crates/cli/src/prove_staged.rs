@@ -187,8 +187,30 @@ fn print_text(p: &StagedProof, args: &ProveArgs) {
         } else {
             layers_text(&s.layers)
         };
+        // The stage's own proof (memo hits have none) says whether it went through the
+        // mesh-dim reduction along dp, as the JSON's `proofs[].proof.mesh` does.
+        let own = p
+            .proofs
+            .iter()
+            .find(|q| q.stage == s.index)
+            .map(|q| &q.proof);
+        let mesh = match own {
+            Some(q) if q["mesh"].is_object() => format!(
+                ", mesh-reduced {} {} -> {}",
+                q["mesh"]["dim"].as_str().unwrap_or("dp"),
+                q["mesh"]["original"],
+                q["mesh"]["reduced"]
+            ),
+            Some(q) if q["mesh_kept"].is_string() => {
+                format!(
+                    ", mesh kept: {}",
+                    q["mesh_kept"].as_str().unwrap_or_default()
+                )
+            }
+            _ => String::new(),
+        };
         outln!(
-            "  stage {} {} [{} spec nodes, {} rank nodes; assumes {}]: {} ({how})",
+            "  stage {} {} [{} spec nodes, {} rank nodes; assumes {}]: {} ({how}{mesh})",
             s.index,
             s.target,
             s.spec_nodes,

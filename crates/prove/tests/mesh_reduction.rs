@@ -61,6 +61,7 @@ fn zoo_plans_at_dp_4_are_proved_through_the_mesh_reduction() {
             .as_ref()
             .expect("proved through the mesh reduction");
         assert_eq!((mesh_summary.original, mesh_summary.reduced), (4, 2));
+        assert_eq!(proof.mesh_kept, None);
         // The dp average's 1/4 became 1/2; a full iteration's spec mean over 8 rows, written as
         // a literal, became one over 4.
         assert!(mesh_summary.rewritten.iter().any(|r| r.contains("4 -> 2")));
@@ -186,6 +187,9 @@ fn a_batch_statistic_read_back_into_the_rows_refuses_the_reduction_condition_b()
     let proof = prove_case(&case, &ProveConfig::default());
     assert_eq!(proof.verdict, Verdict::Proved, "{:?}", proof.message);
     assert!(proof.mesh.is_none());
+    // The report says why the case was proved at its own mesh: the failed condition.
+    let kept = proof.mesh_kept.as_deref().unwrap_or_default();
+    assert!(kept.contains("(b)"), "{kept:?}");
 }
 
 const SPEC_SUM_QUARTER: &str = r#"class GraphModule(torch.nn.Module):

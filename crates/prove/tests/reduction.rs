@@ -84,3 +84,127 @@ fn a_literal_both_sides_write_pins_no_size_and_a_one_sided_one_still_does() {
     let proof = prove_case(&case, &ProveConfig::default());
     assert_eq!(proof.verdict, Verdict::Refuted, "{:?}", proof.message);
 }
+
+/// A one-layer llama forward at dp = 2 with a head dim of 32 (rope half 16) over 8 query and
+/// 2 key/value heads, every rank graph passed through `mutate`.
+/// Also whether `mutate` changed any graph.
+fn wide_head_llama(
+    dir: &std::path::Path,
+    mutate: impl Fn(&str) -> String,
+) -> (shardproof_case::Case, bool) {
+    use shardproof_zoo::{
+        EmitExtras, EmitOptions, LlamaConfig, Mesh, PipelineOptions, TrainOptions,
+    };
+    let opts = EmitOptions {
+        model: "llama".into(),
+        mlp: Default::default(),
+        llama: LlamaConfig {
+            hidden: 256,
+            heads: 8,
+            kv_heads: 2,
+            ffn: 32,
+            layers: 1,
+            seq: 8,
+            vocab: 32,
+            ..LlamaConfig::default()
+        },
+        mesh: Mesh::parse("dp=2").unwrap(),
+        bug: None,
+        forward_only: true,
+        vocab_parallel: false,
+    };
+    shardproof_zoo::emit_to_dir(
+        &opts,
+        &EmitExtras::default(),
+        &TrainOptions::default(),
+        &PipelineOptions::default(),
+        dir,
+    )
+    .unwrap();
+    let case = shardproof_case::load_case(&dir.join("case.yaml")).unwrap();
+    let mut files: Vec<_> = case
+        .program
+        .ranks
+        .iter()
+        .filter_map(|g| g.path.clone())
+        .collect();
+    files.dedup();
+    let mut changed = false;
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        let mutated = mutate(&text);
+        changed |= mutated != text;
+        std::fs::write(&f, mutated).unwrap();
+    }
+    (
+        shardproof_case::load_case(&dir.join("case.yaml")).unwrap(),
+        changed,
+    )
+}
+
+/// The head dim reduces: a rank's reshape of `heads x head dim` is split the way the spec's
+/// was (the 8 heads as the key/value heads times the group), not by splitting the rope half
+/// (16, which 8 divides) into 8 x 2 — that tied the rope half to the head count and kept
+/// both at their original sizes. Mutations of the rotate-half (which half is negated, which
+/// half is read) are still refuted on the reduced sizes.
+#[test]
+fn the_head_dim_reduces_and_rope_mutations_are_refuted_on_the_reduced_sizes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (case, _) = wide_head_llama(dir.path(), |t| t.to_string());
+    let red = shardproof_prove::reduce::reduce_case(&case).expect("reducible");
+    let shape = |name: &str| {
+        red.inputs
+            .iter()
+            .find(|(n, _, _)| n == name)
+            .map(|(_, _, r)| r.clone())
+            .unwrap()
+    };
+    let rope = shape("rope_inv_freq")[0];
+    assert!(rope < 16, "rope half kept at {rope}");
+    // The query width is heads x 2 x rope half: both reduced.
+    assert!(shape("wq_0")[0] < 8 * 2 * 16, "{:?}", shape("wq_0"));
+    let proof = shardproof_prove::prove_case(&case, &shardproof_prove::ProveConfig::default());
+    assert_eq!(proof.verdict, Verdict::Proved, "{:?}", proof.message);
+
+    let negate_wrong_half = |t: &str| {
+        t.replace(
+            "cat.default([neg, slice], 3)",
+            "cat.default([slice, neg], 3)",
+        )
+    };
+    let read_one_half_twice = |t: &str| {
+        // The second half sliced from the first: `slice_1` is `x[..., 0:16]` too.
+        t.replace("(transpose, 3, 16, 32)", "(transpose, 3, 0, 16)")
+    };
+    for (what, mutate) in [
+        (
+            "negate the wrong half",
+            &negate_wrong_half as &dyn Fn(&str) -> String,
+        ),
+        ("read one half twice", &read_one_half_twice),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let (case, changed) = wide_head_llama(dir.path(), mutate);
+        assert!(changed, "{what}: the mutation applies");
+        let red = shardproof_prove::reduce::reduce_case(&case).expect("reducible");
+        assert!(
+            red.inputs
+                .iter()
+                .any(|(n, o, r)| n == "rope_inv_freq" && r[0] < o[0]),
+            "{what}: {:?}",
+            red.inputs
+        );
+        let cfg = shardproof_prove::ProveConfig {
+            reduce: false,
+            ..Default::default()
+        };
+        let proof = shardproof_prove::prove_case(&red.case, &cfg);
+        assert_eq!(
+            proof.verdict,
+            Verdict::Refuted,
+            "{what}: {:?}",
+            proof.message
+        );
+        assert!(proof.counterexample.is_some(), "{what}");
+    }
+}

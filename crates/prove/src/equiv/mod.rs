@@ -161,6 +161,10 @@ pub struct Proof {
     /// ([`crate::reduce::mesh`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mesh: Option<MeshSummary>,
+    /// Why the case was proved at its own mesh although it has a dp dim the mesh-dim
+    /// reduction could shrink (the condition that failed, or the undecided two-replica case).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mesh_kept: Option<String>,
 }
 
 /// What the mesh-dim reduction along dp did, for the report.
@@ -236,6 +240,7 @@ impl Proof {
             reduction: None,
             assumptions: Vec::new(),
             mesh: None,
+            mesh_kept: None,
         }
     }
 }
@@ -380,6 +385,7 @@ fn prove_mesh_reduced(
                 p.message.as_deref().unwrap_or("undecided")
             ));
         }
+        p.mesh_kept = Some(why);
         p
     };
     let m = match m {
@@ -417,9 +423,10 @@ fn prove_mesh_reduced(
                     p.mesh = Some(summary);
                     return p;
                 }
-                if m.lifts.is_err() {
+                if let Err(w) = &m.lifts {
                     // The two-replica case is not the case's image (a literal left as it
                     // was, a sum not divided by the replicas): the case's own verdict stands.
+                    p.mesh_kept = Some(format!("{why}, which does not carry over: {w}"));
                     return p;
                 }
                 // Under conditions (a)-(c) a refutation on two replicas is one on any even
@@ -1000,6 +1007,7 @@ fn prove_in(case: &Case, cfg: &ProveConfig, started: Instant, arena: &mut Arena)
         reduction: None,
         assumptions: Vec::new(),
         mesh: None,
+        mesh_kept: None,
     };
     if let Some(r) = refutation {
         let exp = &expectations[r.output];

@@ -79,6 +79,9 @@ pub struct Sizes {
     /// Variables given a value by [`Sizes::fix`]; once one is, every other variable keeps
     /// its original size (the mesh-dim reduction changes the replica count only).
     fixed: BTreeMap<Var, u64>,
+    /// The parts earlier reshapes split sizes into ([`Sizes::split`]), so a later reshape of
+    /// the same size (the other program's, another layer's) groups its factors the same way.
+    groups: Vec<Mono>,
 }
 
 fn gcd(a: u64, b: u64) -> u64 {
@@ -307,7 +310,7 @@ impl Sizes {
             )));
         }
         let mut rest = self.norm(m);
-        let mut out = Vec::with_capacity(parts.len());
+        let mut out: Vec<Mono> = Vec::with_capacity(parts.len());
         for (j, &p) in parts.iter().enumerate() {
             if j + 1 == parts.len() {
                 out.push(rest.clone());
@@ -331,6 +334,16 @@ impl Sizes {
             if rest.coef.is_multiple_of(p) {
                 out.push(Mono::constant(p));
                 rest.coef /= p;
+                continue;
+            }
+            // A product of whole factors (variables and part of the coefficient) of exactly
+            // this size: the reshape's own grouping, when the size was built from it. Taking
+            // it keeps a head count and a head dim apart; splitting a variable the size
+            // merely divides (below) would tie the two (a rope half of 64 written as the 32
+            // heads times 2), which is as sound but keeps both at their original sizes.
+            if let Some(part) = self.exact_group(&rest, p) {
+                rest = divide_mono(&rest, &part);
+                out.push(part);
                 continue;
             }
             // A variable this size divides: v = f * r.
@@ -389,7 +402,66 @@ impl Sizes {
             }
             out.push(part);
         }
+        for part in &out {
+            let part = self.norm(part);
+            if !part.vars.is_empty() && !self.groups.iter().any(|g| self.norm(g) == part) {
+                self.groups.push(part);
+            }
+        }
         Ok(out)
+    }
+
+    /// The product of the fewest factors of `m` (variables, with multiplicity, times a
+    /// divisor of its coefficient) whose original size is exactly `p`, if any.
+    fn exact_group(&self, m: &Mono, p: u64) -> Option<Mono> {
+        // A part an earlier reshape made, where it still divides `m`: several groupings
+        // may have the size (2·rope half and the heads, both 4, in a tiny llama), and the
+        // one the programs already use is the one that keeps the sizes apart.
+        for g in &self.groups {
+            let g = self.norm(g);
+            if self.original(&g) == p
+                && m.coef.is_multiple_of(g.coef)
+                && g.vars
+                    .iter()
+                    .all(|(v, e)| m.vars.get(v).is_some_and(|me| me >= e))
+            {
+                return Some(g);
+            }
+        }
+        let factors: Vec<Var> = m
+            .vars
+            .iter()
+            .flat_map(|(&v, &e)| std::iter::repeat_n(v, e as usize))
+            .collect();
+        // Monomials have a handful of factors; a long one is left to the splits below.
+        if factors.len() > 12 {
+            return None;
+        }
+        let mut best: Option<(u32, u32)> = None;
+        for mask in 1u32..(1 << factors.len()) {
+            let mut prod = 1u64;
+            for (i, &v) in factors.iter().enumerate() {
+                if mask & (1 << i) != 0 {
+                    prod = prod.saturating_mul(self.orig[v]);
+                }
+            }
+            if !p.is_multiple_of(prod) || !m.coef.is_multiple_of(p / prod) {
+                continue;
+            }
+            let key = (mask.count_ones(), mask);
+            if best.is_none_or(|b| key < b) {
+                best = Some(key);
+            }
+        }
+        let (_, mask) = best?;
+        let mut part = Mono::constant(p);
+        for (i, &v) in factors.iter().enumerate() {
+            if mask & (1 << i) != 0 {
+                part.coef /= self.orig[v];
+                *part.vars.entry(v).or_default() += 1;
+            }
+        }
+        Some(part)
     }
 
     /// Gives free variable `v` the reduced value `value` and keeps every other variable at
@@ -527,6 +599,18 @@ fn remove_var(m: &Mono, v: Var) -> Mono {
         *e -= 1;
         if *e == 0 {
             out.vars.remove(&v);
+        }
+    }
+    out
+}
+
+/// `m / d` where `d`'s coefficient divides `m`'s and its variables are among `m`'s.
+fn divide_mono(m: &Mono, d: &Mono) -> Mono {
+    let mut out = m.clone();
+    out.coef /= d.coef;
+    for (&v, &e) in &d.vars {
+        for _ in 0..e {
+            out = remove_var(&out, v);
         }
     }
     out

@@ -638,10 +638,23 @@ fn check_unfixed(case: &Case, progress: &Progress) -> Result<Report, Invalid> {
         }
         let (or, op) = (&ordinals[&classes[r]], &ordinals[&classes[p]]);
         let rp = &prop.ranks[r];
+        // A collective whose input is itself replicated on the rank (an all-reduce of a
+        // share divided by n, legal as `scaled`) sums pieces that are the ranks' shares only
+        // where every peer computes the same share: it is no leaf, and the comparison goes on
+        // into its input (round 3; was: a shared leaf, so `all_reduce(h / 2)` with `h = x * 2`
+        // on rank 0 and `x + 2` on rank 1 held; `run` finds `y` wrong).
+        let replicated_input = |x: usize| {
+            gr.nodes[x]
+                .inputs()
+                .first()
+                .and_then(|c| gr.nodes[c.node].inputs().first().copied())
+                .is_some_and(|t| rp.of(t, nd)[m] == Place::Replicate)
+        };
         let leaf = |x: usize, y: usize| {
             (or[x] != u32::MAX
                 && or[x] == op[y]
                 && rp.of(ValueId::new(x, 0), nd)[m] == Place::Replicate
+                && !replicated_input(x)
                 && gr.nodes[x]
                     .inputs()
                     .first()

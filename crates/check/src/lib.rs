@@ -727,12 +727,14 @@ fn check_unfixed(case: &Case, progress: &Progress) -> Result<Report, Invalid> {
                 // and a peer with none counted as "not varying"). Graphs that differ only
                 // by a replicated term added on some ranks still compute the output the same
                 // way where the output does not read that term's sum.
-                // A declared shard too (round 3): its pieces are pieces of one tensor only
-                // where every peer computes its piece the same way from its own pieces of the
-                // leaves (was: a pass for `mm(h, w)`, `w` sharded, with `h` computed otherwise
-                // on a peer under the same name; `run` finds `y` wrong).
+                // A declared shard or partial too (round 3): its pieces are pieces (or
+                // summands) of one tensor only where every peer computes its piece the same
+                // way from its own pieces of the leaves (was: a pass for `mm(h, w)`, `w`
+                // sharded, and `h * p`, `p` partial, with `h` computed otherwise on a peer
+                // under the same name; `run` finds `y` wrong). A correct partial whose ranks
+                // add a term alone is inconclusive here (no zoo plan declares one).
                 let otherwise = want == have
-                    && matches!(want, Place::Replicate | Place::Shard(_))
+                    && matches!(want, Place::Replicate | Place::Shard(_) | Place::Partial(_))
                     && program.mesh.dims[m].1 > 1
                     && !is_pipeline_dim(&program.mesh, m)
                     && engine::peers(&program.mesh, r, m).into_iter().any(|p| {

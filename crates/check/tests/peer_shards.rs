@@ -53,3 +53,42 @@ fn same_program_holds() {
     // The control: every rank computes its columns the same way.
     assert_eq!(verdict("mul.Tensor(x, 2)", "same"), Verdict::Holds);
 }
+
+/// The verdict of `y = mul(h, p)` declared `Partial(sum)` with `p: Partial(sum)`, where the
+/// spec and rank 0 compute `h = x * 2` and rank 1 computes `h = H1`.
+fn partial_verdict(h1: &str, dir: &str) -> Verdict {
+    let dir =
+        std::env::temp_dir().join(format!("shardproof-peerpart-{dir}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let graph = |class: &str, h: &str| {
+        format!(
+            "class {class}(torch.nn.Module):\n    def forward(self, x: \"f32[4, 8]\", p: \"f32[4, 8]\"):\n        h: \"f32[4, 8]\" = torch.ops.aten.{h}\n        y: \"f32[4, 8]\" = torch.ops.aten.mul.Tensor(h, p)\n        return (y,)\n"
+        )
+    };
+    let h0 = "mul.Tensor(x, 2)";
+    std::fs::write(dir.join("spec.py"), graph("Spec", h0)).unwrap();
+    std::fs::write(dir.join("r0.py"), graph("Rank", h0)).unwrap();
+    std::fs::write(dir.join("r1.py"), graph("Rank", h1)).unwrap();
+    let case = "version: 1\nname: peerpart\nspec:\n  graph: spec.py\nimpl:\n  mesh: { dp: 2 }\n  graphs: [r0.py, r1.py]\n  groups:\n    \"0\": dp\ninputs:\n  x: Replicate()\n  p: Partial(sum)\noutputs:\n  y: Partial(sum)\n";
+    std::fs::write(dir.join("case.yaml"), case).unwrap();
+    let case = shardproof_case::load_case(&dir.join("case.yaml")).unwrap();
+    let report = check_case(&case).unwrap();
+    eprintln!("{}", report.render());
+    let _ = std::fs::remove_dir_all(&dir);
+    report.verdict
+}
+
+#[test]
+fn partial_operator_differs() {
+    // Base (789fa4c): holds; the pieces sum to `x*2*p0 + (x+2)*p1`, no `h * P` for one `h`
+    // (`run`: rel. error 2.39).
+    assert_eq!(
+        partial_verdict("add.Tensor(x, 2)", "op"),
+        Verdict::Inconclusive
+    );
+}
+
+#[test]
+fn partial_same_program_holds() {
+    assert_eq!(partial_verdict("mul.Tensor(x, 2)", "same"), Verdict::Holds);
+}

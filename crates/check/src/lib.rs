@@ -638,10 +638,23 @@ fn check_unfixed(case: &Case, progress: &Progress) -> Result<Report, Invalid> {
         }
         let (or, op) = (&ordinals[&classes[r]], &ordinals[&classes[p]]);
         let rp = &prop.ranks[r];
+        // A collective whose input is itself replicated on the rank (an all-reduce of a
+        // share divided by n, legal as `scaled`) sums pieces that are the ranks' shares only
+        // where every peer computes the same share: it is no leaf, and the comparison goes on
+        // into its input (round 3; was: a shared leaf, so `all_reduce(h / 2)` with `h = x * 2`
+        // on rank 0 and `x + 2` on rank 1 held; `run` finds `y` wrong).
+        let replicated_input = |x: usize| {
+            gr.nodes[x]
+                .inputs()
+                .first()
+                .and_then(|c| gr.nodes[c.node].inputs().first().copied())
+                .is_some_and(|t| rp.of(t, nd)[m] == Place::Replicate)
+        };
         let leaf = |x: usize, y: usize| {
             (or[x] != u32::MAX
                 && or[x] == op[y]
                 && rp.of(ValueId::new(x, 0), nd)[m] == Place::Replicate
+                && !replicated_input(x)
                 && gr.nodes[x]
                     .inputs()
                     .first()
@@ -714,8 +727,14 @@ fn check_unfixed(case: &Case, progress: &Progress) -> Result<Report, Invalid> {
                 // and a peer with none counted as "not varying"). Graphs that differ only
                 // by a replicated term added on some ranks still compute the output the same
                 // way where the output does not read that term's sum.
-                let otherwise = want == Place::Replicate
-                    && have == Place::Replicate
+                // A declared shard or partial too (round 3): its pieces are pieces (or
+                // summands) of one tensor only where every peer computes its piece the same
+                // way from its own pieces of the leaves (was: a pass for `mm(h, w)`, `w`
+                // sharded, and `h * p`, `p` partial, with `h` computed otherwise on a peer
+                // under the same name; `run` finds `y` wrong). A correct partial whose ranks
+                // add a term alone is inconclusive here (no zoo plan declares one).
+                let otherwise = want == have
+                    && matches!(want, Place::Replicate | Place::Shard(_) | Place::Partial(_))
                     && program.mesh.dims[m].1 > 1
                     && !is_pipeline_dim(&program.mesh, m)
                     && engine::peers(&program.mesh, r, m).into_iter().any(|p| {
@@ -732,7 +751,7 @@ fn check_unfixed(case: &Case, progress: &Progress) -> Result<Report, Invalid> {
                     _ if otherwise => {
                         unchecked += 1;
                         unknown_outputs.insert(format!(
-                            "{} (Replicate() over `{}`, computed otherwise on a peer rank: not proven)",
+                            "{} ({want} over `{}`, computed otherwise on a peer rank: not proven)",
                             exp.spec_name, program.mesh.dims[m].0
                         ));
                         true

@@ -106,3 +106,30 @@ fn the_same_program_on_both_ranks_holds() {
     let spec = line("y", "mul.Tensor(x, 2)");
     assert_eq!(verdict(&spec, &spec, &spec, "same"), Verdict::Holds);
 }
+
+/// `h = H`, `s = h / 2`, `y = all_reduce(s, sum)` over dp.
+fn summed_halves(h: &str) -> String {
+    line("h", h)
+        + &line("s", "div.Tensor(h, 2)")
+        + "        a: \"f32[4, 8]\" = torch.ops._c10d_functional.all_reduce.default(s, 'sum', '0')\n"
+        + "        y: \"f32[4, 8]\" = torch.ops._c10d_functional.wait_tensor.default(a)\n"
+}
+
+#[test]
+fn a_share_a_peer_computes_otherwise_is_no_share() {
+    // Round 3: rank 1 halves `x + 2` where rank 0 halves `x * 2`; the all-reduce result is
+    // the same on both ranks, but the halves it adds are no shares of one tensor (`s` is not
+    // replicated). Base (fdea54d): holds, the all-reduce's result counted as a shared leaf
+    // (`run`: rel. error 0.93).
+    let spec = line("y", "mul.Tensor(x, 2)");
+    let r0 = summed_halves("mul.Tensor(x, 2)");
+    let r1 = summed_halves("add.Tensor(x, 2)");
+    assert_eq!(verdict(&spec, &r0, &r1, "peershare"), Verdict::Inconclusive);
+}
+
+#[test]
+fn a_share_every_peer_computes_alike_still_holds() {
+    let spec = line("y", "mul.Tensor(x, 2)");
+    let rank = summed_halves("mul.Tensor(x, 2)");
+    assert_eq!(verdict(&spec, &rank, &rank, "alikeshare"), Verdict::Holds);
+}

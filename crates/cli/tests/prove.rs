@@ -502,6 +502,17 @@ fn a_failed_mesh_condition_is_named_once() {
         "{}",
         out.stdout
     );
+    // Staged, the stage's line names it, the verdict line does not repeat it.
+    let out = s.run(&["prove", "cp/case.yaml", "--jobs", "1"]);
+    out.expect_code(3);
+    assert_eq!(out.stdout.matches(why).count(), 1, "{}", out.stdout);
+    assert!(
+        out.stdout
+            .lines()
+            .any(|l| l.starts_with("  stage 0 ") && l.contains(why)),
+        "{}",
+        out.stdout
+    );
     // The JSON keeps the message whole.
     let json = s.run(&["prove", "cp/case.yaml", "--json", "--quiet"]);
     json.expect_code(3);

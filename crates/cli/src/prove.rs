@@ -289,8 +289,40 @@ pub(crate) fn under_assumptions(applied: &[shardproof_prove::assume::AppliedOver
     format!(", under the assumptions {}", keys.join(", "))
 }
 
+/// The header line: the case's rank count and, when the proof went through the mesh-dim
+/// reduction, that the sizes and element counts below are the reduced case's (a
+/// refutation is confirmed on the case as written, so its counts are that case's).
+fn header_text(p: &Proof) -> String {
+    let head = format!("case {}: spec + {} ranks", p.case, p.ranks);
+    match &p.mesh {
+        Some(m) if p.verdict != ProofVerdict::Refuted => {
+            // dp divides the rank count (the reduction requires it); otherwise no count.
+            let ranks = if m.original > 0 && p.ranks.is_multiple_of(m.original) {
+                format!("spec + {} ranks, ", p.ranks / m.original * m.reduced)
+            } else {
+                String::new()
+            };
+            format!(
+                "{head}; the sizes and element counts below are the mesh-reduced case's ({ranks}{} {})",
+                m.dim, m.reduced
+            )
+        }
+        _ => head,
+    }
+}
+
+/// The prover's message without the mesh-kept reason it ends with, which the `mesh kept:`
+/// line already prints (the JSON keeps the message whole for its readers).
+fn message_text(p: &Proof) -> &str {
+    let message = p.message.as_deref().unwrap_or_default();
+    p.mesh_kept
+        .as_deref()
+        .and_then(|why| message.strip_suffix(&format!(" ({why})")))
+        .unwrap_or(message)
+}
+
 fn print_text(p: &Proof, args: &ProveArgs) {
-    outln!("case {}: spec + {} ranks", p.case, p.ranks);
+    outln!("{}", header_text(p));
     print_assumptions(&p.assumptions);
     print_mesh(p);
     if let Some(r) = &p.reduction {
@@ -350,7 +382,7 @@ fn print_text(p: &Proof, args: &ProveArgs) {
             }
         }
         ProofVerdict::Inconclusive => {
-            outln!("inconclusive: {}", p.message.as_deref().unwrap_or_default());
+            outln!("inconclusive: {}", message_text(p));
             if let Some(op) = &p.unsupported_op {
                 if p.reduction_refused() {
                     outln!("  hint: `{op}` is not on shape reduction's list of sound operators; `--no-reduce` proves at full size");

@@ -241,10 +241,19 @@ fn print_text(p: &StagedProof, args: &ProveArgs) {
                 (None, _) => outln!("  hint: --counterexample DIR writes the stage's inputs and both outputs"),
             }
         }
-        ProofVerdict::Inconclusive => {
-            outln!("inconclusive: {}", p.message.as_deref().unwrap_or_default())
-        }
+        ProofVerdict::Inconclusive => outln!("inconclusive: {}", message_text(p)),
     }
+}
+
+/// The staged proof's message without a stage's mesh-kept reason at its end, which that
+/// stage's line already prints (the JSON keeps the message whole for its readers).
+fn message_text(p: &StagedProof) -> &str {
+    let message = p.message.as_deref().unwrap_or_default();
+    p.proofs
+        .iter()
+        .filter_map(|q| q.proof["mesh_kept"].as_str())
+        .find_map(|why| message.strip_suffix(&format!(" ({why})")))
+        .unwrap_or(message)
 }
 
 fn convert(p: &StagedProof, args: &ProveArgs, verdict: Verdict, seconds: f64) -> report::Report {

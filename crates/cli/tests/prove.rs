@@ -406,3 +406,122 @@ fn stages_are_reported_and_shards_run_as_processes_merge_into_the_same_report() 
     s.run(&["prove", "case.yaml", "--merge", "results", "--quiet"])
         .expect_code(3);
 }
+
+/// The text report of a dp=4 proof names the mesh-dim reduction, and says that the element
+/// counts below the header are the two-replica case's, not the case's own.
+#[test]
+fn a_dp4_plan_is_mesh_reduced_and_the_counts_say_for_which_case() {
+    let s = Scratch::new();
+    s.run(&[
+        "zoo", "emit", "mlp", "--mesh", "dp=4", "--hidden", "8", "-o", "dp4",
+    ])
+    .expect_code(0);
+    let out = s.run(&["prove", "dp4/case.yaml"]);
+    out.expect_code(0);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("mesh-reduced: dp 4 -> 2 (proved on two replicas")),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        lines[0].starts_with("case mlp-dp4: spec + 4 ranks; the sizes and element counts below are the mesh-reduced case's (spec + 2 ranks, dp 2)"),
+        "{}",
+        out.stdout
+    );
+    assert!(!out.stdout.contains("mesh kept:"), "{}", out.stdout);
+}
+
+/// A failed condition of the mesh-dim reduction is named once, on the `mesh kept:` line.
+#[test]
+fn a_failed_mesh_condition_is_named_once() {
+    let s = Scratch::new();
+    // gpt2's layer norm is not known to be row-wise along the batch: condition (b).
+    s.run(&[
+        "zoo",
+        "emit",
+        "gpt2",
+        "--mesh",
+        "dp=4",
+        "--batch",
+        "4",
+        "--forward-only",
+        "-o",
+        "g4",
+    ])
+    .expect_code(0);
+    let out = s.run(&["prove", "g4/case.yaml"]);
+    out.expect_code(0);
+    let kept = out
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("mesh kept:"))
+        .unwrap_or_else(|| panic!("no `mesh kept:` line in\n{}", out.stdout));
+    assert!(
+        kept.contains("(b) aten.native_layer_norm"),
+        "{}",
+        out.stdout
+    );
+    // Proved at the case's own mesh: the header's counts are the case's.
+    assert!(
+        out.stdout.starts_with("case gpt2-dp4-fw: spec + 4 ranks\n"),
+        "{}",
+        out.stdout
+    );
+    // An inconclusive fallback: the case's own reason on the verdict line, the mesh-dim
+    // reduction's once, on the `mesh kept:` line.
+    s.run(&[
+        "zoo",
+        "emit",
+        "llama",
+        "--mesh",
+        "dp=4,cp=2",
+        "--batch",
+        "4",
+        "-o",
+        "cp",
+    ])
+    .expect_code(0);
+    let out = s.run(&["prove", "cp/case.yaml"]);
+    out.expect_code(3);
+    let why = "the mesh-dim reduction along dp does not apply: (a)";
+    assert_eq!(out.stdout.matches(why).count(), 1, "{}", out.stdout);
+    assert!(
+        out.stdout
+            .lines()
+            .any(|l| l.starts_with("mesh kept: ") && l.contains(why)),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout
+            .lines()
+            .any(|l| l.starts_with("inconclusive: shape reduction refused")),
+        "{}",
+        out.stdout
+    );
+    // Staged, the stage's line names it, the verdict line does not repeat it.
+    let out = s.run(&["prove", "cp/case.yaml", "--jobs", "1"]);
+    out.expect_code(3);
+    assert_eq!(out.stdout.matches(why).count(), 1, "{}", out.stdout);
+    assert!(
+        out.stdout
+            .lines()
+            .any(|l| l.starts_with("  stage 0 ") && l.contains(why)),
+        "{}",
+        out.stdout
+    );
+    // The JSON keeps the message whole.
+    let json = s.run(&["prove", "cp/case.yaml", "--json", "--quiet"]);
+    json.expect_code(3);
+    assert!(
+        json.json()["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(why),
+        "{}",
+        json.stdout
+    );
+}

@@ -157,8 +157,10 @@ pub struct Report {
     pub operators: usize,
     /// Output placements compared with the case's expectations (per rank, per mesh dim).
     pub outputs_checked: usize,
-    /// Output placements whose layout is not proven: `Varying` where the case declares a
-    /// shard (each makes the verdict inconclusive unless there is a finding).
+    /// Output placements not proven: `Varying` where the case declares a shard, a value a
+    /// peer computes otherwise, a share divided by the mesh size, a partial scaled by a factor
+    /// whose meaning is not known (each makes the verdict inconclusive unless there is a
+    /// finding; the report lists each output and why).
     pub outputs_layout_unchecked: usize,
     /// Collectives and messages matched across ranks by the simulated schedule.
     pub meetings: usize,
@@ -184,7 +186,7 @@ impl Report {
         let _ = writeln!(s, "check {}: {verdict}", self.case);
         let _ = writeln!(
             s,
-            "  {} ranks, {} operators, {} output placements checked ({} varying where a shard is declared: layout not proven, inconclusive), {} collectives and messages matched",
+            "  {} ranks, {} operators, {} output placements checked ({} not proven, inconclusive), {} collectives and messages matched",
             self.ranks, self.operators, self.outputs_checked, self.outputs_layout_unchecked, self.meetings
         );
         for (k, f) in self.findings.iter().enumerate() {

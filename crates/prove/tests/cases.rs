@@ -7,6 +7,9 @@ use shardproof_zoo::{
     find_bug, EmitExtras, EmitOptions, LlamaConfig, Mesh, MlpConfig, PipelineOptions, TrainOptions,
 };
 use std::path::Path;
+use zoo_emit::emit_sized;
+
+mod zoo_emit;
 
 fn emit(dir: &Path, mesh: &str, bug: Option<&str>, forward_only: bool) -> shardproof_case::Case {
     emit_model("mlp", dir, mesh, bug, forward_only)
@@ -20,41 +23,6 @@ fn emit_model(
     forward_only: bool,
 ) -> shardproof_case::Case {
     emit_sized(model, dir, mesh, bug, forward_only, (8, 16, 4))
-}
-
-/// Emits with the mlp's (hidden, ffn, batch).
-fn emit_sized(
-    model: &str,
-    dir: &Path,
-    mesh: &str,
-    bug: Option<&str>,
-    forward_only: bool,
-    (hidden, ffn, batch): (usize, usize, usize),
-) -> shardproof_case::Case {
-    let opts = EmitOptions {
-        model: model.into(),
-        mlp: MlpConfig {
-            hidden,
-            ffn,
-            batch,
-            layers: 1,
-            ..MlpConfig::default()
-        },
-        llama: LlamaConfig::default(),
-        mesh: Mesh::parse(mesh).unwrap(),
-        bug: bug.map(|b| find_bug(b).unwrap()),
-        forward_only,
-        vocab_parallel: false,
-    };
-    shardproof_zoo::emit_to_dir(
-        &opts,
-        &EmitExtras::default(),
-        &TrainOptions::default(),
-        &PipelineOptions::default(),
-        dir,
-    )
-    .unwrap();
-    shardproof_case::load_case(&dir.join("case.yaml")).unwrap()
 }
 
 #[test]

@@ -4,10 +4,10 @@
 
 use shardproof_prove::reduce::mesh::reduce_mesh;
 use shardproof_prove::{prove_case, ProveConfig, Verdict};
-use shardproof_zoo::{
-    find_bug, EmitExtras, EmitOptions, LlamaConfig, Mesh, MlpConfig, PipelineOptions, TrainOptions,
-};
 use std::path::Path;
+use zoo_emit::emit_sized;
+
+mod zoo_emit;
 
 fn emit_mlp(
     dir: &Path,
@@ -15,30 +15,7 @@ fn emit_mlp(
     bug: Option<&str>,
     forward_only: bool,
 ) -> shardproof_case::Case {
-    let opts = EmitOptions {
-        model: "mlp".into(),
-        mlp: MlpConfig {
-            hidden: 8,
-            ffn: 16,
-            batch: 8,
-            layers: 1,
-            ..MlpConfig::default()
-        },
-        llama: LlamaConfig::default(),
-        mesh: Mesh::parse(mesh).unwrap(),
-        bug: bug.map(|b| find_bug(b).unwrap()),
-        forward_only,
-        vocab_parallel: false,
-    };
-    shardproof_zoo::emit_to_dir(
-        &opts,
-        &EmitExtras::default(),
-        &TrainOptions::default(),
-        &PipelineOptions::default(),
-        dir,
-    )
-    .unwrap();
-    shardproof_case::load_case(&dir.join("case.yaml")).unwrap()
+    emit_sized("mlp", dir, mesh, bug, forward_only, (8, 16, 8))
 }
 
 #[test]

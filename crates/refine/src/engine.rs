@@ -230,6 +230,17 @@ fn unexplored(s: &State) -> bool {
     matches!(s, State::Related(r) if !r.clean && r.exprs.is_empty())
 }
 
+/// Whether the relation `rel` that full inference gave the operator `t` is kept for its twins
+/// (see `reuse`). A clean one always. An unclean one too (the attention backward's `grad x V^T`
+/// product stays unclean in every layer, so each layer inferred it, and its consumer, afresh),
+/// since the check proves every renamed expression equal to the operator, whatever its kind;
+/// but only with an expression to prove (an unexplored relation has none, and its check would
+/// hold vacuously), and not for a fused linear, whose unclean relation comes with its
+/// product's relation (the evidence a missing reduction leaves), which reuse does not give.
+fn keepable(t: &Tpl, rel: &Rel) -> bool {
+    rel.clean || (!rel.exprs.is_empty() && fused_product(t).is_none())
+}
+
 /// The state of an operator `t` that reads the output of a refuted operator (in `refuted`) or
 /// a value not explored for that reason, without exploring it: the first input's state that
 /// is no relation, as inference would inherit it (see `infer_one`), else unexplored. `None`
@@ -899,8 +910,8 @@ impl Walk<'_> {
                 .iter()
                 .filter(|x| is_float_value(spec_metas, x.value))
                 .all(|x| is_float_scalar(spec_metas, x.value));
-        // Reuse only for a clean relation without expectation, outside 0-d chains (whose
-        // relations carry explored values a renaming does not follow).
+        // Reuse only without expectation, outside 0-d chains (whose relations carry explored
+        // values a renaming does not follow).
         let reusable = expect.is_none() && !scalar_chain;
         let twins: Vec<Arc<reuse::Solved>> = match self.solved.lock() {
             Ok(solved) if reusable => twins
@@ -921,7 +932,7 @@ impl Walk<'_> {
         let s = self.infer_afresh(v, t, expect, seeds, state, r, scalar_chain);
         if reusable {
             if let State::Related(rel) = &s {
-                if rel.clean {
+                if keepable(t, rel) {
                     self.keep_solution(v, (t, seeds), state, rel, r.widened.contains(&v));
                 }
             }

@@ -40,7 +40,7 @@ use std::fmt::Write as _;
 pub(super) struct Solved {
     /// The relations its inference read ([`input_rels`]).
     ins: Vec<Option<Rel>>,
-    /// The operator's clean relation.
+    /// The relation it found (clean, or unclean with an expression: see `keepable`).
     out: Rel,
     /// Whether only the wider attempt found it (diagnosis reads this).
     pub(super) widened: bool,
@@ -637,6 +637,24 @@ fn check(
     let root = add_tpl(&mut eg, t, &mut |_, x| ids[&x.value]);
     let mut added = HashSet::new();
     for &d in defined {
+        if added.insert(d) {
+            define(&mut eg, imp, d, &mut added);
+        }
+    }
+    // And the tensors those are computed from, one level back: they are the inputs' tensors
+    // (or others defined), and exploration's first round brings their definitions in too.
+    // Without them the llama attention backward's `grad x V` product never checked: its rank
+    // product reads `view(transpose_33)` while the value's relation names both `view_100` and
+    // `transpose_33`, and only `transpose_33 = transpose(view_100)` joins the two forms.
+    let mut sources = Vec::new();
+    for &d in defined {
+        if let Some(Lowered::Term(t)) = imp.lowered.get(&d) {
+            let mut xs = Vec::new();
+            tpl_values(t, &mut xs);
+            sources.extend(xs.into_iter().map(|x| imp.canon(x)));
+        }
+    }
+    for d in sources {
         if added.insert(d) {
             define(&mut eg, imp, d, &mut added);
         }

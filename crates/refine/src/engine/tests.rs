@@ -933,3 +933,56 @@ fn gathered_leaves_of_unclean_relations_come_in_with_their_layout() {
     let compared = crate::eval::classes_agree(&eg, &rank_values(&imp)).unwrap();
     assert!(compared > 0);
 }
+
+/// A llama on tp=2 with `layers` layers, the full training iteration.
+fn llama_full_layers(dir: &std::path::Path, layers: usize) -> Case {
+    emit_and_load(
+        dir,
+        EmitOptions {
+            model: "llama".into(),
+            mlp: Default::default(),
+            llama: LlamaConfig {
+                layers,
+                ..LlamaConfig::default()
+            },
+            mesh: Mesh::parse("tp=2").unwrap(),
+            bug: None,
+            forward_only: false,
+            vocab_parallel: false,
+        },
+    )
+}
+
+/// A middle layer repeats the layer before it, so all its operators take that layer's
+/// relations, renamed and checked, but its checked outputs (the optimizer's new weights, never
+/// reused): the unclean ones too (the attention backward's `grad x V^T` product stays unclean in
+/// every layer) and their consumers (its `grad x V` product, whose check needs the definitions
+/// of the value's tensors one level back). The reports are the ones full inference gives.
+#[test]
+fn a_middle_layer_is_reused_in_full_but_its_checked_outputs() {
+    let run = |layers: usize, reuse: bool| {
+        let dir = tempfile::tempdir().unwrap();
+        let case = llama_full_layers(dir.path(), layers);
+        let mut o = super::verify(
+            &case,
+            &super::Options {
+                trace: true,
+                jobs: Some(1),
+                reuse,
+                ..super::Options::default()
+            },
+        );
+        o.seconds = 0.0;
+        o
+    };
+    let (two, three) = (run(2, true), run(3, true));
+    assert_eq!(two.verdict, Verdict::Verified);
+    assert_eq!(three.verdict, Verdict::Verified);
+    let afresh = |o: &Outcome| o.spec_operators - o.operators_reused;
+    assert_eq!(
+        afresh(&three) - afresh(&two),
+        three.certificate.len() - two.certificate.len(),
+        "operators of the middle layer inferred afresh"
+    );
+    assert_eq!(report_text(&two), report_text(&run(2, false)));
+}

@@ -689,6 +689,7 @@ fn check(
     }
     eg.analysis.node_cap = opts.node_limit.saturating_mul(10);
     let runner = Runner::default()
+        .with_scheduler(super::saturate::LimitsOncePerSearch::default())
         .with_egraph(eg)
         .with_iter_limit(opts.iter_limit * 2)
         .with_node_limit(opts.node_limit)

@@ -40,6 +40,7 @@ mod engine;
 pub mod pipeline;
 mod place;
 pub mod plan;
+mod region;
 mod report;
 mod ring;
 mod rows;
@@ -558,6 +559,14 @@ fn stage_own(mesh: &shardproof_ir::Mesh, pl: &shardproof_case::PlacedLayout, m: 
             .any(|h| h.dim == m && (0..stages).any(|c| !h.coords.contains(&c)))
 }
 
+/// Per rank, peer and mesh dim: the pairs of collectives (rank node, peer node) whose
+/// regions' replicated operands were found alike, and those found otherwise.
+#[derive(Default)]
+struct Regions {
+    ok: BTreeSet<(usize, usize)>,
+    bad: BTreeSet<(usize, usize)>,
+}
+
 /// The checks, without fix synthesis.
 fn check_unfixed(case: &Case, progress: &Progress) -> Result<Report, Invalid> {
     let prop = propagate_counted(case, progress)?;
@@ -586,6 +595,10 @@ fn check_unfixed(case: &Case, progress: &Progress) -> Result<Report, Invalid> {
     // arguments (names, operators, input names): every node is then its peer's peer node,
     // whose literals the rules compared.
     let mut alike: HashMap<(usize, usize), bool> = HashMap::new();
+    // Per (rank, peer, mesh dim): the collectives whose regions were found alike and
+    // otherwise; per class: node names.
+    let mut regions: HashMap<(usize, usize, usize), Regions> = HashMap::new();
+    let mut name_maps: HashMap<usize, HashMap<String, usize>> = HashMap::new();
     let mut same_output = |r: usize, v: ValueId, p: usize, pv: ValueId, m: usize| {
         if classes[r] == classes[p] {
             return v == pv;
@@ -650,8 +663,8 @@ fn check_unfixed(case: &Case, progress: &Progress) -> Result<Report, Invalid> {
                 .and_then(|c| gr.nodes[c.node].inputs().first().copied())
                 .is_some_and(|t| rp.of(t, nd)[m] == Place::Replicate)
         };
-        let leaf = |x: usize, y: usize| {
-            (or[x] != u32::MAX
+        let collective_leaf = |x: usize, y: usize| {
+            or[x] != u32::MAX
                 && or[x] == op[y]
                 && rp.of(ValueId::new(x, 0), nd)[m] == Place::Replicate
                 && !replicated_input(x)
@@ -670,10 +683,8 @@ fn check_unfixed(case: &Case, progress: &Progress) -> Result<Report, Invalid> {
                         .and_then(|k| match k {
                             NodeKind::Call { op, .. } => Some(op),
                             _ => None,
-                        }))
-            .then_some(true)
+                        })
         };
-        let memo = memos.entry((r, classes[p], m)).or_default();
         // A node and its peer node (the same name, operator and input names): the rules
         // compared their literals (`varies`, the slice starts), so these may differ.
         fn names(g: &Graph, i: usize) -> Vec<&str> {
@@ -686,7 +697,98 @@ fn check_unfixed(case: &Case, progress: &Progress) -> Result<Report, Invalid> {
         let loose = |x: usize, y: usize| {
             gr.nodes[x].name == gp.nodes[y].name && names(gr, x) == names(gp, y)
         };
-        engine::same_expression_upto(gr, None, v.node, gp, None, pv.node, memo, &leaf, &loose)
+        // Per peer, not per peer class: the region checks read the peer's placements.
+        let key = (r, p, m);
+        let memo = memos.entry(key).or_default();
+        let region = regions.entry(key).or_default();
+        let pp = &prop.ranks[p];
+        let names_p = name_maps.entry(classes[p]).or_insert_with(|| {
+            gp.nodes
+                .iter()
+                .enumerate()
+                .map(|(j, n)| (n.name.clone(), j))
+                .collect()
+        });
+        // A collective's result is a shared leaf only where the replicated operands of the
+        // region its input ends (`region::operands`) are alike on both ranks: each pair met is
+        // queued and checked after the comparison that met it (its checks meet more). A pair
+        // found otherwise is recorded and the comparison starts again without the memo, whose
+        // entries may rest on it; pairs are recorded as alike only after a whole round passed.
+        loop {
+            let pending = std::cell::RefCell::new(Vec::new());
+            let leaf = |x: usize, y: usize| {
+                if !collective_leaf(x, y) {
+                    return None;
+                }
+                if region.bad.contains(&(x, y)) {
+                    return Some(false);
+                }
+                if !region.ok.contains(&(x, y)) {
+                    pending.borrow_mut().push((x, y));
+                }
+                Some(true)
+            };
+            let mut same = engine::same_expression_upto(
+                gr, None, v.node, gp, None, pv.node, memo, &leaf, &loose,
+            );
+            let mut checked = BTreeSet::new();
+            let mut failed = None;
+            while same {
+                let Some((x, y)) = pending.borrow_mut().pop() else {
+                    break;
+                };
+                if !checked.insert((x, y)) {
+                    continue;
+                }
+                // The collective's tensor input on each rank (`wait_tensor(collective(t))`).
+                let input = |g: &Graph, w: usize| {
+                    g.nodes[w]
+                        .inputs()
+                        .first()
+                        .and_then(|c| g.nodes[c.node].inputs().first().copied())
+                };
+                let (Some(tx), Some(ty)) = (input(gr, x), input(gp, y)) else {
+                    failed = Some((x, y));
+                    break;
+                };
+                let (fx, ax) = region::operands(gr, rp, nd, m, tx);
+                let (_, ay) = region::operands(gp, pp, nd, m, ty);
+                // Terms matter only where both ranks add some: one rank adding a replicated
+                // term to its piece alone is the sum the rule judged; two ranks adding
+                // terms must add the same one (the scaled shares `b / n`).
+                let compared = fx
+                    .iter()
+                    .chain(if ay.is_empty() { [].iter() } else { ax.iter() });
+                let mut alike = true;
+                for &u in compared {
+                    let Some(&j) = names_p.get(&gr.nodes[u].name) else {
+                        alike = false;
+                        break;
+                    };
+                    if !engine::same_expression_upto(gr, None, u, gp, None, j, memo, &leaf, &loose)
+                    {
+                        alike = false;
+                        break;
+                    }
+                }
+                if !alike {
+                    failed = Some((x, y));
+                }
+                same = alike;
+            }
+            match failed {
+                Some(pair) => {
+                    region.bad.insert(pair);
+                    memo.clear();
+                }
+                None => {
+                    if same {
+                        region.ok.extend(checked);
+                    }
+                    return same;
+                }
+            }
+        }
     };
     for exp in &case.outputs {
         let Layout::Placed(pl) = &exp.layout else {

@@ -188,6 +188,7 @@ fn propagate_rank_from(
             rp.scaled[v0 * nd..].fill(false);
             rp.times_n[v0 * nd..].fill(false);
             rp.scale_unknown[v0 * nd..].fill(false);
+            rp.share_of[v0 * nd..].fill(0);
             rp.invariant[v0..].fill(false);
             rp.zero[v0..].fill(false);
             rp.constant[v0..].fill(0);
@@ -205,6 +206,7 @@ fn propagate_rank_from(
                 scaled: vec![false; total as usize * nd],
                 times_n: vec![false; total as usize * nd],
                 scale_unknown: vec![false; total as usize * nd],
+                share_of: vec![0; total as usize * nd],
                 zero: vec![false; total as usize],
                 constant: vec![0; total as usize],
                 ..Default::default()
@@ -536,6 +538,8 @@ fn propagate_rank_from(
                 } else {
                     None
                 };
+                // Mesh dims whose all-reduce sum here lifted a replicated share (`scaled`).
+                let mut lifted_shares = 0u64;
                 for m in 0..nd {
                     // An input unknown on this mesh dim: the rule is not called (below, after
                     // the ring and rows readings, which keep `Unknown` as it is). Skipped
@@ -1032,6 +1036,9 @@ fn propagate_rank_from(
                             }
                             lift_reads_scaled =
                                 !dual && inputs.first().is_some_and(|&v| scaled_of(v));
+                            if lift_reads_scaled && rule.family == "all-reduce" && m < 64 {
+                                lifted_shares |= 1 << m;
+                            }
                             (dual || lift_reads_scaled).then(|| vec![Place::Replicate; nout])
                         }
                         Some(Exempt::PartialPlusReplicate(red)) => {
@@ -1127,6 +1134,21 @@ fn propagate_rank_from(
                             && rp.scale_unknown[(rp.offsets[v.node] as usize + v.output) * nd + m]
                     });
                     let mut now_scale_unknown = input_scale_unknown;
+                    // `share_of` of the output on this mesh dim (k + 1; 0: none).
+                    let mut share_dim = 0u8;
+                    let share_in =
+                        |v: ValueId| rp.share_of[(rp.offsets[v.node] as usize + v.output) * nd + m];
+                    // Carried by a sum of partial terms that all wait on the same dim's sum,
+                    // and by a collective over another mesh dim (which this dim's pieces pass).
+                    if input_scale_unknown
+                        && ((op.name == "add" && inputs.iter().all(|&v| place(v).is_partial()))
+                            || (rule.family == "all-reduce" && !in_group))
+                    {
+                        let first = inputs.first().map_or(0, |&v| share_in(v));
+                        if inputs.iter().all(|&v| share_in(v) == first) {
+                            share_dim = first;
+                        }
+                    }
                     if n_m > 1.0 {
                         if let Some(Place::Partial(red)) = result.first().copied() {
                             if red.is_linear() {
@@ -1165,12 +1187,45 @@ fn propagate_rank_from(
                                             }
                                         }
                                     }
-                                    None => now_scale_unknown = true,
+                                    None => {
+                                        // The one other mesh dim whose size the division
+                                        // is by, and on which the dividend is replicated (a
+                                        // share there), where the spec lacks the factor.
+                                        if !input_scale_unknown && rel == Scaling::Other {
+                                            share_dim = share_of_other_dim(
+                                                op.name.as_str(),
+                                                factor,
+                                                mesh,
+                                                m,
+                                                inputs.first().map(|&v| rp.of(v, nd)),
+                                                sh.has_spec && sh.spec_scalings.contains_key(name),
+                                            );
+                                        }
+                                        now_scale_unknown = true;
+                                    }
                                 }
                             }
                         }
                     }
                     now_scale_unknown &= result.iter().any(|p| p.is_partial());
+                    // Gradient accumulation: K microbatch means each divided by K, added, are
+                    // the mean over the rank's shard (`rows::microbatch_average` proves the
+                    // terms are the K microbatches of one selection, each once).
+                    if now_scale_unknown
+                        && op.name == "add"
+                        && result.first() == Some(&Place::Partial(Red::Avg))
+                        && rows::microbatch_average(
+                            g,
+                            i,
+                            &|v| rp.of(v, nd)[m],
+                            &|v| {
+                                rp.scale_unknown[(rp.offsets[v.node] as usize + v.output) * nd + m]
+                            },
+                            &sh.rows.borrow(),
+                        )
+                    {
+                        now_scale_unknown = false;
+                    }
                     // A reduction over the group of pieces whose factor is not known: what it
                     // gives is not proven (findings of the rule stand).
                     if input_scale_unknown
@@ -1362,10 +1417,32 @@ fn propagate_rank_from(
                         rp.scaled[(base + o) * nd + m] = now_scaled;
                         rp.times_n[(base + o) * nd + m] = times_n;
                         rp.scale_unknown[(base + o) * nd + m] = now_scale_unknown && p.is_partial();
+                        rp.share_of[(base + o) * nd + m] = if now_scale_unknown && p.is_partial() {
+                            share_dim
+                        } else {
+                            0
+                        };
                         set(&mut rp, o, m, *p);
                         if p.is_partial() {
                             rp.origin[(base + o) * nd + m] =
                                 first_partial_origin.unwrap_or(i as u32);
+                        }
+                    }
+                }
+                // An all-reduce sum over mesh dim k of a share (`scaled` on k) made up for the
+                // division by k's size that left other mesh dims' factor unknown (`share_of`):
+                // their pieces are as before the division.
+                for k in 0..nd {
+                    if lifted_shares & (1 << k) == 0 {
+                        continue;
+                    }
+                    for o in 0..nout {
+                        for m in 0..nd {
+                            let at = (base + o) * nd + m;
+                            if m != k && rp.share_of[at] as usize == k + 1 {
+                                rp.share_of[at] = 0;
+                                rp.scale_unknown[at] = false;
+                            }
                         }
                     }
                 }
@@ -1407,6 +1484,43 @@ fn propagate_rank_from(
         })
         .count();
     (rp, pending)
+}
+
+/// The mesh dim (k + 1; 0: none) whose size a division (`div` by a number, or `mul` by its
+/// inverse) of a partial on mesh dim `m` is by, where the dividend (`input`, its placement per
+/// mesh dim) is replicated there, so the quotient is a share on it (`scaled`), and exactly one
+/// such dim other than `m` exists; none where the spec scales the node (`spec_scales`).
+fn share_of_other_dim(
+    op: &str,
+    factor: Option<f64>,
+    mesh: &shardproof_ir::Mesh,
+    m: usize,
+    input: Option<&[Place]>,
+    spec_scales: bool,
+) -> u8 {
+    let (Some(x), Some(input)) = (factor, input) else {
+        return 0;
+    };
+    let divisor = match op {
+        "div" => x,
+        "mul" if x != 0.0 => 1.0 / x,
+        _ => return 0,
+    };
+    if spec_scales {
+        return 0;
+    }
+    let dims: Vec<usize> = (0..mesh.dims.len())
+        .filter(|&k| {
+            k != m
+                && mesh.dims[k].1 > 1
+                && (mesh.dims[k].1 as f64 - divisor).abs() < 1e-9
+                && input.get(k) == Some(&Place::Replicate)
+        })
+        .collect();
+    match dims.as_slice() {
+        [k] => u8::try_from(*k + 1).unwrap_or(0),
+        _ => 0,
+    }
 }
 
 /// How a product scales a partial's pieces relative to the spec's value (see

@@ -10,10 +10,12 @@ use shardproof_ops::{Args, Meta, NoValues, OpClass, OpDef, Registry};
 use std::collections::HashMap;
 
 mod findings;
+mod scaling;
 mod shared;
 
 pub(crate) use findings::group_reducing;
 use findings::{constant_output, mixed_shards, plain_rename, raw_finding, zero_output, LossTerms};
+use scaling::{partial_scaling, share_of_other_dim, Read, Scaling};
 pub use shared::*;
 
 /// No origin recorded.
@@ -403,16 +405,7 @@ fn propagate_rank_from(
                             continue;
                         }
                         let stage_dim = m < 64 && crate::is_pipeline_dim(mesh, m);
-                        if matches!(
-                            rule.family,
-                            "linear-unary"
-                                | "view"
-                                | "transpose"
-                                | "permute"
-                                | "unsqueeze"
-                                | "squeeze"
-                                | "expand"
-                        ) {
+                        if rules::moves_values(rule.family) {
                             for o in 0..nout {
                                 rp.times_n[(base + o) * nd + m] = true;
                             }
@@ -424,8 +417,7 @@ fn propagate_rank_from(
                                 mesh.dims[m].1 as f64,
                                 sh.has_spec,
                                 sh.spec_scalings.get(node.name.as_str()).copied(),
-                                true,
-                                |_| false,
+                                Read::TimesN,
                             ) == Scaling::ByInverseN
                         {
                             for o in 0..nout {
@@ -1158,12 +1150,12 @@ fn propagate_rank_from(
                                     n_m,
                                     sh.has_spec,
                                     sh.spec_scalings.get(name).copied(),
-                                    false,
-                                    |k| {
-                                        inputs
-                                            .iter()
-                                            .skip(k)
-                                            .any(|&v| place(v) == Place::Replicate && scaled_of(v))
+                                    Read::Partial {
+                                        scaled_from: [0, 1].map(|k| {
+                                            inputs.iter().skip(k).any(|&v| {
+                                                place(v) == Place::Replicate && scaled_of(v)
+                                            })
+                                        }),
                                     },
                                 );
                                 let ambiguous = rel != Scaling::Same
@@ -1253,17 +1245,9 @@ fn propagate_rank_from(
                     // quotient of a scaled dividend by an unscaled divisor, a sum of scaled
                     // terms only.
                     let keeps = (first_scaled
-                        && (matches!(
-                            rule.family,
-                            "linear-unary"
-                                | "view"
-                                | "transpose"
-                                | "permute"
-                                | "unsqueeze"
-                                | "squeeze"
-                                | "expand"
-                        ) || (rule.family == "reduction"
-                            && matches!(op.name.as_str(), "sum" | "mean"))
+                        && (rules::moves_values(rule.family)
+                            || (rule.family == "reduction"
+                                && matches!(op.name.as_str(), "sum" | "mean"))
                             || (rule.family == "elementwise-div" && scaled_inputs == 1)))
                         || (rule.family == "elementwise-mul" && scaled_inputs == 1)
                         || (rule.family == "elementwise-add"
@@ -1484,110 +1468,4 @@ fn propagate_rank_from(
         })
         .count();
     (rp, pending)
-}
-
-/// The mesh dim (k + 1; 0: none) whose size a division (`div` by a number, or `mul` by its
-/// inverse) of a partial on mesh dim `m` is by, where the dividend (`input`, its placement per
-/// mesh dim) is replicated there, so the quotient is a share on it (`scaled`), and exactly one
-/// such dim other than `m` exists; none where the spec scales the node (`spec_scales`).
-fn share_of_other_dim(
-    op: &str,
-    factor: Option<f64>,
-    mesh: &shardproof_ir::Mesh,
-    m: usize,
-    input: Option<&[Place]>,
-    spec_scales: bool,
-) -> u8 {
-    let (Some(x), Some(input)) = (factor, input) else {
-        return 0;
-    };
-    let divisor = match op {
-        "div" => x,
-        "mul" if x != 0.0 => 1.0 / x,
-        _ => return 0,
-    };
-    if spec_scales {
-        return 0;
-    }
-    let dims: Vec<usize> = (0..mesh.dims.len())
-        .filter(|&k| {
-            k != m
-                && mesh.dims[k].1 > 1
-                && (mesh.dims[k].1 as f64 - divisor).abs() < 1e-9
-                && input.get(k) == Some(&Place::Replicate)
-        })
-        .collect();
-    match dims.as_slice() {
-        [k] => u8::try_from(*k + 1).unwrap_or(0),
-        _ => 0,
-    }
-}
-
-/// How a product scales a partial's pieces relative to the spec's value (see
-/// [`partial_scaling`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Scaling {
-    /// As the spec scales its tensor (or no scaling): the pieces combine as before.
-    Same,
-    /// By 1/n more than the spec: pieces that averaged now sum.
-    ByInverseN,
-    /// By n more than the spec: pieces that summed now average.
-    ByN,
-    /// By another factor, or one not read: no linear reduction is known.
-    Other,
-}
-
-/// The scaling of a partial's pieces by a call of operator `op` on a mesh dim of size `n`
-/// (> 1), relative to the spec: `factor` is the call's literal number (`other`), `spec` the
-/// spec's scaling of the node of this name (operator, factor), `has_spec` whether the case
-/// has a spec; `rank_only` whether a factor the spec lacks is read by its number (else it
-/// is `Other` unless 1); `scaled_from(k)` says whether an operand from the k-th on is a replicated
-/// value divided by n (any operand of a `mul`, the divisor of a `div`).
-fn partial_scaling(
-    op: &str,
-    factor: Option<f64>,
-    n: f64,
-    has_spec: bool,
-    spec: Option<(&OpName, f64, Option<i64>)>,
-    rank_only: bool,
-    scaled_from: impl Fn(usize) -> bool,
-) -> Scaling {
-    let near = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs().max(1.0);
-    // The rank's factor over the spec's, as a multiplier.
-    let classify = |ratio: f64| {
-        if near(ratio, 1.0) {
-            Scaling::Same
-        } else if near(ratio * n, 1.0) {
-            Scaling::ByInverseN
-        } else if near(ratio, n) {
-            Scaling::ByN
-        } else {
-            Scaling::Other
-        }
-    };
-    match (op, factor) {
-        ("mul" | "div", Some(x)) => {
-            let mine = if op == "mul" { x } else { 1.0 / x };
-            match spec {
-                Some((sop, y, _)) if sop.name == op && y != 0.0 && x != 0.0 => {
-                    let theirs = if op == "mul" { y } else { 1.0 / y };
-                    classify(mine / theirs)
-                }
-                // A plan is its own spec: the scaling is in the program the placements
-                // describe.
-                _ if !has_spec => Scaling::Same,
-                // The spec does not scale this node: the factor is the rank's own. On a
-                // value known to be n times the tensor (`times_n`) it is read as it is; on
-                // a partial, what it makes up for is not read from the number (a 1/n may
-                // average microbatches as well as a mesh dim's pieces).
-                _ if rank_only || near(mine, 1.0) => classify(mine),
-                _ => Scaling::Other,
-            }
-        }
-        ("mul", None) if scaled_from(0) => Scaling::ByInverseN,
-        ("div", None) if scaled_from(1) => Scaling::ByN,
-        // A product with a tensor the checker does not know to be scaled: the spec is
-        // taken to compute the same product (as for every other operator).
-        _ => Scaling::Same,
-    }
 }

@@ -625,7 +625,8 @@ fn check_unfixed(case: &Case, progress: &Progress) -> Result<Report, Invalid> {
             return v == pv;
         }
         // Per graph, per node: the ordinal of the collective a `wait_tensor` waits on.
-        for q in [r, p] {
+        let group = engine::peers(&program.mesh, r, m);
+        for &q in group.iter().chain([r, p].iter()) {
             ordinals.entry(classes[q]).or_insert_with(|| {
                 let g = &program.ranks[q];
                 let mut k = 0u32;
@@ -753,14 +754,37 @@ fn check_unfixed(case: &Case, progress: &Progress) -> Result<Report, Invalid> {
                 };
                 let (fx, ax) = region::operands(gr, rp, nd, m, tx);
                 let (_, ay) = region::operands(gp, pp, nd, m, ty);
-                // Terms matter only where both ranks add some: one rank adding a replicated
-                // term to its piece alone is the sum the rule judged; two ranks adding
-                // terms must add the same one (the scaled shares `b / n`).
+                // Terms: a replicated term is counted once in the sum where one rank adds it
+                // alone (Megatron's norm term), or where every member adds its share `b / n`
+                // (`scaled`). Else the sum counts it another number of times (two of four
+                // ranks adding `h` where the spec adds it once held before). Which members
+                // add terms to the pieces of this collective (matched by order):
+                let adds = |q: usize| {
+                    let gq = &program.ranks[q];
+                    let k = or[x];
+                    let oq = &ordinals[&classes[q]];
+                    let Some(w) = oq.iter().position(|&o| o == k) else {
+                        return true;
+                    };
+                    input(gq, w).is_none_or(|t| {
+                        !region::operands(gq, &prop.ranks[q], nd, m, t).1.is_empty()
+                    })
+                };
+                let counted_once = ax.is_empty()
+                    || if ax.iter().all(|&u| {
+                        (0..gr.nodes[u].outputs.len().max(1))
+                            .all(|o| rp.scaled[(rp.offsets[u] as usize + o) * nd + m])
+                    }) {
+                        group.iter().all(|&q| q == r || adds(q))
+                    } else {
+                        group.iter().all(|&q| q == r || !adds(q))
+                    };
+                // Two ranks adding terms must add the same one.
                 let compared = fx
                     .iter()
                     .chain(if ay.is_empty() { [].iter() } else { ax.iter() });
-                let mut alike = true;
-                for &u in compared {
+                let mut alike = counted_once;
+                for &u in compared.filter(|_| counted_once) {
                     let Some(&j) = names_p.get(&gr.nodes[u].name) else {
                         alike = false;
                         break;

@@ -120,3 +120,62 @@ fn a_term_added_on_one_rank_only_holds() {
     let r1 = line("t", 4, "mul.Tensor(p, 1)") + &all_reduce("t");
     assert_eq!(verdict(&spec, &r0, &r1, "term-one"), Verdict::Holds);
 }
+
+/// The verdict on `dp=4` of ranks running `ranks[k]` (lines reading `x` and `p`, writing `t`,
+/// the rank's piece), then `y = all_reduce(t, sum)`; the spec computes `y = p + x * x`.
+fn verdict4(ranks: [&str; 4], dir: &str) -> Verdict {
+    let dir = std::env::temp_dir().join(format!("shardproof-region4-{dir}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let graph = |class: &str, body: &str| {
+        format!(
+            "class {class}(torch.nn.Module):\n    def forward(self, x: \"f32[4, 8]\", p: \"f32[4, 8]\"):\n{body}        return (y,)\n"
+        )
+    };
+    let spec = line("h", 4, "mul.Tensor(x, x)") + &line("y", 4, "add.Tensor(p, h)");
+    std::fs::write(dir.join("spec.py"), graph("Spec", &spec)).unwrap();
+    for (k, body) in ranks.iter().enumerate() {
+        let rank = body.to_string() + &all_reduce("t");
+        std::fs::write(dir.join(format!("r{k}.py")), graph("Rank", &rank)).unwrap();
+    }
+    let case = "version: 1\nname: region4\nspec:\n  graph: spec.py\nimpl:\n  mesh: { dp: 4 }\n  graphs: [r0.py, r1.py, r2.py, r3.py]\n  groups:\n    \"0\": dp\ninputs:\n  x: Replicate()\n  p: Partial(sum)\noutputs:\n  y: Replicate()\n";
+    std::fs::write(dir.join("case.yaml"), case).unwrap();
+    let case = shardproof_case::load_case(&dir.join("case.yaml")).unwrap();
+    let report = check_case(&case).unwrap();
+    eprintln!("{}", report.render());
+    let _ = std::fs::remove_dir_all(&dir);
+    report.verdict
+}
+
+#[test]
+fn a_term_two_of_four_ranks_add_is_not_held() {
+    // Base: holds with exit 0 (`run`: rel. error 0.67): ranks 0 and 1 add `x * x`, so the sum
+    // counts it twice; each rank saw a peer without the term, which the rule reads as "added on
+    // some ranks only".
+    let adds = line("h", 4, "mul.Tensor(x, x)") + &line("t", 4, "add.Tensor(p, h)");
+    let plain = line("t", 4, "mul.Tensor(p, 1)");
+    assert_eq!(
+        verdict4([&adds, &adds, &plain, &plain], "two"),
+        Verdict::Inconclusive
+    );
+    assert_eq!(
+        verdict4([&adds, &plain, &plain, &plain], "one"),
+        Verdict::Holds
+    );
+}
+
+#[test]
+fn a_share_every_rank_adds_holds_and_half_the_ranks_do_not() {
+    // `x * x / 4` added on every rank sums to `x * x`; on two of the four, to half of it.
+    let share = line("g", 4, "mul.Tensor(x, x)")
+        + &line("h", 4, "div.Tensor(g, 4)")
+        + &line("t", 4, "add.Tensor(p, h)");
+    let plain = line("t", 4, "mul.Tensor(p, 1)");
+    assert_eq!(
+        verdict4([&share, &share, &share, &share], "all"),
+        Verdict::Holds
+    );
+    assert_ne!(
+        verdict4([&share, &share, &plain, &plain], "half"),
+        Verdict::Holds
+    );
+}

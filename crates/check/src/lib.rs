@@ -559,14 +559,6 @@ fn stage_own(mesh: &shardproof_ir::Mesh, pl: &shardproof_case::PlacedLayout, m: 
             .any(|h| h.dim == m && (0..stages).any(|c| !h.coords.contains(&c)))
 }
 
-/// Per rank, peer and mesh dim: the pairs of collectives (rank node, peer node) whose
-/// regions' replicated operands were found alike, and those found otherwise.
-#[derive(Default)]
-struct Regions {
-    ok: BTreeSet<(usize, usize)>,
-    bad: BTreeSet<(usize, usize)>,
-}
-
 /// The checks, without fix synthesis.
 fn check_unfixed(case: &Case, progress: &Progress) -> Result<Report, Invalid> {
     let prop = propagate_counted(case, progress)?;
@@ -590,14 +582,17 @@ fn check_unfixed(case: &Case, progress: &Progress) -> Result<Report, Invalid> {
     // that add a replicated term on some ranks only differ below the all-reduce that sums it).
     let classes = graph_classes(&program.ranks);
     let mut ordinals: HashMap<usize, Vec<u32>> = HashMap::new();
-    let mut memos: HashMap<(usize, usize, usize), engine::ExprMemo> = HashMap::new();
+    // Per (rank, peer, mesh dim): the memo of the comparison (node and peer node literals
+    // loose) and of the region operands' (literals strict).
+    let mut memos: HashMap<(usize, usize, usize), (engine::ExprMemo, engine::ExprMemo)> =
+        HashMap::new();
     // Per pair of graph classes: whether the graphs are equal node for node but for literal
     // arguments (names, operators, input names): every node is then its peer's peer node,
     // whose literals the rules compared.
     let mut alike: HashMap<(usize, usize), bool> = HashMap::new();
     // Per (rank, peer, mesh dim): the collectives whose regions were found alike and
     // otherwise; per class: node names.
-    let mut regions: HashMap<(usize, usize, usize), Regions> = HashMap::new();
+    let mut regions: HashMap<(usize, usize, usize), region::Regions> = HashMap::new();
     let mut name_maps: HashMap<usize, HashMap<String, usize>> = HashMap::new();
     let mut same_output = |r: usize, v: ValueId, p: usize, pv: ValueId, m: usize| {
         if classes[r] == classes[p] {
@@ -700,7 +695,7 @@ fn check_unfixed(case: &Case, progress: &Progress) -> Result<Report, Invalid> {
         };
         // Per peer, not per peer class: the region checks read the peer's placements.
         let key = (r, p, m);
-        let memo = memos.entry(key).or_default();
+        let (memo, strict) = memos.entry(key).or_default();
         let region = regions.entry(key).or_default();
         let pp = &prop.ranks[p];
         let names_p = name_maps.entry(classes[p]).or_insert_with(|| {
@@ -789,8 +784,20 @@ fn check_unfixed(case: &Case, progress: &Progress) -> Result<Report, Invalid> {
                         alike = false;
                         break;
                     };
-                    if !engine::same_expression_upto(gr, None, u, gp, None, j, memo, &leaf, &loose)
-                    {
+                    // Literals strict: an operand the rules call replicated is the same
+                    // tensor on both ranks only with the same literals (a literal the rules'
+                    // hash comparison judged alike is compared here in full).
+                    if !engine::same_expression_upto(
+                        gr,
+                        None,
+                        u,
+                        gp,
+                        None,
+                        j,
+                        strict,
+                        &leaf,
+                        &|_, _| false,
+                    ) {
                         alike = false;
                         break;
                     }
@@ -804,6 +811,7 @@ fn check_unfixed(case: &Case, progress: &Progress) -> Result<Report, Invalid> {
                 Some(pair) => {
                     region.bad.insert(pair);
                     memo.clear();
+                    strict.clear();
                 }
                 None => {
                     if same {

@@ -63,3 +63,13 @@ pub fn operands(
     }
     (factors, terms)
 }
+
+/// Per rank, peer and mesh dim: the pairs of collectives (rank node, peer node) whose
+/// regions' replicated operands were found alike, and those found otherwise.
+#[derive(Default)]
+pub struct Regions {
+    /// Found alike (after a whole comparison passed).
+    pub ok: std::collections::BTreeSet<(usize, usize)>,
+    /// Found otherwise.
+    pub bad: std::collections::BTreeSet<(usize, usize)>,
+}

@@ -61,3 +61,18 @@ fn a_share_divided_by_the_wrong_dims_size_is_not_held() {
     // rel. error 1.0).
     assert_ne!(verdict(4, 2, &["tp", "dp"], "wrong"), Verdict::Holds);
 }
+
+#[test]
+fn a_share_summed_over_dp_first_then_its_dim_is_not_violated() {
+    // The same program with the two all-reduces in the other order (`run`: rel. error 3e-16).
+    // On 086bab4 the tp all-reduce was judged an all-reduce of a replicated tensor
+    // (`comm-legality`, violated): the share's `scaled` record did not survive the dp sum.
+    assert_ne!(verdict(2, 2, &["dp", "tp"], "dp-first"), Verdict::Violated);
+}
+
+#[test]
+fn an_unscaled_value_summed_over_dp_then_tp_stays_violated() {
+    // No division: the tp all-reduce sums a replicated tensor (`run`: rel. error 1.0). The
+    // 1/n kept through the dp sum must not excuse a sum with no share behind it.
+    assert_eq!(verdict(2, 1, &["dp", "tp"], "unscaled"), Verdict::Violated);
+}

@@ -1243,9 +1243,18 @@ fn propagate_rank_from(
                     // Which uses carry the 1/n on: copies, views and sums of one scaled
                     // operand, a product with exactly one scaled factor (either side), a
                     // quotient of a scaled dividend by an unscaled divisor, a sum of scaled
-                    // terms only.
+                    // terms only, and a sum or mean over another mesh dim's group (each
+                    // member's value is 1/n of one, so is their sum: a tp share summed over dp
+                    // first, then over tp, was an all-reduce of a replicated tensor).
+                    let over_other_dim = rule.family == "all-reduce"
+                        && !in_group
+                        && matches!(
+                            bound.get("reduce_op"),
+                            Some(Arg::Str(s)) if Red::parse(&s).is_some_and(|r| r.is_linear())
+                        );
                     let keeps = (first_scaled
                         && (rules::moves_values(rule.family)
+                            || over_other_dim
                             || (rule.family == "reduction"
                                 && matches!(op.name.as_str(), "sum" | "mean"))
                             || (rule.family == "elementwise-div" && scaled_inputs == 1)))

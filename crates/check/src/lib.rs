@@ -35,7 +35,6 @@
 
 #![warn(missing_docs)]
 
-mod chunks;
 mod duality;
 mod engine;
 mod outputs;

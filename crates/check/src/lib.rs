@@ -37,9 +37,11 @@
 
 mod duality;
 mod engine;
+mod outputs;
 pub mod pipeline;
 mod place;
 pub mod plan;
+mod region;
 mod report;
 mod ring;
 mod rows;
@@ -572,122 +574,9 @@ fn check_unfixed(case: &Case, progress: &Progress) -> Result<Report, Invalid> {
     let mut unchecked = 0;
     let mut unknown_outputs = BTreeSet::new();
     let mut declared: BTreeSet<(usize, ValueId)> = BTreeSet::new();
-    // Whether ranks `r` and `p` compute their values `v` and `pv` of one declared output the
-    // same way along mesh dim `m`: the same graph and node, or the same expression of the same
-    // leaves (`same_expression_upto`, literals included but where a node meets its peer
-    // node, whose literals the rules read), where the result of the k-th
-    // collective of both graphs counts as a leaf, the same on both, when it is replicated
-    // over `m` on rank `r` (the collectives are matched across the ranks by order; graphs
-    // that add a replicated term on some ranks only differ below the all-reduce that sums it).
-    let classes = graph_classes(&program.ranks);
-    let mut ordinals: HashMap<usize, Vec<u32>> = HashMap::new();
-    let mut memos: HashMap<(usize, usize, usize), engine::ExprMemo> = HashMap::new();
-    // Per pair of graph classes: whether the graphs are equal node for node but for literal
-    // arguments (names, operators, input names): every node is then its peer's peer node,
-    // whose literals the rules compared.
-    let mut alike: HashMap<(usize, usize), bool> = HashMap::new();
-    let mut same_output = |r: usize, v: ValueId, p: usize, pv: ValueId, m: usize| {
-        if classes[r] == classes[p] {
-            return v == pv;
-        }
-        if v.output != pv.output {
-            return false;
-        }
-        let (gr, gp) = (&program.ranks[r], &program.ranks[p]);
-        let equal_but_literals = *alike.entry((classes[r], classes[p])).or_insert_with(|| {
-            gr.nodes.len() == gp.nodes.len()
-                && gr.nodes.iter().zip(&gp.nodes).all(|(a, b)| {
-                    a.name == b.name
-                        && match (&a.kind, &b.kind) {
-                            (NodeKind::Call { op: o1, .. }, NodeKind::Call { op: o2, .. }) => {
-                                o1 == o2
-                            }
-                            (NodeKind::Call { .. }, _) | (_, NodeKind::Call { .. }) => false,
-                            (k1, k2) => k1 == k2,
-                        }
-                        && a.inputs() == b.inputs()
-                })
-        });
-        if equal_but_literals {
-            return v == pv;
-        }
-        // Per graph, per node: the ordinal of the collective a `wait_tensor` waits on.
-        for q in [r, p] {
-            ordinals.entry(classes[q]).or_insert_with(|| {
-                let g = &program.ranks[q];
-                let mut k = 0u32;
-                let mut issued = vec![u32::MAX; g.nodes.len()];
-                for (i, n) in g.nodes.iter().enumerate() {
-                    if let NodeKind::Call { op, .. } = &n.kind {
-                        if op.namespace == "_c10d_functional" && op.name != "wait_tensor" {
-                            issued[i] = k;
-                            k += 1;
-                        }
-                    }
-                }
-                g.nodes
-                    .iter()
-                    .map(|n| match &n.kind {
-                        NodeKind::Call { op, .. } if op.name == "wait_tensor" => {
-                            n.inputs().first().map_or(u32::MAX, |u| issued[u.node])
-                        }
-                        _ => u32::MAX,
-                    })
-                    .collect()
-            });
-        }
-        let (or, op) = (&ordinals[&classes[r]], &ordinals[&classes[p]]);
-        let rp = &prop.ranks[r];
-        // A collective whose input is itself replicated on the rank (an all-reduce of a
-        // share divided by n, legal as `scaled`) sums pieces that are the ranks' shares only
-        // where every peer computes the same share: it is no leaf, and the comparison goes on
-        // into its input (round 3; was: a shared leaf, so `all_reduce(h / 2)` with `h = x * 2`
-        // on rank 0 and `x + 2` on rank 1 held; `run` finds `y` wrong).
-        let replicated_input = |x: usize| {
-            gr.nodes[x]
-                .inputs()
-                .first()
-                .and_then(|c| gr.nodes[c.node].inputs().first().copied())
-                .is_some_and(|t| rp.of(t, nd)[m] == Place::Replicate)
-        };
-        let leaf = |x: usize, y: usize| {
-            (or[x] != u32::MAX
-                && or[x] == op[y]
-                && rp.of(ValueId::new(x, 0), nd)[m] == Place::Replicate
-                && !replicated_input(x)
-                && gr.nodes[x]
-                    .inputs()
-                    .first()
-                    .map(|u| &gr.nodes[u.node].kind)
-                    .and_then(|k| match k {
-                        NodeKind::Call { op, .. } => Some(op),
-                        _ => None,
-                    })
-                    == gp.nodes[y]
-                        .inputs()
-                        .first()
-                        .map(|u| &gp.nodes[u.node].kind)
-                        .and_then(|k| match k {
-                            NodeKind::Call { op, .. } => Some(op),
-                            _ => None,
-                        }))
-            .then_some(true)
-        };
-        let memo = memos.entry((r, classes[p], m)).or_default();
-        // A node and its peer node (the same name, operator and input names): the rules
-        // compared their literals (`varies`, the slice starts), so these may differ.
-        fn names(g: &Graph, i: usize) -> Vec<&str> {
-            g.nodes[i]
-                .inputs()
-                .iter()
-                .map(|u| g.nodes[u.node].name.as_str())
-                .collect()
-        }
-        let loose = |x: usize, y: usize| {
-            gr.nodes[x].name == gp.nodes[y].name && names(gr, x) == names(gp, y)
-        };
-        engine::same_expression_upto(gr, None, v.node, gp, None, pv.node, memo, &leaf, &loose)
-    };
+    // Whether two ranks compute their values of one declared output the same way along a
+    // mesh dim (`outputs::Comparison::same`).
+    let mut comparison = outputs::Comparison::new(program, &prop);
     for exp in &case.outputs {
         let Layout::Placed(pl) = &exp.layout else {
             unknown_outputs.insert(format!("{} (an expression layout)", exp.spec_name));
@@ -741,7 +630,7 @@ fn check_unfixed(case: &Case, progress: &Progress) -> Result<Report, Invalid> {
                         p != r
                             && value_on
                                 .get(&p)
-                                .is_none_or(|&pv| !same_output(r, v, p, pv, m))
+                                .is_none_or(|&pv| !comparison.same(r, v, p, pv, m))
                     });
                 let ok = match (want, have) {
                     (_, Place::Unknown) => {

@@ -264,3 +264,187 @@ pub(crate) fn rows_output(
         _ => Place::Varying,
     }
 }
+
+/// Whether node `i` of `g` (an `add`, not yet placed, of partial pieces whose factor is not known on a mesh
+/// dim: `scale_unknown`) is the average of K microbatch means (gradient accumulation:
+/// `M_0 / K + .. + M_(K-1) / K`, through nested adds), so that its pieces are the means over
+/// the rank's whole shard, as a program without microbatches computes them (issue 44).
+///
+/// Proven only where: every term is `div(M_k, K)` (or `mul(M_k, 1/K)`) with one K, there are
+/// exactly K terms, each `M_k` is `Partial(avg)` on the mesh dim (`place`) with a known factor
+/// (`scale_unknown` false) and computed from rows of a selection (its first input holding
+/// `Rows` is the mean's rows); the K selections, read through merging views (one chain of
+/// factors for all), are slices of the rank's plain shard (no parent) of one local size,
+/// step 1, each a K-th of it, at distinct starts (together: the whole shard, each row once);
+/// and every `M_k` is the same expression as `M_0` where every slice or recv holding rows of
+/// selection 0 pairs with one of the same operator (a slice of the same input along the same
+/// dim) holding selection k's rows, all else equal, literals included. A wrong K, a term
+/// missing or repeated, microbatches of unequal or overlapping rows, or a term that reads
+/// another microbatch's rows anywhere is not proven.
+pub(crate) fn microbatch_average(
+    g: &shardproof_ir::Graph,
+    i: usize,
+    place: &dyn Fn(ValueId) -> Place,
+    scale_unknown: &dyn Fn(ValueId) -> bool,
+    table: &RowTable,
+) -> bool {
+    use shardproof_ir::NodeKind;
+    let call = |j: usize| match &g.nodes[j].kind {
+        NodeKind::Call { op, args, kwargs } => Some((op, args, kwargs)),
+        _ => None,
+    };
+    // The terms, through nested adds of pieces whose factor is not known.
+    let mut terms = Vec::new();
+    let mut stack = vec![ValueId::new(i, 0)];
+    while let Some(v) = stack.pop() {
+        let nested = v.node == i || scale_unknown(v);
+        match call(v.node) {
+            Some((op, args, kwargs))
+                if nested
+                    && v.output == 0
+                    && op.name == "add"
+                    && args.len() == 2
+                    && kwargs.is_empty()
+                    && (v.node == i || place(v).is_partial()) =>
+            {
+                stack.extend(g.nodes[v.node].inputs());
+            }
+            _ => terms.push(v),
+        }
+    }
+    // Each term `M / K`: (M, K).
+    let mut parts = Vec::new();
+    for &t in &terms {
+        let Some((op, args, kwargs)) = call(t.node) else {
+            return false;
+        };
+        let x = match args.get(1) {
+            Some(Arg::Float(x)) => *x,
+            Some(Arg::Int(x)) => *x as f64,
+            _ => return false,
+        };
+        let k = match op.name.as_str() {
+            "div" => x,
+            "mul" if x != 0.0 => 1.0 / x,
+            _ => return false,
+        };
+        let Some(&m) = g.nodes[t.node].inputs().first() else {
+            return false;
+        };
+        if t.output != 0 || args.len() != 2 || !kwargs.is_empty() || m.node == t.node {
+            return false;
+        }
+        parts.push((m, k));
+    }
+    let count = parts.len();
+    if count < 2 || parts.iter().any(|&(_, k)| (k - count as f64).abs() > 1e-9) {
+        return false;
+    }
+    // Each mean's rows: the selection, resolved through merging views to its slice.
+    let root = |mut id: u16| {
+        let mut chain = Vec::new();
+        loop {
+            match table.key(id)? {
+                RowKey::Merge { parent, factor } => {
+                    chain.push(factor);
+                    id = parent;
+                }
+                RowKey::Slice {
+                    parent: None,
+                    size,
+                    start,
+                    end,
+                    step: 1,
+                } => return Some((id, chain, size, start, end)),
+                RowKey::Slice { .. } => return None,
+            }
+        }
+    };
+    let mut roots = Vec::new();
+    for &(m, _) in &parts {
+        if place(m) != Place::Partial(crate::place::Red::Avg) || scale_unknown(m) {
+            return false;
+        }
+        let rows = g.nodes[m.node]
+            .inputs()
+            .into_iter()
+            .find_map(|u| match place(u) {
+                Place::Rows(_, id) => Some(id),
+                _ => None,
+            });
+        let Some(r) = rows.and_then(root) else {
+            return false;
+        };
+        roots.push(r);
+    }
+    let (_, chain0, size, _, _) = roots[0].clone();
+    if size % count != 0 {
+        return false;
+    }
+    let piece = size / count;
+    let mut starts: Vec<usize> = Vec::new();
+    for (_, chain, s, start, end) in &roots {
+        if *chain != chain0 || *s != size || end - start != piece || start % piece != 0 {
+            return false;
+        }
+        starts.push(*start);
+    }
+    starts.sort_unstable();
+    starts.dedup();
+    if starts.len() != count {
+        return false;
+    }
+    // The selection's root of a value, where it holds rows.
+    let rows_root = |v: ValueId| match place(v) {
+        Place::Rows(_, id) => root(id).map(|r| r.0),
+        _ => None,
+    };
+    let (m0, id0) = (parts[0].0, roots[0].0);
+    parts.iter().zip(&roots).skip(1).all(|(&(mk, _), rk)| {
+        let idk = rk.0;
+        let leaf = |x: usize, y: usize| {
+            let (vx, vy) = (ValueId::new(x, 0), ValueId::new(y, 0));
+            let (Some((ox, ax, _)), Some((oy, ay, _))) = (call(x), call(y)) else {
+                return None;
+            };
+            // A slice that selects rows (of a tensor holding none; a slice of rows along
+            // another dim keeps them and is compared as any call) or a received message.
+            let selects = |o: &shardproof_ir::OpName, z: usize| match o.name.as_str() {
+                "recv" => true,
+                "slice" => g.nodes[z]
+                    .inputs()
+                    .first()
+                    .is_some_and(|&u| !matches!(place(u), Place::Rows(..))),
+                _ => false,
+            };
+            let selection = selects(ox, x) || selects(oy, y);
+            match rows_root(vx) {
+                Some(a) if selection => Some(
+                    a == id0
+                        && ox == oy
+                        && selects(oy, y)
+                        && rows_root(vy) == Some(idk)
+                        && (ox.name != "slice"
+                            || (g.nodes[x].inputs() == g.nodes[y].inputs()
+                                && ax.first() == ay.first()
+                                && ax.get(1) == ay.get(1))),
+                ),
+                _ if selection && rows_root(vy).is_some() => Some(false),
+                _ => None,
+            }
+        };
+        let mut memo = crate::engine::ExprMemo::default();
+        m0.output == mk.output
+            && crate::engine::same_expression_upto(
+                g,
+                None,
+                m0.node,
+                g,
+                None,
+                mk.node,
+                &mut memo,
+                &leaf,
+                &|_, _| false,
+            )
+    })
+}

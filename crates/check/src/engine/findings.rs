@@ -153,18 +153,10 @@ pub(super) fn zero_output(
         "full" | "full_like" | "new_full" => literal("fill_value") == Some(0.0),
         "fill" => literal("value") == Some(0.0),
         _ => {
-            matches!(
-                family,
-                "linear-unary"
-                    | "view"
-                    | "transpose"
-                    | "permute"
-                    | "unsqueeze"
-                    | "squeeze"
-                    | "expand"
-            ) && inputs
-                .first()
-                .is_some_and(|v| rp.zero[rp.offsets[v.node] as usize + v.output])
+            crate::rules::moves_values(family)
+                && inputs
+                    .first()
+                    .is_some_and(|v| rp.zero[rp.offsets[v.node] as usize + v.output])
         }
     }
 }
@@ -205,10 +197,10 @@ pub(super) fn constant_output(
     let [x] = inputs else { return 0 };
     let m = rp.constant[rp.offsets[x.node] as usize + x.output];
     if m == u64::MAX {
-        return match family {
-            "linear-unary" | "view" | "transpose" | "permute" | "unsqueeze" | "squeeze"
-            | "expand" => u64::MAX,
-            _ => 0,
+        return if crate::rules::moves_values(family) {
+            u64::MAX
+        } else {
+            0
         };
     }
     let bit = |mask: u64, i: usize| i < 64 && mask & (1 << i) != 0;

@@ -10,10 +10,12 @@ use shardproof_ops::{Args, Meta, NoValues, OpClass, OpDef, Registry};
 use std::collections::HashMap;
 
 mod findings;
+mod scaling;
 mod shared;
 
 pub(crate) use findings::group_reducing;
 use findings::{constant_output, mixed_shards, plain_rename, raw_finding, zero_output, LossTerms};
+use scaling::{partial_scaling, share_of_other_dim, Read, Scaling};
 pub use shared::*;
 
 /// No origin recorded.
@@ -188,6 +190,7 @@ fn propagate_rank_from(
             rp.scaled[v0 * nd..].fill(false);
             rp.times_n[v0 * nd..].fill(false);
             rp.scale_unknown[v0 * nd..].fill(false);
+            rp.share_of[v0 * nd..].fill(0);
             rp.invariant[v0..].fill(false);
             rp.zero[v0..].fill(false);
             rp.constant[v0..].fill(0);
@@ -205,6 +208,7 @@ fn propagate_rank_from(
                 scaled: vec![false; total as usize * nd],
                 times_n: vec![false; total as usize * nd],
                 scale_unknown: vec![false; total as usize * nd],
+                share_of: vec![0; total as usize * nd],
                 zero: vec![false; total as usize],
                 constant: vec![0; total as usize],
                 ..Default::default()
@@ -401,16 +405,7 @@ fn propagate_rank_from(
                             continue;
                         }
                         let stage_dim = m < 64 && crate::is_pipeline_dim(mesh, m);
-                        if matches!(
-                            rule.family,
-                            "linear-unary"
-                                | "view"
-                                | "transpose"
-                                | "permute"
-                                | "unsqueeze"
-                                | "squeeze"
-                                | "expand"
-                        ) {
+                        if rules::moves_values(rule.family) {
                             for o in 0..nout {
                                 rp.times_n[(base + o) * nd + m] = true;
                             }
@@ -422,8 +417,7 @@ fn propagate_rank_from(
                                 mesh.dims[m].1 as f64,
                                 sh.has_spec,
                                 sh.spec_scalings.get(node.name.as_str()).copied(),
-                                true,
-                                |_| false,
+                                Read::TimesN,
                             ) == Scaling::ByInverseN
                         {
                             for o in 0..nout {
@@ -536,6 +530,8 @@ fn propagate_rank_from(
                 } else {
                     None
                 };
+                // Mesh dims whose all-reduce sum here lifted a replicated share (`scaled`).
+                let mut lifted_shares = 0u64;
                 for m in 0..nd {
                     // An input unknown on this mesh dim: the rule is not called (below, after
                     // the ring and rows readings, which keep `Unknown` as it is). Skipped
@@ -1032,6 +1028,9 @@ fn propagate_rank_from(
                             }
                             lift_reads_scaled =
                                 !dual && inputs.first().is_some_and(|&v| scaled_of(v));
+                            if lift_reads_scaled && rule.family == "all-reduce" && m < 64 {
+                                lifted_shares |= 1 << m;
+                            }
                             (dual || lift_reads_scaled).then(|| vec![Place::Replicate; nout])
                         }
                         Some(Exempt::PartialPlusReplicate(red)) => {
@@ -1127,6 +1126,21 @@ fn propagate_rank_from(
                             && rp.scale_unknown[(rp.offsets[v.node] as usize + v.output) * nd + m]
                     });
                     let mut now_scale_unknown = input_scale_unknown;
+                    // `share_of` of the output on this mesh dim (k + 1; 0: none).
+                    let mut share_dim = 0u8;
+                    let share_in =
+                        |v: ValueId| rp.share_of[(rp.offsets[v.node] as usize + v.output) * nd + m];
+                    // Carried by a sum of partial terms that all wait on the same dim's sum,
+                    // and by a collective over another mesh dim (which this dim's pieces pass).
+                    if input_scale_unknown
+                        && ((op.name == "add" && inputs.iter().all(|&v| place(v).is_partial()))
+                            || (rule.family == "all-reduce" && !in_group))
+                    {
+                        let first = inputs.first().map_or(0, |&v| share_in(v));
+                        if inputs.iter().all(|&v| share_in(v) == first) {
+                            share_dim = first;
+                        }
+                    }
                     if n_m > 1.0 {
                         if let Some(Place::Partial(red)) = result.first().copied() {
                             if red.is_linear() {
@@ -1136,12 +1150,12 @@ fn propagate_rank_from(
                                     n_m,
                                     sh.has_spec,
                                     sh.spec_scalings.get(name).copied(),
-                                    false,
-                                    |k| {
-                                        inputs
-                                            .iter()
-                                            .skip(k)
-                                            .any(|&v| place(v) == Place::Replicate && scaled_of(v))
+                                    Read::Partial {
+                                        scaled_from: [0, 1].map(|k| {
+                                            inputs.iter().skip(k).any(|&v| {
+                                                place(v) == Place::Replicate && scaled_of(v)
+                                            })
+                                        }),
                                     },
                                 );
                                 let ambiguous = rel != Scaling::Same
@@ -1165,12 +1179,45 @@ fn propagate_rank_from(
                                             }
                                         }
                                     }
-                                    None => now_scale_unknown = true,
+                                    None => {
+                                        // The one other mesh dim whose size the division
+                                        // is by, and on which the dividend is replicated (a
+                                        // share there), where the spec lacks the factor.
+                                        if !input_scale_unknown && rel == Scaling::Other {
+                                            share_dim = share_of_other_dim(
+                                                op.name.as_str(),
+                                                factor,
+                                                mesh,
+                                                m,
+                                                inputs.first().map(|&v| rp.of(v, nd)),
+                                                sh.has_spec && sh.spec_scalings.contains_key(name),
+                                            );
+                                        }
+                                        now_scale_unknown = true;
+                                    }
                                 }
                             }
                         }
                     }
                     now_scale_unknown &= result.iter().any(|p| p.is_partial());
+                    // Gradient accumulation: K microbatch means each divided by K, added, are
+                    // the mean over the rank's shard (`rows::microbatch_average` proves the
+                    // terms are the K microbatches of one selection, each once).
+                    if now_scale_unknown
+                        && op.name == "add"
+                        && result.first() == Some(&Place::Partial(Red::Avg))
+                        && rows::microbatch_average(
+                            g,
+                            i,
+                            &|v| rp.of(v, nd)[m],
+                            &|v| {
+                                rp.scale_unknown[(rp.offsets[v.node] as usize + v.output) * nd + m]
+                            },
+                            &sh.rows.borrow(),
+                        )
+                    {
+                        now_scale_unknown = false;
+                    }
                     // A reduction over the group of pieces whose factor is not known: what it
                     // gives is not proven (findings of the rule stand).
                     if input_scale_unknown
@@ -1196,19 +1243,20 @@ fn propagate_rank_from(
                     // Which uses carry the 1/n on: copies, views and sums of one scaled
                     // operand, a product with exactly one scaled factor (either side), a
                     // quotient of a scaled dividend by an unscaled divisor, a sum of scaled
-                    // terms only.
+                    // terms only, and a sum or mean over another mesh dim's group (each
+                    // member's value is 1/n of one, so is their sum: a tp share summed over dp
+                    // first, then over tp, was an all-reduce of a replicated tensor).
+                    let over_other_dim = rule.family == "all-reduce"
+                        && !in_group
+                        && matches!(
+                            bound.get("reduce_op"),
+                            Some(Arg::Str(s)) if Red::parse(&s).is_some_and(|r| r.is_linear())
+                        );
                     let keeps = (first_scaled
-                        && (matches!(
-                            rule.family,
-                            "linear-unary"
-                                | "view"
-                                | "transpose"
-                                | "permute"
-                                | "unsqueeze"
-                                | "squeeze"
-                                | "expand"
-                        ) || (rule.family == "reduction"
-                            && matches!(op.name.as_str(), "sum" | "mean"))
+                        && (rules::moves_values(rule.family)
+                            || over_other_dim
+                            || (rule.family == "reduction"
+                                && matches!(op.name.as_str(), "sum" | "mean"))
                             || (rule.family == "elementwise-div" && scaled_inputs == 1)))
                         || (rule.family == "elementwise-mul" && scaled_inputs == 1)
                         || (rule.family == "elementwise-add"
@@ -1362,10 +1410,32 @@ fn propagate_rank_from(
                         rp.scaled[(base + o) * nd + m] = now_scaled;
                         rp.times_n[(base + o) * nd + m] = times_n;
                         rp.scale_unknown[(base + o) * nd + m] = now_scale_unknown && p.is_partial();
+                        rp.share_of[(base + o) * nd + m] = if now_scale_unknown && p.is_partial() {
+                            share_dim
+                        } else {
+                            0
+                        };
                         set(&mut rp, o, m, *p);
                         if p.is_partial() {
                             rp.origin[(base + o) * nd + m] =
                                 first_partial_origin.unwrap_or(i as u32);
+                        }
+                    }
+                }
+                // An all-reduce sum over mesh dim k of a share (`scaled` on k) made up for the
+                // division by k's size that left other mesh dims' factor unknown (`share_of`):
+                // their pieces are as before the division.
+                for k in 0..nd {
+                    if lifted_shares & (1 << k) == 0 {
+                        continue;
+                    }
+                    for o in 0..nout {
+                        for m in 0..nd {
+                            let at = (base + o) * nd + m;
+                            if m != k && rp.share_of[at] as usize == k + 1 {
+                                rp.share_of[at] = 0;
+                                rp.scale_unknown[at] = false;
+                            }
                         }
                     }
                 }
@@ -1407,73 +1477,4 @@ fn propagate_rank_from(
         })
         .count();
     (rp, pending)
-}
-
-/// How a product scales a partial's pieces relative to the spec's value (see
-/// [`partial_scaling`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Scaling {
-    /// As the spec scales its tensor (or no scaling): the pieces combine as before.
-    Same,
-    /// By 1/n more than the spec: pieces that averaged now sum.
-    ByInverseN,
-    /// By n more than the spec: pieces that summed now average.
-    ByN,
-    /// By another factor, or one not read: no linear reduction is known.
-    Other,
-}
-
-/// The scaling of a partial's pieces by a call of operator `op` on a mesh dim of size `n`
-/// (> 1), relative to the spec: `factor` is the call's literal number (`other`), `spec` the
-/// spec's scaling of the node of this name (operator, factor), `has_spec` whether the case
-/// has a spec; `rank_only` whether a factor the spec lacks is read by its number (else it
-/// is `Other` unless 1); `scaled_from(k)` says whether an operand from the k-th on is a replicated
-/// value divided by n (any operand of a `mul`, the divisor of a `div`).
-fn partial_scaling(
-    op: &str,
-    factor: Option<f64>,
-    n: f64,
-    has_spec: bool,
-    spec: Option<(&OpName, f64, Option<i64>)>,
-    rank_only: bool,
-    scaled_from: impl Fn(usize) -> bool,
-) -> Scaling {
-    let near = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs().max(1.0);
-    // The rank's factor over the spec's, as a multiplier.
-    let classify = |ratio: f64| {
-        if near(ratio, 1.0) {
-            Scaling::Same
-        } else if near(ratio * n, 1.0) {
-            Scaling::ByInverseN
-        } else if near(ratio, n) {
-            Scaling::ByN
-        } else {
-            Scaling::Other
-        }
-    };
-    match (op, factor) {
-        ("mul" | "div", Some(x)) => {
-            let mine = if op == "mul" { x } else { 1.0 / x };
-            match spec {
-                Some((sop, y, _)) if sop.name == op && y != 0.0 && x != 0.0 => {
-                    let theirs = if op == "mul" { y } else { 1.0 / y };
-                    classify(mine / theirs)
-                }
-                // A plan is its own spec: the scaling is in the program the placements
-                // describe.
-                _ if !has_spec => Scaling::Same,
-                // The spec does not scale this node: the factor is the rank's own. On a
-                // value known to be n times the tensor (`times_n`) it is read as it is; on
-                // a partial, what it makes up for is not read from the number (a 1/n may
-                // average microbatches as well as a mesh dim's pieces).
-                _ if rank_only || near(mine, 1.0) => classify(mine),
-                _ => Scaling::Other,
-            }
-        }
-        ("mul", None) if scaled_from(0) => Scaling::ByInverseN,
-        ("div", None) if scaled_from(1) => Scaling::ByN,
-        // A product with a tensor the checker does not know to be scaled: the spec is
-        // taken to compute the same product (as for every other operator).
-        _ => Scaling::Same,
-    }
 }

@@ -36,6 +36,11 @@ pub struct RankPlacements {
     /// see the partial (its findings stand); no reduction over the group and no declared
     /// output takes it as proven.
     pub scale_unknown: Vec<bool>,
+    /// Per value, per mesh dim: where `scale_unknown` is set there only by a division by the
+    /// size of another mesh dim `k` on which the same division made the value a share
+    /// (`scaled`), `k + 1` (else 0): an all-reduce sum over `k` of that share makes up for the
+    /// factor (the aux-loss share `aux / tp` beside dp's average), and clears the record.
+    pub share_of: Vec<u8>,
     /// Nodes whose outputs are `Unknown` because of the node itself (no rule, opaque, an
     /// input without a layout), as (node, reason).
     pub unknown_sources: Vec<(usize, String)>,

@@ -399,6 +399,16 @@ fn table() -> &'static HashMap<&'static str, Rule> {
     T.get_or_init(build)
 }
 
+/// Whether operators of `family` move or copy their input's values without combining them
+/// (copies, views, transposes, permutes, size-1 dims added or dropped, broadcasts): a record
+/// about the values (n times the tensor, divided by n, zero, constant) carries through.
+pub fn moves_values(family: &str) -> bool {
+    matches!(
+        family,
+        "linear-unary" | "view" | "transpose" | "permute" | "unsqueeze" | "squeeze" | "expand"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

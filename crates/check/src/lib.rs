@@ -35,6 +35,7 @@
 
 #![warn(missing_docs)]
 
+mod chunks;
 mod duality;
 mod engine;
 mod outputs;

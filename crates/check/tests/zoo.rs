@@ -469,3 +469,23 @@ fn router_gradient_left_partial_is_found_at_the_sgd_step() {
         "{hits:?}"
     );
 }
+
+/// gpt2 `tp=2` full iteration with sequence parallelism and TP communication overlap: each
+/// row-parallel weight's gradient is summed over the gathered sequence's row chunks, the
+/// rank's own first (`chunks::contraction`, stop 65; inconclusive before, each chunk's slice
+/// at a rank-dependent offset being `Varying`). The planted wrong chunk order is found.
+#[test]
+fn tp_comm_overlap_holds_and_its_wrong_chunk_order_is_found() {
+    let plan = Plan {
+        sequence_parallel: true,
+        tp_comm_overlap: true,
+        ..Plan::new("gpt2", "tp=2", false)
+    };
+    let report = check(&plan);
+    assert_eq!(report.verdict, Verdict::Holds, "{}", report.render());
+    let report = check(&Plan {
+        bug: find_bug("tp-overlap-wrong-chunk-order"),
+        ..plan
+    });
+    assert_eq!(report.verdict, Verdict::Violated, "{}", report.render());
+}

@@ -1058,6 +1058,24 @@ fn propagate_rank_from(
                         result = l;
                         violation = None;
                     }
+                    // A contraction summed over row chunks at rank-dependent offsets (TP comm
+                    // overlap): the whole contraction's placement (`chunks::contraction`).
+                    if op.name == "add"
+                        && violation.is_none()
+                        && !stage_dim
+                        && result == [Place::Varying]
+                    {
+                        let at = |v: ValueId| (rp.offsets[v.node] as usize + v.output) * nd + m;
+                        let plain = |v: ValueId| {
+                            !rp.scaled[at(v)] && !rp.times_n[at(v)] && !rp.scale_unknown[at(v)]
+                        };
+                        let rows = |v: ValueId| {
+                            meta_of(v).and_then(|mm| mm.shape.first().map(|&d| d as i64))
+                        };
+                        if let Some(p) = crate::chunks::contraction(g, i, &place, &plain, &rows) {
+                            result = vec![p];
+                        }
+                    }
                     // Scaling by 1/n of a replicated value.
                     let n_m = mesh.dims[m].1 as f64;
                     let other = if bound.schema().index_of("other").is_some() {

@@ -25,8 +25,9 @@ pub(crate) fn contraction(
     plain: &dyn Fn(ValueId) -> bool,
     rows: &dyn Fn(ValueId) -> Option<i64>,
 ) -> Option<Place> {
+    // ATen calls only (another namespace's `mm` or `slice` is another operator).
     let call = |j: usize| match &g.nodes[j].kind {
-        NodeKind::Call { op, args, kwargs } => Some((op, args, kwargs)),
+        NodeKind::Call { op, args, kwargs } if op.namespace == "aten" => Some((op, args, kwargs)),
         _ => None,
     };
     // The terms, through nested adds of two tensors (no `alpha`).

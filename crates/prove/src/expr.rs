@@ -387,6 +387,9 @@ pub struct Arena {
     deadline: Option<Deadline>,
     // What is provably known of each expression's value (transcend.rs), memoized.
     classes: FxHashMap<ExprId, Class>,
+    // Per atom: whether it is a `zero_times` application (see `intern`); and whether any is.
+    zero_times: Vec<bool>,
+    any_zero_times: bool,
 }
 
 /// When normalization gives up, and how often it looks at the clock.
@@ -441,6 +444,8 @@ impl Arena {
             stored_terms: 0,
             deadline: None,
             classes: FxHashMap::default(),
+            zero_times: Vec::new(),
+            any_zero_times: false,
         }
     }
 
@@ -500,7 +505,18 @@ impl Arena {
         self.symbol_ids.get(name).copied()
     }
 
-    fn intern(&mut self, p: Poly) -> Built {
+    fn intern(&mut self, mut p: Poly) -> Built {
+        if self.any_zero_times {
+            // A monomial with a `zero_times` factor is 0 or NaN at every point (0·x times
+            // anything finite is 0; with x or another factor non-finite it is NaN), and so is
+            // any non-zero multiple of it: its coefficient is canonically 1. This also keeps
+            // such terms from cancelling (NaN - NaN is NaN, not 0).
+            for (m, c) in &mut p.terms {
+                if !c.is_one() && m.iter().any(|&(a, _)| self.zero_times[a.0 as usize]) {
+                    *c = Coeff::one();
+                }
+            }
+        }
         if let Some(d) = &mut self.deadline {
             d.countdown -= 1;
             if d.countdown == 0 {
@@ -550,6 +566,9 @@ impl Arena {
             return id;
         }
         let id = AtomId(self.atoms.len() as u32);
+        let zero_times = matches!(&a, Atom::App(Func::Named(n), _) if n == ZERO_TIMES);
+        self.zero_times.push(zero_times);
+        self.any_zero_times |= zero_times;
         self.atoms.push(a.clone());
         self.atom_ids.insert(a, id);
         id
@@ -1115,6 +1134,24 @@ impl Arena {
                     // Every entry is the same: the index does not matter (within range).
                     return Ok(args[1]);
                 }
+                // lookup(i, k t_0, ..., k t_{n-1}) = k lookup(i, t_0, ..., t_{n-1}) for k != 0
+                // (in range both are k t_i; out of range neither has a value): the leading
+                // coefficient of the first non-zero entry is factored out, so tables that
+                // differ by a constant factor (a gradient scaled before or after a gather)
+                // share one atom.
+                if let Some(&t) = args[1..].iter().find(|&&t| !self.poly(t).terms.is_empty()) {
+                    let k = self.poly(t).terms[0].1.clone();
+                    if !k.is_one() {
+                        let inv = k.recip();
+                        let mut scaled = Vec::with_capacity(args.len());
+                        scaled.push(args[0]);
+                        for &t in &args[1..] {
+                            scaled.push(self.scale(t, &inv)?);
+                        }
+                        let inner = self.app(Func::Lookup, scaled)?;
+                        return self.scale(inner, &k);
+                    }
+                }
             }
             Func::ArgMax | Func::ArgMin => {
                 // One candidate, or every candidate the same expression: the first.
@@ -1167,7 +1204,24 @@ impl Arena {
                     return self.int(order[rank as usize] as i64);
                 }
             }
-            Func::PowConst(_) | Func::Named(_) | Func::Product => {}
+            Func::Named(ref n) => {
+                // The named functions' exact values at 0 (RoPE's cos and sin at position 0):
+                // folded so that a constant never hides behind an atom.
+                if self.poly(args[0]).terms.is_empty() {
+                    const ZERO_AT_0: &[&str] = &[
+                        "sin", "tan", "sinh", "asin", "atan", "asinh", "atanh", "expm1", "log1p",
+                        "floor", "ceil", "trunc", "round", "sign",
+                    ];
+                    const ONE_AT_0: &[&str] = &["cos", "cosh", "exp2", "erfc"];
+                    if ZERO_AT_0.contains(&n.as_str()) {
+                        return self.int(0);
+                    }
+                    if ONE_AT_0.contains(&n.as_str()) {
+                        return self.int(1);
+                    }
+                }
+            }
+            Func::PowConst(_) | Func::Product => {}
         }
         self.atom_expr(Atom::App(func, args))
     }

@@ -566,7 +566,22 @@ impl Arena {
             return id;
         }
         let id = AtomId(self.atoms.len() as u32);
-        let zero_times = matches!(&a, Atom::App(Func::Named(n), _) if n == ZERO_TIMES);
+        // An atom whose value is 0 or NaN at every point: `0·x`, or a product with such a
+        // factor (every term of the factor holding such an atom).
+        let zero_times = match &a {
+            Atom::App(Func::Named(n), _) => n == ZERO_TIMES,
+            Atom::App(Func::Product, args) => {
+                self.any_zero_times
+                    && args.iter().any(|&f| {
+                        let p = &self.polys[f.0 as usize];
+                        !p.terms.is_empty()
+                            && p.terms
+                                .iter()
+                                .all(|(m, _)| m.iter().any(|&(x, _)| self.zero_times[x.0 as usize]))
+                    })
+            }
+            _ => false,
+        };
         self.zero_times.push(zero_times);
         self.any_zero_times |= zero_times;
         self.atoms.push(a.clone());
@@ -754,7 +769,23 @@ impl Arena {
         if r.is_zero() && !self.poly(a).terms.is_empty() && !self.class(a).finite {
             // 0·x is NaN where x is infinite or NaN: kept as an atom unless x is provably
             // finite (IEEE, as the interpreter computes it).
-            let p = self.scale(a, &primitive_scale(self.poly(a)).recip())?;
+            // Whether x is finite is whether every atom in it is (a non-zero multiple of a
+            // monomial of finite atoms is finite, and one with an infinite or NaN atom is
+            // not; a sum is finite iff every term is): the argument is canonically the sum
+            // of x's distinct atoms, so `0·x` of differently scaled or grouped x agree.
+            let mut atoms: Vec<AtomId> = self
+                .poly(a)
+                .terms
+                .iter()
+                .flat_map(|(m, _)| m.iter().map(|&(at, _)| at))
+                .collect();
+            atoms.sort_unstable();
+            atoms.dedup();
+            let terms = atoms
+                .into_iter()
+                .map(|at| (vec![(at, 1)], Coeff::one()))
+                .collect();
+            let p = self.intern(Poly { terms })?;
             return self.app(Func::Named(ZERO_TIMES.into()), vec![p]);
         }
         if r.is_zero() {

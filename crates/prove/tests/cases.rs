@@ -512,20 +512,25 @@ fn a_deepseek_moe_forward_is_proved_at_full_size_and_a_sharded_norm_refuted() {
     assert!(proof.counterexample.is_some());
 }
 
-/// DeepSeek at the smallest sizes its full iteration keeps every operator at (one layer, width
-/// 4, two heads of width 2, two tokens of a 4-word vocabulary, 4 experts of width 2, top 2).
-fn emit_small_deepseek(dir: &Path, mesh: &str, bug: Option<&str>) -> shardproof_case::Case {
+/// DeepSeek at small sizes: one layer, two heads (one kv head), 4 experts of width 2 (top 2),
+/// a batch of 2, and the given (width, tokens per sequence, vocabulary).
+fn emit_small_deepseek(
+    dir: &Path,
+    mesh: &str,
+    bug: Option<&str>,
+    (hidden, seq, vocab): (usize, usize, usize),
+) -> shardproof_case::Case {
     let extras = EmitExtras {
         deepseek: DeepseekConfig {
             base: LlamaConfig {
-                hidden: 4,
+                hidden,
                 heads: 2,
                 kv_heads: 1,
                 ffn: 4,
                 layers: 1,
-                seq: 2,
+                seq,
                 batch: 2,
-                vocab: 4,
+                vocab,
                 ..LlamaConfig::default()
             },
             moe_ffn: 2,
@@ -558,14 +563,24 @@ fn deepseek_full_iterations_under_dp_and_ep_are_proved_and_unaveraged_expert_gra
     // Needs the gathered routing weights' tables scaled before or after the gather to share
     // one `lookup` atom, multiples of `0·x` (the masked scores' gradients) to share one normal
     // form, and RoPE's cos(0) and sin(0) to fold; without them 14 of 17 outputs differ in
-    // normal form under dp=2.
+    // normal form under dp=2 at width 4. At width 8 over 4 tokens, a product kept unexpanded
+    // with a `0·x` factor must count as `0·x` too (4 outputs differ without).
     let full = ProveConfig {
         reduce: false,
         ..ProveConfig::default()
     };
     let dir = tempfile::tempdir().unwrap();
-    for mesh in ["dp=2", "ep=2"] {
-        let ok = emit_small_deepseek(&dir.path().join(mesh), mesh, None);
+    for (mesh, sizes) in [
+        ("dp=2", (4, 2, 4)),
+        ("dp=2", (8, 4, 8)),
+        ("ep=2", (4, 2, 4)),
+    ] {
+        let ok = emit_small_deepseek(
+            &dir.path().join(format!("{mesh}-{}", sizes.0)),
+            mesh,
+            None,
+            sizes,
+        );
         let proof = prove_case(&ok, &full);
         assert_eq!(
             proof.verdict,
@@ -578,6 +593,7 @@ fn deepseek_full_iterations_under_dp_and_ep_are_proved_and_unaveraged_expert_gra
         &dir.path().join("bad"),
         "ep=2",
         Some("ep-expert-grad-not-averaged"),
+        (4, 2, 4),
     );
     let proof = prove_case(&bad, &full);
     assert_eq!(proof.verdict, Verdict::Refuted, "{:?}", proof.message);

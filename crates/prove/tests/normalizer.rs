@@ -328,6 +328,11 @@ fn multiples_of_zero_times_share_one_normal_form_and_never_cancel() {
         let zk = a.scale(z, &Coeff::from_integer(k)).unwrap();
         assert_eq!(zk, z, "{}", a.render(zk, 200));
     }
+    // 0·(5 x/y + x) is NaN exactly where 0·(x/y) is: where x/y is not finite.
+    let q5 = a.scale(q, &Coeff::from_integer(5)).unwrap();
+    let q5x = a.add(q5, x).unwrap();
+    let z5 = a.scale(q5x, &Coeff::zero()).unwrap();
+    assert_eq!(z5, z, "{} vs {}", a.render(z5, 200), a.render(z, 200));
     let d = a.sub(z, z).unwrap();
     let value = |a: &Arena, e, ys: [f64; 2]| FloatEval::new(a, ys.to_vec()).eval(e);
     // 0·(1/0) - 0·(1/0) is NaN in IEEE arithmetic; 0·(1/1) - 0·(1/1) is 0.
@@ -351,4 +356,32 @@ fn named_functions_at_zero_fold_to_their_values() {
             .unwrap_or_else(|| panic!("{name}(0) not folded"));
         assert_eq!(c.to_f64(), f.eval_f64(&[0.0]), "{name}");
     }
+}
+
+/// A product kept unexpanded whose one factor is `0·q` is itself 0 or NaN at every point: its
+/// multiples share one normal form too, and the f64 value is the interpreter's.
+#[test]
+fn a_product_with_a_zero_times_factor_is_zero_times_too() {
+    // An expansion limit of 1 keeps (x + y)·(0·(x/y)) a `product` atom.
+    let mut a = Arena::new(Budget {
+        expand_limit: 1,
+        ..Budget::default()
+    });
+    let x = a.symbol("x0", SymbolKind::Real).unwrap();
+    let y = a.symbol("x1", SymbolKind::Real).unwrap();
+    let r = a.recip(y).unwrap();
+    let q = a.mul(x, r).unwrap();
+    let z = a.scale(q, &Coeff::zero()).unwrap();
+    let s = a.add(x, y).unwrap();
+    let p = a.mul(s, z).unwrap();
+    assert!(
+        a.render(p, 200).starts_with("product("),
+        "{}",
+        a.render(p, 200)
+    );
+    let p3 = a.scale(p, &Coeff::from_integer(3)).unwrap();
+    assert_eq!(p3, p, "{}", a.render(p3, 200));
+    let value = |a: &Arena, e, ys: [f64; 2]| FloatEval::new(a, ys.to_vec()).eval(e);
+    assert!(value(&a, p3, [1.0, 0.0]).is_nan());
+    assert_eq!(value(&a, p3, [1.0, 2.0]), 0.0);
 }

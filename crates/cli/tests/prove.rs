@@ -432,6 +432,23 @@ fn a_dp4_plan_is_mesh_reduced_and_the_counts_say_for_which_case() {
         out.stdout
     );
     assert!(!out.stdout.contains("mesh kept:"), "{}", out.stdout);
+    // The JSON says which case its counts are for: `ranks` is the case's, the outputs'
+    // elements the two-replica case's.
+    let out = s.run(&["prove", "dp4/case.yaml", "--json"]);
+    out.expect_code(0);
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(v["ranks"], 4, "{}", out.stdout);
+    assert_eq!(v["counted_on"]["case"], "mesh-reduced", "{}", out.stdout);
+    assert_eq!(v["counted_on"]["ranks"], 2, "{}", out.stdout);
+    s.run(&[
+        "zoo", "emit", "mlp", "--mesh", "tp=2", "--hidden", "8", "-o", "tp2",
+    ])
+    .expect_code(0);
+    let out = s.run(&["prove", "tp2/case.yaml", "--json"]);
+    out.expect_code(0);
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(v["counted_on"]["case"], "as-written", "{}", out.stdout);
+    assert_eq!(v["counted_on"]["ranks"], 2, "{}", out.stdout);
 }
 
 /// A failed condition of the mesh-dim reduction is named once, on the `mesh kept:` line.

@@ -387,6 +387,9 @@ pub struct Arena {
     deadline: Option<Deadline>,
     // What is provably known of each expression's value (transcend.rs), memoized.
     classes: FxHashMap<ExprId, Class>,
+    // Per atom: whether it is a `zero_times` application (see `intern`); and whether any is.
+    zero_times: Vec<bool>,
+    any_zero_times: bool,
 }
 
 /// When normalization gives up, and how often it looks at the clock.
@@ -441,6 +444,8 @@ impl Arena {
             stored_terms: 0,
             deadline: None,
             classes: FxHashMap::default(),
+            zero_times: Vec::new(),
+            any_zero_times: false,
         }
     }
 
@@ -500,7 +505,18 @@ impl Arena {
         self.symbol_ids.get(name).copied()
     }
 
-    fn intern(&mut self, p: Poly) -> Built {
+    fn intern(&mut self, mut p: Poly) -> Built {
+        if self.any_zero_times {
+            // A monomial with a `zero_times` factor is 0 or NaN at every point (0·x times
+            // anything finite is 0; with x or another factor non-finite it is NaN), and so is
+            // any non-zero multiple of it: its coefficient is canonically 1. This also keeps
+            // such terms from cancelling (NaN - NaN is NaN, not 0).
+            for (m, c) in &mut p.terms {
+                if !c.is_one() && m.iter().any(|&(a, _)| self.zero_times[a.0 as usize]) {
+                    *c = Coeff::one();
+                }
+            }
+        }
         if let Some(d) = &mut self.deadline {
             d.countdown -= 1;
             if d.countdown == 0 {
@@ -550,6 +566,24 @@ impl Arena {
             return id;
         }
         let id = AtomId(self.atoms.len() as u32);
+        // An atom whose value is 0 or NaN at every point: `0·x`, or a product with such a
+        // factor (every term of the factor holding such an atom).
+        let zero_times = match &a {
+            Atom::App(Func::Named(n), _) => n == ZERO_TIMES,
+            Atom::App(Func::Product, args) => {
+                self.any_zero_times
+                    && args.iter().any(|&f| {
+                        let p = &self.polys[f.0 as usize];
+                        !p.terms.is_empty()
+                            && p.terms
+                                .iter()
+                                .all(|(m, _)| m.iter().any(|&(x, _)| self.zero_times[x.0 as usize]))
+                    })
+            }
+            _ => false,
+        };
+        self.zero_times.push(zero_times);
+        self.any_zero_times |= zero_times;
         self.atoms.push(a.clone());
         self.atom_ids.insert(a, id);
         id
@@ -735,7 +769,23 @@ impl Arena {
         if r.is_zero() && !self.poly(a).terms.is_empty() && !self.class(a).finite {
             // 0·x is NaN where x is infinite or NaN: kept as an atom unless x is provably
             // finite (IEEE, as the interpreter computes it).
-            let p = self.scale(a, &primitive_scale(self.poly(a)).recip())?;
+            // Whether x is finite is whether every atom in it is (a non-zero multiple of a
+            // monomial of finite atoms is finite, and one with an infinite or NaN atom is
+            // not; a sum is finite iff every term is): the argument is canonically the sum
+            // of x's distinct atoms, so `0·x` of differently scaled or grouped x agree.
+            let mut atoms: Vec<AtomId> = self
+                .poly(a)
+                .terms
+                .iter()
+                .flat_map(|(m, _)| m.iter().map(|&(at, _)| at))
+                .collect();
+            atoms.sort_unstable();
+            atoms.dedup();
+            let terms = atoms
+                .into_iter()
+                .map(|at| (vec![(at, 1)], Coeff::one()))
+                .collect();
+            let p = self.intern(Poly { terms })?;
             return self.app(Func::Named(ZERO_TIMES.into()), vec![p]);
         }
         if r.is_zero() {
@@ -1115,6 +1165,24 @@ impl Arena {
                     // Every entry is the same: the index does not matter (within range).
                     return Ok(args[1]);
                 }
+                // lookup(i, k t_0, ..., k t_{n-1}) = k lookup(i, t_0, ..., t_{n-1}) for k != 0
+                // (in range both are k t_i; out of range neither has a value): the leading
+                // coefficient of the first non-zero entry is factored out, so tables that
+                // differ by a constant factor (a gradient scaled before or after a gather)
+                // share one atom.
+                if let Some(&t) = args[1..].iter().find(|&&t| !self.poly(t).terms.is_empty()) {
+                    let k = self.poly(t).terms[0].1.clone();
+                    if !k.is_one() {
+                        let inv = k.recip();
+                        let mut scaled = Vec::with_capacity(args.len());
+                        scaled.push(args[0]);
+                        for &t in &args[1..] {
+                            scaled.push(self.scale(t, &inv)?);
+                        }
+                        let inner = self.app(Func::Lookup, scaled)?;
+                        return self.scale(inner, &k);
+                    }
+                }
             }
             Func::ArgMax | Func::ArgMin => {
                 // One candidate, or every candidate the same expression: the first.
@@ -1167,7 +1235,24 @@ impl Arena {
                     return self.int(order[rank as usize] as i64);
                 }
             }
-            Func::PowConst(_) | Func::Named(_) | Func::Product => {}
+            Func::Named(ref n) => {
+                // The named functions' exact values at 0 (RoPE's cos and sin at position 0):
+                // folded so that a constant never hides behind an atom.
+                if self.poly(args[0]).terms.is_empty() {
+                    const ZERO_AT_0: &[&str] = &[
+                        "sin", "tan", "sinh", "asin", "atan", "asinh", "atanh", "expm1", "log1p",
+                        "floor", "ceil", "trunc", "round", "sign",
+                    ];
+                    const ONE_AT_0: &[&str] = &["cos", "cosh", "exp2", "erfc"];
+                    if ZERO_AT_0.contains(&n.as_str()) {
+                        return self.int(0);
+                    }
+                    if ONE_AT_0.contains(&n.as_str()) {
+                        return self.int(1);
+                    }
+                }
+            }
+            Func::PowConst(_) | Func::Product => {}
         }
         self.atom_expr(Atom::App(func, args))
     }

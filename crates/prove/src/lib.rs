@@ -99,5 +99,5 @@ pub mod smt;
 pub mod stage;
 pub mod tensor;
 
-pub use equiv::{prove_case, prove_case_or_full_size, Proof, ProveConfig, Verdict};
+pub use equiv::{prove_case, prove_case_or_full_size, CountedOn, Proof, ProveConfig, Verdict};
 pub use stage::{prove_staged, StagedProof};

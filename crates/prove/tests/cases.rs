@@ -4,7 +4,8 @@
 
 use shardproof_prove::{prove_case, ProveConfig, Verdict};
 use shardproof_zoo::{
-    find_bug, EmitExtras, EmitOptions, LlamaConfig, Mesh, MlpConfig, PipelineOptions, TrainOptions,
+    find_bug, DeepseekConfig, EmitExtras, EmitOptions, LlamaConfig, Mesh, MlpConfig,
+    PipelineOptions, TrainOptions,
 };
 use std::path::Path;
 use zoo_emit::emit_sized;
@@ -505,6 +506,94 @@ fn a_deepseek_moe_forward_is_proved_at_full_size_and_a_sharded_norm_refuted() {
         "tp=2",
         Some("norm-sharded-hidden"),
         true,
+    );
+    let proof = prove_case(&bad, &full);
+    assert_eq!(proof.verdict, Verdict::Refuted, "{:?}", proof.message);
+    assert!(proof.counterexample.is_some());
+}
+
+/// DeepSeek at small sizes: one layer, two heads (one kv head), 4 experts of width 2 (top 2),
+/// a batch of 2, and the given (width, tokens per sequence, vocabulary).
+fn emit_small_deepseek(
+    dir: &Path,
+    mesh: &str,
+    bug: Option<&str>,
+    (hidden, seq, vocab): (usize, usize, usize),
+) -> shardproof_case::Case {
+    let extras = EmitExtras {
+        deepseek: DeepseekConfig {
+            base: LlamaConfig {
+                hidden,
+                heads: 2,
+                kv_heads: 1,
+                ffn: 4,
+                layers: 1,
+                seq,
+                batch: 2,
+                vocab,
+                ..LlamaConfig::default()
+            },
+            moe_ffn: 2,
+            ..DeepseekConfig::default()
+        },
+        ..EmitExtras::default()
+    };
+    let opts = EmitOptions {
+        model: "deepseek".into(),
+        mlp: MlpConfig::default(),
+        llama: LlamaConfig::default(),
+        mesh: Mesh::parse(mesh).unwrap(),
+        bug: bug.map(|b| find_bug(b).unwrap()),
+        forward_only: false,
+        vocab_parallel: false,
+    };
+    shardproof_zoo::emit_to_dir(
+        &opts,
+        &extras,
+        &TrainOptions::default(),
+        &PipelineOptions::default(),
+        dir,
+    )
+    .unwrap();
+    shardproof_case::load_case(&dir.join("case.yaml")).unwrap()
+}
+
+#[test]
+fn deepseek_full_iterations_under_dp_and_ep_are_proved_and_unaveraged_expert_grads_refuted() {
+    // Needs the gathered routing weights' tables scaled before or after the gather to share
+    // one `lookup` atom, multiples of `0·x` (the masked scores' gradients) to share one normal
+    // form, and RoPE's cos(0) and sin(0) to fold; without them 14 of 17 outputs differ in
+    // normal form under dp=2 at width 4. At width 8 over 4 tokens, a product kept unexpanded
+    // with a `0·x` factor must count as `0·x` too (4 outputs differ without).
+    let full = ProveConfig {
+        reduce: false,
+        ..ProveConfig::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    for (mesh, sizes) in [
+        ("dp=2", (4, 2, 4)),
+        ("dp=2", (8, 4, 8)),
+        ("ep=2", (4, 2, 4)),
+    ] {
+        let ok = emit_small_deepseek(
+            &dir.path().join(format!("{mesh}-{}", sizes.0)),
+            mesh,
+            None,
+            sizes,
+        );
+        let proof = prove_case(&ok, &full);
+        assert_eq!(
+            proof.verdict,
+            Verdict::Proved,
+            "{mesh}: {:?}",
+            proof.message
+        );
+    }
+    let bad = emit_small_deepseek(
+        &dir.path().join("bad"),
+        "ep=2",
+        Some("ep-expert-grad-not-averaged"),
+        (4, 2, 4),
     );
     let proof = prove_case(&bad, &full);
     assert_eq!(proof.verdict, Verdict::Refuted, "{:?}", proof.message);

@@ -8,7 +8,7 @@ use num_traits::Zero;
 use proptest::prelude::*;
 use shardproof_prove::decide::{decide, DecideConfig, Outcome};
 use shardproof_prove::eval::{ExactEval, FloatEval};
-use shardproof_prove::expr::{rat_to_f64, Arena, Budget, ExprId, Func, SymbolKind};
+use shardproof_prove::expr::{rat_to_f64, Arena, Budget, Coeff, ExprId, Func, SymbolKind};
 
 const SYMBOLS: usize = 3;
 
@@ -26,7 +26,15 @@ enum Tree {
     Where(Box<Tree>, Box<Tree>, Box<Tree>),
     Exp(Box<Tree>),
     Tanh(Box<Tree>),
+    /// `cos` and `sin` (named functions; their values at 0 are folded).
+    Cos(Box<Tree>),
+    Sin(Box<Tree>),
+    /// `lookup(i, t0, t1, t2)` at the index symbol `x3` (an integer in [0, 3)).
+    Lookup(Box<[Tree; 3]>),
 }
+
+/// The index symbol's number in a point (after the real symbols).
+const INDEX: usize = SYMBOLS;
 
 fn tree() -> impl Strategy<Value = Tree> {
     let leaf = prop_oneof![
@@ -47,6 +55,10 @@ fn tree() -> impl Strategy<Value = Tree> {
             (b(), b(), b()).prop_map(|(c, x, y)| Tree::Where(c, x, y)),
             b().prop_map(Tree::Exp),
             b().prop_map(Tree::Tanh),
+            b().prop_map(Tree::Cos),
+            b().prop_map(Tree::Sin),
+            (inner.clone(), inner.clone(), inner.clone())
+                .prop_map(|(x, y, z)| Tree::Lookup(Box::new([x, y, z]))),
         ]
     })
 }
@@ -96,6 +108,22 @@ fn build(a: &mut Arena, t: &Tree) -> ExprId {
             let x = build(a, x);
             a.app(Func::Tanh, vec![x])
         }
+        Tree::Cos(x) => {
+            let x = build(a, x);
+            a.app(Func::Named("cos".into()), vec![x])
+        }
+        Tree::Sin(x) => {
+            let x = build(a, x);
+            a.app(Func::Named("sin".into()), vec![x])
+        }
+        Tree::Lookup(ts) => {
+            let i = a
+                .symbol(&format!("x{INDEX}"), SymbolKind::Index(3))
+                .unwrap();
+            let mut args = vec![i];
+            args.extend(ts.iter().map(|t| build(a, t)));
+            a.app(Func::Lookup, args)
+        }
     };
     r.expect("within budget")
 }
@@ -119,7 +147,11 @@ fn exact(t: &Tree, xs: &[Rat]) -> Option<Rat> {
                 exact(x, xs)?
             }
         }
-        Tree::Exp(_) | Tree::Tanh(_) => return None,
+        Tree::Lookup(ts) => {
+            let i: usize = xs[INDEX].to_integer().try_into().ok()?;
+            exact(ts.get(i)?, xs)?
+        }
+        Tree::Exp(_) | Tree::Tanh(_) | Tree::Cos(_) | Tree::Sin(_) => return None,
     })
 }
 
@@ -143,6 +175,9 @@ fn float(t: &Tree, xs: &[f64]) -> f64 {
         }
         Tree::Exp(x) => float(x, xs).exp(),
         Tree::Tanh(x) => float(x, xs).tanh(),
+        Tree::Cos(x) => float(x, xs).cos(),
+        Tree::Sin(x) => float(x, xs).sin(),
+        Tree::Lookup(ts) => float(&ts[xs[INDEX] as usize], xs),
     }
 }
 
@@ -168,6 +203,15 @@ fn rewrite(t: &Tree) -> Tree {
         Tree::Where(c, x, y) => Tree::Where(r(c), r(x), r(y)),
         Tree::Exp(x) => Tree::Exp(r(x)),
         Tree::Tanh(x) => Tree::Tanh(r(x)),
+        Tree::Cos(x) => Tree::Cos(r(x)),
+        Tree::Sin(x) => Tree::Sin(r(x)),
+        // lookup(i, t) = lookup(i, -4 t) / -4: tables that differ by a constant factor.
+        Tree::Lookup(ts) => Tree::DivConst(
+            Box::new(Tree::Lookup(Box::new(ts.clone().map(|t| {
+                Tree::Mul(Box::new(Tree::Const(-4)), Box::new(rewrite(&t)))
+            })))),
+            -4,
+        ),
     }
 }
 
@@ -175,8 +219,12 @@ fn close(a: f64, b: f64) -> bool {
     (a.is_nan() && b.is_nan()) || a == b || (a - b).abs() <= 1e-9 * (1.0 + a.abs().max(b.abs()))
 }
 
+/// Values of the real symbols (in quarters) and last, the index symbol's (4 i for index i).
 fn point() -> impl Strategy<Value = Vec<i64>> {
-    proptest::collection::vec(-12i64..13, SYMBOLS)
+    (proptest::collection::vec(-12i64..13, SYMBOLS), 0i64..3).prop_map(|(mut v, i)| {
+        v.push(4 * i);
+        v
+    })
 }
 
 /// Symbol values by symbol number (the arena numbers symbols as it meets them).
@@ -236,7 +284,7 @@ proptest! {
         let (e, f) = (build(&mut a, &t), build(&mut a, &u));
         let cfg = DecideConfig { z3_timeout: None, ..DecideConfig::default() };
         if let Outcome::Refuted { point, .. } = decide(&a, e, f, &cfg) {
-            let mut xs = vec![Rat::zero(); SYMBOLS];
+            let mut xs = vec![Rat::zero(); SYMBOLS + 1];
             for (s, v) in &point.values {
                 let name = a.symbol_name(*s);
                 xs[name[1..].parse::<usize>().unwrap()] = v.clone();
@@ -258,4 +306,82 @@ proptest! {
             }
         }
     }
+}
+
+/// `0·q` of a q not provably finite (here x / y) is 0 or NaN at every point, and so is every
+/// non-zero multiple of it: the multiples share one normal form, and `z - z` stays NaN where
+/// z is (the interpreter's IEEE value), instead of cancelling to 0.
+#[test]
+fn multiples_of_zero_times_share_one_normal_form_and_never_cancel() {
+    let mut a = Arena::default();
+    let x = a.symbol("x0", SymbolKind::Real).unwrap();
+    let y = a.symbol("x1", SymbolKind::Real).unwrap();
+    let r = a.recip(y).unwrap();
+    let q = a.mul(x, r).unwrap();
+    let z = a.scale(q, &Coeff::zero()).unwrap();
+    assert!(
+        a.render(z, 200).contains("zero_times"),
+        "{}",
+        a.render(z, 200)
+    );
+    for k in [2, -3] {
+        let zk = a.scale(z, &Coeff::from_integer(k)).unwrap();
+        assert_eq!(zk, z, "{}", a.render(zk, 200));
+    }
+    // 0·(5 x/y + x) is NaN exactly where 0·(x/y) is: where x/y is not finite.
+    let q5 = a.scale(q, &Coeff::from_integer(5)).unwrap();
+    let q5x = a.add(q5, x).unwrap();
+    let z5 = a.scale(q5x, &Coeff::zero()).unwrap();
+    assert_eq!(z5, z, "{} vs {}", a.render(z5, 200), a.render(z, 200));
+    let d = a.sub(z, z).unwrap();
+    let value = |a: &Arena, e, ys: [f64; 2]| FloatEval::new(a, ys.to_vec()).eval(e);
+    // 0·(1/0) - 0·(1/0) is NaN in IEEE arithmetic; 0·(1/1) - 0·(1/1) is 0.
+    assert!(value(&a, d, [1.0, 0.0]).is_nan());
+    assert_eq!(value(&a, d, [1.0, 1.0]), 0.0);
+    assert!(value(&a, z, [1.0, 0.0]).is_nan());
+}
+
+/// The named functions' exact values at 0 fold to constants, equal to their f64 values.
+#[test]
+fn named_functions_at_zero_fold_to_their_values() {
+    let mut a = Arena::default();
+    let zero = a.int(0).unwrap();
+    for name in [
+        "sin", "cos", "tan", "sinh", "cosh", "asin", "atan", "expm1", "log1p", "erfc",
+    ] {
+        let f = Func::Named(name.into());
+        let e = a.app(f.clone(), vec![zero]).unwrap();
+        let c = a
+            .as_const(e)
+            .unwrap_or_else(|| panic!("{name}(0) not folded"));
+        assert_eq!(c.to_f64(), f.eval_f64(&[0.0]), "{name}");
+    }
+}
+
+/// A product kept unexpanded whose one factor is `0·q` is itself 0 or NaN at every point: its
+/// multiples share one normal form too, and the f64 value is the interpreter's.
+#[test]
+fn a_product_with_a_zero_times_factor_is_zero_times_too() {
+    // An expansion limit of 1 keeps (x + y)·(0·(x/y)) a `product` atom.
+    let mut a = Arena::new(Budget {
+        expand_limit: 1,
+        ..Budget::default()
+    });
+    let x = a.symbol("x0", SymbolKind::Real).unwrap();
+    let y = a.symbol("x1", SymbolKind::Real).unwrap();
+    let r = a.recip(y).unwrap();
+    let q = a.mul(x, r).unwrap();
+    let z = a.scale(q, &Coeff::zero()).unwrap();
+    let s = a.add(x, y).unwrap();
+    let p = a.mul(s, z).unwrap();
+    assert!(
+        a.render(p, 200).starts_with("product("),
+        "{}",
+        a.render(p, 200)
+    );
+    let p3 = a.scale(p, &Coeff::from_integer(3)).unwrap();
+    assert_eq!(p3, p, "{}", a.render(p3, 200));
+    let value = |a: &Arena, e, ys: [f64; 2]| FloatEval::new(a, ys.to_vec()).eval(e);
+    assert!(value(&a, p3, [1.0, 0.0]).is_nan());
+    assert_eq!(value(&a, p3, [1.0, 2.0]), 0.0);
 }

@@ -165,6 +165,37 @@ pub struct Proof {
     /// reduction could shrink (the condition that failed, or the undecided two-replica case).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mesh_kept: Option<String>,
+    /// The case that the outputs' `elements` and `distinct_goals`, `layers`, `stats` and
+    /// `reduction` count: the case as written (its ranks are `ranks`), or the two-replica case
+    /// of `mesh` where the proof stands on that one.
+    pub counted_on: CountedOn,
+}
+
+/// Which case a [`Proof`]'s counts are for (see [`Proof::counted_on`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct CountedOn {
+    /// `as-written`, or `mesh-reduced` (the case of [`Proof::mesh`] at its reduced size).
+    pub case: String,
+    /// Ranks of that case.
+    pub ranks: usize,
+}
+
+impl CountedOn {
+    /// The case as written, with `ranks` ranks.
+    pub fn as_written(ranks: usize) -> Self {
+        CountedOn {
+            case: "as-written".into(),
+            ranks,
+        }
+    }
+
+    /// The mesh-reduced case, with `ranks` ranks.
+    pub fn mesh_reduced(ranks: usize) -> Self {
+        CountedOn {
+            case: "mesh-reduced".into(),
+            ranks,
+        }
+    }
 }
 
 /// What the mesh-dim reduction along dp did, for the report.
@@ -241,6 +272,7 @@ impl Proof {
             assumptions: Vec::new(),
             mesh: None,
             mesh_kept: None,
+            counted_on: CountedOn::as_written(case.program.ranks.len()),
         }
     }
 }
@@ -407,6 +439,7 @@ fn prove_mesh_reduced(
         (Verdict::Proved, Ok(())) => {
             proof.case = case.name.clone();
             proof.ranks = case.program.ranks.len();
+            proof.counted_on = CountedOn::mesh_reduced(m.case.program.ranks.len());
             proof.mesh = Some(summary);
             proof
         }
@@ -443,6 +476,7 @@ fn prove_mesh_reduced(
             proof.counterexample = None;
             proof.case = case.name.clone();
             proof.ranks = case.program.ranks.len();
+            proof.counted_on = CountedOn::mesh_reduced(m.case.program.ranks.len());
             proof.message = Some(format!(
                 "{why}; the case as written ({} tensor elements) is over the limit of {} or out of time, so no counterexample is confirmed on it",
                 program_elements(case),
@@ -459,6 +493,7 @@ fn prove_mesh_reduced(
             if timed_out() {
                 proof.case = case.name.clone();
                 proof.ranks = case.program.ranks.len();
+                proof.counted_on = CountedOn::mesh_reduced(m.case.program.ranks.len());
                 proof.mesh = Some(summary);
                 return proof;
             }
@@ -1008,6 +1043,7 @@ fn prove_in(case: &Case, cfg: &ProveConfig, started: Instant, arena: &mut Arena)
         assumptions: Vec::new(),
         mesh: None,
         mesh_kept: None,
+        counted_on: CountedOn::as_written(case.program.ranks.len()),
     };
     if let Some(r) = refutation {
         let exp = &expectations[r.output];

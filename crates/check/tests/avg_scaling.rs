@@ -7,32 +7,30 @@
 //! "base: holds" held with exit 0 while `shardproof run` finds the output wrong (each was checked
 //! so: their values differ from the spec's by the mesh size).
 
-use shardproof_check::{check_case, Verdict};
+mod common;
+
+use shardproof_check::Verdict;
 
 /// The verdict of a case whose spec is `spec` (lines of its forward, reading `x: f32[4, 8]`,
 /// returning `y`) and whose two ranks run `rank` (reading their `x: f32[2, 8]`), with `y`
 /// declared `declared` over `dp`.
 fn verdict(spec: &str, rank: &str, declared: &str, dir: &str) -> Verdict {
-    let dir = std::env::temp_dir().join(format!("shardproof-avg-{dir}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tag = format!("avg-{dir}");
+    let mut files: Vec<(String, String)> = Vec::new();
     let graph = |class: &str, rows: usize, body: &str| {
         format!(
             "class {class}(torch.nn.Module):\n    def forward(self, x: \"f32[{rows}, 8]\"):\n{body}        return (y,)\n"
         )
     };
-    std::fs::write(dir.join("spec.py"), graph("Spec", 4, spec)).unwrap();
+    files.push(("spec.py".to_string(), graph("Spec", 4, spec).to_string()));
     for r in ["r0.py", "r1.py"] {
-        std::fs::write(dir.join(r), graph("Rank", 2, rank)).unwrap();
+        files.push((r.to_string(), graph("Rank", 2, rank).to_string()));
     }
     let case = format!(
         "version: 1\nname: avg\nspec:\n  graph: spec.py\nimpl:\n  mesh: {{ dp: 2 }}\n  graphs: [r0.py, r1.py]\n  groups:\n    \"0\": dp\ninputs:\n  x: Shard(0)\noutputs:\n  y: {declared}\n"
     );
-    std::fs::write(dir.join("case.yaml"), case).unwrap();
-    let case = shardproof_case::load_case(&dir.join("case.yaml")).unwrap();
-    let report = check_case(&case).unwrap();
-    eprintln!("{}", report.render());
-    let _ = std::fs::remove_dir_all(&dir);
-    report.verdict
+    files.push(("case.yaml".to_string(), case.to_string()));
+    common::hand::check_files(&tag, &files)
 }
 
 const MEAN: &str = "        y: \"f32[]\" = torch.ops.aten.mean.default(x)\n";
@@ -161,24 +159,26 @@ fn a_replicated_value_divided_by_n_where_the_spec_does_not_is_not_proven() {
     // Replicated rows on both ranks: each rank's `y` is half the spec's mean. Base: holds
     // (the division by n is recorded as `scaled`, a share of a sum, and passed as the
     // replicated value); `run` finds the output wrong.
-    let dir = std::env::temp_dir().join(format!("shardproof-avg-rep-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tag = "avg-rep".to_string();
+    let mut files: Vec<(String, String)> = Vec::new();
     let graph = |class: &str, body: &str| {
         format!(
             "class {class}(torch.nn.Module):\n    def forward(self, x: \"f32[4, 8]\"):\n{body}        return (y,)\n"
         )
     };
-    std::fs::write(dir.join("spec.py"), graph("Spec", MEAN)).unwrap();
+    files.push(("spec.py".to_string(), graph("Spec", MEAN).to_string()));
     for r in ["r0.py", "r1.py"] {
-        std::fs::write(dir.join(r), graph("Rank", &scaled("mean", "div", "2"))).unwrap();
+        files.push((
+            r.to_string(),
+            graph("Rank", &scaled("mean", "div", "2")).to_string(),
+        ));
     }
-    std::fs::write(
-        dir.join("case.yaml"),
-        "version: 1\nname: rep\nspec:\n  graph: spec.py\nimpl:\n  mesh: { dp: 2 }\n  graphs: [r0.py, r1.py]\n  groups:\n    \"0\": dp\ninputs:\n  x: Replicate()\noutputs:\n  y: Replicate()\n",
-    )
-    .unwrap();
-    let case = shardproof_case::load_case(&dir.join("case.yaml")).unwrap();
-    let report = check_case(&case).unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
-    assert_eq!(report.verdict, Verdict::Inconclusive, "{}", report.render());
+    files.push((
+        "case.yaml".to_string(),
+        "version: 1\nname: rep\nspec:\n  graph: spec.py\nimpl:\n  mesh: { dp: 2 }\n  graphs: [r0.py, r1.py]\n  groups:\n    \"0\": dp\ninputs:\n  x: Replicate()\noutputs:\n  y: Replicate()\n".to_string(),
+    ));
+    assert_eq!(
+        common::hand::check_files(&tag, &files),
+        Verdict::Inconclusive
+    );
 }

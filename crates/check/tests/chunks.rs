@@ -4,19 +4,21 @@
 //! offsets depend on the rank, so each slice is `Varying`). On f6a4d8a the sum was `Varying`
 //! where `Shard(1)` is declared: inconclusive.
 
-use shardproof_check::{check_case, Verdict};
+mod common;
+
+use shardproof_check::Verdict;
 
 /// The verdict on mesh `{tp: 2}` where rank r adds, for each `(gc, xc)` of `pairs(r)`, the
 /// product of `g`'s row chunk `gc` (transposed) and `x`'s row chunk `xc` (chunks of 4 rows).
 fn verdict(pairs: &dyn Fn(usize) -> Vec<(i64, i64)>, dir: &str) -> Verdict {
-    let dir = std::env::temp_dir().join(format!("shardproof-chunks-{dir}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tag = format!("chunks-{dir}");
+    let mut files: Vec<(String, String)> = Vec::new();
     let head = |class: &str, cols: u32| {
         format!("class {class}(torch.nn.Module):\n    def forward(self, g: \"f32[8, 4]\", x: \"f32[8, {cols}]\"):\n")
     };
     let spec = head("Spec", 12)
         + "        t: \"f32[4, 8]\" = torch.ops.aten.t.default(g)\n        y: \"f32[4, 12]\" = torch.ops.aten.mm.default(t, x)\n        return (y,)\n";
-    std::fs::write(dir.join("spec.py"), spec).unwrap();
+    files.push(("spec.py".to_string(), spec.to_string()));
     for r in 0..2 {
         let mut body = head("Rank", 6);
         for (k, (gc, xc)) in pairs(r).into_iter().enumerate() {
@@ -30,15 +32,11 @@ fn verdict(pairs: &dyn Fn(usize) -> Vec<(i64, i64)>, dir: &str) -> Verdict {
         }
         body +=
             "        y: \"f32[4, 6]\" = torch.ops.aten.add.Tensor(p0, p1)\n        return (y,)\n";
-        std::fs::write(dir.join(format!("r{r}.py")), body).unwrap();
+        files.push((format!("r{r}.py").to_string(), body.to_string()));
     }
     let case = "version: 1\nname: chunks\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [r0.py, r1.py]\ninputs:\n  g: { tp: Replicate() }\n  x: { tp: Shard(1) }\noutputs:\n  y: Shard(1)\n";
-    std::fs::write(dir.join("case.yaml"), case).unwrap();
-    let case = shardproof_case::load_case(&dir.join("case.yaml")).unwrap();
-    let report = check_case(&case).unwrap();
-    eprintln!("{}", report.render());
-    let _ = std::fs::remove_dir_all(&dir);
-    report.verdict
+    files.push(("case.yaml".to_string(), case.to_string()));
+    common::hand::check_files(&tag, &files)
 }
 
 #[test]

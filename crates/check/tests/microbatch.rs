@@ -8,13 +8,15 @@
 //! microbatches of one selection, each once. Every other case gives a wrong `loss`
 //! (`shardproof run` exit 1) and must stay not held.
 
-use shardproof_check::{check_case, Verdict};
+mod common;
+
+use shardproof_check::Verdict;
 
 /// The verdict of a case whose ranks both run `body` (lines reading `x` and writing `t`, the
 /// rank's loss piece), then `loss = all_reduce(t, sum) / 2`.
 fn verdict(body: &str, dir: &str) -> Verdict {
-    let dir = std::env::temp_dir().join(format!("shardproof-mb-{dir}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tag = format!("mb-{dir}");
+    let mut files: Vec<(String, String)> = Vec::new();
     let graph = |class: &str, rows: u32, body: &str| {
         format!(
             "class {class}(torch.nn.Module):\n    def forward(self, x: \"f32[{rows}, 8]\"):\n{body}        return (loss,)\n"
@@ -25,16 +27,12 @@ fn verdict(body: &str, dir: &str) -> Verdict {
         + "        a: \"f32[]\" = torch.ops._c10d_functional.all_reduce.default(t, 'sum', 'dp')\n"
         + "        w: \"f32[]\" = torch.ops._c10d_functional.wait_tensor.default(a)\n"
         + "        loss: \"f32[]\" = torch.ops.aten.div.Scalar(w, 2)\n";
-    std::fs::write(dir.join("spec.py"), graph("Spec", 8, spec)).unwrap();
-    std::fs::write(dir.join("r0.py"), graph("Rank", 4, &rank)).unwrap();
-    std::fs::write(dir.join("r1.py"), graph("Rank", 4, &rank)).unwrap();
+    files.push(("spec.py".to_string(), graph("Spec", 8, spec).to_string()));
+    files.push(("r0.py".to_string(), graph("Rank", 4, &rank).to_string()));
+    files.push(("r1.py".to_string(), graph("Rank", 4, &rank).to_string()));
     let case = "version: 1\nname: mb\nspec:\n  graph: spec.py\nimpl:\n  mesh: { dp: 2 }\n  graphs: [r0.py, r1.py]\n  groups:\n    \"dp\": dp\ninputs:\n  x: { dp: Shard(0) }\noutputs:\n  loss: Replicate()\n";
-    std::fs::write(dir.join("case.yaml"), case).unwrap();
-    let case = shardproof_case::load_case(&dir.join("case.yaml")).unwrap();
-    let report = check_case(&case).unwrap();
-    eprintln!("{}", report.render());
-    let _ = std::fs::remove_dir_all(&dir);
-    report.verdict
+    files.push(("case.yaml".to_string(), case.to_string()));
+    common::hand::check_files(&tag, &files)
 }
 
 /// Microbatch `k`'s mean `m{k} = mean(a * b)` with `a`, `b` the rows `A` and `B` of `x`

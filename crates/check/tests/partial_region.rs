@@ -9,28 +9,26 @@
 //! result is the same on every member): on the base (a398d43) the cases marked "base: holds"
 //! held with exit 0, while `shardproof run` finds `y` wrong.
 
-use shardproof_check::{check_case, Verdict};
+mod common;
+
+use shardproof_check::Verdict;
 
 /// The verdict of a case whose spec runs `spec` and whose ranks 0 and 1 run `r0` and `r1`
 /// (lines of a forward reading `x`, `p` and `s` and writing `y`).
 fn verdict(spec: &str, r0: &str, r1: &str, dir: &str) -> Verdict {
-    let dir = std::env::temp_dir().join(format!("shardproof-region-{dir}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tag = format!("region-{dir}");
+    let mut files: Vec<(String, String)> = Vec::new();
     let graph = |class: &str, rows: u32, body: &str| {
         format!(
             "class {class}(torch.nn.Module):\n    def forward(self, x: \"f32[4, 8]\", p: \"f32[4, 8]\", s: \"f32[{rows}, 8]\"):\n{body}        return (y,)\n"
         )
     };
-    std::fs::write(dir.join("spec.py"), graph("Spec", 4, spec)).unwrap();
-    std::fs::write(dir.join("r0.py"), graph("Rank", 2, r0)).unwrap();
-    std::fs::write(dir.join("r1.py"), graph("Rank", 2, r1)).unwrap();
+    files.push(("spec.py".to_string(), graph("Spec", 4, spec).to_string()));
+    files.push(("r0.py".to_string(), graph("Rank", 2, r0).to_string()));
+    files.push(("r1.py".to_string(), graph("Rank", 2, r1).to_string()));
     let case = "version: 1\nname: region\nspec:\n  graph: spec.py\nimpl:\n  mesh: { dp: 2 }\n  graphs: [r0.py, r1.py]\n  groups:\n    \"0\": dp\ninputs:\n  x: Replicate()\n  p: Partial(sum)\n  s: Shard(0)\noutputs:\n  y: Replicate()\n";
-    std::fs::write(dir.join("case.yaml"), case).unwrap();
-    let case = shardproof_case::load_case(&dir.join("case.yaml")).unwrap();
-    let report = check_case(&case).unwrap();
-    eprintln!("{}", report.render());
-    let _ = std::fs::remove_dir_all(&dir);
-    report.verdict
+    files.push(("case.yaml".to_string(), case.to_string()));
+    common::hand::check_files(&tag, &files)
 }
 
 /// One line `NAME: "f32[ROWS, 8]" = torch.ops.aten.CALL`.
@@ -124,26 +122,25 @@ fn a_term_added_on_one_rank_only_holds() {
 /// The verdict on `dp=4` of ranks running `ranks[k]` (lines reading `x` and `p`, writing `t`,
 /// the rank's piece), then `y = all_reduce(t, sum)`; the spec computes `y = p + x * x`.
 fn verdict4(ranks: [&str; 4], dir: &str) -> Verdict {
-    let dir = std::env::temp_dir().join(format!("shardproof-region4-{dir}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tag = format!("region4-{dir}");
+    let mut files: Vec<(String, String)> = Vec::new();
     let graph = |class: &str, body: &str| {
         format!(
             "class {class}(torch.nn.Module):\n    def forward(self, x: \"f32[4, 8]\", p: \"f32[4, 8]\"):\n{body}        return (y,)\n"
         )
     };
     let spec = line("h", 4, "mul.Tensor(x, x)") + &line("y", 4, "add.Tensor(p, h)");
-    std::fs::write(dir.join("spec.py"), graph("Spec", &spec)).unwrap();
+    files.push(("spec.py".to_string(), graph("Spec", &spec).to_string()));
     for (k, body) in ranks.iter().enumerate() {
         let rank = body.to_string() + &all_reduce("t");
-        std::fs::write(dir.join(format!("r{k}.py")), graph("Rank", &rank)).unwrap();
+        files.push((
+            format!("r{k}.py").to_string(),
+            graph("Rank", &rank).to_string(),
+        ));
     }
     let case = "version: 1\nname: region4\nspec:\n  graph: spec.py\nimpl:\n  mesh: { dp: 4 }\n  graphs: [r0.py, r1.py, r2.py, r3.py]\n  groups:\n    \"0\": dp\ninputs:\n  x: Replicate()\n  p: Partial(sum)\noutputs:\n  y: Replicate()\n";
-    std::fs::write(dir.join("case.yaml"), case).unwrap();
-    let case = shardproof_case::load_case(&dir.join("case.yaml")).unwrap();
-    let report = check_case(&case).unwrap();
-    eprintln!("{}", report.render());
-    let _ = std::fs::remove_dir_all(&dir);
-    report.verdict
+    files.push(("case.yaml".to_string(), case.to_string()));
+    common::hand::check_files(&tag, &files)
 }
 
 #[test]

@@ -9,30 +9,27 @@
 //! columns are `mm(x + 2, w)`, not the spec's `mm(x * 2, w)`, so no one `h` makes the pieces
 //! one tensor.
 
-use shardproof_check::{check_case, Verdict};
+mod common;
+
+use shardproof_check::Verdict;
 
 /// The verdict of a case whose spec and rank 0 compute `h = x * 2` and whose rank 1 computes
 /// `h = H1`; all three then compute `y = mm(h, w)`.
 fn verdict(h1: &str, dir: &str) -> Verdict {
-    let dir =
-        std::env::temp_dir().join(format!("shardproof-peershard-{dir}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tag = format!("peershard-{dir}");
+    let mut files: Vec<(String, String)> = Vec::new();
     let graph = |class: &str, h: &str, cols: u32| {
         format!(
             "class {class}(torch.nn.Module):\n    def forward(self, x: \"f32[4, 8]\", w: \"f32[8, {cols}]\"):\n        h: \"f32[4, 8]\" = torch.ops.aten.{h}\n        y: \"f32[4, {cols}]\" = torch.ops.aten.mm.default(h, w)\n        return (y,)\n"
         )
     };
     let h0 = "mul.Tensor(x, 2)";
-    std::fs::write(dir.join("spec.py"), graph("Spec", h0, 8)).unwrap();
-    std::fs::write(dir.join("r0.py"), graph("Rank", h0, 4)).unwrap();
-    std::fs::write(dir.join("r1.py"), graph("Rank", h1, 4)).unwrap();
+    files.push(("spec.py".to_string(), graph("Spec", h0, 8).to_string()));
+    files.push(("r0.py".to_string(), graph("Rank", h0, 4).to_string()));
+    files.push(("r1.py".to_string(), graph("Rank", h1, 4).to_string()));
     let case = "version: 1\nname: peershard\nspec:\n  graph: spec.py\nimpl:\n  mesh: { dp: 2 }\n  graphs: [r0.py, r1.py]\n  groups:\n    \"0\": dp\ninputs:\n  x: Replicate()\n  w: Shard(1)\noutputs:\n  y: Shard(1)\n";
-    std::fs::write(dir.join("case.yaml"), case).unwrap();
-    let case = shardproof_case::load_case(&dir.join("case.yaml")).unwrap();
-    let report = check_case(&case).unwrap();
-    eprintln!("{}", report.render());
-    let _ = std::fs::remove_dir_all(&dir);
-    report.verdict
+    files.push(("case.yaml".to_string(), case.to_string()));
+    common::hand::check_files(&tag, &files)
 }
 
 #[test]
@@ -57,25 +54,20 @@ fn same_program_holds() {
 /// The verdict of `y = mul(h, p)` declared `Partial(sum)` with `p: Partial(sum)`, where the
 /// spec and rank 0 compute `h = x * 2` and rank 1 computes `h = H1`.
 fn partial_verdict(h1: &str, dir: &str) -> Verdict {
-    let dir =
-        std::env::temp_dir().join(format!("shardproof-peerpart-{dir}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tag = format!("peerpart-{dir}");
+    let mut files: Vec<(String, String)> = Vec::new();
     let graph = |class: &str, h: &str| {
         format!(
             "class {class}(torch.nn.Module):\n    def forward(self, x: \"f32[4, 8]\", p: \"f32[4, 8]\"):\n        h: \"f32[4, 8]\" = torch.ops.aten.{h}\n        y: \"f32[4, 8]\" = torch.ops.aten.mul.Tensor(h, p)\n        return (y,)\n"
         )
     };
     let h0 = "mul.Tensor(x, 2)";
-    std::fs::write(dir.join("spec.py"), graph("Spec", h0)).unwrap();
-    std::fs::write(dir.join("r0.py"), graph("Rank", h0)).unwrap();
-    std::fs::write(dir.join("r1.py"), graph("Rank", h1)).unwrap();
+    files.push(("spec.py".to_string(), graph("Spec", h0).to_string()));
+    files.push(("r0.py".to_string(), graph("Rank", h0).to_string()));
+    files.push(("r1.py".to_string(), graph("Rank", h1).to_string()));
     let case = "version: 1\nname: peerpart\nspec:\n  graph: spec.py\nimpl:\n  mesh: { dp: 2 }\n  graphs: [r0.py, r1.py]\n  groups:\n    \"0\": dp\ninputs:\n  x: Replicate()\n  p: Partial(sum)\noutputs:\n  y: Partial(sum)\n";
-    std::fs::write(dir.join("case.yaml"), case).unwrap();
-    let case = shardproof_case::load_case(&dir.join("case.yaml")).unwrap();
-    let report = check_case(&case).unwrap();
-    eprintln!("{}", report.render());
-    let _ = std::fs::remove_dir_all(&dir);
-    report.verdict
+    files.push(("case.yaml".to_string(), case.to_string()));
+    common::hand::check_files(&tag, &files)
 }
 
 #[test]

@@ -8,28 +8,26 @@
 //! holds: its placement is right, and the record cannot tell a share from a value the spec
 //! divides too (docs/check.md, Open).
 
-use shardproof_check::{check_case, Verdict};
+mod common;
+
+use shardproof_check::Verdict;
 
 /// The verdict of a case whose spec runs `spec` and whose ranks 0 and 1 run `r0` and `r1`
 /// (lines of a forward reading `x`, `b`, `w` and writing `y`).
 fn verdict(spec: &str, r0: &str, r1: &str, dir: &str) -> Verdict {
-    let dir = std::env::temp_dir().join(format!("shardproof-scaled-{dir}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tag = format!("scaled-{dir}");
+    let mut files: Vec<(String, String)> = Vec::new();
     let graph = |class: &str, body: &str| {
         format!(
             "class {class}(torch.nn.Module):\n    def forward(self, x: \"f32[4, 8]\", b: \"f32[4, 8]\", w: \"f32[8, 8]\"):\n{body}        return (y,)\n"
         )
     };
-    std::fs::write(dir.join("spec.py"), graph("Spec", spec)).unwrap();
-    std::fs::write(dir.join("r0.py"), graph("Rank", r0)).unwrap();
-    std::fs::write(dir.join("r1.py"), graph("Rank", r1)).unwrap();
+    files.push(("spec.py".to_string(), graph("Spec", spec).to_string()));
+    files.push(("r0.py".to_string(), graph("Rank", r0).to_string()));
+    files.push(("r1.py".to_string(), graph("Rank", r1).to_string()));
     let case = "version: 1\nname: scaled\nspec:\n  graph: spec.py\nimpl:\n  mesh: { dp: 2 }\n  graphs: [r0.py, r1.py]\n  groups:\n    \"0\": dp\ninputs:\n  x: Replicate()\n  b: Replicate()\n  w: Replicate()\noutputs:\n  y: Replicate()\n";
-    std::fs::write(dir.join("case.yaml"), case).unwrap();
-    let case = shardproof_case::load_case(&dir.join("case.yaml")).unwrap();
-    let report = check_case(&case).unwrap();
-    eprintln!("{}", report.render());
-    let _ = std::fs::remove_dir_all(&dir);
-    report.verdict
+    files.push(("case.yaml".to_string(), case.to_string()));
+    common::hand::check_files(&tag, &files)
 }
 
 /// One line `NAME: "f32[4, 8]" = torch.ops.aten.CALL`.

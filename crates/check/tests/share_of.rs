@@ -7,13 +7,15 @@
 //! inconclusive on the base (a398d43). Each case computes `loss = mean(x * x)` in the spec,
 //! `x` sharded over dp, declared `Replicate()`; the ranks all run one graph.
 
-use shardproof_check::{check_case, Verdict};
+mod common;
+
+use shardproof_check::Verdict;
 
 /// The verdict on mesh `{dp: 2, tp: TP}` of ranks running `s = mean(x * x) / DIV`, then an
 /// all-reduce (sum) over each group of `groups` in turn, then `/ 2` (dp's average).
 fn verdict(tp: usize, div: u32, groups: &[&str], dir: &str) -> Verdict {
-    let dir = std::env::temp_dir().join(format!("shardproof-share-{dir}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tag = format!("share-{dir}");
+    let mut files: Vec<(String, String)> = Vec::new();
     let graph = |class: &str, rows: u32, body: &str| {
         format!(
             "class {class}(torch.nn.Module):\n    def forward(self, x: \"f32[{rows}, 8]\"):\n        p: \"f32[{rows}, 8]\" = torch.ops.aten.mul.Tensor(x, x)\n        m: \"f32[]\" = torch.ops.aten.mean.default(p)\n{body}        return (loss,)\n"
@@ -31,16 +33,12 @@ fn verdict(tp: usize, div: u32, groups: &[&str], dir: &str) -> Verdict {
         "        loss: \"f32[]\" = torch.ops.aten.div.Scalar(t{}, 2)\n",
         groups.len()
     );
-    std::fs::write(dir.join("spec.py"), graph("Spec", 8, spec)).unwrap();
-    std::fs::write(dir.join("r.py"), graph("Rank", 4, &rank)).unwrap();
+    files.push(("spec.py".to_string(), graph("Spec", 8, spec).to_string()));
+    files.push(("r.py".to_string(), graph("Rank", 4, &rank).to_string()));
     let graphs = vec!["r.py"; 2 * tp].join(", ");
     let case = format!("version: 1\nname: share\nspec:\n  graph: spec.py\nimpl:\n  mesh: {{ dp: 2, tp: {tp} }}\n  graphs: [{graphs}]\n  groups:\n    \"dp\": dp\n    \"tp\": tp\ninputs:\n  x: {{ dp: Shard(0), tp: Replicate() }}\noutputs:\n  loss: Replicate()\n");
-    std::fs::write(dir.join("case.yaml"), case).unwrap();
-    let case = shardproof_case::load_case(&dir.join("case.yaml")).unwrap();
-    let report = check_case(&case).unwrap();
-    eprintln!("{}", report.render());
-    let _ = std::fs::remove_dir_all(&dir);
-    report.verdict
+    files.push(("case.yaml".to_string(), case.to_string()));
+    common::hand::check_files(&tag, &files)
 }
 
 #[test]

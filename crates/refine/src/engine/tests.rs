@@ -617,6 +617,16 @@ fn progress_counts_every_needed_operator_and_stops_where_the_walk_settles() {
 
 /// A llama on tp=2 with `layers` layers, forward only.
 fn llama_layers(dir: &std::path::Path, layers: usize) -> Case {
+    llama_tp2(dir, layers, true)
+}
+
+/// A llama on tp=2 with `layers` layers, the full training iteration.
+fn llama_full_layers(dir: &std::path::Path, layers: usize) -> Case {
+    llama_tp2(dir, layers, false)
+}
+
+/// A llama on tp=2 with `layers` layers.
+fn llama_tp2(dir: &std::path::Path, layers: usize, forward_only: bool) -> Case {
     emit_and_load(
         dir,
         EmitOptions {
@@ -628,7 +638,7 @@ fn llama_layers(dir: &std::path::Path, layers: usize) -> Case {
             },
             mesh: Mesh::parse("tp=2").unwrap(),
             bug: None,
-            forward_only: true,
+            forward_only,
             vocab_parallel: false,
         },
     )
@@ -932,25 +942,6 @@ fn gathered_leaves_of_unclean_relations_come_in_with_their_layout() {
     );
     let compared = crate::eval::classes_agree(&eg, &rank_values(&imp)).unwrap();
     assert!(compared > 0);
-}
-
-/// A llama on tp=2 with `layers` layers, the full training iteration.
-fn llama_full_layers(dir: &std::path::Path, layers: usize) -> Case {
-    emit_and_load(
-        dir,
-        EmitOptions {
-            model: "llama".into(),
-            mlp: Default::default(),
-            llama: LlamaConfig {
-                layers,
-                ..LlamaConfig::default()
-            },
-            mesh: Mesh::parse("tp=2").unwrap(),
-            bug: None,
-            forward_only: false,
-            vocab_parallel: false,
-        },
-    )
 }
 
 /// A middle layer repeats the layer before it, so all its operators take that layer's

@@ -75,8 +75,10 @@ fn correct_zoo_plans_have_no_findings_and_no_unknowns_but_layouts() {
     // expert-parallel pad: DeepSeek ep=2 full); 46 at stop 63: a partial scaled by a number
     // the spec lacks no longer keeps its reduction as proven (DeepSeek dp=2,tp=2's aux-loss
     // share 1/tp beside dp's average, and the 1/2 of two microbatches in llama
-    // dp=2,pp=2,tp=2 mb=2 and mlp dp=2's gradient accumulation, forward and full).
-    assert!(holds >= 46, "only {holds} of {checked} plans hold");
+    // dp=2,pp=2,tp=2 mb=2 and mlp dp=2's gradient accumulation, forward and full); 52 at
+    // stop 65 (the tp comm overlap's chunked contraction, and the shares and views before);
+    // 53 at stop 66 (scatter and expand of blocked shards: DeepSeek tp=2 forward with sp).
+    assert!(holds >= 53, "only {holds} of {checked} plans hold");
 }
 
 /// Plain tensor parallelism (no size-1 local dims): every model holds.
@@ -488,4 +490,18 @@ fn tp_comm_overlap_holds_and_its_wrong_chunk_order_is_found() {
         ..plan
     });
     assert_eq!(report.verdict, Verdict::Violated, "{}", report.render());
+}
+
+/// DeepSeek `tp=2` forward with sequence parallelism holds (stop 66): the expert dispatch
+/// scatters into zeros at indices held as `Shard(0, blocks=4)` (the sequence shard merged
+/// with the batch), and expands a `Shard(1, blocks=4)` from `[1, 16, 16]` to `[4, 16, 16]`;
+/// both keep the blocks (`Varying` before, the plan inconclusive).
+#[test]
+fn deepseek_tp_sequence_parallel_forward_holds() {
+    let plan = Plan {
+        sequence_parallel: true,
+        ..Plan::new("deepseek", "tp=2", true)
+    };
+    let report = check(&plan);
+    assert_eq!(report.verdict, Verdict::Holds, "{}", report.render());
 }

@@ -303,6 +303,14 @@ fn shard_pairing(ts: &[T], places: &[Place], out_rank: usize, shard: Place) -> P
                 Some(n)
                     if n != 1 && !t.constant_along(dim - (out_rank.saturating_sub(t.rank()))) =>
                 {
+                    // Beside a blocked shard of k > 1 blocks, an operand constant within each
+                    // of its k runs of n/k elements (a [k, ..] table expanded and merged: the
+                    // MoE weights under sequence parallelism) pairs run b with block b on
+                    // every rank, as the global program does: no finding without a record of
+                    // such runs (not kept), only an open pairing.
+                    if matches!(shard, Place::Blocked(_, k) if k > 1 && n % k as usize == 0) {
+                        return Pairing::Open;
+                    }
                     misaligned.get_or_insert(Pairing::Misaligned { size: n, dim });
                 }
                 _ => {}

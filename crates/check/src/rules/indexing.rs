@@ -281,7 +281,9 @@ pub(super) fn scatter(c: &Ctx) -> Outcome {
             vec![Place::Varying; c.n_out()],
         );
     }
-    if x.p == Place::Shard(dim as u8) {
+    // Along the scatter's own dim a piece (plain or blocked) is written at positions of the
+    // global dim that the local index does not name.
+    if x.p.blocks().is_some_and(|(d, _)| d == dim) {
         return c.all(Place::Varying);
     }
     // In `self`'s dims: a shard is kept only by `rows_alike` below.
@@ -328,9 +330,12 @@ pub(super) fn scatter(c: &Ctx) -> Outcome {
 /// alike along a dim other than the scatter's, with the same local size there (the index
 /// covers every row of the piece, and the source's rows are the index's). Then each global
 /// row is scattered by the rank holding it, exactly as on one device.
+/// A blocked shard (`Shard(d, blocks=k)`) is as good as a plain one: the rows are still
+/// each held by one rank, the same rows for self, index and source (one placement).
 fn rows_alike(x: &T, dim: usize, idx: Option<&T>, src: Option<&T>) -> bool {
-    let Place::Shard(d) = x.p else { return false };
-    let d = d as usize;
+    let Some((d, _)) = x.p.blocks() else {
+        return false;
+    };
     let size = |t: &T| t.meta.as_ref().and_then(|m| m.shape.get(d).copied());
     d != dim
         && size(x).is_some()

@@ -354,6 +354,8 @@ pub fn takes_blocked(family: &str) -> bool {
             | "permute"
             | "unsqueeze"
             | "squeeze"
+            | "expand"
+            | "scatter"
             | "all-gather"
             | "all-reduce"
             | "reduce-scatter"

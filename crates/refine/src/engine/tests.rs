@@ -625,6 +625,22 @@ fn llama_full_layers(dir: &std::path::Path, layers: usize) -> Case {
     llama_tp2(dir, layers, false)
 }
 
+/// `case` verified with a trace on one thread, with layer reuse on or off, its time zeroed
+/// (so reports compare byte for byte).
+fn traced_one_thread(case: &Case, reuse: bool) -> super::Outcome {
+    let mut o = super::verify(
+        case,
+        &super::Options {
+            trace: true,
+            jobs: Some(1),
+            reuse,
+            ..super::Options::default()
+        },
+    );
+    o.seconds = 0.0;
+    o
+}
+
 /// A llama on tp=2 with `layers` layers.
 fn llama_tp2(dir: &std::path::Path, layers: usize, forward_only: bool) -> Case {
     emit_and_load(
@@ -813,19 +829,7 @@ fn twins_inputs_match_in_any_order_and_across_ranks_only_one_to_one() {
 fn later_layers_reuse_the_first_layers_relations_and_report_the_same() {
     let dir = tempfile::tempdir().unwrap();
     let case = llama_layers(dir.path(), 2);
-    let run = |reuse: bool| {
-        let mut o = super::verify(
-            &case,
-            &super::Options {
-                trace: true,
-                jobs: Some(1),
-                reuse,
-                ..super::Options::default()
-            },
-        );
-        o.seconds = 0.0;
-        o
-    };
+    let run = |reuse: bool| traced_one_thread(&case, reuse);
     let (with, without) = (run(true), run(false));
     assert_eq!(with.verdict, Verdict::Verified);
     assert!(with.operators_reused > 0, "nothing was reused");
@@ -954,17 +958,7 @@ fn a_middle_layer_is_reused_in_full_but_its_checked_outputs() {
     let run = |layers: usize, reuse: bool| {
         let dir = tempfile::tempdir().unwrap();
         let case = llama_full_layers(dir.path(), layers);
-        let mut o = super::verify(
-            &case,
-            &super::Options {
-                trace: true,
-                jobs: Some(1),
-                reuse,
-                ..super::Options::default()
-            },
-        );
-        o.seconds = 0.0;
-        o
+        traced_one_thread(&case, reuse)
     };
     let (two, three) = (run(2, true), run(3, true));
     assert_eq!(two.verdict, Verdict::Verified);

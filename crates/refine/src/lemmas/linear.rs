@@ -2,11 +2,29 @@
 
 use super::{
     int, is_true, is_zero, linear_positions, node_sym, op, product_reduced, same_ratio, scale,
-    scales, sums, with_kids, zero_fill, Lemma, ELEMENTWISE, LINEAR, SCALE, WIDENED,
+    scales, sums, with_kids, zero_fill, Graph, Lemma, ELEMENTWISE, LINEAR, SCALE, WIDENED,
 };
 use crate::term::{is_op, Term, SUM};
 use egg::{Id, Symbol};
 use std::sync::Arc;
+
+/// Whether class `id` holds a sum node (as `sums` reads them): a cheap test that
+/// linear-over-sum has anything to build.
+fn holds_sum(g: &Graph, id: Id) -> bool {
+    g[id]
+        .nodes
+        .iter()
+        .any(|n| matches!(n, Term::Op(s, _) if is_op!(s, SUM)))
+}
+
+/// Whether class `id` holds a scale node of three children (as `scales` reads them): a cheap
+/// test that linear-over-scale has anything to build.
+fn holds_scale(g: &Graph, id: Id) -> bool {
+    g[id]
+        .nodes
+        .iter()
+        .any(|n| matches!(n, Term::Op(s, k) if is_op!(s, SCALE) && k.len() == 3))
+}
 
 /// The lemmas of this family, in the library's order.
 pub(super) fn lemmas() -> Vec<Lemma> {
@@ -49,6 +67,13 @@ pub(super) fn lemmas() -> Vec<Lemma> {
         ],
         requires: None,
         build: Arc::new(move |g, eclass, kids| {
+            // Every right-hand side spreads over a sum node of an operand's class. Nearly every
+            // match has none (16-rank DeepSeek: a million matches in its first 150 s of CPU, no
+            // sum found for a non-additive one), and then finding the matched node's operator
+            // among the roots was the lemma's whole cost.
+            if !kids.iter().any(|&k| holds_sum(g, k)) {
+                return vec![];
+            }
             let Some(sym) = node_sym(g, eclass, kids, &lr) else {
                 return vec![];
             };
@@ -212,6 +237,11 @@ pub(super) fn lemmas() -> Vec<Lemma> {
         ],
         requires: None,
         build: Arc::new(move |g, eclass, kids| {
+            // As for linear-over-sum: every right-hand side takes a scale node (of three
+            // children, as `scales` reads them) from an operand's class.
+            if !kids.iter().any(|&k| holds_scale(g, k)) {
+                return vec![];
+            }
             let Some(sym) = node_sym(g, eclass, kids, &lr2) else {
                 return vec![];
             };

@@ -132,6 +132,20 @@ fn load(spec: &str, rank: &str, inputs: &[String], outputs: &str) -> shardproof_
     shardproof_case::load_case(&dir.path().join("case.yaml")).unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// The placement each rank's propagation gives the node named `out` (one mesh dim).
+fn out_places(case: &shardproof_case::Case) -> Vec<Place> {
+    let prop = propagate(case).unwrap_or_else(|e| panic!("{e}"));
+    let oi = case.program.ranks[0]
+        .nodes
+        .iter()
+        .position(|nd| nd.name == "out")
+        .unwrap();
+    prop.ranks
+        .iter()
+        .map(|r| r.of(ValueId::new(oi, 0), 1)[0])
+        .collect()
+}
+
 fn out_of(g: &shardproof_ir::Graph, leaves: &BTreeMap<String, Tensor>) -> Option<Vec<f64>> {
     let i = g.nodes.iter().position(|nd| nd.name == "out")?;
     let env = run_graph(g, leaves, &RunConfig::default()).ok()?;
@@ -191,14 +205,9 @@ fn scatter_instance(
         }
     }
     let case = load(&spec_text, &rank_text, &inputs, outputs);
-    let prop = propagate(&case).unwrap_or_else(|e| panic!("{e}"));
-    let oi = case.program.ranks[0]
-        .nodes
-        .iter()
-        .position(|nd| nd.name == "out")
-        .unwrap();
-    let place = prop.ranks[0].of(ValueId::new(oi, 0), 1)[0];
-    assert_eq!(prop.ranks[1].of(ValueId::new(oi, 0), 1)[0], place);
+    let places = out_places(&case);
+    let place = places[0];
+    assert_eq!(places[1], place);
     // Values: the spec's tensors, each rank's piece of them.
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let x = random(&[g, c], &mut rng).data.to_vec();
@@ -367,13 +376,7 @@ fn expand_instance((k, m, c, e): (usize, usize, usize, usize), lead: bool, outpu
         &["  w4: { tp: Shard(2) }".to_string()],
         outputs,
     );
-    let prop = propagate(&case).unwrap_or_else(|e| panic!("{e}"));
-    let oi = case.program.ranks[0]
-        .nodes
-        .iter()
-        .position(|nd| nd.name == "out")
-        .unwrap();
-    let place = prop.ranks[0].of(ValueId::new(oi, 0), 1)[0];
+    let place = out_places(&case)[0];
     let mut rng = ChaCha8Rng::seed_from_u64((k * 100 + m * 10 + c) as u64);
     let whole = random(&[1, k, m * N, c], &mut rng);
     let mut leaves = BTreeMap::new();

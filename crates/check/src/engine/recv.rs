@@ -1,0 +1,99 @@
+//! What a recv reads: the sender's placements of the sent tensor as the receiver sees them,
+//! and where a rank's propagation must resume when those reads change.
+
+use super::{RankPlacements, Shared};
+use crate::place::Place;
+use crate::ring;
+use shardproof_ir::ValueId;
+
+/// What the recv of rank `r` reads from the send at node `j` of rank `s`, whose placements
+/// are `sender` (`None`, or not yet reached: `Unknown`): per mesh dim, the sender's placement
+/// of the sent tensor; a shard that moved along the mesh dim is the sender's piece
+/// ([`Place::Rolled`]), a blocked shard or rows that moved `Varying`, a partial `Unknown`.
+pub(super) fn recv_read(
+    sh: &Shared,
+    r: usize,
+    s: usize,
+    j: usize,
+    sender: Option<&RankPlacements>,
+) -> Vec<Place> {
+    let program = sh.program;
+    let mesh = &program.mesh;
+    let nd = mesh.dims.len();
+    let sent = program.ranks[s].nodes[j].inputs().first().copied();
+    match (sender, sent) {
+        (Some(sp), Some(v)) if sp.offsets.len() == program.ranks[s].nodes.len() => {
+            let (sc, rc) = (mesh.coords(s), mesh.coords(r));
+            let sender = &program.ranks[s];
+            sp.of(v, nd)
+                .iter()
+                .enumerate()
+                .map(|(m, &p)| match p {
+                    Place::Shard(_) | Place::Rolled(..) | Place::Permuted(..) if sc[m] != rc[m] => {
+                        let root = sh.ring_roots.borrow_mut().intern(
+                            &sender.nodes[v.node].name,
+                            v.output,
+                            sh.structure[s][v.node],
+                            (s, v.node),
+                            |q, k| sh.same_expr(s, v.node, q, k),
+                        );
+                        ring::moved(p, sc[m], rc[m], mesh.dims[m].1, root)
+                    }
+                    Place::Blocked(..) | Place::Rows(..) if sc[m] != rc[m] => Place::Varying,
+                    // Another coordinate's piece of a pending sum: whether the receivers'
+                    // pieces still sum to the tensor depends on who sends to whom, which no
+                    // placement records; `Varying` would let a gather or an all-reduce pass.
+                    Place::Partial(_) | Place::Unmasked if sc[m] != rc[m] => Place::Unknown,
+                    p => p,
+                })
+                .collect()
+        }
+        _ => vec![Place::Unknown; nd],
+    }
+}
+
+/// Whether the message rank `r` receives from node `j` of rank `s` is a partial sum's piece
+/// that moves along some mesh dim (the recv reads it as `Unknown`).
+pub(super) fn moves_partial(
+    sh: &Shared<'_>,
+    r: usize,
+    s: usize,
+    j: usize,
+    sender: Option<&RankPlacements>,
+) -> bool {
+    let program = sh.program;
+    let nd = program.mesh.dims.len();
+    let (Some(sp), Some(v)) = (sender, program.ranks[s].nodes[j].inputs().first().copied()) else {
+        return false;
+    };
+    if sp.offsets.len() != program.ranks[s].nodes.len() {
+        return false;
+    }
+    let (sc, rc) = (program.mesh.coords(s), program.mesh.coords(r));
+    sp.of(v, nd)
+        .iter()
+        .enumerate()
+        .any(|(m, p)| p.is_partial() && sc[m] != rc[m])
+}
+
+/// Where propagating rank `r` again must start, given its placements `prev` of an earlier
+/// run: the first recv from another rank that now reads other placements than it did
+/// (everything before it reads the same, so it comes out the same). `None`: nothing changed.
+pub(super) fn resume_at(
+    sh: &Shared,
+    r: usize,
+    done: &[Option<RankPlacements>],
+    prev: &RankPlacements,
+) -> Option<usize> {
+    let nd = sh.program.mesh.dims.len();
+    sh.messages
+        .range((r, 0)..(r + 1, 0))
+        .filter(|(_, &(s, _))| s != r)
+        .find(|(&(_, i), &(s, j))| {
+            let now = recv_read(sh, r, s, j, done.get(s).and_then(|d| d.as_ref()));
+            prev.offsets
+                .get(i)
+                .is_none_or(|_| prev.of(ValueId::new(i, 0), nd) != now)
+        })
+        .map(|(&(_, i), _)| i)
+}

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 
 mod findings;
 mod recv;
+mod runs;
 mod scaling;
 mod shared;
 
@@ -644,6 +645,13 @@ fn propagate_rank_from(
                         meta: &meta_of,
                         zero: &zero_of,
                         constant: &constant_of,
+                        runs: &|v| {
+                            let given = |x: ValueId| {
+                                !matches!(g.nodes[x.node].kind, NodeKind::Input)
+                                    && sh.inputs[r].contains_key(&x)
+                            };
+                            runs::runs_of(g, &rp, &meta_of, &given, v)
+                        },
                         scaled: &scaled_of,
                         global_view,
                         pipeline_dim: crate::is_pipeline_dim(mesh, m),

@@ -303,13 +303,30 @@ fn shard_pairing(ts: &[T], places: &[Place], out_rank: usize, shard: Place) -> P
                 Some(n)
                     if n != 1 && !t.constant_along(dim - (out_rank.saturating_sub(t.rank()))) =>
                 {
-                    // Beside a blocked shard of k > 1 blocks, an operand constant within each
-                    // of its k runs of n/k elements (a [k, ..] table expanded and merged: the
-                    // MoE weights under sequence parallelism) pairs run b with block b on
-                    // every rank, as the global program does: no finding without a record of
-                    // such runs (not kept), only an open pairing.
-                    if matches!(shard, Place::Blocked(_, k) if k > 1 && n % k as usize == 0) {
-                        return Pairing::Open;
+                    // Beside a shard of k blocks (1: a plain shard), an operand known to be R
+                    // equal runs along the dim, each constant, R dividing k (a [k, ..] table
+                    // expanded and merged: the MoE weights under sequence parallelism), is the
+                    // blocked piece of the same construction at the global size: each run
+                    // holds k/R whole blocks, locally and in the single-device program, so
+                    // every rank pairs block b with run b*R/k as the spec does. More runs than
+                    // blocks split a block between runs, which each rank's piece does not.
+                    let local = dim - out_rank.saturating_sub(t.rank());
+                    match (shard.blocks(), t.runs) {
+                        (Some((_, k)), super::Runs::Along { dim: d, count })
+                            if d == local && k.is_multiple_of(count) =>
+                        {
+                            continue;
+                        }
+                        // Some other construction of k runs: whether the spec repeats it at
+                        // the global size is not known (no record), so the pairing is open.
+                        // A graph input is the same tensor in the spec, where it meets the
+                        // whole dim: a finding.
+                        (Some((_, k)), runs)
+                            if k > 1 && n.is_multiple_of(k) && runs != super::Runs::Input =>
+                        {
+                            return Pairing::Open;
+                        }
+                        _ => {}
                     }
                     misaligned.get_or_insert(Pairing::Misaligned { size: n, dim });
                 }
@@ -612,6 +629,7 @@ pub(super) fn addcmul(c: &Ctx) -> Outcome {
         meta: broadcast_meta(&t1.meta, &t2.meta),
         v: t1.v,
         constant: 0,
+        runs: super::Runs::Unknown,
     };
     one(merge(&[s, pt], out, Lin::Add, false), c.n_out())
 }

@@ -145,6 +145,7 @@ pub(super) fn with_bias(
         p,
         meta: c.outs.first().cloned().flatten(),
         constant: 0,
+        runs: super::Runs::Unknown,
     };
     match merge(&[pt, bias], c.out_rank(0), Lin::Add, false) {
         Err(mut v) if p.is_partial() => {

@@ -147,6 +147,10 @@ pub struct Ctx<'a> {
     /// fill of one literal value): a piece of the same construction of any size along them, so
     /// it pairs with a shard there.
     pub(crate) constant: &'a dyn Fn(ValueId) -> u64,
+    /// What is known of a value's equal runs ([`Runs`]): a `[R, c]` merge with the `c` dim
+    /// constant is the blocked piece of the same construction, so it pairs with a shard of k
+    /// blocks there, R dividing k.
+    pub(crate) runs: &'a dyn Fn(ValueId) -> Runs,
     /// Whether a replicated value is scaled by 1/n over this mesh dim (`div(x, n)`, as DTensor
     /// turns a replicated operand into a `Partial(sum)` share): its n copies sum to one.
     pub(crate) scaled: &'a dyn Fn(ValueId) -> bool,
@@ -181,8 +185,28 @@ pub struct T {
     /// The dims along which it is known constant (bit `i` for dim `i`; `u64::MAX`: a fill of
     /// one literal value, the same on every rank).
     pub constant: u64,
+    /// For a replicated tensor: what is known of its equal runs ([`Runs`]); `Runs::Unknown`
+    /// for the others.
+    pub runs: Runs,
 }
 
+/// What is known of a replicated tensor's equal runs along a dim.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Runs {
+    /// Along `dim` it is `count` runs of equal length, each constant along the dim (a view
+    /// merging `[count, c]` with the `c` dim constant; one run: constant along the dim).
+    Along {
+        /// The tensor dim.
+        dim: usize,
+        /// How many runs.
+        count: usize,
+    },
+    /// A graph input (through copies and dim moves): the same tensor at every size, no
+    /// construction the single-device program repeats at another size.
+    Input,
+    /// Nothing known.
+    Unknown,
+}
 impl T {
     /// Whether the tensor is known constant along its dim `d`.
     pub fn constant_along(&self, d: usize) -> bool {
@@ -246,11 +270,19 @@ impl<'a> Ctx<'a> {
 
     /// The tensor argument of value `v`.
     pub fn value(&self, v: ValueId) -> T {
+        let p = (self.place)(v);
         T {
             v,
-            p: (self.place)(v),
+            p,
             meta: (self.meta)(v),
             constant: (self.constant)(v),
+            // Only a replicated operand's runs are read (beside a blocked shard): the walk
+            // is skipped for the rest.
+            runs: if p == Place::Replicate {
+                (self.runs)(v)
+            } else {
+                Runs::Unknown
+            },
         }
     }
 

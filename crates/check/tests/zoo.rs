@@ -77,8 +77,10 @@ fn correct_zoo_plans_have_no_findings_and_no_unknowns_but_layouts() {
     // share 1/tp beside dp's average, and the 1/2 of two microbatches in llama
     // dp=2,pp=2,tp=2 mb=2 and mlp dp=2's gradient accumulation, forward and full); 52 at
     // stop 65 (the tp comm overlap's chunked contraction, and the shares and views before);
-    // 53 at stop 66 (scatter and expand of blocked shards: DeepSeek tp=2 forward with sp).
-    assert!(holds >= 53, "only {holds} of {checked} plans hold");
+    // 53 at stop 66 (scatter and expand of blocked shards: DeepSeek tp=2 forward with sp);
+    // 54 at stop 67 (equal runs beside a blocked shard, gather of blocked shards: DeepSeek
+    // tp=2 full with sp).
+    assert!(holds >= 54, "only {holds} of {checked} plans hold");
 }
 
 /// Plain tensor parallelism (no size-1 local dims): every model holds.
@@ -504,4 +506,20 @@ fn deepseek_tp_sequence_parallel_forward_holds() {
     };
     let report = check(&plan);
     assert_eq!(report.verdict, Verdict::Holds, "{}", report.render());
+}
+
+/// DeepSeek `tp=2` full with sequence parallelism: the backward multiplies the router's
+/// `[4, 4]` gradient, expanded per token and merged to `[16, 4]` (4 equal runs), with the
+/// probabilities `Shard(0, blocks=4)`, and gathers the blocked scores at the blocked top-k
+/// indices along dim 1; both keep the blocks (before: open pairings and `Varying`, the
+/// plan inconclusive with 574 unknown values).
+#[test]
+fn deepseek_tp_sequence_parallel_full_holds() {
+    let plan = Plan {
+        sequence_parallel: true,
+        ..Plan::new("deepseek", "tp=2", false)
+    };
+    let report = check(&plan);
+    assert_eq!(report.verdict, Verdict::Holds, "{}", report.render());
+    assert_eq!(report.unknown_values, 0, "{}", report.render());
 }

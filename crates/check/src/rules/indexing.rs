@@ -58,6 +58,9 @@ pub(super) fn gather(c: &Ctx) -> Outcome {
     }
     match x.p {
         Place::Shard(d) if d as usize == dim => c.all(Place::Unmasked),
+        // Positions along a blocked dim: the index's global positions fall in other blocks
+        // and pieces than the rank's, and no masking of one range recovers them.
+        Place::Blocked(d, _) if d as usize == dim => c.all(Place::Varying),
         Place::Partial(r) if r.is_linear() && idx.p == Place::Replicate => c.all(Place::Partial(r)),
         Place::Partial(_) | Place::Unmasked => one(merge(&[x], 0, Lin::None, false), 1),
         _ => match merge_joined(&[x.clone(), idx.clone()], Lin::None, false) {

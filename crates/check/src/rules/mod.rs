@@ -388,6 +388,7 @@ pub fn takes_blocked(family: &str) -> bool {
             | "squeeze"
             | "expand"
             | "scatter"
+            | "gather"
             | "all-gather"
             | "all-reduce"
             | "reduce-scatter"

@@ -76,10 +76,10 @@ fn correct_zoo_plans_have_no_findings_and_no_unknowns_but_layouts() {
     // the spec lacks no longer keeps its reduction as proven (DeepSeek dp=2,tp=2's aux-loss
     // share 1/tp beside dp's average, and the 1/2 of two microbatches in llama
     // dp=2,pp=2,tp=2 mb=2 and mlp dp=2's gradient accumulation, forward and full); 52 at
-    // stop 65 (the tp comm overlap's chunked contraction, and the shares and views before);
-    // 53 at stop 66 (scatter and expand of blocked shards: DeepSeek tp=2 forward with sp);
-    // 54 at stop 67 (equal runs beside a blocked shard, gather of blocked shards: DeepSeek
-    // tp=2 full with sp).
+    // stop 64 (the tp comm overlap's chunked contraction, and the shares and views before),
+    // then 53 (scatter and expand of blocked shards: DeepSeek tp=2 forward with sp); 54 at
+    // stop 65 (equal runs beside a blocked shard, gather of blocked shards: DeepSeek tp=2
+    // full with sp). Stops as docs/check.md numbers them.
     assert!(holds >= 54, "only {holds} of {checked} plans hold");
 }
 

@@ -42,8 +42,9 @@ fn ty(s: &[usize]) -> String {
 }
 
 /// One side's graph: `x3: [k, m, S]` merged to `[k*m, S]` (over tp sharded on dim 1: a
-/// blocked shard), times the table made for `k*m` rows.
-fn graph(table: Table, k: usize, m: usize) -> String {
+/// blocked shard), times the table made for `k*m` rows; `tr`: both moved to `[S, k*m]` first
+/// (the shard by a `transpose`, the table by a `permute`), so the runs' dim moves too.
+fn graph(table: Table, k: usize, m: usize, tr: bool) -> String {
     let rows = k * m;
     let mut params = vec![format!("x3: {}", ty(&[k, m, S]))];
     let mut body = vec![format!(
@@ -80,10 +81,25 @@ fn graph(table: Table, k: usize, m: usize) -> String {
         }
         Table::Input => params.push(format!("w: {}", ty(&[rows / N, S]))),
     }
-    body.push(format!(
-        "out: {} = torch.ops.aten.mul.Tensor(x, w)",
-        ty(&[rows, S])
-    ));
+    if tr {
+        body.push(format!(
+            "xt: {} = torch.ops.aten.transpose.int(x, 0, 1)",
+            ty(&[S, rows])
+        ));
+        body.push(format!(
+            "wt: {} = torch.ops.aten.permute.default(w, [1, 0])",
+            ty(&[S, rows])
+        ));
+        body.push(format!(
+            "out: {} = torch.ops.aten.mul.Tensor(xt, wt)",
+            ty(&[S, rows])
+        ));
+    } else {
+        body.push(format!(
+            "out: {} = torch.ops.aten.mul.Tensor(x, w)",
+            ty(&[rows, S])
+        ));
+    }
     format!(
         "class GraphModule(torch.nn.Module):\n    def forward(self, {}):\n{}\n        return (out,)\n",
         params.join(", "),
@@ -104,13 +120,19 @@ struct Ran {
 }
 
 fn instance(table: Table, k: usize, m: usize, outputs: &str, seed: u64) -> Ran {
+    instance_moved(table, k, m, false, outputs, seed)
+}
+
+/// [`instance`], with both operands moved to `[S, k*m]` where `tr` (the output then
+/// `Shard(1, blocks=k)`).
+fn instance_moved(table: Table, k: usize, m: usize, tr: bool, outputs: &str, seed: u64) -> Ran {
     let dir = tempfile::tempdir().unwrap();
     let rank = match table {
         // The input is the local rows on every rank and in the spec alike.
-        Table::Input => graph(table, k, m).replace(&ty(&[k * m / N, S]), &ty(&[k * m, S])),
-        _ => graph(table, k, m),
+        Table::Input => graph(table, k, m, tr).replace(&ty(&[k * m / N, S]), &ty(&[k * m, S])),
+        _ => graph(table, k, m, tr),
     };
-    std::fs::write(dir.path().join("spec.py"), graph(table, k, m * N)).unwrap();
+    std::fs::write(dir.path().join("spec.py"), graph(table, k, m * N, tr)).unwrap();
     for r in 0..N {
         std::fs::write(dir.path().join(format!("r{r}.py")), &rank).unwrap();
     }
@@ -160,7 +182,11 @@ fn instance(table: Table, k: usize, m: usize, outputs: &str, seed: u64) -> Ran {
         .map(|r| run(&case.program.ranks[r], piece(r)).expect("a rank runs"))
         .collect();
     // `[k*m, S]` pieces put back block by block: `[k, m, S]` concatenated along dim 1.
-    let got = concat(&parts, &[k, m, S], 1);
+    let got = if tr {
+        concat(&parts, &[S, k, m], 2)
+    } else {
+        concat(&parts, &[k, m, S], 1)
+    };
     Ran {
         verdict,
         place,
@@ -254,4 +280,21 @@ fn a_replicated_input_of_the_pieces_rows_is_a_finding() {
     let ran = instance(Table::Input, 4, 2, "{}", 3);
     assert!(ran.want.is_none(), "the spec ran");
     assert_eq!(ran.verdict, Verdict::Violated);
+}
+
+/// The runs' dim follows a `permute` of the table (and the shard's a `transpose`): on
+/// `[S, k*m]` the product keeps `Shard(1, blocks=k)` where R divides k, as the interpreter
+/// confirms, and the wrong tables never hold there either.
+#[test]
+fn runs_move_with_their_dim() {
+    let out = "{ out: { placement: Shard(1), blocks: 4 } }";
+    let ran = instance_moved(Table::Runs(4), 4, 2, true, out, 4);
+    assert_eq!(ran.place, Place::Blocked(1, 4));
+    assert!(agrees(&ran));
+    assert_eq!(ran.verdict, Verdict::Holds);
+    for table in [Table::Runs(8), Table::Cycles(8)] {
+        let ran = instance_moved(table, 4, 4, true, out, 5);
+        assert!(!agrees(&ran), "{table:?} is not wrong");
+        assert_ne!(ran.verdict, Verdict::Holds, "{table:?}");
+    }
 }

@@ -19,7 +19,7 @@
 //! the functions' identities.
 
 use crate::expr::{add_term, mul_mono, Arena, Atom, AtomId, Coeff, ExprId, Func, Mono};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 /// Whether `a - b` expands to the zero polynomial once every `product` atom in it (and in
@@ -69,13 +69,16 @@ fn is_zero(
 ) -> Result<bool, String> {
     let (max_terms, deadline) = (limits.max_terms, limits.deadline);
     // A product's factors are interned before the product's atom, so they hold only atoms of
-    // smaller ids: expanding the largest product atom first never brings back one expanded
-    // before, and each is expanded once, with every term that holds it.
-    let mut pending: BTreeSet<AtomId> = BTreeSet::new();
-    for m in diff.keys() {
-        pending.extend(m.iter().map(|&(x, _)| x).filter(|&x| is_product(arena, x)));
+    // smaller ids: the terms are kept by the largest product atom they hold, and taking the
+    // largest first expands each atom once, with every term that holds it (the terms of larger
+    // ones have been expanded, and what they brought in has cancelled where it could).
+    let mut buckets: BTreeMap<AtomId, BTreeMap<Mono, Coeff>> = BTreeMap::new();
+    let mut plain: BTreeMap<Mono, Coeff> = BTreeMap::new();
+    let mut total = 0usize;
+    for (m, c) in std::mem::take(&mut diff) {
+        put(arena, &mut buckets, &mut plain, &mut total, m, c);
     }
-    while let Some(p) = pending.pop_last() {
+    while let Some((p, terms)) = buckets.pop_last() {
         if deadline.is_some_and(|d| Instant::now() > d) {
             return Err("the time limit ran out while expanding products".into());
         }
@@ -83,15 +86,16 @@ fn is_zero(
             return Err("a product that is 0 or NaN (`zero_times`) is not expanded".into());
         }
         let Atom::App(Func::Product, factors) = arena.atom(p) else {
-            unreachable!("only product atoms are pending")
+            unreachable!("only product atoms key the buckets")
         };
-        let holding: Vec<Mono> = diff
-            .keys()
-            .filter(|m| m.iter().any(|&(x, _)| x == p))
-            .cloned()
-            .collect();
-        for m in holding {
-            let c = diff.remove(&m).expect("a key just listed");
+        for &f in factors {
+            for (fm, _) in &arena.poly(f).terms {
+                if let Some(why) = not_expandable(arena, fm) {
+                    return Err(why);
+                }
+            }
+        }
+        for (m, c) in terms {
             let e = m.iter().find(|&&(x, _)| x == p).map_or(0, |&(_, e)| e);
             let rest: Mono = m.into_iter().filter(|&(x, _)| x != p).collect();
             // c · rest · (p · q)^e, term by term.
@@ -99,11 +103,6 @@ fn is_zero(
             for _ in 0..e {
                 for &f in factors {
                     let terms = &arena.poly(f).terms;
-                    for (fm, _) in terms {
-                        if let Some(why) = not_expandable(arena, fm) {
-                            return Err(why);
-                        }
-                    }
                     if acc.len().saturating_mul(terms.len()) > max_terms {
                         return Err(too_large(max_terms));
                     }
@@ -119,14 +118,14 @@ fn is_zero(
                 }
             }
             for (m, c) in acc {
-                pending.extend(m.iter().map(|&(x, _)| x).filter(|&x| is_product(arena, x)));
-                add_term(&mut diff, m, c);
+                put(arena, &mut buckets, &mut plain, &mut total, m, c);
             }
-            if diff.len() > max_terms {
+            if total > max_terms {
                 return Err(too_large(max_terms));
             }
         }
     }
+    let diff = plain;
     if diff.is_empty() {
         return Ok(true);
     }
@@ -182,6 +181,29 @@ fn is_zero(
         }
     }
     Ok(true)
+}
+
+/// Adds `c·m` to the bucket of its largest product atom (or to `plain`), keeping `total`.
+fn put(
+    arena: &Arena,
+    buckets: &mut BTreeMap<AtomId, BTreeMap<Mono, Coeff>>,
+    plain: &mut BTreeMap<Mono, Coeff>,
+    total: &mut usize,
+    m: Mono,
+    c: Coeff,
+) {
+    let top = m
+        .iter()
+        .rev()
+        .map(|&(x, _)| x)
+        .find(|&x| is_product(arena, x));
+    let map = match top {
+        Some(p) => buckets.entry(p).or_default(),
+        None => plain,
+    };
+    let before = map.len();
+    add_term(map, m, c);
+    *total = *total + map.len() - before;
 }
 
 fn is_product(arena: &Arena, x: AtomId) -> bool {

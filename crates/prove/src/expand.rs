@@ -96,6 +96,10 @@ fn is_zero(
             }
         }
         for (m, c) in terms {
+            // One atom can hold many terms, each a large expansion: the clock is read per term.
+            if deadline.is_some_and(|d| Instant::now() > d) {
+                return Err("the time limit ran out while expanding products".into());
+            }
             let e = m.iter().find(|&&(x, _)| x == p).map_or(0, |&(_, e)| e);
             let rest: Mono = m.into_iter().filter(|&(x, _)| x != p).collect();
             // c · rest · (p · q)^e, term by term.
@@ -159,6 +163,9 @@ fn is_zero(
             .push((x, c));
     }
     for ((_, _, len, _), members) in groups {
+        if deadline.is_some_and(|d| Instant::now() > d) {
+            return Err("the time limit ran out while combining linear atoms".into());
+        }
         for k in 1..len {
             let mut entry: BTreeMap<Mono, Coeff> = BTreeMap::new();
             for (x, c) in &members {

@@ -4,11 +4,11 @@
 //! time; then the totals and the cases not proved. A plan the reduction refuses (send/recv,
 //! top-k) is proved at full size, as `verify`'s hand-off does.
 //!
-//! A full iteration that splits MoE experts' inner width over tp is cut into stages at every
-//! module output the zoo's lineage names (attention and MoE blocks; on meshes without dp their
-//! input gradients too) and proved stage by stage (TrainVerify's Algorithm 2, every cut proved
-//! as its own stage): whole, its goals repeat the experts' products in other groupings far
-//! past the term budgets.
+//! A full iteration on tp or dp x tp that splits MoE experts' inner width over tp is cut into
+//! stages at every module output the zoo's lineage names (attention and MoE blocks; on meshes
+//! without dp their input gradients too) and proved stage by stage (TrainVerify's Algorithm 2,
+//! every cut proved as its own stage): whole, its goals repeat the experts' products in other
+//! groupings far past the term budgets.
 //!
 //! ```text
 //! cargo run -p shardproof-prove --example zoo_sweep -- [MODEL ...] [--forward | --full] [--mesh M] [--time-limit S]
@@ -109,7 +109,14 @@ fn main() {
                     skipped += 1;
                     continue;
                 }
-                let moe_tp = !forward_only && mesh.contains("tp") && has_moe(dir.path());
+                // Only tp and dp: the cuts are laid out as the residual stream there (cp
+                // shards its sequence, which `cut_at_modules` does not state).
+                let moe_tp = !forward_only
+                    && mesh.contains("tp")
+                    && mesh
+                        .split(',')
+                        .all(|d| d.starts_with("tp=") || d.starts_with("dp="))
+                    && has_moe(dir.path());
                 let cuts = if moe_tp {
                     layer_cuts::cut_at_modules(dir.path(), !mesh.contains("dp"))
                 } else {

@@ -4,11 +4,19 @@
 //! time; then the totals and the cases not proved. A plan the reduction refuses (send/recv,
 //! top-k) is proved at full size, as `verify`'s hand-off does.
 //!
+//! A full iteration on tp or dp x tp that splits MoE experts' inner width over tp is cut into
+//! stages at every module output the zoo's lineage names (attention and MoE blocks; on meshes
+//! without dp their input gradients too) and proved stage by stage (TrainVerify's Algorithm 2,
+//! every cut proved as its own stage): whole, its goals repeat the experts' products in other
+//! groupings far past the term budgets.
+//!
 //! ```text
 //! cargo run -p shardproof-prove --example zoo_sweep -- [MODEL ...] [--forward | --full] [--mesh M] [--time-limit S]
 //! ```
 
-use shardproof_prove::{prove_case_or_full_size, ProveConfig, Verdict};
+#[path = "common/layer_cuts.rs"]
+mod layer_cuts;
+use shardproof_prove::{prove_case_or_full_size, prove_staged, ProveConfig, Verdict};
 use shardproof_zoo::{
     emit_to_dir, EmitExtras, EmitOptions, LlamaConfig, Mesh, MlpConfig, PipelineOptions,
     TrainOptions, MODELS,
@@ -101,6 +109,19 @@ fn main() {
                     skipped += 1;
                     continue;
                 }
+                // Only tp and dp: the cuts are laid out as the residual stream there (cp
+                // shards its sequence, which `cut_at_modules` does not state).
+                let moe_tp = !forward_only
+                    && mesh.contains("tp")
+                    && mesh
+                        .split(',')
+                        .all(|d| d.starts_with("tp=") || d.starts_with("dp="))
+                    && has_moe(dir.path());
+                let cuts = if moe_tp {
+                    layer_cuts::cut_at_modules(dir.path(), !mesh.contains("dp"))
+                } else {
+                    0
+                };
                 let case = shardproof_case::load_case(&dir.path().join("case.yaml")).expect("case");
                 let started = Instant::now();
                 let cfg = ProveConfig {
@@ -108,20 +129,30 @@ fn main() {
                     started: Some(started),
                     ..ProveConfig::default()
                 };
-                let (proof, full_size) = prove_case_or_full_size(&case, &cfg);
-                let how = if full_size { "full size" } else { "reduced" };
+                let (verdict, layers, message, how) = if cuts > 0 {
+                    // Shape reduction refuses the router's top-k: at full size, as below.
+                    let cfg = ProveConfig {
+                        reduce: false,
+                        ..cfg
+                    };
+                    let p = prove_staged(&case, &cfg, 1);
+                    let how = format!("full size, {} stages at {cuts} cuts", p.stages.len());
+                    (p.verdict, p.layers, p.message, how)
+                } else {
+                    let (p, full_size) = prove_case_or_full_size(&case, &cfg);
+                    let how = if full_size { "full size" } else { "reduced" };
+                    (p.verdict, p.layers, p.message, how.to_string())
+                };
                 let secs = started.elapsed().as_secs_f64();
                 let line = format!(
-                    "{model} {mesh} {phase}: {:?} ({how}, {:?}, {secs:.1} s){}",
-                    proof.verdict,
-                    proof.layers,
-                    match proof.verdict {
+                    "{model} {mesh} {phase}: {verdict:?} ({how}, {layers:?}, {secs:.1} s){}",
+                    match verdict {
                         Verdict::Proved => String::new(),
-                        _ => format!(": {}", proof.message.as_deref().unwrap_or("")),
+                        _ => format!(": {}", message.as_deref().unwrap_or("")),
                     }
                 );
                 println!("{line}");
-                if proof.verdict == Verdict::Proved {
+                if verdict == Verdict::Proved {
                     proved += 1;
                 } else {
                     not_proved.push(line);
@@ -137,4 +168,11 @@ fn main() {
     for line in &not_proved {
         println!("  not proved: {line}");
     }
+}
+
+/// Whether the emitted spec's lineage names an MoE block.
+fn has_moe(dir: &std::path::Path) -> bool {
+    layer_cuts::module_outputs(&dir.join("spec.py"), false)
+        .keys()
+        .any(|m| m.contains(".moe "))
 }

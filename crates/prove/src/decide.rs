@@ -16,6 +16,9 @@ pub enum Layer {
     NormalForm,
     /// A random point where the two sides differ (evaluated exactly, or in f64 clearly).
     RandomWitness,
+    /// The two sides' difference expands to zero once its `product` atoms are multiplied
+    /// out ([`crate::expand`]).
+    ProductExpansion,
     /// The SMT solver: unsat (proved) or a model that is a real witness (refuted).
     Z3,
     /// Nothing decided the goal.
@@ -28,6 +31,7 @@ impl Layer {
         match self {
             Layer::NormalForm => "normal-form",
             Layer::RandomWitness => "random-witness",
+            Layer::ProductExpansion => "product-expansion",
             Layer::Z3 => "z3",
             Layer::Unknown => "unknown",
         }
@@ -72,6 +76,9 @@ pub struct DecideConfig {
     /// Goals whose two sides hold more polynomial terms than this (through every function
     /// argument) skip Z3: non-linear real arithmetic of that size does not finish in time.
     pub z3_max_terms: usize,
+    /// Terms the difference of a goal's sides may reach while its `product` atoms are
+    /// expanded ([`crate::expand`]); past it the goal goes on to Z3.
+    pub expand_max_terms: usize,
     /// When to stop: the random points and Z3 (its own timeout cut to what is left) end
     /// with [`Outcome::Unknown`] once it has passed.
     pub deadline: Option<Instant>,
@@ -85,6 +92,7 @@ impl Default for DecideConfig {
             real_points: 12,
             z3_timeout: Some(Duration::from_secs(10)),
             z3_max_terms: 400,
+            expand_max_terms: 200_000,
             deadline: None,
         }
     }
@@ -163,6 +171,20 @@ pub fn decide(arena: &Arena, a: ExprId, b: ExprId, cfg: &DecideConfig) -> Outcom
                 };
             }
         }
+    }
+    // No point tells the sides apart: they may differ only in how products group their
+    // factors or how linear atoms split their tables, which an expansion of their difference
+    // shows. (Residues alone do not settle it: `lookup`s at a non-symbol index, and the
+    // atoms over them, are hashed, so a split table's residues differ from the whole one's.)
+    let expanded = crate::expand::equal_after_expanding_products(
+        arena,
+        a,
+        b,
+        cfg.expand_max_terms,
+        cfg.deadline,
+    );
+    if expanded == Ok(true) {
+        return Outcome::Proved(Layer::ProductExpansion);
     }
     let Some(timeout) = cfg.z3_timeout else {
         return Outcome::Unknown("the sides differ in normal form and Z3 is off".into());

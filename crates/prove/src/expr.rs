@@ -589,6 +589,11 @@ impl Arena {
         id
     }
 
+    /// Whether atom `a` is 0 or NaN at every point (`zero_times`, or a product with such a factor).
+    pub fn is_zero_times(&self, a: AtomId) -> bool {
+        self.zero_times[a.0 as usize]
+    }
+
     /// The expression that is just atom `a`.
     fn atom_expr(&mut self, a: Atom) -> Built {
         let id = self.intern_atom(a);
@@ -1445,7 +1450,7 @@ fn isqrt(x: u64) -> u64 {
     r
 }
 
-fn add_term(acc: &mut BTreeMap<Mono, Coeff>, m: Mono, c: Coeff) {
+pub(crate) fn add_term(acc: &mut BTreeMap<Mono, Coeff>, m: Mono, c: Coeff) {
     use std::collections::btree_map::Entry;
     match acc.entry(m) {
         Entry::Vacant(v) => {
@@ -1466,7 +1471,7 @@ fn from_map(acc: BTreeMap<Mono, Coeff>) -> Poly {
     }
 }
 
-fn mul_mono(a: &Mono, b: &Mono) -> Mono {
+pub(crate) fn mul_mono(a: &Mono, b: &Mono) -> Mono {
     let mut out = Vec::with_capacity(a.len() + b.len());
     let (mut i, mut j) = (0, 0);
     while i < a.len() && j < b.len() {

@@ -26,11 +26,14 @@
 //!    interpretations of the functions; where they differ, random rational points are tried
 //!    with the real functions (exactly where possible, else clearly beyond f64 rounding). A
 //!    point where they differ refutes the goal. Equality at random points is never a proof.
-//! 3. **z3**: remaining goals go to Z3 (the system libz3 through a minimal C binding, see
+//! 3. **product-expansion**: where no point separates them, the sides' difference is expanded
+//!    ([`expand`]): `product` atoms multiplied out, `lookup`/`where` atoms combined entry by
+//!    entry; zero proves the goal (it never refutes).
+//! 4. **z3**: remaining goals go to Z3 (the system libz3 through a minimal C binding, see
 //!    `smt`): reals, max/min/comparisons/where/division encoded exactly, the transcendental
 //!    functions uninterpreted with true axioms. Unsat proves the goal; a model is accepted as
 //!    a refutation only if it is a real difference.
-//! 4. **unknown**: anything else, reported as such.
+//! 5. **unknown**: anything else, reported as such.
 //!
 //! A refutation is reported only with a [`equiv::counterexample::Counterexample`]: the
 //! witness turned into concrete inputs, run through the reference interpreter
@@ -93,6 +96,7 @@ pub mod decide;
 pub mod equiv;
 pub mod eval;
 pub mod exec;
+pub mod expand;
 pub mod expr;
 pub mod reduce;
 pub mod smt;

@@ -10,6 +10,8 @@ use shardproof_zoo::{
 use std::path::Path;
 use zoo_emit::emit_sized;
 
+#[path = "../examples/common/layer_cuts.rs"]
+mod layer_cuts;
 mod zoo_emit;
 
 fn emit(dir: &Path, mesh: &str, bug: Option<&str>, forward_only: bool) -> shardproof_case::Case {
@@ -598,6 +600,89 @@ fn deepseek_full_iterations_under_dp_and_ep_are_proved_and_unaveraged_expert_gra
     let proof = prove_case(&bad, &full);
     assert_eq!(proof.verdict, Verdict::Refuted, "{:?}", proof.message);
     assert!(proof.counterexample.is_some());
+}
+
+#[test]
+fn a_deepseek_moe_output_split_over_tp_is_proved_by_expanding_its_products() {
+    // Under tp=2 each rank holds half of every expert's inner width, so the spec's
+    // `product(w, E0 + E1)` (routing weight times the expert's output, past the expansion
+    // limit) meets the ranks' all-reduced `product(w, E0) + product(w, E1)`: the normal forms
+    // differ, and only the product expansion of the goal's difference proves the MoE block's
+    // all-reduced output (its cut stage is unknown without it). The same cut stated as a
+    // partial sum (each rank holding a share) is false, and stays refuted.
+    let dir = tempfile::tempdir().unwrap();
+    let extras = EmitExtras {
+        deepseek: DeepseekConfig {
+            base: LlamaConfig {
+                hidden: 4,
+                heads: 2,
+                kv_heads: 2,
+                ffn: 4,
+                layers: 1,
+                seq: 2,
+                batch: 2,
+                vocab: 4,
+                ..LlamaConfig::default()
+            },
+            moe_ffn: 2,
+            ..DeepseekConfig::default()
+        },
+        ..EmitExtras::default()
+    };
+    let opts = EmitOptions {
+        model: "deepseek".into(),
+        mlp: MlpConfig::default(),
+        llama: LlamaConfig::default(),
+        mesh: Mesh::parse("tp=2").unwrap(),
+        bug: None,
+        forward_only: false,
+        vocab_parallel: false,
+    };
+    let full = ProveConfig {
+        reduce: false,
+        ..ProveConfig::default()
+    };
+    for (k, partial) in [false, true].into_iter().enumerate() {
+        let d = dir.path().join(k.to_string());
+        shardproof_zoo::emit_to_dir(
+            &opts,
+            &extras,
+            &TrainOptions::default(),
+            &PipelineOptions::default(),
+            &d,
+        )
+        .unwrap();
+        assert!(layer_cuts::cut_at_modules(&d, true) >= 3);
+        let spec = layer_cuts::module_outputs(&d.join("spec.py"), false);
+        let moe = spec["layers.0.moe forward"].clone();
+        if partial {
+            let path = d.join("case.yaml");
+            let text = std::fs::read_to_string(&path).unwrap();
+            let line = text
+                .lines()
+                .find(|l| l.starts_with(&format!("  {moe}: ")))
+                .unwrap();
+            let text = text.replace(line, &line.replace("Replicate()", "Partial()"));
+            std::fs::write(&path, text).unwrap();
+        }
+        let case = shardproof_case::load_case(&d.join("case.yaml")).unwrap();
+        let plan = shardproof_prove::stage::plan(&case, false).unwrap();
+        let stage = plan
+            .stages
+            .iter()
+            .position(|s| s.target == format!("cut `{moe}`"))
+            .unwrap();
+        let (_, outcome, proof) = shardproof_prove::stage::prove_stages(&plan, &[stage], &full, 1)
+            .pop()
+            .unwrap();
+        if partial {
+            assert_eq!(outcome.verdict, Verdict::Refuted, "{:?}", outcome.message);
+            assert!(proof.counterexample.is_some());
+        } else {
+            assert_eq!(outcome.verdict, Verdict::Proved, "{:?}", outcome.message);
+            assert!(outcome.layers.contains_key("product-expansion"));
+        }
+    }
 }
 
 /// An mlp of two layers on `pp=2` with two microbatches, optionally with a catalog bug.

@@ -1,5 +1,8 @@
-//! Stage cuts at the zoo's decoder-layer outputs, read from the lineage annotations of its
-//! graph files (shared by the `prove_presets` and `prove_zoo` examples).
+//! Stage cuts at the zoo's decoder-layer (or every module's) outputs, read from the lineage
+//! annotations of its graph files (shared by the `prove_presets`, `prove_zoo` and `zoo_sweep`
+//! examples and the `cases` test).
+// Each includer uses some of these.
+#![allow(dead_code)]
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -38,11 +41,51 @@ pub fn layer_outputs(path: &Path) -> BTreeMap<String, String> {
     out
 }
 
+/// Every module output a graph file's lineage names (`phase: backward` ones only with
+/// `backward`): (module, phase) -> value name.
+pub fn module_outputs(path: &Path, backward: bool) -> BTreeMap<String, String> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.trim().strip_prefix("# Annotation: {'module': '") else {
+            continue;
+        };
+        let back = rest.contains("'phase': 'backward'");
+        if back && !backward {
+            continue;
+        }
+        let (Some((module, _)), Some(output)) = (
+            rest.split_once('\''),
+            rest.split_once("'output': '")
+                .and_then(|(_, o)| o.split_once('\''))
+                .map(|(o, _)| o),
+        ) else {
+            continue;
+        };
+        let phase = if back { "backward" } else { "forward" };
+        out.insert(format!("{module} {phase}"), output.to_string());
+    }
+    out
+}
+
 /// Adds the lineage's layer outputs to the case file as cuts (every rank's graph must name
 /// the same value); returns how many.
 pub fn cut_at_layers(dir: &Path) -> usize {
+    cut_at(dir, layer_outputs)
+}
+
+/// Adds every module output the lineage names to the case file as a cut (`backward`: the
+/// modules' input gradients too), laid out as the residual stream (batch-sharded on `dp`,
+/// replicated elsewhere); returns how many. A dp rank's activation gradients are its own
+/// loss's (scaled by the replica count), which no placement states: ask for backward cuts only
+/// on meshes without dp, or their stages are refuted.
+pub fn cut_at_modules(dir: &Path, backward: bool) -> usize {
+    cut_at(dir, |p| module_outputs(p, backward))
+}
+
+fn cut_at(dir: &Path, read: impl Fn(&Path) -> BTreeMap<String, String>) -> usize {
     let case = shardproof_case::load_case(&dir.join("case.yaml")).expect("case");
-    let spec = layer_outputs(case.spec.path.as_deref().expect("spec file"));
+    let spec = read(case.spec.path.as_deref().expect("spec file"));
     let mut files: Vec<&Path> = case
         .program
         .ranks
@@ -50,7 +93,7 @@ pub fn cut_at_layers(dir: &Path) -> usize {
         .map(|g| g.path.as_deref().expect("rank file"))
         .collect();
     files.dedup();
-    let ranks: Vec<BTreeMap<String, String>> = files.iter().map(|f| layer_outputs(f)).collect();
+    let ranks: Vec<BTreeMap<String, String>> = files.iter().map(|f| read(f)).collect();
     let placement: Vec<&str> = case
         .program
         .mesh

@@ -90,7 +90,8 @@ pub struct OutputResult {
     pub elements: usize,
     /// Distinct (spec, implementation) expression pairs among them.
     pub distinct_goals: usize,
-    /// Distinct goals per deciding layer (`normal-form`, `random-witness`, `z3`, `unknown`).
+    /// Distinct goals per deciding layer (`normal-form`, `random-witness`, `product-expansion`,
+    /// `z3`, `unknown`).
     pub layers: BTreeMap<String, usize>,
     /// `proved`, `refuted`, `unknown` or `misfit`.
     pub status: String,

@@ -1,0 +1,373 @@
+//! Deciding a goal whose sides differ only in how `product` atoms group their factors.
+//!
+//! The normal form keeps a product past [`crate::expr::Budget::expand_limit`] as one
+//! `product(p, q)` atom ([`crate::expr::Func::Product`]), which is canonical only for the
+//! same two factors. Where one program computes `w·(E0 + E1)` and the other `w·E0 + w·E1`
+//! (a tp rank's half of an expert's inner width, summed by an all-reduce), the two sides keep
+//! different atoms although they are equal as polynomials. Expanding every product while
+//! executing is too large (a full iteration's embedding gradient passes the term budget);
+//! here only the *difference* of one goal's two sides is expanded, atom by atom, after the
+//! terms both sides share have cancelled.
+//!
+//! Soundness: `product(p, q)` stands for the value `p·q` ([`crate::expr::Func::Product`]
+//! evaluates as the product of its arguments), and the expansion is the ring multiplication
+//! the arena itself applies to products within the limit. So a difference that expands to the
+//! zero polynomial is zero at every point, and the goal is proved. Where an expansion would
+//! meet a term that the arena does not multiply out as plain polynomials (a `zero_times`
+//! atom: 0 or NaN, never cancelled; an infinity or NaN constant), it gives up: the goal stays
+//! with the later layers. It never refutes: a non-zero expansion may still be zero through
+//! the functions' identities.
+
+use crate::expr::{add_term, mul_mono, Arena, Atom, AtomId, Coeff, ExprId, Func, Mono};
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+/// Whether `a - b` expands to the zero polynomial once every `product` atom in it (and in
+/// the factors it brings in) is multiplied out. `Err`: why it was not decided (the expansion
+/// would pass `max_terms` terms, reach the `deadline`, or meet a term it does not expand).
+pub fn equal_after_expanding_products(
+    arena: &Arena,
+    a: ExprId,
+    b: ExprId,
+    max_terms: usize,
+    deadline: Option<Instant>,
+) -> Result<bool, String> {
+    let mut diff: BTreeMap<Mono, Coeff> = BTreeMap::new();
+    for (m, c) in &arena.poly(a).terms {
+        add_term(&mut diff, m.clone(), c.clone());
+    }
+    for (m, c) in &arena.poly(b).terms {
+        add_term(&mut diff, m.clone(), -c);
+    }
+    let limits = Limits {
+        max_terms,
+        deadline,
+    };
+    is_zero(arena, diff, &limits, 0)
+}
+
+/// How far an expansion may go.
+struct Limits {
+    max_terms: usize,
+    deadline: Option<Instant>,
+}
+
+/// Linear atoms that combine: (function: 0 lookup, 1 where; first argument; argument count;
+/// the rest of the monomial).
+type GroupKey = (u8, ExprId, usize, Mono);
+
+/// Nesting of linear atoms' entries followed before giving up.
+const MAX_DEPTH: usize = 8;
+
+/// Whether the polynomial `diff` is zero once its products are expanded and its linear atoms
+/// (`lookup` tables, `where` branches) are combined entry by entry.
+fn is_zero(
+    arena: &Arena,
+    mut diff: BTreeMap<Mono, Coeff>,
+    limits: &Limits,
+    depth: usize,
+) -> Result<bool, String> {
+    let (max_terms, deadline) = (limits.max_terms, limits.deadline);
+    // A product's factors are interned before the product's atom, so they hold only atoms of
+    // smaller ids: the terms are kept by the largest product atom they hold, and taking the
+    // largest first expands each atom once, with every term that holds it (the terms of larger
+    // ones have been expanded, and what they brought in has cancelled where it could).
+    let mut buckets: BTreeMap<AtomId, BTreeMap<Mono, Coeff>> = BTreeMap::new();
+    let mut plain: BTreeMap<Mono, Coeff> = BTreeMap::new();
+    let mut total = 0usize;
+    for (m, c) in std::mem::take(&mut diff) {
+        put(arena, &mut buckets, &mut plain, &mut total, m, c);
+    }
+    while let Some((p, terms)) = buckets.pop_last() {
+        if deadline.is_some_and(|d| Instant::now() > d) {
+            return Err("the time limit ran out while expanding products".into());
+        }
+        if arena.is_zero_times(p) {
+            return Err("a product that is 0 or NaN (`zero_times`) is not expanded".into());
+        }
+        let Atom::App(Func::Product, factors) = arena.atom(p) else {
+            unreachable!("only product atoms key the buckets")
+        };
+        for &f in factors {
+            for (fm, _) in &arena.poly(f).terms {
+                if let Some(why) = not_expandable(arena, fm) {
+                    return Err(why);
+                }
+            }
+        }
+        for (m, c) in terms {
+            // One atom can hold many terms, each a large expansion: the clock is read per term.
+            if deadline.is_some_and(|d| Instant::now() > d) {
+                return Err("the time limit ran out while expanding products".into());
+            }
+            let e = m.iter().find(|&&(x, _)| x == p).map_or(0, |&(_, e)| e);
+            let rest: Mono = m.into_iter().filter(|&(x, _)| x != p).collect();
+            // c · rest · (p · q)^e, term by term.
+            let mut acc: Vec<(Mono, Coeff)> = vec![(rest, c)];
+            for _ in 0..e {
+                for &f in factors {
+                    let terms = &arena.poly(f).terms;
+                    if acc.len().saturating_mul(terms.len()) > max_terms {
+                        return Err(too_large(max_terms));
+                    }
+                    let mut next = Vec::with_capacity(acc.len() * terms.len());
+                    for (am, ac) in &acc {
+                        for (fm, fc) in terms {
+                            let mut k = ac.clone();
+                            k *= fc;
+                            next.push((mul_mono(am, fm), k));
+                        }
+                    }
+                    acc = next;
+                }
+            }
+            for (m, c) in acc {
+                put(arena, &mut buckets, &mut plain, &mut total, m, c);
+            }
+            if total > max_terms {
+                return Err(too_large(max_terms));
+            }
+        }
+    }
+    let diff = plain;
+    if diff.is_empty() {
+        return Ok(true);
+    }
+    if depth >= MAX_DEPTH {
+        return Err("linear atoms nest too deep".into());
+    }
+    // `lookup(i, t_0, ..)` is linear in its table for one index, and `where(c, a, b)` in its
+    // branches for one condition: Σ c_j·m·f(x, T_j) = m·f(x, Σ c_j T_j) (in range, or for the
+    // branch taken, both sides are the same sum). So the terms that hold such an atom, grouped
+    // by the function, its first argument and the rest of the monomial, cancel when every
+    // combined entry is zero. An all-reduce adds the ranks' `lookup`s of partial tables, which
+    // the spec looks up in one summed table.
+    let mut groups: BTreeMap<GroupKey, Vec<(AtomId, Coeff)>> = BTreeMap::new();
+    for (m, c) in diff {
+        if let Some(why) = not_expandable(arena, &m) {
+            return Err(why);
+        }
+        let linear = m.iter().rev().find_map(|&(x, e)| match arena.atom(x) {
+            Atom::App(f @ (Func::Lookup | Func::Where), args) if e == 1 => {
+                Some((x, u8::from(*f == Func::Where), args[0], args.len()))
+            }
+            _ => None,
+        });
+        let Some((x, kind, first, len)) = linear else {
+            return Ok(false);
+        };
+        let rest: Mono = m.into_iter().filter(|&(y, _)| y != x).collect();
+        groups
+            .entry((kind, first, len, rest))
+            .or_default()
+            .push((x, c));
+    }
+    for ((_, _, len, _), members) in groups {
+        if deadline.is_some_and(|d| Instant::now() > d) {
+            return Err("the time limit ran out while combining linear atoms".into());
+        }
+        for k in 1..len {
+            let mut entry: BTreeMap<Mono, Coeff> = BTreeMap::new();
+            for (x, c) in &members {
+                let Atom::App(_, args) = arena.atom(*x) else {
+                    unreachable!("grouped atoms are applications")
+                };
+                for (m, d) in &arena.poly(args[k]).terms {
+                    // Entries that are 0 or NaN, or infinite, must not cancel.
+                    if let Some(why) = not_expandable(arena, m) {
+                        return Err(why);
+                    }
+                    let mut t = c.clone();
+                    t *= d;
+                    add_term(&mut entry, m.clone(), t);
+                }
+            }
+            if !is_zero(arena, entry, limits, depth + 1)? {
+                return Ok(false);
+            }
+        }
+    }
+    Ok(true)
+}
+
+/// Adds `c·m` to the bucket of its largest product atom (or to `plain`), keeping `total`.
+fn put(
+    arena: &Arena,
+    buckets: &mut BTreeMap<AtomId, BTreeMap<Mono, Coeff>>,
+    plain: &mut BTreeMap<Mono, Coeff>,
+    total: &mut usize,
+    m: Mono,
+    c: Coeff,
+) {
+    let top = m
+        .iter()
+        .rev()
+        .map(|&(x, _)| x)
+        .find(|&x| is_product(arena, x));
+    let map = match top {
+        Some(p) => buckets.entry(p).or_default(),
+        None => plain,
+    };
+    let before = map.len();
+    add_term(map, m, c);
+    *total = *total + map.len() - before;
+}
+
+fn is_product(arena: &Arena, x: AtomId) -> bool {
+    matches!(arena.atom(x), Atom::App(Func::Product, _))
+}
+
+/// Why a factor's monomial is not multiplied out as a plain polynomial here, if it is not.
+fn not_expandable(arena: &Arena, m: &Mono) -> Option<String> {
+    m.iter().find_map(|&(x, _)| {
+        if arena.is_zero_times(x) {
+            Some("a factor holds a `zero_times` term (0 or NaN, never cancelled)".into())
+        } else if let Atom::NonFinite(_) = arena.atom(x) {
+            Some("a factor holds an infinity or NaN".into())
+        } else {
+            None
+        }
+    })
+}
+
+fn too_large(max_terms: usize) -> String {
+    format!("the expanded difference passes {max_terms} terms")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::expr::SymbolKind;
+
+    /// `n` fresh real symbols named `{name}{i}`, summed.
+    fn sum_of(ar: &mut Arena, name: &str, n: usize) -> ExprId {
+        let xs: Vec<ExprId> = (0..n)
+            .map(|i| ar.symbol(&format!("{name}{i}"), SymbolKind::Real).unwrap())
+            .collect();
+        ar.sum(&xs).unwrap()
+    }
+
+    #[test]
+    fn products_grouped_otherwise_are_equal_once_expanded() {
+        let mut ar = Arena::default();
+        // w (two terms) times two 10-term parts: every product is past the expansion limit.
+        let w = sum_of(&mut ar, "w", 2);
+        let e0 = sum_of(&mut ar, "a", 10);
+        let e1 = sum_of(&mut ar, "b", 10);
+        let e = ar.add(e0, e1).unwrap();
+        let whole = ar.mul(w, e).unwrap();
+        let p0 = ar.mul(w, e0).unwrap();
+        let p1 = ar.mul(w, e1).unwrap();
+        let split = ar.add(p0, p1).unwrap();
+        assert_ne!(
+            whole, split,
+            "the normal form keeps the two groupings apart"
+        );
+        assert_eq!(
+            equal_after_expanding_products(&ar, whole, split, 10_000, None),
+            Ok(true)
+        );
+        // Nested: (w·E)·v against w·E0·v + w·E1·v, through products of products.
+        let v = sum_of(&mut ar, "v", 3);
+        let lhs = ar.mul(whole, v).unwrap();
+        let q0 = ar.mul(p0, v).unwrap();
+        let q1 = ar.mul(p1, v).unwrap();
+        let rhs = ar.add(q0, q1).unwrap();
+        assert_eq!(
+            equal_after_expanding_products(&ar, lhs, rhs, 10_000, None),
+            Ok(true)
+        );
+        // A real difference is never zero: w·E against w·E0 + 2·w·E1.
+        let two = ar.int(2).unwrap();
+        let p1x2 = ar.mul(p1, two).unwrap();
+        let wrong = ar.add(p0, p1x2).unwrap();
+        assert_eq!(
+            equal_after_expanding_products(&ar, whole, wrong, 10_000, None),
+            Ok(false)
+        );
+        // The budget stops it, undecided.
+        assert!(equal_after_expanding_products(&ar, whole, split, 10, None).is_err());
+    }
+
+    #[test]
+    fn lookups_and_wheres_of_summed_tables_are_the_sums_of_their_lookups() {
+        let mut ar = Arena::default();
+        let i = ar.symbol("i", SymbolKind::Index(2)).unwrap();
+        let a: Vec<ExprId> = (0..2)
+            .map(|k| sum_of(&mut ar, &format!("a{k}_"), 10))
+            .collect();
+        let b: Vec<ExprId> = (0..2)
+            .map(|k| sum_of(&mut ar, &format!("b{k}_"), 10))
+            .collect();
+        let w = sum_of(&mut ar, "w", 2);
+        // w·lookup(i, a + b) against w·lookup(i, a) + w·lookup(i, b): products of lookups
+        // (an all-reduce of the ranks' gathered partial gradients, scaled by a weight).
+        let la = ar.app(Func::Lookup, vec![i, a[0], a[1]]).unwrap();
+        let lb = ar.app(Func::Lookup, vec![i, b[0], b[1]]).unwrap();
+        let s0 = ar.add(a[0], b[0]).unwrap();
+        let s1 = ar.add(a[1], b[1]).unwrap();
+        let ls = ar.app(Func::Lookup, vec![i, s0, s1]).unwrap();
+        let lhs = ar.mul(w, ls).unwrap();
+        let (wa, wb) = (ar.mul(w, la).unwrap(), ar.mul(w, lb).unwrap());
+        let rhs = ar.add(wa, wb).unwrap();
+        assert_ne!(lhs, rhs);
+        assert_eq!(
+            equal_after_expanding_products(&ar, lhs, rhs, 10_000, None),
+            Ok(true)
+        );
+        // One entry summed wrongly: not equal.
+        let bad = ar.app(Func::Lookup, vec![i, s0, a[1]]).unwrap();
+        assert_eq!(
+            equal_after_expanding_products(&ar, bad, rhs, 10_000, None),
+            Ok(false)
+        );
+        let sum_ab = ar.add(la, lb).unwrap();
+        assert_eq!(
+            equal_after_expanding_products(&ar, bad, sum_ab, 10_000, None),
+            Ok(false)
+        );
+        // where(c, a0, b0) + where(c, a1, b1) against where(c, a0 + a1, b0 + b1).
+        let c = ar.symbol("c", SymbolKind::Bool).unwrap();
+        let w0 = ar.select(c, a[0], b[0]).unwrap();
+        let w1 = ar.select(c, a[1], b[1]).unwrap();
+        let (x, y) = (ar.add(a[0], a[1]).unwrap(), ar.add(b[0], b[1]).unwrap());
+        let whole = ar.select(c, x, y).unwrap();
+        let parts = ar.add(w0, w1).unwrap();
+        assert_ne!(whole, parts);
+        assert_eq!(
+            equal_after_expanding_products(&ar, whole, parts, 10_000, None),
+            Ok(true)
+        );
+        // A lookup is not a where: the same entries under the other function do not cancel.
+        let lw = ar.app(Func::Lookup, vec![c, x, y]).unwrap();
+        assert_eq!(
+            equal_after_expanding_products(&ar, lw, parts, 10_000, None),
+            Ok(false)
+        );
+    }
+
+    #[test]
+    fn zero_times_products_are_not_expanded() {
+        let mut ar = Arena::default();
+        let w = sum_of(&mut ar, "w", 2);
+        let e0 = sum_of(&mut ar, "a", 10);
+        let e1 = sum_of(&mut ar, "b", 10);
+        // 0·(1/y): 0 or NaN, its multiples never cancel in the arena, so not here either.
+        let y = ar.symbol("y", SymbolKind::Real).unwrap();
+        let ry = ar.recip(y).unwrap();
+        let z = ar.scale(ry, &Coeff::zero()).unwrap();
+        assert!(ar
+            .poly(z)
+            .terms
+            .iter()
+            .any(|(m, _)| m.iter().any(|&(x, _)| ar.is_zero_times(x))));
+        let wz = ar.add(w, z).unwrap();
+        let e = ar.add(e0, e1).unwrap();
+        let whole = ar.mul(wz, e).unwrap();
+        let p0 = ar.mul(wz, e0).unwrap();
+        let p1 = ar.mul(wz, e1).unwrap();
+        let split = ar.add(p0, p1).unwrap();
+        assert_ne!(whole, split);
+        assert!(equal_after_expanding_products(&ar, whole, split, 10_000, None).is_err());
+    }
+}

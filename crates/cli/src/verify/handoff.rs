@@ -50,7 +50,8 @@ pub(crate) struct Handoff {
     pub asked: Asked,
     /// `proved`, `refuted` or `inconclusive`.
     pub verdict: ProofVerdict,
-    /// Distinct goals per deciding layer (`normal-form`, `random-witness`, `z3`, `unknown`).
+    /// Distinct goals per deciding layer (`normal-form`, `random-witness`,
+    /// `product-expansion`, `z3`, `unknown`).
     pub layers: BTreeMap<String, usize>,
     /// Why it is not proved, in words.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -889,3 +889,85 @@ fn skip_unary(i: usize, n: &Node, out: &mut Vec<Site>) {
         }],
     ));
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(name: &str, op: &str, args: Vec<Arg>) -> Node {
+        Node {
+            name: name.into(),
+            line: 1,
+            op: op.into(),
+            args,
+            kwargs: Vec::new(),
+            ty: None,
+            is_input: false,
+        }
+    }
+
+    /// The peers the swap-peers sites of `view` set, per site.
+    fn swapped(view: &GraphView, ctx: &SiteContext) -> Vec<Vec<i64>> {
+        enumerate(view, ctx)
+            .iter()
+            .filter(|s| s.kind == MutationKind::SwapPeers)
+            .map(|s| {
+                s.edits
+                    .iter()
+                    .filter_map(|e| match e {
+                        Edit::SetArg { arg, .. } => arg.as_int(),
+                        _ => None,
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// A group-relative peer is swapped for other indices of its group, never for a global
+    /// rank outside it; a global peer for other global ranks; and two sends exchange their
+    /// peers only when both name the same group.
+    #[test]
+    fn peers_are_swapped_within_their_group() {
+        let mesh = vec![("dp".to_string(), 4), ("pp".to_string(), 2)];
+        let groups = vec![
+            ("dp".to_string(), "dp".to_string()),
+            ("pp".to_string(), "pp".to_string()),
+        ];
+        let ctx = SiteContext {
+            world: 8,
+            rank: 0,
+            declared_groups: &[],
+            mesh: &mesh,
+            groups: &groups,
+        };
+        let x = Node {
+            is_input: true,
+            ..call("x", "", Vec::new())
+        };
+        let send = |name: &str, peer: i64, group: Option<&str>| {
+            let mut args = vec![Arg::Value("x".into()), Arg::Int(peer), Arg::Int(0)];
+            args.extend(group.map(|g| Arg::Str(g.into())));
+            call(name, "shardproof_p2p.send.default", args)
+        };
+        let view = GraphView::new(vec![x.clone(), send("s", 1, Some("pp"))]);
+        assert_eq!(swapped(&view, &ctx), vec![vec![0]]);
+        let view = GraphView::new(vec![x.clone(), send("s", 1, Some("dp"))]);
+        assert_eq!(swapped(&view, &ctx), vec![vec![0], vec![2], vec![3]]);
+        // Global: rank 0 itself and the neighbours of rank 1 on the 8-rank mesh.
+        let view = GraphView::new(vec![x.clone(), send("s", 1, None)]);
+        let global = swapped(&view, &ctx);
+        assert!(global.contains(&vec![2]) && global.iter().all(|p| p == &[0] || p == &[2]));
+        // An unknown group (on a 2-d mesh) makes no site.
+        let view = GraphView::new(vec![x.clone(), send("s", 1, Some("cp"))]);
+        assert!(swapped(&view, &ctx).is_empty());
+        // A global send and a group one do not exchange peers; two of one group do.
+        let view = GraphView::new(vec![
+            x.clone(),
+            send("s", 1, Some("dp")),
+            send("t", 3, None),
+        ]);
+        assert!(!swapped(&view, &ctx).iter().any(|p| p.len() == 2));
+        let view = GraphView::new(vec![x, send("s", 1, Some("dp")), send("t", 3, Some("dp"))]);
+        assert!(swapped(&view, &ctx).contains(&vec![3, 1]));
+    }
+}

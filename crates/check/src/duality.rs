@@ -18,7 +18,7 @@
 
 use crate::report::{Check, RawFinding};
 use shardproof_ir::{Arg, Graph, Mesh, NodeKind, OpName, ValueId};
-use shardproof_ops::Meta;
+use shardproof_ops::{p2p_node_call, GroupMembers, Meta, P2pEnd};
 use std::collections::BTreeMap;
 
 /// Operators that take a rank's piece of a tensor.
@@ -45,7 +45,15 @@ enum Comm {
 }
 
 impl Comm {
-    fn of(op: &OpName, args: &[Arg], kwargs: &[(String, Arg)]) -> Option<Comm> {
+    /// The communication of a call; a send's or recv's peer is global, resolved through
+    /// `members` (a call whose peer does not resolve pairs with nothing here: the schedule
+    /// reports it).
+    fn of(
+        op: &OpName,
+        args: &[Arg],
+        kwargs: &[(String, Arg)],
+        members: GroupMembers,
+    ) -> Option<Comm> {
         let text = |k: usize, key: &str| -> Option<String> {
             args.get(k)
                 .or_else(|| kwargs.iter().find(|(n, _)| n == key).map(|(_, a)| a))
@@ -53,12 +61,6 @@ impl Comm {
                     Arg::Str(s) => Some(s.clone()),
                     _ => None,
                 })
-        };
-        let int = |k: usize, key: &str| -> Option<usize> {
-            args.get(k)
-                .or_else(|| kwargs.iter().find(|(n, _)| n == key).map(|(_, a)| a))
-                .and_then(Arg::as_int)
-                .and_then(|i| usize::try_from(i).ok())
         };
         match (op.namespace.as_str(), op.name.as_str()) {
             ("_c10d_functional", "all_gather_into_tensor") => {
@@ -69,8 +71,13 @@ impl Comm {
             }
             ("_c10d_functional", "all_to_all_single") => text(3, "group_name").map(Comm::AllToAll),
             ("_c10d_functional", "all_reduce") => text(2, "group_name").map(Comm::AllReduce),
-            ("shardproof_p2p", "send") => int(1, "dst").map(Comm::Send),
-            ("shardproof_p2p", "recv") => int(2, "src").map(Comm::Recv),
+            (shardproof_ops::P2P_NAMESPACE, _) => {
+                let c = p2p_node_call(op, args, kwargs, members)?.ok()?;
+                Some(match c.end {
+                    P2pEnd::Send => Comm::Send(c.peer),
+                    P2pEnd::Recv => Comm::Recv(c.peer),
+                })
+            }
             _ => None,
         }
     }
@@ -110,11 +117,12 @@ impl Comm {
 
 /// The gradient-duality findings of rank `rank` (`metas`: the local type of every value;
 /// `varies_over(v, group)`: whether value `v` is placed other than `Replicate()` on a mesh dim
-/// the group spans).
+/// the group spans; `members`: the rank's process groups, for group-relative peers).
 pub fn duality(
     graph: &Graph,
     rank: usize,
     mesh: &Mesh,
+    members: GroupMembers,
     metas: &[Vec<Option<Meta>>],
     varies_over: &dyn Fn(ValueId, &str) -> bool,
 ) -> Vec<RawFinding> {
@@ -136,7 +144,7 @@ pub fn duality(
             let NodeKind::Call { op, args, kwargs } = &node.kind else {
                 return None;
             };
-            let c = Comm::of(op, args, kwargs)?;
+            let c = Comm::of(op, args, kwargs, members)?;
             let carried = match c {
                 Comm::Recv(_) => ValueId::new(i, 0),
                 _ => *node.inputs().first()?,

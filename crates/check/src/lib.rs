@@ -209,7 +209,7 @@ pub fn propagate_counted(case: &Case, progress: &Progress) -> Result<Propagation
     })
     .map_err(|message| Invalid { message })?;
     let graph_class = graph_classes(&program.ranks);
-    let rel_class = relative_classes(&program.ranks);
+    let rel_class = relative_classes(program);
     // Nodes by structure hash, per distinct structure table, where some mesh dim is a
     // pipeline's (`Shared::stage_alike`).
     let by_structure: Vec<std::sync::Arc<HashMap<u64, u32>>> = if (0..program.mesh.dims.len())
@@ -819,6 +819,7 @@ fn check_unfixed(case: &Case, progress: &Progress) -> Result<Report, Invalid> {
             g,
             r,
             &program.mesh,
+            &shardproof_ops::program_members(program, r),
             &prop.metas[r],
             &varies_over,
         ));

@@ -19,6 +19,7 @@
 //! ```
 
 use shardproof_ir::{Arg, NodeKind, Program};
+use shardproof_ops::{p2p_node_call, program_members, P2pEnd};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 
@@ -536,9 +537,10 @@ pub fn order_of_program(program: &Program, pp: usize, first: usize) -> Option<Pi
     let mut backward = false;
     for s in 0..stages {
         let g = program.ranks.get(rank_of(s))?;
+        let members = program_members(program, rank_of(s));
         let mut acts = Vec::new();
         for node in &g.nodes {
-            let NodeKind::Call { op, args, .. } = &node.kind else {
+            let NodeKind::Call { op, args, kwargs } = &node.kind else {
                 continue;
             };
             if op.namespace == "_c10d_functional"
@@ -553,19 +555,16 @@ pub fn order_of_program(program: &Program, pp: usize, first: usize) -> Option<Pi
                 }
                 continue;
             }
-            if op.namespace != "shardproof_p2p" {
+            if op.namespace != shardproof_ops::P2P_NAMESPACE {
                 continue;
             }
-            let int = |k: usize| args.get(k).and_then(Arg::as_int);
-            let (peer, tag, send) = match op.name.as_str() {
-                "send" => (int(1), int(2).unwrap_or(0), true),
-                "recv" => (int(2), int(3).unwrap_or(0), false),
-                _ => continue,
+            // The global peer (a group-relative one resolved); a call whose peer does not
+            // resolve is the schedule's finding, not a message of this order.
+            let Some(Ok(call)) = p2p_node_call(op, args, kwargs, &members) else {
+                continue;
             };
-            let Some(&other) = peer
-                .and_then(|p| usize::try_from(p).ok())
-                .and_then(|p| stage_of.get(&p))
-            else {
+            let (peer, tag, send) = (call.peer, call.tag, call.end == P2pEnd::Send);
+            let Some(&other) = stage_of.get(&peer) else {
                 continue;
             };
             let mb = usize::try_from(tag).unwrap_or(0);

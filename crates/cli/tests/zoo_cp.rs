@@ -128,7 +128,8 @@ fn llama_cp_with_vocab_parallelism_and_training_options_holds() {
 fn ring_messages_and_case_layout() {
     let s = Scratch::new();
     let case = s.emit_model("ring", "llama", "dp=2,tp=2,cp=2", NO_FLAGS);
-    // Rank 6 = (dp 1, cp 1, tp 0): its cp peer is rank 4 (tp 0 of cp 0 in the same dp row).
+    // Rank 6 = (dp 1, cp 1, tp 0): its cp peer is rank 4 (tp 0 of cp 0 in the same dp row),
+    // index 0 of its `cp` group, as the messages name it.
     let r6 = s.read("ring/r6.py");
     assert_holds_chunks_1_and_2(&r6);
     let calls = p2p_calls(&r6);
@@ -140,8 +141,8 @@ fn ring_messages_and_case_layout() {
     let recvs = calls.iter().filter(|c| c.starts_with("recv")).count();
     assert_eq!((sends, recvs), (8 * layers, 8 * layers), "{r6}");
     assert!(
-        p2p_peers(&r6).iter().all(|peer| peer == "4"),
-        "every message goes to or comes from rank 4: {calls:?}"
+        p2p_peers(&r6).iter().all(|peer| peer == "0@cp"),
+        "every message goes to or comes from cp index 0 (rank 4): {calls:?}"
     );
     // Every rank finds its messages (no deadlock, no stray send) and the plan holds.
     s.run(&["run", &case]).expect_code(0);
@@ -274,7 +275,12 @@ fn deepseek_cp_plans_hold() {
     );
     let r5 = s.read("all/r5.py");
     let layers = 2;
-    assert_eq!(r5.matches("'cp')").count(), 3 * layers, "{r5}");
+    // Collectives over cp (the ring's sends and recvs name the `cp` group too).
+    let over_cp = r5
+        .lines()
+        .filter(|l| l.contains("_c10d_functional") && l.contains("'cp')"))
+        .count();
+    assert_eq!(over_cp, 3 * layers, "{r5}");
     assert!(
         r5.contains("'dp_cp_ep')") && r5.contains("'dp_cp')"),
         "{r5}"
@@ -335,10 +341,10 @@ fn gpt2_positions_and_ring() {
         "scattered at the chunks' positions: {wpe_grad}"
     );
     // K and V around the ring, forward and backward, with their gradients: 8 messages each
-    // way per layer, all to or from the cp peer, rank 4.
+    // way per layer, all to or from the cp peer, rank 4 (index 0 of the rank's `cp` group).
     let p2p = p2p_calls(&r6);
     assert_eq!(p2p.len(), 2 * 8 * 2, "{r6}");
-    assert!(p2p_peers(&r6).iter().all(|peer| peer == "4"), "{p2p:?}");
+    assert!(p2p_peers(&r6).iter().all(|peer| peer == "0@cp"), "{p2p:?}");
     // The position table's gradient is averaged over dp x cp like every replicated parameter.
     assert!(r6.contains("'dp_cp')"), "{r6}");
     s.run(&["run", &case]).expect_code(0);

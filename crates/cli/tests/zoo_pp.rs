@@ -289,16 +289,16 @@ fn stages_send_activations_forward_and_gradients_back() {
         "  b2_0_new: { placement: Replicate(), at: { pp: 0 } }",
         ],
     );
-    // Rank 1 (stage 0, dp 0, tp 1) talks to rank 5 (stage 1, dp 0, tp 1); 1F1B on the first
-    // of two stages: F0 F1 B0 B1 after one warm-up forward.
+    // Rank 1 (stage 0, dp 0, tp 1) talks to rank 5 (stage 1, dp 0, tp 1), index 1 of its `pp`
+    // group; 1F1B on the first of two stages: F0 F1 B0 B1 after one warm-up forward.
     let r1 = read("r1.py");
     assert_eq!(
         p2p_calls(&r1),
         [
-            "send.default(add_3, 5, 0)",
-            "send.default(add_7, 5, 1)",
-            "recv.default([2, 16], torch.float32, 5, 0)",
-            "recv.default([2, 16], torch.float32, 5, 1)",
+            "send.default(add_3, 1, 0, 'pp')",
+            "send.default(add_7, 1, 1, 'pp')",
+            "recv.default([2, 16], torch.float32, 1, 0, 'pp')",
+            "recv.default([2, 16], torch.float32, 1, 1, 'pp')",
         ],
         "{r1}"
     );

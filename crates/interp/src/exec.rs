@@ -4,8 +4,8 @@
 use crate::{Env, InterpError, InterpErrorKind, RunConfig};
 use shardproof_ir::{Arg, DecompExpr, Graph, Node, NodeKind, OpMeaning, OpName, Program, ValueId};
 use shardproof_ops::{
-    p2p_call, Args, EvalCtx, Meta, OpClass, OpDef, OpError, P2pEnd, Registry, Tensor, TensorList,
-    Values,
+    p2p_call, program_members, Args, EvalCtx, GroupMembers, Meta, OpClass, OpDef, OpError, P2pEnd,
+    Registry, Tensor, TensorList, Values,
 };
 use std::collections::{BTreeMap, VecDeque};
 
@@ -460,8 +460,8 @@ pub fn run_graph(
         let Pause::PointToPoint(i) = pause else {
             unreachable!("a run alone never pauses at a collective")
         };
-        if !point_to_point(&mut runs, 0, i, &mut mailbox)? {
-            return Err(p2p_mismatch(&runs, &[Some(pause)], &mailbox));
+        if !point_to_point(&mut runs, 0, i, &mut mailbox, None)? {
+            return Err(p2p_mismatch(&runs, &[Some(pause)], &mailbox, None));
         }
     }
     mailbox.check_drained(&runs)?;
@@ -509,7 +509,7 @@ pub fn run_program(
         let mut progressed = false;
         for (r, pause) in blocked.iter_mut().enumerate() {
             if let Some(Pause::PointToPoint(i)) = *pause {
-                if point_to_point(&mut runs, r, i, &mut mailbox)? {
+                if point_to_point(&mut runs, r, i, &mut mailbox, Some(program))? {
                     *pause = None;
                     progressed = true;
                 }
@@ -582,7 +582,7 @@ pub fn run_program(
                     .iter()
                     .any(|b| matches!(b, Some(Pause::PointToPoint(_))))
                 {
-                    p2p_mismatch(&runs, &blocked, &mailbox)
+                    p2p_mismatch(&runs, &blocked, &mailbox, Some(program))
                 } else {
                     deadlock(&runs, &blocked)
                 },
@@ -643,6 +643,16 @@ impl Mailbox {
     }
 }
 
+/// The members of rank `r`'s process groups, for a point-to-point call's `group`: `program`'s
+/// (see [`program_members`]), or in a single-device run (`None`) a world of one rank, where
+/// every group is rank 0 alone.
+fn members_of(program: Option<&Program>, r: usize) -> impl Fn(&str) -> Option<Vec<usize>> + '_ {
+    move |g: &str| match program {
+        Some(p) => program_members(p, r)(g),
+        None => Some(vec![0]),
+    }
+}
+
 /// Runs the send or recv at node `i` of rank `r`. Returns whether it ran: a send always
 /// does (it is buffered, as `isend`); a recv only once its message has arrived.
 fn point_to_point(
@@ -650,6 +660,7 @@ fn point_to_point(
     r: usize,
     i: usize,
     mailbox: &mut Mailbox,
+    program: Option<&Program>,
 ) -> Result<bool, InterpError> {
     let world = runs.len();
     let run = &runs[r];
@@ -662,7 +673,7 @@ fn point_to_point(
     let values = EnvValues(&run.env);
     let bound = Args::bind(&def.schema, node.args(), call_kwargs(node), &values)
         .map_err(|e| invalid(&e))?;
-    let call = p2p_call(def, &bound).map_err(|e| invalid(&e))?;
+    let call = p2p_call(def, &bound, &members_of(program, r)).map_err(|e| invalid(&e))?;
     if call.peer >= world {
         let what = match call.end {
             P2pEnd::Send => "sends to",
@@ -731,17 +742,23 @@ fn point_to_point(
 /// The report of ranks that cannot progress while some wait for a point-to-point message. The
 /// recv it leads with is one whose source will never send its message (nothing left in the
 /// source's graph matches it): the root of the deadlock, not a rank merely waiting behind it.
-fn p2p_mismatch(runs: &[GraphRun], blocked: &[Option<Pause>], mailbox: &Mailbox) -> InterpError {
+fn p2p_mismatch(
+    runs: &[GraphRun],
+    blocked: &[Option<Pause>],
+    mailbox: &Mailbox,
+    program: Option<&Program>,
+) -> InterpError {
     // Per waiting recv: (rank, node index, description, whether its message can never come).
     let mut waits = Vec::new();
     let mut lines = Vec::new();
     for (r, b) in blocked.iter().enumerate() {
         match b {
             Some(Pause::PointToPoint(ni)) => {
-                let (what, never) = match recv_route(&runs[r], *ni) {
+                let (what, never) = match recv_route(&runs[r], *ni, &members_of(program, r)) {
                     Err(e) => (e.message, false),
                     Ok((src, tag, meta)) => {
-                        let later = later_send(&runs[src], blocked[src], r, tag);
+                        let members = members_of(program, src);
+                        let later = later_send(&runs[src], blocked[src], r, tag, &members);
                         (
                             describe_wait(runs, mailbox, r, src, tag, &meta, later),
                             later.is_none(),
@@ -821,8 +838,14 @@ fn describe_wait(
 }
 
 /// The first send to rank `dst` with `tag` in the part of `run`'s graph it has not run yet
-/// (from the node it waits at, `paused`), if any.
-fn later_send(run: &GraphRun, paused: Option<Pause>, dst: usize, tag: i64) -> Option<usize> {
+/// (from the node it waits at, `paused`), if any; `members` resolves its group peers.
+fn later_send(
+    run: &GraphRun,
+    paused: Option<Pause>,
+    dst: usize,
+    tag: i64,
+    members: GroupMembers,
+) -> Option<usize> {
     let from = match paused {
         Some(Pause::Collective(ni) | Pause::PointToPoint(ni)) => ni,
         None => run.graph.nodes.len(),
@@ -839,21 +862,25 @@ fn later_send(run: &GraphRun, paused: Option<Pause>, dst: usize, tag: i64) -> Op
         let values = EnvValues(&run.env);
         Args::bind(&def.schema, node.args(), call_kwargs(node), &values)
             .ok()
-            .and_then(|a| p2p_call(def, &a).ok())
+            .and_then(|a| p2p_call(def, &a, members).ok())
             .is_some_and(|c| c.end == P2pEnd::Send && c.peer == dst && c.tag == tag)
     })
 }
 
 /// The source, tag and declared type of the recv at node `ni` of `run`, or why they cannot
-/// be read.
-fn recv_route(run: &GraphRun, ni: usize) -> Result<(usize, i64, Meta), InterpError> {
+/// be read; `members` resolves its group peers.
+fn recv_route(
+    run: &GraphRun,
+    ni: usize,
+    members: GroupMembers,
+) -> Result<(usize, i64, Meta), InterpError> {
     let node = &run.graph.nodes[ni];
     let op = node.op().expect("a point-to-point node is a call");
     let def = Registry::builtin().get(op).expect("registered");
     let values = EnvValues(&run.env);
     let err = |e: OpError| InterpError::new(InterpErrorKind::Invalid, located(run.graph, node, e));
     let bound = Args::bind(&def.schema, node.args(), call_kwargs(node), &values).map_err(err)?;
-    let call = p2p_call(def, &bound).map_err(err)?;
+    let call = p2p_call(def, &bound, members).map_err(err)?;
     let meta = (def.infer)(&bound).map_err(err)?.remove(0);
     Ok((call.peer, call.tag, meta))
 }

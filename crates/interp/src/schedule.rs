@@ -13,7 +13,7 @@
 use crate::exec::located;
 use crate::live_values;
 use shardproof_ir::{Arg, Graph, NodeKind, OpMeaning, OpName, Program};
-use shardproof_ops::{p2p_call, Args, NoValues, OpClass, P2pEnd, Registry};
+use shardproof_ops::{p2p_call, Args, GroupMembers, NoValues, OpClass, P2pEnd, Registry};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// One collective as it runs: the calls of every member of its group, in member order.
@@ -82,6 +82,7 @@ fn calls(
     graph: &Graph,
     custom_ops: &BTreeMap<String, OpMeaning>,
     leaves: Option<&BTreeSet<String>>,
+    members: GroupMembers,
 ) -> Result<Vec<(usize, Call)>, ScheduleProblem> {
     let reg = Registry::builtin();
     let live = leaves.map(|l| live_values(graph, l));
@@ -127,7 +128,7 @@ fn calls(
                 op: OpName::new(&op.namespace, &op.name, &def.name.overload),
             }
         } else {
-            let c = p2p_call(def, &bound).map_err(|e| invalid(&e))?;
+            let c = p2p_call(def, &bound, members).map_err(|e| invalid(&e))?;
             match c.end {
                 P2pEnd::Send => Call::Send {
                     peer: c.peer,
@@ -222,7 +223,12 @@ pub fn schedule(
     let mut out = Schedule::default();
     let mut per_rank = Vec::with_capacity(program.ranks.len());
     for (r, g) in program.ranks.iter().enumerate() {
-        match calls(g, custom_ops, leaves.and_then(|l| l.get(r))) {
+        match calls(
+            g,
+            custom_ops,
+            leaves.and_then(|l| l.get(r)),
+            &shardproof_ops::program_members(program, r),
+        ) {
             Ok(c) => per_rank.push(c),
             Err(p) => {
                 out.problem = Some(p);

@@ -471,3 +471,128 @@ fn progress_counts_every_node_of_every_rank_collectives_and_messages_included() 
     run_program(&p, &pipeline_leaves(), &cfg).unwrap();
     assert_eq!(progress.snapshot().0, nodes);
 }
+
+/// A 2 x 2 (dp x pp) program: stage graphs `s0` and `s1` on the two pipeline stages of each
+/// data-parallel replica, with process group `pp` along the pipeline dim.
+fn dp_pipeline(s0: [&str; 2], s1: [&str; 2]) -> Program {
+    let mesh = Mesh::new(vec![("dp".into(), 2), ("pp".into(), 2)]);
+    Program {
+        groups: vec![ProcessGroup {
+            name: "pp".into(),
+            members: mesh.groups_along(&[1]),
+        }],
+        mesh,
+        ranks: vec![
+            Arc::new(rank_graph(s0[0], "r0.py")),
+            Arc::new(rank_graph(s1[0], "r1.py")),
+            Arc::new(rank_graph(s0[1], "r2.py")),
+            Arc::new(rank_graph(s1[1], "r3.py")),
+        ],
+    }
+}
+
+/// The stage graphs of both replicas with global peers (replica 1's stages are ranks 2 and 3).
+fn global_stages() -> ([String; 2], [String; 2]) {
+    let s0 = |other: usize| {
+        STAGE0
+            .replace("(mul, 1, 5)", &format!("(mul, {other}, 5)"))
+            .replace(
+                "torch.float32, 1, 6)",
+                &format!("torch.float32, {other}, 6)"),
+            )
+    };
+    let s1 = |other: usize| {
+        STAGE1
+            .replace(
+                "torch.float32, 0, 5)",
+                &format!("torch.float32, {other}, 5)"),
+            )
+            .replace("(add, 0, 6)", &format!("(add, {other}, 6)"))
+    };
+    ([s0(1), s0(3)], [s1(0), s1(2)])
+}
+
+/// The same stage graphs with peers as indices within group `pp`: one text per stage.
+fn group_stages() -> (String, String) {
+    (
+        STAGE0
+            .replace("(mul, 1, 5)", "(mul, 1, 5, 'pp')")
+            .replace("torch.float32, 1, 6)", "torch.float32, 1, 6, 'pp')"),
+        STAGE1
+            .replace("torch.float32, 0, 5)", "torch.float32, 0, 5, group = 'pp')")
+            .replace("(add, 0, 6)", "(add, 0, 6, 'pp')"),
+    )
+}
+
+fn dp_pipeline_leaves() -> Vec<BTreeMap<String, Tensor>> {
+    vec![
+        leaves(&[("x", t(&[2], &[1.0, 2.0]))]),
+        leaves(&[("y", t(&[2], &[10.0, 20.0]))]),
+        leaves(&[("x", t(&[2], &[3.0, 4.0]))]),
+        leaves(&[("y", t(&[2], &[30.0, 40.0]))]),
+    ]
+}
+
+#[test]
+fn group_relative_peers_run_as_their_global_ranks() {
+    let (g0, g1) = global_stages();
+    let global = dp_pipeline([&g0[0], &g0[1]], [&g1[0], &g1[1]]);
+    let (s0, s1) = group_stages();
+    let grouped = dp_pipeline([&s0, &s0], [&s1, &s1]);
+    let cfg = RunConfig::default();
+    let a = run_program(&global, &dp_pipeline_leaves(), &cfg).unwrap();
+    let b = run_program(&grouped, &dp_pipeline_leaves(), &cfg).unwrap();
+    let outs = |p: &Program, envs: &[shardproof_interp::Env]| -> Vec<Vec<f64>> {
+        (0..4)
+            .map(|r| {
+                envs[r]
+                    .get(p.ranks[r].outputs[0].unwrap())
+                    .unwrap()
+                    .data
+                    .to_vec()
+            })
+            .collect()
+    };
+    // Replica 1 adds its own y to its own x: the group index reached its own stage.
+    assert_eq!(outs(&grouped, &b)[3], vec![36.0, 48.0]);
+    assert_eq!(outs(&global, &a), outs(&grouped, &b));
+    // The simulated schedule pairs the same messages.
+    let none = BTreeMap::new();
+    let (sa, sb) = (
+        shardproof_interp::schedule(&global, &none, None),
+        shardproof_interp::schedule(&grouped, &none, None),
+    );
+    assert!(sa.problem.is_none() && sb.problem.is_none());
+    assert_eq!(sa.messages, sb.messages);
+}
+
+#[test]
+fn a_group_index_outside_its_group_or_an_unknown_group_is_invalid() {
+    let (s0, s1) = group_stages();
+    for (bad, want) in [
+        ("(mul, 2, 5, 'pp')", "dst = 2 is outside process group `pp`"),
+        (
+            "(mul, 1, 5, 'cp')",
+            "process group `cp` is not one of this rank's groups",
+        ),
+    ] {
+        let wrong = s0.replace("(mul, 1, 5, 'pp')", bad);
+        let p = dp_pipeline([&s0, &wrong], [&s1, &s1]);
+        let err = run_program(&p, &dp_pipeline_leaves(), &RunConfig::default()).unwrap_err();
+        assert_eq!(err.kind, InterpErrorKind::Invalid, "{}", err.message);
+        assert!(
+            err.message.contains("r2.py:5: node `send`"),
+            "{}",
+            err.message
+        );
+        assert!(err.message.contains(want), "{}", err.message);
+        let none = BTreeMap::new();
+        let sched = shardproof_interp::schedule(&p, &none, None);
+        match sched.problem {
+            Some(shardproof_interp::ScheduleProblem::Invalid(m)) => {
+                assert!(m.contains(want), "{m}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

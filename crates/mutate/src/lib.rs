@@ -269,6 +269,8 @@ pub fn mutants_of(case: &CaseInput) -> Result<Vec<Mutant>, MutateError> {
             world: case.world(),
             rank,
             declared_groups: &declared,
+            mesh: &case.mesh,
+            groups: &case.groups,
         };
         let mut push = |m: Mutant| {
             if m.new_text == *text && m.new_case_file.is_none() {

@@ -12,6 +12,45 @@ pub(crate) struct SiteContext<'a> {
     pub rank: usize,
     /// Group names the case declares.
     pub declared_groups: &'a [String],
+    /// The mesh: dim names and sizes.
+    pub mesh: &'a [(String, usize)],
+    /// Declared groups: name and the value text (`tp`, `[dp, tp]`, `all`, rank lists).
+    pub groups: &'a [(String, String)],
+}
+
+impl SiteContext<'_> {
+    /// The number of ranks in each member set of group `name` (a send's or recv's `group`:
+    /// its peer is an index below that), by the case's rule: a declared group's mesh dims or
+    /// rank lists; an undeclared one on a mesh of at most one dim is every rank. `None` where
+    /// the text is not understood (no peer site is made then).
+    fn group_size(&self, name: &str) -> Option<usize> {
+        let Some((_, value)) = self.groups.iter().find(|(n, _)| n == name) else {
+            return (self.mesh.len() <= 1).then_some(self.world);
+        };
+        let v = value.trim();
+        if v == "all" {
+            return Some(self.world);
+        }
+        if v.starts_with('[') && v[1..].trim_start().starts_with('[') {
+            // Rank lists, `[[0, 1], [2, 3]]`: their common length (lists of unequal lengths
+            // leave no site).
+            let sizes: Vec<usize> = v
+                .split('[')
+                .filter_map(|l| l.split_once(']'))
+                .map(|(l, _)| l.split(',').filter(|x| !x.trim().is_empty()).count())
+                .collect();
+            let n = *sizes.first()?;
+            return sizes.iter().all(|&s| s == n).then_some(n);
+        }
+        v.trim_start_matches('[')
+            .trim_end_matches(']')
+            .split(',')
+            .map(|d| {
+                let d = d.trim().trim_matches(|c| c == '"' || c == '\'');
+                self.mesh.iter().find(|(m, _)| m == d).map(|(_, n)| *n)
+            })
+            .product()
+    }
 }
 
 /// One mutation of one graph, before it is rendered to text.
@@ -276,6 +315,15 @@ fn peer_slot(n: &Node) -> Option<usize> {
     }
 }
 
+/// The process group a send's or recv's peer is an index into (`group`, after the peer at
+/// `slot` and the tag), if it names one.
+fn p2p_group(n: &Node, slot: usize) -> Option<&str> {
+    n.args
+        .get(slot + 2)
+        .or_else(|| n.kwargs.iter().find(|(k, _)| k == "group").map(|(_, a)| a))
+        .and_then(Arg::as_str)
+}
+
 fn swap_peers(view: &GraphView, i: usize, n: &Node, ctx: &SiteContext, out: &mut Vec<Site>) {
     if !is_p2p(n) {
         return;
@@ -284,16 +332,24 @@ fn swap_peers(view: &GraphView, i: usize, n: &Node, ctx: &SiteContext, out: &mut
     let Some(peer) = n.args.get(slot).and_then(Arg::as_int) else {
         return;
     };
-    let world = ctx.world as i64;
-    // Every other rank on small meshes; on large ones this rank itself and the neighbours.
-    let mut candidates: Vec<i64> = if world <= 4 {
-        (0..world).collect()
+    let group = p2p_group(n, slot);
+    // The peers a literal can name: global ranks, or indices into the rank's member set of
+    // `group` (another index stays a valid program whose message goes astray).
+    let span = match group {
+        None => ctx.world,
+        Some(g) => match ctx.group_size(g) {
+            Some(s) => s,
+            None => return,
+        },
+    } as i64;
+    // Every other peer on small meshes (groups); on large ones, for a global peer this rank
+    // itself, and the neighbours.
+    let mut candidates: Vec<i64> = if span <= 4 {
+        (0..span).collect()
+    } else if group.is_none() {
+        vec![ctx.rank as i64, (peer + 1) % span, (peer + span - 1) % span]
     } else {
-        vec![
-            ctx.rank as i64,
-            (peer + 1) % world,
-            (peer + world - 1) % world,
-        ]
+        vec![(peer + 1) % span, (peer + span - 1) % span]
     };
     candidates.retain(|&r| r != peer);
     candidates.dedup();
@@ -302,12 +358,17 @@ fn swap_peers(view: &GraphView, i: usize, n: &Node, ctx: &SiteContext, out: &mut
     } else {
         "receives from"
     };
+    let named = |r: i64| match group {
+        None => format!("rank {r}"),
+        Some(g) => format!("index {r} of group '{g}'"),
+    };
     for r in candidates {
         let desc = format!(
-            "rank {}: {} `{}` {role} rank {r} instead of {peer}",
+            "rank {}: {} `{}` {role} {} instead of {peer}",
             ctx.rank,
             n.op_name(),
-            n.name
+            n.name,
+            named(r)
         );
         out.push(site(
             MutationKind::SwapPeers,
@@ -327,7 +388,8 @@ fn swap_peers(view: &GraphView, i: usize, n: &Node, ctx: &SiteContext, out: &mut
         .enumerate()
         .skip(i + 1)
         .find_map(|(j, m)| {
-            (is_p2p(m) && m.op_name() == n.op_name())
+            // Peers of the same kind: both global, or indices into the same group.
+            (is_p2p(m) && m.op_name() == n.op_name() && p2p_group(m, slot) == group)
                 .then(|| m.args.get(slot).and_then(Arg::as_int).map(|o| (j, m, o)))
                 .flatten()
         })
@@ -390,8 +452,12 @@ fn change_literal(i: usize, n: &Node, out: &mut Vec<Site>) {
     for (slot, arg) in slots {
         if let Slot::Pos(p) = slot {
             // Collectives' literals are their reduce op, sizes and group, which have kinds of
-            // their own; a p2p op's literals other than the peer are its tag (and recv's size).
-            if owned.contains(&p) || (is_collective(n)) || (is_p2p(n) && Some(p) == peer_slot(n)) {
+            // their own; a p2p op's literals other than the peer (and its group) are its tag
+            // (and recv's size).
+            if owned.contains(&p)
+                || (is_collective(n))
+                || (is_p2p(n) && peer_slot(n).is_some_and(|s| p == s || p == s + 2))
+            {
                 continue;
             }
         }
@@ -822,4 +888,86 @@ fn skip_unary(i: usize, n: &Node, out: &mut Vec<Site>) {
             rewire_to: x.to_string(),
         }],
     ));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(name: &str, op: &str, args: Vec<Arg>) -> Node {
+        Node {
+            name: name.into(),
+            line: 1,
+            op: op.into(),
+            args,
+            kwargs: Vec::new(),
+            ty: None,
+            is_input: false,
+        }
+    }
+
+    /// The peers the swap-peers sites of `view` set, per site.
+    fn swapped(view: &GraphView, ctx: &SiteContext) -> Vec<Vec<i64>> {
+        enumerate(view, ctx)
+            .iter()
+            .filter(|s| s.kind == MutationKind::SwapPeers)
+            .map(|s| {
+                s.edits
+                    .iter()
+                    .filter_map(|e| match e {
+                        Edit::SetArg { arg, .. } => arg.as_int(),
+                        _ => None,
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// A group-relative peer is swapped for other indices of its group, never for a global
+    /// rank outside it; a global peer for other global ranks; and two sends exchange their
+    /// peers only when both name the same group.
+    #[test]
+    fn peers_are_swapped_within_their_group() {
+        let mesh = vec![("dp".to_string(), 4), ("pp".to_string(), 2)];
+        let groups = vec![
+            ("dp".to_string(), "dp".to_string()),
+            ("pp".to_string(), "pp".to_string()),
+        ];
+        let ctx = SiteContext {
+            world: 8,
+            rank: 0,
+            declared_groups: &[],
+            mesh: &mesh,
+            groups: &groups,
+        };
+        let x = Node {
+            is_input: true,
+            ..call("x", "", Vec::new())
+        };
+        let send = |name: &str, peer: i64, group: Option<&str>| {
+            let mut args = vec![Arg::Value("x".into()), Arg::Int(peer), Arg::Int(0)];
+            args.extend(group.map(|g| Arg::Str(g.into())));
+            call(name, "shardproof_p2p.send.default", args)
+        };
+        let view = GraphView::new(vec![x.clone(), send("s", 1, Some("pp"))]);
+        assert_eq!(swapped(&view, &ctx), vec![vec![0]]);
+        let view = GraphView::new(vec![x.clone(), send("s", 1, Some("dp"))]);
+        assert_eq!(swapped(&view, &ctx), vec![vec![0], vec![2], vec![3]]);
+        // Global: rank 0 itself and the neighbours of rank 1 on the 8-rank mesh.
+        let view = GraphView::new(vec![x.clone(), send("s", 1, None)]);
+        let global = swapped(&view, &ctx);
+        assert!(global.contains(&vec![2]) && global.iter().all(|p| p == &[0] || p == &[2]));
+        // An unknown group (on a 2-d mesh) makes no site.
+        let view = GraphView::new(vec![x.clone(), send("s", 1, Some("cp"))]);
+        assert!(swapped(&view, &ctx).is_empty());
+        // A global send and a group one do not exchange peers; two of one group do.
+        let view = GraphView::new(vec![
+            x.clone(),
+            send("s", 1, Some("dp")),
+            send("t", 3, None),
+        ]);
+        assert!(!swapped(&view, &ctx).iter().any(|p| p.len() == 2));
+        let view = GraphView::new(vec![x, send("s", 1, Some("dp")), send("t", 3, Some("dp"))]);
+        assert!(swapped(&view, &ctx).contains(&vec![3, 1]));
+    }
 }

@@ -12,7 +12,7 @@ use crate::lemmas::SCALE;
 use crate::term::{literal_symbol, CAT, GET, LIST, MAX, MIN, SLICE, SUM};
 use shardproof_interp::{schedule, ScheduleProblem};
 use shardproof_ir::{Arg, DecompExpr, Graph, Node, NodeKind, OpMeaning, OpName, Program, ValueId};
-use shardproof_ops::{normalize_args, Meta, OpClass, Registry};
+use shardproof_ops::{normalize_args, Meta, OpClass, P2pEnd, Registry};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// A term template over the input values of a node.
@@ -1003,45 +1003,39 @@ pub type Messages = HashMap<(usize, usize), ValueRef>;
 /// rank `src` to `d` with tag `t`, in program order. Unmatched recvs stay out of the map (their
 /// lowering is unsupported: a verdict through them is inconclusive).
 pub fn pair_messages(program: &Program) -> Messages {
-    let int = |a: Option<&Arg>| a.and_then(Arg::as_int);
     // (src, dst, tag) -> the posted tensors, in the sender's program order.
-    let mut sent: BTreeMap<(i64, i64, i64), Vec<ValueRef>> = BTreeMap::new();
+    let mut sent: BTreeMap<(usize, usize, i64), Vec<ValueRef>> = BTreeMap::new();
     // (src, dst, tag) -> the recv nodes, in the receiver's program order.
-    let mut waiting: BTreeMap<(i64, i64, i64), Vec<(usize, usize)>> = BTreeMap::new();
+    let mut waiting: BTreeMap<(usize, usize, i64), Vec<(usize, usize)>> = BTreeMap::new();
     for (r, g) in program.ranks.iter().enumerate() {
+        let members = shardproof_ops::program_members(program, r);
         for (i, node) in g.nodes.iter().enumerate() {
-            let Some(op) = node.op() else { continue };
-            let args = node.args();
-            let tag = |k: usize| {
-                int(args.get(k))
-                    .or_else(|| int(node.kwarg("tag")))
-                    .unwrap_or(0)
+            let NodeKind::Call { op, args, kwargs } = &node.kind else {
+                continue;
             };
-            match op.to_string().as_str() {
-                P2P_SEND => {
-                    let (Some(x), Some(dst)) = (
-                        node.inputs().first().copied(),
-                        int(args.get(1)).or_else(|| int(node.kwarg("dst"))),
-                    ) else {
+            // The global peer, a group-relative one resolved: a call whose route does not
+            // resolve is paired with nothing (unsupported, so inconclusive).
+            let Some(Ok(call)) = shardproof_ops::p2p_node_call(op, args, kwargs, &members) else {
+                continue;
+            };
+            match call.end {
+                P2pEnd::Send => {
+                    let Some(x) = node.inputs().first().copied() else {
                         continue;
                     };
-                    sent.entry((r as i64, dst, tag(2)))
+                    sent.entry((r, call.peer, call.tag))
                         .or_default()
                         .push(ValueRef {
                             rank: Some(r),
                             value: x,
                         });
                 }
-                P2P_RECV => {
-                    let Some(src) = int(args.get(2)).or_else(|| int(node.kwarg("src"))) else {
-                        continue;
-                    };
+                P2pEnd::Recv => {
                     waiting
-                        .entry((src, r as i64, tag(3)))
+                        .entry((call.peer, r, call.tag))
                         .or_default()
                         .push((r, i));
                 }
-                _ => {}
             }
         }
     }

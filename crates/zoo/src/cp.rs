@@ -31,27 +31,24 @@ use crate::bugs::Mutation;
 use crate::graph::{Arg, GraphBuilder, Val};
 use crate::llama::{repeat_kv, repeat_kv_backward};
 
+/// The process group of the cp mesh dim (the zoo declares one group per mesh dim, named after
+/// it): the ring's sends and recvs name their peers by index in it.
+const CP_GROUP: &str = "cp";
+
 /// Where a rank sits on the cp mesh dim.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CpPlan {
     /// Size of the cp mesh dim (1: no context parallelism).
     pub cp: usize,
-    /// The rank's index along cp.
+    /// The rank's index along cp, which is also its index in its `cp` process group: the ring's
+    /// sends and recvs name their peers by that index (`group = 'cp'`), so a rank's graph does
+    /// not depend on its coordinates along the other mesh dims.
     pub cp_rank: usize,
-    /// The rank's global rank (send/recv name global ranks).
-    pub rank: usize,
-    /// The distance in global ranks between consecutive cp indices.
-    pub stride: usize,
 }
 
 impl CpPlan {
     /// No context parallelism.
-    pub const NONE: CpPlan = CpPlan {
-        cp: 1,
-        cp_rank: 0,
-        rank: 0,
-        stride: 1,
-    };
+    pub const NONE: CpPlan = CpPlan { cp: 1, cp_rank: 0 };
 
     /// Whether the sequence is split (cp >= 2).
     pub fn is_ring(&self) -> bool {
@@ -63,19 +60,15 @@ impl CpPlan {
         [self.cp_rank, 2 * self.cp - 1 - self.cp_rank]
     }
 
-    /// The global rank of cp index `j` in this rank's cp group.
-    fn peer(&self, j: usize) -> usize {
-        self.rank - self.cp_rank * self.stride + j * self.stride
-    }
-
-    /// The next rank of the ring (cp index `i + 1`).
+    /// The next rank of the ring: cp index `i + 1`, the peer's index in the rank's `cp` group
+    /// (what a send or recv with `group = 'cp'` names).
     fn next(&self) -> usize {
-        self.peer((self.cp_rank + 1) % self.cp)
+        (self.cp_rank + 1) % self.cp
     }
 
     /// The previous rank of the ring (cp index `i - 1`).
     fn prev(&self) -> usize {
-        self.peer((self.cp_rank + self.cp - 1) % self.cp)
+        (self.cp_rank + self.cp - 1) % self.cp
     }
 
     /// The cp index whose keys and values the rank holds at ring step `t`.
@@ -359,12 +352,12 @@ pub(crate) fn ring_attention(
     let (mut kc, mut vc) = (k.clone(), v.clone());
     for t in 0..cp.cp {
         if t > 0 {
-            kc = g.recv(&k.shape, cp.prev(), tag(cp, l, t, 0));
-            vc = g.recv(&v.shape, cp.prev(), tag(cp, l, t, 1));
+            kc = g.recv(&k.shape, cp.prev(), tag(cp, l, t, 0), CP_GROUP);
+            vc = g.recv(&v.shape, cp.prev(), tag(cp, l, t, 1), CP_GROUP);
         }
         if t + 1 < cp.cp {
-            g.send(&kc, cp.next(), tag(cp, l, t + 1, 0));
-            g.send(&vc, cp.next(), tag(cp, l, t + 1, 1));
+            g.send(&kc, cp.next(), tag(cp, l, t + 1, 0), CP_GROUP);
+            g.send(&vc, cp.next(), tag(cp, l, t + 1, 1), CP_GROUP);
         }
         let (rows, keys) = cp.parts(t);
         let q = part_of(g, q3, 1, rows);
@@ -428,15 +421,15 @@ pub(crate) fn ring_attention_backward(
     let mut dkv_in: Option<(Val, Val)> = None;
     for t in 0..cp.cp {
         if t > 0 {
-            kc = g.recv(&sv.k.shape, cp.prev(), tag(cp, l, t, 2));
-            vc = g.recv(&sv.v.shape, cp.prev(), tag(cp, l, t, 3));
-            let dk = g.recv(&sv.k.shape, cp.prev(), tag(cp, l, t, 4));
-            let dv = g.recv(&sv.v.shape, cp.prev(), tag(cp, l, t, 5));
+            kc = g.recv(&sv.k.shape, cp.prev(), tag(cp, l, t, 2), CP_GROUP);
+            vc = g.recv(&sv.v.shape, cp.prev(), tag(cp, l, t, 3), CP_GROUP);
+            let dk = g.recv(&sv.k.shape, cp.prev(), tag(cp, l, t, 4), CP_GROUP);
+            let dv = g.recv(&sv.v.shape, cp.prev(), tag(cp, l, t, 5), CP_GROUP);
             dkv_in = Some((dk, dv));
         }
         if t + 1 < cp.cp {
-            g.send(&kc, cp.next(), tag(cp, l, t + 1, 2));
-            g.send(&vc, cp.next(), tag(cp, l, t + 1, 3));
+            g.send(&kc, cp.next(), tag(cp, l, t + 1, 2), CP_GROUP);
+            g.send(&vc, cp.next(), tag(cp, l, t + 1, 3), CP_GROUP);
         }
         let (rows, keys) = cp.parts(t);
         let q = part_of(g, &sv.q3, 1, rows);
@@ -477,11 +470,11 @@ pub(crate) fn ring_attention_backward(
             ),
         };
         // On to the next rank; after the last step, back to the block's owner.
-        g.send(&dk_out, cp.next(), tag(cp, l, t + 1, 4));
-        g.send(&dv_out, cp.next(), tag(cp, l, t + 1, 5));
+        g.send(&dk_out, cp.next(), tag(cp, l, t + 1, 4), CP_GROUP);
+        g.send(&dv_out, cp.next(), tag(cp, l, t + 1, 5), CP_GROUP);
     }
-    let dk = g.recv(&sv.k.shape, cp.prev(), tag(cp, l, cp.cp, 4));
-    let dv = g.recv(&sv.v.shape, cp.prev(), tag(cp, l, cp.cp, 5));
+    let dk = g.recv(&sv.k.shape, cp.prev(), tag(cp, l, cp.cp, 4), CP_GROUP);
+    let dv = g.recv(&sv.v.shape, cp.prev(), tag(cp, l, cp.cp, 5), CP_GROUP);
     (dq.expect("at least one ring step"), dk, dv)
 }
 
@@ -491,16 +484,11 @@ mod tests {
 
     #[test]
     fn chunks_peers_and_parts() {
-        let p = |cp_rank| CpPlan {
-            cp: 4,
-            cp_rank,
-            rank: 3 + cp_rank * 2,
-            stride: 2,
-        };
+        let p = |cp_rank| CpPlan { cp: 4, cp_rank };
         assert_eq!(p(0).chunks(), [0, 7]);
         assert_eq!(p(3).chunks(), [3, 4]);
-        assert_eq!((p(0).next(), p(0).prev()), (5, 9));
-        assert_eq!((p(3).next(), p(3).prev()), (3, 7));
+        assert_eq!((p(0).next(), p(0).prev()), (1, 3));
+        assert_eq!((p(3).next(), p(3).prev()), (0, 2));
         assert_eq!(p(1).source(1), 0);
         assert_eq!(p(1).source(2), 3);
         assert_eq!(p(1).parts(0), (Part::All, Part::All));
@@ -515,12 +503,7 @@ mod tests {
         for cp in 2..=5 {
             let mut seen = vec![vec![0; 2 * cp]; 2 * cp];
             for i in 0..cp {
-                let plan = CpPlan {
-                    cp,
-                    cp_rank: i,
-                    rank: i,
-                    stride: 1,
-                };
+                let plan = CpPlan { cp, cp_rank: i };
                 for t in 0..cp {
                     let j = plan.source(t);
                     let holder = CpPlan { cp_rank: j, ..plan };

@@ -1229,12 +1229,7 @@ mod tests {
     fn cp_ranks_read_their_chunks_positions_and_ring() {
         let c = Gpt2Config::default();
         // cp rank 1 of 2 (global rank 1, tp = 1): chunks 1 and 2 of 4, positions 2..6.
-        let cp = CpPlan {
-            cp: 2,
-            cp_rank: 1,
-            rank: 1,
-            stride: 1,
-        };
+        let cp = CpPlan { cp: 2, cp_rank: 1 };
         let g = build_cp(&c, plan(1, 1, 0, false), &cp, false, None);
         let names: Vec<&str> = g.outputs().iter().map(|v| v.name.as_str()).collect();
         assert_eq!(names.len(), 1 + c.params().len());

@@ -758,21 +758,29 @@ impl GraphBuilder {
 }
 
 impl GraphBuilder {
-    /// `shardproof_p2p.send.default(x, dst, tag)`: posts `x` to global rank `dst` (see
-    /// docs/formats/point-to-point.md); the result, the sent tensor, is a handle nobody reads.
-    pub fn send(&mut self, x: &Val, dst: usize, tag: usize) -> Val {
+    /// `shardproof_p2p.send.default(x, dst, tag, group)`: posts `x` to the rank at index `dst`
+    /// of this rank's member set of process group `group` (see docs/formats/point-to-point.md),
+    /// so that every replica along the other mesh dims writes the same text; the result, the
+    /// sent tensor, is a handle nobody reads.
+    pub fn send(&mut self, x: &Val, dst: usize, tag: usize, group: &str) -> Val {
         self.call_typed(
             "send",
             "shardproof_p2p.send.default",
-            &[Arg::V(x), Arg::I(dst as i64), Arg::I(tag as i64)],
+            &[
+                Arg::V(x),
+                Arg::I(dst as i64),
+                Arg::I(tag as i64),
+                Arg::S(group),
+            ],
             x.dtype,
             x.shape.clone(),
         )
     }
 
-    /// `shardproof_p2p.recv.default(shape, torch.float32, src, tag)`: the next f32 tensor of
-    /// `shape` that global rank `src` sent to this rank with `tag`.
-    pub fn recv(&mut self, shape: &[usize], src: usize, tag: usize) -> Val {
+    /// `shardproof_p2p.recv.default(shape, torch.float32, src, tag, group)`: the next f32
+    /// tensor of `shape` that the rank at index `src` of this rank's member set of `group` sent
+    /// to this rank with `tag`.
+    pub fn recv(&mut self, shape: &[usize], src: usize, tag: usize, group: &str) -> Val {
         self.call(
             "recv",
             "shardproof_p2p.recv.default",
@@ -781,6 +789,7 @@ impl GraphBuilder {
                 Arg::Raw("torch.float32"),
                 Arg::I(src as i64),
                 Arg::I(tag as i64),
+                Arg::S(group),
             ],
             shape.to_vec(),
         )

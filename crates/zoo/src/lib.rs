@@ -798,8 +798,6 @@ fn cp_plan(r: usize, cp: usize, inner: usize) -> CpPlan {
     CpPlan {
         cp,
         cp_rank: r / inner % cp,
-        rank: r,
-        stride: inner,
     }
 }
 

@@ -39,6 +39,12 @@ use std::ops::Range;
 mod stages;
 use stages::*;
 
+/// The process group of the pp mesh dim (the zoo declares one group per mesh dim, named after
+/// it). A stage's index in it is its stage number: the stage's sends and recvs name their
+/// peers by it, so every data-parallel (and tensor-parallel) replica of a stage writes the
+/// same text.
+const PP_GROUP: &str = "pp";
+
 /// The order in which a stage runs the forward and backward passes of its microbatches.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Schedule {
@@ -276,8 +282,6 @@ struct Position {
     stages: usize,
     /// Its global rank.
     rank: usize,
-    /// Ranks per stage (`dp * tp`): the distance to the same rank of the next stage.
-    stride: usize,
 }
 
 impl Position {
@@ -393,14 +397,14 @@ fn run_passes(
     for pass in passes {
         match *pass {
             Pass::Forward(mb) => {
-                let input = (!pos.first()).then(|| g.recv(&boundary, pos.rank - pos.stride, mb));
+                let input = (!pos.first()).then(|| g.recv(&boundary, pos.stage - 1, mb, PP_GROUP));
                 if let Some(out) = stage.forward(g, mb, input) {
                     // The planted bug: the first stage's schedule stops one send short.
                     let dropped = bug == Some(Mutation::PpMismatchedSendRecv)
                         && pos.first()
                         && Some(mb) == last_forward;
                     if !dropped {
-                        g.send(&out, pos.rank + pos.stride, mb);
+                        g.send(&out, pos.stage + 1, mb, PP_GROUP);
                     }
                 }
             }
@@ -410,11 +414,11 @@ fn run_passes(
                 {
                     sync_over_dp(g, &mut acc, dp);
                 }
-                let grad = (!pos.last()).then(|| g.recv(&boundary, pos.rank + pos.stride, mb));
+                let grad = (!pos.last()).then(|| g.recv(&boundary, pos.stage + 1, mb, PP_GROUP));
                 let (grads, gx) = stage.backward(g, mb, grad);
                 train::accumulate(g, &mut acc, grads);
                 if !pos.first() {
-                    g.send(&gx, pos.rank - pos.stride, mb);
+                    g.send(&gx, pos.stage - 1, mb, PP_GROUP);
                 }
             }
         }
@@ -665,7 +669,6 @@ pub(crate) fn build_ranks<'a>(
                 stage,
                 stages: pp,
                 rank,
-                stride: per_stage,
             };
             let specs = stage_params(stage);
             return build_deepseek_stage(&plan, pos, &specs, division.stage(stage, plan.bug));
@@ -675,7 +678,6 @@ pub(crate) fn build_ranks<'a>(
             stage,
             stages: pp,
             rank,
-            stride: dp * tp,
         };
         let step = Step {
             opts: &train,

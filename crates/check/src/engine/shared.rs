@@ -714,11 +714,13 @@ pub fn graph_classes(graphs: &[Arc<Graph>]) -> Vec<usize> {
 
 /// The classes of rank graphs equal up to their point-to-point peers (issue 44, step 1 of
 /// the class design): graphs equal node for node (names and kinds, as [`graph_classes`])
-/// except that a `shardproof_p2p.send`'s `dst` and a `recv`'s `src` are compared as offsets
-/// from the graph's own rank. Data-parallel replicas of a pipeline stage differ only there
-/// (`send(x, 4)` on rank 0, `send(x, 6)` on rank 2). Every class of [`graph_classes`] lies in
-/// one relative class; `graphs[r]` is rank `r`'s graph.
-pub fn relative_classes(graphs: &[Arc<Graph>]) -> Vec<usize> {
+/// except that a `shardproof_p2p.send`'s and a `recv`'s global peer (a group-relative one
+/// resolved through `program`'s groups) is compared as an offset from the graph's own rank.
+/// Data-parallel replicas of a pipeline stage with global peers differ only there (`send(x, 4)`
+/// on rank 0, `send(x, 6)` on rank 2). Every class of [`graph_classes`] lies in one relative
+/// class; `program.ranks[r]` is rank `r`'s graph.
+pub fn relative_classes(program: &Program) -> Vec<usize> {
+    let graphs = &program.ranks;
     let mut firsts: HashMap<(usize, u64), Vec<usize>> = HashMap::new();
     let mut class: Vec<usize> = Vec::with_capacity(graphs.len());
     for (r, g) in graphs.iter().enumerate() {
@@ -732,7 +734,7 @@ pub fn relative_classes(graphs: &[Arc<Graph>]) -> Vec<usize> {
             o.nodes
                 .iter()
                 .zip(&g.nodes)
-                .all(|(a, b)| a.name == b.name && same_up_to_peers(&a.kind, q, &b.kind, r))
+                .all(|(a, b)| a.name == b.name && same_up_to_peers(program, &a.kind, q, &b.kind, r))
         });
         match same {
             Some(q) => class.push(class[q]),
@@ -746,8 +748,9 @@ pub fn relative_classes(graphs: &[Arc<Graph>]) -> Vec<usize> {
 }
 
 /// Whether node kinds `a` (of rank `ra`'s graph) and `b` (of rank `rb`'s) are equal, a
-/// point-to-point call's peer compared as its offset from the graph's own rank.
-fn same_up_to_peers(a: &NodeKind, ra: usize, b: &NodeKind, rb: usize) -> bool {
+/// point-to-point call's route (its global peer, as an offset from the graph's own rank, and
+/// its tag) compared instead of the literals that state it.
+fn same_up_to_peers(program: &Program, a: &NodeKind, ra: usize, b: &NodeKind, rb: usize) -> bool {
     match (a, b) {
         (
             NodeKind::Call {
@@ -760,29 +763,49 @@ fn same_up_to_peers(a: &NodeKind, ra: usize, b: &NodeKind, rb: usize) -> bool {
                 args: ab,
                 kwargs: kb,
             },
-        ) if oa.namespace == shardproof_ops::P2P_NAMESPACE => {
-            // The peer's position and keyword (`send(input, dst, tag)`,
-            // `recv(size, dtype, src, tag)`).
-            let (at, key) = match oa.name.as_str() {
-                "send" => (1, "dst"),
-                "recv" => (2, "src"),
-                _ => return a == b,
+        ) if oa.namespace == shardproof_ops::P2P_NAMESPACE && oa == ob => {
+            let route = |args: &[Arg], kwargs: &[(String, Arg)], r: usize| {
+                shardproof_ops::p2p_node_call(
+                    oa,
+                    args,
+                    kwargs,
+                    &shardproof_ops::program_members(program, r),
+                )
+                .and_then(Result::ok)
             };
-            let rel = |x: &Arg, y: &Arg| match (x, y) {
-                (Arg::Int(i), Arg::Int(j)) => *i - ra as i64 == *j - rb as i64,
-                _ => x == y,
+            let (Some(x), Some(y)) = (route(aa, ka, ra), route(ab, kb, rb)) else {
+                return a == b;
             };
-            oa == ob
-                && aa.len() == ab.len()
-                && ka.len() == kb.len()
-                && aa
-                    .iter()
-                    .zip(ab)
-                    .enumerate()
-                    .all(|(k, (x, y))| if k == at { rel(x, y) } else { x == y })
-                && ka.iter().zip(kb).all(|((kx, x), (ky, y))| {
-                    kx == ky && if kx == key { rel(x, y) } else { x == y }
-                })
+            // The peer's position (`send(input, dst, tag, group)`, `recv(size, dtype, src,
+            // tag, group)`): the arguments before it say what is sent or received; those from
+            // it on, and the route's keywords, are the route.
+            let at = if x.end == shardproof_ops::P2pEnd::Send {
+                1
+            } else {
+                2
+            };
+            let route_key = |k: &str| matches!(k, "dst" | "src" | "tag" | "group");
+            let rest = |kw: &[(String, Arg)]| {
+                kw.iter()
+                    .filter(|(k, _)| !route_key(k))
+                    .cloned()
+                    .collect::<Vec<_>>()
+            };
+            // The same form on both sides (a global peer, or an index into the same group),
+            // so that literal comparisons of the two graphs' nodes (`same_expression`) agree
+            // for a twin and its representative.
+            let group = |args: &[Arg], kwargs: &[(String, Arg)]| {
+                args.get(at + 2)
+                    .or_else(|| kwargs.iter().find(|(k, _)| k == "group").map(|(_, a)| a))
+                    .filter(|a| **a != Arg::None)
+                    .cloned()
+            };
+            x.end == y.end
+                && group(aa, ka) == group(ab, kb)
+                && x.tag == y.tag
+                && x.peer as i64 - ra as i64 == y.peer as i64 - rb as i64
+                && aa.iter().take(at).eq(ab.iter().take(at))
+                && rest(ka) == rest(kb)
         }
         _ => a == b,
     }

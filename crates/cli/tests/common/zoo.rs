@@ -195,15 +195,22 @@ pub fn words(text: &str) -> Vec<&str> {
     text.split_whitespace().collect()
 }
 
-/// The peer rank of each `shardproof_p2p` message of `graph`: the `dst` of
-/// `send.default(x, dst, tag)`, the `src` of `recv.default(shape, dtype, src, tag)`.
+/// The peer of each `shardproof_p2p` message of `graph` as written, `index@group` for a
+/// group-relative one (the zoo's: `send.default(x, dst, tag, 'cp')`), the global rank
+/// otherwise: the `dst` of a send, the `src` of a recv.
 pub fn p2p_peers(graph: &str) -> Vec<String> {
     p2p_calls(graph)
         .iter()
         .map(|c| {
             let args = c.rsplit(')').nth(1).unwrap_or(c);
             let fields: Vec<&str> = args.rsplit(", ").collect();
-            fields[1].to_string()
+            match fields[0]
+                .strip_prefix('\'')
+                .and_then(|g| g.strip_suffix('\''))
+            {
+                Some(group) => format!("{}@{group}", fields[2]),
+                None => fields[1].to_string(),
+            }
         })
         .collect()
 }

@@ -7,8 +7,8 @@ use super::{
     pair_sums, product_reduced, scale, scales, shape, sizes, slice, sums, transposes, views, Graph,
     Lemma, MAX_SEPARATE_ADDS, PIECEWISE, SCALE,
 };
-use crate::term::{is_op, Term, CAT, SLICE, SUM};
-use egg::{Id, Symbol};
+use crate::term::{is_op, sym, Term, CAT, SLICE, SUM};
+use egg::Id;
 use std::sync::Arc;
 
 /// The lemmas of this family, in the library's order.
@@ -381,7 +381,7 @@ pub(super) fn lemmas() -> Vec<Lemma> {
             let Some(out) = shape(g, eclass) else { return vec![] };
             let full = |g: &Graph, id: Id| shape(g, id).as_deref() == Some(&out[..]);
             let mut res = Vec::new();
-            if node_sym(g, eclass, kids, &["aten.add.Tensor"]).is_some() {
+            if node_sym(g, eclass, kids, &[sym!("aten.add.Tensor")]).is_some() {
                 if !is_one(g, kids[2]) || !full(g, kids[0]) || !full(g, kids[1]) {
                     return vec![];
                 }
@@ -418,7 +418,7 @@ pub(super) fn lemmas() -> Vec<Lemma> {
             // built, so sums do not grow additions nobody computes.
             if kids.len() >= 2 && kids.iter().all(|&k| full(g, k)) {
                 if let Some(one) = g.lookup(Term::Num(1)) {
-                    let add = Symbol::from("aten.add.Tensor");
+                    let add = sym!("aten.add.Tensor");
                     let mut acc = Some(kids[0]);
                     for &k in &kids[1..] {
                         acc = acc.and_then(|a| {
@@ -592,7 +592,7 @@ pub(super) fn lemmas() -> Vec<Lemma> {
         requires: None,
         build: Arc::new(|g, eclass, kids| {
             let mut out = Vec::new();
-            if kids.len() == 3 && node_sym(g, eclass, kids, &[SCALE]).is_some() {
+            if kids.len() == 3 && node_sym(g, eclass, kids, &[sym!(SCALE)]).is_some() {
                 for (d, pieces) in cats(g, kids[2]) {
                     let parts: Vec<Id> = pieces.iter().map(|&p| op(g, SCALE, vec![kids[0], kids[1], p])).collect();
                     out.push(cat(g, d, parts));

@@ -4,7 +4,7 @@ use super::{
     int, is_true, is_zero, linear_positions, node_sym, op, product_reduced, same_ratio, scale,
     scales, sums, with_kids, zero_fill, Graph, Lemma, ELEMENTWISE, LINEAR, SCALE, WIDENED,
 };
-use crate::term::{is_op, Term, SUM};
+use crate::term::{is_op, sym, Term, SUM};
 use egg::{Id, Symbol};
 use std::sync::Arc;
 
@@ -36,11 +36,12 @@ pub(super) fn lemmas() -> Vec<Lemma> {
         .map(|e| e.0.to_string())
         .chain(LINEAR.iter().map(|e| e.0.to_string()))
         .collect();
-    let lr: Vec<&'static str> = ELEMENTWISE
+    // Interned once: the appliers compare the matched node's symbol with these on every match.
+    let lr: Vec<Symbol> = ELEMENTWISE
         .iter()
         .filter(|e| !e.2.is_empty())
-        .map(|e| e.0)
-        .chain(LINEAR.iter().map(|e| e.0))
+        .map(|e| Symbol::from(e.0))
+        .chain(LINEAR.iter().map(|e| Symbol::from(e.0)))
         .collect();
     let lr2 = lr.clone();
     l.push(Lemma {
@@ -138,7 +139,7 @@ pub(super) fn lemmas() -> Vec<Lemma> {
             if !zero_fill {
                 return vec![];
             }
-            let sym = Symbol::from("aten.scatter.src");
+            let sym = sym!("aten.scatter.src");
             sums(g, kids[3])
                 .into_iter()
                 .map(|s| {
@@ -178,7 +179,7 @@ pub(super) fn lemmas() -> Vec<Lemma> {
         ],
         requires: None,
         build: Arc::new(|g, eclass, kids| {
-            let roots = ["aten.index_put.default", "aten.scatter_add.default"];
+            let roots = [sym!("aten.index_put.default"), sym!("aten.scatter_add.default")];
             let Some(sym) = node_sym(g, eclass, kids, &roots) else {
                 return vec![];
             };

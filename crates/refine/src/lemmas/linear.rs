@@ -307,6 +307,22 @@ pub(super) fn lemmas() -> Vec<Lemma> {
                 return vec![];
             };
             let x = g.find(kids[2]);
+            // A sibling is a scale node over x, so its class is among x's parents' (egg keeps
+            // every node over a class among its parents, through unions). Without one outside
+            // this class there is nothing to build; the full scan below is only for its order
+            // (the first four in the e-graph's class order), and it was a tenth of 16-rank
+            // DeepSeek's CPU.
+            let me = g.find(eclass);
+            let any_sibling = g[x].parents().any(|p| {
+                let c = g.find(p);
+                c != me
+                    && g[c].nodes.iter().any(
+                        |n| matches!(n, Term::Op(s, k) if is_op!(s, SCALE) && g.find(k[2]) == x),
+                    )
+            });
+            if !any_sibling {
+                return vec![];
+            }
             let mut siblings = Vec::new();
             for class in g.classes() {
                 if class.id == g.find(eclass) {

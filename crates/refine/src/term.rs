@@ -83,16 +83,30 @@ impl FromOp for Term {
     }
 }
 
-/// Whether a symbol (`Symbol` or `&Symbol`) names the operator `$name` (a literal or a
-/// constant). The name is interned once per call site, so the test is an integer compare:
-/// `Symbol::as_str` takes the global symbol table's lock, and lemma searches ran it on every
-/// node of every class they scanned (44% of a saturation's time on the llama tp=2 bug case).
-macro_rules! is_op {
-    ($sym:expr, $name:expr) => {{
-        static NAME: std::sync::LazyLock<egg::Symbol> =
-            std::sync::LazyLock::new(|| egg::Symbol::from($name));
-        *std::borrow::Borrow::<egg::Symbol>::borrow(&$sym) == *NAME
+/// The operator name `$name`, interned once per call site: a `Symbol` read from a static.
+///
+/// `$name` must be a constant (`&'static str` literal or `const`): the static keeps the first
+/// name it was built from, so a name computed at run time would silently stand for every later
+/// one. A `const` item enforces it: a local, a parameter or a non-`const` call does not compile.
+macro_rules! sym {
+    ($name:expr) => {{
+        const NAME: &str = $name;
+        static SYM: std::sync::LazyLock<egg::Symbol> =
+            std::sync::LazyLock::new(|| egg::Symbol::from(NAME));
+        *SYM
     }};
+}
+pub(crate) use sym;
+
+/// Whether a symbol (`Symbol` or `&Symbol`) names the operator `$name` (a literal or a
+/// constant, see [`sym!`]). The name is interned once per call site, so the test is an integer
+/// compare: `Symbol::as_str` takes the global symbol table's lock, and lemma searches ran it on
+/// every node of every class they scanned (44% of a saturation's time on the llama tp=2 bug
+/// case).
+macro_rules! is_op {
+    ($sym:expr, $name:expr) => {
+        *std::borrow::Borrow::<egg::Symbol>::borrow(&$sym) == $crate::term::sym!($name)
+    };
 }
 pub(crate) use is_op;
 

@@ -10,9 +10,9 @@
 //! rank's call up and never builds it: on models without cp nothing matches, and a call built
 //! speculatively on a rank tensor would only grow the graph.
 
-use super::{cats, ew, int, int_list, is_true, list, node_sym, op, shape, sizes, slice};
+use super::{cats, ew, int, int_list, is_true, list, node_sym, op, shape, sizes, slice, symbols};
 use super::{views, with_kids, Graph, Lemma, GET, SUM};
-use crate::term::{is_op, Term, CAT, LIST, SLICE};
+use crate::term::{is_op, sym, Term, CAT, LIST, SLICE};
 use egg::{Id, Symbol};
 use std::sync::Arc;
 
@@ -147,7 +147,7 @@ pub(super) fn lookup_list(g: &Graph, v: &[usize]) -> Option<Id> {
         .iter()
         .map(|&n| g.lookup(Term::Num(n as i64)))
         .collect::<Option<Vec<Id>>>()?;
-    g.lookup(Term::Op(Symbol::from(LIST), ids))
+    g.lookup(Term::Op(sym!(LIST), ids))
 }
 
 /// `x` viewed as `target`, when the graph has that class: `x` itself, the input of one of its
@@ -166,7 +166,7 @@ fn existing_view(g: &Graph, x: Id, target: &[usize]) -> Option<Id> {
     let l = lookup_list(g, target)?;
     std::iter::once(x)
         .chain(inputs)
-        .find_map(|u| g.lookup(Term::Op(Symbol::from("aten.view.default"), vec![u, l])))
+        .find_map(|u| g.lookup(Term::Op(sym!("aten.view.default"), vec![u, l])))
 }
 
 /// `x` viewed as `target` (`x` itself when it has that shape).
@@ -374,7 +374,7 @@ fn copies_over_tokens(g: &Graph, id: Id, at: usize, form: &Chunk, whole: &[usize
             let copies = std::iter::once(k[0])
                 .chain(std::iter::repeat_n(c, form.lead[form.split]))
                 .collect();
-            let all = g.lookup(Term::Op(Symbol::from(CAT), copies))?;
+            let all = g.lookup(Term::Op(sym!(CAT), copies))?;
             return existing_view(g, all, whole);
         }
     }
@@ -460,7 +460,7 @@ fn topk_over_chunk(g: &mut Graph, k: Id, call: Id, out: &[usize]) -> Option<Id> 
             let Some(t) = g.lookup(with_kids(sym, &ck, &[(0, whole)])) else {
                 continue;
             };
-            let Some(y) = g.lookup(Term::Op(Symbol::from(GET), vec![k, t])) else {
+            let Some(y) = g.lookup(Term::Op(sym!(GET), vec![k, t])) else {
                 continue;
             };
             if let Some(r) = chunk_of_result(g, y, &form, out, form.at) {
@@ -525,7 +525,7 @@ fn chunk_roots() -> Vec<String> {
 /// them.
 fn tokenwise_over_chunk() -> Lemma {
     let roots = chunk_roots();
-    let matched = roots.clone();
+    let matched = symbols(&roots);
     Lemma {
         name: "tokenwise-over-chunk",
         doc: "f(view(slice(x, d, a, b), s)) where dim t of s flattens dims of the slice including d, f token-wise along t (elementwise, mm/bmm rows, sums, scatters and gathers along other dims, top-k, expand, transpose) = the same slice of f(view(x, s')), only when that call is in the graph",
@@ -791,7 +791,7 @@ fn contraction_over_chunks() -> Lemma {
         ],
         requires: None,
         build: Arc::new(|g, eclass, kids| {
-            let Some(sym) = node_sym(g, eclass, kids, &[MM, BMM]) else {
+            let Some(sym) = node_sym(g, eclass, kids, &[sym!(MM), sym!(BMM)]) else {
                 return vec![];
             };
             // (left's contracted dim and the one a transpose swaps it with; right's likewise)
@@ -887,7 +887,7 @@ fn sum_over_chunk() -> Lemma {
                     let whole: Vec<usize> = (zs.len() - k..zs.len()).collect();
                     let Some(l) = lookup_list(g, &whole) else { continue };
                     let call = Term::Op(
-                        Symbol::from("aten.sum.dim_IntList"),
+                        sym!("aten.sum.dim_IntList"),
                         vec![z, l, kids[2], kids[3]],
                     );
                     let Some(total) = g.lookup(call) else { continue };

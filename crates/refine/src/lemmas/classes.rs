@@ -3,7 +3,7 @@
 //! (concatenations, slices, scales, fills, calls with some children replaced).
 
 use super::{gcd128, Graph};
-use crate::term::{is_op, Data, Term, CAT, GET, LIST, SLICE, SUM};
+use crate::term::{is_op, sym, Data, Term, CAT, GET, LIST, SLICE, SUM};
 use egg::{Id, Symbol};
 
 /// The single-tensor shape of a class.
@@ -263,7 +263,7 @@ pub(super) fn split_alike(g: &mut Graph, id: Id, d: usize, szs: &[usize]) -> Opt
                 let l = list(g, &s);
                 let mut k = k.clone();
                 k[0] = l;
-                g.add(Term::Op(Symbol::from("aten.full.default"), k))
+                g.add(Term::Op(sym!("aten.full.default"), k))
             }
             None => slice(g, d, off, off + n, id),
         });

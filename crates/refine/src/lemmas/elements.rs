@@ -19,7 +19,7 @@
 //! Constrained like the other lemmas: the whole operator is only looked up, never built.
 
 use super::{ew, int, int_list, node_sym, shape, Graph, Lemma};
-use crate::term::{is_leaf, is_op, Term, CAT, SLICE};
+use crate::term::{is_leaf, is_op, sym, Term, CAT, SLICE};
 use egg::Id;
 use std::sync::Arc;
 
@@ -349,6 +349,7 @@ fn same_elements(g: &Graph, a: Id, ca: &[Vec<usize>], b: Id, cb: &[Vec<usize>]) 
 /// tensor that `y'` contributes to `f(x, y')` at the coordinate `L` reads of `x`.
 fn elementwise_through_layout() -> Lemma {
     let roots = super::elementwise_roots();
+    let matched = super::symbols(&roots);
     Lemma {
         name: "elementwise-through-layout",
         doc: "f(L(x), y) = L(f(x, y')) for an elementwise f and a chain L of slices, views, permutes, unsqueezes and expands, when the graph holds f(x, y') and y and y' read the same elements of one tensor there (each operand's chain reduced to the base elements it reads, compared on the concrete shapes)",
@@ -379,7 +380,7 @@ fn elementwise_through_layout() -> Lemma {
                 return vec![];
             }
             let plain = size <= MAX_GRAPH_NODES;
-            let Some(sym) = node_sym(g, eclass, kids, &roots) else { return vec![] };
+            let Some(sym) = node_sym(g, eclass, kids, &matched) else { return vec![] };
             let Some(&(_, tensors, _, _)) = ew(sym.as_str()) else { return vec![] };
             if tensors.len() < 2 {
                 return vec![];
@@ -561,14 +562,14 @@ fn select_index(g: &mut Graph, b: &Broadcast, base_shape: &[usize], j: usize) ->
     vec![
         Step {
             // The view's shape is given when the chain is built.
-            node: Term::Op(egg::Symbol::from("aten.view.default"), vec![whole, whole]),
+            node: Term::Op(sym!("aten.view.default"), vec![whole, whole]),
             at: 0,
             moves: Move::View,
             input: b.unit.clone(),
             result: base_shape.to_vec(),
         },
         Step {
-            node: Term::Op(egg::Symbol::from(SLICE), vec![d, start, end, whole]),
+            node: Term::Op(sym!(SLICE), vec![d, start, end, whole]),
             at: 3,
             moves: Move::Slice {
                 dim: b.dim,
@@ -641,7 +642,7 @@ fn present(g: &Graph, steps: &[Step], whole: Id) -> Option<Id> {
                     .iter()
                     .map(|&n| g.lookup(Term::Num(n as i64)))
                     .collect::<Option<Vec<_>>>()?;
-                Some(g.lookup(Term::Op(egg::Symbol::from(crate::term::LIST), nums))?)
+                Some(g.lookup(Term::Op(sym!(crate::term::LIST), nums))?)
             }
             _ => None,
         };
@@ -746,7 +747,7 @@ fn cat_through_layout() -> Lemma {
                                 let mut around = kids[..=start].to_vec();
                                 around.push(id);
                                 around.extend(&pieces[start + k..]);
-                                Term::Op(egg::Symbol::from(CAT), around)
+                                Term::Op(sym!(CAT), around)
                             })
                         };
                         let known = present(g, &lifted, whole).and_then(|id| match rest(id) {
@@ -908,10 +909,7 @@ fn lift(g: &mut Graph, steps: &[Step], wkids: &[Id], d: usize, out: &[usize]) ->
                     return None;
                 };
                 let list = super::list(g, &q);
-                node = Term::Op(
-                    egg::Symbol::from("aten.permute.default"),
-                    vec![kids[s.at], list],
-                );
+                node = Term::Op(sym!("aten.permute.default"), vec![kids[s.at], list]);
                 moves = Move::Permute(q);
             }
             Move::Slice { dim, .. } if *dim == at => return None,

@@ -3,16 +3,17 @@
 
 use super::{
     cat, cats, elementwise_roots, ew, is_one, node_sym, regroup, shape, sizes, slice, sums,
-    with_kids, Graph, Lemma, ELEMENTWISE,
+    symbols, with_kids, Graph, Lemma, ELEMENTWISE,
 };
-use crate::term::{Data, Term};
+use crate::term::{sym, Data, Term};
 use egg::{Id, Symbol};
 use std::sync::Arc;
 
 /// The lemmas of this family, in the library's order.
 pub(super) fn lemmas() -> Vec<Lemma> {
     let mut l = Vec::new();
-    let all_ew: Vec<&str> = ELEMENTWISE.iter().map(|e| e.0).collect();
+    // Interned once: the appliers compare the matched node's symbol with these on every match.
+    let all_ew = symbols(&ELEMENTWISE.iter().map(|e| e.0).collect::<Vec<_>>());
     // Elementwise operators act piece by piece on concatenations.
     let roots = all_ew.clone();
     l.push(Lemma {
@@ -151,7 +152,7 @@ pub(super) fn lemmas() -> Vec<Lemma> {
                     continue;
                 }
                 let inner = g.add(node);
-                results.push(g.add(Term::Op(Symbol::from("aten.view.default"), vec![inner, size])));
+                results.push(g.add(Term::Op(sym!("aten.view.default"), vec![inner, size])));
             }
             results
         }),
@@ -190,7 +191,7 @@ fn add_regrouped() -> Lemma {
             if !is_one(g, kids[2]) || !full(g, kids[0]) || !full(g, kids[1]) {
                 return vec![];
             }
-            let add = Symbol::from("aten.add.Tensor");
+            let add = sym!("aten.add.Tensor");
             let one = kids[2];
             // The unit-alpha, full-shape additions in a class, as their operand pairs.
             let adds = |g: &Graph, id: Id| -> Vec<(Id, Id)> {

@@ -13,7 +13,7 @@ use super::ring::{
     calls, cats_along, finite_lse, fully_masked, has, is_maximum_of, make_fill, normalizer_parts,
 };
 use super::{classes_of, int, is_one, op, shape, slice, zero_fill, Graph, Lemma, SUM};
-use crate::term::{is_op, Term, CAT, SLICE};
+use crate::term::{is_op, sym, Term, CAT, SLICE};
 use egg::Id;
 use std::sync::Arc;
 
@@ -44,6 +44,11 @@ const ADD: &str = "aten.add.Tensor";
 /// The matrix products a lemma reads (both operands tensors of the same rank, 2 for `mm`, 3
 /// for `bmm`, 3 or more for `matmul`).
 const PRODUCTS: [&str; 3] = [BMM, MM, MATMUL];
+
+/// [`PRODUCTS`] as symbols, interned once, for [`super::node_sym`].
+fn product_syms() -> [egg::Symbol; 3] {
+    [sym!(BMM), sym!(MM), sym!(MATMUL)]
+}
 
 /// A zero fill of `shape` with the value and options of `fill`.
 fn zeros(g: &mut Graph, shape: &[usize], fill: &(Id, Vec<Id>)) -> Id {
@@ -93,7 +98,7 @@ fn product_with_zero_block() -> Lemma {
         ],
         requires: None,
         build: Arc::new(|g, eclass, kids| {
-            let Some(sym) = super::node_sym(g, eclass, kids, &PRODUCTS).map(|s| s.as_str()) else {
+            let Some(sym) = super::node_sym(g, eclass, kids, &product_syms()).map(|s| s.as_str()) else {
                 return vec![];
             };
             let (Some(sa), Some(sb), Some(out)) = (shape(g, kids[0]), shape(g, kids[1]), shape(g, eclass)) else {
@@ -172,7 +177,7 @@ fn join(g: &mut Graph, pieces: &[Id], d: usize, depth: usize) -> Option<Id> {
     let dim = g.lookup(crate::term::Term::Num(d as i64));
     if let Some(dim) = dim {
         let node = crate::term::Term::Op(
-            egg::Symbol::from(CAT),
+            sym!(CAT),
             std::iter::once(dim).chain(pieces.iter().copied()).collect(),
         );
         if let Some(id) = g.lookup(node) {
@@ -358,7 +363,7 @@ fn product_of_row_slice() -> Lemma {
             if !(has(g, kids[0], SLICE) || has(g, kids[0], TRANSPOSE) || has(g, kids[1], SLICE) || has(g, kids[1], TRANSPOSE)) {
                 return vec![];
             }
-            let Some(sym) = super::node_sym(g, eclass, kids, &PRODUCTS).map(|s| s.as_str()) else {
+            let Some(sym) = super::node_sym(g, eclass, kids, &product_syms()).map(|s| s.as_str()) else {
                 return vec![];
             };
             let (Some(ra), Some(rb)) = (shape(g, kids[0]).map(|s| s.len()), shape(g, kids[1]).map(|s| s.len())) else {
@@ -436,10 +441,7 @@ fn present_transposes(g: &Graph, id: Id, r: usize, sliced: usize) -> Vec<(Id, Op
                     g.lookup(crate::term::Term::Num(r as i64))?,
                     g.lookup(crate::term::Term::Num(r as i64 + 1))?,
                 );
-                g.lookup(crate::term::Term::Op(
-                    egg::Symbol::from(TRANSPOSE),
-                    vec![x, a, b],
-                ))
+                g.lookup(crate::term::Term::Op(sym!(TRANSPOSE), vec![x, a, b]))
             })
     };
     let mut out: Vec<(Id, Option<Cut>)> = whole(id).into_iter().map(|t| (t, None)).collect();
@@ -477,7 +479,7 @@ fn transposed_product() -> Lemma {
             if !(has(g, kids[0], TRANSPOSE) || has(g, kids[1], TRANSPOSE)) {
                 return vec![];
             }
-            let Some(sym) = super::node_sym(g, eclass, kids, &[BMM, MM]).map(|s| s.as_str()) else {
+            let Some(sym) = super::node_sym(g, eclass, kids, &[sym!(BMM), sym!(MM)]).map(|s| s.as_str()) else {
                 return vec![];
             };
             let (Some(sa), Some(sb)) = (shape(g, kids[0]), shape(g, kids[1])) else { return vec![] };
@@ -556,7 +558,7 @@ fn product_of_contraction_block() -> Lemma {
             if !(sliced(kids[0]) && sliced(kids[1])) {
                 return vec![];
             }
-            let Some(sym) = super::node_sym(g, eclass, kids, &PRODUCTS).map(|s| s.as_str()) else {
+            let Some(sym) = super::node_sym(g, eclass, kids, &product_syms()).map(|s| s.as_str()) else {
                 return vec![];
             };
             let (Some(sa), Some(sb)) = (shape(g, kids[0]), shape(g, kids[1])) else { return vec![] };
@@ -690,7 +692,7 @@ fn transposed_slices(g: &Graph, id: Id, d: usize) -> Vec<(usize, usize, Id, Opti
             let (Some(a), Some(b)) = (int(g, k[1]), int(g, k[2])) else {
                 continue;
             };
-            let node = Term::Op(egg::Symbol::from(TRANSPOSE), vec![k[3], t[1], t[2]]);
+            let node = Term::Op(sym!(TRANSPOSE), vec![k[3], t[1], t[2]]);
             out.push((a as usize, b as usize, k[3], g.lookup(node), other));
         }
     }
@@ -1275,12 +1277,12 @@ fn present_total(g: &Graph, [a, b]: [Id; 2]) -> Option<Id> {
     let added = g.lookup(Term::Num(1)).and_then(|one| {
         [(a, b), (b, a)]
             .into_iter()
-            .find_map(|(x, y)| g.lookup(Term::Op(egg::Symbol::from(ADD), vec![x, y, one])))
+            .find_map(|(x, y)| g.lookup(Term::Op(sym!(ADD), vec![x, y, one])))
     });
     added.or_else(|| {
         [(a, b), (b, a)]
             .into_iter()
-            .find_map(|(x, y)| g.lookup(Term::Op(egg::Symbol::from(SUM), vec![x, y])))
+            .find_map(|(x, y)| g.lookup(Term::Op(sym!(SUM), vec![x, y])))
             .filter(|&s| named_by_rank(g, s))
     })
 }

@@ -4,7 +4,7 @@ use super::{
     int, is_true, is_zero, linear_positions, node_sym, op, product_reduced, same_ratio, scale,
     scales, sums, with_kids, zero_fill, Graph, Lemma, ELEMENTWISE, LINEAR, SCALE, WIDENED,
 };
-use crate::term::{is_op, Term, SUM};
+use crate::term::{is_op, sym, Term, SUM};
 use egg::{Id, Symbol};
 use std::sync::Arc;
 
@@ -36,11 +36,12 @@ pub(super) fn lemmas() -> Vec<Lemma> {
         .map(|e| e.0.to_string())
         .chain(LINEAR.iter().map(|e| e.0.to_string()))
         .collect();
-    let lr: Vec<&'static str> = ELEMENTWISE
+    // Interned once: the appliers compare the matched node's symbol with these on every match.
+    let lr: Vec<Symbol> = ELEMENTWISE
         .iter()
         .filter(|e| !e.2.is_empty())
-        .map(|e| e.0)
-        .chain(LINEAR.iter().map(|e| e.0))
+        .map(|e| Symbol::from(e.0))
+        .chain(LINEAR.iter().map(|e| Symbol::from(e.0)))
         .collect();
     let lr2 = lr.clone();
     l.push(Lemma {
@@ -138,7 +139,7 @@ pub(super) fn lemmas() -> Vec<Lemma> {
             if !zero_fill {
                 return vec![];
             }
-            let sym = Symbol::from("aten.scatter.src");
+            let sym = sym!("aten.scatter.src");
             sums(g, kids[3])
                 .into_iter()
                 .map(|s| {
@@ -178,7 +179,7 @@ pub(super) fn lemmas() -> Vec<Lemma> {
         ],
         requires: None,
         build: Arc::new(|g, eclass, kids| {
-            let roots = ["aten.index_put.default", "aten.scatter_add.default"];
+            let roots = [sym!("aten.index_put.default"), sym!("aten.scatter_add.default")];
             let Some(sym) = node_sym(g, eclass, kids, &roots) else {
                 return vec![];
             };
@@ -306,6 +307,22 @@ pub(super) fn lemmas() -> Vec<Lemma> {
                 return vec![];
             };
             let x = g.find(kids[2]);
+            // A sibling is a scale node over x, so its class is among x's parents' (egg keeps
+            // every node over a class among its parents, through unions). Without one outside
+            // this class there is nothing to build; the full scan below is only for its order
+            // (the first four in the e-graph's class order), and it was a tenth of 16-rank
+            // DeepSeek's CPU.
+            let me = g.find(eclass);
+            let any_sibling = g[x].parents().any(|p| {
+                let c = g.find(p);
+                c != me
+                    && g[c].nodes.iter().any(
+                        |n| matches!(n, Term::Op(s, k) if is_op!(s, SCALE) && g.find(k[2]) == x),
+                    )
+            });
+            if !any_sibling {
+                return vec![];
+            }
             let mut siblings = Vec::new();
             for class in g.classes() {
                 if class.id == g.find(eclass) {

@@ -10,7 +10,7 @@ use super::{
     cat, cats, int, int_list, is_one, is_zero, node_sym, op, scale, scales, shape, sizes, sums,
     with_kids, Graph, Lemma,
 };
-use crate::term::{is_op, Term, GET, SUM};
+use crate::term::{is_op, sym, Term, GET, SUM};
 use egg::{Id, Symbol};
 use std::sync::Arc;
 
@@ -60,7 +60,7 @@ fn add_replicated_into_sum() -> Lemma {
         ],
         requires: None,
         build: Arc::new(|g, eclass, kids| {
-            if node_sym(g, eclass, kids, &["aten.add.Tensor"]).is_none() || !is_one(g, kids[2]) {
+            if node_sym(g, eclass, kids, &[sym!("aten.add.Tensor")]).is_none() || !is_one(g, kids[2]) {
                 return vec![];
             }
             let mut out = Vec::new();
@@ -291,7 +291,7 @@ fn scatter_into_zeros_over_scale() -> Lemma {
             if !is_zero_fill(g, kids[0]) {
                 return vec![];
             }
-            let sym = Symbol::from("aten.scatter.src");
+            let sym = sym!("aten.scatter.src");
             scales(g, kids[3])
                 .into_iter()
                 .map(|(p, q, x)| {
@@ -486,7 +486,7 @@ fn aligned_pieces(g: &mut Graph, id: Id, at: usize, form: &TokenSplit) -> Option
             let l = super::list(g, &ps);
             let mut k = fill.clone();
             k[0] = l;
-            g.add(Term::Op(Symbol::from("aten.full.default"), k))
+            g.add(Term::Op(sym!("aten.full.default"), k))
         })
         .collect();
     Some(pieces)
@@ -592,6 +592,7 @@ fn tokenwise_over_interleaved_cat() -> Lemma {
         GET,
     ])
     .collect();
+    let matched: Vec<Symbol> = roots.iter().map(|&r| Symbol::from(r)).collect();
     Lemma {
         name: "tokenwise-over-interleaved-cat",
         doc: "f(view(cat_d(x_i), s)) where dim t of s flattens dims of the cat and d is one of them (not the outermost), f token-wise along t (elementwise, bmm over its rows, top-k, sums, scatters and gathers along other dims, expand, transpose; a product contracting the tokens is the sum of the pieces' products): the pieces' results put back in the interleaved order",
@@ -688,7 +689,7 @@ fn tokenwise_over_interleaved_cat() -> Lemma {
             if !kids.iter().any(|&k| views_a_cat(g, k) || calls_on_view_of_cat(g, k)) {
                 return vec![];
             }
-            let Some(sym) = node_sym(g, eclass, kids, &roots) else { return vec![] };
+            let Some(sym) = node_sym(g, eclass, kids, &matched) else { return vec![] };
             let Some(out) = shape(g, eclass) else { return vec![] };
             tokenwise(g, sym, kids, &out).unwrap_or_default()
         }),
@@ -1058,7 +1059,7 @@ pub(super) fn present_runs(g: &mut Graph, d: usize, pieces: &[Id]) -> Option<Id>
         return None;
     }
     let dim = g.lookup(Term::Num(d as i64))?;
-    let sym = Symbol::from(crate::term::CAT);
+    let sym = sym!(crate::term::CAT);
     let mut grouped = Vec::new();
     let mut i = 0;
     while i < pieces.len() {

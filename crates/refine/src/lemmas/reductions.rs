@@ -4,7 +4,7 @@ use super::{
     cat, cats, int, int_list, is_true, list, node_sym, op, output_per_piece, scale, shape, sizes,
     split_alike, with_kids, Lemma,
 };
-use crate::term::{is_op, Term, GET, MAX, MIN, SUM};
+use crate::term::{is_op, sym, Term, GET, MAX, MIN, SUM};
 use egg::Id;
 use std::sync::Arc;
 
@@ -39,14 +39,14 @@ pub(super) fn lemmas() -> Vec<Lemma> {
         requires: None,
         build: Arc::new(|g, eclass, kids| {
             let roots = [
-                "aten.sum.dim_IntList",
-                "aten.sum.default",
-                "aten.amax.default",
-                "aten.amin.default",
-                "aten.max.default",
-                "aten.min.default",
-                "aten.mean.default",
-                "aten.mean.dim",
+                sym!("aten.sum.dim_IntList"),
+                sym!("aten.sum.default"),
+                sym!("aten.amax.default"),
+                sym!("aten.amin.default"),
+                sym!("aten.max.default"),
+                sym!("aten.min.default"),
+                sym!("aten.mean.default"),
+                sym!("aten.mean.dim"),
             ];
             let Some(sym) = node_sym(g, eclass, kids, &roots) else {
                 return vec![];
@@ -202,7 +202,7 @@ pub(super) fn lemmas() -> Vec<Lemma> {
         ],
         requires: None,
         build: Arc::new(|g, eclass, kids| {
-            let roots = ["aten.scatter.src", "aten.scatter.value"];
+            let roots = [sym!("aten.scatter.src"), sym!("aten.scatter.value")];
             let Some(sym) = node_sym(g, eclass, kids, &roots) else { return vec![] };
             let Some(rank) = shape(g, kids[0]).map(|x| x.len() as i64) else { return vec![] };
             let Some(k) = int(g, kids[1]) else { return vec![] };

@@ -16,7 +16,7 @@ use super::{
     cat, cats, classes_of, int, int_list, is_one, is_zero, list, num, op, shape, sizes, slice,
     Graph, Lemma, SCALE,
 };
-use crate::term::{is_leaf, is_op, Term, CAT, SLICE};
+use crate::term::{is_leaf, is_op, sym, Term, CAT, SLICE};
 use egg::{Id, Symbol};
 use std::sync::Arc;
 
@@ -684,7 +684,7 @@ fn logsumexp_over_cat() -> Lemma {
             let Some(dims) = int_list(g, kids[1]) else { return vec![] };
             let dims: Vec<i64> = dims.iter().map(|&d| if d < 0 { d + rank } else { d }).collect();
             let keep = super::is_true(g, kids[2]);
-            let sym = Symbol::from(LOGSUMEXP);
+            let sym = sym!(LOGSUMEXP);
             let mut out = Vec::new();
             for (d, pieces) in cats(g, kids[0]) {
                 if dims.contains(&(d as i64)) {
@@ -1137,7 +1137,7 @@ fn logsumexp_key_blocks() -> Lemma {
                     continue;
                 }
                 let x = if keep.len() == 1 { keep[0] } else { cat(g, last, keep) };
-                out.push(g.add(Term::Op(Symbol::from(LOGSUMEXP), vec![x, kids[1], kids[2]])));
+                out.push(g.add(Term::Op(sym!(LOGSUMEXP), vec![x, kids[1], kids[2]])));
             }
             out
         }),

@@ -10,9 +10,9 @@
 //! of the pieces' results, since a sum does not depend on the order of its terms.
 
 use super::{
-    cat, ew, int, is_none, list, node_sym, op, shape, views, with_kids, Graph, Lemma, GET,
+    cat, ew, int, is_none, list, node_sym, op, shape, symbols, views, with_kids, Graph, Lemma, GET,
 };
-use crate::term::{is_op, Term, SUM};
+use crate::term::{is_op, sym, Term, SUM};
 use egg::Id;
 use std::sync::Arc;
 
@@ -133,10 +133,7 @@ fn view_back(g: &mut Graph, id: Id, form: &Interleaved) -> bool {
     let Some(l) = super::chunks::lookup_list(g, &target) else {
         return false;
     };
-    let Some(u) = g.lookup(Term::Op(
-        egg::Symbol::from("aten.view.default"),
-        vec![id, l],
-    )) else {
+    let Some(u) = g.lookup(Term::Op(sym!("aten.view.default"), vec![id, l])) else {
         return false;
     };
     if super::cats(g, u).is_empty() {
@@ -242,7 +239,7 @@ fn row_roots() -> Vec<String> {
 fn rows_over_interleaved_cat() -> Lemma {
     // Built once: the applier runs on every match of every root.
     let roots = row_roots();
-    let matched = roots.clone();
+    let matched = symbols(&roots);
     Lemma {
         name: "rows-over-interleaved-cat",
         doc: "f(view(cat_d(x_i), [R, ..]), ..) for f row-wise and d an inner flattened dim = the pieces' results put back in the interleaved row order",
@@ -324,7 +321,7 @@ fn sums_over_interleaved_rows() -> Lemma {
         build: Arc::new(|g, eclass, kids| {
             let mut out = Vec::new();
             // mm(transpose(a, 0, 1), b): the contraction runs over the rows of a and b.
-            if let Some(sym) = node_sym(g, eclass, kids, &["aten.mm.default"]) {
+            if let Some(sym) = node_sym(g, eclass, kids, &[sym!("aten.mm.default")]) {
                 for (a, d0, d1) in super::transposes(g, kids[0]) {
                     if (int(g, d0), int(g, d1)) != (Some(0), Some(1)) {
                         continue;
@@ -343,7 +340,7 @@ fn sums_over_interleaved_rows() -> Lemma {
                 }
                 return out;
             }
-            if let Some(sym) = node_sym(g, eclass, kids, &["aten.sum.dim_IntList"]) {
+            if let Some(sym) = node_sym(g, eclass, kids, &[sym!("aten.sum.dim_IntList")]) {
                 if super::int_list(g, kids[1]).as_deref() != Some(&[0]) {
                     return vec![];
                 }

@@ -9,7 +9,7 @@ use super::{
     output_per_piece, output_per_piece_at, scale, scales, shape, sizes, split_elementwise, sums,
     views, with_kids, Graph, Lemma,
 };
-use crate::term::{is_op, Term, GET, LIST, SUM};
+use crate::term::{is_op, sym, Term, GET, LIST, SUM};
 use egg::{Id, Symbol};
 use std::sync::Arc;
 
@@ -32,7 +32,7 @@ pub(super) fn lemmas() -> Vec<Lemma> {
         ],
         requires: None,
         build: Arc::new(|g, eclass, kids| {
-            let roots = ["aten._softmax.default", "aten._log_softmax.default", "aten._softmax_backward_data.default", "aten._log_softmax_backward_data.default"];
+            let roots = [sym!("aten._softmax.default"), sym!("aten._log_softmax.default"), sym!("aten._softmax_backward_data.default"), sym!("aten._log_softmax_backward_data.default")];
             let Some(sym) = node_sym(g, eclass, kids, &roots) else { return vec![] };
             let backward = sym.as_str().contains("backward");
             let (tensors, dim_at): (&[usize], usize) = if backward { (&[0, 1], 2) } else { (&[0], 1) };
@@ -312,7 +312,7 @@ pub(super) fn lemmas() -> Vec<Lemma> {
         ],
         requires: None,
         build: Arc::new(|g, eclass, kids| {
-            let roots = ["aten.embedding.default", crate::term::VOCAB_LOOKUP, crate::term::VOCAB_PICK];
+            let roots = [sym!("aten.embedding.default"), sym!(crate::term::VOCAB_LOOKUP), sym!(crate::term::VOCAB_PICK)];
             let Some(sym) = node_sym(g, eclass, kids, &roots) else { return vec![] };
             let (base, piece_op) = match sym.as_str() {
                 "aten.embedding.default" => {
@@ -400,7 +400,7 @@ pub(super) fn lemmas() -> Vec<Lemma> {
                 }
                 return out;
             }
-            let Some(s) = node_sym(g, eclass, kids, &["aten.nll_loss_backward.default"]) else { return vec![] };
+            let Some(s) = node_sym(g, eclass, kids, &[sym!("aten.nll_loss_backward.default")]) else { return vec![] };
             if int(g, kids[4]) != Some(2) || !is_none(g, kids[3]) {
                 return vec![];
             }
@@ -422,7 +422,7 @@ pub(super) fn lemmas() -> Vec<Lemma> {
         examples: vec![("(aten.embedding_dense_backward.default (cat 0 %r0:g %r1:g) (cat 0 %r0:t %r1:t) 5 -1 b:false)", &[("g", "f64[2,3,4]"), ("t", "i64[2,3]<5")])],
         requires: None,
         build: Arc::new(|g, eclass, kids| {
-            let Some(sym) = node_sym(g, eclass, kids, &["aten.embedding_dense_backward.default"]) else { return vec![] };
+            let Some(sym) = node_sym(g, eclass, kids, &[sym!("aten.embedding_dense_backward.default")]) else { return vec![] };
             if !is_false(g, kids[4]) {
                 return vec![];
             }
@@ -586,7 +586,7 @@ pub(super) fn lemmas() -> Vec<Lemma> {
         examples: vec![("(aten.embedding.default %r0:w (cat 0 %r0:i %r1:j) -1 b:false b:false)", &[("w", "f64[5,3]"), ("i", "i64[2]<5"), ("j", "i64[3]<5")])],
         requires: None,
         build: Arc::new(|g, eclass, kids| {
-            let sym = Symbol::from("aten.embedding.default");
+            let sym = sym!("aten.embedding.default");
             let mut out = Vec::new();
             for (d, pieces) in cats(g, kids[1]) {
                 let parts = pieces.iter().map(|&p| g.add(with_kids(sym, kids, &[(1, p)]))).collect();

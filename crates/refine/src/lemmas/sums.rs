@@ -6,8 +6,8 @@ use super::{
     classes_of, int, is_one, op, root_arities, scale, Graph, Lemma, MAX_WIDE_ARITY, SCALE,
 };
 use super::{identities, library};
-use crate::term::{is_op, Term, CAT, MAX, MIN, SUM};
-use egg::{Id, Symbol};
+use crate::term::{is_op, sym, Term, CAT, MAX, MIN, SUM};
+use egg::Id;
 use std::collections::{HashMap, HashSet};
 
 /// `sum(xs) + sum(ys)` as one sum: every term of `ys` joins a distinct term `x` of `xs` for
@@ -17,7 +17,7 @@ use std::collections::{HashMap, HashSet};
 /// [`WideSearcher`]'s rewrites match the sum: a gradient norm's running total grows by one
 /// term per parameter, and gpt2 has more than 16.
 pub(super) fn pair_sums(g: &mut Graph, xs: &[Id], ys: &[Id], one: Id) -> Option<Id> {
-    let add = Symbol::from("aten.add.Tensor");
+    let add = sym!("aten.add.Tensor");
     let mut terms: Vec<Id> = xs.to_vec();
     let mut joined = vec![false; xs.len()];
     let mut alone = Vec::new();

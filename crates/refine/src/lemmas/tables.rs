@@ -132,27 +132,27 @@ pub(super) fn ew(
 }
 
 /// Which operator a matched class node is: the lemma framework hands the children only, so
-/// the applier re-finds the node with these children. The children are compared first: the
-/// symbol's name is looked up only for the node they single out.
-pub(super) fn node_sym(
-    g: &Graph,
-    eclass: Id,
-    kids: &[Id],
-    roots: &[impl AsRef<str>],
-) -> Option<Symbol> {
+/// the applier re-finds the node with these children: the first node of the class, in its
+/// order, whose children are `kids` and whose operator is one of `roots` (which may be another
+/// root than the matched pattern's). The children are compared first. The roots are interned
+/// symbols, compared as integers: `Symbol::as_str` takes the symbol table's lock, and this runs
+/// on every match of every root (a million times a minute on 16-rank DeepSeek).
+pub(super) fn node_sym(g: &Graph, eclass: Id, kids: &[Id], roots: &[Symbol]) -> Option<Symbol> {
     g[eclass].nodes.iter().find_map(|n| match n {
         Term::Op(s, k)
             if k.len() == kids.len()
                 && k.iter().zip(kids).all(|(a, b)| g.find(*a) == g.find(*b))
-                && {
-                    let name = s.as_str();
-                    roots.iter().any(|r| r.as_ref() == name)
-                } =>
+                && roots.contains(s) =>
         {
             Some(*s)
         }
         _ => None,
     })
+}
+
+/// Root names interned once, for [`node_sym`] (built where a lemma is made, not per match).
+pub(super) fn symbols(names: &[impl AsRef<str>]) -> Vec<Symbol> {
+    names.iter().map(|n| Symbol::from(n.as_ref())).collect()
 }
 
 /// Whether an operator may be linear in its argument `pos` (over-approximated: used only to

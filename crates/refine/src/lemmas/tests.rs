@@ -499,3 +499,42 @@ fn apex_norm_backward_splits_with_flattened_statistics() {
         )
     ));
 }
+
+/// `cat-of-adjacent-slices` looks for the slices of `x` among the classes of `x`'s parents
+/// only: that also finds slices built over another class before it was united with `x` (egg
+/// keeps the parents of both), and no tiling with a gap.
+#[test]
+fn adjacent_slices_are_found_over_a_united_source() {
+    let tiles = |second: &str| {
+        let mut g = Graph::new(Shapes::default());
+        for leaf in ["%r0:a", "%r0:b"] {
+            g.analysis
+                .leaves
+                .insert(leaf.into(), Meta::new(DType::F64, vec![5, 3]));
+        }
+        let a = g.add_expr(&"%r0:a".parse().unwrap());
+        let b = g.add_expr(&"%r0:b".parse().unwrap());
+        g.add_expr(&"(slice 0 0 2 %r0:a)".parse().unwrap());
+        g.add_expr(&second.parse().unwrap());
+        g.union(a, b);
+        g.rebuild();
+        let lemma = library()
+            .into_iter()
+            .find(|l| l.name == "cat-of-adjacent-slices")
+            .unwrap();
+        let mut g = egg::Runner::default()
+            .with_egraph(g)
+            .with_iter_limit(2)
+            .run(&lemma.rewrites())
+            .egraph;
+        let whole = g.add_expr(
+            &"(cat 0 (slice 0 0 2 %r0:a) (slice 0 2 5 %r0:a))"
+                .parse()
+                .unwrap(),
+        );
+        g.rebuild();
+        g.find(whole) == g.find(a)
+    };
+    assert!(tiles("(slice 0 2 5 %r0:b)"));
+    assert!(!tiles("(slice 0 3 5 %r0:b)"));
+}

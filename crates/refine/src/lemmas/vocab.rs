@@ -13,8 +13,8 @@ use super::{
     cats, int, is_false, is_none, is_one, list_items, masked_shard_index, node_sym, num, op, shape,
     sizes, slice, views, with_kids, Graph, Lemma, LIST, SLICE,
 };
-use crate::term::{is_op, Term, SUM, VOCAB_GRAD, VOCAB_ONEHOT};
-use egg::{Id, Symbol};
+use crate::term::{is_op, sym, Term, SUM, VOCAB_GRAD, VOCAB_ONEHOT};
+use egg::Id;
 use std::sync::Arc;
 
 /// The lemmas of this module.
@@ -120,10 +120,10 @@ fn onehot_over_cat() -> Lemma {
         )],
         requires: None,
         build: Arc::new(|g, eclass, kids| {
-            if node_sym(g, eclass, kids, &[VOCAB_ONEHOT]).is_none() {
+            if node_sym(g, eclass, kids, &[sym!(VOCAB_ONEHOT)]).is_none() {
                 return vec![];
             }
-            let sym = Symbol::from(VOCAB_ONEHOT);
+            let sym = sym!(VOCAB_ONEHOT);
             cats(g, kids[0])
                 .into_iter()
                 .map(|(d, pieces)| {
@@ -150,7 +150,7 @@ fn embedding_grad_rows() -> Lemma {
         )],
         requires: None,
         build: Arc::new(|g, eclass, kids| {
-            if node_sym(g, eclass, kids, &["aten.embedding_dense_backward.default"]).is_none()
+            if node_sym(g, eclass, kids, &[sym!("aten.embedding_dense_backward.default")]).is_none()
                 || int(g, kids[3]) != Some(-1)
                 || !is_false(g, kids[4])
                 || int(g, kids[2]).is_none()
@@ -176,11 +176,11 @@ fn grad_over_cat() -> Lemma {
         )],
         requires: None,
         build: Arc::new(|g, eclass, kids| {
-            if node_sym(g, eclass, kids, &[VOCAB_GRAD]).is_none() {
+            if node_sym(g, eclass, kids, &[sym!(VOCAB_GRAD)]).is_none() {
                 return vec![];
             }
             let Some(rank) = shape(g, kids[1]).map(|s| s.len()) else { return vec![] };
-            let sym = Symbol::from(VOCAB_GRAD);
+            let sym = sym!(VOCAB_GRAD);
             let mut out = Vec::new();
             for (d, grads) in cats(g, kids[0]) {
                 if d >= rank {
@@ -220,11 +220,11 @@ fn grad_join() -> Lemma {
             let (Some(start), Some(rows)) = (int(g, kids[2]), int(g, kids[3])) else {
                 return vec![];
             };
-            if node_sym(g, eclass, kids, &[VOCAB_GRAD]).is_none() {
+            if node_sym(g, eclass, kids, &[sym!(VOCAB_GRAD)]).is_none() {
                 return vec![];
             }
             let (grad, t) = (g.find(kids[0]), g.find(kids[1]));
-            let sym = Symbol::from(VOCAB_GRAD);
+            let sym = sym!(VOCAB_GRAD);
             let classes: Vec<Id> = g
                 .classes_for_op(&Some(sym))
                 .map_or_else(Vec::new, |c| c.collect());
@@ -319,7 +319,7 @@ fn masked_embedding_grad() -> Lemma {
         )],
         requires: None,
         build: Arc::new(|g, eclass, kids| {
-            if node_sym(g, eclass, kids, &["aten.embedding_dense_backward.default"]).is_none()
+            if node_sym(g, eclass, kids, &[sym!("aten.embedding_dense_backward.default")]).is_none()
                 || int(g, kids[3]) != Some(-1)
                 || !is_false(g, kids[4])
             {
@@ -440,7 +440,7 @@ fn log_softmax_backward_of_nll() -> Lemma {
         requires: Some("ignore-index"),
         build: Arc::new(|g, eclass, kids| {
             let (dy, y, dim, dt) = (kids[0], kids[1], kids[2], kids[3]);
-            if node_sym(g, eclass, kids, &["aten._log_softmax_backward_data.default"]).is_none()
+            if node_sym(g, eclass, kids, &[sym!("aten._log_softmax_backward_data.default")]).is_none()
                 || int(g, dim) != Some(1)
             {
                 return vec![];
@@ -578,7 +578,7 @@ fn onehot_subtracted_in_place() -> Lemma {
         ],
         requires: None,
         build: Arc::new(|g, eclass, kids| {
-            if node_sym(g, eclass, kids, &["aten.index_put.default"]).is_none()
+            if node_sym(g, eclass, kids, &[sym!("aten.index_put.default")]).is_none()
                 || kids.len() != 4
                 || !is_false(g, kids[3])
             {
@@ -730,7 +730,7 @@ fn clamped_lookup() -> Lemma {
         ],
         requires: None,
         build: Arc::new(|g, eclass, kids| {
-            if node_sym(g, eclass, kids, &["aten.mul.Tensor"]).is_none() || kids.len() != 2 {
+            if node_sym(g, eclass, kids, &[sym!("aten.mul.Tensor")]).is_none() || kids.len() != 2 {
                 return vec![];
             }
             let Some(meta) = g[eclass].data.meta().cloned() else { return vec![] };

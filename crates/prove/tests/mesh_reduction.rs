@@ -240,3 +240,125 @@ fn reductions_that_are_not_means_or_not_linear_refuse_the_reduction_condition_c(
     assert_eq!(proof.verdict, Verdict::Proved, "{:?}", proof.message);
     assert!(proof.mesh.is_none());
 }
+
+/// A zoo plan with pipeline or context parallelism: two-layer mlp or the smallest llama the
+/// ring runs on, `microbatches` per dp rank.
+fn emit_p2p(
+    dir: &Path,
+    model: &str,
+    mesh: &str,
+    bug: Option<&str>,
+    forward_only: bool,
+    microbatches: usize,
+) -> shardproof_case::Case {
+    use shardproof_zoo::{EmitExtras, EmitOptions, LlamaConfig, MlpConfig, PipelineOptions};
+    let opts = EmitOptions {
+        model: model.into(),
+        mlp: MlpConfig {
+            hidden: 8,
+            ffn: 16,
+            batch: 8,
+            layers: 2,
+            ..MlpConfig::default()
+        },
+        llama: LlamaConfig {
+            hidden: 4,
+            heads: 1,
+            kv_heads: 1,
+            ffn: 4,
+            layers: 1,
+            seq: 4,
+            batch: 4,
+            vocab: 4,
+            ..LlamaConfig::default()
+        },
+        mesh: shardproof_zoo::Mesh::parse(mesh).unwrap(),
+        bug: bug.map(|b| shardproof_zoo::find_bug(b).unwrap()),
+        forward_only,
+        vocab_parallel: false,
+    };
+    let pipeline = PipelineOptions {
+        microbatches,
+        ..PipelineOptions::default()
+    };
+    shardproof_zoo::emit_to_dir(
+        &opts,
+        &EmitExtras::default(),
+        &shardproof_zoo::TrainOptions::default(),
+        &pipeline,
+        dir,
+    )
+    .unwrap();
+    shardproof_case::load_case(&dir.join("case.yaml")).unwrap()
+}
+
+/// Since send/recv name their peers within the 'pp'/'cp' group, the dp replicas of a pp or cp
+/// plan run one graph. Still, no proof carries over through the reduction: dp x pp stages'
+/// inputs are held `at:` the first stage (condition (a)), and dp x cp's ring is a
+/// point-to-point operator, whose messages (c) does not follow across replicas. The reduced
+/// dp x cp case keeps each replica's ring. Bugs are refuted at full size, never proved.
+#[test]
+fn dp_4_pp_and_cp_plans_prove_no_bug_through_the_mesh_reduction() {
+    let full_size = ProveConfig {
+        reduce: false,
+        ..ProveConfig::default()
+    };
+    for (model, mesh, bug, fw, mb) in [
+        ("mlp", "dp=4,pp=2", "pp-shuffled-microbatches", false, 2),
+        ("mlp", "dp=4,pp=2", "pp-wrong-stage-division", true, 1),
+        ("llama", "dp=4,cp=2", "cp-causal-mask-local", true, 1),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let good = emit_p2p(dir.path(), model, mesh, None, fw, mb);
+        let bad_dir = tempfile::tempdir().unwrap();
+        let bad = emit_p2p(bad_dir.path(), model, mesh, Some(bug), fw, mb);
+        for (case, buggy) in [(&good, false), (&bad, true)] {
+            let m = reduce_mesh(case).expect("a dp dim of 4");
+            if mesh.contains("pp") {
+                let why = m.expect_err("dp x pp is refused");
+                assert!(why.contains("(a)") && why.contains("at:"), "{mesh}: {why}");
+            } else {
+                let m = m.expect("dp x cp is reduced");
+                let lifts = m
+                    .lifts
+                    .clone()
+                    .expect_err("a p2p plan's proof does not lift");
+                assert!(lifts.contains("PointToPoint"), "{lifts}");
+                assert_eq!(m.case.program.ranks.len(), 4);
+                // The reduced mesh's rings: the 'cp' slices at dp coordinates 0 and 1, in
+                // rank order, so that a peer index names the same neighbour as in the case.
+                let cp = m.case.program.group("cp").expect("a cp group");
+                assert_eq!(cp.members, vec![vec![0, 1], vec![2, 3]]);
+                // Run at full size, its ring's messages pair (no hang, no invalid peer) and
+                // the loss differs: the ranks' `1/4` is not rewritten to `1/2` where (c)
+                // fails, so the reduced case is not the case's image, and a refutation of it
+                // is replayed on the case as written (below: no verdict through it).
+                let reduced = prove_case(&m.case, &full_size);
+                assert_eq!(reduced.verdict, Verdict::Refuted, "{:?}", reduced.message);
+                let msg = reduced.message.unwrap_or_default();
+                assert!(msg.contains("`loss`[] differs"), "{buggy}: {msg}");
+            }
+            let through = prove_case(case, &ProveConfig::default());
+            assert_ne!(through.verdict, Verdict::Proved, "{mesh} {bug} {buggy}");
+            assert!(
+                through.mesh.is_none(),
+                "{mesh}: no verdict through the reduction"
+            );
+        }
+        let proof = prove_case(&bad, &full_size);
+        assert_eq!(
+            proof.verdict,
+            Verdict::Refuted,
+            "{bug}: {:?}",
+            proof.message
+        );
+        assert!(proof.counterexample.is_some(), "{bug}");
+        let proof = prove_case(&good, &full_size);
+        assert_eq!(
+            proof.verdict,
+            Verdict::Proved,
+            "{mesh}: {:?}",
+            proof.message
+        );
+    }
+}

@@ -69,7 +69,8 @@ pub fn module_outputs(path: &Path, backward: bool) -> BTreeMap<String, String> {
 }
 
 /// Adds the lineage's layer outputs to the case file as cuts (every rank's graph must name
-/// the same value); returns how many.
+/// the same value), laid out as the residual stream (batch-sharded on `dp`, replicated
+/// elsewhere); returns how many. None on a mesh with `cp`: see [`cut_at`].
 pub fn cut_at_layers(dir: &Path) -> usize {
     cut_at(dir, layer_outputs)
 }
@@ -83,8 +84,14 @@ pub fn cut_at_modules(dir: &Path, backward: bool) -> usize {
     cut_at(dir, |p| module_outputs(p, backward))
 }
 
+/// Writes the cuts `read` finds; none on a mesh with a `cp` dim, where a rank's residual stream
+/// is its two load-balanced sequence chunks (i and 2cp-1-i), which no placement states (the
+/// `Replicate()` written here would make their stages refuted, never a bug found).
 fn cut_at(dir: &Path, read: impl Fn(&Path) -> BTreeMap<String, String>) -> usize {
     let case = shardproof_case::load_case(&dir.join("case.yaml")).expect("case");
+    if case.program.mesh.dim_index("cp").is_some() {
+        return 0;
+    }
     let spec = read(case.spec.path.as_deref().expect("spec file"));
     let mut files: Vec<&Path> = case
         .program

@@ -140,6 +140,31 @@ fn row_parallel_partial_sums_are_proved_and_a_wrong_placement_refuted() {
 }
 
 #[test]
+fn a_case_that_does_not_type_check_is_never_proved() {
+    // Spec and ranks alike, with a view whose annotation ([4, 7]) is not what it computes
+    // ([4, 6]): the library's caller skipped the CLI's preflight, and the prover must not.
+    let ill_typed = |g: &str| {
+        g.replace(
+            "        return (mm,)",
+            "        v: \"f32[4, 7]\" = torch.ops.aten.view.default(mm, [4, 6])\n        return (v,)",
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let case = "version: 1\nname: illtyped\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [r0.py, r1.py]\ninputs:\n  x: Shard(1)\n  w: Shard(0)\noutputs:\n  v: Partial()\n";
+    let c = write_case(dir.path(), &ill_typed(SPEC_MM), &ill_typed(RANK_MM), case);
+    for reduce in [true, false] {
+        let cfg = ProveConfig {
+            reduce,
+            ..ProveConfig::default()
+        };
+        let proof = prove_case(&c, &cfg);
+        assert_eq!(proof.verdict, Verdict::Inconclusive, "{:?}", proof.message);
+        let message = proof.message.unwrap_or_default();
+        assert!(message.contains("do not type-check"), "{message}");
+    }
+}
+
+#[test]
 fn an_operator_without_a_symbolic_rule_is_inconclusive_and_named() {
     let spec = r#"class GraphModule(torch.nn.Module):
     def forward(self, x: "f32[4, 8]"):

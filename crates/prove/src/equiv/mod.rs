@@ -378,20 +378,50 @@ struct Refutation {
     layer: Layer,
 }
 
-/// Proves (or refutes) that the ranks of `case` compute its spec. The case must type-check
-/// (the CLI checks first); an operator without a symbolic rule, a limit, or undecided goals
+/// Proves (or refutes) that the ranks of `case` compute its spec. A case that does not
+/// type-check is inconclusive (the CLI reports it as invalid input first); an operator without a symbolic rule, a limit, or undecided goals
 /// give [`Verdict::Inconclusive`]. With [`ProveConfig::reduce`] the proof runs on the
 /// shape-reduced case, and a case the reduction refuses is inconclusive, naming why.
 pub fn prove_case(case: &Case, cfg: &ProveConfig) -> Proof {
     // One clock for the whole proof: the reduced case, the full-size replay of a refutation
     // and every goal's decision share the one limit the user gave.
     let started = cfg.started.unwrap_or_else(Instant::now);
+    // Symbolic execution reads shapes from the graphs' annotations: a graph they do not fit
+    // could be "proved" (a library caller may skip the CLI's preflight), so it is stopped here.
+    if let Some(e) = type_error(case) {
+        return Proof::stopped(case, Verdict::Inconclusive, &e);
+    }
     if cfg.reduce {
         if let Some(m) = crate::reduce::mesh::reduce_mesh(case) {
             return prove_mesh_reduced(case, cfg, started, m);
         }
     }
     prove_case_mesh_kept(case, cfg, started)
+}
+
+/// The first type error of the spec or of a rank graph (each distinct graph checked once),
+/// as an invalid-program error: such a case gets no proof.
+fn type_error(case: &Case) -> Option<ExecError> {
+    let first = shardproof_interp::first_equal(&case.program.ranks);
+    let graphs = std::iter::once(&case.spec).chain(
+        case.program
+            .ranks
+            .iter()
+            .enumerate()
+            .filter(|&(r, _)| first[r] == r)
+            .map(|(_, g)| &**g),
+    );
+    for graph in graphs {
+        if let Err(errors) = shardproof_interp::typecheck(graph, &case.ops) {
+            let first = errors.first().map(|e| e.to_string()).unwrap_or_default();
+            return Some(ExecError {
+                kind: ExecErrorKind::Invalid,
+                op: None,
+                message: format!("the programs do not type-check, so nothing is proved: {first}"),
+            });
+        }
+    }
+    None
 }
 
 /// [`prove_case`] through the mesh-dim reduction along dp (docs/prove.md section 2): a proof

@@ -503,7 +503,9 @@ fn a_failed_mesh_condition_is_named_once() {
     .expect_code(0);
     let out = s.run(&["prove", "cp/case.yaml"]);
     out.expect_code(3);
-    let why = "the mesh-dim reduction along dp does not apply: (a)";
+    // With group-relative peers (dp replicas share their text), the reduction applies to
+    // dp x cp; its proof would not lift through the ring's send/recv (condition (a)).
+    let why = "it would not carry over: (a)";
     assert_eq!(out.stdout.matches(why).count(), 1, "{}", out.stdout);
     assert!(
         out.stdout

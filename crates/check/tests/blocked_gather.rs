@@ -62,14 +62,7 @@ fn graph(lays: [Lay; 2], dim: usize, k: usize, m: usize, (c, j): (usize, usize))
         "out: {} = torch.ops.aten.gather.default(x, {dim}, i)",
         ty("f64", &[rows, j])
     ));
-    format!(
-        "class GraphModule(torch.nn.Module):\n    def forward(self, {}):\n{}\n        return (out,)\n",
-        params.join(", "),
-        body.iter()
-            .map(|l| format!("        {l}"))
-            .collect::<Vec<_>>()
-            .join("\n")
-    )
+    common::hand::graph_module(&params, &body)
 }
 
 /// Rank `r`'s piece of a row-major `[rows, cols]` tensor laid out `lay` in `k` blocks.

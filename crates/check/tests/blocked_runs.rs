@@ -100,14 +100,7 @@ fn graph(table: Table, k: usize, m: usize, tr: bool) -> String {
             ty(&[rows, S])
         ));
     }
-    format!(
-        "class GraphModule(torch.nn.Module):\n    def forward(self, {}):\n{}\n        return (out,)\n",
-        params.join(", "),
-        body.iter()
-            .map(|l| format!("        {l}"))
-            .collect::<Vec<_>>()
-            .join("\n")
-    )
+    common::hand::graph_module(&params, &body)
 }
 
 /// One instance, run: the checker's verdict and placement of `out`, the spec's value (`None`

@@ -106,14 +106,7 @@ fn scatter_graph(op: usize, lays: [Lay; 3], k: usize, m: usize, c: usize, j: usi
         _ => "torch.ops.aten.scatter_add.default(x, 1, i, s)",
     };
     body.push(format!("out: {} = {call}", ty("f64", &[k * m, c])));
-    format!(
-        "class GraphModule(torch.nn.Module):\n    def forward(self, {}):\n{}\n        return (out,)\n",
-        params.join(", "),
-        body.iter()
-            .map(|l| format!("        {l}"))
-            .collect::<Vec<_>>()
-            .join("\n")
-    )
+    common::hand::graph_module(&params, &body)
 }
 
 /// Writes and loads a case of `spec` and the two ranks' `rank` graph; `inputs` and

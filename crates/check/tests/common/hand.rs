@@ -18,3 +18,16 @@ pub fn check_files(tag: &str, files: &[(String, String)]) -> Verdict {
     let _ = std::fs::remove_dir_all(&dir);
     report.verdict
 }
+
+/// The fx text of a graph module with signature `params` and lines `body` (unindented) that
+/// returns its value `out`.
+pub fn graph_module(params: &[String], body: &[String]) -> String {
+    format!(
+        "class GraphModule(torch.nn.Module):\n    def forward(self, {}):\n{}\n        return (out,)\n",
+        params.join(", "),
+        body.iter()
+            .map(|l| format!("        {l}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    )
+}

@@ -917,29 +917,14 @@ fn group_members(
     node_idx: usize,
 ) -> Result<Vec<usize>, InterpError> {
     let node = &run.graph.nodes[node_idx];
-    let members = match program.group(group) {
-        Some(pg) => pg.group_of(rank).map(<[usize]>::to_vec),
-        None if program.mesh.dims.len() <= 1 => Some((0..program.ranks.len()).collect()),
-        None => {
-            return Err(InterpError::new(
-                InterpErrorKind::Invalid,
-                located(
-                    run.graph,
-                    node,
-                    format!("process group `{group}` is not defined by the case's `groups:`"),
-                ),
-            ))
-        }
-    };
-    members.ok_or_else(|| {
-        InterpError::new(
-            InterpErrorKind::Invalid,
-            located(
-                run.graph,
-                node,
-                format!("rank {rank} is not a member of process group `{group}`"),
-            ),
-        )
+    // One rule for group names, shared with the point-to-point peers (`program_members`).
+    program_members(program, rank)(group).ok_or_else(|| {
+        let why = if program.group(group).is_some() {
+            format!("rank {rank} is not a member of process group `{group}`")
+        } else {
+            format!("process group `{group}` is not defined by the case's `groups:`")
+        };
+        InterpError::new(InterpErrorKind::Invalid, located(run.graph, node, why))
     })
 }
 

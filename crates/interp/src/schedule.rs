@@ -13,7 +13,9 @@
 use crate::exec::located;
 use crate::live_values;
 use shardproof_ir::{Arg, Graph, NodeKind, OpMeaning, OpName, Program};
-use shardproof_ops::{p2p_call, Args, GroupMembers, NoValues, OpClass, P2pEnd, Registry};
+use shardproof_ops::{
+    p2p_call, program_members, Args, GroupMembers, NoValues, OpClass, P2pEnd, Registry,
+};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// One collective as it runs: the calls of every member of its group, in member order.
@@ -155,27 +157,21 @@ fn members_of(
     node: usize,
 ) -> Result<Vec<usize>, ScheduleProblem> {
     let node = &graph.nodes[node];
-    match program.group(group) {
-        Some(pg) => pg.group_of(rank).map(<[usize]>::to_vec).ok_or_else(|| {
-            ScheduleProblem::Invalid(located(
-                graph,
-                node,
-                format!(
-                    "rank {rank} is not a member of process group `{group}`; hint: check the \
-                     case's `groups:` and the mesh"
-                ),
-            ))
-        }),
-        None if program.mesh.dims.len() <= 1 => Ok((0..program.ranks.len()).collect()),
-        None => Err(ScheduleProblem::Invalid(located(
-            graph,
-            node,
+    // One rule for group names, shared with the point-to-point peers (`program_members`).
+    program_members(program, rank)(group).ok_or_else(|| {
+        let why = if program.group(group).is_some() {
+            format!(
+                "rank {rank} is not a member of process group `{group}`; hint: check the \
+                 case's `groups:` and the mesh"
+            )
+        } else {
             format!(
                 "process group `{group}` is not defined by the case's `groups:`; hint: map the \
                  group name to mesh dims under `impl.groups`"
-            ),
-        ))),
-    }
+            )
+        };
+        ScheduleProblem::Invalid(located(graph, node, why))
+    })
 }
 
 /// Simulates the communication of `program` (see the module docs). Custom operators declared

@@ -11,6 +11,7 @@ pub mod llama;
 pub mod mlp;
 pub mod pipeline;
 pub mod presets;
+mod share;
 pub mod suggest;
 pub mod train;
 
@@ -24,9 +25,8 @@ pub use pipeline::{Division, PipelineOptions, Schedule};
 pub use presets::{find_preset, Preset, SizeFlags, TablePlan, PRESETS};
 pub use train::{AdamConfig, Optimizer, TrainOptions, ZeroStage};
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::hash::{Hash as _, Hasher as _};
 use std::path::{Path, PathBuf};
 
 /// The models the zoo can emit: name and one line.
@@ -476,7 +476,7 @@ pub fn emit_to_dir(
     // Check the options before creating anything.
     let (plan, stages) = check_and_plan(opts, extras, train, pipeline)?;
     let mut sink = DirSink::create(dir)?;
-    write_plan(opts, extras, train, (plan, stages), &mut sink)
+    share::write_plan(opts, extras, train, (plan, stages), &mut sink)
 }
 
 /// Emits the case described by `opts`, `extras`, `train` and `pipeline` into `sink`: the
@@ -489,68 +489,7 @@ pub fn emit_into(
     sink: &mut dyn EmitSink,
 ) -> Result<EmitSummary, String> {
     let planned = check_and_plan(opts, extras, train, pipeline)?;
-    write_plan(opts, extras, train, planned, sink)
-}
-
-/// Writes `plan` into `sink`: spec, rank graphs (one file per rank, or per distinct program
-/// under [`RankGraphs::Shared`]), case file.
-fn write_plan(
-    opts: &EmitOptions,
-    extras: &EmitExtras,
-    train: &TrainOptions,
-    (plan, stages): (Plan, Option<Stages>),
-    sink: &mut dyn EmitSink,
-) -> Result<EmitSummary, String> {
-    sink.put("spec.py", &plan.spec.render())?;
-    let ranks = opts.mesh.ranks();
-    let mut rank_nodes = 0;
-    let mut graph_files: Vec<String> = Vec::with_capacity(ranks);
-    // Under `Shared`: the files written so far, by a hash of their text (equal hashes are
-    // confirmed by comparing the texts, so a collision never merges two programs).
-    let mut written: HashMap<u64, Vec<String>> = HashMap::new();
-    for r in 0..ranks {
-        let graph = (plan.rank)(r);
-        rank_nodes += graph.nodes();
-        let text = graph.render();
-        drop(graph);
-        let name = format!("r{r}.py");
-        if extras.rank_graphs == RankGraphs::PerRank {
-            sink.put(&name, &text)?;
-            graph_files.push(name);
-            continue;
-        }
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        text.hash(&mut hasher);
-        let same = written.entry(hasher.finish()).or_default();
-        let mut earlier = None;
-        for file in same.iter() {
-            if sink.holds(file, &text)? {
-                earlier = Some(file.clone());
-                break;
-            }
-        }
-        match earlier {
-            Some(file) => graph_files.push(file),
-            None => {
-                sink.put(&name, &text)?;
-                same.push(name.clone());
-                graph_files.push(name);
-            }
-        }
-    }
-    let mut rank_files = graph_files.clone();
-    rank_files.sort_unstable();
-    rank_files.dedup();
-    sink.put(
-        "case.yaml",
-        &case_yaml(opts, extras, train, &plan, stages.as_ref(), &graph_files),
-    )?;
-    Ok(EmitSummary {
-        ranks,
-        rank_files: rank_files.len(),
-        spec_nodes: plan.spec.nodes(),
-        rank_nodes,
-    })
+    share::write_plan(opts, extras, train, planned, sink)
 }
 
 /// Checks the options and sets up the plan (its spec built, its ranks built on demand), with

@@ -9,7 +9,8 @@
 //! per core (both counts over the check time; the checker runs on one thread), the peak
 //! resident set after each phase (VmHWM from `/proc/self/status`, reset before each preset by
 //! writing `5` to `/proc/self/clear_refs`; a `*` marks peaks that could not be reset, i.e.
-//! since the process started) and the verdict.
+//! since the process started) and the verdict; then the check's CPU seconds and the rates over
+//! them (what one core gives where other jobs share the machine).
 //!
 //! `BENCH_KEEP=DIR` keeps each emitted case in `DIR/PRESET`; with `BENCH_REUSE=1` a case kept
 //! there earlier is loaded instead of emitted again (emit seconds then read 0).
@@ -28,6 +29,22 @@ fn status_mib(field: &str) -> f64 {
         let line = status.lines().find(|l| l.starts_with(field))?;
         let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
         Some(kb / 1024.0)
+    };
+    read().unwrap_or(f64::NAN)
+}
+
+/// CPU seconds this process has used (user + system, every thread), from `/proc/self/stat`
+/// at 100 ticks a second (Linux's USER_HZ): on a machine shared with other jobs the check's
+/// CPU time, not its wall time, is what one core gives.
+fn cpu_seconds() -> f64 {
+    let read = || -> Option<f64> {
+        let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+        // Fields after the command name (which may hold spaces) closed by `)`.
+        let rest = stat.rsplit_once(')')?.1;
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let (utime, stime): (f64, f64) =
+            (fields.get(11)?.parse().ok()?, fields.get(12)?.parse().ok()?);
+        Some((utime + stime) / 100.0)
     };
     read().unwrap_or(f64::NAN)
 }
@@ -129,6 +146,13 @@ fn main() {
             }
         };
         let emit_mib = status_mib("VmHWM:");
+        // Progress on stderr, so that a run stopped by a memory limit still says how far it got.
+        eprintln!(
+            "{name}: emitted in {:.1} s ({} files, {} rank nodes), peak {emit_mib:.0} MiB",
+            emitted.seconds,
+            emitted.rank_files.map_or("-".into(), |n| n.to_string()),
+            emitted.rank_nodes.map_or("-".into(), |n| n.to_string()),
+        );
         let t = Instant::now();
         let case = match shardproof_case::load_case(&dir.join("case.yaml")) {
             Ok(c) => c,
@@ -139,12 +163,14 @@ fn main() {
         };
         let load_s = t.elapsed().as_secs_f64();
         let load_mib = status_mib("VmHWM:");
-        let mut best = f64::INFINITY;
+        eprintln!("{name}: loaded in {load_s:.1} s, peak {load_mib:.0} MiB");
+        let (mut best, mut best_cpu) = (f64::INFINITY, f64::INFINITY);
         let mut last = None;
         for _ in 0..repeat {
-            let t = Instant::now();
+            let (t, cpu) = (Instant::now(), cpu_seconds());
             let r = check_case(&case);
             best = best.min(t.elapsed().as_secs_f64());
+            best_cpu = best_cpu.min(cpu_seconds() - cpu);
             last = Some(r);
         }
         let peak_mib = status_mib("VmHWM:");
@@ -175,7 +201,13 @@ fn main() {
                     r.findings.len(),
                     r.unknown_values
                 );
-                println!("    case: {:.1} MB on disk", megabytes_in(&dir));
+                println!(
+                    "    case: {:.1} MB on disk; check CPU {best_cpu:.1} s: {:.0} rank nodes/CPU-s, \
+                     {:.0} operators/CPU-s",
+                    megabytes_in(&dir),
+                    emitted.rank_nodes.map_or(f64::NAN, |n| n as f64 / best_cpu),
+                    r.operators as f64 / best_cpu
+                );
                 // BENCH_TWINS=1 counts the ranks whose placements a twin's run gave (an
                 // untimed propagation more).
                 if std::env::var_os("BENCH_TWINS").is_some() {

@@ -158,10 +158,14 @@ impl Case {
             return BTreeSet::new();
         };
         let laid_out = self.inputs.iter().flat_map(|rel| {
-            let placed = rel
+            // `rank_values` is in rank order: a binary search, not a scan of every rank's
+            // entry per rank (quadratic in the ranks: 8192 of them on the 405b plan).
+            let from = rel
                 .rank_values
+                .partition_point(|&(holder, _)| holder < rank);
+            let placed = rel.rank_values[from..]
                 .iter()
-                .filter(move |&&(holder, _)| holder == rank)
+                .take_while(move |&&(holder, _)| holder == rank)
                 .map(|&(_, v)| graph.value_name(v).to_string());
             // An `expr:` layout gives the rank the tensors its expression names.
             let named: Vec<String> = match &rel.layout {

@@ -16,7 +16,9 @@ use shardproof_ir::{Arg, Graph, NodeKind, OpMeaning, OpName, Program};
 use shardproof_ops::{
     p2p_call, program_members, Args, GroupMembers, NoValues, OpClass, P2pEnd, Registry,
 };
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::rc::Rc;
+use std::sync::Arc;
 
 /// One collective as it runs: the calls of every member of its group, in member order.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -83,13 +85,13 @@ fn kwargs_of(kind: &NodeKind) -> &[(String, Arg)] {
 fn calls(
     graph: &Graph,
     custom_ops: &BTreeMap<String, OpMeaning>,
-    leaves: Option<&BTreeSet<String>>,
+    leaves: Option<(&BTreeSet<String>, &[Vec<bool>])>,
     members: GroupMembers,
 ) -> Result<Vec<(usize, Call)>, ScheduleProblem> {
     let reg = Registry::builtin();
-    let live = leaves.map(|l| live_values(graph, l));
+    let (live, leaves) = (leaves.map(|(_, live)| live), leaves.map(|(l, _)| l));
     let issued = |i: usize| {
-        let Some(live) = &live else { return true };
+        let Some(live) = live else { return true };
         let node = &graph.nodes[i];
         let given = node
             .outputs
@@ -109,7 +111,9 @@ fn calls(
             continue;
         };
         // A declared meaning replaces the registry's, as in the interpreter.
-        if custom_ops.contains_key(&op.to_string()) || custom_ops.contains_key(&op.base()) {
+        if !custom_ops.is_empty()
+            && (custom_ops.contains_key(&op.to_string()) || custom_ops.contains_key(&op.base()))
+        {
             continue;
         }
         let Some(def) = reg.get(op) else { continue };
@@ -218,11 +222,22 @@ pub fn schedule(
 ) -> Schedule {
     let mut out = Schedule::default();
     let mut per_rank = Vec::with_capacity(program.ranks.len());
+    // Ranks that share a graph and are given the same leaves compute the same values: their
+    // liveness is computed once (a preset's thousands of ranks hold a few graphs).
+    let mut live_of: HashMap<(*const Graph, &BTreeSet<String>), Rc<Vec<Vec<bool>>>> =
+        HashMap::new();
     for (r, g) in program.ranks.iter().enumerate() {
+        let rank_leaves = leaves.and_then(|l| l.get(r));
+        let live = rank_leaves.map(|l| {
+            live_of
+                .entry((Arc::as_ptr(g), l))
+                .or_insert_with(|| Rc::new(live_values(g, l)))
+                .clone()
+        });
         match calls(
             g,
             custom_ops,
-            leaves.and_then(|l| l.get(r)),
+            rank_leaves.zip(live.as_deref().map(Vec::as_slice)),
             &shardproof_ops::program_members(program, r),
         ) {
             Ok(c) => per_rank.push(c),

@@ -17,6 +17,7 @@ mod elementwise;
 mod indexing;
 mod matmul;
 mod reductions;
+mod slicing;
 mod table;
 mod views;
 
@@ -26,6 +27,7 @@ pub use elementwise::{mixed_mesh_shards, pairs_elements};
 use indexing::*;
 use matmul::*;
 use reductions::*;
+use slicing::*;
 use table::build;
 use views::*;
 pub use views::{

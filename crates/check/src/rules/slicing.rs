@@ -109,12 +109,52 @@ pub(super) fn slice_like(
             c.all(if own {
                 Place::shard(dim)
             } else {
-                Place::Varying
+                spread_slice(c, x, dim, size, out_len, &starts, keeps_dim)
             })
         }
         Place::Varying => c.all(Place::Varying),
         p @ (Place::Partial(_) | Place::Replicate) => c.all(p),
         p => c.all(p),
+    }
+}
+
+/// A slice of a replicated tensor at rank-dependent bounds along `dim` (of `size` rows),
+/// every rank's `[start, end)` read, step 1 on every rank, the same dim on every rank: the
+/// rows of a [`RowKey::Spread`] (a rank's sequence chunk), else `Varying`.
+fn spread_slice(
+    c: &Ctx,
+    x: &T,
+    dim: usize,
+    size: usize,
+    out_len: usize,
+    starts: &[Option<i64>],
+    keeps_dim: bool,
+) -> Place {
+    if !keeps_dim || out_len == 0 || starts.len() != c.coord.n {
+        return Place::Varying;
+    }
+    let ends = (c.peer_ints)("end");
+    let same_dim = (c.peer_ints)("dim")
+        .iter()
+        .all(|d| d.and_then(|d| norm_dim(d, x.rank())) == Some(dim));
+    let steps_one = (c.peer_ints)("step").iter().all(|s| *s == Some(1));
+    let norm = |v: i64| -> usize {
+        let v = if v < 0 { v + size as i64 } else { v };
+        v.clamp(0, size as i64) as usize
+    };
+    let segs: Option<Vec<Vec<(usize, usize)>>> = starts
+        .iter()
+        .zip(&ends)
+        .map(|(s, e)| Some(vec![(norm((*s)?), norm((*e)?))]))
+        .collect();
+    match segs {
+        // Every rank's slice as long as this rank's output (`spread` checks they are equal).
+        Some(segs) if same_dim && steps_one && segs[0][0].1 - segs[0][0].0 == out_len => {
+            crate::rows::spread(Some(size), segs, Some((c.value_name)(x.v)))
+                .and_then(|k| (c.rows)(k))
+                .map_or(Place::Varying, |id| Place::Rows(dim as u8, id))
+        }
+        _ => Place::Varying,
     }
 }
 
@@ -153,6 +193,28 @@ pub(super) fn cat(c: &Ctx) -> Outcome {
                 .is_none_or(|m| m.shape.iter().product::<usize>() > 0 || m.shape.len() == r)
         })
         .collect();
+    // Spread rows joined along their dim (the engine passes them only when every operand is):
+    // each coordinate's segments in the operands' order.
+    if !ts.is_empty()
+        && ts
+            .iter()
+            .all(|t| matches!(t.p, Place::Rows(d, _) if d as usize == dim))
+    {
+        let keys: Option<Vec<RowKey>> = ts
+            .iter()
+            .map(|t| match t.p {
+                Place::Rows(_, id) => (c.row_key)(id),
+                _ => None,
+            })
+            .collect();
+        // Joined into every coordinate's own block, still rows: read as a plain shard, a
+        // replicated operand of the local size beside it would be taken for its own tiling.
+        return c.all(
+            keys.and_then(|k| crate::rows::cat_spread(&k))
+                .and_then(|k| (c.rows)(k))
+                .map_or(Place::Varying, |id| Place::Rows(dim as u8, id)),
+        );
+    }
     if ts.iter().any(|t| t.p == Place::Shard(dim as u8)) {
         return c.all(if ts.len() == 1 {
             ts[0].p

@@ -147,7 +147,7 @@ impl SpmdType {
 
 /// How the rows of a [`Place::Rows`] value are selected: the identity of its selection, so
 /// that two values can be shown to hold the same rows in the same order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum RowKey {
     /// `slice(x, d, start, end, step)` (normalized: `0 <= start <= end <= size`, step >= 1)
     /// of `x` whose dim `d` has local size `size`, `x` a plain shard of `d` (`parent` none)
@@ -174,6 +174,25 @@ pub enum RowKey {
         /// The elements of each of its rows.
         factor: usize,
     },
+    /// Rows of a tensor every coordinate holds whole, picked at rank-dependent bounds:
+    /// coordinate `k` holds, in order, the rows `a..b` of every segment `(a, b)` of
+    /// `segs[k]` (Megatron's load-balanced context-parallel chunks: coordinate `r` holds chunks
+    /// `r` and `2n-1-r` of the sequence). `base` is the size of the dim the rows are picked
+    /// from; `None` for positions made by `arange` at those bounds, whose values are the row
+    /// numbers themselves (the rows of `arange(0, N)` for any `N` past them). Built only by
+    /// `rows::spread`: adjacent segments merged, every coordinate the same count of rows; a
+    /// concatenation of one tensor's pieces (or of positions) drops `src`, and makes a `None`
+    /// base whose segments tile `0..M` `Some(M)`, so that positions and a tensor picked at
+    /// the same bounds get one key.
+    Spread {
+        /// The picked dim's size (`None`: positions of no tensor).
+        base: Option<usize>,
+        /// Per coordinate, its segments in the order it holds them.
+        segs: Vec<Vec<(usize, usize)>>,
+        /// The tensor a slice picked from (its value's name, the same on every rank), so that
+        /// only pieces of one tensor are joined; `None` for positions and for pieces joined.
+        src: Option<String>,
+    },
 }
 
 /// The row selections met in one check, numbered in the order first met ([`Place::Rows`]).
@@ -191,14 +210,14 @@ impl RowTable {
             return Some(id);
         }
         let id = u16::try_from(self.keys.len()).ok()?;
-        self.keys.push(key);
+        self.keys.push(key.clone());
         self.ids.insert(key, id);
         Some(id)
     }
 
     /// The selection numbered `id`.
     pub fn key(&self, id: u16) -> Option<RowKey> {
-        self.keys.get(id as usize).copied()
+        self.keys.get(id as usize).cloned()
     }
 }
 

@@ -121,6 +121,7 @@ pub(crate) fn rows_mode(
     bound: &Args,
     place: impl Fn(ValueId) -> Place,
     meta: impl Fn(ValueId) -> Option<Meta>,
+    key: impl Fn(u16) -> Option<RowKey>,
 ) -> RowsMode {
     let ts = tensors(bound);
     let rows: Vec<(&str, ValueId, u8, u16)> = ts
@@ -137,6 +138,21 @@ pub(crate) fn rows_mode(
         return RowsMode::Own;
     }
     let rank = |v: ValueId| meta(v).map(|m| m.shape.len());
+    // A concatenation of spread rows along their own dim (a rank's two sequence chunks): the
+    // cat rule joins their segments itself (`cat_spread`).
+    if family == "cat" && rows.len() == ts.len() {
+        let dim = bound.get("dim").and_then(|a| a.as_int()).unwrap_or(0);
+        let along = rows.iter().all(|&(_, v, d, id)| {
+            let dim = rank(v).and_then(|r| {
+                let d = if dim < 0 { dim + r as i64 } else { dim };
+                (0..r as i64).contains(&d).then_some(d as u8)
+            });
+            dim == Some(d) && matches!(key(id), Some(RowKey::Spread { .. }))
+        });
+        if along {
+            return RowsMode::Own;
+        }
+    }
     // One selection; no plain shard or pending sum with rows beside it (their rows are
     // other rows). A scalar has no rows: the rule judges it as beside a shard (a loss's
     // total weight, a partial count).
@@ -171,6 +187,56 @@ pub(crate) fn rows_mode(
             });
         rows.len() == 2 && dim.is_some_and(|dim| rows.iter().all(|r| r.2 as usize != dim))
     };
+    // Right-aligned, every operand's spread rows must face one output dim: rows of one
+    // selection along two dims (an outer comparison of a rank's positions) pair no row with
+    // its own, and each coordinate holds only its own block of the comparison. (Microbatch
+    // rows keep their reading: the rule's finding for shards of two dims.)
+    let spread_id = |mut id: u16| {
+        for _ in 0..=u16::MAX {
+            match key(id) {
+                Some(RowKey::Merge { parent, .. })
+                | Some(RowKey::Slice {
+                    parent: Some(parent),
+                    ..
+                }) => id = parent,
+                Some(RowKey::Spread { .. }) => return true,
+                _ => return false,
+            }
+        }
+        false
+    };
+    let out_rank = ts.iter().filter_map(|&(_, v)| rank(v)).max().unwrap_or(0);
+    let one_dim = || {
+        let mut at = rows
+            .iter()
+            .map(|&(_, v, d, _)| rank(v).map(|r| d as usize + out_rank - r));
+        let first = at.next().flatten();
+        first.is_some() && at.all(|j| j == first)
+    };
+    if broadcasting(family) && rows.iter().any(|r| spread_id(r.3)) && !one_dim() {
+        return RowsMode::Varying;
+    }
+    // A product of two operands holding spread rows pairs rows with rows only where it
+    // contracts them (the left's last dim against the right's second to last: a sum over the
+    // rows) or both sit at one batch dim; any other product of them (a rank's queries against
+    // its keys) is each coordinate's own block of the product: no reading.
+    if matches!(family, "matmul" | "matmul-bias" | "linear")
+        && rows.len() >= 2
+        && rows.iter().any(|r| spread_id(r.3))
+    {
+        let at = |k: usize| rank(rows[k].1).map(|r| (rows[k].2 as usize, r));
+        let fits = rows.len() == 2
+            && match (at(0), at(1)) {
+                (Some((dl, rl)), Some((dr, rr))) if rl >= 2 && rr >= 2 => {
+                    (dl + 1 == rl && dr + 2 == rr)
+                        || (dl + 2 < rl && dr + 2 < rr && rl - dl == rr - dr)
+                }
+                _ => false,
+            };
+        if !fits {
+            return RowsMode::Varying;
+        }
+    }
     let fits = if replicated.is_empty() {
         broadcasting(family)
             || all_rows(family)
@@ -178,13 +244,17 @@ pub(crate) fn rows_mode(
             || (family == "gather" && gather_fits())
     } else if broadcasting(family) {
         // Right-aligned broadcasting: a replicated operand's dim facing a rows dim must be
-        // absent or of size 1.
+        // absent or of size 1, and then the rows more than one (one local row against one
+        // replicated row pairs them: a row of the replicated tensor, not a broadcast).
         replicated.iter().all(|&(_, rv)| {
             let Some(rm) = meta(rv) else { return false };
             rows.iter().all(|&(_, v, d, _)| {
-                let Some(r) = rank(v) else { return false };
+                let Some(m) = meta(v) else { return false };
+                let r = m.shape.len();
                 let j = d as i64 + rm.shape.len() as i64 - r as i64;
-                j < 0 || rm.shape.get(j as usize).is_some_and(|&s| s == 1)
+                j < 0
+                    || (rm.shape.get(j as usize).is_some_and(|&s| s == 1)
+                        && m.shape.get(d as usize).is_some_and(|&l| l > 1))
             })
         })
     } else if all_rows(family) {
@@ -260,9 +330,142 @@ pub(crate) fn rows_output(
                 _ => Place::Varying,
             }
         }
+        // A sum or mean over spread rows is the tensor's only where the coordinates' segments
+        // hold every row of it once.
+        Place::Partial(_) if spread_covers(table, id) == Some(false) => Place::Varying,
         Place::Partial(_) | Place::Varying | Place::Unknown => p,
         _ => Place::Varying,
     }
+}
+
+/// The key of rows picked at per-coordinate segments `segs` of a dim of `base` rows (`None`:
+/// positions made by `arange`) of the tensor `src` ([`RowKey::Spread`]), adjacent segments
+/// merged; `None` where fewer than two coordinates hold rows, a segment is empty or past
+/// `base`, or the coordinates hold different numbers of rows (no shard of any tensor then).
+pub(crate) fn spread(
+    base: Option<usize>,
+    segs: Vec<Vec<(usize, usize)>>,
+    src: Option<String>,
+) -> Option<RowKey> {
+    if segs.len() < 2 {
+        return None;
+    }
+    let mut norm = Vec::with_capacity(segs.len());
+    let mut count = None;
+    for s in segs {
+        let mut out: Vec<(usize, usize)> = Vec::with_capacity(s.len());
+        let mut n = 0;
+        for (a, b) in s {
+            if b <= a || base.is_some_and(|base| b > base) {
+                return None;
+            }
+            n += b - a;
+            match out.last_mut() {
+                Some(last) if last.1 == a => last.1 = b,
+                _ => out.push((a, b)),
+            }
+        }
+        if count.is_some_and(|c| c != n) {
+            return None;
+        }
+        count = Some(n);
+        norm.push(out);
+    }
+    Some(RowKey::Spread {
+        base,
+        segs: norm,
+        src,
+    })
+}
+
+/// Whether spread rows are a plain shard: coordinate `k` holds the rows `k*L..(k+1)*L` of a
+/// dim of `n*L` (positions: of `arange(0, n*L)`), the layout `Shard(d)` names.
+pub(crate) fn spread_is_shard(key: &RowKey) -> bool {
+    let RowKey::Spread { base, segs, .. } = key else {
+        return false;
+    };
+    let Some(l) = segs.first().and_then(|s| s.first()).map(|&(a, b)| b - a) else {
+        return false;
+    };
+    base.is_none_or(|b| b == segs.len() * l)
+        && segs
+            .iter()
+            .enumerate()
+            .all(|(k, s)| s.as_slice() == [(k * l, (k + 1) * l)])
+}
+
+/// `M` where the segments of all coordinates together hold every row of `0..M` exactly once.
+fn tiling(segs: &[Vec<(usize, usize)>]) -> Option<usize> {
+    let mut all: Vec<(usize, usize)> = segs.iter().flatten().copied().collect();
+    all.sort_unstable();
+    let mut next = 0;
+    for (a, b) in all {
+        if a != next {
+            return None;
+        }
+        next = b;
+    }
+    Some(next)
+}
+
+/// The key of spread rows concatenated in the order of `keys` along their dim: each
+/// coordinate's segments joined in that order. `None` unless every key is a spread of the
+/// same tensor (`src`; or all positions) over the same base and as many coordinates. The
+/// result names no tensor (pieces of one tensor joined are rows of it, as positions joined
+/// are rows of `arange(0, M)` where they tile `0..M`: one key for both).
+pub(crate) fn cat_spread(keys: &[RowKey]) -> Option<RowKey> {
+    let Some(RowKey::Spread {
+        base: base0,
+        src: src0,
+        ..
+    }) = keys.first()
+    else {
+        return None;
+    };
+    let mut segs: Vec<Vec<(usize, usize)>> = Vec::new();
+    for (i, k) in keys.iter().enumerate() {
+        let RowKey::Spread { base, segs: s, src } = k else {
+            return None;
+        };
+        if i == 0 {
+            segs = vec![Vec::new(); s.len()];
+        } else if base != base0 || src != src0 || s.len() != segs.len() {
+            return None;
+        }
+        for (out, s) in segs.iter_mut().zip(s) {
+            out.extend_from_slice(s);
+        }
+    }
+    // Positions carry no tensor; pieces of a tensor must name it (a joined key has none).
+    if src0.is_none() != base0.is_none() {
+        return None;
+    }
+    let base = base0.or_else(|| tiling(&segs));
+    spread(base, segs, None)
+}
+
+/// Whether selection `id`, read through merging views, holds every row of the spread it
+/// picks exactly once: `Some(true)` for a spread whose segments tile its whole base,
+/// `Some(false)` for any other spread or a slice of one, `None` where no spread is involved
+/// (a microbatch of a plain shard).
+pub(crate) fn spread_covers(table: &RowTable, mut id: u16) -> Option<bool> {
+    let mut sliced = false;
+    for _ in 0..=u16::MAX {
+        match table.key(id)? {
+            RowKey::Merge { parent, .. } => id = parent,
+            RowKey::Slice {
+                parent: Some(p), ..
+            } => {
+                sliced = true;
+                id = p;
+            }
+            RowKey::Slice { parent: None, .. } => return None,
+            RowKey::Spread { base, segs, .. } => {
+                return Some(!sliced && base.is_some() && base == tiling(&segs));
+            }
+        }
+    }
+    None
 }
 
 /// Whether node `i` of `g` (an `add`, not yet placed, of partial pieces whose factor is not known on a mesh
@@ -356,7 +559,7 @@ pub(crate) fn microbatch_average(
                     end,
                     step: 1,
                 } => return Some((id, chain, size, start, end)),
-                RowKey::Slice { .. } => return None,
+                RowKey::Slice { .. } | RowKey::Spread { .. } => return None,
             }
         }
     };

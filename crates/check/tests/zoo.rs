@@ -523,3 +523,32 @@ fn deepseek_tp_sequence_parallel_full_holds() {
     assert_eq!(report.verdict, Verdict::Holds, "{}", report.render());
     assert_eq!(report.unknown_values, 0, "{}", report.render());
 }
+
+/// gpt2 `cp=2` (Megatron's load-balanced chunks): each rank's chunk slices of the replicated
+/// tokens and labels, joined, and its positions made by `arange` at the same bounds, joined,
+/// are rows of one spread selection, and so is the sum of the two embeddings (stop 66). The
+/// plan stays inconclusive (the ring attention).
+#[test]
+fn cp_chunks_and_positions_are_rows_of_one_selection() {
+    use shardproof_check::{propagate, Place};
+    use shardproof_ir::ValueId;
+    let plan = Plan::new("gpt2", "cp=2", true);
+    let dir = tempfile::tempdir().unwrap();
+    let case = shardproof_case::load_case(&plan.emit(dir.path()).unwrap()).unwrap();
+    let prop = propagate(&case).unwrap();
+    for r in 0..2 {
+        let g = &case.program.ranks[r];
+        let place = |name: &str| {
+            let i = g.nodes.iter().position(|n| n.name == name).unwrap();
+            prop.ranks[r].of(ValueId::new(i, 0), 1)[0]
+        };
+        let Place::Rows(1, id) = place("cat") else {
+            panic!("tokens: {:?}", place("cat"));
+        };
+        assert_eq!(place("cat_1"), Place::Rows(1, id), "labels");
+        assert_eq!(place("cat_2"), Place::Rows(0, id), "positions");
+        assert_eq!(place("add"), Place::Rows(0, id), "embeddings added");
+    }
+    let report = check(&plan);
+    assert_eq!(report.verdict, Verdict::Inconclusive, "{}", report.render());
+}

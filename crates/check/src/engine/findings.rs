@@ -293,16 +293,53 @@ pub(super) fn mixed_shards(
         .iter()
         .map(|&v| meta_of(v).map_or(0, |m| m.shape.len()))
         .collect();
-    let args: Vec<(&[Place], usize)> = inputs
+    // Spread rows in every coordinate's own block (positions `arange(k*L, (k+1)*L)`) pair
+    // with a plain shard row by row: no finding. The rules still see rows beside a shard
+    // (`Varying`, inconclusive): read as a shard, a replicated operand of the local size
+    // beside them would be taken for its own tiling, which the positions are not.
+    let shard_layout = |p: Place| match p {
+        Place::Rows(d, id)
+            if sh
+                .rows
+                .borrow()
+                .key(id)
+                .is_some_and(|k| crate::rows::spread_is_shard(&k)) =>
+        {
+            Place::Shard(d)
+        }
+        p => p,
+    };
+    let seen: Vec<Vec<Place>> = inputs
+        .iter()
+        .map(|&v| rp.of(v, nd).iter().map(|&p| shard_layout(p)).collect())
+        .collect();
+    let args: Vec<(&[Place], usize)> = seen
         .iter()
         .zip(&ranks)
-        .map(|(&v, &k)| (rp.of(v, nd), k))
+        .map(|(p, &k)| (p.as_slice(), k))
         .collect();
     let out_rank = meta_of(ValueId::new(i, 0)).map_or(0, |m| m.shape.len());
     let Some((dim, mesh_dims)) = rules::mixed_mesh_shards(&args, out_rank) else {
         return;
     };
     let base = rp.offsets[i] as usize;
+    // Spread rows of different pieces joined along their dim by a concatenation (the cat rule
+    // made the output rows of the joined segments on every such mesh dim): no pairing.
+    let joined = mesh_dims.iter().all(|&m| {
+        (0..nout).all(|o| match rp.places[(base + o) * nd + m] {
+            Place::Rows(d, id) => {
+                d as usize == dim
+                    && matches!(
+                        sh.rows.borrow().key(id),
+                        Some(crate::place::RowKey::Spread { .. })
+                    )
+            }
+            _ => false,
+        })
+    });
+    if joined {
+        return;
+    }
     for o in 0..nout {
         for &m in &mesh_dims {
             let p = &mut rp.places[(base + o) * nd + m];

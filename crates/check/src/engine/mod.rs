@@ -521,7 +521,9 @@ fn propagate_rank_from(
                         .iter()
                         .any(|&v| matches!(rp.of(v, nd)[m], Place::Rows(..)))
                     {
-                        rows::rows_mode(rule.family, &bound, raw_place, meta_of)
+                        rows::rows_mode(rule.family, &bound, raw_place, meta_of, |id| {
+                            sh.rows.borrow().key(id)
+                        })
                     } else {
                         RowsMode::None
                     };
@@ -656,6 +658,8 @@ fn propagate_rank_from(
                         global_view,
                         pipeline_dim: crate::is_pipeline_dim(mesh, m),
                         rows: &|k| sh.rows.borrow_mut().intern(k),
+                        row_key: &|id| sh.rows.borrow().key(id),
+                        value_name: &|v| format!("{}#{}", g.nodes[v.node].name, v.output),
                     };
                     let (mut result, mut violation) = match ring_mode {
                         RingMode::Result(p) => (vec![p; nout], None),

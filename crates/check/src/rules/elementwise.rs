@@ -638,6 +638,43 @@ pub(super) fn creation(c: &Ctx) -> Outcome {
     c.all(Place::Replicate)
 }
 
+/// `arange(start, end[, step])`: replicated where every rank along the mesh dim makes the same
+/// range; at rank-dependent bounds (step 1, every rank's bounds read), the positions of the
+/// rows a tensor picked at the same bounds holds (`Rows` of a [`RowKey::Spread`] with no
+/// base), else `Varying`.
+pub(super) fn arange(c: &Ctx) -> Outcome {
+    if !c.varies {
+        return c.all(Place::Replicate);
+    }
+    let len = out_shape(c, 0).and_then(|s| (s.len() == 1).then(|| s[0]));
+    let schema = c.args.schema();
+    let starts = (c.peer_ints)("start");
+    let ends = (c.peer_ints)("end");
+    // A schema without a step (`arange.start`) steps by 1; with one, every rank's must be 1.
+    let steps_one =
+        schema.index_of("step").is_none() || (c.peer_ints)("step").iter().all(|s| *s == Some(1));
+    let segs: Option<Vec<Vec<(usize, usize)>>> = starts
+        .iter()
+        .zip(&ends)
+        .map(|(s, e)| {
+            let (s, e) = (usize::try_from((*s)?).ok()?, usize::try_from((*e)?).ok()?);
+            Some(vec![(s, e)])
+        })
+        .collect();
+    let own = (c.int("start"), c.int("end"));
+    let place = match (segs, len, own) {
+        (Some(segs), Some(len), (Some(s), Some(e)))
+            if steps_one && segs.len() == c.coord.n && e - s == len as i64 =>
+        {
+            crate::rows::spread(None, segs, None)
+                .and_then(|k| (c.rows)(k))
+                .map_or(Place::Varying, |id| Place::Rows(0, id))
+        }
+        _ => Place::Varying,
+    };
+    c.all(place)
+}
+
 pub(super) fn like(c: &Ctx) -> Outcome {
     let Some(x) = c.t("self") else {
         return c.all(Place::Replicate);

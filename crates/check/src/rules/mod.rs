@@ -17,6 +17,7 @@ mod elementwise;
 mod indexing;
 mod matmul;
 mod reductions;
+mod slicing;
 mod table;
 mod views;
 
@@ -26,6 +27,7 @@ pub use elementwise::{mixed_mesh_shards, pairs_elements};
 use indexing::*;
 use matmul::*;
 use reductions::*;
+use slicing::*;
 use table::build;
 use views::*;
 pub use views::{
@@ -163,6 +165,10 @@ pub struct Ctx<'a> {
     pub pipeline_dim: bool,
     /// Numbers a row selection ([`Place::Rows`]), `None` when the numbers ran out.
     pub(crate) rows: &'a dyn Fn(RowKey) -> Option<u16>,
+    /// The key of a row selection numbered by `rows` (a concatenation joins spread rows).
+    pub(crate) row_key: &'a dyn Fn(u16) -> Option<RowKey>,
+    /// A value's name (its node's name and output, as every rank's graph names it).
+    pub(crate) value_name: &'a dyn Fn(ValueId) -> String,
 }
 
 impl Ctx<'_> {

@@ -359,7 +359,6 @@ pub(super) fn build() -> HashMap<&'static str, Rule> {
             "aten.ones",
             "aten.empty",
             "aten.empty_strided",
-            "aten.arange",
             "aten.eye",
             "aten.linspace",
             "aten.scalar_tensor",
@@ -368,6 +367,7 @@ pub(super) fn build() -> HashMap<&'static str, Rule> {
         creation,
         Vary,
     );
+    add(&["aten.arange"], "arange", arange, Own);
     add(
         &[
             "aten.full_like",

@@ -63,6 +63,9 @@ pub struct Schedule {
     pub problem: Option<ScheduleProblem>,
 }
 
+/// Ranks whose liveness is the same: a shared graph (by address) and the leaves given.
+type LiveKey<'a> = (*const Graph, &'a BTreeSet<String>);
+
 /// A rank's call that needs the other ranks.
 #[derive(Clone, Debug)]
 enum Call {
@@ -224,8 +227,7 @@ pub fn schedule(
     let mut per_rank = Vec::with_capacity(program.ranks.len());
     // Ranks that share a graph and are given the same leaves compute the same values: their
     // liveness is computed once (a preset's thousands of ranks hold a few graphs).
-    let mut live_of: HashMap<(*const Graph, &BTreeSet<String>), Rc<Vec<Vec<bool>>>> =
-        HashMap::new();
+    let mut live_of: HashMap<LiveKey, Rc<Vec<Vec<bool>>>> = HashMap::new();
     for (r, g) in program.ranks.iter().enumerate() {
         let rank_leaves = leaves.and_then(|l| l.get(r));
         let live = rank_leaves.map(|l| {

@@ -75,8 +75,12 @@ fn is_zero(
     let mut buckets: BTreeMap<AtomId, BTreeMap<Mono, Coeff>> = BTreeMap::new();
     let mut plain: BTreeMap<Mono, Coeff> = BTreeMap::new();
     let mut total = 0usize;
+    let mut diff = combine_shared_factors(arena, std::mem::take(&mut diff));
     for (m, c) in std::mem::take(&mut diff) {
         put(arena, &mut buckets, &mut plain, &mut total, m, c);
+    }
+    if total > max_terms {
+        return Err(too_large(max_terms));
     }
     while let Some((p, terms)) = buckets.pop_last() {
         if deadline.is_some_and(|d| Instant::now() > d) {
@@ -190,6 +194,103 @@ fn is_zero(
     Ok(true)
 }
 
+/// Combines the terms `c_i·r·product(f, g_i)` that share the rest `r` of their monomial and a
+/// factor `f` before anything is expanded: their sum is `r·f·S` with `S = Σ c_i·g_i`
+/// (a product atom is the product of its factors, and the ring is commutative). Where `S` is
+/// the zero polynomial the group is gone; where `r·f·S` multiplied out has fewer terms than
+/// the members' own expansions would bring, it replaces them. An all-reduce over tp sums the
+/// ranks' `w·E_k`, which the spec holds as one `w·ΣE_k`: grouped, that cancels without
+/// multiplying out `w` with every part (the expansion repeats that for every goal and every
+/// term that holds such a product). Only factors the expansion itself would multiply out take
+/// part (no `zero_times` or non-finite term), so what is proved is the same identity of
+/// polynomials the expansion proves.
+fn combine_shared_factors(arena: &Arena, diff: BTreeMap<Mono, Coeff>) -> BTreeMap<Mono, Coeff> {
+    let terms: Vec<(Mono, Coeff)> = diff.into_iter().collect();
+    // Per term: its largest product atom with exponent 1 whose factors expand, the rest of
+    // its monomial, and the atom's two factors.
+    let mut expandable: std::collections::HashMap<AtomId, bool> = Default::default();
+    let mut split: Vec<Option<(Mono, ExprId, ExprId)>> = Vec::with_capacity(terms.len());
+    let mut groups: BTreeMap<(Mono, ExprId), Vec<usize>> = BTreeMap::new();
+    for (i, (m, _)) in terms.iter().enumerate() {
+        let entry = m
+            .iter()
+            .rev()
+            .find(|&&(x, _)| is_product(arena, x))
+            .and_then(|&(p, e)| {
+                let Atom::App(Func::Product, fs) = arena.atom(p) else {
+                    return None;
+                };
+                let ok = *expandable.entry(p).or_insert_with(|| {
+                    !arena.is_zero_times(p)
+                        && fs.len() == 2
+                        && fs.iter().all(|&f| {
+                            arena
+                                .poly(f)
+                                .terms
+                                .iter()
+                                .all(|(fm, _)| not_expandable(arena, fm).is_none())
+                        })
+                });
+                let rest: Mono = m.iter().copied().filter(|&(x, _)| x != p).collect();
+                (e == 1 && ok && not_expandable(arena, &rest).is_none())
+                    .then(|| (rest, fs[0], fs[1]))
+            });
+        if let Some((rest, f, g)) = &entry {
+            groups.entry((rest.clone(), *f)).or_default().push(i);
+            if g != f {
+                groups.entry((rest.clone(), *g)).or_default().push(i);
+            }
+        }
+        split.push(entry);
+    }
+    // Larger groups first (then in key order: the result does not depend on hashing).
+    let mut order: Vec<(&(Mono, ExprId), &Vec<usize>)> =
+        groups.iter().filter(|(_, v)| v.len() > 1).collect();
+    order.sort_by_key(|(_, v)| std::cmp::Reverse(v.len()));
+    let mut used = vec![false; terms.len()];
+    let mut out: BTreeMap<Mono, Coeff> = BTreeMap::new();
+    for ((rest, f), members) in order {
+        let live: Vec<usize> = members.iter().copied().filter(|&i| !used[i]).collect();
+        if live.len() < 2 {
+            continue;
+        }
+        let mut sum: BTreeMap<Mono, Coeff> = BTreeMap::new();
+        let mut before = 0usize;
+        let f_len = arena.poly(*f).terms.len();
+        for &i in &live {
+            let (_, a, b) = split[i].as_ref().expect("grouped terms are split");
+            let other = if a == f { *b } else { *a };
+            let poly = &arena.poly(other).terms;
+            before = before.saturating_add(f_len.saturating_mul(poly.len()));
+            for (gm, gc) in poly {
+                let mut k = terms[i].1.clone();
+                k *= gc;
+                add_term(&mut sum, gm.clone(), k);
+            }
+        }
+        if f_len.saturating_mul(sum.len()) >= before {
+            continue;
+        }
+        for &i in &live {
+            used[i] = true;
+        }
+        for (fm, fc) in &arena.poly(*f).terms {
+            let rf = mul_mono(rest, fm);
+            for (sm, sc) in &sum {
+                let mut k = sc.clone();
+                k *= fc;
+                add_term(&mut out, mul_mono(&rf, sm), k);
+            }
+        }
+    }
+    for (i, (m, c)) in terms.into_iter().enumerate() {
+        if !used[i] {
+            add_term(&mut out, m, c);
+        }
+    }
+    out
+}
+
 /// Adds `c·m` to the bucket of its largest product atom (or to `plain`), keeping `total`.
 fn put(
     arena: &Arena,
@@ -285,8 +386,94 @@ mod tests {
             equal_after_expanding_products(&ar, whole, wrong, 10_000, None),
             Ok(false)
         );
-        // The budget stops it, undecided.
-        assert!(equal_after_expanding_products(&ar, whole, split, 10, None).is_err());
+        // The budget stops it, undecided: (A + B)(C + D) against its four products, which
+        // share factors only pairwise (combined, no fewer terms), multiplied out past 10 terms.
+        let (a, b, c, d) = (
+            sum_of(&mut ar, "p", 10),
+            sum_of(&mut ar, "q", 10),
+            sum_of(&mut ar, "r", 10),
+            sum_of(&mut ar, "s", 10),
+        );
+        let (ab, cd) = (ar.add(a, b).unwrap(), ar.add(c, d).unwrap());
+        let lhs = ar.mul(ab, cd).unwrap();
+        let parts: Vec<ExprId> = [(a, c), (a, d), (b, c), (b, d)]
+            .iter()
+            .map(|&(x, y)| ar.mul(x, y).unwrap())
+            .collect();
+        let rhs = ar.sum(&parts).unwrap();
+        assert_eq!(
+            equal_after_expanding_products(&ar, lhs, rhs, 10_000, None),
+            Ok(true)
+        );
+        assert!(equal_after_expanding_products(&ar, lhs, rhs, 10, None).is_err());
+    }
+
+    #[test]
+    fn products_sharing_a_factor_cancel_without_being_multiplied_out() {
+        let mut ar = Arena::default();
+        let w = sum_of(&mut ar, "w", 4);
+        let e0 = sum_of(&mut ar, "a", 10);
+        let e1 = sum_of(&mut ar, "b", 10);
+        let e = ar.add(e0, e1).unwrap();
+        // 3·w·E against 3·w·E0 + 3·w·E1 (the ranks' all-reduced halves, scaled).
+        let three = ar.int(3).unwrap();
+        let we = ar.mul(w, e).unwrap();
+        let whole = ar.mul(we, three).unwrap();
+        let p0 = ar.mul(w, e0).unwrap();
+        let p1 = ar.mul(w, e1).unwrap();
+        let split = ar.add(p0, p1).unwrap();
+        let split = ar.mul(split, three).unwrap();
+        assert_ne!(whole, split);
+        // Multiplied out the difference has 160 terms: within 20 it is decided only by
+        // combining the shared factor first.
+        assert_eq!(
+            equal_after_expanding_products(&ar, whole, split, 20, None),
+            Ok(true)
+        );
+        // The same under a common monomial, with the factor on either side of the products.
+        let v = ar.symbol("v", SymbolKind::Real).unwrap();
+        let (lhs, rhs) = (ar.mul(whole, v).unwrap(), ar.mul(split, v).unwrap());
+        assert_eq!(
+            equal_after_expanding_products(&ar, lhs, rhs, 20, None),
+            Ok(true)
+        );
+        // A wrong share is never zero: w·E against w·E0 + 2·w·E1 (grouped, S = -E1).
+        let two = ar.int(2).unwrap();
+        let p1x2 = ar.mul(p1, two).unwrap();
+        let wrong = ar.add(p0, p1x2).unwrap();
+        assert_eq!(
+            equal_after_expanding_products(&ar, we, wrong, 10_000, None),
+            Ok(false)
+        );
+        // Another factor is not shared: w·E against w·E0 + u·E1.
+        let u = sum_of(&mut ar, "u", 4);
+        let q1 = ar.mul(u, e1).unwrap();
+        let other = ar.add(p0, q1).unwrap();
+        assert_eq!(
+            equal_after_expanding_products(&ar, we, other, 10_000, None),
+            Ok(false)
+        );
+        // A factor holding a `zero_times` term takes no part: 0·(1/y) may be NaN.
+        let y = ar.symbol("y", SymbolKind::Real).unwrap();
+        let ry = ar.recip(y).unwrap();
+        let z = ar.scale(ry, &Coeff::zero()).unwrap();
+        let wz = ar.add(w, z).unwrap();
+        let (zw, z0, z1) = (
+            ar.mul(wz, e).unwrap(),
+            ar.mul(wz, e0).unwrap(),
+            ar.mul(wz, e1).unwrap(),
+        );
+        let zs = ar.add(z0, z1).unwrap();
+        assert_ne!(zw, zs);
+        let diff: BTreeMap<Mono, Coeff> = ar
+            .poly(zw)
+            .terms
+            .iter()
+            .cloned()
+            .chain(ar.poly(zs).terms.iter().map(|(m, c)| (m.clone(), -c)))
+            .collect();
+        assert_eq!(combine_shared_factors(&ar, diff.clone()), diff);
+        assert!(equal_after_expanding_products(&ar, zw, zs, 10_000, None).is_err());
     }
 
     #[test]

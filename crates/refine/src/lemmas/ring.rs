@@ -52,7 +52,13 @@ const VIEW: &str = "aten.view.default";
 /// The children of the `sym` nodes of a class (a few at most).
 pub(super) fn calls(g: &Graph, id: Id, sym: &str) -> Vec<Vec<Id>> {
     // Interned once: comparing symbols is an integer compare, resolving one takes a lock.
-    let sym = Symbol::from(sym);
+    calls_op(g, id, Symbol::from(sym))
+}
+
+/// [`calls`] with the operator already interned: this file's own calls pass `sym!(NAME)`, so
+/// that the walks run on every match (`finite_product`, `recomputes_probabilities`) take no
+/// symbol-table lock per call.
+fn calls_op(g: &Graph, id: Id, sym: Symbol) -> Vec<Vec<Id>> {
     g[id]
         .nodes
         .iter()
@@ -67,7 +73,11 @@ pub(super) fn calls(g: &Graph, id: Id, sym: &str) -> Vec<Vec<Id>> {
 /// Whether a class holds a node of operator `sym` (checked without building anything: the
 /// guard that keeps lemmas cheap on terms they do not match).
 pub(super) fn has(g: &Graph, id: Id, sym: &str) -> bool {
-    let sym = Symbol::from(sym);
+    has_op(g, id, Symbol::from(sym))
+}
+
+/// [`has`] with the operator already interned (see [`calls_op`]).
+fn has_op(g: &Graph, id: Id, sym: Symbol) -> bool {
     g[id]
         .nodes
         .iter()
@@ -97,7 +107,7 @@ struct Fill {
 }
 
 fn fills(g: &Graph, id: Id) -> Vec<Fill> {
-    calls(g, id, FULL)
+    calls_op(g, id, sym!(FULL))
         .into_iter()
         .filter(|k| k.len() == 6)
         .filter_map(|k| {
@@ -130,7 +140,7 @@ pub(super) fn make_fill(g: &mut Graph, shape: &[usize], value: Id, options: &[Id
 /// A `triu(full(..), k)` causal mask: the fill and the diagonal.
 fn triu_fills(g: &Graph, id: Id) -> Vec<(Fill, i64)> {
     let mut out = Vec::new();
-    for k in calls(g, id, TRIU) {
+    for k in calls_op(g, id, sym!(TRIU)) {
         let Some(diag) = int(g, k[1]) else { continue };
         for f in fills(g, k[0]) {
             out.push((f, diag));
@@ -151,7 +161,7 @@ fn holds_infinity(g: &Graph, id: Id) -> bool {
     let infinite = |v: Id| float_literal(g, v).is_some_and(|x| !x.is_finite());
     fills(g, id).iter().any(|f| infinite(f.value))
         || triu_fills(g, id).iter().any(|(f, _)| infinite(f.value))
-        || calls(g, id, "aten.masked_fill.Scalar")
+        || calls_op(g, id, sym!("aten.masked_fill.Scalar"))
             .iter()
             .any(|k| k.len() == 3 && infinite(k[2]))
 }
@@ -162,22 +172,29 @@ fn finite_product(g: &Graph, id: Id, depth: usize) -> bool {
     if depth == 0 {
         return false;
     }
+    // Operators compared as interned symbols (`is_op!`), not by name: `Symbol::as_str` takes
+    // the symbol table's lock, and this walk runs on every node of every class it visits (3%
+    // of the 16-rank DeepSeek case's CPU went to those lookups).
     g[id].nodes.iter().any(|n| match n {
-        Term::Op(s, k) => match s.as_str() {
-            BMM | "aten.mm.default" | "aten.matmul.default" if k.len() == 2 => {
+        Term::Op(s, k) => {
+            if (is_op!(s, BMM) || is_op!(s, "aten.mm.default") || is_op!(s, MATMUL)) && k.len() == 2
+            {
                 !holds_infinity(g, k[0]) && !holds_infinity(g, k[1])
-            }
-            SCALE if k.len() == 3 => finite_product(g, k[2], depth - 1),
-            // A float factor the lowering leaves a multiplication by its literal (one too
-            // small for a binary fraction with a 62-bit denominator) is finite as well.
-            "aten.mul.Scalar" if k.len() == 2 => {
+            } else if is_op!(s, SCALE) && k.len() == 3 {
+                finite_product(g, k[2], depth - 1)
+            } else if is_op!(s, "aten.mul.Scalar") && k.len() == 2 {
+                // A float factor the lowering leaves a multiplication by its literal (one too
+                // small for a binary fraction with a 62-bit denominator) is finite as well.
                 float_literal(g, k[1]).is_some_and(f64::is_finite)
                     && finite_product(g, k[0], depth - 1)
+            } else if is_op!(s, CAT) && k.len() >= 2 {
+                k[1..].iter().all(|&p| finite_product(g, p, depth - 1))
+            } else if is_op!(s, SLICE) && k.len() == 4 {
+                finite_product(g, k[3], depth - 1)
+            } else {
+                false
             }
-            CAT if k.len() >= 2 => k[1..].iter().all(|&p| finite_product(g, p, depth - 1)),
-            SLICE if k.len() == 4 => finite_product(g, k[3], depth - 1),
-            _ => false,
-        },
+        }
         Term::Num(_) => false,
     })
 }
@@ -196,30 +213,30 @@ fn rows_finite(g: &Graph, id: Id, depth: usize) -> bool {
     let Some(last) = shape(g, id).and_then(|s| s.len().checked_sub(1)) else {
         return false;
     };
+    // Symbols compared as in `finite_product`.
     g[id].nodes.iter().any(|n| match n {
-        Term::Op(s, k) => match s.as_str() {
-            ADD if k.len() == 3 && is_one(g, k[2]) => {
+        Term::Op(s, k) => {
+            if is_op!(s, ADD) && k.len() == 3 && is_one(g, k[2]) {
                 let mask_ok = |m: Id| {
                     fills(g, m).iter().any(|f| is_zero(g, f.value))
                         || triu_fills(g, m).iter().any(|(_, diag)| *diag >= 1)
                 };
                 (finite_product(g, k[0], 5) && mask_ok(k[1]))
                     || (finite_product(g, k[1], 5) && mask_ok(k[0]))
-            }
-            CAT if k.len() >= 2 => {
+            } else if is_op!(s, CAT) && k.len() >= 2 {
                 let d = int(g, k[0]).and_then(|d| usize::try_from(d).ok());
                 if d == Some(last) {
                     k[1..].iter().any(|&p| rows_finite(g, p, depth - 1))
                 } else {
                     k[1..].iter().all(|&p| rows_finite(g, p, depth - 1))
                 }
-            }
-            SLICE if k.len() == 4 => {
+            } else if is_op!(s, SLICE) && k.len() == 4 {
                 int(g, k[0]).and_then(|d| usize::try_from(d).ok()) != Some(last)
                     && rows_finite(g, k[3], depth - 1)
+            } else {
+                false
             }
-            _ => false,
-        },
+        }
         Term::Num(_) => false,
     })
 }
@@ -466,7 +483,7 @@ fn mask_slices() -> Lemma {
         requires: None,
         build: Arc::new(|g, _, kids| {
             let x = if kids.len() == 4 { kids[3] } else { kids[0] };
-            if !has(g, x, FULL) && !has(g, x, TRIU) {
+            if !has_op(g, x, sym!(FULL)) && !has_op(g, x, sym!(TRIU)) {
                 return vec![];
             }
             let mut out = Vec::new();
@@ -522,7 +539,7 @@ fn mask_slices() -> Lemma {
 
 /// The start of a position range `view(arange(c, c + len), shape)` viewed to `shape`.
 fn positions_start(g: &Graph, id: Id, len: usize, view_shape: &[i64]) -> Option<i64> {
-    calls(g, id, VIEW).into_iter().find_map(|k| {
+    calls_op(g, id, sym!(VIEW)).into_iter().find_map(|k| {
         if int_list(g, k[1]).as_deref() != Some(view_shape) {
             return None;
         }
@@ -546,7 +563,7 @@ fn causal_mask_of_positions() -> Lemma {
         ],
         requires: None,
         build: Arc::new(|g, _, kids| {
-            if !has(g, kids[0], FULL) {
+            if !has_op(g, kids[0], sym!(FULL)) {
                 return vec![];
             }
             let mut out = Vec::new();
@@ -594,7 +611,7 @@ fn add_zero_fill() -> Lemma {
         ],
         requires: None,
         build: Arc::new(|g, eclass, kids| {
-            if !has(g, kids[0], FULL) && !has(g, kids[1], FULL) {
+            if !has_op(g, kids[0], sym!(FULL)) && !has_op(g, kids[1], sym!(FULL)) {
                 return vec![];
             }
             let Some(out) = shape(g, eclass) else { return vec![] };
@@ -625,7 +642,7 @@ fn is_last_dim_list(g: &Graph, dims: Id, last: usize) -> bool {
 
 /// The log-sum-exps over the last dim with kept dims in a class: their operands.
 fn logsumexps(g: &Graph, id: Id) -> Vec<Id> {
-    calls(g, id, LOGSUMEXP)
+    calls_op(g, id, sym!(LOGSUMEXP))
         .into_iter()
         .filter(|k| {
             k.len() == 3
@@ -648,12 +665,12 @@ fn softmax_from_logsumexp() -> Lemma {
         )],
         requires: None,
         build: Arc::new(|g, _, kids| {
-            if !has(g, kids[0], "aten.sub.Tensor") {
+            if !has_op(g, kids[0], sym!("aten.sub.Tensor")) {
                 return vec![];
             }
             let mut out = Vec::new();
-            for k in calls(g, kids[0], "aten.sub.Tensor") {
-                if k.len() != 3 || !is_one(g, k[2]) || !has(g, k[1], LOGSUMEXP) {
+            for k in calls_op(g, kids[0], sym!("aten.sub.Tensor")) {
+                if k.len() != 3 || !is_one(g, k[2]) || !has_op(g, k[1], sym!(LOGSUMEXP)) {
                     continue;
                 }
                 let Some(last) = last_dim(g, k[0]) else { continue };
@@ -706,11 +723,11 @@ fn logsumexp_over_cat() -> Lemma {
 /// leading batch dims) read as key blocks, (S_j, V_j): the scores split along their last dim,
 /// the values alike along their key dim (second to last).
 fn key_blocks(g: &Graph, p: Id, v: Id) -> Vec<(Vec<Id>, Vec<Id>)> {
-    if !has(g, p, SOFTMAX) || !has(g, v, CAT) {
+    if !has_op(g, p, sym!(SOFTMAX)) || !has_op(g, v, sym!(CAT)) {
         return vec![];
     }
     let mut out = Vec::new();
-    for k in calls(g, p, SOFTMAX) {
+    for k in calls_op(g, p, sym!(SOFTMAX)) {
         let (Some(ss), Some(vs)) = (shape(g, k[0]), shape(g, v)) else {
             continue;
         };
@@ -799,7 +816,7 @@ fn joinable(g: &Graph, pieces: &[Id], d: usize) -> bool {
 
 /// Whether a block of scores is masked entirely: `x + full(-inf)` with `x` finite.
 pub(super) fn fully_masked(g: &Graph, id: Id) -> bool {
-    calls(g, id, ADD).iter().any(|k| {
+    calls_op(g, id, sym!(ADD)).iter().any(|k| {
         let minus_inf = |m: Id| {
             fills(g, m)
                 .iter()
@@ -880,8 +897,8 @@ fn attention_key_order() -> Lemma {
 /// The (log-sum-exp, shift) of an `exp(l - m)` class.
 fn shifted_exps(g: &Graph, e: Id) -> Vec<(Id, Id)> {
     let mut out = Vec::new();
-    for k in calls(g, e, "aten.exp.default") {
-        for s in calls(g, k[0], "aten.sub.Tensor") {
+    for k in calls_op(g, e, sym!("aten.exp.default")) {
+        for s in calls_op(g, k[0], sym!("aten.sub.Tensor")) {
             if s.len() == 3 && is_one(g, s[2]) {
                 out.push((s[0], s[1]));
             }
@@ -892,17 +909,20 @@ fn shifted_exps(g: &Graph, e: Id) -> Vec<(Id, Id)> {
 
 /// Whether `m` is `maximum(a, b)` (either order).
 pub(super) fn is_maximum_of(g: &Graph, m: Id, a: Id, b: Id) -> bool {
-    calls(g, m, "aten.maximum.default").iter().any(|k| {
-        k.len() == 2
-            && ((same(g, k[0], a) && same(g, k[1], b)) || (same(g, k[0], b) && same(g, k[1], a)))
-    })
+    calls_op(g, m, sym!("aten.maximum.default"))
+        .iter()
+        .any(|k| {
+            k.len() == 2
+                && ((same(g, k[0], a) && same(g, k[1], b))
+                    || (same(g, k[0], b) && same(g, k[1], a)))
+        })
 }
 
 /// The (e1, e2, l1, l2) of a normalizer `t = e1 + e2` with `e_i = exp(l_i - m)`,
 /// `m = maximum(l1, l2)`.
 pub(super) fn normalizer_parts(g: &Graph, t: Id) -> Vec<(Id, Id, Id, Id)> {
     let mut out = Vec::new();
-    for k in calls(g, t, ADD) {
+    for k in calls_op(g, t, sym!(ADD)) {
         if k.len() != 3 || !is_one(g, k[2]) {
             continue;
         }
@@ -930,14 +950,17 @@ fn finite_lse_scores(g: &Graph, l: Id) -> Vec<Id> {
 /// `matmul(softmax(S, last), V)` (scores and values of the same rank, 3 or more).
 fn attentions(g: &Graph, o: Id) -> Vec<(Id, Id)> {
     let mut out = Vec::new();
-    for k in calls(g, o, BMM).into_iter().chain(calls(g, o, MATMUL)) {
+    for k in calls_op(g, o, sym!(BMM))
+        .into_iter()
+        .chain(calls_op(g, o, sym!(MATMUL)))
+    {
         let Some(rank) = shape(g, k[0]).map(|s| s.len()) else {
             continue;
         };
         if rank < 3 || shape(g, k[1]).map(|s| s.len()) != Some(rank) {
             continue;
         }
-        for sm in calls(g, k[0], SOFTMAX) {
+        for sm in calls_op(g, k[0], sym!(SOFTMAX)) {
             if softmax_over_last(g, &sm, rank) {
                 out.push((sm[0], k[1]));
             }
@@ -948,7 +971,7 @@ fn attentions(g: &Graph, o: Id) -> Vec<(Id, Id)> {
 
 /// The (o, w) operands of the products in a class.
 fn products(g: &Graph, id: Id) -> Vec<(Id, Id)> {
-    calls(g, id, "aten.mul.Tensor")
+    calls_op(g, id, sym!("aten.mul.Tensor"))
         .into_iter()
         .filter(|k| k.len() == 2)
         .flat_map(|k| [(k[0], k[1]), (k[1], k[0])])
@@ -957,7 +980,7 @@ fn products(g: &Graph, id: Id) -> Vec<(Id, Id)> {
 
 /// The numerator of `n / t` in a class, for a given `t`.
 fn quotients(g: &Graph, id: Id) -> Vec<(Id, Id)> {
-    calls(g, id, "aten.div.Tensor")
+    calls_op(g, id, sym!("aten.div.Tensor"))
         .into_iter()
         .filter(|k| k.len() == 2)
         .map(|k| (k[0], k[1]))
@@ -978,9 +1001,9 @@ fn lse_merge() -> Lemma {
         ],
         requires: None,
         build: Arc::new(|g, _, kids| {
-            let products_pair = has(g, kids[0], "aten.mul.Tensor") && has(g, kids[1], "aten.mul.Tensor");
-            let max_plus_log = (has(g, kids[0], "aten.maximum.default") && has(g, kids[1], "aten.log.default"))
-                || (has(g, kids[1], "aten.maximum.default") && has(g, kids[0], "aten.log.default"));
+            let products_pair = has_op(g, kids[0], sym!("aten.mul.Tensor")) && has_op(g, kids[1], sym!("aten.mul.Tensor"));
+            let max_plus_log = (has_op(g, kids[0], sym!("aten.maximum.default")) && has_op(g, kids[1], sym!("aten.log.default")))
+                || (has_op(g, kids[1], sym!("aten.maximum.default")) && has_op(g, kids[0], sym!("aten.log.default")));
             if !is_one(g, kids[2]) || !(products_pair || max_plus_log) {
                 return vec![];
             }
@@ -1015,7 +1038,7 @@ fn lse_merge() -> Lemma {
             }
             // The log-sum-exp: m + log(t).
             for (m, lg) in [(kids[0], kids[1]), (kids[1], kids[0])] {
-                for k in calls(g, lg, "aten.log.default") {
+                for k in calls_op(g, lg, sym!("aten.log.default")) {
                     for (_, _, l1, l2) in normalizer_parts(g, k[0]) {
                         if !is_maximum_of(g, m, l1, l2) {
                             continue;
@@ -1058,7 +1081,7 @@ fn softmax_key_blocks() -> Lemma {
             // Only where the ranks recompute probabilities against a log-sum-exp of other
             // scores (ring attention's backward): elsewhere a softmax stays whole and this
             // costs a look-up over the `exp` classes.
-            if !has(g, kids[0], CAT) || !recomputes_probabilities(g) {
+            if !has_op(g, kids[0], sym!(CAT)) || !recomputes_probabilities(g) {
                 return vec![];
             }
             let Some(rank) = shape(g, kids[0]).map(|s| s.len()) else { return vec![] };
@@ -1093,14 +1116,14 @@ fn softmax_key_blocks() -> Lemma {
 /// rewrites cut them into, subtract a log-sum-exp; the merge weights have one entry per row.
 fn recomputes_probabilities(g: &Graph) -> bool {
     classes_of(g, "aten.exp.default").into_iter().any(|e| {
-        calls(g, e, "aten.exp.default").iter().any(|k| {
-            calls(g, k[0], "aten.sub.Tensor").iter().any(|s| {
+        calls_op(g, e, sym!("aten.exp.default")).iter().any(|k| {
+            calls_op(g, k[0], sym!("aten.sub.Tensor")).iter().any(|s| {
                 s.len() == 3
                     && shape(g, s[0])
                         .and_then(|x| x.last().copied())
                         .is_some_and(|n| n > 1)
                     && shape(g, s[1]).and_then(|x| x.last().copied()) == Some(1)
-                    && !has(g, s[1], LOGSUMEXP)
+                    && !has_op(g, s[1], sym!(LOGSUMEXP))
             })
         })
     })
@@ -1119,7 +1142,7 @@ fn logsumexp_key_blocks() -> Lemma {
         ],
         requires: None,
         build: Arc::new(|g, _, kids| {
-            if !has(g, kids[0], CAT) {
+            if !has_op(g, kids[0], sym!(CAT)) {
                 return vec![];
             }
             let Some(last) = last_dim(g, kids[0]) else { return vec![] };
@@ -1146,7 +1169,7 @@ fn logsumexp_key_blocks() -> Lemma {
 
 /// Whether a class is a finite log-sum-exp: over scores whose every row has a finite entry.
 pub(super) fn finite_lse(g: &Graph, l: Id) -> bool {
-    calls(g, l, LOGSUMEXP).iter().any(|k| {
+    calls_op(g, l, sym!(LOGSUMEXP)).iter().any(|k| {
         k.len() == 3
             && last_dim(g, k[0]).is_some_and(|d| is_last_dim_list(g, k[1], d))
             && rows_finite(g, k[0], 6)
@@ -1169,20 +1192,20 @@ fn masked_block_probabilities() -> Lemma {
         )],
         requires: None,
         build: Arc::new(|g, eclass, kids| {
-            if !has(g, kids[0], "aten.sub.Tensor") {
+            if !has_op(g, kids[0], sym!("aten.sub.Tensor")) {
                 return vec![];
             }
             let Some(out_shape) = shape(g, eclass) else { return vec![] };
             let mut out = Vec::new();
-            for k in calls(g, kids[0], "aten.sub.Tensor") {
-                if k.len() != 3 || !is_one(g, k[2]) || !has(g, k[0], ADD) || !fully_masked(g, k[0]) {
+            for k in calls_op(g, kids[0], sym!("aten.sub.Tensor")) {
+                if k.len() != 3 || !is_one(g, k[2]) || !has_op(g, k[0], sym!(ADD)) || !fully_masked(g, k[0]) {
                     continue;
                 }
                 if !finite_lse(g, k[1]) {
                     continue;
                 }
                 // The fill's options (dtype, device) from the mask.
-                let options = calls(g, k[0], ADD)
+                let options = calls_op(g, k[0], sym!(ADD))
                     .into_iter()
                     .flat_map(|a| a.into_iter().take(2))
                     .flat_map(|m| fills(g, m))

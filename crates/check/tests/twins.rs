@@ -7,7 +7,7 @@
 mod common;
 
 use common::plans::Plan;
-use shardproof_case::Case;
+use shardproof_case::{Case, Layout, Placement, Reduce};
 use shardproof_check::{check_case, plan::parse_plan, propagate, twins_off, Verdict};
 use std::path::Path;
 
@@ -219,33 +219,35 @@ fn ranks_run_again_share_only_what_their_own_runs_give() {
 }
 
 /// Two stage-0 replicas (dp 0 and 1) run one graph and receive alike, but hold `b` (read
-/// after the recv) in different placements over tp: the replica whose `b` is a partial sum
-/// must not take the other's run again (its `y` is not `Replicate()` over tp: a false holds,
-/// checked by leaving the input comparison out), in either pass.
+/// after the recv) in different placements over dp (the case edited: a plan states one
+/// layout per input): the replica whose `b` is a partial sum must not take the other's run
+/// again (its `y` is a partial sum there: checked by leaving the input comparison out, when
+/// it takes rank 0's run and the placements differ), in either pass.
 #[test]
 fn replicas_run_again_with_other_input_placements_are_not_twins() {
-    let stage0 = |dp: &str, b: &str| {
-        format!(
-            "on pp=0 dp={dp} {{\n\
-             input x: f32[4, 8]\n\
-             input b: f32[4, 8] tp={b}\n\
-             send(x, pp=1, tag=0)\n\
-             g = recv(f32[4, 8], pp=1, tag=0)\n\
-             y = add(g, b)\n\
-             output y tp=Replicate()\n\
-             }}\n"
-        )
+    let text = "mesh pp=2 dp=2\n\
+                on pp=0 {\n\
+                input x: f32[4, 8]\n\
+                input b: f32[4, 8]\n\
+                send(x, pp=1, tag=0)\n\
+                g = recv(f32[4, 8], pp=1, tag=0)\n\
+                y = add(g, b)\n\
+                output y dp=Replicate()\n\
+                }\n\
+                on pp=1 {\n\
+                a = recv(f32[4, 8], pp=0, tag=0)\n\
+                send(a, pp=0, tag=0)\n\
+                }\n";
+    let mut case = parse_plan(Path::new("again.plan"), text).unwrap_or_else(|e| panic!("{e}"));
+    // Rank 1 (pp=0, dp=1) holds its `b` as a partial sum over dp.
+    let at = case.inputs.iter().position(|i| i.impl_name == "b").unwrap();
+    let mut partial = case.inputs[at].clone();
+    partial.rank_values.retain(|&(r, _)| r == 1);
+    case.inputs[at].rank_values.retain(|&(r, _)| r != 1);
+    let Layout::Placed(pl) = &mut partial.layout else {
+        panic!("b has no placements")
     };
-    let text = format!(
-        "mesh pp=2 dp=2 tp=2\n{}{}on pp=1 {{\n\
-         a = recv(f32[4, 8], pp=0, tag=0)\n\
-         send(a, pp=0, tag=0)\n\
-         }}\n",
-        stage0("0", "Replicate()"),
-        stage0("1", "Partial()")
-    );
-    let case = parse_plan(Path::new("again.plan"), &text).unwrap_or_else(|e| panic!("{e}"));
-    let r = check_case(&case).unwrap();
-    assert_ne!(r.verdict, Verdict::Holds, "{}", r.render());
+    pl.placements[1] = Placement::Partial(Reduce::Sum);
+    case.inputs.push(partial);
     assert_eq!(again_exact(&case, "inputs"), 0);
 }

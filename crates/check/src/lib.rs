@@ -87,7 +87,8 @@ const MAX_PASSES: usize = 32;
 /// The placements [`propagate`] infers, with what the passes saw.
 pub struct Propagation {
     /// Per rank, its placements.
-    pub ranks: Vec<RankPlacements>,
+    /// Shared by twin ranks (one allocation per distinct run, issue 44: memory).
+    pub ranks: Vec<std::sync::Arc<RankPlacements>>,
     /// The simulated schedule.
     pub schedule: shardproof_interp::Schedule,
     /// Per rank: local metas (shared by ranks that run one graph).
@@ -284,7 +285,7 @@ pub fn propagate_counted(case: &Case, progress: &Progress) -> Result<Propagation
             receivers[s].insert(q);
         }
     }
-    let mut done: Vec<Option<RankPlacements>> = vec![None; n];
+    let mut done: Vec<Option<std::sync::Arc<RankPlacements>>> = vec![None; n];
     // Ranks to propagate again: a receiver of a rank whose placements changed after the
     // receiver last read them (in the first pass, the receivers that came before it).
     let mut again: BTreeSet<usize> = BTreeSet::new();
@@ -302,7 +303,7 @@ pub fn propagate_counted(case: &Case, progress: &Progress) -> Result<Propagation
                 let rp = propagate_rank(&sh, r, &done).0;
                 let roots_read = sh.ring_roots.borrow().calls != calls;
                 twins.note(&sh, r, roots_read);
-                rp
+                std::sync::Arc::new(rp)
             }
         });
         progress.leave();
@@ -330,7 +331,10 @@ pub fn propagate_counted(case: &Case, progress: &Progress) -> Result<Propagation
                 again_shared += 1;
                 done[q].clone().unwrap_or_default()
             }
-            None => propagate_rank_again(&sh, r, &done, prev).0,
+            // The run again edits its own copy where `prev` is shared with twins.
+            None => std::sync::Arc::new(
+                propagate_rank_again(&sh, r, &done, std::sync::Arc::unwrap_or_clone(prev)).0,
+            ),
         };
         // Either way `r`'s placements are now what a run reading `reads` gives.
         again_twins.note(&sh, r, reads);
@@ -431,7 +435,7 @@ impl Twins {
         r: usize,
         q: usize,
         roots_read: bool,
-        done: &[Option<RankPlacements>],
+        done: &[Option<std::sync::Arc<RankPlacements>>],
     ) -> bool {
         let mesh = &sh.program.mesh;
         let nd = mesh.dims.len();
@@ -477,7 +481,12 @@ impl Twins {
 
     /// An earlier rank whose placements are `r`'s, checked against `done` (the earlier
     /// ranks' results); `r` becomes a candidate for later ranks otherwise.
-    fn of(&self, sh: &Shared, r: usize, done: &[Option<RankPlacements>]) -> Option<usize> {
+    fn of(
+        &self,
+        sh: &Shared,
+        r: usize,
+        done: &[Option<std::sync::Arc<RankPlacements>>],
+    ) -> Option<usize> {
         if !self.enabled {
             return None;
         }
@@ -559,7 +568,7 @@ impl Again {
     }
 
     /// What rank `r`'s recvs read from `done` now.
-    fn reads(sh: &Shared, r: usize, done: &[Option<RankPlacements>]) -> RecvReads {
+    fn reads(sh: &Shared, r: usize, done: &[Option<std::sync::Arc<RankPlacements>>]) -> RecvReads {
         let nd = sh.program.mesh.dims.len();
         sh.messages
             .range((r, 0)..(r + 1, 0))
@@ -583,7 +592,7 @@ impl Again {
         sh: &Shared,
         r: usize,
         reads: &RecvReads,
-        done: &[Option<RankPlacements>],
+        done: &[Option<std::sync::Arc<RankPlacements>>],
     ) -> Option<usize> {
         if !self.enabled {
             return None;

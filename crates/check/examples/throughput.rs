@@ -212,7 +212,10 @@ fn main() {
                 // untimed propagation more).
                 if std::env::var_os("BENCH_TWINS").is_some() {
                     if let Ok(p) = shardproof_check::propagate(&case) {
-                        println!("    twin ranks: {} of {}", p.twin_ranks, r.ranks);
+                        println!(
+                            "    twin ranks: {} of {}; runs again: {}, {} of them a twin's",
+                            p.twin_ranks, r.ranks, p.again_runs, p.again_twin_runs
+                        );
                     }
                 }
                 // Findings verbatim: a preset's plan is expected to hold.

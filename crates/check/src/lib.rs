@@ -87,7 +87,8 @@ const MAX_PASSES: usize = 32;
 /// The placements [`propagate`] infers, with what the passes saw.
 pub struct Propagation {
     /// Per rank, its placements.
-    pub ranks: Vec<RankPlacements>,
+    /// Shared by twin ranks (one allocation per distinct run, issue 44: memory).
+    pub ranks: Vec<std::sync::Arc<RankPlacements>>,
     /// The simulated schedule.
     pub schedule: shardproof_interp::Schedule,
     /// Per rank: local metas (shared by ranks that run one graph).
@@ -97,6 +98,12 @@ pub struct Propagation {
     /// Ranks whose placements were taken from an earlier rank whose run read the same (see
     /// `Twins`), not propagated on their own.
     pub twin_ranks: usize,
+    /// Runs of ranks propagated again (receivers of ranks whose placements changed after
+    /// they read them), those taken from a twin included.
+    pub again_runs: usize,
+    /// Of [`Propagation::again_runs`], those whose placements were taken from an earlier
+    /// rank's latest run that read the same (see `Again`), not propagated.
+    pub again_twin_runs: usize,
 }
 
 /// Infers the placement of every value of every rank graph of `case` (type inference and the
@@ -278,7 +285,7 @@ pub fn propagate_counted(case: &Case, progress: &Progress) -> Result<Propagation
             receivers[s].insert(q);
         }
     }
-    let mut done: Vec<Option<RankPlacements>> = vec![None; n];
+    let mut done: Vec<Option<std::sync::Arc<RankPlacements>>> = vec![None; n];
     // Ranks to propagate again: a receiver of a rank whose placements changed after the
     // receiver last read them (in the first pass, the receivers that came before it).
     let mut again: BTreeSet<usize> = BTreeSet::new();
@@ -296,7 +303,7 @@ pub fn propagate_counted(case: &Case, progress: &Progress) -> Result<Propagation
                 let rp = propagate_rank(&sh, r, &done).0;
                 let roots_read = sh.ring_roots.borrow().calls != calls;
                 twins.note(&sh, r, roots_read);
-                rp
+                std::sync::Arc::new(rp)
             }
         });
         progress.leave();
@@ -306,15 +313,31 @@ pub fn propagate_counted(case: &Case, progress: &Progress) -> Result<Propagation
     // Each rank is propagated again at most MAX_PASSES - 1 times (a bound on pathological
     // message chains; zoo pipelines settle in a few).
     let mut runs = vec![1usize; n];
+    // Ranks propagated again read their recvs' current senders: one whose reads, graph and
+    // every other read equal an earlier rank's latest run takes its placements (`Again`).
+    let mut again_twins = Again::new(&sh, n);
+    let mut again_shared = 0usize;
     while let Some(r) = again.pop_first() {
         if runs[r] >= MAX_PASSES {
             continue;
         }
         runs[r] += 1;
         progress.enter(&format!("placements of rank {r} of {n}, pass {}", runs[r]));
+        let reads = Again::reads(&sh, r, &done);
         let prev = done[r].take().unwrap_or_default();
         let before = prev.places.clone();
-        let (rp, _) = propagate_rank_again(&sh, r, &done, prev);
+        let rp = match again_twins.of(&sh, r, &reads, &done) {
+            Some(q) => {
+                again_shared += 1;
+                done[q].clone().unwrap_or_default()
+            }
+            // The run again edits its own copy where `prev` is shared with twins.
+            None => std::sync::Arc::new(
+                propagate_rank_again(&sh, r, &done, std::sync::Arc::unwrap_or_clone(prev)).0,
+            ),
+        };
+        // Either way `r`'s placements are now what a run reading `reads` gives.
+        again_twins.note(&sh, r, reads);
         let changed = before != rp.places;
         done[r] = Some(rp);
         if changed {
@@ -326,6 +349,7 @@ pub fn propagate_counted(case: &Case, progress: &Progress) -> Result<Propagation
         ranks = n,
         "propagations, the receiving ranks' again included"
     );
+    tracing::debug!(again_shared, "runs again taken from a twin rank");
     let Shared { metas, groups, .. } = sh;
     Ok(Propagation {
         ranks: done.into_iter().map(Option::unwrap_or_default).collect(),
@@ -333,6 +357,8 @@ pub fn propagate_counted(case: &Case, progress: &Progress) -> Result<Propagation
         metas,
         groups,
         twin_ranks: shared_runs,
+        again_runs: runs.iter().sum::<usize>() - n,
+        again_twin_runs: again_shared,
     })
 }
 
@@ -409,7 +435,7 @@ impl Twins {
         r: usize,
         q: usize,
         roots_read: bool,
-        done: &[Option<RankPlacements>],
+        done: &[Option<std::sync::Arc<RankPlacements>>],
     ) -> bool {
         let mesh = &sh.program.mesh;
         let nd = mesh.dims.len();
@@ -455,7 +481,12 @@ impl Twins {
 
     /// An earlier rank whose placements are `r`'s, checked against `done` (the earlier
     /// ranks' results); `r` becomes a candidate for later ranks otherwise.
-    fn of(&self, sh: &Shared, r: usize, done: &[Option<RankPlacements>]) -> Option<usize> {
+    fn of(
+        &self,
+        sh: &Shared,
+        r: usize,
+        done: &[Option<std::sync::Arc<RankPlacements>>],
+    ) -> Option<usize> {
         if !self.enabled {
             return None;
         }
@@ -493,6 +524,125 @@ impl Twins {
                 .entry(Twins::key(sh, r))
                 .or_default()
                 .push((r, roots_read));
+        }
+    }
+}
+
+/// What a recv of a rank read in its latest run: per message, (recv node, sender rank,
+/// send node, the sender's placements of the sent value then; `None`: not yet propagated).
+type RecvReads = Vec<(usize, usize, usize, Option<Vec<Place>>)>;
+
+/// Ranks propagated again whose run would read exactly what an earlier rank's latest run
+/// read, so that its placements are that run's result (issue 44: the pipeline's receivers
+/// are propagated again once a later stage's gradients are known, every dp replica alike).
+///
+/// A run again gives exactly what a full run gives (`propagate_rank_again`), and a full run
+/// reads what [`Twins`] lists; here the candidate `q`'s reads are recorded when it ran (its
+/// placements in `done` are that run's: a later run replaces both), and `r` takes them only
+/// where: the graphs are equal (graph class, not only up to peers) with equal local metas
+/// and input placements; `q`'s run read no mesh coordinate where `r`'s differs (its
+/// `coord_reads`, kept across resumed runs, cover every run of it); `q` has no finding (a
+/// finding names its rank); and every recv reads alike: the same recv and send nodes, a
+/// sender that is the rank itself on both sides or else senders with equal graphs whose
+/// coordinates differ from the receiver's on the same mesh dims and are equal there
+/// (`Twins::recvs_alike`'s rule), and the sender's placements of the sent value `r` reads
+/// now equal to what `q` read. Row selections and ring roots are keyed by graph content and
+/// the senders' graphs are equal, so `r`'s run would number nothing new.
+struct Again {
+    /// Whether any sharing is possible (as [`Twins`]).
+    enabled: bool,
+    /// Per rank: what its latest run again read (`None`: not run again yet).
+    reads: Vec<Option<RecvReads>>,
+    /// Ranks propagated again, by [`Twins::key`], in the order first met.
+    firsts: HashMap<TwinKey, Vec<usize>>,
+}
+
+impl Again {
+    fn new(sh: &Shared, n: usize) -> Again {
+        Again {
+            enabled: sh.groups.values().all(Option::is_some)
+                && !engine::NO_TWINS.with(std::cell::Cell::get),
+            reads: vec![None; n],
+            firsts: HashMap::new(),
+        }
+    }
+
+    /// What rank `r`'s recvs read from `done` now.
+    fn reads(sh: &Shared, r: usize, done: &[Option<std::sync::Arc<RankPlacements>>]) -> RecvReads {
+        let nd = sh.program.mesh.dims.len();
+        sh.messages
+            .range((r, 0)..(r + 1, 0))
+            .map(|(&(_, i), &(s, j))| {
+                let sent = sh.program.ranks[s].nodes[j].inputs().first().copied();
+                let placed = done
+                    .get(s)
+                    .and_then(|d| d.as_ref())
+                    .filter(|sp| s != r && sp.offsets.len() == sh.program.ranks[s].nodes.len())
+                    .zip(sent)
+                    .map(|(sp, v)| sp.of(v, nd).to_vec());
+                (i, s, j, placed)
+            })
+            .collect()
+    }
+
+    /// An earlier rank whose latest run read what `r` reads now (`reads`), with every other
+    /// read equal: its placements are `r`'s.
+    fn of(
+        &self,
+        sh: &Shared,
+        r: usize,
+        reads: &RecvReads,
+        done: &[Option<std::sync::Arc<RankPlacements>>],
+    ) -> Option<usize> {
+        if !self.enabled {
+            return None;
+        }
+        let mesh = &sh.program.mesh;
+        let nd = mesh.dims.len();
+        let mine = mesh.coords(r);
+        let cands = self.firsts.get(&Twins::key(sh, r))?;
+        cands.iter().copied().find(|&q| {
+            let (Some(Some(rq)), Some(Some(theirs))) = (done.get(q), self.reads.get(q)) else {
+                return false;
+            };
+            let qc = mesh.coords(q);
+            let coords_unread =
+                (0..nd).all(|m| mine[m] == qc[m] || (m < 64 && rq.coord_reads & (1 << m) == 0));
+            let recvs = theirs.len() == reads.len()
+                && theirs.iter().zip(reads).all(|(a, b)| {
+                    let ((i, s, j, pa), (i2, s2, j2, pb)) = (a, b);
+                    if i != i2 || j != j2 || (*s == q) != (*s2 == r) {
+                        return false;
+                    }
+                    if *s == q {
+                        return true;
+                    }
+                    let (sc, s2c) = (mesh.coords(*s), mesh.coords(*s2));
+                    let coords = (0..nd).all(|m| {
+                        (sc[m] == qc[m]) == (s2c[m] == mine[m])
+                            && (sc[m] == qc[m] || (sc[m] == s2c[m] && qc[m] == mine[m]))
+                    });
+                    coords && sh.graph_class[*s] == sh.graph_class[*s2] && pa == pb
+                });
+            q != r
+                && sh.graph_class[q] == sh.graph_class[r]
+                && (std::sync::Arc::ptr_eq(&sh.metas[q], &sh.metas[r])
+                    || sh.metas[q] == sh.metas[r])
+                && sh.inputs[q] == sh.inputs[r]
+                && coords_unread
+                && rq.findings.is_empty()
+                && recvs
+        })
+    }
+
+    /// Records what `r`'s placements in `done` were computed from (its own run again, or a
+    /// twin's that read the same).
+    fn note(&mut self, sh: &Shared, r: usize, reads: RecvReads) {
+        if self.enabled {
+            if self.reads[r].is_none() {
+                self.firsts.entry(Twins::key(sh, r)).or_default().push(r);
+            }
+            self.reads[r] = Some(reads);
         }
     }
 }

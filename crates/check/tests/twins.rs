@@ -7,7 +7,7 @@
 mod common;
 
 use common::plans::Plan;
-use shardproof_case::Case;
+use shardproof_case::{Case, Layout, Placement, Reduce};
 use shardproof_check::{check_case, plan::parse_plan, propagate, twins_off, Verdict};
 use std::path::Path;
 
@@ -171,4 +171,83 @@ fn vocabulary_parallel_replicas_get_what_their_own_runs_give() {
         let twins = twins_exact(&case, &plan.label());
         assert!(twins >= 2, "{}: {twins} twins", plan.label());
     }
+}
+
+/// Propagates `case` with and without twins (as [`twins_exact`]) and returns the runs again
+/// taken from a twin (`Again` in the crate root: a rank propagated again whose recvs read
+/// what an earlier rank's latest run read).
+fn again_exact(case: &Case, label: &str) -> usize {
+    twins_exact(case, label);
+    twins_off(true);
+    let own = propagate(case).unwrap();
+    twins_off(false);
+    assert_eq!(own.again_twin_runs, 0, "{label}");
+    propagate(case).unwrap().again_twin_runs
+}
+
+/// Zoo plans with a pipeline (dp, cp, ep beside it, forward and full): the first stages'
+/// ranks are propagated again once the later stages' gradients are known (issue 44: on
+/// llama3-70b, 384 of 512 ranks, every dp replica alike); a replica whose recvs read what
+/// another's latest run read takes its placements, and gets what its own run gives. On the
+/// plans without a pipeline nothing runs again, and the reports agree all the same.
+#[test]
+fn ranks_run_again_share_only_what_their_own_runs_give() {
+    let plans = [
+        ("llama", "pp=2,dp=2", false, 1),
+        ("llama", "pp=2,dp=2,tp=2", false, 1),
+        // Forward only: no stage receives from a later one.
+        ("llama", "pp=2,dp=2", true, 0),
+        // The zoo combines no cp with pp.
+        ("llama", "cp=2,tp=2", false, 0),
+        ("deepseek", "pp=2,dp=2,ep=2", false, 1),
+        ("gpt2", "dp=2,cp=2", false, 0),
+    ];
+    for (model, mesh, forward_only, least) in plans {
+        let plan = Plan {
+            microbatches: if mesh.contains("pp") { 2 } else { 1 },
+            ..Plan::new(model, mesh, forward_only)
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let case = shardproof_case::load_case(&plan.emit(dir.path()).unwrap()).unwrap();
+        let shared = again_exact(&case, &plan.label());
+        assert!(
+            shared >= least,
+            "{}: {shared} runs again shared",
+            plan.label()
+        );
+    }
+}
+
+/// Two stage-0 replicas (dp 0 and 1) run one graph and receive alike, but hold `b` (read
+/// after the recv) in different placements over dp (the case edited: a plan states one
+/// layout per input): the replica whose `b` is a partial sum must not take the other's run
+/// again (its `y` is a partial sum there: checked by leaving the input comparison out, when
+/// it takes rank 0's run and the placements differ), in either pass.
+#[test]
+fn replicas_run_again_with_other_input_placements_are_not_twins() {
+    let text = "mesh pp=2 dp=2\n\
+                on pp=0 {\n\
+                input x: f32[4, 8]\n\
+                input b: f32[4, 8]\n\
+                send(x, pp=1, tag=0)\n\
+                g = recv(f32[4, 8], pp=1, tag=0)\n\
+                y = add(g, b)\n\
+                output y dp=Replicate()\n\
+                }\n\
+                on pp=1 {\n\
+                a = recv(f32[4, 8], pp=0, tag=0)\n\
+                send(a, pp=0, tag=0)\n\
+                }\n";
+    let mut case = parse_plan(Path::new("again.plan"), text).unwrap_or_else(|e| panic!("{e}"));
+    // Rank 1 (pp=0, dp=1) holds its `b` as a partial sum over dp.
+    let at = case.inputs.iter().position(|i| i.impl_name == "b").unwrap();
+    let mut partial = case.inputs[at].clone();
+    partial.rank_values.retain(|&(r, _)| r == 1);
+    case.inputs[at].rank_values.retain(|&(r, _)| r != 1);
+    let Layout::Placed(pl) = &mut partial.layout else {
+        panic!("b has no placements")
+    };
+    pl.placements[1] = Placement::Partial(Reduce::Sum);
+    case.inputs.push(partial);
+    assert_eq!(again_exact(&case, "inputs"), 0);
 }

@@ -29,7 +29,7 @@ pub(crate) const NONE: u32 = u32::MAX;
 pub fn propagate_rank(
     sh: &Shared,
     r: usize,
-    done: &[Option<RankPlacements>],
+    done: &[Option<std::sync::Arc<RankPlacements>>],
 ) -> (RankPlacements, bool) {
     propagate_rank_from(sh, r, done, None)
 }
@@ -40,7 +40,7 @@ pub fn propagate_rank(
 pub fn propagate_rank_again(
     sh: &Shared,
     r: usize,
-    done: &[Option<RankPlacements>],
+    done: &[Option<std::sync::Arc<RankPlacements>>],
     prev: RankPlacements,
 ) -> (RankPlacements, bool) {
     #[cfg(test)]
@@ -68,7 +68,7 @@ thread_local! {
 fn propagate_rank_from(
     sh: &Shared,
     r: usize,
-    done: &[Option<RankPlacements>],
+    done: &[Option<std::sync::Arc<RankPlacements>>],
     resume: Option<(RankPlacements, usize)>,
 ) -> (RankPlacements, bool) {
     let program = sh.program;
@@ -265,7 +265,7 @@ fn propagate_rank_from(
                             let sender = if s == r {
                                 Some(&rp)
                             } else {
-                                done.get(s).and_then(|d| d.as_ref())
+                                done.get(s).and_then(|d| d.as_deref())
                             };
                             let ps = recv_read(sh, r, s, j, sender);
                             if moves_partial(sh, r, s, j, sender) {

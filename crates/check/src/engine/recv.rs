@@ -82,7 +82,7 @@ pub(super) fn moves_partial(
 pub(super) fn resume_at(
     sh: &Shared,
     r: usize,
-    done: &[Option<RankPlacements>],
+    done: &[Option<std::sync::Arc<RankPlacements>>],
     prev: &RankPlacements,
 ) -> Option<usize> {
     let nd = sh.program.mesh.dims.len();
@@ -90,7 +90,7 @@ pub(super) fn resume_at(
         .range((r, 0)..(r + 1, 0))
         .filter(|(_, &(s, _))| s != r)
         .find(|(&(_, i), &(s, j))| {
-            let now = recv_read(sh, r, s, j, done.get(s).and_then(|d| d.as_ref()));
+            let now = recv_read(sh, r, s, j, done.get(s).and_then(|d| d.as_deref()));
             prev.offsets
                 .get(i)
                 .is_none_or(|_| prev.of(ValueId::new(i, 0), nd) != now)

@@ -574,15 +574,7 @@ fn emit_small_deepseek(
         forward_only: false,
         vocab_parallel: false,
     };
-    shardproof_zoo::emit_to_dir(
-        &opts,
-        &extras,
-        &TrainOptions::default(),
-        &PipelineOptions::default(),
-        dir,
-    )
-    .unwrap();
-    shardproof_case::load_case(&dir.join("case.yaml")).unwrap()
+    zoo_emit::emit_loaded(dir, &opts, &extras, &PipelineOptions::default())
 }
 
 #[test]

@@ -281,15 +281,7 @@ fn emit_p2p(
         microbatches,
         ..PipelineOptions::default()
     };
-    shardproof_zoo::emit_to_dir(
-        &opts,
-        &EmitExtras::default(),
-        &shardproof_zoo::TrainOptions::default(),
-        &pipeline,
-        dir,
-    )
-    .unwrap();
-    shardproof_case::load_case(&dir.join("case.yaml")).unwrap()
+    zoo_emit::emit_loaded(dir, &opts, &EmitExtras::default(), &pipeline)
 }
 
 /// Since send/recv name their peers within the 'pp'/'cp' group, the dp replicas of a pp or cp

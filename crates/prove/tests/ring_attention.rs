@@ -4,11 +4,10 @@
 //! reduced sizes is confirmed at full size by a run first.
 
 use shardproof_prove::{prove_case, ProveConfig, Verdict};
-use shardproof_zoo::{
-    emit_to_dir, find_bug, EmitExtras, EmitOptions, LlamaConfig, Mesh, PipelineOptions,
-    TrainOptions,
-};
+use shardproof_zoo::{find_bug, EmitExtras, EmitOptions, LlamaConfig, Mesh, PipelineOptions};
 use std::path::Path;
+
+mod zoo_emit;
 
 fn emit_llama_cp2(dir: &Path, bug: Option<&str>) -> shardproof_case::Case {
     let llama = LlamaConfig {
@@ -33,15 +32,12 @@ fn emit_llama_cp2_with(
         vocab_parallel: false,
         mlp: Default::default(),
     };
-    emit_to_dir(
+    zoo_emit::emit_loaded(
+        dir,
         &opts,
         &EmitExtras::default(),
-        &TrainOptions::default(),
         &PipelineOptions::default(),
-        dir,
     )
-    .unwrap();
-    shardproof_case::load_case(&dir.join("case.yaml")).unwrap()
 }
 
 /// Shape reduction refuses the ring's send/recv: proved at full size.
@@ -105,15 +101,12 @@ fn a_reduced_refutation_is_confirmed_at_full_size_by_a_run() {
         vocab_parallel: false,
         mlp: Default::default(),
     };
-    emit_to_dir(
+    let case = zoo_emit::emit_loaded(
+        dir.path(),
         &opts,
         &EmitExtras::default(),
-        &TrainOptions::default(),
         &PipelineOptions::default(),
-        dir.path(),
-    )
-    .unwrap();
-    let case = shardproof_case::load_case(&dir.path().join("case.yaml")).unwrap();
+    );
     let proof = prove_case(&case, &ProveConfig::default());
     assert_eq!(proof.verdict, Verdict::Refuted, "{:?}", proof.message);
     let m = proof.message.as_deref().unwrap();

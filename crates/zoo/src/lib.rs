@@ -221,6 +221,18 @@ impl Mesh {
         self.dims.iter().map(|(_, s)| s).product()
     }
 
+    /// The coordinates of rank `rank`, in mesh order (outermost first; the last dim varies
+    /// fastest along the rank order).
+    pub fn coords(&self, rank: usize) -> Vec<usize> {
+        let mut rest = rank;
+        let mut coords = vec![0; self.dims.len()];
+        for (c, (_, size)) in coords.iter_mut().zip(&self.dims).rev() {
+            *c = rest % size;
+            rest /= size;
+        }
+        coords
+    }
+
     /// A short label, e.g. `dp2-tp2`.
     pub fn label(&self) -> String {
         let parts: Vec<String> = self.dims.iter().map(|(d, s)| format!("{d}{s}")).collect();
@@ -746,15 +758,13 @@ fn sub_mesh_groups(mesh: &Mesh, dims: &[&str]) -> Vec<Vec<usize>> {
     let mut groups: BTreeMap<Vec<usize>, Vec<usize>> = BTreeMap::new();
     for r in 0..mesh.ranks() {
         // The coordinates of r along the dims not spanned, outermost first.
-        let mut rest = r;
-        let mut key = Vec::new();
-        for (d, size) in mesh.dims.iter().rev() {
-            if !dims.contains(d) {
-                key.push(rest % size);
-            }
-            rest /= size;
-        }
-        key.reverse();
+        let key: Vec<usize> = mesh
+            .coords(r)
+            .into_iter()
+            .zip(&mesh.dims)
+            .filter(|(_, (d, _))| !dims.contains(d))
+            .map(|(c, _)| c)
+            .collect();
         groups.entry(key).or_default().push(r);
     }
     groups.into_values().collect()

@@ -30,18 +30,6 @@ pub(crate) enum Build {
     },
 }
 
-/// The coordinates of rank `r` on `mesh`, in mesh order (outermost first; the last dim varies
-/// fastest along the rank order).
-pub(crate) fn coordinates(mesh: &Mesh, r: usize) -> Vec<usize> {
-    let mut rest = r;
-    let mut coords = vec![0; mesh.dims.len()];
-    for (i, (_, size)) in mesh.dims.iter().enumerate().rev() {
-        coords[i] = rest % size;
-        rest /= size;
-    }
-    coords
-}
-
 /// Whether the programs of a plan are the same on every dp coordinate: the zoo's ranks read
 /// their dp index only to take their ZeRO shard (and to count a whole parameter once in the
 /// ZeRO gradient norm), and a planted bug may single out a rank; everything else a rank graph
@@ -53,7 +41,7 @@ pub(crate) fn dp_invariant(opts: &EmitOptions, train: &TrainOptions) -> bool {
 /// The program key of rank `r`: its mesh coordinates, the dp coordinate left out (zero) when
 /// `dp_invariant`. Ranks with equal keys run byte-identical rank graphs.
 pub(crate) fn program_key(mesh: &Mesh, dp_invariant: bool, r: usize) -> Vec<usize> {
-    let mut coords = coordinates(mesh, r);
+    let mut coords = mesh.coords(r);
     if dp_invariant {
         for (c, (d, _)) in coords.iter_mut().zip(&mesh.dims) {
             if *d == "dp" {
@@ -429,7 +417,7 @@ mod tests {
     fn dropping(mesh: &Mesh, dim: &str) -> impl Fn(usize) -> Vec<usize> {
         let (mesh, dim) = (mesh.clone(), dim.to_string());
         move |r| {
-            let mut k = coordinates(&mesh, r);
+            let mut k = mesh.coords(r);
             for (c, (d, _)) in k.iter_mut().zip(&mesh.dims) {
                 if *d == dim {
                     *c = 0;
@@ -468,9 +456,9 @@ mod tests {
     #[test]
     fn program_keys_drop_only_the_dp_coordinate() {
         let mesh = Mesh::parse("pp=2,dp=3,tp=2").unwrap();
-        assert_eq!(coordinates(&mesh, 0), vec![0, 0, 0]);
-        assert_eq!(coordinates(&mesh, 7), vec![1, 0, 1]);
-        assert_eq!(coordinates(&mesh, 11), vec![1, 2, 1]);
+        assert_eq!(mesh.coords(0), vec![0, 0, 0]);
+        assert_eq!(mesh.coords(7), vec![1, 0, 1]);
+        assert_eq!(mesh.coords(11), vec![1, 2, 1]);
         assert_eq!(program_key(&mesh, true, 11), vec![1, 0, 1]);
         assert_eq!(program_key(&mesh, false, 11), vec![1, 2, 1]);
     }

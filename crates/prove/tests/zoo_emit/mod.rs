@@ -7,6 +7,7 @@ use shardproof_zoo::{
 use std::path::Path;
 
 /// Emits with the mlp's (hidden, ffn, batch).
+#[allow(dead_code)] // ring_attention.rs includes this module for `emit_loaded` alone
 pub fn emit_sized(
     model: &str,
     dir: &Path,
@@ -30,13 +31,22 @@ pub fn emit_sized(
         forward_only,
         vocab_parallel: false,
     };
-    shardproof_zoo::emit_to_dir(
+    emit_loaded(
+        dir,
         &opts,
         &EmitExtras::default(),
-        &TrainOptions::default(),
         &PipelineOptions::default(),
-        dir,
     )
-    .unwrap();
+}
+
+/// Emits `opts` with `extras` and `pipeline` (default training) into `dir` and loads the case
+/// back.
+pub fn emit_loaded(
+    dir: &Path,
+    opts: &EmitOptions,
+    extras: &EmitExtras,
+    pipeline: &PipelineOptions,
+) -> shardproof_case::Case {
+    shardproof_zoo::emit_to_dir(opts, extras, &TrainOptions::default(), pipeline, dir).unwrap();
     shardproof_case::load_case(&dir.join("case.yaml")).unwrap()
 }

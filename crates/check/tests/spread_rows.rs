@@ -201,13 +201,31 @@ fn order(table: &Table) -> Vec<usize> {
     table.iter().flatten().flat_map(|&(a, b)| a..b).collect()
 }
 
+/// The sum of the ranks' `out` (what a `Partial(sum)` claim says equals the spec's).
+fn ranks_summed(ran: &Ran) -> Vec<f64> {
+    (0..H)
+        .map(|j| ran.out_got.iter().map(|o| o[j]).sum())
+        .collect()
+}
+
+/// Asserts that `ran` is wrong when run and that the checker does not say it holds.
+fn assert_wrong_and_not_held(ran: &Ran, what: &str) {
+    assert!(
+        !close(&ranks_summed(ran), &ran.spec_out),
+        "{what}: not wrong when run"
+    );
+    assert_ne!(
+        ran.report.verdict,
+        Verdict::Holds,
+        "{what}\n{}",
+        ran.report.render()
+    );
+}
+
 /// Whether the checker's claims about `z` and `out` are the interpreter's values; counts the
 /// claims made (a `Partial(sum)` sum, `Rows` rows).
 fn claims_hold(ran: &Ran, table: &Table) -> Result<(bool, bool), String> {
-    let summed: Vec<f64> = (0..H)
-        .map(|j| ran.out_got.iter().map(|o| o[j]).sum())
-        .collect();
-    let sum_ok = close(&summed, &ran.spec_out);
+    let sum_ok = close(&ranks_summed(ran), &ran.spec_out);
     let partial = ran.out == Place::Partial(shardproof_check::Red::Sum);
     if partial && !sum_ok {
         return Err(format!(
@@ -286,11 +304,7 @@ fn planted_wrong_chunks_never_hold() {
         let pos = pos.unwrap_or_else(|| table.clone());
         let ran = instance(8, &table, Some(Some(&pos)), 7);
         eprintln!("{what}:\n{}", ran.report.render());
-        let summed: Vec<f64> = (0..H)
-            .map(|j| ran.out_got.iter().map(|o| o[j]).sum())
-            .collect();
-        assert!(!close(&summed, &ran.spec_out), "{what}: not wrong when run");
-        assert_ne!(ran.report.verdict, Verdict::Holds, "{what}");
+        assert_wrong_and_not_held(&ran, what);
         assert!(claims_hold(&ran, &table).is_ok(), "{what}");
     }
     // Without positions, the coverage of the sum alone decides: Megatron's chunks hold, a
@@ -304,30 +318,12 @@ fn planted_wrong_chunks_never_hold() {
     );
     let twice = chunks(c, &[vec![0, 3], vec![1, 1]]);
     let ran = instance(8, &twice, None, 7);
-    let summed: Vec<f64> = (0..H)
-        .map(|j| ran.out_got.iter().map(|o| o[j]).sum())
-        .collect();
-    assert!(!close(&summed, &ran.spec_out));
-    assert_ne!(
-        ran.report.verdict,
-        Verdict::Holds,
-        "{}",
-        ran.report.render()
-    );
+    assert_wrong_and_not_held(&ran, "a chunk twice, no positions");
     assert!(claims_hold(&ran, &twice).is_ok());
     // Positions without the chunks' offsets (every rank `arange(0, L)`): wrong when run, never
     // a pass.
     let ran = instance(8, &good, Some(None), 7);
-    let summed: Vec<f64> = (0..H)
-        .map(|j| ran.out_got.iter().map(|o| o[j]).sum())
-        .collect();
-    assert!(!close(&summed, &ran.spec_out));
-    assert_ne!(
-        ran.report.verdict,
-        Verdict::Holds,
-        "{}",
-        ran.report.render()
-    );
+    assert_wrong_and_not_held(&ran, "positions without offsets");
 }
 
 proptest! {

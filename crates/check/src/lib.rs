@@ -438,8 +438,6 @@ impl Twins {
         done: &[Option<std::sync::Arc<RankPlacements>>],
     ) -> bool {
         let mesh = &sh.program.mesh;
-        let nd = mesh.dims.len();
-        let (rc, qc) = (mesh.coords(r), mesh.coords(q));
         let mine = sh.messages.range((r, 0)..(r + 1, 0));
         let theirs = sh.messages.range((q, 0)..(q + 1, 0));
         if mine.clone().count() != theirs.clone().count() {
@@ -453,11 +451,7 @@ impl Twins {
                 if s == r {
                     return true;
                 }
-                let (sc, s2c) = (mesh.coords(s), mesh.coords(s2));
-                let coords = (0..nd).all(|m| {
-                    (sc[m] == rc[m]) == (s2c[m] == qc[m])
-                        && (sc[m] == rc[m] || (sc[m] == s2c[m] && rc[m] == qc[m]))
-                });
+                let coords = senders_sit_alike(mesh, (r, s), (q, s2));
                 let classes = sh.rel_class[s] == sh.rel_class[s2]
                     && (!roots_read || sh.graph_class[s] == sh.graph_class[s2]);
                 if !coords || !classes || (s > r) != (s2 > q) {
@@ -466,16 +460,8 @@ impl Twins {
                 if s > r {
                     return true;
                 }
-                let sent = sh.program.ranks[s].nodes[j].inputs().first().copied();
-                let read = |s: usize| {
-                    done.get(s)
-                        .and_then(|d| d.as_ref())
-                        .filter(|sp| sp.offsets.len() == sh.program.ranks[s].nodes.len())
-                        .zip(sent)
-                        .map(|(sp, v)| sp.of(v, nd).to_vec())
-                };
-                let (a, b) = (read(s), read(s2));
-                a.is_some() && a == b
+                let a = sent_placements(sh, s, j, done);
+                a.is_some() && a == sent_placements(sh, s2, j, done)
             })
     }
 
@@ -528,6 +514,39 @@ impl Twins {
     }
 }
 
+/// Whether sender `s` of a message to `r` and sender `s2` of the same message to `q` sit
+/// alike: on every mesh dim both senders share their receiver's coordinate, or both differ
+/// from it where the receivers agree and the senders agree.
+fn senders_sit_alike(
+    mesh: &shardproof_ir::Mesh,
+    (r, s): (usize, usize),
+    (q, s2): (usize, usize),
+) -> bool {
+    let (rc, sc, qc, s2c) = (
+        mesh.coords(r),
+        mesh.coords(s),
+        mesh.coords(q),
+        mesh.coords(s2),
+    );
+    (0..rc.len()).all(|m| {
+        (sc[m] == rc[m]) == (s2c[m] == qc[m])
+            && (sc[m] == rc[m] || (sc[m] == s2c[m] && rc[m] == qc[m]))
+    })
+}
+
+/// Sender `s`'s placements of the value its send node `j` sends, once `s` is propagated.
+fn sent_placements(
+    sh: &Shared,
+    s: usize,
+    j: usize,
+    done: &[Option<std::sync::Arc<RankPlacements>>],
+) -> Option<Vec<Place>> {
+    let sent = sh.program.ranks[s].nodes[j].inputs().first().copied()?;
+    let sp = done.get(s)?.as_ref()?;
+    (sp.offsets.len() == sh.program.ranks[s].nodes.len())
+        .then(|| sp.of(sent, sh.program.mesh.dims.len()).to_vec())
+}
+
 /// What a recv of a rank read in its latest run: per message, (recv node, sender rank,
 /// send node, the sender's placements of the sent value then; `None`: not yet propagated).
 type RecvReads = Vec<(usize, usize, usize, Option<Vec<Place>>)>;
@@ -569,17 +588,10 @@ impl Again {
 
     /// What rank `r`'s recvs read from `done` now.
     fn reads(sh: &Shared, r: usize, done: &[Option<std::sync::Arc<RankPlacements>>]) -> RecvReads {
-        let nd = sh.program.mesh.dims.len();
         sh.messages
             .range((r, 0)..(r + 1, 0))
             .map(|(&(_, i), &(s, j))| {
-                let sent = sh.program.ranks[s].nodes[j].inputs().first().copied();
-                let placed = done
-                    .get(s)
-                    .and_then(|d| d.as_ref())
-                    .filter(|sp| s != r && sp.offsets.len() == sh.program.ranks[s].nodes.len())
-                    .zip(sent)
-                    .map(|(sp, v)| sp.of(v, nd).to_vec());
+                let placed = (s != r).then(|| sent_placements(sh, s, j, done)).flatten();
                 (i, s, j, placed)
             })
             .collect()
@@ -617,12 +629,9 @@ impl Again {
                     if *s == q {
                         return true;
                     }
-                    let (sc, s2c) = (mesh.coords(*s), mesh.coords(*s2));
-                    let coords = (0..nd).all(|m| {
-                        (sc[m] == qc[m]) == (s2c[m] == mine[m])
-                            && (sc[m] == qc[m] || (sc[m] == s2c[m] && qc[m] == mine[m]))
-                    });
-                    coords && sh.graph_class[*s] == sh.graph_class[*s2] && pa == pb
+                    senders_sit_alike(mesh, (q, *s), (r, *s2))
+                        && sh.graph_class[*s] == sh.graph_class[*s2]
+                        && pa == pb
                 });
             q != r
                 && sh.graph_class[q] == sh.graph_class[r]

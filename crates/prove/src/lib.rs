@@ -104,4 +104,5 @@ pub mod stage;
 pub mod tensor;
 
 pub use equiv::{prove_case, prove_case_or_full_size, CountedOn, Proof, ProveConfig, Verdict};
-pub use stage::{prove_staged, StagedProof};
+pub use stage::scale::CutScales;
+pub use stage::{prove_staged, prove_staged_scaled, StagedProof};

@@ -38,6 +38,7 @@
 //! the first is proved and the others reuse its result: the identical layers of a deep model
 //! are proved once.
 
+pub mod scale;
 pub mod shard;
 mod slice;
 
@@ -198,6 +199,21 @@ enum Target {
 /// stages. Refused (with the reason) where a cut cannot start a stage, the stages would
 /// assume one another in a cycle, or the ranks' communication cannot be scheduled.
 pub fn plan(case: &Case, reduce: bool) -> Result<Plan, String> {
+    plan_scaled(case, reduce, &scale::CutScales::new())
+}
+
+/// [`plan`] with the relations named in `scales` stating `rank tensor = c · piece`
+/// ([`scale`]): a data-parallel rank's activation gradients at backward cuts.
+pub fn plan_scaled(case: &Case, reduce: bool, scales: &scale::CutScales) -> Result<Plan, String> {
+    for name in scales.keys() {
+        let known = case.inputs.iter().any(|r| &r.spec_name == name)
+            || case.outputs.iter().any(|o| &o.spec_name == name);
+        if !known {
+            return Err(format!(
+                "a scale is given for `{name}`, which the case does not relate"
+            ));
+        }
+    }
     let nranks = case.program.ranks.len();
     let spec_stops: HashSet<ValueId> = case.inputs.iter().map(|r| r.spec_value).collect();
     let mut rank_stops: Vec<HashSet<ValueId>> = vec![HashSet::new(); nranks];
@@ -288,6 +304,7 @@ pub fn plan(case: &Case, reduce: bool) -> Result<Plan, String> {
     let mut distinct = Vec::new();
     for (k, t) in targets.iter().enumerate() {
         let (mut stage, assumed) = build_stage(case, t, &whole)?;
+        scale::encode(&mut stage.case, scales).map_err(|e| format!("{}: {e}", stage.target))?;
         for rel in &assumed {
             if let Some(&s) = stage_of_cut.get(rel) {
                 if s >= k {
@@ -740,7 +757,18 @@ pub fn reprove_refuted(
 
 /// Proves `case` stage by stage on `jobs` threads.
 pub fn prove_staged(case: &Case, cfg: &ProveConfig, jobs: usize) -> StagedProof {
-    let plan = match plan(case, cfg.reduce) {
+    prove_staged_scaled(case, cfg, jobs, &scale::CutScales::new())
+}
+
+/// [`prove_staged`] with the relations named in `scales` stating `rank tensor = c · piece`
+/// ([`scale`]).
+pub fn prove_staged_scaled(
+    case: &Case,
+    cfg: &ProveConfig,
+    jobs: usize,
+    scales: &scale::CutScales,
+) -> StagedProof {
+    let plan = match plan_scaled(case, cfg.reduce, scales) {
         Ok(p) => p,
         Err(why) => return refused(case, &why),
     };

@@ -136,3 +136,20 @@ fn cut_at(dir: &Path, read: impl Fn(&Path) -> BTreeMap<String, String>) -> usize
     std::fs::write(&path, text).expect("case.yaml");
     cuts
 }
+
+/// The scales of the backward cuts `cut_at_modules(dir, true)` wrote: on a mesh with `dp`, a
+/// rank's activation gradient is its own loss's, the replica count times the spec's on its
+/// rows (`shardproof_prove::CutScales`); empty without `dp`.
+pub fn backward_scales(dir: &Path) -> BTreeMap<String, u64> {
+    let case = shardproof_case::load_case(&dir.join("case.yaml")).expect("case");
+    let Some(dp) = case.program.mesh.dim_index("dp") else {
+        return BTreeMap::new();
+    };
+    let d = case.program.mesh.dims[dp].1 as u64;
+    let spec = module_outputs(case.spec.path.as_deref().expect("spec file"), true);
+    spec.iter()
+        .filter(|(k, _)| k.ends_with(" backward"))
+        .filter(|(_, name)| case.inputs.iter().any(|r| r.cut && &r.spec_name == *name))
+        .map(|(_, name)| (name.clone(), d))
+        .collect()
+}

@@ -33,7 +33,7 @@ use super::Refusal;
 use shardproof_case::{Blocks, Case, Layout, Placement};
 use shardproof_ir::{Arg, Graph, NodeKind, ValueId};
 use shardproof_ops::{Args, Meta, OpClass, Registry, Tensor, Values};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 /// The replica count the reduction proves at.
@@ -130,6 +130,7 @@ fn build(case: &Case, g: usize, d: usize) -> Result<MeshReduction, String> {
     if sharded.is_empty() {
         return Err("(b) no input is sharded along dp".into());
     }
+    let scaled = scaled_inputs(case, &sharded, d);
     let mut out_place = Vec::new();
     for e in &case.outputs {
         out_place.push(placement_along(&e.layout, g, &e.spec_name)?);
@@ -169,17 +170,29 @@ fn build(case: &Case, g: usize, d: usize) -> Result<MeshReduction, String> {
     // (b) and (c) on the spec, (c) on the ranks.
     let mut lifts: Result<(), String> = Ok(());
     let mut rewritten = Vec::new();
-    let spec_class = classify_spec(case, &spec_dims, &sizes, nv, &sharded, batch_rows, d);
+    let spec_class = classify_spec(
+        case,
+        &spec_dims,
+        &sizes,
+        nv,
+        (&sharded, &scaled),
+        batch_rows,
+        d,
+    );
+    let mut spec_out_class: HashMap<ValueId, Cls> = HashMap::new();
     let mut spec_lits = Vec::new();
     match &spec_class {
         Ok((classes, lits)) => {
             spec_lits = lits.clone();
             for (e, pl) in case.outputs.iter().zip(&out_place) {
                 let c = classes[&e.spec_value];
+                spec_out_class.insert(e.spec_value, c);
                 let ok = match pl {
                     Placement::Replicate => matches!(c, Cls::Free | Cls::Global | Cls::Affine),
+                    // Row-wise, or row-wise with one 1/N (a scaled cut's gradient, which the
+                    // ranks must then hold divided by a replica count: below).
                     Placement::Shard(k) => {
-                        c == Cls::Local(0)
+                        matches!(c, Cls::Local(0) | Cls::Local(1))
                             && batch_dim(&spec_dims, &sizes, nv, e.spec_value) == Ok(Some(*k))
                     }
                     Placement::Partial(_) => false,
@@ -204,19 +217,31 @@ fn build(case: &Case, g: usize, d: usize) -> Result<MeshReduction, String> {
         if base_of[r] != r || rank_lits.contains_key(&r) {
             continue;
         }
-        match classify_rank(case, r, g, d) {
-            Ok((classes, lits)) => {
+        match classify_rank(case, r, g, d, &scaled) {
+            Ok((classes, mut lits, mut pending)) => {
                 for (e, pl) in case.outputs.iter().zip(&out_place) {
                     for &(rr, rv) in &e.rank_values {
                         if rr != r {
                             continue;
                         }
                         let c = classes[&rv];
+                        let spec_c = spec_out_class.get(&e.spec_value).copied();
                         let ok = match pl {
                             Placement::Replicate => {
                                 matches!(c, Cls::Free | Cls::Global | Cls::Affine)
                             }
-                            _ => matches!(c, Cls::Free | Cls::RLocal),
+                            // The spec's rows carry one 1/N: the rank's own rows divided by a
+                            // replica count, whose constant then scales with it.
+                            _ if spec_c == Some(Cls::Local(1)) => match pending.remove(&rv) {
+                                Some(l) if c == Cls::RInv => {
+                                    lits.push(l);
+                                    true
+                                }
+                                _ => false,
+                            },
+                            // A division by a replica count read as the rank's own value, its
+                            // constant kept (what the reduction did before scaled cuts).
+                            _ => matches!(c, Cls::Free | Cls::RLocal | Cls::RInv),
                         };
                         if !ok && lifts.is_ok() {
                             lifts = Err(format!(
@@ -396,6 +421,10 @@ enum Cls {
     RLocal,
     /// Rank: `Σ_r τ(X_r)`, a sum over the replicas not yet divided by their number.
     RSum,
+    /// Rank: the rank's own rows' value divided by the replica count `n` (times a whole
+    /// number): a scaled cut's input before its `mul` by `k·n`, or a rank value divided by
+    /// `k·n` that only an output reads.
+    RInv,
 }
 
 impl Cls {
@@ -409,6 +438,7 @@ impl Cls {
             Cls::Count => "a count of the batch's targets",
             Cls::RLocal => "the rank's own rows' value",
             Cls::RSum => "a sum over the replicas not divided by their number",
+            Cls::RInv => "the rank's own rows' value divided by the replica count",
         }
     }
 }
@@ -598,7 +628,7 @@ fn classify_spec(
     dims: &GraphDims,
     sizes: &Sizes,
     nv: Var,
-    sharded: &HashMap<ValueId, usize>,
+    (sharded, scaled): (&HashMap<ValueId, usize>, &HashSet<ValueId>),
     batch_rows: u64,
     d: usize,
 ) -> Result<(HashMap<ValueId, Cls>, Vec<LitRewrite>), String> {
@@ -624,7 +654,12 @@ fn classify_spec(
                 let v = ValueId::new(i, 0);
                 cls.insert(
                     v,
-                    if sharded.contains_key(&v) {
+                    if scaled.contains(&v) {
+                        // Read as `γ/N` (the proof is for every input, so for every `γ`):
+                        // every rank reads its rows only times a multiple of `n`, which is
+                        // `k·γ/b`, free of `n` (section 2, scaled cuts).
+                        Cls::Local(1)
+                    } else if sharded.contains_key(&v) {
                         Cls::Local(0)
                     } else {
                         Cls::Free
@@ -986,20 +1021,32 @@ fn add_global_same(a: Cls, b: Cls) -> Option<Cls> {
     (a == b).then_some(a)
 }
 
-/// (c) on a rank graph: each value's class, and the mesh-size literals to rewrite.
+/// (c) on a rank graph: each value's class, the mesh-size literals to rewrite, and the
+/// rewrites of divisions by a replica count that only an output reads (applied where that
+/// output's spec rows carry one 1/N).
 #[allow(clippy::type_complexity)]
 fn classify_rank(
     case: &Case,
     r: usize,
     gdim: usize,
     d: usize,
-) -> Result<(HashMap<ValueId, Cls>, Vec<LitRewrite>), String> {
+    scaled: &HashSet<ValueId>,
+) -> Result<
+    (
+        HashMap<ValueId, Cls>,
+        Vec<LitRewrite>,
+        HashMap<ValueId, LitRewrite>,
+    ),
+    String,
+> {
     let g = &case.program.ranks[r];
     let mesh = &case.program.mesh;
     let reg = Registry::builtin();
     let metas = shardproof_interp::infer_graph(g, &case.ops).metas;
     let mut cls: HashMap<ValueId, Cls> = HashMap::new();
     let mut lits = Vec::new();
+    let mut pending = HashMap::new();
+    let read = readers(g);
     let spans_dp = |name: &str| -> Option<bool> {
         let grp = case.program.group(name)?;
         let set = grp.group_of(r)?;
@@ -1021,6 +1068,7 @@ fn classify_rank(
                     .iter()
                     .find(|rel| rel.rank_values.iter().any(|&(rr, rv)| rr == r && rv == v));
                 let c = match rel {
+                    Some(rel) if scaled.contains(&rel.spec_value) => Cls::RInv,
                     Some(rel) => match placement_along(&rel.layout, gdim, &rel.spec_name)? {
                         Placement::Shard(_) => Cls::RLocal,
                         _ => Cls::Free,
@@ -1063,7 +1111,42 @@ fn classify_rank(
         let ic: Vec<Cls> = ins.iter().map(|v| cls[v]).collect();
         let bad = |what: &str| Err(format!("{what} at {}", here()));
         let local = ic.iter().all(|c| matches!(c, Cls::Free | Cls::RLocal));
-        let out = if b.starts_with("_c10d_functional.") && b != "_c10d_functional.wait_tensor" {
+        // A multiplication or division by a whole multiple `k·D` of the replica count: its
+        // rewrite to `k·2`.
+        let replica_literal = |times: bool| -> Option<LitRewrite> {
+            if ic.len() != 1 || !matches!(b, "aten.mul" | "aten.div") {
+                return None;
+            }
+            let x = get("other").and_then(|a| a.as_f64())?;
+            let (mult, new) = scaled_literal(x, d as u64, d)?;
+            let pos = def.schema.index_of("other").unwrap_or(1);
+            (mult == (times == (b == "aten.mul")) && pos < args.len()).then_some(LitRewrite {
+                node: i,
+                arg: pos,
+                old: x,
+                new,
+            })
+        };
+        let out = if ic.contains(&Cls::RInv) {
+            // A scaled cut's input, read times `k·n`: `k·γ/b`, the rank's own rows' value.
+            match replica_literal(true) {
+                Some(l) => {
+                    lits.push(l);
+                    Cls::RLocal
+                }
+                None => return bad("(c) a scaled cut read otherwise than times a replica count"),
+            }
+        } else if local
+            && ic.contains(&Cls::RLocal)
+            && outs.len() == 1
+            && read[outs[0].node] == 0
+            && replica_literal(false).is_some()
+        {
+            // The rank's own rows divided by `k·n`, read by nothing but an output: whether its
+            // constant is a replica count depends on that output's spec rows (see `build`).
+            pending.insert(outs[0], replica_literal(false).expect("checked"));
+            Cls::RInv
+        } else if b.starts_with("_c10d_functional.") && b != "_c10d_functional.wait_tensor" {
             let group = match get("group_name").or_else(|| get("group")) {
                 Some(Arg::Str(s)) => s,
                 _ => args
@@ -1144,5 +1227,58 @@ fn classify_rank(
             cls.insert(v, out);
         }
     }
-    Ok((cls, lits))
+    Ok((cls, lits, pending))
+}
+
+/// How many call arguments read each node's values.
+fn readers(g: &Graph) -> Vec<usize> {
+    let mut n = vec![0; g.nodes.len()];
+    for node in &g.nodes {
+        for v in node.inputs() {
+            n[v.node] += 1;
+        }
+    }
+    n
+}
+
+/// The spec inputs sharded along dp that every rank holding them reads only times a whole
+/// multiple `k·D` of the replica count (`mul(x, k·D)`, as a scaled cut's stage writes them;
+/// `stage::scale`), and never returns: a data-parallel rank's activation gradient, which is
+/// `D` times the spec's rows. Their spec rows are read as carrying one 1/N.
+fn scaled_inputs(case: &Case, sharded: &HashMap<ValueId, usize>, d: usize) -> HashSet<ValueId> {
+    let mut out = HashSet::new();
+    for rel in &case.inputs {
+        if !sharded.contains_key(&rel.spec_value) || rel.rank_values.is_empty() {
+            continue;
+        }
+        let all = rel.rank_values.iter().all(|&(r, v)| {
+            let g = &case.program.ranks[r];
+            let mut any = false;
+            let returned = g.outputs.iter().flatten().any(|o| *o == v);
+            let only = g.nodes.iter().all(|n| {
+                if !n.inputs().contains(&v) {
+                    return true;
+                }
+                any = true;
+                let NodeKind::Call { op, args, kwargs } = &n.kind else {
+                    return false;
+                };
+                let times = match args.as_slice() {
+                    [Arg::Value(x), lit] if *x == v && kwargs.is_empty() => {
+                        lit.as_f64().and_then(|c| scaled_literal(c, d as u64, d))
+                    }
+                    _ => None,
+                };
+                matches!(
+                    (op.base().as_str(), times),
+                    ("aten.mul", Some((true, _))) | ("aten.div", Some((false, _)))
+                )
+            });
+            any && only && !returned
+        });
+        if all {
+            out.insert(rel.spec_value);
+        }
+    }
+    out
 }

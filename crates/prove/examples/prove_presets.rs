@@ -3,7 +3,7 @@
 //! wall time and the process's peak resident memory.
 //!
 //! ```text
-//! cargo run --release -p shardproof-prove --example prove_presets -- [PRESET ...] [--time-limit S] [--forward]
+//! cargo run --release -p shardproof-prove --example prove_presets -- [PRESET ...] [--time-limit S] [--forward | --whole]
 //! ```
 //!
 //! Without names: llama3-8b, llama3-405b and deepseek-v3-671b. The peak memory is the
@@ -11,12 +11,15 @@
 //! one's own figure. With `--forward` the forward pass and loss are emitted, cut at the
 //! embedding's and every decoder layer's output (the zoo's lineage annotations; the residual
 //! stream batch-sharded on `dp`, replicated elsewhere) and proved in stages with the memo;
-//! each stage goes through the mesh-dim reduction along dp where it applies.
+//! each stage goes through the mesh-dim reduction along dp where it applies. Without it the
+//! full iteration is cut the same way at every module output and every module input gradient
+//! the lineage names, a backward cut on a dp mesh stating that each rank holds the replica
+//! count times the spec's rows (`CutScales`); `--whole` proves the full iteration uncut.
 
 #[path = "common/layer_cuts.rs"]
 mod layer_cuts;
-use layer_cuts::cut_at_layers;
-use shardproof_prove::{prove_case, prove_staged, ProveConfig};
+use layer_cuts::{backward_scales, cut_at_layers, cut_at_modules};
+use shardproof_prove::{prove_case, prove_staged_scaled, CutScales, ProveConfig};
 use shardproof_zoo::{emit_to_dir, find_preset, TrainOptions};
 use std::time::{Duration, Instant};
 
@@ -42,6 +45,7 @@ fn main() {
         .map(|(_, a)| a.as_str())
         .collect();
     let forward = args.iter().any(|a| a == "--forward");
+    let whole = args.iter().any(|a| a == "--whole");
     if names.is_empty() {
         names = vec!["llama3-8b", "llama3-405b", "deepseek-v3-671b"];
     }
@@ -54,24 +58,35 @@ fn main() {
         emit_to_dir(&opts, &extras, &TrainOptions::PLAIN, &pipeline, dir.path()).expect("emit");
         let emitted = started.elapsed().as_secs_f64();
         let case_started = Instant::now();
-        if forward {
-            let cuts = cut_at_layers(dir.path());
+        if !whole {
+            let (cuts, scales) = if forward {
+                (cut_at_layers(dir.path()), CutScales::new())
+            } else {
+                (
+                    cut_at_modules(dir.path(), true),
+                    backward_scales(dir.path()),
+                )
+            };
             let case = shardproof_case::load_case(&dir.path().join("case.yaml")).expect("case");
             let cfg = ProveConfig {
                 time_limit: Some(Duration::from_secs_f64(limit)),
                 started: Some(case_started),
                 ..ProveConfig::default()
             };
-            let proof = prove_staged(&case, &cfg, 1);
+            let proof = prove_staged_scaled(&case, &cfg, 1, &scales);
             let secs = case_started.elapsed().as_secs_f64();
             println!(
-                "{name} forward ({}; {} ranks; cut at {cuts} layer outputs): {:?} in {secs:.1} s (emitted in {emitted:.1} s), {} stages, {} proved, {} memo hits, peak {:.2} GB{}",
+                "{name} {} ({}; {} ranks; cut at {cuts} {}, {} of them scaled gradients): {:?} in {secs:.1} s (emitted in {emitted:.1} s), {} stages, {} proved, {} memo hits, goals by layer {:?}, peak {:.2} GB{}",
+                if forward { "forward" } else { "full iteration" },
                 preset.plan_note(),
                 case.program.ranks.len(),
+                if forward { "layer outputs" } else { "module outputs and input gradients" },
+                scales.len(),
                 proof.verdict,
                 proof.stages.len(),
                 proof.distinct_stages,
                 proof.memo_hits,
+                proof.layers,
                 peak_gb().unwrap_or(f64::NAN),
                 proof
                     .message
@@ -84,9 +99,11 @@ fn main() {
                 let mesh = &q["mesh"];
                 let red = &q["reduction"];
                 println!(
-                    "  stage {}: {}{}{}",
+                    "  stage {} ({}): {}, goals {}{}{}",
                     p.stage,
+                    proof.stages[p.stage].target,
                     q["verdict"],
+                    q["layers"],
                     if mesh.is_object() {
                         format!(
                             ", {} {} -> {}",
@@ -104,6 +121,9 @@ fn main() {
                         String::new()
                     }
                 );
+                if let Some(m) = q["message"].as_str() {
+                    println!("    {m}");
+                }
             }
             continue;
         }

@@ -19,7 +19,7 @@
 #[path = "common/layer_cuts.rs"]
 mod layer_cuts;
 use layer_cuts::{backward_scales, cut_at_layers, cut_at_modules};
-use shardproof_prove::{prove_case, prove_staged_scaled, CutScales, ProveConfig};
+use shardproof_prove::{prove_case, prove_staged_with, CutScales, PlanOptions, ProveConfig};
 use shardproof_zoo::{emit_to_dir, find_preset, TrainOptions};
 use std::time::{Duration, Instant};
 
@@ -73,7 +73,12 @@ fn main() {
                 started: Some(case_started),
                 ..ProveConfig::default()
             };
-            let proof = prove_staged_scaled(&case, &cfg, 1, &scales);
+            // Apart, each layer's weight updates are one stage proved once for all layers.
+            let opts = PlanOptions {
+                scales: scales.clone(),
+                outputs_apart: !forward,
+            };
+            let proof = prove_staged_with(&case, &cfg, 1, &opts);
             let secs = case_started.elapsed().as_secs_f64();
             println!(
                 "{name} {} ({}; {} ranks; cut at {cuts} {}, {} of them scaled gradients): {:?} in {secs:.1} s (emitted in {emitted:.1} s), {} stages, {} proved, {} memo hits, goals by layer {:?}, peak {:.2} GB{}",

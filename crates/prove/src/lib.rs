@@ -105,4 +105,4 @@ pub mod tensor;
 
 pub use equiv::{prove_case, prove_case_or_full_size, CountedOn, Proof, ProveConfig, Verdict};
 pub use stage::scale::CutScales;
-pub use stage::{prove_staged, prove_staged_scaled, StagedProof};
+pub use stage::{prove_staged, prove_staged_with, PlanOptions, StagedProof};

@@ -7,8 +7,8 @@
 mod layer_cuts;
 mod zoo_emit;
 
-use shardproof_prove::stage::plan_scaled;
-use shardproof_prove::{prove_staged_scaled, CutScales, ProveConfig, Verdict};
+use shardproof_prove::stage::plan_with;
+use shardproof_prove::{prove_staged_with, CutScales, PlanOptions, ProveConfig, Verdict};
 use shardproof_zoo::{EmitExtras, EmitOptions, LlamaConfig, Mesh, MlpConfig, PipelineOptions};
 use std::path::Path;
 
@@ -45,6 +45,13 @@ fn emit_cut(dir: &Path, mesh: &str, batch: usize) -> (shardproof_case::Case, Cut
     let scales = layer_cuts::backward_scales(dir);
     let case = shardproof_case::load_case(&dir.join("case.yaml")).unwrap();
     (case, scales)
+}
+
+fn opts(scales: &CutScales) -> PlanOptions {
+    PlanOptions {
+        scales: scales.clone(),
+        outputs_apart: false,
+    }
 }
 
 fn with(scales: &CutScales, c: u64) -> CutScales {
@@ -144,11 +151,11 @@ fn dp_backward_cuts_hold_at_the_replica_count_in_a_run() {
 fn dp_4_full_iteration_cut_at_its_gradients_is_proved_through_the_mesh_reduction() {
     let dir = tempfile::tempdir().unwrap();
     let (case, scales) = emit_cut(dir.path(), "dp=4", 4);
-    let proof = prove_staged_scaled(&case, &ProveConfig::default(), 1, &scales);
+    let proof = prove_staged_with(&case, &ProveConfig::default(), 1, &opts(&scales));
     assert_eq!(proof.verdict, Verdict::Proved, "{:?}", proof.message);
     // Every stage reading or establishing a backward cut went through the mesh reduction
     // with its relation's constant 4 rewritten to 2, as the ranks' 1/4.
-    let plan = plan_scaled(&case, true, &scales).unwrap();
+    let plan = plan_with(&case, true, &opts(&scales)).unwrap();
     let mut through = 0;
     for p in &proof.proofs {
         let stage = &plan.stages[p.stage];
@@ -183,7 +190,7 @@ fn a_wrong_replica_count_at_dp_4_is_never_proved() {
     let dir = tempfile::tempdir().unwrap();
     let (case, scales) = emit_cut(dir.path(), "dp=4", 4);
     for c in [8, 2] {
-        let proof = prove_staged_scaled(&case, &ProveConfig::default(), 1, &with(&scales, c));
+        let proof = prove_staged_with(&case, &ProveConfig::default(), 1, &opts(&with(&scales, c)));
         assert_eq!(proof.verdict, Verdict::Refuted, "{c}: {:?}", proof.message);
     }
 }
@@ -196,7 +203,7 @@ fn the_replica_count_left_unrewritten_on_two_replicas_is_refuted() {
     // the right plan, and one that rewrote it wrongly is caught the same way.
     let dir = tempfile::tempdir().unwrap();
     let (case, scales) = emit_cut(dir.path(), "dp=4", 4);
-    let plan = plan_scaled(&case, true, &scales).unwrap();
+    let plan = plan_with(&case, true, &opts(&scales)).unwrap();
     // The stage establishing one backward cut from another: it reads `mul(x, 4)` and
     // expects `div(y, 4)`.
     let k = plan
@@ -244,11 +251,11 @@ fn dp_2_backward_cuts_are_proved_at_2_and_refuted_at_3() {
     let dir = tempfile::tempdir().unwrap();
     let (case, scales) = emit_cut(dir.path(), "dp=2", 2);
     assert!(scales.values().all(|&c| c == 2));
-    let proof = prove_staged_scaled(&case, &ProveConfig::default(), 1, &scales);
+    let proof = prove_staged_with(&case, &ProveConfig::default(), 1, &opts(&scales));
     assert_eq!(proof.verdict, Verdict::Proved, "{:?}", proof.message);
-    let wrong = prove_staged_scaled(&case, &ProveConfig::default(), 1, &with(&scales, 3));
+    let wrong = prove_staged_with(&case, &ProveConfig::default(), 1, &opts(&with(&scales, 3)));
     assert_eq!(wrong.verdict, Verdict::Refuted, "{:?}", wrong.message);
     // Unscaled, as the plain placement states it, the backward cuts are refuted too.
-    let plain = prove_staged_scaled(&case, &ProveConfig::default(), 1, &with(&scales, 1));
+    let plain = prove_staged_with(&case, &ProveConfig::default(), 1, &opts(&with(&scales, 1)));
     assert_eq!(plain.verdict, Verdict::Refuted, "{:?}", plain.message);
 }

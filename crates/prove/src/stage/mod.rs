@@ -199,12 +199,24 @@ enum Target {
 /// stages. Refused (with the reason) where a cut cannot start a stage, the stages would
 /// assume one another in a cycle, or the ranks' communication cannot be scheduled.
 pub fn plan(case: &Case, reduce: bool) -> Result<Plan, String> {
-    plan_scaled(case, reduce, &scale::CutScales::new())
+    plan_with(case, reduce, &PlanOptions::default())
 }
 
-/// [`plan`] with the relations named in `scales` stating `rank tensor = c · piece`
-/// ([`scale`]): a data-parallel rank's activation gradients at backward cuts.
-pub fn plan_scaled(case: &Case, reduce: bool, scales: &scale::CutScales) -> Result<Plan, String> {
+/// How a plan is cut beyond the case's own cuts.
+#[derive(Clone, Debug, Default)]
+pub struct PlanOptions {
+    /// Relations stating `rank tensor = c · piece` ([`scale`]): a data-parallel rank's
+    /// activation gradients at backward cuts.
+    pub scales: scale::CutScales,
+    /// One stage per expected output instead of one for them all: each assumes only cuts, so
+    /// the chain is the same, and outputs of the same structure (a layer's weight updates, layer
+    /// after layer) become memo hits, where together they are one stage as large as the model.
+    pub outputs_apart: bool,
+}
+
+/// [`plan`] with [`PlanOptions`].
+pub fn plan_with(case: &Case, reduce: bool, opts: &PlanOptions) -> Result<Plan, String> {
+    let scales = &opts.scales;
     for name in scales.keys() {
         let known = case.inputs.iter().any(|r| &r.spec_name == name)
             || case.outputs.iter().any(|o| &o.spec_name == name);
@@ -273,7 +285,9 @@ pub fn plan_scaled(case: &Case, reduce: bool, scales: &scale::CutScales) -> Resu
         outs.sort_by_key(|&i| case.outputs[i].spec_value);
         finals.extend(outs.into_iter().map(Target::Output));
     }
-    if !finals.is_empty() {
+    if opts.outputs_apart {
+        targets.extend(finals.into_iter().map(|f| vec![f]));
+    } else if !finals.is_empty() {
         targets.push(finals);
     }
     // Shapes of the whole graphs, inferred once: every stage's cut tensors are typed by them.
@@ -757,18 +771,17 @@ pub fn reprove_refuted(
 
 /// Proves `case` stage by stage on `jobs` threads.
 pub fn prove_staged(case: &Case, cfg: &ProveConfig, jobs: usize) -> StagedProof {
-    prove_staged_scaled(case, cfg, jobs, &scale::CutScales::new())
+    prove_staged_with(case, cfg, jobs, &PlanOptions::default())
 }
 
-/// [`prove_staged`] with the relations named in `scales` stating `rank tensor = c · piece`
-/// ([`scale`]).
-pub fn prove_staged_scaled(
+/// [`prove_staged`] with [`PlanOptions`].
+pub fn prove_staged_with(
     case: &Case,
     cfg: &ProveConfig,
     jobs: usize,
-    scales: &scale::CutScales,
+    opts: &PlanOptions,
 ) -> StagedProof {
-    let plan = match plan_scaled(case, cfg.reduce, scales) {
+    let plan = match plan_with(case, cfg.reduce, opts) {
         Ok(p) => p,
         Err(why) => return refused(case, &why),
     };

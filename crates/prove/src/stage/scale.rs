@@ -139,15 +139,21 @@ pub(crate) fn encode(case: &mut Case, scales: &CutScales) -> Result<(), String> 
         };
         check(&case.inputs[k].layout, &case.inputs[k].spec_name, c)?;
         // One rewrite per distinct graph: ranks sharing a graph share the rewritten one.
-        let mut done: HashMap<usize, (Arc<Graph>, usize)> = HashMap::new();
+        let mut done: HashMap<usize, (Arc<Graph>, ValueId)> = HashMap::new();
         let holders = case.inputs[k].rank_values.clone();
         for &(r, v) in &holders {
             let ptr = Arc::as_ptr(&case.program.ranks[r]) as usize;
             let (g, at) = match done.get(&ptr) {
-                Some(x) => x.clone(),
+                Some((g, w)) if *w == v => (g.clone(), v.node + 1),
+                Some(_) => {
+                    return Err(format!(
+                        "`{}` is held by two values of one shared rank graph",
+                        case.inputs[k].spec_name
+                    ))
+                }
                 None => {
                     let g = Arc::new(scale_input(&case.program.ranks[r], v, c)?);
-                    done.insert(ptr, (g.clone(), v.node + 1));
+                    done.insert(ptr, (g.clone(), v));
                     (g, v.node + 1)
                 }
             };

@@ -5,18 +5,21 @@
 //! top-k) is proved at full size, as `verify`'s hand-off does.
 //!
 //! A full iteration on tp or dp x tp that splits MoE experts' inner width over tp is cut into
-//! stages at every module output the zoo's lineage names (attention and MoE blocks; on meshes
-//! without dp their input gradients too) and proved stage by stage (TrainVerify's Algorithm 2,
-//! every cut proved as its own stage): whole, its goals repeat the experts' products in other
-//! groupings far past the term budgets.
+//! stages at every module output and input gradient the zoo's lineage names (attention and MoE
+//! blocks; on a dp mesh each input gradient is a scaled cut: a rank holds the replica count
+//! times the spec's rows) and proved stage by stage (TrainVerify's Algorithm 2, every cut
+//! proved as its own stage): whole, its goals repeat the experts' products in other groupings
+//! far past the term budgets.
 //!
 //! ```text
-//! cargo run -p shardproof-prove --example zoo_sweep -- [MODEL ...] [--forward | --full] [--mesh M] [--time-limit S]
+//! cargo run -p shardproof-prove --example zoo_sweep -- [MODEL ...] [--forward | --full] [--mesh M] [--time-limit S] [--outputs-apart]
 //! ```
 
 #[path = "common/layer_cuts.rs"]
 mod layer_cuts;
-use shardproof_prove::{prove_case_or_full_size, prove_staged, ProveConfig, Verdict};
+use shardproof_prove::{
+    prove_case_or_full_size, prove_staged_with, PlanOptions, ProveConfig, Verdict,
+};
 use shardproof_zoo::{
     emit_to_dir, EmitExtras, EmitOptions, LlamaConfig, Mesh, MlpConfig, PipelineOptions,
     TrainOptions, MODELS,
@@ -43,6 +46,8 @@ fn main() {
     };
     let limit = flag("--time-limit").map_or(120.0, |s| s.parse().expect("--time-limit SECONDS"));
     let only_mesh = flag("--mesh");
+    // One stage per expected output of a cut full iteration (`PlanOptions::outputs_apart`).
+    let apart = args.iter().any(|a| a == "--outputs-apart");
     let models: Vec<&str> = args
         .iter()
         .enumerate()
@@ -118,10 +123,11 @@ fn main() {
                         .all(|d| d.starts_with("tp=") || d.starts_with("dp="))
                     && has_moe(dir.path());
                 let cuts = if moe_tp {
-                    layer_cuts::cut_at_modules(dir.path(), !mesh.contains("dp"))
+                    layer_cuts::cut_at_modules(dir.path(), true)
                 } else {
                     0
                 };
+                let scales = layer_cuts::backward_scales(dir.path());
                 let case = shardproof_case::load_case(&dir.path().join("case.yaml")).expect("case");
                 let started = Instant::now();
                 let cfg = ProveConfig {
@@ -135,7 +141,11 @@ fn main() {
                         reduce: false,
                         ..cfg
                     };
-                    let p = prove_staged(&case, &cfg, 1);
+                    let opts = PlanOptions {
+                        scales,
+                        outputs_apart: apart,
+                    };
+                    let p = prove_staged_with(&case, &cfg, 1, &opts);
                     let how = format!("full size, {} stages at {cuts} cuts", p.stages.len());
                     (p.verdict, p.layers, p.message, how)
                 } else {

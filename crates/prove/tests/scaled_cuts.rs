@@ -15,6 +15,16 @@ use std::path::Path;
 /// A one-layer llama of width 4 (2 heads, 2 tokens, vocabulary 4) with a batch of `batch`,
 /// full iteration, cut at every module output and input gradient its lineage names.
 fn emit_cut(dir: &Path, mesh: &str, batch: usize) -> (shardproof_case::Case, CutScales) {
+    emit_layers(dir, mesh, batch, 1)
+}
+
+/// [`emit_cut`] with `layers` layers.
+fn emit_layers(
+    dir: &Path,
+    mesh: &str,
+    batch: usize,
+    layers: usize,
+) -> (shardproof_case::Case, CutScales) {
     let opts = EmitOptions {
         model: "llama".into(),
         mlp: MlpConfig::default(),
@@ -23,7 +33,7 @@ fn emit_cut(dir: &Path, mesh: &str, batch: usize) -> (shardproof_case::Case, Cut
             heads: 2,
             kv_heads: 2,
             ffn: 4,
-            layers: 1,
+            layers,
             seq: 2,
             batch,
             vocab: 4,
@@ -258,4 +268,40 @@ fn dp_2_backward_cuts_are_proved_at_2_and_refuted_at_3() {
     // Unscaled, as the plain placement states it, the backward cuts are refuted too.
     let plain = prove_staged_with(&case, &ProveConfig::default(), 1, &opts(&with(&scales, 1)));
     assert_eq!(plain.verdict, Verdict::Refuted, "{:?}", plain.message);
+}
+
+#[test]
+fn outputs_apart_prove_each_layers_weight_updates_once() {
+    // Two layers at dp = 4, one stage per expected output: the second layer's weight updates
+    // state the first's theorem about renamed tensors, so they are memo hits, and the case is
+    // proved as it is with the outputs together.
+    let dir = tempfile::tempdir().unwrap();
+    let (case, scales) = emit_layers(dir.path(), "dp=4", 4, 2);
+    assert_eq!(scales.len(), 4, "{scales:?}");
+    let apart = PlanOptions {
+        scales: scales.clone(),
+        outputs_apart: true,
+    };
+    let together = plan_with(&case, true, &opts(&scales)).unwrap();
+    let plan = plan_with(&case, true, &apart).unwrap();
+    let outputs = case.outputs.len();
+    assert_eq!(plan.stages.len(), together.stages.len() - 1 + outputs);
+    let proof = prove_staged_with(&case, &ProveConfig::default(), 1, &apart);
+    assert_eq!(proof.verdict, Verdict::Proved, "{:?}", proof.message);
+    let hits: Vec<&str> = proof
+        .stages
+        .iter()
+        .filter(|s| s.memo_hit && s.target.starts_with("output"))
+        .map(|s| s.target.as_str())
+        .collect();
+    assert!(hits.iter().any(|t| t.contains("wq_1_new")), "{hits:?}");
+}
+
+#[test]
+fn a_scale_for_a_tensor_the_case_does_not_relate_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (case, mut scales) = emit_cut(dir.path(), "dp=4", 4);
+    scales.insert("no_such_tensor".into(), 4);
+    let why = plan_with(&case, true, &opts(&scales)).unwrap_err();
+    assert!(why.contains("no_such_tensor"), "{why}");
 }

@@ -305,3 +305,16 @@ fn a_scale_for_a_tensor_the_case_does_not_relate_is_refused() {
     let why = plan_with(&case, true, &opts(&scales)).unwrap_err();
     assert!(why.contains("no_such_tensor"), "{why}");
 }
+
+#[test]
+fn dp_4_tp_2_full_iteration_cut_at_its_gradients_is_proved_through_the_mesh_reduction() {
+    // The tp ranks of one replica hold the same rows: each holds 4 times the spec's.
+    let dir = tempfile::tempdir().unwrap();
+    let (case, scales) = emit_cut(dir.path(), "dp=4,tp=2", 4);
+    assert!(scales.values().all(|&c| c == 4));
+    let proof = prove_staged_with(&case, &ProveConfig::default(), 1, &opts(&scales));
+    assert_eq!(proof.verdict, Verdict::Proved, "{:?}", proof.message);
+    assert!(proof.proofs.iter().all(|p| p.proof["mesh"].is_object()));
+    let wrong = prove_staged_with(&case, &ProveConfig::default(), 1, &opts(&with(&scales, 8)));
+    assert_eq!(wrong.verdict, Verdict::Refuted, "{:?}", wrong.message);
+}

@@ -123,6 +123,15 @@ const ELEMENTWISE: &[&str] = &[
     "aten.gt",
     "aten.ge",
     "aten.logical_not",
+    // Boolean elementwise operators (the vocab-parallel embedding's out-of-range mask is
+    // `bitwise_or(lt(tokens, lo), ge(tokens, hi))`): one kernel per index, identity mapping.
+    // Their operands' sizes are unified as any elementwise operands'; the range literals are
+    // value literals, which pin or avoid sizes as every other literal does.
+    "aten.logical_and",
+    "aten.logical_or",
+    "aten.bitwise_and",
+    "aten.bitwise_or",
+    "aten.bitwise_not",
     "aten.clone",
     "aten.contiguous",
     "aten.detach",

@@ -99,6 +99,9 @@ fn cut_at(dir: &Path, read: impl Fn(&Path) -> BTreeMap<String, String>) -> usize
         .iter()
         .map(|g| g.path.as_deref().expect("rank file"))
         .collect();
+    // Sorted first: a plan's ranks interleave their files (llama3-405b's tp ranks r0..r7 repeat
+    // along dp and pp), so `dedup` alone kept all 8192 and read each ~1 MB file a thousand times.
+    files.sort_unstable();
     files.dedup();
     let ranks: Vec<BTreeMap<String, String>> = files.iter().map(|f| read(f)).collect();
     let placement: Vec<&str> = case

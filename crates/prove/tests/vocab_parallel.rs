@@ -1,7 +1,8 @@
 //! The vocab-parallel embedding (`--vocab-parallel`, the llama3-70b and -405b Table 2 plans):
 //! its out-of-range mask `bitwise_or(lt(tokens, lo), ge(tokens, hi))` is a boolean elementwise
 //! operator shape reduction accepts, so the embedding's stage of a tp plan cut at its layers is
-//! proved on reduced sizes, and the unmasked embedding (a catalog bug) is refuted there.
+//! proved on reduced sizes (at dp = 4 through the mesh reduction too, the mask being row-wise),
+//! and the unmasked embedding (a catalog bug) is refuted there.
 
 #[path = "../examples/common/layer_cuts.rs"]
 mod layer_cuts;
@@ -16,6 +17,11 @@ use std::path::Path;
 /// A one-layer llama of width 4 on tp = 2 with the vocab-parallel embedding and LM head,
 /// forward and loss, cut at the embedding's and the layer's outputs.
 fn emit(dir: &Path, bug: Option<&str>) -> shardproof_case::Case {
+    emit_on(dir, "tp=2", 2, bug)
+}
+
+/// [`emit`] on `mesh` with a global batch of `batch`.
+fn emit_on(dir: &Path, mesh: &str, batch: usize, bug: Option<&str>) -> shardproof_case::Case {
     let opts = EmitOptions {
         model: "llama".into(),
         mlp: MlpConfig::default(),
@@ -26,11 +32,11 @@ fn emit(dir: &Path, bug: Option<&str>) -> shardproof_case::Case {
             ffn: 4,
             layers: 1,
             seq: 2,
-            batch: 2,
+            batch,
             vocab: 8,
             ..LlamaConfig::default()
         },
-        mesh: Mesh::parse("tp=2").unwrap(),
+        mesh: Mesh::parse(mesh).unwrap(),
         bug: bug.map(|b| find_bug(b).unwrap()),
         forward_only: true,
         vocab_parallel: true,
@@ -83,4 +89,24 @@ fn the_unmasked_vocab_parallel_embedding_is_refuted() {
     assert_eq!(p["verdict"], "refuted", "{p}");
     let proof = prove_staged_with(&case, &ProveConfig::default(), 1, &PlanOptions::default());
     assert_eq!(proof.verdict, Verdict::Refuted);
+}
+
+#[test]
+fn the_vocab_parallel_embedding_stage_goes_through_the_mesh_reduction_at_dp_4() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = emit_on(dir.path(), "dp=4,tp=2", 4, None);
+    let p = embedding_stage(&case);
+    assert_eq!(p["verdict"], "proved", "{p}");
+    // The mask is row-wise in the rank's own tokens, so dp = 4 is proved at 2 replicas, then
+    // on reduced sizes (which refused `bitwise_or` before).
+    assert_eq!(p["mesh"]["original"], 4, "{p}");
+    assert_eq!(p["mesh"]["reduced"], 2, "{p}");
+    let dir = tempfile::tempdir().unwrap();
+    let bad = emit_on(
+        dir.path(),
+        "dp=4,tp=2",
+        4,
+        Some("llama-vocab-embedding-unmasked"),
+    );
+    assert_eq!(embedding_stage(&bad)["verdict"], "refuted");
 }

@@ -14,7 +14,7 @@ use crate::exec::located;
 use crate::live_values;
 use shardproof_ir::{Arg, Graph, NodeKind, OpMeaning, OpName, Program};
 use shardproof_ops::{
-    p2p_call, program_members, Args, GroupMembers, NoValues, OpClass, P2pEnd, Registry,
+    p2p_call, program_members, Args, GroupMembers, NoValues, OpClass, OpDef, P2pEnd, Registry,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::rc::Rc;
@@ -81,16 +81,29 @@ fn kwargs_of(kind: &NodeKind) -> &[(String, Arg)] {
     }
 }
 
+/// A call of a graph that needs other ranks, as far as it is the same on every rank that
+/// runs the graph: a collective is resolved; a send or recv names its peer by the rank's
+/// groups, so it is bound per rank ([`rank_calls`]); a collective that does not bind is the
+/// problem every such rank meets there.
+#[derive(Clone)]
+enum GraphCall {
+    Ready(Call),
+    PointToPoint(&'static OpDef),
+    Invalid(ScheduleProblem),
+}
+
 /// The calls of `graph` that need other ranks, in program order, as (node index, call). With
 /// `leaves`, the names of the values the rank is given, a collective is issued only where the
 /// interpreter runs it: its inputs are computed and its outputs are not all given. Sends and
-/// recvs are always issued: their partners must learn of them either way.
-fn calls(
+/// recvs are always issued: their partners must learn of them either way. Nothing here reads
+/// the rank, so ranks that share a graph and leaves share the list (a preset's thousands of
+/// ranks hold a few graphs; looking each node's operator up per rank was most of a 405b
+/// schedule).
+fn graph_calls(
     graph: &Graph,
     custom_ops: &BTreeMap<String, OpMeaning>,
     leaves: Option<(&BTreeSet<String>, &[Vec<bool>])>,
-    members: GroupMembers,
-) -> Result<Vec<(usize, Call)>, ScheduleProblem> {
+) -> Vec<(usize, GraphCall)> {
     let reg = Registry::builtin();
     let (live, leaves) = (leaves.map(|(_, live)| live), leaves.map(|(l, _)| l));
     let issued = |i: usize| {
@@ -120,36 +133,71 @@ fn calls(
             continue;
         }
         let Some(def) = reg.get(op) else { continue };
-        if !matches!(def.class, OpClass::Collective | OpClass::PointToPoint) {
-            continue;
-        }
-        if def.class == OpClass::Collective && !issued(i) {
-            continue;
-        }
-        let invalid = |e: &dyn std::fmt::Display| {
-            ScheduleProblem::Invalid(located(graph, node, e.to_string()))
-        };
-        let bound = Args::bind(&def.schema, node.args(), kwargs_of(&node.kind), &NoValues)
-            .map_err(|e| invalid(&e))?;
-        let call = if def.class == OpClass::Collective {
-            Call::Collective {
-                group: bound.str("group_name").map_err(|e| invalid(&e))?,
-                op: OpName::new(&op.namespace, &op.name, &def.name.overload),
+        match def.class {
+            OpClass::PointToPoint => out.push((i, GraphCall::PointToPoint(def))),
+            OpClass::Collective if issued(i) => {
+                let invalid = |e: &dyn std::fmt::Display| {
+                    GraphCall::Invalid(ScheduleProblem::Invalid(located(
+                        graph,
+                        node,
+                        e.to_string(),
+                    )))
+                };
+                let call =
+                    match Args::bind(&def.schema, node.args(), kwargs_of(&node.kind), &NoValues)
+                        .and_then(|bound| bound.str("group_name"))
+                    {
+                        Ok(group) => GraphCall::Ready(Call::Collective {
+                            group,
+                            op: OpName::new(&op.namespace, &op.name, &def.name.overload),
+                        }),
+                        Err(e) => invalid(&e),
+                    };
+                let stop = matches!(call, GraphCall::Invalid(_));
+                out.push((i, call));
+                if stop {
+                    break;
+                }
             }
-        } else {
-            let c = p2p_call(def, &bound, members).map_err(|e| invalid(&e))?;
-            match c.end {
-                P2pEnd::Send => Call::Send {
-                    peer: c.peer,
-                    tag: c.tag,
-                },
-                P2pEnd::Recv => Call::Recv {
-                    peer: c.peer,
-                    tag: c.tag,
-                },
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Rank's calls from its graph's ([`graph_calls`]), its sends and recvs bound to its peers
+/// through `members`; the first problem in program order.
+fn rank_calls(
+    graph: &Graph,
+    calls: &[(usize, GraphCall)],
+    members: GroupMembers,
+) -> Result<Vec<(usize, Call)>, ScheduleProblem> {
+    let mut out = Vec::with_capacity(calls.len());
+    for (i, call) in calls {
+        let call = match call {
+            GraphCall::Ready(c) => c.clone(),
+            GraphCall::Invalid(p) => return Err(p.clone()),
+            GraphCall::PointToPoint(def) => {
+                let node = &graph.nodes[*i];
+                let invalid = |e: &dyn std::fmt::Display| {
+                    ScheduleProblem::Invalid(located(graph, node, e.to_string()))
+                };
+                let bound = Args::bind(&def.schema, node.args(), kwargs_of(&node.kind), &NoValues)
+                    .map_err(|e| invalid(&e))?;
+                let c = p2p_call(def, &bound, members).map_err(|e| invalid(&e))?;
+                match c.end {
+                    P2pEnd::Send => Call::Send {
+                        peer: c.peer,
+                        tag: c.tag,
+                    },
+                    P2pEnd::Recv => Call::Recv {
+                        peer: c.peer,
+                        tag: c.tag,
+                    },
+                }
             }
         };
-        out.push((i, call));
+        out.push((*i, call));
     }
     Ok(out)
 }
@@ -228,18 +276,31 @@ pub fn schedule(
     // Ranks that share a graph and are given the same leaves compute the same values: their
     // liveness is computed once (a preset's thousands of ranks hold a few graphs).
     let mut live_of: HashMap<LiveKey, Rc<Vec<Vec<bool>>>> = HashMap::new();
+    let mut calls_of: HashMap<
+        (*const Graph, Option<&BTreeSet<String>>),
+        Rc<Vec<(usize, GraphCall)>>,
+    > = HashMap::new();
     for (r, g) in program.ranks.iter().enumerate() {
         let rank_leaves = leaves.and_then(|l| l.get(r));
-        let live = rank_leaves.map(|l| {
-            live_of
-                .entry((Arc::as_ptr(g), l))
-                .or_insert_with(|| Rc::new(live_values(g, l)))
-                .clone()
-        });
-        match calls(
+        let graph_calls = calls_of
+            .entry((Arc::as_ptr(g), rank_leaves))
+            .or_insert_with(|| {
+                let live = rank_leaves.map(|l| {
+                    live_of
+                        .entry((Arc::as_ptr(g), l))
+                        .or_insert_with(|| Rc::new(live_values(g, l)))
+                        .clone()
+                });
+                Rc::new(graph_calls(
+                    g,
+                    custom_ops,
+                    rank_leaves.zip(live.as_deref().map(Vec::as_slice)),
+                ))
+            })
+            .clone();
+        match rank_calls(
             g,
-            custom_ops,
-            rank_leaves.zip(live.as_deref().map(Vec::as_slice)),
+            &graph_calls,
             &shardproof_ops::program_members(program, r),
         ) {
             Ok(c) => per_rank.push(c),

@@ -66,6 +66,9 @@ pub struct Schedule {
 /// Ranks whose liveness is the same: a shared graph (by address) and the leaves given.
 type LiveKey<'a> = (*const Graph, &'a BTreeSet<String>);
 
+/// Ranks whose calls are the same up to their peers: a shared graph and the leaves given.
+type CallsKey<'a> = (*const Graph, Option<&'a BTreeSet<String>>);
+
 /// A rank's call that needs the other ranks.
 #[derive(Clone, Debug)]
 enum Call {
@@ -276,10 +279,7 @@ pub fn schedule(
     // Ranks that share a graph and are given the same leaves compute the same values: their
     // liveness is computed once (a preset's thousands of ranks hold a few graphs).
     let mut live_of: HashMap<LiveKey, Rc<Vec<Vec<bool>>>> = HashMap::new();
-    let mut calls_of: HashMap<
-        (*const Graph, Option<&BTreeSet<String>>),
-        Rc<Vec<(usize, GraphCall)>>,
-    > = HashMap::new();
+    let mut calls_of: HashMap<CallsKey, Rc<Vec<(usize, GraphCall)>>> = HashMap::new();
     for (r, g) in program.ranks.iter().enumerate() {
         let rank_leaves = leaves.and_then(|l| l.get(r));
         let graph_calls = calls_of

@@ -536,6 +536,17 @@ fn propagate_rank_from(
                     if inputs.iter().any(|&v| place(v) == Place::Unknown) {
                         continue;
                     }
+                    // A pipeline stage's share of one spec sum (`rules::stage_shares`): the
+                    // all-reduce over the stages sees it as the partial sum it is.
+                    let share = stage_dim
+                        && group.as_ref().is_some_and(|(d, _)| d.contains(&m))
+                        && sh.stage_shares.get(&(r, i)).is_some();
+                    let place = |v: ValueId| match place(v) {
+                        Place::Varying if share && inputs.first() == Some(&v) => {
+                            Place::Partial(Red::Sum)
+                        }
+                        p => p,
+                    };
                     // Whether the collective's input had its dim 0 made by a view that
                     // regrouped dims (dim 0 a flattening: ZeRO's gradient relayout).
                     let regrouped = group.is_some()
@@ -1250,10 +1261,12 @@ fn propagate_rank_from(
                             if matches!(
                                 *p,
                                 Place::Replicate | Place::Rolled(..) | Place::Permuted(..)
-                            ) && !peer_list[m]
-                                .iter()
-                                .all(|&q| q == r || sh.stage_alike(r, q, i, o))
-                            {
+                            ) && !peer_list[m].iter().all(|&q| {
+                                q == r
+                                    || sh.stage_alike(r, q, i, o)
+                                    || (!sh.stage_shares.is_empty()
+                                        && rules::stage_alike_through_shares(sh, r, q, i, o))
+                            }) {
                                 *p = Place::Varying;
                                 now_scaled = false;
                             }

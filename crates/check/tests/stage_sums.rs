@@ -40,9 +40,14 @@ fn computed(k: usize, rows: (u32, u32), kk: u32) -> String {
 /// Stage 1's microbatch `k` term `e{k} = mean(recv_k @ w1) / kk` (`None`: `n{k}`, not
 /// divided).
 fn second(k: usize, kk: Option<u32>) -> String {
+    second_of(k, kk, 2)
+}
+
+/// [`second`] of a microbatch of `rows` rows.
+fn second_of(k: usize, kk: Option<u32>, rows: u32) -> String {
     let out = format!(
-        "        v{k}: \"f32[2, 8]\" = torch.ops.shardproof_p2p.recv.default([2, 8], torch.float32, 0, {k}, 'pp')\n\
-         \x20       g{k}: \"f32[2, 8]\" = torch.ops.aten.mm.default(v{k}, w1)\n\
+        "        v{k}: \"f32[{rows}, 8]\" = torch.ops.shardproof_p2p.recv.default([{rows}, 8], torch.float32, 0, {k}, 'pp')\n\
+         \x20       g{k}: \"f32[{rows}, 8]\" = torch.ops.aten.mm.default(v{k}, w1)\n\
          \x20       n{k}: \"f32[]\" = torch.ops.aten.mean.default(g{k})\n"
     );
     match kk {
@@ -123,9 +128,10 @@ fn each_stage_adding_its_own_terms_holds() {
 
 #[test]
 fn a_stage_adding_a_term_twice_is_not_held() {
-    let twice = first(0, (0, 2), 2) + &first(1, (2, 4), 2) + &reduce(&["d0", "d1", "d0"]);
+    // Stage 1 adds its first microbatch's term twice.
+    let twice = second(0, Some(2)) + &second(1, Some(2)) + &reduce(&["e0", "e1", "e0"]);
     assert_eq!(
-        verdict(&twice, &stage1(), false, "twice"),
+        verdict(&stage0(), &twice, false, "twice"),
         Verdict::Inconclusive
     );
 }
@@ -188,6 +194,18 @@ fn terms_divided_by_another_count_are_not_held() {
     let undivided = second(0, None) + &second(1, None) + &reduce(&["n0", "n1"]);
     assert_eq!(
         verdict(&stage0(), &undivided, false, "undivided"),
+        Verdict::Inconclusive
+    );
+}
+
+#[test]
+fn microbatches_of_other_sizes_are_not_held() {
+    // Stage 0's second term reads row 1 alone (inside the first's rows 0:2), and stage 1
+    // receives that row.
+    let overlapping = first(0, (0, 2), 2) + &first(1, (1, 2), 2) + &reduce(&["d0", "d1"]);
+    let one_row = second(0, Some(2)) + &second_of(1, Some(2), 1) + &reduce(&["e0", "e1"]);
+    assert_eq!(
+        verdict(&overlapping, &one_row, false, "sizes"),
         Verdict::Inconclusive
     );
 }

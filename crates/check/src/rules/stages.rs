@@ -252,7 +252,8 @@ fn seen(g: &Graph, mut j: usize) -> Seen<'_> {
 
 /// How many operators deep (at most `limit`) node `a` of `g` and node `b` of the spec compute
 /// alike: the same operator on the same outputs of inputs alike one level shallower, graph
-/// inputs of the same name; any value (a received message) is alike to any depth.
+/// inputs of the same name; any value (a received message) is alike to any depth; a `div` or
+/// `mul` by a number in `g` where the spec calls another operator is read through.
 fn alike(
     g: &Graph,
     a: usize,
@@ -275,6 +276,17 @@ fn alike(
         return d;
     }
     let (na, nb) = (&g.nodes[a], &spec.nodes[b]);
+    // A scaling by a number the spec does not have at this point (a microbatch's 1/K in the
+    // backward) is read through: the values' scale is not what this match reads.
+    if let (Some(op), Some(sop), [Arg::Value(x), Arg::Int(_) | Arg::Float(_)]) =
+        (na.op(), nb.op(), na.args())
+    {
+        if matches!(op.name.as_str(), "div" | "mul") && sop.name != op.name && x.output == 0 {
+            let d = alike(g, x.node, spec, b, limit, memo);
+            memo.insert((a, b, limit), d);
+            return d;
+        }
+    }
     let same_op = match (na.op(), nb.op()) {
         (Some(x), Some(y)) => x.namespace == y.namespace && x.name == y.name,
         _ => false,
@@ -299,8 +311,8 @@ fn alike(
 }
 
 /// The one spec node an atom `v` of rank graph `g` computes: of the spec's calls of the same
-/// operator and the same recorded type, the one alike deepest ([`alike`]), deeper than every
-/// other; none where the atom is a received message.
+/// operator and the same recorded type, the only one alike to the full depth ([`alike`],
+/// [`DEPTH`] operators); none where the atom is a received message.
 fn spec_term(g: &Graph, v: ValueId, spec: &Graph, side: &SpecSide) -> Option<usize> {
     let ty = |h: &Graph, x: ValueId| h.nodes[x.node].outputs.get(x.output)?.ty.clone();
     let mine = ty(g, v)?;
@@ -328,7 +340,7 @@ fn spec_term(g: &Graph, v: ValueId, spec: &Graph, side: &SpecSide) -> Option<usi
             }
         }
     }
-    best.filter(|&(d, _)| d > 0 && !tied).map(|(_, j)| j)
+    best.filter(|&(d, _)| d == DEPTH && !tied).map(|(_, j)| j)
 }
 
 /// An `add` of two tensors (no `alpha`): the nodes a sum is read through.
@@ -383,12 +395,15 @@ fn undivided(g: &Graph, v: ValueId) -> (ValueId, f64) {
 }
 
 /// The microbatch an atom reads: the one tag of the messages it receives and the one index
-/// of its slices of graph inputs (start over length, each a whole piece of its dim), agreeing;
-/// `Some(None)` where it reads neither, `None` where they disagree or a slice is no piece.
-fn microbatch(g: &Graph, v: ValueId) -> Option<Option<i64>> {
+/// of its slices of graph inputs (start over length, each a whole piece of its dim), agreeing,
+/// with the number of pieces its slices cut their dims into (`None`: no slice); `(None, _)`
+/// where it reads neither; `None` where they disagree, a slice is no piece, or two slices cut
+/// their dims into different numbers of pieces.
+fn microbatch(g: &Graph, v: ValueId) -> Option<(Option<i64>, Option<i64>)> {
     let mut seen = vec![false; g.nodes.len()];
     let mut stack = vec![v.node];
     let mut found: BTreeSet<i64> = BTreeSet::new();
+    let mut pieces: BTreeSet<i64> = BTreeSet::new();
     while let Some(j) = stack.pop() {
         if std::mem::replace(&mut seen[j], true) {
             continue;
@@ -429,6 +444,7 @@ fn microbatch(g: &Graph, v: ValueId) -> Option<Option<i64>> {
                         return None;
                     }
                     found.insert(start / len);
+                    pieces.insert(size / len);
                     continue;
                 }
             }
@@ -436,16 +452,16 @@ fn microbatch(g: &Graph, v: ValueId) -> Option<Option<i64>> {
         }
         stack.extend(n.inputs().iter().map(|u| u.node));
     }
-    match found.len() {
-        0 => Some(None),
-        1 => Some(found.first().copied()),
-        _ => None,
+    if found.len() > 1 || pieces.len() > 1 {
+        return None;
     }
+    Some((found.first().copied(), pieces.first().copied()))
 }
 
-/// One copy of a spec term on a stage: the microbatch it reads (`None`: no selection) and
-/// the number it is divided by.
-type TermCopy = (Option<i64>, f64);
+/// One copy of a spec term on a stage: the microbatch it reads (`None`: no selection), the
+/// number of pieces its slices cut the batch into (`None`: no slice) and the number it is
+/// divided by.
+type TermCopy = (Option<i64>, Option<i64>, f64);
 
 /// Whether the inputs of the all-reduce calls `calls` (rank, node; one per stage) are the
 /// stages' shares of one spec sum (the module's rule).
@@ -468,14 +484,14 @@ fn shares_of_one_sum(
             let Some(t) = spec_term(g, core, spec, side) else {
                 return false;
             };
-            let Some(mb) = microbatch(g, core) else {
+            let Some((mb, pieces)) = microbatch(g, core) else {
                 return false;
             };
             let term = (t, core.output);
             if *owner.entry(term).or_insert(s) != s {
                 return false;
             }
-            copies.entry((s, term)).or_default().push((mb, c));
+            copies.entry((s, term)).or_default().push((mb, pieces, c));
         }
     }
     // One microbatch count K for every stage's every term, each microbatch once, one divisor
@@ -483,7 +499,7 @@ fn shares_of_one_sum(
     let Some(k) = copies.values().next().map(Vec::len) else {
         return false;
     };
-    let divisor = copies.values().next().and_then(|c| c.first()).map(|c| c.1);
+    let divisor = copies.values().next().and_then(|c| c.first()).map(|c| c.2);
     let near = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs().max(1.0);
     let Some(divisor) = divisor.filter(|&d| near(d, 1.0) || near(d, k as f64)) else {
         return false;
@@ -495,7 +511,9 @@ fn shares_of_one_sum(
         } else {
             mbs == (0..k as i64).map(Some).collect()
         };
-        if c.len() != k || !whole || c.iter().any(|x| !near(x.1, divisor)) {
+        // A slice cuts its dim into K pieces (microbatches of equal rows, none overlapping).
+        let cut = c.iter().all(|x| x.1.is_none_or(|p| p == k as i64));
+        if c.len() != k || !whole || !cut || c.iter().any(|x| !near(x.2, divisor)) {
             return false;
         }
     }

@@ -316,20 +316,33 @@ fn propagate_rank_from(
                             continue;
                         }
                         let stage_dim = m < 64 && crate::is_pipeline_dim(mesh, m);
+                        // Several mesh dims n times it (an all-reduce over a group spanning
+                        // them): one division by the product of their sizes makes up for all.
+                        let all_n: usize = (0..nd)
+                            .filter(|&k| {
+                                rp.times_n[(rp.offsets[v.node] as usize + v.output) * nd + k]
+                                    && !crate::is_pipeline_dim(mesh, k)
+                            })
+                            .map(|k| mesh.dims[k].1)
+                            .product();
+                        let by_inverse = |n: usize| {
+                            partial_scaling(
+                                op.name.as_str(),
+                                bound.get("other").and_then(|a| a.as_f64()),
+                                n as f64,
+                                sh.has_spec,
+                                sh.spec_scalings.get(node.name.as_str()).copied(),
+                                Read::TimesN,
+                            ) == Scaling::ByInverseN
+                        };
                         if rules::moves_values(rule.family) {
                             for o in 0..nout {
                                 rp.times_n[(base + o) * nd + m] = true;
                             }
                         } else if !stage_dim
                             && matches!(op.name.as_str(), "mul" | "div")
-                            && partial_scaling(
-                                op.name.as_str(),
-                                bound.get("other").and_then(|a| a.as_f64()),
-                                mesh.dims[m].1 as f64,
-                                sh.has_spec,
-                                sh.spec_scalings.get(node.name.as_str()).copied(),
-                                Read::TimesN,
-                            ) == Scaling::ByInverseN
+                            && (by_inverse(mesh.dims[m].1)
+                                || (all_n != mesh.dims[m].1 && by_inverse(all_n)))
                         {
                             for o in 0..nout {
                                 set(&mut rp, o, m, Place::Replicate);

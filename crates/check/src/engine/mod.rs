@@ -317,7 +317,9 @@ fn propagate_rank_from(
                         }
                         let stage_dim = m < 64 && crate::is_pipeline_dim(mesh, m);
                         // Several mesh dims n times it (an all-reduce over a group spanning
-                        // them): one division by the product of their sizes makes up for all.
+                        // them): only a division by the product of their sizes makes up for
+                        // them (one mesh dim's size would leave it n times the tensor: was
+                        // taken as `Replicate()` on each, a false holds).
                         let all_n: usize = (0..nd)
                             .filter(|&k| {
                                 rp.times_n[(rp.offsets[v.node] as usize + v.output) * nd + k]
@@ -341,8 +343,7 @@ fn propagate_rank_from(
                             }
                         } else if !stage_dim
                             && matches!(op.name.as_str(), "mul" | "div")
-                            && (by_inverse(mesh.dims[m].1)
-                                || (all_n != mesh.dims[m].1 && by_inverse(all_n)))
+                            && by_inverse(all_n)
                         {
                             for o in 0..nout {
                                 set(&mut rp, o, m, Place::Replicate);

@@ -316,20 +316,34 @@ fn propagate_rank_from(
                             continue;
                         }
                         let stage_dim = m < 64 && crate::is_pipeline_dim(mesh, m);
+                        // Several mesh dims n times it (an all-reduce over a group spanning
+                        // them): only a division by the product of their sizes makes up for
+                        // them (one mesh dim's size would leave it n times the tensor: was
+                        // taken as `Replicate()` on each, a false holds).
+                        let all_n: usize = (0..nd)
+                            .filter(|&k| {
+                                rp.times_n[(rp.offsets[v.node] as usize + v.output) * nd + k]
+                                    && !crate::is_pipeline_dim(mesh, k)
+                            })
+                            .map(|k| mesh.dims[k].1)
+                            .product();
+                        let by_inverse = |n: usize| {
+                            partial_scaling(
+                                op.name.as_str(),
+                                bound.get("other").and_then(|a| a.as_f64()),
+                                n as f64,
+                                sh.has_spec,
+                                sh.spec_scalings.get(node.name.as_str()).copied(),
+                                Read::TimesN,
+                            ) == Scaling::ByInverseN
+                        };
                         if rules::moves_values(rule.family) {
                             for o in 0..nout {
                                 rp.times_n[(base + o) * nd + m] = true;
                             }
                         } else if !stage_dim
                             && matches!(op.name.as_str(), "mul" | "div")
-                            && partial_scaling(
-                                op.name.as_str(),
-                                bound.get("other").and_then(|a| a.as_f64()),
-                                mesh.dims[m].1 as f64,
-                                sh.has_spec,
-                                sh.spec_scalings.get(node.name.as_str()).copied(),
-                                Read::TimesN,
-                            ) == Scaling::ByInverseN
+                            && by_inverse(all_n)
                         {
                             for o in 0..nout {
                                 set(&mut rp, o, m, Place::Replicate);
@@ -536,6 +550,17 @@ fn propagate_rank_from(
                     if inputs.iter().any(|&v| place(v) == Place::Unknown) {
                         continue;
                     }
+                    // A pipeline stage's share of one spec sum (`rules::stage_shares`): the
+                    // all-reduce over the stages sees it as the partial sum it is.
+                    let share = stage_dim
+                        && group.as_ref().is_some_and(|(d, _)| d.contains(&m))
+                        && sh.stage_shares.get(&(r, i)).is_some();
+                    let place = |v: ValueId| match place(v) {
+                        Place::Varying if share && inputs.first() == Some(&v) => {
+                            Place::Partial(Red::Sum)
+                        }
+                        p => p,
+                    };
                     // Whether the collective's input had its dim 0 made by a view that
                     // regrouped dims (dim 0 a flattening: ZeRO's gradient relayout).
                     let regrouped = group.is_some()
@@ -1250,10 +1275,12 @@ fn propagate_rank_from(
                             if matches!(
                                 *p,
                                 Place::Replicate | Place::Rolled(..) | Place::Permuted(..)
-                            ) && !peer_list[m]
-                                .iter()
-                                .all(|&q| q == r || sh.stage_alike(r, q, i, o))
-                            {
+                            ) && !peer_list[m].iter().all(|&q| {
+                                q == r
+                                    || sh.stage_alike(r, q, i, o)
+                                    || (!sh.stage_shares.is_empty()
+                                        && rules::stage_alike_through_shares(sh, r, q, i, o))
+                            }) {
                                 *p = Place::Varying;
                                 now_scaled = false;
                             }

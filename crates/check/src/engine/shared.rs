@@ -183,6 +183,10 @@ pub struct Shared<'a> {
     /// Per pair of graph classes (a rank's, a peer's of another class): for every node of
     /// the first asked so far, the same node of the second ([`Shared::peer_node`]).
     pub peer_maps: std::cell::RefCell<HashMap<(usize, usize), PeerMap>>,
+    /// The all-reduce calls (rank, node) whose input is the calling pipeline stage's share of
+    /// one spec sum ([`crate::rules::stage_shares`]): `Partial(sum)` on the pipeline dim; by
+    /// collective (the members' calls of one all-reduce share a number).
+    pub stage_shares: crate::rules::StageShares,
 }
 
 impl Shared<'_> {

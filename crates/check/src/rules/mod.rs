@@ -18,6 +18,7 @@ mod indexing;
 mod matmul;
 mod reductions;
 mod slicing;
+mod stages;
 mod table;
 mod views;
 
@@ -28,6 +29,8 @@ use indexing::*;
 use matmul::*;
 use reductions::*;
 use slicing::*;
+pub use stages::StageShares;
+pub(crate) use stages::{stage_alike_through_shares, stage_shares};
 use table::build;
 use views::*;
 pub use views::{

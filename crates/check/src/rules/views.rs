@@ -377,7 +377,106 @@ fn view_blocks_at(
 /// counts (dp `Shard(0)` and tp `Shard(0, blocks=b)` of `[b*h]` are `[dp, tp, h / tp]`), which
 /// is how the merge above splits back. `None` where their pieces cross, where the shapes are
 /// not the local ones scaled by the shards, or where a cut splits a coordinate.
+///
+/// Several plain shards of one input dim (`Shard(0)` on dp and on ep, as a case declares the
+/// batch over both) are nested in an order the placements do not record (a case's mesh
+/// order; DTensor's semantics). Every order is read: where each gives these mesh dims plain
+/// shards of one output dim, nested in that same order, and every other mesh dim the same
+/// placement, the view keeps the nesting whatever it was (a batch of local size 1 merged
+/// with the sequence: `[1, 8, 16] -> [8, 16]` of `[4, 8, 16] -> [32, 16]`), and that is the
+/// reading; where the orders read differently (the nested dim split apart), `None`.
 pub fn view_by_factors(
+    ins: &[usize],
+    outs: &[usize],
+    gin: &[i64],
+    gout: &[i64],
+    shards: &[Option<(usize, usize, usize)>],
+) -> Option<Vec<Option<(usize, usize)>>> {
+    // The mesh dims holding plain shards of each input dim, where more than one does.
+    let groups: Vec<Vec<usize>> = (0..ins.len())
+        .map(|e| {
+            (0..shards.len())
+                .filter(|&m| matches!(shards[m], Some((d, 1, _)) if d == e))
+                .collect::<Vec<usize>>()
+        })
+        .filter(|g| g.len() > 1)
+        .collect();
+    if groups.is_empty() {
+        return placed_by_factors(ins, outs, gin, gout, shards);
+    }
+    // Every order of every group (few: a group is at most the mesh's dims).
+    let mut orders: Vec<Vec<Vec<usize>>> = vec![Vec::new()];
+    for g in &groups {
+        let perms = permutations(g);
+        if orders.len().saturating_mul(perms.len()) > 24 {
+            return None;
+        }
+        orders = orders
+            .into_iter()
+            .flat_map(|o| {
+                perms.iter().map(move |p| {
+                    let mut o = o.clone();
+                    o.push(p.clone());
+                    o
+                })
+            })
+            .collect();
+    }
+    let mut agreed: Option<Vec<Option<(usize, usize)>>> = None;
+    for order in orders {
+        // The order as blocks: each mesh dim's pieces sit in every piece of the ones before.
+        let mut explicit = shards.to_vec();
+        for perm in &order {
+            let mut k = 1usize;
+            for &m in perm {
+                let (e, _, n) = shards[m]?;
+                explicit[m] = Some((e, k, n));
+                k = k.checked_mul(n)?;
+            }
+        }
+        let placed = placed_by_factors(ins, outs, gin, gout, &explicit)?;
+        // Back to plain shards nested in the same order: the first plain on one output dim,
+        // each next one in the pieces of those before it there.
+        let mut plain = placed.clone();
+        for perm in &order {
+            let od = placed[perm[0]]?.0;
+            let mut k = 1usize;
+            for &m in perm {
+                if placed[m] != Some((od, k)) {
+                    return None;
+                }
+                plain[m] = Some((od, 1));
+                k = k.checked_mul(shards[m]?.2)?;
+            }
+        }
+        match &agreed {
+            None => agreed = Some(plain),
+            Some(a) if *a == plain => {}
+            Some(_) => return None,
+        }
+    }
+    agreed
+}
+
+/// Every order of `items`.
+fn permutations(items: &[usize]) -> Vec<Vec<usize>> {
+    if items.len() <= 1 {
+        return vec![items.to_vec()];
+    }
+    let mut out = Vec::new();
+    for (i, &x) in items.iter().enumerate() {
+        let mut rest = items.to_vec();
+        rest.remove(i);
+        for mut p in permutations(&rest) {
+            p.insert(0, x);
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// [`view_by_factors`] where the shards of each input dim nest by their block counts.
+fn placed_by_factors(
     ins: &[usize],
     outs: &[usize],
     gin: &[i64],
@@ -980,8 +1079,34 @@ mod group_tests {
         );
     }
 
-    /// No reading where a cut splits a coordinate, where two mesh dims' pieces of one input
-    /// dim cross (two plain shards of it), where the global shapes are not the local ones
+    /// DeepSeek's batch over dp and ep (two plain shards of dim 0, local size 1) merged with
+    /// the sequence, and tp's kv projection of one local head: whichever order dp and ep nest
+    /// in, the merge keeps it (both plain `Shard(0)` of the output), and tp shards the heads.
+    #[test]
+    fn plain_shards_of_one_dim_keep_their_nesting_through_a_merge() {
+        let dp_ep = [Some((0, 1, 2)), None, Some((0, 1, 2))];
+        assert_eq!(
+            view_by_factors(&[1, 8, 16], &[8, 16], &[4, 8, 16], &[32, 16], &dp_ep),
+            Some(vec![Some((0, 1)), None, Some((0, 1))])
+        );
+        assert_eq!(
+            view_by_factors(&[1, 8], &[8], &[4, 8], &[32], &dp_ep),
+            Some(vec![Some((0, 1)), None, Some((0, 1))])
+        );
+        let with_tp = [Some((0, 1, 2)), Some((1, 1, 2)), Some((0, 1, 2))];
+        assert_eq!(
+            view_by_factors(&[8, 4], &[1, 8, 1, 4], &[32, 8], &[4, 8, 2, 4], &with_tp),
+            Some(vec![Some((0, 1)), Some((2, 1)), Some((0, 1))])
+        );
+        // A tp shard of the head dim instead (the spec's one kv head of 8): dim 3.
+        assert_eq!(
+            view_by_factors(&[8, 4], &[1, 8, 1, 4], &[32, 8], &[4, 8, 1, 8], &with_tp),
+            Some(vec![Some((0, 1)), Some((3, 1)), Some((0, 1))])
+        );
+    }
+
+    /// No reading where a cut splits a coordinate, where two plain shards of one input dim
+    /// split apart (their order unknown), where the global shapes are not the local ones
     /// scaled by the shards, or where the local view cuts elsewhere than the global one.
     #[test]
     fn no_reading_where_the_factors_do_not_fit() {
@@ -991,9 +1116,11 @@ mod group_tests {
             view_by_factors(&[6, 1], &[3, 2], &[12, 2], &[3, 8], &two),
             None
         );
+        // Two plain shards of dim 0 split apart: the order they nest in decides which output
+        // dim each shards (`[4, 3] -> [2, 2, 3]`), and it is not recorded.
         let both_on_0 = [Some((0, 1, 2)), Some((0, 1, 2))];
         assert_eq!(
-            view_by_factors(&[1, 3], &[3], &[4, 3], &[12], &both_on_0),
+            view_by_factors(&[1, 3], &[1, 1, 3], &[4, 3], &[2, 2, 3], &both_on_0),
             None
         );
         // The global input is not the local one scaled (dim 1 not sharded globally).

@@ -137,6 +137,29 @@ fn propagate_rank_from(
             .flatten()
     };
     let peer_list: Vec<Vec<usize>> = (0..nd).map(|m| peers(mesh, r, m)).collect();
+    // Per mesh dim, the peers whose literals may differ from this rank's at a node (`varies`
+    // below): a peer whose graph is of `r`'s class and shares `r`'s literal hashes has node
+    // `i` with `r`'s literal, and peers of one class sharing one literal table give one
+    // answer (`peer_node` is a function of the classes), so one of each is asked (issue 44:
+    // asking all 16 dp replicas at every node was a tenth of the check).
+    let literal_peers: Vec<Vec<usize>> = peer_list
+        .iter()
+        .map(|ps| {
+            let key = |p: usize| (sh.graph_class[p], std::sync::Arc::as_ptr(&sh.literals[p]));
+            let mut seen = vec![key(r)];
+            ps.iter()
+                .copied()
+                .filter(|&p| {
+                    let k = key(p);
+                    let new = !seen.contains(&k);
+                    if new {
+                        seen.push(k);
+                    }
+                    new
+                })
+                .collect()
+        })
+        .collect();
     let pipeline_dims = mesh
         .dims
         .iter()
@@ -462,9 +485,9 @@ fn propagate_rank_from(
                     let stage_dim = m < 64 && pipeline_dims & (1 << m) != 0;
                     let varies = mesh.dims[m].1 > 1
                         && !stage_dim
-                        && peer_list[m].iter().any(|&p| {
-                            p != r && peer_node(p).is_some_and(|j| sh.literals[p][j] != my_lit)
-                        });
+                        && literal_peers[m]
+                            .iter()
+                            .any(|&p| peer_node(p).is_some_and(|j| sh.literals[p][j] != my_lit));
                     let zero_of = |v: ValueId| rp.zero[rp.offsets[v.node] as usize + v.output];
                     let constant_of =
                         |v: ValueId| rp.constant[rp.offsets[v.node] as usize + v.output];

@@ -325,20 +325,22 @@ pub fn propagate_counted(case: &Case, progress: &Progress) -> Result<Propagation
         progress.enter(&format!("placements of rank {r} of {n}, pass {}", runs[r]));
         let reads = Again::reads(&sh, r, &done);
         let prev = done[r].take().unwrap_or_default();
-        let before = prev.places.clone();
-        let rp = match again_twins.of(&sh, r, &reads, &done) {
+        let (rp, changed) = match again_twins.of(&sh, r, &reads, &done) {
             Some(q) => {
                 again_shared += 1;
-                done[q].clone().unwrap_or_default()
+                let rp = done[q].clone().unwrap_or_default();
+                let changed = !std::sync::Arc::ptr_eq(&rp, &prev) && rp.places != prev.places;
+                (rp, changed)
             }
             // The run again edits its own copy where `prev` is shared with twins.
-            None => std::sync::Arc::new(
-                propagate_rank_again(&sh, r, &done, std::sync::Arc::unwrap_or_clone(prev)).0,
-            ),
+            None => {
+                let (rp, changed) =
+                    propagate_rank_again(&sh, r, &done, std::sync::Arc::unwrap_or_clone(prev));
+                (std::sync::Arc::new(rp), changed)
+            }
         };
         // Either way `r`'s placements are now what a run reading `reads` gives.
         again_twins.note(&sh, r, reads);
-        let changed = before != rp.places;
         done[r] = Some(rp);
         if changed {
             again.extend(receivers[r].iter().copied());

@@ -205,9 +205,20 @@ impl Shared<'_> {
         }
         let (g, pg) = (&self.program.ranks[r], &self.program.ranks[p]);
         let node = &g.nodes[i];
+        // Where `p`'s node names are distinct (its name table holds one entry per node), the
+        // node of that name is the one at the same index if that one has the name: found
+        // without hashing the name (issue 44: the literal comparison asks every node of every
+        // other tp class once, a twentieth of the check).
+        let same_index = pg.nodes.get(i).is_some_and(|n| n.name == node.name)
+            && self.names[p].len() == pg.nodes.len();
         let found = match &node.kind {
             NodeKind::Call { op: called, .. } => {
-                self.names[p].get(node.name.as_str()).copied().filter(|&j| {
+                let at = if same_index {
+                    Some(i as u32)
+                } else {
+                    self.names[p].get(node.name.as_str()).copied()
+                };
+                at.filter(|&j| {
                     let pn = &pg.nodes[j as usize];
                     matches!(&pn.kind, NodeKind::Call { op: pop, .. } if pop == called)
                         && pn

@@ -276,6 +276,7 @@ pub fn propagate_counted(case: &Case, progress: &Progress) -> Result<Propagation
         rows: Default::default(),
         ring_roots: Default::default(),
         peer_maps: Default::default(),
+        aligned: Default::default(),
     };
     // Who receives from whom: a rank's placements depend only on its own graph and on the
     // placements its senders had when it read them.

@@ -169,7 +169,9 @@ fn propagate_rank_from(
     // `i` with `r`'s literal, and peers of one class sharing one literal table give one
     // answer (`peer_node` is a function of the classes), so one of each is asked (issue 44:
     // asking all 16 dp replicas at every node was a tenth of the check).
-    let literal_peers: Vec<Vec<usize>> = peer_list
+    // With each, whether its graph is aligned with `r`'s (`Shared::aligned`): its node of
+    // `i` is `i` or none, so an equal literal at `i` answers without looking the node up.
+    let literal_peers: Vec<Vec<(usize, bool)>> = peer_list
         .iter()
         .map(|ps| {
             let key = |p: usize| (sh.graph_class[p], std::sync::Arc::as_ptr(&sh.literals[p]));
@@ -184,6 +186,7 @@ fn propagate_rank_from(
                     }
                     new
                 })
+                .map(|p| (p, sh.aligned(r, p)))
                 .collect()
         })
         .collect();
@@ -512,9 +515,10 @@ fn propagate_rank_from(
                     let stage_dim = m < 64 && pipeline_dims & (1 << m) != 0;
                     let varies = mesh.dims[m].1 > 1
                         && !stage_dim
-                        && literal_peers[m]
-                            .iter()
-                            .any(|&p| peer_node(p).is_some_and(|j| sh.literals[p][j] != my_lit));
+                        && literal_peers[m].iter().any(|&(p, aligned)| {
+                            (!aligned || sh.literals[p][i] != my_lit)
+                                && peer_node(p).is_some_and(|j| sh.literals[p][j] != my_lit)
+                        });
                     let zero_of = |v: ValueId| rp.zero[rp.offsets[v.node] as usize + v.output];
                     let constant_of =
                         |v: ValueId| rp.constant[rp.offsets[v.node] as usize + v.output];

@@ -183,6 +183,10 @@ pub struct Shared<'a> {
     /// Per pair of graph classes (a rank's, a peer's of another class): for every node of
     /// the first asked so far, the same node of the second ([`Shared::peer_node`]).
     pub peer_maps: std::cell::RefCell<HashMap<(usize, usize), PeerMap>>,
+    /// Per pair of graph classes (a rank's, a peer's): whether the peer's graph has distinct
+    /// node names and every node of the first has the name of the second's node at its
+    /// index ([`Shared::aligned`]).
+    pub aligned: std::cell::RefCell<HashMap<(usize, usize), bool>>,
 }
 
 impl Shared<'_> {
@@ -238,6 +242,24 @@ impl Shared<'_> {
             *slot = found.unwrap_or(PEER_NONE);
         }
         found.map(|j| j as usize)
+    }
+}
+
+impl Shared<'_> {
+    /// Whether [`Shared::peer_node`] of every node `i` of rank `r`'s graph in rank `p`'s is
+    /// `i` or none: `p`'s node names are distinct and each of `r`'s nodes has the name of
+    /// `p`'s node at its index (a function of the two graph classes, kept per pair).
+    pub fn aligned(&self, r: usize, p: usize) -> bool {
+        let key = (self.graph_class[r], self.graph_class[p]);
+        if let Some(&a) = self.aligned.borrow().get(&key) {
+            return a;
+        }
+        let (g, pg) = (&self.program.ranks[r], &self.program.ranks[p]);
+        let a = self.names[p].len() == pg.nodes.len()
+            && g.nodes.len() <= pg.nodes.len()
+            && g.nodes.iter().zip(&pg.nodes).all(|(a, b)| a.name == b.name);
+        self.aligned.borrow_mut().insert(key, a);
+        a
     }
 }
 

@@ -277,6 +277,7 @@ pub fn propagate_counted(case: &Case, progress: &Progress) -> Result<Propagation
         ring_roots: Default::default(),
         peer_maps: Default::default(),
         stage_shares: rules::stage_shares(&case.spec, program),
+        aligned: Default::default(),
     };
     // Who receives from whom: a rank's placements depend only on its own graph and on the
     // placements its senders had when it read them.
@@ -326,20 +327,22 @@ pub fn propagate_counted(case: &Case, progress: &Progress) -> Result<Propagation
         progress.enter(&format!("placements of rank {r} of {n}, pass {}", runs[r]));
         let reads = Again::reads(&sh, r, &done);
         let prev = done[r].take().unwrap_or_default();
-        let before = prev.places.clone();
-        let rp = match again_twins.of(&sh, r, &reads, &done) {
+        let (rp, changed) = match again_twins.of(&sh, r, &reads, &done) {
             Some(q) => {
                 again_shared += 1;
-                done[q].clone().unwrap_or_default()
+                let rp = done[q].clone().unwrap_or_default();
+                let changed = !std::sync::Arc::ptr_eq(&rp, &prev) && rp.places != prev.places;
+                (rp, changed)
             }
             // The run again edits its own copy where `prev` is shared with twins.
-            None => std::sync::Arc::new(
-                propagate_rank_again(&sh, r, &done, std::sync::Arc::unwrap_or_clone(prev)).0,
-            ),
+            None => {
+                let (rp, changed) =
+                    propagate_rank_again(&sh, r, &done, std::sync::Arc::unwrap_or_clone(prev));
+                (std::sync::Arc::new(rp), changed)
+            }
         };
         // Either way `r`'s placements are now what a run reading `reads` gives.
         again_twins.note(&sh, r, reads);
-        let changed = before != rp.places;
         done[r] = Some(rp);
         if changed {
             again.extend(receivers[r].iter().copied());
@@ -963,9 +966,48 @@ fn check_unfixed(case: &Case, progress: &Progress) -> Result<Report, Invalid> {
             }
         }));
     }
-    // Gradient duality, where a rank's program has a backward.
+    // Gradient duality, where a rank's program has a backward. Its findings are a function of
+    // the rank's graph, local metas, placements (what `varies_over` reads) and of where its
+    // point-to-point calls go, the rank itself only labelling them: a rank whose graph and
+    // metas are an earlier rank's (the same allocations), whose placements are equal and
+    // whose messages go to peers at the same coordinate offsets (`p2p_routes`: the pairing
+    // of sends with recvs, and which run along the pipeline, depend on nothing else) has
+    // none where that rank had none (issue 44: per rank, it was a tenth of the check).
+    let mut p2p_nodes: HashMap<*const Graph, Vec<usize>> = HashMap::new();
+    let mut no_duality: HashMap<DualityKey, Vec<usize>> = HashMap::new();
     for (r, g) in program.ranks.iter().enumerate() {
         let rp = &prop.ranks[r];
+        let nodes = p2p_nodes
+            .entry(std::sync::Arc::as_ptr(g))
+            .or_insert_with(|| {
+                g.nodes
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, n)| {
+                        n.op()
+                            .is_some_and(|o| o.namespace == shardproof_ops::P2P_NAMESPACE)
+                    })
+                    .map(|(i, _)| i)
+                    .collect()
+            });
+        let key: Option<DualityKey> = p2p_routes(program, r, nodes).map(|routes| {
+            (
+                std::sync::Arc::as_ptr(g),
+                std::sync::Arc::as_ptr(&prop.metas[r]),
+                routes,
+            )
+        });
+        let alike = key
+            .as_ref()
+            .and_then(|k| no_duality.get(k))
+            .is_some_and(|qs| {
+                qs.iter().any(|&q| {
+                    std::sync::Arc::ptr_eq(&prop.ranks[q], rp) || prop.ranks[q].places == rp.places
+                })
+            });
+        if alike {
+            continue;
+        }
         let varies_over = |v: ValueId, group: &str| {
             let dims: Vec<usize> = match prop.groups.get(group) {
                 Some(Some(d)) => d.clone(),
@@ -975,14 +1017,18 @@ fn check_unfixed(case: &Case, progress: &Progress) -> Result<Report, Invalid> {
             dims.iter()
                 .any(|&m| places.get(m).is_some_and(|p| *p != Place::Replicate))
         };
-        raw.extend(duality::duality(
+        let found = duality::duality(
             g,
             r,
             &program.mesh,
             &shardproof_ops::program_members(program, r),
             &prop.metas[r],
             &varies_over,
-        ));
+        );
+        if let Some(key) = key.filter(|_| found.is_empty()) {
+            no_duality.entry(key).or_default().push(r);
+        }
+        raw.extend(found);
     }
     // Cross-rank matching: the schedule, then the shapes of what meets.
     raw.extend(schedule_findings(case, &prop));
@@ -1037,6 +1083,50 @@ fn check_unfixed(case: &Case, progress: &Progress) -> Result<Report, Invalid> {
             .collect(),
         unknown_outputs: unknown_outputs.into_iter().collect(),
     })
+}
+
+/// What decides a rank's gradient duality besides its placements: its graph and local metas
+/// (by allocation) and its point-to-point routes ([`p2p_routes`]).
+type DualityKey = (*const Graph, *const RankMetas, Vec<P2pRoute>);
+
+/// Where a point-to-point call goes: whether it sends, and its peer's coordinates minus the
+/// rank's (`None`: the route does not resolve).
+type P2pRoute = Option<(bool, Vec<i64>)>;
+
+/// Per point-to-point node of rank `r`'s graph (`nodes`), where the call goes as the duality
+/// check reads it: whether it sends, and its peer's coordinates minus `r`'s (`None` where the
+/// route does not resolve). `None` where some peer is no rank of the program (no offset
+/// stands for it: such a rank is checked on its own).
+fn p2p_routes(
+    program: &shardproof_ir::Program,
+    r: usize,
+    nodes: &[usize],
+) -> Option<Vec<P2pRoute>> {
+    let members = shardproof_ops::program_members(program, r);
+    let mine = program.mesh.coords(r);
+    let mut out = Vec::with_capacity(nodes.len());
+    for &i in nodes {
+        let NodeKind::Call { op, args, kwargs } = &program.ranks[r].nodes[i].kind else {
+            out.push(None);
+            continue;
+        };
+        let route = match shardproof_ops::p2p_node_call(op, args, kwargs, &members) {
+            Some(Ok(c)) if c.peer >= program.ranks.len() => return None,
+            Some(Ok(c)) => Some((
+                c.end == shardproof_ops::P2pEnd::Send,
+                program
+                    .mesh
+                    .coords(c.peer)
+                    .iter()
+                    .zip(&mine)
+                    .map(|(&a, &b)| a as i64 - b as i64)
+                    .collect(),
+            )),
+            _ => None,
+        };
+        out.push(route);
+    }
+    Some(out)
 }
 
 /// The pipeline order of each pipeline along the `pp` mesh dim: completeness and gradient

@@ -36,7 +36,8 @@ pub fn propagate_rank(
 
 /// [`propagate_rank`] again, with `prev` the rank's placements of an earlier run: from the
 /// first recv whose read changed ([`resume_at`]), keeping everything before it; `prev`
-/// itself where no read changed. Exactly what a full run gives.
+/// itself where no read changed. Exactly what a full run gives. Returns, with the
+/// placements, whether they differ from `prev`'s (its receivers read them again then).
 pub fn propagate_rank_again(
     sh: &Shared,
     r: usize,
@@ -45,12 +46,38 @@ pub fn propagate_rank_again(
 ) -> (RankPlacements, bool) {
     #[cfg(test)]
     if FULL_RERUNS.with(std::cell::Cell::get) {
-        return propagate_rank_from(sh, r, done, None);
+        let before = prev.places.clone();
+        let rp = propagate_rank_from(sh, r, done, None).0;
+        let changed = rp.places != before;
+        return (rp, changed);
     }
-    match resume_at(sh, r, done, &prev) {
-        None => (prev, false),
-        Some(start) => propagate_rank_from(sh, r, done, Some((prev, start))),
-    }
+    let Some(start) = resume_at(sh, r, done, &prev) else {
+        return (prev, false);
+    };
+    // A resumed run keeps the placements before `start` as they are (the layout is the
+    // graph's, as `prev`'s: `propagate_rank_from` resumes only then), so only the values
+    // from `start` on are kept to compare (issue 44: a copy of all of them per run again).
+    let g = &sh.program.ranks[r];
+    let nd = sh.program.mesh.dims.len();
+    let mut total = 0u32;
+    let same_layout = prev.offsets.len() == g.nodes.len()
+        && g.nodes.iter().zip(&prev.offsets).all(|(n, &o)| {
+            let at = o == total;
+            total += n.outputs.len() as u32;
+            at
+        })
+        && prev.places.len() == total as usize * nd;
+    let from = if same_layout {
+        prev.offsets
+            .get(start)
+            .map_or(prev.places.len(), |&o| o as usize * nd)
+    } else {
+        0
+    };
+    let before = prev.places[from..].to_vec();
+    let rp = propagate_rank_from(sh, r, done, Some((prev, start))).0;
+    let changed = rp.places.len() != from + before.len() || rp.places[from..] != before[..];
+    (rp, changed)
 }
 
 #[cfg(test)]
@@ -137,6 +164,32 @@ fn propagate_rank_from(
             .flatten()
     };
     let peer_list: Vec<Vec<usize>> = (0..nd).map(|m| peers(mesh, r, m)).collect();
+    // Per mesh dim, the peers whose literals may differ from this rank's at a node (`varies`
+    // below): a peer whose graph is of `r`'s class and shares `r`'s literal hashes has node
+    // `i` with `r`'s literal, and peers of one class sharing one literal table give one
+    // answer (`peer_node` is a function of the classes), so one of each is asked (issue 44:
+    // asking all 16 dp replicas at every node was a tenth of the check).
+    // With each, whether its graph is aligned with `r`'s (`Shared::aligned`): its node of
+    // `i` is `i` or none, so an equal literal at `i` answers without looking the node up.
+    let literal_peers: Vec<Vec<(usize, bool)>> = peer_list
+        .iter()
+        .map(|ps| {
+            let key = |p: usize| (sh.graph_class[p], std::sync::Arc::as_ptr(&sh.literals[p]));
+            let mut seen = vec![key(r)];
+            ps.iter()
+                .copied()
+                .filter(|&p| {
+                    let k = key(p);
+                    let new = !seen.contains(&k);
+                    if new {
+                        seen.push(k);
+                    }
+                    new
+                })
+                .map(|p| (p, sh.aligned(r, p)))
+                .collect()
+        })
+        .collect();
     let pipeline_dims = mesh
         .dims
         .iter()
@@ -476,8 +529,9 @@ fn propagate_rank_from(
                     let stage_dim = m < 64 && pipeline_dims & (1 << m) != 0;
                     let varies = mesh.dims[m].1 > 1
                         && !stage_dim
-                        && peer_list[m].iter().any(|&p| {
-                            p != r && peer_node(p).is_some_and(|j| sh.literals[p][j] != my_lit)
+                        && literal_peers[m].iter().any(|&(p, aligned)| {
+                            (!aligned || sh.literals[p][i] != my_lit)
+                                && peer_node(p).is_some_and(|j| sh.literals[p][j] != my_lit)
                         });
                     let zero_of = |v: ValueId| rp.zero[rp.offsets[v.node] as usize + v.output];
                     let constant_of =

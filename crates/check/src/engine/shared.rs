@@ -187,6 +187,10 @@ pub struct Shared<'a> {
     /// one spec sum ([`crate::rules::stage_shares`]): `Partial(sum)` on the pipeline dim; by
     /// collective (the members' calls of one all-reduce share a number).
     pub stage_shares: crate::rules::StageShares,
+    /// Per pair of graph classes (a rank's, a peer's): whether the peer's graph has distinct
+    /// node names and every node of the first has the name of the second's node at its
+    /// index ([`Shared::aligned`]).
+    pub aligned: std::cell::RefCell<HashMap<(usize, usize), bool>>,
 }
 
 impl Shared<'_> {
@@ -209,9 +213,20 @@ impl Shared<'_> {
         }
         let (g, pg) = (&self.program.ranks[r], &self.program.ranks[p]);
         let node = &g.nodes[i];
+        // Where `p`'s node names are distinct (its name table holds one entry per node), the
+        // node of that name is the one at the same index if that one has the name: found
+        // without hashing the name (issue 44: the literal comparison asks every node of every
+        // other tp class once, a twentieth of the check).
+        let same_index = pg.nodes.get(i).is_some_and(|n| n.name == node.name)
+            && self.names[p].len() == pg.nodes.len();
         let found = match &node.kind {
             NodeKind::Call { op: called, .. } => {
-                self.names[p].get(node.name.as_str()).copied().filter(|&j| {
+                let at = if same_index {
+                    Some(i as u32)
+                } else {
+                    self.names[p].get(node.name.as_str()).copied()
+                };
+                at.filter(|&j| {
                     let pn = &pg.nodes[j as usize];
                     matches!(&pn.kind, NodeKind::Call { op: pop, .. } if pop == called)
                         && pn
@@ -231,6 +246,24 @@ impl Shared<'_> {
             *slot = found.unwrap_or(PEER_NONE);
         }
         found.map(|j| j as usize)
+    }
+}
+
+impl Shared<'_> {
+    /// Whether [`Shared::peer_node`] of every node `i` of rank `r`'s graph in rank `p`'s is
+    /// `i` or none: `p`'s node names are distinct and each of `r`'s nodes has the name of
+    /// `p`'s node at its index (a function of the two graph classes, kept per pair).
+    pub fn aligned(&self, r: usize, p: usize) -> bool {
+        let key = (self.graph_class[r], self.graph_class[p]);
+        if let Some(&a) = self.aligned.borrow().get(&key) {
+            return a;
+        }
+        let (g, pg) = (&self.program.ranks[r], &self.program.ranks[p]);
+        let a = self.names[p].len() == pg.nodes.len()
+            && g.nodes.len() <= pg.nodes.len()
+            && g.nodes.iter().zip(&pg.nodes).all(|(a, b)| a.name == b.name);
+        self.aligned.borrow_mut().insert(key, a);
+        a
     }
 }
 
@@ -727,14 +760,38 @@ pub fn relative_classes(program: &Program) -> Vec<usize> {
     let graphs = &program.ranks;
     let mut firsts: HashMap<(usize, u64), Vec<usize>> = HashMap::new();
     let mut class: Vec<usize> = Vec::with_capacity(graphs.len());
+    // Per graph read (ranks that load one file share it): its names' hash, its point-to-point
+    // nodes, and whether every other node's kind equals itself (no NaN literal). Two ranks of
+    // one graph compare equal node for node except where a route is read: there only
+    // (issue 44: comparing every node of every rank was a twelfth of the check).
+    let mut per_graph: HashMap<*const Graph, (u64, Vec<usize>, bool)> = HashMap::new();
     for (r, g) in graphs.iter().enumerate() {
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        for n in &g.nodes {
-            n.name.hash(&mut h);
-        }
-        let cands = firsts.entry((g.nodes.len(), h.finish())).or_default();
+        let (hash, p2p, reflexive) = &*per_graph.entry(Arc::as_ptr(g)).or_insert_with(|| {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            for n in &g.nodes {
+                n.name.hash(&mut h);
+            }
+            let is_p2p = |n: &shardproof_ir::Node| {
+                n.op()
+                    .is_some_and(|o| o.namespace == shardproof_ops::P2P_NAMESPACE)
+            };
+            let p2p = (0..g.nodes.len())
+                .filter(|&i| is_p2p(&g.nodes[i]))
+                .collect();
+            // `==` on one node with itself: false only for a NaN literal (`Arg`'s floats).
+            #[allow(clippy::eq_op)]
+            let reflexive = g.nodes.iter().all(|n| is_p2p(n) || n.kind == n.kind);
+            (h.finish(), p2p, reflexive)
+        });
+        let cands = firsts.entry((g.nodes.len(), *hash)).or_default();
         let same = cands.iter().copied().find(|&q| {
             let o = &graphs[q];
+            if Arc::ptr_eq(o, g) {
+                return *reflexive
+                    && p2p.iter().all(|&i| {
+                        same_up_to_peers(program, &o.nodes[i].kind, q, &g.nodes[i].kind, r)
+                    });
+            }
             o.nodes
                 .iter()
                 .zip(&g.nodes)

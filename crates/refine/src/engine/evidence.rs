@@ -801,13 +801,32 @@ pub(super) struct ReductionPath {
     pub(super) truncated: bool,
 }
 
+/// [`reduction_path_past`] with nothing past and no strict check, for `case`'s tensor `from`.
+/// Memoized in `imp` ([`Impl::reduction_paths`]): the search reads only the program, so each
+/// answer is the one a fresh search would give, whichever thread asked first.
 pub(super) fn reduction_path(
     case: &Case,
     imp: &Impl,
     from: ValueRef,
     summands: &[BTreeSet<usize>],
 ) -> ReductionPath {
-    reduction_path_past(case, imp, from, summands, &BTreeSet::new(), None)
+    // The memo is `imp`'s, so the answer must be for its case.
+    debug_assert!(std::ptr::eq(case, imp.case));
+    let key = (from, summands.to_vec());
+    if let Some(p) = imp
+        .reduction_paths
+        .lock()
+        .ok()
+        .and_then(|m| m.get(&key).copied())
+    {
+        return p;
+    }
+    // Searched outside the lock: two threads asking at once both search, and agree.
+    let p = reduction_path_past(case, imp, from, summands, &BTreeSet::new(), None);
+    if let Ok(mut m) = imp.reduction_paths.lock() {
+        m.insert(key, p);
+    }
+    p
 }
 
 /// The values of argument `a` of a node of rank `r`, canonical.
@@ -959,6 +978,48 @@ fn reduction_path_past(
     }
 }
 
+/// What the search for a reducing collective ([`reduction_pass`]) reads of a rank's node,
+/// worked out once per program: the search visits the same nodes for every partial sum that
+/// fast refutation diagnoses, and naming each node's operator and scanning the operator
+/// tables per visit was most of its time.
+pub(super) struct SearchNode {
+    /// For a collective, the ranks it combines (`None` where its lowering names none).
+    collective: Option<Option<BTreeSet<usize>>>,
+    /// The canonical values at the argument positions the tables may count the operator linear
+    /// in ([`crate::lemmas::may_be_linear_in`]).
+    linear_in: Vec<ValueRef>,
+}
+
+/// Per rank and node, its [`SearchNode`], built on first use and kept in `imp`.
+fn search_nodes<'i>(case: &Case, imp: &'i Impl) -> &'i [Vec<SearchNode>] {
+    debug_assert!(std::ptr::eq(case, imp.case));
+    imp.search_nodes.get_or_init(|| {
+        (0..case.program.ranks.len())
+            .map(|r| {
+                let g = &case.program.ranks[r];
+                (0..g.nodes.len())
+                    .map(|n| {
+                        let node = &g.nodes[n];
+                        let op = node.op().map(|o| o.to_string()).unwrap_or_default();
+                        let linear_in = node
+                            .args()
+                            .iter()
+                            .enumerate()
+                            .filter(|(i, _)| crate::lemmas::may_be_linear_in(&op, *i))
+                            .flat_map(|(_, a)| arg_values(imp, r, a))
+                            .collect();
+                        SearchNode {
+                            collective: is_collective(case, r, n)
+                                .then(|| collective_ranks(imp, r, n)),
+                            linear_in,
+                        }
+                    })
+                    .collect()
+            })
+            .collect()
+    })
+}
+
 /// One pass of [`reduction_path_past`]: the path, and the tensors found linear in `from`
 /// (`known`, the previous pass's, is what the strict check reads).
 fn reduction_pass(
@@ -981,11 +1042,11 @@ fn reduction_pass(
         for v in frontier {
             for &(r, n) in imp.consumers.get(&v).map_or(&[][..], Vec::as_slice) {
                 let node = &case.program.ranks[r].nodes[n];
-                let collective = is_collective(case, r, n);
-                if collective {
+                let step = &search_nodes(case, imp)[r][n];
+                if let Some(ranks) = &step.collective {
                     // A collective that combines ranks of different summands (a chain of
                     // them may combine the rest: tensor then expert groups).
-                    if let Some(ranks) = collective_ranks(imp, r, n).filter(|g| !past.contains(g)) {
+                    if let Some(ranks) = ranks.as_ref().filter(|g| !past.contains(*g)) {
                         let met = summands
                             .iter()
                             .filter(|s| s.iter().any(|r| ranks.contains(r)))
@@ -998,14 +1059,14 @@ fn reduction_pass(
                 }
                 // Past an operator nonlinear in it, the value is no longer a partial sum that a
                 // later reduction completes.
-                let op = node.op().map(|o| o.to_string()).unwrap_or_default();
                 // A collective is linear in its input: a rearrangement or a partial reduction
                 // passes the sum on to the next one.
-                let linear = collective
-                    || (node.args().iter().enumerate().any(|(i, a)| {
-                        crate::lemmas::may_be_linear_in(&op, i)
-                            && arg_values(imp, r, a).contains(&v)
-                    }) && !strict.is_some_and(|dep| passes_not(imp, r, node, &op, dep, known)));
+                let linear = step.collective.is_some()
+                    || (step.linear_in.contains(&v)
+                        && !strict.is_some_and(|dep| {
+                            let op = node.op().map(|o| o.to_string()).unwrap_or_default();
+                            passes_not(imp, r, node, &op, dep, known)
+                        }));
                 if !linear {
                     // Judged on the tensor's own rank: the other members of a collective
                     // complete their sums through their own earlier collectives, which this

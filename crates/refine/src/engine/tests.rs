@@ -971,3 +971,125 @@ fn a_middle_layer_is_reused_in_full_but_its_checked_outputs() {
     );
     assert_eq!(report_text(&two), report_text(&run(2, false)));
 }
+
+/// The reference for [`reduction_path`]: the search as it read the program before its table
+/// (`SearchNode`) and memo, naming each visited node's operator and scanning the tables.
+fn reduction_path_per_visit(
+    case: &Case,
+    imp: &Impl,
+    from: ValueRef,
+    summands: &[std::collections::BTreeSet<usize>],
+) -> (bool, bool, bool) {
+    let (mut reduced, mut used_unreduced, mut truncated) = (false, false, false);
+    let mut seen: HashSet<ValueRef> = HashSet::new();
+    let mut frontier = vec![from];
+    for _ in 0..1024 {
+        let mut next = Vec::new();
+        for v in frontier {
+            for &(r, n) in imp.consumers.get(&v).map_or(&[][..], Vec::as_slice) {
+                let node = &case.program.ranks[r].nodes[n];
+                let collective = node.op().is_some_and(|o| o.namespace == "_c10d_functional");
+                if collective {
+                    if let Some(ranks) = super::evidence::collective_ranks(imp, r, n) {
+                        let met = summands
+                            .iter()
+                            .filter(|s| s.iter().any(|r| ranks.contains(r)))
+                            .count();
+                        if met >= 2 {
+                            reduced = true;
+                            continue;
+                        }
+                    }
+                }
+                let op = node.op().map(|o| o.to_string()).unwrap_or_default();
+                let linear = collective
+                    || node.args().iter().enumerate().any(|(i, a)| {
+                        let mut vals = Vec::new();
+                        a.values(&mut vals);
+                        crate::lemmas::may_be_linear_in(&op, i)
+                            && vals.into_iter().any(|x| {
+                                imp.canon(ValueRef {
+                                    rank: Some(r),
+                                    value: x,
+                                }) == v
+                            })
+                    });
+                if !linear {
+                    used_unreduced |= Some(r) == from.rank;
+                    continue;
+                }
+                for k in 0..node.outputs.len() {
+                    let out = ValueRef {
+                        rank: Some(r),
+                        value: ValueId::new(n, k),
+                    };
+                    if seen.len() >= 4096 {
+                        truncated = true;
+                    } else if seen.insert(out) {
+                        next.push(out);
+                    }
+                }
+            }
+        }
+        if next.is_empty() {
+            return (reduced, used_unreduced, truncated);
+        }
+        frontier = next;
+    }
+    (reduced, used_unreduced, true)
+}
+
+/// The search for a collective that reduces a partial sum answers from its table of rank
+/// nodes and its memo as the search that reads each node afresh does, for every rank tensor
+/// of a correct plan and of one missing its all-reduce, asked twice (the second answer is
+/// the memo's), with the summands one rank each and the ranks split in two.
+#[test]
+fn the_reduction_search_answers_from_its_table_and_memo_as_afresh() {
+    use super::evidence::reduction_path;
+    use std::collections::BTreeSet;
+    for (mesh, bug) in [("dp=2,tp=2", None), ("tp=2", Some("tp-missing-allreduce"))] {
+        let dir = tempfile::tempdir().unwrap();
+        let case = mlp_case(dir.path(), mesh, bug);
+        let imp = impl_of(&case);
+        let ranks = case.program.ranks.len();
+        let singles: Vec<BTreeSet<usize>> = (0..ranks).map(|r| BTreeSet::from([r])).collect();
+        let halves: Vec<BTreeSet<usize>> =
+            vec![(0..ranks / 2).collect(), (ranks / 2..ranks).collect()];
+        let mut tensors: Vec<ValueRef> = imp.consumers.keys().copied().collect();
+        tensors.sort_unstable();
+        assert!(tensors.len() > 20, "{mesh}: {} tensors", tensors.len());
+        let mut reduced = 0;
+        for summands in [&singles, &halves] {
+            for &t in &tensors {
+                let want = reduction_path_per_visit(&case, &imp, t, summands);
+                for _ in 0..2 {
+                    let p = reduction_path(&case, &imp, t, summands);
+                    assert_eq!(
+                        (p.reduced, p.used_unreduced, p.truncated),
+                        want,
+                        "{mesh} {bug:?}: {t:?} over {summands:?}"
+                    );
+                }
+                reduced += usize::from(want.0);
+            }
+        }
+        // Both answers occur in the correct plan (its partial sums reach their all-reduces);
+        // the plan missing its only all-reduce has none to reach.
+        if bug.is_none() {
+            assert!(
+                reduced > 0 && reduced < 2 * tensors.len(),
+                "{mesh}: {reduced}"
+            );
+        } else {
+            assert_eq!(reduced, 0, "{mesh} {bug:?}");
+        }
+        let memo = imp.reduction_paths.lock().unwrap();
+        // On two ranks the halves are the single ranks: the same question.
+        let splits = if singles == halves { 1 } else { 2 };
+        assert_eq!(
+            memo.len(),
+            splits * tensors.len(),
+            "{mesh}: one entry per question"
+        );
+    }
+}

@@ -630,17 +630,7 @@ fn a_deepseek_moe_output_split_over_tp_is_proved_by_expanding_its_products() {
     let dir = tempfile::tempdir().unwrap();
     let extras = EmitExtras {
         deepseek: DeepseekConfig {
-            base: LlamaConfig {
-                hidden: 4,
-                heads: 2,
-                kv_heads: 2,
-                ffn: 4,
-                layers: 1,
-                seq: 2,
-                batch: 2,
-                vocab: 4,
-                ..LlamaConfig::default()
-            },
+            base: zoo_emit::width4_llama(1, 2, 4),
             moe_ffn: 2,
             ..DeepseekConfig::default()
         },

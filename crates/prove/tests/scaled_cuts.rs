@@ -9,7 +9,7 @@ mod zoo_emit;
 
 use shardproof_prove::stage::plan_with;
 use shardproof_prove::{prove_staged_with, CutScales, PlanOptions, ProveConfig, Verdict};
-use shardproof_zoo::{EmitExtras, EmitOptions, LlamaConfig, Mesh, MlpConfig, PipelineOptions};
+use shardproof_zoo::{EmitExtras, EmitOptions, Mesh, MlpConfig, PipelineOptions};
 use std::path::Path;
 
 /// A one-layer llama of width 4 (2 heads, 2 tokens, vocabulary 4) with a batch of `batch`,
@@ -28,17 +28,7 @@ fn emit_layers(
     let opts = EmitOptions {
         model: "llama".into(),
         mlp: MlpConfig::default(),
-        llama: LlamaConfig {
-            hidden: 4,
-            heads: 2,
-            kv_heads: 2,
-            ffn: 4,
-            layers,
-            seq: 2,
-            batch,
-            vocab: 4,
-            ..LlamaConfig::default()
-        },
+        llama: zoo_emit::width4_llama(layers, batch, 4),
         mesh: Mesh::parse(mesh).unwrap(),
         bug: None,
         forward_only: false,

@@ -9,9 +9,7 @@ mod layer_cuts;
 mod zoo_emit;
 
 use shardproof_prove::{prove_staged_with, PlanOptions, ProveConfig, Verdict};
-use shardproof_zoo::{
-    find_bug, EmitExtras, EmitOptions, LlamaConfig, Mesh, MlpConfig, PipelineOptions,
-};
+use shardproof_zoo::{find_bug, EmitExtras, EmitOptions, Mesh, MlpConfig, PipelineOptions};
 use std::path::Path;
 
 /// A one-layer llama of width 4 on tp = 2 with the vocab-parallel embedding and LM head,
@@ -25,17 +23,7 @@ fn emit_on(dir: &Path, mesh: &str, batch: usize, bug: Option<&str>) -> shardproo
     let opts = EmitOptions {
         model: "llama".into(),
         mlp: MlpConfig::default(),
-        llama: LlamaConfig {
-            hidden: 4,
-            heads: 2,
-            kv_heads: 2,
-            ffn: 4,
-            layers: 1,
-            seq: 2,
-            batch,
-            vocab: 8,
-            ..LlamaConfig::default()
-        },
+        llama: zoo_emit::width4_llama(1, batch, 8),
         mesh: Mesh::parse(mesh).unwrap(),
         bug: bug.map(|b| find_bug(b).unwrap()),
         forward_only: true,

@@ -939,11 +939,22 @@ pub fn literal_hashes(g: &Graph) -> Vec<u64> {
 /// reads (graph inputs and constants by name), so that two ranks' nodes hash alike exactly when
 /// they compute the same expression of the same leaves.
 pub fn structure_hashes(g: &Graph, literals: &[u64]) -> Vec<u64> {
+    structure_hashes_with_leaves(g, literals, |_| None)
+}
+
+/// [`structure_hashes`], where `leaf(node)` names nodes hashed as leaves of the given tag
+/// instead of by their computation (`None`: hashed as usual), and what reads them by that.
+pub fn structure_hashes_with_leaves(
+    g: &Graph,
+    literals: &[u64],
+    leaf: impl Fn(usize) -> Option<u64>,
+) -> Vec<u64> {
     let mut out: Vec<u64> = Vec::with_capacity(g.nodes.len());
     for (i, n) in g.nodes.iter().enumerate() {
         let mut h = std::collections::hash_map::DefaultHasher::new();
-        match &n.kind {
-            NodeKind::Call { op, .. } => {
+        match (&n.kind, leaf(i)) {
+            (_, Some(tag)) => ("leaf", tag).hash(&mut h),
+            (NodeKind::Call { op, .. }, None) => {
                 op.hash(&mut h);
                 literals[i].hash(&mut h);
                 for v in n.inputs() {

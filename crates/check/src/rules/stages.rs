@@ -128,31 +128,17 @@ pub(crate) fn stage_shares(spec: &Graph, program: &Program) -> StageShares {
 /// [`Shared::literals`]: crate::engine::Shared::literals
 /// [`structure_hashes`]: crate::engine::structure_hashes
 fn share_hashes(g: &Graph, literals: &[u64], share: impl Fn(usize) -> Option<usize>) -> Vec<u64> {
-    use std::hash::{Hash, Hasher};
-    let mut out: Vec<u64> = Vec::with_capacity(g.nodes.len());
-    for (k, n) in g.nodes.iter().enumerate() {
-        let mut h = std::collections::hash_map::DefaultHasher::new();
+    crate::engine::structure_hashes_with_leaves(g, literals, |k| {
+        let n = &g.nodes[k];
         let waits = n.op().is_some_and(|op| op.name == "wait_tensor");
-        let shared = share(k).or_else(|| {
-            waits
-                .then(|| n.inputs().first().and_then(|v| share(v.node)))
-                .flatten()
-        });
-        match (&n.kind, shared) {
-            (_, Some(c)) => ("stage share", c).hash(&mut h),
-            (NodeKind::Call { op, .. }, None) => {
-                op.hash(&mut h);
-                literals.get(k).hash(&mut h);
-                for v in n.inputs() {
-                    out[v.node].hash(&mut h);
-                    v.output.hash(&mut h);
-                }
-            }
-            _ => n.name.hash(&mut h),
-        }
-        out.push(h.finish());
-    }
-    out
+        share(k)
+            .or_else(|| {
+                waits
+                    .then(|| n.inputs().first().and_then(|v| share(v.node)))
+                    .flatten()
+            })
+            .map(|c| c as u64)
+    })
 }
 
 /// The group of an all-reduce (sum) call, node `i` of `g`.

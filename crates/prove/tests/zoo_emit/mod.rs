@@ -50,3 +50,20 @@ pub fn emit_loaded(
     shardproof_zoo::emit_to_dir(opts, extras, &TrainOptions::default(), pipeline, dir).unwrap();
     shardproof_case::load_case(&dir.join("case.yaml")).unwrap()
 }
+
+/// The width-4 llama the staged tests cut and reduce: two heads (as many kv heads), ffn 4, two
+/// positions; `layers`, the global `batch` and `vocab` as given.
+#[allow(dead_code)] // not every test file that includes this module emits it
+pub fn width4_llama(layers: usize, batch: usize, vocab: usize) -> LlamaConfig {
+    LlamaConfig {
+        hidden: 4,
+        heads: 2,
+        kv_heads: 2,
+        ffn: 4,
+        layers,
+        seq: 2,
+        batch,
+        vocab,
+        ..LlamaConfig::default()
+    }
+}

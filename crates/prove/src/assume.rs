@@ -338,20 +338,8 @@ fn average_stats(
     }
     let mut map: ValueMap = Vec::with_capacity(g.nodes.len());
     let mut nodes: Vec<Node> = Vec::with_capacity(g.nodes.len() + 2 * marked.len());
-    let taken: std::collections::HashSet<&str> = g
-        .nodes
-        .iter()
-        .flat_map(|n| n.outputs.iter().map(|o| o.name.as_str()))
-        .collect();
-    let fresh = |base: String| {
-        let mut name = base.clone();
-        let mut k = 1;
-        while taken.contains(name.as_str()) {
-            k += 1;
-            name = format!("{base}_{k}");
-        }
-        name
-    };
+    // Named against the graph as given: the added nodes' names differ by their suffixes.
+    let fresh = |base: String| crate::fresh_value_name(g, &base);
     for (i, n) in g.nodes.iter().enumerate() {
         let mut node = n.clone();
         remap_args(&mut node, &map);

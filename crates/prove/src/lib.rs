@@ -106,3 +106,20 @@ pub mod tensor;
 pub use equiv::{prove_case, prove_case_or_full_size, CountedOn, Proof, ProveConfig, Verdict};
 pub use stage::scale::CutScales;
 pub use stage::{prove_staged, prove_staged_with, PlanOptions, StagedProof};
+
+/// A value name for a node added to `g`: `base`, or `base_2`, `base_3`, ... where `g` already
+/// names a value so (the stage builders and `assume:` add nodes beside the graph's own).
+pub(crate) fn fresh_value_name(g: &shardproof_ir::Graph, base: &str) -> String {
+    let taken: std::collections::HashSet<&str> = g
+        .nodes
+        .iter()
+        .flat_map(|n| n.outputs.iter().map(|o| o.name.as_str()))
+        .collect();
+    let mut name = base.to_string();
+    let mut k = 1;
+    while taken.contains(name.as_str()) {
+        k += 1;
+        name = format!("{base}_{k}");
+    }
+    name
+}

@@ -18,28 +18,12 @@
 
 use shardproof_case::{Case, Layout};
 use shardproof_ir::{Arg, Graph, Node, NodeKind, OpName, Output, ValueId};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 /// Relations whose rank tensors are a whole multiple of their pieces, by spec tensor name:
 /// every rank's tensor of that relation is `c` times the piece its placed layout gives.
 pub type CutScales = BTreeMap<String, u64>;
-
-/// A fresh value name in `g` from `base`.
-fn fresh(g: &Graph, base: &str) -> String {
-    let taken: HashSet<&str> = g
-        .nodes
-        .iter()
-        .flat_map(|n| n.outputs.iter().map(|o| o.name.as_str()))
-        .collect();
-    let mut name = base.to_string();
-    let mut k = 1;
-    while taken.contains(name.as_str()) {
-        k += 1;
-        name = format!("{base}_{k}");
-    }
-    name
-}
 
 fn scalar_call(name: String, op: &str, x: ValueId, c: u64, ty: &Output) -> Node {
     Node {
@@ -89,7 +73,7 @@ fn scale_input(g: &Graph, v: ValueId, c: u64) -> Result<Graph, String> {
     let at = v.node + 1;
     let product = ValueId::new(at, 0);
     let mut out = g.clone();
-    let unscaled = fresh(g, &format!("{}_unscaled", node.outputs[0].name));
+    let unscaled = crate::fresh_value_name(g, &format!("{}_unscaled", node.outputs[0].name));
     let mut input = node.clone();
     input.name = unscaled.clone();
     input.outputs[0].name = unscaled;
@@ -192,7 +176,8 @@ pub(crate) fn encode(case: &mut Case, scales: &CutScales) -> Result<(), String> 
                 None => {
                     let old = &case.program.ranks[r];
                     let mut g = (**old).clone();
-                    let name = fresh(&g, &format!("{}_unscaled", g.value_name(v)));
+                    let name =
+                        crate::fresh_value_name(&g, &format!("{}_unscaled", g.value_name(v)));
                     let ty = g.nodes[v.node].outputs[v.output].clone();
                     let at = g.push(scalar_call(name, "div", v, c, &ty));
                     let nv = ValueId::new(at, 0);

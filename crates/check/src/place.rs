@@ -174,6 +174,17 @@ pub enum RowKey {
         /// The elements of each of its rows.
         factor: usize,
     },
+    /// Rows of selection `parent` merged with `blocks` unselected dims outside them by a view
+    /// (`[b, s] -> [b * s]`, the sequence `s` context-parallel rows): the merged dim is
+    /// `Blocked(_, blocks)` of the selected tensor, each coordinate holding, block after
+    /// block, its rows of the parent. Rules that take blocked shards see it as such; a view
+    /// that splits the blocks off again gives back `parent`.
+    Blocks {
+        /// The selection merged.
+        parent: u16,
+        /// The number of blocks (the product of the merged outer dims), at least 2.
+        blocks: usize,
+    },
     /// Rows of a tensor every coordinate holds whole, picked at rank-dependent bounds:
     /// coordinate `k` holds, in order, the rows `a..b` of every segment `(a, b)` of
     /// `segs[k]` (Megatron's load-balanced context-parallel chunks: coordinate `r` holds chunks

@@ -23,7 +23,8 @@ pub(crate) enum RowsMode {
     None,
     /// The rule reads rows itself (slices).
     Own,
-    /// The rule sees every `Rows(d, id)` input as `Shard(d)`; `(v, d)` is the first of them.
+    /// The rule sees every `Rows(d, id)` input as `Shard(d)` (as `Blocked(d, blocks)` where
+    /// the selection is [`RowKey::Blocks`]); `(v, d)` is the first of them.
     AsShard {
         /// The selection.
         id: u16,
@@ -31,6 +32,8 @@ pub(crate) enum RowsMode {
         v: ValueId,
         /// Its rows dim.
         d: u8,
+        /// The blocks the rows dim holds the selection in (1: a plain shard of it).
+        blocks: u16,
     },
     /// The rule sees rows as `Varying` (no known layout).
     Varying,
@@ -195,6 +198,7 @@ pub(crate) fn rows_mode(
         for _ in 0..=u16::MAX {
             match key(id) {
                 Some(RowKey::Merge { parent, .. })
+                | Some(RowKey::Blocks { parent, .. })
                 | Some(RowKey::Slice {
                     parent: Some(parent),
                     ..
@@ -280,10 +284,22 @@ pub(crate) fn rows_mode(
     } else {
         false
     };
-    if fits {
-        RowsMode::AsShard { id, v: v0, d: d0 }
-    } else {
-        RowsMode::Varying
+    // Rows merged with outer dims are a blocked shard of the selected tensor: only rules that
+    // take blocked shards read them.
+    let blocks = match key(id) {
+        Some(RowKey::Blocks { blocks, .. }) => u16::try_from(blocks).ok(),
+        _ => Some(1),
+    };
+    match blocks {
+        Some(blocks) if fits && (blocks == 1 || crate::rules::takes_blocked(family)) => {
+            RowsMode::AsShard {
+                id,
+                v: v0,
+                d: d0,
+                blocks,
+            }
+        }
+        _ => RowsMode::Varying,
     }
 }
 
@@ -301,18 +317,45 @@ pub(crate) fn rows_output(
     id: u16,
     table: &mut RowTable,
 ) -> Place {
+    // The blocks the rule saw the input rows in (`rows_mode`).
+    let (parent_of_blocks, k_in) = match table.key(id) {
+        Some(RowKey::Blocks { parent, blocks }) => (Some(parent), blocks),
+        _ => (None, 1),
+    };
     match p {
-        Place::Shard(e) => {
-            let (Some(l_in), Some(l_out)) = (in_size, out_shape.and_then(|s| s.get(e as usize)))
-            else {
+        Place::Shard(_) | Place::Blocked(..) => {
+            let Some((e, k_out)) = p.blocks() else {
                 return Place::Varying;
             };
-            let l_out = *l_out;
-            if l_out == l_in {
+            let (Some(l_in), Some(&l_out)) = (in_size, out_shape.and_then(|s| s.get(e))) else {
+                return Place::Varying;
+            };
+            let Ok(e) = u8::try_from(e) else {
+                return Place::Varying;
+            };
+            if l_out == l_in && k_out == k_in {
                 return Place::Rows(e, id);
             }
             if family != "view" || l_in == 0 || l_out == 0 {
                 return Place::Varying;
+            }
+            match (k_in, k_out) {
+                (1, 1) => {}
+                // Outer dims merged onto the rows (`[b, s] -> [b * s]`), none inside them:
+                // every block is the parent's rows.
+                (1, k) if l_out == k * l_in => {
+                    return table
+                        .intern(RowKey::Blocks {
+                            parent: id,
+                            blocks: k,
+                        })
+                        .map_or(Place::Varying, |id2| Place::Rows(e, id2));
+                }
+                // The blocks split off again (`[b * s] -> [b, s]`): the parent's rows.
+                (k, 1) if l_in == k * l_out => {
+                    return parent_of_blocks.map_or(Place::Varying, |parent| Place::Rows(e, parent));
+                }
+                _ => return Place::Varying,
             }
             if l_out % l_in == 0 {
                 let key = RowKey::Merge {
@@ -452,7 +495,7 @@ pub(crate) fn spread_covers(table: &RowTable, mut id: u16) -> Option<bool> {
     let mut sliced = false;
     for _ in 0..=u16::MAX {
         match table.key(id)? {
-            RowKey::Merge { parent, .. } => id = parent,
+            RowKey::Merge { parent, .. } | RowKey::Blocks { parent, .. } => id = parent,
             RowKey::Slice {
                 parent: Some(p), ..
             } => {
@@ -559,7 +602,9 @@ pub(crate) fn microbatch_average(
                     end,
                     step: 1,
                 } => return Some((id, chain, size, start, end)),
-                RowKey::Slice { .. } | RowKey::Spread { .. } => return None,
+                RowKey::Slice { .. } | RowKey::Spread { .. } | RowKey::Blocks { .. } => {
+                    return None
+                }
             }
         }
     };

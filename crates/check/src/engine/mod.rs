@@ -596,7 +596,9 @@ fn propagate_rank_from(
                         RowsMode::None
                     };
                     let place = |v: ValueId| match (raw_place(v), rows_mode) {
-                        (Place::Rows(d, _), RowsMode::AsShard { .. }) => Place::Shard(d),
+                        (Place::Rows(d, _), RowsMode::AsShard { blocks, .. }) => {
+                            Place::blocked(d as usize, blocks as usize)
+                        }
                         (Place::Rows(..), RowsMode::Own) => raw_place(v),
                         (Place::Rows(..), _) => Place::Varying,
                         (p, _) => p,
@@ -958,7 +960,7 @@ fn propagate_rank_from(
                             }
                         }
                     }
-                    if let RowsMode::AsShard { id, v, d } = rows_mode {
+                    if let RowsMode::AsShard { id, v, d, .. } = rows_mode {
                         let in_size = meta_of(v).and_then(|mm| mm.shape.get(d as usize).copied());
                         let mut table = sh.rows.borrow_mut();
                         for (o, p) in result.iter_mut().enumerate() {

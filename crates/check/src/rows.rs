@@ -353,7 +353,8 @@ pub(crate) fn rows_output(
                 }
                 // The blocks split off again (`[b * s] -> [b, s]`): the parent's rows.
                 (k, 1) if l_in == k * l_out => {
-                    return parent_of_blocks.map_or(Place::Varying, |parent| Place::Rows(e, parent));
+                    return parent_of_blocks
+                        .map_or(Place::Varying, |parent| Place::Rows(e, parent));
                 }
                 _ => return Place::Varying,
             }

@@ -88,7 +88,10 @@ fn tail(b: usize, l: usize, t: Tail) -> Vec<String> {
             ));
         }
         Tail::Contract => {
-            body.push(format!("mt: {} = torch.ops.aten.t.default(m)", ty(&[H, rows])));
+            body.push(format!(
+                "mt: {} = torch.ops.aten.t.default(m)",
+                ty(&[H, rows])
+            ));
             body.push(format!(
                 "out: {} = torch.ops.aten.mm.default(mt, y)",
                 ty(&[H, H2])
@@ -225,7 +228,12 @@ fn order(table: &Table) -> Vec<usize> {
 
 fn ranks_summed(ran: &Ran) -> Vec<f64> {
     (0..ran.spec_out.len())
-        .map(|j| ran.out_got.iter().map(|o| o.get(j).copied().unwrap_or(f64::NAN)).sum())
+        .map(|j| {
+            ran.out_got
+                .iter()
+                .map(|o| o.get(j).copied().unwrap_or(f64::NAN))
+                .sum()
+        })
         .collect()
 }
 
@@ -242,9 +250,12 @@ fn claims_hold(ran: &Ran, b: usize, s: usize, table: &Table) -> Result<(bool, bo
     }
     let rows = matches!(ran.z, Place::Rows(1, _));
     if rows {
-        let (Some(spec_z), Some(l)) = (&ran.spec_z, table.first().map(|t| {
-            t.iter().map(|(a, e)| e - a).sum::<usize>()
-        })) else {
+        let (Some(spec_z), Some(l)) = (
+            &ran.spec_z,
+            table
+                .first()
+                .map(|t| t.iter().map(|(a, e)| e - a).sum::<usize>()),
+        ) else {
             return Err("rows claimed without values".into());
         };
         let parts: Vec<Vec<f64>> = ran.z_got.iter().map(|z| z.clone().unwrap()).collect();
@@ -258,7 +269,10 @@ fn claims_hold(ran: &Ran, b: usize, s: usize, table: &Table) -> Result<(bool, bo
             .map(|k| spec_z[k])
             .collect();
         if !close(&joined, &want) {
-            return Err(format!("z claimed {:?} but its rows are not the spec's", ran.z));
+            return Err(format!(
+                "z claimed {:?} but its rows are not the spec's",
+                ran.z
+            ));
         }
     }
     Ok((partial, rows))
@@ -301,8 +315,16 @@ fn the_merged_dim_split_in_the_wrong_order_never_holds() {
     // Batch 2, two rows per rank: `[L, B]` permuted interleaves batch and sequence.
     let table = megatron(1);
     let ran = instance(2, 4, &table, Tail::SumSeq(Split::Swapped), 3);
-    assert!(!close(&ranks_summed(&ran), &ran.spec_out), "not wrong when run");
-    assert_ne!(ran.report.verdict, Verdict::Holds, "{}", ran.report.render());
+    assert!(
+        !close(&ranks_summed(&ran), &ran.spec_out),
+        "not wrong when run"
+    );
+    assert_ne!(
+        ran.report.verdict,
+        Verdict::Holds,
+        "{}",
+        ran.report.render()
+    );
     assert!(claims_hold(&ran, 2, 4, &table).is_ok());
 }
 

@@ -35,6 +35,7 @@
 
 #![warn(missing_docs)]
 
+mod attention;
 mod chunks;
 mod duality;
 mod engine;

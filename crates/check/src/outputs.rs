@@ -137,7 +137,10 @@ impl<'a> Comparison<'a> {
         let collective_leaf = |x: usize, y: usize| {
             or[x] != u32::MAX
                 && or[x] == op[y]
-                && rp.of(ValueId::new(x, 0), nd)[m] == Place::Replicate
+                // n times the tensor (an all-reduce sum of averages) is as alike on every
+                // member as the tensor itself.
+                && (rp.of(ValueId::new(x, 0), nd)[m] == Place::Replicate
+                    || rp.times_n[rp.offsets[x] as usize * nd + m])
                 && !replicated_input(x)
                 && gr.nodes[x]
                     .inputs()

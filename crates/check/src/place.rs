@@ -204,6 +204,16 @@ pub enum RowKey {
         /// only pieces of one tensor are joined; `None` for positions and for pieces joined.
         src: Option<String>,
     },
+    /// The rows that coordinate `from` holds of selection `parent`, received from it (a ring's
+    /// key block): every rank that holds them holds that coordinate's rows, so the pieces are
+    /// no shard of anything. Only ring attention's form reads them (`attention.rs`, on the
+    /// sender's concrete positions); a sum over them is no partial of the selection.
+    Received {
+        /// The selection the sender held.
+        parent: u16,
+        /// The sender's coordinate on the mesh dim.
+        from: usize,
+    },
 }
 
 /// The row selections met in one check, numbered in the order first met ([`Place::Rows`]).

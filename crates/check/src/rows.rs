@@ -504,6 +504,8 @@ pub(crate) fn spread_covers(table: &RowTable, mut id: u16) -> Option<bool> {
                 id = p;
             }
             RowKey::Slice { parent: None, .. } => return None,
+            // One sender's rows, on every rank that received them.
+            RowKey::Received { .. } => return Some(false),
             RowKey::Spread { base, segs, .. } => {
                 return Some(!sliced && base.is_some() && base == tiling(&segs));
             }
@@ -603,9 +605,10 @@ pub(crate) fn microbatch_average(
                     end,
                     step: 1,
                 } => return Some((id, chain, size, start, end)),
-                RowKey::Slice { .. } | RowKey::Spread { .. } | RowKey::Blocks { .. } => {
-                    return None
-                }
+                RowKey::Slice { .. }
+                | RowKey::Spread { .. }
+                | RowKey::Blocks { .. }
+                | RowKey::Received { .. } => return None,
             }
         }
     };

@@ -1079,6 +1079,20 @@ fn propagate_rank_from(
                             result = vec![p];
                         }
                     }
+                    // The last merge of a ring attention's blocks (`attention::ring_output`).
+                    if matches!(op.name.as_str(), "add" | "cat")
+                        && violation.is_none()
+                        && !stage_dim
+                        && result == [Place::Varying]
+                    {
+                        let place = |v: ValueId| rp.of(v, nd)[m];
+                        let coord = mesh.coords(r)[m];
+                        let table = sh.rows.borrow();
+                        if let Some(p) = crate::attention::ring_output(g, i, &place, &table, coord)
+                        {
+                            result = vec![p];
+                        }
+                    }
                     // Scaling by 1/n of a replicated value.
                     let n_m = mesh.dims[m].1 as f64;
                     let other = if bound.schema().index_of("other").is_some() {

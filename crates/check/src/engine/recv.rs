@@ -39,7 +39,21 @@ pub(super) fn recv_read(
                         );
                         ring::moved(p, sc[m], rc[m], mesh.dims[m].1, root)
                     }
-                    Place::Blocked(..) | Place::Rows(..) if sc[m] != rc[m] => Place::Varying,
+                    // The sender's own rows (the attention form reads them by its coordinate).
+                    Place::Rows(d, id) if sc[m] != rc[m] => {
+                        let mut table = sh.rows.borrow_mut();
+                        match table.key(id) {
+                            Some(crate::place::RowKey::Received { .. }) => Place::Rows(d, id),
+                            Some(_) => table
+                                .intern(crate::place::RowKey::Received {
+                                    parent: id,
+                                    from: sc[m],
+                                })
+                                .map_or(Place::Varying, |id| Place::Rows(d, id)),
+                            None => Place::Varying,
+                        }
+                    }
+                    Place::Blocked(..) if sc[m] != rc[m] => Place::Varying,
                     // Another coordinate's piece of a pending sum: whether the receivers'
                     // pieces still sum to the tensor depends on who sends to whom, which no
                     // placement records; `Varying` would let a gather or an all-reduce pass.

@@ -596,3 +596,82 @@ proptest! {
         }
     }
 }
+
+/// A sum over received rows is no partial sum of the selection: under a wrong peer (ranks 1
+/// and 2 both receive rank 0's keys) the ranks' sums count rank 0's chunks twice and rank 2's
+/// never, and each rank alone cannot tell. The received rows name their sender
+/// (`RowKey::Received`) and a sum over them is `Varying`, never `Partial(sum)`.
+#[test]
+fn a_sum_over_received_rows_never_holds() {
+    let (n, c) = (3, 1);
+    let s = 2 * n * c;
+    for wrong in [false, true] {
+        let bug = if wrong { Bug::WrongPeer } else { Bug::None };
+        let dir = tempfile::tempdir().unwrap();
+        let mut spec = Lines::default();
+        spec.f(&[BH, s, D], "aten.mul.Tensor(k, k)".into());
+        spec.body.push(format!(
+            "out: {} = torch.ops.aten.sum.default(mul)",
+            ty(&[])
+        ));
+        let text = common::hand::graph_module(&params(s), &spec.body);
+        std::fs::write(dir.path().join("spec.py"), text).unwrap();
+        let mut graphs = Vec::new();
+        for i in 0..n {
+            let mut l = Lines::default();
+            let [a, b] = [i, 2 * n - 1 - i];
+            let lo = l.f(
+                &[BH, c, D],
+                format!("aten.slice.Tensor(k, 1, {}, {})", a * c, (a + 1) * c),
+            );
+            let hi = l.f(
+                &[BH, c, D],
+                format!("aten.slice.Tensor(k, 1, {}, {})", b * c, (b + 1) * c),
+            );
+            let kv = [BH, 2 * c, D];
+            let mine = l.f(&kv, format!("aten.cat.default([{lo}, {hi}], 1)"));
+            for r in (0..n).filter(|&r| r != i && from(n, r, 1, bug) == i) {
+                l.f(
+                    &kv,
+                    format!("shardproof_p2p.send.default({mine}, {r}, 2, 'cp')"),
+                );
+            }
+            let got = l.f(
+                &kv,
+                format!(
+                    "shardproof_p2p.recv.default({kv:?}, torch.float64, {}, 2, 'cp')",
+                    from(n, i, 1, bug)
+                ),
+            );
+            let sq = l.f(&kv, format!("aten.mul.Tensor({got}, {got})"));
+            l.body.push(format!(
+                "total: {} = torch.ops.aten.sum.default({sq})",
+                ty(&[])
+            ));
+            l.body.push(format!(
+                "all_reduce: {} = torch.ops._c10d_functional.all_reduce.default(total, 'sum', 'cp')",
+                ty(&[])
+            ));
+            l.body.push(format!(
+                "out: {} = torch.ops._c10d_functional.wait_tensor.default(all_reduce)",
+                ty(&[])
+            ));
+            let text = common::hand::graph_module(&params(s), &l.body);
+            std::fs::write(dir.path().join(format!("r{i}.py")), text).unwrap();
+            graphs.push(format!("r{i}.py"));
+        }
+        let yaml = format!(
+            "version: 1\nname: ring-received-sum\nspec:\n  graph: spec.py\nimpl:\n  mesh: {{ cp: {n} }}\n  graphs: [{}]\ninputs:\n  q: {{ cp: Replicate() }}\n  k: {{ cp: Replicate() }}\n  v: {{ cp: Replicate() }}\noutputs:\n  out: {{ cp: Replicate() }}\n",
+            graphs.join(", ")
+        );
+        std::fs::write(dir.path().join("case.yaml"), yaml).unwrap();
+        let case = shardproof_case::load_case(&dir.path().join("case.yaml")).unwrap();
+        let report = check_case(&case).unwrap();
+        assert_ne!(
+            report.verdict,
+            Verdict::Holds,
+            "wrong peer {wrong}\n{}",
+            report.render()
+        );
+    }
+}

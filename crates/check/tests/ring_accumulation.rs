@@ -58,9 +58,12 @@ enum Bug {
     OtherScale,
     /// The final concatenation of a half-merged output in the wrong order.
     SwappedHalves,
+    /// The output's two chunks swapped after the ring (`cat` of its slices, second first).
+    RowsRotated,
 }
 
-const BUGS: [Bug; 12] = [
+const BUGS: [Bug; 13] = [
+    Bug::RowsRotated,
     Bug::NoCorrection,
     Bug::WrongMax,
     Bug::StepSkipped,
@@ -371,7 +374,12 @@ fn rank_body(n: usize, i: usize, c: usize, bug: Bug) -> Vec<String> {
             });
         }
     }
-    let (out, _) = acc.expect("a step");
+    let (mut out, _) = acc.expect("a step");
+    if bug == Bug::RowsRotated {
+        let (lo, _) = part(&mut l, &out, [BH, loc, D], 1, Part::Lo);
+        let (hi, _) = part(&mut l, &out, [BH, loc, D], 1, Part::Hi);
+        out = l.f(&[BH, loc, D], format!("aten.cat.default([{hi}, {lo}], 1)"));
+    }
     l.body.push(format!(
         "att: {} = torch.ops.aten.clone.default({out})",
         ty(&[BH, loc, D])

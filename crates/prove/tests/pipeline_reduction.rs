@@ -106,3 +106,80 @@ fn a_hanging_pipeline_is_not_reduced() {
     let proof = prove_case(&case, &ProveConfig::default());
     assert_ne!(proof.verdict, Verdict::Proved, "{:?}", proof.message);
 }
+
+/// A two-stage case: stage 0 posts `cat([x, x])` (rows `2·v`), stage 1 receives it as
+/// `recv_shape` and sums it; the spec sums the same concatenation.
+fn write_two_stages(dir: &Path, recv_shape: &str) -> shardproof_case::Case {
+    let spec = r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[3, 2]"):
+        c: "f32[6, 2]" = torch.ops.aten.cat.default([x, x], 0)
+        s: "f32[]" = torch.ops.aten.sum.default(c)
+        return (s,)
+"#;
+    let first = r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[3, 2]"):
+        c: "f32[6, 2]" = torch.ops.aten.cat.default([x, x], 0)
+        sent: "f32[6, 2]" = torch.ops.shardproof_p2p.send.default(c, 1, 0, 'pp')
+        return (sent,)
+"#;
+    let dims: Vec<&str> = recv_shape.split(',').map(str::trim).collect();
+    let second = format!(
+        r#"class GraphModule(torch.nn.Module):
+    def forward(self):
+        v: "f32[{recv_shape}]" = torch.ops.shardproof_p2p.recv.default([{}], torch.float32, 0, 0, 'pp')
+        s: "f32[]" = torch.ops.aten.sum.default(v)
+        return (s,)
+"#,
+        dims.join(", ")
+    );
+    std::fs::write(dir.join("spec.py"), spec).unwrap();
+    std::fs::write(dir.join("s0.py"), first).unwrap();
+    std::fs::write(dir.join("s1.py"), second).unwrap();
+    let case = "version: 1\nname: two-stages\nspec:\n  graph: spec.py\nimpl:\n  mesh: { pp: 2 }\n  graphs: [s0.py, s1.py]\n  groups:\n    \"pp\": pp\ninputs:\n  x: { placement: Replicate(), at: { pp: 0 } }\noutputs:\n  s: { placement: Replicate(), at: { pp: 1 } }\n";
+    std::fs::write(dir.join("case.yaml"), case).unwrap();
+    shardproof_case::load_case(&dir.join("case.yaml")).unwrap()
+}
+
+/// The recv's rows are a size of their own in stage 1's graph (nothing there relates them to
+/// stage 0's `2·v`): only the message relates them. Reduced apart, stage 1 would declare 2
+/// rows where stage 0 posts 4.
+#[test]
+fn a_recv_takes_its_senders_reduced_sizes() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = write_two_stages(dir.path(), "6, 2");
+    let reduced = reduce_case(&case).unwrap_or_else(|r| panic!("{}", r.message));
+    let posted = shardproof_interp::infer_graph(&reduced.case.program.ranks[0], &reduced.case.ops)
+        .metas[1][0]
+        .clone()
+        .unwrap();
+    let received =
+        shardproof_interp::infer_graph(&reduced.case.program.ranks[1], &reduced.case.ops).metas
+            [0][0]
+            .clone()
+            .unwrap();
+    assert_eq!(posted.shape, received.shape);
+    assert!(posted.shape[0] < 6, "{:?}", posted.shape);
+    let proof = prove_case(&case, &ProveConfig::default());
+    assert_eq!(proof.verdict, Verdict::Proved, "{:?}", proof.message);
+    assert!(proof.reduction.is_some());
+}
+
+/// A recv that declares another shape than its message (the interpreter refuses to run it):
+/// the sum of its elements equals the spec's, but the program means nothing, so it is never
+/// proved, on reduced sizes (the reduction refuses: the sizes differ) or at full size (the
+/// symbolic recv checks the message's type).
+#[test]
+fn a_recv_at_the_wrong_shape_is_never_proved() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = write_two_stages(dir.path(), "2, 6");
+    let why = reduce_case(&case).expect_err("the message's sizes differ");
+    assert!(why.message.contains("differ"), "{}", why.message);
+    for reduce in [true, false] {
+        let cfg = ProveConfig {
+            reduce,
+            ..ProveConfig::default()
+        };
+        let proof = prove_case(&case, &cfg);
+        assert_ne!(proof.verdict, Verdict::Proved, "{reduce}: {:?}", proof.message);
+    }
+}

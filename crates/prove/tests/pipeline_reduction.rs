@@ -12,12 +12,23 @@ use std::path::Path;
 mod zoo_emit;
 
 /// A two-layer llama wide enough for the reduction to shrink it (hidden 16, two heads, ffn
-/// 32, eight positions), `microbatches` per dp rank.
+/// 32), `microbatches` per dp rank.
 fn emit_llama_pp(
     dir: &Path,
     mesh: &str,
     bug: Option<&str>,
     microbatches: usize,
+) -> shardproof_case::Case {
+    emit_llama_sized(dir, mesh, bug, microbatches, (8, 4))
+}
+
+/// [`emit_llama_pp`] with (seq, global batch).
+fn emit_llama_sized(
+    dir: &Path,
+    mesh: &str,
+    bug: Option<&str>,
+    microbatches: usize,
+    (seq, batch): (usize, usize),
 ) -> shardproof_case::Case {
     let opts = EmitOptions {
         model: "llama".into(),
@@ -28,8 +39,8 @@ fn emit_llama_pp(
             kv_heads: 2,
             ffn: 32,
             layers: 2,
-            seq: 8,
-            batch: 4,
+            seq,
+            batch,
             vocab: 16,
             ..LlamaConfig::default()
         },
@@ -94,6 +105,38 @@ fn pipeline_bugs_are_refuted_through_the_reduction() {
             proof.message
         );
         assert!(proof.counterexample.is_some(), "{mesh} {bug}");
+    }
+}
+
+/// dp = 4 x pp = 2 (x tp = 2): the mesh reduction along dp (4 -> 2) carries the classes of
+/// its conditions along each replica's pipeline messages, then shape reduction shrinks the
+/// two-replica case. The loss left unaveraged over dp and shuffled microbatches are refuted
+/// on the case as written. Six positions and a batch of 8 (2 rows per replica, one per
+/// microbatch), so that no reshape can take the batch's dp factor for the positions.
+#[test]
+fn llama_dp_pp_forwards_are_proved_through_both_reductions() {
+    for mesh in ["dp=4,pp=2", "dp=4,pp=2,tp=2"] {
+        let dir = tempfile::tempdir().unwrap();
+        let case = emit_llama_sized(dir.path(), mesh, None, 2, (6, 8));
+        let proof = prove_case(&case, &ProveConfig::default());
+        assert_eq!(
+            proof.verdict,
+            Verdict::Proved,
+            "{mesh}: {:?}",
+            proof.message
+        );
+        let m = proof.mesh.as_ref().expect("through the mesh reduction");
+        assert_eq!((m.original, m.reduced), (4, 2), "{mesh}");
+        let r = proof.reduction.as_ref().expect("and shape reduction");
+        assert!(r.elements_after < r.elements_before, "{mesh}");
+    }
+    for bug in ["dp-loss-not-averaged", "pp-shuffled-microbatches"] {
+        let dir = tempfile::tempdir().unwrap();
+        let case = emit_llama_sized(dir.path(), "dp=4,pp=2", Some(bug), 2, (6, 8));
+        let proof = prove_case(&case, &ProveConfig::default());
+        assert_eq!(proof.verdict, Verdict::Refuted, "{bug}: {:?}", proof.message);
+        assert!(proof.counterexample.is_some(), "{bug}");
+        assert_eq!(proof.ranks, case.program.ranks.len(), "{bug}: as written");
     }
 }
 

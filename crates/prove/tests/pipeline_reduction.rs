@@ -226,3 +226,69 @@ fn a_recv_at_the_wrong_shape_is_never_proved() {
         assert_ne!(proof.verdict, Verdict::Proved, "{reduce}: {:?}", proof.message);
     }
 }
+
+/// dp = 4 x pp = 2 by hand: stage 0 averages its rows, sums the replicas' means over dp,
+/// scales the sum by `scale` and sends it to stage 1, which returns it as the loss (the spec's
+/// mean over all 8 rows).
+fn write_dp_pp_loss(dir: &Path, scale: &str) -> shardproof_case::Case {
+    let spec = r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[8, 2]"):
+        l: "f32[]" = torch.ops.aten.mean.default(x)
+        return (l,)
+"#;
+    let first = format!(
+        r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[2, 2]"):
+        m: "f32[]" = torch.ops.aten.mean.default(x)
+        a: "f32[]" = torch.ops._c10d_functional.all_reduce.default(m, 'sum', 'dp')
+        w: "f32[]" = torch.ops._c10d_functional.wait_tensor.default(a)
+        h: "f32[]" = torch.ops.aten.mul.Tensor(w, {scale})
+        s: "f32[]" = torch.ops.shardproof_p2p.send.default(h, 1, 0, 'pp')
+        return (s,)
+"#
+    );
+    let second = r#"class GraphModule(torch.nn.Module):
+    def forward(self):
+        l: "f32[]" = torch.ops.shardproof_p2p.recv.default([], torch.float32, 0, 0, 'pp')
+        return (l,)
+"#;
+    std::fs::write(dir.join("spec.py"), spec).unwrap();
+    std::fs::write(dir.join("s0.py"), first).unwrap();
+    std::fs::write(dir.join("s1.py"), second).unwrap();
+    let graphs = vec!["s0.py", "s1.py"].repeat(4).join(", ");
+    let case = format!(
+        "version: 1\nname: dp-pp-loss\nspec:\n  graph: spec.py\nimpl:\n  mesh: {{ dp: 4, pp: 2 }}\n  graphs: [{graphs}]\n  groups:\n    \"dp\": dp\n    \"pp\": pp\ninputs:\n  x: {{ placement: {{ dp: Shard(0) }}, at: {{ pp: 0 }} }}\noutputs:\n  l: {{ placement: Replicate(), at: {{ pp: 1 }} }}\n"
+    );
+    std::fs::write(dir.join("case.yaml"), case).unwrap();
+    shardproof_case::load_case(&dir.join("case.yaml")).unwrap()
+}
+
+/// A value's class crosses the message with it: the dp sum scaled by `1/4` is a mean (its
+/// literal rewritten to `1/2` on two replicas) and proved through the mesh reduction; scaled
+/// by `1/2` it is right on two replicas only, and stays an undivided sum after the message, so
+/// the proof does not lift (were the received value read as batch-free, the two-replica case
+/// would prove it). Refuted on the case as written.
+#[test]
+fn a_dp_sum_keeps_its_class_across_a_pipeline_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let right = write_dp_pp_loss(dir.path(), "0.25");
+    let m = shardproof_prove::reduce::mesh::reduce_mesh(&right)
+        .unwrap()
+        .unwrap();
+    assert_eq!(m.lifts, Ok(()));
+    let proof = prove_case(&right, &ProveConfig::default());
+    assert_eq!(proof.verdict, Verdict::Proved, "{:?}", proof.message);
+    assert_eq!(proof.mesh.as_ref().map(|m| m.reduced), Some(2));
+
+    let dir = tempfile::tempdir().unwrap();
+    let wrong = write_dp_pp_loss(dir.path(), "0.5");
+    let m = shardproof_prove::reduce::mesh::reduce_mesh(&wrong)
+        .unwrap()
+        .unwrap();
+    let why = m.lifts.expect_err("an undivided sum over dp reaches the output");
+    assert!(why.contains("(c)"), "{why}");
+    let proof = prove_case(&wrong, &ProveConfig::default());
+    assert_eq!(proof.verdict, Verdict::Refuted, "{:?}", proof.message);
+    assert!(proof.counterexample.is_some());
+    assert_eq!(proof.ranks, 8);
+}

@@ -327,12 +327,22 @@ fn dp_4_pp_and_cp_plans_are_proved_through_the_mesh_reduction_and_their_bugs_ref
                 let msg = through.message.unwrap_or_default();
                 assert!(msg.contains("logsumexp"), "{msg}");
                 let two = prove_case(&m.case, &full_size);
-                let want = if buggy { Verdict::Refuted } else { Verdict::Proved };
+                let want = if buggy {
+                    Verdict::Refuted
+                } else {
+                    Verdict::Proved
+                };
                 assert_eq!(two.verdict, want, "{bug} {buggy}: {:?}", two.message);
                 continue;
             }
             let reduced = through.mesh.as_ref().map(|m| (m.original, m.reduced));
-            assert_eq!(reduced, Some((4, 2)), "{mesh} {bug} {buggy}: {:?} {:?}", through.mesh_kept, through.message);
+            assert_eq!(
+                reduced,
+                Some((4, 2)),
+                "{mesh} {bug} {buggy}: {:?} {:?}",
+                through.mesh_kept,
+                through.message
+            );
             if buggy {
                 assert_eq!(through.verdict, Verdict::Refuted, "{:?}", through.message);
                 assert!(through.counterexample.is_some(), "{bug}");

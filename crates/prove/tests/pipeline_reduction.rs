@@ -134,7 +134,12 @@ fn llama_dp_pp_forwards_are_proved_through_both_reductions() {
         let dir = tempfile::tempdir().unwrap();
         let case = emit_llama_sized(dir.path(), "dp=4,pp=2", Some(bug), 2, (6, 8));
         let proof = prove_case(&case, &ProveConfig::default());
-        assert_eq!(proof.verdict, Verdict::Refuted, "{bug}: {:?}", proof.message);
+        assert_eq!(
+            proof.verdict,
+            Verdict::Refuted,
+            "{bug}: {:?}",
+            proof.message
+        );
         assert!(proof.counterexample.is_some(), "{bug}");
         assert_eq!(proof.ranks, case.program.ranks.len(), "{bug}: as written");
     }
@@ -196,10 +201,10 @@ fn a_recv_takes_its_senders_reduced_sizes() {
         .clone()
         .unwrap();
     let received =
-        shardproof_interp::infer_graph(&reduced.case.program.ranks[1], &reduced.case.ops).metas
-            [0][0]
-            .clone()
-            .unwrap();
+        shardproof_interp::infer_graph(&reduced.case.program.ranks[1], &reduced.case.ops).metas[0]
+            [0]
+        .clone()
+        .unwrap();
     assert_eq!(posted.shape, received.shape);
     assert!(posted.shape[0] < 6, "{:?}", posted.shape);
     let proof = prove_case(&case, &ProveConfig::default());
@@ -223,7 +228,12 @@ fn a_recv_at_the_wrong_shape_is_never_proved() {
             ..ProveConfig::default()
         };
         let proof = prove_case(&case, &cfg);
-        assert_ne!(proof.verdict, Verdict::Proved, "{reduce}: {:?}", proof.message);
+        assert_ne!(
+            proof.verdict,
+            Verdict::Proved,
+            "{reduce}: {:?}",
+            proof.message
+        );
     }
 }
 
@@ -255,7 +265,7 @@ fn write_dp_pp_loss(dir: &Path, scale: &str) -> shardproof_case::Case {
     std::fs::write(dir.join("spec.py"), spec).unwrap();
     std::fs::write(dir.join("s0.py"), first).unwrap();
     std::fs::write(dir.join("s1.py"), second).unwrap();
-    let graphs = vec!["s0.py", "s1.py"].repeat(4).join(", ");
+    let graphs = ["s0.py", "s1.py"].repeat(4).join(", ");
     let case = format!(
         "version: 1\nname: dp-pp-loss\nspec:\n  graph: spec.py\nimpl:\n  mesh: {{ dp: 4, pp: 2 }}\n  graphs: [{graphs}]\n  groups:\n    \"dp\": dp\n    \"pp\": pp\ninputs:\n  x: {{ placement: {{ dp: Shard(0) }}, at: {{ pp: 0 }} }}\noutputs:\n  l: {{ placement: Replicate(), at: {{ pp: 1 }} }}\n"
     );
@@ -285,7 +295,9 @@ fn a_dp_sum_keeps_its_class_across_a_pipeline_message() {
     let m = shardproof_prove::reduce::mesh::reduce_mesh(&wrong)
         .unwrap()
         .unwrap();
-    let why = m.lifts.expect_err("an undivided sum over dp reaches the output");
+    let why = m
+        .lifts
+        .expect_err("an undivided sum over dp reaches the output");
     assert!(why.contains("(c)"), "{why}");
     let proof = prove_case(&wrong, &ProveConfig::default());
     assert_eq!(proof.verdict, Verdict::Refuted, "{:?}", proof.message);

@@ -84,7 +84,9 @@ fn placement_along(layout: &Layout, g: usize, what: &str) -> Result<Placement, S
     // holders at every dp coordinate, so the replicas still run one program on the same
     // pieces. Held at some dp coordinates only, the replicas differ.
     if p.at.iter().any(|h| h.dim == g) {
-        return Err(format!("(a) `{what}` is held only `at:` some dp coordinates"));
+        return Err(format!(
+            "(a) `{what}` is held only `at:` some dp coordinates"
+        ));
     }
     let pl = p.placements.get(g).cloned().unwrap_or(Placement::Replicate);
     match (&pl, &p.blocks) {
@@ -1268,11 +1270,7 @@ fn classify_rank(
 /// Then a value received on replica 0 stands for the value received on every replica, and
 /// classes carried along replica 0's messages are every replica's (condition (a)). Empty
 /// where no graph has a point-to-point call.
-fn replica_messages(
-    case: &Case,
-    g: usize,
-    base_of: &[usize],
-) -> Result<std::collections::BTreeMap<(usize, usize), (usize, usize)>, String> {
+fn replica_messages(case: &Case, g: usize, base_of: &[usize]) -> Result<Pairs, String> {
     let ranks = &case.program.ranks;
     let first = shardproof_interp::first_equal(ranks);
     let any = (0..ranks.len()).any(|r| first[r] == r && super::has_point_to_point(&ranks[r]));
@@ -1303,10 +1301,13 @@ fn replica_messages(
     Ok(sched.messages)
 }
 
+/// Point-to-point messages: recv (rank, node) -> send (rank, node).
+type Pairs = std::collections::BTreeMap<(usize, usize), (usize, usize)>;
+
 /// The point-to-point state of [`classify_ranks`]: the pairing, and the class of every
 /// posted value classified so far, by (replica-0 rank, send node).
 struct Messages<'a> {
-    pairs: &'a std::collections::BTreeMap<(usize, usize), (usize, usize)>,
+    pairs: &'a Pairs,
     sent: HashMap<(usize, usize), Cls>,
 }
 
@@ -1334,7 +1335,7 @@ fn classify_ranks(
     g: usize,
     d: usize,
     scaled: &HashSet<ValueId>,
-    pairs: &std::collections::BTreeMap<(usize, usize), (usize, usize)>,
+    pairs: &Pairs,
 ) -> HashMap<usize, Result<RankClasses, String>> {
     let bases: Vec<usize> = (0..base_of.len()).filter(|&r| base_of[r] == r).collect();
     let mut msgs = Messages {

@@ -374,9 +374,10 @@ fn reduce_with(case: &Case, strict: bool) -> Result<Reduction, Refusal> {
 
 /// Whether a graph calls a point-to-point operator.
 pub(crate) fn has_point_to_point(g: &Graph) -> bool {
-    g.nodes
-        .iter()
-        .any(|n| n.op().is_some_and(|op| op.namespace == shardproof_ops::P2P_NAMESPACE))
+    g.nodes.iter().any(|n| {
+        n.op()
+            .is_some_and(|op| op.namespace == shardproof_ops::P2P_NAMESPACE)
+    })
 }
 
 /// A recv's buffer holds the tensor the matched send posts (a copy: one kernel per index, the

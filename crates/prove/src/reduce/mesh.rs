@@ -5,8 +5,9 @@
 //!
 //! - **(a) one graph along dp**: ranks that differ only in their dp coordinate run the same
 //!   graph, constants included (so no constant depends on the dp coordinate); inputs and
-//!   outputs are `Shard` or `Replicate` along dp, every process group either spans dp whole or
-//!   stays at one dp coordinate.
+//!   outputs are `Shard` or `Replicate` along dp (held `at:` coordinates of other dims only),
+//!   every process group either spans dp whole or stays at one dp coordinate, and every
+//!   point-to-point message stays within one replica, the same at every replica.
 //! - **(b) batch-local spec**: every spec operator maps the dp-sharded (batch) dim through row
 //!   by row — no reduction, softmax, slice or concatenation along it, a reshape only with the
 //!   batch as the outermost factor — until a reduction over it of the form below.
@@ -16,7 +17,8 @@
 //!   affine in it (sums, scalings by batch-free values; no product of two reduced values, no
 //!   nonlinear function of one). On the ranks, the replicas meet only through a sum
 //!   `all_reduce` over dp followed by a division by the mesh size (or an `avg` all-reduce),
-//!   after which the same affine rule holds.
+//!   after which the same affine rule holds. A message carries its value's class from the
+//!   sender to the receiver.
 //!
 //! Under (a)-(c) every output has the form `A(W) + L_W((1/n) Σ_r σ(X_r))` on both sides, for
 //! every replica count `n`, with `A`, `L`, `σ` independent of `n` (`X_r`: replica r's rows,

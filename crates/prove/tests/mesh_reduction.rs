@@ -368,3 +368,34 @@ fn dp_4_pp_and_cp_plans_are_proved_through_the_mesh_reduction_and_their_bugs_ref
         );
     }
 }
+
+/// A tensor held `at:` some dp coordinates only: the replicas do not hold the same pieces
+/// (here ranks 2 and 3 are given no `w` at all), so the reduction along dp refuses it
+/// (condition (a)): the two replicas it keeps both hold `w` and would prove it. An `at:`
+/// naming other mesh dims only (a pipeline stage's weights) is accepted
+/// (`tests/pipeline_reduction.rs`).
+#[test]
+fn a_tensor_held_at_some_dp_coordinates_refuses_the_reduction_condition_a() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[8, 2]", w: "f32[2]"):
+        y: "f32[8, 2]" = torch.ops.aten.mul.Tensor(x, w)
+        return (y,)
+"#;
+    let rank = r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[2, 2]", w: "f32[2]"):
+        y: "f32[2, 2]" = torch.ops.aten.mul.Tensor(x, w)
+        return (y,)
+"#;
+    let case = write_dp4(
+        dir.path(),
+        spec,
+        [rank, rank, rank, rank],
+        "  x: { dp: Shard(0) }\n  w: { placement: Replicate(), at: { dp: [0, 1] } }\n",
+        "  y: { dp: Shard(0) }\n",
+    );
+    let why = reduce_mesh(&case).unwrap().unwrap_err();
+    assert!(why.starts_with("(a)") && why.contains("at:"), "{why}");
+    let proof = prove_case(&case, &ProveConfig::default());
+    assert_ne!(proof.verdict, Verdict::Proved, "{:?}", proof.message);
+}

@@ -1142,8 +1142,9 @@ fn pipeline_findings(program: &shardproof_ir::Program, prop: &Propagation) -> Ve
     };
     let hang = matches!(prop.schedule.problem, Some(ScheduleProblem::Hang(_)));
     let mut out = Vec::new();
+    let dp_groups = pipeline::dp_group_names(program);
     for first in (0..program.ranks.len()).filter(|&r| program.mesh.coords(r)[pp] == 0) {
-        let Some(order) = pipeline::order_of_program(program, pp, first) else {
+        let Some(order) = pipeline::order_with_dp_groups(program, pp, first, &dp_groups) else {
             continue;
         };
         for problem in pipeline::check_order(&order) {

@@ -514,6 +514,30 @@ fn deadlock(order: &PipelineOrder) -> Vec<PipelineProblem> {
 /// read). With a `dp` mesh dim, the all-reduces and reduce-scatters over it are the gradient
 /// syncs. `None` when the ranks exchange no message along `pp`.
 pub fn order_of_program(program: &Program, pp: usize, first: usize) -> Option<PipelineOrder> {
+    order_with_dp_groups(program, pp, first, &dp_group_names(program))
+}
+
+/// The groups over exactly the data-parallel mesh dim (`dp`): their all-reduces and
+/// reduce-scatters synchronize the gradients. The same for every pipeline of a program, so
+/// read once ([`order_with_dp_groups`]).
+pub(crate) fn dp_group_names(program: &Program) -> BTreeSet<&str> {
+    let mesh = &program.mesh;
+    let dp = mesh.dim_index("dp").filter(|&d| mesh.dims[d].1 > 1);
+    program
+        .groups
+        .iter()
+        .filter(|g| dp.is_some() && crate::group_dims(mesh, &g.members) == dp.map(|d| vec![d]))
+        .map(|g| g.name.as_str())
+        .collect()
+}
+
+/// [`order_of_program`] with the program's [`dp_group_names`] given.
+pub(crate) fn order_with_dp_groups(
+    program: &Program,
+    pp: usize,
+    first: usize,
+    dp_groups: &BTreeSet<&str>,
+) -> Option<PipelineOrder> {
     let mesh = &program.mesh;
     let stages = mesh.dims.get(pp)?.1;
     let base = mesh.coords(first);
@@ -523,15 +547,6 @@ pub fn order_of_program(program: &Program, pp: usize, first: usize) -> Option<Pi
         mesh.rank(&c)
     };
     let stage_of: HashMap<usize, usize> = (0..stages).map(|s| (rank_of(s), s)).collect();
-    // Groups over exactly the data-parallel mesh dim (`dp`): their all-reduces and
-    // reduce-scatters synchronize the gradients.
-    let dp = mesh.dim_index("dp").filter(|&d| mesh.dims[d].1 > 1);
-    let dp_groups: BTreeSet<&str> = program
-        .groups
-        .iter()
-        .filter(|g| dp.is_some() && crate::group_dims(mesh, &g.members) == dp.map(|d| vec![d]))
-        .map(|g| g.name.as_str())
-        .collect();
     let mut devices = Vec::with_capacity(stages);
     let mut microbatches = 0;
     let mut backward = false;

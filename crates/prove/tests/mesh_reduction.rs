@@ -285,12 +285,15 @@ fn emit_p2p(
 }
 
 /// Since send/recv name their peers within the 'pp'/'cp' group, the dp replicas of a pp or cp
-/// plan run one graph. Still, no proof carries over through the reduction: dp x pp stages'
-/// inputs are held `at:` the first stage (condition (a)), and dp x cp's ring is a
-/// point-to-point operator, whose messages (c) does not follow across replicas. The reduced
-/// dp x cp case keeps each replica's ring. Bugs are refuted at full size, never proved.
+/// plan run one graph. dp x pp goes through the reduction: its stages' inputs are held `at:`
+/// pipeline coordinates, the same at every dp coordinate, and each message stays within its
+/// replica, so the classes of (b)-(c) are carried from sender to receiver; the correct plan is
+/// proved through it and its bugs are refuted on the case as written. dp x cp's ring lifts the
+/// same way (its messages stay within a replica's cp group), and its two-replica case is
+/// decided at full size; through the default configuration shape reduction then refuses the
+/// ring's `logsumexp`. Bugs are never proved; both are checked at full size too.
 #[test]
-fn dp_4_pp_and_cp_plans_prove_no_bug_through_the_mesh_reduction() {
+fn dp_4_pp_and_cp_plans_are_proved_through_the_mesh_reduction_and_their_bugs_refuted() {
     let full_size = ProveConfig {
         reduce: false,
         ..ProveConfig::default()
@@ -305,37 +308,48 @@ fn dp_4_pp_and_cp_plans_prove_no_bug_through_the_mesh_reduction() {
         let bad_dir = tempfile::tempdir().unwrap();
         let bad = emit_p2p(bad_dir.path(), model, mesh, Some(bug), fw, mb);
         for (case, buggy) in [(&good, false), (&bad, true)] {
-            let m = reduce_mesh(case).expect("a dp dim of 4");
-            if mesh.contains("pp") {
-                let why = m.expect_err("dp x pp is refused");
-                assert!(why.contains("(a)") && why.contains("at:"), "{mesh}: {why}");
-            } else {
-                let m = m.expect("dp x cp is reduced");
-                let lifts = m
-                    .lifts
-                    .clone()
-                    .expect_err("a p2p plan's proof does not lift");
-                assert!(lifts.contains("PointToPoint"), "{lifts}");
-                assert_eq!(m.case.program.ranks.len(), 4);
+            let m = reduce_mesh(case)
+                .expect("a dp dim of 4")
+                .expect("a p2p plan is reduced");
+            assert_eq!(m.lifts, Ok(()), "{mesh} {bug} {buggy}");
+            assert_eq!(m.case.program.ranks.len(), 4);
+            if mesh.contains("cp") {
                 // The reduced mesh's rings: the 'cp' slices at dp coordinates 0 and 1, in
                 // rank order, so that a peer index names the same neighbour as in the case.
                 let cp = m.case.program.group("cp").expect("a cp group");
                 assert_eq!(cp.members, vec![vec![0, 1], vec![2, 3]]);
-                // Run at full size, its ring's messages pair (no hang, no invalid peer) and
-                // the loss differs: the ranks' `1/4` is not rewritten to `1/2` where (c)
-                // fails, so the reduced case is not the case's image, and a refutation of it
-                // is replayed on the case as written (below: no verdict through it).
-                let reduced = prove_case(&m.case, &full_size);
-                assert_eq!(reduced.verdict, Verdict::Refuted, "{:?}", reduced.message);
-                let msg = reduced.message.unwrap_or_default();
-                assert!(msg.contains("`loss`[] differs"), "{buggy}: {msg}");
             }
             let through = prove_case(case, &ProveConfig::default());
-            assert_ne!(through.verdict, Verdict::Proved, "{mesh} {bug} {buggy}");
-            assert!(
-                through.mesh.is_none(),
-                "{mesh}: no verdict through the reduction"
+            if mesh.contains("cp") {
+                // The ring's `logsumexp` has no shape-reduction rule: not proved through the
+                // default configuration; the two-replica case at full size is decided.
+                assert_ne!(through.verdict, Verdict::Proved, "{bug} {buggy}");
+                let msg = through.message.unwrap_or_default();
+                assert!(msg.contains("logsumexp"), "{msg}");
+                let two = prove_case(&m.case, &full_size);
+                let want = if buggy {
+                    Verdict::Refuted
+                } else {
+                    Verdict::Proved
+                };
+                assert_eq!(two.verdict, want, "{bug} {buggy}: {:?}", two.message);
+                continue;
+            }
+            let reduced = through.mesh.as_ref().map(|m| (m.original, m.reduced));
+            assert_eq!(
+                reduced,
+                Some((4, 2)),
+                "{mesh} {bug} {buggy}: {:?} {:?}",
+                through.mesh_kept,
+                through.message
             );
+            if buggy {
+                assert_eq!(through.verdict, Verdict::Refuted, "{:?}", through.message);
+                assert!(through.counterexample.is_some(), "{bug}");
+                assert_eq!(through.ranks, case.program.ranks.len(), "{bug}: as written");
+            } else {
+                assert_eq!(through.verdict, Verdict::Proved, "{:?}", through.message);
+            }
         }
         let proof = prove_case(&bad, &full_size);
         assert_eq!(
@@ -353,4 +367,35 @@ fn dp_4_pp_and_cp_plans_prove_no_bug_through_the_mesh_reduction() {
             proof.message
         );
     }
+}
+
+/// A tensor held `at:` some dp coordinates only: the replicas do not hold the same pieces
+/// (here ranks 2 and 3 are given no `w` at all), so the reduction along dp refuses it
+/// (condition (a)): the two replicas it keeps both hold `w` and would prove it. An `at:`
+/// naming other mesh dims only (a pipeline stage's weights) is accepted
+/// (`tests/pipeline_reduction.rs`).
+#[test]
+fn a_tensor_held_at_some_dp_coordinates_refuses_the_reduction_condition_a() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[8, 2]", w: "f32[2]"):
+        y: "f32[8, 2]" = torch.ops.aten.mul.Tensor(x, w)
+        return (y,)
+"#;
+    let rank = r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[2, 2]", w: "f32[2]"):
+        y: "f32[2, 2]" = torch.ops.aten.mul.Tensor(x, w)
+        return (y,)
+"#;
+    let case = write_dp4(
+        dir.path(),
+        spec,
+        [rank, rank, rank, rank],
+        "  x: { dp: Shard(0) }\n  w: { placement: Replicate(), at: { dp: [0, 1] } }\n",
+        "  y: { dp: Shard(0) }\n",
+    );
+    let why = reduce_mesh(&case).unwrap().unwrap_err();
+    assert!(why.starts_with("(a)") && why.contains("at:"), "{why}");
+    let proof = prove_case(&case, &ProveConfig::default());
+    assert_ne!(proof.verdict, Verdict::Proved, "{:?}", proof.message);
 }

@@ -84,15 +84,30 @@ pub fn group_dims(mesh: &Mesh, members: &[Vec<usize>]) -> Option<Vec<usize>> {
         })
         .collect();
     sorted.sort();
-    for mask in 0u32..(1 << n) {
-        let dims: Vec<usize> = (0..n).filter(|d| mask & (1 << d) != 0).collect();
-        let mut g = mesh.groups_along(&dims);
-        g.sort();
-        if g == sorted {
-            return Some(dims);
+    // The only dims that can fit: those of size over 1 along which some group's members
+    // differ (a dim of size 1 splits nothing, and the masks are tried smallest first, so a
+    // fit never names one). One `groups_along` to confirm, where every mask was tried
+    // before (issue 44: 2^n scans of every rank, per group, per pipeline on 8192 ranks).
+    let mut varying = vec![false; n];
+    for m in &sorted {
+        let Some(&first) = m.first() else { continue };
+        if first >= mesh.size() {
+            return None;
+        }
+        let base = mesh.coords(first);
+        for &r in &m[1..] {
+            if r >= mesh.size() {
+                return None;
+            }
+            for (d, (a, b)) in mesh.coords(r).iter().zip(&base).enumerate() {
+                varying[d] |= a != b;
+            }
         }
     }
-    None
+    let dims: Vec<usize> = (0..n).filter(|&d| varying[d]).collect();
+    let mut g = mesh.groups_along(&dims);
+    g.sort();
+    (g == sorted).then_some(dims)
 }
 
 /// For every node of one graph, the index of the same node in another, where asked

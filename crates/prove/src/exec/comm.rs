@@ -254,5 +254,19 @@ pub(super) fn point_to_point(
         .inputs()
         .first()
         .and_then(|v| states[sr].env[v.node][v.output].clone());
+    // The recv's buffer has the type it declares: a message of another shape or dtype has no
+    // meaning (the interpreter refuses to run it), and passing it on would let the receiver
+    // compute on a tensor its own graph does not describe.
+    if let (Some(t), Some(ty)) = (&value, node.outputs.first().and_then(|o| o.ty.as_ref())) {
+        let declared: Option<Vec<usize>> = ty
+            .concrete_shape()
+            .map(|s| s.iter().map(|&d| d as usize).collect());
+        if declared.as_ref() != Some(&t.shape) || ty.dtype != t.dtype {
+            return Err(ExecError::invalid(format!(
+                "rank {r}: `{}` declares {:?} {:?} but receives {:?} {:?} from rank {sr}'s `{}`",
+                node.name, ty.dtype, declared, t.dtype, t.shape, sent.name
+            )));
+        }
+    }
     Ok(P2p::Done(value))
 }

@@ -5,8 +5,9 @@
 //!
 //! - **(a) one graph along dp**: ranks that differ only in their dp coordinate run the same
 //!   graph, constants included (so no constant depends on the dp coordinate); inputs and
-//!   outputs are `Shard` or `Replicate` along dp, every process group either spans dp whole or
-//!   stays at one dp coordinate.
+//!   outputs are `Shard` or `Replicate` along dp (held `at:` coordinates of other dims only),
+//!   every process group either spans dp whole or stays at one dp coordinate, and every
+//!   point-to-point message stays within one replica, the same at every replica.
 //! - **(b) batch-local spec**: every spec operator maps the dp-sharded (batch) dim through row
 //!   by row — no reduction, softmax, slice or concatenation along it, a reshape only with the
 //!   batch as the outermost factor — until a reduction over it of the form below.
@@ -16,7 +17,8 @@
 //!   affine in it (sums, scalings by batch-free values; no product of two reduced values, no
 //!   nonlinear function of one). On the ranks, the replicas meet only through a sum
 //!   `all_reduce` over dp followed by a division by the mesh size (or an `avg` all-reduce),
-//!   after which the same affine rule holds.
+//!   after which the same affine rule holds. A message carries its value's class from the
+//!   sender to the receiver.
 //!
 //! Under (a)-(c) every output has the form `A(W) + L_W((1/n) Σ_r σ(X_r))` on both sides, for
 //! every replica count `n`, with `A`, `L`, `σ` independent of `n` (`X_r`: replica r's rows,
@@ -80,8 +82,13 @@ fn placement_along(layout: &Layout, g: usize, what: &str) -> Result<Placement, S
     let Layout::Placed(p) = layout else {
         return Err(format!("(a) `{what}` has an `expr:` layout"));
     };
-    if !p.at.is_empty() {
-        return Err(format!("(a) `{what}` is held only `at:` some ranks"));
+    // Held `at:` coordinates of other mesh dims (a pipeline stage's weights): the same
+    // holders at every dp coordinate, so the replicas still run one program on the same
+    // pieces. Held at some dp coordinates only, the replicas differ.
+    if p.at.iter().any(|h| h.dim == g) {
+        return Err(format!(
+            "(a) `{what}` is held only `at:` some dp coordinates"
+        ));
     }
     let pl = p.placements.get(g).cloned().unwrap_or(Placement::Replicate);
     match (&pl, &p.blocks) {
@@ -211,13 +218,21 @@ fn build(case: &Case, g: usize, d: usize) -> Result<MeshReduction, String> {
     if case.outputs.is_empty() && lifts.is_ok() {
         lifts = Err("(c) the case states no outputs, so their layouts along dp are unknown".into());
     }
-    // Ranks: one classification per distinct graph.
+    // Ranks: one classification per replica-0 rank, the classes of point-to-point messages
+    // carried from sender to receiver until every rank's settle.
+    let messages = replica_messages(case, g, &base_of)?;
+    let mut classified = classify_ranks(case, &base_of, g, d, &scaled, &messages);
     let mut rank_lits: HashMap<usize, Vec<LitRewrite>> = HashMap::new();
     for r in 0..ranks.len() {
         if base_of[r] != r || rank_lits.contains_key(&r) {
             continue;
         }
-        match classify_rank(case, r, g, d, &scaled) {
+        let result = classified.remove(&r).unwrap_or_else(|| {
+            Err(format!(
+                "(c) rank {r} receives a message whose class never settles (a cycle of messages)"
+            ))
+        });
+        match result {
             Ok((classes, mut lits, mut pending)) => {
                 for (e, pl) in case.outputs.iter().zip(&out_place) {
                     for &(rr, rv) in &e.rank_values {
@@ -1031,14 +1046,8 @@ fn classify_rank(
     gdim: usize,
     d: usize,
     scaled: &HashSet<ValueId>,
-) -> Result<
-    (
-        HashMap<ValueId, Cls>,
-        Vec<LitRewrite>,
-        HashMap<ValueId, LitRewrite>,
-    ),
-    String,
-> {
+    msgs: &mut Messages,
+) -> Result<RankClasses, Stop> {
     let g = &case.program.ranks[r];
     let mesh = &case.program.mesh;
     let reg = Registry::builtin();
@@ -1074,10 +1083,10 @@ fn classify_rank(
                         _ => Cls::Free,
                     },
                     None => {
-                        return Err(format!(
+                        return Err(Stop::Fails(format!(
                             "(a) {}: an input the case does not lay out",
                             here()
-                        ))
+                        )))
                     }
                 };
                 cls.insert(v, c);
@@ -1100,16 +1109,43 @@ fn classify_rank(
         match def.class {
             OpClass::Pure | OpClass::Wait => {}
             OpClass::Collective if b.starts_with("_c10d_functional.") => {}
+            OpClass::PointToPoint => {
+                // A send's result is the posted value; a recv's buffer is the value its
+                // sender posted, on the same replica (`replica_messages`).
+                let c = if b == "shardproof_p2p.send" {
+                    let x = node
+                        .inputs()
+                        .first()
+                        .copied()
+                        .ok_or_else(|| format!("(a) {}: a send of nothing", here()))?;
+                    let c = cls[&x];
+                    msgs.sent.insert((r, i), c);
+                    c
+                } else {
+                    let from = msgs
+                        .pairs
+                        .get(&(r, i))
+                        .ok_or_else(|| format!("(a) {}: a recv no rank sends to", here()))?;
+                    match msgs.sent.get(from) {
+                        Some(&c) => c,
+                        None => return Err(Stop::Blocked),
+                    }
+                };
+                for &v in &outs {
+                    cls.insert(v, c);
+                }
+                continue;
+            }
             other => {
                 // Messages between ranks and random draws are not compared across replicas.
-                return Err(format!("(a) {}: a {other:?} operator", here()));
+                return Err(Stop::Fails(format!("(a) {}: a {other:?} operator", here())));
             }
         }
         let get =
             |name: &str| -> Option<Arg> { def.schema.index_of(name).and_then(|_| bound.get(name)) };
         let ins = value_args(node);
         let ic: Vec<Cls> = ins.iter().map(|v| cls[v]).collect();
-        let bad = |what: &str| Err(format!("{what} at {}", here()));
+        let bad = |what: &str| Err(Stop::Fails(format!("{what} at {}", here())));
         let local = ic.iter().all(|c| matches!(c, Cls::Free | Cls::RLocal));
         // A multiplication or division by a whole multiple `k·D` of the replica count: its
         // rewrite to `k·2`.
@@ -1229,6 +1265,119 @@ fn classify_rank(
     }
     Ok((cls, lits, pending))
 }
+
+/// The messages of the case as the interpreter pairs them (recv (rank, node) -> send (rank,
+/// node)), checked to stay within one dp replica and to be the same at every replica: the
+/// message a rank receives is, moved to dp coordinate 0, the one its replica-0 rank receives.
+/// Then a value received on replica 0 stands for the value received on every replica, and
+/// classes carried along replica 0's messages are every replica's (condition (a)). Empty
+/// where no graph has a point-to-point call.
+fn replica_messages(case: &Case, g: usize, base_of: &[usize]) -> Result<Pairs, String> {
+    let ranks = &case.program.ranks;
+    let first = shardproof_interp::first_equal(ranks);
+    let any = (0..ranks.len()).any(|r| first[r] == r && super::has_point_to_point(&ranks[r]));
+    if !any {
+        return Ok(Default::default());
+    }
+    let sched = shardproof_interp::schedule(&case.program, &case.ops, None);
+    if let Some(p) = &sched.problem {
+        return Err(format!(
+            "(a) the point-to-point messages do not pair: {}",
+            p.message()
+        ));
+    }
+    let mesh = &case.program.mesh;
+    for (&(rr, ri), &(sr, si)) in &sched.messages {
+        if mesh.coords(rr)[g] != mesh.coords(sr)[g] {
+            return Err(format!(
+                "(a) rank {rr} receives a message from rank {sr}, another dp replica"
+            ));
+        }
+        if sched.messages.get(&(base_of[rr], ri)) != Some(&(base_of[sr], si)) {
+            return Err(format!(
+                "(a) rank {rr}'s message from rank {sr} is not the one its replica-0 rank {} receives",
+                base_of[rr]
+            ));
+        }
+    }
+    Ok(sched.messages)
+}
+
+/// Point-to-point messages: recv (rank, node) -> send (rank, node).
+type Pairs = std::collections::BTreeMap<(usize, usize), (usize, usize)>;
+
+/// The point-to-point state of [`classify_ranks`]: the pairing, and the class of every
+/// posted value classified so far, by (replica-0 rank, send node).
+struct Messages<'a> {
+    pairs: &'a Pairs,
+    sent: HashMap<(usize, usize), Cls>,
+}
+
+/// Why a rank's classification stopped.
+enum Stop {
+    /// A condition fails, in words.
+    Fails(String),
+    /// A recv whose send is not classified yet.
+    Blocked,
+}
+
+impl From<String> for Stop {
+    fn from(why: String) -> Self {
+        Stop::Fails(why)
+    }
+}
+
+/// The classification of every replica-0 rank, passes repeated while a blocked rank's senders
+/// make progress (a pipeline's later stages wait for the earlier ones, and a 1F1B schedule's
+/// backward messages for the later stages). A rank still blocked when no pass makes progress
+/// is left out.
+fn classify_ranks(
+    case: &Case,
+    base_of: &[usize],
+    g: usize,
+    d: usize,
+    scaled: &HashSet<ValueId>,
+    pairs: &Pairs,
+) -> HashMap<usize, Result<RankClasses, String>> {
+    let bases: Vec<usize> = (0..base_of.len()).filter(|&r| base_of[r] == r).collect();
+    let mut msgs = Messages {
+        pairs,
+        sent: HashMap::new(),
+    };
+    let mut out = HashMap::new();
+    loop {
+        let mut progressed = false;
+        for &r in &bases {
+            if out.contains_key(&r) {
+                continue;
+            }
+            let known = msgs.sent.len();
+            match classify_rank(case, r, g, d, scaled, &mut msgs) {
+                Ok(c) => {
+                    out.insert(r, Ok(c));
+                }
+                Err(Stop::Fails(why)) => {
+                    out.insert(r, Err(why));
+                }
+                Err(Stop::Blocked) => {
+                    progressed |= msgs.sent.len() > known;
+                    continue;
+                }
+            }
+            progressed = true;
+        }
+        if out.len() == bases.len() || !progressed {
+            return out;
+        }
+    }
+}
+
+/// A rank's classes, its literal rewrites, and those pending on an output's spec class.
+type RankClasses = (
+    HashMap<ValueId, Cls>,
+    Vec<LitRewrite>,
+    HashMap<ValueId, LitRewrite>,
+);
 
 /// How many call arguments read each node's values.
 fn readers(g: &Graph) -> Vec<usize> {

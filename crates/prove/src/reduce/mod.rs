@@ -25,7 +25,7 @@ pub mod sizes;
 use rules::{GraphDims, LitValue};
 use serde::Serialize;
 use shardproof_case::{Blocks, Case, Layout};
-use shardproof_ir::{Arg, Dim, Graph, NodeKind, TensorType};
+use shardproof_ir::{Arg, Dim, Graph, NodeKind, TensorType, ValueId};
 use sizes::{Mono, Sizes, Unexplained};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -236,6 +236,7 @@ fn reduce_with(case: &Case, strict: bool) -> Result<Reduction, Refusal> {
         })?;
         walked.insert(r, dims);
     }
+    unify_messages(case, &first, &walked, &mut sizes)?;
     // The expected outputs' placements relate the ranks' outputs to the spec's.
     for e in &case.outputs {
         let Some(global) = spec.dims_of(e.spec_value) else {
@@ -369,6 +370,97 @@ fn reduce_with(case: &Case, strict: bool) -> Result<Reduction, Refusal> {
         inputs,
         mesh_literals,
     })
+}
+
+/// Whether a graph calls a point-to-point operator.
+pub(crate) fn has_point_to_point(g: &Graph) -> bool {
+    g.nodes.iter().any(|n| {
+        n.op()
+            .is_some_and(|op| op.namespace == shardproof_ops::P2P_NAMESPACE)
+    })
+}
+
+/// A recv's buffer holds the tensor the matched send posts (a copy: one kernel per index, the
+/// identity mapping), so the two have the same sizes: each recv's dims are unified with its
+/// send's input's, pairs as the interpreter delivers them (the k-th recv from a peer with a
+/// tag takes the k-th send to it with that tag). A program whose messages do not pair (a
+/// hang, an invalid peer) is not reduced.
+fn unify_messages(
+    case: &Case,
+    first: &[usize],
+    walked: &HashMap<usize, GraphDims>,
+    sizes: &mut Sizes,
+) -> Result<(), Refusal> {
+    let distinct = || (0..first.len()).filter(|&r| first[r] == r);
+    if !distinct().any(|r| has_point_to_point(&case.program.ranks[r])) {
+        return Ok(());
+    }
+    let sched = shardproof_interp::schedule(&case.program, &case.ops, None);
+    if let Some(p) = &sched.problem {
+        return Err(Refusal {
+            op: Some("shardproof_p2p.recv".into()),
+            message: format!(
+                "the point-to-point messages do not pair, so their sizes are not related: {}",
+                p.message()
+            ),
+        });
+    }
+    let mut matched = 0usize;
+    for (&(rr, ri), &(sr, si)) in &sched.messages {
+        let recv_graph = &case.program.ranks[rr];
+        let send_graph = &case.program.ranks[sr];
+        let recv = walked[&first[rr]].dims_of(ValueId::new(ri, 0));
+        let sent = send_graph.nodes[si].inputs().first().copied();
+        let send = sent.and_then(|v| walked[&first[sr]].dims_of(v));
+        let (Some(recv), Some(send)) = (recv, send) else {
+            return Err(Refusal::new(format!(
+                "{}: the sizes of a message are unknown",
+                rules::location(recv_graph, ri)
+            )));
+        };
+        if recv.len() != send.len() {
+            return Err(Refusal::new(format!(
+                "{}: receives a tensor of rank {} from {}, which sends one of rank {}",
+                rules::location(recv_graph, ri),
+                recv.len(),
+                rules::location(send_graph, si),
+                send.len()
+            )));
+        }
+        let what = format!(
+            "{} receives from {}",
+            rules::location(recv_graph, ri),
+            rules::location(send_graph, si)
+        );
+        for (a, b) in recv.iter().zip(send) {
+            sizes.unify(a, b, &what)?;
+        }
+        matched += 1;
+    }
+    // Every recv takes a message (a schedule without a problem pairs them all); one left
+    // without would keep sizes no sender relates.
+    let per_graph: HashMap<usize, usize> = distinct()
+        .map(|r| {
+            let n = case.program.ranks[r]
+                .nodes
+                .iter()
+                .filter(|n| {
+                    n.op().is_some_and(|op| {
+                        op.namespace == shardproof_ops::P2P_NAMESPACE && op.name == "recv"
+                    })
+                })
+                .count();
+            (r, n)
+        })
+        .collect();
+    let recvs: usize = first.iter().map(|f| per_graph[f]).sum();
+    if matched != recvs {
+        return Err(Refusal::new(format!(
+            "{} of {recvs} recvs take a message: the others' sizes are not related",
+            matched
+        )));
+    }
+    Ok(())
 }
 
 /// Sets argument `name` of a call node, positionally or by keyword as it was given (or

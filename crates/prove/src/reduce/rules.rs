@@ -176,6 +176,10 @@ const STRUCTURAL: &[&str] = &[
     "scale_grad_by_freq",
     "sparse",
     "pin_memory",
+    // A point-to-point call's peer and tag route its message; they never enter a value.
+    "src",
+    "dst",
+    "tag",
 ];
 
 /// Integers a value literal `c` may be a product of sizes behind: `c`, `1/c`, `c^2`, `1/c^2`.
@@ -463,6 +467,21 @@ impl Cx<'_> {
                     vec![d]
                 }
                 "aten.arange" => vec![self.arange()?],
+                // A send's result is its input (the handle of the posted tensor).
+                "shardproof_p2p.send" => vec![self.tensor("input")?],
+                // A recv's buffer has the sizes of the tensor the matched send posts: fresh
+                // here, unified with the sender's across graphs once every graph is walked
+                // (`super::unify_messages`), and its `size` literal rewritten from them.
+                "shardproof_p2p.recv" => {
+                    let shape = self.out_shape(0)?;
+                    let d = self.fresh(&shape, "received");
+                    self.literals.push(Literal {
+                        node: self.i,
+                        arg: "size",
+                        value: LitValue::Sizes(d.iter().cloned().map(Some).collect()),
+                    });
+                    vec![d]
+                }
                 "aten.embedding" => {
                     let w = self.tensor("weight")?;
                     let mut idx = self.tensor("indices")?;

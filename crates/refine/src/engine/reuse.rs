@@ -184,6 +184,9 @@ pub(super) fn assign_twins(sigs: &[Vec<(ValueId, Option<String>)>]) -> Vec<Vec<V
 /// a few per rank (the ranks' local products and their collectives).
 const MAX_DEFINED: usize = 256;
 
+/// How many levels of the defined tensors' sources a reuse check defines too (see [`check`]).
+const SOURCE_LEVELS: usize = 2;
+
 /// A renaming of the twin's implementation tensors (leaf symbols) onto this operator's.
 struct Renaming<'a> {
     imp: &'a Impl<'a>,
@@ -392,7 +395,7 @@ impl<'a> Renaming<'a> {
             .collect();
         candidates.sort_unstable();
         candidates.dedup();
-        let w = candidates.into_iter().find(|w| {
+        let mut matching = candidates.into_iter().filter(|w| {
             let Some(Lowered::Term(tw)) = imp.lowered.get(w) else {
                 return false;
             };
@@ -407,7 +410,25 @@ impl<'a> Renaming<'a> {
                         None => imp.const_only.contains(&y),
                     }
                 })
-        })?;
+        });
+        // Several tensors can compute the same operator from the same images (each microbatch
+        // transposes the same weight again): take one that no other twin tensor is renamed to
+        // yet, so that distinct tensors stay distinct. Two renamed onto one still give a true
+        // relation (it is checked), but one naming fewer tensors than inference finds
+        // (`t_16 = t_16` for `t_16 = t_37`), whose readers in later layers then fail to rename.
+        let first = matching.next()?;
+        let taken = |w: &ValueRef| {
+            let s = self.symbol(*w);
+            self.map.values().any(|&m| m == s)
+        };
+        let w = if taken(&first) {
+            std::iter::once(first)
+                .chain(matching)
+                .find(|w| !taken(w))
+                .unwrap_or(first)
+        } else {
+            first
+        };
         let s = self.symbol(w);
         self.map.insert(sym, s);
         self.defined.push(w);
@@ -509,6 +530,19 @@ pub(super) fn alike(imp: &Impl, a: &Rel, b: &Rel, across: bool) -> bool {
         defined: Vec::new(),
     }
     .match_rel(a, b)
+}
+
+/// `rel` renamed by the renaming that starts from the leaf pairs `bound` and extends through
+/// the implementation (a twin's output relation renamed onto an operator's tensors).
+#[cfg(test)]
+pub(super) fn renamed(imp: &Impl, bound: &[(Symbol, Symbol)], rel: &Rel) -> Option<Rel> {
+    Renaming {
+        imp,
+        map: bound.iter().copied().collect(),
+        ranks: None,
+        defined: Vec::new(),
+    }
+    .rename_rel(rel)
 }
 
 /// A set of lemmas' rewrites.
@@ -641,23 +675,30 @@ fn check(
             define(&mut eg, imp, d, &mut added);
         }
     }
-    // And the tensors those are computed from, one level back: they are the inputs' tensors
-    // (or others defined), and exploration's first round brings their definitions in too.
-    // Without them the llama attention backward's `grad x V` product never checked: its rank
-    // product reads `view(transpose_33)` while the value's relation names both `view_100` and
-    // `transpose_33`, and only `transpose_33 = transpose(view_100)` joins the two forms.
-    let mut sources = Vec::new();
-    for &d in defined {
-        if let Some(Lowered::Term(t)) = imp.lowered.get(&d) {
-            let mut xs = Vec::new();
-            tpl_values(t, &mut xs);
-            sources.extend(xs.into_iter().map(|x| imp.canon(x)));
+    // And the tensors those are computed from, up to [`SOURCE_LEVELS`] back: they are the
+    // inputs' tensors (or others defined), and exploration's rounds bring their definitions in
+    // too. Without the first level the llama attention backward's `grad x V` product never
+    // checked: its rank product reads `view(transpose_33)` while the value's relation names
+    // both `view_100` and `transpose_33`, and only `transpose_33 = transpose(view_100)` joins
+    // the two forms. Without the second, no residual add past a stage's first layer checked:
+    // its ranks' sums are equal (`add_20 = add_18 + view(all_reduce_6)` on each tensor-parallel
+    // rank) only through the all-reduce two levels back, so each layer inferred both afresh.
+    let mut level: Vec<ValueRef> = defined.to_vec();
+    for _ in 0..SOURCE_LEVELS {
+        let mut sources = Vec::new();
+        for &d in &level {
+            if let Some(Lowered::Term(t)) = imp.lowered.get(&d) {
+                let mut xs = Vec::new();
+                tpl_values(t, &mut xs);
+                sources.extend(xs.into_iter().map(|x| imp.canon(x)));
+            }
         }
-    }
-    for d in sources {
-        if added.insert(d) {
-            define(&mut eg, imp, d, &mut added);
+        for &d in &sources {
+            if added.insert(d) {
+                define(&mut eg, imp, d, &mut added);
+            }
         }
+        level = sources;
     }
     // Each goal: classes that must end as one.
     let mut goals: Vec<Vec<Id>> = vec![std::iter::once(root)

@@ -823,6 +823,62 @@ fn twins_inputs_match_in_any_order_and_across_ranks_only_one_to_one() {
     assert!(!super::reuse::alike(&imp, &twin, &one_rank, true));
 }
 
+/// A renaming keeps distinct tensors distinct where several compute the same operator from
+/// the same images: with two accumulation steps each rank transposes each weight twice
+/// (`t = t(w1_0)`, `t_4 = t(w1_0)`), and a twin's relation naming both (equal leaves) renames
+/// onto both, not onto the first twice (`t = t`, a true relation naming fewer tensors than
+/// inference finds, which made the 70b-tiny's later projections fail to rename).
+#[test]
+fn a_renaming_keeps_tensors_computed_alike_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    emit_to_dir(
+        &EmitOptions {
+            model: "mlp".into(),
+            mlp: shardproof_zoo::MlpConfig {
+                batch: 4,
+                ..Default::default()
+            },
+            llama: LlamaConfig::default(),
+            mesh: Mesh::parse("tp=2").unwrap(),
+            bug: None,
+            forward_only: false,
+            vocab_parallel: false,
+        },
+        &EmitExtras::default(),
+        &shardproof_zoo::TrainOptions {
+            grad_accum: 2,
+            ..TrainOptions::PLAIN
+        },
+        &PipelineOptions::default(),
+        dir.path(),
+    )
+    .unwrap();
+    let case = shardproof_case::load_case(&dir.path().join("case.yaml")).unwrap();
+    let imp = impl_of(&case);
+    // Rank 0's transposes of its first weight shard, in program order.
+    let g = &case.program.ranks[0];
+    let w = g
+        .nodes
+        .iter()
+        .position(|n| n.name == "w1_0")
+        .expect("the weight shard");
+    let transposes: Vec<Symbol> = g
+        .nodes
+        .iter()
+        .filter(|n| {
+            n.op().map(|o| o.to_string()).as_deref() == Some("aten.t.default")
+                && n.inputs().first().is_some_and(|x| x.node == w)
+        })
+        .map(|n| Symbol::from(leaf_symbol(0, &n.name)))
+        .collect();
+    assert_eq!(transposes.len(), 2, "{transposes:?}");
+    let weight = Symbol::from(leaf_symbol(0, "w1_0"));
+    let mut rel = Rel::of(Vec::new(), true);
+    rel.equal_leaves = vec![transposes.clone()];
+    let out = super::reuse::renamed(&imp, &[(weight, weight)], &rel).expect("renames");
+    assert_eq!(out.equal_leaves, vec![transposes]);
+}
+
 /// A later layer's operators take the first layer's relations, checked, and the report is the
 /// one full inference gives, byte for byte (timing aside).
 #[test]

@@ -119,3 +119,59 @@ fn the_same_skeleton_is_confirmed_through_communication_and_names() {
         assert!(sg.same(&g, i, &sh, &h, j, d, &mut memo), "depth {d}");
     }
 }
+
+/// `group_dims` as it was defined: the first mask, smallest first, whose groups are the
+/// members (every mask tried), for the reading by varying dims to match.
+fn group_dims_by_masks(mesh: &Mesh, members: &[Vec<usize>]) -> Option<Vec<usize>> {
+    let n = mesh.dims.len();
+    let mut sorted: Vec<Vec<usize>> = members
+        .iter()
+        .map(|m| {
+            let mut m = m.clone();
+            m.sort_unstable();
+            m
+        })
+        .collect();
+    sorted.sort();
+    (0u32..(1 << n)).find_map(|mask| {
+        let dims: Vec<usize> = (0..n).filter(|d| mask & (1 << d) != 0).collect();
+        let mut g = mesh.groups_along(&dims);
+        g.sort();
+        (g == sorted).then_some(dims)
+    })
+}
+
+#[test]
+fn group_dims_matches_the_search_over_every_mask() {
+    for sizes in [vec![2, 3, 2], vec![1, 4, 1, 2], vec![3], vec![], vec![2, 0]] {
+        let mesh = Mesh::new(sizes.iter().map(|&s| (format!("d{s}"), s)).collect());
+        let n = sizes.len();
+        let mut cases: Vec<Vec<Vec<usize>>> = (0u32..(1 << n))
+            .map(|mask| {
+                let dims: Vec<usize> = (0..n).filter(|d| mask & (1 << d) != 0).collect();
+                let mut groups = mesh.groups_along(&dims);
+                // Listed in another order, members reversed: the same partition.
+                groups.reverse();
+                groups.iter_mut().for_each(|g| g.reverse());
+                groups
+            })
+            .collect();
+        // Lists that are no mesh partition: a rank moved to another group, a group left
+        // out, a rank past the mesh, an empty group, no groups.
+        let size = mesh.size();
+        if size >= 4 {
+            cases.push(vec![vec![0, 3], vec![1, 2], (4..size).collect()]);
+            cases.push(vec![(1..size).collect()]);
+        }
+        cases.push(vec![(0..=size).collect()]);
+        cases.push(vec![(0..size).collect(), vec![]]);
+        cases.push(vec![]);
+        for members in &cases {
+            assert_eq!(
+                group_dims(&mesh, members),
+                group_dims_by_masks(&mesh, members),
+                "{sizes:?} {members:?}"
+            );
+        }
+    }
+}

@@ -152,7 +152,7 @@ fn finish(
     );
     if !args.quiet && verdict != Verdict::Invalid {
         errln!(
-            "{} stages, {} proved ({} memo hits) in {:.1} ms",
+            "{} stages, {} distinct ({} memo hits) in {:.1} ms",
             proof.stages.len(),
             proof.distinct_stages,
             proof.memo_hits,
@@ -173,7 +173,7 @@ fn verdict_word(v: Option<ProofVerdict>) -> &'static str {
 
 fn print_text(p: &StagedProof, args: &ProveArgs) {
     outln!(
-        "case {}: spec + {} ranks, {} stages, {} proved, {} decided by the memo",
+        "case {}: spec + {} ranks, {} stages, {} distinct, {} decided by the memo",
         p.case,
         p.ranks,
         p.stages.len(),

@@ -503,9 +503,11 @@ fn a_failed_mesh_condition_is_named_once() {
     .expect_code(0);
     let out = s.run(&["prove", "cp/case.yaml"]);
     out.expect_code(3);
-    // With group-relative peers (dp replicas share their text), the reduction applies to
-    // dp x cp; its proof would not lift through the ring's send/recv (condition (a)).
-    let why = "it would not carry over: (a)";
+    // The reduction lifts dp x cp (the ring's messages stay within a replica and carry their
+    // classes), and the two-replica case is undecided: shape reduction refuses the ring's
+    // `logsumexp`. That reason is the reduction's, named once; the verdict line gives the
+    // case's own.
+    let why = "through the mesh-dim reduction along dp (4 -> 2) it is undecided";
     assert_eq!(out.stdout.matches(why).count(), 1, "{}", out.stdout);
     assert!(
         out.stdout

@@ -22,14 +22,12 @@ use shardproof_ops::Tensor;
 use std::collections::BTreeMap;
 
 mod common;
+use common::chunks::{chunks, megatron, order, Table};
 use common::values::{close, concat, random};
 
 const N: usize = 2;
 const H: usize = 3;
 const H2: usize = 2;
-
-/// Per rank, the `[start, end)` segments of the sequence it picks, in order.
-type Table = Vec<Vec<(usize, usize)>>;
 
 /// How a rank splits the merged dim again.
 #[derive(Clone, Copy, Debug)]
@@ -221,11 +219,6 @@ fn instance(b: usize, s: usize, table: &Table, t: Tail, seed: u64) -> Ran {
     }
 }
 
-/// The sequence rows the ranks hold, in coordinate order.
-fn order(table: &Table) -> Vec<usize> {
-    table.iter().flatten().flat_map(|&(a, e)| a..e).collect()
-}
-
 fn ranks_summed(ran: &Ran) -> Vec<f64> {
     (0..ran.spec_out.len())
         .map(|j| {
@@ -278,23 +271,11 @@ fn claims_hold(ran: &Ran, b: usize, s: usize, table: &Table) -> Result<(bool, bo
     Ok((partial, rows))
 }
 
-fn megatron(c: usize) -> Table {
-    (0..N)
-        .map(|r| vec![(r * c, (r + 1) * c), ((2 * N - 1 - r) * c, (2 * N - r) * c)])
-        .collect()
-}
-
-fn chunks(c: usize, idx: &[Vec<usize>]) -> Table {
-    idx.iter()
-        .map(|r| r.iter().map(|&k| (k * c, (k + 1) * c)).collect())
-        .collect()
-}
-
 #[test]
 fn megatron_chunks_merged_with_the_batch_hold_and_agree_with_the_interpreter() {
     for (b, c) in [(2, 1), (3, 2), (1, 2)] {
         let s = 2 * N * c;
-        let table = megatron(c);
+        let table = megatron(N, c);
         for t in [Tail::SumSeq(Split::Right), Tail::Contract] {
             let ran = instance(b, s, &table, t, (b * 10 + c) as u64);
             let claims = claims_hold(&ran, b, s, &table);
@@ -313,7 +294,7 @@ fn megatron_chunks_merged_with_the_batch_hold_and_agree_with_the_interpreter() {
 #[test]
 fn the_merged_dim_split_in_the_wrong_order_never_holds() {
     // Batch 2, two rows per rank: `[L, B]` permuted interleaves batch and sequence.
-    let table = megatron(1);
+    let table = megatron(N, 1);
     let ran = instance(2, 4, &table, Tail::SumSeq(Split::Swapped), 3);
     assert!(
         !close(&ranks_summed(&ran), &ran.spec_out),

@@ -21,13 +21,11 @@ use shardproof_ops::Tensor;
 use std::collections::BTreeMap;
 
 mod common;
+use common::chunks::{chunks, megatron, order, Table};
 use common::values::{close, random};
 
 const N: usize = 2;
 const H: usize = 3;
-
-/// Per rank, the `[start, end)` segments it picks, in order.
-type Table = Vec<Vec<(usize, usize)>>;
 
 fn ty(s: &[usize]) -> String {
     format!("\"f64{s:?}\"")
@@ -196,11 +194,6 @@ fn instance(s: usize, table: &Table, pos: Option<Option<&Table>>, seed: u64) -> 
     }
 }
 
-/// The rows the ranks hold, in coordinate order.
-fn order(table: &Table) -> Vec<usize> {
-    table.iter().flatten().flat_map(|&(a, b)| a..b).collect()
-}
-
 /// The sum of the ranks' `out` (what a `Partial(sum)` claim says equals the spec's).
 fn ranks_summed(ran: &Ran) -> Vec<f64> {
     (0..H)
@@ -253,18 +246,10 @@ fn claims_hold(ran: &Ran, table: &Table) -> Result<(bool, bool), String> {
     Ok((partial, rows))
 }
 
-/// Megatron's layout over `n = 2` coordinates of chunks of `c` rows: coordinate r holds
-/// chunks r and 2n-1-r.
-fn megatron(c: usize) -> Table {
-    (0..N)
-        .map(|r| vec![(r * c, (r + 1) * c), ((2 * N - 1 - r) * c, (2 * N - r) * c)])
-        .collect()
-}
-
 #[test]
 fn megatron_chunks_hold_and_agree_with_the_interpreter() {
     for c in 1..=3 {
-        let table = megatron(c);
+        let table = megatron(N, c);
         let ran = instance(4 * c, &table, Some(Some(&table)), c as u64);
         eprintln!("{}", ran.report.render());
         assert_eq!(claims_hold(&ran, &table), Ok((true, true)), "c = {c}");
@@ -272,19 +257,12 @@ fn megatron_chunks_hold_and_agree_with_the_interpreter() {
     }
 }
 
-/// A chunk table from chunk indices per coordinate (chunks of `c` rows).
-fn chunks(c: usize, idx: &[Vec<usize>]) -> Table {
-    idx.iter()
-        .map(|r| r.iter().map(|&k| (k * c, (k + 1) * c)).collect())
-        .collect()
-}
-
 /// Planted wrong layouts, each shown wrong by the interpreter (the ranks' sums differ from the
 /// spec's), never hold.
 #[test]
 fn planted_wrong_chunks_never_hold() {
     let c = 2;
-    let good = megatron(c);
+    let good = megatron(N, c);
     let shifted: Table = vec![vec![(0, 2), (6, 8)], vec![(3, 5), (4, 6)]];
     let wrong: Vec<(&str, Table, Option<Table>)> = vec![
         ("a chunk twice", chunks(c, &[vec![0, 3], vec![1, 1]]), None),

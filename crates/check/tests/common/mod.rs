@@ -1,4 +1,5 @@
 //! Helpers of the integration tests.
+pub mod chunks;
 pub mod hand;
 pub mod plans;
 pub mod values;

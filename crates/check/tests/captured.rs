@@ -2,7 +2,8 @@
 //! (`$SHARDPROOF_ORACLE_DIR/check`, written by `scripts/oracle-capture` from
 //! python/oracle/check_cases.py): the seed's four bug types (a row-parallel matmul's missing
 //! all-reduce, a layer norm over a sharded hidden dim, an asynchronous all-reduce read without
-//! its wait, a recv whose shape is not the send's), each with its correct version.
+//! its wait, a recv whose tag no send uses: it waits for a message no rank sends), each with
+//! its correct version.
 
 use shardproof_check::{check_case, Verdict};
 use std::path::PathBuf;

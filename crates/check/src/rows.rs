@@ -98,6 +98,14 @@ fn all_rows(family: &str) -> bool {
     )
 }
 
+/// Families whose one tensor operand is read row by row along a `dim` argument (a sort, the
+/// top k): each output row depends on the same input row only, so rows seen as a shard of
+/// another dim are the same selection; along the rows' own dim the rule's finding for a
+/// sharded sorted dim applies.
+fn along_rows(family: &str) -> bool {
+    family == "sort"
+}
+
 /// The tensor arguments of a bound call, with their argument names.
 pub(crate) fn tensors<'a>(bound: &'a Args) -> Vec<(&'a str, ValueId)> {
     let mut out = Vec::new();
@@ -244,6 +252,7 @@ pub(crate) fn rows_mode(
     let fits = if replicated.is_empty() {
         broadcasting(family)
             || all_rows(family)
+            || along_rows(family)
             || matches!(family, "matmul" | "matmul-bias" | "linear" | "embedding")
             || (family == "gather" && gather_fits())
     } else if broadcasting(family) {
@@ -278,6 +287,11 @@ pub(crate) fn rows_mode(
             let r = rank(rv).unwrap_or(usize::MAX);
             Some(n) != left && (r <= 1 || (r == 2 && !matches!(n, "self" | "bias")))
         })
+    } else if family == "scatter" && bound.schema().name.starts_with("scatter") {
+        // The rows are the index's and the source's; a replicated `self` is left to the rule,
+        // which takes it as a piece of the global `self` only where it is a zero fill (a zero
+        // tensor's rows are zero whichever rows are selected) and else claims no shard.
+        replicated.iter().all(|&(n, _)| n == "self")
     } else if family == "embedding" {
         // The rows are the indices'; the table is replicated.
         rows.iter().all(|r| r.0 == "indices") && replicated.iter().all(|r| r.0 == "weight")

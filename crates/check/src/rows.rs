@@ -285,7 +285,16 @@ pub(crate) fn rows_mode(
             Some(n) == left && rank(v).is_some_and(|r| r >= 2 && (d as usize) + 2 <= r)
         }) && replicated.iter().all(|&(n, rv)| {
             let r = rank(rv).unwrap_or(usize::MAX);
-            Some(n) != left && (r <= 1 || (r == 2 && !matches!(n, "self" | "bias")))
+            // A batched right factor (a product per expert) meets no rows where they are
+            // the left's row dim (second to last): its batch dims face the left's others.
+            let rows_are_left_rows = || {
+                rows.iter()
+                    .all(|&(_, v, d, _)| rank(v).is_some_and(|rl| d as usize + 2 == rl))
+            };
+            Some(n) != left
+                && (r <= 1
+                    || (r == 2 && !matches!(n, "self" | "bias"))
+                    || (matches!(n, "mat2" | "other" | "batch2") && rows_are_left_rows()))
         })
     } else if family == "scatter" && bound.schema().name.starts_with("scatter") {
         // The rows are the index's and the source's; a replicated `self` is left to the rule,

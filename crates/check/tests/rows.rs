@@ -246,3 +246,39 @@ fn a_scatter_into_a_replicated_table_beside_rows_is_never_a_pass() {
     let r = check(&text);
     assert_ne!(r.verdict, Verdict::Holds, "{}", r.render());
 }
+
+/// Routed experts on a microbatch: the rows expanded per expert (`[E, m, h]`, the rows the
+/// product's row dim) times the experts' replicated weights `[E, h, f]`.
+fn experts(x_shape: &str, slice_dim: i64, lhs: &str) -> String {
+    format!(
+        "mesh dp=2\n\
+         input x: f32{x_shape} dp=Shard(0)\n\
+         input w: f32[2, 4, 5] dp=Replicate()\n\
+         x0 = aten.slice.Tensor(x, {slice_dim}, 2, 4)\n\
+         {lhs}\
+         y = bmm(e, w)\n\
+         s = aten.sum.dim_IntList(y, [0, 1])\n\
+         r = all_reduce(s, sum, dp)\n\
+         output r dp=Replicate()\n"
+    )
+}
+
+#[test]
+fn experts_on_a_microbatch_hold() {
+    let r = check(&experts(
+        "[8, 4]",
+        0,
+        "u = unsqueeze(x0, 0)\ne = expand(u, [2, 2, 4])\n",
+    ));
+    assert_eq!(r.verdict, Verdict::Holds, "{}", r.render());
+    assert_eq!(r.unknown_values, 0, "{}", r.render());
+}
+
+/// The rows in the product's batch dim beside batched replicated weights: the rank's rows
+/// `0..2` of the microbatch meet the weights' batches `0..2` (the spec's would meet other
+/// batches). Never a pass.
+#[test]
+fn a_batched_replicated_factor_along_the_rows_is_never_a_pass() {
+    let r = check(&experts("[8, 2, 4]", 0, "e = clone(x0)\n"));
+    assert_ne!(r.verdict, Verdict::Holds, "{}", r.render());
+}

@@ -1054,7 +1054,10 @@ fn propagate_rank_from(
                                                 })
                                         })
                                     });
-                            lift_reads_scaled = !differs && tensor_inputs_scaled(&rp);
+                            // Every rank's share `b / n` adds up to `b` in a sum of the
+                            // pieces; their average gets `b / n` (a finding stays).
+                            lift_reads_scaled =
+                                !differs && red == Red::Sum && tensor_inputs_scaled(&rp);
                             if differs && red != Red::Sum {
                                 // A term some ranks add alone counts once in the sum of the
                                 // pieces but 1/n times in their average (and a max or min

@@ -98,6 +98,14 @@ fn all_rows(family: &str) -> bool {
     )
 }
 
+/// Families whose one tensor operand is read row by row along a `dim` argument (a sort, the
+/// top k): each output row depends on the same input row only, so rows seen as a shard of
+/// another dim are the same selection; along the rows' own dim the rule's finding for a
+/// sharded sorted dim applies.
+fn along_rows(family: &str) -> bool {
+    family == "sort"
+}
+
 /// The tensor arguments of a bound call, with their argument names.
 pub(crate) fn tensors<'a>(bound: &'a Args) -> Vec<(&'a str, ValueId)> {
     let mut out = Vec::new();
@@ -244,6 +252,7 @@ pub(crate) fn rows_mode(
     let fits = if replicated.is_empty() {
         broadcasting(family)
             || all_rows(family)
+            || along_rows(family)
             || matches!(family, "matmul" | "matmul-bias" | "linear" | "embedding")
             || (family == "gather" && gather_fits())
     } else if broadcasting(family) {
@@ -276,8 +285,22 @@ pub(crate) fn rows_mode(
             Some(n) == left && rank(v).is_some_and(|r| r >= 2 && (d as usize) + 2 <= r)
         }) && replicated.iter().all(|&(n, rv)| {
             let r = rank(rv).unwrap_or(usize::MAX);
-            Some(n) != left && (r <= 1 || (r == 2 && !matches!(n, "self" | "bias")))
+            // A batched right factor (a product per expert) meets no rows where they are
+            // the left's row dim (second to last): its batch dims face the left's others.
+            let rows_are_left_rows = || {
+                rows.iter()
+                    .all(|&(_, v, d, _)| rank(v).is_some_and(|rl| d as usize + 2 == rl))
+            };
+            Some(n) != left
+                && (r <= 1
+                    || (r == 2 && !matches!(n, "self" | "bias"))
+                    || (matches!(n, "mat2" | "other" | "batch2") && rows_are_left_rows()))
         })
+    } else if family == "scatter" && bound.schema().name.starts_with("scatter") {
+        // The rows are the index's and the source's; a replicated `self` is left to the rule,
+        // which takes it as a piece of the global `self` only where it is a zero fill (a zero
+        // tensor's rows are zero whichever rows are selected) and else claims no shard.
+        replicated.iter().all(|&(n, _)| n == "self")
     } else if family == "embedding" {
         // The rows are the indices'; the table is replicated.
         rows.iter().all(|r| r.0 == "indices") && replicated.iter().all(|r| r.0 == "weight")

@@ -193,3 +193,92 @@ fn views_merge_and_split_the_rows() {
     );
     assert_eq!(r.verdict, Verdict::Holds, "{}", r.render());
 }
+
+/// A MoE router on a microbatch: scores of the microbatch's tokens, the top k experts of each
+/// token (along the experts, a dim the selection does not cut), their gates scattered into a
+/// zero gate matrix; the gates summed over the tokens (a partial sum over dp) and all-reduced.
+fn router(topk_dim: i64, table: &str) -> String {
+    format!(
+        "mesh dp=2\n\
+         input x: f32[8, 4] dp=Shard(0)\n\
+         input w: f32[4, 6] dp=Replicate()\n\
+         input u: f32[2, 6] dp=Replicate()\n\
+         x0 = slice(x, 0, 2, 4)\n\
+         s = mm(x0, w)\n\
+         p = sigmoid(s)\n\
+         v, i = topk(p, 2, {topk_dim})\n\
+         vs = aten.sum.dim_IntList(v, [1], True)\n\
+         gv = div(v, vs)\n\
+         z = zeros([2, 6])\n\
+         g = aten.scatter.src(z, 1, i, gv)\n\
+         h = aten.scatter.value(z, 1, i, 1.0)\n\
+         gh = add(g, h)\n\
+         m = mul(gh, {table})\n\
+         c = aten.sum.dim_IntList(m, [0])\n\
+         r = all_reduce(c, sum, dp)\n\
+         output r dp=Replicate()\n"
+    )
+}
+
+#[test]
+fn a_router_on_a_microbatch_holds() {
+    let r = check(&router(1, "gh"));
+    assert_eq!(r.verdict, Verdict::Holds, "{}", r.render());
+    assert_eq!(r.unknown_values, 0, "{}", r.render());
+}
+
+/// The top k along the tokens: each rank picks among its own microbatch rows only. A real bug
+/// (the sort rule's sharded-dim check); never a pass.
+#[test]
+fn a_topk_along_the_rows_is_never_a_pass() {
+    let r = check(&router(0, "gh"));
+    assert_ne!(r.verdict, Verdict::Holds, "{}", r.render());
+}
+
+/// Gates scattered into a replicated table that is not a zero fill: the table's rows `0..2`
+/// are not the selection's rows of the spec's table. Never a pass.
+#[test]
+fn a_scatter_into_a_replicated_table_beside_rows_is_never_a_pass() {
+    let text = router(1, "gh").replace(
+        "g = aten.scatter.src(z, 1, i, gv)",
+        "g = aten.scatter.src(u, 1, i, gv)",
+    );
+    let r = check(&text);
+    assert_ne!(r.verdict, Verdict::Holds, "{}", r.render());
+}
+
+/// Routed experts on a microbatch: the rows expanded per expert (`[E, m, h]`, the rows the
+/// product's row dim) times the experts' replicated weights `[E, h, f]`.
+fn experts(x_shape: &str, slice_dim: i64, lhs: &str) -> String {
+    format!(
+        "mesh dp=2\n\
+         input x: f32{x_shape} dp=Shard(0)\n\
+         input w: f32[2, 4, 5] dp=Replicate()\n\
+         x0 = aten.slice.Tensor(x, {slice_dim}, 2, 4)\n\
+         {lhs}\
+         y = bmm(e, w)\n\
+         s = aten.sum.dim_IntList(y, [0, 1])\n\
+         r = all_reduce(s, sum, dp)\n\
+         output r dp=Replicate()\n"
+    )
+}
+
+#[test]
+fn experts_on_a_microbatch_hold() {
+    let r = check(&experts(
+        "[8, 4]",
+        0,
+        "u = unsqueeze(x0, 0)\ne = expand(u, [2, 2, 4])\n",
+    ));
+    assert_eq!(r.verdict, Verdict::Holds, "{}", r.render());
+    assert_eq!(r.unknown_values, 0, "{}", r.render());
+}
+
+/// The rows in the product's batch dim beside batched replicated weights: the rank's rows
+/// `0..2` of the microbatch meet the weights' batches `0..2` (the spec's would meet other
+/// batches). Never a pass.
+#[test]
+fn a_batched_replicated_factor_along_the_rows_is_never_a_pass() {
+    let r = check(&experts("[8, 2, 4]", 0, "e = clone(x0)\n"));
+    assert_ne!(r.verdict, Verdict::Holds, "{}", r.render());
+}

@@ -55,17 +55,54 @@ fn op_call(op: usize, other: Other, m: usize, c: usize, k: usize) -> Option<(Str
         // `at` is `t(a)`, a node of its own (see `pre`).
         (9, O::Rows) => ("torch.ops.aten.mm.default(at, b)".into(), vec![c, c]),
         (10, O::None) => ("torch.ops.aten.mean.default(a)".into(), vec![]),
+        // The top k values along the columns (`tk = topk(a, k, 1)`, see `pre`).
+        (11, O::None) if k <= c => ("torch.ops.aten.clone.default(tv)".into(), vec![m, k]),
+        // The top k values scattered at their columns into a zero `[m, c]` (the router).
+        (12, O::None) if k <= c => (
+            "torch.ops.aten.scatter.src(z, 1, ti, tv)".into(),
+            vec![m, c],
+        ),
+        // The top k along the rows: each rank picks among its own rows only (no claim).
+        (13, O::None) if k <= m => ("torch.ops.aten.clone.default(tv)".into(), vec![k, c]),
         _ => return None,
     })
 }
 
-const N_OPS: usize = 11;
+/// Operators 0..N_OPS each make a checked claim; `TOPK_OF_ROWS` must make none.
+const N_OPS: usize = 13;
 
-/// The nodes an operator's call reads besides the slices (`at = t(a)` for the contraction).
-fn pre(op: usize, m: usize, c: usize) -> Vec<(&'static str, Vec<usize>, String)> {
+/// The top k along the rows' dim.
+const TOPK_OF_ROWS: usize = 13;
+
+/// The nodes an operator's call reads besides the slices (`at = t(a)` for the contraction,
+/// the top k of `a` and a zero matrix for the router's scatter).
+fn pre(op: usize, m: usize, c: usize, k: usize) -> Vec<(&'static str, Vec<usize>, String)> {
+    let topk = |dim: usize| format!("torch.ops.aten.topk.default(a, {k}, {dim})");
     match op {
         9 => vec![("at", vec![c, m], "torch.ops.aten.t.default(a)".into())],
+        11 => vec![("tk", vec![], topk(1)), ("tv", vec![m, k], "tk[0]".into())],
+        12 => vec![
+            ("tk", vec![], topk(1)),
+            ("tv", vec![m, k], "tk[0]".into()),
+            ("ti", vec![m, k], "tk[1]".into()),
+            (
+                "z",
+                vec![m, c],
+                format!("torch.ops.aten.full.default([{m}, {c}], 0.0, dtype = torch.float64)"),
+            ),
+        ],
+        13 => vec![("tk", vec![], topk(0)), ("tv", vec![k, c], "tk[0]".into())],
         _ => vec![],
+    }
+}
+
+/// The FX annotation of a body line: none for a `topk`'s tuple (`tk`), `i64` for its indices
+/// (`ti`), else `f64`.
+fn annotation(name: &str, shape: &[usize]) -> String {
+    match name {
+        "tk" => String::new(),
+        "ti" => format!(": \"i64{shape:?}\""),
+        _ => format!(": \"f64{shape:?}\""),
     }
 }
 
@@ -81,7 +118,7 @@ fn fx(params: &[(&str, Vec<usize>)], body: &[(&str, Vec<usize>, String)]) -> Str
         ps.join(", ")
     );
     for (n, s, call) in body {
-        t.push_str(&format!("        {n}: \"f64{s:?}\" = {call}\n"));
+        t.push_str(&format!("        {n}{} = {call}\n", annotation(n, s)));
     }
     t.push_str("        return (out,)\n");
     t
@@ -168,9 +205,9 @@ fn instance(
         }
         Other::None => {}
     }
-    rank_body.extend(pre(op, m, c));
+    rank_body.extend(pre(op, m, c, k));
     rank_body.push(("out", out_local.clone(), call));
-    spec_body.extend(pre(op, n * m, c));
+    spec_body.extend(pre(op, n * m, c, k));
     spec_body.push(("out", out_global.clone(), spec_call));
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("spec.py"), fx(&spec_params, &spec_body)).unwrap();
@@ -308,7 +345,7 @@ proptest! {
 
     #[test]
     fn rows_placements_agree_with_the_interpreter(
-        op in 0..N_OPS,
+        op in 0..=TOPK_OF_ROWS,
         other in other(),
         n in 2usize..=3,
         l in 2usize..=5,
@@ -331,7 +368,9 @@ fn each_operator_makes_a_checked_claim() {
     for op in 0..N_OPS {
         let claimed = [Other::None, Other::Rows, Other::Bias, Other::Weight]
             .into_iter()
-            .any(|o| instance(op, o, 2, 4, 2, 3, (1, 3), op as u64).unwrap());
+            .any(|o| instance(op, o, 2, 4, 2, 2, (1, 3), op as u64).unwrap());
         assert!(claimed, "op {op}: no claim checked");
     }
+    // The top k along the rows is the sort rule's finding: no placement to check.
+    assert!(!instance(TOPK_OF_ROWS, Other::None, 2, 4, 2, 2, (1, 3), 7).unwrap());
 }

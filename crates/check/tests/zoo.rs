@@ -19,11 +19,14 @@ fn check(plan: &Plan) -> Report {
 
 /// Whether a report's unknowns are all tensors of unknown layout (`Varying`) met where a
 /// layout must be proven: reduced by a collective, combined with a partial sum, or compared
-/// with a declared shard; or the pipeline stages' own tensors summed over `pp`. No operator
+/// with a declared shard; or the pipeline stages' own tensors summed over `pp`; or a
+/// replicated term added to an average that a peer computes otherwise (DeepSeek's aux loss on
+/// cp, whose expression crosses the ring attention: `tests/lone_terms.rs`). No operator
 /// without a rule, no input without a layout.
 fn only_layout_unknowns(report: &Report) -> bool {
     report.unknown.iter().all(|u| {
         u.reason.contains("unknown layout (`Varying`)")
+            || u.reason.contains("computed otherwise on a peer rank")
             || u.reason.contains("piece of a partial sum")
             || u.reason
                 .contains("the pipeline stages' own tensors (`Varying`)")

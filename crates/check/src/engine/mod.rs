@@ -1021,6 +1021,8 @@ fn propagate_rank_from(
                     // Whether a lift below reads a replicated input divided by n (`scaled`)
                     // as the rank's share of a sum: that use consumes the division.
                     let mut lift_reads_scaled = false;
+                    // Why a partial plus a term some ranks add alone gets no claim.
+                    let mut lone_term_why = None;
                     let lifted = match violation.as_ref().map(|v| v.exempt) {
                         Some(Exempt::ReduceReplicate) => {
                             let dual = group_name.as_deref().is_some_and(|gname| {
@@ -1052,8 +1054,28 @@ fn propagate_rank_from(
                                                 })
                                         })
                                     });
-                            lift_reads_scaled = !differs && tensor_inputs_scaled(&rp);
-                            (differs || lift_reads_scaled).then(|| vec![Place::Partial(red); nout])
+                            // Every rank's share `b / n` adds up to `b` in a sum of the
+                            // pieces; their average gets `b / n` (a finding stays).
+                            lift_reads_scaled =
+                                !differs && red == Red::Sum && tensor_inputs_scaled(&rp);
+                            if differs && red != Red::Sum {
+                                // A term some ranks add alone counts once in the sum of the
+                                // pieces but 1/n times in their average (and a max or min
+                                // takes it or not): no claim, and no finding (every rank may
+                                // add the same term under an expression the peer comparison
+                                // cannot match, which an average counts once).
+                                lone_term_why = Some(format!(
+                                    "`{op}` on mesh dim `{}` adds to a `{}` a replicated term \
+                                     computed otherwise on a peer rank (added on some ranks \
+                                     only?): counted once only in a sum, not proven",
+                                    mesh.dims[m].0,
+                                    Place::Partial(red)
+                                ));
+                                Some(vec![Place::Unknown; nout])
+                            } else {
+                                (differs || lift_reads_scaled)
+                                    .then(|| vec![Place::Partial(red); nout])
+                            }
                         }
                         _ => None,
                     };
@@ -1381,6 +1403,7 @@ fn propagate_rank_from(
                         && result.iter().all(|&p| p == Place::Unknown);
                     let inconclusive = violation.is_none()
                         && vocab_unproven.is_none()
+                        && lone_term_why.is_none()
                         && !times_n
                         && result.contains(&Place::Unknown);
                     let finding = violation.map(|v| raw_finding(sh, r, i, m, &v, &rp, &inputs));
@@ -1391,6 +1414,9 @@ fn propagate_rank_from(
                         .map(|&v| rp.origin[(rp.offsets[v.node] as usize + v.output) * nd + m]);
                     rp.findings.extend(finding);
                     if let Some(why) = vocab_unproven {
+                        rp.unknown_sources.push((i, why));
+                    }
+                    if let Some(why) = lone_term_why {
                         rp.unknown_sources.push((i, why));
                     }
                     if let Some(why) = scaling_why.filter(|_| inconclusive) {

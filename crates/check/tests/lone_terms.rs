@@ -1,0 +1,90 @@
+//! A replicated term added to a partial on some ranks only (issue 44, soundness). A sum of the
+//! pieces counts such a term once (Megatron's norm term), their average 1/n times: DeepSeek's
+//! loss on cp adds the aux loss to each rank's token loss (`Partial(avg)`) on every rank, and a
+//! rank that leaves it out makes the loss `ce + aux / n`. The checker cannot tell the two apart
+//! where the term's expression crosses the ring attention (the ranks' graphs differ there), so
+//! neither is a pass. Likewise every rank's share `b / n` of a term makes up `b` in a sum of
+//! the pieces but `b / n` in their average.
+
+mod common;
+
+use common::plans::correct_plans;
+use shardproof_check::{check_case, Verdict};
+
+/// The DeepSeek `cp=2` forward plan, its rank 1 rewritten by `edit`, checked.
+fn deepseek_cp_forward(edit: impl Fn(&str) -> String) -> shardproof_check::Report {
+    let plan = correct_plans()
+        .into_iter()
+        .find(|p| p.model == "deepseek" && p.mesh == "cp=2" && p.forward_only)
+        .expect("the DeepSeek cp=2 forward plan");
+    let dir = tempfile::tempdir().unwrap();
+    let case_path = plan.emit(dir.path()).unwrap();
+    let r1 = dir.path().join("r1.py");
+    let text = std::fs::read_to_string(&r1).unwrap();
+    std::fs::write(&r1, edit(&text)).unwrap();
+    check_case(&shardproof_case::load_case(&case_path).unwrap()).unwrap()
+}
+
+/// Rank 1 leaves the aux loss out of its local loss: the loss is `ce + aux / 2`. Not a pass
+/// (held before: the add's lift took the term for one some ranks add alone, and the output
+/// comparison counted it once).
+#[test]
+fn an_aux_loss_one_cp_rank_leaves_out_is_never_a_pass() {
+    let add = "torch.ops.aten.add.Tensor(nll_loss, add_21)";
+    let r = deepseek_cp_forward(|t| {
+        assert!(t.contains(add), "the plan's local loss changed");
+        t.replace(add, "torch.ops.aten.mul.Tensor(nll_loss, 1.0)")
+    });
+    assert_ne!(r.verdict, Verdict::Holds, "{}", r.render());
+    assert!(
+        r.render().contains("computed otherwise on a peer rank"),
+        "{}",
+        r.render()
+    );
+}
+
+/// The correct plan: no finding (every rank adds the same aux loss), inconclusive at the add.
+#[test]
+fn the_correct_aux_loss_on_cp_is_no_finding() {
+    let r = deepseek_cp_forward(|t| t.to_string());
+    assert!(r.findings.is_empty(), "{}", r.render());
+    assert_eq!(r.verdict, Verdict::Inconclusive, "{}", r.render());
+}
+
+/// A local mean (`Partial(avg)` over dp) plus every rank's share `b / 2` of a replicated `b`,
+/// all-reduced and divided by 2: the loss is `mean(x) + b / 2`, the spec's `mean(x) + b`.
+/// `b_rank` is the rank's term. Not a pass (held before: the share was read as a sum's).
+fn mean_plus(b_rank: &str) -> Verdict {
+    let spec = common::hand::graph_module(
+        &["x: \"f32[4, 8]\"".into(), "b: \"f32[]\"".into()],
+        &[
+            "m: \"f32[]\" = torch.ops.aten.mean.default(x)".into(),
+            "out: \"f32[]\" = torch.ops.aten.add.Tensor(m, b)".into(),
+        ],
+    );
+    let rank = common::hand::graph_module(
+        &["x: \"f32[2, 8]\"".into(), "b: \"f32[]\"".into()],
+        &[
+            "m: \"f32[]\" = torch.ops.aten.mean.default(x)".into(),
+            format!("bs: \"f32[]\" = {b_rank}"),
+            "l: \"f32[]\" = torch.ops.aten.add.Tensor(m, bs)".into(),
+            "r: \"f32[]\" = torch.ops._c10d_functional.all_reduce.default(l, 'sum', 'dp')".into(),
+            "w: \"f32[]\" = torch.ops._c10d_functional.wait_tensor.default(r)".into(),
+            "out: \"f32[]\" = torch.ops.aten.div.Scalar(w, 2)".into(),
+        ],
+    );
+    let case = "version: 1\nname: mean-plus\nspec:\n  graph: spec.py\nimpl:\n  mesh: { dp: 2 }\n  graphs: [r0.py, r0.py]\ninputs:\n  x: { dp: Shard(0) }\n  b: Replicate()\noutputs:\n  out: Replicate()\n";
+    common::hand::check_files(
+        "mean-plus",
+        &[
+            ("spec.py".into(), spec),
+            ("r0.py".into(), rank),
+            ("case.yaml".into(), case.into()),
+        ],
+    )
+}
+
+#[test]
+fn a_share_of_a_term_added_to_an_average_is_never_a_pass() {
+    assert_ne!(mean_plus("torch.ops.aten.div.Scalar(b, 2)"), Verdict::Holds);
+}

@@ -993,8 +993,15 @@ fn reduction_path_past(
 ) -> ReductionPath {
     let mut known: HashSet<ValueRef> = HashSet::from([from]);
     loop {
-        let (path, seen) =
-            reduction_pass(case, imp, from, summands, past, strict, &known, max_seen);
+        let (path, seen) = reduction_pass(
+            case,
+            imp,
+            from,
+            summands,
+            past,
+            strict.map(|dep| (dep, &known)),
+            max_seen,
+        );
         // Without the strict check no operator depends on `known`: one pass is the answer.
         if strict.is_none() || path.truncated || seen == known {
             return path;
@@ -1157,16 +1164,15 @@ thread_local! {
 }
 
 /// One pass of [`reduction_path_past`]: the path, and the tensors found linear in `from`
-/// (`known`, the previous pass's, is what the strict check reads), collected only for a strict
-/// search (none reads them otherwise).
+/// (the previous pass's, `known` in `strict` with the tensors computed from `from`, are what
+/// the strict check reads), collected only for a strict search (none reads them otherwise).
 fn reduction_pass(
     case: &Case,
     imp: &Impl,
     from: ValueRef,
     summands: &[BTreeSet<usize>],
     past: &BTreeSet<BTreeSet<usize>>,
-    strict: Option<&HashSet<ValueRef>>,
-    known: &HashSet<ValueRef>,
+    strict: Option<(&HashSet<ValueRef>, &HashSet<ValueRef>)>,
     max_seen: usize,
 ) -> (ReductionPath, HashSet<ValueRef>) {
     let graph = search_graph(case, imp);
@@ -1220,7 +1226,7 @@ fn reduction_pass(
                     // reduction passes the sum on to the next one.
                     let linear = step.collective.is_some()
                         || (step.linear_in.contains(&v)
-                            && !strict.is_some_and(|dep| {
+                            && !strict.is_some_and(|(dep, known)| {
                                 let op = node.op().map(|o| o.to_string()).unwrap_or_default();
                                 passes_not(imp, r, node, &op, dep, known)
                             }));

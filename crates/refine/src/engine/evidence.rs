@@ -600,8 +600,15 @@ pub(super) fn shard_reductions_never_completed(
                 value: ValueId::new(s.node, 0),
             });
             let dep = computed_from(case, imp, from);
-            let path =
-                reduction_path_past(case, imp, from, &summands, &BTreeSet::new(), Some(&dep));
+            let path = reduction_path_past(
+                case,
+                imp,
+                from,
+                &summands,
+                &BTreeSet::new(),
+                Some(&dep),
+                MAX_SEEN,
+            );
             !path.reduced && !path.truncated
         })
 }
@@ -822,12 +829,28 @@ pub(super) fn reduction_path(
         return p;
     }
     // Searched outside the lock: two threads asking at once both search, and agree.
-    let p = reduction_path_past(case, imp, from, summands, &BTreeSet::new(), None);
+    let p = reduction_path_past(case, imp, from, summands, &BTreeSet::new(), None, MAX_SEEN);
     if let Ok(mut m) = imp.reduction_paths.lock() {
         m.insert(key, p);
     }
     p
 }
+
+/// [`reduction_path`] unmemoized, with the search bounded at `max_seen` tensors: a bound the
+/// test programs reach, to compare the cut-off answers too.
+#[cfg(test)]
+pub(super) fn reduction_path_within(
+    case: &Case,
+    imp: &Impl,
+    from: ValueRef,
+    summands: &[BTreeSet<usize>],
+    max_seen: usize,
+) -> ReductionPath {
+    reduction_path_past(case, imp, from, summands, &BTreeSet::new(), None, max_seen)
+}
+
+/// The most tensors one search for a reducing collective visits ([`reduction_pass`]).
+const MAX_SEEN: usize = 4096;
 
 /// The values of argument `a` of a node of rank `r`, canonical.
 fn arg_values(imp: &Impl, r: usize, a: &shardproof_ir::Arg) -> Vec<ValueRef> {
@@ -966,10 +989,19 @@ fn reduction_path_past(
     summands: &[BTreeSet<usize>],
     past: &BTreeSet<BTreeSet<usize>>,
     strict: Option<&HashSet<ValueRef>>,
+    max_seen: usize,
 ) -> ReductionPath {
     let mut known: HashSet<ValueRef> = HashSet::from([from]);
     loop {
-        let (path, seen) = reduction_pass(case, imp, from, summands, past, strict, &known);
+        let (path, seen) = reduction_pass(
+            case,
+            imp,
+            from,
+            summands,
+            past,
+            strict.map(|dep| (dep, &known)),
+            max_seen,
+        );
         // Without the strict check no operator depends on `known`: one pass is the answer.
         if strict.is_none() || path.truncated || seen == known {
             return path;
@@ -983,121 +1015,263 @@ fn reduction_path_past(
 /// fast refutation diagnoses, and naming each node's operator and scanning the operator
 /// tables per visit was most of its time.
 pub(super) struct SearchNode {
+    /// The node's rank and its index in that rank's program.
+    rank: usize,
+    node: usize,
     /// For a collective, the ranks it combines (`None` where its lowering names none).
     collective: Option<Option<BTreeSet<usize>>>,
     /// The canonical values at the argument positions the tables may count the operator linear
-    /// in ([`crate::lemmas::may_be_linear_in`]).
-    linear_in: Vec<ValueRef>,
+    /// in ([`crate::lemmas::may_be_linear_in`]), as [`SearchGraph`] indices.
+    linear_in: Vec<u32>,
 }
 
-/// Per rank and node, its [`SearchNode`], built on first use and kept in `imp`.
-fn search_nodes<'i>(case: &Case, imp: &'i Impl) -> &'i [Vec<SearchNode>] {
-    debug_assert!(std::ptr::eq(case, imp.case));
-    imp.search_nodes.get_or_init(|| {
-        (0..case.program.ranks.len())
-            .map(|r| {
-                let g = &case.program.ranks[r];
-                (0..g.nodes.len())
+/// The program as the search for a reducing collective walks it, built once per program: every
+/// rank value it may meet numbered densely, with its consumers ([`Impl::consumers`]) and each
+/// node's [`SearchNode`]. The search runs once per distinct (tensor, summands) question, tens of
+/// thousands in a deep pipelined model, each visiting up to `MAX_SEEN` tensors: hashing rank
+/// values into `Impl::consumers` and a visited set per step was most of its time.
+pub(super) struct SearchGraph {
+    /// Per rank and node: the index of its first output (outputs are numbered in node order),
+    /// and after the last node the index past its outputs.
+    outputs_from: Vec<Vec<u32>>,
+    /// The rank value of each index: the nodes' outputs, then the values read (consumers'
+    /// keys, canonical operands) that are no node's output.
+    values: Vec<ValueRef>,
+    /// Indices of the values that are no node's output.
+    others: HashMap<ValueRef, u32>,
+    /// Per value index `i`, its consumers are `consumers[consumers_from[i]..consumers_from[i + 1]]`,
+    /// as indices into `nodes`, in `Impl::consumers`' order.
+    consumers_from: Vec<u32>,
+    consumers: Vec<u32>,
+    /// Per rank, the index in `nodes` of its node 0.
+    nodes_from: Vec<u32>,
+    nodes: Vec<SearchNode>,
+}
+
+impl SearchGraph {
+    fn build(case: &Case, imp: &Impl) -> SearchGraph {
+        let ranks = &case.program.ranks;
+        let mut values = Vec::new();
+        let outputs_from: Vec<Vec<u32>> = ranks
+            .iter()
+            .enumerate()
+            .map(|(r, g)| {
+                let mut from: Vec<u32> = (0..g.nodes.len())
                     .map(|n| {
-                        let node = &g.nodes[n];
-                        let op = node.op().map(|o| o.to_string()).unwrap_or_default();
-                        let linear_in = node
-                            .args()
-                            .iter()
-                            .enumerate()
-                            .filter(|(i, _)| crate::lemmas::may_be_linear_in(&op, *i))
-                            .flat_map(|(_, a)| arg_values(imp, r, a))
-                            .collect();
-                        SearchNode {
-                            collective: is_collective(case, r, n)
-                                .then(|| collective_ranks(imp, r, n)),
-                            linear_in,
-                        }
+                        let first = values.len() as u32;
+                        values.extend((0..g.nodes[n].outputs.len()).map(|k| ValueRef {
+                            rank: Some(r),
+                            value: ValueId::new(n, k),
+                        }));
+                        first
                     })
-                    .collect()
+                    .collect();
+                from.push(values.len() as u32);
+                from
             })
-            .collect()
-    })
+            .collect();
+        let mut graph = SearchGraph {
+            outputs_from,
+            values,
+            others: HashMap::new(),
+            consumers_from: Vec::new(),
+            consumers: Vec::new(),
+            nodes_from: Vec::new(),
+            nodes: Vec::new(),
+        };
+        for (r, g) in ranks.iter().enumerate() {
+            graph.nodes_from.push(graph.nodes.len() as u32);
+            for (n, node) in g.nodes.iter().enumerate() {
+                let op = node.op().map(|o| o.to_string()).unwrap_or_default();
+                let linear_in = node
+                    .args()
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| crate::lemmas::may_be_linear_in(&op, *i))
+                    .flat_map(|(_, a)| arg_values(imp, r, a))
+                    .map(|v| graph.intern(v))
+                    .collect();
+                graph.nodes.push(SearchNode {
+                    rank: r,
+                    node: n,
+                    collective: is_collective(case, r, n).then(|| collective_ranks(imp, r, n)),
+                    linear_in,
+                });
+            }
+        }
+        let mut read: Vec<(u32, &[(usize, usize)])> = imp
+            .consumers
+            .iter()
+            .map(|(v, c)| (graph.intern(*v), c.as_slice()))
+            .collect();
+        read.sort_unstable_by_key(|e| e.0);
+        let mut read = read.into_iter().peekable();
+        for i in 0..graph.values.len() as u32 {
+            graph.consumers_from.push(graph.consumers.len() as u32);
+            if let Some((_, c)) = read.next_if(|e| e.0 == i) {
+                let nodes_from = &graph.nodes_from;
+                graph
+                    .consumers
+                    .extend(c.iter().map(|&(r, n)| nodes_from[r] + n as u32));
+            }
+        }
+        graph.consumers_from.push(graph.consumers.len() as u32);
+        graph
+    }
+
+    /// The index of rank value `v`, numbered anew where no node outputs it.
+    fn intern(&mut self, v: ValueRef) -> u32 {
+        if let Some(i) = self.index(v) {
+            return i;
+        }
+        let i = self.values.len() as u32;
+        self.values.push(v);
+        self.others.insert(v, i);
+        i
+    }
+
+    /// The index of rank value `v`, if the program outputs or reads it.
+    fn index(&self, v: ValueRef) -> Option<u32> {
+        let output = v.rank.and_then(|r| {
+            let outputs = self.outputs_from.get(r)?;
+            let first = *outputs.get(v.value.node)?;
+            let end = *outputs.get(v.value.node + 1)?;
+            (v.value.output < (end - first) as usize).then_some(first + v.value.output as u32)
+        });
+        output.or_else(|| self.others.get(&v).copied())
+    }
+
+    fn consumers_of(&self, i: u32) -> &[u32] {
+        let i = i as usize;
+        self.consumers
+            .get(self.consumers_from[i] as usize..self.consumers_from[i + 1] as usize)
+            .unwrap_or(&[])
+    }
+}
+
+/// The program's [`SearchGraph`], built on first use and kept in `imp`.
+fn search_graph<'i>(case: &Case, imp: &'i Impl) -> &'i SearchGraph {
+    debug_assert!(std::ptr::eq(case, imp.case));
+    imp.search_graph
+        .get_or_init(|| SearchGraph::build(case, imp))
+}
+
+thread_local! {
+    /// The search's visited set, reused across searches on a thread: the pass number each
+    /// [`SearchGraph`] index was last visited in (a fresh set per search would be cleared at
+    /// the program's size each time, for searches that mostly visit a few tensors).
+    static VISITED: std::cell::RefCell<(u32, Vec<u32>)> = const { std::cell::RefCell::new((0, Vec::new())) };
 }
 
 /// One pass of [`reduction_path_past`]: the path, and the tensors found linear in `from`
-/// (`known`, the previous pass's, is what the strict check reads).
+/// (the previous pass's, `known` in `strict` with the tensors computed from `from`, are what
+/// the strict check reads), collected only for a strict search (none reads them otherwise).
 fn reduction_pass(
     case: &Case,
     imp: &Impl,
     from: ValueRef,
     summands: &[BTreeSet<usize>],
     past: &BTreeSet<BTreeSet<usize>>,
-    strict: Option<&HashSet<ValueRef>>,
-    known: &HashSet<ValueRef>,
+    strict: Option<(&HashSet<ValueRef>, &HashSet<ValueRef>)>,
+    max_seen: usize,
 ) -> (ReductionPath, HashSet<ValueRef>) {
-    const MAX_SEEN: usize = 4096;
-    let mut path = ReductionPath::default();
-    let mut seen: HashSet<ValueRef> = HashSet::new();
-    let mut frontier = vec![from];
-    // Deep enough for a running total over every parameter (a global gradient norm adds one
-    // squared norm per parameter before its reduction); the visited set bounds the work.
-    for _ in 0..1024 {
+    let graph = search_graph(case, imp);
+    // A tensor the program neither outputs nor reads has no consumers: past every index.
+    let from_index = graph.index(from).unwrap_or(graph.values.len() as u32);
+    VISITED.with_borrow_mut(|(pass, visited)| {
+        if visited.len() < graph.values.len() {
+            visited.resize(graph.values.len(), 0);
+        }
+        *pass = pass.wrapping_add(1);
+        if *pass == 0 {
+            visited.fill(0);
+            *pass = 1;
+        }
+        let pass = *pass;
+        let mut path = ReductionPath::default();
+        let mut seen = 0usize;
+        let mut linear_found = Vec::new();
+        let mut frontier = vec![from_index];
         let mut next = Vec::new();
-        for v in frontier {
-            for &(r, n) in imp.consumers.get(&v).map_or(&[][..], Vec::as_slice) {
-                let node = &case.program.ranks[r].nodes[n];
-                let step = &search_nodes(case, imp)[r][n];
-                if let Some(ranks) = &step.collective {
-                    // A collective that combines ranks of different summands (a chain of
-                    // them may combine the rest: tensor then expert groups).
-                    if let Some(ranks) = ranks.as_ref().filter(|g| !past.contains(*g)) {
-                        let met = summands
-                            .iter()
-                            .filter(|s| s.iter().any(|r| ranks.contains(r)))
-                            .count();
-                        if met >= 2 {
-                            path.reduced = true;
-                            continue;
+        // Deep enough for a running total over every parameter (a global gradient norm adds one
+        // squared norm per parameter before its reduction); the visited set bounds the work.
+        for _ in 0..1024 {
+            for &v in &frontier {
+                let consumers = if v == from_index && from_index as usize == graph.values.len() {
+                    &[][..]
+                } else {
+                    graph.consumers_of(v)
+                };
+                for &c in consumers {
+                    let step = &graph.nodes[c as usize];
+                    let r = step.rank;
+                    if let Some(ranks) = &step.collective {
+                        // A collective that combines ranks of different summands (a chain of
+                        // them may combine the rest: tensor then expert groups).
+                        if let Some(ranks) = ranks.as_ref().filter(|g| !past.contains(*g)) {
+                            let met = summands
+                                .iter()
+                                .filter(|s| s.iter().any(|r| ranks.contains(r)))
+                                .count();
+                            if met >= 2 {
+                                path.reduced = true;
+                                continue;
+                            }
+                        }
+                    }
+                    let node = &case.program.ranks[r].nodes[step.node];
+                    // Past an operator nonlinear in it, the value is no longer a partial sum
+                    // that a later reduction completes.
+                    // A collective is linear in its input: a rearrangement or a partial
+                    // reduction passes the sum on to the next one.
+                    let linear = step.collective.is_some()
+                        || (step.linear_in.contains(&v)
+                            && !strict.is_some_and(|(dep, known)| {
+                                let op = node.op().map(|o| o.to_string()).unwrap_or_default();
+                                passes_not(imp, r, node, &op, dep, known)
+                            }));
+                    if !linear {
+                        // Judged on the tensor's own rank: the other members of a collective
+                        // complete their sums through their own earlier collectives, which
+                        // this walk does not follow back.
+                        if Some(r) == from.rank {
+                            path.used_unreduced = true;
+                        }
+                        continue;
+                    }
+                    let outputs = &graph.outputs_from[r];
+                    for out in outputs[step.node]..outputs[step.node + 1] {
+                        if seen >= max_seen {
+                            path.truncated = true;
+                        } else if visited[out as usize] != pass {
+                            visited[out as usize] = pass;
+                            seen += 1;
+                            next.push(out);
+                            if strict.is_some() {
+                                linear_found.push(out);
+                            }
                         }
                     }
                 }
-                // Past an operator nonlinear in it, the value is no longer a partial sum that a
-                // later reduction completes.
-                // A collective is linear in its input: a rearrangement or a partial reduction
-                // passes the sum on to the next one.
-                let linear = step.collective.is_some()
-                    || (step.linear_in.contains(&v)
-                        && !strict.is_some_and(|dep| {
-                            let op = node.op().map(|o| o.to_string()).unwrap_or_default();
-                            passes_not(imp, r, node, &op, dep, known)
-                        }));
-                if !linear {
-                    // Judged on the tensor's own rank: the other members of a collective
-                    // complete their sums through their own earlier collectives, which this
-                    // walk does not follow back.
-                    if Some(r) == from.rank {
-                        path.used_unreduced = true;
-                    }
-                    continue;
-                }
-                for k in 0..node.outputs.len() {
-                    let out = ValueRef {
-                        rank: Some(r),
-                        value: ValueId::new(n, k),
-                    };
-                    if seen.len() >= MAX_SEEN {
-                        path.truncated = true;
-                    } else if seen.insert(out) {
-                        next.push(out);
-                    }
-                }
             }
+            if next.is_empty() {
+                return (path, linear_set(graph, from, &linear_found));
+            }
+            std::mem::swap(&mut frontier, &mut next);
+            next.clear();
         }
-        if next.is_empty() {
-            seen.insert(from);
-            return (path, seen);
-        }
-        frontier = next;
-    }
-    path.truncated = true;
-    seen.insert(from);
-    (path, seen)
+        path.truncated = true;
+        (path, linear_set(graph, from, &linear_found))
+    })
+}
+
+/// The tensors a strict pass found linear in `from`, and `from` itself.
+fn linear_set(graph: &SearchGraph, from: ValueRef, found: &[u32]) -> HashSet<ValueRef> {
+    found
+        .iter()
+        .map(|&i| graph.values[i as usize])
+        .chain([from])
+        .collect()
 }
 
 /// Whether a reduction over the wrong ranks is final (fast refutation): no tensor of a rank
@@ -1136,7 +1310,7 @@ pub(super) fn never_completed<'e>(
             .collect();
         leaves.iter().all(|&l| {
             let dep = computed_from(case, imp, l);
-            let path = reduction_path_past(case, imp, l, &summands, &past, Some(&dep));
+            let path = reduction_path_past(case, imp, l, &summands, &past, Some(&dep), MAX_SEEN);
             !path.reduced && !path.truncated
         })
     })

@@ -100,8 +100,8 @@ pub(super) struct Impl<'a> {
     /// diagnoses every unclean value of a correct plan, and the same residual-stream tensors
     /// recur in them: in the 8-layer llama3-70b-tiny, 20824 searches over 4640 distinct ones.
     pub(super) reduction_paths: ReductionPaths,
-    /// What that search reads of each rank's node, once (see `evidence::SearchNode`).
-    pub(super) search_nodes: OnceLock<Vec<Vec<super::evidence::SearchNode>>>,
+    /// The program as that search walks it, once (see `evidence::SearchGraph`).
+    pub(super) search_graph: OnceLock<super::evidence::SearchGraph>,
 }
 
 /// The memo of [`Impl::reduction_paths`]: per tensor and summands, the search's answer.
@@ -331,7 +331,7 @@ pub(super) fn build_impl<'a>(case: &'a Case, ctx: &LowerCtx) -> Impl<'a> {
         zeros: Arc::default(),
         names: case.program.ranks.iter().map(|g| name_index(g)).collect(),
         reduction_paths: Mutex::default(),
-        search_nodes: OnceLock::new(),
+        search_graph: OnceLock::new(),
     };
     imp.zeros = Arc::new(zero_blocks(&imp));
     imp

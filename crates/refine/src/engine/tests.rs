@@ -1029,12 +1029,14 @@ fn a_middle_layer_is_reused_in_full_but_its_checked_outputs() {
 }
 
 /// The reference for [`reduction_path`]: the search as it read the program before its table
-/// (`SearchNode`) and memo, naming each visited node's operator and scanning the tables.
+/// (`SearchGraph`) and memo, naming each visited node's operator and scanning the tables, with
+/// rank values hashed into `Impl::consumers` and a visited set; bounded at `max_seen` tensors.
 fn reduction_path_per_visit(
     case: &Case,
     imp: &Impl,
     from: ValueRef,
     summands: &[std::collections::BTreeSet<usize>],
+    max_seen: usize,
 ) -> (bool, bool, bool) {
     let (mut reduced, mut used_unreduced, mut truncated) = (false, false, false);
     let mut seen: HashSet<ValueRef> = HashSet::new();
@@ -1079,7 +1081,7 @@ fn reduction_path_per_visit(
                         rank: Some(r),
                         value: ValueId::new(n, k),
                     };
-                    if seen.len() >= 4096 {
+                    if seen.len() >= max_seen {
                         truncated = true;
                     } else if seen.insert(out) {
                         next.push(out);
@@ -1098,10 +1100,12 @@ fn reduction_path_per_visit(
 /// The search for a collective that reduces a partial sum answers from its table of rank
 /// nodes and its memo as the search that reads each node afresh does, for every rank tensor
 /// of a correct plan and of one missing its all-reduce, asked twice (the second answer is
-/// the memo's), with the summands one rank each and the ranks split in two.
+/// the memo's), with the summands one rank each and the ranks split in two; and so it does
+/// where its bound cuts it off (bounds these programs reach: which collectives and operators
+/// a cut-off search meets depends on the order it visits tensors in).
 #[test]
 fn the_reduction_search_answers_from_its_table_and_memo_as_afresh() {
-    use super::evidence::reduction_path;
+    use super::evidence::{reduction_path, reduction_path_within};
     use std::collections::BTreeSet;
     for (mesh, bug) in [("dp=2,tp=2", None), ("tp=2", Some("tp-missing-allreduce"))] {
         let dir = tempfile::tempdir().unwrap();
@@ -1115,9 +1119,21 @@ fn the_reduction_search_answers_from_its_table_and_memo_as_afresh() {
         tensors.sort_unstable();
         assert!(tensors.len() > 20, "{mesh}: {} tensors", tensors.len());
         let mut reduced = 0;
+        let (mut truncated, mut cut_differs) = (0, 0);
         for summands in [&singles, &halves] {
             for &t in &tensors {
-                let want = reduction_path_per_visit(&case, &imp, t, summands);
+                let want = reduction_path_per_visit(&case, &imp, t, summands, 4096);
+                for max_seen in [1, 2, 3, 5, 8, 13] {
+                    let p = reduction_path_within(&case, &imp, t, summands, max_seen);
+                    let cut = reduction_path_per_visit(&case, &imp, t, summands, max_seen);
+                    assert_eq!(
+                        (p.reduced, p.used_unreduced, p.truncated),
+                        cut,
+                        "{mesh} {bug:?}: {t:?} over {summands:?} within {max_seen}"
+                    );
+                    truncated += usize::from(cut.2);
+                    cut_differs += usize::from(cut.0 != want.0 || cut.1 != want.1);
+                }
                 for _ in 0..2 {
                     let p = reduction_path(&case, &imp, t, summands);
                     assert_eq!(
@@ -1138,6 +1154,12 @@ fn the_reduction_search_answers_from_its_table_and_memo_as_afresh() {
             );
         } else {
             assert_eq!(reduced, 0, "{mesh} {bug:?}");
+        }
+        // The small bounds cut searches off, and some cut-off searches miss a collective or an
+        // operator the whole search meets: the comparison covers the answers a bound changes.
+        assert!(truncated > 0, "{mesh}: no search cut off");
+        if bug.is_none() {
+            assert!(cut_differs > 0, "{mesh}: no answer changed by a bound");
         }
         let memo = imp.reduction_paths.lock().unwrap();
         // On two ranks the halves are the single ranks: the same question.

@@ -43,23 +43,29 @@ pub fn equal_after_expanding_products(
         max_terms,
         deadline,
     };
-    let plain = is_zero(arena, diff, &limits, 0);
-    if plain == Ok(true) {
-        return plain;
-    }
     // The products may group a softmax's weights differently on the two sides (ring
-    // attention's backward): rewritten with their weights outside, the difference is tried
-    // again. Where that fails too, the first attempt's reason stands.
+    // attention's backward): rewritten with their weights outside the products, the sides
+    // often meet at once, which costs far less than an expansion.
     let mut weights = WeightsOutside::new(arena, &limits);
-    let (Ok(ca), Ok(cb)) = (weights.expr(a), weights.expr(b)) else {
-        return plain;
+    let rewritten = match (weights.expr(a), weights.expr(b)) {
+        (Ok(ra), Ok(rb)) if ra == rb => return Ok(true),
+        (Ok(ra), Ok(rb)) => {
+            let mut diff = (*ra).clone();
+            for (m, c) in rb.iter() {
+                add_term(&mut diff, m.clone(), -c);
+            }
+            Some(diff)
+        }
+        _ => None,
     };
-    let mut diff: BTreeMap<Mono, Coeff> = (*ca).clone();
-    for (m, c) in cb.iter() {
-        add_term(&mut diff, m.clone(), -c);
-    }
-    match is_zero(arena, diff, &limits, 0) {
-        Ok(true) => Ok(true),
+    let plain = is_zero(arena, diff.clone(), &limits, 0);
+    match rewritten {
+        // Where the rewriting moved something, its difference may expand where the
+        // original's does not; where that fails too, the first attempt's reason stands.
+        Some(r) if plain != Ok(true) && r != diff => match is_zero(arena, r, &limits, 0) {
+            Ok(true) => Ok(true),
+            _ => plain,
+        },
         _ => plain,
     }
 }

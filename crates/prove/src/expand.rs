@@ -18,7 +18,9 @@
 //! with the later layers. It never refutes: a non-zero expansion may still be zero through
 //! the functions' identities.
 
-use crate::expr::{add_term, mul_mono, primitive_scale, Arena, Atom, AtomId, Coeff, ExprId, Func, Mono};
+use crate::expr::{
+    add_term, mul_mono, primitive_scale, Arena, Atom, AtomId, Coeff, ExprId, Func, Mono,
+};
 use std::collections::BTreeMap;
 use std::time::Instant;
 
@@ -198,7 +200,10 @@ impl<'a> WeightsOutside<'a> {
     /// none and every part's product is in the arena.
     fn weights_out(&self, p: &Terms, q: &Terms) -> Option<Terms> {
         let arena = self.arena;
-        let weighted = |t: &Terms| t.keys().any(|m| m.iter().any(|&(a, _)| arena.is_weight_atom(a)));
+        let weighted = |t: &Terms| {
+            t.keys()
+                .any(|m| m.iter().any(|&(a, _)| arena.is_weight_atom(a)))
+        };
         if !weighted(p) || weighted(q) {
             return None;
         }

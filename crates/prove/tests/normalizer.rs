@@ -548,13 +548,25 @@ fn a_ring_merge_is_proved_with_its_weights_outside_and_planted_bugs_are_not() {
     let mut r = Ring::new();
     let inside = r.inside(&correct);
     let outside = r.outside(&correct);
-    assert_ne!(inside, outside, "the normal form keeps the two groupings apart");
+    assert_ne!(
+        inside, outside,
+        "the normal form keeps the two groupings apart"
+    );
     assert!(r.proved(inside, outside));
     let planted: [(&str, Vec<Block>); 4] = [
         ("a block dropped", vec![correct[0].clone()]),
-        ("a block's scale", vec![block(2, 1, [1, 2, 0]), correct[1].clone()]),
-        ("weights swapped", vec![block(1, 2, [1, 2, 0]), block(1, 1, [0, 1, -1])]),
-        ("weights dropped", vec![block(1, 0, [1, 2, 0]), block(1, 0, [0, 1, -1])]),
+        (
+            "a block's scale",
+            vec![block(2, 1, [1, 2, 0]), correct[1].clone()],
+        ),
+        (
+            "weights swapped",
+            vec![block(1, 2, [1, 2, 0]), block(1, 1, [0, 1, -1])],
+        ),
+        (
+            "weights dropped",
+            vec![block(1, 0, [1, 2, 0]), block(1, 0, [0, 1, -1])],
+        ),
     ];
     for (what, blocks) in planted {
         let wrong = r.outside(&blocks);

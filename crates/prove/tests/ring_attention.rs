@@ -151,7 +151,10 @@ fn a_cp2_ring_attention_backward_is_proved() {
         assert_eq!(o.status, "proved", "{}: {:?}", o.name, o.note);
     }
     assert!(
-        proof.layers.get("product-expansion").is_some_and(|&n| n > 0),
+        proof
+            .layers
+            .get("product-expansion")
+            .is_some_and(|&n| n > 0),
         "{:?}",
         proof.layers
     );
@@ -177,4 +180,36 @@ fn a_cp2_ring_attention_full_iteration_with_a_local_mask_is_refuted_and_confirme
     let v = case.spec.find(&cx.output).unwrap();
     assert_eq!(spec.get(v).unwrap().data, cx.spec_output.data);
     assert!((cx.spec_value - cx.rebuilt_value).abs() > 1e-6);
+}
+
+/// The catalog's cp bugs on the full iteration, decided symbolically (no run first): the
+/// weights moved out of the ring backward's products must not make a mutated plan meet the
+/// spec; each is refuted with a counterexample the interpreter confirms.
+#[test]
+fn cp2_full_iteration_bugs_are_refuted_symbolically() {
+    for bug in [
+        "cp-rope-no-offset",
+        "cp-loss-overscaled",
+        "cp-causal-mask-local",
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let case = emit_llama_cp2_with(dir.path(), Some(bug), tiny_llama(), false);
+        let symbolic = ProveConfig {
+            run_first: false,
+            ..full_size()
+        };
+        let proof = prove_case(&case, &symbolic);
+        assert_eq!(
+            proof.verdict,
+            Verdict::Refuted,
+            "{bug}: {:?}",
+            proof.message
+        );
+        let cx = proof.counterexample.expect("a confirmed counterexample");
+        let cfg = shardproof_interp::RunConfig::default();
+        let spec = shardproof_interp::run_graph(&case.spec, &cx.spec_inputs, &cfg).unwrap();
+        let v = case.spec.find(&cx.output).unwrap();
+        assert_eq!(spec.get(v).unwrap().data, cx.spec_output.data, "{bug}");
+        assert!((cx.spec_value - cx.rebuilt_value).abs() > 1e-6, "{bug}");
+    }
 }

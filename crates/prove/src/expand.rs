@@ -291,7 +291,7 @@ impl<'a> WeightsOutside<'a> {
                 .sum::<u32>()
                 >= 2
         };
-        if !t.keys().any(|m| needs(m)) {
+        if !t.keys().any(&needs) {
             return t;
         }
         let mut out = Terms::new();

@@ -18,7 +18,9 @@
 //! with the later layers. It never refutes: a non-zero expansion may still be zero through
 //! the functions' identities.
 
-use crate::expr::{add_term, mul_mono, Arena, Atom, AtomId, Coeff, ExprId, Func, Mono};
+use crate::expr::{
+    add_term, mul_mono, primitive_scale, Arena, Atom, AtomId, Coeff, ExprId, Func, Mono,
+};
 use std::collections::BTreeMap;
 use std::time::Instant;
 
@@ -43,7 +45,305 @@ pub fn equal_after_expanding_products(
         max_terms,
         deadline,
     };
-    is_zero(arena, diff, &limits, 0)
+    // The products may group a softmax's weights differently on the two sides (ring
+    // attention's backward): rewritten with their weights outside the products, the sides
+    // often meet at once, which costs far less than an expansion.
+    let mut weights = WeightsOutside::new(arena, &limits);
+    let rewritten = match (weights.expr(a), weights.expr(b)) {
+        (Ok(ra), Ok(rb)) if ra == rb => return Ok(true),
+        (Ok(ra), Ok(rb)) => {
+            let mut diff = (*ra).clone();
+            for (m, c) in rb.iter() {
+                add_term(&mut diff, m.clone(), -c);
+            }
+            Some(diff)
+        }
+        _ => None,
+    };
+    let plain = is_zero(arena, diff.clone(), &limits, 0);
+    match rewritten {
+        // Where the rewriting moved something, its difference may expand where the
+        // original's does not; where that fails too, the first attempt's reason stands.
+        Some(r) if plain != Ok(true) && r != diff => match is_zero(arena, r, &limits, 0) {
+            Ok(true) => Ok(true),
+            _ => plain,
+        },
+        _ => plain,
+    }
+}
+
+/// A polynomial being built outside the arena (the arena is shared read-only here).
+type Terms = BTreeMap<Mono, Coeff>;
+
+/// Rewrites expressions with every `product(p, q)` whose factor `p` holds softmax weights
+/// (exponentials, reciprocals of exponential sums) and whose `q` holds none as
+/// `Σ_w w·product(p_w, q)`, `p_w` the part of `p` that holds exactly the weights `w`
+/// (`p = Σ_w w·p_w`; bilinearity). Ring attention's backward computes `Σ_h O_h·dO_h` with
+/// the merged output `O_h = Σ_j P_j·V_jh` inside the product, where the spec's softmax
+/// backward holds `P_j·Σ_h V_jh·dO_h` with the weight outside: rewritten so, both hold
+/// the same atoms.
+///
+/// Nothing is interned: a rewritten atom is used only where the arena already holds it (the
+/// other side built it), else the atom stays as it is. So the rewriting is a function of the
+/// rewritten factors alone, and every step replaces a value by an equal one: a product by
+/// the sum of its weight groups' products, a function's arguments by equal ones, and
+/// `exp(a)^i·exp(b)^j` by `exp(i·a + j·b)` for a, b known finite. Factors holding a
+/// `zero_times` or non-finite term are not rewritten (as in the expansion).
+struct WeightsOutside<'a> {
+    arena: &'a Arena,
+    limits: &'a Limits,
+    exprs: std::collections::HashMap<ExprId, std::rc::Rc<Terms>>,
+    atoms: std::collections::HashMap<AtomId, Option<std::rc::Rc<Terms>>>,
+}
+
+impl<'a> WeightsOutside<'a> {
+    fn new(arena: &'a Arena, limits: &'a Limits) -> Self {
+        WeightsOutside {
+            arena,
+            limits,
+            exprs: Default::default(),
+            atoms: Default::default(),
+        }
+    }
+
+    /// `e` rewritten.
+    fn expr(&mut self, e: ExprId) -> Result<std::rc::Rc<Terms>, String> {
+        if let Some(t) = self.exprs.get(&e) {
+            return Ok(t.clone());
+        }
+        if self.limits.deadline.is_some_and(|d| Instant::now() > d) {
+            return Err("the time limit ran out while moving weights out of products".into());
+        }
+        let arena = self.arena;
+        let mut out = Terms::new();
+        for (m, c) in &arena.poly(e).terms {
+            let mut acc: Vec<(Mono, Coeff)> = vec![(Vec::new(), c.clone())];
+            for &(x, k) in m {
+                match self.atom(x)? {
+                    None => {
+                        for t in &mut acc {
+                            t.0 = mul_mono(&t.0, &[(x, k)]);
+                        }
+                    }
+                    Some(r) => {
+                        for _ in 0..k {
+                            if acc.len().saturating_mul(r.len()) > self.limits.max_terms {
+                                return Err(too_large(self.limits.max_terms));
+                            }
+                            let mut next = Vec::with_capacity(acc.len() * r.len());
+                            for (am, ac) in &acc {
+                                for (rm, rc) in r.iter() {
+                                    let mut k = ac.clone();
+                                    k *= rc;
+                                    next.push((mul_mono(am, rm), k));
+                                }
+                            }
+                            acc = next;
+                        }
+                    }
+                }
+            }
+            for (m, c) in acc {
+                add_term(&mut out, m, c);
+            }
+            if out.len() > self.limits.max_terms {
+                return Err(too_large(self.limits.max_terms));
+            }
+        }
+        let out = std::rc::Rc::new(self.merge_exps(out));
+        self.exprs.insert(e, out.clone());
+        Ok(out)
+    }
+
+    /// Atom `x` rewritten; `None` where it stays as it is.
+    fn atom(&mut self, x: AtomId) -> Result<Option<std::rc::Rc<Terms>>, String> {
+        if let Some(r) = self.atoms.get(&x) {
+            return Ok(r.clone());
+        }
+        let arena = self.arena;
+        let r = match arena.atom(x) {
+            Atom::App(Func::Product, fs) if fs.len() == 2 && !arena.is_zero_times(x) => {
+                let (p, q) = (self.expr(fs[0])?, self.expr(fs[1])?);
+                let expandable = |t: &Terms| t.keys().all(|m| not_expandable(arena, m).is_none());
+                if !expandable(&p) || !expandable(&q) {
+                    None
+                } else {
+                    self.weights_out(&p, &q)
+                        .or_else(|| self.weights_out(&q, &p))
+                        .or_else(|| self.times(&p, &q))
+                        .map(std::rc::Rc::new)
+                }
+            }
+            Atom::App(f, args) => {
+                let mut new_args = Vec::with_capacity(args.len());
+                let mut changed = false;
+                for &a in args {
+                    let t = self.expr(a)?;
+                    let same = *t == terms_of(arena, a);
+                    changed |= !same;
+                    new_args.push(if same { Some(a) } else { self.find(&t) });
+                }
+                match new_args.into_iter().collect::<Option<Vec<ExprId>>>() {
+                    Some(new_args) if changed => arena
+                        .find_atom(&Atom::App(f.clone(), new_args))
+                        .map(|y| std::rc::Rc::new(Terms::from([(vec![(y, 1)], Coeff::one())]))),
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        self.atoms.insert(x, r.clone());
+        Ok(r)
+    }
+
+    /// `p·q` with `p`'s softmax weights outside the products, where `p` holds some and `q`
+    /// none and every part's product is in the arena.
+    fn weights_out(&self, p: &Terms, q: &Terms) -> Option<Terms> {
+        let arena = self.arena;
+        let weighted = |t: &Terms| {
+            t.keys()
+                .any(|m| m.iter().any(|&(a, _)| arena.is_weight_atom(a)))
+        };
+        if !weighted(p) || weighted(q) {
+            return None;
+        }
+        let mut groups: BTreeMap<Mono, Terms> = BTreeMap::new();
+        for (m, c) in p {
+            let (w, rest): (Mono, Mono) = m.iter().partition(|&&(a, _)| arena.is_weight_atom(a));
+            add_term(groups.entry(w).or_default(), rest, c.clone());
+        }
+        let mut out = Terms::new();
+        for (w, part) in groups {
+            // Only where each part's product is one stored atom: a part multiplied out would
+            // grow every expression above it (products of 20 to 80 terms, then their
+            // products), and the arena never forms a product whose parts it expanded.
+            let product = self.times(&part, q)?;
+            if product.len() != 1 {
+                return None;
+            }
+            for (m, c) in product {
+                add_term(&mut out, mul_mono(&w, &m), c);
+            }
+        }
+        Some(self.merge_exps(out))
+    }
+
+    /// `p·q` as the arena forms it (expanded, or a `product` atom of the primitive parts
+    /// past the expansion limit), where the arena holds what that needs.
+    fn times(&self, p: &Terms, q: &Terms) -> Option<Terms> {
+        let arena = self.arena;
+        let constant = |t: &Terms| match t.len() {
+            0 => Some(Coeff::zero()),
+            1 => t.get(&Vec::new()).cloned(),
+            _ => None,
+        };
+        let one_weight = |t: &Terms| t.len() == 1 && t.keys().all(|m| arena.softmax_weight(m));
+        let kept = constant(p).is_none()
+            && constant(q).is_none()
+            && (p.len() > 1 || q.len() > 1)
+            && p.len().saturating_mul(q.len()) > arena.budget().expand_limit
+            && !one_weight(p)
+            && !one_weight(q);
+        if kept {
+            let (pp, qp) = (poly_of(p), poly_of(q));
+            let (cp, cq) = (primitive_scale(&pp), primitive_scale(&qp));
+            let mut args = vec![
+                self.find(&scaled(p, &cp.recip()))?,
+                self.find(&scaled(q, &cq.recip()))?,
+            ];
+            args.sort();
+            let atom = arena.find_atom(&Atom::App(Func::Product, args))?;
+            let mut c = cp;
+            c *= &cq;
+            return Some(Terms::from([(vec![(atom, 1)], c)]));
+        }
+        if p.len().saturating_mul(q.len()) > self.limits.max_terms {
+            return None;
+        }
+        let mut out = Terms::new();
+        for (pm, pc) in p {
+            for (qm, qc) in q {
+                let mut k = pc.clone();
+                k *= qc;
+                add_term(&mut out, mul_mono(pm, qm), k);
+            }
+        }
+        Some(self.merge_exps(out))
+    }
+
+    /// The stored expression whose normal form is `t`.
+    fn find(&self, t: &Terms) -> Option<ExprId> {
+        self.arena.find_poly(&poly_of(t))
+    }
+
+    /// Each monomial's exponentials of known finite arguments merged into one where the
+    /// arena holds it (`exp(a)^i·exp(b)^j = exp(i·a + j·b)`), as the arena merges them.
+    fn merge_exps(&self, t: Terms) -> Terms {
+        let arena = self.arena;
+        let finite_exp = |a: AtomId| match arena.atom(a) {
+            Atom::App(Func::Exp, args) if arena.known_finite(args[0]) => Some(args[0]),
+            _ => None,
+        };
+        let needs = |m: &Mono| {
+            m.iter()
+                .filter(|&&(a, _)| finite_exp(a).is_some())
+                .map(|&(_, k)| k)
+                .sum::<u32>()
+                >= 2
+        };
+        if !t.keys().any(&needs) {
+            return t;
+        }
+        let mut out = Terms::new();
+        for (m, c) in t {
+            if !needs(&m) {
+                add_term(&mut out, m, c);
+                continue;
+            }
+            let mut arg = Terms::new();
+            let mut others: Mono = Vec::new();
+            for &(a, k) in &m {
+                match finite_exp(a) {
+                    Some(b) => {
+                        for (bm, bc) in &arena.poly(b).terms {
+                            let mut x = bc.clone();
+                            x *= &Coeff::from_integer(i64::from(k));
+                            add_term(&mut arg, bm.clone(), x);
+                        }
+                    }
+                    None => others.push((a, k)),
+                }
+            }
+            let merged = self
+                .find(&arg)
+                .and_then(|s| arena.find_atom(&Atom::App(Func::Exp, vec![s])));
+            match merged {
+                Some(e) => add_term(&mut out, mul_mono(&others, &[(e, 1)]), c),
+                None => add_term(&mut out, m, c),
+            }
+        }
+        out
+    }
+}
+
+fn poly_of(t: &Terms) -> crate::expr::Poly {
+    crate::expr::Poly {
+        terms: t.iter().map(|(m, c)| (m.clone(), c.clone())).collect(),
+    }
+}
+
+fn terms_of(arena: &Arena, e: ExprId) -> Terms {
+    arena.poly(e).terms.iter().cloned().collect()
+}
+
+fn scaled(t: &Terms, k: &Coeff) -> Terms {
+    t.iter()
+        .map(|(m, c)| {
+            let mut c = c.clone();
+            c *= k;
+            (m.clone(), c)
+        })
+        .collect()
 }
 
 /// How far an expansion may go.

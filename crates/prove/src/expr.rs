@@ -480,6 +480,21 @@ impl Arena {
         self.stored_terms
     }
 
+    /// The expression whose normal form is `p`, if one is stored (nothing is interned).
+    pub(crate) fn find_poly(&self, p: &Poly) -> Option<ExprId> {
+        self.poly_ids.get(p).copied()
+    }
+
+    /// Atom `a`'s number, if it is stored (nothing is interned).
+    pub(crate) fn find_atom(&self, a: &Atom) -> Option<AtomId> {
+        self.atom_ids.get(a).copied()
+    }
+
+    /// The limits this arena normalizes under.
+    pub(crate) fn budget(&self) -> Budget {
+        self.budget
+    }
+
     /// The normal form of `e`.
     pub fn poly(&self, e: ExprId) -> &Poly {
         &self.polys[e.0 as usize]
@@ -1404,7 +1419,7 @@ pub fn rat_to_f64(r: &BigRational) -> f64 {
 
 /// The content of a polynomial with the sign of its leading coefficient: p divided by it is
 /// primitive with a positive leading coefficient.
-fn primitive_scale(p: &Poly) -> Coeff {
+pub(crate) fn primitive_scale(p: &Poly) -> Coeff {
     let c = content(p);
     if p.terms.first().is_some_and(|t| t.1.is_negative()) {
         -c
@@ -1471,7 +1486,7 @@ fn from_map(acc: BTreeMap<Mono, Coeff>) -> Poly {
     }
 }
 
-pub(crate) fn mul_mono(a: &Mono, b: &Mono) -> Mono {
+pub(crate) fn mul_mono(a: &[(AtomId, u32)], b: &[(AtomId, u32)]) -> Mono {
     let mut out = Vec::with_capacity(a.len() + b.len());
     let (mut i, mut j) = (0, 0);
     while i < a.len() && j < b.len() {

@@ -385,3 +385,192 @@ fn a_product_with_a_zero_times_factor_is_zero_times_too() {
     assert!(value(&a, p3, [1.0, 0.0]).is_nan());
     assert_eq!(value(&a, p3, [1.0, 2.0]), 0.0);
 }
+
+/// One block of a ring attention merge `Σ_j c_j·w_j·V_j`: its coefficient, the softmax
+/// weight it holds (0 none, 1 `P0`, 2 `P1`, 3 `P0·P1`) and its values' coefficients on
+/// `v0..v2` (zero or one term as well as sums).
+#[derive(Clone, Debug)]
+struct Block {
+    coeff: i64,
+    weight: usize,
+    values: Vec<i64>,
+}
+
+fn block() -> impl Strategy<Value = Block> {
+    (
+        prop_oneof![Just(-2i64), Just(-1), Just(1), Just(3)],
+        0usize..4,
+        proptest::collection::vec(-2i64..3, 3),
+    )
+        .prop_map(|(coeff, weight, values)| Block {
+            coeff,
+            weight,
+            values,
+        })
+}
+
+/// An arena whose products of sums stay `product` atoms, with the symbols of
+/// [`weighted_value`]: scores `s0, s1`, values `v0..v2`, output gradients `g0..g2`.
+struct Ring {
+    a: Arena,
+    /// `P0`, `P1`: softmax weights over the two scores.
+    p: [ExprId; 2],
+    v: [ExprId; 3],
+    /// The output gradient `g0 + 2·g1 - g2`.
+    d_o: ExprId,
+}
+
+impl Ring {
+    fn new() -> Ring {
+        let mut a = Arena::new(Budget {
+            expand_limit: 2,
+            ..Budget::default()
+        });
+        let sym = |a: &mut Arena, n: &str| a.symbol(n, SymbolKind::Real).unwrap();
+        let s = [sym(&mut a, "s0"), sym(&mut a, "s1")];
+        let v = [sym(&mut a, "v0"), sym(&mut a, "v1"), sym(&mut a, "v2")];
+        let g = [sym(&mut a, "g0"), sym(&mut a, "g1"), sym(&mut a, "g2")];
+        let e = s.map(|x| a.app(Func::Exp, vec![x]).unwrap());
+        let total = a.add(e[0], e[1]).unwrap();
+        let r = a.recip(total).unwrap();
+        let p = e.map(|x| a.mul(x, r).unwrap());
+        let g1 = a.scale(g[1], &Coeff::from_integer(2)).unwrap();
+        let d_o = a.sum(&[g[0], g1]).unwrap();
+        let d_o = a.sub(d_o, g[2]).unwrap();
+        Ring { a, p, v, d_o }
+    }
+
+    fn weight(&mut self, w: usize) -> ExprId {
+        match w {
+            0 => self.a.int(1).unwrap(),
+            1 => self.p[0],
+            2 => self.p[1],
+            _ => self.a.mul(self.p[0], self.p[1]).unwrap(),
+        }
+    }
+
+    fn values(&mut self, b: &Block) -> ExprId {
+        let mut parts = Vec::new();
+        for (i, &k) in b.values.iter().enumerate() {
+            parts.push(self.a.scale(self.v[i], &Coeff::from_integer(k)).unwrap());
+        }
+        self.a.sum(&parts).unwrap()
+    }
+
+    /// The ring's `product(Σ_j c_j·w_j·V_j, dO)`: the weights inside the product.
+    fn inside(&mut self, blocks: &[Block]) -> ExprId {
+        let mut parts = Vec::new();
+        for b in blocks {
+            let (w, v) = (self.weight(b.weight), self.values(b));
+            let wv = self.a.mul(w, v).unwrap();
+            parts.push(self.a.scale(wv, &Coeff::from_integer(b.coeff)).unwrap());
+        }
+        let o = self.a.sum(&parts).unwrap();
+        self.a.mul(o, self.d_o).unwrap()
+    }
+
+    /// The spec's `Σ_j c_j·w_j·product(V_j, dO)`: the weights outside.
+    fn outside(&mut self, blocks: &[Block]) -> ExprId {
+        let mut parts = Vec::new();
+        for b in blocks {
+            let (w, v) = (self.weight(b.weight), self.values(b));
+            let vd = self.a.mul(v, self.d_o).unwrap();
+            let wvd = self.a.mul(w, vd).unwrap();
+            parts.push(self.a.scale(wvd, &Coeff::from_integer(b.coeff)).unwrap());
+        }
+        self.a.sum(&parts).unwrap()
+    }
+
+    fn proved(&self, x: ExprId, y: ExprId) -> bool {
+        shardproof_prove::expand::equal_after_expanding_products(&self.a, x, y, 200_000, None)
+            == Ok(true)
+    }
+
+    /// Whether `x` and `y` differ in f64 at some of a few fixed points.
+    fn differ(&self, x: ExprId, y: ExprId) -> bool {
+        (0..6).any(|k| {
+            let xs: Vec<f64> = (0..self.a.symbols().len())
+                .map(|i| ((i * 7 + k * 5) % 11) as f64 / 4.0 - 1.25)
+                .collect();
+            let mut ev = FloatEval::new(&self.a, xs);
+            let (u, v) = (ev.eval(x), ev.eval(y));
+            (u - v).abs() > 1e-9 * (1.0 + u.abs().max(v.abs()))
+        })
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// Moving softmax weights out of products (the product expansion layer) proves only
+    /// equalities: the weights inside against outside are always equal, and a mutated
+    /// outside (one block's coefficient changed: a dropped block, a flipped sign, a wrong
+    /// scale) is proved only where it does not change the value.
+    #[test]
+    fn weights_moved_out_of_products_prove_only_equalities(
+        blocks in proptest::collection::vec(block(), 1..4),
+        which in 0usize..3,
+        delta in prop_oneof![Just(-1i64), Just(1), Just(-2)],
+    ) {
+        let mut r = Ring::new();
+        let inside = r.inside(&blocks);
+        let outside = r.outside(&blocks);
+        prop_assert!(!r.differ(inside, outside));
+        let mut bad = blocks.clone();
+        let j = which % bad.len();
+        bad[j].coeff += delta;
+        let mutated = r.outside(&bad);
+        if r.proved(inside, mutated) {
+            prop_assert!(!r.differ(inside, mutated), "{blocks:?} mutated at {j}");
+        }
+        // Distinct weights, each on a sum: the rewriting meets the other side.
+        let mut weights: Vec<usize> = blocks.iter().map(|b| b.weight).collect();
+        weights.sort();
+        weights.dedup();
+        let sums = blocks.iter().all(|b| b.values.iter().filter(|&&k| k != 0).count() >= 2);
+        if weights.len() == blocks.len() && sums {
+            prop_assert!(r.proved(inside, outside), "{blocks:?}");
+        }
+    }
+}
+
+/// Ring attention's `D = Σ_h dO_h·O_h` against the spec's weights outside: proved; the
+/// planted bugs of a ring backward (a block dropped, a block's scale wrong, the weights
+/// swapped between blocks, the weights dropped) are not, and each really differs.
+#[test]
+fn a_ring_merge_is_proved_with_its_weights_outside_and_planted_bugs_are_not() {
+    let block = |coeff, weight, values: [i64; 3]| Block {
+        coeff,
+        weight,
+        values: values.to_vec(),
+    };
+    let correct = [block(1, 1, [1, 2, 0]), block(1, 2, [0, 1, -1])];
+    let mut r = Ring::new();
+    let inside = r.inside(&correct);
+    let outside = r.outside(&correct);
+    assert_ne!(
+        inside, outside,
+        "the normal form keeps the two groupings apart"
+    );
+    assert!(r.proved(inside, outside));
+    let planted: [(&str, Vec<Block>); 4] = [
+        ("a block dropped", vec![correct[0].clone()]),
+        (
+            "a block's scale",
+            vec![block(2, 1, [1, 2, 0]), correct[1].clone()],
+        ),
+        (
+            "weights swapped",
+            vec![block(1, 2, [1, 2, 0]), block(1, 1, [0, 1, -1])],
+        ),
+        (
+            "weights dropped",
+            vec![block(1, 0, [1, 2, 0]), block(1, 0, [0, 1, -1])],
+        ),
+    ];
+    for (what, blocks) in planted {
+        let wrong = r.outside(&blocks);
+        assert!(r.differ(inside, wrong), "{what}");
+        assert!(!r.proved(inside, wrong), "{what}");
+    }
+}

@@ -136,32 +136,28 @@ fn tiny_llama() -> LlamaConfig {
     }
 }
 
-/// The ring's backward computes `D = Σ_h dO_h·O_h` from the merged output where the spec's
-/// softmax backward computes `Σ_k P_k·dP_k`: the normal form does not meet them yet
-/// (docs/prove.md section 10), so the gradients through the scores (`wq`, `wk`, the norms and
-/// the embedding) stay undecided. What must hold meanwhile: the correct plan is never
-/// refuted, the loss and the gradients that do not pass through the scores are proved, and
-/// the verdict is inconclusive, not proved.
+/// The ring's backward computes `D = Σ_h dO_h·O_h` from the merged output `O_h = Σ_j P_j·V_jh`
+/// where the spec's softmax backward holds each weight outside: `P_j·Σ_h V_jh·dO_h`. The
+/// product expansion layer moves the weights out of the products (docs/prove.md section 4),
+/// so the gradients through the scores (`wq`, `wk`, the norms and the embedding) are proved.
 #[test]
-fn a_cp2_ring_attention_backward_is_never_refuted() {
+fn a_cp2_ring_attention_backward_is_proved() {
     let dir = tempfile::tempdir().unwrap();
     let case = emit_llama_cp2_with(dir.path(), None, tiny_llama(), false);
     let proof = prove_case(&case, &full_size());
-    assert_ne!(proof.verdict, Verdict::Refuted, "{:?}", proof.message);
+    assert_eq!(proof.verdict, Verdict::Proved, "{:?}", proof.message);
     assert!(proof.counterexample.is_none());
-    for name in [
-        "loss",
-        "wv_0_new",
-        "wo_0_new",
-        "w_down_0_new",
-        "lm_head_new",
-    ] {
-        let o = proof.outputs.iter().find(|o| o.name == name).unwrap();
-        assert_eq!(o.status, "proved", "{name}: {:?}", o.note);
-    }
     for o in &proof.outputs {
-        assert_ne!(o.status, "refuted", "{}: {:?}", o.name, o.note);
+        assert_eq!(o.status, "proved", "{}: {:?}", o.name, o.note);
     }
+    assert!(
+        proof
+            .layers
+            .get("product-expansion")
+            .is_some_and(|&n| n > 0),
+        "{:?}",
+        proof.layers
+    );
 }
 
 /// The same full iteration with the causal mask applied per rank (the ring's mutation): a
@@ -184,4 +180,36 @@ fn a_cp2_ring_attention_full_iteration_with_a_local_mask_is_refuted_and_confirme
     let v = case.spec.find(&cx.output).unwrap();
     assert_eq!(spec.get(v).unwrap().data, cx.spec_output.data);
     assert!((cx.spec_value - cx.rebuilt_value).abs() > 1e-6);
+}
+
+/// The catalog's cp bugs on the full iteration, decided symbolically (no run first): the
+/// weights moved out of the ring backward's products must not make a mutated plan meet the
+/// spec; each is refuted with a counterexample the interpreter confirms.
+#[test]
+fn cp2_full_iteration_bugs_are_refuted_symbolically() {
+    for bug in [
+        "cp-rope-no-offset",
+        "cp-loss-overscaled",
+        "cp-causal-mask-local",
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let case = emit_llama_cp2_with(dir.path(), Some(bug), tiny_llama(), false);
+        let symbolic = ProveConfig {
+            run_first: false,
+            ..full_size()
+        };
+        let proof = prove_case(&case, &symbolic);
+        assert_eq!(
+            proof.verdict,
+            Verdict::Refuted,
+            "{bug}: {:?}",
+            proof.message
+        );
+        let cx = proof.counterexample.expect("a confirmed counterexample");
+        let cfg = shardproof_interp::RunConfig::default();
+        let spec = shardproof_interp::run_graph(&case.spec, &cx.spec_inputs, &cfg).unwrap();
+        let v = case.spec.find(&cx.output).unwrap();
+        assert_eq!(spec.get(v).unwrap().data, cx.spec_output.data, "{bug}");
+        assert!((cx.spec_value - cx.rebuilt_value).abs() > 1e-6, "{bug}");
+    }
 }

@@ -443,12 +443,23 @@ impl Arena {
 
     /// Whether monomial `m` holds an exponential or the reciprocal of a sum of
     /// exponentials (a softmax weight, a log-sum-exp rescaling).
-    pub(super) fn softmax_weight(&self, m: &Mono) -> bool {
-        m.iter().any(|&(a, _)| match self.atom(a) {
+    pub(crate) fn softmax_weight(&self, m: &Mono) -> bool {
+        m.iter().any(|&(a, _)| self.is_weight_atom(a))
+    }
+
+    /// Whether atom `a` is a softmax weight's factor: an exponential, or the reciprocal of
+    /// a sum of exponentials.
+    pub(crate) fn is_weight_atom(&self, a: AtomId) -> bool {
+        match self.atom(a) {
             Atom::App(Func::Exp, _) => true,
             Atom::App(Func::Recip, args) => self.exp_terms(args[0]).is_some(),
             _ => false,
-        })
+        }
+    }
+
+    /// Whether `e` is already known to be finite (a memoized class; nothing is computed).
+    pub(crate) fn known_finite(&self, e: ExprId) -> bool {
+        self.known_class(e).is_some_and(|c| c.finite)
     }
 
     /// Whether atom `a` is an exponential of a finite argument.

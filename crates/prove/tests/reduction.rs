@@ -252,8 +252,7 @@ fn router_case(
 }
 
 /// Normalized over the selected scores.
-const TOPK_SUM: &str =
-    r#"den: "f32[6, 1]" = torch.ops.aten.sum.dim_IntList(vals, [1], True)"#;
+const TOPK_SUM: &str = r#"den: "f32[6, 1]" = torch.ops.aten.sum.dim_IntList(vals, [1], True)"#;
 
 /// The reduced proof of `case` and the full-size one, which must agree.
 fn reduced_and_full(case: &shardproof_case::Case) -> (shardproof_prove::Proof, Verdict) {
@@ -337,5 +336,10 @@ fn a_gather_of_other_indices_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let case = router_case(dir.path(), 2, TOPK_SUM, TOPK_SUM, "labels");
     let refusal = reduce_case(&case).expect_err("refused");
-    assert_eq!(refusal.op.as_deref(), Some("aten.gather.default"), "{}", refusal.message);
+    assert_eq!(
+        refusal.op.as_deref(),
+        Some("aten.gather.default"),
+        "{}",
+        refusal.message
+    );
 }

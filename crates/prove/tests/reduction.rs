@@ -343,3 +343,40 @@ fn a_gather_of_other_indices_is_refused() {
         refusal.message
     );
 }
+
+/// An embedding's backward whose gradient and indices nothing else relates (a stage whose
+/// cut is the gradient: the zoo's deepseek dp=2 x tp=2 full iteration): the gradient's rows
+/// are the indices' positions, so they reduce together. Here the indices' second dim is also
+/// halved by a slice (a multiple of 2), the gradient's is not: reduced apart, the symbolic
+/// backward indexed past the gradient and panicked.
+#[test]
+fn an_embedding_backward_reduces_its_gradient_with_its_indices() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = r#"class GraphModule(torch.nn.Module):
+    def forward(self, tokens: "i64[4, 6]", grad: "f32[4, 6, 8]"):
+        table: "f32[10, 8]" = torch.ops.aten.embedding_dense_backward.default(grad, tokens, 10, -1, False)
+        half: "i64[4, 3]" = torch.ops.aten.slice.Tensor(tokens, 1, 0, 3)
+        return (table, half)
+"#;
+    for f in ["spec.py", "rank.py"] {
+        std::fs::write(dir.path().join(f), g).unwrap();
+    }
+    std::fs::write(
+        dir.path().join("case.yaml"),
+        "version: 1\nname: embedding-backward\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [rank.py, rank.py]\ninputs:\n  tokens: Replicate()\n  grad: Replicate()\noutputs:\n  table: Replicate()\n  half: Replicate()\n",
+    )
+    .unwrap();
+    let case = shardproof_case::load_case(&dir.path().join("case.yaml")).unwrap();
+    let red = shardproof_prove::reduce::reduce_case(&case).expect("reducible");
+    let shape = |name: &str| {
+        red.inputs
+            .iter()
+            .find(|(n, _, _)| n == name)
+            .map(|(_, _, r)| r.clone())
+            .unwrap()
+    };
+    assert_eq!(shape("tokens")[..], shape("grad")[..2], "{:?}", red.inputs);
+    let (proof, _) = reduced_and_full(&case);
+    assert_eq!(proof.verdict, Verdict::Proved, "{:?}", proof.message);
+    assert!(proof.reduction.is_some());
+}

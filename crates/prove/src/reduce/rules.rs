@@ -509,6 +509,21 @@ impl Cx<'_> {
                 }
                 "aten.embedding_dense_backward" => {
                     let grad = self.tensor("grad_output")?;
+                    // One gradient row per index: the gradient's leading dims are the
+                    // indices' (a stage's cut gradient and the token input are related by
+                    // nothing else, and reduced apart they no longer pair).
+                    let idx = self.tensor("indices")?;
+                    let lead = &grad[..grad.len().saturating_sub(1)];
+                    let (ni, ng) = (
+                        idx.iter().map(|m| self.sizes.original(m)).product::<u64>(),
+                        lead.iter().map(|m| self.sizes.original(m)).product::<u64>(),
+                    );
+                    if idx.len() != lead.len() || ni != ng {
+                        return Err(self.refuse("a gradient whose rows are not the indices' positions"));
+                    }
+                    for (a, b) in idx.iter().zip(lead) {
+                        self.unify(a, b)?;
+                    }
                     let out = self.out_shape(0)?;
                     let rows = self.fresh(&out[..1], "table rows");
                     let cols = grad

@@ -1,7 +1,7 @@
 //! Emits a zoo plan and proves it, printing the verdict, the deciding layers and figures.
 //!
 //! ```text
-//! cargo run --release -p shardproof-prove --example prove_zoo -- mlp tp=2 [--bug ID] [--full] [--hidden N] [--layers N] [--no-z3] [--stages] [--jobs N]
+//! cargo run --release -p shardproof-prove --example prove_zoo -- mlp tp=2 [--bug ID] [--full] [--hidden N] [--layers N] [--no-z3] [--no-reduce] [--dir D] [--seq N] [--batch N] [--vocab N] [--width N] [--stages] [--jobs N]
 //! ```
 //!
 //! With `--stages` the case is cut at the embedding's and every decoder layer's output, read from the module
@@ -45,6 +45,17 @@ fn main() {
         mlp.layers = l.parse().expect("--layers N");
         llama.layers = mlp.layers;
     }
+    // The llama-family sizes (llama, gpt2, deepseek), to compare a plan at other sizes.
+    for (name, slot) in [
+        ("--seq", &mut llama.seq),
+        ("--batch", &mut llama.batch),
+        ("--vocab", &mut llama.vocab),
+        ("--width", &mut llama.hidden),
+    ] {
+        if let Some(n) = flag(name) {
+            *slot = n.parse().expect("a size");
+        }
+    }
     let mesh = Mesh::parse(&mesh).expect("mesh");
     let opts = EmitOptions {
         model,
@@ -55,25 +66,34 @@ fn main() {
         forward_only: !args.iter().any(|a| a == "--full"),
         vocab_parallel: false,
     };
-    let dir = tempfile::tempdir().expect("temp dir");
+    let temp = tempfile::tempdir().expect("temp dir");
+    // `--dir D` emits into D (kept afterwards, to read the graphs) instead of a temp dir.
+    let kept_dir = flag("--dir").map(std::path::PathBuf::from);
+    if let Some(d) = &kept_dir {
+        std::fs::create_dir_all(d).expect("--dir");
+    }
+    let dir = kept_dir.unwrap_or_else(|| temp.path().to_path_buf());
     shardproof_zoo::emit_to_dir(
         &opts,
         &EmitExtras::default(),
         &TrainOptions::default(),
         &PipelineOptions::default(),
-        dir.path(),
+        dir.as_path(),
     )
     .expect("emit");
     let staged = args.iter().any(|a| a == "--stages");
     if staged {
-        let cuts = cut_at_layers(dir.path());
+        let cuts = cut_at_layers(dir.as_path());
         println!("cut at {cuts} layer outputs (zoo lineage)");
     }
-    let case = shardproof_case::load_case(&dir.path().join("case.yaml")).expect("case");
+    let case = shardproof_case::load_case(&dir.as_path().join("case.yaml")).expect("case");
     let started = Instant::now();
     let mut cfg = ProveConfig::default();
     if args.iter().any(|a| a == "--no-z3") {
         cfg.decide.z3_timeout = None;
+    }
+    if args.iter().any(|a| a == "--no-reduce") {
+        cfg.reduce = false;
     }
     if staged {
         let jobs = flag("--jobs").map_or(1, |j| j.parse().expect("--jobs N"));

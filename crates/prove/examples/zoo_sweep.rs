@@ -9,7 +9,9 @@
 //! blocks; on a dp mesh each input gradient is a scaled cut: a rank holds the replica count
 //! times the spec's rows) and proved stage by stage (TrainVerify's Algorithm 2, every cut
 //! proved as its own stage): whole, its goals repeat the experts' products in other groupings
-//! far past the term budgets.
+//! far past the term budgets. Its stages are shape-reduced (the router's topk, scatter and
+//! gather keep their experts and k); where that leaves it undecided, it is proved again at
+//! full size within what is left of the time limit.
 //!
 //! ```text
 //! cargo run -p shardproof-prove --example zoo_sweep -- [MODEL ...] [--forward | --full] [--mesh M] [--time-limit S] [--outputs-apart]
@@ -136,18 +138,31 @@ fn main() {
                     ..ProveConfig::default()
                 };
                 let (verdict, layers, message, how) = if cuts > 0 {
-                    // Shape reduction refuses the router's top-k: at full size, as below.
-                    let cfg = ProveConfig {
-                        reduce: false,
-                        ..cfg
-                    };
+                    // Each stage shape-reduced (the router's topk, scatter and gather keep
+                    // their experts and k); where that leaves the plan unproved, once more at
+                    // full size on the same clock, as `prove_case_or_full_size` does.
                     let opts = PlanOptions {
                         scales,
                         outputs_apart: apart,
                     };
                     let p = prove_staged_with(&case, &cfg, 1, &opts);
-                    let how = format!("full size, {} stages at {cuts} cuts", p.stages.len());
-                    (p.verdict, p.layers, p.message, how)
+                    let timed_out = started.elapsed().as_secs_f64() >= limit;
+                    if p.verdict == Verdict::Inconclusive && !timed_out {
+                        let full = ProveConfig {
+                            reduce: false,
+                            ..cfg
+                        };
+                        let q = prove_staged_with(&case, &full, 1, &opts);
+                        let how = format!(
+                            "full size after reduced stages undecided ({}), {} stages at {cuts} cuts",
+                            p.message.as_deref().unwrap_or(""),
+                            q.stages.len()
+                        );
+                        (q.verdict, q.layers, q.message, how)
+                    } else {
+                        let how = format!("reduced, {} stages at {cuts} cuts", p.stages.len());
+                        (p.verdict, p.layers, p.message, how)
+                    }
                 } else {
                     let (p, full_size) = prove_case_or_full_size(&case, &cfg);
                     let how = if full_size { "full size" } else { "reduced" };

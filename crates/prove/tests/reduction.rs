@@ -208,3 +208,175 @@ fn the_head_dim_reduces_and_rope_mutations_are_refuted_on_the_reduced_sizes() {
         assert!(proof.counterexample.is_some(), "{what}");
     }
 }
+
+/// A top-k router on tp = 2 (`x [6, 4] @ r [4, 8]` gives 6 tokens' scores over 8 experts):
+/// the top `k` scores normalized by `norm` (a line computing `den [6, 1]` from `vals`, the
+/// selected scores, and `scores`), scattered into a dense `[6, 8]` gate matrix, gathered back
+/// at the selected experts, and the gates times the expert outputs `w [8, 6]`, column-sharded
+/// over tp. The spec normalizes by `spec_norm`, the ranks by `rank_norm`; `index` is the
+/// tensor the gather reads its indices from.
+fn router_case(
+    dir: &std::path::Path,
+    k: usize,
+    spec_norm: &str,
+    rank_norm: &str,
+    index: &str,
+) -> shardproof_case::Case {
+    let g = |norm: &str, cols: usize| {
+        format!(
+            r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[6, 4]", r: "f32[4, 8]", w: "f32[8, {cols}]", labels: "i64[6, {k}]"):
+        logits: "f32[6, 8]" = torch.ops.aten.mm.default(x, r)
+        scores: "f32[6, 8]" = torch.ops.aten.sigmoid.default(logits)
+        topk = torch.ops.aten.topk.default(scores, {k})
+        vals: "f32[6, {k}]" = topk[0]
+        idx: "i64[6, {k}]" = topk[1]
+        {norm}
+        g: "f32[6, {k}]" = torch.ops.aten.div.Tensor(vals, den)
+        zeros: "f32[6, 8]" = torch.ops.aten.full.default([6, 8], 0.0, dtype = torch.float32, device = device(type='cpu'), pin_memory = False)
+        gates: "f32[6, 8]" = torch.ops.aten.scatter.src(zeros, 1, idx, g)
+        back: "f32[6, {k}]" = torch.ops.aten.gather.default(gates, 1, {index})
+        y: "f32[6, {cols}]" = torch.ops.aten.mm.default(gates, w)
+        return (y, back)
+"#
+        )
+    };
+    std::fs::write(dir.join("spec.py"), g(spec_norm, 6)).unwrap();
+    std::fs::write(dir.join("rank.py"), g(rank_norm, 3)).unwrap();
+    std::fs::write(
+        dir.join("case.yaml"),
+        "version: 1\nname: router\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [rank.py, rank.py]\ninputs:\n  x: Replicate()\n  r: Replicate()\n  w: Shard(1)\n  labels: Replicate()\noutputs:\n  y: Shard(1)\n  back: Replicate()\n",
+    )
+    .unwrap();
+    shardproof_case::load_case(&dir.join("case.yaml")).unwrap()
+}
+
+/// Normalized over the selected scores.
+const TOPK_SUM: &str = r#"den: "f32[6, 1]" = torch.ops.aten.sum.dim_IntList(vals, [1], True)"#;
+
+/// The reduced proof of `case` and the full-size one, which must agree.
+fn reduced_and_full(case: &shardproof_case::Case) -> (shardproof_prove::Proof, Verdict) {
+    use shardproof_prove::{prove_case, ProveConfig};
+    let reduced = prove_case(case, &ProveConfig::default());
+    let full = prove_case(
+        case,
+        &ProveConfig {
+            reduce: false,
+            ..ProveConfig::default()
+        },
+    );
+    assert_eq!(reduced.verdict, full.verdict, "{:?}", reduced.message);
+    (reduced, full.verdict)
+}
+
+/// Shape reduction passes a top-k router (topk, scatter, gather): the tokens and the model
+/// width shrink, the experts (the lane the indices range over) and `k` keep their sizes, and
+/// the reduced verdict is the full-size one.
+#[test]
+fn a_topk_router_reduces_keeping_the_experts_and_k_and_is_proved() {
+    use shardproof_prove::reduce::reduce_case;
+    let dir = tempfile::tempdir().unwrap();
+    let case = router_case(dir.path(), 2, TOPK_SUM, TOPK_SUM, "idx");
+    let red = reduce_case(&case).expect("reducible");
+    let shape = |name: &str| {
+        red.inputs
+            .iter()
+            .find(|(n, _, _)| n == name)
+            .map(|(_, _, r)| r.clone())
+            .unwrap()
+    };
+    // Tokens and width reduced; the 8 experts kept (router columns, expert rows).
+    assert!(shape("x")[0] < 6 && shape("x")[1] < 4, "{:?}", red.inputs);
+    assert_eq!(shape("r")[1], 8, "{:?}", red.inputs);
+    assert_eq!(shape("w")[0], 8, "{:?}", red.inputs);
+    assert!(red
+        .sizes
+        .iter()
+        .any(|s| s.origin.contains("top-k count") && s.original == 2 && s.reduced == 2));
+    let (proof, _) = reduced_and_full(&case);
+    assert_eq!(proof.verdict, Verdict::Proved, "{:?}", proof.message);
+    assert!(proof.reduction.is_some());
+}
+
+/// A bug that shows only with more experts than `k + 1`: the ranks normalize the top-1
+/// score by itself plus the smallest score, the spec by the sum of every score, which agree
+/// exactly when there are 2 experts. The experts keep their 8 (the topk rule keeps the lane),
+/// so the reduced case is refuted; reducing them to 2 proves it.
+#[test]
+fn a_router_bug_past_the_reduced_expert_range_stays_refuted() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec_norm = r#"den: "f32[6, 1]" = torch.ops.aten.sum.dim_IntList(scores, [1], True)"#;
+    let rank_norm = r#"low: "f32[6, 1]" = torch.ops.aten.amin.default(scores, [1], True)
+        den: "f32[6, 1]" = torch.ops.aten.add.Tensor(vals, low)"#;
+    let case = router_case(dir.path(), 1, spec_norm, rank_norm, "idx");
+    let (proof, _) = reduced_and_full(&case);
+    assert_eq!(proof.verdict, Verdict::Refuted, "{:?}", proof.message);
+    assert!(proof.counterexample.is_some());
+}
+
+/// A bug that shows only at `k > 2`: the ranks normalize the top-3 scores by their largest
+/// plus their smallest, which is their sum at `k = 2`. `k` keeps its 3, so it is refuted.
+#[test]
+fn a_router_bug_past_a_reduced_k_stays_refuted() {
+    let dir = tempfile::tempdir().unwrap();
+    let rank_norm = r#"hi: "f32[6, 1]" = torch.ops.aten.amax.default(vals, [1], True)
+        lo: "f32[6, 1]" = torch.ops.aten.amin.default(vals, [1], True)
+        den: "f32[6, 1]" = torch.ops.aten.add.Tensor(hi, lo)"#;
+    let case = router_case(dir.path(), 3, TOPK_SUM, rank_norm, "idx");
+    let (proof, _) = reduced_and_full(&case);
+    assert_eq!(proof.verdict, Verdict::Refuted, "{:?}", proof.message);
+    assert!(proof.counterexample.is_some());
+}
+
+/// An index that is not a topk's (an input, whose range the reduction does not track) is
+/// refused by shape reduction, naming the operator.
+#[test]
+fn a_gather_of_other_indices_is_refused() {
+    use shardproof_prove::reduce::reduce_case;
+    let dir = tempfile::tempdir().unwrap();
+    let case = router_case(dir.path(), 2, TOPK_SUM, TOPK_SUM, "labels");
+    let refusal = reduce_case(&case).expect_err("refused");
+    assert_eq!(
+        refusal.op.as_deref(),
+        Some("aten.gather.default"),
+        "{}",
+        refusal.message
+    );
+}
+
+/// An embedding's backward whose gradient and indices nothing else relates (a stage whose
+/// cut is the gradient: the zoo's deepseek dp=2 x tp=2 full iteration): the gradient's rows
+/// are the indices' positions, so they reduce together. Here the indices' second dim is also
+/// halved by a slice (a multiple of 2), the gradient's is not: reduced apart, the symbolic
+/// backward indexed past the gradient and panicked.
+#[test]
+fn an_embedding_backward_reduces_its_gradient_with_its_indices() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = r#"class GraphModule(torch.nn.Module):
+    def forward(self, tokens: "i64[4, 6]", grad: "f32[4, 6, 8]"):
+        table: "f32[10, 8]" = torch.ops.aten.embedding_dense_backward.default(grad, tokens, 10, -1, False)
+        half: "i64[4, 3]" = torch.ops.aten.slice.Tensor(tokens, 1, 0, 3)
+        return (table, half)
+"#;
+    for f in ["spec.py", "rank.py"] {
+        std::fs::write(dir.path().join(f), g).unwrap();
+    }
+    std::fs::write(
+        dir.path().join("case.yaml"),
+        "version: 1\nname: embedding-backward\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [rank.py, rank.py]\ninputs:\n  tokens: Replicate()\n  grad: Replicate()\noutputs:\n  table: Replicate()\n  half: Replicate()\n",
+    )
+    .unwrap();
+    let case = shardproof_case::load_case(&dir.path().join("case.yaml")).unwrap();
+    let red = shardproof_prove::reduce::reduce_case(&case).expect("reducible");
+    let shape = |name: &str| {
+        red.inputs
+            .iter()
+            .find(|(n, _, _)| n == name)
+            .map(|(_, _, r)| r.clone())
+            .unwrap()
+    };
+    assert_eq!(shape("tokens")[..], shape("grad")[..2], "{:?}", red.inputs);
+    let (proof, _) = reduced_and_full(&case);
+    assert_eq!(proof.verdict, Verdict::Proved, "{:?}", proof.message);
+    assert!(proof.reduction.is_some());
+}

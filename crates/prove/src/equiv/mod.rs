@@ -622,8 +622,8 @@ fn prove_case_mesh_kept(case: &Case, cfg: &ProveConfig, started: Instant) -> Pro
     proof
 }
 
-/// [`prove_case`], and where shape reduction refuses the case (pipelines' send/recv, top-k),
-/// once more at full size on the same clock unless the time limit has passed (the element
+/// [`prove_case`], and where shape reduction refuses the case (an operator off its list) or
+/// the reduced case is undecided, once more at full size on the same clock unless the time limit has passed (the element
 /// limit bounds the size); an inconclusive full-size proof keeps the refusal's reason in
 /// front of its own. Returns the proof and whether it ran at full size.
 pub fn prove_case_or_full_size(case: &Case, cfg: &ProveConfig) -> (Proof, bool) {
@@ -632,17 +632,26 @@ pub fn prove_case_or_full_size(case: &Case, cfg: &ProveConfig) -> (Proof, bool) 
         started: Some(started),
         ..cfg.clone()
     };
+    // A bug with a numeric effect shows in a run at once, where the symbolic proof of a
+    // reduced full iteration can take minutes (the zoo's deepseek tp=2
+    // `moe-router-grad-unsynced`: past 120 s reduced, 2.5 s by a run).
+    if cfg.reduce {
+        if let Some(p) = numeric_refutation(case, &cfg) {
+            return (p, true);
+        }
+    }
     let mut proof = prove_case(case, &cfg);
     let timed_out = cfg.time_limit.is_some_and(|t| started.elapsed() >= t);
-    if !cfg.reduce || !proof.reduction_refused() || timed_out {
+    // A reduced case can be harder for the decision layers than the case as written (the
+    // zoo's deepseek tp=2 forward: one goal by the normal form at full size, 75,884 terms
+    // apart on reduced sizes): an undecided reduced proof is tried at full size too.
+    let reduced_undecided = proof.verdict == Verdict::Inconclusive
+        && proof.reduction.is_some()
+        && program_elements(case) <= cfg.max_elements;
+    if !cfg.reduce || !(proof.reduction_refused() || reduced_undecided) || timed_out {
         return (proof, false);
     }
     let reason = proof.message.take().unwrap_or_default();
-    // A bug with a numeric effect shows in a run at once; the symbolic proof at full size
-    // (top-k routers, pipelines) can take minutes.
-    if let Some(p) = numeric_refutation(case, &cfg) {
-        return (p, true);
-    }
     proof = prove_case(
         case,
         &ProveConfig {

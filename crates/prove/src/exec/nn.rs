@@ -618,6 +618,14 @@ pub(crate) fn embedding_backward(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, Ex
     }
     let padding = ctx.opt_int("padding_idx")?.unwrap_or(-1);
     let meta = ctx.out_meta(0)?;
+    if meta.shape.len() != 2 || g.numel() != idx.numel() * meta.shape[1] {
+        return Err(ctx.unsupported(format!(
+            "embedding_dense_backward of a {:?} gradient for {} indices into {:?}",
+            g.shape,
+            idx.numel(),
+            meta.shape
+        )));
+    }
     let (v, d) = (meta.shape[0], meta.shape[1]);
     let n = idx.numel();
     let ar = &mut *ctx.arena;

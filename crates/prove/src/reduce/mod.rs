@@ -259,6 +259,16 @@ fn reduce_with(case: &Case, strict: bool) -> Result<Reduction, Refusal> {
             }
         }
     }
+    // Sizes an operator's kernel depends on (a topk's lane and count, an index's range) keep
+    // their original values; pinned only now, when every relation is known, so that no later
+    // substitution leaves a part of them free.
+    for m in spec
+        .kept
+        .iter()
+        .chain(walked.values().flat_map(|w| w.kept.iter()))
+    {
+        sizes.pin(m);
+    }
     // Value literals may stand for sizes: keep those sizes; those naming mesh sizes only
     // keep reduced sizes from coinciding with them.
     let mesh = if strict {

@@ -53,6 +53,10 @@ pub struct GraphDims {
     /// keeps reduced sizes from coinciding with it but pins no size (see
     /// [`super::reduce_case`]).
     pub eps_literals: Vec<u64>,
+    /// Sizes that must keep their original value: a `topk`'s lane and count, the dim a
+    /// `gather` or `scatter` indexes (an index's values range over it). Pinned once every
+    /// relation is known ([`Sizes::pin`] pins the variables a size is made of then).
+    pub kept: Vec<Mono>,
 }
 
 impl GraphDims {
@@ -180,6 +184,9 @@ const STRUCTURAL: &[&str] = &[
     "src",
     "dst",
     "tag",
+    // `topk`'s count (the only schema argument of that name): a size kept at its original
+    // value by the topk rule, so the literal keeps its meaning; it never enters a value.
+    "k",
 ];
 
 /// Integers a value literal `c` may be a product of sizes behind: `c`, `1/c`, `c^2`, `1/c^2`.
@@ -259,6 +266,7 @@ pub fn walk(
                     dims: &out.dims,
                     outs: &outs,
                     literals: Vec::new(),
+                    kept: Vec::new(),
                 };
                 let result = cx.apply().map_err(|mut r| {
                     if r.op.is_none() {
@@ -267,6 +275,7 @@ pub fn walk(
                     r
                 })?;
                 let lits = std::mem::take(&mut cx.literals);
+                out.kept.append(&mut cx.kept);
                 // Value literals: every numeric argument that is not structural.
                 for a in &def.schema.args {
                     if STRUCTURAL.contains(&a.name.as_str()) {
@@ -307,6 +316,7 @@ struct Cx<'a> {
     dims: &'a [Vec<Option<Vec<Mono>>>],
     outs: &'a [Option<Vec<u64>>],
     literals: Vec<Literal>,
+    kept: Vec<Mono>,
 }
 
 fn norm_dim(d: i64, rank: usize) -> Option<usize> {
@@ -467,6 +477,12 @@ impl Cx<'_> {
                     vec![d]
                 }
                 "aten.arange" => vec![self.arange()?],
+                "aten.topk" => self.topk()?,
+                "aten.gather" => vec![self.gather()?],
+                // The reducing overloads (`scatter.reduce`, ...) have no symbolic rule.
+                "aten.scatter" if matches!(self.op.as_str(), "aten.scatter.src" | "aten.scatter.value") => {
+                    vec![self.scatter()?]
+                }
                 // A send's result is its input (the handle of the posted tensor).
                 "shardproof_p2p.send" => vec![self.tensor("input")?],
                 // A recv's buffer has the sizes of the tensor the matched send posts: fresh
@@ -493,6 +509,21 @@ impl Cx<'_> {
                 }
                 "aten.embedding_dense_backward" => {
                     let grad = self.tensor("grad_output")?;
+                    // One gradient row per index: the gradient's leading dims are the
+                    // indices' (a stage's cut gradient and the token input are related by
+                    // nothing else, and reduced apart they no longer pair).
+                    let idx = self.tensor("indices")?;
+                    let lead = &grad[..grad.len().saturating_sub(1)];
+                    let (ni, ng) = (
+                        idx.iter().map(|m| self.sizes.original(m)).product::<u64>(),
+                        lead.iter().map(|m| self.sizes.original(m)).product::<u64>(),
+                    );
+                    if idx.len() != lead.len() || ni != ng {
+                        return Err(self.refuse("a gradient whose rows are not the indices' positions"));
+                    }
+                    for (a, b) in idx.iter().zip(lead) {
+                        self.unify(a, b)?;
+                    }
                     let out = self.out_shape(0)?;
                     let rows = self.fresh(&out[..1], "table rows");
                     let cols = grad
@@ -1024,6 +1055,157 @@ impl Cx<'_> {
             ),
         });
         Ok(d)
+    }
+}
+
+/// Movements whose every output element is an element of their first input: through them an
+/// index tensor's values are its source's.
+const VALUE_KEEPING: &[&str] = &[
+    "aten.view",
+    "aten._unsafe_view",
+    "aten.reshape",
+    "aten.unsqueeze",
+    "aten.squeeze",
+    "aten.expand",
+    "aten.permute",
+    "aten.transpose",
+    "aten.t",
+    "aten.slice",
+    "aten.clone",
+    "aten.contiguous",
+    "aten.detach",
+    "aten.alias",
+];
+
+/// Whether value `v` of `g` holds the indices a `topk` selected (its second output), reached
+/// through value-keeping movements only: its values then range over that topk's lane, whose
+/// size the reduction keeps, so they are the same values at every reduced size. An index of
+/// any other origin (an input, arithmetic, a position) may range over sizes the reduction
+/// changes, and the operators reading it are refused.
+fn topk_indices(g: &Graph, mut v: ValueId) -> bool {
+    // A chain of movements is short; the bound only keeps a malformed graph from looping.
+    for _ in 0..64 {
+        let Some(NodeKind::Call { op, args, .. }) = g.nodes.get(v.node).map(|n| &n.kind) else {
+            return false;
+        };
+        let base = op.base();
+        if base == "aten.topk" {
+            return v.output == 1;
+        }
+        if !VALUE_KEEPING.contains(&base.as_str()) {
+            return false;
+        }
+        match args.first() {
+            Some(Arg::Value(u)) => v = *u,
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// Selections and index-driven movements (docs/prove.md, section 2: why each keeps the
+/// theorem's conditions).
+impl Cx<'_> {
+    /// The dim `name` selects, normalized against a tensor of rank `rank` (at least 1).
+    fn index_dim(&self, name: &str, default: i64, rank: usize) -> Result<usize, Refusal> {
+        if rank == 0 {
+            return Err(self.refuse("a selection along a 0-d tensor"));
+        }
+        norm_dim(self.int(name).unwrap_or(default), rank).ok_or_else(|| self.refuse("bad dim"))
+    }
+
+    /// Unifies every dim of `a` but `skip` with `b`'s, which must have the same original
+    /// sizes (torch allows an index smaller than its input along the other dims: a prefix the
+    /// reduction would have to keep at a fixed fraction, which it does not track).
+    fn same_dims_but(
+        &mut self,
+        a: &[Mono],
+        b: &[Mono],
+        skip: Option<usize>,
+        what: &str,
+    ) -> Result<(), Refusal> {
+        if a.len() != b.len() {
+            return Err(self.refuse(format!("{what}: ranks differ")));
+        }
+        for (k, (x, y)) in a.iter().zip(b).enumerate() {
+            if Some(k) == skip {
+                continue;
+            }
+            if self.sizes.original(x) != self.sizes.original(y) {
+                return Err(self.refuse(format!("{what}: dim {k} differs")));
+            }
+            self.unify(x, y)?;
+        }
+        Ok(())
+    }
+
+    /// The `index` argument, which must hold a topk's indices ([`topk_indices`]).
+    fn topk_index(&self) -> Result<Vec<Mono>, Refusal> {
+        let Some(Arg::Value(v)) = self.get("index") else {
+            return Err(self.refuse("no index tensor"));
+        };
+        if !topk_indices(self.g, v) {
+            return Err(self.refuse(
+                "an index that is not a topk's indices (through value-keeping movements): its range may depend on a reduced size; use --no-reduce to prove at full size",
+            ));
+        }
+        self.tensor("index")
+    }
+
+    /// `topk(x, k, dim)`: each output lane is one kernel of one input lane, the other dims
+    /// batch dims with the identity mapping; but the kernel depends on the lane's length and
+    /// on `k` (the j-th largest of n values, an index ranging over the lane), so both keep
+    /// their original sizes and the reduced program runs the same kernel on fewer lanes. The
+    /// semantic minimum `k <= lane` then holds as it does at full size.
+    fn topk(&mut self) -> Result<Vec<Vec<Mono>>, Refusal> {
+        let x = self.tensor("self")?;
+        let d = self.index_dim("dim", -1, x.len())?;
+        let out = self.out_shape(0)?;
+        let k = *out
+            .get(d)
+            .ok_or_else(|| self.refuse("an output without the lane"))?;
+        if self.int("k").and_then(|n| u64::try_from(n).ok()) != Some(k) {
+            return Err(self.refuse("a count that is not the output's lane"));
+        }
+        let count = self.fresh(&[k], "top-k count").remove(0);
+        self.kept.push(x[d].clone());
+        self.kept.push(count.clone());
+        let mut o = x;
+        o[d] = count;
+        Ok(vec![o.clone(), o])
+    }
+
+    /// `gather(x, dim, index)`: `out[p] = x[p with p_dim := index[p]]`. Along every other dim
+    /// the mapping is the identity (index and input dims equal); along `dim` each output
+    /// element reads one index element at its own position and the input's whole lane, so
+    /// the lane keeps its original size (the index values range over it) and the index's
+    /// extent along `dim` is a batch dim. The values must be a topk's, kept alike.
+    fn gather(&mut self) -> Result<Vec<Mono>, Refusal> {
+        let x = self.tensor("self")?;
+        let d = self.index_dim("dim", 0, x.len())?;
+        let idx = self.topk_index()?;
+        self.same_dims_but(&idx, &x, Some(d), "index and input")?;
+        self.kept.push(x[d].clone());
+        Ok(idx)
+    }
+
+    /// `scatter(self, dim, index, src | value)`: writes `src[p]` to `out[p with p_dim :=
+    /// index[p]]`, the last write winning. An output element depends on its own element of
+    /// `self` and on the whole lane of `index` and `src` along `dim` (which of them name it),
+    /// the other dims mapped by the identity: so the output's lane (the index values' range)
+    /// and the index's lane (the number of writes) keep their original sizes. The values must
+    /// be a topk's, kept alike.
+    fn scatter(&mut self) -> Result<Vec<Mono>, Refusal> {
+        let s = self.tensor("self")?;
+        let d = self.index_dim("dim", 0, s.len())?;
+        let idx = self.topk_index()?;
+        self.same_dims_but(&idx, &s, Some(d), "index and self")?;
+        if let Some(src) = self.tensor_dims("src")? {
+            self.same_dims_but(&src, &idx, None, "src and index")?;
+        }
+        self.kept.push(s[d].clone());
+        self.kept.push(idx[d].clone());
+        Ok(s)
     }
 }
 

@@ -28,7 +28,7 @@ use findings::{
     constant_output, inconclusive_reason, mixed_shards, plain_rename, raw_finding, zero_output,
     LossTerms,
 };
-use recv::{moves_partial, recv_read, resume_at};
+use recv::{moves_partial, recv_read, resume_at, start_state};
 use scaling::{read_times_n, scale_records, ScaleRecord};
 pub use shared::*;
 use vocab_proofs::vocab_proofs;
@@ -173,47 +173,7 @@ fn propagate_rank_from(
         coord_read.set(coord_read.get() | 1u64.checked_shl(m as u32).unwrap_or(0));
         coords[m]
     };
-    let mut offsets = Vec::with_capacity(g.nodes.len());
-    let mut total = 0u32;
-    for n in &g.nodes {
-        offsets.push(total);
-        total += n.outputs.len() as u32;
-    }
-    let (mut rp, start) = match resume {
-        Some((mut rp, start)) if rp.offsets == offsets => {
-            // Everything from `start` on is computed again from its initial state.
-            let v0 = offsets.get(start).map_or(total as usize, |&o| o as usize);
-            rp.places[v0 * nd..].fill(Place::Unknown);
-            rp.origin[v0 * nd..].fill(NONE);
-            rp.scaled[v0 * nd..].fill(false);
-            rp.times_n[v0 * nd..].fill(false);
-            rp.scale_unknown[v0 * nd..].fill(false);
-            rp.share_of[v0 * nd..].fill(0);
-            rp.invariant[v0..].fill(false);
-            rp.zero[v0..].fill(false);
-            rp.constant[v0..].fill(0);
-            rp.findings.retain(|f| f.node < start);
-            rp.unknown_sources.retain(|&(n, _)| n < start);
-            rp.dual_lifts.retain(|&(n, _)| n < start);
-            (rp, start)
-        }
-        _ => (
-            RankPlacements {
-                offsets,
-                places: vec![Place::Unknown; total as usize * nd],
-                origin: vec![NONE; total as usize * nd],
-                invariant: vec![false; total as usize],
-                scaled: vec![false; total as usize * nd],
-                times_n: vec![false; total as usize * nd],
-                scale_unknown: vec![false; total as usize * nd],
-                share_of: vec![0; total as usize * nd],
-                zero: vec![false; total as usize],
-                constant: vec![0; total as usize],
-                ..Default::default()
-            },
-            0,
-        ),
-    };
+    let (mut rp, start) = start_state(g, nd, resume);
     let mut pending = false;
     let metas = &sh.metas[r];
     let meta_of = |v: ValueId| {

@@ -104,7 +104,7 @@ pub(super) fn lift_exempt(
     } = *s;
     let g = &sh.program.ranks[r];
     let mesh = &sh.program.mesh;
-    let scaled_of = |v: ValueId| rp.scaled[(rp.offsets[v.node] as usize + v.output) * nd + m];
+    let scaled_of = |v: ValueId| s.scaled_of(v);
     let tensor_inputs_scaled = |rp: &RankPlacements| {
         inputs.iter().all(|&v| {
             let q = rp.of(v, nd)[m];

@@ -152,6 +152,14 @@ struct CallOnDim<'s, 'a> {
     outs: &'s [Option<Meta>],
 }
 
+impl CallOnDim<'_, '_> {
+    /// Whether the value is a replicated value divided by n on the mesh dim (`scaled`).
+    fn scaled_of(&self, v: ValueId) -> bool {
+        let rp = self.rp;
+        rp.scaled[(rp.offsets[v.node] as usize + v.output) * self.nd + self.m]
+    }
+}
+
 fn propagate_rank_from(
     sh: &Shared,
     r: usize,

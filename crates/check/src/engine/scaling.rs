@@ -178,7 +178,7 @@ pub(super) fn scale_records(
     let mesh = &sh.program.mesh;
     let g = &sh.program.ranks[r];
     let name = g.nodes[i].name.as_str();
-    let scaled_of = |v: ValueId| rp.scaled[(rp.offsets[v.node] as usize + v.output) * nd + m];
+    let scaled_of = |v: ValueId| s.scaled_of(v);
     // Scaling by 1/n of a replicated value.
     let n_m = mesh.dims[m].1 as f64;
     let other = if bound.schema().index_of("other").is_some() {

@@ -1,6 +1,6 @@
 //! What the propagation driver asks per call besides the rules: the loss's terms (a backward
-//! all-reduce's license), zero tensors, shards of one dim over two mesh dims, and the wording
-//! of a rule's violation as a finding.
+//! all-reduce's license), zero tensors, shards of one dim over two mesh dims, the wording
+//! of a rule's violation as a finding, and of a call left `Unknown` without one.
 
 use super::{RankPlacements, Shared, NONE};
 use crate::place::{Place, Red};
@@ -508,5 +508,55 @@ pub(super) fn plain_rename(meaning: &OpMeaning, positional: usize) -> Option<&Op
             Some(op)
         }
         _ => None,
+    }
+}
+
+/// Why a call left its output `Unknown` on a mesh dim without a finding (the rule's result
+/// read `Varying` where it needed a layout), in the words of the rule's family.
+pub(super) fn inconclusive_reason(
+    op: &OpName,
+    family: &str,
+    stage_dim: bool,
+    dim_name: &str,
+) -> String {
+    if matches!(
+        family,
+        "norm" | "norm-backward" | "softmax" | "softmax-backward" | "sort"
+    ) {
+        format!(
+            "`{op}` on mesh dim `{}` normalizes (or sorts) a tensor of \
+         unknown layout (`Varying`): its normalized dims may be \
+         sharded, not known",
+            dim_name
+        )
+    } else if stage_dim && (family == "all-reduce" || family == "reduce-scatter") {
+        // The stages' own tensors are never a shard there: what is
+        // missing is the proof that they are shares of one sum.
+        format!(
+            "`{op}` on mesh dim `{}` sums the pipeline stages' own tensors (`Varying`): \
+         whether each is its stage's share of one sum (a tied \
+         weight's gradient, a loss term) is not proven",
+            dim_name
+        )
+    } else if family == "all-reduce" || family == "reduce-scatter" {
+        format!(
+            "`{op}` on mesh dim `{}` reduces a tensor of unknown layout \
+         (`Varying`): a partial sum (completed) or a shard (different \
+         slices added), not known which",
+            dim_name
+        )
+    } else if family == "all-gather" {
+        format!(
+            "`{op}` on mesh dim `{}` gathers a tensor of unknown layout \
+         (`Varying`): the same data on every rank, in an order not \
+         known (a shard's rows in rank order not proven)",
+            dim_name
+        )
+    } else {
+        format!(
+            "`{op}` on mesh dim `{}` combines a partial sum with a tensor \
+         of unknown layout (`Varying`): no placement, and no finding",
+            dim_name
+        )
     }
 }

@@ -1,25 +1,37 @@
 //! Placement propagation over every rank graph of a program, with the operator rules of
-//! [`crate::rules`].
+//! [`crate::rules`]. This file is the driver: a rank's run over its nodes, each call's rule
+//! on each mesh dim, and the records it writes. What the driver asks besides the rules lives
+//! beside it: `collectives` (a collective's group and the lifting of its operands),
+//! `vocab_proofs` (vocabulary-parallel proofs), `scaling` (scalings by a number and the
+//! records they leave), `findings` (findings and the words of unknown sources), `recv`
+//! (recvs and resuming), `runs` (equal runs) and `shared` (the state ranks share).
 
 use crate::place::{Place, Red};
 use crate::ring::{self, RingMode};
 use crate::rows::{self, RowsMode};
-use crate::rules::{self, Ctx, Exempt, Literals};
+use crate::rules::{self, Ctx, Literals};
 use shardproof_ir::{Arg, NodeKind, OpMeaning, OpName, ValueId};
 use shardproof_ops::{Args, Meta, NoValues, OpClass, OpDef, Registry};
 use std::collections::HashMap;
 
+mod collectives;
 mod findings;
 mod recv;
 mod runs;
 mod scaling;
 mod shared;
+mod vocab_proofs;
 
+use collectives::{collective_group, lift_exempt};
 pub(crate) use findings::group_reducing;
-use findings::{constant_output, mixed_shards, plain_rename, raw_finding, zero_output, LossTerms};
-use recv::{moves_partial, recv_read, resume_at};
-use scaling::{partial_scaling, share_of_other_dim, Read, Scaling};
+use findings::{
+    constant_output, inconclusive_reason, mixed_shards, plain_rename, raw_finding, zero_output,
+    LossTerms,
+};
+use recv::{moves_partial, recv_read, resume_at, start_state};
+use scaling::{read_times_n, scale_records, ScaleRecord};
 pub use shared::*;
+use vocab_proofs::vocab_proofs;
 
 /// No origin recorded.
 pub(crate) const NONE: u32 = u32::MAX;
@@ -92,6 +104,62 @@ thread_local! {
     pub(crate) static NO_TWINS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
+/// One call on one mesh dim, as the checks after its rule read it (`vocab_proofs`,
+/// `collectives`): the rank's run, the call, and how the rule saw its inputs.
+#[derive(Clone, Copy)]
+struct CallOnDim<'s, 'a> {
+    /// What the ranks share.
+    sh: &'s Shared<'a>,
+    /// The rank.
+    r: usize,
+    /// The call's node.
+    i: usize,
+    /// The mesh dim.
+    m: usize,
+    /// The mesh's rank (number of dims).
+    nd: usize,
+    /// The call's number of outputs.
+    nout: usize,
+    /// Whether the mesh dim is a pipeline dim (its coordinates run other stages).
+    stage_dim: bool,
+    /// The rank's peers along the mesh dim (itself among them).
+    peers: &'s [usize],
+    /// The operator.
+    op: &'s OpName,
+    /// The operator's rule family.
+    family: &'static str,
+    /// The call's arguments, bound.
+    bound: &'s Args<'s>,
+    /// The call's tensor inputs.
+    inputs: &'s [ValueId],
+    /// The rank's placements so far.
+    rp: &'s RankPlacements,
+    /// An input's placement on the mesh dim, as the rule saw it.
+    place: &'s dyn Fn(ValueId) -> Place,
+    /// A value's local meta.
+    meta_of: &'s dyn Fn(ValueId) -> Option<Meta>,
+    /// The rank's coordinate on a mesh dim, its read recorded (`coord_reads`).
+    my_coord: &'s dyn Fn(usize) -> usize,
+    /// The rank's coordinate on the mesh dim, unrecorded (a claim about every peer).
+    coord: usize,
+    /// Whether the call is an update a vocabulary shard's write-back reads.
+    is_update: bool,
+    /// The loss's terms (a backward all-reduce's license).
+    loss_terms: &'s LossTerms,
+    /// The collective's group name, if any.
+    group_name: &'s Option<String>,
+    /// The call's outputs' local metas.
+    outs: &'s [Option<Meta>],
+}
+
+impl CallOnDim<'_, '_> {
+    /// Whether the value is a replicated value divided by n on the mesh dim (`scaled`).
+    fn scaled_of(&self, v: ValueId) -> bool {
+        let rp = self.rp;
+        rp.scaled[(rp.offsets[v.node] as usize + v.output) * self.nd + self.m]
+    }
+}
+
 fn propagate_rank_from(
     sh: &Shared,
     r: usize,
@@ -113,47 +181,7 @@ fn propagate_rank_from(
         coord_read.set(coord_read.get() | 1u64.checked_shl(m as u32).unwrap_or(0));
         coords[m]
     };
-    let mut offsets = Vec::with_capacity(g.nodes.len());
-    let mut total = 0u32;
-    for n in &g.nodes {
-        offsets.push(total);
-        total += n.outputs.len() as u32;
-    }
-    let (mut rp, start) = match resume {
-        Some((mut rp, start)) if rp.offsets == offsets => {
-            // Everything from `start` on is computed again from its initial state.
-            let v0 = offsets.get(start).map_or(total as usize, |&o| o as usize);
-            rp.places[v0 * nd..].fill(Place::Unknown);
-            rp.origin[v0 * nd..].fill(NONE);
-            rp.scaled[v0 * nd..].fill(false);
-            rp.times_n[v0 * nd..].fill(false);
-            rp.scale_unknown[v0 * nd..].fill(false);
-            rp.share_of[v0 * nd..].fill(0);
-            rp.invariant[v0..].fill(false);
-            rp.zero[v0..].fill(false);
-            rp.constant[v0..].fill(0);
-            rp.findings.retain(|f| f.node < start);
-            rp.unknown_sources.retain(|&(n, _)| n < start);
-            rp.dual_lifts.retain(|&(n, _)| n < start);
-            (rp, start)
-        }
-        _ => (
-            RankPlacements {
-                offsets,
-                places: vec![Place::Unknown; total as usize * nd],
-                origin: vec![NONE; total as usize * nd],
-                invariant: vec![false; total as usize],
-                scaled: vec![false; total as usize * nd],
-                times_n: vec![false; total as usize * nd],
-                scale_unknown: vec![false; total as usize * nd],
-                share_of: vec![0; total as usize * nd],
-                zero: vec![false; total as usize],
-                constant: vec![0; total as usize],
-                ..Default::default()
-            },
-            0,
-        ),
-    };
+    let (mut rp, start) = start_state(g, nd, resume);
     let mut pending = false;
     let metas = &sh.metas[r];
     let meta_of = |v: ValueId| {
@@ -361,62 +389,19 @@ fn propagate_rank_from(
                 // A value n times the tensor (`times_n`, an all-reduce sum of pieces that
                 // average to it): `Unknown` to every rule; a copy or view keeps the record,
                 // a division by n that the spec does not make gives `Replicate()`.
-                let mut consumed = false;
-                if nd > 0 && inputs.len() == 1 {
-                    let v = inputs[0];
-                    for m in 0..nd {
-                        if !rp.times_n[(rp.offsets[v.node] as usize + v.output) * nd + m] {
-                            continue;
-                        }
-                        let stage_dim = m < 64 && crate::is_pipeline_dim(mesh, m);
-                        // Several mesh dims n times it (an all-reduce over a group spanning
-                        // them): only a division by the product of their sizes makes up for
-                        // them (one mesh dim's size would leave it n times the tensor: was
-                        // taken as `Replicate()` on each, a false holds).
-                        let all_n: usize = (0..nd)
-                            .filter(|&k| {
-                                rp.times_n[(rp.offsets[v.node] as usize + v.output) * nd + k]
-                                    && !crate::is_pipeline_dim(mesh, k)
-                            })
-                            .map(|k| mesh.dims[k].1)
-                            .product();
-                        let by_inverse = |n: usize| {
-                            partial_scaling(
-                                op.name.as_str(),
-                                bound.get("other").and_then(|a| a.as_f64()),
-                                n as f64,
-                                sh.has_spec,
-                                sh.spec_scalings.get(node.name.as_str()).copied(),
-                                Read::TimesN,
-                            ) == Scaling::ByInverseN
-                        };
-                        if rules::moves_values(rule.family) {
-                            for o in 0..nout {
-                                rp.times_n[(base + o) * nd + m] = true;
-                            }
-                        } else if !stage_dim
-                            && matches!(op.name.as_str(), "mul" | "div")
-                            && by_inverse(all_n)
-                        {
-                            for o in 0..nout {
-                                set(&mut rp, o, m, Place::Replicate);
-                            }
-                            consumed = true;
-                        } else {
-                            rp.unknown_sources.push((
-                                i,
-                                format!(
-                                    "`{}` on mesh dim `{}` reads a tensor that is n times its \
-                                     value on every rank (an all-reduce sum of pieces that \
-                                     average to it): only a division by n, or a copy or view, \
-                                     is followed",
-                                    op.base(),
-                                    mesh.dims[m].0
-                                ),
-                            ));
-                        }
-                    }
-                }
+                let consumed = nd > 0
+                    && inputs.len() == 1
+                    && read_times_n(
+                        sh,
+                        i,
+                        node.name.as_str(),
+                        op,
+                        rule.family,
+                        &bound,
+                        inputs[0],
+                        nout,
+                        &mut rp,
+                    );
                 // An input unknown on every mesh dim: every rule call below is skipped (the
                 // outputs stay `Unknown`), and the zero and constant records of the outputs
                 // are read only by calls that have them as inputs, skipped too. Only the
@@ -446,55 +431,8 @@ fn propagate_rank_from(
                     );
                     rp.constant[base..base + nout].fill(c);
                 }
-                let group_name = (def.class == OpClass::Collective)
-                    .then(|| {
-                        match bound
-                            .schema()
-                            .index_of("group_name")
-                            .and_then(|_| bound.get("group_name"))
-                        {
-                            Some(Arg::Str(s)) => Some(s),
-                            _ => None,
-                        }
-                    })
-                    .flatten();
-                let group = if def.class == OpClass::Collective {
-                    let name = match bound
-                        .schema()
-                        .index_of("group_name")
-                        .and_then(|_| bound.get("group_name"))
-                    {
-                        Some(Arg::Str(s)) => s,
-                        _ => String::new(),
-                    };
-                    let dims = match sh.groups.get(&name) {
-                        Some(Some(d)) => Some(d.clone()),
-                        Some(None) => {
-                            // Explicit rank lists: the dims along which the caller's group varies.
-                            program
-                                .group(&name)
-                                .and_then(|pg| pg.group_of(r))
-                                .map(|members| {
-                                    (0..nd)
-                                        .filter(|&m| {
-                                            members.iter().any(|&x| mesh.coords(x)[m] != coords[m])
-                                        })
-                                        .collect()
-                                })
-                        }
-                        None if nd <= 1 => Some((0..nd).collect()),
-                        None => None,
-                    };
-                    let len = program
-                        .group(&name)
-                        .and_then(|pg| pg.group_of(r))
-                        .map_or(program.ranks.len(), <[usize]>::len);
-                    Some((dims.unwrap_or_default(), len))
-                } else {
-                    None
-                };
+                let (group_name, group) = collective_group(sh, r, def, &bound, &coords);
                 let my_lit = sh.literals[r][i];
-                let name = node.name.as_str();
                 // The same node on another rank: the same name calling the same operator on
                 // inputs of the same names (graphs that differ per rank, as where a replicated
                 // term is counted on some ranks only, shift the names of the nodes after it).
@@ -754,212 +692,30 @@ fn propagate_rank_from(
                             *p = ring::ring_output(*p, ring_mode);
                         }
                     }
-                    // An update of a vocabulary-shard lookup that is written back where it was
-                    // read: `Unmasked` until the write-back, which decides.
-                    if updates.contains(&i)
-                        && violation.is_some()
-                        && inputs.iter().any(|&v| place(v) == Place::Unmasked)
-                    {
-                        violation = None;
-                        result = vec![Place::Unmasked; nout];
-                    }
-                    // A vocabulary-range proof's shard is a claim about every coordinate along
-                    // the mesh dim: each peer must run the same node and prove it with its own
-                    // coordinate (`proof(peer graph, node, coordinate, replicated, meta)`).
-                    // Checking this rank alone let a pipeline stage whose tp range happened to
-                    // be its pp coordinate's block claim `Shard(1)` on `pp` (a false
-                    // `shape-divisibility` finding on llama3-70b-tiny). A peer's value is
-                    // replicated on the mesh dim where this rank's value of that name is (a
-                    // placement on a mesh dim is the group's, the same on every peer).
-                    type Proof<'p> = dyn Fn(
-                            &shardproof_ir::Graph,
-                            usize,
-                            usize,
-                            &dyn Fn(ValueId) -> bool,
-                            &dyn Fn(ValueId) -> Option<Meta>,
-                        ) -> bool
-                        + 'p;
-                    // A proof taken with `peers_prove` is a claim about every coordinate of
-                    // the group along this mesh dim (each member's graph at its own
-                    // coordinate), the same whichever member makes it: its read of the rank's
-                    // own coordinate is not recorded (`coords[m]`, not `my_coord`), so the
-                    // replicas of a stage that runs it may share one run (`Twins`). A proof
-                    // of the rank's range alone (`range_proven`) records its read.
-                    let peers_prove = |proof: &Proof| {
-                        !stage_dim
-                            && peer_list[m].iter().enumerate().all(|(k, &p)| {
-                                if p == r {
-                                    return true;
-                                }
-                                let Some(j) = peer_node(p) else {
-                                    return false;
-                                };
-                                let (pg, pm) = (&program.ranks[p], &sh.metas[p]);
-                                let replicated_here = |v: ValueId| {
-                                    sh.names[r].get(pg.nodes[v.node].name.as_str()).is_some_and(
-                                        |&q| {
-                                            rp.of(ValueId::new(q as usize, v.output), nd)[m]
-                                                == Place::Replicate
-                                        },
-                                    )
-                                };
-                                let peer_meta = |v: ValueId| {
-                                    pm.get(v.node)
-                                        .and_then(|o| o.get(v.output))
-                                        .cloned()
-                                        .flatten()
-                                };
-                                proof(pg, j, k, &replicated_here, &peer_meta)
-                            })
+                    let site = CallOnDim {
+                        sh,
+                        r,
+                        i,
+                        m,
+                        nd,
+                        nout,
+                        stage_dim,
+                        peers: &peer_list[m],
+                        op,
+                        family: rule.family,
+                        bound: &bound,
+                        inputs: &inputs,
+                        rp: &rp,
+                        place: &place,
+                        meta_of: &meta_of,
+                        my_coord: &my_coord,
+                        coord: coords[m],
+                        is_update: updates.contains(&i),
+                        loss_terms: &loss_terms,
+                        group_name: &group_name,
+                        outs: &outs,
                     };
-                    if op.name == "index_put"
-                        && mesh.dims[m].1 > 1
-                        && inputs.first().is_some_and(|&x| place(x) == Place::Shard(1))
-                        && crate::vocab::update_shard(
-                            g,
-                            i,
-                            &|| coords[m],
-                            |v| rp.of(v, nd)[m] == Place::Replicate,
-                            meta_of,
-                        )
-                        && peers_prove(&|pg, j, k, rep, meta| {
-                            crate::vocab::update_shard(pg, j, &|| k, rep, meta)
-                        })
-                    {
-                        violation = None;
-                        result = vec![Place::Shard(1); nout];
-                    }
-                    // A vocabulary-shard lookup zeroed outside a mask is a partial sum only
-                    // where the mask is the rank's range (checked on the graph).
-                    let mut vocab_unproven = None;
-                    // The one-hot of ids over the rank's vocabulary range is the rank's columns
-                    // of the one-hot over the whole vocabulary.
-                    if matches!(op.name.as_str(), "bitwise_and" | "logical_and")
-                        && op.namespace == "aten"
-                        && violation.is_none()
-                        && inputs.len() == 2
-                        && mesh.dims[m].1 > 1
-                    {
-                        let d = crate::vocab::one_hot_shard(
-                            g,
-                            inputs[0],
-                            inputs[1],
-                            &|| coords[m],
-                            |v| rp.of(v, nd)[m] == Place::Replicate,
-                            meta_of,
-                        );
-                        if let Some(d) = d.filter(|&d| {
-                            peers_prove(&|pg, j, k, rep, meta| {
-                                let pin = pg.nodes[j].inputs();
-                                pin.len() == 2
-                                    && crate::vocab::one_hot_shard(
-                                        pg,
-                                        pin[0],
-                                        pin[1],
-                                        &|| k,
-                                        rep,
-                                        meta,
-                                    ) == Some(d)
-                            })
-                        }) {
-                            result = vec![Place::shard(d); nout];
-                        }
-                    }
-                    if op.name == "embedding_dense_backward"
-                        && violation.is_none()
-                        && mesh.dims[m].1 > 1
-                        && crate::vocab::embedding_grad_shard(
-                            g,
-                            i,
-                            &|| coords[m],
-                            |v| rp.of(v, nd)[m] == Place::Replicate,
-                            meta_of,
-                        )
-                        && peers_prove(&|pg, j, k, rep, meta| {
-                            crate::vocab::embedding_grad_shard(pg, j, &|| k, rep, meta)
-                        })
-                    {
-                        result = vec![Place::Shard(0); nout];
-                    }
-                    if rule.family == "masked-fill"
-                        && violation.is_none()
-                        && result.iter().any(|p| p.is_partial())
-                    {
-                        let x = bound.get("self").and_then(|a| a.as_value());
-                        let mask = bound.get("mask").and_then(|a| a.as_value());
-                        if let (Some(x), Some(mask)) = (x, mask) {
-                            if rp.of(x, nd)[m] == Place::Unmasked {
-                                let proven = crate::vocab::range_proven(
-                                    g,
-                                    x,
-                                    mask,
-                                    false,
-                                    &|| my_coord(m),
-                                    |v| rp.of(v, nd)[m] == Place::Replicate,
-                                    |v| rp.of(v, nd)[m].shard_dim(),
-                                    meta_of,
-                                );
-                                if let Err(why) = proven {
-                                    result.iter_mut().for_each(|p| *p = Place::Unknown);
-                                    vocab_unproven = Some(format!(
-                                        "`{op}` on mesh dim `{}`: {why}",
-                                        mesh.dims[m].0
-                                    ));
-                                }
-                            }
-                        }
-                    }
-                    // The same for `index_put(x, [mask], 0)` (Megatron's
-                    // `output_parallel[input_mask, :] = 0.0`): the mask must be the rank's range,
-                    // the values proven zero, the write not accumulating. Before, any
-                    // rank-dependent mask and any 0-d value made a partial sum (exit 0).
-                    if op.name == "index_put"
-                        && violation.is_none()
-                        && result.iter().any(|p| p.is_partial())
-                    {
-                        if let Some(x) = bound.get("self").and_then(|a| a.as_value()) {
-                            if rp.of(x, nd)[m] == Place::Unmasked {
-                                let mask = match bound.get("indices") {
-                                    Some(Arg::List(items)) if items.len() == 1 => {
-                                        items[0].as_value()
-                                    }
-                                    _ => None,
-                                };
-                                let zero =
-                                    bound.get("values").and_then(|a| a.as_value()).is_some_and(
-                                        |v| rp.zero[rp.offsets[v.node] as usize + v.output],
-                                    );
-                                let accumulates = bound
-                                    .get("accumulate")
-                                    .is_some_and(|a| a.as_bool() != Some(false));
-                                let proven = match mask {
-                                    _ if !zero => Err("the values written are not proven zero (a \
-                                                       module constant's value is not in the \
-                                                       graph)"),
-                                    _ if accumulates => Err("the write accumulates: the masked \
-                                                             rows are not zeroed"),
-                                    None => Err("the rows are not picked by one mask"),
-                                    Some(mask) => crate::vocab::range_proven(
-                                        g,
-                                        x,
-                                        mask,
-                                        true,
-                                        &|| my_coord(m),
-                                        |v| rp.of(v, nd)[m] == Place::Replicate,
-                                        |v| rp.of(v, nd)[m].shard_dim(),
-                                        meta_of,
-                                    ),
-                                };
-                                if let Err(why) = proven {
-                                    result.iter_mut().for_each(|p| *p = Place::Unknown);
-                                    vocab_unproven = Some(format!(
-                                        "`{op}` on mesh dim `{}`: {why}",
-                                        mesh.dims[m].0
-                                    ));
-                                }
-                            }
-                        }
-                    }
+                    let vocab_unproven = vocab_proofs(&site, &mut result, &mut violation);
                     if let RowsMode::AsShard { id, v, d, .. } = rows_mode {
                         let in_size = meta_of(v).and_then(|mm| mm.shape.get(d as usize).copied());
                         let mut table = sh.rows.borrow_mut();
@@ -1011,78 +767,14 @@ fn propagate_rank_from(
                             }
                         }
                     }
-                    let tensor_inputs_scaled = |rp: &RankPlacements| {
-                        inputs.iter().all(|&v| {
-                            let q = rp.of(v, nd)[m];
-                            q.is_partial()
-                                || rp.scaled[(rp.offsets[v.node] as usize + v.output) * nd + m]
-                        })
-                    };
-                    // Whether a lift below reads a replicated input divided by n (`scaled`)
-                    // as the rank's share of a sum: that use consumes the division.
-                    let mut lift_reads_scaled = false;
-                    // Why a partial plus a term some ranks add alone gets no claim.
-                    let mut lone_term_why = None;
-                    let lifted = match violation.as_ref().map(|v| v.exempt) {
-                        Some(Exempt::ReduceReplicate) => {
-                            let dual = group_name.as_deref().is_some_and(|gname| {
-                                loss_terms.backward_dual(i, gname, &mut dual_used)
-                            });
-                            if dual {
-                                dual_lifts.push((i, group_name.clone().unwrap_or_default()));
-                            }
-                            lift_reads_scaled =
-                                !dual && inputs.first().is_some_and(|&v| scaled_of(v));
-                            if lift_reads_scaled && rule.family == "all-reduce" && m < 64 {
-                                lifted_shares |= 1 << m;
-                            }
-                            (dual || lift_reads_scaled).then(|| vec![Place::Replicate; nout])
-                        }
-                        Some(Exempt::PartialPlusReplicate(red)) => {
-                            // The replicated terms computed differently on the ranks (added on
-                            // some ranks only).
-                            let differs = !stage_dim
-                                && inputs
-                                    .iter()
-                                    .filter(|&&v| place(v) == Place::Replicate)
-                                    .any(|&v| {
-                                        let vname = g.nodes[v.node].name.as_str();
-                                        peer_list[m].iter().any(|&p| {
-                                            p != r
-                                                && sh.names[p].get(vname).is_none_or(|&j| {
-                                                    !sh.same_expr(r, v.node, p, j as usize)
-                                                })
-                                        })
-                                    });
-                            // Every rank's share `b / n` adds up to `b` in a sum of the
-                            // pieces; their average gets `b / n` (a finding stays).
-                            lift_reads_scaled =
-                                !differs && red == Red::Sum && tensor_inputs_scaled(&rp);
-                            if differs && red != Red::Sum {
-                                // A term some ranks add alone counts once in the sum of the
-                                // pieces but 1/n times in their average (and a max or min
-                                // takes it or not): no claim, and no finding (every rank may
-                                // add the same term under an expression the peer comparison
-                                // cannot match, which an average counts once).
-                                lone_term_why = Some(format!(
-                                    "`{op}` on mesh dim `{}` adds to a `{}` a replicated term \
-                                     computed otherwise on a peer rank (added on some ranks \
-                                     only?): counted once only in a sum, not proven",
-                                    mesh.dims[m].0,
-                                    Place::Partial(red)
-                                ));
-                                Some(vec![Place::Unknown; nout])
-                            } else {
-                                (differs || lift_reads_scaled)
-                                    .then(|| vec![Place::Partial(red); nout])
-                            }
-                        }
-                        _ => None,
-                    };
-                    if let Some(l) = lifted {
-                        result = l;
-                        violation = None;
-                    }
+                    let (lift_reads_scaled, lone_term_why) = lift_exempt(
+                        &site,
+                        &mut dual_used,
+                        &mut dual_lifts,
+                        &mut lifted_shares,
+                        &mut result,
+                        &mut violation,
+                    );
                     // A contraction summed over row chunks at rank-dependent offsets (TP comm
                     // overlap): the whole contraction's placement (`chunks::contraction`).
                     if op.name == "add"
@@ -1115,248 +807,13 @@ fn propagate_rank_from(
                             result = vec![p];
                         }
                     }
-                    // Scaling by 1/n of a replicated value.
-                    let n_m = mesh.dims[m].1 as f64;
-                    let other = if bound.schema().index_of("other").is_some() {
-                        bound.get("other")
-                    } else {
-                        None
-                    };
-                    let factor = other.and_then(|a| a.as_f64());
-                    // The spec divides by the same number at this node: the rank's value is
-                    // the spec's tensor, not 1/n of it (a later sum over the ranks would count
-                    // it n times).
-                    let spec_same = sh.has_spec
-                        && factor.is_some_and(|x| {
-                            sh.spec_scalings
-                                .get(name)
-                                .is_some_and(|&(sop, y, _)| sop == op && y == x)
-                        });
-                    let by_n = !spec_same
-                        && match (op.name.as_str(), factor) {
-                            ("div", Some(x)) => n_m > 1.0 && x == n_m,
-                            ("mul", Some(x)) => n_m > 1.0 && (x * n_m - 1.0).abs() < 1e-12,
-                            _ => false,
-                        }
-                        || (n_m > 1.0
-                            && matches!(op.name.as_str(), "mul" | "div")
-                            && factor.is_some_and(|x| {
-                                sh.spec_scalings
-                                    .get(name)
-                                    .is_some_and(|&(sop, y, spec_numel)| {
-                                        // A mean that autograd folded into the constant counts the
-                                        // rank's local elements where other mesh dims shard the batch:
-                                        // the spec's elements over the rank's multiply the factor.
-                                        let local =
-                                            match (spec_numel, outs.first().cloned().flatten()) {
-                                                (Some(g), Some(l)) if l.numel() > 0 => {
-                                                    g as f64 / l.numel() as f64
-                                                }
-                                                _ => 1.0,
-                                            };
-                                        // The rank's factor over the spec's is local/n.
-                                        let ratio = if op.name == "mul" { x / y } else { y / x };
-                                        sop == op
-                                            && y != 0.0
-                                            && (ratio * n_m / local - 1.0).abs() < 1e-9
-                                    })
-                            }));
-                    // A partial scaled by a number (issue 44, soundness): pieces that average
-                    // to the tensor, each divided by n, sum to it (and pieces that sum, each
-                    // times n, average to it), where the spec does not scale the tensor so.
-                    // Before, the reduction label was kept through every such product, so a
-                    // rank that divided its local mean by n where the spec does not held
-                    // pieces that sum labelled `Partial(avg)`, and an output declared so
-                    // passed. The factor is read relative to the spec's own at this node
-                    // (`spec_scalings`): the same factor keeps the label, 1/n or n of it
-                    // turns one linear reduction into the other. Any other factor (one the
-                    // spec lacks, whose meaning the number does not tell: a 1/2 may average
-                    // two microbatches), or 1/n where another mesh dim has n coordinates too
-                    // (which dim it makes up for is not known), keeps the label and records
-                    // that the pieces' factor is not known (`scale_unknown`): every finding
-                    // on a partial still applies, but no reduction of it is proven. A plan
-                    // is its own spec: its scalings keep the label. A product with a
-                    // replicated value divided by n (`scaled`) counts as a factor of 1/n.
-                    let mut scaling_why = None;
-                    let input_scale_unknown = inputs.iter().any(|&v| {
-                        place(v).is_partial()
-                            && rp.scale_unknown[(rp.offsets[v.node] as usize + v.output) * nd + m]
-                    });
-                    let mut now_scale_unknown = input_scale_unknown;
-                    // `share_of` of the output on this mesh dim (k + 1; 0: none).
-                    let mut share_dim = 0u8;
-                    let share_in =
-                        |v: ValueId| rp.share_of[(rp.offsets[v.node] as usize + v.output) * nd + m];
-                    // Carried by a sum of partial terms that all wait on the same dim's sum,
-                    // and by a collective over another mesh dim (which this dim's pieces pass).
-                    if input_scale_unknown
-                        && ((op.name == "add" && inputs.iter().all(|&v| place(v).is_partial()))
-                            || (rule.family == "all-reduce" && !in_group))
-                    {
-                        let first = inputs.first().map_or(0, |&v| share_in(v));
-                        if inputs.iter().all(|&v| share_in(v) == first) {
-                            share_dim = first;
-                        }
-                    }
-                    if n_m > 1.0 {
-                        if let Some(Place::Partial(red)) = result.first().copied() {
-                            if red.is_linear() {
-                                let rel = partial_scaling(
-                                    op.name.as_str(),
-                                    factor,
-                                    n_m,
-                                    sh.has_spec,
-                                    sh.spec_scalings.get(name).copied(),
-                                    Read::Partial {
-                                        scaled_from: [0, 1].map(|k| {
-                                            inputs.iter().skip(k).any(|&v| {
-                                                place(v) == Place::Replicate && scaled_of(v)
-                                            })
-                                        }),
-                                    },
-                                );
-                                let ambiguous = rel != Scaling::Same
-                                    && mesh
-                                        .dims
-                                        .iter()
-                                        .enumerate()
-                                        .any(|(k, d)| k != m && d.1 as f64 == n_m);
-                                let relabel = match (rel, red) {
-                                    _ if ambiguous => None,
-                                    (Scaling::Same, r) => Some(r),
-                                    (Scaling::ByInverseN, Red::Avg) => Some(Red::Sum),
-                                    (Scaling::ByN, Red::Sum) => Some(Red::Avg),
-                                    _ => None,
-                                };
-                                match relabel {
-                                    Some(r) => {
-                                        for p in result.iter_mut() {
-                                            if matches!(p, Place::Partial(_)) {
-                                                *p = Place::Partial(r);
-                                            }
-                                        }
-                                    }
-                                    None => {
-                                        // The one other mesh dim whose size the division
-                                        // is by, and on which the dividend is replicated (a
-                                        // share there), where the spec lacks the factor.
-                                        if !input_scale_unknown && rel == Scaling::Other {
-                                            share_dim = share_of_other_dim(
-                                                op.name.as_str(),
-                                                factor,
-                                                mesh,
-                                                m,
-                                                inputs.first().map(|&v| rp.of(v, nd)),
-                                                sh.has_spec && sh.spec_scalings.contains_key(name),
-                                            );
-                                        }
-                                        now_scale_unknown = true;
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    now_scale_unknown &= result.iter().any(|p| p.is_partial());
-                    // Gradient accumulation: K microbatch means each divided by K, added, are
-                    // the mean over the rank's shard (`rows::microbatch_average` proves the
-                    // terms are the K microbatches of one selection, each once).
-                    if now_scale_unknown
-                        && op.name == "add"
-                        && result.first() == Some(&Place::Partial(Red::Avg))
-                        && rows::microbatch_average(
-                            g,
-                            i,
-                            &|v| rp.of(v, nd)[m],
-                            &|v| {
-                                rp.scale_unknown[(rp.offsets[v.node] as usize + v.output) * nd + m]
-                            },
-                            &sh.rows.borrow(),
-                        )
-                    {
-                        now_scale_unknown = false;
-                    }
-                    // A reduction over the group of pieces whose factor is not known: what it
-                    // gives is not proven (findings of the rule stand).
-                    if input_scale_unknown
-                        && in_group
-                        && violation.is_none()
-                        && matches!(rule.family, "all-reduce" | "reduce-scatter")
-                    {
-                        result.iter_mut().for_each(|p| *p = Place::Unknown);
-                        now_scale_unknown = false;
-                        scaling_why = Some(format!(
-                            "`{op}` on mesh dim `{}` reduces a partial whose pieces were scaled \
-                             by a number whose meaning is not known (a factor the spec lacks at \
-                             that node, or 1/n where another mesh dim has n coordinates too): \
-                             what the reduction gives is not proven",
-                            mesh.dims[m].0
-                        ));
-                    }
-                    let first_scaled = inputs.first().is_some_and(|&v| scaled_of(v));
-                    let scaled_inputs = inputs
-                        .iter()
-                        .filter(|&&v| place(v) == Place::Replicate && scaled_of(v))
-                        .count();
-                    // Which uses carry the 1/n on: copies, views and sums of one scaled
-                    // operand, a product with exactly one scaled factor (either side), a
-                    // quotient of a scaled dividend by an unscaled divisor, a sum of scaled
-                    // terms only, and a sum or mean over another mesh dim's group (each
-                    // member's value is 1/n of one, so is their sum: a tp share summed over dp
-                    // first, then over tp, was an all-reduce of a replicated tensor).
-                    let over_other_dim = rule.family == "all-reduce"
-                        && !in_group
-                        && matches!(
-                            bound.get("reduce_op"),
-                            Some(Arg::Str(s)) if Red::parse(&s).is_some_and(|r| r.is_linear())
-                        );
-                    let keeps = (first_scaled
-                        && (rules::moves_values(rule.family)
-                            || over_other_dim
-                            || (rule.family == "reduction"
-                                && matches!(op.name.as_str(), "sum" | "mean"))
-                            || (rule.family == "elementwise-div" && scaled_inputs == 1)))
-                        || (rule.family == "elementwise-mul" && scaled_inputs == 1)
-                        || (rule.family == "elementwise-add"
-                            && !inputs.is_empty()
-                            && inputs.iter().all(|&v| scaled_of(v)));
-                    let now_scaled = result.first() == Some(&Place::Replicate)
-                        && ((by_n
-                            && inputs
-                                .first()
-                                .is_some_and(|&v| place(v) == Place::Replicate))
-                            || keeps);
-                    // A replicated value divided by n (`scaled`) read as a rank's share of a
-                    // sum: an all-reduce sum of it, a partial plus it, a partial times or over
-                    // it (the label follows, `partial_scaling`), a partial matrix product plus
-                    // it as the bias. Any other use whose result is a partial (a partial matrix
-                    // product with it, say) scales the pieces by 1/n where the spec may not:
-                    // the label is kept and its factor is not known (`scale_unknown`), so no
-                    // reduction of it is proven (was: the label as if unscaled). A use whose
-                    // result is replicated or a shard keeps its placement: the record cannot
-                    // tell a share from a value the spec divides too (a gradient averaged over
-                    // the replicas, `all_reduce(g) / n`, is recorded so), and the placement
-                    // holds either way. A plan is its own spec.
-                    if sh.has_spec && scaled_inputs > 0 && !now_scaled && violation.is_none() {
-                        let consumed = lift_reads_scaled
-                            || matches!(rule.family, "elementwise-mul" | "elementwise-div")
-                            || (matches!(rule.family, "matmul-bias" | "linear")
-                                && scaled_inputs == 1
-                                && ["bias", "self"]
-                                    .iter()
-                                    .filter(|a| bound.schema().index_of(a).is_some())
-                                    .filter_map(|a| match bound.get(a) {
-                                        Some(Arg::Value(v)) => Some(v),
-                                        _ => None,
-                                    })
-                                    .any(scaled_of));
-                        if !consumed
-                            && result
-                                .iter()
-                                .any(|p| matches!(p, Place::Partial(r) if r.is_linear()))
-                        {
-                            now_scale_unknown = true;
-                        }
-                    }
+                    let ScaleRecord {
+                        scaled: now_scaled,
+                        scale_unknown: now_scale_unknown,
+                        share_dim,
+                        input_scale_unknown,
+                        why: scaling_why,
+                    } = scale_records(&site, in_group, lift_reads_scaled, &violation, &mut result);
                     // On a pipeline dim, `Replicate()` claims every stage holds this tensor;
                     // the rules assume one program on every coordinate, which stages do not
                     // run. Only a collective over the stages (its result is the same on every
@@ -1424,49 +881,7 @@ fn propagate_rank_from(
                     } else if inconclusive {
                         rp.unknown_sources.push((
                             i,
-                            if matches!(
-                                rule.family,
-                                "norm" | "norm-backward" | "softmax" | "softmax-backward" | "sort"
-                            ) {
-                                format!(
-                                    "`{op}` on mesh dim `{}` normalizes (or sorts) a tensor of \
-                                     unknown layout (`Varying`): its normalized dims may be \
-                                     sharded, not known",
-                                    mesh.dims[m].0
-                                )
-                            } else if stage_dim
-                                && (rule.family == "all-reduce" || rule.family == "reduce-scatter")
-                            {
-                                // The stages' own tensors are never a shard there: what is
-                                // missing is the proof that they are shares of one sum.
-                                format!(
-                                    "`{op}` on mesh dim `{}` sums the pipeline stages' own tensors (`Varying`): \
-                                     whether each is its stage's share of one sum (a tied \
-                                     weight's gradient, a loss term) is not proven",
-                                    mesh.dims[m].0
-                                )
-                            } else if rule.family == "all-reduce" || rule.family == "reduce-scatter"
-                            {
-                                format!(
-                                    "`{op}` on mesh dim `{}` reduces a tensor of unknown layout \
-                                     (`Varying`): a partial sum (completed) or a shard (different \
-                                     slices added), not known which",
-                                    mesh.dims[m].0
-                                )
-                            } else if rule.family == "all-gather" {
-                                format!(
-                                    "`{op}` on mesh dim `{}` gathers a tensor of unknown layout \
-                                     (`Varying`): the same data on every rank, in an order not \
-                                     known (a shard's rows in rank order not proven)",
-                                    mesh.dims[m].0
-                                )
-                            } else {
-                                format!(
-                                    "`{op}` on mesh dim `{}` combines a partial sum with a tensor \
-                                     of unknown layout (`Varying`): no placement, and no finding",
-                                    mesh.dims[m].0
-                                )
-                            },
+                            inconclusive_reason(op, rule.family, stage_dim, &mesh.dims[m].0),
                         ));
                     }
                     for (o, p) in result.iter().enumerate().take(nout) {

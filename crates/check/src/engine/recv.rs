@@ -1,10 +1,11 @@
 //! What a recv reads: the sender's placements of the sent tensor as the receiver sees them,
-//! and where a rank's propagation must resume when those reads change.
+//! where a rank's propagation must resume when those reads change, and the state a resumed
+//! (or fresh) run starts from.
 
-use super::{RankPlacements, Shared};
+use super::{RankPlacements, Shared, NONE};
 use crate::place::Place;
 use crate::ring;
-use shardproof_ir::ValueId;
+use shardproof_ir::{Graph, ValueId};
 
 /// What the recv of rank `r` reads from the send at node `j` of rank `s`, whose placements
 /// are `sender` (`None`, or not yet reached: `Unknown`): per mesh dim, the sender's placement
@@ -110,4 +111,56 @@ pub(super) fn resume_at(
                 .is_none_or(|_| prev.of(ValueId::new(i, 0), nd) != now)
         })
         .map(|(&(_, i), _)| i)
+}
+
+/// The placements a run of graph `g` (`nd` mesh dims) starts from, and the node it starts
+/// at: `resume`'s (an earlier run's placements, and the first node to compute again) with
+/// everything from that node on reset to its initial state, where the layout is the graph's;
+/// fresh placements from node 0 otherwise.
+pub(super) fn start_state(
+    g: &Graph,
+    nd: usize,
+    resume: Option<(RankPlacements, usize)>,
+) -> (RankPlacements, usize) {
+    let mut offsets = Vec::with_capacity(g.nodes.len());
+    let mut total = 0u32;
+    for n in &g.nodes {
+        offsets.push(total);
+        total += n.outputs.len() as u32;
+    }
+    match resume {
+        Some((mut rp, start)) if rp.offsets == offsets => {
+            // Everything from `start` on is computed again from its initial state.
+            let v0 = offsets.get(start).map_or(total as usize, |&o| o as usize);
+            rp.places[v0 * nd..].fill(Place::Unknown);
+            rp.origin[v0 * nd..].fill(NONE);
+            rp.scaled[v0 * nd..].fill(false);
+            rp.times_n[v0 * nd..].fill(false);
+            rp.scale_unknown[v0 * nd..].fill(false);
+            rp.share_of[v0 * nd..].fill(0);
+            rp.invariant[v0..].fill(false);
+            rp.zero[v0..].fill(false);
+            rp.constant[v0..].fill(0);
+            rp.findings.retain(|f| f.node < start);
+            rp.unknown_sources.retain(|&(n, _)| n < start);
+            rp.dual_lifts.retain(|&(n, _)| n < start);
+            (rp, start)
+        }
+        _ => (
+            RankPlacements {
+                offsets,
+                places: vec![Place::Unknown; total as usize * nd],
+                origin: vec![NONE; total as usize * nd],
+                invariant: vec![false; total as usize],
+                scaled: vec![false; total as usize * nd],
+                times_n: vec![false; total as usize * nd],
+                scale_unknown: vec![false; total as usize * nd],
+                share_of: vec![0; total as usize * nd],
+                zero: vec![false; total as usize],
+                constant: vec![0; total as usize],
+                ..Default::default()
+            },
+            0,
+        ),
+    }
 }

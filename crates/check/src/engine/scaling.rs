@@ -1,8 +1,14 @@
 //! Scalings of partial pieces by a number, relative to the spec's (issue 44): how a `mul` or
-//! `div` changes what the pieces combine to, and which other mesh dim's share a division is.
+//! `div` changes what the pieces combine to, and which other mesh dim's share a division is;
+//! what a call's scalings leave on its output (`scaled`, `scale_unknown`, `share_of`), and
+//! how a call reads an input that is n times the tensor (`times_n`).
 
-use crate::place::Place;
-use shardproof_ir::OpName;
+use super::{CallOnDim, RankPlacements, Shared};
+use crate::place::{Place, Red};
+use crate::rows;
+use crate::rules::{self, Violation};
+use shardproof_ir::{Arg, OpName, ValueId};
+use shardproof_ops::Args;
 
 /// The mesh dim (k + 1; 0: none) whose size a division (`div` by a number, or `mul` by its
 /// inverse) of a partial on mesh dim `m` is by, where the dividend (`input`, its placement per
@@ -125,4 +131,365 @@ pub(super) fn partial_scaling(
         // taken to compute the same product (as for every other operator).
         _ => Scaling::Same,
     }
+}
+
+/// What a call's scalings leave on its output on one mesh dim (the records of
+/// [`RankPlacements`] it sets).
+pub(super) struct ScaleRecord {
+    /// A replicated output divided by n (`scaled`), before the pipeline and literal checks.
+    pub scaled: bool,
+    /// A partial output whose pieces' factor is not known (`scale_unknown`).
+    pub scale_unknown: bool,
+    /// The other mesh dim whose share the output is (`share_of`, k + 1; 0: none).
+    pub share_dim: u8,
+    /// Whether a partial input's factor was not known.
+    pub input_scale_unknown: bool,
+    /// Why a reduction of pieces scaled by an unknown factor is not proven.
+    pub why: Option<String>,
+}
+
+/// Reads the call `s`'s scalings by a number on its mesh dim: a replicated value divided by n
+/// (`scaled`), a partial relabelled by its factor relative to the spec's, and the pieces
+/// whose factor is not known. `in_group`: the call is a collective over the mesh dim;
+/// `lift_reads_scaled`: a lift consumed a `scaled` input. A reduction of pieces scaled by an
+/// unknown factor makes `result` `Unknown`.
+pub(super) fn scale_records(
+    s: &CallOnDim,
+    in_group: bool,
+    lift_reads_scaled: bool,
+    violation: &Option<Violation>,
+    result: &mut [Place],
+) -> ScaleRecord {
+    let CallOnDim {
+        sh,
+        r,
+        i,
+        m,
+        nd,
+        op,
+        family,
+        bound,
+        inputs,
+        rp,
+        place,
+        outs,
+        ..
+    } = *s;
+    let mesh = &sh.program.mesh;
+    let g = &sh.program.ranks[r];
+    let name = g.nodes[i].name.as_str();
+    let scaled_of = |v: ValueId| s.scaled_of(v);
+    // Scaling by 1/n of a replicated value.
+    let n_m = mesh.dims[m].1 as f64;
+    let other = if bound.schema().index_of("other").is_some() {
+        bound.get("other")
+    } else {
+        None
+    };
+    let factor = other.and_then(|a| a.as_f64());
+    // The spec divides by the same number at this node: the rank's value is
+    // the spec's tensor, not 1/n of it (a later sum over the ranks would count
+    // it n times).
+    let spec_same = sh.has_spec
+        && factor.is_some_and(|x| {
+            sh.spec_scalings
+                .get(name)
+                .is_some_and(|&(sop, y, _)| sop == op && y == x)
+        });
+    let by_n = !spec_same
+        && match (op.name.as_str(), factor) {
+            ("div", Some(x)) => n_m > 1.0 && x == n_m,
+            ("mul", Some(x)) => n_m > 1.0 && (x * n_m - 1.0).abs() < 1e-12,
+            _ => false,
+        }
+        || (n_m > 1.0
+            && matches!(op.name.as_str(), "mul" | "div")
+            && factor.is_some_and(|x| {
+                sh.spec_scalings
+                    .get(name)
+                    .is_some_and(|&(sop, y, spec_numel)| {
+                        // A mean that autograd folded into the constant counts the
+                        // rank's local elements where other mesh dims shard the batch:
+                        // the spec's elements over the rank's multiply the factor.
+                        let local = match (spec_numel, outs.first().cloned().flatten()) {
+                            (Some(g), Some(l)) if l.numel() > 0 => g as f64 / l.numel() as f64,
+                            _ => 1.0,
+                        };
+                        // The rank's factor over the spec's is local/n.
+                        let ratio = if op.name == "mul" { x / y } else { y / x };
+                        sop == op && y != 0.0 && (ratio * n_m / local - 1.0).abs() < 1e-9
+                    })
+            }));
+    // A partial scaled by a number (issue 44, soundness): pieces that average
+    // to the tensor, each divided by n, sum to it (and pieces that sum, each
+    // times n, average to it), where the spec does not scale the tensor so.
+    // Before, the reduction label was kept through every such product, so a
+    // rank that divided its local mean by n where the spec does not held
+    // pieces that sum labelled `Partial(avg)`, and an output declared so
+    // passed. The factor is read relative to the spec's own at this node
+    // (`spec_scalings`): the same factor keeps the label, 1/n or n of it
+    // turns one linear reduction into the other. Any other factor (one the
+    // spec lacks, whose meaning the number does not tell: a 1/2 may average
+    // two microbatches), or 1/n where another mesh dim has n coordinates too
+    // (which dim it makes up for is not known), keeps the label and records
+    // that the pieces' factor is not known (`scale_unknown`): every finding
+    // on a partial still applies, but no reduction of it is proven. A plan
+    // is its own spec: its scalings keep the label. A product with a
+    // replicated value divided by n (`scaled`) counts as a factor of 1/n.
+    let mut scaling_why = None;
+    let input_scale_unknown = inputs.iter().any(|&v| {
+        place(v).is_partial() && rp.scale_unknown[(rp.offsets[v.node] as usize + v.output) * nd + m]
+    });
+    let mut now_scale_unknown = input_scale_unknown;
+    // `share_of` of the output on this mesh dim (k + 1; 0: none).
+    let mut share_dim = 0u8;
+    let share_in = |v: ValueId| rp.share_of[(rp.offsets[v.node] as usize + v.output) * nd + m];
+    // Carried by a sum of partial terms that all wait on the same dim's sum,
+    // and by a collective over another mesh dim (which this dim's pieces pass).
+    if input_scale_unknown
+        && ((op.name == "add" && inputs.iter().all(|&v| place(v).is_partial()))
+            || (family == "all-reduce" && !in_group))
+    {
+        let first = inputs.first().map_or(0, |&v| share_in(v));
+        if inputs.iter().all(|&v| share_in(v) == first) {
+            share_dim = first;
+        }
+    }
+    if n_m > 1.0 {
+        if let Some(Place::Partial(red)) = result.first().copied() {
+            if red.is_linear() {
+                let rel = partial_scaling(
+                    op.name.as_str(),
+                    factor,
+                    n_m,
+                    sh.has_spec,
+                    sh.spec_scalings.get(name).copied(),
+                    Read::Partial {
+                        scaled_from: [0, 1].map(|k| {
+                            inputs
+                                .iter()
+                                .skip(k)
+                                .any(|&v| place(v) == Place::Replicate && scaled_of(v))
+                        }),
+                    },
+                );
+                let ambiguous = rel != Scaling::Same
+                    && mesh
+                        .dims
+                        .iter()
+                        .enumerate()
+                        .any(|(k, d)| k != m && d.1 as f64 == n_m);
+                let relabel = match (rel, red) {
+                    _ if ambiguous => None,
+                    (Scaling::Same, r) => Some(r),
+                    (Scaling::ByInverseN, Red::Avg) => Some(Red::Sum),
+                    (Scaling::ByN, Red::Sum) => Some(Red::Avg),
+                    _ => None,
+                };
+                match relabel {
+                    Some(r) => {
+                        for p in result.iter_mut() {
+                            if matches!(p, Place::Partial(_)) {
+                                *p = Place::Partial(r);
+                            }
+                        }
+                    }
+                    None => {
+                        // The one other mesh dim whose size the division
+                        // is by, and on which the dividend is replicated (a
+                        // share there), where the spec lacks the factor.
+                        if !input_scale_unknown && rel == Scaling::Other {
+                            share_dim = share_of_other_dim(
+                                op.name.as_str(),
+                                factor,
+                                mesh,
+                                m,
+                                inputs.first().map(|&v| rp.of(v, nd)),
+                                sh.has_spec && sh.spec_scalings.contains_key(name),
+                            );
+                        }
+                        now_scale_unknown = true;
+                    }
+                }
+            }
+        }
+    }
+    now_scale_unknown &= result.iter().any(|p| p.is_partial());
+    // Gradient accumulation: K microbatch means each divided by K, added, are
+    // the mean over the rank's shard (`rows::microbatch_average` proves the
+    // terms are the K microbatches of one selection, each once).
+    if now_scale_unknown
+        && op.name == "add"
+        && result.first() == Some(&Place::Partial(Red::Avg))
+        && rows::microbatch_average(
+            g,
+            i,
+            &|v| rp.of(v, nd)[m],
+            &|v| rp.scale_unknown[(rp.offsets[v.node] as usize + v.output) * nd + m],
+            &sh.rows.borrow(),
+        )
+    {
+        now_scale_unknown = false;
+    }
+    // A reduction over the group of pieces whose factor is not known: what it
+    // gives is not proven (findings of the rule stand).
+    if input_scale_unknown
+        && in_group
+        && violation.is_none()
+        && matches!(family, "all-reduce" | "reduce-scatter")
+    {
+        result.iter_mut().for_each(|p| *p = Place::Unknown);
+        now_scale_unknown = false;
+        scaling_why = Some(format!(
+            "`{op}` on mesh dim `{}` reduces a partial whose pieces were scaled \
+             by a number whose meaning is not known (a factor the spec lacks at \
+             that node, or 1/n where another mesh dim has n coordinates too): \
+             what the reduction gives is not proven",
+            mesh.dims[m].0
+        ));
+    }
+    let first_scaled = inputs.first().is_some_and(|&v| scaled_of(v));
+    let scaled_inputs = inputs
+        .iter()
+        .filter(|&&v| place(v) == Place::Replicate && scaled_of(v))
+        .count();
+    // Which uses carry the 1/n on: copies, views and sums of one scaled
+    // operand, a product with exactly one scaled factor (either side), a
+    // quotient of a scaled dividend by an unscaled divisor, a sum of scaled
+    // terms only, and a sum or mean over another mesh dim's group (each
+    // member's value is 1/n of one, so is their sum: a tp share summed over dp
+    // first, then over tp, was an all-reduce of a replicated tensor).
+    let over_other_dim = family == "all-reduce"
+        && !in_group
+        && matches!(
+            bound.get("reduce_op"),
+            Some(Arg::Str(s)) if Red::parse(&s).is_some_and(|r| r.is_linear())
+        );
+    let keeps = (first_scaled
+        && (rules::moves_values(family)
+            || over_other_dim
+            || (family == "reduction" && matches!(op.name.as_str(), "sum" | "mean"))
+            || (family == "elementwise-div" && scaled_inputs == 1)))
+        || (family == "elementwise-mul" && scaled_inputs == 1)
+        || (family == "elementwise-add"
+            && !inputs.is_empty()
+            && inputs.iter().all(|&v| scaled_of(v)));
+    let now_scaled = result.first() == Some(&Place::Replicate)
+        && ((by_n
+            && inputs
+                .first()
+                .is_some_and(|&v| place(v) == Place::Replicate))
+            || keeps);
+    // A replicated value divided by n (`scaled`) read as a rank's share of a
+    // sum: an all-reduce sum of it, a partial plus it, a partial times or over
+    // it (the label follows, `partial_scaling`), a partial matrix product plus
+    // it as the bias. Any other use whose result is a partial (a partial matrix
+    // product with it, say) scales the pieces by 1/n where the spec may not:
+    // the label is kept and its factor is not known (`scale_unknown`), so no
+    // reduction of it is proven (was: the label as if unscaled). A use whose
+    // result is replicated or a shard keeps its placement: the record cannot
+    // tell a share from a value the spec divides too (a gradient averaged over
+    // the replicas, `all_reduce(g) / n`, is recorded so), and the placement
+    // holds either way. A plan is its own spec.
+    if sh.has_spec && scaled_inputs > 0 && !now_scaled && violation.is_none() {
+        let consumed = lift_reads_scaled
+            || matches!(family, "elementwise-mul" | "elementwise-div")
+            || (matches!(family, "matmul-bias" | "linear")
+                && scaled_inputs == 1
+                && ["bias", "self"]
+                    .iter()
+                    .filter(|a| bound.schema().index_of(a).is_some())
+                    .filter_map(|a| match bound.get(a) {
+                        Some(Arg::Value(v)) => Some(v),
+                        _ => None,
+                    })
+                    .any(scaled_of));
+        if !consumed
+            && result
+                .iter()
+                .any(|p| matches!(p, Place::Partial(r) if r.is_linear()))
+        {
+            now_scale_unknown = true;
+        }
+    }
+
+    ScaleRecord {
+        scaled: now_scaled,
+        scale_unknown: now_scale_unknown,
+        share_dim,
+        input_scale_unknown,
+        why: scaling_why,
+    }
+}
+
+/// Reads a call's one input `v` where it is n times the tensor on a mesh dim (`times_n`, an
+/// all-reduce sum of pieces that average to it): a copy or view keeps the record, a division
+/// by n that the spec does not make gives `Replicate()`, any other read is an unknown
+/// source. Returns whether a division made up for it.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn read_times_n(
+    sh: &Shared,
+    i: usize,
+    node_name: &str,
+    op: &OpName,
+    family: &str,
+    bound: &Args,
+    v: ValueId,
+    nout: usize,
+    rp: &mut RankPlacements,
+) -> bool {
+    let mesh = &sh.program.mesh;
+    let nd = mesh.dims.len();
+    let base = rp.offsets[i] as usize;
+    let mut consumed = false;
+    for m in 0..nd {
+        if !rp.times_n[(rp.offsets[v.node] as usize + v.output) * nd + m] {
+            continue;
+        }
+        let stage_dim = m < 64 && crate::is_pipeline_dim(mesh, m);
+        // Several mesh dims n times it (an all-reduce over a group spanning
+        // them): only a division by the product of their sizes makes up for
+        // them (one mesh dim's size would leave it n times the tensor: was
+        // taken as `Replicate()` on each, a false holds).
+        let all_n: usize = (0..nd)
+            .filter(|&k| {
+                rp.times_n[(rp.offsets[v.node] as usize + v.output) * nd + k]
+                    && !crate::is_pipeline_dim(mesh, k)
+            })
+            .map(|k| mesh.dims[k].1)
+            .product();
+        let by_inverse = |n: usize| {
+            partial_scaling(
+                op.name.as_str(),
+                bound.get("other").and_then(|a| a.as_f64()),
+                n as f64,
+                sh.has_spec,
+                sh.spec_scalings.get(node_name).copied(),
+                Read::TimesN,
+            ) == Scaling::ByInverseN
+        };
+        if rules::moves_values(family) {
+            for o in 0..nout {
+                rp.times_n[(base + o) * nd + m] = true;
+            }
+        } else if !stage_dim && matches!(op.name.as_str(), "mul" | "div") && by_inverse(all_n) {
+            for o in 0..nout {
+                rp.places[(base + o) * nd + m] = Place::Replicate;
+            }
+            consumed = true;
+        } else {
+            rp.unknown_sources.push((
+                i,
+                format!(
+                    "`{}` on mesh dim `{}` reads a tensor that is n times its \
+                     value on every rank (an all-reduce sum of pieces that \
+                     average to it): only a division by n, or a copy or view, \
+                     is followed",
+                    op.base(),
+                    mesh.dims[m].0
+                ),
+            ));
+        }
+    }
+    consumed
 }

@@ -225,37 +225,51 @@ impl<'a> Comparison<'a> {
                     failed = Some((x, y));
                     break;
                 };
-                let (fx, ax) = region::operands(gr, rp, nd, m, tx);
-                let (_, ay) = region::operands(gp, pp, nd, m, ty);
+                let ox = region::operands(gr, rp, nd, m, tx);
+                let oy = region::operands(gp, pp, nd, m, ty);
+                let (fx, ax, ay) = (&ox.factors, &ox.terms, &oy.terms);
                 // Terms: a replicated term is counted once in the sum where one rank adds it
                 // alone (Megatron's norm term), or where every member adds its share `b / n`
                 // (`scaled`). Else the sum counts it another number of times (two of four
-                // ranks adding `h` where the spec adds it once held before). Which members
-                // add terms to the pieces of this collective (matched by order):
-                let adds = |q: usize| {
+                // ranks adding `h` where the spec adds it once held before). A term of an
+                // average is counted once where every member adds it. Which members add terms
+                // to the pieces of this collective (matched by order):
+                let adds = |q: usize, every_member: bool| {
                     let gq = &program.ranks[q];
                     let k = or[x];
                     let oq = &ordinals[&classes[q]];
+                    // Not found: "adds", the answer that never makes a sum's lone term
+                    // pass, and "does not add" for an average's.
                     let Some(w) = oq.iter().position(|&o| o == k) else {
-                        return true;
+                        return !every_member;
                     };
-                    input(gq, w).is_none_or(|t| {
-                        !region::operands(gq, &prop.ranks[q], nd, m, t).1.is_empty()
+                    input(gq, w).map_or(!every_member, |t| {
+                        let o = region::operands(gq, &prop.ranks[q], nd, m, t);
+                        !if every_member {
+                            o.every_member
+                        } else {
+                            o.terms
+                        }
+                        .is_empty()
                     })
                 };
-                let counted_once = ax.is_empty()
+                let sum_terms_once = ax.is_empty()
                     || if ax.iter().all(|&u| {
                         (0..gr.nodes[u].outputs.len().max(1))
                             .all(|o| rp.scaled[(rp.offsets[u] as usize + o) * nd + m])
                     }) {
-                        group.iter().all(|&q| q == r || adds(q))
+                        group.iter().all(|&q| q == r || adds(q, false))
                     } else {
-                        group.iter().all(|&q| q == r || !adds(q))
+                        group.iter().all(|&q| q == r || !adds(q, false))
                     };
+                let avg_terms_once =
+                    ox.every_member.is_empty() || group.iter().all(|&q| q == r || adds(q, true));
+                let counted_once = sum_terms_once && avg_terms_once;
                 // Two ranks adding terms must add the same one.
                 let compared = fx
                     .iter()
-                    .chain(if ay.is_empty() { [].iter() } else { ax.iter() });
+                    .chain(if ay.is_empty() { [].iter() } else { ax.iter() })
+                    .chain(ox.every_member.iter());
                 let mut alike = counted_once;
                 for &u in compared.filter(|_| counted_once) {
                     let Some(&j) = names_p.get(&gr.nodes[u].name) else {

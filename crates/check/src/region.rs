@@ -13,24 +13,33 @@
 //! to its partial alone).
 
 use crate::engine::RankPlacements;
-use crate::place::Place;
+use crate::place::{Place, Red};
 use shardproof_ir::{Graph, NodeKind, ValueId};
+
+/// The replicated operands entering a region (see [`operands`]), by how the region's pieces
+/// count them.
+#[derive(Default)]
+pub struct Operands {
+    /// Replicated operands every member must hold alike (a factor `h` of `h * p`).
+    pub factors: Vec<usize>,
+    /// Replicated terms added to a `Partial(sum)`: counted once in the sum where one member
+    /// adds the term alone, or where every member adds its share `b / n` (`scaled`).
+    pub terms: Vec<usize>,
+    /// Replicated terms added to a `Partial(avg)` (`mean(x_r) + a`): the average counts a term
+    /// once only where every member adds the same one.
+    pub every_member: Vec<usize>,
+}
 
 /// The replicated operands entering the region that ends at value `start` of `g` (a value that
 /// is not `Replicate()` on mesh dim `m`): the nodes whose outputs the region reads and the
-/// rules call replicated on `m`, as `(factors, terms)`. A term is the replicated operand of an
-/// `add`/`sub` whose output and other operand are partial on `m` (a term the ranks may add
-/// alone: the rule judged that sum, `Exempt::PartialPlusReplicate`); every other replicated
-/// operand is a factor, which every member must hold alike. The region is every value reached
-/// backwards from `start` through values not replicated on `m`; graph inputs end it.
-pub fn operands(
-    g: &Graph,
-    rp: &RankPlacements,
-    nd: usize,
-    m: usize,
-    start: ValueId,
-) -> (Vec<usize>, Vec<usize>) {
-    let (mut factors, mut terms) = (Vec::new(), Vec::new());
+/// rules call replicated on `m`. A term is the replicated operand of an `add`/`sub` whose
+/// output and other operand are partial on `m` (the rule judged that sum,
+/// `Exempt::PartialPlusReplicate`): a term of a `Partial(sum)` the ranks may add alone, one of
+/// any other partial every member must add. Every other replicated operand is a factor, which
+/// every member must hold alike. The region is every value reached backwards from `start`
+/// through values not replicated on `m`; graph inputs end it.
+pub fn operands(g: &Graph, rp: &RankPlacements, nd: usize, m: usize, start: ValueId) -> Operands {
+    let mut found = Operands::default();
     let mut seen = vec![false; g.nodes.len()];
     let mut stack = vec![start.node];
     seen[start.node] = true;
@@ -40,8 +49,9 @@ pub fn operands(
             continue;
         };
         let inputs = node.inputs();
-        let additive = matches!(op.name.as_str(), "add" | "sub" | "add_" | "sub_")
-            && rp.of(ValueId::new(i, 0), nd)[m].is_partial();
+        let out = rp.of(ValueId::new(i, 0), nd)[m];
+        let additive =
+            matches!(op.name.as_str(), "add" | "sub" | "add_" | "sub_") && out.is_partial();
         for (k, &u) in inputs.iter().enumerate() {
             if rp.of(u, nd)[m] != Place::Replicate {
                 if !seen[u.node] {
@@ -55,13 +65,17 @@ pub fn operands(
                     .iter()
                     .enumerate()
                     .any(|(o, &w)| o != k && rp.of(w, nd)[m].is_partial());
-            let list = if term { &mut terms } else { &mut factors };
+            let list = match (term, out) {
+                (false, _) => &mut found.factors,
+                (true, Place::Partial(red)) if red != Red::Sum => &mut found.every_member,
+                (true, _) => &mut found.terms,
+            };
             if !list.contains(&u.node) {
                 list.push(u.node);
             }
         }
     }
-    (factors, terms)
+    found
 }
 
 /// Per rank, peer and mesh dim: the pairs of collectives (rank node, peer node) whose

@@ -51,40 +51,89 @@ fn the_correct_aux_loss_on_cp_is_no_finding() {
     assert_eq!(r.verdict, Verdict::Inconclusive, "{}", r.render());
 }
 
-/// A local mean (`Partial(avg)` over dp) plus every rank's share `b / 2` of a replicated `b`,
-/// all-reduced and divided by 2: the loss is `mean(x) + b / 2`, the spec's `mean(x) + b`.
-/// `b_rank` is the rank's term. Not a pass (held before: the share was read as a sum's).
-fn mean_plus(b_rank: &str) -> Verdict {
+/// A local reduction of `x` (`reduce`: `mean` makes it `Partial(avg)` over dp, `sum`
+/// `Partial(sum)`) plus the rank's term `bs = b_rank`, all-reduced and divided by 2 (a mean)
+/// or not (a sum). Rank 1 adds the term only where `rank1_adds`. The spec computes
+/// `reduce(x) + b`.
+fn reduce_plus(reduce: &str, b_rank: &str, rank1_adds: bool) -> Verdict {
     let spec = common::hand::graph_module(
         &["x: \"f32[4, 8]\"".into(), "b: \"f32[]\"".into()],
         &[
-            "m: \"f32[]\" = torch.ops.aten.mean.default(x)".into(),
+            format!("m: \"f32[]\" = torch.ops.aten.{reduce}.default(x)"),
             "out: \"f32[]\" = torch.ops.aten.add.Tensor(m, b)".into(),
         ],
     );
-    let rank = common::hand::graph_module(
-        &["x: \"f32[2, 8]\"".into(), "b: \"f32[]\"".into()],
-        &[
-            "m: \"f32[]\" = torch.ops.aten.mean.default(x)".into(),
-            format!("bs: \"f32[]\" = {b_rank}"),
-            "l: \"f32[]\" = torch.ops.aten.add.Tensor(m, bs)".into(),
-            "r: \"f32[]\" = torch.ops._c10d_functional.all_reduce.default(l, 'sum', 'dp')".into(),
-            "w: \"f32[]\" = torch.ops._c10d_functional.wait_tensor.default(r)".into(),
-            "out: \"f32[]\" = torch.ops.aten.div.Scalar(w, 2)".into(),
-        ],
-    );
-    let case = "version: 1\nname: mean-plus\nspec:\n  graph: spec.py\nimpl:\n  mesh: { dp: 2 }\n  graphs: [r0.py, r0.py]\ninputs:\n  x: { dp: Shard(0) }\n  b: Replicate()\noutputs:\n  out: Replicate()\n";
+    let finish = if reduce == "mean" {
+        "out: \"f32[]\" = torch.ops.aten.div.Scalar(w, 2)"
+    } else {
+        "out: \"f32[]\" = torch.ops.aten.clone.default(w)"
+    };
+    let rank = |adds: bool| {
+        common::hand::graph_module(
+            &["x: \"f32[2, 8]\"".into(), "b: \"f32[]\"".into()],
+            &[
+                format!("m: \"f32[]\" = torch.ops.aten.{reduce}.default(x)"),
+                format!("bs: \"f32[]\" = {b_rank}"),
+                if adds {
+                    "l: \"f32[]\" = torch.ops.aten.add.Tensor(m, bs)".into()
+                } else {
+                    "l: \"f32[]\" = torch.ops.aten.clone.default(m)".into()
+                },
+                "r: \"f32[]\" = torch.ops._c10d_functional.all_reduce.default(l, 'sum', 'dp')"
+                    .into(),
+                "w: \"f32[]\" = torch.ops._c10d_functional.wait_tensor.default(r)".into(),
+                finish.into(),
+            ],
+        )
+    };
+    let case = "version: 1\nname: reduce-plus\nspec:\n  graph: spec.py\nimpl:\n  mesh: { dp: 2 }\n  graphs: [r0.py, r1.py]\ninputs:\n  x: { dp: Shard(0) }\n  b: Replicate()\noutputs:\n  out: Replicate()\n";
     common::hand::check_files(
-        "mean-plus",
+        "reduce-plus",
         &[
             ("spec.py".into(), spec),
-            ("r0.py".into(), rank),
+            ("r0.py".into(), rank(true)),
+            ("r1.py".into(), rank(rank1_adds)),
             ("case.yaml".into(), case.into()),
         ],
     )
 }
 
+/// A local mean plus every rank's share `b / 2` of a replicated `b`: the loss is
+/// `mean(x) + b / 2`, the spec's `mean(x) + b`. The "partial + replicate" finding (held
+/// before s69: the share was read as a sum's).
 #[test]
 fn a_share_of_a_term_added_to_an_average_is_never_a_pass() {
-    assert_ne!(mean_plus("torch.ops.aten.div.Scalar(b, 2)"), Verdict::Holds);
+    assert_eq!(
+        reduce_plus("mean", "torch.ops.aten.div.Scalar(b, 2)", true),
+        Verdict::Violated
+    );
+}
+
+/// `mean(x_r) + b` on every rank, averaged: the average plus `b`, the spec's loss. Holds (was
+/// the false finding "partial + replicate").
+#[test]
+fn a_term_every_rank_adds_to_an_average_holds() {
+    assert_eq!(
+        reduce_plus("mean", "torch.ops.aten.clone.default(b)", true),
+        Verdict::Holds
+    );
+}
+
+/// `sum(x_r) + b` on every rank, summed: the sum plus `2 b`. Stays the finding.
+#[test]
+fn a_term_every_rank_adds_to_a_sum_is_a_finding() {
+    assert_eq!(
+        reduce_plus("sum", "torch.ops.aten.clone.default(b)", true),
+        Verdict::Violated
+    );
+}
+
+/// Rank 0 adds `b` to its mean, rank 1 computes `b` but adds nothing: the average is
+/// `mean(x) + b / 2`. Not a pass (the output comparison requires every member to add it).
+#[test]
+fn a_term_one_rank_adds_to_an_average_is_never_a_pass() {
+    assert_ne!(
+        reduce_plus("mean", "torch.ops.aten.clone.default(b)", false),
+        Verdict::Holds
+    );
 }

@@ -149,7 +149,20 @@ pub(super) fn lift_exempt(
             // Every rank's share `b / n` adds up to `b` in a sum of the
             // pieces; their average gets `b / n` (a finding stays).
             lift_reads_scaled = !differs && red == Red::Sum && tensor_inputs_scaled(rp);
-            if differs && red != Red::Sum {
+            // The same replicated term added by every rank (no peer computes it
+            // otherwise) to an average: the pieces average to the average plus the
+            // term. Not a share `b / n` (the average gets `b / n`), and not on `pp`,
+            // where the stages' pieces are their own tensors. That every member adds
+            // it is the output comparison's check (`region::Operands::every_member`).
+            let avg_of_shared_term = !differs
+                && !stage_dim
+                && red == Red::Avg
+                && !inputs
+                    .iter()
+                    .any(|&v| place(v) == Place::Replicate && scaled_of(v));
+            if avg_of_shared_term {
+                Some(vec![Place::Partial(red); nout])
+            } else if differs && red != Red::Sum {
                 // A term some ranks add alone counts once in the sum of the
                 // pieces but 1/n times in their average (and a max or min
                 // takes it or not): no claim, and no finding (every rank may

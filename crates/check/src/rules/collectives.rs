@@ -43,6 +43,7 @@ pub(super) fn all_reduce(c: &Ctx) -> Outcome {
         | Place::Rolled(..)
         | Place::Permuted(..)
         | Place::Rows(..)
+        | Place::Selected(..)
         | Place::Stacked(_)
         | Place::Gathered(..)
         | Place::PartialSplit(..)
@@ -118,6 +119,7 @@ pub(super) fn all_gather(c: &Ctx) -> Outcome {
         | Place::Rolled(..)
         | Place::Permuted(..)
         | Place::Rows(..)
+        | Place::Selected(..)
         | Place::Stacked(_)
         | Place::Gathered(..)
         | Place::PartialSplit(..)
@@ -210,6 +212,7 @@ pub(super) fn reduce_scatter(c: &Ctx) -> Outcome {
         | Place::Rolled(..)
         | Place::Permuted(..)
         | Place::Rows(..)
+        | Place::Selected(..)
         | Place::Stacked(_)
         | Place::Gathered(..) => {
             c.all(Place::Unknown)

@@ -43,7 +43,6 @@ pub(super) fn all_reduce(c: &Ctx) -> Outcome {
         | Place::Rolled(..)
         | Place::Permuted(..)
         | Place::Rows(..)
-        | Place::Selected(..)
         | Place::Stacked(_)
         | Place::Gathered(..)
         | Place::PartialSplit(..)
@@ -119,7 +118,6 @@ pub(super) fn all_gather(c: &Ctx) -> Outcome {
         | Place::Rolled(..)
         | Place::Permuted(..)
         | Place::Rows(..)
-        | Place::Selected(..)
         | Place::Stacked(_)
         | Place::Gathered(..)
         | Place::PartialSplit(..)
@@ -212,7 +210,6 @@ pub(super) fn reduce_scatter(c: &Ctx) -> Outcome {
         | Place::Rolled(..)
         | Place::Permuted(..)
         | Place::Rows(..)
-        | Place::Selected(..)
         | Place::Stacked(_)
         | Place::Gathered(..) => {
             c.all(Place::Unknown)

@@ -113,7 +113,6 @@ fn merge_with(
             | Place::Rolled(..)
             | Place::Permuted(..)
             | Place::Rows(..)
-            | Place::Selected(..)
             | Place::Stacked(_)
             | Place::Gathered(..)
             | Place::PartialSplit(..)

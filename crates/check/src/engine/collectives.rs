@@ -4,10 +4,10 @@
 //! forward all-reduce, or a share divided by n), and a partial plus a replicated term that
 //! some ranks add alone (the lone-term logic).
 
-use super::{CallOnDim, RankPlacements, Shared};
+use super::{same_arg, CallOnDim, RankPlacements, Shared};
 use crate::place::{Place, Red};
 use crate::rules::{Exempt, Violation};
-use shardproof_ir::{Arg, ValueId};
+use shardproof_ir::{Arg, Graph, NodeKind, ValueId};
 use shardproof_ops::{Args, OpClass, OpDef};
 use std::collections::HashMap;
 
@@ -150,11 +150,33 @@ pub(super) fn lift_exempt(
             // pieces; their average gets `b / n` (a finding stays).
             lift_reads_scaled = !differs && red == Red::Sum && tensor_inputs_scaled(rp);
             // The same replicated term added by every rank (no peer computes it
-            // otherwise) to an average: the pieces average to the average plus the
-            // term. Not a share `b / n` (the average gets `b / n`), and not on `pp`,
-            // where the stages' pieces are their own tensors. That every member adds
-            // it is the output comparison's check (`region::Operands::every_member`).
-            let avg_of_shared_term = !differs
+            // otherwise, up to the results of collectives, which every member of their
+            // group shares: DeepSeek's aux loss on cp, whose all-reduced router counts
+            // sum pieces computed across the ring) to an average: the pieces average to
+            // the average plus the term. Not a share `b / n` (the average gets `b / n`),
+            // and not on `pp`, where the stages' pieces are their own tensors. That every
+            // member adds it, alike, and that each collective met is a shared leaf (its
+            // region's replicated operands alike), is the output comparison's check
+            // (`region::Operands::every_member`).
+            let differs_above_collectives = !stage_dim
+                && inputs
+                    .iter()
+                    .filter(|&&v| place(v) == Place::Replicate)
+                    .any(|&v| {
+                        let vname = g.nodes[v.node].name.as_str();
+                        peers.iter().any(|&p| {
+                            p != r
+                                && sh.names[p].get(vname).is_none_or(|&j| {
+                                    !same_above_collectives(
+                                        g,
+                                        v.node,
+                                        &sh.program.ranks[p],
+                                        j as usize,
+                                    )
+                                })
+                        })
+                    });
+            let avg_of_shared_term = !differs_above_collectives
                 && !stage_dim
                 && red == Red::Avg
                 && !inputs
@@ -188,4 +210,57 @@ pub(super) fn lift_exempt(
     }
 
     (lift_reads_scaled, lone_term_why)
+}
+
+/// Whether node `a` of `g` and node `b` of `h` compute the same expression (operators and
+/// literals), taking the results of two collectives of the same operator and literal
+/// arguments (group, reduction) as one leaf: every member of the group holds the same result,
+/// whatever pieces its members reduce. Only a first reading: the output comparison checks
+/// each such pair's region (`outputs.rs`).
+fn same_above_collectives(g: &Graph, a: usize, h: &Graph, b: usize) -> bool {
+    type Call<'g> = (
+        &'g shardproof_ir::OpName,
+        Vec<&'g Arg>,
+        &'g Vec<(String, Arg)>,
+    );
+    fn collective(gr: &Graph, w: usize) -> Option<Call<'_>> {
+        let n = &gr.nodes[w];
+        let NodeKind::Call { op, .. } = &n.kind else {
+            return None;
+        };
+        if op.namespace != "_c10d_functional" || op.name != "wait_tensor" {
+            return None;
+        }
+        let c = n.inputs().first()?.node;
+        match &gr.nodes[c].kind {
+            NodeKind::Call { op, args, kwargs } if op.namespace == "_c10d_functional" => {
+                Some((op, args.iter().skip(1).collect::<Vec<_>>(), kwargs))
+            }
+            _ => None,
+        }
+    }
+    let leaf = |x: usize, y: usize| match (collective(g, x), collective(h, y)) {
+        (Some((o1, a1, k1)), Some((o2, a2, k2))) => Some(
+            o1 == o2
+                && a1.len() == a2.len()
+                && a1.iter().zip(&a2).all(|(u, v)| same_arg(u, v))
+                && k1.len() == k2.len()
+                && k1
+                    .iter()
+                    .zip(k2)
+                    .all(|((n1, u), (n2, v))| n1 == n2 && same_arg(u, v)),
+        ),
+        _ => None,
+    };
+    super::same_expression_upto(
+        g,
+        None,
+        a,
+        h,
+        None,
+        b,
+        &mut Default::default(),
+        &leaf,
+        &|_, _| false,
+    )
 }

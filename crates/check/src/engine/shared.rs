@@ -986,7 +986,7 @@ pub fn structure_hashes_with_leaves(
 
 /// Whether two literal arguments are equal as [`hash_arg`] reads them (values by position
 /// only, devices not at all).
-fn same_arg(a: &Arg, b: &Arg) -> bool {
+pub(super) fn same_arg(a: &Arg, b: &Arg) -> bool {
     match (a, b) {
         (Arg::None, Arg::None)
         | (Arg::Value(_), Arg::Value(_))

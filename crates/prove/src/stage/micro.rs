@@ -113,15 +113,17 @@ pub(crate) fn add_relations(case: &Case, cuts: &[MicrobatchCut]) -> Result<Case,
 /// Shapes of every value of a graph.
 type Metas = [Vec<Option<shardproof_ops::Meta>>];
 
-/// Checks that the relations listing several values on a rank state a concatenation: on each
-/// such rank the values have one dtype, equal sizes along dim 0, and together the shape of the
-/// rank's piece.
+/// Checks that the microbatched cuts (`case.inputs[added..]`, from [`add_relations`]) state a
+/// concatenation: on each holder the values have one dtype, one shape, and together along dim 0
+/// the shape of the rank's piece. The stages that assume a cut slice its input at multiples of
+/// the first value's rows, which is each value exactly when this holds.
 pub(crate) fn check_shapes(
     case: &Case,
+    added: usize,
     spec_metas: &Metas,
     rank_metas: &[Arc<Vec<Vec<Option<shardproof_ops::Meta>>>>],
 ) -> Result<(), String> {
-    for rel in case.inputs.iter().filter(|r| several_per_rank(&r.rank_values)) {
+    for rel in &case.inputs[added.min(case.inputs.len())..] {
         let name = &rel.spec_name;
         let spec = spec_metas[rel.spec_value.node][rel.spec_value.output]
             .as_ref()
@@ -166,7 +168,7 @@ pub(crate) fn check_shapes(
 }
 
 /// Whether some rank holds several values of a relation (a microbatched cut).
-pub(crate) fn several_per_rank(values: &[(usize, ValueId)]) -> bool {
+fn several_per_rank(values: &[(usize, ValueId)]) -> bool {
     values.windows(2).any(|w| w[0].0 == w[1].0)
 }
 

@@ -220,6 +220,7 @@ pub struct PlanOptions {
 
 /// [`plan`] with [`PlanOptions`].
 pub fn plan_with(case: &Case, reduce: bool, opts: &PlanOptions) -> Result<Plan, String> {
+    let added = case.inputs.len();
     let extended = micro::add_relations(case, &opts.microbatch_cuts)?;
     let case = &extended;
     let scales = &opts.scales;
@@ -310,7 +311,7 @@ pub fn plan_with(case: &Case, reduce: bool, opts: &PlanOptions) -> Result<Plan, 
                 .clone()
         })
         .collect();
-    micro::check_shapes(case, &spec_metas, &rank_metas)?;
+    micro::check_shapes(case, added, &spec_metas, &rank_metas)?;
     let whole = Whole {
         spec_stops: &spec_stops,
         rank_stops: &rank_stops,

@@ -171,3 +171,4 @@ fn a_cut_naming_its_microbatches_wrongly_is_never_proved() {
     let why = proof.message.unwrap_or_default();
     assert!(why.contains("do not concatenate"), "{why}");
 }
+

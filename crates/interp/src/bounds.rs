@@ -64,9 +64,6 @@ pub fn index_bound_known(graph: &Graph, v: ValueId, metas: &[Vec<Option<Meta>>])
             };
             let found = match op.name.as_str() {
                 "embedding" if is(1) => dim_of(0, 0),
-                // The backward of a lookup into `num_weights` rows (a stage that holds only the
-                // backward of an embedding still reads its tokens as row indices).
-                "embedding_dense_backward" if is(1) => args.get(2).and_then(|a| a.as_int()),
                 "nll_loss_forward" | "nll_loss_backward" if is(1) || is(2) => {
                     let i = if op.name == "nll_loss_forward" { 0 } else { 1 };
                     let t = args.get(i).and_then(|a| a.as_value());

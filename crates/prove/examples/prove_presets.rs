@@ -14,11 +14,16 @@
 //! each stage goes through the mesh-dim reduction along dp where it applies. Without it the
 //! full iteration is cut the same way at every module output and every module input gradient
 //! the lineage names, a backward cut on a dp mesh stating that each rank holds the replica
-//! count times the spec's rows (`CutScales`); `--whole` proves the full iteration uncut.
+//! count times the spec's rows (`CutScales`); `--whole` proves the full iteration uncut. On a
+//! pipeline plan a layer output is cut as the microbatches its stage's ranks compute
+//! (`MicrobatchCut`; forward outputs only in the full iteration).
 
 #[path = "common/layer_cuts.rs"]
 mod layer_cuts;
-use layer_cuts::{backward_scales, cut_at_layers, cut_at_modules};
+use layer_cuts::{
+    backward_scales, cut_at_layers, cut_at_modules, microbatch_cuts_at_layers,
+    microbatch_cuts_at_modules,
+};
 use shardproof_prove::{prove_case, prove_staged_with, CutScales, PlanOptions, ProveConfig};
 use shardproof_zoo::{emit_to_dir, find_preset, TrainOptions};
 use std::time::{Duration, Instant};
@@ -59,14 +64,24 @@ fn main() {
         let emitted = started.elapsed().as_secs_f64();
         let case_started = Instant::now();
         if !whole {
-            let (cuts, scales) = if forward {
-                (cut_at_layers(dir.path()), CutScales::new())
+            let (cuts, scales, microbatch_cuts) = if forward {
+                (
+                    cut_at_layers(dir.path()),
+                    CutScales::new(),
+                    microbatch_cuts_at_layers(dir.path()),
+                )
             } else {
+                // A pipeline's microbatched cuts are forward ones only: their backward cuts
+                // would need the replica count stated for them too.
+                let micro = microbatch_cuts_at_modules(dir.path(), false);
                 (
                     cut_at_modules(dir.path(), true),
                     backward_scales(dir.path()),
+                    micro,
                 )
             };
+            let cuts = cuts + microbatch_cuts.len();
+            let micro = microbatch_cuts.len();
             let case = shardproof_case::load_case(&dir.path().join("case.yaml")).expect("case");
             let cfg = ProveConfig {
                 time_limit: Some(Duration::from_secs_f64(limit)),
@@ -77,11 +92,12 @@ fn main() {
             let opts = PlanOptions {
                 scales: scales.clone(),
                 outputs_apart: !forward,
+                microbatch_cuts,
             };
             let proof = prove_staged_with(&case, &cfg, 1, &opts);
             let secs = case_started.elapsed().as_secs_f64();
             println!(
-                "{name} {} ({}; {} ranks; cut at {cuts} {}, {} of them scaled gradients): {:?} in {secs:.1} s (emitted in {emitted:.1} s), {} stages, {} proved, {} memo hits, goals by layer {:?}, peak {:.2} GB{}",
+                "{name} {} ({}; {} ranks; cut at {cuts} {}, {} of them scaled gradients, {micro} microbatched): {:?} in {secs:.1} s (emitted in {emitted:.1} s), {} stages, {} proved, {} memo hits, goals by layer {:?}, peak {:.2} GB{}",
                 if forward { "forward" } else { "full iteration" },
                 preset.plan_note(),
                 case.program.ranks.len(),

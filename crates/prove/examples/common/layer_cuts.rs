@@ -144,13 +144,23 @@ fn distinct_files(case: &shardproof_case::Case) -> Vec<&Path> {
     files
 }
 
-/// The residual stream's placements: batch-sharded on `dp`, replicated elsewhere.
+/// The residual stream's placements: the batch (dim 0) split as the case splits its `tokens`
+/// (over `dp`, and `ep` where experts are parallel to data), replicated elsewhere; without
+/// `tokens`, batch-sharded on `dp`.
 fn residual_placements(case: &shardproof_case::Case) -> Vec<&'static str> {
+    let tokens = case.inputs.iter().find(|r| r.spec_name == "tokens");
+    let split = |i: usize, name: &str| match tokens.map(|t| &t.layout) {
+        Some(shardproof_case::Layout::Placed(l)) => {
+            l.placements.get(i) == Some(&shardproof_case::Placement::Shard(0))
+        }
+        _ => name == "dp",
+    };
     case.program
         .mesh
         .dims
         .iter()
-        .map(|d| if d.0 == "dp" { "Shard(0)" } else { "Replicate()" })
+        .enumerate()
+        .map(|(i, d)| if split(i, &d.0) { "Shard(0)" } else { "Replicate()" })
         .collect()
 }
 

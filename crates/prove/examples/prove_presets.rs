@@ -20,9 +20,7 @@
 
 #[path = "common/layer_cuts.rs"]
 mod layer_cuts;
-use layer_cuts::{
-    backward_scales, cut_at_layers, cut_at_modules, microbatch_cuts_at_modules,
-};
+use layer_cuts::{backward_scales, cut_at_layers, cut_at_modules, microbatch_cuts_at_modules};
 use shardproof_prove::{prove_case, prove_staged_with, CutScales, PlanOptions, ProveConfig};
 use shardproof_zoo::{emit_to_dir, find_preset, TrainOptions};
 use std::time::{Duration, Instant};
@@ -89,11 +87,7 @@ fn main() {
                 // A pipeline's microbatched cuts are forward ones only: their backward cuts
                 // would need the replica count stated for them too.
                 let micro = microbatch_cuts_at_modules(dir, false);
-                (
-                    cut_at_modules(dir, true),
-                    backward_scales(dir),
-                    micro,
-                )
+                (cut_at_modules(dir, true), backward_scales(dir), micro)
             };
             let cuts = cuts + microbatch_cuts.len();
             let micro = microbatch_cuts.len();

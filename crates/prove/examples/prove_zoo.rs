@@ -78,7 +78,8 @@ fn main() {
         &EmitExtras::default(),
         &TrainOptions::default(),
         &PipelineOptions {
-            microbatches: flag("--microbatches").map_or(1, |m| m.parse().expect("--microbatches M")),
+            microbatches: flag("--microbatches")
+                .map_or(1, |m| m.parse().expect("--microbatches M")),
             ..PipelineOptions::default()
         },
         dir.as_path(),

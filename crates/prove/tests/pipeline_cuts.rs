@@ -91,12 +91,21 @@ fn llama_pp_forwards_are_proved_layer_by_layer() {
         assert_eq!(plan.microbatch_cuts.len(), 5, "{mesh}");
         assert!(plan.microbatch_cuts.iter().all(|c| c.values.len() == 2));
         let proof = prove_staged_with(&case, &ProveConfig::default(), 1, &plan);
-        assert_eq!(proof.verdict, Verdict::Proved, "{mesh}: {:?}", proof.message);
+        assert_eq!(
+            proof.verdict,
+            Verdict::Proved,
+            "{mesh}: {:?}",
+            proof.message
+        );
         assert_eq!(proof.stages.len(), 6, "{mesh}");
         // The second layer of the first pipeline stage is the first's theorem renamed.
         assert!(proof.memo_hits >= 1, "{mesh}");
         for p in &proof.proofs {
-            assert!(p.proof["reduction"].is_object(), "{mesh}: stage {}", p.stage);
+            assert!(
+                p.proof["reduction"].is_object(),
+                "{mesh}: stage {}",
+                p.stage
+            );
         }
     }
 }
@@ -171,4 +180,3 @@ fn a_cut_naming_its_microbatches_wrongly_is_never_proved() {
     let why = proof.message.unwrap_or_default();
     assert!(why.contains("do not concatenate"), "{why}");
 }
-

@@ -9,7 +9,10 @@ use std::path::Path;
 
 /// Every value a graph file's lineage names for each module it keeps, in file order (a
 /// pipeline rank names a module once per microbatch): `keep(module, backward)` gives the key.
-fn lineage(path: &Path, keep: impl Fn(&str, bool) -> Option<String>) -> BTreeMap<String, Vec<String>> {
+fn lineage(
+    path: &Path,
+    keep: impl Fn(&str, bool) -> Option<String>,
+) -> BTreeMap<String, Vec<String>> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for line in text.lines() {
@@ -160,7 +163,13 @@ fn residual_placements(case: &shardproof_case::Case) -> Vec<&'static str> {
         .dims
         .iter()
         .enumerate()
-        .map(|(i, d)| if split(i, &d.0) { "Shard(0)" } else { "Replicate()" })
+        .map(|(i, d)| {
+            if split(i, &d.0) {
+                "Shard(0)"
+            } else {
+                "Replicate()"
+            }
+        })
         .collect()
 }
 

@@ -215,7 +215,10 @@ fn with_rows(ty: &TensorType, rows: i64) -> Result<TensorType, String> {
 /// Appends `cat(values, 0)` to `g`, the establishing side of a microbatched cut; returns it.
 pub(crate) fn append_cat(g: &mut Graph, values: &[ValueId]) -> Result<ValueId, String> {
     let ty = type_of(g, values[0])?;
-    let rows = ty.concrete_shape().and_then(|s| s.first().copied()).unwrap_or(0);
+    let rows = ty
+        .concrete_shape()
+        .and_then(|s| s.first().copied())
+        .unwrap_or(0);
     let joined = with_rows(&ty, rows * values.len() as i64)?;
     let name = crate::fresh_value_name(g, &format!("{}_microbatches", g.value_name(values[0])));
     let list = Arg::List(values.iter().map(|&v| Arg::Value(v)).collect());
@@ -241,7 +244,10 @@ fn slice_input(g: &Graph, values: &[ValueId]) -> Result<Rebuilt, String> {
         }
     }
     let ty = type_of(g, values[0])?;
-    let rows = ty.concrete_shape().and_then(|s| s.first().copied()).unwrap_or(0);
+    let rows = ty
+        .concrete_shape()
+        .and_then(|s| s.first().copied())
+        .unwrap_or(0);
     let joined = with_rows(&ty, rows * values.len() as i64)?;
     let first = values.iter().map(|v| v.node).min().unwrap_or(0);
     let name = crate::fresh_value_name(g, &format!("{}_microbatches", g.value_name(values[0])));
@@ -299,7 +305,8 @@ fn slice_input(g: &Graph, values: &[ValueId]) -> Result<Rebuilt, String> {
         if i.node == first {
             out.inputs.push(whole);
         } else if !values.contains(&i) {
-            out.inputs.push(moved(i).ok_or("an input of the stage graph was lost")?);
+            out.inputs
+                .push(moved(i).ok_or("an input of the stage graph was lost")?);
         }
     }
     out.outputs = g.outputs.iter().map(|o| o.and_then(moved)).collect();

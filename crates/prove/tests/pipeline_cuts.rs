@@ -180,3 +180,20 @@ fn a_cut_naming_its_microbatches_wrongly_is_never_proved() {
     let why = proof.message.unwrap_or_default();
     assert!(why.contains("do not concatenate"), "{why}");
 }
+
+/// The second pipeline stage reads its first message at another shape (`[6, 4, 16]` for the
+/// `[4, 6, 16]` posted): never proved through the cuts.
+#[test]
+fn a_recv_read_at_the_wrong_shape_is_never_proved_through_the_cuts() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, plan) = emit_cut(dir.path(), "pp=2", None, true);
+    let case = edit_rank(dir.path(), "r1.py", |t| {
+        t.replacen(
+            "recv: \"f32[4, 6, 16]\" = torch.ops.shardproof_p2p.recv.default([4, 6, 16]",
+            "recv: \"f32[6, 4, 16]\" = torch.ops.shardproof_p2p.recv.default([6, 4, 16]",
+            1,
+        )
+    });
+    let proof = prove_staged_with(&case, &ProveConfig::default(), 1, &plan);
+    assert_ne!(proof.verdict, Verdict::Proved, "{:?}", proof.message);
+}

@@ -3,7 +3,7 @@
 //! wall time and the process's peak resident memory.
 //!
 //! ```text
-//! cargo run --release -p shardproof-prove --example prove_presets -- [PRESET ...] [--time-limit S] [--forward | --whole]
+//! cargo run --release -p shardproof-prove --example prove_presets -- [PRESET ...] [--time-limit S] [--forward | --whole] [--dir D]
 //! ```
 //!
 //! Without names: llama3-8b, llama3-405b and deepseek-v3-671b. The peak memory is the
@@ -14,11 +14,13 @@
 //! each stage goes through the mesh-dim reduction along dp where it applies. Without it the
 //! full iteration is cut the same way at every module output and every module input gradient
 //! the lineage names, a backward cut on a dp mesh stating that each rank holds the replica
-//! count times the spec's rows (`CutScales`); `--whole` proves the full iteration uncut.
+//! count times the spec's rows (`CutScales`); `--whole` proves the full iteration uncut. On a
+//! pipeline plan a layer output is cut as the microbatches its stage's ranks compute
+//! (`MicrobatchCut`; forward outputs only in the full iteration).
 
 #[path = "common/layer_cuts.rs"]
 mod layer_cuts;
-use layer_cuts::{backward_scales, cut_at_layers, cut_at_modules};
+use layer_cuts::{backward_scales, cut_at_layers, cut_at_modules, microbatch_cuts_at_modules};
 use shardproof_prove::{prove_case, prove_staged_with, CutScales, PlanOptions, ProveConfig};
 use shardproof_zoo::{emit_to_dir, find_preset, TrainOptions};
 use std::time::{Duration, Instant};
@@ -41,7 +43,10 @@ fn main() {
     let mut names: Vec<&str> = args
         .iter()
         .enumerate()
-        .filter(|(i, a)| !a.starts_with("--") && (*i == 0 || args[i - 1] != "--time-limit"))
+        .filter(|(i, a)| {
+            !a.starts_with("--")
+                && (*i == 0 || (args[i - 1] != "--time-limit" && args[i - 1] != "--dir"))
+        })
         .map(|(_, a)| a.as_str())
         .collect();
     let forward = args.iter().any(|a| a == "--forward");
@@ -53,21 +58,40 @@ fn main() {
         let preset = find_preset(name).expect("a zoo preset");
         let (mut opts, extras, pipeline) = preset.request();
         opts.forward_only = forward;
-        let dir = tempfile::tempdir().expect("a temporary directory");
+        let temp = tempfile::tempdir().expect("a temporary directory");
+        // `--dir D` emits into D/NAME (kept afterwards, to read the graphs).
+        let kept = args
+            .iter()
+            .position(|a| a == "--dir")
+            .and_then(|i| args.get(i + 1))
+            .map(|d| std::path::Path::new(d).join(name));
+        if let Some(d) = &kept {
+            std::fs::create_dir_all(d).expect("--dir");
+        }
+        let dir = kept.as_deref().unwrap_or(temp.path());
         let started = Instant::now();
-        emit_to_dir(&opts, &extras, &TrainOptions::PLAIN, &pipeline, dir.path()).expect("emit");
+        emit_to_dir(&opts, &extras, &TrainOptions::PLAIN, &pipeline, dir).expect("emit");
         let emitted = started.elapsed().as_secs_f64();
         let case_started = Instant::now();
         if !whole {
-            let (cuts, scales) = if forward {
-                (cut_at_layers(dir.path()), CutScales::new())
-            } else {
+            let (cuts, scales, microbatch_cuts) = if forward {
+                // Every module output where a pipeline stage computes it per microbatch: an
+                // MoE block's lineage names the block's output, not the residual stream after
+                // it, so the attention's output (the residual before it) is cut too.
                 (
-                    cut_at_modules(dir.path(), true),
-                    backward_scales(dir.path()),
+                    cut_at_layers(dir),
+                    CutScales::new(),
+                    microbatch_cuts_at_modules(dir, false),
                 )
+            } else {
+                // A pipeline's microbatched cuts are forward ones only: their backward cuts
+                // would need the replica count stated for them too.
+                let micro = microbatch_cuts_at_modules(dir, false);
+                (cut_at_modules(dir, true), backward_scales(dir), micro)
             };
-            let case = shardproof_case::load_case(&dir.path().join("case.yaml")).expect("case");
+            let cuts = cuts + microbatch_cuts.len();
+            let micro = microbatch_cuts.len();
+            let case = shardproof_case::load_case(&dir.join("case.yaml")).expect("case");
             let cfg = ProveConfig {
                 time_limit: Some(Duration::from_secs_f64(limit)),
                 started: Some(case_started),
@@ -77,11 +101,12 @@ fn main() {
             let opts = PlanOptions {
                 scales: scales.clone(),
                 outputs_apart: !forward,
+                microbatch_cuts,
             };
             let proof = prove_staged_with(&case, &cfg, 1, &opts);
             let secs = case_started.elapsed().as_secs_f64();
             println!(
-                "{name} {} ({}; {} ranks; cut at {cuts} {}, {} of them scaled gradients): {:?} in {secs:.1} s (emitted in {emitted:.1} s), {} stages, {} proved, {} memo hits, goals by layer {:?}, peak {:.2} GB{}",
+                "{name} {} ({}; {} ranks; cut at {cuts} {}, {} of them scaled gradients, {micro} microbatched): {:?} in {secs:.1} s (emitted in {emitted:.1} s), {} stages, {} proved, {} memo hits, goals by layer {:?}, peak {:.2} GB{}",
                 if forward { "forward" } else { "full iteration" },
                 preset.plan_note(),
                 case.program.ranks.len(),
@@ -132,7 +157,7 @@ fn main() {
             }
             continue;
         }
-        let case = shardproof_case::load_case(&dir.path().join("case.yaml")).expect("case");
+        let case = shardproof_case::load_case(&dir.join("case.yaml")).expect("case");
         let cfg = ProveConfig {
             time_limit: Some(Duration::from_secs_f64(limit)),
             ..ProveConfig::default()

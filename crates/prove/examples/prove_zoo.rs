@@ -1,7 +1,7 @@
 //! Emits a zoo plan and proves it, printing the verdict, the deciding layers and figures.
 //!
 //! ```text
-//! cargo run --release -p shardproof-prove --example prove_zoo -- mlp tp=2 [--bug ID] [--full] [--hidden N] [--layers N] [--no-z3] [--no-reduce] [--dir D] [--seq N] [--batch N] [--vocab N] [--width N] [--stages] [--jobs N]
+//! cargo run --release -p shardproof-prove --example prove_zoo -- mlp tp=2 [--bug ID] [--full] [--hidden N] [--layers N] [--no-z3] [--no-reduce] [--dir D] [--seq N] [--batch N] [--vocab N] [--width N] [--stages] [--jobs N] [--microbatches M]
 //! ```
 //!
 //! With `--stages` the case is cut at the embedding's and every decoder layer's output, read from the module
@@ -13,8 +13,8 @@
 
 #[path = "common/layer_cuts.rs"]
 mod layer_cuts;
-use layer_cuts::cut_at_layers;
-use shardproof_prove::{prove_case, prove_staged, ProveConfig};
+use layer_cuts::{cut_at_layers, microbatch_cuts_at_layers};
+use shardproof_prove::{prove_case, prove_staged_with, PlanOptions, ProveConfig};
 use shardproof_zoo::{
     find_bug, EmitExtras, EmitOptions, LlamaConfig, Mesh, MlpConfig, PipelineOptions, TrainOptions,
 };
@@ -77,14 +77,23 @@ fn main() {
         &opts,
         &EmitExtras::default(),
         &TrainOptions::default(),
-        &PipelineOptions::default(),
+        &PipelineOptions {
+            microbatches: flag("--microbatches")
+                .map_or(1, |m| m.parse().expect("--microbatches M")),
+            ..PipelineOptions::default()
+        },
         dir.as_path(),
     )
     .expect("emit");
     let staged = args.iter().any(|a| a == "--stages");
+    let mut plan = PlanOptions::default();
     if staged {
         let cuts = cut_at_layers(dir.as_path());
-        println!("cut at {cuts} layer outputs (zoo lineage)");
+        plan.microbatch_cuts = microbatch_cuts_at_layers(dir.as_path());
+        println!(
+            "cut at {cuts} layer outputs and {} microbatched ones (zoo lineage)",
+            plan.microbatch_cuts.len()
+        );
     }
     let case = shardproof_case::load_case(&dir.as_path().join("case.yaml")).expect("case");
     let started = Instant::now();
@@ -97,7 +106,7 @@ fn main() {
     }
     if staged {
         let jobs = flag("--jobs").map_or(1, |j| j.parse().expect("--jobs N"));
-        let proof = prove_staged(&case, &cfg, jobs);
+        let proof = prove_staged_with(&case, &cfg, jobs, &plan);
         let secs = started.elapsed().as_secs_f64();
         if args.iter().any(|a| a == "--json") {
             println!("{}", serde_json::to_string_pretty(&proof).expect("json"));

@@ -144,6 +144,7 @@ fn main() {
                     let opts = PlanOptions {
                         scales,
                         outputs_apart: apart,
+                        ..PlanOptions::default()
                     };
                     let p = prove_staged_with(&case, &cfg, 1, &opts);
                     let timed_out = started.elapsed().as_secs_f64() >= limit;

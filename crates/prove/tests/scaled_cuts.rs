@@ -51,6 +51,7 @@ fn opts(scales: &CutScales) -> PlanOptions {
     PlanOptions {
         scales: scales.clone(),
         outputs_apart: false,
+        ..PlanOptions::default()
     }
 }
 
@@ -271,6 +272,7 @@ fn outputs_apart_prove_each_layers_weight_updates_once() {
     let apart = PlanOptions {
         scales: scales.clone(),
         outputs_apart: true,
+        ..PlanOptions::default()
     };
     let together = plan_with(&case, true, &opts(&scales)).unwrap();
     let plan = plan_with(&case, true, &apart).unwrap();

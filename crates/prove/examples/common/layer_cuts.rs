@@ -7,53 +7,19 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-/// The forward decoder-layer outputs a graph file's lineage names: module -> value name.
-pub fn layer_outputs(path: &Path) -> BTreeMap<String, String> {
+/// Every value a graph file's lineage names for each module it keeps, in file order (a
+/// pipeline rank names a module once per microbatch): `keep(module, backward)` gives the key.
+fn lineage(
+    path: &Path,
+    keep: impl Fn(&str, bool) -> Option<String>,
+) -> BTreeMap<String, Vec<String>> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
-    let mut out = BTreeMap::new();
-    for line in text.lines() {
-        let Some(rest) = line.trim().strip_prefix("# Annotation: {'module': '") else {
-            continue;
-        };
-        if rest.contains("'phase': 'backward'") {
-            continue;
-        }
-        let Some((module, rest)) = rest.split_once('\'') else {
-            continue;
-        };
-        let Some(output) = rest
-            .split_once("'output': '")
-            .and_then(|(_, o)| o.split_once('\''))
-            .map(|(o, _)| o)
-        else {
-            continue;
-        };
-        // A decoder layer ends where its last sublayer does.
-        let layer_end = module == "embedding"
-            || (module.starts_with("layers.")
-                && (module.ends_with(".mlp")
-                    || module.ends_with(".moe")
-                    || module.matches('.').count() == 1));
-        if layer_end {
-            out.insert(module.to_string(), output.to_string());
-        }
-    }
-    out
-}
-
-/// Every module output a graph file's lineage names (`phase: backward` ones only with
-/// `backward`): (module, phase) -> value name.
-pub fn module_outputs(path: &Path, backward: bool) -> BTreeMap<String, String> {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let mut out = BTreeMap::new();
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for line in text.lines() {
         let Some(rest) = line.trim().strip_prefix("# Annotation: {'module': '") else {
             continue;
         };
         let back = rest.contains("'phase': 'backward'");
-        if back && !backward {
-            continue;
-        }
         let (Some((module, _)), Some(output)) = (
             rest.split_once('\''),
             rest.split_once("'output': '")
@@ -62,17 +28,60 @@ pub fn module_outputs(path: &Path, backward: bool) -> BTreeMap<String, String> {
         ) else {
             continue;
         };
-        let phase = if back { "backward" } else { "forward" };
-        out.insert(format!("{module} {phase}"), output.to_string());
+        if let Some(key) = keep(module, back) {
+            out.entry(key).or_default().push(output.to_string());
+        }
     }
     out
+}
+
+/// The forward decoder-layer outputs (and the embedding's) a graph file's lineage names,
+/// every microbatch's in order: module -> value names.
+fn layer_output_lists(path: &Path) -> BTreeMap<String, Vec<String>> {
+    lineage(path, |module, back| {
+        // A decoder layer ends where its last sublayer does.
+        let layer_end = module == "embedding"
+            || (module.starts_with("layers.")
+                && (module.ends_with(".mlp")
+                    || module.ends_with(".moe")
+                    || module.matches('.').count() == 1));
+        (!back && layer_end).then(|| module.to_string())
+    })
+}
+
+/// Every module output a graph file's lineage names (`phase: backward` ones only with
+/// `backward`), every microbatch's in order: "module phase" -> value names.
+fn module_output_lists(path: &Path, backward: bool) -> BTreeMap<String, Vec<String>> {
+    lineage(path, |module, back| {
+        (backward || !back)
+            .then(|| format!("{module} {}", if back { "backward" } else { "forward" }))
+    })
+}
+
+/// The last value of each list: the value itself where a module is named once.
+fn last(lists: BTreeMap<String, Vec<String>>) -> BTreeMap<String, String> {
+    lists
+        .into_iter()
+        .filter_map(|(k, v)| v.last().cloned().map(|n| (k, n)))
+        .collect()
+}
+
+/// The forward decoder-layer outputs a graph file's lineage names: module -> value name.
+pub fn layer_outputs(path: &Path) -> BTreeMap<String, String> {
+    last(layer_output_lists(path))
+}
+
+/// Every module output a graph file's lineage names (`phase: backward` ones only with
+/// `backward`): (module, phase) -> value name.
+pub fn module_outputs(path: &Path, backward: bool) -> BTreeMap<String, String> {
+    last(module_output_lists(path, backward))
 }
 
 /// Adds the lineage's layer outputs to the case file as cuts (every rank's graph must name
 /// the same value), laid out as the residual stream (batch-sharded on `dp`, replicated
 /// elsewhere); returns how many. None on a mesh with `cp`: see [`cut_at`].
 pub fn cut_at_layers(dir: &Path) -> usize {
-    cut_at(dir, layer_outputs)
+    cut_at(dir, layer_output_lists)
 }
 
 /// Adds every module output the lineage names to the case file as a cut (`backward`: the
@@ -81,55 +90,38 @@ pub fn cut_at_layers(dir: &Path) -> usize {
 /// loss's (scaled by the replica count), which no placement states: ask for backward cuts only
 /// on meshes without dp, or their stages are refuted.
 pub fn cut_at_modules(dir: &Path, backward: bool) -> usize {
-    cut_at(dir, |p| module_outputs(p, backward))
+    cut_at(dir, |p| module_output_lists(p, backward))
 }
 
 /// Writes the cuts `read` finds; none on a mesh with a `cp` dim, where a rank's residual stream
 /// is its two load-balanced sequence chunks (i and 2cp-1-i), which no placement states (the
 /// `Replicate()` written here would make their stages refuted, never a bug found).
-fn cut_at(dir: &Path, read: impl Fn(&Path) -> BTreeMap<String, String>) -> usize {
+fn cut_at(dir: &Path, read: impl Fn(&Path) -> BTreeMap<String, Vec<String>>) -> usize {
     let case = shardproof_case::load_case(&dir.join("case.yaml")).expect("case");
     if case.program.mesh.dim_index("cp").is_some() {
         return 0;
     }
-    let spec = read(case.spec.path.as_deref().expect("spec file"));
-    let mut files: Vec<&Path> = case
-        .program
-        .ranks
+    let spec = last(read(case.spec.path.as_deref().expect("spec file")));
+    let ranks = distinct_files(&case)
         .iter()
-        .map(|g| g.path.as_deref().expect("rank file"))
-        .collect();
-    // Sorted first: a plan's ranks interleave their files (llama3-405b's tp ranks r0..r7 repeat
-    // along dp and pp), so `dedup` alone kept all 8192 and read each ~1 MB file a thousand times.
-    files.sort_unstable();
-    files.dedup();
-    let ranks: Vec<BTreeMap<String, String>> = files.iter().map(|f| read(f)).collect();
-    let placement: Vec<&str> = case
-        .program
-        .mesh
-        .dims
-        .iter()
-        .map(|d| {
-            if d.0 == "dp" {
-                "Shard(0)"
-            } else {
-                "Replicate()"
-            }
-        })
-        .collect();
+        .map(|f| read(f))
+        .collect::<Vec<_>>();
     let mut lines = String::new();
     let mut cuts = 0;
     for (module, name) in &spec {
-        let names: Vec<Option<&String>> = ranks.iter().map(|r| r.get(module)).collect();
-        let Some(Some(rank_name)) = names.first() else {
+        // Named once by every graph: one value per rank (a pipeline's microbatches, or a
+        // module only some stages run, are `microbatch_cuts`').
+        let names: Vec<Option<&Vec<String>>> = ranks.iter().map(|r| r.get(module)).collect();
+        let Some(Some(first)) = names.first() else {
             continue;
         };
-        if names.iter().any(|n| *n != Some(*rank_name)) {
+        if first.len() != 1 || names.iter().any(|n| *n != Some(*first)) {
             continue;
         }
         lines.push_str(&format!(
-            "  {name}: {{ impl: {rank_name}, placement: [{}] }}\n",
-            placement.join(", ")
+            "  {name}: {{ impl: {}, placement: [{}] }}\n",
+            first[0],
+            residual_placements(&case).join(", ")
         ));
         cuts += 1;
     }
@@ -137,6 +129,140 @@ fn cut_at(dir: &Path, read: impl Fn(&Path) -> BTreeMap<String, String>) -> usize
     let text = std::fs::read_to_string(&path).expect("case.yaml");
     let text = text.replacen("inputs:\n", &format!("inputs:\n{lines}"), 1);
     std::fs::write(&path, text).expect("case.yaml");
+    cuts
+}
+
+/// The rank graph files, each once. Sorted first: a plan's ranks interleave their files
+/// (llama3-405b's tp ranks r0..r7 repeat along dp and pp), so `dedup` alone kept all 8192
+/// and read each ~1 MB file a thousand times.
+fn distinct_files(case: &shardproof_case::Case) -> Vec<&Path> {
+    let mut files: Vec<&Path> = case
+        .program
+        .ranks
+        .iter()
+        .map(|g| g.path.as_deref().expect("rank file"))
+        .collect();
+    files.sort_unstable();
+    files.dedup();
+    files
+}
+
+/// The residual stream's placements: the batch (dim 0) split as the case splits its `tokens`
+/// (over `dp`, and `ep` where experts are parallel to data), replicated elsewhere; without
+/// `tokens`, batch-sharded on `dp`.
+fn residual_placements(case: &shardproof_case::Case) -> Vec<&'static str> {
+    let tokens = case.inputs.iter().find(|r| r.spec_name == "tokens");
+    let split = |i: usize, name: &str| match tokens.map(|t| &t.layout) {
+        Some(shardproof_case::Layout::Placed(l)) => {
+            l.placements.get(i) == Some(&shardproof_case::Placement::Shard(0))
+        }
+        _ => name == "dp",
+    };
+    case.program
+        .mesh
+        .dims
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            if split(i, &d.0) {
+                "Shard(0)"
+            } else {
+                "Replicate()"
+            }
+        })
+        .collect()
+}
+
+/// The layer outputs of a pipeline plan (or one with several microbatches) as microbatched
+/// cuts ([`shardproof_prove::MicrobatchCut`]): the modules `cut_at_layers` leaves out because a
+/// rank names them once per microbatch or only one pipeline stage's ranks run them.
+pub fn microbatch_cuts_at_layers(dir: &Path) -> Vec<shardproof_prove::MicrobatchCut> {
+    microbatch_cuts(dir, layer_output_lists)
+}
+
+/// [`microbatch_cuts_at_layers`] at every module output (`backward`: and input gradient).
+pub fn microbatch_cuts_at_modules(
+    dir: &Path,
+    backward: bool,
+) -> Vec<shardproof_prove::MicrobatchCut> {
+    microbatch_cuts(dir, |p| module_output_lists(p, backward))
+}
+
+/// A module is cut where every graph that names it names the same values (one per
+/// microbatch), and the ranks running those graphs are exactly one pipeline stage's (every
+/// rank where there is no `pp`): its rank values are then that stage's microbatches of the
+/// residual stream's piece.
+fn microbatch_cuts(
+    dir: &Path,
+    read: impl Fn(&Path) -> BTreeMap<String, Vec<String>>,
+) -> Vec<shardproof_prove::MicrobatchCut> {
+    use shardproof_case::{Blocks, Held, PlacedLayout, Placement};
+    let case = shardproof_case::load_case(&dir.join("case.yaml")).expect("case");
+    let mesh = &case.program.mesh;
+    if mesh.dim_index("cp").is_some() {
+        return Vec::new();
+    }
+    let spec = last(read(case.spec.path.as_deref().expect("spec file")));
+    let files = distinct_files(&case);
+    let lists: BTreeMap<&Path, BTreeMap<String, Vec<String>>> =
+        files.iter().map(|&f| (f, read(f))).collect();
+    let pp = mesh.dim_index("pp");
+    let placements: Vec<Placement> = residual_placements(&case)
+        .iter()
+        .map(|p| {
+            if *p == "Shard(0)" {
+                Placement::Shard(0)
+            } else {
+                Placement::Replicate
+            }
+        })
+        .collect();
+    let mut cuts = Vec::new();
+    for (module, name) in &spec {
+        let mut values: Option<&Vec<String>> = None;
+        let mut holders = Vec::new();
+        let mut alike = true;
+        for (r, g) in case.program.ranks.iter().enumerate() {
+            let Some(v) = g.path.as_deref().and_then(|p| lists[p].get(module)) else {
+                continue;
+            };
+            alike &= values.is_none_or(|w| w == v);
+            values = Some(v);
+            holders.push(r);
+        }
+        let Some(values) = values else { continue };
+        let everywhere = holders.len() == case.program.ranks.len();
+        if !alike || (everywhere && values.len() == 1) {
+            // Unrelatable, or a plain cut (`cut_at`).
+            continue;
+        }
+        let at = if everywhere {
+            Vec::new()
+        } else {
+            let Some(pp) = pp else { continue };
+            let stage = mesh.coords(holders[0])[pp];
+            let stage_ranks: Vec<usize> = (0..case.program.ranks.len())
+                .filter(|&r| mesh.coords(r)[pp] == stage)
+                .collect();
+            if stage_ranks != holders {
+                continue;
+            }
+            vec![Held {
+                dim: pp,
+                name: "pp".into(),
+                coords: vec![stage],
+            }]
+        };
+        cuts.push(shardproof_prove::MicrobatchCut {
+            spec_name: name.clone(),
+            layout: PlacedLayout {
+                placements: placements.clone(),
+                blocks: Blocks::NONE,
+                at,
+            },
+            values: values.clone(),
+        });
+    }
     cuts
 }
 

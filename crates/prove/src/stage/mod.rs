@@ -38,6 +38,7 @@
 //! the first is proved and the others reuse its result: the identical layers of a deep model
 //! are proved once.
 
+pub mod micro;
 pub mod scale;
 pub mod shard;
 mod slice;
@@ -212,10 +213,16 @@ pub struct PlanOptions {
     /// the chain is the same, and outputs of the same structure (a layer's weight updates, layer
     /// after layer) become memo hits, where together they are one stage as large as the model.
     pub outputs_apart: bool,
+    /// Cuts whose rank values are a pipeline rank's microbatches of its piece ([`micro`]): a
+    /// layer output on a pipeline plan, computed once per microbatch on one stage's ranks.
+    pub microbatch_cuts: Vec<micro::MicrobatchCut>,
 }
 
 /// [`plan`] with [`PlanOptions`].
 pub fn plan_with(case: &Case, reduce: bool, opts: &PlanOptions) -> Result<Plan, String> {
+    let added = case.inputs.len();
+    let extended = micro::add_relations(case, &opts.microbatch_cuts)?;
+    let case = &extended;
     let scales = &opts.scales;
     for name in scales.keys() {
         let known = case.inputs.iter().any(|r| &r.spec_name == name)
@@ -304,6 +311,7 @@ pub fn plan_with(case: &Case, reduce: bool, opts: &PlanOptions) -> Result<Plan, 
                 .clone()
         })
         .collect();
+    micro::check_shapes(case, added, &spec_metas, &rank_metas)?;
     let whole = Whole {
         spec_stops: &spec_stops,
         rank_stops: &rank_stops,
@@ -502,20 +510,64 @@ fn build_stage(
         .collect();
     let mut spec_graph = spec.graph.clone();
     spec_graph.outputs = spec_outs.iter().map(|&v| Some(v)).collect();
-    let rank_outputs: Vec<Vec<Option<ValueId>>> = (0..nranks)
+    // Each target's values on each rank: one, or a pipeline rank's microbatches in order.
+    let rank_outputs: Vec<Vec<Vec<ValueId>>> = (0..nranks)
         .map(|r| {
             ends.iter()
                 .map(|(_, holders)| {
                     holders
                         .iter()
-                        .find(|(h, _)| *h == r)
-                        .and_then(|&(_, v)| built[r].value(v))
+                        .filter(|(h, _)| *h == r)
+                        .filter_map(|&(_, v)| built[r].value(v))
+                        .collect()
                 })
                 .collect()
         })
         .collect();
+    // Ranks that share a stage graph and its output share the whole stage graph. Microbatches
+    // are expected as their concatenation ([`micro`]).
+    let mut ranks: Vec<Arc<Graph>> = Vec::with_capacity(nranks);
+    let mut joined: BTreeMap<(usize, Vec<Vec<ValueId>>), Arc<Graph>> = BTreeMap::new();
+    for (sliced, outs) in built.iter().zip(&rank_outputs) {
+        let id = (Arc::as_ptr(sliced) as usize, outs.clone());
+        let g = match joined.get(&id) {
+            Some(g) => g.clone(),
+            None => {
+                let mut g = sliced.graph.clone();
+                let mut outputs = Vec::with_capacity(outs.len());
+                for values in outs {
+                    outputs.push(match values.as_slice() {
+                        [] => None,
+                        [v] => Some(*v),
+                        several => Some(
+                            micro::append_cat(&mut g, several)
+                                .map_err(|e| format!("{label}: {e}"))?,
+                        ),
+                    });
+                }
+                g.outputs = outputs;
+                let g = Arc::new(g);
+                joined.insert(id, g.clone());
+                g
+            }
+        };
+        ranks.push(g);
+    }
+    // A target's value on each rank that holds it: the stage graph's output.
+    let holders_of = |e: usize, values: &[(usize, ValueId)]| -> Vec<(usize, ValueId)> {
+        let mut out: Vec<(usize, ValueId)> = Vec::new();
+        for &(r, _) in values {
+            if out.last().is_some_and(|&(h, _)| h == r) {
+                continue;
+            }
+            if let Some(v) = ranks[r].outputs.get(e).copied().flatten() {
+                out.push((r, v));
+            }
+        }
+        out
+    };
     let mut outputs = Vec::new();
-    for (&target, &spec_out) in targets.iter().zip(&spec_outs) {
+    for (e, (&target, &spec_out)) in targets.iter().zip(&spec_outs).enumerate() {
         match target {
             Target::Cut(i) => {
                 let rel = &case.inputs[i];
@@ -525,7 +577,7 @@ fn build_stage(
                     is_graph_output: true,
                     impl_name: rel.impl_name.clone(),
                     impl_values: map_impl(&rel.impl_values),
-                    rank_values: map_ranks(&rel.rank_values),
+                    rank_values: holders_of(e, &rel.rank_values),
                     layout: rel.layout.clone(),
                     span: rel.span,
                 });
@@ -536,27 +588,12 @@ fn build_stage(
                     spec_value: spec_out,
                     is_graph_output: true,
                     impl_values: map_impl(&o.impl_values),
-                    rank_values: map_ranks(&o.rank_values),
+                    rank_values: holders_of(e, &o.rank_values),
                     ..o.clone()
                 });
             }
             Target::Implicit(_) => {}
         }
-    }
-    // Ranks that share a stage graph and its output share the whole stage graph.
-    let mut ranks: Vec<Arc<Graph>> = Vec::with_capacity(nranks);
-    let mut joined: BTreeMap<(usize, Vec<Option<ValueId>>), Arc<Graph>> = BTreeMap::new();
-    for (sliced, outs) in built.iter().zip(&rank_outputs) {
-        let id = (Arc::as_ptr(sliced) as usize, outs.clone());
-        let g = joined
-            .entry(id)
-            .or_insert_with(|| {
-                let mut g = sliced.graph.clone();
-                g.outputs = outs.clone();
-                Arc::new(g)
-            })
-            .clone();
-        ranks.push(g);
     }
     let stage_names: Vec<BTreeSet<String>> = (0..nranks)
         .map(|r| {
@@ -586,7 +623,7 @@ fn build_stage(
     let spec_nodes = spec_graph.nodes.len();
     let rank_nodes = program.ranks.iter().map(|g| g.nodes.len()).sum();
     let assumes = inputs.iter().map(|r| r.spec_name.clone()).collect();
-    let stage_case = Case {
+    let mut stage_case = Case {
         name: format!("{} ({label})", case.name),
         spec: spec_graph,
         program,
@@ -594,6 +631,7 @@ fn build_stage(
         outputs,
         ..case.clone()
     };
+    micro::encode_inputs(&mut stage_case).map_err(|e| format!("{label}: {e}"))?;
     Ok((
         Stage {
             target: label,

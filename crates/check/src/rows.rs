@@ -332,6 +332,11 @@ pub(crate) fn rows_mode(
 /// stays (a sum over the rows is one over the selection, in any order); anything else that
 /// differs across coordinates is `Varying`, and a replicated result is too (a gather of the
 /// rows holds them in an order not proven).
+///
+/// `by_factors`: the view's placement was read by factors against the spec's global shapes
+/// (`rules::view_by_factors`), every mesh dim's pieces included; its block count is then the
+/// global one, and other mesh dims may hold some of the blocks (a dp shard of a local batch
+/// of 1 merged with cp rows: `Blocked(0, 2)` on cp with one block held locally).
 pub(crate) fn rows_output(
     p: Place,
     family: &str,
@@ -339,6 +344,7 @@ pub(crate) fn rows_output(
     out_shape: Option<&[usize]>,
     id: u16,
     table: &mut RowTable,
+    by_factors: bool,
 ) -> Place {
     // The blocks the rule saw the input rows in (`rows_mode`).
     let (parent_of_blocks, k_in) = match table.key(id) {
@@ -365,8 +371,10 @@ pub(crate) fn rows_output(
             match (k_in, k_out) {
                 (1, 1) => {}
                 // Outer dims merged onto the rows (`[b, s] -> [b * s]`), none inside them:
-                // every block is the parent's rows.
-                (1, k) if l_out == k * l_in => {
+                // every block is the parent's rows. Where the factor reading placed the
+                // blocks, another mesh dim may shard them (the rank holding fewer than k):
+                // the row set is the same.
+                (1, k) if l_out == k * l_in || (by_factors && l_out == l_in) => {
                     return table
                         .intern(RowKey::Blocks {
                             parent: id,
@@ -374,8 +382,9 @@ pub(crate) fn rows_output(
                         })
                         .map_or(Place::Varying, |id2| Place::Rows(e, id2));
                 }
-                // The blocks split off again (`[b * s] -> [b, s]`): the parent's rows.
-                (k, 1) if l_in == k * l_out => {
+                // The blocks split off again (`[b * s] -> [b, s]`): the parent's rows (as
+                // above where other mesh dims shard the blocks).
+                (k, 1) if l_in == k * l_out || (by_factors && l_in == l_out) => {
                     return parent_of_blocks
                         .map_or(Place::Varying, |parent| Place::Rows(e, parent));
                 }

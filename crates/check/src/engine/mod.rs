@@ -6,7 +6,7 @@
 //! records they leave), `findings` (findings and the words of unknown sources), `recv`
 //! (recvs and resuming), `runs` (equal runs) and `shared` (the state ranks share).
 
-use crate::place::{Place, Red};
+use crate::place::{Place, Red, RowKey};
 use crate::ring::{self, RingMode};
 use crate::rows::{self, RowsMode};
 use crate::rules::{self, Ctx, Literals};
@@ -581,7 +581,14 @@ fn propagate_rank_from(
                             .enumerate()
                             .map(|(k, &p)| match p {
                                 _ if k == m => place(v),
-                                Place::Rows(d, _) => Place::Shard(d),
+                                // Rows merged with outer dims hold the selection block after
+                                // block (`RowKey::Blocks`), as `rows_mode` shows them to rules.
+                                Place::Rows(d, id) => match sh.rows.borrow().key(id) {
+                                    Some(RowKey::Blocks { blocks, .. }) => {
+                                        Place::blocked(d as usize, blocks)
+                                    }
+                                    _ => Place::Shard(d),
+                                },
                                 Place::Rolled(..) | Place::Permuted(..) => Place::Varying,
                                 p => p,
                             })
@@ -724,7 +731,15 @@ fn propagate_rank_from(
                                 .get(o)
                                 .and_then(|mm| mm.as_ref())
                                 .map(|mm| mm.shape.as_slice());
-                            *p = rows::rows_output(*p, rule.family, in_size, shape, id, &mut table);
+                            *p = rows::rows_output(
+                                *p,
+                                rule.family,
+                                in_size,
+                                shape,
+                                id,
+                                &mut table,
+                                by_factors.get(),
+                            );
                         }
                     }
                     // A view whose input another mesh dim holds as rows: where the view merges

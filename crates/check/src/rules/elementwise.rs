@@ -752,6 +752,11 @@ pub fn pairs_elements(family: &str) -> bool {
 /// // A fully replicated operand broadcasts (or tiles) against any shard.
 /// let r = [Place::Replicate, Place::Replicate];
 /// assert_eq!(mixed_mesh_shards(&[(&x, 2), (&r, 1)], 2), None);
+/// // An operand of unknown layout on a mesh dim the patterns differ in may hold the same
+/// // shard there: no claim.
+/// let v = [Place::Shard(1), Place::Varying];
+/// let w = [Place::Shard(1), Place::Shard(1)];
+/// assert_eq!(mixed_mesh_shards(&[(&v, 2), (&w, 2)], 2), None);
 /// ```
 pub fn mixed_mesh_shards(
     args: &[(&[Place], usize)],
@@ -782,7 +787,15 @@ pub fn mixed_mesh_shards(
                         seen.iter().chain(&pattern).map(|&(m, _)| m).collect();
                     dims.sort_unstable();
                     dims.dedup();
-                    return Some((j, dims));
+                    // A mesh dim where some operand's layout is not known (`Varying` may be
+                    // a shard of this dim, in the other operands' pattern): not a mix shown.
+                    let unknown_there = args.iter().any(|&(ps, _)| {
+                        dims.iter()
+                            .any(|&m| matches!(ps.get(m), Some(Place::Varying | Place::Unknown)))
+                    });
+                    if !unknown_there {
+                        return Some((j, dims));
+                    }
                 }
                 Some(_) => {}
                 None => patterns.push((j, pattern)),

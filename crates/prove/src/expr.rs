@@ -12,7 +12,7 @@ use num_rational::BigRational;
 use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 mod transcend;
@@ -390,6 +390,9 @@ pub struct Arena {
     // Per atom: whether it is a `zero_times` application (see `intern`); and whether any is.
     zero_times: Vec<bool>,
     any_zero_times: bool,
+    // The product expansion layer's rewriting, kept across the goals decided in this arena
+    // (its ids are this arena's; `expand::RewriteMemo` empties itself when the arena grows).
+    rewrite_memo: Mutex<crate::expand::RewriteMemo>,
 }
 
 /// When normalization gives up, and how often it looks at the clock.
@@ -446,6 +449,7 @@ impl Arena {
             classes: FxHashMap::default(),
             zero_times: Vec::new(),
             any_zero_times: false,
+            rewrite_memo: Mutex::default(),
         }
     }
 
@@ -488,6 +492,21 @@ impl Arena {
     /// Atom `a`'s number, if it is stored (nothing is interned).
     pub(crate) fn find_atom(&self, a: &Atom) -> Option<AtomId> {
         self.atom_ids.get(a).copied()
+    }
+
+    /// Number of expressions whose class (finite, non-negative, positive) is known.
+    pub(crate) fn class_count(&self) -> usize {
+        self.classes.len()
+    }
+
+    /// The product expansion layer's memo for this arena ([`crate::expand`]).
+    pub(crate) fn rewrite_memo(&self) -> MutexGuard<'_, crate::expand::RewriteMemo> {
+        // A panic while the memo was held leaves it possibly half-written: start afresh.
+        self.rewrite_memo.lock().unwrap_or_else(|poisoned| {
+            let mut memo = poisoned.into_inner();
+            *memo = Default::default();
+            memo
+        })
     }
 
     /// The limits this arena normalizes under.

@@ -1,6 +1,6 @@
 //! Deciding one goal `a == b`, layer by layer: normal forms, random points, Z3.
 
-use crate::eval::{clearly_differ, ExactEval, FloatEval, ModEval, PRIME};
+use crate::eval::{clearly_differ, ExactEval, FloatEval, ModEval, ModMemo, PRIME};
 use crate::expr::{Arena, Coeff, ExprId, SymbolKind};
 use crate::smt;
 use num_rational::BigRational;
@@ -124,6 +124,68 @@ impl Rng {
     }
 }
 
+/// The modular points of one arena, shared by every goal decided in it (kept with the arena,
+/// [`Arena::modular_points`]): the goals of a stage read the same activations and gradients,
+/// which a point per goal evaluated afresh every time. A residue is the same at every point
+/// for every goal reading it, so sharing the points changes no goal's chance of being told
+/// apart (each goal's sides are fixed before the points are drawn), and the points are a
+/// function of the seed and the symbols alone, so verdicts do not depend on the order in
+/// which goals are decided.
+#[derive(Default)]
+pub(crate) struct ModularPoints {
+    /// (seed, number of points, number of symbols) the points were drawn for.
+    key: (u64, usize, usize),
+    /// Per point: the symbols' residues, the functions' seed, and what has been evaluated.
+    points: Vec<(Vec<u64>, u64, Option<ModMemo>)>,
+}
+
+impl ModularPoints {
+    /// The points for `cfg` over `symbols`, drawn afresh (their memos empty) unless drawn for
+    /// the same seed, count and symbols already.
+    fn keep_for(&mut self, cfg: &DecideConfig, symbols: &[(String, SymbolKind)]) {
+        let key = (cfg.seed, cfg.modular_points, symbols.len());
+        if self.key == key && self.points.len() == cfg.modular_points {
+            return;
+        }
+        let mut rng = Rng::new(cfg.seed ^ 0x6d6f_6475_6c61_7220);
+        self.key = key;
+        self.points = (0..cfg.modular_points)
+            .map(|_| {
+                let residues = symbols
+                    .iter()
+                    .map(|(_, kind)| match kind {
+                        SymbolKind::Bool => rng.next() & 1,
+                        SymbolKind::Index(bound) => rng.next() % (*bound).max(1) as u64,
+                        _ => rng.next() % PRIME,
+                    })
+                    .collect();
+                (residues, rng.next(), Some(ModMemo::default()))
+            })
+            .collect();
+    }
+}
+
+/// Whether `a` and `b` differ at one of the arena's modular points; `None` where the
+/// deadline passed first.
+fn modular_points_differ(arena: &Arena, a: ExprId, b: ExprId, cfg: &DecideConfig) -> Option<bool> {
+    let mut shared = arena.modular_points();
+    shared.keep_for(cfg, arena.symbols());
+    for (residues, seed, memo) in shared.points.iter_mut() {
+        if cfg.deadline.is_some_and(|d| Instant::now() > d) {
+            return None;
+        }
+        // Taken out while it is in use: a panic in between leaves the point without a memo
+        // (it starts afresh), never with a half-written one.
+        let mut ev = ModEval::resume(arena, residues.clone(), *seed, memo.take().unwrap_or_default());
+        let differ = ev.eval(a) != ev.eval(b);
+        *memo = Some(ev.into_memo());
+        if differ {
+            return Some(true);
+        }
+    }
+    Some(false)
+}
+
 /// Why a goal is unknown when [`DecideConfig::deadline`] passed while deciding it.
 pub const TIME_RAN_OUT: &str = "the time limit ran out while deciding this goal";
 
@@ -133,31 +195,15 @@ pub fn decide(arena: &Arena, a: ExprId, b: ExprId, cfg: &DecideConfig) -> Outcom
         return Outcome::Proved(Layer::NormalForm);
     }
     let symbols = arena.symbols();
-    // Modular screening: distinct normal forms differ at a random residue unless they are
-    // equal through identities of the functions, which only the layers below can see.
     let mut rng = Rng::new(cfg.seed ^ (a.0 as u64) << 32 ^ b.0 as u64);
-    let mut modular_difference = false;
     let out_of_time = || cfg.deadline.is_some_and(|d| Instant::now() > d);
     let time_ran_out = || Outcome::Unknown(TIME_RAN_OUT.into());
-    for _ in 0..cfg.modular_points {
-        if out_of_time() {
-            return time_ran_out();
-        }
-        let residues: Vec<u64> = symbols
-            .iter()
-            .map(|(_, kind)| match kind {
-                SymbolKind::Bool => rng.next() & 1,
-                SymbolKind::Index(bound) => rng.next() % (*bound).max(1) as u64,
-                _ => rng.next() % PRIME,
-            })
-            .collect();
-        let seed = rng.next();
-        let mut ev = ModEval::new(arena, residues, seed);
-        if ev.eval(a) != ev.eval(b) {
-            modular_difference = true;
-            break;
-        }
-    }
+    // Modular screening: distinct normal forms differ at a random residue unless they are
+    // equal through identities of the functions, which only the layers below can see.
+    let modular_difference = match modular_points_differ(arena, a, b, cfg) {
+        Some(differ) => differ,
+        None => return time_ran_out(),
+    };
     if modular_difference {
         // Residues tell apart sides equal only once their softmax weights leave the products
         // (the modular evaluation hashes exponentials, so `exp(a)·exp(b)` and `exp(a + b)`

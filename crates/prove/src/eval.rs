@@ -4,13 +4,24 @@
 
 use crate::expr::{Arena, Atom, Coeff, ExprId, Func};
 use num_rational::BigRational;
+use rustc_hash::FxHashMap;
 use std::collections::HashMap;
 
 /// The prime of modular evaluation: 2^61 - 1.
 pub const PRIME: u64 = (1 << 61) - 1;
 
 fn mul_mod(a: u64, b: u64) -> u64 {
-    ((a as u128 * b as u128) % PRIME as u128) as u64
+    // 2^61 ≡ 1 (mod 2^61 - 1): folding the high bits onto the low ones reduces without a
+    // 128-bit division (which was a quarter of a zoo cp full iteration's time).
+    let p = a as u128 * b as u128;
+    let m = PRIME as u128;
+    let r = (p & m) + (p >> 61);
+    let r = ((r & m) + (r >> 61)) as u64;
+    if r >= PRIME {
+        r - PRIME
+    } else {
+        r
+    }
 }
 
 fn add_mod(a: u64, b: u64) -> u64 {
@@ -62,19 +73,42 @@ pub struct ModEval<'a> {
     arena: &'a Arena,
     symbols: Vec<u64>,
     seed: u64,
-    memo: HashMap<ExprId, u64>,
-    atoms: HashMap<u32, u64>,
+    memo: FxHashMap<ExprId, u64>,
+    atoms: FxHashMap<u32, u64>,
+}
+
+/// The residues a [`ModEval`] has computed, kept to resume it later on the same arena, point
+/// and seed ([`ModEval::resume`]): an expression's residue never changes, since the arena
+/// only grows.
+#[derive(Default)]
+pub(crate) struct ModMemo {
+    memo: FxHashMap<ExprId, u64>,
+    atoms: FxHashMap<u32, u64>,
 }
 
 impl<'a> ModEval<'a> {
     /// An evaluator with symbol residues `symbols` (by symbol number) and function seed `seed`.
     pub fn new(arena: &'a Arena, symbols: Vec<u64>, seed: u64) -> Self {
+        Self::resume(arena, symbols, seed, ModMemo::default())
+    }
+
+    /// An evaluator that starts from `memo`, which must come from one over the same arena,
+    /// residues and seed ([`ModEval::into_memo`]).
+    pub(crate) fn resume(arena: &'a Arena, symbols: Vec<u64>, seed: u64, memo: ModMemo) -> Self {
         ModEval {
             arena,
             symbols,
             seed,
-            memo: HashMap::new(),
-            atoms: HashMap::new(),
+            memo: memo.memo,
+            atoms: memo.atoms,
+        }
+    }
+
+    /// What this evaluator has computed (its residues and seed are the caller's to keep).
+    pub(crate) fn into_memo(self) -> ModMemo {
+        ModMemo {
+            memo: self.memo,
+            atoms: self.atoms,
         }
     }
 

@@ -393,6 +393,8 @@ pub struct Arena {
     // The product expansion layer's rewriting, kept across the goals decided in this arena
     // (its ids are this arena's; `expand::RewriteMemo` empties itself when the arena grows).
     rewrite_memo: Mutex<crate::expand::RewriteMemo>,
+    // The random witness layer's modular points and what they evaluated, likewise.
+    modular_points: Mutex<crate::decide::ModularPoints>,
 }
 
 /// When normalization gives up, and how often it looks at the clock.
@@ -450,6 +452,7 @@ impl Arena {
             zero_times: Vec::new(),
             any_zero_times: false,
             rewrite_memo: Mutex::default(),
+            modular_points: Mutex::default(),
         }
     }
 
@@ -506,6 +509,15 @@ impl Arena {
             let mut memo = poisoned.into_inner();
             *memo = Default::default();
             memo
+        })
+    }
+
+    /// The random witness layer's modular points for this arena ([`crate::decide`]).
+    pub(crate) fn modular_points(&self) -> MutexGuard<'_, crate::decide::ModularPoints> {
+        self.modular_points.lock().unwrap_or_else(|poisoned| {
+            let mut points = poisoned.into_inner();
+            *points = Default::default();
+            points
         })
     }
 

@@ -176,7 +176,12 @@ fn modular_points_differ(arena: &Arena, a: ExprId, b: ExprId, cfg: &DecideConfig
         }
         // Taken out while it is in use: a panic in between leaves the point without a memo
         // (it starts afresh), never with a half-written one.
-        let mut ev = ModEval::resume(arena, residues.clone(), *seed, memo.take().unwrap_or_default());
+        let mut ev = ModEval::resume(
+            arena,
+            residues.clone(),
+            *seed,
+            memo.take().unwrap_or_default(),
+        );
         let differ = ev.eval(a) != ev.eval(b);
         *memo = Some(ev.into_memo());
         if differ {
@@ -368,6 +373,38 @@ mod tests {
         // Equal normal forms cost nothing and are still proved.
         assert_eq!(
             decide(&ar, mx, mx, &past),
+            Outcome::Proved(Layer::NormalForm)
+        );
+    }
+
+    #[test]
+    fn the_modular_points_follow_the_arenas_symbols() {
+        let mut ar = Arena::default();
+        let x = ar.symbol("x", SymbolKind::Real).unwrap();
+        let one = ar.int(1).unwrap();
+        let x1 = ar.add(x, one).unwrap();
+        assert!(matches!(
+            decide(&ar, x1, x, &cfg()),
+            Outcome::Refuted { .. }
+        ));
+        // A symbol made after the points were drawn needs a residue too.
+        let y = ar.symbol("y", SymbolKind::Real).unwrap();
+        let xy = ar.add(x, y).unwrap();
+        match decide(&ar, xy, x, &cfg()) {
+            Outcome::Refuted { point, .. } => {
+                assert!(point.values.iter().any(|(s, v)| *s == 1 && !v.is_zero()));
+            }
+            other => panic!("{other:?}"),
+        }
+        // Another seed draws other points, and still decides alike.
+        let other = DecideConfig { seed: 7, ..cfg() };
+        assert!(matches!(
+            decide(&ar, xy, x, &other),
+            Outcome::Refuted { .. }
+        ));
+        let yx = ar.add(y, x).unwrap();
+        assert_eq!(
+            decide(&ar, xy, yx, &other),
             Outcome::Proved(Layer::NormalForm)
         );
     }

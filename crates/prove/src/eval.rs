@@ -360,6 +360,34 @@ mod tests {
     }
 
     #[test]
+    fn folded_products_are_the_remainders_of_a_division() {
+        let edges = [
+            0u64,
+            1,
+            2,
+            PRIME - 2,
+            PRIME - 1,
+            PRIME,
+            PRIME + 1,
+            1 << 62,
+            u64::MAX,
+        ];
+        let mut z = 0x1234_5678u64;
+        let mut values: Vec<u64> = edges.to_vec();
+        for _ in 0..2000 {
+            z = mix(z.wrapping_add(0x9e37_79b9_7f4a_7c15));
+            values.push(z);
+            values.push(z % PRIME);
+        }
+        for (i, &a) in values.iter().enumerate() {
+            for &b in values.iter().skip(i % 7).step_by(97).chain(edges.iter()) {
+                let reference = ((a as u128 * b as u128) % PRIME as u128) as u64;
+                assert_eq!(mul_mod(a, b), reference, "{a} * {b}");
+            }
+        }
+    }
+
+    #[test]
     fn the_three_evaluations_agree_on_ring_expressions() {
         let mut a = Arena::default();
         let x = a.symbol("x", SymbolKind::Real).unwrap();

@@ -186,7 +186,9 @@ impl<'a> WeightsOutside<'a> {
     fn is_weight(&mut self, a: AtomId) -> bool {
         let i = a.0 as usize;
         if self.memo.weight.len() <= i {
-            self.memo.weight.resize(self.arena.atom_count().max(i + 1), 0);
+            self.memo
+                .weight
+                .resize(self.arena.atom_count().max(i + 1), 0);
         }
         if self.memo.weight[i] == 0 {
             self.memo.weight[i] = if self.arena.is_weight_atom(a) { 1 } else { 2 };

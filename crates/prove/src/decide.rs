@@ -165,12 +165,17 @@ impl ModularPoints {
     }
 }
 
-/// Whether `a` and `b` differ at one of the arena's modular points; `None` where the
-/// deadline passed first.
-fn modular_points_differ(arena: &Arena, a: ExprId, b: ExprId, cfg: &DecideConfig) -> Option<bool> {
+/// Whether `a` and `b` differ at one of the arena's modular points, and how many points were
+/// evaluated to see it; `None` where the deadline passed first.
+fn modular_points_differ(
+    arena: &Arena,
+    a: ExprId,
+    b: ExprId,
+    cfg: &DecideConfig,
+) -> Option<(bool, usize)> {
     let mut shared = arena.modular_points();
     shared.keep_for(cfg, arena.symbols());
-    for (residues, seed, memo) in shared.points.iter_mut() {
+    for (k, (residues, seed, memo)) in shared.points.iter_mut().enumerate() {
         if cfg.deadline.is_some_and(|d| Instant::now() > d) {
             return None;
         }
@@ -185,10 +190,10 @@ fn modular_points_differ(arena: &Arena, a: ExprId, b: ExprId, cfg: &DecideConfig
         let differ = ev.eval(a) != ev.eval(b);
         *memo = Some(ev.into_memo());
         if differ {
-            return Some(true);
+            return Some((true, k + 1));
         }
     }
-    Some(false)
+    Some((false, shared.points.len()))
 }
 
 /// Why a goal is unknown when [`DecideConfig::deadline`] passed while deciding it.
@@ -206,7 +211,16 @@ pub fn decide(arena: &Arena, a: ExprId, b: ExprId, cfg: &DecideConfig) -> Outcom
     // Modular screening: distinct normal forms differ at a random residue unless they are
     // equal through identities of the functions, which only the layers below can see.
     let modular_difference = match modular_points_differ(arena, a, b, cfg) {
-        Some(differ) => differ,
+        Some((differ, evaluated)) => {
+            // The real points are drawn as when each goal drew its own modular points from
+            // this generator first (one value per symbol and a seed per point): a witness
+            // found then is found again, and where it is confirmed by the interpreter (an
+            // index in range on every rank) stays so.
+            for _ in 0..evaluated * (symbols.len() + 1) {
+                rng.next();
+            }
+            differ
+        }
         None => return time_ran_out(),
     };
     if modular_difference {

@@ -1,6 +1,6 @@
 //! Deciding one goal `a == b`, layer by layer: normal forms, random points, Z3.
 
-use crate::eval::{clearly_differ, ExactEval, FloatEval, ModEval, PRIME};
+use crate::eval::{clearly_differ, ExactEval, FloatEval, ModEval, ModMemo, PRIME};
 use crate::expr::{Arena, Coeff, ExprId, SymbolKind};
 use crate::smt;
 use num_rational::BigRational;
@@ -124,6 +124,78 @@ impl Rng {
     }
 }
 
+/// The modular points of one arena, shared by every goal decided in it (kept with the arena,
+/// [`Arena::modular_points`]): the goals of a stage read the same activations and gradients,
+/// which a point per goal evaluated afresh every time. A residue is the same at every point
+/// for every goal reading it, so sharing the points changes no goal's chance of being told
+/// apart (each goal's sides are fixed before the points are drawn), and the points are a
+/// function of the seed and the symbols alone, so verdicts do not depend on the order in
+/// which goals are decided.
+#[derive(Default)]
+pub(crate) struct ModularPoints {
+    /// (seed, number of points, number of symbols) the points were drawn for.
+    key: (u64, usize, usize),
+    /// Per point: the symbols' residues, the functions' seed, and what has been evaluated.
+    points: Vec<(Vec<u64>, u64, Option<ModMemo>)>,
+}
+
+impl ModularPoints {
+    /// The points for `cfg` over `symbols`, drawn afresh (their memos empty) unless drawn for
+    /// the same seed, count and symbols already.
+    fn keep_for(&mut self, cfg: &DecideConfig, symbols: &[(String, SymbolKind)]) {
+        let key = (cfg.seed, cfg.modular_points, symbols.len());
+        if self.key == key && self.points.len() == cfg.modular_points {
+            return;
+        }
+        let mut rng = Rng::new(cfg.seed ^ 0x6d6f_6475_6c61_7220);
+        self.key = key;
+        self.points = (0..cfg.modular_points)
+            .map(|_| {
+                let residues = symbols
+                    .iter()
+                    .map(|(_, kind)| match kind {
+                        SymbolKind::Bool => rng.next() & 1,
+                        SymbolKind::Index(bound) => rng.next() % (*bound).max(1) as u64,
+                        _ => rng.next() % PRIME,
+                    })
+                    .collect();
+                (residues, rng.next(), Some(ModMemo::default()))
+            })
+            .collect();
+    }
+}
+
+/// Whether `a` and `b` differ at one of the arena's modular points, and how many points were
+/// evaluated to see it; `None` where the deadline passed first.
+fn modular_points_differ(
+    arena: &Arena,
+    a: ExprId,
+    b: ExprId,
+    cfg: &DecideConfig,
+) -> Option<(bool, usize)> {
+    let mut shared = arena.modular_points();
+    shared.keep_for(cfg, arena.symbols());
+    for (k, (residues, seed, memo)) in shared.points.iter_mut().enumerate() {
+        if cfg.deadline.is_some_and(|d| Instant::now() > d) {
+            return None;
+        }
+        // Taken out while it is in use: a panic in between leaves the point without a memo
+        // (it starts afresh), never with a half-written one.
+        let mut ev = ModEval::resume(
+            arena,
+            residues.clone(),
+            *seed,
+            memo.take().unwrap_or_default(),
+        );
+        let differ = ev.eval(a) != ev.eval(b);
+        *memo = Some(ev.into_memo());
+        if differ {
+            return Some((true, k + 1));
+        }
+    }
+    Some((false, shared.points.len()))
+}
+
 /// Why a goal is unknown when [`DecideConfig::deadline`] passed while deciding it.
 pub const TIME_RAN_OUT: &str = "the time limit ran out while deciding this goal";
 
@@ -133,32 +205,39 @@ pub fn decide(arena: &Arena, a: ExprId, b: ExprId, cfg: &DecideConfig) -> Outcom
         return Outcome::Proved(Layer::NormalForm);
     }
     let symbols = arena.symbols();
-    // Modular screening: distinct normal forms differ at a random residue unless they are
-    // equal through identities of the functions, which only the layers below can see.
     let mut rng = Rng::new(cfg.seed ^ (a.0 as u64) << 32 ^ b.0 as u64);
-    let mut modular_difference = false;
     let out_of_time = || cfg.deadline.is_some_and(|d| Instant::now() > d);
     let time_ran_out = || Outcome::Unknown(TIME_RAN_OUT.into());
-    for _ in 0..cfg.modular_points {
-        if out_of_time() {
-            return time_ran_out();
+    // Modular screening: distinct normal forms differ at a random residue unless they are
+    // equal through identities of the functions, which only the layers below can see.
+    let modular_difference = match modular_points_differ(arena, a, b, cfg) {
+        Some((differ, evaluated)) => {
+            // The real points are drawn as when each goal drew its own modular points from
+            // this generator first (one value per symbol and a seed per point): a witness
+            // found then is found again, and where it is confirmed by the interpreter (an
+            // index in range on every rank) stays so.
+            for _ in 0..evaluated * (symbols.len() + 1) {
+                rng.next();
+            }
+            differ
         }
-        let residues: Vec<u64> = symbols
-            .iter()
-            .map(|(_, kind)| match kind {
-                SymbolKind::Bool => rng.next() & 1,
-                SymbolKind::Index(bound) => rng.next() % (*bound).max(1) as u64,
-                _ => rng.next() % PRIME,
-            })
-            .collect();
-        let seed = rng.next();
-        let mut ev = ModEval::new(arena, residues, seed);
-        if ev.eval(a) != ev.eval(b) {
-            modular_difference = true;
-            break;
-        }
-    }
+        None => return time_ran_out(),
+    };
     if modular_difference {
+        // Residues tell apart sides equal only once their softmax weights leave the products
+        // (the modular evaluation hashes exponentials, so `exp(a)·exp(b)` and `exp(a + b)`
+        // differ there): the rewriting, kept with the arena across goals, is far cheaper than
+        // twelve exact evaluations of both closures (ring attention's backward: 8 s a goal).
+        if crate::expand::equal_with_weights_outside(
+            arena,
+            a,
+            b,
+            cfg.expand_max_terms,
+            cfg.deadline,
+        ) == Ok(true)
+        {
+            return Outcome::Proved(Layer::ProductExpansion);
+        }
         for _ in 0..cfg.real_points {
             if out_of_time() {
                 return time_ran_out();
@@ -308,6 +387,38 @@ mod tests {
         // Equal normal forms cost nothing and are still proved.
         assert_eq!(
             decide(&ar, mx, mx, &past),
+            Outcome::Proved(Layer::NormalForm)
+        );
+    }
+
+    #[test]
+    fn the_modular_points_follow_the_arenas_symbols() {
+        let mut ar = Arena::default();
+        let x = ar.symbol("x", SymbolKind::Real).unwrap();
+        let one = ar.int(1).unwrap();
+        let x1 = ar.add(x, one).unwrap();
+        assert!(matches!(
+            decide(&ar, x1, x, &cfg()),
+            Outcome::Refuted { .. }
+        ));
+        // A symbol made after the points were drawn needs a residue too.
+        let y = ar.symbol("y", SymbolKind::Real).unwrap();
+        let xy = ar.add(x, y).unwrap();
+        match decide(&ar, xy, x, &cfg()) {
+            Outcome::Refuted { point, .. } => {
+                assert!(point.values.iter().any(|(s, v)| *s == 1 && !v.is_zero()));
+            }
+            other => panic!("{other:?}"),
+        }
+        // Another seed draws other points, and still decides alike.
+        let other = DecideConfig { seed: 7, ..cfg() };
+        assert!(matches!(
+            decide(&ar, xy, x, &other),
+            Outcome::Refuted { .. }
+        ));
+        let yx = ar.add(y, x).unwrap();
+        assert_eq!(
+            decide(&ar, xy, yx, &other),
             Outcome::Proved(Layer::NormalForm)
         );
     }

@@ -4,13 +4,24 @@
 
 use crate::expr::{Arena, Atom, Coeff, ExprId, Func};
 use num_rational::BigRational;
+use rustc_hash::FxHashMap;
 use std::collections::HashMap;
 
 /// The prime of modular evaluation: 2^61 - 1.
 pub const PRIME: u64 = (1 << 61) - 1;
 
 fn mul_mod(a: u64, b: u64) -> u64 {
-    ((a as u128 * b as u128) % PRIME as u128) as u64
+    // 2^61 ≡ 1 (mod 2^61 - 1): folding the high bits onto the low ones reduces without a
+    // 128-bit division (which was a quarter of a zoo cp full iteration's time).
+    let p = a as u128 * b as u128;
+    let m = PRIME as u128;
+    let r = (p & m) + (p >> 61);
+    let r = ((r & m) + (r >> 61)) as u64;
+    if r >= PRIME {
+        r - PRIME
+    } else {
+        r
+    }
 }
 
 fn add_mod(a: u64, b: u64) -> u64 {
@@ -62,19 +73,42 @@ pub struct ModEval<'a> {
     arena: &'a Arena,
     symbols: Vec<u64>,
     seed: u64,
-    memo: HashMap<ExprId, u64>,
-    atoms: HashMap<u32, u64>,
+    memo: FxHashMap<ExprId, u64>,
+    atoms: FxHashMap<u32, u64>,
+}
+
+/// The residues a [`ModEval`] has computed, kept to resume it later on the same arena, point
+/// and seed ([`ModEval::resume`]): an expression's residue never changes, since the arena
+/// only grows.
+#[derive(Default)]
+pub(crate) struct ModMemo {
+    memo: FxHashMap<ExprId, u64>,
+    atoms: FxHashMap<u32, u64>,
 }
 
 impl<'a> ModEval<'a> {
     /// An evaluator with symbol residues `symbols` (by symbol number) and function seed `seed`.
     pub fn new(arena: &'a Arena, symbols: Vec<u64>, seed: u64) -> Self {
+        Self::resume(arena, symbols, seed, ModMemo::default())
+    }
+
+    /// An evaluator that starts from `memo`, which must come from one over the same arena,
+    /// residues and seed ([`ModEval::into_memo`]).
+    pub(crate) fn resume(arena: &'a Arena, symbols: Vec<u64>, seed: u64, memo: ModMemo) -> Self {
         ModEval {
             arena,
             symbols,
             seed,
-            memo: HashMap::new(),
-            atoms: HashMap::new(),
+            memo: memo.memo,
+            atoms: memo.atoms,
+        }
+    }
+
+    /// What this evaluator has computed (its residues and seed are the caller's to keep).
+    pub(crate) fn into_memo(self) -> ModMemo {
+        ModMemo {
+            memo: self.memo,
+            atoms: self.atoms,
         }
     }
 
@@ -323,6 +357,34 @@ mod tests {
         assert_eq!(mul_mod(rat_mod(&r), 4), 3);
         let neg = Coeff::from_integer(-5);
         assert_eq!(add_mod(rat_mod(&neg), 5), 0);
+    }
+
+    #[test]
+    fn folded_products_are_the_remainders_of_a_division() {
+        let edges = [
+            0u64,
+            1,
+            2,
+            PRIME - 2,
+            PRIME - 1,
+            PRIME,
+            PRIME + 1,
+            1 << 62,
+            u64::MAX,
+        ];
+        let mut z = 0x1234_5678u64;
+        let mut values: Vec<u64> = edges.to_vec();
+        for _ in 0..2000 {
+            z = mix(z.wrapping_add(0x9e37_79b9_7f4a_7c15));
+            values.push(z);
+            values.push(z % PRIME);
+        }
+        for (i, &a) in values.iter().enumerate() {
+            for &b in values.iter().skip(i % 7).step_by(97).chain(edges.iter()) {
+                let reference = ((a as u128 * b as u128) % PRIME as u128) as u64;
+                assert_eq!(mul_mod(a, b), reference, "{a} * {b}");
+            }
+        }
     }
 
     #[test]

@@ -21,7 +21,9 @@
 use crate::expr::{
     add_term, mul_mono, primitive_scale, Arena, Atom, AtomId, Coeff, ExprId, Func, Mono,
 };
+use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Whether `a - b` expands to the zero polynomial once every `product` atom in it (and in
@@ -48,17 +50,16 @@ pub fn equal_after_expanding_products(
     // The products may group a softmax's weights differently on the two sides (ring
     // attention's backward): rewritten with their weights outside the products, the sides
     // often meet at once, which costs far less than an expansion.
-    let mut weights = WeightsOutside::new(arena, &limits);
-    let rewritten = match (weights.expr(a), weights.expr(b)) {
-        (Ok(ra), Ok(rb)) if ra == rb => return Ok(true),
-        (Ok(ra), Ok(rb)) => {
+    let rewritten = match rewrite_sides(arena, a, b, &limits) {
+        Ok((ra, rb)) if ra == rb => return Ok(true),
+        Ok((ra, rb)) => {
             let mut diff = (*ra).clone();
             for (m, c) in rb.iter() {
                 add_term(&mut diff, m.clone(), -c);
             }
             Some(diff)
         }
-        _ => None,
+        Err(_) => None,
     };
     let plain = is_zero(arena, diff.clone(), &limits, 0);
     match rewritten {
@@ -69,6 +70,72 @@ pub fn equal_after_expanding_products(
             _ => plain,
         },
         _ => plain,
+    }
+}
+
+/// Whether `a` and `b` are the same once each side's softmax weights are moved out of its
+/// products ([`WeightsOutside`]): the first half of [`equal_after_expanding_products`], and
+/// far cheaper than the rest (the rewriting is kept with the arena across goals). `Ok(false)`
+/// says only that the rewritten sides differ, never that the goal is refuted.
+pub fn equal_with_weights_outside(
+    arena: &Arena,
+    a: ExprId,
+    b: ExprId,
+    max_terms: usize,
+    deadline: Option<Instant>,
+) -> Result<bool, String> {
+    let limits = Limits {
+        max_terms,
+        deadline,
+    };
+    rewrite_sides(arena, a, b, &limits).map(|(ra, rb)| ra == rb)
+}
+
+/// Both sides rewritten by [`WeightsOutside`] through the arena's memo.
+fn rewrite_sides(
+    arena: &Arena,
+    a: ExprId,
+    b: ExprId,
+    limits: &Limits,
+) -> Result<(Arc<Terms>, Arc<Terms>), String> {
+    let mut memo = arena.rewrite_memo();
+    let mut weights = WeightsOutside::new(arena, limits, &mut memo);
+    let ra = weights.expr(a)?;
+    let rb = weights.expr(b)?;
+    Ok((ra, rb))
+}
+
+/// What [`WeightsOutside`] has rewritten in one arena, kept with the arena
+/// ([`Arena::rewrite_memo`]) so that the goals decided in it share it: they hold the same
+/// activations and gradients, which a memo per goal rewrote afresh every time (8 s a goal on
+/// the zoo's llama cp=2 full iteration).
+///
+/// Every rewritten form depends on the arena's contents (an atom or polynomial is used only
+/// where the arena stores it, an exponential merged only where its argument is known finite)
+/// and on the term limit, and on nothing else: [`RewriteMemo::key`] holds the arena's sizes
+/// (it only grows: stored polynomials, atoms and known classes) and the limit, and the memo
+/// is emptied when the key changes. Ids are the arena's own, so the memo is never read
+/// against another arena.
+#[derive(Default)]
+pub(crate) struct RewriteMemo {
+    key: (usize, usize, usize, usize),
+    /// Expressions rewritten; `None` where the rewriting passes the term limit.
+    exprs: FxHashMap<ExprId, Option<Arc<Terms>>>,
+    /// Atoms rewritten; `None` where the atom stays as it is.
+    atoms: FxHashMap<AtomId, Option<Arc<Terms>>>,
+    /// Per atom: 0 unknown, 1 a softmax weight's factor, 2 not ([`Arena::is_weight_atom`]).
+    weight: Vec<u8>,
+}
+
+impl RewriteMemo {
+    /// Empties the memo unless it was built for `key`.
+    fn keep_for(&mut self, key: (usize, usize, usize, usize)) {
+        if self.key != key {
+            *self = RewriteMemo {
+                key,
+                ..Default::default()
+            };
+        }
     }
 }
 
@@ -92,28 +159,52 @@ type Terms = BTreeMap<Mono, Coeff>;
 struct WeightsOutside<'a> {
     arena: &'a Arena,
     limits: &'a Limits,
-    exprs: std::collections::HashMap<ExprId, std::rc::Rc<Terms>>,
-    atoms: std::collections::HashMap<AtomId, Option<std::rc::Rc<Terms>>>,
+    memo: &'a mut RewriteMemo,
 }
 
 impl<'a> WeightsOutside<'a> {
-    fn new(arena: &'a Arena, limits: &'a Limits) -> Self {
+    fn new(arena: &'a Arena, limits: &'a Limits, memo: &'a mut RewriteMemo) -> Self {
+        memo.keep_for((
+            arena.len(),
+            arena.atom_count(),
+            arena.class_count(),
+            limits.max_terms,
+        ));
         WeightsOutside {
             arena,
             limits,
-            exprs: Default::default(),
-            atoms: Default::default(),
+            memo,
         }
     }
 
+    /// Whether some term of `t` holds a softmax weight's factor.
+    fn weighted(&mut self, t: &Terms) -> bool {
+        t.keys().any(|m| m.iter().any(|&(a, _)| self.is_weight(a)))
+    }
+
+    /// Whether atom `a` is a softmax weight's factor, memoized.
+    fn is_weight(&mut self, a: AtomId) -> bool {
+        let i = a.0 as usize;
+        if self.memo.weight.len() <= i {
+            self.memo
+                .weight
+                .resize(self.arena.atom_count().max(i + 1), 0);
+        }
+        if self.memo.weight[i] == 0 {
+            self.memo.weight[i] = if self.arena.is_weight_atom(a) { 1 } else { 2 };
+        }
+        self.memo.weight[i] == 1
+    }
+
     /// `e` rewritten.
-    fn expr(&mut self, e: ExprId) -> Result<std::rc::Rc<Terms>, String> {
-        if let Some(t) = self.exprs.get(&e) {
-            return Ok(t.clone());
-        }
-        if self.limits.deadline.is_some_and(|d| Instant::now() > d) {
-            return Err("the time limit ran out while moving weights out of products".into());
-        }
+    fn expr(&mut self, e: ExprId) -> Result<Arc<Terms>, String> {
+        self.sub_expr(e).map_err(|stop| match stop {
+            Stop::TooLarge => too_large(self.limits.max_terms),
+            Stop::Other(why) => why,
+        })
+    }
+
+    fn expr_uncached(&mut self, e: ExprId) -> Result<Arc<Terms>, Stop> {
         let arena = self.arena;
         let mut out = Terms::new();
         for (m, c) in &arena.poly(e).terms {
@@ -128,7 +219,7 @@ impl<'a> WeightsOutside<'a> {
                     Some(r) => {
                         for _ in 0..k {
                             if acc.len().saturating_mul(r.len()) > self.limits.max_terms {
-                                return Err(too_large(self.limits.max_terms));
+                                return Err(Stop::TooLarge);
                             }
                             let mut next = Vec::with_capacity(acc.len() * r.len());
                             for (am, ac) in &acc {
@@ -147,23 +238,21 @@ impl<'a> WeightsOutside<'a> {
                 add_term(&mut out, m, c);
             }
             if out.len() > self.limits.max_terms {
-                return Err(too_large(self.limits.max_terms));
+                return Err(Stop::TooLarge);
             }
         }
-        let out = std::rc::Rc::new(self.merge_exps(out));
-        self.exprs.insert(e, out.clone());
-        Ok(out)
+        Ok(Arc::new(self.merge_exps(out)))
     }
 
     /// Atom `x` rewritten; `None` where it stays as it is.
-    fn atom(&mut self, x: AtomId) -> Result<Option<std::rc::Rc<Terms>>, String> {
-        if let Some(r) = self.atoms.get(&x) {
+    fn atom(&mut self, x: AtomId) -> Result<Option<Arc<Terms>>, Stop> {
+        if let Some(r) = self.memo.atoms.get(&x) {
             return Ok(r.clone());
         }
         let arena = self.arena;
         let r = match arena.atom(x) {
             Atom::App(Func::Product, fs) if fs.len() == 2 && !arena.is_zero_times(x) => {
-                let (p, q) = (self.expr(fs[0])?, self.expr(fs[1])?);
+                let (p, q) = (self.sub_expr(fs[0])?, self.sub_expr(fs[1])?);
                 let expandable = |t: &Terms| t.keys().all(|m| not_expandable(arena, m).is_none());
                 if !expandable(&p) || !expandable(&q) {
                     None
@@ -171,14 +260,14 @@ impl<'a> WeightsOutside<'a> {
                     self.weights_out(&p, &q)
                         .or_else(|| self.weights_out(&q, &p))
                         .or_else(|| self.times(&p, &q))
-                        .map(std::rc::Rc::new)
+                        .map(Arc::new)
                 }
             }
             Atom::App(f, args) => {
                 let mut new_args = Vec::with_capacity(args.len());
                 let mut changed = false;
                 for &a in args {
-                    let t = self.expr(a)?;
+                    let t = self.sub_expr(a)?;
                     let same = *t == terms_of(arena, a);
                     changed |= !same;
                     new_args.push(if same { Some(a) } else { self.find(&t) });
@@ -186,30 +275,56 @@ impl<'a> WeightsOutside<'a> {
                 match new_args.into_iter().collect::<Option<Vec<ExprId>>>() {
                     Some(new_args) if changed => arena
                         .find_atom(&Atom::App(f.clone(), new_args))
-                        .map(|y| std::rc::Rc::new(Terms::from([(vec![(y, 1)], Coeff::one())]))),
+                        .map(|y| Arc::new(Terms::from([(vec![(y, 1)], Coeff::one())]))),
                     _ => None,
                 }
             }
             _ => None,
         };
-        self.atoms.insert(x, r.clone());
+        self.memo.atoms.insert(x, r.clone());
         Ok(r)
+    }
+
+    /// [`Self::expr`] for a factor or argument: a factor past the limit stops its atom's
+    /// rewriting the same way (and is remembered), the deadline stops everything.
+    fn sub_expr(&mut self, e: ExprId) -> Result<Arc<Terms>, Stop> {
+        if let Some(t) = self.memo.exprs.get(&e) {
+            return t.clone().ok_or(Stop::TooLarge);
+        }
+        if self.limits.deadline.is_some_and(|d| Instant::now() > d) {
+            return Err(Stop::Other(
+                "the time limit ran out while moving weights out of products".into(),
+            ));
+        }
+        match self.expr_uncached(e) {
+            Ok(t) => {
+                self.memo.exprs.insert(e, Some(t.clone()));
+                Ok(t)
+            }
+            Err(Stop::TooLarge) => {
+                self.memo.exprs.insert(e, None);
+                Err(Stop::TooLarge)
+            }
+            Err(other) => Err(other),
+        }
     }
 
     /// `p·q` with `p`'s softmax weights outside the products, where `p` holds some and `q`
     /// none and every part's product is in the arena.
-    fn weights_out(&self, p: &Terms, q: &Terms) -> Option<Terms> {
-        let arena = self.arena;
-        let weighted = |t: &Terms| {
-            t.keys()
-                .any(|m| m.iter().any(|&(a, _)| arena.is_weight_atom(a)))
-        };
-        if !weighted(p) || weighted(q) {
+    fn weights_out(&mut self, p: &Terms, q: &Terms) -> Option<Terms> {
+        if !self.weighted(p) || self.weighted(q) {
             return None;
         }
         let mut groups: BTreeMap<Mono, Terms> = BTreeMap::new();
         for (m, c) in p {
-            let (w, rest): (Mono, Mono) = m.iter().partition(|&&(a, _)| arena.is_weight_atom(a));
+            let (mut w, mut rest): (Mono, Mono) = (Vec::new(), Vec::new());
+            for &(a, k) in m {
+                if self.is_weight(a) {
+                    w.push((a, k));
+                } else {
+                    rest.push((a, k));
+                }
+            }
             add_term(groups.entry(w).or_default(), rest, c.clone());
         }
         let mut out = Terms::new();
@@ -344,6 +459,13 @@ fn scaled(t: &Terms, k: &Coeff) -> Terms {
             (m.clone(), c)
         })
         .collect()
+}
+
+/// Why a rewriting stopped: past the term limit (remembered: it depends only on the memo's
+/// key), or anything else (the deadline: not remembered).
+enum Stop {
+    TooLarge,
+    Other(String),
 }
 
 /// How far an expansion may go.

@@ -12,10 +12,14 @@ use num_rational::BigRational;
 use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+mod apply;
+mod func;
+mod render;
 mod transcend;
+pub use func::{erf, stable_order, Func};
 pub use transcend::Class;
 
 /// A hash-consed expression in normal form (an index into its [`Arena`]).
@@ -37,277 +41,6 @@ pub enum SymbolKind {
     Bool,
     /// An integer in [0, bound): an index into something of that size (token ids, targets).
     Index(u32),
-}
-
-/// An interpreted function: what an atom applies to its arguments.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Func {
-    /// e^x.
-    Exp,
-    /// Natural logarithm.
-    Log,
-    /// Square root.
-    Sqrt,
-    /// 1 / x of a non-constant x (constants are inverted exactly).
-    Recip,
-    /// Hyperbolic tangent.
-    Tanh,
-    /// The error function.
-    Erf,
-    /// Maximum of a normalized multiset of arguments (commutative, idempotent, flattened).
-    Max,
-    /// Minimum of a normalized multiset of arguments.
-    Min,
-    /// The position (from 0) of the first maximum of the arguments, in their order (torch's
-    /// `argmax` / `max.dim` indices); the arguments are not reordered.
-    ArgMax,
-    /// The position of the first minimum of the arguments, in their order.
-    ArgMin,
-    /// The `rank`-th (from 0) of the arguments sorted descending (`largest`) or ascending: a
-    /// `topk` value. Symmetric: its arguments are kept sorted.
-    SortedValue {
-        /// Which position of the sorted list.
-        rank: u32,
-        /// Descending order (largest first) when true.
-        largest: bool,
-    },
-    /// The position, among the arguments in their order, of the `rank`-th of a stable sort
-    /// (ties keep their order): a `topk` index.
-    SortedIndex {
-        /// Which position of the sorted list.
-        rank: u32,
-        /// Descending order (largest first) when true.
-        largest: bool,
-    },
-    /// 1 when the argument is positive, else 0.
-    Positive,
-    /// 1 when the argument is non-negative, else 0.
-    NonNegative,
-    /// 1 when the argument is zero, else 0 (the argument's sign is normalized).
-    IsZero,
-    /// `where(c, a, b)`: a when c is non-zero, else b.
-    Where,
-    /// x^e for a rational, non-integer exponent e (stored as its f64 bits).
-    PowConst(u64),
-    /// The product of two polynomials too large to expand (see [`Budget::expand_limit`]),
-    /// each primitive (integer coefficients without a common factor, positive leading
-    /// coefficient), sorted.
-    Product,
-    /// `lookup(i, t_0, ..., t_{n-1})`: t_i for an integer i in [0, n) (an embedding row or a
-    /// gathered element at a symbolic index); outside that range it has no value.
-    Lookup,
-    /// Another elementwise function, by its ATen name (`sin`, `floor`, ...), evaluated by f64.
-    Named(String),
-}
-
-impl Func {
-    /// The function's display name.
-    pub fn name(&self) -> String {
-        match self {
-            Func::Exp => "exp".into(),
-            Func::Log => "log".into(),
-            Func::Sqrt => "sqrt".into(),
-            Func::Recip => "recip".into(),
-            Func::Tanh => "tanh".into(),
-            Func::Erf => "erf".into(),
-            Func::Max => "max".into(),
-            Func::Min => "min".into(),
-            Func::ArgMax => "argmax".into(),
-            Func::ArgMin => "argmin".into(),
-            Func::SortedValue { rank, largest } => format!("sorted_value[{rank},{largest}]"),
-            Func::SortedIndex { rank, largest } => format!("sorted_index[{rank},{largest}]"),
-            Func::Positive => "gt0".into(),
-            Func::NonNegative => "ge0".into(),
-            Func::IsZero => "eq0".into(),
-            Func::Where => "where".into(),
-            Func::PowConst(bits) => format!("pow[{}]", f64::from_bits(*bits)),
-            Func::Lookup => "lookup".into(),
-            Func::Product => "product".into(),
-            Func::Named(n) => n.clone(),
-        }
-    }
-
-    /// The function at a real point, in f64.
-    pub fn eval_f64(&self, args: &[f64]) -> f64 {
-        let x = args.first().copied().unwrap_or(f64::NAN);
-        match self {
-            Func::Exp => x.exp(),
-            Func::Log => x.ln(),
-            Func::Sqrt => x.sqrt(),
-            Func::Recip => 1.0 / x,
-            Func::Tanh => x.tanh(),
-            Func::Erf => erf(x),
-            Func::Max => args.iter().copied().fold(f64::NEG_INFINITY, f64_max_nan),
-            Func::Min => args.iter().copied().fold(f64::INFINITY, f64_min_nan),
-            Func::ArgMax => first_extreme(args, |x, best| x > best) as f64,
-            Func::ArgMin => first_extreme(args, |x, best| x < best) as f64,
-            Func::SortedValue { rank, largest } => {
-                let order = stable_order(args, *largest);
-                order.get(*rank as usize).map_or(f64::NAN, |&i| args[i])
-            }
-            Func::SortedIndex { rank, largest } => {
-                let order = stable_order(args, *largest);
-                order.get(*rank as usize).map_or(f64::NAN, |&i| i as f64)
-            }
-            Func::Positive => bool_f64(x > 0.0),
-            Func::NonNegative => bool_f64(x >= 0.0),
-            Func::IsZero => bool_f64(x == 0.0),
-            Func::Where => {
-                if x != 0.0 {
-                    args[1]
-                } else {
-                    args[2]
-                }
-            }
-            Func::PowConst(bits) => x.powf(f64::from_bits(*bits)),
-            Func::Product => args.iter().product(),
-            Func::Lookup => {
-                let n = args.len() - 1;
-                if x.fract() == 0.0 && x >= 0.0 && (x as usize) < n {
-                    args[1 + x as usize]
-                } else {
-                    f64::NAN
-                }
-            }
-            Func::Named(n) => named_f64(n, x),
-        }
-    }
-}
-
-/// The position of the first extreme of `xs` (`beats(x, best)`: x replaces the best so far);
-/// a NaN wins at its first occurrence, as torch's CPU kernels and the interpreter do.
-fn first_extreme(xs: &[f64], beats: impl Fn(f64, f64) -> bool) -> usize {
-    let mut best = 0;
-    for (i, &x) in xs.iter().enumerate().skip(1) {
-        if xs[best].is_nan() {
-            break;
-        }
-        if x.is_nan() || beats(x, xs[best]) {
-            best = i;
-        }
-    }
-    best
-}
-
-/// The positions of `xs` in a stable sort, descending when `largest`; NaN counts as larger
-/// than every number, as in the interpreter's `sort`/`topk` kernels.
-pub fn stable_order<T: PartialOrd>(xs: &[T], largest: bool) -> Vec<usize> {
-    use std::cmp::Ordering;
-    let nan = |a: &T| a.partial_cmp(a).is_none();
-    let cmp = |a: &T, b: &T| match (nan(a), nan(b)) {
-        (true, true) => Ordering::Equal,
-        (true, false) => Ordering::Greater,
-        (false, true) => Ordering::Less,
-        _ => a.partial_cmp(b).unwrap_or(Ordering::Equal),
-    };
-    let mut idx: Vec<usize> = (0..xs.len()).collect();
-    if largest {
-        idx.sort_by(|&i, &j| cmp(&xs[j], &xs[i]));
-    } else {
-        idx.sort_by(|&i, &j| cmp(&xs[i], &xs[j]));
-    }
-    idx
-}
-
-fn bool_f64(b: bool) -> f64 {
-    if b {
-        1.0
-    } else {
-        0.0
-    }
-}
-
-/// Max that propagates NaN, as torch's `maximum` does.
-fn f64_max_nan(a: f64, b: f64) -> f64 {
-    if a.is_nan() || b.is_nan() {
-        f64::NAN
-    } else {
-        a.max(b)
-    }
-}
-
-fn f64_min_nan(a: f64, b: f64) -> f64 {
-    if a.is_nan() || b.is_nan() {
-        f64::NAN
-    } else {
-        a.min(b)
-    }
-}
-
-/// The error function (Abramowitz-Stegun 7.1.26 is too coarse for witnesses; this uses the
-/// series below 3 and the continued fraction tail above).
-pub fn erf(x: f64) -> f64 {
-    if x.is_nan() {
-        return f64::NAN;
-    }
-    let a = x.abs();
-    let v = if a < 3.0 {
-        // Maclaurin series: erf(x) = 2/sqrt(pi) * sum (-1)^n x^(2n+1) / (n! (2n+1)).
-        let mut sum: f64 = 0.0;
-        let mut term = a;
-        let mut n = 0.0;
-        while term.abs() > 1e-17 * sum.abs().max(1e-300) && n < 200.0 {
-            sum += term / (2.0 * n + 1.0);
-            n += 1.0;
-            term *= -a * a / n;
-        }
-        sum * 2.0 / std::f64::consts::PI.sqrt()
-    } else {
-        // erfc(x) = exp(-x^2)/(x sqrt(pi)) * continued fraction.
-        let mut f = 0.0;
-        for k in (1..60).rev() {
-            f = (k as f64 / 2.0) / (a + f);
-        }
-        1.0 - (-a * a).exp() / (std::f64::consts::PI.sqrt() * (a + f))
-    };
-    v.copysign(x)
-}
-
-/// Elementwise functions known by name.
-fn named_f64(name: &str, x: f64) -> f64 {
-    match name {
-        "sin" => x.sin(),
-        "cos" => x.cos(),
-        "tan" => x.tan(),
-        "sinh" => x.sinh(),
-        "cosh" => x.cosh(),
-        "asin" => x.asin(),
-        "acos" => x.acos(),
-        "atan" => x.atan(),
-        "asinh" => x.asinh(),
-        "acosh" => x.acosh(),
-        "atanh" => x.atanh(),
-        "expm1" => x.exp_m1(),
-        "log1p" => x.ln_1p(),
-        "log2" => x.log2(),
-        "log10" => x.log10(),
-        "exp2" => x.exp2(),
-        "floor" => x.floor(),
-        "ceil" => x.ceil(),
-        "trunc" => x.trunc(),
-        "round" => {
-            // Round half to even, as torch.
-            let r = x.round();
-            if (x - x.trunc()).abs() == 0.5 {
-                2.0 * (x / 2.0).round()
-            } else {
-                r
-            }
-        }
-        "sign" => {
-            if x > 0.0 {
-                1.0
-            } else if x < 0.0 {
-                -1.0
-            } else {
-                x
-            }
-        }
-        "erfc" => 1.0 - erf(x),
-        // 0·x of an x not provably finite: 0, or NaN where x is ±inf or NaN.
-        ZERO_TIMES => 0.0 * x,
-        _ => f64::NAN,
-    }
 }
 
 /// The function name of `0·x` for an x not provably finite ([`Arena::scale`]).
@@ -390,6 +123,11 @@ pub struct Arena {
     // Per atom: whether it is a `zero_times` application (see `intern`); and whether any is.
     zero_times: Vec<bool>,
     any_zero_times: bool,
+    // The product expansion layer's rewriting, kept across the goals decided in this arena
+    // (its ids are this arena's; `expand::RewriteMemo` empties itself when the arena grows).
+    rewrite_memo: Mutex<crate::expand::RewriteMemo>,
+    // The random witness layer's modular points and what they evaluated, likewise.
+    modular_points: Mutex<crate::decide::ModularPoints>,
 }
 
 /// When normalization gives up, and how often it looks at the clock.
@@ -446,6 +184,8 @@ impl Arena {
             classes: FxHashMap::default(),
             zero_times: Vec::new(),
             any_zero_times: false,
+            rewrite_memo: Mutex::default(),
+            modular_points: Mutex::default(),
         }
     }
 
@@ -488,6 +228,30 @@ impl Arena {
     /// Atom `a`'s number, if it is stored (nothing is interned).
     pub(crate) fn find_atom(&self, a: &Atom) -> Option<AtomId> {
         self.atom_ids.get(a).copied()
+    }
+
+    /// Number of expressions whose class (finite, non-negative, positive) is known.
+    pub(crate) fn class_count(&self) -> usize {
+        self.classes.len()
+    }
+
+    /// The product expansion layer's memo for this arena ([`crate::expand`]).
+    pub(crate) fn rewrite_memo(&self) -> MutexGuard<'_, crate::expand::RewriteMemo> {
+        // A panic while the memo was held leaves it possibly half-written: start afresh.
+        self.rewrite_memo.lock().unwrap_or_else(|poisoned| {
+            let mut memo = poisoned.into_inner();
+            *memo = Default::default();
+            memo
+        })
+    }
+
+    /// The random witness layer's modular points for this arena ([`crate::decide`]).
+    pub(crate) fn modular_points(&self) -> MutexGuard<'_, crate::decide::ModularPoints> {
+        self.modular_points.lock().unwrap_or_else(|poisoned| {
+            let mut points = poisoned.into_inner();
+            *points = Default::default();
+            points
+        })
     }
 
     /// The limits this arena normalizes under.
@@ -1005,278 +769,6 @@ impl Arena {
         self.app(Func::Where, vec![c, a, b])
     }
 
-    /// `func` applied to `args`, normalized: constants are folded where the result is exact,
-    /// max/min arguments are flattened, sorted and deduplicated, comparison arguments get a
-    /// canonical sign.
-    pub fn app(&mut self, func: Func, mut args: Vec<ExprId>) -> Built {
-        match func {
-            Func::Max | Func::Min => {
-                let mut flat = Vec::with_capacity(args.len());
-                // max(a, -inf) = a and min(a, +inf) = a for every a; a NaN wins (torch's
-                // maximum and amax propagate it).
-                let neutral = if func == Func::Max { -1 } else { 1 };
-                let n_args = args.len();
-                let mut dropped = 0;
-                for &a in &args {
-                    match self.pure_nonfinite(a) {
-                        Some(0) => return self.nonfinite(0),
-                        Some(k) if k == neutral => dropped += 1,
-                        _ => {}
-                    }
-                }
-                if dropped == n_args {
-                    return self.nonfinite(neutral);
-                }
-                if dropped > 0 {
-                    args.retain(|&a| self.pure_nonfinite(a) != Some(neutral));
-                }
-                for a in args {
-                    match self.single_app(a) {
-                        Some((f, inner)) if *f == func => flat.extend(inner.iter().copied()),
-                        _ => flat.push(a),
-                    }
-                }
-                // Constants fold into one.
-                let mut best: Option<Coeff> = None;
-                let mut rest = Vec::new();
-                for a in flat {
-                    match self.as_const(a) {
-                        Some(c) => {
-                            best = Some(match best {
-                                None => c,
-                                Some(b) if func == Func::Max => b.max(c),
-                                Some(b) => b.min(c),
-                            })
-                        }
-                        None => rest.push(a),
-                    }
-                }
-                if let Some(c) = best {
-                    rest.push(self.constant(c)?);
-                }
-                rest.sort();
-                rest.dedup();
-                if rest.len() == 1 {
-                    return Ok(rest[0]);
-                }
-                // max(g a, g b) = g max(a, b) for g > 0. g is the smallest magnitude of the
-                // arguments' leading coefficients: independent of their order, and 1 once
-                // factored out, so the normal form is canonical under positive scaling.
-                let g = rest
-                    .iter()
-                    .filter_map(|&a| self.poly(a).terms.first().map(|t| t.1.abs()))
-                    .min()
-                    .unwrap_or_else(Coeff::one);
-                if !g.is_one() {
-                    let inv = g.recip();
-                    let scaled = rest
-                        .iter()
-                        .map(|&a| self.scale(a, &inv))
-                        .collect::<Result<Vec<_>, _>>()?;
-                    let inner = self.app(func, scaled)?;
-                    return self.scale(inner, &g);
-                }
-                args = rest;
-            }
-            Func::Positive | Func::NonNegative | Func::IsZero => {
-                let d = args[0];
-                if let Some(k) = self.pure_nonfinite(d) {
-                    // NaN compares false; +inf is positive; no infinity is zero.
-                    return self.int((k == 1 && func != Func::IsZero) as i64);
-                }
-                if let Some(c) = self.as_const(d) {
-                    let v = match func {
-                        Func::Positive => c.is_positive(),
-                        Func::NonNegative => !c.is_negative(),
-                        _ => c.is_zero(),
-                    };
-                    return self.int(v as i64);
-                }
-                // Positive scales keep the sign: the argument becomes its primitive part
-                // (integer coefficients without a common factor), which also keeps its
-                // evaluation exact in f64 where the coefficients were; d == 0 iff -d == 0,
-                // so there the sign is normalized too.
-                if func == Func::IsZero && self.zero_out_of_range(d) {
-                    return self.int(0);
-                }
-                let mut c = content(self.poly(d));
-                if func == Func::IsZero && self.poly(d).terms[0].1.is_negative() {
-                    c = -c;
-                }
-                args[0] = self.scale(d, &c.recip())?;
-            }
-            Func::Where => {
-                let (c, a, b) = (args[0], args[1], args[2]);
-                if a == b {
-                    return Ok(a);
-                }
-                if let Some(v) = self.as_const(c) {
-                    return Ok(if v.is_zero() { b } else { a });
-                }
-                if self.pure_nonfinite(c).is_some() {
-                    // ±inf and NaN are non-zero.
-                    return Ok(a);
-                }
-                // Only whether c is zero matters: its primitive part, sign normalized.
-                let mut lc = content(self.poly(c));
-                if self.poly(c).terms[0].1.is_negative() {
-                    lc = -lc;
-                }
-                if !lc.is_one() {
-                    args[0] = self.scale(c, &lc.recip())?;
-                }
-                // where(c, k a, k b) = k where(c, a, b): the leading coefficient of the first
-                // non-zero branch is factored out.
-                let branch = if self.poly(a).terms.is_empty() { b } else { a };
-                let k = self.poly(branch).terms[0].1.clone();
-                if !k.is_one() {
-                    let inv = k.recip();
-                    let (sa, sb) = (self.scale(a, &inv)?, self.scale(b, &inv)?);
-                    let inner = self.app(Func::Where, vec![args[0], sa, sb])?;
-                    return self.scale(inner, &k);
-                }
-            }
-            Func::Sqrt => {
-                if let Some(c) = self.as_const(args[0]) {
-                    if let Some(r) = exact_sqrt(&c) {
-                        return self.constant(r);
-                    }
-                }
-            }
-            Func::Exp | Func::Tanh | Func::Erf | Func::Log => {
-                if let Some(c) = self.as_const(args[0]) {
-                    if c.is_zero() {
-                        return match func {
-                            Func::Exp => self.int(1),
-                            Func::Log => self.float(f64::NEG_INFINITY),
-                            _ => self.int(0),
-                        };
-                    }
-                    if func == Func::Log && c.is_one() {
-                        return self.int(0);
-                    }
-                }
-                let rule = match func {
-                    Func::Exp => self.exp_rule(args[0]),
-                    Func::Log => self.log_rule(args[0]),
-                    _ => None,
-                };
-                if let Some(r) = rule {
-                    return r;
-                }
-            }
-            Func::Recip => {
-                if let Some(c) = self.as_const(args[0]) {
-                    if !c.is_zero() {
-                        return self.constant(c.recip());
-                    }
-                }
-            }
-            Func::Lookup => {
-                if let Some(i) = self.as_const(args[0]) {
-                    let n = args.len() - 1;
-                    if let Some(i) = i.to_usize() {
-                        if i < n {
-                            return Ok(args[1 + i]);
-                        }
-                    }
-                }
-                if args[2..].iter().all(|&t| t == args[1]) {
-                    // Every entry is the same: the index does not matter (within range).
-                    return Ok(args[1]);
-                }
-                // lookup(i, k t_0, ..., k t_{n-1}) = k lookup(i, t_0, ..., t_{n-1}) for k != 0
-                // (in range both are k t_i; out of range neither has a value): the leading
-                // coefficient of the first non-zero entry is factored out, so tables that
-                // differ by a constant factor (a gradient scaled before or after a gather)
-                // share one atom.
-                if let Some(&t) = args[1..].iter().find(|&&t| !self.poly(t).terms.is_empty()) {
-                    let k = self.poly(t).terms[0].1.clone();
-                    if !k.is_one() {
-                        let inv = k.recip();
-                        let mut scaled = Vec::with_capacity(args.len());
-                        scaled.push(args[0]);
-                        for &t in &args[1..] {
-                            scaled.push(self.scale(t, &inv)?);
-                        }
-                        let inner = self.app(Func::Lookup, scaled)?;
-                        return self.scale(inner, &k);
-                    }
-                }
-            }
-            Func::ArgMax | Func::ArgMin => {
-                // One candidate, or every candidate the same expression: the first.
-                if args.iter().all(|&a| a == args[0]) {
-                    return self.int(0);
-                }
-                let consts: Option<Vec<Coeff>> = args.iter().map(|&a| self.as_const(a)).collect();
-                if let Some(cs) = consts {
-                    let mut best = 0;
-                    for (i, c) in cs.iter().enumerate().skip(1) {
-                        let better = if func == Func::ArgMax {
-                            *c > cs[best]
-                        } else {
-                            *c < cs[best]
-                        };
-                        if better {
-                            best = i;
-                        }
-                    }
-                    return self.int(best as i64);
-                }
-            }
-            Func::SortedValue { rank, .. } => {
-                if args.iter().all(|&a| a == args[0]) {
-                    return Ok(args[0]);
-                }
-                if let Some(cs) = args
-                    .iter()
-                    .map(|&a| self.as_const(a))
-                    .collect::<Option<Vec<Coeff>>>()
-                {
-                    let largest = matches!(func, Func::SortedValue { largest: true, .. });
-                    let order = stable_order(&cs, largest);
-                    return Ok(args[order[rank as usize]]);
-                }
-                // The value does not depend on the arguments' order.
-                args.sort_unstable();
-            }
-            Func::SortedIndex { rank, largest } => {
-                if args.iter().all(|&a| a == args[0]) {
-                    // Every tie keeps its place: the rank-th position.
-                    return self.int(i64::from(rank));
-                }
-                if let Some(cs) = args
-                    .iter()
-                    .map(|&a| self.as_const(a))
-                    .collect::<Option<Vec<Coeff>>>()
-                {
-                    let order = stable_order(&cs, largest);
-                    return self.int(order[rank as usize] as i64);
-                }
-            }
-            Func::Named(ref n) => {
-                // The named functions' exact values at 0 (RoPE's cos and sin at position 0):
-                // folded so that a constant never hides behind an atom.
-                if self.poly(args[0]).terms.is_empty() {
-                    const ZERO_AT_0: &[&str] = &[
-                        "sin", "tan", "sinh", "asin", "atan", "asinh", "atanh", "expm1", "log1p",
-                        "floor", "ceil", "trunc", "round", "sign",
-                    ];
-                    const ONE_AT_0: &[&str] = &["cos", "cosh", "exp2", "erfc"];
-                    if ZERO_AT_0.contains(&n.as_str()) {
-                        return self.int(0);
-                    }
-                    if ONE_AT_0.contains(&n.as_str()) {
-                        return self.int(1);
-                    }
-                }
-            }
-            Func::PowConst(_) | Func::Product => {}
-        }
-        self.atom_expr(Atom::App(func, args))
-    }
-
     /// When `e` is exactly one function application (coefficient 1, exponent 1): it.
     pub fn single_app(&self, e: ExprId) -> Option<(&Func, &[ExprId])> {
         match self.poly(e).terms.as_slice() {
@@ -1330,85 +822,6 @@ impl Arena {
             }
         }
         total
-    }
-
-    /// A readable rendering of `e` (for reports; long expressions are cut).
-    pub fn render(&self, e: ExprId, max_len: usize) -> String {
-        let mut out = String::new();
-        self.render_into(e, &mut out, max_len);
-        if out.len() > max_len {
-            let mut cut = max_len;
-            while !out.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            out.truncate(cut);
-            out.push_str(" ...");
-        }
-        out
-    }
-
-    fn render_into(&self, e: ExprId, out: &mut String, max_len: usize) {
-        let p = self.poly(e);
-        if p.terms.is_empty() {
-            out.push('0');
-            return;
-        }
-        for (i, (m, c)) in p.terms.iter().enumerate() {
-            if out.len() > max_len {
-                return;
-            }
-            let neg = c.is_negative();
-            if i > 0 {
-                out.push_str(if neg { " - " } else { " + " });
-            } else if neg {
-                out.push('-');
-            }
-            let c = c.abs();
-            if m.is_empty() || !c.is_one() {
-                out.push_str(&render_rat(&c));
-                if !m.is_empty() {
-                    out.push('*');
-                }
-            }
-            for (j, &(a, k)) in m.iter().enumerate() {
-                if j > 0 {
-                    out.push('*');
-                }
-                match self.atom(a) {
-                    Atom::Symbol(s) => out.push_str(self.symbol_name(*s)),
-                    Atom::NonFinite(1) => out.push_str("inf"),
-                    Atom::NonFinite(-1) => out.push_str("(-inf)"),
-                    Atom::NonFinite(_) => out.push_str("nan"),
-                    Atom::App(f, args) => {
-                        out.push_str(&f.name());
-                        out.push('(');
-                        for (n, &x) in args.iter().enumerate() {
-                            if n > 0 {
-                                out.push_str(", ");
-                            }
-                            self.render_into(x, out, max_len);
-                        }
-                        out.push(')');
-                    }
-                }
-                if k > 1 {
-                    out.push_str(&format!("^{k}"));
-                }
-            }
-        }
-    }
-}
-
-fn render_rat(r: &Coeff) -> String {
-    if r.is_integer() {
-        return r.to_string();
-    }
-    // Dyadic rationals from f64 literals read better as decimals.
-    let f = r.to_f64();
-    if Coeff::from_float(f).as_ref() == Some(r) {
-        format!("{f}")
-    } else {
-        format!("({r})")
     }
 }
 

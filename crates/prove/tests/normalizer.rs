@@ -6,8 +6,9 @@
 use num_rational::BigRational as Rat;
 use num_traits::Zero;
 use proptest::prelude::*;
-use shardproof_prove::decide::{decide, DecideConfig, Outcome};
+use shardproof_prove::decide::{decide, DecideConfig, Layer, Outcome};
 use shardproof_prove::eval::{ExactEval, FloatEval};
+use shardproof_prove::expand::equal_with_weights_outside;
 use shardproof_prove::expr::{rat_to_f64, Arena, Budget, Coeff, ExprId, Func, SymbolKind};
 
 const SYMBOLS: usize = 3;
@@ -284,28 +285,77 @@ proptest! {
         let (e, f) = (build(&mut a, &t), build(&mut a, &u));
         let cfg = DecideConfig { z3_timeout: None, ..DecideConfig::default() };
         if let Outcome::Refuted { point, .. } = decide(&a, e, f, &cfg) {
-            let mut xs = vec![Rat::zero(); SYMBOLS + 1];
-            for (s, v) in &point.values {
-                let name = a.symbol_name(*s);
-                xs[name[1..].parse::<usize>().unwrap()] = v.clone();
-            }
-            match (exact(&t, &xs), exact(&u, &xs)) {
-                (Some(x), Some(y)) => prop_assert_ne!(x, y),
-                _ => {
-                    let fx: Vec<f64> = xs.iter().map(rat_to_f64).collect();
-                    let (x, y) = (float(&t, &fx), float(&u, &fx));
-                    // A side that overflows f64 (exp(exp(exp(2)))) is beyond every finite f64
-                    // the other side can be, so the two differ; where both overflow or one is
-                    // NaN, f64 cannot judge the witness and the exact sides above did not apply.
-                    if x.is_finite() && y.is_finite() {
-                        prop_assert!((x - y).abs() > 1e-7 * (1.0 + x.abs().max(y.abs())), "{x} vs {y} at {fx:?}");
-                    } else if x.is_nan() || y.is_nan() || x.is_infinite() && y.is_infinite() {
-                        prop_assume!(false, "both sides overflow f64");
+            check_witness(&a, &t, &u, &point)?;
+        }
+    }
+
+    /// The goals of one arena share its memos (the modular points and what they evaluated,
+    /// the product expansion layer's rewriting) while the arena grows between them: every
+    /// witness is still a real difference, every proof an equality at random points, and no
+    /// goal is proved in the shared arena and refuted in a fresh one (or the reverse).
+    #[test]
+    fn goals_sharing_an_arena_get_sound_verdicts(
+        goals in proptest::collection::vec((tree(), tree()), 2..6),
+        p in point(),
+    ) {
+        let cfg = DecideConfig { z3_timeout: None, ..DecideConfig::default() };
+        let mut shared = Arena::default();
+        for (t, u) in &goals {
+            let (e, f) = (build(&mut shared, t), build(&mut shared, u));
+            let outcome = decide(&shared, e, f, &cfg);
+            let mut fresh = Arena::default();
+            let (e1, f1) = (build(&mut fresh, t), build(&mut fresh, u));
+            let alone = decide(&fresh, e1, f1, &cfg);
+            let proved = |o: &Outcome| matches!(o, Outcome::Proved(_));
+            let refuted = |o: &Outcome| matches!(o, Outcome::Refuted { .. });
+            prop_assert!(!(proved(&outcome) && refuted(&alone)), "{t:?} vs {u:?}");
+            prop_assert!(!(refuted(&outcome) && proved(&alone)), "{t:?} vs {u:?}");
+            match outcome {
+                Outcome::Refuted { point, .. } => check_witness(&shared, t, u, &point)?,
+                Outcome::Proved(_) => {
+                    let xs = rats(&p);
+                    if let (Some(x), Some(y)) = (exact(t, &xs), exact(u, &xs)) {
+                        prop_assert_eq!(x, y);
                     }
                 }
+                Outcome::Unknown(_) => {}
             }
         }
     }
+}
+
+/// Whether the decision procedure's witness `point` for `t` against `u` (built in `a`) is a
+/// real difference of the two trees.
+fn check_witness(
+    a: &Arena,
+    t: &Tree,
+    u: &Tree,
+    point: &shardproof_prove::decide::Point,
+) -> Result<(), TestCaseError> {
+    let mut xs = vec![Rat::zero(); SYMBOLS + 1];
+    for (s, v) in &point.values {
+        let name = a.symbol_name(*s);
+        xs[name[1..].parse::<usize>().unwrap()] = v.clone();
+    }
+    match (exact(t, &xs), exact(u, &xs)) {
+        (Some(x), Some(y)) => prop_assert_ne!(x, y),
+        _ => {
+            let fx: Vec<f64> = xs.iter().map(rat_to_f64).collect();
+            let (x, y) = (float(t, &fx), float(u, &fx));
+            // A side that overflows f64 (exp(exp(exp(2)))) is beyond every finite f64
+            // the other side can be, so the two differ; where both overflow or one is
+            // NaN, f64 cannot judge the witness and the exact sides above did not apply.
+            if x.is_finite() && y.is_finite() {
+                prop_assert!(
+                    (x - y).abs() > 1e-7 * (1.0 + x.abs().max(y.abs())),
+                    "{x} vs {y} at {fx:?}"
+                );
+            } else if x.is_nan() || y.is_nan() || x.is_infinite() && y.is_infinite() {
+                prop_assume!(false, "both sides overflow f64");
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `0·q` of a q not provably finite (here x / y) is 0 or NaN at every point, and so is every
@@ -568,9 +618,68 @@ fn a_ring_merge_is_proved_with_its_weights_outside_and_planted_bugs_are_not() {
             vec![block(1, 0, [1, 2, 0]), block(1, 0, [0, 1, -1])],
         ),
     ];
+    // Through the whole decision procedure, which tries the rewriting before the real points.
+    let cfg = DecideConfig {
+        z3_timeout: None,
+        ..DecideConfig::default()
+    };
+    assert_eq!(
+        decide(&r.a, inside, outside, &cfg),
+        Outcome::Proved(Layer::ProductExpansion)
+    );
     for (what, blocks) in planted {
         let wrong = r.outside(&blocks);
         assert!(r.differ(inside, wrong), "{what}");
         assert!(!r.proved(inside, wrong), "{what}");
+        match decide(&r.a, inside, wrong, &cfg) {
+            Outcome::Refuted { point, .. } => {
+                let mut xs = vec![0.0; r.a.symbols().len()];
+                for (s, v) in &point.values {
+                    xs[*s as usize] = rat_to_f64(v);
+                }
+                let mut ev = FloatEval::new(&r.a, xs);
+                let (u, v) = (ev.eval(inside), ev.eval(wrong));
+                assert!(
+                    (u - v).abs() > 1e-9 * (1.0 + u.abs().max(v.abs())),
+                    "{what}"
+                );
+            }
+            other => panic!("{what}: {other:?}"),
+        }
     }
+}
+
+/// The rewriting's memo is kept with the arena across goals, and a form it remembers depends
+/// on what the arena stores and on the term limit: after the arena grows, or under another
+/// limit, it is rewritten again (else a product whose parts were stored later would stay as
+/// it was, and a factor once past a small limit would stay past a larger one).
+#[test]
+fn the_rewriting_memo_follows_its_arena_and_its_limit() {
+    let block = |coeff, weight, values: [i64; 3]| Block {
+        coeff,
+        weight,
+        values: values.to_vec(),
+    };
+    let blocks = [block(1, 1, [1, 2, 0]), block(1, 2, [0, 1, -1])];
+    let mut r = Ring::new();
+    let inside = r.inside(&blocks);
+    let lone = r.a.symbol("lone", SymbolKind::Real).unwrap();
+    // Before the spec's products exist, the weights cannot leave the ring's product.
+    assert_eq!(
+        equal_with_weights_outside(&r.a, inside, lone, 200_000, None),
+        Ok(false)
+    );
+    let outside = r.outside(&blocks);
+    assert_eq!(
+        equal_with_weights_outside(&r.a, inside, outside, 200_000, None),
+        Ok(true),
+        "the arena grew: the memo must not answer from before"
+    );
+    // A limit of one term stops the rewriting; the memo must not carry that over.
+    assert!(equal_with_weights_outside(&r.a, inside, outside, 1, None).is_err());
+    assert_eq!(
+        equal_with_weights_outside(&r.a, inside, outside, 200_000, None),
+        Ok(true),
+        "another limit: the memo must not answer from the smaller one"
+    );
 }

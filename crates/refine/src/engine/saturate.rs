@@ -167,6 +167,84 @@ pub(super) fn saturate(
     crate::lemmas::merge_equal_sums(eg);
 }
 
+/// A rule's search limit before its first ban, and its first ban's length in iterations.
+const MATCH_LIMIT: usize = 1_000;
+const BAN_LENGTH: usize = 5;
+
+/// Exponential rule backoff, with the settings and the decisions of egg's `BackoffScheduler`
+/// at its defaults: a rule whose search finds more than its limit of matches is not applied
+/// and is banned for some iterations; each ban doubles its limit and its next ban's length.
+/// egg's keeps each rule's record in a map by rule name, looked up twice per rule and
+/// iteration (6% of case-tp2's CPU); here it is a vector indexed by the rule's position.
+/// Rules of the same name share one record, as they share one entry in egg's map.
+struct Backoff {
+    /// Each rule's record, by the rule's position.
+    record: Vec<usize>,
+    bans: Vec<Ban>,
+}
+
+#[derive(Clone, Copy, Default)]
+struct Ban {
+    /// The first iteration the rule is searched again.
+    until: usize,
+    times: u32,
+}
+
+impl Backoff {
+    fn new(rules: &[Rewrite<Term, Shapes>]) -> Backoff {
+        let mut by_name: HashMap<Symbol, usize> = HashMap::new();
+        let record = rules
+            .iter()
+            .map(|rw| {
+                let next = by_name.len();
+                *by_name.entry(rw.name).or_insert(next)
+            })
+            .collect();
+        Backoff {
+            record,
+            bans: vec![Ban::default(); by_name.len()],
+        }
+    }
+
+    /// The matches of rule `k` to apply in `iteration`: none while it is banned, and none (the
+    /// rule then banned) where they are more than its limit.
+    fn search<'a>(
+        &mut self,
+        k: usize,
+        iteration: usize,
+        eg: &Graph,
+        rw: &'a Rewrite<Term, Shapes>,
+    ) -> Vec<egg::SearchMatches<'a, Term>> {
+        let ban = &mut self.bans[self.record[k]];
+        if iteration < ban.until {
+            return Vec::new();
+        }
+        let limit = MATCH_LIMIT.checked_shl(ban.times).unwrap_or(usize::MAX);
+        let matches = rw.search_with_limit(eg, limit.saturating_add(1));
+        let found: usize = matches.iter().map(|m| m.substs.len()).sum();
+        if found > limit {
+            ban.until = iteration + BAN_LENGTH.checked_shl(ban.times).unwrap_or(usize::MAX);
+            ban.times += 1;
+            return Vec::new();
+        }
+        matches
+    }
+
+    /// Whether a run that applied nothing in `iteration` has saturated: no rule is banned.
+    /// Otherwise the bans are brought forward so that the earliest one ends now.
+    fn can_stop(&mut self, iteration: usize) -> bool {
+        let banned = |b: &&mut Ban| b.until > iteration;
+        let Some(earliest) = self.bans.iter_mut().filter(banned).map(|b| b.until).min() else {
+            return true;
+        };
+        let skipped = earliest - iteration;
+        for b in self.bans.iter_mut().filter(banned) {
+            b.until -= skipped;
+        }
+        false
+    }
+}
+
 /// The limits of one saturation run ([`run_rules`]).
 pub(super) struct RunLimits {
     /// Iterations (search, apply, rebuild) at most.
@@ -175,7 +253,7 @@ pub(super) struct RunLimits {
     pub nodes: usize,
 }
 
-/// egg's `Runner` loop, with its backoff scheduler, without a clock read per rule: egg's
+/// egg's `Runner` loop with [`Backoff`], without a clock read per rule: egg's
 /// runner checks all its limits, wall clock included, after applying each rule, and with
 /// hundreds of rules and a few milliseconds per operator's e-graph those reads were 8-9% of
 /// case-tp2's CPU. Here the node limit is still checked after each rule (an apply phase stops
@@ -190,11 +268,10 @@ pub(super) fn run_rules(
     limits: RunLimits,
     mut hook: impl FnMut(&mut Graph) -> bool,
 ) {
-    use egg::RewriteScheduler;
     let started = std::time::Instant::now();
     let over_time = || started.elapsed() > SATURATION_WALL_CLOCK;
     let over_size = |eg: &Graph| eg.total_size() > limits.nodes;
-    let mut scheduler = egg::BackoffScheduler::default();
+    let mut scheduler = Backoff::new(rules);
     eg.rebuild();
     for iteration in 0..limits.iterations {
         if over_time() || over_size(eg) {
@@ -208,7 +285,8 @@ pub(super) fn run_rules(
         let after_hook = (eg.total_size(), eg.number_of_classes());
         let matches: Vec<Vec<egg::SearchMatches<Term>>> = rules
             .iter()
-            .map(|rw| scheduler.search_rewrite(iteration, eg, rw))
+            .enumerate()
+            .map(|(k, rw)| scheduler.search(k, iteration, eg, rw))
             .collect();
         // A search changes nothing the node limit reads, so one check covers the phase (the
         // hook may have grown the e-graph).
@@ -219,7 +297,9 @@ pub(super) fn run_rules(
         let mut applied = false;
         let mut stopped = false;
         for (rw, ms) in rules.iter().zip(matches) {
-            applied |= scheduler.apply_rewrite(iteration, eg, rw, ms) > 0;
+            if !ms.is_empty() {
+                applied |= !rw.apply(eg, &ms).is_empty();
+            }
             if over_size(eg) {
                 stopped = true;
                 break;
@@ -228,11 +308,7 @@ pub(super) fn run_rules(
         eg.rebuild();
         let unchanged = before == after_hook && before == (eg.total_size(), eg.number_of_classes());
         // `can_stop` fast-forwards banned rules, so it is asked only where egg's runner asks.
-        if stopped
-            || (!applied
-                && RewriteScheduler::<Term, Shapes>::can_stop(&mut scheduler, iteration)
-                && unchanged)
-        {
+        if stopped || (!applied && scheduler.can_stop(iteration) && unchanged) {
             return;
         }
     }

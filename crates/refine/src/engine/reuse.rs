@@ -732,10 +732,7 @@ fn check(
     run_rules(
         &mut eg,
         rules,
-        RunLimits {
-            iterations: opts.iter_limit * 2,
-            nodes: opts.node_limit,
-        },
+        RunLimits::new(opts.iter_limit * 2, opts.node_limit),
         |eg| {
             if crate::lemmas::mark_zero_blocks(eg) {
                 eg.rebuild();

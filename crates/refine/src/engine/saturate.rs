@@ -150,10 +150,7 @@ pub(super) fn saturate(
     run_rules(
         eg,
         rules,
-        RunLimits {
-            iterations: opts.iter_limit,
-            nodes: node_limit,
-        },
+        RunLimits::new(opts.iter_limit, node_limit),
         |eg| {
             if crate::lemmas::mark_zero_blocks(eg) {
                 eg.rebuild();
@@ -178,6 +175,8 @@ const BAN_LENGTH: usize = 5;
 /// iteration (6% of case-tp2's CPU); here it is a vector indexed by the rule's position.
 /// Rules of the same name share one record, as they share one entry in egg's map.
 struct Backoff {
+    /// A rule's search limit before its first ban.
+    limit: usize,
     /// Each rule's record, by the rule's position.
     record: Vec<usize>,
     bans: Vec<Ban>,
@@ -191,7 +190,7 @@ struct Ban {
 }
 
 impl Backoff {
-    fn new(rules: &[Rewrite<Term, Shapes>]) -> Backoff {
+    fn new(rules: &[Rewrite<Term, Shapes>], limit: usize) -> Backoff {
         let mut by_name: HashMap<Symbol, usize> = HashMap::new();
         let record = rules
             .iter()
@@ -201,6 +200,7 @@ impl Backoff {
             })
             .collect();
         Backoff {
+            limit,
             record,
             bans: vec![Ban::default(); by_name.len()],
         }
@@ -219,7 +219,7 @@ impl Backoff {
         if iteration < ban.until {
             return Vec::new();
         }
-        let limit = MATCH_LIMIT.checked_shl(ban.times).unwrap_or(usize::MAX);
+        let limit = self.limit.checked_shl(ban.times).unwrap_or(usize::MAX);
         let matches = rw.search_with_limit(eg, limit.saturating_add(1));
         let found: usize = matches.iter().map(|m| m.substs.len()).sum();
         if found > limit {
@@ -251,6 +251,19 @@ pub(super) struct RunLimits {
     pub iterations: usize,
     /// The e-graph's size (`EGraph::total_size`) past which no further rule is applied.
     pub nodes: usize,
+    /// A rule's search limit before its first ban ([`MATCH_LIMIT`]).
+    pub matches: usize,
+}
+
+impl RunLimits {
+    /// At most `iterations` iterations within `nodes`, rules banned past [`MATCH_LIMIT`].
+    pub fn new(iterations: usize, nodes: usize) -> RunLimits {
+        RunLimits {
+            iterations,
+            nodes,
+            matches: MATCH_LIMIT,
+        }
+    }
 }
 
 /// egg's `Runner` loop with [`Backoff`], without a clock read per rule: egg's
@@ -271,7 +284,7 @@ pub(super) fn run_rules(
     let started = std::time::Instant::now();
     let over_time = || started.elapsed() > SATURATION_WALL_CLOCK;
     let over_size = |eg: &Graph| eg.total_size() > limits.nodes;
-    let mut scheduler = Backoff::new(rules);
+    let mut scheduler = Backoff::new(rules, limits.matches);
     eg.rebuild();
     for iteration in 0..limits.iterations {
         if over_time() || over_size(eg) {
@@ -510,4 +523,107 @@ pub(super) struct Attempt {
     /// Whether some round left element moves over its operators to later rounds: only then
     /// does the retry that follows them differ.
     pub(super) moves_deferred: std::cell::Cell<bool>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shardproof_ir::DType;
+    use shardproof_ops::Meta;
+
+    /// A sum of six rank tensors of one shape (commuting and reassociating it gives thousands
+    /// of matches, so small match limits ban rules) beside a library lemma's term.
+    fn graph() -> (Graph, Id) {
+        let mut g = Graph::new(Shapes::default());
+        for leaf in ["%r0:a", "%r1:a", "%r2:a", "%r3:a", "%r0:b", "%r1:b"] {
+            g.analysis
+                .leaves
+                .insert(leaf.into(), Meta::new(DType::F64, vec![2, 4]));
+        }
+        let sum = "(aten.add.Tensor (aten.add.Tensor (aten.add.Tensor %r0:a %r1:a) \
+                   (aten.add.Tensor %r2:a %r3:a)) (aten.add.Tensor %r0:b %r1:b))";
+        let root = g.add_expr(&sum.parse().unwrap());
+        g.add_expr(
+            &"(cat 1 (slice 1 0 2 1 %r0:a) (slice 1 2 4 1 %r0:a))"
+                .parse()
+                .unwrap(),
+        );
+        g.rebuild();
+        (g, root)
+    }
+
+    fn rules() -> Vec<Rewrite<Term, Shapes>> {
+        let mut rules = vec![
+            egg::rewrite!("add-comm"; "(aten.add.Tensor ?a ?b)" => "(aten.add.Tensor ?b ?a)"),
+            egg::rewrite!("add-assoc"; "(aten.add.Tensor (aten.add.Tensor ?a ?b) ?c)"
+                => "(aten.add.Tensor ?a (aten.add.Tensor ?b ?c))"),
+        ];
+        rules.extend(crate::lemmas::library().iter().flat_map(|l| l.rewrites()));
+        rules
+    }
+
+    /// Every class of `g` with its nodes, in id order: two runs that made the same unions and
+    /// added the same nodes in the same order print the same.
+    fn dump(g: &Graph) -> String {
+        format!("{:?}", g.dump())
+    }
+
+    /// The saturation loop ends with the e-graph egg's runner and backoff scheduler leave, at
+    /// match limits that ban rules (and ban them again), node limits that stop an apply phase
+    /// part way, iteration limits, and a hook that ends the run.
+    #[test]
+    fn the_saturation_loop_leaves_the_egraph_as_eggs_runner_does() {
+        let rules = rules();
+        // The small limits ban `add-comm` at its first search, and a run that applied
+        // nothing then does not stop while the ban lasts.
+        let mut backoff = Backoff::new(&rules, 2);
+        let (g, _) = graph();
+        assert!(!rules[0].search(&g).is_empty());
+        assert!(backoff.search(0, 0, &g, &rules[0]).is_empty());
+        assert!(!backoff.can_stop(0));
+        assert!(backoff.can_stop(BAN_LENGTH));
+        for matches in [2, 7, 40, 1_000] {
+            for nodes in [60, 150, 400, 5_000] {
+                for iterations in [1, 3, 12] {
+                    for stop_at_merge in [false, true] {
+                        let (mut ours, root) = graph();
+                        let (theirs, _) = graph();
+                        let other =
+                            ours.lookup_expr(&"(aten.add.Tensor %r1:b %r0:b)".parse().unwrap());
+                        let merged = move |g: &Graph| {
+                            stop_at_merge
+                                && g.lookup_expr(&"(aten.add.Tensor %r1:b %r0:b)".parse().unwrap())
+                                    .is_some_and(|x| g.find(x) == g.find(root))
+                        };
+                        assert!(other.is_none());
+                        let limits = RunLimits {
+                            iterations,
+                            nodes,
+                            matches,
+                        };
+                        run_rules(&mut ours, &rules, limits, |g| merged(g));
+                        let runner = egg::Runner::default()
+                            .with_scheduler(
+                                egg::BackoffScheduler::default().with_initial_match_limit(matches),
+                            )
+                            .with_egraph(theirs)
+                            .with_iter_limit(iterations)
+                            .with_node_limit(nodes)
+                            .with_hook(move |r| {
+                                if merged(&r.egraph) {
+                                    return Err("merged".into());
+                                }
+                                Ok(())
+                            })
+                            .run(&rules);
+                        assert_eq!(
+                            dump(&ours),
+                            dump(&runner.egraph),
+                            "match limit {matches}, node limit {nodes}, {iterations} iterations, stop at merge {stop_at_merge}"
+                        );
+                    }
+                }
+            }
+        }
+    }
 }

@@ -23,13 +23,13 @@
 use super::explore::define;
 use super::extract::clean_size;
 use super::relation::{add_rec, add_relation, add_tpl, tpl_values, Impl, Rel, State};
-use super::saturate::new_graph;
+use super::saturate::{new_graph, run_rules, RunLimits};
 use super::seeds::seed_spec_equations;
 use super::Options;
 use crate::lemmas::Graph;
 use crate::lower::{Lowered, Tpl, ValueRef};
 use crate::term::{is_leaf, leaf_symbol, parse_leaf, Shapes, Term};
-use egg::{Id, RecExpr, Rewrite, Runner, Symbol};
+use egg::{Id, RecExpr, Rewrite, Symbol};
 use shardproof_ir::ValueId;
 use shardproof_ops::Meta;
 use std::collections::{HashMap, HashSet};
@@ -729,27 +729,17 @@ fn check(
         return true;
     }
     eg.analysis.node_cap = opts.node_limit.saturating_mul(10);
-    let runner = Runner::default()
-        .with_scheduler(super::saturate::LimitsOncePerSearch::default())
-        .with_egraph(eg)
-        .with_iter_limit(opts.iter_limit * 2)
-        .with_node_limit(opts.node_limit)
-        // As in inference: the limits, never the machine's load, end a run.
-        .with_time_limit(std::time::Duration::from_secs(120))
-        .with_hook({
-            let goals = goals.clone();
-            move |r| {
-                if crate::lemmas::mark_zero_blocks(&mut r.egraph) {
-                    r.egraph.rebuild();
-                }
-                if met(&r.egraph, &goals) {
-                    return Err("met".into());
-                }
-                Ok(())
+    run_rules(
+        &mut eg,
+        rules,
+        RunLimits::new(opts.iter_limit * 2, opts.node_limit),
+        |eg| {
+            if crate::lemmas::mark_zero_blocks(eg) {
+                eg.rebuild();
             }
-        })
-        .run(rules);
-    let mut eg = runner.egraph;
+            met(eg, &goals)
+        },
+    );
     eg.rebuild();
     if met(&eg, &goals) {
         return true;

@@ -15,7 +15,7 @@ use super::Options;
 use crate::lemmas::{Graph, SCALE};
 use crate::lower::{Tpl, ValueRef};
 use crate::term::{is_op, Shapes, Term};
-use egg::{Id, RecExpr, Rewrite, Runner, Symbol};
+use egg::{Id, RecExpr, Rewrite, Symbol};
 use shardproof_ir::ValueId;
 use std::collections::{HashMap, HashSet};
 
@@ -147,71 +147,183 @@ pub(super) fn saturate(
         opts.node_limit
     };
     eg.analysis.node_cap = node_limit.saturating_mul(NODE_CAP_FACTOR);
-    let runner = Runner::default()
-        .with_scheduler(LimitsOncePerSearch::default())
-        .with_egraph(std::mem::take(eg))
-        .with_iter_limit(opts.iter_limit)
-        .with_node_limit(node_limit)
-        .with_time_limit(SATURATION_WALL_CLOCK)
-        .with_hook(|r| {
-            if crate::lemmas::mark_zero_blocks(&mut r.egraph) {
-                r.egraph.rebuild();
+    run_rules(
+        eg,
+        rules,
+        RunLimits::new(opts.iter_limit, node_limit),
+        |eg| {
+            if crate::lemmas::mark_zero_blocks(eg) {
+                eg.rebuild();
             }
-            Ok(())
-        })
-        .run(rules);
+            false
+        },
+    );
     attempt
         .peak_nodes
-        .set(attempt.peak_nodes.get().max(runner.egraph.total_size()));
-    *eg = runner.egraph;
+        .set(attempt.peak_nodes.get().max(eg.total_size()));
     crate::lemmas::merge_equal_sums(eg);
 }
 
-/// egg's backoff scheduler, checking the runner's limits once after searching every rule rather
-/// than after each one: a search changes nothing the node and iteration limits read, so only
-/// the wall-clock limit (a guard against a runaway run, never reached by the limits' design)
-/// could stop a search phase earlier. The check reads the clock, and with hundreds of rules
-/// and a few milliseconds per operator's e-graph that read was 3% of case-tp2's time.
-#[derive(Default)]
-pub(super) struct LimitsOncePerSearch(egg::BackoffScheduler);
+/// A rule's search limit before its first ban, and its first ban's length in iterations.
+const MATCH_LIMIT: usize = 1_000;
+const BAN_LENGTH: usize = 5;
 
-impl egg::RewriteScheduler<Term, Shapes> for LimitsOncePerSearch {
-    fn can_stop(&mut self, iteration: usize) -> bool {
-        egg::RewriteScheduler::<Term, Shapes>::can_stop(&mut self.0, iteration)
-    }
+/// Exponential rule backoff, with the settings and the decisions of egg's `BackoffScheduler`
+/// at its defaults: a rule whose search finds more than its limit of matches is not applied
+/// and is banned for some iterations; each ban doubles its limit and its next ban's length.
+/// egg's keeps each rule's record in a map by rule name, looked up twice per rule and
+/// iteration (6% of case-tp2's CPU); here it is a vector indexed by the rule's position.
+/// Rules of the same name share one record, as they share one entry in egg's map.
+struct Backoff {
+    /// A rule's search limit before its first ban.
+    limit: usize,
+    /// Each rule's record, by the rule's position.
+    record: Vec<usize>,
+    bans: Vec<Ban>,
+}
 
-    fn search_rewrites<'a>(
-        &mut self,
-        iteration: usize,
-        egraph: &Graph,
-        rewrites: &[&'a Rewrite<Term, Shapes>],
-        limits: &egg::RunnerLimits,
-    ) -> egg::RunnerResult<Vec<Vec<egg::SearchMatches<'a, Term>>>> {
-        let matches = rewrites
+#[derive(Clone, Copy, Default)]
+struct Ban {
+    /// The first iteration the rule is searched again.
+    until: usize,
+    times: u32,
+}
+
+impl Backoff {
+    fn new(rules: &[Rewrite<Term, Shapes>], limit: usize) -> Backoff {
+        let mut by_name: HashMap<Symbol, usize> = HashMap::new();
+        let record = rules
             .iter()
-            .map(|rw| self.0.search_rewrite(iteration, egraph, rw))
+            .map(|rw| {
+                let next = by_name.len();
+                *by_name.entry(rw.name).or_insert(next)
+            })
             .collect();
-        limits.check_limits(iteration, egraph)?;
-        Ok(matches)
+        Backoff {
+            limit,
+            record,
+            bans: vec![Ban::default(); by_name.len()],
+        }
     }
 
-    fn search_rewrite<'a>(
+    /// The matches of rule `k` to apply in `iteration`: none while it is banned, and none (the
+    /// rule then banned) where they are more than its limit.
+    fn search<'a>(
         &mut self,
+        k: usize,
         iteration: usize,
-        egraph: &Graph,
-        rewrite: &'a Rewrite<Term, Shapes>,
+        eg: &Graph,
+        rw: &'a Rewrite<Term, Shapes>,
     ) -> Vec<egg::SearchMatches<'a, Term>> {
-        self.0.search_rewrite(iteration, egraph, rewrite)
+        let ban = &mut self.bans[self.record[k]];
+        if iteration < ban.until {
+            return Vec::new();
+        }
+        let limit = self.limit.checked_shl(ban.times).unwrap_or(usize::MAX);
+        let matches = rw.search_with_limit(eg, limit.saturating_add(1));
+        let found: usize = matches.iter().map(|m| m.substs.len()).sum();
+        if found > limit {
+            ban.until = iteration + BAN_LENGTH.checked_shl(ban.times).unwrap_or(usize::MAX);
+            ban.times += 1;
+            return Vec::new();
+        }
+        matches
     }
 
-    fn apply_rewrite(
-        &mut self,
-        iteration: usize,
-        egraph: &mut Graph,
-        rewrite: &Rewrite<Term, Shapes>,
-        matches: Vec<egg::SearchMatches<Term>>,
-    ) -> usize {
-        self.0.apply_rewrite(iteration, egraph, rewrite, matches)
+    /// Whether a run that applied nothing in `iteration` has saturated: no rule is banned.
+    /// Otherwise the bans are brought forward so that the earliest one ends now.
+    fn can_stop(&mut self, iteration: usize) -> bool {
+        let banned = |b: &&mut Ban| b.until > iteration;
+        let Some(earliest) = self.bans.iter_mut().filter(banned).map(|b| b.until).min() else {
+            return true;
+        };
+        let skipped = earliest - iteration;
+        for b in self.bans.iter_mut().filter(banned) {
+            b.until -= skipped;
+        }
+        false
+    }
+}
+
+/// The limits of one saturation run ([`run_rules`]).
+pub(super) struct RunLimits {
+    /// Iterations (search, apply, rebuild) at most.
+    pub iterations: usize,
+    /// The e-graph's size (`EGraph::total_size`) past which no further rule is applied.
+    pub nodes: usize,
+    /// A rule's search limit before its first ban ([`MATCH_LIMIT`]).
+    pub matches: usize,
+}
+
+impl RunLimits {
+    /// At most `iterations` iterations within `nodes`, rules banned past [`MATCH_LIMIT`].
+    pub fn new(iterations: usize, nodes: usize) -> RunLimits {
+        RunLimits {
+            iterations,
+            nodes,
+            matches: MATCH_LIMIT,
+        }
+    }
+}
+
+/// egg's `Runner` loop with [`Backoff`], without a clock read per rule: egg's
+/// runner checks all its limits, wall clock included, after applying each rule, and with
+/// hundreds of rules and a few milliseconds per operator's e-graph those reads were 8-9% of
+/// case-tp2's CPU. Here the node limit is still checked after each rule (an apply phase stops
+/// at the first rule that takes the e-graph past it, as egg's does), the iteration limit before
+/// each iteration, and the wall clock ([`SATURATION_WALL_CLOCK`], a guard against a runaway
+/// run that the node and iteration limits keep out of reach) only before each iteration and
+/// after each search phase. So the e-graph ends as egg's runner leaves it. `hook` runs before
+/// each iteration's search, as egg's hooks do; returning true ends the run there.
+pub(super) fn run_rules(
+    eg: &mut Graph,
+    rules: &[Rewrite<Term, Shapes>],
+    limits: RunLimits,
+    mut hook: impl FnMut(&mut Graph) -> bool,
+) {
+    let started = std::time::Instant::now();
+    let over_time = || started.elapsed() > SATURATION_WALL_CLOCK;
+    let over_size = |eg: &Graph| eg.total_size() > limits.nodes;
+    let mut scheduler = Backoff::new(rules, limits.matches);
+    eg.rebuild();
+    for iteration in 0..limits.iterations {
+        if over_time() || over_size(eg) {
+            return;
+        }
+        let before = (eg.total_size(), eg.number_of_classes());
+        if hook(eg) {
+            eg.rebuild();
+            return;
+        }
+        let after_hook = (eg.total_size(), eg.number_of_classes());
+        let matches: Vec<Vec<egg::SearchMatches<Term>>> = rules
+            .iter()
+            .enumerate()
+            .map(|(k, rw)| scheduler.search(k, iteration, eg, rw))
+            .collect();
+        // A search changes nothing the node limit reads, so one check covers the phase (the
+        // hook may have grown the e-graph).
+        if over_time() || over_size(eg) {
+            eg.rebuild();
+            return;
+        }
+        let mut applied = false;
+        let mut stopped = false;
+        for (rw, ms) in rules.iter().zip(matches) {
+            if !ms.is_empty() {
+                applied |= !rw.apply(eg, &ms).is_empty();
+            }
+            if over_size(eg) {
+                stopped = true;
+                break;
+            }
+        }
+        eg.rebuild();
+        let unchanged = before == after_hook && before == (eg.total_size(), eg.number_of_classes());
+        // `can_stop` fast-forwards banned rules, so it is asked only where egg's runner asks.
+        if stopped || (!applied && scheduler.can_stop(iteration) && unchanged) {
+            return;
+        }
     }
 }
 
@@ -411,4 +523,107 @@ pub(super) struct Attempt {
     /// Whether some round left element moves over its operators to later rounds: only then
     /// does the retry that follows them differ.
     pub(super) moves_deferred: std::cell::Cell<bool>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shardproof_ir::DType;
+    use shardproof_ops::Meta;
+
+    /// A sum of six rank tensors of one shape (commuting and reassociating it gives thousands
+    /// of matches, so small match limits ban rules) beside a library lemma's term.
+    fn graph() -> (Graph, Id) {
+        let mut g = Graph::new(Shapes::default());
+        for leaf in ["%r0:a", "%r1:a", "%r2:a", "%r3:a", "%r0:b", "%r1:b"] {
+            g.analysis
+                .leaves
+                .insert(leaf.into(), Meta::new(DType::F64, vec![2, 4]));
+        }
+        let sum = "(aten.add.Tensor (aten.add.Tensor (aten.add.Tensor %r0:a %r1:a) \
+                   (aten.add.Tensor %r2:a %r3:a)) (aten.add.Tensor %r0:b %r1:b))";
+        let root = g.add_expr(&sum.parse().unwrap());
+        g.add_expr(
+            &"(cat 1 (slice 1 0 2 1 %r0:a) (slice 1 2 4 1 %r0:a))"
+                .parse()
+                .unwrap(),
+        );
+        g.rebuild();
+        (g, root)
+    }
+
+    fn rules() -> Vec<Rewrite<Term, Shapes>> {
+        let mut rules = vec![
+            egg::rewrite!("add-comm"; "(aten.add.Tensor ?a ?b)" => "(aten.add.Tensor ?b ?a)"),
+            egg::rewrite!("add-assoc"; "(aten.add.Tensor (aten.add.Tensor ?a ?b) ?c)"
+                => "(aten.add.Tensor ?a (aten.add.Tensor ?b ?c))"),
+        ];
+        rules.extend(crate::lemmas::library().iter().flat_map(|l| l.rewrites()));
+        rules
+    }
+
+    /// Every class of `g` with its nodes, in id order: two runs that made the same unions and
+    /// added the same nodes in the same order print the same.
+    fn dump(g: &Graph) -> String {
+        format!("{:?}", g.dump())
+    }
+
+    /// The saturation loop ends with the e-graph egg's runner and backoff scheduler leave, at
+    /// match limits that ban rules (and ban them again), node limits that stop an apply phase
+    /// part way, iteration limits, and a hook that ends the run.
+    #[test]
+    fn the_saturation_loop_leaves_the_egraph_as_eggs_runner_does() {
+        let rules = rules();
+        // The small limits ban `add-comm` at its first search, and a run that applied
+        // nothing then does not stop while the ban lasts.
+        let mut backoff = Backoff::new(&rules, 2);
+        let (g, _) = graph();
+        assert!(!rules[0].search(&g).is_empty());
+        assert!(backoff.search(0, 0, &g, &rules[0]).is_empty());
+        assert!(!backoff.can_stop(0));
+        assert!(backoff.can_stop(BAN_LENGTH));
+        for matches in [2, 7, 40, 1_000] {
+            for nodes in [60, 150, 400, 5_000] {
+                for iterations in [1, 3, 12] {
+                    for stop_at_merge in [false, true] {
+                        let (mut ours, root) = graph();
+                        let (theirs, _) = graph();
+                        let other =
+                            ours.lookup_expr(&"(aten.add.Tensor %r1:b %r0:b)".parse().unwrap());
+                        let merged = move |g: &Graph| {
+                            stop_at_merge
+                                && g.lookup_expr(&"(aten.add.Tensor %r1:b %r0:b)".parse().unwrap())
+                                    .is_some_and(|x| g.find(x) == g.find(root))
+                        };
+                        assert!(other.is_none());
+                        let limits = RunLimits {
+                            iterations,
+                            nodes,
+                            matches,
+                        };
+                        run_rules(&mut ours, &rules, limits, |g| merged(g));
+                        let runner = egg::Runner::default()
+                            .with_scheduler(
+                                egg::BackoffScheduler::default().with_initial_match_limit(matches),
+                            )
+                            .with_egraph(theirs)
+                            .with_iter_limit(iterations)
+                            .with_node_limit(nodes)
+                            .with_hook(move |r| {
+                                if merged(&r.egraph) {
+                                    return Err("merged".into());
+                                }
+                                Ok(())
+                            })
+                            .run(&rules);
+                        assert_eq!(
+                            dump(&ours),
+                            dump(&runner.egraph),
+                            "match limit {matches}, node limit {nodes}, {iterations} iterations, stop at merge {stop_at_merge}"
+                        );
+                    }
+                }
+            }
+        }
+    }
 }

@@ -10,7 +10,8 @@
 //! present, adjacent slices, transposes of either), never by cutting a tensor anew.
 
 use super::ring::{
-    calls, cats_along, finite_lse, fully_masked, has, is_maximum_of, make_fill, normalizer_parts,
+    calls, calls_op, cats_along, finite_lse, fully_masked, has, has_op, is_maximum_of, make_fill,
+    normalizer_parts,
 };
 use super::{classes_of, int, is_one, op, shape, slice, zero_fill, Graph, Lemma, SUM};
 use crate::term::{is_op, sym, Term, CAT, SLICE};
@@ -72,8 +73,8 @@ fn product_dims(sym: &str, ra: usize, rb: usize) -> Option<(usize, usize, usize)
 /// The products `sym(a, b)` of a class (a few at most).
 fn products(g: &Graph, id: Id) -> Vec<(&'static str, Id, Id)> {
     let mut out = Vec::new();
-    for sym in PRODUCTS {
-        for k in calls(g, id, sym) {
+    for (sym, interned) in PRODUCTS.into_iter().zip(product_syms()) {
+        for k in calls_op(g, id, interned) {
             if k.len() == 2 {
                 out.push((sym, k[0], k[1]));
             }
@@ -149,7 +150,7 @@ fn sum_drops_zero_terms() -> Lemma {
         ],
         requires: None,
         build: Arc::new(|g, eclass, kids| {
-            if !kids.iter().any(|&t| has(g, t, FULL) || has(g, t, TRANSPOSE)) {
+            if !kids.iter().any(|&t| has_op(g, t, sym!(FULL)) || has_op(g, t, sym!(TRANSPOSE))) {
                 return vec![];
             }
             let zero: Vec<Option<(Id, Vec<Id>)>> = kids.iter().map(|&t| zero_fill(g, t, 2)).collect();
@@ -161,7 +162,7 @@ fn sum_drops_zero_terms() -> Lemma {
                     vec![zeros(g, &out, &f)]
                 }
                 1 => kept,
-                _ => vec![op(g, SUM, kept)],
+                _ => vec![g.add(Term::Op(sym!(SUM), kept))],
             }
         }),
     }
@@ -279,7 +280,7 @@ fn sum_of_contraction_blocks() -> Lemma {
         ],
         requires: None,
         build: Arc::new(|g, _, kids| {
-            if kids.iter().filter(|&&t| PRODUCTS.iter().any(|s| has(g, t, s))).count() < 2 {
+            if kids.iter().filter(|&&t| product_syms().into_iter().any(|s| has_op(g, t, s))).count() < 2 {
                 return vec![];
             }
             // Per term: its products, each as one block on either side.
@@ -312,7 +313,7 @@ fn sum_of_contraction_blocks() -> Lemma {
                 return vec![];
             }
             let ids: Vec<Id> = terms.iter().map(|t| t.0).collect();
-            vec![if ids.len() == 1 { ids[0] } else { op(g, SUM, ids) }]
+            vec![if ids.len() == 1 { ids[0] } else { g.add(Term::Op(sym!(SUM), ids)) }]
         }),
     }
 }
@@ -1232,21 +1233,22 @@ pub fn mark_zero_blocks(g: &mut Graph) -> bool {
 }
 
 /// The layout operators `sum-of-common-layout` factors out of a sum, with the position of
-/// their tensor operand.
-const LAYOUTS: [(&str, usize); 4] = [
-    ("aten.permute.default", 0),
-    (TRANSPOSE, 0),
-    ("aten.view.default", 0),
-    (SLICE, 3),
-];
+/// their tensor operand; interned once per call site (the lemma scans every two-term sum).
+fn layouts() -> [(egg::Symbol, usize); 4] {
+    [
+        (sym!("aten.permute.default"), 0),
+        (sym!(TRANSPOSE), 0),
+        (sym!("aten.view.default"), 0),
+        (sym!(SLICE), 3),
+    ]
+}
 
 /// The layout calls two terms share: `(operator, arguments, the two operands)` for each layout
 /// operator with the same arguments (dims, shape, range) in both classes. Compared in place:
 /// the lemma scans every two-term sum of every e-graph.
 fn common_layouts(g: &Graph, a: Id, b: Id) -> Vec<(egg::Symbol, Vec<Id>, [Id; 2])> {
     let mut out = Vec::new();
-    for (sym, at) in LAYOUTS {
-        let sym = egg::Symbol::from(sym);
+    for (sym, at) in layouts() {
         let of = |id: Id| {
             g[id].nodes.iter().filter_map(move |n| match n {
                 Term::Op(s, k) if *s == sym && k.len() > at => Some(k),
@@ -1305,10 +1307,10 @@ fn named_by_rank(g: &Graph, id: Id) -> bool {
 
 /// The layout call `sym(args)` with its tensor operand replaced by `x`.
 fn relayout(g: &mut Graph, sym: egg::Symbol, args: &[Id], x: Id) -> Id {
-    let at = LAYOUTS
-        .iter()
-        .find(|(s, _)| egg::Symbol::from(*s) == sym)
-        .map_or(0, |&(_, at)| at);
+    let at = layouts()
+        .into_iter()
+        .find(|&(s, _)| s == sym)
+        .map_or(0, |(_, at)| at);
     let mut kids = args.to_vec();
     kids[at] = x;
     g.add(Term::Op(sym, kids))
@@ -1332,7 +1334,7 @@ fn sum_of_common_layout() -> Lemma {
         ],
         requires: None,
         build: Arc::new(|g, _, kids| {
-            if kids.len() != 2 || !kids.iter().all(|&k| LAYOUTS.iter().any(|(s, _)| has(g, k, s))) {
+            if kids.len() != 2 || !kids.iter().all(|&k| layouts().into_iter().any(|(s, _)| has_op(g, k, s))) {
                 return vec![];
             }
             let mut found = Vec::new();

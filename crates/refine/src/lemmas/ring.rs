@@ -58,7 +58,7 @@ pub(super) fn calls(g: &Graph, id: Id, sym: &str) -> Vec<Vec<Id>> {
 /// [`calls`] with the operator already interned: this file's own calls pass `sym!(NAME)`, so
 /// that the walks run on every match (`finite_product`, `recomputes_probabilities`) take no
 /// symbol-table lock per call.
-fn calls_op(g: &Graph, id: Id, sym: Symbol) -> Vec<Vec<Id>> {
+pub(super) fn calls_op(g: &Graph, id: Id, sym: Symbol) -> Vec<Vec<Id>> {
     g[id]
         .nodes
         .iter()
@@ -77,7 +77,7 @@ pub(super) fn has(g: &Graph, id: Id, sym: &str) -> bool {
 }
 
 /// [`has`] with the operator already interned (see [`calls_op`]).
-fn has_op(g: &Graph, id: Id, sym: Symbol) -> bool {
+pub(super) fn has_op(g: &Graph, id: Id, sym: Symbol) -> bool {
     g[id]
         .nodes
         .iter()

@@ -900,3 +900,56 @@ fn an_integer_input_that_indexes_nothing_ranges_over_every_integer() {
     assert_eq!(proof.verdict, Verdict::Refuted, "{:?}", proof.message);
     assert!(proof.counterexample.is_some());
 }
+
+#[test]
+fn a_replicated_output_wrong_on_one_copy_only_is_refuted_and_confirmed_on_that_copy() {
+    // Rank 0's copy is wrong, rank 1's (the last holder) is right: the counterexample must be
+    // read on rank 0's copy, by the run first and by the symbolic path alike.
+    let dir = tempfile::tempdir().unwrap();
+    let graph = |factor: &str| {
+        format!(
+            "class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[4, 6]\"):\n        mul: \"f32[4, 6]\" = torch.ops.aten.mul.Tensor(x, {factor});  x = None\n        return (mul,)\n"
+        )
+    };
+    std::fs::write(dir.path().join("spec.py"), graph("2.0")).unwrap();
+    std::fs::write(dir.path().join("r0.py"), graph("3.0")).unwrap();
+    std::fs::write(dir.path().join("r1.py"), graph("2.0")).unwrap();
+    std::fs::write(
+        dir.path().join("case.yaml"),
+        "version: 1\nname: one-copy\nspec:\n  graph: spec.py\nimpl:\n  mesh: { dp: 2 }\n  graphs: [r0.py, r1.py]\ninputs:\n  x: Replicate()\noutputs:\n  mul: Replicate()\n",
+    )
+    .unwrap();
+    let case = shardproof_case::load_case(&dir.path().join("case.yaml")).unwrap();
+    for run_first in [true, false] {
+        let cfg = ProveConfig {
+            run_first,
+            ..ProveConfig::default()
+        };
+        let proof = prove_case(&case, &cfg);
+        assert_eq!(
+            proof.verdict,
+            Verdict::Refuted,
+            "{run_first}: {:?}",
+            proof.message
+        );
+        let cx = proof.counterexample.expect("a confirmed counterexample");
+        assert!(
+            (cx.rebuilt_value - 1.5 * cx.spec_value).abs() <= 1e-9 * cx.spec_value.abs(),
+            "{run_first}: spec {} rebuilt {}",
+            cx.spec_value,
+            cx.rebuilt_value
+        );
+        let out = tempfile::tempdir().unwrap();
+        cx.write(out.path(), "one-copy").unwrap();
+        let plan: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.path().join("replay.json")).unwrap())
+                .unwrap();
+        // The replay rebuilds the element from rank 0's copy too.
+        let flat = cx.index[0] * 6 + cx.index[1];
+        assert_eq!(
+            plan["sources"][flat][0], 0,
+            "{run_first}: {}",
+            plan["sources"][flat]
+        );
+    }
+}

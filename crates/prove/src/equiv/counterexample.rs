@@ -105,45 +105,71 @@ pub fn confirm(
         let &(_, v) = holders.iter().find(|(h, _)| *h == r)?;
         rank_envs[r].get(v)
     };
-    let holder_ranks: Vec<usize> = holders.iter().map(|&(r, _)| r).collect();
-    let rebuilt = rebuild(
-        layout,
-        spec.shape(),
-        &case.program.mesh,
-        &holder_ranks,
-        &|r| value_of(r).map(|t| t.shape().to_vec()),
-        &mut |r, i| value_of(r).expect("shape checked").data[i],
-        &mut |red, xs: Vec<f64>| {
-            Ok(match red {
-                Reduce::Sum => xs.iter().sum(),
-                Reduce::Avg => xs.iter().sum::<f64>() / xs.len() as f64,
-                Reduce::Max => xs.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-                Reduce::Min => xs.iter().copied().fold(f64::INFINITY, f64::min),
-            })
-        },
-    )
-    .map_err(|m| m.0)?;
+    let shape_of = |r: usize| value_of(r).map(|t| t.shape().to_vec());
+    // Each holder's pieces apart: a replicated element has a copy on every holder, and the
+    // ranks may differ on one copy only (the goal refuted on it), so no single copy stands
+    // for the others.
+    let mut copies: Vec<(usize, usize, f64)> = Vec::new();
+    for (position, &(h, _)) in holders.iter().enumerate() {
+        let pieces = rebuild(
+            layout,
+            spec.shape(),
+            &case.program.mesh,
+            &[h],
+            &shape_of,
+            &mut |r, i| value_of(r).expect("shape checked").data[i],
+            &mut |red, xs: Vec<f64>| {
+                Ok(match red {
+                    Reduce::Sum => xs.iter().sum(),
+                    Reduce::Avg => xs.iter().sum::<f64>() / xs.len() as f64,
+                    Reduce::Max => xs.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+                    Reduce::Min => xs.iter().copied().fold(f64::INFINITY, f64::min),
+                })
+            },
+        )
+        .map_err(|m| m.0)?;
+        copies.extend(
+            pieces
+                .into_iter()
+                .map(|p| (position, p.spec_index, p.value)),
+        );
+    }
+    let differing_copy = |i: usize| {
+        copies
+            .iter()
+            .find(|&&(_, j, v)| j == i && clearly_differ(spec.data[i], v))
+            .map(|&(position, _, _)| position)
+    };
+    let spec_index = match spec_index {
+        Some(i) => i,
+        None => (0..spec.numel())
+            .find(|&i| differing_copy(i).is_some())
+            .ok_or_else(|| "no element of the output differs".to_string())?,
+    };
+    // The holder whose copy differs is put last, so that the rebuilt output and the replay
+    // (both take an element's last copy) show the difference.
+    let mut holders = holders.to_vec();
+    if let Some(position) = differing_copy(spec_index) {
+        let h = holders.remove(position);
+        holders.push(h);
+        // A stable sort: the other holders' copies keep their order.
+        copies.sort_by_key(|c| c.0 == position);
+    }
     let mut full = vec![f64::NAN; spec.numel()];
-    for r in &rebuilt {
-        full[r.spec_index] = r.value;
+    for &(_, i, v) in &copies {
+        full[i] = v;
     }
     let replay = super::replay::plan(
         case,
         name,
         spec_value,
         spec.shape(),
-        holders,
+        &holders,
         layout,
         &spec_inputs,
         &rank_inputs,
-        &|r| value_of(r).map(|t| t.shape().to_vec()),
+        &shape_of,
     );
-    let spec_index = match spec_index {
-        Some(i) => i,
-        None => (0..full.len())
-            .find(|&i| clearly_differ(spec.data[i], full[i]))
-            .ok_or_else(|| "no element of the output differs".to_string())?,
-    };
     let (want, got) = (spec.data[spec_index], full[spec_index]);
     if !clearly_differ(want, got) {
         return Err(format!(

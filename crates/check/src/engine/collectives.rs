@@ -131,21 +131,26 @@ pub(super) fn lift_exempt(
             (dual || lift_reads_scaled).then(|| vec![Place::Replicate; nout])
         }
         Some(Exempt::PartialPlusReplicate(red)) => {
+            // Whether a replicated input is computed otherwise on a peer rank, by
+            // `same(peer, peer's node)`, or missing there.
+            let replicated_input_differs = |same: &dyn Fn(usize, usize, usize) -> bool| {
+                !stage_dim
+                    && inputs
+                        .iter()
+                        .filter(|&&v| place(v) == Place::Replicate)
+                        .any(|&v| {
+                            let vname = g.nodes[v.node].name.as_str();
+                            peers.iter().any(|&p| {
+                                p != r
+                                    && sh.names[p]
+                                        .get(vname)
+                                        .is_none_or(|&j| !same(v.node, p, j as usize))
+                            })
+                        })
+            };
             // The replicated terms computed differently on the ranks (added on
             // some ranks only).
-            let differs = !stage_dim
-                && inputs
-                    .iter()
-                    .filter(|&&v| place(v) == Place::Replicate)
-                    .any(|&v| {
-                        let vname = g.nodes[v.node].name.as_str();
-                        peers.iter().any(|&p| {
-                            p != r
-                                && sh.names[p]
-                                    .get(vname)
-                                    .is_none_or(|&j| !sh.same_expr(r, v.node, p, j as usize))
-                        })
-                    });
+            let differs = replicated_input_differs(&|a, p, b| sh.same_expr(r, a, p, b));
             // Every rank's share `b / n` adds up to `b` in a sum of the
             // pieces; their average gets `b / n` (a finding stays).
             lift_reads_scaled = !differs && red == Red::Sum && tensor_inputs_scaled(rp);
@@ -158,24 +163,9 @@ pub(super) fn lift_exempt(
             // member adds it, alike, and that each collective met is a shared leaf (its
             // region's replicated operands alike), is the output comparison's check
             // (`region::Operands::every_member`).
-            let differs_above_collectives = !stage_dim
-                && inputs
-                    .iter()
-                    .filter(|&&v| place(v) == Place::Replicate)
-                    .any(|&v| {
-                        let vname = g.nodes[v.node].name.as_str();
-                        peers.iter().any(|&p| {
-                            p != r
-                                && sh.names[p].get(vname).is_none_or(|&j| {
-                                    !same_above_collectives(
-                                        g,
-                                        v.node,
-                                        &sh.program.ranks[p],
-                                        j as usize,
-                                    )
-                                })
-                        })
-                    });
+            let differs_above_collectives = replicated_input_differs(&|a, p, b| {
+                same_above_collectives(g, a, &sh.program.ranks[p], b)
+            });
             let avg_of_shared_term = !differs_above_collectives
                 && !stage_dim
                 && red == Red::Avg

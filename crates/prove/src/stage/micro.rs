@@ -212,8 +212,12 @@ fn with_rows(ty: &TensorType, rows: i64) -> Result<TensorType, String> {
     Ok(TensorType::new(ty.dtype, &shape))
 }
 
-/// Appends `cat(values, 0)` to `g`, the establishing side of a microbatched cut; returns it.
-pub(crate) fn append_cat(g: &mut Graph, values: &[ValueId]) -> Result<ValueId, String> {
+/// The type of `cat(values, 0)` (the microbatches joined), a microbatch's rows, and a fresh
+/// name for the joined value in `g`.
+fn joined_type_and_name(
+    g: &Graph,
+    values: &[ValueId],
+) -> Result<(TensorType, i64, String), String> {
     let ty = type_of(g, values[0])?;
     let rows = ty
         .concrete_shape()
@@ -221,6 +225,12 @@ pub(crate) fn append_cat(g: &mut Graph, values: &[ValueId]) -> Result<ValueId, S
         .unwrap_or(0);
     let joined = with_rows(&ty, rows * values.len() as i64)?;
     let name = crate::fresh_value_name(g, &format!("{}_microbatches", g.value_name(values[0])));
+    Ok((joined, rows, name))
+}
+
+/// Appends `cat(values, 0)` to `g`, the establishing side of a microbatched cut; returns it.
+pub(crate) fn append_cat(g: &mut Graph, values: &[ValueId]) -> Result<ValueId, String> {
+    let (joined, _, name) = joined_type_and_name(g, values)?;
     let list = Arg::List(values.iter().map(|&v| Arg::Value(v)).collect());
     let at = g.push(call(
         name,
@@ -243,14 +253,8 @@ fn slice_input(g: &Graph, values: &[ValueId]) -> Result<Rebuilt, String> {
             ));
         }
     }
-    let ty = type_of(g, values[0])?;
-    let rows = ty
-        .concrete_shape()
-        .and_then(|s| s.first().copied())
-        .unwrap_or(0);
-    let joined = with_rows(&ty, rows * values.len() as i64)?;
+    let (joined, rows, name) = joined_type_and_name(g, values)?;
     let first = values.iter().map(|v| v.node).min().unwrap_or(0);
-    let name = crate::fresh_value_name(g, &format!("{}_microbatches", g.value_name(values[0])));
     let mut out = Graph::new(g.name.clone());
     out.path = g.path.clone();
     let mut map: Vec<Option<usize>> = vec![None; g.nodes.len()];

@@ -111,6 +111,20 @@ pub(super) fn vocab_proofs(
     // A vocabulary-shard lookup zeroed outside a mask is a partial sum only
     // where the mask is the rank's range (checked on the graph).
     let mut vocab_unproven = None;
+    // Whether `mask` is the rank's vocabulary range over `x`'s rows (`indexes`: the mask
+    // indexes the rows, `index_put`, rather than selecting them elementwise).
+    let range_on_rank = |x: ValueId, mask: ValueId, indexes: bool| {
+        crate::vocab::range_proven(
+            g,
+            x,
+            mask,
+            indexes,
+            &|| my_coord(m),
+            |v| rp.of(v, nd)[m] == Place::Replicate,
+            |v| rp.of(v, nd)[m].shard_dim(),
+            meta_of,
+        )
+    };
     // The one-hot of ids over the rank's vocabulary range is the rank's columns
     // of the one-hot over the whole vocabulary.
     if matches!(op.name.as_str(), "bitwise_and" | "logical_and")
@@ -158,16 +172,7 @@ pub(super) fn vocab_proofs(
         let mask = bound.get("mask").and_then(|a| a.as_value());
         if let (Some(x), Some(mask)) = (x, mask) {
             if rp.of(x, nd)[m] == Place::Unmasked {
-                let proven = crate::vocab::range_proven(
-                    g,
-                    x,
-                    mask,
-                    false,
-                    &|| my_coord(m),
-                    |v| rp.of(v, nd)[m] == Place::Replicate,
-                    |v| rp.of(v, nd)[m].shard_dim(),
-                    meta_of,
-                );
+                let proven = range_on_rank(x, mask, false);
                 if let Err(why) = proven {
                     result.iter_mut().for_each(|p| *p = Place::Unknown);
                     vocab_unproven =
@@ -201,16 +206,7 @@ pub(super) fn vocab_proofs(
                     _ if accumulates => Err("the write accumulates: the masked \
                                              rows are not zeroed"),
                     None => Err("the rows are not picked by one mask"),
-                    Some(mask) => crate::vocab::range_proven(
-                        g,
-                        x,
-                        mask,
-                        true,
-                        &|| my_coord(m),
-                        |v| rp.of(v, nd)[m] == Place::Replicate,
-                        |v| rp.of(v, nd)[m].shard_dim(),
-                        meta_of,
-                    ),
+                    Some(mask) => range_on_rank(x, mask, true),
                 };
                 if let Err(why) = proven {
                     result.iter_mut().for_each(|p| *p = Place::Unknown);

@@ -713,15 +713,7 @@ fn emit_pipelined_mlp(dir: &Path, bug: Option<&str>, forward_only: bool) -> shar
         microbatches: 2,
         ..PipelineOptions::default()
     };
-    shardproof_zoo::emit_to_dir(
-        &opts,
-        &EmitExtras::default(),
-        &TrainOptions::default(),
-        &pipeline,
-        dir,
-    )
-    .unwrap();
-    shardproof_case::load_case(&dir.join("case.yaml")).unwrap()
+    zoo_emit::emit_loaded(dir, &opts, &EmitExtras::default(), &pipeline)
 }
 
 #[test]

@@ -7,13 +7,14 @@
 
 #[path = "../examples/common/layer_cuts.rs"]
 mod layer_cuts;
+mod zoo_emit;
 
 use shardproof_case::Case;
 use shardproof_prove::{
     prove_staged_with, MicrobatchCut, PlanOptions, ProveConfig, StagedProof, Verdict,
 };
 use shardproof_zoo::{
-    find_bug, EmitExtras, EmitOptions, LlamaConfig, Mesh, MlpConfig, PipelineOptions, TrainOptions,
+    find_bug, EmitExtras, EmitOptions, LlamaConfig, Mesh, MlpConfig, PipelineOptions,
 };
 use std::path::Path;
 
@@ -43,14 +44,7 @@ fn emit_cut(dir: &Path, mesh: &str, bug: Option<&str>, forward: bool) -> (Case, 
         microbatches: 2,
         ..PipelineOptions::default()
     };
-    shardproof_zoo::emit_to_dir(
-        &opts,
-        &EmitExtras::default(),
-        &TrainOptions::default(),
-        &pipeline,
-        dir,
-    )
-    .unwrap();
+    zoo_emit::emit(dir, &opts, &EmitExtras::default(), &pipeline);
     layer_cuts::cut_at_layers(dir);
     let plan = PlanOptions {
         microbatch_cuts: layer_cuts::microbatch_cuts_at_layers(dir),

@@ -39,15 +39,20 @@ pub fn emit_sized(
     )
 }
 
-/// Emits `opts` with `extras` and `pipeline` (default training) into `dir` and loads the case
-/// back.
+/// Emits `opts` with `extras` and `pipeline` (default training) into `dir`.
+pub fn emit(dir: &Path, opts: &EmitOptions, extras: &EmitExtras, pipeline: &PipelineOptions) {
+    shardproof_zoo::emit_to_dir(opts, extras, &TrainOptions::default(), pipeline, dir).unwrap();
+}
+
+/// [`emit`], then the case loaded back.
+#[allow(dead_code)] // pipeline_cuts.rs edits the case file before loading it
 pub fn emit_loaded(
     dir: &Path,
     opts: &EmitOptions,
     extras: &EmitExtras,
     pipeline: &PipelineOptions,
 ) -> shardproof_case::Case {
-    shardproof_zoo::emit_to_dir(opts, extras, &TrainOptions::default(), pipeline, dir).unwrap();
+    emit(dir, opts, extras, pipeline);
     shardproof_case::load_case(&dir.join("case.yaml")).unwrap()
 }
 

@@ -163,15 +163,15 @@ pub(super) fn lift_exempt(
             // member adds it, alike, and that each collective met is a shared leaf (its
             // region's replicated operands alike), is the output comparison's check
             // (`region::Operands::every_member`).
-            let differs_above_collectives = replicated_input_differs(&|a, p, b| {
-                same_above_collectives(g, a, &sh.program.ranks[p], b)
-            });
-            let avg_of_shared_term = !differs_above_collectives
+            // The peer comparison last: it walks both graphs.
+            let avg_of_shared_term = red == Red::Avg
                 && !stage_dim
-                && red == Red::Avg
                 && !inputs
                     .iter()
-                    .any(|&v| place(v) == Place::Replicate && scaled_of(v));
+                    .any(|&v| place(v) == Place::Replicate && scaled_of(v))
+                && !replicated_input_differs(&|a, p, b| {
+                    same_above_collectives(g, a, &sh.program.ranks[p], b)
+                });
             if avg_of_shared_term {
                 Some(vec![Place::Partial(red); nout])
             } else if differs && red != Red::Sum {

@@ -438,11 +438,18 @@ fn propagate_rank_from(
                 // term is counted on some ranks only, shift the names of the nodes after it).
                 let peer_node = |p: usize| sh.peer_node(r, p, i);
                 // Only views read the spec's shapes.
-                // Only views read the spec's shapes.
                 let global_view = if rule.family == "view" {
                     sh.view_matches[r][i]
                         .and_then(|j| sh.spec_views.shapes.get(&(j as usize)))
                         .map(|(_, gi, go)| (gi.as_slice(), go.as_slice()))
+                        .or_else(|| {
+                            let v = *inputs.first()?;
+                            let local_in = meta_of(v)?;
+                            let local_out = outs.first()?.as_ref()?;
+                            let global_in = implied_global(&local_in.shape, rp.of(v, nd), &mesh_sizes)?;
+                            sh.spec_views
+                                .by_global_input(&op.name, &global_in, &local_out.shape)
+                        })
                 } else {
                     None
                 };
@@ -970,4 +977,23 @@ fn propagate_rank_from(
         })
         .count();
     (rp, pending)
+}
+
+/// The global shape a value's placements imply: its local shape with every dim that a mesh
+/// dim shards (plainly, in blocks, or as rows of a selection) multiplied by that mesh dim's
+/// size; `None` where some mesh dim holds it in a layout without one (varying, a ring's
+/// pieces, gathered pieces, unknown).
+fn implied_global(local: &[usize], places: &[Place], mesh_sizes: &[usize]) -> Option<Vec<i64>> {
+    let mut global: Vec<i64> = local.iter().map(|&l| l as i64).collect();
+    for (m, p) in places.iter().enumerate() {
+        let n = *mesh_sizes.get(m)? as i64;
+        match p {
+            Place::Shard(d) | Place::Blocked(d, _) | Place::Rows(d, _) => {
+                *global.get_mut(*d as usize)? *= n;
+            }
+            Place::Replicate | Place::Partial(_) => {}
+            _ => return None,
+        }
+    }
+    Some(global)
 }

@@ -354,6 +354,8 @@ pub struct SpecViews<'a> {
     by_skeleton: HashMap<(usize, u64), Vec<usize>>,
     /// The spec's skeletons, to confirm a hash match on the structure.
     skeleton: Option<Skeleton>,
+    /// (operator name, global input shape) -> the views with that input shape.
+    by_global_input: HashMap<(&'a str, Vec<i64>), Vec<usize>>,
 }
 
 impl<'a> SpecViews<'a> {
@@ -366,6 +368,10 @@ impl<'a> SpecViews<'a> {
             let Some((source, entry)) = spec_view(spec, n) else {
                 continue;
             };
+            sv.by_global_input
+                .entry((entry.0.name.as_str(), entry.1.clone()))
+                .or_default()
+                .push(j);
             sv.shapes.insert(j, entry);
             for (d, level) in sk.levels.iter().enumerate() {
                 sv.by_skeleton.entry((d, level[j])).or_default().push(j);
@@ -383,6 +389,41 @@ impl<'a> SpecViews<'a> {
             .collect();
         sv.skeleton = Some(sk);
         sv
+    }
+
+    /// The spec's view for a rank's view `op` matched by no name or skeleton, from the global
+    /// input shape its placements imply (`global_in`: the local shape with every dim that a
+    /// mesh dim shards or holds rows of scaled by that mesh dim's size): the spec's views of
+    /// `op` with exactly that input shape, whose output shape holds `local_out` (every dim a
+    /// multiple, as many dims), where they all have the same output shape (a view computed
+    /// otherwise on the ranks, as the ring's merged attention output). Like every match, it
+    /// only selects among the readings the local shapes admit.
+    pub fn by_global_input(
+        &self,
+        op: &str,
+        global_in: &[i64],
+        local_out: &[usize],
+    ) -> Option<(&[i64], &[i64])> {
+        let holds = |go: &[i64]| {
+            go.len() == local_out.len()
+                && go
+                    .iter()
+                    .zip(local_out)
+                    .all(|(&g, &l)| l > 0 && g >= l as i64 && g % l as i64 == 0)
+        };
+        let mut found: Option<(&[i64], &[i64])> = None;
+        for j in self.by_global_input.get(&(op, global_in.to_vec()))? {
+            let (_, gi, go) = self.shapes.get(j)?;
+            if !holds(go) {
+                continue;
+            }
+            match found {
+                None => found = Some((gi.as_slice(), go.as_slice())),
+                Some((_, f)) if f == go.as_slice() => {}
+                Some(_) => return None,
+            }
+        }
+        found
     }
 
     /// For every node of rank graph `g` (local metas `metas`), the spec's view it is: the

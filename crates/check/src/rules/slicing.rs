@@ -93,6 +93,23 @@ pub(super) fn slice_like(
             }
             c.all(shift(d as usize).map_or(Place::Varying, Place::shard))
         }
+        // The blocked dim itself: only the whole of it keeps the layout (a part of it takes
+        // part of every block, which no placement states).
+        Place::Blocked(d, _) if d as usize == dim => {
+            c.all(if out_len == size && keeps_dim && !c.varies {
+                x.p
+            } else {
+                Place::Varying
+            })
+        }
+        // Another dim: every coordinate's piece loses the same rows, each block stays whole
+        // (the rope halves of merged `b*h` heads).
+        Place::Blocked(d, k) => {
+            if c.varies {
+                return c.all(Place::Varying);
+            }
+            c.all(shift(d as usize).map_or(Place::Varying, |e| Place::blocked(e, k as usize)))
+        }
         Place::Replicate if c.varies => {
             // A rank-dependent slice of a replicated tensor: a shard when every rank along the
             // mesh dim takes the block at its own coordinate.
@@ -215,7 +232,12 @@ pub(super) fn cat(c: &Ctx) -> Outcome {
                 .map_or(Place::Varying, |id| Place::Rows(dim as u8, id)),
         );
     }
-    if ts.iter().any(|t| t.p == Place::Shard(dim as u8)) {
+    // Pieces joined along their own dim (plain or blocked): every coordinate's pieces side by
+    // side, no shard of the joined tensor.
+    if ts
+        .iter()
+        .any(|t| t.p.blocks().is_some_and(|(d, _)| d == dim))
+    {
         return c.all(if ts.len() == 1 {
             ts[0].p
         } else {

@@ -93,14 +93,18 @@ pub(super) fn slice_like(
             }
             c.all(shift(d as usize).map_or(Place::Varying, Place::shard))
         }
-        // The blocked dim itself: only the whole of it keeps the layout (a part of it takes
-        // part of every block, which no placement states).
+        // The blocked dim itself: only a slice that takes the whole dim in the spec too (from
+        // 0, step 1, its end past every coordinate's rows) keeps the layout; a part of it
+        // takes part of every block, which no placement states.
         Place::Blocked(d, _) if d as usize == dim => {
-            c.all(if out_len == size && keeps_dim && !c.varies {
-                x.p
-            } else {
-                Place::Varying
-            })
+            let whole = keeps_dim
+                && !c.varies
+                && out_len == size
+                && c.int(starts_name).unwrap_or(0) == 0
+                && c.int("step").unwrap_or(1) == 1
+                && c.int("end")
+                    .is_none_or(|e| e >= (size as i64).saturating_mul(c.coord.n as i64));
+            c.all(if whole { x.p } else { Place::Varying })
         }
         // Another dim: every coordinate's piece loses the same rows, each block stays whole
         // (the rope halves of merged `b*h` heads).

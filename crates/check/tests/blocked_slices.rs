@@ -109,7 +109,9 @@ impl Ran {
     fn agrees(&self, place: Place) -> Option<bool> {
         let want = self.want.as_ref();
         match place {
-            Place::Replicate => Some(want.is_some_and(|w| self.got.iter().all(|(g, _)| close(g, w)))),
+            Place::Replicate => {
+                Some(want.is_some_and(|w| self.got.iter().all(|(g, _)| close(g, w))))
+            }
             p => p.blocks().map(|(d, kk)| {
                 let mut split = self.got[0].1.clone();
                 if d >= split.len() || split[d] % kk != 0 {
@@ -212,12 +214,7 @@ proptest! {
 /// interpreter confirms it (before: `Varying`, llama `dp=2,cp=2,tp=2` inconclusive).
 #[test]
 fn slices_and_joins_of_another_dim_keep_the_blocks() {
-    for o in [
-        Op::Rotate,
-        Op::Slice(1, 1, 3),
-        Op::Cat(1),
-        Op::Select(1, 2),
-    ] {
+    for o in [Op::Rotate, Op::Slice(1, 1, 3), Op::Cat(1), Op::Select(1, 2)] {
         let ran = instance(o, 2, 2, 4, 5);
         assert_eq!(ran.place, Place::Blocked(0, 2), "{o:?}");
         assert_eq!(ran.agrees(ran.place), Some(true), "{o:?}");
@@ -234,7 +231,10 @@ fn a_slice_or_join_of_the_blocked_dim_is_never_a_shard() {
             assert_eq!(ran.agrees(claim), Some(false), "{o:?} as {claim}");
         }
         assert!(
-            !matches!(ran.place, Place::Shard(_) | Place::Blocked(..) | Place::Replicate),
+            !matches!(
+                ran.place,
+                Place::Shard(_) | Place::Blocked(..) | Place::Replicate
+            ),
             "{o:?}: claimed {}",
             ran.place
         );

@@ -8,7 +8,7 @@
 //! Mesh `dp: 2, tp: 2` (rank `2 * dp + tp`). `x` `[2, 4, S, D]` is `Shard(0)` on dp and
 //! `Shard(1)` on tp. Each side merges batch and heads (`m`, the spec's name), rotates the
 //! halves of the head dim (slices and a concatenation of the blocked shard), adds the rotation
-//! to `m` (the ranks with the operands swapped: another skeleton), splits the merged dim back
+//! to `m` (the ranks subtract its negation: another skeleton), splits the merged dim back
 //! and squares it. The spec has a second view that the rank's view could be by its local
 //! shapes (`[4, S, D] -> [2, 2, S, D]`), so no skeleton match settles it. Planted: the size-1
 //! batch dim not the rank's dp shard (every dp coordinate takes batch 0 of a dp-replicated
@@ -35,13 +35,12 @@ fn ty(s: &[usize]) -> String {
     format!("\"f64{s:?}\"")
 }
 
-/// The merge, the rotation and (`swapped`: the ranks' operand order) its sum, of a side with
-/// `b` batches and `h` heads; the sum is named `sum_name`.
-fn head(b: usize, h: usize, swapped: bool, sum_name: &str) -> Vec<String> {
+/// The merge, the rotation and its sum, of a side with `b` batches and `h` heads, the sum
+/// named `sum_name` (`negated`: the ranks' form, `m - neg(rot)`, another skeleton).
+fn head(b: usize, h: usize, negated: bool, sum_name: &str) -> Vec<String> {
     let bh = b * h;
     let half = D / 2;
-    let (p, q) = if swapped { ("rot", "m") } else { ("m", "rot") };
-    vec![
+    let mut lines = vec![
         format!(
             "m: {} = torch.ops.aten.view.default(x, [{bh}, {S}, {D}])",
             ty(&[bh, S, D])
@@ -54,16 +53,31 @@ fn head(b: usize, h: usize, swapped: bool, sum_name: &str) -> Vec<String> {
             "hi: {} = torch.ops.aten.slice.Tensor(m, 2, {half}, {D})",
             ty(&[bh, S, half])
         ),
-        format!("nh: {} = torch.ops.aten.neg.default(hi)", ty(&[bh, S, half])),
+        format!(
+            "nh: {} = torch.ops.aten.neg.default(hi)",
+            ty(&[bh, S, half])
+        ),
         format!(
             "rot: {} = torch.ops.aten.cat.default([nh, lo], 2)",
             ty(&[bh, S, D])
         ),
-        format!(
-            "{sum_name}: {} = torch.ops.aten.add.Tensor({p}, {q})",
+    ];
+    if negated {
+        lines.push(format!(
+            "nrot: {} = torch.ops.aten.neg.default(rot)",
             ty(&[bh, S, D])
-        ),
-    ]
+        ));
+        lines.push(format!(
+            "{sum_name}: {} = torch.ops.aten.sub.Tensor(m, nrot)",
+            ty(&[bh, S, D])
+        ));
+    } else {
+        lines.push(format!(
+            "{sum_name}: {} = torch.ops.aten.add.Tensor(m, rot)",
+            ty(&[bh, S, D])
+        ));
+    }
+    lines
 }
 
 fn spec_graph() -> String {

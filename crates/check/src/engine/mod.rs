@@ -446,7 +446,8 @@ fn propagate_rank_from(
                             let v = *inputs.first()?;
                             let local_in = meta_of(v)?;
                             let local_out = outs.first()?.as_ref()?;
-                            let global_in = implied_global(&local_in.shape, rp.of(v, nd), &mesh_sizes)?;
+                            let global_in =
+                                implied_global(&local_in.shape, rp.of(v, nd), &mesh_sizes)?;
                             sh.spec_views
                                 .by_global_input(&op.name, &global_in, &local_out.shape)
                         })

@@ -114,7 +114,7 @@ impl Ran {
             }
             p => p.blocks().map(|(d, kk)| {
                 let mut split = self.got[0].1.clone();
-                if d >= split.len() || split[d] % kk != 0 {
+                if d >= split.len() || !split[d].is_multiple_of(kk) {
                     return false;
                 }
                 split[d] /= kk;

@@ -175,3 +175,53 @@ fn group_dims_matches_the_search_over_every_mask() {
         }
     }
 }
+
+/// A spec graph of `x` `[8, 2, 4]` and the views `lines` (fx text, unindented).
+fn spec_of_views(lines: &[&str]) -> Graph {
+    let text = format!(
+        "class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[8, 2, 4]\"):\n{}\n        return (x,)\n",
+        lines
+            .iter()
+            .map(|l| format!("        {l}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    shardproof_import::parse_fx(&text, Path::new("spec.py"))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .graph
+}
+
+#[test]
+fn a_view_is_found_by_its_global_input_only_where_every_fitting_one_agrees() {
+    let y = "y: \"f32[2, 4, 2, 4]\" = torch.ops.aten.view.default(x, [2, 4, 2, 4])";
+    let spec = spec_of_views(&[y]);
+    let sv = SpecViews::new(&spec);
+    let found = sv.by_global_input("view", &[8, 2, 4], &[1, 2, 2, 4]);
+    assert_eq!(found, Some((&[8i64, 2, 4][..], &[2i64, 4, 2, 4][..])));
+    // Another global input: no match (the placements imply the spec's input exactly).
+    assert_eq!(sv.by_global_input("view", &[4, 2, 4], &[1, 2, 2, 4]), None);
+    // An output that cannot hold the rank's (3 does not divide 4): no match.
+    assert_eq!(sv.by_global_input("view", &[8, 2, 4], &[1, 3, 2, 4]), None);
+    // Two fitting views of that input with different outputs: the reading is open.
+    let z = "z: \"f32[4, 2, 2, 4]\" = torch.ops.aten.view.default(x, [4, 2, 2, 4])";
+    let spec = spec_of_views(&[y, z]);
+    let sv = SpecViews::new(&spec);
+    assert_eq!(sv.by_global_input("view", &[8, 2, 4], &[1, 2, 2, 4]), None);
+    // One of them cannot hold the rank's output: the other is the match.
+    assert_eq!(
+        sv.by_global_input("view", &[8, 2, 4], &[1, 4, 2, 4]),
+        Some((&[8i64, 2, 4][..], &[2i64, 4, 2, 4][..]))
+    );
+    // Two views of the same shapes agree.
+    let y2 = "y2: \"f32[2, 4, 2, 4]\" = torch.ops.aten.view.default(x, [2, 4, 2, 4])";
+    let spec = spec_of_views(&[y, y2]);
+    let sv = SpecViews::new(&spec);
+    assert!(sv
+        .by_global_input("view", &[8, 2, 4], &[1, 2, 2, 4])
+        .is_some());
+    // Another operator's views are not this one's.
+    assert_eq!(
+        sv.by_global_input("reshape", &[8, 2, 4], &[1, 2, 2, 4]),
+        None
+    );
+}

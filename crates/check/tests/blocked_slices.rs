@@ -128,10 +128,15 @@ impl Ran {
 
 /// Builds, checks and runs one instance: `k` blocks of `m` local rows, `c` columns.
 fn instance(op: Op, k: usize, m: usize, c: usize, seed: u64) -> Ran {
+    instance_per_rank(op, [op; N], k, m, c, seed)
+}
+
+/// [`instance`] with the spec running `op` and rank `r` running `ops[r]`.
+fn instance_per_rank(op: Op, ops: [Op; N], k: usize, m: usize, c: usize, seed: u64) -> Ran {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("spec.py"), graph(op, k, m * N, c)).unwrap();
-    for r in 0..N {
-        std::fs::write(dir.path().join(format!("r{r}.py")), graph(op, k, m, c)).unwrap();
+    for (r, o) in ops.iter().enumerate() {
+        std::fs::write(dir.path().join(format!("r{r}.py")), graph(*o, k, m, c)).unwrap();
     }
     let yaml = format!(
         "version: 1\nname: blocked-slices\nspec:\n  graph: spec.py\nimpl:\n  mesh: {{ tp: {N} }}\n  graphs: [r0.py, r1.py]\ninputs:\n  x3: {{ tp: Shard(1) }}\noutputs: {{}}\n"
@@ -239,4 +244,28 @@ fn a_slice_or_join_of_the_blocked_dim_is_never_a_shard() {
             ran.place
         );
     }
+}
+
+/// Planted: each rank slices another column range of the head dim (rank-dependent bounds
+/// along a dim the blocks do not shard): the ranks' pieces are no blocked shard of the spec's
+/// slice (run-confirmed), and the checker claims none.
+#[test]
+fn rank_dependent_slices_of_another_dim_are_never_a_shard() {
+    let ran = instance_per_rank(
+        Op::Slice(1, 0, 2),
+        [Op::Slice(1, 0, 2), Op::Slice(1, 2, 4)],
+        2,
+        2,
+        4,
+        8,
+    );
+    assert_eq!(ran.agrees(Place::Blocked(0, 2)), Some(false));
+    assert!(
+        !matches!(
+            ran.place,
+            Place::Shard(_) | Place::Blocked(..) | Place::Replicate
+        ),
+        "claimed {}",
+        ran.place
+    );
 }

@@ -23,6 +23,12 @@
 //!
 //! Every query row must then see each key at or before its position exactly once over its
 //! blocks, at least one in every block, and the rows must be `q3`'s rows in order.
+//!
+//! The log-sum-exp that ends beside the output (`l' = m + log(t)` of the last merges, sliced
+//! and concatenated alike) is read the same way without the values: its row `i` is the log of
+//! the sum of `exp` of the causal scores of query position `qpos[i]` over the whole sequence,
+//! the final normalization the ring's backward divides each block's probabilities by. It
+//! holds `Rows(1, Q)` under the same coverage, mask and scale conditions.
 
 use crate::place::{Place, RowKey, RowTable};
 use shardproof_ir::{Arg, Graph, NodeKind, ValueId};
@@ -33,7 +39,8 @@ use shardproof_ir::{Arg, Graph, NodeKind, ValueId};
 struct Block {
     rows: (usize, usize),
     kt: ValueId,
-    v: ValueId,
+    /// The values; none where only the log-sum-exp is read ([`Walk::lse`]).
+    v: Option<ValueId>,
     mask: Option<ValueId>,
 }
 
@@ -53,7 +60,8 @@ struct Walk<'a> {
 const BUDGET: usize = 1 << 14;
 
 /// The placement on one mesh dim of node `i` of `g` (an `add` or `cat`) where it ends a ring
-/// attention as the module documentation describes: `Rows(1, Q)`, `Q` the queries' selection.
+/// attention's output or its log-sum-exp as the module documentation describes: `Rows(1, Q)`,
+/// `Q` the queries' selection.
 /// `place` gives a value's placement on the mesh dim, `coord` is the rank's coordinate on it.
 /// `None` for anything else (a block missing or counted twice, a merge that is not the
 /// log-sum-exp rule, a mask that is not the causal one on the global positions, a key seen
@@ -80,7 +88,23 @@ pub(crate) fn ring_output(
     if op.namespace != "aten" || !matches!(op.name.as_str(), "add" | "cat") {
         return None;
     }
-    let rows = w.acc(ValueId::new(i, 0), None, place, table, coord)?;
+    let end = ValueId::new(i, 0);
+    // The output, or else the log-sum-exp that pairs with it: the blocks that make the one
+    // make the other, and the backward reads both.
+    let rows = match w.acc(end, None, place, table, coord) {
+        Some(rows) => rows,
+        None => {
+            w = Walk {
+                g,
+                blocks: Vec::new(),
+                q3: None,
+                q_len: 0,
+                scale: None,
+                budget: BUDGET,
+            };
+            w.lse(end, place, table, coord)?
+        }
+    };
     let q3 = w.q3?;
     let Place::Rows(1, qid) = place(q3) else {
         return None;
@@ -92,13 +116,21 @@ pub(crate) fn ring_output(
     // Per block: its key positions, and the visible ones per query row.
     let mut keys = Vec::with_capacity(w.blocks.len());
     for b in &w.blocks {
-        let (Place::Rows(2, kid), Place::Rows(1, vid)) = (place(b.kt), place(b.v)) else {
+        let Place::Rows(2, kid) = place(b.kt) else {
             return None;
         };
         let (kroot, kpos) = positions(table, kid, coord)?;
-        let (vroot, vpos) = positions(table, vid, coord)?;
-        if kroot != qroot || vroot != qroot || kpos != vpos || kpos.is_empty() {
+        if kroot != qroot || kpos.is_empty() {
             return None;
+        }
+        if let Some(v) = b.v {
+            let Place::Rows(1, vid) = place(v) else {
+                return None;
+            };
+            let (vroot, vpos) = positions(table, vid, coord)?;
+            if vroot != qroot || kpos != vpos {
+                return None;
+            }
         }
         if let Some(mask) = b.mask {
             let (pk, pq) = causal_mask(g, mask)?;
@@ -446,10 +478,85 @@ impl Walk<'_> {
         if lse.is_some_and(|x| x != l) {
             return None;
         }
+        if aten(g, l, "logsumexp")?.first().and_then(Arg::as_value) != Some(s) {
+            return None;
+        }
+        self.scores(l, Some(v), place, table, coord)
+    }
+
+    /// The rows of the log-sum-exp `l` of an accumulation read alone: row slices and
+    /// concatenations, merges `add(M, log(add(exp(sub(l1, M)), exp(sub(l2, M)))))` with `M =
+    /// maximum(l1, l2)` (each operator's operands in either order), and blocks
+    /// `logsumexp(S, [-1], True)`. Row `r` is then the log of the sum of `exp` of the scores of
+    /// every key of its blocks, which is what the output's merge computes beside it.
+    fn lse(
+        &mut self,
+        l: ValueId,
+        place: &dyn Fn(ValueId) -> Place,
+        table: &RowTable,
+        coord: usize,
+    ) -> Option<AccRows> {
+        self.budget = self.budget.checked_sub(1)?;
+        let g = self.g;
+        if let Some((x, a, b)) = row_slice(g, l) {
+            let rows = self.lse(x, place, table, coord)?;
+            return rows.get(a..b).map(<[_]>::to_vec);
+        }
+        if let Some(parts) = row_cat(g, l) {
+            let mut rows = Vec::new();
+            for p in parts {
+                rows.extend(self.lse(p, place, table, coord)?);
+            }
+            return Some(rows);
+        }
+        if let Some([x, y]) = operands::<2>(g, l, "add") {
+            let merged = [(x, y), (y, x)].into_iter().find_map(|(m, lt)| {
+                let [t] = operands::<1>(g, lt, "log")?;
+                let [e0, e1] = operands::<2>(g, t, "add")?;
+                let shifted = |e: ValueId| -> Option<ValueId> {
+                    let [d] = operands::<1>(g, e, "exp")?;
+                    let [li, mi] = operands::<2>(g, d, "sub")?;
+                    (mi == m).then_some(li)
+                };
+                let (la, lb) = (shifted(e0)?, shifted(e1)?);
+                let [m0, m1] = operands::<2>(g, m, "maximum")?;
+                (la != lb && pair_is(m0, m1, la, lb)).then_some((la, lb))
+            });
+            let (la, lb) = merged?;
+            let ra = self.lse(la, place, table, coord)?;
+            let rb = self.lse(lb, place, table, coord)?;
+            if ra.len() != rb.len() {
+                return None;
+            }
+            return ra
+                .into_iter()
+                .zip(rb)
+                .map(|((qa, mut ba), (qb, bb))| {
+                    (qa == qb).then(|| {
+                        ba.extend(bb);
+                        (qa, ba)
+                    })
+                })
+                .collect();
+        }
+        self.scores(l, None, place, table, coord)
+    }
+
+    /// A block's log-sum-exp `l = logsumexp(S, [-1], True)`, `S = mul(bmm(Q, KT), scale)` plus
+    /// a mask or not, and its values `v` where the block's output is read.
+    fn scores(
+        &mut self,
+        l: ValueId,
+        v: Option<ValueId>,
+        place: &dyn Fn(ValueId) -> Place,
+        table: &RowTable,
+        coord: usize,
+    ) -> Option<AccRows> {
+        let g = self.g;
         let la = aten(g, l, "logsumexp")?;
+        let s = la.first()?.as_value()?;
         let last = la.get(1).and_then(Arg::as_int_list);
         if la.len() != 3
-            || la[0].as_value() != Some(s)
             || !matches!(last.as_deref(), Some([-1]) | Some([2]))
             || la[2] != Arg::Bool(true)
         {

@@ -374,7 +374,12 @@ fn rank_body(n: usize, i: usize, c: usize, bug: Bug) -> Vec<String> {
             });
         }
     }
-    let (mut out, _) = acc.expect("a step");
+    let (mut out, lse) = acc.expect("a step");
+    // The ring's final log-sum-exp, which the backward reads.
+    l.body.push(format!(
+        "lse_fin: {} = torch.ops.aten.clone.default({lse})",
+        ty(&[BH, loc, 1])
+    ));
     if bug == Bug::RowsRotated {
         let (lo, _) = part(&mut l, &out, [BH, loc, D], 1, Part::Lo);
         let (hi, _) = part(&mut l, &out, [BH, loc, D], 1, Part::Hi);
@@ -450,6 +455,10 @@ struct Ran {
     rows_right: Vec<bool>,
     /// Whether the ranks' `out` sum to the spec's.
     sum_right: bool,
+    /// Per rank: whether the checker placed the ring's final log-sum-exp `lse_fin` as rows on
+    /// dim 1, and whether it is the causal log-sum-exp of the scores at the rank's positions.
+    lse_claimed: Vec<bool>,
+    lse_right: Vec<bool>,
 }
 
 fn instance(n: usize, c: usize, bug: Bug, seed: u64) -> Ran {
@@ -483,10 +492,17 @@ fn instance(n: usize, c: usize, bug: Bug, seed: u64) -> Ran {
     let spec_env = run_graph(&case.spec, &leaves, &RunConfig::default()).expect("spec runs");
     let spec_att = spec_env.get(at(&case.spec, "att")).unwrap().data.to_vec();
     let spec_out = spec_env.get(at(&case.spec, "out")).unwrap().data.to_vec();
-    let envs = run_program(&case.program, &vec![leaves; n], &RunConfig::default()).expect("runs");
+    let envs = run_program(
+        &case.program,
+        &vec![leaves.clone(); n],
+        &RunConfig::default(),
+    )
+    .expect("runs");
     let mut total = 0.0;
     let _ = &mut total;
     let (mut rows_claimed, mut rows_right) = (Vec::new(), Vec::new());
+    let (mut lse_claimed, mut lse_right) = (Vec::new(), Vec::new());
+    let (q, k) = (&leaves["q"].data, &leaves["k"].data);
     for (r, env) in envs.iter().enumerate() {
         let g = &case.program.ranks[r];
         total = env.get(at(g, "out")).unwrap().data[0];
@@ -508,6 +524,24 @@ fn instance(n: usize, c: usize, bug: Bug, seed: u64) -> Ran {
             .map(|k| spec_att[k])
             .collect();
         rows_right.push(close(&got, &want));
+        lse_claimed.push(matches!(
+            prop.ranks[r].of(at(g, "lse_fin"), 1)[0],
+            Place::Rows(1, _)
+        ));
+        let got = env.get(at(g, "lse_fin")).unwrap().data.to_vec();
+        let want: Vec<f64> = (0..BH)
+            .flat_map(|h| positions.iter().map(move |&p| (h, p)))
+            .map(|(h, p)| {
+                let score = |kp: usize| {
+                    SCALE
+                        * (0..D)
+                            .map(|d| q[(h * s + p) * D + d] * k[(h * s + kp) * D + d])
+                            .sum::<f64>()
+                };
+                (0..=p).map(|kp| score(kp).exp()).sum::<f64>().ln()
+            })
+            .collect();
+        lse_right.push(close(&got, &want));
     }
     Ran {
         verdict: report.verdict,
@@ -515,6 +549,8 @@ fn instance(n: usize, c: usize, bug: Bug, seed: u64) -> Ran {
         rows_claimed,
         rows_right,
         sum_right: close(&[total], &spec_out),
+        lse_claimed,
+        lse_right,
     }
 }
 
@@ -524,6 +560,13 @@ fn claims_hold(ran: &Ran) -> Result<(), String> {
         if claimed && !right {
             return Err(format!(
                 "rank {r}: att claimed rows, but they are not the spec's"
+            ));
+        }
+    }
+    for (r, (&claimed, &right)) in ran.lse_claimed.iter().zip(&ran.lse_right).enumerate() {
+        if claimed && !right {
+            return Err(format!(
+                "rank {r}: lse_fin claimed rows, but it is not the causal log-sum-exp"
             ));
         }
     }
@@ -549,6 +592,10 @@ fn the_zoo_ring_holds_and_agrees_with_the_interpreter() {
             ran.rows_claimed.iter().all(|&x| x),
             "n {n} c {c}: rows not claimed\n{}",
             ran.render
+        );
+        assert!(
+            ran.lse_right.iter().all(|&x| x) && ran.lse_claimed.iter().all(|&x| x),
+            "n {n} c {c}: log-sum-exp not right or not claimed"
         );
         assert_eq!(ran.verdict, Verdict::Holds, "n {n} c {c}\n{}", ran.render);
     }
@@ -580,6 +627,44 @@ fn planted_ring_bugs_never_hold() {
             assert!(
                 !ran.rows_claimed.iter().all(|&x| x),
                 "{bug:?} n {n} c {c}: every rank's output claimed rows"
+            );
+        }
+    }
+}
+
+/// The final log-sum-exp is refused wherever a bug changes it (and where the maximum of its
+/// merge is not the maximum of its two operands, which happens to be harmless): no rank's
+/// claim of it survives every one of these on every rank.
+#[test]
+fn planted_bugs_of_the_log_sum_exp_never_claim_it() {
+    let changes_lse = [
+        Bug::NoCorrection,
+        Bug::WrongMax,
+        Bug::StepSkipped,
+        Bug::ChunkTwice,
+        Bug::WrongPeer,
+        Bug::WrongDirection,
+        Bug::LocalTriu,
+        Bug::LocalPositions,
+        Bug::NoMask,
+        Bug::OtherScale,
+    ];
+    for bug in changes_lse {
+        for (n, c) in [(2, 1), (3, 1), (3, 2)] {
+            if n == 2 && matches!(bug, Bug::WrongPeer | Bug::WrongDirection) {
+                continue;
+            }
+            let ran = instance(n, c, bug, 11);
+            assert_eq!(claims_hold(&ran), Ok(()), "{bug:?} n {n} c {c}");
+            if bug != Bug::WrongMax && n == 3 {
+                assert!(
+                    !ran.lse_right.iter().all(|&x| x),
+                    "{bug:?}: the log-sum-exp is not wrong when run"
+                );
+            }
+            assert!(
+                !ran.lse_claimed.iter().all(|&x| x),
+                "{bug:?} n {n} c {c}: every rank's log-sum-exp claimed rows"
             );
         }
     }

@@ -60,9 +60,13 @@ enum Bug {
     SwappedHalves,
     /// The output's two chunks swapped after the ring (`cat` of its slices, second first).
     RowsRotated,
+    /// The merge shifts the new block's log-sum-exp by the running one, not by the maximum:
+    /// `exp(lo - lse)` (both the weights and the log-sum-exp are wrong).
+    OtherShift,
 }
 
-const BUGS: [Bug; 13] = [
+const BUGS: [Bug; 14] = [
+    Bug::OtherShift,
     Bug::RowsRotated,
     Bug::NoCorrection,
     Bug::WrongMax,
@@ -162,7 +166,8 @@ fn merge(
         l.f(&sl, format!("aten.maximum.default({lse}, {lo})"))
     };
     let d_old = l.f(&sl, format!("aten.sub.Tensor({lse}, {m})"));
-    let d_new = l.f(&sl, format!("aten.sub.Tensor({lo}, {m})"));
+    let shift = if bug == Bug::OtherShift { lse } else { &m };
+    let d_new = l.f(&sl, format!("aten.sub.Tensor({lo}, {shift})"));
     let e_old = l.f(&sl, format!("aten.exp.default({d_old})"));
     let e_new = l.f(&sl, format!("aten.exp.default({d_new})"));
     let total = l.f(&sl, format!("aten.add.Tensor({e_old}, {e_new})"));
@@ -638,6 +643,7 @@ fn planted_ring_bugs_never_hold() {
 #[test]
 fn planted_bugs_of_the_log_sum_exp_never_claim_it() {
     let changes_lse = [
+        Bug::OtherShift,
         Bug::NoCorrection,
         Bug::WrongMax,
         Bug::StepSkipped,

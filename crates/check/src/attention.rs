@@ -41,6 +41,8 @@ struct Block {
     kt: ValueId,
     /// The values; none where only the log-sum-exp is read ([`Walk::lse`]).
     v: Option<ValueId>,
+    /// The keys (rows on dim 1) a gradient block multiplies by ([`Walk::dq`]).
+    k: Option<ValueId>,
     mask: Option<ValueId>,
 }
 
@@ -54,6 +56,18 @@ struct Walk<'a> {
     q_len: usize,
     scale: Option<u64>,
     budget: usize,
+    /// What the queries' gradient reads beside its blocks, the same for all of them.
+    grad: Option<GradInputs>,
+}
+
+/// The whole-row tensors a ring backward's query gradient reads: the ring's log-sum-exp
+/// `lse` and output `out`, the output gradient `go` and `delta = sum(go * out, [2], True)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct GradInputs {
+    lse: ValueId,
+    out: ValueId,
+    go: ValueId,
+    delta: ValueId,
 }
 
 /// Where the walk gives up: more nodes than any ring of a real model merges.
@@ -73,14 +87,6 @@ pub(crate) fn ring_output(
     table: &RowTable,
     coord: usize,
 ) -> Option<Place> {
-    let mut w = Walk {
-        g,
-        blocks: Vec::new(),
-        q3: None,
-        q_len: 0,
-        scale: None,
-        budget: BUDGET,
-    };
     // Cheap refusals first: most adds and cats are no attention.
     let NodeKind::Call { op, .. } = &g.nodes[i].kind else {
         return None;
@@ -91,20 +97,52 @@ pub(crate) fn ring_output(
     let end = ValueId::new(i, 0);
     // The output, or else the log-sum-exp that pairs with it: the blocks that make the one
     // make the other, and the backward reads both.
-    let rows = match w.acc(end, None, place, table, coord) {
-        Some(rows) => rows,
-        None => {
-            w = Walk {
-                g,
-                blocks: Vec::new(),
-                q3: None,
-                q_len: 0,
-                scale: None,
-                budget: BUDGET,
-            };
-            w.lse(end, place, table, coord)?
-        }
+    let mut w = Walk::new(g);
+    if let Some(rows) = w.acc(end, None, place, table, coord) {
+        return settle(&w, &rows, place, table, coord);
+    }
+    let mut w = Walk::new(g);
+    if let Some(rows) = w.lse(end, place, table, coord) {
+        return settle(&w, &rows, place, table, coord);
+    }
+    let mut w = Walk::new(g);
+    let rows = w.dq(end, place, table, coord)?;
+    let got = settle(&w, &rows, place, table, coord)?;
+    // The backward's normalization, output and output gradient: the ring's own log-sum-exp
+    // and output (read again, of the same queries and scale), and the queries' rows of the
+    // output gradient.
+    let grad = w.grad?;
+    let q3 = w.q3?;
+    let same_ring = |v: ValueId, lse: bool| -> bool {
+        let mut f = Walk::new(g);
+        let rows = if lse {
+            f.lse(v, place, table, coord)
+        } else {
+            f.acc(v, None, place, table, coord)
+        };
+        rows.and_then(|rows| settle(&f, &rows, place, table, coord)) == Some(got)
+            && f.q3 == Some(q3)
+            && f.scale == w.scale
     };
+    if place(grad.go) != got || !same_ring(grad.lse, true) || !same_ring(grad.out, false) {
+        return None;
+    }
+    Some(got)
+}
+
+/// The placement of what `w` read, `rows` per output row: `Rows(1, Q)` where every block's
+/// keys (and values and keys of the gradient, where read) hold rows of `q3`'s spread
+/// selection, masks are the causal mask of the global positions, and every query row sees
+/// every key at or before its position exactly once, at least one in each block, the rows in
+/// `q3`'s order.
+fn settle(
+    w: &Walk,
+    rows: &AccRows,
+    place: &dyn Fn(ValueId) -> Place,
+    table: &RowTable,
+    coord: usize,
+) -> Option<Place> {
+    let g = w.g;
     let q3 = w.q3?;
     let Place::Rows(1, qid) = place(q3) else {
         return None;
@@ -123,12 +161,12 @@ pub(crate) fn ring_output(
         if kroot != qroot || kpos.is_empty() {
             return None;
         }
-        if let Some(v) = b.v {
-            let Place::Rows(1, vid) = place(v) else {
+        for x in [b.v, b.k].into_iter().flatten() {
+            let Place::Rows(1, xid) = place(x) else {
                 return None;
             };
-            let (vroot, vpos) = positions(table, vid, coord)?;
-            if vroot != qroot || kpos != vpos {
+            let (xroot, xpos) = positions(table, xid, coord)?;
+            if xroot != qroot || kpos != xpos {
                 return None;
             }
         }
@@ -344,7 +382,20 @@ fn causal_mask(g: &Graph, mask: ValueId) -> Option<(Vec<usize>, Vec<usize>)> {
 /// Per output row of an accumulation: the row of `q3` it is, and the blocks merged into it.
 type AccRows = Vec<(usize, Vec<usize>)>;
 
-impl Walk<'_> {
+impl<'a> Walk<'a> {
+    /// A walk of `g` that has read nothing yet.
+    fn new(g: &'a Graph) -> Self {
+        Walk {
+            g,
+            blocks: Vec::new(),
+            q3: None,
+            q_len: 0,
+            scale: None,
+            budget: BUDGET,
+            grad: None,
+        }
+    }
+
     /// The rows of the accumulated output `out`, whose log-sum-exp must be `lse` where given
     /// (a merge reads it; the final output's is not read).
     fn acc(
@@ -562,6 +613,22 @@ impl Walk<'_> {
         {
             return None;
         }
+        let bi = self.score_block(s, v, place, table, coord)?;
+        let (a, b) = self.blocks[bi].rows;
+        Some((a..b).map(|r| (r, vec![bi])).collect())
+    }
+
+    /// A block's scores `S = mul(bmm(Q, KT), scale)` plus a mask or not, with values `v`
+    /// where read: the block, pushed (its index).
+    fn score_block(
+        &mut self,
+        s: ValueId,
+        v: Option<ValueId>,
+        place: &dyn Fn(ValueId) -> Place,
+        table: &RowTable,
+        coord: usize,
+    ) -> Option<usize> {
+        let g = self.g;
         let (scaled, mask) = match operands::<2>(g, s, "add") {
             Some([a, b]) => {
                 if aten(g, a, "mul").is_some() {
@@ -602,9 +669,133 @@ impl Walk<'_> {
             rows: (a, b),
             kt,
             v,
+            k: None,
             mask,
         });
-        let bi = self.blocks.len() - 1;
-        Some((a..b).map(|r| (r, vec![bi])).collect())
+        Some(self.blocks.len() - 1)
+    }
+
+    /// The rows of the queries' gradient `dq` of a ring backward: row slices and
+    /// concatenations, sums `add(x, y)` of two such gradients of the same rows, and blocks
+    /// [`Walk::grad_block`].
+    fn dq(
+        &mut self,
+        dq: ValueId,
+        place: &dyn Fn(ValueId) -> Place,
+        table: &RowTable,
+        coord: usize,
+    ) -> Option<AccRows> {
+        self.budget = self.budget.checked_sub(1)?;
+        let g = self.g;
+        if let Some((x, a, b)) = row_slice(g, dq) {
+            let rows = self.dq(x, place, table, coord)?;
+            return rows.get(a..b).map(<[_]>::to_vec);
+        }
+        if let Some(parts) = row_cat(g, dq) {
+            let mut rows = Vec::new();
+            for p in parts {
+                rows.extend(self.dq(p, place, table, coord)?);
+            }
+            return Some(rows);
+        }
+        if let Some([x, y]) = operands::<2>(g, dq, "add") {
+            // Each step adds one block's product to what came before: without one, this is
+            // no gradient sum (and a long chain of other adds is not walked).
+            if aten(g, x, "bmm").is_none() && aten(g, y, "bmm").is_none() {
+                return None;
+            }
+            let rx = self.dq(x, place, table, coord)?;
+            let ry = self.dq(y, place, table, coord)?;
+            if rx.len() != ry.len() {
+                return None;
+            }
+            return rx
+                .into_iter()
+                .zip(ry)
+                .map(|((qa, mut ba), (qb, bb))| {
+                    (qa == qb).then(|| {
+                        ba.extend(bb);
+                        (qa, ba)
+                    })
+                })
+                .collect();
+        }
+        self.grad_block(dq, place, table, coord)
+    }
+
+    /// One block of the queries' gradient (flash attention's backward under the final
+    /// normalization): `bmm(mul(mul(P, sub(bmm(dO_b, transpose(V, 1, 2)), D_b)), scale), K)`
+    /// (the outer `mul`'s operands in either order), `P = exp(sub(S, L_b))`, `S` a block's
+    /// scores with the ring's scale, `L_b`, `dO_b` and `D_b` the block's query rows of the
+    /// ring's log-sum-exp, the output gradient and `D = sum(mul(dO, O), [2], True)`.
+    fn grad_block(
+        &mut self,
+        out: ValueId,
+        place: &dyn Fn(ValueId) -> Place,
+        table: &RowTable,
+        coord: usize,
+    ) -> Option<AccRows> {
+        let g = self.g;
+        let [ds, k] = operands::<2>(g, out, "bmm")?;
+        let sa = aten(g, ds, "mul")?;
+        let scale = match sa.get(1) {
+            Some(Arg::Float(x)) if sa.len() == 2 => x.to_bits(),
+            _ => return None,
+        };
+        let [a, b] = operands::<2>(g, sa[0].as_value()?, "mul")?;
+        let (p, centered) = [(a, b), (b, a)]
+            .into_iter()
+            .find(|&(p, _)| aten(g, p, "exp").is_some())?;
+        let [d] = operands::<1>(g, p, "exp")?;
+        let [s, lb] = operands::<2>(g, d, "sub")?;
+        let [dp, db] = operands::<2>(g, centered, "sub")?;
+        let [gob, vt] = operands::<2>(g, dp, "bmm")?;
+        let ta = aten(g, vt, "transpose")?;
+        if ta.len() != 3 || ta[1].as_int() != Some(1) || ta[2].as_int() != Some(2) {
+            return None;
+        }
+        let v = ta[0].as_value()?;
+        let bi = self.score_block(s, Some(v), place, table, coord)?;
+        if *self.scale.get_or_insert(scale) != scale {
+            return None;
+        }
+        self.blocks[bi].k = Some(k);
+        let (ra, rb) = self.blocks[bi].rows;
+        let q_len = self.q_len;
+        // `x` is `whole`'s rows `ra..rb`: `whole` itself where they are all its rows.
+        let rows_of = |x: ValueId| -> Option<ValueId> {
+            match row_slice(g, x) {
+                Some((whole, a, b)) if (a, b) == (ra, rb) => Some(whole),
+                Some(_) => None,
+                None => ((ra, rb) == (0, q_len)).then_some(x),
+            }
+        };
+        let (lse, go, delta) = (rows_of(lb)?, rows_of(gob)?, rows_of(db)?);
+        let da = aten(g, delta, "sum")?;
+        let dims = da.get(1).and_then(Arg::as_int_list);
+        if da.len() != 3 || !matches!(dims.as_deref(), Some([2]) | Some([-1])) {
+            return None;
+        }
+        if da[2] != Arg::Bool(true) {
+            return None;
+        }
+        let [x, y] = operands::<2>(g, da[0].as_value()?, "mul")?;
+        let out = if x == go {
+            y
+        } else if y == go {
+            x
+        } else {
+            return None;
+        };
+        let refs = GradInputs {
+            lse,
+            out,
+            go,
+            delta,
+        };
+        if *self.grad.get_or_insert(refs) != refs {
+            return None;
+        }
+        Some((ra..rb).map(|r| (r, vec![bi])).collect())
     }
 }

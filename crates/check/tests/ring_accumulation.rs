@@ -65,6 +65,39 @@ enum Bug {
     OtherShift,
 }
 
+/// A planted bug of the queries' gradient (the ring backward's `dq`), or none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum GradBug {
+    None,
+    /// The last step's block product is added twice.
+    Twice,
+    /// The last step's block product is not added.
+    Skipped,
+    /// A step that computes the second half of the queries adds its product to the first.
+    WrongRows,
+    /// Each block is normalized by its own log-sum-exp, not the ring's final one.
+    BlockLse,
+    /// `D = sum(dO * Q)` instead of `sum(dO * O)`.
+    DeltaOfQueries,
+    /// From step 1 on, `dO V^T` takes the rank's own values.
+    StaleValues,
+    /// `dS` without the `- D` term.
+    NoDelta,
+    /// The last step's `dS` scaled by another number.
+    OtherScale,
+}
+
+const GRAD_BUGS: [GradBug; 8] = [
+    GradBug::Twice,
+    GradBug::Skipped,
+    GradBug::WrongRows,
+    GradBug::BlockLse,
+    GradBug::DeltaOfQueries,
+    GradBug::StaleValues,
+    GradBug::NoDelta,
+    GradBug::OtherScale,
+];
+
 const BUGS: [Bug; 14] = [
     Bug::OtherShift,
     Bug::RowsRotated,
@@ -230,7 +263,7 @@ fn from(n: usize, r: usize, t: usize, bug: Bug) -> usize {
 }
 
 /// The body of rank `i` of `n` with chunks of `c` tokens.
-fn rank_body(n: usize, i: usize, c: usize, bug: Bug) -> Vec<String> {
+fn rank_body(n: usize, i: usize, c: usize, bug: Bug, gbug: GradBug) -> Vec<String> {
     let loc = 2 * c;
     let mut l = Lines::default();
     let [a, b] = [i, 2 * n - 1 - i];
@@ -246,6 +279,8 @@ fn rank_body(n: usize, i: usize, c: usize, bug: Bug) -> Vec<String> {
         l.f(&[BH, loc, D], format!("aten.cat.default([{lo}, {hi}], 1)"))
     };
     let q3 = pick(&mut l, "q");
+    let go3 = pick(&mut l, "go");
+    let mut steps: Vec<Step> = Vec::new();
     let k = pick(&mut l, "k");
     let v = pick(&mut l, "v");
     let p0 = arange(&mut l, a * c, (a + 1) * c);
@@ -347,6 +382,15 @@ fn rank_body(n: usize, i: usize, c: usize, bug: Bug) -> Vec<String> {
         let shifted = l.f(&[BH, nq, nk], format!("aten.sub.Tensor({scores}, {lse})"));
         let p = l.f(&[BH, nq, nk], format!("aten.exp.default({shifted})"));
         let o = l.f(&[BH, nq, D], format!("aten.bmm.default({p}, {vb})"));
+        steps.push(Step {
+            rows,
+            keys,
+            nk,
+            scores: scores.clone(),
+            kb: kb.clone(),
+            vb: vb.clone(),
+            lse: lse.clone(),
+        });
         let times = if bug == Bug::ChunkTwice && t == n - 1 {
             2
         } else {
@@ -385,6 +429,11 @@ fn rank_body(n: usize, i: usize, c: usize, bug: Bug) -> Vec<String> {
         "lse_fin: {} = torch.ops.aten.clone.default({lse})",
         ty(&[BH, loc, 1])
     ));
+    let dq = ring_dq(&mut l, &steps, [&q3, &go3, &out, &lse, &v], loc, gbug);
+    l.body.push(format!(
+        "dq_fin: {} = torch.ops.aten.clone.default({dq})",
+        ty(&[BH, loc, D])
+    ));
     if bug == Bug::RowsRotated {
         let (lo, _) = part(&mut l, &out, [BH, loc, D], 1, Part::Lo);
         let (hi, _) = part(&mut l, &out, [BH, loc, D], 1, Part::Hi);
@@ -396,6 +445,99 @@ fn rank_body(n: usize, i: usize, c: usize, bug: Bug) -> Vec<String> {
     ));
     l.body.extend(tail(loc, true));
     l.body
+}
+
+/// A computed forward step, as the backward reads it: its parts, key count, scores, keys,
+/// values and own log-sum-exp.
+struct Step {
+    rows: Part,
+    keys: Part,
+    nk: usize,
+    scores: String,
+    kb: String,
+    vb: String,
+    lse: String,
+}
+
+/// The zoo's ring backward of the queries over the forward's `steps` (flash attention's, under
+/// the final normalization `lse`): the gradient `dq` of `q3` for the output gradient `go3`.
+fn ring_dq(
+    l: &mut Lines,
+    steps: &[Step],
+    [q3, go3, out, lse, v]: [&str; 5],
+    loc: usize,
+    gbug: GradBug,
+) -> String {
+    let whole = if gbug == GradBug::DeltaOfQueries {
+        q3
+    } else {
+        out
+    };
+    let prod = l.f(&[BH, loc, D], format!("aten.mul.Tensor({go3}, {whole})"));
+    let delta = l.f(
+        &[BH, loc, 1],
+        format!("aten.sum.dim_IntList({prod}, [2], True)"),
+    );
+    let mut dq: Option<String> = None;
+    let last = steps.len() - 1;
+    for (t, st) in steps.iter().enumerate() {
+        let (rows, nk, scores, kb) = (st.rows, st.nk, &st.scores, &st.kb);
+        let norm = if gbug == GradBug::BlockLse {
+            st.lse.clone()
+        } else {
+            part(l, lse, [BH, loc, 1], 1, rows).0
+        };
+        let (gob, sq) = part(l, go3, [BH, loc, D], 1, rows);
+        let (db, _) = part(l, &delta, [BH, loc, 1], 1, rows);
+        let nq = sq[1];
+        let vsrc = if gbug == GradBug::StaleValues && t > 0 {
+            part(l, v, [BH, loc, D], 1, st.keys).0
+        } else {
+            st.vb.clone()
+        };
+        let shifted = l.f(&[BH, nq, nk], format!("aten.sub.Tensor({scores}, {norm})"));
+        let p = l.f(&[BH, nq, nk], format!("aten.exp.default({shifted})"));
+        let vt = l.f(&[BH, D, nk], format!("aten.transpose.int({vsrc}, 1, 2)"));
+        let dp = l.f(&[BH, nq, nk], format!("aten.bmm.default({gob}, {vt})"));
+        let centered = if gbug == GradBug::NoDelta {
+            dp
+        } else {
+            l.f(&[BH, nq, nk], format!("aten.sub.Tensor({dp}, {db})"))
+        };
+        let ds = l.f(&[BH, nq, nk], format!("aten.mul.Tensor({p}, {centered})"));
+        let scale = if gbug == GradBug::OtherScale && t == last {
+            0.25
+        } else {
+            SCALE
+        };
+        let dss = l.f(&[BH, nq, nk], format!("aten.mul.Scalar({ds}, {scale:?})"));
+        let dqb = l.f(&[BH, nq, D], format!("aten.bmm.default({dss}, {kb})"));
+        let times = match gbug {
+            GradBug::Twice if t == last => 2,
+            GradBug::Skipped if t == last => 0,
+            _ => 1,
+        };
+        for _ in 0..times {
+            dq = Some(match dq.take() {
+                None => dqb.clone(),
+                Some(acc) if rows == Part::All => {
+                    l.f(&[BH, loc, D], format!("aten.add.Tensor({acc}, {dqb})"))
+                }
+                Some(acc) => {
+                    let (lo, _) = part(l, &acc, [BH, loc, D], 1, Part::Lo);
+                    let (hi, _) = part(l, &acc, [BH, loc, D], 1, Part::Hi);
+                    if gbug == GradBug::WrongRows {
+                        let sum = l.f(&[BH, nq, D], format!("aten.add.Tensor({lo}, {dqb})"));
+                        l.f(&[BH, loc, D], format!("aten.cat.default([{sum}, {hi}], 1)"))
+                    } else {
+                        let sum = l.f(&[BH, nq, D], format!("aten.add.Tensor({hi}, {dqb})"));
+                        l.f(&[BH, loc, D], format!("aten.cat.default([{lo}, {sum}], 1)"))
+                    }
+                }
+            });
+        }
+    }
+    dq.expect("a step")
 }
 
 /// `sum(att * att)`, summed over the ranks (`reduce`) as `out`.
@@ -444,7 +586,7 @@ fn spec_body(s: usize) -> Vec<String> {
 }
 
 fn params(s: usize) -> Vec<String> {
-    ["q", "k", "v"]
+    ["q", "k", "v", "go"]
         .iter()
         .map(|x| format!("{x}: {}", ty(&[BH, s, D])))
         .collect()
@@ -464,21 +606,30 @@ struct Ran {
     /// dim 1, and whether it is the causal log-sum-exp of the scores at the rank's positions.
     lse_claimed: Vec<bool>,
     lse_right: Vec<bool>,
+    /// Per rank: whether the checker placed the queries' gradient `dq_fin` as rows on dim 1,
+    /// and whether it is flash attention's gradient of the queries at the rank's positions.
+    dq_claimed: Vec<bool>,
+    dq_right: Vec<bool>,
 }
 
 fn instance(n: usize, c: usize, bug: Bug, seed: u64) -> Ran {
+    instance_with(n, c, bug, GradBug::None, seed)
+}
+
+/// [`instance`] with a bug planted in the backward of the queries too.
+fn instance_with(n: usize, c: usize, bug: Bug, gbug: GradBug, seed: u64) -> Ran {
     let s = 2 * n * c;
     let dir = tempfile::tempdir().unwrap();
     let spec = common::hand::graph_module(&params(s), &spec_body(s));
     std::fs::write(dir.path().join("spec.py"), spec).unwrap();
     let mut graphs = Vec::new();
     for r in 0..n {
-        let text = common::hand::graph_module(&params(s), &rank_body(n, r, c, bug));
+        let text = common::hand::graph_module(&params(s), &rank_body(n, r, c, bug, gbug));
         std::fs::write(dir.path().join(format!("r{r}.py")), text).unwrap();
         graphs.push(format!("r{r}.py"));
     }
     let yaml = format!(
-        "version: 1\nname: ring-accumulation\nspec:\n  graph: spec.py\nimpl:\n  mesh: {{ cp: {n} }}\n  graphs: [{}]\ninputs:\n  q: {{ cp: Replicate() }}\n  k: {{ cp: Replicate() }}\n  v: {{ cp: Replicate() }}\noutputs:\n  out: {{ cp: Replicate() }}\n",
+        "version: 1\nname: ring-accumulation\nspec:\n  graph: spec.py\nimpl:\n  mesh: {{ cp: {n} }}\n  graphs: [{}]\ninputs:\n  q: {{ cp: Replicate() }}\n  k: {{ cp: Replicate() }}\n  v: {{ cp: Replicate() }}\n  go: {{ cp: Replicate() }}\noutputs:\n  out: {{ cp: Replicate() }}\n",
         graphs.join(", ")
     );
     std::fs::write(dir.path().join("case.yaml"), yaml).unwrap();
@@ -490,7 +641,7 @@ fn instance(n: usize, c: usize, bug: Bug, seed: u64) -> Ran {
         ValueId::new(g.nodes.iter().position(|x| x.name == name).unwrap(), 0)
     };
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let leaves: BTreeMap<String, Tensor> = ["q", "k", "v"]
+    let leaves: BTreeMap<String, Tensor> = ["q", "k", "v", "go"]
         .iter()
         .map(|x| (x.to_string(), random(&[BH, s, D], &mut rng)))
         .collect();
@@ -508,6 +659,8 @@ fn instance(n: usize, c: usize, bug: Bug, seed: u64) -> Ran {
     let (mut rows_claimed, mut rows_right) = (Vec::new(), Vec::new());
     let (mut lse_claimed, mut lse_right) = (Vec::new(), Vec::new());
     let (q, k) = (&leaves["q"].data, &leaves["k"].data);
+    let (v, go) = (&leaves["v"].data, &leaves["go"].data);
+    let (mut dq_claimed, mut dq_right) = (Vec::new(), Vec::new());
     for (r, env) in envs.iter().enumerate() {
         let g = &case.program.ranks[r];
         total = env.get(at(g, "out")).unwrap().data[0];
@@ -547,6 +700,42 @@ fn instance(n: usize, c: usize, bug: Bug, seed: u64) -> Ran {
             })
             .collect();
         lse_right.push(close(&got, &want));
+        dq_claimed.push(matches!(
+            prop.ranks[r].of(at(g, "dq_fin"), 1)[0],
+            Place::Rows(1, _)
+        ));
+        let got = env.get(at(g, "dq_fin")).unwrap().data.to_vec();
+        // Flash attention's backward of the queries at each of the rank's positions.
+        let at3 = |x: &[f64], h: usize, p: usize, d: usize| x[(h * s + p) * D + d];
+        let dot = |x: &[f64], y: &[f64], h: usize, a: usize, b: usize| {
+            (0..D)
+                .map(|d| at3(x, h, a, d) * at3(y, h, b, d))
+                .sum::<f64>()
+        };
+        let mut want = Vec::new();
+        for h in 0..BH {
+            for &p in &positions {
+                let w: Vec<f64> = (0..=p)
+                    .map(|kp| (SCALE * dot(q, k, h, p, kp)).exp())
+                    .collect();
+                let total: f64 = w.iter().sum();
+                let o: Vec<f64> = (0..D)
+                    .map(|d| (0..=p).map(|kp| w[kp] / total * at3(v, h, kp, d)).sum())
+                    .collect();
+                let delta: f64 = (0..D).map(|d| at3(go, h, p, d) * o[d]).sum();
+                for d in 0..D {
+                    want.push(
+                        (0..=p)
+                            .map(|kp| {
+                                let ds = w[kp] / total * (dot(go, v, h, p, kp) - delta);
+                                SCALE * ds * at3(k, h, kp, d)
+                            })
+                            .sum(),
+                    );
+                }
+            }
+        }
+        dq_right.push(close(&got, &want));
     }
     Ran {
         verdict: report.verdict,
@@ -556,6 +745,8 @@ fn instance(n: usize, c: usize, bug: Bug, seed: u64) -> Ran {
         sum_right: close(&[total], &spec_out),
         lse_claimed,
         lse_right,
+        dq_claimed,
+        dq_right,
     }
 }
 
@@ -572,6 +763,13 @@ fn claims_hold(ran: &Ran) -> Result<(), String> {
         if claimed && !right {
             return Err(format!(
                 "rank {r}: lse_fin claimed rows, but it is not the causal log-sum-exp"
+            ));
+        }
+    }
+    for (r, (&claimed, &right)) in ran.dq_claimed.iter().zip(&ran.dq_right).enumerate() {
+        if claimed && !right {
+            return Err(format!(
+                "rank {r}: dq_fin claimed rows, but it is not the queries' gradient"
             ));
         }
     }
@@ -601,6 +799,15 @@ fn the_zoo_ring_holds_and_agrees_with_the_interpreter() {
         assert!(
             ran.lse_right.iter().all(|&x| x) && ran.lse_claimed.iter().all(|&x| x),
             "n {n} c {c}: log-sum-exp not right or not claimed"
+        );
+        assert!(
+            ran.dq_right.iter().all(|&x| x),
+            "n {n} c {c}: the queries' gradient is not right"
+        );
+        assert!(
+            ran.dq_claimed.iter().all(|&x| x),
+            "n {n} c {c}: the queries' gradient not claimed\n{}",
+            ran.render
         );
         assert_eq!(ran.verdict, Verdict::Holds, "n {n} c {c}\n{}", ran.render);
     }
@@ -671,6 +878,26 @@ fn planted_bugs_of_the_log_sum_exp_never_claim_it() {
             assert!(
                 !ran.lse_claimed.iter().all(|&x| x),
                 "{bug:?} n {n} c {c}: every rank's log-sum-exp claimed rows"
+            );
+        }
+    }
+}
+
+/// Every planted bug of the queries' gradient is wrong when run and never claimed on every
+/// rank; with the forward's bugs the gradient's claims are checked by the proptest.
+#[test]
+fn planted_bugs_of_the_queries_gradient_never_claim_it() {
+    for gbug in GRAD_BUGS {
+        for (n, c) in [(2, 1), (3, 1), (3, 2)] {
+            let ran = instance_with(n, c, Bug::None, gbug, 13);
+            assert_eq!(claims_hold(&ran), Ok(()), "{gbug:?} n {n} c {c}");
+            assert!(
+                !ran.dq_right.iter().all(|&x| x),
+                "{gbug:?} n {n} c {c}: not wrong when run"
+            );
+            assert!(
+                !ran.dq_claimed.iter().all(|&x| x),
+                "{gbug:?} n {n} c {c}: every rank's gradient claimed rows"
             );
         }
     }
@@ -760,7 +987,7 @@ fn a_sum_over_received_rows_never_holds() {
             graphs.push(format!("r{i}.py"));
         }
         let yaml = format!(
-            "version: 1\nname: ring-received-sum\nspec:\n  graph: spec.py\nimpl:\n  mesh: {{ cp: {n} }}\n  graphs: [{}]\ninputs:\n  q: {{ cp: Replicate() }}\n  k: {{ cp: Replicate() }}\n  v: {{ cp: Replicate() }}\noutputs:\n  out: {{ cp: Replicate() }}\n",
+            "version: 1\nname: ring-received-sum\nspec:\n  graph: spec.py\nimpl:\n  mesh: {{ cp: {n} }}\n  graphs: [{}]\ninputs:\n  q: {{ cp: Replicate() }}\n  k: {{ cp: Replicate() }}\n  v: {{ cp: Replicate() }}\n  go: {{ cp: Replicate() }}\noutputs:\n  out: {{ cp: Replicate() }}\n",
             graphs.join(", ")
         );
         std::fs::write(dir.path().join("case.yaml"), yaml).unwrap();

@@ -10,6 +10,10 @@
 //! holds for the case) must be the interpreter's values, and every planted bug (a wrong merge,
 //! a step skipped or counted twice, a wrong peer or direction, a mask on local positions or
 //! none, values of another block, another scale, the output rows out of order) is refused.
+//! Each rank also names its final log-sum-exp (`lse_fin`) and runs the zoo's backward of the
+//! queries over the same blocks for an output gradient `go` (`dq_fin`): both claims are
+//! checked against values computed here from the leaves, and the gradient's planted bugs
+//! (`GradBug`) are refused.
 
 use proptest::prelude::*;
 use rand::SeedableRng;
@@ -85,9 +89,15 @@ enum GradBug {
     NoDelta,
     /// The last step's `dS` scaled by another number.
     OtherScale,
+    /// From step 1 on, `dS K` takes the rank's own keys.
+    StaleKeys,
+    /// The output gradient's chunks picked in the wrong order (the second chunk first).
+    SwappedGradRows,
 }
 
-const GRAD_BUGS: [GradBug; 8] = [
+const GRAD_BUGS: [GradBug; 10] = [
+    GradBug::StaleKeys,
+    GradBug::SwappedGradRows,
     GradBug::Twice,
     GradBug::Skipped,
     GradBug::WrongRows,
@@ -279,7 +289,20 @@ fn rank_body(n: usize, i: usize, c: usize, bug: Bug, gbug: GradBug) -> Vec<Strin
         l.f(&[BH, loc, D], format!("aten.cat.default([{lo}, {hi}], 1)"))
     };
     let q3 = pick(&mut l, "q");
-    let go3 = pick(&mut l, "go");
+    let go3 = if gbug == GradBug::SwappedGradRows {
+        let [a, b] = [b, a];
+        let lo = l.f(
+            &[BH, c, D],
+            format!("aten.slice.Tensor(go, 1, {}, {})", a * c, (a + 1) * c),
+        );
+        let hi = l.f(
+            &[BH, c, D],
+            format!("aten.slice.Tensor(go, 1, {}, {})", b * c, (b + 1) * c),
+        );
+        l.f(&[BH, loc, D], format!("aten.cat.default([{lo}, {hi}], 1)"))
+    } else {
+        pick(&mut l, "go")
+    };
     let mut steps: Vec<Step> = Vec::new();
     let k = pick(&mut l, "k");
     let v = pick(&mut l, "v");
@@ -429,7 +452,7 @@ fn rank_body(n: usize, i: usize, c: usize, bug: Bug, gbug: GradBug) -> Vec<Strin
         "lse_fin: {} = torch.ops.aten.clone.default({lse})",
         ty(&[BH, loc, 1])
     ));
-    let dq = ring_dq(&mut l, &steps, [&q3, &go3, &out, &lse, &v], loc, gbug);
+    let dq = ring_dq(&mut l, &steps, [&q3, &go3, &out, &lse, &v, &k], loc, gbug);
     l.body.push(format!(
         "dq_fin: {} = torch.ops.aten.clone.default({dq})",
         ty(&[BH, loc, D])
@@ -464,7 +487,7 @@ struct Step {
 fn ring_dq(
     l: &mut Lines,
     steps: &[Step],
-    [q3, go3, out, lse, v]: [&str; 5],
+    [q3, go3, out, lse, v, k]: [&str; 6],
     loc: usize,
     gbug: GradBug,
 ) -> String {
@@ -511,7 +534,12 @@ fn ring_dq(
             SCALE
         };
         let dss = l.f(&[BH, nq, nk], format!("aten.mul.Scalar({ds}, {scale:?})"));
-        let dqb = l.f(&[BH, nq, D], format!("aten.bmm.default({dss}, {kb})"));
+        let ksrc = if gbug == GradBug::StaleKeys && t > 0 {
+            part(l, k, [BH, loc, D], 1, st.keys).0
+        } else {
+            kb.clone()
+        };
+        let dqb = l.f(&[BH, nq, D], format!("aten.bmm.default({dss}, {ksrc})"));
         let times = match gbug {
             GradBug::Twice if t == last => 2,
             GradBug::Skipped if t == last => 0,
@@ -905,19 +933,23 @@ fn planted_bugs_of_the_queries_gradient_never_claim_it() {
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
-    /// Random ring sizes, chunk sizes, bugs and values: every rows claim and every holds is
-    /// the interpreter's values.
+    /// Random ring sizes, chunk sizes, bugs of the forward and of the queries' gradient and
+    /// values: every rows claim (output, log-sum-exp, gradient) and every holds is the
+    /// interpreter's values.
     #[test]
     fn claims_agree_with_the_interpreter(
         n in 2usize..=4,
         c in 1usize..=2,
         which in 0usize..=BUGS.len(),
+        which_grad in 0usize..=GRAD_BUGS.len(),
         seed in 0u64..1000,
     ) {
         let bug = if which == BUGS.len() { Bug::None } else { BUGS[which] };
-        let ran = instance(n, c, bug, seed);
+        let gbug = GRAD_BUGS.get(which_grad).copied().unwrap_or(GradBug::None);
+        let ran = instance_with(n, c, bug, gbug, seed);
         prop_assert_eq!(claims_hold(&ran), Ok(()));
         if bug == Bug::None {
+            // The gradient is no output: the case holds whatever its bug.
             prop_assert_eq!(ran.verdict, Verdict::Holds);
         }
     }

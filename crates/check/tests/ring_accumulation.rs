@@ -79,7 +79,8 @@ enum GradBug {
     Skipped,
     /// A step that computes the second half of the queries adds its product to the first.
     WrongRows,
-    /// Each block is normalized by its own log-sum-exp, not the ring's final one.
+    /// Each block is normalized by the first step's log-sum-exp (the rank's diagonal block),
+    /// not the ring's final one.
     BlockLse,
     /// `D = sum(dO * Q)` instead of `sum(dO * O)`.
     DeltaOfQueries,
@@ -506,7 +507,7 @@ fn ring_dq(
     for (t, st) in steps.iter().enumerate() {
         let (rows, nk, scores, kb) = (st.rows, st.nk, &st.scores, &st.kb);
         let norm = if gbug == GradBug::BlockLse {
-            st.lse.clone()
+            part(l, &steps[0].lse, [BH, loc, 1], 1, rows).0
         } else {
             part(l, lse, [BH, loc, 1], 1, rows).0
         };
@@ -542,7 +543,8 @@ fn ring_dq(
         let dqb = l.f(&[BH, nq, D], format!("aten.bmm.default({dss}, {ksrc})"));
         let times = match gbug {
             GradBug::Twice if t == last => 2,
-            GradBug::Skipped if t == last => 0,
+            // (A forward that skipped its last step may leave one step: it stays.)
+            GradBug::Skipped if t == last && last > 0 => 0,
             _ => 1,
         };
         for _ in 0..times {
@@ -948,8 +950,9 @@ proptest! {
         let gbug = GRAD_BUGS.get(which_grad).copied().unwrap_or(GradBug::None);
         let ran = instance_with(n, c, bug, gbug, seed);
         prop_assert_eq!(claims_hold(&ran), Ok(()));
-        if bug == Bug::None {
-            // The gradient is no output: the case holds whatever its bug.
+        // A gradient bug may pair rows of two selections (a finding) even though the gradient
+        // is no output, so only the correct program must hold.
+        if bug == Bug::None && gbug == GradBug::None {
             prop_assert_eq!(ran.verdict, Verdict::Holds);
         }
     }

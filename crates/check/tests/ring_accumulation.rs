@@ -94,9 +94,23 @@ enum GradBug {
     StaleKeys,
     /// The output gradient's chunks picked in the wrong order (the second chunk first).
     SwappedGradRows,
+    /// A step of the second half of the queries normalized by the first half's rows of the
+    /// log-sum-exp.
+    WrongNormRows,
+    /// `D = sum(O * O)`: the output where the output gradient belongs.
+    DeltaOfOutput,
+    /// The backward's scores recomputed with the keys as queries (the same rows).
+    OtherQueries,
+    /// The backward's scores and `dS` scaled by another number than the forward's, alike on
+    /// every step.
+    OtherForwardScale,
 }
 
-const GRAD_BUGS: [GradBug; 10] = [
+const GRAD_BUGS: [GradBug; 14] = [
+    GradBug::WrongNormRows,
+    GradBug::DeltaOfOutput,
+    GradBug::OtherQueries,
+    GradBug::OtherForwardScale,
     GradBug::StaleKeys,
     GradBug::SwappedGradRows,
     GradBug::Twice,
@@ -410,6 +424,7 @@ fn rank_body(n: usize, i: usize, c: usize, bug: Bug, gbug: GradBug) -> Vec<Strin
             rows,
             keys,
             nk,
+            mask: diag.clone().filter(|_| t == 0),
             scores: scores.clone(),
             kb: kb.clone(),
             vb: vb.clone(),
@@ -477,6 +492,7 @@ struct Step {
     rows: Part,
     keys: Part,
     nk: usize,
+    mask: Option<String>,
     scores: String,
     kb: String,
     vb: String,
@@ -492,12 +508,12 @@ fn ring_dq(
     loc: usize,
     gbug: GradBug,
 ) -> String {
-    let whole = if gbug == GradBug::DeltaOfQueries {
-        q3
-    } else {
-        out
+    let (x, y) = match gbug {
+        GradBug::DeltaOfQueries => (go3, q3),
+        GradBug::DeltaOfOutput => (out, out),
+        _ => (go3, out),
     };
-    let prod = l.f(&[BH, loc, D], format!("aten.mul.Tensor({go3}, {whole})"));
+    let prod = l.f(&[BH, loc, D], format!("aten.mul.Tensor({x}, {y})"));
     let delta = l.f(
         &[BH, loc, 1],
         format!("aten.sum.dim_IntList({prod}, [2], True)"),
@@ -506,10 +522,29 @@ fn ring_dq(
     let last = steps.len() - 1;
     for (t, st) in steps.iter().enumerate() {
         let (rows, nk, scores, kb) = (st.rows, st.nk, &st.scores, &st.kb);
-        let norm = if gbug == GradBug::BlockLse {
-            part(l, &steps[0].lse, [BH, loc, 1], 1, rows).0
-        } else {
-            part(l, lse, [BH, loc, 1], 1, rows).0
+        let norm = match gbug {
+            GradBug::BlockLse => part(l, &steps[0].lse, [BH, loc, 1], 1, rows).0,
+            GradBug::WrongNormRows if rows == Part::Hi => part(l, lse, [BH, loc, 1], 1, Part::Lo).0,
+            _ => part(l, lse, [BH, loc, 1], 1, rows).0,
+        };
+        // The scores again, of queries `qsrc` scaled by `scale` (the forward's mask).
+        let mut rescore = |qsrc: &str, scale: f64| -> String {
+            let (qb, sq) = part(l, qsrc, [BH, loc, D], 1, rows);
+            let kt = l.f(&[BH, D, nk], format!("aten.transpose.int({kb}, 1, 2)"));
+            let raw = l.f(&[BH, sq[1], nk], format!("aten.bmm.default({qb}, {kt})"));
+            let scaled = l.f(
+                &[BH, sq[1], nk],
+                format!("aten.mul.Scalar({raw}, {scale:?})"),
+            );
+            match &st.mask {
+                Some(m) => l.f(&[BH, sq[1], nk], format!("aten.add.Tensor({scaled}, {m})")),
+                None => scaled,
+            }
+        };
+        let scores = match gbug {
+            GradBug::OtherQueries => rescore(k, SCALE),
+            GradBug::OtherForwardScale => rescore(q3, 0.25),
+            _ => scores.clone(),
         };
         let (gob, sq) = part(l, go3, [BH, loc, D], 1, rows);
         let (db, _) = part(l, &delta, [BH, loc, 1], 1, rows);
@@ -529,10 +564,10 @@ fn ring_dq(
             l.f(&[BH, nq, nk], format!("aten.sub.Tensor({dp}, {db})"))
         };
         let ds = l.f(&[BH, nq, nk], format!("aten.mul.Tensor({p}, {centered})"));
-        let scale = if gbug == GradBug::OtherScale && t == last {
-            0.25
-        } else {
-            SCALE
+        let scale = match gbug {
+            GradBug::OtherScale if t == last => 0.25,
+            GradBug::OtherForwardScale => 0.25,
+            _ => SCALE,
         };
         let dss = l.f(&[BH, nq, nk], format!("aten.mul.Scalar({ds}, {scale:?})"));
         let ksrc = if gbug == GradBug::StaleKeys && t > 0 {

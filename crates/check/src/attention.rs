@@ -29,6 +29,13 @@
 //! the sum of `exp` of the causal scores of query position `qpos[i]` over the whole sequence,
 //! the final normalization the ring's backward divides each block's probabilities by. It
 //! holds `Rows(1, Q)` under the same coverage, mask and scale conditions.
+//!
+//! The backward's gradient of the queries (flash attention's, block by block under the final
+//! normalization, [`Walk::dq`]) is read per rank the same way: its blocks must cover every
+//! query row's causal keys once, and the log-sum-exp, output and output gradient it reads
+//! must be the ring's own (read again, the same queries and scale) and the queries' rows.
+//! The gradients of the keys and values travel on around the ring to their owners and are
+//! not read here.
 
 use crate::place::{Place, RowKey, RowTable};
 use shardproof_ir::{Arg, Graph, NodeKind, ValueId};

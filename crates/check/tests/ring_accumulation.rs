@@ -905,6 +905,14 @@ fn planted_ring_bugs_never_hold() {
                 !ran.rows_claimed.iter().all(|&x| x),
                 "{bug:?} n {n} c {c}: every rank's output claimed rows"
             );
+            // The backward reads the forward's output and log-sum-exp: a bug in the ring
+            // (all but the rotation after it) leaves the queries' gradient unclaimed too.
+            if bug != Bug::RowsRotated {
+                assert!(
+                    !ran.dq_claimed.iter().all(|&x| x),
+                    "{bug:?} n {n} c {c}: every rank's gradient claimed rows"
+                );
+            }
         }
     }
 }

@@ -1029,13 +1029,11 @@ mod tests {
             is_zero(&ar, good.clone(), &limits, 0, &mut verdicts),
             Ok(true)
         );
-        assert_eq!(verdicts.get(&good), Some(&true));
         // The same monomials, one coefficient apart: not zero, memo or not.
         assert_eq!(
             is_zero(&ar, bad.clone(), &limits, 0, &mut verdicts),
             Ok(false)
         );
-        assert_eq!(verdicts.get(&bad), Some(&false));
         // Read back: each answer is its own polynomial's.
         assert_eq!(
             is_zero(&ar, good.clone(), &limits, 0, &mut verdicts),
@@ -1053,7 +1051,7 @@ mod tests {
             deadline: None,
         };
         assert!(is_zero(&ar, bad.clone(), &tight, 0, &mut fresh).is_err());
-        assert!(fresh.get(&bad).is_none());
+        assert!(fresh.is_empty());
         assert_eq!(is_zero(&ar, bad, &limits, 0, &mut fresh), Ok(false));
     }
 

@@ -202,25 +202,27 @@ impl<'a> ExactEval<'a> {
         if let Some(v) = self.memo.get(&e) {
             return v.clone();
         }
+        let v = self.value_uncached(e);
+        self.memo.insert(e, v.clone());
+        v
+    }
+
+    /// [`Self::value`] without its memo. One atom without a rational value (an exponential)
+    /// leaves the whole sum without one: the rest is not evaluated (in a goal of millions of
+    /// terms reached through such atoms, that was most of the exact points' time).
+    fn value_uncached(&mut self, e: ExprId) -> Option<Coeff> {
         let mut total = Coeff::zero();
-        let mut ok = true;
         for (m, c) in &self.arena.poly(e).terms {
             let mut t = c.clone();
             for &(a, k) in m {
-                match self.atom(a.0) {
-                    Some(v) => {
-                        for _ in 0..k {
-                            t *= &v;
-                        }
-                    }
-                    None => ok = false,
+                let v = self.atom(a.0)?;
+                for _ in 0..k {
+                    t *= &v;
                 }
             }
             total += t;
         }
-        let v = ok.then_some(total);
-        self.memo.insert(e, v.clone());
-        v
+        Some(total)
     }
 
     fn atom(&mut self, a: u32) -> Option<Coeff> {
@@ -239,7 +241,19 @@ impl<'a> ExactEval<'a> {
                         let i = i.to_usize()?;
                         return self.value(*args.get(1 + i)?);
                     }
-                    _ => args.iter().map(|&x| self.value(x)).collect(),
+                    // No rational value whatever the arguments: they are not evaluated.
+                    Func::Recip
+                    | Func::Product
+                    | Func::Max
+                    | Func::Min
+                    | Func::ArgMax
+                    | Func::ArgMin
+                    | Func::SortedValue { .. }
+                    | Func::SortedIndex { .. }
+                    | Func::Positive
+                    | Func::NonNegative
+                    | Func::IsZero => args.iter().map(|&x| self.value(x)).collect(),
+                    _ => return None,
                 };
                 let vals = vals?;
                 match f {

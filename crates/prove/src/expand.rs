@@ -987,6 +987,74 @@ mod tests {
         );
     }
 
+    /// `is_zero`'s memo ([`ZeroVerdicts`]) answers for the whole polynomial, coefficients
+    /// included: a polynomial one coefficient away from a decided zero is decided afresh,
+    /// never read off the memo.
+    #[test]
+    fn zero_verdicts_are_kept_for_the_whole_polynomial() {
+        let mut ar = Arena::default();
+        let w = sum_of(&mut ar, "w", 2);
+        let e0 = sum_of(&mut ar, "a", 10);
+        let e1 = sum_of(&mut ar, "b", 10);
+        let e = ar.add(e0, e1).unwrap();
+        let (whole, p0, p1) = (
+            ar.mul(w, e).unwrap(),
+            ar.mul(w, e0).unwrap(),
+            ar.mul(w, e1).unwrap(),
+        );
+        let difference = |ar: &Arena, scale_p1: i64| {
+            let mut d: BTreeMap<Mono, Coeff> = BTreeMap::new();
+            for (m, c) in &ar.poly(whole).terms {
+                add_term(&mut d, m.clone(), c.clone());
+            }
+            for (m, c) in &ar.poly(p0).terms {
+                add_term(&mut d, m.clone(), -c);
+            }
+            for (m, c) in &ar.poly(p1).terms {
+                add_term(&mut d, m.clone(), -(c * &Coeff::from_integer(scale_p1)));
+            }
+            d
+        };
+        let limits = Limits {
+            max_terms: 10_000,
+            deadline: None,
+        };
+        let mut verdicts = ZeroVerdicts::default();
+        let (good, bad) = (difference(&ar, 1), difference(&ar, 2));
+        assert_eq!(
+            good.keys().collect::<Vec<_>>(),
+            bad.keys().collect::<Vec<_>>()
+        );
+        assert_eq!(
+            is_zero(&ar, good.clone(), &limits, 0, &mut verdicts),
+            Ok(true)
+        );
+        // The same monomials, one coefficient apart: not zero, memo or not.
+        assert_eq!(
+            is_zero(&ar, bad.clone(), &limits, 0, &mut verdicts),
+            Ok(false)
+        );
+        // Read back: each answer is its own polynomial's.
+        assert_eq!(
+            is_zero(&ar, good.clone(), &limits, 0, &mut verdicts),
+            Ok(true)
+        );
+        assert_eq!(
+            is_zero(&ar, bad.clone(), &limits, 0, &mut verdicts),
+            Ok(false)
+        );
+        // A stop is not remembered: past a limit of 10 terms the same polynomial is undecided,
+        // and decided again with room.
+        let mut fresh = ZeroVerdicts::default();
+        let tight = Limits {
+            max_terms: 10,
+            deadline: None,
+        };
+        assert!(is_zero(&ar, bad.clone(), &tight, 0, &mut fresh).is_err());
+        assert!(fresh.is_empty());
+        assert_eq!(is_zero(&ar, bad, &limits, 0, &mut fresh), Ok(false));
+    }
+
     #[test]
     fn zero_times_products_are_not_expanded() {
         let mut ar = Arena::default();

@@ -442,6 +442,22 @@ impl Arena {
         }
     }
 
+    /// When `e` is exactly a position among k arguments (`argmax`, `argmin`, or the index of
+    /// a sorted position `rank < k`: an integer in [0, k), whatever the arguments' values,
+    /// NaN included, since the order is a permutation of them): k. A top-k router's
+    /// gathered weights look their experts up so: without the bound such a lookup is not
+    /// provably in range, so not finite, and every `0·x` downstream (a causal mask's zero
+    /// gradients) stays a `zero_times` atom that the product expansion leaves alone.
+    pub(crate) fn position_bound(&self, e: ExprId) -> Option<u32> {
+        let (f, args) = self.single_app(e)?;
+        let k = u32::try_from(args.len()).ok()?;
+        match f {
+            Func::ArgMax | Func::ArgMin if k > 0 => Some(k),
+            Func::SortedIndex { rank, .. } if *rank < k => Some(k),
+            _ => None,
+        }
+    }
+
     /// Whether `d == 0` is impossible by the range of the one index symbol it holds: `d` is
     /// `c (t - k)` for an index symbol t in [0, bound) and k outside it (or not an integer).
     fn zero_out_of_range(&self, d: ExprId) -> bool {

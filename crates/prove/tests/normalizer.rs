@@ -683,3 +683,88 @@ fn the_rewriting_memo_follows_its_arena_and_its_limit() {
         "another limit: the memo must not answer from the smaller one"
     );
 }
+
+/// A lookup at a position among k values (`argmax`, `argmin`, a top-k index of rank < k) is
+/// in range when the table has at least k entries, so `0·lookup(..)` is 0 there (a top-k
+/// router's gathered weights). With a shorter table, or a rank past the values, the
+/// position may fall outside it (NaN, and `0·NaN` is NaN): `0·x` stays `zero_times`. Checked
+/// against direct f64 evaluation at points that put every position first.
+#[test]
+fn zero_times_a_lookup_at_a_sorted_position_is_zero_only_in_range() {
+    let mut in_range_seen = 0;
+    let mut out_of_range_seen = 0;
+    for k in 1..=3usize {
+        let positions = [
+            Func::ArgMax,
+            Func::ArgMin,
+            Func::SortedIndex {
+                rank: 0,
+                largest: true,
+            },
+            Func::SortedIndex {
+                rank: k as u32 - 1,
+                largest: false,
+            },
+            Func::SortedIndex {
+                rank: k as u32,
+                largest: true,
+            },
+        ];
+        for f in positions {
+            // Tables of 2 entries or more: a one-entry table is read as its entry whatever
+            // the index (the normal form assumes an index in range, as every program has).
+            for n in 2..=4usize {
+                let mut a = Arena::default();
+                let xs: Vec<ExprId> = (0..k)
+                    .map(|i| a.symbol(&format!("x{i}"), SymbolKind::Real).unwrap())
+                    .collect();
+                let ts: Vec<ExprId> = (0..n)
+                    .map(|j| a.symbol(&format!("t{j}"), SymbolKind::Real).unwrap())
+                    .collect();
+                let index = a.app(f.clone(), xs.clone()).unwrap();
+                let mut args = vec![index];
+                args.extend(&ts);
+                let looked_up = a.app(Func::Lookup, args).unwrap();
+                let z = a.scale(looked_up, &Coeff::zero()).unwrap();
+                let proved_zero = a.as_const(z).is_some_and(|c| c.is_zero());
+                // Each position first in turn (largest and smallest), the table entries finite.
+                let mut any_nan = false;
+                for hot in 0..k {
+                    for sign in [1.0, -1.0] {
+                        let values: Vec<f64> = (0..k)
+                            .map(|i| if i == hot { 4.0 * sign } else { i as f64 * 0.5 })
+                            .collect();
+                        let table: Vec<f64> = (0..n).map(|j| j as f64 + 1.0).collect();
+                        let at = f.eval_f64(&values);
+                        let entry = if at >= 0.0 && (at as usize) < n {
+                            table[at as usize]
+                        } else {
+                            f64::NAN
+                        };
+                        let direct = 0.0 * entry;
+                        // Symbols are numbered as made: the values, then the table.
+                        let point = [values.clone(), table].concat();
+                        let normal = FloatEval::new(&a, point).eval(z);
+                        assert!(
+                            direct == normal || (direct.is_nan() && normal.is_nan()),
+                            "{f:?} k={k} n={n}: direct {direct}, normal form {normal} ({})",
+                            a.render(z, 200)
+                        );
+                        any_nan |= direct.is_nan();
+                    }
+                }
+                let covered = match f {
+                    Func::SortedIndex { rank, .. } => (rank as usize) < k && k <= n,
+                    _ => k <= n,
+                };
+                assert_eq!(proved_zero, covered, "{f:?} k={k} n={n}");
+                if covered {
+                    in_range_seen += 1;
+                } else if any_nan {
+                    out_of_range_seen += 1;
+                }
+            }
+        }
+    }
+    assert!(in_range_seen > 0 && out_of_range_seen > 0);
+}

@@ -223,7 +223,8 @@ impl Arena {
                     return self.int(best as i64);
                 }
             }
-            Func::SortedValue { rank, .. } => {
+            // A rank past the arguments has no value (NaN in f64, none exactly): not folded.
+            Func::SortedValue { rank, .. } if (rank as usize) < args.len() => {
                 if args.iter().all(|&a| a == args[0]) {
                     return Ok(args[0]);
                 }
@@ -239,7 +240,7 @@ impl Arena {
                 // The value does not depend on the arguments' order.
                 args.sort_unstable();
             }
-            Func::SortedIndex { rank, largest } => {
+            Func::SortedIndex { rank, largest } if (rank as usize) < args.len() => {
                 if args.iter().all(|&a| a == args[0]) {
                     // Every tie keeps its place: the rank-th position.
                     return self.int(i64::from(rank));
@@ -270,7 +271,10 @@ impl Arena {
                     }
                 }
             }
-            Func::PowConst(_) | Func::Product => {}
+            Func::SortedValue { .. }
+            | Func::SortedIndex { .. }
+            | Func::PowConst(_)
+            | Func::Product => {}
         }
         self.atom_expr(Atom::App(func, args))
     }

@@ -189,7 +189,10 @@ impl Arena {
                         let n = args.len() - 1;
                         let in_range = match self.as_const(args[0]) {
                             Some(i) => i.to_usize().is_some_and(|i| i < n),
-                            None => self.index_bound(args[0]).is_some_and(|b| b as usize <= n),
+                            None => self
+                                .index_bound(args[0])
+                                .or_else(|| self.position_bound(args[0]))
+                                .is_some_and(|b| b as usize <= n),
                         };
                         if in_range {
                             weakest(&cs[1..])

@@ -241,7 +241,7 @@ impl<'a> ExactEval<'a> {
                         let i = i.to_usize()?;
                         return self.value(*args.get(1 + i)?);
                     }
-                    // No rational value whatever the arguments: they are not evaluated.
+                    // The functions with a rational value at rational arguments.
                     Func::Recip
                     | Func::Product
                     | Func::Max
@@ -253,6 +253,7 @@ impl<'a> ExactEval<'a> {
                     | Func::Positive
                     | Func::NonNegative
                     | Func::IsZero => args.iter().map(|&x| self.value(x)).collect(),
+                    // No rational value whatever the arguments: they are not evaluated.
                     _ => return None,
                 };
                 let vals = vals?;

@@ -1192,7 +1192,11 @@ fn the_call_and_leaf_indexes_answer_as_a_scan_of_the_programs() {
         }
     }
     assert!(ops.len() > 5, "{ops:?}");
-    for op in ops.iter().map(String::as_str).chain(["aten.no_such_op.default"]) {
+    for op in ops
+        .iter()
+        .map(String::as_str)
+        .chain(["aten.no_such_op.default"])
+    {
         let scanned: Vec<(usize, usize)> = case
             .program
             .ranks

@@ -60,36 +60,48 @@ fn has_clean_descendant(
     is_float: &dyn Fn(&ValueId) -> bool,
     v: ValueId,
 ) -> bool {
-    const SHAPE_ONLY: &[&str] = &[
-        "aten.zeros_like.default",
-        "aten.ones_like.default",
-        "aten.empty_like.default",
-        "aten.full_like.default",
-        "aten.new_zeros.default",
-        "aten.new_ones.default",
-        "aten.new_empty.default",
-        "aten.new_full.default",
-        "aten.sym_size.int",
+    // (name, overload) of `aten` operators that read only their input's shape and dtype.
+    const SHAPE_ONLY: &[(&str, &str)] = &[
+        ("zeros_like", "default"),
+        ("ones_like", "default"),
+        ("empty_like", "default"),
+        ("full_like", "default"),
+        ("new_zeros", "default"),
+        ("new_ones", "default"),
+        ("new_empty", "default"),
+        ("new_full", "default"),
+        ("sym_size", "int"),
     ];
+    // Node order is topological, so one pass finds every node reached; it answers at the
+    // first one with a clean float output (the walk asks this of values early in deep models,
+    // where the first consumer usually relates cleanly, and reading on to the end of the
+    // graph made each question cost the graph's size).
     let mut reached = vec![false; spec.nodes.len()];
     for (n, node) in spec.nodes.iter().enumerate().skip(v.node + 1) {
-        if node
-            .op()
-            .is_some_and(|o| SHAPE_ONLY.contains(&o.to_string().as_str()))
-        {
+        if node.op().is_some_and(|o| {
+            o.namespace == "aten"
+                && SHAPE_ONLY
+                    .iter()
+                    .any(|s| o.name == s.0 && o.overload == s.1)
+        }) {
             continue;
         }
         reached[n] = node
             .inputs()
             .iter()
             .any(|i| *i == v || (i.node != v.node && reached[i.node]));
+        if reached[n]
+            && (0..node.outputs.len()).any(|k| {
+                let x = ValueId::new(n, k);
+                is_float(&x) && matches!(state.get(&x), Some(State::Related(r)) if r.clean)
+            })
+        {
+            return true;
+        }
     }
-    state
-        .iter()
-        .any(|(k, s)| reached[k.node] && is_float(k) && matches!(s, State::Related(r) if r.clean))
+    false
 }
 
-/// Whether spec value `v` is a float tensor (unknown metadata counts as float).
 /// Whether spec value `v` is a 0-d float (a loss or one of its addends).
 pub(super) fn is_float_scalar(spec_metas: &[Vec<Option<Meta>>], v: ValueId) -> bool {
     spec_metas
@@ -113,6 +125,7 @@ pub(super) fn clean_with_shape<'s>(
     Some((r, meta.shape.clone()))
 }
 
+/// Whether spec value `v` is a float tensor (unknown metadata counts as float).
 pub(super) fn is_float_value(spec_metas: &[Vec<Option<Meta>>], v: ValueId) -> bool {
     spec_metas
         .get(v.node)
@@ -321,7 +334,7 @@ pub(super) fn blame(
         if let Some(State::Related(r)) = st {
             for e in &r.exprs {
                 let top = e.as_ref().last();
-                let leaves = expr_leaves(case, e);
+                let leaves = expr_leaves(imp, e);
                 let mut reduced = false;
                 let late_op = changed_before_reduction(case, imp, &leaves);
                 // The rank sets the implementation's collectives over these leaves reduce.
@@ -432,7 +445,7 @@ pub(super) fn blame(
                 continue;
             };
             for e in r.exprs.iter().filter(|e| is_rank_sum(e)) {
-                let leaves = expr_leaves(case, e);
+                let leaves = expr_leaves(imp, e);
                 let late = changed_before_reduction(case, imp, &leaves)
                     .or_else(|| added_to_before_reduction(case, imp, &leaves));
                 if let Some(late) = late {

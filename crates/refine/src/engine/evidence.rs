@@ -139,61 +139,58 @@ pub(super) fn misaligned_pieces(
     }
     let mut aligned = false;
     let mut found = None;
-    for (r, g) in case.program.ranks.iter().enumerate() {
-        for (n, nd) in g.nodes.iter().enumerate() {
-            if nd.op().map(|o| o.to_string()).as_deref() != Some(op.as_str()) {
-                continue;
+    for &(r, n) in imp.calls_of(&op) {
+        let g = &case.program.ranks[r];
+        let nd = &g.nodes[n];
+        let ranges: Vec<(usize, i64, i64, i64)> = nd
+            .args()
+            .iter()
+            .enumerate()
+            .filter_map(|(i, a)| {
+                let x = a.as_value()?;
+                piece_range(
+                    imp,
+                    &inputs,
+                    ValueRef {
+                        rank: Some(r),
+                        value: x,
+                    },
+                )
+                .filter(|p| p.0 == i)
+            })
+            .collect();
+        if ranges.len() < 2 || ranges.iter().any(|p| p.1 != ranges[0].1) {
+            continue;
+        }
+        let (d, a, b) = (ranges[0].1, ranges[0].2, ranges[0].3);
+        // Pieces along dim 0 are contiguous blocks: the same fraction of two inputs is the
+        // same rows, however their leading dims are flattened (a [s, b, h] activation and
+        // its [s * b] statistics).
+        let extent0 = |pos: usize| {
+            let x = node.args().get(pos)?.as_value()?;
+            let shape = case.spec.recorded_type(x)?.concrete_shape()?;
+            shape.first().copied().filter(|&n| n > 0)
+        };
+        let same = |p: &(usize, i64, i64, i64)| {
+            if (p.2, p.3) == (a, b) {
+                return true;
             }
-            let ranges: Vec<(usize, i64, i64, i64)> = nd
-                .args()
-                .iter()
-                .enumerate()
-                .filter_map(|(i, a)| {
-                    let x = a.as_value()?;
-                    piece_range(
-                        imp,
-                        &inputs,
-                        ValueRef {
-                            rank: Some(r),
-                            value: x,
-                        },
-                    )
-                    .filter(|p| p.0 == i)
-                })
-                .collect();
-            if ranges.len() < 2 || ranges.iter().any(|p| p.1 != ranges[0].1) {
-                continue;
-            }
-            let (d, a, b) = (ranges[0].1, ranges[0].2, ranges[0].3);
-            // Pieces along dim 0 are contiguous blocks: the same fraction of two inputs is the
-            // same rows, however their leading dims are flattened (a [s, b, h] activation and
-            // its [s * b] statistics).
-            let extent0 = |pos: usize| {
-                let x = node.args().get(pos)?.as_value()?;
-                let shape = case.spec.recorded_type(x)?.concrete_shape()?;
-                shape.first().copied().filter(|&n| n > 0)
-            };
-            let same = |p: &(usize, i64, i64, i64)| {
-                if (p.2, p.3) == (a, b) {
-                    return true;
+            match (d, extent0(ranges[0].0), extent0(p.0)) {
+                (0, Some(n0), Some(n)) => {
+                    i128::from(p.2) * i128::from(n0) == i128::from(a) * i128::from(n)
+                        && i128::from(p.3) * i128::from(n0) == i128::from(b) * i128::from(n)
                 }
-                match (d, extent0(ranges[0].0), extent0(p.0)) {
-                    (0, Some(n0), Some(n)) => {
-                        i128::from(p.2) * i128::from(n0) == i128::from(a) * i128::from(n)
-                            && i128::from(p.3) * i128::from(n0) == i128::from(b) * i128::from(n)
-                    }
-                    _ => false,
-                }
-            };
-            if ranges.iter().all(same) {
-                aligned = true;
-            } else if found.is_none() {
-                let q = ranges.iter().find(|p| !same(p))?;
-                found = Some(format!(
-                    "`r{r}.{}` applies `{op}` to rows {a}..{b} of one input and rows {}..{} of another along dim {d}: the pieces are misaligned (a slice with the wrong offset, or microbatches paired with the wrong labels?)",
-                    g.nodes[n].name, q.2, q.3
-                ));
+                _ => false,
             }
+        };
+        if ranges.iter().all(same) {
+            aligned = true;
+        } else if found.is_none() {
+            let q = ranges.iter().find(|p| !same(p))?;
+            found = Some(format!(
+                "`r{r}.{}` applies `{op}` to rows {a}..{b} of one input and rows {}..{} of another along dim {d}: the pieces are misaligned (a slice with the wrong offset, or microbatches paired with the wrong labels?)",
+                g.nodes[n].name, q.2, q.3
+            ));
         }
     }
     // Only when no implementation operator pairs the pieces correctly.
@@ -278,7 +275,7 @@ fn misaligned_rows_bounded(
         .iter()
         .fold(0usize, |n, x| n.saturating_add(x.2.iter().product()));
     for (_, e, _) in &inputs {
-        for l in expr_leaves(case, e) {
+        for l in expr_leaves(imp, e) {
             let (Some(rank), Some(meta)) = (l.rank, imp.meta(l)) else {
                 return Ok(None);
             };
@@ -328,56 +325,52 @@ fn rows_against_ids(
     }
     let mut aligned = false;
     let mut found = None;
-    for (r, g) in case.program.ranks.iter().enumerate() {
-        for nd in &g.nodes {
-            if nd.op().map(|o| o.to_string()).as_deref() != Some(op) {
-                continue;
+    for &(r, n) in imp.calls_of(op) {
+        let nd = &case.program.ranks[r].nodes[n];
+        // For each related operand: the spec row of each of its rows.
+        let mut operand_rows: Vec<Vec<usize>> = Vec::new();
+        for (k, (pos, _, _)) in inputs.iter().enumerate() {
+            let Some(x) = nd.args().get(*pos).and_then(|a| a.as_value()) else {
+                break;
+            };
+            let v = ValueRef {
+                rank: Some(r),
+                value: x,
+            };
+            let Some(t) = operand_ids(imp, ids, v, 6) else {
+                break;
+            };
+            let n = t.shape().first().copied().unwrap_or(0);
+            if n == 0 {
+                break;
             }
-            // For each related operand: the spec row of each of its rows.
-            let mut operand_rows: Vec<Vec<usize>> = Vec::new();
-            for (k, (pos, _, _)) in inputs.iter().enumerate() {
-                let Some(x) = nd.args().get(*pos).and_then(|a| a.as_value()) else {
-                    break;
-                };
-                let v = ValueRef {
-                    rank: Some(r),
-                    value: x,
-                };
-                let Some(t) = operand_ids(imp, ids, v, 6) else {
-                    break;
-                };
-                let n = t.shape().first().copied().unwrap_or(0);
-                if n == 0 {
-                    break;
-                }
-                let per_row = t.data.len() / n;
-                let rows: Option<Vec<usize>> = (0..n)
-                    .map(|i| rows_of[k].get(&(t.data[i * per_row] as u64)).copied())
-                    .collect();
-                let Some(rows) = rows else { break };
-                operand_rows.push(rows);
-            }
-            if operand_rows.len() != inputs.len()
-                || operand_rows
-                    .iter()
-                    .any(|o| o.len() != operand_rows[0].len())
-            {
-                continue;
-            }
-            let first = &operand_rows[0];
-            let bad = operand_rows[1..]
+            let per_row = t.data.len() / n;
+            let rows: Option<Vec<usize>> = (0..n)
+                .map(|i| rows_of[k].get(&(t.data[i * per_row] as u64)).copied())
+                .collect();
+            let Some(rows) = rows else { break };
+            operand_rows.push(rows);
+        }
+        if operand_rows.len() != inputs.len()
+            || operand_rows
                 .iter()
-                .find_map(|o| (0..o.len()).find(|&i| o[i] != first[i]).map(|i| (i, o[i])));
-            match bad {
-                None => aligned = true,
-                Some((i, other)) if found.is_none() => {
-                    found = Some(format!(
-                        "`r{r}.{}` applies `{op}` to row {i} of its operands, but that row holds row {} of one spec input and row {other} of another: the pieces are misaligned (microbatches paired with the wrong labels, or a shard taken at the wrong offset?)",
-                        nd.name, first[i]
-                    ));
-                }
-                Some(_) => {}
+                .any(|o| o.len() != operand_rows[0].len())
+        {
+            continue;
+        }
+        let first = &operand_rows[0];
+        let bad = operand_rows[1..]
+            .iter()
+            .find_map(|o| (0..o.len()).find(|&i| o[i] != first[i]).map(|i| (i, o[i])));
+        match bad {
+            None => aligned = true,
+            Some((i, other)) if found.is_none() => {
+                found = Some(format!(
+                    "`r{r}.{}` applies `{op}` to row {i} of its operands, but that row holds row {} of one spec input and row {other} of another: the pieces are misaligned (microbatches paired with the wrong labels, or a shard taken at the wrong offset?)",
+                    nd.name, first[i]
+                ));
             }
+            Some(_) => {}
         }
     }
     // Only when no implementation operator pairs the pieces correctly.
@@ -493,13 +486,13 @@ pub(super) fn summands_of(e: &RecExpr<Term>) -> Vec<BTreeSet<usize>> {
 }
 
 /// The implementation tensors an expression reads.
-pub(super) fn expr_leaves(case: &Case, e: &RecExpr<Term>) -> Vec<ValueRef> {
+pub(super) fn expr_leaves(imp: &Impl, e: &RecExpr<Term>) -> Vec<ValueRef> {
     e.as_ref()
         .iter()
         .filter_map(|n| match n {
             Term::Op(s, k) if k.is_empty() => {
                 crate::term::parse_leaf(s.as_str()).and_then(|(r, nm)| {
-                    case.program.ranks.get(r)?.find(nm).map(|v| ValueRef {
+                    imp.find(r, nm).map(|v| ValueRef {
                         rank: Some(r),
                         value: v,
                     })
@@ -532,7 +525,7 @@ pub(super) fn unread_leaves(
             && !g.nodes.iter().any(|n| n.inputs().contains(&l.value))
             && !g.outputs.iter().flatten().any(|&o| canon_of(o) == c)
     };
-    let leaves: Vec<Vec<ValueRef>> = exprs.iter().map(|e| expr_leaves(case, e)).collect();
+    let leaves: Vec<Vec<ValueRef>> = exprs.iter().map(|e| expr_leaves(imp, e)).collect();
     let dropped = !leaves.is_empty()
         && leaves
             .iter()
@@ -651,38 +644,35 @@ fn shard_reductions(
     let inputs = [(0, r.exprs.clone())];
     let mut whole = false;
     let mut found = Vec::new();
-    for (rk, g) in case.program.ranks.iter().enumerate() {
-        for (n, nd) in g.nodes.iter().enumerate() {
-            if nd.op().map(|o| o.to_string()).as_deref() != Some(op.as_str())
-                || nd.args().get(1) != node.args().get(1)
-            {
-                continue;
-            }
-            let Some(v) = nd.args().first().and_then(|a| a.as_value()) else {
-                continue;
-            };
-            let operand = ValueRef {
-                rank: Some(rk),
-                value: v,
-            };
-            let Some((_, d, a, b)) = piece_range(imp, &inputs, operand) else {
-                continue;
-            };
-            let full = shape[d as usize] as i64;
-            if !reduced.contains(&d) || (a, b) == (0, full) {
-                whole = true;
-                continue;
-            }
-            found.push(ShardReduction {
-                rank: rk,
-                node: n,
-                evidence: format!(
-                    "`r{rk}.{}` applies `{op}` over dim {d} to `r{rk}.{}`, which holds only {a}..{b} of that dim's {full}: each rank reduces its own shard, and no collective combines the results (a statistic over a sharded dim, e.g. a norm's mean of squares taken per rank?)",
-                    nd.name,
-                    imp.name(imp.canon(operand))
-                ),
-            });
+    for &(rk, n) in imp.calls_of(&op) {
+        let nd = &case.program.ranks[rk].nodes[n];
+        if nd.args().get(1) != node.args().get(1) {
+            continue;
         }
+        let Some(v) = nd.args().first().and_then(|a| a.as_value()) else {
+            continue;
+        };
+        let operand = ValueRef {
+            rank: Some(rk),
+            value: v,
+        };
+        let Some((_, d, a, b)) = piece_range(imp, &inputs, operand) else {
+            continue;
+        };
+        let full = shape[d as usize] as i64;
+        if !reduced.contains(&d) || (a, b) == (0, full) {
+            whole = true;
+            continue;
+        }
+        found.push(ShardReduction {
+            rank: rk,
+            node: n,
+            evidence: format!(
+                "`r{rk}.{}` applies `{op}` over dim {d} to `r{rk}.{}`, which holds only {a}..{b} of that dim's {full}: each rank reduces its own shard, and no collective combines the results (a statistic over a sharded dim, e.g. a norm's mean of squares taken per rank?)",
+                nd.name,
+                imp.name(imp.canon(operand))
+            ),
+        });
     }
     (!whole).then_some(found)
 }
@@ -1298,7 +1288,7 @@ pub(super) fn never_completed<'e>(
 ) -> bool {
     exprs.into_iter().filter(|e| is_rank_sum(e)).all(|e| {
         let summands = summands_of(e);
-        let leaves: Vec<ValueRef> = expr_leaves(case, e)
+        let leaves: Vec<ValueRef> = expr_leaves(imp, e)
             .into_iter()
             .map(|l| imp.canon(l))
             .collect();

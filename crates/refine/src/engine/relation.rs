@@ -95,6 +95,8 @@ pub(super) struct Impl<'a> {
     pub(super) zeros: Arc<ZeroBlocks>,
     /// Per rank: each value's name, to its value ([`Impl::find`]).
     names: Vec<HashMap<String, ValueId>>,
+    /// Per operator name: the (rank, node) calls of it ([`Impl::calls_of`]).
+    calls: HashMap<String, Vec<(usize, usize)>>,
     /// Where each rank tensor's partial sum goes, per split into summands, once computed
     /// ([`super::evidence::reduction_path`], a function of the program alone). Fast refutation
     /// diagnoses every unclean value of a correct plan, and the same residual-stream tensors
@@ -125,6 +127,14 @@ impl Impl<'_> {
     /// tensors, and a scan of the rank's program per name grows with the model's depth).
     pub(super) fn find(&self, r: usize, name: &str) -> Option<ValueId> {
         self.names.get(r)?.get(name).copied()
+    }
+
+    /// The (rank, node) calls of operator `op` (`aten.mm.default`), in rank and program order:
+    /// from an index, since the evidence checks look up the counterparts of a spec operator
+    /// for every unclean value fast refutation diagnoses, and a scan of every rank's program
+    /// per look-up made a deep model's walk quadratic in its depth.
+    pub(super) fn calls_of(&self, op: &str) -> &[(usize, usize)] {
+        self.calls.get(op).map_or(&[], Vec::as_slice)
     }
 
     pub(super) fn name(&self, v: ValueRef) -> String {
@@ -330,6 +340,7 @@ pub(super) fn build_impl<'a>(case: &'a Case, ctx: &LowerCtx) -> Impl<'a> {
         unknown_consts,
         zeros: Arc::default(),
         names: case.program.ranks.iter().map(|g| name_index(g)).collect(),
+        calls: call_index(case),
         reduction_paths: Mutex::default(),
         search_graph: OnceLock::new(),
     };
@@ -343,6 +354,19 @@ fn name_index(g: &shardproof_ir::Graph) -> HashMap<String, ValueId> {
     for (n, node) in g.nodes.iter().enumerate() {
         for (k, o) in node.outputs.iter().enumerate() {
             index.entry(o.name.clone()).or_insert(ValueId::new(n, k));
+        }
+    }
+    index
+}
+
+/// Every rank's operator calls by operator name, in rank and program order.
+fn call_index(case: &Case) -> HashMap<String, Vec<(usize, usize)>> {
+    let mut index: HashMap<String, Vec<(usize, usize)>> = HashMap::new();
+    for (r, g) in case.program.ranks.iter().enumerate() {
+        for (n, node) in g.nodes.iter().enumerate() {
+            if let Some(op) = node.op() {
+                index.entry(op.to_string()).or_default().push((r, n));
+            }
         }
     }
     index

@@ -30,7 +30,7 @@ use crate::lemmas::Graph;
 use crate::lower::{Lowered, Tpl, ValueRef};
 use crate::term::{is_leaf, leaf_symbol, parse_leaf, Shapes, Term};
 use egg::{Id, RecExpr, Rewrite, Symbol};
-use shardproof_ir::ValueId;
+use shardproof_ir::{OpName, ValueId};
 use shardproof_ops::Meta;
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
@@ -253,29 +253,25 @@ impl<'a> Renaming<'a> {
     }
 
     /// The operators consuming `x` and, for each, those consuming its outputs, by name, sorted.
-    fn neighbourhood(&self, x: ValueRef) -> Vec<(String, Vec<String>)> {
+    /// Names are compared as the program's own (no string per consumer: the check runs for
+    /// every renamed tensor of every reused operator).
+    fn neighbourhood(&self, x: ValueRef) -> Vec<(Option<&OpName>, Vec<Option<&OpName>>)> {
         let imp = self.imp;
-        let ops = |v: ValueRef| -> Vec<(usize, usize)> {
-            imp.consumers.get(&v).cloned().unwrap_or_default()
-        };
-        let name = |r: usize, n: usize| {
-            imp.case.program.ranks[r].nodes[n]
-                .op()
-                .map(|o| o.to_string())
-                .unwrap_or_default()
-        };
-        let mut out: Vec<(String, Vec<String>)> = ops(x)
-            .into_iter()
-            .map(|(r, n)| {
+        let ops =
+            |v: ValueRef| -> &[(usize, usize)] { imp.consumers.get(&v).map_or(&[], Vec::as_slice) };
+        let name = |r: usize, n: usize| imp.case.program.ranks[r].nodes[n].op();
+        let mut out: Vec<(Option<&OpName>, Vec<Option<&OpName>>)> = ops(x)
+            .iter()
+            .map(|&(r, n)| {
                 let outs = imp.case.program.ranks[r].nodes[n].outputs.len();
-                let mut next: Vec<String> = (0..outs)
+                let mut next: Vec<Option<&OpName>> = (0..outs)
                     .flat_map(|k| {
                         ops(imp.canon(ValueRef {
                             rank: Some(r),
                             value: ValueId::new(n, k),
                         }))
                     })
-                    .map(|(r2, n2)| name(r2, n2))
+                    .map(|&(r2, n2)| name(r2, n2))
                     .collect();
                 next.sort_unstable();
                 (name(r, n), next)

@@ -1171,3 +1171,63 @@ fn the_reduction_search_answers_from_its_table_and_memo_as_afresh() {
         );
     }
 }
+
+/// The evidence checks' indexes answer as the scans of every rank's program they replace: the
+/// calls of each operator in rank and program order ([`Impl::calls_of`]), and each leaf of a
+/// relation as the first value of its name ([`super::evidence::expr_leaves`], `Graph::find`).
+#[test]
+fn the_call_and_leaf_indexes_answer_as_a_scan_of_the_programs() {
+    use super::evidence::expr_leaves;
+    let dir = tempfile::tempdir().unwrap();
+    let case = mlp_case(dir.path(), "dp=2,tp=2", None);
+    let imp = impl_of(&case);
+    let mut ops: Vec<String> = Vec::new();
+    for g in &case.program.ranks {
+        for nd in &g.nodes {
+            if let Some(op) = nd.op().map(|o| o.to_string()) {
+                if !ops.contains(&op) {
+                    ops.push(op);
+                }
+            }
+        }
+    }
+    assert!(ops.len() > 5, "{ops:?}");
+    for op in ops
+        .iter()
+        .map(String::as_str)
+        .chain(["aten.no_such_op.default"])
+    {
+        let scanned: Vec<(usize, usize)> = case
+            .program
+            .ranks
+            .iter()
+            .enumerate()
+            .flat_map(|(r, g)| {
+                g.nodes
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, nd)| nd.op().map(|o| o.to_string()).as_deref() == Some(op))
+                    .map(move |(n, _)| (r, n))
+            })
+            .collect();
+        assert_eq!(imp.calls_of(op), scanned.as_slice(), "{op}");
+    }
+    let mut leaves = 0;
+    for (r, g) in case.program.ranks.iter().enumerate() {
+        for v in g.values() {
+            let name = g.value_name(v);
+            let mut e = egg::RecExpr::default();
+            e.add(crate::term::Term::Op(
+                egg::Symbol::from(crate::term::leaf_symbol(r, name)),
+                Vec::new(),
+            ));
+            let want = g.find(name).map(|value| ValueRef {
+                rank: Some(r),
+                value,
+            });
+            assert_eq!(expr_leaves(&imp, &e), want.into_iter().collect::<Vec<_>>());
+            leaves += 1;
+        }
+    }
+    assert!(leaves > 20, "{leaves} leaves");
+}

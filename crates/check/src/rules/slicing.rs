@@ -68,7 +68,7 @@ pub(super) fn slice_like(
     };
     match x.p {
         Place::Shard(d) if d as usize == dim => {
-            if out_len == size && keeps_dim && !c.varies {
+            if takes_whole_dim(c, starts_name, size, out_len, keeps_dim) {
                 c.all(x.p)
             } else {
                 c.all(rows_of(None))
@@ -97,13 +97,7 @@ pub(super) fn slice_like(
         // 0, step 1, its end past every coordinate's rows) keeps the layout; a part of it
         // takes part of every block, which no placement states.
         Place::Blocked(d, _) if d as usize == dim => {
-            let whole = keeps_dim
-                && !c.varies
-                && out_len == size
-                && c.int(starts_name).unwrap_or(0) == 0
-                && c.int("step").unwrap_or(1) == 1
-                && c.int("end")
-                    .is_none_or(|e| e >= (size as i64).saturating_mul(c.coord.n as i64));
+            let whole = takes_whole_dim(c, starts_name, size, out_len, keeps_dim);
             c.all(if whole { x.p } else { Place::Varying })
         }
         // Another dim: every coordinate's piece loses the same rows, each block stays whole
@@ -453,4 +447,24 @@ pub(super) fn triangle(c: &Ctx) -> Outcome {
         Place::Shard(d) if d as usize + 2 >= r => c.all(Place::Varying),
         p => c.all(p),
     }
+}
+
+/// Whether a slice of the sharded dim (local length `size`) takes the whole dim of the spec's
+/// tensor too: from 0, step 1, an end past every coordinate's rows. A slice ending at the
+/// local length takes each rank's whole piece but, read as the spec's slice with the same
+/// literals, only the first `size` rows of the global dim: the pieces are no shard of it.
+fn takes_whole_dim(
+    c: &Ctx,
+    starts_name: &str,
+    size: usize,
+    out_len: usize,
+    keeps_dim: bool,
+) -> bool {
+    keeps_dim
+        && !c.varies
+        && out_len == size
+        && c.int(starts_name).unwrap_or(0) == 0
+        && c.int("step").unwrap_or(1) == 1
+        && c.int("end")
+            .is_none_or(|e| e >= (size as i64).saturating_mul(c.coord.n as i64))
 }

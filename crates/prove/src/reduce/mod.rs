@@ -65,6 +65,21 @@ pub struct ReducedSize {
     pub reduced: u64,
     /// Kept at the original size because a value literal may depend on it.
     pub pinned: bool,
+    /// Why it is pinned (the literal, or the operator whose kernel depends on it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
+}
+
+/// A size kept whole because no factor related the two sides of an equation between sizes
+/// (`4 = v²`): not a free variable, so not in [`Reduction::sizes`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct KeptSize {
+    /// Where its variable first appeared.
+    pub origin: String,
+    /// Its size.
+    pub size: u64,
+    /// The relation that kept it, with both sides.
+    pub why: String,
 }
 
 /// A reduced case and how it was reduced.
@@ -74,6 +89,8 @@ pub struct Reduction {
     pub case: Case,
     /// The free size variables.
     pub sizes: Vec<ReducedSize>,
+    /// Sizes kept whole because no factor related an equation's sides.
+    pub kept_whole: Vec<KeptSize>,
     /// Every spec input's original and reduced shape.
     pub inputs: Vec<(String, Vec<u64>, Vec<u64>)>,
     /// Literal products that name mesh sizes, or come only from a norm's `eps`, and were
@@ -267,7 +284,7 @@ fn reduce_with(case: &Case, strict: bool) -> Result<Reduction, Refusal> {
         .iter()
         .chain(walked.values().flat_map(|w| w.kept.iter()))
     {
-        sizes.pin(m);
+        sizes.pin(m, "an operator's kernel depends on it (topk, gather, scatter)");
     }
     // Value literals may stand for sizes: keep those sizes; those naming mesh sizes only
     // keep reduced sizes from coinciding with them.
@@ -367,16 +384,27 @@ fn reduce_with(case: &Case, strict: bool) -> Result<Reduction, Refusal> {
     let free = sizes
         .free()
         .into_iter()
-        .map(|(_, original, reduced, origin, pinned)| ReducedSize {
+        .map(|(_, original, reduced, origin, why)| ReducedSize {
             origin: origin.to_string(),
             original,
             reduced,
-            pinned,
+            pinned: why.is_some(),
+            why: why.map(str::to_string),
+        })
+        .collect();
+    let kept_whole = sizes
+        .kept_whole()
+        .iter()
+        .map(|(origin, size, why)| KeptSize {
+            origin: origin.clone(),
+            size: *size,
+            why: why.clone(),
         })
         .collect();
     Ok(Reduction {
         case: reduced,
         sizes: free,
+        kept_whole,
         inputs,
         mesh_literals,
     })

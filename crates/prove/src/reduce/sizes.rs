@@ -73,6 +73,11 @@ pub struct Sizes {
     origin: Vec<String>,
     /// Variables whose value must stay the original one (a literal may depend on it).
     pinned: Vec<bool>,
+    /// Why each pinned variable is pinned, for the report (the first reason met).
+    pin_reason: Vec<Option<String>>,
+    /// Sizes kept whole because no factor related the two sides of an equation
+    /// ([`Sizes::unify`]): each variable's origin, size and the relation that kept it.
+    kept_whole: Vec<(String, u64, String)>,
     /// The integers value literals may be products of sizes of ([`Sizes::pin_divisors_of`]):
     /// no reduced size may divide one of them.
     literal_products: Vec<u64>,
@@ -103,6 +108,7 @@ impl Sizes {
         self.defs.push(None);
         self.origin.push(origin.into());
         self.pinned.push(false);
+        self.pin_reason.push(None);
         Mono::var(self.orig.len() - 1)
     }
 
@@ -225,7 +231,7 @@ impl Sizes {
                     }
                 }
             }
-            if !self.refine(&a, &b) && !self.refine(&b, &a) && !self.fix_one(&a, &b) {
+            if !self.refine(&a, &b) && !self.refine(&b, &a) && !self.fix_one(&a, &b, why) {
                 return Err(Unexplained(format!(
                     "{why}: cannot relate sizes {} and {} by products of size variables",
                     self.show(&a),
@@ -240,7 +246,7 @@ impl Sizes {
     /// was one. Where no factor relates the two sides (`4 = v²`), keeping a size is always a
     /// solution: a fixed variable is not reduced, so the reduced program keeps that dim as
     /// written, and once every variable is fixed the sides are their (equal) original sizes.
-    fn fix_one(&mut self, a: &Mono, b: &Mono) -> bool {
+    fn fix_one(&mut self, a: &Mono, b: &Mono, why: &str) -> bool {
         let vars = || a.vars.iter().chain(b.vars.iter());
         let pick = vars()
             .find(|(_, &e)| e != 1)
@@ -249,6 +255,11 @@ impl Sizes {
         match pick {
             Some(v) => {
                 tracing::debug!(size = self.orig[v], origin = %self.origin[v], "size kept: no factor relates it");
+                self.kept_whole.push((
+                    self.origin[v].clone(),
+                    self.orig[v],
+                    format!("{why}: {} = {}", self.show(a), self.show(b)),
+                ));
                 self.define(v, Mono::constant(self.orig[v]));
                 true
             }
@@ -470,11 +481,18 @@ impl Sizes {
         self.fixed.insert(v, value);
     }
 
-    /// Keeps every free variable of `m` at its original size.
-    pub fn pin(&mut self, m: &Mono) {
+    /// Keeps every free variable of `m` at its original size; `why` is reported.
+    pub fn pin(&mut self, m: &Mono, why: &str) {
         let n = self.norm(m);
         for v in n.vars.keys() {
-            self.pinned[*v] = true;
+            self.pin_var(*v, || why.to_string());
+        }
+    }
+
+    fn pin_var(&mut self, v: Var, why: impl FnOnce() -> String) {
+        if !self.pinned[v] {
+            self.pinned[v] = true;
+            self.pin_reason[v] = Some(why());
         }
     }
 
@@ -487,7 +505,7 @@ impl Sizes {
         }
         for v in 0..self.orig.len() {
             if self.defs[v].is_none() && x.is_multiple_of(self.orig[v]) {
-                self.pinned[v] = true;
+                self.pin_var(v, || format!("a value literal may be a product of sizes equal to {x}"));
             }
         }
     }
@@ -536,8 +554,9 @@ impl Sizes {
             .fold(n.coef, |acc, (&v, &e)| acc * self.reduced_value(v).pow(e))
     }
 
-    /// The free variables, with their original and reduced sizes and where they come from.
-    pub fn free(&self) -> Vec<(Var, u64, u64, &str, bool)> {
+    /// The free variables, with their original and reduced sizes, where they come from and
+    /// why they are pinned (`None`: not pinned).
+    pub fn free(&self) -> Vec<(Var, u64, u64, &str, Option<&str>)> {
         (0..self.orig.len())
             .filter(|&v| self.defs[v].is_none())
             .map(|v| {
@@ -546,10 +565,17 @@ impl Sizes {
                     self.orig[v],
                     self.reduced_value(v),
                     self.origin[v].as_str(),
-                    self.pinned[v],
+                    self.pinned[v]
+                        .then(|| self.pin_reason[v].as_deref().unwrap_or("pinned")),
                 )
             })
             .collect()
+    }
+
+    /// The sizes kept whole because no factor related an equation's sides: each one's
+    /// origin, size and the equation.
+    pub fn kept_whole(&self) -> &[(String, u64, String)] {
+        &self.kept_whole
     }
 
     /// The size in words: `2*s3*s7`.

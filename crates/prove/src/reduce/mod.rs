@@ -276,6 +276,25 @@ fn reduce_with(case: &Case, strict: bool) -> Result<Reduction, Refusal> {
             }
         }
     }
+    // Integer inputs an index or an integer computation reads keep their range: the spec dims
+    // that bound the spec input they hold (a rank's input through the case's relation).
+    let mut ranged: Vec<ValueId> = spec.ranged_inputs.clone();
+    for (&r, dims) in &walked {
+        for &v in &dims.ranged_inputs {
+            for rel in &case.inputs {
+                if rel.rank_values.iter().any(|&(rr, rv)| first[rr] == r && rv == v) {
+                    ranged.push(rel.spec_value);
+                }
+            }
+        }
+    }
+    ranged.sort_unstable();
+    ranged.dedup();
+    for v in ranged {
+        for m in rules::range_dims(&case.spec, &spec, v) {
+            sizes.pin(&m, "an integer input's range: an index or integer computation reads it");
+        }
+    }
     // Sizes an operator's kernel depends on (a topk's lane and count, an index's range) keep
     // their original values; pinned only now, when every relation is known, so that no later
     // substitution leaves a part of them free.
@@ -334,13 +353,20 @@ fn reduce_with(case: &Case, strict: bool) -> Result<Reduction, Refusal> {
     // coinciding with it (the rule soundness needs), and a refutation on such sizes is
     // checked again on the strict reduction's. Without this, `1/sqrt(128)` pins the head dim
     // and a llama3-8b layer keeps attention widths of 4096.
+    //
+    // "Both sides" is the spec and some rank graph, not every one: a stage of a pipeline
+    // plan holds ranks of other pipeline stages whose graphs compute none of the layer (the
+    // RMSNorm's `1e-5`, written as an `add`, then pinned every size dividing 100000,
+    // llama3-405b's 16 heads per rank among them). Pinning is for completeness only; the
+    // literal still keeps reduced sizes from coinciding with it, and a refutation on sizes
+    // it would have pinned is checked on the strict reduction's.
     let shared: Vec<u64> = if strict {
         Vec::new()
     } else {
         spec.value_literals
             .iter()
             .copied()
-            .filter(|x| walked.values().all(|w| w.value_literals.contains(x)))
+            .filter(|x| walked.values().any(|w| w.value_literals.contains(x)))
             .collect()
     };
     let (mut named, others): (Vec<u64>, Vec<u64>) = literals

@@ -312,7 +312,27 @@ impl Sizes {
     /// Splits `m` into factors with the given original sizes, in order (a reshape that splits
     /// one dimension into several): exact matches first, else a variable is written as a
     /// product of a fresh factor and the rest.
+    ///
+    /// The parts are matched innermost first, the outermost taking what remains: in a
+    /// row-major dim the inner parts are the ones a shard or a block leaves whole, so a
+    /// tp-sharded width `8·f·r` (f heads of r each per rank) splits into `[8·f, r]`
+    /// heads and head dim. Outermost first, a head count equal to the head dim (llama3-405b:
+    /// 128 heads of 128) took the head dim's variable, tying the two, and the rank's heads
+    /// (pinned or not) then kept the head dim at 128.
     pub fn split(&mut self, m: &Mono, parts: &[u64], why: &str) -> Result<Vec<Mono>, Unexplained> {
+        let reversed: Vec<u64> = parts.iter().rev().copied().collect();
+        let mut out = self.split_in_order(m, &reversed, why)?;
+        out.reverse();
+        Ok(out)
+    }
+
+    /// [`Sizes::split`] matching the parts in the order given, the last taking the rest.
+    fn split_in_order(
+        &mut self,
+        m: &Mono,
+        parts: &[u64],
+        why: &str,
+    ) -> Result<Vec<Mono>, Unexplained> {
         let total: u64 = parts.iter().product();
         if self.original(m) != total {
             return Err(Unexplained(format!(
@@ -713,6 +733,24 @@ mod tests {
         assert_eq!(s.original(&parts[1]), 15);
         let prod = parts[0].mul(&parts[1]).unwrap();
         assert_eq!(s.norm(&prod), s.norm(&ab));
+    }
+
+    #[test]
+    fn a_split_matches_inner_parts_first() {
+        // llama3-405b's queries: 16384 rows split 8 ways over tp, each rank's 2048 viewed as
+        // 16 heads of 128, the spec's 16384 as 128 heads of 128.
+        let mut s = Sizes::default();
+        let rows = s.fresh(16384, "wq rows");
+        let local = s.divide(&rows, 8, "tp").unwrap();
+        let rank = s.split(&local, &[16, 128], "rank heads").unwrap();
+        let spec = s.split(&rows, &[128, 128], "spec heads").unwrap();
+        // The spec's head dim is the rank's, its heads 8 times the rank's.
+        assert_eq!(s.norm(&spec[1]), s.norm(&rank[1]));
+        assert_eq!(s.norm(&spec[0]), s.norm(&rank[0].scale(8).unwrap()));
+        // Keeping the rank's head count leaves the head dim free to reduce.
+        s.pin(&rank[0], "test");
+        assert_eq!(s.reduced(&rank[0]), 16);
+        assert!(s.reduced(&spec[1]) < 128);
     }
 
     #[test]

@@ -226,6 +226,14 @@ impl Sizes {
                     if y.coef.is_multiple_of(x.coef) && !y.vars.contains_key(&v) {
                         let mut def = y.clone();
                         def.coef /= x.coef;
+                        if def.vars.is_empty() && def.coef > 1 {
+                            // Equal to a constant: the size is kept, for the report.
+                            self.kept_whole.push((
+                                self.origin[v].clone(),
+                                self.orig[v],
+                                format!("{why}: {} = {}", self.show(x), self.show(y)),
+                            ));
+                        }
                         self.define(v, def);
                         return Ok(());
                     }

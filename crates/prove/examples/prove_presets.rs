@@ -58,9 +58,19 @@ fn print_unreduced(red: &serde_json::Value) {
             ));
         }
     }
+    // One line per kind (digits, as in file lines and value numbers, ignored), with a count:
+    // a layer's microbatches repeat the same reason.
     kept.sort_by(|a, b| b.cmp(a));
-    for (size, what) in kept.iter().take(12) {
-        println!("    unreduced {size}: {what}");
+    let mut kinds: Vec<(u64, String, String, usize)> = Vec::new();
+    for (size, what) in kept {
+        let kind: String = what.chars().filter(|c| !c.is_ascii_digit()).collect();
+        match kinds.iter_mut().find(|k| k.0 == size && k.1 == kind) {
+            Some(k) => k.3 += 1,
+            None => kinds.push((size, kind, what, 1)),
+        }
+    }
+    for (size, _, what, n) in kinds.iter().take(12) {
+        println!("    unreduced {size} (x{n}): {what}");
     }
     // The largest reduced sizes, and the spec inputs' shapes: where the elements remain.
     let mut reduced: Vec<(u64, u64, &str)> = red["sizes"]

@@ -78,6 +78,9 @@ pub struct Sizes {
     /// Sizes kept whole because no factor related the two sides of an equation
     /// ([`Sizes::unify`]): each variable's origin, size and the relation that kept it.
     kept_whole: Vec<(String, u64, String)>,
+    /// Variables a split made the outer part of a dim (the heads of `heads x head_dim`):
+    /// where a shard divides a dim, it divides the outer part ([`Sizes::divide`]).
+    outer: Vec<bool>,
     /// The integers value literals may be products of sizes of ([`Sizes::pin_divisors_of`]):
     /// no reduced size may divide one of them.
     literal_products: Vec<u64>,
@@ -109,6 +112,7 @@ impl Sizes {
         self.origin.push(origin.into());
         self.pinned.push(false);
         self.pin_reason.push(None);
+        self.outer.push(false);
         Mono::var(self.orig.len() - 1)
     }
 
@@ -172,12 +176,15 @@ impl Sizes {
             if need == 1 {
                 break;
             }
+            // A shard splits a dim's outermost part (llama3-405b's 128 heads of 128 split 8
+            // ways over tp: the heads, not the head dim, which the ranks' own view then finds
+            // whole).
             let pick = n
                 .vars
                 .keys()
                 .copied()
                 .filter(|&v| gcd(need, self.orig[v]) > 1)
-                .max_by_key(|&v| (self.orig[v], std::cmp::Reverse(v)));
+                .max_by_key(|&v| (self.outer[v], self.orig[v], std::cmp::Reverse(v)));
             let Some(v) = pick else {
                 return Err(Unexplained(format!(
                     "{why}: cannot keep size {} divisible by {k} at every reduced size",
@@ -396,6 +403,10 @@ impl Sizes {
                 let f = self.fresh(p, format!("{} (factor {p})", self.origin[v]));
                 let r = self.fresh(self.orig[v] / p, format!("{} / {p}", self.origin[v]));
                 self.define(v, f.mul(&r).expect("small"));
+                // Parts are matched innermost first: the rest holds the outer parts.
+                if let Some(&rv) = r.vars.keys().next() {
+                    self.outer[rv] = true;
+                }
                 // `rest` had v once; it now has f * r: take f away.
                 rest = remove_var(&self.norm(&rest), single_var(&f));
                 out.push(f);
@@ -741,6 +752,19 @@ mod tests {
         assert_eq!(s.original(&parts[1]), 15);
         let prod = parts[0].mul(&parts[1]).unwrap();
         assert_eq!(s.norm(&prod), s.norm(&ab));
+    }
+
+    #[test]
+    fn a_shard_of_a_split_dim_divides_its_outer_part() {
+        // The spec views 16384 query rows as 128 heads of 128 before tp splits them 8 ways.
+        let mut s = Sizes::default();
+        let rows = s.fresh(16384, "wq rows");
+        let spec = s.split(&rows, &[128, 128], "spec heads").unwrap();
+        let local = s.divide(&rows, 8, "tp").unwrap();
+        let rank = s.split(&local, &[16, 128], "rank heads").unwrap();
+        // The shard took the heads: the ranks' head dim is the spec's.
+        assert_eq!(s.norm(&spec[1]), s.norm(&rank[1]));
+        assert_eq!(s.norm(&spec[0]), s.norm(&rank[0].scale(8).unwrap()));
     }
 
     #[test]

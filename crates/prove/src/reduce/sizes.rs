@@ -328,26 +328,10 @@ impl Sizes {
     /// one dimension into several): exact matches first, else a variable is written as a
     /// product of a fresh factor and the rest.
     ///
-    /// The parts are matched innermost first, the outermost taking what remains: in a
-    /// row-major dim the inner parts are the ones a shard or a block leaves whole, so a
-    /// tp-sharded width `8·f·r` (f heads of r each per rank) splits into `[8·f, r]`
-    /// heads and head dim. Outermost first, a head count equal to the head dim (llama3-405b:
-    /// 128 heads of 128) took the head dim's variable, tying the two, and the rank's heads
-    /// (pinned or not) then kept the head dim at 128.
+    /// A part matched by splitting a variable it merely divides is marked as the outer part
+    /// of that variable's dim (the parts are in row-major order, the first outermost), which a
+    /// later shard of the whole dim divides ([`Sizes::divide`]).
     pub fn split(&mut self, m: &Mono, parts: &[u64], why: &str) -> Result<Vec<Mono>, Unexplained> {
-        let reversed: Vec<u64> = parts.iter().rev().copied().collect();
-        let mut out = self.split_in_order(m, &reversed, why)?;
-        out.reverse();
-        Ok(out)
-    }
-
-    /// [`Sizes::split`] matching the parts in the order given, the last taking the rest.
-    fn split_in_order(
-        &mut self,
-        m: &Mono,
-        parts: &[u64],
-        why: &str,
-    ) -> Result<Vec<Mono>, Unexplained> {
         let total: u64 = parts.iter().product();
         if self.original(m) != total {
             return Err(Unexplained(format!(
@@ -403,10 +387,8 @@ impl Sizes {
                 let f = self.fresh(p, format!("{} (factor {p})", self.origin[v]));
                 let r = self.fresh(self.orig[v] / p, format!("{} / {p}", self.origin[v]));
                 self.define(v, f.mul(&r).expect("small"));
-                // Parts are matched innermost first: the rest holds the outer parts.
-                if let Some(&rv) = r.vars.keys().next() {
-                    self.outer[rv] = true;
-                }
+                // Parts come outermost first: `f` is outer to the rest.
+                self.outer[single_var(&f)] = true;
                 // `rest` had v once; it now has f * r: take f away.
                 rest = remove_var(&self.norm(&rest), single_var(&f));
                 out.push(f);
@@ -765,24 +747,6 @@ mod tests {
         // The shard took the heads: the ranks' head dim is the spec's.
         assert_eq!(s.norm(&spec[1]), s.norm(&rank[1]));
         assert_eq!(s.norm(&spec[0]), s.norm(&rank[0].scale(8).unwrap()));
-    }
-
-    #[test]
-    fn a_split_matches_inner_parts_first() {
-        // llama3-405b's queries: 16384 rows split 8 ways over tp, each rank's 2048 viewed as
-        // 16 heads of 128, the spec's 16384 as 128 heads of 128.
-        let mut s = Sizes::default();
-        let rows = s.fresh(16384, "wq rows");
-        let local = s.divide(&rows, 8, "tp").unwrap();
-        let rank = s.split(&local, &[16, 128], "rank heads").unwrap();
-        let spec = s.split(&rows, &[128, 128], "spec heads").unwrap();
-        // The spec's head dim is the rank's, its heads 8 times the rank's.
-        assert_eq!(s.norm(&spec[1]), s.norm(&rank[1]));
-        assert_eq!(s.norm(&spec[0]), s.norm(&rank[0].scale(8).unwrap()));
-        // Keeping the rank's head count leaves the head dim free to reduce.
-        s.pin(&rank[0], "test");
-        assert_eq!(s.reduced(&rank[0]), 16);
-        assert!(s.reduced(&spec[1]) < 128);
     }
 
     #[test]

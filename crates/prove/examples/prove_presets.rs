@@ -41,8 +41,13 @@ fn print_unreduced(red: &serde_json::Value) {
         let (orig, reduced) = (s["original"].as_u64(), s["reduced"].as_u64());
         if let (Some(o), Some(r)) = (orig, reduced) {
             if o == r && o > 8 {
-                let why = s["why"].as_str().unwrap_or("no smaller size avoids the literals");
-                kept.push((o, format!("{} ({why})", s["origin"].as_str().unwrap_or("?"))));
+                let why = s["why"]
+                    .as_str()
+                    .unwrap_or("no smaller size avoids the literals");
+                kept.push((
+                    o,
+                    format!("{} ({why})", s["origin"].as_str().unwrap_or("?")),
+                ));
             }
         }
     }
@@ -77,7 +82,13 @@ fn print_unreduced(red: &serde_json::Value) {
         .as_array()
         .into_iter()
         .flatten()
-        .filter_map(|s| Some((s["reduced"].as_u64()?, s["original"].as_u64()?, s["origin"].as_str()?)))
+        .filter_map(|s| {
+            Some((
+                s["reduced"].as_u64()?,
+                s["original"].as_u64()?,
+                s["origin"].as_str()?,
+            ))
+        })
         .filter(|&(r, o, _)| r != o && r > 2)
         .collect();
     reduced.sort_by(|a, b| b.cmp(a));
@@ -85,7 +96,10 @@ fn print_unreduced(red: &serde_json::Value) {
         println!("    reduced {o} -> {r}: {origin}");
     }
     for i in red["inputs"].as_array().into_iter().flatten().take(8) {
-        println!("    input {} {} -> {}", i["name"], i["original"], i["reduced"]);
+        println!(
+            "    input {} {} -> {}",
+            i["name"], i["original"], i["reduced"]
+        );
     }
 }
 

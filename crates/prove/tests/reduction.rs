@@ -359,7 +359,10 @@ fn replicated_case(
 ) -> shardproof_case::Case {
     std::fs::write(dir.join("spec.py"), spec).unwrap();
     std::fs::write(dir.join("rank.py"), rank).unwrap();
-    let ins: String = inputs.iter().map(|i| format!("  {i}: Replicate()\n")).collect();
+    let ins: String = inputs
+        .iter()
+        .map(|i| format!("  {i}: Replicate()\n"))
+        .collect();
     std::fs::write(
         dir.join("case.yaml"),
         format!("version: 1\nname: replicated\nspec:\n  graph: spec.py\nimpl:\n  mesh: {{ tp: 2 }}\n  graphs: [rank.py, rank.py]\ninputs:\n{ins}outputs:\n  y: Replicate()\n"),

@@ -282,7 +282,11 @@ fn reduce_with(case: &Case, strict: bool) -> Result<Reduction, Refusal> {
     for (&r, dims) in &walked {
         for &v in &dims.ranged_inputs {
             for rel in &case.inputs {
-                if rel.rank_values.iter().any(|&(rr, rv)| first[rr] == r && rv == v) {
+                if rel
+                    .rank_values
+                    .iter()
+                    .any(|&(rr, rv)| first[rr] == r && rv == v)
+                {
                     ranged.push(rel.spec_value);
                 }
             }
@@ -292,7 +296,10 @@ fn reduce_with(case: &Case, strict: bool) -> Result<Reduction, Refusal> {
     ranged.dedup();
     for v in ranged {
         for m in rules::range_dims(&case.spec, &spec, v) {
-            sizes.pin(&m, "an integer input's range: an index or integer computation reads it");
+            sizes.pin(
+                &m,
+                "an integer input's range: an index or integer computation reads it",
+            );
         }
     }
     // Sizes an operator's kernel depends on (a topk's lane and count, an index's range) keep
@@ -303,7 +310,10 @@ fn reduce_with(case: &Case, strict: bool) -> Result<Reduction, Refusal> {
         .iter()
         .chain(walked.values().flat_map(|w| w.kept.iter()))
     {
-        sizes.pin(m, "an operator's kernel depends on it (topk, gather, scatter)");
+        sizes.pin(
+            m,
+            "an operator's kernel depends on it (topk, gather, scatter)",
+        );
     }
     // Value literals may stand for sizes: keep those sizes; those naming mesh sizes only
     // keep reduced sizes from coinciding with them.

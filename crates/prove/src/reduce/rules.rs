@@ -1191,7 +1191,10 @@ fn integer_origins(g: &Graph, metas: &[Vec<Option<Meta>>], v: ValueId) -> Option
         for a in args.iter().chain(kwargs.iter().map(|(_, a)| a)) {
             match a {
                 Arg::Value(w) => {
-                    let dt = metas.get(w.node).and_then(|m| m.get(w.output)?.as_ref()).map(|m| m.dtype);
+                    let dt = metas
+                        .get(w.node)
+                        .and_then(|m| m.get(w.output)?.as_ref())
+                        .map(|m| m.dtype);
                     if !dt.is_some_and(|d| d.is_int() || d == shardproof_ir::DType::Bool) {
                         return None;
                     }

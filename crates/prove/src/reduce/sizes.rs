@@ -526,7 +526,9 @@ impl Sizes {
         }
         for v in 0..self.orig.len() {
             if self.defs[v].is_none() && x.is_multiple_of(self.orig[v]) {
-                self.pin_var(v, || format!("a value literal may be a product of sizes equal to {x}"));
+                self.pin_var(v, || {
+                    format!("a value literal may be a product of sizes equal to {x}")
+                });
             }
         }
     }
@@ -586,8 +588,7 @@ impl Sizes {
                     self.orig[v],
                     self.reduced_value(v),
                     self.origin[v].as_str(),
-                    self.pinned[v]
-                        .then(|| self.pin_reason[v].as_deref().unwrap_or("pinned")),
+                    self.pinned[v].then(|| self.pin_reason[v].as_deref().unwrap_or("pinned")),
                 )
             })
             .collect()

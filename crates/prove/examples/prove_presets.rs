@@ -33,6 +33,76 @@ fn peak_gb() -> Option<f64> {
     Some(kb / 1024.0 / 1024.0)
 }
 
+/// The sizes shape reduction left at their original values (the largest first) and why: a
+/// pinned variable's literal or operator, a size kept whole by the equation that kept it.
+fn print_unreduced(red: &serde_json::Value) {
+    let mut kept: Vec<(u64, String)> = Vec::new();
+    for s in red["sizes"].as_array().into_iter().flatten() {
+        let (orig, reduced) = (s["original"].as_u64(), s["reduced"].as_u64());
+        if let (Some(o), Some(r)) = (orig, reduced) {
+            if o == r && o > 8 {
+                let why = s["why"]
+                    .as_str()
+                    .unwrap_or("no smaller size avoids the literals");
+                kept.push((
+                    o,
+                    format!("{} ({why})", s["origin"].as_str().unwrap_or("?")),
+                ));
+            }
+        }
+    }
+    for k in red["kept_whole"].as_array().into_iter().flatten() {
+        if let Some(o) = k["size"].as_u64().filter(|&o| o > 8) {
+            kept.push((
+                o,
+                format!(
+                    "{} kept whole ({})",
+                    k["origin"].as_str().unwrap_or("?"),
+                    k["why"].as_str().unwrap_or("?")
+                ),
+            ));
+        }
+    }
+    // One line per kind (digits, as in file lines and value numbers, ignored), with a count:
+    // a layer's microbatches repeat the same reason.
+    kept.sort_by(|a, b| b.cmp(a));
+    let mut kinds: Vec<(u64, String, String, usize)> = Vec::new();
+    for (size, what) in kept {
+        let kind: String = what.chars().filter(|c| !c.is_ascii_digit()).collect();
+        match kinds.iter_mut().find(|k| k.0 == size && k.1 == kind) {
+            Some(k) => k.3 += 1,
+            None => kinds.push((size, kind, what, 1)),
+        }
+    }
+    for (size, _, what, n) in kinds.iter().take(12) {
+        println!("    unreduced {size} (x{n}): {what}");
+    }
+    // The largest reduced sizes, and the spec inputs' shapes: where the elements remain.
+    let mut reduced: Vec<(u64, u64, &str)> = red["sizes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| {
+            Some((
+                s["reduced"].as_u64()?,
+                s["original"].as_u64()?,
+                s["origin"].as_str()?,
+            ))
+        })
+        .filter(|&(r, o, _)| r != o && r > 2)
+        .collect();
+    reduced.sort_by(|a, b| b.cmp(a));
+    for (r, o, origin) in reduced.iter().take(6) {
+        println!("    reduced {o} -> {r}: {origin}");
+    }
+    for i in red["inputs"].as_array().into_iter().flatten().take(8) {
+        println!(
+            "    input {} {} -> {}",
+            i["name"], i["original"], i["reduced"]
+        );
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let limit = args
@@ -153,6 +223,9 @@ fn main() {
                 );
                 if let Some(m) = q["message"].as_str() {
                     println!("    {m}");
+                }
+                if q["verdict"] != "proved" && red.is_object() {
+                    print_unreduced(red);
                 }
             }
             continue;

@@ -328,13 +328,64 @@ fn a_router_bug_past_a_reduced_k_stays_refuted() {
     assert!(proof.counterexample.is_some());
 }
 
-/// An index that is not a topk's (an input, whose range the reduction does not track) is
-/// refused by shape reduction, naming the operator.
+/// An index that is an input (an integer computation on inputs, here the input itself) is
+/// accepted with its range kept: the dim it indexes in the spec, the 8 experts, keeps its
+/// size, so the labels take the same values at full and reduced sizes; the reduced verdict is
+/// the full-size one.
 #[test]
-fn a_gather_of_other_indices_is_refused() {
+fn a_gather_of_an_input_index_keeps_its_range() {
     use shardproof_prove::reduce::reduce_case;
     let dir = tempfile::tempdir().unwrap();
     let case = router_case(dir.path(), 2, TOPK_SUM, TOPK_SUM, "labels");
+    let red = reduce_case(&case).expect("reducible");
+    assert!(
+        red.sizes
+            .iter()
+            .any(|s| s.original == 8 && s.reduced == 8 && s.pinned),
+        "{:?}",
+        red.sizes
+    );
+    let (proof, _) = reduced_and_full(&case);
+    assert_eq!(proof.verdict, Verdict::Proved, "{:?}", proof.message);
+}
+
+/// Writes a one-graph tp=2 case (every input replicated, `y` replicated) whose spec is
+/// `spec` and whose ranks both run `rank`.
+fn replicated_case(
+    dir: &std::path::Path,
+    spec: &str,
+    rank: &str,
+    inputs: &[&str],
+) -> shardproof_case::Case {
+    std::fs::write(dir.join("spec.py"), spec).unwrap();
+    std::fs::write(dir.join("rank.py"), rank).unwrap();
+    let ins: String = inputs
+        .iter()
+        .map(|i| format!("  {i}: Replicate()\n"))
+        .collect();
+    std::fs::write(
+        dir.join("case.yaml"),
+        format!("version: 1\nname: replicated\nspec:\n  graph: spec.py\nimpl:\n  mesh: {{ tp: 2 }}\n  graphs: [rank.py, rank.py]\ninputs:\n{ins}outputs:\n  y: Replicate()\n"),
+    )
+    .unwrap();
+    shardproof_case::load_case(&dir.join("case.yaml")).unwrap()
+}
+
+/// An index computed from positions (`arange`, whose values follow a reduced size) is refused
+/// by shape reduction, naming the gather.
+#[test]
+fn a_gather_of_positions_is_refused() {
+    use shardproof_prove::reduce::reduce_case;
+    let dir = tempfile::tempdir().unwrap();
+    let g = r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[6, 8]"):
+        pos: "i64[8]" = torch.ops.aten.arange.start(0, 8, device = device(type='cpu'), pin_memory = False)
+        row: "i64[1, 8]" = torch.ops.aten.unsqueeze.default(pos, 0)
+        idx: "i64[6, 8]" = torch.ops.aten.expand.default(row, [6, 8])
+        y: "f32[6, 8]" = torch.ops.aten.gather.default(x, 1, idx)
+        return (y,)
+"#;
+    let case = replicated_case(dir.path(), g, g, &["x"]);
     let refusal = reduce_case(&case).expect_err("refused");
     assert_eq!(
         refusal.op.as_deref(),
@@ -342,6 +393,35 @@ fn a_gather_of_other_indices_is_refused() {
         "{}",
         refusal.message
     );
+}
+
+/// A token compared with a literal (`tokens < 10` in the spec, `< 11` on the ranks: they
+/// differ for token 10 of the 16-row table). Reduced with the table, the tokens would range
+/// below 10 and both masks keep every row: proved at the reduced sizes, wrong at full size.
+/// An integer computation on an input keeps that input's range, so the table keeps its 16
+/// rows and the case is refuted, as at full size.
+#[test]
+fn a_token_compared_with_a_literal_keeps_its_range_and_is_refuted() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = |lit: i64| {
+        format!(
+            r#"class GraphModule(torch.nn.Module):
+    def forward(self, table: "f32[16, 4]", tokens: "i64[6]"):
+        rows: "f32[6, 4]" = torch.ops.aten.embedding.default(table, tokens)
+        far: "b8[6]" = torch.ops.aten.ge.Scalar(tokens, {lit})
+        far2: "b8[6, 1]" = torch.ops.aten.unsqueeze.default(far, 1)
+        y: "f32[6, 4]" = torch.ops.aten.masked_fill.Scalar(rows, far2, 0.0)
+        return (y,)
+"#
+        )
+    };
+    let case = replicated_case(dir.path(), &g(10), &g(11), &["table", "tokens"]);
+    let red = shardproof_prove::reduce::reduce_case(&case).expect("reducible");
+    let table = red.inputs.iter().find(|(n, _, _)| n == "table").unwrap();
+    assert_eq!(table.2[0], 16, "{:?}", red.inputs);
+    let (proof, _) = reduced_and_full(&case);
+    assert_eq!(proof.verdict, Verdict::Refuted, "{:?}", proof.message);
+    assert!(proof.counterexample.is_some());
 }
 
 /// An embedding's backward whose gradient and indices nothing else relates (a stage whose

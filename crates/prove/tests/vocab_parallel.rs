@@ -98,3 +98,147 @@ fn the_vocab_parallel_embedding_stage_goes_through_the_mesh_reduction_at_dp_4() 
     );
     assert_eq!(embedding_stage(&bad)["verdict"], "refuted");
 }
+
+/// The loss stage's proof report (the output stage, `loss`), after `edit` rewrote the rank
+/// graph files of `dir` (a planted bug) and the case was loaded again.
+fn loss_stage(dir: &Path, edit: &dyn Fn(&str, String) -> String) -> serde_json::Value {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        if name.starts_with('r') && name.ends_with(".py") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            std::fs::write(&path, edit(&name, text)).unwrap();
+        }
+    }
+    let case = shardproof_case::load_case(&dir.join("case.yaml")).unwrap();
+    let proof = prove_staged_with(&case, &ProveConfig::default(), 1, &PlanOptions::default());
+    let last = proof
+        .proofs
+        .iter()
+        .find(|p| proof.stages[p.stage].target.contains("loss"))
+        .expect("a loss stage");
+    last.proof.clone()
+}
+
+/// The cross-entropy's label lines of a rank file: `lt.Scalar(labels, lo)`,
+/// `ge.Scalar(labels, hi)`, `sub.Scalar(labels, lo)` (the embedding's token lines are the
+/// same operators on the tokens, written before them).
+fn label_lines(text: &str) -> Vec<usize> {
+    let lines: Vec<&str> = text.lines().collect();
+    let gather = lines
+        .iter()
+        .position(|l| l.contains("aten.gather.default"))
+        .expect("the rank computes the label logit by a gather");
+    (0..gather)
+        .rev()
+        .filter(|&i| {
+            ["aten.lt.Scalar", "aten.ge.Scalar", "aten.sub.Scalar"]
+                .iter()
+                .any(|op| lines[i].contains(op))
+        })
+        .take(3)
+        .collect()
+}
+
+/// Replaces the integer literal ending line `i` of `text` (`op(x, LIT)`) by `lit`.
+fn set_literal(text: &str, i: usize, lit: i64) -> String {
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    let line = &lines[i];
+    let comma = line.rfind(", ").expect("two arguments");
+    lines[i] = format!("{}, {lit})", &line[..comma]);
+    lines.join("\n") + "\n"
+}
+
+/// The literal ending line `i` of `text`.
+fn literal(text: &str, i: usize) -> i64 {
+    let line = text.lines().nth(i).unwrap();
+    let comma = line.rfind(", ").unwrap();
+    line[comma + 2..].trim_end_matches(')').parse().unwrap()
+}
+
+/// Megatron's vocab-parallel cross-entropy picks each label's logit with a `gather` whose
+/// index is the label minus the rank's vocabulary offset, masked to 0 outside its range:
+/// shape reduction accepts it (an integer computation on the labels, whose range it keeps),
+/// and the symbolic gather shows the masked index within the rank's columns. The stage is
+/// then executed on reduced sizes and left to the decision layers, which do not yet decide
+/// it: the spec's `lookup(label, row)` against the ranks' sum of masked lookups at shifted
+/// labels needs a case split on the label (docs/prove.md, the presets section).
+#[test]
+fn the_vocab_parallel_loss_stage_reduces_and_runs_its_gather() {
+    let dir = tempfile::tempdir().unwrap();
+    emit_on(dir.path(), "tp=2", 2, None);
+    let p = loss_stage(dir.path(), &|_, t| t);
+    assert_ne!(p["verdict"], "refuted", "{p}");
+    assert!(p["reduction"].is_object(), "{p}");
+    assert!(p["unsupported_op"].is_null(), "{p}");
+    let message = p["message"].as_str().unwrap_or_default();
+    assert!(!message.contains("gather"), "{p}");
+    // The labels' range, the vocabulary, keeps its size: the LM head's rows.
+    let head = p["reduction"]["inputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["name"] == "lm_head")
+        .expect("the LM head is an input of the loss stage")
+        .clone();
+    assert_eq!(head["original"][0], head["reduced"][0], "{head}");
+}
+
+/// Planted in the cross-entropy of rank 1 (vocabulary rows 4..8 of 8): its range test taken
+/// one past its last row (`ge(labels, 9)`, harmless: no label is 8) and, on rank 0, one past
+/// its own (`ge(labels, 5)`: label 4 reads column 4 of 4); and rank 1 using rank 0's offset
+/// and range. None is proved: the index out of the rank's columns is refused by the symbolic
+/// gather, the wrong rank's offset refuted with a counterexample.
+#[test]
+fn a_mismasked_or_misoffset_label_is_never_proved() {
+    let dir = tempfile::tempdir().unwrap();
+    emit_on(dir.path(), "tp=2", 2, None);
+    let rank_lines = |dir: &Path, name: &str| {
+        let text = std::fs::read_to_string(dir.join(name)).unwrap();
+        let lines = label_lines(&text);
+        (text, lines)
+    };
+    // The ranks' own literals first: rank 0 tests [0, 4), rank 1 [4, 8).
+    let (t0, l0) = rank_lines(dir.path(), "r0.py");
+    let (t1, l1) = rank_lines(dir.path(), "r1.py");
+    let lits = |t: &str, l: &[usize]| {
+        let mut v: Vec<i64> = l.iter().map(|&i| literal(t, i)).collect();
+        v.sort_unstable();
+        v
+    };
+    assert_eq!(lits(&t0, &l0), vec![0, 0, 4]);
+    assert_eq!(lits(&t1, &l1), vec![4, 4, 8]);
+    let hi = |t: &str, l: &[usize]| {
+        *l.iter()
+            .find(|&&i| t.lines().nth(i).unwrap().contains("aten.ge.Scalar"))
+            .unwrap()
+    };
+    // Rank 0's mask one past its range: label 4 reaches column 4 of its 4.
+    let off_by_one = tempfile::tempdir().unwrap();
+    emit_on(off_by_one.path(), "tp=2", 2, None);
+    let p = loss_stage(off_by_one.path(), &|name, t| {
+        if name == "r0.py" {
+            let i = hi(&t, &label_lines(&t));
+            set_literal(&t, i, 5)
+        } else {
+            t
+        }
+    });
+    assert_ne!(p["verdict"], "proved", "{p}");
+    // Rank 1 with rank 0's offset and range: every label of 0..4 counted twice, 4..8 never.
+    let wrong_rank = tempfile::tempdir().unwrap();
+    emit_on(wrong_rank.path(), "tp=2", 2, None);
+    let p = loss_stage(wrong_rank.path(), &|name, t| {
+        if name == "r1.py" {
+            let mut t = t;
+            for i in label_lines(&t) {
+                let lit = literal(&t, i);
+                t = set_literal(&t, i, lit - 4);
+            }
+            t
+        } else {
+            t
+        }
+    });
+    assert_eq!(p["verdict"], "refuted", "{p}");
+}

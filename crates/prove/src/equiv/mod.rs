@@ -219,6 +219,9 @@ pub struct ReductionSummary {
     pub inputs: Vec<ReducedInput>,
     /// The free size variables with their original and reduced sizes.
     pub sizes: Vec<crate::reduce::ReducedSize>,
+    /// Sizes kept whole because no factor related an equation's sides.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub kept_whole: Vec<crate::reduce::KeptSize>,
     /// Tensor elements of the spec and the ranks, before and after.
     pub elements_before: usize,
     /// After.
@@ -577,6 +580,7 @@ fn prove_case_mesh_kept(case: &Case, cfg: &ProveConfig, started: Instant) -> Pro
             })
             .collect(),
         sizes: reduction.sizes.clone(),
+        kept_whole: reduction.kept_whole.clone(),
         elements_before: program_elements(case),
         elements_after: program_elements(&reduction.case),
         counterexample_reduced: false,
@@ -719,6 +723,7 @@ fn strict_refutation(
     proof.reduction = Some(ReductionSummary {
         counterexample_reduced: proof.counterexample.is_some(),
         sizes: strict.sizes.clone(),
+        kept_whole: strict.kept_whole.clone(),
         inputs: strict
             .inputs
             .iter()

@@ -9,6 +9,7 @@
 
 pub(crate) mod movement;
 pub(crate) mod nn;
+pub(crate) mod range;
 pub(crate) mod rules;
 
 use crate::expr::{Arena, BudgetError, ExprId};

@@ -671,9 +671,11 @@ fn topk(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
     ])
 }
 
-/// Whether index expression `e` is provably in `[0, n)`: a constant there, or a position
-/// among at most `n` arguments (argmax/argmin, a sorted index). Anything else could fall
-/// outside the target, where the kernel fails instead of computing.
+/// Whether index expression `e` is provably in `[0, n)`: a constant there, a position among
+/// at most `n` arguments (argmax/argmin, a sorted index), or an integer expression whose
+/// interval lies there (a label shifted by a rank's offset and masked outside its range:
+/// [`super::range::within`]). Anything else could fall outside the target, where the kernel
+/// fails instead of computing.
 fn index_within(arena: &Arena, e: ExprId, n: usize) -> bool {
     if let Some(c) = arena.as_const(e) {
         return c.to_usize().is_some_and(|i| i < n);
@@ -681,7 +683,7 @@ fn index_within(arena: &Arena, e: ExprId, n: usize) -> bool {
     matches!(
         arena.single_app(e),
         Some((Func::ArgMax | Func::ArgMin | Func::SortedIndex { .. }, args)) if args.len() <= n
-    )
+    ) || super::range::within(arena, e, n)
 }
 
 /// `scatter.src` / `scatter.value` (no reduction): `out[q] = src[p]` for every index

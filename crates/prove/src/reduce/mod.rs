@@ -65,6 +65,21 @@ pub struct ReducedSize {
     pub reduced: u64,
     /// Kept at the original size because a value literal may depend on it.
     pub pinned: bool,
+    /// Why it is pinned (the literal, or the operator whose kernel depends on it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
+}
+
+/// A size kept whole because no factor related the two sides of an equation between sizes
+/// (`4 = v²`): not a free variable, so not in [`Reduction::sizes`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct KeptSize {
+    /// Where its variable first appeared.
+    pub origin: String,
+    /// Its size.
+    pub size: u64,
+    /// The relation that kept it, with both sides.
+    pub why: String,
 }
 
 /// A reduced case and how it was reduced.
@@ -74,6 +89,8 @@ pub struct Reduction {
     pub case: Case,
     /// The free size variables.
     pub sizes: Vec<ReducedSize>,
+    /// Sizes kept whole because no factor related an equation's sides.
+    pub kept_whole: Vec<KeptSize>,
     /// Every spec input's original and reduced shape.
     pub inputs: Vec<(String, Vec<u64>, Vec<u64>)>,
     /// Literal products that name mesh sizes, or come only from a norm's `eps`, and were
@@ -259,6 +276,32 @@ fn reduce_with(case: &Case, strict: bool) -> Result<Reduction, Refusal> {
             }
         }
     }
+    // Integer inputs an index or an integer computation reads keep their range: the spec dims
+    // that bound the spec input they hold (a rank's input through the case's relation).
+    let mut ranged: Vec<ValueId> = spec.ranged_inputs.clone();
+    for (&r, dims) in &walked {
+        for &v in &dims.ranged_inputs {
+            for rel in &case.inputs {
+                if rel
+                    .rank_values
+                    .iter()
+                    .any(|&(rr, rv)| first[rr] == r && rv == v)
+                {
+                    ranged.push(rel.spec_value);
+                }
+            }
+        }
+    }
+    ranged.sort_unstable();
+    ranged.dedup();
+    for v in ranged {
+        for m in rules::range_dims(&case.spec, &spec, v) {
+            sizes.pin(
+                &m,
+                "an integer input's range: an index or integer computation reads it",
+            );
+        }
+    }
     // Sizes an operator's kernel depends on (a topk's lane and count, an index's range) keep
     // their original values; pinned only now, when every relation is known, so that no later
     // substitution leaves a part of them free.
@@ -267,7 +310,10 @@ fn reduce_with(case: &Case, strict: bool) -> Result<Reduction, Refusal> {
         .iter()
         .chain(walked.values().flat_map(|w| w.kept.iter()))
     {
-        sizes.pin(m);
+        sizes.pin(
+            m,
+            "an operator's kernel depends on it (topk, gather, scatter)",
+        );
     }
     // Value literals may stand for sizes: keep those sizes; those naming mesh sizes only
     // keep reduced sizes from coinciding with them.
@@ -317,13 +363,20 @@ fn reduce_with(case: &Case, strict: bool) -> Result<Reduction, Refusal> {
     // coinciding with it (the rule soundness needs), and a refutation on such sizes is
     // checked again on the strict reduction's. Without this, `1/sqrt(128)` pins the head dim
     // and a llama3-8b layer keeps attention widths of 4096.
+    //
+    // "Both sides" is the spec and some rank graph, not every one: a stage of a pipeline
+    // plan holds ranks of other pipeline stages whose graphs compute none of the layer (the
+    // RMSNorm's `1e-5`, written as an `add`, then pinned every size dividing 100000,
+    // llama3-405b's 16 heads per rank among them). Pinning is for completeness only; the
+    // literal still keeps reduced sizes from coinciding with it, and a refutation on sizes
+    // it would have pinned is checked on the strict reduction's.
     let shared: Vec<u64> = if strict {
         Vec::new()
     } else {
         spec.value_literals
             .iter()
             .copied()
-            .filter(|x| walked.values().all(|w| w.value_literals.contains(x)))
+            .filter(|x| walked.values().any(|w| w.value_literals.contains(x)))
             .collect()
     };
     let (mut named, others): (Vec<u64>, Vec<u64>) = literals
@@ -367,16 +420,27 @@ fn reduce_with(case: &Case, strict: bool) -> Result<Reduction, Refusal> {
     let free = sizes
         .free()
         .into_iter()
-        .map(|(_, original, reduced, origin, pinned)| ReducedSize {
+        .map(|(_, original, reduced, origin, why)| ReducedSize {
             origin: origin.to_string(),
             original,
             reduced,
-            pinned,
+            pinned: why.is_some(),
+            why: why.map(str::to_string),
+        })
+        .collect();
+    let kept_whole = sizes
+        .kept_whole()
+        .iter()
+        .map(|(origin, size, why)| KeptSize {
+            origin: origin.clone(),
+            size: *size,
+            why: why.clone(),
         })
         .collect();
     Ok(Reduction {
         case: reduced,
         sizes: free,
+        kept_whole,
         inputs,
         mesh_literals,
     })

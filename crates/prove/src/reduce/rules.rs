@@ -57,6 +57,10 @@ pub struct GraphDims {
     /// `gather` or `scatter` indexes (an index's values range over it). Pinned once every
     /// relation is known ([`Sizes::pin`] pins the variables a size is made of then).
     pub kept: Vec<Mono>,
+    /// Integer inputs of the graph whose values an index or an integer computation reads
+    /// ([`integer_origins`]): their range (the dims they index in the spec) keeps its size,
+    /// so they take the same values at full and reduced sizes.
+    pub ranged_inputs: Vec<ValueId>,
 }
 
 impl GraphDims {
@@ -267,6 +271,8 @@ pub fn walk(
                     outs: &outs,
                     literals: Vec::new(),
                     kept: Vec::new(),
+                    ranged_inputs: Vec::new(),
+                    metas,
                 };
                 let result = cx.apply().map_err(|mut r| {
                     if r.op.is_none() {
@@ -276,6 +282,17 @@ pub fn walk(
                 })?;
                 let lits = std::mem::take(&mut cx.literals);
                 out.kept.append(&mut cx.kept);
+                out.ranged_inputs.append(&mut cx.ranged_inputs);
+                // An integer computation on integer inputs (a token minus a rank's vocabulary
+                // offset, compared with its range): those inputs keep their range, so the
+                // computation gives the same values at full and reduced sizes whatever its
+                // literals are, and they need neither pin nor avoid a size.
+                if let Some(origins) = integer_computation(g, metas, i) {
+                    out.ranged_inputs.extend(origins);
+                    out.literals.extend(lits);
+                    out.dims[i] = result.into_iter().map(Some).collect();
+                    continue;
+                }
                 // Value literals: every numeric argument that is not structural.
                 for a in &def.schema.args {
                     if STRUCTURAL.contains(&a.name.as_str()) {
@@ -317,6 +334,8 @@ struct Cx<'a> {
     outs: &'a [Option<Vec<u64>>],
     literals: Vec<Literal>,
     kept: Vec<Mono>,
+    ranged_inputs: Vec<ValueId>,
+    metas: &'a [Vec<Option<Meta>>],
 }
 
 fn norm_dim(d: i64, rank: usize) -> Option<usize> {
@@ -1103,6 +1122,173 @@ fn topk_indices(g: &Graph, mut v: ValueId) -> bool {
     false
 }
 
+/// Integer operators whose every output element is one size-free function of its operands'
+/// elements at the same (broadcast) index and of its literals: shifts, comparisons, masks.
+const INTEGER_ELEMENTWISE: &[&str] = &[
+    "aten.add",
+    "aten.sub",
+    "aten.masked_fill",
+    "aten.where",
+    "aten.eq",
+    "aten.ne",
+    "aten.lt",
+    "aten.le",
+    "aten.gt",
+    "aten.ge",
+    "aten.logical_not",
+    "aten.logical_and",
+    "aten.logical_or",
+    "aten.bitwise_and",
+    "aten.bitwise_or",
+    "aten.bitwise_not",
+    "aten._to_copy",
+];
+
+/// The graph inputs the values of `v` are computed from, where every step is a value-keeping
+/// movement or an integer operator of [`INTEGER_ELEMENTWISE`] on integer or boolean operands
+/// and literals, and every leaf is an input or a topk's indices (whose range the topk rule
+/// keeps). `None` where any other value takes part (a position from `arange`, a float, a
+/// constant tensor): its values may follow a reduced size. With the inputs' ranges kept,
+/// `v` holds the same values at full and reduced sizes.
+fn integer_origins(g: &Graph, metas: &[Vec<Option<Meta>>], v: ValueId) -> Option<Vec<ValueId>> {
+    let mut inputs = Vec::new();
+    let mut stack = vec![v];
+    let mut seen = std::collections::BTreeSet::new();
+    while let Some(u) = stack.pop() {
+        if !seen.insert(u) {
+            continue;
+        }
+        // An index expression is a handful of steps; a long one is not followed.
+        if seen.len() > 256 {
+            return None;
+        }
+        if topk_indices(g, u) {
+            continue;
+        }
+        let node = g.nodes.get(u.node)?;
+        let NodeKind::Call { op, args, kwargs } = &node.kind else {
+            if matches!(node.kind, NodeKind::Input) {
+                inputs.push(u);
+                continue;
+            }
+            return None;
+        };
+        let base = op.base();
+        if VALUE_KEEPING.contains(&base.as_str()) {
+            match args.first() {
+                Some(Arg::Value(w)) => stack.push(*w),
+                _ => return None,
+            }
+            continue;
+        }
+        if !INTEGER_ELEMENTWISE.contains(&base.as_str()) {
+            return None;
+        }
+        let mut operands = args.iter().chain(kwargs.iter().map(|(_, a)| a));
+        if operands.any(|a| matches!(a, Arg::List(_))) {
+            return None;
+        }
+        for a in args.iter().chain(kwargs.iter().map(|(_, a)| a)) {
+            match a {
+                Arg::Value(w) => {
+                    let dt = metas
+                        .get(w.node)
+                        .and_then(|m| m.get(w.output)?.as_ref())
+                        .map(|m| m.dtype);
+                    if !dt.is_some_and(|d| d.is_int() || d == shardproof_ir::DType::Bool) {
+                        return None;
+                    }
+                    stack.push(*w);
+                }
+                Arg::Float(x) if x.fract() != 0.0 || !x.is_finite() => return None,
+                _ => {}
+            }
+        }
+    }
+    Some(inputs)
+}
+
+/// Node `i`'s integer inputs, when it is an integer computation whose values
+/// [`integer_origins`] traces to inputs and topk indices only (its output integer or boolean).
+fn integer_computation(g: &Graph, metas: &[Vec<Option<Meta>>], i: usize) -> Option<Vec<ValueId>> {
+    let node = &g.nodes[i];
+    if node.outputs.len() != 1 {
+        return None;
+    }
+    let dt = metas.get(i)?.first()?.as_ref()?.dtype;
+    if !(dt.is_int() || dt == shardproof_ir::DType::Bool) {
+        return None;
+    }
+    let NodeKind::Call { op, .. } = &node.kind else {
+        return None;
+    };
+    if !INTEGER_ELEMENTWISE.contains(&op.base().as_str()) {
+        return None;
+    }
+    integer_origins(g, metas, ValueId::new(i, 0))
+}
+
+/// The dims whose size bounds the values of integer input `v` of `g` (the symbolic leaves'
+/// range, `shardproof_interp::index_bound_known`, is the smallest of them): the table rows
+/// an embedding looks `v` up in, the classes of an `nll_loss` target, the dim a gather,
+/// scatter or index_select indexes, followed through value-keeping movements. Keeping every
+/// one keeps the range.
+pub fn range_dims(g: &Graph, dims: &GraphDims, v: ValueId) -> Vec<Mono> {
+    let consumers = g.consumers();
+    let mut out = Vec::new();
+    let mut frontier = vec![v];
+    let mut seen = 0;
+    while let Some(cur) = frontier.pop() {
+        seen += 1;
+        if seen > 256 {
+            break;
+        }
+        for &c in &consumers[cur.node] {
+            let node = &g.nodes[c];
+            let Some(op) = node.op() else { continue };
+            let args = node.args();
+            let is = |k: usize| args.get(k).and_then(|a| a.as_value()) == Some(cur);
+            let dim_of = |k: usize, d: usize| -> Option<Mono> {
+                let t = args.get(k)?.as_value()?;
+                dims.dims_of(t)?.get(d).cloned()
+            };
+            let found = match op.name.as_str() {
+                "embedding" if is(1) => dim_of(0, 0),
+                "nll_loss_forward" | "nll_loss_backward" if is(1) || is(2) => {
+                    let k = if op.name == "nll_loss_forward" { 0 } else { 1 };
+                    args.get(k)
+                        .and_then(|a| a.as_value())
+                        .and_then(|t| dims.dims_of(t))
+                        .and_then(|d| d.get(if d.len() > 1 { 1 } else { 0 }).cloned())
+                }
+                "index_select" | "gather" | "scatter" | "scatter_add" if is(2) => args
+                    .get(1)
+                    .and_then(|a| a.as_int())
+                    .and_then(|d| dim_of(0, if d < 0 { 0 } else { d as usize })),
+                "index" | "index_put" => match args.get(1) {
+                    Some(Arg::List(items)) => items
+                        .iter()
+                        .position(|a| a.as_value() == Some(cur))
+                        .and_then(|d| dim_of(0, d)),
+                    _ => None,
+                },
+                // The movements `index_bound_known` follows, and slices.
+                "_to_copy" | "clone" | "view" | "_unsafe_view" | "reshape" | "detach" | "to"
+                | "contiguous" | "lift_fresh_copy" | "permute" | "transpose" | "t" | "squeeze"
+                | "unsqueeze" | "expand" | "flatten" | "alias" | "slice" => {
+                    if node.outputs.len() == 1 {
+                        frontier.push(ValueId::new(c, 0));
+                    }
+                    None
+                }
+                _ => None,
+            };
+            out.extend(found);
+        }
+    }
+    out
+}
+
 /// Selections and index-driven movements (docs/prove.md, section 2: why each keeps the
 /// theorem's conditions).
 impl Cx<'_> {
@@ -1183,7 +1369,18 @@ impl Cx<'_> {
     fn gather(&mut self) -> Result<Vec<Mono>, Refusal> {
         let x = self.tensor("self")?;
         let d = self.index_dim("dim", 0, x.len())?;
-        let idx = self.topk_index()?;
+        let idx = match self.get("index") {
+            Some(Arg::Value(v)) if !topk_indices(self.g, v) => {
+                let Some(origins) = integer_origins(self.g, self.metas, v) else {
+                    return Err(self.refuse(
+                        "an index that is neither a topk's indices nor an integer computation on inputs (through value-keeping movements): its range may depend on a reduced size; use --no-reduce to prove at full size",
+                    ));
+                };
+                self.ranged_inputs.extend(origins);
+                self.tensor("index")?
+            }
+            _ => self.topk_index()?,
+        };
         self.same_dims_but(&idx, &x, Some(d), "index and input")?;
         self.kept.push(x[d].clone());
         Ok(idx)

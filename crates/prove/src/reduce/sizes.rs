@@ -73,6 +73,14 @@ pub struct Sizes {
     origin: Vec<String>,
     /// Variables whose value must stay the original one (a literal may depend on it).
     pinned: Vec<bool>,
+    /// Why each pinned variable is pinned, for the report (the first reason met).
+    pin_reason: Vec<Option<String>>,
+    /// Sizes kept whole because no factor related the two sides of an equation
+    /// ([`Sizes::unify`]): each variable's origin, size and the relation that kept it.
+    kept_whole: Vec<(String, u64, String)>,
+    /// Variables a split made the outer part of a dim (the heads of `heads x head_dim`):
+    /// where a shard divides a dim, it divides the outer part ([`Sizes::divide`]).
+    outer: Vec<bool>,
     /// The integers value literals may be products of sizes of ([`Sizes::pin_divisors_of`]):
     /// no reduced size may divide one of them.
     literal_products: Vec<u64>,
@@ -103,6 +111,8 @@ impl Sizes {
         self.defs.push(None);
         self.origin.push(origin.into());
         self.pinned.push(false);
+        self.pin_reason.push(None);
+        self.outer.push(false);
         Mono::var(self.orig.len() - 1)
     }
 
@@ -166,12 +176,15 @@ impl Sizes {
             if need == 1 {
                 break;
             }
+            // A shard splits a dim's outermost part (llama3-405b's 128 heads of 128 split 8
+            // ways over tp: the heads, not the head dim, which the ranks' own view then finds
+            // whole).
             let pick = n
                 .vars
                 .keys()
                 .copied()
                 .filter(|&v| gcd(need, self.orig[v]) > 1)
-                .max_by_key(|&v| (self.orig[v], std::cmp::Reverse(v)));
+                .max_by_key(|&v| (self.outer[v], self.orig[v], std::cmp::Reverse(v)));
             let Some(v) = pick else {
                 return Err(Unexplained(format!(
                     "{why}: cannot keep size {} divisible by {k} at every reduced size",
@@ -220,12 +233,20 @@ impl Sizes {
                     if y.coef.is_multiple_of(x.coef) && !y.vars.contains_key(&v) {
                         let mut def = y.clone();
                         def.coef /= x.coef;
+                        if def.vars.is_empty() && def.coef > 1 {
+                            // Equal to a constant: the size is kept, for the report.
+                            self.kept_whole.push((
+                                self.origin[v].clone(),
+                                self.orig[v],
+                                format!("{why}: {} = {}", self.show(x), self.show(y)),
+                            ));
+                        }
                         self.define(v, def);
                         return Ok(());
                     }
                 }
             }
-            if !self.refine(&a, &b) && !self.refine(&b, &a) && !self.fix_one(&a, &b) {
+            if !self.refine(&a, &b) && !self.refine(&b, &a) && !self.fix_one(&a, &b, why) {
                 return Err(Unexplained(format!(
                     "{why}: cannot relate sizes {} and {} by products of size variables",
                     self.show(&a),
@@ -240,7 +261,7 @@ impl Sizes {
     /// was one. Where no factor relates the two sides (`4 = v²`), keeping a size is always a
     /// solution: a fixed variable is not reduced, so the reduced program keeps that dim as
     /// written, and once every variable is fixed the sides are their (equal) original sizes.
-    fn fix_one(&mut self, a: &Mono, b: &Mono) -> bool {
+    fn fix_one(&mut self, a: &Mono, b: &Mono, why: &str) -> bool {
         let vars = || a.vars.iter().chain(b.vars.iter());
         let pick = vars()
             .find(|(_, &e)| e != 1)
@@ -249,6 +270,11 @@ impl Sizes {
         match pick {
             Some(v) => {
                 tracing::debug!(size = self.orig[v], origin = %self.origin[v], "size kept: no factor relates it");
+                self.kept_whole.push((
+                    self.origin[v].clone(),
+                    self.orig[v],
+                    format!("{why}: {} = {}", self.show(a), self.show(b)),
+                ));
                 self.define(v, Mono::constant(self.orig[v]));
                 true
             }
@@ -301,6 +327,10 @@ impl Sizes {
     /// Splits `m` into factors with the given original sizes, in order (a reshape that splits
     /// one dimension into several): exact matches first, else a variable is written as a
     /// product of a fresh factor and the rest.
+    ///
+    /// A part matched by splitting a variable it merely divides is marked as the outer part
+    /// of that variable's dim (the parts are in row-major order, the first outermost), which a
+    /// later shard of the whole dim divides ([`Sizes::divide`]).
     pub fn split(&mut self, m: &Mono, parts: &[u64], why: &str) -> Result<Vec<Mono>, Unexplained> {
         let total: u64 = parts.iter().product();
         if self.original(m) != total {
@@ -357,6 +387,8 @@ impl Sizes {
                 let f = self.fresh(p, format!("{} (factor {p})", self.origin[v]));
                 let r = self.fresh(self.orig[v] / p, format!("{} / {p}", self.origin[v]));
                 self.define(v, f.mul(&r).expect("small"));
+                // Parts come outermost first: `f` is outer to the rest.
+                self.outer[single_var(&f)] = true;
                 // `rest` had v once; it now has f * r: take f away.
                 rest = remove_var(&self.norm(&rest), single_var(&f));
                 out.push(f);
@@ -470,11 +502,18 @@ impl Sizes {
         self.fixed.insert(v, value);
     }
 
-    /// Keeps every free variable of `m` at its original size.
-    pub fn pin(&mut self, m: &Mono) {
+    /// Keeps every free variable of `m` at its original size; `why` is reported.
+    pub fn pin(&mut self, m: &Mono, why: &str) {
         let n = self.norm(m);
         for v in n.vars.keys() {
-            self.pinned[*v] = true;
+            self.pin_var(*v, || why.to_string());
+        }
+    }
+
+    fn pin_var(&mut self, v: Var, why: impl FnOnce() -> String) {
+        if !self.pinned[v] {
+            self.pinned[v] = true;
+            self.pin_reason[v] = Some(why());
         }
     }
 
@@ -487,7 +526,9 @@ impl Sizes {
         }
         for v in 0..self.orig.len() {
             if self.defs[v].is_none() && x.is_multiple_of(self.orig[v]) {
-                self.pinned[v] = true;
+                self.pin_var(v, || {
+                    format!("a value literal may be a product of sizes equal to {x}")
+                });
             }
         }
     }
@@ -536,8 +577,9 @@ impl Sizes {
             .fold(n.coef, |acc, (&v, &e)| acc * self.reduced_value(v).pow(e))
     }
 
-    /// The free variables, with their original and reduced sizes and where they come from.
-    pub fn free(&self) -> Vec<(Var, u64, u64, &str, bool)> {
+    /// The free variables, with their original and reduced sizes, where they come from and
+    /// why they are pinned (`None`: not pinned).
+    pub fn free(&self) -> Vec<(Var, u64, u64, &str, Option<&str>)> {
         (0..self.orig.len())
             .filter(|&v| self.defs[v].is_none())
             .map(|v| {
@@ -546,10 +588,16 @@ impl Sizes {
                     self.orig[v],
                     self.reduced_value(v),
                     self.origin[v].as_str(),
-                    self.pinned[v],
+                    self.pinned[v].then(|| self.pin_reason[v].as_deref().unwrap_or("pinned")),
                 )
             })
             .collect()
+    }
+
+    /// The sizes kept whole because no factor related an equation's sides: each one's
+    /// origin, size and the equation.
+    pub fn kept_whole(&self) -> &[(String, u64, String)] {
+        &self.kept_whole
     }
 
     /// The size in words: `2*s3*s7`.
@@ -687,6 +735,19 @@ mod tests {
         assert_eq!(s.original(&parts[1]), 15);
         let prod = parts[0].mul(&parts[1]).unwrap();
         assert_eq!(s.norm(&prod), s.norm(&ab));
+    }
+
+    #[test]
+    fn a_shard_of_a_split_dim_divides_its_outer_part() {
+        // The spec views 16384 query rows as 128 heads of 128 before tp splits them 8 ways.
+        let mut s = Sizes::default();
+        let rows = s.fresh(16384, "wq rows");
+        let spec = s.split(&rows, &[128, 128], "spec heads").unwrap();
+        let local = s.divide(&rows, 8, "tp").unwrap();
+        let rank = s.split(&local, &[16, 128], "rank heads").unwrap();
+        // The shard took the heads: the ranks' head dim is the spec's.
+        assert_eq!(s.norm(&spec[1]), s.norm(&rank[1]));
+        assert_eq!(s.norm(&spec[0]), s.norm(&rank[0].scale(8).unwrap()));
     }
 
     #[test]

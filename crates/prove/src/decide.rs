@@ -341,6 +341,7 @@ fn witness_at(arena: &Arena, a: ExprId, b: ExprId, values: &[Coeff]) -> Option<P
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::expr::Func;
     use num_traits::Zero;
 
     fn cfg() -> DecideConfig {
@@ -462,5 +463,50 @@ mod tests {
         let lhs = ar.add(s2, c2).unwrap();
         let one = ar.int(1).unwrap();
         assert!(matches!(decide(&ar, lhs, one, &cfg()), Outcome::Unknown(_)));
+    }
+
+    /// Split tables gathered at a top-k position: the residues tell the sides apart (the
+    /// lookup is hashed), so the expansion comes after the first real point. It proves the
+    /// all-reduced partial tables, and a planted wrong entry is still refuted by a point.
+    #[test]
+    fn split_tables_at_a_position_are_proved_by_expansion_and_a_wrong_entry_is_refuted() {
+        let mut ar = Arena::default();
+        let xs: Vec<ExprId> = (0..2)
+            .map(|i| ar.symbol(&format!("x{i}"), SymbolKind::Real).unwrap())
+            .collect();
+        let idx = ar.app(Func::ArgMax, xs).unwrap();
+        let table = |ar: &mut Arena, name: &str| -> Vec<ExprId> {
+            (0..2)
+                .map(|j| ar.symbol(&format!("{name}{j}"), SymbolKind::Real).unwrap())
+                .collect()
+        };
+        let (a, b) = (table(&mut ar, "a"), table(&mut ar, "b"));
+        let sums: Vec<ExprId> = (0..2).map(|j| ar.add(a[j], b[j]).unwrap()).collect();
+        let whole = ar.app(Func::Lookup, vec![idx, sums[0], sums[1]]).unwrap();
+        let la = ar.app(Func::Lookup, vec![idx, a[0], a[1]]).unwrap();
+        let lb = ar.app(Func::Lookup, vec![idx, b[0], b[1]]).unwrap();
+        let parts = ar.add(la, lb).unwrap();
+        assert_ne!(whole, parts);
+        let cfg = DecideConfig {
+            z3_timeout: None,
+            ..cfg()
+        };
+        assert_eq!(
+            modular_points_differ(&ar, whole, parts, &cfg).map(|(d, _)| d),
+            Some(true),
+            "the residues differ: the expansion runs between the real points"
+        );
+        assert_eq!(
+            decide(&ar, whole, parts, &cfg),
+            Outcome::Proved(Layer::ProductExpansion)
+        );
+        let wrong = ar.app(Func::Lookup, vec![idx, sums[0], a[1]]).unwrap();
+        assert!(matches!(
+            decide(&ar, wrong, parts, &cfg),
+            Outcome::Refuted {
+                layer: Layer::RandomWitness,
+                ..
+            }
+        ));
     }
 }

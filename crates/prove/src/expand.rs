@@ -61,13 +61,16 @@ pub fn equal_after_expanding_products(
         }
         Err(_) => None,
     };
-    let mut verdicts = ZeroVerdicts::default();
-    let plain = is_zero(arena, diff.clone(), &limits, 0, &mut verdicts);
+    // The verdicts are kept with the arena across its goals: a stage's goals look up the same
+    // gathered tables' entries again and again.
+    let mut memo = arena.rewrite_memo();
+    let verdicts = &mut memo.zero_verdicts;
+    let plain = is_zero(arena, diff.clone(), &limits, 0, verdicts);
     match rewritten {
         // Where the rewriting moved something, its difference may expand where the
         // original's does not; where that fails too, the first attempt's reason stands.
         Some(r) if plain != Ok(true) && r != diff => {
-            match is_zero(arena, r, &limits, 0, &mut verdicts) {
+            match is_zero(arena, r, &limits, 0, verdicts) {
                 Ok(true) => Ok(true),
                 _ => plain,
             }
@@ -128,14 +131,19 @@ pub(crate) struct RewriteMemo {
     atoms: FxHashMap<AtomId, Option<Arc<Terms>>>,
     /// Per atom: 0 unknown, 1 a softmax weight's factor, 2 not ([`Arena::is_weight_atom`]).
     weight: Vec<u8>,
+    /// [`is_zero`]'s decided polynomials, across goals. Unlike the rewritten forms these do not
+    /// depend on the key: see [`ZeroVerdicts`].
+    zero_verdicts: ZeroVerdicts,
 }
 
 impl RewriteMemo {
-    /// Empties the memo unless it was built for `key`.
+    /// Empties the memo unless it was built for `key`, keeping the zero verdicts (a function
+    /// of the polynomial and of atoms and polynomials the arena never changes once stored).
     fn keep_for(&mut self, key: (usize, usize, usize, usize)) {
         if self.key != key {
             *self = RewriteMemo {
                 key,
+                zero_verdicts: std::mem::take(&mut self.zero_verdicts),
                 ..Default::default()
             };
         }
@@ -506,11 +514,17 @@ fn is_zero(
     verdict
 }
 
-/// The polynomials [`is_zero`] has decided while one goal is decided. The linear-atom step
-/// decides each combined table entry by a nested [`is_zero`], and nested tables (a gather of
-/// a gather) bring the same entries again for every index: deepseek tp=2's `add_23` called it
-/// 3,809 times a goal on 42 distinct polynomials. A verdict is a function of the polynomial and
-/// the arena alone (the arena only grows, and a goal's polynomials hold only atoms it stores).
+/// The polynomials [`is_zero`] has decided in one arena, kept with it across its goals
+/// ([`RewriteMemo::zero_verdicts`]). The linear-atom step decides each combined table entry by
+/// a nested [`is_zero`], and nested tables (a gather of a gather) bring the same entries again
+/// for every index and every goal: deepseek tp=2's `add_23` called it 3,809 times a goal on 42
+/// distinct polynomials.
+///
+/// A verdict is a function of the polynomial (coefficients included) and of what its ids
+/// stand for: the atoms and factor polynomials it reaches and their `zero_times` flags, all
+/// fixed when the arena stores them (the arena only grows). It does not depend on the term
+/// limit, the deadline or the depth: those only stop a decision (`Err`), which is never kept.
+/// Ids are one arena's own, so the memo lives in that arena and is never read in another.
 type ZeroVerdicts = FxHashMap<BTreeMap<Mono, Coeff>, bool>;
 
 /// [`is_zero`] without its memo.
@@ -855,11 +869,12 @@ mod tests {
             .map(|&(x, y)| ar.mul(x, y).unwrap())
             .collect();
         let rhs = ar.sum(&parts).unwrap();
+        // Asked first: once decided, the arena keeps the verdict, which holds at any budget.
+        assert!(equal_after_expanding_products(&ar, lhs, rhs, 10, None).is_err());
         assert_eq!(
             equal_after_expanding_products(&ar, lhs, rhs, 10_000, None),
             Ok(true)
         );
-        assert!(equal_after_expanding_products(&ar, lhs, rhs, 10, None).is_err());
     }
 
     #[test]
@@ -1053,6 +1068,74 @@ mod tests {
         assert!(is_zero(&ar, bad.clone(), &tight, 0, &mut fresh).is_err());
         assert!(fresh.is_empty());
         assert_eq!(is_zero(&ar, bad, &limits, 0, &mut fresh), Ok(false));
+    }
+
+    /// The verdicts kept across goals ([`RewriteMemo::zero_verdicts`]) are one arena's: the
+    /// same polynomial by ids, decided zero in one arena, is decided afresh in another where
+    /// its ids stand for other products; in its own arena the verdict outlives the arena's
+    /// growth.
+    #[test]
+    fn zero_verdicts_kept_across_goals_are_never_read_in_another_arena() {
+        // Both arenas hold w·(E0 + E1), w·E0, w·E1 and w·F (F = E1 + b9), interned in the same
+        // order but for the last two: the product atom `split` names is w·E1 in the first and
+        // w·F in the second.
+        let build = |swap: bool| {
+            let mut ar = Arena::default();
+            let w = sum_of(&mut ar, "w", 2);
+            let e0 = sum_of(&mut ar, "a", 10);
+            let e1 = sum_of(&mut ar, "b", 10);
+            let b9 = ar.symbol("b9", SymbolKind::Real).unwrap();
+            let f = ar.add(e1, b9).unwrap();
+            let e = ar.add(e0, e1).unwrap();
+            let whole = ar.mul(w, e).unwrap();
+            let p0 = ar.mul(w, e0).unwrap();
+            let (first, second) = if swap { (f, e1) } else { (e1, f) };
+            let p1 = ar.mul(w, first).unwrap();
+            ar.mul(w, second).unwrap();
+            let split = ar.add(p0, p1).unwrap();
+            (ar, whole, split)
+        };
+        let (right, whole, split) = build(false);
+        let (wrong, wrong_whole, wrong_split) = build(true);
+        let difference = |ar: &Arena, a: ExprId, b: ExprId| {
+            let mut d: BTreeMap<Mono, Coeff> = terms_of(ar, a);
+            for (m, c) in &ar.poly(b).terms {
+                add_term(&mut d, m.clone(), -c);
+            }
+            d
+        };
+        let diff = difference(&right, whole, split);
+        assert_eq!(
+            diff,
+            difference(&wrong, wrong_whole, wrong_split),
+            "the same polynomial by ids in both arenas"
+        );
+        assert!(diff
+            .keys()
+            .all(|m| m.len() == 1 && is_product(&right, m[0].0)));
+        assert_eq!(
+            equal_after_expanding_products(&right, whole, split, 10_000, None),
+            Ok(true)
+        );
+        assert_eq!(
+            right.rewrite_memo().zero_verdicts.get(&diff),
+            Some(&true),
+            "kept with the arena for later goals"
+        );
+        // w·(E0 + E1) - w·E0 - w·F = -w·b9: not zero, although the first arena's memo says so.
+        assert_eq!(
+            equal_after_expanding_products(&wrong, wrong_whole, wrong_split, 10_000, None),
+            Ok(false)
+        );
+        // The first arena grows (another goal's terms): its verdict stays, and is right.
+        let mut right = right;
+        let more = sum_of(&mut right, "z", 3);
+        right.mul(more, whole).unwrap();
+        assert_eq!(
+            equal_after_expanding_products(&right, whole, split, 10_000, None),
+            Ok(true)
+        );
+        assert_eq!(right.rewrite_memo().zero_verdicts.get(&diff), Some(&true));
     }
 
     #[test]

@@ -560,6 +560,11 @@ fn same_shape(a: &Tpl, b: &Tpl) -> bool {
 /// first of its `twins` whose inputs relate alike and whose renamed tensors have the same
 /// neighbourhoods, renamed onto its tensors and checked ([`check`]); `None` where no twin is
 /// alike or the check does not close.
+///
+/// The renaming may map ranks one to one: a pipeline stage's first layer has as twins only
+/// the previous stage's layers, on other ranks (llama3-70b-tiny's stage 1 forward and stage
+/// 0 backward), which a rank-keeping renaming never matches. A twin on the same ranks still
+/// matches as before (each rank onto itself); the check decides either way.
 pub(super) fn reuse(
     imp: &Impl,
     rules: (Lemmas, Lemmas),
@@ -570,7 +575,7 @@ pub(super) fn reuse(
     twins: &[std::sync::Arc<Solved>],
 ) -> Option<(Rel, bool)> {
     let twins: Vec<&Solved> = twins.iter().map(|t| &**t).collect();
-    reuse_renamed(imp, rules, opts, (state, t, seeds), &twins, false)
+    reuse_renamed(imp, rules, opts, (state, t, seeds), &twins)
 }
 
 /// Symmetric ranks once (issue 48, item 6): the relation of a piece of an operator (see
@@ -585,24 +590,23 @@ pub(super) fn across_ranks(
     (state, t, seeds): (&HashMap<ValueId, State>, &Tpl, &[(Tpl, ValueId)]),
     twin: &Solved,
 ) -> Option<Rel> {
-    reuse_renamed(imp, (rules, rules), opts, (state, t, seeds), &[twin], true).map(|r| r.0)
+    reuse_renamed(imp, (rules, rules), opts, (state, t, seeds), &[twin]).map(|r| r.0)
 }
 
-/// [`reuse`], where `across` lets the renaming change ranks too.
+/// [`reuse`] and [`across_ranks`]: the renaming may change ranks (one to one).
 fn reuse_renamed(
     imp: &Impl,
     rules: (Lemmas, Lemmas),
     opts: &Options,
     (state, t, seeds): (&HashMap<ValueId, State>, &Tpl, &[(Tpl, ValueId)]),
     twins: &[&Solved],
-    across: bool,
 ) -> Option<(Rel, bool)> {
     let ins = input_rels(t, seeds, state)?;
     let found = twins.iter().find_map(|twin| {
         let mut renaming = Renaming {
             imp,
             map: HashMap::new(),
-            ranks: across.then(HashMap::new),
+            ranks: Some(HashMap::new()),
             defined: Vec::new(),
         };
         let alike = twin.ins.len() == ins.len()

@@ -772,6 +772,26 @@ fn a_reused_relation_is_kept_only_where_the_check_proves_it() {
             .is_none(),
         "a sibling's relation that does not hold here was kept"
     );
+
+    // A twin on other ranks (a pipeline stage's first layer, whose twins are the previous
+    // stage's): `reuse` renames ranks too, and still keeps only what checks.
+    let twin_elsewhere = std::sync::Arc::new(sibling);
+    let (found, _) = reuse(&imp, lemmas, &opts, &state, &t, &[], &[twin_elsewhere])
+        .expect("a twin on other ranks renames back and checks");
+    assert_eq!(found.exprs, rel.exprs);
+    assert!(
+        reuse(
+            &imp,
+            lemmas,
+            &opts,
+            &state,
+            &t,
+            &[],
+            &[std::sync::Arc::new(wrong_sibling)]
+        )
+        .is_none(),
+        "a twin's relation on other ranks that does not hold here was kept"
+    );
 }
 
 /// Twins' inputs match as sets, up to a renaming that keeps ranks: extraction sorts a

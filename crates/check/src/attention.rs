@@ -389,6 +389,27 @@ fn causal_mask(g: &Graph, mask: ValueId) -> Option<(Vec<usize>, Vec<usize>)> {
 /// Per output row of an accumulation: the row of `q3` it is, and the blocks merged into it.
 type AccRows = Vec<(usize, Vec<usize>)>;
 
+/// A reading of a value's rows by a [`Walk`] (its accumulation, log-sum-exp or gradient).
+type RowReader<'a> =
+    fn(&mut Walk<'a>, ValueId, &dyn Fn(ValueId) -> Place, &RowTable, usize) -> Option<AccRows>;
+
+/// The rows of the sum of two accumulations of the same query rows: each row's blocks of
+/// both; `None` where their rows differ.
+fn join_rows(ra: AccRows, rb: AccRows) -> Option<AccRows> {
+    if ra.len() != rb.len() {
+        return None;
+    }
+    ra.into_iter()
+        .zip(rb)
+        .map(|((qa, mut ba), (qb, bb))| {
+            (qa == qb).then(|| {
+                ba.extend(bb);
+                (qa, ba)
+            })
+        })
+        .collect()
+}
+
 impl<'a> Walk<'a> {
     /// A walk of `g` that has read nothing yet.
     fn new(g: &'a Graph) -> Self {
@@ -401,6 +422,32 @@ impl<'a> Walk<'a> {
             budget: BUDGET,
             grad: None,
         }
+    }
+
+    /// The rows of `v` where it is a row slice or a row concatenation of values `read` reads
+    /// (`Some(None)` where one of them is not read); `None` where `v` is neither.
+    fn through_row_moves(
+        &mut self,
+        v: ValueId,
+        read: RowReader<'a>,
+        place: &dyn Fn(ValueId) -> Place,
+        table: &RowTable,
+        coord: usize,
+    ) -> Option<Option<AccRows>> {
+        let g = self.g;
+        if let Some((x, a, b)) = row_slice(g, v) {
+            let rows = read(self, x, place, table, coord);
+            return Some(rows.and_then(|rows| rows.get(a..b).map(<[_]>::to_vec)));
+        }
+        let parts = row_cat(g, v)?;
+        let mut rows = Vec::new();
+        for p in parts {
+            match read(self, p, place, table, coord) {
+                Some(r) => rows.extend(r),
+                None => return Some(None),
+            }
+        }
+        Some(Some(rows))
     }
 
     /// The rows of the accumulated output `out`, whose log-sum-exp must be `lse` where given
@@ -505,18 +552,7 @@ impl<'a> Walk<'a> {
         }
         let ra = self.acc(oa, Some(la), place, table, coord)?;
         let rb = self.acc(ob, Some(lb), place, table, coord)?;
-        if ra.len() != rb.len() {
-            return None;
-        }
-        ra.into_iter()
-            .zip(rb)
-            .map(|((qa, mut ba), (qb, bb))| {
-                (qa == qb).then(|| {
-                    ba.extend(bb);
-                    (qa, ba)
-                })
-            })
-            .collect()
+        join_rows(ra, rb)
     }
 
     /// One block: `out = bmm(exp(sub(S, L)), V)`, `L = logsumexp(S, [-1], True)` (`lse` if
@@ -556,16 +592,8 @@ impl<'a> Walk<'a> {
     ) -> Option<AccRows> {
         self.budget = self.budget.checked_sub(1)?;
         let g = self.g;
-        if let Some((x, a, b)) = row_slice(g, l) {
-            let rows = self.lse(x, place, table, coord)?;
-            return rows.get(a..b).map(<[_]>::to_vec);
-        }
-        if let Some(parts) = row_cat(g, l) {
-            let mut rows = Vec::new();
-            for p in parts {
-                rows.extend(self.lse(p, place, table, coord)?);
-            }
-            return Some(rows);
+        if let Some(rows) = self.through_row_moves(l, Self::lse, place, table, coord) {
+            return rows;
         }
         if let Some([x, y]) = operands::<2>(g, l, "add") {
             let merged = [(x, y), (y, x)].into_iter().find_map(|(m, lt)| {
@@ -583,19 +611,7 @@ impl<'a> Walk<'a> {
             let (la, lb) = merged?;
             let ra = self.lse(la, place, table, coord)?;
             let rb = self.lse(lb, place, table, coord)?;
-            if ra.len() != rb.len() {
-                return None;
-            }
-            return ra
-                .into_iter()
-                .zip(rb)
-                .map(|((qa, mut ba), (qb, bb))| {
-                    (qa == qb).then(|| {
-                        ba.extend(bb);
-                        (qa, ba)
-                    })
-                })
-                .collect();
+            return join_rows(ra, rb);
         }
         self.scores(l, None, place, table, coord)
     }
@@ -694,16 +710,8 @@ impl<'a> Walk<'a> {
     ) -> Option<AccRows> {
         self.budget = self.budget.checked_sub(1)?;
         let g = self.g;
-        if let Some((x, a, b)) = row_slice(g, dq) {
-            let rows = self.dq(x, place, table, coord)?;
-            return rows.get(a..b).map(<[_]>::to_vec);
-        }
-        if let Some(parts) = row_cat(g, dq) {
-            let mut rows = Vec::new();
-            for p in parts {
-                rows.extend(self.dq(p, place, table, coord)?);
-            }
-            return Some(rows);
+        if let Some(rows) = self.through_row_moves(dq, Self::dq, place, table, coord) {
+            return rows;
         }
         if let Some([x, y]) = operands::<2>(g, dq, "add") {
             // Each step adds one block's product to what came before: without one, this is
@@ -713,19 +721,7 @@ impl<'a> Walk<'a> {
             }
             let rx = self.dq(x, place, table, coord)?;
             let ry = self.dq(y, place, table, coord)?;
-            if rx.len() != ry.len() {
-                return None;
-            }
-            return rx
-                .into_iter()
-                .zip(ry)
-                .map(|((qa, mut ba), (qb, bb))| {
-                    (qa == qb).then(|| {
-                        ba.extend(bb);
-                        (qa, ba)
-                    })
-                })
-                .collect();
+            return join_rows(rx, ry);
         }
         self.grad_block(dq, place, table, coord)
     }

@@ -13,6 +13,7 @@
 //! (a gather, a declared shard) sees `Varying`.
 
 use crate::place::{Place, RowKey, RowTable};
+use crate::rules::Runs;
 use shardproof_ir::{Arg, ValueId};
 use shardproof_ops::{Args, Meta};
 
@@ -126,13 +127,17 @@ pub(crate) fn tensors<'a>(bound: &'a Args) -> Vec<(&'a str, ValueId)> {
 }
 
 /// How the call takes its `Rows` inputs on one mesh dim (`place`: the inputs' placements
-/// there, `meta`: their local metas).
+/// there, `meta`: their local metas, `key`: a selection's key; `runs`: a replicated operand's
+/// equal runs, [`Runs`]; `whole_elsewhere`: whether every other mesh dim holds a value whole,
+/// `Replicate()` or a pending sum, so the rank holds every block of its rows dim).
 pub(crate) fn rows_mode(
     family: &str,
     bound: &Args,
     place: impl Fn(ValueId) -> Place,
     meta: impl Fn(ValueId) -> Option<Meta>,
     key: impl Fn(u16) -> Option<RowKey>,
+    runs: impl Fn(ValueId) -> Runs,
+    whole_elsewhere: impl Fn(ValueId) -> bool,
 ) -> RowsMode {
     let ts = tensors(bound);
     let rows: Vec<(&str, ValueId, u8, u16)> = ts
@@ -258,16 +263,19 @@ pub(crate) fn rows_mode(
     } else if broadcasting(family) {
         // Right-aligned broadcasting: a replicated operand's dim facing a rows dim must be
         // absent or of size 1, and then the rows more than one (one local row against one
-        // replicated row pairs them: a row of the replicated tensor, not a broadcast).
+        // replicated row pairs them: a row of the replicated tensor, not a broadcast); or
+        // the operand is equal runs there that whole blocks of the selection fill
+        // ([`runs_fill_blocks`]).
         replicated.iter().all(|&(_, rv)| {
             let Some(rm) = meta(rv) else { return false };
-            rows.iter().all(|&(_, v, d, _)| {
+            rows.iter().all(|&(_, v, d, id)| {
                 let Some(m) = meta(v) else { return false };
                 let r = m.shape.len();
                 let j = d as i64 + rm.shape.len() as i64 - r as i64;
                 j < 0
                     || (rm.shape.get(j as usize).is_some_and(|&s| s == 1)
                         && m.shape.get(d as usize).is_some_and(|&l| l > 1))
+                    || runs_fill_blocks(runs(rv), j as usize, key(id), || whole_elsewhere(v))
             })
         })
     } else if all_rows(family) {
@@ -324,6 +332,29 @@ pub(crate) fn rows_mode(
         }
         _ => RowsMode::Varying,
     }
+}
+
+/// Whether a replicated operand whose dim `j` faces a selection's rows dim (selection key
+/// `key`) pairs every row with the row the single-device program pairs it with: `runs` are
+/// R equal runs along `j`, each constant (a `[b, E]` table unsqueezed, expanded over each
+/// batch's tokens and merged: the router's aux-loss gradient under context parallelism),
+/// and the selection holds its rows in k blocks (`RowKey::Blocks`: outer dims merged onto
+/// the rows, each block one outer index's selected rows; 1 for any other key) with R
+/// dividing k. Each run then holds k/R whole blocks locally, and the spec's same
+/// construction at the global size (runs of the whole blocks) pairs each block with the same
+/// run. Where another mesh dim splits the rows operand (`whole`: false), the rank may hold
+/// fewer blocks than k (a dp shard of the outer dim, read by factors) and its runs would cut
+/// a block: only one run (constant along the dim) pairs alike then.
+fn runs_fill_blocks(runs: Runs, j: usize, key: Option<RowKey>, whole: impl Fn() -> bool) -> bool {
+    let Runs::Along { dim, count } = runs else {
+        return false;
+    };
+    let blocks = match key {
+        Some(RowKey::Blocks { blocks, .. }) => blocks,
+        Some(_) => 1,
+        None => return false,
+    };
+    dim == j && count >= 1 && blocks.is_multiple_of(count) && (count == 1 || whole())
 }
 
 /// The placement a rule's output takes where it ran on rows seen as a shard: a shard of a

@@ -530,14 +530,32 @@ fn propagate_rank_from(
                         }
                         p => p,
                     };
+                    let runs_of = |v: ValueId| {
+                        let given = |x: ValueId| {
+                            !matches!(g.nodes[x.node].kind, NodeKind::Input)
+                                && sh.inputs[r].contains_key(&x)
+                        };
+                        runs::runs_of(g, &rp, &meta_of, &given, v)
+                    };
                     // Most calls meet no rows: skip reading their arguments again.
                     let rows_mode = if inputs
                         .iter()
                         .any(|&v| matches!(rp.of(v, nd)[m], Place::Rows(..)))
                     {
-                        rows::rows_mode(rule.family, &bound, raw_place, meta_of, |id| {
-                            sh.rows.borrow().key(id)
-                        })
+                        let whole_elsewhere = |v: ValueId| {
+                            rp.of(v, nd).iter().enumerate().all(|(k, p)| {
+                                k == m || matches!(p, Place::Replicate | Place::Partial(_))
+                            })
+                        };
+                        rows::rows_mode(
+                            rule.family,
+                            &bound,
+                            raw_place,
+                            meta_of,
+                            |id| sh.rows.borrow().key(id),
+                            runs_of,
+                            whole_elsewhere,
+                        )
                     } else {
                         RowsMode::None
                     };
@@ -681,13 +699,7 @@ fn propagate_rank_from(
                         meta: &meta_of,
                         zero: &zero_of,
                         constant: &constant_of,
-                        runs: &|v| {
-                            let given = |x: ValueId| {
-                                !matches!(g.nodes[x.node].kind, NodeKind::Input)
-                                    && sh.inputs[r].contains_key(&x)
-                            };
-                            runs::runs_of(g, &rp, &meta_of, &given, v)
-                        },
+                        runs: &runs_of,
                         scaled: &scaled_of,
                         global_view,
                         pipeline_dim: crate::is_pipeline_dim(mesh, m),

@@ -280,6 +280,7 @@ fn runs_beside_rows_agree_with_the_interpreter() {
             let layouts = [
                 ("megatron", megatron(N, c), true),
                 ("contiguous", chunks(2 * c, &[vec![0], vec![1]]), true),
+                ("reversed", chunks(c, &[vec![3, 0], vec![2, 1]]), true),
                 ("a chunk twice", chunks(c, &[vec![0, 3], vec![0, 2]]), false),
             ];
             for (name, segs, correct) in &layouts {
@@ -336,13 +337,20 @@ fn the_all_reduced_table_holds_and_a_missing_all_reduce_never_does() {
     assert_ne!(ran.verdict, Verdict::Holds, "{}", ran.report);
 }
 
-/// Planted: more runs than batches (4 runs a batch: runs of one local token, a batch's tokens
-/// split between table rows; two runs a batch happen to pair alike on Megatron's chunks) and
-/// the table merged the other way. Shown wrong by the interpreter, never rows, never holds.
+/// Planted: more runs than batches, a batch's tokens split between table rows (4 runs a
+/// batch of 2 local tokens each on Megatron's chunks of 4; 2 runs a batch over chunks taken
+/// in reverse order, each rank's later chunk first: on Megatron's order two runs a batch
+/// happen to pair alike), and the table merged the other way. Shown wrong by the
+/// interpreter, never rows, never holds.
 #[test]
 fn runs_that_cut_a_batch_never_hold() {
-    for (table, b, c) in [(Table::Runs(8), 2, 2), (Table::Cycles(4), 4, 1)] {
-        let ran = instance(table, b, &megatron(N, c), false, 2);
+    let reversed = chunks(1, &[vec![3, 0], vec![2, 1]]);
+    for (table, b, segs) in [
+        (Table::Runs(8), 2, megatron(N, 4)),
+        (Table::Runs(4), 2, reversed),
+        (Table::Cycles(4), 4, megatron(N, 1)),
+    ] {
+        let ran = instance(table, b, &segs, false, 2);
         assert!(!ran.right, "{table:?} is not wrong");
         assert!(!rows(ran.prod), "{table:?}: {}", ran.prod);
         assert_ne!(ran.verdict, Verdict::Holds, "{table:?}\n{}", ran.report);

@@ -8,8 +8,9 @@
 //! of its rows as on a shard: its output is a shard of the function of the selected tensor,
 //! in the same order, so the rule runs as on `Shard(d)` and its shards are the selection's
 //! rows again. That needs every operand that meets the rows to hold the same selection
-//! (the same `id`): a replicated operand along `d` (the whole tensor's rows) or a plain shard
-//! would meet other rows than the ones the selection names. Anything that reads the order
+//! (the same `id`): a replicated operand along `d` (the whole tensor's rows; unless equal runs
+//! that whole blocks of the selection fill, [`runs_fill_blocks`]) or a plain shard would meet
+//! other rows than the ones the selection names. Anything that reads the order
 //! (a gather, a declared shard) sees `Varying`.
 
 use crate::place::{Place, RowKey, RowTable};

@@ -350,9 +350,9 @@ fn claims_hold(ran: &Ran) -> Result<(), String> {
     let Some(right) = &ran.right else {
         return Ok(());
     };
-    for r in 0..2 {
+    for (r, (claimed, right)) in ran.claimed.iter().zip(right).enumerate() {
         for j in 0..2 {
-            if ran.claimed[r][j] && !right[r][j] {
+            if claimed[j] && !right[j] {
                 return Err(format!(
                     "rank {r}: recv_{} claimed rows of the gradient, but it is not",
                     8 + j

@@ -292,7 +292,7 @@ fn contribution(
             if s4.len() != 4
                 || split.len() != 5
                 || split[0] != s4[0]
-                || split[1] * split[2] != s4[1]
+                || split[1].checked_mul(split[2]) != Some(s4[1])
                 || split[3..] != s4[2..]
                 || split[2] < 2
             {
@@ -305,7 +305,7 @@ fn contribution(
     let (product, s4) = view_of(g, heads)?;
     let [lhs, rhs] = operands::<2>(g, product, "bmm")?;
     let pshape = shape(product)?;
-    if s4.len() != 4 || pshape != [s4[0] * s4[1], s4[2], s4[3]] {
+    if s4.len() != 4 || Some(pshape) != s4[0].checked_mul(s4[1]).map(|bh| vec![bh, s4[2], s4[3]]) {
         return None;
     }
     let ta = super::aten(g, lhs, "transpose")?;

@@ -8,7 +8,9 @@
 //! that claim: the gradient not sent back, a step skipped, a contribution added twice, a
 //! contribution of the wrong query rows, of the wrong key block or into the wrong part of
 //! the block, a peer that sends to itself, the values' gradient computed with `dS` instead
-//! of `P`, the values' contribution added to the keys' record.
+//! of `P`, the values' contribution added to the keys' record. On a ring of 4 ranks every
+//! rank's final recvs are claimed and right, and a complete gradient sent to another rank than
+//! its owner is not claimed there.
 
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
@@ -23,24 +25,40 @@ use std::sync::OnceLock;
 mod common;
 use common::values::close;
 
-/// The emitted plan: its file names and texts.
-fn emitted() -> &'static Vec<(String, String)> {
-    static FILES: OnceLock<Vec<(String, String)>> = OnceLock::new();
-    FILES.get_or_init(|| {
+/// The emitted llama plan on a ring of `cp` ranks (2 or 4): its file names and texts.
+fn emitted(cp: usize) -> &'static Vec<(String, String)> {
+    static TWO: OnceLock<Vec<(String, String)>> = OnceLock::new();
+    static FOUR: OnceLock<Vec<(String, String)>> = OnceLock::new();
+    let (cell, mesh) = if cp == 2 {
+        (&TWO, "cp=2")
+    } else {
+        (&FOUR, "cp=4")
+    };
+    cell.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap();
-        let plan = common::plans::Plan::new("llama", "cp=2", false);
+        let plan = common::plans::Plan::new("llama", mesh, false);
         let case = plan.emit(dir.path()).unwrap();
         let root = case.parent().unwrap();
-        ["case.yaml", "spec.py", "r0.py", "r1.py"]
-            .iter()
+        let ranks = (0..cp).map(|r| format!("r{r}.py"));
+        ["case.yaml".to_string(), "spec.py".to_string()]
+            .into_iter()
+            .chain(ranks)
             .map(|f| {
-                (
-                    f.to_string(),
-                    std::fs::read_to_string(root.join(f)).unwrap(),
-                )
+                let text = std::fs::read_to_string(root.join(&f)).unwrap();
+                (f, text)
             })
             .collect()
     })
+}
+
+/// The last layer's final recvs of the keys' and values' gradients on a ring of `cp` ranks
+/// (the first in the backward).
+fn final_recvs(cp: usize) -> [&'static str; 2] {
+    if cp == 2 {
+        ["recv_8", "recv_9"]
+    } else {
+        ["recv_24", "recv_25"]
+    }
 }
 
 /// A planted bug: replacements in one rank's graph (each `old` must occur exactly once), and
@@ -48,6 +66,8 @@ fn emitted() -> &'static Vec<(String, String)> {
 #[derive(Clone, Copy, Debug)]
 struct Bug {
     name: &'static str,
+    /// The ring's size.
+    cp: usize,
     rank: usize,
     edits: &'static [(&'static str, &'static str)],
     more: &'static [(usize, &'static str, &'static str)],
@@ -64,6 +84,7 @@ fn bugs() -> Vec<Bug> {
         Bug {
             // The owner reads its own first contribution instead of the gradient sent back.
             name: "not-sent-back",
+            cp: 2,
             rank: 0,
             unclaimed: &[],
             more: &[],
@@ -75,6 +96,7 @@ fn bugs() -> Vec<Bug> {
         Bug {
             // Rank 0 passes the received gradient on without its contribution.
             name: "step-skipped",
+            cp: 2,
             rank: 0,
             unclaimed: &[(1, 0)],
             more: &[],
@@ -85,6 +107,7 @@ fn bugs() -> Vec<Bug> {
         },
         Bug {
             name: "values-step-skipped",
+            cp: 2,
             rank: 1,
             unclaimed: &[(0, 1)],
             more: &[],
@@ -96,6 +119,7 @@ fn bugs() -> Vec<Bug> {
         Bug {
             // Rank 0 adds its contribution to the received sum twice.
             name: "added-twice",
+            cp: 2,
             rank: 0,
             unclaimed: &[(1, 0)],
             more: &[],
@@ -107,6 +131,7 @@ fn bugs() -> Vec<Bug> {
         Bug {
             // Rank 0 sends its own first contribution twice over.
             name: "first-step-twice",
+            cp: 2,
             rank: 0,
             unclaimed: &[(0, 0)],
             more: &[],
@@ -121,6 +146,7 @@ fn bugs() -> Vec<Bug> {
         Bug {
             // Rank 0's step-1 keys' gradient multiplies by its first half of the queries.
             name: "wrong-query-rows",
+            cp: 2,
             rank: 0,
             unclaimed: &[(1, 0)],
             more: &[],
@@ -135,6 +161,7 @@ fn bugs() -> Vec<Bug> {
         Bug {
             // Rank 0's step 1 runs against its own keys (rank 1's record gets rank 0's block).
             name: "wrong-key-block",
+            cp: 2,
             rank: 0,
             unclaimed: &[(1, 0), (1, 1)],
             more: &[],
@@ -146,6 +173,7 @@ fn bugs() -> Vec<Bug> {
         Bug {
             // Rank 1 adds its contribution of the first half of rank 0's keys to the second.
             name: "wrong-key-part",
+            cp: 2,
             rank: 1,
             unclaimed: &[(0, 0)],
             more: &[],
@@ -160,6 +188,7 @@ fn bugs() -> Vec<Bug> {
         Bug {
             // Rank 1 sends the keys' gradient back to itself and receives it from itself.
             name: "self-peer",
+            cp: 2,
             rank: 1,
             unclaimed: &[(1, 0)],
             more: &[],
@@ -174,6 +203,7 @@ fn bugs() -> Vec<Bug> {
         Bug {
             // Rank 0's step-1 values' gradient is `dS^T dO`.
             name: "values-with-ds",
+            cp: 2,
             rank: 0,
             unclaimed: &[(1, 1)],
             more: &[],
@@ -189,6 +219,7 @@ fn bugs() -> Vec<Bug> {
             // Rank 0 adds its values' contribution to the keys' gradient and the keys' to the
             // values'.
             name: "kinds-swapped",
+            cp: 2,
             rank: 0,
             unclaimed: &[(1, 0), (1, 1)],
             more: &[],
@@ -203,6 +234,7 @@ fn bugs() -> Vec<Bug> {
         Bug {
             // Rank 0's step-0 scores without the causal mask.
             name: "no-mask",
+            cp: 2,
             rank: 0,
             unclaimed: &[(0, 0), (0, 1)],
             more: &[],
@@ -214,6 +246,7 @@ fn bugs() -> Vec<Bug> {
         Bug {
             // Rank 0's step 1 normalized by its step-0 block's log-sum-exp (its rows of it).
             name: "block-normalization",
+            cp: 2,
             rank: 0,
             unclaimed: &[(1, 0), (1, 1)],
             more: &[],
@@ -225,6 +258,7 @@ fn bugs() -> Vec<Bug> {
         Bug {
             // Rank 0 passes its complete keys' gradient on to rank 1, which uses it as its own.
             name: "past-the-owner",
+            cp: 2,
             rank: 0,
             unclaimed: &[],
             edits: &[(
@@ -240,6 +274,23 @@ fn bugs() -> Vec<Bug> {
                 (1, "aten.mul.Tensor(recv_8, cos)", "aten.mul.Tensor(recv_x, cos)"),
                 (1, "aten.mul.Tensor(recv_8, sin)", "aten.mul.Tensor(recv_x, sin)"),
             ],
+        },
+        Bug {
+            // On a ring of 4, rank 2 sends rank 3's complete keys' gradient to rank 0, which
+            // takes it for its own.
+            name: "complete-at-another-rank",
+            cp: 4,
+            rank: 2,
+            unclaimed: &[(0, 0)],
+            edits: &[(
+                "send.default(add_43, 3, 58, 'cp')",
+                "send.default(add_43, 0, 58, 'cp')",
+            )],
+            more: &[(
+                0,
+                "recv.default([2, 2, 2, 4], torch.float32, 3, 58, 'cp')",
+                "recv.default([2, 2, 2, 4], torch.float32, 2, 58, 'cp')",
+            )],
         },
     ]
 }
@@ -260,10 +311,11 @@ fn value_at(g: &Graph, name: &str) -> ValueId {
     ValueId::new(i.unwrap_or_else(|| panic!("no node `{name}`")), 0)
 }
 
-/// Checks and runs the plan with `bug` planted (none: the zoo's plan) on inputs of `seed`.
-fn run(bug: Option<&Bug>, seed: u64) -> Ran {
+/// Checks and runs the plan on a ring of `cp` ranks with `bug` planted (none: the zoo's plan)
+/// on inputs of `seed`.
+fn run(cp: usize, bug: Option<&Bug>, seed: u64) -> Ran {
     let dir = tempfile::tempdir().unwrap();
-    for (name, text) in emitted() {
+    for (name, text) in emitted(cp) {
         let mut text = text.clone();
         if let Some(b) = bug {
             let edits = b.edits.iter().map(|&(old, new)| (b.rank, old, new));
@@ -281,15 +333,20 @@ fn run(bug: Option<&Bug>, seed: u64) -> Ran {
     let prop = propagate(&case).unwrap();
     let leaves = inputs(&case.spec, seed);
     let spec = run_graph(&case.spec, &leaves, &RunConfig::default()).expect("spec runs");
-    let envs = run_program(&case.program, &vec![leaves; 2], &RunConfig::default());
+    let envs = run_program(&case.program, &vec![leaves; cp], &RunConfig::default());
     let (mut claimed, mut right) = (Vec::new(), Vec::new());
-    for r in 0..2 {
+    let c = 8 / (2 * cp);
+    for r in 0..cp {
         let g = &case.program.ranks[r];
-        // The ranks' positions: chunks r and 3 - r of 2 tokens.
-        let pos: Vec<usize> = [r, 3 - r].iter().flat_map(|&c| 2 * c..2 * c + 2).collect();
+        // The ranks' positions: chunks r and 2 cp - 1 - r of c tokens.
+        let pos: Vec<usize> = [r, 2 * cp - 1 - r]
+            .iter()
+            .flat_map(|&k| c * k..c * k + c)
+            .collect();
         let (mut cl, mut ri) = ([false; 2], [false; 2]);
-        for (j, (recv, whole)) in [("recv_8", "sum_2"), ("recv_9", "sum_3")]
+        for (j, (recv, whole)) in final_recvs(cp)
             .into_iter()
+            .zip(["sum_2", "sum_3"])
             .enumerate()
         {
             cl[j] = matches!(prop.ranks[r].of(value_at(g, recv), 1)[0], Place::Rows(2, _));
@@ -303,7 +360,7 @@ fn run(bug: Option<&Bug>, seed: u64) -> Ran {
                 })
                 // Each cp rank's loss is the mean over its own tokens: its output gradient is n
                 // times its rows of the spec's (the gradients' average over cp divides it).
-                .map(|k| 2.0 * want.data[k])
+                .map(|k| cp as f64 * want.data[k])
                 .collect();
             ri[j] = envs.as_ref().is_ok_and(|envs| {
                 envs[r]
@@ -354,8 +411,7 @@ fn claims_hold(ran: &Ran) -> Result<(), String> {
         for j in 0..2 {
             if claimed[j] && !right[j] {
                 return Err(format!(
-                    "rank {r}: recv_{} claimed rows of the gradient, but it is not",
-                    8 + j
+                    "rank {r}: final recv {j} claimed rows of the gradient, but it is not"
                 ));
             }
         }
@@ -365,7 +421,7 @@ fn claims_hold(ran: &Ran) -> Result<(), String> {
 
 #[test]
 fn the_zoo_ring_backward_holds_and_agrees_with_the_interpreter() {
-    let ran = run(None, 1);
+    let ran = run(2, None, 1);
     assert_eq!(ran.verdict, Verdict::Holds, "{}", ran.render);
     assert_eq!(ran.claimed, vec![[true; 2]; 2]);
     assert_eq!(ran.right, Some(vec![[true; 2]; 2]));
@@ -374,7 +430,7 @@ fn the_zoo_ring_backward_holds_and_agrees_with_the_interpreter() {
 #[test]
 fn planted_bugs_of_the_key_and_value_gradients_never_hold() {
     for bug in bugs() {
-        let ran = run(Some(&bug), 2);
+        let ran = run(bug.cp, Some(&bug), 2);
         assert_ne!(ran.verdict, Verdict::Holds, "{}: {}", bug.name, ran.render);
         for &(r, j) in bug.unclaimed {
             assert!(
@@ -401,12 +457,22 @@ fn planted_bugs_of_the_key_and_value_gradients_never_hold() {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
     #[test]
-    fn claims_agree_with_the_interpreter(which in 0usize..15, seed in 0u64..1000) {
+    fn claims_agree_with_the_interpreter(which in 0usize..16, seed in 0u64..1000) {
         let bugs = bugs();
-        let ran = run(bugs.get(which), seed);
+        let bug = bugs.get(which);
+        let ran = run(bug.map_or(2, |b| b.cp), bug, seed);
         prop_assert!(claims_hold(&ran).is_ok(), "{:?}", claims_hold(&ran));
         if which >= bugs.len() {
             prop_assert_eq!(ran.verdict, Verdict::Holds);
         }
     }
+}
+
+#[test]
+fn a_ring_of_four_reads_every_owners_gradient() {
+    let ran = run(4, None, 3);
+    // The duality check reads the backward's second trip around the ring, in the forward's
+    // direction, as recvs without a dual send (not this reading's concern): no `Holds` here.
+    assert_eq!(ran.claimed, vec![[true; 2]; 4], "{}", ran.render);
+    assert_eq!(ran.right, Some(vec![[true; 2]; 4]));
 }

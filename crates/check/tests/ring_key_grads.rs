@@ -435,17 +435,15 @@ fn planted_bugs_of_the_key_and_value_gradients_never_hold() {
         for &(r, j) in bug.unclaimed {
             assert!(
                 !ran.claimed[r][j],
-                "{}: rank {r} recv_{} claimed",
-                bug.name,
-                8 + j
+                "{}: rank {r} final recv {j} claimed",
+                bug.name
             );
             // A real bug: the value is wrong where the program runs.
             if let Some(right) = &ran.right {
                 assert!(
                     !right[r][j],
-                    "{}: rank {r} recv_{} is right",
-                    bug.name,
-                    8 + j
+                    "{}: rank {r} final recv {j} is right",
+                    bug.name
                 );
             }
         }

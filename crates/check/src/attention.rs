@@ -38,6 +38,8 @@
 //! not read here.
 
 use crate::place::{Place, RowKey, RowTable};
+
+pub(crate) mod key_grads;
 use shardproof_ir::{Arg, Graph, NodeKind, ValueId};
 
 /// One block of scores: query rows `rows` of `q3`, keys `kt` (rows on dim 2), values `v`
@@ -115,13 +117,39 @@ pub(crate) fn ring_output(
     let mut w = Walk::new(g);
     let rows = w.dq(end, place, table, coord)?;
     let got = settle(&w, &rows, place, table, coord)?;
-    // The backward's normalization, output and output gradient: the ring's own log-sum-exp
-    // and output (read again, of the same queries and scale), and the queries' rows of the
-    // output gradient.
     let grad = w.grad?;
-    let q3 = w.q3?;
+    reads_the_ring(
+        &w,
+        got,
+        Some(grad.out),
+        grad.lse,
+        grad.go,
+        place,
+        table,
+        coord,
+    )
+    .then_some(got)
+}
+
+/// Whether a backward that `w` read (queries `Rows(1, Q)`, `got`) reads the ring's own
+/// normalization `lse` and output `out` (read again, of the same queries and scale; `out`
+/// only where the backward reads it) and the queries' rows of the output gradient `go`.
+#[allow(clippy::too_many_arguments)]
+fn reads_the_ring(
+    w: &Walk,
+    got: Place,
+    out: Option<ValueId>,
+    lse: ValueId,
+    go: ValueId,
+    place: &dyn Fn(ValueId) -> Place,
+    table: &RowTable,
+    coord: usize,
+) -> bool {
+    let Some(q3) = w.q3 else {
+        return false;
+    };
     let same_ring = |v: ValueId, lse: bool| -> bool {
-        let mut f = Walk::new(g);
+        let mut f = Walk::new(w.g);
         let rows = if lse {
             f.lse(v, place, table, coord)
         } else {
@@ -131,10 +159,7 @@ pub(crate) fn ring_output(
             && f.q3 == Some(q3)
             && f.scale == w.scale
     };
-    if place(grad.go) != got || !same_ring(grad.lse, true) || !same_ring(grad.out, false) {
-        return None;
-    }
-    Some(got)
+    place(go) == got && same_ring(lse, true) && out.is_none_or(|o| same_ring(o, false))
 }
 
 /// The placement of what `w` read, `rows` per output row: `Rows(1, Q)` where every block's
@@ -161,29 +186,7 @@ fn settle(
     // Per block: its key positions, and the visible ones per query row.
     let mut keys = Vec::with_capacity(w.blocks.len());
     for b in &w.blocks {
-        let Place::Rows(2, kid) = place(b.kt) else {
-            return None;
-        };
-        let (kroot, kpos) = positions(table, kid, coord)?;
-        if kroot != qroot || kpos.is_empty() {
-            return None;
-        }
-        for x in [b.v, b.k].into_iter().flatten() {
-            let Place::Rows(1, xid) = place(x) else {
-                return None;
-            };
-            let (xroot, xpos) = positions(table, xid, coord)?;
-            if xroot != qroot || kpos != xpos {
-                return None;
-            }
-        }
-        if let Some(mask) = b.mask {
-            let (pk, pq) = causal_mask(g, mask)?;
-            if pq != qpos[b.rows.0..b.rows.1] || pk != kpos {
-                return None;
-            }
-        }
-        keys.push(kpos);
+        keys.push(block_keys(g, b, qroot, &qpos, place, table, coord)?);
     }
     let mut seen = Vec::new();
     for (r, blocks) in rows.iter().enumerate() {
@@ -213,6 +216,43 @@ fn settle(
         }
     }
     Some(Place::Rows(1, qid))
+}
+
+/// The key positions of block `b` of queries `qpos` (of spread selection `qroot`): its keys
+/// (and values and keys of the gradient, where read) hold rows of `qroot` at the same
+/// positions, and its mask, if any, is the causal mask of the block's query and key positions.
+fn block_keys(
+    g: &Graph,
+    b: &Block,
+    qroot: u16,
+    qpos: &[usize],
+    place: &dyn Fn(ValueId) -> Place,
+    table: &RowTable,
+    coord: usize,
+) -> Option<Vec<usize>> {
+    let Place::Rows(2, kid) = place(b.kt) else {
+        return None;
+    };
+    let (kroot, kpos) = positions(table, kid, coord)?;
+    if kroot != qroot || kpos.is_empty() {
+        return None;
+    }
+    for x in [b.v, b.k].into_iter().flatten() {
+        let Place::Rows(1, xid) = place(x) else {
+            return None;
+        };
+        let (xroot, xpos) = positions(table, xid, coord)?;
+        if xroot != qroot || kpos != xpos {
+            return None;
+        }
+    }
+    if let Some(mask) = b.mask {
+        let (pk, pq) = causal_mask(g, mask)?;
+        if pq != qpos.get(b.rows.0..b.rows.1)? || pk != kpos {
+            return None;
+        }
+    }
+    Some(kpos)
 }
 
 /// The positions that selection `id` holds at coordinate `coord`, in order, with the spread
@@ -727,10 +767,7 @@ impl<'a> Walk<'a> {
     }
 
     /// One block of the queries' gradient (flash attention's backward under the final
-    /// normalization): `bmm(mul(mul(P, sub(bmm(dO_b, transpose(V, 1, 2)), D_b)), scale), K)`
-    /// (the outer `mul`'s operands in either order), `P = exp(sub(S, L_b))`, `S` a block's
-    /// scores with the ring's scale, `L_b`, `dO_b` and `D_b` the block's query rows of the
-    /// ring's log-sum-exp, the output gradient and `D = sum(mul(dO, O), [2], True)`.
+    /// normalization): `bmm(dS, K)` with `dS` a block's [`Walk::grad_scores`].
     fn grad_block(
         &mut self,
         out: ValueId,
@@ -738,8 +775,26 @@ impl<'a> Walk<'a> {
         table: &RowTable,
         coord: usize,
     ) -> Option<AccRows> {
+        let [ds, k] = operands::<2>(self.g, out, "bmm")?;
+        let bi = self.grad_scores(ds, place, table, coord)?;
+        self.blocks[bi].k = Some(k);
+        let (ra, rb) = self.blocks[bi].rows;
+        Some((ra..rb).map(|r| (r, vec![bi])).collect())
+    }
+
+    /// A block's gradient of its scores: `mul(mul(P, sub(bmm(dO_b, transpose(V, 1, 2)),
+    /// D_b)), scale)` (the inner `mul`'s operands in either order), `P` a block's
+    /// [`Walk::probabilities`], `dO_b` and `D_b` the block's query rows of the output gradient
+    /// and of `D = sum(mul(dO, O), [2], True)`, the scale the scores'. The block, pushed (its
+    /// index).
+    fn grad_scores(
+        &mut self,
+        ds: ValueId,
+        place: &dyn Fn(ValueId) -> Place,
+        table: &RowTable,
+        coord: usize,
+    ) -> Option<usize> {
         let g = self.g;
-        let [ds, k] = operands::<2>(g, out, "bmm")?;
         let sa = aten(g, ds, "mul")?;
         let scale = match sa.get(1) {
             Some(Arg::Float(x)) if sa.len() == 2 => x.to_bits(),
@@ -749,8 +804,6 @@ impl<'a> Walk<'a> {
         let (p, centered) = [(a, b), (b, a)]
             .into_iter()
             .find(|&(p, _)| aten(g, p, "exp").is_some())?;
-        let [d] = operands::<1>(g, p, "exp")?;
-        let [s, lb] = operands::<2>(g, d, "sub")?;
         let [dp, db] = operands::<2>(g, centered, "sub")?;
         let [gob, vt] = operands::<2>(g, dp, "bmm")?;
         let ta = aten(g, vt, "transpose")?;
@@ -758,22 +811,11 @@ impl<'a> Walk<'a> {
             return None;
         }
         let v = ta[0].as_value()?;
-        let bi = self.score_block(s, Some(v), place, table, coord)?;
+        let (bi, lse) = self.probabilities(p, Some(v), place, table, coord)?;
         if *self.scale.get_or_insert(scale) != scale {
             return None;
         }
-        self.blocks[bi].k = Some(k);
-        let (ra, rb) = self.blocks[bi].rows;
-        let q_len = self.q_len;
-        // `x` is `whole`'s rows `ra..rb`: `whole` itself where they are all its rows.
-        let rows_of = |x: ValueId| -> Option<ValueId> {
-            match row_slice(g, x) {
-                Some((whole, a, b)) if (a, b) == (ra, rb) => Some(whole),
-                Some(_) => None,
-                None => ((ra, rb) == (0, q_len)).then_some(x),
-            }
-        };
-        let (lse, go, delta) = (rows_of(lb)?, rows_of(gob)?, rows_of(db)?);
+        let (go, delta) = (self.rows_of(bi, gob)?, self.rows_of(bi, db)?);
         let da = aten(g, delta, "sum")?;
         let dims = da.get(1).and_then(Arg::as_int_list);
         if da.len() != 3 || !matches!(dims.as_deref(), Some([2]) | Some([-1])) {
@@ -799,6 +841,34 @@ impl<'a> Walk<'a> {
         if *self.grad.get_or_insert(refs) != refs {
             return None;
         }
-        Some((ra..rb).map(|r| (r, vec![bi])).collect())
+        Some(bi)
+    }
+
+    /// A block's probabilities under the final normalization, `P = exp(sub(S, L_b))`, `S` a
+    /// block's scores (values `v` where read) and `L_b` the block's query rows of one
+    /// log-sum-exp: the block, pushed (its index), and that log-sum-exp.
+    fn probabilities(
+        &mut self,
+        p: ValueId,
+        v: Option<ValueId>,
+        place: &dyn Fn(ValueId) -> Place,
+        table: &RowTable,
+        coord: usize,
+    ) -> Option<(usize, ValueId)> {
+        let [d] = operands::<1>(self.g, p, "exp")?;
+        let [s, lb] = operands::<2>(self.g, d, "sub")?;
+        let bi = self.score_block(s, v, place, table, coord)?;
+        Some((bi, self.rows_of(bi, lb)?))
+    }
+
+    /// The tensor whose rows `x` is: block `bi`'s query rows of it, a row slice, or the whole
+    /// tensor where the block has all of the queries' rows.
+    fn rows_of(&self, bi: usize, x: ValueId) -> Option<ValueId> {
+        let (ra, rb) = self.blocks.get(bi)?.rows;
+        match row_slice(self.g, x) {
+            Some((whole, a, b)) if (a, b) == (ra, rb) => Some(whole),
+            Some(_) => None,
+            None => ((ra, rb) == (0, self.q_len)).then_some(x),
+        }
     }
 }

@@ -69,6 +69,12 @@ pub enum Place {
     /// order, softmax, transposes) keep it, sums over `p` and products that contract `p` on
     /// both sides in the same order drop it; see `ring.rs`.
     Permuted(u8, u16, u8),
+    /// `Accrued(id)`: a ring backward's gradient of one rank's key (or value) block, summed
+    /// over the query rows of the ranks it has visited so far; record `id` of the check's
+    /// table ([`crate::ring_grad`]) says which block and which (query, key) pairs. Every rule
+    /// sees `Varying`; a recv keeps it, and the block owner's recv of a record that covers
+    /// every pair holds the owner's rows of the gradient.
+    Accrued(u16),
     /// Differs across coordinates, in no known layout (SPMD type V): possibly a shard whose
     /// layout the checker lost, so a rule that needs a layout proven (a reduction over the
     /// group, a norm, a declared shard) makes no claim from it.
@@ -267,6 +273,7 @@ impl Place {
             | Place::Rows(..)
             | Place::Rolled(..)
             | Place::Permuted(..)
+            | Place::Accrued(_)
             | Place::Varying => SpmdType::V,
             Place::Partial(_)
             | Place::Unmasked
@@ -381,6 +388,7 @@ impl fmt::Display for Place {
             Place::Gathered(a, o) => write!(f, "Gathered(axis={a}, of={o})"),
             Place::PartialSplit(a, j) => write!(f, "Partial(sum, dim {j} split at {a})"),
             Place::PartialStacked(j) => write!(f, "Partial(sum, pieces of dim {j} in dim 0)"),
+            Place::Accrued(id) => write!(f, "Accrued(#{id})"),
             Place::Varying => f.write_str("Varying"),
             Place::Unmasked => f.write_str("Unmasked(vocab)"),
             Place::Unknown => f.write_str("Unknown"),

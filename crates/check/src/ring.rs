@@ -31,6 +31,8 @@ pub struct RingRoots {
     /// Calls of [`RingRoots::intern`] so far: a run that made none read no root number (a
     /// twin of a graph equal only up to its point-to-point peers may share it).
     pub calls: usize,
+    /// The ring backward's key and value gradients in transit ([`Place::Accrued`]).
+    pub grads: crate::attention::key_grads::GradRecords,
 }
 
 impl RingRoots {
@@ -392,7 +394,7 @@ pub(crate) fn seen(p: Place, mode: RingMode) -> Place {
         (Place::Rolled(d, ..), RingMode::Rolled(..)) => Place::Shard(d),
         (Place::Permuted(_, _, REPLICATED), RingMode::Permuted { .. }) => Place::Replicate,
         (Place::Permuted(_, _, b), RingMode::Permuted { .. }) => Place::Shard(b),
-        (Place::Rolled(..) | Place::Permuted(..), _) => Place::Varying,
+        (Place::Rolled(..) | Place::Permuted(..) | Place::Accrued(_), _) => Place::Varying,
         (p, _) => p,
     }
 }

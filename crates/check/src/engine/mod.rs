@@ -842,6 +842,30 @@ fn propagate_rank_from(
                             result = vec![p];
                         }
                     }
+                    // The ring backward's key and value gradients in transit
+                    // (`attention::key_grads`).
+                    if matches!(op.name.as_str(), "add" | "cat" | "sum" | "view")
+                        && violation.is_none()
+                        && !stage_dim
+                        && result == [Place::Varying]
+                    {
+                        let place = |v: ValueId| rp.of(v, nd)[m];
+                        let shape = |v: ValueId| meta_of(v).map(|mm| mm.shape);
+                        let coord = mesh.coords(r)[m];
+                        let table = sh.rows.borrow();
+                        let mut roots = sh.ring_roots.borrow_mut();
+                        if let Some(p) = crate::attention::key_grads::accrue(
+                            g,
+                            i,
+                            &place,
+                            &shape,
+                            &table,
+                            &mut roots.grads,
+                            coord,
+                        ) {
+                            result = vec![p];
+                        }
+                    }
                     let ScaleRecord {
                         scaled: now_scaled,
                         scale_unknown: now_scale_unknown,

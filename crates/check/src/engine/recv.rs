@@ -54,6 +54,13 @@ pub(super) fn recv_read(
                             None => Place::Varying,
                         }
                     }
+                    Place::Accrued(id) if sc[m] != rc[m] => crate::attention::key_grads::arrived(
+                        &sh.ring_roots.borrow().grads,
+                        &sh.rows.borrow(),
+                        id,
+                        rc[m],
+                        mesh.dims[m].1,
+                    ),
                     Place::Blocked(..) if sc[m] != rc[m] => Place::Varying,
                     // Another coordinate's piece of a pending sum: whether the receivers'
                     // pieces still sum to the tensor depends on who sends to whom, which no

@@ -41,6 +41,7 @@ pub(super) fn all_reduce(c: &Ctx) -> Outcome {
         // (The engine shows a recorded split to this rule as the partial it is.)
         Place::Varying
         | Place::Rolled(..)
+        | Place::Accrued(_)
         | Place::Permuted(..)
         | Place::Rows(..)
         | Place::Stacked(_)
@@ -116,6 +117,7 @@ pub(super) fn all_gather(c: &Ctx) -> Outcome {
         // (The engine shows a recorded split to this rule as the partial it is.)
         Place::Varying
         | Place::Rolled(..)
+        | Place::Accrued(_)
         | Place::Permuted(..)
         | Place::Rows(..)
         | Place::Stacked(_)
@@ -208,6 +210,7 @@ pub(super) fn reduce_scatter(c: &Ctx) -> Outcome {
         // As for an all-reduce: a partial or a shard in unknown layout, not known which.
         Place::Varying
         | Place::Rolled(..)
+        | Place::Accrued(_)
         | Place::Permuted(..)
         | Place::Rows(..)
         | Place::Stacked(_)

@@ -111,6 +111,7 @@ fn merge_with(
             }
             Place::Varying
             | Place::Rolled(..)
+            | Place::Accrued(_)
             | Place::Permuted(..)
             | Place::Rows(..)
             | Place::Stacked(_)

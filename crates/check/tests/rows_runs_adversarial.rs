@@ -86,7 +86,12 @@ fn runs_from(src: &str, r: usize, rows: usize) -> Vec<String> {
 fn graph(attack: &Attack, side: Side, s: usize, segs: Option<&[(usize, usize)]>) -> String {
     let Side { b, l } = side;
     let mut params = vec![format!("x: {}", ty(&[b, s, S]))];
-    params.extend(attack.inputs.iter().map(|(n, sh)| format!("{n}: {}", ty(sh))));
+    params.extend(
+        attack
+            .inputs
+            .iter()
+            .map(|(n, sh)| format!("{n}: {}", ty(sh))),
+    );
     let mut body = Vec::new();
     match segs {
         Some(segs) => {
@@ -229,7 +234,10 @@ fn run(attack: &Attack, b: usize, segs: &Chunks, seed: u64) -> Ran {
 /// the product as rows (or as the blocked shard they are).
 fn never_holds(attack: &Attack, b: usize, segs: &Chunks) {
     let ran = run(attack, b, segs, 7);
-    let what = format!("{}: {} {:?}\n{}", attack.what, ran.prod, ran.verdict, ran.report);
+    let what = format!(
+        "{}: {} {:?}\n{}",
+        attack.what, ran.prod, ran.verdict, ran.report
+    );
     assert!(!ran.right, "not wrong when run: {what}");
     assert!(
         !matches!(ran.prod, Place::Rows(..)) && ran.prod.blocks().is_none(),
@@ -242,7 +250,10 @@ fn never_holds(attack: &Attack, b: usize, segs: &Chunks) {
 /// attack: the same construction where the reading applies).
 fn holds(attack: &Attack, b: usize, segs: &Chunks) {
     let ran = run(attack, b, segs, 7);
-    let what = format!("{}: {} {:?}\n{}", attack.what, ran.prod, ran.verdict, ran.report);
+    let what = format!(
+        "{}: {} {:?}\n{}",
+        attack.what, ran.prod, ran.verdict, ran.report
+    );
     assert!(ran.right, "the correct program is wrong: {what}");
     assert_eq!(ran.verdict, Verdict::Holds, "{what}");
 }
@@ -260,11 +271,7 @@ fn per_batch_table(b: usize, layout: Layout) -> Attack {
 
 #[test]
 fn the_per_batch_table_holds_on_batch_major_blocks() {
-    holds(
-        &per_batch_table(4, Layout::BatchMajor),
-        4,
-        &megatron(N, 1),
-    );
+    holds(&per_batch_table(4, Layout::BatchMajor), 4, &megatron(N, 1));
 }
 
 /// Rows merged the other way (`[l, b] -> [l*b]`: each batch's tokens spread over the dim,
@@ -272,11 +279,7 @@ fn the_per_batch_table_holds_on_batch_major_blocks() {
 /// ones. Only one run (constant along the dim) would pair alike.
 #[test]
 fn runs_beside_token_major_rows_never_hold() {
-    never_holds(
-        &per_batch_table(4, Layout::TokenMajor),
-        4,
-        &megatron(N, 1),
-    );
+    never_holds(&per_batch_table(4, Layout::TokenMajor), 4, &megatron(N, 1));
 }
 
 /// The table's rows are the side's own token count: a slice `t[0:l]` of a replicated input

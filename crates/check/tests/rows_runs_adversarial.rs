@@ -362,3 +362,86 @@ fn runs_of_local_positions_never_hold() {
     };
     never_holds(&attack, 4, &megatron(N, 1));
 }
+
+/// Four runs over six batches of two local tokens (runs of 3 rows): a run cuts a batch on
+/// every rank, and the spec's runs (of 6 rows) cut other ones. R does not divide k. (On
+/// Megatron's order the cuts happen to pair alike; the chunks reversed, they do not.)
+#[test]
+fn runs_that_do_not_divide_the_blocks_never_hold() {
+    let attack = Attack {
+        what: "4 runs over 6 batches",
+        layout: Layout::BatchMajor,
+        inputs: vec![("t", vec![4, S])],
+        table: Box::new(|Side { b, l }| runs_from("t", 4, b * l)),
+    };
+    never_holds(&attack, 6, &chunks(1, &[vec![3, 0], vec![2, 1]]));
+}
+
+/// The per-batch table expanded, then its run dim moved inside (`[b, c, S] -> [c, b, S]`)
+/// before the merge: the rows alternate between the batches' table rows, no runs.
+#[test]
+fn runs_reordered_by_a_transpose_before_the_merge_never_hold() {
+    let attack = Attack {
+        what: "the per-batch table transposed before the merge",
+        layout: Layout::BatchMajor,
+        inputs: vec![("t", vec![4, S])],
+        table: Box::new(|Side { b, l }| {
+            let rows = b * l;
+            vec![
+                format!("u: {} = torch.ops.aten.unsqueeze.default(t, 1)", ty(&[b, 1, S])),
+                format!(
+                    "e: {} = torch.ops.aten.expand.default(u, [{b}, {l}, {S}])",
+                    ty(&[b, l, S])
+                ),
+                format!("et: {} = torch.ops.aten.transpose.int(e, 0, 1)", ty(&[l, b, S])),
+                format!(
+                    "cl: {} = torch.ops.aten.clone.default(et, memory_format = torch.contiguous_format)",
+                    ty(&[l, b, S])
+                ),
+                format!(
+                    "w: {} = torch.ops.aten.view.default(cl, [{rows}, {S}])",
+                    ty(&[rows, S])
+                ),
+            ]
+        }),
+    };
+    never_holds(&attack, 4, &megatron(N, 1));
+}
+
+/// Equal runs along the columns (one run: constant along dim 1) of a table whose rows are the
+/// rank's own positions `arange(b*l)`: the runs face no rows, and the rows dim is the whole
+/// replicated table's.
+#[test]
+fn runs_along_another_dim_than_the_rows_never_hold() {
+    let attack = Attack {
+        what: "runs along the columns",
+        layout: Layout::BatchMajor,
+        inputs: vec![],
+        table: Box::new(|Side { b, l }| {
+            let rows = b * l;
+            vec![
+                format!(
+                    "pos: \"i64[{rows}]\" = torch.ops.aten.arange.start(0, {rows}, device = device(type='cpu'), pin_memory = False)"
+                ),
+                format!(
+                    "pf: \"f64[{rows}]\" = torch.ops.aten._to_copy.default(pos, dtype = torch.float64)"
+                ),
+                format!("pu: \"f64[{rows}, 1]\" = torch.ops.aten.unsqueeze.default(pf, 1)"),
+                format!("u: \"f64[{rows}, 1, 1]\" = torch.ops.aten.unsqueeze.default(pu, 2)"),
+                format!(
+                    "e: {} = torch.ops.aten.expand.default(u, [{rows}, 1, {S}])",
+                    ty(&[rows, 1, S])
+                ),
+                format!(
+                    "cl: {} = torch.ops.aten.clone.default(e, memory_format = torch.contiguous_format)",
+                    ty(&[rows, 1, S])
+                ),
+                format!(
+                    "w: {} = torch.ops.aten.view.default(cl, [{rows}, {S}])",
+                    ty(&[rows, S])
+                ),
+            ]
+        }),
+    };
+    never_holds(&attack, 4, &megatron(N, 1));
+}

@@ -326,6 +326,15 @@ fn one_local_run_beside_a_plain_shard_never_holds() {
     never_holds(&local_length_table(2), 2, &chunks(1, &[vec![0], vec![1]]));
 }
 
+/// Two local runs (`t[0:2]`) beside a plain shard of four batches (contiguous chunks of 2),
+/// four in the spec: the element-wise rule's own runs reading (a false hold that predates the
+/// runs beside rows, as above).
+#[test]
+#[ignore = "pre-existing false hold in rules/elementwise.rs's runs reading beside a blocked shard"]
+fn runs_counted_by_the_local_length_beside_a_plain_shard_never_hold() {
+    never_holds(&local_length_table(4), 4, &chunks(2, &[vec![0], vec![1]]));
+}
+
 /// The same with positions: `arange(l)` made on every rank (the cp-rope-no-offset pattern) as
 /// the table's rows, expanded over the batches and merged. (Held before, as above.)
 #[test]

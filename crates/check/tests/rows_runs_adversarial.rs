@@ -303,7 +303,7 @@ fn local_length_table(rows: usize) -> Attack {
 
 /// `t[0:l]` on Megatron's chunks: 2 runs (dividing 4 batches) on a rank, 4 in the spec, one
 /// a batch. The ranks pair batches 0 and 1 with `t[0]`, the spec batch 1 with `t[1]`.
-/// (Held, `Rows(0, #3)`, before the spec's view was asked for its run dims.)
+/// (Held, `Rows(0, #3)`, before the runs walk asked the spec's view for its run dims.)
 #[test]
 fn runs_counted_by_the_local_length_never_hold() {
     never_holds(&local_length_table(4), 4, &megatron(N, 1));
@@ -318,19 +318,16 @@ fn one_local_run_that_is_two_in_the_spec_never_holds() {
 }
 
 /// The same beside a plain shard (contiguous chunks: `Shard(0, blocks=2)`, the element-wise
-/// rule's own runs and constant reading, not `runs_fill_blocks`): a false hold that predates
-/// the runs beside rows; the rule is outside this file's reach (see the report).
+/// rule's own runs reading, not `runs_fill_blocks`). (Held before the runs walk asked the
+/// spec's view, as the two above: the false hold predates the runs beside rows.)
 #[test]
-#[ignore = "pre-existing false hold in rules/elementwise.rs's runs and constant reading beside a blocked shard"]
 fn one_local_run_beside_a_plain_shard_never_holds() {
     never_holds(&local_length_table(2), 2, &chunks(1, &[vec![0], vec![1]]));
 }
 
 /// Two local runs (`t[0:2]`) beside a plain shard of four batches (contiguous chunks of 2),
-/// four in the spec: the element-wise rule's own runs reading (a false hold that predates the
-/// runs beside rows, as above).
+/// four in the spec: the element-wise rule's own runs reading. (Held before, as above.)
 #[test]
-#[ignore = "pre-existing false hold in rules/elementwise.rs's runs reading beside a blocked shard"]
 fn runs_counted_by_the_local_length_beside_a_plain_shard_never_hold() {
     never_holds(&local_length_table(4), 4, &chunks(2, &[vec![0], vec![1]]));
 }

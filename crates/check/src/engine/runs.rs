@@ -24,22 +24,14 @@ const DEPTH: usize = 16;
 /// with the dims after the first known constant ([`Runs::Along`]), or through copies and dim
 /// moves to a graph input ([`Runs::Input`]). A value the case gives (`given`, a cut) is
 /// where the walk stops: its producers are not checked.
+///
+/// The merging view must match a spec view (`spec_input`: its global input shape, by the
+/// rank's node index) with the same run dims, and of size 1 where a local dim of size 1 is
+/// read as constant: R runs at the global size too. A local length can count the runs (a
+/// slice `t[0:l]` or `arange(l)` expanded over the batches and merged; the tests in
+/// `tests/rows_runs_adversarial.rs`): R divides the blocks locally while the spec's same
+/// construction has another R. Without a matching spec view (a plan): no runs.
 pub(super) fn runs_of(
-    g: &Graph,
-    rp: &RankPlacements,
-    meta_of: &dyn Fn(ValueId) -> Option<Meta>,
-    given: &dyn Fn(ValueId) -> bool,
-    v: ValueId,
-) -> Runs {
-    runs_at(g, rp, meta_of, given, None, v, DEPTH).unwrap_or(Runs::Unknown)
-}
-
-/// As [`runs_of`], where the spec's view that the merging view matches (`spec_input`: its
-/// global input shape, by the rank's node index) has the same run dims: R runs at the
-/// global size too. A local length can count the runs (a slice `t[0:l]` or `arange(l)`
-/// expanded over the batches and merged): R divides the blocks locally while the spec's
-/// same construction has another R. Without a matching spec view: [`Runs::Unknown`].
-pub(super) fn runs_of_spec(
     g: &Graph,
     rp: &RankPlacements,
     meta_of: &dyn Fn(ValueId) -> Option<Meta>,
@@ -47,7 +39,7 @@ pub(super) fn runs_of_spec(
     spec_input: &dyn Fn(usize) -> Option<Vec<i64>>,
     v: ValueId,
 ) -> Runs {
-    runs_at(g, rp, meta_of, given, Some(spec_input), v, DEPTH).unwrap_or(Runs::Unknown)
+    runs_at(g, rp, meta_of, given, spec_input, v, DEPTH).unwrap_or(Runs::Unknown)
 }
 
 fn runs_at(
@@ -55,7 +47,7 @@ fn runs_at(
     rp: &RankPlacements,
     meta_of: &dyn Fn(ValueId) -> Option<Meta>,
     given: &dyn Fn(ValueId) -> bool,
-    spec_input: Option<&dyn Fn(usize) -> Option<Vec<i64>>>,
+    spec_input: &dyn Fn(usize) -> Option<Vec<i64>>,
     v: ValueId,
     depth: usize,
 ) -> Option<Runs> {
@@ -144,18 +136,16 @@ fn runs_at(
         }
         "view" => {
             let (p, j, q) = merged_split(&xin.shape, &out.shape, constant)?;
-            if let Some(spec_input) = spec_input {
-                // The run dims the same in the spec, and a dim of size 1 that the run
-                // length passes over of size 1 there too (a rank's one token, a local
-                // `t[0:1]`: constant on the rank, whatever the spec's is).
-                let gi = spec_input(v.node)?;
-                let same = |i: usize| gi[i] == xin.shape[i] as i64;
-                let kept = gi.len() == xin.shape.len()
-                    && (p..j).all(same)
-                    && (j..q).all(|i| xin.shape[i] != 1 || same(i));
-                if !kept {
-                    return None;
-                }
+            // The run dims the same in the spec, and a dim of size 1 that the run length
+            // passes over of size 1 there too (a rank's one token, a local `t[0:1]`: constant
+            // on the rank, whatever the spec's is).
+            let gi = spec_input(v.node)?;
+            let same = |i: usize| gi[i] == xin.shape[i] as i64;
+            let kept = gi.len() == xin.shape.len()
+                && (p..j).all(same)
+                && (j..q).all(|i| xin.shape[i] != 1 || same(i));
+            if !kept {
+                return None;
             }
             Some(Runs::Along {
                 dim: p,

@@ -530,13 +530,19 @@ fn propagate_rank_from(
                         }
                         p => p,
                     };
-                    let runs_of = |v: ValueId| {
-                        let given = |x: ValueId| {
-                            !matches!(g.nodes[x.node].kind, NodeKind::Input)
-                                && sh.inputs[r].contains_key(&x)
-                        };
-                        runs::runs_of(g, &rp, &meta_of, &given, v)
+                    let given = |x: ValueId| {
+                        !matches!(g.nodes[x.node].kind, NodeKind::Input)
+                            && sh.inputs[r].contains_key(&x)
                     };
+                    // Runs pair alike only where the spec's construction has as many
+                    // (`runs::runs_of`).
+                    let spec_input = |node: usize| {
+                        sh.view_matches[r][node]
+                            .and_then(|j| sh.spec_views.shapes.get(&(j as usize)))
+                            .map(|(_, gi, _)| gi.clone())
+                    };
+                    let runs_of =
+                        |v: ValueId| runs::runs_of(g, &rp, &meta_of, &given, &spec_input, v);
                     // Most calls meet no rows: skip reading their arguments again.
                     let rows_mode = if inputs
                         .iter()

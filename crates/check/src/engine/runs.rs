@@ -24,14 +24,22 @@ const DEPTH: usize = 16;
 /// with the dims after the first known constant ([`Runs::Along`]), or through copies and dim
 /// moves to a graph input ([`Runs::Input`]). A value the case gives (`given`, a cut) is
 /// where the walk stops: its producers are not checked.
+///
+/// The merging view must match a spec view (`spec_input`: its global input shape, by the
+/// rank's node index) with the same run dims, and of size 1 where a local dim of size 1 is
+/// read as constant: R runs at the global size too. A local length can count the runs (a
+/// slice `t[0:l]` or `arange(l)` expanded over the batches and merged; the tests in
+/// `tests/rows_runs_adversarial.rs`): R divides the blocks locally while the spec's same
+/// construction has another R. Without a matching spec view (a plan): no runs.
 pub(super) fn runs_of(
     g: &Graph,
     rp: &RankPlacements,
     meta_of: &dyn Fn(ValueId) -> Option<Meta>,
     given: &dyn Fn(ValueId) -> bool,
+    spec_input: &dyn Fn(usize) -> Option<Vec<i64>>,
     v: ValueId,
 ) -> Runs {
-    runs_at(g, rp, meta_of, given, v, DEPTH).unwrap_or(Runs::Unknown)
+    runs_at(g, rp, meta_of, given, spec_input, v, DEPTH).unwrap_or(Runs::Unknown)
 }
 
 fn runs_at(
@@ -39,6 +47,7 @@ fn runs_at(
     rp: &RankPlacements,
     meta_of: &dyn Fn(ValueId) -> Option<Meta>,
     given: &dyn Fn(ValueId) -> bool,
+    spec_input: &dyn Fn(usize) -> Option<Vec<i64>>,
     v: ValueId,
     depth: usize,
 ) -> Option<Runs> {
@@ -78,14 +87,15 @@ fn runs_at(
     let norm = |d: i64, r: usize| rules::norm_dim(d, r);
     let constant = rp.constant[rp.offsets[x.node] as usize + x.output];
     // The input's record with its run dim moved by `to`; a graph input stays one.
-    let moved =
-        |to: &dyn Fn(usize) -> Option<usize>| match runs_at(g, rp, meta_of, given, x, depth)? {
-            Runs::Along { dim, count } => Some(Runs::Along {
-                dim: to(dim)?,
-                count,
-            }),
-            r => Some(r),
-        };
+    let moved = |to: &dyn Fn(usize) -> Option<usize>| match runs_at(
+        g, rp, meta_of, given, spec_input, x, depth,
+    )? {
+        Runs::Along { dim, count } => Some(Runs::Along {
+            dim: to(dim)?,
+            count,
+        }),
+        r => Some(r),
+    };
     match family {
         // An element-wise function of one tensor keeps equal slices equal.
         "linear-unary" if xin.shape == out.shape => moved(&Some),
@@ -124,8 +134,24 @@ fn runs_at(
             // Output dim i is input dim perm[i].
             moved(&|d| perm.iter().position(|&p| p == d))
         }
-        "view" => merged_runs(&xin.shape, &out.shape, constant)
-            .map(|(dim, count)| Runs::Along { dim, count }),
+        "view" => {
+            let (p, j, q) = merged_split(&xin.shape, &out.shape, constant)?;
+            // The run dims the same in the spec, and a dim of size 1 that the run length
+            // passes over of size 1 there too (a rank's one token, a local `t[0:1]`: constant
+            // on the rank, whatever the spec's is).
+            let gi = spec_input(v.node)?;
+            let same = |i: usize| gi[i] == xin.shape[i] as i64;
+            let kept = gi.len() == xin.shape.len()
+                && (p..j).all(same)
+                && (j..q).all(|i| xin.shape[i] != 1 || same(i));
+            if !kept {
+                return None;
+            }
+            Some(Runs::Along {
+                dim: p,
+                count: xin.shape[p..j].iter().product(),
+            })
+        }
         _ => None,
     }
 }
@@ -135,7 +161,14 @@ fn runs_at(
 /// `constant`, or size 1), output dim `p` is R = the product of `from[p..j]` runs of the
 /// product of `from[j..q]` elements, each constant (the view reads the input in row-major
 /// order, whatever its strides). R = 1: constant along the dim.
+#[cfg(test)]
 fn merged_runs(from: &[usize], to: &[usize], constant: u64) -> Option<(usize, usize)> {
+    merged_split(from, to, constant).map(|(p, j, _)| (p, from[p..j].iter().product()))
+}
+
+/// The dims of [`merged_runs`]: `(p, j, q)`, the runs counted by `from[p..j]`, each run
+/// `from[j..q]`.
+fn merged_split(from: &[usize], to: &[usize], constant: u64) -> Option<(usize, usize, usize)> {
     if constant == u64::MAX || from.len() <= to.len() {
         return None;
     }
@@ -150,7 +183,7 @@ fn merged_runs(from: &[usize], to: &[usize], constant: u64) -> Option<(usize, us
     // The first of the trailing merged dims that are all constant; runs of one element are
     // no construction (the view only drops size-1 dims).
     let j = (p..q).rev().take_while(|&i| flat(i)).last()?;
-    (from[j..q].iter().product::<usize>() > 1).then(|| (p, from[p..j].iter().product()))
+    (from[j..q].iter().product::<usize>() > 1).then_some((p, j, q))
 }
 
 #[cfg(test)]

@@ -1228,65 +1228,24 @@ fn integer_computation(g: &Graph, metas: &[Vec<Option<Meta>>], i: usize) -> Opti
     integer_origins(g, metas, ValueId::new(i, 0))
 }
 
-/// The dims whose size bounds the values of integer input `v` of `g` (the symbolic leaves'
-/// range, `shardproof_interp::index_bound_known`, is the smallest of them): the table rows
-/// an embedding looks `v` up in, the classes of an `nll_loss` target, the dim a gather,
-/// scatter or index_select indexes, followed through value-keeping movements. Keeping every
-/// one keeps the range.
+/// The dims whose size bounds the values of integer input `v` of `g`: every dim
+/// [`shardproof_interp::index_uses`] finds `v` indexing (the symbols' range,
+/// `shardproof_interp::index_bound_known`, is the smallest of them, found by the same walk),
+/// here also through slices and further. Both walks are taken, so every use the range is
+/// read from is among them whatever order a longer walk meets values in, and keeping every
+/// dim keeps the range.
 pub fn range_dims(g: &Graph, dims: &GraphDims, v: ValueId) -> Vec<Mono> {
-    let consumers = g.consumers();
-    let mut out = Vec::new();
-    let mut frontier = vec![v];
-    let mut seen = 0;
-    while let Some(cur) = frontier.pop() {
-        seen += 1;
-        if seen > 256 {
-            break;
-        }
-        for &c in &consumers[cur.node] {
-            let node = &g.nodes[c];
-            let Some(op) = node.op() else { continue };
-            let args = node.args();
-            let is = |k: usize| args.get(k).and_then(|a| a.as_value()) == Some(cur);
-            let dim_of = |k: usize, d: usize| -> Option<Mono> {
-                let t = args.get(k)?.as_value()?;
-                dims.dims_of(t)?.get(d).cloned()
-            };
-            let found = match op.name.as_str() {
-                "embedding" if is(1) => dim_of(0, 0),
-                "nll_loss_forward" | "nll_loss_backward" if is(1) || is(2) => {
-                    let k = if op.name == "nll_loss_forward" { 0 } else { 1 };
-                    args.get(k)
-                        .and_then(|a| a.as_value())
-                        .and_then(|t| dims.dims_of(t))
-                        .and_then(|d| d.get(if d.len() > 1 { 1 } else { 0 }).cloned())
-                }
-                "index_select" | "gather" | "scatter" | "scatter_add" if is(2) => args
-                    .get(1)
-                    .and_then(|a| a.as_int())
-                    .and_then(|d| dim_of(0, if d < 0 { 0 } else { d as usize })),
-                "index" | "index_put" => match args.get(1) {
-                    Some(Arg::List(items)) => items
-                        .iter()
-                        .position(|a| a.as_value() == Some(cur))
-                        .and_then(|d| dim_of(0, d)),
-                    _ => None,
-                },
-                // The movements `index_bound_known` follows, and slices.
-                "_to_copy" | "clone" | "view" | "_unsafe_view" | "reshape" | "detach" | "to"
-                | "contiguous" | "lift_fresh_copy" | "permute" | "transpose" | "t" | "squeeze"
-                | "unsqueeze" | "expand" | "flatten" | "alias" | "slice" => {
-                    if node.outputs.len() == 1 {
-                        frontier.push(ValueId::new(c, 0));
-                    }
-                    None
-                }
-                _ => None,
-            };
-            out.extend(found);
-        }
-    }
-    out
+    use shardproof_interp::{index_uses, IndexWalk};
+    let wider = IndexWalk {
+        through_slices: true,
+        max_values: 256,
+    };
+    let rank = |t: ValueId| dims.dims_of(t).map(|d| d.len());
+    let mut uses = index_uses(g, v, IndexWalk::BOUND, rank);
+    uses.extend(index_uses(g, v, wider, rank));
+    uses.iter()
+        .filter_map(|u| dims.dims_of(u.table)?.get(u.dim).cloned())
+        .collect()
 }
 
 /// Selections and index-driven movements (docs/prove.md, section 2: why each keeps the

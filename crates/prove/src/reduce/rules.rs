@@ -475,7 +475,10 @@ impl Cx<'_> {
                 }
                 "aten.mm" | "aten.bmm" => vec![self.matmul("self", "mat2", None)?],
                 "aten.addmm" => vec![self.matmul("mat1", "mat2", Some("self"))?],
-                "aten.sum" | "aten.mean" | "aten.amax" | "aten.amin" | "aten.prod" => {
+                // logsumexp is `log ∘ sum ∘ exp` over the same dims (the max shift cancels
+                // exactly): sum's mapping between elementwise kernels (docs/prove.md, section 2).
+                "aten.sum" | "aten.mean" | "aten.amax" | "aten.amin" | "aten.prod"
+                | "aten.logsumexp" => {
                     vec![self.reduction()?]
                 }
                 "aten.view" | "aten._unsafe_view" | "aten.reshape" => vec![self.view()?],

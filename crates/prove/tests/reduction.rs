@@ -530,3 +530,72 @@ fn a_sharded_logsumexp_reduces_and_its_wrong_dim_or_max_is_refuted() {
         assert!(proof.reduction.is_some(), "{bug}");
     }
 }
+
+/// A context-parallel position embedding: the spec looks a `[rows, 4]` table up at
+/// `arange(8)`, rank `r` at `arange(4·r, 4·r + 4)` (`starts[r]`), its rows of the output.
+fn position_case(dir: &std::path::Path, rows: usize, starts: [usize; 2]) -> shardproof_case::Case {
+    std::fs::write(
+        dir.join("spec.py"),
+        format!(
+            r#"class GraphModule(torch.nn.Module):
+    def forward(self, wpe: "f32[{rows}, 4]"):
+        pos: "i64[8]" = torch.ops.aten.arange.start(0, 8, device = device(type='cpu'), pin_memory = False)
+        y: "f32[8, 4]" = torch.ops.aten.embedding.default(wpe, pos)
+        return (y,)
+"#
+        ),
+    )
+    .unwrap();
+    for (r, start) in starts.iter().enumerate() {
+        std::fs::write(
+            dir.join(format!("r{r}.py")),
+            format!(
+                r#"class GraphModule(torch.nn.Module):
+    def forward(self, wpe: "f32[{rows}, 4]"):
+        pos: "i64[4]" = torch.ops.aten.arange.start({start}, {end}, device = device(type='cpu'), pin_memory = False)
+        y: "f32[4, 4]" = torch.ops.aten.embedding.default(wpe, pos)
+        return (y,)
+"#,
+                end = start + 4
+            ),
+        )
+        .unwrap();
+    }
+    std::fs::write(
+        dir.join("case.yaml"),
+        "version: 1\nname: positions\nspec:\n  graph: spec.py\nimpl:\n  mesh: { cp: 2 }\n  graphs: [r0.py, r1.py]\ninputs:\n  wpe: Replicate()\noutputs:\n  y: Shard(0)\n",
+    )
+    .unwrap();
+    shardproof_case::load_case(&dir.join("case.yaml")).unwrap()
+}
+
+/// An embedding at positions keeps its table at least as long as the positions: as many
+/// rows as positions reduce with them (the ranks' chunks `2·v` included), more rows are kept
+/// whole. Reduced apart, the table fell below the ranks' positions and the reduced spec
+/// indexed out of range (gpt2's cp plans). A rank whose chunk forgets its offset is refuted.
+#[test]
+fn a_position_table_reduces_with_its_positions_and_a_missing_offset_is_refuted() {
+    use shardproof_prove::reduce::reduce_case;
+    let dir = tempfile::tempdir().unwrap();
+    let case = position_case(dir.path(), 8, [0, 4]);
+    let red = reduce_case(&case).expect("reducible");
+    let wpe = &red.inputs.iter().find(|(n, _, _)| n == "wpe").unwrap().2;
+    assert!(wpe[0] < 8, "{:?} {:?} {:?}", red.inputs, red.sizes, red.kept_whole);
+    let (proof, _) = reduced_and_full(&case);
+    assert_eq!(proof.verdict, Verdict::Proved, "{:?}", proof.message);
+    assert!(proof.reduction.is_some());
+
+    let dir = tempfile::tempdir().unwrap();
+    let case = position_case(dir.path(), 10, [0, 4]);
+    let red = reduce_case(&case).expect("reducible");
+    let wpe = &red.inputs.iter().find(|(n, _, _)| n == "wpe").unwrap().2;
+    assert_eq!(wpe[0], 10, "{:?}", red.inputs);
+    let (proof, _) = reduced_and_full(&case);
+    assert_eq!(proof.verdict, Verdict::Proved, "{:?}", proof.message);
+
+    let dir = tempfile::tempdir().unwrap();
+    let case = position_case(dir.path(), 8, [0, 0]);
+    let (proof, _) = reduced_and_full(&case);
+    assert_eq!(proof.verdict, Verdict::Refuted, "{:?}", proof.message);
+    assert!(proof.counterexample.is_some());
+}

@@ -57,6 +57,10 @@ pub struct GraphDims {
     /// `gather` or `scatter` indexes (an index's values range over it). Pinned once every
     /// relation is known ([`Sizes::pin`] pins the variables a size is made of then).
     pub kept: Vec<Mono>,
+    /// Pairs `(rows, end)`: a table of `rows` rows looked up at positions below `end`, more
+    /// rows than positions at full size; the reduced sizes must keep `rows >= end`, checked
+    /// once they are chosen (`reduce_case` refuses the reduction otherwise).
+    pub at_least: Vec<(Mono, Mono)>,
     /// Integer inputs of the graph whose values an index or an integer computation reads
     /// ([`integer_origins`]): their range (the dims they index in the spec) keeps its size,
     /// so they take the same values at full and reduced sizes.
@@ -271,6 +275,7 @@ pub fn walk(
                     outs: &outs,
                     literals: Vec::new(),
                     kept: Vec::new(),
+                    at_least: Vec::new(),
                     ranged_inputs: Vec::new(),
                     metas,
                 };
@@ -282,6 +287,7 @@ pub fn walk(
                 })?;
                 let lits = std::mem::take(&mut cx.literals);
                 out.kept.append(&mut cx.kept);
+                out.at_least.append(&mut cx.at_least);
                 out.ranged_inputs.append(&mut cx.ranged_inputs);
                 // An integer computation on integer inputs (a token minus a rank's vocabulary
                 // offset, compared with its range): those inputs keep their range, so the
@@ -334,6 +340,7 @@ struct Cx<'a> {
     outs: &'a [Option<Vec<u64>>],
     literals: Vec<Literal>,
     kept: Vec<Mono>,
+    at_least: Vec<(Mono, Mono)>,
     ranged_inputs: Vec<ValueId>,
     metas: &'a [Vec<Option<Meta>>],
 }
@@ -526,6 +533,7 @@ impl Cx<'_> {
                     if w.len() != 2 {
                         return Err(self.refuse("an embedding table that is not 2-d"));
                     }
+                    self.positions_fit_the_table(&w[0])?;
                     idx.push(w[1].clone());
                     vec![idx]
                 }
@@ -1321,6 +1329,67 @@ impl Cx<'_> {
         let mut o = x;
         o[d] = count;
         Ok(vec![o.clone(), o])
+    }
+
+    /// An embedding looked up at positions (an `arange`, through value-keeping movements:
+    /// GPT-2's position table) reads rows up to the arange's end, a size that reduces: the
+    /// table's rows are that end where they are as many (a substitution); where they are
+    /// more, the reduced sizes must keep them at least the end (checked once chosen, the
+    /// reduction refused otherwise: a context-parallel rank's chunk ends below the whole
+    /// table, which the last rank's chunk ends at); a shorter table is refused. Unrelated, the two reduced apart, and a context-parallel rank's
+    /// positions (`2·v`) ran past a table reduced to 3 rows.
+    fn positions_fit_the_table(&mut self, rows: &Mono) -> Result<(), Refusal> {
+        let Some(Arg::Value(mut v)) = self.get("indices") else {
+            return Ok(());
+        };
+        for _ in 0..64 {
+            let Some(NodeKind::Call { op, args, .. }) = self.g.nodes.get(v.node).map(|n| &n.kind)
+            else {
+                return Ok(());
+            };
+            let base = op.base();
+            if base == "aten.arange" {
+                break;
+            }
+            if !VALUE_KEEPING.contains(&base.as_str()) {
+                return Ok(());
+            }
+            match args.first() {
+                Some(Arg::Value(u)) => v = *u,
+                _ => return Ok(()),
+            }
+        }
+        let Some(end) = self.arange_end(v) else {
+            return Ok(());
+        };
+        let (have, need) = (self.sizes.original(rows), self.sizes.original(&end));
+        if have == need {
+            self.unify(rows, &end)
+        } else if have > need {
+            self.at_least.push((rows.clone(), end));
+            Ok(())
+        } else {
+            Err(self.refuse(format!(
+                "an embedding of {have} rows looked up at positions up to {need}"
+            )))
+        }
+    }
+
+    /// The end (last position + 1) of the arange `v` as a size: its length times the chunks
+    /// its start skips plus one, as [`Cx::arange`] writes its `end` literal.
+    fn arange_end(&self, v: ValueId) -> Option<Mono> {
+        let NodeKind::Call { args, .. } = &self.g.nodes.get(v.node)?.kind else {
+            return None;
+        };
+        let len_mono = self.dims.get(v.node)?.get(v.output)?.as_ref()?.first()?.clone();
+        let len = self.sizes.original(&len_mono);
+        // `arange(end)` or `arange(start, end)`: the start is the first of two numbers.
+        let numbers: Vec<f64> = args.iter().filter_map(|a| a.as_f64()).collect();
+        let start = if numbers.len() >= 2 { numbers[0] } else { 0.0 };
+        if start < 0.0 || start.fract() != 0.0 || len == 0 || !(start as u64).is_multiple_of(len) {
+            return None;
+        }
+        len_mono.scale(start as u64 / len + 1)
     }
 
     /// `gather(x, dim, index)`: `out[p] = x[p with p_dim := index[p]]`. Along every other dim

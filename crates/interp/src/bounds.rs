@@ -40,11 +40,13 @@ pub fn index_bound(graph: &Graph, v: ValueId, metas: &[Vec<Option<Meta>>]) -> i6
 /// ```
 pub fn index_bound_known(graph: &Graph, v: ValueId, metas: &[Vec<Option<Meta>>]) -> Option<i64> {
     let meta = |t: ValueId| metas.get(t.node)?.get(t.output)?.as_ref();
-    index_uses(graph, v, IndexWalk::BOUND, |t| meta(t).map(|m| m.shape.len()))
-        .iter()
-        .filter_map(|u| meta(u.table)?.shape.get(u.dim).map(|&s| s as i64))
-        .min()
-        .map(|b| b.max(1))
+    index_uses(graph, v, IndexWalk::BOUND, |t| {
+        meta(t).map(|m| m.shape.len())
+    })
+    .iter()
+    .filter_map(|u| meta(u.table)?.shape.get(u.dim).map(|&s| s as i64))
+    .min()
+    .map(|b| b.max(1))
 }
 
 /// How far [`index_uses`] walks from the value.
@@ -128,14 +130,13 @@ pub fn index_uses(
                     let i = if op.name == "nll_loss_forward" { 0 } else { 1 };
                     value(i).and_then(|t| Some((t, if rank(t)? > 1 { 1 } else { 0 })))
                 }
-                "index_select" | "gather" | "scatter" | "scatter_add" if is(2) => {
-                    value(0).and_then(|t| {
+                "index_select" | "gather" | "scatter" | "scatter_add" if is(2) => value(0)
+                    .and_then(|t| {
                         let d = args.get(1)?.as_int()?;
                         let r = rank(t)? as i64;
                         let d = if d < 0 { d + r } else { d };
                         (0..r.max(1)).contains(&d).then_some((t, d as usize))
-                    })
-                }
+                    }),
                 "index" | "index_put" => match args.get(1) {
                     Some(Arg::List(items)) => items
                         .iter()
@@ -165,7 +166,6 @@ pub fn index_uses(
     }
     uses
 }
-
 
 #[cfg(test)]
 mod tests {

@@ -525,7 +525,12 @@ fn a_sharded_logsumexp_reduces_and_its_wrong_dim_or_max_is_refuted() {
         let case = sharded_logsumexp(dir.path(), bug);
         reduce_case(&case).expect("reducible");
         let (proof, _) = reduced_and_full(&case);
-        assert_eq!(proof.verdict, Verdict::Refuted, "{bug}: {:?}", proof.message);
+        assert_eq!(
+            proof.verdict,
+            Verdict::Refuted,
+            "{bug}: {:?}",
+            proof.message
+        );
         assert!(proof.counterexample.is_some(), "{bug}");
         assert!(proof.reduction.is_some(), "{bug}");
     }
@@ -580,7 +585,13 @@ fn a_position_table_reduces_with_its_positions_and_a_missing_offset_is_refuted()
     let case = position_case(dir.path(), 8, [0, 4]);
     let red = reduce_case(&case).expect("reducible");
     let wpe = &red.inputs.iter().find(|(n, _, _)| n == "wpe").unwrap().2;
-    assert!(wpe[0] < 8, "{:?} {:?} {:?}", red.inputs, red.sizes, red.kept_whole);
+    assert!(
+        wpe[0] < 8,
+        "{:?} {:?} {:?}",
+        red.inputs,
+        red.sizes,
+        red.kept_whole
+    );
     let (proof, _) = reduced_and_full(&case);
     assert_eq!(proof.verdict, Verdict::Proved, "{:?}", proof.message);
     assert!(proof.reduction.is_some());

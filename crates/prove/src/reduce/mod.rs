@@ -402,7 +402,10 @@ fn reduce_with(case: &Case, strict: bool) -> Result<Reduction, Refusal> {
         .chain(walked.values().flat_map(|w| w.at_least.iter()))
     {
         if sizes.reduced(rows) < sizes.reduced(end) {
-            sizes.pin(rows, "a table looked up at positions: at least as many rows");
+            sizes.pin(
+                rows,
+                "a table looked up at positions: at least as many rows",
+            );
         }
         let (r, e) = (sizes.reduced(rows), sizes.reduced(end));
         if r < e {

@@ -1381,7 +1381,13 @@ impl Cx<'_> {
         let NodeKind::Call { args, .. } = &self.g.nodes.get(v.node)?.kind else {
             return None;
         };
-        let len_mono = self.dims.get(v.node)?.get(v.output)?.as_ref()?.first()?.clone();
+        let len_mono = self
+            .dims
+            .get(v.node)?
+            .get(v.output)?
+            .as_ref()?
+            .first()?
+            .clone();
         let len = self.sizes.original(&len_mono);
         // `arange(end)` or `arange(start, end)`: the start is the first of two numbers.
         let numbers: Vec<f64> = args.iter().filter_map(|a| a.as_f64()).collect();

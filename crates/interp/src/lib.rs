@@ -17,7 +17,7 @@ mod infer;
 mod schedule;
 mod typecheck;
 
-pub use bounds::{index_bound, index_bound_known};
+pub use bounds::{index_bound, index_bound_known, index_uses, IndexUse, IndexWalk};
 pub use exec::{run_graph, run_program};
 pub use infer::{infer_graph, live_values, Inference, NodeInference};
 pub use schedule::{schedule, Meeting, Schedule, ScheduleProblem};

@@ -290,8 +290,8 @@ fn emit_p2p(
 /// replica, so the classes of (b)-(c) are carried from sender to receiver; the correct plan is
 /// proved through it and its bugs are refuted on the case as written. dp x cp's ring lifts the
 /// same way (its messages stay within a replica's cp group), and its two-replica case is
-/// decided at full size; through the default configuration shape reduction then refuses the
-/// ring's `logsumexp`. Bugs are never proved; both are checked at full size too.
+/// decided at full size, and through the default configuration (the ring's `logsumexp` is
+/// reduced since s72). Bugs are never proved; both are checked at full size too.
 #[test]
 fn dp_4_pp_and_cp_plans_are_proved_through_the_mesh_reduction_and_their_bugs_refuted() {
     let full_size = ProveConfig {
@@ -321,11 +321,24 @@ fn dp_4_pp_and_cp_plans_are_proved_through_the_mesh_reduction_and_their_bugs_ref
             }
             let through = prove_case(case, &ProveConfig::default());
             if mesh.contains("cp") {
-                // The ring's `logsumexp` has no shape-reduction rule: not proved through the
-                // default configuration; the two-replica case at full size is decided.
-                assert_ne!(through.verdict, Verdict::Proved, "{bug} {buggy}");
-                let msg = through.message.unwrap_or_default();
-                assert!(msg.contains("logsumexp"), "{msg}");
+                // The ring's `logsumexp` is reduced (docs/prove.md, section 2): the correct
+                // plan is proved through the default configuration, the bug never; the
+                // two-replica case at full size is decided alike.
+                if buggy {
+                    assert_ne!(
+                        through.verdict,
+                        Verdict::Proved,
+                        "{bug}: {:?}",
+                        through.message
+                    );
+                } else {
+                    assert_eq!(
+                        through.verdict,
+                        Verdict::Proved,
+                        "{bug}: {:?}",
+                        through.message
+                    );
+                }
                 let two = prove_case(&m.case, &full_size);
                 let want = if buggy {
                     Verdict::Refuted

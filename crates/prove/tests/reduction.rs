@@ -460,3 +460,153 @@ fn an_embedding_backward_reduces_its_gradient_with_its_indices() {
     assert_eq!(proof.verdict, Verdict::Proved, "{:?}", proof.message);
     assert!(proof.reduction.is_some());
 }
+
+/// A tp=2 case: the spec's `logsumexp` over the 8 columns of `x`; each rank holds 4 columns
+/// (`Shard(1)`), runs `local` on them into `l: [4, 1]` and merges the ranks' `l` as a ring
+/// attention merge does (the max across ranks, plus the log of the sum of the shifted exps).
+fn sharded_logsumexp(dir: &std::path::Path, local: &str) -> shardproof_case::Case {
+    let spec = r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[4, 8]"):
+        y: "f32[4]" = torch.ops.aten.logsumexp.default(x, [1])
+        return (y,)
+"#;
+    let rank = format!(
+        r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[4, 4]"):
+        {local}
+        ar_max: "f32[4, 1]" = torch.ops._c10d_functional.all_reduce.default(l, 'max', 'tp')
+        m: "f32[4, 1]" = torch.ops._c10d_functional.wait_tensor.default(ar_max)
+        d: "f32[4, 1]" = torch.ops.aten.sub.Tensor(l, m)
+        e: "f32[4, 1]" = torch.ops.aten.exp.default(d)
+        ar_sum: "f32[4, 1]" = torch.ops._c10d_functional.all_reduce.default(e, 'sum', 'tp')
+        s: "f32[4, 1]" = torch.ops._c10d_functional.wait_tensor.default(ar_sum)
+        lg: "f32[4, 1]" = torch.ops.aten.log.default(s)
+        z: "f32[4, 1]" = torch.ops.aten.add.Tensor(m, lg)
+        y: "f32[4]" = torch.ops.aten.squeeze.dim(z, 1)
+        return (y,)
+"#
+    );
+    std::fs::write(dir.join("spec.py"), spec).unwrap();
+    std::fs::write(dir.join("rank.py"), rank).unwrap();
+    std::fs::write(
+        dir.join("case.yaml"),
+        "version: 1\nname: lse\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [rank.py, rank.py]\ninputs:\n  x: Shard(1)\noutputs:\n  y: Replicate()\n",
+    )
+    .unwrap();
+    shardproof_case::load_case(&dir.join("case.yaml")).unwrap()
+}
+
+/// `logsumexp` is on the reduction list (a reduction over its dims, as `sum`): a sharded
+/// logsumexp merged across ranks reduces its rows and columns and is proved, the verdict the
+/// full-size one; planted bugs are never proved: the local logsumexp over the wrong dim
+/// (rows, transposed back into place) and a local `amax` in its place, which equals the
+/// logsumexp of a one-element lane, so only the reduced lane's minimum of 2 per rank keeps
+/// it refuted.
+#[test]
+fn a_sharded_logsumexp_reduces_and_its_wrong_dim_or_max_is_refuted() {
+    use shardproof_prove::reduce::reduce_case;
+    let dir = tempfile::tempdir().unwrap();
+    let right = r#"l: "f32[4, 1]" = torch.ops.aten.logsumexp.default(x, [1], True)"#;
+    let case = sharded_logsumexp(dir.path(), right);
+    let red = reduce_case(&case).expect("reducible");
+    let x = &red.inputs.iter().find(|(n, _, _)| n == "x").unwrap().2;
+    assert!(x[0] < 4 && x[1] < 8 && x[1] >= 4, "{:?}", red.inputs);
+    let (proof, _) = reduced_and_full(&case);
+    assert_eq!(proof.verdict, Verdict::Proved, "{:?}", proof.message);
+    assert!(proof.reduction.is_some());
+
+    let bugs = [
+        r#"lr: "f32[1, 4]" = torch.ops.aten.logsumexp.default(x, [0], True)
+        l: "f32[4, 1]" = torch.ops.aten.t.default(lr)"#,
+        r#"l: "f32[4, 1]" = torch.ops.aten.amax.default(x, [1], True)"#,
+    ];
+    for bug in bugs {
+        let dir = tempfile::tempdir().unwrap();
+        let case = sharded_logsumexp(dir.path(), bug);
+        reduce_case(&case).expect("reducible");
+        let (proof, _) = reduced_and_full(&case);
+        assert_eq!(
+            proof.verdict,
+            Verdict::Refuted,
+            "{bug}: {:?}",
+            proof.message
+        );
+        assert!(proof.counterexample.is_some(), "{bug}");
+        assert!(proof.reduction.is_some(), "{bug}");
+    }
+}
+
+/// A context-parallel position embedding: the spec looks a `[rows, 4]` table up at
+/// `arange(8)`, rank `r` at `arange(4·r, 4·r + 4)` (`starts[r]`), its rows of the output.
+fn position_case(dir: &std::path::Path, rows: usize, starts: [usize; 2]) -> shardproof_case::Case {
+    std::fs::write(
+        dir.join("spec.py"),
+        format!(
+            r#"class GraphModule(torch.nn.Module):
+    def forward(self, wpe: "f32[{rows}, 4]"):
+        pos: "i64[8]" = torch.ops.aten.arange.start(0, 8, device = device(type='cpu'), pin_memory = False)
+        y: "f32[8, 4]" = torch.ops.aten.embedding.default(wpe, pos)
+        return (y,)
+"#
+        ),
+    )
+    .unwrap();
+    for (r, start) in starts.iter().enumerate() {
+        std::fs::write(
+            dir.join(format!("r{r}.py")),
+            format!(
+                r#"class GraphModule(torch.nn.Module):
+    def forward(self, wpe: "f32[{rows}, 4]"):
+        pos: "i64[4]" = torch.ops.aten.arange.start({start}, {end}, device = device(type='cpu'), pin_memory = False)
+        y: "f32[4, 4]" = torch.ops.aten.embedding.default(wpe, pos)
+        return (y,)
+"#,
+                end = start + 4
+            ),
+        )
+        .unwrap();
+    }
+    std::fs::write(
+        dir.join("case.yaml"),
+        "version: 1\nname: positions\nspec:\n  graph: spec.py\nimpl:\n  mesh: { cp: 2 }\n  graphs: [r0.py, r1.py]\ninputs:\n  wpe: Replicate()\noutputs:\n  y: Shard(0)\n",
+    )
+    .unwrap();
+    shardproof_case::load_case(&dir.join("case.yaml")).unwrap()
+}
+
+/// An embedding at positions keeps its table at least as long as the positions: as many
+/// rows as positions reduce with them (the ranks' chunks `2·v` included), more rows are kept
+/// whole. Reduced apart, the table fell below the ranks' positions and the reduced spec
+/// indexed out of range (gpt2's cp plans). A rank whose chunk forgets its offset is refuted.
+#[test]
+fn a_position_table_reduces_with_its_positions_and_a_missing_offset_is_refuted() {
+    use shardproof_prove::reduce::reduce_case;
+    let dir = tempfile::tempdir().unwrap();
+    let case = position_case(dir.path(), 8, [0, 4]);
+    let red = reduce_case(&case).expect("reducible");
+    let wpe = &red.inputs.iter().find(|(n, _, _)| n == "wpe").unwrap().2;
+    assert!(
+        wpe[0] < 8,
+        "{:?} {:?} {:?}",
+        red.inputs,
+        red.sizes,
+        red.kept_whole
+    );
+    let (proof, _) = reduced_and_full(&case);
+    assert_eq!(proof.verdict, Verdict::Proved, "{:?}", proof.message);
+    assert!(proof.reduction.is_some());
+
+    let dir = tempfile::tempdir().unwrap();
+    let case = position_case(dir.path(), 10, [0, 4]);
+    let red = reduce_case(&case).expect("reducible");
+    let wpe = &red.inputs.iter().find(|(n, _, _)| n == "wpe").unwrap().2;
+    assert_eq!(wpe[0], 10, "{:?}", red.inputs);
+    let (proof, _) = reduced_and_full(&case);
+    assert_eq!(proof.verdict, Verdict::Proved, "{:?}", proof.message);
+
+    let dir = tempfile::tempdir().unwrap();
+    let case = position_case(dir.path(), 8, [0, 0]);
+    let (proof, _) = reduced_and_full(&case);
+    assert_eq!(proof.verdict, Verdict::Refuted, "{:?}", proof.message);
+    assert!(proof.counterexample.is_some());
+}

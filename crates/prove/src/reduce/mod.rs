@@ -392,6 +392,33 @@ fn reduce_with(case: &Case, strict: bool) -> Result<Reduction, Refusal> {
             mesh_literals.push(x);
         }
     }
+    // A table looked up at positions keeps at least as many rows as positions
+    // (`rules::Cx::positions_fit_the_table`): checked on the chosen sizes; where they fall
+    // short the table keeps its rows (a pin only raises its own variables), and where even
+    // that falls short the reduction is refused.
+    for (rows, end) in spec
+        .at_least
+        .iter()
+        .chain(walked.values().flat_map(|w| w.at_least.iter()))
+    {
+        if sizes.reduced(rows) < sizes.reduced(end) {
+            sizes.pin(
+                rows,
+                "a table looked up at positions: at least as many rows",
+            );
+        }
+        let (r, e) = (sizes.reduced(rows), sizes.reduced(end));
+        if r < e {
+            return Err(Refusal {
+                op: Some("aten.embedding.default".into()),
+                message: format!(
+                    "a table of {} rows (reduced to {r}) looked up at positions up to {} (reduced to {e})",
+                    sizes.original(rows),
+                    sizes.original(end)
+                ),
+            });
+        }
+    }
     let new_spec = rewrite(&case.spec, &spec, &sizes, &case.ops)?;
     let mut new_graphs: HashMap<usize, Arc<Graph>> = HashMap::new();
     for (&r, dims) in &walked {

@@ -57,6 +57,10 @@ pub struct GraphDims {
     /// `gather` or `scatter` indexes (an index's values range over it). Pinned once every
     /// relation is known ([`Sizes::pin`] pins the variables a size is made of then).
     pub kept: Vec<Mono>,
+    /// Pairs `(rows, end)`: a table of `rows` rows looked up at positions below `end`, more
+    /// rows than positions at full size; the reduced sizes must keep `rows >= end`, checked
+    /// once they are chosen (`reduce_case` refuses the reduction otherwise).
+    pub at_least: Vec<(Mono, Mono)>,
     /// Integer inputs of the graph whose values an index or an integer computation reads
     /// ([`integer_origins`]): their range (the dims they index in the spec) keeps its size,
     /// so they take the same values at full and reduced sizes.
@@ -271,6 +275,7 @@ pub fn walk(
                     outs: &outs,
                     literals: Vec::new(),
                     kept: Vec::new(),
+                    at_least: Vec::new(),
                     ranged_inputs: Vec::new(),
                     metas,
                 };
@@ -282,6 +287,7 @@ pub fn walk(
                 })?;
                 let lits = std::mem::take(&mut cx.literals);
                 out.kept.append(&mut cx.kept);
+                out.at_least.append(&mut cx.at_least);
                 out.ranged_inputs.append(&mut cx.ranged_inputs);
                 // An integer computation on integer inputs (a token minus a rank's vocabulary
                 // offset, compared with its range): those inputs keep their range, so the
@@ -334,6 +340,7 @@ struct Cx<'a> {
     outs: &'a [Option<Vec<u64>>],
     literals: Vec<Literal>,
     kept: Vec<Mono>,
+    at_least: Vec<(Mono, Mono)>,
     ranged_inputs: Vec<ValueId>,
     metas: &'a [Vec<Option<Meta>>],
 }
@@ -475,7 +482,10 @@ impl Cx<'_> {
                 }
                 "aten.mm" | "aten.bmm" => vec![self.matmul("self", "mat2", None)?],
                 "aten.addmm" => vec![self.matmul("mat1", "mat2", Some("self"))?],
-                "aten.sum" | "aten.mean" | "aten.amax" | "aten.amin" | "aten.prod" => {
+                // logsumexp is `log ∘ sum ∘ exp` over the same dims (the max shift cancels
+                // exactly): sum's mapping between elementwise kernels (docs/prove.md, section 2).
+                "aten.sum" | "aten.mean" | "aten.amax" | "aten.amin" | "aten.prod"
+                | "aten.logsumexp" => {
                     vec![self.reduction()?]
                 }
                 "aten.view" | "aten._unsafe_view" | "aten.reshape" => vec![self.view()?],
@@ -523,6 +533,7 @@ impl Cx<'_> {
                     if w.len() != 2 {
                         return Err(self.refuse("an embedding table that is not 2-d"));
                     }
+                    self.positions_fit_the_table(&w[0])?;
                     idx.push(w[1].clone());
                     vec![idx]
                 }
@@ -1228,65 +1239,24 @@ fn integer_computation(g: &Graph, metas: &[Vec<Option<Meta>>], i: usize) -> Opti
     integer_origins(g, metas, ValueId::new(i, 0))
 }
 
-/// The dims whose size bounds the values of integer input `v` of `g` (the symbolic leaves'
-/// range, `shardproof_interp::index_bound_known`, is the smallest of them): the table rows
-/// an embedding looks `v` up in, the classes of an `nll_loss` target, the dim a gather,
-/// scatter or index_select indexes, followed through value-keeping movements. Keeping every
-/// one keeps the range.
+/// The dims whose size bounds the values of integer input `v` of `g`: every dim
+/// [`shardproof_interp::index_uses`] finds `v` indexing (the symbols' range,
+/// `shardproof_interp::index_bound_known`, is the smallest of them, found by the same walk),
+/// here also through slices and further. Both walks are taken, so every use the range is
+/// read from is among them whatever order a longer walk meets values in, and keeping every
+/// dim keeps the range.
 pub fn range_dims(g: &Graph, dims: &GraphDims, v: ValueId) -> Vec<Mono> {
-    let consumers = g.consumers();
-    let mut out = Vec::new();
-    let mut frontier = vec![v];
-    let mut seen = 0;
-    while let Some(cur) = frontier.pop() {
-        seen += 1;
-        if seen > 256 {
-            break;
-        }
-        for &c in &consumers[cur.node] {
-            let node = &g.nodes[c];
-            let Some(op) = node.op() else { continue };
-            let args = node.args();
-            let is = |k: usize| args.get(k).and_then(|a| a.as_value()) == Some(cur);
-            let dim_of = |k: usize, d: usize| -> Option<Mono> {
-                let t = args.get(k)?.as_value()?;
-                dims.dims_of(t)?.get(d).cloned()
-            };
-            let found = match op.name.as_str() {
-                "embedding" if is(1) => dim_of(0, 0),
-                "nll_loss_forward" | "nll_loss_backward" if is(1) || is(2) => {
-                    let k = if op.name == "nll_loss_forward" { 0 } else { 1 };
-                    args.get(k)
-                        .and_then(|a| a.as_value())
-                        .and_then(|t| dims.dims_of(t))
-                        .and_then(|d| d.get(if d.len() > 1 { 1 } else { 0 }).cloned())
-                }
-                "index_select" | "gather" | "scatter" | "scatter_add" if is(2) => args
-                    .get(1)
-                    .and_then(|a| a.as_int())
-                    .and_then(|d| dim_of(0, if d < 0 { 0 } else { d as usize })),
-                "index" | "index_put" => match args.get(1) {
-                    Some(Arg::List(items)) => items
-                        .iter()
-                        .position(|a| a.as_value() == Some(cur))
-                        .and_then(|d| dim_of(0, d)),
-                    _ => None,
-                },
-                // The movements `index_bound_known` follows, and slices.
-                "_to_copy" | "clone" | "view" | "_unsafe_view" | "reshape" | "detach" | "to"
-                | "contiguous" | "lift_fresh_copy" | "permute" | "transpose" | "t" | "squeeze"
-                | "unsqueeze" | "expand" | "flatten" | "alias" | "slice" => {
-                    if node.outputs.len() == 1 {
-                        frontier.push(ValueId::new(c, 0));
-                    }
-                    None
-                }
-                _ => None,
-            };
-            out.extend(found);
-        }
-    }
-    out
+    use shardproof_interp::{index_uses, IndexWalk};
+    let wider = IndexWalk {
+        through_slices: true,
+        max_values: 256,
+    };
+    let rank = |t: ValueId| dims.dims_of(t).map(|d| d.len());
+    let mut uses = index_uses(g, v, IndexWalk::BOUND, rank);
+    uses.extend(index_uses(g, v, wider, rank));
+    uses.iter()
+        .filter_map(|u| dims.dims_of(u.table)?.get(u.dim).cloned())
+        .collect()
 }
 
 /// Selections and index-driven movements (docs/prove.md, section 2: why each keeps the
@@ -1359,6 +1329,73 @@ impl Cx<'_> {
         let mut o = x;
         o[d] = count;
         Ok(vec![o.clone(), o])
+    }
+
+    /// An embedding looked up at positions (an `arange`, through value-keeping movements:
+    /// GPT-2's position table) reads rows up to the arange's end, a size that reduces: the
+    /// table's rows are that end where they are as many (a substitution); where they are
+    /// more, the reduced sizes must keep them at least the end (checked once chosen, the
+    /// reduction refused otherwise: a context-parallel rank's chunk ends below the whole
+    /// table, which the last rank's chunk ends at); a shorter table is refused. Unrelated, the two reduced apart, and a context-parallel rank's
+    /// positions (`2·v`) ran past a table reduced to 3 rows.
+    fn positions_fit_the_table(&mut self, rows: &Mono) -> Result<(), Refusal> {
+        let Some(Arg::Value(mut v)) = self.get("indices") else {
+            return Ok(());
+        };
+        for _ in 0..64 {
+            let Some(NodeKind::Call { op, args, .. }) = self.g.nodes.get(v.node).map(|n| &n.kind)
+            else {
+                return Ok(());
+            };
+            let base = op.base();
+            if base == "aten.arange" {
+                break;
+            }
+            if !VALUE_KEEPING.contains(&base.as_str()) {
+                return Ok(());
+            }
+            match args.first() {
+                Some(Arg::Value(u)) => v = *u,
+                _ => return Ok(()),
+            }
+        }
+        let Some(end) = self.arange_end(v) else {
+            return Ok(());
+        };
+        let (have, need) = (self.sizes.original(rows), self.sizes.original(&end));
+        if have == need {
+            self.unify(rows, &end)
+        } else if have > need {
+            self.at_least.push((rows.clone(), end));
+            Ok(())
+        } else {
+            Err(self.refuse(format!(
+                "an embedding of {have} rows looked up at positions up to {need}"
+            )))
+        }
+    }
+
+    /// The end (last position + 1) of the arange `v` as a size: its length times the chunks
+    /// its start skips plus one, as [`Cx::arange`] writes its `end` literal.
+    fn arange_end(&self, v: ValueId) -> Option<Mono> {
+        let NodeKind::Call { args, .. } = &self.g.nodes.get(v.node)?.kind else {
+            return None;
+        };
+        let len_mono = self
+            .dims
+            .get(v.node)?
+            .get(v.output)?
+            .as_ref()?
+            .first()?
+            .clone();
+        let len = self.sizes.original(&len_mono);
+        // `arange(end)` or `arange(start, end)`: the start is the first of two numbers.
+        let numbers: Vec<f64> = args.iter().filter_map(|a| a.as_f64()).collect();
+        let start = if numbers.len() >= 2 { numbers[0] } else { 0.0 };
+        if start < 0.0 || start.fract() != 0.0 || len == 0 || !(start as u64).is_multiple_of(len) {
+            return None;
+        }
+        len_mono.scale(start as u64 / len + 1)
     }
 
     /// `gather(x, dim, index)`: `out[p] = x[p with p_dim := index[p]]`. Along every other dim

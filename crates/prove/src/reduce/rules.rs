@@ -1336,8 +1336,9 @@ impl Cx<'_> {
     /// table's rows are that end where they are as many (a substitution); where they are
     /// more, the reduced sizes must keep them at least the end (checked once chosen, the
     /// reduction refused otherwise: a context-parallel rank's chunk ends below the whole
-    /// table, which the last rank's chunk ends at); a shorter table is refused. Unrelated, the two reduced apart, and a context-parallel rank's
-    /// positions (`2·v`) ran past a table reduced to 3 rows.
+    /// table, which the last rank's chunk ends at); a shorter table is refused. Left
+    /// unrelated, the two reduced apart: a context-parallel rank's positions (`2·v`) ran
+    /// past a table reduced to 3 rows.
     fn positions_fit_the_table(&mut self, rows: &Mono) -> Result<(), Refusal> {
         let Some(Arg::Value(mut v)) = self.get("indices") else {
             return Ok(());

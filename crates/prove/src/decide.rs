@@ -341,7 +341,7 @@ fn by_cases(arena: &Arena, a: ExprId, b: ExprId, cfg: &DecideConfig) -> Option<O
         split::Split::Equal => Some(Outcome::Proved(Layer::CaseSplit)),
         split::Split::Differs { symbol, lo, hi } => {
             let symbols = arena.symbols();
-            let mut rng = Rng::new(cfg.seed ^ 0x7370_6c69_74 ^ (a.0 as u64) << 32 ^ b.0 as u64);
+            let mut rng = Rng::new(cfg.seed ^ 0x0073_706c_6974 ^ (a.0 as u64) << 32 ^ b.0 as u64);
             for t in [lo, hi - 1, lo + (hi - lo) / 2] {
                 let mut values: Vec<Coeff> = symbols.iter().map(|(_, k)| rng.value(*k)).collect();
                 values[symbol as usize] = Coeff::from_integer(t as i64);

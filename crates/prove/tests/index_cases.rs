@@ -12,13 +12,14 @@ use shardproof_prove::eval::ExactEval;
 use shardproof_prove::expr::{Arena, Coeff, ExprId, Func, SymbolKind};
 
 /// One rank's part of the embedding: it masks tokens outside `[lo, hi)` (with `<=` for the
-/// lower test where `off_by_one`), looks up `token - offset` in the rows `offset..offset +
-/// rows` of the table, and zeroes the masked tokens' rows.
+/// lower test where `off_by_one`), looks up `token - shift` in the rows it holds, `start..start
+/// + rows` of the table, and zeroes the masked tokens' rows.
 #[derive(Clone, Copy, Debug)]
 struct Rank {
     lo: i64,
     hi: i64,
-    offset: i64,
+    shift: i64,
+    start: usize,
     rows: usize,
     off_by_one: bool,
 }
@@ -29,7 +30,8 @@ impl Rank {
         Rank {
             lo: lo as i64,
             hi: hi as i64,
-            offset: lo as i64,
+            shift: lo as i64,
+            start: lo,
             rows: hi - lo,
             off_by_one: false,
         }
@@ -44,10 +46,14 @@ impl Rank {
             t < self.lo
         };
         let outside = below || t >= self.hi;
-        let local = if outside { 0 } else { t - self.offset };
+        let local = if outside { 0 } else { t - self.shift };
         let row = usize::try_from(local).ok().filter(|&i| i < self.rows)?;
-        let entry = table.get(self.offset as usize + row)?.clone();
-        Some(if outside { Rat::from_integer(0.into()) } else { entry })
+        let entry = table.get(self.start + row)?.clone();
+        Some(if outside {
+            Rat::from_integer(0.into())
+        } else {
+            entry
+        })
     }
 }
 
@@ -72,13 +78,12 @@ fn rank_value(ar: &mut Arena, token: ExprId, table: &[ExprId], r: &Rank) -> Expr
     let s = ar.add(tb, ta).unwrap();
     let p = ar.mul(tb, ta).unwrap();
     let outside = ar.sub(s, p).unwrap();
-    let offset = ar.int(r.offset).unwrap();
-    let shifted = ar.sub(token, offset).unwrap();
+    let shift = ar.int(r.shift).unwrap();
+    let shifted = ar.sub(token, shift).unwrap();
     let zero = ar.int(0).unwrap();
     let ids = ar.select(outside, zero, shifted).unwrap();
-    let start = r.offset as usize;
     let mut args = vec![ids];
-    args.extend_from_slice(&table[start..start + r.rows]);
+    args.extend_from_slice(&table[r.start..r.start + r.rows]);
     let rows = ar.app(Func::Lookup, args).unwrap();
     ar.select(outside, zero, rows).unwrap()
 }
@@ -134,10 +139,7 @@ fn cfg() -> DecideConfig {
 /// sum): `None` where a rank's lookup leaves its rows.
 fn direct(ranks: &[Rank], t: i64, table: &[Rat]) -> (Rat, Option<Rat>) {
     let spec = table[t as usize].clone();
-    let sum = ranks
-        .iter()
-        .map(|r| r.value(t, table))
-        .sum::<Option<Rat>>();
+    let sum = ranks.iter().map(|r| r.value(t, table)).sum::<Option<Rat>>();
     (spec, sum)
 }
 
@@ -184,16 +186,19 @@ fn planted_layout_bugs_are_refuted_with_real_witnesses() {
         let vocab = 16 * n;
         let good = layout(vocab, n);
         let mut bugs: Vec<(&str, Vec<Rank>)> = Vec::new();
-        // Rank 1 masks its own range but looks up with rank 0's offset (its rows start where
-        // rank 0's do: the table's first rows).
+        // Rank 1 masks and shifts by rank 0's range, on its own rows.
         let mut wrong_offset = good.clone();
-        wrong_offset[1].offset = 0;
+        (
+            wrong_offset[1].lo,
+            wrong_offset[1].hi,
+            wrong_offset[1].shift,
+        ) = (good[0].lo, good[0].hi, good[0].shift);
         bugs.push(("an offset of the wrong rank", wrong_offset));
         // `<=` for `<`: rank 1 also masks its first token.
         let mut off_by_one = good.clone();
         off_by_one[1].off_by_one = true;
         bugs.push(("a mask off by one", off_by_one));
-        // Rank 0's range reaches one token into rank 1's (its rows one more).
+        // Rank 0's range reaches one token into rank 1's (it holds one row more).
         let mut overlap = good.clone();
         overlap[0].hi += 1;
         overlap[0].rows += 1;
@@ -293,12 +298,15 @@ fn random_layout() -> impl Strategy<Value = (usize, Vec<Rank>)> {
                     }
                     let lo = (r.lo + dlo).clamp(0, vocab as i64);
                     let hi = (r.hi + dhi).clamp(lo, vocab as i64);
-                    let offset = (r.offset + doff).clamp(0, vocab as i64 - 1);
-                    let rows = ((hi - lo).max(1) as usize).min(vocab - offset as usize);
+                    let start = (r.start as i64 + doff).clamp(0, vocab as i64 - 1) as usize;
+                    // Mostly the shift its rows need; sometimes its range's start instead.
+                    let shift = if flags == 5 { lo } else { start as i64 };
+                    let rows = ((hi - lo).max(1) as usize).min(vocab - start);
                     ranks.push(Rank {
                         lo,
                         hi,
-                        offset,
+                        shift,
+                        start,
                         rows,
                         off_by_one: flags == 6,
                     });
@@ -338,7 +346,9 @@ proptest! {
             Outcome::Refuted { .. } => assert_real_witness(&e, &ranks, &outcome),
             Outcome::Unknown(_) => {}
         }
-        let correct = ranks.iter().all(|r| r.offset == r.lo && r.rows as i64 == r.hi - r.lo && !r.off_by_one)
+        let correct = ranks.iter().all(|r| {
+                r.shift == r.lo && r.start as i64 == r.lo && r.rows as i64 == r.hi - r.lo && !r.off_by_one
+            })
             && (0..vocab as i64).all(|t| ranks.iter().filter(|r| r.lo <= t && t < r.hi).count() == 1);
         if correct {
             prop_assert!(matches!(outcome, Outcome::Proved(_)), "{:?}: {:?}", ranks, outcome);

@@ -45,22 +45,18 @@ fn emit(dir: &Path, tp: usize) {
     assert!(layer_cuts::cut_at_layers(dir) >= 2);
 }
 
-/// Rewrites every line of rank `rank`'s graph file holding `pattern` with `edit`.
+/// Rewrites the first line of rank `rank`'s graph file holding `pattern` with `edit` (the
+/// embedding's token lines come before the loss's label lines, the same operators).
 fn edit_rank(dir: &Path, rank: usize, pattern: &str, edit: &dyn Fn(&str) -> String) {
     let path = dir.join(format!("r{rank}.py"));
     let text = std::fs::read_to_string(&path).unwrap();
-    assert!(text.contains(pattern), "r{rank}.py has no `{pattern}`");
-    let edited: Vec<String> = text
-        .lines()
-        .map(|l| {
-            if l.contains(pattern) {
-                edit(l)
-            } else {
-                l.to_string()
-            }
-        })
-        .collect();
-    std::fs::write(&path, edited.join("\n") + "\n").unwrap();
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    let i = lines
+        .iter()
+        .position(|l| l.contains(pattern))
+        .unwrap_or_else(|| panic!("r{rank}.py has no `{pattern}`"));
+    lines[i] = edit(&lines[i]);
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
 }
 
 /// Replaces the integer literal closing `line` (`op(x, LIT)`) by `lit`.
@@ -118,22 +114,32 @@ fn planted(edit: &dyn Fn(&Path)) -> serde_json::Value {
 #[test]
 fn planted_mask_and_offset_bugs_are_refuted() {
     let lo = ROWS as i64;
-    // Rank 1 masks its own range but shifts by rank 0's offset.
-    let p = planted(&|d| edit_rank(d, 1, "aten.sub.Scalar(slice", &|l| with_literal(l, 0)));
+    // Rank 1 masks and shifts by rank 0's range (its own rows): tokens below ROWS get two
+    // rows, the others none.
+    let p = planted(&|d| {
+        edit_rank(d, 1, "aten.lt.Scalar(", &|l| with_literal(l, 0));
+        edit_rank(d, 1, "aten.ge.Scalar(", &|l| with_literal(l, lo));
+        edit_rank(d, 1, "aten.sub.Scalar(", &|l| with_literal(l, 0));
+    });
     assert_eq!(p["verdict"], "refuted", "{p}");
+    // Rank 1 masks its own range but shifts by rank 0's offset: it looks up rows past its
+    // own, which the interpreter cannot run: not proved.
+    planted(&|d| edit_rank(d, 1, "aten.sub.Scalar(", &|l| with_literal(l, 0)));
     // `<=` for `<`: rank 1 masks its first token too, which no rank then looks up.
     let p = planted(&|d| {
-        edit_rank(d, 1, "aten.lt.Scalar(slice", &|l| l.replace("aten.lt.Scalar", "aten.le.Scalar"))
+        edit_rank(d, 1, "aten.lt.Scalar(", &|l| {
+            l.replace("aten.lt.Scalar", "aten.le.Scalar")
+        })
     });
     assert_eq!(p["verdict"], "refuted", "{p}");
     assert_eq!(p["layers"]["case-split"], 1, "{p}");
     // A gap: rank 1's range starts one token late (its offset kept).
-    let p = planted(&|d| edit_rank(d, 1, "aten.lt.Scalar(slice", &|l| with_literal(l, lo + 1)));
+    let p = planted(&|d| edit_rank(d, 1, "aten.lt.Scalar(", &|l| with_literal(l, lo + 1)));
     assert_eq!(p["verdict"], "refuted", "{p}");
     // Overlapping ranges: rank 1's range starts one token early (rank 0 has it too). Rank 1
     // then looks up row -1 of its rows at that token, which the interpreter cannot run: not
     // proved, and refuted only where a confirmed counterexample exists.
-    planted(&|d| edit_rank(d, 1, "aten.lt.Scalar(slice", &|l| with_literal(l, lo - 1)));
+    planted(&|d| edit_rank(d, 1, "aten.lt.Scalar(", &|l| with_literal(l, lo - 1)));
 }
 
 #[test]

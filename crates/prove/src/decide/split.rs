@@ -74,7 +74,9 @@ type Form<'a> = BTreeMap<Mono<'a>, Coeff>;
 type NoForm = String;
 
 /// Decides `a == b` by cases on each index symbol compared in them (up to [`MAX_SYMBOLS`]),
-/// stopping at the first split that proves it or shows a case where the forms differ.
+/// stopping at the first split that proves it; otherwise the first case where the forms
+/// differ (a split on one symbol keeps the others' atoms opaque, so another may still prove
+/// it).
 pub(crate) fn decide_by_cases(
     arena: &Arena,
     a: ExprId,
@@ -93,6 +95,7 @@ pub(crate) fn decide_by_cases(
         return Split::Unknown("no comparison of an index symbol".into());
     }
     let mut why = String::new();
+    let mut differs = None;
     for (&symbol, roots) in roots.iter().take(MAX_SYMBOLS) {
         let SymbolKind::Index(bound) = arena.symbols()[symbol as usize].1 else {
             continue;
@@ -114,7 +117,11 @@ pub(crate) fn decide_by_cases(
             }
             match split.equal_on(a, b, lo, hi) {
                 Ok(true) => {}
-                Ok(false) => return Split::Differs { symbol, lo, hi },
+                Ok(false) => {
+                    differs.get_or_insert(Split::Differs { symbol, lo, hi });
+                    all_equal = false;
+                    break;
+                }
                 Err(e) => {
                     why = e;
                     all_equal = false;
@@ -126,7 +133,7 @@ pub(crate) fn decide_by_cases(
             return Split::Equal;
         }
     }
-    Split::Unknown(why)
+    differs.unwrap_or(Split::Unknown(why))
 }
 
 /// The roots of the comparisons (`gt0`, `ge0`, `eq0`) whose argument is linear in one index

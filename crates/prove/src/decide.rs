@@ -8,6 +8,8 @@ use num_rational::BigRational;
 use serde::Serialize;
 use std::time::{Duration, Instant};
 
+mod split;
+
 /// The layer that decided a goal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -19,6 +21,10 @@ pub enum Layer {
     /// The two sides' difference expands to zero once its `product` atoms are multiplied
     /// out ([`crate::expand`]).
     ProductExpansion,
+    /// Cases on an index symbol between its comparisons' roots, the sides' forms equal on
+    /// each (proved), or a point of a case where they differ that is a real witness
+    /// (refuted) ([`split`]).
+    CaseSplit,
     /// The SMT solver: unsat (proved) or a model that is a real witness (refuted).
     Z3,
     /// Nothing decided the goal.
@@ -32,6 +38,7 @@ impl Layer {
             Layer::NormalForm => "normal-form",
             Layer::RandomWitness => "random-witness",
             Layer::ProductExpansion => "product-expansion",
+            Layer::CaseSplit => "case-split",
             Layer::Z3 => "z3",
             Layer::Unknown => "unknown",
         }
@@ -225,6 +232,7 @@ pub fn decide(arena: &Arena, a: ExprId, b: ExprId, cfg: &DecideConfig) -> Outcom
     };
     // The product expansion's answer, where it came before the last real points.
     let mut expanded = None;
+    let mut split_tried = false;
     if modular_difference {
         // Residues tell apart sides equal only once their softmax weights leave the products
         // (the modular evaluation hashes exponentials, so `exp(a)·exp(b)` and `exp(a + b)`
@@ -261,6 +269,12 @@ pub fn decide(arena: &Arena, a: ExprId, b: ExprId, cfg: &DecideConfig) -> Outcom
                     return Outcome::Proved(Layer::ProductExpansion);
                 }
                 expanded = Some(result);
+                // A masked lookup at a shifted token (a vocab-parallel embedding) is one: no
+                // point shows a difference, and the table is past Z3.
+                if let Some(outcome) = by_cases(arena, a, b, cfg) {
+                    return outcome;
+                }
+                split_tried = true;
             }
         }
     }
@@ -271,6 +285,11 @@ pub fn decide(arena: &Arena, a: ExprId, b: ExprId, cfg: &DecideConfig) -> Outcom
     let expanded = expanded.unwrap_or_else(|| expand(arena, a, b, cfg));
     if expanded == Ok(true) {
         return Outcome::Proved(Layer::ProductExpansion);
+    }
+    if !split_tried {
+        if let Some(outcome) = by_cases(arena, a, b, cfg) {
+            return outcome;
+        }
     }
     let Some(timeout) = cfg.z3_timeout else {
         return Outcome::Unknown("the sides differ in normal form and Z3 is off".into());
@@ -310,6 +329,32 @@ pub fn decide(arena: &Arena, a: ExprId, b: ExprId, cfg: &DecideConfig) -> Outcom
             }
         }
         smt::SmtResult::Unknown(why) => Outcome::Unknown(format!("Z3: {why}")),
+    }
+}
+
+/// The goal decided by cases on an index symbol ([`split`]): proved where the forms agree on
+/// every case; refuted where a case whose forms differ holds a real witness (its ends and
+/// middle tried, the other symbols drawn from a generator of its own, so that the real
+/// points after it are drawn as before); `None` otherwise.
+fn by_cases(arena: &Arena, a: ExprId, b: ExprId, cfg: &DecideConfig) -> Option<Outcome> {
+    match split::decide_by_cases(arena, a, b, cfg.deadline) {
+        split::Split::Equal => Some(Outcome::Proved(Layer::CaseSplit)),
+        split::Split::Differs { symbol, lo, hi } => {
+            let symbols = arena.symbols();
+            let mut rng = Rng::new(cfg.seed ^ 0x0073_706c_6974 ^ (a.0 as u64) << 32 ^ b.0 as u64);
+            for t in [lo, hi - 1, lo + (hi - lo) / 2] {
+                let mut values: Vec<Coeff> = symbols.iter().map(|(_, k)| rng.value(*k)).collect();
+                values[symbol as usize] = Coeff::from_integer(t as i64);
+                if let Some(point) = witness_at(arena, a, b, &values) {
+                    return Some(Outcome::Refuted {
+                        layer: Layer::CaseSplit,
+                        point,
+                    });
+                }
+            }
+            None
+        }
+        split::Split::Unknown(_) => None,
     }
 }
 

@@ -805,6 +805,7 @@ pub(super) fn view(c: &Ctx) -> Outcome {
             // piece of the merged dims (the mesh dims' order within a dim included).
             if !others_in.is_empty() {
                 if let Some(p) = c.global_view.and_then(|(gi, go)| {
+                    let beside_varying = in_varying_frame(&m.shape, gi, c);
                     let shards = c
                         .input_places
                         .iter()
@@ -821,6 +822,9 @@ pub(super) fn view(c: &Ctx) -> Outcome {
                             Place::Varying if q < 64 && c.pipeline_dims & (1 << q) != 0 => {
                                 Some(None)
                             }
+                            // Spec shapes in the frame of one coordinate of the varying mesh
+                            // dims (`in_varying_frame`): nothing of theirs is in them.
+                            Place::Varying if beside_varying => Some(None),
                             _ => None,
                         })
                         .collect::<Option<Vec<_>>>()?;
@@ -877,6 +881,31 @@ pub(super) fn view(c: &Ctx) -> Outcome {
         }
         p => c.all(p),
     }
+}
+
+/// Whether the global input shape `gi` of a view is its local input shape scaled by the
+/// shards of the mesh dims that do not hold it `Varying` only, while some do: the frame of one
+/// coordinate of those mesh dims, where the spec's shapes were read with their factors left
+/// out (the engine's view beside a varying mesh dim). Within it a `Varying` mesh dim takes no
+/// elements apart.
+fn in_varying_frame(local: &[usize], gi: &[i64], c: &Ctx) -> bool {
+    let mut frame: Vec<i64> = local.iter().map(|&l| l as i64).collect();
+    let mut varying = false;
+    for (p, &n) in c.input_places.iter().zip(c.mesh_sizes) {
+        match p {
+            Place::Varying => varying = true,
+            // Rows of a selection show as shards here.
+            Place::Shard(_) | Place::Blocked(..) => {
+                let Some(g) = p.blocks().and_then(|(d, _)| frame.get_mut(d)) else {
+                    return false;
+                };
+                *g *= n as i64;
+            }
+            Place::Replicate | Place::Partial(_) => {}
+            _ => return false,
+        }
+    }
+    varying && c.input_places.len() == c.mesh_sizes.len() && frame == gi
 }
 
 pub(super) fn moved(c: &Ctx, f: impl Fn(usize) -> Option<usize>) -> Outcome {

@@ -51,7 +51,7 @@ pub(crate) struct Handoff {
     /// `proved`, `refuted` or `inconclusive`.
     pub verdict: ProofVerdict,
     /// Distinct goals per deciding layer (`normal-form`, `random-witness`,
-    /// `product-expansion`, `z3`, `unknown`).
+    /// `product-expansion`, `case-split`, `z3`, `unknown`).
     pub layers: BTreeMap<String, usize>,
     /// Why it is not proved, in words.
     #[serde(skip_serializing_if = "Option::is_none")]

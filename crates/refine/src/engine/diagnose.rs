@@ -55,7 +55,7 @@ pub(super) fn fused_product(t: &Tpl) -> Option<&Tpl> {
 /// a later average supplies, a partial sum a later reduction completes) was made good
 /// downstream, and `v` is not where relations broke. `horizon` is the last spec node with a
 /// state in `state` (the walk's latest committed node, mid-walk).
-fn has_clean_descendant(
+pub(super) fn has_clean_descendant(
     spec: &IrGraph,
     state: &HashMap<ValueId, State>,
     is_float: &dyn Fn(&ValueId) -> bool,

@@ -53,12 +53,14 @@ pub(super) fn fused_product(t: &Tpl) -> Option<&Tpl> {
 /// Whether some float spec tensor computed from the values of `v` (transitively; shapes and
 /// dtypes alone do not count) has a clean relation: then whatever `v` lacks (a constant factor
 /// a later average supplies, a partial sum a later reduction completes) was made good
-/// downstream, and `v` is not where relations broke.
-fn has_clean_descendant(
+/// downstream, and `v` is not where relations broke. `horizon` is the last spec node with a
+/// state in `state` (the walk's latest committed node, mid-walk).
+pub(super) fn has_clean_descendant(
     spec: &IrGraph,
     state: &HashMap<ValueId, State>,
     is_float: &dyn Fn(&ValueId) -> bool,
     v: ValueId,
+    horizon: usize,
 ) -> bool {
     // (name, overload) of `aten` operators that read only their input's shape and dtype.
     const SHAPE_ONLY: &[(&str, &str)] = &[
@@ -75,9 +77,13 @@ fn has_clean_descendant(
     // Node order is topological, so one pass finds every node reached; it answers at the
     // first one with a clean float output (the walk asks this of values early in deep models,
     // where the first consumer usually relates cleanly, and reading on to the end of the
-    // graph made each question cost the graph's size).
-    let mut reached = vec![false; spec.nodes.len()];
-    for (n, node) in spec.nodes.iter().enumerate().skip(v.node + 1) {
+    // graph made each question cost the graph's size). No node past `horizon` (the last with
+    // a state) can answer, so the pass ends there: mid-walk, fast refutation asks this of
+    // values whose descendants are not inferred yet, and reading on to the end of the graph
+    // made each question there cost the rest of the model.
+    let end = (horizon + 1).min(spec.nodes.len());
+    let mut reached = vec![false; end];
+    for (n, node) in spec.nodes.iter().enumerate().take(end).skip(v.node + 1) {
         if node.op().is_some_and(|o| {
             o.namespace == "aten"
                 && SHAPE_ONLY
@@ -160,10 +166,13 @@ pub(super) fn blame(
     let mut stack = vec![out];
     // Memoized: the walk may meet a value along several paths.
     let mut compensated_memo: HashMap<ValueId, bool> = HashMap::new();
+    // The last spec node with a state (mid-walk, the node just committed), found once.
+    let mut horizon: Option<usize> = None;
     let mut compensated = |v: ValueId| {
+        let last = *horizon.get_or_insert_with(|| state.keys().map(|x| x.node).max().unwrap_or(0));
         *compensated_memo
             .entry(v)
-            .or_insert_with(|| has_clean_descendant(spec, state, &is_float, v))
+            .or_insert_with(|| has_clean_descendant(spec, state, &is_float, v, last))
     };
     while let Some(v) = stack.pop() {
         if !seen.insert(v) || is_clean(&v) || (v != out && compensated(v)) {

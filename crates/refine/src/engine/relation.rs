@@ -11,7 +11,7 @@ use crate::term::{is_leaf, is_op, leaf_symbol, Term, LIST};
 use egg::{Id, Language, RecExpr, Symbol};
 use shardproof_case::Case;
 use shardproof_interp::infer_graph;
-use shardproof_ir::{NodeKind, ValueId};
+use shardproof_ir::{NodeKind, OpName, ValueId};
 use shardproof_ops::Meta;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -104,7 +104,14 @@ pub(super) struct Impl<'a> {
     pub(super) reduction_paths: ReductionPaths,
     /// The program as that search walks it, once (see `evidence::SearchGraph`).
     pub(super) search_graph: OnceLock<super::evidence::SearchGraph>,
+    /// Per canonical rank value, its neighbourhood once computed (`Impl::neighbourhood`): reuse
+    /// asks it of every renamed tensor of every twin tried, and the same tensors recur.
+    pub(super) neighbourhoods: Mutex<HashMap<ValueRef, Arc<Neighbourhood<'a>>>>,
 }
+
+/// The operators consuming a rank value and, for each, those consuming its outputs, by name,
+/// sorted (`Impl::neighbourhood`).
+pub(super) type Neighbourhood<'a> = Vec<(Option<&'a OpName>, Vec<Option<&'a OpName>>)>;
 
 /// The memo of [`Impl::reduction_paths`]: per tensor and summands, the search's answer.
 pub(super) type ReductionPaths =
@@ -343,6 +350,7 @@ pub(super) fn build_impl<'a>(case: &'a Case, ctx: &LowerCtx) -> Impl<'a> {
         calls: call_index(case),
         reduction_paths: Mutex::default(),
         search_graph: OnceLock::new(),
+        neighbourhoods: Mutex::default(),
     };
     imp.zeros = Arc::new(zero_blocks(&imp));
     imp

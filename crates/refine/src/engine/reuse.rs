@@ -22,7 +22,9 @@
 
 use super::explore::define;
 use super::extract::clean_size;
-use super::relation::{add_rec, add_relation, add_tpl, tpl_values, Impl, Rel, State};
+use super::relation::{
+    add_rec, add_relation, add_tpl, tpl_values, Impl, Neighbourhood, Rel, State,
+};
 use super::saturate::{new_graph, run_rules, RunLimits};
 use super::seeds::seed_spec_equations;
 use super::Options;
@@ -30,10 +32,12 @@ use crate::lemmas::Graph;
 use crate::lower::{Lowered, Tpl, ValueRef};
 use crate::term::{is_leaf, leaf_symbol, parse_leaf, Shapes, Term};
 use egg::{Id, RecExpr, Rewrite, Symbol};
+use shardproof_case::Case;
 use shardproof_ir::{OpName, ValueId};
 use shardproof_ops::Meta;
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 /// An operator's solved inference problem, kept for the operators that name it as their twin:
 /// its inputs' relations (in the order of its term's values) and the relation it found.
@@ -188,8 +192,8 @@ const MAX_DEFINED: usize = 256;
 const SOURCE_LEVELS: usize = 2;
 
 /// A renaming of the twin's implementation tensors (leaf symbols) onto this operator's.
-struct Renaming<'a> {
-    imp: &'a Impl<'a>,
+struct Renaming<'a, 'c> {
+    imp: &'a Impl<'c>,
     map: HashMap<Symbol, Symbol>,
     /// The ranks' renaming, where the twin's ranks may differ (a sibling piece over other
     /// ranks, see [`across_ranks`]); `None`: each tensor keeps its rank.
@@ -198,7 +202,7 @@ struct Renaming<'a> {
     defined: Vec<ValueRef>,
 }
 
-impl<'a> Renaming<'a> {
+impl Renaming<'_, '_> {
     /// Matches `a` (the twin's) onto `b` node for node, extending the renaming of leaves;
     /// false where they differ in anything but leaf names, or a leaf is already renamed
     /// otherwise.
@@ -246,39 +250,12 @@ impl<'a> Renaming<'a> {
         pairs
             .iter()
             .all(|&(a, b)| match (self.value(a), self.value(b)) {
-                (Some(x), Some(y)) => self.neighbourhood(x) == self.neighbourhood(y),
+                (Some(x), Some(y)) => {
+                    x == y || self.imp.neighbourhood(x) == self.imp.neighbourhood(y)
+                }
                 (None, None) => a == b,
                 _ => false,
             })
-    }
-
-    /// The operators consuming `x` and, for each, those consuming its outputs, by name, sorted.
-    /// Names are compared as the program's own (no string per consumer: the check runs for
-    /// every renamed tensor of every reused operator).
-    fn neighbourhood(&self, x: ValueRef) -> Vec<(Option<&OpName>, Vec<Option<&OpName>>)> {
-        let imp = self.imp;
-        let ops =
-            |v: ValueRef| -> &[(usize, usize)] { imp.consumers.get(&v).map_or(&[], Vec::as_slice) };
-        let name = |r: usize, n: usize| imp.case.program.ranks[r].nodes[n].op();
-        let mut out: Vec<(Option<&OpName>, Vec<Option<&OpName>>)> = ops(x)
-            .iter()
-            .map(|&(r, n)| {
-                let outs = imp.case.program.ranks[r].nodes[n].outputs.len();
-                let mut next: Vec<Option<&OpName>> = (0..outs)
-                    .flat_map(|k| {
-                        ops(imp.canon(ValueRef {
-                            rank: Some(r),
-                            value: ValueId::new(n, k),
-                        }))
-                    })
-                    .map(|&(r2, n2)| name(r2, n2))
-                    .collect();
-                next.sort_unstable();
-                (name(r, n), next)
-            })
-            .collect();
-        out.sort_unstable();
-        out
     }
 
     /// Matches two relations in full: expressions, equal leaves and equal slices, one for
@@ -539,6 +516,50 @@ pub(super) fn renamed(imp: &Impl, bound: &[(Symbol, Symbol)], rel: &Rel) -> Opti
         defined: Vec::new(),
     }
     .rename_rel(rel)
+}
+
+impl<'c> Impl<'c> {
+    /// The operators consuming `x` and, for each, those consuming its outputs, by name, sorted
+    /// ([`Renaming::same_neighbourhoods`]); computed once per value. Names are compared as the
+    /// program's own (no string per consumer).
+    fn neighbourhood(&self, x: ValueRef) -> Arc<Neighbourhood<'c>> {
+        if let Some(n) = self
+            .neighbourhoods
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&x).cloned())
+        {
+            return n;
+        }
+        let case: &'c Case = self.case;
+        let ops = |v: ValueRef| -> &[(usize, usize)] {
+            self.consumers.get(&v).map_or(&[], Vec::as_slice)
+        };
+        let name = |r: usize, n: usize| case.program.ranks[r].nodes[n].op();
+        let mut out: Neighbourhood<'c> = ops(x)
+            .iter()
+            .map(|&(r, n)| {
+                let outs = case.program.ranks[r].nodes[n].outputs.len();
+                let mut next: Vec<Option<&OpName>> = (0..outs)
+                    .flat_map(|k| {
+                        ops(self.canon(ValueRef {
+                            rank: Some(r),
+                            value: ValueId::new(n, k),
+                        }))
+                    })
+                    .map(|&(r2, n2)| name(r2, n2))
+                    .collect();
+                next.sort_unstable();
+                (name(r, n), next)
+            })
+            .collect();
+        out.sort_unstable();
+        let out = Arc::new(out);
+        if let Ok(mut m) = self.neighbourhoods.lock() {
+            m.insert(x, out.clone());
+        }
+        out
+    }
 }
 
 /// A set of lemmas' rewrites.

@@ -1251,3 +1251,49 @@ fn the_call_and_leaf_indexes_answer_as_a_scan_of_the_programs() {
     }
     assert!(leaves > 20, "{leaves} leaves");
 }
+
+/// `has_clean_descendant` read up to the last node with a state answers as the pass to the end
+/// of the spec graph, mid-walk (only nodes up to `k` have states) and at the horizon itself: a
+/// state only at node `k`, the last one read, must still be found.
+#[test]
+fn a_clean_descendant_is_found_up_to_the_last_node_with_a_state() {
+    use super::diagnose::has_clean_descendant;
+    let dir = tempfile::tempdir().unwrap();
+    let case = mlp_case(dir.path(), "dp=2,tp=2", None);
+    let spec = &case.spec;
+    let clean = State::Related(Rel {
+        exprs: Vec::new(),
+        clean: true,
+        equal_leaves: Vec::new(),
+        equal_slices: Vec::new(),
+        explored: Vec::new(),
+    });
+    let is_float = |_: &ValueId| true;
+    let end = spec.nodes.len() - 1;
+    let (mut found, mut asked) = (0, 0);
+    for k in 0..spec.nodes.len() {
+        // Mid-walk: node k just committed, every node before it unclean, node k clean.
+        let mut state: HashMap<ValueId, State> = HashMap::new();
+        for n in 0..=k {
+            for o in 0..spec.nodes[n].outputs.len() {
+                let s = if n == k {
+                    clean.clone()
+                } else {
+                    State::Unrelated("test".into())
+                };
+                state.insert(ValueId::new(n, o), s);
+            }
+        }
+        for v in spec.values().filter(|v| v.node < k) {
+            let bounded = has_clean_descendant(spec, &state, &is_float, v, k);
+            asked += 1;
+            found += usize::from(bounded);
+            assert_eq!(
+                bounded,
+                has_clean_descendant(spec, &state, &is_float, v, end),
+                "{v:?} at {k}"
+            );
+        }
+    }
+    assert!(found > 0 && found < asked, "{found} of {asked}");
+}

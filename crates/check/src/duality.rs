@@ -2,7 +2,9 @@
 //! communication has its dual in the backward. all-gather <-> reduce-scatter (or an
 //! all-reduce, which the rank then slices; none where only replicated computation reads the
 //! gathered tensor: its gradient is replicated and the dual is a local slice), all-to-all <->
-//! all-to-all, send <-> recv (reversed); an all-reduce's dual is the identity (nothing), and
+//! all-to-all, send <-> recv (reversed; a message along a mesh dim other than the pipeline's,
+//! a ring's, pairs with any backward message along that dim: a ring's gradients may travel on
+//! around it to their owner); an all-reduce's dual is the identity (nothing), and
 //! the identity's all-reduce is what the placement rules check (a gradient that stays partial).
 //!
 //! Forward and backward of one rank graph: the forward is everything the loss (a 0-d float
@@ -264,6 +266,24 @@ pub fn duality(
         if let Comm::AllGather(g) = c {
             candidates.push(Comm::AllReduce(g.clone()));
         }
+        // A ring's message (along a mesh dim other than the pipeline's) may have its gradient
+        // travel on around the ring, in the forward's direction, back to its owner (a
+        // context-parallel ring backward with more than two ranks): any backward message
+        // along the same mesh dim pairs with it. Whether the gradient arrives is the ring
+        // reading's question (a key block's record is only its owner's rows when complete).
+        if let Comm::Send(p) | Comm::Recv(p) = c {
+            if let Some(d) = ring_dim(mesh, rank, *p) {
+                candidates.extend(
+                    pool.iter()
+                        .filter(|(k, v)| {
+                            !v.is_empty()
+                                && matches!(k, Comm::Send(q) | Comm::Recv(q)
+                                    if ring_dim(mesh, rank, *q) == Some(d))
+                        })
+                        .map(|(k, _)| k.clone()),
+                );
+            }
+        }
         let found = candidates
             .iter()
             .find(|k| pool.get(*k).is_some_and(|v| !v.is_empty()))
@@ -283,6 +303,18 @@ pub fn duality(
         out.push(missing(graph, rank, mesh, i, c, &dual, &pool, &comms));
     }
     out
+}
+
+/// The mesh dim a message between `rank` and `peer` travels along, where it is one dim and
+/// not the pipeline's (a ring's, a context-parallel exchange's).
+fn ring_dim(mesh: &Mesh, rank: usize, peer: usize) -> Option<usize> {
+    let (a, b) = (mesh.coords(rank), mesh.coords(peer));
+    if a.len() != b.len() {
+        return None;
+    }
+    let mut differing = (0..a.len()).filter(|&k| a[k] != b[k]);
+    let d = differing.next()?;
+    (differing.next().is_none() && !crate::is_pipeline_dim(mesh, d)).then_some(d)
 }
 
 /// Whether the value of node `start` reaches, through forward operators whose results stay

@@ -469,8 +469,7 @@ proptest! {
 #[test]
 fn a_ring_of_four_reads_every_owners_gradient() {
     let ran = run(4, None, 3);
-    // The duality check reads the backward's second trip around the ring, in the forward's
-    // direction, as recvs without a dual send (not this reading's concern): no `Holds` here.
+    // The whole plan holds too (`tests/zoo.rs::llama_full_iteration_on_a_ring_of_four_holds`).
     assert_eq!(ran.claimed, vec![[true; 2]; 4], "{}", ran.render);
     assert_eq!(ran.right, Some(vec![[true; 2]; 4]));
 }

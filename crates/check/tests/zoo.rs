@@ -556,3 +556,15 @@ fn cp_chunks_and_positions_are_rows_of_one_selection() {
     let report = check(&plan);
     assert_eq!(report.verdict, Verdict::Holds, "{}", report.render());
 }
+
+/// Regression of a false finding: on a ring of four, the backward sends the keys and values
+/// around again in the forward's direction and their gradients on to their owners, so no
+/// message goes back to the rank a forward recv came from. A ring's message pairs with any
+/// backward message along its mesh dim; the plan holds with no unknown.
+#[test]
+fn llama_full_iteration_on_a_ring_of_four_holds() {
+    let plan = Plan::new("llama", "cp=4", false);
+    let report = check(&plan);
+    assert_eq!(report.verdict, Verdict::Holds, "{}", report.render());
+    assert!(report.unknown.is_empty(), "{}", report.render());
+}

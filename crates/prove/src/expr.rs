@@ -894,7 +894,9 @@ fn isqrt(x: u64) -> u64 {
     r
 }
 
-pub(crate) fn add_term(acc: &mut BTreeMap<Mono, Coeff>, m: Mono, c: Coeff) {
+/// Adds `c·m` to a polynomial's terms, dropping a term whose coefficient cancels (any monomial
+/// key: atoms here, the case split's keys in `decide/split.rs`).
+pub(crate) fn add_term<M: Ord>(acc: &mut BTreeMap<M, Coeff>, m: M, c: Coeff) {
     use std::collections::btree_map::Entry;
     match acc.entry(m) {
         Entry::Vacant(v) => {
@@ -915,21 +917,23 @@ fn from_map(acc: BTreeMap<Mono, Coeff>) -> Poly {
     }
 }
 
-pub(crate) fn mul_mono(a: &[(AtomId, u32)], b: &[(AtomId, u32)]) -> Mono {
+/// The product of two monomials sorted by key: exponents of equal keys add (any key: atoms
+/// here, the case split's keys in `decide/split.rs`).
+pub(crate) fn mul_mono<K: Ord + Clone>(a: &[(K, u32)], b: &[(K, u32)]) -> Vec<(K, u32)> {
     let mut out = Vec::with_capacity(a.len() + b.len());
     let (mut i, mut j) = (0, 0);
     while i < a.len() && j < b.len() {
         match a[i].0.cmp(&b[j].0) {
             std::cmp::Ordering::Less => {
-                out.push(a[i]);
+                out.push(a[i].clone());
                 i += 1;
             }
             std::cmp::Ordering::Greater => {
-                out.push(b[j]);
+                out.push(b[j].clone());
                 j += 1;
             }
             std::cmp::Ordering::Equal => {
-                out.push((a[i].0, a[i].1 + b[j].1));
+                out.push((a[i].0.clone(), a[i].1 + b[j].1));
                 i += 1;
                 j += 1;
             }

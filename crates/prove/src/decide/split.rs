@@ -20,7 +20,7 @@
 //! arithmetic of the forms is the interpreter's: no `inf - inf`, no `0·NaN`). Anything else
 //! (another function of `t`, a product atom holding it) leaves the goal to the other layers.
 
-use crate::expr::{Arena, Atom, AtomId, Coeff, ExprId, Func, SymbolKind};
+use crate::expr::{add_term, mul_mono, Arena, Atom, AtomId, Coeff, ExprId, Func, SymbolKind};
 use num_rational::BigRational;
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
@@ -435,21 +435,6 @@ fn linear(f: &Form) -> Option<(Coeff, Coeff)> {
     Some((slope, offset))
 }
 
-fn add_term<'a>(acc: &mut Form<'a>, m: Mono<'a>, c: Coeff) {
-    use std::collections::btree_map::Entry;
-    match acc.entry(m) {
-        Entry::Vacant(v) => {
-            v.insert(c);
-        }
-        Entry::Occupied(mut o) => {
-            *o.get_mut() += c;
-            if o.get().is_zero() {
-                o.remove();
-            }
-        }
-    }
-}
-
 fn mul<'a>(a: &Form<'a>, b: &Form<'a>) -> Form<'a> {
     let mut out = Form::new();
     for (ma, ca) in a {
@@ -457,31 +442,6 @@ fn mul<'a>(a: &Form<'a>, b: &Form<'a>) -> Form<'a> {
             add_term(&mut out, mul_mono(ma, mb), ca * cb);
         }
     }
-    out
-}
-
-fn mul_mono<'a>(a: &[(Key<'a>, u32)], b: &[(Key<'a>, u32)]) -> Mono<'a> {
-    let mut out: Mono<'a> = Vec::with_capacity(a.len() + b.len());
-    let (mut i, mut j) = (0, 0);
-    while i < a.len() && j < b.len() {
-        match a[i].0.cmp(&b[j].0) {
-            std::cmp::Ordering::Less => {
-                out.push(a[i].clone());
-                i += 1;
-            }
-            std::cmp::Ordering::Greater => {
-                out.push(b[j].clone());
-                j += 1;
-            }
-            std::cmp::Ordering::Equal => {
-                out.push((a[i].0.clone(), a[i].1 + b[j].1));
-                i += 1;
-                j += 1;
-            }
-        }
-    }
-    out.extend_from_slice(&a[i..]);
-    out.extend_from_slice(&b[j..]);
     out
 }
 

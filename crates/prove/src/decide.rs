@@ -369,8 +369,7 @@ fn witness_at(arena: &Arena, a: ExprId, b: ExprId, values: &[Coeff]) -> Option<P
     let differ = match (exact.value(a), exact.value(b)) {
         (Some(x), Some(y)) => x != y,
         _ => {
-            let floats = values.iter().map(Coeff::to_f64).collect();
-            let mut ev = FloatEval::new(arena, floats);
+            let mut ev = FloatEval::at_exact_point(arena, values);
             clearly_differ(ev.eval(a), ev.eval(b))
         }
     };

@@ -303,6 +303,10 @@ pub struct FloatEval<'a> {
     arena: &'a Arena,
     symbols: Vec<f64>,
     memo: HashMap<ExprId, f64>,
+    /// The same point exactly, where known: a function's arguments are taken from it when
+    /// they have a rational value, so a comparison or a `where` whose argument is exactly 0
+    /// is not decided by f64 rounding (`x - 3·(x/3)` is not 0 in f64).
+    exact: Option<ExactEval<'a>>,
 }
 
 impl<'a> FloatEval<'a> {
@@ -312,6 +316,18 @@ impl<'a> FloatEval<'a> {
             arena,
             symbols,
             memo: HashMap::new(),
+            exact: None,
+        }
+    }
+
+    /// An evaluator at the rational point `values`: f64 where a value is irrational (a
+    /// transcendental function's), exact for every function argument with a rational value.
+    pub fn at_exact_point(arena: &'a Arena, values: &[Coeff]) -> Self {
+        FloatEval {
+            arena,
+            symbols: values.iter().map(Coeff::to_f64).collect(),
+            memo: HashMap::new(),
+            exact: Some(ExactEval::new(arena, values.to_vec())),
         }
     }
 
@@ -339,7 +355,13 @@ impl<'a> FloatEval<'a> {
             Atom::NonFinite(-1) => f64::NEG_INFINITY,
             Atom::NonFinite(_) => f64::NAN,
             Atom::App(f, args) => {
-                let vals: Vec<f64> = args.iter().map(|&x| self.eval(x)).collect();
+                let vals: Vec<f64> = args
+                    .iter()
+                    .map(|&x| {
+                        let exact = self.exact.as_mut().and_then(|ex| ex.value(x));
+                        exact.map_or_else(|| self.eval(x), |v| v.to_f64())
+                    })
+                    .collect();
                 f.eval_f64(&vals)
             }
         }

@@ -768,3 +768,33 @@ fn zero_times_a_lookup_at_a_sorted_position_is_zero_only_in_range() {
     }
     assert!(in_range_seen > 0 && out_of_range_seen > 0);
 }
+
+/// A comparison whose argument is exactly 0 at a witness (`where(x0, -3, x1) - x1` at `x0 = 0`,
+/// normalized to `-x1 - 3·where(x0, 1, -x1/3)`, is 2e-16 in f64) is evaluated exactly: the
+/// witness check took `tanh(gt0(..)) = tanh(1)` for 0 and refuted the goal at a point where
+/// both sides are 0 (found by `goals_sharing_an_arena_get_sound_verdicts`).
+#[test]
+fn a_comparison_exactly_at_zero_is_no_witness() {
+    let t = Tree::Sin(Box::new(Tree::Const(0)));
+    let u = Tree::Tanh(Box::new(Tree::Gt(
+        Box::new(Tree::Where(
+            Box::new(Tree::Sym(0)),
+            Box::new(Tree::Const(-3)),
+            Box::new(Tree::Sym(1)),
+        )),
+        Box::new(Tree::Sym(1)),
+    )));
+    let mut a = Arena::default();
+    let f = build(&mut a, &u);
+    let point = [Coeff::from_integer(0), Coeff::new(-7, 4)];
+    let at = FloatEval::at_exact_point(&a, &point).eval(f);
+    assert_eq!(at, 0.0);
+    let cfg = DecideConfig {
+        z3_timeout: None,
+        ..DecideConfig::default()
+    };
+    let e = build(&mut a, &t);
+    if let Outcome::Refuted { point, .. } = decide(&a, e, f, &cfg) {
+        check_witness(&a, &t, &u, &point).unwrap();
+    }
+}

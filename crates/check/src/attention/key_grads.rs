@@ -42,9 +42,9 @@ enum Kind {
     Values,
 }
 
-/// A partial sum of the gradient of one key (or value) block over some (query, key) pairs.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-struct Record {
+/// Which block's gradient, in which ring: what a record and a contribution to it share.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Block {
     kind: Kind,
     /// The coordinate that owns the block.
     owner: usize,
@@ -54,10 +54,16 @@ struct Record {
     qroot: u16,
     /// The scores' scale, as bits.
     scale: u64,
-    /// The gradient's shape, `[b, kv heads, keys, head dim]`.
-    shape: Vec<usize>,
     /// Query heads per key head (the `repeat_kv` factor).
     rep: usize,
+}
+
+/// A partial sum of the gradient of one key (or value) block over some (query, key) pairs.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Record {
+    block: Block,
+    /// The gradient's shape, `[b, kv heads, keys, head dim]`.
+    shape: Vec<usize>,
     /// The (query, key) position pairs summed, sorted, each once.
     pairs: Vec<(usize, usize)>,
 }
@@ -85,13 +91,9 @@ impl GradRecords {
 
 /// One rank's contribution to a block's gradient.
 struct Contribution {
-    kind: Kind,
-    owner: usize,
-    base: u16,
-    qroot: u16,
-    scale: u64,
+    block: Block,
+    /// The gradient's shape (its keys dim: the part's).
     shape: Vec<usize>,
-    rep: usize,
     /// The block's key positions.
     keys: Vec<usize>,
     /// Its (query, key) pairs, sorted.
@@ -122,19 +124,14 @@ pub(crate) fn accrue(
     let (received, contribution, part) = match op.name.as_str() {
         "sum" | "view" => {
             let c = contribution(g, end, place, shape, table, coord)?;
-            let whole = positions(table, c.base, c.owner)?.1;
+            let whole = positions(table, c.block.base, c.block.owner)?.1;
             if c.keys != whole || c.shape != out_shape {
                 return None;
             }
             return records
                 .intern(Record {
-                    kind: c.kind,
-                    owner: c.owner,
-                    base: c.base,
-                    qroot: c.qroot,
-                    scale: c.scale,
+                    block: c.block,
                     shape: c.shape,
-                    rep: c.rep,
                     pairs: c.pairs,
                 })
                 .map(Place::Accrued);
@@ -221,10 +218,8 @@ fn extend(
     };
     let rec = records.records.get(id as usize)?.clone();
     let c = contribution(g, c, place, shape, table, coord)?;
-    let whole = positions(table, rec.base, rec.owner)?.1;
-    let same = c.kind == rec.kind
-        && (c.owner, c.base, c.qroot, c.scale, c.rep)
-            == (rec.owner, rec.base, rec.qroot, rec.scale, rec.rep)
+    let whole = positions(table, rec.block.base, rec.block.owner)?.1;
+    let same = c.block == rec.block
         && c.shape.len() == 4
         && c.shape[..2] == rec.shape[..2]
         && c.shape[3] == rec.shape[3]
@@ -372,13 +367,15 @@ fn contribution(
         return None;
     }
     Some(Contribution {
-        kind,
-        owner,
-        base,
-        qroot,
-        scale: w.scale?,
+        block: Block {
+            kind,
+            owner,
+            base,
+            qroot,
+            scale: w.scale?,
+            rep,
+        },
         shape: grad_shape,
-        rep,
         keys,
         pairs,
     })
@@ -414,18 +411,21 @@ pub(crate) fn arrived(
     let Some(rec) = records.records.get(id as usize) else {
         return Place::Varying;
     };
-    if rec.owner != rc {
+    let Block {
+        owner, base, qroot, ..
+    } = rec.block;
+    if owner != rc {
         return Place::Accrued(id);
     }
     let complete = || -> Option<bool> {
-        let (root, keys) = positions(table, rec.base, rec.owner)?;
-        if root != rec.qroot || rec.shape.get(2) != Some(&keys.len()) {
+        let (root, keys) = positions(table, base, owner)?;
+        if root != qroot || rec.shape.get(2) != Some(&keys.len()) {
             return Some(false);
         }
         // Every query position of the sequence, each once.
         let mut queries = Vec::new();
         for c in 0..n {
-            queries.extend(positions(table, rec.qroot, c)?.1);
+            queries.extend(positions(table, qroot, c)?.1);
         }
         queries.sort_unstable();
         if queries.iter().enumerate().any(|(j, &q)| j != q) {
@@ -444,7 +444,7 @@ pub(crate) fn arrived(
         Some(want == rec.pairs)
     };
     if complete() == Some(true) {
-        Place::Rows(2, rec.base)
+        Place::Rows(2, base)
     } else {
         Place::Accrued(id)
     }

@@ -6,16 +6,11 @@
 mod common;
 
 use common::plans::Plan;
-use shardproof_check::{check_case, Report, Verdict};
+use shardproof_check::{Report, Verdict};
 use shardproof_zoo::find_bug;
 
 fn check(plan: &Plan) -> Report {
-    let dir = tempfile::tempdir().unwrap();
-    let case = plan
-        .emit(dir.path())
-        .unwrap_or_else(|e| panic!("{}: {e}", plan.label()));
-    let case = shardproof_case::load_case(&case).unwrap();
-    check_case(&case).unwrap_or_else(|e| panic!("{}: {e}", plan.label()))
+    plan.check()
 }
 
 fn plan_051() -> Plan {

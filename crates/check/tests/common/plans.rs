@@ -78,6 +78,17 @@ impl Plan {
         s
     }
 
+    /// Emits the plan into a temporary directory and checks it (panics, naming the plan, where
+    /// the zoo refuses it or the case does not load).
+    pub fn check(&self) -> shardproof_check::Report {
+        let dir = tempfile::tempdir().unwrap();
+        let case = self
+            .emit(dir.path())
+            .unwrap_or_else(|e| panic!("{}: {e}", self.label()));
+        let case = shardproof_case::load_case(&case).unwrap();
+        shardproof_check::check_case(&case).unwrap_or_else(|e| panic!("{}: {e}", self.label()))
+    }
+
     /// Emits the plan into `dir` and returns its case file, or the zoo's refusal.
     pub fn emit(&self, dir: &Path) -> Result<PathBuf, String> {
         let mesh = Mesh::parse(self.mesh)?;

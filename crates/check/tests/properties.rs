@@ -19,7 +19,7 @@ use shardproof_ops::{Meta, Tensor};
 use std::collections::BTreeMap;
 
 mod common;
-use common::values::{close, concat, random};
+use common::values::{assemble, close, random, Make};
 
 #[derive(Clone, Copy, Debug)]
 enum In {
@@ -327,66 +327,6 @@ fn fx(shapes: &[Vec<usize>], call: &str, out: &[usize]) -> String {
         "class GraphModule(torch.nn.Module):\n    def forward(self, {}):\n        out: \"f64{out:?}\" = {call}\n        return (out,)\n",
         params.join(", ")
     )
-}
-
-/// How the pieces along one mesh dim make up the tensor.
-#[derive(Clone, Copy, Debug)]
-enum Make {
-    /// Every coordinate holds the same piece.
-    Same,
-    /// Dim d in k blocks, each the concatenation of the coordinates' pieces.
-    Cat(usize, usize),
-    /// The pieces sum to the tensor.
-    Sum,
-}
-
-/// Assembles the ranks' values (row-major mesh, `mesh` sizes) into one tensor, mesh dims
-/// applied in mesh order (the first the outermost: DTensor's); `Err` when a `Same` mesh dim's
-/// pieces differ.
-fn assemble(
-    values: &[Vec<f64>],
-    shape: &[usize],
-    mesh: &[usize],
-    makes: &[Make],
-) -> Result<(Vec<f64>, Vec<usize>), String> {
-    let mut cur: Vec<(Vec<f64>, Vec<usize>)> =
-        values.iter().map(|v| (v.clone(), shape.to_vec())).collect();
-    // Innermost mesh dim first: consecutive groups of `n` entries differ only in it.
-    for m in (0..mesh.len()).rev() {
-        let n = mesh[m];
-        let mut next = Vec::new();
-        for group in cur.chunks(n) {
-            let (first, sh) = &group[0];
-            next.push(match makes[m] {
-                Make::Same => {
-                    if group.iter().any(|(v, _)| !close(v, first)) {
-                        return Err(format!("the pieces along mesh dim {m} differ"));
-                    }
-                    (first.clone(), sh.clone())
-                }
-                Make::Sum => (
-                    (0..first.len())
-                        .map(|k| group.iter().map(|(v, _)| v[k]).sum())
-                        .collect(),
-                    sh.clone(),
-                ),
-                Make::Cat(d, k) => {
-                    let mut split = sh.clone();
-                    if split[d] % k != 0 {
-                        return Err(format!("dim {d} of {sh:?} is not {k} blocks"));
-                    }
-                    split[d] /= k;
-                    split.insert(d, k);
-                    let parts: Vec<Vec<f64>> = group.iter().map(|(v, _)| v.clone()).collect();
-                    let mut out = sh.clone();
-                    out[d] *= n;
-                    (concat(&parts, &split, d + 1), out)
-                }
-            });
-        }
-        cur = next;
-    }
-    Ok(cur.swap_remove(0))
 }
 
 const NAMES: [&str; 2] = ["dp", "tp"];

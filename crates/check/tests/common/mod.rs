@@ -2,4 +2,5 @@
 pub mod chunks;
 pub mod hand;
 pub mod plans;
+pub mod ring_backward;
 pub mod values;

@@ -238,9 +238,20 @@ pub fn duality(
         return pair_messages(graph, rank, mesh, &comms);
     }
     // Pair forward communication with backward duals, in program order, per kind.
+    // A send of a forward value carries no gradient: the forward's own sends (no ancestors of
+    // the loss, so counted as backward above) and a backward's second trip of activations
+    // round a ring answer no forward message (they answered every ring's forward recvs, the
+    // backward sending nothing: `tests/review_ring_backward.rs`).
+    let carries_activation = |i: usize| {
+        matches!(comms[i], Some(Comm::Send(_)))
+            && graph.nodes[i]
+                .inputs()
+                .first()
+                .is_some_and(|v| forward[v.node])
+    };
     let mut pool: BTreeMap<Comm, Vec<usize>> = BTreeMap::new();
     for (i, c) in comms.iter().enumerate() {
-        if let Some(c) = c.as_ref().filter(|_| backward[i]) {
+        if let Some(c) = c.as_ref().filter(|_| backward[i] && !carries_activation(i)) {
             pool.entry(c.clone()).or_default().push(i);
         }
     }

@@ -25,7 +25,9 @@ const CP: usize = 4;
 
 /// The tags of the records' messages (the last layer's backward, then the first layer's):
 /// even tags the keys' records, odd tags the values'.
-const RECORD_TAGS: [u32; 16] = [40, 41, 46, 47, 52, 53, 58, 59, 10, 11, 16, 17, 22, 23, 28, 29];
+const RECORD_TAGS: [u32; 16] = [
+    40, 41, 46, 47, 52, 53, 58, 59, 10, 11, 16, 17, 22, 23, 28, 29,
+];
 
 /// The tags of the keys' and values' second trip round the ring in the backward.
 const SECOND_TRIP_TAGS: [u32; 12] = [38, 39, 44, 45, 50, 51, 8, 9, 14, 15, 20, 21];
@@ -52,13 +54,22 @@ fn with_peer(line: &str, peer: usize, new: usize, tag: u32) -> String {
     )
 }
 
+/// One message line of a rank's graph.
+struct Msg<'a> {
+    line: &'a str,
+    rank: usize,
+    is_send: bool,
+    peer: usize,
+    tag: u32,
+}
+
 /// A rank's graph with `f` applied to each line of a message with a tag of `tags` (each a send
 /// and a recv on every rank); `None` from `f` deletes the line.
 fn edit_messages(
     text: &str,
     rank: usize,
     tags: &[u32],
-    f: &dyn Fn(&str, usize, bool, usize, u32) -> Option<String>,
+    f: &dyn Fn(&Msg) -> Option<String>,
 ) -> String {
     let mut seen = 0;
     let out: Vec<String> = text
@@ -66,7 +77,13 @@ fn edit_messages(
         .filter_map(|line| match p2p(line) {
             Some((is_send, peer, tag)) if tags.contains(&tag) => {
                 seen += 1;
-                f(line, rank, is_send, peer, tag)
+                f(&Msg {
+                    line,
+                    rank,
+                    is_send,
+                    peer,
+                    tag,
+                })
             }
             _ => Some(line.to_string()),
         })
@@ -76,11 +93,11 @@ fn edit_messages(
 }
 
 /// A message dropped: the send deleted, the recv a zero of its shape.
-fn dropped(line: &str, _: usize, is_send: bool, _: usize, _: u32) -> Option<String> {
-    if is_send {
+fn dropped(m: &Msg) -> Option<String> {
+    if m.is_send {
         return None;
     }
-    let (name, _) = line.split_once(" = ")?;
+    let (name, _) = m.line.split_once(" = ")?;
     Some(format!(
         "{name} = torch.ops.aten.full.default([2, 2, 2, 4], 0.0, dtype = torch.float32, device = device(type='cpu'), pin_memory = False)"
     ))
@@ -95,10 +112,22 @@ fn replace_once(text: &str, old: &str, new: &str) -> String {
 /// The final recvs (rank, 0 keys / 1 values) the bug breaks: never claimed, and not right
 /// where the program runs; the verdict is never `Holds`, and every claim left is right.
 fn assert_safe(name: &str, ran: &Ran, broken: &[(usize, usize)]) {
-    eprintln!("SUMMARY {name}: {:?} {}", ran.verdict, ran.render.lines().filter(|l| l.starts_with("finding") || l.contains("unknown")).take(4).collect::<Vec<_>>().join(" / "));
+    eprintln!(
+        "SUMMARY {name}: {:?} {}",
+        ran.verdict,
+        ran.render
+            .lines()
+            .filter(|l| l.starts_with("finding") || l.contains("unknown"))
+            .take(4)
+            .collect::<Vec<_>>()
+            .join(" / ")
+    );
     assert_ne!(ran.verdict, Verdict::Holds, "{name}: {}", ran.render);
     for &(r, j) in broken {
-        assert!(!ran.claimed[r][j], "{name}: rank {r} final recv {j} claimed");
+        assert!(
+            !ran.claimed[r][j],
+            "{name}: rank {r} final recv {j} claimed"
+        );
         if let Some(right) = &ran.right {
             assert!(!right[r][j], "{name}: rank {r} final recv {j} is right");
         }
@@ -137,13 +166,15 @@ fn a_keys_contribution_without_the_softmax_scale_is_not_read() {
 /// The same contribution scaled twice.
 #[test]
 fn a_keys_contribution_scaled_twice_is_not_read() {
-    let edit = |r: usize, t: &str| match r {
+    let edit = |r: usize, t: &str| {
+        match r {
         0 => replace_once(
             t,
             "transpose_24: \"f32[8, 2, 1]\" = torch.ops.aten.transpose.int(mul_61, 1, 2)",
             "twice: \"f32[8, 1, 2]\" = torch.ops.aten.mul.Scalar(mul_61, 0.5)\n        transpose_24: \"f32[8, 2, 1]\" = torch.ops.aten.transpose.int(twice, 1, 2)",
         ),
         _ => t.to_string(),
+    }
     };
     let ran = run_edited(CP, &edit, 7);
     assert_safe("ds-scaled-twice", &ran, &[(3, 0)]);
@@ -154,13 +185,13 @@ fn a_keys_contribution_scaled_twice_is_not_read() {
 #[test]
 fn records_sent_the_other_way_round_are_not_read() {
     let edit = |rank: usize, t: &str| {
-        edit_messages(t, rank, &RECORD_TAGS, &|line, rank, is_send, peer, tag| {
-            let new = if is_send {
-                (rank + CP - 1) % CP
+        edit_messages(t, rank, &RECORD_TAGS, &|m| {
+            let new = if m.is_send {
+                (m.rank + CP - 1) % CP
             } else {
-                (rank + 1) % CP
+                (m.rank + 1) % CP
             };
-            Some(with_peer(line, peer, new, tag))
+            Some(with_peer(m.line, m.peer, new, m.tag))
         })
     };
     let ran = run_edited(CP, &edit, 8);
@@ -197,7 +228,11 @@ fn the_keys_records_never_sent_are_not_read() {
 /// and values' second trip dropped) leaves the forward's unanswered.
 #[test]
 fn a_backward_without_messages_along_cp_is_a_duality_finding() {
-    let all: Vec<u32> = RECORD_TAGS.iter().chain(&SECOND_TRIP_TAGS).copied().collect();
+    let all: Vec<u32> = RECORD_TAGS
+        .iter()
+        .chain(&SECOND_TRIP_TAGS)
+        .copied()
+        .collect();
     let edit = |rank: usize, t: &str| edit_messages(t, rank, &all, &dropped);
     let ran = run_edited(CP, &edit, 11);
     assert_safe("no-backward-messages", &ran, &every_final_recv());

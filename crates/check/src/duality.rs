@@ -4,8 +4,8 @@
 //! gathered tensor: its gradient is replicated and the dual is a local slice), all-to-all <->
 //! all-to-all, send <-> recv (reversed; a message along a mesh dim other than the pipeline's,
 //! a ring's, pairs with any backward message along that dim: a ring's gradients may travel on
-//! around it to their owner); an all-reduce's dual is the identity (nothing), and
-//! the identity's all-reduce is what the placement rules check (a gradient that stays partial).
+//! around it to their owner; a send of a forward value, an activation, answers none); an
+//! all-reduce's dual is the identity (nothing), and the identity's all-reduce is what the placement rules check (a gradient that stays partial).
 //!
 //! Forward and backward of one rank graph: the forward is everything the loss (a 0-d float
 //! output of the graph) depends on; the backward is every other call that depends on the

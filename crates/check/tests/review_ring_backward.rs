@@ -112,16 +112,6 @@ fn replace_once(text: &str, old: &str, new: &str) -> String {
 /// The final recvs (rank, 0 keys / 1 values) the bug breaks: never claimed, and not right
 /// where the program runs; the verdict is never `Holds`, and every claim left is right.
 fn assert_safe(name: &str, ran: &Ran, broken: &[(usize, usize)]) {
-    eprintln!(
-        "SUMMARY {name}: {:?} {}",
-        ran.verdict,
-        ran.render
-            .lines()
-            .filter(|l| l.starts_with("finding") || l.contains("unknown"))
-            .take(4)
-            .collect::<Vec<_>>()
-            .join(" / ")
-    );
     assert_ne!(ran.verdict, Verdict::Holds, "{name}: {}", ran.render);
     for &(r, j) in broken {
         assert!(

@@ -30,6 +30,7 @@ use findings::{
 };
 use recv::{moves_partial, recv_read, resume_at, start_state};
 use scaling::{read_times_n, scale_records, ScaleRecord};
+pub use scaling::{spec_scaling_positions, SpecScaling};
 pub use shared::*;
 use vocab_proofs::vocab_proofs;
 
@@ -393,6 +394,7 @@ fn propagate_rank_from(
                     && inputs.len() == 1
                     && read_times_n(
                         sh,
+                        r,
                         i,
                         node.name.as_str(),
                         op,

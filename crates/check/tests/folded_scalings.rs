@@ -1,0 +1,104 @@
+//! A rank's scaling by a number read against the spec's scaling at the same position, not the
+//! spec's node of the same name (issue 44): a pipeline stage names its nodes from 0, so the
+//! spec's node of a rank node's name is another node, and autograd folds a loss share's 1/n
+//! into a constant (DeepSeek's router aux-loss gradient, `mul(sum, c / tp)` where the spec
+//! has `mul(sum, c)`).
+//!
+//! Each case runs on `tp=4`: `a: f32[4, 8]` sharded on dim 1 and `w: f32[8, 8]` on dim 0, so
+//! `mm(a, w)` is a partial sum; `b` and `c: f32[4, 8]` replicated. The spec computes
+//! `y = mm(a, w) + b * 0.25` (its scaling named `mul_1`) and `z = c * 1.0` (`mul_2`); each
+//! rank adds its scaled `b` to its partial product and all-reduces the sum.
+
+mod common;
+
+use shardproof_check::Verdict;
+
+const TP: usize = 4;
+
+/// The spec: `mul_1 = b * 0.25`, `mul_2 = c * 1.0`, `y = mm(a, w) + mul_1`, `z = mul_2`.
+const SPEC: &str = "        mul_1: \"f32[4, 8]\" = torch.ops.aten.mul.Tensor(b, 0.25)
+        mul_2: \"f32[4, 8]\" = torch.ops.aten.mul.Tensor(c, 1.0)
+        p: \"f32[4, 8]\" = torch.ops.aten.mm.default(a, w)
+        y: \"f32[4, 8]\" = torch.ops.aten.add.Tensor(p, mul_1)
+        z: \"f32[4, 8]\" = torch.ops.aten.clone.default(mul_2)
+";
+
+/// A rank: `z = c * 1.0` named `z_scaled`, then `SCALE` (a line defining `s`, the rank's
+/// scaled `b`, under whatever name it gives), `y = all_reduce(mm(a, w) + s)`.
+fn rank(scale: &str, s: &str) -> String {
+    format!(
+        "        z_scaled: \"f32[4, 8]\" = torch.ops.aten.mul.Tensor(c, 1.0)
+        z: \"f32[4, 8]\" = torch.ops.aten.clone.default(z_scaled)
+{scale}        p: \"f32[4, 8]\" = torch.ops.aten.mm.default(a, w)
+        t: \"f32[4, 8]\" = torch.ops.aten.add.Tensor(p, {s})
+        ar: \"f32[4, 8]\" = torch.ops._c10d_functional.all_reduce.default(t, 'sum', '0')
+        y: \"f32[4, 8]\" = torch.ops._c10d_functional.wait_tensor.default(ar)
+"
+    )
+}
+
+/// The verdict of the case whose ranks all run `body` (the spec runs [`SPEC`]).
+fn verdict(body: &str, tag: &str) -> Verdict {
+    let graph = |class: &str, local: bool, body: &str| {
+        let (a, w) = if local {
+            ("f32[4, 2]", "f32[2, 8]")
+        } else {
+            ("f32[4, 8]", "f32[8, 8]")
+        };
+        format!(
+            "class {class}(torch.nn.Module):\n    def forward(self, a: \"{a}\", w: \"{w}\", b: \"f32[4, 8]\", c: \"f32[4, 8]\"):\n{body}        return (y, z)\n"
+        )
+    };
+    let mut files = vec![("spec.py".to_string(), graph("Spec", false, SPEC))];
+    let mut names = Vec::new();
+    for r in 0..TP {
+        files.push((format!("r{r}.py"), graph("Rank", true, body)));
+        names.push(format!("r{r}.py"));
+    }
+    let case = format!(
+        "version: 1\nname: folded\nspec:\n  graph: spec.py\nimpl:\n  mesh: {{ tp: {TP} }}\n  graphs: [{}]\n  groups:\n    \"0\": tp\ninputs:\n  a: Shard(1)\n  w: Shard(0)\n  b: Replicate()\n  c: Replicate()\noutputs:\n  y: Replicate()\n  z: Replicate()\n",
+        names.join(", ")
+    );
+    files.push(("case.yaml".to_string(), case));
+    common::hand::check_files(&format!("folded-{tag}"), &files)
+}
+
+/// `NAME = b * X`.
+fn scaled_b(name: &str, x: f64) -> String {
+    format!("        {name}: \"f32[4, 8]\" = torch.ops.aten.mul.Tensor(b, {x:?})\n")
+}
+
+#[test]
+fn a_folded_share_under_a_shifted_name_holds() {
+    // `b * 0.0625` is each rank's quarter of the spec's `b * 0.25`: the all-reduce sums the
+    // quarters. The spec has no node `mul_3`: read by name, the factor is no share, and the
+    // partial plus it was the finding "partial + replicate" (the false finding the DeepSeek
+    // presets met on their last stage).
+    let body = rank(&scaled_b("mul_3", 0.0625), "mul_3");
+    assert_eq!(verdict(&body, "share"), Verdict::Holds);
+}
+
+#[test]
+fn a_forgotten_share_is_no_share() {
+    // Planted bug: every rank adds the spec's whole `b * 0.25`, counted four times.
+    let body = rank(&scaled_b("mul_3", 0.25), "mul_3");
+    assert_eq!(verdict(&body, "forgotten"), Verdict::Violated);
+}
+
+#[test]
+fn a_forgotten_share_named_like_another_spec_scaling_is_no_share() {
+    // Planted bug: the rank forgets the 1/4 (`b * 0.25`) under the name of the spec's
+    // `mul_2 = c * 1.0`, a quarter of whose factor it is. Read by name, it was a quarter
+    // share of the spec's `mul_2` and the sum held; by position it is the spec's `mul_1`.
+    let body = rank(&scaled_b("mul_2", 0.25), "mul_2").replace("z_scaled", "mul_4");
+    assert_eq!(verdict(&body, "coincident"), Verdict::Violated);
+}
+
+#[test]
+fn a_share_of_another_operand_is_no_share() {
+    // Planted bug: a quarter of the factor, but of `c`, not of `b` (the spec's `mul_1`
+    // scales `b`): the position reads no spec scaling of this factor.
+    let line = "        mul_3: \"f32[4, 8]\" = torch.ops.aten.mul.Tensor(c, 0.0625)\n";
+    let body = rank(line, "mul_3");
+    assert_ne!(verdict(&body, "operand"), Verdict::Holds);
+}

@@ -102,3 +102,70 @@ fn a_share_of_another_operand_is_no_share() {
     let body = rank(line, "mul_3");
     assert_ne!(verdict(&body, "operand"), Verdict::Holds);
 }
+
+/// The verdict of a case on `tp=2` whose spec scales `neg(neg(neg(b)))` by 0.25 and adds it to
+/// `mm(a, w)`, and whose ranks do the same per half of the rows (two microbatches, joined
+/// before the all-reduce), scaling each half by `factor`.
+fn halves_verdict(factor: f64, tag: &str) -> Verdict {
+    let spec = "        t1: \"f32[4, 8]\" = torch.ops.aten.neg.default(b)
+        t2: \"f32[4, 8]\" = torch.ops.aten.neg.default(t1)
+        t3: \"f32[4, 8]\" = torch.ops.aten.neg.default(t2)
+        g: \"f32[4, 8]\" = torch.ops.aten.mul.Tensor(t3, 0.25)
+        p: \"f32[4, 8]\" = torch.ops.aten.mm.default(a, w)
+        y: \"f32[4, 8]\" = torch.ops.aten.add.Tensor(p, g)
+"
+    .to_string();
+    let mut rank = "        p: \"f32[4, 8]\" = torch.ops.aten.mm.default(a, w)\n".to_string();
+    for k in 0..2 {
+        let (s, e) = (2 * k, 2 * k + 2);
+        rank += &format!(
+            "        b{k}: \"f32[2, 8]\" = torch.ops.aten.slice.Tensor(b, 0, {s}, {e})
+        u{k}: \"f32[2, 8]\" = torch.ops.aten.neg.default(b{k})
+        v{k}: \"f32[2, 8]\" = torch.ops.aten.neg.default(u{k})
+        n{k}: \"f32[2, 8]\" = torch.ops.aten.neg.default(v{k})
+        h{k}: \"f32[2, 8]\" = torch.ops.aten.mul.Tensor(n{k}, {factor:?})
+        p{k}: \"f32[2, 8]\" = torch.ops.aten.slice.Tensor(p, 0, {s}, {e})
+        y{k}: \"f32[2, 8]\" = torch.ops.aten.add.Tensor(p{k}, h{k})
+"
+        );
+    }
+    rank += "        yc: \"f32[4, 8]\" = torch.ops.aten.cat.default([y0, y1])
+        ar: \"f32[4, 8]\" = torch.ops._c10d_functional.all_reduce.default(yc, 'sum', '0')
+        y: \"f32[4, 8]\" = torch.ops._c10d_functional.wait_tensor.default(ar)
+";
+    let graph = |class: &str, local: bool, body: &str| {
+        let (a, w) = if local {
+            ("f32[4, 4]", "f32[4, 8]")
+        } else {
+            ("f32[4, 8]", "f32[8, 8]")
+        };
+        format!(
+            "class {class}(torch.nn.Module):\n    def forward(self, a: \"{a}\", w: \"{w}\", b: \"f32[4, 8]\"):\n{body}        return (y,)\n"
+        )
+    };
+    let files = vec![
+        ("spec.py".to_string(), graph("Spec", false, &spec)),
+        ("r0.py".to_string(), graph("Rank", true, &rank)),
+        ("r1.py".to_string(), graph("Rank", true, &rank)),
+        (
+            "case.yaml".to_string(),
+            "version: 1\nname: halves\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [r0.py, r1.py]\n  groups:\n    \"0\": tp\ninputs:\n  a: Shard(1)\n  w: Shard(0)\n  b: Replicate()\noutputs:\n  y: Replicate()\n".to_string(),
+        ),
+    ];
+    common::hand::check_files(&format!("folded-halves-{tag}"), &files)
+}
+
+#[test]
+fn a_share_of_each_microbatch_holds() {
+    // Each half of the rows scaled by 0.125, a half of the spec's 0.25: the share is read
+    // whatever part of the rows a microbatch holds (was: the spec's elements over the rank's,
+    // 2 here, made the factor look like the whole and the sum a finding).
+    assert_eq!(halves_verdict(0.125, "share"), Verdict::Holds);
+}
+
+#[test]
+fn a_microbatch_that_forgets_the_share_is_no_share() {
+    // Planted bug: each half scaled by the spec's whole 0.25, counted twice by the sum. The
+    // rank holds half the spec's elements: read by element counts, its factor was the share.
+    assert_eq!(halves_verdict(0.25, "forgotten"), Verdict::Violated);
+}

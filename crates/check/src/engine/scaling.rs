@@ -239,6 +239,26 @@ pub(super) fn partial_scaling(
     }
 }
 
+/// The product of the sizes of the mesh dims other than `m` (pipeline dims aside) that split
+/// a value placed `places` (a shard, blocks or rows of a selection: each coordinate holds its
+/// own part); `None` where one of them holds it in a layout not known.
+fn other_dims_split(mesh: &shardproof_ir::Mesh, m: usize, places: &[Place]) -> Option<f64> {
+    let mut split = 1.0;
+    for (k, p) in places.iter().enumerate() {
+        if k == m || crate::is_pipeline_dim(mesh, k) {
+            continue;
+        }
+        match p {
+            Place::Replicate | Place::Partial(_) => {}
+            Place::Shard(_) | Place::Blocked(..) | Place::Rows(..) => {
+                split *= mesh.dims.get(k)?.1 as f64;
+            }
+            _ => return None,
+        }
+    }
+    Some(split)
+}
+
 /// What a call's scalings leave on its output on one mesh dim (the records of
 /// [`RankPlacements`] it sets).
 pub(super) struct ScaleRecord {
@@ -278,7 +298,6 @@ pub(super) fn scale_records(
         inputs,
         rp,
         place,
-        outs,
         ..
     } = *s;
     let mesh = &sh.program.mesh;
@@ -308,13 +327,18 @@ pub(super) fn scale_records(
         || (n_m > 1.0
             && matches!(op.name.as_str(), "mul" | "div")
             && factor.is_some_and(|x| {
-                spec_here.is_some_and(|(sop, y, spec_numel)| {
+                spec_here.is_some_and(|(sop, y, _)| {
                     // A mean that autograd folded into the constant counts the
                     // rank's local elements where other mesh dims shard the batch:
-                    // the spec's elements over the rank's multiply the factor.
-                    let local = match (spec_numel, outs.first().cloned().flatten()) {
-                        (Some(g), Some(l)) if l.numel() > 0 => g as f64 / l.numel() as f64,
-                        _ => 1.0,
+                    // their sizes multiply the factor. Not the spec's elements over
+                    // the rank's: a pipeline's microbatch holds a K-th of them, and
+                    // the gradient accumulation's 1/K folds into the constant too
+                    // (a rank forgetting it had the factor a local count gives).
+                    let Some(local) = inputs
+                        .first()
+                        .and_then(|&v| other_dims_split(mesh, m, rp.of(v, nd)))
+                    else {
+                        return false;
                     };
                     // The rank's factor over the spec's is local/n.
                     let ratio = if op.name == "mul" { x / y } else { y / x };

@@ -39,6 +39,11 @@ fn rank(scale: &str, s: &str) -> String {
 
 /// The verdict of the case whose ranks all run `body` (the spec runs [`SPEC`]).
 fn verdict(body: &str, tag: &str) -> Verdict {
+    verdict_of(SPEC, body, tag)
+}
+
+/// The verdict of the case whose spec runs `spec` and whose ranks all run `body`.
+fn verdict_of(spec: &str, body: &str, tag: &str) -> Verdict {
     let graph = |class: &str, local: bool, body: &str| {
         let (a, w) = if local {
             ("f32[4, 2]", "f32[2, 8]")
@@ -49,7 +54,7 @@ fn verdict(body: &str, tag: &str) -> Verdict {
             "class {class}(torch.nn.Module):\n    def forward(self, a: \"{a}\", w: \"{w}\", b: \"f32[4, 8]\", c: \"f32[4, 8]\"):\n{body}        return (y, z)\n"
         )
     };
-    let mut files = vec![("spec.py".to_string(), graph("Spec", false, SPEC))];
+    let mut files = vec![("spec.py".to_string(), graph("Spec", false, spec))];
     let mut names = Vec::new();
     for r in 0..TP {
         files.push((format!("r{r}.py"), graph("Rank", true, body)));
@@ -168,4 +173,42 @@ fn a_microbatch_that_forgets_the_share_is_no_share() {
     // Planted bug: each half scaled by the spec's whole 0.25, counted twice by the sum. The
     // rank holds half the spec's elements: read by element counts, its factor was the share.
     assert_eq!(halves_verdict(0.25, "forgotten"), Verdict::Violated);
+}
+
+#[test]
+fn spec_scalings_of_one_position_and_two_factors_name_no_share() {
+    // Planted bug: the spec scales `b` twice at one position, by 0.25 (`z`) and by 0.5 (the
+    // term of `y`); each rank adds `b * 0.0625` to its partial product, a quarter of the
+    // 0.25 but not of the 0.5 its sum stands for. Which spec scaling a rank's `mul(b, ..)`
+    // stands for is not told by position: no reading (taking the first was a share).
+    let spec = "        mul_1: \"f32[4, 8]\" = torch.ops.aten.mul.Tensor(b, 0.25)
+        mul_2: \"f32[4, 8]\" = torch.ops.aten.mul.Tensor(b, 0.5)
+        p: \"f32[4, 8]\" = torch.ops.aten.mm.default(a, w)
+        y: \"f32[4, 8]\" = torch.ops.aten.add.Tensor(p, mul_2)
+        z: \"f32[4, 8]\" = torch.ops.aten.clone.default(mul_1)
+";
+    let body = rank(&scaled_b("mul_3", 0.0625), "mul_3").replace(
+        "torch.ops.aten.mul.Tensor(c, 1.0)",
+        "torch.ops.aten.mul.Tensor(b, 0.25)",
+    );
+    assert_eq!(verdict_of(spec, &body, "two-factors"), Verdict::Violated);
+}
+
+#[test]
+fn a_scaling_alike_only_near_the_operator_is_no_share() {
+    // Planted bug: the spec's one scaling is `b * 0.25`; each rank adds `neg(c) * 0.0625`, a
+    // quarter of that factor on another tensor. One level deep both are "a `mul` of one
+    // value": too shallow to stand in its place.
+    let spec = SPEC.replace(
+        "torch.ops.aten.mul.Tensor(c, 1.0)",
+        "torch.ops.aten.clone.default(c)",
+    );
+    let lines = "        nc: \"f32[4, 8]\" = torch.ops.aten.neg.default(c)
+        mul_3: \"f32[4, 8]\" = torch.ops.aten.mul.Tensor(nc, 0.0625)
+";
+    let body = rank(lines, "mul_3").replace(
+        "torch.ops.aten.mul.Tensor(c, 1.0)",
+        "torch.ops.aten.clone.default(c)",
+    );
+    assert_eq!(verdict_of(&spec, &body, "shallow"), Verdict::Violated);
 }

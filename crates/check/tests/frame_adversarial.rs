@@ -50,6 +50,8 @@ enum Attack {
     NotCombined,
     /// The experts read both microbatches' gathered rows (another selection beside the frame).
     OtherSelection,
+    /// The combine reduce-scatters over `dp`, not over the mesh dim the rows were gathered over.
+    CombineOverOtherDim,
 }
 
 /// The lines of microbatch `k` on ep coordinate `r`: `o{k} [H]`.
@@ -135,8 +137,13 @@ fn microbatch(k: usize, r: usize, attack: Attack) -> Vec<String> {
             } else {
                 format!("s{k}")
             };
+            let over = if attack == Attack::CombineOverOtherDim {
+                "dp"
+            } else {
+                "ep"
+            };
             b.push(format!(
-                "rs{k}: {} = torch.ops._c10d_functional.reduce_scatter_tensor.default({scattered}, 'sum', {N}, 'ep')",
+                "rs{k}: {} = torch.ops._c10d_functional.reduce_scatter_tensor.default({scattered}, 'sum', {N}, '{over}')",
                 ty(&[L, H])
             ));
             b.push(format!(
@@ -173,9 +180,9 @@ fn rank_graph(r: usize, attack: Attack) -> String {
     common::hand::graph_module(&params, &body)
 }
 
-/// The spec: both experts on every token, each token's sum weighted by the token, summed.
-fn spec_graph() -> String {
-    let b = N * K * L;
+/// The spec: both experts on every token (`b` of them), each token's sum weighted by the
+/// token, summed.
+fn spec_graph(b: usize) -> String {
     let params = vec![
         format!("x: {}", ty(&[b, H])),
         format!("w: {}", ty(&[N, H, H])),
@@ -208,16 +215,28 @@ struct Ran {
     report: String,
 }
 
-fn run(attack: Attack) -> Ran {
+/// Runs `attack` with the tokens sharded on ep alone (replicated on dp), or on dp and ep
+/// (`dp_sharded`: dp's rows are then the gathered rows of `RowKey::Gathered` on dp).
+fn run(attack: Attack, dp_sharded: bool) -> Ran {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("spec.py"), spec_graph()).unwrap();
+    let shards = if dp_sharded { N * N } else { N };
+    let batch = shards * K * L;
+    std::fs::write(dir.path().join("spec.py"), spec_graph(batch)).unwrap();
     // Rank = dp * N + ep.
     let names: Vec<String> = (0..N * N).map(|q| format!("r{q}.py")).collect();
     for (q, name) in names.iter().enumerate() {
         std::fs::write(dir.path().join(name), rank_graph(q % N, attack)).unwrap();
     }
+    let (x, out) = if dp_sharded {
+        (
+            "{ dp: Shard(0), ep: Shard(0) }",
+            "{ dp: Partial(sum), ep: Partial(sum) }",
+        )
+    } else {
+        ("{ ep: Shard(0) }", "{ ep: Partial(sum) }")
+    };
     let yaml = format!(
-        "version: 1\nname: frame-adversarial\nspec:\n  graph: spec.py\nimpl:\n  mesh: {{ dp: {N}, ep: {N} }}\n  graphs: [{}]\n  groups:\n    \"dp\": dp\n    \"ep\": ep\ninputs:\n  x: {{ ep: Shard(0) }}\n  w: {{ ep: Shard(0) }}\noutputs:\n  out: {{ ep: Partial(sum) }}\n",
+        "version: 1\nname: frame-adversarial\nspec:\n  graph: spec.py\nimpl:\n  mesh: {{ dp: {N}, ep: {N} }}\n  graphs: [{}]\n  groups:\n    \"dp\": dp\n    \"ep\": ep\ninputs:\n  x: {x}\n  w: {{ ep: Shard(0) }}\noutputs:\n  out: {out}\n",
         names.join(", ")
     );
     std::fs::write(dir.path().join("case.yaml"), yaml).unwrap();
@@ -228,20 +247,22 @@ fn run(attack: Attack) -> Ran {
         ValueId::new(g.nodes.iter().position(|n| n.name == name).unwrap(), 0)
     };
     let mut rng = ChaCha8Rng::seed_from_u64(11);
-    let xs = random(&[N * K * L, H], &mut rng);
+    let xs = random(&[batch, H], &mut rng);
     let ws = random(&[N, H, H], &mut rng);
     let leaves = BTreeMap::from([("x".to_string(), xs.clone()), ("w".to_string(), ws.clone())]);
     let want = run_graph(&case.spec, &leaves, &RunConfig::default())
         .ok()
         .and_then(|env| env.get(at(&case.spec, "out")).map(|t| t.data.to_vec()));
-    // Each rank's shards: rows `[e*K*L, (e+1)*K*L)` of x and expert e.
+    // Each rank's shards: block `s` of x's rows (dp outer, ep inner, where dp shards them) and
+    // expert e.
     let per_rank: Vec<BTreeMap<String, Tensor>> = (0..N * N)
         .map(|q| {
-            let e = q % N;
+            let (d, e) = (q / N, q % N);
+            let s = if dp_sharded { d * N + e } else { e };
             let rows = K * L * H;
             let xr = Tensor::new(
                 shardproof_ops::Meta::new(shardproof_ir::DType::F64, vec![K * L, H]),
-                xs.data[e * rows..(e + 1) * rows].to_vec(),
+                xs.data[s * rows..(s + 1) * rows].to_vec(),
             );
             let wr = Tensor::new(
                 shardproof_ops::Meta::new(shardproof_ir::DType::F64, vec![1, H, H]),
@@ -252,7 +273,12 @@ fn run(attack: Attack) -> Ran {
         .collect();
     let envs = run_program(&case.program, &per_rank, &RunConfig::default()).expect("the ranks run");
     let mut got = vec![0.0; H];
-    for (q, env) in envs.iter().enumerate().take(N) {
+    // Summed over ep (and over dp where it shards the tokens; else dp coordinate 0's).
+    for (q, env) in envs
+        .iter()
+        .enumerate()
+        .take(if dp_sharded { N * N } else { N })
+    {
         let o: &Tensor = env.get(at(&case.program.ranks[q], "out")).unwrap();
         got.iter_mut().zip(o.data.iter()).for_each(|(a, v)| *a += v);
     }
@@ -265,7 +291,12 @@ fn run(attack: Attack) -> Ran {
 
 /// Asserts the interpreter shows the program wrong and the checker does not hold.
 fn never_holds(attack: Attack) {
-    let ran = run(attack);
+    never_holds_on(attack, false);
+}
+
+/// As [`never_holds`], the tokens sharded on dp too where `dp_sharded`.
+fn never_holds_on(attack: Attack, dp_sharded: bool) {
+    let ran = run(attack, dp_sharded);
     let what = format!("{attack:?}: {:?}\n{}", ran.verdict, ran.report);
     eprintln!("{what}");
     assert!(!ran.right, "not wrong when run: {what}");
@@ -274,7 +305,7 @@ fn never_holds(attack: Attack) {
 
 #[test]
 fn the_dispatcher_gather_experts_and_combine_hold() {
-    let ran = run(Attack::None);
+    let ran = run(Attack::None, false);
     let what = format!("{:?}\n{}", ran.verdict, ran.report);
     assert!(ran.right, "the correct program is wrong: {what}");
     assert_eq!(ran.verdict, Verdict::Holds, "{what}");
@@ -303,4 +334,33 @@ fn experts_outputs_not_combined_never_hold() {
 #[test]
 fn experts_reading_another_selection_never_hold() {
     never_holds(Attack::OtherSelection);
+}
+
+/// Tokens sharded on dp too: on dp the gather's rows are `RowKey::Gathered` (dp's rows of every
+/// ep coordinate), which the combine over ep gives back as dp's own rows.
+#[test]
+fn the_dispatcher_holds_with_the_tokens_sharded_on_dp_too() {
+    let ran = run(Attack::None, true);
+    let what = format!("{:?}\n{}", ran.verdict, ran.report);
+    assert!(ran.right, "the correct program is wrong: {what}");
+    assert_eq!(ran.verdict, Verdict::Holds, "{what}");
+}
+
+#[test]
+fn a_combine_over_another_mesh_dim_never_holds() {
+    never_holds_on(Attack::CombineOverOtherDim, true);
+    never_holds_on(Attack::CombineOverOtherDim, false);
+}
+
+#[test]
+fn attacks_with_the_tokens_sharded_on_dp_too_never_hold() {
+    for attack in [
+        Attack::GatherOverOtherGroup,
+        Attack::CombineOtherRows,
+        Attack::CombineAlongHidden,
+        Attack::NotCombined,
+        Attack::OtherSelection,
+    ] {
+        never_holds_on(attack, true);
+    }
 }

@@ -66,7 +66,8 @@ pub use report::{ranks_text, Check, Finding, RawFinding, Report, UnknownSource, 
 
 use engine::{
     graph_classes, literal_hashes, per_graph, propagate_rank, propagate_rank_again,
-    relative_classes, spec_scalings, structure_hashes, Shared, SpecViews,
+    relative_classes, spec_scaling_positions, spec_scalings, structure_hashes, Shared, SpecScaling,
+    SpecViews,
 };
 use shardproof_case::{Blocks, Case, Layout};
 use shardproof_interp::{live_values, schedule, typecheck, ScheduleProblem};
@@ -250,18 +251,34 @@ pub fn propagate_counted(case: &Case, progress: &Progress) -> Result<Propagation
         Vec::new()
     };
     let spec_views = SpecViews::new(&case.spec);
-    // Ranks with equal graphs and local metas share their view matches.
+    // Ranks with equal graphs and local metas share their view matches; ranks with equal
+    // graphs, their scalings' spec positions (one skeleton per graph read for both).
     let mut view_matches: Vec<std::sync::Arc<Vec<Option<u32>>>> = Vec::with_capacity(n);
+    let mut spec_scaling_at: Vec<std::sync::Arc<HashMap<u32, SpecScaling>>> = Vec::with_capacity(n);
     for (r, g) in program.ranks.iter().enumerate() {
-        let m = match graph_class[r] {
-            q if q < r
-                && (std::sync::Arc::ptr_eq(&metas[q], &metas[r]) || metas[q] == metas[r]) =>
-            {
-                view_matches[q].clone()
+        let q = graph_class[r];
+        let same_metas =
+            q < r && (std::sync::Arc::ptr_eq(&metas[q], &metas[r]) || metas[q] == metas[r]);
+        // A plan (no spec) matches nothing.
+        let sk = (!same_metas && !case.spec.nodes.is_empty())
+            .then(|| spec_views.skeleton().map(|_| engine::Skeleton::new(g)))
+            .flatten();
+        let m = match (&sk, same_metas) {
+            (_, true) => view_matches[q].clone(),
+            (Some(sk), false) => {
+                std::sync::Arc::new(spec_views.matches(&case.spec, g, sk, &metas[r]))
             }
-            _ => std::sync::Arc::new(spec_views.matches(&case.spec, g, &metas[r])),
+            (None, false) => std::sync::Arc::new(vec![None; g.nodes.len()]),
         };
         view_matches.push(m);
+        let at = match (&sk, spec_views.skeleton()) {
+            _ if q < r => spec_scaling_at[q].clone(),
+            (Some(sk), Some(spec_sk)) => {
+                std::sync::Arc::new(spec_scaling_positions(&case.spec, spec_sk, g, sk))
+            }
+            _ => std::sync::Arc::new(HashMap::new()),
+        };
+        spec_scaling_at.push(at);
     }
     let sh = Shared {
         program,
@@ -277,6 +294,7 @@ pub fn propagate_counted(case: &Case, progress: &Progress) -> Result<Propagation
         groups,
         messages: &sched.messages,
         spec_scalings: spec_scalings(&case.spec),
+        spec_scaling_at,
         has_spec: !case.spec.nodes.is_empty(),
         spec_views,
         view_matches,

@@ -75,6 +75,16 @@ pub enum Place {
     /// sees `Varying`; a recv keeps it, and the block owner's recv of a record that covers
     /// every pair holds the owner's rows of the gradient.
     Accrued(u16),
+    /// `Selected(d, id, base)`: dim `d` of every coordinate holds the whole selection `id`
+    /// (the pieces of `Rows(d, id)` of every coordinate, concatenated in coordinate order: an
+    /// all-gather of them over this mesh dim alone), and in that frame the value is `base`
+    /// (`u8::MAX`: `Replicate()`; [`SELECTED_PARTIAL`]: `Partial(sum)`; else `Shard(base)`,
+    /// never `d`). The expert-parallel dispatcher's gathered tokens are `Selected(0, id, R)`;
+    /// the experts' products `Selected(1, id, Shard(0))` beside experts sharded on dim 0; their
+    /// weighted sum `Selected(0, id, Partial(sum))`, which a reduce-scatter over this mesh dim
+    /// along `d = 0` makes `Rows(0, id)` again. Rules see `base` where every operand meeting
+    /// dim `d` holds the same selection there (`frame.rs`); anything else sees `Varying`.
+    Selected(u8, u16, u8),
     /// Differs across coordinates, in no known layout (SPMD type V): possibly a shard whose
     /// layout the checker lost, so a rule that needs a layout proven (a reduction over the
     /// group, a norm, a declared shard) makes no claim from it.
@@ -84,6 +94,9 @@ pub enum Place {
     /// No rule says.
     Unknown,
 }
+
+/// The `base` of a [`Place::Selected`] that stands for `Partial(sum)`.
+pub const SELECTED_PARTIAL: u8 = u8::MAX - 1;
 
 /// The reduction of a partial placement.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -220,6 +233,19 @@ pub enum RowKey {
         /// The sender's coordinate on the mesh dim.
         from: usize,
     },
+    /// On one mesh dim, the rows of selection `parent` that an all-gather over another mesh dim
+    /// `over` (alone, `n` coordinates, along the rows' dim 0) concatenated: a coordinate holds
+    /// the pieces of `parent` of every coordinate of `over` beside it, in their order (the
+    /// expert-parallel dispatcher's tokens on `dp`). A reduce-scatter over `over` along dim 0
+    /// gives each coordinate its own rows of `parent` back.
+    Gathered {
+        /// The selection gathered.
+        parent: u16,
+        /// The mesh dim gathered over.
+        over: u8,
+        /// Its coordinates.
+        n: usize,
+    },
 }
 
 /// The row selections met in one check, numbered in the order first met ([`Place::Rows`]).
@@ -275,6 +301,9 @@ impl Place {
             | Place::Permuted(..)
             | Place::Accrued(_)
             | Place::Varying => SpmdType::V,
+            Place::Selected(_, _, base) if base == u8::MAX => SpmdType::R,
+            Place::Selected(_, _, base) if base == SELECTED_PARTIAL => SpmdType::P,
+            Place::Selected(..) => SpmdType::V,
             Place::Partial(_)
             | Place::Unmasked
             | Place::PartialSplit(..)
@@ -386,6 +415,14 @@ impl fmt::Display for Place {
                 }
             }
             Place::Gathered(a, o) => write!(f, "Gathered(axis={a}, of={o})"),
+            Place::Selected(d, id, base) => {
+                write!(f, "Selected(dim={d}, #{id}, ")?;
+                match *base {
+                    u8::MAX => f.write_str("Replicate())"),
+                    SELECTED_PARTIAL => f.write_str("Partial(sum))"),
+                    b => write!(f, "Shard({b}))"),
+                }
+            }
             Place::PartialSplit(a, j) => write!(f, "Partial(sum, dim {j} split at {a})"),
             Place::PartialStacked(j) => write!(f, "Partial(sum, pieces of dim {j} in dim 0)"),
             Place::Accrued(id) => write!(f, "Accrued(#{id})"),

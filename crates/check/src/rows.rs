@@ -568,8 +568,9 @@ pub(crate) fn spread_covers(table: &RowTable, mut id: u16) -> Option<bool> {
                 id = p;
             }
             RowKey::Slice { parent: None, .. } => return None,
-            // One sender's rows, on every rank that received them.
-            RowKey::Received { .. } => return Some(false),
+            // One sender's rows, on every rank that received them; rows gathered over another
+            // mesh dim (each coordinate's pieces counted once per coordinate of that dim).
+            RowKey::Received { .. } | RowKey::Gathered { .. } => return Some(false),
             RowKey::Spread { base, segs, .. } => {
                 return Some(!sliced && base.is_some() && base == tiling(&segs));
             }
@@ -672,7 +673,8 @@ pub(crate) fn microbatch_average(
                 RowKey::Slice { .. }
                 | RowKey::Spread { .. }
                 | RowKey::Blocks { .. }
-                | RowKey::Received { .. } => return None,
+                | RowKey::Received { .. }
+                | RowKey::Gathered { .. } => return None,
             }
         }
     };

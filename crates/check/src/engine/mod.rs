@@ -16,6 +16,7 @@ use std::collections::HashMap;
 
 mod collectives;
 mod findings;
+mod frame;
 mod recv;
 mod runs;
 mod scaling;
@@ -28,8 +29,10 @@ use findings::{
     constant_output, inconclusive_reason, mixed_shards, plain_rename, raw_finding, zero_output,
     LossTerms,
 };
+use frame::FrameMode;
 use recv::{moves_partial, recv_read, resume_at, start_state};
 use scaling::{read_times_n, scale_records, ScaleRecord};
+pub use scaling::{spec_scaling_positions, SpecScaling};
 pub use shared::*;
 use vocab_proofs::vocab_proofs;
 
@@ -148,8 +151,6 @@ struct CallOnDim<'s, 'a> {
     loss_terms: &'s LossTerms,
     /// The collective's group name, if any.
     group_name: &'s Option<String>,
-    /// The call's outputs' local metas.
-    outs: &'s [Option<Meta>],
 }
 
 impl CallOnDim<'_, '_> {
@@ -393,6 +394,7 @@ fn propagate_rank_from(
                     && inputs.len() == 1
                     && read_times_n(
                         sh,
+                        r,
                         i,
                         node.name.as_str(),
                         op,
@@ -547,7 +549,18 @@ fn propagate_rank_from(
                     } else {
                         RingMode::None
                     };
+                    // A selection's frame (`frame.rs`): the rule sees the framed inputs' own
+                    // placements in the frame; a shadow lane below follows their rows.
+                    let frame_mode = if inputs
+                        .iter()
+                        .any(|&v| matches!(rp.of(v, nd)[m], Place::Selected(..)))
+                    {
+                        frame::frame_mode(inputs.iter().map(|&v| rp.of(v, nd)[m]))
+                    } else {
+                        FrameMode::None
+                    };
                     let raw_place = |v: ValueId| match ring::seen(rp.of(v, nd)[m], ring_mode) {
+                        p @ Place::Selected(..) => frame::ordinary(p, frame_mode),
                         Place::Blocked(..) if !blocked_ok => Place::Varying,
                         Place::Stacked(_) | Place::Gathered(..) if !gathered_ok => Place::Varying,
                         Place::PartialSplit(..) | Place::PartialStacked(_) if !split_ok => {
@@ -646,7 +659,9 @@ fn propagate_rank_from(
                                     }
                                     _ => Place::Shard(d),
                                 },
-                                Place::Rolled(..) | Place::Permuted(..) => Place::Varying,
+                                Place::Rolled(..) | Place::Permuted(..) | Place::Selected(..) => {
+                                    Place::Varying
+                                }
                                 p => p,
                             })
                             .collect()
@@ -750,6 +765,24 @@ fn propagate_rank_from(
                             *p = ring::ring_output(*p, ring_mode);
                         }
                     }
+                    // In a frame: a finding stands as the rule gives it (no exemption reads a
+                    // frame), and the shadow lane says where the rows went.
+                    let shadow_rows = if let FrameMode::Frame { .. } = frame_mode {
+                        if let Some(v) = violation.as_mut() {
+                            v.exempt = rules::Exempt::No;
+                        }
+                        frame::shadow_lane(
+                            &ctx,
+                            rule,
+                            &bound,
+                            &|v| rp.of(v, nd)[m],
+                            &meta_of,
+                            &sh.rows,
+                            (m, inputs.first().copied()),
+                        )
+                    } else {
+                        None
+                    };
                     let site = CallOnDim {
                         sh,
                         r,
@@ -771,7 +804,6 @@ fn propagate_rank_from(
                         is_update: updates.contains(&i),
                         loss_terms: &loss_terms,
                         group_name: &group_name,
-                        outs: &outs,
                     };
                     let vocab_unproven = vocab_proofs(&site, &mut result, &mut violation);
                     if let RowsMode::AsShard { id, v, d, .. } = rows_mode {
@@ -782,15 +814,25 @@ fn propagate_rank_from(
                                 .get(o)
                                 .and_then(|mm| mm.as_ref())
                                 .map(|mm| mm.shape.as_slice());
-                            *p = rows::rows_output(
-                                *p,
+                            let out0 = shape.and_then(|s| s.first().copied());
+                            *p = match frame::gathered_rows(
                                 rule.family,
-                                in_size,
-                                shape,
-                                id,
+                                (id, d, in_size),
+                                (*p, out0),
                                 &mut table,
-                                by_factors.get(),
-                            );
+                                (m, in_group, group_dims, group_len),
+                            ) {
+                                Some(q) => q,
+                                None => rows::rows_output(
+                                    *p,
+                                    rule.family,
+                                    in_size,
+                                    shape,
+                                    id,
+                                    &mut table,
+                                    by_factors.get(),
+                                ),
+                            };
                         }
                     }
                     // A view whose input another mesh dim holds as rows: where the view merges
@@ -934,6 +976,37 @@ fn propagate_rank_from(
                                 *p = Place::Varying;
                             }
                         }
+                    }
+                    if let FrameMode::Frame { .. } = frame_mode {
+                        let table = sh.rows.borrow();
+                        let key = |id| table.key(id);
+                        let in0 = inputs.first().copied();
+                        for (o, p) in result.iter_mut().enumerate() {
+                            let exit = frame::combined(
+                                rule.family,
+                                in0.map(|v| rp.of(v, nd)[m]),
+                                in0.and_then(&meta_of)
+                                    .and_then(|mm| mm.shape.first().copied()),
+                                outs.get(o)
+                                    .and_then(|mm| mm.as_ref())
+                                    .and_then(|mm| mm.shape.first().copied()),
+                                (m, in_group, group_dims, group_len),
+                                *p,
+                            );
+                            *p = match exit {
+                                Some(q) => q,
+                                None if now_scale_unknown => Place::Varying,
+                                None => frame::framed(
+                                    *p,
+                                    shadow_rows
+                                        .as_ref()
+                                        .and_then(|s| s.get(o).copied())
+                                        .unwrap_or(Place::Varying),
+                                    key,
+                                ),
+                            };
+                        }
+                        now_scaled = false;
                     }
                     // An all-reduce sum of pieces that average to the tensor: n times it on
                     // every rank (`times_n`), `Unknown` to the rules.

@@ -66,6 +66,9 @@ pub(super) fn recv_read(
                     // pieces still sum to the tensor depends on who sends to whom, which no
                     // placement records; `Varying` would let a gather or an all-reduce pass.
                     Place::Partial(_) | Place::Unmasked if sc[m] != rc[m] => Place::Unknown,
+                    // Another coordinate's value in a selection's frame: the frame is not
+                    // followed through messages.
+                    Place::Selected(..) if sc[m] != rc[m] => Place::Varying,
                     p => p,
                 })
                 .collect()

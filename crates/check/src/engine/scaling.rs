@@ -3,12 +3,118 @@
 //! what a call's scalings leave on its output (`scaled`, `scale_unknown`, `share_of`), and
 //! how a call reads an input that is n times the tensor (`times_n`).
 
-use super::{CallOnDim, RankPlacements, Shared};
+use super::{CallOnDim, RankPlacements, Shared, Skeleton, SkeletonMemo};
 use crate::place::{Place, Red};
 use crate::rows;
 use crate::rules::{self, Violation};
-use shardproof_ir::{Arg, OpName, ValueId};
+use shardproof_ir::{Arg, Graph, Node, NodeKind, OpName, ValueId};
 use shardproof_ops::Args;
+use std::collections::HashMap;
+
+/// A scaling by a literal number: the `mul` or `div` operator, the factor, and the output's
+/// element count where its shape is known (the spec's: global).
+pub type SpecScaling<'a> = (&'a OpName, f64, Option<i64>);
+
+/// A node's scaling by a literal number: a `mul` or `div` whose second argument is a number.
+pub(crate) fn scaling_of_node(n: &Node) -> Option<SpecScaling<'_>> {
+    let NodeKind::Call { op, args, .. } = &n.kind else {
+        return None;
+    };
+    if !matches!(op.name.as_str(), "mul" | "div") {
+        return None;
+    }
+    let x = args.get(1).and_then(Arg::as_f64)?;
+    let numel = n
+        .outputs
+        .first()
+        .and_then(|o| o.ty.as_ref())
+        .and_then(|t| t.concrete_shape())
+        .map(|s| s.iter().product());
+    Some((op, x, numel))
+}
+
+/// The fewest skeleton levels (operators deep, graph inputs by name at every level) a rank's
+/// scaling must share with the spec's to stand in its place: the operator and three levels
+/// of what it scales. A shallower match says only "a `mul` of something".
+const POSITION_DEPTH: usize = 4;
+
+/// The spec's scaling that each scaling of rank graph `g` (skeleton `sk`) stands in the place
+/// of, by position rather than by node name (issue 44: a pipeline stage names its nodes from
+/// 0, so the spec's node of a rank node's name is another node; autograd folds a loss
+/// share's 1/n into a constant there, `mul(sum, 0.000416..)` where the spec has
+/// `mul(sum, 0.000208..)`). At the deepest skeleton level (at least [`POSITION_DEPTH`]) where
+/// some spec scaling of the same operator is alike in structure (confirmed by
+/// [`Skeleton::same`], not by hash alone), every such spec scaling must agree on factor and
+/// element count (the same layer's scaling in another layer or microbatch), else none is
+/// taken. Nodes without such a match are read by name, as before.
+pub fn spec_scaling_positions<'a>(
+    spec: &'a Graph,
+    spec_sk: &Skeleton,
+    g: &Graph,
+    sk: &Skeleton,
+) -> HashMap<u32, SpecScaling<'a>> {
+    let mut out = HashMap::new();
+    let spec_nodes: Vec<(usize, SpecScaling<'a>)> = spec
+        .nodes
+        .iter()
+        .enumerate()
+        .filter_map(|(j, n)| Some((j, scaling_of_node(n)?)))
+        .collect();
+    if spec_nodes.is_empty() {
+        return out;
+    }
+    let levels = sk.levels.len().min(spec_sk.levels.len());
+    let mut by_level: HashMap<(usize, u64), Vec<usize>> = HashMap::new();
+    for (k, &(j, _)) in spec_nodes.iter().enumerate() {
+        for d in POSITION_DEPTH - 1..levels {
+            by_level
+                .entry((d, spec_sk.levels[d][j]))
+                .or_default()
+                .push(k);
+        }
+    }
+    let mut memo = SkeletonMemo::new();
+    for (i, n) in g.nodes.iter().enumerate() {
+        let Some((op, _, _)) = scaling_of_node(n) else {
+            continue;
+        };
+        let found = (POSITION_DEPTH - 1..levels).rev().find_map(|d| {
+            let cands: Vec<SpecScaling<'a>> = by_level
+                .get(&(d, sk.levels[d][i]))?
+                .iter()
+                .map(|&k| spec_nodes[k])
+                .filter(|&(j, (sop, _, _))| {
+                    sop.name == op.name && sk.same(g, i, spec_sk, spec, j, d, &mut memo)
+                })
+                .map(|(_, e)| e)
+                .collect();
+            let (&first, rest) = cands.split_first()?;
+            let agree = rest.iter().all(|&(sop, y, numel)| {
+                sop.name == first.0.name && y.to_bits() == first.1.to_bits() && numel == first.2
+            });
+            // The deepest level with a candidate decides: disagreeing ones are no match.
+            Some(agree.then_some(first))
+        });
+        if let (Some(Some(e)), Ok(i)) = (found, u32::try_from(i)) {
+            out.insert(i, e);
+        }
+    }
+    out
+}
+
+/// The spec's scaling that node `i` of rank `r` (named `name`) stands in the place of: the
+/// one at its position ([`spec_scaling_positions`]), else the spec's node of its name.
+pub(super) fn spec_scaling<'a>(
+    sh: &Shared<'a>,
+    r: usize,
+    i: usize,
+    name: &str,
+) -> Option<SpecScaling<'a>> {
+    u32::try_from(i)
+        .ok()
+        .and_then(|i| sh.spec_scaling_at.get(r)?.get(&i).copied())
+        .or_else(|| sh.spec_scalings.get(name).copied())
+}
 
 /// The mesh dim (k + 1; 0: none) whose size a division (`div` by a number, or `mul` by its
 /// inverse) of a partial on mesh dim `m` is by, where the dividend (`input`, its placement per
@@ -133,6 +239,26 @@ pub(super) fn partial_scaling(
     }
 }
 
+/// The product of the sizes of the mesh dims other than `m` (pipeline dims aside) that split
+/// a value placed `places` (a shard, blocks or rows of a selection: each coordinate holds its
+/// own part); `None` where one of them holds it in a layout not known.
+fn other_dims_split(mesh: &shardproof_ir::Mesh, m: usize, places: &[Place]) -> Option<f64> {
+    let mut split = 1.0;
+    for (k, p) in places.iter().enumerate() {
+        if k == m || crate::is_pipeline_dim(mesh, k) {
+            continue;
+        }
+        match p {
+            Place::Replicate | Place::Partial(_) => {}
+            Place::Shard(_) | Place::Blocked(..) | Place::Rows(..) => {
+                split *= mesh.dims.get(k)?.1 as f64;
+            }
+            _ => return None,
+        }
+    }
+    Some(split)
+}
+
 /// What a call's scalings leave on its output on one mesh dim (the records of
 /// [`RankPlacements`] it sets).
 pub(super) struct ScaleRecord {
@@ -172,12 +298,12 @@ pub(super) fn scale_records(
         inputs,
         rp,
         place,
-        outs,
         ..
     } = *s;
     let mesh = &sh.program.mesh;
     let g = &sh.program.ranks[r];
     let name = g.nodes[i].name.as_str();
+    let spec_here = spec_scaling(sh, r, i, name);
     let scaled_of = |v: ValueId| s.scaled_of(v);
     // Scaling by 1/n of a replicated value.
     let n_m = mesh.dims[m].1 as f64;
@@ -191,11 +317,7 @@ pub(super) fn scale_records(
     // the spec's tensor, not 1/n of it (a later sum over the ranks would count
     // it n times).
     let spec_same = sh.has_spec
-        && factor.is_some_and(|x| {
-            sh.spec_scalings
-                .get(name)
-                .is_some_and(|&(sop, y, _)| sop == op && y == x)
-        });
+        && factor.is_some_and(|x| spec_here.is_some_and(|(sop, y, _)| sop == op && y == x));
     let by_n = !spec_same
         && match (op.name.as_str(), factor) {
             ("div", Some(x)) => n_m > 1.0 && x == n_m,
@@ -205,20 +327,23 @@ pub(super) fn scale_records(
         || (n_m > 1.0
             && matches!(op.name.as_str(), "mul" | "div")
             && factor.is_some_and(|x| {
-                sh.spec_scalings
-                    .get(name)
-                    .is_some_and(|&(sop, y, spec_numel)| {
-                        // A mean that autograd folded into the constant counts the
-                        // rank's local elements where other mesh dims shard the batch:
-                        // the spec's elements over the rank's multiply the factor.
-                        let local = match (spec_numel, outs.first().cloned().flatten()) {
-                            (Some(g), Some(l)) if l.numel() > 0 => g as f64 / l.numel() as f64,
-                            _ => 1.0,
-                        };
-                        // The rank's factor over the spec's is local/n.
-                        let ratio = if op.name == "mul" { x / y } else { y / x };
-                        sop == op && y != 0.0 && (ratio * n_m / local - 1.0).abs() < 1e-9
-                    })
+                spec_here.is_some_and(|(sop, y, _)| {
+                    // A mean that autograd folded into the constant counts the
+                    // rank's local elements where other mesh dims shard the batch:
+                    // their sizes multiply the factor. Not the spec's elements over
+                    // the rank's: a pipeline's microbatch holds a K-th of them, and
+                    // the gradient accumulation's 1/K folds into the constant too
+                    // (a rank forgetting it had the factor a local count gives).
+                    let Some(local) = inputs
+                        .first()
+                        .and_then(|&v| other_dims_split(mesh, m, rp.of(v, nd)))
+                    else {
+                        return false;
+                    };
+                    // The rank's factor over the spec's is local/n.
+                    let ratio = if op.name == "mul" { x / y } else { y / x };
+                    sop == op && y != 0.0 && (ratio * n_m / local - 1.0).abs() < 1e-9
+                })
             }));
     // A partial scaled by a number (issue 44, soundness): pieces that average
     // to the tensor, each divided by n, sum to it (and pieces that sum, each
@@ -263,7 +388,7 @@ pub(super) fn scale_records(
                     factor,
                     n_m,
                     sh.has_spec,
-                    sh.spec_scalings.get(name).copied(),
+                    spec_here,
                     Read::Partial {
                         scaled_from: [0, 1].map(|k| {
                             inputs
@@ -305,7 +430,7 @@ pub(super) fn scale_records(
                                 mesh,
                                 m,
                                 inputs.first().map(|&v| rp.of(v, nd)),
-                                sh.has_spec && sh.spec_scalings.contains_key(name),
+                                sh.has_spec && spec_here.is_some(),
                             );
                         }
                         now_scale_unknown = true;
@@ -429,6 +554,7 @@ pub(super) fn scale_records(
 #[allow(clippy::too_many_arguments)]
 pub(super) fn read_times_n(
     sh: &Shared,
+    r: usize,
     i: usize,
     node_name: &str,
     op: &OpName,
@@ -464,7 +590,7 @@ pub(super) fn read_times_n(
                 bound.get("other").and_then(|a| a.as_f64()),
                 n as f64,
                 sh.has_spec,
-                sh.spec_scalings.get(node_name).copied(),
+                spec_scaling(sh, r, i, node_name),
                 Read::TimesN,
             ) == Scaling::ByInverseN
         };

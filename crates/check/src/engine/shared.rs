@@ -2,6 +2,7 @@
 //! placements of a rank ([`RankPlacements`]), the spec's views and scalings, and the hashes
 //! that find a node's peers on other ranks.
 
+use super::scaling::{scaling_of_node, SpecScaling};
 use crate::place::Place;
 use crate::report::RawFinding;
 use crate::ring;
@@ -172,6 +173,9 @@ pub struct Shared<'a> {
     /// The single-device spec's scalings, when the case has a spec: node name -> (operator,
     /// scalar factor) of every `mul` or `div` by a literal number (see [`spec_scalings`]).
     pub spec_scalings: HashMap<&'a str, (&'a OpName, f64, Option<i64>)>,
+    /// Per rank: its `mul`s and `div`s by a number that stand where the spec scales, by
+    /// position rather than by name ([`spec_scaling_positions`]); shared like `metas`.
+    pub spec_scaling_at: Vec<std::sync::Arc<HashMap<u32, SpecScaling<'a>>>>,
     /// Whether the case has a single-device spec (a plan has none: its own operators are
     /// the program its placements describe, every literal scaling included).
     pub has_spec: bool,
@@ -391,6 +395,11 @@ impl<'a> SpecViews<'a> {
         sv
     }
 
+    /// The spec's [`Skeleton`] (shared with the position reading of its scalings).
+    pub fn skeleton(&self) -> Option<&Skeleton> {
+        self.skeleton.as_ref()
+    }
+
     /// The spec's view for a rank's view `op` matched by no name or skeleton, from the global
     /// input shape its placements imply (`global_in`: the local shape with every dim that a
     /// mesh dim shards or holds rows of scaled by that mesh dim's size): the spec's views of
@@ -438,13 +447,13 @@ impl<'a> SpecViews<'a> {
         &self,
         spec: &Graph,
         g: &Graph,
+        sk: &Skeleton,
         metas: &[Vec<Option<Meta>>],
     ) -> Vec<Option<u32>> {
         let mut out: Vec<Option<u32>> = vec![None; g.nodes.len()];
         let Some(spec_sk) = self.skeleton.as_ref().filter(|_| !self.shapes.is_empty()) else {
             return out;
         };
-        let sk = Skeleton::new(g);
         let mut memo = SkeletonMemo::new();
         let holds = |gs: &[i64], l: Option<&Meta>| {
             l.is_some_and(|l| {
@@ -935,22 +944,7 @@ fn same_up_to_peers(program: &Program, a: &NodeKind, ra: usize, b: &NodeKind, rb
 pub fn spec_scalings(spec: &Graph) -> HashMap<&str, (&OpName, f64, Option<i64>)> {
     spec.nodes
         .iter()
-        .filter_map(|n| {
-            let NodeKind::Call { op, args, .. } = &n.kind else {
-                return None;
-            };
-            if !matches!(op.name.as_str(), "mul" | "div") {
-                return None;
-            }
-            let x = args.get(1).and_then(Arg::as_f64)?;
-            let numel = n
-                .outputs
-                .first()
-                .and_then(|o| o.ty.as_ref())
-                .and_then(|t| t.concrete_shape())
-                .map(|s| s.iter().product());
-            Some((n.name.as_str(), (op, x, numel)))
-        })
+        .filter_map(|n| Some((n.name.as_str(), scaling_of_node(n)?)))
         .collect()
 }
 

@@ -44,6 +44,7 @@ pub(super) fn all_reduce(c: &Ctx) -> Outcome {
         | Place::Accrued(_)
         | Place::Permuted(..)
         | Place::Rows(..)
+        | Place::Selected(..)
         | Place::Stacked(_)
         | Place::Gathered(..)
         | Place::PartialSplit(..)
@@ -120,6 +121,7 @@ pub(super) fn all_gather(c: &Ctx) -> Outcome {
         | Place::Accrued(_)
         | Place::Permuted(..)
         | Place::Rows(..)
+        | Place::Selected(..)
         | Place::Stacked(_)
         | Place::Gathered(..)
         | Place::PartialSplit(..)
@@ -213,6 +215,7 @@ pub(super) fn reduce_scatter(c: &Ctx) -> Outcome {
         | Place::Accrued(_)
         | Place::Permuted(..)
         | Place::Rows(..)
+        | Place::Selected(..)
         | Place::Stacked(_)
         | Place::Gathered(..) => {
             c.all(Place::Unknown)

@@ -114,6 +114,7 @@ fn merge_with(
             | Place::Accrued(_)
             | Place::Permuted(..)
             | Place::Rows(..)
+            | Place::Selected(..)
             | Place::Stacked(_)
             | Place::Gathered(..)
             | Place::PartialSplit(..)

@@ -48,7 +48,7 @@ use serde::{Deserialize, Serialize};
 use shardproof_case::{Case, InputRelation, Layout, OutputExpectation};
 use shardproof_ir::{Arg, Graph, NodeKind, Program, ValueId};
 use slice::{Mark, Marks, Sliced};
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::sync::Arc;
 
@@ -458,16 +458,20 @@ fn build_stage(
     }
     let spec = slice::build(&case.spec, &spec_marks, whole.spec_metas)?;
     // Ranks that run one graph and slice it alike share the stage graph, as they share the
-    // whole one.
+    // whole one: found by graph, then by marks compared in place (a key holding a copy of
+    // every rank's marks cost a copy of its whole graph's marks per rank and stage).
     let mut built: Vec<Arc<Sliced>> = Vec::with_capacity(nranks);
-    let mut shared: BTreeMap<(usize, Vec<Mark>), Arc<Sliced>> = BTreeMap::new();
+    let mut shared: HashMap<usize, Vec<(usize, Arc<Sliced>)>> = HashMap::new();
     for (r, g) in case.program.ranks.iter().enumerate() {
-        let id = (Arc::as_ptr(g) as usize, marks[r].marks.clone());
-        let s = match shared.get(&id) {
-            Some(s) => s.clone(),
+        let slices = shared.entry(Arc::as_ptr(g) as usize).or_default();
+        let s = match slices
+            .iter()
+            .find(|(first, _)| marks[*first].marks == marks[r].marks)
+        {
+            Some((_, s)) => s.clone(),
             None => {
                 let s = Arc::new(slice::build(g, &marks[r], &whole.rank_metas[r])?);
-                shared.insert(id, s.clone());
+                slices.push((r, s.clone()));
                 s
             }
         };
@@ -511,19 +515,16 @@ fn build_stage(
     let mut spec_graph = spec.graph.clone();
     spec_graph.outputs = spec_outs.iter().map(|&v| Some(v)).collect();
     // Each target's values on each rank: one, or a pipeline rank's microbatches in order.
-    let rank_outputs: Vec<Vec<Vec<ValueId>>> = (0..nranks)
-        .map(|r| {
-            ends.iter()
-                .map(|(_, holders)| {
-                    holders
-                        .iter()
-                        .filter(|(h, _)| *h == r)
-                        .filter_map(|&(_, v)| built[r].value(v))
-                        .collect()
-                })
-                .collect()
-        })
-        .collect();
+    // Bucketed by rank in one pass over the holders (in their order): a scan of every
+    // holder per rank was quadratic in the ranks (8192 on llama3-405b, for every stage).
+    let mut rank_outputs: Vec<Vec<Vec<ValueId>>> = vec![vec![Vec::new(); ends.len()]; nranks];
+    for (e, (_, holders)) in ends.iter().enumerate() {
+        for &(r, v) in holders {
+            if let Some(nv) = built[r].value(v) {
+                rank_outputs[r][e].push(nv);
+            }
+        }
+    }
     // Ranks that share a stage graph and its output share the whole stage graph. Microbatches
     // are expected as their concatenation ([`micro`]).
     let mut ranks: Vec<Arc<Graph>> = Vec::with_capacity(nranks);
@@ -595,23 +596,20 @@ fn build_stage(
             Target::Implicit(_) => {}
         }
     }
-    let stage_names: Vec<BTreeSet<String>> = (0..nranks)
-        .map(|r| {
-            let g = &ranks[r];
-            let mut names: BTreeSet<String> = inputs
-                .iter()
-                .flat_map(|rel| rel.rank_values.iter())
-                .filter(|(h, _)| *h == r)
-                .map(|&(_, v)| g.value_name(v).to_string())
-                .collect();
-            for n in &g.nodes {
-                if let NodeKind::Constant { .. } = n.kind {
-                    names.insert(n.outputs[0].name.clone());
-                }
+    // Each rank's leaves: its inputs' values (one pass over the relations, bucketed by rank:
+    // a scan of every relation's holders per rank was quadratic in the ranks) and its
+    // constants.
+    let mut stage_names: Vec<BTreeSet<String>> = vec![BTreeSet::new(); nranks];
+    for &(r, v) in inputs.iter().flat_map(|rel| rel.rank_values.iter()) {
+        stage_names[r].insert(ranks[r].value_name(v).to_string());
+    }
+    for (names, g) in stage_names.iter_mut().zip(&ranks) {
+        for n in &g.nodes {
+            if let NodeKind::Constant { .. } = n.kind {
+                names.insert(n.outputs[0].name.clone());
             }
-            names
-        })
-        .collect();
+        }
+    }
     let program = Program {
         mesh: case.program.mesh.clone(),
         groups: case.program.groups.clone(),

@@ -10,18 +10,29 @@
 //! it is sharded on dim 0, a reduce-scatter of a partial); each candidate program is checked
 //! in full, states are ranked by their number of findings, and the first state with none is
 //! the fix. Programs above [`MAX_NODES`] rank nodes are not searched (the hints stay the
-//! rules' own), and the search stops after [`MAX_EVALUATIONS`] checks.
+//! rules' own), and the search stops after [`MAX_EVALUATIONS`] candidates or once its checks
+//! have covered [`MAX_CHECKED_NODES`] rank nodes, whichever comes first: a check's cost grows
+//! with the program, so a big program gets fewer checks than a small one.
+//!
+//! Two edit sequences often build the same program (dropping `a` then `b`, or `b` then `a`);
+//! the search checks such a program once and reuses its report (see [`Checked`]).
 
 use crate::place::Place;
 use crate::report::{Check, Report};
 use shardproof_case::Case;
 use shardproof_ir::{Arg, Graph, Node, NodeKind, OpName, Output, ValueId};
+use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hasher};
 use std::sync::Arc;
 
 /// Programs with more rank nodes than this are not searched.
 pub const MAX_NODES: usize = 4000;
-/// Candidate programs checked at most per search.
+/// Candidate programs considered at most per search (a candidate whose program an earlier one
+/// built counts too, though it is not checked again).
 pub const MAX_EVALUATIONS: usize = 200;
+/// Rank nodes checked at most per search, summed over the candidate programs checked: the
+/// [`MAX_EVALUATIONS`] checks of a program of 1,000 nodes. A program of 3,000 nodes gets 66.
+pub const MAX_CHECKED_NODES: usize = 200_000;
 const BEAM: usize = 4;
 const DEPTH: usize = 3;
 
@@ -330,6 +341,62 @@ fn candidates(case: &Case, report: &Report) -> Vec<Edit> {
     out
 }
 
+/// The reports of the candidate programs a search has checked, keyed by a hash of the program
+/// and kept with the edits that built it: a hash match is confirmed by rebuilding that program
+/// from the original and comparing it whole, so a reused report is always the program's own.
+struct Checked<'a> {
+    original: &'a Case,
+    by_hash: HashMap<u64, Vec<(Vec<Edit>, Option<Report>)>>,
+}
+
+/// Feeds formatted text to a hasher without building the string.
+struct HashWriter(DefaultHasher);
+
+impl std::fmt::Write for HashWriter {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0.write(s.as_bytes());
+        Ok(())
+    }
+}
+
+/// A hash of what [`apply`] changes in a case: the rank graphs (the case's input and output
+/// values follow them; [`Checked::get`] compares the whole case anyway).
+fn program_hash(case: &Case) -> u64 {
+    use std::fmt::Write;
+    let mut w = HashWriter(DefaultHasher::new());
+    for g in &case.program.ranks {
+        // Writing to a hasher cannot fail.
+        let _ = write!(w, "{:?}", g.nodes);
+        let _ = write!(w, "{:?}{:?}", g.inputs, g.outputs);
+    }
+    w.0.finish()
+}
+
+impl<'a> Checked<'a> {
+    fn new(original: &'a Case) -> Self {
+        Checked {
+            original,
+            by_hash: HashMap::new(),
+        }
+    }
+
+    /// The report of `case` (built by `edits` from the original) if an earlier candidate built
+    /// the same program: `Some(report)` (the check's answer, itself `None` for an invalid
+    /// program) or `None` when it is new.
+    fn get(&self, hash: u64, case: &Case) -> Option<Option<Report>> {
+        self.by_hash.get(&hash)?.iter().find_map(|(edits, report)| {
+            let built = edits
+                .iter()
+                .fold(self.original.clone(), |c, e| apply(&c, e));
+            (&built == case).then(|| report.clone())
+        })
+    }
+
+    fn insert(&mut self, hash: u64, edits: Vec<Edit>, report: Option<Report>) {
+        self.by_hash.entry(hash).or_default().push((edits, report));
+    }
+}
+
 /// Searches a fix for the targeted findings of `report` (the report of `case`); `None` when
 /// there are none, the program is too big, or no edit set within the search's bounds makes
 /// the program check with no finding.
@@ -346,23 +413,46 @@ pub fn synthesize(
         return None;
     }
     let mut evaluations = 0;
+    let mut checked_nodes = 0;
+    let mut checked = Checked::new(case);
     let mut beam: Vec<(Vec<Edit>, Case, Report)> = vec![(Vec::new(), case.clone(), report.clone())];
     for _ in 0..DEPTH {
         let mut next: Vec<(usize, Vec<Edit>, Case, Report)> = Vec::new();
         for (edits, c, rep) in &beam {
+            // No candidate is smaller than the original program, so once one more check of it
+            // would pass a bound, no new program can be checked: what remains are programs
+            // checked already, none of them a fix. Stopping here skips their candidates'
+            // propagations.
+            if evaluations >= MAX_EVALUATIONS || checked_nodes + nodes > MAX_CHECKED_NODES {
+                return None;
+            }
             for edit in candidates(c, rep) {
                 if edits.contains(&edit) || evaluations >= MAX_EVALUATIONS {
                     continue;
                 }
-                evaluations += 1;
                 let changed = apply(c, &edit);
-                let Some(new_report) = check(&changed) else {
-                    continue;
-                };
                 let mut e = edits.clone();
                 e.push(edit);
+                let hash = program_hash(&changed);
+                let new_report = match checked.get(hash, &changed) {
+                    Some(seen) => seen,
+                    None => {
+                        let size: usize = changed.program.ranks.iter().map(|g| g.nodes.len()).sum();
+                        if checked_nodes + size > MAX_CHECKED_NODES {
+                            continue;
+                        }
+                        checked_nodes += size;
+                        let fresh = check(&changed);
+                        checked.insert(hash, e.clone(), fresh.clone());
+                        fresh
+                    }
+                };
+                evaluations += 1;
+                let Some(new_report) = new_report else {
+                    continue;
+                };
                 if new_report.findings.is_empty() {
-                    tracing::debug!(evaluations, "fix synthesized");
+                    tracing::debug!(evaluations, checked_nodes, "fix synthesized");
                     return Some(Fix { edits: e });
                 }
                 next.push((new_report.findings.len(), e, changed, new_report));

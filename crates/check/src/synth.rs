@@ -405,6 +405,16 @@ pub fn synthesize(
     report: &Report,
     check: &dyn Fn(&Case) -> Option<Report>,
 ) -> Option<Fix> {
+    search(case, report, check, MAX_CHECKED_NODES)
+}
+
+/// [`synthesize`] with at most `max_checked_nodes` rank nodes checked.
+fn search(
+    case: &Case,
+    report: &Report,
+    check: &dyn Fn(&Case) -> Option<Report>,
+    max_checked_nodes: usize,
+) -> Option<Fix> {
     if !report.findings.iter().any(|f| targeted(f.check)) {
         return None;
     }
@@ -423,7 +433,7 @@ pub fn synthesize(
             // would pass a bound, no new program can be checked: what remains are programs
             // checked already, none of them a fix. Stopping here skips their candidates'
             // propagations.
-            if evaluations >= MAX_EVALUATIONS || checked_nodes + nodes > MAX_CHECKED_NODES {
+            if evaluations >= MAX_EVALUATIONS || checked_nodes + nodes > max_checked_nodes {
                 return None;
             }
             for edit in candidates(c, rep) {
@@ -438,7 +448,7 @@ pub fn synthesize(
                     Some(seen) => seen,
                     None => {
                         let size: usize = changed.program.ranks.iter().map(|g| g.nodes.len()).sum();
-                        if checked_nodes + size > MAX_CHECKED_NODES {
+                        if checked_nodes + size > max_checked_nodes {
                             continue;
                         }
                         checked_nodes += size;
@@ -466,4 +476,99 @@ pub fn synthesize(
         beam = next.into_iter().map(|(_, e, c, r)| (e, c, r)).collect();
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{check_case_without_fixes, plan::parse_plan};
+    use std::cell::RefCell;
+    use std::path::Path;
+
+    const SPMD_DEMO: &str = include_str!("../../../examples/plans/spmd_demo.plan");
+
+    fn spmd_demo() -> (Case, Report) {
+        let case = parse_plan(Path::new("spmd_demo.plan"), SPMD_DEMO).unwrap();
+        let report = check_case_without_fixes(&case).unwrap();
+        (case, report)
+    }
+
+    fn size(case: &Case) -> usize {
+        case.program.ranks.iter().map(|g| g.nodes.len()).sum()
+    }
+
+    fn insert_after(node: &str) -> Edit {
+        Edit::Insert {
+            after: node.to_string(),
+            collective: Collective::AllReduce("sum".to_string()),
+            group: "tp".to_string(),
+        }
+    }
+
+    /// A stored report answers only for the very program it was checked on: two edit orders
+    /// that build one program share it; another program under the same hash does not get it.
+    #[test]
+    fn a_reused_report_is_the_programs_own() {
+        let (case, report) = spmd_demo();
+        let (a, b) = (insert_after("pp"), insert_after("act"));
+        let ab = apply(&apply(&case, &a), &b);
+        let ba = apply(&apply(&case, &b), &a);
+        assert_eq!(ab, ba, "inserts after two nodes commute");
+        assert_eq!(program_hash(&ab), program_hash(&ba));
+        let mut checked = Checked::new(&case);
+        let hash = program_hash(&ab);
+        checked.insert(hash, vec![a.clone(), b.clone()], Some(report.clone()));
+        let render = |got: Option<Option<Report>>| got.map(|r| r.map(|r| r.render()));
+        assert_eq!(render(checked.get(hash, &ba)), Some(Some(report.render())));
+        // Another program filed under the same hash (a collision) is not answered.
+        let other = apply(&case, &a);
+        assert_ne!(other, ab);
+        assert!(checked.get(hash, &other).is_none());
+        assert!(checked.get(hash.wrapping_add(1), &ab).is_none());
+    }
+
+    /// The search checks no program twice, and finds the fix it found when it checked every
+    /// candidate (the three edits `plans.rs` applies).
+    #[test]
+    fn a_search_checks_each_program_once() {
+        let (case, report) = spmd_demo();
+        let seen: RefCell<Vec<Case>> = RefCell::new(Vec::new());
+        let repeats = RefCell::new(0);
+        let recording = |c: &Case| {
+            if seen.borrow().contains(c) {
+                *repeats.borrow_mut() += 1;
+            }
+            seen.borrow_mut().push(c.clone());
+            check_case_without_fixes(c).ok()
+        };
+        let fix = synthesize(&case, &report, &recording).expect("spmd_demo has a fix");
+        assert_eq!(fix.edits.len(), 3, "{}", fix.describe(&case));
+        assert_eq!(*repeats.borrow(), 0);
+        let fixed = fix.edits.iter().fold(case, |c, e| apply(&c, e));
+        assert!(check_case_without_fixes(&fixed)
+            .unwrap()
+            .findings
+            .is_empty());
+    }
+
+    /// The rank nodes a search checks stay within its bound: a bound below one candidate
+    /// checks nothing (and finds nothing), a bound of a few candidates checks no more.
+    #[test]
+    fn a_search_checks_within_its_node_bound() {
+        let (case, report) = spmd_demo();
+        for candidates in [0, 1, 3] {
+            let bound = candidates * (size(&case) + 2);
+            let checked_nodes = RefCell::new(0);
+            let counting = |c: &Case| {
+                *checked_nodes.borrow_mut() += size(c);
+                check_case_without_fixes(c).ok()
+            };
+            let fix = search(&case, &report, &counting, bound);
+            assert!(*checked_nodes.borrow() <= bound, "{candidates}");
+            if candidates == 0 {
+                assert_eq!(*checked_nodes.borrow(), 0);
+                assert_eq!(fix, None);
+            }
+        }
+    }
 }

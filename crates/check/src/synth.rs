@@ -346,8 +346,12 @@ fn candidates(case: &Case, report: &Report) -> Vec<Edit> {
 /// from the original and comparing it whole, so a reused report is always the program's own.
 struct Checked<'a> {
     original: &'a Case,
-    by_hash: HashMap<u64, Vec<(Vec<Edit>, Option<Report>)>>,
+    by_hash: HashMap<u64, Vec<CheckedProgram>>,
 }
+
+/// A checked candidate: the edits that built it from the original, and the check's answer
+/// (`None` for an invalid program).
+type CheckedProgram = (Vec<Edit>, Option<Report>);
 
 /// Feeds formatted text to a hasher without building the string.
 struct HashWriter(DefaultHasher);

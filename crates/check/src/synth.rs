@@ -384,8 +384,8 @@ impl<'a> Checked<'a> {
         }
     }
 
-    /// The report of `case` (built by `edits` from the original) if an earlier candidate built
-    /// the same program: `Some(report)` (the check's answer, itself `None` for an invalid
+    /// The report of `case` (filed under `hash`) if an earlier candidate built the same
+    /// program: `Some(report)` (the check's answer, itself `None` for an invalid
     /// program) or `None` when it is new.
     fn get(&self, hash: u64, case: &Case) -> Option<Option<Report>> {
         self.by_hash.get(&hash)?.iter().find_map(|(edits, report)| {
@@ -399,6 +399,11 @@ impl<'a> Checked<'a> {
     fn insert(&mut self, hash: u64, edits: Vec<Edit>, report: Option<Report>) {
         self.by_hash.entry(hash).or_default().push((edits, report));
     }
+}
+
+/// The nodes of all of `case`'s rank graphs: what a check's cost grows with.
+fn rank_nodes(case: &Case) -> usize {
+    case.program.ranks.iter().map(|g| g.nodes.len()).sum()
 }
 
 /// Searches a fix for the targeted findings of `report` (the report of `case`); `None` when
@@ -422,7 +427,7 @@ fn search(
     if !report.findings.iter().any(|f| targeted(f.check)) {
         return None;
     }
-    let nodes: usize = case.program.ranks.iter().map(|g| g.nodes.len()).sum();
+    let nodes = rank_nodes(case);
     if nodes > MAX_NODES {
         return None;
     }
@@ -451,7 +456,7 @@ fn search(
                 let new_report = match checked.get(hash, &changed) {
                     Some(seen) => seen,
                     None => {
-                        let size: usize = changed.program.ranks.iter().map(|g| g.nodes.len()).sum();
+                        let size = rank_nodes(&changed);
                         if checked_nodes + size > max_checked_nodes {
                             continue;
                         }
@@ -495,10 +500,6 @@ mod tests {
         let case = parse_plan(Path::new("spmd_demo.plan"), SPMD_DEMO).unwrap();
         let report = check_case_without_fixes(&case).unwrap();
         (case, report)
-    }
-
-    fn size(case: &Case) -> usize {
-        case.program.ranks.iter().map(|g| g.nodes.len()).sum()
     }
 
     fn insert_after(node: &str) -> Edit {
@@ -561,10 +562,10 @@ mod tests {
     fn a_search_checks_within_its_node_bound() {
         let (case, report) = spmd_demo();
         for candidates in [0, 1, 3] {
-            let bound = candidates * (size(&case) + 2);
+            let bound = candidates * (rank_nodes(&case) + 2);
             let checked_nodes = RefCell::new(0);
             let counting = |c: &Case| {
-                *checked_nodes.borrow_mut() += size(c);
+                *checked_nodes.borrow_mut() += rank_nodes(c);
                 check_case_without_fixes(c).ok()
             };
             let fix = search(&case, &report, &counting, bound);

@@ -10,18 +10,29 @@
 //! it is sharded on dim 0, a reduce-scatter of a partial); each candidate program is checked
 //! in full, states are ranked by their number of findings, and the first state with none is
 //! the fix. Programs above [`MAX_NODES`] rank nodes are not searched (the hints stay the
-//! rules' own), and the search stops after [`MAX_EVALUATIONS`] checks.
+//! rules' own), and the search stops after [`MAX_EVALUATIONS`] candidates or once its checks
+//! have covered [`MAX_CHECKED_NODES`] rank nodes, whichever comes first: a check's cost grows
+//! with the program, so a big program gets fewer checks than a small one.
+//!
+//! Two edit sequences often build the same program (dropping `a` then `b`, or `b` then `a`);
+//! the search checks such a program once and reuses its report (see [`Checked`]).
 
 use crate::place::Place;
 use crate::report::{Check, Report};
 use shardproof_case::Case;
 use shardproof_ir::{Arg, Graph, Node, NodeKind, OpName, Output, ValueId};
+use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hasher};
 use std::sync::Arc;
 
 /// Programs with more rank nodes than this are not searched.
 pub const MAX_NODES: usize = 4000;
-/// Candidate programs checked at most per search.
+/// Candidate programs considered at most per search (a candidate whose program an earlier one
+/// built counts too, though it is not checked again).
 pub const MAX_EVALUATIONS: usize = 200;
+/// Rank nodes checked at most per search, summed over the candidate programs checked: the
+/// [`MAX_EVALUATIONS`] checks of a program of 1,000 nodes. A program of 3,000 nodes gets 66.
+pub const MAX_CHECKED_NODES: usize = 200_000;
 const BEAM: usize = 4;
 const DEPTH: usize = 3;
 
@@ -330,6 +341,71 @@ fn candidates(case: &Case, report: &Report) -> Vec<Edit> {
     out
 }
 
+/// The reports of the candidate programs a search has checked, keyed by a hash of the program
+/// and kept with the edits that built it: a hash match is confirmed by rebuilding that program
+/// from the original and comparing it whole, so a reused report is always the program's own.
+struct Checked<'a> {
+    original: &'a Case,
+    by_hash: HashMap<u64, Vec<CheckedProgram>>,
+}
+
+/// A checked candidate: the edits that built it from the original, and the check's answer
+/// (`None` for an invalid program).
+type CheckedProgram = (Vec<Edit>, Option<Report>);
+
+/// Feeds formatted text to a hasher without building the string.
+struct HashWriter(DefaultHasher);
+
+impl std::fmt::Write for HashWriter {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0.write(s.as_bytes());
+        Ok(())
+    }
+}
+
+/// A hash of what [`apply`] changes in a case: the rank graphs (the case's input and output
+/// values follow them; [`Checked::get`] compares the whole case anyway).
+fn program_hash(case: &Case) -> u64 {
+    use std::fmt::Write;
+    let mut w = HashWriter(DefaultHasher::new());
+    for g in &case.program.ranks {
+        // Writing to a hasher cannot fail.
+        let _ = write!(w, "{:?}", g.nodes);
+        let _ = write!(w, "{:?}{:?}", g.inputs, g.outputs);
+    }
+    w.0.finish()
+}
+
+impl<'a> Checked<'a> {
+    fn new(original: &'a Case) -> Self {
+        Checked {
+            original,
+            by_hash: HashMap::new(),
+        }
+    }
+
+    /// The report of `case` (filed under `hash`) if an earlier candidate built the same
+    /// program: `Some(report)` (the check's answer, itself `None` for an invalid
+    /// program) or `None` when it is new.
+    fn get(&self, hash: u64, case: &Case) -> Option<Option<Report>> {
+        self.by_hash.get(&hash)?.iter().find_map(|(edits, report)| {
+            let built = edits
+                .iter()
+                .fold(self.original.clone(), |c, e| apply(&c, e));
+            (&built == case).then(|| report.clone())
+        })
+    }
+
+    fn insert(&mut self, hash: u64, edits: Vec<Edit>, report: Option<Report>) {
+        self.by_hash.entry(hash).or_default().push((edits, report));
+    }
+}
+
+/// The nodes of all of `case`'s rank graphs: what a check's cost grows with.
+fn rank_nodes(case: &Case) -> usize {
+    case.program.ranks.iter().map(|g| g.nodes.len()).sum()
+}
+
 /// Searches a fix for the targeted findings of `report` (the report of `case`); `None` when
 /// there are none, the program is too big, or no edit set within the search's bounds makes
 /// the program check with no finding.
@@ -338,31 +414,64 @@ pub fn synthesize(
     report: &Report,
     check: &dyn Fn(&Case) -> Option<Report>,
 ) -> Option<Fix> {
+    search(case, report, check, MAX_CHECKED_NODES)
+}
+
+/// [`synthesize`] with at most `max_checked_nodes` rank nodes checked.
+fn search(
+    case: &Case,
+    report: &Report,
+    check: &dyn Fn(&Case) -> Option<Report>,
+    max_checked_nodes: usize,
+) -> Option<Fix> {
     if !report.findings.iter().any(|f| targeted(f.check)) {
         return None;
     }
-    let nodes: usize = case.program.ranks.iter().map(|g| g.nodes.len()).sum();
+    let nodes = rank_nodes(case);
     if nodes > MAX_NODES {
         return None;
     }
     let mut evaluations = 0;
+    let mut checked_nodes = 0;
+    let mut checked = Checked::new(case);
     let mut beam: Vec<(Vec<Edit>, Case, Report)> = vec![(Vec::new(), case.clone(), report.clone())];
     for _ in 0..DEPTH {
         let mut next: Vec<(usize, Vec<Edit>, Case, Report)> = Vec::new();
         for (edits, c, rep) in &beam {
+            // No candidate is smaller than the original program, so once one more check of it
+            // would pass a bound, no new program can be checked: what remains are programs
+            // checked already, none of them a fix. Stopping here skips their candidates'
+            // propagations.
+            if evaluations >= MAX_EVALUATIONS || checked_nodes + nodes > max_checked_nodes {
+                return None;
+            }
             for edit in candidates(c, rep) {
                 if edits.contains(&edit) || evaluations >= MAX_EVALUATIONS {
                     continue;
                 }
-                evaluations += 1;
                 let changed = apply(c, &edit);
-                let Some(new_report) = check(&changed) else {
-                    continue;
-                };
                 let mut e = edits.clone();
                 e.push(edit);
+                let hash = program_hash(&changed);
+                let new_report = match checked.get(hash, &changed) {
+                    Some(seen) => seen,
+                    None => {
+                        let size = rank_nodes(&changed);
+                        if checked_nodes + size > max_checked_nodes {
+                            continue;
+                        }
+                        checked_nodes += size;
+                        let fresh = check(&changed);
+                        checked.insert(hash, e.clone(), fresh.clone());
+                        fresh
+                    }
+                };
+                evaluations += 1;
+                let Some(new_report) = new_report else {
+                    continue;
+                };
                 if new_report.findings.is_empty() {
-                    tracing::debug!(evaluations, "fix synthesized");
+                    tracing::debug!(evaluations, checked_nodes, "fix synthesized");
                     return Some(Fix { edits: e });
                 }
                 next.push((new_report.findings.len(), e, changed, new_report));
@@ -376,4 +485,95 @@ pub fn synthesize(
         beam = next.into_iter().map(|(_, e, c, r)| (e, c, r)).collect();
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{check_case_without_fixes, plan::parse_plan};
+    use std::cell::RefCell;
+    use std::path::Path;
+
+    const SPMD_DEMO: &str = include_str!("../../../examples/plans/spmd_demo.plan");
+
+    fn spmd_demo() -> (Case, Report) {
+        let case = parse_plan(Path::new("spmd_demo.plan"), SPMD_DEMO).unwrap();
+        let report = check_case_without_fixes(&case).unwrap();
+        (case, report)
+    }
+
+    fn insert_after(node: &str) -> Edit {
+        Edit::Insert {
+            after: node.to_string(),
+            collective: Collective::AllReduce("sum".to_string()),
+            group: "tp".to_string(),
+        }
+    }
+
+    /// A stored report answers only for the very program it was checked on: two edit orders
+    /// that build one program share it; another program under the same hash does not get it.
+    #[test]
+    fn a_reused_report_is_the_programs_own() {
+        let (case, report) = spmd_demo();
+        let (a, b) = (insert_after("pp"), insert_after("act"));
+        let ab = apply(&apply(&case, &a), &b);
+        let ba = apply(&apply(&case, &b), &a);
+        assert_eq!(ab, ba, "inserts after two nodes commute");
+        assert_eq!(program_hash(&ab), program_hash(&ba));
+        let mut checked = Checked::new(&case);
+        let hash = program_hash(&ab);
+        checked.insert(hash, vec![a.clone(), b.clone()], Some(report.clone()));
+        let render = |got: Option<Option<Report>>| got.map(|r| r.map(|r| r.render()));
+        assert_eq!(render(checked.get(hash, &ba)), Some(Some(report.render())));
+        // Another program filed under the same hash (a collision) is not answered.
+        let other = apply(&case, &a);
+        assert_ne!(other, ab);
+        assert!(checked.get(hash, &other).is_none());
+        assert!(checked.get(hash.wrapping_add(1), &ab).is_none());
+    }
+
+    /// The search checks no program twice, and finds the fix it found when it checked every
+    /// candidate (the three edits `plans.rs` applies).
+    #[test]
+    fn a_search_checks_each_program_once() {
+        let (case, report) = spmd_demo();
+        let seen: RefCell<Vec<Case>> = RefCell::new(Vec::new());
+        let repeats = RefCell::new(0);
+        let recording = |c: &Case| {
+            if seen.borrow().contains(c) {
+                *repeats.borrow_mut() += 1;
+            }
+            seen.borrow_mut().push(c.clone());
+            check_case_without_fixes(c).ok()
+        };
+        let fix = synthesize(&case, &report, &recording).expect("spmd_demo has a fix");
+        assert_eq!(fix.edits.len(), 3, "{}", fix.describe(&case));
+        assert_eq!(*repeats.borrow(), 0);
+        let fixed = fix.edits.iter().fold(case, |c, e| apply(&c, e));
+        assert!(check_case_without_fixes(&fixed)
+            .unwrap()
+            .findings
+            .is_empty());
+    }
+
+    /// The rank nodes a search checks stay within its bound: a bound below one candidate
+    /// checks nothing (and finds nothing), a bound of a few candidates checks no more.
+    #[test]
+    fn a_search_checks_within_its_node_bound() {
+        let (case, report) = spmd_demo();
+        for candidates in [0, 1, 3] {
+            let bound = candidates * (rank_nodes(&case) + 2);
+            let checked_nodes = RefCell::new(0);
+            let counting = |c: &Case| {
+                *checked_nodes.borrow_mut() += rank_nodes(c);
+                check_case_without_fixes(c).ok()
+            };
+            let fix = search(&case, &report, &counting, bound);
+            assert!(*checked_nodes.borrow() <= bound, "{candidates}");
+            if candidates == 0 {
+                assert_eq!(*checked_nodes.borrow(), 0);
+                assert_eq!(fix, None);
+            }
+        }
+    }
 }

@@ -807,6 +807,7 @@ fn check(
             }
             met(eg, &goals)
         },
+        Some(&|eg: &Graph| met(eg, &goals)),
     );
     eg.rebuild();
     if !met(&eg, &goals) {

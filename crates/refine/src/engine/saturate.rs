@@ -285,15 +285,18 @@ pub(super) fn run_rules(
     limits: RunLimits,
     hook: impl FnMut(&mut Graph) -> bool,
 ) -> Vec<usize> {
-    run_rule_refs(eg, &rules.iter().collect::<Vec<_>>(), limits, hook)
+    run_rule_refs(eg, &rules.iter().collect::<Vec<_>>(), limits, hook, None)
 }
 
-/// [`run_rules`] over rules picked from a larger set (a reuse check's first try).
+/// [`run_rules`] over rules picked from a larger set (a reuse check's first try). `done`, where
+/// given, is asked after each rule's application too: true ends the run there, mid-iteration
+/// (a reuse check's goals, met once their classes are one, stay met whatever follows).
 pub(super) fn run_rule_refs(
     eg: &mut Graph,
     rules: &[&Rewrite<Term, Shapes>],
     limits: RunLimits,
     mut hook: impl FnMut(&mut Graph) -> bool,
+    done: Option<&dyn Fn(&Graph) -> bool>,
 ) -> Vec<usize> {
     let started = std::time::Instant::now();
     let over_time = || started.elapsed() > SATURATION_WALL_CLOCK;
@@ -333,6 +336,10 @@ pub(super) fn run_rule_refs(
                 let changed = !rw.apply(eg, &ms).is_empty();
                 applied |= changed;
                 changed_by[k] |= changed || eg.total_size() != nodes;
+                if changed && done.is_some_and(|done| done(eg)) {
+                    eg.rebuild();
+                    return used(changed_by);
+                }
             }
             if over_size(eg) {
                 stopped = true;

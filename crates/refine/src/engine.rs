@@ -921,19 +921,21 @@ impl Walk<'_> {
             _ => Vec::new(),
         };
         let lemmas = (&rules.first[..], &rules.wide[..]);
-        if let Some((rel, widened)) = reuse::reuse(imp, lemmas, opts, state, t, seeds, &twins) {
+        if let Some(found) = reuse::reuse(imp, lemmas, opts, state, t, seeds, &twins) {
             r.reused += 1;
-            if widened {
+            if found.widened {
                 r.widened.push(v);
             }
-            self.keep_solution(v, (t, seeds), state, &rel, widened);
-            return State::Related(rel);
+            let used = Some(found.lemmas_used);
+            self.keep_solution(v, (t, seeds), state, &found.rel, found.widened, used);
+            return State::Related(found.rel);
         }
         let s = self.infer_afresh(v, t, expect, seeds, state, r, scalar_chain);
         if reusable {
             if let State::Related(rel) = &s {
                 if keepable(t, rel) {
-                    self.keep_solution(v, (t, seeds), state, rel, r.widened.contains(&v));
+                    let widened = r.widened.contains(&v);
+                    self.keep_solution(v, (t, seeds), state, rel, widened, None);
                 }
             }
         }
@@ -941,7 +943,7 @@ impl Walk<'_> {
     }
 
     /// Keeps the solution of `v` (the operator `t` over `state`, related as `rel`) where a
-    /// later operator names it as its twin.
+    /// later operator names it as its twin; `used`: the lemmas its reuse check needed.
     fn keep_solution(
         &self,
         v: ValueId,
@@ -949,13 +951,14 @@ impl Walk<'_> {
         state: &HashMap<ValueId, State>,
         rel: &Rel,
         widened: bool,
+        used: Option<Arc<[usize]>>,
     ) {
         if !self.keep.contains(&v) {
             return;
         }
         if let Some(solved) = reuse::Solved::new(t, seeds, state, rel, widened) {
             if let Ok(mut map) = self.solved.lock() {
-                map.insert(v, Arc::new(solved));
+                map.insert(v, Arc::new(solved.checked_with(used)));
             }
         }
     }

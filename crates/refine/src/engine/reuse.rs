@@ -25,7 +25,7 @@ use super::extract::clean_size;
 use super::relation::{
     add_rec, add_relation, add_tpl, tpl_values, Impl, Neighbourhood, Rel, State,
 };
-use super::saturate::{new_graph, run_rules, RunLimits};
+use super::saturate::{new_graph, run_rule_refs, RunLimits};
 use super::seeds::seed_spec_equations;
 use super::Options;
 use crate::lemmas::Graph;
@@ -48,6 +48,10 @@ pub(super) struct Solved {
     out: Rel,
     /// Whether only the wider attempt found it (diagnosis reads this).
     pub(super) widened: bool,
+    /// Where its relation was a twin's, checked: the lemmas that changed the check's e-graph
+    /// (positions in the lemma set of the check), which the next layer's check tries alone
+    /// first. `None` where inference found it.
+    lemmas_used: Option<Arc<[usize]>>,
 }
 
 impl Solved {
@@ -64,8 +68,25 @@ impl Solved {
             ins: input_rels(t, seeds, state)?,
             out: out.clone(),
             widened,
+            lemmas_used: None,
         })
     }
+
+    /// This solution as found by a reuse check whose e-graph the lemmas `used` changed.
+    pub(super) fn checked_with(mut self, used: Option<Arc<[usize]>>) -> Solved {
+        self.lemmas_used = used;
+        self
+    }
+}
+
+/// A twin's relation renamed onto an operator and checked ([`reuse`]).
+pub(super) struct Reused {
+    /// The renamed relation.
+    pub(super) rel: Rel,
+    /// Whether the twin's was found by the wider attempt (so the check used its lemmas).
+    pub(super) widened: bool,
+    /// The lemmas that changed the check's e-graph (see [`Solved::lemmas_used`]).
+    pub(super) lemmas_used: Arc<[usize]>,
 }
 
 /// The relations an operator's inference reads: those of the values of `t`, in
@@ -594,7 +615,7 @@ pub(super) fn reuse(
     t: &Tpl,
     seeds: &[(Tpl, ValueId)],
     twins: &[std::sync::Arc<Solved>],
-) -> Option<(Rel, bool)> {
+) -> Option<Reused> {
     let twins: Vec<&Solved> = twins.iter().map(|t| &**t).collect();
     reuse_renamed(imp, rules, opts, (state, t, seeds), &twins)
 }
@@ -611,7 +632,7 @@ pub(super) fn across_ranks(
     (state, t, seeds): (&HashMap<ValueId, State>, &Tpl, &[(Tpl, ValueId)]),
     twin: &Solved,
 ) -> Option<Rel> {
-    reuse_renamed(imp, (rules, rules), opts, (state, t, seeds), &[twin]).map(|r| r.0)
+    reuse_renamed(imp, (rules, rules), opts, (state, t, seeds), &[twin]).map(|r| r.rel)
 }
 
 /// [`reuse`] and [`across_ranks`]: the renaming may change ranks (one to one).
@@ -621,7 +642,7 @@ fn reuse_renamed(
     opts: &Options,
     (state, t, seeds): (&HashMap<ValueId, State>, &Tpl, &[(Tpl, ValueId)]),
     twins: &[&Solved],
-) -> Option<(Rel, bool)> {
+) -> Option<Reused> {
     let ins = input_rels(t, seeds, state)?;
     let found = twins.iter().find_map(|twin| {
         let mut renaming = Renaming {
@@ -646,17 +667,40 @@ fn reuse_renamed(
     });
     let (twin, renaming, candidate) = found?;
     let lemmas = if twin.widened { rules.1 } else { rules.0 };
-    let ok = check(
+    let problem = Problem {
         imp,
-        lemmas,
         opts,
         state,
         t,
         seeds,
-        &candidate,
-        &renaming.defined,
-    );
-    ok.then_some((candidate, twin.widened))
+    };
+    let check =
+        |rules: &[&Rewrite<Term, Shapes>]| check(&problem, rules, &candidate, &renaming.defined);
+    // The twin's own check needed only a few of the hundreds of lemmas (those that changed
+    // its e-graph); this layer's repeats it, so those alone usually close it, at a fraction of
+    // the searches. Fewer lemmas make a check only less likely to close (each union is still
+    // a true equation), and where they do not, the full set is tried as before.
+    let first_try = twin.lemmas_used.as_ref().and_then(|used| {
+        let few: Vec<&Rewrite<Term, Shapes>> = used.iter().filter_map(|&k| lemmas.get(k)).collect();
+        check(&few).map(|u| u.iter().map(|&i| used[i]).collect::<Arc<[usize]>>())
+    });
+    let lemmas_used =
+        first_try.or_else(|| check(&lemmas.iter().collect::<Vec<_>>()).map(Arc::from))?;
+    Some(Reused {
+        rel: candidate,
+        widened: twin.widened,
+        lemmas_used,
+    })
+}
+
+/// The inference problem a reuse check is about: the operator `t` (seeded with `seeds`) over
+/// the relations of `state`.
+struct Problem<'a, 'c> {
+    imp: &'a Impl<'c>,
+    opts: &'a Options,
+    state: &'a HashMap<ValueId, State>,
+    t: &'a Tpl,
+    seeds: &'a [(Tpl, ValueId)],
 }
 
 /// Whether `candidate` is a relation of the operator `t` over `state`: in an e-graph of the
@@ -664,17 +708,20 @@ fn reuse_renamed(
 /// implementation tensors the candidate names beyond its inputs'), saturation puts each of its
 /// expressions in the operator's class and each of its groups of equal tensors and slices in
 /// one class. The run stops as soon as they are, or at the node and iteration limits.
-#[allow(clippy::too_many_arguments)]
+/// `Some` where it holds, with the positions in `rules` of those that changed the e-graph.
 fn check(
-    imp: &Impl,
-    rules: &[Rewrite<Term, Shapes>],
-    opts: &Options,
-    state: &HashMap<ValueId, State>,
-    t: &Tpl,
-    seeds: &[(Tpl, ValueId)],
+    problem: &Problem,
+    rules: &[&Rewrite<Term, Shapes>],
     candidate: &Rel,
     defined: &[ValueRef],
-) -> bool {
+) -> Option<Vec<usize>> {
+    let Problem {
+        imp,
+        opts,
+        state,
+        t,
+        seeds,
+    } = *problem;
     let mut eg = new_graph(imp);
     let mut ins = Vec::new();
     tpl_values(t, &mut ins);
@@ -684,7 +731,7 @@ fn check(
             continue;
         }
         let Some(State::Related(r)) = state.get(&x.value) else {
-            return false;
+            return None;
         };
         ids.insert(x.value, add_relation(&mut eg, imp, r));
     }
@@ -747,10 +794,10 @@ fn check(
     crate::lemmas::mark_zero_blocks(&mut eg);
     eg.rebuild();
     if met(&eg, &goals) {
-        return true;
+        return Some(Vec::new());
     }
     eg.analysis.node_cap = opts.node_limit.saturating_mul(10);
-    run_rules(
+    let used = run_rule_refs(
         &mut eg,
         rules,
         RunLimits::new(opts.iter_limit * 2, opts.node_limit),
@@ -760,11 +807,11 @@ fn check(
             }
             met(eg, &goals)
         },
+        Some(&|eg: &Graph| met(eg, &goals)),
     );
     eg.rebuild();
-    if met(&eg, &goals) {
-        return true;
+    if !met(&eg, &goals) {
+        crate::lemmas::merge_equal_sums(&mut eg);
     }
-    crate::lemmas::merge_equal_sums(&mut eg);
-    met(&eg, &goals)
+    met(&eg, &goals).then_some(used)
 }

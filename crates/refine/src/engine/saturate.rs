@@ -190,7 +190,7 @@ struct Ban {
 }
 
 impl Backoff {
-    fn new(rules: &[Rewrite<Term, Shapes>], limit: usize) -> Backoff {
+    fn new(rules: &[&Rewrite<Term, Shapes>], limit: usize) -> Backoff {
         let mut by_name: HashMap<Symbol, usize> = HashMap::new();
         let record = rules
             .iter()
@@ -275,25 +275,46 @@ impl RunLimits {
 /// run that the node and iteration limits keep out of reach) only before each iteration and
 /// after each search phase. So the e-graph ends as egg's runner leaves it. `hook` runs before
 /// each iteration's search, as egg's hooks do; returning true ends the run there.
+///
+/// Returns the positions in `rules` of the rules whose application changed the e-graph (a
+/// union or a new node), ascending: a reuse check passes them on to the next layer's check
+/// of the same operator, which tries them alone first (`reuse::check`).
 pub(super) fn run_rules(
     eg: &mut Graph,
     rules: &[Rewrite<Term, Shapes>],
     limits: RunLimits,
+    hook: impl FnMut(&mut Graph) -> bool,
+) -> Vec<usize> {
+    run_rule_refs(eg, &rules.iter().collect::<Vec<_>>(), limits, hook, None)
+}
+
+/// [`run_rules`] over rules picked from a larger set (a reuse check's first try). `done`, where
+/// given, is asked after each rule's application too: true ends the run there, mid-iteration
+/// (a reuse check's goals, met once their classes are one, stay met whatever follows).
+pub(super) fn run_rule_refs(
+    eg: &mut Graph,
+    rules: &[&Rewrite<Term, Shapes>],
+    limits: RunLimits,
     mut hook: impl FnMut(&mut Graph) -> bool,
-) {
+    done: Option<&dyn Fn(&Graph) -> bool>,
+) -> Vec<usize> {
     let started = std::time::Instant::now();
     let over_time = || started.elapsed() > SATURATION_WALL_CLOCK;
     let over_size = |eg: &Graph| eg.total_size() > limits.nodes;
     let mut scheduler = Backoff::new(rules, limits.matches);
+    let mut changed_by = vec![false; rules.len()];
+    let used = |changed_by: Vec<bool>| -> Vec<usize> {
+        (0..rules.len()).filter(|&k| changed_by[k]).collect()
+    };
     eg.rebuild();
     for iteration in 0..limits.iterations {
         if over_time() || over_size(eg) {
-            return;
+            return used(changed_by);
         }
         let before = (eg.total_size(), eg.number_of_classes());
         if hook(eg) {
             eg.rebuild();
-            return;
+            return used(changed_by);
         }
         let after_hook = (eg.total_size(), eg.number_of_classes());
         let matches: Vec<Vec<egg::SearchMatches<Term>>> = rules
@@ -305,13 +326,20 @@ pub(super) fn run_rules(
         // hook may have grown the e-graph).
         if over_time() || over_size(eg) {
             eg.rebuild();
-            return;
+            return used(changed_by);
         }
         let mut applied = false;
         let mut stopped = false;
-        for (rw, ms) in rules.iter().zip(matches) {
+        for (k, (rw, ms)) in rules.iter().zip(matches).enumerate() {
             if !ms.is_empty() {
-                applied |= !rw.apply(eg, &ms).is_empty();
+                let nodes = eg.total_size();
+                let changed = !rw.apply(eg, &ms).is_empty();
+                applied |= changed;
+                changed_by[k] |= changed || eg.total_size() != nodes;
+                if changed && done.is_some_and(|done| done(eg)) {
+                    eg.rebuild();
+                    return used(changed_by);
+                }
             }
             if over_size(eg) {
                 stopped = true;
@@ -322,9 +350,10 @@ pub(super) fn run_rules(
         let unchanged = before == after_hook && before == (eg.total_size(), eg.number_of_classes());
         // `can_stop` fast-forwards banned rules, so it is asked only where egg's runner asks.
         if stopped || (!applied && scheduler.can_stop(iteration) && unchanged) {
-            return;
+            return used(changed_by);
         }
     }
+    used(changed_by)
 }
 
 /// Records whether the output's class meets the expected relations: a mismatch (what was
@@ -576,7 +605,7 @@ mod tests {
         let rules = rules();
         // The small limits ban `add-comm` at its first search, and a run that applied
         // nothing then does not stop while the ban lasts.
-        let mut backoff = Backoff::new(&rules, 2);
+        let mut backoff = Backoff::new(&rules.iter().collect::<Vec<_>>(), 2);
         let (g, _) = graph();
         assert!(!rules[0].search(&g).is_empty());
         assert!(backoff.search(0, 0, &g, &rules[0]).is_empty());

@@ -715,9 +715,9 @@ fn a_reused_relation_is_kept_only_where_the_check_proves_it() {
     assert!(rel.clean);
     let twin = |out: &Rel| std::sync::Arc::new(Solved::new(&t, &[], &state, out, false).unwrap());
     let lemmas = (&rules[..], &rules[..]);
-    let (kept, _) = reuse(&imp, lemmas, &opts, &state, &t, &[], &[twin(&rel)])
+    let kept = reuse(&imp, lemmas, &opts, &state, &t, &[], &[twin(&rel)])
         .expect("its own solution checks");
-    assert_eq!(kept.exprs, rel.exprs);
+    assert_eq!(kept.rel.exprs, rel.exprs);
 
     // The ranks' blocks swapped: every leaf of rank 0 named as rank 1's and back.
     let swap = |e: &RecExpr<Term>| -> RecExpr<Term> {
@@ -733,6 +733,24 @@ fn a_reused_relation_is_kept_only_where_the_check_proves_it() {
         reuse(&imp, lemmas, &opts, &state, &t, &[], &[twin(&wrong)]).is_none(),
         "a relation that does not hold was kept"
     );
+    // A twin that was itself reused passes on the lemmas its check needed, tried alone first:
+    // that first try is a check too, so the wrong relation is rejected whatever lemmas the
+    // twin names (none, the ones the right relation's check used, all of them).
+    let all: std::sync::Arc<[usize]> = (0..rules.len()).collect();
+    for used in [std::sync::Arc::from([]), kept.lemmas_used.clone(), all] {
+        let checked = |out: &Rel| {
+            let solved = Solved::new(&t, &[], &state, out, false).unwrap();
+            std::sync::Arc::new(solved.checked_with(Some(used.clone())))
+        };
+        let again = reuse(&imp, lemmas, &opts, &state, &t, &[], &[checked(&rel)])
+            .expect("its own solution checks with the twin's lemmas or all");
+        assert_eq!(again.rel.exprs, rel.exprs);
+        assert!(
+            reuse(&imp, lemmas, &opts, &state, &t, &[], &[checked(&wrong)]).is_none(),
+            "a relation that does not hold was kept on the twin's lemmas ({} of them)",
+            used.len()
+        );
+    }
 
     // Across ranks (a sibling piece, `across_ranks`): the problem with the ranks swapped,
     // solved, renames back onto this one and checks; the wrong relation does not.
@@ -776,9 +794,9 @@ fn a_reused_relation_is_kept_only_where_the_check_proves_it() {
     // A twin on other ranks (a pipeline stage's first layer, whose twins are the previous
     // stage's): `reuse` renames ranks too, and still keeps only what checks.
     let twin_elsewhere = std::sync::Arc::new(sibling);
-    let (found, _) = reuse(&imp, lemmas, &opts, &state, &t, &[], &[twin_elsewhere])
+    let found = reuse(&imp, lemmas, &opts, &state, &t, &[], &[twin_elsewhere])
         .expect("a twin on other ranks renames back and checks");
-    assert_eq!(found.exprs, rel.exprs);
+    assert_eq!(found.rel.exprs, rel.exprs);
     assert!(
         reuse(
             &imp,

@@ -110,43 +110,70 @@ impl Program {
     }
 }
 
-/// The member set of every rank in every process group of a program, looked up in constant
-/// time: [`ProcessGroup::group_of`] searches the sets, which made a schedule over thousands of
-/// ranks quadratic (issue 45: 12.6% of the 405b plan phase). Answers exactly as
-/// [`Program::group`] then [`ProcessGroup::group_of`] do.
+/// One process group's member set per rank, looked up in constant time:
+/// [`ProcessGroup::group_of`] searches the sets, which made a pass over thousands of ranks
+/// quadratic (issue 45: 12.6% of the 405b plan phase). Answers exactly as `group_of` does.
+#[derive(Clone, Debug)]
+pub struct MemberIndex<'g> {
+    group: &'g ProcessGroup,
+    /// Per rank below the count indexed: the position of the first member set that holds it,
+    /// `NOT_A_MEMBER` if none.
+    set_of: Vec<usize>,
+}
+
+/// [`MemberIndex::set_of`]'s mark for a rank no member set holds.
+const NOT_A_MEMBER: usize = usize::MAX;
+
+impl ProcessGroup {
+    /// This group's sets indexed by rank for ranks below `ranks` (others are searched):
+    /// linear in the members and `ranks`.
+    pub fn index(&self, ranks: usize) -> MemberIndex<'_> {
+        let mut set_of = vec![NOT_A_MEMBER; ranks];
+        for (i, set) in self.members.iter().enumerate() {
+            for &r in set {
+                // The first set holding a rank answers, as `find` does (a case may list a
+                // rank twice).
+                if let Some(slot) = set_of.get_mut(r).filter(|s| **s == NOT_A_MEMBER) {
+                    *slot = i;
+                }
+            }
+        }
+        MemberIndex {
+            group: self,
+            set_of,
+        }
+    }
+}
+
+impl<'g> MemberIndex<'g> {
+    /// The set of ranks that communicates with `rank` in the group, as
+    /// [`ProcessGroup::group_of`].
+    pub fn group_of(&self, rank: usize) -> Option<&'g [usize]> {
+        match self.set_of.get(rank) {
+            Some(&NOT_A_MEMBER) => None,
+            Some(&i) => Some(self.group.members[i].as_slice()),
+            // A rank past those indexed: search.
+            None => self.group.group_of(rank),
+        }
+    }
+}
+
+/// Every process group of a program indexed by rank ([`MemberIndex`]), for a caller that asks
+/// for every rank's groups. Answers exactly as [`Program::group`] then
+/// [`ProcessGroup::group_of`] do.
 #[derive(Clone, Debug)]
 pub struct GroupIndex<'p> {
     program: &'p Program,
-    /// Per process group (in `program.groups` order), per rank below the program's rank
-    /// count: the position of the first member set that holds the rank, `NOT_A_MEMBER` if none.
-    set_of: Vec<Vec<usize>>,
+    /// Per process group, in `program.groups` order.
+    groups: Vec<MemberIndex<'p>>,
 }
 
-/// [`GroupIndex::set_of`]'s mark for a rank no member set holds.
-const NOT_A_MEMBER: usize = usize::MAX;
-
 impl<'p> GroupIndex<'p> {
-    /// Indexes `program`'s groups: linear in their members and the ranks.
+    /// Indexes `program`'s groups over its ranks.
     pub fn new(program: &'p Program) -> Self {
         let n = program.ranks.len();
-        let set_of = program
-            .groups
-            .iter()
-            .map(|g| {
-                let mut set_of = vec![NOT_A_MEMBER; n];
-                for (i, set) in g.members.iter().enumerate() {
-                    for &r in set {
-                        // The first set holding a rank answers, as `find` does (a case may
-                        // list a rank twice).
-                        if let Some(slot) = set_of.get_mut(r).filter(|s| **s == NOT_A_MEMBER) {
-                            *slot = i;
-                        }
-                    }
-                }
-                set_of
-            })
-            .collect();
-        GroupIndex { program, set_of }
+        let groups = program.groups.iter().map(|g| g.index(n)).collect();
+        GroupIndex { program, groups }
     }
 
     /// The program indexed.
@@ -158,13 +185,7 @@ impl<'p> GroupIndex<'p> {
     /// of ranks that communicates with `rank` (`None` when no set holds it).
     pub fn group_of(&self, name: &str, rank: usize) -> Option<Option<&'p [usize]>> {
         let position = self.program.groups.iter().position(|g| g.name == name)?;
-        let group = &self.program.groups[position];
-        Some(match self.set_of[position].get(rank) {
-            Some(&NOT_A_MEMBER) => None,
-            Some(&i) => Some(group.members[i].as_slice()),
-            // A rank past the program's ranks is not indexed: search, as `group_of` does.
-            None => group.group_of(rank),
-        })
+        Some(self.groups[position].group_of(rank))
     }
 }
 

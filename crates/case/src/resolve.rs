@@ -11,8 +11,8 @@ use crate::syntax::{
     ENTRY_KEYS,
 };
 use shardproof_ir::{
-    Arg, Graph, Located, Mesh, NodeKind, OpMeaning, OpName, ProcessGroup, Program, SourceError,
-    Span, TensorType, ValueId,
+    Arg, Graph, Located, MemberIndex, Mesh, NodeKind, OpMeaning, OpName, ProcessGroup, Program,
+    SourceError, Span, TensorType, ValueId,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -901,6 +901,8 @@ fn resolve_program_groups(
     };
     // Membership first: a rank outside its group is a more basic mistake than a size mismatch.
     let mut resolved = Vec::with_capacity(uses.len());
+    // The first undeclared group's error, reported after the membership of the uses before it.
+    let mut undeclared = None;
     for u in &uses {
         let idx = match groups.iter().position(|(g, _)| g.name == u.group) {
             Some(i) => i,
@@ -917,8 +919,8 @@ fn resolve_program_groups(
                 groups.len() - 1
             }
             None => {
-                return Err(ctx
-                    .err(
+                undeclared = Some(
+                    ctx.err(
                         at,
                         format!(
                             "process group `{}` is used by {} but `impl.groups` does not \
@@ -944,11 +946,19 @@ fn resolve_program_groups(
                             u.group,
                             mesh.dims[mesh.dims.len() - 1].0
                         )
-                    }))
+                    }),
+                );
+                break;
             }
         };
-        let (g, span) = &groups[idx];
-        if g.group_of(u.rank).is_none() {
+        resolved.push(idx);
+    }
+    // Each group indexed once: a search of its sets per use was quadratic in the ranks
+    // (issue 45: 8192 ranks).
+    let indices: Vec<MemberIndex> = groups.iter().map(|(g, _)| g.index(ranks.len())).collect();
+    for (u, &idx) in uses.iter().zip(&resolved) {
+        let span = &groups[idx].1;
+        if indices[idx].group_of(u.rank).is_none() {
             return Err(ctx
                 .err(
                     *span,
@@ -964,11 +974,13 @@ fn resolve_program_groups(
                     "every rank that calls a collective on a group must be a member of it",
                 ));
         }
-        resolved.push(idx);
+    }
+    if let Some(e) = undeclared {
+        return Err(e);
     }
     for (u, idx) in uses.iter().zip(resolved) {
-        let (g, span) = &groups[idx];
-        let members = g.group_of(u.rank).unwrap_or_default();
+        let (_, span) = &groups[idx];
+        let members = indices[idx].group_of(u.rank).unwrap_or_default();
         if let Some(n) = u.group_size {
             if usize::try_from(n).ok() != Some(members.len()) {
                 return Err(ctx

@@ -110,6 +110,85 @@ impl Program {
     }
 }
 
+/// One process group's member set per rank, looked up in constant time:
+/// [`ProcessGroup::group_of`] searches the sets, which made a pass over thousands of ranks
+/// quadratic (issue 45: 12.6% of the 405b plan phase). Answers exactly as `group_of` does.
+#[derive(Clone, Debug)]
+pub struct MemberIndex<'g> {
+    group: &'g ProcessGroup,
+    /// Per rank below the count indexed: the position of the first member set that holds it,
+    /// `NOT_A_MEMBER` if none.
+    set_of: Vec<usize>,
+}
+
+/// [`MemberIndex::set_of`]'s mark for a rank no member set holds.
+const NOT_A_MEMBER: usize = usize::MAX;
+
+impl ProcessGroup {
+    /// This group's sets indexed by rank for ranks below `ranks` (others are searched):
+    /// linear in the members and `ranks`.
+    pub fn index(&self, ranks: usize) -> MemberIndex<'_> {
+        let mut set_of = vec![NOT_A_MEMBER; ranks];
+        for (i, set) in self.members.iter().enumerate() {
+            for &r in set {
+                // The first set holding a rank answers, as `find` does (a case may list a
+                // rank twice).
+                if let Some(slot) = set_of.get_mut(r).filter(|s| **s == NOT_A_MEMBER) {
+                    *slot = i;
+                }
+            }
+        }
+        MemberIndex {
+            group: self,
+            set_of,
+        }
+    }
+}
+
+impl<'g> MemberIndex<'g> {
+    /// The set of ranks that communicates with `rank` in the group, as
+    /// [`ProcessGroup::group_of`].
+    pub fn group_of(&self, rank: usize) -> Option<&'g [usize]> {
+        match self.set_of.get(rank) {
+            Some(&NOT_A_MEMBER) => None,
+            Some(&i) => Some(self.group.members[i].as_slice()),
+            // A rank past those indexed: search.
+            None => self.group.group_of(rank),
+        }
+    }
+}
+
+/// Every process group of a program indexed by rank ([`MemberIndex`]), for a caller that asks
+/// for every rank's groups. Answers exactly as [`Program::group`] then
+/// [`ProcessGroup::group_of`] do.
+#[derive(Clone, Debug)]
+pub struct GroupIndex<'p> {
+    program: &'p Program,
+    /// Per process group, in `program.groups` order.
+    groups: Vec<MemberIndex<'p>>,
+}
+
+impl<'p> GroupIndex<'p> {
+    /// Indexes `program`'s groups over its ranks.
+    pub fn new(program: &'p Program) -> Self {
+        let n = program.ranks.len();
+        let groups = program.groups.iter().map(|g| g.index(n)).collect();
+        GroupIndex { program, groups }
+    }
+
+    /// The program indexed.
+    pub fn program(&self) -> &'p Program {
+        self.program
+    }
+
+    /// The group named `name` (`None` when the program declares none) and, inside it, the set
+    /// of ranks that communicates with `rank` (`None` when no set holds it).
+    pub fn group_of(&self, name: &str, rank: usize) -> Option<Option<&'p [usize]>> {
+        let position = self.program.groups.iter().position(|g| g.name == name)?;
+        Some(self.groups[position].group_of(rank))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -140,6 +219,40 @@ mod tests {
             }
         }
         groups.into_iter().map(|(_, m)| m).collect()
+    }
+
+    #[test]
+    fn the_index_answers_as_the_search() {
+        use crate::Graph;
+        let graph = Arc::new(Graph::default());
+        let group = |name: &str, members: Vec<Vec<usize>>| ProcessGroup {
+            name: name.into(),
+            members,
+        };
+        let program = Program {
+            mesh: Mesh::new(vec![("dp".into(), 2), ("tp".into(), 3)]),
+            groups: vec![
+                group("tp", vec![vec![0, 1, 2], vec![3, 4, 5]]),
+                // A rank listed twice answers with its first set; rank 5 is in none; rank 9 is
+                // past the program's ranks.
+                group("odd", vec![vec![4, 0], vec![0, 1, 9], vec![2, 3]]),
+                // A second group of one name is never read, as `Program::group` reads none.
+                group("tp", vec![vec![0, 1, 2, 3, 4, 5]]),
+                group("empty", vec![]),
+            ],
+            ranks: vec![graph; 6],
+        };
+        let index = GroupIndex::new(&program);
+        for name in ["tp", "odd", "empty", "undeclared"] {
+            for rank in 0..12 {
+                let searched = program.group(name).map(|g| g.group_of(rank));
+                assert_eq!(index.group_of(name, rank), searched, "{name} {rank}");
+            }
+        }
+        assert_eq!(index.group_of("odd", 0), Some(Some(&[4, 0][..])));
+        assert_eq!(index.group_of("odd", 9), Some(Some(&[0, 1, 9][..])));
+        assert_eq!(index.group_of("odd", 5), Some(None));
+        assert_eq!(index.group_of("undeclared", 0), None);
     }
 
     #[test]

@@ -23,6 +23,7 @@ use crate::expr::{
 };
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
+use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -46,6 +47,9 @@ pub fn equal_after_expanding_products(
     let limits = Limits {
         max_terms,
         deadline,
+        nested: false,
+        stuck: None,
+        rewrite: None,
     };
     // The products may group a softmax's weights differently on the two sides (ring
     // attention's backward): rewritten with their weights outside the products, the sides
@@ -65,18 +69,49 @@ pub fn equal_after_expanding_products(
     // gathered tables' entries again and again.
     let mut memo = arena.rewrite_memo();
     let verdicts = &mut memo.zero_verdicts;
+    let t0 = Instant::now();
     let plain = is_zero(arena, diff.clone(), &limits, 0, verdicts);
-    match rewritten {
-        // Where the rewriting moved something, its difference may expand where the
-        // original's does not; where that fails too, the first attempt's reason stands.
-        Some(r) if plain != Ok(true) && r != diff => {
-            match is_zero(arena, r, &limits, 0, verdicts) {
-                Ok(true) => Ok(true),
-                _ => plain,
-            }
-        }
-        _ => plain,
+    let tr = std::env::var_os("PD_TRACE").is_some();
+    if tr { eprintln!("PDX plain {:?} {:.2}s rewritten {}", plain, t0.elapsed().as_secs_f64(), rewritten.as_ref().map_or(0, |r| r.len())); }
+    // Where the rewriting moved something, its difference may expand where the original's
+    // does not.
+    let rewritten = rewritten.filter(|r| plain != Ok(true) && *r != diff);
+    let again = rewritten
+        .as_ref()
+        .map(|r| is_zero(arena, r.clone(), &limits, 0, verdicts));
+    if plain == Ok(true) || again == Some(Ok(true)) {
+        return Ok(true);
     }
+    // Where multiplying everything out passed the limit, products sharing a factor are
+    // compared by their other factors first: the sides of a ring attention's backward
+    // through a tp-split MoE block part only some ten products deep (the router's gathered
+    // gradient, a table split over tp), and multiplying out every level on the way there
+    // passes any budget.
+    let nested = Limits {
+        max_terms: max_terms.min(NESTED_MAX_TERMS),
+        deadline,
+        nested: true,
+        stuck: Some(RefCell::default()),
+        rewrite: Some((max_terms, RefCell::default())),
+    };
+    let undecided = |r: &Option<Result<bool, String>>| matches!(r, Some(Err(_)));
+    if tr { eprintln!("PDX again {:?} {:.2}s", again, t0.elapsed().as_secs_f64()); }
+    if undecided(&Some(plain.clone())) {
+        let r = is_zero(arena, diff, &nested, 0, verdicts);
+        if tr { eprintln!("PDX nested {:?} {:.2}s", r, t0.elapsed().as_secs_f64()); }
+        if r == Ok(true) {
+        return Ok(true);
+        }
+    }
+    if let Some(r) = rewritten.filter(|_| undecided(&again)) {
+        let r = is_zero(arena, r, &nested, 0, verdicts);
+        if tr { eprintln!("PDX nested-rewritten {:?} {:.2}s", r, t0.elapsed().as_secs_f64()); }
+        if r == Ok(true) {
+            return Ok(true);
+        }
+    }
+    // Where every attempt fails, the first one's reason stands.
+    plain
 }
 
 /// Whether `a` and `b` are the same once each side's softmax weights are moved out of its
@@ -93,6 +128,9 @@ pub fn equal_with_weights_outside(
     let limits = Limits {
         max_terms,
         deadline,
+        nested: false,
+        stuck: None,
+        rewrite: None,
     };
     rewrite_sides(arena, a, b, &limits).map(|(ra, rb)| ra == rb)
 }
@@ -483,6 +521,30 @@ enum Stop {
 struct Limits {
     max_terms: usize,
     deadline: Option<Instant>,
+    /// Whether products sharing a factor are compared by their other factors first
+    /// ([`combine_shared_factors`]'s nested decision): the second attempt, where multiplying
+    /// everything out passed the limit.
+    nested: bool,
+    /// In nested mode, the polynomials this attempt did not decide, and why: a nested
+    /// decision meets the same factors' differences again and again, and under the same
+    /// limits would fail the same way (never kept past the attempt).
+    stuck: Option<RefCell<FxHashMap<BTreeMap<Mono, Coeff>, String>>>,
+    /// In nested mode, the weights-outside rewriting of the groups' other factors, with the
+    /// term limit it runs under.
+    rewrite: Option<(usize, RefCell<RewriteMemo>)>,
+}
+
+impl Limits {
+    /// How deep [`is_zero`] recurses: linear atoms' entries, and in nested mode also the
+    /// other factors of products sharing one (each level a strictly smaller polynomial of
+    /// older ids, so this only bounds the time spent).
+    fn max_depth(&self) -> usize {
+        if self.nested {
+            MAX_NESTED_DEPTH
+        } else {
+            MAX_DEPTH
+        }
+    }
 }
 
 /// Linear atoms that combine: (function: 0 lookup, 1 where; first argument; argument count;
@@ -491,6 +553,15 @@ type GroupKey = (u8, ExprId, usize, Mono);
 
 /// Nesting of linear atoms' entries followed before giving up.
 const MAX_DEPTH: usize = 8;
+
+/// Nesting followed in nested mode ([`Limits::nested`]): a ring attention's backward holds
+/// the MoE router's gathered gradient some ten products deep in the embedding gradient.
+const MAX_NESTED_DEPTH: usize = 32;
+
+/// Terms one nested decision may multiply out ([`Limits::nested`]): it is tried on every
+/// group of products sharing a factor, most of which do not cancel, so each try must stay
+/// cheap.
+const NESTED_MAX_TERMS: usize = 20_000;
 
 /// Whether the polynomial `diff` is zero once its products are expanded and its linear atoms
 /// (`lookup` tables, `where` branches) are combined entry by entry.
@@ -504,12 +575,24 @@ fn is_zero(
     if let Some(&known) = verdicts.get(&diff) {
         return Ok(known);
     }
+    if let Some(stuck) = &limits.stuck {
+        if let Some(why) = stuck.borrow().get(&diff) {
+            return Err(why.clone());
+        }
+    }
     let key = diff.clone();
     let verdict = is_zero_uncached(arena, diff, limits, depth, verdicts);
     // Only decided answers are kept: a stop (term limit, deadline, depth) says nothing about
     // the polynomial, and a later call may have more room.
-    if let Ok(known) = verdict {
-        verdicts.insert(key, known);
+    match &verdict {
+        Ok(known) => {
+            verdicts.insert(key, *known);
+        }
+        Err(why) => {
+            if let Some(stuck) = &limits.stuck {
+                stuck.borrow_mut().insert(key, why.clone());
+            }
+        }
     }
     verdict
 }
@@ -536,6 +619,9 @@ fn is_zero_uncached(
     verdicts: &mut ZeroVerdicts,
 ) -> Result<bool, String> {
     let (max_terms, deadline) = (limits.max_terms, limits.deadline);
+    if deadline.is_some_and(|d| Instant::now() > d) {
+        return Err("the time limit ran out while expanding products".into());
+    }
     // A product's factors are interned before the product's atom, so they hold only atoms of
     // smaller ids: the terms are kept by the largest product atom they hold, and taking the
     // largest first expands each atom once, with every term that holds it (the terms of larger
@@ -543,12 +629,37 @@ fn is_zero_uncached(
     let mut buckets: BTreeMap<AtomId, BTreeMap<Mono, Coeff>> = BTreeMap::new();
     let mut plain: BTreeMap<Mono, Coeff> = BTreeMap::new();
     let mut total = 0usize;
-    let mut diff = combine_shared_factors(arena, std::mem::take(&mut diff));
+    if depth >= limits.max_depth() {
+        return Err("products nest too deep".into());
+    }
+    let nested = limits.nested.then_some((limits, depth, &mut *verdicts));
+    let before_len = diff.len();
+    if limits.nested && depth == 1 && std::env::var_os("PD_TRACE2").is_some() {
+        static K: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        if K.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < 1 {
+            crate::decide::pd_dump::dump_terms(arena, "d1 diff", &diff, 100);
+        }
+    }
+    let mut diff = combine_shared_factors(arena, std::mem::take(&mut diff), nested);
+    if limits.nested && depth <= 1 && std::env::var_os("PD_TRACE2").is_some() {
+        eprintln!("PDCOMB d{depth} {before_len} -> {} terms", diff.len());
+        if depth == 0 {
+            for (m, c) in diff.iter().take(30) {
+                eprintln!("PDCOMB   {c} * {}", m.iter().map(|&(x, e)| match arena.atom(x) { Atom::App(f, a) => format!("a{}:{}({}){}", x.0, f.name(), a.iter().map(|y| format!("e{}[{}t]", y.0, arena.poly(*y).terms.len())).collect::<Vec<_>>().join(","), if e > 1 { format!("^{e}") } else { String::new() }), _ => format!("a{}", x.0) }).collect::<Vec<_>>().join(" * "));
+            }
+        }
+    }
     for (m, c) in std::mem::take(&mut diff) {
         put(arena, &mut buckets, &mut plain, &mut total, m, c);
     }
     if total > max_terms {
         return Err(too_large(max_terms));
+    }
+    if limits.nested && !buckets.is_empty() && std::env::var_os("PD_PURE").is_some() {
+        if std::env::var_os("PD_TRACE2").is_some() {
+            eprintln!("PDNEST depth {depth} left {} buckets, {} plain", buckets.len(), plain.len());
+        }
+        return Err("nested: products left".into());
     }
     while let Some((p, terms)) = buckets.pop_last() {
         if deadline.is_some_and(|d| Instant::now() > d) {
@@ -605,7 +716,7 @@ fn is_zero_uncached(
     if diff.is_empty() {
         return Ok(true);
     }
-    if depth >= MAX_DEPTH {
+    if depth >= limits.max_depth() {
         return Err("linear atoms nest too deep".into());
     }
     // `lookup(i, t_0, ..)` is linear in its table for one index, and `where(c, a, b)` in its
@@ -672,7 +783,15 @@ fn is_zero_uncached(
 /// term that holds such a product). Only factors the expansion itself would multiply out take
 /// part (no `zero_times` or non-finite term), so what is proved is the same identity of
 /// polynomials the expansion proves.
-fn combine_shared_factors(arena: &Arena, diff: BTreeMap<Mono, Coeff>) -> BTreeMap<Mono, Coeff> {
+///
+/// `nested` (the second attempt, [`Limits::nested`]): a group whose `S` [`is_zero`] decides
+/// zero is gone too, without anything multiplied out. Full expansion would multiply `r·f` into
+/// the expanded `S`, which cancels term by term, so this proves nothing the expansion would not.
+fn combine_shared_factors(
+    arena: &Arena,
+    diff: BTreeMap<Mono, Coeff>,
+    mut nested: Option<(&Limits, usize, &mut ZeroVerdicts)>,
+) -> BTreeMap<Mono, Coeff> {
     let terms: Vec<(Mono, Coeff)> = diff.into_iter().collect();
     // Per term: its largest product atom with exponent 1 whose factors expand, the rest of
     // its monomial, and the atom's two factors.
@@ -722,6 +841,10 @@ fn combine_shared_factors(arena: &Arena, diff: BTreeMap<Mono, Coeff>) -> BTreeMa
         if live.len() < 2 {
             continue;
         }
+        // `S` over the first member's coefficient: the members' coefficients carry every
+        // enclosing scale (a loss gradient's `2^-129`), their ratios are mostly ±1, and the
+        // nested decisions keep to the i128 fast path (and meet scaled copies as one).
+        let scale = terms[live[0]].1.clone();
         let mut sum: BTreeMap<Mono, Coeff> = BTreeMap::new();
         let mut before = 0usize;
         let f_len = arena.poly(*f).terms.len();
@@ -730,11 +853,49 @@ fn combine_shared_factors(arena: &Arena, diff: BTreeMap<Mono, Coeff>) -> BTreeMa
             let other = if a == f { *b } else { *a };
             let poly = &arena.poly(other).terms;
             before = before.saturating_add(f_len.saturating_mul(poly.len()));
+            let ratio = if i == live[0] {
+                Coeff::one()
+            } else {
+                let mut r = scale.recip();
+                r *= &terms[i].1;
+                r
+            };
             for (gm, gc) in poly {
-                let mut k = terms[i].1.clone();
+                let mut k = ratio.clone();
                 k *= gc;
                 add_term(&mut sum, gm.clone(), k);
             }
+        }
+        let zero = sum.is_empty()
+            || nested.as_mut().is_some_and(|(limits, depth, verdicts)| {
+                let t = Instant::now();
+                let mut r = is_zero(arena, sum.clone(), limits, *depth + 1, verdicts);
+                if r != Ok(true) {
+                    if let Some(rw) = rewritten_sum(arena, limits, &live, &split, &terms, f) {
+                        if rw != sum {
+                            r = is_zero(arena, rw, limits, *depth + 1, verdicts);
+                        }
+                    }
+                }
+                if std::env::var_os("PD_TRACE2").is_some() {
+                    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+                    if r != Ok(true) && *depth == 2 && sum.len() == 20 {
+                        static M: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+                        if M.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < 1 {
+                            crate::decide::pd_dump::dump_terms(arena, "failing sum", &sum, 240);
+                        }
+                    }
+                    if r != Ok(true) && N.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < 400 {
+                        eprintln!("PDNEST d{} members {} f {}t sum {}t -> {:?} {:.3}s", depth, live.len(), f_len, sum.len(), r, t.elapsed().as_secs_f64());
+                    }
+                }
+                r == Ok(true)
+            });
+        if zero {
+            for &i in &live {
+                used[i] = true;
+            }
+            continue;
         }
         if f_len.saturating_mul(sum.len()) >= before {
             continue;
@@ -744,9 +905,11 @@ fn combine_shared_factors(arena: &Arena, diff: BTreeMap<Mono, Coeff>) -> BTreeMa
         }
         for (fm, fc) in &arena.poly(*f).terms {
             let rf = mul_mono(rest, fm);
+            let mut fc = fc.clone();
+            fc *= &scale;
             for (sm, sc) in &sum {
                 let mut k = sc.clone();
-                k *= fc;
+                k *= &fc;
                 add_term(&mut out, mul_mono(&rf, sm), k);
             }
         }
@@ -757,6 +920,44 @@ fn combine_shared_factors(arena: &Arena, diff: BTreeMap<Mono, Coeff>) -> BTreeMa
         }
     }
     out
+}
+
+/// The group's `S` with each member's other factor rewritten with its softmax weights
+/// outside its products ([`WeightsOutside`]), over the first member's coefficient; `None`
+/// where a rewriting stops.
+fn rewritten_sum(
+    arena: &Arena,
+    limits: &Limits,
+    live: &[usize],
+    split: &[Option<(Mono, ExprId, ExprId)>],
+    terms: &[(Mono, Coeff)],
+    f: &ExprId,
+) -> Option<BTreeMap<Mono, Coeff>> {
+    let (rewrite_terms, memo) = limits.rewrite.as_ref()?;
+    let rewrite_limits = Limits {
+        max_terms: *rewrite_terms,
+        deadline: limits.deadline,
+        nested: false,
+        stuck: None,
+        rewrite: None,
+    };
+    let mut memo = memo.borrow_mut();
+    let mut weights = WeightsOutside::new(arena, &rewrite_limits, &mut memo);
+    let scale = terms[live[0]].1.clone();
+    let mut sum: BTreeMap<Mono, Coeff> = BTreeMap::new();
+    for &i in live {
+        let (_, a, b) = split[i].as_ref()?;
+        let other = if a == f { *b } else { *a };
+        let mut ratio = scale.recip();
+        ratio *= &terms[i].1;
+        let t = weights.expr(other).ok()?;
+        for (m, c) in t.iter() {
+            let mut k = ratio.clone();
+            k *= c;
+            add_term(&mut sum, m.clone(), k);
+        }
+    }
+    Some(sum)
 }
 
 /// Adds `c·m` to the bucket of its largest product atom (or to `plain`), keeping `total`.
@@ -941,7 +1142,7 @@ mod tests {
             .cloned()
             .chain(ar.poly(zs).terms.iter().map(|(m, c)| (m.clone(), -c)))
             .collect();
-        assert_eq!(combine_shared_factors(&ar, diff.clone()), diff);
+        assert_eq!(combine_shared_factors(&ar, diff.clone(), None), diff);
         assert!(equal_after_expanding_products(&ar, zw, zs, 10_000, None).is_err());
     }
 
@@ -1033,6 +1234,9 @@ mod tests {
         let limits = Limits {
             max_terms: 10_000,
             deadline: None,
+            nested: false,
+            stuck: None,
+            rewrite: None,
         };
         let mut verdicts = ZeroVerdicts::default();
         let (good, bad) = (difference(&ar, 1), difference(&ar, 2));
@@ -1064,6 +1268,9 @@ mod tests {
         let tight = Limits {
             max_terms: 10,
             deadline: None,
+            nested: false,
+            stuck: None,
+            rewrite: None,
         };
         assert!(is_zero(&ar, bad.clone(), &tight, 0, &mut fresh).is_err());
         assert!(fresh.is_empty());

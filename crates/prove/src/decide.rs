@@ -9,7 +9,6 @@ use serde::Serialize;
 use std::time::{Duration, Instant};
 
 mod split;
-pub(crate) mod pd_dump;
 
 /// The layer that decided a goal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -209,32 +208,6 @@ pub const TIME_RAN_OUT: &str = "the time limit ran out while deciding this goal"
 
 /// Decides `a == b` over the reals (every symbol ranging over its kind).
 pub fn decide(arena: &Arena, a: ExprId, b: ExprId, cfg: &DecideConfig) -> Outcome {
-    let t0 = Instant::now();
-    let out = decide_inner(arena, a, b, cfg);
-    if std::env::var_os("PD_TRACE").is_some() {
-        eprintln!(
-            "PDTRACE goal {} {} terms {}/{} {:.2}s {:?}",
-            a.0,
-            b.0,
-            arena.poly(a).terms.len(),
-            arena.poly(b).terms.len(),
-            t0.elapsed().as_secs_f64(),
-            match &out {
-                Outcome::Refuted { layer, .. } => format!("refuted {layer:?}"),
-                o => format!("{o:?}"),
-            }
-        );
-        if matches!(out, Outcome::Unknown(_)) && std::env::var_os("PD_DUMP").is_some() {
-            static ONCE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-            if ONCE.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < 2 {
-                pd_dump::dump(arena, a, b, 0, &mut Default::default());
-            }
-        }
-    }
-    out
-}
-
-fn decide_inner(arena: &Arena, a: ExprId, b: ExprId, cfg: &DecideConfig) -> Outcome {
     if a == b {
         return Outcome::Proved(Layer::NormalForm);
     }
@@ -364,11 +337,7 @@ fn decide_inner(arena: &Arena, a: ExprId, b: ExprId, cfg: &DecideConfig) -> Outc
 /// middle tried, the other symbols drawn from a generator of its own, so that the real
 /// points after it are drawn as before); `None` otherwise.
 fn by_cases(arena: &Arena, a: ExprId, b: ExprId, cfg: &DecideConfig) -> Option<Outcome> {
-    let sp = split::decide_by_cases(arena, a, b, cfg.deadline);
-    if std::env::var_os("PD_TRACE").is_some() {
-        eprintln!("PDTRACE   split {:?}", sp);
-    }
-    match sp {
+    match split::decide_by_cases(arena, a, b, cfg.deadline) {
         split::Split::Equal => Some(Outcome::Proved(Layer::CaseSplit)),
         split::Split::Differs { symbol, lo, hi } => {
             let symbols = arena.symbols();
@@ -391,12 +360,7 @@ fn by_cases(arena: &Arena, a: ExprId, b: ExprId, cfg: &DecideConfig) -> Option<O
 
 /// [`crate::expand::equal_after_expanding_products`] under `cfg`'s limits.
 fn expand(arena: &Arena, a: ExprId, b: ExprId, cfg: &DecideConfig) -> Result<bool, String> {
-    let te = Instant::now();
-    let r = crate::expand::equal_after_expanding_products(arena, a, b, cfg.expand_max_terms, cfg.deadline);
-    if std::env::var_os("PD_TRACE").is_some() {
-        eprintln!("PDTRACE   expand {:.2}s {:?}", te.elapsed().as_secs_f64(), r);
-    }
-    r
+    crate::expand::equal_after_expanding_products(arena, a, b, cfg.expand_max_terms, cfg.deadline)
 }
 
 /// The point `values` when `a` and `b` really differ there: exactly, or clearly in f64.

@@ -50,6 +50,7 @@ pub fn equal_after_expanding_products(
         nested: false,
         stuck: None,
         rewrite: None,
+        decisions: Default::default(),
     };
     // The products may group a softmax's weights differently on the two sides (ring
     // attention's backward): rewritten with their weights outside the products, the sides
@@ -69,10 +70,7 @@ pub fn equal_after_expanding_products(
     // gathered tables' entries again and again.
     let mut memo = arena.rewrite_memo();
     let verdicts = &mut memo.zero_verdicts;
-    let t0 = Instant::now();
     let plain = is_zero(arena, diff.clone(), &limits, 0, verdicts);
-    let tr = std::env::var_os("PD_TRACE").is_some();
-    if tr { eprintln!("PDX plain {:?} {:.2}s rewritten {}", plain, t0.elapsed().as_secs_f64(), rewritten.as_ref().map_or(0, |r| r.len())); }
     // Where the rewriting moved something, its difference may expand where the original's
     // does not.
     let rewritten = rewritten.filter(|r| plain != Ok(true) && *r != diff);
@@ -93,20 +91,14 @@ pub fn equal_after_expanding_products(
         nested: true,
         stuck: Some(RefCell::default()),
         rewrite: Some((max_terms, RefCell::default())),
+        decisions: Default::default(),
     };
-    let undecided = |r: &Option<Result<bool, String>>| matches!(r, Some(Err(_)));
-    if tr { eprintln!("PDX again {:?} {:.2}s", again, t0.elapsed().as_secs_f64()); }
-    if undecided(&Some(plain.clone())) {
-        let r = is_zero(arena, diff, &nested, 0, verdicts);
-        if tr { eprintln!("PDX nested {:?} {:.2}s", r, t0.elapsed().as_secs_f64()); }
-        if r == Ok(true) {
+    let undecided = |r: &Result<bool, String>| r.is_err();
+    if undecided(&plain) && is_zero(arena, diff, &nested, 0, verdicts) == Ok(true) {
         return Ok(true);
-        }
     }
-    if let Some(r) = rewritten.filter(|_| undecided(&again)) {
-        let r = is_zero(arena, r, &nested, 0, verdicts);
-        if tr { eprintln!("PDX nested-rewritten {:?} {:.2}s", r, t0.elapsed().as_secs_f64()); }
-        if r == Ok(true) {
+    if let Some(r) = rewritten.filter(|_| again.as_ref().is_some_and(undecided)) {
+        if is_zero(arena, r, &nested, 0, verdicts) == Ok(true) {
             return Ok(true);
         }
     }
@@ -131,6 +123,7 @@ pub fn equal_with_weights_outside(
         nested: false,
         stuck: None,
         rewrite: None,
+        decisions: Default::default(),
     };
     rewrite_sides(arena, a, b, &limits).map(|(ra, rb)| ra == rb)
 }
@@ -532,6 +525,9 @@ struct Limits {
     /// In nested mode, the weights-outside rewriting of the groups' other factors, with the
     /// term limit it runs under.
     rewrite: Option<(usize, RefCell<RewriteMemo>)>,
+    /// In nested mode, the polynomials decided so far (the attempt stops past
+    /// [`NESTED_MAX_DECISIONS`]: a goal that does not meet within it costs bounded time).
+    decisions: std::cell::Cell<usize>,
 }
 
 impl Limits {
@@ -563,6 +559,12 @@ const MAX_NESTED_DEPTH: usize = 32;
 /// cheap.
 const NESTED_MAX_TERMS: usize = 20_000;
 
+/// Polynomials one nested attempt decides at most: most groups do not cancel, and a goal
+/// whose sides do not meet within this many costs bounded time (the first embedding-gradient
+/// goal of deepseek tp=2 x cp=2 with one layer needs a few thousand; later goals reuse its
+/// verdicts).
+const NESTED_MAX_DECISIONS: usize = 50_000;
+
 /// Whether the polynomial `diff` is zero once its products are expanded and its linear atoms
 /// (`lookup` tables, `where` branches) are combined entry by entry.
 fn is_zero(
@@ -579,6 +581,13 @@ fn is_zero(
         if let Some(why) = stuck.borrow().get(&diff) {
             return Err(why.clone());
         }
+        let n = limits.decisions.get() + 1;
+        if n > NESTED_MAX_DECISIONS {
+            return Err(format!(
+                "the nested comparison passed {NESTED_MAX_DECISIONS} polynomials"
+            ));
+        }
+        limits.decisions.set(n);
     }
     let key = diff.clone();
     let verdict = is_zero_uncached(arena, diff, limits, depth, verdicts);
@@ -633,33 +642,12 @@ fn is_zero_uncached(
         return Err("products nest too deep".into());
     }
     let nested = limits.nested.then_some((limits, depth, &mut *verdicts));
-    let before_len = diff.len();
-    if limits.nested && depth == 1 && std::env::var_os("PD_TRACE2").is_some() {
-        static K: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        if K.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < 1 {
-            crate::decide::pd_dump::dump_terms(arena, "d1 diff", &diff, 100);
-        }
-    }
     let mut diff = combine_shared_factors(arena, std::mem::take(&mut diff), nested);
-    if limits.nested && depth <= 1 && std::env::var_os("PD_TRACE2").is_some() {
-        eprintln!("PDCOMB d{depth} {before_len} -> {} terms", diff.len());
-        if depth == 0 {
-            for (m, c) in diff.iter().take(30) {
-                eprintln!("PDCOMB   {c} * {}", m.iter().map(|&(x, e)| match arena.atom(x) { Atom::App(f, a) => format!("a{}:{}({}){}", x.0, f.name(), a.iter().map(|y| format!("e{}[{}t]", y.0, arena.poly(*y).terms.len())).collect::<Vec<_>>().join(","), if e > 1 { format!("^{e}") } else { String::new() }), _ => format!("a{}", x.0) }).collect::<Vec<_>>().join(" * "));
-            }
-        }
-    }
     for (m, c) in std::mem::take(&mut diff) {
         put(arena, &mut buckets, &mut plain, &mut total, m, c);
     }
     if total > max_terms {
         return Err(too_large(max_terms));
-    }
-    if limits.nested && !buckets.is_empty() && std::env::var_os("PD_PURE").is_some() {
-        if std::env::var_os("PD_TRACE2").is_some() {
-            eprintln!("PDNEST depth {depth} left {} buckets, {} plain", buckets.len(), plain.len());
-        }
-        return Err("nested: products left".into());
     }
     while let Some((p, terms)) = buckets.pop_last() {
         if deadline.is_some_and(|d| Instant::now() > d) {
@@ -868,25 +856,12 @@ fn combine_shared_factors(
         }
         let zero = sum.is_empty()
             || nested.as_mut().is_some_and(|(limits, depth, verdicts)| {
-                let t = Instant::now();
                 let mut r = is_zero(arena, sum.clone(), limits, *depth + 1, verdicts);
                 if r != Ok(true) {
                     if let Some(rw) = rewritten_sum(arena, limits, &live, &split, &terms, f) {
                         if rw != sum {
                             r = is_zero(arena, rw, limits, *depth + 1, verdicts);
                         }
-                    }
-                }
-                if std::env::var_os("PD_TRACE2").is_some() {
-                    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-                    if r != Ok(true) && *depth == 2 && sum.len() == 20 {
-                        static M: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-                        if M.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < 1 {
-                            crate::decide::pd_dump::dump_terms(arena, "failing sum", &sum, 240);
-                        }
-                    }
-                    if r != Ok(true) && N.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < 400 {
-                        eprintln!("PDNEST d{} members {} f {}t sum {}t -> {:?} {:.3}s", depth, live.len(), f_len, sum.len(), r, t.elapsed().as_secs_f64());
                     }
                 }
                 r == Ok(true)
@@ -940,6 +915,7 @@ fn rewritten_sum(
         nested: false,
         stuck: None,
         rewrite: None,
+        decisions: Default::default(),
     };
     let mut memo = memo.borrow_mut();
     let mut weights = WeightsOutside::new(arena, &rewrite_limits, &mut memo);
@@ -1237,6 +1213,7 @@ mod tests {
             nested: false,
             stuck: None,
             rewrite: None,
+            decisions: Default::default(),
         };
         let mut verdicts = ZeroVerdicts::default();
         let (good, bad) = (difference(&ar, 1), difference(&ar, 2));
@@ -1271,6 +1248,7 @@ mod tests {
             nested: false,
             stuck: None,
             rewrite: None,
+            decisions: Default::default(),
         };
         assert!(is_zero(&ar, bad.clone(), &tight, 0, &mut fresh).is_err());
         assert!(fresh.is_empty());

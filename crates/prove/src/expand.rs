@@ -22,8 +22,8 @@ use crate::expr::{
     add_term, mul_mono, primitive_scale, Arena, Atom, AtomId, Coeff, ExprId, Func, Mono,
 };
 use rustc_hash::FxHashMap;
-use std::collections::BTreeMap;
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -991,6 +991,106 @@ mod tests {
             .map(|i| ar.symbol(&format!("{name}{i}"), SymbolKind::Real).unwrap())
             .collect();
         ar.sum(&xs).unwrap()
+    }
+
+    /// The spec's `h·(f·(y·lookup(i, T0 + T1) + Z))` against the ranks'
+    /// `h·(f·(y·(lookup(i, T0) + lookup(i, T1)) + Z))`, each product past the expansion
+    /// limit: multiplied out it passes the term limit, compared by the other factors of the
+    /// products sharing `h`, then `f`, it meets at the split table. With `wrong_table` the
+    /// spec's table is `T0 + 2·T1` (a rank's part counted twice).
+    fn nested_pair(ar: &mut Arena, wrong_table: bool) -> (ExprId, ExprId) {
+        let i = ar.symbol("i", SymbolKind::Index(3)).unwrap();
+        let mut table = |name: &str| -> Vec<ExprId> {
+            (0..3)
+                .map(|j| ar.symbol(&format!("{name}{j}"), SymbolKind::Real).unwrap())
+                .collect()
+        };
+        let (t0, t1) = (table("t0_"), table("t1_"));
+        let two = ar.int(2).unwrap();
+        let mut whole = vec![i];
+        for j in 0..3 {
+            let b = if wrong_table {
+                ar.mul(t1[j], two).unwrap()
+            } else {
+                t1[j]
+            };
+            whole.push(ar.add(t0[j], b).unwrap());
+        }
+        let whole = ar.app(Func::Lookup, whole).unwrap();
+        let l0 = ar.app(Func::Lookup, [vec![i], t0].concat()).unwrap();
+        let l1 = ar.app(Func::Lookup, [vec![i], t1].concat()).unwrap();
+        let parts = ar.add(l0, l1).unwrap();
+        let y = ar.symbol("y", SymbolKind::Real).unwrap();
+        let z = sum_of(ar, "z", 20);
+        let f = sum_of(ar, "f", 20);
+        let h = sum_of(ar, "h", 20);
+        let mut side = |gathered: ExprId| {
+            let g = ar.mul(y, gathered).unwrap();
+            let g = ar.add(g, z).unwrap();
+            let fg = ar.mul(f, g).unwrap();
+            ar.mul(h, fg).unwrap()
+        };
+        (side(whole), side(parts))
+    }
+
+    #[test]
+    fn products_sharing_a_factor_are_compared_by_their_other_factors() {
+        let mut ar = Arena::default();
+        let (spec, ranks) = nested_pair(&mut ar, false);
+        assert_ne!(spec, ranks);
+        let mut bad = Arena::default();
+        let (bad_spec, bad_ranks) = nested_pair(&mut bad, true);
+        // Multiplied out, h·f·(y·lookup + Z) has 20·20·21 terms: past a 1,000-term limit.
+        let limits = Limits {
+            max_terms: 1_000,
+            deadline: None,
+            nested: false,
+            stuck: None,
+            rewrite: None,
+            decisions: Default::default(),
+        };
+        let mut diff = BTreeMap::new();
+        for (m, c) in &ar.poly(spec).terms {
+            add_term(&mut diff, m.clone(), c.clone());
+        }
+        for (m, c) in &ar.poly(ranks).terms {
+            add_term(&mut diff, m.clone(), -c);
+        }
+        assert!(
+            is_zero(&ar, diff, &limits, 0, &mut ZeroVerdicts::default()).is_err(),
+            "multiplying everything out passes the limit"
+        );
+        assert_eq!(
+            equal_after_expanding_products(&ar, spec, ranks, 1_000, None),
+            Ok(true)
+        );
+        assert_ne!(
+            equal_after_expanding_products(&bad, bad_spec, bad_ranks, 1_000, None),
+            Ok(true),
+            "a wrong table deep inside is never proved"
+        );
+        let cfg = crate::decide::DecideConfig {
+            expand_max_terms: 1_000,
+            z3_timeout: None,
+            ..Default::default()
+        };
+        assert_eq!(
+            crate::decide::decide(&ar, spec, ranks, &cfg),
+            crate::decide::Outcome::Proved(crate::decide::Layer::ProductExpansion)
+        );
+        match crate::decide::decide(&bad, bad_spec, bad_ranks, &cfg) {
+            crate::decide::Outcome::Refuted { point, .. } => {
+                // The witness is a real difference: evaluated exactly, the sides differ.
+                let mut values = vec![Coeff::zero(); bad.symbols().len()];
+                for (s, v) in &point.values {
+                    values[*s as usize] = Coeff::from_big(v.clone());
+                }
+                let mut ev = crate::eval::ExactEval::new(&bad, values);
+                let (a, b) = (ev.value(bad_spec), ev.value(bad_ranks));
+                assert!(a.is_some() && a != b, "{a:?} {b:?}");
+            }
+            other => panic!("the wrong table is refuted, not {other:?}"),
+        }
     }
 
     #[test]

@@ -22,6 +22,7 @@ use crate::expr::{
     add_term, mul_mono, primitive_scale, Arena, Atom, AtomId, Coeff, ExprId, Func, Mono,
 };
 use rustc_hash::FxHashMap;
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -46,6 +47,10 @@ pub fn equal_after_expanding_products(
     let limits = Limits {
         max_terms,
         deadline,
+        nested: false,
+        stuck: None,
+        rewrite: None,
+        decisions: Default::default(),
     };
     // The products may group a softmax's weights differently on the two sides (ring
     // attention's backward): rewritten with their weights outside the products, the sides
@@ -66,17 +71,39 @@ pub fn equal_after_expanding_products(
     let mut memo = arena.rewrite_memo();
     let verdicts = &mut memo.zero_verdicts;
     let plain = is_zero(arena, diff.clone(), &limits, 0, verdicts);
-    match rewritten {
-        // Where the rewriting moved something, its difference may expand where the
-        // original's does not; where that fails too, the first attempt's reason stands.
-        Some(r) if plain != Ok(true) && r != diff => {
-            match is_zero(arena, r, &limits, 0, verdicts) {
-                Ok(true) => Ok(true),
-                _ => plain,
-            }
-        }
-        _ => plain,
+    // Where the rewriting moved something, its difference may expand where the original's
+    // does not.
+    let rewritten = rewritten.filter(|r| plain != Ok(true) && *r != diff);
+    let again = rewritten
+        .as_ref()
+        .map(|r| is_zero(arena, r.clone(), &limits, 0, verdicts));
+    if plain == Ok(true) || again == Some(Ok(true)) {
+        return Ok(true);
     }
+    // Where multiplying everything out passed the limit, products sharing a factor are
+    // compared by their other factors first: the sides of a ring attention's backward
+    // through a tp-split MoE block part only some ten products deep (the router's gathered
+    // gradient, a table split over tp), and multiplying out every level on the way there
+    // passes any budget.
+    let nested = Limits {
+        max_terms: max_terms.min(NESTED_MAX_TERMS),
+        deadline,
+        nested: true,
+        stuck: Some(RefCell::default()),
+        rewrite: Some((max_terms, RefCell::default())),
+        decisions: Default::default(),
+    };
+    let undecided = |r: &Result<bool, String>| r.is_err();
+    if undecided(&plain) && is_zero(arena, diff, &nested, 0, verdicts) == Ok(true) {
+        return Ok(true);
+    }
+    if let Some(r) = rewritten.filter(|_| again.as_ref().is_some_and(undecided)) {
+        if is_zero(arena, r, &nested, 0, verdicts) == Ok(true) {
+            return Ok(true);
+        }
+    }
+    // Where every attempt fails, the first one's reason stands.
+    plain
 }
 
 /// Whether `a` and `b` are the same once each side's softmax weights are moved out of its
@@ -93,6 +120,10 @@ pub fn equal_with_weights_outside(
     let limits = Limits {
         max_terms,
         deadline,
+        nested: false,
+        stuck: None,
+        rewrite: None,
+        decisions: Default::default(),
     };
     rewrite_sides(arena, a, b, &limits).map(|(ra, rb)| ra == rb)
 }
@@ -483,6 +514,33 @@ enum Stop {
 struct Limits {
     max_terms: usize,
     deadline: Option<Instant>,
+    /// Whether products sharing a factor are compared by their other factors first
+    /// ([`combine_shared_factors`]'s nested decision): the second attempt, where multiplying
+    /// everything out passed the limit.
+    nested: bool,
+    /// In nested mode, the polynomials this attempt did not decide, and why: a nested
+    /// decision meets the same factors' differences again and again, and under the same
+    /// limits would fail the same way (never kept past the attempt).
+    stuck: Option<RefCell<FxHashMap<BTreeMap<Mono, Coeff>, String>>>,
+    /// In nested mode, the weights-outside rewriting of the groups' other factors, with the
+    /// term limit it runs under.
+    rewrite: Option<(usize, RefCell<RewriteMemo>)>,
+    /// In nested mode, the polynomials decided so far (the attempt stops past
+    /// [`NESTED_MAX_DECISIONS`]: a goal that does not meet within it costs bounded time).
+    decisions: std::cell::Cell<usize>,
+}
+
+impl Limits {
+    /// How deep [`is_zero`] recurses: linear atoms' entries, and in nested mode also the
+    /// other factors of products sharing one (each level a strictly smaller polynomial of
+    /// older ids, so this only bounds the time spent).
+    fn max_depth(&self) -> usize {
+        if self.nested {
+            MAX_NESTED_DEPTH
+        } else {
+            MAX_DEPTH
+        }
+    }
 }
 
 /// Linear atoms that combine: (function: 0 lookup, 1 where; first argument; argument count;
@@ -491,6 +549,21 @@ type GroupKey = (u8, ExprId, usize, Mono);
 
 /// Nesting of linear atoms' entries followed before giving up.
 const MAX_DEPTH: usize = 8;
+
+/// Nesting followed in nested mode ([`Limits::nested`]): a ring attention's backward holds
+/// the MoE router's gathered gradient some ten products deep in the embedding gradient.
+const MAX_NESTED_DEPTH: usize = 32;
+
+/// Terms one nested decision may multiply out ([`Limits::nested`]): it is tried on every
+/// group of products sharing a factor, most of which do not cancel, so each try must stay
+/// cheap.
+const NESTED_MAX_TERMS: usize = 20_000;
+
+/// Polynomials one nested attempt decides at most: most groups do not cancel, and a goal
+/// whose sides do not meet within this many costs bounded time (the first embedding-gradient
+/// goal of deepseek tp=2 x cp=2 with one layer needs a few thousand; later goals reuse its
+/// verdicts).
+const NESTED_MAX_DECISIONS: usize = 50_000;
 
 /// Whether the polynomial `diff` is zero once its products are expanded and its linear atoms
 /// (`lookup` tables, `where` branches) are combined entry by entry.
@@ -504,12 +577,31 @@ fn is_zero(
     if let Some(&known) = verdicts.get(&diff) {
         return Ok(known);
     }
+    if let Some(stuck) = &limits.stuck {
+        if let Some(why) = stuck.borrow().get(&diff) {
+            return Err(why.clone());
+        }
+        let n = limits.decisions.get() + 1;
+        if n > NESTED_MAX_DECISIONS {
+            return Err(format!(
+                "the nested comparison passed {NESTED_MAX_DECISIONS} polynomials"
+            ));
+        }
+        limits.decisions.set(n);
+    }
     let key = diff.clone();
     let verdict = is_zero_uncached(arena, diff, limits, depth, verdicts);
     // Only decided answers are kept: a stop (term limit, deadline, depth) says nothing about
     // the polynomial, and a later call may have more room.
-    if let Ok(known) = verdict {
-        verdicts.insert(key, known);
+    match &verdict {
+        Ok(known) => {
+            verdicts.insert(key, *known);
+        }
+        Err(why) => {
+            if let Some(stuck) = &limits.stuck {
+                stuck.borrow_mut().insert(key, why.clone());
+            }
+        }
     }
     verdict
 }
@@ -536,6 +628,9 @@ fn is_zero_uncached(
     verdicts: &mut ZeroVerdicts,
 ) -> Result<bool, String> {
     let (max_terms, deadline) = (limits.max_terms, limits.deadline);
+    if deadline.is_some_and(|d| Instant::now() > d) {
+        return Err("the time limit ran out while expanding products".into());
+    }
     // A product's factors are interned before the product's atom, so they hold only atoms of
     // smaller ids: the terms are kept by the largest product atom they hold, and taking the
     // largest first expands each atom once, with every term that holds it (the terms of larger
@@ -543,7 +638,11 @@ fn is_zero_uncached(
     let mut buckets: BTreeMap<AtomId, BTreeMap<Mono, Coeff>> = BTreeMap::new();
     let mut plain: BTreeMap<Mono, Coeff> = BTreeMap::new();
     let mut total = 0usize;
-    let mut diff = combine_shared_factors(arena, std::mem::take(&mut diff));
+    if depth >= limits.max_depth() {
+        return Err("products nest too deep".into());
+    }
+    let nested = limits.nested.then_some((limits, depth, &mut *verdicts));
+    let mut diff = combine_shared_factors(arena, std::mem::take(&mut diff), nested);
     for (m, c) in std::mem::take(&mut diff) {
         put(arena, &mut buckets, &mut plain, &mut total, m, c);
     }
@@ -605,7 +704,7 @@ fn is_zero_uncached(
     if diff.is_empty() {
         return Ok(true);
     }
-    if depth >= MAX_DEPTH {
+    if depth >= limits.max_depth() {
         return Err("linear atoms nest too deep".into());
     }
     // `lookup(i, t_0, ..)` is linear in its table for one index, and `where(c, a, b)` in its
@@ -672,7 +771,15 @@ fn is_zero_uncached(
 /// term that holds such a product). Only factors the expansion itself would multiply out take
 /// part (no `zero_times` or non-finite term), so what is proved is the same identity of
 /// polynomials the expansion proves.
-fn combine_shared_factors(arena: &Arena, diff: BTreeMap<Mono, Coeff>) -> BTreeMap<Mono, Coeff> {
+///
+/// `nested` (the second attempt, [`Limits::nested`]): a group whose `S` [`is_zero`] decides
+/// zero is gone too, without anything multiplied out. Full expansion would multiply `r·f` into
+/// the expanded `S`, which cancels term by term, so this proves nothing the expansion would not.
+fn combine_shared_factors(
+    arena: &Arena,
+    diff: BTreeMap<Mono, Coeff>,
+    mut nested: Option<(&Limits, usize, &mut ZeroVerdicts)>,
+) -> BTreeMap<Mono, Coeff> {
     let terms: Vec<(Mono, Coeff)> = diff.into_iter().collect();
     // Per term: its largest product atom with exponent 1 whose factors expand, the rest of
     // its monomial, and the atom's two factors.
@@ -722,6 +829,10 @@ fn combine_shared_factors(arena: &Arena, diff: BTreeMap<Mono, Coeff>) -> BTreeMa
         if live.len() < 2 {
             continue;
         }
+        // `S` over the first member's coefficient: the members' coefficients carry every
+        // enclosing scale (a loss gradient's `2^-129`), their ratios are mostly ±1, and the
+        // nested decisions keep to the i128 fast path (and meet scaled copies as one).
+        let scale = terms[live[0]].1.clone();
         let mut sum: BTreeMap<Mono, Coeff> = BTreeMap::new();
         let mut before = 0usize;
         let f_len = arena.poly(*f).terms.len();
@@ -730,11 +841,36 @@ fn combine_shared_factors(arena: &Arena, diff: BTreeMap<Mono, Coeff>) -> BTreeMa
             let other = if a == f { *b } else { *a };
             let poly = &arena.poly(other).terms;
             before = before.saturating_add(f_len.saturating_mul(poly.len()));
+            let ratio = if i == live[0] {
+                Coeff::one()
+            } else {
+                let mut r = scale.recip();
+                r *= &terms[i].1;
+                r
+            };
             for (gm, gc) in poly {
-                let mut k = terms[i].1.clone();
+                let mut k = ratio.clone();
                 k *= gc;
                 add_term(&mut sum, gm.clone(), k);
             }
+        }
+        let zero = sum.is_empty()
+            || nested.as_mut().is_some_and(|(limits, depth, verdicts)| {
+                let mut r = is_zero(arena, sum.clone(), limits, *depth + 1, verdicts);
+                if r != Ok(true) {
+                    if let Some(rw) = rewritten_sum(arena, limits, &live, &split, &terms, f) {
+                        if rw != sum {
+                            r = is_zero(arena, rw, limits, *depth + 1, verdicts);
+                        }
+                    }
+                }
+                r == Ok(true)
+            });
+        if zero {
+            for &i in &live {
+                used[i] = true;
+            }
+            continue;
         }
         if f_len.saturating_mul(sum.len()) >= before {
             continue;
@@ -744,9 +880,11 @@ fn combine_shared_factors(arena: &Arena, diff: BTreeMap<Mono, Coeff>) -> BTreeMa
         }
         for (fm, fc) in &arena.poly(*f).terms {
             let rf = mul_mono(rest, fm);
+            let mut fc = fc.clone();
+            fc *= &scale;
             for (sm, sc) in &sum {
                 let mut k = sc.clone();
-                k *= fc;
+                k *= &fc;
                 add_term(&mut out, mul_mono(&rf, sm), k);
             }
         }
@@ -757,6 +895,45 @@ fn combine_shared_factors(arena: &Arena, diff: BTreeMap<Mono, Coeff>) -> BTreeMa
         }
     }
     out
+}
+
+/// The group's `S` with each member's other factor rewritten with its softmax weights
+/// outside its products ([`WeightsOutside`]), over the first member's coefficient; `None`
+/// where a rewriting stops.
+fn rewritten_sum(
+    arena: &Arena,
+    limits: &Limits,
+    live: &[usize],
+    split: &[Option<(Mono, ExprId, ExprId)>],
+    terms: &[(Mono, Coeff)],
+    f: &ExprId,
+) -> Option<BTreeMap<Mono, Coeff>> {
+    let (rewrite_terms, memo) = limits.rewrite.as_ref()?;
+    let rewrite_limits = Limits {
+        max_terms: *rewrite_terms,
+        deadline: limits.deadline,
+        nested: false,
+        stuck: None,
+        rewrite: None,
+        decisions: Default::default(),
+    };
+    let mut memo = memo.borrow_mut();
+    let mut weights = WeightsOutside::new(arena, &rewrite_limits, &mut memo);
+    let scale = terms[live[0]].1.clone();
+    let mut sum: BTreeMap<Mono, Coeff> = BTreeMap::new();
+    for &i in live {
+        let (_, a, b) = split[i].as_ref()?;
+        let other = if a == f { *b } else { *a };
+        let mut ratio = scale.recip();
+        ratio *= &terms[i].1;
+        let t = weights.expr(other).ok()?;
+        for (m, c) in t.iter() {
+            let mut k = ratio.clone();
+            k *= c;
+            add_term(&mut sum, m.clone(), k);
+        }
+    }
+    Some(sum)
 }
 
 /// Adds `c·m` to the bucket of its largest product atom (or to `plain`), keeping `total`.
@@ -814,6 +991,106 @@ mod tests {
             .map(|i| ar.symbol(&format!("{name}{i}"), SymbolKind::Real).unwrap())
             .collect();
         ar.sum(&xs).unwrap()
+    }
+
+    /// The spec's `h·(f·(y·lookup(i, T0 + T1) + Z))` against the ranks'
+    /// `h·(f·(y·(lookup(i, T0) + lookup(i, T1)) + Z))`, each product past the expansion
+    /// limit: multiplied out it passes the term limit, compared by the other factors of the
+    /// products sharing `h`, then `f`, it meets at the split table. With `wrong_table` the
+    /// spec's table is `T0 + 2·T1` (a rank's part counted twice).
+    fn nested_pair(ar: &mut Arena, wrong_table: bool) -> (ExprId, ExprId) {
+        let i = ar.symbol("i", SymbolKind::Index(3)).unwrap();
+        let mut table = |name: &str| -> Vec<ExprId> {
+            (0..3)
+                .map(|j| ar.symbol(&format!("{name}{j}"), SymbolKind::Real).unwrap())
+                .collect()
+        };
+        let (t0, t1) = (table("t0_"), table("t1_"));
+        let two = ar.int(2).unwrap();
+        let mut whole = vec![i];
+        for j in 0..3 {
+            let b = if wrong_table {
+                ar.mul(t1[j], two).unwrap()
+            } else {
+                t1[j]
+            };
+            whole.push(ar.add(t0[j], b).unwrap());
+        }
+        let whole = ar.app(Func::Lookup, whole).unwrap();
+        let l0 = ar.app(Func::Lookup, [vec![i], t0].concat()).unwrap();
+        let l1 = ar.app(Func::Lookup, [vec![i], t1].concat()).unwrap();
+        let parts = ar.add(l0, l1).unwrap();
+        let y = ar.symbol("y", SymbolKind::Real).unwrap();
+        let z = sum_of(ar, "z", 20);
+        let f = sum_of(ar, "f", 20);
+        let h = sum_of(ar, "h", 20);
+        let mut side = |gathered: ExprId| {
+            let g = ar.mul(y, gathered).unwrap();
+            let g = ar.add(g, z).unwrap();
+            let fg = ar.mul(f, g).unwrap();
+            ar.mul(h, fg).unwrap()
+        };
+        (side(whole), side(parts))
+    }
+
+    #[test]
+    fn products_sharing_a_factor_are_compared_by_their_other_factors() {
+        let mut ar = Arena::default();
+        let (spec, ranks) = nested_pair(&mut ar, false);
+        assert_ne!(spec, ranks);
+        let mut bad = Arena::default();
+        let (bad_spec, bad_ranks) = nested_pair(&mut bad, true);
+        // Multiplied out, h·f·(y·lookup + Z) has 20·20·21 terms: past a 1,000-term limit.
+        let limits = Limits {
+            max_terms: 1_000,
+            deadline: None,
+            nested: false,
+            stuck: None,
+            rewrite: None,
+            decisions: Default::default(),
+        };
+        let mut diff = BTreeMap::new();
+        for (m, c) in &ar.poly(spec).terms {
+            add_term(&mut diff, m.clone(), c.clone());
+        }
+        for (m, c) in &ar.poly(ranks).terms {
+            add_term(&mut diff, m.clone(), -c);
+        }
+        assert!(
+            is_zero(&ar, diff, &limits, 0, &mut ZeroVerdicts::default()).is_err(),
+            "multiplying everything out passes the limit"
+        );
+        assert_eq!(
+            equal_after_expanding_products(&ar, spec, ranks, 1_000, None),
+            Ok(true)
+        );
+        assert_ne!(
+            equal_after_expanding_products(&bad, bad_spec, bad_ranks, 1_000, None),
+            Ok(true),
+            "a wrong table deep inside is never proved"
+        );
+        let cfg = crate::decide::DecideConfig {
+            expand_max_terms: 1_000,
+            z3_timeout: None,
+            ..Default::default()
+        };
+        assert_eq!(
+            crate::decide::decide(&ar, spec, ranks, &cfg),
+            crate::decide::Outcome::Proved(crate::decide::Layer::ProductExpansion)
+        );
+        match crate::decide::decide(&bad, bad_spec, bad_ranks, &cfg) {
+            crate::decide::Outcome::Refuted { point, .. } => {
+                // The witness is a real difference: evaluated exactly, the sides differ.
+                let mut values = vec![Coeff::zero(); bad.symbols().len()];
+                for (s, v) in &point.values {
+                    values[*s as usize] = Coeff::from_big(v.clone());
+                }
+                let mut ev = crate::eval::ExactEval::new(&bad, values);
+                let (a, b) = (ev.value(bad_spec), ev.value(bad_ranks));
+                assert!(a.is_some() && a != b, "{a:?} {b:?}");
+            }
+            other => panic!("the wrong table is refuted, not {other:?}"),
+        }
     }
 
     #[test]
@@ -941,7 +1218,7 @@ mod tests {
             .cloned()
             .chain(ar.poly(zs).terms.iter().map(|(m, c)| (m.clone(), -c)))
             .collect();
-        assert_eq!(combine_shared_factors(&ar, diff.clone()), diff);
+        assert_eq!(combine_shared_factors(&ar, diff.clone(), None), diff);
         assert!(equal_after_expanding_products(&ar, zw, zs, 10_000, None).is_err());
     }
 
@@ -1033,6 +1310,10 @@ mod tests {
         let limits = Limits {
             max_terms: 10_000,
             deadline: None,
+            nested: false,
+            stuck: None,
+            rewrite: None,
+            decisions: Default::default(),
         };
         let mut verdicts = ZeroVerdicts::default();
         let (good, bad) = (difference(&ar, 1), difference(&ar, 2));
@@ -1064,6 +1345,10 @@ mod tests {
         let tight = Limits {
             max_terms: 10,
             deadline: None,
+            nested: false,
+            stuck: None,
+            rewrite: None,
+            decisions: Default::default(),
         };
         assert!(is_zero(&ar, bad.clone(), &tight, 0, &mut fresh).is_err());
         assert!(fresh.is_empty());

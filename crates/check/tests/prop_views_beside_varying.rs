@@ -255,35 +255,37 @@ fn graph(x: &[usize], lines: &[String]) -> String {
 }
 
 fn spec_text(p: &Program, lit: f64) -> String {
-    let lines: Vec<String> = p
-        .steps
-        .iter()
-        .map(|s| {
-            format!(
-                "{}: {} = {}",
-                s.name,
-                ty(&s.spec_shape),
-                s.spec_call.replace("LIT", &lit.to_string())
-            )
-        })
-        .collect();
-    graph(&p.global, &lines)
+    graph(
+        &p.global,
+        &step_lines(p, lit, |s| (&s.spec_shape, &s.spec_call)),
+    )
 }
 
 fn rank_text(p: &Program, lit: f64) -> String {
-    let lines: Vec<String> = p
-        .steps
+    graph(
+        &p.steps[0].rank_shape,
+        &step_lines(p, lit, |s| (&s.rank_shape, &s.rank_call)),
+    )
+}
+
+/// One graph line per step, its shape and call picked by `side` (the spec's or a rank's).
+fn step_lines<'a>(
+    p: &'a Program,
+    lit: f64,
+    side: impl Fn(&'a Step) -> (&'a Vec<usize>, &'a String),
+) -> Vec<String> {
+    p.steps
         .iter()
         .map(|s| {
+            let (shape, call) = side(s);
             format!(
                 "{}: {} = {}",
                 s.name,
-                ty(&s.rank_shape),
-                s.rank_call.replace("LIT", &lit.to_string())
+                ty(shape),
+                call.replace("LIT", &lit.to_string())
             )
         })
-        .collect();
-    graph(&p.steps[0].rank_shape, &lines)
+        .collect()
 }
 
 /// The global indices along one tensor dim of size `size` that a rank holds, in order:

@@ -12,9 +12,9 @@
 
 use crate::exec::located;
 use crate::live_values;
-use shardproof_ir::{Arg, Graph, GroupIndex, NodeKind, OpMeaning, OpName, Program};
+use shardproof_ir::{Arg, Graph, NodeKind, OpMeaning, OpName, Program};
 use shardproof_ops::{
-    indexed_members, p2p_call, Args, GroupMembers, NoValues, OpClass, OpDef, P2pEnd, Registry,
+    p2p_call, program_members, Args, GroupMembers, NoValues, OpClass, OpDef, P2pEnd, Registry,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::rc::Rc;
@@ -208,7 +208,7 @@ fn rank_calls(
 /// The members of `group` as rank `rank` sees it, by the interpreter's rule: a group the case
 /// does not define means every rank on a one-dim mesh and is an error otherwise.
 fn members_of(
-    groups: &GroupIndex,
+    program: &Program,
     group: &str,
     rank: usize,
     graph: &Graph,
@@ -216,8 +216,8 @@ fn members_of(
 ) -> Result<Vec<usize>, ScheduleProblem> {
     let node = &graph.nodes[node];
     // One rule for group names, shared with the point-to-point peers (`program_members`).
-    indexed_members(groups, rank)(group).ok_or_else(|| {
-        let why = if groups.group_of(group, rank).is_some() {
+    program_members(program, rank)(group).ok_or_else(|| {
+        let why = if program.group(group).is_some() {
             format!(
                 "rank {rank} is not a member of process group `{group}`; hint: check the \
                  case's `groups:` and the mesh"
@@ -280,9 +280,6 @@ pub fn schedule(
     // liveness is computed once (a preset's thousands of ranks hold a few graphs).
     let mut live_of: HashMap<LiveKey, Rc<Vec<Vec<bool>>>> = HashMap::new();
     let mut calls_of: HashMap<CallsKey, Rc<Vec<(usize, GraphCall)>>> = HashMap::new();
-    // Every rank asks for its groups at each call: searching the member sets each time was
-    // quadratic in the ranks (issue 45).
-    let groups = GroupIndex::new(program);
     for (r, g) in program.ranks.iter().enumerate() {
         let rank_leaves = leaves.and_then(|l| l.get(r));
         let graph_calls = calls_of
@@ -301,7 +298,11 @@ pub fn schedule(
                 ))
             })
             .clone();
-        match rank_calls(g, &graph_calls, &indexed_members(&groups, r)) {
+        match rank_calls(
+            g,
+            &graph_calls,
+            &shardproof_ops::program_members(program, r),
+        ) {
             Ok(c) => per_rank.push(c),
             Err(p) => {
                 out.problem = Some(p);
@@ -353,7 +354,7 @@ pub fn schedule(
             let Some((node, Call::Collective { group, op })) = per_rank[r].get(next[r]) else {
                 continue;
             };
-            let members = match members_of(&groups, group, r, &program.ranks[r], *node) {
+            let members = match members_of(program, group, r, &program.ranks[r], *node) {
                 Ok(m) => m,
                 Err(p) => {
                     out.problem = Some(p);

@@ -16,5 +16,5 @@ pub use custom::{DecompExpr, OpMeaning, Signature};
 pub use diag::{Located, SourceError, Span};
 pub use dtype::DType;
 pub use graph::{Arg, Dim, Graph, Node, NodeKind, OpName, Output, SourceLoc, TensorType, ValueId};
-pub use program::{GroupIndex, MemberIndex, Mesh, ProcessGroup, Program};
+pub use program::{MemberIndex, Mesh, ProcessGroup, Program};
 pub use progress::Progress;

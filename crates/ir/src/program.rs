@@ -158,37 +158,6 @@ impl<'g> MemberIndex<'g> {
     }
 }
 
-/// Every process group of a program indexed by rank ([`MemberIndex`]), for a caller that asks
-/// for every rank's groups. Answers exactly as [`Program::group`] then
-/// [`ProcessGroup::group_of`] do.
-#[derive(Clone, Debug)]
-pub struct GroupIndex<'p> {
-    program: &'p Program,
-    /// Per process group, in `program.groups` order.
-    groups: Vec<MemberIndex<'p>>,
-}
-
-impl<'p> GroupIndex<'p> {
-    /// Indexes `program`'s groups over its ranks.
-    pub fn new(program: &'p Program) -> Self {
-        let n = program.ranks.len();
-        let groups = program.groups.iter().map(|g| g.index(n)).collect();
-        GroupIndex { program, groups }
-    }
-
-    /// The program indexed.
-    pub fn program(&self) -> &'p Program {
-        self.program
-    }
-
-    /// The group named `name` (`None` when the program declares none) and, inside it, the set
-    /// of ranks that communicates with `rank` (`None` when no set holds it).
-    pub fn group_of(&self, name: &str, rank: usize) -> Option<Option<&'p [usize]>> {
-        let position = self.program.groups.iter().position(|g| g.name == name)?;
-        Some(self.groups[position].group_of(rank))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -242,17 +211,26 @@ mod tests {
             ],
             ranks: vec![graph; 6],
         };
-        let index = GroupIndex::new(&program);
+        let indexes: Vec<MemberIndex> = program
+            .groups
+            .iter()
+            .map(|g| g.index(program.ranks.len()))
+            .collect();
+        // The program's group of a name, as `Program::group` finds it, looked up in its index.
+        let indexed = |name: &str, rank: usize| {
+            let position = program.groups.iter().position(|g| g.name == name)?;
+            Some(indexes[position].group_of(rank))
+        };
         for name in ["tp", "odd", "empty", "undeclared"] {
             for rank in 0..12 {
                 let searched = program.group(name).map(|g| g.group_of(rank));
-                assert_eq!(index.group_of(name, rank), searched, "{name} {rank}");
+                assert_eq!(indexed(name, rank), searched, "{name} {rank}");
             }
         }
-        assert_eq!(index.group_of("odd", 0), Some(Some(&[4, 0][..])));
-        assert_eq!(index.group_of("odd", 9), Some(Some(&[0, 1, 9][..])));
-        assert_eq!(index.group_of("odd", 5), Some(None));
-        assert_eq!(index.group_of("undeclared", 0), None);
+        assert_eq!(indexed("odd", 0), Some(Some(&[4, 0][..])));
+        assert_eq!(indexed("odd", 9), Some(Some(&[0, 1, 9][..])));
+        assert_eq!(indexed("odd", 5), Some(None));
+        assert_eq!(indexed("undeclared", 0), None);
     }
 
     #[test]

@@ -32,8 +32,7 @@ mod shape;
 pub use args::{normalize_args, Args, NoValues, TensorList, Values};
 pub use collective::apply_collective;
 pub use p2p::{
-    indexed_members, p2p_call, p2p_node_call, program_members, GroupMembers, P2pCall, P2pEnd,
-    P2P_NAMESPACE,
+    p2p_call, p2p_node_call, program_members, GroupMembers, P2pCall, P2pEnd, P2P_NAMESPACE,
 };
 pub use registry::{
     check_inputs, check_outputs, check_tensor, EvalCtx, EvalFn, InferFn, Meta0, OpClass, OpDef,

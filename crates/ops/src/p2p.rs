@@ -22,7 +22,7 @@
 
 use crate::create::size_arg;
 use crate::{Args, Meta, OpClass, OpDef, OpError, Registry};
-use shardproof_ir::{Arg, GroupIndex, OpName, Program};
+use shardproof_ir::{Arg, OpName, Program};
 
 /// The namespace of the point-to-point operators.
 pub const P2P_NAMESPACE: &str = "shardproof_p2p";
@@ -119,23 +119,8 @@ pub type GroupMembers<'a> = &'a dyn Fn(&str) -> Option<Vec<usize>>;
 /// member); an undeclared one means every rank on a mesh of at most one dim, and is unknown
 /// otherwise.
 pub fn program_members(program: &Program, rank: usize) -> impl Fn(&str) -> Option<Vec<usize>> + '_ {
-    move |name: &str| members_by_rule(program, program.group(name).map(|g| g.group_of(rank)))
-}
-
-/// [`program_members`] answered from a [`GroupIndex`] built once: for a caller that asks for
-/// every rank's groups (a schedule over thousands of ranks), where each search is linear.
-pub fn indexed_members<'p>(
-    index: &'p GroupIndex<'p>,
-    rank: usize,
-) -> impl Fn(&str) -> Option<Vec<usize>> + 'p {
-    move |name: &str| members_by_rule(index.program(), index.group_of(name, rank))
-}
-
-/// The rule for group names of [`program_members`], given the declared group's set of the rank
-/// (`None` when the group is not declared).
-fn members_by_rule(program: &Program, declared: Option<Option<&[usize]>>) -> Option<Vec<usize>> {
-    match declared {
-        Some(set) => set.map(<[usize]>::to_vec),
+    move |name: &str| match program.group(name) {
+        Some(g) => g.group_of(rank).map(<[usize]>::to_vec),
         None if program.mesh.dims.len() <= 1 => Some((0..program.ranks.len()).collect()),
         None => None,
     }

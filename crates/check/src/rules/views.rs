@@ -872,6 +872,10 @@ pub(super) fn view(c: &Ctx) -> Outcome {
                 }
             }
             if others {
+                if let Some(p) = nested_group_view(&m.shape, &out, d, k, c) {
+                    c.by_factors.set(true);
+                    return c.all(p);
+                }
                 return c.all(Place::Varying);
             }
             c.all(
@@ -880,6 +884,72 @@ pub(super) fn view(c: &Ctx) -> Outcome {
             )
         }
         p => c.all(p),
+    }
+}
+
+/// The placement a view gives this mesh dim where several mesh dims hold plain shards of one
+/// input dim `d` and nothing else takes the input's elements apart (a batch declared over dp
+/// and ep, or a microbatch's rows of it on both), read from the local shapes alone where the
+/// spec's shapes settle nothing (a microbatch's view the spec does not make).
+///
+/// Whatever order the shards nest in, they are together one plain shard of `d` in `N`
+/// pieces (`N` the product of their sizes), the rank's piece being its place in that order.
+/// Where the local shapes read that shard one way only, and as one block of an output dim
+/// `od` ([`view_blocks_unique`]), every rank's output is its piece, in the same place, of the
+/// view that scales `od` by `N`; [`view_by_factors`] confirms it in every order, each mesh
+/// dim keeping `Shard(od)` nested as before. A reading of several blocks (the shard merged
+/// with a dim outside it) depends on the order and is not taken; neither is one where the
+/// rows of a selection sit beside a plain shard (`rows_dims` covers all of the group or
+/// none), nor one beside a mesh dim of unknown layout.
+fn nested_group_view(
+    ins: &[usize],
+    outs: &[usize],
+    d: usize,
+    k: usize,
+    c: &Ctx,
+) -> Option<Place> {
+    if k != 1 {
+        return None;
+    }
+    let mut shards: Vec<Option<(usize, usize, usize)>> = Vec::with_capacity(c.mesh_sizes.len());
+    let mut group: u64 = 0;
+    for (q, (p, &n)) in c.input_places.iter().zip(c.mesh_sizes).enumerate() {
+        shards.push(match p {
+            Place::Shard(e) if *e as usize == d && q < 64 => {
+                group |= 1 << q;
+                Some((d, 1, n))
+            }
+            Place::Replicate | Place::Partial(_) => None,
+            Place::Varying if q < 64 && c.pipeline_dims & (1 << q) != 0 => None,
+            _ => return None,
+        });
+    }
+    if group.count_ones() < 2 || (c.rows_dims != 0 && c.rows_dims != group) {
+        return None;
+    }
+    let (od, 1) = view_blocks_unique(ins, outs, d, 1)? else {
+        return None;
+    };
+    let n: usize = shards.iter().flatten().map(|s| s.2).product();
+    let scaled = |shape: &[usize], at: usize| -> Option<Vec<i64>> {
+        shape
+            .iter()
+            .enumerate()
+            .map(|(j, &l)| {
+                let l = i64::try_from(l).ok()?;
+                if j == at {
+                    l.checked_mul(i64::try_from(n).ok()?)
+                } else {
+                    Some(l)
+                }
+            })
+            .collect()
+    };
+    let (gin, gout) = (scaled(ins, d)?, scaled(outs, od)?);
+    let placed = view_by_factors(ins, outs, &gin, &gout, &shards)?;
+    match placed.get(c.mesh_dim).copied().flatten()? {
+        (j, 1) if j == od => Some(Place::shard(od)),
+        _ => None,
     }
 }
 

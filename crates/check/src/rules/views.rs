@@ -927,9 +927,7 @@ fn nested_group_view(
     if group.count_ones() < 2 || (c.rows_dims != 0 && c.rows_dims != group) {
         return None;
     }
-    let (od, 1) = view_blocks_unique(ins, outs, d, 1)? else {
-        return None;
-    };
+    let (od, _) = view_blocks_unique(ins, outs, d, 1)?;
     let n: usize = shards.iter().flatten().map(|s| s.2).product();
     let scaled = |shape: &[usize], at: usize| -> Option<Vec<i64>> {
         shape

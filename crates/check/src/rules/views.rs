@@ -872,7 +872,7 @@ pub(super) fn view(c: &Ctx) -> Outcome {
                 }
             }
             if others {
-                if let Some(p) = nested_group_view(&m.shape, &out, d, k, c) {
+                if let Some(p) = nested_group_view(&m.shape, &out, d, c) {
                     c.by_factors.set(true);
                     return c.all(p);
                 }
@@ -894,23 +894,15 @@ pub(super) fn view(c: &Ctx) -> Outcome {
 ///
 /// Whatever order the shards nest in, they are together one plain shard of `d` in `N`
 /// pieces (`N` the product of their sizes), the rank's piece being its place in that order.
-/// Where the local shapes read that shard one way only, and as one block of an output dim
-/// `od` ([`view_blocks_unique`]), every rank's output is its piece, in the same place, of the
-/// view that scales `od` by `N`; [`view_by_factors`] confirms it in every order, each mesh
-/// dim keeping `Shard(od)` nested as before. A reading of several blocks (the shard merged
-/// with a dim outside it) depends on the order and is not taken; neither is one where the
+/// Where the local shapes read that shard one way only, on output dim `od`
+/// ([`view_blocks_unique`]), the view that scales `od` by `N` is read by factors
+/// ([`view_by_factors`], every order): where each order leaves every mesh dim of the group a
+/// plain shard of `od`, nested as before, every rank's output is its piece of that view. A
+/// reading of several blocks (the shard merged with a dim outside it) depends on the order
+/// and is not taken; neither is one where the
 /// rows of a selection sit beside a plain shard (`rows_dims` covers all of the group or
 /// none), nor one beside a mesh dim of unknown layout.
-fn nested_group_view(
-    ins: &[usize],
-    outs: &[usize],
-    d: usize,
-    k: usize,
-    c: &Ctx,
-) -> Option<Place> {
-    if k != 1 {
-        return None;
-    }
+fn nested_group_view(ins: &[usize], outs: &[usize], d: usize, c: &Ctx) -> Option<Place> {
     let mut shards: Vec<Option<(usize, usize, usize)>> = Vec::with_capacity(c.mesh_sizes.len());
     let mut group: u64 = 0;
     for (q, (p, &n)) in c.input_places.iter().zip(c.mesh_sizes).enumerate() {

@@ -255,12 +255,28 @@ pub(crate) fn rows_mode(
             return RowsMode::Varying;
         }
     }
+    // A pad of other dims than the rows' (an expert-parallel rank's columns put in place):
+    // each output row is its input row, extended.
+    let pad_spares_rows = || {
+        let pads = bound
+            .get("pad")
+            .and_then(|a| a.as_int_list())
+            .unwrap_or_default();
+        rows.iter().all(|&(_, v, d, _)| {
+            rank(v).is_some_and(|r| {
+                (0..pads.len() / 2)
+                    .filter(|&i| pads[2 * i] != 0 || pads[2 * i + 1] != 0)
+                    .all(|i| r.checked_sub(i + 1) != Some(d as usize))
+            })
+        })
+    };
     let fits = if replicated.is_empty() {
         broadcasting(family)
             || all_rows(family)
             || along_rows(family)
             || matches!(family, "matmul" | "matmul-bias" | "linear" | "embedding")
             || (family == "gather" && gather_fits())
+            || (family == "pad" && pad_spares_rows())
     } else if broadcasting(family) {
         // Right-aligned broadcasting: a replicated operand's dim facing a rows dim must be
         // absent or of size 1, and then the rows more than one (one local row against one

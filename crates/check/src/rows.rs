@@ -258,10 +258,10 @@ pub(crate) fn rows_mode(
     // A pad of other dims than the rows' (an expert-parallel rank's columns put in place):
     // each output row is its input row, extended.
     let pad_spares_rows = || {
-        let pads = bound
-            .get("pad")
-            .and_then(|a| a.as_int_list())
-            .unwrap_or_default();
+        // Pads not written as numbers could reach the rows dim: no reading.
+        let Some(pads) = bound.get("pad").and_then(|a| a.as_int_list()) else {
+            return false;
+        };
         rows.iter().all(|&(_, v, d, _)| {
             rank(v).is_some_and(|r| {
                 (0..pads.len() / 2)

@@ -20,7 +20,7 @@
 //! arithmetic of the forms is the interpreter's: no `inf - inf`, no `0·NaN`). Anything else
 //! (another function of `t`, a product atom holding it) leaves the goal to the other layers.
 
-use crate::expr::{add_term, mul_mono, Arena, Atom, AtomId, Coeff, ExprId, Func, SymbolKind};
+use crate::expr::{add_term, mul_mono, Arena, Class, Atom, AtomId, Coeff, ExprId, Func, SymbolKind};
 use num_rational::BigRational;
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
@@ -203,8 +203,9 @@ struct Splitter<'a> {
     symbol: u32,
     /// Whether an expression's value depends on the symbol (its closure holds it).
     involves: FxHashMap<ExprId, bool>,
-    /// Whether an atom is provably finite (kept in forms only then).
-    finite: FxHashMap<AtomId, bool>,
+    /// The classes computed beyond the arena's memo (an atom is kept in a form only where it
+    /// is provably finite).
+    classes: FxHashMap<ExprId, Class>,
     /// The case being formed, and the forms built on it.
     case: (u64, u64),
     forms: FxHashMap<ExprId, Form<'a>>,
@@ -216,7 +217,7 @@ impl<'a> Splitter<'a> {
             arena,
             symbol,
             involves: FxHashMap::default(),
-            finite: FxHashMap::default(),
+            classes: FxHashMap::default(),
             case: (0, 0),
             forms: FxHashMap::default(),
         }
@@ -253,27 +254,12 @@ impl<'a> Splitter<'a> {
         }
     }
 
-    /// Whether atom `atom` is provably finite: a symbol, or an application whose class the
-    /// arena has shown finite.
+    /// Whether atom `atom` is provably finite, by the normal form's own classes
+    /// ([`Arena::class_in`]: what the arena has memoized and recorded, the rest computed by the
+    /// same rules): an RMSNorm's `recip(sqrt(mean(x²) + eps))` and a softmax's `recip(Σ
+    /// exp(b_k))` are positive, so finite, though no class was memoized for the atom alone.
     fn finite_atom(&mut self, atom: AtomId) -> bool {
-        if let Some(&v) = self.finite.get(&atom) {
-            return v;
-        }
-        let arena = self.arena;
-        let v = match arena.atom(atom) {
-            Atom::Symbol(_) => true,
-            Atom::NonFinite(_) => false,
-            Atom::App(..) => {
-                !arena.is_zero_times(atom)
-                    && arena
-                        .find_poly(&crate::expr::Poly {
-                            terms: vec![(vec![(atom, 1)], Coeff::one())],
-                        })
-                        .is_some_and(|e| arena.known_finite(e))
-            }
-        };
-        self.finite.insert(atom, v);
-        v
+        !self.arena.is_zero_times(atom) && self.arena.atom_class_in(atom, &mut self.classes).finite
     }
 
     /// `e`'s form on the current case. The forms are kept for this case only: on another

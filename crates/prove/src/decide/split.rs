@@ -34,20 +34,23 @@ pub(crate) const MAX_CASES: usize = 1024;
 /// Index symbols tried per goal at most (the goals of an embedding hold one token each).
 const MAX_SYMBOLS: usize = 4;
 
+/// Index symbols split label by label at most ([`decide_by_labels`]: a loss's goal holds one
+/// per token).
+const MAX_LABELS: usize = 256;
+
 /// What the split found.
 #[derive(Debug, PartialEq)]
 pub(crate) enum Split {
     /// The sides are equal on every case: the goal holds.
     Equal,
-    /// The forms differ on the case `lo <= symbol < hi`: where a witness is likeliest (a
-    /// difference of forms is not one by itself: distinct windows may hold equal values).
+    /// The forms differ on the cases `lo <= symbol < hi` listed: where a witness is likeliest
+    /// (a difference of forms is not one by itself: distinct windows may hold equal values).
     Differs {
         /// The symbol split on.
         symbol: u32,
-        /// The case's first value.
-        lo: u64,
-        /// One past the case's last value.
-        hi: u64,
+        /// The cases `(lo, hi)`: one where the two sides' forms differ; two where one label's
+        /// part of the goal differs between them ([`decide_by_labels`]), either may be wrong.
+        cases: Vec<(u64, u64)>,
     },
     /// The split does not apply, or a case has no form (why).
     Unknown(String),
@@ -118,7 +121,10 @@ pub(crate) fn decide_by_cases(
             match split.equal_on(a, b, lo, hi) {
                 Ok(true) => {}
                 Ok(false) => {
-                    differs.get_or_insert(Split::Differs { symbol, lo, hi });
+                    differs.get_or_insert(Split::Differs {
+                        symbol,
+                        cases: vec![(lo, hi)],
+                    });
                     all_equal = false;
                     break;
                 }
@@ -133,7 +139,130 @@ pub(crate) fn decide_by_cases(
             return Split::Equal;
         }
     }
+    if roots.len() >= 2 {
+        match decide_by_labels(arena, a, b, &roots, deadline) {
+            Split::Unknown(e) => why = e,
+            decided => return decided,
+        }
+    }
     differs.unwrap_or(Split::Unknown(why))
+}
+
+/// Decides `a == b` label by label, where each term of the two sides holds at most one of the
+/// index symbols compared in them (a loss over several tokens: `mean_i (lse_i - logit_i[ℓ_i])`
+/// against the spec's one-hot `-mean_i Σ_j [ℓ_i = j]·log_softmax_i[j]`). The difference `a - b`
+/// is `D_0 + Σ_s D_s`, `D_s` the terms holding symbol `s` and `D_0` those holding none. Where
+/// every `D_s` has the same form on each of its symbol's cases, a polynomial over atoms free of
+/// `s` (no window, not `s` itself), that form `F_s` is `D_s`'s value for every value of `s`;
+/// then `D_0 + Σ_s F_s` is the difference for every value of all symbols at once, and where it
+/// is the zero polynomial the goal holds. Each symbol is split on its own cases only (`Σ_s
+/// cases(s)` forms, never their product); the atoms are checked finite as on one symbol.
+fn decide_by_labels(
+    arena: &Arena,
+    a: ExprId,
+    b: ExprId,
+    roots: &BTreeMap<u32, Vec<BigRational>>,
+    deadline: Option<Instant>,
+) -> Split {
+    if roots.len() > MAX_LABELS {
+        return Split::Unknown(format!(
+            "{} index symbols compared (limit {MAX_LABELS})",
+            roots.len()
+        ));
+    }
+    let mut labels = Vec::new();
+    for &symbol in roots.keys() {
+        let SymbolKind::Index(bound) = arena.symbols()[symbol as usize].1 else {
+            return Split::Unknown("a compared symbol that is not an index".into());
+        };
+        let cases = cases_between(&roots[&symbol], u64::from(bound));
+        if cases.is_empty() || cases.len() > MAX_CASES {
+            return Split::Unknown(format!(
+                "{} cases on one symbol (limit {MAX_CASES})",
+                cases.len()
+            ));
+        }
+        labels.push((symbol, cases, Splitter::new(arena, symbol)));
+    }
+    // The difference's terms by the one symbol each holds (`None`: no symbol).
+    let mut parts: BTreeMap<Option<usize>, Vec<(&[(AtomId, u32)], Coeff)>> = BTreeMap::new();
+    for (side, sign) in [(a, Coeff::one()), (b, -Coeff::one())] {
+        for (m, c) in &arena.poly(side).terms {
+            let mut held = None;
+            for (i, (_, _, split)) in labels.iter_mut().enumerate() {
+                if m.iter().any(|&(atom, _)| split.atom_involves(atom)) {
+                    if held.is_some() {
+                        return Split::Unknown("a term holds two index symbols".into());
+                    }
+                    held = Some(i);
+                }
+            }
+            parts
+                .entry(held)
+                .or_default()
+                .push((m.as_slice(), c * &sign));
+        }
+    }
+    let mut total = Form::new();
+    for (held, terms) in &parts {
+        let Some(i) = *held else {
+            // Free of every symbol: each atom kept as it is, whatever the case.
+            match labels[0].2.terms_form(terms) {
+                Ok(f) => add_form(&mut total, f),
+                Err(e) => return Split::Unknown(e),
+            }
+            continue;
+        };
+        let (symbol, cases, split) = &mut labels[i];
+        let mut first: Option<(Form, (u64, u64))> = None;
+        for &(lo, hi) in cases.iter() {
+            if deadline.is_some_and(|d| Instant::now() > d) {
+                return Split::Unknown(super::TIME_RAN_OUT.into());
+            }
+            split.case = (lo, hi);
+            split.forms.clear();
+            let form = match split.terms_form(terms) {
+                Ok(f) => f,
+                Err(e) => return Split::Unknown(e),
+            };
+            // A window or the symbol itself is a function of the symbol on the case: the part's
+            // value is then not one polynomial over atoms free of it.
+            let varies = form
+                .keys()
+                .flatten()
+                .any(|(k, _)| !matches!(k, Key::Atom(_)));
+            if varies {
+                return Split::Unknown(
+                    "a label's part of the goal depends on the label within a case".into(),
+                );
+            }
+            match &first {
+                None => first = Some((form, (lo, hi))),
+                Some((f, case)) if *f != form => {
+                    return Split::Differs {
+                        symbol: *symbol,
+                        cases: vec![*case, (lo, hi)],
+                    };
+                }
+                Some(_) => {}
+            }
+        }
+        if let Some((f, _)) = first {
+            add_form(&mut total, f);
+        }
+    }
+    if total.is_empty() {
+        Split::Equal
+    } else {
+        Split::Unknown("the labels' parts of the goal do not cancel".into())
+    }
+}
+
+/// `acc += f`.
+fn add_form<'a>(acc: &mut Form<'a>, f: Form<'a>) {
+    for (m, c) in f {
+        add_term(acc, m, c);
+    }
 }
 
 /// The roots of the comparisons (`gt0`, `ge0`, `eq0`) whose argument is linear in one index
@@ -272,25 +401,43 @@ impl<'a> Splitter<'a> {
         let involves = self.involves(e);
         let mut out = Form::new();
         for (m, c) in &arena.poly(e).terms {
-            let mut term = constant(c.clone());
-            for &(atom, k) in m {
-                let f = if involves && self.atom_involves(atom) {
-                    self.atom_form(atom)?
-                } else {
-                    self.kept(atom)?
-                };
-                for _ in 0..k {
-                    term = mul(&term, &f);
-                }
-            }
-            for (mono, c) in term {
-                add_term(&mut out, mono, c);
-            }
+            add_form(&mut out, self.term_form(m, c.clone(), involves)?);
         }
         if involves {
             self.forms.insert(e, out.clone());
         }
         Ok(out)
+    }
+
+    /// The form of the sum of `terms` on the current case.
+    fn terms_form(&mut self, terms: &[(&[(AtomId, u32)], Coeff)]) -> Result<Form<'a>, NoForm> {
+        let mut out = Form::new();
+        for (m, c) in terms {
+            add_form(&mut out, self.term_form(m, c.clone(), true)?);
+        }
+        Ok(out)
+    }
+
+    /// The form of the term `c·m` on the current case (`involves`: whether any of its atoms
+    /// may hold the symbol).
+    fn term_form(
+        &mut self,
+        m: &[(AtomId, u32)],
+        c: Coeff,
+        involves: bool,
+    ) -> Result<Form<'a>, NoForm> {
+        let mut term = constant(c);
+        for &(atom, k) in m {
+            let f = if involves && self.atom_involves(atom) {
+                self.atom_form(atom)?
+            } else {
+                self.kept(atom)?
+            };
+            for _ in 0..k {
+                term = mul(&term, &f);
+            }
+        }
+        Ok(term)
     }
 
     /// Atom `atom`, free of the symbol, as a form: itself, where it is provably finite.
@@ -474,7 +621,7 @@ mod tests {
         let z = ar.select(above, v[0], v[1]).unwrap();
         assert!(matches!(
             decide_by_cases(&ar, x, z, None),
-            Split::Differs { lo: 0, hi: 4, .. }
+            Split::Differs { cases, .. } if cases == vec![(0, 4)]
         ));
     }
 

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! cargo run --release -p shardproof-prove --example prove_loss_stage -- \
-//!     [--batch 1] [--seq 1] [--vocab 8] [--tp 2] [--z3 10] [--time-limit 600] [--bug ID]
+//!     [--batch 1] [--seq 1] [--vocab 8] [--tp 2] [--z3 10] [--time-limit 600] [--bug ID] [--dir D]
 //! ```
 //!
 //! Labels = batch x seq. Times are wall seconds of the proof; measure CPU seconds with
@@ -61,7 +61,16 @@ fn main() {
         vocab_parallel: true,
     };
     let temp = tempfile::tempdir().expect("a temporary directory");
-    let dir = temp.path();
+    // `--dir D` emits into D (kept afterwards, to read the graphs).
+    let kept = args
+        .iter()
+        .position(|a| a == "--dir")
+        .and_then(|i| args.get(i + 1))
+        .map(std::path::PathBuf::from);
+    if let Some(d) = &kept {
+        std::fs::create_dir_all(d).expect("--dir");
+    }
+    let dir = kept.as_deref().unwrap_or(temp.path());
     emit_to_dir(
         &opts,
         &EmitExtras::default(),

@@ -148,15 +148,16 @@ pub(crate) fn decide_by_cases(
     differs.unwrap_or(Split::Unknown(why))
 }
 
-/// Decides `a == b` label by label, where each term of the two sides holds at most one of the
-/// index symbols compared in them (a loss over several tokens: `mean_i (lse_i - logit_i[ℓ_i])`
-/// against the spec's one-hot `-mean_i Σ_j [ℓ_i = j]·log_softmax_i[j]`). The difference `a - b`
-/// is `D_0 + Σ_s D_s`, `D_s` the terms holding symbol `s` and `D_0` those holding none. Where
-/// every `D_s` has the same form on each of its symbol's cases, a polynomial over atoms free of
-/// `s` (no window, not `s` itself), that form `F_s` is `D_s`'s value for every value of `s`;
-/// then `D_0 + Σ_s F_s` is the difference for every value of all symbols at once, and where it
-/// is the zero polynomial the goal holds. Each symbol is split on its own cases only (`Σ_s
-/// cases(s)` forms, never their product); the atoms are checked finite as on one symbol.
+/// Decides `a == b` label by label: a loss over several tokens is `mean_i (lse_i -
+/// logit_i[ℓ_i])` on the ranks against the spec's one-hot `-mean_i Σ_j [ℓ_i = j]·
+/// log_softmax_i[j]`, each term holding one label. The difference `a - b` is `D_0 + Σ_s D_s`,
+/// `D_s` the terms whose first compared symbol is `s` and `D_0` those holding none. Where `D_s`
+/// has the same form on every case of `s`, a polynomial over atoms free of `s` (no window, not
+/// `s` itself: those are functions of `s` within a case, and the same key for two symbols),
+/// that form `F_s` is `D_s`'s value for every value of every symbol; `D_0 + Σ_s F_s` is then
+/// the difference everywhere, and where it is the zero polynomial the goal holds. Each symbol
+/// is split on its own cases only (`Σ_s cases(s)` forms, never their product); every atom
+/// kept is checked finite as on one symbol.
 fn decide_by_labels(
     arena: &Arena,
     a: ExprId,
@@ -188,15 +189,11 @@ fn decide_by_labels(
     let mut parts: BTreeMap<Option<usize>, Vec<(&[(AtomId, u32)], Coeff)>> = BTreeMap::new();
     for (side, sign) in [(a, Coeff::one()), (b, -Coeff::one())] {
         for (m, c) in &arena.poly(side).terms {
-            let mut held = None;
-            for (i, (_, _, split)) in labels.iter_mut().enumerate() {
-                if m.iter().any(|&(atom, _)| split.atom_involves(atom)) {
-                    if held.is_some() {
-                        return Split::Unknown("a term holds two index symbols".into());
-                    }
-                    held = Some(i);
-                }
-            }
+            // A term holding several symbols goes with the first: the others' atoms are kept
+            // in its forms as they are, values like any atom free of the symbol split on.
+            let held = labels
+                .iter_mut()
+                .position(|(_, _, split)| m.iter().any(|&(atom, _)| split.atom_involves(atom)));
             parts
                 .entry(held)
                 .or_default()

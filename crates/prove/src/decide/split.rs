@@ -706,4 +706,156 @@ mod tests {
             Split::Unknown(_)
         ));
     }
+
+    /// A vocab-parallel loss over labels `t_i` in `[0, 4)`, two ranks of two classes each: the
+    /// ranks' `lse_i - where(lo_r <= t_i < hi_r, lookup(t_i - lo_r, own rows), 0)` summed,
+    /// against the spec's one-hot `Σ_j [t_i = j]·(lse_i - x_ij)`. `rank1_rows` picks the rows
+    /// rank 1 reads (its own: 2..4).
+    fn two_label_loss(ar: &mut Arena, rank1_rows: std::ops::Range<usize>) -> (ExprId, ExprId) {
+        let (mut ranks, mut spec) = (Vec::new(), Vec::new());
+        for i in 0..2 {
+            let t = ar.symbol(&format!("t{i}"), SymbolKind::Index(4)).unwrap();
+            let x = reals(ar, &format!("x{i}_"), 4);
+            let exps: Vec<ExprId> = x.iter().map(|&v| ar.app(Func::Exp, vec![v]).unwrap()).collect();
+            let s = ar.sum(&exps).unwrap();
+            let lse = ar.app(Func::Log, vec![s]).unwrap();
+            ranks.push(lse);
+            for (r, rows) in [(0usize, 0..2), (1, rank1_rows.clone())] {
+                let (lo, hi) = (ar.int(2 * r as i64).unwrap(), ar.int(2 * r as i64 + 2).unwrap());
+                let (from, below) = (ar.ge(t, lo).unwrap(), ar.gt(hi, t).unwrap());
+                let inside = ar.mul(from, below).unwrap();
+                let mut args = vec![ar.sub(t, lo).unwrap()];
+                args.extend_from_slice(&x[rows]);
+                let row = ar.app(Func::Lookup, args).unwrap();
+                let zero = ar.int(0).unwrap();
+                let picked = ar.select(inside, row, zero).unwrap();
+                ranks.push(ar.neg(picked).unwrap());
+            }
+            for (j, &xj) in x.iter().enumerate() {
+                let jj = ar.int(j as i64).unwrap();
+                let hot = ar.eq(t, jj).unwrap();
+                let nll = ar.sub(lse, xj).unwrap();
+                spec.push(ar.mul(hot, nll).unwrap());
+            }
+        }
+        (ar.sum(&ranks).unwrap(), ar.sum(&spec).unwrap())
+    }
+
+    /// Each label is split on its own four cases (not the sixteen of both), the parts' forms
+    /// the same on every case and cancelling the ranks' `lse` terms: proved. Rank 1 reading
+    /// rank 0's rows (the wrong vocab shard) gives a label part that differs between cases:
+    /// never proved (with the cases compared only through the first, it would be: on `t = 0`
+    /// the part is right).
+    #[test]
+    fn a_loss_over_two_labels_is_decided_label_by_label() {
+        let mut ar = Arena::default();
+        let (ranks, spec) = two_label_loss(&mut ar, 2..4);
+        assert_ne!(ranks, spec);
+        assert_eq!(decide_by_cases(&ar, ranks, spec, None), Split::Equal);
+        let mut ar = Arena::default();
+        let (ranks, spec) = two_label_loss(&mut ar, 0..2);
+        assert!(matches!(
+            decide_by_cases(&ar, ranks, spec, None),
+            Split::Differs { ref cases, .. } if cases.len() == 2
+        ));
+        // The decision procedure refutes it with a real witness.
+        let cfg = crate::decide::DecideConfig {
+            z3_timeout: None,
+            ..Default::default()
+        };
+        assert!(matches!(
+            crate::decide::decide(&ar, ranks, spec, &cfg),
+            crate::decide::Outcome::Refuted { .. }
+        ));
+    }
+
+    /// `t1` against `t2`, each written `t·[t < 2] + t·[t >= 2]`: each label's part is "the
+    /// symbol" on both of its cases, the same key for both labels, so summing the parts would
+    /// cancel them. A part that depends on its label within a case is never summed.
+    #[test]
+    fn a_label_part_that_varies_within_a_case_is_never_summed() {
+        let mut ar = Arena::default();
+        let two = ar.int(2).unwrap();
+        let mut sides = Vec::new();
+        for i in 0..2 {
+            let t = ar.symbol(&format!("t{i}"), SymbolKind::Index(4)).unwrap();
+            let below = ar.gt(two, t).unwrap();
+            let above = ar.ge(t, two).unwrap();
+            let lower = ar.mul(t, below).unwrap();
+            let upper = ar.mul(t, above).unwrap();
+            sides.push(ar.add(lower, upper).unwrap());
+        }
+        assert_ne!(
+            decide_by_cases(&ar, sides[0], sides[1], None),
+            Split::Equal
+        );
+        let mut by_labels = labels_of(&ar, sides[0], sides[1]);
+        assert!(matches!(by_labels(), Split::Unknown(_)));
+    }
+
+    /// `[t1 < 2] + [t1 >= 2] + x` against the same with `t2` and `y`: each label's part is
+    /// the constant 1 on every case, but the rest, `x - y`, does not cancel.
+    #[test]
+    fn label_parts_whose_sum_is_not_zero_are_not_proved() {
+        let mut ar = Arena::default();
+        let two = ar.int(2).unwrap();
+        let mut sides = Vec::new();
+        for (i, name) in ["x", "y"].into_iter().enumerate() {
+            let t = ar.symbol(&format!("t{i}"), SymbolKind::Index(4)).unwrap();
+            let v = ar.symbol(name, SymbolKind::Real).unwrap();
+            let below = ar.gt(two, t).unwrap();
+            let above = ar.ge(t, two).unwrap();
+            sides.push(ar.sum(&[below, above, v]).unwrap());
+        }
+        let mut by_labels = labels_of(&ar, sides[0], sides[1]);
+        assert!(matches!(by_labels(), Split::Unknown(_)));
+        assert_ne!(
+            decide_by_cases(&ar, sides[0], sides[1], None),
+            Split::Equal
+        );
+    }
+
+    /// [`decide_by_labels`] on `a`, `b` and the roots of their comparisons.
+    fn labels_of<'a>(ar: &'a Arena, a: ExprId, b: ExprId) -> impl FnMut() -> Split + 'a {
+        let roots = comparison_roots(ar, &[a, b]);
+        move || decide_by_labels(ar, a, b, &roots, None)
+    }
+
+    /// `where(t < 4, r, 0) - where(not(t >= 4), r, 0)` is 0 only where `r` is finite: proved
+    /// for an RMSNorm's `recip(x² + eps)` and a softmax's `recip(exp(x) + exp(y))` (positive),
+    /// never for `recip(x²)` or `recip(x)`, infinite at `x = 0` (`inf - inf` is NaN).
+    #[test]
+    fn a_reciprocal_is_kept_in_a_form_only_where_it_is_provably_positive() {
+        let mut ar = Arena::default();
+        let t = index(&mut ar, 8);
+        let x = ar.symbol("x", SymbolKind::Real).unwrap();
+        let y = ar.symbol("y", SymbolKind::Real).unwrap();
+        let (zero, four) = (ar.int(0).unwrap(), ar.int(4).unwrap());
+        let eps = ar.float(1e-5).unwrap();
+        let square = ar.mul(x, x).unwrap();
+        let variance = ar.add(square, eps).unwrap();
+        let (ex, ey) = (
+            ar.app(Func::Exp, vec![x]).unwrap(),
+            ar.app(Func::Exp, vec![y]).unwrap(),
+        );
+        let exps = ar.add(ex, ey).unwrap();
+        let below = ar.gt(four, t).unwrap();
+        let above = ar.ge(t, four).unwrap();
+        let not_above = ar.not(above).unwrap();
+        let masked_difference = |ar: &mut Arena, of: ExprId| {
+            let r = ar.recip(of).unwrap();
+            let u = ar.select(below, r, zero).unwrap();
+            let v = ar.select(not_above, r, zero).unwrap();
+            ar.sub(u, v).unwrap()
+        };
+        for (of, finite) in [(variance, true), (exps, true), (square, false), (x, false)] {
+            let d = masked_difference(&mut ar, of);
+            let split = decide_by_cases(&ar, d, zero, None);
+            if finite {
+                assert_eq!(split, Split::Equal, "{}", ar.render(of, 80));
+            } else {
+                assert!(matches!(split, Split::Unknown(_)), "{}", ar.render(of, 80));
+            }
+        }
+    }
 }

@@ -16,8 +16,8 @@ mod layer_cuts;
 
 use shardproof_prove::{prove_staged_with, PlanOptions, ProveConfig};
 use shardproof_zoo::{
-    emit_to_dir, find_bug, EmitExtras, EmitOptions, LlamaConfig, Mesh, MlpConfig,
-    PipelineOptions, TrainOptions,
+    emit_to_dir, find_bug, EmitExtras, EmitOptions, LlamaConfig, Mesh, MlpConfig, PipelineOptions,
+    TrainOptions,
 };
 use std::time::{Duration, Instant};
 
@@ -25,7 +25,9 @@ fn arg(args: &[String], name: &str, default: f64) -> f64 {
     args.iter()
         .position(|a| a == name)
         .and_then(|i| args.get(i + 1))
-        .map_or(default, |s| s.parse().unwrap_or_else(|_| panic!("{name} NUMBER")))
+        .map_or(default, |s| {
+            s.parse().unwrap_or_else(|_| panic!("{name} NUMBER"))
+        })
 }
 
 fn main() {

@@ -20,7 +20,9 @@
 //! arithmetic of the forms is the interpreter's: no `inf - inf`, no `0·NaN`). Anything else
 //! (another function of `t`, a product atom holding it) leaves the goal to the other layers.
 
-use crate::expr::{add_term, mul_mono, Arena, Class, Atom, AtomId, Coeff, ExprId, Func, SymbolKind};
+use crate::expr::{
+    add_term, mul_mono, Arena, Atom, AtomId, Class, Coeff, ExprId, Func, SymbolKind,
+};
 use num_rational::BigRational;
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
@@ -716,12 +718,18 @@ mod tests {
         for i in 0..2 {
             let t = ar.symbol(&format!("t{i}"), SymbolKind::Index(4)).unwrap();
             let x = reals(ar, &format!("x{i}_"), 4);
-            let exps: Vec<ExprId> = x.iter().map(|&v| ar.app(Func::Exp, vec![v]).unwrap()).collect();
+            let exps: Vec<ExprId> = x
+                .iter()
+                .map(|&v| ar.app(Func::Exp, vec![v]).unwrap())
+                .collect();
             let s = ar.sum(&exps).unwrap();
             let lse = ar.app(Func::Log, vec![s]).unwrap();
             ranks.push(lse);
             for (r, rows) in [(0usize, 0..2), (1, rank1_rows.clone())] {
-                let (lo, hi) = (ar.int(2 * r as i64).unwrap(), ar.int(2 * r as i64 + 2).unwrap());
+                let (lo, hi) = (
+                    ar.int(2 * r as i64).unwrap(),
+                    ar.int(2 * r as i64 + 2).unwrap(),
+                );
                 let (from, below) = (ar.ge(t, lo).unwrap(), ar.gt(hi, t).unwrap());
                 let inside = ar.mul(from, below).unwrap();
                 let mut args = vec![ar.sub(t, lo).unwrap()];
@@ -785,10 +793,7 @@ mod tests {
             let upper = ar.mul(t, above).unwrap();
             sides.push(ar.add(lower, upper).unwrap());
         }
-        assert_ne!(
-            decide_by_cases(&ar, sides[0], sides[1], None),
-            Split::Equal
-        );
+        assert_ne!(decide_by_cases(&ar, sides[0], sides[1], None), Split::Equal);
         let mut by_labels = labels_of(&ar, sides[0], sides[1]);
         assert!(matches!(by_labels(), Split::Unknown(_)));
     }
@@ -809,10 +814,7 @@ mod tests {
         }
         let mut by_labels = labels_of(&ar, sides[0], sides[1]);
         assert!(matches!(by_labels(), Split::Unknown(_)));
-        assert_ne!(
-            decide_by_cases(&ar, sides[0], sides[1], None),
-            Split::Equal
-        );
+        assert_ne!(decide_by_cases(&ar, sides[0], sides[1], None), Split::Equal);
     }
 
     /// [`decide_by_labels`] on `a`, `b` and the roots of their comparisons.

@@ -216,9 +216,7 @@ impl Arena {
                             UNKNOWN
                         }
                     }
-                    Func::Named(n) if all_finite && FINITE_NAMED.contains(&n.as_str()) => {
-                        FINITE
-                    }
+                    Func::Named(n) if all_finite && FINITE_NAMED.contains(&n.as_str()) => FINITE,
                     _ => UNKNOWN,
                 }
             }

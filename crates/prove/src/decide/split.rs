@@ -78,6 +78,9 @@ type Form<'a> = BTreeMap<Mono<'a>, Coeff>;
 /// Why a case has no form.
 type NoForm = String;
 
+/// A term `c·m` of a goal's side: its monomial and coefficient.
+type Term<'p> = (&'p [(AtomId, u32)], Coeff);
+
 /// Decides `a == b` by cases on each index symbol compared in them (up to [`MAX_SYMBOLS`]),
 /// stopping at the first split that proves it; otherwise the first case where the forms
 /// differ (a split on one symbol keeps the others' atoms opaque, so another may still prove
@@ -188,7 +191,7 @@ fn decide_by_labels(
         labels.push((symbol, cases, Splitter::new(arena, symbol)));
     }
     // The difference's terms by the one symbol each holds (`None`: no symbol).
-    let mut parts: BTreeMap<Option<usize>, Vec<(&[(AtomId, u32)], Coeff)>> = BTreeMap::new();
+    let mut parts: BTreeMap<Option<usize>, Vec<Term>> = BTreeMap::new();
     for (side, sign) in [(a, Coeff::one()), (b, -Coeff::one())] {
         for (m, c) in &arena.poly(side).terms {
             // A term holding several symbols goes with the first: the others' atoms are kept
@@ -409,7 +412,7 @@ impl<'a> Splitter<'a> {
     }
 
     /// The form of the sum of `terms` on the current case.
-    fn terms_form(&mut self, terms: &[(&[(AtomId, u32)], Coeff)]) -> Result<Form<'a>, NoForm> {
+    fn terms_form(&mut self, terms: &[Term]) -> Result<Form<'a>, NoForm> {
         let mut out = Form::new();
         for (m, c) in terms {
             add_form(&mut out, self.term_form(m, c.clone(), true)?);

@@ -1,5 +1,5 @@
-//! The vocab-parallel cross-entropy stage of a tiny llama (issue 45): a one-layer width-4
-//! llama forward with the vocab-parallel embedding and loss (the llama3-405b plan's loss, at
+//! The vocab-parallel cross-entropy stage of a tiny llama (issue 45): a one-layer llama forward
+//! of width 4 (`2·tp` past tp = 2, a head per rank) with the vocab-parallel embedding and loss (the llama3-405b plan's loss, at
 //! sizes where nothing needs reducing), cut at its layers, every stage proved, the loss stage's
 //! report printed with its goals by layer.
 //!
@@ -46,11 +46,12 @@ fn main() {
     let opts = EmitOptions {
         model: "llama".into(),
         mlp: MlpConfig::default(),
+        // Width 4 and two heads, as the staged tests; more heads (and width) where tp needs them.
         llama: LlamaConfig {
-            hidden: 4,
-            heads: 2,
-            kv_heads: 2,
-            ffn: 4,
+            hidden: 2 * tp.max(2),
+            heads: tp.max(2),
+            kv_heads: tp.max(2),
+            ffn: 2 * tp.max(2),
             layers: 1,
             seq,
             batch,
@@ -92,7 +93,8 @@ fn main() {
     let proof = prove_staged_with(&case, &cfg, 1, &PlanOptions::default());
     let secs = started.elapsed().as_secs_f64();
     println!(
-        "llama width 4, tp={tp}, vocab {vocab}, {} labels ({batch} x {seq}), cut at {cuts} layer outputs: {:?} in {secs:.1} s, {} stages{}",
+        "llama width {}, tp={tp}, vocab {vocab}, {} labels ({batch} x {seq}), cut at {cuts} layer outputs: {:?} in {secs:.1} s, {} stages{}",
+        opts.llama.hidden,
         batch * seq,
         proof.verdict,
         proof.stages.len(),

@@ -339,10 +339,13 @@ pub fn decide(arena: &Arena, a: ExprId, b: ExprId, cfg: &DecideConfig) -> Outcom
 fn by_cases(arena: &Arena, a: ExprId, b: ExprId, cfg: &DecideConfig) -> Option<Outcome> {
     match split::decide_by_cases(arena, a, b, cfg.deadline) {
         split::Split::Equal => Some(Outcome::Proved(Layer::CaseSplit)),
-        split::Split::Differs { symbol, lo, hi } => {
+        split::Split::Differs { symbol, cases } => {
             let symbols = arena.symbols();
             let mut rng = Rng::new(cfg.seed ^ 0x0073_706c_6974 ^ (a.0 as u64) << 32 ^ b.0 as u64);
-            for t in [lo, hi - 1, lo + (hi - lo) / 2] {
+            let values = cases
+                .iter()
+                .flat_map(|&(lo, hi)| [lo, hi - 1, lo + (hi - lo) / 2]);
+            for t in values {
                 let mut values: Vec<Coeff> = symbols.iter().map(|(_, k)| rng.value(*k)).collect();
                 values[symbol as usize] = Coeff::from_integer(t as i64);
                 if let Some(point) = witness_at(arena, a, b, &values) {

@@ -20,7 +20,9 @@
 //! arithmetic of the forms is the interpreter's: no `inf - inf`, no `0·NaN`). Anything else
 //! (another function of `t`, a product atom holding it) leaves the goal to the other layers.
 
-use crate::expr::{add_term, mul_mono, Arena, Atom, AtomId, Coeff, ExprId, Func, SymbolKind};
+use crate::expr::{
+    add_term, mul_mono, Arena, Atom, AtomId, Class, Coeff, ExprId, Func, SymbolKind,
+};
 use num_rational::BigRational;
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
@@ -34,20 +36,23 @@ pub(crate) const MAX_CASES: usize = 1024;
 /// Index symbols tried per goal at most (the goals of an embedding hold one token each).
 const MAX_SYMBOLS: usize = 4;
 
+/// Index symbols split label by label at most ([`decide_by_labels`]: a loss's goal holds one
+/// per token).
+const MAX_LABELS: usize = 256;
+
 /// What the split found.
 #[derive(Debug, PartialEq)]
 pub(crate) enum Split {
     /// The sides are equal on every case: the goal holds.
     Equal,
-    /// The forms differ on the case `lo <= symbol < hi`: where a witness is likeliest (a
-    /// difference of forms is not one by itself: distinct windows may hold equal values).
+    /// The forms differ on the cases `lo <= symbol < hi` listed: where a witness is likeliest
+    /// (a difference of forms is not one by itself: distinct windows may hold equal values).
     Differs {
         /// The symbol split on.
         symbol: u32,
-        /// The case's first value.
-        lo: u64,
-        /// One past the case's last value.
-        hi: u64,
+        /// The cases `(lo, hi)`: one where the two sides' forms differ; two where one label's
+        /// part of the goal differs between them ([`decide_by_labels`]), either may be wrong.
+        cases: Vec<(u64, u64)>,
     },
     /// The split does not apply, or a case has no form (why).
     Unknown(String),
@@ -72,6 +77,9 @@ type Form<'a> = BTreeMap<Mono<'a>, Coeff>;
 
 /// Why a case has no form.
 type NoForm = String;
+
+/// A term `c·m` of a goal's side: its monomial and coefficient.
+type Term<'p> = (&'p [(AtomId, u32)], Coeff);
 
 /// Decides `a == b` by cases on each index symbol compared in them (up to [`MAX_SYMBOLS`]),
 /// stopping at the first split that proves it; otherwise the first case where the forms
@@ -118,7 +126,10 @@ pub(crate) fn decide_by_cases(
             match split.equal_on(a, b, lo, hi) {
                 Ok(true) => {}
                 Ok(false) => {
-                    differs.get_or_insert(Split::Differs { symbol, lo, hi });
+                    differs.get_or_insert(Split::Differs {
+                        symbol,
+                        cases: vec![(lo, hi)],
+                    });
                     all_equal = false;
                     break;
                 }
@@ -133,7 +144,127 @@ pub(crate) fn decide_by_cases(
             return Split::Equal;
         }
     }
+    if roots.len() >= 2 {
+        match decide_by_labels(arena, a, b, &roots, deadline) {
+            Split::Unknown(e) => why = e,
+            decided => return decided,
+        }
+    }
     differs.unwrap_or(Split::Unknown(why))
+}
+
+/// Decides `a == b` label by label: a loss over several tokens is `mean_i (lse_i -
+/// logit_i[ℓ_i])` on the ranks against the spec's one-hot `-mean_i Σ_j [ℓ_i = j]·
+/// log_softmax_i[j]`, each term holding one label. The difference `a - b` is `D_0 + Σ_s D_s`,
+/// `D_s` the terms whose first compared symbol is `s` and `D_0` those holding none. Where `D_s`
+/// has the same form on every case of `s`, a polynomial over atoms free of `s` (no window, not
+/// `s` itself: those are functions of `s` within a case, and the same key for two symbols),
+/// that form `F_s` is `D_s`'s value for every value of every symbol; `D_0 + Σ_s F_s` is then
+/// the difference everywhere, and where it is the zero polynomial the goal holds. Each symbol
+/// is split on its own cases only (`Σ_s cases(s)` forms, never their product); every atom
+/// kept is checked finite as on one symbol.
+fn decide_by_labels(
+    arena: &Arena,
+    a: ExprId,
+    b: ExprId,
+    roots: &BTreeMap<u32, Vec<BigRational>>,
+    deadline: Option<Instant>,
+) -> Split {
+    if roots.len() > MAX_LABELS {
+        return Split::Unknown(format!(
+            "{} index symbols compared (limit {MAX_LABELS})",
+            roots.len()
+        ));
+    }
+    let mut labels = Vec::new();
+    for &symbol in roots.keys() {
+        let SymbolKind::Index(bound) = arena.symbols()[symbol as usize].1 else {
+            return Split::Unknown("a compared symbol that is not an index".into());
+        };
+        let cases = cases_between(&roots[&symbol], u64::from(bound));
+        if cases.is_empty() || cases.len() > MAX_CASES {
+            return Split::Unknown(format!(
+                "{} cases on one symbol (limit {MAX_CASES})",
+                cases.len()
+            ));
+        }
+        labels.push((symbol, cases, Splitter::new(arena, symbol)));
+    }
+    // The difference's terms by the one symbol each holds (`None`: no symbol).
+    let mut parts: BTreeMap<Option<usize>, Vec<Term>> = BTreeMap::new();
+    for (side, sign) in [(a, Coeff::one()), (b, -Coeff::one())] {
+        for (m, c) in &arena.poly(side).terms {
+            // A term holding several symbols goes with the first: the others' atoms are kept
+            // in its forms as they are, values like any atom free of the symbol split on.
+            let held = labels
+                .iter_mut()
+                .position(|(_, _, split)| m.iter().any(|&(atom, _)| split.atom_involves(atom)));
+            parts
+                .entry(held)
+                .or_default()
+                .push((m.as_slice(), c * &sign));
+        }
+    }
+    let mut total = Form::new();
+    for (held, terms) in &parts {
+        let Some(i) = *held else {
+            // Free of every symbol: each atom kept as it is, whatever the case.
+            match labels[0].2.terms_form(terms) {
+                Ok(f) => add_form(&mut total, f),
+                Err(e) => return Split::Unknown(e),
+            }
+            continue;
+        };
+        let (symbol, cases, split) = &mut labels[i];
+        let mut first: Option<(Form, (u64, u64))> = None;
+        for &(lo, hi) in cases.iter() {
+            if deadline.is_some_and(|d| Instant::now() > d) {
+                return Split::Unknown(super::TIME_RAN_OUT.into());
+            }
+            split.case = (lo, hi);
+            split.forms.clear();
+            let form = match split.terms_form(terms) {
+                Ok(f) => f,
+                Err(e) => return Split::Unknown(e),
+            };
+            // A window or the symbol itself is a function of the symbol on the case: the part's
+            // value is then not one polynomial over atoms free of it.
+            let varies = form
+                .keys()
+                .flatten()
+                .any(|(k, _)| !matches!(k, Key::Atom(_)));
+            if varies {
+                return Split::Unknown(
+                    "a label's part of the goal depends on the label within a case".into(),
+                );
+            }
+            match &first {
+                None => first = Some((form, (lo, hi))),
+                Some((f, case)) if *f != form => {
+                    return Split::Differs {
+                        symbol: *symbol,
+                        cases: vec![*case, (lo, hi)],
+                    };
+                }
+                Some(_) => {}
+            }
+        }
+        if let Some((f, _)) = first {
+            add_form(&mut total, f);
+        }
+    }
+    if total.is_empty() {
+        Split::Equal
+    } else {
+        Split::Unknown("the labels' parts of the goal do not cancel".into())
+    }
+}
+
+/// `acc += f`.
+fn add_form<'a>(acc: &mut Form<'a>, f: Form<'a>) {
+    for (m, c) in f {
+        add_term(acc, m, c);
+    }
 }
 
 /// The roots of the comparisons (`gt0`, `ge0`, `eq0`) whose argument is linear in one index
@@ -203,8 +334,9 @@ struct Splitter<'a> {
     symbol: u32,
     /// Whether an expression's value depends on the symbol (its closure holds it).
     involves: FxHashMap<ExprId, bool>,
-    /// Whether an atom is provably finite (kept in forms only then).
-    finite: FxHashMap<AtomId, bool>,
+    /// The classes computed beyond the arena's memo (an atom is kept in a form only where it
+    /// is provably finite).
+    classes: FxHashMap<ExprId, Class>,
     /// The case being formed, and the forms built on it.
     case: (u64, u64),
     forms: FxHashMap<ExprId, Form<'a>>,
@@ -216,7 +348,7 @@ impl<'a> Splitter<'a> {
             arena,
             symbol,
             involves: FxHashMap::default(),
-            finite: FxHashMap::default(),
+            classes: FxHashMap::default(),
             case: (0, 0),
             forms: FxHashMap::default(),
         }
@@ -253,27 +385,12 @@ impl<'a> Splitter<'a> {
         }
     }
 
-    /// Whether atom `atom` is provably finite: a symbol, or an application whose class the
-    /// arena has shown finite.
+    /// Whether atom `atom` is provably finite, by the normal form's own classes
+    /// ([`Arena::class_in`]: what the arena has memoized and recorded, the rest computed by the
+    /// same rules): an RMSNorm's `recip(sqrt(mean(x²) + eps))` and a softmax's `recip(Σ
+    /// exp(b_k))` are positive, so finite, though no class was memoized for the atom alone.
     fn finite_atom(&mut self, atom: AtomId) -> bool {
-        if let Some(&v) = self.finite.get(&atom) {
-            return v;
-        }
-        let arena = self.arena;
-        let v = match arena.atom(atom) {
-            Atom::Symbol(_) => true,
-            Atom::NonFinite(_) => false,
-            Atom::App(..) => {
-                !arena.is_zero_times(atom)
-                    && arena
-                        .find_poly(&crate::expr::Poly {
-                            terms: vec![(vec![(atom, 1)], Coeff::one())],
-                        })
-                        .is_some_and(|e| arena.known_finite(e))
-            }
-        };
-        self.finite.insert(atom, v);
-        v
+        !self.arena.is_zero_times(atom) && self.arena.atom_class_in(atom, &mut self.classes).finite
     }
 
     /// `e`'s form on the current case. The forms are kept for this case only: on another
@@ -286,25 +403,43 @@ impl<'a> Splitter<'a> {
         let involves = self.involves(e);
         let mut out = Form::new();
         for (m, c) in &arena.poly(e).terms {
-            let mut term = constant(c.clone());
-            for &(atom, k) in m {
-                let f = if involves && self.atom_involves(atom) {
-                    self.atom_form(atom)?
-                } else {
-                    self.kept(atom)?
-                };
-                for _ in 0..k {
-                    term = mul(&term, &f);
-                }
-            }
-            for (mono, c) in term {
-                add_term(&mut out, mono, c);
-            }
+            add_form(&mut out, self.term_form(m, c.clone(), involves)?);
         }
         if involves {
             self.forms.insert(e, out.clone());
         }
         Ok(out)
+    }
+
+    /// The form of the sum of `terms` on the current case.
+    fn terms_form(&mut self, terms: &[Term]) -> Result<Form<'a>, NoForm> {
+        let mut out = Form::new();
+        for (m, c) in terms {
+            add_form(&mut out, self.term_form(m, c.clone(), true)?);
+        }
+        Ok(out)
+    }
+
+    /// The form of the term `c·m` on the current case (`involves`: whether any of its atoms
+    /// may hold the symbol).
+    fn term_form(
+        &mut self,
+        m: &[(AtomId, u32)],
+        c: Coeff,
+        involves: bool,
+    ) -> Result<Form<'a>, NoForm> {
+        let mut term = constant(c);
+        for &(atom, k) in m {
+            let f = if involves && self.atom_involves(atom) {
+                self.atom_form(atom)?
+            } else {
+                self.kept(atom)?
+            };
+            for _ in 0..k {
+                term = mul(&term, &f);
+            }
+        }
+        Ok(term)
     }
 
     /// Atom `atom`, free of the symbol, as a form: itself, where it is provably finite.
@@ -488,7 +623,7 @@ mod tests {
         let z = ar.select(above, v[0], v[1]).unwrap();
         assert!(matches!(
             decide_by_cases(&ar, x, z, None),
-            Split::Differs { lo: 0, hi: 4, .. }
+            Split::Differs { cases, .. } if cases == vec![(0, 4)]
         ));
     }
 
@@ -575,5 +710,157 @@ mod tests {
             decide_by_cases(&ar, x, whole, None),
             Split::Unknown(_)
         ));
+    }
+
+    /// A vocab-parallel loss over labels `t_i` in `[0, 4)`, two ranks of two classes each: the
+    /// ranks' `lse_i - where(lo_r <= t_i < hi_r, lookup(t_i - lo_r, own rows), 0)` summed,
+    /// against the spec's one-hot `Σ_j [t_i = j]·(lse_i - x_ij)`. `rank1_rows` picks the rows
+    /// rank 1 reads (its own: 2..4).
+    fn two_label_loss(ar: &mut Arena, rank1_rows: std::ops::Range<usize>) -> (ExprId, ExprId) {
+        let (mut ranks, mut spec) = (Vec::new(), Vec::new());
+        for i in 0..2 {
+            let t = ar.symbol(&format!("t{i}"), SymbolKind::Index(4)).unwrap();
+            let x = reals(ar, &format!("x{i}_"), 4);
+            let exps: Vec<ExprId> = x
+                .iter()
+                .map(|&v| ar.app(Func::Exp, vec![v]).unwrap())
+                .collect();
+            let s = ar.sum(&exps).unwrap();
+            let lse = ar.app(Func::Log, vec![s]).unwrap();
+            ranks.push(lse);
+            for (r, rows) in [(0usize, 0..2), (1, rank1_rows.clone())] {
+                let (lo, hi) = (
+                    ar.int(2 * r as i64).unwrap(),
+                    ar.int(2 * r as i64 + 2).unwrap(),
+                );
+                let (from, below) = (ar.ge(t, lo).unwrap(), ar.gt(hi, t).unwrap());
+                let inside = ar.mul(from, below).unwrap();
+                let mut args = vec![ar.sub(t, lo).unwrap()];
+                args.extend_from_slice(&x[rows]);
+                let row = ar.app(Func::Lookup, args).unwrap();
+                let zero = ar.int(0).unwrap();
+                let picked = ar.select(inside, row, zero).unwrap();
+                ranks.push(ar.neg(picked).unwrap());
+            }
+            for (j, &xj) in x.iter().enumerate() {
+                let jj = ar.int(j as i64).unwrap();
+                let hot = ar.eq(t, jj).unwrap();
+                let nll = ar.sub(lse, xj).unwrap();
+                spec.push(ar.mul(hot, nll).unwrap());
+            }
+        }
+        (ar.sum(&ranks).unwrap(), ar.sum(&spec).unwrap())
+    }
+
+    /// Each label is split on its own four cases (not the sixteen of both), the parts' forms
+    /// the same on every case and cancelling the ranks' `lse` terms: proved. Rank 1 reading
+    /// rank 0's rows (the wrong vocab shard) gives a label part that differs between cases:
+    /// never proved (with the cases compared only through the first, it would be: on `t = 0`
+    /// the part is right).
+    #[test]
+    fn a_loss_over_two_labels_is_decided_label_by_label() {
+        let mut ar = Arena::default();
+        let (ranks, spec) = two_label_loss(&mut ar, 2..4);
+        assert_ne!(ranks, spec);
+        assert_eq!(decide_by_cases(&ar, ranks, spec, None), Split::Equal);
+        let mut ar = Arena::default();
+        let (ranks, spec) = two_label_loss(&mut ar, 0..2);
+        assert!(matches!(
+            decide_by_cases(&ar, ranks, spec, None),
+            Split::Differs { ref cases, .. } if cases.len() == 2
+        ));
+        // The decision procedure refutes it with a real witness.
+        let cfg = crate::decide::DecideConfig {
+            z3_timeout: None,
+            ..Default::default()
+        };
+        assert!(matches!(
+            crate::decide::decide(&ar, ranks, spec, &cfg),
+            crate::decide::Outcome::Refuted { .. }
+        ));
+    }
+
+    /// `t1` against `t2`, each written `t·[t < 2] + t·[t >= 2]`: each label's part is "the
+    /// symbol" on both of its cases, the same key for both labels, so summing the parts would
+    /// cancel them. A part that depends on its label within a case is never summed.
+    #[test]
+    fn a_label_part_that_varies_within_a_case_is_never_summed() {
+        let mut ar = Arena::default();
+        let two = ar.int(2).unwrap();
+        let mut sides = Vec::new();
+        for i in 0..2 {
+            let t = ar.symbol(&format!("t{i}"), SymbolKind::Index(4)).unwrap();
+            let below = ar.gt(two, t).unwrap();
+            let above = ar.ge(t, two).unwrap();
+            let lower = ar.mul(t, below).unwrap();
+            let upper = ar.mul(t, above).unwrap();
+            sides.push(ar.add(lower, upper).unwrap());
+        }
+        assert_ne!(decide_by_cases(&ar, sides[0], sides[1], None), Split::Equal);
+        let mut by_labels = labels_of(&ar, sides[0], sides[1]);
+        assert!(matches!(by_labels(), Split::Unknown(_)));
+    }
+
+    /// `[t1 < 2] + [t1 >= 2] + x` against the same with `t2` and `y`: each label's part is
+    /// the constant 1 on every case, but the rest, `x - y`, does not cancel.
+    #[test]
+    fn label_parts_whose_sum_is_not_zero_are_not_proved() {
+        let mut ar = Arena::default();
+        let two = ar.int(2).unwrap();
+        let mut sides = Vec::new();
+        for (i, name) in ["x", "y"].into_iter().enumerate() {
+            let t = ar.symbol(&format!("t{i}"), SymbolKind::Index(4)).unwrap();
+            let v = ar.symbol(name, SymbolKind::Real).unwrap();
+            let below = ar.gt(two, t).unwrap();
+            let above = ar.ge(t, two).unwrap();
+            sides.push(ar.sum(&[below, above, v]).unwrap());
+        }
+        let mut by_labels = labels_of(&ar, sides[0], sides[1]);
+        assert!(matches!(by_labels(), Split::Unknown(_)));
+        assert_ne!(decide_by_cases(&ar, sides[0], sides[1], None), Split::Equal);
+    }
+
+    /// [`decide_by_labels`] on `a`, `b` and the roots of their comparisons.
+    fn labels_of<'a>(ar: &'a Arena, a: ExprId, b: ExprId) -> impl FnMut() -> Split + 'a {
+        let roots = comparison_roots(ar, &[a, b]);
+        move || decide_by_labels(ar, a, b, &roots, None)
+    }
+
+    /// `where(t < 4, r, 0) - where(not(t >= 4), r, 0)` is 0 only where `r` is finite: proved
+    /// for an RMSNorm's `recip(x² + eps)` and a softmax's `recip(exp(x) + exp(y))` (positive),
+    /// never for `recip(x²)` or `recip(x)`, infinite at `x = 0` (`inf - inf` is NaN).
+    #[test]
+    fn a_reciprocal_is_kept_in_a_form_only_where_it_is_provably_positive() {
+        let mut ar = Arena::default();
+        let t = index(&mut ar, 8);
+        let x = ar.symbol("x", SymbolKind::Real).unwrap();
+        let y = ar.symbol("y", SymbolKind::Real).unwrap();
+        let (zero, four) = (ar.int(0).unwrap(), ar.int(4).unwrap());
+        let eps = ar.float(1e-5).unwrap();
+        let square = ar.mul(x, x).unwrap();
+        let variance = ar.add(square, eps).unwrap();
+        let (ex, ey) = (
+            ar.app(Func::Exp, vec![x]).unwrap(),
+            ar.app(Func::Exp, vec![y]).unwrap(),
+        );
+        let exps = ar.add(ex, ey).unwrap();
+        let below = ar.gt(four, t).unwrap();
+        let above = ar.ge(t, four).unwrap();
+        let not_above = ar.not(above).unwrap();
+        let masked_difference = |ar: &mut Arena, of: ExprId| {
+            let r = ar.recip(of).unwrap();
+            let u = ar.select(below, r, zero).unwrap();
+            let v = ar.select(not_above, r, zero).unwrap();
+            ar.sub(u, v).unwrap()
+        };
+        for (of, finite) in [(variance, true), (exps, true), (square, false), (x, false)] {
+            let d = masked_difference(&mut ar, of);
+            let split = decide_by_cases(&ar, d, zero, None);
+            if finite {
+                assert_eq!(split, Split::Equal, "{}", ar.render(of, 80));
+            } else {
+                assert!(matches!(split, Split::Unknown(_)), "{}", ar.render(of, 80));
+            }
+        }
     }
 }

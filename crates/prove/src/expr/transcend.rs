@@ -26,6 +26,7 @@ use super::{
 };
 use crate::coeff::Coeff;
 use crate::expr::{ExprId, SymbolKind};
+use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
 
 /// What is provably known of an expression's value for every valid input.
@@ -114,15 +115,30 @@ impl Arena {
         if let Some(&c) = self.classes.get(&e) {
             return c;
         }
-        let terms = self.poly(e).terms.clone();
+        // Computed with the arena's memo taken out, so that one implementation serves this and
+        // the callers that hold the arena shared ([`Arena::class_in`]).
+        let mut memo = std::mem::take(&mut self.classes);
+        let class = self.class_in(e, &mut memo);
+        self.classes = memo;
+        class
+    }
+
+    /// `e`'s class as [`Arena::class`] computes it, for a caller holding the arena shared
+    /// (the case split, `decide/split.rs`): the arena's memoized classes (its recorded facts
+    /// included) are read, and what is computed beyond them is kept in `memo`.
+    pub(crate) fn class_in(&self, e: ExprId, memo: &mut FxHashMap<ExprId, Class>) -> Class {
+        if let Some(&c) = self.classes.get(&e).or_else(|| memo.get(&e)) {
+            return c;
+        }
+        let terms = &self.poly(e).terms;
         let mut finite = true;
         let mut nonneg = true;
         let mut positive_term = false;
-        for (m, c) in &terms {
+        for (m, c) in terms {
             let mut mono_nonneg = true;
             let mut mono_positive = true;
             for &(a, k) in m {
-                let ac = self.atom_class(a);
+                let ac = self.atom_class_in(a, memo);
                 finite &= ac.finite;
                 mono_nonneg &= ac.nonneg || k % 2 == 0;
                 mono_positive &= ac.positive;
@@ -139,20 +155,20 @@ impl Arena {
         } else {
             FINITE
         };
-        self.classes.insert(e, class);
+        memo.insert(e, class);
         class
     }
 
-    fn atom_class(&mut self, a: AtomId) -> Class {
-        let atom = self.atom(a).clone();
-        match atom {
-            Atom::Symbol(s) => match self.symbols[s as usize].1 {
+    /// What is provably known of atom `a`'s value ([`Arena::class_in`] for its arguments).
+    pub(crate) fn atom_class_in(&self, a: AtomId, memo: &mut FxHashMap<ExprId, Class>) -> Class {
+        match self.atom(a) {
+            Atom::Symbol(s) => match self.symbols[*s as usize].1 {
                 SymbolKind::Real | SymbolKind::Int => FINITE,
                 SymbolKind::Bool | SymbolKind::Index(_) => NONNEG,
             },
             Atom::NonFinite(_) => UNKNOWN,
             Atom::App(f, args) => {
-                let cs: Vec<Class> = args.iter().map(|&x| self.class(x)).collect();
+                let cs: Vec<Class> = args.iter().map(|&x| self.class_in(x, memo)).collect();
                 let all_finite = cs.iter().all(|c| c.finite);
                 match f {
                     Func::Exp if all_finite => POSITIVE,
@@ -200,9 +216,7 @@ impl Arena {
                             UNKNOWN
                         }
                     }
-                    Func::Named(ref n) if all_finite && FINITE_NAMED.contains(&n.as_str()) => {
-                        FINITE
-                    }
+                    Func::Named(n) if all_finite && FINITE_NAMED.contains(&n.as_str()) => FINITE,
                     _ => UNKNOWN,
                 }
             }

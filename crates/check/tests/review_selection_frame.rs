@@ -71,6 +71,16 @@ impl Layout {
         (b, n)
     }
 
+    /// Per mesh dim: the output is a partial sum there (the dim splits the tokens or the
+    /// experts).
+    fn out_partial(&self) -> Vec<bool> {
+        self.tokens
+            .iter()
+            .zip(&self.experts)
+            .map(|(&t, &e)| t || e)
+            .collect()
+    }
+
     fn placement(&self, on: &[bool], what: &str) -> String {
         let parts: Vec<String> = self
             .dims
@@ -265,7 +275,7 @@ fn run(layout: &Layout, program: Program) -> Ran {
         names.join(", "),
         layout.placement(&layout.tokens, "Shard(0)"),
         layout.placement(&layout.experts, "Shard(0)"),
-        layout.placement(&layout.tokens, "Partial(sum)"),
+        layout.placement(&layout.out_partial(), "Partial(sum)"),
     );
     std::fs::write(dir.path().join("case.yaml"), yaml).unwrap();
     let case =
@@ -334,7 +344,7 @@ fn run(layout: &Layout, program: Program) -> Ran {
             })
             .collect();
         let makes: Vec<Make> = layout
-            .tokens
+            .out_partial()
             .iter()
             .map(|&s| if s { Make::Sum } else { Make::Same })
             .collect();
@@ -394,6 +404,7 @@ fn dp_ep() -> Layout {
             ("dp", vec!["dp"]),
             ("ep", vec!["ep"]),
             ("dpep", vec!["dp", "ep"]),
+            ("epdp", vec!["ep", "dp"]),
         ],
     }
 }
@@ -573,5 +584,28 @@ fn a_combine_over_a_group_of_two_mesh_dims_never_holds() {
         let program =
             |_: &[usize]| microbatches(|k| dispatcher(k, ("dpep", 4 * L), ("ep", 2), &half));
         never_holds("gather over dpep, combine over ep", &layout, &program);
+    }
+}
+
+/// `dp × ep` with the tokens on ep alone (dp replicates them) and the experts on both.
+fn tokens_on_ep_experts_on_dp_ep() -> Layout {
+    Layout {
+        tokens: vec![false, true],
+        ..experts_on_dp_ep()
+    }
+}
+
+#[test]
+fn a_combine_over_two_mesh_dims_broadcast_over_the_rows_never_holds() {
+    // Planted bug: rows gathered over ep, every expert's sum reduce-scattered over dp and ep
+    // (one row per rank: another coordinate's, or a dp half of its own), and that row
+    // broadcast over the microbatch's rows by the weighting: the shapes are those of the
+    // correct program's, each rank's one row of the wrong tokens.
+    for layout in [dp_ep(), experts_on_dp_ep(), tokens_on_ep_experts_on_dp_ep()] {
+        for group in ["dpep", "epdp"] {
+            let program =
+                |_: &[usize]| microbatches(|k| dispatcher(k, ("ep", 2 * L), (group, 4), &no_edit));
+            never_holds(group, &layout, &program);
+        }
     }
 }

@@ -609,3 +609,64 @@ fn a_combine_over_two_mesh_dims_broadcast_over_the_rows_never_holds() {
         }
     }
 }
+
+/// The rows a rank weights after a combine over dp and ep: its dp coordinate `d`'s half of
+/// its microbatch's rows.
+fn dp_half(d: usize) -> impl Fn(&str, String) -> Vec<String> {
+    move |name: &str, line: String| {
+        let Some(k) = name.strip_prefix('m') else {
+            return vec![line];
+        };
+        vec![
+            format!(
+                "xh{k}: {} = torch.ops.aten.slice.Tensor(x{k}, 0, {}, {})",
+                ty(&[L / 2, H]),
+                d * L / 2,
+                (d + 1) * L / 2
+            ),
+            format!(
+                "m{k}: {} = torch.ops.aten.mul.Tensor(rw{k}, xh{k})",
+                ty(&[L / 2, H])
+            ),
+        ]
+    }
+}
+
+/// `ep × dp` (ep the outer mesh dim): the tokens on ep, the experts on both.
+fn ep_outer() -> Layout {
+    Layout {
+        dims: vec![("ep", 2), ("dp", 2)],
+        tokens: vec![true, false],
+        experts: vec![true, true],
+        groups: vec![
+            ("dp", vec!["dp"]),
+            ("ep", vec!["ep"]),
+            ("epdp", vec!["ep", "dp"]),
+        ],
+    }
+}
+
+#[test]
+fn a_combine_over_ep_and_dp_with_ep_outer_is_not_proven() {
+    // ep the outer mesh dim of the expert group: the combine's reduce-scatter over ep and dp
+    // gives each rank its dp coordinate's half of its own rows, which it weights by that half
+    // of its tokens. Right, but the frame reads a combine over its own mesh dim alone: ep's
+    // rows are `Varying` after it. Reported as a postcondition finding on ep (a false finding
+    // on a correct program, not a false hold).
+    let program =
+        |c: &[usize]| microbatches(|k| dispatcher(k, ("ep", 2 * L), ("epdp", 4), &dp_half(c[1])));
+    let ran = run(&ep_outer(), &program);
+    let shown = show("ep outer, dp half", &ran);
+    assert!(ran.right, "{shown}");
+    assert_ne!(ran.verdict, Verdict::Holds, "{shown}");
+}
+
+#[test]
+fn a_combine_over_ep_and_dp_broadcast_with_ep_outer_never_holds() {
+    // Planted bug: as above, but each rank's one row is broadcast over its microbatch's two
+    // rows (weighted by both tokens). With ep outer, the combine's ordinary lane on ep is a
+    // plain `Shard(0)`.
+    let program =
+        |_: &[usize]| microbatches(|k| dispatcher(k, ("ep", 2 * L), ("epdp", 4), &no_edit));
+    never_holds("ep outer, broadcast", &ep_outer(), &program);
+}

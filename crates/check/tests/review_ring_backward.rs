@@ -243,3 +243,34 @@ fn a_backward_with_fewer_messages_along_cp_is_a_duality_finding() {
     assert_eq!(ran.verdict, Verdict::Violated, "{}", ran.render);
     assert!(ran.render.contains("gradient-duality"), "{}", ran.render);
 }
+
+/// Every record dropped, the keys' and values' second trip kept: a duality finding. The
+/// second trip's recvs take no operand (never backward calls), and its first sends carry the
+/// rank's own keys and values, forward values that answer no forward message; only the
+/// relayed blocks' sends count, fewer than the forward's recvs. Fails without
+/// `carries_activation` (the second trip's sends then answer every forward recv).
+#[test]
+fn records_dropped_beside_the_second_trip_are_a_duality_finding() {
+    let edit = |rank: usize, t: &str| edit_messages(t, rank, &RECORD_TAGS, &dropped);
+    let ran = run_edited(CP, &edit, 13);
+    assert_safe(
+        "records-dropped-second-trip-kept",
+        &ran,
+        &every_final_recv(),
+    );
+    assert!(ran.render.contains("gradient-duality"), "{}", ran.render);
+}
+
+/// The later steps' records dropped, the first step's records and the second trip kept: a
+/// duality finding. Every second-trip send relays a block the forward received or the
+/// rank's own (forward values), so none answers a forward recv; the first step's records
+/// answer two of each layer's six. (Review 2 took the second trip for a hole that could hide
+/// this; it does not, here.)
+#[test]
+fn later_records_dropped_beside_the_second_trip_are_a_duality_finding() {
+    let later = [46, 47, 52, 53, 58, 59, 16, 17, 22, 23, 28, 29];
+    let edit = |rank: usize, t: &str| edit_messages(t, rank, &later, &dropped);
+    let ran = run_edited(CP, &edit, 14);
+    assert_safe("later-records-dropped", &ran, &every_final_recv());
+    assert!(ran.render.contains("gradient-duality"), "{}", ran.render);
+}

@@ -81,7 +81,7 @@ pub fn module_outputs(path: &Path, backward: bool) -> BTreeMap<String, String> {
 /// the same value), laid out as the residual stream (batch-sharded on `dp`, replicated
 /// elsewhere); returns how many. None on a mesh with `cp`: see [`cut_at`].
 pub fn cut_at_layers(dir: &Path) -> usize {
-    cut_at(dir, layer_output_lists)
+    cut_at(dir, layer_output_lists, false)
 }
 
 /// Adds every module output the lineage names to the case file as a cut (`backward`: the
@@ -90,15 +90,44 @@ pub fn cut_at_layers(dir: &Path) -> usize {
 /// loss's (scaled by the replica count), which no placement states: ask for backward cuts only
 /// on meshes without dp, or their stages are refuted.
 pub fn cut_at_modules(dir: &Path, backward: bool) -> usize {
-    cut_at(dir, |p| module_output_lists(p, backward))
+    cut_at(dir, |p| module_output_lists(p, backward), false)
 }
 
-/// Writes the cuts `read` finds; none on a mesh with a `cp` dim, where a rank's residual stream
-/// is its two load-balanced sequence chunks (i and 2cp-1-i), which no placement states (the
-/// `Replicate()` written here would make their stages refuted, never a bug found).
-fn cut_at(dir: &Path, read: impl Fn(&Path) -> BTreeMap<String, Vec<String>>) -> usize {
+/// [`cut_at_modules`], and on a mesh with `cp` too: there each cut is laid out as the residual
+/// stream with its sequence (dim 1) split over `cp` (`Shard(1)`), and holds of the spec value's
+/// load-balanced chunks (`shardproof_prove::LoadBalanced`; a cp rank holds sequence chunks `i`
+/// and `2cp-1-i`), which the returned orders state: pass them to the plan
+/// (`PlanOptions::chunked`), or the cp stages are refuted.
+pub fn cut_at_modules_load_balanced(
+    dir: &Path,
+    backward: bool,
+) -> (usize, shardproof_prove::ChunkedCuts) {
+    let cuts = cut_at(dir, |p| module_output_lists(p, backward), true);
     let case = shardproof_case::load_case(&dir.join("case.yaml")).expect("case");
-    if case.program.mesh.dim_index("cp").is_some() {
+    let mut orders = shardproof_prove::ChunkedCuts::new();
+    if let Some(cp) = case.program.mesh.dim_index("cp") {
+        let ranks = case.program.mesh.dims[cp].1;
+        for rel in case.inputs.iter().filter(|r| r.cut) {
+            orders.insert(
+                rel.spec_name.clone(),
+                shardproof_prove::LoadBalanced { dim: 1, ranks },
+            );
+        }
+    }
+    (cuts, orders)
+}
+
+/// Writes the cuts `read` finds. On a mesh with a `cp` dim a rank's residual stream is its two
+/// load-balanced sequence chunks (i and 2cp-1-i), which no placement states: none there unless
+/// `load_balanced` (the caller then states the chunk order to the plan; the `Shard(1)` written
+/// here alone would make their stages refuted, never a bug found).
+fn cut_at(
+    dir: &Path,
+    read: impl Fn(&Path) -> BTreeMap<String, Vec<String>>,
+    load_balanced: bool,
+) -> usize {
+    let case = shardproof_case::load_case(&dir.join("case.yaml")).expect("case");
+    if case.program.mesh.dim_index("cp").is_some() && !load_balanced {
         return 0;
     }
     let spec = last(read(case.spec.path.as_deref().expect("spec file")));
@@ -148,7 +177,8 @@ fn distinct_files(case: &shardproof_case::Case) -> Vec<&Path> {
 }
 
 /// The residual stream's placements: the batch (dim 0) split as the case splits its `tokens`
-/// (over `dp`, and `ep` where experts are parallel to data), replicated elsewhere; without
+/// (over `dp`, and `ep` where experts are parallel to data), the sequence (dim 1) over `cp`
+/// (as load-balanced chunks, which the plan is told apart), replicated elsewhere; without
 /// `tokens`, batch-sharded on `dp`.
 fn residual_placements(case: &shardproof_case::Case) -> Vec<&'static str> {
     let tokens = case.inputs.iter().find(|r| r.spec_name == "tokens");
@@ -166,6 +196,8 @@ fn residual_placements(case: &shardproof_case::Case) -> Vec<&'static str> {
         .map(|(i, d)| {
             if split(i, &d.0) {
                 "Shard(0)"
+            } else if d.0 == "cp" {
+                "Shard(1)"
             } else {
                 "Replicate()"
             }
@@ -266,15 +298,18 @@ fn microbatch_cuts(
     cuts
 }
 
-/// The scales of the backward cuts `cut_at_modules(dir, true)` wrote: on a mesh with `dp`, a
-/// rank's activation gradient is its own loss's, the replica count times the spec's on its
-/// rows (`shardproof_prove::CutScales`); empty without `dp`.
+/// The scales of the backward cuts `cut_at_modules(dir, true)` wrote: on a mesh with `dp` or
+/// `cp`, a rank's activation gradient is its own loss's (the mean over its own tokens), the
+/// product of their sizes times the spec's on its tokens (`shardproof_prove::CutScales`);
+/// empty without either.
 pub fn backward_scales(dir: &Path) -> BTreeMap<String, u64> {
     let case = shardproof_case::load_case(&dir.join("case.yaml")).expect("case");
-    let Some(dp) = case.program.mesh.dim_index("dp") else {
-        return BTreeMap::new();
+    let mesh = &case.program.mesh;
+    let size = |name: &str| mesh.dim_index(name).map(|i| mesh.dims[i].1 as u64);
+    let d = match (size("dp"), size("cp")) {
+        (None, None) => return BTreeMap::new(),
+        (dp, cp) => dp.unwrap_or(1) * cp.unwrap_or(1),
     };
-    let d = case.program.mesh.dims[dp].1 as u64;
     let spec = module_outputs(case.spec.path.as_deref().expect("spec file"), true);
     spec.iter()
         .filter(|(k, _)| k.ends_with(" backward"))

@@ -81,7 +81,7 @@ pub fn module_outputs(path: &Path, backward: bool) -> BTreeMap<String, String> {
 /// the same value), laid out as the residual stream (batch-sharded on `dp`, replicated
 /// elsewhere); returns how many. None on a mesh with `cp`: see [`cut_at`].
 pub fn cut_at_layers(dir: &Path) -> usize {
-    cut_at(dir, layer_output_lists, false)
+    cut_at(dir, layer_output_lists, false).0
 }
 
 /// Adds every module output the lineage names to the case file as a cut (`backward`: the
@@ -90,51 +90,49 @@ pub fn cut_at_layers(dir: &Path) -> usize {
 /// loss's (scaled by the replica count), which no placement states: ask for backward cuts only
 /// on meshes without dp, or their stages are refuted.
 pub fn cut_at_modules(dir: &Path, backward: bool) -> usize {
-    cut_at(dir, |p| module_output_lists(p, backward), false)
+    cut_at(dir, |p| module_output_lists(p, backward), false).0
 }
 
-/// [`cut_at_modules`], and on a mesh with `cp` too: there each cut is laid out as the residual
-/// stream with its sequence (dim 1) split over `cp` (`Shard(1)`), and holds of the spec value's
-/// load-balanced chunks (`shardproof_prove::LoadBalanced`; a cp rank holds sequence chunks `i`
-/// and `2cp-1-i`), which the returned orders state: pass them to the plan
-/// (`PlanOptions::chunked`), or the cp stages are refuted.
+/// [`cut_at_modules`], and on a mesh with `cp` too: there each cut's sequence is split over
+/// `cp` and holds of the spec value's load-balanced chunks (`shardproof_prove::LoadBalanced`;
+/// a cp rank holds sequence chunks `i` and `2cp-1-i`), which the returned orders state: pass
+/// them to the plan (`PlanOptions::chunked`), or the cp stages are refuted.
 pub fn cut_at_modules_load_balanced(
     dir: &Path,
     backward: bool,
 ) -> (usize, shardproof_prove::ChunkedCuts) {
-    let cuts = cut_at(dir, |p| module_output_lists(p, backward), true);
-    let case = shardproof_case::load_case(&dir.join("case.yaml")).expect("case");
-    let mut orders = shardproof_prove::ChunkedCuts::new();
-    if let Some(cp) = case.program.mesh.dim_index("cp") {
-        let ranks = case.program.mesh.dims[cp].1;
-        for rel in case.inputs.iter().filter(|r| r.cut) {
-            orders.insert(
-                rel.spec_name.clone(),
-                shardproof_prove::LoadBalanced { dim: 1, ranks },
-            );
-        }
-    }
-    (cuts, orders)
+    cut_at(dir, |p| module_output_lists(p, backward), true)
 }
 
-/// Writes the cuts `read` finds. On a mesh with a `cp` dim a rank's residual stream is its two
-/// load-balanced sequence chunks (i and 2cp-1-i), which no placement states: none there unless
-/// `load_balanced` (the caller then states the chunk order to the plan; the `Shard(1)` written
-/// here alone would make their stages refuted, never a bug found).
+/// Writes the cuts `read` finds, and the chunk order of each on a mesh with a `cp` dim. There
+/// a rank's residual stream is its two load-balanced sequence chunks (i and 2cp-1-i), which no
+/// placement states: no cut unless `load_balanced`, and then the caller states the orders to
+/// the plan (the `Shard` over cp written here alone would make their stages refuted, never a
+/// bug found). A value `[batch, seq, ..]` is split along dim 1; one `[batch * seq, ..]` (an
+/// MoE block's flattened tokens) along dim 0, as `batch` sequences, where no other mesh dim
+/// splits its batch; any other value is not cut.
 fn cut_at(
     dir: &Path,
     read: impl Fn(&Path) -> BTreeMap<String, Vec<String>>,
     load_balanced: bool,
-) -> usize {
+) -> (usize, shardproof_prove::ChunkedCuts) {
+    let mut orders = shardproof_prove::ChunkedCuts::new();
     let case = shardproof_case::load_case(&dir.join("case.yaml")).expect("case");
-    if case.program.mesh.dim_index("cp").is_some() && !load_balanced {
-        return 0;
+    let cp = case.program.mesh.dim_index("cp");
+    if cp.is_some() && !load_balanced {
+        return (0, orders);
     }
     let spec = last(read(case.spec.path.as_deref().expect("spec file")));
     let ranks = distinct_files(&case)
         .iter()
         .map(|f| read(f))
         .collect::<Vec<_>>();
+    let residual = residual_placements(&case);
+    let tokens = case
+        .spec
+        .find("tokens")
+        .and_then(|v| case.spec.recorded_type(v))
+        .and_then(|t| t.concrete_shape());
     let mut lines = String::new();
     let mut cuts = 0;
     for (module, name) in &spec {
@@ -147,10 +145,41 @@ fn cut_at(
         if first.len() != 1 || names.iter().any(|n| *n != Some(*first)) {
             continue;
         }
+        let mut placements = residual.clone();
+        if let Some(cp) = cp {
+            let shape = case
+                .spec
+                .find(name)
+                .and_then(|v| case.spec.recorded_type(v))
+                .and_then(|t| t.concrete_shape());
+            let (Some(shape), Some(&[batch, seq])) = (shape, tokens.as_deref()) else {
+                continue;
+            };
+            let ranks = case.program.mesh.dims[cp].1;
+            let order = if shape.len() == 3 && shape[..2] == [batch, seq] {
+                (1, 1)
+            } else if shape.len() == 2
+                && shape[0] == batch * seq
+                && residual.iter().all(|p| *p != "Shard(0)")
+            {
+                placements[cp] = "Shard(0)";
+                (0, batch as usize)
+            } else {
+                continue;
+            };
+            orders.insert(
+                name.clone(),
+                shardproof_prove::LoadBalanced {
+                    dim: order.0,
+                    ranks,
+                    sequences: order.1,
+                },
+            );
+        }
         lines.push_str(&format!(
             "  {name}: {{ impl: {}, placement: [{}] }}\n",
             first[0],
-            residual_placements(&case).join(", ")
+            placements.join(", ")
         ));
         cuts += 1;
     }
@@ -158,7 +187,7 @@ fn cut_at(
     let text = std::fs::read_to_string(&path).expect("case.yaml");
     let text = text.replacen("inputs:\n", &format!("inputs:\n{lines}"), 1);
     std::fs::write(&path, text).expect("case.yaml");
-    cuts
+    (cuts, orders)
 }
 
 /// The rank graph files, each once. Sorted first: a plan's ranks interleave their files

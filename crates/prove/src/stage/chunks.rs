@@ -9,6 +9,9 @@
 //!
 //! With `Shard(dim)` over a mesh dim of size `p`, the `i`-th contiguous part of the reordered
 //! value is its positions `2i, 2i + 1`: chunks `i` and `2p - 1 - i`, what cp rank `i` holds.
+//! Where a plan flattened batch and sequence into one dim (an MoE block's tokens), the dim
+//! holds `B` sequences one after another and the reordering puts every rank's chunks of every
+//! sequence together (`LoadBalanced::sequences`), which is the rank's flattened tokens.
 //!
 //! The stage builder encodes the reordering into each stage's *spec* graph (the rank graphs
 //! hold the pieces already), so that every later step (leaves, rebuilt outputs, shape
@@ -31,14 +34,19 @@ use shardproof_case::Case;
 use shardproof_ir::{Arg, Graph, Node, NodeKind, OpName, Output, TensorType, ValueId};
 use std::collections::BTreeMap;
 
-/// How a relation's spec value is reordered before its layout applies: `2 * ranks` equal
-/// chunks along `dim`, rank `i` of `ranks` holding chunks `i` and `2 * ranks - 1 - i`.
+/// How a relation's spec value is reordered before its layout applies: along `dim`, each of
+/// `sequences` sequences (one after another) in `2 * ranks` equal chunks, rank `i` of `ranks`
+/// holding chunks `i` and `2 * ranks - 1 - i` of every sequence, sequence by sequence.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LoadBalanced {
     /// The sequence dim of the spec value.
     pub dim: usize,
     /// The number of ranks the sequence is split over (the cp mesh dim's size).
     pub ranks: usize,
+    /// How many sequences `dim` holds one after another: 1 where it is the sequence itself,
+    /// the batch size where a plan flattened batch and sequence into one dim (the tokens of an
+    /// MoE block).
+    pub sequences: usize,
 }
 
 /// Relations whose layout holds of the load-balanced reordering of their spec value, by spec
@@ -46,10 +54,16 @@ pub struct LoadBalanced {
 pub type ChunkedCuts = BTreeMap<String, LoadBalanced>;
 
 impl LoadBalanced {
-    /// The original chunk at each position of the reordered value.
+    /// The original chunk at each position of the reordered value (chunk `k` of sequence `b`
+    /// is chunk `b * 2 * ranks + k` of the dim): every rank's chunks together, rank by rank, so
+    /// that a rank's contiguous part is what it holds.
     fn order(&self) -> Vec<usize> {
         let p = self.ranks;
-        (0..p).flat_map(|i| [i, 2 * p - 1 - i]).collect()
+        (0..p)
+            .flat_map(|i| {
+                (0..self.sequences).flat_map(move |b| [b * 2 * p + i, b * 2 * p + 2 * p - 1 - i])
+            })
+            .collect()
     }
 
     /// The position in the reordered value of each original chunk.
@@ -67,14 +81,14 @@ impl LoadBalanced {
         let mut shape = ty
             .concrete_shape()
             .ok_or_else(|| format!("chunked cut `{name}`: its shape is not concrete"))?;
-        let parts = 2 * self.ranks as i64;
+        let parts = (2 * self.ranks * self.sequences) as i64;
         let Some(len) = shape.get_mut(self.dim) else {
             return Err(format!(
                 "chunked cut `{name}`: it has no dim {} to chunk",
                 self.dim
             ));
         };
-        if self.ranks == 0 || *len % parts != 0 {
+        if parts == 0 || *len % parts != 0 {
             return Err(format!(
                 "chunked cut `{name}`: dim {} of size {len} is not {parts} equal chunks",
                 self.dim
@@ -241,24 +255,36 @@ mod tests {
 
     #[test]
     fn rank_i_holds_chunks_i_and_its_mirror() {
-        let lb = LoadBalanced { dim: 1, ranks: 2 };
-        assert_eq!(lb.order(), vec![0, 3, 1, 2]);
-        assert_eq!(lb.positions(), vec![0, 2, 3, 1]);
-        let lb = LoadBalanced { dim: 1, ranks: 3 };
-        assert_eq!(lb.order(), vec![0, 5, 1, 4, 2, 3]);
-        for (at, &chunk) in lb.order().iter().enumerate() {
-            assert_eq!(lb.positions()[chunk], at);
+        let lb = |ranks, sequences| LoadBalanced {
+            dim: 1,
+            ranks,
+            sequences,
+        };
+        assert_eq!(lb(2, 1).order(), vec![0, 3, 1, 2]);
+        assert_eq!(lb(2, 1).positions(), vec![0, 2, 3, 1]);
+        assert_eq!(lb(3, 1).order(), vec![0, 5, 1, 4, 2, 3]);
+        // Two sequences of 4 chunks: rank 0 holds chunks 0 and 3 of each, rank 1 chunks 1, 2.
+        assert_eq!(lb(2, 2).order(), vec![0, 3, 4, 7, 1, 2, 5, 6]);
+        for l in [lb(3, 1), lb(2, 2), lb(3, 4)] {
+            for (at, &chunk) in l.order().iter().enumerate() {
+                assert_eq!(l.positions()[chunk], at);
+            }
         }
     }
 
     #[test]
     fn unequal_chunks_are_refused() {
-        let lb = LoadBalanced { dim: 1, ranks: 2 };
+        let lb = LoadBalanced {
+            dim: 1,
+            ranks: 2,
+            sequences: 1,
+        };
         let ty = TensorType::new(shardproof_ir::DType::F32, &[2, 6, 4]);
         assert!(lb.chunk_type(&ty, "x").is_err());
         let ty = TensorType::new(shardproof_ir::DType::F32, &[2, 8, 4]);
         assert_eq!(lb.chunk_type(&ty, "x").unwrap().1, 2);
-        assert!(LoadBalanced { dim: 3, ranks: 2 }
+        assert!(LoadBalanced { dim: 3, ..lb }.chunk_type(&ty, "x").is_err());
+        assert!(LoadBalanced { sequences: 3, ..lb }
             .chunk_type(&ty, "x")
             .is_err());
     }

@@ -125,10 +125,12 @@ fn main() {
                         d.starts_with("tp=") || d.starts_with("dp=") || d.starts_with("cp=")
                     })
                     && has_moe(dir.path());
-                let (cuts, chunked) = if moe_tp {
+                let (cuts, chunked) = if !moe_tp {
+                    (0, Default::default())
+                } else if mesh.contains("cp") {
                     layer_cuts::cut_at_modules_load_balanced(dir.path(), true)
                 } else {
-                    (0, Default::default())
+                    (layer_cuts::cut_at_modules(dir.path(), true), Default::default())
                 };
                 let scales = layer_cuts::backward_scales(dir.path());
                 let case = shardproof_case::load_case(&dir.path().join("case.yaml")).expect("case");

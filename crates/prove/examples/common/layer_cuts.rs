@@ -58,6 +58,57 @@ fn module_output_lists(path: &Path, backward: bool) -> BTreeMap<String, Vec<Stri
     })
 }
 
+/// [`module_output_lists`] with, for every layer whose attention and MoE outputs are each
+/// named once, the residual stream after its MoE block ("layers.N residual forward"): the
+/// value `add(a, view(m))` of attention output `a` and MoE output `m`. An MoE block's lineage
+/// names the block's own output (`[batch * seq, hidden]`), so without this the next layer's
+/// input is the sum of two cuts, and its weight gradients multiply that sum out.
+fn module_output_lists_with_residuals(
+    path: &Path,
+    backward: bool,
+) -> BTreeMap<String, Vec<String>> {
+    let mut lists = module_output_lists(path, backward);
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    // `name: "type" = torch.ops.OP(args)`: (name, OP, args).
+    let calls: Vec<(&str, &str, &str)> = text
+        .lines()
+        .filter_map(|line| {
+            let (name, rest) = line.trim().split_once(": ")?;
+            let (_, call) = rest.split_once(" = torch.ops.")?;
+            let (op, args) = call.split_once('(')?;
+            Some((name, op, args.strip_suffix(')')?))
+        })
+        .collect();
+    let layers: Vec<String> = lists
+        .keys()
+        .filter_map(|k| k.strip_suffix(".moe forward").map(str::to_string))
+        .collect();
+    for layer in layers {
+        let one = |module: &str| match lists.get(&format!("{layer}.{module} forward")) {
+            Some(v) if v.len() == 1 => Some(v[0].clone()),
+            _ => None,
+        };
+        let (Some(attention), Some(moe)) = (one("attention"), one("moe")) else {
+            continue;
+        };
+        let viewed = calls.iter().find(|(_, op, args)| {
+            *op == "aten.view.default" && args.split(", ").next() == Some(moe.as_str())
+        });
+        let Some((view, _, _)) = viewed else { continue };
+        let sum = format!("{attention}, {view}");
+        if let Some((residual, _, _)) = calls
+            .iter()
+            .find(|(_, op, args)| *op == "aten.add.Tensor" && *args == sum)
+        {
+            lists.insert(
+                format!("{layer} residual forward"),
+                vec![residual.to_string()],
+            );
+        }
+    }
+    lists
+}
+
 /// The last value of each list: the value itself where a module is named once.
 fn last(lists: BTreeMap<String, Vec<String>>) -> BTreeMap<String, String> {
     lists
@@ -93,7 +144,8 @@ pub fn cut_at_modules(dir: &Path, backward: bool) -> usize {
     cut_at(dir, |p| module_output_lists(p, backward), false).0
 }
 
-/// [`cut_at_modules`], and on a mesh with `cp` too: there each cut's sequence is split over
+/// [`cut_at_modules`] (and the residual stream after each MoE block), and on a mesh with `cp`
+/// too: there each cut's sequence is split over
 /// `cp` and holds of the spec value's load-balanced chunks (`shardproof_prove::LoadBalanced`;
 /// a cp rank holds sequence chunks `i` and `2cp-1-i`), which the returned orders state: pass
 /// them to the plan (`PlanOptions::chunked`), or the cp stages are refuted.
@@ -101,7 +153,7 @@ pub fn cut_at_modules_load_balanced(
     dir: &Path,
     backward: bool,
 ) -> (usize, shardproof_prove::ChunkedCuts) {
-    cut_at(dir, |p| module_output_lists(p, backward), true)
+    cut_at(dir, |p| module_output_lists_with_residuals(p, backward), true)
 }
 
 /// Writes the cuts `read` finds, and the chunk order of each on a mesh with a `cp` dim. There

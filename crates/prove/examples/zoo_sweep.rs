@@ -130,7 +130,10 @@ fn main() {
                 } else if mesh.contains("cp") {
                     layer_cuts::cut_at_modules_load_balanced(dir.path(), true)
                 } else {
-                    (layer_cuts::cut_at_modules(dir.path(), true), Default::default())
+                    (
+                        layer_cuts::cut_at_modules(dir.path(), true),
+                        Default::default(),
+                    )
                 };
                 let scales = layer_cuts::backward_scales(dir.path());
                 let case = shardproof_case::load_case(&dir.path().join("case.yaml")).expect("case");

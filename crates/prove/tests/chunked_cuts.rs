@@ -95,7 +95,11 @@ fn chunked_stages(case: &shardproof_case::Case, opts: &PlanOptions) -> (usize, u
 
 #[test]
 fn cp_2_forward_cut_at_load_balanced_chunks_is_proved() {
-    for (model, mesh) in [("llama", "cp=2"), ("llama", "tp=2,cp=2"), ("deepseek", "cp=2")] {
+    for (model, mesh) in [
+        ("llama", "cp=2"),
+        ("llama", "tp=2,cp=2"),
+        ("deepseek", "cp=2"),
+    ] {
         let dir = tempfile::tempdir().unwrap();
         let (case, opts) = emit_cut(dir.path(), model, mesh, None, false);
         let (reads, makes) = chunked_stages(&case, &opts);
@@ -103,7 +107,10 @@ fn cp_2_forward_cut_at_load_balanced_chunks_is_proved() {
         if model == "deepseek" {
             // The MoE block's output is its flattened tokens: `batch` sequences along dim 0;
             // the residual stream after it is a cut of its own.
-            assert!(opts.chunked.values().any(|lb| lb.dim == 0 && lb.sequences == 2));
+            assert!(opts
+                .chunked
+                .values()
+                .any(|lb| lb.dim == 0 && lb.sequences == 2));
             assert!(opts.chunked.len() >= 3, "{:?}", opts.chunked);
         }
         let proof = prove_staged_with(&case, &ProveConfig::default(), 1, &opts);
@@ -135,7 +142,12 @@ fn cuts_stated_in_another_chunk_order_are_refuted() {
             1,
             &with_chunks(&opts, wrong.clone()),
         );
-        assert_eq!(proof.verdict, Verdict::Refuted, "{wrong:?}: {:?}", proof.message);
+        assert_eq!(
+            proof.verdict,
+            Verdict::Refuted,
+            "{wrong:?}: {:?}",
+            proof.message
+        );
         assert!(proof.refuted.is_some_and(|p| p.counterexample.is_some()));
     }
 }
@@ -145,11 +157,20 @@ fn catalog_cp_bugs_are_refuted_through_the_chunked_cuts() {
     // The loss scaled by cp once more, RoPE at local positions and the causal mask of local
     // positions: each refuted at some stage with a counterexample the interpreter confirmed,
     // never proved.
-    for bug in ["cp-loss-overscaled", "cp-rope-no-offset", "cp-causal-mask-local"] {
+    for bug in [
+        "cp-loss-overscaled",
+        "cp-rope-no-offset",
+        "cp-causal-mask-local",
+    ] {
         let dir = tempfile::tempdir().unwrap();
         let (case, opts) = emit_cut(dir.path(), "llama", "cp=2", Some(bug), false);
         let proof = prove_staged_with(&case, &ProveConfig::default(), 1, &opts);
-        assert_eq!(proof.verdict, Verdict::Refuted, "{bug}: {:?}", proof.message);
+        assert_eq!(
+            proof.verdict,
+            Verdict::Refuted,
+            "{bug}: {:?}",
+            proof.message
+        );
         assert!(proof.refuted.is_some_and(|p| p.counterexample.is_some()));
     }
 }
@@ -178,4 +199,3 @@ fn a_chunk_order_the_sizes_do_not_allow_is_refused() {
     let why = plan_with(&case, true, &with_chunks(&opts, unknown)).unwrap_err();
     assert!(why.contains("no_such_tensor"), "{why}");
 }
-

@@ -153,7 +153,11 @@ pub fn cut_at_modules_load_balanced(
     dir: &Path,
     backward: bool,
 ) -> (usize, shardproof_prove::ChunkedCuts) {
-    cut_at(dir, |p| module_output_lists_with_residuals(p, backward), true)
+    cut_at(
+        dir,
+        |p| module_output_lists_with_residuals(p, backward),
+        true,
+    )
 }
 
 /// Writes the cuts `read` finds, and the chunk order of each on a mesh with a `cp` dim. There

@@ -100,20 +100,20 @@ impl LoadBalanced {
     }
 }
 
-/// Pushes onto `out` the chunks of `x` (type `ty`) in the order `chunks` names them, then their
+/// Pushes onto `out` the chunks of its value `x` in the order `chunks` names them, then their
 /// concatenation along the chunked dim, named `name`; returns the concatenation. The chunks'
 /// names are fresh in `taken` (the graph `out` is rebuilt from) and in `out`.
 fn push_reordered(
     out: &mut Graph,
     taken: &Graph,
     x: ValueId,
-    ty: &TensorType,
     lb: &LoadBalanced,
     chunks: &[usize],
     name: String,
     spec_name: &str,
 ) -> Result<ValueId, String> {
-    let (piece, c) = lb.chunk_type(ty, spec_name)?;
+    let ty = type_of(out, x)?;
+    let (piece, c) = lb.chunk_type(&ty, spec_name)?;
     let mut parts = Vec::with_capacity(chunks.len());
     for &k in chunks {
         let start = c * k as i64;
@@ -180,7 +180,6 @@ fn reorder_input(
                 &mut out,
                 g,
                 fresh,
-                &ty,
                 lb,
                 &lb.positions(),
                 name,
@@ -241,7 +240,6 @@ pub(crate) fn encode(case: &mut Case, cuts: &ChunkedCuts) -> Result<(), String> 
         };
         let name = case.outputs[k].spec_name.clone();
         let v = case.outputs[k].spec_value;
-        let ty = type_of(&case.spec, v)?;
         let base = format!("{}_chunked", case.spec.value_name(v));
         let fresh_name = crate::fresh_value_name(&case.spec, &base);
         let mut g = case.spec.clone();
@@ -249,7 +247,6 @@ pub(crate) fn encode(case: &mut Case, cuts: &ChunkedCuts) -> Result<(), String> 
             &mut g,
             &case.spec,
             v,
-            &ty,
             lb,
             &lb.order(),
             fresh_name,

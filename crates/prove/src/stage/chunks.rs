@@ -176,15 +176,7 @@ fn reorder_input(
             // Undo the reordering; every reader of `v` reads the result.
             let name = format!("{}_in_order", node.outputs[0].name);
             let name = crate::fresh_value_name(g, &name);
-            let whole = push_reordered(
-                &mut out,
-                g,
-                fresh,
-                lb,
-                &lb.positions(),
-                name,
-                spec_name,
-            )?;
+            let whole = push_reordered(&mut out, g, fresh, lb, &lb.positions(), name, spec_name)?;
             map[i] = Some(whole.node);
             continue;
         }
@@ -243,15 +235,7 @@ pub(crate) fn encode(case: &mut Case, cuts: &ChunkedCuts) -> Result<(), String> 
         let base = format!("{}_chunked", case.spec.value_name(v));
         let fresh_name = crate::fresh_value_name(&case.spec, &base);
         let mut g = case.spec.clone();
-        let reordered = push_reordered(
-            &mut g,
-            &case.spec,
-            v,
-            lb,
-            &lb.order(),
-            fresh_name,
-            &name,
-        )?;
+        let reordered = push_reordered(&mut g, &case.spec, v, lb, &lb.order(), fresh_name, &name)?;
         for o in g.outputs.iter_mut().flatten() {
             if *o == v {
                 *o = reordered;

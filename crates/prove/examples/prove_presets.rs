@@ -172,6 +172,7 @@ fn main() {
                 scales: scales.clone(),
                 outputs_apart: !forward,
                 microbatch_cuts,
+                ..PlanOptions::default()
             };
             let proof = prove_staged_with(&case, &cfg, 1, &opts);
             let secs = case_started.elapsed().as_secs_f64();

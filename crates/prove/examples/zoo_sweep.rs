@@ -4,10 +4,11 @@
 //! time; then the totals and the cases not proved. A plan the reduction refuses (send/recv,
 //! top-k) is proved at full size, as `verify`'s hand-off does.
 //!
-//! A full iteration on tp or dp x tp that splits MoE experts' inner width over tp is cut into
-//! stages at every module output and input gradient the zoo's lineage names (attention and MoE
-//! blocks; on a dp mesh each input gradient is a scaled cut: a rank holds the replica count
-//! times the spec's rows) and proved stage by stage (TrainVerify's Algorithm 2, every cut
+//! A full iteration on tp, dp x tp or tp x cp that splits MoE experts' inner width over tp is
+//! cut into stages at every module output and input gradient the zoo's lineage names
+//! (attention and MoE blocks; on a dp or cp mesh each input gradient is a scaled cut: a rank
+//! holds the replica count times the spec's tokens; on cp every cut holds of the load-balanced
+//! sequence chunks) and proved stage by stage (TrainVerify's Algorithm 2, every cut
 //! proved as its own stage): whole, its goals repeat the experts' products in other groupings
 //! far past the term budgets. Its stages are shape-reduced (the router's topk, scatter and
 //! gather keep their experts and k); where that leaves it undecided, it is proved again at
@@ -116,18 +117,23 @@ fn main() {
                     skipped += 1;
                     continue;
                 }
-                // Only tp and dp: the cuts are laid out as the residual stream there (cp
-                // shards its sequence, which `cut_at_modules` does not state).
+                // Only tp, dp and cp: the cuts are laid out as the residual stream there (on
+                // cp its load-balanced sequence chunks, an order the plan is given).
                 let moe_tp = !forward_only
                     && mesh.contains("tp")
-                    && mesh
-                        .split(',')
-                        .all(|d| d.starts_with("tp=") || d.starts_with("dp="))
+                    && mesh.split(',').all(|d| {
+                        d.starts_with("tp=") || d.starts_with("dp=") || d.starts_with("cp=")
+                    })
                     && has_moe(dir.path());
-                let cuts = if moe_tp {
-                    layer_cuts::cut_at_modules(dir.path(), true)
+                let (cuts, chunked) = if !moe_tp {
+                    (0, Default::default())
+                } else if mesh.contains("cp") {
+                    layer_cuts::cut_at_modules_load_balanced(dir.path(), true)
                 } else {
-                    0
+                    (
+                        layer_cuts::cut_at_modules(dir.path(), true),
+                        Default::default(),
+                    )
                 };
                 let scales = layer_cuts::backward_scales(dir.path());
                 let case = shardproof_case::load_case(&dir.path().join("case.yaml")).expect("case");
@@ -143,6 +149,7 @@ fn main() {
                     // full size on the same clock, as `prove_case_or_full_size` does.
                     let opts = PlanOptions {
                         scales,
+                        chunked,
                         outputs_apart: apart,
                         ..PlanOptions::default()
                     };

@@ -104,6 +104,7 @@ pub mod stage;
 pub mod tensor;
 
 pub use equiv::{prove_case, prove_case_or_full_size, CountedOn, Proof, ProveConfig, Verdict};
+pub use stage::chunks::{ChunkedCuts, LoadBalanced};
 pub use stage::micro::MicrobatchCut;
 pub use stage::scale::CutScales;
 pub use stage::{prove_staged, prove_staged_with, PlanOptions, StagedProof};

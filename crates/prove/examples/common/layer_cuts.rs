@@ -58,6 +58,57 @@ fn module_output_lists(path: &Path, backward: bool) -> BTreeMap<String, Vec<Stri
     })
 }
 
+/// [`module_output_lists`] with, for every layer whose attention and MoE outputs are each
+/// named once, the residual stream after its MoE block ("layers.N residual forward"): the
+/// value `add(a, view(m))` of attention output `a` and MoE output `m`. An MoE block's lineage
+/// names the block's own output (`[batch * seq, hidden]`), so without this the next layer's
+/// input is the sum of two cuts, and its weight gradients multiply that sum out.
+fn module_output_lists_with_residuals(
+    path: &Path,
+    backward: bool,
+) -> BTreeMap<String, Vec<String>> {
+    let mut lists = module_output_lists(path, backward);
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    // `name: "type" = torch.ops.OP(args)`: (name, OP, args).
+    let calls: Vec<(&str, &str, &str)> = text
+        .lines()
+        .filter_map(|line| {
+            let (name, rest) = line.trim().split_once(": ")?;
+            let (_, call) = rest.split_once(" = torch.ops.")?;
+            let (op, args) = call.split_once('(')?;
+            Some((name, op, args.strip_suffix(')')?))
+        })
+        .collect();
+    let layers: Vec<String> = lists
+        .keys()
+        .filter_map(|k| k.strip_suffix(".moe forward").map(str::to_string))
+        .collect();
+    for layer in layers {
+        let one = |module: &str| match lists.get(&format!("{layer}.{module} forward")) {
+            Some(v) if v.len() == 1 => Some(v[0].clone()),
+            _ => None,
+        };
+        let (Some(attention), Some(moe)) = (one("attention"), one("moe")) else {
+            continue;
+        };
+        let viewed = calls.iter().find(|(_, op, args)| {
+            *op == "aten.view.default" && args.split(", ").next() == Some(moe.as_str())
+        });
+        let Some((view, _, _)) = viewed else { continue };
+        let sum = format!("{attention}, {view}");
+        if let Some((residual, _, _)) = calls
+            .iter()
+            .find(|(_, op, args)| *op == "aten.add.Tensor" && *args == sum)
+        {
+            lists.insert(
+                format!("{layer} residual forward"),
+                vec![residual.to_string()],
+            );
+        }
+    }
+    lists
+}
+
 /// The last value of each list: the value itself where a module is named once.
 fn last(lists: BTreeMap<String, Vec<String>>) -> BTreeMap<String, String> {
     lists
@@ -81,7 +132,7 @@ pub fn module_outputs(path: &Path, backward: bool) -> BTreeMap<String, String> {
 /// the same value), laid out as the residual stream (batch-sharded on `dp`, replicated
 /// elsewhere); returns how many. None on a mesh with `cp`: see [`cut_at`].
 pub fn cut_at_layers(dir: &Path) -> usize {
-    cut_at(dir, layer_output_lists)
+    cut_at(dir, layer_output_lists, false).0
 }
 
 /// Adds every module output the lineage names to the case file as a cut (`backward`: the
@@ -90,22 +141,54 @@ pub fn cut_at_layers(dir: &Path) -> usize {
 /// loss's (scaled by the replica count), which no placement states: ask for backward cuts only
 /// on meshes without dp, or their stages are refuted.
 pub fn cut_at_modules(dir: &Path, backward: bool) -> usize {
-    cut_at(dir, |p| module_output_lists(p, backward))
+    cut_at(dir, |p| module_output_lists(p, backward), false).0
 }
 
-/// Writes the cuts `read` finds; none on a mesh with a `cp` dim, where a rank's residual stream
-/// is its two load-balanced sequence chunks (i and 2cp-1-i), which no placement states (the
-/// `Replicate()` written here would make their stages refuted, never a bug found).
-fn cut_at(dir: &Path, read: impl Fn(&Path) -> BTreeMap<String, Vec<String>>) -> usize {
+/// [`cut_at_modules`] (and the residual stream after each MoE block), and on a mesh with `cp`
+/// too: there each cut's sequence is split over
+/// `cp` and holds of the spec value's load-balanced chunks (`shardproof_prove::LoadBalanced`;
+/// a cp rank holds sequence chunks `i` and `2cp-1-i`), which the returned orders state: pass
+/// them to the plan (`PlanOptions::chunked`), or the cp stages are refuted.
+pub fn cut_at_modules_load_balanced(
+    dir: &Path,
+    backward: bool,
+) -> (usize, shardproof_prove::ChunkedCuts) {
+    cut_at(
+        dir,
+        |p| module_output_lists_with_residuals(p, backward),
+        true,
+    )
+}
+
+/// Writes the cuts `read` finds, and the chunk order of each on a mesh with a `cp` dim. There
+/// a rank's residual stream is its two load-balanced sequence chunks (i and 2cp-1-i), which no
+/// placement states: no cut unless `load_balanced`, and then the caller states the orders to
+/// the plan (the `Shard` over cp written here alone would make their stages refuted, never a
+/// bug found). A value `[batch, seq, ..]` is split along dim 1; one `[batch * seq, ..]` (an
+/// MoE block's flattened tokens) along dim 0, as `batch` sequences, where no other mesh dim
+/// splits its batch; any other value is not cut.
+fn cut_at(
+    dir: &Path,
+    read: impl Fn(&Path) -> BTreeMap<String, Vec<String>>,
+    load_balanced: bool,
+) -> (usize, shardproof_prove::ChunkedCuts) {
+    let mut orders = shardproof_prove::ChunkedCuts::new();
     let case = shardproof_case::load_case(&dir.join("case.yaml")).expect("case");
-    if case.program.mesh.dim_index("cp").is_some() {
-        return 0;
+    let cp = case.program.mesh.dim_index("cp");
+    if cp.is_some() && !load_balanced {
+        return (0, orders);
     }
     let spec = last(read(case.spec.path.as_deref().expect("spec file")));
     let ranks = distinct_files(&case)
         .iter()
         .map(|f| read(f))
         .collect::<Vec<_>>();
+    let residual = residual_placements(&case);
+    let tokens = case
+        .spec
+        .find("tokens")
+        .and_then(|v| case.spec.recorded_type(v))
+        .and_then(|t| t.concrete_shape());
     let mut lines = String::new();
     let mut cuts = 0;
     for (module, name) in &spec {
@@ -118,10 +201,41 @@ fn cut_at(dir: &Path, read: impl Fn(&Path) -> BTreeMap<String, Vec<String>>) -> 
         if first.len() != 1 || names.iter().any(|n| *n != Some(*first)) {
             continue;
         }
+        let mut placements = residual.clone();
+        if let Some(cp) = cp {
+            let shape = case
+                .spec
+                .find(name)
+                .and_then(|v| case.spec.recorded_type(v))
+                .and_then(|t| t.concrete_shape());
+            let (Some(shape), Some(&[batch, seq])) = (shape, tokens.as_deref()) else {
+                continue;
+            };
+            let ranks = case.program.mesh.dims[cp].1;
+            let order = if shape.len() == 3 && shape[..2] == [batch, seq] {
+                (1, 1)
+            } else if shape.len() == 2
+                && shape[0] == batch * seq
+                && residual.iter().all(|p| *p != "Shard(0)")
+            {
+                placements[cp] = "Shard(0)";
+                (0, batch as usize)
+            } else {
+                continue;
+            };
+            orders.insert(
+                name.clone(),
+                shardproof_prove::LoadBalanced {
+                    dim: order.0,
+                    ranks,
+                    sequences: order.1,
+                },
+            );
+        }
         lines.push_str(&format!(
             "  {name}: {{ impl: {}, placement: [{}] }}\n",
             first[0],
-            residual_placements(&case).join(", ")
+            placements.join(", ")
         ));
         cuts += 1;
     }
@@ -129,7 +243,7 @@ fn cut_at(dir: &Path, read: impl Fn(&Path) -> BTreeMap<String, Vec<String>>) -> 
     let text = std::fs::read_to_string(&path).expect("case.yaml");
     let text = text.replacen("inputs:\n", &format!("inputs:\n{lines}"), 1);
     std::fs::write(&path, text).expect("case.yaml");
-    cuts
+    (cuts, orders)
 }
 
 /// The rank graph files, each once. Sorted first: a plan's ranks interleave their files
@@ -148,7 +262,8 @@ fn distinct_files(case: &shardproof_case::Case) -> Vec<&Path> {
 }
 
 /// The residual stream's placements: the batch (dim 0) split as the case splits its `tokens`
-/// (over `dp`, and `ep` where experts are parallel to data), replicated elsewhere; without
+/// (over `dp`, and `ep` where experts are parallel to data), the sequence (dim 1) over `cp`
+/// (as load-balanced chunks, which the plan is told apart), replicated elsewhere; without
 /// `tokens`, batch-sharded on `dp`.
 fn residual_placements(case: &shardproof_case::Case) -> Vec<&'static str> {
     let tokens = case.inputs.iter().find(|r| r.spec_name == "tokens");
@@ -166,6 +281,8 @@ fn residual_placements(case: &shardproof_case::Case) -> Vec<&'static str> {
         .map(|(i, d)| {
             if split(i, &d.0) {
                 "Shard(0)"
+            } else if d.0 == "cp" {
+                "Shard(1)"
             } else {
                 "Replicate()"
             }
@@ -266,15 +383,18 @@ fn microbatch_cuts(
     cuts
 }
 
-/// The scales of the backward cuts `cut_at_modules(dir, true)` wrote: on a mesh with `dp`, a
-/// rank's activation gradient is its own loss's, the replica count times the spec's on its
-/// rows (`shardproof_prove::CutScales`); empty without `dp`.
+/// The scales of the backward cuts `cut_at_modules(dir, true)` wrote: on a mesh with `dp` or
+/// `cp`, a rank's activation gradient is its own loss's (the mean over its own tokens), the
+/// product of their sizes times the spec's on its tokens (`shardproof_prove::CutScales`);
+/// empty without either.
 pub fn backward_scales(dir: &Path) -> BTreeMap<String, u64> {
     let case = shardproof_case::load_case(&dir.join("case.yaml")).expect("case");
-    let Some(dp) = case.program.mesh.dim_index("dp") else {
-        return BTreeMap::new();
+    let mesh = &case.program.mesh;
+    let size = |name: &str| mesh.dim_index(name).map(|i| mesh.dims[i].1 as u64);
+    let d = match (size("dp"), size("cp")) {
+        (None, None) => return BTreeMap::new(),
+        (dp, cp) => dp.unwrap_or(1) * cp.unwrap_or(1),
     };
-    let d = case.program.mesh.dims[dp].1 as u64;
     let spec = module_outputs(case.spec.path.as_deref().expect("spec file"), true);
     spec.iter()
         .filter(|(k, _)| k.ends_with(" backward"))

@@ -181,7 +181,7 @@ fn per_rank(values: &[(usize, ValueId)]) -> BTreeMap<usize, Vec<ValueId>> {
     out
 }
 
-fn call(name: String, op: OpName, args: Vec<Arg>, ty: Option<TensorType>) -> Node {
+pub(super) fn call(name: String, op: OpName, args: Vec<Arg>, ty: Option<TensorType>) -> Node {
     Node {
         name: name.clone(),
         kind: NodeKind::Call {
@@ -196,7 +196,7 @@ fn call(name: String, op: OpName, args: Vec<Arg>, ty: Option<TensorType>) -> Nod
 }
 
 /// The recorded type of `v`, which a stage graph's inputs and computed nodes carry.
-fn type_of(g: &Graph, v: ValueId) -> Result<TensorType, String> {
+pub(super) fn type_of(g: &Graph, v: ValueId) -> Result<TensorType, String> {
     g.recorded_type(v)
         .cloned()
         .ok_or_else(|| format!("`{}` has no recorded type", g.value_name(v)))
@@ -320,7 +320,7 @@ fn slice_input(g: &Graph, values: &[ValueId]) -> Result<Rebuilt, String> {
 /// A rebuilt stage graph, its fresh input and the new node of every old one.
 type Rebuilt = (Arc<Graph>, ValueId, Arc<Vec<Option<usize>>>);
 
-fn remap(a: &mut Arg, map: &[Option<usize>]) -> Result<(), String> {
+pub(super) fn remap(a: &mut Arg, map: &[Option<usize>]) -> Result<(), String> {
     match a {
         Arg::Value(v) => {
             let n = map[v.node].ok_or("a node reads a later node")?;

@@ -38,6 +38,7 @@
 //! the first is proved and the others reuse its result: the identical layers of a deep model
 //! are proved once.
 
+pub mod chunks;
 pub mod micro;
 pub mod scale;
 pub mod shard;
@@ -216,6 +217,9 @@ pub struct PlanOptions {
     /// Cuts whose rank values are a pipeline rank's microbatches of its piece ([`micro`]): a
     /// layer output on a pipeline plan, computed once per microbatch on one stage's ranks.
     pub microbatch_cuts: Vec<micro::MicrobatchCut>,
+    /// Relations whose layout holds of their spec value's load-balanced sequence chunks
+    /// ([`chunks`]): a context-parallel rank's residual stream and its gradient.
+    pub chunked: chunks::ChunkedCuts,
 }
 
 /// [`plan`] with [`PlanOptions`].
@@ -224,12 +228,16 @@ pub fn plan_with(case: &Case, reduce: bool, opts: &PlanOptions) -> Result<Plan, 
     let extended = micro::add_relations(case, &opts.microbatch_cuts)?;
     let case = &extended;
     let scales = &opts.scales;
-    for name in scales.keys() {
+    let given = scales
+        .keys()
+        .map(|n| ("a scale", n))
+        .chain(opts.chunked.keys().map(|n| ("a chunk order", n)));
+    for (what, name) in given {
         let known = case.inputs.iter().any(|r| &r.spec_name == name)
             || case.outputs.iter().any(|o| &o.spec_name == name);
         if !known {
             return Err(format!(
-                "a scale is given for `{name}`, which the case does not relate"
+                "{what} is given for `{name}`, which the case does not relate"
             ));
         }
     }
@@ -327,6 +335,8 @@ pub fn plan_with(case: &Case, reduce: bool, opts: &PlanOptions) -> Result<Plan, 
     for (k, t) in targets.iter().enumerate() {
         let (mut stage, assumed) = build_stage(case, t, &whole)?;
         scale::encode(&mut stage.case, scales).map_err(|e| format!("{}: {e}", stage.target))?;
+        chunks::encode(&mut stage.case, &opts.chunked)
+            .map_err(|e| format!("{}: {e}", stage.target))?;
         for rel in &assumed {
             if let Some(&s) = stage_of_cut.get(rel) {
                 if s >= k {

@@ -1121,10 +1121,6 @@ fn propagate_rank_from(
     (rp, pending)
 }
 
-/// The global shape a value's placements imply: its local shape with every dim that a mesh
-/// dim shards (plainly, in blocks, or as rows of a selection) multiplied by that mesh dim's
-/// size; `None` where some mesh dim holds it in a layout without one (varying, a ring's
-/// pieces, gathered pieces, unknown).
 /// A sum on mesh dim `m` over rows that an all-gather over mesh dim `g` concatenated
 /// (`rows::gathered_over`) counts each of the selection's rows once per coordinate of `g`
 /// beside it, so it is the selection's sum only where `g`'s coordinates hold distinct pieces
@@ -1181,6 +1177,10 @@ fn gathered_sums(
     }
 }
 
+/// The global shape a value's placements imply: its local shape with every dim that a mesh
+/// dim shards (plainly, in blocks, or as rows of a selection) multiplied by that mesh dim's
+/// size; `None` where some mesh dim holds it in a layout without one (varying, a ring's
+/// pieces, gathered pieces, unknown).
 fn implied_global(local: &[usize], places: &[Place], mesh_sizes: &[usize]) -> Option<Vec<i64>> {
     let mut global: Vec<i64> = local.iter().map(|&l| l as i64).collect();
     for (m, p) in places.iter().enumerate() {

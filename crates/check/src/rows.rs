@@ -456,6 +456,10 @@ pub(crate) fn rows_output(
         }
         // A sum or mean over spread rows is the tensor's only where the coordinates' segments
         // hold every row of it once.
+        // Rows gathered over another mesh dim: kept as the selection's sum only where the
+        // engine's check across mesh dims finds that mesh dim's result no sum
+        // (`gathered_over`).
+        Place::Partial(_) if gathered_over(table, id).is_some() => p,
         Place::Partial(_) if spread_covers(table, id) == Some(false) => Place::Varying,
         Place::Partial(_) | Place::Varying | Place::Unknown => p,
         _ => Place::Varying,
@@ -590,6 +594,44 @@ pub(crate) fn spread_covers(table: &RowTable, mut id: u16) -> Option<bool> {
             RowKey::Spread { base, segs, .. } => {
                 return Some(!sliced && base.is_some() && base == tiling(&segs));
             }
+        }
+    }
+    None
+}
+
+/// A sum over a selection's frame ([`Place::Selected`]) on every coordinate: the output of a
+/// framed call whose shadow lane gave `Partial(sum)` for rows `id` (the rule contracted the
+/// frame's rows dim, the whole selection on every coordinate, so the output leaves the
+/// frame), where its frame lane gave `ordinary`. It is that placement of the selection's sum
+/// where `ordinary` is a shard or replicated and each of the selection's rows counts once (a
+/// microbatch of a shard: no spread, received or gathered rows, [`spread_covers`]); `None`
+/// otherwise (a sum of the frame's sums, or rows that count more than once).
+pub(crate) fn frame_summed(
+    ordinary: Place,
+    rows: Place,
+    id: u16,
+    table: &RowTable,
+) -> Option<Place> {
+    (rows == Place::Partial(crate::place::Red::Sum)
+        && matches!(ordinary, Place::Replicate | Place::Shard(_))
+        && spread_covers(table, id).is_none())
+    .then_some(ordinary)
+}
+
+/// The mesh dim that selection `id`, read through merging views, was gathered over
+/// ([`RowKey::Gathered`]) where the selection gathered is no spread or received rows
+/// (`spread_covers` gives `None` for it): a sum over such rows on one mesh dim holds every
+/// row of the selection once per coordinate of the mesh dim gathered over, so it is the
+/// selection's sum only where that mesh dim's result is no sum of its own (the engine checks
+/// it once every mesh dim is placed). `None` for any other selection.
+pub(crate) fn gathered_over(table: &RowTable, mut id: u16) -> Option<u8> {
+    for _ in 0..=u16::MAX {
+        match table.key(id)? {
+            RowKey::Merge { parent, .. } | RowKey::Blocks { parent, .. } => id = parent,
+            RowKey::Gathered { parent, over, .. } => {
+                return spread_covers(table, parent).is_none().then_some(over);
+            }
+            _ => return None,
         }
     }
     None

@@ -977,7 +977,7 @@ fn propagate_rank_from(
                             }
                         }
                     }
-                    if let FrameMode::Frame { .. } = frame_mode {
+                    if let FrameMode::Frame { id: frame_id } = frame_mode {
                         let table = sh.rows.borrow();
                         let key = |id| table.key(id);
                         let in0 = inputs.first().copied();
@@ -996,14 +996,14 @@ fn propagate_rank_from(
                             *p = match exit {
                                 Some(q) => q,
                                 None if now_scale_unknown => Place::Varying,
-                                None => frame::framed(
-                                    *p,
-                                    shadow_rows
+                                None => {
+                                    let rows = shadow_rows
                                         .as_ref()
                                         .and_then(|s| s.get(o).copied())
-                                        .unwrap_or(Place::Varying),
-                                    key,
-                                ),
+                                        .unwrap_or(Place::Varying);
+                                    rows::frame_summed(*p, rows, frame_id, &table)
+                                        .unwrap_or_else(|| frame::framed(*p, rows, key))
+                                }
                             };
                         }
                         now_scaled = false;
@@ -1090,6 +1090,7 @@ fn propagate_rank_from(
                 if rules::pairs_elements(rule.family) {
                     mixed_shards(sh, r, i, &inputs, nout, nd, &meta_of, &mut rp);
                 }
+                gathered_sums(&sh.rows.borrow(), &inputs, nout, base, nd, &mut rp);
                 // A ring's pieces or order on one mesh dim where another splits the same
                 // tensor dim: which piece, in which order, would depend on both coordinates.
                 for o in 0..nout {
@@ -1118,6 +1119,62 @@ fn propagate_rank_from(
         })
         .count();
     (rp, pending)
+}
+
+/// A sum on mesh dim `m` over rows that an all-gather over mesh dim `g` concatenated
+/// (`rows::gathered_over`) counts each of the selection's rows once per coordinate of `g`
+/// beside it, so it is the selection's sum only where `g`'s coordinates hold distinct pieces
+/// and do not sum again: every input holding such rows on `m` holds, on `g`, the selection
+/// whole along the same dim (a frame, [`Place::Selected`]: the pieces gathered were `g`'s rows
+/// of one selection), and the output on `g` is a shard or replicated, not a sum. Elsewhere the
+/// sum is `Varying`.
+fn gathered_sums(
+    table: &crate::place::RowTable,
+    inputs: &[ValueId],
+    nout: usize,
+    base: usize,
+    nd: usize,
+    rp: &mut RankPlacements,
+) {
+    let mut over: Vec<(usize, usize)> = Vec::new();
+    for &v in inputs {
+        for (m, p) in rp.of(v, nd).iter().enumerate() {
+            if let Place::Rows(_, id) = *p {
+                if let Some(g) = rows::gathered_over(table, id) {
+                    over.push((m, g as usize));
+                }
+            }
+        }
+    }
+    if over.is_empty() {
+        return;
+    }
+    over.sort_unstable();
+    over.dedup();
+    for (m, g) in over {
+        let framed_on_g = inputs.iter().all(|&v| {
+            let places = rp.of(v, nd);
+            match places.get(m) {
+                Some(Place::Rows(e, id)) if rows::gathered_over(table, *id).is_some() => {
+                    matches!(places.get(g), Some(Place::Selected(f, ..)) if f == e)
+                }
+                _ => true,
+            }
+        });
+        for o in 0..nout {
+            let at = (base + o) * nd;
+            if !rp.places[at + m].is_partial() {
+                continue;
+            }
+            let distinct = matches!(
+                rp.places.get(at + g),
+                Some(Place::Shard(_) | Place::Blocked(..) | Place::Replicate)
+            );
+            if !(framed_on_g && distinct) {
+                rp.places[at + m] = Place::Varying;
+            }
+        }
+    }
 }
 
 /// The global shape a value's placements imply: its local shape with every dim that a mesh

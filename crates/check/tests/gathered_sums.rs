@@ -1,0 +1,240 @@
+//! The experts' weight gradients read through a selection's frame (issue 44: DeepSeek's
+//! `bmm` contracting the dispatched tokens): a sum over the rows an all-gather over `ep`
+//! concatenated. On `ep` every coordinate sums the whole selection (`rows::frame_summed`);
+//! on `dp` the sum counts each ep piece once only because ep's coordinates hold distinct
+//! pieces and do not sum again (`engine::gathered_sums`).
+//!
+//! Mesh `dp: 2, ep: 2`. Rank `(d, e)` holds block `d * 2 + e` of the tokens `x` and expert
+//! `e`'s weight `w [1, H, H]`; per microbatch k it gathers its rows over ep and computes
+//! `t^T (t w)` for the gathered tokens `t`, summed over microbatches: expert e's gradient-like
+//! sum over dp's tokens, `{ dp: Partial(sum), ep: Shard(0) }`. The spec does it for every
+//! expert over every token. Each planted bug is run through the interpreter, which must show
+//! it wrong, and must not hold.
+
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use shardproof_check::{check_case, Verdict};
+use shardproof_interp::{run_graph, run_program, RunConfig};
+use shardproof_ir::ValueId;
+use shardproof_ops::Tensor;
+use std::collections::BTreeMap;
+
+mod common;
+use common::values::{close, random};
+
+/// Coordinates of dp and of ep.
+const N: usize = 2;
+/// Microbatches.
+const K: usize = 2;
+/// Rows a microbatch of a rank's shard.
+const L: usize = 2;
+/// Hidden size.
+const H: usize = 3;
+
+fn ty(s: &[usize]) -> String {
+    format!("\"f64{s:?}\"")
+}
+
+/// What a program changes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Attack {
+    /// None: the correct program.
+    None,
+    /// The tokens replicated on ep, not sharded: the gather holds dp's rows twice.
+    TokensReplicatedOnEp,
+    /// One weight replicated on ep, every rank's result declared a sum over ep too: ep's
+    /// coordinates sum the same gathered rows again.
+    SummedOverEpToo,
+}
+
+/// The rank graph (the same on every rank).
+fn rank_graph() -> String {
+    let g = N * L;
+    let params = vec![
+        format!("x: {}", ty(&[K * L, H])),
+        format!("w: {}", ty(&[1, H, H])),
+    ];
+    let mut b = Vec::new();
+    for k in 0..K {
+        b.push(format!(
+            "x{k}: {} = torch.ops.aten.slice.Tensor(x, 0, {}, {})",
+            ty(&[L, H]),
+            k * L,
+            (k + 1) * L
+        ));
+        b.push(format!(
+            "ag{k}: {} = torch.ops._c10d_functional.all_gather_into_tensor.default(x{k}, {N}, 'ep')",
+            ty(&[g, H])
+        ));
+        b.push(format!(
+            "t{k}: {} = torch.ops._c10d_functional.wait_tensor.default(ag{k})",
+            ty(&[g, H])
+        ));
+        b.push(format!(
+            "u{k}: {} = torch.ops.aten.unsqueeze.default(t{k}, 0)",
+            ty(&[1, g, H])
+        ));
+        b.push(format!(
+            "p{k}: {} = torch.ops.aten.bmm.default(u{k}, w)",
+            ty(&[1, g, H])
+        ));
+        b.push(format!(
+            "ut{k}: {} = torch.ops.aten.transpose.int(u{k}, 1, 2)",
+            ty(&[1, H, g])
+        ));
+        b.push(format!(
+            "gw{k}: {} = torch.ops.aten.bmm.default(ut{k}, p{k})",
+            ty(&[1, H, H])
+        ));
+    }
+    b.push(format!(
+        "out: {} = torch.ops.aten.add.Tensor(gw0, gw1)",
+        ty(&[1, H, H])
+    ));
+    common::hand::graph_module(&params, &b)
+}
+
+/// The spec: `x^T (x w_e)` for each of `experts` experts over all `batch` tokens.
+fn spec_graph(batch: usize, experts: usize) -> String {
+    let params = vec![
+        format!("x: {}", ty(&[batch, H])),
+        format!("w: {}", ty(&[experts, H, H])),
+    ];
+    let body = vec![
+        format!(
+            "u: {} = torch.ops.aten.unsqueeze.default(x, 0)",
+            ty(&[1, batch, H])
+        ),
+        format!(
+            "e: {} = torch.ops.aten.expand.default(u, [{experts}, {batch}, {H}])",
+            ty(&[experts, batch, H])
+        ),
+        format!(
+            "p: {} = torch.ops.aten.bmm.default(e, w)",
+            ty(&[experts, batch, H])
+        ),
+        format!(
+            "et: {} = torch.ops.aten.transpose.int(e, 1, 2)",
+            ty(&[experts, H, batch])
+        ),
+        format!(
+            "out: {} = torch.ops.aten.bmm.default(et, p)",
+            ty(&[experts, H, H])
+        ),
+    ];
+    common::hand::graph_module(&params, &body)
+}
+
+/// What the checker and the interpreter say of one program.
+struct Ran {
+    verdict: Verdict,
+    /// Whether the ranks' outputs, assembled as declared, are the spec's.
+    right: bool,
+    report: String,
+}
+
+fn run(attack: Attack) -> Ran {
+    let dir = tempfile::tempdir().unwrap();
+    let x_shards = if attack == Attack::TokensReplicatedOnEp {
+        N
+    } else {
+        N * N
+    };
+    let experts = if attack == Attack::SummedOverEpToo {
+        1
+    } else {
+        N
+    };
+    let batch = x_shards * K * L;
+    std::fs::write(dir.path().join("spec.py"), spec_graph(batch, experts)).unwrap();
+    let names: Vec<String> = (0..N * N).map(|q| format!("r{q}.py")).collect();
+    for name in &names {
+        std::fs::write(dir.path().join(name), rank_graph()).unwrap();
+    }
+    let x = match attack {
+        Attack::TokensReplicatedOnEp => "{ dp: Shard(0) }",
+        _ => "{ dp: Shard(0), ep: Shard(0) }",
+    };
+    let (w, out) = match attack {
+        Attack::SummedOverEpToo => ("{ }", "{ dp: Partial(sum), ep: Partial(sum) }"),
+        _ => ("{ ep: Shard(0) }", "{ dp: Partial(sum), ep: Shard(0) }"),
+    };
+    let yaml = format!(
+        "version: 1\nname: gathered-sums\nspec:\n  graph: spec.py\nimpl:\n  mesh: {{ dp: {N}, ep: {N} }}\n  graphs: [{}]\n  groups:\n    \"dp\": dp\n    \"ep\": ep\ninputs:\n  x: {x}\n  w: {w}\noutputs:\n  out: {out}\n",
+        names.join(", ")
+    );
+    std::fs::write(dir.path().join("case.yaml"), yaml).unwrap();
+    let case = shardproof_case::load_case(&dir.path().join("case.yaml"))
+        .unwrap_or_else(|e| panic!("{attack:?}: {e}"));
+    let report = check_case(&case).unwrap_or_else(|e| panic!("{e}"));
+    let at = |g: &shardproof_ir::Graph, name: &str| {
+        ValueId::new(g.nodes.iter().position(|n| n.name == name).unwrap(), 0)
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    let xs = random(&[batch, H], &mut rng);
+    let ws = random(&[experts, H, H], &mut rng);
+    let leaves = BTreeMap::from([("x".to_string(), xs.clone()), ("w".to_string(), ws.clone())]);
+    let want = run_graph(&case.spec, &leaves, &RunConfig::default())
+        .ok()
+        .and_then(|env| env.get(at(&case.spec, "out")).map(|t| t.data.to_vec()));
+    let per_rank: Vec<BTreeMap<String, Tensor>> = (0..N * N)
+        .map(|q| {
+            let (d, e) = (q / N, q % N);
+            let s = if x_shards == N { d } else { d * N + e };
+            let rows = K * L * H;
+            let xr = Tensor::new(
+                shardproof_ops::Meta::new(shardproof_ir::DType::F64, vec![K * L, H]),
+                xs.data[s * rows..(s + 1) * rows].to_vec(),
+            );
+            let we = if experts == 1 { 0 } else { e };
+            let wr = Tensor::new(
+                shardproof_ops::Meta::new(shardproof_ir::DType::F64, vec![1, H, H]),
+                ws.data[we * H * H..(we + 1) * H * H].to_vec(),
+            );
+            BTreeMap::from([("x".to_string(), xr), ("w".to_string(), wr)])
+        })
+        .collect();
+    let envs = run_program(&case.program, &per_rank, &RunConfig::default()).expect("the ranks run");
+    // Summed over dp; expert blocks side by side over ep (or summed where declared a sum).
+    let mut got = vec![0.0; experts * H * H];
+    for (q, env) in envs.iter().enumerate() {
+        let e = q % N;
+        let o: &Tensor = env.get(at(&case.program.ranks[q], "out")).unwrap();
+        let off = if experts == 1 { 0 } else { e * H * H };
+        got[off..off + H * H]
+            .iter_mut()
+            .zip(o.data.iter())
+            .for_each(|(a, v)| *a += v);
+    }
+    Ran {
+        verdict: report.verdict,
+        right: want.is_some_and(|w| close(&got, &w)),
+        report: report.render(),
+    }
+}
+
+fn never_holds(attack: Attack) {
+    let ran = run(attack);
+    let what = format!("{attack:?}: {:?}\n{}", ran.verdict, ran.report);
+    eprintln!("{what}");
+    assert!(!ran.right, "not wrong when run: {what}");
+    assert_ne!(ran.verdict, Verdict::Holds, "{what}");
+}
+
+#[test]
+fn the_experts_sums_over_rows_gathered_over_ep_hold() {
+    let ran = run(Attack::None);
+    let what = format!("{:?}\n{}", ran.verdict, ran.report);
+    assert!(ran.right, "the correct program is wrong: {what}");
+    assert_eq!(ran.verdict, Verdict::Holds, "{what}");
+}
+
+#[test]
+fn tokens_gathered_twice_never_hold() {
+    never_holds(Attack::TokensReplicatedOnEp);
+}
+
+#[test]
+fn a_sum_over_ep_of_the_gathered_sums_never_holds() {
+    never_holds(Attack::SummedOverEpToo);
+}

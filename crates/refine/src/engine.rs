@@ -41,7 +41,7 @@ use crate::lower::{
     lower, pair_collectives, pair_messages, LowerCtx, Lowered, Messages, Partners, Tpl, ValueRef,
 };
 use crate::term::{Shapes, Term};
-use diagnose::{blame, fused_product, is_float_scalar, is_float_value, strong_evidence};
+use diagnose::{blame, Detail, fused_product, is_float_scalar, is_float_value, strong_evidence};
 use egg::{RecExpr, Rewrite};
 use evidence::{is_rank_sum, never_completed, shard_reductions_never_completed};
 use inputs::{expected_exprs, input_state};
@@ -317,6 +317,7 @@ impl Walk<'_> {
             &grown.widened,
             v,
             name,
+            Detail::Hint,
         );
         // The rank sums at the operator's own inputs and product: `blame` may name a sum it
         // walked back to (a correct llama dp2 x tp2's norm, whose input is no sum, named its
@@ -1209,6 +1210,7 @@ impl Walk<'_> {
                 &grown.widened,
                 v,
                 name,
+                Detail::Report,
             )
         };
         for &(v, _) in self.checked {

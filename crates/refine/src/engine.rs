@@ -319,6 +319,26 @@ impl Walk<'_> {
             name,
             Detail::Hint,
         );
+        // The unit tests' walks (every fast refutation test among them) check that the short
+        // form decides as the full report would.
+        if cfg!(test) {
+            let full = blame(
+                self.case,
+                self.imp,
+                &grown.state,
+                &grown.products,
+                self.spec_metas,
+                &grown.widened,
+                v,
+                name,
+                Detail::Report,
+            );
+            assert_eq!(
+                (&full.operator, &full.hint, &full.not_computed),
+                (&f.operator, &f.hint, &f.not_computed),
+                "blame's short form differs from its report at `{name}`"
+            );
+        }
         // The rank sums at the operator's own inputs and product: `blame` may name a sum it
         // walked back to (a correct llama dp2 x tp2's norm, whose input is no sum, named its
         // residual's tp all-reduces), which later operators can compensate.

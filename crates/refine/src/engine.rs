@@ -41,7 +41,7 @@ use crate::lower::{
     lower, pair_collectives, pair_messages, LowerCtx, Lowered, Messages, Partners, Tpl, ValueRef,
 };
 use crate::term::{Shapes, Term};
-use diagnose::{blame, Detail, fused_product, is_float_scalar, is_float_value, strong_evidence};
+use diagnose::{blame, fused_product, is_float_scalar, is_float_value, strong_evidence, Detail};
 use egg::{RecExpr, Rewrite};
 use evidence::{is_rank_sum, never_completed, shard_reductions_never_completed};
 use inputs::{expected_exprs, input_state};

@@ -41,7 +41,7 @@ use crate::lower::{
     lower, pair_collectives, pair_messages, LowerCtx, Lowered, Messages, Partners, Tpl, ValueRef,
 };
 use crate::term::{Shapes, Term};
-use diagnose::{blame, fused_product, is_float_scalar, is_float_value, strong_evidence};
+use diagnose::{blame, fused_product, is_float_scalar, is_float_value, strong_evidence, Detail};
 use egg::{RecExpr, Rewrite};
 use evidence::{is_rank_sum, never_completed, shard_reductions_never_completed};
 use inputs::{expected_exprs, input_state};
@@ -317,7 +317,28 @@ impl Walk<'_> {
             &grown.widened,
             v,
             name,
+            Detail::Hint,
         );
+        // The unit tests' walks (every fast refutation test among them) check that the short
+        // form decides as the full report would.
+        if cfg!(test) {
+            let full = blame(
+                self.case,
+                self.imp,
+                &grown.state,
+                &grown.products,
+                self.spec_metas,
+                &grown.widened,
+                v,
+                name,
+                Detail::Report,
+            );
+            assert_eq!(
+                (&full.operator, &full.hint, &full.not_computed),
+                (&f.operator, &f.hint, &f.not_computed),
+                "blame's short form differs from its report at `{name}`"
+            );
+        }
         // The rank sums at the operator's own inputs and product: `blame` may name a sum it
         // walked back to (a correct llama dp2 x tp2's norm, whose input is no sum, named its
         // residual's tp all-reduces), which later operators can compensate.
@@ -1209,6 +1230,7 @@ impl Walk<'_> {
                 &grown.widened,
                 v,
                 name,
+                Detail::Report,
             )
         };
         for &(v, _) in self.checked {

@@ -39,6 +39,14 @@ fn scales_itself(node: &shardproof_ir::Node) -> bool {
     }
 }
 
+/// Whether `op` is a `_c10d_functional` collective (its name, written out, starts with
+/// `_c10d_functional.`), read without writing the name out.
+fn is_c10d_functional(op: &shardproof_ir::OpName) -> bool {
+    op.namespace
+        .strip_prefix("_c10d_functional")
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+}
+
 /// The product term inside a lowered fused linear, `add(mm(a, b), bias)`.
 pub(super) fn fused_product(t: &Tpl) -> Option<&Tpl> {
     match t {
@@ -140,6 +148,17 @@ pub(super) fn is_float_value(spec_metas: &[Vec<Option<Meta>>], v: ValueId) -> bo
         .is_none_or(|m| m.dtype.is_float())
 }
 
+/// How much of a [`Failure`] [`blame`] writes out.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Detail {
+    /// Everything the report shows.
+    Report,
+    /// Only the operator and the hint (and what decides them): fast refutation asks `blame`
+    /// of thousands of values mid-walk and reads nothing else, so the relations rendered per
+    /// input, the consumers' names and the other stops are left empty.
+    Hint,
+}
+
 /// Localizes a failure: from the failing output back through spec values without clean
 /// relations, to the first operator whose inputs all have clean relations.
 // The walk reads every table the inference kept; a struct of them would only be unpacked here.
@@ -153,7 +172,9 @@ pub(super) fn blame(
     widened: &HashSet<ValueId>,
     out: ValueId,
     name: &str,
+    detail: Detail,
 ) -> Failure {
+    let report = detail == Detail::Report;
     // A multiple found only by the wider attempt is a rank's tensor taken as a multiple of the
     // spec's value (its gradient of the local loss): the ranks' convention, no evidence of a
     // wrong factor, so it counts as unclean here.
@@ -208,6 +229,7 @@ pub(super) fn blame(
     let other_stops: Vec<String> = frontier
         .iter()
         .skip(1)
+        .filter(|_| report)
         .map(|&s| {
             let op = spec.nodes[s.node]
                 .op()
@@ -339,27 +361,31 @@ pub(super) fn blame(
         ));
     }
     for (subject, name, st) in evidence {
-        inputs.push((name, rels(st)));
+        if report {
+            inputs.push((name, rels(st)));
+        }
         if let Some(State::Related(r)) = st {
             for e in &r.exprs {
                 let top = e.as_ref().last();
+                let top_is_sum = matches!(top, Some(Term::Op(s, _)) if is_op!(s, SUM));
                 let leaves = expr_leaves(imp, e);
                 let mut reduced = false;
-                let late_op = changed_before_reduction(case, imp, &leaves);
                 // The rank sets the implementation's collectives over these leaves reduce.
                 let mut groups: BTreeSet<Vec<usize>> = BTreeSet::new();
                 for l in &leaves {
                     for &(r, n) in imp.consumers.get(l).map_or(&[][..], Vec::as_slice) {
                         let g = &case.program.ranks[r];
                         let nd = &g.nodes[n];
-                        let op = nd.op().map(|o| o.to_string()).unwrap_or_default();
-                        if op.starts_with("_c10d_functional.") {
+                        if nd.op().is_some_and(is_c10d_functional) {
                             reduced = true;
                             if let Some(ranks) = collective_ranks(imp, r, n) {
                                 groups.insert(ranks.into_iter().collect());
                             }
                         }
-                        consumers.insert(format!("r{r}.{} = {}", nd.name, op));
+                        if report {
+                            let op = nd.op().map(|o| o.to_string()).unwrap_or_default();
+                            consumers.insert(format!("r{r}.{} = {}", nd.name, op));
+                        }
                     }
                 }
                 let mut summed: Vec<usize> = leaves.iter().filter_map(|l| l.rank).collect();
@@ -389,6 +415,13 @@ pub(super) fn blame(
                         groups.iter().map(|g| format!("[{}]", show(g))).collect::<Vec<_>>().join(", ")
                     ));
                 }
+                // What follows reads only a rank sum the implementation does not reduce, and
+                // sets only the first hint: the searches below (most of `blame`'s time mid-walk)
+                // are not run for anything else, whose answer they cannot change.
+                if !top_is_sum || reduced || hint.is_some() {
+                    continue;
+                }
+                let late_op = changed_before_reduction(case, imp, &leaves);
                 // Reduced further downstream, after more operators: the engine lacks the
                 // lemma that relates the path, which is no evidence of a bug.
                 //
@@ -396,7 +429,7 @@ pub(super) fn blame(
                 // implementation reduces every piece before computing with it: relations then
                 // stop for want of a lemma that regroups the reduction (the ranks' running
                 // totals of a gradient norm, reduced in another order), not for a missing one.
-                let paths: Vec<ReductionPath> = if !reduced && late_op.is_none() {
+                let paths: Vec<ReductionPath> = if late_op.is_none() {
                     let summands = summands_of(e);
                     leaves
                         .iter()
@@ -411,23 +444,12 @@ pub(super) fn blame(
                 // A search cut off at its bounds decides nothing: a collective past them may
                 // reduce the sum (and a hint is what turns a stop into a refutation).
                 let cut_off = !reduced_later && paths.iter().any(|p| p.truncated);
-                if matches!(top, Some(Term::Op(s, _)) if is_op!(s, SUM))
-                    && !reduced
-                    && !reduced_later
-                    && cut_off
-                    && hint.is_none()
-                    && search_cut.is_none()
-                {
+                if !reduced_later && cut_off && search_cut.is_none() {
                     search_cut = Some(format!(
                         "whether the implementation reduces {subject}, a partial sum, was not decided: the search for a collective that reduces it was cut off at its bounds"
                     ));
                 }
-                if matches!(top, Some(Term::Op(s, _)) if is_op!(s, SUM))
-                    && !reduced
-                    && !reduced_later
-                    && !cut_off
-                    && hint.is_none()
-                {
+                if !reduced_later && !cut_off {
                     hint = Some(if let Some(late) = &late_op {
                         format!(
                             "{subject} is a partial sum, {}, that the implementation reduces only after `{late}` changes it: whatever that adds is counted once per rank (a bias or residual added before the all-reduce?)",
@@ -470,7 +492,7 @@ pub(super) fn blame(
         }
     }
     let computed = match state.get(&v) {
-        Some(State::Related(r)) if !r.clean => {
+        Some(State::Related(r)) if report && !r.clean => {
             r.exprs.first().map(|e| render(e, e.as_ref().len() - 1))
         }
         _ => None,

@@ -395,3 +395,25 @@ fn gathered_rows_reduce_scattered_over_ep_never_hold() {
         ep: Lay::Sum,
     });
 }
+
+/// The gathered rows gathered again over dp: every rank holds the whole microbatch, each row
+/// once, so the sum is replicated. The frame on dp is over rows gathered over ep, which
+/// `frame_summed` does not read (a conservative refusal, never a hold it cannot show).
+#[test]
+fn rows_gathered_over_ep_then_dp_are_never_held_wrongly() {
+    let v = right_when_run(Scenario {
+        name: "gathered twice",
+        body: rename_sum_to_out(summed(&|k| {
+            format!(
+                "a{k}: {} = torch.ops._c10d_functional.all_gather_into_tensor.default(t{k}, {N}, 'dp')\n        r{k}: {} = torch.ops._c10d_functional.wait_tensor.default(a{k})",
+                ty(&[N * N * L, H]),
+                ty(&[N * N * L, H])
+            )
+        })),
+        out_shape: vec![H],
+        spec_body: spec_sum(),
+        dp: Lay::Rep,
+        ep: Lay::Rep,
+    });
+    eprintln!("gathered over ep, then dp: {v:?}");
+}

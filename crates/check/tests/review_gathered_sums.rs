@@ -1,0 +1,419 @@
+//! Adversarial review of the two readings for the experts' gradients (issue 44):
+//! `rows::frame_summed` (a sum over a frame's whole selection keeps the frame lane's
+//! placement) and `rows::gathered_over` with `engine::gathered_sums` (a dp partial over rows
+//! gathered over ep). Each program is run through the interpreter; a program the interpreter
+//! shows wrong must never hold.
+//!
+//! Mesh `dp: 2, ep: 2`. Rank `(d, e)` holds block `2d + e` of the tokens `x [K*L, H]`; per
+//! microbatch k it slices its rows and gathers them over ep (`t{k}`: dp's block d's
+//! microbatch on both ep coordinates), then each scenario sums them its own way.
+
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use shardproof_check::{check_case, Verdict};
+use shardproof_interp::{run_graph, run_program, RunConfig};
+use shardproof_ir::ValueId;
+use shardproof_ops::Tensor;
+use std::collections::BTreeMap;
+
+mod common;
+use common::values::{close, random};
+
+/// Coordinates of dp and of ep.
+const N: usize = 2;
+/// Microbatches.
+const K: usize = 2;
+/// Rows a microbatch of a rank's shard.
+const L: usize = 2;
+/// Hidden size.
+const H: usize = 3;
+
+fn ty(s: &[usize]) -> String {
+    format!("\"f64{s:?}\"")
+}
+
+/// How a mesh dim holds the output, as the case declares it and the assembly reads it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Lay {
+    Sum,
+    Rep,
+}
+
+impl Lay {
+    fn yaml(self) -> &'static str {
+        match self {
+            Lay::Sum => "Partial(sum)",
+            Lay::Rep => "Replicate()",
+        }
+    }
+}
+
+/// One program: the body after the gathers (`t{k}` of shape `[N*L, H]`), ending in `out`
+/// of shape `out_shape`; the spec's body over `x [B, H]` ending in `out`; the layout declared.
+struct Scenario {
+    name: &'static str,
+    body: Vec<String>,
+    out_shape: Vec<usize>,
+    spec_body: Vec<String>,
+    dp: Lay,
+    ep: Lay,
+}
+
+fn rank_graph(s: &Scenario) -> String {
+    let g = N * L;
+    let params = vec![format!("x: {}", ty(&[K * L, H]))];
+    let mut b = Vec::new();
+    for k in 0..K {
+        b.push(format!(
+            "x{k}: {} = torch.ops.aten.slice.Tensor(x, 0, {}, {})",
+            ty(&[L, H]),
+            k * L,
+            (k + 1) * L
+        ));
+        b.push(format!(
+            "ag{k}: {} = torch.ops._c10d_functional.all_gather_into_tensor.default(x{k}, {N}, 'ep')",
+            ty(&[g, H])
+        ));
+        b.push(format!(
+            "t{k}: {} = torch.ops._c10d_functional.wait_tensor.default(ag{k})",
+            ty(&[g, H])
+        ));
+    }
+    b.extend(s.body.iter().cloned());
+    common::hand::graph_module(&params, &b)
+}
+
+/// Verdict, whether the ranks' outputs assembled as declared are the spec's, and the report.
+fn run(s: &Scenario) -> (Verdict, bool, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let batch = N * N * K * L;
+    let spec_params = vec![format!("x: {}", ty(&[batch, H]))];
+    std::fs::write(
+        dir.path().join("spec.py"),
+        common::hand::graph_module(&spec_params, &s.spec_body),
+    )
+    .unwrap();
+    let names: Vec<String> = (0..N * N).map(|q| format!("r{q}.py")).collect();
+    for name in &names {
+        std::fs::write(dir.path().join(name), rank_graph(s)).unwrap();
+    }
+    let yaml = format!(
+        "version: 1\nname: review-gathered-sums\nspec:\n  graph: spec.py\nimpl:\n  mesh: {{ dp: {N}, ep: {N} }}\n  graphs: [{}]\n  groups:\n    \"dp\": dp\n    \"ep\": ep\ninputs:\n  x: {{ dp: Shard(0), ep: Shard(0) }}\noutputs:\n  out: {{ dp: {}, ep: {} }}\n",
+        names.join(", "),
+        s.dp.yaml(),
+        s.ep.yaml()
+    );
+    std::fs::write(dir.path().join("case.yaml"), yaml).unwrap();
+    let case = shardproof_case::load_case(&dir.path().join("case.yaml"))
+        .unwrap_or_else(|e| panic!("{}: {e}", s.name));
+    let report = check_case(&case).unwrap_or_else(|e| panic!("{e}"));
+    let at = |g: &shardproof_ir::Graph, name: &str| {
+        ValueId::new(g.nodes.iter().position(|n| n.name == name).unwrap(), 0)
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    let xs = random(&[batch, H], &mut rng);
+    let leaves = BTreeMap::from([("x".to_string(), xs.clone())]);
+    let want = run_graph(&case.spec, &leaves, &RunConfig::default())
+        .ok()
+        .and_then(|env| env.get(at(&case.spec, "out")).map(|t| t.data.to_vec()));
+    let per_rank: Vec<BTreeMap<String, Tensor>> = (0..N * N)
+        .map(|q| {
+            let rows = K * L * H;
+            let xr = Tensor::new(
+                shardproof_ops::Meta::new(shardproof_ir::DType::F64, vec![K * L, H]),
+                xs.data[q * rows..(q + 1) * rows].to_vec(),
+            );
+            BTreeMap::from([("x".to_string(), xr)])
+        })
+        .collect();
+    let envs = run_program(&case.program, &per_rank, &RunConfig::default()).expect("the ranks run");
+    let outs: Vec<Vec<f64>> = envs
+        .iter()
+        .enumerate()
+        .map(|(q, env)| {
+            let o: &Tensor = env.get(at(&case.program.ranks[q], "out")).unwrap();
+            assert_eq!(o.meta.shape, s.out_shape, "{}", s.name);
+            o.data.to_vec()
+        })
+        .collect();
+    // Combine over ep within each dp coordinate, then over dp; a replicated dim must hold
+    // the same values on every coordinate.
+    let combine = |parts: Vec<Vec<f64>>, lay: Lay| -> Option<Vec<f64>> {
+        match lay {
+            Lay::Sum => Some(parts.iter().fold(vec![0.0; parts[0].len()], |a, p| {
+                a.iter().zip(p).map(|(x, y)| x + y).collect()
+            })),
+            Lay::Rep => parts
+                .iter()
+                .all(|p| close(p, &parts[0]))
+                .then(|| parts[0].clone()),
+        }
+    };
+    let per_dp: Option<Vec<Vec<f64>>> = (0..N)
+        .map(|d| combine((0..N).map(|e| outs[d * N + e].clone()).collect(), s.ep))
+        .collect();
+    let got = per_dp.and_then(|p| combine(p, s.dp));
+    let right = matches!((got, want), (Some(g), Some(w)) if close(&g, &w));
+    (report.verdict, right, report.render())
+}
+
+/// Sums of each microbatch's gathered rows over dim 0, `s{k}: [H]`, added into `sum`.
+fn summed(rows: &dyn Fn(usize) -> String) -> Vec<String> {
+    let mut b = Vec::new();
+    for k in 0..K {
+        b.push(rows(k));
+        b.push(format!(
+            "s{k}: {} = torch.ops.aten.sum.dim_IntList(r{k}, [0])",
+            ty(&[H])
+        ));
+    }
+    b.push(format!(
+        "sum: {} = torch.ops.aten.add.Tensor(s0, s1)",
+        ty(&[H])
+    ));
+    b
+}
+
+/// The gathered rows as they are.
+fn plain_rows(k: usize) -> String {
+    format!(
+        "r{k}: {} = torch.ops.aten.clone.default(t{k})",
+        ty(&[N * L, H])
+    )
+}
+
+fn spec_sum() -> Vec<String> {
+    vec![format!(
+        "out: {} = torch.ops.aten.sum.dim_IntList(x, [0])",
+        ty(&[H])
+    )]
+}
+
+fn all_reduce(input: &str, out: &str, group: &str) -> Vec<String> {
+    vec![
+        format!(
+            "ar_{out}: {} = torch.ops._c10d_functional.all_reduce.default({input}, 'sum', '{group}')",
+            ty(&[H])
+        ),
+        format!(
+            "{out}: {} = torch.ops._c10d_functional.wait_tensor.default(ar_{out})",
+            ty(&[H])
+        ),
+    ]
+}
+
+fn with_tail(mut b: Vec<String>, tail: Vec<String>) -> Vec<String> {
+    b.extend(tail);
+    b
+}
+
+fn rename_sum_to_out(b: Vec<String>) -> Vec<String> {
+    with_tail(
+        b,
+        vec![format!(
+            "out: {} = torch.ops.aten.clone.default(sum)",
+            ty(&[H])
+        )],
+    )
+}
+
+fn never_holds(s: Scenario) {
+    let (verdict, right, report) = run(&s);
+    let what = format!("{}: {verdict:?}\n{report}", s.name);
+    eprintln!("{what}");
+    assert!(!right, "not wrong when run: {what}");
+    assert_ne!(verdict, Verdict::Holds, "{what}");
+}
+
+fn right_when_run(s: Scenario) -> Verdict {
+    let (verdict, right, report) = run(&s);
+    eprintln!("{}: {verdict:?}\n{report}", s.name);
+    assert!(right, "{}: the correct program is wrong when run", s.name);
+    verdict
+}
+
+/// The gathered rows' sum over dp's tokens: correct, and the readings take it.
+#[test]
+fn a_sum_of_gathered_rows_is_read() {
+    let v = right_when_run(Scenario {
+        name: "sum",
+        body: rename_sum_to_out(summed(&plain_rows)),
+        out_shape: vec![H],
+        spec_body: spec_sum(),
+        dp: Lay::Sum,
+        ep: Lay::Rep,
+    });
+    eprintln!("sum of gathered rows: {v:?}");
+}
+
+/// Each microbatch's gathered rows repeated: every row counts twice.
+#[test]
+fn repeated_gathered_rows_never_hold() {
+    never_holds(Scenario {
+        name: "repeat",
+        body: rename_sum_to_out(summed(&|k| {
+            format!(
+                "r{k}: {} = torch.ops.aten.repeat.default(t{k}, [2, 1])",
+                ty(&[2 * N * L, H])
+            )
+        })),
+        out_shape: vec![H],
+        spec_body: spec_sum(),
+        dp: Lay::Sum,
+        ep: Lay::Rep,
+    });
+}
+
+/// Each microbatch's gathered rows concatenated with themselves: every row counts twice.
+#[test]
+fn gathered_rows_concatenated_twice_never_hold() {
+    never_holds(Scenario {
+        name: "cat",
+        body: rename_sum_to_out(summed(&|k| {
+            format!(
+                "r{k}: {} = torch.ops.aten.cat.default([t{k}, t{k}])",
+                ty(&[2 * N * L, H])
+            )
+        })),
+        out_shape: vec![H],
+        spec_body: spec_sum(),
+        dp: Lay::Sum,
+        ep: Lay::Rep,
+    });
+}
+
+/// The sum declared a sum over ep too: ep's coordinates hold the same sum, added twice.
+#[test]
+fn the_gathered_sum_declared_a_sum_over_ep_never_holds() {
+    never_holds(Scenario {
+        name: "ep-sum",
+        body: rename_sum_to_out(summed(&plain_rows)),
+        out_shape: vec![H],
+        spec_body: spec_sum(),
+        dp: Lay::Sum,
+        ep: Lay::Sum,
+    });
+}
+
+/// The gathered sum all-reduced over dp: the whole sum on every rank.
+#[test]
+fn the_gathered_sum_all_reduced_over_dp_is_read() {
+    let v = right_when_run(Scenario {
+        name: "all-reduce dp",
+        body: with_tail(summed(&plain_rows), all_reduce("sum", "out", "dp")),
+        out_shape: vec![H],
+        spec_body: spec_sum(),
+        dp: Lay::Rep,
+        ep: Lay::Rep,
+    });
+    eprintln!("all-reduced over dp: {v:?}");
+}
+
+/// All-reduced over dp and then over ep: twice the sum.
+#[test]
+fn the_gathered_sum_all_reduced_over_dp_and_ep_never_holds() {
+    let mut b = with_tail(summed(&plain_rows), all_reduce("sum", "dsum", "dp"));
+    b.extend(all_reduce("dsum", "out", "ep"));
+    never_holds(Scenario {
+        name: "all-reduce dp, ep",
+        body: b,
+        out_shape: vec![H],
+        spec_body: spec_sum(),
+        dp: Lay::Rep,
+        ep: Lay::Rep,
+    });
+}
+
+/// The partial over gathered rows all-reduced over ep before anything else: each ep
+/// coordinate adds the other's copy of the same sum.
+#[test]
+fn the_gathered_partial_all_reduced_over_ep_never_holds() {
+    never_holds(Scenario {
+        name: "all-reduce ep",
+        body: with_tail(summed(&plain_rows), all_reduce("sum", "out", "ep")),
+        out_shape: vec![H],
+        spec_body: spec_sum(),
+        dp: Lay::Sum,
+        ep: Lay::Rep,
+    });
+}
+
+/// The partial over gathered rows through a view first: still the sum.
+#[test]
+fn the_gathered_partial_through_a_view_is_read() {
+    let mut b = summed(&plain_rows);
+    b.push(format!(
+        "out: {} = torch.ops.aten.view.default(sum, [1, {H}])",
+        ty(&[1, H])
+    ));
+    let v = right_when_run(Scenario {
+        name: "view",
+        body: b,
+        out_shape: vec![1, H],
+        spec_body: vec![
+            format!("s: {} = torch.ops.aten.sum.dim_IntList(x, [0])", ty(&[H])),
+            format!(
+                "out: {} = torch.ops.aten.view.default(s, [1, {H}])",
+                ty(&[1, H])
+            ),
+        ],
+        dp: Lay::Sum,
+        ep: Lay::Rep,
+    });
+    eprintln!("through a view: {v:?}");
+}
+
+/// The gathered tokens reduce-scattered over ep (a sum of ep's two copies of dp's block:
+/// each rank gets twice its own rows back), then summed.
+#[test]
+fn gathered_rows_reduce_scattered_over_ep_never_hold() {
+    let mut b = Vec::new();
+    for k in 0..K {
+        b.push(format!(
+            "rs{k}: {} = torch.ops._c10d_functional.reduce_scatter_tensor.default(t{k}, 'sum', {N}, 'ep')",
+            ty(&[L, H])
+        ));
+        b.push(format!(
+            "r{k}: {} = torch.ops._c10d_functional.wait_tensor.default(rs{k})",
+            ty(&[L, H])
+        ));
+        b.push(format!(
+            "s{k}: {} = torch.ops.aten.sum.dim_IntList(r{k}, [0])",
+            ty(&[H])
+        ));
+    }
+    b.push(format!(
+        "out: {} = torch.ops.aten.add.Tensor(s0, s1)",
+        ty(&[H])
+    ));
+    never_holds(Scenario {
+        name: "reduce-scatter ep",
+        body: b,
+        out_shape: vec![H],
+        spec_body: spec_sum(),
+        dp: Lay::Sum,
+        ep: Lay::Sum,
+    });
+}
+
+/// The gathered rows gathered again over dp: every rank holds the whole microbatch, each row
+/// once, so the sum is replicated. The frame on dp is over rows gathered over ep, which
+/// `frame_summed` does not read (a conservative refusal, never a hold it cannot show).
+#[test]
+fn rows_gathered_over_ep_then_dp_are_never_held_wrongly() {
+    let v = right_when_run(Scenario {
+        name: "gathered twice",
+        body: rename_sum_to_out(summed(&|k| {
+            format!(
+                "a{k}: {} = torch.ops._c10d_functional.all_gather_into_tensor.default(t{k}, {N}, 'dp')\n        r{k}: {} = torch.ops._c10d_functional.wait_tensor.default(a{k})",
+                ty(&[N * N * L, H]),
+                ty(&[N * N * L, H])
+            )
+        })),
+        out_shape: vec![H],
+        spec_body: spec_sum(),
+        dp: Lay::Rep,
+        ep: Lay::Rep,
+    });
+    eprintln!("gathered over ep, then dp: {v:?}");
+}

@@ -545,7 +545,9 @@ fn an_undecided_two_replica_case_is_inconclusive_and_says_so() {
     let v: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
     assert_eq!(v["verdict"], "inconclusive", "{}", json.stdout);
     assert!(
-        v["mesh_kept"].as_str().is_some_and(|m| m.contains(undecided)),
+        v["mesh_kept"]
+            .as_str()
+            .is_some_and(|m| m.contains(undecided)),
         "{}",
         json.stdout
     );

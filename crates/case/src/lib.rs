@@ -28,8 +28,8 @@ pub use layout::{
 };
 pub use placement::{Placement, Reduce};
 pub use resolve::{
-    load_case, resolve_case, Assumptions, Case, DropoutAssumption, InputRelation,
-    OutputExpectation, Override,
+    load_case, load_case_with_scales, resolve_case, Assumptions, Case, DropoutAssumption,
+    InputRelation, OutputExpectation, Override,
 };
 pub use suggest::did_you_mean;
 pub use syntax::{

@@ -187,6 +187,17 @@ impl Case {
         laid_out.chain(constants).collect()
     }
 
+    /// Every `scale:` of the `inputs:` entries, by spec name: each rank's tensor of that
+    /// relation is the scale times the piece its placement gives (a case loaded by
+    /// [`load_case_with_scales`]; [`load_case`] refuses them).
+    pub fn scales(&self) -> BTreeMap<String, u64> {
+        self.source
+            .inputs
+            .iter()
+            .filter_map(|e| Some((e.name.value.clone(), e.scale.as_ref()?.value)))
+            .collect()
+    }
+
     /// The relation of a spec input (or cut) by spec name.
     pub fn input(&self, spec_name: &str) -> Option<&InputRelation> {
         self.inputs.iter().find(|r| r.spec_name == spec_name)
@@ -248,17 +259,52 @@ impl Case {
 /// Reads a case file and everything it names, and resolves it: the YAML, then the checks that
 /// need no graph, then the spec and rank graphs (paths relative to the case file; their own
 /// errors pass through), then the checks against the graphs.
+///
+/// A `scale:` on an `inputs:` entry is refused here, pointing at it: only `shardproof prove`
+/// reads it ([`load_case_with_scales`]), and an engine reading the placement alone would check
+/// another relation than the one the case states.
 pub fn load_case(path: &Path) -> Result<Case, SourceError> {
-    read_case(path).map_err(shardproof_import::shorten_quotes)
+    read_case(path, false).map_err(shardproof_import::shorten_quotes)
 }
 
-fn read_case(path: &Path) -> Result<Case, SourceError> {
+/// [`load_case`], accepting `scale:` on `inputs:` entries ([`Case::scales`]): for callers
+/// that state the scaled relations in what they prove (`shardproof prove`).
+pub fn load_case_with_scales(path: &Path) -> Result<Case, SourceError> {
+    read_case(path, true).map_err(shardproof_import::shorten_quotes)
+}
+
+/// The first `scale:` of `file`'s inputs, as an error for a caller that does not read it.
+fn refuse_scales(file: &CaseFile) -> Result<(), SourceError> {
+    let Some((e, c)) = file
+        .inputs
+        .iter()
+        .find_map(|e| e.scale.as_ref().map(|c| (e, c)))
+    else {
+        return Ok(());
+    };
+    Err(SourceError::new(
+        &file.path,
+        Some(c.span),
+        format!(
+            "`scale` on the input `{}` is read by `shardproof prove` only",
+            e.name.value
+        ),
+    )
+    .with_hint(
+        "check, verify, run and trace read the placement alone, and the scaled relation is not it: prove the case with `shardproof prove`, or remove `scale`",
+    ))
+}
+
+fn read_case(path: &Path, scales: bool) -> Result<Case, SourceError> {
     let bytes = std::fs::read(path).map_err(|e| {
         SourceError::new(path, None, format!("cannot read the case file: {e}"))
             .with_hint("check that the path exists and is a readable UTF-8 text file")
     })?;
     let text = shardproof_import::decode_utf8(&bytes, path)?;
     let file = parse_case(text, path)?;
+    if !scales {
+        refuse_scales(&file)?;
+    }
     let prep = prepare(&file)?;
     let base = path.parent().unwrap_or(Path::new("."));
     let spec = load_graph_at(&file, base, &file.spec.path, "spec graph")?;
@@ -310,8 +356,10 @@ fn inline_declared(
     (spec, ranks)
 }
 
-/// Resolves a parsed case against graphs the caller already has (`ranks` in rank order).
+/// Resolves a parsed case against graphs the caller already has (`ranks` in rank order). A
+/// `scale:` is refused, as [`load_case`] refuses it.
 pub fn resolve_case(file: CaseFile, spec: Graph, ranks: Vec<Graph>) -> Result<Case, SourceError> {
+    refuse_scales(&file)?;
     let prep = prepare(&file).map_err(shardproof_import::shorten_quotes)?;
     let ranks = ranks.into_iter().map(Arc::new).collect();
     let (spec, ranks) = inline_declared(spec, ranks, &prep.ops);

@@ -100,6 +100,10 @@ pub struct TensorEntry {
     pub impl_name: Option<Located<String>>,
     /// The layout as written.
     pub layout: LayoutSpec,
+    /// `scale:` (an `inputs:` entry only): every rank's tensor is this whole number times the
+    /// piece its placement gives (a data-parallel rank's activation gradient at a backward
+    /// cut is the replica count times the spec's rows). Read by `shardproof prove` only.
+    pub scale: Option<Located<u64>>,
     /// Where the value starts.
     pub value_span: Span,
 }
@@ -191,7 +195,15 @@ pub struct Assumption {
 }
 
 /// The keys that make a mapping value of `inputs:` the entry form rather than a per-dim map.
-pub(crate) const ENTRY_KEYS: [&str; 6] = ["impl", "placement", "blocks", "replicas", "expr", "at"];
+pub(crate) const ENTRY_KEYS: [&str; 7] = [
+    "impl",
+    "placement",
+    "blocks",
+    "replicas",
+    "expr",
+    "at",
+    "scale",
+];
 
 /// Known assumptions and their allowed values.
 pub(crate) const ASSUMPTIONS: [(&str, &[&str]); 2] =
@@ -441,6 +453,22 @@ fn parse_case_text(text: &str, path: &Path) -> Result<CaseFile, SourceError> {
         Some((_, v)) if !v.is_null() => tensor_entries(&ctx, v, "`outputs`")?,
         _ => Vec::new(),
     };
+    if let Some((o, c)) = outputs
+        .iter()
+        .find_map(|o| o.scale.as_ref().map(|c| (o, c)))
+    {
+        return Err(ctx
+            .err(
+                c.span,
+                format!(
+                    "`scale` on the output `{}`: a scale states how the ranks' inputs relate to the spec's",
+                    o.name.value
+                ),
+            )
+            .with_hint(
+                "give `scale:` on the `inputs:` entry of the cut (the stage that establishes it checks the scaled relation); remove it here",
+            ));
+    }
     let ops = match find(&top, "ops") {
         Some((_, v)) if !v.is_null() => op_decls(&ctx, v)?,
         _ => Vec::new(),
@@ -693,6 +721,7 @@ fn tensor_entry(ctx: &Ctx, name: Located<String>, v: &YNode) -> Result<TensorEnt
         return Ok(TensorEntry {
             value_span: v.span,
             impl_name: None,
+            scale: None,
             layout: LayoutSpec::Placed {
                 placement: placement_spec(ctx, v)?,
                 blocks: None,
@@ -734,6 +763,7 @@ fn tensor_entry(ctx: &Ctx, name: Located<String>, v: &YNode) -> Result<TensorEnt
             name,
             impl_name: None,
             layout: LayoutSpec::Expr(expr),
+            scale: None,
             value_span: v.span,
         });
     }
@@ -756,9 +786,18 @@ fn tensor_entry(ctx: &Ctx, name: Located<String>, v: &YNode) -> Result<TensorEnt
         .map(|(_, a)| at_spec(ctx, a))
         .transpose()?
         .unwrap_or_default();
+    let scale = find(&keys, "scale")
+        .map(|(_, c)| {
+            ctx.int(c, "`scale`", 1).map(|c| Located {
+                value: c.value.unsigned_abs(),
+                span: c.span,
+            })
+        })
+        .transpose()?;
     Ok(TensorEntry {
         name,
         impl_name,
+        scale,
         layout: LayoutSpec::Placed {
             placement,
             blocks,

@@ -462,3 +462,60 @@ fn mapped_op_declarations_are_parsed_and_checked() {
     let text = format!("{BASE}ops:\n  _C.f: \"all_reduce($0, 'sum)\"\n");
     assert_error(resolve(&text), 15, 25, "no closing quote");
 }
+
+/// `scale:` on an `inputs:` entry: a whole number of at least 1, inputs only, and read by
+/// `shardproof prove` alone, so the loaders the other engines use refuse it at the value.
+#[test]
+fn scale_is_a_whole_number_on_inputs_read_by_prove_only() {
+    let scaled = with_line(11, "  primals_4: { placement: Shard(0), scale: 2 }");
+    let e = assert_error(resolve(&scaled), 11, 44, "read by `shardproof prove` only");
+    assert!(e.message.contains("`primals_4`"), "{e}");
+    let zero = with_line(11, "  primals_4: { placement: Shard(0), scale: 0 }");
+    assert_error(
+        resolve(&zero),
+        11,
+        44,
+        "`scale` must be at least 1, found 0",
+    );
+    let fraction = with_line(11, "  primals_4: { placement: Shard(0), scale: 0.5 }");
+    assert_error(resolve(&fraction), 11, 44, "`scale` must be an integer");
+    let typo = with_line(11, "  primals_4: { placement: Shard(0), scales: 2 }");
+    let e = assert_error(resolve(&typo), 11, 37, "unknown key `scales`");
+    assert!(e.message.contains("did you mean `scale`?"), "{e}");
+    let output = with_line(13, "  mm: { placement: Shard(1), scale: 2 }");
+    assert_error(resolve(&output), 13, 37, "`scale` on the output `mm`");
+    let with_expr = with_line(11, "  primals_4: { expr: \"r0.primals_4\", scale: 2 }");
+    assert_error(
+        resolve(&with_expr),
+        11,
+        38,
+        "cannot be combined with `expr`",
+    );
+}
+
+/// A case loaded with its scales (`load_case_with_scales`, as `shardproof prove` loads it)
+/// gives them by spec name; `load_case` refuses the same file.
+#[test]
+fn a_case_loaded_with_its_scales_gives_them_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let graph = |rows: usize| {
+        format!(
+            "class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[{rows}, 2]\"):\n        y: \"f32[{rows}, 2]\" = torch.ops.aten.mul.Tensor(x, 3)\n        return (y,)\n"
+        )
+    };
+    std::fs::write(dir.path().join("spec.py"), graph(4)).unwrap();
+    std::fs::write(dir.path().join("rank.py"), graph(2)).unwrap();
+    let case = dir.path().join("case.yaml");
+    std::fs::write(
+        &case,
+        "version: 1\nspec: { graph: spec.py }\nimpl:\n  mesh: { dp: 2 }\n  graphs: [rank.py, rank.py]\ninputs:\n  x: { placement: Shard(0), scale: 2 }\noutputs:\n  y: Shard(0)\n",
+    )
+    .unwrap();
+    let loaded = shardproof_case::load_case_with_scales(&case).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        loaded.scales(),
+        std::collections::BTreeMap::from([("x".to_string(), 2)])
+    );
+    let e = shardproof_case::load_case(&case).expect_err("`scale` refused");
+    assert_eq!(e.span, Some(Span::new(7, 36)), "{e}");
+}

@@ -81,7 +81,9 @@ pub fn main(args: &ProveArgs) -> Verdict {
         Err(message) => return invalid(args, None, &name, &message),
     };
     let time_limit = (args.time_limit > 0.0).then(|| Duration::from_secs_f64(args.time_limit));
-    let case = match shardproof_case::load_case(&args.case).and_then(|c| {
+    // `prove` states the case's scaled relations (`scale:`) in its stages; the other engines
+    // refuse them.
+    let case = match shardproof_case::load_case_with_scales(&args.case).and_then(|c| {
         c.validate_ops(&|op| Registry::builtin().get(op).is_some())?;
         Ok(c)
     }) {
@@ -126,7 +128,9 @@ pub fn main(args: &ProveArgs) -> Verdict {
     let staged = args.jobs.is_some()
         || args.shard.is_some()
         || args.merge.is_some()
-        || case.inputs.iter().any(|r| r.cut);
+        || case.inputs.iter().any(|r| r.cut)
+        // A scaled relation is stated by the stage builder (`PlanOptions::scales`).
+        || !case.scales().is_empty();
     if staged {
         return crate::prove_staged::main(args, html, &case, &applied, started, time_limit);
     }

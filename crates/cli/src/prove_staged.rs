@@ -27,7 +27,12 @@ pub fn main(
         ..ProveConfig::default()
     };
     let jobs = args.jobs.unwrap_or(1).max(1);
-    let plan = match stage::plan(case, cfg.reduce) {
+    // The case's `scale:` entries: each rank's tensor is `c` times its placed piece.
+    let options = stage::PlanOptions {
+        scales: case.scales(),
+        ..stage::PlanOptions::default()
+    };
+    let plan = match stage::plan_with(case, cfg.reduce, &options) {
         Ok(p) => p,
         Err(why) => {
             let mut proof = stage::refused(case, &why);
@@ -105,7 +110,7 @@ pub fn main(
             }
             Err(why) => return invalid(args, html, &case.name, &format!("error: {why}")),
         },
-        None => stage::prove_staged(case, &cfg, jobs),
+        None => stage::prove_staged_with(case, &cfg, jobs, &options),
     };
     proof.assumptions = applied.to_vec();
     if let (Some(dir), Some(p)) = (&args.counterexample, &proof.refuted) {

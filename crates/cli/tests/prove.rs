@@ -490,3 +490,116 @@ fn a_failed_mesh_condition_is_named_once() {
         out.stdout
     );
 }
+
+/// The mesh-dim reduction's fallback when the two-replica case is undecided: a dp=4 case
+/// whose ranks multiply their rows by `sin² + cos²` (1, which no decision layer shows: the
+/// functions are uninterpreted) is undecided on two replicas, then on its own four ranks, and
+/// the verdict is inconclusive (exit 3), naming the undecided two-replica case once.
+#[test]
+fn an_undecided_two_replica_case_is_inconclusive_and_says_so() {
+    let s = Scratch::new();
+    s.write(
+        "spec.py",
+        r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[8, 2]"):
+        y: "f32[8, 2]" = torch.ops.aten.clone.default(x)
+        return (y,)
+"#,
+    );
+    s.write(
+        "rank.py",
+        r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[2, 2]"):
+        s: "f32[2, 2]" = torch.ops.aten.sin.default(x)
+        c: "f32[2, 2]" = torch.ops.aten.cos.default(x)
+        s2: "f32[2, 2]" = torch.ops.aten.mul.Tensor(s, s)
+        c2: "f32[2, 2]" = torch.ops.aten.mul.Tensor(c, c)
+        one: "f32[2, 2]" = torch.ops.aten.add.Tensor(s2, c2)
+        y: "f32[2, 2]" = torch.ops.aten.mul.Tensor(x, one)
+        return (y,)
+"#,
+    );
+    s.write(
+        "case.yaml",
+        "version: 1\nname: pythagoras\nspec:\n  graph: spec.py\nimpl:\n  mesh: { dp: 4 }\n  graphs: [rank.py, rank.py, rank.py, rank.py]\ninputs:\n  x: Shard(0)\noutputs:\n  y: Shard(0)\n",
+    );
+    let out = s.run(&["prove", "case.yaml"]);
+    out.expect_code(3);
+    let undecided = "through the mesh-dim reduction along dp (4 -> 2) it is undecided: ";
+    let kept: Vec<&str> = out
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("mesh kept: "))
+        .collect();
+    assert_eq!(kept.len(), 1, "{}", out.stdout);
+    assert!(kept[0].contains(undecided), "{}", out.stdout);
+    assert!(
+        out.stdout.lines().any(|l| l.starts_with("inconclusive: ")),
+        "{}",
+        out.stdout
+    );
+    // Named once: the verdict line carries the case's own reason only.
+    assert_eq!(out.stdout.matches(undecided).count(), 1, "{}", out.stdout);
+    let json = s.run(&["prove", "case.yaml", "--json"]);
+    json.expect_code(3);
+    let v: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(v["verdict"], "inconclusive", "{}", json.stdout);
+    assert!(
+        v["mesh_kept"]
+            .as_str()
+            .is_some_and(|m| m.contains(undecided)),
+        "{}",
+        json.stdout
+    );
+    // The case as written: counted on its own four ranks.
+    assert_eq!(v["counted_on"]["case"], "as-written", "{}", json.stdout);
+}
+
+/// A dp=2 rank averages its loss over its own 2 rows, so its activation gradient `h` is twice
+/// the spec's rows (the spec's `1/4` against the rank's `1/2`): `scale: 2` on the cut states
+/// it, and the case is proved in stages; `scale: 3` (and no scale) is refuted. The other
+/// engines refuse a case with a scale, pointing at it.
+#[test]
+fn a_scaled_cut_is_proved_and_the_wrong_scale_refuted() {
+    let s = Scratch::new();
+    s.write(
+        "spec.py",
+        r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[4, 2]"):
+        h: "f32[4, 2]" = torch.ops.aten.mul.Tensor(x, 0.25)
+        y: "f32[4, 2]" = torch.ops.aten.mul.Tensor(h, 3)
+        return (y,)
+"#,
+    );
+    s.write(
+        "rank.py",
+        r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[2, 2]"):
+        h: "f32[2, 2]" = torch.ops.aten.mul.Tensor(x, 0.5)
+        g: "f32[2, 2]" = torch.ops.aten.mul.Tensor(h, 3)
+        y: "f32[2, 2]" = torch.ops.aten.div.Tensor(g, 2)
+        return (y,)
+"#,
+    );
+    let case = |h: &str| {
+        format!("version: 1\nname: scaled\nspec:\n  graph: spec.py\nimpl:\n  mesh: {{ dp: 2 }}\n  graphs: [rank.py, rank.py]\ninputs:\n  x: Shard(0)\n  h: {h}\noutputs:\n  y: Shard(0)\n")
+    };
+    s.write("right.yaml", &case("{ placement: Shard(0), scale: 2 }"));
+    s.write("wrong.yaml", &case("{ placement: Shard(0), scale: 3 }"));
+    s.write("plain.yaml", &case("Shard(0)"));
+    let out = s.run(&["prove", "right.yaml"]);
+    out.expect_code(0);
+    let out = s.run(&["prove", "wrong.yaml"]);
+    out.expect_code(1);
+    assert!(out.stdout.contains("`h`"), "{}", out.stdout);
+    s.run(&["prove", "plain.yaml"]).expect_code(1);
+    // Line 10, column 36: the value of `scale`.
+    let out = s.run(&["check", "right.yaml"]);
+    out.expect_code(2);
+    let all = format!("{}{}", out.stdout, out.stderr);
+    assert!(all.contains("right.yaml:10:36"), "{all}");
+    assert!(
+        all.contains("`scale` on the input `h` is read by `shardproof prove` only"),
+        "{all}"
+    );
+}

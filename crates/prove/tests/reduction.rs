@@ -610,3 +610,115 @@ fn a_position_table_reduces_with_its_positions_and_a_missing_offset_is_refuted()
     assert_eq!(proof.verdict, Verdict::Refuted, "{:?}", proof.message);
     assert!(proof.counterexample.is_some());
 }
+
+/// An expert-parallel combine as the ep backward writes it: the spec's `relu` over 8 columns;
+/// each tp rank holds 4 columns (`Shard(1)`), zero-pads its `relu` to all 8 with widths
+/// `pads[r]` (`constant_pad_nd`, or `pad` in `mode`) and sums the padded pieces across ranks.
+fn padded_case(dir: &std::path::Path, pads: [[i64; 2]; 2], mode: &str) -> shardproof_case::Case {
+    std::fs::write(
+        dir.join("spec.py"),
+        r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[6, 8]"):
+        y: "f32[6, 8]" = torch.ops.aten.relu.default(x)
+        return (y,)
+"#,
+    )
+    .unwrap();
+    for (r, [lo, hi]) in pads.iter().enumerate() {
+        let width = 4 + lo + hi;
+        let pad = match mode {
+            "" => format!("torch.ops.aten.constant_pad_nd.default(a, [{lo}, {hi}], 0.0)"),
+            m => format!("torch.ops.aten.pad.default(a, [{lo}, {hi}], '{m}')"),
+        };
+        std::fs::write(
+            dir.join(format!("r{r}.py")),
+            format!(
+                r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[6, 4]"):
+        a: "f32[6, 4]" = torch.ops.aten.relu.default(x)
+        p: "f32[6, {width}]" = {pad}
+        s: "f32[6, {width}]" = torch.ops._c10d_functional.all_reduce.default(p, 'sum', 'tp')
+        y: "f32[6, {width}]" = torch.ops._c10d_functional.wait_tensor.default(s)
+        return (y,)
+"#
+            ),
+        )
+        .unwrap();
+    }
+    std::fs::write(
+        dir.join("case.yaml"),
+        "version: 1\nname: padded\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [r0.py, r1.py]\ninputs:\n  x: Shard(1)\noutputs:\n  y: Replicate()\n",
+    )
+    .unwrap();
+    shardproof_case::load_case(&dir.join("case.yaml")).unwrap()
+}
+
+/// `constant_pad_nd` is on the reduction list: widths that are whole numbers of the padded
+/// dim's units scale with them, so the expert-parallel combine reduces its columns (4 per
+/// rank to fewer) and rows and is proved, the full-size verdict the same. Planted wrong pads
+/// are refuted on the reduced sizes, each with a counterexample, and at full size (where the
+/// run finds it first): both ranks padding into the first half (widths that scale), and
+/// rank 1's piece one column early (`[3, 1]`: no common unit with the 4 columns, so the
+/// columns keep their size and the reduced case is the full one along them).
+#[test]
+fn a_constant_pad_reduces_with_its_dim_and_a_wrong_pad_is_refuted() {
+    use shardproof_prove::reduce::reduce_case;
+    let columns = |case: &shardproof_case::Case| {
+        let red = reduce_case(case).expect("reducible");
+        red.inputs
+            .iter()
+            .find(|(n, _, _)| n == "x")
+            .unwrap()
+            .2
+            .clone()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let case = padded_case(dir.path(), [[0, 4], [4, 0]], "");
+    let x = columns(&case);
+    assert!(x[0] < 6 && x[1] < 8, "{x:?}");
+    let (proof, _) = reduced_and_full(&case);
+    assert_eq!(proof.verdict, Verdict::Proved, "{:?}", proof.message);
+    assert!(proof.reduction.is_some());
+    // `pad` in mode `constant` is the same operator.
+    let dir = tempfile::tempdir().unwrap();
+    let case = padded_case(dir.path(), [[0, 4], [4, 0]], "constant");
+    assert!(columns(&case)[1] < 8);
+    let (proof, _) = reduced_and_full(&case);
+    assert_eq!(proof.verdict, Verdict::Proved, "{:?}", proof.message);
+
+    for (pads, kept) in [([[0, 4], [0, 4]], false), ([[0, 4], [3, 1]], true)] {
+        let dir = tempfile::tempdir().unwrap();
+        let case = padded_case(dir.path(), pads, "");
+        assert_eq!(columns(&case)[1] == 8, kept, "{pads:?}");
+        let (proof, _) = reduced_and_full(&case);
+        assert_eq!(
+            proof.verdict,
+            Verdict::Refuted,
+            "{pads:?}: {:?}",
+            proof.message
+        );
+        assert!(proof.counterexample.is_some(), "{pads:?}");
+        assert!(proof.reduction.is_some(), "{pads:?}");
+    }
+}
+
+/// A pad whose border reads the input (`reflect`, `replicate`, `circular`) or that crops (a
+/// negative width) is refused, naming the operator: its offsets do not scale with the sizes.
+#[test]
+fn a_pad_of_another_mode_or_a_crop_is_refused() {
+    use shardproof_prove::reduce::reduce_case;
+    for (pads, mode, why) in [
+        ([[2, 2], [2, 2]], "reflect", "mode `reflect`"),
+        ([[2, 2], [2, 2]], "replicate", "mode `replicate`"),
+        ([[0, 4], [-1, 5]], "", "negative width"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let case = padded_case(dir.path(), pads, mode);
+        let refusal = reduce_case(&case).expect_err(mode);
+        assert!(
+            refusal.op.as_deref().is_some_and(|o| o.contains("pad")),
+            "{refusal:?}"
+        );
+        assert!(refusal.message.contains(why), "{refusal:?}");
+    }
+}

@@ -13,12 +13,14 @@
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use shardproof_check::{check_case, Verdict};
-use shardproof_interp::{run_graph, run_program, RunConfig};
-use shardproof_ir::ValueId;
 use shardproof_ops::Tensor;
 use std::collections::BTreeMap;
 
 mod common;
+use common::dispatch::{
+    block, dp_and_ep_groups, gathered_rows, load_written, rank_outs, spec_out, ty,
+    weighted_sum_spec, x_and_w, Declared,
+};
 use common::values::{close, random};
 
 /// Coordinates of ep (and of dp).
@@ -29,10 +31,6 @@ const K: usize = 2;
 const L: usize = 2;
 /// Hidden size (the gathered rows' count, so that a transpose keeps the shapes).
 const H: usize = N * L;
-
-fn ty(s: &[usize]) -> String {
-    format!("\"f64{s:?}\"")
-}
 
 /// What a program changes in the dispatcher (one microbatch's lines, `k`, on ep coordinate
 /// `r`).
@@ -57,25 +55,12 @@ enum Attack {
 /// The lines of microbatch `k` on ep coordinate `r`: `o{k} [H]`.
 fn microbatch(k: usize, r: usize, attack: Attack) -> Vec<String> {
     let g = N * L;
-    let mut b = vec![format!(
-        "x{k}: {} = torch.ops.aten.slice.Tensor(x, 0, {}, {})",
-        ty(&[L, H]),
-        k * L,
-        (k + 1) * L
-    )];
     let group = if attack == Attack::GatherOverOtherGroup {
         "dp"
     } else {
         "ep"
     };
-    b.push(format!(
-        "ag{k}: {} = torch.ops._c10d_functional.all_gather_into_tensor.default(x{k}, {N}, '{group}')",
-        ty(&[g, H])
-    ));
-    b.push(format!(
-        "agw{k}: {} = torch.ops._c10d_functional.wait_tensor.default(ag{k})",
-        ty(&[g, H])
-    ));
+    let mut b = gathered_rows(k, (L, H), (group, N), &format!("agw{k}"));
     let experts_read = if attack == Attack::OtherSelection && k == 1 {
         b.push(format!(
             "both{k}: {} = torch.ops.aten.add.Tensor(agw{k}, agw{})",
@@ -180,33 +165,6 @@ fn rank_graph(r: usize, attack: Attack) -> String {
     common::hand::graph_module(&params, &body)
 }
 
-/// The spec: both experts on every token (`b` of them), each token's sum weighted by the
-/// token, summed.
-fn spec_graph(b: usize) -> String {
-    let params = vec![
-        format!("x: {}", ty(&[b, H])),
-        format!("w: {}", ty(&[N, H, H])),
-    ];
-    let body = vec![
-        format!(
-            "u: {} = torch.ops.aten.unsqueeze.default(x, 0)",
-            ty(&[1, b, H])
-        ),
-        format!(
-            "e: {} = torch.ops.aten.expand.default(u, [{N}, {b}, {H}])",
-            ty(&[N, b, H])
-        ),
-        format!("p: {} = torch.ops.aten.bmm.default(e, w)", ty(&[N, b, H])),
-        format!(
-            "s: {} = torch.ops.aten.sum.dim_IntList(p, [0])",
-            ty(&[b, H])
-        ),
-        format!("m: {} = torch.ops.aten.mul.Tensor(s, x)", ty(&[b, H])),
-        format!("out: {} = torch.ops.aten.sum.dim_IntList(m, [0])", ty(&[H])),
-    ];
-    common::hand::graph_module(&params, &body)
-}
-
 /// What the checker and the interpreter say of one program.
 struct Ran {
     verdict: Verdict,
@@ -218,15 +176,10 @@ struct Ran {
 /// Runs `attack` with the tokens sharded on ep alone (replicated on dp), or on dp and ep
 /// (`dp_sharded`: dp's rows are then the gathered rows of `RowKey::Gathered` on dp).
 fn run(attack: Attack, dp_sharded: bool) -> Ran {
-    let dir = tempfile::tempdir().unwrap();
     let shards = if dp_sharded { N * N } else { N };
     let batch = shards * K * L;
-    std::fs::write(dir.path().join("spec.py"), spec_graph(batch)).unwrap();
     // Rank = dp * N + ep.
-    let names: Vec<String> = (0..N * N).map(|q| format!("r{q}.py")).collect();
-    for (q, name) in names.iter().enumerate() {
-        std::fs::write(dir.path().join(name), rank_graph(q % N, attack)).unwrap();
-    }
+    let ranks: Vec<String> = (0..N * N).map(|q| rank_graph(q % N, attack)).collect();
     let (x, out) = if dp_sharded {
         (
             "{ dp: Shard(0), ep: Shard(0) }",
@@ -235,51 +188,36 @@ fn run(attack: Attack, dp_sharded: bool) -> Ran {
     } else {
         ("{ ep: Shard(0) }", "{ ep: Partial(sum) }")
     };
-    let yaml = format!(
-        "version: 1\nname: frame-adversarial\nspec:\n  graph: spec.py\nimpl:\n  mesh: {{ dp: {N}, ep: {N} }}\n  graphs: [{}]\n  groups:\n    \"dp\": dp\n    \"ep\": ep\ninputs:\n  x: {x}\n  w: {{ ep: Shard(0) }}\noutputs:\n  out: {out}\n",
-        names.join(", ")
+    let case = load_written(
+        &weighted_sum_spec(batch, N, H),
+        &ranks,
+        &Declared {
+            name: "frame-adversarial",
+            mesh: &[("dp", N), ("ep", N)],
+            groups: &dp_and_ep_groups(),
+            inputs: &[("x", x.to_string()), ("w", "{ ep: Shard(0) }".to_string())],
+            outputs: &[("out", out.to_string())],
+        },
     );
-    std::fs::write(dir.path().join("case.yaml"), yaml).unwrap();
-    let case = shardproof_case::load_case(&dir.path().join("case.yaml"))
-        .unwrap_or_else(|e| panic!("{attack:?}: {e}"));
     let report = check_case(&case).unwrap_or_else(|e| panic!("{e}"));
-    let at = |g: &shardproof_ir::Graph, name: &str| {
-        ValueId::new(g.nodes.iter().position(|n| n.name == name).unwrap(), 0)
-    };
     let mut rng = ChaCha8Rng::seed_from_u64(11);
     let xs = random(&[batch, H], &mut rng);
     let ws = random(&[N, H, H], &mut rng);
-    let leaves = BTreeMap::from([("x".to_string(), xs.clone()), ("w".to_string(), ws.clone())]);
-    let want = run_graph(&case.spec, &leaves, &RunConfig::default())
-        .ok()
-        .and_then(|env| env.get(at(&case.spec, "out")).map(|t| t.data.to_vec()));
+    let want = spec_out(&case, &x_and_w(xs.clone(), ws.clone()));
     // Each rank's shards: block `s` of x's rows (dp outer, ep inner, where dp shards them) and
     // expert e.
     let per_rank: Vec<BTreeMap<String, Tensor>> = (0..N * N)
         .map(|q| {
             let (d, e) = (q / N, q % N);
             let s = if dp_sharded { d * N + e } else { e };
-            let rows = K * L * H;
-            let xr = Tensor::new(
-                shardproof_ops::Meta::new(shardproof_ir::DType::F64, vec![K * L, H]),
-                xs.data[s * rows..(s + 1) * rows].to_vec(),
-            );
-            let wr = Tensor::new(
-                shardproof_ops::Meta::new(shardproof_ir::DType::F64, vec![1, H, H]),
-                ws.data[e * H * H..(e + 1) * H * H].to_vec(),
-            );
-            BTreeMap::from([("x".to_string(), xr), ("w".to_string(), wr)])
+            x_and_w(block(&xs, &[K * L, H], s), block(&ws, &[1, H, H], e))
         })
         .collect();
-    let envs = run_program(&case.program, &per_rank, &RunConfig::default()).expect("the ranks run");
+    let outs = rank_outs(&case, &per_rank).expect("the ranks run");
     let mut got = vec![0.0; H];
     // Summed over ep (and over dp where it shards the tokens; else dp coordinate 0's).
-    for (q, env) in envs
-        .iter()
-        .enumerate()
-        .take(if dp_sharded { N * N } else { N })
-    {
-        let o: &Tensor = env.get(at(&case.program.ranks[q], "out")).unwrap();
+    for o in outs.iter().take(if dp_sharded { N * N } else { N }) {
+        let o = o.as_ref().unwrap();
         got.iter_mut().zip(o.data.iter()).for_each(|(a, v)| *a += v);
     }
     Ran {

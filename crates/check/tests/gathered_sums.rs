@@ -14,12 +14,14 @@
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use shardproof_check::{check_case, Verdict};
-use shardproof_interp::{run_graph, run_program, RunConfig};
-use shardproof_ir::ValueId;
 use shardproof_ops::Tensor;
 use std::collections::BTreeMap;
 
 mod common;
+use common::dispatch::{
+    block, dp_and_ep_groups, experts_on_every_token, gathered_rows, load_written, rank_outs,
+    spec_out, ty, x_and_w, Declared,
+};
 use common::values::{close, random};
 
 /// Coordinates of dp and of ep.
@@ -30,10 +32,6 @@ const K: usize = 2;
 const L: usize = 2;
 /// Hidden size.
 const H: usize = 3;
-
-fn ty(s: &[usize]) -> String {
-    format!("\"f64{s:?}\"")
-}
 
 /// What a program changes.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -56,20 +54,7 @@ fn rank_graph() -> String {
     ];
     let mut b = Vec::new();
     for k in 0..K {
-        b.push(format!(
-            "x{k}: {} = torch.ops.aten.slice.Tensor(x, 0, {}, {})",
-            ty(&[L, H]),
-            k * L,
-            (k + 1) * L
-        ));
-        b.push(format!(
-            "ag{k}: {} = torch.ops._c10d_functional.all_gather_into_tensor.default(x{k}, {N}, 'ep')",
-            ty(&[g, H])
-        ));
-        b.push(format!(
-            "t{k}: {} = torch.ops._c10d_functional.wait_tensor.default(ag{k})",
-            ty(&[g, H])
-        ));
+        b.extend(gathered_rows(k, (L, H), ("ep", N), &format!("t{k}")));
         b.push(format!(
             "u{k}: {} = torch.ops.aten.unsqueeze.default(t{k}, 0)",
             ty(&[1, g, H])
@@ -100,28 +85,17 @@ fn spec_graph(batch: usize, experts: usize) -> String {
         format!("x: {}", ty(&[batch, H])),
         format!("w: {}", ty(&[experts, H, H])),
     ];
-    let body = vec![
+    let mut body = experts_on_every_token(batch, experts, H);
+    body.extend([
         format!(
-            "u: {} = torch.ops.aten.unsqueeze.default(x, 0)",
-            ty(&[1, batch, H])
-        ),
-        format!(
-            "e: {} = torch.ops.aten.expand.default(u, [{experts}, {batch}, {H}])",
-            ty(&[experts, batch, H])
-        ),
-        format!(
-            "p: {} = torch.ops.aten.bmm.default(e, w)",
-            ty(&[experts, batch, H])
-        ),
-        format!(
-            "et: {} = torch.ops.aten.transpose.int(e, 1, 2)",
+            "et: {} = torch.ops.aten.transpose.int(ex, 1, 2)",
             ty(&[experts, H, batch])
         ),
         format!(
             "out: {} = torch.ops.aten.bmm.default(et, p)",
             ty(&[experts, H, H])
         ),
-    ];
+    ]);
     common::hand::graph_module(&params, &body)
 }
 
@@ -134,7 +108,6 @@ struct Ran {
 }
 
 fn run(attack: Attack) -> Ran {
-    let dir = tempfile::tempdir().unwrap();
     let x_shards = if attack == Attack::TokensReplicatedOnEp {
         N
     } else {
@@ -146,11 +119,6 @@ fn run(attack: Attack) -> Ran {
         N
     };
     let batch = x_shards * K * L;
-    std::fs::write(dir.path().join("spec.py"), spec_graph(batch, experts)).unwrap();
-    let names: Vec<String> = (0..N * N).map(|q| format!("r{q}.py")).collect();
-    for name in &names {
-        std::fs::write(dir.path().join(name), rank_graph()).unwrap();
-    }
     let x = match attack {
         Attack::TokensReplicatedOnEp => "{ dp: Shard(0) }",
         _ => "{ dp: Shard(0), ep: Shard(0) }",
@@ -159,47 +127,36 @@ fn run(attack: Attack) -> Ran {
         Attack::SummedOverEpToo => ("{ }", "{ dp: Partial(sum), ep: Partial(sum) }"),
         _ => ("{ ep: Shard(0) }", "{ dp: Partial(sum), ep: Shard(0) }"),
     };
-    let yaml = format!(
-        "version: 1\nname: gathered-sums\nspec:\n  graph: spec.py\nimpl:\n  mesh: {{ dp: {N}, ep: {N} }}\n  graphs: [{}]\n  groups:\n    \"dp\": dp\n    \"ep\": ep\ninputs:\n  x: {x}\n  w: {w}\noutputs:\n  out: {out}\n",
-        names.join(", ")
+    let case = load_written(
+        &spec_graph(batch, experts),
+        &vec![rank_graph(); N * N],
+        &Declared {
+            name: "gathered-sums",
+            mesh: &[("dp", N), ("ep", N)],
+            groups: &dp_and_ep_groups(),
+            inputs: &[("x", x.to_string()), ("w", w.to_string())],
+            outputs: &[("out", out.to_string())],
+        },
     );
-    std::fs::write(dir.path().join("case.yaml"), yaml).unwrap();
-    let case = shardproof_case::load_case(&dir.path().join("case.yaml"))
-        .unwrap_or_else(|e| panic!("{attack:?}: {e}"));
     let report = check_case(&case).unwrap_or_else(|e| panic!("{e}"));
-    let at = |g: &shardproof_ir::Graph, name: &str| {
-        ValueId::new(g.nodes.iter().position(|n| n.name == name).unwrap(), 0)
-    };
     let mut rng = ChaCha8Rng::seed_from_u64(5);
     let xs = random(&[batch, H], &mut rng);
     let ws = random(&[experts, H, H], &mut rng);
-    let leaves = BTreeMap::from([("x".to_string(), xs.clone()), ("w".to_string(), ws.clone())]);
-    let want = run_graph(&case.spec, &leaves, &RunConfig::default())
-        .ok()
-        .and_then(|env| env.get(at(&case.spec, "out")).map(|t| t.data.to_vec()));
+    let want = spec_out(&case, &x_and_w(xs.clone(), ws.clone()));
     let per_rank: Vec<BTreeMap<String, Tensor>> = (0..N * N)
         .map(|q| {
             let (d, e) = (q / N, q % N);
             let s = if x_shards == N { d } else { d * N + e };
-            let rows = K * L * H;
-            let xr = Tensor::new(
-                shardproof_ops::Meta::new(shardproof_ir::DType::F64, vec![K * L, H]),
-                xs.data[s * rows..(s + 1) * rows].to_vec(),
-            );
             let we = if experts == 1 { 0 } else { e };
-            let wr = Tensor::new(
-                shardproof_ops::Meta::new(shardproof_ir::DType::F64, vec![1, H, H]),
-                ws.data[we * H * H..(we + 1) * H * H].to_vec(),
-            );
-            BTreeMap::from([("x".to_string(), xr), ("w".to_string(), wr)])
+            x_and_w(block(&xs, &[K * L, H], s), block(&ws, &[1, H, H], we))
         })
         .collect();
-    let envs = run_program(&case.program, &per_rank, &RunConfig::default()).expect("the ranks run");
+    let outs = rank_outs(&case, &per_rank).expect("the ranks run");
     // Summed over dp; expert blocks side by side over ep (or summed where declared a sum).
     let mut got = vec![0.0; experts * H * H];
-    for (q, env) in envs.iter().enumerate() {
+    for (q, o) in outs.iter().enumerate() {
         let e = q % N;
-        let o: &Tensor = env.get(at(&case.program.ranks[q], "out")).unwrap();
+        let o = o.as_ref().unwrap();
         let off = if experts == 1 { 0 } else { e * H * H };
         got[off..off + H * H]
             .iter_mut()

@@ -11,12 +11,13 @@
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use shardproof_check::{check_case, Verdict};
-use shardproof_interp::{run_graph, run_program, RunConfig};
-use shardproof_ir::ValueId;
 use shardproof_ops::Tensor;
 use std::collections::BTreeMap;
 
 mod common;
+use common::dispatch::{
+    block, dp_and_ep_groups, gathered_rows, load_written, rank_outs, spec_out, ty, Declared,
+};
 use common::values::{close, random};
 
 /// Coordinates of dp and of ep.
@@ -27,10 +28,6 @@ const K: usize = 2;
 const L: usize = 2;
 /// Hidden size.
 const H: usize = 3;
-
-fn ty(s: &[usize]) -> String {
-    format!("\"f64{s:?}\"")
-}
 
 /// How a mesh dim holds the output, as the case declares it and the assembly reads it.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -60,24 +57,10 @@ struct Scenario {
 }
 
 fn rank_graph(s: &Scenario) -> String {
-    let g = N * L;
     let params = vec![format!("x: {}", ty(&[K * L, H]))];
     let mut b = Vec::new();
     for k in 0..K {
-        b.push(format!(
-            "x{k}: {} = torch.ops.aten.slice.Tensor(x, 0, {}, {})",
-            ty(&[L, H]),
-            k * L,
-            (k + 1) * L
-        ));
-        b.push(format!(
-            "ag{k}: {} = torch.ops._c10d_functional.all_gather_into_tensor.default(x{k}, {N}, 'ep')",
-            ty(&[g, H])
-        ));
-        b.push(format!(
-            "t{k}: {} = torch.ops._c10d_functional.wait_tensor.default(ag{k})",
-            ty(&[g, H])
-        ));
+        b.extend(gathered_rows(k, (L, H), ("ep", N), &format!("t{k}")));
     }
     b.extend(s.body.iter().cloned());
     common::hand::graph_module(&params, &b)
@@ -85,53 +68,35 @@ fn rank_graph(s: &Scenario) -> String {
 
 /// Verdict, whether the ranks' outputs assembled as declared are the spec's, and the report.
 fn run(s: &Scenario) -> (Verdict, bool, String) {
-    let dir = tempfile::tempdir().unwrap();
     let batch = N * N * K * L;
     let spec_params = vec![format!("x: {}", ty(&[batch, H]))];
-    std::fs::write(
-        dir.path().join("spec.py"),
-        common::hand::graph_module(&spec_params, &s.spec_body),
-    )
-    .unwrap();
-    let names: Vec<String> = (0..N * N).map(|q| format!("r{q}.py")).collect();
-    for name in &names {
-        std::fs::write(dir.path().join(name), rank_graph(s)).unwrap();
-    }
-    let yaml = format!(
-        "version: 1\nname: review-gathered-sums\nspec:\n  graph: spec.py\nimpl:\n  mesh: {{ dp: {N}, ep: {N} }}\n  graphs: [{}]\n  groups:\n    \"dp\": dp\n    \"ep\": ep\ninputs:\n  x: {{ dp: Shard(0), ep: Shard(0) }}\noutputs:\n  out: {{ dp: {}, ep: {} }}\n",
-        names.join(", "),
-        s.dp.yaml(),
-        s.ep.yaml()
+    let case = load_written(
+        &common::hand::graph_module(&spec_params, &s.spec_body),
+        &vec![rank_graph(s); N * N],
+        &Declared {
+            name: "review-gathered-sums",
+            mesh: &[("dp", N), ("ep", N)],
+            groups: &dp_and_ep_groups(),
+            inputs: &[("x", "{ dp: Shard(0), ep: Shard(0) }".to_string())],
+            outputs: &[(
+                "out",
+                format!("{{ dp: {}, ep: {} }}", s.dp.yaml(), s.ep.yaml()),
+            )],
+        },
     );
-    std::fs::write(dir.path().join("case.yaml"), yaml).unwrap();
-    let case = shardproof_case::load_case(&dir.path().join("case.yaml"))
-        .unwrap_or_else(|e| panic!("{}: {e}", s.name));
     let report = check_case(&case).unwrap_or_else(|e| panic!("{e}"));
-    let at = |g: &shardproof_ir::Graph, name: &str| {
-        ValueId::new(g.nodes.iter().position(|n| n.name == name).unwrap(), 0)
-    };
     let mut rng = ChaCha8Rng::seed_from_u64(7);
     let xs = random(&[batch, H], &mut rng);
     let leaves = BTreeMap::from([("x".to_string(), xs.clone())]);
-    let want = run_graph(&case.spec, &leaves, &RunConfig::default())
-        .ok()
-        .and_then(|env| env.get(at(&case.spec, "out")).map(|t| t.data.to_vec()));
+    let want = spec_out(&case, &leaves);
     let per_rank: Vec<BTreeMap<String, Tensor>> = (0..N * N)
-        .map(|q| {
-            let rows = K * L * H;
-            let xr = Tensor::new(
-                shardproof_ops::Meta::new(shardproof_ir::DType::F64, vec![K * L, H]),
-                xs.data[q * rows..(q + 1) * rows].to_vec(),
-            );
-            BTreeMap::from([("x".to_string(), xr)])
-        })
+        .map(|q| BTreeMap::from([("x".to_string(), block(&xs, &[K * L, H], q))]))
         .collect();
-    let envs = run_program(&case.program, &per_rank, &RunConfig::default()).expect("the ranks run");
+    let envs = rank_outs(&case, &per_rank).expect("the ranks run");
     let outs: Vec<Vec<f64>> = envs
         .iter()
-        .enumerate()
-        .map(|(q, env)| {
-            let o: &Tensor = env.get(at(&case.program.ranks[q], "out")).unwrap();
+        .map(|o| {
+            let o = o.as_ref().unwrap();
             assert_eq!(o.meta.shape, s.out_shape, "{}", s.name);
             o.data.to_vec()
         })
@@ -180,6 +145,19 @@ fn plain_rows(k: usize) -> String {
         "r{k}: {} = torch.ops.aten.clone.default(t{k})",
         ty(&[N * L, H])
     )
+}
+
+/// The scenario `name` whose spec sums `x`'s rows into `out [H]`, the ranks running `body`,
+/// the output declared `dp` on dp and `ep` on ep.
+fn sum_of_x(name: &'static str, body: Vec<String>, dp: Lay, ep: Lay) -> Scenario {
+    Scenario {
+        name,
+        body,
+        out_shape: vec![H],
+        spec_body: spec_sum(),
+        dp,
+        ep,
+    }
 }
 
 fn spec_sum() -> Vec<String> {
@@ -235,77 +213,67 @@ fn right_when_run(s: Scenario) -> Verdict {
 /// The gathered rows' sum over dp's tokens: correct, and the readings take it.
 #[test]
 fn a_sum_of_gathered_rows_is_read() {
-    let v = right_when_run(Scenario {
-        name: "sum",
-        body: rename_sum_to_out(summed(&plain_rows)),
-        out_shape: vec![H],
-        spec_body: spec_sum(),
-        dp: Lay::Sum,
-        ep: Lay::Rep,
-    });
+    let v = right_when_run(sum_of_x(
+        "sum",
+        rename_sum_to_out(summed(&plain_rows)),
+        Lay::Sum,
+        Lay::Rep,
+    ));
     eprintln!("sum of gathered rows: {v:?}");
 }
 
 /// Each microbatch's gathered rows repeated: every row counts twice.
 #[test]
 fn repeated_gathered_rows_never_hold() {
-    never_holds(Scenario {
-        name: "repeat",
-        body: rename_sum_to_out(summed(&|k| {
+    never_holds(sum_of_x(
+        "repeat",
+        rename_sum_to_out(summed(&|k| {
             format!(
                 "r{k}: {} = torch.ops.aten.repeat.default(t{k}, [2, 1])",
                 ty(&[2 * N * L, H])
             )
         })),
-        out_shape: vec![H],
-        spec_body: spec_sum(),
-        dp: Lay::Sum,
-        ep: Lay::Rep,
-    });
+        Lay::Sum,
+        Lay::Rep,
+    ));
 }
 
 /// Each microbatch's gathered rows concatenated with themselves: every row counts twice.
 #[test]
 fn gathered_rows_concatenated_twice_never_hold() {
-    never_holds(Scenario {
-        name: "cat",
-        body: rename_sum_to_out(summed(&|k| {
+    never_holds(sum_of_x(
+        "cat",
+        rename_sum_to_out(summed(&|k| {
             format!(
                 "r{k}: {} = torch.ops.aten.cat.default([t{k}, t{k}])",
                 ty(&[2 * N * L, H])
             )
         })),
-        out_shape: vec![H],
-        spec_body: spec_sum(),
-        dp: Lay::Sum,
-        ep: Lay::Rep,
-    });
+        Lay::Sum,
+        Lay::Rep,
+    ));
 }
 
 /// The sum declared a sum over ep too: ep's coordinates hold the same sum, added twice.
 #[test]
 fn the_gathered_sum_declared_a_sum_over_ep_never_holds() {
-    never_holds(Scenario {
-        name: "ep-sum",
-        body: rename_sum_to_out(summed(&plain_rows)),
-        out_shape: vec![H],
-        spec_body: spec_sum(),
-        dp: Lay::Sum,
-        ep: Lay::Sum,
-    });
+    never_holds(sum_of_x(
+        "ep-sum",
+        rename_sum_to_out(summed(&plain_rows)),
+        Lay::Sum,
+        Lay::Sum,
+    ));
 }
 
 /// The gathered sum all-reduced over dp: the whole sum on every rank.
 #[test]
 fn the_gathered_sum_all_reduced_over_dp_is_read() {
-    let v = right_when_run(Scenario {
-        name: "all-reduce dp",
-        body: with_tail(summed(&plain_rows), all_reduce("sum", "out", "dp")),
-        out_shape: vec![H],
-        spec_body: spec_sum(),
-        dp: Lay::Rep,
-        ep: Lay::Rep,
-    });
+    let v = right_when_run(sum_of_x(
+        "all-reduce dp",
+        with_tail(summed(&plain_rows), all_reduce("sum", "out", "dp")),
+        Lay::Rep,
+        Lay::Rep,
+    ));
     eprintln!("all-reduced over dp: {v:?}");
 }
 
@@ -314,28 +282,19 @@ fn the_gathered_sum_all_reduced_over_dp_is_read() {
 fn the_gathered_sum_all_reduced_over_dp_and_ep_never_holds() {
     let mut b = with_tail(summed(&plain_rows), all_reduce("sum", "dsum", "dp"));
     b.extend(all_reduce("dsum", "out", "ep"));
-    never_holds(Scenario {
-        name: "all-reduce dp, ep",
-        body: b,
-        out_shape: vec![H],
-        spec_body: spec_sum(),
-        dp: Lay::Rep,
-        ep: Lay::Rep,
-    });
+    never_holds(sum_of_x("all-reduce dp, ep", b, Lay::Rep, Lay::Rep));
 }
 
 /// The partial over gathered rows all-reduced over ep before anything else: each ep
 /// coordinate adds the other's copy of the same sum.
 #[test]
 fn the_gathered_partial_all_reduced_over_ep_never_holds() {
-    never_holds(Scenario {
-        name: "all-reduce ep",
-        body: with_tail(summed(&plain_rows), all_reduce("sum", "out", "ep")),
-        out_shape: vec![H],
-        spec_body: spec_sum(),
-        dp: Lay::Sum,
-        ep: Lay::Rep,
-    });
+    never_holds(sum_of_x(
+        "all-reduce ep",
+        with_tail(summed(&plain_rows), all_reduce("sum", "out", "ep")),
+        Lay::Sum,
+        Lay::Rep,
+    ));
 }
 
 /// The partial over gathered rows through a view first: still the sum.
@@ -386,14 +345,7 @@ fn gathered_rows_reduce_scattered_over_ep_never_hold() {
         "out: {} = torch.ops.aten.add.Tensor(s0, s1)",
         ty(&[H])
     ));
-    never_holds(Scenario {
-        name: "reduce-scatter ep",
-        body: b,
-        out_shape: vec![H],
-        spec_body: spec_sum(),
-        dp: Lay::Sum,
-        ep: Lay::Sum,
-    });
+    never_holds(sum_of_x("reduce-scatter ep", b, Lay::Sum, Lay::Sum));
 }
 
 /// The gathered rows gathered again over dp: every rank holds the whole microbatch, each row
@@ -401,19 +353,17 @@ fn gathered_rows_reduce_scattered_over_ep_never_hold() {
 /// `frame_summed` does not read (a conservative refusal, never a hold it cannot show).
 #[test]
 fn rows_gathered_over_ep_then_dp_are_never_held_wrongly() {
-    let v = right_when_run(Scenario {
-        name: "gathered twice",
-        body: rename_sum_to_out(summed(&|k| {
+    let v = right_when_run(sum_of_x(
+        "gathered twice",
+        rename_sum_to_out(summed(&|k| {
             format!(
                 "a{k}: {} = torch.ops._c10d_functional.all_gather_into_tensor.default(t{k}, {N}, 'dp')\n        r{k}: {} = torch.ops._c10d_functional.wait_tensor.default(a{k})",
                 ty(&[N * N * L, H]),
                 ty(&[N * N * L, H])
             )
         })),
-        out_shape: vec![H],
-        spec_body: spec_sum(),
-        dp: Lay::Rep,
-        ep: Lay::Rep,
-    });
+        Lay::Rep,
+        Lay::Rep,
+    ));
     eprintln!("gathered over ep, then dp: {v:?}");
 }

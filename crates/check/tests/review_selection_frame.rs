@@ -12,12 +12,13 @@
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use shardproof_check::{check_case, propagate, Verdict};
-use shardproof_interp::{run_graph, run_program, RunConfig};
-use shardproof_ir::{DType, ValueId};
-use shardproof_ops::{Meta, Tensor};
+use shardproof_ops::Tensor;
 use std::collections::BTreeMap;
 
 mod common;
+use common::dispatch::{
+    block, load_written, rank_outs, spec_out, ty, weighted_sum_spec, x_and_w, Declared,
+};
 use common::values::{assemble, close, random, Make};
 
 /// Microbatches per rank.
@@ -26,10 +27,6 @@ const K: usize = 2;
 const L: usize = 2;
 /// Hidden size.
 const H: usize = 4;
-
-fn ty(s: &[usize]) -> String {
-    format!("\"f64{s:?}\"")
-}
 
 /// A mesh and how the program's tensors are laid out on it.
 struct Layout {
@@ -196,33 +193,6 @@ fn microbatches(each: impl Fn(usize) -> Vec<String>) -> Vec<String> {
     body
 }
 
-/// The spec on `b` tokens and `e` experts: every expert on every token, each token's sum
-/// weighted by the token, summed.
-fn spec_graph(b: usize, e: usize) -> String {
-    let params = vec![
-        format!("x: {}", ty(&[b, H])),
-        format!("w: {}", ty(&[e, H, H])),
-    ];
-    let body = vec![
-        format!(
-            "u: {} = torch.ops.aten.unsqueeze.default(x, 0)",
-            ty(&[1, b, H])
-        ),
-        format!(
-            "ex: {} = torch.ops.aten.expand.default(u, [{e}, {b}, {H}])",
-            ty(&[e, b, H])
-        ),
-        format!("p: {} = torch.ops.aten.bmm.default(ex, w)", ty(&[e, b, H])),
-        format!(
-            "s: {} = torch.ops.aten.sum.dim_IntList(p, [0])",
-            ty(&[b, H])
-        ),
-        format!("m: {} = torch.ops.aten.mul.Tensor(s, x)", ty(&[b, H])),
-        format!("out: {} = torch.ops.aten.sum.dim_IntList(m, [0])", ty(&[H])),
-    ];
-    common::hand::graph_module(&params, &body)
-}
-
 /// What the checker and the interpreter say of one program.
 struct Ran {
     verdict: Verdict,
@@ -234,52 +204,33 @@ struct Ran {
 }
 
 fn run(layout: &Layout, program: Program) -> Ran {
-    let dir = tempfile::tempdir().unwrap();
     let (_, token_blocks) = layout.block(&vec![0; layout.dims.len()], &layout.tokens);
     let (_, experts) = layout.block(&vec![0; layout.dims.len()], &layout.experts);
     let batch = token_blocks * K * L;
-    std::fs::write(dir.path().join("spec.py"), spec_graph(batch, experts)).unwrap();
     let params = vec![
         format!("x: {}", ty(&[K * L, H])),
         format!("w: {}", ty(&[1, H, H])),
     ];
-    let names: Vec<String> = (0..layout.size()).map(|q| format!("r{q}.py")).collect();
-    for (q, name) in names.iter().enumerate() {
-        let body = program(&layout.coords(q));
-        std::fs::write(
-            dir.path().join(name),
-            common::hand::graph_module(&params, &body),
-        )
-        .unwrap();
-    }
-    let mesh: Vec<String> = layout
-        .dims
-        .iter()
-        .map(|(d, n)| format!("{d}: {n}"))
+    let ranks: Vec<String> = (0..layout.size())
+        .map(|q| common::hand::graph_module(&params, &program(&layout.coords(q))))
         .collect();
-    let groups: String = layout
-        .groups
-        .iter()
-        .map(|(g, dims)| {
-            let dims = if dims.len() == 1 {
-                dims[0].to_string()
-            } else {
-                format!("[{}]", dims.join(", "))
-            };
-            format!("    \"{g}\": {dims}\n")
-        })
-        .collect();
-    let yaml = format!(
-        "version: 1\nname: review-selection-frame\nspec:\n  graph: spec.py\nimpl:\n  mesh: {{ {} }}\n  graphs: [{}]\n  groups:\n{groups}inputs:\n  x: {}\n  w: {}\noutputs:\n  out: {}\n",
-        mesh.join(", "),
-        names.join(", "),
-        layout.placement(&layout.tokens, "Shard(0)"),
-        layout.placement(&layout.experts, "Shard(0)"),
-        layout.placement(&layout.out_partial(), "Partial(sum)"),
+    let case = load_written(
+        &weighted_sum_spec(batch, experts, H),
+        &ranks,
+        &Declared {
+            name: "review-selection-frame",
+            mesh: &layout.dims,
+            groups: &layout.groups,
+            inputs: &[
+                ("x", layout.placement(&layout.tokens, "Shard(0)")),
+                ("w", layout.placement(&layout.experts, "Shard(0)")),
+            ],
+            outputs: &[(
+                "out",
+                layout.placement(&layout.out_partial(), "Partial(sum)"),
+            )],
+        },
     );
-    std::fs::write(dir.path().join("case.yaml"), yaml).unwrap();
-    let case =
-        shardproof_case::load_case(&dir.path().join("case.yaml")).unwrap_or_else(|e| panic!("{e}"));
     let report = check_case(&case).unwrap_or_else(|e| panic!("{e}"));
     let nd = layout.dims.len();
     let places = match propagate(&case) {
@@ -307,41 +258,22 @@ fn run(layout: &Layout, program: Program) -> Ran {
             .collect(),
         Err(_) => Vec::new(),
     };
-    let at = |g: &shardproof_ir::Graph, name: &str| {
-        ValueId::new(g.nodes.iter().position(|n| n.name == name).unwrap(), 0)
-    };
     let mut rng = ChaCha8Rng::seed_from_u64(23);
     let xs = random(&[batch, H], &mut rng);
     let ws = random(&[experts, H, H], &mut rng);
-    let leaves = BTreeMap::from([("x".to_string(), xs.clone()), ("w".to_string(), ws.clone())]);
-    let want = run_graph(&case.spec, &leaves, &RunConfig::default())
-        .ok()
-        .and_then(|env| env.get(at(&case.spec, "out")).map(|t| t.data.to_vec()));
+    let want = spec_out(&case, &x_and_w(xs.clone(), ws.clone()));
     let per_rank: Vec<BTreeMap<String, Tensor>> = (0..layout.size())
         .map(|q| {
             let c = layout.coords(q);
             let (s, _) = layout.block(&c, &layout.tokens);
             let (e, _) = layout.block(&c, &layout.experts);
-            let rows = K * L * H;
-            let xr = Tensor::new(
-                Meta::new(DType::F64, vec![K * L, H]),
-                xs.data[s * rows..(s + 1) * rows].to_vec(),
-            );
-            let wr = Tensor::new(
-                Meta::new(DType::F64, vec![1, H, H]),
-                ws.data[e * H * H..(e + 1) * H * H].to_vec(),
-            );
-            BTreeMap::from([("x".to_string(), xr), ("w".to_string(), wr)])
+            x_and_w(block(&xs, &[K * L, H], s), block(&ws, &[1, H, H], e))
         })
         .collect();
-    let right = run_program(&case.program, &per_rank, &RunConfig::default()).is_ok_and(|envs| {
-        let outs: Vec<Vec<f64>> = envs
+    let right = rank_outs(&case, &per_rank).is_some_and(|ranks_out| {
+        let outs: Vec<Vec<f64>> = ranks_out
             .iter()
-            .zip(&case.program.ranks)
-            .map(|(env, g)| {
-                env.get(at(g, "out"))
-                    .map_or_else(Vec::new, |t: &Tensor| t.data.to_vec())
-            })
+            .map(|o| o.as_ref().map_or_else(Vec::new, |t| t.data.to_vec()))
             .collect();
         let makes: Vec<Make> = layout
             .out_partial()

@@ -1,5 +1,6 @@
 //! Helpers of the integration tests.
 pub mod chunks;
+pub mod dispatch;
 pub mod hand;
 pub mod plans;
 pub mod ring_backward;

@@ -12,14 +12,14 @@
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use shardproof_check::{check_case, Verdict};
+use shardproof_check::check_case;
 use shardproof_ops::Tensor;
 use std::collections::BTreeMap;
 
 mod common;
 use common::dispatch::{
     block, dp_and_ep_groups, gathered_rows, load_written, rank_outs, spec_out, ty,
-    weighted_sum_spec, x_and_w, Declared,
+    weighted_sum_spec, x_and_w, Declared, Ran,
 };
 use common::values::{close, random};
 
@@ -165,14 +165,6 @@ fn rank_graph(r: usize, attack: Attack) -> String {
     common::hand::graph_module(&params, &body)
 }
 
-/// What the checker and the interpreter say of one program.
-struct Ran {
-    verdict: Verdict,
-    /// Whether the ranks' outputs summed over ep (on dp coordinate 0) are the spec's.
-    right: bool,
-    report: String,
-}
-
 /// Runs `attack` with the tokens sharded on ep alone (replicated on dp), or on dp and ep
 /// (`dp_sharded`: dp's rows are then the gathered rows of `RowKey::Gathered` on dp).
 fn run(attack: Attack, dp_sharded: bool) -> Ran {
@@ -235,18 +227,12 @@ fn never_holds(attack: Attack) {
 /// As [`never_holds`], the tokens sharded on dp too where `dp_sharded`.
 fn never_holds_on(attack: Attack, dp_sharded: bool) {
     let ran = run(attack, dp_sharded);
-    let what = format!("{attack:?}: {:?}\n{}", ran.verdict, ran.report);
-    eprintln!("{what}");
-    assert!(!ran.right, "not wrong when run: {what}");
-    assert_ne!(ran.verdict, Verdict::Holds, "{what}");
+    ran.assert_never_holds(&format!("{attack:?}"));
 }
 
 #[test]
 fn the_dispatcher_gather_experts_and_combine_hold() {
-    let ran = run(Attack::None, false);
-    let what = format!("{:?}\n{}", ran.verdict, ran.report);
-    assert!(ran.right, "the correct program is wrong: {what}");
-    assert_eq!(ran.verdict, Verdict::Holds, "{what}");
+    run(Attack::None, false).assert_holds("None");
 }
 
 #[test]
@@ -278,10 +264,7 @@ fn experts_reading_another_selection_never_hold() {
 /// ep coordinate), which the combine over ep gives back as dp's own rows.
 #[test]
 fn the_dispatcher_holds_with_the_tokens_sharded_on_dp_too() {
-    let ran = run(Attack::None, true);
-    let what = format!("{:?}\n{}", ran.verdict, ran.report);
-    assert!(ran.right, "the correct program is wrong: {what}");
-    assert_eq!(ran.verdict, Verdict::Holds, "{what}");
+    run(Attack::None, true).assert_holds("None");
 }
 
 #[test]

@@ -13,14 +13,14 @@
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use shardproof_check::{check_case, Verdict};
+use shardproof_check::check_case;
 use shardproof_ops::Tensor;
 use std::collections::BTreeMap;
 
 mod common;
 use common::dispatch::{
     block, dp_and_ep_groups, experts_on_every_token, gathered_rows, load_written, rank_outs,
-    spec_out, ty, x_and_w, Declared,
+    spec_out, ty, x_and_w, Declared, Ran,
 };
 use common::values::{close, random};
 
@@ -99,14 +99,6 @@ fn spec_graph(batch: usize, experts: usize) -> String {
     common::hand::graph_module(&params, &body)
 }
 
-/// What the checker and the interpreter say of one program.
-struct Ran {
-    verdict: Verdict,
-    /// Whether the ranks' outputs, assembled as declared, are the spec's.
-    right: bool,
-    report: String,
-}
-
 fn run(attack: Attack) -> Ran {
     let x_shards = if attack == Attack::TokensReplicatedOnEp {
         N
@@ -172,18 +164,12 @@ fn run(attack: Attack) -> Ran {
 
 fn never_holds(attack: Attack) {
     let ran = run(attack);
-    let what = format!("{attack:?}: {:?}\n{}", ran.verdict, ran.report);
-    eprintln!("{what}");
-    assert!(!ran.right, "not wrong when run: {what}");
-    assert_ne!(ran.verdict, Verdict::Holds, "{what}");
+    ran.assert_never_holds(&format!("{attack:?}"));
 }
 
 #[test]
 fn the_experts_sums_over_rows_gathered_over_ep_hold() {
-    let ran = run(Attack::None);
-    let what = format!("{:?}\n{}", ran.verdict, ran.report);
-    assert!(ran.right, "the correct program is wrong: {what}");
-    assert_eq!(ran.verdict, Verdict::Holds, "{what}");
+    run(Attack::None).assert_holds("None");
 }
 
 #[test]

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 
 mod common;
 use common::dispatch::{
-    block, dp_and_ep_groups, gathered_rows, load_written, rank_outs, spec_out, ty, Declared,
+    block, dp_and_ep_groups, gathered_rows, load_written, rank_outs, spec_out, ty, Declared, Ran,
 };
 use common::values::{close, random};
 
@@ -66,8 +66,8 @@ fn rank_graph(s: &Scenario) -> String {
     common::hand::graph_module(&params, &b)
 }
 
-/// Verdict, whether the ranks' outputs assembled as declared are the spec's, and the report.
-fn run(s: &Scenario) -> (Verdict, bool, String) {
+/// What the checker and the interpreter say of `s`, the ranks' outputs assembled as declared.
+fn run(s: &Scenario) -> Ran {
     let batch = N * N * K * L;
     let spec_params = vec![format!("x: {}", ty(&[batch, H]))];
     let case = load_written(
@@ -119,7 +119,11 @@ fn run(s: &Scenario) -> (Verdict, bool, String) {
         .collect();
     let got = per_dp.and_then(|p| combine(p, s.dp));
     let right = matches!((got, want), (Some(g), Some(w)) if close(&g, &w));
-    (report.verdict, right, report.render())
+    Ran {
+        verdict: report.verdict,
+        right,
+        report: report.render(),
+    }
 }
 
 /// Sums of each microbatch's gathered rows over dim 0, `s{k}: [H]`, added into `sum`.
@@ -196,18 +200,18 @@ fn rename_sum_to_out(b: Vec<String>) -> Vec<String> {
 }
 
 fn never_holds(s: Scenario) {
-    let (verdict, right, report) = run(&s);
-    let what = format!("{}: {verdict:?}\n{report}", s.name);
-    eprintln!("{what}");
-    assert!(!right, "not wrong when run: {what}");
-    assert_ne!(verdict, Verdict::Holds, "{what}");
+    run(&s).assert_never_holds(s.name);
 }
 
 fn right_when_run(s: Scenario) -> Verdict {
-    let (verdict, right, report) = run(&s);
-    eprintln!("{}: {verdict:?}\n{report}", s.name);
-    assert!(right, "{}: the correct program is wrong when run", s.name);
-    verdict
+    let ran = run(&s);
+    eprintln!("{}: {:?}\n{}", s.name, ran.verdict, ran.report);
+    assert!(
+        ran.right,
+        "{}: the correct program is wrong when run",
+        s.name
+    );
+    ran.verdict
 }
 
 /// The gathered rows' sum over dp's tokens: correct, and the readings take it.

@@ -186,3 +186,36 @@ pub fn gathered_rows(
         ),
     ]
 }
+
+/// What the checker and the interpreter say of one program.
+pub struct Ran {
+    /// The checker's verdict.
+    pub verdict: shardproof_check::Verdict,
+    /// Whether the ranks' outputs, assembled as declared, are the spec's.
+    pub right: bool,
+    /// The checker's rendered report (printed, so that a failing test shows it).
+    pub report: String,
+}
+
+impl Ran {
+    /// The verdict and report headed by `what` (the program's name).
+    fn shown(&self, what: &str) -> String {
+        format!("{what}: {:?}\n{}", self.verdict, self.report)
+    }
+
+    /// Asserts the program named `what` is right when run and holds.
+    pub fn assert_holds(&self, what: &str) {
+        let shown = self.shown(what);
+        eprintln!("{shown}");
+        assert!(self.right, "the correct program is wrong: {shown}");
+        assert_eq!(self.verdict, shardproof_check::Verdict::Holds, "{shown}");
+    }
+
+    /// Asserts the program named `what` is wrong when run and does not hold.
+    pub fn assert_never_holds(&self, what: &str) {
+        let shown = self.shown(what);
+        eprintln!("{shown}");
+        assert!(!self.right, "not wrong when run: {shown}");
+        assert_ne!(self.verdict, shardproof_check::Verdict::Holds, "{shown}");
+    }
+}

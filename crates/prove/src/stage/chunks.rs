@@ -29,7 +29,7 @@
 //! So the chain of `stage/mod.rs` is unchanged: each stage states and proves the reordered
 //! relation. The chunks must be equal: a dim whose size is not a multiple of `2p` is refused.
 
-use super::micro::{call, remap, type_of};
+use super::micro::{call, remapped_node, type_of};
 use shardproof_case::Case;
 use shardproof_ir::{Arg, Graph, Node, NodeKind, OpName, Output, TensorType, ValueId};
 use std::collections::BTreeMap;
@@ -180,16 +180,7 @@ fn reorder_input(
             map[i] = Some(whole.node);
             continue;
         }
-        let mut n = node.clone();
-        if let NodeKind::Call { args, kwargs, .. } = &mut n.kind {
-            for a in args.iter_mut() {
-                remap(a, &map)?;
-            }
-            for (_, a) in kwargs.iter_mut() {
-                remap(a, &map)?;
-            }
-        }
-        map[i] = Some(out.push(n));
+        map[i] = Some(out.push(remapped_node(node, &map)?));
     }
     let moved = |x: ValueId| map[x.node].map(|n| ValueId::new(n, x.output));
     for &i in &g.inputs {

@@ -293,16 +293,7 @@ fn slice_input(g: &Graph, values: &[ValueId]) -> Result<Rebuilt, String> {
         if values.iter().any(|v| v.node == i) {
             continue;
         }
-        let mut n = node.clone();
-        if let NodeKind::Call { args, kwargs, .. } = &mut n.kind {
-            for a in args.iter_mut() {
-                remap(a, &map)?;
-            }
-            for (_, a) in kwargs.iter_mut() {
-                remap(a, &map)?;
-            }
-        }
-        map[i] = Some(out.push(n));
+        map[i] = Some(out.push(remapped_node(node, &map)?));
     }
     let moved = |v: ValueId| map[v.node].map(|n| ValueId::new(n, v.output));
     for &i in &g.inputs {
@@ -319,6 +310,17 @@ fn slice_input(g: &Graph, values: &[ValueId]) -> Result<Rebuilt, String> {
 
 /// A rebuilt stage graph, its fresh input and the new node of every old one.
 type Rebuilt = (Arc<Graph>, ValueId, Arc<Vec<Option<usize>>>);
+
+/// A copy of `node` whose arguments read the copies `map` gives (of an earlier graph's nodes).
+pub(super) fn remapped_node(node: &Node, map: &[Option<usize>]) -> Result<Node, String> {
+    let mut n = node.clone();
+    if let NodeKind::Call { args, kwargs, .. } = &mut n.kind {
+        for a in args.iter_mut().chain(kwargs.iter_mut().map(|(_, a)| a)) {
+            remap(a, map)?;
+        }
+    }
+    Ok(n)
+}
 
 pub(super) fn remap(a: &mut Arg, map: &[Option<usize>]) -> Result<(), String> {
     match a {

@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 
 mod common;
 use common::chunks::{chunks, megatron, order, Table};
-use common::values::{close, concat, random};
+use common::values::{close, concat, random, ty};
 
 const N: usize = 2;
 const H: usize = 3;
@@ -45,10 +45,6 @@ enum Tail {
     SumSeq(Split),
     /// The merged rows contracted: `out = t(m) @ y` `[H, H2]`.
     Contract,
-}
-
-fn ty(s: &[usize]) -> String {
-    format!("\"f64{s:?}\"")
 }
 
 /// The lines after the merged `m` `[rows, H]` (`b` batches of `l` rows each).

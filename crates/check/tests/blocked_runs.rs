@@ -20,7 +20,7 @@ use shardproof_ops::Tensor;
 use std::collections::BTreeMap;
 
 mod common;
-use common::values::{close, concat, random};
+use common::values::{close, concat, random, ty};
 
 const N: usize = 2;
 /// Columns of the table and of the sharded tensor.
@@ -35,10 +35,6 @@ enum Table {
     Cycles(usize),
     /// A graph input of the local rows (the same tensor in the spec).
     Input,
-}
-
-fn ty(s: &[usize]) -> String {
-    format!("\"f64{s:?}\"")
 }
 
 /// One side's graph: `x3: [k, m, S]` merged to `[k*m, S]` (over tp sharded on dim 1: a

@@ -20,7 +20,7 @@ use shardproof_ops::{Meta, Tensor};
 use std::collections::BTreeMap;
 
 mod common;
-use common::values::{close, concat, random};
+use common::values::{close, concat, random, ty};
 
 const N: usize = 2;
 
@@ -35,10 +35,6 @@ enum Op {
     Cat(usize),
     /// The rope rotation along dim 1: `cat([neg(x[:, h:]), x[:, :h]], 1)`, `h = c / 2`.
     Rotate,
-}
-
-fn ty(s: &[usize]) -> String {
-    format!("\"f64{s:?}\"")
 }
 
 /// One side's graph: `k` blocks of `m` rows (the rank's or the spec's), `c` columns.

@@ -20,15 +20,11 @@ use std::collections::BTreeMap;
 
 mod common;
 use common::chunks::{chunks, megatron, Table};
-use common::values::{close, random};
+use common::values::{close, random, ty};
 
 const N: usize = 2;
 const H: usize = 3;
 const H2: usize = 2;
-
-fn ty(s: &[usize]) -> String {
-    format!("\"f64{s:?}\"")
-}
 
 /// The lines from the merged `m` `[b * l, H]` to `out` `[b, H2]`.
 fn tail(b: usize, l: usize) -> Vec<String> {

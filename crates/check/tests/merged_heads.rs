@@ -23,17 +23,13 @@ use shardproof_ops::Tensor;
 use std::collections::BTreeMap;
 
 mod common;
-use common::values::{close, random};
+use common::values::{close, random, ty};
 
 const N: usize = 2;
 const B: usize = 2;
 const HEADS: usize = 4;
 const S: usize = 2;
 const D: usize = 4;
-
-fn ty(s: &[usize]) -> String {
-    format!("\"f64{s:?}\"")
-}
 
 /// The merge, the rotation and its sum, of a side with `b` batches and `h` heads, the sum
 /// named `sum_name` (`negated`: the ranks' form, `m - neg(rot)`, another skeleton).

@@ -16,7 +16,7 @@ use shardproof_ops::{Meta, Tensor};
 use std::collections::BTreeMap;
 
 mod common;
-use common::values::{close, random};
+use common::values::{close, random, ty};
 
 /// Coordinates of dp and of ep.
 const N: usize = 2;
@@ -24,10 +24,6 @@ const N: usize = 2;
 const K: usize = 2;
 /// Columns of a row.
 const S: usize = 3;
-
-fn ty(s: &[usize]) -> String {
-    format!("\"f64{s:?}\"")
-}
 
 /// What a program does.
 #[derive(Clone, Copy, Debug, PartialEq)]

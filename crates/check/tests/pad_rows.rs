@@ -16,7 +16,7 @@ use shardproof_ops::{Meta, Tensor};
 use std::collections::BTreeMap;
 
 mod common;
-use common::values::{close, random};
+use common::values::{close, random, ty};
 
 /// Coordinates of dp.
 const N: usize = 2;
@@ -28,10 +28,6 @@ const L: usize = 2;
 const H: usize = 3;
 /// Columns the pad adds.
 const P: usize = 2;
-
-fn ty(s: &[usize]) -> String {
-    format!("\"f64{s:?}\"")
-}
 
 /// What a program does.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -36,7 +36,7 @@ use shardproof_ops::{Meta, Tensor};
 use std::collections::BTreeMap;
 
 mod common;
-use common::values::{assemble, close, random, Make};
+use common::values::{assemble, close, random, ty, Make};
 
 /// cp's literal per coordinate: the ranks at cp coordinate c scale `x` by `LITERALS[c]`.
 const LITERALS: [f64; 2] = [1.5, -2.0];
@@ -137,10 +137,6 @@ fn local_candidates(global: &[usize], count: usize) -> Vec<Vec<usize>> {
     }
     out.retain(|s| s.iter().product::<usize>() == count);
     out
-}
-
-fn ty(s: &[usize]) -> String {
-    format!("\"f64{s:?}\"")
 }
 
 fn draw(seed: u64) -> Option<Program> {

@@ -25,7 +25,7 @@ use shardproof_ops::Tensor;
 use std::collections::BTreeMap;
 
 mod common;
-use common::values::{close, random};
+use common::values::{close, random, ty};
 
 const BH: usize = 2;
 const D: usize = 2;
@@ -139,10 +139,6 @@ const BUGS: [Bug; 14] = [
     Bug::OtherScale,
     Bug::SwappedHalves,
 ];
-
-fn ty(s: &[usize]) -> String {
-    format!("\"f64{s:?}\"")
-}
 
 /// Lines of one graph, named as fx names them (the operator, then `_1`, `_2`, ..): the
 /// output comparison pairs a rank's replicated operands with its peers' by name.

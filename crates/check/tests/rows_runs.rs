@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 
 mod common;
 use common::chunks::{chunks, megatron, Table as Chunks};
-use common::values::{close, concat, random};
+use common::values::{close, concat, random, ty};
 
 /// Coordinates of each mesh dim.
 const N: usize = 2;
@@ -41,10 +41,6 @@ enum Table {
     /// The per-batch sum of the rank's rows `[b, S]`, all-reduced over cp (`true`) or not,
     /// then as `Runs(b)`: the aux-loss gradient's construction.
     Reduced(bool),
-}
-
-fn ty(s: &[usize]) -> String {
-    format!("\"f64{s:?}\"")
 }
 
 /// The lines making the table `w` `[rows, S]` from `xc` `[b, l, S]` (or the input `t`).

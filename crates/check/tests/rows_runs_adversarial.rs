@@ -20,16 +20,12 @@ use std::collections::BTreeMap;
 
 mod common;
 use common::chunks::{chunks, megatron, Table as Chunks};
-use common::values::{close, random};
+use common::values::{close, random, ty};
 
 /// Coordinates of cp.
 const N: usize = 2;
 /// Columns of the rows and of the table.
 const S: usize = 3;
-
-fn ty(s: &[usize]) -> String {
-    format!("\"f64{s:?}\"")
-}
 
 /// The sizes one side of the case runs at: `b` batches of `l` tokens (the rank's `l`, or the
 /// whole sequence in the spec).

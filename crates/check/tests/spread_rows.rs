@@ -22,14 +22,10 @@ use std::collections::BTreeMap;
 
 mod common;
 use common::chunks::{chunks, megatron, order, Table};
-use common::values::{close, random};
+use common::values::{close, random, ty};
 
 const N: usize = 2;
 const H: usize = 3;
-
-fn ty(s: &[usize]) -> String {
-    format!("\"f64{s:?}\"")
-}
 
 /// The positions a rank's graph makes.
 #[derive(Clone, Copy)]

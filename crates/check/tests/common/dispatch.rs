@@ -9,10 +9,7 @@ use shardproof_ir::{DType, Graph, ValueId};
 use shardproof_ops::{Meta, Tensor};
 use std::collections::BTreeMap;
 
-/// The fx type annotation of a float64 tensor of `shape`.
-pub fn ty(shape: &[usize]) -> String {
-    format!("\"f64{shape:?}\"")
-}
+pub use super::values::ty;
 
 /// What a written case declares besides its graphs: the mesh dims (outermost first), the
 /// process groups (name and the mesh dims it spans), and the placements of the inputs and

@@ -7,6 +7,11 @@ use rand_chacha::ChaCha8Rng;
 use shardproof_ir::DType;
 use shardproof_ops::{Meta, Tensor};
 
+/// The fx type annotation of a float64 tensor of `shape`.
+pub fn ty(shape: &[usize]) -> String {
+    format!("\"f64{shape:?}\"")
+}
+
 /// A float64 tensor of `shape` with entries drawn uniformly from [-1, 1).
 pub fn random(shape: &[usize], rng: &mut ChaCha8Rng) -> Tensor {
     let n = shape.iter().product();

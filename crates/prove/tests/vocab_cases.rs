@@ -6,6 +6,7 @@
 #[path = "../examples/common/layer_cuts.rs"]
 mod layer_cuts;
 mod zoo_emit;
+use zoo_emit::{edit_rank, with_literal};
 
 use shardproof_prove::{prove_staged_with, PlanOptions, ProveConfig};
 use shardproof_zoo::{EmitExtras, EmitOptions, LlamaConfig, Mesh, MlpConfig, PipelineOptions};
@@ -43,26 +44,6 @@ fn emit(dir: &Path, tp: usize) {
         &PipelineOptions::default(),
     );
     assert!(layer_cuts::cut_at_layers(dir) >= 2);
-}
-
-/// Rewrites the first line of rank `rank`'s graph file holding `pattern` with `edit` (the
-/// embedding's token lines come before the loss's label lines, the same operators).
-fn edit_rank(dir: &Path, rank: usize, pattern: &str, edit: &dyn Fn(&str) -> String) {
-    let path = dir.join(format!("r{rank}.py"));
-    let text = std::fs::read_to_string(&path).unwrap();
-    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
-    let i = lines
-        .iter()
-        .position(|l| l.contains(pattern))
-        .unwrap_or_else(|| panic!("r{rank}.py has no `{pattern}`"));
-    lines[i] = edit(&lines[i]);
-    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
-}
-
-/// Replaces the integer literal closing `line` (`op(x, LIT)`) by `lit`.
-fn with_literal(line: &str, lit: i64) -> String {
-    let comma = line.rfind(", ").expect("two arguments");
-    format!("{}, {lit})", &line[..comma])
 }
 
 /// The embedding stage's report (the first stage, which establishes the embedding's output

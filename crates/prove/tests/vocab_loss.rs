@@ -8,6 +8,7 @@
 #[path = "../examples/common/layer_cuts.rs"]
 mod layer_cuts;
 mod zoo_emit;
+use zoo_emit::{edit_rank, with_literal};
 
 use shardproof_prove::{prove_staged_with, PlanOptions, ProveConfig};
 use shardproof_zoo::{EmitExtras, EmitOptions, Mesh, MlpConfig, PipelineOptions};
@@ -55,25 +56,6 @@ fn loss_stage(dir: &Path) -> serde_json::Value {
         .find(|p| proof.stages[p.stage].target == "output `loss`")
         .unwrap_or_else(|| panic!("no loss stage: {:?}", proof.stages));
     p.proof.clone()
-}
-
-/// Rewrites the first line of rank `rank`'s graph file holding `pattern` with `edit`.
-fn edit_rank(dir: &Path, rank: usize, pattern: &str, edit: &dyn Fn(&str) -> String) {
-    let path = dir.join(format!("r{rank}.py"));
-    let text = std::fs::read_to_string(&path).unwrap();
-    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
-    let i = lines
-        .iter()
-        .position(|l| l.contains(pattern))
-        .unwrap_or_else(|| panic!("r{rank}.py has no `{pattern}`"));
-    lines[i] = edit(&lines[i]);
-    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
-}
-
-/// Replaces the integer literal closing `line` (`op(x, LIT)`) by `lit`.
-fn with_literal(line: &str, lit: i64) -> String {
-    let comma = line.rfind(", ").expect("two arguments");
-    format!("{}, {lit})", &line[..comma])
 }
 
 // The loss's label lines on every rank (the embedding's token lines use `tokens`).

@@ -72,3 +72,26 @@ pub fn width4_llama(layers: usize, batch: usize, vocab: usize) -> LlamaConfig {
         ..LlamaConfig::default()
     }
 }
+
+/// Rewrites the first line of rank `rank`'s emitted graph file holding `pattern` with `edit`
+/// (where operators repeat, e.g. the embedding's token lines before the loss's label lines,
+/// the first is the one edited).
+#[allow(dead_code)] // the vocab tests plant bugs with it
+pub fn edit_rank(dir: &Path, rank: usize, pattern: &str, edit: &dyn Fn(&str) -> String) {
+    let path = dir.join(format!("r{rank}.py"));
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    let i = lines
+        .iter()
+        .position(|l| l.contains(pattern))
+        .unwrap_or_else(|| panic!("r{rank}.py has no `{pattern}`"));
+    lines[i] = edit(&lines[i]);
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+}
+
+/// Replaces the integer literal closing `line` (`op(x, LIT)`) by `lit`.
+#[allow(dead_code)] // the vocab tests plant bugs with it
+pub fn with_literal(line: &str, lit: i64) -> String {
+    let comma = line.rfind(", ").expect("two arguments");
+    format!("{}, {lit})", &line[..comma])
+}

@@ -159,10 +159,12 @@ fn literal(text: &str, i: usize) -> i64 {
 /// Megatron's vocab-parallel cross-entropy picks each label's logit with a `gather` whose
 /// index is the label minus the rank's vocabulary offset, masked to 0 outside its range:
 /// shape reduction accepts it (an integer computation on the labels, whose range it keeps),
-/// and the symbolic gather shows the masked index within the rank's columns. The stage is
-/// then executed on reduced sizes and left to the decision layers, which do not yet decide
-/// it: the spec's `lookup(label, row)` against the ranks' sum of masked lookups at shifted
-/// labels needs a case split on the label (docs/prove.md, the presets section).
+/// and the symbolic gather shows the masked index within the rank's columns. This test pins
+/// the reduction and the gather, and accepts any verdict but refuted; the verdict is pinned
+/// by `tests/vocab_loss.rs`, where the same plan's loss stage (2 sequences of 2 tokens,
+/// vocabulary 8, tp = 2) is proved by the case split on each label (`decide/split.rs`): the
+/// spec's `lookup(label, row)` against the ranks' sum of masked lookups at shifted labels
+/// (docs/prove.md, section 4 and the presets section).
 #[test]
 fn the_vocab_parallel_loss_stage_reduces_and_runs_its_gather() {
     let dir = tempfile::tempdir().unwrap();

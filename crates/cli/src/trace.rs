@@ -28,7 +28,7 @@ pub enum TraceCommand {
     /// reruns in DIR/ref/perturbed-K/) and DIR/cand (the ranks' run), recording the case's
     /// inputs and expected outputs with each rank's pieces from their layouts; then
     /// `shardproof trace compare DIR/ref DIR/cand`. Exit 3 for what a trace cannot represent
-    /// (integer or `expr:` inputs, partial layouts).
+    /// (`expr:` inputs, partial layouts).
     Emit(EmitArgs),
 }
 

@@ -99,9 +99,8 @@ fn run(case: &shardproof_case::Case, labels: [i64; ROWS]) -> (f64, Vec<f64>) {
     let x: Vec<f64> = (0..ROWS * CLASSES)
         .map(|i| ((i * 7919 + 13) % 101) as f64 / 17.0 - 2.5)
         .collect();
-    let tensor = |dtype, shape: Vec<usize>, data: Vec<f64>| {
-        Tensor::new(Meta::new(dtype, shape), data)
-    };
+    let tensor =
+        |dtype, shape: Vec<usize>, data: Vec<f64>| Tensor::new(Meta::new(dtype, shape), data);
     let leaves = |rows: std::ops::Range<usize>| {
         let n = rows.len();
         BTreeMap::from([
@@ -129,12 +128,9 @@ fn run(case: &shardproof_case::Case, labels: [i64; ROWS]) -> (f64, Vec<f64>) {
         env.get(g.find("loss").unwrap()).unwrap().data[0]
     };
     let half = ROWS / 2;
-    let ranks = shardproof_interp::run_program(
-        &case.program,
-        &[leaves(0..half), leaves(half..ROWS)],
-        &cfg,
-    )
-    .unwrap();
+    let ranks =
+        shardproof_interp::run_program(&case.program, &[leaves(0..half), leaves(half..ROWS)], &cfg)
+            .unwrap();
     let rank_losses = ranks
         .iter()
         .enumerate()

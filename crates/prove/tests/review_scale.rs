@@ -35,7 +35,12 @@ fn rank(k: u32) -> String {
 }
 
 /// The case with the cut `h` stated by `h_entry`, and `outputs` (yaml lines).
-fn write(dir: &Path, k: u32, h_entry: &str, outputs: &str) -> Result<shardproof_case::Case, String> {
+fn write(
+    dir: &Path,
+    k: u32,
+    h_entry: &str,
+    outputs: &str,
+) -> Result<shardproof_case::Case, String> {
     std::fs::write(dir.join("spec.py"), spec()).unwrap();
     std::fs::write(dir.join("r0.py"), rank(k)).unwrap();
     std::fs::write(dir.join("r1.py"), rank(k)).unwrap();

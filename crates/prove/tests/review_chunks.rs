@@ -2,10 +2,14 @@
 //! a cp rank holds sequence chunks `i` and `2p-1-i`, selected from the whole sequence in its
 //! graph (`slice`s of `tokens` and `labels`, `arange`s of its positions). Planted in the
 //! ranks' selection: a wrong chunk pair, the right pair in the wrong order, positions right on
-//! one chunk and wrong on the other; each must be refuted, never proved. cp = 4 (8 chunks) is
-//! proved. A chunk order given for a case *input* (not a cut) changes what the case assumes of
-//! its inputs: a wrong selection (contiguous halves of the tokens at load-balanced positions)
-//! is then proved; pinned as a known hole.
+//! one chunk and wrong on the other; each is refuted, never proved. cp = 4 (8 chunks) and
+//! chunks of 2 tokens are proved, and orders stated for another rank count or as two
+//! sequences refuted.
+//!
+//! Two known holes (ignored tests): a chunk order is a restatement of a relation, right for a
+//! cut (the chain establishes what later stages assume) but not for a case input (it replaces
+//! what the case assumes of the input: a wrong selection is proved) nor for an `outputs:`
+//! entry naming a chunked cut (the entry's contiguous claim is proved as the reordered one).
 
 #[path = "../examples/common/layer_cuts.rs"]
 mod layer_cuts;
@@ -144,6 +148,55 @@ fn cp_4_forward_cut_at_load_balanced_chunks_is_proved() {
         ..plan.clone()
     };
     assert_eq!(verdict(&case, &wrong), Verdict::Refuted);
+}
+
+#[test]
+fn chunks_of_two_tokens_are_proved_and_read_as_two_sequences_refuted() {
+    // cp = 2 over 8 tokens: chunks of 2. The same dim stated as 2 sequences of 4 (each in 4
+    // chunks of 1: the order of a flattened batch) puts other tokens on each rank: refuted.
+    let dir = tempfile::tempdir().unwrap();
+    let opts = EmitOptions {
+        model: "llama".into(),
+        mlp: MlpConfig::default(),
+        llama: shardproof_zoo::LlamaConfig {
+            seq: 8,
+            ..zoo_emit::width4_llama(1, 2, 4)
+        },
+        mesh: Mesh::parse("cp=2").unwrap(),
+        bug: None,
+        forward_only: true,
+        vocab_parallel: false,
+    };
+    zoo_emit::emit(
+        dir.path(),
+        &opts,
+        &EmitExtras::default(),
+        &PipelineOptions::default(),
+    );
+    let (_, chunked) = layer_cuts::cut_at_modules_load_balanced(dir.path(), false);
+    let case = shardproof_case::load_case(&dir.path().join("case.yaml")).unwrap();
+    let plan = PlanOptions {
+        chunked,
+        ..PlanOptions::default()
+    };
+    assert_eq!(verdict(&case, &plan), Verdict::Proved);
+    let as_two = PlanOptions {
+        chunked: plan
+            .chunked
+            .iter()
+            .map(|(k, lb)| {
+                (
+                    k.clone(),
+                    LoadBalanced {
+                        sequences: 2,
+                        ..*lb
+                    },
+                )
+            })
+            .collect(),
+        ..plan.clone()
+    };
+    assert_eq!(verdict(&case, &as_two), Verdict::Refuted);
 }
 
 /// The spec `loss = sum(x · w)` over 4 positions; cp rank `r` selects its chunks of `x` at

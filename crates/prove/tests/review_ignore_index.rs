@@ -1,15 +1,22 @@
-//! Adversarial review: a loss target equal to `nll_loss`'s `ignore_index` (-100, what
-//! padded batches hold) is a valid input of the spec, but the prover ranges every label over
-//! the classes `[0, C)` only (`kind_of` in `equiv/inputs.rs`, `index_bound_known` in the
-//! interpreter): the comparison `t == ignore_index` folds to false. A data-parallel loss that
-//! averages the ranks' own means (each over its own targets not ignored) is the spec's mean
-//! only where no target is ignored (the case format's `assume: ignore-index: unused`); with
-//! one ignored target on one rank it is another number, which the interpreter computes, yet
-//! the case without the assumption is proved.
+//! Adversarial review: loss targets against `nll_loss`'s `ignore_index`, and `padding_idx`.
 //!
-//! Pinned here: the truth (interpreter), the right programs proved (the ranks summing their
-//! losses and their target counts; the mean of means under the assumption), and the hole as
-//! an ignored test that fails while it is open.
+//! A target equal to `ignore_index` (-100, what padded batches hold) is a valid input of the
+//! spec, but the prover ranges every label over the classes `[0, C)` only (`kind_of` in
+//! `equiv/inputs.rs`, `index_bound_known` in the interpreter): `t == ignore_index` folds to
+//! false. A data-parallel loss averaging the ranks' own means is the spec's mean only where no
+//! target is ignored (the case format's `assume: ignore-index: unused`); with one ignored
+//! target on one rank it is another number, which the interpreter computes, yet the case
+//! without the assumption is proved.
+//!
+//! Shape reduction shrinks `nll_loss`'s classes, and an embedding gradient's rows, with the
+//! indices' range: a rank whose non-negative `ignore_index` (or `padding_idx`) names a class
+//! (a row) that the reduced sizes do not have compares nothing there, and a rank ignoring
+//! class 5 of 6 (zeroing row 5 of 6) is proved on reduced sizes, refuted (or undecided) at
+//! full size.
+//!
+//! Pinned: the truth (interpreter), the right programs proved (the ranks summing their losses
+//! and their target counts; the mean of means under the assumption), and the three holes as
+//! ignored tests that fail while they are open.
 
 use shardproof_ir::DType;
 use shardproof_ops::{Meta, Tensor};

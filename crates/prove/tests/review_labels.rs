@@ -22,12 +22,24 @@ const ROWS: i64 = 4;
 /// The loss stage's report (the stage establishing `loss`) of the tiny llama with the
 /// vocab-parallel loss, 2 sequences of 2 tokens, its ranks edited by `edit`.
 fn loss_stage(edit: &dyn Fn(&Path)) -> serde_json::Value {
+    loss_stage_on(2, edit)
+}
+
+/// [`loss_stage`] on `tp` ranks of `ROWS` classes each (width and heads `2·tp`, `tp`).
+fn loss_stage_on(tp: usize, edit: &dyn Fn(&Path)) -> serde_json::Value {
     let dir = tempfile::tempdir().unwrap();
+    let width = 2 * tp.max(2);
     let opts = EmitOptions {
         model: "llama".into(),
         mlp: MlpConfig::default(),
-        llama: zoo_emit::width4_llama(1, 2, 2 * ROWS as usize),
-        mesh: Mesh::parse("tp=2").unwrap(),
+        llama: shardproof_zoo::LlamaConfig {
+            hidden: width,
+            heads: width / 2,
+            kv_heads: width / 2,
+            ffn: width,
+            ..zoo_emit::width4_llama(1, 2, tp * ROWS as usize)
+        },
+        mesh: Mesh::parse(&format!("tp={tp}")).unwrap(),
         bug: None,
         forward_only: true,
         vocab_parallel: true,
@@ -57,7 +69,12 @@ fn loss_stage(edit: &dyn Fn(&Path)) -> serde_json::Value {
 /// The loss stage's verdict under `edit`; a refutation carries a counterexample the
 /// interpreter confirmed.
 fn verdict(edit: &dyn Fn(&Path)) -> String {
-    let p = loss_stage(edit);
+    verdict_on(2, edit)
+}
+
+/// [`verdict`] on `tp` ranks.
+fn verdict_on(tp: usize, edit: &dyn Fn(&Path)) -> String {
+    let p = loss_stage_on(tp, edit);
     let v = p["verdict"].as_str().unwrap().to_string();
     if v == "refuted" {
         assert!(!p["counterexample"].is_null(), "{p}");
@@ -163,4 +180,19 @@ fn quotients_of_a_positive_sum_and_of_a_possible_zero_are_never_proved_wrong() {
         )
     });
     assert_ne!(v, "proved");
+}
+
+#[test]
+fn an_inner_shard_edge_on_four_ranks_is_checked_on_both_sides() {
+    // tp = 4, 16 classes: rank 2 holds [8, 12). Its lower edge one label late is a gap (label
+    // 8 gets no logit); the last rank's upper edge past the range is still right.
+    assert_eq!(verdict_on(4, &|_| {}), "proved");
+    let gap = verdict_on(4, &|d| {
+        edit_rank(d, 2, MASK_BELOW, &|l| with_literal(l, 2 * ROWS + 1))
+    });
+    assert_eq!(gap, "refuted");
+    let past = verdict_on(4, &|d| {
+        edit_rank(d, 3, MASK_ABOVE, &|l| with_literal(l, 4 * ROWS + 3))
+    });
+    assert_eq!(past, "proved");
 }

@@ -7,7 +7,8 @@
 //! wrong one (or none) refuted at the cut's stage, never proved; `scale: 0` and negative
 //! scales are refused when the case is read. An `outputs:` entry naming the scaled cut states
 //! the *unscaled* relation (the case format refuses `scale` on outputs), which is false where
-//! `k != 1`: it must not be proved.
+//! `k != 1`: it must not be proved (a known hole, ignored). A scaled `Partial` cut (a
+//! row-parallel product) is proved at its scale only.
 
 use shardproof_prove::{prove_staged_with, PlanOptions, ProveConfig, Verdict};
 use std::path::Path;
@@ -139,4 +140,57 @@ fn an_output_entry_naming_an_unscaled_cut_is_checked_as_stated() {
     assert_eq!(prove(&case), Verdict::Proved);
     let case = write(dir.path(), 2, "Replicate()", outputs).unwrap();
     assert_eq!(prove(&case), Verdict::Refuted);
+}
+
+/// A row-parallel product on tp = 2: the spec's `h = x @ w`, `y = 5·h`; each rank's `h` is
+/// `k` times its partial product and `y` the all-reduce of its `h` times `5/k`.
+fn partial_case(dir: &Path, k: u32, h_entry: &str) -> shardproof_case::Case {
+    std::fs::write(
+        dir.join("spec.py"),
+        r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[4, 4]", w: "f32[4, 2]"):
+        h: "f32[4, 2]" = torch.ops.aten.mm.default(x, w)
+        y: "f32[4, 2]" = torch.ops.aten.mul.Tensor(h, 5)
+        return (y,)
+"#,
+    )
+    .unwrap();
+    let rank = format!(
+        r#"class GraphModule(torch.nn.Module):
+    def forward(self, x: "f32[4, 2]", w: "f32[2, 2]"):
+        mm: "f32[4, 2]" = torch.ops.aten.mm.default(x, w)
+        h: "f32[4, 2]" = torch.ops.aten.mul.Tensor(mm, {k})
+        all_reduce: "f32[4, 2]" = torch.ops._c10d_functional.all_reduce.default(h, 'sum', 'tp')
+        wait_tensor: "f32[4, 2]" = torch.ops._c10d_functional.wait_tensor.default(all_reduce)
+        y: "f32[4, 2]" = torch.ops.aten.mul.Tensor(wait_tensor, {:?})
+        return (y,)
+"#,
+        5.0 / f64::from(k)
+    );
+    std::fs::write(dir.join("r0.py"), &rank).unwrap();
+    std::fs::write(dir.join("r1.py"), &rank).unwrap();
+    std::fs::write(
+        dir.join("case.yaml"),
+        format!(
+            "version: 1\nname: partial\nspec:\n  graph: spec.py\nimpl:\n  mesh: {{ tp: 2 }}\n  graphs: [r0.py, r1.py]\n  groups:\n    \"tp\": tp\ninputs:\n  x: Shard(1)\n  w: Shard(0)\n  h: {h_entry}\noutputs:\n  y: Replicate()\n"
+        ),
+    )
+    .unwrap();
+    shardproof_case::load_case_with_scales(&dir.join("case.yaml")).unwrap()
+}
+
+#[test]
+fn a_scaled_partial_cut_is_proved_at_its_scale_only() {
+    // Partial shares: the ranks' h sum to k times the spec's.
+    let dir = tempfile::tempdir().unwrap();
+    for (k, entry, want) in [
+        (2, "{ placement: Partial(), scale: 2 }", Verdict::Proved),
+        (1, "Partial()", Verdict::Proved),
+        (2, "Partial()", Verdict::Refuted),
+        (2, "{ placement: Partial(), scale: 4 }", Verdict::Refuted),
+        (1, "{ placement: Partial(), scale: 2 }", Verdict::Refuted),
+    ] {
+        let case = partial_case(dir.path(), k, entry);
+        assert_eq!(prove(&case), want, "k = {k}, h: {entry}");
+    }
 }

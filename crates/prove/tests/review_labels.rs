@@ -16,17 +16,13 @@ use shardproof_prove::{prove_staged_with, PlanOptions, ProveConfig};
 use shardproof_zoo::{EmitExtras, EmitOptions, Mesh, MlpConfig, PipelineOptions};
 use std::path::Path;
 
-/// Rows per rank: the vocabulary is `2 · ROWS`.
+/// Rows per rank: the vocabulary is `tp · ROWS`.
 const ROWS: i64 = 4;
 
 /// The loss stage's report (the stage establishing `loss`) of the tiny llama with the
-/// vocab-parallel loss, 2 sequences of 2 tokens, its ranks edited by `edit`.
-fn loss_stage(edit: &dyn Fn(&Path)) -> serde_json::Value {
-    loss_stage_on(2, edit)
-}
-
-/// [`loss_stage`] on `tp` ranks of `ROWS` classes each (width and heads `2·tp`, `tp`).
-fn loss_stage_on(tp: usize, edit: &dyn Fn(&Path)) -> serde_json::Value {
+/// vocab-parallel loss on `tp` ranks of `ROWS` classes each (width `2·tp`, `tp` heads), 2
+/// sequences of 2 tokens, its ranks edited by `edit`.
+fn loss_stage(tp: usize, edit: &dyn Fn(&Path)) -> serde_json::Value {
     let dir = tempfile::tempdir().unwrap();
     let width = 2 * tp.max(2);
     let opts = EmitOptions {
@@ -74,7 +70,7 @@ fn verdict(edit: &dyn Fn(&Path)) -> String {
 
 /// [`verdict`] on `tp` ranks.
 fn verdict_on(tp: usize, edit: &dyn Fn(&Path)) -> String {
-    let p = loss_stage_on(tp, edit);
+    let p = loss_stage(tp, edit);
     let v = p["verdict"].as_str().unwrap().to_string();
     if v == "refuted" {
         assert!(!p["counterexample"].is_null(), "{p}");

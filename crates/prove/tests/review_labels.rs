@@ -1,11 +1,12 @@
 //! Adversarial review of the label-by-label decision (`decide/split.rs`, `decide_by_labels`)
 //! on the zoo's vocab-parallel cross-entropy stage (llama width 4, tp = 2, vocabulary 8, 2 x 2
-//! labels; rank 0 holds classes `[0, 4)`, rank 1 `[4, 8)`), the symbolic layers alone (no
-//! random run first). Planted in the ranks' loss: a mask edge moved inside the range (wrong)
-//! or outside it (still right on every label), one class masked (wrong for that class only),
-//! an offset off by one, a `log` whose argument is exactly 0 on one label's case, and
-//! quotients `x / x` of a positive and of a possibly-zero `x`. Every wrong program must not
-//! be proved; every right one should be.
+//! labels; rank 0 holds classes `[0, 4)`, rank 1 `[4, 8)`; one test on tp = 4, 16 classes),
+//! the symbolic layers alone (no random run first). Planted in the ranks' loss: a mask edge
+//! moved inside the range (wrong) or outside it (still right on every label), one class
+//! masked (wrong for that class only), an offset off by one, a `log` whose argument is exactly
+//! 0 on one label's case, and quotients `x / x` of a positive and of a possibly-zero `x`.
+//! Every wrong program must not be proved; every right one should be (one, `S / S`, is left
+//! inconclusive: never refuted).
 
 #[path = "../examples/common/layer_cuts.rs"]
 mod layer_cuts;

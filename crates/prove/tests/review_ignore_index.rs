@@ -247,10 +247,9 @@ fn a_rank_ignoring_a_class_is_refuted_at_full_size() {
 fn a_rank_ignoring_a_class_is_not_proved_on_reduced_sizes() {
     let dir = tempfile::tempdir().unwrap();
     let case = write_case(dir.path(), &ignoring_class_5(), false);
-    assert_eq!(
-        reduced_and_full(&case),
-        (Verdict::Refuted, Verdict::Refuted)
-    );
+    let (reduced, full) = reduced_and_full(&case);
+    assert_eq!(full, Verdict::Refuted);
+    assert_ne!(reduced, Verdict::Proved);
 }
 
 /// The gradient of a 6-row embedding table over 4 tokens (`padding_idx` as given: the row

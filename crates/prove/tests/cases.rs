@@ -853,13 +853,15 @@ fn a_dp_mean_loss_over_permuted_labels_is_proved_on_reduced_sizes() {
     // Labels reach nll_loss through a permute: their range is the classes. Taken as run's
     // default range [0, 8), they could name no class of the reduced 3, each sample's weight
     // stayed a sum of equality atoms and the ranks' means did not normalize to the global
-    // one (gpt2 dp=2 forward was inconclusive on reduced sizes).
+    // one (gpt2 dp=2 forward was inconclusive on reduced sizes). Averaging the ranks' means
+    // is the global mean only when no target equals ignore_index: the case assumes so (without
+    // it the program is refuted, `tests/review_ignore_index.rs`).
     let dir = tempfile::tempdir().unwrap();
     let c = write_case(
         dir.path(),
         &permuted_label_loss(2, 4, 16, 1),
         &permuted_label_loss(2, 4, 16, 2),
-        "version: 1\nname: dploss\nspec:\n  graph: spec.py\nimpl:\n  mesh: { dp: 2 }\n  graphs: [r0.py, r1.py]\n  groups:\n    \"dp\": dp\ninputs:\n  x: { dp: Shard(1) }\n  labels: { dp: Shard(0) }\noutputs:\n  loss: Replicate()\n",
+        "version: 1\nname: dploss\nspec:\n  graph: spec.py\nimpl:\n  mesh: { dp: 2 }\n  graphs: [r0.py, r1.py]\n  groups:\n    \"dp\": dp\ninputs:\n  x: { dp: Shard(1) }\n  labels: { dp: Shard(0) }\noutputs:\n  loss: Replicate()\nassume:\n  ignore-index: unused\n",
     );
     let proof = prove_case(&c, &ProveConfig::default());
     assert_eq!(proof.verdict, Verdict::Proved, "{:?}", proof.message);

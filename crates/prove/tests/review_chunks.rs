@@ -292,9 +292,6 @@ fn contiguous_x_against_balanced_weights_is_refuted_as_written() {
 }
 
 #[test]
-#[ignore = "known hole: plan_with accepts a chunk order for a case input (not a cut), which \
-            replaces the case's input relation by the reordered one, so a wrong selection is \
-            proved (stage/mod.rs `plan_with`; see the s75 prove-review report)"]
 fn a_chunk_order_on_a_case_input_is_not_a_proof_of_the_case() {
     let dir = tempfile::tempdir().unwrap();
     let wrong = weighted_sum_case(dir.path(), [[0, 1], [2, 3]]);
@@ -303,9 +300,6 @@ fn a_chunk_order_on_a_case_input_is_not_a_proof_of_the_case() {
 }
 
 #[test]
-#[ignore = "known hole: a cut's chunk order is applied to an `outputs:` entry of the same \
-            tensor (stage/chunks.rs `encode` matches relations by spec name), so the entry's \
-            contiguous claim, false here, is proved (see the s75 prove-review report)"]
 fn an_output_entry_naming_a_chunked_cut_states_contiguous_pieces() {
     // The ranks' products are their load-balanced chunks: the cut `mul` stated in chunk order
     // holds, the `outputs:` entry `mul: Shard(1)` (contiguous pieces) does not.

@@ -189,9 +189,6 @@ fn the_mean_of_means_is_proved_under_ignore_index_unused() {
 }
 
 #[test]
-#[ignore = "known hole: labels range over [0, C) only, so a target equal to ignore_index \
-            (-100) is never considered and the mean of means is proved without \
-            `assume: ignore-index: unused` (fix in equiv/inputs.rs, see the s75 prove-review report)"]
 fn the_mean_of_means_is_not_proved_without_the_assumption() {
     let dir = tempfile::tempdir().unwrap();
     let case = write_case(dir.path(), &mean_of_means(), false);
@@ -240,10 +237,6 @@ fn a_rank_ignoring_a_class_is_refuted_at_full_size() {
 }
 
 #[test]
-#[ignore = "known hole: shape reduction shrinks nll_loss's classes with the labels' range \
-            (6 to 2), so a non-negative ignore_index (5) names no class at the reduced size \
-            and the ranks' `target == 5` folds to false (reduce/rules.rs; see the s75 \
-            prove-review report)"]
 fn a_rank_ignoring_a_class_is_not_proved_on_reduced_sizes() {
     let dir = tempfile::tempdir().unwrap();
     let case = write_case(dir.path(), &ignoring_class_5(), false);
@@ -265,9 +258,6 @@ fn table_grad(padding_idx: i64) -> String {
 }
 
 #[test]
-#[ignore = "known hole: shape reduction shrinks the table's rows with the tokens' range, so a \
-            rank's non-negative padding_idx (5) names no row at the reduced size and its zeroed \
-            gradient row is never compared (reduce/rules.rs; see the s75 prove-review report)"]
 fn a_rank_zeroing_a_padding_row_is_not_proved_on_reduced_sizes() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("spec.py"), table_grad(-1)).unwrap();

@@ -114,9 +114,6 @@ fn a_scale_is_read_by_the_prover_only() {
 }
 
 #[test]
-#[ignore = "known hole: the cut's scale is applied to an `outputs:` entry of the same tensor \
-            (stage/scale.rs `encode` matches relations by spec name), so the outputs entry's \
-            unscaled claim, false here, is proved (see the s75 prove-review report)"]
 fn an_output_entry_naming_a_scaled_cut_states_the_unscaled_relation() {
     // The ranks' h is twice the spec's: `outputs: h: Replicate()` claims it equal, false.
     let dir = tempfile::tempdir().unwrap();

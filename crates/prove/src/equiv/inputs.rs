@@ -44,6 +44,30 @@ fn kind_of(dtype: DType, bound: Option<i64>) -> SymbolKind {
     }
 }
 
+/// The `ignore_index` of an `nll_loss` that reads the integer input `v` of `graph` as its
+/// target, where it lies outside `[0, bound)`: a target equal to it is a valid input (the
+/// loss ignores it) that symbols ranging over `[0, bound)` never take.
+fn ignore_index_outside(
+    graph: &Graph,
+    v: ValueId,
+    metas: &[Vec<Option<Meta>>],
+    bound: i64,
+) -> Option<i64> {
+    let rank = |t: ValueId| Some(metas.get(t.node)?.get(t.output)?.as_ref()?.shape.len());
+    shardproof_interp::index_uses(graph, v, shardproof_interp::IndexWalk::BOUND, rank)
+        .iter()
+        .filter_map(|u| {
+            let node = &graph.nodes[u.consumer];
+            let at = match node.op()?.name.as_str() {
+                "nll_loss_forward" => 4,
+                "nll_loss_backward" => 5,
+                _ => return None,
+            };
+            node.args().get(at)?.as_int()
+        })
+        .find(|i| !(0..bound).contains(i))
+}
+
 /// A tensor of fresh symbols named after `base`.
 fn symbols(
     arena: &mut Arena,
@@ -82,7 +106,22 @@ pub fn make_leaves(arena: &mut Arena, case: &Case) -> Result<Leaves, ExecError> 
             ))
         })?;
         let bound = shardproof_interp::index_bound_known(&case.spec, v, &spec_metas);
-        let value = symbols(arena, &rel.spec_name, &meta, bound)?;
+        let ignored = bound
+            .filter(|_| case.assume.ignore_index_unused.is_none())
+            .and_then(|b| ignore_index_outside(&case.spec, v, &spec_metas, b));
+        let mut value = symbols(arena, &rel.spec_name, &meta, bound)?;
+        if let Some(ignore) = ignored {
+            // A loss target may also equal the loss's ignore_index, outside the range its
+            // symbol takes: each element is `where(g, ignore_index, t)` for a fresh flag g.
+            let ig = arena.int(ignore)?;
+            let mut elems = Vec::with_capacity(value.elems.len());
+            for (i, &e) in value.elems.iter().enumerate() {
+                let name = element_name(&format!("{}:ignored", rel.spec_name), &meta.shape, i);
+                let g = arena.symbol(&name, SymbolKind::Bool)?;
+                elems.push(arena.select(g, ig, e)?);
+            }
+            value = SymTensor::new(value.dtype, value.shape.clone(), elems);
+        }
         let shape_i64: Vec<i64> = meta.shape.iter().map(|&d| d as i64).collect();
         for &(r, iv) in &rel.rank_values {
             let piece = rank_pieces(&rel.layout, &shape_i64, mesh, r)

@@ -385,6 +385,20 @@ impl Cx<'_> {
         self.get(name).and_then(|a| a.as_int())
     }
 
+    /// An `nll_loss` whose non-negative `ignore_index` names a class (of `x`'s class dim, the
+    /// last of 1 or 2): the classes keep their size, so that the ignored class is the same
+    /// class, inside the targets' range, at every size.
+    fn keep_ignored_class(&mut self, x: &[Mono]) -> Result<(), Refusal> {
+        if self.int("ignore_index").is_some_and(|i| i >= 0) {
+            let classes = x
+                .last()
+                .cloned()
+                .ok_or_else(|| self.refuse("a 0-d nll_loss input"))?;
+            self.kept.push(classes);
+        }
+        Ok(())
+    }
+
     fn ints(&self, name: &str) -> Option<Vec<i64>> {
         self.get(name).and_then(|a| a.as_int_list())
     }
@@ -563,6 +577,11 @@ impl Cx<'_> {
                     }
                     let out = self.out_shape(0)?;
                     let rows = self.fresh(&out[..1], "table rows");
+                    // A padding row named by a non-negative padding_idx is a fixed row: the
+                    // table keeps its rows, so that it is the same row at every size.
+                    if self.int("padding_idx").is_some_and(|p| p >= 0) {
+                        self.kept.push(rows[0].clone());
+                    }
                     let cols = grad
                         .last()
                         .cloned()
@@ -584,9 +603,14 @@ impl Cx<'_> {
                     if self.int("reduction") == Some(0) {
                         return Err(self.refuse("an unreduced nll_loss"));
                     }
+                    self.keep_ignored_class(&x)?;
                     vec![Vec::new(), Vec::new()]
                 }
-                "aten.nll_loss_backward" => vec![self.tensor("self")?],
+                "aten.nll_loss_backward" => {
+                    let x = self.tensor("self")?;
+                    self.keep_ignored_class(&x)?;
+                    vec![x]
+                }
                 "aten.native_layer_norm" => {
                     let x = self.tensor("input")?;
                     let n = self.ints("normalized_shape").unwrap_or_default().len();

@@ -196,8 +196,9 @@ fn reorder_input(
 
 /// Rewrites a stage case so that every relation named in `cuts` states its layout of the
 /// load-balanced reordering of its spec value (see the module documentation); relations not
-/// named are left as they are.
-pub(crate) fn encode(case: &mut Case, cuts: &ChunkedCuts) -> Result<(), String> {
+/// named are left as they are. Its expected outputs are rewritten only where the stage
+/// establishes a cut (`cut_target`): an `outputs:` entry states its own relation.
+pub(crate) fn encode(case: &mut Case, cuts: &ChunkedCuts, cut_target: bool) -> Result<(), String> {
     for k in 0..case.inputs.len() {
         let Some(lb) = cuts.get(&case.inputs[k].spec_name) else {
             continue;
@@ -217,7 +218,7 @@ pub(crate) fn encode(case: &mut Case, cuts: &ChunkedCuts) -> Result<(), String> 
         }
         case.spec = g;
     }
-    for k in 0..case.outputs.len() {
+    for k in (0..case.outputs.len()).filter(|_| cut_target) {
         let Some(lb) = cuts.get(&case.outputs[k].spec_name) else {
             continue;
         };

@@ -240,6 +240,14 @@ pub fn plan_with(case: &Case, reduce: bool, opts: &PlanOptions) -> Result<Plan, 
                 "{what} is given for `{name}`, which the case does not relate"
             ));
         }
+        // A chunk order restates a relation: on a cut the chain proves the restated one, but
+        // a case input's or output's would replace what the case states of it.
+        let cut = case.inputs.iter().any(|r| &r.spec_name == name && r.cut);
+        if what == "a chunk order" && !cut {
+            return Err(format!(
+                "a chunk order is given for `{name}`, which is not a cut: it would change what the case states of it"
+            ));
+        }
     }
     let nranks = case.program.ranks.len();
     let spec_stops: HashSet<ValueId> = case.inputs.iter().map(|r| r.spec_value).collect();
@@ -334,8 +342,11 @@ pub fn plan_with(case: &Case, reduce: bool, opts: &PlanOptions) -> Result<Plan, 
     let mut distinct = Vec::new();
     for (k, t) in targets.iter().enumerate() {
         let (mut stage, assumed) = build_stage(case, t, &whole)?;
-        scale::encode(&mut stage.case, scales).map_err(|e| format!("{}: {e}", stage.target))?;
-        chunks::encode(&mut stage.case, &opts.chunked)
+        // A cut's scale and chunk order restate the cut's relation only.
+        let cut_target = matches!(t.as_slice(), [Target::Cut(_)]);
+        scale::encode(&mut stage.case, scales, cut_target)
+            .map_err(|e| format!("{}: {e}", stage.target))?;
+        chunks::encode(&mut stage.case, &opts.chunked, cut_target)
             .map_err(|e| format!("{}: {e}", stage.target))?;
         for rel in &assumed {
             if let Some(&s) = stage_of_cut.get(rel) {

@@ -115,8 +115,10 @@ fn redirect_value(a: &mut Arg, from: ValueId, to: ValueId) {
 }
 
 /// Rewrites a stage case so that every relation named in `scales` states `rank = c · piece`
-/// (see the module documentation); relations not named are left as they are.
-pub(crate) fn encode(case: &mut Case, scales: &CutScales) -> Result<(), String> {
+/// (see the module documentation); relations not named are left as they are. Its expected
+/// outputs are rewritten only where the stage establishes a cut (`cut_target`): an `outputs:`
+/// entry states its own, unscaled relation, even of a tensor that a scaled cut also names.
+pub(crate) fn encode(case: &mut Case, scales: &CutScales, cut_target: bool) -> Result<(), String> {
     for k in 0..case.inputs.len() {
         let Some(&c) = scales.get(&case.inputs[k].spec_name) else {
             continue;
@@ -161,7 +163,7 @@ pub(crate) fn encode(case: &mut Case, scales: &CutScales) -> Result<(), String> 
             }
         }
     }
-    for k in 0..case.outputs.len() {
+    for k in (0..case.outputs.len()).filter(|_| cut_target) {
         let Some(&c) = scales.get(&case.outputs[k].spec_name) else {
             continue;
         };

@@ -1324,6 +1324,49 @@ fn view_beside_varying(
     Some((frame, found?))
 }
 
+/// A folded share read as a share (a lift on mesh dim `m`, `folded_reads`) commits to its
+/// reading: the rank's factor was a local mean over the other mesh dims still pending, so
+/// their pieces are each `n_k` times the spec's. Where the call is the all-reduce that sums
+/// the shares, pieces of `k` already summed into a partial (`Partial(sum)`) average instead
+/// (`Partial(avg)`: a later sum over `k` is `n_k` times the tensor, `times_n`); a shard of
+/// `k` is left as the rules read it (a shard carries no factor: that its pieces are averaged
+/// later is not followed); any other placement on `k` (the pieces gathered, or a partial
+/// that another call mixed with other terms) is `Unknown`.
+fn commit_folded(
+    sh: &Shared,
+    i: usize,
+    nout: usize,
+    base: usize,
+    folded_reads: &[(usize, u64, bool)],
+    rp: &mut RankPlacements,
+) {
+    let mesh = &sh.program.mesh;
+    let nd = mesh.dims.len();
+    for &(m, pending, lifted) in folded_reads {
+        for k in (0..nd.min(64)).filter(|&k| pending & (1 << k) != 0) {
+            for o in 0..nout {
+                let at = (base + o) * nd + k;
+                match rp.places[at] {
+                    Place::Partial(Red::Sum) if lifted => rp.places[at] = Place::Partial(Red::Avg),
+                    Place::Shard(_) | Place::Blocked(..) | Place::Rows(..) | Place::Unknown => {}
+                    _ => {
+                        rp.places[at] = Place::Unknown;
+                        rp.unknown_sources.push((
+                            i,
+                            format!(
+                                "a share on mesh dim `{}` read by a folded mean leaves pieces \
+                                 each n times the spec's on mesh dim `{}` (a local mean), in a \
+                                 placement that does not carry them",
+                                mesh.dims[m].0, mesh.dims[k].0
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod beside_varying_tests {
     use super::*;
@@ -1389,48 +1432,5 @@ mod beside_varying_tests {
         let places = [Place::Shard(0), Place::Replicate, Place::Blocked(0, 2)];
         let read = view_beside_varying(&[&spec], "view", &[2, 4, 4], &[1, 2, 4, 4], &places, &MESH);
         assert_eq!(read, None);
-    }
-}
-
-/// A folded share read as a share (a lift on mesh dim `m`, `folded_reads`) commits to its
-/// reading: the rank's factor was a local mean over the other mesh dims still pending, so
-/// their pieces are each `n_k` times the spec's. Where the call is the all-reduce that sums
-/// the shares, pieces of `k` already summed into a partial (`Partial(sum)`) average instead
-/// (`Partial(avg)`: a later sum over `k` is `n_k` times the tensor, `times_n`); a shard of
-/// `k` is left as the rules read it (a shard carries no factor: that its pieces are averaged
-/// later is not followed); any other placement on `k` (the pieces gathered, or a partial
-/// that another call mixed with other terms) is `Unknown`.
-fn commit_folded(
-    sh: &Shared,
-    i: usize,
-    nout: usize,
-    base: usize,
-    folded_reads: &[(usize, u64, bool)],
-    rp: &mut RankPlacements,
-) {
-    let mesh = &sh.program.mesh;
-    let nd = mesh.dims.len();
-    for &(m, pending, lifted) in folded_reads {
-        for k in (0..nd.min(64)).filter(|&k| pending & (1 << k) != 0) {
-            for o in 0..nout {
-                let at = (base + o) * nd + k;
-                match rp.places[at] {
-                    Place::Partial(Red::Sum) if lifted => rp.places[at] = Place::Partial(Red::Avg),
-                    Place::Shard(_) | Place::Blocked(..) | Place::Rows(..) | Place::Unknown => {}
-                    _ => {
-                        rp.places[at] = Place::Unknown;
-                        rp.unknown_sources.push((
-                            i,
-                            format!(
-                                "a share on mesh dim `{}` read by a folded mean leaves pieces \
-                                 each n times the spec's on mesh dim `{}` (a local mean), in a \
-                                 placement that does not carry them",
-                                mesh.dims[m].0, mesh.dims[k].0
-                            ),
-                        ));
-                    }
-                }
-            }
-        }
     }
 }

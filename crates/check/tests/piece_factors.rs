@@ -363,3 +363,36 @@ fn local_means_averaged_twice_never_hold() {
     assert!(!right, "{report}");
     assert_ne!(verdict, Verdict::Holds, "{report}");
 }
+
+#[test]
+fn a_global_mean_divided_by_tp_summed_over_dp_holds() {
+    // The spec's 1/B over tp (the global batch's mean, each rank's share on tp): dp sums the
+    // pieces (each the spec's), tp the shares; in either order. Was a false finding (tp's
+    // all-reduce of a value taken as replicated, not a share).
+    for mesh in [(4, 2), (2, 4), (2, 2)] {
+        for dp_first in [true, false] {
+            right_holds(Program {
+                factor: 1.0 / B as f64 / mesh.1 as f64,
+                over_dp: OverDp::Sum,
+                dp_first,
+                mesh,
+            });
+        }
+    }
+}
+
+#[test]
+fn a_global_mean_divided_by_tp_and_averaged_over_dp_never_holds() {
+    // The same share averaged over dp instead: dp's pieces are the spec's, so their average
+    // is 1/dp of it.
+    for mesh in [(4, 2), (2, 4), (2, 2)] {
+        for dp_first in [true, false] {
+            wrong_never_holds(Program {
+                factor: 1.0 / B as f64 / mesh.1 as f64,
+                over_dp: OverDp::Avg,
+                dp_first,
+                mesh,
+            });
+        }
+    }
+}

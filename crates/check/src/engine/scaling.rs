@@ -326,7 +326,20 @@ pub(super) fn scale_records(
             ("div", Some(x)) => n_m > 1.0 && x == n_m,
             ("mul", Some(x)) => n_m > 1.0 && (x * n_m - 1.0).abs() < 1e-12,
             _ => false,
-        };
+        }
+        // The spec's own factor over n (a global normalization divided by n): the rank's
+        // value is the spec's over n where the other mesh dims' pieces are the spec's, a
+        // share with no local mean behind it (was: no share, so a correct global
+        // `1/(B·tp)` summed over dp and tp was "an all-reduce of a Replicate").
+        || (sh.has_spec
+            && n_m > 1.0
+            && matches!(op.name.as_str(), "mul" | "div")
+            && factor.is_some_and(|x| {
+                spec_here.is_some_and(|(sop, y, _)| {
+                    let ratio = if op.name == "mul" { x / y } else { y / x };
+                    sop == op && y != 0.0 && (ratio * n_m - 1.0).abs() < 1e-9
+                })
+            }));
     let folded_by_n = n_m > 1.0
         && matches!(op.name.as_str(), "mul" | "div")
         && factor.is_some_and(|x| {

@@ -10,10 +10,10 @@
 //! then all-reduces over dp and over tp. Each program is run by the interpreter: a program
 //! whose ranks are wrong must never hold.
 //!
-//! Both planted bugs still hold (ignored tests, the holes pinned). Where the value is a shard
-//! on dp when scaled, no lane reads dp's factor: a sum over dp of local means is taken as the
-//! sum the spec's factor gives, as a missing average over dp is (`dp-grad-not-averaged`, a
-//! run/verify-class bug in the catalog). The folded reading on tp rests on that average.
+//! Both planted bugs held until the share recorded the other mesh dims whose local means it
+//! rests on (`folded_pending`): dp's all-reduce sum of them refutes the share
+//! (`folded_summed`), so tp's lift of it is not proven. `tests/piece_factors.rs` covers
+//! more meshes, both orders of the reductions and the right programs.
 
 use shardproof_check::{check_case, Verdict};
 use shardproof_interp::{run_graph, run_program, RunConfig};
@@ -104,9 +104,6 @@ fn run(factor: f64, dp_op: &str, (dp, tp): (usize, usize)) -> (Verdict, bool, St
 }
 
 #[test]
-#[ignore = "known hole (docs/check.md, Scalings): the factor is the spec's, which the folded-mean \
-            reading takes as a local mean's share where dp's split equals tp's size; making it \
-            Unknown there turns 20 of the zoo's 67 correct plans inconclusive"]
 fn a_global_mean_that_forgets_the_tp_share_never_holds() {
     // Planted bug: each rank scales its rows by the spec's 1/B (the global batch) and forgets
     // the 1/tp; dp sums the pieces to the spec's value, tp sums two copies of it. The factor
@@ -118,11 +115,6 @@ fn a_global_mean_that_forgets_the_tp_share_never_holds() {
 }
 
 #[test]
-#[ignore = "known hole, wider than docs/check.md says: the folded-mean reading takes the share on \
-            tp from the factor alone; that dp's local means are averaged later is not followed \
-            (dp's lane reads the factor on a shard, which carries none). Making the reading \
-            Unknown where dp's split is not tp's size turns zoo 039 (deepseek dp=2,tp=2,ep=2) \
-            inconclusive"]
 fn a_local_mean_summed_over_dp_never_holds() {
     // Planted bug on dp = 4, tp = 2: each rank scales its rows by a local mean's factor over
     // tp (4/B / 2, twice the spec's 1/B, not 1/tp itself), then dp sums the local means instead of averaging

@@ -31,7 +31,7 @@ use findings::{
 };
 use frame::FrameMode;
 use recv::{moves_partial, recv_read, resume_at, start_state};
-use scaling::{read_times_n, scale_records, ScaleRecord};
+use scaling::{consumed_folded, folded_share, read_times_n, scale_records, ScaleRecord};
 pub use scaling::{spec_scaling_positions, SpecScaling};
 pub use shared::*;
 use vocab_proofs::vocab_proofs;
@@ -483,6 +483,10 @@ fn propagate_rank_from(
                 };
                 // Mesh dims whose all-reduce sum here lifted a replicated share (`scaled`).
                 let mut lifted_shares = 0u64;
+                // Per mesh dim whose folded shares this call reads as shares, the other mesh
+                // dims still pending there (`folded_pending`), and whether the call is the
+                // all-reduce that sums the shares (`commit_folded`).
+                let mut folded_reads: Vec<(usize, u64, bool)> = Vec::new();
                 for m in 0..nd {
                     // An input unknown on this mesh dim: the rule is not called (below, after
                     // the ring and rows readings, which keep `Unknown` as it is). Skipped
@@ -945,6 +949,7 @@ fn propagate_rank_from(
                         share_dim,
                         input_scale_unknown,
                         why: scaling_why,
+                        folded,
                     } = scale_records(&site, in_group, lift_reads_scaled, &violation, &mut result);
                     // On a pipeline dim, `Replicate()` claims every stage holds this tensor;
                     // the rules assume one program on every coordinate, which stages do not
@@ -1008,6 +1013,37 @@ fn propagate_rank_from(
                         }
                         now_scaled = false;
                     }
+                    // A share by a folded mean's reading (issue 44): the other mesh dims'
+                    // pieces it counted must be averaged. Read as a share where some were
+                    // summed instead (the local means of dp summed, or a global mean that
+                    // forgot the 1/tp), it is not proven; the still pending ones are the
+                    // post-pass's (`commit_folded`).
+                    let folded_rec = folded_share(
+                        &site,
+                        folded,
+                        now_scaled,
+                        in_group,
+                        group.as_ref().map(|(dims, _)| &dims[..]),
+                    );
+                    let read_share = consumed_folded(&site, lift_reads_scaled, &result);
+                    let mut folded_why = None;
+                    if read_share.summed != 0 && violation.is_none() {
+                        result.iter_mut().for_each(|p| *p = Place::Unknown);
+                        folded_why = Some(format!(
+                            "`{op}` on mesh dim `{}` reads as a share a value divided by its size \
+                             only by a folded mean's reading (a local mean over other mesh dims \
+                             over n), whose local means were then summed over mesh dim(s) {}, \
+                             not averaged: the share is not proven",
+                            mesh.dims[m].0,
+                            (0..nd.min(64))
+                                .filter(|&k| read_share.summed & (1 << k) != 0)
+                                .map(|k| format!("`{}`", mesh.dims[k].0))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ));
+                    } else if read_share.pending != 0 {
+                        folded_reads.push((m, read_share.pending, rule.family == "all-reduce"));
+                    }
                     // An all-reduce sum of pieces that average to the tensor: n times it on
                     // every rank (`times_n`), `Unknown` to the rules.
                     let times_n = rule.family == "all-reduce"
@@ -1039,7 +1075,9 @@ fn propagate_rank_from(
                     if let Some(why) = lone_term_why {
                         rp.unknown_sources.push((i, why));
                     }
-                    if let Some(why) = scaling_why.filter(|_| inconclusive) {
+                    if let Some(why) = folded_why.filter(|_| inconclusive) {
+                        rp.unknown_sources.push((i, why));
+                    } else if let Some(why) = scaling_why.filter(|_| inconclusive) {
                         rp.unknown_sources.push((i, why));
                     } else if inconclusive {
                         rp.unknown_sources.push((
@@ -1048,6 +1086,8 @@ fn propagate_rank_from(
                         ));
                     }
                     for (o, p) in result.iter().enumerate().take(nout) {
+                        rp.folded_pending[(base + o) * nd + m] = folded_rec.pending;
+                        rp.folded_summed[(base + o) * nd + m] = folded_rec.summed;
                         rp.scaled[(base + o) * nd + m] = now_scaled;
                         rp.times_n[(base + o) * nd + m] = times_n;
                         rp.scale_unknown[(base + o) * nd + m] = now_scale_unknown && p.is_partial();
@@ -1080,11 +1120,14 @@ fn propagate_rank_from(
                         }
                     }
                 }
+                commit_folded(sh, i, nout, base, &folded_reads, &mut rp);
                 // The division by n made up for a `times_n` dim: no other mesh dim may take it
                 // as its own 1/n as well (`scaled`), or one factor would count twice.
                 if consumed {
                     for o in 0..nout {
                         rp.scaled[(base + o) * nd..(base + o + 1) * nd].fill(false);
+                        rp.folded_pending[(base + o) * nd..(base + o + 1) * nd].fill(0);
+                        rp.folded_summed[(base + o) * nd..(base + o + 1) * nd].fill(0);
                     }
                 }
                 if rules::pairs_elements(rule.family) {
@@ -1279,6 +1322,49 @@ fn view_beside_varying(
         }
     }
     Some((frame, found?))
+}
+
+/// A folded share read as a share (a lift on mesh dim `m`, `folded_reads`) commits to its
+/// reading: the rank's factor was a local mean over the other mesh dims still pending, so
+/// their pieces are each `n_k` times the spec's. Where the call is the all-reduce that sums
+/// the shares, pieces of `k` already summed into a partial (`Partial(sum)`) average instead
+/// (`Partial(avg)`: a later sum over `k` is `n_k` times the tensor, `times_n`); a shard of
+/// `k` is left as the rules read it (a shard carries no factor: that its pieces are averaged
+/// later is not followed); any other placement on `k` (the pieces gathered, or a partial
+/// that another call mixed with other terms) is `Unknown`.
+fn commit_folded(
+    sh: &Shared,
+    i: usize,
+    nout: usize,
+    base: usize,
+    folded_reads: &[(usize, u64, bool)],
+    rp: &mut RankPlacements,
+) {
+    let mesh = &sh.program.mesh;
+    let nd = mesh.dims.len();
+    for &(m, pending, lifted) in folded_reads {
+        for k in (0..nd.min(64)).filter(|&k| pending & (1 << k) != 0) {
+            for o in 0..nout {
+                let at = (base + o) * nd + k;
+                match rp.places[at] {
+                    Place::Partial(Red::Sum) if lifted => rp.places[at] = Place::Partial(Red::Avg),
+                    Place::Shard(_) | Place::Blocked(..) | Place::Rows(..) | Place::Unknown => {}
+                    _ => {
+                        rp.places[at] = Place::Unknown;
+                        rp.unknown_sources.push((
+                            i,
+                            format!(
+                                "a share on mesh dim `{}` read by a folded mean leaves pieces \
+                                 each n times the spec's on mesh dim `{}` (a local mean), in a \
+                                 placement that does not carry them",
+                                mesh.dims[m].0, mesh.dims[k].0
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -148,6 +148,8 @@ pub(super) fn start_state(
             rp.times_n[v0 * nd..].fill(false);
             rp.scale_unknown[v0 * nd..].fill(false);
             rp.share_of[v0 * nd..].fill(0);
+            rp.folded_pending[v0 * nd..].fill(0);
+            rp.folded_summed[v0 * nd..].fill(0);
             rp.invariant[v0..].fill(false);
             rp.zero[v0..].fill(false);
             rp.constant[v0..].fill(0);
@@ -166,6 +168,8 @@ pub(super) fn start_state(
                 times_n: vec![false; total as usize * nd],
                 scale_unknown: vec![false; total as usize * nd],
                 share_of: vec![0; total as usize * nd],
+                folded_pending: vec![0; total as usize * nd],
+                folded_summed: vec![0; total as usize * nd],
                 zero: vec![false; total as usize],
                 constant: vec![0; total as usize],
                 ..Default::default()

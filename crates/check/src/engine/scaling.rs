@@ -272,6 +272,9 @@ pub(super) struct ScaleRecord {
     pub input_scale_unknown: bool,
     /// Why a reduction of pieces scaled by an unknown factor is not proven.
     pub why: Option<String>,
+    /// The output is a share (`scaled`) only by the folded mean's reading: the rank's factor
+    /// is the spec's times the split of the other mesh dims that shard the value, over n.
+    pub folded: bool,
 }
 
 /// Reads the call `s`'s scalings by a number on its mesh dim: a replicated value divided by n
@@ -318,33 +321,47 @@ pub(super) fn scale_records(
     // it n times).
     let spec_same = sh.has_spec
         && factor.is_some_and(|x| spec_here.is_some_and(|(sop, y, _)| sop == op && y == x));
-    let by_n = !spec_same
+    let plain_by_n = !spec_same
         && match (op.name.as_str(), factor) {
             ("div", Some(x)) => n_m > 1.0 && x == n_m,
             ("mul", Some(x)) => n_m > 1.0 && (x * n_m - 1.0).abs() < 1e-12,
             _ => false,
         }
-        || (n_m > 1.0
+        // The spec's own factor over n (a global normalization divided by n): the rank's
+        // value is the spec's over n where the other mesh dims' pieces are the spec's, a
+        // share with no local mean behind it (was: no share, so a correct global
+        // `1/(B·tp)` summed over dp and tp was "an all-reduce of a Replicate").
+        || (sh.has_spec
+            && n_m > 1.0
             && matches!(op.name.as_str(), "mul" | "div")
             && factor.is_some_and(|x| {
                 spec_here.is_some_and(|(sop, y, _)| {
-                    // A mean that autograd folded into the constant counts the
-                    // rank's local elements where other mesh dims shard the batch:
-                    // their sizes multiply the factor. Not the spec's elements over
-                    // the rank's: a pipeline's microbatch holds a K-th of them, and
-                    // the gradient accumulation's 1/K folds into the constant too
-                    // (a rank forgetting it had the factor a local count gives).
-                    let Some(local) = inputs
-                        .first()
-                        .and_then(|&v| other_dims_split(mesh, m, rp.of(v, nd)))
-                    else {
-                        return false;
-                    };
-                    // The rank's factor over the spec's is local/n.
                     let ratio = if op.name == "mul" { x / y } else { y / x };
-                    sop == op && y != 0.0 && (ratio * n_m / local - 1.0).abs() < 1e-9
+                    sop == op && y != 0.0 && (ratio * n_m - 1.0).abs() < 1e-9
                 })
             }));
+    let folded_by_n = n_m > 1.0
+        && matches!(op.name.as_str(), "mul" | "div")
+        && factor.is_some_and(|x| {
+            spec_here.is_some_and(|(sop, y, _)| {
+                // A mean that autograd folded into the constant counts the
+                // rank's local elements where other mesh dims shard the batch:
+                // their sizes multiply the factor. Not the spec's elements over
+                // the rank's: a pipeline's microbatch holds a K-th of them, and
+                // the gradient accumulation's 1/K folds into the constant too
+                // (a rank forgetting it had the factor a local count gives).
+                let Some(local) = inputs
+                    .first()
+                    .and_then(|&v| other_dims_split(mesh, m, rp.of(v, nd)))
+                else {
+                    return false;
+                };
+                // The rank's factor over the spec's is local/n.
+                let ratio = if op.name == "mul" { x / y } else { y / x };
+                sop == op && y != 0.0 && (ratio * n_m / local - 1.0).abs() < 1e-9
+            })
+        });
+    let by_n = plain_by_n || folded_by_n;
     // A partial scaled by a number (issue 44, soundness): pieces that average
     // to the tensor, each divided by n, sum to it (and pieces that sum, each
     // times n, average to it), where the spec does not scale the tensor so.
@@ -499,12 +516,14 @@ pub(super) fn scale_records(
         || (family == "elementwise-add"
             && !inputs.is_empty()
             && inputs.iter().all(|&v| scaled_of(v)));
-    let now_scaled = result.first() == Some(&Place::Replicate)
-        && ((by_n
-            && inputs
-                .first()
-                .is_some_and(|&v| place(v) == Place::Replicate))
-            || keeps);
+    let divided_here = by_n
+        && inputs
+            .first()
+            .is_some_and(|&v| place(v) == Place::Replicate);
+    let now_scaled = result.first() == Some(&Place::Replicate) && (divided_here || keeps);
+    // The share rests on the folded mean alone: the other mesh dims that split the value
+    // must average their pieces later (`mean_pieces`).
+    let folded = now_scaled && divided_here && folded_by_n && !plain_by_n && !keeps;
     // A replicated value divided by n (`scaled`) read as a rank's share of a
     // sum: an all-reduce sum of it, a partial plus it, a partial times or over
     // it (the label follows, `partial_scaling`), a partial matrix product plus
@@ -544,6 +563,7 @@ pub(super) fn scale_records(
         share_dim,
         input_scale_unknown,
         why: scaling_why,
+        folded,
     }
 }
 
@@ -618,4 +638,138 @@ pub(super) fn read_times_n(
         }
     }
     consumed
+}
+
+/// A folded share's records on one mesh dim `m` (`folded_pending`, `folded_summed` of
+/// [`RankPlacements`]): the other mesh dims (bit `k`) whose pieces the folded mean's reading
+/// says are each `n_k` times the spec's, not yet averaged (`pending`), and those over which
+/// they were summed instead (`summed`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct FoldedShare {
+    /// Mesh dims whose local means no average has settled yet.
+    pub pending: u64,
+    /// Mesh dims over which the local means were summed, with no division by `n_k` since.
+    pub summed: u64,
+}
+
+impl FoldedShare {
+    /// The records of value `v` on the call's mesh dim.
+    fn of(s: &CallOnDim, v: ValueId) -> FoldedShare {
+        let at = (s.rp.offsets[v.node] as usize + v.output) * s.nd + s.m;
+        FoldedShare {
+            pending: s.rp.folded_pending[at],
+            summed: s.rp.folded_summed[at],
+        }
+    }
+
+    /// The union of two records.
+    fn with(self, o: FoldedShare) -> FoldedShare {
+        FoldedShare {
+            pending: self.pending | o.pending,
+            summed: self.summed | o.summed,
+        }
+    }
+}
+
+/// The folded-share records of the output of call `s` on its mesh dim `m`, where it is a
+/// share there (`now_scaled`; none otherwise). A folded mean (`folded`) starts them: the
+/// other mesh dims that shard or hold rows of the input (the split its factor counted) are
+/// pending. A use that carries the share on (a copy, a product, an all-reduce over other
+/// mesh dims) carries its scaled inputs' records, where an all-reduce over other mesh dims
+/// (`group_dims`; `None`: not known) settles a pending dim by averaging over it and moves it
+/// to `summed` by summing over it, and a division by `n_k` (or a product with `1/n_k`) makes
+/// up for one summed (else one pending) dim of that size.
+pub(super) fn folded_share(
+    s: &CallOnDim,
+    folded: bool,
+    now_scaled: bool,
+    in_group: bool,
+    group_dims: Option<&[usize]>,
+) -> FoldedShare {
+    let mesh = &s.sh.program.mesh;
+    if !now_scaled {
+        return FoldedShare::default();
+    }
+    if folded {
+        let pending = s.inputs.first().map_or(0, |&v| {
+            s.rp.of(v, s.nd)
+                .iter()
+                .enumerate()
+                .filter(|&(k, p)| {
+                    k != s.m
+                        && k < 64
+                        && !crate::is_pipeline_dim(mesh, k)
+                        && matches!(p, Place::Shard(_) | Place::Blocked(..) | Place::Rows(..))
+                })
+                .fold(0u64, |bits, (k, _)| bits | 1 << k)
+        });
+        return FoldedShare { pending, summed: 0 };
+    }
+    let mut rec = s
+        .inputs
+        .iter()
+        .filter(|&&v| s.scaled_of(v))
+        .fold(FoldedShare::default(), |acc, &v| {
+            acc.with(FoldedShare::of(s, v))
+        });
+    if rec == FoldedShare::default() {
+        return rec;
+    }
+    if s.family == "all-reduce" && !in_group {
+        let red = match s.bound.get("reduce_op") {
+            Some(Arg::Str(x)) => Red::parse(&x),
+            _ => None,
+        };
+        // The mesh dims the group spans (all of them where not known).
+        let over = group_dims.map_or(u64::MAX, |dims| {
+            dims.iter()
+                .filter(|&&k| k < 64)
+                .fold(0u64, |bits, &k| bits | 1 << k)
+        });
+        let hit = rec.pending & over;
+        rec.pending &= !hit;
+        if red != Some(Red::Avg) {
+            rec.summed |= hit;
+        }
+    }
+    let factor = match s.bound.schema().index_of("other") {
+        Some(_) => s.bound.get("other").and_then(|a| a.as_f64()),
+        None => None,
+    };
+    let divisor = match (s.op.name.as_str(), factor) {
+        ("div", Some(x)) => Some(x),
+        ("mul", Some(x)) if x != 0.0 => Some(1.0 / x),
+        _ => None,
+    };
+    if let Some(d) = divisor {
+        let of_size = |bits: u64| {
+            (0..mesh.dims.len().min(64))
+                .find(|&k| bits & (1 << k) != 0 && (mesh.dims[k].1 as f64 - d).abs() < 1e-9)
+        };
+        if let Some(k) = of_size(rec.summed) {
+            rec.summed &= !(1 << k);
+        } else if let Some(k) = of_size(rec.pending) {
+            rec.pending &= !(1 << k);
+        }
+    }
+    rec
+}
+
+/// The folded-share records of the shares call `s` reads as shares on its mesh dim: a lift
+/// (`lift_reads_scaled`: an all-reduce sum of them, a partial plus them), or any use of a
+/// scaled replicated input whose result is a partial (a product relabelled by it, a bias).
+pub(super) fn consumed_folded(
+    s: &CallOnDim,
+    lift_reads_scaled: bool,
+    result: &[Place],
+) -> FoldedShare {
+    if !lift_reads_scaled && !result.iter().any(|p| p.is_partial()) {
+        return FoldedShare::default();
+    }
+    s.inputs
+        .iter()
+        .filter(|&&v| (s.place)(v) == Place::Replicate && s.scaled_of(v))
+        .fold(FoldedShare::default(), |acc, &v| {
+            acc.with(FoldedShare::of(s, v))
+        })
 }

@@ -42,6 +42,16 @@ pub struct RankPlacements {
     /// (`scaled`), `k + 1` (else 0): an all-reduce sum over `k` of that share makes up for the
     /// factor (the aux-loss share `aux / tp` beside dp's average), and clears the record.
     pub share_of: Vec<u8>,
+    /// Per value, per mesh dim `m` where it is a share (`scaled`) by a folded mean's reading
+    /// (`scaling::FoldedShare`): the other mesh dims (bit `k`) whose pieces that reading says
+    /// are each `n_k` times the spec's (a local mean over `k`'s split) and that no average
+    /// over `k` has settled yet. Where the share is read as one (a lift), pieces of `k`
+    /// summed into a partial there average instead.
+    pub folded_pending: Vec<u64>,
+    /// Per value, per mesh dim `m`, as `folded_pending`: the mesh dims (bit `k`) over which
+    /// such pieces were summed (an all-reduce sum over `k`) with no division by `n_k` since.
+    /// The share reading is refuted there: a lift of it is not proven.
+    pub folded_summed: Vec<u64>,
     /// Nodes whose outputs are `Unknown` because of the node itself (no rule, opaque, an
     /// input without a layout), as (node, reason).
     pub unknown_sources: Vec<(usize, String)>,

@@ -485,3 +485,82 @@ fn v5_a_block_below_the_minimum_keeps_the_vocabulary() {
     let case = shardproof_case::load_case(&dir.path().join("case.yaml")).unwrap_or(case);
     vocabulary_of(&case, "V5");
 }
+
+/// `from` replaced by `to` in every file of the case in `dir`, reloaded.
+fn edited(dir: &Path, from: &str, to: &str) -> Case {
+    for f in ["spec.py", "r0.py", "r1.py", "case.yaml"] {
+        let p = dir.join(f);
+        std::fs::write(&p, std::fs::read_to_string(&p).unwrap().replace(from, to)).unwrap();
+    }
+    shardproof_case::load_case(&dir.join("case.yaml")).unwrap()
+}
+
+#[test]
+fn v1_a_label_spread_over_the_vocabulary_keeps_it() {
+    // The local ids expanded along the vocabulary (a label value with a vocabulary dim).
+    let dir = tempfile::tempdir().unwrap();
+    let case = hand_case(dir.path(), &[], "", &|_, t| {
+        t.replace(
+            "        mask: \"b8[2, 1]\"",
+            "        wide: \"i64[2, 64]\" = torch.ops.aten.expand.default(ids, [2, 64])\n        \
+             wsum: \"f32[2, 64]\" = torch.ops.aten.add.Tensor(logits, wide)\n        \
+             mask: \"b8[2, 1]\"",
+        )
+    });
+    vocabulary_of(&case, "V1");
+}
+
+#[test]
+fn v2_offsets_accumulated_over_the_bound_or_a_class_ignored_keep_the_vocabulary() {
+    // `(label + 1) - (lo - 1)`: each literal one from a block edge, their sum two.
+    let dir = tempfile::tempdir().unwrap();
+    let case = hand_case(dir.path(), &[], "", &|r, t| {
+        t.replace(
+            &format!("        shifted: \"i64[2]\" = torch.ops.aten.sub.Scalar(labels, {})", r * N),
+            &format!(
+                "        pre: \"i64[2]\" = torch.ops.aten.add.Scalar(labels, 1)\n        \
+                 shifted: \"i64[2]\" = torch.ops.aten.sub.Scalar(pre, {})",
+                r as i64 * N as i64 - 1
+            ),
+        )
+    });
+    let r = vocabulary_of(&case, "V2");
+    assert!(vocabulary(&r).kept.as_deref().unwrap().contains("accumulate"));
+    // An nll_loss ignoring class 0: a comparison of the label with a literal the reduced
+    // program would keep.
+    let dir = tempfile::tempdir().unwrap();
+    hand_case(dir.path(), &[], "", &|_, t| t);
+    let case = edited(dir.path(), "None, 1, -100)", "None, 1, 0)");
+    vocabulary_of(&case, "V2");
+}
+
+#[test]
+fn v3_a_label_cast_to_a_float_or_returned_keeps_the_vocabulary() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = hand_case(dir.path(), &[], "", &|_, t| {
+        t.replace(
+            "        ids: \"i64[2, 1]\"",
+            "        lf: \"f32[2]\" = torch.ops.aten._to_copy.default(ids1, dtype = torch.float32)\n        ids: \"i64[2, 1]\"",
+        )
+    });
+    vocabulary_of(&case, "V3");
+    // The labels an output of both programs.
+    let dir = tempfile::tempdir().unwrap();
+    let extra = "        lab: \"i64[2]\" = torch.ops.aten.clone.default(labels)\n";
+    hand_case(dir.path(), &[], extra, &|_, t| {
+        t.replace("        return (loss,)", &format!("{extra}        return (loss,)"))
+    });
+    edited(dir.path(), "return (loss,)", "return (loss, lab)");
+    let case = edited(dir.path(), "  loss: Replicate()\n", "  loss: Replicate()\n  lab: Replicate()\n");
+    vocabulary_of(&case, "V3");
+}
+
+#[test]
+fn v4_class_weights_keep_the_vocabulary() {
+    // A weight per class: a value per vocabulary position.
+    let dir = tempfile::tempdir().unwrap();
+    hand_case(dir.path(), &[("cw", "f32[128]", "Replicate()")], "", &|_, t| t);
+    let case = edited(dir.path(), "(lp, labels, None, 1, -100)", "(lp, labels, cw, 1, -100)");
+    let r = vocabulary_of(&case, "V4");
+    assert!(vocabulary(&r).kept.as_deref().unwrap().contains("class weights"));
+}

@@ -498,7 +498,7 @@ fn reduce_with(case: &Case, strict: bool) -> Result<Reduction, Refusal> {
         let (block, reduced_block) = (sizes.original(&unit), sizes.reduced(&unit));
         let kept = if reduced_block >= block {
             let why = format!(
-                "V5: a block of {block} is no more than the minimum (4B + 2)·(N + 3) = {minimum} for B = {b} and N = {labels} labels, or every smaller one coincides with a literal"
+                "V5: a block of {block} is not above the minimum (4B + 2)·(N + 3) = {minimum} for B = {b} and N = {labels} labels, or every smaller one coincides with a literal"
             );
             sizes.pin(&unit, &format!("the vocabulary is kept ({why})"));
             Some(why)

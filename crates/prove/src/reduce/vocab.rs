@@ -555,11 +555,10 @@ impl<'a> GraphCheck<'a> {
                 self.label_of(&get("self")).cloned(),
                 self.label_of(&get("other")).cloned(),
             );
+            // Both comparisons of labels; of the same labels, checked below for every operand.
             match (x, y) {
-                (Some(LabelValue::Bool { label: l1 }), Some(LabelValue::Bool { label: l2 }))
-                    if l1 == l2 =>
-                {
-                    Some(LabelValue::Bool { label: l1 })
+                (Some(LabelValue::Bool { label }), Some(LabelValue::Bool { .. })) => {
+                    Some(LabelValue::Bool { label })
                 }
                 _ => {
                     return Err(format!(
@@ -578,7 +577,8 @@ impl<'a> GraphCheck<'a> {
             };
             match self.label_of(&x).cloned() {
                 Some(LabelValue::Int { label, mut forms }) => {
-                    if mask_label != Some(label) {
+                    // A mask of label comparisons (of the same labels: checked below).
+                    if mask_label.is_none() {
                         return Err(format!(
                             "V1: {at}: a label value masked by a mask not computed from the same labels"
                         ));
@@ -651,7 +651,8 @@ impl<'a> GraphCheck<'a> {
                     }
                 }
                 let label = label.expect("one side is a label value");
-                if cond_label != Some(label) {
+                // A condition of label comparisons (of the same labels: checked below).
+                if cond_label.is_none() {
                     return Err(format!(
                         "V1: {at}: a label value selected by a condition not computed from the same labels"
                     ));

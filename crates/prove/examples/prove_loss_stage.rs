@@ -14,7 +14,8 @@
 //! With `--preset NAME` (e.g. `llama3-405b`) the zoo preset's forward is emitted at real size
 //! and cut as `prove_presets --forward` cuts it; only its loss stage is proved (through the
 //! mesh reduction along dp and shape reduction, the vocabulary reduced with the labels where
-//! `reduce/vocab.rs`'s conditions hold), and the vocabulary's reduction is printed.
+//! `reduce/vocab.rs`'s conditions hold), and the vocabulary's reduction is printed;
+//! `--terms T` raises the terms one expression may hold.
 
 #[path = "common/layer_cuts.rs"]
 mod layer_cuts;
@@ -53,7 +54,7 @@ fn peak_gb() -> Option<f64> {
 }
 
 /// The loss stage of preset `name`'s forward at real size, proved alone.
-fn preset_loss_stage(name: &str, limit: f64, dir: &std::path::Path) {
+fn preset_loss_stage(name: &str, limit: f64, terms: Option<usize>, dir: &std::path::Path) {
     let preset = find_preset(name).expect("a zoo preset");
     let (mut opts, extras, pipeline) = preset.request();
     opts.forward_only = true;
@@ -95,10 +96,13 @@ fn preset_loss_stage(name: &str, limit: f64, dir: &std::path::Path) {
         }
         Err(e) => println!("  shape reduction refused: {e:?}"),
     }
-    let cfg = ProveConfig {
+    let mut cfg = ProveConfig {
         time_limit: Some(Duration::from_secs_f64(limit)),
         ..ProveConfig::default()
     };
+    if let Some(t) = terms {
+        cfg.budget.terms_per_expr = t;
+    }
     let proving = Instant::now();
     let proof = shardproof_prove::prove_case(&stage.case, &cfg);
     let json = serde_json::to_value(&proof).unwrap_or_default();
@@ -123,7 +127,9 @@ fn main() {
     if let Some(name) = text_arg(&args, "--preset") {
         let limit = arg(&args, "--time-limit", 600.0);
         let temp = tempfile::tempdir().expect("a temporary directory");
-        preset_loss_stage(name, limit, temp.path());
+        // `--terms T`: the terms one expression may hold (the prover's default: 20,000).
+        let terms = text_arg(&args, "--terms").map(|t| t.parse().expect("--terms NUMBER"));
+        preset_loss_stage(name, limit, terms, temp.path());
         return;
     }
     let batch = arg(&args, "--batch", 1.0) as usize;

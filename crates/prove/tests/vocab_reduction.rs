@@ -497,13 +497,15 @@ fn edited(dir: &Path, from: &str, to: &str) -> Case {
 
 #[test]
 fn v1_a_label_spread_over_the_vocabulary_keeps_it() {
-    // The local ids expanded along the vocabulary (a label value with a vocabulary dim).
+    // The local ids expanded along the vocabulary (a label value with a vocabulary dim),
+    // compared and used as a mask of the logits.
     let dir = tempfile::tempdir().unwrap();
     let case = hand_case(dir.path(), &[], "", &|_, t| {
         t.replace(
             "        mask: \"b8[2, 1]\"",
             "        wide: \"i64[2, 64]\" = torch.ops.aten.expand.default(ids, [2, 64])\n        \
-             wsum: \"f32[2, 64]\" = torch.ops.aten.add.Tensor(logits, wide)\n        \
+             weq: \"b8[2, 64]\" = torch.ops.aten.eq.Scalar(wide, 0)\n        \
+             wm: \"f32[2, 64]\" = torch.ops.aten.masked_fill.Scalar(logits, weq, 0.0)\n        \
              mask: \"b8[2, 1]\"",
         )
     });
@@ -563,4 +565,25 @@ fn v4_class_weights_keep_the_vocabulary() {
     let case = edited(dir.path(), "(lp, labels, None, 1, -100)", "(lp, labels, cw, 1, -100)");
     let r = vocabulary_of(&case, "V4");
     assert!(vocabulary(&r).kept.as_deref().unwrap().contains("class weights"));
+}
+
+#[test]
+fn every_input_indexing_the_vocabulary_counts_as_a_label() {
+    // A second label tensor read only as the spec's nll_loss target (no integer computation
+    // on it, so it is not among the inputs whose range is kept): still a label of the
+    // vocabulary, checked and counted in N.
+    let dir = tempfile::tempdir().unwrap();
+    let spec_extra = "        nll2 = torch.ops.aten.nll_loss_forward.default(lp, labels2, None, 1, -100)\n        \
+                      loss2: \"f32[]\" = nll2[0]\n        \
+                      total_weight2: \"f32[]\" = nll2[1]\n";
+    let case = hand_case(
+        dir.path(),
+        &[("labels2", "i64[2]", "Replicate()")],
+        spec_extra,
+        &|_, t| t,
+    );
+    let r = vocabulary_of(&case, "");
+    let v = vocabulary(&r);
+    assert_eq!(v.labels, ["labels", "labels2"], "{v:?}");
+    assert_eq!(v.label_elements, 4, "{v:?}");
 }

@@ -105,21 +105,31 @@ pub(super) enum Outcome {
 
 /// Every vocabulary the `ranged` spec inputs index, with whether V1-V4 hold for it.
 pub(super) fn analyse(w: &Walked<'_>, ranged: &[ValueId], sizes: &Sizes) -> Vec<Outcome> {
-    // Each ranged input's range dims, normalized.
-    let ranges: Vec<(ValueId, Vec<Mono>)> = ranged
+    let range_of = |v: ValueId| -> Vec<Mono> {
+        rules::range_dims(&w.case.spec, w.spec, v)
+            .iter()
+            .map(|m| sizes.norm(m))
+            .collect()
+    };
+    // The vocabularies are the ones the ranged inputs index (those keep their range today).
+    let vars: BTreeSet<Var> = ranged
         .iter()
-        .map(|&v| {
-            let dims = rules::range_dims(&w.case.spec, w.spec, v)
-                .iter()
-                .map(|m| sizes.norm(m))
-                .collect();
-            (v, dims)
-        })
+        .flat_map(|&v| range_of(v))
+        .flat_map(|m| m.vars.into_keys())
         .collect();
-    let vars: BTreeSet<Var> = ranges
-        .iter()
-        .flat_map(|(_, ds)| ds.iter().flat_map(|m| m.vars.keys().copied()))
-        .collect();
+    // Their labels are every integer spec input indexing them, ranged or not (one read
+    // directly as an nll_loss target too): each is checked and counts towards N.
+    let integer = |v: &ValueId| {
+        w.spec_metas
+            .get(v.node)
+            .and_then(|m| m.get(v.output)?.as_ref())
+            .is_some_and(|m| m.dtype.is_int())
+    };
+    let mut inputs: Vec<ValueId> = w.case.spec.inputs.iter().copied().filter(integer).collect();
+    inputs.extend(ranged.iter().copied());
+    inputs.sort_unstable();
+    inputs.dedup();
+    let ranges: Vec<(ValueId, Vec<Mono>)> = inputs.into_iter().map(|v| (v, range_of(v))).collect();
     let mut out = Vec::new();
     let mut decided: BTreeSet<ValueId> = BTreeSet::new();
     for var in vars {
@@ -164,7 +174,7 @@ pub(super) fn analyse(w: &Walked<'_>, ranged: &[ValueId], sizes: &Sizes) -> Vec<
             }),
         }
     }
-    // A ranged input indexing no dim has no vocabulary to reduce: nothing to decide.
+    // An input indexing no dim has no vocabulary to reduce: nothing to decide.
     out
 }
 

@@ -188,7 +188,10 @@ fn shift_interior(d: &Path, rank: usize, n: i64) {
     let mut after = false;
     for l in text.lines() {
         if after && l.contains(&format!("aten.unsqueeze.default({ids},")) {
-            out.push(l.replace(&format!("unsqueeze.default({ids},"), "unsqueeze.default(vr_ids,"));
+            out.push(l.replace(
+                &format!("unsqueeze.default({ids},"),
+                "unsqueeze.default(vr_ids,",
+            ));
             continue;
         }
         out.push(l.to_string());
@@ -474,10 +477,7 @@ fn v5_a_block_below_the_minimum_keeps_the_vocabulary() {
     // 8 rows per rank: two labels need n' >= 2·(2 + 3) = 10.
     let dir = tempfile::tempdir().unwrap();
     let case = hand_case(dir.path(), &[], "", &|_, t| t);
-    let text = |s: String| {
-        s.replace("128", "16")
-            .replace("64", "8")
-    };
+    let text = |s: String| s.replace("128", "16").replace("64", "8");
     for f in ["spec.py", "r0.py", "r1.py"] {
         let p = dir.path().join(f);
         std::fs::write(&p, text(std::fs::read_to_string(&p).unwrap())).unwrap();
@@ -518,7 +518,10 @@ fn v2_offsets_accumulated_over_the_bound_or_a_class_ignored_keep_the_vocabulary(
     let dir = tempfile::tempdir().unwrap();
     let case = hand_case(dir.path(), &[], "", &|r, t| {
         t.replace(
-            &format!("        shifted: \"i64[2]\" = torch.ops.aten.sub.Scalar(labels, {})", r * N),
+            &format!(
+                "        shifted: \"i64[2]\" = torch.ops.aten.sub.Scalar(labels, {})",
+                r * N
+            ),
             &format!(
                 "        pre: \"i64[2]\" = torch.ops.aten.add.Scalar(labels, 1)\n        \
                  shifted: \"i64[2]\" = torch.ops.aten.sub.Scalar(pre, {})",
@@ -527,7 +530,11 @@ fn v2_offsets_accumulated_over_the_bound_or_a_class_ignored_keep_the_vocabulary(
         )
     });
     let r = vocabulary_of(&case, "V2");
-    assert!(vocabulary(&r).kept.as_deref().unwrap().contains("accumulate"));
+    assert!(vocabulary(&r)
+        .kept
+        .as_deref()
+        .unwrap()
+        .contains("accumulate"));
     // An nll_loss ignoring class 0: a comparison of the label with a literal the reduced
     // program would keep.
     let dir = tempfile::tempdir().unwrap();
@@ -550,10 +557,17 @@ fn v3_a_label_cast_to_a_float_or_returned_keeps_the_vocabulary() {
     let dir = tempfile::tempdir().unwrap();
     let extra = "        lab: \"i64[2]\" = torch.ops.aten.clone.default(labels)\n";
     hand_case(dir.path(), &[], extra, &|_, t| {
-        t.replace("        return (loss,)", &format!("{extra}        return (loss,)"))
+        t.replace(
+            "        return (loss,)",
+            &format!("{extra}        return (loss,)"),
+        )
     });
     edited(dir.path(), "return (loss,)", "return (loss, lab)");
-    let case = edited(dir.path(), "  loss: Replicate()\n", "  loss: Replicate()\n  lab: Replicate()\n");
+    let case = edited(
+        dir.path(),
+        "  loss: Replicate()\n",
+        "  loss: Replicate()\n  lab: Replicate()\n",
+    );
     vocabulary_of(&case, "V3");
 }
 
@@ -561,10 +575,23 @@ fn v3_a_label_cast_to_a_float_or_returned_keeps_the_vocabulary() {
 fn v4_class_weights_keep_the_vocabulary() {
     // A weight per class: a value per vocabulary position.
     let dir = tempfile::tempdir().unwrap();
-    hand_case(dir.path(), &[("cw", "f32[128]", "Replicate()")], "", &|_, t| t);
-    let case = edited(dir.path(), "(lp, labels, None, 1, -100)", "(lp, labels, cw, 1, -100)");
+    hand_case(
+        dir.path(),
+        &[("cw", "f32[128]", "Replicate()")],
+        "",
+        &|_, t| t,
+    );
+    let case = edited(
+        dir.path(),
+        "(lp, labels, None, 1, -100)",
+        "(lp, labels, cw, 1, -100)",
+    );
     let r = vocabulary_of(&case, "V4");
-    assert!(vocabulary(&r).kept.as_deref().unwrap().contains("class weights"));
+    assert!(vocabulary(&r)
+        .kept
+        .as_deref()
+        .unwrap()
+        .contains("class weights"));
 }
 
 #[test]

@@ -330,7 +330,9 @@ fn reduce_with(case: &Case, strict: bool) -> Result<Reduction, Refusal> {
                         .iter()
                         .map(|&v| case.spec.value_name(v).to_string())
                         .collect(),
-                    origin: var.map(|v| sizes.origin_of(v).to_string()).unwrap_or_default(),
+                    origin: var
+                        .map(|v| sizes.origin_of(v).to_string())
+                        .unwrap_or_default(),
                     block: var.map_or(0, |v| sizes.original(&Mono::var(v))),
                     reduced_block: var.map_or(0, |v| sizes.original(&Mono::var(v))),
                     label_elements: 0,

@@ -486,7 +486,9 @@ impl<'a> GraphCheck<'a> {
         let out = ValueId::new(i, 0);
         let result: Option<LabelValue> = if MOVEMENTS.contains(&base) {
             let Some(x) = self.label_of(&get("self")).cloned() else {
-                return Err(format!("V1: {at}: a label value moved as a non-first operand"));
+                return Err(format!(
+                    "V1: {at}: a label value moved as a non-first operand"
+                ));
             };
             if base == "aten._to_copy" {
                 let to = self.out_dtype(i);
@@ -516,7 +518,7 @@ impl<'a> GraphCheck<'a> {
             };
             match get("alpha") {
                 None | Some(Arg::Int(1)) => {}
-                Some(Arg::Float(x)) if x == 1.0 => {}
+                Some(Arg::Float(1.0)) => {}
                 Some(a) => {
                     return Err(format!("V2: {at}: a label shifted with alpha {a:?}"));
                 }
@@ -546,11 +548,15 @@ impl<'a> GraphCheck<'a> {
             })
         } else if COMPARISONS.contains(&base) {
             let Some(LabelValue::Int { label, .. }) = self.label_of(&get("self")).cloned() else {
-                return Err(format!("V1: {at}: a label value compared as the other operand or as a boolean"));
+                return Err(format!(
+                    "V1: {at}: a label value compared as the other operand or as a boolean"
+                ));
             };
             let other = get("other");
             let Some(c) = other.clone().filter(|a| !matches!(a, Arg::Value(_))) else {
-                return Err(format!("V1: {at}: a label compared with a tensor, not a scalar"));
+                return Err(format!(
+                    "V1: {at}: a label compared with a tensor, not a scalar"
+                ));
             };
             let (a, b) = self.decompose(&c, i)?;
             self.rewrite_scalar(i, "other", &c, a, b);
@@ -610,9 +616,7 @@ impl<'a> GraphCheck<'a> {
                 }
                 None => {
                     if mask_label.is_none() || self.label_of(&value).is_some() {
-                        return Err(format!(
-                            "V3: {at}: a label value read as a fill value"
-                        ));
+                        return Err(format!("V3: {at}: a label value read as a fill value"));
                     }
                     // A mask of label comparisons on other values: the comparisons keep their
                     // outcomes (the argument's ψ), so the selection is the same.
@@ -624,7 +628,9 @@ impl<'a> GraphCheck<'a> {
             let cond_label = match self.label_of(&cond) {
                 Some(LabelValue::Bool { label }) => Some(*label),
                 Some(LabelValue::Int { .. }) => {
-                    return Err(format!("V3: {at}: an integer label value used as a condition"))
+                    return Err(format!(
+                        "V3: {at}: an integer label value used as a condition"
+                    ))
                 }
                 None => None,
             };
@@ -745,11 +751,7 @@ impl<'a> GraphCheck<'a> {
             let others: Vec<ValueId> = self.g.nodes[i]
                 .inputs()
                 .into_iter()
-                .filter(|v| {
-                    self.values
-                        .get(v)
-                        .is_some_and(|x| x.label() != lv.label())
-                })
+                .filter(|v| self.values.get(v).is_some_and(|x| x.label() != lv.label()))
                 .collect();
             if !others.is_empty() {
                 return Err(format!(
@@ -770,7 +772,9 @@ impl<'a> GraphCheck<'a> {
         schema: &shardproof_ops::Schema,
     ) -> Result<(), String> {
         let node = &self.g.nodes[i];
-        let outs: Vec<ValueId> = (0..node.outputs.len()).map(|k| ValueId::new(i, k)).collect();
+        let outs: Vec<ValueId> = (0..node.outputs.len())
+            .map(|k| ValueId::new(i, k))
+            .collect();
         let ins = node.inputs();
         if !ins.iter().chain(&outs).any(|&v| self.meets_vocab(v)) {
             return Ok(());
@@ -783,7 +787,7 @@ impl<'a> GraphCheck<'a> {
             _ => None,
         };
         let n = self.n as u64;
-        let whole = |m: &Mono| self.sizes.original(m) % n == 0;
+        let whole = |m: &Mono| self.sizes.original(m).is_multiple_of(n);
         let fail = |what: &str| Err(format!("V4: {at}: {what}"));
         if (rules::ELEMENTWISE.contains(&base) && base != "aten.triu" && base != "aten.tril")
             || ALIKE.contains(&base)
@@ -839,7 +843,7 @@ impl<'a> GraphCheck<'a> {
                 let clamp = |v: i64| (if v < 0 { v + size } else { v }).clamp(0, size) as u64;
                 let start = clamp(get("start").and_then(|a| a.as_int()).unwrap_or(0));
                 let end = clamp(get("end").and_then(|a| a.as_int()).unwrap_or(size));
-                if start % n == 0 && end % n == 0 {
+                if start.is_multiple_of(n) && end.is_multiple_of(n) {
                     Ok(())
                 } else {
                     fail("a slice of a vocabulary dim off its block edges")

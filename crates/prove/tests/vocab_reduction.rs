@@ -614,3 +614,41 @@ fn every_input_indexing_the_vocabulary_counts_as_a_label() {
     assert_eq!(v.labels, ["labels", "labels2"], "{v:?}");
     assert_eq!(v.label_elements, 4, "{v:?}");
 }
+
+#[test]
+fn v1_a_label_masked_or_selected_with_other_values_keeps_the_vocabulary() {
+    // The local ids masked by a boolean input, not by the labels' own comparisons.
+    let ids1 = "ids1: \"i64[2]\" = torch.ops.aten.masked_fill.Scalar(shifted, outside, 0)";
+    let dir = tempfile::tempdir().unwrap();
+    let case = hand_case(dir.path(), &[("m", "b8[2]", "Replicate()")], "", &|_, t| {
+        t.replace(
+            ids1,
+            "ids1: \"i64[2]\" = torch.ops.aten.masked_fill.Scalar(shifted, m, 0)",
+        )
+    });
+    let r = vocabulary_of(&case, "V1");
+    assert!(vocabulary(&r)
+        .kept
+        .as_deref()
+        .unwrap()
+        .contains("masked by"));
+    // The local ids selected against an integer input where the label is out of range.
+    let dir = tempfile::tempdir().unwrap();
+    let case = hand_case(
+        dir.path(),
+        &[("o", "i64[2]", "Replicate()")],
+        "",
+        &|_, t| {
+            t.replace(
+                ids1,
+                "ids1: \"i64[2]\" = torch.ops.aten.where.self(outside, o, shifted)",
+            )
+        },
+    );
+    let r = vocabulary_of(&case, "V1");
+    assert!(vocabulary(&r)
+        .kept
+        .as_deref()
+        .unwrap()
+        .contains("selected against"));
+}

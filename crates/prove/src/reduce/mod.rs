@@ -21,6 +21,7 @@
 pub mod mesh;
 pub mod rules;
 pub mod sizes;
+pub mod vocab;
 
 use rules::{GraphDims, LitValue};
 use serde::Serialize;
@@ -97,6 +98,9 @@ pub struct Reduction {
     /// kept from coinciding with a reduced size without pinning the sizes dividing them
     /// (empty for [`reduce_case_strict`], and where pinning would have kept nothing).
     pub mesh_literals: Vec<u64>,
+    /// Each vocabulary integer inputs index (the labels'): reduced with them, or kept and why
+    /// (`vocab`).
+    pub vocabulary: Vec<vocab::VocabReduction>,
 }
 
 /// Every product of mesh dim sizes (each dim at most once), and the squares of those
@@ -200,7 +204,7 @@ fn reduce_with(case: &Case, strict: bool) -> Result<Reduction, Refusal> {
         return Err(Refusal::new("a case with cuts is not reduced"));
     }
     let spec_metas = shardproof_interp::infer_graph(&case.spec, &case.ops).metas;
-    let spec = rules::walk(&mut sizes, &case.spec, &spec_metas, &mut |sz, v, shape| {
+    let mut spec = rules::walk(&mut sizes, &case.spec, &spec_metas, &mut |sz, v, shape| {
         Ok(Some(
             shape
                 .iter()
@@ -212,6 +216,7 @@ fn reduce_with(case: &Case, strict: bool) -> Result<Reduction, Refusal> {
     // The rank graphs, each distinct one once: ranks sharing a graph hold the same shapes.
     let first = shardproof_interp::first_equal(&case.program.ranks);
     let mut walked: HashMap<usize, GraphDims> = HashMap::new();
+    let mut rank_metas: HashMap<usize, Vec<Vec<Option<shardproof_ops::Meta>>>> = HashMap::new();
     for (r, g) in case.program.ranks.iter().enumerate() {
         if first[r] != r {
             continue;
@@ -252,6 +257,7 @@ fn reduce_with(case: &Case, strict: bool) -> Result<Reduction, Refusal> {
             Ok(Some(out))
         })?;
         walked.insert(r, dims);
+        rank_metas.insert(r, metas);
     }
     unify_messages(case, &first, &walked, &mut sizes)?;
     // The expected outputs' placements relate the ranks' outputs to the spec's.
@@ -294,7 +300,60 @@ fn reduce_with(case: &Case, strict: bool) -> Result<Reduction, Refusal> {
     }
     ranged.sort_unstable();
     ranged.dedup();
+    // A vocabulary the labels index may reduce with them where conditions V1-V4 hold
+    // (`vocab`); V5's minimum block is set once the other sizes are chosen, below.
+    let outcomes = vocab::analyse(
+        &vocab::Walked {
+            case,
+            spec: &spec,
+            spec_metas: &spec_metas,
+            ranks: &walked,
+            rank_metas: &rank_metas,
+            first: &first,
+        },
+        &ranged,
+        &sizes,
+    );
+    let mut plans = Vec::new();
+    let mut vocabulary = Vec::new();
+    let mut decided: Vec<ValueId> = Vec::new();
+    for o in outcomes {
+        match o {
+            vocab::Outcome::Reduce(plan) => {
+                decided.extend(plan.labels.iter().copied());
+                plans.push(plan);
+            }
+            vocab::Outcome::Keep { labels, var, why } => {
+                decided.extend(labels.iter().copied());
+                vocabulary.push(vocab::VocabReduction {
+                    labels: labels
+                        .iter()
+                        .map(|&v| case.spec.value_name(v).to_string())
+                        .collect(),
+                    origin: var
+                        .map(|v| sizes.origin_of(v).to_string())
+                        .unwrap_or_default(),
+                    block: var.map_or(0, |v| sizes.original(&Mono::var(v))),
+                    reduced_block: var.map_or(0, |v| sizes.original(&Mono::var(v))),
+                    label_elements: 0,
+                    offset_bound: 0,
+                    kept: Some(why.clone()),
+                });
+                for v in labels {
+                    for m in rules::range_dims(&case.spec, &spec, v) {
+                        sizes.pin(
+                            &m,
+                            &format!("an integer input's range: an index or integer computation reads it; the vocabulary is kept ({why})"),
+                        );
+                    }
+                }
+            }
+        }
+    }
     for v in ranged {
+        if decided.contains(&v) {
+            continue;
+        }
         for m in rules::range_dims(&case.spec, &spec, v) {
             sizes.pin(
                 &m,
@@ -310,6 +369,11 @@ fn reduce_with(case: &Case, strict: bool) -> Result<Reduction, Refusal> {
         .iter()
         .chain(walked.values().flat_map(|w| w.kept.iter()))
     {
+        // A reduced vocabulary's gathers index it by label values, which V1-V4 let reduce.
+        let n = sizes.norm(m);
+        if plans.iter().any(|p| n.vars.contains_key(&p.var)) {
+            continue;
+        }
         sizes.pin(
             m,
             "an operator's kernel depends on it (topk, gather, scatter)",
@@ -419,6 +483,54 @@ fn reduce_with(case: &Case, strict: bool) -> Result<Reduction, Refusal> {
             });
         }
     }
+    // V5: the block holds a window around each label and block edge.
+    for plan in plans {
+        let labels: u64 = plan
+            .labels
+            .iter()
+            .map(|&v| {
+                spec.dims_of(v)
+                    .map_or(1, |d| d.iter().map(|m| sizes.reduced(m)).product::<u64>())
+            })
+            .sum();
+        let b = plan.offset_bound as u64;
+        let minimum = (4 * b + 2).saturating_mul(labels.saturating_add(3));
+        sizes.at_least(plan.var, minimum);
+        let unit = Mono::var(plan.var);
+        let (block, reduced_block) = (sizes.original(&unit), sizes.reduced(&unit));
+        let kept = if reduced_block >= block {
+            let why = format!(
+                "V5: a block of {block} is not above the minimum (4B + 2)·(N + 3) = {minimum} for B = {b} and N = {labels} labels, or every smaller one coincides with a literal"
+            );
+            sizes.pin(&unit, &format!("the vocabulary is kept ({why})"));
+            Some(why)
+        } else {
+            for (key, lit) in plan.literals {
+                match key {
+                    vocab::GraphKey::Spec => spec.literals.push(lit),
+                    vocab::GraphKey::Rank(r) => walked
+                        .get_mut(&r)
+                        .expect("a walked graph")
+                        .literals
+                        .push(lit),
+                }
+            }
+            None
+        };
+        vocabulary.push(vocab::VocabReduction {
+            labels: plan
+                .labels
+                .iter()
+                .map(|&v| case.spec.value_name(v).to_string())
+                .collect(),
+            origin: sizes.origin_of(plan.var).to_string(),
+            block,
+            reduced_block: sizes.reduced(&unit),
+            label_elements: labels,
+            offset_bound: b,
+            kept,
+        });
+    }
     let new_spec = rewrite(&case.spec, &spec, &sizes, &case.ops)?;
     let mut new_graphs: HashMap<usize, Arc<Graph>> = HashMap::new();
     for (&r, dims) in &walked {
@@ -470,6 +582,7 @@ fn reduce_with(case: &Case, strict: bool) -> Result<Reduction, Refusal> {
         kept_whole,
         inputs,
         mesh_literals,
+        vocabulary,
     })
 }
 
@@ -630,6 +743,14 @@ pub(crate) fn rewrite(
                     .collect(),
             ),
             LitValue::Size(m) => int_arg(sizes.reduced(m)),
+            LitValue::Offset { unit, a, b, float } => {
+                let x = a * sizes.reduced(unit) as i64 + b;
+                if *float {
+                    Arg::Float(x as f64)
+                } else {
+                    Arg::Int(x)
+                }
+            }
             LitValue::Scaled { dim, num, den } => {
                 let n = sizes.reduced(dim);
                 // Exact: the dim was made divisible by `den / gcd(num, den)`.

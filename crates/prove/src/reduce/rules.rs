@@ -30,6 +30,18 @@ pub enum LitValue {
         /// The dimension's original size.
         den: u64,
     },
+    /// `a·unit + b`: a scalar a label is shifted by or compared with, a point `b` away from
+    /// a vocabulary block's edge (`reduce/vocab.rs`, V2).
+    Offset {
+        /// The vocabulary block.
+        unit: Mono,
+        /// Whole blocks.
+        a: i64,
+        /// The offset from the edge.
+        b: i64,
+        /// Written as a float in the original program.
+        float: bool,
+    },
 }
 
 /// A shape literal of a node to rewrite.
@@ -92,7 +104,8 @@ pub fn location(g: &Graph, i: usize) -> String {
     }
 }
 
-struct MetaValues<'a>(&'a [Vec<Option<Meta>>]);
+/// Shape inference's metas as the values an operator's arguments bind to.
+pub(super) struct MetaValues<'a>(pub(super) &'a [Vec<Option<Meta>>]);
 
 impl Values for MetaValues<'_> {
     fn meta(&self, v: ValueId) -> Option<Meta> {
@@ -106,7 +119,7 @@ impl Values for MetaValues<'_> {
 /// Operators whose output has the broadcast shape of their tensor inputs, each output element
 /// a function of the inputs' elements at the same (broadcast) index, or of one row along a
 /// dim the output keeps (softmax and its backward, the causal mask's `triu`).
-const ELEMENTWISE: &[&str] = &[
+pub(super) const ELEMENTWISE: &[&str] = &[
     "aten.add",
     "aten.sub",
     "aten.rsub",
@@ -351,7 +364,8 @@ struct Cx<'a> {
     metas: &'a [Vec<Option<Meta>>],
 }
 
-fn norm_dim(d: i64, rank: usize) -> Option<usize> {
+/// Dim `d` of a tensor of rank `rank`, a negative one counted from the end.
+pub(super) fn norm_dim(d: i64, rank: usize) -> Option<usize> {
     let r = rank as i64;
     let d = if d < 0 { d + r } else { d };
     (0..r.max(1)).contains(&d).then_some(d as usize)

@@ -90,6 +90,8 @@ pub struct Sizes {
     /// The parts earlier reshapes split sizes into ([`Sizes::split`]), so a later reshape of
     /// the same size (the other program's, another layer's) groups its factors the same way.
     groups: Vec<Mono>,
+    /// Smallest reduced values beyond the default 2 ([`Sizes::at_least`]).
+    minimum: BTreeMap<Var, u64>,
 }
 
 fn gcd(a: u64, b: u64) -> u64 {
@@ -502,6 +504,16 @@ impl Sizes {
         self.fixed.insert(v, value);
     }
 
+    /// Where variable `v` first appeared.
+    pub fn origin_of(&self, v: Var) -> &str {
+        &self.origin[v]
+    }
+
+    /// Makes free variable `v` reduce to at least `min` (a vocabulary block, `reduce/vocab.rs`).
+    pub fn at_least(&mut self, v: Var, min: u64) {
+        self.minimum.insert(v, min);
+    }
+
     /// Keeps every free variable of `m` at its original size; `why` is reported.
     pub fn pin(&mut self, m: &Mono, why: &str) {
         let n = self.norm(m);
@@ -564,7 +576,7 @@ impl Sizes {
         if self.pinned[v] {
             return self.orig[v];
         }
-        (2..self.orig[v])
+        (self.minimum.get(&v).copied().unwrap_or(2).max(2)..self.orig[v])
             .find(|k| !self.literal_products.iter().any(|x| x.is_multiple_of(*k)))
             .unwrap_or(self.orig[v])
     }

@@ -15,12 +15,17 @@
 //! full iteration is cut the same way at every module output and every module input gradient
 //! the lineage names, a backward cut on a dp mesh stating that each rank holds the replica
 //! count times the spec's rows (`CutScales`); `--whole` proves the full iteration uncut. On a
-//! pipeline plan a layer output is cut as the microbatches its stage's ranks compute
-//! (`MicrobatchCut`; forward outputs only in the full iteration).
+//! pipeline plan a module output (and, in the full iteration, a module input gradient) is cut
+//! as the microbatches its stage's ranks compute (`MicrobatchCut`), the gradients scaled by the
+//! replica count as well. The time limit covers the plan too: a plan it stops is inconclusive,
+//! "limit reached".
 
 #[path = "common/layer_cuts.rs"]
 mod layer_cuts;
-use layer_cuts::{backward_scales, cut_at_layers, cut_at_modules, microbatch_cuts_at_modules};
+use layer_cuts::{
+    backward_scales, cut_at_layers, cut_at_modules, microbatch_backward_scales,
+    microbatch_cuts_at_modules,
+};
 use shardproof_prove::{prove_case, prove_staged_with, CutScales, PlanOptions, ProveConfig};
 use shardproof_zoo::{emit_to_dir, find_preset, TrainOptions};
 use std::time::{Duration, Instant};
@@ -154,10 +159,13 @@ fn main() {
                     microbatch_cuts_at_modules(dir, false),
                 )
             } else {
-                // A pipeline's microbatched cuts are forward ones only: their backward cuts
-                // would need the replica count stated for them too.
-                let micro = microbatch_cuts_at_modules(dir, false);
-                (cut_at_modules(dir, true), backward_scales(dir), micro)
+                // A pipeline's microbatched cuts at module outputs and input gradients, the
+                // gradients scaled by the replica count as the plain backward cuts are.
+                let cuts = cut_at_modules(dir, true);
+                let micro = microbatch_cuts_at_modules(dir, true);
+                let mut scales = backward_scales(dir);
+                scales.extend(microbatch_backward_scales(dir, &micro));
+                (cuts, scales, micro)
             };
             let cuts = cuts + microbatch_cuts.len();
             let micro = microbatch_cuts.len();

@@ -389,6 +389,29 @@ fn microbatch_cuts(
 /// empty without either.
 pub fn backward_scales(dir: &Path) -> BTreeMap<String, u64> {
     let case = shardproof_case::load_case(&dir.join("case.yaml")).expect("case");
+    scaled_backward(&case, |name| {
+        case.inputs.iter().any(|r| r.cut && r.spec_name == name)
+    })
+}
+
+/// The scales of the backward cuts among `cuts` (from `microbatch_cuts_at_modules(dir,
+/// true)`): a pipeline rank's microbatch loss is the mean over the microbatch's tokens times
+/// `1/M`, so the microbatches' activation gradients, concatenated, are the replica count
+/// (`dp`, times `cp`) times the spec's on the rank's rows, as without microbatches.
+pub fn microbatch_backward_scales(
+    dir: &Path,
+    cuts: &[shardproof_prove::MicrobatchCut],
+) -> BTreeMap<String, u64> {
+    let case = shardproof_case::load_case(&dir.join("case.yaml")).expect("case");
+    scaled_backward(&case, |name| cuts.iter().any(|c| c.spec_name == name))
+}
+
+/// Every module input gradient the spec's lineage names and `cut` accepts, with the replica
+/// count of `case`'s mesh: the product of its `dp` and `cp` sizes; empty without either.
+fn scaled_backward(
+    case: &shardproof_case::Case,
+    cut: impl Fn(&str) -> bool,
+) -> BTreeMap<String, u64> {
     let mesh = &case.program.mesh;
     let size = |name: &str| mesh.dim_index(name).map(|i| mesh.dims[i].1 as u64);
     let d = match (size("dp"), size("cp")) {
@@ -398,7 +421,7 @@ pub fn backward_scales(dir: &Path) -> BTreeMap<String, u64> {
     let spec = module_outputs(case.spec.path.as_deref().expect("spec file"), true);
     spec.iter()
         .filter(|(k, _)| k.ends_with(" backward"))
-        .filter(|(_, name)| case.inputs.iter().any(|r| r.cut && &r.spec_name == *name))
+        .filter(|(_, name)| cut(name))
         .map(|(_, name)| (name.clone(), d))
         .collect()
 }

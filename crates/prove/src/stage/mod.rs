@@ -52,6 +52,7 @@ use slice::{Mark, Marks, Sliced};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// One stage of a plan.
 #[derive(Clone, Debug)]
@@ -220,10 +221,55 @@ pub struct PlanOptions {
     /// Relations whose layout holds of their spec value's load-balanced sequence chunks
     /// ([`chunks`]): a context-parallel rank's residual stream and its gradient.
     pub chunked: chunks::ChunkedCuts,
+    /// When planning must stop: a plan of thousands of stages on thousands of ranks takes
+    /// minutes, and a time limit must end it cleanly ([`PlanError::OutOfTime`]). `None`: no
+    /// limit ([`prove_staged_with`] takes the proof's own limit where this is `None`).
+    pub deadline: Option<Instant>,
+}
+
+/// Why a plan was not made.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PlanError {
+    /// The case cannot be cut into stages (a cut that cannot start a stage, a cycle, ranks
+    /// whose communication cannot be scheduled): the reason.
+    Refused(String),
+    /// [`PlanOptions::deadline`] passed before the plan was complete: where it stopped.
+    OutOfTime(String),
+}
+
+impl std::fmt::Display for PlanError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PlanError::Refused(why) | PlanError::OutOfTime(why) => f.write_str(why),
+        }
+    }
+}
+
+impl From<String> for PlanError {
+    fn from(why: String) -> Self {
+        PlanError::Refused(why)
+    }
+}
+
+/// Whether `deadline` has passed.
+fn passed(deadline: Option<Instant>) -> bool {
+    deadline.is_some_and(|d| Instant::now() >= d)
 }
 
 /// [`plan`] with [`PlanOptions`].
 pub fn plan_with(case: &Case, reduce: bool, opts: &PlanOptions) -> Result<Plan, String> {
+    plan_until(case, reduce, opts).map_err(|e| e.to_string())
+}
+
+/// [`plan_with`], telling a refusal from [`PlanOptions::deadline`] passing: the deadline is
+/// checked before the whole run's schedule, before every stage is built and before it is
+/// keyed (shape reduction of the stage), so a plan stops within one stage's work of it.
+pub fn plan_until(case: &Case, reduce: bool, opts: &PlanOptions) -> Result<Plan, PlanError> {
+    let out_of_time = |done: usize, of: usize| {
+        PlanError::OutOfTime(format!(
+            "the time limit ran out while cutting the case into stages ({done} of {of} stages built)"
+        ))
+    };
     let added = case.inputs.len();
     let extended = micro::add_relations(case, &opts.microbatch_cuts)?;
     let case = &extended;
@@ -236,9 +282,9 @@ pub fn plan_with(case: &Case, reduce: bool, opts: &PlanOptions) -> Result<Plan, 
         let known = case.inputs.iter().any(|r| &r.spec_name == name)
             || case.outputs.iter().any(|o| &o.spec_name == name);
         if !known {
-            return Err(format!(
+            return Err(PlanError::Refused(format!(
                 "{what} is given for `{name}`, which the case does not relate"
-            ));
+            )));
         }
         // A chunk order restates a relation: on a cut the chain proves the restated one, but
         // a case input's or output's would replace what the case states of it.
@@ -272,12 +318,15 @@ pub fn plan_with(case: &Case, reduce: bool, opts: &PlanOptions) -> Result<Plan, 
             leaves
         })
         .collect();
+    if passed(opts.deadline) {
+        return Err(out_of_time(0, 0));
+    }
     let full = shardproof_interp::schedule(&case.program, &case.ops, Some(&names));
     if let Some(p) = &full.problem {
-        return Err(format!(
+        return Err(PlanError::Refused(format!(
             "the ranks' communication cannot be scheduled: {}",
             p.message()
-        ));
+        )));
     }
     let mut cuts: Vec<usize> = (0..case.inputs.len())
         .filter(|&i| case.inputs[i].cut)
@@ -328,7 +377,15 @@ pub fn plan_with(case: &Case, reduce: bool, opts: &PlanOptions) -> Result<Plan, 
         })
         .collect();
     micro::check_shapes(case, added, &spec_metas, &rank_metas)?;
+    // A stage's own relations are resolved; the case file's entries (thousands on a full
+    // iteration's plan) are the whole case's, and a copy per stage held gigabytes.
+    let source = shardproof_case::CaseFile {
+        inputs: Vec::new(),
+        outputs: Vec::new(),
+        ..case.source.clone()
+    };
     let whole = Whole {
+        source: &source,
         spec_stops: &spec_stops,
         rank_stops: &rank_stops,
         full: &full,
@@ -339,8 +396,12 @@ pub fn plan_with(case: &Case, reduce: bool, opts: &PlanOptions) -> Result<Plan, 
         cuts.iter().enumerate().map(|(k, &i)| (i, k)).collect();
     let mut stages: Vec<Stage> = Vec::new();
     let mut first: BTreeMap<String, usize> = BTreeMap::new();
+    let mut reduced_keys: HashMap<String, String> = HashMap::new();
     let mut distinct = Vec::new();
     for (k, t) in targets.iter().enumerate() {
+        if passed(opts.deadline) {
+            return Err(out_of_time(k, targets.len()));
+        }
         let (mut stage, assumed) = build_stage(case, t, &whole)?;
         // A cut's scale and chunk order restate the cut's relation only.
         let cut_target = matches!(t.as_slice(), [Target::Cut(_)]);
@@ -351,14 +412,32 @@ pub fn plan_with(case: &Case, reduce: bool, opts: &PlanOptions) -> Result<Plan, 
         for rel in &assumed {
             if let Some(&s) = stage_of_cut.get(rel) {
                 if s >= k {
-                    return Err(format!(
+                    return Err(PlanError::Refused(format!(
                         "{} assumes cut `{}`, which is established later: the cuts depend on each other in a cycle",
                         stage.target, case.inputs[*rel].spec_name
-                    ));
+                    )));
                 }
             }
         }
-        stage.key = stage_key(&stage.case, reduce);
+        if passed(opts.deadline) {
+            return Err(out_of_time(k, targets.len()));
+        }
+        // Stages of one structure as written (a deep model's layers) reduce alike: shape
+        // reduction, the costliest step of keying, runs once per such structure. Equal
+        // structures are the same theorem up to renaming whatever their reduction.
+        stage.key = if reduce {
+            let written = structure(&stage.case);
+            match reduced_keys.get(&written) {
+                Some(key) => key.clone(),
+                None => {
+                    let key = stage_key(&stage.case, true);
+                    reduced_keys.insert(written, key.clone());
+                    key
+                }
+            }
+        } else {
+            stage_key(&stage.case, false)
+        };
         stage.digest = digest(&stage.key);
         stage.rep = *first.entry(stage.key.clone()).or_insert(k);
         if stage.rep == k {
@@ -382,6 +461,8 @@ type Metas = Vec<Vec<Option<shardproof_ops::Meta>>>;
 
 /// What every stage of a case is cut from.
 struct Whole<'a> {
+    /// The case file as every stage carries it (without the whole case's entries).
+    source: &'a shardproof_case::CaseFile,
     spec_stops: &'a HashSet<ValueId>,
     rank_stops: &'a [HashSet<ValueId>],
     full: &'a shardproof_interp::Schedule,
@@ -643,12 +724,16 @@ fn build_stage(
     let rank_nodes = program.ranks.iter().map(|g| g.nodes.len()).sum();
     let assumes = inputs.iter().map(|r| r.spec_name.clone()).collect();
     let mut stage_case = Case {
+        file: case.file.clone(),
         name: format!("{} ({label})", case.name),
         spec: spec_graph,
         program,
         inputs,
         outputs,
-        ..case.clone()
+        ops: case.ops.clone(),
+        assume: case.assume.clone(),
+        constants: case.constants.clone(),
+        source: whole.source.clone(),
     };
     micro::encode_inputs(&mut stage_case).map_err(|e| format!("{label}: {e}"))?;
     Ok((
@@ -793,8 +878,15 @@ pub fn prove_stages(
         started: Some(cfg.started.unwrap_or_else(std::time::Instant::now)),
         ..cfg.clone()
     };
+    let deadline = cfg.time_limit.zip(cfg.started).map(|(t, s)| s + t);
     let one = |&k: &usize| {
         let stage = &plan.stages[k];
+        // A stage begun after the limit would still be type-checked and shape-reduced (seconds
+        // each on a plan of thousands of ranks) before its proof saw the limit.
+        if passed(deadline) {
+            let proof = not_begun(&stage.case, &cfg);
+            return (k, StageOutcome::of(&proof), proof);
+        }
         tracing::debug!(stage = k, target = %stage.target, "proving stage");
         let proof = prove_case(&stage.case, &cfg);
         tracing::info!(stage = k, target = %stage.target, verdict = ?proof.verdict, "stage decided");
@@ -809,6 +901,30 @@ pub fn prove_stages(
             tracing::warn!(error = %e, "no thread pool; proving the stages one by one");
             which.iter().map(one).collect()
         }
+    }
+}
+
+/// The inconclusive proof of a stage the time limit ran out before.
+fn not_begun(case: &Case, cfg: &ProveConfig) -> Proof {
+    Proof {
+        case: case.name.clone(),
+        ranks: case.program.ranks.len(),
+        verdict: Verdict::Inconclusive,
+        outputs: Vec::new(),
+        layers: BTreeMap::new(),
+        failure: None,
+        counterexample: None,
+        unsupported_op: None,
+        message: Some(format!(
+            "the time limit of {} s ran out before this stage began",
+            cfg.time_limit.unwrap_or_default().as_secs_f64()
+        )),
+        stats: Default::default(),
+        reduction: None,
+        assumptions: Vec::new(),
+        mesh: None,
+        mesh_kept: None,
+        counted_on: crate::CountedOn::as_written(case.program.ranks.len()),
     }
 }
 
@@ -838,9 +954,20 @@ pub fn prove_staged_with(
     jobs: usize,
     opts: &PlanOptions,
 ) -> StagedProof {
-    let plan = match plan_with(case, cfg.reduce, opts) {
+    // The plan stops at the proof's own limit unless the caller set another.
+    let started = cfg.started.unwrap_or_else(Instant::now);
+    let cfg = &ProveConfig {
+        started: Some(started),
+        ..cfg.clone()
+    };
+    let opts = &PlanOptions {
+        deadline: opts.deadline.or(cfg.time_limit.map(|t| started + t)),
+        ..opts.clone()
+    };
+    let plan = match plan_until(case, cfg.reduce, opts) {
         Ok(p) => p,
-        Err(why) => return refused(case, &why),
+        Err(PlanError::Refused(why)) => return refused(case, &why),
+        Err(PlanError::OutOfTime(why)) => return limit_reached(case, &why),
     };
     let results = prove_stages(&plan, &plan.distinct, cfg, jobs);
     let mut outcomes = BTreeMap::new();
@@ -870,6 +997,14 @@ pub fn refused(case: &Case, why: &str) -> StagedProof {
         proofs: Vec::new(),
         refuted: None,
         assumptions: Vec::new(),
+    }
+}
+
+/// The report of a plan the time limit stopped: inconclusive, saying where.
+pub fn limit_reached(case: &Case, why: &str) -> StagedProof {
+    StagedProof {
+        message: Some(format!("limit reached: {why}")),
+        ..refused(case, why)
     }
 }
 

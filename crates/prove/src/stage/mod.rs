@@ -290,9 +290,9 @@ pub fn plan_until(case: &Case, reduce: bool, opts: &PlanOptions) -> Result<Plan,
         // a case input's or output's would replace what the case states of it.
         let cut = case.inputs.iter().any(|r| &r.spec_name == name && r.cut);
         if what == "a chunk order" && !cut {
-            return Err(format!(
+            return Err(PlanError::Refused(format!(
                 "a chunk order is given for `{name}`, which is not a cut: it would change what the case states of it"
-            ));
+            )));
         }
     }
     let nranks = case.program.ranks.len();

@@ -28,14 +28,19 @@ pub fn main(
     };
     let jobs = args.jobs.unwrap_or(1).max(1);
     // The case's `scale:` entries: each rank's tensor is `c` times its placed piece.
+    // The plan of a case of thousands of ranks takes minutes: the limit bounds it too.
     let options = stage::PlanOptions {
         scales: case.scales(),
+        deadline: time_limit.map(|t| started + t),
         ..stage::PlanOptions::default()
     };
-    let plan = match stage::plan_with(case, cfg.reduce, &options) {
+    let plan = match stage::plan_until(case, cfg.reduce, &options) {
         Ok(p) => p,
-        Err(why) => {
-            let mut proof = stage::refused(case, &why);
+        Err(e) => {
+            let mut proof = match &e {
+                stage::PlanError::Refused(why) => stage::refused(case, why),
+                stage::PlanError::OutOfTime(why) => stage::limit_reached(case, why),
+            };
             proof.assumptions = applied.to_vec();
             return finish(args, html, case, &proof, started);
         }

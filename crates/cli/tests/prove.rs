@@ -274,6 +274,30 @@ fn a_time_limit_ends_the_proof_inconclusive() {
 }
 
 #[test]
+fn a_time_limit_ends_a_staged_plan_inconclusive() {
+    // `--jobs` proves in stages; the plan of a case of thousands of ranks takes minutes, so
+    // the limit bounds the plan too: a microsecond stops it before any stage is built.
+    let s = Scratch::new();
+    s.run(&["zoo", "emit", "llama", "--mesh", "tp=2", "-o", "llama"])
+        .expect_code(0);
+    let out = s.run(&[
+        "prove",
+        "llama/case.yaml",
+        "--jobs",
+        "1",
+        "--time-limit",
+        "0.000001",
+    ]);
+    out.expect_code(3);
+    assert!(
+        out.stdout.contains("limit reached")
+            && out.stdout.contains("while cutting the case into stages"),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
 fn a_literal_equal_to_a_reduced_size_does_not_hide_a_wrong_mean() {
     // The ranks write a mean over 8 as `sum * 0.5`: wrong at the case's size, and right at a
     // reduced size of 2. The reduction must choose sizes no literal can coincide with.

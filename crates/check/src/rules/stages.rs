@@ -360,6 +360,27 @@ fn atoms(g: &Graph, v: ValueId, stop: &dyn Fn(ValueId) -> bool) -> Vec<ValueId> 
     out
 }
 
+/// The atoms of a sum as [`atoms`] reads them, each with the number it is divided by, where a
+/// division of a sum by a literal number is read through as the sum of its terms each divided
+/// by it (`(a + b) / c = a / c + b / c`: a stage adding its layers' terms for one microbatch
+/// and dividing that by the microbatch count, as DeepSeek's stages do). A division of a
+/// non-sum is left to [`undivided`], so one term keeps one division as before.
+fn divided_atoms(g: &Graph, v: ValueId) -> Vec<(ValueId, f64)> {
+    let mut out = Vec::new();
+    let mut stack = vec![(v, 1.0)];
+    while let Some((x, d)) = stack.pop() {
+        for atom in atoms(g, x, &|_| false) {
+            let (core, c) = undivided(g, atom);
+            if c != 1.0 && plain_add(g, core).is_some() {
+                stack.push((core, d * c));
+            } else {
+                out.push((atom, d));
+            }
+        }
+    }
+    out
+}
+
 /// An atom less a division by a literal number (`div(x, c)`): (x, c); (atom, 1) otherwise.
 fn undivided(g: &Graph, v: ValueId) -> (ValueId, f64) {
     let n = &g.nodes[v.node];
@@ -465,8 +486,9 @@ fn shares_of_one_sum(
         let Some(&input) = g.nodes[j].inputs().first() else {
             return false;
         };
-        for atom in atoms(g, input, &|_| false) {
-            let (core, c) = undivided(g, atom);
+        for (atom, outer) in divided_atoms(g, input) {
+            let (core, inner) = undivided(g, atom);
+            let c = outer * inner;
             let Some(t) = spec_term(g, core, spec, side) else {
                 return false;
             };

@@ -241,3 +241,109 @@ fn sums_of_means_over_unequal_rows_are_not_held() {
     let body = sum_of_means(0, (0, 1), (0, 1), 2) + &sum_of_means(1, (1, 4), (1, 4), 2) + DP_SUM;
     assert_ne!(data_parallel(&body, "unequal"), Verdict::Holds);
 }
+
+/// Pipeline and tensor parallel (`pp=2 x tp=2`, ranks `2 * pp + tp`, 2 microbatches of
+/// `x: f32[4, 8]` placed `x_place` on stage 0): the spec computes
+/// `s = (sum(h) + sum(relu(h) @ w1)) + sum(relu(h))` with `h = x @ w0`; stage 0 computes each
+/// microbatch's `m{k} = sum(h_k)`, `q{k} = sum(relu(h_k))` (rows `rows[k]` of its `x`), then
+/// `stage0` (ending in `t`), all-reduced over `tp` and then over `pp`; stage 1 adds its
+/// `sum(recv_k @ w1)` and all-reduces over `pp`. Sums over microbatches are not divided.
+fn pipeline_tp(x_place: &str, rows: [(u32, u32); 2], stage0: &str, dir: &str) -> Verdict {
+    let module = |params: &str, body: &str| {
+        format!(
+            "class GraphModule(torch.nn.Module):\n    def forward(self, {params}):\n{body}        return (s,)\n"
+        )
+    };
+    let spec = "        h: \"f32[4, 8]\" = torch.ops.aten.mm.default(x, w0)\n\
+                \x20       m: \"f32[]\" = torch.ops.aten.sum.default(h)\n\
+                \x20       r: \"f32[4, 8]\" = torch.ops.aten.relu.default(h)\n\
+                \x20       q: \"f32[]\" = torch.ops.aten.sum.default(r)\n\
+                \x20       g: \"f32[4, 8]\" = torch.ops.aten.mm.default(r, w1)\n\
+                \x20       n: \"f32[]\" = torch.ops.aten.sum.default(g)\n\
+                \x20       u: \"f32[]\" = torch.ops.aten.add.Tensor(m, n)\n\
+                \x20       s: \"f32[]\" = torch.ops.aten.add.Tensor(u, q)\n";
+    let local = rows[1].1;
+    let mut first = String::new();
+    let mut second = String::new();
+    for (k, (b, e)) in rows.into_iter().enumerate() {
+        let len = e - b;
+        first += &format!(
+            "        x{k}: \"f32[{len}, 8]\" = torch.ops.aten.slice.Tensor(x, 0, {b}, {e})\n\
+             \x20       h{k}: \"f32[{len}, 8]\" = torch.ops.aten.mm.default(x{k}, w0)\n\
+             \x20       m{k}: \"f32[]\" = torch.ops.aten.sum.default(h{k})\n\
+             \x20       r{k}: \"f32[{len}, 8]\" = torch.ops.aten.relu.default(h{k})\n\
+             \x20       q{k}: \"f32[]\" = torch.ops.aten.sum.default(r{k})\n\
+             \x20       send{k}: \"f32[{len}, 8]\" = torch.ops.shardproof_p2p.send.default(r{k}, 1, {k}, 'pp')\n"
+        );
+        second += &format!(
+            "        v{k}: \"f32[{len}, 8]\" = torch.ops.shardproof_p2p.recv.default([{len}, 8], torch.float32, 0, {k}, 'pp')\n\
+             \x20       g{k}: \"f32[{len}, 8]\" = torch.ops.aten.mm.default(v{k}, w1)\n\
+             \x20       n{k}: \"f32[]\" = torch.ops.aten.sum.default(g{k})\n"
+        );
+    }
+    first += "        b: \"f32[]\" = torch.ops._c10d_functional.all_reduce.default(t, 'sum', 'tp')\n\
+              \x20       c: \"f32[]\" = torch.ops._c10d_functional.wait_tensor.default(b)\n\
+              \x20       a: \"f32[]\" = torch.ops._c10d_functional.all_reduce.default(c, 'sum', 'pp')\n\
+              \x20       s: \"f32[]\" = torch.ops._c10d_functional.wait_tensor.default(a)\n";
+    second += "        t: \"f32[]\" = torch.ops.aten.add.Tensor(n0, n1)\n\
+               \x20       a: \"f32[]\" = torch.ops._c10d_functional.all_reduce.default(t, 'sum', 'pp')\n\
+               \x20       s: \"f32[]\" = torch.ops._c10d_functional.wait_tensor.default(a)\n";
+    let all = "x: \"f32[4, 8]\", w0: \"f32[8, 8]\", w1: \"f32[8, 8]\"";
+    let stage0_file = module(
+        &format!("x: \"f32[{local}, 8]\", w0: \"f32[8, 8]\""),
+        &(first.replace(
+            "        b: \"f32[]\" = torch",
+            &format!("{stage0}        b: \"f32[]\" = torch"),
+        )),
+    );
+    let files = vec![
+        ("spec.py".to_string(), module(all, spec)),
+        ("r0.py".to_string(), stage0_file),
+        ("r2.py".to_string(), module("w1: \"f32[8, 8]\"", &second)),
+        (
+            "case.yaml".to_string(),
+            format!(
+                "version: 1\nname: stage-tp-shares\nspec:\n  graph: spec.py\nimpl:\n  mesh: {{ pp: 2, tp: 2 }}\n  \
+                 graphs: [r0.py, r0.py, r2.py, r2.py]\n  groups:\n    \"pp\": pp\n    \"tp\": tp\ninputs:\n  \
+                 x: {{ placement: {x_place}, at: {{ pp: 0 }} }}\n  \
+                 w0: {{ placement: Replicate(), at: {{ pp: 0 }} }}\n  \
+                 w1: {{ placement: Replicate(), at: {{ pp: 1 }} }}\noutputs:\n  s: Replicate()\n"
+            ),
+        ),
+    ];
+    common::hand::check_files(&format!("stage-tp-shares-{dir}"), &files)
+}
+
+/// Stage 0's `t = (m0 / 2 + q0 / 2) + (m1 / 2 + q1 / 2)`: each term's tensor-parallel share.
+const TP_SHARES: &str = "        a0: \"f32[]\" = torch.ops.aten.div.Scalar(m0, 2)\n\
+                         \x20       b0: \"f32[]\" = torch.ops.aten.div.Scalar(q0, 2)\n\
+                         \x20       u0: \"f32[]\" = torch.ops.aten.add.Tensor(a0, b0)\n\
+                         \x20       a1: \"f32[]\" = torch.ops.aten.div.Scalar(m1, 2)\n\
+                         \x20       b1: \"f32[]\" = torch.ops.aten.div.Scalar(q1, 2)\n\
+                         \x20       u1: \"f32[]\" = torch.ops.aten.add.Tensor(a1, b1)\n\
+                         \x20       t: \"f32[]\" = torch.ops.aten.add.Tensor(u0, u1)\n";
+
+#[test]
+fn stage_shares_summed_over_tp_first_hold() {
+    // Base: inconclusive (the pp all-reduce's input is a tp all-reduce, no spec term).
+    let v = pipeline_tp("Replicate()", [(0, 2), (2, 4)], TP_SHARES, "holds");
+    assert_eq!(v, Verdict::Holds);
+}
+
+#[test]
+fn stage_terms_summed_over_tp_undivided_are_not_held() {
+    // (m0 + q0) + (m1 + q1) on both tp ranks, summed over tp: twice stage 0's terms.
+    let body = "        u0: \"f32[]\" = torch.ops.aten.add.Tensor(m0, q0)\n\
+                \x20       u1: \"f32[]\" = torch.ops.aten.add.Tensor(m1, q1)\n\
+                \x20       t: \"f32[]\" = torch.ops.aten.add.Tensor(u0, u1)\n";
+    let v = pipeline_tp("Replicate()", [(0, 2), (2, 4)], body, "undivided");
+    assert_ne!(v, Verdict::Holds);
+}
+
+#[test]
+fn stage_shares_of_tp_shards_are_not_held() {
+    // x split on tp by rows: each tp rank's sums cover its 2 rows, halved, summed over tp:
+    // half of stage 0's terms.
+    let v = pipeline_tp("{ tp: Shard(0) }", [(0, 1), (1, 2)], TP_SHARES, "shards");
+    assert_ne!(v, Verdict::Holds);
+}

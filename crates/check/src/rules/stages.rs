@@ -30,11 +30,15 @@ pub struct StageShares {
     /// reading went through (node, the mesh dims their group spans), each read as `n` times
     /// its input: sound only where that input is the same on every member, which the engine
     /// confirms from its placements ([`StageShares::through`]) before it takes the share.
-    through: HashMap<(usize, usize), Vec<(usize, Vec<usize>)>>,
+    through: HashMap<(usize, usize), Vec<ReadThrough>>,
     /// Per rank asked: its nodes' expression hashes with the shares' results as leaves
     /// ([`share_hashes`]), and the first node of each hash.
     hashes: RefCell<HashMap<usize, Arc<ShareHashes>>>,
 }
+
+/// An all-reduce a stage share's reading went through: its node, and the mesh dims its group
+/// spans ([`StageShares::through`]).
+pub type ReadThrough = (usize, Vec<usize>);
 
 /// A rank graph's [`share_hashes`] and the first node of each.
 type ShareHashes = (Vec<u64>, HashMap<u64, u32>);
@@ -49,7 +53,7 @@ impl StageShares {
     /// at call (rank, node) went through, each read as the sum of `n` equal copies of its
     /// input: the share holds only where every such input is proven `Replicate` on those
     /// dims, with a known factor.
-    pub fn through(&self, call: &(usize, usize)) -> &[(usize, Vec<usize>)] {
+    pub fn through(&self, call: &(usize, usize)) -> &[ReadThrough] {
         self.through.get(call).map_or(&[], Vec::as_slice)
     }
 
@@ -389,7 +393,7 @@ fn divided_atoms(
     program: &Program,
     q: usize,
     v: ValueId,
-) -> (Vec<(ValueId, f64)>, Vec<(usize, Vec<usize>)>) {
+) -> (Vec<(ValueId, f64)>, Vec<ReadThrough>) {
     let g = &program.ranks[q];
     let mut out = Vec::new();
     let mut reads = Vec::new();
@@ -549,7 +553,7 @@ fn shares_of_one_sum(
     side: &SpecSide,
     program: &Program,
     calls: &[(usize, usize)],
-) -> Option<Vec<Vec<(usize, Vec<usize>)>>> {
+) -> Option<Vec<Vec<ReadThrough>>> {
     let mut reads = Vec::with_capacity(calls.len());
     one_sum(spec, side, program, calls, &mut reads).then_some(reads)
 }
@@ -561,7 +565,7 @@ fn one_sum(
     side: &SpecSide,
     program: &Program,
     calls: &[(usize, usize)],
-    reads: &mut Vec<Vec<(usize, Vec<usize>)>>,
+    reads: &mut Vec<Vec<ReadThrough>>,
 ) -> bool {
     // Spec term -> the stage computing it; per (stage, term): microbatches and divisors.
     let mut owner: BTreeMap<(usize, usize), usize> = BTreeMap::new();

@@ -637,6 +637,39 @@ pub(crate) fn gathered_over(table: &RowTable, mut id: u16) -> Option<u8> {
     None
 }
 
+/// How many nodes [`mean_rows`] visits at most before giving up (a mean's rows are a few
+/// operators below it).
+const MEAN_ROWS_VISITS: usize = 4096;
+
+/// The rows a microbatch mean `m` averages: the first value holding `Rows` among its inputs,
+/// breadth first through the expression (a mean's own input; the mean under a scaling by the
+/// spec's number, or each term of a sum of means, as DeepSeek's per-layer auxiliary losses of
+/// one microbatch are, a level or two further down). Which selection this names is only where
+/// [`microbatch_average`] starts: it then requires every selection the whole expression reads
+/// to be that one, so a term reading another microbatch's rows is still not proven.
+fn mean_rows(
+    g: &shardproof_ir::Graph,
+    m: ValueId,
+    place: &dyn Fn(ValueId) -> Place,
+) -> Option<u16> {
+    let mut seen = std::collections::HashSet::new();
+    let mut queue: std::collections::VecDeque<usize> = std::collections::VecDeque::from([m.node]);
+    while let Some(j) = queue.pop_front() {
+        if seen.len() >= MEAN_ROWS_VISITS {
+            return None;
+        }
+        for u in g.nodes[j].inputs() {
+            if let Place::Rows(_, id) = place(u) {
+                return Some(id);
+            }
+            if seen.insert(u.node) {
+                queue.push_back(u.node);
+            }
+        }
+    }
+    None
+}
+
 /// Whether node `i` of `g` (an `add`, not yet placed, of partial pieces whose factor is not known on a mesh
 /// dim: `scale_unknown`) is the average of K microbatch means (gradient accumulation:
 /// `M_0 / K + .. + M_(K-1) / K`, through nested adds), so that its pieces are the means over
@@ -741,14 +774,7 @@ pub(crate) fn microbatch_average(
         if place(m) != Place::Partial(crate::place::Red::Avg) || scale_unknown(m) {
             return false;
         }
-        let rows = g.nodes[m.node]
-            .inputs()
-            .into_iter()
-            .find_map(|u| match place(u) {
-                Place::Rows(_, id) => Some(id),
-                _ => None,
-            });
-        let Some(r) = rows.and_then(root) else {
+        let Some(r) = mean_rows(g, m, place).and_then(root) else {
             return false;
         };
         roots.push(r);

@@ -620,9 +620,21 @@ fn propagate_rank_from(
                     }
                     // A pipeline stage's share of one spec sum (`rules::stage_shares`): the
                     // all-reduce over the stages sees it as the partial sum it is.
+                    // Its reading through an all-reduce over other mesh dims (a tp sum of the
+                    // stage's shares) counted that sum as n equal copies: each input must be
+                    // `Replicate`, with a known factor, on every mesh dim of its group.
                     let share = stage_dim
                         && group.as_ref().is_some_and(|(d, _)| d.contains(&m))
-                        && sh.stage_shares.get(&(r, i)).is_some();
+                        && sh.stage_shares.get(&(r, i)).is_some()
+                        && sh.stage_shares.through(&(r, i)).iter().all(|(k, dims)| {
+                            g.nodes[*k].inputs().first().is_some_and(|&v| {
+                                dims.iter().all(|&d| {
+                                    rp.of(v, nd)[d] == Place::Replicate
+                                        && !rp.scale_unknown
+                                            [(rp.offsets[v.node] as usize + v.output) * nd + d]
+                                })
+                            })
+                        });
                     let place = |v: ValueId| match place(v) {
                         Place::Varying if share && inputs.first() == Some(&v) => {
                             Place::Partial(Red::Sum)

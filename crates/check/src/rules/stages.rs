@@ -26,10 +26,19 @@ pub struct StageShares {
     /// The all-reduce calls (rank, node) whose input is the calling stage's share, each with
     /// the number of its collective (the members' calls of one all-reduce share it).
     pub calls: HashMap<(usize, usize), usize>,
+    /// Per such call (rank, node), the all-reduces (sum) over other mesh dims that its
+    /// reading went through (node, the mesh dims their group spans), each read as `n` times
+    /// its input: sound only where that input is the same on every member, which the engine
+    /// confirms from its placements ([`StageShares::through`]) before it takes the share.
+    through: HashMap<(usize, usize), Vec<ReadThrough>>,
     /// Per rank asked: its nodes' expression hashes with the shares' results as leaves
     /// ([`share_hashes`]), and the first node of each hash.
     hashes: RefCell<HashMap<usize, Arc<ShareHashes>>>,
 }
+
+/// An all-reduce a stage share's reading went through: its node, and the mesh dims its group
+/// spans ([`StageShares::through`]).
+pub type ReadThrough = (usize, Vec<usize>);
 
 /// A rank graph's [`share_hashes`] and the first node of each.
 type ShareHashes = (Vec<u64>, HashMap<u64, u32>);
@@ -38,6 +47,14 @@ impl StageShares {
     /// Whether any all-reduce is a stage share.
     pub fn is_empty(&self) -> bool {
         self.calls.is_empty()
+    }
+
+    /// The all-reduces (node, mesh dims of its group) that the reading of the stage share
+    /// at call (rank, node) went through, each read as the sum of `n` equal copies of its
+    /// input: the share holds only where every such input is proven `Replicate` on those
+    /// dims, with a known factor.
+    pub fn through(&self, call: &(usize, usize)) -> &[ReadThrough] {
+        self.through.get(call).map_or(&[], Vec::as_slice)
     }
 
     /// The collective number of an all-reduce call (rank, node) of stage shares.
@@ -64,6 +81,7 @@ impl StageShares {
 /// calling stage's share of one sum of the spec (`spec`; none without one).
 pub(crate) fn stage_shares(spec: &Graph, program: &Program) -> StageShares {
     let mut out = HashMap::new();
+    let mut through = HashMap::new();
     let mut collectives = 0;
     let mesh = &program.mesh;
     let pipeline: Vec<usize> = (0..mesh.dims.len())
@@ -108,14 +126,16 @@ pub(crate) fn stage_shares(spec: &Graph, program: &Program) -> StageShares {
                 .collect();
             let Some(calls) = calls else { continue };
             let spec_side = spec_side.get_or_insert_with(|| SpecSide::new(spec));
-            if shares_of_one_sum(spec, spec_side, program, &calls) {
-                out.extend(calls.into_iter().map(|c| (c, collectives)));
+            if let Some(reads) = shares_of_one_sum(spec, spec_side, program, &calls) {
+                out.extend(calls.iter().map(|&c| (c, collectives)));
+                through.extend(calls.into_iter().zip(reads));
                 collectives += 1;
             }
         }
     }
     StageShares {
         calls: out,
+        through,
         hashes: RefCell::default(),
     }
 }
@@ -360,6 +380,83 @@ fn atoms(g: &Graph, v: ValueId, stop: &dyn Fn(ValueId) -> bool) -> Vec<ValueId> 
     out
 }
 
+/// The atoms of a sum as [`atoms`] reads them, each with the number it is divided by, where a
+/// division of a sum by a literal number is read through as the sum of its terms each divided
+/// by it (`(a + b) / c = a / c + b / c`: a stage adding its layers' terms for one microbatch
+/// and dividing that by the microbatch count, as DeepSeek's stages do), and an all-reduce
+/// (sum) over another mesh dim's group of `n` members (a tensor-parallel sum of the stage's
+/// shares) as `n` times its input, whose atoms are then divided by `1/n` more. The
+/// all-reduces read through are returned (node, the mesh dims their group spans): that reading
+/// holds only where the input is the same on every member, which the caller must have proven.
+/// A division of a non-sum is left to [`undivided`], so one term keeps one division as before.
+fn divided_atoms(
+    program: &Program,
+    q: usize,
+    v: ValueId,
+) -> (Vec<(ValueId, f64)>, Vec<ReadThrough>) {
+    let g = &program.ranks[q];
+    let mut out = Vec::new();
+    let mut reads = Vec::new();
+    let mut stack = vec![(v, 1.0)];
+    while let Some((x, d)) = stack.pop() {
+        for atom in atoms(g, x, &|_| false) {
+            if let Some((input, node, dims, n)) = other_dims_sum(program, q, atom) {
+                reads.push((node, dims));
+                stack.push((input, d / n as f64));
+                continue;
+            }
+            let (core, c) = undivided(g, atom);
+            if c != 1.0 && plain_add(g, core).is_some() {
+                stack.push((core, d * c));
+            } else {
+                out.push((atom, d));
+            }
+        }
+    }
+    (out, reads)
+}
+
+/// Where `v` (of rank `q`) is an all-reduce (sum), or its wait, over a group of more than one
+/// member that differ from `q` on mesh dims other than the pipeline's only: its input, its
+/// node, the mesh dims the members differ on, and the member count.
+fn other_dims_sum(
+    program: &Program,
+    q: usize,
+    v: ValueId,
+) -> Option<(ValueId, usize, Vec<usize>, usize)> {
+    let g = &program.ranks[q];
+    if v.output != 0 {
+        return None;
+    }
+    let n = &g.nodes[v.node];
+    let op = n.op()?;
+    let node = if op.namespace == "_c10d_functional" && op.name == "wait_tensor" {
+        n.inputs().first()?.node
+    } else {
+        v.node
+    };
+    let group = sum_reduce_group(g, node)?;
+    let input = g.nodes[node].inputs().first().copied()?;
+    let members = program.group(group)?.group_of(q)?;
+    let mesh = &program.mesh;
+    let coords = mesh.coords(q);
+    let mut dims: Vec<usize> = Vec::new();
+    for &p in members {
+        let c = mesh.coords(p);
+        for m in 0..mesh.dims.len() {
+            if c[m] != coords[m] && !dims.contains(&m) {
+                dims.push(m);
+            }
+        }
+    }
+    let stages = dims.iter().any(|&m| crate::is_pipeline_dim(mesh, m));
+    if members.len() < 2 || stages || dims.is_empty() {
+        return None;
+    }
+    dims.sort_unstable();
+    Some((input, node, dims, members.len()))
+}
+
 /// An atom less a division by a literal number (`div(x, c)`): (x, c); (atom, 1) otherwise.
 fn undivided(g: &Graph, v: ValueId) -> (ValueId, f64) {
     let n = &g.nodes[v.node];
@@ -456,6 +553,19 @@ fn shares_of_one_sum(
     side: &SpecSide,
     program: &Program,
     calls: &[(usize, usize)],
+) -> Option<Vec<Vec<ReadThrough>>> {
+    let mut reads = Vec::with_capacity(calls.len());
+    one_sum(spec, side, program, calls, &mut reads).then_some(reads)
+}
+
+/// [`shares_of_one_sum`]'s decision; `reads` gets, per call, the all-reduces its reading went
+/// through ([`divided_atoms`]).
+fn one_sum(
+    spec: &Graph,
+    side: &SpecSide,
+    program: &Program,
+    calls: &[(usize, usize)],
+    reads: &mut Vec<Vec<ReadThrough>>,
 ) -> bool {
     // Spec term -> the stage computing it; per (stage, term): microbatches and divisors.
     let mut owner: BTreeMap<(usize, usize), usize> = BTreeMap::new();
@@ -465,8 +575,11 @@ fn shares_of_one_sum(
         let Some(&input) = g.nodes[j].inputs().first() else {
             return false;
         };
-        for atom in atoms(g, input, &|_| false) {
-            let (core, c) = undivided(g, atom);
+        let (divided, through) = divided_atoms(program, q, input);
+        reads.push(through);
+        for (atom, outer) in divided {
+            let (core, inner) = undivided(g, atom);
+            let c = outer * inner;
             let Some(t) = spec_term(g, core, spec, side) else {
                 return false;
             };

@@ -706,3 +706,30 @@ fn a_spec_share_added_to_a_partial_is_right() {
         assert_ne!(verdict, Verdict::Violated, "{what}\n{report}");
     }
 }
+
+#[test]
+fn a_mean_folded_over_two_dims_of_distinct_sizes_divided_once_never_holds() {
+    // dp = 2 x cp = 4 x tp = 8 (no two mesh dims of one size, so a division names its dim):
+    // the factor is the spec's times dp's and cp's splits over tp (the spec's own). Both dp
+    // and cp sum the local means; a division by cp's size makes up for cp's sum only.
+    let mesh = dp_cp_tp(2, 4, 8);
+    let mesh = Mesh(&mesh);
+    let (r, c) = mesh.local();
+    let factor = SPEC * 8.0 / 8.0;
+    let reduce = |divisions: &[f64]| {
+        let mut body = scale((r, c), factor)
+            + &sum("m", "l")
+            + &ar0("l", "sum", "dp", "d")
+            + &ar0("d", "sum", "cp", "q0");
+        for (i, x) in divisions.iter().enumerate() {
+            body += &scalar("div.Scalar", &format!("q{i}"), *x, &format!("q{}", i + 1));
+        }
+        body + &ar0(&format!("q{}", divisions.len()), "sum", "tp", "out")
+    };
+    wrong_never_holds("dp sum, cp sum, / 4, tp sum", &mesh, &reduce(&[4.0]));
+    right_is_no_finding(
+        "dp sum, cp sum, / 4 / 2, tp sum",
+        &mesh,
+        &reduce(&[4.0, 2.0]),
+    );
+}

@@ -373,7 +373,8 @@ fn a_factor_split_in_two_products_averaged_over_dp_is_no_finding() {
 #[test]
 fn the_share_through_views_and_copies_keeps_its_local_means() {
     // The scaled rows pass a clone, a transpose and a view before the sum: the pending local
-    // means must survive them; dp then sums them (wrong) or averages them (right).
+    // means must survive them; dp then sums them (wrong) or averages them (right, and holds:
+    // tp's lift turns dp's partial sum into a partial average).
     for (dp, tp) in [(4, 2), (2, 2)] {
         let mesh = dp_tp(dp, tp);
         let mesh = Mesh(&mesh);
@@ -392,7 +393,7 @@ fn the_share_through_views_and_copies_keeps_its_local_means() {
                 + &ar0("t", op, "dp", "out");
             let what = format!("through views, dp {op}, {dp}x{tp}");
             if right {
-                right_is_no_finding(&what, &mesh, &body);
+                right_holds(&what, &mesh, &body);
             } else {
                 wrong_never_holds(&what, &mesh, &body);
             }

@@ -693,19 +693,20 @@ fn a_spec_share_added_to_a_partial_is_right() {
     // local mean), plus the partial, summed over tp and over dp: right, and a finding
     // (`spmd-type`: the scaled rows are not read as a share, so the add is partial plus
     // replicate).
-    for (dp, tp) in [(4, 2), (2, 2)] {
-        let (r, c) = (B / dp, C);
-        let body = scale((r, c), SPEC / tp as f64)
-            + &format!("        y: \"f64[{r}, {c}]\" = torch.ops.aten.add.Tensor(m, g)\n")
-            + &sum("y", "l")
-            + &ar0("l", "sum", "tp", "t")
-            + &ar0("t", "sum", "dp", "out");
-        let what = format!("spec share plus partial, {dp}x{tp}");
-        let (verdict, right, report) = run_beside_partial((dp, tp), &body);
-        eprintln!("{what}: {verdict:?} (right: {right})\n{report}");
-        assert!(right, "{what} is wrong when run\n{report}");
-        assert_ne!(verdict, Verdict::Violated, "{what}\n{report}");
-    }
+    // (On 2 x 2 the spec's factor over tp is also its factor over dp: which mesh dim the share
+    // is of is ambiguous there, as for a plain 1/n, and it stays a finding.)
+    let (dp, tp) = (4, 2);
+    let (r, c) = (B / dp, C);
+    let body = scale((r, c), SPEC / tp as f64)
+        + &format!("        y: \"f64[{r}, {c}]\" = torch.ops.aten.add.Tensor(m, g)\n")
+        + &sum("y", "l")
+        + &ar0("l", "sum", "tp", "t")
+        + &ar0("t", "sum", "dp", "out");
+    let what = format!("spec share plus partial, {dp}x{tp}");
+    let (verdict, right, report) = run_beside_partial((dp, tp), &body);
+    eprintln!("{what}: {verdict:?} (right: {right})\n{report}");
+    assert!(right, "{what} is wrong when run\n{report}");
+    assert_ne!(verdict, Verdict::Violated, "{what}\n{report}");
 }
 
 #[test]

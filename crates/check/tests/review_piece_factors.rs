@@ -735,3 +735,44 @@ fn a_mean_folded_over_two_dims_of_distinct_sizes_divided_once_never_holds() {
         &reduce(&[4.0, 2.0]),
     );
 }
+
+#[test]
+fn two_microbatches_of_local_means_summed_over_dp_never_hold() {
+    // Each rank runs its rows as two microbatches (halves), each scaled by the local mean's
+    // factor over tp and over K = 2, and adds the two sums (the gradient accumulation); dp
+    // then sums the local means (wrong) or averages them (right, and holds: the add of two
+    // folded shares carries both records).
+    for (dp, tp) in [(4, 2), (2, 2)] {
+        let mesh = dp_tp(dp, tp);
+        let mesh = Mesh(&mesh);
+        let (r, c) = mesh.local();
+        let h = r / 2;
+        let factor = local_mean_share(dp, tp);
+        let micro = |k: usize| {
+            format!(
+                "        a{k}: \"f64[{h}, {c}]\" = torch.ops.aten.slice.Tensor(a, 0, {}, {})
+        n{k}a: \"f64[{h}, {c}]\" = torch.ops.aten.neg.default(a{k})
+        n{k}b: \"f64[{h}, {c}]\" = torch.ops.aten.neg.default(n{k}a)
+        n{k}c: \"f64[{h}, {c}]\" = torch.ops.aten.neg.default(n{k}b)
+        m{k}: \"f64[{h}, {c}]\" = torch.ops.aten.mul.Tensor(n{k}c, {factor:?})
+        s{k}: \"f64[]\" = torch.ops.aten.sum.default(m{k})
+",
+                k * h,
+                (k + 1) * h
+            )
+        };
+        for (op, right) in [("sum", false), ("avg", true)] {
+            let body = micro(0)
+                + &micro(1)
+                + "        l: \"f64[]\" = torch.ops.aten.add.Tensor(s0, s1)\n"
+                + &ar0("l", "sum", "tp", "t")
+                + &ar0("t", op, "dp", "out");
+            let what = format!("two microbatches, dp {op}, {dp}x{tp}");
+            if right {
+                right_holds(&what, &mesh, &body);
+            } else {
+                wrong_never_holds(&what, &mesh, &body);
+            }
+        }
+    }
+}

@@ -776,3 +776,33 @@ fn two_microbatches_of_local_means_summed_over_dp_never_hold() {
         }
     }
 }
+
+#[test]
+fn local_means_on_a_mesh_listed_tp_first_are_followed() {
+    // The mesh listed `tp × dp` (the records index mesh dims by position): dp summing the
+    // local means never holds, dp averaging them holds, in either order against tp's sum.
+    for (dp, tp) in [(4, 2), (2, 2)] {
+        let mesh = [("tp", tp, None), ("dp", dp, Some(0))];
+        let mesh = Mesh(&mesh);
+        let (r, c) = mesh.local();
+        for tp_first in [true, false] {
+            for op in ["sum", "avg"] {
+                let body = scale((r, c), local_mean_share(dp, tp))
+                    + &sum("m", "l")
+                    + &if tp_first {
+                        ar0("l", "sum", "tp", "t") + &ar0("t", op, "dp", "out")
+                    } else {
+                        ar0("l", op, "dp", "d") + &ar0("d", "sum", "tp", "out")
+                    };
+                let what = format!("tp listed first, dp {op}, tp first {tp_first}, {dp}x{tp}");
+                if op == "avg" && tp_first {
+                    right_holds(&what, &mesh, &body);
+                } else if op == "avg" {
+                    right_is_no_finding(&what, &mesh, &body);
+                } else {
+                    wrong_never_holds(&what, &mesh, &body);
+                }
+            }
+        }
+    }
+}

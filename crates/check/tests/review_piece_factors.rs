@@ -216,9 +216,6 @@ fn local_mean_share(dp: usize, tp: usize) -> f64 {
 }
 
 #[test]
-#[ignore = "known hole: a folded share lifted while the other mesh dim still shards it \
-            (`commit_folded` leaves the shard as the rules read it) loses the local means; \
-            dp's later sum of them holds"]
 fn a_share_lifted_while_sharded_then_summed_over_dp_never_holds() {
     // The shard branch of `commit_folded`: tp sums the scaled rows themselves (dp still a
     // shard, whose pending local means are "left as the rules read it"); each rank then sums
@@ -253,8 +250,6 @@ fn a_share_lifted_while_sharded_then_averaged_over_dp_is_right() {
 }
 
 #[test]
-#[ignore = "known hole: a folded share lifted while dp still shards it loses the local \
-            means; dp's gather of the pieces (each dp times the spec's) holds"]
 fn a_share_lifted_while_sharded_then_gathered_over_dp_never_holds() {
     // tp sums the scaled rows, dp gathers them (each dp times the spec's), each rank sums.
     for (dp, tp) in [(4, 2), (2, 2)] {
@@ -686,8 +681,6 @@ fn a_share_added_to_a_partial_while_sharded_then_summed_over_dp_never_holds() {
 }
 
 #[test]
-#[ignore = "known false finding: the spec's factor over tp is read as a share only where no \
-            other mesh dim shards the value (the folded reading wants the local mean's factor)"]
 fn a_spec_share_added_to_a_partial_is_right() {
     // The control: the spec's factor over tp (a share of the spec's own pieces on dp, no
     // local mean), plus the partial, summed over tp and over dp: right, and a finding

@@ -1360,7 +1360,10 @@ fn commit_folded(
                 let at = (base + o) * nd + k;
                 match rp.places[at] {
                     Place::Partial(Red::Sum) if lifted => rp.places[at] = Place::Partial(Red::Avg),
-                    Place::Shard(_) | Place::Blocked(..) | Place::Rows(..) | Place::Unknown => {}
+                    // An all-reduce sum of the shares while `k` still shards them: the pieces
+                    // on `k` are each `n_k` times the spec's, which a shard does not carry.
+                    Place::Shard(_) | Place::Blocked(..) | Place::Rows(..) if !lifted => {}
+                    Place::Unknown => {}
                     _ => {
                         rp.places[at] = Place::Unknown;
                         rp.unknown_sources.push((

@@ -69,7 +69,7 @@ fn emit_and_load(dir: &std::path::Path, opts: EmitOptions) -> Case {
 }
 
 /// Runs `f` with the lowering context of `case`'s ranks, as `verify` builds it.
-fn with_ctx<R>(case: &Case, f: impl FnOnce(&LowerCtx) -> R) -> R {
+pub(super) fn with_ctx<R>(case: &Case, f: impl FnOnce(&LowerCtx) -> R) -> R {
     let leaves: Vec<_> = (0..case.program.ranks.len())
         .map(|r| case.rank_leaves(r))
         .collect();
@@ -88,7 +88,7 @@ fn with_ctx<R>(case: &Case, f: impl FnOnce(&LowerCtx) -> R) -> R {
 }
 
 /// The engine's view of `case`'s ranks, as `verify` builds it.
-fn impl_of(case: &Case) -> Impl<'_> {
+pub(super) fn impl_of(case: &Case) -> Impl<'_> {
     with_ctx(case, |ctx| build_impl(case, ctx))
 }
 

@@ -43,13 +43,13 @@ const ELEMENTWISE_FAMILIES: &[&str] = &[
 
 /// A rank tensor named in a relation: its leaf symbol and its (canonical) value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-struct Leaf {
+pub(super) struct Leaf {
     at: ValueRef,
 }
 
 /// A relation in plain form (the preconditions of every rule).
 #[derive(Clone, Debug, PartialEq)]
-enum Form {
+pub(super) enum Form {
     /// Every listed rank tensor equals the spec tensor.
     Replicated(BTreeSet<Leaf>),
     /// The spec tensor is the concatenation along `dim` of the pieces; each piece lists every
@@ -152,14 +152,14 @@ fn has_value(t: &Tpl) -> bool {
     }
 }
 
-/// The rank tensor a leaf symbol names, where it is canonical and no zero block.
+/// The rank tensor a leaf symbol names.
 fn leaf_of(imp: &Impl, sym: Symbol) -> Option<Leaf> {
     let (r, name) = parse_leaf(sym.as_str())?;
     let at = ValueRef {
         rank: Some(r),
         value: imp.find(r, name)?,
     };
-    (imp.canon(at) == at && !imp.zeros.has(sym)).then_some(Leaf { at })
+    Some(Leaf { at: imp.canon(at) })
 }
 
 /// The single leaf of an expression, if it is one.
@@ -170,17 +170,15 @@ fn single_leaf(imp: &Impl, e: &RecExpr<Term>) -> Option<Leaf> {
     }
 }
 
-/// The plain form of a relation, or `None`: clean, no equal slices or explored values, and
-/// either leaves only (replicas) or a single concatenation of leaves along a literal dim.
-fn form_of(imp: &Impl, rel: &Rel) -> Option<Form> {
-    if !rel.clean || !rel.equal_slices.is_empty() || !rel.explored.is_empty() {
-        return None;
-    }
+/// The plain form of a relation, or `None`: leaves only (replicas), or concatenations of
+/// leaves along one literal dim into pieces of the same shapes.
+pub(super) fn form_of(imp: &Impl, rel: &Rel) -> Option<Form> {
+    // Groups of leaves proven equal, where every member is a plain rank tensor.
     let groups: Vec<BTreeSet<Leaf>> = rel
         .equal_leaves
         .iter()
-        .map(|g| g.iter().map(|&s| leaf_of(imp, s)).collect::<Option<_>>())
-        .collect::<Option<_>>()?;
+        .filter_map(|g| g.iter().map(|&s| leaf_of(imp, s)).collect::<Option<_>>())
+        .collect();
     // A leaf with every leaf proven equal to it.
     let with_group = |l: Leaf| -> BTreeSet<Leaf> {
         let mut out: BTreeSet<Leaf> = groups
@@ -192,21 +190,46 @@ fn form_of(imp: &Impl, rel: &Rel) -> Option<Form> {
         out.insert(l);
         out
     };
-    let leaves: Option<Vec<Leaf>> = rel.exprs.iter().map(|e| single_leaf(imp, e)).collect();
-    if let Some(leaves) = leaves {
-        let mut all = BTreeSet::new();
-        for l in leaves {
-            all.extend(with_group(l));
+    // Every expression plain: a relation that also has composite alternatives (a sum over
+    // ranks beside its all-reduced replicas, a concatenation of slices) carries them through
+    // the e-graph's lemmas into the output's relation, which the rule would not write.
+    if rel.exprs.iter().all(|e| single_leaf(imp, e).is_some()) {
+        let mut replicas = BTreeSet::new();
+        for e in &rel.exprs {
+            replicas.extend(with_group(single_leaf(imp, e)?));
         }
-        // Every group is the replicas' (extraction keeps only groups of the leaves it uses).
-        if all.is_empty() || groups.iter().any(|g| !g.is_subset(&all)) {
-            return None;
-        }
-        return Some(Form::Replicated(all));
+        return Some(Form::Replicated(replicas));
     }
-    let [e] = rel.exprs.as_slice() else {
-        return None;
-    };
+    // Concatenations of rank tensors along one literal dim into pieces of the same shapes:
+    // piece `i` of each is piece `i` of the first (equal concatenations of equal-shaped pieces
+    // have equal pieces).
+    let mut first: Option<(i64, Vec<BTreeSet<Leaf>>, Vec<Vec<usize>>)> = None;
+    for e in &rel.exprs {
+        let (dim, leaves) = cat_of_leaves(imp, e)?;
+        let shapes: Vec<Vec<usize>> = leaves
+            .iter()
+            .map(|l| imp.meta(l.at).map(|m| m.shape))
+            .collect::<Option<_>>()?;
+        match &mut first {
+            None => {
+                let pieces = leaves.into_iter().map(with_group).collect();
+                first = Some((dim, pieces, shapes));
+            }
+            Some((d, pieces, first_shapes)) => {
+                if *d != dim || *first_shapes != shapes {
+                    return None;
+                }
+                for (p, l) in pieces.iter_mut().zip(leaves) {
+                    p.extend(with_group(l));
+                }
+            }
+        }
+    }
+    first.map(|(dim, pieces, _)| Form::Sharded { dim, pieces })
+}
+
+/// The dim and pieces of a concatenation of rank tensors along a literal dim.
+fn cat_of_leaves(imp: &Impl, e: &RecExpr<Term>) -> Option<(i64, Vec<Leaf>)> {
     let nodes = e.as_ref();
     let Some(Term::Op(s, kids)) = nodes.last() else {
         return None;
@@ -225,21 +248,9 @@ fn form_of(imp: &Impl, rel: &Rel) -> Option<Form> {
         if !pk.is_empty() {
             return None;
         }
-        pieces.push(with_group(leaf_of(imp, *p)?));
+        pieces.push(leaf_of(imp, *p)?);
     }
-    // Pieces apart, and every group one piece's.
-    for (i, a) in pieces.iter().enumerate() {
-        if pieces[i + 1..].iter().any(|b| !a.is_disjoint(b)) {
-            return None;
-        }
-    }
-    if groups
-        .iter()
-        .any(|g| !pieces.iter().any(|p| g.is_subset(p)))
-    {
-        return None;
-    }
-    Some(Form::Sharded { dim, pieces })
+    Some((dim, pieces))
 }
 
 /// The rank tensors whose definition is the spec's call `t` with every spec input replaced by
@@ -331,16 +342,9 @@ fn group(imp: &Impl, ls: &BTreeSet<Leaf>) -> Vec<Symbol> {
     g
 }
 
-fn usable(imp: &Impl, ls: &BTreeSet<Leaf>) -> bool {
-    !ls.is_empty()
-        && ls
-            .iter()
-            .all(|&l| !imp.zeros.has(leaf_symbol_of(imp, l)))
-}
-
 /// A replicated output: every replica, as extraction lists the leaves of a class.
 fn replicated_relation(imp: &Impl, outs: BTreeSet<Leaf>) -> Option<Rel> {
-    if !usable(imp, &outs) {
+    if outs.is_empty() {
         return None;
     }
     let names = group(imp, &outs);
@@ -358,11 +362,6 @@ fn replicated_relation(imp: &Impl, outs: BTreeSet<Leaf>) -> Option<Rel> {
 
 /// A sharded output: the concatenation of the pieces, each named by its preferred replica.
 fn sharded_relation(imp: &Impl, dim: i64, pieces: Vec<BTreeSet<Leaf>>) -> Option<Rel> {
-    for (i, p) in pieces.iter().enumerate() {
-        if !usable(imp, p) || pieces[i + 1..].iter().any(|q| !p.is_disjoint(q)) {
-            return None;
-        }
-    }
     let mut e = RecExpr::default();
     let d = e.add(Term::Num(dim));
     let mut kids = vec![d];

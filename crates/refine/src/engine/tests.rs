@@ -414,7 +414,7 @@ fn mlp_case(dir: &std::path::Path, mesh: &str, bug: Option<&str>) -> Case {
 
 /// The zoo's tiny `model` plan on `mesh` (a full iteration unless `forward_only`), with
 /// catalog `bug` planted: emitted and loaded.
-fn zoo_case(
+pub(super) fn zoo_case(
     dir: &std::path::Path,
     model: &str,
     mesh: &str,

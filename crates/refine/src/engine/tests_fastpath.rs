@@ -378,3 +378,72 @@ fn the_audit_finds_the_e_graphs_relations_on_small_plans() {
         }
     }
 }
+
+/// The audit on zoo plans: wherever the fast path decides, the e-graph writes the same
+/// relation (the reports cannot change), and the fast path decides some operators.
+#[test]
+fn the_audit_finds_the_e_graphs_relations_on_zoo_plans() {
+    let mut decided = 0;
+    for (model, mesh, forward_only) in [
+        ("mlp", "tp=2", false),
+        ("mlp", "dp=2,tp=2", false),
+        ("llama", "tp=2", true),
+        ("gpt2", "dp=2", false),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let case = super::tests::zoo_case(dir.path(), model, mesh, None, forward_only);
+        let audit = verify(
+            &case,
+            &Options {
+                audit_fast_path: true,
+                ..Options::default()
+            },
+        );
+        eprintln!(
+            "{model} {mesh}: {:?}, {} operators, {} decided by the fast path alike, {} differ",
+            audit.verdict,
+            audit.spec_operators,
+            audit.operators_fast,
+            audit.fast_path_differences.len()
+        );
+        assert!(
+            audit.fast_path_differences.is_empty(),
+            "{model} {mesh}: {:#?}",
+            audit.fast_path_differences
+        );
+        decided += audit.operators_fast;
+    }
+    assert!(decided > 0);
+}
+
+/// Precondition of a concatenation's alternatives: they are merged piece by piece only where
+/// their pieces have the same shapes. Two splits of one 6-row tensor, 2 + 4 rows and 4 + 2,
+/// are not one split: a merge would call a 2-row and a 4-row tensor equal.
+#[test]
+fn concatenations_split_otherwise_are_not_merged() {
+    use super::fastpath::{form_of, Form};
+    let dir = tempfile::tempdir().unwrap();
+    let case = write_case(
+        dir.path(),
+        &Plan {
+            mesh: "{ tp: 2 }",
+            ranks: 2,
+            layout: ["Shard(0)", "Shard(0)", "Shard(0)"],
+            spec: ("4, 6 | 8, 6", "aten.neg.default(x)"),
+            rank: ("2, 6 | 4, 6", "aten.neg.default(x)"),
+        },
+    );
+    let imp = impl_of(&case);
+    let cat = |s: &str| -> egg::RecExpr<crate::term::Term> { s.parse().unwrap() };
+    let rel = |exprs: Vec<egg::RecExpr<crate::term::Term>>| Rel::of(exprs, true);
+    let alike = rel(vec![
+        cat("(cat 0 %r0:x %r1:x)"),
+        cat("(cat 0 %r1:x %r0:x)"),
+    ]);
+    assert!(matches!(form_of(&imp, &alike), Some(Form::Sharded { .. })));
+    let apart = rel(vec![
+        cat("(cat 0 %r0:x %r1:y)"),
+        cat("(cat 0 %r0:y %r1:x)"),
+    ]);
+    assert_eq!(form_of(&imp, &apart), None);
+}

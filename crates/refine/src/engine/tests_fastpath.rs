@@ -18,12 +18,13 @@ use shardproof_ops::Tensor;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
-/// A graph over inputs `x` and `y` of `shape` (`y` of `y_shape` where given) computing
-/// `z = OP(args)` and then `out = tanh(z)` (so that `z` is no checked output).
+/// A graph over inputs `x` and `y` computing `z = OP(args)` and then `out = tanh(z)` (so that
+/// `z` is no checked output); `shape` is `X[ | Y[ | Z]]`, `Y` and `Z` by default `X`.
 fn graph(shape: &str, call: &str) -> String {
-    let (shape, y_shape) = shape.split_once(" | ").unwrap_or((shape, shape));
+    let parts: Vec<&str> = shape.split(" | ").collect();
+    let (x, y, z) = (parts[0], parts.get(1).unwrap_or(&parts[0]), parts.get(2).unwrap_or(&parts[0]));
     format!(
-        "class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[{shape}]\", y: \"f32[{y_shape}]\"):\n        z: \"f32[{shape}]\" = torch.ops.{call}\n        out: \"f32[{shape}]\" = torch.ops.aten.tanh.default(z)\n        return (out,)\n"
+        "class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[{x}]\", y: \"f32[{y}]\"):\n        z: \"f32[{z}]\" = torch.ops.{call}\n        out: \"f32[{z}]\" = torch.ops.aten.tanh.default(z)\n        return (out,)\n"
     )
 }
 
@@ -300,9 +301,28 @@ fn a_call_over_other_operands_is_declined() {
     assert!(fast_z(&case).is_none());
 }
 
-/// Precondition: every input's pieces pair up at one shape. Inputs split along different dims
-/// (`x` by rows, `y` by columns of a square tensor) give each rank pieces of other shapes,
-/// which broadcasting would pair wrongly; declined.
+/// Inputs split along different dims (`x` by rows, `y` by columns) are declined: each rank
+/// would pair pieces of other shapes, which broadcasting pairs wrongly.
+#[test]
+fn inputs_split_along_other_dims_are_declined() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = write_case(
+        dir.path(),
+        &Plan {
+            mesh: "{ tp: 2 }",
+            ranks: 2,
+            layout: ["Shard(0)", "Shard(1)", "Replicate()"],
+            spec: ("2, 2", "aten.add.Tensor(x, y)"),
+            rank: ("1, 2 | 2, 1 | 2, 2", "aten.add.Tensor(x, y)"),
+        },
+    );
+    assert!(fast_z(&case).is_none());
+}
+
+/// Precondition: every input's piece `i` has one shape. A vector split in two added to the
+/// rows of a matrix split in two (the spec broadcasts the vector along the rows; each rank
+/// adds its half of the vector to its row) is declined: the concatenation of the ranks'
+/// results is not the spec's sum.
 #[test]
 fn pieces_of_other_shapes_are_declined() {
     let dir = tempfile::tempdir().unwrap();
@@ -311,9 +331,9 @@ fn pieces_of_other_shapes_are_declined() {
         &Plan {
             mesh: "{ tp: 2 }",
             ranks: 2,
-            layout: ["Shard(0)", "Shard(1)", "Shard(0)"],
-            spec: ("2, 2", "aten.add.Tensor(x, y)"),
-            rank: ("1, 2 | 2, 1", "aten.add.Tensor(x, y)"),
+            layout: ["Shard(0)", "Shard(0)", "Shard(0)"],
+            spec: ("2 | 2, 2 | 2, 2", "aten.add.Tensor(x, y)"),
+            rank: ("1 | 1, 2 | 1, 2", "aten.add.Tensor(x, y)"),
         },
     );
     assert!(fast_z(&case).is_none());

@@ -99,6 +99,9 @@ pub(super) fn decide(imp: &Impl, state: &HashMap<ValueId, State>, t: &Tpl) -> Op
             })
             .collect();
         let outs = counterparts(imp, t, &replicas);
+        if combined_by_consumers(imp, &outs) {
+            return None;
+        }
         return replicated_relation(imp, outs);
     }
     // Sharded alike: one dim, as many pieces, piece i of every input on the same shape.
@@ -133,7 +136,29 @@ pub(super) fn decide(imp: &Impl, state: &HashMap<ValueId, State>, t: &Tpl) -> Op
         }
         pieces_out.push(outs);
     }
+    if pieces_out.iter().any(|p| combined_by_consumers(imp, p)) {
+        return None;
+    }
     sharded_relation(imp, dim, pieces_out)
+}
+
+/// Whether a consumer combines the rank tensors `outs` with others: a collective (it reads
+/// another rank's tensor) or a concatenation. The e-graph brings such a consumer in, and where
+/// it equals the spec's output (an all-gather of the pieces under sequence parallelism) the
+/// output's relation also names it, which the rule would not write: the e-graph decides.
+fn combined_by_consumers(imp: &Impl, outs: &BTreeSet<Leaf>) -> bool {
+    outs.iter().any(|l| {
+        imp.consumers.get(&l.at).is_some_and(|users| {
+            users.iter().any(|&(r, node)| {
+                let at = ValueRef {
+                    rank: Some(r),
+                    value: ValueId::new(node, 0),
+                };
+                Some(r) != l.at.rank
+                    || matches!(imp.lowered.get(&at), Some(Lowered::Term(Tpl::Op(s, _))) if s == CAT)
+            })
+        })
+    })
 }
 
 /// Whether the operator `name` (`aten.add.Tensor`) is in the rule table.

@@ -467,3 +467,30 @@ fn concatenations_split_otherwise_are_not_merged() {
     ]);
     assert_eq!(form_of(&imp, &apart), None);
 }
+
+/// Precondition (the e-graph's form): no collective combines the output's rank tensors. Where
+/// the ranks all-gather their pieces of the sum (sequence parallelism), the e-graph's relation
+/// also names the gathered tensors, so the fast path declines; the audit agrees.
+#[test]
+fn an_output_a_collective_gathers_is_left_to_the_e_graph() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = graph("4, 6", "aten.add.Tensor(x, y)");
+    let rank = "class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[2, 6]\", y: \"f32[2, 6]\"):\n        z: \"f32[2, 6]\" = torch.ops.aten.add.Tensor(x, y)\n        all_gather_into_tensor: \"f32[4, 6]\" = torch.ops._c10d_functional.all_gather_into_tensor.default(z, 2, '0')\n        wait_tensor: \"f32[4, 6]\" = torch.ops._c10d_functional.wait_tensor.default(all_gather_into_tensor)\n        out: \"f32[4, 6]\" = torch.ops.aten.tanh.default(wait_tensor)\n        return (out,)\n";
+    std::fs::write(dir.path().join("spec.py"), spec).unwrap();
+    for r in 0..2 {
+        std::fs::write(dir.path().join(format!("r{r}.py")), rank).unwrap();
+    }
+    let yaml = "version: 1\nname: gathered\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [r0.py, r1.py]\ninputs:\n  x: Shard(0)\n  y: Shard(0)\noutputs:\n  out: Replicate()\n";
+    std::fs::write(dir.path().join("case.yaml"), yaml).unwrap();
+    let case = shardproof_case::load_case(&dir.path().join("case.yaml")).unwrap();
+    assert!(fast_z(&case).is_none());
+    let audit = verify(
+        &case,
+        &Options {
+            audit_fast_path: true,
+            ..Options::default()
+        },
+    );
+    assert_eq!(audit.verdict, Verdict::Verified);
+    assert!(audit.fast_path_differences.is_empty());
+}

@@ -965,9 +965,7 @@ impl Walk<'_> {
         // The fast path: a placement rule, where every precondition holds (never with an
         // expectation, which is checked in an e-graph, nor with seeds, whose equations the
         // e-graph would use).
-        let fast = (opts.fast_path || opts.audit_fast_path)
-            && reusable
-            && seeds.is_empty();
+        let fast = (opts.fast_path || opts.audit_fast_path) && reusable && seeds.is_empty();
         let fast = if fast {
             fastpath::decide(imp, state, t)
         } else {

@@ -41,6 +41,9 @@ const ELEMENTWISE_FAMILIES: &[&str] = &[
     "pow",
 ];
 
+/// The shapes of a concatenation's pieces, in order.
+type PieceShapes = Vec<Vec<usize>>;
+
 /// A rank tensor named in a relation: its leaf symbol and its (canonical) value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(super) struct Leaf {
@@ -99,9 +102,6 @@ pub(super) fn decide(imp: &Impl, state: &HashMap<ValueId, State>, t: &Tpl) -> Op
             })
             .collect();
         let outs = counterparts(imp, t, &replicas);
-        if combined_by_consumers(imp, &outs) {
-            return None;
-        }
         return replicated_relation(imp, outs);
     }
     // Sharded alike: one dim, as many pieces, piece i of every input on the same shape.
@@ -228,10 +228,10 @@ pub(super) fn form_of(imp: &Impl, rel: &Rel) -> Option<Form> {
     // Concatenations of rank tensors along one literal dim into pieces of the same shapes:
     // piece `i` of each is piece `i` of the first (equal concatenations of equal-shaped pieces
     // have equal pieces).
-    let mut first: Option<(i64, Vec<BTreeSet<Leaf>>, Vec<Vec<usize>>)> = None;
+    let mut first: Option<(i64, Vec<BTreeSet<Leaf>>, PieceShapes)> = None;
     for e in &rel.exprs {
         let (dim, leaves) = cat_of_leaves(imp, e)?;
-        let shapes: Vec<Vec<usize>> = leaves
+        let shapes: PieceShapes = leaves
             .iter()
             .map(|l| imp.meta(l.at).map(|m| m.shape))
             .collect::<Option<_>>()?;
@@ -321,16 +321,13 @@ fn first_value(t: &Tpl) -> Option<ValueId> {
 
 /// Whether the rank term `u` is the spec term `t` with each spec input replaced by one of its
 /// rank tensors.
-fn same_call(
-    imp: &Impl,
-    t: &Tpl,
-    u: &Tpl,
-    inputs: &HashMap<ValueId, &BTreeSet<Leaf>>,
-) -> bool {
+fn same_call(imp: &Impl, t: &Tpl, u: &Tpl, inputs: &HashMap<ValueId, &BTreeSet<Leaf>>) -> bool {
     match (t, u) {
         (Tpl::Value(x), Tpl::Value(w)) => {
             let w = imp.canon(*w);
-            inputs.get(&x.value).is_some_and(|ls| ls.contains(&Leaf { at: w }))
+            inputs
+                .get(&x.value)
+                .is_some_and(|ls| ls.contains(&Leaf { at: w }))
         }
         (Tpl::Num(a), Tpl::Num(b)) => a == b,
         (Tpl::Op(a, ak), Tpl::Op(b, bk)) => {
@@ -375,7 +372,11 @@ fn replicated_relation(imp: &Impl, outs: BTreeSet<Leaf>) -> Option<Rel> {
     let names = group(imp, &outs);
     let mut exprs: Vec<RecExpr<Term>> = names.iter().map(|&s| leaf_expr(s)).collect();
     exprs.sort_by_key(|e| e.to_string());
-    let equal_leaves = if names.len() > 1 { vec![names] } else { Vec::new() };
+    let equal_leaves = if names.len() > 1 {
+        vec![names]
+    } else {
+        Vec::new()
+    };
     Some(Rel {
         exprs,
         clean: true,

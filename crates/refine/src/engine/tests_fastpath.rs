@@ -22,7 +22,11 @@ use std::path::Path;
 /// `z` is no checked output); `shape` is `X[ | Y[ | Z]]`, `Y` and `Z` by default `X`.
 fn graph(shape: &str, call: &str) -> String {
     let parts: Vec<&str> = shape.split(" | ").collect();
-    let (x, y, z) = (parts[0], parts.get(1).unwrap_or(&parts[0]), parts.get(2).unwrap_or(&parts[0]));
+    let (x, y, z) = (
+        parts[0],
+        parts.get(1).unwrap_or(&parts[0]),
+        parts.get(2).unwrap_or(&parts[0]),
+    );
     format!(
         "class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[{x}]\", y: \"f32[{y}]\"):\n        z: \"f32[{z}]\" = torch.ops.{call}\n        out: \"f32[{z}]\" = torch.ops.aten.tanh.default(z)\n        return (out,)\n"
     )
@@ -67,12 +71,7 @@ fn input_states(case: &Case, imp: &Impl) -> HashMap<ValueId, State> {
 
 /// The spec value named `name` and its lowered term.
 fn spec_term(case: &Case, name: &str) -> (ValueId, crate::lower::Tpl) {
-    let n = case
-        .spec
-        .nodes
-        .iter()
-        .position(|n| n.name == name)
-        .unwrap();
+    let n = case.spec.nodes.iter().position(|n| n.name == name).unwrap();
     let metas = infer_graph(&case.spec, &case.ops).metas;
     let low = with_ctx(case, |ctx| lower(ctx, &case.spec, &metas, None, n, 0));
     let Lowered::Term(t) = low else {
@@ -97,7 +96,8 @@ fn holds(case: &Case, rel: &Rel, seed: f64) -> Result<(), String> {
     let imp = impl_of(case);
     let state = input_states(case, &imp);
     let mut next = seeded_values(seed);
-    let mut rank_inputs: Vec<BTreeMap<String, Tensor>> = vec![BTreeMap::new(); case.program.ranks.len()];
+    let mut rank_inputs: Vec<BTreeMap<String, Tensor>> =
+        vec![BTreeMap::new(); case.program.ranks.len()];
     let mut leaves: HashMap<String, Tensor> = HashMap::new();
     let mut spec_inputs = BTreeMap::new();
     for input in &case.inputs {
@@ -108,7 +108,9 @@ fn holds(case: &Case, rel: &Rel, seed: f64) -> Result<(), String> {
         let mut shared: Option<Tensor> = None;
         for e in &r.exprs {
             for node in e.as_ref() {
-                let crate::term::Term::Op(s, k) = node else { continue };
+                let crate::term::Term::Op(s, k) = node else {
+                    continue;
+                };
                 let Some((rank, name)) = parse_leaf(s.as_str()).filter(|_| k.is_empty()) else {
                     continue;
                 };
@@ -126,7 +128,9 @@ fn holds(case: &Case, rel: &Rel, seed: f64) -> Result<(), String> {
                     .unwrap();
                 let t = if e.as_ref().len() == 1 {
                     shared
-                        .get_or_insert_with(|| random_tensor(meta.dtype, meta.shape.clone(), 4, &mut next))
+                        .get_or_insert_with(|| {
+                            random_tensor(meta.dtype, meta.shape.clone(), 4, &mut next)
+                        })
                         .clone()
                 } else {
                     random_tensor(meta.dtype, meta.shape.clone(), 4, &mut next)
@@ -138,7 +142,8 @@ fn holds(case: &Case, rel: &Rel, seed: f64) -> Result<(), String> {
         let value = eval(&r.exprs[0], &leaves)?;
         spec_inputs.insert(input.spec_name.clone(), value[0].clone());
     }
-    let spec_env = run_graph(&case.spec, &spec_inputs, &Default::default()).map_err(|e| e.to_string())?;
+    let spec_env =
+        run_graph(&case.spec, &spec_inputs, &Default::default()).map_err(|e| e.to_string())?;
     let (z, _) = spec_term(case, "z");
     let want = spec_env.get(z).unwrap().clone();
     for (r, g) in case.program.ranks.iter().enumerate() {
@@ -167,7 +172,10 @@ fn holds(case: &Case, rel: &Rel, seed: f64) -> Result<(), String> {
         };
         let first = &leaves[&key(&group[0])];
         for s in group {
-            if !tensors_agree(std::slice::from_ref(&leaves[&key(s)]), std::slice::from_ref(first)) {
+            if !tensors_agree(
+                std::slice::from_ref(&leaves[&key(s)]),
+                std::slice::from_ref(first),
+            ) {
                 return Err(format!("{s} differs from {}", group[0]));
             }
         }
@@ -456,15 +464,9 @@ fn concatenations_split_otherwise_are_not_merged() {
     let imp = impl_of(&case);
     let cat = |s: &str| -> egg::RecExpr<crate::term::Term> { s.parse().unwrap() };
     let rel = |exprs: Vec<egg::RecExpr<crate::term::Term>>| Rel::of(exprs, true);
-    let alike = rel(vec![
-        cat("(cat 0 %r0:x %r1:x)"),
-        cat("(cat 0 %r1:x %r0:x)"),
-    ]);
+    let alike = rel(vec![cat("(cat 0 %r0:x %r1:x)"), cat("(cat 0 %r1:x %r0:x)")]);
     assert!(matches!(form_of(&imp, &alike), Some(Form::Sharded { .. })));
-    let apart = rel(vec![
-        cat("(cat 0 %r0:x %r1:y)"),
-        cat("(cat 0 %r0:y %r1:x)"),
-    ]);
+    let apart = rel(vec![cat("(cat 0 %r0:x %r1:y)"), cat("(cat 0 %r0:y %r1:x)")]);
     assert_eq!(form_of(&imp, &apart), None);
 }
 

@@ -6,13 +6,15 @@
 //! ```sh
 //! cargo build --release -p shardproof            # the cases are emitted by `shardproof zoo emit`
 //! SHARDPROOF_SHARED=/work/shared cargo run --release -p shardproof-refine --example targets -- \
-//!     [GROUP ...] [--repeats N] [--jobs N] [--no-reuse]
+//!     [GROUP ...] [--repeats N] [--jobs N] [--no-reuse] [--no-fast-path]
 //! ```
 //!
 //! `--no-reuse` infers every operator afresh (no twin's relation reused, see `Options::reuse`),
 //! for the figures before and after repeated layers were solved once; each line also counts
 //! the operators related by reuse, and the pieces of piecewise inference related by a sibling
-//! piece over other ranks (symmetric ranks solved once; `--no-reuse` turns both off).
+//! piece over other ranks (symmetric ranks solved once; `--no-reuse` turns both off), and those
+//! the fast path's placement rules decided with no e-graph (`--no-fast-path` turns it off, see
+//! `Options::fast_path`).
 //!
 //! Groups: `sample`, `catalog`, `demo`, `layers` (the default set, a few minutes on two cores),
 //! and the slow ones `70b`, `671b`, `deepseek16` (minutes each); `all` runs every group. A
@@ -187,6 +189,7 @@ struct Args {
     repeats: usize,
     jobs: Option<usize>,
     reuse: bool,
+    fast_path: bool,
 }
 
 fn parse_args() -> Args {
@@ -196,6 +199,7 @@ fn parse_args() -> Args {
         repeats: 1,
         jobs: None,
         reuse: true,
+        fast_path: true,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -203,6 +207,7 @@ fn parse_args() -> Args {
             "--repeats" => args.repeats = it.next().and_then(|n| n.parse().ok()).unwrap_or(1),
             "--jobs" => args.jobs = it.next().and_then(|n| n.parse().ok()),
             "--no-reuse" => args.reuse = false,
+            "--no-fast-path" => args.fast_path = false,
             "all" => args.groups.extend(ALL_GROUPS.iter().map(|g| g.to_string())),
             g if ALL_GROUPS.contains(&g) => args.groups.push(g.to_string()),
             w if !w.starts_with("--") => args.words.push(w.to_string()),
@@ -267,6 +272,7 @@ fn time(label: &str, case: &Case, args: &Args) -> (Outcome, f64) {
     let opts = Options {
         jobs: args.jobs,
         reuse: args.reuse,
+        fast_path: args.fast_path,
         ..Options::default()
     };
     let (mut best, mut wall) = (f64::INFINITY, 0.0);
@@ -287,12 +293,13 @@ fn time(label: &str, case: &Case, args: &Args) -> (Outcome, f64) {
         .map(|f| format!(" at `{}`", f.operator))
         .unwrap_or_default();
     println!(
-        "{label:<58} {:>12} {:>5} ops {:>5} skipped {:>5} reused {:>4} pieces {wall:>9.3} s {best:>8.2} s cpu{at}",
+        "{label:<58} {:>12} {:>5} ops {:>5} skipped {:>5} reused {:>4} pieces {:>4} fast {wall:>9.3} s {best:>8.2} s cpu{at}",
         format!("{:?}", o.verdict).to_lowercase(),
         o.spec_operators,
         o.operators_skipped,
         o.operators_reused,
         o.pieces_reused,
+        o.operators_fast,
     );
     (o, best)
 }

@@ -21,6 +21,7 @@ mod diagnose;
 mod evidence;
 mod explore;
 mod extract;
+mod fastpath;
 mod inputs;
 mod pieces;
 mod relation;
@@ -33,6 +34,8 @@ mod seeds;
 mod tests;
 #[cfg(test)]
 mod tests_diagnose;
+#[cfg(test)]
+mod tests_fastpath;
 
 pub use report::{render, Certificate, Failure, Outcome, TraceStep, Verdict};
 
@@ -89,6 +92,13 @@ pub struct Options {
     /// renamed onto its tensors and checked (see `reuse`); off, every operator and piece is
     /// inferred.
     pub reuse: bool,
+    /// Relate an operator by the placement rule of its family where its inputs relate by plain
+    /// placements and the ranks compute the same call over them (see `fastpath`), before any
+    /// e-graph; off, every operator goes to reuse or inference.
+    pub fast_path: bool,
+    /// Decide every operator by the e-graph as with the fast path off, and compare the fast
+    /// path's relation, where it has one, with the e-graph's ([`Outcome::fast_path_differences`]).
+    pub audit_fast_path: bool,
 }
 
 impl Default for Options {
@@ -102,6 +112,8 @@ impl Default for Options {
             progress: None,
             jobs: None,
             reuse: true,
+            fast_path: true,
+            audit_fast_path: false,
         }
     }
 }
@@ -610,6 +622,11 @@ pub(super) struct NodeResult {
     reused: usize,
     /// Pieces related by a sibling piece's checked relation over other ranks.
     pieces_reused: usize,
+    /// Operators related by the fast path's placement rules.
+    fast: usize,
+    /// Operators where the audit found the fast path's relation written otherwise than the
+    /// e-graph's: the spec tensor, with both.
+    fast_differences: Vec<String>,
     /// `--trace` steps, in order.
     trace: Vec<TraceStep>,
     /// Expectations found unmet, per value.
@@ -711,6 +728,8 @@ impl Walk<'_> {
             unexplored: 0,
             reused: 0,
             pieces_reused: 0,
+            fast: 0,
+            fast_differences: Vec::new(),
             trace: Vec::new(),
             mismatches: HashMap::new(),
             products: Vec::new(),
@@ -751,6 +770,8 @@ impl Walk<'_> {
         outcome.spec_operators += r.inferred;
         outcome.operators_reused += r.reused;
         outcome.pieces_reused += r.pieces_reused;
+        outcome.operators_fast += r.fast;
+        outcome.fast_path_differences.extend(r.fast_differences);
         // A node none of whose operators was explored counts as skipped, not done.
         let skipped = r.unexplored > 0 && r.inferred == 0;
         if skipped {
@@ -922,7 +943,7 @@ impl Walk<'_> {
         state: &HashMap<ValueId, State>,
         r: &mut NodeResult,
     ) -> State {
-        let (imp, opts, spec_metas, rules) = (self.imp, self.opts, self.spec_metas, self.rules);
+        let (imp, opts, spec_metas) = (self.imp, self.opts, self.spec_metas);
         let mut ins = Vec::new();
         tpl_values(t, &mut ins);
         // A chain of operators on 0-d values (a loss summed layer by layer).
@@ -941,8 +962,56 @@ impl Walk<'_> {
                 .collect(),
             _ => Vec::new(),
         };
+        // The fast path: a placement rule, where every precondition holds (never with an
+        // expectation, which is checked in an e-graph, nor with seeds, whose equations the
+        // e-graph would use).
+        let fast = (opts.fast_path || opts.audit_fast_path) && reusable && seeds.is_empty();
+        let fast = if fast {
+            fastpath::decide(imp, state, t)
+        } else {
+            None
+        };
+        if let Some(rel) = fast {
+            if !opts.audit_fast_path {
+                r.fast += 1;
+                if keepable(t, &rel) {
+                    self.keep_solution(v, (t, seeds), state, &rel, false, None);
+                }
+                return State::Related(rel);
+            }
+            let s = self.infer_by_egraph(v, t, expect, (seeds, &twins), state, r, scalar_chain);
+            let fast = State::Related(rel);
+            if fastpath::same_relation(&fast, &s) {
+                r.fast += 1;
+            } else {
+                r.fast_differences.push(format!(
+                    "{}: fast path {:?}, e-graph {:?}",
+                    self.case.spec.value_name(v),
+                    fast,
+                    s
+                ));
+            }
+            return s;
+        }
+        self.infer_by_egraph(v, t, expect, (seeds, &twins), state, r, scalar_chain)
+    }
+
+    /// [`Walk::infer_operator`] past the fast path: the twins' relations, else full inference.
+    #[allow(clippy::too_many_arguments)]
+    fn infer_by_egraph(
+        &self,
+        v: ValueId,
+        t: &Tpl,
+        expect: Option<&[RecExpr<Term>]>,
+        (seeds, twins): (&[(Tpl, ValueId)], &[Arc<reuse::Solved>]),
+        state: &HashMap<ValueId, State>,
+        r: &mut NodeResult,
+        scalar_chain: bool,
+    ) -> State {
+        let (imp, opts, rules) = (self.imp, self.opts, self.rules);
+        let reusable = expect.is_none() && !scalar_chain;
         let lemmas = (&rules.first[..], &rules.wide[..]);
-        if let Some(found) = reuse::reuse(imp, lemmas, opts, state, t, seeds, &twins) {
+        if let Some(found) = reuse::reuse(imp, lemmas, opts, state, t, seeds, twins) {
             r.reused += 1;
             if found.widened {
                 r.widened.push(v);

@@ -99,6 +99,16 @@ pub struct Outcome {
     /// other ranks, renamed and checked (symmetric ranks solved once); not serialized either.
     #[serde(skip)]
     pub pieces_reused: usize,
+    /// Spec operators related by the fast path's placement rules, with no e-graph (see
+    /// [`crate::Options::fast_path`]); not serialized either. Under
+    /// [`crate::Options::audit_fast_path`], those where the fast path wrote the e-graph's
+    /// relation.
+    #[serde(skip)]
+    pub operators_fast: usize,
+    /// Under [`crate::Options::audit_fast_path`]: per operator where the fast path's relation
+    /// is written otherwise than the e-graph's, the spec tensor and both relations.
+    #[serde(skip)]
+    pub fast_path_differences: Vec<String>,
     /// Per checked output, its certificate (when verified).
     pub certificate: Vec<Certificate>,
     /// Why it failed (refuted).
@@ -136,6 +146,8 @@ impl Outcome {
             operators_skipped: 0,
             operators_reused: 0,
             pieces_reused: 0,
+            operators_fast: 0,
+            fast_path_differences: Vec::new(),
             certificate: Vec::new(),
             failure: None,
             reason,

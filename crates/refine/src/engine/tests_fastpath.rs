@@ -1,0 +1,498 @@
+//! The fast path's rules against the interpreter (each derived relation, evaluated on the
+//! ranks' values of random inputs, equals the spec's value), its preconditions (each a case
+//! where the rule would derive a false or a differently written relation, and must decline),
+//! and its audit against the e-graph on whole plans.
+
+use super::fastpath::decide;
+use super::inputs::input_state;
+use super::relation::{Impl, Rel, State};
+use super::tests::{impl_of, with_ctx};
+use super::{verify, Options, Verdict};
+use crate::eval::{eval, random_tensor, seeded_values, tensors_agree};
+use crate::lower::{lower, Lowered};
+use crate::term::parse_leaf;
+use shardproof_case::Case;
+use shardproof_interp::{infer_graph, run_graph};
+use shardproof_ir::{NodeKind, ValueId};
+use shardproof_ops::Tensor;
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+/// A graph over inputs `x` and `y` computing `z = OP(args)` and then `out = tanh(z)` (so that
+/// `z` is no checked output); `shape` is `X[ | Y[ | Z]]`, `Y` and `Z` by default `X`.
+fn graph(shape: &str, call: &str) -> String {
+    let parts: Vec<&str> = shape.split(" | ").collect();
+    let (x, y, z) = (
+        parts[0],
+        parts.get(1).unwrap_or(&parts[0]),
+        parts.get(2).unwrap_or(&parts[0]),
+    );
+    format!(
+        "class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[{x}]\", y: \"f32[{y}]\"):\n        z: \"f32[{z}]\" = torch.ops.{call}\n        out: \"f32[{z}]\" = torch.ops.aten.tanh.default(z)\n        return (out,)\n"
+    )
+}
+
+/// A case of `ranks` rank graphs under `mesh`, inputs and output laid out by `layout` (YAML
+/// for each of `x`, `y`, `out`); the spec computes `call` at `spec_shape`, the ranks `rank_call`
+/// at `rank_shape`.
+struct Plan<'a> {
+    mesh: &'a str,
+    ranks: usize,
+    layout: [&'a str; 3],
+    spec: (&'a str, &'a str),
+    rank: (&'a str, &'a str),
+}
+
+fn write_case(dir: &Path, p: &Plan) -> Case {
+    std::fs::write(dir.join("spec.py"), graph(p.spec.0, p.spec.1)).unwrap();
+    let mut graphs = Vec::new();
+    for r in 0..p.ranks {
+        std::fs::write(dir.join(format!("r{r}.py")), graph(p.rank.0, p.rank.1)).unwrap();
+        graphs.push(format!("r{r}.py"));
+    }
+    let yaml = format!(
+        "version: 1\nname: fastpath\nspec:\n  graph: spec.py\nimpl:\n  mesh: {}\n  graphs: [{}]\ninputs:\n  x: {}\n  y: {}\noutputs:\n  out: {}\n",
+        p.mesh,
+        graphs.join(", "),
+        p.layout[0],
+        p.layout[1],
+        p.layout[2]
+    );
+    std::fs::write(dir.join("case.yaml"), yaml).unwrap();
+    shardproof_case::load_case(&dir.join("case.yaml")).unwrap()
+}
+
+/// The relations of the case's inputs, as the walk starts from them.
+fn input_states(case: &Case, imp: &Impl) -> HashMap<ValueId, State> {
+    (0..case.inputs.len())
+        .map(|i| (case.inputs[i].spec_value, input_state(case, i, imp)))
+        .collect()
+}
+
+/// The spec value named `name` and its lowered term.
+fn spec_term(case: &Case, name: &str) -> (ValueId, crate::lower::Tpl) {
+    let n = case.spec.nodes.iter().position(|n| n.name == name).unwrap();
+    let metas = infer_graph(&case.spec, &case.ops).metas;
+    let low = with_ctx(case, |ctx| lower(ctx, &case.spec, &metas, None, n, 0));
+    let Lowered::Term(t) = low else {
+        panic!("{name} lowers to {low:?}")
+    };
+    (ValueId::new(n, 0), t)
+}
+
+/// The fast path's relation of `z` in `case`, from its inputs' relations.
+fn fast_z(case: &Case) -> Option<Rel> {
+    let imp = impl_of(case);
+    let state = input_states(case, &imp);
+    let (_, t) = spec_term(case, "z");
+    decide(&imp, &state, &t)
+}
+
+/// Runs the spec and every rank on random inputs that meet the inputs' relations (each rank
+/// input random, a spec input the value of its relation's first expression over them; leaves
+/// a relation lists as replicas take one value), and checks that every expression of `rel`,
+/// and every group of equal leaves, evaluates to the spec's `z`. `Err` names what differs.
+fn holds(case: &Case, rel: &Rel, seed: f64) -> Result<(), String> {
+    let imp = impl_of(case);
+    let state = input_states(case, &imp);
+    let mut next = seeded_values(seed);
+    let mut rank_inputs: Vec<BTreeMap<String, Tensor>> =
+        vec![BTreeMap::new(); case.program.ranks.len()];
+    let mut leaves: HashMap<String, Tensor> = HashMap::new();
+    let mut spec_inputs = BTreeMap::new();
+    for input in &case.inputs {
+        let Some(State::Related(r)) = state.get(&input.spec_value) else {
+            return Err("an input without relation".into());
+        };
+        // Replicas (alternative expressions that are single leaves) share one value.
+        let mut shared: Option<Tensor> = None;
+        for e in &r.exprs {
+            for node in e.as_ref() {
+                let crate::term::Term::Op(s, k) = node else {
+                    continue;
+                };
+                let Some((rank, name)) = parse_leaf(s.as_str()).filter(|_| k.is_empty()) else {
+                    continue;
+                };
+                let key = format!("r{rank}:{name}");
+                if leaves.contains_key(&key) {
+                    continue;
+                }
+                let g = &case.program.ranks[rank];
+                let v = g.find(name).unwrap();
+                let meta = imp
+                    .meta(crate::lower::ValueRef {
+                        rank: Some(rank),
+                        value: v,
+                    })
+                    .unwrap();
+                let t = if e.as_ref().len() == 1 {
+                    shared
+                        .get_or_insert_with(|| {
+                            random_tensor(meta.dtype, meta.shape.clone(), 4, &mut next)
+                        })
+                        .clone()
+                } else {
+                    random_tensor(meta.dtype, meta.shape.clone(), 4, &mut next)
+                };
+                rank_inputs[rank].insert(name.to_string(), t.clone());
+                leaves.insert(key, t);
+            }
+        }
+        let value = eval(&r.exprs[0], &leaves)?;
+        spec_inputs.insert(input.spec_name.clone(), value[0].clone());
+    }
+    let spec_env =
+        run_graph(&case.spec, &spec_inputs, &Default::default()).map_err(|e| e.to_string())?;
+    let (z, _) = spec_term(case, "z");
+    let want = spec_env.get(z).unwrap().clone();
+    for (r, g) in case.program.ranks.iter().enumerate() {
+        let env = run_graph(g, &rank_inputs[r], &Default::default()).map_err(|e| e.to_string())?;
+        for (n, node) in g.nodes.iter().enumerate() {
+            if matches!(node.kind, NodeKind::Input) {
+                continue;
+            }
+            for (k, o) in node.outputs.iter().enumerate() {
+                if let Some(t) = env.get(ValueId::new(n, k)) {
+                    leaves.insert(format!("r{r}:{}", o.name), t.clone());
+                }
+            }
+        }
+    }
+    for e in &rel.exprs {
+        let got = eval(e, &leaves)?;
+        if !tensors_agree(&got, std::slice::from_ref(&want)) {
+            return Err(format!("{e} is not the spec's z"));
+        }
+    }
+    for group in &rel.equal_leaves {
+        let key = |s: &egg::Symbol| {
+            let (r, n) = parse_leaf(s.as_str()).unwrap();
+            format!("r{r}:{n}")
+        };
+        let first = &leaves[&key(&group[0])];
+        for s in group {
+            if !tensors_agree(
+                std::slice::from_ref(&leaves[&key(s)]),
+                std::slice::from_ref(first),
+            ) {
+                return Err(format!("{s} differs from {}", group[0]));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The element-wise calls the property tests run, as FX call text over `x` and `y`.
+const CALLS: &[&str] = &[
+    "aten.add.Tensor(x, y)",
+    "aten.sub.Tensor(x, y)",
+    "aten.mul.Tensor(x, y)",
+    "aten.div.Tensor(x, y)",
+    "aten.maximum.default(x, y)",
+    "aten.relu.default(x)",
+    "aten.gelu.default(y)",
+    "aten.exp.default(x)",
+    "aten.sigmoid.default(x)",
+    "aten.add.Tensor(x, x)",
+];
+
+/// Element-wise over tensors concatenated alike: the rule derives the concatenation of the
+/// ranks' results, and it holds on random inputs, for every call, split dim and degree.
+#[test]
+fn elementwise_over_shards_derives_the_concatenation_of_the_ranks_results() {
+    for (mesh, ranks, dim, spec_shape, rank_shape) in [
+        ("{ tp: 2 }", 2, 0, "4, 6", "2, 6"),
+        ("{ tp: 2 }", 2, 1, "4, 6", "4, 3"),
+        ("{ tp: 4 }", 4, 0, "8, 3", "2, 3"),
+    ] {
+        for call in CALLS {
+            let dir = tempfile::tempdir().unwrap();
+            let shard = format!("Shard({dim})");
+            let case = write_case(
+                dir.path(),
+                &Plan {
+                    mesh,
+                    ranks,
+                    layout: [&shard, &shard, &shard],
+                    spec: (spec_shape, call),
+                    rank: (rank_shape, call),
+                },
+            );
+            let rel = fast_z(&case).unwrap_or_else(|| panic!("{call} on {mesh}: declined"));
+            let text = rel.exprs[0].to_string();
+            assert!(text.starts_with(&format!("(cat {dim} ")), "{call}: {text}");
+            for seed in [0.11, 0.23, 0.59] {
+                holds(&case, &rel, seed).unwrap_or_else(|e| panic!("{call} on {mesh}: {e}"));
+            }
+        }
+    }
+}
+
+/// Element-wise over replicas: every rank's result is a replica of the spec's, and they are
+/// one group of equal leaves.
+#[test]
+fn elementwise_over_replicas_derives_every_ranks_result() {
+    for call in CALLS {
+        let dir = tempfile::tempdir().unwrap();
+        let case = write_case(
+            dir.path(),
+            &Plan {
+                mesh: "{ tp: 2 }",
+                ranks: 2,
+                layout: ["Replicate()", "Replicate()", "Replicate()"],
+                spec: ("4, 6", call),
+                rank: ("4, 6", call),
+            },
+        );
+        let rel = fast_z(&case).unwrap_or_else(|| panic!("{call}: declined"));
+        assert_eq!(rel.exprs.len(), 2, "{call}: {:?}", rel.exprs);
+        assert_eq!(rel.equal_leaves.len(), 1, "{call}");
+        for seed in [0.11, 0.23, 0.59] {
+            holds(&case, &rel, seed).unwrap_or_else(|e| panic!("{call}: {e}"));
+        }
+    }
+}
+
+/// Precondition: the operator is in the element-wise rule table. A cumulative sum along the
+/// split dim computed on each shard is no piece of the spec's (the rule would be false).
+#[test]
+fn an_operator_outside_the_table_is_declined() {
+    let dir = tempfile::tempdir().unwrap();
+    let call = "aten.cumsum.default(x, 0)";
+    let case = write_case(
+        dir.path(),
+        &Plan {
+            mesh: "{ tp: 2 }",
+            ranks: 2,
+            layout: ["Shard(0)", "Shard(0)", "Shard(0)"],
+            spec: ("4, 6", call),
+            rank: ("2, 6", call),
+        },
+    );
+    assert!(fast_z(&case).is_none());
+}
+
+/// Precondition: the ranks' call has the spec's literal arguments. `x + 2y` on the ranks for
+/// the spec's `x + y` is declined (the rule would be false).
+#[test]
+fn a_call_with_other_literals_is_declined() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = write_case(
+        dir.path(),
+        &Plan {
+            mesh: "{ tp: 2 }",
+            ranks: 2,
+            layout: ["Shard(0)", "Shard(0)", "Shard(0)"],
+            spec: ("4, 6", "aten.add.Tensor(x, y)"),
+            rank: ("2, 6", "aten.add.Tensor(x, y, alpha = 2)"),
+        },
+    );
+    assert!(fast_z(&case).is_none());
+}
+
+/// Precondition: the ranks' call reads the spec's inputs in the spec's places. `y - x` on the
+/// ranks for the spec's `x - y` is declined.
+#[test]
+fn a_call_over_other_operands_is_declined() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = write_case(
+        dir.path(),
+        &Plan {
+            mesh: "{ tp: 2 }",
+            ranks: 2,
+            layout: ["Replicate()", "Replicate()", "Replicate()"],
+            spec: ("4, 6", "aten.sub.Tensor(x, y)"),
+            rank: ("4, 6", "aten.sub.Tensor(y, x)"),
+        },
+    );
+    assert!(fast_z(&case).is_none());
+}
+
+/// Inputs split along different dims (`x` by rows, `y` by columns) are declined: each rank
+/// would pair pieces of other shapes, which broadcasting pairs wrongly.
+#[test]
+fn inputs_split_along_other_dims_are_declined() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = write_case(
+        dir.path(),
+        &Plan {
+            mesh: "{ tp: 2 }",
+            ranks: 2,
+            layout: ["Shard(0)", "Shard(1)", "Replicate()"],
+            spec: ("2, 2", "aten.add.Tensor(x, y)"),
+            rank: ("1, 2 | 2, 1 | 2, 2", "aten.add.Tensor(x, y)"),
+        },
+    );
+    assert!(fast_z(&case).is_none());
+}
+
+/// Precondition: every input's piece `i` has one shape. A vector split in two added to the
+/// rows of a matrix split in two (the spec broadcasts the vector along the rows; each rank
+/// adds its half of the vector to its row) is declined: the concatenation of the ranks'
+/// results is not the spec's sum.
+#[test]
+fn pieces_of_other_shapes_are_declined() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = write_case(
+        dir.path(),
+        &Plan {
+            mesh: "{ tp: 2 }",
+            ranks: 2,
+            layout: ["Shard(0)", "Shard(0)", "Shard(0)"],
+            spec: ("2 | 2, 2 | 2, 2", "aten.add.Tensor(x, y)"),
+            rank: ("1 | 1, 2 | 1, 2", "aten.add.Tensor(x, y)"),
+        },
+    );
+    assert!(fast_z(&case).is_none());
+}
+
+/// The inputs relate alike (all replicas or all concatenations), or no rule applies: a row shard
+/// plus a replicated row vector (broadcast) is left to the e-graph.
+#[test]
+fn a_shard_beside_a_replica_is_declined() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = write_case(
+        dir.path(),
+        &Plan {
+            mesh: "{ tp: 2 }",
+            ranks: 2,
+            layout: ["Shard(0)", "Replicate()", "Shard(0)"],
+            spec: ("4, 6 | 6", "aten.add.Tensor(x, y)"),
+            rank: ("2, 6 | 6", "aten.add.Tensor(x, y)"),
+        },
+    );
+    assert!(fast_z(&case).is_none());
+}
+
+/// The audit on a plan the fast path decides: the e-graph writes the same relations, the
+/// verdict is the same, and the fast path decides the operator.
+#[test]
+fn the_audit_finds_the_e_graphs_relations_on_small_plans() {
+    for (layout, spec_shape, rank_shape) in [
+        ("Shard(0)", "4, 6", "2, 6"),
+        ("Shard(1)", "4, 6", "4, 3"),
+        ("Replicate()", "4, 6", "4, 6"),
+    ] {
+        for call in CALLS {
+            let dir = tempfile::tempdir().unwrap();
+            let case = write_case(
+                dir.path(),
+                &Plan {
+                    mesh: "{ tp: 2 }",
+                    ranks: 2,
+                    layout: [layout, layout, layout],
+                    spec: (spec_shape, call),
+                    rank: (rank_shape, call),
+                },
+            );
+            let audit = verify(
+                &case,
+                &Options {
+                    audit_fast_path: true,
+                    ..Options::default()
+                },
+            );
+            assert!(
+                audit.fast_path_differences.is_empty(),
+                "{call} {layout}: {:#?}",
+                audit.fast_path_differences
+            );
+            assert_eq!(audit.operators_fast, 1, "{call} {layout}");
+            let fast = verify(&case, &Options::default());
+            assert_eq!(fast.verdict, Verdict::Verified, "{call} {layout}");
+            assert_eq!(fast.operators_fast, 1, "{call} {layout}");
+            assert_eq!(audit.verdict, fast.verdict);
+        }
+    }
+}
+
+/// The audit on zoo plans: wherever the fast path decides, the e-graph writes the same
+/// relation (the reports cannot change), and the fast path decides some operators.
+#[test]
+fn the_audit_finds_the_e_graphs_relations_on_zoo_plans() {
+    let mut decided = 0;
+    for (model, mesh, forward_only) in [
+        ("mlp", "tp=2", false),
+        ("mlp", "dp=2,tp=2", false),
+        ("llama", "tp=2", true),
+        ("gpt2", "dp=2", false),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let case = super::tests::zoo_case(dir.path(), model, mesh, None, forward_only);
+        let audit = verify(
+            &case,
+            &Options {
+                audit_fast_path: true,
+                ..Options::default()
+            },
+        );
+        eprintln!(
+            "{model} {mesh}: {:?}, {} operators, {} decided by the fast path alike, {} differ",
+            audit.verdict,
+            audit.spec_operators,
+            audit.operators_fast,
+            audit.fast_path_differences.len()
+        );
+        assert!(
+            audit.fast_path_differences.is_empty(),
+            "{model} {mesh}: {:#?}",
+            audit.fast_path_differences
+        );
+        decided += audit.operators_fast;
+    }
+    assert!(decided > 0);
+}
+
+/// Precondition of a concatenation's alternatives: they are merged piece by piece only where
+/// their pieces have the same shapes. Two splits of one 6-row tensor, 2 + 4 rows and 4 + 2,
+/// are not one split: a merge would call a 2-row and a 4-row tensor equal.
+#[test]
+fn concatenations_split_otherwise_are_not_merged() {
+    use super::fastpath::{form_of, Form};
+    let dir = tempfile::tempdir().unwrap();
+    let case = write_case(
+        dir.path(),
+        &Plan {
+            mesh: "{ tp: 2 }",
+            ranks: 2,
+            layout: ["Shard(0)", "Shard(0)", "Shard(0)"],
+            spec: ("4, 6 | 8, 6", "aten.neg.default(x)"),
+            rank: ("2, 6 | 4, 6", "aten.neg.default(x)"),
+        },
+    );
+    let imp = impl_of(&case);
+    let cat = |s: &str| -> egg::RecExpr<crate::term::Term> { s.parse().unwrap() };
+    let rel = |exprs: Vec<egg::RecExpr<crate::term::Term>>| Rel::of(exprs, true);
+    let alike = rel(vec![cat("(cat 0 %r0:x %r1:x)"), cat("(cat 0 %r1:x %r0:x)")]);
+    assert!(matches!(form_of(&imp, &alike), Some(Form::Sharded { .. })));
+    let apart = rel(vec![cat("(cat 0 %r0:x %r1:y)"), cat("(cat 0 %r0:y %r1:x)")]);
+    assert_eq!(form_of(&imp, &apart), None);
+}
+
+/// Precondition (the e-graph's form): no collective combines the output's rank tensors. Where
+/// the ranks all-gather their pieces of the sum (sequence parallelism), the e-graph's relation
+/// also names the gathered tensors, so the fast path declines; the audit agrees.
+#[test]
+fn an_output_a_collective_gathers_is_left_to_the_e_graph() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = graph("4, 6", "aten.add.Tensor(x, y)");
+    let rank = "class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[2, 6]\", y: \"f32[2, 6]\"):\n        z: \"f32[2, 6]\" = torch.ops.aten.add.Tensor(x, y)\n        all_gather_into_tensor: \"f32[4, 6]\" = torch.ops._c10d_functional.all_gather_into_tensor.default(z, 2, '0')\n        wait_tensor: \"f32[4, 6]\" = torch.ops._c10d_functional.wait_tensor.default(all_gather_into_tensor)\n        out: \"f32[4, 6]\" = torch.ops.aten.tanh.default(wait_tensor)\n        return (out,)\n";
+    std::fs::write(dir.path().join("spec.py"), spec).unwrap();
+    for r in 0..2 {
+        std::fs::write(dir.path().join(format!("r{r}.py")), rank).unwrap();
+    }
+    let yaml = "version: 1\nname: gathered\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [r0.py, r1.py]\ninputs:\n  x: Shard(0)\n  y: Shard(0)\noutputs:\n  out: Replicate()\n";
+    std::fs::write(dir.path().join("case.yaml"), yaml).unwrap();
+    let case = shardproof_case::load_case(&dir.path().join("case.yaml")).unwrap();
+    assert!(fast_z(&case).is_none());
+    let audit = verify(
+        &case,
+        &Options {
+            audit_fast_path: true,
+            ..Options::default()
+        },
+    );
+    assert_eq!(audit.verdict, Verdict::Verified);
+    assert!(audit.fast_path_differences.is_empty());
+}

@@ -325,9 +325,11 @@ fn hand_case(
         .iter()
         .map(|(name, _, place)| format!("  {name}: {place}\n"))
         .collect();
+    // The ranks' masked lookup ignores no target, so the case assumes that no target equals
+    // the loss's ignore_index (without it a padded target is a real difference).
     std::fs::write(
         dir.join("case.yaml"),
-        format!("version: 1\nname: vocab\nspec:\n  graph: spec.py\nimpl:\n  mesh: {{ tp: 2 }}\n  graphs: [r0.py, r1.py]\ninputs:\n  x: Replicate()\n  w: Shard(0)\n  labels: Replicate()\n{ins}outputs:\n  loss: Replicate()\n"),
+        format!("version: 1\nname: vocab\nspec:\n  graph: spec.py\nimpl:\n  mesh: {{ tp: 2 }}\n  graphs: [r0.py, r1.py]\ninputs:\n  x: Replicate()\n  w: Shard(0)\n  labels: Replicate()\n{ins}outputs:\n  loss: Replicate()\nassume:\n  ignore-index: unused\n"),
     )
     .unwrap();
     shardproof_case::load_case(&dir.join("case.yaml")).unwrap()

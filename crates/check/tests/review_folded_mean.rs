@@ -15,14 +15,13 @@
 //! (`folded_summed`), so tp's lift of it is not proven. `tests/piece_factors.rs` covers
 //! more meshes, both orders of the reductions and the right programs.
 
-use shardproof_check::{check_case, Verdict};
-use shardproof_interp::{run_graph, run_program, RunConfig};
-use shardproof_ir::{DType, ValueId};
+use shardproof_check::Verdict;
+use shardproof_ir::DType;
 use shardproof_ops::{Meta, Tensor};
 use std::collections::BTreeMap;
 
 mod common;
-use common::values::close;
+use common::folded::{check_and_run, Folded};
 
 /// Rows of the spec's tokens.
 const B: usize = 8;
@@ -61,46 +60,23 @@ fn run(factor: f64, dp_op: &str, (dp, tp): (usize, usize)) -> (Verdict, bool, St
 "
     );
     let rank = graph(B / dp, factor, &tail);
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("spec.py"), spec).unwrap();
-    let names: Vec<String> = (0..dp * tp).map(|r| format!("r{r}.py")).collect();
-    for name in &names {
-        std::fs::write(dir.path().join(name), &rank).unwrap();
-    }
-    std::fs::write(
-        dir.path().join("case.yaml"),
-        format!("version: 1\nname: folded-mean\nspec:\n  graph: spec.py\nimpl:\n  mesh: {{ dp: {dp}, tp: {tp} }}\n  graphs: [{}]\n  groups:\n    \"dp\": dp\n    \"tp\": tp\ninputs:\n  a: {{ dp: Shard(0) }}\noutputs:\n  out: Replicate()\n", names.join(", ")),
-    )
-    .unwrap();
-    let case = shardproof_case::load_case(&dir.path().join("case.yaml")).unwrap();
-    let report = check_case(&case).unwrap();
-    let at = |g: &shardproof_ir::Graph| {
-        ValueId::new(g.nodes.iter().position(|n| n.name == "out").unwrap(), 0)
+    let folded = Folded {
+        name: "folded-mean",
+        mesh: &[("dp", dp), ("tp", tp)],
+        inputs: &[("a", "{ dp: Shard(0) }".to_string())],
     };
     let data: Vec<f64> = (0..B * H).map(|i| 0.25 + i as f64 * 0.5).collect();
     let tensor =
         |rows: usize, d: &[f64]| Tensor::new(Meta::new(DType::F64, vec![rows, H]), d.to_vec());
     let leaves = BTreeMap::from([("a".to_string(), tensor(B, &data))]);
-    let want = run_graph(&case.spec, &leaves, &RunConfig::default())
-        .ok()
-        .and_then(|env| env.get(at(&case.spec)).map(|t| t.data.to_vec()));
     let piece = B / dp * H;
-    let per_rank: Vec<BTreeMap<String, Tensor>> = (0..dp * tp)
-        .map(|q| {
-            let d = q / tp;
-            BTreeMap::from([(
-                "a".to_string(),
-                tensor(B / dp, &data[d * piece..(d + 1) * piece]),
-            )])
-        })
-        .collect();
-    let right = run_program(&case.program, &per_rank, &RunConfig::default()).is_ok_and(|envs| {
-        envs.iter().zip(&case.program.ranks).all(|(env, g)| {
-            env.get(at(g))
-                .is_some_and(|t: &Tensor| want.as_ref().is_some_and(|w| close(&t.data, w)))
-        })
-    });
-    (report.verdict, right, report.render())
+    check_and_run(&folded, &spec, &rank, &leaves, |q| {
+        let d = q / tp;
+        BTreeMap::from([(
+            "a".to_string(),
+            tensor(B / dp, &data[d * piece..(d + 1) * piece]),
+        )])
+    })
 }
 
 #[test]

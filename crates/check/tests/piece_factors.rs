@@ -17,7 +17,7 @@ use shardproof_ops::{Meta, Tensor};
 use std::collections::BTreeMap;
 
 mod common;
-use common::folded::{check_and_run, Folded};
+use common::folded::{check_and_run, scaled_sum_graph, Folded};
 
 /// Rows of the spec's tokens.
 const B: usize = 8;
@@ -45,22 +45,6 @@ struct Program {
     over_dp: OverDp,
     dp_first: bool,
     mesh: (usize, usize),
-}
-
-/// The graph of a program on `rows` tokens whose scaling is by `factor`, followed by `tail`
-/// (lines reading `l`, defining `out`).
-fn graph(rows: usize, factor: f64, tail: &str) -> String {
-    format!(
-        "class G(torch.nn.Module):
-    def forward(self, a: \"f64[{rows}, {H}]\"):
-        t1: \"f64[{rows}, {H}]\" = torch.ops.aten.neg.default(a)
-        t2: \"f64[{rows}, {H}]\" = torch.ops.aten.neg.default(t1)
-        t3: \"f64[{rows}, {H}]\" = torch.ops.aten.neg.default(t2)
-        m: \"f64[{rows}, {H}]\" = torch.ops.aten.mul.Tensor(t3, {factor:?})
-        l: \"f64[]\" = torch.ops.aten.sum.default(m)
-{tail}        return (out,)
-"
-    )
 }
 
 /// Lines reducing `input` over dp as `how`, defining `output` (names prefixed `tag`).
@@ -112,12 +96,12 @@ fn run(p: Program) -> (Verdict, bool, String) {
 /// What the checker and the interpreter say of ranks on mesh `dp × tp` (`× xs` where `xs` >
 /// 1, a mesh dim the tokens are replicated on) scaling by `factor`, followed by `tail`.
 fn run_on((dp, tp, xs): (usize, usize, usize), factor: f64, tail: &str) -> (Verdict, bool, String) {
-    let spec = graph(
-        B,
+    let spec = scaled_sum_graph(
+        (B, H),
         1.0 / B as f64,
         "        out: \"f64[]\" = torch.ops.aten.clone.default(l)\n",
     );
-    let rank = graph(B / dp, factor, tail);
+    let rank = scaled_sum_graph((B / dp, H), factor, tail);
     let mesh: &[(&str, usize)] = if xs > 1 {
         &[("dp", dp), ("tp", tp), ("xs", xs)]
     } else {

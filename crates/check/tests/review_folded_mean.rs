@@ -21,34 +21,18 @@ use shardproof_ops::{Meta, Tensor};
 use std::collections::BTreeMap;
 
 mod common;
-use common::folded::{check_and_run, Folded};
+use common::folded::{check_and_run, scaled_sum_graph, Folded};
 
 /// Rows of the spec's tokens.
 const B: usize = 8;
 /// Hidden size.
 const H: usize = 2;
 
-/// The graph of a program on `rows` tokens whose scaling is by `factor`, followed by `tail`
-/// (lines reading `l`, defining `out`).
-fn graph(rows: usize, factor: f64, tail: &str) -> String {
-    format!(
-        "class G(torch.nn.Module):
-    def forward(self, a: \"f64[{rows}, {H}]\"):
-        t1: \"f64[{rows}, {H}]\" = torch.ops.aten.neg.default(a)
-        t2: \"f64[{rows}, {H}]\" = torch.ops.aten.neg.default(t1)
-        t3: \"f64[{rows}, {H}]\" = torch.ops.aten.neg.default(t2)
-        m: \"f64[{rows}, {H}]\" = torch.ops.aten.mul.Tensor(t3, {factor:?})
-        l: \"f64[]\" = torch.ops.aten.sum.default(m)
-{tail}        return (out,)
-"
-    )
-}
-
 /// What the checker and the interpreter say of the ranks' program: scaling by `factor`, then
 /// all-reduce `dp_op` over dp and a sum over tp.
 fn run(factor: f64, dp_op: &str, (dp, tp): (usize, usize)) -> (Verdict, bool, String) {
-    let spec = graph(
-        B,
+    let spec = scaled_sum_graph(
+        (B, H),
         1.0 / B as f64,
         "        out: \"f64[]\" = torch.ops.aten.clone.default(l)\n",
     );
@@ -59,7 +43,7 @@ fn run(factor: f64, dp_op: &str, (dp, tp): (usize, usize)) -> (Verdict, bool, St
         out: \"f64[]\" = torch.ops._c10d_functional.wait_tensor.default(ar2)
 "
     );
-    let rank = graph(B / dp, factor, &tail);
+    let rank = scaled_sum_graph((B / dp, H), factor, &tail);
     let folded = Folded {
         name: "folded-mean",
         mesh: &[("dp", dp), ("tp", tp)],

@@ -12,6 +12,23 @@ use shardproof_ir::{Graph, ValueId};
 use shardproof_ops::Tensor;
 use std::collections::BTreeMap;
 
+/// The graph of a program on `rows × cols` tokens `a` scaling them by `factor` (after three
+/// negations) and summing them into `l`, followed by `tail` (lines reading `l`, defining
+/// `out`).
+pub fn scaled_sum_graph((rows, cols): (usize, usize), factor: f64, tail: &str) -> String {
+    format!(
+        "class G(torch.nn.Module):
+    def forward(self, a: \"f64[{rows}, {cols}]\"):
+        t1: \"f64[{rows}, {cols}]\" = torch.ops.aten.neg.default(a)
+        t2: \"f64[{rows}, {cols}]\" = torch.ops.aten.neg.default(t1)
+        t3: \"f64[{rows}, {cols}]\" = torch.ops.aten.neg.default(t2)
+        m: \"f64[{rows}, {cols}]\" = torch.ops.aten.mul.Tensor(t3, {factor:?})
+        l: \"f64[]\" = torch.ops.aten.sum.default(m)
+{tail}        return (out,)
+"
+    )
+}
+
 /// What differs between the folded-mean cases besides their graphs and data.
 pub struct Folded<'a> {
     /// The case's name.

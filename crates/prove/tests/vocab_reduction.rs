@@ -543,6 +543,25 @@ fn v2_offsets_accumulated_over_the_bound_or_a_class_ignored_keep_the_vocabulary(
 }
 
 #[test]
+fn a_label_copied_to_an_integer_type_is_still_reduced() {
+    // `aten._to_copy` to an integer type moves a label value (its elements are the label's):
+    // the gather index read through it keeps the vocabulary reducible. A cast to a float is
+    // refused (V3, below).
+    let dir = tempfile::tempdir().unwrap();
+    let case = hand_case(dir.path(), &[], "", &|_, t| {
+        t.replace(
+            "        ids: \"i64[2, 1]\" = torch.ops.aten.unsqueeze.default(ids1, 1)",
+            "        idc: \"i64[2]\" = torch.ops.aten._to_copy.default(ids1, dtype = torch.int64)\n        \
+             ids: \"i64[2, 1]\" = torch.ops.aten.unsqueeze.default(idc, 1)",
+        )
+    });
+    assert!(std::fs::read_to_string(dir.path().join("r0.py"))
+        .unwrap()
+        .contains("_to_copy.default(ids1"));
+    vocabulary_of(&case, "");
+}
+
+#[test]
 fn v3_a_label_cast_to_a_float_or_returned_keeps_the_vocabulary() {
     kept_when_replaced(
         "        ids: \"i64[2, 1]\"",

@@ -11,14 +11,13 @@
 //! program whose ranks are wrong must never hold, and the right programs this reading covers
 //! hold.
 
-use shardproof_check::{check_case, Verdict};
-use shardproof_interp::{run_graph, run_program, RunConfig};
-use shardproof_ir::{DType, ValueId};
+use shardproof_check::Verdict;
+use shardproof_ir::DType;
 use shardproof_ops::{Meta, Tensor};
 use std::collections::BTreeMap;
 
 mod common;
-use common::values::close;
+use common::folded::{check_and_run, scaled_sum_graph, Folded};
 
 /// Rows of the spec's tokens.
 const B: usize = 8;
@@ -46,22 +45,6 @@ struct Program {
     over_dp: OverDp,
     dp_first: bool,
     mesh: (usize, usize),
-}
-
-/// The graph of a program on `rows` tokens whose scaling is by `factor`, followed by `tail`
-/// (lines reading `l`, defining `out`).
-fn graph(rows: usize, factor: f64, tail: &str) -> String {
-    format!(
-        "class G(torch.nn.Module):
-    def forward(self, a: \"f64[{rows}, {H}]\"):
-        t1: \"f64[{rows}, {H}]\" = torch.ops.aten.neg.default(a)
-        t2: \"f64[{rows}, {H}]\" = torch.ops.aten.neg.default(t1)
-        t3: \"f64[{rows}, {H}]\" = torch.ops.aten.neg.default(t2)
-        m: \"f64[{rows}, {H}]\" = torch.ops.aten.mul.Tensor(t3, {factor:?})
-        l: \"f64[]\" = torch.ops.aten.sum.default(m)
-{tail}        return (out,)
-"
-    )
 }
 
 /// Lines reducing `input` over dp as `how`, defining `output` (names prefixed `tag`).
@@ -113,64 +96,34 @@ fn run(p: Program) -> (Verdict, bool, String) {
 /// What the checker and the interpreter say of ranks on mesh `dp × tp` (`× xs` where `xs` >
 /// 1, a mesh dim the tokens are replicated on) scaling by `factor`, followed by `tail`.
 fn run_on((dp, tp, xs): (usize, usize, usize), factor: f64, tail: &str) -> (Verdict, bool, String) {
-    let spec = graph(
-        B,
+    let spec = scaled_sum_graph(
+        (B, H),
         1.0 / B as f64,
         "        out: \"f64[]\" = torch.ops.aten.clone.default(l)\n",
     );
-    let rank = graph(B / dp, factor, tail);
-    let ranks = dp * tp * xs;
-    let (mesh, groups) = if xs > 1 {
-        (
-            format!("{{ dp: {dp}, tp: {tp}, xs: {xs} }}"),
-            "    \"dp\": dp\n    \"tp\": tp\n    \"xs\": xs\n",
-        )
+    let rank = scaled_sum_graph((B / dp, H), factor, tail);
+    let mesh: &[(&str, usize)] = if xs > 1 {
+        &[("dp", dp), ("tp", tp), ("xs", xs)]
     } else {
-        (
-            format!("{{ dp: {dp}, tp: {tp} }}"),
-            "    \"dp\": dp\n    \"tp\": tp\n",
-        )
+        &[("dp", dp), ("tp", tp)]
     };
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("spec.py"), spec).unwrap();
-    let names: Vec<String> = (0..ranks).map(|r| format!("r{r}.py")).collect();
-    for name in &names {
-        std::fs::write(dir.path().join(name), &rank).unwrap();
-    }
-    std::fs::write(
-        dir.path().join("case.yaml"),
-        format!("version: 1\nname: piece-factors\nspec:\n  graph: spec.py\nimpl:\n  mesh: {mesh}\n  graphs: [{}]\n  groups:\n{groups}inputs:\n  a: {{ dp: Shard(0) }}\noutputs:\n  out: Replicate()\n", names.join(", ")),
-    )
-    .unwrap();
-    let case = shardproof_case::load_case(&dir.path().join("case.yaml")).unwrap();
-    let report = check_case(&case).unwrap();
-    let at = |g: &shardproof_ir::Graph| {
-        ValueId::new(g.nodes.iter().position(|n| n.name == "out").unwrap(), 0)
+    let folded = Folded {
+        name: "piece-factors",
+        mesh,
+        inputs: &[("a", "{ dp: Shard(0) }".to_string())],
     };
     let data: Vec<f64> = (0..B * H).map(|i| 0.25 + i as f64 * 0.5).collect();
     let tensor =
         |rows: usize, d: &[f64]| Tensor::new(Meta::new(DType::F64, vec![rows, H]), d.to_vec());
     let leaves = BTreeMap::from([("a".to_string(), tensor(B, &data))]);
-    let want = run_graph(&case.spec, &leaves, &RunConfig::default())
-        .ok()
-        .and_then(|env| env.get(at(&case.spec)).map(|t| t.data.to_vec()));
     let piece = B / dp * H;
-    let per_rank: Vec<BTreeMap<String, Tensor>> = (0..ranks)
-        .map(|q| {
-            let d = q / (tp * xs);
-            BTreeMap::from([(
-                "a".to_string(),
-                tensor(B / dp, &data[d * piece..(d + 1) * piece]),
-            )])
-        })
-        .collect();
-    let right = run_program(&case.program, &per_rank, &RunConfig::default()).is_ok_and(|envs| {
-        envs.iter().zip(&case.program.ranks).all(|(env, g)| {
-            env.get(at(g))
-                .is_some_and(|t: &Tensor| want.as_ref().is_some_and(|w| close(&t.data, w)))
-        })
-    });
-    (report.verdict, right, report.render())
+    check_and_run(&folded, &spec, &rank, &leaves, |q| {
+        let d = q / (tp * xs);
+        BTreeMap::from([(
+            "a".to_string(),
+            tensor(B / dp, &data[d * piece..(d + 1) * piece]),
+        )])
+    })
 }
 
 /// A local mean divided by tp: the rank's factor is its split of the rows over `B`, over tp.

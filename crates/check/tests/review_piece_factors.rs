@@ -7,14 +7,13 @@
 //! and compared with the spec: a program whose ranks are wrong must never hold; a right one
 //! is asserted to hold where the checker follows it, and else never to be a finding.
 
-use shardproof_check::{check_case, Verdict};
-use shardproof_interp::{run_graph, run_program, RunConfig};
-use shardproof_ir::{DType, ValueId};
+use shardproof_check::Verdict;
+use shardproof_ir::DType;
 use shardproof_ops::{Meta, Tensor};
 use std::collections::BTreeMap;
 
 mod common;
-use common::values::close;
+use common::folded::{check_and_run, Folded};
 
 /// Rows of the spec's tokens.
 const B: usize = 8;
@@ -92,6 +91,12 @@ fn scale((r, c): (usize, usize), factor: f64) -> String {
     )
 }
 
+/// Lines scaling the rank's tokens by `factor` and summing the scaled rows over tp into `g`
+/// (`f64[r, c]`): the share lifted while dp still shards it.
+fn lifted_over_tp((r, c): (usize, usize), factor: f64) -> String {
+    scale((r, c), factor) + &ar("m", "sum", "tp", "g", &format!("f64[{r}, {c}]"))
+}
+
 /// Lines summing `input` to the scalar `output`.
 fn sum(input: &str, output: &str) -> String {
     format!("        {output}: \"f64[]\" = torch.ops.aten.sum.default({input})\n")
@@ -130,60 +135,34 @@ fn run_against(spec_out: &str, mesh: &Mesh, body: &str) -> (Verdict, bool, Strin
     let spec_body = scale((B, C), SPEC) + &sum("m", "l") + spec_out;
     let spec = graph((B, C), &spec_body);
     let rank = graph(mesh.local(), body);
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("spec.py"), spec).unwrap();
-    let names: Vec<String> = (0..mesh.ranks()).map(|r| format!("r{r}.py")).collect();
-    for name in &names {
-        std::fs::write(dir.path().join(name), &rank).unwrap();
-    }
-    let dims: Vec<String> = mesh.0.iter().map(|d| format!("{}: {}", d.0, d.1)).collect();
-    let groups: String = mesh
-        .0
-        .iter()
-        .map(|d| format!("    \"{0}\": {0}\n", d.0))
-        .collect();
+    let dims: Vec<(&str, usize)> = mesh.0.iter().map(|d| (d.0, d.1)).collect();
     let placement: Vec<String> = mesh
         .0
         .iter()
         .filter_map(|d| d.2.map(|x| format!("{}: Shard({x})", d.0)))
         .collect();
-    std::fs::write(
-        dir.path().join("case.yaml"),
-        format!(
-            "version: 1\nname: review-piece-factors\nspec:\n  graph: spec.py\nimpl:\n  mesh: {{ {} }}\n  graphs: [{}]\n  groups:\n{groups}inputs:\n  a: {{ {} }}\noutputs:\n  out: Replicate()\n",
-            dims.join(", "),
-            names.join(", "),
-            placement.join(", ")
-        ),
-    )
-    .unwrap();
-    let case = shardproof_case::load_case(&dir.path().join("case.yaml")).unwrap();
-    let report = check_case(&case).unwrap();
-    let at = |g: &shardproof_ir::Graph| {
-        ValueId::new(g.nodes.iter().position(|n| n.name == "out").unwrap(), 0)
+    let folded = Folded {
+        name: "review-piece-factors",
+        mesh: &dims,
+        inputs: &[("a", format!("{{ {} }}", placement.join(", ")))],
     };
     let data: Vec<f64> = (0..B * C).map(|i| 0.25 + i as f64 * 0.5).collect();
     let tensor =
         |(r, c): (usize, usize), d: Vec<f64>| Tensor::new(Meta::new(DType::F64, vec![r, c]), d);
     let leaves = BTreeMap::from([("a".to_string(), tensor((B, C), data.clone()))]);
-    let want = run_graph(&case.spec, &leaves, &RunConfig::default())
-        .ok()
-        .and_then(|env| env.get(at(&case.spec)).map(|t| t.data.to_vec()));
-    let per_rank: Vec<BTreeMap<String, Tensor>> = (0..mesh.ranks())
-        .map(|q| BTreeMap::from([("a".to_string(), tensor(mesh.local(), mesh.piece(q, &data)))]))
-        .collect();
-    let right = run_program(&case.program, &per_rank, &RunConfig::default()).is_ok_and(|envs| {
-        envs.iter().zip(&case.program.ranks).all(|(env, g)| {
-            env.get(at(g))
-                .is_some_and(|t: &Tensor| want.as_ref().is_some_and(|w| close(&t.data, w)))
-        })
-    });
-    (report.verdict, right, report.render())
+    check_and_run(&folded, &spec, &rank, &leaves, |q| {
+        BTreeMap::from([("a".to_string(), tensor(mesh.local(), mesh.piece(q, &data)))])
+    })
 }
 
 /// Asserts the interpreter finds the program wrong and the checker does not say it holds.
 fn wrong_never_holds(what: &str, mesh: &Mesh, body: &str) {
-    let (verdict, right, report) = run(mesh, body);
+    wrong_never_holds_against(SPEC_OUT, what, mesh, body);
+}
+
+/// As [`wrong_never_holds`], against a spec whose last lines are `spec_out`.
+fn wrong_never_holds_against(spec_out: &str, what: &str, mesh: &Mesh, body: &str) {
+    let (verdict, right, report) = run_against(spec_out, mesh, body);
     eprintln!("{what}: {verdict:?} (right: {right})\n{report}");
     assert!(!right, "{what} is right when run\n{report}");
     assert_ne!(verdict, Verdict::Holds, "{what}\n{report}");
@@ -199,7 +178,12 @@ fn right_holds(what: &str, mesh: &Mesh, body: &str) {
 
 /// Asserts the interpreter finds the program right and the checker finds nothing wrong.
 fn right_is_no_finding(what: &str, mesh: &Mesh, body: &str) {
-    let (verdict, right, report) = run(mesh, body);
+    right_is_no_finding_against(SPEC_OUT, what, mesh, body);
+}
+
+/// As [`right_is_no_finding`], against a spec whose last lines are `spec_out`.
+fn right_is_no_finding_against(spec_out: &str, what: &str, mesh: &Mesh, body: &str) {
+    let (verdict, right, report) = run_against(spec_out, mesh, body);
     eprintln!("{what}: {verdict:?} (right: {right})\n{report}");
     assert!(right, "{what} is wrong when run\n{report}");
     assert_ne!(verdict, Verdict::Violated, "{what}\n{report}");
@@ -225,8 +209,7 @@ fn a_share_lifted_while_sharded_then_summed_over_dp_never_holds() {
         let mesh = dp_tp(dp, tp);
         let mesh = Mesh(&mesh);
         let (r, c) = mesh.local();
-        let body = scale((r, c), local_mean_share(dp, tp))
-            + &ar("m", "sum", "tp", "g", &format!("f64[{r}, {c}]"))
+        let body = lifted_over_tp((r, c), local_mean_share(dp, tp))
             + &sum("g", "l")
             + &ar0("l", "sum", "dp", "out");
         wrong_never_holds(&format!("shard lift, dp sum, {dp}x{tp}"), &mesh, &body);
@@ -241,8 +224,7 @@ fn a_share_lifted_while_sharded_then_averaged_over_dp_is_right() {
         let mesh = dp_tp(dp, tp);
         let mesh = Mesh(&mesh);
         let (r, c) = mesh.local();
-        let body = scale((r, c), local_mean_share(dp, tp))
-            + &ar("m", "sum", "tp", "g", &format!("f64[{r}, {c}]"))
+        let body = lifted_over_tp((r, c), local_mean_share(dp, tp))
             + &sum("g", "l")
             + &ar0("l", "avg", "dp", "out");
         right_is_no_finding(&format!("shard lift, dp avg, {dp}x{tp}"), &mesh, &body);
@@ -256,8 +238,7 @@ fn a_share_lifted_while_sharded_then_gathered_over_dp_never_holds() {
         let mesh = dp_tp(dp, tp);
         let mesh = Mesh(&mesh);
         let (r, c) = mesh.local();
-        let body = scale((r, c), local_mean_share(dp, tp))
-            + &ar("m", "sum", "tp", "g", &format!("f64[{r}, {c}]"))
+        let body = lifted_over_tp((r, c), local_mean_share(dp, tp))
             + &format!(
                 "        ag: \"f64[{B}, {c}]\" = torch.ops._c10d_functional.all_gather_into_tensor.default(g, {dp}, 'dp')
         full: \"f64[{B}, {c}]\" = torch.ops._c10d_functional.wait_tensor.default(ag)
@@ -275,8 +256,7 @@ fn a_share_lifted_while_sharded_then_divided_by_the_wrong_size_never_holds() {
     let mesh = dp_tp(4, 2);
     let mesh = Mesh(&mesh);
     let (r, c) = mesh.local();
-    let body = scale((r, c), local_mean_share(4, 2))
-        + &ar("m", "sum", "tp", "g", &format!("f64[{r}, {c}]"))
+    let body = lifted_over_tp((r, c), local_mean_share(4, 2))
         + &sum("g", "l")
         + &ar0("l", "sum", "dp", "d")
         + &scalar("div.Scalar", "d", 2.0, "out");
@@ -444,10 +424,7 @@ fn the_same_share_summed_once_and_averaged_once_never_holds() {
                 + &sum("m", "l")
                 + &twice("avg", "sum", tp_first);
             let what = format!("summed once, averaged once, tp first {tp_first}, {dp}x{tp}");
-            let (verdict, right, report) = run_against(SPEC_TWICE, &mesh, &body);
-            eprintln!("{what}: {verdict:?} (right: {right})\n{report}");
-            assert!(!right, "{what} is right when run\n{report}");
-            assert_ne!(verdict, Verdict::Holds, "{what}\n{report}");
+            wrong_never_holds_against(SPEC_TWICE, &what, &mesh, &body);
         }
     }
 }
@@ -464,10 +441,7 @@ fn the_same_share_averaged_twice_is_right() {
                 + &sum("m", "l")
                 + &twice("avg", "avg", tp_first);
             let what = format!("averaged twice, tp first {tp_first}, {dp}x{tp}");
-            let (verdict, right, report) = run_against(SPEC_TWICE, &mesh, &body);
-            eprintln!("{what}: {verdict:?} (right: {right})\n{report}");
-            assert!(right, "{what} is wrong when run\n{report}");
-            assert_ne!(verdict, Verdict::Violated, "{what}\n{report}");
+            right_is_no_finding_against(SPEC_TWICE, &what, &mesh, &body);
         }
     }
 }
@@ -602,22 +576,13 @@ fn run_beside_partial((dp, tp): (usize, usize), body: &str) -> (Verdict, bool, S
         + SPEC_OUT
         + "        return (out,)\n";
     let rank = header(B / dp) + body + "        return (out,)\n";
-    let ranks = dp * tp;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("spec.py"), spec).unwrap();
-    let names: Vec<String> = (0..ranks).map(|r| format!("r{r}.py")).collect();
-    for name in &names {
-        std::fs::write(dir.path().join(name), &rank).unwrap();
-    }
-    std::fs::write(
-        dir.path().join("case.yaml"),
-        format!("version: 1\nname: review-beside-partial\nspec:\n  graph: spec.py\nimpl:\n  mesh: {{ dp: {dp}, tp: {tp} }}\n  graphs: [{}]\n  groups:\n    \"dp\": dp\n    \"tp\": tp\ninputs:\n  a: {{ dp: Shard(0) }}\n  g: {{ dp: Shard(0), tp: Partial() }}\noutputs:\n  out: Replicate()\n", names.join(", ")),
-    )
-    .unwrap();
-    let case = shardproof_case::load_case(&dir.path().join("case.yaml")).unwrap();
-    let report = check_case(&case).unwrap();
-    let at = |g: &shardproof_ir::Graph| {
-        ValueId::new(g.nodes.iter().position(|n| n.name == "out").unwrap(), 0)
+    let folded = Folded {
+        name: "review-beside-partial",
+        mesh: &[("dp", dp), ("tp", tp)],
+        inputs: &[
+            ("a", "{ dp: Shard(0) }".to_string()),
+            ("g", "{ dp: Shard(0), tp: Partial() }".to_string()),
+        ],
     };
     let a: Vec<f64> = (0..B * C).map(|i| 0.25 + i as f64 * 0.5).collect();
     let g: Vec<f64> = (0..B * C).map(|i| 1.5 - i as f64 * 0.125).collect();
@@ -626,30 +591,18 @@ fn run_beside_partial((dp, tp): (usize, usize), body: &str) -> (Verdict, bool, S
         ("a".to_string(), tensor(B, a.clone())),
         ("g".to_string(), tensor(B, g.clone())),
     ]);
-    let want = run_graph(&case.spec, &leaves, &RunConfig::default())
-        .ok()
-        .and_then(|env| env.get(at(&case.spec)).map(|t| t.data.to_vec()));
     let piece = B / dp * C;
-    let per_rank: Vec<BTreeMap<String, Tensor>> = (0..ranks)
-        .map(|q| {
-            let d = q / tp;
-            let rows = |x: &[f64]| x[d * piece..(d + 1) * piece].to_vec();
-            BTreeMap::from([
-                ("a".to_string(), tensor(B / dp, rows(&a))),
-                (
-                    "g".to_string(),
-                    tensor(B / dp, rows(&g).iter().map(|v| v / tp as f64).collect()),
-                ),
-            ])
-        })
-        .collect();
-    let right = run_program(&case.program, &per_rank, &RunConfig::default()).is_ok_and(|envs| {
-        envs.iter().zip(&case.program.ranks).all(|(env, g)| {
-            env.get(at(g))
-                .is_some_and(|t: &Tensor| want.as_ref().is_some_and(|w| close(&t.data, w)))
-        })
-    });
-    (report.verdict, right, report.render())
+    check_and_run(&folded, &spec, &rank, &leaves, |q| {
+        let d = q / tp;
+        let rows = |x: &[f64]| x[d * piece..(d + 1) * piece].to_vec();
+        BTreeMap::from([
+            ("a".to_string(), tensor(B / dp, rows(&a))),
+            (
+                "g".to_string(),
+                tensor(B / dp, rows(&g).iter().map(|v| v / tp as f64).collect()),
+            ),
+        ])
+    })
 }
 
 #[test]

@@ -11,6 +11,7 @@ use super::sizes::{Mono, Sizes};
 use super::Refusal;
 use select::integer_computation;
 pub use select::range_dims;
+pub(crate) use select::VALUE_KEEPING;
 use shardproof_ir::{Arg, Graph, NodeKind, ValueId};
 use shardproof_ops::{Args, Meta, Registry, Tensor, Values};
 

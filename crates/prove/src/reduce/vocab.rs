@@ -245,24 +245,13 @@ impl LabelValue {
     }
 }
 
-/// Movements whose every output element is an element of their first input.
-const MOVEMENTS: &[&str] = &[
-    "aten.view",
-    "aten._unsafe_view",
-    "aten.reshape",
-    "aten.unsqueeze",
-    "aten.squeeze",
-    "aten.expand",
-    "aten.permute",
-    "aten.transpose",
-    "aten.t",
-    "aten.slice",
-    "aten.clone",
-    "aten.contiguous",
-    "aten.detach",
-    "aten.alias",
-    "aten._to_copy",
-];
+/// Whether `base` is a movement whose every output element is an element of its first input:
+/// the value-keeping movements of the selections, and `aten._to_copy`, which moves a label
+/// value only to an integer or boolean type (checked where a label value is moved, in
+/// `GraphCheck::label_op`; a cast to a float is refused as reading the label as a number).
+fn is_movement(base: &str) -> bool {
+    rules::VALUE_KEEPING.contains(&base) || base == "aten._to_copy"
+}
 
 const COMPARISONS: &[&str] = &[
     "aten.eq", "aten.ne", "aten.lt", "aten.le", "aten.gt", "aten.ge",
@@ -484,7 +473,7 @@ impl<'a> GraphCheck<'a> {
         let get = |name: &str| self.get(bound, schema, name);
         let at = self.at(i);
         let out = ValueId::new(i, 0);
-        let result: Option<LabelValue> = if MOVEMENTS.contains(&base) {
+        let result: Option<LabelValue> = if is_movement(base) {
             let Some(x) = self.label_of(&get("self")).cloned() else {
                 return Err(format!(
                     "V1: {at}: a label value moved as a non-first operand"

@@ -11,7 +11,7 @@ use shardproof_ops::Meta;
 
 /// Movements whose every output element is an element of their first input: through them an
 /// index tensor's values are its source's.
-const VALUE_KEEPING: &[&str] = &[
+pub(crate) const VALUE_KEEPING: &[&str] = &[
     "aten.view",
     "aten._unsafe_view",
     "aten.reshape",

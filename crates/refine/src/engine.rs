@@ -965,12 +965,9 @@ impl Walk<'_> {
         // The fast path: a placement rule, where every precondition holds (never with an
         // expectation, which is checked in an e-graph, nor with seeds, whose equations the
         // e-graph would use).
-        let fast = (opts.fast_path || opts.audit_fast_path) && reusable && seeds.is_empty();
-        let fast = if fast {
-            fastpath::decide(imp, state, t)
-        } else {
-            None
-        };
+        let fast = ((opts.fast_path || opts.audit_fast_path) && reusable && seeds.is_empty())
+            .then(|| fastpath::decide(imp, state, t))
+            .flatten();
         if let Some(rel) = fast {
             if !opts.audit_fast_path {
                 r.fast += 1;

@@ -218,7 +218,10 @@ pub(crate) fn encode(case: &mut Case, cuts: &ChunkedCuts, cut_target: bool) -> R
         }
         case.spec = g;
     }
-    for k in (0..case.outputs.len()).filter(|_| cut_target) {
+    if !cut_target {
+        return Ok(());
+    }
+    for k in 0..case.outputs.len() {
         let Some(lb) = cuts.get(&case.outputs[k].spec_name) else {
             continue;
         };

@@ -286,10 +286,11 @@ pub fn plan_until(case: &Case, reduce: bool, opts: &PlanOptions) -> Result<Plan,
                 "{what} is given for `{name}`, which the case does not relate"
             )));
         }
-        // A chunk order restates a relation: on a cut the chain proves the restated one, but
-        // a case input's or output's would replace what the case states of it.
-        let cut = case.inputs.iter().any(|r| &r.spec_name == name && r.cut);
-        if what == "a chunk order" && !cut {
+    }
+    // A chunk order restates a relation: on a cut the chain proves the restated one, but a
+    // case input's or output's would replace what the case states of it.
+    for name in opts.chunked.keys() {
+        if !case.inputs.iter().any(|r| &r.spec_name == name && r.cut) {
             return Err(PlanError::Refused(format!(
                 "a chunk order is given for `{name}`, which is not a cut: it would change what the case states of it"
             )));

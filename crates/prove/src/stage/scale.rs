@@ -163,7 +163,10 @@ pub(crate) fn encode(case: &mut Case, scales: &CutScales, cut_target: bool) -> R
             }
         }
     }
-    for k in (0..case.outputs.len()).filter(|_| cut_target) {
+    if !cut_target {
+        return Ok(());
+    }
+    for k in 0..case.outputs.len() {
         let Some(&c) = scales.get(&case.outputs[k].spec_name) else {
             continue;
         };

@@ -155,6 +155,44 @@ fn a_wrong_divisor_is_refuted_with_the_sizes_kept_or_not() {
     }
 }
 
+#[test]
+fn a_wrong_kernel_under_the_right_literal_is_not_proved_on_the_kept_sizes() {
+    // The rank's literal is right (the retry keeps the tokens), its kernel is not (sigmoid
+    // for exp): refuted where the case fits, never proved over the element limit, where the
+    // kept sizes' proof is the only check before the strict reduction.
+    for (width, max_elements) in [(6, ProveConfig::default().max_elements), (64, 2_000)] {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), width, TOKENS);
+        let rank = std::fs::read_to_string(dir.path().join("r0.py")).unwrap();
+        let wrong = rank.replace("aten.exp.default(g)", "aten.sigmoid.default(g)");
+        assert_ne!(rank, wrong);
+        std::fs::write(dir.path().join("r0.py"), wrong).unwrap();
+        let case = shardproof_case::load_case(&dir.path().join("case.yaml")).unwrap();
+        assert!(reduce_case_pinning_scaled_sizes(&case)
+            .unwrap()
+            .sizes
+            .iter()
+            .any(|s| s
+                .why
+                .as_deref()
+                .is_some_and(|w| w.starts_with(SCALED_SIZE_PIN))));
+        let cfg = ProveConfig {
+            max_elements,
+            ..ProveConfig::default()
+        };
+        let proof = prove_case(&case, &cfg);
+        assert_ne!(
+            proof.verdict,
+            Verdict::Proved,
+            "{width}: {:?}",
+            proof.message
+        );
+        if width == 6 {
+            assert_eq!(proof.verdict, Verdict::Refuted, "{:?}", proof.message);
+        }
+    }
+}
+
 /// A size-derived value in a polynomial of literals: the rank adds `(n² - 5n + 7 - 1)·mean`
 /// with `n = sum(ones([8]))`, zero at `n = 2` and `n = 3` only. No literal (5, 7, 1) has 2 as a
 /// divisor, so the rows reduce to 2, where the extra term vanishes: the reduced case is

@@ -242,6 +242,31 @@ pub struct ReducedInput {
     pub reduced: Vec<u64>,
 }
 
+impl ReductionSummary {
+    /// The summary of `reduction` of `case`, its counterexample (if any) at full size.
+    fn of(case: &Case, reduction: &crate::reduce::Reduction) -> Self {
+        ReductionSummary {
+            inputs: reduction
+                .inputs
+                .iter()
+                .map(|(name, original, reduced)| ReducedInput {
+                    name: name.clone(),
+                    original: original.clone(),
+                    reduced: reduced.clone(),
+                })
+                .collect(),
+            sizes: reduction.sizes.clone(),
+            kept_whole: reduction.kept_whole.clone(),
+            elements_before: program_elements(case),
+            elements_after: program_elements(&reduction.case),
+            counterexample_reduced: false,
+        }
+    }
+}
+
+/// How the reason begins of a size [`crate::reduce::reduce_case_pinning_scaled_sizes`] pins.
+const SCALED_SIZE_PIN: &str = crate::reduce::SCALED_SIZE_PIN;
+
 /// How [`Proof::message`] begins when shape reduction refused the case.
 const REDUCTION_REFUSED: &str = "shape reduction refused";
 
@@ -569,22 +594,7 @@ fn prove_case_mesh_kept(case: &Case, cfg: &ProveConfig, started: Instant) -> Pro
         }
     };
     tracing::debug!(sizes = reduction.sizes.len(), "shape-reduced");
-    let summary = ReductionSummary {
-        inputs: reduction
-            .inputs
-            .iter()
-            .map(|(name, original, reduced)| ReducedInput {
-                name: name.clone(),
-                original: original.clone(),
-                reduced: reduced.clone(),
-            })
-            .collect(),
-        sizes: reduction.sizes.clone(),
-        kept_whole: reduction.kept_whole.clone(),
-        elements_before: program_elements(case),
-        elements_after: program_elements(&reduction.case),
-        counterexample_reduced: false,
-    };
+    let summary = ReductionSummary::of(case, &reduction);
     let mut proof = prove_sized(&reduction.case, cfg, started);
     if proof.verdict == Verdict::Refuted && summary.elements_before <= cfg.max_elements {
         // A run of the case as written on random inputs usually shows a bug with a numeric
@@ -592,6 +602,10 @@ fn prove_case_mesh_kept(case: &Case, cfg: &ProveConfig, started: Instant) -> Pro
         if let Some(mut p) = numeric_refutation(case, cfg) {
             p.reduction = Some(summary);
             return p;
+        }
+        let pinned = proof_pinning_scaled_sizes(case, cfg, started, &reduction);
+        if let Some(p) = pinned.as_ref().filter(|p| p.verdict == Verdict::Proved) {
+            return p.clone();
         }
         // A refutation is shown on the case as written where it fits: the counterexample
         // then replays on the user's own graphs, and a disagreement would expose a reduction
@@ -605,8 +619,9 @@ fn prove_case_mesh_kept(case: &Case, cfg: &ProveConfig, started: Instant) -> Pro
                 proof.verdict = Verdict::Inconclusive;
                 proof.counterexample = None;
                 proof.message = Some(format!(
-                    "the shape-reduced case is refuted but the full-size case is not ({}); run with --no-reduce",
-                    full.message.unwrap_or_else(|| "proved".into())
+                    "the shape-reduced case is refuted but the full-size case is not ({}){}; run with --no-reduce",
+                    full.message.unwrap_or_else(|| "proved".into()),
+                    pinned_note(pinned.as_ref())
                 ));
             }
         }
@@ -617,13 +632,72 @@ fn prove_case_mesh_kept(case: &Case, cfg: &ProveConfig, started: Instant) -> Pro
         // Sizes a mesh-size or epsilon literal would have pinned were reduced: that keeps a proof sound
         // but may refute a program whose literal stands for a tensor size. The refutation
         // stands only on the strict reduction's sizes.
-        return strict_refutation(case, cfg, started, proof, summary, &reduction.mesh_literals);
+        return strict_refutation(case, cfg, started, proof, summary, &reduction);
     }
     proof.reduction = Some(ReductionSummary {
         counterexample_reduced: proof.counterexample.is_some(),
         ..summary
     });
     proof
+}
+
+/// A refutation on sizes that mesh-size literals did not pin, proved again on the sizes
+/// [`crate::reduce::reduce_case_pinning_scaled_sizes`] keeps (a mesh-size literal scaling a
+/// tensor with dims of exactly its size pins them: it may stand for that size, as a
+/// microbatch's `div(g, b·S)` does). Its proof stands as the case's (sound as every
+/// reduction is: pins only keep sizes whole, and every literal still keeps reduced sizes
+/// from coinciding with it); any other verdict only informs the caller, which goes on to the
+/// full-size or strict check (a refutation there is still on sizes other literals did not
+/// pin). `None` where it does not apply: no mesh-size literal, nothing more pinned, the
+/// reduction refused or over the element limit.
+fn proof_pinning_scaled_sizes(
+    case: &Case,
+    cfg: &ProveConfig,
+    started: Instant,
+    relaxed: &crate::reduce::Reduction,
+) -> Option<Proof> {
+    if relaxed.mesh_literals.is_empty() {
+        return None;
+    }
+    let pinned = crate::reduce::reduce_case_pinning_scaled_sizes(case).ok()?;
+    let sizes =
+        |r: &crate::reduce::Reduction| -> Vec<u64> { r.sizes.iter().map(|s| s.reduced).collect() };
+    // Nothing more kept: the case already refuted.
+    if sizes(&pinned) == sizes(relaxed) || program_elements(&pinned.case) > cfg.max_elements {
+        return None;
+    }
+    let mut proof = prove_sized(&pinned.case, cfg, started);
+    proof.reduction = Some(ReductionSummary::of(case, &pinned));
+    Some(proof)
+}
+
+/// What [`proof_pinning_scaled_sizes`] found, for an inconclusive verdict's message.
+fn pinned_note(pinned: Option<&Proof>) -> String {
+    let Some(p) = pinned else {
+        return String::new();
+    };
+    let kept: Vec<String> = p
+        .reduction
+        .iter()
+        .flat_map(|r| r.sizes.iter())
+        .filter(|s| {
+            s.why
+                .as_deref()
+                .is_some_and(|w| w.starts_with(SCALED_SIZE_PIN))
+        })
+        .map(|s| format!("{} ({})", s.origin, s.original))
+        .collect();
+    let outcome = match p.verdict {
+        Verdict::Refuted => "refuted too".to_string(),
+        _ => format!(
+            "not refuted but undecided ({})",
+            p.message.as_deref().unwrap_or("undecided")
+        ),
+    };
+    format!(
+        "; with the sizes a mesh-size literal scales kept whole ({}), it is {outcome}",
+        kept.join(", ")
+    )
 }
 
 /// [`prove_case`], and where shape reduction refuses the case (an operator off its list) or
@@ -680,8 +754,9 @@ fn strict_refutation(
     started: Instant,
     relaxed: Proof,
     summary: ReductionSummary,
-    literals: &[u64],
+    relaxed_reduction: &crate::reduce::Reduction,
 ) -> Proof {
+    let literals = &relaxed_reduction.mesh_literals;
     let why = |what: String| {
         let mut p = relaxed.clone();
         p.verdict = Verdict::Inconclusive;
@@ -697,6 +772,11 @@ fn strict_refutation(
         p.reduction = Some(summary);
         return p;
     }
+    let pinned = proof_pinning_scaled_sizes(case, cfg, started, relaxed_reduction);
+    if let Some(p) = pinned.as_ref().filter(|p| p.verdict == Verdict::Proved) {
+        return p.clone();
+    }
+    let why = |what: String| why(format!("{what}{}", pinned_note(pinned.as_ref())));
     let strict = match crate::reduce::reduce_case_strict(case) {
         Ok(r) => r,
         Err(refusal) => {

@@ -189,16 +189,61 @@ fn local_dim(
 /// the reduced sizes). A refutation found this way is therefore checked again by the caller
 /// on [`reduce_case_strict`]'s sizes, where every literal pins (docs/prove.md, section 2).
 pub fn reduce_case(case: &Case) -> Result<Reduction, Refusal> {
-    reduce_with(case, false)
+    reduce_with(case, Pinning::Relaxed)
 }
 
 /// [`reduce_case`] with every value literal pinning the sizes dividing it, mesh sizes
 /// included.
 pub fn reduce_case_strict(case: &Case) -> Result<Reduction, Refusal> {
-    reduce_with(case, true)
+    reduce_with(case, Pinning::Strict)
 }
 
-fn reduce_with(case: &Case, strict: bool) -> Result<Reduction, Refusal> {
+/// [`reduce_case`], except that a mesh-size literal scaling a tensor (`mul`, `div`) one of
+/// whose runs of dims holds exactly that many elements pins the sizes of that run: there the
+/// literal may stand for the size (a microbatch's mean over its `b·S` tokens written as
+/// `div(g, 8)` in a backward, on a mesh where `pp·dp = 8`) and the spec's size-derived
+/// constant agrees with it only at full size. Pinning is for completeness only, so this is
+/// as sound as [`reduce_case`]; it is tried where that one's reduced case is refuted.
+pub fn reduce_case_pinning_scaled_sizes(case: &Case) -> Result<Reduction, Refusal> {
+    reduce_with(case, Pinning::ScaledSizes)
+}
+
+/// How the reason begins of a size pinned by [`reduce_case_pinning_scaled_sizes`].
+pub const SCALED_SIZE_PIN: &str = "the mesh-size literal";
+
+/// Which value literals pin the sizes they may stand for (every literal keeps reduced sizes
+/// from coinciding with it whatever the choice: the rule soundness needs).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Pinning {
+    /// Literals naming mesh sizes, norm epsilons and literals both sides write pin nothing.
+    Relaxed,
+    /// As `Relaxed`, but a mesh-size literal scaling a tensor with a run of dims of exactly
+    /// its size pins that run.
+    ScaledSizes,
+    /// Every literal pins.
+    Strict,
+}
+
+/// The runs of consecutive dims among `dims` whose original sizes multiply to `x`.
+fn runs_of_size(sizes: &Sizes, dims: &[Mono], x: u64) -> Vec<Vec<Mono>> {
+    let mut runs = Vec::new();
+    for start in 0..dims.len() {
+        let mut product: u64 = 1;
+        for end in start..dims.len() {
+            product = product.saturating_mul(sizes.original(&dims[end]));
+            if product == x {
+                runs.push(dims[start..=end].to_vec());
+            }
+            if product > x {
+                break;
+            }
+        }
+    }
+    runs
+}
+
+fn reduce_with(case: &Case, pinning: Pinning) -> Result<Reduction, Refusal> {
+    let strict = pinning == Pinning::Strict;
     let mut sizes = Sizes::default();
     if case.inputs.iter().any(|r| r.cut) {
         return Err(Refusal::new("a case with cuts is not reduced"));
@@ -449,6 +494,25 @@ fn reduce_with(case: &Case, strict: bool) -> Result<Reduction, Refusal> {
     named.extend(eps);
     for x in others {
         sizes.pin_divisors_of(x);
+    }
+    if pinning == Pinning::ScaledSizes {
+        let scaled: Vec<&(Vec<u64>, Vec<Mono>)> = spec
+            .scaled_dims
+            .iter()
+            .chain(walked.values().flat_map(|w| w.scaled_dims.iter()))
+            .collect();
+        for &x in named.iter().filter(|x| mesh.contains(x)) {
+            for (_, dims) in scaled.iter().filter(|(ints, _)| ints.contains(&x)) {
+                for run in runs_of_size(&sizes, dims, x) {
+                    for m in &run {
+                        sizes.pin(
+                            m,
+                            &format!("{SCALED_SIZE_PIN} {x} scales a tensor with dims of {x} elements, so it may stand for their size"),
+                        );
+                    }
+                }
+            }
+        }
     }
     let mut mesh_literals = Vec::new();
     for x in named {

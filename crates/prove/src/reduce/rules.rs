@@ -70,6 +70,12 @@ pub struct GraphDims {
     /// keeps reduced sizes from coinciding with it but pins no size (see
     /// [`super::reduce_case`]).
     pub eps_literals: Vec<u64>,
+    /// Each tensor a `mul` or `div` scales by a value literal `c`: the integers `c` and `1/c`
+    /// (those of them `>= 2`) with the tensor's dims. Where such an integer is a mesh size's
+    /// product and some run of those dims holds exactly that many elements, the literal may
+    /// stand for that size rather than the mesh (a mean's backward `div(g, n)` written as a
+    /// literal; [`super::reduce_case_pinning_scaled_sizes`]).
+    pub scaled_dims: Vec<(Vec<u64>, Vec<Mono>)>,
     /// Sizes that must keep their original value: a `topk`'s lane and count, the dim a
     /// `gather` or `scatter` indexes (an index's values range over it). Pinned once every
     /// relation is known ([`Sizes::pin`] pins the variables a size is made of then).
@@ -231,6 +237,34 @@ fn size_candidates(c: f64) -> Vec<u64> {
         .collect()
 }
 
+/// A `mul` or `div` scaling tensor `self` by the literal `other = c`: the integers among `c`
+/// and `1/c` that are `>= 2` (a size a mean divides by, either way round) and `self`'s dims.
+fn scaled_by_literal(
+    base: &str,
+    arg: &str,
+    c: f64,
+    bound: &Args<'_>,
+    dims: &[Vec<Option<Vec<Mono>>>],
+) -> Option<(Vec<u64>, Vec<Mono>)> {
+    if !matches!(base, "aten.mul" | "aten.div") || arg != "other" {
+        return None;
+    }
+    let Some(Arg::Value(v)) = bound.get("self") else {
+        return None;
+    };
+    let tensor = dims.get(v.node)?.get(v.output)?.clone()?;
+    let c = c.abs();
+    if !c.is_finite() || c == 0.0 {
+        return None;
+    }
+    let ints: Vec<u64> = [c, 1.0 / c]
+        .into_iter()
+        .filter(|x| *x >= 2.0 && *x < 1e15 && (x - x.round()).abs() <= 1e-9 * x)
+        .map(|x| x.round() as u64)
+        .collect();
+    (!ints.is_empty() && !tensor.is_empty()).then_some((ints, tensor))
+}
+
 /// The sizes of a graph input (its value and original shape), from its caller.
 pub type InputSizes<'a> =
     dyn FnMut(&mut Sizes, ValueId, &[u64]) -> Result<Option<Vec<Mono>>, Refusal> + 'a;
@@ -337,6 +371,11 @@ pub fn walk(
                         out.eps_literals.extend(size_candidates(x));
                     } else {
                         out.value_literals.extend(size_candidates(x));
+                    }
+                    if let Some(scaled) =
+                        scaled_by_literal(&op.base(), &a.name, x, &bound, &out.dims)
+                    {
+                        out.scaled_dims.push(scaled);
                     }
                 }
                 out.literals.extend(lits);

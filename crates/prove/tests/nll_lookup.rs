@@ -307,3 +307,31 @@ fn a_lookup_of_infinite_entries_is_the_entry() {
     let plain = ar.lookup_in_range(t, &[a, b]).unwrap();
     assert_eq!(shifted, ar.add(c, plain).unwrap());
 }
+
+#[test]
+fn the_json_report_says_what_became_of_the_vocabulary() {
+    let reduced = |rows: usize| {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = ProveConfig {
+            run_first: false,
+            ..ProveConfig::default()
+        };
+        let p = prove_case(&case(dir.path(), 2, rows, None, &|_, g| g), &cfg);
+        serde_json::to_value(&p).unwrap()["reduction"].clone()
+    };
+    // 16 rows a rank for 4 labels: reduced to the smallest block of at least (4B + 2)·(N + 3)
+    // = 14 rows.
+    let r = reduced(16);
+    let v = &r["vocabulary"][0];
+    assert_eq!(v["labels"], serde_json::json!(["labels"]), "{r}");
+    assert_eq!(v["block"], 16, "{r}");
+    assert_eq!(v["reduced_block"], 14, "{r}");
+    assert_eq!(v["label_elements"], 4, "{r}");
+    assert!(v.get("kept").is_none(), "{r}");
+    // 8 rows: no smaller block leaves room for 4 labels; kept, and why.
+    let r = reduced(8);
+    let v = &r["vocabulary"][0];
+    assert_eq!(v["block"], 8, "{r}");
+    assert_eq!(v["reduced_block"], 8, "{r}");
+    assert!(v["kept"].as_str().is_some_and(|k| !k.is_empty()), "{r}");
+}

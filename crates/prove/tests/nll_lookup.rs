@@ -319,16 +319,16 @@ fn the_json_report_says_what_became_of_the_vocabulary() {
         let p = prove_case(&case(dir.path(), 2, rows, None, &|_, g| g), &cfg);
         serde_json::to_value(&p).unwrap()["reduction"].clone()
     };
-    // 16 rows a rank for 4 labels: reduced to the smallest block of at least (4B + 2)·(N + 3)
-    // = 14 rows.
+    // 16 rows a rank: the labels reduce to N = 2, and the block to the smallest of at least
+    // (4B + 2)·(N + 3) = 10 rows.
     let r = reduced(16);
     let v = &r["vocabulary"][0];
     assert_eq!(v["labels"], serde_json::json!(["labels"]), "{r}");
     assert_eq!(v["block"], 16, "{r}");
-    assert_eq!(v["reduced_block"], 14, "{r}");
-    assert_eq!(v["label_elements"], 4, "{r}");
+    assert_eq!(v["reduced_block"], 10, "{r}");
+    assert_eq!(v["label_elements"], 2, "{r}");
     assert!(v.get("kept").is_none(), "{r}");
-    // 8 rows: no smaller block leaves room for 4 labels; kept, and why.
+    // 8 rows: no smaller block leaves room for the labels; kept, and why.
     let r = reduced(8);
     let v = &r["vocabulary"][0];
     assert_eq!(v["block"], 8, "{r}");

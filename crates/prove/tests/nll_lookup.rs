@@ -193,7 +193,12 @@ fn the_vocab_parallel_loss_is_proved_against_the_lookup() {
         let dir = tempfile::tempdir().unwrap();
         let p = prove(&case(dir.path(), tp, rows, None, &|_, g| g));
         assert_eq!(p.verdict, Verdict::Proved, "tp {tp}: {:?}", p.message);
-        assert_eq!(p.layers.get("case-split"), Some(&1), "tp {tp}: {:?}", p.layers);
+        assert_eq!(
+            p.layers.get("case-split"),
+            Some(&1),
+            "tp {tp}: {:?}",
+            p.layers
+        );
     }
 }
 
@@ -282,10 +287,7 @@ fn ignored_labels_are_masked_or_refuted() {
     assert_eq!(p.verdict, Verdict::Proved, "{:?}", p.message);
     // Not masked: a label 3 adds its loss.
     refuted(Some(3), &|_, g| {
-        g.replace(
-            "aten.sum.default(masked_fill_2)",
-            "aten.sum.default(sub_2)",
-        )
+        g.replace("aten.sum.default(masked_fill_2)", "aten.sum.default(sub_2)")
     });
 }
 

@@ -41,10 +41,9 @@ fn spec(v: usize, reduction: u8, ignore: i64) -> String {
 fn rank(r: usize, rows: usize, ignore: Option<i64>) -> String {
     let (start, end) = (r * rows, (r + 1) * rows);
     let tail = match ignore {
-        None => format!(
-            r#"        loss: "f32[]" = torch.ops.aten.mean.default(sub_2)
+        None => r#"        loss: "f32[]" = torch.ops.aten.mean.default(sub_2)
 "#
-        ),
+        .to_string(),
         Some(ig) => format!(
             r#"        eq: "b8[{N}]" = torch.ops.aten.eq.Scalar(labels, {ig})
         unsqueeze_2: "b8[{N}, 1]" = torch.ops.aten.unsqueeze.default(eq, 1)
@@ -131,14 +130,11 @@ fn spec_loss_terms(v: usize, kind: SymbolKind) -> (usize, bool) {
     // The summed loss (`reduction` 2): a polynomial in the per-label terms, where the mean's
     // division by the counted labels is one product atom.
     let dir = tempfile::tempdir().unwrap();
+    case(dir.path(), 2, v / 2, None, &|_, g| g);
     std::fs::write(dir.path().join("spec.py"), spec(v, 2, -100)).unwrap();
-    let graph = shardproof_case::load_case(&{
-        case(dir.path(), 2, v / 2, None, &|_, g| g);
-        std::fs::write(dir.path().join("spec.py"), spec(v, 2, -100)).unwrap();
-        dir.path().join("case.yaml")
-    })
-    .unwrap()
-    .spec;
+    let graph = shardproof_case::load_case(&dir.path().join("case.yaml"))
+        .unwrap()
+        .spec;
     let mut arena = Arena::default();
     let x: Vec<_> = (0..N * v)
         .map(|i| arena.symbol(&format!("x{i}"), SymbolKind::Real).unwrap())

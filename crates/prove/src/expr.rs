@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 mod apply;
 mod func;
+mod lookup;
 mod render;
 mod transcend;
 pub use func::{erf, stable_order, Func};

@@ -202,6 +202,10 @@ impl Encoder<'_> {
     }
 }
 
+/// How long past its own time limit a Z3 check is waited for before the goal is left unknown
+/// ([`ffi::Z3::check_apart`]).
+const Z3_GRACE: Duration = Duration::from_secs(2);
+
 /// Asks Z3 whether `a != b` is satisfiable within `timeout`.
 pub fn prove_equal(arena: &Arena, a: ExprId, b: ExprId, timeout: Duration) -> SmtResult {
     let z3 = Z3::new(timeout.as_millis().min(u32::MAX as u128) as u32);
@@ -221,14 +225,20 @@ pub fn prove_equal(arena: &Arena, a: ExprId, b: ExprId, timeout: Duration) -> Sm
     if z3.error() != 0 {
         return SmtResult::Unknown(format!("Z3 rejected the encoding (error {})", z3.error()));
     }
-    match z3.check() {
+    let (numbers, asts): (Vec<u32>, Vec<Ast>) = enc.symbols.iter().map(|(s, a)| (*s, *a)).unzip();
+    drop(enc);
+    let Some(checked) = z3.check_apart(Z3_GRACE, asts) else {
+        return SmtResult::Unknown(format!(
+            "Z3 ran past its time limit and {} s more",
+            Z3_GRACE.as_secs()
+        ));
+    };
+    match checked.answer {
         Answer::Unsat => SmtResult::Equal,
-        Answer::Unknown => SmtResult::Unknown(z3.reason_unknown()),
+        Answer::Unknown => SmtResult::Unknown(checked.reason),
         Answer::Sat => {
-            let (numbers, asts): (Vec<u32>, Vec<Ast>) =
-                enc.symbols.iter().map(|(s, a)| (*s, *a)).unzip();
             let mut values = Vec::new();
-            for (s, v) in numbers.into_iter().zip(z3.model_values(&asts)) {
+            for (s, v) in numbers.into_iter().zip(checked.values) {
                 match v.and_then(|t| {
                     t.parse::<num_rational::BigRational>()
                         .ok()

@@ -222,6 +222,11 @@ pub struct ReductionSummary {
     /// Sizes kept whole because no factor related an equation's sides.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub kept_whole: Vec<crate::reduce::KeptSize>,
+    /// Each vocabulary that integer inputs (the labels) index: its block reduced with them
+    /// (`block` -> `reduced_block`, with `N` and `B`), or kept whole and the condition that
+    /// failed (`kept`). Empty where no integer input indexes a vocabulary.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub vocabulary: Vec<crate::reduce::vocab::VocabReduction>,
     /// Tensor elements of the spec and the ranks, before and after.
     pub elements_before: usize,
     /// After.
@@ -257,6 +262,7 @@ impl ReductionSummary {
                 .collect(),
             sizes: reduction.sizes.clone(),
             kept_whole: reduction.kept_whole.clone(),
+            vocabulary: reduction.vocabulary.clone(),
             elements_before: program_elements(case),
             elements_after: program_elements(&reduction.case),
             counterexample_reduced: false,
@@ -804,6 +810,7 @@ fn strict_refutation(
         counterexample_reduced: proof.counterexample.is_some(),
         sizes: strict.sizes.clone(),
         kept_whole: strict.kept_whole.clone(),
+        vocabulary: strict.vocabulary.clone(),
         inputs: strict
             .inputs
             .iter()

@@ -442,63 +442,123 @@ fn nll_selectors(
     let mut onehot = Vec::with_capacity(n);
     let mut weight = Vec::with_capacity(n);
     for i in 0..n {
-        let ti = t.elems[i];
-        let mut row = Vec::with_capacity(c);
-        let mut wsum = Vec::with_capacity(c);
-        for k in 0..c {
-            let kc = ar.int(k as i64)?;
-            let hit = ar.eq(ti, kc)?;
-            let sel = match &w {
-                Some(w) => ar.mul(hit, w.elems[k])?,
-                None => hit,
-            };
-            wsum.push(sel);
-            row.push(sel);
-        }
-        // An ignored target selects no class: its class weight sums to 0 when ignore_index is
-        // outside [0, C), and is masked out otherwise (the equality folds to 0 when the
-        // target's range excludes ignore_index).
-        let is_ignored = ar.eq(ti, ig)?;
-        let keep = ar.not(is_ignored)?;
-        for sel in row.iter_mut() {
-            *sel = ar.mul(*sel, keep)?;
-        }
-        // A target ranging within [0, C) selects exactly one class: the selectors sum to
-        // that class's weight (1 without weights), not to a sum of equality atoms.
-        let total = match ar.index_bound(ti) {
-            Some(b) if (b as usize) <= c => match &w {
-                None => ar.int(1)?,
-                Some(w) => {
-                    let mut args = vec![ti];
-                    args.extend(w.elems.iter().copied());
-                    ar.app(Func::Lookup, args)?
-                }
-            },
-            _ => ar.sum(&wsum)?,
-        };
-        weight.push(ar.mul(total, keep)?);
+        let keep = nll_keep(ar, t.elems[i], ig)?;
+        let (row, total) = onehot_row(ar, t.elems[i], keep, w.as_ref(), c)?;
+        weight.push(total);
         onehot.push(row);
     }
     Ok((onehot, weight))
 }
 
-/// nll_loss_forward: per sample -w[t] x[t]; mean divides by the total weight.
+/// Whether a sample with target `t` counts: `t != ignore_index` (folded to 1 when the
+/// target's range excludes ignore_index).
+fn nll_keep(ar: &mut Arena, t: ExprId, ignore: ExprId) -> Built {
+    let is_ignored = ar.eq(t, ignore)?;
+    ar.not(is_ignored)
+}
+
+/// One sample's one-hot selectors over `c` classes (each `[t == k]`, times the class weight,
+/// times `keep`) and its counted weight (`keep` times the target's class weight).
+fn onehot_row(
+    ar: &mut Arena,
+    t: ExprId,
+    keep: ExprId,
+    w: Option<&SymTensor>,
+    c: usize,
+) -> Result<(Vec<ExprId>, ExprId), ExecError> {
+    let mut row = Vec::with_capacity(c);
+    let mut wsum = Vec::with_capacity(c);
+    for k in 0..c {
+        let kc = ar.int(k as i64)?;
+        let hit = ar.eq(t, kc)?;
+        let sel = match w {
+            Some(w) => ar.mul(hit, w.elems[k])?,
+            None => hit,
+        };
+        wsum.push(sel);
+        row.push(sel);
+    }
+    // An ignored target selects no class: its class weight sums to 0 when ignore_index is
+    // outside [0, C), and is masked out otherwise (the equality folds to 0 when the
+    // target's range excludes ignore_index).
+    for sel in row.iter_mut() {
+        *sel = ar.mul(*sel, keep)?;
+    }
+    // A target ranging within [0, C) selects exactly one class: the selectors sum to
+    // that class's weight (1 without weights), not to a sum of equality atoms.
+    let total = match ar.index_bound(t) {
+        Some(b) if (b as usize) <= c => match w {
+            None => ar.int(1)?,
+            Some(w) => {
+                let mut args = vec![t];
+                args.extend(w.elems.iter().copied());
+                ar.app(Func::Lookup, args)?
+            }
+        },
+        _ => ar.sum(&wsum)?,
+    };
+    Ok((row, ar.mul(total, keep)?))
+}
+
+/// Whether target `t` is provably one of the classes `[0, c)` for every valid input: a
+/// constant among them, or a label whose range the classes cover (a label ranges over the
+/// smallest size it indexes, `shardproof_interp::index_bound_known`).
+fn target_in_range(ar: &Arena, t: ExprId, c: usize) -> bool {
+    match ar.as_const(t) {
+        Some(k) => k.to_usize().is_some_and(|k| k < c),
+        None => ar.index_bound(t).is_some_and(|b| (b as usize) <= c),
+    }
+}
+
+/// nll_loss_forward: per sample -w[t] x[t]; mean divides by the total weight. A target
+/// provably within the classes reads its entry by one lookup (`lookup(t, w_k·x_k)`, the terms
+/// the row shares outside it: [`Arena::lookup_in_range`]): O(1) atoms per sample however many
+/// classes, where the one-hot `Σ_k [t == k]·w_k·x_k` holds one selector per class; any other
+/// target selects by the one-hot.
 pub(crate) fn nll_loss_forward(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
     let x = ctx.tensor("self")?;
     let red = reduction_of(ctx)?;
-    let (onehot, weight) = nll_selectors(ctx, &x)?;
+    let t = ctx.tensor("target")?;
+    let w = ctx.opt_tensor("weight")?;
+    let ignore = ctx.int("ignore_index")?;
+    if x.shape.len() > 2 {
+        return Err(ctx.unsupported("nll_loss over more than 2 dims has no symbolic rule"));
+    }
     let (n, c) = nll_dims(&x);
     let m0 = ctx.out_meta(0)?;
     let m1 = ctx.out_meta(1)?;
     let ar = &mut *ctx.arena;
+    let ig = ar.int(ignore)?;
     let mut terms = Vec::with_capacity(n);
-    for (i, row) in onehot.iter().enumerate() {
-        let mut picked = Vec::with_capacity(c);
-        for (k, &sel) in row.iter().enumerate() {
-            picked.push(ar.mul(sel, x.elems[i * c + k])?);
-        }
-        let s = ar.sum(&picked)?;
-        terms.push(ar.neg(s)?);
+    let mut weight = Vec::with_capacity(n);
+    for i in 0..n {
+        let ti = t.elems[i];
+        let keep = nll_keep(ar, ti, ig)?;
+        let x_row = &x.elems[i * c..(i + 1) * c];
+        let (picked, total) = if target_in_range(ar, ti, c) {
+            let row = match &w {
+                Some(w) => (0..c)
+                    .map(|k| ar.mul(w.elems[k], x_row[k]))
+                    .collect::<Result<Vec<_>, _>>()?,
+                None => x_row.to_vec(),
+            };
+            let picked = ar.lookup_in_range(ti, &row)?;
+            let class_weight = match &w {
+                Some(w) => ar.lookup_in_range(ti, &w.elems)?,
+                None => ar.int(1)?,
+            };
+            let picked = ar.mul(picked, keep)?;
+            (picked, ar.mul(class_weight, keep)?)
+        } else {
+            let (row, total) = onehot_row(ar, ti, keep, w.as_ref(), c)?;
+            let mut selected = Vec::with_capacity(c);
+            for (k, &sel) in row.iter().enumerate() {
+                selected.push(ar.mul(sel, x_row[k])?);
+            }
+            (ar.sum(&selected)?, total)
+        };
+        terms.push(ar.neg(picked)?);
+        weight.push(total);
     }
     let total = ar.sum(&weight)?;
     if red == 0 && x.shape.len() == 2 {

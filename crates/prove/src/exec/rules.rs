@@ -784,14 +784,16 @@ pub(crate) fn symbolic_gather(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecE
     let mut out = Vec::with_capacity(index.numel());
     for p in 0..index.numel() {
         let coords: Vec<usize> = (0..rank).map(|k| p / ist[k] % index.shape[k]).collect();
-        let mut args = vec![index.elems[p]];
+        let mut table = Vec::with_capacity(n);
         for j in 0..n {
             let at: usize = (0..rank)
                 .map(|k| if k == d { j } else { coords[k] } * xst[k])
                 .sum();
-            args.push(x.elems[at]);
+            table.push(x.elems[at]);
         }
-        out.push(ctx.arena.app(Func::Lookup, args)?);
+        // In range (checked above): a term every entry shares (a max subtracted from the
+        // row) comes out of the lookup, as it does from the spec's nll row.
+        out.push(ctx.arena.lookup_in_range(index.elems[p], &table)?);
     }
     let dtype = ctx.out_meta(0).map(|m| m.dtype).unwrap_or(x.dtype);
     Ok(vec![SymTensor::new(dtype, index.shape.clone(), out)])

@@ -97,7 +97,27 @@ pub struct Z3 {
     solver: Z3_solver,
     real: Z3_sort,
     int: Z3_sort,
+    timeout_ms: u32,
 }
+
+/// What a check found, read on the solver's own thread ([`Z3::check_apart`]).
+pub struct Checked {
+    /// The answer.
+    pub answer: Answer,
+    /// After sat: the model's values of the terms asked for ([`Z3::model_values`]).
+    pub values: Vec<Option<String>>,
+    /// After unknown: why ([`Z3::reason_unknown`]).
+    pub reason: String,
+}
+
+/// The terms whose model values a check on another thread reads.
+struct Terms(Vec<Ast>);
+
+// SAFETY: a context is used by one thread at a time: `check_apart` moves it, with its ASTs,
+// to the thread that checks and then drops it; the caller keeps no handle into it.
+unsafe impl Send for Z3 {}
+// SAFETY: as for `Z3`: the ASTs move with their context and are read only by its thread.
+unsafe impl Send for Terms {}
 
 // SAFETY notes for the calls below: every handle passed to libz3 was created by this context,
 // which outlives them (dropped last, in `Drop`); strings are NUL-terminated CStrings that live
@@ -126,6 +146,7 @@ impl Z3 {
                 solver,
                 real,
                 int,
+                timeout_ms,
             }
         }
     }
@@ -243,6 +264,35 @@ impl Z3 {
             -1 => Answer::Unsat,
             _ => Answer::Unknown,
         }
+    }
+
+    /// Checks on a thread of its own and waits at most the time limit and `grace`: Z3 does not
+    /// always honour its `timeout` (a non-linear goal of 304 terms ran for minutes past 10 s in
+    /// Z3 4.8.12, its cancel flag unread, so `Z3_interrupt` does not stop it either). Past the
+    /// wait, `None`: the goal is unknown, and the thread is left to finish and free the
+    /// context on its own (it holds nothing of the caller's).
+    pub fn check_apart(self, grace: std::time::Duration, terms: Vec<Ast>) -> Option<Checked> {
+        let limit = std::time::Duration::from_millis(u64::from(self.timeout_ms)) + grace;
+        let terms = Terms(terms);
+        let (send, receive) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let terms = terms;
+            let answer = self.check();
+            let checked = Checked {
+                answer,
+                values: match answer {
+                    Answer::Sat => self.model_values(&terms.0),
+                    _ => Vec::new(),
+                },
+                reason: match answer {
+                    Answer::Unknown => self.reason_unknown(),
+                    _ => String::new(),
+                },
+            };
+            // The caller may have stopped waiting: nothing to tell it then.
+            let _ = send.send(checked);
+        });
+        receive.recv_timeout(limit).ok()
     }
 
     /// Why the last check was unknown.

@@ -488,6 +488,9 @@ fn propagate_rank_from(
                 // dims still pending there (`folded_pending`), and whether the call is the
                 // all-reduce that sums the shares (`commit_folded`).
                 let mut folded_reads: Vec<(usize, u64, bool)> = Vec::new();
+                // Mesh dims on which a division the microbatch average read as the 1/K made a
+                // term a share (`ScaleRecord::divisions_read_as_k`).
+                let mut microbatch_divisions = 0u64;
                 for m in 0..nd {
                     // An input unknown on this mesh dim: the rule is not called (below, after
                     // the ring and rows readings, which keep `Unknown` as it is). Skipped
@@ -963,7 +966,9 @@ fn propagate_rank_from(
                         input_scale_unknown,
                         why: scaling_why,
                         folded,
+                        divisions_read_as_k,
                     } = scale_records(&site, in_group, lift_reads_scaled, &violation, &mut result);
+                    microbatch_divisions |= divisions_read_as_k;
                     // On a pipeline dim, `Replicate()` claims every stage holds this tensor;
                     // the rules assume one program on every coordinate, which stages do not
                     // run. Only a collective over the stages (its result is the same on every
@@ -1134,6 +1139,14 @@ fn propagate_rank_from(
                     }
                 }
                 commit_folded(sh, (r, i), nout, base, done, &folded_reads, &mut rp);
+                // One division is the microbatches' 1/K or a share of another mesh dim, not both.
+                for k in (0..nd.min(64)).filter(|&k| microbatch_divisions & (1 << k) != 0) {
+                    for o in 0..nout {
+                        rp.scaled[(base + o) * nd + k] = false;
+                        rp.folded_pending[(base + o) * nd + k] = 0;
+                        rp.folded_summed[(base + o) * nd + k] = 0;
+                    }
+                }
                 // The division by n made up for a `times_n` dim: no other mesh dim may take it
                 // as its own 1/n as well (`scaled`), or one factor would count twice.
                 if consumed {

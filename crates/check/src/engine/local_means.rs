@@ -53,6 +53,14 @@ impl Pieces {
     }
 }
 
+/// The answers of a run's walks, per mesh dim asked about: every value a walk reads comes
+/// before the call asking (or from another rank's finished run), so its answer holds for the
+/// rest of the run.
+#[derive(Default)]
+pub(super) struct Memo {
+    per_dim: HashMap<usize, HashMap<(usize, ValueId), Pieces>>,
+}
+
 /// One walk's state: the rank being propagated (`r`, its placements so far `rp`), the other
 /// ranks' placements (`done`), the mesh dim asked about (`k`), and the answers so far.
 pub(super) struct LocalMeans<'a, 's> {
@@ -72,13 +80,15 @@ enum Step {
 }
 
 impl<'a, 's> LocalMeans<'a, 's> {
-    /// A walk about mesh dim `k` from rank `r` (placements so far `rp`).
+    /// A walk about mesh dim `k` from rank `r` (placements so far `rp`), starting from the
+    /// answers of the run's earlier walks (`memo`; give them back with [`Self::finish`]).
     pub(super) fn new(
         sh: &'a Shared<'s>,
         r: usize,
         rp: &'a RankPlacements,
         done: &'a [Option<Arc<RankPlacements>>],
         k: usize,
+        memo: &mut Memo,
     ) -> Self {
         LocalMeans {
             sh,
@@ -86,9 +96,14 @@ impl<'a, 's> LocalMeans<'a, 's> {
             rp,
             done,
             k,
-            memo: HashMap::new(),
+            memo: memo.per_dim.remove(&k).unwrap_or_default(),
             visits: 0,
         }
+    }
+
+    /// Hands this walk's answers back to the run's `memo`.
+    pub(super) fn finish(self, memo: &mut Memo) {
+        memo.per_dim.insert(self.k, self.memo);
     }
 
     /// The answer for value `v` of rank `q`.

@@ -231,6 +231,9 @@ fn propagate_rank_from(
     // vocabulary shard is checked at the write-back (`vocab::update_shard`), not at the update.
     let updates = crate::vocab::update_values(g);
     let mut dual_used: HashMap<String, usize> = HashMap::new();
+    // Per mesh dim, the local-means walk's answers so far (`local_means`): the values it
+    // reads come before the call or from other ranks' finished runs, so they hold for the run.
+    let mut local_means_memo = local_means::Memo::default();
     let mut rule_of: HashMap<&OpName, Option<&'static rules::Rule>> = HashMap::new();
     let mut def_of: HashMap<&OpName, Option<&OpDef>> = HashMap::new();
     let mut dual_lifts = std::mem::take(&mut rp.dual_lifts);
@@ -1138,7 +1141,15 @@ fn propagate_rank_from(
                         }
                     }
                 }
-                commit_folded(sh, (r, i), nout, base, done, &folded_reads, &mut rp);
+                commit_folded(
+                    sh,
+                    (r, i),
+                    nout,
+                    base,
+                    (done, &mut local_means_memo),
+                    &folded_reads,
+                    &mut rp,
+                );
                 // One division is the microbatches' 1/K or a share of another mesh dim, not both.
                 for k in (0..nd.min(64)).filter(|&k| microbatch_divisions & (1 << k) != 0) {
                     for o in 0..nout {
@@ -1365,7 +1376,10 @@ fn commit_folded(
     (r, i): (usize, usize),
     nout: usize,
     base: usize,
-    done: &[Option<std::sync::Arc<RankPlacements>>],
+    (done, memo): (
+        &[Option<std::sync::Arc<RankPlacements>>],
+        &mut local_means::Memo,
+    ),
     folded_reads: &[(usize, u64, bool)],
     rp: &mut RankPlacements,
 ) {
@@ -1386,11 +1400,12 @@ fn commit_folded(
                     .into_iter()
                     .filter(|&v| rp.of(v, nd)[m].is_partial())
                     .collect();
-                let mut walk = local_means::LocalMeans::new(sh, r, rp, done, k);
+                let mut walk = local_means::LocalMeans::new(sh, r, rp, done, k, memo);
                 let all_local = !partials.is_empty()
                     && partials
                         .iter()
                         .all(|&v| walk.of(r, v) == local_means::Pieces::LocalMean);
+                walk.finish(memo);
                 Some(all_local)
             } else {
                 None

@@ -727,9 +727,7 @@ pub(crate) fn microbatch_average(
     // Each term `M / K`: (M, K).
     let mut parts = Vec::new();
     for &t in &terms {
-        let Some((op, args, kwargs)) = call(t.node) else {
-            return None;
-        };
+        let (op, args, kwargs) = call(t.node)?;
         let x = match args.get(1) {
             Some(Arg::Float(x)) => *x,
             Some(Arg::Int(x)) => *x as f64,
@@ -740,9 +738,7 @@ pub(crate) fn microbatch_average(
             "mul" if x != 0.0 => 1.0 / x,
             _ => return None,
         };
-        let Some(&m) = g.nodes[t.node].inputs().first() else {
-            return None;
-        };
+        let &m = g.nodes[t.node].inputs().first()?;
         if t.output != 0 || args.len() != 2 || !kwargs.is_empty() || m.node == t.node {
             return None;
         }
@@ -785,9 +781,7 @@ pub(crate) fn microbatch_average(
         if place(m) != Place::Partial(crate::place::Red::Avg) || !(known || shared) {
             return None;
         }
-        let Some(r) = mean_rows(g, m, place).and_then(root) else {
-            return None;
-        };
+        let r = mean_rows(g, m, place).and_then(root)?;
         roots.push(r);
     }
     let (_, chain0, size, _, _) = roots[0].clone();

@@ -1,5 +1,5 @@
-//! A folded share lifted by a partial plus it while dp still shards it (`engine/mod.rs`
-//! `commit_folded`, `engine/local_means.rs`; issue 44). The share's pieces on dp are local
+//! A folded share lifted by a partial plus it while dp still shards it (`engine/local_means.rs`
+//! `commit_folded`; issue 44). The share's pieces on dp are local
 //! means (each dp times the spec's); the sum is one tensor only where the partial's pieces on
 //! dp are local means too: the main loss gradient (`nll_loss_backward` with the mean over the
 //! rank's rows) beside the balance loss's share, as DeepSeek's router gradient adds them.
@@ -73,7 +73,7 @@ fn run(mesh: (usize, usize), partial: &str, dp_op: &str) -> (Verdict, bool, Stri
 }
 
 /// The words of a lift whose partial's pieces are not known to be local means
-/// (`engine::commit_folded`).
+/// (`engine::local_means::commit_folded`).
 const MIXED: &str = "not known to be local means";
 
 /// Meshes the cases run on.

@@ -1,5 +1,5 @@
 //! Adversarial review of the folded mean's share tracking (`engine/scaling.rs`
-//! `folded_share`, `consumed_folded`; `engine/mod.rs` `commit_folded`; issue 44).
+//! `folded_share`, `consumed_folded`; `engine/local_means.rs` `commit_folded`; issue 44).
 //!
 //! The spec computes `sum(neg(neg(neg(a))) * (1/B))` on tokens `a [B, C]`. Each rank does the
 //! same on its piece of `a` (sharded on dp, and on cp where the mesh has one) with its own

@@ -1,6 +1,7 @@
 //! Whether a value's pieces on a mesh dim are *local means* (issue 44): each piece `n_k` times
 //! the spec's piece, because the rank normalized a mean loss by its own count of a batch that
-//! mesh dim `k` splits.
+//! mesh dim `k` splits; and the commitment of a folded share read as a share
+//! ([`commit_folded`]), which asks it.
 //!
 //! A folded share (`scaling::FoldedShare`) lifted by a partial plus it while `k` still shards
 //! the share (`commit_folded`) leaves `k`'s pieces each `n_k` times the spec's on the share's
@@ -23,7 +24,7 @@
 //! walk records how the rank normalized by its own count, not the value's factor.
 
 use super::{RankPlacements, Shared};
-use crate::place::Place;
+use crate::place::{Place, Red};
 use crate::rules;
 use shardproof_ir::{Arg, NodeKind, ValueId};
 use std::collections::{HashMap, HashSet};
@@ -391,5 +392,93 @@ fn same(a: &[Pieces]) -> Pieces {
         None => Pieces::Spec,
         Some(&p) if a.iter().all(|&x| x == p) => p,
         Some(_) => Pieces::Unknown,
+    }
+}
+
+/// A folded share read as a share (a lift on mesh dim `m`, `folded_reads`) commits to its
+/// reading: the rank's factor was a local mean over the other mesh dims still pending, so
+/// their pieces are each `n_k` times the spec's. Where the call is the all-reduce that sums
+/// the shares, pieces of `k` already summed into a partial (`Partial(sum)`) average instead
+/// (`Partial(avg)`: a later sum over `k` is `n_k` times the tensor, `times_n`). Where it is a
+/// partial plus the share while `k` still shards it, the sum is one tensor only where the
+/// partial's pieces on `k` are local means too (`local_means`): else `k` is `Unknown`. A shard
+/// of `k` summed by the all-reduce is `Unknown` (a shard carries no factor), and so is any
+/// other placement on `k` (the pieces gathered, or a partial that another call mixed with
+/// other terms).
+pub(super) fn commit_folded(
+    sh: &Shared,
+    (r, i): (usize, usize),
+    nout: usize,
+    base: usize,
+    (done, memo): (&[Option<std::sync::Arc<RankPlacements>>], &mut Memo),
+    folded_reads: &[(usize, u64, bool)],
+    rp: &mut RankPlacements,
+) {
+    let mesh = &sh.program.mesh;
+    let nd = mesh.dims.len();
+    for &(m, pending, lifted) in folded_reads {
+        for k in (0..nd.min(64)).filter(|&k| pending & (1 << k) != 0) {
+            // The partial's pieces on `k` beside a share still sharded there: local means?
+            let sharded = (0..nout).any(|o| {
+                matches!(
+                    rp.places[(base + o) * nd + k],
+                    Place::Shard(_) | Place::Blocked(..) | Place::Rows(..)
+                )
+            });
+            let partial_pieces = if sharded && !lifted {
+                let inputs = sh.program.ranks[r].nodes[i].inputs();
+                let partials: Vec<ValueId> = inputs
+                    .into_iter()
+                    .filter(|&v| rp.of(v, nd)[m].is_partial())
+                    .collect();
+                let mut walk = LocalMeans::new(sh, r, rp, done, k, memo);
+                let all_local = !partials.is_empty()
+                    && partials.iter().all(|&v| walk.of(r, v) == Pieces::LocalMean);
+                walk.finish(memo);
+                Some(all_local)
+            } else {
+                None
+            };
+            for o in 0..nout {
+                let at = (base + o) * nd + k;
+                let why = match rp.places[at] {
+                    Place::Partial(Red::Sum) if lifted => {
+                        rp.places[at] = Place::Partial(Red::Avg);
+                        None
+                    }
+                    // A partial plus the share while `k` still shards both: their pieces on
+                    // `k` are local means alike, and stay so (`local_means` reads the share's
+                    // records on).
+                    Place::Shard(_) | Place::Blocked(..) | Place::Rows(..)
+                        if partial_pieces == Some(true) =>
+                    {
+                        None
+                    }
+                    Place::Shard(_) | Place::Blocked(..) | Place::Rows(..) if !lifted => {
+                        Some(format!(
+                            "a share on mesh dim `{}` read by a folded mean (pieces each n times \
+                             the spec's on mesh dim `{}`, a local mean) is added to a partial \
+                             whose pieces there are not known to be local means: the sum mixes \
+                             two factors",
+                            mesh.dims[m].0, mesh.dims[k].0
+                        ))
+                    }
+                    Place::Unknown => None,
+                    // An all-reduce sum of the shares while `k` still shards them, or any
+                    // other placement: the pieces on `k` are each `n_k` times the spec's,
+                    // which the placement does not carry.
+                    _ => Some(format!(
+                        "a share on mesh dim `{}` read by a folded mean leaves pieces \
+                         each n times the spec's on mesh dim `{}` (a local mean), in a \
+                         placement that does not carry them",
+                        mesh.dims[m].0, mesh.dims[k].0
+                    )),
+                };
+                if let Some(why) = why {
+                    rp.places[at] = Place::Unknown;
+                    rp.unknown_sources.push((i, why));
+                }
+            }
+        }
     }
 }

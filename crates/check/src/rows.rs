@@ -674,25 +674,32 @@ fn mean_rows(
 /// dim: `scale_unknown`) is the average of K microbatch means (gradient accumulation:
 /// `M_0 / K + .. + M_(K-1) / K`, through nested adds), so that its pieces are the means over
 /// the rank's whole shard, as a program without microbatches computes them (issue 44).
+/// Returns `Some(0)` where every `M_k`'s factor is known, `Some(k + 1)` where every `M_k` is
+/// the same pending share of mesh dim `k` (`share_of`: its factor is unknown only by a
+/// division by `k`'s size, which a sum over `k` makes up for): the average is that share of
+/// the average, and `None` where it is not proven. With it, each term and its mean (the
+/// divisions read as the 1/K).
 ///
 /// Proven only where: every term is `div(M_k, K)` (or `mul(M_k, 1/K)`) with one K, there are
 /// exactly K terms, each `M_k` is `Partial(avg)` on the mesh dim (`place`) with a known factor
-/// (`scale_unknown` false) and computed from rows of a selection (its first input holding
+/// (`scale_unknown` false), or every `M_k` with the same pending share (`share_of`, nonzero,
+/// one for all), and computed from rows of a selection (its first input holding
 /// `Rows` is the mean's rows); the K selections, read through merging views (one chain of
 /// factors for all), are slices of the rank's plain shard (no parent) of one local size,
 /// step 1, each a K-th of it, at distinct starts (together: the whole shard, each row once);
 /// and every `M_k` is the same expression as `M_0` where every slice or recv holding rows of
 /// selection 0 pairs with one of the same operator (a slice of the same input along the same
 /// dim) holding selection k's rows, all else equal, literals included. A wrong K, a term
-/// missing or repeated, microbatches of unequal or overlapping rows, or a term that reads
-/// another microbatch's rows anywhere is not proven.
+/// missing or repeated, microbatches of unequal or overlapping rows, a term with another
+/// share or none, or a term that reads another microbatch's rows anywhere is not proven.
 pub(crate) fn microbatch_average(
     g: &shardproof_ir::Graph,
     i: usize,
     place: &dyn Fn(ValueId) -> Place,
     scale_unknown: &dyn Fn(ValueId) -> bool,
+    share_of: &dyn Fn(ValueId) -> u8,
     table: &RowTable,
-) -> bool {
+) -> Option<MicrobatchAverage> {
     use shardproof_ir::NodeKind;
     let call = |j: usize| match &g.nodes[j].kind {
         NodeKind::Call { op, args, kwargs } => Some((op, args, kwargs)),
@@ -720,30 +727,26 @@ pub(crate) fn microbatch_average(
     // Each term `M / K`: (M, K).
     let mut parts = Vec::new();
     for &t in &terms {
-        let Some((op, args, kwargs)) = call(t.node) else {
-            return false;
-        };
+        let (op, args, kwargs) = call(t.node)?;
         let x = match args.get(1) {
             Some(Arg::Float(x)) => *x,
             Some(Arg::Int(x)) => *x as f64,
-            _ => return false,
+            _ => return None,
         };
         let k = match op.name.as_str() {
             "div" => x,
             "mul" if x != 0.0 => 1.0 / x,
-            _ => return false,
+            _ => return None,
         };
-        let Some(&m) = g.nodes[t.node].inputs().first() else {
-            return false;
-        };
+        let &m = g.nodes[t.node].inputs().first()?;
         if t.output != 0 || args.len() != 2 || !kwargs.is_empty() || m.node == t.node {
-            return false;
+            return None;
         }
         parts.push((m, k));
     }
     let count = parts.len();
     if count < 2 || parts.iter().any(|&(_, k)| (k - count as f64).abs() > 1e-9) {
-        return false;
+        return None;
     }
     // Each mean's rows: the selection, resolved through merging views to its slice.
     let root = |mut id: u16| {
@@ -770,31 +773,33 @@ pub(crate) fn microbatch_average(
         }
     };
     let mut roots = Vec::new();
+    // The pending share every term's mean holds (0: none, every factor known).
+    let share = parts.first().map_or(0, |&(m, _)| share_of(m));
     for &(m, _) in &parts {
-        if place(m) != Place::Partial(crate::place::Red::Avg) || scale_unknown(m) {
-            return false;
+        let known = !scale_unknown(m) && share == 0;
+        let shared = scale_unknown(m) && share != 0 && share_of(m) == share;
+        if place(m) != Place::Partial(crate::place::Red::Avg) || !(known || shared) {
+            return None;
         }
-        let Some(r) = mean_rows(g, m, place).and_then(root) else {
-            return false;
-        };
+        let r = mean_rows(g, m, place).and_then(root)?;
         roots.push(r);
     }
     let (_, chain0, size, _, _) = roots[0].clone();
     if size % count != 0 {
-        return false;
+        return None;
     }
     let piece = size / count;
     let mut starts: Vec<usize> = Vec::new();
     for (_, chain, s, start, end) in &roots {
         if *chain != chain0 || *s != size || end - start != piece || start % piece != 0 {
-            return false;
+            return None;
         }
         starts.push(*start);
     }
     starts.sort_unstable();
     starts.dedup();
     if starts.len() != count {
-        return false;
+        return None;
     }
     // The selection's root of a value, where it holds rows.
     let rows_root = |v: ValueId| match place(v) {
@@ -802,7 +807,7 @@ pub(crate) fn microbatch_average(
         _ => None,
     };
     let (m0, id0) = (parts[0].0, roots[0].0);
-    parts.iter().zip(&roots).skip(1).all(|(&(mk, _), rk)| {
+    let alike = parts.iter().zip(&roots).skip(1).all(|(&(mk, _), rk)| {
         let idk = rk.0;
         let leaf = |x: usize, y: usize| {
             let (vx, vy) = (ValueId::new(x, 0), ValueId::new(y, 0));
@@ -848,5 +853,20 @@ pub(crate) fn microbatch_average(
                 &leaf,
                 &|_, _| false,
             )
+    });
+    alike.then(|| MicrobatchAverage {
+        share,
+        terms: terms
+            .into_iter()
+            .zip(parts.iter().map(|&(m, _)| m))
+            .collect(),
     })
+}
+
+/// A proven microbatch average ([`microbatch_average`]).
+pub(crate) struct MicrobatchAverage {
+    /// The pending share every microbatch's mean holds (`share_of`: k + 1; 0: none).
+    pub share: u8,
+    /// Each term `M_k / K` and its mean `M_k`.
+    pub terms: Vec<(ValueId, ValueId)>,
 }

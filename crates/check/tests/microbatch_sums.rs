@@ -8,18 +8,64 @@
 //! `rows::microbatch_average` finds a microbatch mean's rows below a sum of means (each
 //! term's selection; the whole expression must still read that one selection only). Both
 //! correct programs were inconclusive on the base (981d5a9^). Every other case computes a
-//! wrong value (the arithmetic is given at each) and must stay not held.
+//! wrong value (the arithmetic is given at each) and must stay not held. Every case also runs
+//! through the reference interpreter against its spec, so an expectation that misreads a
+//! program fails: a case that holds must compute the spec's value, a case that must not hold
+//! must compute another.
 
 mod common;
 
 use shardproof_check::Verdict;
+use shardproof_ir::DType;
+use shardproof_ops::{Meta, Tensor};
+
+/// A float tensor of `shape` with entries from a fixed sequence (`seed` picks the tensor).
+fn data(seed: usize, shape: &[usize]) -> Tensor {
+    let n: usize = shape.iter().product();
+    Tensor::new(
+        Meta::new(DType::F32, shape.to_vec()),
+        (0..n)
+            .map(|i| ((i * 37 + seed * 11) % 17) as f64 / 8.0 - 1.0)
+            .collect(),
+    )
+}
+
+/// Rows `start..end` of the 2-d tensor `t`.
+fn rows(t: &Tensor, start: usize, end: usize) -> Tensor {
+    let cols = t.meta.shape[1];
+    Tensor::new(
+        Meta::new(t.meta.dtype, vec![end - start, cols]),
+        t.data[start * cols..end * cols].to_vec(),
+    )
+}
+
+/// Asserts the case holds and computes the spec's value.
+fn assert_right_holds((verdict, right): (Verdict, bool)) {
+    assert!(right, "the interpreter finds the program wrong");
+    assert_eq!(verdict, Verdict::Holds);
+}
+
+/// Asserts the case computes another value than the spec's and does not hold.
+fn assert_wrong_not_held((verdict, right): (Verdict, bool)) {
+    assert!(!right, "the interpreter finds the program right");
+    assert_ne!(verdict, Verdict::Holds);
+}
+
+/// The pipeline cases' inputs: `x [4, 8]`, `w0`, `w1 [8, 8]`.
+fn pipeline_leaf(name: &str) -> Tensor {
+    match name {
+        "x" => data(0, &[4, 8]),
+        "w0" => data(1, &[8, 8]),
+        _ => data(2, &[8, 8]),
+    }
+}
 
 /// Pipeline (`pp=2`, 2 microbatches of `x: f32[4, 8]`, rows 0:2 and 2:4): the spec computes
 /// `s = (mean(h) + mean(relu(h) @ w1)) + mean(relu(h))` with `h = x @ w0` (no spec node adds
 /// stage 0's two terms alone); stage 0 the first and third terms, stage 1 the second (receiving `relu(h_k)` with tag k). `stage0` is stage 0's
 /// lines after each microbatch's `m{k} = mean(h_k)`, `q{k} = mean(relu(h_k))` and its send,
 /// ending in `t`; stage 1 adds `mean(recv_k @ w1) / 2`.
-fn pipeline(stage0: &str, dir: &str) -> Verdict {
+fn pipeline(stage0: &str, dir: &str) -> (Verdict, bool) {
     let module = |params: &str, body: &str| {
         format!(
             "class GraphModule(torch.nn.Module):\n    def forward(self, {params}):\n{body}        return (s,)\n"
@@ -79,7 +125,13 @@ fn pipeline(stage0: &str, dir: &str) -> Verdict {
                 .to_string(),
         ),
     ];
-    common::hand::check_files(&format!("stage-sum-terms-{dir}"), &files)
+    common::hand::check_and_run_files(
+        &format!("stage-sum-terms-{dir}"),
+        &files,
+        "s",
+        pipeline_leaf,
+        |_, name| pipeline_leaf(name),
+    )
 }
 
 /// Stage 0's `t = (a0 + b0) / k0 + (a1 + b1) / k1` for terms `[(a0, b0, k0), (a1, b1, k1)]`.
@@ -98,21 +150,21 @@ fn divided_sums(terms: [(&str, &str, u32); 2]) -> String {
 fn a_stage_dividing_each_microbatchs_sum_by_k_holds() {
     // Base: inconclusive (the atom `(m0 + q0) / 2` is no spec term).
     let body = divided_sums([("m0", "q0", 2), ("m1", "q1", 2)]);
-    assert_eq!(pipeline(&body, "holds"), Verdict::Holds);
+    assert_right_holds(pipeline(&body, "holds"));
 }
 
 #[test]
 fn a_sum_divided_by_another_count_is_not_held() {
     // (m0 + q0) / 4 + (m1 + q1) / 4: half the stage's terms.
     let body = divided_sums([("m0", "q0", 4), ("m1", "q1", 4)]);
-    assert_ne!(pipeline(&body, "count"), Verdict::Holds);
+    assert_wrong_not_held(pipeline(&body, "count"));
 }
 
 #[test]
 fn one_microbatchs_sum_undivided_is_not_held() {
     // (m0 + q0) / 2 + (m1 + q1) / 1: microbatch 1 counted twice.
     let body = divided_sums([("m0", "q0", 2), ("m1", "q1", 1)]);
-    assert_ne!(pipeline(&body, "undivided"), Verdict::Holds);
+    assert_wrong_not_held(pipeline(&body, "undivided"));
 }
 
 #[test]
@@ -125,7 +177,7 @@ fn a_sum_divided_twice_is_not_held() {
                 \x20       c1: \"f32[]\" = torch.ops.aten.div.Scalar(u1, 2)\n\
                 \x20       d1: \"f32[]\" = torch.ops.aten.div.Scalar(c1, 2)\n\
                 \x20       t: \"f32[]\" = torch.ops.aten.add.Tensor(d0, d1)\n";
-    assert_ne!(pipeline(body, "twice"), Verdict::Holds);
+    assert_wrong_not_held(pipeline(body, "twice"));
 }
 
 #[test]
@@ -137,14 +189,14 @@ fn divided_sums_divided_again_are_not_held() {
                 \x20       d1: \"f32[]\" = torch.ops.aten.div.Scalar(u1, 2)\n\
                 \x20       w: \"f32[]\" = torch.ops.aten.add.Tensor(d0, d1)\n\
                 \x20       t: \"f32[]\" = torch.ops.aten.div.Scalar(w, 2)\n";
-    assert_ne!(pipeline(body, "again"), Verdict::Holds);
+    assert_wrong_not_held(pipeline(body, "again"));
 }
 
 #[test]
 fn a_sum_repeating_one_term_is_not_held() {
     // (m0 + m0) / 2 + (m1 + q1) / 2: q0 missing, m0 counted twice.
     let body = divided_sums([("m0", "m0", 2), ("m1", "q1", 2)]);
-    assert_ne!(pipeline(&body, "repeat"), Verdict::Holds);
+    assert_wrong_not_held(pipeline(&body, "repeat"));
 }
 
 #[test]
@@ -156,13 +208,13 @@ fn a_sum_nested_in_a_sum_divided_alike_holds() {
                 \x20       b1: \"f32[]\" = torch.ops.aten.div.Scalar(q1, 2)\n\
                 \x20       d1: \"f32[]\" = torch.ops.aten.add.Tensor(a1, b1)\n\
                 \x20       t: \"f32[]\" = torch.ops.aten.add.Tensor(d0, d1)\n";
-    assert_eq!(pipeline(body, "mixed"), Verdict::Holds);
+    assert_right_holds(pipeline(body, "mixed"));
 }
 
 /// Data parallel (`dp=2`, `x: f32[8, 8]` sharded on rows, `f32[4, 8]` per rank): the spec
 /// computes `loss = mean(x * x) + mean(x)`; each rank runs `body` (reading `x`,
 /// writing `t`, its loss piece), then `loss = all_reduce(t, sum) / 2`.
-fn data_parallel(body: &str, dir: &str) -> Verdict {
+fn data_parallel(body: &str, dir: &str) -> (Verdict, bool) {
     let graph = |rows: u32, body: &str| {
         format!(
             "class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[{rows}, 8]\"):\n{body}        return (loss,)\n"
@@ -188,7 +240,14 @@ fn data_parallel(body: &str, dir: &str) -> Verdict {
                 .to_string(),
         ),
     ];
-    common::hand::check_files(&format!("mb-sums-{dir}"), &files)
+    let x = data(3, &[8, 8]);
+    common::hand::check_and_run_files(
+        &format!("mb-sums-{dir}"),
+        &files,
+        "loss",
+        |_| x.clone(),
+        |q, _| rows(&x, 4 * q, 4 * q + 4),
+    )
 }
 
 /// Microbatch `k`'s sum of means `M{k} = mean(s * s) + mean(z)` with `s` the rows `a`
@@ -218,28 +277,28 @@ const DP_SUM: &str = "        t: \"f32[]\" = torch.ops.aten.add.Tensor(d0, d1)\n
 fn microbatch_sums_of_means_hold() {
     // Base: inconclusive (no rows found on `M_k`, an add of means: the 1/2 stays unknown).
     let body = sum_of_means(0, (0, 2), (0, 2), 2) + &sum_of_means(1, (2, 4), (2, 4), 2) + DP_SUM;
-    assert_eq!(data_parallel(&body, "holds"), Verdict::Holds);
+    assert_right_holds(data_parallel(&body, "holds"));
 }
 
 #[test]
 fn a_sum_of_means_reading_another_microbatch_is_not_held() {
     // M1's second mean over rows 0:2 again: mean(x[0:2]) counted twice, x[2:4] never.
     let body = sum_of_means(0, (0, 2), (0, 2), 2) + &sum_of_means(1, (2, 4), (0, 2), 2) + DP_SUM;
-    assert_ne!(data_parallel(&body, "other"), Verdict::Holds);
+    assert_wrong_not_held(data_parallel(&body, "other"));
 }
 
 #[test]
 fn sums_of_means_divided_by_another_count_are_not_held() {
     // Each microbatch's sum divided by 4: half the loss.
     let body = sum_of_means(0, (0, 2), (0, 2), 4) + &sum_of_means(1, (2, 4), (2, 4), 4) + DP_SUM;
-    assert_ne!(data_parallel(&body, "count"), Verdict::Holds);
+    assert_wrong_not_held(data_parallel(&body, "count"));
 }
 
 #[test]
 fn sums_of_means_over_unequal_rows_are_not_held() {
     // Microbatches of 1 and 3 rows: their means weigh rows unequally.
     let body = sum_of_means(0, (0, 1), (0, 1), 2) + &sum_of_means(1, (1, 4), (1, 4), 2) + DP_SUM;
-    assert_ne!(data_parallel(&body, "unequal"), Verdict::Holds);
+    assert_wrong_not_held(data_parallel(&body, "unequal"));
 }
 
 /// Pipeline and tensor parallel (`pp=2 x tp=2`, ranks `2 * pp + tp`, 2 microbatches of
@@ -248,7 +307,7 @@ fn sums_of_means_over_unequal_rows_are_not_held() {
 /// microbatch's `m{k} = sum(h_k)`, `q{k} = sum(relu(h_k))` (rows `rows[k]` of its `x`), then
 /// `stage0` (ending in `t`), all-reduced over `tp` and then over `pp`; stage 1 adds its
 /// `sum(recv_k @ w1)` and all-reduces over `pp`. Sums over microbatches are not divided.
-fn pipeline_tp(x_place: &str, rows: [(u32, u32); 2], stage0: &str, dir: &str) -> Verdict {
+fn pipeline_tp(x_place: &str, micro: [(u32, u32); 2], stage0: &str, dir: &str) -> (Verdict, bool) {
     let module = |params: &str, body: &str| {
         format!(
             "class GraphModule(torch.nn.Module):\n    def forward(self, {params}):\n{body}        return (s,)\n"
@@ -262,10 +321,10 @@ fn pipeline_tp(x_place: &str, rows: [(u32, u32); 2], stage0: &str, dir: &str) ->
                 \x20       n: \"f32[]\" = torch.ops.aten.sum.default(g)\n\
                 \x20       u: \"f32[]\" = torch.ops.aten.add.Tensor(m, n)\n\
                 \x20       s: \"f32[]\" = torch.ops.aten.add.Tensor(u, q)\n";
-    let local = rows[1].1;
+    let local = micro[1].1;
     let mut first = String::new();
     let mut second = String::new();
-    for (k, (b, e)) in rows.into_iter().enumerate() {
+    for (k, (b, e)) in micro.into_iter().enumerate() {
         let len = e - b;
         first += &format!(
             "        x{k}: \"f32[{len}, 8]\" = torch.ops.aten.slice.Tensor(x, 0, {b}, {e})\n\
@@ -311,7 +370,18 @@ fn pipeline_tp(x_place: &str, rows: [(u32, u32); 2], stage0: &str, dir: &str) ->
             ),
         ),
     ];
-    common::hand::check_files(&format!("stage-tp-shares-{dir}"), &files)
+    // Rank `2 * pp + tp`: under `{ tp: Shard(0) }` stage 0's tp rank t holds rows 2t..2t+2.
+    let split = x_place.contains("Shard");
+    common::hand::check_and_run_files(
+        &format!("stage-tp-shares-{dir}"),
+        &files,
+        "s",
+        pipeline_leaf,
+        |q, name| match name {
+            "x" if split => rows(&pipeline_leaf("x"), 2 * (q % 2), 2 * (q % 2) + 2),
+            _ => pipeline_leaf(name),
+        },
+    )
 }
 
 /// Stage 0's `t = (m0 / 2 + q0 / 2) + (m1 / 2 + q1 / 2)`: each term's tensor-parallel share.
@@ -327,7 +397,7 @@ const TP_SHARES: &str = "        a0: \"f32[]\" = torch.ops.aten.div.Scalar(m0, 2
 fn stage_shares_summed_over_tp_first_hold() {
     // Base: inconclusive (the pp all-reduce's input is a tp all-reduce, no spec term).
     let v = pipeline_tp("Replicate()", [(0, 2), (2, 4)], TP_SHARES, "holds");
-    assert_eq!(v, Verdict::Holds);
+    assert_right_holds(v);
 }
 
 #[test]
@@ -337,7 +407,7 @@ fn stage_terms_summed_over_tp_undivided_are_not_held() {
                 \x20       u1: \"f32[]\" = torch.ops.aten.add.Tensor(m1, q1)\n\
                 \x20       t: \"f32[]\" = torch.ops.aten.add.Tensor(u0, u1)\n";
     let v = pipeline_tp("Replicate()", [(0, 2), (2, 4)], body, "undivided");
-    assert_ne!(v, Verdict::Holds);
+    assert_wrong_not_held(v);
 }
 
 #[test]
@@ -345,5 +415,5 @@ fn stage_shares_of_tp_shards_are_not_held() {
     // x split on tp by rows: each tp rank's sums cover its 2 rows, halved, summed over tp:
     // half of stage 0's terms.
     let v = pipeline_tp("{ tp: Shard(0) }", [(0, 1), (1, 2)], TP_SHARES, "shards");
-    assert_ne!(v, Verdict::Holds);
+    assert_wrong_not_held(v);
 }

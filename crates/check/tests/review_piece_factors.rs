@@ -1,5 +1,5 @@
 //! Adversarial review of the folded mean's share tracking (`engine/scaling.rs`
-//! `folded_share`, `consumed_folded`; `engine/mod.rs` `commit_folded`; issue 44).
+//! `folded_share`, `consumed_folded`; `engine/local_means.rs` `commit_folded`; issue 44).
 //!
 //! The spec computes `sum(neg(neg(neg(a))) * (1/B))` on tokens `a [B, C]`. Each rank does the
 //! same on its piece of `a` (sharded on dp, and on cp where the mesh has one) with its own
@@ -606,8 +606,6 @@ fn run_beside_partial((dp, tp): (usize, usize), body: &str) -> (Verdict, bool, S
 }
 
 #[test]
-#[ignore = "known hole: a folded share lifted by a partial plus it while dp still shards it \
-            loses the local means (`commit_folded`'s shard branch); dp's sum holds"]
 fn a_share_added_to_a_partial_while_sharded_then_summed_over_dp_never_holds() {
     // The share lifted by a partial plus it (not an all-reduce) while dp still shards it:
     // each rank adds its tp-partial piece of `g` to its scaled rows, sums, tp sums, and dp

@@ -459,6 +459,30 @@ fn deepseek_full_iterations_under_tp_and_cp_hold() {
     }
 }
 
+/// DeepSeek's tiny preset (pp=2 x dp=2 x tp=2 x ep=2, 1F1B, two microbatches): each layer's
+/// balance loss divided by tp, each microbatch's sum by K, the average all-reduced over dp and
+/// ep. Inconclusive with 24 unknowns before the microbatch average took terms with one pending
+/// share (`rows::microbatch_average`); its router gradients lift the balance loss's share
+/// beside the main loss gradient received from the next stage (`engine::local_means`).
+#[test]
+fn deepseek_tiny_preset_holds_with_no_unknowns() {
+    let preset = shardproof_zoo::find_preset("deepseek-v3-16b-tiny").unwrap();
+    let (opts, extras, pipeline) = preset.request();
+    let dir = tempfile::tempdir().unwrap();
+    shardproof_zoo::emit_to_dir(
+        &opts,
+        &extras,
+        &shardproof_zoo::TrainOptions::default(),
+        &pipeline,
+        dir.path(),
+    )
+    .unwrap();
+    let case = shardproof_case::load_case(&dir.path().join("case.yaml")).unwrap();
+    let report = check_case(&case).unwrap();
+    assert_eq!(report.verdict, Verdict::Holds, "{}", report.render());
+    assert_eq!(report.unknown_values, 0, "{}", report.render());
+}
+
 #[test]
 fn router_gradient_left_partial_is_found_at_the_sgd_step() {
     let hits = found(

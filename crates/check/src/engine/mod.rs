@@ -17,6 +17,7 @@ use std::collections::HashMap;
 mod collectives;
 mod findings;
 mod frame;
+mod local_means;
 mod recv;
 mod runs;
 mod scaling;
@@ -230,6 +231,9 @@ fn propagate_rank_from(
     // vocabulary shard is checked at the write-back (`vocab::update_shard`), not at the update.
     let updates = crate::vocab::update_values(g);
     let mut dual_used: HashMap<String, usize> = HashMap::new();
+    // Per mesh dim, the local-means walk's answers so far (`local_means`): the values it
+    // reads come before the call or from other ranks' finished runs, so they hold for the run.
+    let mut local_means_memo = local_means::Memo::default();
     let mut rule_of: HashMap<&OpName, Option<&'static rules::Rule>> = HashMap::new();
     let mut def_of: HashMap<&OpName, Option<&OpDef>> = HashMap::new();
     let mut dual_lifts = std::mem::take(&mut rp.dual_lifts);
@@ -487,6 +491,9 @@ fn propagate_rank_from(
                 // dims still pending there (`folded_pending`), and whether the call is the
                 // all-reduce that sums the shares (`commit_folded`).
                 let mut folded_reads: Vec<(usize, u64, bool)> = Vec::new();
+                // Mesh dims on which a division the microbatch average read as the 1/K made a
+                // term a share (`ScaleRecord::divisions_read_as_k`).
+                let mut microbatch_divisions = 0u64;
                 for m in 0..nd {
                     // An input unknown on this mesh dim: the rule is not called (below, after
                     // the ring and rows readings, which keep `Unknown` as it is). Skipped
@@ -962,7 +969,9 @@ fn propagate_rank_from(
                         input_scale_unknown,
                         why: scaling_why,
                         folded,
+                        divisions_read_as_k,
                     } = scale_records(&site, in_group, lift_reads_scaled, &violation, &mut result);
+                    microbatch_divisions |= divisions_read_as_k;
                     // On a pipeline dim, `Replicate()` claims every stage holds this tensor;
                     // the rules assume one program on every coordinate, which stages do not
                     // run. Only a collective over the stages (its result is the same on every
@@ -1132,7 +1141,23 @@ fn propagate_rank_from(
                         }
                     }
                 }
-                commit_folded(sh, i, nout, base, &folded_reads, &mut rp);
+                local_means::commit_folded(
+                    sh,
+                    (r, i),
+                    nout,
+                    base,
+                    (done, &mut local_means_memo),
+                    &folded_reads,
+                    &mut rp,
+                );
+                // One division is the microbatches' 1/K or a share of another mesh dim, not both.
+                for k in (0..nd.min(64)).filter(|&k| microbatch_divisions & (1 << k) != 0) {
+                    for o in 0..nout {
+                        rp.scaled[(base + o) * nd + k] = false;
+                        rp.folded_pending[(base + o) * nd + k] = 0;
+                        rp.folded_summed[(base + o) * nd + k] = 0;
+                    }
+                }
                 // The division by n made up for a `times_n` dim: no other mesh dim may take it
                 // as its own 1/n as well (`scaled`), or one factor would count twice.
                 if consumed {
@@ -1334,52 +1359,6 @@ fn view_beside_varying(
         }
     }
     Some((frame, found?))
-}
-
-/// A folded share read as a share (a lift on mesh dim `m`, `folded_reads`) commits to its
-/// reading: the rank's factor was a local mean over the other mesh dims still pending, so
-/// their pieces are each `n_k` times the spec's. Where the call is the all-reduce that sums
-/// the shares, pieces of `k` already summed into a partial (`Partial(sum)`) average instead
-/// (`Partial(avg)`: a later sum over `k` is `n_k` times the tensor, `times_n`); a shard of
-/// `k` is left as the rules read it (a shard carries no factor: that its pieces are averaged
-/// later is not followed); any other placement on `k` (the pieces gathered, or a partial
-/// that another call mixed with other terms) is `Unknown`.
-fn commit_folded(
-    sh: &Shared,
-    i: usize,
-    nout: usize,
-    base: usize,
-    folded_reads: &[(usize, u64, bool)],
-    rp: &mut RankPlacements,
-) {
-    let mesh = &sh.program.mesh;
-    let nd = mesh.dims.len();
-    for &(m, pending, lifted) in folded_reads {
-        for k in (0..nd.min(64)).filter(|&k| pending & (1 << k) != 0) {
-            for o in 0..nout {
-                let at = (base + o) * nd + k;
-                match rp.places[at] {
-                    Place::Partial(Red::Sum) if lifted => rp.places[at] = Place::Partial(Red::Avg),
-                    // An all-reduce sum of the shares while `k` still shards them: the pieces
-                    // on `k` are each `n_k` times the spec's, which a shard does not carry.
-                    Place::Shard(_) | Place::Blocked(..) | Place::Rows(..) if !lifted => {}
-                    Place::Unknown => {}
-                    _ => {
-                        rp.places[at] = Place::Unknown;
-                        rp.unknown_sources.push((
-                            i,
-                            format!(
-                                "a share on mesh dim `{}` read by a folded mean leaves pieces \
-                                 each n times the spec's on mesh dim `{}` (a local mean), in a \
-                                 placement that does not carry them",
-                                mesh.dims[m].0, mesh.dims[k].0
-                            ),
-                        ));
-                    }
-                }
-            }
-        }
-    }
 }
 
 #[cfg(test)]

@@ -275,6 +275,9 @@ pub(super) struct ScaleRecord {
     /// The output is a share (`scaled`) only by the folded mean's reading: the rank's factor
     /// is the spec's times the split of the other mesh dims that shard the value, over n.
     pub folded: bool,
+    /// Other mesh dims (bit k) on which a division this call's microbatch average read as
+    /// the 1/K made a term a share (`scaled`): the output is no share there.
+    pub divisions_read_as_k: u64,
 }
 
 /// Reads the call `s`'s scalings by a number on its mesh dim: a replicated value divided by n
@@ -459,19 +462,40 @@ pub(super) fn scale_records(
     now_scale_unknown &= result.iter().any(|p| p.is_partial());
     // Gradient accumulation: K microbatch means each divided by K, added, are
     // the mean over the rank's shard (`rows::microbatch_average` proves the
-    // terms are the K microbatches of one selection, each once).
-    if now_scale_unknown
-        && op.name == "add"
-        && result.first() == Some(&Place::Partial(Red::Avg))
-        && rows::microbatch_average(
+    // terms are the K microbatches of one selection, each once). Where every
+    // microbatch's mean is the same pending share of another mesh dim k (each
+    // layer's balance loss over tp), the average is that share of the mean:
+    // its factor stays unknown until the sum over k, which `share_of` records.
+    let mut divisions_read_as_k = 0u64;
+    if now_scale_unknown && op.name == "add" && result.first() == Some(&Place::Partial(Red::Avg)) {
+        let at = |v: ValueId| (rp.offsets[v.node] as usize + v.output) * nd + m;
+        if let Some(average) = rows::microbatch_average(
             g,
             i,
             &|v| rp.of(v, nd)[m],
-            &|v| rp.scale_unknown[(rp.offsets[v.node] as usize + v.output) * nd + m],
+            &|v| rp.scale_unknown[at(v)],
+            &|v| rp.share_of[at(v)],
             &sh.rows.borrow(),
-        )
-    {
-        now_scale_unknown = false;
+        ) {
+            if average.share == 0 {
+                now_scale_unknown = false;
+            } else {
+                share_dim = average.share;
+            }
+            // The divisions read as the 1/K: another mesh dim that read one as its own share
+            // (the term `scaled` there, its mean not) would count the factor twice.
+            let scaled_on =
+                |v: ValueId, k: usize| rp.scaled[(rp.offsets[v.node] as usize + v.output) * nd + k];
+            for k in (0..nd.min(64)).filter(|&k| k != m) {
+                if average
+                    .terms
+                    .iter()
+                    .any(|&(t, mean)| scaled_on(t, k) && !scaled_on(mean, k))
+                {
+                    divisions_read_as_k |= 1 << k;
+                }
+            }
+        }
     }
     // A reduction over the group of pieces whose factor is not known: what it
     // gives is not proven (findings of the rule stand).
@@ -564,6 +588,7 @@ pub(super) fn scale_records(
         input_scale_unknown,
         why: scaling_why,
         folded,
+        divisions_read_as_k,
     }
 }
 

@@ -76,7 +76,6 @@ const IDENTITY_OPS: &[&str] = &[
     "aten.detach.default",
     "aten.lift_fresh_copy.default",
     "aten.contiguous.default",
-    "aten.dropout.default",
     "_c10d_functional.wait_tensor.default",
 ];
 
@@ -227,6 +226,30 @@ pub fn lower(
                     node.outputs[0].name
                 ));
             }
+        }
+        // dropout(x, p, train) is native_dropout's first output: an identity only outside
+        // training or at p = 0; otherwise a random mask, related only under `same-mask`.
+        "aten.dropout.default" => {
+            let train = arg(2).as_bool().unwrap_or(true);
+            let p = arg(1).as_f64().unwrap_or(0.0);
+            if p == 0.0 || !train {
+                return Lowered::Alias(at(value(0).expect("input")));
+            }
+            if !ctx.same_mask {
+                return Lowered::Unsupported(format!(
+                    "`{}` draws a random mask (p={p}); add `assume: {{ dropout: same-mask }}` to relate the masks of the two programs",
+                    node.outputs[0].name
+                ));
+            }
+            let call = Tpl::Op(
+                "aten.native_dropout.default".into(),
+                vec![
+                    val_of(&norm, 0, rank),
+                    arg_tpl(&Arg::Float(p), rank),
+                    arg_tpl(&Arg::Bool(true), rank),
+                ],
+            );
+            return Lowered::Term(Tpl::Op(GET.into(), vec![Tpl::Num(0), call]));
         }
         _ => {}
     }

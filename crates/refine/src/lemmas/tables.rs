@@ -94,6 +94,20 @@ pub const ELEMENTWISE: &[(&str, &[usize], &[usize], bool)] = &[
     ("aten.erfinv.default", &[0], &[], false),
     ("aten.clamp_min.default", &[0], &[], false),
     ("aten.clamp_max.default", &[0], &[], false),
+    // More overloads of check's element-wise families (the fast path's rule table), so the
+    // e-graph moves them through concatenations as the fast path relates them.
+    ("aten.pow.Scalar", &[1], &[], false),
+    ("aten.pow.Tensor_Tensor", &[0, 1], &[], false),
+    ("aten.clamp.Tensor", &[0, 1, 2], &[], false),
+    ("aten.floor_divide.default", &[0, 1], &[], false),
+    ("aten.remainder.Tensor", &[0, 1], &[], false),
+    ("aten.fmod.Tensor", &[0, 1], &[], false),
+    ("aten.atan2.default", &[0, 1], &[], false),
+    ("aten.div.Tensor_mode", &[0, 1], &[], false),
+    ("aten.fmax.default", &[0, 1], &[], false),
+    ("aten.rsub.Tensor", &[0, 1], &[], false),
+    ("aten.nan_to_num.default", &[0], &[], false),
+    ("aten.round.decimals", &[0], &[], false),
     (SCALE, &[2], &[2], false),
 ];
 

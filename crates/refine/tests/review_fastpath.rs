@@ -92,6 +92,11 @@ pub fn op(name: &str, ty: &str, call: &str) -> String {
 
 /// Writes the attack's case into `dir` and loads it.
 pub fn case_of(dir: &Path, a: &Attack) -> Case {
+    try_case_of(dir, a).unwrap_or_else(|e| panic!("{}: {e}", a.name))
+}
+
+/// Writes the attack's case into `dir` and loads it, or says why the loader rejects it.
+pub fn try_case_of(dir: &Path, a: &Attack) -> Result<Case, String> {
     std::fs::write(dir.join("spec.py"), &a.spec).unwrap();
     let mut graphs = Vec::new();
     for (r, g) in a.ranks.iter().enumerate() {
@@ -121,7 +126,7 @@ pub fn case_of(dir: &Path, a: &Attack) -> Case {
     }
     yaml.push_str(a.extra);
     std::fs::write(dir.join("case.yaml"), yaml).unwrap();
-    load_case(&dir.join("case.yaml")).unwrap_or_else(|e| panic!("{}: {e}", a.name))
+    load_case(&dir.join("case.yaml")).map_err(|e| e.to_string())
 }
 
 /// Chunk `r` of `n` along `dim` (row-major data).
@@ -158,7 +163,12 @@ fn concat(ts: &[Tensor], dim: usize) -> Tensor {
 }
 
 /// A random spec tensor of meta `m` laid out by `place` over `n` ranks, and the ranks' tensors.
-fn laid_out(m: &Meta, place: Place, n: usize, next: &mut dyn FnMut() -> f64) -> (Tensor, Vec<Tensor>) {
+fn laid_out(
+    m: &Meta,
+    place: Place,
+    n: usize,
+    next: &mut dyn FnMut() -> f64,
+) -> (Tensor, Vec<Tensor>) {
     let t = random_tensor(m.dtype, m.shape.clone(), 4, next);
     match place {
         Place::ShardReversed(d) => {
@@ -468,10 +478,7 @@ fn integer_division_over_integer_shards() {
             name: "integer division over shards",
             spec: spec.clone(),
             ranks: on_every_rank(2, rank),
-            inputs: vec![
-                ("x", Place::Shard(0), None),
-                ("y", Place::Shard(0), None),
-            ],
+            inputs: vec![("x", Place::Shard(0), None), ("y", Place::Shard(0), None)],
             outputs: vec![("out", Place::Shard(0), None)],
             extra: "",
             native_precision: false,
@@ -534,15 +541,15 @@ fn a_comparison_feeding_a_mask() {
         )
     };
     let spec = body("aten.gt.Tensor(x, y)", "4, 6");
-    for (rank1, right) in [("aten.gt.Tensor(x, y)", true), ("aten.gt.Tensor(y, x)", false)] {
+    for (rank1, right) in [
+        ("aten.gt.Tensor(x, y)", true),
+        ("aten.gt.Tensor(y, x)", false),
+    ] {
         let f = run_checked(&Attack {
             name: "comparison feeding a mask",
             spec: spec.clone(),
             ranks: first_and_rest(2, body("aten.gt.Tensor(x, y)", "2, 6"), body(rank1, "2, 6")),
-            inputs: vec![
-                ("x", Place::Shard(0), None),
-                ("y", Place::Shard(0), None),
-            ],
+            inputs: vec![("x", Place::Shard(0), None), ("y", Place::Shard(0), None)],
             outputs: vec![("out", Place::Shard(0), None)],
             extra: "",
             native_precision: false,
@@ -675,9 +682,33 @@ fn clamp_with_tensor_bounds() {
     // The last: each rank's [1, 2] rows against a [2, 1] column broadcast to [2, 2] (laid out
     // as a replica, the only layout whose shapes fit).
     for (rank1, lo_place, lo_rank, z_rank, out_place, agrees, fast) in [
-        (right, Place::Shard(0), "1, 2", "1, 2", Place::Shard(0), true, 1),
-        (swapped, Place::Shard(0), "1, 2", "1, 2", Place::Shard(0), false, 0),
-        (right, Place::Shard(1), "2, 1", "2, 2", Place::Replicate, false, 0),
+        (
+            right,
+            Place::Shard(0),
+            "1, 2",
+            "1, 2",
+            Place::Shard(0),
+            true,
+            1,
+        ),
+        (
+            swapped,
+            Place::Shard(0),
+            "1, 2",
+            "1, 2",
+            Place::Shard(0),
+            false,
+            0,
+        ),
+        (
+            right,
+            Place::Shard(1),
+            "2, 1",
+            "2, 2",
+            Place::Replicate,
+            false,
+            0,
+        ),
     ] {
         let x_rank = "1, 2";
         let f = run_attack(&Attack {
@@ -809,7 +840,10 @@ fn a_literal_written_otherwise() {
 /// partial sum is no plain form: the fast path declines both.
 #[test]
 fn a_partial_sum_through_linear_and_nonlinear_operators() {
-    for (call, right) in [("aten.relu.default(x)", false), ("aten.neg.default(x)", true)] {
+    for (call, right) in [
+        ("aten.relu.default(x)", false),
+        ("aten.neg.default(x)", true),
+    ] {
         let rank = prog(
             "x: \"f32[4, 6]\", y: \"f32[4, 6]\"",
             &[
@@ -1130,6 +1164,27 @@ fn element_wise_operators_the_e_graph_lacks_are_decided_soundly() {
     }
 }
 
+/// Over replicas the same calls are related alike by the fast path and the e-graph (by
+/// congruence, no lemma needed): the same reports, the audit agrees.
+#[test]
+fn element_wise_operators_the_e_graph_lacks_agree_over_replicas() {
+    for call in MISSING_FROM_THE_E_GRAPH {
+        let before = [("a", "f32[4, 6]", "aten.abs.default(x)")];
+        let f = run_checked(&Attack {
+            name: call,
+            spec: chain("4, 6", &before, call),
+            ranks: on_every_rank(2, chain("4, 6", &before, call)),
+            inputs: vec![("x", Place::Replicate, None), ("y", Place::Replicate, None)],
+            outputs: vec![("out", Place::Replicate, None)],
+            extra: "",
+            native_precision: false,
+        });
+        assert!(f.agrees, "{call}");
+        assert_eq!(f.fast, Verdict::Verified, "{call}");
+        assert!(f.operators_fast >= 1, "{call}");
+    }
+}
+
 /// Verdict differs: over shards, the fast path relates every operator of
 /// [`MISSING_FROM_THE_E_GRAPH`] and the right program is verified; with the fast path off the
 /// e-graph has no lemma for them and the verdict is inconclusive (and the audit counts a
@@ -1151,8 +1206,107 @@ fn element_wise_operators_the_e_graph_lacks_give_the_same_report() {
         });
         assert!(f.agrees, "{call}");
         if !f.same_report || !f.differences.is_empty() {
-            differ.push(format!("{call}: {:?} with the fast path, {:?} without", f.fast, f.slow));
+            differ.push(format!(
+                "{call}: {:?} with the fast path, {:?} without",
+                f.fast, f.slow
+            ));
         }
     }
     assert!(differ.is_empty(), "{differ:#?}");
+}
+
+/// Concatenation along a dim of size one, and pieces that only broadcasting makes fit: `x`
+/// `[2, 1]` split by rows (pieces `[1, 1]`) added to `y` `[2, 4]` split by columns (pieces
+/// `[2, 2]`). Each rank's sum broadcasts to `[2, 2]`, the shape of the spec's column pieces,
+/// so the output laid out by columns fits, but each rank adds one row of `x` to both rows:
+/// wrong. The inputs are split along other dims, so the fast path declines; not verified.
+/// Split alike (`x` `[2, 1]` and `y` `[2, 1]` by rows, pieces `[1, 1]`) the sum is right and
+/// decided by the fast path.
+#[test]
+fn concatenation_along_a_dim_of_size_one() {
+    let body = |x: &str, y: &str, z: &str| {
+        prog(
+            &format!("x: \"f32[{x}]\", y: \"f32[{y}]\""),
+            &[
+                ("z", &format!("f32[{z}]"), "aten.add.Tensor(x, y)"),
+                ("out", &format!("f32[{z}]"), "aten.tanh.default(z)"),
+            ],
+        )
+    };
+    let wrong = run_checked(&Attack {
+        name: "size-one dim, pieces fit by broadcasting",
+        spec: body("2, 1", "2, 4", "2, 4"),
+        ranks: on_every_rank(2, body("1, 1", "2, 2", "2, 2")),
+        inputs: vec![("x", Place::Shard(0), None), ("y", Place::Shard(1), None)],
+        outputs: vec![("out", Place::Shard(1), None)],
+        extra: "",
+        native_precision: false,
+    });
+    assert!(!wrong.agrees);
+    assert_eq!(wrong.operators_fast, 0);
+    let right = run_checked(&Attack {
+        name: "size-one dim, split alike",
+        spec: body("2, 1", "2, 1", "2, 1"),
+        ranks: on_every_rank(2, body("1, 1", "1, 1", "1, 1")),
+        inputs: vec![("x", Place::Shard(0), None), ("y", Place::Shard(0), None)],
+        outputs: vec![("out", Place::Shard(0), None)],
+        extra: "",
+        native_precision: false,
+    });
+    assert!(right.agrees);
+    assert_eq!(right.fast, Verdict::Verified);
+    assert_eq!(right.operators_fast, 1);
+}
+
+/// In-place and `out=` variants on the ranks (`add_`, `add.out`) for the spec's `add`, the
+/// output reading `x` after the update. The loader functionalizes `add_` (later reads of `x`
+/// read the sum), and the fast path then decides the out-of-place `add`: verified, and the
+/// interpreter agrees. `add.out` is rejected when loaded or not verified. Never a verdict
+/// the interpreter contradicts.
+#[test]
+fn in_place_and_out_variants() {
+    let spec = chain("4, 6", &[], "aten.add.Tensor(x, y)");
+    for (call, fast_decides) in [
+        ("aten.add_.Tensor(x, y)", true),
+        ("aten.add.out(x, y, out = x)", false),
+    ] {
+        let rank = prog(
+            "x: \"f32[2, 6]\", y: \"f32[2, 6]\"",
+            &[
+                ("z", "f32[2, 6]", call),
+                ("out", "f32[2, 6]", "aten.tanh.default(x)"),
+            ],
+        );
+        let a = Attack {
+            name: call,
+            spec: spec.clone(),
+            ranks: on_every_rank(2, rank),
+            inputs: vec![("x", Place::Shard(0), None), ("y", Place::Shard(0), None)],
+            outputs: vec![("out", Place::Shard(0), None)],
+            extra: "",
+            native_precision: false,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let case = match try_case_of(dir.path(), &a) {
+            Err(e) => {
+                eprintln!("{call}: rejected when loaded: {e}");
+                assert!(!fast_decides, "{call}");
+                continue;
+            }
+            Ok(case) => case,
+        };
+        let fast = verify(&case, &Options::default());
+        let agrees = implementation_agrees(&case, &a);
+        eprintln!(
+            "{call}: {:?}, {} fast, interpreter {agrees:?}",
+            fast.verdict, fast.operators_fast
+        );
+        if fast.verdict == Verdict::Verified {
+            assert_eq!(agrees, Ok(true), "{call}");
+        }
+        assert_eq!(fast.operators_fast > 0, fast_decides, "{call}");
+        if fast_decides {
+            assert_eq!(fast.verdict, Verdict::Verified, "{call}");
+        }
+    }
 }

@@ -729,7 +729,9 @@ fn clamp_with_tensor_bounds() {
             native_precision: false,
         });
         assert_eq!(f.agrees, agrees, "{rank1} {lo_place:?}");
-        assert_eq!(f.operators_fast, fast, "{rank1} {lo_place:?}");
+        // Without fix-1 the fast path decides the right program (`clamp.Tensor` is in check's
+        // table); with it, not (the e-graph's table lacks it).
+        assert!(f.operators_fast <= fast, "{rank1} {lo_place:?}");
     }
 }
 
@@ -764,6 +766,57 @@ fn training_dropout_on_the_ranks_only() {
         native_precision: false,
     });
     assert!(!f.agrees);
+}
+
+/// Verify's verdict on dropout in training (`aten.dropout.default`) in the spec with
+/// probability `spec_p` and on the ranks with `rank_p`, under `assume`. (Random masks differ
+/// between the programs, so the interpreter is no oracle here: the case format's rule is.)
+fn dropout_verdict(spec_p: &str, rank_p: &str, assume: &str) -> Verdict {
+    let body = |s: &str, p: &str| {
+        chain(
+            s,
+            &[(
+                "d",
+                &format!("f32[{s}]"),
+                &format!("aten.dropout.default(x, {p}, True)"),
+            )],
+            "aten.relu.default(d)",
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let case = case_of(
+        dir.path(),
+        &Attack {
+            name: "training dropout on both sides",
+            spec: body("4, 6", spec_p),
+            ranks: on_every_rank(2, body("2, 6", rank_p)),
+            inputs: vec![("x", Place::Shard(0), None), ("y", Place::Shard(0), None)],
+            outputs: vec![("out", Place::Shard(0), None)],
+            extra: assume,
+            native_precision: false,
+        },
+    );
+    verify(&case, &Options::default()).verdict
+}
+
+/// Training dropout on both sides, the same probability, under `assume: { dropout:
+/// same-mask }`: the masks are laid out like the inputs, so the program is verified.
+#[test]
+fn training_dropout_on_both_sides_under_same_mask() {
+    let same_mask = "assume:\n  dropout: same-mask\n";
+    assert_eq!(dropout_verdict("0.5", "0.5", same_mask), Verdict::Verified);
+}
+
+/// Training dropout on both sides without `same-mask` (the case format: a verdict that
+/// depends on random operators is inconclusive without the assumption), and with other
+/// probabilities on the ranks even under it: neither may be verified. Both are, since
+/// `aten.dropout.default` is lowered as an identity.
+#[test]
+#[ignore = "known hole: lower.rs makes aten.dropout.default an identity even in training with p > 0 (not the fast path; fix-3)"]
+fn training_dropout_is_related_only_under_same_mask_and_equal_probabilities() {
+    let same_mask = "assume:\n  dropout: same-mask\n";
+    assert_eq!(dropout_verdict("0.5", "0.5", ""), Verdict::Inconclusive);
+    assert_ne!(dropout_verdict("0.1", "0.5", same_mask), Verdict::Verified);
 }
 
 /// Dropout in training on both sides, `aten.native_dropout` (its own family, outside the rule
@@ -1007,7 +1060,8 @@ fn a_replicated_result_a_collective_reads() {
         let f = run_checked(&replicated_collective_attack(collective));
         assert!(f.agrees, "{}", collective[0].2);
         assert_eq!(f.fast, verdict, "{}", collective[0].2);
-        assert_eq!(f.operators_fast, 1, "{}", collective[0].2);
+        // The fast path decides `z` today; with fix-2 (a collective reads it) it declines, and
+        // the reports stay the same either way.
     }
 }
 
@@ -1131,9 +1185,10 @@ fn missing_attack(call: &str, rank1: &str) -> (String, Vec<String>) {
     )
 }
 
-/// Soundness over [`MISSING_FROM_THE_E_GRAPH`]: each right program is decided by the fast path
-/// (and not verified wrongly); each where rank 1 reads `y` for the spec's `x` is wrong and not
-/// verified, with the fast path or without.
+/// Soundness over [`MISSING_FROM_THE_E_GRAPH`]: each right program agrees with the spec on
+/// concrete values (the fast path decides it; without it, or with fix-1, the e-graph leaves
+/// it inconclusive); each where rank 1 reads `y` for the spec's `x` is wrong and not verified,
+/// with the fast path or without.
 #[test]
 fn element_wise_operators_the_e_graph_lacks_are_decided_soundly() {
     for call in MISSING_FROM_THE_E_GRAPH {
@@ -1154,12 +1209,10 @@ fn element_wise_operators_the_e_graph_lacks_are_decided_soundly() {
                 native_precision: false,
             });
             assert_eq!(f.agrees, right, "{call} / {rank1}");
-            if right {
-                // The call, and abs where the call reads it (the output is checked in an
-                // e-graph).
-                let decided = if call.contains("(a") { 2 } else { 1 };
-                assert_eq!(f.operators_fast, decided, "{call}");
-            }
+            // Without fix-1 the fast path decides the right program's call (and `abs` where
+            // the call reads it); with it, only `abs`.
+            let decided = if call.contains("(a") { 2 } else { 1 };
+            assert!(f.operators_fast <= decided, "{call}");
         }
     }
 }
@@ -1309,4 +1362,32 @@ fn in_place_and_out_variants() {
             assert_eq!(fast.verdict, Verdict::Verified, "{call}");
         }
     }
+}
+
+/// Pieces of other shapes along the same dim: a vector `b` `[2]` split in two beside a matrix
+/// `x` `[2, 2]` split by rows. The spec broadcasts `b` along the rows; each rank adds its one
+/// element of `b` to its row, and the output laid out by rows fits: wrong. The shape
+/// precondition declines it (deleting it makes this verified).
+#[test]
+fn a_split_vector_beside_a_matrix_split_by_rows() {
+    let body = |x: &str, b: &str| {
+        prog(
+            &format!("x: \"f32[{x}]\", b: \"f32[{b}]\""),
+            &[
+                ("z", &format!("f32[{x}]"), "aten.add.Tensor(x, b)"),
+                ("out", &format!("f32[{x}]"), "aten.tanh.default(z)"),
+            ],
+        )
+    };
+    let f = run_checked(&Attack {
+        name: "split vector beside a matrix split by rows",
+        spec: body("2, 2", "2"),
+        ranks: on_every_rank(2, body("1, 2", "1")),
+        inputs: vec![("x", Place::Shard(0), None), ("b", Place::Shard(0), None)],
+        outputs: vec![("out", Place::Shard(0), None)],
+        extra: "",
+        native_precision: false,
+    });
+    assert!(!f.agrees);
+    assert_eq!(f.operators_fast, 0);
 }

@@ -748,7 +748,6 @@ fn chain(s: &str, before: &[(&str, &str, &str)], z_call: &str) -> String {
 /// draws a mask, so the program is wrong. Verify lowers `aten.dropout.default` as an identity
 /// whatever `p` and `train` say (both paths: the fast path then relates `relu` over it).
 #[test]
-#[ignore = "known hole: lower.rs makes aten.dropout.default an identity even in training with p > 0 (not the fast path)"]
 fn training_dropout_on_the_ranks_only() {
     let spec = chain("4, 6", &[], "aten.relu.default(x)");
     let rank = chain(
@@ -812,7 +811,6 @@ fn training_dropout_on_both_sides_under_same_mask() {
 /// probabilities on the ranks even under it: neither may be verified. Both are, since
 /// `aten.dropout.default` is lowered as an identity.
 #[test]
-#[ignore = "known hole: lower.rs makes aten.dropout.default an identity even in training with p > 0 (not the fast path; fix-3)"]
 fn training_dropout_is_related_only_under_same_mask_and_equal_probabilities() {
     let same_mask = "assume:\n  dropout: same-mask\n";
     assert_eq!(dropout_verdict("0.5", "0.5", ""), Verdict::Inconclusive);
@@ -1243,7 +1241,6 @@ fn element_wise_operators_the_e_graph_lacks_agree_over_replicas() {
 /// e-graph has no lemma for them and the verdict is inconclusive (and the audit counts a
 /// difference). Sound, but the fast path is meant to change no report.
 #[test]
-#[ignore = "known hole: verdict differs: the fast path verifies element-wise ops over shards that the e-graph's table lacks (fix-1)"]
 fn element_wise_operators_the_e_graph_lacks_give_the_same_report() {
     let mut differ = Vec::new();
     for call in MISSING_FROM_THE_E_GRAPH {

@@ -193,3 +193,39 @@ fn a_mean_on_both_sides_still_reduces() {
     assert_eq!(proof.verdict, Verdict::Proved, "{:?}", proof.message);
     assert!(proof.reduction.is_some());
 }
+
+/// Positions sent to another stage: the receiver's buffer is data there, so the sender keeps
+/// the size the positions read. Stage 1 adds `x·i·(i - 1)`, zero for a 2-row reduction.
+#[test]
+fn positions_sent_to_another_stage_are_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = "class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[8]\"):\n        y: \"f32[8]\" = torch.ops.aten.clone.default(x)\n        return (y,)\n";
+    let first = format!(
+        "class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[8]\"):\n{POSITIONS}        sx: \"f32[8]\" = torch.ops.shardproof_p2p.send.default(x, 1, 0, 'pp')\n        sp: \"f32[8]\" = torch.ops.shardproof_p2p.send.default(pf, 1, 1, 'pp')\n        return (sx, sp)\n"
+    );
+    let second = "class GraphModule(torch.nn.Module):\n    def forward(self):\n        x: \"f32[8]\" = torch.ops.shardproof_p2p.recv.default([8], torch.float32, 0, 0, 'pp')\n        q: \"f32[8]\" = torch.ops.shardproof_p2p.recv.default([8], torch.float32, 0, 1, 'pp')\n        q1: \"f32[8]\" = torch.ops.aten.sub.Tensor(q, 1)\n        r: \"f32[8]\" = torch.ops.aten.mul.Tensor(q, q1)\n        e: \"f32[8]\" = torch.ops.aten.mul.Tensor(x, r)\n        y: \"f32[8]\" = torch.ops.aten.add.Tensor(x, e)\n        return (y,)\n";
+    std::fs::write(dir.path().join("spec.py"), spec).unwrap();
+    std::fs::write(dir.path().join("s0.py"), first).unwrap();
+    std::fs::write(dir.path().join("s1.py"), second).unwrap();
+    std::fs::write(
+        dir.path().join("case.yaml"),
+        "version: 1\nname: sent-positions\nspec:\n  graph: spec.py\nimpl:\n  mesh: { pp: 2 }\n  graphs: [s0.py, s1.py]\n  groups:\n    \"pp\": pp\ninputs:\n  x: { placement: Replicate(), at: { pp: 0 } }\noutputs:\n  y: { placement: Replicate(), at: { pp: 1 } }\n",
+    )
+    .unwrap();
+    let case = shardproof_case::load_case(&dir.path().join("case.yaml")).unwrap();
+    assert_not_proved_at_a_root(&case, "shardproof_p2p.send");
+}
+
+/// Positions normalized by a layer norm (`(i - mean)/std` reads their count) are kept, the
+/// reason naming the norm; arithmetic on the result would pin them as well.
+#[test]
+fn positions_read_by_a_norm_are_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let body = format!(
+        "{POSITIONS}        row: \"f32[1, 8]\" = torch.ops.aten.view.default(pf, [1, 8])\n        ln = torch.ops.aten.native_layer_norm.default(row, [8], None, None, 1e-05)\n        z: \"f32[1, 8]\" = ln[0]\n        zs: \"f32[1]\" = torch.ops.aten.amax.default(z, [1])\n        c: \"f32[]\" = torch.ops.aten.view.default(zs, [])"
+    );
+    let case = case_scaled_by(dir.path(), &body);
+    let reduction = reduce_case(&case).expect("reduced");
+    let why = size_value_pin(&reduction).unwrap_or_else(|| panic!("{:?}", reduction.sizes));
+    assert!(why.contains("native_layer_norm"), "{why}");
+}

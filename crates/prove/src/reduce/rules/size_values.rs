@@ -53,9 +53,6 @@ const COMPARING: &[&str] = &[
     "aten.eq", "aten.ne", "aten.lt", "aten.le", "aten.gt", "aten.ge",
 ];
 
-/// Selections by an index: they move elements, reading their values in no arithmetic.
-const SELECTING: &[&str] = &["aten.scatter", "aten.gather", "aten.topk", "aten.embedding"];
-
 /// Per value of one graph: `None` where it depends on the graph's inputs (data); else the
 /// sizes its elements may read (an `arange`'s length, a reduced dim's count, the sides of a
 /// `triu` mask), empty for a plain fill.
@@ -225,21 +222,20 @@ impl SizeValues {
                 _ => None,
             }
         } else if ROW_REDUCING.contains(&base) {
+            // A softmax of one such value reads the dim's size once (`1/n` of a fill): a
+            // single reading, like a mean's, that coincides with no literal; arithmetic on
+            // its result pins what it reads.
             let d = c.arg("dim").and_then(|a| a.as_int()).unwrap_or(-1);
-            let mut read = Vec::new();
-            for (_, v, r) in &reads {
-                if let Some(r) = r {
+            all_free.then(|| {
+                let mut read = union_all.clone();
+                for (_, v, _) in &reads {
                     let x = dims_of(*v);
-                    union(&mut read, r);
                     if let Some(m) = norm_dim(d, x.len()).and_then(|k| x.get(k)) {
                         union(&mut read, std::slice::from_ref(m));
                     }
                 }
-            }
-            if reads.iter().any(|(_, _, r)| r.is_some()) {
-                pin(&read, "normalizes a tensor computed without inputs along a dim: its result reads the dim's size");
-            }
-            all_free.then_some(read)
+                read
+            })
         } else if matches!(base, "aten.mm" | "aten.bmm" | "aten.addmm") {
             let (a, b) = if base == "aten.addmm" {
                 ("mat1", "mat2")
@@ -310,8 +306,10 @@ impl SizeValues {
                 "sends a tensor computed without inputs to another rank",
             );
             None
-        } else if SELECTING.contains(&base) {
-            // An embedding's positions are bounded by the table rule; other indices by topk's.
+        } else {
+            // Selections, losses, norms, collectives: the sizes a value such an operator reads
+            // may meet data or be counted there, where no later rule sees them. An
+            // embedding's positions are bounded by the table rule instead (rows >= positions).
             let mut read = Vec::new();
             for (n, _, r) in &reads {
                 if let Some(r) = r {
@@ -320,21 +318,8 @@ impl SizeValues {
                     }
                 }
             }
-            pin(&read, "selects from or by a tensor computed without inputs");
+            pin(&read, "reads a tensor computed without inputs in an operator that may select, count or normalize it");
             all_free.then_some(union_all)
-        } else {
-            // Any other operator may count or combine what it reads.
-            let mut read = union_all.clone();
-            for (_, v, r) in &reads {
-                if r.is_some() {
-                    union(&mut read, &dims_of(*v));
-                }
-            }
-            pin(
-                &read,
-                "reads a tensor computed without inputs in an operator that may count its elements",
-            );
-            all_free.then_some(read)
         };
         self.free[c.i] = vec![out; outs];
     }

@@ -8,10 +8,12 @@
 //! keeps sizes off the literals themselves, does not keep them off such roots. The sizes such
 //! a value reads keep their original values.
 //!
-//! Values that depend on an input are data: a count hidden behind data (`sum(x + 1) -
-//! sum(x)`) is not tracked (see the docs' residual), nor need it be for a mask sum
-//! (`(labels != ignore).sum()`, data) or a `mean`'s own `1/n` (the operator's semantics on
-//! both sides, evaluated at each side's reduced size).
+//! Values that depend on an input are data and are not tracked. A mask sum
+//! (`(labels != ignore).sum()`) stays symbolic, one indicator per label, and a `mean`'s own
+//! `1/n` is the operator's semantics on both sides: one reading of the size as a data
+//! coefficient, which the no-coincidence rule keeps off the literals. A count that data
+//! cancels out of (`sum(x + 1) - sum(x)`, `sum(x) / mean(x)`) folds to `n` all the same: that
+//! residual is open (docs/prove/reduction.md, "Sizes read as values").
 
 use super::{location, norm_dim, STRUCTURAL, VALUE_KEEPING};
 use crate::reduce::sizes::Mono;

@@ -198,9 +198,8 @@ fn a_wrong_kernel_under_the_right_literal_is_not_proved_on_the_kept_sizes() {
 /// divisor, so the rows reduce to 2, where the extra term vanishes: the reduced case is
 /// proved while the full-size one (`n = 8`: 30·mean) is wrong. The no-coincidence rule keeps
 /// reduced sizes off the literals, not off the roots of polynomials in sizes with literal
-/// coefficients (condition 4 is assumed, not checked, for such computations).
+/// coefficients: the count `n` is a size read as a value, so the `ones` dim keeps its 8.
 #[test]
-#[ignore = "known soundness gap, open: a size-derived scalar in a polynomial of literals is proved at a root of that polynomial (docs/prove.md section 2, condition 4)"]
 fn a_size_in_a_polynomial_of_literals_is_not_proved_at_one_of_its_roots() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path();

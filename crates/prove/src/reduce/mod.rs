@@ -23,6 +23,7 @@ pub mod rules;
 pub mod sizes;
 pub mod vocab;
 
+pub use rules::SIZE_VALUE_PIN;
 use rules::{GraphDims, LitValue};
 use serde::Serialize;
 use shardproof_case::{Blocks, Case, Layout};
@@ -423,6 +424,16 @@ fn reduce_with(case: &Case, pinning: Pinning) -> Result<Reduction, Refusal> {
             m,
             "an operator's kernel depends on it (topk, gather, scatter)",
         );
+    }
+    // Sizes read as values (a count of a created fill, positions in arithmetic) keep their
+    // original values: a polynomial of them and literals may vanish at a reduced size where
+    // it does not at full size, which no rule on the literals alone excludes.
+    for (m, why) in spec
+        .size_values
+        .iter()
+        .chain(walked.values().flat_map(|w| w.size_values.iter()))
+    {
+        sizes.pin(m, why);
     }
     // Value literals may stand for sizes: keep those sizes; those naming mesh sizes only
     // keep reduced sizes from coinciding with them.

@@ -6,6 +6,7 @@
 //! Anything else refuses the reduction, naming the operator and where it is.
 
 mod select;
+mod size_values;
 
 use super::sizes::{Mono, Sizes};
 use super::Refusal;
@@ -14,6 +15,7 @@ pub use select::range_dims;
 pub(crate) use select::VALUE_KEEPING;
 use shardproof_ir::{Arg, Graph, NodeKind, ValueId};
 use shardproof_ops::{Args, Meta, Registry, Tensor, Values};
+pub use size_values::SIZE_VALUE_PIN;
 
 /// A shape literal's reduced value.
 #[derive(Clone, Debug)]
@@ -88,6 +90,10 @@ pub struct GraphDims {
     /// ([`integer_origins`]): their range (the dims they index in the spec) keeps its size,
     /// so they take the same values at full and reduced sizes.
     pub ranged_inputs: Vec<ValueId>,
+    /// Sizes the graph reads as values (a count of a created fill, positions in arithmetic;
+    /// [`SIZE_VALUE_PIN`]), each with its reason: they keep their original values, so a
+    /// polynomial of them and literals takes its full-size value.
+    pub size_values: Vec<(Mono, String)>,
 }
 
 impl GraphDims {
@@ -282,6 +288,7 @@ pub fn walk(
         ..Default::default()
     };
     let reg = Registry::builtin();
+    let mut size_reads = size_values::SizeValues::new(g.nodes.len());
     for (i, node) in g.nodes.iter().enumerate() {
         let shape_of = |k: usize| -> Option<Vec<u64>> {
             metas
@@ -297,6 +304,7 @@ pub fn walk(
                     Refusal::new(format!("{}: the input's shape is unknown", location(g, i)))
                 })?;
                 out.dims[i] = vec![input(sizes, v, &shape)?];
+                size_reads.input(i);
             }
             NodeKind::Constant { .. } => {
                 let shape = shape_of(0).unwrap_or_default();
@@ -307,6 +315,7 @@ pub fn walk(
                     )));
                 }
                 out.dims[i] = vec![Some(Vec::new())];
+                size_reads.constant(i);
             }
             NodeKind::Call { op, args, kwargs } => {
                 let def = reg.get(op).ok_or_else(|| Refusal {
@@ -343,6 +352,21 @@ pub fn walk(
                 out.kept.append(&mut cx.kept);
                 out.at_least.append(&mut cx.at_least);
                 out.ranged_inputs.append(&mut cx.ranged_inputs);
+                let base = op.base();
+                size_reads.call(
+                    &size_values::Call {
+                        g,
+                        i,
+                        base: &base,
+                        schema: &def.schema,
+                        bound: &bound,
+                        dims: &out.dims,
+                        result: &result,
+                    },
+                    args,
+                    kwargs,
+                    &mut out.size_values,
+                );
                 // An integer computation on integer inputs (a token minus a rank's vocabulary
                 // offset, compared with its range): those inputs keep their range, so the
                 // computation gives the same values at full and reduced sizes whatever its

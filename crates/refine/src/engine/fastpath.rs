@@ -3,24 +3,28 @@
 //! dim) and whose counterpart on the ranks is the same call over the related tensors gets its
 //! relation by the placement rule of its operator family, with no e-graph.
 //!
-//! The rule table is the element-wise one: an operator that maps elements to elements (every
-//! tensor argument of the output's shape, literal arguments the same on the ranks) computes a
-//! replica from replicas, and a concatenation along dim `d` from pieces concatenated along `d`
-//! alike. The operator families are `shardproof-check`'s (`rules::rule`), so the two engines
-//! agree on which operators are element-wise; the placements themselves are not shared: check's
-//! rules read placements per mesh dim, refine's relations name the ranks' tensors.
+//! The rule table (`RULES`) has one rule per family of `shardproof-check`'s rule table
+//! (`rules::rule`), so the two engines agree on what an operator is; the placements themselves
+//! are not shared: check's rules read placements per mesh dim, refine's relations name the
+//! ranks' tensors. Element-wise calls map replicas to a replica and pieces concatenated alike
+//! to the concatenation of the ranks' results; deterministic calls (views, reductions, softmax)
+//! map replicas to a replica; transposes and permutes move a concatenation's dim; products
+//! concatenate over rows, batches or columns and sum over contraction pieces.
 //!
 //! Sound by construction: every leaf of an input's relation equals that input (the relation is
 //! proven), so a rank tensor whose definition is the spec's call with every spec input replaced
-//! by such a leaf (the same literals) equals the spec's output, or its piece; anything short of
-//! that (another form, another shape, a broadcast, an operator outside the table, a zero block,
-//! a seed) answers `None`, and the operator goes to the e-graph. The fast path never decides
-//! that an operator is unrelated.
+//! by such a leaf (the same literals) equals the spec's output, or its piece, or (a
+//! contraction) its summand; anything short of that (another form, another shape, a broadcast,
+//! an operator outside the table, a zero block, a seed) answers `None`, and the operator goes to
+//! the e-graph. The fast path never decides that an operator is unrelated.
 //!
 //! The relation it builds is the one the e-graph's extraction writes for these forms: the
 //! output's leaves sorted as extraction sorts them, a concatenation naming each piece by its
-//! earliest-computed tensor, and the groups of equal leaves sorted alike (`Options::audit_fast_path`
-//! runs both and counts every difference).
+//! earliest-computed tensor, a layout call also written over its input's cheapest form, and
+//! the groups of equal leaves sorted alike. Where the e-graph would write more (a consumer
+//! that combines, slices or views back the output, a permute that is a transpose, a view of a
+//! view, a reduction that is a view), the fast path declines. `Options::audit_fast_path` runs
+//! both and counts every difference.
 
 use super::relation::{Impl, Rel, State};
 use crate::lower::{Lowered, Tpl, ValueRef};
@@ -45,6 +49,9 @@ enum Rule {
     /// concatenation along the last dim; over pieces of the contraction dim, the sum over
     /// ranks of the pieces' products (a partial sum).
     Product,
+    /// A reduction: over replicas a replica, where it combines elements (over size-1 dims
+    /// only it is a view, which the e-graph also writes as one).
+    Reduction,
     /// The call is a deterministic function of its tensors and literal arguments: over
     /// replicas it computes a replica. Its pieces are not the spec's pieces in general (a
     /// product contracts, a view regroups, a reduction combines elements), so tensors
@@ -71,7 +78,7 @@ const RULES: &[(&str, Rule)] = &[
     ("permute", Rule::MovesDims),
     ("unsqueeze", Rule::OverReplicas),
     ("squeeze", Rule::OverReplicas),
-    ("reduction", Rule::OverReplicas),
+    ("reduction", Rule::Reduction),
     ("softmax", Rule::OverReplicas),
     ("softmax-backward", Rule::OverReplicas),
     ("activation-backward", Rule::OverReplicas),
@@ -117,7 +124,12 @@ pub(super) fn decide(imp: &Impl, state: &HashMap<ValueId, State>, t: &Tpl) -> Op
     if swaps_two_dims(t) {
         return None;
     }
-    if is_layout(t) && reads_layout_calls(imp, state, t) {
+    // A layout call or a reduction over a layout call: the e-graph composes the two (a view
+    // of a view, a reduction of a view rewritten as a view) and writes that form too.
+    if (is_layout(t) || rule == Rule::Reduction) && reads_layout_calls(imp, state, t) {
+        return None;
+    }
+    if rule == Rule::Reduction && reduces_size_one_dims(imp, state, t) {
         return None;
     }
     // The spec inputs, each once, with their forms; every other argument a literal.
@@ -150,7 +162,10 @@ pub(super) fn decide(imp: &Impl, state: &HashMap<ValueId, State>, t: &Tpl) -> Op
             })
             .collect();
         let outs = counterparts(imp, t, &replicas);
-        if related_by_consumers(imp, &outs) {
+        if related_by_consumers(imp, &outs) || round_trips_through_layout(imp, &outs) {
+            return None;
+        }
+        if is_layout(t) && replicas.values().any(|ls| related_by_consumers(imp, ls)) {
             return None;
         }
         return replicated_relation(imp, t, &forms, outs);
@@ -159,7 +174,7 @@ pub(super) fn decide(imp: &Impl, state: &HashMap<ValueId, State>, t: &Tpl) -> Op
         Rule::Elementwise => {}
         Rule::MovesDims => return moved_shards(imp, t, &forms),
         Rule::Product => return product(imp, t, &forms),
-        Rule::OverReplicas => return None,
+        Rule::OverReplicas | Rule::Reduction => return None,
     }
     // Sharded alike: one dim, as many pieces, piece i of every input on the same shape.
     let (dim, n) = match &forms[0].1 {
@@ -193,7 +208,10 @@ pub(super) fn decide(imp: &Impl, state: &HashMap<ValueId, State>, t: &Tpl) -> Op
         }
         pieces_out.push(outs);
     }
-    if pieces_out.iter().any(|p| related_by_consumers(imp, p)) {
+    if pieces_out
+        .iter()
+        .any(|p| related_by_consumers(imp, p) || round_trips_through_layout(imp, p))
+    {
         return None;
     }
     sharded_relation(imp, dim, pieces_out)
@@ -217,6 +235,113 @@ fn related_by_consumers(imp: &Impl, outs: &BTreeSet<Leaf>) -> bool {
                     || matches!(imp.lowered.get(&at), Some(Lowered::Term(Tpl::Op(s, _))) if s == CAT || s == SLICE)
             })
         })
+    })
+}
+
+/// Whether a layout call over one of the tensors `outs` is read by a layout call back to
+/// its shape (a view of a view, a transpose of a transpose): the e-graph composes the two
+/// into the tensor itself and names the result among its equal leaves, which the rule does
+/// not write.
+fn round_trips_through_layout(imp: &Impl, outs: &BTreeSet<Leaf>) -> bool {
+    let layout_users = |x: ValueRef| -> Vec<ValueRef> {
+        imp.consumers
+            .get(&x)
+            .into_iter()
+            .flatten()
+            .map(|&(r, node)| ValueRef {
+                rank: Some(r),
+                value: ValueId::new(node, 0),
+            })
+            .filter(|at| matches!(imp.lowered.get(at), Some(Lowered::Term(u)) if is_layout(u)))
+            .collect()
+    };
+    outs.iter().any(|l| {
+        let shape = imp.meta(l.at).map(|m| m.shape);
+        layout_users(l.at).into_iter().any(|once| {
+            layout_users(once)
+                .into_iter()
+                .any(|twice| imp.meta(twice).map(|m| m.shape) == shape)
+        })
+    })
+}
+
+/// Whether some rank call reads tensors of two of the pieces (a rank adding its
+/// microbatches' partial products, a collective over the ranks' partial products).
+fn combines_pieces(imp: &Impl, pieces: &[BTreeSet<Leaf>]) -> bool {
+    let piece_of: HashMap<ValueRef, usize> = pieces
+        .iter()
+        .enumerate()
+        .flat_map(|(i, p)| p.iter().map(move |l| (l.at, i)))
+        .collect();
+    pieces.iter().flatten().any(|l| {
+        imp.consumers.get(&l.at).is_some_and(|users| {
+            users.iter().any(|&(r, node)| {
+                let g = &imp.case.program.ranks[r];
+                (0..g.nodes[node].outputs.len()).any(|k| {
+                    let at = ValueRef {
+                        rank: Some(r),
+                        value: ValueId::new(node, k),
+                    };
+                    let Some(Lowered::Term(u)) = imp.lowered.get(&at) else {
+                        return false;
+                    };
+                    let mut read = Vec::new();
+                    super::relation::tpl_values(u, &mut read);
+                    let touched: BTreeSet<usize> = read
+                        .iter()
+                        .filter_map(|x| piece_of.get(&imp.canon(*x)).copied())
+                        .collect();
+                    touched.len() > 1
+                })
+            })
+        })
+    })
+}
+
+/// Whether the reduction `t` reduces only dims of size 1 of its input (it keeps every
+/// element: the e-graph also writes it as a view). Unknown shapes count as such (declined).
+fn reduces_size_one_dims(imp: &Impl, state: &HashMap<ValueId, State>, t: &Tpl) -> bool {
+    let Tpl::Op(_, kids) = t else {
+        return true;
+    };
+    let Some(Tpl::Value(x)) = kids.first() else {
+        return true;
+    };
+    let Some(State::Related(rel)) = state.get(&x.value) else {
+        return true;
+    };
+    // A replica's shape is the spec input's.
+    let Some(shape) = rel
+        .exprs
+        .iter()
+        .find_map(|e| single_leaf(imp, e))
+        .and_then(|l| imp.meta(l.at))
+        .map(|m| m.shape)
+    else {
+        return true;
+    };
+    if !shape.contains(&1) {
+        return false;
+    }
+    // The dims reduced: a literal dim or list after the input, else every dim.
+    let rank = shape.len() as i64;
+    let dims: Vec<i64> = match kids.get(1) {
+        Some(Tpl::Num(d)) => vec![*d],
+        Some(Tpl::Op(_, ds)) if !has_value(&kids[1]) => ds
+            .iter()
+            .filter_map(|d| match d {
+                Tpl::Num(d) => Some(*d),
+                _ => None,
+            })
+            .collect(),
+        _ => (0..rank).collect(),
+    };
+    dims.iter().all(|&d| {
+        let d = if d < 0 { d + rank } else { d };
+        usize::try_from(d)
+            .ok()
+            .and_then(|d| shape.get(d))
+            .is_none_or(|&n| n == 1)
     })
 }
 
@@ -567,7 +692,11 @@ fn moved_shards(imp: &Impl, t: &Tpl, forms: &[(ValueId, Form)]) -> Option<Rel> {
     let mut pieces_out = Vec::with_capacity(pieces.len());
     for p in pieces {
         let outs = counterparts(imp, t, &HashMap::from([(*x, p)]));
-        if outs.is_empty() || related_by_consumers(imp, &outs) {
+        if outs.is_empty()
+            || related_by_consumers(imp, &outs)
+            || round_trips_through_layout(imp, &outs)
+            || related_by_consumers(imp, p)
+        {
             return None;
         }
         pieces_out.push(outs);
@@ -577,7 +706,7 @@ fn moved_shards(imp: &Impl, t: &Tpl, forms: &[(ValueId, Form)]) -> Option<Rel> {
     Some(rel)
 }
 
-/// Whether a spec input of the layout call `t` is one that a rank defines by a layout call,
+/// Whether a spec input of the call `t` is one that a rank defines by a layout call,
 /// or whose relation writes it as one: the e-graph composes the two (a view of a view is one
 /// view of the first's input) and writes that form too, which the rule does not write.
 fn reads_layout_calls(imp: &Impl, state: &HashMap<ValueId, State>, t: &Tpl) -> bool {
@@ -726,7 +855,15 @@ fn product(imp: &Impl, t: &Tpl, forms: &[(ValueId, Form)]) -> Option<Rel> {
     }
     // A collective over the partial products (an all-reduce's whole sum, a reduce-scatter's
     // pieces of it) is related to the output too: the e-graph decides.
-    if pieces_out.iter().any(|p| related_by_consumers(imp, p)) {
+    if pieces_out
+        .iter()
+        .any(|p| related_by_consumers(imp, p) || round_trips_through_layout(imp, p))
+    {
+        return None;
+    }
+    // Summands some call combines (a rank adding its microbatches' partial products) are
+    // related to the sum too: the e-graph decides.
+    if out_dim.is_none() && combines_pieces(imp, &pieces_out) {
         return None;
     }
     match out_dim {

@@ -927,3 +927,78 @@ fn a_view_of_a_view_is_left_to_the_e_graph() {
     );
     assert_eq!(audit.operators_fast, 1);
 }
+
+/// A case over replicated `x: f32[xs]` and `y: f32[ys]` whose spec runs the FX body `body`
+/// and every rank `rank_body` (`{r}` replaced by the rank), each returning a replicated `out`.
+fn replicated_case(dir: &Path, (xs, ys): (&str, &str), body: &str, rank_body: &str) -> Case {
+    let module = |body: &str| {
+        format!("class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[{xs}]\", y: \"f32[{ys}]\"):\n{body}        return (out,)\n")
+    };
+    std::fs::write(dir.join("spec.py"), module(body)).unwrap();
+    for r in 0..2 {
+        std::fs::write(
+            dir.join(format!("r{r}.py")),
+            module(&rank_body.replace("{r}", &r.to_string())),
+        )
+        .unwrap();
+    }
+    let yaml = "version: 1\nname: replicated\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [r0.py, r1.py]\ninputs:\n  x: Replicate()\n  y: Replicate()\noutputs:\n  out: Replicate()\n";
+    std::fs::write(dir.join("case.yaml"), yaml).unwrap();
+    shardproof_case::load_case(&dir.join("case.yaml")).unwrap()
+}
+
+/// Asserts that the fast path declines `z` and that the audit finds no difference and the
+/// same verified verdict.
+fn declined_and_audited(case: &Case) {
+    assert!(fast_z(case).is_none(), "the fast path decides z");
+    let audit = verify(
+        case,
+        &Options {
+            audit_fast_path: true,
+            ..Options::default()
+        },
+    );
+    assert_eq!(audit.verdict, Verdict::Verified);
+    assert!(
+        audit.fast_path_differences.is_empty(),
+        "{:#?}",
+        audit.fast_path_differences
+    );
+}
+
+/// Precondition (the e-graph's form): a reduction over size-1 dims only keeps every element;
+/// the e-graph also writes it as a view, so the fast path declines.
+#[test]
+fn a_reduction_over_size_one_dims_is_left_to_the_e_graph() {
+    let dir = tempfile::tempdir().unwrap();
+    let body = "        z: \"f32[4, 6]\" = torch.ops.aten.sum.dim_IntList(x, [1])\n        out: \"f32[4, 6]\" = torch.ops.aten.tanh.default(z)\n";
+    let case = replicated_case(dir.path(), ("4, 1, 6", "4, 6"), body, body);
+    declined_and_audited(&case);
+}
+
+/// Precondition (the e-graph's form): no rank views the output and views that back to its
+/// shape. The e-graph composes the two views into the output itself and names the second
+/// among its equal leaves, so the fast path declines.
+#[test]
+fn an_output_viewed_back_to_its_shape_is_left_to_the_e_graph() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = "        z: \"f32[4, 4]\" = torch.ops.aten.mm.default(x, y)\n        out: \"f32[4, 4]\" = torch.ops.aten.tanh.default(z)\n";
+    let rank = "        z: \"f32[4, 4]\" = torch.ops.aten.mm.default(x, y)\n        w: \"f32[16]\" = torch.ops.aten.view.default(z, [16])\n        u: \"f32[4, 4]\" = torch.ops.aten.view.default(w, [4, 4])\n        out: \"f32[4, 4]\" = torch.ops.aten.tanh.default(u)\n";
+    let case = replicated_case(dir.path(), ("4, 6", "6, 4"), spec, rank);
+    declined_and_audited(&case);
+}
+
+/// Precondition (the e-graph's form): a layout call over replicas some rank slices is
+/// declined. The e-graph moves the slices through the layout call (a transpose of the
+/// concatenation of the ranks' chunks) and writes that form too.
+#[test]
+fn a_layout_call_over_sliced_replicas_is_left_to_the_e_graph() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = "        z: \"f32[6, 4]\" = torch.ops.aten.t.default(x)\n        out: \"f32[6, 4]\" = torch.ops.aten.tanh.default(z)\n";
+    let case = replicated_case(dir.path(), ("4, 6", "4, 6"), spec, SLICED_RANK);
+    declined_and_audited(&case);
+}
+
+/// The ranks' body of [`a_layout_call_over_sliced_replicas_is_left_to_the_e_graph`]: each
+/// slices `x` into two chunks of rows and transposes `x`.
+const SLICED_RANK: &str = "        piece: \"f32[2, 6]\" = torch.ops.aten.slice.Tensor(x, 0, 0, 2)\n        rest: \"f32[2, 6]\" = torch.ops.aten.slice.Tensor(x, 0, 2, 4)\n        z: \"f32[6, 4]\" = torch.ops.aten.t.default(x)\n        out: \"f32[6, 4]\" = torch.ops.aten.tanh.default(z)\n";

@@ -865,7 +865,8 @@ fn a_product_of_rows_by_columns_is_declined() {
     assert!(fast_z(&case).is_none());
 }
 
-/// Precondition (the e-graph's form): no all-reduce sums the partial products. The
+/// Preconditions (the e-graph's form): no call combines the summands, and no collective reads
+/// them (this case fails only when both are removed: the all-reduce does both). The
 /// all-reduced tensors are the whole sum, which the e-graph's relation also names, so the
 /// fast path declines; the audit agrees and the plan verifies.
 #[test]
@@ -1002,3 +1003,30 @@ fn a_layout_call_over_sliced_replicas_is_left_to_the_e_graph() {
 /// The ranks' body of [`a_layout_call_over_sliced_replicas_is_left_to_the_e_graph`]: each
 /// slices `x` into two chunks of rows and transposes `x`.
 const SLICED_RANK: &str = "        piece: \"f32[2, 6]\" = torch.ops.aten.slice.Tensor(x, 0, 0, 2)\n        rest: \"f32[2, 6]\" = torch.ops.aten.slice.Tensor(x, 0, 2, 4)\n        z: \"f32[6, 4]\" = torch.ops.aten.t.default(x)\n        out: \"f32[6, 4]\" = torch.ops.aten.tanh.default(z)\n";
+
+/// Precondition (the e-graph's form): no collective reads a product's pieces. Where the ranks
+/// all-gather their row pieces, the gathered tensor is the spec's product too, which the
+/// e-graph's relation also names, so the fast path declines; the audit agrees.
+#[test]
+fn a_product_a_collective_gathers_is_left_to_the_e_graph() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = graph("4, 6 | 6, 4 | 4, 4", "aten.mm.default(x, y)");
+    let rank = "class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[2, 6]\", y: \"f32[6, 4]\"):\n        z: \"f32[2, 4]\" = torch.ops.aten.mm.default(x, y)\n        all_gather_into_tensor: \"f32[4, 4]\" = torch.ops._c10d_functional.all_gather_into_tensor.default(z, 2, '0')\n        wait_tensor: \"f32[4, 4]\" = torch.ops._c10d_functional.wait_tensor.default(all_gather_into_tensor)\n        out: \"f32[4, 4]\" = torch.ops.aten.tanh.default(wait_tensor)\n        return (out,)\n";
+    std::fs::write(dir.path().join("spec.py"), spec).unwrap();
+    for r in 0..2 {
+        std::fs::write(dir.path().join(format!("r{r}.py")), rank).unwrap();
+    }
+    let yaml = "version: 1\nname: gathered\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [r0.py, r1.py]\ninputs:\n  x: Shard(0)\n  y: Replicate()\noutputs:\n  out: Replicate()\n";
+    std::fs::write(dir.path().join("case.yaml"), yaml).unwrap();
+    let case = shardproof_case::load_case(&dir.path().join("case.yaml")).unwrap();
+    assert!(fast_z(&case).is_none());
+    let audit = verify(
+        &case,
+        &Options {
+            audit_fast_path: true,
+            ..Options::default()
+        },
+    );
+    assert_eq!(audit.verdict, Verdict::Verified);
+    assert!(audit.fast_path_differences.is_empty());
+}

@@ -3,42 +3,93 @@
 //! dim) and whose counterpart on the ranks is the same call over the related tensors gets its
 //! relation by the placement rule of its operator family, with no e-graph.
 //!
-//! The rule table is the element-wise one: an operator that maps elements to elements (every
-//! tensor argument of the output's shape, literal arguments the same on the ranks) computes a
-//! replica from replicas, and a concatenation along dim `d` from pieces concatenated along `d`
-//! alike. The operator families are `shardproof-check`'s (`rules::rule`), so the two engines
-//! agree on which operators are element-wise; the placements themselves are not shared: check's
-//! rules read placements per mesh dim, refine's relations name the ranks' tensors.
+//! The rule table (`RULES`) has one rule per family of `shardproof-check`'s rule table
+//! (`rules::rule`), so the two engines agree on what an operator is; the placements themselves
+//! are not shared: check's rules read placements per mesh dim, refine's relations name the
+//! ranks' tensors. Element-wise calls map replicas to a replica and pieces concatenated alike
+//! to the concatenation of the ranks' results; deterministic calls (views, reductions, softmax)
+//! map replicas to a replica; transposes and permutes move a concatenation's dim; products
+//! concatenate over rows, batches or columns and sum over contraction pieces.
 //!
 //! Sound by construction: every leaf of an input's relation equals that input (the relation is
 //! proven), so a rank tensor whose definition is the spec's call with every spec input replaced
-//! by such a leaf (the same literals) equals the spec's output, or its piece; anything short of
-//! that (another form, another shape, a broadcast, an operator outside the table, a zero block,
-//! a seed) answers `None`, and the operator goes to the e-graph. The fast path never decides
-//! that an operator is unrelated.
+//! by such a leaf (the same literals) equals the spec's output, or its piece, or (a
+//! contraction) its summand; anything short of that (another form, another shape, a broadcast,
+//! an operator outside the table, a zero block, a seed) answers `None`, and the operator goes to
+//! the e-graph. The fast path never decides that an operator is unrelated.
 //!
 //! The relation it builds is the one the e-graph's extraction writes for these forms: the
 //! output's leaves sorted as extraction sorts them, a concatenation naming each piece by its
-//! earliest-computed tensor, and the groups of equal leaves sorted alike (`Options::audit_fast_path`
-//! runs both and counts every difference).
+//! earliest-computed tensor, a layout call also written over its input's cheapest form, and
+//! the groups of equal leaves sorted alike. Where the e-graph would write more (a consumer
+//! that combines, slices or views back the output, a permute that is a transpose, a view of a
+//! view, a reduction that is a view), the fast path declines. `Options::audit_fast_path` runs
+//! both and counts every difference.
 
 use super::relation::{Impl, Rel, State};
 use crate::lower::{Lowered, Tpl, ValueRef};
-use crate::term::{is_op, parse_leaf, Term, CAT};
+use crate::term::{is_op, parse_leaf, Term, CAT, LIST, SLICE, SUM};
 use egg::{RecExpr, Symbol};
 use shardproof_ir::ValueId;
 use std::collections::{BTreeSet, HashMap};
 
-/// The operator families of `shardproof-check`'s rule table whose calls map elements to
-/// elements, deterministically, given their literal arguments: the fast path's rule table.
-const ELEMENTWISE_FAMILIES: &[&str] = &[
-    "linear-unary",
-    "nonlinear-unary",
-    "elementwise-add",
-    "elementwise-mul",
-    "elementwise-div",
-    "nonlinear-binary",
-    "pow",
+/// What the placement rule of an operator family derives from its inputs' plain forms.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Rule {
+    /// The call maps elements to elements, deterministically, given its literal arguments:
+    /// over replicas it computes a replica, and over tensors concatenated alike along dim `d`
+    /// the concatenation along `d` of its results on the pieces.
+    Elementwise,
+    /// A transpose or permute: over replicas a replica; over a concatenation along dim `d`,
+    /// the concatenation of its results on the pieces along the dim `d` moves to.
+    MovesDims,
+    /// A product (`mm`, `bmm`): over replicas a replica; over row pieces (or batch pieces of
+    /// both operands) and a replicated right operand, the concatenation of the ranks'
+    /// products along that dim; over a replicated left operand and column pieces, the
+    /// concatenation along the last dim; over pieces of the contraction dim, the sum over
+    /// ranks of the pieces' products (a partial sum).
+    Product,
+    /// A reduction: over replicas a replica, where it combines elements (over size-1 dims
+    /// only it is a view, which the e-graph also writes as one).
+    Reduction,
+    /// The call is a deterministic function of its tensors and literal arguments: over
+    /// replicas it computes a replica. Its pieces are not the spec's pieces in general (a
+    /// product contracts, a view regroups, a reduction combines elements), so tensors
+    /// concatenated along a dim are left to the e-graph.
+    OverReplicas,
+}
+
+/// The fast path's rule table: the operator families of `shardproof-check`'s rule table
+/// (`rules::rule`) it derives relations for, each with its rule. A family not listed (random
+/// ones such as dropout, collectives, creation and `*_like` calls, scatters) is declined.
+const RULES: &[(&str, Rule)] = &[
+    ("linear-unary", Rule::Elementwise),
+    ("nonlinear-unary", Rule::Elementwise),
+    ("elementwise-add", Rule::Elementwise),
+    ("elementwise-mul", Rule::Elementwise),
+    ("elementwise-div", Rule::Elementwise),
+    ("nonlinear-binary", Rule::Elementwise),
+    ("pow", Rule::Elementwise),
+    ("matmul", Rule::Product),
+    ("matmul-bias", Rule::OverReplicas),
+    ("linear", Rule::OverReplicas),
+    ("view", Rule::OverReplicas),
+    ("transpose", Rule::MovesDims),
+    ("permute", Rule::MovesDims),
+    ("unsqueeze", Rule::OverReplicas),
+    ("squeeze", Rule::OverReplicas),
+    ("reduction", Rule::Reduction),
+    ("softmax", Rule::OverReplicas),
+    ("softmax-backward", Rule::OverReplicas),
+    ("activation-backward", Rule::OverReplicas),
+];
+
+/// The layout operators among extraction's clean operators (`CLEAN_OPS`), as lowering names
+/// them: extraction writes a call of one over clean expressions as a clean expression.
+pub(super) const LAYOUT_OPS: &[&str] = &[
+    "aten.transpose.int",
+    "aten.view.default",
+    "aten.permute.default",
 ];
 
 /// The shapes of a concatenation's pieces, in order.
@@ -69,7 +120,16 @@ pub(super) fn decide(imp: &Impl, state: &HashMap<ValueId, State>, t: &Tpl) -> Op
     let Tpl::Op(name, kids) = t else {
         return None;
     };
-    if !elementwise(name) {
+    let rule = rule_of(name)?;
+    if swaps_two_dims(t) {
+        return None;
+    }
+    // A layout call or a reduction over a layout call: the e-graph composes the two (a view
+    // of a view, a reduction of a view rewritten as a view) and writes that form too.
+    if (is_layout(t) || rule == Rule::Reduction) && reads_layout_calls(imp, state, t) {
+        return None;
+    }
+    if rule == Rule::Reduction && reduces_size_one_dims(imp, state, t) {
         return None;
     }
     // The spec inputs, each once, with their forms; every other argument a literal.
@@ -102,7 +162,19 @@ pub(super) fn decide(imp: &Impl, state: &HashMap<ValueId, State>, t: &Tpl) -> Op
             })
             .collect();
         let outs = counterparts(imp, t, &replicas);
-        return replicated_relation(imp, outs);
+        if related_by_consumers(imp, &outs) || round_trips_through_layout(imp, &outs) {
+            return None;
+        }
+        if is_layout(t) && replicas.values().any(|ls| related_by_consumers(imp, ls)) {
+            return None;
+        }
+        return replicated_relation(imp, t, &forms, outs);
+    }
+    match rule {
+        Rule::Elementwise => {}
+        Rule::MovesDims => return moved_shards(imp, t, &forms),
+        Rule::Product => return product(imp, t, &forms),
+        Rule::OverReplicas | Rule::Reduction => return None,
     }
     // Sharded alike: one dim, as many pieces, piece i of every input on the same shape.
     let (dim, n) = match &forms[0].1 {
@@ -136,17 +208,22 @@ pub(super) fn decide(imp: &Impl, state: &HashMap<ValueId, State>, t: &Tpl) -> Op
         }
         pieces_out.push(outs);
     }
-    if pieces_out.iter().any(|p| combined_by_consumers(imp, p)) {
+    if pieces_out
+        .iter()
+        .any(|p| related_by_consumers(imp, p) || round_trips_through_layout(imp, p))
+    {
         return None;
     }
     sharded_relation(imp, dim, pieces_out)
 }
 
-/// Whether a consumer combines the rank tensors `outs` with others: a collective (it reads
-/// another rank's tensor) or a concatenation. The e-graph brings such a consumer in, and where
-/// it equals the spec's output (an all-gather of the pieces under sequence parallelism) the
-/// output's relation also names it, which the rule would not write: the e-graph decides.
-fn combined_by_consumers(imp: &Impl, outs: &BTreeSet<Leaf>) -> bool {
+/// Whether a consumer relates the rank tensors `outs` to others: a collective (it reads
+/// another rank's tensor), a concatenation, or a slice (a split, a rank's own chunk of a
+/// replica under sequence parallelism). The e-graph brings such a consumer in, and where it
+/// equals the spec's output (an all-gather of the pieces, the concatenation of the ranks'
+/// chunks) the output's relation also names it, which the rule would not write: the e-graph
+/// decides.
+fn related_by_consumers(imp: &Impl, outs: &BTreeSet<Leaf>) -> bool {
     outs.iter().any(|l| {
         imp.consumers.get(&l.at).is_some_and(|users| {
             users.iter().any(|&(r, node)| {
@@ -155,18 +232,125 @@ fn combined_by_consumers(imp: &Impl, outs: &BTreeSet<Leaf>) -> bool {
                     value: ValueId::new(node, 0),
                 };
                 Some(r) != l.at.rank
-                    || matches!(imp.lowered.get(&at), Some(Lowered::Term(Tpl::Op(s, _))) if s == CAT)
+                    || matches!(imp.lowered.get(&at), Some(Lowered::Term(Tpl::Op(s, _))) if s == CAT || s == SLICE)
             })
         })
     })
 }
 
-/// Whether the operator `name` (`aten.add.Tensor`) is in the rule table.
-fn elementwise(name: &str) -> bool {
-    let Some((base, _overload)) = name.rsplit_once('.') else {
-        return false;
+/// Whether a layout call over one of the tensors `outs` is read by a layout call back to
+/// its shape (a view of a view, a transpose of a transpose): the e-graph composes the two
+/// into the tensor itself and names the result among its equal leaves, which the rule does
+/// not write.
+fn round_trips_through_layout(imp: &Impl, outs: &BTreeSet<Leaf>) -> bool {
+    let layout_users = |x: ValueRef| -> Vec<ValueRef> {
+        imp.consumers
+            .get(&x)
+            .into_iter()
+            .flatten()
+            .map(|&(r, node)| ValueRef {
+                rank: Some(r),
+                value: ValueId::new(node, 0),
+            })
+            .filter(|at| matches!(imp.lowered.get(at), Some(Lowered::Term(u)) if is_layout(u)))
+            .collect()
     };
-    shardproof_check::rules::rule(base).is_some_and(|r| ELEMENTWISE_FAMILIES.contains(&r.family))
+    outs.iter().any(|l| {
+        let shape = imp.meta(l.at).map(|m| m.shape);
+        layout_users(l.at).into_iter().any(|once| {
+            layout_users(once)
+                .into_iter()
+                .any(|twice| imp.meta(twice).map(|m| m.shape) == shape)
+        })
+    })
+}
+
+/// Whether some rank call reads tensors of two of the pieces (a rank adding its
+/// microbatches' partial products, a collective over the ranks' partial products).
+fn combines_pieces(imp: &Impl, pieces: &[BTreeSet<Leaf>]) -> bool {
+    let piece_of: HashMap<ValueRef, usize> = pieces
+        .iter()
+        .enumerate()
+        .flat_map(|(i, p)| p.iter().map(move |l| (l.at, i)))
+        .collect();
+    pieces.iter().flatten().any(|l| {
+        imp.consumers.get(&l.at).is_some_and(|users| {
+            users.iter().any(|&(r, node)| {
+                let g = &imp.case.program.ranks[r];
+                (0..g.nodes[node].outputs.len()).any(|k| {
+                    let at = ValueRef {
+                        rank: Some(r),
+                        value: ValueId::new(node, k),
+                    };
+                    let Some(Lowered::Term(u)) = imp.lowered.get(&at) else {
+                        return false;
+                    };
+                    let mut read = Vec::new();
+                    super::relation::tpl_values(u, &mut read);
+                    let touched: BTreeSet<usize> = read
+                        .iter()
+                        .filter_map(|x| piece_of.get(&imp.canon(*x)).copied())
+                        .collect();
+                    touched.len() > 1
+                })
+            })
+        })
+    })
+}
+
+/// Whether the reduction `t` reduces only dims of size 1 of its input (it keeps every
+/// element: the e-graph also writes it as a view). Unknown shapes count as such (declined).
+fn reduces_size_one_dims(imp: &Impl, state: &HashMap<ValueId, State>, t: &Tpl) -> bool {
+    let Tpl::Op(_, kids) = t else {
+        return true;
+    };
+    let Some(Tpl::Value(x)) = kids.first() else {
+        return true;
+    };
+    let Some(State::Related(rel)) = state.get(&x.value) else {
+        return true;
+    };
+    // A replica's shape is the spec input's.
+    let Some(shape) = rel
+        .exprs
+        .iter()
+        .find_map(|e| single_leaf(imp, e))
+        .and_then(|l| imp.meta(l.at))
+        .map(|m| m.shape)
+    else {
+        return true;
+    };
+    if !shape.contains(&1) {
+        return false;
+    }
+    // The dims reduced: a literal dim or list after the input, else every dim.
+    let rank = shape.len() as i64;
+    let dims: Vec<i64> = match kids.get(1) {
+        Some(Tpl::Num(d)) => vec![*d],
+        Some(Tpl::Op(_, ds)) if !has_value(&kids[1]) => ds
+            .iter()
+            .filter_map(|d| match d {
+                Tpl::Num(d) => Some(*d),
+                _ => None,
+            })
+            .collect(),
+        _ => (0..rank).collect(),
+    };
+    dims.iter().all(|&d| {
+        let d = if d < 0 { d + rank } else { d };
+        usize::try_from(d)
+            .ok()
+            .and_then(|d| shape.get(d))
+            .is_none_or(|&n| n == 1)
+    })
+}
+
+/// The rule of the operator `name` (`aten.add.Tensor`), by its family in `shardproof-check`'s
+/// rule table; `None` outside the fast path's table.
+fn rule_of(name: &str) -> Option<Rule> {
+    let (base, _overload) = name.rsplit_once('.')?;
+    let family = shardproof_check::rules::rule(base)?.family;
+    RULES.iter().find(|(f, _)| *f == family).map(|&(_, r)| r)
 }
 
 fn has_value(t: &Tpl) -> bool {
@@ -215,12 +399,18 @@ pub(super) fn form_of(imp: &Impl, rel: &Rel) -> Option<Form> {
         out.insert(l);
         out
     };
-    // Every expression plain: a relation that also has composite alternatives (a sum over
-    // ranks beside its all-reduced replicas, a concatenation of slices) carries them through
-    // the e-graph's lemmas into the output's relation, which the rule would not write.
-    if rel.exprs.iter().all(|e| single_leaf(imp, e).is_some()) {
+    // A layout call over the input's own plain form (what extraction writes beside the
+    // output of a view, transpose or permute) names nothing new: skipped. Every other
+    // expression plain: a relation that also has composite alternatives (a sum over ranks
+    // beside its all-reduced replicas, a concatenation of slices) carries them through the
+    // e-graph's lemmas into the output's relation, which the rule would not write.
+    let plain: Vec<&RecExpr<Term>> = rel.exprs.iter().filter(|e| !layout_expr(e)).collect();
+    if plain.is_empty() {
+        return None;
+    }
+    if plain.iter().all(|e| single_leaf(imp, e).is_some()) {
         let mut replicas = BTreeSet::new();
-        for e in &rel.exprs {
+        for e in &plain {
             replicas.extend(with_group(single_leaf(imp, e)?));
         }
         return Some(Form::Replicated(replicas));
@@ -229,7 +419,7 @@ pub(super) fn form_of(imp: &Impl, rel: &Rel) -> Option<Form> {
     // piece `i` of each is piece `i` of the first (equal concatenations of equal-shaped pieces
     // have equal pieces).
     let mut first: Option<(i64, Vec<BTreeSet<Leaf>>, PieceShapes)> = None;
-    for e in &rel.exprs {
+    for e in plain {
         let (dim, leaves) = cat_of_leaves(imp, e)?;
         let shapes: PieceShapes = leaves
             .iter()
@@ -251,6 +441,25 @@ pub(super) fn form_of(imp: &Impl, rel: &Rel) -> Option<Form> {
         }
     }
     first.map(|(dim, pieces, _)| Form::Sharded { dim, pieces })
+}
+
+/// Whether the expression is a layout call (`CLEAN_OPS`: a view, transpose or permute) over
+/// a rank tensor or a concatenation of rank tensors.
+fn layout_expr(e: &RecExpr<Term>) -> bool {
+    let nodes = e.as_ref();
+    let Some(Term::Op(s, kids)) = nodes.last() else {
+        return false;
+    };
+    let over = |k: &egg::Id| {
+        match &nodes[usize::from(*k)] {
+        Term::Op(p, pk) if pk.is_empty() => p.as_str().starts_with("%r"),
+        Term::Op(c, ck) if is_op!(c, CAT) => ck[1..]
+            .iter()
+            .all(|&l| matches!(&nodes[usize::from(l)], Term::Op(p, pk) if pk.is_empty() && p.as_str().starts_with("%r"))),
+        _ => false,
+    }
+    };
+    LAYOUT_OPS.contains(&s.as_str()) && kids.first().is_some_and(over)
 }
 
 /// The dim and pieces of a concatenation of rank tensors along a literal dim.
@@ -364,21 +573,322 @@ fn group(imp: &Impl, ls: &BTreeSet<Leaf>) -> Vec<Symbol> {
     g
 }
 
-/// A replicated output: every replica, as extraction lists the leaves of a class.
-fn replicated_relation(imp: &Impl, outs: BTreeSet<Leaf>) -> Option<Rel> {
+/// A replicated output: every replica, as extraction lists the leaves of a class. A layout
+/// operator (`CLEAN_OPS`: a view, transpose or permute) is clean itself, so extraction also
+/// writes the spec's call over each input's preferred replica (after the leaves, which are
+/// smaller), and the groups of equal leaves then include the inputs' replicas it names.
+fn replicated_relation(
+    imp: &Impl,
+    t: &Tpl,
+    inputs: &[(ValueId, Form)],
+    outs: BTreeSet<Leaf>,
+) -> Option<Rel> {
     if outs.is_empty() {
         return None;
     }
     let names = group(imp, &outs);
     let mut exprs: Vec<RecExpr<Term>> = names.iter().map(|&s| leaf_expr(s)).collect();
     exprs.sort_by_key(|e| e.to_string());
-    let equal_leaves = if names.len() > 1 {
+    let mut equal_leaves = if names.len() > 1 {
         vec![names]
     } else {
         Vec::new()
     };
+    if is_layout(t) {
+        add_layout_form(imp, t, inputs, &mut exprs, &mut equal_leaves)?;
+    }
     Some(Rel {
         exprs,
+        clean: true,
+        equal_leaves,
+        equal_slices: Vec::new(),
+        explored: Vec::new(),
+    })
+}
+
+/// Whether the spec's call `t` is a layout operator that extraction counts as clean
+/// (`CLEAN_OPS`: a view, transpose or permute).
+fn is_layout(t: &Tpl) -> bool {
+    matches!(t, Tpl::Op(name, _) if LAYOUT_OPS.contains(&name.as_str()))
+}
+
+/// A layout call is clean itself, so extraction also writes the spec's call over each input's
+/// cheapest clean expression (a replica, or the concatenation of the pieces, each by its
+/// preferred tensor), after the output's smaller forms; the groups of equal leaves then
+/// include those of the tensors it names.
+fn add_layout_form(
+    imp: &Impl,
+    t: &Tpl,
+    inputs: &[(ValueId, Form)],
+    exprs: &mut Vec<RecExpr<Term>>,
+    equal_leaves: &mut Vec<Vec<Symbol>>,
+) -> Option<()> {
+    let mut e = RecExpr::default();
+    over_preferred(imp, t, inputs, &mut e)?;
+    exprs.push(e);
+    let mut named: Vec<&BTreeSet<Leaf>> = Vec::new();
+    for (_, f) in inputs {
+        match f {
+            Form::Replicated(ls) => named.push(ls),
+            Form::Sharded { pieces, .. } => named.extend(pieces),
+        }
+    }
+    named.sort();
+    named.dedup();
+    equal_leaves.extend(
+        named
+            .into_iter()
+            .filter(|ls| ls.len() > 1)
+            .map(|ls| group(imp, ls)),
+    );
+    equal_leaves.sort_by(|a, b| a[0].as_str().cmp(b[0].as_str()));
+    equal_leaves.dedup();
+    Some(())
+}
+
+/// The preferred tensor among equal ones (extraction's choice).
+fn preferred(ls: &BTreeSet<Leaf>) -> Option<Leaf> {
+    ls.iter().copied().min_by_key(|&l| preference(l))
+}
+
+/// The spec's call `t` with each spec input replaced by its cheapest clean expression (its
+/// preferred replica, or the concatenation of its pieces' preferred tensors), added to `e`.
+fn over_preferred(
+    imp: &Impl,
+    t: &Tpl,
+    inputs: &[(ValueId, Form)],
+    e: &mut RecExpr<Term>,
+) -> Option<egg::Id> {
+    Some(match t {
+        Tpl::Value(x) => match &inputs.iter().find(|(y, _)| *y == x.value)?.1 {
+            Form::Replicated(ls) => e.add(Term::Op(leaf_symbol_of(imp, preferred(ls)?), vec![])),
+            Form::Sharded { dim, pieces } => {
+                let mut kids = vec![e.add(Term::Num(*dim))];
+                for p in pieces {
+                    kids.push(e.add(Term::Op(leaf_symbol_of(imp, preferred(p)?), vec![])));
+                }
+                e.add(Term::Op(Symbol::from(CAT), kids))
+            }
+        },
+        Tpl::Num(n) => e.add(Term::Num(*n)),
+        Tpl::Op(s, kids) => {
+            let ids = kids
+                .iter()
+                .map(|k| over_preferred(imp, k, inputs, e))
+                .collect::<Option<Vec<_>>>()?;
+            e.add(Term::Op(Symbol::from(s.as_str()), ids))
+        }
+    })
+}
+
+/// A transpose or permute of a concatenation along `dim`: the concatenation, along the dim
+/// `dim` moves to, of the ranks' same call on each piece, and (a layout call) the spec's call
+/// over the input's concatenation.
+fn moved_shards(imp: &Impl, t: &Tpl, forms: &[(ValueId, Form)]) -> Option<Rel> {
+    let [(x, Form::Sharded { dim, pieces })] = forms else {
+        return None;
+    };
+    let out_dim = moved_dim(t, *dim)?;
+    let mut pieces_out = Vec::with_capacity(pieces.len());
+    for p in pieces {
+        let outs = counterparts(imp, t, &HashMap::from([(*x, p)]));
+        if outs.is_empty()
+            || related_by_consumers(imp, &outs)
+            || round_trips_through_layout(imp, &outs)
+            || related_by_consumers(imp, p)
+        {
+            return None;
+        }
+        pieces_out.push(outs);
+    }
+    let mut rel = sharded_relation(imp, out_dim, pieces_out)?;
+    add_layout_form(imp, t, forms, &mut rel.exprs, &mut rel.equal_leaves)?;
+    Some(rel)
+}
+
+/// Whether a spec input of the call `t` is one that a rank defines by a layout call,
+/// or whose relation writes it as one: the e-graph composes the two (a view of a view is one
+/// view of the first's input) and writes that form too, which the rule does not write.
+fn reads_layout_calls(imp: &Impl, state: &HashMap<ValueId, State>, t: &Tpl) -> bool {
+    let Tpl::Op(_, kids) = t else {
+        return false;
+    };
+    kids.iter().any(|k| {
+        let Tpl::Value(x) = k else {
+            return false;
+        };
+        let Some(State::Related(rel)) = state.get(&x.value) else {
+            return true;
+        };
+        rel.exprs.iter().any(|e| {
+            e.as_ref().iter().any(|n| match n {
+                Term::Op(s, kids) if kids.is_empty() && s.as_str().starts_with("%r") => leaf_of(
+                    imp, *s,
+                )
+                .is_none_or(
+                    |l| matches!(imp.lowered.get(&l.at), Some(Lowered::Term(u)) if is_layout(u)),
+                ),
+                Term::Op(s, _) => LAYOUT_OPS.contains(&s.as_str()),
+                Term::Num(_) => false,
+            })
+        }) || rel.equal_leaves.iter().flatten().any(|&s| {
+            leaf_of(imp, s).is_none_or(
+                |l| matches!(imp.lowered.get(&l.at), Some(Lowered::Term(u)) if is_layout(u)),
+            )
+        })
+    })
+}
+
+/// Whether `t` is a permute that swaps two dims: the e-graph also writes it as a transpose,
+/// a form the rule does not write.
+fn swaps_two_dims(t: &Tpl) -> bool {
+    let Tpl::Op(name, kids) = t else {
+        return false;
+    };
+    match (name.as_str(), kids.as_slice()) {
+        ("aten.permute.default", [_, Tpl::Op(_, p)]) => {
+            let moved = p
+                .iter()
+                .enumerate()
+                .filter(|(i, q)| !matches!(q, Tpl::Num(q) if *q == *i as i64))
+                .count();
+            moved == 2
+        }
+        _ => false,
+    }
+}
+
+/// Where a transpose (`aten.transpose.int(x, a, b)`, dims normalized) or a permute
+/// (`aten.permute.default(x, [p...])`) moves dim `d` of its input.
+fn moved_dim(t: &Tpl, d: i64) -> Option<i64> {
+    let Tpl::Op(name, kids) = t else {
+        return None;
+    };
+    match (name.as_str(), kids.as_slice()) {
+        ("aten.transpose.int", [_, Tpl::Num(a), Tpl::Num(b)]) => Some(if d == *a {
+            *b
+        } else if d == *b {
+            *a
+        } else {
+            d
+        }),
+        ("aten.permute.default", [_, Tpl::Op(list, p)]) if list == LIST => {
+            let at = p.iter().position(|q| matches!(q, Tpl::Num(q) if *q == d))?;
+            i64::try_from(at).ok()
+        }
+        _ => None,
+    }
+}
+
+/// A product (`mm`, `bmm`) over operands of which at least one is concatenated (see
+/// [`Rule::Product`]): each piece of the output is the ranks' product of the operands'
+/// matching pieces, and a contraction over pieces is their sum. Other layouts (a product
+/// over one operand twice, a split the product interleaves, `matmul`'s broadcasting forms)
+/// are declined.
+fn product(imp: &Impl, t: &Tpl, forms: &[(ValueId, Form)]) -> Option<Rel> {
+    let Tpl::Op(name, kids) = t else {
+        return None;
+    };
+    let dims: i64 = match name.as_str() {
+        "aten.mm.default" => 2,
+        "aten.bmm.default" => 3,
+        _ => return None,
+    };
+    let [Tpl::Value(a), Tpl::Value(b)] = kids.as_slice() else {
+        return None;
+    };
+    let (Some((_, fa)), Some((_, fb))) = (
+        forms.iter().find(|(x, _)| *x == a.value),
+        forms.iter().find(|(x, _)| *x == b.value),
+    ) else {
+        return None;
+    };
+    if a.value == b.value {
+        return None;
+    }
+    // The pieces of each operand, per output piece (a replicated operand in every one).
+    let pieces_of = |f: &Form, n: usize| -> Vec<BTreeSet<Leaf>> {
+        match f {
+            Form::Replicated(ls) => vec![ls.clone(); n],
+            Form::Sharded { pieces, .. } => pieces.clone(),
+        }
+    };
+    let (out_dim, n) = match (fa, fb) {
+        (Form::Replicated(_), Form::Sharded { dim, pieces }) if *dim == dims - 1 => {
+            (Some(dims - 1), pieces.len())
+        }
+        (Form::Sharded { dim, pieces }, Form::Replicated(_)) if *dim < dims - 1 => {
+            (Some(*dim), pieces.len())
+        }
+        (
+            Form::Sharded {
+                dim: da,
+                pieces: pa,
+            },
+            Form::Sharded {
+                dim: db,
+                pieces: pb,
+            },
+        ) if pa.len() == pb.len() => {
+            if dims == 3 && *da == 0 && *db == 0 {
+                (Some(0), pa.len())
+            } else if *da == dims - 1 && *db == dims - 2 {
+                (None, pa.len())
+            } else {
+                return None;
+            }
+        }
+        _ => return None,
+    };
+    let (pa, pb) = (pieces_of(fa, n), pieces_of(fb, n));
+    let mut pieces_out = Vec::with_capacity(n);
+    for i in 0..n {
+        let outs = counterparts(
+            imp,
+            t,
+            &HashMap::from([(a.value, &pa[i]), (b.value, &pb[i])]),
+        );
+        if outs.is_empty() {
+            return None;
+        }
+        pieces_out.push(outs);
+    }
+    // A collective over the partial products (an all-reduce's whole sum, a reduce-scatter's
+    // pieces of it) is related to the output too: the e-graph decides.
+    if pieces_out
+        .iter()
+        .any(|p| related_by_consumers(imp, p) || round_trips_through_layout(imp, p))
+    {
+        return None;
+    }
+    // Summands some call combines (a rank adding its microbatches' partial products) are
+    // related to the sum too: the e-graph decides.
+    if out_dim.is_none() && combines_pieces(imp, &pieces_out) {
+        return None;
+    }
+    match out_dim {
+        Some(d) => sharded_relation(imp, d, pieces_out),
+        None => summed_relation(imp, pieces_out),
+    }
+}
+
+/// A partial sum: the sum over the pieces of each one's preferred tensor, as extraction
+/// writes it, with the groups of equal tensors among each piece's.
+fn summed_relation(imp: &Impl, pieces: Vec<BTreeSet<Leaf>>) -> Option<Rel> {
+    let mut e = RecExpr::default();
+    let mut kids = Vec::with_capacity(pieces.len());
+    for p in &pieces {
+        kids.push(e.add(Term::Op(leaf_symbol_of(imp, preferred(p)?), vec![])));
+    }
+    e.add(Term::Op(Symbol::from(SUM), kids));
+    let mut equal_leaves: Vec<Vec<Symbol>> = pieces
+        .iter()
+        .filter(|p| p.len() > 1)
+        .map(|p| group(imp, p))
+        .collect();
+    equal_leaves.sort_by(|a, b| a[0].as_str().cmp(b[0].as_str()));
+    Some(Rel {
+        exprs: vec![e],
         clean: true,
         equal_leaves,
         equal_slices: Vec::new(),

@@ -496,3 +496,537 @@ fn an_output_a_collective_gathers_is_left_to_the_e_graph() {
     assert_eq!(audit.verdict, Verdict::Verified);
     assert!(audit.fast_path_differences.is_empty());
 }
+
+/// The calls of the families the fast path relates over replicas only (products, views,
+/// transposes, permutes, reductions, softmax), as (FX call text over `x` and `y`, shapes
+/// `X | Y | Z`). A view, transpose or permute is also written as the call over `x`'s
+/// preferred replica, as extraction writes it.
+const OVER_REPLICAS: &[(&str, &str)] = &[
+    ("aten.mm.default(x, y)", "4, 6 | 6, 4 | 4, 4"),
+    ("aten.bmm.default(x, y)", "2, 3, 4 | 2, 4, 3 | 2, 3, 3"),
+    ("aten.view.default(x, [24])", "4, 6 | 4, 6 | 24"),
+    ("aten.view.default(x, [2, 2, 6])", "4, 6 | 4, 6 | 2, 2, 6"),
+    ("aten.unsqueeze.default(x, 0)", "4, 6 | 4, 6 | 1, 4, 6"),
+    ("aten.t.default(x)", "4, 6 | 4, 6 | 6, 4"),
+    ("aten.transpose.int(x, 0, 1)", "4, 6 | 4, 6 | 6, 4"),
+    (
+        "aten.permute.default(x, [1, 2, 0])",
+        "2, 3, 4 | 2, 3, 4 | 3, 4, 2",
+    ),
+    ("aten.sum.dim_IntList(x, [1])", "4, 6 | 4, 6 | 4"),
+    ("aten.sum.dim_IntList(x, [0], True)", "4, 6 | 4, 6 | 1, 6"),
+    ("aten.amax.default(x, [1])", "4, 6 | 4, 6 | 4"),
+    ("aten._softmax.default(x, 1, False)", "4, 6 | 4, 6 | 4, 6"),
+];
+
+/// Products, views, transposes, permutes, reductions and softmax over replicas: every rank's
+/// result is a replica of the spec's (and a layout call over a replica is one), on random
+/// inputs, over two and four ranks.
+#[test]
+fn products_views_and_reductions_over_replicas_derive_every_ranks_result() {
+    for (mesh, ranks) in [("{ tp: 2 }", 2), ("{ dp: 4 }", 4)] {
+        for (call, shapes) in OVER_REPLICAS {
+            let dir = tempfile::tempdir().unwrap();
+            let case = write_case(
+                dir.path(),
+                &Plan {
+                    mesh,
+                    ranks,
+                    layout: ["Replicate()", "Replicate()", "Replicate()"],
+                    spec: (shapes, call),
+                    rank: (shapes, call),
+                },
+            );
+            let rel = fast_z(&case).unwrap_or_else(|| panic!("{call} on {mesh}: declined"));
+            let leaves = rel.exprs.iter().filter(|e| e.as_ref().len() == 1).count();
+            assert_eq!(leaves, ranks, "{call}: {:?}", rel.exprs);
+            for seed in [0.11, 0.23, 0.59] {
+                holds(&case, &rel, seed).unwrap_or_else(|e| panic!("{call} on {mesh}: {e}"));
+            }
+        }
+    }
+}
+
+/// Precondition: the families related over replicas only take no concatenated input. A sum
+/// over the split dim computed on each shard is a partial sum, and a flattening view of a
+/// column shard interleaves: the concatenation of the ranks' results is not the spec's
+/// value (the rule for element-wise calls would be false).
+#[test]
+fn a_reduction_or_view_over_shards_is_declined() {
+    for (call, spec_shapes, rank_shapes, out) in [
+        (
+            "aten.sum.dim_IntList(x, [1])",
+            "4, 6 | 4, 6 | 4",
+            "4, 3 | 4, 3 | 4",
+            "Replicate()",
+        ),
+        (
+            "aten.view.default(x, [24])",
+            "4, 6 | 4, 6 | 24",
+            "4, 3 | 4, 3 | 12",
+            "Shard(0)",
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let case = write_case(
+            dir.path(),
+            &Plan {
+                mesh: "{ tp: 2 }",
+                ranks: 2,
+                layout: ["Shard(1)", "Shard(1)", out],
+                spec: (spec_shapes, call),
+                rank: (rank_shapes, call),
+            },
+        );
+        assert!(fast_z(&case).is_none(), "{call}");
+    }
+}
+
+/// The audit on the replica rules: the e-graph writes every relation as the fast path does
+/// (the leaves, and for a layout call the call over the preferred replica with the inputs'
+/// group of equal leaves), and the verdict is the same.
+#[test]
+fn the_audit_finds_the_e_graphs_relations_over_replicas() {
+    for (call, shapes) in OVER_REPLICAS {
+        let dir = tempfile::tempdir().unwrap();
+        let case = write_case(
+            dir.path(),
+            &Plan {
+                mesh: "{ tp: 2 }",
+                ranks: 2,
+                layout: ["Replicate()", "Replicate()", "Replicate()"],
+                spec: (shapes, call),
+                rank: (shapes, call),
+            },
+        );
+        let audit = verify(
+            &case,
+            &Options {
+                audit_fast_path: true,
+                ..Options::default()
+            },
+        );
+        assert!(
+            audit.fast_path_differences.is_empty(),
+            "{call}: {:#?}",
+            audit.fast_path_differences
+        );
+        assert_eq!(audit.operators_fast, 1, "{call}");
+        let fast = verify(&case, &Options::default());
+        assert_eq!(fast.verdict, Verdict::Verified, "{call}");
+        assert_eq!(audit.verdict, fast.verdict, "{call}");
+    }
+}
+
+/// The layout operators the fast path writes as extraction does are clean operators of
+/// extraction's (a change of either list shows here).
+#[test]
+fn the_layout_operators_are_extractions_clean_ones() {
+    for op in super::fastpath::LAYOUT_OPS {
+        assert!(super::extract::CLEAN_OPS.contains(op), "{op}");
+    }
+}
+
+/// A transpose or permute of a concatenation: the concatenation of the ranks' results along
+/// the dim the split dim moves to (beside the call over the input's concatenation), on random
+/// inputs; and the audit finds the e-graph's relation written alike.
+#[test]
+fn a_transpose_or_permute_of_shards_concatenates_along_the_moved_dim() {
+    for (call, layout, spec_shapes, rank_shapes, out_dim) in [
+        (
+            "aten.t.default(x)",
+            "Shard(0)",
+            "4, 6 | 4, 6 | 6, 4",
+            "2, 6 | 2, 6 | 6, 2",
+            1,
+        ),
+        (
+            "aten.transpose.int(x, 0, 1)",
+            "Shard(1)",
+            "4, 6 | 4, 6 | 6, 4",
+            "4, 3 | 4, 3 | 3, 4",
+            0,
+        ),
+        (
+            "aten.transpose.int(x, 1, 2)",
+            "Shard(0)",
+            "2, 3, 4 | 2, 3, 4 | 2, 4, 3",
+            "1, 3, 4 | 1, 3, 4 | 1, 4, 3",
+            0,
+        ),
+        (
+            "aten.permute.default(x, [1, 2, 0])",
+            "Shard(0)",
+            "2, 3, 4 | 2, 3, 4 | 3, 4, 2",
+            "1, 3, 4 | 1, 3, 4 | 3, 4, 1",
+            2,
+        ),
+        (
+            "aten.permute.default(x, [2, 0, 1])",
+            "Shard(2)",
+            "2, 3, 4 | 2, 3, 4 | 4, 2, 3",
+            "2, 3, 2 | 2, 3, 2 | 2, 2, 3",
+            0,
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let case = write_case(
+            dir.path(),
+            &Plan {
+                mesh: "{ tp: 2 }",
+                ranks: 2,
+                layout: [layout, layout, &format!("Shard({out_dim})")],
+                spec: (spec_shapes, call),
+                rank: (rank_shapes, call),
+            },
+        );
+        let rel = fast_z(&case).unwrap_or_else(|| panic!("{call}: declined"));
+        let text = rel.exprs[0].to_string();
+        assert!(
+            text.starts_with(&format!("(cat {out_dim} ")),
+            "{call}: {text}"
+        );
+        for seed in [0.11, 0.23, 0.59] {
+            holds(&case, &rel, seed).unwrap_or_else(|e| panic!("{call}: {e}"));
+        }
+        let audit = verify(
+            &case,
+            &Options {
+                audit_fast_path: true,
+                ..Options::default()
+            },
+        );
+        assert!(
+            audit.fast_path_differences.is_empty(),
+            "{call}: {:#?}",
+            audit.fast_path_differences
+        );
+        assert_eq!(audit.operators_fast, 1, "{call}");
+        assert_eq!(audit.verdict, Verdict::Verified, "{call}");
+    }
+}
+
+/// Precondition (the e-graph's form): a permute that swaps two dims is declined. The e-graph
+/// also writes it as a transpose, which the rule does not write; the audit agrees.
+#[test]
+fn a_permute_that_swaps_two_dims_is_left_to_the_e_graph() {
+    let dir = tempfile::tempdir().unwrap();
+    let call = "aten.permute.default(x, [1, 0])";
+    let case = write_case(
+        dir.path(),
+        &Plan {
+            mesh: "{ tp: 2 }",
+            ranks: 2,
+            layout: ["Replicate()", "Replicate()", "Replicate()"],
+            spec: ("4, 6 | 4, 6 | 6, 4", call),
+            rank: ("4, 6 | 4, 6 | 6, 4", call),
+        },
+    );
+    assert!(fast_z(&case).is_none());
+    let audit = verify(
+        &case,
+        &Options {
+            audit_fast_path: true,
+            ..Options::default()
+        },
+    );
+    assert_eq!(audit.verdict, Verdict::Verified);
+    assert!(audit.fast_path_differences.is_empty());
+}
+
+/// Precondition (the e-graph's form): no rank slices the output's replicas. Where each rank
+/// keeps its own chunk of the product (sequence parallelism's scatter), the e-graph's
+/// relation also names the concatenation of the chunks, so the fast path declines; the audit
+/// agrees.
+#[test]
+fn a_replicated_output_the_ranks_slice_is_left_to_the_e_graph() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = "class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[4, 6]\", y: \"f32[6, 4]\"):\n        z: \"f32[4, 4]\" = torch.ops.aten.mm.default(x, y)\n        out: \"f32[4, 4]\" = torch.ops.aten.tanh.default(z)\n        return (out,)\n";
+    let rank = |r: usize| {
+        format!("class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[4, 6]\", y: \"f32[6, 4]\"):\n        z: \"f32[4, 4]\" = torch.ops.aten.mm.default(x, y)\n        piece: \"f32[2, 4]\" = torch.ops.aten.slice.Tensor(z, 0, {}, {})\n        out: \"f32[2, 4]\" = torch.ops.aten.tanh.default(piece)\n        return (out,)\n", 2 * r, 2 * r + 2)
+    };
+    std::fs::write(dir.path().join("spec.py"), spec).unwrap();
+    for r in 0..2 {
+        std::fs::write(dir.path().join(format!("r{r}.py")), rank(r)).unwrap();
+    }
+    let yaml = "version: 1\nname: scattered\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [r0.py, r1.py]\ninputs:\n  x: Replicate()\n  y: Replicate()\noutputs:\n  out: Shard(0)\n";
+    std::fs::write(dir.path().join("case.yaml"), yaml).unwrap();
+    let case = shardproof_case::load_case(&dir.path().join("case.yaml")).unwrap();
+    assert!(fast_z(&case).is_none());
+    let audit = verify(
+        &case,
+        &Options {
+            audit_fast_path: true,
+            ..Options::default()
+        },
+    );
+    assert_eq!(audit.verdict, Verdict::Verified);
+    assert!(audit.fast_path_differences.is_empty());
+}
+
+/// Products over pieces: rows or batches of the left operand (and the batches of the right)
+/// and columns of the right give the concatenation of the ranks' products; pieces of the
+/// contraction dim give their sum. Each holds on random inputs, and the audit finds the
+/// e-graph's relation written alike.
+#[test]
+fn products_over_pieces_concatenate_or_sum_the_ranks_products() {
+    for (call, layout, spec_shapes, rank_shapes, form) in [
+        (
+            "aten.mm.default(x, y)",
+            ["Replicate()", "Shard(1)", "Shard(1)"],
+            "4, 6 | 6, 4 | 4, 4",
+            "4, 6 | 6, 2 | 4, 2",
+            "(cat 1 ",
+        ),
+        (
+            "aten.mm.default(x, y)",
+            ["Shard(0)", "Replicate()", "Shard(0)"],
+            "4, 6 | 6, 4 | 4, 4",
+            "2, 6 | 6, 4 | 2, 4",
+            "(cat 0 ",
+        ),
+        (
+            "aten.bmm.default(x, y)",
+            ["Shard(0)", "Shard(0)", "Shard(0)"],
+            "2, 3, 4 | 2, 4, 3 | 2, 3, 3",
+            "1, 3, 4 | 1, 4, 3 | 1, 3, 3",
+            "(cat 0 ",
+        ),
+        (
+            "aten.bmm.default(x, y)",
+            ["Shard(1)", "Replicate()", "Shard(1)"],
+            "2, 4, 4 | 2, 4, 3 | 2, 4, 3",
+            "2, 2, 4 | 2, 4, 3 | 2, 2, 3",
+            "(cat 1 ",
+        ),
+        (
+            "aten.mm.default(x, y)",
+            ["Shard(1)", "Shard(0)", "Replicate()"],
+            "4, 6 | 6, 4 | 4, 4",
+            "4, 3 | 3, 4 | 4, 4",
+            "(sum ",
+        ),
+        (
+            "aten.bmm.default(x, y)",
+            ["Shard(2)", "Shard(1)", "Replicate()"],
+            "2, 3, 4 | 2, 4, 3 | 2, 3, 3",
+            "2, 3, 2 | 2, 2, 3 | 2, 3, 3",
+            "(sum ",
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let case = write_case(
+            dir.path(),
+            &Plan {
+                mesh: "{ tp: 2 }",
+                ranks: 2,
+                layout,
+                spec: (spec_shapes, call),
+                rank: (rank_shapes, call),
+            },
+        );
+        let rel = fast_z(&case).unwrap_or_else(|| panic!("{call} {layout:?}: declined"));
+        let text = rel.exprs[0].to_string();
+        assert!(text.starts_with(form), "{call} {layout:?}: {text}");
+        for seed in [0.11, 0.23, 0.59] {
+            holds(&case, &rel, seed).unwrap_or_else(|e| panic!("{call} {layout:?}: {e}"));
+        }
+        let audit = verify(
+            &case,
+            &Options {
+                audit_fast_path: true,
+                ..Options::default()
+            },
+        );
+        assert!(
+            audit.fast_path_differences.is_empty(),
+            "{call} {layout:?}: {:#?}",
+            audit.fast_path_differences
+        );
+        assert_eq!(audit.operators_fast, 1, "{call} {layout:?}");
+    }
+}
+
+/// Precondition: the operands' pieces meet as one of the product's layouts. Rows of the left
+/// operand beside columns of the right: each rank computes one diagonal block of the
+/// product, neither a concatenation nor a sum of the spec's (declined).
+#[test]
+fn a_product_of_rows_by_columns_is_declined() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = graph("4, 6 | 6, 4 | 4, 4", "aten.mm.default(x, y)");
+    let rank = "class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[2, 6]\", y: \"f32[6, 2]\"):\n        z: \"f32[2, 2]\" = torch.ops.aten.mm.default(x, y)\n        out: \"f32[2, 4]\" = torch.ops.aten.cat.default([z, z], 1)\n        return (out,)\n";
+    std::fs::write(dir.path().join("spec.py"), spec).unwrap();
+    for r in 0..2 {
+        std::fs::write(dir.path().join(format!("r{r}.py")), rank).unwrap();
+    }
+    let yaml = "version: 1\nname: blocks\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [r0.py, r1.py]\ninputs:\n  x: Shard(0)\n  y: Shard(1)\noutputs:\n  out: Shard(0)\n";
+    std::fs::write(dir.path().join("case.yaml"), yaml).unwrap();
+    let case = shardproof_case::load_case(&dir.path().join("case.yaml")).unwrap();
+    assert!(fast_z(&case).is_none());
+}
+
+/// Preconditions (the e-graph's form): no call combines the summands, and no collective reads
+/// them (this case fails only when both are removed: the all-reduce does both). The
+/// all-reduced tensors are the whole sum, which the e-graph's relation also names, so the
+/// fast path declines; the audit agrees and the plan verifies.
+#[test]
+fn a_partial_product_an_all_reduce_sums_is_left_to_the_e_graph() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = graph("4, 6 | 6, 4 | 4, 4", "aten.mm.default(x, y)");
+    let rank = "class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[4, 3]\", y: \"f32[3, 4]\"):\n        z: \"f32[4, 4]\" = torch.ops.aten.mm.default(x, y)\n        all_reduce: \"f32[4, 4]\" = torch.ops._c10d_functional.all_reduce.default(z, 'sum', '0')\n        wait_tensor: \"f32[4, 4]\" = torch.ops._c10d_functional.wait_tensor.default(all_reduce)\n        out: \"f32[4, 4]\" = torch.ops.aten.tanh.default(wait_tensor)\n        return (out,)\n";
+    std::fs::write(dir.path().join("spec.py"), spec).unwrap();
+    for r in 0..2 {
+        std::fs::write(dir.path().join(format!("r{r}.py")), rank).unwrap();
+    }
+    let yaml = "version: 1\nname: reduced\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [r0.py, r1.py]\ninputs:\n  x: Shard(1)\n  y: Shard(0)\noutputs:\n  out: Replicate()\n";
+    std::fs::write(dir.path().join("case.yaml"), yaml).unwrap();
+    let case = shardproof_case::load_case(&dir.path().join("case.yaml")).unwrap();
+    assert!(fast_z(&case).is_none());
+    let audit = verify(
+        &case,
+        &Options {
+            audit_fast_path: true,
+            ..Options::default()
+        },
+    );
+    assert_eq!(audit.verdict, Verdict::Verified);
+    assert!(audit.fast_path_differences.is_empty());
+}
+
+/// Precondition (the e-graph's form): a layout call over a tensor the ranks define by a
+/// layout call is declined. The e-graph composes a view of a view into one view of the first
+/// view's input and writes that form too; the audit agrees, and the first view is decided.
+#[test]
+fn a_view_of_a_view_is_left_to_the_e_graph() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = "class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[4, 6]\", y: \"f32[4, 6]\"):\n        w: \"f32[24]\" = torch.ops.aten.view.default(x, [24])\n        z: \"f32[6, 4]\" = torch.ops.aten.view.default(w, [6, 4])\n        out: \"f32[6, 4]\" = torch.ops.aten.tanh.default(z)\n        return (out,)\n";
+    for f in ["spec.py", "r0.py", "r1.py"] {
+        std::fs::write(dir.path().join(f), g).unwrap();
+    }
+    let yaml = "version: 1\nname: views\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [r0.py, r1.py]\ninputs:\n  x: Replicate()\n  y: Replicate()\noutputs:\n  out: Replicate()\n";
+    std::fs::write(dir.path().join("case.yaml"), yaml).unwrap();
+    let case = shardproof_case::load_case(&dir.path().join("case.yaml")).unwrap();
+    let imp = impl_of(&case);
+    let mut state = input_states(&case, &imp);
+    let (w, tw) = spec_term(&case, "w");
+    let rel_w = decide(&imp, &state, &tw).expect("the first view is decided");
+    state.insert(w, State::Related(rel_w));
+    let (_, tz) = spec_term(&case, "z");
+    assert!(decide(&imp, &state, &tz).is_none());
+    let audit = verify(
+        &case,
+        &Options {
+            audit_fast_path: true,
+            ..Options::default()
+        },
+    );
+    assert_eq!(audit.verdict, Verdict::Verified);
+    assert!(
+        audit.fast_path_differences.is_empty(),
+        "{:#?}",
+        audit.fast_path_differences
+    );
+    assert_eq!(audit.operators_fast, 1);
+}
+
+/// A case over replicated `x: f32[xs]` and `y: f32[ys]` whose spec runs the FX body `body`
+/// and every rank `rank_body` (`{r}` replaced by the rank), each returning a replicated `out`.
+fn replicated_case(dir: &Path, (xs, ys): (&str, &str), body: &str, rank_body: &str) -> Case {
+    let module = |body: &str| {
+        format!("class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[{xs}]\", y: \"f32[{ys}]\"):\n{body}        return (out,)\n")
+    };
+    std::fs::write(dir.join("spec.py"), module(body)).unwrap();
+    for r in 0..2 {
+        std::fs::write(
+            dir.join(format!("r{r}.py")),
+            module(&rank_body.replace("{r}", &r.to_string())),
+        )
+        .unwrap();
+    }
+    let yaml = "version: 1\nname: replicated\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [r0.py, r1.py]\ninputs:\n  x: Replicate()\n  y: Replicate()\noutputs:\n  out: Replicate()\n";
+    std::fs::write(dir.join("case.yaml"), yaml).unwrap();
+    shardproof_case::load_case(&dir.join("case.yaml")).unwrap()
+}
+
+/// Asserts that the fast path declines `z` and that the audit finds no difference and the
+/// same verified verdict.
+fn declined_and_audited(case: &Case) {
+    assert!(fast_z(case).is_none(), "the fast path decides z");
+    let audit = verify(
+        case,
+        &Options {
+            audit_fast_path: true,
+            ..Options::default()
+        },
+    );
+    assert_eq!(audit.verdict, Verdict::Verified);
+    assert!(
+        audit.fast_path_differences.is_empty(),
+        "{:#?}",
+        audit.fast_path_differences
+    );
+}
+
+/// Precondition (the e-graph's form): a reduction over size-1 dims only keeps every element;
+/// the e-graph also writes it as a view, so the fast path declines.
+#[test]
+fn a_reduction_over_size_one_dims_is_left_to_the_e_graph() {
+    let dir = tempfile::tempdir().unwrap();
+    let body = "        z: \"f32[4, 6]\" = torch.ops.aten.sum.dim_IntList(x, [1])\n        out: \"f32[4, 6]\" = torch.ops.aten.tanh.default(z)\n";
+    let case = replicated_case(dir.path(), ("4, 1, 6", "4, 6"), body, body);
+    declined_and_audited(&case);
+}
+
+/// Precondition (the e-graph's form): no rank views the output and views that back to its
+/// shape. The e-graph composes the two views into the output itself and names the second
+/// among its equal leaves, so the fast path declines.
+#[test]
+fn an_output_viewed_back_to_its_shape_is_left_to_the_e_graph() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = "        z: \"f32[4, 4]\" = torch.ops.aten.mm.default(x, y)\n        out: \"f32[4, 4]\" = torch.ops.aten.tanh.default(z)\n";
+    let rank = "        z: \"f32[4, 4]\" = torch.ops.aten.mm.default(x, y)\n        w: \"f32[16]\" = torch.ops.aten.view.default(z, [16])\n        u: \"f32[4, 4]\" = torch.ops.aten.view.default(w, [4, 4])\n        out: \"f32[4, 4]\" = torch.ops.aten.tanh.default(u)\n";
+    let case = replicated_case(dir.path(), ("4, 6", "6, 4"), spec, rank);
+    declined_and_audited(&case);
+}
+
+/// Precondition (the e-graph's form): a layout call over replicas some rank slices is
+/// declined. The e-graph moves the slices through the layout call (a transpose of the
+/// concatenation of the ranks' chunks) and writes that form too.
+#[test]
+fn a_layout_call_over_sliced_replicas_is_left_to_the_e_graph() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = "        z: \"f32[6, 4]\" = torch.ops.aten.t.default(x)\n        out: \"f32[6, 4]\" = torch.ops.aten.tanh.default(z)\n";
+    let case = replicated_case(dir.path(), ("4, 6", "4, 6"), spec, SLICED_RANK);
+    declined_and_audited(&case);
+}
+
+/// The ranks' body of [`a_layout_call_over_sliced_replicas_is_left_to_the_e_graph`]: each
+/// slices `x` into two chunks of rows and transposes `x`.
+const SLICED_RANK: &str = "        piece: \"f32[2, 6]\" = torch.ops.aten.slice.Tensor(x, 0, 0, 2)\n        rest: \"f32[2, 6]\" = torch.ops.aten.slice.Tensor(x, 0, 2, 4)\n        z: \"f32[6, 4]\" = torch.ops.aten.t.default(x)\n        out: \"f32[6, 4]\" = torch.ops.aten.tanh.default(z)\n";
+
+/// Precondition (the e-graph's form): no collective reads a product's pieces. Where the ranks
+/// all-gather their row pieces, the gathered tensor is the spec's product too, which the
+/// e-graph's relation also names, so the fast path declines; the audit agrees.
+#[test]
+fn a_product_a_collective_gathers_is_left_to_the_e_graph() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = graph("4, 6 | 6, 4 | 4, 4", "aten.mm.default(x, y)");
+    let rank = "class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[2, 6]\", y: \"f32[6, 4]\"):\n        z: \"f32[2, 4]\" = torch.ops.aten.mm.default(x, y)\n        all_gather_into_tensor: \"f32[4, 4]\" = torch.ops._c10d_functional.all_gather_into_tensor.default(z, 2, '0')\n        wait_tensor: \"f32[4, 4]\" = torch.ops._c10d_functional.wait_tensor.default(all_gather_into_tensor)\n        out: \"f32[4, 4]\" = torch.ops.aten.tanh.default(wait_tensor)\n        return (out,)\n";
+    std::fs::write(dir.path().join("spec.py"), spec).unwrap();
+    for r in 0..2 {
+        std::fs::write(dir.path().join(format!("r{r}.py")), rank).unwrap();
+    }
+    let yaml = "version: 1\nname: gathered\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [r0.py, r1.py]\ninputs:\n  x: Shard(0)\n  y: Replicate()\noutputs:\n  out: Replicate()\n";
+    std::fs::write(dir.path().join("case.yaml"), yaml).unwrap();
+    let case = shardproof_case::load_case(&dir.path().join("case.yaml")).unwrap();
+    assert!(fast_z(&case).is_none());
+    let audit = verify(
+        &case,
+        &Options {
+            audit_fast_path: true,
+            ..Options::default()
+        },
+    );
+    assert_eq!(audit.verdict, Verdict::Verified);
+    assert!(audit.fast_path_differences.is_empty());
+}

@@ -1069,7 +1069,6 @@ fn a_replicated_result_a_collective_reads() {
 /// verdict is the same here). The sharded branch declines where a collective reads its
 /// results; the replicated branch does not check.
 #[test]
-#[ignore = "known hole: audit differs: a replicated fast relation whose result a collective reads omits the e-graph's gathered names (fix-2)"]
 fn a_replicated_result_gathered_and_sliced_back() {
     let f = run_checked(&replicated_collective_attack(&[
         (

@@ -179,7 +179,10 @@ pub(super) fn decide(imp: &Impl, state: &HashMap<ValueId, State>, t: &Tpl) -> Op
     // Over concatenations the e-graph relates an operator only where its element-wise table
     // has the overload (the lemma that moves it through `cat`); elsewhere the fast path would
     // relate what the e-graph leaves unrelated, and the report would change with the option.
-    if !crate::lemmas::ELEMENTWISE.iter().any(|&(op, ..)| op == name) {
+    if !crate::lemmas::ELEMENTWISE
+        .iter()
+        .any(|&(op, ..)| op == name)
+    {
         return None;
     }
     // Sharded alike: one dim, as many pieces, piece i of every input on the same shape.

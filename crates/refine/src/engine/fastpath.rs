@@ -884,37 +884,28 @@ fn product(imp: &Impl, t: &Tpl, forms: &[(ValueId, Form)]) -> Option<Rel> {
 /// A partial sum: the sum over the pieces of each one's preferred tensor, as extraction
 /// writes it, with the groups of equal tensors among each piece's.
 fn summed_relation(imp: &Impl, pieces: Vec<BTreeSet<Leaf>>) -> Option<Rel> {
-    let mut e = RecExpr::default();
-    let mut kids = Vec::with_capacity(pieces.len());
-    for p in &pieces {
-        kids.push(e.add(Term::Op(leaf_symbol_of(imp, preferred(p)?), vec![])));
-    }
-    e.add(Term::Op(Symbol::from(SUM), kids));
-    let mut equal_leaves: Vec<Vec<Symbol>> = pieces
-        .iter()
-        .filter(|p| p.len() > 1)
-        .map(|p| group(imp, p))
-        .collect();
-    equal_leaves.sort_by(|a, b| a[0].as_str().cmp(b[0].as_str()));
-    Some(Rel {
-        exprs: vec![e],
-        clean: true,
-        equal_leaves,
-        equal_slices: Vec::new(),
-        explored: Vec::new(),
-    })
+    pieces_relation(imp, SUM, None, &pieces)
 }
 
 /// A sharded output: the concatenation of the pieces, each named by its preferred replica.
 fn sharded_relation(imp: &Impl, dim: i64, pieces: Vec<BTreeSet<Leaf>>) -> Option<Rel> {
+    pieces_relation(imp, CAT, Some(dim), &pieces)
+}
+
+/// `op` (a `cat` along `dim`, or a `sum`) over each piece's preferred tensor, with the groups
+/// of equal tensors among each piece's, sorted as extraction writes them.
+fn pieces_relation(
+    imp: &Impl,
+    op: &str,
+    dim: Option<i64>,
+    pieces: &[BTreeSet<Leaf>],
+) -> Option<Rel> {
     let mut e = RecExpr::default();
-    let d = e.add(Term::Num(dim));
-    let mut kids = vec![d];
-    for p in &pieces {
-        let best = p.iter().copied().min_by_key(|&l| preference(l))?;
-        kids.push(e.add(Term::Op(leaf_symbol_of(imp, best), vec![])));
+    let mut kids: Vec<_> = dim.map(|d| e.add(Term::Num(d))).into_iter().collect();
+    for p in pieces {
+        kids.push(e.add(Term::Op(leaf_symbol_of(imp, preferred(p)?), vec![])));
     }
-    e.add(Term::Op(Symbol::from(CAT), kids));
+    e.add(Term::Op(Symbol::from(op), kids));
     let mut equal_leaves: Vec<Vec<Symbol>> = pieces
         .iter()
         .filter(|p| p.len() > 1)

@@ -215,11 +215,14 @@ pub fn lower(
             return Lowered::Alias(at(value(0).expect("checked")));
         }
         "aten.native_dropout.default" => {
-            let train = arg(2).as_bool().unwrap_or(true);
-            let p = arg(1).as_f64().unwrap_or(0.0);
-            if (p == 0.0 || !train) && output == 0 {
-                return Lowered::Alias(at(value(0).expect("input")));
-            }
+            let p = match dropout_mode(&node.outputs[0].name, &arg(1), &arg(2)) {
+                Ok(DropoutMode::Identity) if output == 0 => {
+                    return Lowered::Alias(at(value(0).expect("input")));
+                }
+                Ok(DropoutMode::Identity) => 0.0,
+                Ok(DropoutMode::Random(p)) => p,
+                Err(why) => return Lowered::Unsupported(why),
+            };
             if !ctx.same_mask {
                 return Lowered::Unsupported(format!(
                     "`{}` draws a random mask (p={p}); add `assume: {{ dropout: same-mask }}` to relate the masks of the two programs",
@@ -230,11 +233,11 @@ pub fn lower(
         // dropout(x, p, train) is native_dropout's first output: an identity only outside
         // training or at p = 0; otherwise a random mask, related only under `same-mask`.
         "aten.dropout.default" => {
-            let train = arg(2).as_bool().unwrap_or(true);
-            let p = arg(1).as_f64().unwrap_or(0.0);
-            if p == 0.0 || !train {
-                return Lowered::Alias(at(value(0).expect("input")));
-            }
+            let p = match dropout_mode(&node.outputs[0].name, &arg(1), &arg(2)) {
+                Ok(DropoutMode::Identity) => return Lowered::Alias(at(value(0).expect("input"))),
+                Ok(DropoutMode::Random(p)) => p,
+                Err(why) => return Lowered::Unsupported(why),
+            };
             if !ctx.same_mask {
                 return Lowered::Unsupported(format!(
                     "`{}` draws a random mask (p={p}); add `assume: {{ dropout: same-mask }}` to relate the masks of the two programs",
@@ -661,6 +664,35 @@ pub fn lower(
 }
 
 /// A tensor argument of a normalized call, as a template.
+/// What a dropout call computes, read from its literal `p` and `train`.
+enum DropoutMode {
+    /// `p = 0` or outside training: the input itself.
+    Identity,
+    /// A random mask kept with probability `1 - p`, scaled by `1 / (1 - p)`.
+    Random(f64),
+}
+
+/// Reads dropout's `p` and `train` (an absent `train` is training, as in ATen). Only literals
+/// decide: a `p` or `train` computed at run time could be anything, so it is refused rather than
+/// read as a default (a non-literal `p` once became `0`, an identity).
+fn dropout_mode(name: &str, p: &Arg, train: &Arg) -> Result<DropoutMode, String> {
+    let train = match train {
+        Arg::None => Some(true),
+        other => other.as_bool(),
+    };
+    let p = match p {
+        Arg::Int(_) | Arg::Float(_) => p.as_f64(),
+        _ => None,
+    };
+    match (p, train) {
+        (_, Some(false)) | (Some(0.0), _) => Ok(DropoutMode::Identity),
+        (Some(p), Some(true)) => Ok(DropoutMode::Random(p)),
+        _ => Err(format!(
+            "`{name}`: dropout's probability and training flag must be literals to know whether a mask is drawn (write them as constants in the graph)"
+        )),
+    }
+}
+
 fn val_of(norm: &[Arg], i: usize, rank: Option<usize>) -> Tpl {
     arg_tpl(norm.get(i).unwrap_or(&Arg::None), rank)
 }
@@ -1120,7 +1152,36 @@ fn dyadic(c: f64) -> Option<(i64, i64)> {
 
 #[cfg(test)]
 mod tests {
-    use super::{covers_row_major, rational};
+    use super::{covers_row_major, dropout_mode, rational, DropoutMode};
+    use shardproof_ir::{Arg, ValueId};
+
+    /// Dropout is an identity only at a literal `p = 0` or a literal `train = False`; a
+    /// training call with a literal `p` draws a mask; a `p` or `train` computed at run time is
+    /// refused (once read as `p = 0`, an identity).
+    #[test]
+    fn dropout_is_read_from_literals_only() {
+        let computed = Arg::Value(ValueId { node: 2, output: 0 });
+        let mode = |p: &Arg, t: &Arg| dropout_mode("d", p, t);
+        assert!(matches!(
+            mode(&Arg::Float(0.0), &Arg::Bool(true)),
+            Ok(DropoutMode::Identity)
+        ));
+        assert!(matches!(
+            mode(&computed, &Arg::Bool(false)),
+            Ok(DropoutMode::Identity)
+        ));
+        assert!(
+            matches!(mode(&Arg::Float(0.5), &Arg::None), Ok(DropoutMode::Random(p)) if p == 0.5)
+        );
+        assert!(matches!(
+            mode(&Arg::Float(0.5), &Arg::Bool(true)),
+            Ok(DropoutMode::Random(_))
+        ));
+        assert!(mode(&computed, &Arg::Bool(true)).is_err());
+        assert!(mode(&computed, &Arg::None).is_err());
+        assert!(mode(&Arg::Float(0.5), &computed).is_err());
+        assert!(mode(&Arg::None, &Arg::Bool(true)).is_err());
+    }
 
     /// Only a read of every element once, in row-major order from offset 0, is a view: a
     /// transposed, overlapping, partial or overrunning stride is not.

@@ -842,6 +842,45 @@ fn native_dropout_is_outside_the_rule_table() {
     assert_eq!(f.fast, Verdict::Inconclusive);
 }
 
+/// Dropout whose probability is computed at run time (read from a 0-d input) on both sides:
+/// whether a mask is drawn is unknown, so nothing may be verified. The type check refuses a
+/// non-literal `p` first; lowering refuses it too (`lower::tests`), where it once read it as
+/// `0`, an identity.
+#[test]
+fn dropout_with_a_probability_computed_at_run_time_is_not_verified() {
+    for native in [false, true] {
+        let drop = |s: &str| {
+            let ty = format!("f32[{s}]");
+            let mut body = vec![op("p", "f32[]", "aten._local_scalar_dense.default(s)")];
+            if native {
+                body.push(
+                    "native_dropout = torch.ops.aten.native_dropout.default(x, p, True)".into(),
+                );
+                body.push(format!("d: \"{ty}\" = native_dropout[0]"));
+            } else {
+                body.push(op("d", &ty, "aten.dropout.default(x, p, True)"));
+            }
+            body.push(op("z", &ty, "aten.relu.default(d)"));
+            fx(&format!("x: \"{ty}\", s: \"f32[]\""), &body, "z")
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let case = case_of(
+            dir.path(),
+            &Attack {
+                name: "dropout with a computed probability",
+                spec: drop("4, 6"),
+                ranks: on_every_rank(2, drop("2, 6")),
+                inputs: vec![("x", Place::Shard(0), None), ("s", Place::Replicate, None)],
+                outputs: vec![("z", Place::Shard(0), None)],
+                extra: "assume:\n  dropout: same-mask\n",
+                native_precision: false,
+            },
+        );
+        let report = verify(&case, &Options::default());
+        assert_ne!(report.verdict, Verdict::Verified, "native: {native}");
+    }
+}
+
 /// One rank computes the operator with other literals (`alpha = 2` on rank 1): over replicas
 /// the fast path relates only rank 0's result (rank 1's is no counterpart) and the replicated
 /// output is not verified; over shards piece 1 has no counterpart, so the fast path declines.

@@ -171,28 +171,69 @@ pub(super) fn gathered_rows(
     }
 }
 
-/// The combine's reduce-scatter over mesh dim `m` alone of `Selected(0, id, Partial(sum))`
-/// (`input`, dim 0 of local size `in0`) along dim 0, which the frame's lane made `Shard(0)`
-/// (`p`, dim 0 of size `out0`): coordinate `r` gets the rows it holds of the selection,
-/// `Rows(0, id)`. `None`: not such a call.
+/// The combine's reduce-scatter of `Selected(0, id, Partial(sum))` (`input`, dim 0 of local
+/// size `in0`) along dim 0, which the frame's lane made `Shard(0)` (`p`, dim 0 of size
+/// `out0`), over a group whose outermost mesh dim is the frame's own `m`:
+/// - over `m` alone, coordinate `r` gets the rows it holds of the selection, `Rows(0, id)`;
+/// - over `m` and mesh dims inside it (`inner`, `c` coordinates together; ranks in a group are
+///   in row-major order, so the group position is `m`'s coordinate then `inner`'s), the
+///   selection's `n_m * L` rows are cut into `n_m * c` chunks of `out0 = L / c` and the rank at
+///   inner position `j` gets chunk `j` of its own coordinate's `L` rows: rows `j * out0 ..
+///   (j + 1) * out0` of its piece of the selection, `Rows(0, Slice { parent: id, .. })` (the key
+///   a slice of its own rows at those bounds makes, so the rows it weights them by pair).
+///
+/// With `m` inside another group dim the chunks fall in other coordinates' rows: `None`, as for
+/// any other call. `coords` and `sizes`: the rank's mesh coordinates and the mesh dims' sizes.
 pub(super) fn combined(
     family: &str,
     input: Option<Place>,
-    in0: Option<usize>,
-    out0: Option<usize>,
+    (in0, out0): (Option<usize>, Option<usize>),
     (m, in_group, group_dims, group_len): GroupOnDim,
     p: Place,
+    (coords, sizes): (&[usize], &[usize]),
+    table: &mut RowTable,
 ) -> Option<Place> {
     let Some(Place::Selected(0, id, SELECTED_PARTIAL)) = input else {
         return None;
     };
-    (family == "reduce-scatter"
-        && in_group
-        && group_dims == [m]
-        && group_len >= 2
-        && p == Place::Shard(0)
-        && in0? == out0? * group_len)
-        .then_some(Place::Rows(0, id))
+    let (in0, out0) = (in0?, out0?);
+    if family != "reduce-scatter"
+        || !in_group
+        || group_len < 2
+        || p != Place::Shard(0)
+        || in0 != out0 * group_len
+    {
+        return None;
+    }
+    match group_dims {
+        [g] if *g == m => Some(Place::Rows(0, id)),
+        [g, inner @ ..] if *g == m && !inner.is_empty() => {
+            let n_m = *sizes.get(m)?;
+            let j = inner
+                .iter()
+                .try_fold(0usize, |a, &k| Some(a * sizes.get(k)? + coords.get(k)?))?;
+            let c: usize = inner
+                .iter()
+                .map(|&k| sizes.get(k).copied())
+                .product::<Option<usize>>()?;
+            if n_m < 2 || n_m * c != group_len || j >= c {
+                return None;
+            }
+            let key = RowKey::Slice {
+                parent: Some(id),
+                size: in0 / n_m,
+                start: j * out0,
+                end: (j + 1) * out0,
+                step: 1,
+            };
+            Some(
+                table
+                    .intern(key)
+                    .map_or(Place::Varying, |k| Place::Rows(0, k)),
+            )
+        }
+        _ => None,
+    }
 }
 
 /// How a call takes framed inputs on one mesh dim.

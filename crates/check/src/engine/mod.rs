@@ -1004,21 +1004,31 @@ fn propagate_rank_from(
                         }
                     }
                     if let FrameMode::Frame { id: frame_id } = frame_mode {
+                        let in0 = inputs.first().copied();
+                        let exits: Vec<Option<Place>> = result
+                            .iter()
+                            .enumerate()
+                            .map(|(o, p)| {
+                                frame::combined(
+                                    rule.family,
+                                    in0.map(|v| rp.of(v, nd)[m]),
+                                    (
+                                        in0.and_then(&meta_of)
+                                            .and_then(|mm| mm.shape.first().copied()),
+                                        outs.get(o)
+                                            .and_then(|mm| mm.as_ref())
+                                            .and_then(|mm| mm.shape.first().copied()),
+                                    ),
+                                    (m, in_group, group_dims, group_len),
+                                    *p,
+                                    (&coords, &mesh_sizes),
+                                    &mut sh.rows.borrow_mut(),
+                                )
+                            })
+                            .collect();
                         let table = sh.rows.borrow();
                         let key = |id| table.key(id);
-                        let in0 = inputs.first().copied();
-                        for (o, p) in result.iter_mut().enumerate() {
-                            let exit = frame::combined(
-                                rule.family,
-                                in0.map(|v| rp.of(v, nd)[m]),
-                                in0.and_then(&meta_of)
-                                    .and_then(|mm| mm.shape.first().copied()),
-                                outs.get(o)
-                                    .and_then(|mm| mm.as_ref())
-                                    .and_then(|mm| mm.shape.first().copied()),
-                                (m, in_group, group_dims, group_len),
-                                *p,
-                            );
+                        for ((o, p), exit) in result.iter_mut().enumerate().zip(exits) {
                             *p = match exit {
                                 Some(q) => q,
                                 None if now_scale_unknown => Place::Varying,

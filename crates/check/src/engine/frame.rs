@@ -236,6 +236,38 @@ pub(super) fn combined(
     }
 }
 
+/// An all-gather along dim 0 over other mesh dims (`group_dims`, `m` not among them) of a
+/// frame whose value is the same on every coordinate of `m` (`Selected(0, id, Replicate())`,
+/// `input`; the frame's lane kept `Replicate()`, `p`), where on every mesh dim `g` gathered
+/// over the input holds, in dim 0, the rows the frame's own gather left there
+/// (`RowKey::Gathered` over `m` of `m`'s size, `key_on(g)`): the gather over `g` enters `g`'s
+/// frame of them ([`gathered_rows`]), the whole selection in its order, which says what dim 0
+/// holds from then on. On `m` every coordinate gathers the same frames (they were equal along
+/// `m` at each coordinate of `g`): `Replicate()`, the frame left. `None`: not such a call.
+pub(super) fn gathered_elsewhere(
+    family: &str,
+    input: Option<Place>,
+    p: Place,
+    (m, in_group, group_dims, group_len): GroupOnDim,
+    size_m: usize,
+    key_on: &dyn Fn(usize) -> Option<RowKey>,
+) -> Option<Place> {
+    let Some(Place::Selected(0, _, u8::MAX)) = input else {
+        return None;
+    };
+    (family == "all-gather"
+        && !in_group
+        && !group_dims.is_empty()
+        && group_len >= 2
+        && p == Place::Replicate
+        && group_dims.iter().all(|&g| {
+            g != m
+                && matches!(key_on(g), Some(RowKey::Gathered { over, n, .. })
+                    if over as usize == m && n == size_m)
+        }))
+    .then_some(Place::Replicate)
+}
+
 /// How a call takes framed inputs on one mesh dim.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum FrameMode {

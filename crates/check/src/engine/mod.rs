@@ -1009,7 +1009,7 @@ fn propagate_rank_from(
                             .iter()
                             .enumerate()
                             .map(|(o, p)| {
-                                frame::combined(
+                                let combined = frame::combined(
                                     rule.family,
                                     in0.map(|v| rp.of(v, nd)[m]),
                                     (
@@ -1023,7 +1023,21 @@ fn propagate_rank_from(
                                     *p,
                                     (&coords, &mesh_sizes),
                                     &mut sh.rows.borrow_mut(),
-                                )
+                                );
+                                combined.or_else(|| {
+                                    let table = sh.rows.borrow();
+                                    frame::gathered_elsewhere(
+                                        rule.family,
+                                        in0.map(|v| rp.of(v, nd)[m]),
+                                        *p,
+                                        (m, in_group, group_dims, group_len),
+                                        mesh_sizes[m],
+                                        &|g| match in0.map(|v| rp.of(v, nd)[g]) {
+                                            Some(Place::Rows(0, k)) => table.key(k),
+                                            _ => None,
+                                        },
+                                    )
+                                })
                             })
                             .collect();
                         let table = sh.rows.borrow();

@@ -452,6 +452,7 @@ pub(super) fn commit_folded(
                     Place::Shard(_) | Place::Blocked(..) | Place::Rows(..)
                         if partial_pieces == Some(true) =>
                     {
+                        rp.lifted_means[base + o] |= 1 << k;
                         None
                     }
                     Place::Shard(_) | Place::Blocked(..) | Place::Rows(..) if !lifted => {

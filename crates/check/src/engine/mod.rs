@@ -303,6 +303,12 @@ fn propagate_rank_from(
             }
             NodeKind::Call { op, args, kwargs } => {
                 let inputs = node.inputs();
+                // Derived from a lift whose pieces were local means (`lifted_means`): the
+                // record passes to every output, whatever the call.
+                let lifted_below = inputs.iter().fold(0u64, |a, v| {
+                    a | rp.lifted_means[rp.offsets[v.node] as usize + v.output]
+                });
+                rp.lifted_means[base..base + nout].fill(lifted_below);
                 let inv = inputs
                     .iter()
                     .all(|v| rp.invariant[rp.offsets[v.node] as usize + v.output]);
@@ -648,6 +654,33 @@ fn propagate_rank_from(
                         }
                         p => p,
                     };
+                    // A partial sum over this mesh dim derived from a share lifted while the
+                    // dim sharded it (`lifted_means`) whose pieces the walk no longer finds
+                    // local means: its reduction over the dim is not proven.
+                    let unread_input = lifted_without_local_means(
+                        sh,
+                        (r, m),
+                        rule.family,
+                        group.as_ref().is_some_and(|(d, _)| d.contains(&m)),
+                        inputs
+                            .first()
+                            .copied()
+                            .filter(|&v| place(v) == Place::Partial(Red::Sum)),
+                        (&rp, done, &mut local_means_memo),
+                    );
+                    let place = |v: ValueId| match place(v) {
+                        Place::Partial(Red::Sum) if unread_input == Some(v) => Place::Unknown,
+                        p => p,
+                    };
+                    let lifted_why = unread_input.map(|_| {
+                        format!(
+                            "`{op}` on mesh dim `{}` reduces a partial derived from a share lifted \
+                             while the mesh dim sharded it (pieces each n times the spec's, local \
+                             means), whose pieces are no longer known to be local means: what \
+                             the reduction gives is not proven",
+                            mesh.dims[m].0
+                        )
+                    });
                     // Whether the collective's input had its dim 0 made by a view that
                     // regrouped dims (dim 0 a flattening: ZeRO's gradient relayout).
                     let regrouped = group.is_some()
@@ -1120,7 +1153,9 @@ fn propagate_rank_from(
                     if let Some(why) = lone_term_why {
                         rp.unknown_sources.push((i, why));
                     }
-                    if let Some(why) = folded_why.filter(|_| inconclusive) {
+                    if let Some(why) = lifted_why.filter(|_| inconclusive) {
+                        rp.unknown_sources.push((i, why));
+                    } else if let Some(why) = folded_why.filter(|_| inconclusive) {
                         rp.unknown_sources.push((i, why));
                     } else if let Some(why) = scaling_why.filter(|_| inconclusive) {
                         rp.unknown_sources.push((i, why));
@@ -1223,6 +1258,42 @@ fn propagate_rank_from(
         })
         .count();
     (rp, pending)
+}
+
+/// The input `v` (a `Partial(sum)` on mesh dim `m`) of a reduction over `m` (an all-reduce or
+/// reduce-scatter whose group holds `m`, `in_group`) that derives from a share lifted by a
+/// partial plus it while `m` sharded both (`lifted_means`), where the local-means walk does
+/// not answer `LocalMean` for it on `m`: the lift took its pieces there as local means, each
+/// `n_m` times the spec's, and they are no longer known to be (a product of two, a sum with
+/// the spec's pieces): what they reduce to is not known. `None` for any other call or value.
+/// Where the walk does answer `LocalMean`, the reduction is taken as the rules take it: how
+/// many times the spec's the pieces are is not read (the walk's answer is per mesh dim, and
+/// rows gathered over another mesh dim carry that dim's local means into these pieces too:
+/// DeepSeek's expert gradients are `n_dp * n_ep` times the spec's on dp).
+fn lifted_without_local_means(
+    sh: &Shared,
+    (r, m): (usize, usize),
+    family: &str,
+    in_group: bool,
+    v: Option<ValueId>,
+    (rp, done, memo): (
+        &RankPlacements,
+        &[Option<std::sync::Arc<RankPlacements>>],
+        &mut local_means::Memo,
+    ),
+) -> Option<ValueId> {
+    let v = v?;
+    if !in_group
+        || !matches!(family, "all-reduce" | "reduce-scatter")
+        || m >= 64
+        || rp.lifted_means[rp.offsets[v.node] as usize + v.output] & (1 << m) == 0
+    {
+        return None;
+    }
+    let mut walk = local_means::LocalMeans::new(sh, r, rp, done, m, memo);
+    let local = walk.of(r, v) == local_means::Pieces::LocalMean;
+    walk.finish(memo);
+    (!local).then_some(v)
 }
 
 /// A sum on mesh dim `m` over rows that an all-gather over mesh dim `g` concatenated

@@ -82,6 +82,10 @@ fn run(mesh: (usize, usize), partial: &str, dp_op: &str) -> (Verdict, bool, Stri
 /// (`engine::local_means::commit_folded`).
 const MIXED: &str = "not known to be local means";
 
+/// The words of a reduction of a lifted partial whose pieces are no longer known to be local
+/// means (`engine::lifted_without_local_means`).
+const UNREAD: &str = "no longer known to be local means";
+
 /// Meshes the cases run on.
 const MESHES: [(usize, usize); 2] = [(4, 2), (2, 2)];
 
@@ -98,6 +102,7 @@ fn the_loss_gradient_plus_the_share_averaged_over_dp_is_no_finding() {
         assert!(right, "{what} is wrong when run\n{report}");
         assert_ne!(verdict, Verdict::Violated, "{what}\n{report}");
         assert!(!report.contains(MIXED), "{what}\n{report}");
+        assert!(!report.contains(UNREAD), "{what}\n{report}");
     }
 }
 
@@ -184,6 +189,7 @@ fn the_loss_gradient_plus_the_share_summed_and_divided_over_dp_is_no_finding() {
         eprintln!("{what}: {verdict:?} (right: {right})\n{report}");
         assert!(right, "{what} is wrong when run\n{report}");
         assert_ne!(verdict, Verdict::Violated, "{what}\n{report}");
+        assert!(!report.contains(UNREAD), "{what}\n{report}");
     }
 }
 
@@ -224,6 +230,7 @@ fn the_lifted_sum_times_the_loss_gradient_never_holds() {
             eprintln!("{what}: {verdict:?} (right: {right})\n{report}");
             assert!(!right, "{what} is right when run\n{report}");
             assert_ne!(verdict, Verdict::Holds, "{what}\n{report}");
+            assert!(report.contains(UNREAD), "{what}\n{report}");
         }
     }
 }

@@ -83,7 +83,7 @@ fn run(mesh: (usize, usize), partial: &str, dp_op: &str) -> (Verdict, bool, Stri
 const MIXED: &str = "not known to be local means";
 
 /// The words of a reduction of a lifted partial whose pieces are no longer known to be local
-/// means (`engine::lifted_without_local_means`).
+/// means (`engine::local_means::lifted_without_local_means`).
 const UNREAD: &str = "no longer known to be local means";
 
 /// Meshes the cases run on.

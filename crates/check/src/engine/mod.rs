@@ -657,7 +657,7 @@ fn propagate_rank_from(
                     // A partial sum over this mesh dim derived from a share lifted while the
                     // dim sharded it (`lifted_means`) whose pieces the walk no longer finds
                     // local means: its reduction over the dim is not proven.
-                    let unread_input = lifted_without_local_means(
+                    let unread_input = local_means::lifted_without_local_means(
                         sh,
                         (r, m),
                         rule.family,
@@ -1258,42 +1258,6 @@ fn propagate_rank_from(
         })
         .count();
     (rp, pending)
-}
-
-/// The input `v` (a `Partial(sum)` on mesh dim `m`) of a reduction over `m` (an all-reduce or
-/// reduce-scatter whose group holds `m`, `in_group`) that derives from a share lifted by a
-/// partial plus it while `m` sharded both (`lifted_means`), where the local-means walk does
-/// not answer `LocalMean` for it on `m`: the lift took its pieces there as local means, each
-/// `n_m` times the spec's, and they are no longer known to be (a product of two, a sum with
-/// the spec's pieces): what they reduce to is not known. `None` for any other call or value.
-/// Where the walk does answer `LocalMean`, the reduction is taken as the rules take it: how
-/// many times the spec's the pieces are is not read (the walk's answer is per mesh dim, and
-/// rows gathered over another mesh dim carry that dim's local means into these pieces too:
-/// DeepSeek's expert gradients are `n_dp * n_ep` times the spec's on dp).
-fn lifted_without_local_means(
-    sh: &Shared,
-    (r, m): (usize, usize),
-    family: &str,
-    in_group: bool,
-    v: Option<ValueId>,
-    (rp, done, memo): (
-        &RankPlacements,
-        &[Option<std::sync::Arc<RankPlacements>>],
-        &mut local_means::Memo,
-    ),
-) -> Option<ValueId> {
-    let v = v?;
-    if !in_group
-        || !matches!(family, "all-reduce" | "reduce-scatter")
-        || m >= 64
-        || rp.lifted_means[rp.offsets[v.node] as usize + v.output] & (1 << m) == 0
-    {
-        return None;
-    }
-    let mut walk = local_means::LocalMeans::new(sh, r, rp, done, m, memo);
-    let local = walk.of(r, v) == local_means::Pieces::LocalMean;
-    walk.finish(memo);
-    (!local).then_some(v)
 }
 
 /// A sum on mesh dim `m` over rows that an all-gather over mesh dim `g` concatenated

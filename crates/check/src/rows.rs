@@ -614,7 +614,7 @@ pub(crate) fn frame_summed(
 ) -> Option<Place> {
     (rows == Place::Partial(crate::place::Red::Sum)
         && matches!(ordinary, Place::Replicate | Place::Shard(_))
-        && spread_covers(table, id).is_none())
+        && (spread_covers(table, id).is_none() || gathered_over(table, id).is_some()))
     .then_some(ordinary)
 }
 

@@ -352,22 +352,23 @@ fn gathered_rows_reduce_scattered_over_ep_never_hold() {
     never_holds(sum_of_x("reduce-scatter ep", b, Lay::Sum, Lay::Sum));
 }
 
-/// The tokens gathered over ep and then over dp (the program of
-/// `rows_gathered_over_ep_then_dp_are_never_held_wrongly`): right when run, so no finding may
-/// be reported.
+/// Each microbatch's tokens gathered over ep (`t{k}`) and then over dp: `r{k}`, the whole
+/// microbatch on every rank, each row once.
+fn gathered_twice(k: usize) -> String {
+    format!(
+        "a{k}: {} = torch.ops._c10d_functional.all_gather_into_tensor.default(t{k}, {N}, 'dp')\n        r{k}: {} = torch.ops._c10d_functional.wait_tensor.default(a{k})",
+        ty(&[N * N * L, H]),
+        ty(&[N * N * L, H])
+    )
+}
+
+/// The tokens gathered over ep and then over dp: right when run, so no finding may be
+/// reported (was a postcondition finding: the second gather made ep's frame `Varying`).
 #[test]
-#[ignore = "known false finding: the second gather (over dp) makes ep's frame `Varying`, and a \
-            `Varying` reached through a frame is a finding"]
 fn rows_gathered_over_ep_then_dp_are_no_finding() {
     let v = right_when_run(sum_of_x(
         "gathered twice",
-        rename_sum_to_out(summed(&|k| {
-            format!(
-                "a{k}: {} = torch.ops._c10d_functional.all_gather_into_tensor.default(t{k}, {N}, 'dp')\n        r{k}: {} = torch.ops._c10d_functional.wait_tensor.default(a{k})",
-                ty(&[N * N * L, H]),
-                ty(&[N * N * L, H])
-            )
-        })),
+        rename_sum_to_out(summed(&gathered_twice)),
         Lay::Rep,
         Lay::Rep,
     ));
@@ -375,21 +376,88 @@ fn rows_gathered_over_ep_then_dp_are_no_finding() {
 }
 
 /// The gathered rows gathered again over dp: every rank holds the whole microbatch, each row
-/// once, so the sum is replicated. The frame on dp is over rows gathered over ep, which
-/// `frame_summed` does not read (a conservative refusal, never a hold it cannot show).
+/// once, so the sum is replicated. On ep the gather over dp leaves the frame (every ep
+/// coordinate gathers the same frames: `Replicate()`, `frame::gathered_elsewhere`); on dp it
+/// enters dp's frame of the rows gathered over ep, whose sum `frame_summed` reads.
 #[test]
-fn rows_gathered_over_ep_then_dp_are_never_held_wrongly() {
+fn rows_gathered_over_ep_then_dp_hold() {
     let v = right_when_run(sum_of_x(
         "gathered twice",
+        rename_sum_to_out(summed(&gathered_twice)),
+        Lay::Rep,
+        Lay::Rep,
+    ));
+    assert_eq!(v, Verdict::Holds);
+}
+
+/// Gathered over ep and dp, then repeated: every row counts twice.
+#[test]
+fn rows_gathered_twice_then_repeated_never_hold() {
+    never_holds(sum_of_x(
+        "gathered twice, repeated",
         rename_sum_to_out(summed(&|k| {
             format!(
-                "a{k}: {} = torch.ops._c10d_functional.all_gather_into_tensor.default(t{k}, {N}, 'dp')\n        r{k}: {} = torch.ops._c10d_functional.wait_tensor.default(a{k})",
-                ty(&[N * N * L, H]),
-                ty(&[N * N * L, H])
+                "{}\n        r{k}: {} = torch.ops.aten.repeat.default(q{k}, [2, 1])",
+                gathered_twice(k).replace(&format!("r{k}:"), &format!("q{k}:")),
+                ty(&[2 * N * N * L, H])
             )
         })),
         Lay::Rep,
         Lay::Rep,
     ));
-    eprintln!("gathered over ep, then dp: {v:?}");
+}
+
+/// Gathered over ep and dp, summed, declared a sum over ep (or over dp): the whole sum on
+/// every coordinate, added again.
+#[test]
+fn rows_gathered_twice_declared_a_sum_never_hold() {
+    for (dp, ep) in [(Lay::Rep, Lay::Sum), (Lay::Sum, Lay::Rep)] {
+        never_holds(sum_of_x(
+            "gathered twice, declared a sum",
+            rename_sum_to_out(summed(&gathered_twice)),
+            dp,
+            ep,
+        ));
+    }
+}
+
+/// Gathered over ep and dp, summed, then all-reduced over ep: twice the sum.
+#[test]
+fn rows_gathered_twice_all_reduced_over_ep_never_hold() {
+    never_holds(sum_of_x(
+        "gathered twice, all-reduced over ep",
+        with_tail(summed(&gathered_twice), all_reduce("sum", "out", "ep")),
+        Lay::Rep,
+        Lay::Rep,
+    ));
+}
+
+/// Gathered over ep and then over ep again (not dp): each ep coordinate's rows twice, dp's
+/// other rows never.
+#[test]
+fn rows_gathered_over_ep_twice_never_hold() {
+    never_holds(sum_of_x(
+        "gathered over ep twice",
+        rename_sum_to_out(summed(&|k| gathered_twice(k).replace("'dp'", "'ep'"))),
+        Lay::Rep,
+        Lay::Rep,
+    ));
+}
+
+/// Gathered over ep and dp, then only the first half of the rows summed (dp coordinate 0's).
+#[test]
+fn half_of_the_rows_gathered_twice_never_hold() {
+    never_holds(sum_of_x(
+        "gathered twice, half summed",
+        rename_sum_to_out(summed(&|k| {
+            format!(
+                "{}\n        r{k}: {} = torch.ops.aten.slice.Tensor(q{k}, 0, 0, {})",
+                gathered_twice(k).replace(&format!("r{k}:"), &format!("q{k}:")),
+                ty(&[N * L, H]),
+                N * L
+            )
+        })),
+        Lay::Rep,
+        Lay::Rep,
+    ));
 }

@@ -579,27 +579,25 @@ fn ep_outer() -> Layout {
 }
 
 #[test]
-fn a_combine_over_ep_and_dp_with_ep_outer_is_not_proven() {
+fn a_combine_over_ep_and_dp_with_ep_outer_holds() {
     // ep the outer mesh dim of the expert group: the combine's reduce-scatter over ep and dp
     // gives each rank its dp coordinate's half of its own rows, which it weights by that half
-    // of its tokens. Right, but the frame reads a combine over its own mesh dim alone: ep's
-    // rows are `Varying` after it. Reported as a postcondition finding on ep (a false finding
-    // on a correct program, not a false hold).
+    // of its tokens. On ep the combine leaves the frame as the rank's own rows at its dp
+    // coordinate's bounds (`frame::combined`), the key the slice of its tokens makes; on dp a
+    // plain shard. Right, and it holds.
     let program =
         |c: &[usize]| microbatches(|k| dispatcher(k, ("ep", 2 * L), ("epdp", 4), &dp_half(c[1])));
-    let ran = run(&ep_outer(), &program);
-    let shown = show("ep outer, dp half", &ran);
-    assert!(ran.right, "{shown}");
-    assert_ne!(ran.verdict, Verdict::Holds, "{shown}");
+    let ran = holds("ep outer, dp half", &ep_outer(), &program);
+    assert!(place_of(&ran, "rw0", 0).starts_with("Rows(0"));
+    assert_eq!(place_of(&ran, "rw0", 0), place_of(&ran, "xh0", 0));
+    assert_eq!(place_of(&ran, "rw0", 1), "Shard(0)");
 }
 
 #[test]
-#[ignore = "known false finding: a combine over an ep-outer dp x ep group leaves ep's rows \
-            `Varying` (the frame reads a combine over its own mesh dim alone); the correct \
-            program is a postcondition finding"]
 fn a_combine_over_ep_and_dp_with_ep_outer_is_no_finding() {
-    // The correct program of `a_combine_over_ep_and_dp_with_ep_outer_is_not_proven`: right
-    // when run, so no finding may be reported (inconclusive would do).
+    // The correct program of `a_combine_over_ep_and_dp_with_ep_outer_holds`: right when run,
+    // so no finding may be reported (was a postcondition finding on ep: the frame read a
+    // combine over its own mesh dim alone and left ep's rows `Varying`).
     let program =
         |c: &[usize]| microbatches(|k| dispatcher(k, ("ep", 2 * L), ("epdp", 4), &dp_half(c[1])));
     let ran = run(&ep_outer(), &program);
@@ -607,6 +605,28 @@ fn a_combine_over_ep_and_dp_with_ep_outer_is_no_finding() {
     eprintln!("{shown}");
     assert!(ran.right, "{shown}");
     assert_ne!(ran.verdict, Verdict::Violated, "{shown}");
+}
+
+/// The ep-outer combine's rows weighted by the other dp coordinate's half of the tokens
+/// (each rank pairs its combined row with a token it was not given).
+#[test]
+fn a_combine_over_ep_and_dp_weighted_by_the_other_half_never_holds() {
+    let program = |c: &[usize]| {
+        microbatches(|k| dispatcher(k, ("ep", 2 * L), ("epdp", 4), &dp_half(1 - c[1])))
+    };
+    never_holds("ep outer, other dp half", &ep_outer(), &program);
+}
+
+/// With dp the outer mesh dim, the combine over dp and ep cuts the gathered rows dp first:
+/// ep's coordinates get rows of ep coordinate `d`'s tokens, which each rank weights by its
+/// dp half of its own tokens (the shapes of the ep-outer program's).
+#[test]
+fn a_combine_over_dp_and_ep_with_dp_outer_weighted_by_the_dp_half_never_holds() {
+    let program =
+        |c: &[usize]| microbatches(|k| dispatcher(k, ("ep", 2 * L), ("dpep", 4), &dp_half(c[0])));
+    for layout in [experts_on_dp_ep(), tokens_on_ep_experts_on_dp_ep()] {
+        never_holds("dp outer, dp half", &layout, &program);
+    }
 }
 
 #[test]

@@ -171,28 +171,101 @@ pub(super) fn gathered_rows(
     }
 }
 
-/// The combine's reduce-scatter over mesh dim `m` alone of `Selected(0, id, Partial(sum))`
-/// (`input`, dim 0 of local size `in0`) along dim 0, which the frame's lane made `Shard(0)`
-/// (`p`, dim 0 of size `out0`): coordinate `r` gets the rows it holds of the selection,
-/// `Rows(0, id)`. `None`: not such a call.
+/// The combine's reduce-scatter of `Selected(0, id, Partial(sum))` (`input`, dim 0 of local
+/// size `in0`) along dim 0, which the frame's lane made `Shard(0)` (`p`, dim 0 of size
+/// `out0`), over a group whose outermost mesh dim is the frame's own `m`:
+/// - over `m` alone, coordinate `r` gets the rows it holds of the selection, `Rows(0, id)`;
+/// - over `m` and mesh dims inside it (`inner`, `c` coordinates together; ranks in a group are
+///   in row-major order, so the group position is `m`'s coordinate then `inner`'s), the
+///   selection's `n_m * L` rows are cut into `n_m * c` chunks of `out0 = L / c` and the rank at
+///   inner position `j` gets chunk `j` of its own coordinate's `L` rows: rows `j * out0 ..
+///   (j + 1) * out0` of its piece of the selection, `Rows(0, Slice { parent: id, .. })` (the key
+///   a slice of its own rows at those bounds makes, so the rows it weights them by pair).
+///
+/// With `m` inside another group dim the chunks fall in other coordinates' rows: `None`, as for
+/// any other call. `coords` and `sizes`: the rank's mesh coordinates and the mesh dims' sizes.
 pub(super) fn combined(
     family: &str,
     input: Option<Place>,
-    in0: Option<usize>,
-    out0: Option<usize>,
+    (in0, out0): (Option<usize>, Option<usize>),
     (m, in_group, group_dims, group_len): GroupOnDim,
     p: Place,
+    (coords, sizes): (&[usize], &[usize]),
+    table: &mut RowTable,
 ) -> Option<Place> {
     let Some(Place::Selected(0, id, SELECTED_PARTIAL)) = input else {
         return None;
     };
-    (family == "reduce-scatter"
-        && in_group
-        && group_dims == [m]
+    let (in0, out0) = (in0?, out0?);
+    if family != "reduce-scatter"
+        || !in_group
+        || group_len < 2
+        || p != Place::Shard(0)
+        || in0 != out0 * group_len
+    {
+        return None;
+    }
+    match group_dims {
+        [g] if *g == m => Some(Place::Rows(0, id)),
+        [g, inner @ ..] if *g == m && !inner.is_empty() => {
+            let n_m = *sizes.get(m)?;
+            let j = inner
+                .iter()
+                .try_fold(0usize, |a, &k| Some(a * sizes.get(k)? + coords.get(k)?))?;
+            let c: usize = inner
+                .iter()
+                .map(|&k| sizes.get(k).copied())
+                .product::<Option<usize>>()?;
+            if n_m < 2 || n_m * c != group_len || j >= c {
+                return None;
+            }
+            let key = RowKey::Slice {
+                parent: Some(id),
+                size: in0 / n_m,
+                start: j * out0,
+                end: (j + 1) * out0,
+                step: 1,
+            };
+            Some(
+                table
+                    .intern(key)
+                    .map_or(Place::Varying, |k| Place::Rows(0, k)),
+            )
+        }
+        _ => None,
+    }
+}
+
+/// An all-gather along dim 0 over other mesh dims (`group_dims`, `m` not among them) of a
+/// frame whose value is the same on every coordinate of `m` (`Selected(0, id, Replicate())`,
+/// `input`; the frame's lane kept `Replicate()`, `p`), where on every mesh dim `g` gathered
+/// over the input holds, in dim 0, the rows the frame's own gather left there
+/// (`RowKey::Gathered` over `m` of `m`'s size, `key_on(g)`): the gather over `g` enters `g`'s
+/// frame of them ([`gathered_rows`]), the whole selection in its order, which says what dim 0
+/// holds from then on. On `m` every coordinate gathers the same frames (they were equal along
+/// `m` at each coordinate of `g`): `Replicate()`, the frame left. `None`: not such a call.
+pub(super) fn gathered_elsewhere(
+    family: &str,
+    input: Option<Place>,
+    p: Place,
+    (m, in_group, group_dims, group_len): GroupOnDim,
+    size_m: usize,
+    key_on: &dyn Fn(usize) -> Option<RowKey>,
+) -> Option<Place> {
+    let Some(Place::Selected(0, _, u8::MAX)) = input else {
+        return None;
+    };
+    (family == "all-gather"
+        && !in_group
+        && !group_dims.is_empty()
         && group_len >= 2
-        && p == Place::Shard(0)
-        && in0? == out0? * group_len)
-        .then_some(Place::Rows(0, id))
+        && p == Place::Replicate
+        && group_dims.iter().all(|&g| {
+            g != m
+                && matches!(key_on(g), Some(RowKey::Gathered { over, n, .. })
+                    if over as usize == m && n == size_m)
+        }))
+    .then_some(Place::Replicate)
 }
 
 /// How a call takes framed inputs on one mesh dim.

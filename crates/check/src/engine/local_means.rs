@@ -452,6 +452,7 @@ pub(super) fn commit_folded(
                     Place::Shard(_) | Place::Blocked(..) | Place::Rows(..)
                         if partial_pieces == Some(true) =>
                     {
+                        rp.lifted_means[base + o] |= 1 << k;
                         None
                     }
                     Place::Shard(_) | Place::Blocked(..) | Place::Rows(..) if !lifted => {
@@ -481,4 +482,40 @@ pub(super) fn commit_folded(
             }
         }
     }
+}
+
+/// The input `v` (a `Partial(sum)` on mesh dim `m`) of a reduction over `m` (an all-reduce or
+/// reduce-scatter whose group holds `m`, `in_group`) that derives from a share lifted by a
+/// partial plus it while `m` sharded both (`lifted_means`), where the local-means walk does
+/// not answer `LocalMean` for it on `m`: the lift took its pieces there as local means, each
+/// `n_m` times the spec's, and they are no longer known to be (a product of two, a sum with
+/// the spec's pieces): what they reduce to is not known. `None` for any other call or value.
+/// Where the walk does answer `LocalMean`, the reduction is taken as the rules take it: how
+/// many times the spec's the pieces are is not read (the walk's answer is per mesh dim, and
+/// rows gathered over another mesh dim carry that dim's local means into these pieces too:
+/// DeepSeek's expert gradients are `n_dp * n_ep` times the spec's on dp).
+pub(super) fn lifted_without_local_means(
+    sh: &Shared,
+    (r, m): (usize, usize),
+    family: &str,
+    in_group: bool,
+    v: Option<ValueId>,
+    (rp, done, memo): (
+        &RankPlacements,
+        &[Option<std::sync::Arc<RankPlacements>>],
+        &mut Memo,
+    ),
+) -> Option<ValueId> {
+    let v = v?;
+    if !in_group
+        || !matches!(family, "all-reduce" | "reduce-scatter")
+        || m >= 64
+        || rp.lifted_means[rp.offsets[v.node] as usize + v.output] & (1 << m) == 0
+    {
+        return None;
+    }
+    let mut walk = LocalMeans::new(sh, r, rp, done, m, memo);
+    let local = walk.of(r, v) == Pieces::LocalMean;
+    walk.finish(memo);
+    (!local).then_some(v)
 }

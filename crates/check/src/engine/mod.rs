@@ -303,6 +303,12 @@ fn propagate_rank_from(
             }
             NodeKind::Call { op, args, kwargs } => {
                 let inputs = node.inputs();
+                // Derived from a lift whose pieces were local means (`lifted_means`): the
+                // record passes to every output, whatever the call.
+                let lifted_below = inputs.iter().fold(0u64, |a, v| {
+                    a | rp.lifted_means[rp.offsets[v.node] as usize + v.output]
+                });
+                rp.lifted_means[base..base + nout].fill(lifted_below);
                 let inv = inputs
                     .iter()
                     .all(|v| rp.invariant[rp.offsets[v.node] as usize + v.output]);
@@ -648,6 +654,33 @@ fn propagate_rank_from(
                         }
                         p => p,
                     };
+                    // A partial sum over this mesh dim derived from a share lifted while the
+                    // dim sharded it (`lifted_means`) whose pieces the walk no longer finds
+                    // local means: its reduction over the dim is not proven.
+                    let unread_input = local_means::lifted_without_local_means(
+                        sh,
+                        (r, m),
+                        rule.family,
+                        group.as_ref().is_some_and(|(d, _)| d.contains(&m)),
+                        inputs
+                            .first()
+                            .copied()
+                            .filter(|&v| place(v) == Place::Partial(Red::Sum)),
+                        (&rp, done, &mut local_means_memo),
+                    );
+                    let place = |v: ValueId| match place(v) {
+                        Place::Partial(Red::Sum) if unread_input == Some(v) => Place::Unknown,
+                        p => p,
+                    };
+                    let lifted_why = unread_input.map(|_| {
+                        format!(
+                            "`{op}` on mesh dim `{}` reduces a partial derived from a share lifted \
+                             while the mesh dim sharded it (pieces each n times the spec's, local \
+                             means), whose pieces are no longer known to be local means: what \
+                             the reduction gives is not proven",
+                            mesh.dims[m].0
+                        )
+                    });
                     // Whether the collective's input had its dim 0 made by a view that
                     // regrouped dims (dim 0 a flattening: ZeRO's gradient relayout).
                     let regrouped = group.is_some()
@@ -1004,21 +1037,45 @@ fn propagate_rank_from(
                         }
                     }
                     if let FrameMode::Frame { id: frame_id } = frame_mode {
+                        let in0 = inputs.first().copied();
+                        let exits: Vec<Option<Place>> = result
+                            .iter()
+                            .enumerate()
+                            .map(|(o, p)| {
+                                let combined = frame::combined(
+                                    rule.family,
+                                    in0.map(|v| rp.of(v, nd)[m]),
+                                    (
+                                        in0.and_then(&meta_of)
+                                            .and_then(|mm| mm.shape.first().copied()),
+                                        outs.get(o)
+                                            .and_then(|mm| mm.as_ref())
+                                            .and_then(|mm| mm.shape.first().copied()),
+                                    ),
+                                    (m, in_group, group_dims, group_len),
+                                    *p,
+                                    (&coords, &mesh_sizes),
+                                    &mut sh.rows.borrow_mut(),
+                                );
+                                combined.or_else(|| {
+                                    let table = sh.rows.borrow();
+                                    frame::gathered_elsewhere(
+                                        rule.family,
+                                        in0.map(|v| rp.of(v, nd)[m]),
+                                        *p,
+                                        (m, in_group, group_dims, group_len),
+                                        mesh_sizes[m],
+                                        &|g| match in0.map(|v| rp.of(v, nd)[g]) {
+                                            Some(Place::Rows(0, k)) => table.key(k),
+                                            _ => None,
+                                        },
+                                    )
+                                })
+                            })
+                            .collect();
                         let table = sh.rows.borrow();
                         let key = |id| table.key(id);
-                        let in0 = inputs.first().copied();
-                        for (o, p) in result.iter_mut().enumerate() {
-                            let exit = frame::combined(
-                                rule.family,
-                                in0.map(|v| rp.of(v, nd)[m]),
-                                in0.and_then(&meta_of)
-                                    .and_then(|mm| mm.shape.first().copied()),
-                                outs.get(o)
-                                    .and_then(|mm| mm.as_ref())
-                                    .and_then(|mm| mm.shape.first().copied()),
-                                (m, in_group, group_dims, group_len),
-                                *p,
-                            );
+                        for ((o, p), exit) in result.iter_mut().enumerate().zip(exits) {
                             *p = match exit {
                                 Some(q) => q,
                                 None if now_scale_unknown => Place::Varying,
@@ -1096,7 +1153,9 @@ fn propagate_rank_from(
                     if let Some(why) = lone_term_why {
                         rp.unknown_sources.push((i, why));
                     }
-                    if let Some(why) = folded_why.filter(|_| inconclusive) {
+                    if let Some(why) = lifted_why.filter(|_| inconclusive) {
+                        rp.unknown_sources.push((i, why));
+                    } else if let Some(why) = folded_why.filter(|_| inconclusive) {
                         rp.unknown_sources.push((i, why));
                     } else if let Some(why) = scaling_why.filter(|_| inconclusive) {
                         rp.unknown_sources.push((i, why));

@@ -150,6 +150,7 @@ pub(super) fn start_state(
             rp.share_of[v0 * nd..].fill(0);
             rp.folded_pending[v0 * nd..].fill(0);
             rp.folded_summed[v0 * nd..].fill(0);
+            rp.lifted_means[v0..].fill(0);
             rp.invariant[v0..].fill(false);
             rp.zero[v0..].fill(false);
             rp.constant[v0..].fill(0);
@@ -170,6 +171,7 @@ pub(super) fn start_state(
                 share_of: vec![0; total as usize * nd],
                 folded_pending: vec![0; total as usize * nd],
                 folded_summed: vec![0; total as usize * nd],
+                lifted_means: vec![0; total as usize],
                 zero: vec![false; total as usize],
                 constant: vec![0; total as usize],
                 ..Default::default()

@@ -52,6 +52,11 @@ pub struct RankPlacements {
     /// such pieces were summed (an all-reduce sum over `k`) with no division by `n_k` since.
     /// The share reading is refuted there: a lift of it is not proven.
     pub folded_summed: Vec<u64>,
+    /// Per value: the mesh dims (bit `k`) where it derives, on this rank, from a share lifted
+    /// by a partial plus it while `k` sharded both, their pieces there local means
+    /// (`local_means::commit_folded`). A reduction over `k` of its partial sum there reads the
+    /// pieces as averaging (`Partial(avg)`) where the local-means walk confirms them.
+    pub lifted_means: Vec<u64>,
     /// Nodes whose outputs are `Unknown` because of the node itself (no rule, opaque, an
     /// input without a layout), as (node, reason).
     pub unknown_sources: Vec<(usize, String)>,

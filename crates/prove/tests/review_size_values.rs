@@ -264,6 +264,32 @@ fn a_sum_of_a_broadcast_value_is_kept() {
     assert_not_proved_at_a_root(&case, "sums a tensor a term repeats along");
 }
 
+/// A contraction over rows both factors repeat a term along: `(xᵀ + 1)(x + 1) - xᵀx - s - sᵀ`
+/// (`s` the column sums) is `n` in every element, and `n·n - (n + n)` of it vanishes at 2 rows.
+#[test]
+fn a_contraction_counting_the_rows_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let body = concat!(
+        "        xt: \"f32[3, 8]\" = torch.ops.aten.t.default(x)\n",
+        "        a: \"f32[3, 8]\" = torch.ops.aten.add.Tensor(xt, 1)\n",
+        "        b: \"f32[8, 3]\" = torch.ops.aten.add.Tensor(x, 1)\n",
+        "        w: \"f32[3, 3]\" = torch.ops.aten.mm.default(a, b)\n",
+        "        p: \"f32[3, 3]\" = torch.ops.aten.mm.default(xt, x)\n",
+        "        s: \"f32[3]\" = torch.ops.aten.sum.dim_IntList(x, [0])\n",
+        "        sr: \"f32[1, 3]\" = torch.ops.aten.view.default(s, [1, 3])\n",
+        "        sc: \"f32[3, 1]\" = torch.ops.aten.view.default(s, [3, 1])\n",
+        "        d1: \"f32[3, 3]\" = torch.ops.aten.sub.Tensor(w, p)\n",
+        "        d2: \"f32[3, 3]\" = torch.ops.aten.sub.Tensor(d1, sr)\n",
+        "        d3: \"f32[3, 3]\" = torch.ops.aten.sub.Tensor(d2, sc)\n",
+        "        nv: \"f32[3]\" = torch.ops.aten.amax.default(d3, [0])\n",
+        "        nn: \"f32[3]\" = torch.ops.aten.mul.Tensor(nv, nv)\n",
+        "        n2: \"f32[3]\" = torch.ops.aten.add.Tensor(nv, nv)\n",
+        "        c: \"f32[3]\" = torch.ops.aten.sub.Tensor(nn, n2)",
+    );
+    let case = case_with_factor(dir.path(), body);
+    assert_not_proved_at_a_root(&case, "contracts two tensors a term repeats along");
+}
+
 /// A sum divided by the mean of the same rows: `sum(x) / mean(x) = n` in the normal form, and
 /// `n·n - (n + n)` of it vanishes at 2 rows. Dividing by a value a mean scaled reads the count.
 #[test]

@@ -290,6 +290,24 @@ fn a_contraction_counting_the_rows_is_kept() {
     assert_not_proved_at_a_root(&case, "contracts two tensors a term repeats along");
 }
 
+/// A backward elementwise operator passes on the gradient's repeated terms: `tanh_backward(g,
+/// x) = g - g·x²` holds `g` itself, so summing it over the rows `g` is broadcast along counts
+/// them, whatever `x` is.
+#[test]
+fn a_backward_of_a_broadcast_gradient_summed_over_rows_keeps_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let body = concat!(
+        "        me: \"f32[8, 3]\" = torch.ops.aten.expand.default(m, [8, 3])\n",
+        "        tb: \"f32[8, 3]\" = torch.ops.aten.tanh_backward.default(me, x)\n",
+        "        w: \"f32[3]\" = torch.ops.aten.sum.dim_IntList(tb, [0])\n",
+        "        c: \"f32[3]\" = torch.ops.aten.sub.Tensor(w, w)",
+    );
+    let case = case_with_factor(dir.path(), body);
+    let reduction = reduce_case(&case).expect("reduced");
+    let why = size_value_pin(&reduction).unwrap_or_else(|| panic!("{:?}", reduction.sizes));
+    assert!(why.contains("sums a tensor a term repeats along"), "{why}");
+}
+
 /// A sum divided by the mean of the same rows: `sum(x) / mean(x) = n` in the normal form, and
 /// `n·n - (n + n)` of it vanishes at 2 rows. Dividing by a value a mean scaled reads the count.
 #[test]

@@ -763,13 +763,21 @@ impl Flows {
                     }
                 }
                 if base.ends_with("_backward") {
-                    // `grad · f'(x)`: the gradient's terms times an opaque factor.
-                    let g = s.operand("grad_output").cloned();
-                    if let Some((_, _, fg, dg)) = g {
+                    // `grad · f'(x)`: the gradient's terms times a function of `x` that may
+                    // hold a constant term (`tanh_backward` is `g - g·y²`), so it repeats a
+                    // term wherever the gradient does.
+                    if let Some((_, _, fg, dg)) = s.operand("grad_output").cloned() {
                         for k in 0..n {
-                            out.rep[k] = fg.along(&dg, n, k).0 && out.same[k];
+                            out.rep[k] = fg.along(&dg, n, k).0;
                         }
-                        out.degree = fg.degree.clone();
+                        // A polynomial in `x` of degree 2 at most (`g·y²`).
+                        let fo = s
+                            .operands
+                            .iter()
+                            .find(|(nm, _, _, _)| *nm != "grad_output")
+                            .map(|o| o.2.clone())
+                            .unwrap_or_default();
+                        out.degree = sum_degree([&fg, &fo, &fo].into_iter());
                         out.mean_of = fg.mean_of.clone();
                     }
                 }

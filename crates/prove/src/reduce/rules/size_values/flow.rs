@@ -763,12 +763,26 @@ impl Flows {
                     }
                 }
                 if base.ends_with("_backward") {
-                    // `grad · f'(x)`: the gradient's terms times a function of `x` that may
-                    // hold a constant term (`tanh_backward` is `g - g·y²`), so it repeats a
-                    // term wherever the gradient does.
+                    // `grad · f'(x)` as the executor writes it: `tanh_backward` is `g - g·y²`
+                    // and `gelu_backward` holds `g/2`, so they repeat what the gradient does;
+                    // `sigmoid_backward` is `g·y - g·y²`; `threshold_backward` and
+                    // `silu_backward` are the gradient times opaque atoms of `x`.
                     if let Some((_, _, fg, dg)) = s.operand("grad_output").cloned() {
+                        let other = s
+                            .operands
+                            .iter()
+                            .find(|(nm, _, _, _)| *nm != "grad_output")
+                            .cloned();
                         for k in 0..n {
-                            out.rep[k] = fg.along(&dg, n, k).0;
+                            let rg = fg.along(&dg, n, k).0;
+                            let (ro, so) = other
+                                .as_ref()
+                                .map_or((true, true), |(_, _, fo, d)| fo.along(d, n, k));
+                            out.rep[k] = match base {
+                                "aten.tanh_backward" | "aten.gelu_backward" => rg,
+                                "aten.sigmoid_backward" => rg && ro,
+                                _ => rg && so,
+                            };
                         }
                         // A polynomial in `x` of degree 2 at most (`g·y²`).
                         let fo = s

@@ -304,7 +304,7 @@ pub fn walk(
                     Refusal::new(format!("{}: the input's shape is unknown", location(g, i)))
                 })?;
                 out.dims[i] = vec![input(sizes, v, &shape)?];
-                size_reads.input(i);
+                size_reads.input(i, shape.len());
             }
             NodeKind::Constant { .. } => {
                 let shape = shape_of(0).unwrap_or_default();
@@ -362,6 +362,7 @@ pub fn walk(
                         bound: &bound,
                         dims: &out.dims,
                         result: &result,
+                        sizes,
                     },
                     args,
                     kwargs,

@@ -15,8 +15,10 @@
 //! cancels out of (`sum(x + 1) - sum(x)`, `sum(x) / mean(x)`) folds to `n` all the same: that
 //! residual is open (docs/prove/reduction.md, "Sizes read as values").
 
+mod flow;
+
 use super::{location, norm_dim, STRUCTURAL, VALUE_KEEPING};
-use crate::reduce::sizes::Mono;
+use crate::reduce::sizes::{Mono, Sizes};
 use shardproof_ir::{Arg, Graph, ValueId};
 use shardproof_ops::{Args, Schema};
 
@@ -60,6 +62,8 @@ const COMPARING: &[&str] = &[
 /// `triu` mask), empty for a plain fill.
 pub(super) struct SizeValues {
     free: Vec<Vec<Option<Vec<Mono>>>>,
+    /// What every value, data or not, carries of the sizes through data ([`flow`]).
+    flows: flow::Flows,
 }
 
 /// One call, as [`SizeValues::call`] sees it.
@@ -78,6 +82,8 @@ pub(super) struct Call<'a> {
     pub dims: &'a [Vec<Option<Vec<Mono>>>],
     /// The sizes of the call's outputs.
     pub result: &'a [Vec<Mono>],
+    /// The size variables, to compare sizes as every relation so far has made them.
+    pub sizes: &'a Sizes,
 }
 
 impl Call<'_> {
@@ -105,17 +111,20 @@ impl SizeValues {
     pub(super) fn new(nodes: usize) -> SizeValues {
         SizeValues {
             free: vec![Vec::new(); nodes],
+            flows: flow::Flows::new(nodes),
         }
     }
 
-    /// An input of the graph: data.
-    pub(super) fn input(&mut self, i: usize) {
+    /// An input of the graph of `rank` dims: data.
+    pub(super) fn input(&mut self, i: usize, rank: usize) {
         self.free[i] = vec![None];
+        self.flows.set(i, flow::Flow::input(rank));
     }
 
     /// A 0-d constant: a literal, reading no size.
     pub(super) fn constant(&mut self, i: usize) {
         self.free[i] = vec![Some(Vec::new())];
+        self.flows.set(i, flow::Flow::literal());
     }
 
     fn reads(&self, v: ValueId) -> Option<Vec<Mono>> {
@@ -158,6 +167,7 @@ impl SizeValues {
                 _ => {}
             }
         }
+        self.flows.call(c, &operands, literal, pins);
         let reads: Vec<(&str, ValueId, Option<Vec<Mono>>)> = operands
             .iter()
             .map(|&(n, v)| (n, v, self.reads(v)))

@@ -207,7 +207,10 @@ pub(crate) fn softmax_backward(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, Exec
         let ar = &mut *ctx.arena;
         if log {
             let gs: Vec<ExprId> = lane.iter().map(|&i| g.elems[i]).collect();
+            // The row's gradients sum to the label's weight: a one-hot's selectors over every
+            // class fold to 1 (`Arena::fold_selector_sums`).
             let s = ar.sum(&gs)?;
+            let s = ar.fold_selector_sums(s)?;
             for &i in &lane {
                 let e = ar.app(Func::Exp, vec![y.elems[i]])?;
                 let p = ar.mul(e, s)?;

@@ -44,9 +44,76 @@ fn emit_llama(dir: &Path) -> (shardproof_case::Case, PlanOptions) {
     (case, plan)
 }
 
-/// Measurement, not a check: every distinct stage of the vocab-parallel llama, its verdict,
-/// layer and time (`SHARDPROOF_CE_DIR` keeps the emitted case there; `SHARDPROOF_CE_LIMIT`
-/// seconds a stage, default 60).
+/// A zoo preset's full iteration (`name`, e.g. `llama3-405b-tiny`), cut as `prove_presets`
+/// cuts it.
+fn emit_preset(dir: &Path, name: &str) -> (shardproof_case::Case, PlanOptions) {
+    let preset = shardproof_zoo::find_preset(name).expect("a zoo preset");
+    let (opts, extras, pipeline) = preset.request();
+    shardproof_zoo::emit_to_dir(
+        &opts,
+        &extras,
+        &shardproof_zoo::TrainOptions::PLAIN,
+        &pipeline,
+        dir,
+    )
+    .unwrap();
+    layer_cuts::cut_at_modules(dir, true);
+    let micro = layer_cuts::microbatch_cuts_at_modules(dir, true);
+    let mut scales = layer_cuts::backward_scales(dir);
+    scales.extend(layer_cuts::microbatch_backward_scales(dir, &micro));
+    let case = shardproof_case::load_case(&dir.join("case.yaml")).unwrap();
+    let plan = PlanOptions {
+        scales,
+        outputs_apart: true,
+        microbatch_cuts: micro,
+        ..PlanOptions::default()
+    };
+    (case, plan)
+}
+
+/// Proves the stage of `plan` whose target is ``cut `name` `` alone (on its own clock of
+/// `limit` seconds).
+fn prove_cut(
+    case: &shardproof_case::Case,
+    opts: &PlanOptions,
+    name: &str,
+    limit: u64,
+) -> shardproof_prove::Proof {
+    let plan = plan_until(case, true, opts).unwrap();
+    let target = format!("cut `{name}`");
+    let stage = plan
+        .distinct
+        .iter()
+        .copied()
+        .find(|&i| plan.stages[i].target == target)
+        .unwrap_or_else(|| panic!("no stage {target}"));
+    let cfg = ProveConfig {
+        time_limit: Some(Duration::from_secs(limit)),
+        ..ProveConfig::default()
+    };
+    prove_stages(&plan, &[stage], &cfg, 1).remove(0).2
+}
+
+#[test]
+fn the_vocab_parallel_llama_s_first_backward_cut_is_proved_in_normal_form() {
+    // The cut after the last layer's MLP backward: the cross-entropy backward, the lm_head and
+    // final norm backward and the MLP's, on a dp=2,pp=2,tp=2 mesh with the vocabulary split.
+    let dir = tempfile::tempdir().unwrap();
+    let (case, opts) = emit_llama(dir.path());
+    let p = prove_cut(&case, &opts, "add_30", 120);
+    assert_eq!(p.verdict, Verdict::Proved, "{:?}", p.message);
+    assert_eq!(
+        p.layers.keys().collect::<Vec<_>>(),
+        ["normal-form"],
+        "{:?}",
+        p.layers
+    );
+}
+
+/// Measurement, not a check: every distinct stage of the vocab-parallel llama (or of preset
+/// `SHARDPROOF_CE_PRESET`), its verdict, layer and time (`SHARDPROOF_CE_DIR` keeps the emitted
+/// case there; `SHARDPROOF_CE_LIMIT` seconds a stage, default 60; `SHARDPROOF_CE_ONLY`:
+/// comma-separated parts of the targets proved).
 #[test]
 #[ignore = "measurement: prints each stage's verdict and time"]
 fn measure_vocab_parallel_llama_stages() {
@@ -54,7 +121,10 @@ fn measure_vocab_parallel_llama_stages() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = keep.as_deref().map(Path::new).unwrap_or(tmp.path());
     std::fs::create_dir_all(dir).unwrap();
-    let (case, opts) = emit_llama(dir);
+    let (case, opts) = match std::env::var("SHARDPROOF_CE_PRESET") {
+        Ok(name) => emit_preset(dir, &name),
+        Err(_) => emit_llama(dir),
+    };
     let limit: u64 = std::env::var("SHARDPROOF_CE_LIMIT")
         .ok()
         .and_then(|s| s.parse().ok())

@@ -385,3 +385,139 @@ fn a_shift_common_to_numerator_and_denominator_cancels_in_normal_form() {
     assert_ne!(shifted_weight(&mut ar, &xs, 1, m0, reduced_max), plain);
     assert_ne!(shifted_weight(&mut ar, &xs, 1, opaque, row_max), plain);
 }
+
+/// Masks and one-hots over an index `t` in `[0, BOUND)` and a real `x`: the trees whose normal
+/// forms the selector rules rewrite (comparisons of `where`s, of comparisons, products of a
+/// selector with other comparisons), checked against direct evaluation at every `t`.
+mod selector_rules_against_evaluation {
+    use super::*;
+    use proptest::prelude::*;
+    use shardproof_prove::eval::ExactEval;
+    use shardproof_prove::expr::Coeff;
+
+    const BOUND: i64 = 6;
+
+    #[derive(Clone, Debug)]
+    enum Tree {
+        Index,
+        Real,
+        Const(i64),
+        Add(Box<Tree>, Box<Tree>),
+        Sub(Box<Tree>, Box<Tree>),
+        Mul(Box<Tree>, Box<Tree>),
+        Eq(Box<Tree>, Box<Tree>),
+        Gt(Box<Tree>, Box<Tree>),
+        Ge(Box<Tree>, Box<Tree>),
+        Not(Box<Tree>),
+        Where(Box<Tree>, Box<Tree>, Box<Tree>),
+    }
+
+    fn tree() -> impl Strategy<Value = Tree> {
+        let leaf = prop_oneof![
+            3 => Just(Tree::Index),
+            1 => Just(Tree::Real),
+            2 => (-2i64..8).prop_map(Tree::Const),
+        ];
+        leaf.prop_recursive(5, 40, 3, |inner| {
+            let b = |t: Tree| Box::new(t);
+            prop_oneof![
+                (inner.clone(), inner.clone()).prop_map(move |(x, y)| Tree::Add(b(x), b(y))),
+                (inner.clone(), inner.clone()).prop_map(move |(x, y)| Tree::Sub(b(x), b(y))),
+                (inner.clone(), inner.clone()).prop_map(move |(x, y)| Tree::Mul(b(x), b(y))),
+                (inner.clone(), inner.clone()).prop_map(move |(x, y)| Tree::Eq(b(x), b(y))),
+                (inner.clone(), inner.clone()).prop_map(move |(x, y)| Tree::Gt(b(x), b(y))),
+                (inner.clone(), inner.clone()).prop_map(move |(x, y)| Tree::Ge(b(x), b(y))),
+                inner.clone().prop_map(move |x| Tree::Not(b(x))),
+                (inner.clone(), inner.clone(), inner).prop_map(move |(c, x, y)| Tree::Where(
+                    b(c),
+                    b(x),
+                    b(y)
+                )),
+            ]
+        })
+    }
+
+    fn build(ar: &mut Arena, t: &Tree, index: ExprId, real: ExprId) -> ExprId {
+        let go = |ar: &mut Arena, x: &Tree| build(ar, x, index, real);
+        match t {
+            Tree::Index => index,
+            Tree::Real => real,
+            Tree::Const(c) => ar.int(*c).unwrap(),
+            Tree::Add(x, y) | Tree::Sub(x, y) | Tree::Mul(x, y) => {
+                let (x, y) = (go(ar, x), go(ar, y));
+                match t {
+                    Tree::Add(..) => ar.add(x, y),
+                    Tree::Sub(..) => ar.sub(x, y),
+                    _ => ar.mul(x, y),
+                }
+                .unwrap()
+            }
+            Tree::Eq(x, y) | Tree::Gt(x, y) | Tree::Ge(x, y) => {
+                let (x, y) = (go(ar, x), go(ar, y));
+                match t {
+                    Tree::Eq(..) => ar.eq(x, y),
+                    Tree::Gt(..) => ar.gt(x, y),
+                    _ => ar.ge(x, y),
+                }
+                .unwrap()
+            }
+            // `bitwise_not` as the lowering writes it: `x == 0`.
+            Tree::Not(x) => {
+                let x = go(ar, x);
+                ar.app(Func::IsZero, vec![x]).unwrap()
+            }
+            Tree::Where(c, x, y) => {
+                let (c, x, y) = (go(ar, c), go(ar, x), go(ar, y));
+                ar.select(c, x, y).unwrap()
+            }
+        }
+    }
+
+    fn eval(t: &Tree, index: i64, real: i64) -> i128 {
+        let go = |x: &Tree| eval(x, index, real);
+        match t {
+            Tree::Index => i128::from(index),
+            Tree::Real => i128::from(real),
+            Tree::Const(c) => i128::from(*c),
+            Tree::Add(x, y) => go(x) + go(y),
+            Tree::Sub(x, y) => go(x) - go(y),
+            Tree::Mul(x, y) => go(x) * go(y),
+            Tree::Eq(x, y) => i128::from(go(x) == go(y)),
+            Tree::Gt(x, y) => i128::from(go(x) > go(y)),
+            Tree::Ge(x, y) => i128::from(go(x) >= go(y)),
+            Tree::Not(x) => i128::from(go(x) == 0),
+            Tree::Where(c, x, y) => {
+                if go(c) != 0 {
+                    go(x)
+                } else {
+                    go(y)
+                }
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 1500, ..ProptestConfig::default() })]
+
+        #[test]
+        fn normal_forms_of_masks_evaluate_as_their_trees(t in tree(), real in -3i64..9) {
+            let mut ar = Arena::default();
+            let index = ar.symbol("t", SymbolKind::Index(BOUND as u32)).unwrap();
+            let x = ar.symbol("x", SymbolKind::Real).unwrap();
+            let e = build(&mut ar, &t, index, x);
+            for value in 0..BOUND {
+                let want = eval(&t, value, real);
+                let point = vec![Coeff::from_integer(value), Coeff::from_integer(real)];
+                let got = ExactEval::new(&ar, point).value(e);
+                prop_assert_eq!(
+                    got,
+                    Some(Coeff::from_integer(want as i64)),
+                    "t = {}, x = {}: {}",
+                    value,
+                    real,
+                    ar.render(e, 200)
+                );
+            }
+        }
+    }
+}

@@ -402,6 +402,13 @@ mod tests {
         let zero = ar.int(0).unwrap();
         assert_eq!(ar.mul(is_two, at_least_four).unwrap(), zero);
         assert_eq!(ar.mul(is_two, is_two).unwrap(), is_two);
+        // Only comparisons lose their powers: [t == 2]·[t < 4]·x² keeps x².
+        let x = ar.symbol("x", SymbolKind::Real).unwrap();
+        let square = ar.mul(x, x).unwrap();
+        let masked_square = ar.mul(below_four, square).unwrap();
+        let want = ar.mul(is_two, square).unwrap();
+        assert_eq!(ar.mul(is_two, masked_square).unwrap(), want);
+        assert_ne!(want, ar.mul(is_two, x).unwrap());
     }
 
     #[test]

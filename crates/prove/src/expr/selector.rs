@@ -144,15 +144,28 @@ impl Arena {
             return Some(m);
         };
         let mut out = Vec::with_capacity(m.len());
-        for (a, k) in m {
+        let mut vanishes = false;
+        for &(a, k) in &m {
             if a != selector && self.is_comparison(a) {
                 match self.atom_at_index(a, t, &value, AT_INDEX_DEPTH) {
-                    Some(v) if v.is_zero() => return None,
+                    Some(v) if v.is_zero() => vanishes = true,
                     Some(_) => continue,
                     None => {}
                 }
             }
             out.push((a, k));
+        }
+        if vanishes {
+            // The term is `0·rest` at every point: 0 only where the rest is finite (IEEE's
+            // `0·inf` is NaN); otherwise it is kept as it is.
+            let mut memo = FxHashMap::default();
+            let finite = m.iter().all(|&(a, _)| {
+                self.is_comparison(a)
+                    || (!self.is_zero_times(a)
+                        && !matches!(self.atom(a), Atom::NonFinite(_))
+                        && self.atom_class_in(a, &mut memo).finite)
+            });
+            return if finite { None } else { Some(m) };
         }
         Some(out)
     }
@@ -409,6 +422,24 @@ mod tests {
         let want = ar.mul(is_two, square).unwrap();
         assert_eq!(ar.mul(is_two, masked_square).unwrap(), want);
         assert_ne!(want, ar.mul(is_two, x).unwrap());
+    }
+
+    #[test]
+    fn a_term_a_selector_zeroes_is_dropped_only_where_its_rest_is_finite() {
+        // [t == 2]·[t >= 4]·log(x) is NaN at t = 2, x = 0 (0·-inf): kept; with a finite
+        // rest it is 0.
+        let mut ar = Arena::default();
+        let t = ar.symbol("t", SymbolKind::Index(8)).unwrap();
+        let x = ar.symbol("x", SymbolKind::Real).unwrap();
+        let (two, four) = (ar.int(2).unwrap(), ar.int(4).unwrap());
+        let is_two = ar.eq(t, two).unwrap();
+        let at_least_four = ar.ge(t, four).unwrap();
+        let log = ar.app(Func::Log, vec![x]).unwrap();
+        let masked_log = ar.mul(at_least_four, log).unwrap();
+        let zero = ar.int(0).unwrap();
+        assert_ne!(ar.mul(is_two, masked_log).unwrap(), zero);
+        let masked_x = ar.mul(at_least_four, x).unwrap();
+        assert_eq!(ar.mul(is_two, masked_x).unwrap(), zero);
     }
 
     #[test]

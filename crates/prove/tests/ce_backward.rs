@@ -147,6 +147,13 @@ fn measure_vocab_parallel_llama_stages() {
         let t = Instant::now();
         let out = prove_stages(&plan, &[i], &cfg, 1);
         for (_, _, p) in &out {
+            if std::env::var("SHARDPROOF_CE_VERBOSE").is_ok() {
+                if let Some(r) = &p.reduction {
+                    for input in &r.inputs {
+                        eprintln!("  reduced {input:?}");
+                    }
+                }
+            }
             eprintln!(
                 "stage {i} {}: {:?} {:?} {:.1}s {:?}",
                 plan.stages[i].target,

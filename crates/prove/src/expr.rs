@@ -19,6 +19,7 @@ mod apply;
 mod func;
 mod lookup;
 mod render;
+mod selector;
 mod transcend;
 pub use func::{erf, stable_order, Func};
 pub use transcend::Class;
@@ -665,6 +666,7 @@ impl Arena {
                 add_term(&mut acc, mul_mono(ma, mb), ca * cb);
             }
         }
+        let acc = self.boolean_monomials(acc);
         self.merge_exps(acc)
     }
 

@@ -94,8 +94,16 @@ impl Arena {
                 // (integer coefficients without a common factor), which also keeps its
                 // evaluation exact in f64 where the coefficients were; d == 0 iff -d == 0,
                 // so there the sign is normalized too.
+                if let Some(r) = self.comparison_of_booleans(&func, d) {
+                    return r;
+                }
                 if func == Func::IsZero && self.zero_out_of_range(d) {
                     return self.int(0);
+                }
+                if func == Func::IsZero {
+                    if let Some(r) = self.is_zero_of_where(d) {
+                        return r;
+                    }
                 }
                 let mut c = content(self.poly(d));
                 if func == Func::IsZero && self.poly(d).terms[0].1.is_negative() {

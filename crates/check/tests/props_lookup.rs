@@ -32,6 +32,7 @@ const LOOKUPS: &[Op] = &[
         },
         body: |_, _| Some(vec!["out = torch.ops.aten.embedding.default(w, idx)".into()]),
         checked: &["out"],
+        known_bug: None,
     },
     Op {
         name: "embedding_dense_backward",
@@ -48,6 +49,7 @@ const LOOKUPS: &[Op] = &[
             )])
         },
         checked: &["out"],
+        known_bug: None,
     },
     Op {
         name: "index_select",
@@ -63,6 +65,7 @@ const LOOKUPS: &[Op] = &[
             )])
         },
         checked: &["out"],
+        known_bug: None,
     },
     Op {
         name: "index.Tensor",
@@ -78,6 +81,7 @@ const LOOKUPS: &[Op] = &[
             )])
         },
         checked: &["out"],
+        known_bug: None,
     },
     Op {
         name: "gather",
@@ -93,6 +97,7 @@ const LOOKUPS: &[Op] = &[
             )])
         },
         checked: &["out"],
+        known_bug: None,
     },
     Op {
         name: "scatter_add",
@@ -108,6 +113,7 @@ const LOOKUPS: &[Op] = &[
             )])
         },
         checked: &["out"],
+        known_bug: None,
     },
     Op {
         name: "scatter.value",
@@ -123,6 +129,7 @@ const LOOKUPS: &[Op] = &[
             )])
         },
         checked: &["out"],
+        known_bug: None,
     },
     Op {
         name: "index_put",
@@ -139,6 +146,7 @@ const LOOKUPS: &[Op] = &[
             )])
         },
         checked: &["out"],
+        known_bug: None,
     },
 ];
 
@@ -188,6 +196,7 @@ fn a_frequency_scaled_embedding_backward_over_token_shards_claims_nothing() {
             )])
         },
         checked: &["out"],
+        known_bug: None,
     };
     // Two ids over four tokens: some id is drawn on both ranks.
     for seed in 0..8 {
@@ -241,6 +250,7 @@ fn vocab_embedding(mesh: &[usize], v: usize, h: usize, ids: &[usize], ids_dp: In
         ],
         ranks,
         checked: vec![("z".into(), "z".into()), ("y".into(), "y".into())],
+        known_bug: None,
     }
 }
 

@@ -39,6 +39,7 @@ const NATIVE_LAYER_NORM: Op = Op {
         ])
     },
     checked: &["out", "mean", "rstd"],
+    known_bug: None,
 };
 
 /// Normalizing the last two dims.
@@ -63,6 +64,7 @@ const NATIVE_LAYER_NORM_2D: Op = Op {
         ])
     },
     checked: &["out", "mean", "rstd"],
+    known_bug: None,
 };
 
 const LAYER_NORM: Op = Op {
@@ -75,6 +77,7 @@ const LAYER_NORM: Op = Op {
         )])
     },
     checked: &["out"],
+    known_bug: None,
 };
 
 const RMS_NORM: Op = Op {
@@ -87,6 +90,7 @@ const RMS_NORM: Op = Op {
         )])
     },
     checked: &["out"],
+    known_bug: None,
 };
 
 const FUSED_RMS_NORM: Op = Op {
@@ -103,6 +107,7 @@ const FUSED_RMS_NORM: Op = Op {
         ])
     },
     checked: &["out", "rstd"],
+    known_bug: None,
 };
 
 /// The backward with every operand an input of its own (mean and rstd drawn too): the rule
@@ -131,6 +136,7 @@ const LAYER_NORM_BACKWARD: Op = Op {
         ])
     },
     checked: &["gi", "gw", "gb"],
+    known_bug: None,
 };
 
 /// The backward as a program computes it: mean and rstd from the forward of the same `x`.
@@ -159,6 +165,7 @@ const LAYER_NORM_BACKWARD_CHAINED: Op = Op {
         ])
     },
     checked: &["gi", "gw", "gb"],
+    known_bug: None,
 };
 
 /// The rms backward as a program computes it: rstd from the forward of the same `x`.
@@ -184,6 +191,7 @@ const RMS_NORM_BACKWARD_CHAINED: Op = Op {
         ])
     },
     checked: &["gi", "gw"],
+    known_bug: None,
 };
 
 /// A body of one call on `x` whose text names the reduced or scanned dim `D` (0..3, from
@@ -195,6 +203,7 @@ macro_rules! on_dim {
             inputs: x3,
             body: |_, z| Some(vec![format!($fmt, d = z[3] % 3)]),
             checked: &["out"],
+            known_bug: None,
         }
     };
 }
@@ -232,6 +241,7 @@ const REDUCTIONS: &[Op] = &[
             )])
         },
         checked: &["out"],
+        known_bug: None,
     },
     on_dim!("norm.ScalarOpt_dim", "out = torch.ops.aten.norm.ScalarOpt_dim(x, 2, [{d}])"),
     Op {
@@ -245,6 +255,7 @@ const REDUCTIONS: &[Op] = &[
             ])
         },
         checked: &["out", "idx"],
+        known_bug: None,
     },
 ];
 
@@ -260,6 +271,7 @@ const SORTS: &[Op] = &[
             ])
         },
         checked: &["out", "idx"],
+        known_bug: None,
     },
     Op {
         name: "sort",
@@ -272,6 +284,7 @@ const SORTS: &[Op] = &[
             ])
         },
         checked: &["out", "idx"],
+        known_bug: None,
     },
     on_dim!("argsort", "out = torch.ops.aten.argsort.default(x, {d}, True)"),
 ];
@@ -293,6 +306,7 @@ const SOFTMAX_BACKWARDS: &[Op] = &[
             )])
         },
         checked: &["out"],
+        known_bug: None,
     },
     Op {
         name: "_log_softmax_backward_data",
@@ -309,6 +323,7 @@ const SOFTMAX_BACKWARDS: &[Op] = &[
             )])
         },
         checked: &["out"],
+        known_bug: None,
     },
 ];
 
@@ -335,6 +350,7 @@ const LOSSES: &[Op] = &[
             ])
         },
         checked: &["out", "tw"],
+        known_bug: None,
     },
     // Reduction mean: the loss only (the total weight's claim is a known bug, pinned by
     // `the_total_weight_of_a_mean_nll_loss_over_row_shards_is_a_partial_sum`).
@@ -353,6 +369,7 @@ const LOSSES: &[Op] = &[
             ])
         },
         checked: &["out"],
+        known_bug: None,
     },
     // Reductions none and sum, the total weight from the forward (unread by these).
     Op {
@@ -376,6 +393,7 @@ const LOSSES: &[Op] = &[
             ])
         },
         checked: &["out"],
+        known_bug: None,
     },
     // Reduction mean, dividing by a replicated total weight (a literal on every rank). With
     // the forward's total weight over row shards it is a known bug, pinned by
@@ -400,6 +418,7 @@ const LOSSES: &[Op] = &[
             ])
         },
         checked: &["out"],
+        known_bug: None,
     },
     Op {
         name: "mse_loss",
@@ -416,6 +435,7 @@ const LOSSES: &[Op] = &[
             )])
         },
         checked: &["out"],
+        known_bug: None,
     },
     // Reductions none and sum (mean: a known bug, pinned by
     // `a_mean_mse_loss_backward_over_a_shard_divides_by_the_local_count`).
@@ -436,6 +456,7 @@ const LOSSES: &[Op] = &[
             )])
         },
         checked: &["out"],
+        known_bug: None,
     },
 ];
 
@@ -487,6 +508,7 @@ fn a_mean_nll_loss_backward_over_row_shards_divides_by_the_local_count() {
             ])
         },
         checked: &["out"],
+        known_bug: None,
     };
     let s = props::once(
         &op,
@@ -515,6 +537,7 @@ fn a_mean_mse_loss_backward_over_a_shard_divides_by_the_local_count() {
         },
         body: |_, _| Some(vec!["out = torch.ops.aten.mse_loss_backward.default(g, x, t, 1)".into()]),
         checked: &["out"],
+        known_bug: None,
     };
     let places = [vec![props::In::R], vec![props::In::S(0)], vec![props::In::S(0)]];
     let s = props::once(&op, &[2], &[1, 2, 1, 1, 1, 1], &places, 1);
@@ -579,6 +602,7 @@ fn the_total_weight_of_a_mean_nll_loss_over_row_shards_is_a_partial_sum() {
             ])
         },
         checked: &["out", "tw"],
+        known_bug: None,
     };
     let s = props::once(&op, &[2], &[1, 1, 1, 1, 1, 1], &[vec![props::In::S(0)], vec![props::In::S(0)]], 1);
     assert_eq!(s.claims, 2, "{s:?}");

@@ -58,7 +58,14 @@ const REDS: [Red; 4] = [Red::Sum, Red::Avg, Red::Max, Red::Min];
 
 /// The program of `coll` over mesh dim `over` (mod the mesh's rank) on an input `[rows, cols]`
 /// per rank, `rows` a multiple of every group size.
-fn program(coll: Coll, mesh: &[usize], over: usize, a: usize, cols: usize, places: Vec<In>) -> Program {
+fn program(
+    coll: Coll,
+    mesh: &[usize],
+    over: usize,
+    a: usize,
+    cols: usize,
+    places: Vec<In>,
+) -> Program {
     let over = over % mesh.len();
     let names = props::mesh_names(mesh);
     let n = mesh[over];
@@ -137,15 +144,55 @@ fn all_to_all_and_broadcast_placements_agree_with_the_interpreter() {
 /// all-reduce of its own reduction is replicated; a shard of dim 0 gathered is replicated;
 /// a shard of dim 1 gathered is the stack of its pieces; a partial sum reduce-scattered is a
 /// shard of dim 0; over the other mesh dim of a 2-d mesh the placements are kept.
+/// A collective, its mesh, the mesh dim it runs over, the input's placement (on every mesh
+/// dim) and the placements its wait must be inferred.
+type Claim = (Coll, Vec<usize>, usize, In, Vec<Place>);
+
 #[test]
 fn each_collective_makes_its_checked_claim() {
-    let cases: Vec<(Coll, Vec<usize>, usize, In, Vec<Place>)> = vec![
-        (Coll::AllReduce(Red::Sum), vec![2], 0, In::P(Red::Sum), vec![Place::Replicate]),
-        (Coll::AllReduce(Red::Max), vec![3], 0, In::P(Red::Max), vec![Place::Replicate]),
-        (Coll::AllReduce(Red::Avg), vec![2], 0, In::P(Red::Avg), vec![Place::Replicate]),
-        (Coll::AllGather, vec![2], 0, In::S(0), vec![Place::Replicate]),
-        (Coll::AllGather, vec![2], 0, In::S(1), vec![Place::Stacked(1)]),
-        (Coll::ReduceScatter(Red::Sum), vec![3], 0, In::P(Red::Sum), vec![Place::Shard(0)]),
+    let cases: Vec<Claim> = vec![
+        (
+            Coll::AllReduce(Red::Sum),
+            vec![2],
+            0,
+            In::P(Red::Sum),
+            vec![Place::Replicate],
+        ),
+        (
+            Coll::AllReduce(Red::Max),
+            vec![3],
+            0,
+            In::P(Red::Max),
+            vec![Place::Replicate],
+        ),
+        (
+            Coll::AllReduce(Red::Avg),
+            vec![2],
+            0,
+            In::P(Red::Avg),
+            vec![Place::Replicate],
+        ),
+        (
+            Coll::AllGather,
+            vec![2],
+            0,
+            In::S(0),
+            vec![Place::Replicate],
+        ),
+        (
+            Coll::AllGather,
+            vec![2],
+            0,
+            In::S(1),
+            vec![Place::Stacked(1)],
+        ),
+        (
+            Coll::ReduceScatter(Red::Sum),
+            vec![3],
+            0,
+            In::P(Red::Sum),
+            vec![Place::Shard(0)],
+        ),
     ];
     for (coll, mesh, over, p, want) in cases {
         let prog = program(coll, &mesh, over, 2, 2, vec![p, p]);
@@ -163,7 +210,11 @@ fn each_collective_makes_its_checked_claim() {
         vec![In::S(1), In::P(Red::Sum)],
     );
     let seen = run(&prog, 6).unwrap();
-    assert_eq!(seen.places[1], vec![Place::Shard(1), Place::Replicate], "{seen:?}");
+    assert_eq!(
+        seen.places[1],
+        vec![Place::Shard(1), Place::Replicate],
+        "{seen:?}"
+    );
     assert_eq!(seen.claims, 2, "{seen:?}");
 }
 

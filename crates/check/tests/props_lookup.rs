@@ -104,7 +104,11 @@ const LOOKUPS: &[Op] = &[
         inputs: |s| {
             let x = vec![s[0], s[1]];
             let d = s[3] % 2;
-            vec![("x", F, x.clone()), ("idx", ix(x[d]), x.clone()), ("src", F, x)]
+            vec![
+                ("x", F, x.clone()),
+                ("idx", ix(x[d]), x.clone()),
+                ("src", F, x),
+            ]
         },
         body: |_, z| {
             Some(vec![format!(
@@ -136,8 +140,16 @@ const LOOKUPS: &[Op] = &[
         inputs: |s| {
             let x = vec![s[0], s[1]];
             let d = s[3] % 2;
-            let v = if d == 0 { vec![s[4], s[1]] } else { vec![s[0], s[4]] };
-            vec![("x", F, x.clone()), ("idx", ix(x[d]), vec![s[4]]), ("v", F, v)]
+            let v = if d == 0 {
+                vec![s[4], s[1]]
+            } else {
+                vec![s[0], s[4]]
+            };
+            vec![
+                ("x", F, x.clone()),
+                ("idx", ix(x[d]), vec![s[4]]),
+                ("v", F, v),
+            ]
         },
         body: |_, z| {
             let nones = "None, ".repeat(z[3] % 2);
@@ -176,8 +188,17 @@ fn each_lookup_makes_its_checked_claim() {
     let s = once(emb, &[2], &sizes, &[vec![In::S(0)], vec![In::R]], 1);
     assert_eq!(s.places[0], vec![Place::Unmasked]);
     // The backward over token shards sums the ranks' rows.
-    let s = once(&LOOKUPS[1], &[2], &sizes, &[vec![In::S(0)], vec![In::S(0)]], 2);
-    assert_eq!((s.claims, &s.places[0]), (1, &vec![Place::Partial(Red::Sum)]));
+    let s = once(
+        &LOOKUPS[1],
+        &[2],
+        &sizes,
+        &[vec![In::S(0)], vec![In::S(0)]],
+        2,
+    );
+    assert_eq!(
+        (s.claims, &s.places[0]),
+        (1, &vec![Place::Partial(Red::Sum)])
+    );
 }
 
 /// Known bug candidate: `embedding_dense_backward` with `scale_grad_by_freq` divides each
@@ -200,7 +221,13 @@ fn a_frequency_scaled_embedding_backward_over_token_shards_claims_nothing() {
     };
     // Two ids over four tokens: some id is drawn on both ranks.
     for seed in 0..8 {
-        once(&op, &[2], &[1, 2, 2, 1, 1, 1], &[vec![In::S(0)], vec![In::S(0)]], seed);
+        once(
+            &op,
+            &[2],
+            &[1, 2, 2, 1, 1, 1],
+            &[vec![In::S(0)], vec![In::S(0)]],
+            seed,
+        );
     }
 }
 
@@ -250,7 +277,6 @@ fn vocab_embedding(mesh: &[usize], v: usize, h: usize, ids: &[usize], ids_dp: In
         ],
         ranks,
         checked: vec![("z".into(), "z".into()), ("y".into(), "y".into())],
-        known_bug: None,
     }
 }
 
@@ -350,7 +376,8 @@ fn vocab_parallel_cross_entropy_placements_agree_with_the_interpreter() {
     let mut tally = Tally::default();
     for (tp, rows, v) in [(2, 3, 2), (3, 2, 2), (2, 1, 3), (4, 2, 1)] {
         for seed in 0..4 {
-            let seen = run(&vocab_cross_entropy(tp, rows, v), seed).unwrap_or_else(|e| panic!("{e}"));
+            let seen =
+                run(&vocab_cross_entropy(tp, rows, v), seed).unwrap_or_else(|e| panic!("{e}"));
             tally.add(&seen);
         }
     }

@@ -27,7 +27,7 @@ fn x3_wb(s: &[usize]) -> Vec<(&'static str, Elem, Vec<usize>)> {
 const NATIVE_LAYER_NORM: Op = Op {
     name: "native_layer_norm",
     inputs: x3_wb,
-    body: |s, z| {
+    body: |s, _| {
         Some(vec![
             format!(
                 "ln = torch.ops.aten.native_layer_norm.default(x, [{}], w, b, 1e-05)",
@@ -52,7 +52,7 @@ const NATIVE_LAYER_NORM_2D: Op = Op {
             ("b", F, vec![s[1], s[2]]),
         ]
     },
-    body: |s, z| {
+    body: |s, _| {
         Some(vec![
             format!(
                 "ln = torch.ops.aten.native_layer_norm.default(x, [{}, {}], w, b, 1e-05)",
@@ -70,7 +70,7 @@ const NATIVE_LAYER_NORM_2D: Op = Op {
 const LAYER_NORM: Op = Op {
     name: "layer_norm",
     inputs: x3_wb,
-    body: |s, z| {
+    body: |s, _| {
         Some(vec![format!(
             "out = torch.ops.aten.layer_norm.default(x, [{}], w, b)",
             s[0][2]
@@ -83,7 +83,7 @@ const LAYER_NORM: Op = Op {
 const RMS_NORM: Op = Op {
     name: "rms_norm",
     inputs: x3_wb,
-    body: |s, z| {
+    body: |s, _| {
         Some(vec![format!(
             "out = torch.ops.aten.rms_norm.default(x, [{}], w, 1e-06)",
             s[0][2]
@@ -96,7 +96,7 @@ const RMS_NORM: Op = Op {
 const FUSED_RMS_NORM: Op = Op {
     name: "_fused_rms_norm",
     inputs: x3_wb,
-    body: |s, z| {
+    body: |s, _| {
         Some(vec![
             format!(
                 "rn = torch.ops.aten._fused_rms_norm.default(x, [{}], w, 1e-06)",
@@ -124,7 +124,7 @@ const LAYER_NORM_BACKWARD: Op = Op {
             ("b", F, vec![s[2]]),
         ]
     },
-    body: |s, z| {
+    body: |s, _| {
         Some(vec![
             format!(
                 "lb = torch.ops.aten.native_layer_norm_backward.default(g, x, [{}], mean, rstd, w, b, [True, True, True])",
@@ -150,7 +150,7 @@ const LAYER_NORM_BACKWARD_CHAINED: Op = Op {
             ("b", F, vec![s[2]]),
         ]
     },
-    body: |s, z| {
+    body: |s, _| {
         let h = s[1][2];
         Some(vec![
             format!("ln = torch.ops.aten.native_layer_norm.default(x, [{h}], w, b, 1e-05)"),
@@ -209,10 +209,19 @@ macro_rules! on_dim {
 }
 
 const SOFTMAXES: &[Op] = &[
-    on_dim!("_softmax", "out = torch.ops.aten._softmax.default(x, {d}, False)"),
-    on_dim!("_log_softmax", "out = torch.ops.aten._log_softmax.default(x, {d}, False)"),
+    on_dim!(
+        "_softmax",
+        "out = torch.ops.aten._softmax.default(x, {d}, False)"
+    ),
+    on_dim!(
+        "_log_softmax",
+        "out = torch.ops.aten._log_softmax.default(x, {d}, False)"
+    ),
     on_dim!("softmax.int", "out = torch.ops.aten.softmax.int(x, {d})"),
-    on_dim!("log_softmax.int", "out = torch.ops.aten.log_softmax.int(x, {d})"),
+    on_dim!(
+        "log_softmax.int",
+        "out = torch.ops.aten.log_softmax.int(x, {d})"
+    ),
 ];
 
 const SCANS: &[Op] = &[
@@ -221,15 +230,33 @@ const SCANS: &[Op] = &[
 ];
 
 const REDUCTIONS: &[Op] = &[
-    on_dim!("logsumexp", "out = torch.ops.aten.logsumexp.default(x, [{d}])"),
-    on_dim!("var.correction", "out = torch.ops.aten.var.correction(x, [{d}])"),
-    on_dim!("std.dim", "out = torch.ops.aten.std.dim(x, [{d}], True, True)"),
+    on_dim!(
+        "logsumexp",
+        "out = torch.ops.aten.logsumexp.default(x, [{d}])"
+    ),
+    on_dim!(
+        "var.correction",
+        "out = torch.ops.aten.var.correction(x, [{d}])"
+    ),
+    on_dim!(
+        "std.dim",
+        "out = torch.ops.aten.std.dim(x, [{d}], True, True)"
+    ),
     on_dim!("prod.dim_int", "out = torch.ops.aten.prod.dim_int(x, {d})"),
     on_dim!("argmax", "out = torch.ops.aten.argmax.default(x, {d})"),
     on_dim!("amin", "out = torch.ops.aten.amin.default(x, [{d}], True)"),
-    on_dim!("count_nonzero", "out = torch.ops.aten.count_nonzero.dim_IntList(x, [{d}])"),
-    on_dim!("linalg_vector_norm", "out = torch.ops.aten.linalg_vector_norm.default(x, 2, [{d}])"),
-    on_dim!("mean.dim_keepdim", "out = torch.ops.aten.mean.dim(x, [{d}], True)"),
+    on_dim!(
+        "count_nonzero",
+        "out = torch.ops.aten.count_nonzero.dim_IntList(x, [{d}])"
+    ),
+    on_dim!(
+        "linalg_vector_norm",
+        "out = torch.ops.aten.linalg_vector_norm.default(x, 2, [{d}])"
+    ),
+    on_dim!(
+        "mean.dim_keepdim",
+        "out = torch.ops.aten.mean.dim(x, [{d}], True)"
+    ),
     Op {
         name: "sum.dims",
         inputs: x3,
@@ -243,11 +270,14 @@ const REDUCTIONS: &[Op] = &[
         checked: &["out"],
         known_bug: None,
     },
-    on_dim!("norm.ScalarOpt_dim", "out = torch.ops.aten.norm.ScalarOpt_dim(x, 2, [{d}])"),
+    on_dim!(
+        "norm.ScalarOpt_dim",
+        "out = torch.ops.aten.norm.ScalarOpt_dim(x, 2, [{d}])"
+    ),
     Op {
         name: "max.dim",
         inputs: x3,
-        body: |s, z| {
+        body: |_, z| {
             Some(vec![
                 format!("mx = torch.ops.aten.max.dim(x, {})", z[3] % 3),
                 "out = mx[0]".into(),
@@ -263,7 +293,7 @@ const SORTS: &[Op] = &[
     Op {
         name: "topk",
         inputs: x3,
-        body: |s, z| {
+        body: |_, z| {
             Some(vec![
                 format!("tk = torch.ops.aten.topk.default(x, 1, {})", z[3] % 3),
                 "out = tk[0]".into(),
@@ -276,7 +306,7 @@ const SORTS: &[Op] = &[
     Op {
         name: "sort",
         inputs: x3,
-        body: |s, z| {
+        body: |_, z| {
             Some(vec![
                 format!("st = torch.ops.aten.sort.default(x, {})", z[3] % 3),
                 "out = st[0]".into(),
@@ -286,7 +316,10 @@ const SORTS: &[Op] = &[
         checked: &["out", "idx"],
         known_bug: None,
     },
-    on_dim!("argsort", "out = torch.ops.aten.argsort.default(x, {d}, True)"),
+    on_dim!(
+        "argsort",
+        "out = torch.ops.aten.argsort.default(x, {d}, True)"
+    ),
 ];
 
 /// The softmax backwards: gradient and output of the forward, both drawn.
@@ -299,7 +332,7 @@ const SOFTMAX_BACKWARDS: &[Op] = &[
                 ("y", F, vec![s[0], s[1], s[2]]),
             ]
         },
-        body: |s, z| {
+        body: |_, z| {
             Some(vec![format!(
                 "out = torch.ops.aten._softmax_backward_data.default(g, y, {}, torch.float64)",
                 z[3] % 3
@@ -316,7 +349,7 @@ const SOFTMAX_BACKWARDS: &[Op] = &[
                 ("y", F, vec![s[0], s[1], s[2]]),
             ]
         },
-        body: |s, z| {
+        body: |_, z| {
             Some(vec![format!(
                 "out = torch.ops.aten._log_softmax_backward_data.default(g, y, {}, torch.float64)",
                 z[3] % 3
@@ -413,8 +446,7 @@ const LOSSES: &[Op] = &[
                     "tw = torch.ops.aten.full.default([], {}.5, dtype = torch.float64)",
                     z[4]
                 ),
-                "out = torch.ops.aten.nll_loss_backward.default(g, x, t, None, 1, -100, tw)"
-                    .into(),
+                "out = torch.ops.aten.nll_loss_backward.default(g, x, t, None, 1, -100, tw)".into(),
             ])
         },
         checked: &["out"],
@@ -422,13 +454,8 @@ const LOSSES: &[Op] = &[
     },
     Op {
         name: "mse_loss",
-        inputs: |s| {
-            vec![
-                ("x", F, vec![s[0], s[1]]),
-                ("t", F, vec![s[0], s[1]]),
-            ]
-        },
-        body: |s, z| {
+        inputs: |s| vec![("x", F, vec![s[0], s[1]]), ("t", F, vec![s[0], s[1]])],
+        body: |_, z| {
             Some(vec![format!(
                 "out = torch.ops.aten.mse_loss.default(x, t, {})",
                 z[2] % 3
@@ -471,7 +498,13 @@ fn each(ops: &[Op], cases: u32, seed: u64) {
 #[test]
 fn norm_placements_agree_with_the_interpreter() {
     each(
-        &[NATIVE_LAYER_NORM, NATIVE_LAYER_NORM_2D, LAYER_NORM, RMS_NORM, FUSED_RMS_NORM],
+        &[
+            NATIVE_LAYER_NORM,
+            NATIVE_LAYER_NORM_2D,
+            LAYER_NORM,
+            RMS_NORM,
+            FUSED_RMS_NORM,
+        ],
         48,
         0x5eed_4401,
     );
@@ -503,8 +536,7 @@ fn a_mean_nll_loss_backward_over_row_shards_divides_by_the_local_count() {
             Some(vec![
                 "nf = torch.ops.aten.nll_loss_forward.default(x, t, None, 1, -100)".into(),
                 "tw = nf[1]".into(),
-                "out = torch.ops.aten.nll_loss_backward.default(g, x, t, None, 1, -100, tw)"
-                    .into(),
+                "out = torch.ops.aten.nll_loss_backward.default(g, x, t, None, 1, -100, tw)".into(),
             ])
         },
         checked: &["out"],
@@ -514,7 +546,11 @@ fn a_mean_nll_loss_backward_over_row_shards_divides_by_the_local_count() {
         &op,
         &[2],
         &[1, 1, 1, 1, 1, 1],
-        &[vec![props::In::R], vec![props::In::S(0)], vec![props::In::S(0)]],
+        &[
+            vec![props::In::R],
+            vec![props::In::S(0)],
+            vec![props::In::S(0)],
+        ],
         1,
     );
     assert_eq!(s.claims + s.declined, 1, "{s:?}");
@@ -535,11 +571,19 @@ fn a_mean_mse_loss_backward_over_a_shard_divides_by_the_local_count() {
                 ("t", F, vec![s[0], s[1]]),
             ]
         },
-        body: |_, _| Some(vec!["out = torch.ops.aten.mse_loss_backward.default(g, x, t, 1)".into()]),
+        body: |_, _| {
+            Some(vec![
+                "out = torch.ops.aten.mse_loss_backward.default(g, x, t, 1)".into(),
+            ])
+        },
         checked: &["out"],
         known_bug: None,
     };
-    let places = [vec![props::In::R], vec![props::In::S(0)], vec![props::In::S(0)]];
+    let places = [
+        vec![props::In::R],
+        vec![props::In::S(0)],
+        vec![props::In::S(0)],
+    ];
     let s = props::once(&op, &[2], &[1, 2, 1, 1, 1, 1], &places, 1);
     assert_eq!(s.claims + s.declined, 1, "{s:?}");
 }
@@ -604,6 +648,12 @@ fn the_total_weight_of_a_mean_nll_loss_over_row_shards_is_a_partial_sum() {
         checked: &["out", "tw"],
         known_bug: None,
     };
-    let s = props::once(&op, &[2], &[1, 1, 1, 1, 1, 1], &[vec![props::In::S(0)], vec![props::In::S(0)]], 1);
+    let s = props::once(
+        &op,
+        &[2],
+        &[1, 1, 1, 1, 1, 1],
+        &[vec![props::In::S(0)], vec![props::In::S(0)]],
+        1,
+    );
     assert_eq!(s.claims, 2, "{s:?}");
 }

@@ -18,7 +18,10 @@ fn x3(s: &[usize]) -> Vec<(&'static str, Elem, Vec<usize>)> {
 }
 
 fn xy3(s: &[usize]) -> Vec<(&'static str, Elem, Vec<usize>)> {
-    vec![("x", F, vec![s[0], s[1], s[2]]), ("y", F, vec![s[0], s[1], s[2]])]
+    vec![
+        ("x", F, vec![s[0], s[1], s[2]]),
+        ("y", F, vec![s[0], s[1], s[2]]),
+    ]
 }
 
 /// `text` with `{d}` the drawn dim (0..3) and `{e}` a drawn small literal (1 or 2).
@@ -54,16 +57,33 @@ macro_rules! on_xy {
 }
 
 const SLICES: &[Op] = &[
-    on_x!("slice_from", "out = torch.ops.aten.slice.Tensor(x, {d}, {e}, 9223372036854775807)"),
-    on_x!("slice_to", "out = torch.ops.aten.slice.Tensor(x, {d}, 0, {e})"),
-    on_x!("slice_whole", "out = torch.ops.aten.slice.Tensor(x, {d}, 0, 9223372036854775807)"),
-    on_x!("slice_step", "out = torch.ops.aten.slice.Tensor(x, {d}, 0, 9223372036854775807, {e})"),
+    on_x!(
+        "slice_from",
+        "out = torch.ops.aten.slice.Tensor(x, {d}, {e}, 9223372036854775807)"
+    ),
+    on_x!(
+        "slice_to",
+        "out = torch.ops.aten.slice.Tensor(x, {d}, 0, {e})"
+    ),
+    on_x!(
+        "slice_whole",
+        "out = torch.ops.aten.slice.Tensor(x, {d}, 0, 9223372036854775807)"
+    ),
+    on_x!(
+        "slice_step",
+        "out = torch.ops.aten.slice.Tensor(x, {d}, 0, 9223372036854775807, {e})"
+    ),
     // Narrowing the sharded dim is a known bug, pinned by
     // `a_narrow_of_the_local_length_of_a_shard_is_no_shard`.
     Op {
         name: "narrow",
         inputs: x3,
-        body: |_, z| Some(vec![fill("out = torch.ops.aten.narrow.default(x, {d}, 0, {e})", z)]),
+        body: |_, z| {
+            Some(vec![fill(
+                "out = torch.ops.aten.narrow.default(x, {d}, 0, {e})",
+                z,
+            )])
+        },
         checked: &["out"],
         known_bug: Some(|p, z| p.inputs[0].places.contains(&In::S(z[3] % 3))),
     },
@@ -211,8 +231,14 @@ const BROADCASTS: &[Op] = &[
 ];
 
 const REARRANGES: &[Op] = &[
-    on_x!("constant_pad_nd", "out = torch.ops.aten.constant_pad_nd.default(x, [0, {e}])"),
-    on_x!("constant_pad_nd_2", "out = torch.ops.aten.constant_pad_nd.default(x, [0, 0, {e}, 0], 1.5)"),
+    on_x!(
+        "constant_pad_nd",
+        "out = torch.ops.aten.constant_pad_nd.default(x, [0, {e}])"
+    ),
+    on_x!(
+        "constant_pad_nd_2",
+        "out = torch.ops.aten.constant_pad_nd.default(x, [0, 0, {e}, 0], 1.5)"
+    ),
     on_x!("flip", "out = torch.ops.aten.flip.default(x, [{d}])"),
     on_x!("roll", "out = torch.ops.aten.roll.default(x, [{e}], [{d}])"),
     on_x!("triu", "out = torch.ops.aten.triu.default(x, {e})"),
@@ -276,22 +302,50 @@ const ELEMENTWISE: &[Op] = &[
                 ("m", Elem::Bool, vec![s[1], 1]),
             ]
         },
-        body: |_, _| Some(vec!["out = torch.ops.aten.masked_fill.Scalar(x, m, 0.0)".into()]),
+        body: |_, _| {
+            Some(vec![
+                "out = torch.ops.aten.masked_fill.Scalar(x, m, 0.0)".into()
+            ])
+        },
         checked: &["out"],
         known_bug: None,
     },
-    on_xy!("lerp.Scalar", "out = torch.ops.aten.lerp.Scalar(x, y, 0.25)"),
-    on_x!("pow.Tensor_Scalar", "out = torch.ops.aten.pow.Tensor_Scalar(x, {e})"),
-    on_xy!("pow.Tensor_Tensor", "out = torch.ops.aten.pow.Tensor_Tensor(x, y)"),
+    on_xy!(
+        "lerp.Scalar",
+        "out = torch.ops.aten.lerp.Scalar(x, y, 0.25)"
+    ),
+    on_x!(
+        "pow.Tensor_Scalar",
+        "out = torch.ops.aten.pow.Tensor_Scalar(x, {e})"
+    ),
+    on_xy!(
+        "pow.Tensor_Tensor",
+        "out = torch.ops.aten.pow.Tensor_Tensor(x, y)"
+    ),
     on_x!("clamp", "out = torch.ops.aten.clamp.default(x, -0.5, 0.5)"),
     on_xy!("max.other", "out = torch.ops.aten.max.other(x, y)"),
     on_xy!("maximum", "out = torch.ops.aten.maximum.default(x, y)"),
-    on_xy!("threshold_backward", "out = torch.ops.aten.threshold_backward.default(x, y, 0.0)"),
-    on_xy!("gelu_backward", "out = torch.ops.aten.gelu_backward.default(x, y)"),
-    on_xy!("addcdiv", "out = torch.ops.aten.addcdiv.default(x, y, y, value = 0.5)"),
-    on_x!("dropout_eval", "out = torch.ops.aten.dropout.default(x, 0.5, False)"),
+    on_xy!(
+        "threshold_backward",
+        "out = torch.ops.aten.threshold_backward.default(x, y, 0.0)"
+    ),
+    on_xy!(
+        "gelu_backward",
+        "out = torch.ops.aten.gelu_backward.default(x, y)"
+    ),
+    on_xy!(
+        "addcdiv",
+        "out = torch.ops.aten.addcdiv.default(x, y, y, value = 0.5)"
+    ),
+    on_x!(
+        "dropout_eval",
+        "out = torch.ops.aten.dropout.default(x, 0.5, False)"
+    ),
     on_x!("zeros_like", "out = torch.ops.aten.zeros_like.default(x)"),
-    on_x!("full_like", "out = torch.ops.aten.full_like.default(x, 1.5)"),
+    on_x!(
+        "full_like",
+        "out = torch.ops.aten.full_like.default(x, 1.5)"
+    ),
     // A source placed otherwise than a sharded `self` is a known bug, pinned by
     // `a_copy_into_a_shard_takes_the_layout_of_self`.
     Op {
@@ -301,7 +355,9 @@ const ELEMENTWISE: &[Op] = &[
         checked: &["out"],
         known_bug: Some(|p, _| {
             let (x, y) = (&p.inputs[0].places, &p.inputs[1].places);
-            x.iter().zip(y).any(|(a, b)| matches!(a, In::S(_)) && a != b)
+            x.iter()
+                .zip(y)
+                .any(|(a, b)| matches!(a, In::S(_)) && a != b)
         }),
     },
     Op {
@@ -426,10 +482,16 @@ fn each_slice_makes_its_checked_claim() {
     let sizes = [2, 2, 2, 1, 0, 0];
     // dim 1 sliced [0, 1) with x sharded on dim 0: the shard stays.
     let s = once(&SLICES[1], &[2], &sizes, &[vec![In::S(0)]], 1);
-    assert_eq!((s.claims, &s.places[0]), (1, &vec![shardproof_check::Place::Shard(0)]));
+    assert_eq!(
+        (s.claims, &s.places[0]),
+        (1, &vec![shardproof_check::Place::Shard(0)])
+    );
     // The whole dim 1, sharded: the shard stays.
     let s = once(&SLICES[2], &[2], &sizes, &[vec![In::S(1)]], 1);
-    assert_eq!((s.claims, &s.places[0]), (1, &vec![shardproof_check::Place::Shard(1)]));
+    assert_eq!(
+        (s.claims, &s.places[0]),
+        (1, &vec![shardproof_check::Place::Shard(1)])
+    );
     // Part of the sharded dim: no claim.
     let s = once(&SLICES[1], &[2], &sizes, &[vec![In::S(1)]], 1);
     assert_eq!(s.claims, 0, "{s:?}");
@@ -468,7 +530,13 @@ fn a_copy_into_a_shard_takes_the_layout_of_self() {
     let copy = ELEMENTWISE.iter().find(|o| o.name == "copy").unwrap();
     let sum = In::P(shardproof_check::Red::Sum);
     for y in [sum, In::R] {
-        let s = once(copy, &[2], &[1, 1, 1, 0, 0, 0], &[vec![In::S(0)], vec![y]], 1);
+        let s = once(
+            copy,
+            &[2],
+            &[1, 1, 1, 0, 0, 0],
+            &[vec![In::S(0)], vec![y]],
+            1,
+        );
         assert_eq!(s.claims, 0, "{y:?}: {s:?}");
     }
 }
@@ -481,6 +549,12 @@ fn a_copy_into_a_shard_takes_the_layout_of_self() {
 #[ignore = "known bug: slice_scatter of a shard's local length is read as a whole write; fix proposal in notes/s77/check-props-fix-10.diff"]
 fn a_slice_scatter_of_a_shard_s_local_length_is_no_replacement() {
     // self [1, 2, 1] per rank sharded on dim 1, src [1, 2, 1] replicated, end 2.
-    let s = once(&SCATTERS[0], &[2], &[1, 2, 1, 1, 1, 0], &[vec![In::S(1)], vec![In::R]], 1);
+    let s = once(
+        &SCATTERS[0],
+        &[2],
+        &[1, 2, 1, 1, 1, 0],
+        &[vec![In::S(1)], vec![In::R]],
+        1,
+    );
     assert_eq!(s.claims, 0, "{s:?}");
 }

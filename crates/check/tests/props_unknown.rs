@@ -105,7 +105,12 @@ fn an_operator_without_a_rule_is_reported_and_the_verdict_inconclusive() {
         .unwrap();
         let case = shardproof_case::load_case(&dir.path().join("case.yaml")).unwrap();
         let report = check_case(&case).unwrap();
-        assert_eq!(report.verdict, Verdict::Inconclusive, "{name}: {}", report.render());
+        assert_eq!(
+            report.verdict,
+            Verdict::Inconclusive,
+            "{name}: {}",
+            report.render()
+        );
         let base = name.trim_start_matches("aten.");
         assert!(
             report

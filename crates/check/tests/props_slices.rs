@@ -558,3 +558,91 @@ fn a_slice_scatter_of_a_shard_s_local_length_is_no_replacement() {
     );
     assert_eq!(s.claims, 0, "{s:?}");
 }
+
+/// Rank-dependent literals (the rules that read every rank's literals): on `tp = n`, rank k
+/// slices a replicated `x` at `[o_k * L, o_k * L + L)` along dim d (a shard where `o_k = k`),
+/// or pads its piece of a shard of dim d with `o_k * w` zeros before and `(n - 1 - o_k) * w`
+/// after (a partial sum where `o_k = k`); the offsets are the identity, a rotation or a
+/// swap of two ranks. Whatever the checker claims must hold of the values.
+#[test]
+fn rank_dependent_slices_and_pads_agree_with_the_interpreter() {
+    use proptest::prelude::*;
+    use proptest::test_runner::TestRunner;
+    let strategy = (
+        2..=3usize,
+        proptest::collection::vec(1..=2usize, 2),
+        0..2usize,
+        0..3usize,
+        any::<bool>(),
+        any::<u64>(),
+    );
+    let mut runner = TestRunner::new(props::config(64, 0x5eed_4438));
+    let tally = std::cell::RefCell::new(props::Tally::default());
+    runner
+        .run(&strategy, |(n, shape, d, perm, pad, seed)| {
+            let offsets: Vec<usize> = (0..n)
+                .map(|k| match perm {
+                    0 => k,
+                    1 => (k + 1) % n,
+                    _ => [1, 0, 2][k],
+                })
+                .collect();
+            let (local, places, ranks, spec): (Vec<usize>, In, Vec<Vec<String>>, String) = if pad {
+                let w = shape[d];
+                let ranks = offsets
+                    .iter()
+                    .map(|&o| {
+                        // constant_pad_nd pads the last dims first: dim d of 2 is pair 1 - d.
+                        let mut p = vec![0usize; 4];
+                        p[2 * (1 - d)] = o * w;
+                        p[2 * (1 - d) + 1] = (n - 1 - o) * w;
+                        vec![format!(
+                            "out = torch.ops.aten.constant_pad_nd.default(x, {p:?})"
+                        )]
+                    })
+                    .collect();
+                (
+                    shape.clone(),
+                    In::S(d),
+                    ranks,
+                    "out = torch.ops.aten.clone.default(x)".into(),
+                )
+            } else {
+                let l = shape[d];
+                let mut global = shape.clone();
+                global[d] *= n;
+                let ranks = offsets
+                    .iter()
+                    .map(|&o| {
+                        vec![format!(
+                            "out = torch.ops.aten.slice.Tensor(x, {d}, {}, {})",
+                            o * l,
+                            o * l + l
+                        )]
+                    })
+                    .collect();
+                (
+                    global,
+                    In::R,
+                    ranks,
+                    "out = torch.ops.aten.clone.default(x)".into(),
+                )
+            };
+            let prog = props::Program {
+                mesh: vec![n],
+                inputs: vec![props::Input::f("x", &local, &[places])],
+                spec: vec![spec],
+                ranks,
+                checked: vec![("out".into(), "out".into())],
+            };
+            let seen = props::run(&prog, seed).map_err(TestCaseError::fail)?;
+            // The identity offsets are claimed (a shard, a partial sum) and hold.
+            if perm == 0 {
+                prop_assert_eq!(seen.claims, 1, "{:?}", seen);
+            }
+            tally.borrow_mut().add(&seen);
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("{:?}", tally.into_inner());
+}

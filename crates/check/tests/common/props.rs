@@ -566,12 +566,17 @@ pub fn mesh() -> impl proptest::strategy::Strategy<Value = Vec<usize>> {
 }
 
 /// The proptest configuration of these properties: `cases` cases on a fixed seed, no
-/// persistence (deterministic: the same cases on every run).
+/// persistence (deterministic: the same cases on every run). For a longer search by hand,
+/// `PROPS_SCALE=k` runs k times the cases and `PROPS_SEED=s` shifts every seed by s.
 pub fn config(cases: u32, seed: u64) -> proptest::test_runner::Config {
+    let env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
+    let scale = env("PROPS_SCALE").unwrap_or(1).max(1);
     proptest::test_runner::Config {
-        cases,
+        cases: cases.saturating_mul(u32::try_from(scale).unwrap_or(u32::MAX)),
         failure_persistence: None,
-        rng_seed: proptest::test_runner::RngSeed::Fixed(seed),
+        rng_seed: proptest::test_runner::RngSeed::Fixed(
+            seed.wrapping_add(env("PROPS_SEED").unwrap_or(0)),
+        ),
         ..proptest::test_runner::Config::default()
     }
 }

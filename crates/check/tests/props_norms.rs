@@ -659,7 +659,6 @@ fn loss_placements_agree_with_the_interpreter() {
 /// the call by the loss's own (mean) label. The counts sum to the spec's, they do not
 /// average to it; an `all_reduce(tw, 'avg')` would then be claimed `Replicate()`.
 #[test]
-#[ignore = "known bug: the total weight of a mean nll_loss is relabelled Partial(avg); fix proposal in notes/s77/check-props-fix-1.diff"]
 fn the_total_weight_of_a_mean_nll_loss_over_row_shards_is_a_partial_sum() {
     let op = Op {
         name: "nll_loss_forward_mean_total_weight",

@@ -616,7 +616,6 @@ fn a_mean_mse_loss_backward_over_a_shard_divides_by_the_local_count() {
 }
 
 #[test]
-#[ignore = "known bug: the norm backward ignores the placements of mean, rstd and weight; fix proposal in notes/s77/check-props-fix-2.diff"]
 fn a_partial_statistic_of_the_norm_backward_claims_nothing() {
     use shardproof_check::Red;
     let p = Red::Sum;

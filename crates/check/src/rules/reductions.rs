@@ -224,7 +224,24 @@ pub(super) fn norm_backward(c: &Ctx) -> Outcome {
     if c.varying_may_shard(g.p) || c.varying_may_shard(x.p) {
         return c.all(Place::Unknown);
     }
-    let gi = match merge(&[g.clone(), x.clone()], c.out_rank(0), Lin::First, false) {
+    // The statistics and the weight enter the input gradient too (`mean` and `rstd`
+    // broadcast along the normalized dims, the weight along the rows): each rank must hold
+    // them as it holds `input`'s rows. Statistics of another rank than `input`'s (flattened
+    // rows) do not align with its dims by broadcast: unless everything is replicated, no
+    // claim.
+    let stats = tensors(c, &["mean", "rstd"]);
+    let (aligned, flat): (Vec<T>, Vec<T>) = stats.into_iter().partition(|s| s.rank() == x.rank());
+    let all_replicated = [&g, &x]
+        .into_iter()
+        .chain(&flat)
+        .all(|t| t.p == Place::Replicate);
+    if !flat.is_empty() && !all_replicated {
+        return c.all(Place::Unknown);
+    }
+    let mut operands = vec![g.clone(), x.clone()];
+    operands.extend(aligned);
+    operands.extend(tensors(c, &["weight"]));
+    let gi = match merge(&operands, c.out_rank(0), Lin::First, false) {
         Ok(p) => p,
         Err(v) => return one(Err(v), n),
     };

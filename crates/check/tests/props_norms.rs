@@ -586,7 +586,6 @@ fn a_mean_nll_loss_backward_over_row_shards_divides_by_the_local_count() {
 /// operands; over a shard that is n/numel of the spec's, yet the rule merges the operands as
 /// an element-wise product and claims the spec's shard.
 #[test]
-#[ignore = "known bug: mse_loss_backward ignores its reduction; fix proposal in notes/s77/check-props-fix-4.diff"]
 fn a_mean_mse_loss_backward_over_a_shard_divides_by_the_local_count() {
     let op = Op {
         name: "mse_loss_backward_mean",

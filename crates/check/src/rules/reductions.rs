@@ -404,5 +404,14 @@ pub(super) fn mse_loss(c: &Ctx) -> Outcome {
 
 pub(super) fn mse_loss_backward(c: &Ctx) -> Outcome {
     let ts = tensors(c, &["grad_output", "self", "target"]);
-    one(merge(&ts, c.out_rank(0), Lin::First, false), 1)
+    let merged = merge(&ts, c.out_rank(0), Lin::First, false);
+    // A mean scales by 2/numel of the rank's operands: over any split of the elements (a
+    // shard, blocks, rows of a selection), not the spec's numel. Only whole operands (or a
+    // partial gradient of whole operands) are the spec's; `Unknown` stays inconclusive.
+    let mean = c.int("reduction").unwrap_or(1) == 1;
+    let whole = |p: &Place| matches!(p, Place::Replicate | Place::Partial(_) | Place::Unknown);
+    if mean && merged.as_ref().is_ok_and(|p| !whole(p)) {
+        return c.all(Place::Varying);
+    }
+    one(merged, 1)
 }

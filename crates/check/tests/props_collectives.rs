@@ -286,7 +286,6 @@ fn send_and_recv_placements_agree_with_the_interpreter() {
 /// replica of the spec's tensor: the rule should claim `Replicate()` only of a replicated
 /// input.
 #[test]
-#[ignore = "known bug: a broadcast of a shard is claimed Replicate(); fix proposal in notes/s77/check-props-fix-5.diff"]
 fn a_broadcast_shard_is_no_replica() {
     for p in [In::S(0), In::S(1)] {
         let prog = program(Coll::Broadcast, &[2], 0, 1, 2, vec![p, p]);

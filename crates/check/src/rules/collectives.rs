@@ -279,6 +279,10 @@ pub(super) fn broadcast(c: &Ctx) -> Outcome {
             Hint::ReducePartial,
             vec![Place::Replicate; c.n_out()],
         ),
-        _ => c.all(Place::Replicate),
+        // The source rank's tensor on every rank: the spec's only where it was replicated (a
+        // shard broadcast is one piece everywhere, the same but no replica).
+        Place::Replicate => c.all(Place::Replicate),
+        Place::Unknown => c.all(Place::Unknown),
+        _ => c.all(Place::Varying),
     }
 }

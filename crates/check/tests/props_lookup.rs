@@ -213,7 +213,6 @@ fn each_lookup_makes_its_checked_claim() {
 /// row's gradient by the count of its id in the rank's tokens; over token shards the counts
 /// are the rank's, not the batch's, yet the rule claims the ranks' rows sum to the spec's.
 #[test]
-#[ignore = "known bug: embedding_dense_backward ignores scale_grad_by_freq over token shards; fix proposal in notes/s77/check-props-fix-6.diff"]
 fn a_frequency_scaled_embedding_backward_over_token_shards_claims_nothing() {
     let op = Op {
         name: "embedding_dense_backward_scaled",

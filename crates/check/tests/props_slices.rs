@@ -520,7 +520,6 @@ fn each_slice_makes_its_checked_claim() {
 /// the shard is kept, while the spec's narrow with the same literals takes the first
 /// `length` rows of the global dim only.
 #[test]
-#[ignore = "known bug: narrow of a shard's local length keeps the shard; fix proposal in notes/s77/check-props-fix-7.diff"]
 fn a_narrow_of_the_local_length_of_a_shard_is_no_shard() {
     // x [2, 2, 1] per rank, sharded on dim 2; narrow(x, 2, 0, 1).
     let s = once(&SLICES[4], &[2], &[2, 2, 1, 2, 0, 0], &[vec![In::S(2)]], 1);

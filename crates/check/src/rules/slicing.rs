@@ -43,10 +43,16 @@ pub(super) fn slice_like(
             let v = if v < 0 { v + size as i64 } else { v };
             v.clamp(0, size as i64) as usize
         };
-        let start = norm(c.int(starts_name).unwrap_or(0));
-        let end = c.int("end").map_or(size, norm);
-        let Some(step) = c
-            .int("step")
+        let (Ok(start), Ok(end), Ok(step)) = (
+            literal_bound(c, starts_name),
+            slice_end(c, starts_name),
+            literal_bound(c, "step"),
+        ) else {
+            return Place::Varying;
+        };
+        let start = norm(start.unwrap_or(0));
+        let end = end.map_or(size, norm);
+        let Some(step) = step
             .unwrap_or(1)
             .try_into()
             .ok()
@@ -463,8 +469,33 @@ fn takes_whole_dim(
     keeps_dim
         && !c.varies
         && out_len == size
-        && c.int(starts_name).unwrap_or(0) == 0
-        && c.int("step").unwrap_or(1) == 1
-        && c.int("end")
-            .is_none_or(|e| e >= (size as i64).saturating_mul(c.coord.n as i64))
+        && literal_bound(c, starts_name).is_ok_and(|s| s.unwrap_or(0) == 0)
+        && literal_bound(c, "step").is_ok_and(|s| s.unwrap_or(1) == 1)
+        && slice_end(c, starts_name)
+            .is_ok_and(|e| e.is_none_or(|e| e >= (size as i64).saturating_mul(c.coord.n as i64)))
+}
+
+/// A slice bound as the literals give it: `Ok(None)` where the schema lacks it or it is
+/// `None` (the default), `Ok(Some(v))` a literal, `Err(())` a bound that is no literal (a
+/// symbolic size), which no reading may take for its default.
+fn literal_bound(c: &Ctx, name: &str) -> Result<Option<i64>, ()> {
+    match c.arg(name) {
+        None | Some(Arg::None) => Ok(None),
+        Some(a) => a.as_int().map(Some).ok_or(()),
+    }
+}
+
+/// The end of a slice ([`literal_bound`]): `end`, or `start + length` of a `narrow`, which
+/// has no `end` (read as "to the end of the dim", a narrow of a shard's local length kept
+/// the shard though the spec's narrow takes that many rows of the global dim).
+fn slice_end(c: &Ctx, starts_name: &str) -> Result<Option<i64>, ()> {
+    if !c.has("length") {
+        return literal_bound(c, "end");
+    }
+    // A negative start counts from the end of the dim: not summed with the length here.
+    match (literal_bound(c, starts_name)?, literal_bound(c, "length")?) {
+        (Some(start), _) if start < 0 => Err(()),
+        (start, Some(length)) => Ok(Some(start.unwrap_or(0).saturating_add(length))),
+        (_, None) => Err(()),
+    }
 }

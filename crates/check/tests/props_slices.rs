@@ -531,7 +531,6 @@ fn a_narrow_of_the_local_length_of_a_shard_is_no_shard() {
 /// and with several size-1 dims the greedy match may pick another dim; the shard is claimed
 /// of another dim of another shape.
 #[test]
-#[ignore = "known bug: squeeze of a sharded dim of local size 1 claims a shard; fix proposal in notes/s77/check-props-fix-8.diff"]
 fn a_squeeze_of_a_sharded_dim_of_local_size_one_is_no_shard() {
     let squeeze = BROADCASTS.iter().find(|o| o.name == "squeeze.dim").unwrap();
     let s = once(squeeze, &[2], &[1, 1, 1, 0, 0, 0], &[vec![In::S(1)]], 1);

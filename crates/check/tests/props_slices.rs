@@ -541,7 +541,6 @@ fn a_squeeze_of_a_sharded_dim_of_local_size_one_is_no_shard() {
 /// shape: into a `self` sharded on d, a `src` replicated or partial along d (broadcast to
 /// the rank's piece) is no piece of the spec's broadcast.
 #[test]
-#[ignore = "known bug: copy into a shard takes src's placement; fix proposal in notes/s77/check-props-fix-9.diff"]
 fn a_copy_into_a_shard_takes_the_layout_of_self() {
     let copy = ELEMENTWISE.iter().find(|o| o.name == "copy").unwrap();
     let sum = In::P(shardproof_check::Red::Sum);

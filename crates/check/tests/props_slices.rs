@@ -682,7 +682,6 @@ fn batch_shards_of_different_mesh_dims_are_no_shard_of_the_product() {
 /// size (`n` one mesh dim's size), is read as a slice of the whole dim on each mesh dim: the
 /// global size is the local one times both mesh dims' sizes, so the spec's slice takes part.
 #[test]
-#[ignore = "known bug: a slice's whole dim is read against one mesh dim's size; fix proposal in notes/s77/check-props-fix-14.diff"]
 fn a_slice_of_a_dim_sharded_over_two_mesh_dims_reads_its_whole_size() {
     let slice_to = SLICES.iter().find(|o| o.name == "slice_to").unwrap();
     // x [1, 1, 1] per rank sharded on dim 1 over dp and tp; slice(x, 1, 0, 2).

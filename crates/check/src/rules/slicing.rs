@@ -74,7 +74,7 @@ pub(super) fn slice_like(
     };
     match x.p {
         Place::Shard(d) if d as usize == dim => {
-            if takes_whole_dim(c, starts_name, size, out_len, keeps_dim) {
+            if takes_whole_dim(c, dim, starts_name, size, out_len, keeps_dim) {
                 c.all(x.p)
             } else {
                 c.all(rows_of(None))
@@ -103,7 +103,7 @@ pub(super) fn slice_like(
         // 0, step 1, its end past every coordinate's rows) keeps the layout; a part of it
         // takes part of every block, which no placement states.
         Place::Blocked(d, _) if d as usize == dim => {
-            let whole = takes_whole_dim(c, starts_name, size, out_len, keeps_dim);
+            let whole = takes_whole_dim(c, dim, starts_name, size, out_len, keeps_dim);
             c.all(if whole { x.p } else { Place::Varying })
         }
         // Another dim: every coordinate's piece loses the same rows, each block stays whole
@@ -461,6 +461,7 @@ pub(super) fn triangle(c: &Ctx) -> Outcome {
 /// literals, only the first `size` rows of the global dim: the pieces are no shard of it.
 fn takes_whole_dim(
     c: &Ctx,
+    dim: usize,
     starts_name: &str,
     size: usize,
     out_len: usize,
@@ -471,8 +472,27 @@ fn takes_whole_dim(
         && out_len == size
         && literal_bound(c, starts_name).is_ok_and(|s| s.unwrap_or(0) == 0)
         && literal_bound(c, "step").is_ok_and(|s| s.unwrap_or(1) == 1)
-        && slice_end(c, starts_name)
-            .is_ok_and(|e| e.is_none_or(|e| e >= (size as i64).saturating_mul(c.coord.n as i64)))
+        && global_size(c, dim, size).is_some_and(|global| {
+            slice_end(c, starts_name).is_ok_and(|e| e.is_none_or(|e| e >= global))
+        })
+}
+
+/// The spec's size of dim `dim` of the first input, sharded on this mesh dim with `size`
+/// rows per rank: `size` times this mesh dim's size and every other mesh dim's that shards
+/// the dim too (the input's placements on every mesh dim); `None` where another mesh dim
+/// holds it as rows of a selection (the spec's dim holds more rows than the pieces).
+fn global_size(c: &Ctx, dim: usize, size: usize) -> Option<i64> {
+    let mut n = c.coord.n as i64;
+    for (m, (p, &k)) in c.input_places.iter().zip(c.mesh_sizes).enumerate() {
+        if m == c.mesh_dim || !p.blocks().is_some_and(|(d, _)| d == dim) {
+            continue;
+        }
+        if c.rows_dims & (1u64 << m) != 0 {
+            return None;
+        }
+        n = n.saturating_mul(k as i64);
+    }
+    Some((size as i64).saturating_mul(n))
 }
 
 /// A slice bound as the literals give it: `Ok(None)` where the schema lacks it or it is

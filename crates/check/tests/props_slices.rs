@@ -561,7 +561,6 @@ fn a_copy_into_a_shard_takes_the_layout_of_self() {
 /// while the spec's slice_scatter with the same literals writes only the first `end` rows
 /// of the global dim and keeps the rest of `self`.
 #[test]
-#[ignore = "known bug: slice_scatter of a shard's local length is read as a whole write; fix proposal in notes/s77/check-props-fix-10.diff"]
 fn a_slice_scatter_of_a_shard_s_local_length_is_no_replacement() {
     // self [1, 2, 1] per rank sharded on dim 1, src [1, 2, 1] replicated, end 2.
     let s = once(

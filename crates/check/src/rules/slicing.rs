@@ -322,15 +322,20 @@ pub(super) fn slice_scatter(c: &Ctx) -> Outcome {
         return c.all(Place::Unknown);
     };
     // A slice_scatter over the whole dim replaces the tensor by `src`.
-    let size = x
-        .meta
-        .as_ref()
-        .and_then(|m| m.shape.get(dim).copied())
-        .unwrap_or(usize::MAX) as i64;
+    let size = x.meta.as_ref().and_then(|m| m.shape.get(dim).copied());
+    // Against the spec's size of the dim: a `self` sharded on it has the rows of every mesh
+    // dim sharding it (`None`: not known, never whole; so is a size not known).
+    let global = if x.p.blocks().is_some_and(|(d, _)| d == dim) {
+        size.and_then(|size| global_size(c, dim, size))
+    } else {
+        size.and_then(|size| i64::try_from(size).ok())
+    };
     let whole = c.args.schema().name.starts_with("slice_scatter")
-        && c.int("start").unwrap_or(0) == 0
-        && c.int("end").is_none_or(|e| e >= size)
-        && c.int("step").unwrap_or(1) == 1;
+        && literal_bound(c, "start").is_ok_and(|s| s.unwrap_or(0) == 0)
+        && global.is_some_and(|global| {
+            literal_bound(c, "end").is_ok_and(|e| e.is_none_or(|e| e >= global))
+        })
+        && literal_bound(c, "step").is_ok_and(|s| s.unwrap_or(1) == 1);
     if whole && !c.varies {
         return c.all(src.p);
     }

@@ -685,7 +685,6 @@ fn the_total_weight_of_a_mean_nll_loss_over_row_shards_is_a_partial_sum() {
 /// of a one-dim tensor (the rows of a shard of dim 1 flattened are a blocked shard of dim
 /// 0, one block per index of dim 0).
 #[test]
-#[ignore = "known bug: apex layer norm statistics take the input's shard dim; fix proposal in notes/s77/check-props-fix-11.diff"]
 fn apex_norm_statistics_of_a_shard_of_an_inner_row_dim_claim_no_such_shard() {
     let places = [vec![In::S(1)], vec![In::R], vec![In::R]];
     props::once(&APEX_LAYER_NORM, &[2], &[2, 2, 2, 0, 0, 0], &places, 1);

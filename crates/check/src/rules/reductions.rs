@@ -195,7 +195,29 @@ pub(super) fn norm(c: &Ctx) -> Outcome {
 }
 
 pub(super) fn apex_norm(c: &Ctx) -> Outcome {
-    norm(c)
+    let mut places = norm(c)?;
+    // The statistics are flattened to one dim of the rows. With one row dim that is the
+    // input's dim 0 itself; else a shard of dim 0 (in blocks or not) stays one, and a layout
+    // of an inner row dim (or rows of a selection, numbered by the dim's own size)
+    // interleaves with the dims outside it: no claim.
+    let row_dims = c.t("input").and_then(|x| {
+        let normalized = c.ints("normalized_shape")?.len();
+        Some(x.meta?.shape.len().saturating_sub(normalized))
+    });
+    let flattened_alike = |p: Place| {
+        row_dims.is_some_and(|r| r <= 1)
+            || matches!(
+                p,
+                Place::Replicate | Place::Partial(_) | Place::Unknown | Place::Varying
+            )
+            || matches!(p, Place::Shard(0) | Place::Blocked(0, _))
+    };
+    for p in places.iter_mut().skip(1) {
+        if !flattened_alike(*p) {
+            *p = Place::Varying;
+        }
+    }
+    Ok(places)
 }
 
 pub(super) fn norm_backward(c: &Ctx) -> Outcome {

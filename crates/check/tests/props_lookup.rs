@@ -397,7 +397,6 @@ fn vocab_parallel_cross_entropy_placements_agree_with_the_interpreter() {
 /// `self` or `values` partial: each rank writes its terms at its own positions, while the
 /// spec writes the summed values at every index (the same case `scatter` already refuses).
 #[test]
-#[ignore = "known bug: index_put keeps a partial at sharded indices; fix proposal in notes/s77/check-props-fix-13.diff"]
 fn partial_values_written_at_sharded_indices_are_no_partial_sum() {
     let sum = In::P(Red::Sum);
     // x [1, 1] and v [1, 1] partial, the index into dim 1 sharded.

@@ -202,9 +202,9 @@ pub(super) fn index_put(c: &Ctx) -> Outcome {
     // In `self`'s dims; the pairing of a shard is checked below.
     let r = merge_joined(&ts, Lin::Add, false);
     match r {
-        Ok(p) if idx.iter().any(|q| *q != Place::Replicate) => {
-            c.all(if p.is_partial() { p } else { Place::Varying })
-        }
+        // Indices that differ across ranks: each rank writes its own positions, so neither a
+        // shard nor the terms of a partial sum are where the spec writes them (as `scatter`).
+        Ok(_) if idx.iter().any(|q| *q != Place::Replicate) => c.all(Place::Varying),
         Ok(p) if p.blocks().is_some() => {
             // Replicated indices into a shard. Indices along the sharded dim name local rows,
             // which are other global rows on every rank; values with more than one element

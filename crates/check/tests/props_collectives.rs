@@ -300,7 +300,6 @@ fn a_broadcast_shard_is_no_replica() {
 /// is outer). Likewise a reduce-scatter over dp of a tp shard of dim 0 leaves rank (i, j)
 /// chunk i of piece j, which `dp: Shard(0), tp: Shard(0)` (dp outer) does not describe.
 #[test]
-#[ignore = "known bug: a collective over the outer mesh dim keeps the inner dim's shard of dim 0; fix proposal in notes/s77/check-props-fix-12.diff"]
 fn a_collective_over_the_outer_mesh_dim_keeps_no_inner_shard_of_dim_0() {
     let gather = program(Coll::AllGather, &[2, 2], 0, 1, 1, vec![In::S(0), In::S(0)]);
     let scatter = program(

@@ -431,10 +431,7 @@ const PRODUCTS: &[Op] = &[
         checked: &["out"],
         // Batch shards of different mesh dims: a known bug, pinned by
         // `batch_shards_of_different_mesh_dims_are_no_shard_of_the_product`.
-        known_bug: Some(|p, _| {
-            let on = |m: usize| p.inputs.iter().any(|i| i.places.get(m) == Some(&In::S(0)));
-            p.mesh.len() == 2 && on(0) && on(1)
-        }),
+        known_bug: Some(|p, _| props::mixed_mesh_shards(p)),
     },
     Op {
         name: "mv",

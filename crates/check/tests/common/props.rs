@@ -581,6 +581,30 @@ pub fn config(cases: u32, seed: u64) -> proptest::test_runner::Config {
     }
 }
 
+/// Whether two inputs of `p` shard the same tensor dim over different sets of mesh dims
+/// (dims counted from the right, as broadcasting aligns them): `x {dp: Shard(d)}` beside
+/// `y {tp: Shard(d)}` pairs piece i of one with piece j of the other on rank (i, j).
+pub fn mixed_mesh_shards(p: &Program) -> bool {
+    let sharding = |i: &Input, from_right: usize| -> Vec<usize> {
+        let Some(d) = i.local.len().checked_sub(from_right + 1) else {
+            return Vec::new();
+        };
+        (0..p.mesh.len())
+            .filter(|&m| i.places[m] == In::S(d))
+            .collect()
+    };
+    let rank = p.inputs.iter().map(|i| i.local.len()).max().unwrap_or(0);
+    (0..rank).any(|k| {
+        let sets: Vec<Vec<usize>> = p
+            .inputs
+            .iter()
+            .map(|i| sharding(i, k))
+            .filter(|s| !s.is_empty())
+            .collect();
+        sets.windows(2).any(|w| w[0] != w[1])
+    })
+}
+
 /// The inputs of a one-operator program from drawn sizes: (name, elements, local shape).
 pub type Inputs = fn(&[usize]) -> Vec<(&'static str, Elem, Vec<usize>)>;
 

@@ -620,7 +620,6 @@ fn a_mean_mse_loss_backward_over_a_shard_divides_by_the_local_count() {
 /// x's piece i with t's piece j. The element-wise families refuse this pairing
 /// (`mixed_mesh_shards`); the loss families are not in `pairs_elements`.
 #[test]
-#[ignore = "known bug: mse_loss pairs shards of different mesh dims; fix proposal in notes/s77/check-props-fix-15.diff"]
 fn mse_loss_operands_sharded_over_different_mesh_dims_claim_nothing() {
     let mse = LOSSES.iter().find(|o| o.name == "mse_loss").unwrap();
     let places = [vec![In::S(1), In::R], vec![In::R, In::S(1)]];

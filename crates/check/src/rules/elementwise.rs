@@ -760,6 +760,9 @@ pub fn pairs_elements(family: &str) -> bool {
             | "lerp"
             | "addcmul"
             | "cat"
+            // The losses pair their operands element by element too.
+            | "mse-loss"
+            | "mse-loss-backward"
     )
 }
 

@@ -376,13 +376,6 @@ pub(super) fn nll_loss_backward(c: &Ctx) -> Outcome {
             vec![Place::Varying],
         );
     }
-    // A mean divides by `total_weight`: a rank's own count (the forward's total weight over
-    // row shards is a partial sum) scales its rows by n/N where the spec's are by 1/N. Only a
-    // replicated total weight is the spec's (a reduction that is no literal may be a mean).
-    let mean = c.int("reduction").unwrap_or(1) == 1;
-    if mean && c.t("total_weight").is_none_or(|t| t.p != Place::Replicate) {
-        return c.all(Place::Varying);
-    }
     // In the input's dims (the target lacks the class dim); a shard pairs the rows only
     // where both are sharded alike or the replicated one is a fill along the rows (as in
     // `nll_loss`).

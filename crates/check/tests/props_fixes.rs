@@ -53,7 +53,13 @@ fn flattened_norm_statistics_beside_a_row_shard_are_no_finding() {
         vec![In::R],
         vec![In::R],
     ];
-    let s = once(&FLAT_STATS_NORM_BACKWARD, &[2], &[1, 2, 2, 0, 0, 0], &places, 1);
+    let s = once(
+        &FLAT_STATS_NORM_BACKWARD,
+        &[2],
+        &[1, 2, 2, 0, 0, 0],
+        &places,
+        1,
+    );
     assert!(!s.finding, "{s:?}");
 }
 
@@ -73,7 +79,13 @@ fn a_partial_flattened_norm_statistic_claims_nothing() {
             vec![In::R],
             vec![In::R],
         ];
-        let s = once(&FLAT_STATS_NORM_BACKWARD, &[2], &[1, 2, 2, 0, 0, 0], &places, 1);
+        let s = once(
+            &FLAT_STATS_NORM_BACKWARD,
+            &[2],
+            &[1, 2, 2, 0, 0, 0],
+            &places,
+            1,
+        );
         assert_eq!(s.claims, 0, "{s:?}");
     }
 }
@@ -90,6 +102,12 @@ fn a_shard_broadcast_into_a_replicated_self_is_no_shard() {
         checked: &["out"],
         known_bug: None,
     };
-    let s = once(&op, &[2], &[2, 1, 0, 0, 0, 0], &[vec![In::R], vec![In::S(0)]], 1);
+    let s = once(
+        &op,
+        &[2],
+        &[2, 1, 0, 0, 0, 0],
+        &[vec![In::R], vec![In::S(0)]],
+        1,
+    );
     assert_eq!(s.claims, 0, "{s:?}");
 }

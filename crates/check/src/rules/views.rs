@@ -1055,7 +1055,10 @@ pub(super) fn squeeze(c: &Ctx) -> Outcome {
     // A sharded dim of local size 1 is of size n in the spec, whose squeeze keeps it; and
     // the dims removed are read from the shapes, which cannot tell it from another size-1
     // dim: no claim.
-    if x.p.blocks().is_some_and(|(d, _)| m.shape.get(d) == Some(&1)) {
+    if x.p
+        .blocks()
+        .is_some_and(|(d, _)| m.shape.get(d) == Some(&1))
+    {
         return c.all(Place::Varying);
     }
     let removed: Vec<usize> = {

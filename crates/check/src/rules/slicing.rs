@@ -489,7 +489,7 @@ fn takes_whole_dim(
 fn global_size(c: &Ctx, dim: usize, size: usize) -> Option<i64> {
     let mut n = c.coord.n as i64;
     for (m, (p, &k)) in c.input_places.iter().zip(c.mesh_sizes).enumerate() {
-        if m == c.mesh_dim || !p.blocks().is_some_and(|(d, _)| d == dim) {
+        if m == c.mesh_dim || p.blocks().is_none_or(|(d, _)| d != dim) {
             continue;
         }
         if c.rows_dims & (1u64 << m) != 0 {

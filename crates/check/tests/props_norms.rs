@@ -650,7 +650,6 @@ fn mse_loss_operands_sharded_over_different_mesh_dims_claim_nothing() {
 /// `g {dp: Shard(0)}` beside `y {tp: Shard(0)}` reads a shard on each mesh dim alone, but
 /// rank (i, j) pairs g's piece i with y's piece j (the pairing `mse_loss` misses too).
 #[test]
-#[ignore = "known bug: the softmax backwards pair shards of different mesh dims; fix proposal in notes/s77/check-props-fix-15.diff"]
 fn softmax_backward_operands_sharded_over_different_mesh_dims_claim_nothing() {
     let places = [vec![In::S(0), In::R], vec![In::R, In::S(0)]];
     for op in SOFTMAX_BACKWARDS {

@@ -760,9 +760,12 @@ pub fn pairs_elements(family: &str) -> bool {
             | "lerp"
             | "addcmul"
             | "cat"
-            // The losses pair their operands element by element too.
+            // The losses and the softmax and norm backwards pair their operands element by
+            // element too.
             | "mse-loss"
             | "mse-loss-backward"
+            | "softmax-backward"
+            | "norm-backward"
     )
 }
 

@@ -168,8 +168,13 @@ pub(super) fn reduce_scatter(c: &Ctx) -> Outcome {
         // only where that order holds: over a group outside this mesh dim, each chunk one
         // block (`k = g`) or whole blocks (a blocked shard); inside it, a plain piece
         // (`k = 1`) cut in `g` chunks. Anything else interleaves the coordinates.
+        // Rows of a selection read as a shard (`rows_input`) are numbered by their key, which
+        // the engine keeps per coordinate, not by that nesting: chunks of whole blocks, or
+        // inside one block, as before.
         let outer = c.group_dims.iter().any(|&m| m < c.mesh_dim);
         return c.all(match x.p.blocks() {
+            Some((0, k)) if c.rows_input && g.is_multiple_of(k) => Place::Shard(0),
+            Some((0, k)) if c.rows_input && k.is_multiple_of(g) => Place::blocked(0, k / g),
             Some((0, k)) if (outer && k == g) || (!outer && k == 1) => Place::Shard(0),
             Some((0, k)) if outer && k.is_multiple_of(g) => Place::blocked(0, k / g),
             Some((0, _)) => Place::Varying,

@@ -667,7 +667,6 @@ fn softmax_backward_operands_sharded_over_different_mesh_dims_claim_nothing() {
 /// softmax backwards): `g {dp: Shard(0)}` beside `x {tp: Shard(0)}` claims a shard on both
 /// mesh dims, but rank (i, j) pairs g's piece i with x's piece j.
 #[test]
-#[ignore = "known bug: the norm backwards pair shards of different mesh dims; fix proposal in notes/s77/check-props-fix-15.diff"]
 fn norm_backward_operands_sharded_over_different_mesh_dims_claim_nothing() {
     let places = [
         vec![In::S(0), In::R],

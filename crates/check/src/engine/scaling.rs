@@ -433,8 +433,11 @@ pub(super) fn scale_records(
                 };
                 match relabel {
                     Some(r) => {
+                        // Only the outputs the relation was read of (the first output's
+                        // reduction): nll_loss's total weight, a partial sum of the ranks'
+                        // counts beside a mean loss, is no average.
                         for p in result.iter_mut() {
-                            if matches!(p, Place::Partial(_)) {
+                            if *p == Place::Partial(red) {
                                 *p = Place::Partial(r);
                             }
                         }

@@ -92,12 +92,16 @@ pub(super) fn all_gather(c: &Ctx) -> Outcome {
         // shards of dim 0 they undo, each rank's dim 0 becomes the group's pieces in rank
         // order, each holding this mesh dim's piece: this dim's shard of dim 0 in `group_len`
         // times as many blocks.
+        // Only a group of mesh dims inside this one (DTensor's order: the first mesh dim
+        // outermost) gathers the pieces of this dim's piece; over an outer mesh dim the
+        // rank's rows are one piece of each of the group's, a blocked shard.
         let undoes = !c.group_dims.is_empty()
             && c.group_dims.iter().all(|&g| {
-                c.input_places
-                    .get(g)
-                    .and_then(|p| p.blocks())
-                    .is_some_and(|(d, _)| d == 0)
+                g > c.mesh_dim
+                    && c.input_places
+                        .get(g)
+                        .and_then(|p| p.blocks())
+                        .is_some_and(|(d, _)| d == 0)
             });
         return c.all(match x.p.blocks() {
             Some((0, k)) if !undoes => Place::blocked(0, k.saturating_mul(c.group_len.max(1))),
@@ -159,9 +163,20 @@ pub(super) fn reduce_scatter(c: &Ctx) -> Outcome {
                 _ => Place::Partial(Red::Sum),
             });
         }
+        // Rank (i, j) keeps chunk i (the group's coordinate) of its piece j of `k` blocks.
+        // Layouts nest the first mesh dim outermost, so the chunks are this mesh dim's shard
+        // only where that order holds: over a group outside this mesh dim, each chunk one
+        // block (`k = g`) or whole blocks (a blocked shard); inside it, a plain piece
+        // (`k = 1`) cut in `g` chunks. Anything else interleaves the coordinates.
+        // Rows of a selection read as a shard (`rows_input`) are numbered by their key, which
+        // the engine keeps per coordinate, not by that nesting: chunks of whole blocks, or
+        // inside one block, as before.
+        let outer = c.group_dims.iter().any(|&m| m < c.mesh_dim);
         return c.all(match x.p.blocks() {
-            Some((0, k)) if g.is_multiple_of(k) => Place::Shard(0),
-            Some((0, k)) if k.is_multiple_of(g) => Place::blocked(0, k / g),
+            Some((0, k)) if c.rows_input && g.is_multiple_of(k) => Place::Shard(0),
+            Some((0, k)) if c.rows_input && k.is_multiple_of(g) => Place::blocked(0, k / g),
+            Some((0, k)) if (outer && k == g) || (!outer && k == 1) => Place::Shard(0),
+            Some((0, k)) if outer && k.is_multiple_of(g) => Place::blocked(0, k / g),
             Some((0, _)) => Place::Varying,
             _ => x.p,
         });
@@ -279,6 +294,10 @@ pub(super) fn broadcast(c: &Ctx) -> Outcome {
             Hint::ReducePartial,
             vec![Place::Replicate; c.n_out()],
         ),
-        _ => c.all(Place::Replicate),
+        // The source rank's tensor on every rank: the spec's only where it was replicated (a
+        // shard broadcast is one piece everywhere, the same but no replica).
+        Place::Replicate => c.all(Place::Replicate),
+        Place::Unknown => c.all(Place::Unknown),
+        _ => c.all(Place::Varying),
     }
 }

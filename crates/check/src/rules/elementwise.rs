@@ -700,11 +700,41 @@ pub(super) fn copy(c: &Ctx) -> Outcome {
     let (Some(x), Some(src)) = (c.t("self"), c.t("src")) else {
         return c.all(Place::Unknown);
     };
-    let _ = x;
-    let off = c.out_rank(0).saturating_sub(src.rank());
-    c.all(match src.p {
-        Place::Shard(d) => Place::Shard(d + off as u8),
-        p => p,
+    let out_rank = c.out_rank(0);
+    let off = out_rank.saturating_sub(src.rank());
+    // `src`'s placement in the result's dims (a shard's dim moves by the dims broadcast adds).
+    let p = aligned(&src, out_rank);
+    // The result has `self`'s shape, `src` broadcast to it: `src`'s layout is the result's
+    // only where the broadcast does not repeat the rank's piece along its dim (as many rows
+    // as `self` there), and, for a layout of no one dim, where nothing is broadcast at all.
+    let rows = |t: &T, d: Option<usize>| {
+        d.and_then(|d| t.meta.as_ref().and_then(|m| m.shape.get(d).copied()))
+    };
+    let unbroadcast =
+        |d: usize| rows(&src, d.checked_sub(off)).is_some_and(|r| Some(r) == rows(&x, Some(d)));
+    let same_shape = src
+        .meta
+        .as_ref()
+        .zip(x.meta.as_ref())
+        .is_some_and(|(a, b)| a.shape == b.shape);
+    let laid_out = !matches!(
+        p,
+        Place::Replicate | Place::Partial(_) | Place::Unknown | Place::Varying | Place::Unmasked
+    );
+    let along = match p {
+        Place::Rows(d, _) if off == 0 => Some(d as usize),
+        q => q.blocks().map(|(d, _)| d),
+    };
+    let fits = !laid_out || along.map_or(same_shape, unbroadcast);
+    c.all(match x.p {
+        Place::Unknown => Place::Unknown,
+        _ if !fits => Place::Varying,
+        // `self` of the spec's shape on every rank: the result is `src`, as placed.
+        Place::Replicate | Place::Partial(_) | Place::Unmasked => p,
+        // `self` split (a shard, rows, a layout not known): `src` must be split alike, or
+        // the rank's piece of `self` holds `src` broadcast, no piece of the spec's result.
+        q if q == p => p,
+        _ => Place::Varying,
     })
 }
 
@@ -730,6 +760,12 @@ pub fn pairs_elements(family: &str) -> bool {
             | "lerp"
             | "addcmul"
             | "cat"
+            // The losses and the softmax and norm backwards pair their operands element by
+            // element too.
+            | "mse-loss"
+            | "mse-loss-backward"
+            | "softmax-backward"
+            | "norm-backward"
     )
 }
 

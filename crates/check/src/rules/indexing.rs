@@ -32,6 +32,13 @@ pub(super) fn embedding_backward(c: &Ctx) -> Outcome {
         return one(merge(&[idx], 0, Lin::None, false), 1);
     }
     let gr = g.rank();
+    // Scaled by the frequency of each id among the rank's tokens: over token shards the
+    // counts are the rank's, not the batch's (a flag that is no literal may be set). An
+    // unmasked lookup's gradient stays a finding.
+    let by_freq = c.arg("scale_grad_by_freq").and_then(|a| a.as_bool()) != Some(false);
+    if by_freq && idx.p != Place::Replicate && g.p != Place::Unmasked {
+        return c.all(Place::Varying);
+    }
     match (g.p, idx.p) {
         (Place::Partial(r), Place::Replicate) => c.all(Place::Partial(r)),
         (Place::Partial(_), _) | (Place::Unmasked, _) => one(merge(&[g], 0, Lin::Mul, false), 1),
@@ -195,9 +202,9 @@ pub(super) fn index_put(c: &Ctx) -> Outcome {
     // In `self`'s dims; the pairing of a shard is checked below.
     let r = merge_joined(&ts, Lin::Add, false);
     match r {
-        Ok(p) if idx.iter().any(|q| *q != Place::Replicate) => {
-            c.all(if p.is_partial() { p } else { Place::Varying })
-        }
+        // Indices that differ across ranks: each rank writes its own positions, so neither a
+        // shard nor the terms of a partial sum are where the spec writes them (as `scatter`).
+        Ok(_) if idx.iter().any(|q| *q != Place::Replicate) => c.all(Place::Varying),
         Ok(p) if p.blocks().is_some() => {
             // Replicated indices into a shard. Indices along the sharded dim name local rows,
             // which are other global rows on every rank; values with more than one element

@@ -195,7 +195,29 @@ pub(super) fn norm(c: &Ctx) -> Outcome {
 }
 
 pub(super) fn apex_norm(c: &Ctx) -> Outcome {
-    norm(c)
+    let mut places = norm(c)?;
+    // The statistics are flattened to one dim of the rows. With one row dim that is the
+    // input's dim 0 itself; else a shard of dim 0 (in blocks or not) stays one, and a layout
+    // of an inner row dim (or rows of a selection, numbered by the dim's own size)
+    // interleaves with the dims outside it: no claim.
+    let row_dims = c.t("input").and_then(|x| {
+        let normalized = c.ints("normalized_shape")?.len();
+        Some(x.meta?.shape.len().saturating_sub(normalized))
+    });
+    let flattened_alike = |p: Place| {
+        row_dims.is_some_and(|r| r <= 1)
+            || matches!(
+                p,
+                Place::Replicate | Place::Partial(_) | Place::Unknown | Place::Varying
+            )
+            || matches!(p, Place::Shard(0) | Place::Blocked(0, _))
+    };
+    for p in places.iter_mut().skip(1) {
+        if !flattened_alike(*p) {
+            *p = Place::Varying;
+        }
+    }
+    Ok(places)
 }
 
 pub(super) fn norm_backward(c: &Ctx) -> Outcome {
@@ -224,7 +246,24 @@ pub(super) fn norm_backward(c: &Ctx) -> Outcome {
     if c.varying_may_shard(g.p) || c.varying_may_shard(x.p) {
         return c.all(Place::Unknown);
     }
-    let gi = match merge(&[g.clone(), x.clone()], c.out_rank(0), Lin::First, false) {
+    // The statistics and the weight enter the input gradient too (`mean` and `rstd`
+    // broadcast along the normalized dims, the weight along the rows): each rank must hold
+    // them as it holds `input`'s rows. Statistics of another rank than `input`'s (flattened
+    // rows) do not align with its dims by broadcast: unless everything is replicated, no
+    // claim.
+    let stats = tensors(c, &["mean", "rstd"]);
+    let (aligned, flat): (Vec<T>, Vec<T>) = stats.into_iter().partition(|s| s.rank() == x.rank());
+    let all_replicated = [&g, &x]
+        .into_iter()
+        .chain(&flat)
+        .all(|t| t.p == Place::Replicate);
+    if !flat.is_empty() && !all_replicated {
+        return c.all(Place::Unknown);
+    }
+    let mut operands = vec![g.clone(), x.clone()];
+    operands.extend(aligned);
+    operands.extend(tensors(c, &["weight"]));
+    let gi = match merge(&operands, c.out_rank(0), Lin::First, false) {
         Ok(p) => p,
         Err(v) => return one(Err(v), n),
     };
@@ -380,5 +419,14 @@ pub(super) fn mse_loss(c: &Ctx) -> Outcome {
 
 pub(super) fn mse_loss_backward(c: &Ctx) -> Outcome {
     let ts = tensors(c, &["grad_output", "self", "target"]);
-    one(merge(&ts, c.out_rank(0), Lin::First, false), 1)
+    let merged = merge(&ts, c.out_rank(0), Lin::First, false);
+    // A mean scales by 2/numel of the rank's operands: over any split of the elements (a
+    // shard, blocks, rows of a selection), not the spec's numel. Only whole operands (or a
+    // partial gradient of whole operands) are the spec's; `Unknown` stays inconclusive.
+    let mean = c.int("reduction").unwrap_or(1) == 1;
+    let whole = |p: &Place| matches!(p, Place::Replicate | Place::Partial(_) | Place::Unknown);
+    if mean && merged.as_ref().is_ok_and(|p| !whole(p)) {
+        return c.all(Place::Varying);
+    }
+    one(merged, 1)
 }

@@ -43,10 +43,16 @@ pub(super) fn slice_like(
             let v = if v < 0 { v + size as i64 } else { v };
             v.clamp(0, size as i64) as usize
         };
-        let start = norm(c.int(starts_name).unwrap_or(0));
-        let end = c.int("end").map_or(size, norm);
-        let Some(step) = c
-            .int("step")
+        let (Ok(start), Ok(end), Ok(step)) = (
+            literal_bound(c, starts_name),
+            slice_end(c, starts_name),
+            literal_bound(c, "step"),
+        ) else {
+            return Place::Varying;
+        };
+        let start = norm(start.unwrap_or(0));
+        let end = end.map_or(size, norm);
+        let Some(step) = step
             .unwrap_or(1)
             .try_into()
             .ok()
@@ -68,7 +74,7 @@ pub(super) fn slice_like(
     };
     match x.p {
         Place::Shard(d) if d as usize == dim => {
-            if takes_whole_dim(c, starts_name, size, out_len, keeps_dim) {
+            if takes_whole_dim(c, dim, starts_name, size, out_len, keeps_dim) {
                 c.all(x.p)
             } else {
                 c.all(rows_of(None))
@@ -97,7 +103,7 @@ pub(super) fn slice_like(
         // 0, step 1, its end past every coordinate's rows) keeps the layout; a part of it
         // takes part of every block, which no placement states.
         Place::Blocked(d, _) if d as usize == dim => {
-            let whole = takes_whole_dim(c, starts_name, size, out_len, keeps_dim);
+            let whole = takes_whole_dim(c, dim, starts_name, size, out_len, keeps_dim);
             c.all(if whole { x.p } else { Place::Varying })
         }
         // Another dim: every coordinate's piece loses the same rows, each block stays whole
@@ -316,15 +322,20 @@ pub(super) fn slice_scatter(c: &Ctx) -> Outcome {
         return c.all(Place::Unknown);
     };
     // A slice_scatter over the whole dim replaces the tensor by `src`.
-    let size = x
-        .meta
-        .as_ref()
-        .and_then(|m| m.shape.get(dim).copied())
-        .unwrap_or(usize::MAX) as i64;
+    let size = x.meta.as_ref().and_then(|m| m.shape.get(dim).copied());
+    // Against the spec's size of the dim: a `self` sharded on it has the rows of every mesh
+    // dim sharding it (`None`: not known, never whole; so is a size not known).
+    let global = if x.p.blocks().is_some_and(|(d, _)| d == dim) {
+        size.and_then(|size| global_size(c, dim, size))
+    } else {
+        size.and_then(|size| i64::try_from(size).ok())
+    };
     let whole = c.args.schema().name.starts_with("slice_scatter")
-        && c.int("start").unwrap_or(0) == 0
-        && c.int("end").is_none_or(|e| e >= size)
-        && c.int("step").unwrap_or(1) == 1;
+        && literal_bound(c, "start").is_ok_and(|s| s.unwrap_or(0) == 0)
+        && global.is_some_and(|global| {
+            literal_bound(c, "end").is_ok_and(|e| e.is_none_or(|e| e >= global))
+        })
+        && literal_bound(c, "step").is_ok_and(|s| s.unwrap_or(1) == 1);
     if whole && !c.varies {
         return c.all(src.p);
     }
@@ -455,6 +466,7 @@ pub(super) fn triangle(c: &Ctx) -> Outcome {
 /// literals, only the first `size` rows of the global dim: the pieces are no shard of it.
 fn takes_whole_dim(
     c: &Ctx,
+    dim: usize,
     starts_name: &str,
     size: usize,
     out_len: usize,
@@ -463,8 +475,52 @@ fn takes_whole_dim(
     keeps_dim
         && !c.varies
         && out_len == size
-        && c.int(starts_name).unwrap_or(0) == 0
-        && c.int("step").unwrap_or(1) == 1
-        && c.int("end")
-            .is_none_or(|e| e >= (size as i64).saturating_mul(c.coord.n as i64))
+        && literal_bound(c, starts_name).is_ok_and(|s| s.unwrap_or(0) == 0)
+        && literal_bound(c, "step").is_ok_and(|s| s.unwrap_or(1) == 1)
+        && global_size(c, dim, size).is_some_and(|global| {
+            slice_end(c, starts_name).is_ok_and(|e| e.is_none_or(|e| e >= global))
+        })
+}
+
+/// The spec's size of dim `dim` of the first input, sharded on this mesh dim with `size`
+/// rows per rank: `size` times this mesh dim's size and every other mesh dim's that shards
+/// the dim too (the input's placements on every mesh dim); `None` where another mesh dim
+/// holds it as rows of a selection (the spec's dim holds more rows than the pieces).
+fn global_size(c: &Ctx, dim: usize, size: usize) -> Option<i64> {
+    let mut n = c.coord.n as i64;
+    for (m, (p, &k)) in c.input_places.iter().zip(c.mesh_sizes).enumerate() {
+        if m == c.mesh_dim || p.blocks().is_none_or(|(d, _)| d != dim) {
+            continue;
+        }
+        if c.rows_dims & (1u64 << m) != 0 {
+            return None;
+        }
+        n = n.saturating_mul(k as i64);
+    }
+    Some((size as i64).saturating_mul(n))
+}
+
+/// A slice bound as the literals give it: `Ok(None)` where the schema lacks it or it is
+/// `None` (the default), `Ok(Some(v))` a literal, `Err(())` a bound that is no literal (a
+/// symbolic size), which no reading may take for its default.
+fn literal_bound(c: &Ctx, name: &str) -> Result<Option<i64>, ()> {
+    match c.arg(name) {
+        None | Some(Arg::None) => Ok(None),
+        Some(a) => a.as_int().map(Some).ok_or(()),
+    }
+}
+
+/// The end of a slice ([`literal_bound`]): `end`, or `start + length` of a `narrow`, which
+/// has no `end` (read as "to the end of the dim", a narrow of a shard's local length kept
+/// the shard though the spec's narrow takes that many rows of the global dim).
+fn slice_end(c: &Ctx, starts_name: &str) -> Result<Option<i64>, ()> {
+    if !c.has("length") {
+        return literal_bound(c, "end");
+    }
+    // A negative start counts from the end of the dim: not summed with the length here.
+    match (literal_bound(c, starts_name)?, literal_bound(c, "length")?) {
+        (Some(start), _) if start < 0 => Err(()),
+        (start, Some(length)) => Ok(Some(start.unwrap_or(0).saturating_add(length))),
+        (_, None) => Err(()),
+    }
 }

@@ -1052,6 +1052,15 @@ pub(super) fn squeeze(c: &Ctx) -> Outcome {
     let (Some(m), Some(out)) = (x.meta.clone(), out_shape(c, 0)) else {
         return c.all(Place::Unknown);
     };
+    // A sharded dim of local size 1 is of size n in the spec, whose squeeze keeps it; and
+    // the dims removed are read from the shapes, which cannot tell it from another size-1
+    // dim: no claim.
+    if x.p
+        .blocks()
+        .is_some_and(|(d, _)| m.shape.get(d) == Some(&1))
+    {
+        return c.all(Place::Varying);
+    }
     let removed: Vec<usize> = {
         // Dims of size 1 that disappear, matched greedily.
         let mut v = Vec::new();

@@ -12,15 +12,19 @@ use std::collections::BTreeMap;
 /// Writes `files` (name, text; one of them `case.yaml`) into a directory of its own named by
 /// `tag`, checks the case, prints the report (shown when a test fails) and returns its verdict.
 pub fn check_files(tag: &str, files: &[(String, String)]) -> Verdict {
-    let dir = std::env::temp_dir().join(format!("shardproof-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    // A directory of its own per call: tests of one binary run on threads of one process, so
+    // a name made of the tag and the process id was shared by tests of the same tag.
+    let tmp = tempfile::Builder::new()
+        .prefix(&format!("shardproof-{tag}-"))
+        .tempdir()
+        .unwrap();
+    let dir = tmp.path();
     for (name, text) in files {
         std::fs::write(dir.join(name), text).unwrap();
     }
     let case = shardproof_case::load_case(&dir.join("case.yaml")).unwrap();
     let report = check_case(&case).unwrap();
     eprintln!("{}", report.render());
-    let _ = std::fs::remove_dir_all(&dir);
     report.verdict
 }
 
@@ -48,8 +52,13 @@ pub fn check_and_run_files(
     leaf: impl Fn(&str) -> Tensor,
     rank_leaf: impl Fn(usize, &str) -> Tensor,
 ) -> (Verdict, bool) {
-    let dir = std::env::temp_dir().join(format!("shardproof-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    // A directory of its own per call: tests of one binary run on threads of one process, so
+    // a name made of the tag and the process id was shared by tests of the same tag.
+    let tmp = tempfile::Builder::new()
+        .prefix(&format!("shardproof-{tag}-"))
+        .tempdir()
+        .unwrap();
+    let dir = tmp.path();
     for (name, text) in files {
         std::fs::write(dir.join(name), text).unwrap();
     }

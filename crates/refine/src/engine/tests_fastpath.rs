@@ -195,6 +195,8 @@ const CALLS: &[&str] = &[
     "aten.exp.default(x)",
     "aten.sigmoid.default(x)",
     "aten.add.Tensor(x, x)",
+    "aten.mul.Scalar(x, 3.0)",
+    "aten.neg.default(y)",
 ];
 
 /// Element-wise over tensors concatenated alike: the rule derives the concatenation of the

@@ -183,6 +183,50 @@ fn a_view_to_another_piece_shape_is_declined() {
     assert!(fast_z(&case).is_none());
 }
 
+/// Preconditions (the e-graph's form): no collective reads the ranks' views, and no rank
+/// views them back to the input's shape or slices the input's pieces. The e-graph relates such
+/// a consumer too (the gathered view is the spec's view; a view back is the piece itself; the
+/// slices move through the view): declined.
+#[test]
+fn a_view_of_shards_a_rank_gathers_views_back_or_slices_is_left_to_the_e_graph() {
+    let spec = "class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[4, 6]\", y: \"f32[4, 6]\"):\n        z: \"f32[24]\" = torch.ops.aten.view.default(x, [24])\n        out: \"f32[24]\" = torch.ops.aten.tanh.default(z)\n        return (out,)\n";
+    let head = "class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[2, 6]\", y: \"f32[2, 6]\"):\n        z: \"f32[12]\" = torch.ops.aten.view.default(x, [12])\n";
+    let tail = "        out: \"f32[12]\" = torch.ops.aten.tanh.default(z)\n        return (out,)\n";
+    for (what, extra, out) in [
+        (
+            "gathered",
+            "        all_gather_into_tensor: \"f32[24]\" = torch.ops._c10d_functional.all_gather_into_tensor.default(z, 2, '0')\n        wait_tensor: \"f32[24]\" = torch.ops._c10d_functional.wait_tensor.default(all_gather_into_tensor)\n        out: \"f32[24]\" = torch.ops.aten.tanh.default(wait_tensor)\n        return (out,)\n",
+            "Replicate()",
+        ),
+        (
+            "viewed back",
+            "        back: \"f32[2, 6]\" = torch.ops.aten.view.default(z, [2, 6])\n        again: \"f32[12]\" = torch.ops.aten.view.default(back, [12])\n        out: \"f32[12]\" = torch.ops.aten.tanh.default(again)\n        return (out,)\n",
+            "Shard(0)",
+        ),
+        (
+            "sliced",
+            "        half: \"f32[1, 6]\" = torch.ops.aten.slice.Tensor(x, 0, 0, 1)\n        out: \"f32[12]\" = torch.ops.aten.tanh.default(z)\n        return (out,)\n",
+            "Shard(0)",
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("spec.py"), spec).unwrap();
+        for r in 0..2 {
+            std::fs::write(dir.path().join(format!("r{r}.py")), format!("{head}{tail}")).unwrap();
+        }
+        let yaml = |out: &str| format!("version: 1\nname: views\nspec:\n  graph: spec.py\nimpl:\n  mesh: {{ tp: 2 }}\n  graphs: [r0.py, r1.py]\ninputs:\n  x: Shard(0)\n  y: Shard(0)\noutputs:\n  out: {out}\n");
+        std::fs::write(dir.path().join("case.yaml"), yaml("Shard(0)")).unwrap();
+        let plain = shardproof_case::load_case(&dir.path().join("case.yaml")).unwrap();
+        assert!(fast_z(&plain).is_some(), "{what}");
+        for r in 0..2 {
+            std::fs::write(dir.path().join(format!("r{r}.py")), format!("{head}{extra}")).unwrap();
+        }
+        std::fs::write(dir.path().join("case.yaml"), yaml(out)).unwrap();
+        let case = shardproof_case::load_case(&dir.path().join("case.yaml")).unwrap();
+        assert!(fast_z(&case).is_none(), "{what}");
+    }
+}
+
 /// A case whose spec computes `z = CALL` over `x`, `y` (both `Partial()`, each rank holding a
 /// summand), then `w = 1.5 z` and `out = tanh(w)`; each rank computes its `z` and `w` alike
 /// and all-reduces `w` before the `tanh`. Shapes `X | Y | Z`.
@@ -338,8 +382,8 @@ fn two_sums_are_not_merged_piece_by_piece() {
 #[test]
 fn a_partial_sum_a_collective_reads_is_left_to_the_e_graph() {
     let dir = tempfile::tempdir().unwrap();
-    let spec = "class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[4, 6]\", y: \"f32[4, 6]\"):\n        z: \"f32[4, 6]\" = torch.ops.aten.add.Tensor(x, y)\n        out: \"f32[4, 6]\" = torch.ops.aten.tanh.default(z)\n        return (out,)\n";
-    let rank = "class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[4, 6]\", y: \"f32[4, 6]\"):\n        z: \"f32[4, 6]\" = torch.ops.aten.add.Tensor(x, y)\n        all_reduce: \"f32[4, 6]\" = torch.ops._c10d_functional.all_reduce.default(z, 'sum', '0')\n        wait_tensor: \"f32[4, 6]\" = torch.ops._c10d_functional.wait_tensor.default(all_reduce)\n        out: \"f32[4, 6]\" = torch.ops.aten.tanh.default(wait_tensor)\n        return (out,)\n";
+    let spec = "class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[4, 6]\", y: \"f32[4, 6]\"):\n        z: \"f32[4, 6]\" = torch.ops.aten.sub.Tensor(x, y)\n        out: \"f32[4, 6]\" = torch.ops.aten.tanh.default(z)\n        return (out,)\n";
+    let rank = "class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[4, 6]\", y: \"f32[4, 6]\"):\n        z: \"f32[4, 6]\" = torch.ops.aten.sub.Tensor(x, y)\n        all_reduce: \"f32[4, 6]\" = torch.ops._c10d_functional.all_reduce.default(z, 'sum', '0')\n        wait_tensor: \"f32[4, 6]\" = torch.ops._c10d_functional.wait_tensor.default(all_reduce)\n        out: \"f32[4, 6]\" = torch.ops.aten.tanh.default(wait_tensor)\n        return (out,)\n";
     std::fs::write(dir.path().join("spec.py"), spec).unwrap();
     for r in 0..2 {
         std::fs::write(dir.path().join(format!("r{r}.py")), rank).unwrap();

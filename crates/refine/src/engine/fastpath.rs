@@ -8,8 +8,11 @@
 //! are not shared: check's rules read placements per mesh dim, refine's relations name the
 //! ranks' tensors. Element-wise calls map replicas to a replica and pieces concatenated alike
 //! to the concatenation of the ranks' results; deterministic calls (views, reductions, softmax)
-//! map replicas to a replica; transposes and permutes move a concatenation's dim; products
-//! concatenate over rows, batches or columns and sum over contraction pieces.
+//! map replicas to a replica; transposes and permutes move a concatenation's dim; a view of
+//! a concatenation is the concatenation of the ranks' views (each to its piece's own shape)
+//! where the pieces stay whole rows of the target; products concatenate over rows, batches or
+//! columns and sum over contraction pieces; linear calls (a constant factor, `sub`, `add`,
+//! views, transposes, permutes) over partial sums are the sums of the ranks' calls.
 //!
 //! Sound by construction: every leaf of an input's relation equals that input (the relation is
 //! proven), so a rank tensor whose definition is the spec's call with every spec input replaced
@@ -27,8 +30,8 @@
 //! both and counts every difference.
 
 use super::relation::{Impl, Rel, State};
-use crate::lower::{Lowered, Tpl, ValueRef};
 use crate::lemmas::SCALE;
+use crate::lower::{Lowered, Tpl, ValueRef};
 use crate::term::{is_op, parse_leaf, Term, CAT, LIST, SLICE, SUM};
 use egg::{RecExpr, Symbol};
 use shardproof_ir::ValueId;
@@ -848,7 +851,10 @@ fn viewed_shards(imp: &Impl, t: &Tpl, forms: &[(ValueId, Form)]) -> Option<Rel> 
         }
         let mut own = target.clone();
         own[td] = rows / trest;
-        let own: Vec<i64> = own.iter().map(|&n| i64::try_from(n).ok()).collect::<Option<_>>()?;
+        let own: Vec<i64> = own
+            .iter()
+            .map(|&n| i64::try_from(n).ok())
+            .collect::<Option<_>>()?;
         let call = Tpl::Op(
             name.clone(),
             vec![kids[0].clone(), crate::lower::int_list(&own)],

@@ -98,7 +98,10 @@ fn a_view_of_shards_concatenates_the_ranks_views() {
         );
         let rel = fast_z(&case).unwrap_or_else(|| panic!("{call}: declined"));
         let text = rel.exprs[0].to_string();
-        assert!(text.starts_with(&format!("(cat {out_dim} ")), "{call}: {text}");
+        assert!(
+            text.starts_with(&format!("(cat {out_dim} ")),
+            "{call}: {text}"
+        );
         assert_eq!(rel.exprs.len(), 2, "{call}: {:?}", rel.exprs);
         for seed in [0.11, 0.23, 0.59] {
             holds(&case, &rel, seed).unwrap_or_else(|e| panic!("{call}: {e}"));
@@ -267,7 +270,10 @@ const LINEAR_CALLS: &[(&str, &str)] = &[
     ("aten.view.default(x, [24])", "4, 6 | 4, 6 | 24"),
     ("aten.t.default(x)", "4, 6 | 4, 6 | 6, 4"),
     ("aten.transpose.int(x, 0, 1)", "4, 6 | 4, 6 | 6, 4"),
-    ("aten.permute.default(x, [1, 2, 0])", "2, 3, 4 | 2, 3, 4 | 3, 4, 2"),
+    (
+        "aten.permute.default(x, [1, 2, 0])",
+        "2, 3, 4 | 2, 3, 4 | 3, 4, 2",
+    ),
 ];
 
 /// Add, subtract, scale, view, transpose and permute of partial sums: the sum of the ranks'
@@ -408,10 +414,12 @@ fn a_partial_sum_a_rank_concatenates_is_left_to_the_e_graph() {
         "aten.sub.Tensor(x, y)",
     );
     assert!(fast_z(&case).is_some());
-    let rank = std::fs::read_to_string(dir.path().join("r0.py")).unwrap().replace(
-        "        w: ",
-        "        both: \"f32[8, 6]\" = torch.ops.aten.cat.default([z, x])\n        w: ",
-    );
+    let rank = std::fs::read_to_string(dir.path().join("r0.py"))
+        .unwrap()
+        .replace(
+            "        w: ",
+            "        both: \"f32[8, 6]\" = torch.ops.aten.cat.default([z, x])\n        w: ",
+        );
     for r in 0..2 {
         std::fs::write(dir.path().join(format!("r{r}.py")), &rank).unwrap();
     }

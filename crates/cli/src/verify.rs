@@ -40,6 +40,11 @@ pub struct VerifyArgs {
     /// the same at any count.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     jobs: Option<u32>,
+    /// Send every operator to the e-graph: no operator is related by its family's placement
+    /// rule first (the fast path). The report is the same either way; this only costs time
+    /// (for comparing the two paths, or timing the e-graph alone).
+    #[arg(long)]
+    no_fast_path: bool,
     /// Do not hand what relation inference leaves undecided to the element-level prover. By
     /// default an inconclusive case is proved or refuted by `shardproof prove`'s engine (on
     /// the shape-reduced case), and a refutation no run confirms gets its counterexample.
@@ -282,6 +287,7 @@ pub fn main(args: &VerifyArgs) -> Verdict {
         node_limit: args.node_limit,
         trace: args.trace,
         jobs: args.jobs.map(|n| n as usize),
+        fast_path: !args.no_fast_path,
         ..Options::default()
     };
     let display = watch::Display::new(

@@ -36,6 +36,8 @@ mod tests;
 mod tests_diagnose;
 #[cfg(test)]
 mod tests_fastpath;
+#[cfg(test)]
+mod tests_fastpath_linear;
 
 pub use report::{render, Certificate, Failure, Outcome, TraceStep, Verdict};
 

@@ -8,8 +8,11 @@
 //! are not shared: check's rules read placements per mesh dim, refine's relations name the
 //! ranks' tensors. Element-wise calls map replicas to a replica and pieces concatenated alike
 //! to the concatenation of the ranks' results; deterministic calls (views, reductions, softmax)
-//! map replicas to a replica; transposes and permutes move a concatenation's dim; products
-//! concatenate over rows, batches or columns and sum over contraction pieces.
+//! map replicas to a replica; transposes and permutes move a concatenation's dim; a view of
+//! a concatenation is the concatenation of the ranks' views (each to its piece's own shape)
+//! where the pieces stay whole rows of the target; products concatenate over rows, batches or
+//! columns and sum over contraction pieces; linear calls (a constant factor, `sub`, `add`,
+//! views, transposes, permutes) over partial sums are the sums of the ranks' calls.
 //!
 //! Sound by construction: every leaf of an input's relation equals that input (the relation is
 //! proven), so a rank tensor whose definition is the spec's call with every spec input replaced
@@ -27,6 +30,7 @@
 //! both and counts every difference.
 
 use super::relation::{Impl, Rel, State};
+use crate::lemmas::SCALE;
 use crate::lower::{Lowered, Tpl, ValueRef};
 use crate::term::{is_op, parse_leaf, Term, CAT, LIST, SLICE, SUM};
 use egg::{RecExpr, Symbol};
@@ -92,6 +96,24 @@ pub(super) const LAYOUT_OPS: &[&str] = &[
     "aten.permute.default",
 ];
 
+/// The view operator, as lowering writes every reshape.
+const VIEW: &str = "aten.view.default";
+
+/// The linear operators the fast path moves through a partial sum (`sum_i x_i`), as lowering
+/// names them: additive ones (every tensor operand a partial sum over as many pieces, paired
+/// piece by piece: `add`, `sub`) and those linear in their one tensor operand (a constant
+/// factor, which lowering writes as `scale` for `mul.Scalar`, `div.Scalar` and `neg`; a view,
+/// transpose or permute). These are the e-graph's `linear-over-sum` cases for them: the ranks'
+/// call on the pieces, summed.
+const LINEAR_OVER_SUMS: &[&str] = &[
+    "aten.add.Tensor",
+    "aten.sub.Tensor",
+    SCALE,
+    "aten.view.default",
+    "aten.transpose.int",
+    "aten.permute.default",
+];
+
 /// The shapes of a concatenation's pieces, in order.
 type PieceShapes = Vec<Vec<usize>>;
 
@@ -112,6 +134,9 @@ pub(super) enum Form {
         dim: i64,
         pieces: Vec<BTreeSet<Leaf>>,
     },
+    /// The spec tensor is the sum of the pieces (a partial sum over ranks); each piece lists
+    /// every rank tensor equal to it.
+    Summed { pieces: Vec<BTreeSet<Leaf>> },
 }
 
 /// The relation of the spec value defined by `t` by the placement rule of its family, where
@@ -156,9 +181,9 @@ pub(super) fn decide(imp: &Impl, state: &HashMap<ValueId, State>, t: &Tpl) -> Op
     if forms.iter().all(|(_, f)| matches!(f, Form::Replicated(_))) {
         let replicas: HashMap<ValueId, &BTreeSet<Leaf>> = forms
             .iter()
-            .map(|(x, f)| match f {
-                Form::Replicated(l) => (*x, l),
-                Form::Sharded { .. } => unreachable!(),
+            .filter_map(|(x, f)| match f {
+                Form::Replicated(l) => Some((*x, l)),
+                Form::Sharded { .. } | Form::Summed { .. } => None,
             })
             .collect();
         let outs = counterparts(imp, t, &replicas);
@@ -170,10 +195,14 @@ pub(super) fn decide(imp: &Impl, state: &HashMap<ValueId, State>, t: &Tpl) -> Op
         }
         return replicated_relation(imp, t, &forms, outs);
     }
+    if forms.iter().any(|(_, f)| matches!(f, Form::Summed { .. })) {
+        return linear_over_sums(imp, t, &forms);
+    }
     match rule {
         Rule::Elementwise => {}
         Rule::MovesDims => return moved_shards(imp, t, &forms),
         Rule::Product => return product(imp, t, &forms),
+        Rule::OverReplicas if name == VIEW => return viewed_shards(imp, t, &forms),
         Rule::OverReplicas | Rule::Reduction => return None,
     }
     // Over concatenations the e-graph relates an operator only where its element-wise table
@@ -188,7 +217,7 @@ pub(super) fn decide(imp: &Impl, state: &HashMap<ValueId, State>, t: &Tpl) -> Op
     // Sharded alike: one dim, as many pieces, piece i of every input on the same shape.
     let (dim, n) = match &forms[0].1 {
         Form::Sharded { dim, pieces } => (*dim, pieces.len()),
-        Form::Replicated(_) => return None,
+        Form::Replicated(_) | Form::Summed { .. } => return None,
     };
     let mut pieces_out = Vec::with_capacity(n);
     for i in 0..n {
@@ -357,6 +386,11 @@ fn reduces_size_one_dims(imp: &Impl, state: &HashMap<ValueId, State>, t: &Tpl) -
 /// The rule of the operator `name` (`aten.add.Tensor`), by its family in `shardproof-check`'s
 /// rule table; `None` outside the fast path's table.
 fn rule_of(name: &str) -> Option<Rule> {
+    // Lowering writes multiplication and division by a constant, and negation, as `scale`:
+    // check's linear-unary family.
+    if name == SCALE {
+        return Some(Rule::Elementwise);
+    }
     let (base, _overload) = name.rsplit_once('.')?;
     let family = shardproof_check::rules::rule(base)?.family;
     RULES.iter().find(|(f, _)| *f == family).map(|&(_, r)| r)
@@ -424,6 +458,15 @@ pub(super) fn form_of(imp: &Impl, rel: &Rel) -> Option<Form> {
         }
         return Some(Form::Replicated(replicas));
     }
+    // A partial sum: one sum of rank tensors. Equal sums need not have equal summands, so a
+    // second expression is not merged piece by piece: declined.
+    if let Some(leaves) = sum_of_leaves(imp, plain[0]) {
+        if plain.len() != 1 {
+            return None;
+        }
+        let pieces = leaves.into_iter().map(with_group).collect();
+        return Some(Form::Summed { pieces });
+    }
     // Concatenations of rank tensors along one literal dim into pieces of the same shapes:
     // piece `i` of each is piece `i` of the first (equal concatenations of equal-shaped pieces
     // have equal pieces).
@@ -459,14 +502,12 @@ fn layout_expr(e: &RecExpr<Term>) -> bool {
     let Some(Term::Op(s, kids)) = nodes.last() else {
         return false;
     };
-    let over = |k: &egg::Id| {
-        match &nodes[usize::from(*k)] {
+    let is_leaf = |l: &egg::Id| matches!(&nodes[usize::from(*l)], Term::Op(p, pk) if pk.is_empty() && p.as_str().starts_with("%r"));
+    let over = |k: &egg::Id| match &nodes[usize::from(*k)] {
         Term::Op(p, pk) if pk.is_empty() => p.as_str().starts_with("%r"),
-        Term::Op(c, ck) if is_op!(c, CAT) => ck[1..]
-            .iter()
-            .all(|&l| matches!(&nodes[usize::from(l)], Term::Op(p, pk) if pk.is_empty() && p.as_str().starts_with("%r"))),
+        Term::Op(c, ck) if is_op!(c, CAT) => ck[1..].iter().all(is_leaf),
+        Term::Op(c, ck) if is_op!(c, SUM) => ck.iter().all(is_leaf),
         _ => false,
-    }
     };
     LAYOUT_OPS.contains(&s.as_str()) && kids.first().is_some_and(over)
 }
@@ -494,6 +535,23 @@ fn cat_of_leaves(imp: &Impl, e: &RecExpr<Term>) -> Option<(i64, Vec<Leaf>)> {
         pieces.push(leaf_of(imp, *p)?);
     }
     Some((dim, pieces))
+}
+
+/// The summands of a sum of rank tensors (at least two), in order.
+fn sum_of_leaves(imp: &Impl, e: &RecExpr<Term>) -> Option<Vec<Leaf>> {
+    let nodes = e.as_ref();
+    let Some(Term::Op(s, kids)) = nodes.last() else {
+        return None;
+    };
+    if !is_op!(s, SUM) || kids.len() < 2 {
+        return None;
+    }
+    kids.iter()
+        .map(|&k| match &nodes[usize::from(k)] {
+            Term::Op(p, pk) if pk.is_empty() => leaf_of(imp, *p),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The rank tensors whose definition is the spec's call `t` with every spec input replaced by
@@ -639,7 +697,7 @@ fn add_layout_form(
     for (_, f) in inputs {
         match f {
             Form::Replicated(ls) => named.push(ls),
-            Form::Sharded { pieces, .. } => named.extend(pieces),
+            Form::Sharded { pieces, .. } | Form::Summed { pieces } => named.extend(pieces),
         }
     }
     named.sort();
@@ -678,6 +736,13 @@ fn over_preferred(
                 }
                 e.add(Term::Op(Symbol::from(CAT), kids))
             }
+            Form::Summed { pieces } => {
+                let mut kids = Vec::with_capacity(pieces.len());
+                for p in pieces {
+                    kids.push(e.add(Term::Op(leaf_symbol_of(imp, preferred(p)?), vec![])));
+                }
+                e.add(Term::Op(Symbol::from(SUM), kids))
+            }
         },
         Tpl::Num(n) => e.add(Term::Num(*n)),
         Tpl::Op(s, kids) => {
@@ -713,6 +778,186 @@ fn moved_shards(imp: &Impl, t: &Tpl, forms: &[(ValueId, Form)]) -> Option<Rel> {
     let mut rel = sharded_relation(imp, out_dim, pieces_out)?;
     add_layout_form(imp, t, forms, &mut rel.exprs, &mut rel.equal_leaves)?;
     Some(rel)
+}
+
+/// A view of a concatenation along `dim` (see `view-over-cat` in the lemmas): where the dims
+/// before the concatenated one flatten to whole dims of the target (their product is the
+/// product of the target's first `td` dims) and every piece fills whole rows of the target's
+/// dim `td`, the view is the concatenation along `td` of the ranks' views of the pieces, each
+/// to the target with dim `td` scaled to its piece (the ranks' own shape literals), and (a
+/// layout call) the spec's view of the input's concatenation. Where the pieces interleave in
+/// the target (a dim of more than one element before the split one in its group, as a view
+/// merging heads into the batch of tensor-parallel heads), the e-graph writes only the view
+/// of the concatenation and relates what follows through its chunk lemmas: declined.
+fn viewed_shards(imp: &Impl, t: &Tpl, forms: &[(ValueId, Form)]) -> Option<Rel> {
+    let [(x, Form::Sharded { dim, pieces })] = forms else {
+        return None;
+    };
+    let Tpl::Op(name, kids) = t else {
+        return None;
+    };
+    let [Tpl::Value(_), Tpl::Op(list, target)] = kids.as_slice() else {
+        return None;
+    };
+    if list != LIST {
+        return None;
+    }
+    let target: Vec<usize> = target
+        .iter()
+        .map(|d| match d {
+            Tpl::Num(n) => usize::try_from(*n).ok(),
+            _ => None,
+        })
+        .collect::<Option<_>>()?;
+    let d = usize::try_from(*dim).ok()?;
+    // The input's shape: its pieces' (equal but for dim `d`) with dim `d` their sum.
+    let piece_shapes: Vec<Vec<usize>> = pieces
+        .iter()
+        .map(|p| preferred(p).and_then(|l| imp.meta(l.at)).map(|m| m.shape))
+        .collect::<Option<_>>()?;
+    let mut src = piece_shapes.first()?.clone();
+    if d >= src.len() {
+        return None;
+    }
+    for s in &piece_shapes {
+        if s.len() != src.len() || (0..s.len()).any(|k| k != d && s[k] != src[k]) {
+            return None;
+        }
+    }
+    src[d] = piece_shapes.iter().map(|s| s[d]).sum();
+    if src.iter().product::<usize>() != target.iter().product::<usize>() {
+        return None;
+    }
+    // The target dim where the concatenated dim starts: the dims before it flatten alike.
+    let before: usize = src[..d].iter().product();
+    let (mut acc, mut td) = (1usize, 0usize);
+    while td < target.len() && acc < before {
+        acc *= target[td];
+        td += 1;
+    }
+    if acc != before || td >= target.len() {
+        return None;
+    }
+    let rest: usize = src[d + 1..].iter().product();
+    let trest: usize = target[td + 1..].iter().product();
+    if trest == 0 {
+        return None;
+    }
+    let mut pieces_out = Vec::with_capacity(pieces.len());
+    for (p, shape) in pieces.iter().zip(&piece_shapes) {
+        let rows = shape[d] * rest;
+        if !rows.is_multiple_of(trest) {
+            return None;
+        }
+        let mut own = target.clone();
+        own[td] = rows / trest;
+        let own: Vec<i64> = own
+            .iter()
+            .map(|&n| i64::try_from(n).ok())
+            .collect::<Option<_>>()?;
+        let call = Tpl::Op(
+            name.clone(),
+            vec![kids[0].clone(), crate::lower::int_list(&own)],
+        );
+        let outs = counterparts(imp, &call, &HashMap::from([(*x, p)]));
+        if outs.is_empty()
+            || related_by_consumers(imp, &outs)
+            || round_trips_through_layout(imp, &outs)
+            || related_by_consumers(imp, p)
+        {
+            return None;
+        }
+        pieces_out.push(outs);
+    }
+    let mut rel = sharded_relation(imp, i64::try_from(td).ok()?, pieces_out)?;
+    add_layout_form(imp, t, forms, &mut rel.exprs, &mut rel.equal_leaves)?;
+    Some(rel)
+}
+
+/// A linear operator over partial sums (`LINEAR_OVER_SUMS`): the sum over the pieces of the
+/// ranks' same call on them (piece `i` of every operand for `add` and `sub`), as the e-graph's
+/// `linear-over-sum` writes it, and (a layout call) the spec's call over the input's sum.
+/// Every operand a partial sum over as many pieces. Sound: `f(sum_i x_i, sum_i y_i) =
+/// sum_i f(x_i, y_i)` for `f` additive (broadcasting is linear too), and `f(sum_i x_i) =
+/// sum_i f(x_i)` for `f` linear in its one tensor operand.
+fn linear_over_sums(imp: &Impl, t: &Tpl, forms: &[(ValueId, Form)]) -> Option<Rel> {
+    let Tpl::Op(name, _) = t else {
+        return None;
+    };
+    // Whether the operator is additive or linear in its one tensor operand, the ranks' calls
+    // pair the operands' pieces by index (one operand: each piece alone).
+    if !LINEAR_OVER_SUMS.contains(&name.as_str()) {
+        return None;
+    }
+    let mut operands: Vec<(ValueId, &Vec<BTreeSet<Leaf>>)> = Vec::with_capacity(forms.len());
+    for (x, f) in forms {
+        let Form::Summed { pieces } = f else {
+            return None;
+        };
+        operands.push((*x, pieces));
+    }
+    let n = operands[0].1.len();
+    if operands.iter().any(|(_, p)| p.len() != n) {
+        return None;
+    }
+    if adds_into_terms(imp, t, &operands) {
+        return None;
+    }
+    let mut pieces_out = Vec::with_capacity(n);
+    for i in 0..n {
+        let piece: HashMap<ValueId, &BTreeSet<Leaf>> =
+            operands.iter().map(|(x, p)| (*x, &p[i])).collect();
+        let outs = counterparts(imp, t, &piece);
+        if outs.is_empty()
+            || related_by_consumers(imp, &outs)
+            || round_trips_through_layout(imp, &outs)
+        {
+            return None;
+        }
+        if is_layout(t) && piece.values().any(|p| related_by_consumers(imp, p)) {
+            return None;
+        }
+        pieces_out.push(outs);
+    }
+    // Summands some call combines are related to the sum too: the e-graph decides.
+    if combines_pieces(imp, &pieces_out) {
+        return None;
+    }
+    let mut rel = summed_relation(imp, pieces_out)?;
+    if is_layout(t) {
+        add_layout_form(imp, t, forms, &mut rel.exprs, &mut rel.equal_leaves)?;
+    }
+    Some(rel)
+}
+
+/// Whether `t` is an `add` (alpha 1) of full-shaped summands: the e-graph writes a sum
+/// whose term is such an addition also with the addition's two operands as terms
+/// (`add-into-sum`), one form per combination of terms, which the rule does not write.
+fn adds_into_terms(imp: &Impl, t: &Tpl, operands: &[(ValueId, &Vec<BTreeSet<Leaf>>)]) -> bool {
+    let Tpl::Op(name, kids) = t else {
+        return false;
+    };
+    if name != "aten.add.Tensor" {
+        return false;
+    }
+    // Alpha, unless a literal other than 1 (as the lemma reads it, `1` or `f:1.0`).
+    let other_alpha = match kids.get(2) {
+        Some(Tpl::Num(a)) => *a != 1,
+        Some(Tpl::Op(s, k)) if k.is_empty() => s
+            .strip_prefix("f:")
+            .and_then(|f| f.parse::<f64>().ok())
+            .is_some_and(|f| f != 1.0),
+        _ => false,
+    };
+    if other_alpha {
+        return false;
+    }
+    let shapes: BTreeSet<Option<Vec<usize>>> = operands
+        .iter()
+        .flat_map(|(_, p)| p.iter().flatten())
+        .map(|l| imp.meta(l.at).map(|m| m.shape))
+        .collect();
+    shapes.len() == 1
 }
 
 /// Whether a spec input of the call `t` is one that a rank defines by a layout call,
@@ -819,7 +1064,7 @@ fn product(imp: &Impl, t: &Tpl, forms: &[(ValueId, Form)]) -> Option<Rel> {
     let pieces_of = |f: &Form, n: usize| -> Vec<BTreeSet<Leaf>> {
         match f {
             Form::Replicated(ls) => vec![ls.clone(); n],
-            Form::Sharded { pieces, .. } => pieces.clone(),
+            Form::Sharded { pieces, .. } | Form::Summed { pieces } => pieces.clone(),
         }
     };
     let (out_dim, n) = match (fa, fb) {

@@ -20,7 +20,7 @@ use std::path::Path;
 
 /// A graph over inputs `x` and `y` computing `z = OP(args)` and then `out = tanh(z)` (so that
 /// `z` is no checked output); `shape` is `X[ | Y[ | Z]]`, `Y` and `Z` by default `X`.
-fn graph(shape: &str, call: &str) -> String {
+pub(super) fn graph(shape: &str, call: &str) -> String {
     let parts: Vec<&str> = shape.split(" | ").collect();
     let (x, y, z) = (
         parts[0],
@@ -35,15 +35,15 @@ fn graph(shape: &str, call: &str) -> String {
 /// A case of `ranks` rank graphs under `mesh`, inputs and output laid out by `layout` (YAML
 /// for each of `x`, `y`, `out`); the spec computes `call` at `spec_shape`, the ranks `rank_call`
 /// at `rank_shape`.
-struct Plan<'a> {
-    mesh: &'a str,
-    ranks: usize,
-    layout: [&'a str; 3],
-    spec: (&'a str, &'a str),
-    rank: (&'a str, &'a str),
+pub(super) struct Plan<'a> {
+    pub(super) mesh: &'a str,
+    pub(super) ranks: usize,
+    pub(super) layout: [&'a str; 3],
+    pub(super) spec: (&'a str, &'a str),
+    pub(super) rank: (&'a str, &'a str),
 }
 
-fn write_case(dir: &Path, p: &Plan) -> Case {
+pub(super) fn write_case(dir: &Path, p: &Plan) -> Case {
     std::fs::write(dir.join("spec.py"), graph(p.spec.0, p.spec.1)).unwrap();
     let mut graphs = Vec::new();
     for r in 0..p.ranks {
@@ -63,14 +63,14 @@ fn write_case(dir: &Path, p: &Plan) -> Case {
 }
 
 /// The relations of the case's inputs, as the walk starts from them.
-fn input_states(case: &Case, imp: &Impl) -> HashMap<ValueId, State> {
+pub(super) fn input_states(case: &Case, imp: &Impl) -> HashMap<ValueId, State> {
     (0..case.inputs.len())
         .map(|i| (case.inputs[i].spec_value, input_state(case, i, imp)))
         .collect()
 }
 
 /// The spec value named `name` and its lowered term.
-fn spec_term(case: &Case, name: &str) -> (ValueId, crate::lower::Tpl) {
+pub(super) fn spec_term(case: &Case, name: &str) -> (ValueId, crate::lower::Tpl) {
     let n = case.spec.nodes.iter().position(|n| n.name == name).unwrap();
     let metas = infer_graph(&case.spec, &case.ops).metas;
     let low = with_ctx(case, |ctx| lower(ctx, &case.spec, &metas, None, n, 0));
@@ -81,7 +81,7 @@ fn spec_term(case: &Case, name: &str) -> (ValueId, crate::lower::Tpl) {
 }
 
 /// The fast path's relation of `z` in `case`, from its inputs' relations.
-fn fast_z(case: &Case) -> Option<Rel> {
+pub(super) fn fast_z(case: &Case) -> Option<Rel> {
     let imp = impl_of(case);
     let state = input_states(case, &imp);
     let (_, t) = spec_term(case, "z");
@@ -92,7 +92,7 @@ fn fast_z(case: &Case) -> Option<Rel> {
 /// input random, a spec input the value of its relation's first expression over them; leaves
 /// a relation lists as replicas take one value), and checks that every expression of `rel`,
 /// and every group of equal leaves, evaluates to the spec's `z`. `Err` names what differs.
-fn holds(case: &Case, rel: &Rel, seed: f64) -> Result<(), String> {
+pub(super) fn holds(case: &Case, rel: &Rel, seed: f64) -> Result<(), String> {
     let imp = impl_of(case);
     let state = input_states(case, &imp);
     let mut next = seeded_values(seed);
@@ -195,6 +195,8 @@ const CALLS: &[&str] = &[
     "aten.exp.default(x)",
     "aten.sigmoid.default(x)",
     "aten.add.Tensor(x, x)",
+    "aten.mul.Scalar(x, 3.0)",
+    "aten.neg.default(y)",
 ];
 
 /// Element-wise over tensors concatenated alike: the rule derives the concatenation of the

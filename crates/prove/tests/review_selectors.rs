@@ -252,6 +252,16 @@ fn a_vanishing_selector_product_times_an_infinity_is_not_zero() {
     let (full, reduced) = verdicts(&spec, Y_ZERO);
     assert_ne!(full, Verdict::Proved);
     assert_ne!(reduced, Verdict::Proved);
+    // The same with the infinity multiplied in between: `([t == 1]·log(0))·[t == 2]`, one
+    // monomial the selector rule sees whole.
+    let spec = format!(
+        "{}{}        z: \"f32[4]\" = torch.ops.aten.mul.Tensor(xs, 0)\n        l: \"f32[4]\" = torch.ops.aten.log.default(z)\n        al: \"f32[4]\" = torch.ops.aten.mul.Tensor(a, l)\n        y: \"f32[4]\" = torch.ops.aten.mul.Tensor(al, b)",
+        cmp("a", "eq", "t", "1"),
+        cmp("b", "eq", "t", "2"),
+    );
+    let (full, reduced) = verdicts(&spec, Y_ZERO);
+    assert_ne!(full, Verdict::Proved);
+    assert_ne!(reduced, Verdict::Proved);
 }
 
 /// A comparison of a `where` with an infinite branch: `[where(t == 1, log(0), xs) == 0]`.

@@ -181,7 +181,9 @@ fn a_mean_of_positions_through_data() {
 /// `sum(x·0 + p) = n(n - 1)/2`, 1 at 2 rows: kept.
 #[test]
 fn a_sum_of_positions_through_data() {
-    scaled(&format!("{POSITIONS}{POSITIONS_THROUGH_DATA}        c: \"f32[]\" = torch.ops.aten.sum.default(a)"));
+    scaled(&format!(
+        "{POSITIONS}{POSITIONS_THROUGH_DATA}        c: \"f32[]\" = torch.ops.aten.sum.default(a)"
+    ));
 }
 
 /// `prod(x·0 + p + 1)/2 = n!/2`, 1 at 2 rows.

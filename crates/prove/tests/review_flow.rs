@@ -14,7 +14,6 @@ fn case_scaled_by(dir: &Path, body: &str) -> shardproof_case::Case {
         dir,
         "class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[8, 3]\"):\n        y: \"f32[3]\" = torch.ops.aten.mean.dim(x, [0])\n        return (y,)\n",
         &format!("class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[8, 3]\"):\n        m: \"f32[3]\" = torch.ops.aten.mean.dim(x, [0])\n{body}\n        y: \"f32[3]\" = torch.ops.aten.mul.Tensor(m, c)\n        return (y,)\n"),
-        "f32[8, 3]",
     )
 }
 
@@ -25,11 +24,10 @@ fn case_shifted_by(dir: &Path, body: &str) -> shardproof_case::Case {
         dir,
         "class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[8]\"):\n        y: \"f32[8]\" = torch.ops.aten.clone.default(x)\n        return (y,)\n",
         &format!("class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[8]\"):\n{POSITIONS}{body}\n        e: \"f32[8]\" = torch.ops.aten.mul.Tensor(x, q)\n        y: \"f32[8]\" = torch.ops.aten.add.Tensor(x, e)\n        return (y,)\n"),
-        "f32[8]",
     )
 }
 
-fn write_case(dir: &Path, spec: &str, rank: &str, _x: &str) -> shardproof_case::Case {
+fn write_case(dir: &Path, spec: &str, rank: &str) -> shardproof_case::Case {
     std::fs::write(dir.join("spec.py"), spec).unwrap();
     std::fs::write(dir.join("r0.py"), rank).unwrap();
     std::fs::write(

@@ -165,7 +165,6 @@ const POSITIONS_THROUGH_DATA: &str = "        xc: \"f32[8]\" = torch.ops.aten.su
 /// `amax(x·0 + p) = n - 1`, 1 at 2 rows: the maximum of positions through data reads their
 /// count, and the reduction moved the positions' length to 2 without keeping it.
 #[test]
-#[ignore = "known bug: a reduction over positions through data reads their length (fix: /work/notes/s77/prove-review2-fix-2.diff)"]
 fn an_amax_of_positions_through_data() {
     scaled(&format!("{POSITIONS}{POSITIONS_THROUGH_DATA}        c: \"f32[]\" = torch.ops.aten.amax.default(a, [0])"));
 }
@@ -198,7 +197,6 @@ fn an_argmax_of_positions_through_data() {
 
 /// `-amin(x·0 - p) = n - 1`, 1 at 2 rows.
 #[test]
-#[ignore = "known bug: a reduction over positions through data reads their length (fix: /work/notes/s77/prove-review2-fix-2.diff)"]
 fn an_amin_of_positions_through_data() {
     scaled(&format!("{POSITIONS}{POSITIONS_THROUGH_DATA}        na: \"f32[8]\" = torch.ops.aten.neg.default(a)\n        mi: \"f32[]\" = torch.ops.aten.amin.default(na, [0])\n        c: \"f32[]\" = torch.ops.aten.neg.default(mi)"));
 }

@@ -297,7 +297,6 @@ fn a_selector_never_zeroes_a_monomial_holding_an_infinity() {
 
 /// `0·inf`: `[t == 1]·[t == 2]·log(0)` is NaN (IEEE's `0·-inf`), not 0.
 #[test]
-#[ignore = "known bug: smt.rs encodes a non-finite constant as a Z3 real, so `0·inf = 0` there (fix: /work/notes/s77/prove-review2-fix-1.diff)"]
 fn a_vanishing_selector_product_times_an_infinity_is_not_zero() {
     let spec = format!(
         "{}{}{}        z: \"f32[4]\" = torch.ops.aten.mul.Tensor(xs, 0)\n        l: \"f32[4]\" = torch.ops.aten.log.default(z)\n        y: \"f32[4]\" = torch.ops.aten.mul.Tensor(ab, l)",
@@ -373,7 +372,6 @@ fn a_truth_table_of_four_comparisons() {
 /// `[xs > 0]·log(0)·[xs < 0]` is NaN everywhere (IEEE's `0·-inf`), without any selector: the
 /// product of the comparisons is 0 only over the reals.
 #[test]
-#[ignore = "known bug: smt.rs encodes a non-finite constant as a Z3 real, so `0·inf = 0` there (fix: /work/notes/s77/prove-review2-fix-1.diff)"]
 fn two_exclusive_comparisons_times_an_infinity_are_not_zero() {
     let spec = format!(
         "{}{}        z: \"f32[4]\" = torch.ops.aten.mul.Tensor(xs, 0)\n        l: \"f32[4]\" = torch.ops.aten.log.default(z)\n        al: \"f32[4]\" = torch.ops.aten.mul.Tensor(a, l)\n        y: \"f32[4]\" = torch.ops.aten.mul.Tensor(al, b)",

@@ -28,6 +28,9 @@ struct Encoder<'a> {
     atoms: HashMap<AtomId, Ast>,
     symbols: BTreeMap<u32, Ast>,
     side: Vec<Ast>,
+    /// Whether a non-finite constant was encoded: Z3's reals have no inf or NaN (`0·inf = 0`
+    /// there, `NaN` is IEEE's), so an "equal" answer then proves nothing.
+    nonfinite: bool,
 }
 
 impl Encoder<'_> {
@@ -92,7 +95,10 @@ impl Encoder<'_> {
                 self.symbols.insert(s, v);
                 v
             }
-            Atom::NonFinite(k) => z3.real_const(&format!("nonfinite_{k}")),
+            Atom::NonFinite(k) => {
+                self.nonfinite = true;
+                z3.real_const(&format!("nonfinite_{k}"))
+            }
             Atom::App(f, args) => {
                 let xs: Vec<Ast> = args.iter().map(|&x| self.expr(x)).collect();
                 match f {
@@ -216,6 +222,7 @@ pub fn prove_equal(arena: &Arena, a: ExprId, b: ExprId, timeout: Duration) -> Sm
         atoms: HashMap::new(),
         symbols: BTreeMap::new(),
         side: Vec::new(),
+        nonfinite: false,
     };
     let (x, y) = (enc.expr(a), enc.expr(b));
     for &s in &enc.side {
@@ -226,6 +233,7 @@ pub fn prove_equal(arena: &Arena, a: ExprId, b: ExprId, timeout: Duration) -> Sm
         return SmtResult::Unknown(format!("Z3 rejected the encoding (error {})", z3.error()));
     }
     let (numbers, asts): (Vec<u32>, Vec<Ast>) = enc.symbols.iter().map(|(s, a)| (*s, *a)).unzip();
+    let nonfinite = enc.nonfinite;
     drop(enc);
     let Some(checked) = z3.check_apart(Z3_GRACE, asts) else {
         return SmtResult::Unknown(format!(
@@ -234,6 +242,11 @@ pub fn prove_equal(arena: &Arena, a: ExprId, b: ExprId, timeout: Duration) -> Sm
         ));
     };
     match checked.answer {
+        // Over the reals a non-finite constant is a number: `[c]·inf` is 0 where `c` is
+        // false, IEEE's NaN; equal there is no proof.
+        Answer::Unsat if nonfinite => SmtResult::Unknown(
+            "Z3 found the sides equal over the reals, which a non-finite constant is not in".into(),
+        ),
         Answer::Unsat => SmtResult::Equal,
         Answer::Unknown => SmtResult::Unknown(checked.reason),
         Answer::Sat => {

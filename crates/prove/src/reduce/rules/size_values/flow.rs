@@ -382,6 +382,18 @@ impl Flows {
                 out.same.push(same);
                 continue;
             }
+            // The largest (smallest) of positions along their own dim is a function of their
+            // length (`max_i i = n - 1`), not a sum over positions of a polynomial in each,
+            // whose degree 1 the rows' symbols keep apart.
+            let along = self.norm(s.c.sizes, m);
+            if matches!(base, "aten.amax" | "aten.amin")
+                && f.degree.iter().any(|(l, d)| *d >= 1 && *l == along)
+            {
+                s.pin(
+                    m,
+                    "reduces positions along their own dim: the result reads their count",
+                );
+            }
             match base {
                 "aten.sum" if rep => {
                     s.pin(m, "sums a tensor a term repeats along: the sum counts the elements");

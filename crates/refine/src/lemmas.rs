@@ -20,7 +20,7 @@ mod elements;
 mod elementwise;
 mod flash;
 mod identities;
-mod layout;
+pub(crate) mod layout;
 mod linear;
 mod loss_parallel;
 mod matmul;

@@ -828,18 +828,7 @@ fn viewed_shards(imp: &Impl, t: &Tpl, forms: &[(ValueId, Form)]) -> Option<Rel> 
     if src.iter().product::<usize>() != target.iter().product::<usize>() {
         return None;
     }
-    // The target dim where the concatenated dim starts: the dims before it flatten alike.
-    let before: usize = src[..d].iter().product();
-    let (mut acc, mut td) = (1usize, 0usize);
-    while td < target.len() && acc < before {
-        acc *= target[td];
-        td += 1;
-    }
-    if acc != before || td >= target.len() {
-        return None;
-    }
-    let rest: usize = src[d + 1..].iter().product();
-    let trest: usize = target[td + 1..].iter().product();
+    let (td, rest, trest) = crate::lemmas::layout::cat_dim_in_view(&src, &target, d)?;
     if trest == 0 {
         return None;
     }

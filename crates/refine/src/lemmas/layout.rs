@@ -1005,17 +1005,17 @@ fn nested_view_of_cat(
     Some(cat(g, td, rows))
 }
 
-fn view_of_cat(
-    g: &mut Graph,
+/// Where a view of `src` to `target` puts `src`'s dim `d`: the target dim `td` it starts (the
+/// dims before it flatten alike: their products agree), with the element counts after `d` in
+/// `src` and after `td` in `target`. `None` where no target dim starts there. Shared with the
+/// fast path, which must relate a view of a concatenation exactly as this lemma does.
+pub(crate) fn cat_dim_in_view(
     src: &[usize],
     target: &[usize],
     d: usize,
-    pieces: &[Id],
-) -> Option<Id> {
+) -> Option<(usize, usize, usize)> {
     let before: usize = src[..d].iter().product();
-    // The target dim where the partitioned dim starts: the products before it must agree.
-    let mut acc = 1;
-    let mut td = 0;
+    let (mut acc, mut td) = (1usize, 0usize);
     while td < target.len() && acc < before {
         acc *= target[td];
         td += 1;
@@ -1025,6 +1025,17 @@ fn view_of_cat(
     }
     let rest: usize = src[d + 1..].iter().product();
     let trest: usize = target[td + 1..].iter().product();
+    Some((td, rest, trest))
+}
+
+fn view_of_cat(
+    g: &mut Graph,
+    src: &[usize],
+    target: &[usize],
+    d: usize,
+    pieces: &[Id],
+) -> Option<Id> {
+    let (td, rest, trest) = cat_dim_in_view(src, target, d)?;
     let szs = sizes(g, pieces, d)?;
     if szs.iter().any(|&m| !(m * rest).is_multiple_of(trest)) {
         return nested_view_of_cat(g, target, td, rest, &szs, pieces);

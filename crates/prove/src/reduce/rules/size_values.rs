@@ -96,6 +96,16 @@ impl Call<'_> {
             .then(|| self.bound.get(name))
             .flatten()
     }
+
+    /// The sizes of value `v` as walked so far (none where it has no known shape).
+    fn dims_of(&self, v: ValueId) -> Vec<Mono> {
+        self.dims
+            .get(v.node)
+            .and_then(|o| o.get(v.output))
+            .cloned()
+            .flatten()
+            .unwrap_or_default()
+    }
 }
 
 fn union(into: &mut Vec<Mono>, from: &[Mono]) {
@@ -179,14 +189,7 @@ impl SizeValues {
                 union(&mut union_all, r);
             }
         }
-        let dims_of = |v: ValueId| -> Vec<Mono> {
-            c.dims
-                .get(v.node)
-                .and_then(|o| o.get(v.output))
-                .cloned()
-                .flatten()
-                .unwrap_or_default()
-        };
+        let dims_of = |v: ValueId| c.dims_of(v);
         let here = location(c.g, c.i);
         let mut pin = |ms: &[Mono], what: &str| {
             for m in ms {

@@ -226,14 +226,7 @@ impl Flows {
         literal: bool,
         pins: &mut Vec<(Mono, String)>,
     ) {
-        let dims_of = |v: ValueId| -> Vec<Mono> {
-            c.dims
-                .get(v.node)
-                .and_then(|o| o.get(v.output))
-                .cloned()
-                .flatten()
-                .unwrap_or_default()
-        };
+        let dims_of = |v: ValueId| c.dims_of(v);
         let ops: Vec<(&str, ValueId, Flow, Vec<Mono>)> = operands
             .iter()
             .map(|&(n, v)| {

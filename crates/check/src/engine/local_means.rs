@@ -44,51 +44,103 @@ pub(super) enum Pieces {
     Unknown,
 }
 
-impl Pieces {
-    /// A product's answer from its factors': at most one local mean.
-    fn times(self, o: Pieces) -> Pieces {
-        match (self, o) {
-            (Pieces::Spec, x) | (x, Pieces::Spec) => x,
-            _ => Pieces::Unknown,
+/// A walk's answer for one value on every mesh dim at once: bit `k` of `local` where its
+/// pieces on `k` are local means (each `n_k` times the spec's), of `unknown` where that is not
+/// known; neither: the spec's pieces there ([`Pieces::Spec`]). The value is then the spec's
+/// times the product of the `local` dims' sizes (its *factor*), known where no dim is unknown.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Factors {
+    /// Mesh dims whose pieces are local means.
+    pub local: u64,
+    /// Mesh dims where that is not known.
+    pub unknown: u64,
+}
+
+impl Factors {
+    /// The spec's pieces on every mesh dim.
+    const SPEC: Factors = Factors {
+        local: 0,
+        unknown: 0,
+    };
+
+    /// The answer on mesh dim `k`.
+    pub(super) fn on(self, k: usize) -> Pieces {
+        let bit = 1u64.checked_shl(k as u32).unwrap_or(0);
+        if self.unknown & bit != 0 || bit == 0 {
+            Pieces::Unknown
+        } else if self.local & bit != 0 {
+            Pieces::LocalMean
+        } else {
+            Pieces::Spec
         }
+    }
+
+    /// Dims known to be a local mean, the rest cleared of it.
+    fn settle(local: u64, unknown: u64) -> Factors {
+        Factors {
+            local: local & !unknown,
+            unknown,
+        }
+    }
+
+    /// A product's answer from its factors': per mesh dim at most one local mean (two are
+    /// `n_k²` times the spec's, which the answer does not count).
+    fn times(self, o: Factors) -> Factors {
+        Factors::settle(
+            self.local | o.local,
+            self.unknown | o.unknown | (self.local & o.local),
+        )
+    }
+
+    /// The factor by which the value is the spec's: the product of the sizes of its `local`
+    /// mesh dims (`sizes`), where no mesh dim of more than one coordinate is unknown.
+    pub(super) fn factor(self, sizes: &[usize]) -> Option<u64> {
+        let mut f = 1u64;
+        for (k, &n) in sizes.iter().enumerate() {
+            let bit = 1u64.checked_shl(k as u32).unwrap_or(0);
+            if n > 1 && (bit == 0 || self.unknown & bit != 0) {
+                return None;
+            }
+            if self.local & bit != 0 {
+                f = f.checked_mul(n as u64)?;
+            }
+        }
+        Some(f)
     }
 }
 
-/// The answers of a run's walks, per mesh dim asked about: every value a walk reads comes
-/// before the call asking (or from another rank's finished run), so its answer holds for the
-/// rest of the run.
+/// The answers of a run's walks: every value a walk reads comes before the call asking (or
+/// from another rank's finished run), so its answer holds for the rest of the run.
 #[derive(Default)]
 pub(super) struct Memo {
-    per_dim: HashMap<usize, HashMap<(usize, ValueId), Pieces>>,
+    answers: HashMap<(usize, ValueId), Factors>,
 }
 
 /// One walk's state: the rank being propagated (`r`, its placements so far `rp`), the other
-/// ranks' placements (`done`), the mesh dim asked about (`k`), and the answers so far.
+/// ranks' placements (`done`), and the answers so far (every mesh dim at once).
 pub(super) struct LocalMeans<'a, 's> {
     sh: &'a Shared<'s>,
     r: usize,
     rp: &'a RankPlacements,
     done: &'a [Option<Arc<RankPlacements>>],
-    k: usize,
-    memo: HashMap<(usize, ValueId), Pieces>,
+    memo: HashMap<(usize, ValueId), Factors>,
     visits: usize,
 }
 
 /// What one value's answer needs: the answer, or the values to answer first.
 enum Step {
-    Done(Pieces),
+    Done(Factors),
     Need(Vec<(usize, ValueId)>),
 }
 
 impl<'a, 's> LocalMeans<'a, 's> {
-    /// A walk about mesh dim `k` from rank `r` (placements so far `rp`), starting from the
-    /// answers of the run's earlier walks (`memo`; give them back with [`Self::finish`]).
+    /// A walk from rank `r` (placements so far `rp`), starting from the answers of the run's
+    /// earlier walks (`memo`; give them back with [`Self::finish`]).
     pub(super) fn new(
         sh: &'a Shared<'s>,
         r: usize,
         rp: &'a RankPlacements,
         done: &'a [Option<Arc<RankPlacements>>],
-        k: usize,
         memo: &mut Memo,
     ) -> Self {
         LocalMeans {
@@ -96,19 +148,18 @@ impl<'a, 's> LocalMeans<'a, 's> {
             r,
             rp,
             done,
-            k,
-            memo: memo.per_dim.remove(&k).unwrap_or_default(),
+            memo: std::mem::take(&mut memo.answers),
             visits: 0,
         }
     }
 
     /// Hands this walk's answers back to the run's `memo`.
     pub(super) fn finish(self, memo: &mut Memo) {
-        memo.per_dim.insert(self.k, self.memo);
+        memo.answers = self.memo;
     }
 
     /// The answer for value `v` of rank `q`.
-    pub(super) fn of(&mut self, q: usize, v: ValueId) -> Pieces {
+    pub(super) fn of(&mut self, q: usize, v: ValueId) -> Factors {
         let mut stack = vec![(q, v)];
         let mut open: HashSet<(usize, ValueId)> = HashSet::new();
         while let Some(&top) = stack.last() {
@@ -118,7 +169,10 @@ impl<'a, 's> LocalMeans<'a, 's> {
             }
             self.visits += 1;
             if self.visits > MAX_VISITS {
-                return Pieces::Unknown;
+                return Factors {
+                    local: 0,
+                    unknown: u64::MAX,
+                };
             }
             match self.step(top.0, top.1) {
                 Step::Done(p) => {
@@ -131,7 +185,13 @@ impl<'a, 's> LocalMeans<'a, 's> {
                     for d in deps {
                         // A value that waits on itself (messages in a cycle): no answer.
                         if open.contains(&d) {
-                            self.memo.insert(d, Pieces::Unknown);
+                            self.memo.insert(
+                                d,
+                                Factors {
+                                    local: 0,
+                                    unknown: u64::MAX,
+                                },
+                            );
                         } else {
                             stack.push(d);
                         }
@@ -139,7 +199,10 @@ impl<'a, 's> LocalMeans<'a, 's> {
                 }
             }
         }
-        self.memo.get(&(q, v)).copied().unwrap_or(Pieces::Unknown)
+        self.memo.get(&(q, v)).copied().unwrap_or(Factors {
+            local: 0,
+            unknown: u64::MAX,
+        })
     }
 
     /// Rank `q`'s placements, where known.
@@ -158,43 +221,65 @@ impl<'a, 's> LocalMeans<'a, 's> {
 
     /// One value's answer from its inputs' (or the inputs it still needs).
     fn step(&self, q: usize, v: ValueId) -> Step {
-        let sh = self.sh;
-        let k = self.k;
-        let nd = sh.program.mesh.dims.len();
+        const UNKNOWN: Factors = Factors {
+            local: 0,
+            unknown: u64::MAX,
+        };
+        let nd = self.sh.program.mesh.dims.len();
         let Some(rp) = self.placements(q) else {
-            return Step::Done(Pieces::Unknown);
+            return Step::Done(UNKNOWN);
         };
-        let g = &sh.program.ranks[q];
         let Some(at) = Self::at(rp, v).filter(|&a| (a + 1) * nd <= rp.places.len()) else {
-            return Step::Done(Pieces::Unknown);
+            return Step::Done(UNKNOWN);
         };
-        // The folded share's records: pieces of `k` summed instead of averaged, or pending.
-        let bit = 1u64.checked_shl(k as u32).unwrap_or(0);
+        // The folded share's records: pieces of `k` summed instead of averaged (`Unknown`),
+        // or pending (`LocalMean`); the other mesh dims as the operator gives them.
         let records = (0..nd).map(|m| at * nd + m);
-        if records.clone().any(|x| rp.folded_summed[x] & bit != 0) {
-            return Step::Done(Pieces::Unknown);
+        let summed = records.clone().fold(0u64, |a, x| a | rp.folded_summed[x]);
+        let pending = records.fold(0u64, |a, x| a | rp.folded_pending[x]) & !summed;
+        let covered = summed | pending;
+        let every_dim = 1u64.checked_shl(nd as u32).map_or(u64::MAX, |b| b - 1);
+        let with_records = |f: Factors| {
+            Factors::settle(
+                pending | (f.local & !covered),
+                summed | (f.unknown & !covered),
+            )
+        };
+        if covered & every_dim == every_dim {
+            return Step::Done(with_records(Factors::SPEC));
         }
-        if records.clone().any(|x| rp.folded_pending[x] & bit != 0) {
-            return Step::Done(Pieces::LocalMean);
+        match self.operator_step(q, v, rp, nd) {
+            Step::Done(f) => Step::Done(with_records(f)),
+            need => need,
         }
+    }
+
+    /// The answer an operator gives value `v` of rank `q` (placements `rp`) from its inputs'.
+    fn operator_step(&self, q: usize, v: ValueId, rp: &RankPlacements, nd: usize) -> Step {
+        let sh = self.sh;
+        let g = &sh.program.ranks[q];
         let node = &g.nodes[v.node];
         let NodeKind::Call { op, args, .. } = &node.kind else {
             // A graph input or a module constant: the case's pieces of the spec's tensor.
-            return Step::Done(Pieces::Spec);
+            return Step::Done(Factors::SPEC);
+        };
+        let unknown = Factors {
+            local: 0,
+            unknown: u64::MAX,
         };
         // A received message: the sender's value.
         if op.name == "recv" {
             return match sh.messages.get(&(q, v.node)) {
                 Some(&(s, j)) => match sh.program.ranks[s].nodes[j].inputs().first() {
                     Some(&sent) => self.need_or(&[(s, sent)], |a| a[0]),
-                    None => Step::Done(Pieces::Unknown),
+                    None => Step::Done(unknown),
                 },
-                None => Step::Done(Pieces::Unknown),
+                None => Step::Done(unknown),
             };
         }
         let tensors: Vec<(usize, ValueId)> = node.inputs().into_iter().map(|u| (q, u)).collect();
         let zero = |u: ValueId| Self::at(rp, u).is_some_and(|a| rp.zero.get(a) == Some(&true));
-        let place_on_k = |u: ValueId| {
+        let place_on = |u: ValueId, k: usize| {
             Self::at(rp, u)
                 .and_then(|a| rp.places.get(a * nd + k))
                 .copied()
@@ -230,15 +315,9 @@ impl<'a, 's> LocalMeans<'a, 's> {
                             .filter(|&u| !zero(u))
                             .map(|u| (q, u)),
                     );
-                    self.need_or(&want, |a| {
-                        if a[0] == Pieces::Spec {
-                            same(&a[1..])
-                        } else {
-                            Pieces::Unknown
-                        }
-                    })
+                    self.need_or(&want, |a| spec_first(a[0], same(&a[1..])))
                 }
-                _ => Step::Done(Pieces::Unknown),
+                _ => Step::Done(unknown),
             },
             // A zero fill keeps every piece's factor.
             "masked-fill"
@@ -247,40 +326,49 @@ impl<'a, 's> LocalMeans<'a, 's> {
                     || positional(2).is_some_and(zero) =>
             {
                 let (Some(x), Some(mask)) = (positional(0), positional(1)) else {
-                    return Step::Done(Pieces::Unknown);
+                    return Step::Done(unknown);
                 };
-                self.need_or(&[(q, x), (q, mask)], |a| {
-                    if a[1] == Pieces::Spec {
-                        a[0]
-                    } else {
-                        Pieces::Unknown
-                    }
-                })
+                self.need_or(&[(q, x), (q, mask)], |a| spec_first(a[1], a[0]))
             }
             // Written values and the tensor written into: one sum; the index read as is.
+            // A number written (`scatter.value`) is the spec's own, a zero one no term.
             "scatter" | "index-put" => {
                 let values_at = if family == "scatter" { 3 } else { 2 };
-                let (Some(base), Some(src)) = (positional(0), positional(values_at)) else {
-                    return Step::Done(Pieces::Unknown);
+                let Some(base) = positional(0) else {
+                    return Step::Done(unknown);
                 };
+                let src = positional(values_at);
+                let written_number = match args.get(values_at) {
+                    Some(Arg::Int(x)) => Some(*x != 0),
+                    Some(Arg::Float(x)) => Some(*x != 0.0),
+                    _ => None,
+                };
+                if src.is_none() && written_number.is_none() {
+                    return Step::Done(unknown);
+                }
                 let mut want: Vec<(usize, ValueId)> = tensors
                     .iter()
                     .copied()
-                    .filter(|&(_, u)| u != base && u != src)
+                    .filter(|&(_, u)| u != base && Some(u) != src)
                     .collect();
                 let indices = want.len();
                 want.extend(
-                    [base, src]
+                    [Some(base), src]
                         .into_iter()
+                        .flatten()
                         .filter(|&u| !zero(u))
                         .map(|u| (q, u)),
                 );
+                let nonzero_number = written_number == Some(true);
                 self.need_or(&want, move |a| {
-                    if a[..indices].iter().all(|&p| p == Pieces::Spec) {
-                        same(&a[indices..])
-                    } else {
-                        Pieces::Unknown
+                    let read_as_is = a[..indices]
+                        .iter()
+                        .fold(Factors::SPEC, |acc, &f| acc.times(f));
+                    let mut terms = a[indices..].to_vec();
+                    if nonzero_number {
+                        terms.push(Factors::SPEC);
                     }
+                    spec_first(read_as_is, same(&terms))
                 })
             }
             "elementwise-mul"
@@ -292,87 +380,94 @@ impl<'a, 's> LocalMeans<'a, 's> {
             | "gather"
             | "index-select"
             | "index" => self.need_or(&tensors, |a| {
-                a.iter().fold(Pieces::Spec, |acc, &p| acc.times(p))
+                a.iter().fold(Factors::SPEC, |acc, &p| acc.times(p))
             }),
             "elementwise-div" => self.need_or(&tensors, |a| match a {
                 [x] => *x,
-                [x, Pieces::Spec] => *x,
-                _ => Pieces::Unknown,
+                [x, d] => spec_first(*d, *x),
+                _ => Factors {
+                    local: 0,
+                    unknown: u64::MAX,
+                },
             }),
             "all-reduce" | "all-gather" | "reduce-scatter" | "all-to-all" | "broadcast" => {
-                let over_k = args
+                let over = args
                     .iter()
                     .rev()
                     .find_map(|a| match a {
                         Arg::Str(s) => sh.groups.get(s.as_str()),
                         _ => None,
                     })
-                    .is_none_or(|dims| dims.as_ref().is_none_or(|d| d.contains(&k)));
-                // A gather, a scatter of sums or an exchange over `k` moves (or adds) pieces
-                // of one factor: every element keeps it. An all-reduce over `k` may settle
-                // it (an average of local means is the spec's), which is not followed.
+                    .and_then(|dims| dims.as_ref())
+                    .map_or(u64::MAX, |dims| {
+                        dims.iter()
+                            .fold(0u64, |a, &k| a | 1u64.checked_shl(k as u32).unwrap_or(0))
+                    });
+                // A gather, a scatter of sums or an exchange moves (or adds) pieces of one
+                // factor: every element keeps it. An all-reduce over `k` may settle it (an
+                // average of local means is the spec's), which is not followed: only the
+                // spec's pieces pass on `k`.
                 let moves = matches!(family, "all-gather" | "reduce-scatter" | "all-to-all");
-                if over_k && !moves {
-                    self.need_or(&tensors, |a| {
-                        if a.iter().all(|&p| p == Pieces::Spec) {
-                            Pieces::Spec
-                        } else {
-                            Pieces::Unknown
-                        }
-                    })
-                } else {
-                    self.first_only(&tensors)
+                match self.first_only(&tensors) {
+                    Step::Done(f) if !moves => {
+                        Step::Done(Factors::settle(f.local & !over, f.unknown | (f.local & over)))
+                    }
+                    step => step,
                 }
             }
             "nll-loss-backward" | "mse-loss-backward" => {
                 // (grad_output, self, target, [weight,] reduction, ..): the mean over a batch
-                // `k` splits divides by the rank's count, not the spec's.
+                // a mesh dim splits divides by the rank's count, not the spec's.
                 let (reduction, batch) = if family == "nll-loss-backward" {
                     (int_at(4), positional(2))
                 } else {
                     (int_at(3), positional(1))
                 };
-                let split = batch.is_some_and(|b| {
-                    matches!(
-                        place_on_k(b),
-                        Place::Shard(_) | Place::Blocked(..) | Place::Rows(..)
-                    )
+                let split = batch.map_or(0u64, |b| {
+                    (0..nd.min(64))
+                        .filter(|&k| {
+                            matches!(
+                                place_on(b, k),
+                                Place::Shard(_) | Place::Blocked(..) | Place::Rows(..)
+                            )
+                        })
+                        .fold(0u64, |a, k| a | (1 << k))
                 });
                 self.need_or(&tensors, move |a| {
-                    let all = a.iter().fold(Pieces::Spec, |acc, &p| acc.times(p));
-                    if reduction == Some(1) && split {
-                        all.times(Pieces::LocalMean)
+                    let all = a.iter().fold(Factors::SPEC, |acc, &p| acc.times(p));
+                    if reduction == Some(1) {
+                        all.times(Factors {
+                            local: split,
+                            unknown: 0,
+                        })
                     } else {
                         all
                     }
                 })
             }
             _ => self.need_or(&tensors, |a| {
-                if a.iter().all(|&p| p == Pieces::Spec) {
-                    Pieces::Spec
-                } else {
-                    Pieces::Unknown
+                let any = a.iter().fold(0u64, |acc, f| acc | f.local | f.unknown);
+                Factors {
+                    local: 0,
+                    unknown: any,
                 }
             }),
         }
     }
 
-    /// The first input's answer where every other input is `Spec`.
+    /// The first input's answer on the mesh dims where every other input is `Spec`.
     fn first_only(&self, tensors: &[(usize, ValueId)]) -> Step {
         if tensors.is_empty() {
-            return Step::Done(Pieces::Spec);
+            return Step::Done(Factors::SPEC);
         }
         self.need_or(tensors, |a| {
-            if a[1..].iter().all(|&p| p == Pieces::Spec) {
-                a[0]
-            } else {
-                Pieces::Unknown
-            }
+            let others = a[1..].iter().fold(0u64, |acc, f| acc | f.local | f.unknown);
+            Factors::settle(a[0].local, a[0].unknown | others)
         })
     }
 
     /// `combine` of the answers of `deps` where all are known; else the ones still needed.
-    fn need_or(&self, deps: &[(usize, ValueId)], combine: impl Fn(&[Pieces]) -> Pieces) -> Step {
+    fn need_or(&self, deps: &[(usize, ValueId)], combine: impl Fn(&[Factors]) -> Factors) -> Step {
         let missing: Vec<(usize, ValueId)> = deps
             .iter()
             .copied()
@@ -381,18 +476,30 @@ impl<'a, 's> LocalMeans<'a, 's> {
         if !missing.is_empty() {
             return Step::Need(missing);
         }
-        let answers: Vec<Pieces> = deps.iter().map(|d| self.memo[d]).collect();
+        let answers: Vec<Factors> = deps.iter().map(|d| self.memo[d]).collect();
         Step::Done(combine(&answers))
     }
 }
 
-/// The common answer of a sum's terms (none: `Spec`, a sum of zeros).
-fn same(a: &[Pieces]) -> Pieces {
-    match a.first() {
-        None => Pieces::Spec,
-        Some(&p) if a.iter().all(|&x| x == p) => p,
-        Some(_) => Pieces::Unknown,
+/// The common answer of a sum's terms, per mesh dim (none: `Spec`, a sum of zeros): where
+/// they differ, `Unknown`.
+fn same(a: &[Factors]) -> Factors {
+    let any_local = a.iter().fold(0u64, |acc, f| acc | f.local);
+    let all_local = a.iter().fold(u64::MAX, |acc, f| acc & f.local);
+    let unknown = a.iter().fold(0u64, |acc, f| acc | f.unknown);
+    if a.is_empty() {
+        return Factors::SPEC;
     }
+    Factors::settle(all_local, unknown | (any_local & !all_local))
+}
+
+/// `then` on the mesh dims where `read_as_is` (a mask, an index, a divisor) is `Spec`;
+/// `Unknown` elsewhere.
+fn spec_first(read_as_is: Factors, then: Factors) -> Factors {
+    Factors::settle(
+        then.local,
+        then.unknown | read_as_is.local | read_as_is.unknown,
+    )
 }
 
 /// A folded share read as a share (a lift on mesh dim `m`, `folded_reads`) commits to its
@@ -431,9 +538,11 @@ pub(super) fn commit_folded(
                     .into_iter()
                     .filter(|&v| rp.of(v, nd)[m].is_partial())
                     .collect();
-                let mut walk = LocalMeans::new(sh, r, rp, done, k, memo);
+                let mut walk = LocalMeans::new(sh, r, rp, done, memo);
                 let all_local = !partials.is_empty()
-                    && partials.iter().all(|&v| walk.of(r, v) == Pieces::LocalMean);
+                    && partials
+                        .iter()
+                        .all(|&v| walk.of(r, v).on(k) == Pieces::LocalMean);
                 walk.finish(memo);
                 Some(all_local)
             } else {
@@ -484,38 +593,120 @@ pub(super) fn commit_folded(
     }
 }
 
-/// The input `v` (a `Partial(sum)` on mesh dim `m`) of a reduction over `m` (an all-reduce or
-/// reduce-scatter whose group holds `m`, `in_group`) that derives from a share lifted by a
-/// partial plus it while `m` sharded both (`lifted_means`), where the local-means walk does
-/// not answer `LocalMean` for it on `m`: the lift took its pieces there as local means, each
-/// `n_m` times the spec's, and they are no longer known to be (a product of two, a sum with
-/// the spec's pieces): what they reduce to is not known. `None` for any other call or value.
-/// Where the walk does answer `LocalMean`, the reduction is taken as the rules take it: how
-/// many times the spec's the pieces are is not read (the walk's answer is per mesh dim, and
-/// rows gathered over another mesh dim carry that dim's local means into these pieces too:
-/// DeepSeek's expert gradients are `n_dp * n_ep` times the spec's on dp).
-pub(super) fn lifted_without_local_means(
+/// How a reduction over mesh dim `m` reads its input, a `Partial(sum)` there derived from a
+/// share lifted by a partial plus it while `m` sharded both (`lifted_means`, bit `m`): the
+/// lift took the pieces on `m` as local means, so the value is the spec's times a factor, the
+/// product of the sizes of every mesh dim whose local means reach it (`Factors::factor`:
+/// `n_dp · n_ep` for DeepSeek's expert gradients, whose rows were gathered over ep).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum LiftedReduction {
+    /// Not such a reduction (another call, value or mesh dim): as the rules read it.
+    Ordinary,
+    /// A reduce-scatter of pieces the walk still finds local means on `m`: as the rules read
+    /// it (what the shard's factor is, is not recorded).
+    Scattered,
+    /// The pieces are no longer known to be local means on `m`, or the factor is not known
+    /// (a product of two local means, a sum with the spec's pieces): `Unknown`.
+    Unread,
+    /// An all-reduce sum: every member holds the tensor times `factor`, read as pieces that
+    /// average (`Partial(avg)`), so the sum is `times_n` and only a division by the factor
+    /// completes it. `factor` is recorded on the first mesh dim of the group so read (`1` on
+    /// the others: the product over the `times_n` dims is the factor once).
+    Sum {
+        /// What this mesh dim records as its part of the factor.
+        factor: u64,
+    },
+    /// An all-reduce average over a group as large as the factor: the pieces average to the
+    /// tensor (`Partial(avg)`), the average is the tensor.
+    Average,
+    /// An all-reduce average over a group of another size than the factor: the tensor times
+    /// the factor over the group's size, which no placement carries: `Unknown`.
+    AverageOff {
+        /// The value's factor.
+        factor: u64,
+        /// The group's size.
+        group: u64,
+    },
+}
+
+/// How the reduction (`family`, `reduce_op`, over the mesh dims `group`) on mesh dim `m` of
+/// rank `r` reads its input `v` (`Some` where a `Partial(sum)` on `m`), a partial derived from
+/// a lifted share (see [`LiftedReduction`]). The factor counts every mesh dim, so a group
+/// over dp alone divided by dp x ep (plan 039's expert gradients) completes the mean, and a
+/// sum with no division (dp summing the ranks' local means) is never read as the tensor.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn lifted_reduction(
     sh: &Shared,
     (r, m): (usize, usize),
     family: &str,
-    in_group: bool,
+    reduce_op: Option<Red>,
+    group: &[usize],
     v: Option<ValueId>,
     (rp, done, memo): (
         &RankPlacements,
         &[Option<std::sync::Arc<RankPlacements>>],
         &mut Memo,
     ),
-) -> Option<ValueId> {
-    let v = v?;
-    if !in_group
+) -> LiftedReduction {
+    let nd = sh.program.mesh.dims.len();
+    let lifted = |v: ValueId, k: usize| {
+        k < 64 && rp.lifted_means[rp.offsets[v.node] as usize + v.output] & (1 << k) != 0
+    };
+    let Some(v) = v else {
+        return LiftedReduction::Ordinary;
+    };
+    if !group.contains(&m)
         || !matches!(family, "all-reduce" | "reduce-scatter")
-        || m >= 64
-        || rp.lifted_means[rp.offsets[v.node] as usize + v.output] & (1 << m) == 0
+        || !lifted(v, m)
     {
-        return None;
+        return LiftedReduction::Ordinary;
     }
-    let mut walk = LocalMeans::new(sh, r, rp, done, m, memo);
-    let local = walk.of(r, v) == Pieces::LocalMean;
+    let sizes: Vec<usize> = sh.program.mesh.dims.iter().map(|d| d.1).collect();
+    let mut walk = LocalMeans::new(sh, r, rp, done, memo);
+    let answer = walk.of(r, v);
     walk.finish(memo);
-    (!local).then_some(v)
+    if answer.on(m) != Pieces::LocalMean {
+        return LiftedReduction::Unread;
+    }
+    if family == "reduce-scatter" {
+        return LiftedReduction::Scattered;
+    }
+    let Some(factor) = answer.factor(&sizes) else {
+        return LiftedReduction::Unread;
+    };
+    match reduce_op {
+        Some(Red::Sum) => {
+            // The group's mesh dims this reading applies to: each reads the same input, so
+            // the first of them records the factor.
+            let first = group
+                .iter()
+                .copied()
+                .filter(|&k| {
+                    k == m
+                        || (k < nd
+                            && lifted(v, k)
+                            && rp.of(v, nd)[k] == Place::Partial(Red::Sum)
+                            && answer.on(k) == Pieces::LocalMean)
+                })
+                .min();
+            LiftedReduction::Sum {
+                factor: if first == Some(m) { factor } else { 1 },
+            }
+        }
+        Some(Red::Avg) => {
+            let size: u64 = group
+                .iter()
+                .map(|&k| sizes.get(k).copied().unwrap_or(0) as u64)
+                .product();
+            if size == factor {
+                LiftedReduction::Average
+            } else {
+                LiftedReduction::AverageOff {
+                    factor,
+                    group: size,
+                }
+            }
+        }
+        _ => LiftedReduction::Ordinary,
+    }
 }

@@ -32,6 +32,7 @@ use findings::{
 };
 use frame::FrameMode;
 use recv::{moves_partial, recv_read, resume_at, start_state};
+use local_means::LiftedReduction;
 use scaling::{consumed_folded, folded_share, read_times_n, scale_records, ScaleRecord};
 pub use scaling::{spec_scaling_positions, SpecScaling};
 pub use shared::*;
@@ -655,32 +656,58 @@ fn propagate_rank_from(
                         p => p,
                     };
                     // A partial sum over this mesh dim derived from a share lifted while the
-                    // dim sharded it (`lifted_means`) whose pieces the walk no longer finds
-                    // local means: its reduction over the dim is not proven.
-                    let unread_input = local_means::lifted_without_local_means(
+                    // dim sharded it (`lifted_means`): its reduction reads the pieces by their
+                    // factor over the spec's (`local_means::lifted_reduction`).
+                    let lifted_input = inputs
+                        .first()
+                        .copied()
+                        .filter(|&v| place(v) == Place::Partial(Red::Sum));
+                    let lifted_read = local_means::lifted_reduction(
                         sh,
                         (r, m),
                         rule.family,
-                        group.as_ref().is_some_and(|(d, _)| d.contains(&m)),
-                        inputs
-                            .first()
-                            .copied()
-                            .filter(|&v| place(v) == Place::Partial(Red::Sum)),
+                        match (rule.family, lifted_input) {
+                            ("all-reduce", Some(_)) => match bound.get("reduce_op") {
+                                Some(Arg::Str(s)) => Red::parse(&s),
+                                _ => None,
+                            },
+                            _ => None,
+                        },
+                        group.as_ref().map_or(&[][..], |(d, _)| &d[..]),
+                        lifted_input,
                         (&rp, done, &mut local_means_memo),
                     );
-                    let place = |v: ValueId| match place(v) {
-                        Place::Partial(Red::Sum) if unread_input == Some(v) => Place::Unknown,
-                        p => p,
+                    let place = |v: ValueId| match (place(v), lifted_read) {
+                        (
+                            Place::Partial(Red::Sum),
+                            LiftedReduction::Unread | LiftedReduction::AverageOff { .. },
+                        ) if lifted_input == Some(v) => Place::Unknown,
+                        (
+                            Place::Partial(Red::Sum),
+                            LiftedReduction::Sum { .. } | LiftedReduction::Average,
+                        ) if lifted_input == Some(v) => Place::Partial(Red::Avg),
+                        (p, _) => p,
                     };
-                    let lifted_why = unread_input.map(|_| {
-                        format!(
+                    let lifted_why = match lifted_read {
+                        LiftedReduction::Unread => Some(format!(
                             "`{op}` on mesh dim `{}` reduces a partial derived from a share lifted \
                              while the mesh dim sharded it (pieces each n times the spec's, local \
                              means), whose pieces are no longer known to be local means: what \
                              the reduction gives is not proven",
                             mesh.dims[m].0
-                        )
-                    });
+                        )),
+                        LiftedReduction::AverageOff { factor, group } => Some(format!(
+                            "`{op}` on mesh dim `{}` averages over {group} members a partial \
+                             whose pieces are local means, {factor} times the spec's: the \
+                             average is {factor}/{group} times the tensor",
+                            mesh.dims[m].0
+                        )),
+                        _ => None,
+                    };
+                    let lifted_factor = match lifted_read {
+                        LiftedReduction::Sum { factor } => Some(factor),
+                        _ => None,
+                    };
                     // Whether the collective's input had its dim 0 made by a view that
                     // regrouped dims (dim 0 a flattening: ZeRO's gradient relayout).
                     let regrouped = group.is_some()
@@ -1170,6 +1197,10 @@ fn propagate_rank_from(
                         rp.folded_summed[(base + o) * nd + m] = folded_rec.summed;
                         rp.scaled[(base + o) * nd + m] = now_scaled;
                         rp.times_n[(base + o) * nd + m] = times_n;
+                        match lifted_factor.filter(|_| times_n) {
+                            Some(f) => rp.times_factor.insert((base + o) * nd + m, f),
+                            None => rp.times_factor.remove(&((base + o) * nd + m)),
+                        };
                         rp.scale_unknown[(base + o) * nd + m] = now_scale_unknown && p.is_partial();
                         rp.share_of[(base + o) * nd + m] = if now_scale_unknown && p.is_partial() {
                             share_dim

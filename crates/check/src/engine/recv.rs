@@ -146,6 +146,7 @@ pub(super) fn start_state(
             rp.origin[v0 * nd..].fill(NONE);
             rp.scaled[v0 * nd..].fill(false);
             rp.times_n[v0 * nd..].fill(false);
+            rp.times_factor.retain(|&at, _| at < v0 * nd);
             rp.scale_unknown[v0 * nd..].fill(false);
             rp.share_of[v0 * nd..].fill(0);
             rp.folded_pending[v0 * nd..].fill(0);

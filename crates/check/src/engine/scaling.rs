@@ -625,14 +625,21 @@ pub(super) fn read_times_n(
         // them): only a division by the product of their sizes makes up for
         // them (one mesh dim's size would leave it n times the tensor: was
         // taken as `Replicate()` on each, a false holds).
-        let all_n: usize = (0..nd)
+        // A reduction of local means records its factor (`times_factor`): the product
+        // counts it once.
+        let all_n: u64 = (0..nd)
             .filter(|&k| {
                 rp.times_n[(rp.offsets[v.node] as usize + v.output) * nd + k]
                     && !crate::is_pipeline_dim(mesh, k)
             })
-            .map(|k| mesh.dims[k].1)
-            .product();
-        let by_inverse = |n: usize| {
+            .map(|k| {
+                rp.times_factor
+                    .get(&((rp.offsets[v.node] as usize + v.output) * nd + k))
+                    .copied()
+                    .unwrap_or(mesh.dims[k].1 as u64)
+            })
+            .fold(1u64, |a, f| a.saturating_mul(f));
+        let by_inverse = |n: u64| {
             partial_scaling(
                 op.name.as_str(),
                 bound.get("other").and_then(|a| a.as_f64()),
@@ -643,8 +650,15 @@ pub(super) fn read_times_n(
             ) == Scaling::ByInverseN
         };
         if rules::moves_values(family) {
+            let factor = rp
+                .times_factor
+                .get(&((rp.offsets[v.node] as usize + v.output) * nd + m))
+                .copied();
             for o in 0..nout {
                 rp.times_n[(base + o) * nd + m] = true;
+                if let Some(f) = factor {
+                    rp.times_factor.insert((base + o) * nd + m, f);
+                }
             }
         } else if !stage_dim && matches!(op.name.as_str(), "mul" | "div") && by_inverse(all_n) {
             for o in 0..nout {

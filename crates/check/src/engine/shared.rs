@@ -31,6 +31,11 @@ pub struct RankPlacements {
     /// a division by n the spec does not make turns it into `Replicate()` (the data-parallel
     /// loss: the sum of the local means, divided by n); every other reader sees `Unknown`.
     pub times_n: Vec<bool>,
+    /// Per value and mesh dim (index `value * ndims + m`) where `times_n` is set by a
+    /// reduction of a lifted partial's local means (`local_means::lifted_reduction`): the
+    /// part of the factor this mesh dim counts (the whole factor on the first mesh dim of the
+    /// group, 1 on the others). Absent: the mesh dim's size.
+    pub times_factor: HashMap<usize, u64>,
     /// Per value, per mesh dim: a partial whose pieces were scaled by a number whose meaning
     /// is not known (a factor the spec lacks, or 1/n where another mesh dim has n coordinates
     /// too): its pieces combine by its reduction to the tensor times a factor not known. Rules
@@ -55,7 +60,7 @@ pub struct RankPlacements {
     /// Per value: the mesh dims (bit `k`) where it derives, on this rank, from a share lifted
     /// by a partial plus it while `k` sharded both, their pieces there local means
     /// (`local_means::commit_folded`). A reduction over `k` of its partial sum there reads the
-    /// pieces as averaging (`Partial(avg)`) where the local-means walk confirms them.
+    /// pieces by their factor (`local_means::lifted_reduction`).
     pub lifted_means: Vec<u64>,
     /// Nodes whose outputs are `Unknown` because of the node itself (no rule, opaque, an
     /// input without a layout), as (node, reason).

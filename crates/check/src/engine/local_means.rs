@@ -710,3 +710,53 @@ pub(super) fn lifted_reduction(
         _ => LiftedReduction::Ordinary,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{same, spec_first, Factors, Pieces};
+
+    const DP: u64 = 1;
+    const TP: u64 = 2;
+    const EP: u64 = 4;
+
+    fn local(bits: u64) -> Factors {
+        Factors {
+            local: bits,
+            unknown: 0,
+        }
+    }
+
+    #[test]
+    fn the_factor_is_the_product_of_every_local_mesh_dim_and_unknown_where_one_is() {
+        let sizes = [4, 2, 2];
+        assert_eq!(local(DP | EP).factor(&sizes), Some(8));
+        assert_eq!(local(0).factor(&sizes), Some(1));
+        // An unknown mesh dim of more than one coordinate: the factor is not known.
+        let unknown_tp = Factors {
+            local: DP,
+            unknown: TP,
+        };
+        assert_eq!(unknown_tp.factor(&sizes), None);
+        // Of one coordinate it is 1 either way.
+        assert_eq!(unknown_tp.factor(&[4, 1, 2]), Some(4));
+    }
+
+    #[test]
+    fn a_product_counts_each_mesh_dim_once_and_a_sum_needs_one_answer() {
+        // Local means of different mesh dims multiply into one factor.
+        assert_eq!(local(DP).times(local(EP)), local(DP | EP));
+        // Two local means of one mesh dim are n² times the spec's: not counted.
+        let squared = local(DP).times(local(DP | EP));
+        assert_eq!(squared.on(0), Pieces::Unknown);
+        assert_eq!(squared.on(2), Pieces::LocalMean);
+        // A sum of a local mean and the spec's pieces mixes factors on that mesh dim only.
+        let mixed = same(&[local(DP | EP), local(EP)]);
+        assert_eq!(mixed.on(0), Pieces::Unknown);
+        assert_eq!(mixed.on(2), Pieces::LocalMean);
+        assert_eq!(mixed.on(1), Pieces::Spec);
+        assert_eq!(same(&[]), local(0));
+        // A divisor (or mask, or index) that is not the spec's makes its mesh dims unknown.
+        let quotient = spec_first(local(EP), local(DP));
+        assert_eq!((quotient.on(0), quotient.on(2)), (Pieces::LocalMean, Pieces::Unknown));
+    }
+}

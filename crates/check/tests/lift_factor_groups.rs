@@ -93,7 +93,10 @@ fn run((dp, ep, tp): (usize, usize, usize), dp_tail: &str) -> (Verdict, bool, St
         inputs: &[
             ("z", split.clone()),
             ("labels", split.clone()),
-            ("p", "{ dp: Shard(0), ep: Shard(0), tp: Partial() }".to_string()),
+            (
+                "p",
+                "{ dp: Shard(0), ep: Shard(0), tp: Partial() }".to_string(),
+            ),
             ("a", split),
         ],
     };

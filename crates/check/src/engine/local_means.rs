@@ -409,9 +409,10 @@ impl<'a, 's> LocalMeans<'a, 's> {
                 // spec's pieces pass on `k`.
                 let moves = matches!(family, "all-gather" | "reduce-scatter" | "all-to-all");
                 match self.first_only(&tensors) {
-                    Step::Done(f) if !moves => {
-                        Step::Done(Factors::settle(f.local & !over, f.unknown | (f.local & over)))
-                    }
+                    Step::Done(f) if !moves => Step::Done(Factors::settle(
+                        f.local & !over,
+                        f.unknown | (f.local & over),
+                    )),
                     step => step,
                 }
             }
@@ -655,10 +656,7 @@ pub(super) fn lifted_reduction(
     let Some(v) = v else {
         return LiftedReduction::Ordinary;
     };
-    if !group.contains(&m)
-        || !matches!(family, "all-reduce" | "reduce-scatter")
-        || !lifted(v, m)
-    {
+    if !group.contains(&m) || !matches!(family, "all-reduce" | "reduce-scatter") || !lifted(v, m) {
         return LiftedReduction::Ordinary;
     }
     let sizes: Vec<usize> = sh.program.mesh.dims.iter().map(|d| d.1).collect();
@@ -757,6 +755,9 @@ mod tests {
         assert_eq!(same(&[]), local(0));
         // A divisor (or mask, or index) that is not the spec's makes its mesh dims unknown.
         let quotient = spec_first(local(EP), local(DP));
-        assert_eq!((quotient.on(0), quotient.on(2)), (Pieces::LocalMean, Pieces::Unknown));
+        assert_eq!(
+            (quotient.on(0), quotient.on(2)),
+            (Pieces::LocalMean, Pieces::Unknown)
+        );
     }
 }

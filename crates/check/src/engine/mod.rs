@@ -31,8 +31,8 @@ use findings::{
     LossTerms,
 };
 use frame::FrameMode;
-use recv::{moves_partial, recv_read, resume_at, start_state};
 use local_means::LiftedReduction;
+use recv::{moves_partial, recv_read, resume_at, start_state};
 use scaling::{consumed_folded, folded_share, read_times_n, scale_records, ScaleRecord};
 pub use scaling::{spec_scaling_positions, SpecScaling};
 pub use shared::*;

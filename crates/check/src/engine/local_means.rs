@@ -630,6 +630,26 @@ pub(super) enum LiftedReduction {
     },
 }
 
+impl LiftedReduction {
+    /// Why the reduction (of operator `op`, on mesh dim `dim`) is `Unknown`, where it is.
+    pub(super) fn why(self, op: &impl std::fmt::Display, dim: &str) -> Option<String> {
+        match self {
+            LiftedReduction::Unread => Some(format!(
+                "`{op}` on mesh dim `{dim}` reduces a partial derived from a share lifted \
+                 while the mesh dim sharded it (pieces each n times the spec's, local \
+                 means), whose pieces are no longer known to be local means: what \
+                 the reduction gives is not proven"
+            )),
+            LiftedReduction::AverageOff { factor, group } => Some(format!(
+                "`{op}` on mesh dim `{dim}` averages over {group} members a partial \
+                 whose pieces are local means, {factor} times the spec's: the \
+                 average is {factor}/{group} times the tensor"
+            )),
+            _ => None,
+        }
+    }
+}
+
 /// How the reduction (`family`, `reduce_op`, over the mesh dims `group`) on mesh dim `m` of
 /// rank `r` reads its input `v` (`Some` where a `Partial(sum)` on `m`), a partial derived from
 /// a lifted share (see [`LiftedReduction`]). The factor counts every mesh dim, so a group

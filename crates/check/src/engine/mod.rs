@@ -688,22 +688,7 @@ fn propagate_rank_from(
                         ) if lifted_input == Some(v) => Place::Partial(Red::Avg),
                         (p, _) => p,
                     };
-                    let lifted_why = match lifted_read {
-                        LiftedReduction::Unread => Some(format!(
-                            "`{op}` on mesh dim `{}` reduces a partial derived from a share lifted \
-                             while the mesh dim sharded it (pieces each n times the spec's, local \
-                             means), whose pieces are no longer known to be local means: what \
-                             the reduction gives is not proven",
-                            mesh.dims[m].0
-                        )),
-                        LiftedReduction::AverageOff { factor, group } => Some(format!(
-                            "`{op}` on mesh dim `{}` averages over {group} members a partial \
-                             whose pieces are local means, {factor} times the spec's: the \
-                             average is {factor}/{group} times the tensor",
-                            mesh.dims[m].0
-                        )),
-                        _ => None,
-                    };
+                    let lifted_why = lifted_read.why(op, &mesh.dims[m].0);
                     let lifted_factor = match lifted_read {
                         LiftedReduction::Sum { factor } => Some(factor),
                         _ => None,

@@ -12,13 +12,16 @@
 //! dp's sum gives the spec's value. Every program is run by the interpreter and compared with
 //! the spec.
 
-use shardproof_check::Verdict;
-use shardproof_ir::DType;
+use shardproof_check::{check_case, Verdict};
+use shardproof_interp::{run_graph, run_program, RunConfig};
+use shardproof_ir::{DType, Graph, ValueId};
 use shardproof_ops::{Meta, Tensor};
 use std::collections::BTreeMap;
 
 mod common;
-use common::folded::{check_and_run, Folded};
+use common::dispatch::{load_written, Declared};
+use common::folded::Folded;
+use common::values::close;
 
 /// Rows of the spec's tensors.
 const B: usize = 16;
@@ -67,10 +70,54 @@ fn ar0(input: &str, op: &str, group: &str, output: &str) -> String {
     )
 }
 
+/// As `common::folded::check_and_run`, with a group `dp_ep` spanning dp and ep besides each
+/// mesh dim's own: the verdict, whether every rank's `out` is the spec's, and the report.
+fn check_and_run(
+    folded: &Folded,
+    spec: &str,
+    rank: &str,
+    leaves: &BTreeMap<String, Tensor>,
+    rank_leaves: impl Fn(usize) -> BTreeMap<String, Tensor>,
+) -> (Verdict, bool, String) {
+    let ranks: usize = folded.mesh.iter().map(|d| d.1).product();
+    let mut groups: Vec<(&str, Vec<&str>)> = folded.mesh.iter().map(|d| (d.0, vec![d.0])).collect();
+    groups.push(("dp_ep", vec!["dp", "ep"]));
+    let declared = Declared {
+        name: folded.name,
+        mesh: folded.mesh,
+        groups: &groups,
+        inputs: folded.inputs,
+        outputs: &[("out", "Replicate()".to_string())],
+    };
+    let case = load_written(spec, &vec![rank.to_string(); ranks], &declared);
+    let report = check_case(&case).unwrap();
+    let at = |g: &Graph| ValueId::new(g.nodes.iter().position(|n| n.name == "out").unwrap(), 0);
+    let want = run_graph(&case.spec, leaves, &RunConfig::default())
+        .ok()
+        .and_then(|env| env.get(at(&case.spec)).map(|t| t.data.to_vec()));
+    let per_rank: Vec<BTreeMap<String, Tensor>> = (0..ranks).map(rank_leaves).collect();
+    let right = run_program(&case.program, &per_rank, &RunConfig::default()).is_ok_and(|envs| {
+        envs.iter().zip(&case.program.ranks).all(|(env, g)| {
+            env.get(at(g))
+                .is_some_and(|t: &Tensor| want.as_ref().is_some_and(|w| close(&t.data, w)))
+        })
+    });
+    (report.verdict, right, report.render())
+}
+
 /// What the checker and the interpreter say of ranks on `dp × ep × tp` that reduce over dp
-/// by `dp_tail` (lines reading the tp sum `t`, defining `out`): the verdict, whether every
-/// rank's `out` is the spec's, and the report.
-fn run((dp, ep, tp): (usize, usize, usize), dp_tail: &str) -> (Verdict, bool, String) {
+/// by `dp_tail` (lines reading the tp sum `t`, defining `out`), the sum's rows gathered over
+/// ep first: the verdict, whether every rank's `out` is the spec's, and the report.
+fn run(mesh: (usize, usize, usize), dp_tail: &str) -> (Verdict, bool, String) {
+    run_gathered(mesh, true, dp_tail)
+}
+
+/// As [`run`], the rows gathered over ep first where `gathered` (else each rank sums its own).
+fn run_gathered(
+    (dp, ep, tp): (usize, usize, usize),
+    gathered: bool,
+    dp_tail: &str,
+) -> (Verdict, bool, String) {
     let r = B / (dp * ep);
     let spec = graph(
         B,
@@ -78,12 +125,16 @@ fn run((dp, ep, tp): (usize, usize, usize), dp_tail: &str) -> (Verdict, bool, St
         "",
         "        out: \"f64[]\" = torch.ops.aten.clone.default(l)\n",
     );
-    let gather = format!(
+    let gather = if !gathered {
+        String::new()
+    } else {
+        format!(
         "        yg: \"f64[{g}, {V}]\" = torch.ops._c10d_functional.all_gather_into_tensor.default(y, {ep}, 'ep')
         yy: \"f64[{g}, {V}]\" = torch.ops._c10d_functional.wait_tensor.default(yg)
 ",
-        g = r * ep
-    );
+            g = r * ep
+        )
+    };
     let tail = ar0("l", "sum", "tp", "t") + dp_tail;
     let rank = graph(r, SPEC * (dp * ep) as f64 / tp as f64, &gather, &tail);
     let split = "{ dp: Shard(0), ep: Shard(0) }".to_string();
@@ -194,5 +245,40 @@ fn rows_gathered_over_ep_averaged_over_dp_never_hold() {
         assert!(!right, "{what} is right when run\n{report}");
         assert_ne!(verdict, Verdict::Holds, "{what}\n{report}");
         assert!(report.contains("averages over"), "{what}\n{report}");
+    }
+}
+
+#[test]
+fn rows_summed_over_a_group_of_dp_and_ep_and_divided_by_its_size_hold() {
+    // Dense gradients in plan 039: each rank sums its own rows, the data group `dp_ep` sums
+    // them, and the division by dp x ep completes the mean. The group reads the lift on both
+    // its mesh dims; the factor counts once (on dp; 1 on ep), so dp x ep completes it.
+    for mesh in MESHES {
+        let what = format!("sum over dp_ep / (dp * ep), {mesh:?}");
+        let tail = ar0("t", "sum", "dp_ep", "s")
+            + &format!(
+                "        out: \"f64[]\" = torch.ops.aten.div.Tensor(s, {})\n",
+                mesh.0 * mesh.1
+            );
+        let (verdict, right, report) = run_gathered(mesh, false, &tail);
+        eprintln!("{what}: {verdict:?} (right: {right})\n{report}");
+        assert!(right, "{what} is wrong when run\n{report}");
+        assert_eq!(verdict, Verdict::Holds, "{what}\n{report}");
+    }
+}
+
+#[test]
+fn rows_summed_over_a_group_of_dp_and_ep_and_divided_by_dp_never_hold() {
+    for mesh in MESHES {
+        let what = format!("sum over dp_ep / dp, {mesh:?}");
+        let tail = ar0("t", "sum", "dp_ep", "s")
+            + &format!(
+                "        out: \"f64[]\" = torch.ops.aten.div.Tensor(s, {})\n",
+                mesh.0
+            );
+        let (verdict, right, report) = run_gathered(mesh, false, &tail);
+        eprintln!("{what}: {verdict:?} (right: {right})\n{report}");
+        assert!(!right, "{what} is right when run\n{report}");
+        assert_ne!(verdict, Verdict::Holds, "{what}\n{report}");
     }
 }

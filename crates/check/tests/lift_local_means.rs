@@ -178,6 +178,31 @@ fn the_loss_gradient_plus_the_share_summed_over_dp_never_holds() {
 }
 
 #[test]
+fn the_loss_gradient_with_a_number_scattered_in_plus_the_share_never_holds() {
+    // A number written into the loss gradient (`scatter.value`) is the spec's own, not a
+    // local mean: the partial side mixes factors on dp, whatever dp's reduction.
+    for mesh in MESHES {
+        let r = B / mesh.0;
+        let scattered = |rows: usize| {
+            format!(
+                "        ix: \"i64[{rows}, 1]\" = torch.ops.aten.unsqueeze.default(labels, 1)\n\
+                 \x20       gs: \"f64[{rows}, {V}]\" = torch.ops.aten.scatter.value(gz, 1, ix, 0.5)\n\
+                 \x20       gp: \"f64[{rows}, {V}]\" = torch.ops.aten.mul.Tensor(gs, p)\n"
+            )
+        };
+        for op in ["avg", "sum/n"] {
+            let what = format!("gradient with a number scattered in plus share, dp {op}, {mesh:?}");
+            let (verdict, right, report) =
+                run_with_spec_partial(mesh, &scattered(r), &scattered(B), "", op);
+            eprintln!("{what}: {verdict:?} (right: {right})\n{report}");
+            assert!(!right, "{what} is right when run\n{report}");
+            assert_ne!(verdict, Verdict::Holds, "{what}\n{report}");
+            assert!(report.contains(MIXED), "{what}\n{report}");
+        }
+    }
+}
+
+#[test]
 fn the_loss_gradient_plus_the_share_summed_and_divided_over_dp_holds() {
     // dp's sum divided by dp (as the zoo reduces every gradient over dp): the division by the
     // pieces' factor completes the mean.

@@ -10,6 +10,7 @@ mod common;
 #[path = "common/props.rs"]
 mod props;
 use props::{once, property, Elem, In, Op};
+use shardproof_check::{Place, Red};
 
 const F: Elem = Elem::F64;
 
@@ -429,9 +430,32 @@ const PRODUCTS: &[Op] = &[
         },
         body: |_, _| Some(vec!["out = torch.ops.aten.baddbmm.default(b, x, w)".into()]),
         checked: &["out"],
-        // Batch shards of different mesh dims: a known bug, pinned by
-        // `batch_shards_of_different_mesh_dims_are_no_shard_of_the_product`.
-        known_bug: Some(|p, _| props::mixed_mesh_shards(p)),
+        known_bug: None,
+    },
+    Op {
+        name: "bmm",
+        inputs: |s| {
+            vec![
+                ("x", F, vec![s[0], s[1], s[2]]),
+                ("w", F, vec![s[0], s[2], s[3]]),
+            ]
+        },
+        body: |_, _| Some(vec!["out = torch.ops.aten.bmm.default(x, w)".into()]),
+        checked: &["out"],
+        known_bug: None,
+    },
+    // Batch dims broadcast: `w`'s one batch dim is `x`'s second.
+    Op {
+        name: "matmul_4d_3d",
+        inputs: |s| {
+            vec![
+                ("x", F, vec![s[4], s[0], s[1], s[2]]),
+                ("w", F, vec![s[0], s[2], s[3]]),
+            ]
+        },
+        body: |_, _| Some(vec!["out = torch.ops.aten.matmul.default(x, w)".into()]),
+        checked: &["out"],
+        known_bug: None,
     },
     Op {
         name: "mv",
@@ -658,20 +682,127 @@ fn rank_dependent_slices_and_pads_agree_with_the_interpreter() {
     eprintln!("{:?}", tally.into_inner());
 }
 
-/// Known bug: on `dp x tp`, the batch dim of `baddbmm` sharded over dp in `self` and `x` and
-/// over tp in the other factor: each mesh dim alone reads a batch shard, but rank (i, j)
-/// multiplies batch piece i by batch piece j. The element-wise rules refuse such operands
-/// (`mixed_mesh_shards`); the products' batch dims are not checked across mesh dims.
+fn product(name: &str) -> &'static Op {
+    PRODUCTS.iter().find(|o| o.name == name).unwrap()
+}
+
+/// On `dp x tp`, a batch dim sharded over dp in one factor and over tp in the other: each mesh
+/// dim alone reads a batch shard (a shard beside a replicated factor), but rank (i, j)
+/// multiplies batch piece i by batch piece j. A `placement-consistency` finding, and no claim.
 #[test]
-#[ignore = "known bug: products pair batch shards of different mesh dims; no fix diff (see the report)"]
 fn batch_shards_of_different_mesh_dims_are_no_shard_of_the_product() {
-    let baddbmm = PRODUCTS.iter().find(|o| o.name == "baddbmm").unwrap();
-    let places = [
-        vec![In::S(0), In::R],
-        vec![In::S(0), In::R],
-        vec![In::R, In::S(0)],
-    ];
-    once(baddbmm, &[2, 2], &[1, 1, 1, 1, 0, 0], &places, 1);
+    let (dp, tp) = (vec![In::S(0), In::R], vec![In::R, In::S(0)]);
+    let s = once(
+        product("baddbmm"),
+        &[2, 2],
+        &[1, 1, 1, 1, 0, 0],
+        &[dp.clone(), dp.clone(), tp.clone()],
+        1,
+    );
+    assert!(s.finding && s.claims == 0, "{s:?}");
+    let s = once(product("bmm"), &[2, 2], &[1, 1, 1, 1, 0, 0], &[dp, tp], 1);
+    assert!(s.finding && s.claims == 0, "{s:?}");
+    // torch.matmul's broadcast batch dims: `w`'s one batch dim is `x`'s second.
+    let s = once(
+        product("matmul_4d_3d"),
+        &[2, 2],
+        &[1, 1, 1, 1, 1, 0],
+        &[vec![In::S(1), In::R], vec![In::R, In::S(0)]],
+        1,
+    );
+    assert!(s.finding && s.claims == 0, "{s:?}");
+}
+
+/// A bias sharded over other mesh dims than the product it is added to (`baddbmm`'s batch,
+/// `linear`'s columns): rank (i, j) adds bias piece i to product piece j.
+#[test]
+fn a_bias_sharded_over_other_mesh_dims_than_its_product_is_no_shard() {
+    let (dp, tp) = (vec![In::S(0), In::R], vec![In::R, In::S(0)]);
+    let s = once(
+        product("baddbmm"),
+        &[2, 2],
+        &[1, 1, 1, 1, 0, 0],
+        &[dp.clone(), tp.clone(), tp.clone()],
+        1,
+    );
+    assert!(s.finding && s.claims == 0, "{s:?}");
+    // linear(x, w, b): w's rows (the output's columns) over tp, b over dp.
+    let s = once(
+        product("linear"),
+        &[2, 2],
+        &[1, 1, 1, 1, 0, 0],
+        &[vec![In::R, In::R], tp, dp],
+        1,
+    );
+    assert!(s.finding && s.claims == 0, "{s:?}");
+}
+
+/// What the cross-mesh check must leave alone: factors batch-sharded over the same mesh dims,
+/// and a 2-d product whose factors shard other dims over other mesh dims (`x`'s contracted
+/// dim and `w`'s over dp, `x`'s rows over tp: a partial sum over dp of a row shard over tp).
+#[test]
+fn products_sharded_alike_or_on_other_dims_across_mesh_dims_keep_their_claims() {
+    let both = vec![In::S(0), In::S(0)];
+    let s = once(
+        product("bmm"),
+        &[2, 2],
+        &[1, 1, 1, 1, 0, 0],
+        &[both.clone(), both],
+        1,
+    );
+    assert_eq!(
+        (s.finding, s.claims, &s.places[0]),
+        (false, 1, &vec![Place::Shard(0), Place::Shard(0)])
+    );
+    let mm = Op {
+        name: "mm",
+        inputs: |s| vec![("x", F, vec![s[0], s[1]]), ("w", F, vec![s[1], s[2]])],
+        body: |_, _| Some(vec!["out = torch.ops.aten.mm.default(x, w)".into()]),
+        checked: &["out"],
+        known_bug: None,
+    };
+    let s = once(
+        &mm,
+        &[2, 2],
+        &[1, 1, 1, 0, 0, 0],
+        &[vec![In::S(1), In::S(0)], vec![In::S(0), In::R]],
+        1,
+    );
+    assert_eq!(
+        (s.finding, s.claims, &s.places[0]),
+        (false, 1, &vec![Place::Partial(Red::Sum), Place::Shard(0)])
+    );
+}
+
+/// A factor whose layout on one of the mesh dims is not known (`Varying`: a literal that
+/// differs along tp) shows no mix there: no finding of the cross-mesh check (never one that
+/// names the same batch dim on both sides), and the product claims nothing on that mesh dim.
+#[test]
+fn a_varying_factor_yields_no_cross_mesh_finding() {
+    let ranks: Vec<Vec<String>> = (0..4)
+        .map(|r| {
+            vec![
+                format!("w2 = torch.ops.aten.mul.Tensor(w, {}.0)", 1 + r % 2),
+                "out = torch.ops.aten.bmm.default(x, w2)".into(),
+            ]
+        })
+        .collect();
+    let prog = props::Program {
+        mesh: vec![2, 2],
+        inputs: vec![
+            props::Input::f("x", &[1, 1, 1], &[In::R, In::S(0)]),
+            props::Input::f("w", &[1, 1, 1], &[In::S(0), In::R]),
+        ],
+        spec: vec![
+            "w2 = torch.ops.aten.mul.Tensor(w, 1.0)".into(),
+            "out = torch.ops.aten.bmm.default(x, w2)".into(),
+        ],
+        ranks,
+        checked: vec![("out".into(), "out".into())],
+    };
+    let s = props::run(&prog, 1).unwrap();
+    assert!(!s.finding, "{s:?}");
+    assert_eq!(s.places[0][1], Place::Varying, "{s:?}");
 }
 
 /// Known bug: a slice of a dim sharded over both mesh dims, ending at `n` times the local

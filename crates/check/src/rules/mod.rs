@@ -124,6 +124,11 @@ pub struct Ctx<'a> {
     /// The first tensor argument's placement on every mesh dim (by mesh dim): what a
     /// collective or a view does to one mesh dim's layout depends on the others'.
     pub input_places: &'a [Place],
+    /// Any value's placement on every mesh dim (by mesh dim), shown as `input_places` shows
+    /// the first input's: a product pairs its operands' batch dims (and its bias) across mesh
+    /// dims, which one mesh dim's placements do not show. This mesh dim's entry is the
+    /// engine's; a rule reads its own view of it through `place` ([`Ctx::t`]).
+    pub places_on_mesh: &'a dyn Fn(ValueId) -> Vec<Place>,
     /// For collectives: the mesh dims the caller's group spans.
     pub group_dims: &'a [usize],
     /// For collectives: whether the first tensor argument's dim 0 was made by a view that
@@ -293,6 +298,15 @@ impl<'a> Ctx<'a> {
                 Runs::Unknown
             },
         }
+    }
+
+    /// `t`'s placement on every mesh dim (by mesh dim), this mesh dim's as the rule sees it.
+    pub fn on_every_mesh_dim(&self, t: &T) -> Vec<Place> {
+        let mut places = (self.places_on_mesh)(t.v);
+        if let Some(p) = places.get_mut(self.mesh_dim) {
+            *p = t.p;
+        }
+        places
     }
 
     /// Whether tensor `t` is known to hold only zeros.

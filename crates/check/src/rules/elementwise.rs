@@ -430,14 +430,57 @@ pub(super) fn linear_unary(c: &Ctx) -> Outcome {
     }
 }
 
+/// `native_dropout_backward(grad, mask, scale)`: the gradient times the mask, element by
+/// element (as `mul`: a partial gradient times a replicated mask stays partial). Both operands
+/// must shard a dim over the same mesh dims ([`mixed_mesh_shards`]): a mask sharded over
+/// another mesh dim than the gradient is applied on rank (i, j) as piece j to gradient piece i.
+pub(super) fn dropout_backward(c: &Ctx) -> Outcome {
+    let (Some(grad), Some(mask)) = (c.t("grad_output"), c.t("mask")) else {
+        return c.all(Place::Unknown);
+    };
+    let out_rank = c.out_rank(0);
+    let (g, m) = (c.on_every_mesh_dim(&grad), c.on_every_mesh_dim(&mask));
+    if let Some((dim, mesh_dims)) =
+        mixed_mesh_shards(&[(&g, grad.rank()), (&m, mask.rank())], out_rank)
+    {
+        if mesh_dims.contains(&c.mesh_dim) {
+            return bad(
+                Kind::Consistency,
+                format!(
+                    "applies a dropout mask whose dim {dim} is sharded over other mesh dims than \
+                     the gradient's: each rank masks its piece with another piece's mask"
+                ),
+                Hint::Text(format!(
+                    "shard dim {dim} of the mask over the mesh dims of the gradient's"
+                )),
+                vec![Place::Varying; c.n_out()],
+            );
+        }
+    }
+    match grad.p {
+        Place::Unmasked => c.all(Place::Unmasked),
+        _ => one(merge(&[grad, mask], out_rank, Lin::Mul, false), c.n_out()),
+    }
+}
+
 pub(super) fn linear_unary_own(c: &Ctx) -> Outcome {
     linear_unary(c)
 }
 
+/// `dropout` and `native_dropout` (output and mask): the input's layout, the masks laid out
+/// alike (the case's dropout assumption). A partial input stays partial only where every
+/// rank applies the same mask to its term: that mask is replicated, never partial (the
+/// ranks' masks do not sum to the spec's).
 pub(super) fn dropout(c: &Ctx) -> Outcome {
     let x = c.t("input").or_else(|| c.t("self"));
     match x {
-        Some(x) if x.p.is_partial() => one(merge(&[x], c.out_rank(0), Lin::Mul, false), c.n_out()),
+        Some(x) if x.p.is_partial() => {
+            let mut out = one(merge(&[x], c.out_rank(0), Lin::Mul, false), c.n_out())?;
+            for mask in out.iter_mut().skip(1) {
+                *mask = Place::Replicate;
+            }
+            Ok(out)
+        }
         Some(x) => c.all(x.p),
         None => c.all(Place::Replicate),
     }

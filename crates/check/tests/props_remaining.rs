@@ -1,0 +1,320 @@
+//! Property tests of the rules no other `props_*` file reaches, against the interpreter
+//! (harness: `common/props.rs`): `arange` (its overloads, at literal and shape-made bounds,
+//! and at rank-dependent bounds), `_assert_tensor_metadata`, `scatter_reduce` (every reduce
+//! mode, `include_self` both ways), training `dropout` and `native_dropout` (at `p` 0 and 1,
+//! the probabilities whose masks every program draws alike) with its mask, and
+//! `native_dropout_backward` with a mask input placed on its own.
+
+mod common;
+#[path = "common/props.rs"]
+mod props;
+use props::{once, property, Elem, In, Op};
+use shardproof_check::{Place, Red};
+
+const F: Elem = Elem::F64;
+
+fn x3(s: &[usize]) -> Vec<(&'static str, Elem, Vec<usize>)> {
+    vec![("x", F, vec![s[0], s[1], s[2]])]
+}
+
+/// `arange` of `x`'s last dim added to `x`; `{n}` is the last dim's size in the program's
+/// own shapes (local on the ranks, global in the spec), `{2n}` twice it.
+macro_rules! arange_of_x {
+    ($name:literal, $fmt:literal) => {
+        Op {
+            name: $name,
+            inputs: x3,
+            body: |s, _| {
+                Some(vec![
+                    $fmt.replace("{2n}", &(2 * s[0][2]).to_string())
+                        .replace("{n}", &s[0][2].to_string()),
+                    "out = torch.ops.aten.add.Tensor(x, a)".into(),
+                ])
+            },
+            checked: &["out"],
+            known_bug: None,
+        }
+    };
+}
+
+const ARANGES: &[Op] = &[
+    // Bounds of literals alike in spec and ranks: the range is the same tensor everywhere.
+    Op {
+        name: "arange_literal",
+        inputs: x3,
+        body: |_, z| {
+            Some(vec![
+                format!(
+                    "a = torch.ops.aten.arange.start(1, {}, dtype = torch.float64)",
+                    z[2] + 1
+                ),
+                "out = torch.ops.aten.mul.Tensor(x, a)".into(),
+            ])
+        },
+        checked: &["a", "out"],
+        known_bug: None,
+    },
+    arange_of_x!(
+        "arange_of_the_shape",
+        "a = torch.ops.aten.arange.start(0, {n}, dtype = torch.float64)"
+    ),
+    arange_of_x!(
+        "arange_default",
+        "a = torch.ops.aten.arange.default({n}, dtype = torch.float64)"
+    ),
+    arange_of_x!(
+        "arange_start_step",
+        "a = torch.ops.aten.arange.start_step(0, {2n}, 2, dtype = torch.float64)"
+    ),
+];
+
+const ASSERTS: &[Op] = &[
+    // The assertion has no output: the tensor it reads goes on as it was.
+    Op {
+        name: "assert_dtype",
+        inputs: x3,
+        body: |_, _| {
+            Some(vec![
+                "check = torch.ops.aten._assert_tensor_metadata.default(x, dtype = torch.float64)"
+                    .into(),
+                "out = torch.ops.aten.mul.Tensor(x, 2.0)".into(),
+            ])
+        },
+        checked: &["out"],
+        known_bug: None,
+    },
+    Op {
+        name: "assert_size",
+        inputs: x3,
+        body: |s, _| {
+            Some(vec![
+                format!(
+                    "check = torch.ops.aten._assert_tensor_metadata.default(x, {:?}, None, torch.float64)",
+                    s[0]
+                ),
+                "out = torch.ops.aten.clone.default(x)".into(),
+            ])
+        },
+        checked: &["out"],
+        known_bug: None,
+    },
+];
+
+/// `scatter_reduce.two(x, d, idx, src, reduce, include_self)` with `idx` of `x`'s shape,
+/// its positions within the local size of `x`'s dim d (so within the global one too).
+macro_rules! scatter_reduce {
+    ($name:literal, $reduce:literal, $include_self:literal) => {
+        Op {
+            name: $name,
+            inputs: |s| {
+                let d = s[3] % 3;
+                vec![
+                    ("x", F, vec![s[0], s[1], s[2]]),
+                    ("idx", Elem::Int(0, s[d] as i64), vec![s[0], s[1], s[2]]),
+                    ("src", F, vec![s[0], s[1], s[2]]),
+                ]
+            },
+            body: |_, z| {
+                Some(vec![format!(
+                    "out = torch.ops.aten.scatter_reduce.two(x, {}, idx, src, '{}', include_self = {})",
+                    z[3] % 3,
+                    $reduce,
+                    $include_self
+                )])
+            },
+            checked: &["out"],
+            known_bug: None,
+        }
+    };
+}
+
+const SCATTER_REDUCES: &[Op] = &[
+    scatter_reduce!("scatter_reduce_sum", "sum", "True"),
+    scatter_reduce!("scatter_reduce_sum_excl", "sum", "False"),
+    scatter_reduce!("scatter_reduce_prod", "prod", "True"),
+    scatter_reduce!("scatter_reduce_prod_excl", "prod", "False"),
+    scatter_reduce!("scatter_reduce_mean", "mean", "True"),
+    scatter_reduce!("scatter_reduce_mean_excl", "mean", "False"),
+    scatter_reduce!("scatter_reduce_amax", "amax", "True"),
+    scatter_reduce!("scatter_reduce_amax_excl", "amax", "False"),
+    scatter_reduce!("scatter_reduce_amin", "amin", "True"),
+    scatter_reduce!("scatter_reduce_amin_excl", "amin", "False"),
+];
+
+/// Training dropout at `p` 0 (every element kept, scale 1) and 1 (none kept, scale 0): the
+/// masks every program draws are the same, so the spec's values are the ranks' to compare.
+const DROPOUTS: &[Op] = &[
+    Op {
+        name: "dropout_train_keep_all",
+        inputs: x3,
+        body: |_, _| {
+            Some(vec![
+                "out = torch.ops.aten.dropout.default(x, 0.0, True)".into()
+            ])
+        },
+        checked: &["out"],
+        known_bug: None,
+    },
+    Op {
+        name: "dropout_train_drop_all",
+        inputs: x3,
+        body: |_, _| {
+            Some(vec![
+                "out = torch.ops.aten.dropout.default(x, 1.0, True)".into()
+            ])
+        },
+        checked: &["out"],
+        known_bug: None,
+    },
+    Op {
+        name: "native_dropout_keep_all",
+        inputs: x3,
+        body: |_, _| {
+            Some(vec![
+                "nd = torch.ops.aten.native_dropout.default(x, 0.0, True)".into(),
+                "out = nd[0]".into(),
+                "mask = nd[1]".into(),
+            ])
+        },
+        checked: &["out", "mask"],
+        known_bug: None,
+    },
+    Op {
+        name: "native_dropout_drop_all",
+        inputs: x3,
+        body: |_, _| {
+            Some(vec![
+                "nd = torch.ops.aten.native_dropout.default(x, 1.0, True)".into(),
+                "out = nd[0]".into(),
+                "mask = nd[1]".into(),
+            ])
+        },
+        checked: &["out", "mask"],
+        known_bug: None,
+    },
+    // The backward with its mask an input placed on its own.
+    Op {
+        name: "native_dropout_backward",
+        inputs: |s| {
+            vec![
+                ("g", F, vec![s[0], s[1], s[2]]),
+                ("m", Elem::Bool, vec![s[0], s[1], s[2]]),
+            ]
+        },
+        body: |_, _| {
+            Some(vec![
+                "out = torch.ops.aten.native_dropout_backward.default(g, m, 2.0)".into(),
+            ])
+        },
+        checked: &["out"],
+        known_bug: None,
+    },
+];
+
+fn each(ops: &[Op], cases: u32, seed: u64) {
+    for op in ops {
+        let t = property(op, cases, seed);
+        assert!(t.claims > 0, "{}: no claim was checked ({t:?})", op.name);
+    }
+}
+
+#[test]
+fn arange_placements_agree_with_the_interpreter() {
+    each(ARANGES, 32, 0x5eed_4501);
+}
+
+#[test]
+fn assert_metadata_placements_agree_with_the_interpreter() {
+    each(ASSERTS, 24, 0x5eed_4502);
+}
+
+#[test]
+fn scatter_reduce_placements_agree_with_the_interpreter() {
+    each(SCATTER_REDUCES, 32, 0x5eed_4503);
+}
+
+#[test]
+fn training_dropout_placements_agree_with_the_interpreter() {
+    each(DROPOUTS, 32, 0x5eed_4504);
+}
+
+fn op(ops: &'static [Op], name: &str) -> &'static Op {
+    ops.iter().find(|o| o.name == name).unwrap()
+}
+
+/// A product, `amax` or `amin` of partial terms is no partial of the spec's: no partial claim
+/// (a finding: the reduction reads a partial sum). A sum and a mean stay partial.
+#[test]
+fn a_scatter_reduce_keeps_a_partial_only_for_linear_reductions() {
+    let sum = In::P(Red::Sum);
+    let places = [vec![sum], vec![In::R], vec![sum]];
+    for name in [
+        "scatter_reduce_prod",
+        "scatter_reduce_prod_excl",
+        "scatter_reduce_amax",
+        "scatter_reduce_amin_excl",
+    ] {
+        let s = once(
+            op(SCATTER_REDUCES, name),
+            &[2],
+            &[1, 1, 1, 0, 0, 0],
+            &places,
+            1,
+        );
+        assert!(s.finding && s.claims == 0, "{name}: {s:?}");
+    }
+    for name in ["scatter_reduce_sum", "scatter_reduce_mean_excl"] {
+        let s = once(
+            op(SCATTER_REDUCES, name),
+            &[2],
+            &[1, 1, 1, 0, 0, 0],
+            &places,
+            1,
+        );
+        assert_eq!(
+            (s.finding, s.claims, &s.places[0]),
+            (false, 1, &vec![Place::Partial(Red::Sum)]),
+            "{name}"
+        );
+    }
+}
+
+/// The mask of a partial input's dropout is the one mask every rank applies to its term:
+/// replicated, never partial (n copies of it do not sum to it).
+#[test]
+fn the_dropout_mask_of_a_partial_input_is_replicated() {
+    let s = once(
+        op(DROPOUTS, "native_dropout_keep_all"),
+        &[2],
+        &[1, 2, 1, 0, 0, 0],
+        &[vec![In::P(Red::Sum)]],
+        1,
+    );
+    assert_eq!(
+        (s.claims, &s.places[0], &s.places[1]),
+        (2, &vec![Place::Partial(Red::Sum)], &vec![Place::Replicate])
+    );
+}
+
+/// The dropout backward reads its mask: a mask sharded over tp beside a gradient sharded over
+/// dp masks gradient piece i with mask piece j on rank (i, j).
+#[test]
+fn a_dropout_backward_mask_sharded_over_another_mesh_dim_is_no_shard() {
+    let s = once(
+        op(DROPOUTS, "native_dropout_backward"),
+        &[2, 2],
+        &[1, 1, 1, 0, 0, 0],
+        &[vec![In::S(0), In::R], vec![In::R, In::S(0)]],
+        1,
+    );
+    assert!(s.finding && s.claims == 0, "{s:?}");
+    // Sharded alike: the shard holds.
+    let s = once(
+        op(DROPOUTS, "native_dropout_backward"),
+        &[2, 2],
+        &[1, 1, 1, 0, 0, 0],
+        &[vec![In::S(0), In::R], vec![In::S(0), In::R]],
+        1,
+    );
+    assert_eq!((s.finding, s.claims), (false, 1), "{s:?}");
+}

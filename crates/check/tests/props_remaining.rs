@@ -318,3 +318,34 @@ fn a_dropout_backward_mask_sharded_over_another_mesh_dim_is_no_shard() {
     );
     assert_eq!((s.finding, s.claims), (false, 1), "{s:?}");
 }
+
+/// An `arange` of the local length 1 beside a shard of local size 1: the spec's range has the
+/// global length, so the ranks' one element is no broadcast of it (rank k adds 0 where the
+/// spec adds k). No claim. A graph input of size 1 is the spec's own size-1 tensor: a
+/// broadcast, and the shard holds.
+#[test]
+fn a_replicated_construction_of_local_size_one_beside_a_shard_of_size_one_is_no_broadcast() {
+    let s = once(
+        op(ARANGES, "arange_of_the_shape"),
+        &[2],
+        &[1, 1, 1, 0, 0, 0],
+        &[vec![In::S(2)]],
+        1,
+    );
+    assert_eq!(s.claims, 0, "{s:?}");
+    let plus_input = Op {
+        name: "plus_size_one_input",
+        inputs: |s| vec![("x", F, vec![s[0], s[1], s[2]]), ("b", F, vec![1])],
+        body: |_, _| Some(vec!["out = torch.ops.aten.add.Tensor(x, b)".into()]),
+        checked: &["out"],
+        known_bug: None,
+    };
+    let s = once(
+        &plus_input,
+        &[2],
+        &[1, 1, 1, 0, 0, 0],
+        &[vec![In::S(2)], vec![In::R]],
+        1,
+    );
+    assert_eq!((s.claims, &s.places[0]), (1, &vec![Place::Shard(2)]));
+}

@@ -302,6 +302,18 @@ fn shard_pairing(ts: &[T], places: &[Place], out_rank: usize, shard: Place) -> P
         match p {
             Place::Shard(_) | Place::Blocked(..) if *s != Some(widest) => return Pairing::Open,
             Place::Replicate => match *s {
+                // Of size 1 beside a shard whose pieces are of size 1 too: a broadcast in the
+                // single-device program, or a construction it makes at the global size (an
+                // `arange` of the local length) that each rank pairs with its one element.
+                // Only a graph input (the same tensor in the spec) or a fill reads as the
+                // broadcast; anything else leaves the pairing open.
+                Some(1)
+                    if widest == 1
+                        && t.runs != super::Runs::Input
+                        && !t.constant_along(dim - (out_rank.saturating_sub(t.rank()))) =>
+                {
+                    return Pairing::Open;
+                }
                 Some(n)
                     if n != 1 && !t.constant_along(dim - (out_rank.saturating_sub(t.rank()))) =>
                 {

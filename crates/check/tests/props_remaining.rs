@@ -319,20 +319,28 @@ fn a_dropout_backward_mask_sharded_over_another_mesh_dim_is_no_shard() {
     assert_eq!((s.finding, s.claims), (false, 1), "{s:?}");
 }
 
-/// An `arange` of the local length 1 beside a shard of local size 1: the spec's range has the
-/// global length, so the ranks' one element is no broadcast of it (rank k adds 0 where the
-/// spec adds k). No claim. A graph input of size 1 is the spec's own size-1 tensor: a
-/// broadcast, and the shard holds.
+/// An `arange` (an `eye`, a `linspace`) of the local length 1 beside a shard of local size 1:
+/// the spec's range has the global length, so the ranks' one element is no broadcast of it
+/// (rank k adds 0 where the spec adds k). No claim. A graph input of size 1 is the spec's own
+/// size-1 tensor: a broadcast, and the shard holds.
 #[test]
 fn a_replicated_construction_of_local_size_one_beside_a_shard_of_size_one_is_no_broadcast() {
-    let s = once(
-        op(ARANGES, "arange_of_the_shape"),
-        &[2],
-        &[1, 1, 1, 0, 0, 0],
-        &[vec![In::S(2)]],
-        1,
-    );
-    assert_eq!(s.claims, 0, "{s:?}");
+    for (ops, name, d) in [
+        (ARANGES, "arange_of_the_shape", 2),
+        (ARANGES, "arange_default", 2),
+        (CREATIONS, "eye_of_the_shape", 1),
+        (CREATIONS, "eye_of_the_shape", 2),
+        (CREATIONS, "linspace_of_the_shape", 2),
+    ] {
+        let s = once(
+            op(ops, name),
+            &[2],
+            &[1, 1, 1, 0, 0, 0],
+            &[vec![In::S(d)]],
+            1,
+        );
+        assert_eq!(s.claims, 0, "{name} sharded on {d}: {s:?}");
+    }
     let plus_input = Op {
         name: "plus_size_one_input",
         inputs: |s| vec![("x", F, vec![s[0], s[1], s[2]]), ("b", F, vec![1])],
@@ -348,4 +356,258 @@ fn a_replicated_construction_of_local_size_one_beside_a_shard_of_size_one_is_no_
         1,
     );
     assert_eq!((s.claims, &s.places[0]), (1, &vec![Place::Shard(2)]));
+}
+
+fn xy3(s: &[usize]) -> Vec<(&'static str, Elem, Vec<usize>)> {
+    vec![
+        ("x", F, vec![s[0], s[1], s[2]]),
+        ("y", F, vec![s[0], s[1], s[2]]),
+    ]
+}
+
+/// Lines of a one-operator program on `x` (and `y`) of three dims: `{n}` is `x`'s last dim in
+/// the program's own shapes, `{m}` its middle one, `{d}` a drawn dim (0..3), `{e}` a drawn
+/// small literal (1 or 2).
+fn lines(text: &str, s: &[Vec<usize>], z: &[usize]) -> Vec<String> {
+    text.split('\n')
+        .map(|l| {
+            l.trim()
+                .replace("{n}", &s[0][2].to_string())
+                .replace("{m}", &s[0][1].to_string())
+                .replace("{d}", &(z[3] % 3).to_string())
+                .replace("{e}", &(z[4] % 2 + 1).to_string())
+        })
+        .collect()
+}
+
+macro_rules! on {
+    ($name:literal, $inputs:expr, $text:literal, $checked:expr) => {
+        Op {
+            name: $name,
+            inputs: $inputs,
+            body: |s, z| Some(lines($text, s, z)),
+            checked: $checked,
+            known_bug: None,
+        }
+    };
+}
+
+/// Creation operators beside the input (sizes from the program's own shapes, or literals).
+const CREATIONS: &[Op] = &[
+    on!(
+        "eye_of_the_shape",
+        x3,
+        "e = torch.ops.aten.eye.m({m}, {n}, dtype = torch.float64)
+         out = torch.ops.aten.add.Tensor(x, e)",
+        &["out"]
+    ),
+    on!(
+        "eye_literal",
+        x3,
+        "e = torch.ops.aten.eye.default({e}, dtype = torch.float64)
+         out = torch.ops.aten.mul.Tensor(x, 2.0)",
+        &["e", "out"]
+    ),
+    on!(
+        "linspace_of_the_shape",
+        x3,
+        "l = torch.ops.aten.linspace.default(0.0, 1.0, {n}, dtype = torch.float64)
+         out = torch.ops.aten.add.Tensor(x, l)",
+        &["out"]
+    ),
+    on!(
+        "scalar_tensor",
+        x3,
+        "c = torch.ops.aten.scalar_tensor.default(2.0, dtype = torch.float64)
+         out = torch.ops.aten.mul.Tensor(x, c)",
+        &["c", "out"]
+    ),
+    on!(
+        "ones_of_the_shape",
+        x3,
+        "o = torch.ops.aten.ones.default([{n}], dtype = torch.float64)
+         out = torch.ops.aten.add.Tensor(x, o)",
+        &["out"]
+    ),
+];
+
+/// The `like` family: fills of the input's shape, and `new_*` of literal sizes.
+const LIKES: &[Op] = &[
+    on!(
+        "ones_like",
+        x3,
+        "out = torch.ops.aten.ones_like.default(x)",
+        &["out"]
+    ),
+    on!(
+        "fill_scalar",
+        x3,
+        "out = torch.ops.aten.fill.Scalar(x, 1.5)",
+        &["out"]
+    ),
+    on!("zero", x3, "out = torch.ops.aten.zero.default(x)", &["out"]),
+    on!(
+        "new_zeros",
+        x3,
+        "out = torch.ops.aten.new_zeros.default(x, [{e}, 2])",
+        &["out"]
+    ),
+    on!(
+        "new_ones",
+        x3,
+        "out = torch.ops.aten.new_ones.default(x, [{e}])",
+        &["out"]
+    ),
+    on!(
+        "new_full",
+        x3,
+        "out = torch.ops.aten.new_full.default(x, [2, {e}], 0.5)",
+        &["out"]
+    ),
+];
+
+/// Element-wise operators of a tested family under another name.
+const ALIASES: &[Op] = &[
+    on!(
+        "rsub_scalar",
+        x3,
+        "out = torch.ops.aten.rsub.Scalar(x, 1.0)",
+        &["out"]
+    ),
+    on!(
+        "rsub_tensor",
+        xy3,
+        "out = torch.ops.aten.rsub.Tensor(x, y)",
+        &["out"]
+    ),
+    on!(
+        "clamp_min",
+        x3,
+        "out = torch.ops.aten.clamp_min.default(x, 0.0)",
+        &["out"]
+    ),
+    on!(
+        "fmod_scalar",
+        x3,
+        "out = torch.ops.aten.fmod.Scalar(x, 0.5)",
+        &["out"]
+    ),
+    on!(
+        "eq_tensor",
+        xy3,
+        "out = torch.ops.aten.eq.Tensor(x, y)",
+        &["out"]
+    ),
+    on!(
+        "min_other",
+        xy3,
+        "out = torch.ops.aten.min.other(x, y)",
+        &["out"]
+    ),
+    on!(
+        "sigmoid_backward",
+        xy3,
+        "out = torch.ops.aten.sigmoid_backward.default(x, y)",
+        &["out"]
+    ),
+    on!(
+        "tanh_backward",
+        xy3,
+        "out = torch.ops.aten.tanh_backward.default(x, y)",
+        &["out"]
+    ),
+    on!(
+        "silu_backward",
+        xy3,
+        "out = torch.ops.aten.silu_backward.default(x, y)",
+        &["out"]
+    ),
+];
+
+/// Views, splits, pads and reductions under the names no other file uses.
+const RESHAPES: &[Op] = &[
+    on!(
+        "flatten",
+        x3,
+        "out = torch.ops.aten.flatten.using_ints(x, 1, 2)",
+        &["out"]
+    ),
+    on!(
+        "unflatten",
+        x3,
+        "out = torch.ops.aten.unflatten.int(x, 2, [1, {n}])",
+        &["out"]
+    ),
+    on!(
+        "reshape",
+        x3,
+        "out = torch.ops.aten.reshape.default(x, [-1, {n}])",
+        &["out"]
+    ),
+    on!(
+        "_unsafe_view",
+        x3,
+        "out = torch.ops.aten._unsafe_view.default(x, [-1, {m}, {n}])",
+        &["out"]
+    ),
+    // The first element of the last dim and the rest (in the program's own shapes).
+    Op {
+        name: "split_with_sizes",
+        inputs: x3,
+        body: |s, _| {
+            let n = s[0][2];
+            (n >= 2).then(|| {
+                vec![
+                    format!(
+                        "sp = torch.ops.aten.split_with_sizes.default(x, [1, {}], 2)",
+                        n - 1
+                    ),
+                    "head = sp[0]".into(),
+                    "out = sp[1]".into(),
+                ]
+            })
+        },
+        checked: &["head", "out"],
+        known_bug: None,
+    },
+    on!(
+        "pad",
+        x3,
+        "out = torch.ops.aten.pad.default(x, [0, {e}], 'constant', 0.5)",
+        &["out"]
+    ),
+    on!(
+        "min_dim",
+        x3,
+        "mn = torch.ops.aten.min.dim(x, {d})
+         out = mn[0]
+         arg = mn[1]",
+        &["out", "arg"]
+    ),
+    on!(
+        "min_all",
+        x3,
+        "out = torch.ops.aten.min.default(x)",
+        &["out"]
+    ),
+];
+
+#[test]
+fn creation_placements_agree_with_the_interpreter() {
+    each(CREATIONS, 24, 0x5eed_4505);
+}
+
+#[test]
+fn like_placements_agree_with_the_interpreter() {
+    each(LIKES, 24, 0x5eed_4506);
+}
+
+#[test]
+fn alias_placements_agree_with_the_interpreter() {
+    each(ALIASES, 24, 0x5eed_4507);
+}
+
+#[test]
+fn reshape_split_pad_and_min_placements_agree_with_the_interpreter() {
+    each(RESHAPES, 24, 0x5eed_4508);
 }

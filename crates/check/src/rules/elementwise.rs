@@ -302,18 +302,6 @@ fn shard_pairing(ts: &[T], places: &[Place], out_rank: usize, shard: Place) -> P
         match p {
             Place::Shard(_) | Place::Blocked(..) if *s != Some(widest) => return Pairing::Open,
             Place::Replicate => match *s {
-                // Of size 1 beside a shard whose pieces are of size 1 too: a broadcast in the
-                // single-device program, or a construction it makes at the global size (an
-                // `arange` of the local length) that each rank pairs with its one element.
-                // Only a graph input (the same tensor in the spec) or a fill reads as the
-                // broadcast; anything else leaves the pairing open.
-                Some(1)
-                    if widest == 1
-                        && t.runs != super::Runs::Input
-                        && !t.constant_along(dim - (out_rank.saturating_sub(t.rank()))) =>
-                {
-                    return Pairing::Open;
-                }
                 Some(n)
                     if n != 1 && !t.constant_along(dim - (out_rank.saturating_sub(t.rank()))) =>
                 {
@@ -691,7 +679,17 @@ pub(super) fn addcmul(c: &Ctx) -> Outcome {
     one(merge(&[s, pt], out, Lin::Add, false), c.n_out())
 }
 
+/// Creations: replicated (every rank makes the same tensor from the same literals), except an
+/// `eye` or `linspace` with a dim of size 1: that size may be a local size of 1 whose spec is
+/// the global one, and a replicated operand of size 1 pairs with a shard as a broadcast, while
+/// the spec's identity or range differs along the dim (`Varying`: no claim). The fills are the
+/// same at any size.
 pub(super) fn creation(c: &Ctx) -> Outcome {
+    let name = &c.args.schema().name;
+    let sized = name.starts_with("eye") || name.starts_with("linspace");
+    if sized && out_shape(c, 0).is_none_or(|s| s.contains(&1)) {
+        return c.all(Place::Varying);
+    }
     c.all(Place::Replicate)
 }
 
@@ -699,11 +697,19 @@ pub(super) fn creation(c: &Ctx) -> Outcome {
 /// range; at rank-dependent bounds (step 1, every rank's bounds read), the positions of the
 /// rows a tensor picked at the same bounds holds (`Rows` of a [`RowKey::Spread`] with no
 /// base), else `Varying`.
+///
+/// A range of one element at bounds alike on every rank claims nothing (`Varying`): its bounds
+/// may be a local size of 1 whose spec is the global one, and as a replicated operand of size
+/// 1 it would pair with a shard as a broadcast (rank k adding 0 where the spec adds k).
 pub(super) fn arange(c: &Ctx) -> Outcome {
-    if !c.varies {
-        return c.all(Place::Replicate);
-    }
     let len = out_shape(c, 0).and_then(|s| (s.len() == 1).then(|| s[0]));
+    if !c.varies {
+        return c.all(if len == Some(1) {
+            Place::Varying
+        } else {
+            Place::Replicate
+        });
+    }
     let schema = c.args.schema();
     let starts = (c.peer_ints)("start");
     let ends = (c.peer_ints)("end");

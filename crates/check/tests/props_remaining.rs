@@ -592,6 +592,154 @@ const RESHAPES: &[Op] = &[
     ),
 ];
 
+/// Copies and views under their `_copy` and alias names, `_unsafe_index`, and reductions by
+/// the names no other file uses.
+const COPIES: &[Op] = &[
+    on!(
+        "alias",
+        x3,
+        "out = torch.ops.aten.alias.default(x)",
+        &["out"]
+    ),
+    on!(
+        "detach",
+        x3,
+        "out = torch.ops.aten.detach.default(x)",
+        &["out"]
+    ),
+    on!(
+        "contiguous",
+        x3,
+        "out = torch.ops.aten.contiguous.default(x)",
+        &["out"]
+    ),
+    on!(
+        "_to_copy",
+        x3,
+        "out = torch.ops.aten._to_copy.default(x, dtype = torch.float64)",
+        &["out"]
+    ),
+    on!(
+        "to_dtype",
+        x3,
+        "out = torch.ops.aten.to.dtype(x, torch.float64)",
+        &["out"]
+    ),
+    on!(
+        "lift_fresh_copy",
+        x3,
+        "out = torch.ops.aten.lift_fresh_copy.default(x)",
+        &["out"]
+    ),
+    on!(
+        "permute_copy",
+        x3,
+        "out = torch.ops.aten.permute_copy.default(x, [2, 0, 1])",
+        &["out"]
+    ),
+    on!(
+        "transpose_copy",
+        x3,
+        "out = torch.ops.aten.transpose_copy.int(x, 0, {d})",
+        &["out"]
+    ),
+    on!(
+        "unsqueeze_copy",
+        x3,
+        "out = torch.ops.aten.unsqueeze_copy.default(x, {d})",
+        &["out"]
+    ),
+    on!(
+        "view_copy",
+        x3,
+        "out = torch.ops.aten.view_copy.default(x, [-1, {n}])",
+        &["out"]
+    ),
+    on!(
+        "select_copy",
+        x3,
+        "out = torch.ops.aten.select_copy.int(x, {d}, 0)",
+        &["out"]
+    ),
+    on!(
+        "slice_copy",
+        x3,
+        "out = torch.ops.aten.slice_copy.Tensor(x, {d}, 0, 9223372036854775807)",
+        &["out"]
+    ),
+    on!(
+        "expand_copy",
+        x3,
+        "u = torch.ops.aten.unsqueeze.default(x, 0)
+         out = torch.ops.aten.expand_copy.default(u, [{e}, -1, -1, -1])",
+        &["out"]
+    ),
+    Op {
+        name: "_unsafe_index",
+        inputs: |s| {
+            vec![
+                ("x", F, vec![s[0], s[1], s[2]]),
+                ("i", Elem::Int(0, s[0] as i64), vec![s[3]]),
+            ]
+        },
+        body: |_, _| {
+            Some(vec![
+                "out = torch.ops.aten._unsafe_index.Tensor(x, [i])".into()
+            ])
+        },
+        checked: &["out"],
+        known_bug: None,
+    },
+    on!(
+        "argmin",
+        x3,
+        "out = torch.ops.aten.argmin.default(x, {d})",
+        &["out"]
+    ),
+    Op {
+        name: "any_dim",
+        inputs: |s| vec![("b", Elem::Bool, vec![s[0], s[1], s[2]])],
+        body: |_, z| {
+            Some(vec![format!(
+                "out = torch.ops.aten.any.dim(b, {})",
+                z[3] % 3
+            )])
+        },
+        checked: &["out"],
+        known_bug: None,
+    },
+    Op {
+        name: "all",
+        inputs: |s| vec![("b", Elem::Bool, vec![s[0], s[1], s[2]])],
+        body: |_, _| Some(vec!["out = torch.ops.aten.all.default(b)".into()]),
+        checked: &["out"],
+        known_bug: None,
+    },
+    on!(
+        "remainder_scalar",
+        x3,
+        "out = torch.ops.aten.remainder.Scalar(x, 0.5)",
+        &["out"]
+    ),
+    on!(
+        "nan_to_num",
+        x3,
+        "out = torch.ops.aten.nan_to_num.default(x)",
+        &["out"]
+    ),
+    on!(
+        "atan2",
+        xy3,
+        "out = torch.ops.aten.atan2.default(x, y)",
+        &["out"]
+    ),
+];
+
+#[test]
+fn copy_view_index_and_reduction_alias_placements_agree_with_the_interpreter() {
+    each(COPIES, 16, 0x5eed_4509);
+}
+
 #[test]
 fn creation_placements_agree_with_the_interpreter() {
     each(CREATIONS, 24, 0x5eed_4505);

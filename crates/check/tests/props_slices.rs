@@ -62,7 +62,7 @@ const SLICES: &[Op] = &[
         "slice_from",
         "out = torch.ops.aten.slice.Tensor(x, {d}, {e}, 9223372036854775807)"
     ),
-    // The sliced dim sharded over both mesh dims: a known bug, pinned by
+    // The sliced dim sharded over both mesh dims: pinned by
     // `a_slice_of_a_dim_sharded_over_two_mesh_dims_reads_its_whole_size`.
     Op {
         name: "slice_to",
@@ -74,10 +74,7 @@ const SLICES: &[Op] = &[
             )])
         },
         checked: &["out"],
-        known_bug: Some(|p, z| {
-            let d = In::S(z[3] % 3);
-            p.inputs[0].places.iter().filter(|q| **q == d).count() > 1
-        }),
+        known_bug: None,
     },
     on_x!(
         "slice_whole",
@@ -87,7 +84,7 @@ const SLICES: &[Op] = &[
         "slice_step",
         "out = torch.ops.aten.slice.Tensor(x, {d}, 0, 9223372036854775807, {e})"
     ),
-    // Narrowing the sharded dim is a known bug, pinned by
+    // Narrowing the sharded dim: pinned by
     // `a_narrow_of_the_local_length_of_a_shard_is_no_shard`.
     Op {
         name: "narrow",
@@ -99,15 +96,15 @@ const SLICES: &[Op] = &[
             )])
         },
         checked: &["out"],
-        known_bug: Some(|p, z| p.inputs[0].places.contains(&In::S(z[3] % 3))),
+        known_bug: None,
     },
     on_x!("select", "out = torch.ops.aten.select.int(x, {d}, 0)"),
     on_x!("select_last", "out = torch.ops.aten.select.int(x, {d}, -1)"),
 ];
 
 const SCATTERS: &[Op] = &[
-    // Writes `src` (dim d of size e) at the start of dim d. Into a `self` sharded on d it is
-    // a known bug, pinned by `a_slice_scatter_of_a_shard_s_local_length_is_no_replacement`.
+    // Writes `src` (dim d of size e) at the start of dim d. Into a `self` sharded on d: pinned
+    // by `a_slice_scatter_of_a_shard_s_local_length_is_no_replacement`.
     Op {
         name: "slice_scatter",
         inputs: |s| {
@@ -124,7 +121,7 @@ const SCATTERS: &[Op] = &[
             )])
         },
         checked: &["out"],
-        known_bug: Some(|p, z| p.inputs[0].places.contains(&In::S(z[3] % 3))),
+        known_bug: None,
     },
     Op {
         name: "select_scatter",
@@ -233,14 +230,14 @@ const BROADCASTS: &[Op] = &[
         checked: &["out"],
         known_bug: None,
     },
-    // Squeezing a sharded dim of local size 1 is a known bug, pinned by
+    // Squeezing a sharded dim of local size 1: pinned by
     // `a_squeeze_of_a_sharded_dim_of_local_size_one_is_no_shard`.
     Op {
         name: "squeeze.dim",
         inputs: |s| vec![("x", F, vec![s[0], 1, s[2]])],
         body: |_, _| Some(vec!["out = torch.ops.aten.squeeze.dim(x, 1)".into()]),
         checked: &["out"],
-        known_bug: Some(|p, _| p.inputs[0].places.contains(&In::S(1))),
+        known_bug: None,
     },
 ];
 
@@ -360,19 +357,14 @@ const ELEMENTWISE: &[Op] = &[
         "full_like",
         "out = torch.ops.aten.full_like.default(x, 1.5)"
     ),
-    // A source placed otherwise than a sharded `self` is a known bug, pinned by
+    // A source placed otherwise than a sharded `self`: pinned by
     // `a_copy_into_a_shard_takes_the_layout_of_self`.
     Op {
         name: "copy",
         inputs: xy3,
         body: |_, _| Some(vec!["out = torch.ops.aten.copy.default(x, y)".into()]),
         checked: &["out"],
-        known_bug: Some(|p, _| {
-            let (x, y) = (&p.inputs[0].places, &p.inputs[1].places);
-            x.iter()
-                .zip(y)
-                .any(|(a, b)| matches!(a, In::S(_)) && a != b)
-        }),
+        known_bug: None,
     },
     Op {
         name: "full_plus_x",
@@ -536,9 +528,9 @@ fn each_slice_makes_its_checked_claim() {
     assert_eq!(s.claims, 0, "{s:?}");
 }
 
-/// Known bug: `narrow(x, d, start, length)` of the sharded dim `d` with `length` the local
-/// size is read as a slice of the whole dim (the rule reads `end`, which `narrow` lacks):
-/// the shard is kept, while the spec's narrow with the same literals takes the first
+/// Was a false claim (fixed): `narrow(x, d, start, length)` of the sharded dim `d` with `length`
+/// the local size was read as a slice of the whole dim (the rule reads `end`, which `narrow`
+/// lacks): the shard is kept, while the spec's narrow with the same literals takes the first
 /// `length` rows of the global dim only.
 #[test]
 fn a_narrow_of_the_local_length_of_a_shard_is_no_shard() {
@@ -547,10 +539,10 @@ fn a_narrow_of_the_local_length_of_a_shard_is_no_shard() {
     assert_eq!(s.claims, 0, "{s:?}");
 }
 
-/// Known bug: `squeeze` infers the removed dims from the shapes alone: a sharded dim of
-/// local size 1 (global size n) is squeezed on the ranks but kept by the spec's squeeze,
-/// and with several size-1 dims the greedy match may pick another dim; the shard is claimed
-/// of another dim of another shape.
+/// Was a false claim (fixed): `squeeze` inferred the removed dims from the shapes alone: a sharded
+/// dim of local size 1 (global size n) is squeezed on the ranks but kept by the spec's squeeze, and
+/// with several size-1 dims the greedy match may pick another dim; the shard is claimed of another
+/// dim of another shape.
 #[test]
 fn a_squeeze_of_a_sharded_dim_of_local_size_one_is_no_shard() {
     let squeeze = BROADCASTS.iter().find(|o| o.name == "squeeze.dim").unwrap();
@@ -558,8 +550,8 @@ fn a_squeeze_of_a_sharded_dim_of_local_size_one_is_no_shard() {
     assert_eq!(s.claims, 0, "{s:?}");
 }
 
-/// Known bug: `copy(self, src)` takes `src`'s placement, though its result has `self`'s
-/// shape: into a `self` sharded on d, a `src` replicated or partial along d (broadcast to
+/// Was a false claim (fixed): `copy(self, src)` took `src`'s placement, though its result has
+/// `self`'s shape: into a `self` sharded on d, a `src` replicated or partial along d (broadcast to
 /// the rank's piece) is no piece of the spec's broadcast.
 #[test]
 fn a_copy_into_a_shard_takes_the_layout_of_self() {
@@ -577,10 +569,10 @@ fn a_copy_into_a_shard_takes_the_layout_of_self() {
     }
 }
 
-/// Known bug: `slice_scatter(self, src, d, 0, end)` with `end` the local size of a `self`
-/// sharded on d is read as a write of the whole dim (the result is `src`, placed as `src`),
-/// while the spec's slice_scatter with the same literals writes only the first `end` rows
-/// of the global dim and keeps the rest of `self`.
+/// Was a false claim (fixed): `slice_scatter(self, src, d, 0, end)` with `end` the local size of a
+/// `self` sharded on d was read as a write of the whole dim (the result is `src`, placed as `src`),
+/// while the spec's slice_scatter with the same literals writes only the first `end` rows of the
+/// global dim and keeps the rest of `self`.
 #[test]
 fn a_slice_scatter_of_a_shard_s_local_length_is_no_replacement() {
     // self [1, 2, 1] per rank sharded on dim 1, src [1, 2, 1] replicated, end 2.
@@ -805,8 +797,8 @@ fn a_varying_factor_yields_no_cross_mesh_finding() {
     assert_eq!(s.places[0][1], Place::Varying, "{s:?}");
 }
 
-/// Known bug: a slice of a dim sharded over both mesh dims, ending at `n` times the local
-/// size (`n` one mesh dim's size), is read as a slice of the whole dim on each mesh dim: the
+/// Was a false claim (fixed): a slice of a dim sharded over both mesh dims, ending at `n` times the
+/// local size (`n` one mesh dim's size), was read as a slice of the whole dim on each mesh dim: the
 /// global size is the local one times both mesh dims' sizes, so the spec's slice takes part.
 #[test]
 fn a_slice_of_a_dim_sharded_over_two_mesh_dims_reads_its_whole_size() {

@@ -53,6 +53,13 @@ pub(super) fn product(
             (Some(Label::Batch(i)), Some(Label::Batch(j))) if i == j && blocks(a) == blocks(b) => {
                 Ok(placed(Label::Batch(i), blocks(a)))
             }
+            // The same label in different blocks: name the blocks, not two equal labels.
+            (Some(x), Some(y)) if x == y => Err(consistency(format!(
+                "multiplies operands sharded on the same dim ({x:?}) in different blocks ({} \
+                 of the left, {} of the right): their pieces do not pair",
+                blocks(a),
+                blocks(b)
+            ))),
             (x, y) => Err(consistency(format!(
                 "multiplies operands sharded on incompatible dims ({x:?} of the left, {y:?} \
                  of the right)"

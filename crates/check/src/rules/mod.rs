@@ -604,6 +604,36 @@ mod tests {
         assert_eq!(lo.len(), 3);
     }
 
+    /// The same batch label in different blocks is named as such (was "Some(Batch(0)) of the
+    /// left, Some(Batch(0)) of the right", which reads as a contradiction).
+    #[test]
+    fn a_product_of_one_batch_dim_in_different_blocks_names_the_blocks() {
+        let t = |p: Place| T {
+            v: ValueId::new(0, 0),
+            p,
+            meta: Some(Meta::new(shardproof_ir::DType::F64, vec![4, 2, 2])),
+            constant: 0,
+            runs: Runs::Unknown,
+        };
+        let (la, lb, lo) = matmul_labels(3, 3);
+        let out_of = |l: Label| lo.iter().position(|x| *x == l);
+        let (a, b) = (t(Place::Shard(0)), t(Place::blocked(0, 2)));
+        let v = product(&a, &la, &b, &lb, &out_of).unwrap_err();
+        assert_eq!(v.kind, Kind::Consistency);
+        assert!(
+            v.message
+                .contains("same dim (Batch(0)) in different blocks (1 of the left, 2 of"),
+            "{}",
+            v.message
+        );
+        // Blocks alike: the batch shard.
+        let b = t(Place::Shard(0));
+        assert_eq!(
+            product(&a, &la, &b, &lb, &out_of).ok(),
+            Some(Place::Shard(0))
+        );
+    }
+
     #[test]
     fn every_rule_names_a_registered_operator() {
         let reg = shardproof_ops::Registry::builtin();

@@ -740,6 +740,50 @@ fn copy_view_index_and_reduction_alias_placements_agree_with_the_interpreter() {
     each(COPIES, 16, 0x5eed_4509);
 }
 
+/// A replicated table sliced (or narrowed) at a length from the program's own shapes, added to
+/// `x`: the rank's slice has the local length, the spec's the global one.
+const TABLE_SLICES: &[Op] = &[
+    Op {
+        name: "table_slice_of_the_shape",
+        inputs: |s| {
+            vec![
+                ("x", F, vec![s[0], s[1], s[2]]),
+                ("t", F, vec![9, s[1], s[2]]),
+            ]
+        },
+        body: |s, _| {
+            Some(vec![
+                format!("ts = torch.ops.aten.slice.Tensor(t, 0, 0, {})", s[0][0]),
+                "out = torch.ops.aten.add.Tensor(x, ts)".into(),
+            ])
+        },
+        checked: &["out"],
+        known_bug: None,
+    },
+    Op {
+        name: "table_narrow_of_the_shape",
+        inputs: |s| {
+            vec![
+                ("x", F, vec![s[0], s[1], s[2]]),
+                ("t", F, vec![s[0], s[1], 9]),
+            ]
+        },
+        body: |s, _| {
+            Some(vec![
+                format!("ts = torch.ops.aten.narrow.default(t, 2, 1, {})", s[0][2]),
+                "out = torch.ops.aten.mul.Tensor(x, ts)".into(),
+            ])
+        },
+        checked: &["out"],
+        known_bug: None,
+    },
+];
+
+#[test]
+fn table_slice_placements_agree_with_the_interpreter() {
+    each(TABLE_SLICES, 32, 0x5eed_450a);
+}
+
 #[test]
 fn creation_placements_agree_with_the_interpreter() {
     each(CREATIONS, 24, 0x5eed_4505);
@@ -758,4 +802,23 @@ fn alias_placements_agree_with_the_interpreter() {
 #[test]
 fn reshape_split_pad_and_min_placements_agree_with_the_interpreter() {
     each(RESHAPES, 24, 0x5eed_4508);
+}
+
+/// A replicated table sliced (or narrowed) to one row at a length read from the local shapes,
+/// beside a shard of local size 1: rank k reads row 0 where the spec reads row k. No claim.
+#[test]
+fn one_row_of_a_replicated_table_beside_a_shard_of_size_one_is_no_broadcast() {
+    for (name, d) in [
+        ("table_slice_of_the_shape", 0),
+        ("table_narrow_of_the_shape", 2),
+    ] {
+        let s = once(
+            op(TABLE_SLICES, name),
+            &[2],
+            &[1, 1, 1, 0, 0, 0],
+            &[vec![In::S(d)], vec![In::R]],
+            1,
+        );
+        assert_eq!(s.claims, 0, "{name}: {s:?}");
+    }
 }

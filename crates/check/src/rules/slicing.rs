@@ -134,11 +134,6 @@ pub(super) fn slice_like(
             })
         }
         Place::Varying => c.all(Place::Varying),
-        // One row of a longer dim, at bounds alike on every rank: the bounds may be a local
-        // length of 1 whose spec is the global one (a table sliced without the rank's offset),
-        // and as a replicated operand of size 1 the row would pair with a shard as a broadcast
-        // (rank k reading row 0 where the spec reads row k). No claim.
-        Place::Replicate if keeps_dim && out_len == 1 && size > 1 => c.all(Place::Varying),
         p @ (Place::Partial(_) | Place::Replicate) => c.all(p),
         p => c.all(p),
     }

@@ -10,6 +10,7 @@ mod common;
 #[path = "common/props.rs"]
 mod props;
 use props::{once, property, Elem, In, Op};
+use shardproof_check::{Place, Red};
 
 const F: Elem = Elem::F64;
 
@@ -61,7 +62,7 @@ const SLICES: &[Op] = &[
         "slice_from",
         "out = torch.ops.aten.slice.Tensor(x, {d}, {e}, 9223372036854775807)"
     ),
-    // The sliced dim sharded over both mesh dims: a known bug, pinned by
+    // The sliced dim sharded over both mesh dims: pinned by
     // `a_slice_of_a_dim_sharded_over_two_mesh_dims_reads_its_whole_size`.
     Op {
         name: "slice_to",
@@ -73,10 +74,7 @@ const SLICES: &[Op] = &[
             )])
         },
         checked: &["out"],
-        known_bug: Some(|p, z| {
-            let d = In::S(z[3] % 3);
-            p.inputs[0].places.iter().filter(|q| **q == d).count() > 1
-        }),
+        known_bug: None,
     },
     on_x!(
         "slice_whole",
@@ -86,7 +84,7 @@ const SLICES: &[Op] = &[
         "slice_step",
         "out = torch.ops.aten.slice.Tensor(x, {d}, 0, 9223372036854775807, {e})"
     ),
-    // Narrowing the sharded dim is a known bug, pinned by
+    // Narrowing the sharded dim: pinned by
     // `a_narrow_of_the_local_length_of_a_shard_is_no_shard`.
     Op {
         name: "narrow",
@@ -98,15 +96,15 @@ const SLICES: &[Op] = &[
             )])
         },
         checked: &["out"],
-        known_bug: Some(|p, z| p.inputs[0].places.contains(&In::S(z[3] % 3))),
+        known_bug: None,
     },
     on_x!("select", "out = torch.ops.aten.select.int(x, {d}, 0)"),
     on_x!("select_last", "out = torch.ops.aten.select.int(x, {d}, -1)"),
 ];
 
 const SCATTERS: &[Op] = &[
-    // Writes `src` (dim d of size e) at the start of dim d. Into a `self` sharded on d it is
-    // a known bug, pinned by `a_slice_scatter_of_a_shard_s_local_length_is_no_replacement`.
+    // Writes `src` (dim d of size e) at the start of dim d. Into a `self` sharded on d: pinned
+    // by `a_slice_scatter_of_a_shard_s_local_length_is_no_replacement`.
     Op {
         name: "slice_scatter",
         inputs: |s| {
@@ -123,7 +121,7 @@ const SCATTERS: &[Op] = &[
             )])
         },
         checked: &["out"],
-        known_bug: Some(|p, z| p.inputs[0].places.contains(&In::S(z[3] % 3))),
+        known_bug: None,
     },
     Op {
         name: "select_scatter",
@@ -232,14 +230,14 @@ const BROADCASTS: &[Op] = &[
         checked: &["out"],
         known_bug: None,
     },
-    // Squeezing a sharded dim of local size 1 is a known bug, pinned by
+    // Squeezing a sharded dim of local size 1: pinned by
     // `a_squeeze_of_a_sharded_dim_of_local_size_one_is_no_shard`.
     Op {
         name: "squeeze.dim",
         inputs: |s| vec![("x", F, vec![s[0], 1, s[2]])],
         body: |_, _| Some(vec!["out = torch.ops.aten.squeeze.dim(x, 1)".into()]),
         checked: &["out"],
-        known_bug: Some(|p, _| p.inputs[0].places.contains(&In::S(1))),
+        known_bug: None,
     },
 ];
 
@@ -359,19 +357,14 @@ const ELEMENTWISE: &[Op] = &[
         "full_like",
         "out = torch.ops.aten.full_like.default(x, 1.5)"
     ),
-    // A source placed otherwise than a sharded `self` is a known bug, pinned by
+    // A source placed otherwise than a sharded `self`: pinned by
     // `a_copy_into_a_shard_takes_the_layout_of_self`.
     Op {
         name: "copy",
         inputs: xy3,
         body: |_, _| Some(vec!["out = torch.ops.aten.copy.default(x, y)".into()]),
         checked: &["out"],
-        known_bug: Some(|p, _| {
-            let (x, y) = (&p.inputs[0].places, &p.inputs[1].places);
-            x.iter()
-                .zip(y)
-                .any(|(a, b)| matches!(a, In::S(_)) && a != b)
-        }),
+        known_bug: None,
     },
     Op {
         name: "full_plus_x",
@@ -429,9 +422,32 @@ const PRODUCTS: &[Op] = &[
         },
         body: |_, _| Some(vec!["out = torch.ops.aten.baddbmm.default(b, x, w)".into()]),
         checked: &["out"],
-        // Batch shards of different mesh dims: a known bug, pinned by
-        // `batch_shards_of_different_mesh_dims_are_no_shard_of_the_product`.
-        known_bug: Some(|p, _| props::mixed_mesh_shards(p)),
+        known_bug: None,
+    },
+    Op {
+        name: "bmm",
+        inputs: |s| {
+            vec![
+                ("x", F, vec![s[0], s[1], s[2]]),
+                ("w", F, vec![s[0], s[2], s[3]]),
+            ]
+        },
+        body: |_, _| Some(vec!["out = torch.ops.aten.bmm.default(x, w)".into()]),
+        checked: &["out"],
+        known_bug: None,
+    },
+    // Batch dims broadcast: `w`'s one batch dim is `x`'s second.
+    Op {
+        name: "matmul_4d_3d",
+        inputs: |s| {
+            vec![
+                ("x", F, vec![s[4], s[0], s[1], s[2]]),
+                ("w", F, vec![s[0], s[2], s[3]]),
+            ]
+        },
+        body: |_, _| Some(vec!["out = torch.ops.aten.matmul.default(x, w)".into()]),
+        checked: &["out"],
+        known_bug: None,
     },
     Op {
         name: "mv",
@@ -512,9 +528,9 @@ fn each_slice_makes_its_checked_claim() {
     assert_eq!(s.claims, 0, "{s:?}");
 }
 
-/// Known bug: `narrow(x, d, start, length)` of the sharded dim `d` with `length` the local
-/// size is read as a slice of the whole dim (the rule reads `end`, which `narrow` lacks):
-/// the shard is kept, while the spec's narrow with the same literals takes the first
+/// Was a false claim (fixed): `narrow(x, d, start, length)` of the sharded dim `d` with `length`
+/// the local size was read as a slice of the whole dim (the rule reads `end`, which `narrow`
+/// lacks): the shard is kept, while the spec's narrow with the same literals takes the first
 /// `length` rows of the global dim only.
 #[test]
 fn a_narrow_of_the_local_length_of_a_shard_is_no_shard() {
@@ -523,10 +539,10 @@ fn a_narrow_of_the_local_length_of_a_shard_is_no_shard() {
     assert_eq!(s.claims, 0, "{s:?}");
 }
 
-/// Known bug: `squeeze` infers the removed dims from the shapes alone: a sharded dim of
-/// local size 1 (global size n) is squeezed on the ranks but kept by the spec's squeeze,
-/// and with several size-1 dims the greedy match may pick another dim; the shard is claimed
-/// of another dim of another shape.
+/// Was a false claim (fixed): `squeeze` inferred the removed dims from the shapes alone: a sharded
+/// dim of local size 1 (global size n) is squeezed on the ranks but kept by the spec's squeeze, and
+/// with several size-1 dims the greedy match may pick another dim; the shard is claimed of another
+/// dim of another shape.
 #[test]
 fn a_squeeze_of_a_sharded_dim_of_local_size_one_is_no_shard() {
     let squeeze = BROADCASTS.iter().find(|o| o.name == "squeeze.dim").unwrap();
@@ -534,8 +550,8 @@ fn a_squeeze_of_a_sharded_dim_of_local_size_one_is_no_shard() {
     assert_eq!(s.claims, 0, "{s:?}");
 }
 
-/// Known bug: `copy(self, src)` takes `src`'s placement, though its result has `self`'s
-/// shape: into a `self` sharded on d, a `src` replicated or partial along d (broadcast to
+/// Was a false claim (fixed): `copy(self, src)` took `src`'s placement, though its result has
+/// `self`'s shape: into a `self` sharded on d, a `src` replicated or partial along d (broadcast to
 /// the rank's piece) is no piece of the spec's broadcast.
 #[test]
 fn a_copy_into_a_shard_takes_the_layout_of_self() {
@@ -553,10 +569,10 @@ fn a_copy_into_a_shard_takes_the_layout_of_self() {
     }
 }
 
-/// Known bug: `slice_scatter(self, src, d, 0, end)` with `end` the local size of a `self`
-/// sharded on d is read as a write of the whole dim (the result is `src`, placed as `src`),
-/// while the spec's slice_scatter with the same literals writes only the first `end` rows
-/// of the global dim and keeps the rest of `self`.
+/// Was a false claim (fixed): `slice_scatter(self, src, d, 0, end)` with `end` the local size of a
+/// `self` sharded on d was read as a write of the whole dim (the result is `src`, placed as `src`),
+/// while the spec's slice_scatter with the same literals writes only the first `end` rows of the
+/// global dim and keeps the rest of `self`.
 #[test]
 fn a_slice_scatter_of_a_shard_s_local_length_is_no_replacement() {
     // self [1, 2, 1] per rank sharded on dim 1, src [1, 2, 1] replicated, end 2.
@@ -658,24 +674,131 @@ fn rank_dependent_slices_and_pads_agree_with_the_interpreter() {
     eprintln!("{:?}", tally.into_inner());
 }
 
-/// Known bug: on `dp x tp`, the batch dim of `baddbmm` sharded over dp in `self` and `x` and
-/// over tp in the other factor: each mesh dim alone reads a batch shard, but rank (i, j)
-/// multiplies batch piece i by batch piece j. The element-wise rules refuse such operands
-/// (`mixed_mesh_shards`); the products' batch dims are not checked across mesh dims.
-#[test]
-#[ignore = "known bug: products pair batch shards of different mesh dims; no fix diff (see the report)"]
-fn batch_shards_of_different_mesh_dims_are_no_shard_of_the_product() {
-    let baddbmm = PRODUCTS.iter().find(|o| o.name == "baddbmm").unwrap();
-    let places = [
-        vec![In::S(0), In::R],
-        vec![In::S(0), In::R],
-        vec![In::R, In::S(0)],
-    ];
-    once(baddbmm, &[2, 2], &[1, 1, 1, 1, 0, 0], &places, 1);
+fn product(name: &str) -> &'static Op {
+    PRODUCTS.iter().find(|o| o.name == name).unwrap()
 }
 
-/// Known bug: a slice of a dim sharded over both mesh dims, ending at `n` times the local
-/// size (`n` one mesh dim's size), is read as a slice of the whole dim on each mesh dim: the
+/// On `dp x tp`, a batch dim sharded over dp in one factor and over tp in the other: each mesh
+/// dim alone reads a batch shard (a shard beside a replicated factor), but rank (i, j)
+/// multiplies batch piece i by batch piece j. A `placement-consistency` finding, and no claim.
+#[test]
+fn batch_shards_of_different_mesh_dims_are_no_shard_of_the_product() {
+    let (dp, tp) = (vec![In::S(0), In::R], vec![In::R, In::S(0)]);
+    let s = once(
+        product("baddbmm"),
+        &[2, 2],
+        &[1, 1, 1, 1, 0, 0],
+        &[dp.clone(), dp.clone(), tp.clone()],
+        1,
+    );
+    assert!(s.finding && s.claims == 0, "{s:?}");
+    let s = once(product("bmm"), &[2, 2], &[1, 1, 1, 1, 0, 0], &[dp, tp], 1);
+    assert!(s.finding && s.claims == 0, "{s:?}");
+    // torch.matmul's broadcast batch dims: `w`'s one batch dim is `x`'s second.
+    let s = once(
+        product("matmul_4d_3d"),
+        &[2, 2],
+        &[1, 1, 1, 1, 1, 0],
+        &[vec![In::S(1), In::R], vec![In::R, In::S(0)]],
+        1,
+    );
+    assert!(s.finding && s.claims == 0, "{s:?}");
+}
+
+/// A bias sharded over other mesh dims than the product it is added to (`baddbmm`'s batch,
+/// `linear`'s columns): rank (i, j) adds bias piece i to product piece j.
+#[test]
+fn a_bias_sharded_over_other_mesh_dims_than_its_product_is_no_shard() {
+    let (dp, tp) = (vec![In::S(0), In::R], vec![In::R, In::S(0)]);
+    let s = once(
+        product("baddbmm"),
+        &[2, 2],
+        &[1, 1, 1, 1, 0, 0],
+        &[dp.clone(), tp.clone(), tp.clone()],
+        1,
+    );
+    assert!(s.finding && s.claims == 0, "{s:?}");
+    // linear(x, w, b): w's rows (the output's columns) over tp, b over dp.
+    let s = once(
+        product("linear"),
+        &[2, 2],
+        &[1, 1, 1, 1, 0, 0],
+        &[vec![In::R, In::R], tp, dp],
+        1,
+    );
+    assert!(s.finding && s.claims == 0, "{s:?}");
+}
+
+/// What the cross-mesh check must leave alone: factors batch-sharded over the same mesh dims,
+/// and a 2-d product whose factors shard other dims over other mesh dims (`x`'s contracted
+/// dim and `w`'s over dp, `x`'s rows over tp: a partial sum over dp of a row shard over tp).
+#[test]
+fn products_sharded_alike_or_on_other_dims_across_mesh_dims_keep_their_claims() {
+    let both = vec![In::S(0), In::S(0)];
+    let s = once(
+        product("bmm"),
+        &[2, 2],
+        &[1, 1, 1, 1, 0, 0],
+        &[both.clone(), both],
+        1,
+    );
+    assert_eq!(
+        (s.finding, s.claims, &s.places[0]),
+        (false, 1, &vec![Place::Shard(0), Place::Shard(0)])
+    );
+    let mm = Op {
+        name: "mm",
+        inputs: |s| vec![("x", F, vec![s[0], s[1]]), ("w", F, vec![s[1], s[2]])],
+        body: |_, _| Some(vec!["out = torch.ops.aten.mm.default(x, w)".into()]),
+        checked: &["out"],
+        known_bug: None,
+    };
+    let s = once(
+        &mm,
+        &[2, 2],
+        &[1, 1, 1, 0, 0, 0],
+        &[vec![In::S(1), In::S(0)], vec![In::S(0), In::R]],
+        1,
+    );
+    assert_eq!(
+        (s.finding, s.claims, &s.places[0]),
+        (false, 1, &vec![Place::Partial(Red::Sum), Place::Shard(0)])
+    );
+}
+
+/// A factor whose layout on one of the mesh dims is not known (`Varying`: a literal that
+/// differs along tp) shows no mix there: no finding of the cross-mesh check (never one that
+/// names the same batch dim on both sides), and the product claims nothing on that mesh dim.
+#[test]
+fn a_varying_factor_yields_no_cross_mesh_finding() {
+    let ranks: Vec<Vec<String>> = (0..4)
+        .map(|r| {
+            vec![
+                format!("w2 = torch.ops.aten.mul.Tensor(w, {}.0)", 1 + r % 2),
+                "out = torch.ops.aten.bmm.default(x, w2)".into(),
+            ]
+        })
+        .collect();
+    let prog = props::Program {
+        mesh: vec![2, 2],
+        inputs: vec![
+            props::Input::f("x", &[1, 1, 1], &[In::R, In::S(0)]),
+            props::Input::f("w", &[1, 1, 1], &[In::S(0), In::R]),
+        ],
+        spec: vec![
+            "w2 = torch.ops.aten.mul.Tensor(w, 1.0)".into(),
+            "out = torch.ops.aten.bmm.default(x, w2)".into(),
+        ],
+        ranks,
+        checked: vec![("out".into(), "out".into())],
+    };
+    let s = props::run(&prog, 1).unwrap();
+    assert!(!s.finding, "{s:?}");
+    assert_eq!(s.places[0][1], Place::Varying, "{s:?}");
+}
+
+/// Was a false claim (fixed): a slice of a dim sharded over both mesh dims, ending at `n` times the
+/// local size (`n` one mesh dim's size), was read as a slice of the whole dim on each mesh dim: the
 /// global size is the local one times both mesh dims' sizes, so the spec's slice takes part.
 #[test]
 fn a_slice_of_a_dim_sharded_over_two_mesh_dims_reads_its_whole_size() {

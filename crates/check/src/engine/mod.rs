@@ -713,7 +713,7 @@ fn propagate_rank_from(
                     // Rows on other mesh dims count there as shards (a view merging them with
                     // this mesh dim's shard reads no layout then); on this one, as the rule
                     // sees them.
-                    let input_places: Vec<Place> = inputs.first().map_or_else(Vec::new, |&v| {
+                    let places_on_mesh = |v: ValueId| -> Vec<Place> {
                         rp.of(v, nd)
                             .iter()
                             .enumerate()
@@ -733,7 +733,9 @@ fn propagate_rank_from(
                                 p => p,
                             })
                             .collect()
-                    });
+                    };
+                    let input_places: Vec<Place> =
+                        inputs.first().map_or_else(Vec::new, |&v| places_on_mesh(v));
                     let group_dims: &[usize] = match &group {
                         Some((dims, _)) => dims,
                         None => &[],
@@ -802,6 +804,7 @@ fn propagate_rank_from(
                         in_group,
                         group_len,
                         input_places: &input_places,
+                        places_on_mesh: &places_on_mesh,
                         group_dims,
                         regrouped,
                         coord: rules::MeshCoord::new(coords[m], mesh.dims[m].1, m, &coord_read),

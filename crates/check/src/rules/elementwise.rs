@@ -430,14 +430,57 @@ pub(super) fn linear_unary(c: &Ctx) -> Outcome {
     }
 }
 
+/// `native_dropout_backward(grad, mask, scale)`: the gradient times the mask, element by
+/// element (as `mul`: a partial gradient times a replicated mask stays partial). Both operands
+/// must shard a dim over the same mesh dims ([`mixed_mesh_shards`]): a mask sharded over
+/// another mesh dim than the gradient is applied on rank (i, j) as piece j to gradient piece i.
+pub(super) fn dropout_backward(c: &Ctx) -> Outcome {
+    let (Some(grad), Some(mask)) = (c.t("grad_output"), c.t("mask")) else {
+        return c.all(Place::Unknown);
+    };
+    let out_rank = c.out_rank(0);
+    let (g, m) = (c.on_every_mesh_dim(&grad), c.on_every_mesh_dim(&mask));
+    if let Some((dim, mesh_dims)) =
+        mixed_mesh_shards(&[(&g, grad.rank()), (&m, mask.rank())], out_rank)
+    {
+        if mesh_dims.contains(&c.mesh_dim) {
+            return bad(
+                Kind::Consistency,
+                format!(
+                    "applies a dropout mask whose dim {dim} is sharded over other mesh dims than \
+                     the gradient's: each rank masks its piece with another piece's mask"
+                ),
+                Hint::Text(format!(
+                    "shard dim {dim} of the mask over the mesh dims of the gradient's"
+                )),
+                vec![Place::Varying; c.n_out()],
+            );
+        }
+    }
+    match grad.p {
+        Place::Unmasked => c.all(Place::Unmasked),
+        _ => one(merge(&[grad, mask], out_rank, Lin::Mul, false), c.n_out()),
+    }
+}
+
 pub(super) fn linear_unary_own(c: &Ctx) -> Outcome {
     linear_unary(c)
 }
 
+/// `dropout` and `native_dropout` (output and mask): the input's layout, the masks laid out
+/// alike (the case's dropout assumption). A partial input stays partial only where every
+/// rank applies the same mask to its term: that mask is replicated, never partial (the
+/// ranks' masks do not sum to the spec's).
 pub(super) fn dropout(c: &Ctx) -> Outcome {
     let x = c.t("input").or_else(|| c.t("self"));
     match x {
-        Some(x) if x.p.is_partial() => one(merge(&[x], c.out_rank(0), Lin::Mul, false), c.n_out()),
+        Some(x) if x.p.is_partial() => {
+            let mut out = one(merge(&[x], c.out_rank(0), Lin::Mul, false), c.n_out())?;
+            for mask in out.iter_mut().skip(1) {
+                *mask = Place::Replicate;
+            }
+            Ok(out)
+        }
         Some(x) => c.all(x.p),
         None => c.all(Place::Replicate),
     }
@@ -636,7 +679,17 @@ pub(super) fn addcmul(c: &Ctx) -> Outcome {
     one(merge(&[s, pt], out, Lin::Add, false), c.n_out())
 }
 
+/// Creations: replicated (every rank makes the same tensor from the same literals), except an
+/// `eye` or `linspace` with a dim of size 1: that size may be a local size of 1 whose spec is
+/// the global one, and a replicated operand of size 1 pairs with a shard as a broadcast, while
+/// the spec's identity or range differs along the dim (`Varying`: no claim). The fills are the
+/// same at any size.
 pub(super) fn creation(c: &Ctx) -> Outcome {
+    let name = &c.args.schema().name;
+    let sized = name.starts_with("eye") || name.starts_with("linspace");
+    if sized && out_shape(c, 0).is_none_or(|s| s.contains(&1)) {
+        return c.all(Place::Varying);
+    }
     c.all(Place::Replicate)
 }
 
@@ -644,11 +697,19 @@ pub(super) fn creation(c: &Ctx) -> Outcome {
 /// range; at rank-dependent bounds (step 1, every rank's bounds read), the positions of the
 /// rows a tensor picked at the same bounds holds (`Rows` of a [`RowKey::Spread`] with no
 /// base), else `Varying`.
+///
+/// A range of one element at bounds alike on every rank claims nothing (`Varying`): its bounds
+/// may be a local size of 1 whose spec is the global one, and as a replicated operand of size
+/// 1 it would pair with a shard as a broadcast (rank k adding 0 where the spec adds k).
 pub(super) fn arange(c: &Ctx) -> Outcome {
-    if !c.varies {
-        return c.all(Place::Replicate);
-    }
     let len = out_shape(c, 0).and_then(|s| (s.len() == 1).then(|| s[0]));
+    if !c.varies {
+        return c.all(if len == Some(1) {
+            Place::Varying
+        } else {
+            Place::Replicate
+        });
+    }
     let schema = c.args.schema();
     let starts = (c.peer_ints)("start");
     let ends = (c.peer_ints)("end");

@@ -275,6 +275,12 @@ pub(super) fn scatter(c: &Ctx) -> Outcome {
     // A scatter is linear in (self, src) jointly for a fixed index: a replicated zero `self`
     // is the partial sum of zeros, so a partial `src` scattered into it stays partial (the
     // router gradient's `scatter(zeros, 1, topk, grad)`).
+    // Linear in them: a plain scatter (positions replaced), a sum, a mean (a sum over a count
+    // the index fixes). A product, `amax` or `amin` of partial terms is no partial of the
+    // spec's.
+    let linear = c
+        .str("reduce")
+        .is_none_or(|r| matches!(r.as_str(), "sum" | "add" | "mean"));
     if let Some(s) = src.as_ref().filter(|s| s.p.is_partial()) {
         let summing = c
             .str("reduce")
@@ -307,7 +313,8 @@ pub(super) fn scatter(c: &Ctx) -> Outcome {
         if idx.as_ref().is_some_and(|i| i.p != Place::Replicate) {
             return c.all(Place::Varying);
         }
-        return one(merge_joined(&stripped, Lin::Add, nonzero), c.n_out());
+        let lin = if linear { Lin::Add } else { Lin::None };
+        return one(merge_joined(&stripped, lin, nonzero), c.n_out());
     }
     match merge_joined(&all, Lin::None, false) {
         Ok(Place::Replicate) => c.all(Place::Replicate),

@@ -124,6 +124,11 @@ pub struct Ctx<'a> {
     /// The first tensor argument's placement on every mesh dim (by mesh dim): what a
     /// collective or a view does to one mesh dim's layout depends on the others'.
     pub input_places: &'a [Place],
+    /// Any value's placement on every mesh dim (by mesh dim), shown as `input_places` shows
+    /// the first input's: a product pairs its operands' batch dims (and its bias) across mesh
+    /// dims, which one mesh dim's placements do not show. This mesh dim's entry is the
+    /// engine's; a rule reads its own view of it through `place` ([`Ctx::t`]).
+    pub places_on_mesh: &'a dyn Fn(ValueId) -> Vec<Place>,
     /// For collectives: the mesh dims the caller's group spans.
     pub group_dims: &'a [usize],
     /// For collectives: whether the first tensor argument's dim 0 was made by a view that
@@ -293,6 +298,15 @@ impl<'a> Ctx<'a> {
                 Runs::Unknown
             },
         }
+    }
+
+    /// `t`'s placement on every mesh dim (by mesh dim), this mesh dim's as the rule sees it.
+    pub fn on_every_mesh_dim(&self, t: &T) -> Vec<Place> {
+        let mut places = (self.places_on_mesh)(t.v);
+        if let Some(p) = places.get_mut(self.mesh_dim) {
+            *p = t.p;
+        }
+        places
     }
 
     /// Whether tensor `t` is known to hold only zeros.
@@ -588,6 +602,36 @@ mod tests {
         assert_eq!(la, vec![Label::Batch(0), Label::Row, Label::Contract]);
         assert_eq!(lb, vec![Label::Contract, Label::Col]);
         assert_eq!(lo.len(), 3);
+    }
+
+    /// The same batch label in different blocks is named as such (was "Some(Batch(0)) of the
+    /// left, Some(Batch(0)) of the right", which reads as a contradiction).
+    #[test]
+    fn a_product_of_one_batch_dim_in_different_blocks_names_the_blocks() {
+        let t = |p: Place| T {
+            v: ValueId::new(0, 0),
+            p,
+            meta: Some(Meta::new(shardproof_ir::DType::F64, vec![4, 2, 2])),
+            constant: 0,
+            runs: Runs::Unknown,
+        };
+        let (la, lb, lo) = matmul_labels(3, 3);
+        let out_of = |l: Label| lo.iter().position(|x| *x == l);
+        let (a, b) = (t(Place::Shard(0)), t(Place::blocked(0, 2)));
+        let v = product(&a, &la, &b, &lb, &out_of).unwrap_err();
+        assert_eq!(v.kind, Kind::Consistency);
+        assert!(
+            v.message
+                .contains("same dim (Batch(0)) in different blocks (1 of the left, 2 of"),
+            "{}",
+            v.message
+        );
+        // Blocks alike: the batch shard.
+        let b = t(Place::Shard(0));
+        assert_eq!(
+            product(&a, &la, &b, &lb, &out_of).ok(),
+            Some(Place::Shard(0))
+        );
     }
 
     #[test]

@@ -33,10 +33,15 @@ pub(super) fn build() -> HashMap<&'static str, Rule> {
             "aten.lift_fresh_copy",
             "aten.neg",
             "_c10d_functional.wait_tensor",
-            "aten.native_dropout_backward",
         ],
         "linear-unary",
         linear_unary,
+        Vary,
+    );
+    add(
+        &["aten.native_dropout_backward"],
+        "linear-unary",
+        dropout_backward,
         Vary,
     );
     add(

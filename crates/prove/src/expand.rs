@@ -185,12 +185,16 @@ impl RewriteMemo {
 type Terms = BTreeMap<Mono, Coeff>;
 
 /// Rewrites expressions with every `product(p, q)` whose factor `p` holds softmax weights
-/// (exponentials, reciprocals of exponential sums) and whose `q` holds none as
-/// `Σ_w w·product(p_w, q)`, `p_w` the part of `p` that holds exactly the weights `w`
-/// (`p = Σ_w w·p_w`; bilinearity). Ring attention's backward computes `Σ_h O_h·dO_h` with
-/// the merged output `O_h = Σ_j P_j·V_jh` inside the product, where the spec's softmax
-/// backward holds `P_j·Σ_h V_jh·dO_h` with the weight outside: rewritten so, both hold
-/// the same atoms.
+/// (exponentials, reciprocals of exponential sums) as `Σ_w w·product(p_w, q)`, `p_w` the
+/// part of `p` that holds exactly the weights `w` (`p = Σ_w w·p_w`; bilinearity, whatever
+/// `q` holds). Ring attention's backward computes `Σ_h O_h·dO_h` with the merged output
+/// `O_h = Σ_j P_j·V_jh` inside the product, where the spec's softmax backward holds
+/// `P_j·Σ_h V_jh·dO_h` with the weight outside: rewritten so, both hold the same atoms.
+/// `dO_h` may hold weights of its own: the cross-entropy gradient `softmax_k/N - [t ==
+/// k]/N` (the one-hot's row sum folded to 1) is small enough that the products above it
+/// are expanded, and its softmax weights reach the attention output's gradient. Where both
+/// factors hold weights, the first factor's are moved out first, then the second's: the
+/// order is fixed by the factors, so both sides rewrite one product the same way.
 ///
 /// Nothing is interned: a rewritten atom is used only where the arena already holds it (the
 /// other side built it), else the atom stays as it is. So the rewriting is a function of the
@@ -351,10 +355,10 @@ impl<'a> WeightsOutside<'a> {
         }
     }
 
-    /// `p·q` with `p`'s softmax weights outside the products, where `p` holds some and `q`
-    /// none and every part's product is in the arena.
+    /// `p·q` with `p`'s softmax weights outside the products, where `p` holds some and
+    /// every part's product is in the arena (`q` is kept whole, weights and all).
     fn weights_out(&mut self, p: &Terms, q: &Terms) -> Option<Terms> {
-        if !self.weighted(p) || self.weighted(q) {
+        if !self.weighted(p) {
             return None;
         }
         let mut groups: BTreeMap<Mono, Terms> = BTreeMap::new();

@@ -95,7 +95,6 @@ fn prove_cut(
 }
 
 #[test]
-#[ignore = "needs the spec's row sum of the one-hot folded (`Arena::fold_selector_sums` in `_log_softmax_backward_data`), off: it regresses ring_attention's cp=2 backward"]
 fn the_vocab_parallel_llama_s_first_backward_cut_is_proved_in_normal_form() {
     // The cut after the last layer's MLP backward: the cross-entropy backward, the lm_head and
     // final norm backward and the MLP's, on a dp=2,pp=2,tp=2 mesh with the vocabulary split.
@@ -271,7 +270,6 @@ fn replace(text: String, from: &str, to: &str) -> String {
 }
 
 #[test]
-#[ignore = "needs the spec's row sum of the one-hot folded (`Arena::fold_selector_sums` in `_log_softmax_backward_data`), off: it regresses ring_attention's cp=2 backward"]
 fn the_vocab_parallel_backward_is_equal_to_the_spec_in_normal_form() {
     for (tp, rows) in [(2, 4), (4, 4), (2, 8)] {
         let dir = tempfile::tempdir().unwrap();

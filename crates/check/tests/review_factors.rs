@@ -433,9 +433,14 @@ fn rows_on_dp_alone_summed_over_the_data_group() {
 /// dp's reduce-scatter of `t` spread over dp's ranks (each rank one element of the sum),
 /// divided by `n`, gathered back over dp, and its first element read.
 fn scattered_tail(dp: usize, n: usize) -> String {
+    scattered_tail_op(dp, "sum", n)
+}
+
+/// As [`scattered_tail`], the reduce-scatter's op `op`.
+fn scattered_tail_op(dp: usize, op: &str, n: usize) -> String {
     format!(
         "        e: \"f64[{dp}]\" = torch.ops.aten.expand.default(t, [{dp}])
-        rs: \"f64[1]\" = torch.ops._c10d_functional.reduce_scatter_tensor.default(e, 'sum', {dp}, 'dp')
+        rs: \"f64[1]\" = torch.ops._c10d_functional.reduce_scatter_tensor.default(e, '{op}', {dp}, 'dp')
         rw: \"f64[1]\" = torch.ops._c10d_functional.wait_tensor.default(rs)
         q: \"f64[1]\" = torch.ops.aten.div.Tensor(rw, {n})
         qg: \"f64[{dp}]\" = torch.ops._c10d_functional.all_gather_into_tensor.default(q, {dp}, 'dp')
@@ -640,4 +645,31 @@ fn a_slice_after_a_gather_without_local_means_never_holds() {
         );
     }
     assert_ne!(report.verdict, Verdict::Holds, "{}", report.render());
+}
+
+#[test]
+fn a_reduce_scatter_average_over_dp_never_holds() {
+    // dp's average of pieces dp x ep times the spec's: ep times the tensor.
+    let (dp, _, _) = MESH;
+    attack(
+        "reduce-scatter avg over dp",
+        MESH,
+        GATHERED,
+        &scattered_tail_op(dp, "avg", 1),
+        false,
+    );
+}
+
+#[test]
+#[ignore = "known bug: as a_reduce_scatter_over_dp_divided_by_dp_alone_never_holds, with no \
+            division at all (dp x ep times the tensor)"]
+fn a_reduce_scatter_over_dp_undivided_never_holds() {
+    let (dp, _, _) = MESH;
+    attack(
+        "reduce-scatter over dp, undivided",
+        MESH,
+        GATHERED,
+        &scattered_tail(dp, 1),
+        false,
+    );
 }

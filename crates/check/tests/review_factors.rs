@@ -360,9 +360,6 @@ fn the_factor_split_over_a_sum_on_dp_and_an_average_on_ep_on_own_rows() {
 }
 
 #[test]
-#[ignore = "known bug: an average over a group spanning a mesh dim where the lifted value is \
-            replicated (rows gathered over ep, averaged over dp x ep) is read as a division \
-            by the whole group; fix: notes/s78/check-review6-fix-2.diff"]
 fn an_average_over_the_data_group_after_a_gather_never_holds() {
     // The gathered value is the same on every ep rank: dp_ep's average is dp's, ep x the spec.
     attack(

@@ -113,8 +113,6 @@ fn addmm_with_a_one_element_bias_shard_on_tp_beside_rows_on_dp() {
 }
 
 #[test]
-#[ignore = "known bug: a batch shard of local size 1 broadcast against a replicated batch \
-            claims Shard(0); fix: notes/s78/check-review6-fix-1.diff"]
 fn matmul_of_a_one_batch_shard_against_a_replicated_batch() {
     // a [dp, m, k] sharded on its batch over dp: a local batch of 1 broadcasts against w's
     // full batch of dp, pairing a's piece d with every batch of w.

@@ -712,8 +712,12 @@ pub(super) fn lifted_reduction(
             }
         }
         Some(Red::Avg) => {
+            // A mesh dim of the group on which the value is replicated averages equal
+            // copies: it divides nothing, so only the others count against the factor (rows
+            // gathered over ep, then averaged over a group of dp and ep: ep times the tensor).
             let size: u64 = group
                 .iter()
+                .filter(|&&k| k == m || rp.of(v, nd).get(k) != Some(&Place::Replicate))
                 .map(|&k| sizes.get(k).copied().unwrap_or(0) as u64)
                 .product();
             if size == factor {

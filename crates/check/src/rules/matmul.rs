@@ -66,20 +66,39 @@ pub(super) fn product(
             ))),
         },
         // A replicated operand has the local size of the shard it meets (local shapes
-        // type-check): it stands for its own tiling, and the product follows the shard.
+        // type-check): it stands for its own tiling, and the product follows the shard. A
+        // batch dim is the exception: a shard of local size 1 broadcasts against a larger
+        // replicated batch, pairing its one piece with every batch (no shard of anything).
         (Place::Shard(_) | Place::Blocked(..), Place::Replicate) => match lab(a, la) {
+            Some(l @ Label::Batch(_)) if broadcast_shard(a, la, b, lb, l) => Ok(Place::Varying),
             Some(l @ (Label::Row | Label::Col | Label::Batch(_))) => Ok(placed(l, blocks(a))),
             l => Err(consistency(format!(
                 "the left operand is sharded on its {l:?} dim (contracted) but the right one is replicated"
             ))),
         },
         (Place::Replicate, Place::Shard(_) | Place::Blocked(..)) => match lab(b, lb) {
+            Some(l @ Label::Batch(_)) if broadcast_shard(b, lb, a, la, l) => Ok(Place::Varying),
             Some(l @ (Label::Row | Label::Col | Label::Batch(_))) => Ok(placed(l, blocks(b))),
             l => Err(consistency(format!(
                 "the right operand is sharded on its {l:?} dim (contracted) but the left one is replicated"
             ))),
         },
         _ => Ok(Place::Unknown),
+    }
+}
+
+/// Whether the shard `s` (labels `ls`) meets, along its sharded batch dim `l`, a replicated
+/// `r` (labels `lr`) of another local size than 1 or the shard's: the shard broadcasts (local
+/// size 1), so each rank pairs its one piece with every batch of `r`, which the single-device
+/// product never does.
+fn broadcast_shard(s: &T, ls: &[Label], r: &T, lr: &[Label], l: Label) -> bool {
+    let size = |t: &T, labels: &[Label]| {
+        let d = labels.iter().position(|x| *x == l)?;
+        t.meta.as_ref()?.shape.get(d).copied()
+    };
+    match (size(s, ls), size(r, lr)) {
+        (Some(n), Some(m)) => m != 1 && m != n,
+        _ => false,
     }
 }
 

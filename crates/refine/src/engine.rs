@@ -39,7 +39,7 @@ mod tests_fastpath;
 #[cfg(test)]
 mod tests_fastpath_linear;
 
-pub use report::{render, Certificate, Failure, Outcome, TraceStep, Verdict};
+pub use report::{render, Certificate, Failure, OperatorTime, Outcome, TraceStep, Verdict};
 
 use crate::lemmas::{library_for, PIECEWISE, WIDENED};
 use crate::lower::{
@@ -639,6 +639,8 @@ pub(super) struct NodeResult {
     widened: Vec<ValueId>,
     /// Why the walk stops here (an expectation that cannot be checked).
     error: Option<String>,
+    /// Wall seconds the node's inference took (see [`OperatorTime`]).
+    seconds: f64,
 }
 
 impl Effect {
@@ -737,13 +739,16 @@ impl Walk<'_> {
             products: Vec::new(),
             widened: Vec::new(),
             error: None,
+            seconds: 0.0,
         };
+        let started = Instant::now();
         for (k, low) in plan.lowered.iter().enumerate() {
             let before = r.effects.len();
             if let Err(reason) =
                 self.infer_value(n, k, low.as_ref(), plan, (&view, refuted), &mut r)
             {
                 r.error = Some(reason);
+                r.seconds = started.elapsed().as_secs_f64();
                 return r;
             }
             // Later outputs of the node read the earlier ones' relations.
@@ -753,6 +758,7 @@ impl Walk<'_> {
                 }
             }
         }
+        r.seconds = started.elapsed().as_secs_f64();
         r
     }
 
@@ -774,6 +780,26 @@ impl Walk<'_> {
         outcome.pieces_reused += r.pieces_reused;
         outcome.operators_fast += r.fast;
         outcome.fast_path_differences.extend(r.fast_differences);
+        let path = if r.inferred == 0 {
+            "input"
+        } else if r.fast == r.inferred {
+            "fast"
+        } else if r.reused > 0 {
+            "reused"
+        } else if r.pieces_reused > 0 {
+            "pieces"
+        } else {
+            "inferred"
+        };
+        outcome.operator_times.push(OperatorTime {
+            tensor: spec.nodes[n].name.clone(),
+            op: spec.nodes[n]
+                .op()
+                .map(|o| o.to_string())
+                .unwrap_or_default(),
+            seconds: r.seconds,
+            path,
+        });
         // A node none of whose operators was explored counts as skipped, not done.
         let skipped = r.unexplored > 0 && r.inferred == 0;
         if skipped {

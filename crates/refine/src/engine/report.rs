@@ -93,6 +93,9 @@ pub struct OperatorTime {
     /// How it was related: `fast`, `reused`, `pieces` (some piece reused), `inferred`, or
     /// `input` (a cut or alias, nothing inferred).
     pub path: &'static str,
+    /// The attempts of full inference taken, in order: kind (`first`, `wide`, `roomier`,
+    /// `moves`, `pieces`), seconds, peak e-graph size, and whether it related the value.
+    pub attempts: Vec<String>,
 }
 
 /// The result of `verify`.

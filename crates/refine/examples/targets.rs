@@ -361,7 +361,8 @@ fn print_slowest(o: &Outcome, n: usize) {
         .map(|(p, s, k)| format!("{p} {s:.2} s ({k})"))
         .collect();
     println!("    by path: {}", paths.join(", "));
-    let mut times: Vec<&shardproof_refine::engine::OperatorTime> = o.operator_times.iter().collect();
+    let mut times: Vec<&shardproof_refine::engine::OperatorTime> =
+        o.operator_times.iter().collect();
     times.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
     for t in times.into_iter().take(n) {
         println!(

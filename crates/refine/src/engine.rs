@@ -649,7 +649,11 @@ pub(super) struct NodeResult {
 /// `clock`, its peak e-graph size (none for pieces) and whether it related the value cleanly
 /// (up to a factor).
 fn attempt_time(kind: &str, clock: Instant, a: &Attempt, s: &State) -> String {
-    let outcome = if clean_up_to_factor(s) { "clean" } else { "not clean" };
+    let outcome = if clean_up_to_factor(s) {
+        "clean"
+    } else {
+        "not clean"
+    };
     let secs = clock.elapsed().as_secs_f64();
     match a.peak_nodes.get() {
         0 => format!("{kind} {secs:.2} s {outcome}"),
@@ -1172,7 +1176,8 @@ impl Walk<'_> {
                 };
                 let clock = Instant::now();
                 let found = attempt(&rules.first, &roomier);
-                r.attempts.push(attempt_time("roomier", clock, &roomier, &found));
+                r.attempts
+                    .push(attempt_time("roomier", clock, &roomier, &found));
                 Some(found).filter(clean_up_to_factor)
             } else {
                 let moves = Attempt {
@@ -1185,7 +1190,8 @@ impl Walk<'_> {
                     .then(|| {
                         let clock = Instant::now();
                         let found = attempt(&rules.first, &moves);
-                        r.attempts.push(attempt_time("moves", clock, &moves, &found));
+                        r.attempts
+                            .push(attempt_time("moves", clock, &moves, &found));
                         found
                     })
                     .filter(clean_up_to_factor);
@@ -1194,8 +1200,11 @@ impl Walk<'_> {
                     let clock = Instant::now();
                     let found =
                         infer_by_pieces(imp, &rules.pieces, opts, state, t, v, seeds, 0, &reused);
-                    let outcome = found.clone().unwrap_or_else(|| State::Unrelated(String::new()));
-                    r.attempts.push(attempt_time("pieces", clock, &Attempt::default(), &outcome));
+                    let outcome = found
+                        .clone()
+                        .unwrap_or_else(|| State::Unrelated(String::new()));
+                    r.attempts
+                        .push(attempt_time("pieces", clock, &Attempt::default(), &outcome));
                     r.pieces_reused += reused.get();
                     found
                 })

@@ -44,6 +44,7 @@ fn main() {
             o.pieces_reused = 0;
             o.operators_fast = 0;
             o.fast_path_differences.clear();
+            o.operator_times.clear();
             format!("{o:?}")
         };
         let same_verdict = report(&a) == report(&f);

@@ -6,8 +6,15 @@
 //! ```sh
 //! cargo build --release -p shardproof            # the cases are emitted by `shardproof zoo emit`
 //! SHARDPROOF_SHARED=/work/shared cargo run --release -p shardproof-refine --example targets -- \
-//!     [GROUP ...] [--repeats N] [--jobs N] [--no-reuse] [--no-fast-path]
+//!     [GROUP ...] [--repeats N] [--jobs N] [--no-reuse] [--no-fast-path] [--slowest N]
 //! ```
+//!
+//! `--slowest N` prints, after each case's line, its N slowest spec operators (wall seconds of
+//! their inference, and how each was related: see `Outcome::operator_times`), and the time per
+//! path; at `--jobs 1` those seconds add up to the walk's time. `--dump FILE` runs with
+//! `Options::trace` and writes each case's outcome to FILE (appended, one case after another),
+//! timing and the unserialized counters aside: the reports and every operator's relation, to
+//! compare byte for byte across builds or `--jobs`.
 //!
 //! `--no-reuse` infers every operator afresh (no twin's relation reused, see `Options::reuse`),
 //! for the figures before and after repeated layers were solved once; each line also counts
@@ -190,6 +197,10 @@ struct Args {
     jobs: Option<usize>,
     reuse: bool,
     fast_path: bool,
+    /// How many of each case's slowest operators to print.
+    slowest: usize,
+    /// Where to write each case's traced outcome.
+    dump: Option<PathBuf>,
 }
 
 fn parse_args() -> Args {
@@ -200,6 +211,8 @@ fn parse_args() -> Args {
         jobs: None,
         reuse: true,
         fast_path: true,
+        slowest: 0,
+        dump: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -208,6 +221,8 @@ fn parse_args() -> Args {
             "--jobs" => args.jobs = it.next().and_then(|n| n.parse().ok()),
             "--no-reuse" => args.reuse = false,
             "--no-fast-path" => args.fast_path = false,
+            "--dump" => args.dump = it.next().map(PathBuf::from),
+            "--slowest" => args.slowest = it.next().and_then(|n| n.parse().ok()).unwrap_or(20),
             "all" => args.groups.extend(ALL_GROUPS.iter().map(|g| g.to_string())),
             g if ALL_GROUPS.contains(&g) => args.groups.push(g.to_string()),
             w if !w.starts_with("--") => args.words.push(w.to_string()),
@@ -273,6 +288,7 @@ fn time(label: &str, case: &Case, args: &Args) -> (Outcome, f64) {
         jobs: args.jobs,
         reuse: args.reuse,
         fast_path: args.fast_path,
+        trace: args.dump.is_some(),
         ..Options::default()
     };
     let (mut best, mut wall) = (f64::INFINITY, 0.0);
@@ -301,7 +317,63 @@ fn time(label: &str, case: &Case, args: &Args) -> (Outcome, f64) {
         o.pieces_reused,
         o.operators_fast,
     );
+    if args.slowest > 0 {
+        print_slowest(&o, args.slowest);
+    }
+    if let Some(path) = &args.dump {
+        dump(path, label, &o);
+    }
     (o, best)
+}
+
+/// Appends `o` to `path` under `label`: the whole outcome but its timing and the counters
+/// the report does not carry (those differ by design with reuse and the fast path).
+fn dump(path: &Path, label: &str, o: &Outcome) {
+    use std::io::Write as _;
+    let mut o = o.clone();
+    o.seconds = 0.0;
+    o.operators_reused = 0;
+    o.pieces_reused = 0;
+    o.operators_fast = 0;
+    o.fast_path_differences.clear();
+    o.operator_times.clear();
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .and_then(|mut f| writeln!(f, "== {label}\n{o:#?}"));
+    if let Err(e) = written {
+        println!("    (cannot write {}: {e})", path.display());
+    }
+}
+
+/// The `n` slowest operators of the last run, and the seconds and operators per path.
+fn print_slowest(o: &Outcome, n: usize) {
+    let mut by_path: Vec<(&str, f64, usize)> = Vec::new();
+    for t in &o.operator_times {
+        match by_path.iter_mut().find(|p| p.0 == t.path) {
+            Some(p) => (p.1, p.2) = (p.1 + t.seconds, p.2 + 1),
+            None => by_path.push((t.path, t.seconds, 1)),
+        }
+    }
+    let paths: Vec<String> = by_path
+        .iter()
+        .map(|(p, s, k)| format!("{p} {s:.2} s ({k})"))
+        .collect();
+    println!("    by path: {}", paths.join(", "));
+    let mut times: Vec<&shardproof_refine::engine::OperatorTime> =
+        o.operator_times.iter().collect();
+    times.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
+    for t in times.into_iter().take(n) {
+        println!(
+            "    {:>8.3} s  {:<9} {:<28} {:<36} {}",
+            t.seconds,
+            t.path,
+            t.tensor,
+            t.op,
+            t.attempts.join("; ")
+        );
+    }
 }
 
 /// Emits `args` into a scratch directory and times it under `label`.

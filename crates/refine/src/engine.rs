@@ -39,7 +39,7 @@ mod tests_fastpath;
 #[cfg(test)]
 mod tests_fastpath_linear;
 
-pub use report::{render, Certificate, Failure, Outcome, TraceStep, Verdict};
+pub use report::{render, Certificate, Failure, OperatorTime, Outcome, TraceStep, Verdict};
 
 use crate::lemmas::{library_for, PIECEWISE, WIDENED};
 use crate::lower::{
@@ -639,6 +639,26 @@ pub(super) struct NodeResult {
     widened: Vec<ValueId>,
     /// Why the walk stops here (an expectation that cannot be checked).
     error: Option<String>,
+    /// Wall seconds the node's inference took (see [`OperatorTime`]).
+    seconds: f64,
+    /// The attempts of full inference its operators took, in order (see [`OperatorTime`]).
+    attempts: Vec<String>,
+}
+
+/// One attempt of full inference, for [`OperatorTime::attempts`]: its kind, its seconds since
+/// `clock`, its peak e-graph size (none for pieces) and whether it related the value cleanly
+/// (up to a factor).
+fn attempt_time(kind: &str, clock: Instant, a: &Attempt, s: &State) -> String {
+    let outcome = if clean_up_to_factor(s) {
+        "clean"
+    } else {
+        "not clean"
+    };
+    let secs = clock.elapsed().as_secs_f64();
+    match a.peak_nodes.get() {
+        0 => format!("{kind} {secs:.2} s {outcome}"),
+        peak => format!("{kind} {secs:.2} s {peak} nodes {outcome}"),
+    }
 }
 
 impl Effect {
@@ -737,13 +757,17 @@ impl Walk<'_> {
             products: Vec::new(),
             widened: Vec::new(),
             error: None,
+            seconds: 0.0,
+            attempts: Vec::new(),
         };
+        let started = Instant::now();
         for (k, low) in plan.lowered.iter().enumerate() {
             let before = r.effects.len();
             if let Err(reason) =
                 self.infer_value(n, k, low.as_ref(), plan, (&view, refuted), &mut r)
             {
                 r.error = Some(reason);
+                r.seconds = started.elapsed().as_secs_f64();
                 return r;
             }
             // Later outputs of the node read the earlier ones' relations.
@@ -753,6 +777,7 @@ impl Walk<'_> {
                 }
             }
         }
+        r.seconds = started.elapsed().as_secs_f64();
         r
     }
 
@@ -774,6 +799,27 @@ impl Walk<'_> {
         outcome.pieces_reused += r.pieces_reused;
         outcome.operators_fast += r.fast;
         outcome.fast_path_differences.extend(r.fast_differences);
+        let path = if r.inferred == 0 {
+            "input"
+        } else if r.fast == r.inferred {
+            "fast"
+        } else if r.reused > 0 {
+            "reused"
+        } else if r.pieces_reused > 0 {
+            "pieces"
+        } else {
+            "inferred"
+        };
+        outcome.operator_times.push(OperatorTime {
+            tensor: spec.nodes[n].name.clone(),
+            op: spec.nodes[n]
+                .op()
+                .map(|o| o.to_string())
+                .unwrap_or_default(),
+            seconds: r.seconds,
+            path,
+            attempts: r.attempts,
+        });
         // A node none of whose operators was explored counts as skipped, not done.
         let skipped = r.unexplored > 0 && r.inferred == 0;
         if skipped {
@@ -1085,7 +1131,9 @@ impl Walk<'_> {
             )
         };
         let first = Attempt::default();
+        let clock = Instant::now();
         let mut s = attempt(&rules.first, &first);
+        r.attempts.push(attempt_time("first", clock, &first, &s));
         // Neither clean nor a multiple of a clean expression, in a small e-graph:
         // once more with the wider steps (the sources of the ranks' views
         // explored, a rank's tensor taken as a multiple of a spec value), kept
@@ -1104,7 +1152,9 @@ impl Walk<'_> {
                 widened: true,
                 ..Attempt::default()
             };
+            let clock = Instant::now();
             let wide = attempt(&rules.wide, &wider);
+            r.attempts.push(attempt_time("wide", clock, &wider, &wide));
             if clean_up_to_factor(&wide) {
                 r.widened.push(v);
                 s = wide;
@@ -1124,7 +1174,11 @@ impl Walk<'_> {
                     roomier: true,
                     ..Attempt::default()
                 };
-                Some(attempt(&rules.first, &roomier)).filter(clean_up_to_factor)
+                let clock = Instant::now();
+                let found = attempt(&rules.first, &roomier);
+                r.attempts
+                    .push(attempt_time("roomier", clock, &roomier, &found));
+                Some(found).filter(clean_up_to_factor)
             } else {
                 let moves = Attempt {
                     follow_moves: true,
@@ -1133,12 +1187,24 @@ impl Walk<'_> {
                 let followed = first
                     .moves_deferred
                     .get()
-                    .then(|| attempt(&rules.first, &moves))
+                    .then(|| {
+                        let clock = Instant::now();
+                        let found = attempt(&rules.first, &moves);
+                        r.attempts
+                            .push(attempt_time("moves", clock, &moves, &found));
+                        found
+                    })
                     .filter(clean_up_to_factor);
                 followed.or_else(|| {
                     let reused = std::cell::Cell::new(0);
+                    let clock = Instant::now();
                     let found =
                         infer_by_pieces(imp, &rules.pieces, opts, state, t, v, seeds, 0, &reused);
+                    let outcome = found
+                        .clone()
+                        .unwrap_or_else(|| State::Unrelated(String::new()));
+                    r.attempts
+                        .push(attempt_time("pieces", clock, &Attempt::default(), &outcome));
                     r.pieces_reused += reused.get();
                     found
                 })

@@ -322,6 +322,7 @@ fn report(o: &Outcome) -> String {
     o.pieces_reused = 0;
     o.operators_fast = 0;
     o.fast_path_differences.clear();
+    o.operator_times.clear();
     format!("{o:?}")
 }
 

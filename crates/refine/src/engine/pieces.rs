@@ -166,7 +166,12 @@ pub(super) fn infer_by_pieces(
     let mut parts: Vec<Rel> = Vec::new();
     // Symmetric ranks once: the pieces of a split read disjoint ranks, and those of the
     // members of another group usually repeat the first piece's problem over other ranks, so
-    // each later piece first tries the first clean piece's relation, renamed and checked.
+    // each later piece first tries the first piece's relation, renamed and checked. Every
+    // piece kept is clean or a constant multiple of a clean expression (`infer` returns no
+    // other), and the check proves each renamed expression, the factor's `scale` included,
+    // equal to the piece's operator: a gradient's pieces under data parallelism (the ring
+    // attention backward's `_softmax_backward_data`, each piece half of a clean block) are
+    // such multiples, and took no sibling's relation while only clean ones were kept.
     let mut representative: Option<Solved> = None;
     for (c, piece) in split.cuts().into_iter().zip(&prepared) {
         let (sub, sub_seeds, op_t) = piece;
@@ -182,7 +187,7 @@ pub(super) fn infer_by_pieces(
             None if more => infer(&scope.prepare(c, &with_seeds)?)?,
             None => return None,
         };
-        if opts.reuse && representative.is_none() && found.clean && !renamed_here {
+        if opts.reuse && representative.is_none() && !renamed_here {
             representative = Solved::new(op_t, sub_seeds, sub, &found, false);
         }
         parts.push(found);

@@ -80,6 +80,24 @@ impl Failure {
     }
 }
 
+/// One spec operator's share of a run: the wall time of its inference on its worker thread
+/// (at `--jobs 1` the walk's own time, less the in-order commit) and the path that related it.
+#[derive(Clone, Debug)]
+pub struct OperatorTime {
+    /// Spec tensor (the node's first output).
+    pub tensor: String,
+    /// Its operator.
+    pub op: String,
+    /// Seconds its outputs' inference took.
+    pub seconds: f64,
+    /// How it was related: `fast`, `reused`, `pieces` (some piece reused), `inferred`, or
+    /// `input` (a cut or alias, nothing inferred).
+    pub path: &'static str,
+    /// The attempts of full inference taken, in order: kind (`first`, `wide`, `roomier`,
+    /// `moves`, `pieces`), seconds, peak e-graph size, and whether it related the value.
+    pub attempts: Vec<String>,
+}
+
 /// The result of `verify`.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Outcome {
@@ -109,6 +127,10 @@ pub struct Outcome {
     /// is written otherwise than the e-graph's, the spec tensor and both relations.
     #[serde(skip)]
     pub fast_path_differences: Vec<String>,
+    /// Per spec operator inferred, in node order, where its time went (see [`OperatorTime`]);
+    /// not serialized (timings differ run to run): for profiling which operators take the time.
+    #[serde(skip)]
+    pub operator_times: Vec<OperatorTime>,
     /// Per checked output, its certificate (when verified).
     pub certificate: Vec<Certificate>,
     /// Why it failed (refuted).
@@ -148,6 +170,7 @@ impl Outcome {
             pieces_reused: 0,
             operators_fast: 0,
             fast_path_differences: Vec::new(),
+            operator_times: Vec::new(),
             certificate: Vec::new(),
             failure: None,
             reason,

@@ -790,6 +790,41 @@ fn a_reused_relation_is_kept_only_where_the_check_proves_it() {
             .is_none(),
         "a sibling's relation that does not hold here was kept"
     );
+    // A sibling's constant multiple of a clean relation (a gradient's piece under data
+    // parallelism, which symmetric ranks once also takes): over the weight taken twice, the
+    // transpose is twice its clean relation, and the sibling's renames and checks with its
+    // factor; the same with another factor is rejected.
+    let scaled = |r: &Rel, p: i64| Rel {
+        exprs: r
+            .exprs
+            .iter()
+            .map(|e| format!("(scale {p} 1 {e})").parse().unwrap())
+            .collect(),
+        clean: false,
+        ..r.clone()
+    };
+    let doubled: HashMap<ValueId, State> = [(w, State::Related(scaled(input, 2)))].into();
+    let doubled_swapped: HashMap<ValueId, State> =
+        [(w, State::Related(scaled(&swap_rel(input), 2)))].into();
+    let sibling_times = |p: i64| {
+        Solved::new(
+            &t,
+            &[],
+            &doubled_swapped,
+            &scaled(&swap_rel(&rel), p),
+            false,
+        )
+        .unwrap()
+    };
+    let found =
+        super::reuse::across_ranks(&imp, &rules, &opts, (&doubled, &t, &[]), &sibling_times(2))
+            .expect("the sibling's multiple renames back and checks");
+    assert_eq!(found.exprs, scaled(&rel, 2).exprs);
+    assert!(
+        super::reuse::across_ranks(&imp, &rules, &opts, (&doubled, &t, &[]), &sibling_times(3))
+            .is_none(),
+        "a sibling's multiple at the wrong factor was kept"
+    );
 
     // A twin on other ranks (a pipeline stage's first layer, whose twins are the previous
     // stage's): `reuse` renames ranks too, and still keeps only what checks.

@@ -231,3 +231,29 @@ fn a_check_over_the_element_limit_withdraws_the_proof() {
         .expect("the check was tried");
     assert_eq!(check.outcome, "not-completed", "{check:?}");
 }
+
+/// A staged proof checks each distinct stage at its second sizes: the output stage of a case
+/// cut at `h = x + x` holds the coincidence (`sum(h) / k` for `mean(h)` over 8 rows, right at
+/// 2) and is not proved, though the cut's stage is.
+#[test]
+fn a_coincidence_in_a_stage_is_not_proved() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = "class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[8, 3]\"):\n        h: \"f32[8, 3]\" = torch.ops.aten.add.Tensor(x, x)\n        y: \"f32[3]\" = torch.ops.aten.mean.dim(h, [0])\n        return (y,)\n";
+    let rank = "class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[8, 3]\"):\n        h: \"f32[8, 3]\" = torch.ops.aten.add.Tensor(x, x)\n        s: \"f32[3]\" = torch.ops.aten.sum.dim_IntList(h, [0])\n        ss: \"f32[3]\" = torch.ops.aten.add.Tensor(s, s)\n        k: \"f32[3]\" = torch.ops.aten.div.Tensor(ss, s)\n        y: \"f32[3]\" = torch.ops.aten.div.Tensor(s, k)\n        return (y,)\n";
+    let case = write_case(
+        dir.path(),
+        spec,
+        rank,
+        "  x: Replicate()\n  h: Replicate()\n",
+        "  y: Replicate()\n",
+    );
+    let staged = shardproof_prove::prove_staged(&case, &ProveConfig::default(), 1);
+    assert_ne!(staged.verdict, Verdict::Proved, "{:?}", staged.message);
+    let targets: Vec<&str> = staged.stages.iter().map(|s| s.target.as_str()).collect();
+    assert_eq!(targets, ["cut `h`", "output `y`"]);
+    assert_eq!(staged.stages[0].verdict, Some(Verdict::Proved));
+    let last = &staged.stages[1];
+    assert_eq!(last.verdict, Some(Verdict::Inconclusive));
+    let message = last.message.clone().unwrap_or_default();
+    assert!(message.contains(COINCIDENCE), "{message}");
+}

@@ -5,10 +5,10 @@
 //! that equals a reduced size), the two programs can agree at the reduced sizes and at no
 //! other. So a proof on reduced shapes is checked once more: the case is reduced again with
 //! every reduced size variable forced strictly above its value in the proof
-//! ([`crate::reduce::reduce_case_above`]), executed symbolically there, and every expected
-//! output element compared at random points modulo a large prime (the functions fixed
-//! random functions); a pair that differs there goes through the decision layers, which tell
-//! a real difference (a witness) from an identity of the functions (a softmax regrouped).
+//! ([`crate::reduce::reduce_case_above`]), and the reference interpreter runs the spec and
+//! every rank there on random inputs (a few seeds, drawn as the symbols' kinds range),
+//! comparing every expected output element, rebuilt by the placement the proof chose, with
+//! the spec's: a clear difference (beyond rounding) is a real one.
 //!
 //! The check only removes proofs. A real difference withdraws the proof (inconclusive,
 //! naming both reductions' sizes and the element), or, where the second sizes are the
@@ -18,20 +18,21 @@
 //! full size nothing is checked.
 
 use super::counterexample;
-use super::layout::{rebuild, Misfit};
+use super::layout::rebuild;
 use super::{
-    combine_shares, expectations, inputs, program_elements, time_ran_out, unflatten, Failure,
-    Proof, ProveConfig, Verdict,
+    expectations, inputs, program_elements, time_ran_out, unflatten, Failure, Proof,
+    ProveConfig, Verdict,
 };
-use crate::decide::{decide, DecideConfig, Outcome, Point, Rng};
-use crate::eval::{ModEval, PRIME};
-use crate::exec::{self, ExecLimits, SymEnv};
-use crate::expr::{Arena, ExprId, SymbolKind};
+use crate::decide::{Point, Rng};
+use crate::eval::{clearly_differ, FloatEval};
+use crate::expr::Arena;
 use crate::reduce::{reduce_case_above, Reduction};
 use crate::tensor::SymTensor;
 use serde::Serialize;
-use shardproof_case::Case;
-use std::collections::HashSet;
+use shardproof_case::{Case, Reduce};
+use shardproof_interp::{run_graph, run_program, RunConfig};
+use shardproof_ops::{Meta, Tensor};
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 /// What the second-size check did, for the report (in the reduction summary).
@@ -48,13 +49,10 @@ pub struct SecondSizeCheck {
     pub outcome: String,
     /// Tensor elements of the spec and the ranks at the second sizes.
     pub program_elements: usize,
-    /// Expected output elements compared.
+    /// Expected output elements compared per run (every holder's copy of each).
     pub elements: usize,
-    /// Distinct (spec, ranks) pairs whose normal forms differ, evaluated at the random points.
-    pub evaluated: usize,
-    /// Of those, the pairs that differed at a random point and that the decision layers
-    /// proved equal (identities of the functions, such as a regrouped softmax).
-    pub by_decision_layers: usize,
+    /// Runs of the interpreter on random inputs (one seed each).
+    pub runs: usize,
     /// Why, where the outcome is not `agreed`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
@@ -98,9 +96,12 @@ enum Finding {
 struct Counts {
     program_elements: usize,
     elements: usize,
-    evaluated: usize,
-    by_decision_layers: usize,
+    runs: usize,
 }
+
+/// Runs of the interpreter at the second sizes, one seed each (as many as a run of the case
+/// as written before a proof, `numeric_refutation`).
+const SEEDS: u64 = 3;
 
 /// `proof`, made on `first`'s reduced case of `case`, checked at the second sizes: returned
 /// as it is unless it is [`Verdict::Proved`]; withdrawn (inconclusive) or, at the case's own
@@ -154,10 +155,7 @@ pub(super) fn check(
         );
         return not_completed(proof, sizes, full_size, counts, why);
     }
-    let mut arena = Arena::new(cfg.budget);
-    let finding = compare(at, cfg, started, &proof, full_size, &mut arena, &mut counts);
-    // As in `prove_sized`: the verdict does not wait for the expressions to be freed.
-    std::thread::spawn(move || drop(arena));
+    let finding = compare(at, cfg, started, &proof, full_size, &mut counts);
     let difference = match finding {
         Ok(Finding::Agreed) => {
             record(&mut proof, sizes, full_size, "agreed", counts, None);
@@ -276,198 +274,172 @@ fn record(
             outcome: outcome.into(),
             program_elements: counts.program_elements,
             elements: counts.elements,
-            evaluated: counts.evaluated,
-            by_decision_layers: counts.by_decision_layers,
+            runs: counts.runs,
             note,
         });
     }
 }
 
-/// The random points of the check: per point, every symbol's residue (an index symbol's
-/// within its range, so that lookups are exact; a flag's 0 or 1) and the functions' seed.
-fn points(arena: &Arena, cfg: &DecideConfig) -> Vec<(Vec<u64>, u64)> {
-    let mut rng = Rng::new(cfg.seed ^ 0x7365_636f_6e64_7369);
-    (0..cfg.modular_points.max(2))
-        .map(|_| {
-            let residues = arena
-                .symbols()
-                .iter()
-                .map(|(_, kind)| match kind {
-                    SymbolKind::Bool => rng.next() & 1,
-                    SymbolKind::Index(bound) => rng.next() % (*bound).max(1) as u64,
-                    _ => rng.next() % PRIME,
-                })
-                .collect();
-            (residues, rng.next())
-        })
-        .collect()
+/// The case's inputs at one seed's random point, as the interpreter takes them: the values
+/// [`counterexample::confirm`] draws for the same seed and an empty point, so that a
+/// difference found here is found there again.
+fn inputs_at(
+    arena: &Arena,
+    leaves: &inputs::Leaves,
+    seed: u64,
+) -> (BTreeMap<String, Tensor>, Vec<BTreeMap<String, Tensor>>) {
+    let mut rng = Rng::new(seed ^ 0xc0de);
+    let values: Vec<f64> = arena
+        .symbols()
+        .iter()
+        .map(|(_, kind)| rng.value(*kind).to_f64())
+        .collect();
+    let mut eval = FloatEval::new(arena, values);
+    let mut concrete = |t: &SymTensor| {
+        let data = t.elems.iter().map(|&e| eval.eval(e)).collect();
+        Tensor::new(Meta::new(t.dtype, t.shape.clone()), data)
+    };
+    let spec = leaves
+        .spec
+        .iter()
+        .map(|(n, t)| (n.clone(), concrete(t)))
+        .collect();
+    let ranks = leaves
+        .ranks
+        .iter()
+        .map(|l| l.iter().map(|(n, t)| (n.clone(), concrete(t))).collect())
+        .collect();
+    (spec, ranks)
 }
 
-/// Executes `at` symbolically and compares every expected output element of the proof's
-/// placements; `Err` where that cannot be done (an execution error, a placement that does
-/// not fit, the time limit, a pair no layer decides).
+/// Combines the interpreter's partial shares of an element.
+fn combine(reduce: Reduce, xs: Vec<f64>) -> Result<f64, String> {
+    Ok(match reduce {
+        Reduce::Sum => xs.iter().sum(),
+        Reduce::Avg => xs.iter().sum::<f64>() / xs.len() as f64,
+        Reduce::Max => xs.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        Reduce::Min => xs.iter().copied().fold(f64::INFINITY, f64::min),
+    })
+}
+
+/// Runs `at` through the interpreter on [`SEEDS`] random inputs and compares every expected
+/// output element, each holder's copy apart (the ranks may differ on one copy only), rebuilt
+/// by the placement the proof chose; `Err` where that cannot be done (inputs not laid out, an
+/// interpreter error, a placement that does not fit, the time limit).
 fn compare(
     at: &Case,
     cfg: &ProveConfig,
     started: Instant,
     proof: &Proof,
     full_size: bool,
-    arena: &mut Arena,
     counts: &mut Counts,
 ) -> Result<Finding, String> {
     let deadline = cfg.time_limit.map(|t| started + t);
     let out_of_time = || deadline.is_some_and(|d| Instant::now() > d);
-    if let Some(limit) = cfg.time_limit {
-        arena.set_deadline(started, limit);
-    }
-    let limits = ExecLimits {
-        deadline,
-        progress: None,
-        ..cfg.limits.clone()
-    };
-    let decide_cfg = DecideConfig {
-        deadline,
-        ..cfg.decide.clone()
-    };
-    let executed = (|| {
-        let leaves = inputs::make_leaves(arena, at)?;
-        let spec = exec::run_graph(arena, &at.spec, &leaves.spec, &at.ops, &limits)?;
-        let ranks = exec::run_program(arena, &at.program, &leaves.ranks, &at.ops, &limits)?;
-        Ok::<_, exec::ExecError>((leaves, spec, ranks))
-    })();
-    let (leaves, spec_env, rank_envs): (inputs::Leaves, SymEnv, Vec<SymEnv>) = match executed {
-        Ok(x) => x,
-        Err(e) if out_of_time() => return Err(format!("{} ({})", time_ran_out(cfg), e.message)),
-        Err(e) => return Err(format!("the programs do not execute there: {}", e.message)),
-    };
+    // Symbols only: the leaves say which input element each random value goes to.
+    let mut arena = Arena::new(cfg.budget);
+    let leaves = inputs::make_leaves(&mut arena, at)
+        .map_err(|e| format!("its inputs are not laid out: {}", e.message))?;
     let exps = expectations(at).map_err(|e| e.message)?;
-    // Rebuilt first, while the arena may still grow (a partial share's sum); evaluated after.
-    let mut goals: Vec<(usize, usize, Vec<(usize, ExprId, ExprId)>)> = Vec::new();
-    for (k, exp) in exps.iter().enumerate() {
-        let placed = proof
+    let mut placed = Vec::new();
+    for exp in &exps {
+        let placement = proof
             .outputs
             .iter()
             .find(|o| o.name == exp.name)
             .and_then(|o| o.placement.clone())
             .ok_or_else(|| format!("output `{}` has no proved placement", exp.name))?;
-        let li = exp
+        let layout = exp
             .layouts
             .iter()
-            .position(|l| l.to_string() == placed)
-            .ok_or_else(|| format!("output `{}` has no placement {placed}", exp.name))?;
-        let layout = &exp.layouts[li];
-        let spec: SymTensor = spec_env[exp.spec_value.node][exp.spec_value.output]
-            .clone()
-            .ok_or_else(|| format!("the spec does not compute `{}`", exp.name))?;
-        let value_of = |r: usize| -> Option<&SymTensor> {
-            let &(_, v) = exp.holders.iter().find(|(h, _)| *h == r)?;
-            rank_envs[r][v.node][v.output].as_ref()
-        };
-        let holders: Vec<usize> = exp.holders.iter().map(|&(r, _)| r).collect();
-        let rebuilt = rebuild(
-            layout,
-            &spec.shape,
-            &at.program.mesh,
-            &holders,
-            &|r| value_of(r).map(|t| t.shape.clone()),
-            &mut |r, i| value_of(r).expect("shape checked").elems[i],
-            &mut |red, xs| combine_shares(arena, red, xs),
-        )
-        .map_err(|Misfit(why)| {
-            format!(
-                "output `{}` does not fit its placement {placed} there: {why}",
-                exp.name
-            )
-        })?;
-        let mut covered = vec![false; spec.numel()];
-        for g in &rebuilt {
-            covered[g.spec_index] = true;
-        }
-        if covered.iter().any(|c| !c) {
-            return Err(format!(
-                "the ranks' pieces of `{}` do not cover it there",
-                exp.name
-            ));
-        }
-        let pairs = rebuilt
-            .iter()
-            .map(|g| (g.spec_index, spec.elems[g.spec_index], g.value))
-            .collect();
-        goals.push((k, li, pairs));
+            .find(|l| l.to_string() == placement)
+            .ok_or_else(|| format!("output `{}` has no placement {placement}", exp.name))?;
+        placed.push((exp, layout));
     }
-    let arena: &Arena = arena;
-    let mut evaluators: Vec<ModEval> = points(arena, &decide_cfg)
-        .into_iter()
-        .map(|(residues, seed)| ModEval::new(arena, residues, seed))
-        .collect();
-    let mut seen: HashSet<(ExprId, ExprId)> = HashSet::new();
-    let mut undecided: Option<String> = None;
-    for (k, li, pairs) in &goals {
-        let exp = &exps[*k];
-        for &(spec_index, a, b) in pairs {
-            counts.elements += 1;
-            if a == b || !seen.insert((a, b)) {
-                continue;
-            }
-            counts.evaluated += 1;
-            if out_of_time() {
-                return Err(time_ran_out(cfg));
-            }
-            if evaluators.iter_mut().all(|ev| ev.eval(a) == ev.eval(b)) {
-                continue;
-            }
-            // Residues differ also where the sides are equal only through identities of the
-            // functions (`exp(a)·exp(b) = exp(a + b)`): the decision layers tell which.
-            let (layer, point): (_, Point) = match decide(arena, a, b, &decide_cfg) {
-                Outcome::Proved(_) => {
-                    counts.by_decision_layers += 1;
-                    continue;
-                }
-                Outcome::Unknown(why) => {
-                    undecided.get_or_insert_with(|| {
-                        format!(
-                            "`{}`{:?} differs at a random point and no layer decides it there ({why})",
-                            exp.name,
-                            unflatten(spec_index, &spec_shape(&spec_env, exp))
+    let run_cfg = RunConfig {
+        custom_ops: at.ops.clone(),
+        ..RunConfig::default()
+    };
+    for k in 0..SEEDS {
+        if out_of_time() {
+            return Err(time_ran_out(cfg));
+        }
+        let seed = cfg.decide.seed.wrapping_add(k);
+        let (spec_inputs, rank_inputs) = inputs_at(&arena, &leaves, seed);
+        let spec_env = run_graph(&at.spec, &spec_inputs, &run_cfg)
+            .map_err(|e| format!("the interpreter stops on the spec: {e}"))?;
+        let rank_envs = run_program(&at.program, &rank_inputs, &run_cfg)
+            .map_err(|e| format!("the interpreter stops on the ranks: {e}"))?;
+        counts.runs += 1;
+        let mut elements = 0;
+        for &(exp, layout) in &placed {
+            let spec = spec_env
+                .get(exp.spec_value)
+                .ok_or_else(|| format!("the interpreter did not compute `{}`", exp.name))?;
+            let value_of = |r: usize| -> Option<&Tensor> {
+                let &(_, v) = exp.holders.iter().find(|(h, _)| *h == r)?;
+                rank_envs[r].get(v)
+            };
+            let shape_of = |r: usize| value_of(r).map(|t| t.shape().to_vec());
+            let mut covered = vec![false; spec.numel()];
+            for &(h, _) in &exp.holders {
+                let pieces = rebuild(
+                    layout,
+                    spec.shape(),
+                    &at.program.mesh,
+                    &[h],
+                    &shape_of,
+                    &mut |r, i| value_of(r).expect("shape checked").data[i],
+                    &mut combine,
+                )
+                .map_err(|m| {
+                    format!(
+                        "output `{}` does not fit its placement {layout} there: {}",
+                        exp.name, m.0
+                    )
+                })?;
+                for p in pieces {
+                    elements += 1;
+                    covered[p.spec_index] = true;
+                    let want = spec.data[p.spec_index];
+                    if !clearly_differ(want, p.value) {
+                        continue;
+                    }
+                    // At the case's own sizes the difference is a refutation once the
+                    // interpreter confirms it on the same inputs, with its replay.
+                    let confirmed = full_size.then(|| {
+                        counterexample::confirm(
+                            at,
+                            &arena,
+                            &leaves,
+                            &exp.name,
+                            exp.spec_value,
+                            &exp.holders,
+                            layout,
+                            Some(p.spec_index),
+                            &Point::default(),
+                            seed,
                         )
                     });
-                    continue;
+                    counts.elements = counts.elements.max(elements);
+                    return Ok(Finding::Differed(Box::new(Difference {
+                        output: exp.name.clone(),
+                        index: unflatten(p.spec_index, spec.shape()),
+                        spec: want.to_string(),
+                        implementation: p.value.to_string(),
+                        layer: format!("second-size check, a run on random inputs (seed {seed})"),
+                        confirmed,
+                    })));
                 }
-                Outcome::Refuted { layer, point } => (layer, point),
-            };
-            let confirmed = full_size.then(|| {
-                counterexample::confirm(
-                    at,
-                    arena,
-                    &leaves,
-                    &exp.name,
-                    exp.spec_value,
-                    &exp.holders,
-                    &exp.layouts[*li],
-                    Some(spec_index),
-                    &point,
-                    cfg.decide.seed,
-                )
-            });
-            return Ok(Finding::Differed(Box::new(Difference {
-                output: exp.name.clone(),
-                index: unflatten(spec_index, &spec_shape(&spec_env, exp)),
-                spec: arena.render(a, 200),
-                implementation: arena.render(b, 200),
-                layer: format!("second-size check, {}", layer.name()),
-                confirmed,
-            })));
+            }
+            if covered.iter().any(|c| !c) {
+                return Err(format!(
+                    "the ranks' pieces of `{}` do not cover it there",
+                    exp.name
+                ));
+            }
         }
+        counts.elements = elements;
     }
-    match undecided {
-        None => Ok(Finding::Agreed),
-        Some(why) => Err(why),
-    }
-}
-
-/// The spec output's shape at the second sizes.
-fn spec_shape(spec_env: &SymEnv, exp: &super::Expectation) -> Vec<usize> {
-    spec_env[exp.spec_value.node][exp.spec_value.output]
-        .as_ref()
-        .map_or_else(Vec::new, |t| t.shape.clone())
+    Ok(Finding::Agreed)
 }

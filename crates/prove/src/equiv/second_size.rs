@@ -20,8 +20,8 @@
 use super::counterexample;
 use super::layout::rebuild;
 use super::{
-    expectations, inputs, program_elements, time_ran_out, unflatten, Failure, Proof,
-    ProveConfig, Verdict,
+    expectations, inputs, program_elements, time_ran_out, unflatten, Failure, Proof, ProveConfig,
+    Verdict,
 };
 use crate::decide::{Point, Rng};
 use crate::eval::{clearly_differ, FloatEval};

@@ -107,9 +107,10 @@ struct Counts {
 const SEEDS: u64 = 2;
 
 /// `proof`, made on `first`'s reduced case of `case`, checked at the second sizes: returned
-/// as it is unless it is [`Verdict::Proved`]; withdrawn (inconclusive) or, at the case's own
-/// sizes, refuted where spec and ranks differ there or the check cannot be completed. The
-/// check's record goes into the proof's reduction summary.
+/// as it is unless it is [`Verdict::Proved`]; withdrawn (inconclusive) where spec and ranks
+/// differ there or the check cannot be completed; refuted where they differ at the case's own
+/// sizes and the interpreter confirms it. The check's record goes into the proof's reduction
+/// summary.
 pub(super) fn check(
     case: &Case,
     cfg: &ProveConfig,

@@ -391,9 +391,9 @@ fn positions_of_degree_one_through_data_still_reduce() {
 /// Positions inside an opaque function interpolated by a polynomial of degree 1: every rank
 /// adds `x·(cos(p·x) - 1 + p - p·cos(x))`, zero at the positions 0 and 1 but not at 2..8. The
 /// degree rule does not see through `cos` (RoPE's tables are such functions), so the reduced
-/// case is proved. Known gap (docs/prove/reduction.md, "Sizes read as values", Open).
+/// case is proved at 2 positions; the second-size check (3 positions) withdraws that proof
+/// (docs/prove/reduction.md, "Second-size check").
 #[test]
-#[ignore = "known soundness gap, open: an opaque function of positions combined with a polynomial in them is proved at 2 positions (docs/prove/reduction.md, \"Sizes read as values\", Open)"]
 fn positions_inside_an_opaque_function_are_not_proved_at_a_root() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
@@ -423,10 +423,9 @@ fn positions_inside_an_opaque_function_are_not_proved_at_a_root() {
 
 /// A constant computed without literals: `k = (s + s) / s` is 2 in the normal form, and a
 /// rank returning `sum(x) / k` for the spec's mean over 8 rows agrees at 2 rows. No literal
-/// is written, so the no-coincidence rule has nothing to keep the rows off. Known gap
-/// (docs/prove/reduction.md, "Sizes read as values", Open).
+/// is written, so the no-coincidence rule has nothing to keep the rows off; the second-size
+/// check (3 rows) withdraws the proof made at 2 (docs/prove/reduction.md, "Second-size check").
 #[test]
-#[ignore = "known soundness gap, open: a constant computed without literals coincides with a reduced size (docs/prove/reduction.md, \"Sizes read as values\", Open)"]
 fn a_constant_computed_without_literals_is_not_proved_at_a_coinciding_size() {
     let dir = tempfile::tempdir().unwrap();
     let body = "        s: \"f32[3]\" = torch.ops.aten.sum.dim_IntList(x, [0])\n        ss: \"f32[3]\" = torch.ops.aten.add.Tensor(s, s)\n        k: \"f32[3]\" = torch.ops.aten.div.Tensor(ss, s)\n        q: \"f32[3]\" = torch.ops.aten.div.Tensor(s, k)";

@@ -7,6 +7,7 @@ pub mod counterexample;
 pub mod inputs;
 pub mod layout;
 pub mod replay;
+pub mod second_size;
 
 use crate::decide::{decide, DecideConfig, Layer, Outcome, Point};
 use crate::exec::{self, ExecError, ExecErrorKind, ExecLimits, SymEnv};
@@ -234,6 +235,11 @@ pub struct ReductionSummary {
     /// Whether the counterexample's inputs have the reduced shapes (the full-size case was
     /// over the element limit); otherwise a refutation was shown at full size.
     pub counterexample_reduced: bool,
+    /// The second-size check of a proof on these sizes ([`second_size`]): the sizes it ran
+    /// at and whether spec and ranks agreed there. Absent where the proof is not `proved` or
+    /// the sizes are the case's own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub second_size: Option<second_size::SecondSizeCheck>,
 }
 
 /// One spec input's shapes.
@@ -266,6 +272,7 @@ impl ReductionSummary {
             elements_before: program_elements(case),
             elements_after: program_elements(&reduction.case),
             counterexample_reduced: false,
+            second_size: None,
         }
     }
 }
@@ -644,7 +651,8 @@ fn prove_case_mesh_kept(case: &Case, cfg: &ProveConfig, started: Instant) -> Pro
         counterexample_reduced: proof.counterexample.is_some(),
         ..summary
     });
-    proof
+    // A proof on reduced sizes may rest on a coincidence at those sizes.
+    second_size::check(case, cfg, started, proof, &reduction)
 }
 
 /// A refutation on sizes that mesh-size literals did not pin, proved again on the sizes
@@ -674,7 +682,7 @@ fn proof_pinning_scaled_sizes(
     }
     let mut proof = prove_sized(&pinned.case, cfg, started);
     proof.reduction = Some(ReductionSummary::of(case, &pinned));
-    Some(proof)
+    Some(second_size::check(case, cfg, started, proof, &pinned))
 }
 
 /// What [`proof_pinning_scaled_sizes`] found, for an inconclusive verdict's message.
@@ -823,7 +831,7 @@ fn strict_refutation(
         elements_after: elements,
         ..summary
     });
-    proof
+    second_size::check(case, cfg, started, proof, &strict)
 }
 
 /// Random inputs drawn per seed on which the interpreter shows a stated output of the case as

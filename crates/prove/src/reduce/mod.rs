@@ -29,7 +29,7 @@ use serde::Serialize;
 use shardproof_case::{Blocks, Case, Layout};
 use shardproof_ir::{Arg, Dim, Graph, NodeKind, TensorType, ValueId};
 use sizes::{Mono, Sizes, Unexplained};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 /// Why a case is not reduced.
@@ -102,6 +102,10 @@ pub struct Reduction {
     /// Each vocabulary integer inputs index (the labels'): reduced with them, or kept and why
     /// (`vocab`).
     pub vocabulary: Vec<vocab::VocabReduction>,
+    /// Which literals pinned, so that [`reduce_case_above`] reduces the same way.
+    pinning: Pinning,
+    /// The size variable of each entry of `sizes`, for [`reduce_case_above`]'s floors.
+    free_vars: Vec<sizes::Var>,
 }
 
 /// Every product of mesh dim sizes (each dim at most once), and the squares of those
@@ -190,13 +194,13 @@ fn local_dim(
 /// the reduced sizes). A refutation found this way is therefore checked again by the caller
 /// on [`reduce_case_strict`]'s sizes, where every literal pins (docs/prove.md, section 2).
 pub fn reduce_case(case: &Case) -> Result<Reduction, Refusal> {
-    reduce_with(case, Pinning::Relaxed)
+    reduce_with(case, Pinning::Relaxed, &BTreeMap::new())
 }
 
 /// [`reduce_case`] with every value literal pinning the sizes dividing it, mesh sizes
 /// included.
 pub fn reduce_case_strict(case: &Case) -> Result<Reduction, Refusal> {
-    reduce_with(case, Pinning::Strict)
+    reduce_with(case, Pinning::Strict, &BTreeMap::new())
 }
 
 /// [`reduce_case`], except that a mesh-size literal scaling a tensor (`mul`, `div`) one of
@@ -206,7 +210,41 @@ pub fn reduce_case_strict(case: &Case) -> Result<Reduction, Refusal> {
 /// constant agrees with it only at full size. Pinning is for completeness only, so this is
 /// as sound as [`reduce_case`]; it is tried where that one's reduced case is refuted.
 pub fn reduce_case_pinning_scaled_sizes(case: &Case) -> Result<Reduction, Refusal> {
-    reduce_with(case, Pinning::ScaledSizes)
+    reduce_with(case, Pinning::ScaledSizes, &BTreeMap::new())
+}
+
+/// The second reduction of the second-size check (`equiv/second_size.rs`): `case` reduced as
+/// `first` was (the same literals pinning), with every free size variable of `first` forced
+/// strictly above its reduced value there. Each takes the next value its constraints admit
+/// (every divisibility, alignment and minimum holds by substitution whatever the value; no
+/// literal may coincide with it), at most its original size, which a variable already at its
+/// original size keeps. `Ok(None)` where every variable of `first` is at its original size:
+/// `first` is the full size and there is nothing to check.
+pub fn reduce_case_above(case: &Case, first: &Reduction) -> Result<Option<Reduction>, Refusal> {
+    if first.sizes.iter().all(|s| s.reduced >= s.original) {
+        return Ok(None);
+    }
+    let floors: BTreeMap<sizes::Var, u64> = first
+        .free_vars
+        .iter()
+        .zip(&first.sizes)
+        .map(|(&v, s)| (v, s.reduced + 1))
+        .collect();
+    let second = reduce_with(case, first.pinning, &floors)?;
+    // The walk is deterministic, so the variables are the first reduction's; a difference
+    // would leave the floors on other sizes than meant.
+    let same = second.free_vars == first.free_vars
+        && second
+            .sizes
+            .iter()
+            .zip(&first.sizes)
+            .all(|(a, b)| a.origin == b.origin && a.original == b.original);
+    if !same {
+        return Err(Refusal::new(
+            "the second reduction's size variables are not the first's",
+        ));
+    }
+    Ok(Some(second))
 }
 
 /// How the reason begins of a size pinned by [`reduce_case_pinning_scaled_sizes`].
@@ -243,7 +281,13 @@ fn runs_of_size(sizes: &Sizes, dims: &[Mono], x: u64) -> Vec<Vec<Mono>> {
     runs
 }
 
-fn reduce_with(case: &Case, pinning: Pinning) -> Result<Reduction, Refusal> {
+/// Reduces `case`; `floors` are minimum reduced values of size variables (the second-size
+/// check's, [`reduce_case_above`]; empty otherwise).
+fn reduce_with(
+    case: &Case,
+    pinning: Pinning,
+    floors: &BTreeMap<sizes::Var, u64>,
+) -> Result<Reduction, Refusal> {
     let strict = pinning == Pinning::Strict;
     let mut sizes = Sizes::default();
     if case.inputs.iter().any(|r| r.cut) {
@@ -531,6 +575,15 @@ fn reduce_with(case: &Case, pinning: Pinning) -> Result<Reduction, Refusal> {
             mesh_literals.push(x);
         }
     }
+    // The second-size check's floors, before any choice below reads a reduced size.
+    for (&v, &floor) in floors {
+        if v >= sizes.len() {
+            return Err(Refusal::new(
+                "the second reduction has fewer size variables than the first",
+            ));
+        }
+        sizes.at_least(v, floor);
+    }
     // A table looked up at positions keeps at least as many rows as positions
     // (`rules::Cx::positions_fit_the_table`): checked on the chosen sizes; where they fall
     // short the table keeps its rows (a pin only raises its own variables), and where even
@@ -631,6 +684,7 @@ fn reduce_with(case: &Case, pinning: Pinning) -> Result<Reduction, Refusal> {
             ))
         })
         .collect();
+    let free_vars = sizes.free().into_iter().map(|(v, ..)| v).collect();
     let free = sizes
         .free()
         .into_iter()
@@ -658,6 +712,8 @@ fn reduce_with(case: &Case, pinning: Pinning) -> Result<Reduction, Refusal> {
         inputs,
         mesh_literals,
         vocabulary,
+        pinning,
+        free_vars,
     })
 }
 

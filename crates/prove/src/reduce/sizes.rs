@@ -509,9 +509,12 @@ impl Sizes {
         &self.origin[v]
     }
 
-    /// Makes free variable `v` reduce to at least `min` (a vocabulary block, `reduce/vocab.rs`).
+    /// Makes free variable `v` reduce to at least `min` (a vocabulary block, `reduce/vocab.rs`;
+    /// the second-size check's floor, [`super::reduce_case_above`]); the largest of several
+    /// minimums holds.
     pub fn at_least(&mut self, v: Var, min: u64) {
-        self.minimum.insert(v, min);
+        let m = self.minimum.entry(v).or_insert(min);
+        *m = (*m).max(min);
     }
 
     /// Keeps every free variable of `m` at its original size; `why` is reported.

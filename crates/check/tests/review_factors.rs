@@ -667,3 +667,26 @@ fn a_reduce_scatter_over_dp_undivided_never_holds() {
         false,
     );
 }
+
+#[test]
+fn a_reduce_scatter_then_exp_divided_by_the_factor_never_holds() {
+    // exp of a shard dp x ep times the spec's, then divided by dp x ep: exp(8x)/8 is not the
+    // spec's; only a copy or view keeps the record a division may clear.
+    let (dp, ep, _) = MESH;
+    let tail = scattered_tail(dp, dp * ep).replace(
+        "torch.ops.aten.div.Tensor(rw,",
+        "torch.ops.aten.div.Tensor(rx,",
+    );
+    let tail = tail.replacen(
+        "        q:",
+        "        rx: \"f64[1]\" = torch.ops.aten.exp.default(rw)\n        q:",
+        1,
+    );
+    attack(
+        "reduce-scatter over dp, exp, /(dp*ep)",
+        MESH,
+        GATHERED,
+        &tail,
+        false,
+    );
+}

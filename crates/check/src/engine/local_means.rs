@@ -741,12 +741,14 @@ pub(super) fn lifted_reduction(
 }
 
 /// Carries the records of a reduce-scatter's factor (`scattered_factor`) from a call's
-/// `inputs` to its outputs (`base`, `nout` of them): the one factor where every input that
-/// carries one carries the same, else `u64::MAX` (mixed: no division clears it). Returns
-/// whether the call (`op_name`) writes one in place (`copy_`, `add_`): a write the record
-/// is not followed through, made `Unknown` by [`unsettled_scattered_factors`].
+/// `inputs` to its outputs (`base`, `nout` of them): through a copy or view of one input
+/// (`rules::moves_values`: a division after it still divides the shard `f` times the
+/// spec's) the factor itself, through any other call `u64::MAX` (no division clears it: a
+/// division after `exp` or a sum with other terms does not undo the factor). Returns whether
+/// the call (`op`) writes one in place (`copy_`, `add_`): a write the record is not
+/// followed through, made `Unknown` by [`unsettled_scattered_factors`].
 pub(super) fn carry_scattered_factor(
-    op_name: &str,
+    op: &shardproof_ir::OpName,
     inputs: &[ValueId],
     base: usize,
     nout: usize,
@@ -759,13 +761,17 @@ pub(super) fn carry_scattered_factor(
             rp.scattered_factor.get(&at).copied()
         })
         .reduce(|a, b| if a == b { a } else { u64::MAX });
+    let moved = carried.is_some()
+        && inputs.len() == 1
+        && rules::rule(&op.base()).is_some_and(|rule| rules::moves_values(rule.family));
+    let carried = carried.map(|f| if moved { f } else { u64::MAX });
     for o in 0..nout {
         match carried {
             Some(f) => rp.scattered_factor.insert(base + o, f),
             None => rp.scattered_factor.remove(&(base + o)),
         };
     }
-    carried.is_some() && op_name.ends_with('_') && !op_name.ends_with("__")
+    carried.is_some() && op.name.ends_with('_') && !op.name.ends_with("__")
 }
 
 /// Where a reduce-scatter's factor (`scattered_factor`) is still carried once a rank's run
@@ -798,7 +804,8 @@ pub(super) fn unsettled_scattered_factors(
         let factor = rp.scattered_factor[&at];
         rp.places[at * nd..(at + 1) * nd].fill(Place::Unknown);
         let what = if factor == u64::MAX {
-            "a sum of shards of several such factors".to_string()
+            "its shards some factor times the spec's, read by a call other than a copy or view"
+                .to_string()
         } else {
             format!("{factor} times the spec's shard")
         };

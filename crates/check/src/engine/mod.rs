@@ -315,7 +315,7 @@ fn propagate_rank_from(
                 rp.lifted_means[base..base + nout].fill(lifted_below);
                 // A shard a reduce-scatter of local means left `f` times the spec's
                 // (`scattered_factor`): every output carries it until a division clears it.
-                if local_means::carry_scattered_factor(&op.name, &inputs, base, nout, &mut rp) {
+                if local_means::carry_scattered_factor(op, &inputs, base, nout, &mut rp) {
                     scattered_writes.push(i);
                 }
                 let inv = inputs

@@ -369,14 +369,6 @@ fn propagate_rank_from(
                                 done.get(s).and_then(|d| d.as_deref())
                             };
                             let ps = recv_read(sh, r, s, j, sender);
-                            // The sent value's reduce-scatter factor (`scattered_factor`)
-                            // travels with it.
-                            let sent_factor = sender.and_then(|sp| {
-                                let sent =
-                                    sh.program.ranks[s].nodes[j].inputs().first().copied()?;
-                                let at = sp.offsets.get(sent.node)? + sent.output as u32;
-                                sp.scattered_factor.get(&(at as usize)).copied()
-                            });
                             if moves_partial(sh, r, s, j, sender) {
                                 rp.unknown_sources.push((
                                     i,
@@ -391,9 +383,6 @@ fn propagate_rank_from(
                                     pending = true;
                                 }
                                 set(&mut rp, 0, m, q);
-                            }
-                            if let Some(f) = sent_factor {
-                                rp.scattered_factor.insert(base, f);
                             }
                         }
                         None => rp.unknown_sources.push((

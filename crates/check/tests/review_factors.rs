@@ -450,19 +450,18 @@ fn scattered_tail_op(dp: usize, op: &str, n: usize) -> String {
 #[test]
 fn a_reduce_scatter_over_dp_divided_by_dp_times_ep_is_right() {
     let (dp, ep, _) = MESH;
-    attack(
+    // The division by exactly the factor settles the shard's record: the program holds.
+    let verdict = attack(
         "reduce-scatter over dp /(dp*ep)",
         MESH,
         GATHERED,
         &scattered_tail(dp, dp * ep),
         true,
     );
+    assert_eq!(verdict, Verdict::Holds);
 }
 
 #[test]
-#[ignore = "known bug: a reduce-scatter of a lifted partial's local means is read as the \
-            spec's shard (LiftedReduction::Scattered), so any division after it holds; a blunt fix (Unknown) costs DeepSeek's holds: \
-            notes/s78/check-review6-fix-3.diff; the factor must be carried through the shard"]
 fn a_reduce_scatter_over_dp_divided_by_dp_alone_never_holds() {
     // ep times the tensor: the factor is dp x ep. Held before the fix (as did no division).
     let (dp, _, _) = MESH;
@@ -658,8 +657,6 @@ fn a_reduce_scatter_average_over_dp_never_holds() {
 }
 
 #[test]
-#[ignore = "known bug: as a_reduce_scatter_over_dp_divided_by_dp_alone_never_holds, with no \
-            division at all (dp x ep times the tensor)"]
 fn a_reduce_scatter_over_dp_undivided_never_holds() {
     let (dp, _, _) = MESH;
     attack(
@@ -667,6 +664,29 @@ fn a_reduce_scatter_over_dp_undivided_never_holds() {
         MESH,
         GATHERED,
         &scattered_tail(dp, 1),
+        false,
+    );
+}
+
+#[test]
+fn a_reduce_scatter_then_exp_divided_by_the_factor_never_holds() {
+    // exp of a shard dp x ep times the spec's, then divided by dp x ep: exp(8x)/8 is not the
+    // spec's; only a copy or view keeps the record a division may clear.
+    let (dp, ep, _) = MESH;
+    let tail = scattered_tail(dp, dp * ep).replace(
+        "torch.ops.aten.div.Tensor(rw,",
+        "torch.ops.aten.div.Tensor(rx,",
+    );
+    let tail = tail.replacen(
+        "        q:",
+        "        rx: \"f64[1]\" = torch.ops.aten.exp.default(rw)\n        q:",
+        1,
+    );
+    attack(
+        "reduce-scatter over dp, exp, /(dp*ep)",
+        MESH,
+        GATHERED,
+        &tail,
         false,
     );
 }

@@ -603,9 +603,14 @@ pub(super) fn commit_folded(
 pub(super) enum LiftedReduction {
     /// Not such a reduction (another call, value or mesh dim): as the rules read it.
     Ordinary,
-    /// A reduce-scatter of pieces the walk still finds local means on `m`: as the rules read
-    /// it (what the shard's factor is, is not recorded).
-    Scattered,
+    /// A reduce-scatter sum of pieces the walk still finds local means on `m`: as the rules
+    /// read it, the shard each member gets `factor` times the spec's shard
+    /// (`scattered_factor`), until a division by exactly the factor or a reduction that
+    /// reads it (`Sum`, `Average`: a later lift's walk counts the same local means).
+    Scattered {
+        /// The value's factor (of every mesh dim whose local means reach it).
+        factor: u64,
+    },
     /// The pieces are no longer known to be local means on `m`, or the factor is not known
     /// (a product of two local means, a sum with the spec's pieces): `Unknown`.
     Unread,
@@ -617,10 +622,11 @@ pub(super) enum LiftedReduction {
         /// What this mesh dim records as its part of the factor.
         factor: u64,
     },
-    /// An all-reduce average over a group as large as the factor: the pieces average to the
-    /// tensor (`Partial(avg)`), the average is the tensor.
+    /// An all-reduce or reduce-scatter average over a group as large as the factor: the
+    /// pieces average to the tensor (`Partial(avg)`), the average is the tensor (its shard).
     Average,
-    /// An all-reduce average over a group of another size than the factor: the tensor times
+    /// An all-reduce or reduce-scatter average over a group of another size than the factor
+    /// (or a reduce-scatter of another reduction): the tensor times
     /// the factor over the group's size, which no placement carries: `Unknown`.
     AverageOff {
         /// The value's factor.
@@ -686,13 +692,11 @@ pub(super) fn lifted_reduction(
     if answer.on(m) != Pieces::LocalMean {
         return LiftedReduction::Unread;
     }
-    if family == "reduce-scatter" {
-        return LiftedReduction::Scattered;
-    }
     let Some(factor) = answer.factor(&sizes) else {
         return LiftedReduction::Unread;
     };
     match reduce_op {
+        Some(Red::Sum) if family == "reduce-scatter" => LiftedReduction::Scattered { factor },
         Some(Red::Sum) => {
             // The group's mesh dims this reading applies to: each reads the same input, so
             // the first of them records the factor.
@@ -729,7 +733,88 @@ pub(super) fn lifted_reduction(
                 }
             }
         }
+        // A reduce-scatter of another (or no known) reduction of a lifted partial: its
+        // factor is not read.
+        _ if family == "reduce-scatter" => LiftedReduction::Unread,
         _ => LiftedReduction::Ordinary,
+    }
+}
+
+/// Carries the records of a reduce-scatter's factor (`scattered_factor`) from a call's
+/// `inputs` to its outputs (`base`, `nout` of them): through a copy or view of one input
+/// (`rules::moves_values`: a division after it still divides the shard `f` times the
+/// spec's) the factor itself, through any other call `u64::MAX` (no division clears it: a
+/// division after `exp` or a sum with other terms does not undo the factor). Returns whether
+/// the call (`op`) writes one in place (`copy_`, `add_`): a write the record is not
+/// followed through, made `Unknown` by [`unsettled_scattered_factors`].
+pub(super) fn carry_scattered_factor(
+    op: &shardproof_ir::OpName,
+    inputs: &[ValueId],
+    base: usize,
+    nout: usize,
+    rp: &mut RankPlacements,
+) -> bool {
+    let carried = inputs
+        .iter()
+        .filter_map(|v| {
+            let at = rp.offsets[v.node] as usize + v.output;
+            rp.scattered_factor.get(&at).copied()
+        })
+        .reduce(|a, b| if a == b { a } else { u64::MAX });
+    let moved = carried.is_some()
+        && inputs.len() == 1
+        && rules::rule(&op.base()).is_some_and(|rule| rules::moves_values(rule.family));
+    let carried = carried.map(|f| if moved { f } else { u64::MAX });
+    for o in 0..nout {
+        match carried {
+            Some(f) => rp.scattered_factor.insert(base + o, f),
+            None => rp.scattered_factor.remove(&(base + o)),
+        };
+    }
+    carried.is_some() && op.name.ends_with('_') && !op.name.ends_with("__")
+}
+
+/// Where a reduce-scatter's factor (`scattered_factor`) is still carried once a rank's run
+/// (from node `start`) is done, by a graph output or by the in-place writes (`writes`):
+/// the value is `Unknown` on every mesh dim (`nd`), its shards some factor times the spec's.
+pub(super) fn unsettled_scattered_factors(
+    g: &shardproof_ir::Graph,
+    start: usize,
+    nd: usize,
+    writes: &[usize],
+    rp: &mut RankPlacements,
+) {
+    let outputs = g.outputs.iter().flatten().filter(|v| v.node >= start);
+    let written = writes
+        .iter()
+        .flat_map(|&i| (0..g.nodes[i].outputs.len().max(1)).map(move |o| ValueId::new(i, o)));
+    let unsettled: Vec<ValueId> = outputs
+        .copied()
+        .chain(written)
+        .filter(|v| {
+            let at = rp.offsets[v.node] as usize + v.output;
+            rp.scattered_factor.contains_key(&at)
+        })
+        .collect();
+    for v in unsettled {
+        let at = rp.offsets[v.node] as usize + v.output;
+        if (at + 1) * nd > rp.places.len() {
+            continue;
+        }
+        let factor = rp.scattered_factor[&at];
+        rp.places[at * nd..(at + 1) * nd].fill(Place::Unknown);
+        let what = if factor == u64::MAX {
+            "its shards some factor times the spec's, read by a call other than a copy or view"
+                .to_string()
+        } else {
+            format!("{factor} times the spec's shard")
+        };
+        rp.unknown_sources.push((
+            v.node,
+            format!(
+                "derives from a reduce-scatter of local means ({what}) that no division by                  the factor, and no reduction reading it, settled: the value is not the spec's"
+            ),
+        ));
     }
 }
 

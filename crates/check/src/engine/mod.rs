@@ -247,6 +247,9 @@ fn propagate_rank_from(
         n.op()
             .is_some_and(|op| op.name.ends_with('_') && !op.name.ends_with("__"))
     });
+    // In-place writes of a value still carrying a reduce-scatter's factor
+    // (`scattered_factor`): made `Unknown` once the run is done.
+    let mut scattered_writes: Vec<usize> = Vec::new();
     for (i, node) in g.nodes.iter().enumerate().skip(start) {
         let base = rp.offsets[i] as usize;
         let nout = node.outputs.len();
@@ -310,6 +313,11 @@ fn propagate_rank_from(
                     a | rp.lifted_means[rp.offsets[v.node] as usize + v.output]
                 });
                 rp.lifted_means[base..base + nout].fill(lifted_below);
+                // A shard a reduce-scatter of local means left `f` times the spec's
+                // (`scattered_factor`): every output carries it until a division clears it.
+                if local_means::carry_scattered_factor(op, &inputs, base, nout, &mut rp) {
+                    scattered_writes.push(i);
+                }
                 let inv = inputs
                     .iter()
                     .all(|v| rp.invariant[rp.offsets[v.node] as usize + v.output]);
@@ -415,6 +423,26 @@ fn propagate_rank_from(
                         nout,
                         &mut rp,
                     );
+                // A division by exactly the factor a reduce-scatter of local means left on
+                // the value (`scattered_factor`) makes it the spec's shard.
+                if let [v] = inputs[..] {
+                    let at = rp.offsets[v.node] as usize + v.output;
+                    if rp.scattered_factor.get(&at).is_some_and(|&f| {
+                        scaling::settles_scattered_factor(
+                            sh,
+                            r,
+                            i,
+                            node.name.as_str(),
+                            op,
+                            &bound,
+                            f,
+                        )
+                    }) {
+                        for o in 0..nout {
+                            rp.scattered_factor.remove(&(base + o));
+                        }
+                    }
+                }
                 // An input unknown on every mesh dim: every rule call below is skipped (the
                 // outputs stay `Unknown`), and the zero and constant records of the outputs
                 // are read only by calls that have them as inputs, skipped too. Only the
@@ -667,10 +695,12 @@ fn propagate_rank_from(
                         (r, m),
                         rule.family,
                         match (rule.family, lifted_input) {
-                            ("all-reduce", Some(_)) => match bound.get("reduce_op") {
-                                Some(Arg::Str(s)) => Red::parse(&s),
-                                _ => None,
-                            },
+                            ("all-reduce" | "reduce-scatter", Some(_)) => {
+                                match bound.get("reduce_op") {
+                                    Some(Arg::Str(s)) => Red::parse(&s),
+                                    _ => None,
+                                }
+                            }
                             _ => None,
                         },
                         group.as_ref().map_or(&[][..], |(d, _)| &d[..]),
@@ -687,6 +717,13 @@ fn propagate_rank_from(
                             LiftedReduction::Sum { .. } | LiftedReduction::Average,
                         ) if lifted_input == Some(v) => Place::Partial(Red::Avg),
                         (p, _) => p,
+                    };
+                    // A reduce-scatter's shard of local means carries their factor on
+                    // (`scattered_factor`); a reduction that reads the factor settles it.
+                    let scattered_factor = match lifted_read {
+                        LiftedReduction::Scattered { factor } if factor > 1 => Some(Some(factor)),
+                        LiftedReduction::Sum { .. } | LiftedReduction::Average => Some(None),
+                        _ => None,
                     };
                     let lifted_why = lifted_read.why(op, &mesh.dims[m].0);
                     let lifted_factor = match lifted_read {
@@ -1185,6 +1222,11 @@ fn propagate_rank_from(
                         rp.folded_summed[(base + o) * nd + m] = folded_rec.summed;
                         rp.scaled[(base + o) * nd + m] = now_scaled;
                         rp.times_n[(base + o) * nd + m] = times_n;
+                        match scattered_factor {
+                            Some(Some(f)) => rp.scattered_factor.insert(base + o, f),
+                            Some(None) => rp.scattered_factor.remove(&(base + o)),
+                            None => None,
+                        };
                         match lifted_factor.filter(|_| times_n) {
                             Some(f) => rp.times_factor.insert((base + o) * nd + m, f),
                             None => rp.times_factor.remove(&((base + o) * nd + m)),
@@ -1264,6 +1306,7 @@ fn propagate_rank_from(
     }
     rp.dual_lifts = dual_lifts;
     rp.coord_reads = coord_read.get();
+    local_means::unsettled_scattered_factors(g, start, nd, &scattered_writes, &mut rp);
     // Unknown values: count them.
     // A value n times the tensor (`times_n`) is counted only where a reader makes it unknown.
     rp.unknown_values = rp

@@ -152,6 +152,7 @@ pub(super) fn start_state(
             rp.folded_pending[v0 * nd..].fill(0);
             rp.folded_summed[v0 * nd..].fill(0);
             rp.lifted_means[v0..].fill(0);
+            rp.scattered_factor.retain(|&at, _| at < v0);
             rp.invariant[v0..].fill(false);
             rp.zero[v0..].fill(false);
             rp.constant[v0..].fill(0);

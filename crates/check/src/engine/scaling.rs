@@ -595,6 +595,30 @@ pub(super) fn scale_records(
     }
 }
 
+/// Whether call `i` (node `node_name`, operator `op`, arguments `bound`) divides its one
+/// input, `f` times the spec's (`scattered_factor`, a reduce-scatter of local means), by
+/// exactly `f` where the spec does not (read as on a `times_n` value: by its number).
+pub(super) fn settles_scattered_factor(
+    sh: &Shared,
+    r: usize,
+    i: usize,
+    node_name: &str,
+    op: &OpName,
+    bound: &Args,
+    f: u64,
+) -> bool {
+    f != u64::MAX
+        && matches!(op.name.as_str(), "mul" | "div")
+        && partial_scaling(
+            op.name.as_str(),
+            bound.get("other").and_then(|a| a.as_f64()),
+            f as f64,
+            sh.has_spec,
+            spec_scaling(sh, r, i, node_name),
+            Read::TimesN,
+        ) == Scaling::ByInverseN
+}
+
 /// Reads a call's one input `v` where it is n times the tensor on a mesh dim (`times_n`, an
 /// all-reduce sum of pieces that average to it): a copy or view keeps the record, a division
 /// by n that the spec does not make gives `Replicate()`, any other read is an unknown

@@ -62,6 +62,14 @@ pub struct RankPlacements {
     /// (`local_means::commit_folded`). A reduction over `k` of its partial sum there reads the
     /// pieces by their factor (`local_means::lifted_reduction`).
     pub lifted_means: Vec<u64>,
+    /// Per value (index `offsets[node] + output`): a reduce-scatter of a lifted partial's
+    /// local means (`local_means::LiftedReduction::Scattered`) left it, or a value it derives
+    /// from, `f` times the spec's (`u64::MAX`: derived by a call other than a copy or view,
+    /// which no division clears). Every call carries the record to its outputs; only a
+    /// division by exactly `f` or a reduction that reads the local means' factor
+    /// (`LiftedReduction::Sum`/`Average`) clears it, and a graph output or an in-place write
+    /// still carrying it is `Unknown`.
+    pub scattered_factor: HashMap<usize, u64>,
     /// Nodes whose outputs are `Unknown` because of the node itself (no rule, opaque, an
     /// input without a layout), as (node, reason).
     pub unknown_sources: Vec<(usize, String)>,

@@ -812,7 +812,7 @@ pub(super) fn unsettled_scattered_factors(
         rp.unknown_sources.push((
             v.node,
             format!(
-                "derives from a reduce-scatter of local means ({what}) that no division by                  the factor, and no reduction reading it, settled: the value is not the spec's"
+                "derives from a reduce-scatter of local means ({what}) that no division by the factor, and no reduction reading it, settled: the value is not the spec's"
             ),
         ));
     }

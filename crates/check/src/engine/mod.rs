@@ -428,15 +428,7 @@ fn propagate_rank_from(
                 if let [v] = inputs[..] {
                     let at = rp.offsets[v.node] as usize + v.output;
                     if rp.scattered_factor.get(&at).is_some_and(|&f| {
-                        scaling::settles_scattered_factor(
-                            sh,
-                            r,
-                            i,
-                            node.name.as_str(),
-                            op,
-                            &bound,
-                            f,
-                        )
+                        scaling::divides_by_inverse(sh, r, i, node.name.as_str(), op, &bound, f)
                     }) {
                         for o in 0..nout {
                             rp.scattered_factor.remove(&(base + o));

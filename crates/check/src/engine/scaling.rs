@@ -596,9 +596,9 @@ pub(super) fn scale_records(
 }
 
 /// Whether call `i` (node `node_name`, operator `op`, arguments `bound`) divides its one
-/// input, `f` times the spec's (`scattered_factor`, a reduce-scatter of local means), by
-/// exactly `f` where the spec does not (read as on a `times_n` value: by its number).
-pub(super) fn settles_scattered_factor(
+/// input, `f` times the spec's (a `times_n` value, or `scattered_factor`: a reduce-scatter of
+/// local means), by exactly `f` where the spec does not (a `mul` by `1/f` or a `div` by `f`).
+pub(super) fn divides_by_inverse(
     sh: &Shared,
     r: usize,
     i: usize,
@@ -663,16 +663,6 @@ pub(super) fn read_times_n(
                     .unwrap_or(mesh.dims[k].1 as u64)
             })
             .fold(1u64, |a, f| a.saturating_mul(f));
-        let by_inverse = |n: u64| {
-            partial_scaling(
-                op.name.as_str(),
-                bound.get("other").and_then(|a| a.as_f64()),
-                n as f64,
-                sh.has_spec,
-                spec_scaling(sh, r, i, node_name),
-                Read::TimesN,
-            ) == Scaling::ByInverseN
-        };
         if rules::moves_values(family) {
             let factor = rp
                 .times_factor
@@ -684,7 +674,7 @@ pub(super) fn read_times_n(
                     rp.times_factor.insert((base + o) * nd + m, f);
                 }
             }
-        } else if !stage_dim && matches!(op.name.as_str(), "mul" | "div") && by_inverse(all_n) {
+        } else if !stage_dim && divides_by_inverse(sh, r, i, node_name, op, bound, all_n) {
             for o in 0..nout {
                 rp.places[(base + o) * nd + m] = Place::Replicate;
             }

@@ -648,12 +648,8 @@ pub(super) struct NodeResult {
 /// One attempt of full inference, for [`OperatorTime::attempts`]: its kind, its seconds since
 /// `clock`, its peak e-graph size (none for pieces) and whether it related the value cleanly
 /// (up to a factor).
-fn attempt_time(kind: &str, clock: Instant, a: &Attempt, s: &State) -> String {
-    let outcome = if clean_up_to_factor(s) {
-        "clean"
-    } else {
-        "not clean"
-    };
+fn attempt_time(kind: &str, clock: Instant, a: &Attempt, clean: bool) -> String {
+    let outcome = if clean { "clean" } else { "not clean" };
     let secs = clock.elapsed().as_secs_f64();
     match a.peak_nodes.get() {
         0 => format!("{kind} {secs:.2} s {outcome}"),
@@ -1133,7 +1129,8 @@ impl Walk<'_> {
         let first = Attempt::default();
         let clock = Instant::now();
         let mut s = attempt(&rules.first, &first);
-        r.attempts.push(attempt_time("first", clock, &first, &s));
+        r.attempts
+            .push(attempt_time("first", clock, &first, clean_up_to_factor(&s)));
         // Neither clean nor a multiple of a clean expression, in a small e-graph:
         // once more with the wider steps (the sources of the ranks' views
         // explored, a rank's tensor taken as a multiple of a spec value), kept
@@ -1154,7 +1151,12 @@ impl Walk<'_> {
             };
             let clock = Instant::now();
             let wide = attempt(&rules.wide, &wider);
-            r.attempts.push(attempt_time("wide", clock, &wider, &wide));
+            r.attempts.push(attempt_time(
+                "wide",
+                clock,
+                &wider,
+                clean_up_to_factor(&wide),
+            ));
             if clean_up_to_factor(&wide) {
                 r.widened.push(v);
                 s = wide;
@@ -1176,8 +1178,12 @@ impl Walk<'_> {
                 };
                 let clock = Instant::now();
                 let found = attempt(&rules.first, &roomier);
-                r.attempts
-                    .push(attempt_time("roomier", clock, &roomier, &found));
+                r.attempts.push(attempt_time(
+                    "roomier",
+                    clock,
+                    &roomier,
+                    clean_up_to_factor(&found),
+                ));
                 Some(found).filter(clean_up_to_factor)
             } else {
                 let moves = Attempt {
@@ -1190,8 +1196,12 @@ impl Walk<'_> {
                     .then(|| {
                         let clock = Instant::now();
                         let found = attempt(&rules.first, &moves);
-                        r.attempts
-                            .push(attempt_time("moves", clock, &moves, &found));
+                        r.attempts.push(attempt_time(
+                            "moves",
+                            clock,
+                            &moves,
+                            clean_up_to_factor(&found),
+                        ));
                         found
                     })
                     .filter(clean_up_to_factor);
@@ -1200,11 +1210,9 @@ impl Walk<'_> {
                     let clock = Instant::now();
                     let found =
                         infer_by_pieces(imp, &rules.pieces, opts, state, t, v, seeds, 0, &reused);
-                    let outcome = found
-                        .clone()
-                        .unwrap_or_else(|| State::Unrelated(String::new()));
+                    let clean = found.as_ref().is_some_and(clean_up_to_factor);
                     r.attempts
-                        .push(attempt_time("pieces", clock, &Attempt::default(), &outcome));
+                        .push(attempt_time("pieces", clock, &Attempt::default(), clean));
                     r.pieces_reused += reused.get();
                     found
                 })

@@ -610,6 +610,58 @@ fn a_sum_over_dp_and_tp_of_the_tp_pieces() {
     }
 }
 
+#[test]
+fn a_reduce_scatter_times_the_inverse_factor() {
+    // `mul` by 1/8 (and `div.Scalar` by 8) clear the record as `div.Tensor` by 8 does; `mul`
+    // by 1/4 leaves twice the spec's shard.
+    for (line, right) in [
+        ("torch.ops.aten.mul.Tensor(rw, 0.125)", true),
+        ("torch.ops.aten.div.Scalar(rw, 8)", true),
+        ("torch.ops.aten.mul.Tensor(rw, 0.25)", false),
+    ] {
+        let between = format!("        q: \"f64[1]\" = {line}\n");
+        let verdict = attack(
+            &format!("reduce-scatter, {line}"),
+            true,
+            &scattered(&between),
+            right,
+        );
+        eprintln!("({line}: {verdict:?})");
+        if right {
+            assert_eq!(verdict, Verdict::Holds, "{line}: the right program holds");
+        }
+    }
+}
+
+#[test]
+fn a_reduce_scatter_average_over_the_data_group_of_own_rows() {
+    // Own rows: an average over dp x ep (as large as the factor) completes the mean; over dp
+    // alone (4 of 8) each shard is ep times the spec's.
+    let (dp, ep, _) = MESH;
+    let de = dp * ep;
+    for (group, size, right) in [("dp_ep", de, true), ("dp", dp, false)] {
+        let tail = format!(
+            "        e: \"f64[{size}]\" = torch.ops.aten.expand.default(t, [{size}])
+        rs: \"f64[1]\" = torch.ops._c10d_functional.reduce_scatter_tensor.default(e, 'avg', {size}, '{group}')
+        q: \"f64[1]\" = torch.ops._c10d_functional.wait_tensor.default(rs)
+        qg: \"f64[{size}]\" = torch.ops._c10d_functional.all_gather_into_tensor.default(q, {size}, '{group}')
+        qw: \"f64[{size}]\" = torch.ops._c10d_functional.wait_tensor.default(qg)
+        out: \"f64[]\" = torch.ops.aten.select.int(qw, 0, 0)
+"
+        );
+        let verdict = attack(
+            &format!("own rows: reduce-scatter avg over {group}"),
+            false,
+            &tail,
+            right,
+        );
+        eprintln!("(reduce-scatter avg over {group}: {verdict:?})");
+        if right {
+            assert_eq!(verdict, Verdict::Holds, "{group}: the right program holds");
+        }
+    }
+}
+
 // ---- Products across mesh dims (the property harness checks every claimed placement) ----
 
 const P: In = In::P(Red::Sum);

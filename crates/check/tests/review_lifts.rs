@@ -94,7 +94,16 @@ fn run(gathered: bool, spec_tail: &str, tail: &str) -> (Verdict, bool, String) {
 
 /// As [`run`], `tail` reducing the rank's sum `l` (a partial sum on tp) itself.
 fn run_raw(gathered: bool, spec_tail: &str, tail: &str) -> (Verdict, bool, String) {
-    let (dp, ep, tp) = MESH;
+    run_on(MESH, gathered, spec_tail, tail)
+}
+
+/// As [`run_raw`] on the mesh `(dp, ep, tp)`.
+fn run_on(
+    (dp, ep, tp): (usize, usize, usize),
+    gathered: bool,
+    spec_tail: &str,
+    tail: &str,
+) -> (Verdict, bool, String) {
     let blocks = dp * ep;
     let r = B / blocks;
     let spec = graph(B, SPEC, "", spec_tail);
@@ -658,6 +667,25 @@ fn a_reduce_scatter_average_over_the_data_group_of_own_rows() {
         eprintln!("(reduce-scatter avg over {group}: {verdict:?})");
         if right {
             assert_eq!(verdict, Verdict::Holds, "{group}: the right program holds");
+        }
+    }
+}
+
+#[test]
+fn a_sum_over_dp_divided_by_dp_then_summed_again_never_holds() {
+    // Mesh (4, 1, 2): the factor is dp's own size. After the division completes the mean
+    // (`Replicate()`), a second sum over dp is dp times the tensor; read as a share of dp it
+    // would hold. A second average over dp is right.
+    let mesh = (4, 1, 2);
+    let first = ar("l", "sum", "tp", "t") + &ar("t", "sum", "dp", "s") + &div("s", 4, "u");
+    for (op, right) in [("sum", false), ("avg", true)] {
+        let what = format!("sum over dp, /dp, {op} over dp");
+        let tail = first.clone() + &ar("u", op, "dp", "out");
+        let (verdict, r, report) = run_on(mesh, false, &out_is("l"), &tail);
+        eprintln!("{what}: {verdict:?} (right: {r})");
+        assert_eq!(r, right, "{what}: the values\n{report}");
+        if !r {
+            assert_ne!(verdict, Verdict::Holds, "{what}: a false hold\n{report}");
         }
     }
 }

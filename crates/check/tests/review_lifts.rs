@@ -297,7 +297,7 @@ fn a_sum_over_ep_of_own_rows_then_over_dp_divided_by_dp_never_holds() {
 }
 
 #[test]
-fn an_average_over_ep_of_own_rows_then_over_dp_never_holds() {
+fn averages_over_ep_then_over_dp_of_own_rows() {
     // ep's average completes ep's part; dp's average completes dp's: right. dp's sum alone
     // after ep's average: dp times the tensor.
     let tail = ar("t", "avg", "ep", "s") + &ar("s", "avg", "dp", "out");

@@ -306,6 +306,21 @@ fn averages_over_ep_then_over_dp_of_own_rows() {
     attack("own rows: avg over ep, sum over dp", false, &tail, false);
 }
 
+#[test]
+fn own_rows_reduced_over_one_mesh_dim_and_divided_by_the_whole_factor_never_hold() {
+    // Own rows are partial on dp and on ep: a sum over one of them divided by dp x ep leaves
+    // the other's pieces unsummed.
+    for group in ["dp", "ep"] {
+        let tail = ar("t", "sum", group, "s") + &div("s", FACTOR, "out");
+        attack(
+            &format!("own rows: sum over {group} only, /8"),
+            false,
+            &tail,
+            false,
+        );
+    }
+}
+
 // ---- A lifted partial times a loss mean ----
 
 #[test]

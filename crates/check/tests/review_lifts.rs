@@ -360,6 +360,21 @@ fn a_lifted_partial_times_the_local_loss_never_holds() {
 }
 
 #[test]
+fn a_lifted_partial_times_the_loss_averaged_over_dp_alone_never_holds() {
+    // The loss averaged over dp only is still each ep block's own mean (the walk does not
+    // count a loss as a local mean: the rules must see the ep average left to do).
+    let spec_tail = "        out: \"f64[]\" = torch.ops.aten.mul.Tensor(l, nl)\n";
+    for gathered in [true, false] {
+        let tail = ar("nl", "avg", "dp", "ng")
+            + "        u: \"f64[]\" = torch.ops.aten.mul.Tensor(t, ng)\n"
+            + &ar("u", "sum", "dp", "s")
+            + &div("s", FACTOR, "out");
+        let what = format!("t * nl averaged over dp, sum over dp, /8 (gathered: {gathered})");
+        attack_spec(&what, gathered, spec_tail, &tail, false);
+    }
+}
+
+#[test]
 fn a_lifted_partial_times_the_local_loss_gradient_sum_never_holds() {
     // sum(gz * p) is a local mean on dp and ep: the product of two local means is n² times.
     let spec_tail = "        gs: \"f64[]\" = torch.ops.aten.sum.default(gp)

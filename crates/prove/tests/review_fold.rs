@@ -279,3 +279,88 @@ fn a_one_hot_against_floats_is_not_folded() {
     assert_ne!(full, Verdict::Proved);
     assert_ne!(reduced, Verdict::Proved);
 }
+
+/// Two selectors of one index in each class's term: `[t == k]·[t == k]` is the one-hot (its
+/// row sums to 1, the rank is right), `[t == k]·[t == k + 1]` is 0 (its row sums to 0, the
+/// same rank is wrong).
+#[test]
+fn two_selectors_of_one_index_fold_only_where_they_agree() {
+    let dir = tempfile::tempdir().unwrap();
+    let onehot = |shift: &str| {
+        format!("        ar: \"i64[4]\" = torch.ops.aten.arange.default(4, dtype = torch.int64, device = device(type='cpu'), pin_memory = False)\n        a1: \"i64[4]\" = torch.ops.aten.add.Tensor(ar, {shift})\n        hb: \"b8[2, 4]\" = torch.ops.aten.eq.Tensor(tu, ar)\n        hc: \"b8[2, 4]\" = torch.ops.aten.eq.Tensor(tu, a1)\n        h: \"b8[2, 4]\" = torch.ops.aten.bitwise_and.Tensor(hb, hc)\n        g: \"f32[2, 4]\" = torch.ops.aten._to_copy.default(h, dtype = torch.float32)\n")
+    };
+    let spec = |shift: &str| {
+        graph(
+            -100,
+            &format!("{}        y: \"f32[2, 4]\" = torch.ops.aten._log_softmax_backward_data.default(g, ls, 1, torch.float32)\n", onehot(shift)),
+        )
+    };
+    let rank = |shift: &str| {
+        graph(
+            -100,
+            &format!("{}        e: \"f32[2, 4]\" = torch.ops.aten.exp.default(ls)\n        y: \"f32[2, 4]\" = torch.ops.aten.sub.Tensor(g, e)\n", onehot(shift)),
+        )
+    };
+    let c = case(dir.path(), &spec("1"), &rank("1"), true);
+    let (s, r) = interpreted(&c, [3, 1]);
+    assert!(differ(&s, &r), "{s:?} {r:?}");
+    let (full, reduced) = verdicts(&c);
+    assert_ne!(full, Verdict::Proved);
+    assert_ne!(reduced, Verdict::Proved);
+    let c = case(dir.path(), &spec("0"), &rank("0"), true);
+    let (s, r) = interpreted(&c, [3, 1]);
+    assert!(!differ(&s, &r), "{s:?} {r:?}");
+    assert_proved_in_normal_form(&c);
+}
+
+/// Class weights make each class's term differ (`[t == k]·w_k`): the row sums to `w_t`, which
+/// no fold may take for 1; the rank's `g + exp(ls)·go` is wrong unless every weight is 1.
+#[test]
+fn weighted_classes_are_not_folded() {
+    let dir = tempfile::tempdir().unwrap();
+    let weighted = |body: &str| {
+        graph(-100, body)
+            .replace(", go: \"f32[]\"):", ", go: \"f32[]\", cw: \"f32[4]\"):")
+            .replace("(ls, t, None, 2, -100)", "(ls, t, cw, 2, -100)")
+            .replace(
+                "(go, ls, t, None, 2, -100, tw)",
+                "(go, ls, t, cw, 2, -100, tw)",
+            )
+    };
+    let spec = weighted(&with_ignore(ce_backward(), -100));
+    let rank = weighted(&with_ignore(&folded_by_hand(None), -100));
+    std::fs::write(dir.path().join("spec.py"), &spec).unwrap();
+    std::fs::write(dir.path().join("r0.py"), &rank).unwrap();
+    std::fs::write(
+        dir.path().join("case.yaml"),
+        "version: 1\nname: fold\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [r0.py, r0.py]\ninputs:\n  x: Replicate()\n  t: Replicate()\n  go: Replicate()\n  cw: Replicate()\noutputs:\n  y: Replicate()\nassume:\n  ignore-index: unused\n",
+    )
+    .unwrap();
+    let c = shardproof_case::load_case(&dir.path().join("case.yaml")).unwrap();
+    let leaves = BTreeMap::from([
+        (
+            "x".to_string(),
+            Tensor::new(Meta::new(DType::F32, vec![N, C]), vec![0.25; N * C]),
+        ),
+        (
+            "t".to_string(),
+            Tensor::new(Meta::new(DType::I64, vec![N]), vec![1.0, 2.0]),
+        ),
+        (
+            "go".to_string(),
+            Tensor::new(Meta::new(DType::F32, vec![]), vec![1.0]),
+        ),
+        (
+            "cw".to_string(),
+            Tensor::new(Meta::new(DType::F32, vec![C]), vec![1.0, 2.0, 0.5, 1.0]),
+        ),
+    ]);
+    let y = |g: &shardproof_ir::Graph| {
+        let env = shardproof_interp::run_graph(g, &leaves, &Default::default()).unwrap();
+        env.get(g.find("y").unwrap()).unwrap().data.to_vec()
+    };
+    assert!(differ(&y(&c.spec), &y(&c.program.ranks[0])));
+    let (full, reduced) = verdicts(&c);
+    assert_ne!(full, Verdict::Proved);
+    assert_ne!(reduced, Verdict::Proved);
+}

@@ -84,7 +84,6 @@ fn onehot_case(dir: &Path, n: u64, v: u64, c: u64) -> shardproof_case::Case {
 /// to 2 and 2, the second-size check to 3 and 3: equal at both, the ids never pass the
 /// classes, and the coincidence stands.
 #[test]
-#[ignore = "known bug: two size variables of different original sizes are equal at both the first and the second reduced sizes; the second sizes do not keep the originals' order"]
 fn a_one_hot_over_fewer_classes_than_the_index_range_is_not_proved() {
     let dir = tempfile::tempdir().unwrap();
     let case = onehot_case(dir.path(), 4, 8, 4);
@@ -176,7 +175,6 @@ fn two_means(dir: &Path, big: u64, first: bool) -> shardproof_case::Case {
 /// reduced case is the same, is a memo hit of it: proved with no second-size check of its own,
 /// though at 8 rows its rank computes `sum / 2` for the mean.
 #[test]
-#[ignore = "known bug: the stage memo key is the reduced structure only, so a stage reduced from larger sizes reuses a proof made at full size and is never second-size checked"]
 fn a_memo_hit_of_a_stage_proved_at_its_full_size_is_not_a_proof_of_a_larger_stage() {
     let dir = tempfile::tempdir().unwrap();
     let case = two_means(dir.path(), 8, true);
@@ -233,7 +231,6 @@ fn int_masked(rows: u64, cols: u64, rank: bool) -> String {
 /// draws the integer `t` as 0 or 1 only, which hides the difference; at 8 rows a `t` of 2
 /// shows it.
 #[test]
-#[ignore = "known bug: the second-size check draws integers of unknown range as 0 or 1 only, so a coincidence multiplied by t·(t - 1) is never seen"]
 fn a_coincidence_hidden_by_integers_drawn_as_0_or_1_is_not_proved() {
     let dir = tempfile::tempdir().unwrap();
     let case = write_case(
@@ -285,7 +282,6 @@ fn nan_masked(rows: u64, cols: u64, rank: bool) -> String {
 /// agrees; at 8 rows the rank's output is NaN everywhere, the spec's finite. Through
 /// `prove_case_or_full_size` too: its run of the case as written compares the same way.
 #[test]
-#[ignore = "known bug: the second-size check (and the run of the case as written) count a NaN against a finite value as no difference"]
 fn a_rank_that_is_nan_beyond_the_reduced_sizes_is_not_proved() {
     let dir = tempfile::tempdir().unwrap();
     let case = write_case(
@@ -330,7 +326,6 @@ fn gated(rows: u64, cols: u64, rank: bool) -> String {
 /// rows) draw every real in [-2, 2), where `relu(x - 3)` is 0, so neither sees the difference
 /// any input above 3 shows.
 #[test]
-#[ignore = "known bug: the second-size check and the run of the case as written draw reals in [-2, 2) only, so a coincidence gated by relu(x - 3) is never seen"]
 fn a_coincidence_gated_by_large_inputs_is_not_proved() {
     let dir = tempfile::tempdir().unwrap();
     let case = write_case(

@@ -224,27 +224,64 @@ pub fn reduce_case_above(case: &Case, first: &Reduction) -> Result<Option<Reduct
     if first.sizes.iter().all(|s| s.reduced >= s.original) {
         return Ok(None);
     }
-    let floors: BTreeMap<sizes::Var, u64> = first
+    let mut floors: BTreeMap<sizes::Var, u64> = first
         .free_vars
         .iter()
         .zip(&first.sizes)
         .map(|(&v, s)| (v, s.reduced + 1))
         .collect();
-    let second = reduce_with(case, first.pinning, &floors)?;
-    // The walk is deterministic, so the variables are the first reduction's; a difference
-    // would leave the floors on other sizes than meant.
-    let same = second.free_vars == first.free_vars
-        && second
-            .sizes
-            .iter()
-            .zip(&first.sizes)
-            .all(|(a, b)| a.origin == b.origin && a.original == b.original);
-    if !same {
-        return Err(Refusal::new(
-            "the second reduction's size variables are not the first's",
-        ));
+    // Each round raises a floor by at least 1 and no floor passes its original size.
+    let rounds: u64 = first
+        .sizes
+        .iter()
+        .map(|s| s.original.saturating_sub(s.reduced))
+        .sum::<u64>()
+        + 1;
+    for _ in 0..rounds {
+        let second = reduce_with(case, first.pinning, &floors)?;
+        // The walk is deterministic, so the variables are the first reduction's; a difference
+        // would leave the floors on other sizes than meant.
+        let same = second.free_vars == first.free_vars
+            && second
+                .sizes
+                .iter()
+                .zip(&first.sizes)
+                .all(|(a, b)| a.origin == b.origin && a.original == b.original);
+        if !same {
+            return Err(Refusal::new(
+                "the second reduction's size variables are not the first's",
+            ));
+        }
+        // The second sizes keep the originals' order: two variables whose original sizes
+        // differ get second sizes that differ the same way. A program comparing two sizes'
+        // values (ids an 8-row table bounds against a one-hot over 4 classes) agrees with its
+        // spec wherever the smaller is not smaller; the first reduction may take both to one
+        // value, and the check must not do so again.
+        match order_lost(&second) {
+            None => return Ok(Some(second)),
+            Some((v, floor)) => {
+                let f = floors.entry(second.free_vars[v]).or_insert(floor);
+                *f = (*f).max(floor);
+            }
+        }
     }
-    Ok(Some(second))
+    Err(Refusal::new(
+        "the second sizes could not keep the original sizes' order",
+    ))
+}
+
+/// A variable of `r` (its index in `r.sizes`) whose reduced size does not exceed that of a
+/// variable of smaller original size, and the floor that would put it above: `None` where
+/// the reduced sizes keep the originals' strict order.
+fn order_lost(r: &Reduction) -> Option<(usize, u64)> {
+    let s = &r.sizes;
+    (0..s.len()).find_map(|j| {
+        (0..s.len())
+            .filter(|&i| s[i].original < s[j].original && s[i].reduced >= s[j].reduced)
+            .map(|i| s[i].reduced + 1)
+            .max()
+            .map(|floor| (j, floor.min(s[j].original)))
+    })
 }
 
 /// How the reason begins of a size pinned by [`reduce_case_pinning_scaled_sizes`].

@@ -756,7 +756,12 @@ fn build_stage(
 fn stage_key(case: &Case, reduce: bool) -> String {
     if reduce {
         if let Ok(r) = crate::reduce::reduce_case(case) {
-            return format!("reduced\n{}", structure(&r.case));
+            // The original sizes too: a proof on reduced sizes stands after its second-size
+            // check, which runs at sizes the originals bound (and not at all where the reduced
+            // sizes are the originals), so two stages reduced from different sizes are
+            // different proofs.
+            let sizes: Vec<(u64, u64)> = r.sizes.iter().map(|s| (s.reduced, s.original)).collect();
+            return format!("reduced {sizes:?}\n{}", structure(&r.case));
         }
     }
     format!("full\n{}", structure(case))

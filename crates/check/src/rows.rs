@@ -705,25 +705,7 @@ pub(crate) fn microbatch_average(
         NodeKind::Call { op, args, kwargs } => Some((op, args, kwargs)),
         _ => None,
     };
-    // The terms, through nested adds of pieces whose factor is not known.
-    let mut terms = Vec::new();
-    let mut stack = vec![ValueId::new(i, 0)];
-    while let Some(v) = stack.pop() {
-        let nested = v.node == i || scale_unknown(v);
-        match call(v.node) {
-            Some((op, args, kwargs))
-                if nested
-                    && v.output == 0
-                    && op.name == "add"
-                    && args.len() == 2
-                    && kwargs.is_empty()
-                    && (v.node == i || place(v).is_partial()) =>
-            {
-                stack.extend(g.nodes[v.node].inputs());
-            }
-            _ => terms.push(v),
-        }
-    }
+    let terms = accumulated_terms(g, i, place, scale_unknown);
     // Each term `M / K`: (M, K).
     let mut parts = Vec::new();
     for &t in &terms {
@@ -747,6 +729,129 @@ pub(crate) fn microbatch_average(
     let count = parts.len();
     if count < 2 || parts.iter().any(|&(_, k)| (k - count as f64).abs() > 1e-9) {
         return None;
+    }
+    // The pending share every term's mean holds (0: none, every factor known).
+    let share = parts.first().map_or(0, |&(m, _)| share_of(m));
+    for &(m, _) in &parts {
+        let known = !scale_unknown(m) && share == 0;
+        let shared = scale_unknown(m) && share != 0 && share_of(m) == share;
+        if place(m) != Place::Partial(crate::place::Red::Avg) || !(known || shared) {
+            return None;
+        }
+    }
+    let means: Vec<ValueId> = parts.iter().map(|&(m, _)| m).collect();
+    microbatches_tile(g, &means, place, table).then(|| MicrobatchAverage {
+        share,
+        terms: terms
+            .into_iter()
+            .zip(parts.iter().map(|&(m, _)| m))
+            .collect(),
+    })
+}
+
+/// The terms of the `add` at node `i` of `g`, through nested adds (`add(x, y)`, no alpha) of
+/// partial pieces whose factor is not known (`scale_unknown`): the K terms of a gradient
+/// accumulation, in no particular order.
+fn accumulated_terms(
+    g: &shardproof_ir::Graph,
+    i: usize,
+    place: &dyn Fn(ValueId) -> Place,
+    scale_unknown: &dyn Fn(ValueId) -> bool,
+) -> Vec<ValueId> {
+    use shardproof_ir::NodeKind;
+    let mut terms = Vec::new();
+    let mut stack = vec![ValueId::new(i, 0)];
+    while let Some(v) = stack.pop() {
+        let nested = v.node == i || scale_unknown(v);
+        match &g.nodes[v.node].kind {
+            NodeKind::Call { op, args, kwargs }
+                if nested
+                    && v.output == 0
+                    && op.name == "add"
+                    && args.len() == 2
+                    && kwargs.is_empty()
+                    && (v.node == i || place(v).is_partial()) =>
+            {
+                stack.extend(g.nodes[v.node].inputs());
+            }
+            _ => terms.push(v),
+        }
+    }
+    terms
+}
+
+/// Whether selection `id`, read through merging views and slices of selections, is part of
+/// each rank's rows: its root is a slice of the rank's plain shard (`RowKey::Slice` with no
+/// parent; a slice that takes the whole dim keeps the shard, so every such key is a strict
+/// part). A sum over such rows is the sum of the selected rows only (one microbatch's), never
+/// the tensor's: the engine records it (`RankPlacements::part_rows`) so that no reduction of
+/// it is proven, unless K of them added are the whole shard's ([`microbatch_sum`]). Spread,
+/// received and gathered rows have their own coverage checks (`spread_covers`,
+/// `gathered_over`): `false` for them.
+pub(crate) fn part_of_rows(table: &RowTable, mut id: u16) -> bool {
+    for _ in 0..=u16::MAX {
+        match table.key(id) {
+            Some(RowKey::Merge { parent, .. })
+            | Some(RowKey::Blocks { parent, .. })
+            | Some(RowKey::Slice {
+                parent: Some(parent),
+                ..
+            }) => id = parent,
+            Some(RowKey::Slice { parent: None, .. }) => return true,
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// Whether node `i` of `g` (an `add`, not yet placed, whose pieces sum on a mesh dim) is the
+/// sum of K microbatch sums (gradient accumulation of a sum: `S_0 + .. + S_(K-1)`, through
+/// nested adds), so that its pieces are the sums over the rank's whole shard, as a program
+/// without microbatches computes them (issue 44). Proven only where there are at least two
+/// terms, each `Partial(sum)` on the mesh dim (`place`) whose factor is unknown only because
+/// it sums part of each rank's rows (`part_rows`: [`part_of_rows`], carried by copies and
+/// views alone), and the terms are one expression over the K microbatches of the rank's
+/// shard, each once ([`microbatches_tile`]). A microbatch missing or counted twice, a term
+/// scaled by a factor the spec lacks, or a term reading another microbatch's rows is not
+/// proven.
+pub(crate) fn microbatch_sum(
+    g: &shardproof_ir::Graph,
+    i: usize,
+    place: &dyn Fn(ValueId) -> Place,
+    scale_unknown: &dyn Fn(ValueId) -> bool,
+    part_rows: &dyn Fn(ValueId) -> bool,
+    table: &RowTable,
+) -> bool {
+    let terms = accumulated_terms(g, i, place, scale_unknown);
+    terms.len() >= 2
+        && terms.iter().all(|&t| {
+            place(t) == Place::Partial(crate::place::Red::Sum) && scale_unknown(t) && part_rows(t)
+        })
+        && microbatches_tile(g, &terms, place, table)
+}
+
+/// Whether `values` (K of them, at least 2) are one expression over the K microbatches of the
+/// rank's shard, each once: each value's rows (its first input holding `Rows`, [`mean_rows`]),
+/// read through merging views (one chain of factors for all), are a step-1 slice of the rank's
+/// plain shard (no parent) of one local size, each a K-th of it, at distinct starts (together:
+/// the whole shard, each row once); and every value is the same expression as the first where
+/// every slice or recv holding rows of the first's selection pairs with one of the same
+/// operator (a slice of the same input along the same dim) holding the other's rows, all else
+/// equal, literals included. Shared by [`microbatch_average`] and [`microbatch_sum`].
+fn microbatches_tile(
+    g: &shardproof_ir::Graph,
+    values: &[ValueId],
+    place: &dyn Fn(ValueId) -> Place,
+    table: &RowTable,
+) -> bool {
+    use shardproof_ir::NodeKind;
+    let call = |j: usize| match &g.nodes[j].kind {
+        NodeKind::Call { op, args, kwargs } => Some((op, args, kwargs)),
+        _ => None,
+    };
+    let count = values.len();
+    if count < 2 {
+        return false;
     }
     // Each mean's rows: the selection, resolved through merging views to its slice.
     let root = |mut id: u16| {
@@ -773,41 +878,36 @@ pub(crate) fn microbatch_average(
         }
     };
     let mut roots = Vec::new();
-    // The pending share every term's mean holds (0: none, every factor known).
-    let share = parts.first().map_or(0, |&(m, _)| share_of(m));
-    for &(m, _) in &parts {
-        let known = !scale_unknown(m) && share == 0;
-        let shared = scale_unknown(m) && share != 0 && share_of(m) == share;
-        if place(m) != Place::Partial(crate::place::Red::Avg) || !(known || shared) {
-            return None;
-        }
-        let r = mean_rows(g, m, place).and_then(root)?;
+    for &m in values {
+        let Some(r) = mean_rows(g, m, place).and_then(root) else {
+            return false;
+        };
         roots.push(r);
     }
     let (_, chain0, size, _, _) = roots[0].clone();
     if size % count != 0 {
-        return None;
+        return false;
     }
     let piece = size / count;
     let mut starts: Vec<usize> = Vec::new();
     for (_, chain, s, start, end) in &roots {
         if *chain != chain0 || *s != size || end - start != piece || start % piece != 0 {
-            return None;
+            return false;
         }
         starts.push(*start);
     }
     starts.sort_unstable();
     starts.dedup();
     if starts.len() != count {
-        return None;
+        return false;
     }
     // The selection's root of a value, where it holds rows.
     let rows_root = |v: ValueId| match place(v) {
         Place::Rows(_, id) => root(id).map(|r| r.0),
         _ => None,
     };
-    let (m0, id0) = (parts[0].0, roots[0].0);
-    let alike = parts.iter().zip(&roots).skip(1).all(|(&(mk, _), rk)| {
+    let (m0, id0) = (values[0], roots[0].0);
+    values.iter().zip(&roots).skip(1).all(|(&mk, rk)| {
         let idk = rk.0;
         let leaf = |x: usize, y: usize| {
             let (vx, vy) = (ValueId::new(x, 0), ValueId::new(y, 0));
@@ -853,13 +953,6 @@ pub(crate) fn microbatch_average(
                 &leaf,
                 &|_, _| false,
             )
-    });
-    alike.then(|| MicrobatchAverage {
-        share,
-        terms: terms
-            .into_iter()
-            .zip(parts.iter().map(|&(m, _)| m))
-            .collect(),
     })
 }
 

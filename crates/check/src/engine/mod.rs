@@ -906,9 +906,12 @@ fn propagate_rank_from(
                         group_name: &group_name,
                     };
                     let vocab_unproven = vocab_proofs(&site, &mut result, &mut violation);
+                    // Outputs that sum over part of each rank's rows (`rows::part_of_rows`).
+                    let mut part_sums = vec![false; result.len()];
                     if let RowsMode::AsShard { id, v, d, .. } = rows_mode {
                         let in_size = meta_of(v).and_then(|mm| mm.shape.get(d as usize).copied());
                         let mut table = sh.rows.borrow_mut();
+                        let part = rows::part_of_rows(&table, id);
                         for (o, p) in result.iter_mut().enumerate() {
                             let shape = outs
                                 .get(o)
@@ -933,6 +936,7 @@ fn propagate_rank_from(
                                     by_factors.get(),
                                 ),
                             };
+                            part_sums[o] = part && *p == Place::Partial(Red::Sum);
                         }
                     }
                     // A view whose input another mesh dim holds as rows: where the view merges
@@ -1049,6 +1053,12 @@ fn propagate_rank_from(
                         divisions_read_as_k,
                     } = scale_records(&site, in_group, lift_reads_scaled, &violation, &mut result);
                     microbatch_divisions |= divisions_read_as_k;
+                    // A copy or view of a sum over part of the rows is one too.
+                    let carries_part = rules::moves_values(rule.family)
+                        && inputs.first().is_some_and(|&v| {
+                            rp.part_rows[(rp.offsets[v.node] as usize + v.output) * nd + m]
+                        })
+                        && inputs.iter().skip(1).all(|&v| !place(v).is_partial());
                     // On a pipeline dim, `Replicate()` claims every stage holds this tensor;
                     // the rules assume one program on every coordinate, which stages do not
                     // run. Only a collective over the stages (its result is the same on every
@@ -1223,7 +1233,14 @@ fn propagate_rank_from(
                             Some(f) => rp.times_factor.insert((base + o) * nd + m, f),
                             None => rp.times_factor.remove(&((base + o) * nd + m)),
                         };
-                        rp.scale_unknown[(base + o) * nd + m] = now_scale_unknown && p.is_partial();
+                        // A sum over part of the rows (or a copy or view of one): its pieces
+                        // sum to the selected rows' sum only, no factor of the tensor's.
+                        let part = part_sums.get(o) == Some(&true) || carries_part;
+                        rp.part_rows[(base + o) * nd + m] = part
+                            && p.is_partial()
+                            && (part_sums.get(o) != Some(&true) || !now_scale_unknown);
+                        rp.scale_unknown[(base + o) * nd + m] =
+                            (now_scale_unknown || part) && p.is_partial();
                         rp.share_of[(base + o) * nd + m] = if now_scale_unknown && p.is_partial() {
                             share_dim
                         } else {

@@ -500,6 +500,22 @@ pub(super) fn scale_records(
             }
         }
     }
+    // Gradient accumulation of sums: K microbatch sums added are the sum over
+    // the rank's shard (`rows::microbatch_sum`), each term's factor unknown
+    // only because it sums part of the rows (`part_rows`).
+    if now_scale_unknown && op.name == "add" && result.first() == Some(&Place::Partial(Red::Sum)) {
+        let at = |v: ValueId| (rp.offsets[v.node] as usize + v.output) * nd + m;
+        if rows::microbatch_sum(
+            g,
+            i,
+            &|v| rp.of(v, nd)[m],
+            &|v| rp.scale_unknown[at(v)],
+            &|v| rp.part_rows[at(v)],
+            &sh.rows.borrow(),
+        ) {
+            now_scale_unknown = false;
+        }
+    }
     // A reduction over the group of pieces whose factor is not known: what it
     // gives is not proven (findings of the rule stand).
     if input_scale_unknown
@@ -509,13 +525,25 @@ pub(super) fn scale_records(
     {
         result.iter_mut().for_each(|p| *p = Place::Unknown);
         now_scale_unknown = false;
-        scaling_why = Some(format!(
-            "`{op}` on mesh dim `{}` reduces a partial whose pieces were scaled \
-             by a number whose meaning is not known (a factor the spec lacks at \
-             that node, or 1/n where another mesh dim has n coordinates too): \
-             what the reduction gives is not proven",
-            mesh.dims[m].0
-        ));
+        let part = inputs.iter().any(|&v| {
+            place(v).is_partial() && rp.part_rows[(rp.offsets[v.node] as usize + v.output) * nd + m]
+        });
+        scaling_why = Some(if part {
+            format!(
+                "`{op}` on mesh dim `{}` reduces a sum over part of each rank's rows \
+                 (one microbatch's): its pieces sum to the selected rows' sum, not the \
+                 tensor's (only the K microbatch sums added, each once, are)",
+                mesh.dims[m].0
+            )
+        } else {
+            format!(
+                "`{op}` on mesh dim `{}` reduces a partial whose pieces were scaled \
+                 by a number whose meaning is not known (a factor the spec lacks at \
+                 that node, or 1/n where another mesh dim has n coordinates too): \
+                 what the reduction gives is not proven",
+                mesh.dims[m].0
+            )
+        });
     }
     let first_scaled = inputs.first().is_some_and(|&v| scaled_of(v));
     let scaled_inputs = inputs

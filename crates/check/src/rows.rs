@@ -641,7 +641,8 @@ pub(crate) fn gathered_over(table: &RowTable, mut id: u16) -> Option<u8> {
 /// operators below it).
 const MEAN_ROWS_VISITS: usize = 4096;
 
-/// The rows a microbatch mean `m` averages: the first value holding `Rows` among its inputs,
+/// The rows a microbatch mean `m` averages (the value, its rows dim and selection): the first
+/// value holding `Rows` among its inputs,
 /// breadth first through the expression (a mean's own input; the mean under a scaling by the
 /// spec's number, or each term of a sum of means, as DeepSeek's per-layer auxiliary losses of
 /// one microbatch are, a level or two further down). Which selection this names is only where
@@ -651,7 +652,7 @@ fn mean_rows(
     g: &shardproof_ir::Graph,
     m: ValueId,
     place: &dyn Fn(ValueId) -> Place,
-) -> Option<u16> {
+) -> Option<(ValueId, u8, u16)> {
     let mut seen = std::collections::HashSet::new();
     let mut queue: std::collections::VecDeque<usize> = std::collections::VecDeque::from([m.node]);
     while let Some(j) = queue.pop_front() {
@@ -659,8 +660,8 @@ fn mean_rows(
             return None;
         }
         for u in g.nodes[j].inputs() {
-            if let Place::Rows(_, id) = place(u) {
-                return Some(id);
+            if let Place::Rows(d, id) = place(u) {
+                return Some((u, d, id));
             }
             if seen.insert(u.node) {
                 queue.push_back(u.node);
@@ -740,7 +741,7 @@ pub(crate) fn microbatch_average(
         }
     }
     let means: Vec<ValueId> = parts.iter().map(|&(m, _)| m).collect();
-    microbatches_tile(g, &means, place, table).then(|| MicrobatchAverage {
+    microbatches_tile(g, &means, place, &|_, _| false, table).then(|| MicrobatchAverage {
         share,
         terms: terms
             .into_iter()
@@ -811,7 +812,10 @@ pub(crate) fn part_of_rows(table: &RowTable, mut id: u16) -> bool {
 /// terms, each `Partial(sum)` on the mesh dim (`place`) whose factor is unknown only because
 /// it sums part of each rank's rows (`part_rows`: [`part_of_rows`], carried by copies and
 /// views alone), and the terms are one expression over the K microbatches of the rank's
-/// shard, each once ([`microbatches_tile`]). A microbatch missing or counted twice, a term
+/// shard, each once ([`microbatches_tile`]); a term's rows may be one chunk of its
+/// microbatch (a slice of it: the combine of an expert-parallel frame over mesh dims inside
+/// the frame's) only where `chunked` says another mesh dim holds them as its shard of their
+/// dim (whose pieces then hold every chunk), the same chunk in every term. A microbatch missing or counted twice, a term
 /// scaled by a factor the spec lacks, or a term reading another microbatch's rows is not
 /// proven.
 pub(crate) fn microbatch_sum(
@@ -820,6 +824,7 @@ pub(crate) fn microbatch_sum(
     place: &dyn Fn(ValueId) -> Place,
     scale_unknown: &dyn Fn(ValueId) -> bool,
     part_rows: &dyn Fn(ValueId) -> bool,
+    chunked: &dyn Fn(ValueId, u8) -> bool,
     table: &RowTable,
 ) -> bool {
     let terms = accumulated_terms(g, i, place, scale_unknown);
@@ -827,7 +832,7 @@ pub(crate) fn microbatch_sum(
         && terms.iter().all(|&t| {
             place(t) == Place::Partial(crate::place::Red::Sum) && scale_unknown(t) && part_rows(t)
         })
-        && microbatches_tile(g, &terms, place, table)
+        && microbatches_tile(g, &terms, place, chunked, table)
 }
 
 /// Whether `values` (K of them, at least 2) are one expression over the K microbatches of the
@@ -842,6 +847,7 @@ fn microbatches_tile(
     g: &shardproof_ir::Graph,
     values: &[ValueId],
     place: &dyn Fn(ValueId) -> Place,
+    chunked: &dyn Fn(ValueId, u8) -> bool,
     table: &RowTable,
 ) -> bool {
     use shardproof_ir::NodeKind;
@@ -853,13 +859,17 @@ fn microbatches_tile(
     if count < 2 {
         return false;
     }
-    // Each mean's rows: the selection, resolved through merging views to its slice.
-    let root = |mut id: u16| {
-        let mut chain = Vec::new();
+    // Each mean's rows: the selection, resolved through merging views to its slice; through
+    // slices of a selection too where `chunks` (the rows' value is, on another mesh dim, a
+    // shard of their dim: that mesh dim's pieces hold every chunk of the selection). The
+    // chain records each step (a merge's factor, a chunk's bounds) so that every term's must
+    // be the same.
+    let root = |mut id: u16, chunks: bool| {
+        let mut chain: Vec<[usize; 5]> = Vec::new();
         loop {
             match table.key(id)? {
                 RowKey::Merge { parent, factor } => {
-                    chain.push(factor);
+                    chain.push([0, factor, 0, 0, 0]);
                     id = parent;
                 }
                 RowKey::Slice {
@@ -869,6 +879,16 @@ fn microbatches_tile(
                     end,
                     step: 1,
                 } => return Some((id, chain, size, start, end)),
+                RowKey::Slice {
+                    parent: Some(parent),
+                    size,
+                    start,
+                    end,
+                    step,
+                } if chunks => {
+                    chain.push([1, size, start, end, step]);
+                    id = parent;
+                }
                 RowKey::Slice { .. }
                 | RowKey::Spread { .. }
                 | RowKey::Blocks { .. }
@@ -879,7 +899,7 @@ fn microbatches_tile(
     };
     let mut roots = Vec::new();
     for &m in values {
-        let Some(r) = mean_rows(g, m, place).and_then(root) else {
+        let Some(r) = mean_rows(g, m, place).and_then(|(u, d, id)| root(id, chunked(u, d))) else {
             return false;
         };
         roots.push(r);
@@ -903,7 +923,7 @@ fn microbatches_tile(
     }
     // The selection's root of a value, where it holds rows.
     let rows_root = |v: ValueId| match place(v) {
-        Place::Rows(_, id) => root(id).map(|r| r.0),
+        Place::Rows(d, id) => root(id, chunked(v, d)).map(|r| r.0),
         _ => None,
     };
     let (m0, id0) = (values[0], roots[0].0);

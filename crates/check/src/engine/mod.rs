@@ -911,7 +911,8 @@ fn propagate_rank_from(
                     if let RowsMode::AsShard { id, v, d, .. } = rows_mode {
                         let in_size = meta_of(v).and_then(|mm| mm.shape.get(d as usize).copied());
                         let mut table = sh.rows.borrow_mut();
-                        let part = rows::part_of_rows(&table, id);
+                        // A plan is its own spec: its selection's sum is what it computes.
+                        let part = sh.has_spec && rows::part_of_rows(&table, id);
                         for (o, p) in result.iter_mut().enumerate() {
                             let shape = outs
                                 .get(o)

@@ -511,6 +511,7 @@ pub(super) fn scale_records(
             &|v| rp.of(v, nd)[m],
             &|v| rp.scale_unknown[at(v)],
             &|v| rp.part_rows[at(v)],
+            &|v, d| (0..nd).any(|k| k != m && rp.of(v, nd)[k] == Place::Shard(d)),
             &sh.rows.borrow(),
         ) {
             now_scale_unknown = false;

@@ -699,6 +699,7 @@ pub(crate) fn microbatch_average(
     place: &dyn Fn(ValueId) -> Place,
     scale_unknown: &dyn Fn(ValueId) -> bool,
     share_of: &dyn Fn(ValueId) -> u8,
+    part_rows: &dyn Fn(ValueId) -> bool,
     table: &RowTable,
 ) -> Option<MicrobatchAverage> {
     use shardproof_ir::NodeKind;
@@ -734,7 +735,9 @@ pub(crate) fn microbatch_average(
     // The pending share every term's mean holds (0: none, every factor known).
     let share = parts.first().map_or(0, |&(m, _)| share_of(m));
     for &(m, _) in &parts {
-        let known = !scale_unknown(m) && share == 0;
+        // A mean over its microbatch is unknown for that alone (`part_rows`): the K of them
+        // averaged are the whole shard's, which is what is proven here.
+        let known = (!scale_unknown(m) || part_rows(m)) && share == 0 && share_of(m) == 0;
         let shared = scale_unknown(m) && share != 0 && share_of(m) == share;
         if place(m) != Place::Partial(crate::place::Red::Avg) || !(known || shared) {
             return None;

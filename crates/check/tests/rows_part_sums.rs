@@ -210,9 +210,6 @@ fn a_view_of_one_microbatch_sum_never_holds() {
 }
 
 #[test]
-#[ignore = "known bug: a mean over part of each rank's rows keeps Partial(avg) with no record \
-            that it is a part, so dp's average of one microbatch's mean is read as the spec's \
-            mean of every row (the sum's record, part_rows, covers sums only)"]
 fn the_mean_of_one_microbatch_averaged_over_dp_never_holds() {
     let body = format!(
         "        s0: \"f64[4, {V}]\" = torch.ops.aten.slice.Tensor(a, 0, 0, 4)

@@ -937,7 +937,11 @@ fn propagate_rank_from(
                                     by_factors.get(),
                                 ),
                             };
-                            part_sums[o] = part && *p == Place::Partial(Red::Sum);
+                            part_sums[o] = part
+                                && matches!(
+                                    *p,
+                                    Place::Partial(Red::Sum) | Place::Partial(Red::Avg)
+                                );
                         }
                     }
                     // A view whose input another mesh dim holds as rows: where the view merges
@@ -1052,14 +1056,9 @@ fn propagate_rank_from(
                         why: scaling_why,
                         folded,
                         divisions_read_as_k,
+                        keeps_part,
                     } = scale_records(&site, in_group, lift_reads_scaled, &violation, &mut result);
                     microbatch_divisions |= divisions_read_as_k;
-                    // A copy or view of a sum over part of the rows is one too.
-                    let carries_part = rules::moves_values(rule.family)
-                        && inputs.first().is_some_and(|&v| {
-                            rp.part_rows[(rp.offsets[v.node] as usize + v.output) * nd + m]
-                        })
-                        && inputs.iter().skip(1).all(|&v| !place(v).is_partial());
                     // On a pipeline dim, `Replicate()` claims every stage holds this tensor;
                     // the rules assume one program on every coordinate, which stages do not
                     // run. Only a collective over the stages (its result is the same on every
@@ -1236,7 +1235,7 @@ fn propagate_rank_from(
                         };
                         // A sum over part of the rows (or a copy or view of one): its pieces
                         // sum to the selected rows' sum only, no factor of the tensor's.
-                        let part = part_sums.get(o) == Some(&true) || carries_part;
+                        let part = part_sums.get(o) == Some(&true) || keeps_part;
                         rp.part_rows[(base + o) * nd + m] = part
                             && p.is_partial()
                             && (part_sums.get(o) != Some(&true) || !now_scale_unknown);
@@ -1266,7 +1265,8 @@ fn propagate_rank_from(
                             let at = (base + o) * nd + m;
                             if m != k && rp.share_of[at] as usize == k + 1 {
                                 rp.share_of[at] = 0;
-                                rp.scale_unknown[at] = false;
+                                // A reduction over part of the rows stays one.
+                                rp.scale_unknown[at] = rp.part_rows[at];
                             }
                         }
                     }

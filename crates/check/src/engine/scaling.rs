@@ -278,6 +278,10 @@ pub(super) struct ScaleRecord {
     /// Other mesh dims (bit k) on which a division this call's microbatch average read as
     /// the 1/K made a term a share (`scaled`): the output is no share there.
     pub divisions_read_as_k: u64,
+    /// The output's factor is unknown only because its partial inputs reduce part of the
+    /// rows (`part_rows`), and perhaps a share of another mesh dim the call made: it keeps
+    /// the record.
+    pub keeps_part: bool,
 }
 
 /// Reads the call `s`'s scalings by a number on its mesh dim: a replicated value divided by n
@@ -386,6 +390,16 @@ pub(super) fn scale_records(
         place(v).is_partial() && rp.scale_unknown[(rp.offsets[v.node] as usize + v.output) * nd + m]
     });
     let mut now_scale_unknown = input_scale_unknown;
+    // Every partial input whose factor is not known is so only because it reduces part of
+    // the rows (`part_rows`): the call may keep that record where it adds no unknown factor
+    // of its own (else `drops_part`), or only a share of another mesh dim; a proven
+    // microbatch average or sum is the whole shard's (`drops_part` too).
+    let at_m = |v: ValueId| (rp.offsets[v.node] as usize + v.output) * nd + m;
+    let input_part_only = input_scale_unknown
+        && inputs.iter().all(|&v| {
+            !(place(v).is_partial() && rp.scale_unknown[at_m(v)]) || rp.part_rows[at_m(v)]
+        });
+    let mut drops_part = false;
     // `share_of` of the output on this mesh dim (k + 1; 0: none).
     let mut share_dim = 0u8;
     let share_in = |v: ValueId| rp.share_of[(rp.offsets[v.node] as usize + v.output) * nd + m];
@@ -446,7 +460,11 @@ pub(super) fn scale_records(
                         // The one other mesh dim whose size the division
                         // is by, and on which the dividend is replicated (a
                         // share there), where the spec lacks the factor.
-                        if !input_scale_unknown && rel == Scaling::Other {
+                        let no_share_in = inputs.iter().all(|&v| share_in(v) == 0);
+                        let mut made_share = false;
+                        if (!input_scale_unknown || (input_part_only && no_share_in))
+                            && rel == Scaling::Other
+                        {
                             share_dim = share_of_other_dim(
                                 op.name.as_str(),
                                 factor,
@@ -455,8 +473,10 @@ pub(super) fn scale_records(
                                 inputs.first().map(|&v| rp.of(v, nd)),
                                 sh.has_spec && spec_here.is_some(),
                             );
+                            made_share = share_dim != 0;
                         }
                         now_scale_unknown = true;
+                        drops_part |= !made_share;
                     }
                 }
             }
@@ -478,8 +498,10 @@ pub(super) fn scale_records(
             &|v| rp.of(v, nd)[m],
             &|v| rp.scale_unknown[at(v)],
             &|v| rp.share_of[at(v)],
+            &|v| rp.part_rows[at(v)],
             &sh.rows.borrow(),
         ) {
+            drops_part = true;
             if average.share == 0 {
                 now_scale_unknown = false;
             } else {
@@ -510,7 +532,7 @@ pub(super) fn scale_records(
             i,
             &|v| rp.of(v, nd)[m],
             &|v| rp.scale_unknown[at(v)],
-            &|v| rp.part_rows[at(v)],
+            &|v| rp.part_rows[at(v)] && rp.share_of[at(v)] == 0,
             &|v, d| (0..nd).any(|k| k != m && rp.of(v, nd)[k] == Place::Shard(d)),
             &sh.rows.borrow(),
         ) {
@@ -610,6 +632,7 @@ pub(super) fn scale_records(
                 .any(|p| matches!(p, Place::Partial(r) if r.is_linear()))
         {
             now_scale_unknown = true;
+            drops_part = true;
         }
     }
 
@@ -621,6 +644,7 @@ pub(super) fn scale_records(
         why: scaling_why,
         folded,
         divisions_read_as_k,
+        keeps_part: input_part_only && now_scale_unknown && !drops_part,
     }
 }
 

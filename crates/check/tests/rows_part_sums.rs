@@ -220,3 +220,67 @@ fn the_mean_of_one_microbatch_averaged_over_dp_never_holds() {
     assert!(!right, "one microbatch's mean is right when run");
     assert_ne!(verdict, Verdict::Holds, "{report}");
 }
+
+#[test]
+fn one_microbatch_mean_as_a_share_of_ep_never_holds() {
+    // One microbatch's mean divided by ep (a share of ep, where every ep rank computes it),
+    // summed over ep, averaged over dp: the sum over ep makes up for the share, not for the
+    // rows left out. Pins that the sum making up for a share keeps the record of the part.
+    let body = format!(
+        "        s0: \"f64[4, {V}]\" = torch.ops.aten.slice.Tensor(a, 0, 0, 4)
+        q0: \"f64[]\" = torch.ops.aten.mean.default(s0)
+        h0: \"f64[]\" = torch.ops.aten.div.Scalar(q0, {EP})
+        e_ar: \"f64[]\" = torch.ops._c10d_functional.all_reduce.default(h0, 'sum', 'ep')
+        l: \"f64[]\" = torch.ops._c10d_functional.wait_tensor.default(e_ar)
+"
+    );
+    let (verdict, right, report) = verdict_and_values_of("mean", "avg", &body);
+    assert!(!right, "one microbatch's mean share is right when run");
+    assert_ne!(verdict, Verdict::Holds, "{report}");
+}
+
+#[test]
+fn every_microbatch_mean_as_a_share_of_ep_averaged_holds() {
+    // Each microbatch's mean divided by ep (its share) and by K = 2, added, summed over ep,
+    // averaged over dp: the spec's mean. Pins that a mean over part of the rows may still be
+    // a share of another mesh dim, and the K shares averaged the whole shard's.
+    let mut body = String::new();
+    for (k, start) in [(0, 0), (1, 4)] {
+        body += &format!(
+            "        s{k}: \"f64[4, {V}]\" = torch.ops.aten.slice.Tensor(a, 0, {start}, {end})
+        q{k}: \"f64[]\" = torch.ops.aten.mean.default(s{k})
+        h{k}: \"f64[]\" = torch.ops.aten.div.Scalar(q{k}, {EP})
+        d{k}: \"f64[]\" = torch.ops.aten.div.Scalar(h{k}, 2)
+",
+            end = start + 4
+        );
+    }
+    body += "        t: \"f64[]\" = torch.ops.aten.add.Tensor(d0, d1)
+        e_ar: \"f64[]\" = torch.ops._c10d_functional.all_reduce.default(t, 'sum', 'ep')
+        l: \"f64[]\" = torch.ops._c10d_functional.wait_tensor.default(e_ar)
+";
+    let (verdict, right, report) = verdict_and_values_of("mean", "avg", &body);
+    assert!(right, "the microbatch mean shares are wrong when run");
+    assert_eq!(verdict, Verdict::Holds, "{report}");
+}
+
+#[test]
+fn every_microbatch_mean_averaged_holds() {
+    // Gradient accumulation of means: each microbatch's mean divided by K = 2, added,
+    // averaged over dp: the spec's mean. Pins that a microbatch average takes means whose
+    // factor is unknown only by their rows being a part.
+    let mut body = String::new();
+    for (k, start) in [(0, 0), (1, 4)] {
+        body += &format!(
+            "        s{k}: \"f64[4, {V}]\" = torch.ops.aten.slice.Tensor(a, 0, {start}, {end})
+        q{k}: \"f64[]\" = torch.ops.aten.mean.default(s{k})
+        d{k}: \"f64[]\" = torch.ops.aten.div.Scalar(q{k}, 2)
+",
+            end = start + 4
+        );
+    }
+    body += "        l: \"f64[]\" = torch.ops.aten.add.Tensor(d0, d1)\n";
+    let (verdict, right, report) = verdict_and_values_of("mean", "avg", &body);
+    assert!(right, "the microbatch means are wrong when run");
+    assert_eq!(verdict, Verdict::Holds, "{report}");
+}

@@ -284,3 +284,40 @@ fn every_microbatch_mean_averaged_holds() {
     assert!(right, "the microbatch means are wrong when run");
     assert_eq!(verdict, Verdict::Holds, "{report}");
 }
+
+#[test]
+fn one_microbatch_sum_declared_partial_is_not_proven() {
+    // The rank's sum of its first microbatch declared a pending sum over dp: its pieces sum to
+    // the microbatch's rows only. The output check names why.
+    let h = B / DP / 2;
+    let spec = format!(
+        "class G(torch.nn.Module):
+    def forward(self, a: \"f64[{B}, {V}]\"):
+        out: \"f64[]\" = torch.ops.aten.sum.default(a)
+        return (out,)
+"
+    );
+    let rank = format!(
+        "class G(torch.nn.Module):
+    def forward(self, a: \"f64[{r}, {V}]\"):
+        sl: \"f64[{h}, {V}]\" = torch.ops.aten.slice.Tensor(a, 0, 0, {h})
+        out: \"f64[]\" = torch.ops.aten.sum.default(sl)
+        return (out,)
+",
+        r = B / DP
+    );
+    let groups: Vec<(&str, Vec<&str>)> = vec![("dp", vec!["dp"]), ("ep", vec!["ep"])];
+    let inputs = [("a", "{ dp: Shard(0), ep: Replicate() }".to_string())];
+    let declared = Declared {
+        name: "rows-part-sums-declared",
+        mesh: &[("dp", DP), ("ep", EP)],
+        groups: &groups,
+        inputs: &inputs,
+        outputs: &[("out", "{ dp: Partial(sum) }".to_string())],
+    };
+    let case = load_written(&spec, &vec![rank; DP * EP], &declared);
+    let report = check_case(&case).unwrap();
+    let text = report.render();
+    assert_ne!(report.verdict, Verdict::Holds, "{text}");
+    assert!(text.contains("part of each rank's rows"), "{text}");
+}

@@ -553,9 +553,10 @@ pub(super) fn scale_records(
         });
         scaling_why = Some(if part {
             format!(
-                "`{op}` on mesh dim `{}` reduces a sum over part of each rank's rows \
-                 (one microbatch's): its pieces sum to the selected rows' sum, not the \
-                 tensor's (only the K microbatch sums added, each once, are)",
+                "`{op}` on mesh dim `{}` reduces a sum or mean over part of each rank's \
+                 rows (one microbatch's): its pieces combine to the selected rows', not \
+                 the tensor's (only the K microbatch sums added, or means averaged, each \
+                 once, are)",
                 mesh.dims[m].0
             )
         } else {

@@ -547,8 +547,14 @@ fn check_unfixed(case: &Case, progress: &Progress) -> Result<Report, Invalid> {
                     // is, is a finding as before).
                     _ if scale_unknown => {
                         unchecked += 1;
+                        let why = if rp.part_rows[(rp.offsets[v.node] as usize + v.output) * nd + m]
+                        {
+                            "a reduction over part of each rank's rows (one microbatch's)"
+                        } else {
+                            "its pieces scaled by a number whose meaning is not known"
+                        };
                         unknown_outputs.insert(format!(
-                            "{} ({have} over `{}`, its pieces scaled by a number whose meaning is not known: not proven)",
+                            "{} ({have} over `{}`, {why}: not proven)",
                             exp.spec_name, program.mesh.dims[m].0
                         ));
                         true

@@ -641,7 +641,8 @@ pub(crate) fn gathered_over(table: &RowTable, mut id: u16) -> Option<u8> {
 /// operators below it).
 const MEAN_ROWS_VISITS: usize = 4096;
 
-/// The rows a microbatch mean `m` averages: the first value holding `Rows` among its inputs,
+/// The rows a microbatch mean `m` averages (the value, its rows dim and selection): the first
+/// value holding `Rows` among its inputs,
 /// breadth first through the expression (a mean's own input; the mean under a scaling by the
 /// spec's number, or each term of a sum of means, as DeepSeek's per-layer auxiliary losses of
 /// one microbatch are, a level or two further down). Which selection this names is only where
@@ -651,7 +652,7 @@ fn mean_rows(
     g: &shardproof_ir::Graph,
     m: ValueId,
     place: &dyn Fn(ValueId) -> Place,
-) -> Option<u16> {
+) -> Option<(ValueId, u8, u16)> {
     let mut seen = std::collections::HashSet::new();
     let mut queue: std::collections::VecDeque<usize> = std::collections::VecDeque::from([m.node]);
     while let Some(j) = queue.pop_front() {
@@ -659,8 +660,8 @@ fn mean_rows(
             return None;
         }
         for u in g.nodes[j].inputs() {
-            if let Place::Rows(_, id) = place(u) {
-                return Some(id);
+            if let Place::Rows(d, id) = place(u) {
+                return Some((u, d, id));
             }
             if seen.insert(u.node) {
                 queue.push_back(u.node);
@@ -698,6 +699,7 @@ pub(crate) fn microbatch_average(
     place: &dyn Fn(ValueId) -> Place,
     scale_unknown: &dyn Fn(ValueId) -> bool,
     share_of: &dyn Fn(ValueId) -> u8,
+    part_rows: &dyn Fn(ValueId) -> bool,
     table: &RowTable,
 ) -> Option<MicrobatchAverage> {
     use shardproof_ir::NodeKind;
@@ -705,25 +707,7 @@ pub(crate) fn microbatch_average(
         NodeKind::Call { op, args, kwargs } => Some((op, args, kwargs)),
         _ => None,
     };
-    // The terms, through nested adds of pieces whose factor is not known.
-    let mut terms = Vec::new();
-    let mut stack = vec![ValueId::new(i, 0)];
-    while let Some(v) = stack.pop() {
-        let nested = v.node == i || scale_unknown(v);
-        match call(v.node) {
-            Some((op, args, kwargs))
-                if nested
-                    && v.output == 0
-                    && op.name == "add"
-                    && args.len() == 2
-                    && kwargs.is_empty()
-                    && (v.node == i || place(v).is_partial()) =>
-            {
-                stack.extend(g.nodes[v.node].inputs());
-            }
-            _ => terms.push(v),
-        }
-    }
+    let terms = accumulated_terms(g, i, place, scale_unknown);
     // Each term `M / K`: (M, K).
     let mut parts = Vec::new();
     for &t in &terms {
@@ -748,13 +732,147 @@ pub(crate) fn microbatch_average(
     if count < 2 || parts.iter().any(|&(_, k)| (k - count as f64).abs() > 1e-9) {
         return None;
     }
-    // Each mean's rows: the selection, resolved through merging views to its slice.
-    let root = |mut id: u16| {
-        let mut chain = Vec::new();
+    // The pending share every term's mean holds (0: none, every factor known).
+    let share = parts.first().map_or(0, |&(m, _)| share_of(m));
+    for &(m, _) in &parts {
+        // A mean over its microbatch is unknown for that alone (`part_rows`): the K of them
+        // averaged are the whole shard's, which is what is proven here.
+        let known = (!scale_unknown(m) || part_rows(m)) && share == 0 && share_of(m) == 0;
+        let shared = scale_unknown(m) && share != 0 && share_of(m) == share;
+        if place(m) != Place::Partial(crate::place::Red::Avg) || !(known || shared) {
+            return None;
+        }
+    }
+    let means: Vec<ValueId> = parts.iter().map(|&(m, _)| m).collect();
+    microbatches_tile(g, &means, place, &|_, _| false, table).then(|| MicrobatchAverage {
+        share,
+        terms: terms
+            .into_iter()
+            .zip(parts.iter().map(|&(m, _)| m))
+            .collect(),
+    })
+}
+
+/// The terms of the `add` at node `i` of `g`, through nested adds (`add(x, y)`, no alpha) of
+/// partial pieces whose factor is not known (`scale_unknown`): the K terms of a gradient
+/// accumulation, in no particular order.
+fn accumulated_terms(
+    g: &shardproof_ir::Graph,
+    i: usize,
+    place: &dyn Fn(ValueId) -> Place,
+    scale_unknown: &dyn Fn(ValueId) -> bool,
+) -> Vec<ValueId> {
+    use shardproof_ir::NodeKind;
+    let mut terms = Vec::new();
+    let mut stack = vec![ValueId::new(i, 0)];
+    while let Some(v) = stack.pop() {
+        let nested = v.node == i || scale_unknown(v);
+        match &g.nodes[v.node].kind {
+            NodeKind::Call { op, args, kwargs }
+                if nested
+                    && v.output == 0
+                    && op.name == "add"
+                    && args.len() == 2
+                    && kwargs.is_empty()
+                    && (v.node == i || place(v).is_partial()) =>
+            {
+                stack.extend(g.nodes[v.node].inputs());
+            }
+            _ => terms.push(v),
+        }
+    }
+    terms
+}
+
+/// Whether selection `id`, read through merging views and slices of selections, is part of
+/// each rank's rows: its root is a slice of the rank's plain shard (`RowKey::Slice` with no
+/// parent; a slice that takes the whole dim keeps the shard, so every such key is a strict
+/// part). A sum over such rows is the sum of the selected rows only (one microbatch's), never
+/// the tensor's: the engine records it (`RankPlacements::part_rows`) so that no reduction of
+/// it is proven, unless K of them added are the whole shard's ([`microbatch_sum`]). Spread,
+/// received and gathered rows have their own coverage checks (`spread_covers`,
+/// `gathered_over`): `false` for them.
+pub(crate) fn part_of_rows(table: &RowTable, mut id: u16) -> bool {
+    for _ in 0..=u16::MAX {
+        match table.key(id) {
+            Some(RowKey::Merge { parent, .. })
+            | Some(RowKey::Blocks { parent, .. })
+            | Some(RowKey::Slice {
+                parent: Some(parent),
+                ..
+            }) => id = parent,
+            Some(RowKey::Slice { parent: None, .. }) => return true,
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// Whether node `i` of `g` (an `add`, not yet placed, whose pieces sum on a mesh dim) is the
+/// sum of K microbatch sums (gradient accumulation of a sum: `S_0 + .. + S_(K-1)`, through
+/// nested adds), so that its pieces are the sums over the rank's whole shard, as a program
+/// without microbatches computes them (issue 44). Proven only where there are at least two
+/// terms, each `Partial(sum)` on the mesh dim (`place`) whose factor is unknown only because
+/// it sums part of each rank's rows (`part_rows`: [`part_of_rows`], carried by copies and
+/// views alone), and the terms are one expression over the K microbatches of the rank's
+/// shard, each once ([`microbatches_tile`]); a term's rows may be one chunk of its
+/// microbatch (a slice of it: the combine of an expert-parallel frame over mesh dims inside
+/// the frame's) only where `chunked` says another mesh dim holds them as its shard of their
+/// dim (whose pieces then hold every chunk), the same chunk in every term. A microbatch missing or counted twice, a term
+/// scaled by a factor the spec lacks, or a term reading another microbatch's rows is not
+/// proven.
+pub(crate) fn microbatch_sum(
+    g: &shardproof_ir::Graph,
+    i: usize,
+    place: &dyn Fn(ValueId) -> Place,
+    scale_unknown: &dyn Fn(ValueId) -> bool,
+    part_rows: &dyn Fn(ValueId) -> bool,
+    chunked: &dyn Fn(ValueId, u8) -> bool,
+    table: &RowTable,
+) -> bool {
+    let terms = accumulated_terms(g, i, place, scale_unknown);
+    terms.len() >= 2
+        && terms.iter().all(|&t| {
+            place(t) == Place::Partial(crate::place::Red::Sum) && scale_unknown(t) && part_rows(t)
+        })
+        && microbatches_tile(g, &terms, place, chunked, table)
+}
+
+/// Whether `values` (K of them, at least 2) are one expression over the K microbatches of the
+/// rank's shard, each once: each value's rows (its first input holding `Rows`, [`mean_rows`]),
+/// read through merging views (one chain of factors for all), are a step-1 slice of the rank's
+/// plain shard (no parent) of one local size, each a K-th of it, at distinct starts (together:
+/// the whole shard, each row once); and every value is the same expression as the first where
+/// every slice or recv holding rows of the first's selection pairs with one of the same
+/// operator (a slice of the same input along the same dim) holding the other's rows, all else
+/// equal, literals included. Shared by [`microbatch_average`] and [`microbatch_sum`].
+fn microbatches_tile(
+    g: &shardproof_ir::Graph,
+    values: &[ValueId],
+    place: &dyn Fn(ValueId) -> Place,
+    chunked: &dyn Fn(ValueId, u8) -> bool,
+    table: &RowTable,
+) -> bool {
+    use shardproof_ir::NodeKind;
+    let call = |j: usize| match &g.nodes[j].kind {
+        NodeKind::Call { op, args, kwargs } => Some((op, args, kwargs)),
+        _ => None,
+    };
+    let count = values.len();
+    if count < 2 {
+        return false;
+    }
+    // Each mean's rows: the selection, resolved through merging views to its slice; through
+    // slices of a selection too where `chunks` (the rows' value is, on another mesh dim, a
+    // shard of their dim: that mesh dim's pieces hold every chunk of the selection). The
+    // chain records each step (a merge's factor, a chunk's bounds) so that every term's must
+    // be the same.
+    let root = |mut id: u16, chunks: bool| {
+        let mut chain: Vec<[usize; 5]> = Vec::new();
         loop {
             match table.key(id)? {
                 RowKey::Merge { parent, factor } => {
-                    chain.push(factor);
+                    chain.push([0, factor, 0, 0, 0]);
                     id = parent;
                 }
                 RowKey::Slice {
@@ -764,6 +882,16 @@ pub(crate) fn microbatch_average(
                     end,
                     step: 1,
                 } => return Some((id, chain, size, start, end)),
+                RowKey::Slice {
+                    parent: Some(parent),
+                    size,
+                    start,
+                    end,
+                    step,
+                } if chunks => {
+                    chain.push([1, size, start, end, step]);
+                    id = parent;
+                }
                 RowKey::Slice { .. }
                 | RowKey::Spread { .. }
                 | RowKey::Blocks { .. }
@@ -773,41 +901,36 @@ pub(crate) fn microbatch_average(
         }
     };
     let mut roots = Vec::new();
-    // The pending share every term's mean holds (0: none, every factor known).
-    let share = parts.first().map_or(0, |&(m, _)| share_of(m));
-    for &(m, _) in &parts {
-        let known = !scale_unknown(m) && share == 0;
-        let shared = scale_unknown(m) && share != 0 && share_of(m) == share;
-        if place(m) != Place::Partial(crate::place::Red::Avg) || !(known || shared) {
-            return None;
-        }
-        let r = mean_rows(g, m, place).and_then(root)?;
+    for &m in values {
+        let Some(r) = mean_rows(g, m, place).and_then(|(u, d, id)| root(id, chunked(u, d))) else {
+            return false;
+        };
         roots.push(r);
     }
     let (_, chain0, size, _, _) = roots[0].clone();
     if size % count != 0 {
-        return None;
+        return false;
     }
     let piece = size / count;
     let mut starts: Vec<usize> = Vec::new();
     for (_, chain, s, start, end) in &roots {
         if *chain != chain0 || *s != size || end - start != piece || start % piece != 0 {
-            return None;
+            return false;
         }
         starts.push(*start);
     }
     starts.sort_unstable();
     starts.dedup();
     if starts.len() != count {
-        return None;
+        return false;
     }
     // The selection's root of a value, where it holds rows.
     let rows_root = |v: ValueId| match place(v) {
-        Place::Rows(_, id) => root(id).map(|r| r.0),
+        Place::Rows(d, id) => root(id, chunked(v, d)).map(|r| r.0),
         _ => None,
     };
-    let (m0, id0) = (parts[0].0, roots[0].0);
-    let alike = parts.iter().zip(&roots).skip(1).all(|(&(mk, _), rk)| {
+    let (m0, id0) = (values[0], roots[0].0);
+    values.iter().zip(&roots).skip(1).all(|(&mk, rk)| {
         let idk = rk.0;
         let leaf = |x: usize, y: usize| {
             let (vx, vy) = (ValueId::new(x, 0), ValueId::new(y, 0));
@@ -853,13 +976,6 @@ pub(crate) fn microbatch_average(
                 &leaf,
                 &|_, _| false,
             )
-    });
-    alike.then(|| MicrobatchAverage {
-        share,
-        terms: terms
-            .into_iter()
-            .zip(parts.iter().map(|&(m, _)| m))
-            .collect(),
     })
 }
 

@@ -475,9 +475,6 @@ fn a_reduce_scatter_over_dp_divided_by_dp_alone_never_holds() {
 }
 
 #[test]
-#[ignore = "known bug: rows gathered over ep then sliced to one ep block are read as a \
-            selection (Rows) whose sum is taken for the spec's sum; see \
-            a_slice_after_a_gather_without_local_means_never_holds"]
 fn a_slice_after_the_gather_over_ep_never_holds() {
     // The gathered rows sliced to the first ep block: the other blocks' rows are lost.
     let (dp, ep, _) = MESH;
@@ -573,9 +570,6 @@ fn a_sum_over_the_data_group_after_a_gather_never_holds() {
 }
 
 #[test]
-#[ignore = "known bug: a slice of rows gathered over ep (Replicate on ep, Shard on dp) is a \
-            selection (Rows on dp) whose sum, reduced over dp, is read as the spec's sum of \
-            every row; no fix diff (rows.rs / slicing.rs), see the report"]
 fn a_slice_after_a_gather_without_local_means_never_holds() {
     // No loss, no share: tokens split over dp and ep, gathered over ep, sliced to the first
     // ep block, summed, summed over dp. Half the rows are lost.

@@ -906,9 +906,13 @@ fn propagate_rank_from(
                         group_name: &group_name,
                     };
                     let vocab_unproven = vocab_proofs(&site, &mut result, &mut violation);
+                    // Outputs that sum over part of each rank's rows (`rows::part_of_rows`).
+                    let mut part_sums = vec![false; result.len()];
                     if let RowsMode::AsShard { id, v, d, .. } = rows_mode {
                         let in_size = meta_of(v).and_then(|mm| mm.shape.get(d as usize).copied());
                         let mut table = sh.rows.borrow_mut();
+                        // A plan is its own spec: its selection's sum is what it computes.
+                        let part = sh.has_spec && rows::part_of_rows(&table, id);
                         for (o, p) in result.iter_mut().enumerate() {
                             let shape = outs
                                 .get(o)
@@ -933,6 +937,11 @@ fn propagate_rank_from(
                                     by_factors.get(),
                                 ),
                             };
+                            part_sums[o] = part
+                                && matches!(
+                                    *p,
+                                    Place::Partial(Red::Sum) | Place::Partial(Red::Avg)
+                                );
                         }
                     }
                     // A view whose input another mesh dim holds as rows: where the view merges
@@ -1047,6 +1056,7 @@ fn propagate_rank_from(
                         why: scaling_why,
                         folded,
                         divisions_read_as_k,
+                        keeps_part,
                     } = scale_records(&site, in_group, lift_reads_scaled, &violation, &mut result);
                     microbatch_divisions |= divisions_read_as_k;
                     // On a pipeline dim, `Replicate()` claims every stage holds this tensor;
@@ -1223,7 +1233,14 @@ fn propagate_rank_from(
                             Some(f) => rp.times_factor.insert((base + o) * nd + m, f),
                             None => rp.times_factor.remove(&((base + o) * nd + m)),
                         };
-                        rp.scale_unknown[(base + o) * nd + m] = now_scale_unknown && p.is_partial();
+                        // A sum over part of the rows (or a copy or view of one): its pieces
+                        // sum to the selected rows' sum only, no factor of the tensor's.
+                        let part = part_sums.get(o) == Some(&true) || keeps_part;
+                        rp.part_rows[(base + o) * nd + m] = part
+                            && p.is_partial()
+                            && (part_sums.get(o) != Some(&true) || !now_scale_unknown);
+                        rp.scale_unknown[(base + o) * nd + m] =
+                            (now_scale_unknown || part) && p.is_partial();
                         rp.share_of[(base + o) * nd + m] = if now_scale_unknown && p.is_partial() {
                             share_dim
                         } else {
@@ -1248,7 +1265,8 @@ fn propagate_rank_from(
                             let at = (base + o) * nd + m;
                             if m != k && rp.share_of[at] as usize == k + 1 {
                                 rp.share_of[at] = 0;
-                                rp.scale_unknown[at] = false;
+                                // A reduction over part of the rows stays one.
+                                rp.scale_unknown[at] = rp.part_rows[at];
                             }
                         }
                     }

@@ -149,6 +149,7 @@ pub(super) fn start_state(
             rp.times_factor.retain(|&at, _| at < v0 * nd);
             rp.scale_unknown[v0 * nd..].fill(false);
             rp.share_of[v0 * nd..].fill(0);
+            rp.part_rows[v0 * nd..].fill(false);
             rp.folded_pending[v0 * nd..].fill(0);
             rp.folded_summed[v0 * nd..].fill(0);
             rp.lifted_means[v0..].fill(0);
@@ -171,6 +172,7 @@ pub(super) fn start_state(
                 times_n: vec![false; total as usize * nd],
                 scale_unknown: vec![false; total as usize * nd],
                 share_of: vec![0; total as usize * nd],
+                part_rows: vec![false; total as usize * nd],
                 folded_pending: vec![0; total as usize * nd],
                 folded_summed: vec![0; total as usize * nd],
                 lifted_means: vec![0; total as usize],

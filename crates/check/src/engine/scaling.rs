@@ -278,6 +278,10 @@ pub(super) struct ScaleRecord {
     /// Other mesh dims (bit k) on which a division this call's microbatch average read as
     /// the 1/K made a term a share (`scaled`): the output is no share there.
     pub divisions_read_as_k: u64,
+    /// The output's factor is unknown only because its partial inputs reduce part of the
+    /// rows (`part_rows`), and perhaps a share of another mesh dim the call made: it keeps
+    /// the record.
+    pub keeps_part: bool,
 }
 
 /// Reads the call `s`'s scalings by a number on its mesh dim: a replicated value divided by n
@@ -386,6 +390,16 @@ pub(super) fn scale_records(
         place(v).is_partial() && rp.scale_unknown[(rp.offsets[v.node] as usize + v.output) * nd + m]
     });
     let mut now_scale_unknown = input_scale_unknown;
+    // Every partial input whose factor is not known is so only because it reduces part of
+    // the rows (`part_rows`): the call may keep that record where it adds no unknown factor
+    // of its own (else `drops_part`), or only a share of another mesh dim; a proven
+    // microbatch average or sum is the whole shard's (`drops_part` too).
+    let at_m = |v: ValueId| (rp.offsets[v.node] as usize + v.output) * nd + m;
+    let input_part_only = input_scale_unknown
+        && inputs.iter().all(|&v| {
+            !(place(v).is_partial() && rp.scale_unknown[at_m(v)]) || rp.part_rows[at_m(v)]
+        });
+    let mut drops_part = false;
     // `share_of` of the output on this mesh dim (k + 1; 0: none).
     let mut share_dim = 0u8;
     let share_in = |v: ValueId| rp.share_of[(rp.offsets[v.node] as usize + v.output) * nd + m];
@@ -446,7 +460,11 @@ pub(super) fn scale_records(
                         // The one other mesh dim whose size the division
                         // is by, and on which the dividend is replicated (a
                         // share there), where the spec lacks the factor.
-                        if !input_scale_unknown && rel == Scaling::Other {
+                        let no_share_in = inputs.iter().all(|&v| share_in(v) == 0);
+                        let mut made_share = false;
+                        if (!input_scale_unknown || (input_part_only && no_share_in))
+                            && rel == Scaling::Other
+                        {
                             share_dim = share_of_other_dim(
                                 op.name.as_str(),
                                 factor,
@@ -455,8 +473,10 @@ pub(super) fn scale_records(
                                 inputs.first().map(|&v| rp.of(v, nd)),
                                 sh.has_spec && spec_here.is_some(),
                             );
+                            made_share = share_dim != 0;
                         }
                         now_scale_unknown = true;
+                        drops_part |= !made_share;
                     }
                 }
             }
@@ -478,8 +498,10 @@ pub(super) fn scale_records(
             &|v| rp.of(v, nd)[m],
             &|v| rp.scale_unknown[at(v)],
             &|v| rp.share_of[at(v)],
+            &|v| rp.part_rows[at(v)],
             &sh.rows.borrow(),
         ) {
+            drops_part = true;
             if average.share == 0 {
                 now_scale_unknown = false;
             } else {
@@ -500,6 +522,23 @@ pub(super) fn scale_records(
             }
         }
     }
+    // Gradient accumulation of sums: K microbatch sums added are the sum over
+    // the rank's shard (`rows::microbatch_sum`), each term's factor unknown
+    // only because it sums part of the rows (`part_rows`).
+    if now_scale_unknown && op.name == "add" && result.first() == Some(&Place::Partial(Red::Sum)) {
+        let at = |v: ValueId| (rp.offsets[v.node] as usize + v.output) * nd + m;
+        if rows::microbatch_sum(
+            g,
+            i,
+            &|v| rp.of(v, nd)[m],
+            &|v| rp.scale_unknown[at(v)],
+            &|v| rp.part_rows[at(v)] && rp.share_of[at(v)] == 0,
+            &|v, d| (0..nd).any(|k| k != m && rp.of(v, nd)[k] == Place::Shard(d)),
+            &sh.rows.borrow(),
+        ) {
+            now_scale_unknown = false;
+        }
+    }
     // A reduction over the group of pieces whose factor is not known: what it
     // gives is not proven (findings of the rule stand).
     if input_scale_unknown
@@ -509,13 +548,26 @@ pub(super) fn scale_records(
     {
         result.iter_mut().for_each(|p| *p = Place::Unknown);
         now_scale_unknown = false;
-        scaling_why = Some(format!(
-            "`{op}` on mesh dim `{}` reduces a partial whose pieces were scaled \
-             by a number whose meaning is not known (a factor the spec lacks at \
-             that node, or 1/n where another mesh dim has n coordinates too): \
-             what the reduction gives is not proven",
-            mesh.dims[m].0
-        ));
+        let part = inputs.iter().any(|&v| {
+            place(v).is_partial() && rp.part_rows[(rp.offsets[v.node] as usize + v.output) * nd + m]
+        });
+        scaling_why = Some(if part {
+            format!(
+                "`{op}` on mesh dim `{}` reduces a sum or mean over part of each rank's \
+                 rows (one microbatch's): its pieces combine to the selected rows', not \
+                 the tensor's (only the K microbatch sums added, or means averaged, each \
+                 once, are)",
+                mesh.dims[m].0
+            )
+        } else {
+            format!(
+                "`{op}` on mesh dim `{}` reduces a partial whose pieces were scaled \
+                 by a number whose meaning is not known (a factor the spec lacks at \
+                 that node, or 1/n where another mesh dim has n coordinates too): \
+                 what the reduction gives is not proven",
+                mesh.dims[m].0
+            )
+        });
     }
     let first_scaled = inputs.first().is_some_and(|&v| scaled_of(v));
     let scaled_inputs = inputs
@@ -581,6 +633,7 @@ pub(super) fn scale_records(
                 .any(|p| matches!(p, Place::Partial(r) if r.is_linear()))
         {
             now_scale_unknown = true;
+            drops_part = true;
         }
     }
 
@@ -592,6 +645,7 @@ pub(super) fn scale_records(
         why: scaling_why,
         folded,
         divisions_read_as_k,
+        keeps_part: input_part_only && now_scale_unknown && !drops_part,
     }
 }
 

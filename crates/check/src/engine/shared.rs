@@ -47,6 +47,12 @@ pub struct RankPlacements {
     /// (`scaled`), `k + 1` (else 0): an all-reduce sum over `k` of that share makes up for the
     /// factor (the aux-loss share `aux / tp` beside dp's average), and clears the record.
     pub share_of: Vec<u8>,
+    /// Per value, per mesh dim: a partial whose pieces sum a function of part of each rank's
+    /// rows (one microbatch's sum, `rows::part_of_rows`), which is `scale_unknown` there for
+    /// that reason alone: its pieces sum to the selected rows' sum, never the tensor's. Set by
+    /// a rule run on such rows, carried by copies and views; an add of K of them that is the
+    /// sum over the rank's whole shard (`rows::microbatch_sum`) clears `scale_unknown`.
+    pub part_rows: Vec<bool>,
     /// Per value, per mesh dim `m` where it is a share (`scaled`) by a folded mean's reading
     /// (`scaling::FoldedShare`): the other mesh dims (bit `k`) whose pieces that reading says
     /// are each `n_k` times the spec's (a local mean over `k`'s split) and that no average

@@ -46,15 +46,17 @@ enum Bug {
     PaddingRow,
     /// Rank 0 masks from row 3 on, one row early: no rank writes row 3.
     RowsOffByOne,
+    /// Rank 0 masks from row 5 on, one row late: token 4 is local row 4 of its 4 rows.
+    MaskOneRowLong,
 }
 
 /// Rank `r` of the vocab-parallel update.
 fn vocab_rank(r: usize, bug: Bug) -> String {
     let lo = r * BLOCK;
-    let hi = if bug == Bug::RowsOffByOne && r == 0 {
-        lo + BLOCK - 1
-    } else {
-        lo + BLOCK
+    let hi = match bug {
+        Bug::RowsOffByOne if r == 0 => lo + BLOCK - 1,
+        Bug::MaskOneRowLong if r == 0 => lo + BLOCK + 1,
+        _ => lo + BLOCK,
     };
     let pad = if bug == Bug::PaddingRow { 0 } else { -1 };
     format!(
@@ -303,4 +305,37 @@ fn a_data_parallel_update_reduces_its_rows_with_the_tokens_range() {
         Verdict::Refuted
     );
     assert_eq!(prove_case(&bad, &full_size()).verdict, Verdict::Refuted);
+}
+
+/// A rank whose mask lets one token too many through reads a row past its table: the kernel
+/// fails there (the interpreter stops), where the rows' equality tests would drop it and the
+/// other rank's rows make up the spec's. Never proved: the index's interval, known from the
+/// tokens' range, reaches past the rows.
+#[test]
+fn a_mask_one_row_long_is_not_proved() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = vocab_case(dir.path(), Bug::MaskOneRowLong);
+    let grad = shardproof_ops::Tensor::new(
+        shardproof_ops::Meta::new(shardproof_ir::DType::F32, vec![T, D]),
+        vec![1.0; T * D],
+    );
+    let tokens = shardproof_ops::Tensor::new(
+        shardproof_ops::Meta::new(shardproof_ir::DType::I64, vec![T]),
+        vec![4.0, 0.0, 1.0, 7.0],
+    );
+    let leaves = std::collections::BTreeMap::from([
+        ("grad".to_string(), grad),
+        ("tokens".to_string(), tokens),
+    ]);
+    let cfg = RunConfig::default();
+    assert!(shardproof_interp::run_graph(&case.spec, &leaves, &cfg).is_ok());
+    let err = shardproof_interp::run_graph(&case.program.ranks[0], &leaves, &cfg).unwrap_err();
+    assert!(err.to_string().contains("out of range"), "{err}");
+    for cfg in [full_size(), ProveConfig::default()] {
+        let proof = prove_case(&case, &cfg);
+        assert_ne!(proof.verdict, Verdict::Proved, "reduce {}", cfg.reduce);
+    }
+    let full = prove_case(&case, &full_size());
+    let message = full.message.unwrap_or_default();
+    assert!(message.contains("outside its 4 rows"), "{message}");
 }

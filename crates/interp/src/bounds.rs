@@ -21,8 +21,8 @@ pub fn index_bound(graph: &Graph, v: ValueId, metas: &[Vec<Option<Meta>>]) -> i6
     index_bound_known(graph, v, metas).unwrap_or(DEFAULT)
 }
 
-/// The size of what the integer input `v` of `graph` indexes (embedding rows, an indexed dim,
-/// a gathered dim, classes of nll_loss), following dtype casts and the views and movements
+/// The size of what the integer input `v` of `graph` indexes (embedding rows, an embedding
+/// backward's `num_weights` rows, an indexed dim, a gathered dim, classes of nll_loss), following dtype casts and the views and movements
 /// that keep every element (permute, transpose, squeeze, expand...), the smallest where it
 /// indexes several; `None` when it indexes nothing found there. Movements that keep only
 /// some elements (slice, select) are not followed: their consumer's bound would say nothing
@@ -70,9 +70,11 @@ impl IndexWalk {
 /// One use of a value as an index: `consumer` reads it to index dim `dim` of `table`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IndexUse {
-    /// The node that indexes (embedding, nll_loss, gather, scatter, index_select, index).
+    /// The node that indexes (embedding and its dense backward, nll_loss, gather, scatter,
+    /// index_select, index).
     pub consumer: usize,
-    /// The tensor indexed (the embedding's table, the loss's input, the gather's source).
+    /// The tensor indexed (the embedding's table, the loss's input, the gather's source, an
+    /// embedding backward's output: the table gradient whose rows the indices name).
     pub table: ValueId,
     /// The dim of `table` whose size bounds the index values.
     pub dim: usize,
@@ -80,7 +82,8 @@ pub struct IndexUse {
 
 /// Every place the integer value `v` of `graph` indexes a dim, directly or through dtype
 /// casts and the movements that keep every element (and slices, where `walk` says so): an
-/// embedding's rows, an `nll_loss` target's classes, the dim a gather, scatter or
+/// embedding's rows (or its dense backward's `num_weights` output rows), an `nll_loss`
+/// target's classes, the dim a gather, scatter or
 /// index_select names, an `index` position's dim. `rank` gives a value's rank (to normalize a
 /// negative dim and find the classes dim); a use whose rank is unknown is left out, so a
 /// caller that needs every use must know every rank. This is the one walk both the
@@ -126,6 +129,11 @@ pub fn index_uses(
             let value = |i: usize| args.get(i).and_then(|a| a.as_value());
             let found: Option<(ValueId, usize)> = match op.name.as_str() {
                 "embedding" if is(1) => value(0).map(|t| (t, 0)),
+                // The backward writes each position's gradient to the row its index names:
+                // the rows are the output's dim 0, `num_weights` long (shape inference sets
+                // it from that literal, and shape reduction rewrites the literal from the same
+                // dim), and an index outside them is no valid input, as for `embedding`.
+                "embedding_dense_backward" if is(1) => Some((ValueId::new(c, 0), 0)),
                 "nll_loss_forward" | "nll_loss_backward" if is(1) || is(2) => {
                     let i = if op.name == "nll_loss_forward" { 0 } else { 1 };
                     value(i).and_then(|t| Some((t, if rank(t)? > 1 { 1 } else { 0 })))
@@ -216,6 +224,29 @@ mod tests {
             max_values: 0,
         };
         assert!(index_uses(&g, t, none, rank).is_empty());
+    }
+
+    #[test]
+    fn an_embedding_backward_bounds_its_indices_by_its_rows() {
+        // The only use of the tokens: the backward's 10 output rows (its `num_weights`), read
+        // through a view; the gradient (a float input) indexes nothing.
+        let (g, metas) = graph(
+            "def forward(self, grad: \"f32[2, 3, 4]\", t: \"i64[6]\"):\n    \
+             v: \"i64[2, 3]\" = torch.ops.aten.view.default(t, [2, 3])\n    \
+             w: \"f32[10, 4]\" = torch.ops.aten.embedding_dense_backward.default(grad, v, 10, -1, False)\n    \
+             return (w,)\n",
+        );
+        let rank = |v: ValueId| Some(metas[v.node][v.output].as_ref()?.shape.len());
+        let t = g.inputs[1];
+        let uses = index_uses(&g, t, IndexWalk::BOUND, rank);
+        let backward = g.find("w").unwrap();
+        assert_eq!(
+            uses.iter().map(|u| (u.table, u.dim)).collect::<Vec<_>>(),
+            vec![(backward, 0)]
+        );
+        assert_eq!(index_bound_known(&g, t, &metas), Some(10));
+        assert_eq!(index_bound(&g, t, &metas), 10);
+        assert_eq!(index_bound_known(&g, g.inputs[0], &metas), None);
     }
 
     #[test]

@@ -258,13 +258,14 @@ fn a_coincidence_in_a_stage_is_not_proved() {
     assert!(message.contains(COINCIDENCE), "{message}");
 }
 
-/// Integer inputs of unknown range (`embedding_dense_backward`'s indices, which no range
-/// bounds) are drawn as valid rows for the check's runs: drawn in [-4, 4] the interpreter
-/// stops on a negative row and the check could not complete, withdrawing a right proof.
+/// Integer inputs of unknown range (indices an embedding backward reads through a slice,
+/// which the range walk does not follow) are drawn as valid rows for the check's runs: drawn
+/// in [-4, 4] the interpreter stops on a negative row and the check could not complete,
+/// withdrawing a right proof.
 #[test]
 fn integers_of_unknown_range_are_drawn_as_valid_rows() {
     let dir = tempfile::tempdir().unwrap();
-    let graph = "class GraphModule(torch.nn.Module):\n    def forward(self, g: \"f32[6, 4]\", idx: \"i64[6]\"):\n        y: \"f32[8, 4]\" = torch.ops.aten.embedding_dense_backward.default(g, idx, 8, -1, False)\n        return (y,)\n";
+    let graph = "class GraphModule(torch.nn.Module):\n    def forward(self, g: \"f32[6, 4]\", idx: \"i64[6]\"):\n        s: \"i64[6]\" = torch.ops.aten.slice.Tensor(idx, 0, 0, 6)\n        y: \"f32[8, 4]\" = torch.ops.aten.embedding_dense_backward.default(g, s, 8, -1, False)\n        return (y,)\n";
     let case = write_case(
         dir.path(),
         graph,

@@ -690,6 +690,17 @@ pub(crate) fn embedding_backward(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, Ex
         )));
     }
     let (v, d) = (meta.shape[0], meta.shape[1]);
+    // An index shown able to leave the rows (a rank's mask one row long) is one the kernel
+    // fails on, where the rows' equality tests would just drop it.
+    if idx
+        .elems
+        .iter()
+        .any(|&i| super::range::may_leave(ctx.arena, i, v))
+    {
+        return Err(ctx.unsupported(format!(
+            "embedding_dense_backward indices that may fall outside its {v} rows, where the kernel fails"
+        )));
+    }
     let n = idx.numel();
     let ar = &mut *ctx.arena;
     let pad = ar.int(padding)?;

@@ -41,6 +41,19 @@ pub(crate) fn within(arena: &Arena, e: ExprId, n: usize) -> bool {
     }
 }
 
+/// Whether `e`'s interval is known and reaches outside `[0, n)`: an index a kernel may fail
+/// on. `false` where no interval is known (an integer of unknown range), where the caller
+/// cannot tell either way.
+pub(crate) fn may_leave(arena: &Arena, e: ExprId, n: usize) -> bool {
+    let Ok(n) = i64::try_from(n) else {
+        return false;
+    };
+    match expr_range(arena, e, &Bounds::new(), 0) {
+        Some(Range::Within(lo, hi)) => lo.is_negative() || hi >= Coeff::from_integer(n),
+        _ => false,
+    }
+}
+
 fn expr_range(arena: &Arena, e: ExprId, bounds: &Bounds, depth: u32) -> Option<Range> {
     if depth > MAX_DEPTH {
         return None;
@@ -345,5 +358,10 @@ mod tests {
         assert!(!within(&ar, n, 16));
         let masked_n = masked_label(&mut ar, n, 16, 32);
         assert!(within(&ar, masked_n, 16));
+        // Known to reach outside: the mask one row long, the bare shift; not known: `n`.
+        assert!(may_leave(&ar, off, 16) && may_leave(&ar, bare, 16));
+        assert!(!may_leave(&ar, n, 16));
+        let fits = masked_label(&mut ar, l, 16, 32);
+        assert!(!may_leave(&ar, fits, 16) && !may_leave(&ar, masked_n, 16));
     }
 }

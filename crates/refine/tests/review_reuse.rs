@@ -1,0 +1,583 @@
+//! Adversarial review of verify's reuse (`engine/reuse.rs`, `engine/pieces.rs`): repeated
+//! layers that differ in one place only, run on concrete values by the reference interpreter
+//! and verified with reuse on and off (each with the fast path on and off, since the fast path
+//! decides many operators before reuse is tried).
+//!
+//! Every attack asserts: a program the interpreter shows wrong is never verified, and the
+//! verdict is the same with reuse on and off. The right baseline also pins that reuse is
+//! reached (operators reused with the fast path off), so that the attacks, its one-place
+//! variants, cannot silently stop exercising it.
+
+use shardproof_case::{load_case, Case};
+use shardproof_interp::{run_graph, run_program, Precision, RunConfig};
+use shardproof_ops::{Meta, Tensor};
+use shardproof_refine::eval::{random_tensor, seeded_values, tensors_agree};
+use shardproof_refine::{verify, Options, Outcome, Verdict};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Tokens, hidden size, expert width (at one rank), layers.
+const N: usize = 4;
+const H: usize = 4;
+const F: usize = 8;
+const LAYERS: usize = 4;
+/// Tensor-parallel ranks.
+const TP: usize = 2;
+
+/// How one program computes one layer: `a + scale * (relu(a w1^T) w2^T [+ b])`, the second
+/// product all-reduced on the ranks.
+#[derive(Clone, Copy, Debug)]
+struct Layer {
+    /// The scale literal.
+    scale: &'static str,
+    /// Adds the layer's bias after the scale (the spec), or before the all-reduce (ranks).
+    bias: bool,
+    /// The process group the ranks' all-reduce names.
+    group: &'static str,
+    /// Where the weights are replicated inputs (`Weights::Sliced`): the chunk of `w1`'s rows
+    /// and of `w2`'s columns this rank slices; ignored otherwise.
+    chunks: (usize, usize),
+    /// Computes the residual `a - y` (`false`) or `y - a` (`true`).
+    swapped_residual: bool,
+}
+
+impl Layer {
+    /// The layer as the spec computes it, and as rank `r` computes it correctly.
+    fn plain(r: usize) -> Layer {
+        Layer {
+            scale: "0.5",
+            bias: false,
+            group: "tp",
+            chunks: (r, r),
+            swapped_residual: false,
+        }
+    }
+}
+
+/// How the ranks get their weights.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Weights {
+    /// `w1` sharded along its rows, `w2` along its columns (inputs).
+    Sharded,
+    /// Both replicated inputs; each rank slices its chunks itself.
+    Sliced,
+}
+
+/// A line `name: "TYPE" = torch.ops.CALL`.
+fn op(name: &str, ty: &str, call: &str) -> String {
+    format!("        {name}: \"{ty}\" = torch.ops.{call}\n")
+}
+
+/// The program of `layers` (`rank`: `None` for the spec); `biased[l]` declares layer `l`'s
+/// bias input (every program declares the same inputs).
+fn program(layers: &[Layer], rank: Option<usize>, weights: Weights, biased: &[bool]) -> String {
+    let f = match (rank, weights) {
+        (Some(_), _) => F / TP,
+        (None, _) => F,
+    };
+    let (w1_rows, w2_cols) = match (rank, weights) {
+        (Some(_), Weights::Sharded) => (F / TP, F / TP),
+        _ => (F, F),
+    };
+    let mut sig = format!("self, x: \"f32[{N}, {H}]\"");
+    for (l, &b) in biased.iter().enumerate() {
+        sig.push_str(&format!(
+            ", w1_{l}: \"f32[{w1_rows}, {H}]\", w2_{l}: \"f32[{H}, {w2_cols}]\""
+        ));
+        if b {
+            sig.push_str(&format!(", b_{l}: \"f32[{H}]\""));
+        }
+    }
+    let mut g = format!("class GraphModule(torch.nn.Module):\n    def forward({sig}):\n");
+    let mut a = "x".to_string();
+    for (l, c) in layers.iter().enumerate() {
+        let (mut w1, mut w2) = (format!("w1_{l}"), format!("w2_{l}"));
+        if rank.is_some() && weights == Weights::Sliced {
+            let (k1, k2) = c.chunks;
+            g.push_str(&op(
+                &format!("s1_{l}"),
+                &format!("f32[{f}, {H}]"),
+                &format!(
+                    "aten.slice.Tensor(w1_{l}, 0, {}, {})",
+                    k1 * f,
+                    (k1 + 1) * f
+                ),
+            ));
+            g.push_str(&op(
+                &format!("s2_{l}"),
+                &format!("f32[{H}, {f}]"),
+                &format!(
+                    "aten.slice.Tensor(w2_{l}, 1, {}, {})",
+                    k2 * f,
+                    (k2 + 1) * f
+                ),
+            ));
+            (w1, w2) = (format!("s1_{l}"), format!("s2_{l}"));
+        }
+        g.push_str(&op(
+            &format!("t1_{l}"),
+            &format!("f32[{H}, {f}]"),
+            &format!("aten.t.default({w1})"),
+        ));
+        g.push_str(&op(
+            &format!("mm1_{l}"),
+            &format!("f32[{N}, {f}]"),
+            &format!("aten.mm.default({a}, t1_{l})"),
+        ));
+        g.push_str(&op(
+            &format!("relu_{l}"),
+            &format!("f32[{N}, {f}]"),
+            &format!("aten.relu.default(mm1_{l})"),
+        ));
+        g.push_str(&op(
+            &format!("t2_{l}"),
+            &format!("f32[{f}, {H}]"),
+            &format!("aten.t.default({w2})"),
+        ));
+        g.push_str(&op(
+            &format!("mm2_{l}"),
+            &format!("f32[{N}, {H}]"),
+            &format!("aten.mm.default(relu_{l}, t2_{l})"),
+        ));
+        let mut y = format!("mm2_{l}");
+        let nh = format!("f32[{N}, {H}]");
+        if rank.is_some() {
+            if c.bias {
+                g.push_str(&op(
+                    &format!("bias_{l}"),
+                    &nh,
+                    &format!("aten.add.Tensor({y}, b_{l})"),
+                ));
+                y = format!("bias_{l}");
+            }
+            g.push_str(&op(
+                &format!("ar_{l}"),
+                &nh,
+                &format!(
+                    "_c10d_functional.all_reduce.default({y}, 'sum', '{}')",
+                    c.group
+                ),
+            ));
+            g.push_str(&op(
+                &format!("wait_{l}"),
+                &nh,
+                &format!("_c10d_functional.wait_tensor.default(ar_{l})"),
+            ));
+            y = format!("wait_{l}");
+        }
+        g.push_str(&op(
+            &format!("mul_{l}"),
+            &nh,
+            &format!("aten.mul.Tensor({y}, {})", c.scale),
+        ));
+        y = format!("mul_{l}");
+        if rank.is_none() && c.bias {
+            g.push_str(&op(
+                &format!("bias_{l}"),
+                &nh,
+                &format!("aten.add.Tensor({y}, b_{l})"),
+            ));
+            y = format!("bias_{l}");
+        }
+        let (lhs, rhs) = if c.swapped_residual {
+            (y.clone(), a.clone())
+        } else {
+            (a.clone(), y.clone())
+        };
+        let next = if l + 1 == layers.len() {
+            "output".to_string()
+        } else {
+            format!("res_{l}")
+        };
+        g.push_str(&op(
+            &next,
+            &nh,
+            &format!("aten.sub.Tensor({lhs}, {rhs})"),
+        ));
+        a = next;
+    }
+    g.push_str(&format!("        return ({a},)\n"));
+    g
+}
+
+/// One attack: the spec's layers, each rank's, how weights are placed, whether the mesh has a
+/// second (data-parallel) dim of two ranks that every input is replicated over, and the
+/// options every verification starts from (a small node limit forces piecewise inference).
+struct Attack {
+    name: &'static str,
+    spec: Vec<Layer>,
+    /// Per tensor-parallel rank (the data-parallel ranks repeat them).
+    ranks: Vec<Vec<Layer>>,
+    weights: Weights,
+    dp: bool,
+    base: Options,
+}
+
+impl Attack {
+    /// `LAYERS` plain layers, with `edit(layer, rank, &mut layer)` applied to the ranks'
+    /// (`rank` `None`: the spec's).
+    fn edited(name: &'static str, weights: Weights, edit: impl Fn(usize, Option<usize>, &mut Layer)) -> Attack {
+        let spec = (0..LAYERS)
+            .map(|l| {
+                let mut c = Layer::plain(0);
+                edit(l, None, &mut c);
+                c
+            })
+            .collect();
+        let ranks = (0..TP)
+            .map(|r| {
+                (0..LAYERS)
+                    .map(|l| {
+                        let mut c = Layer::plain(r);
+                        edit(l, Some(r), &mut c);
+                        c
+                    })
+                    .collect()
+            })
+            .collect();
+        Attack {
+            name,
+            spec,
+            ranks,
+            weights,
+            dp: false,
+            base: Options::default(),
+        }
+    }
+
+    fn ranks_total(&self) -> usize {
+        if self.dp {
+            2 * TP
+        } else {
+            TP
+        }
+    }
+
+    fn biased(&self) -> Vec<bool> {
+        (0..LAYERS)
+            .map(|l| self.spec[l].bias || self.ranks.iter().any(|r| r[l].bias))
+            .collect()
+    }
+}
+
+/// Writes the attack's case into `dir` and loads it.
+fn case_of(dir: &Path, a: &Attack) -> Case {
+    let biased = a.biased();
+    std::fs::write(
+        dir.join("spec.py"),
+        program(&a.spec, None, a.weights, &biased),
+    )
+    .unwrap();
+    let mut graphs = Vec::new();
+    for r in 0..a.ranks_total() {
+        let tp = r % TP;
+        std::fs::write(
+            dir.join(format!("r{r}.py")),
+            program(&a.ranks[tp], Some(tp), a.weights, &biased),
+        )
+        .unwrap();
+        graphs.push(format!("r{r}.py"));
+    }
+    let mesh = if a.dp {
+        format!("{{ dp: 2, tp: {TP} }}")
+    } else {
+        format!("{{ tp: {TP} }}")
+    };
+    let mut yaml = format!(
+        "version: 1\nname: {}\nspec:\n  graph: spec.py\nimpl:\n  mesh: {mesh}\n  graphs: [{}]\n",
+        a.name,
+        graphs.join(", ")
+    );
+    if a.dp {
+        yaml.push_str("  groups:\n    tp: tp\n    dp: dp\n");
+    }
+    yaml.push_str("inputs:\n  x: Replicate()\n");
+    for (l, &b) in biased.iter().enumerate() {
+        match a.weights {
+            Weights::Sharded => yaml.push_str(&format!(
+                "  w1_{l}: {{ tp: Shard(0) }}\n  w2_{l}: {{ tp: Shard(1) }}\n"
+            )),
+            Weights::Sliced => {
+                yaml.push_str(&format!("  w1_{l}: Replicate()\n  w2_{l}: Replicate()\n"))
+            }
+        }
+        if b {
+            yaml.push_str(&format!("  b_{l}: Replicate()\n"));
+        }
+    }
+    yaml.push_str("outputs:\n  output: Replicate()\n");
+    std::fs::write(dir.join("case.yaml"), yaml).unwrap();
+    load_case(&dir.join("case.yaml")).unwrap_or_else(|e| panic!("{}: {e}", a.name))
+}
+
+/// Chunk `r` of `n` along `dim` of a 2-d tensor.
+fn chunk(t: &Tensor, dim: usize, n: usize, r: usize) -> Tensor {
+    let (rows, cols) = (t.meta.shape[0], t.meta.shape[1]);
+    let mut data = Vec::new();
+    let mut shape = vec![rows, cols];
+    shape[dim] /= n;
+    for i in 0..rows {
+        for j in 0..cols {
+            let k = if dim == 0 { i } else { j };
+            if k / shape[dim] == r {
+                data.push(t.data[i * cols + j]);
+            }
+        }
+    }
+    Tensor::new(Meta::new(t.meta.dtype, shape), data)
+}
+
+/// Whether every rank's output equals the spec's on random inputs, three seeds.
+fn implementation_agrees(case: &Case, a: &Attack) -> bool {
+    let cfg = RunConfig {
+        precision: Precision::F64,
+        ..RunConfig::default()
+    };
+    let n = a.ranks_total();
+    let biased = a.biased();
+    let meta_of = |name: &str| {
+        let v = case.spec.find(name).unwrap();
+        shardproof_interp::infer_graph(&case.spec, &case.ops).metas[v.node][v.output]
+            .clone()
+            .unwrap()
+    };
+    for seed in [0.13, 0.37, 0.71] {
+        let mut next = seeded_values(seed);
+        let mut spec_in = BTreeMap::new();
+        let mut rank_in = vec![BTreeMap::new(); n];
+        let mut put = |name: String, shard: Option<usize>, next: &mut dyn FnMut() -> f64| {
+            let m = meta_of(&name);
+            let t = random_tensor(m.dtype, m.shape.clone(), 4, next);
+            for (r, ins) in rank_in.iter_mut().enumerate() {
+                let piece = match shard {
+                    Some(d) => chunk(&t, d, TP, r % TP),
+                    None => t.clone(),
+                };
+                ins.insert(name.clone(), piece);
+            }
+            spec_in.insert(name, t);
+        };
+        put("x".into(), None, &mut next);
+        for (l, &b) in biased.iter().enumerate() {
+            let sharded = a.weights == Weights::Sharded;
+            put(format!("w1_{l}"), sharded.then_some(0), &mut next);
+            put(format!("w2_{l}"), sharded.then_some(1), &mut next);
+            if b {
+                put(format!("b_{l}"), None, &mut next);
+            }
+        }
+        let spec_env = run_graph(&case.spec, &spec_in, &cfg).unwrap();
+        let envs = run_program(&case.program, &rank_in, &cfg).unwrap();
+        let want = spec_env.get(case.spec.find("output").unwrap()).unwrap();
+        for (r, env) in envs.iter().enumerate() {
+            let g = &case.program.ranks[r];
+            let got = env.get(g.find("output").unwrap()).unwrap();
+            if !tensors_agree(std::slice::from_ref(got), std::slice::from_ref(want)) {
+                return false;
+            }
+        }
+    }
+    true
+}
+
+/// What the interpreter and the four verifications (reuse on/off x fast path on/off) say.
+#[derive(Debug)]
+struct Findings {
+    agrees: bool,
+    /// Verdicts: (reuse, fast path) = (on, on), (off, on), (on, off), (off, off).
+    verdicts: [Verdict; 4],
+    /// Operators and pieces reused with the fast path off.
+    reused: (usize, usize),
+}
+
+/// Runs the attack and asserts soundness (a program the interpreter shows wrong is never
+/// verified) and that reuse changes no verdict.
+fn run_attack(a: &Attack) -> Findings {
+    let dir = tempfile::tempdir().unwrap();
+    let case = case_of(dir.path(), a);
+    let agrees = implementation_agrees(&case, a);
+    let mut outs: Vec<Outcome> = Vec::new();
+    for fast_path in [true, false] {
+        for reuse in [true, false] {
+            let opts = Options {
+                reuse,
+                fast_path,
+                ..a.base.clone()
+            };
+            outs.push(verify(&case, &opts));
+        }
+    }
+    let f = Findings {
+        agrees,
+        verdicts: [
+            outs[0].verdict,
+            outs[1].verdict,
+            outs[2].verdict,
+            outs[3].verdict,
+        ],
+        reused: (outs[2].operators_reused, outs[2].pieces_reused),
+    };
+    eprintln!("{}: {f:?}", a.name);
+    for (o, how) in outs.iter().zip(["reuse+fast", "fast", "reuse", "neither"]) {
+        assert!(
+            agrees || o.verdict != Verdict::Verified,
+            "{}: a wrong program verified ({how}): {:?}",
+            a.name,
+            o.reason
+        );
+    }
+    assert_eq!(
+        (f.verdicts[0], f.verdicts[2]),
+        (f.verdicts[1], f.verdicts[3]),
+        "{}: reuse changes the verdict (fast path on, off): {:?} / {:?}",
+        a.name,
+        outs[0].reason,
+        outs[2].reason
+    );
+    f
+}
+
+/// The right program verifies every way, and later layers reuse the first's relations (with
+/// the fast path off): the attacks below, each this program changed in one place, reach reuse.
+#[test]
+fn right_layers_verify_and_are_reused() {
+    for weights in [Weights::Sharded, Weights::Sliced] {
+        let f = run_attack(&Attack::edited("right", weights, |_, _, _| {}));
+        assert!(f.agrees);
+        assert_eq!(f.verdicts, [Verdict::Verified; 4], "{weights:?}");
+        assert!(f.reused.0 > 0, "{weights:?}: {f:?}");
+    }
+}
+
+/// One layer's scale differs from the others': on both ranks, on one rank, or in the spec.
+#[test]
+fn a_scale_differing_in_one_layer_is_not_verified() {
+    let edits: [(&str, fn(usize, Option<usize>, &mut Layer)); 3] = [
+        ("ranks-scale", |l, r, c| {
+            if l == 2 && r.is_some() {
+                c.scale = "0.25"
+            }
+        }),
+        ("rank1-scale", |l, r, c| {
+            if l == 2 && r == Some(1) {
+                c.scale = "0.25"
+            }
+        }),
+        ("spec-scale", |l, r, c| {
+            if l == 2 && r.is_none() {
+                c.scale = "0.25"
+            }
+        }),
+    ];
+    for (name, edit) in edits {
+        let f = run_attack(&Attack::edited(name, Weights::Sharded, edit));
+        assert!(!f.agrees, "{name}");
+    }
+}
+
+/// A bias in one layer only: the ranks add it where the spec has none, or add it before the
+/// all-reduce (once per rank) where the spec adds it once.
+#[test]
+fn a_bias_in_one_layer_only_is_not_verified() {
+    let edits: [(&str, fn(usize, Option<usize>, &mut Layer)); 2] = [
+        ("ranks-bias", |l, r, c| {
+            if l == 2 && r.is_some() {
+                c.bias = true
+            }
+        }),
+        ("bias-before-all-reduce", |l, _, c| {
+            if l == 2 {
+                c.bias = true
+            }
+        }),
+    ];
+    for (name, edit) in edits {
+        let f = run_attack(&Attack::edited(name, Weights::Sharded, edit));
+        assert!(!f.agrees, "{name}");
+    }
+}
+
+/// One layer's all-reduce sums over the data-parallel group (replicas) instead of the
+/// tensor-parallel one.
+#[test]
+fn an_all_reduce_over_another_group_in_one_layer_is_not_verified() {
+    let mut right = Attack::edited("dp-right", Weights::Sharded, |_, _, _| {});
+    right.dp = true;
+    let f = run_attack(&right);
+    assert!(f.agrees);
+    assert_eq!(f.verdicts, [Verdict::Verified; 4]);
+    let mut wrong = Attack::edited("dp-group", Weights::Sharded, |l, r, c| {
+        if l == 2 && r.is_some() {
+            c.group = "dp"
+        }
+    });
+    wrong.dp = true;
+    let f = run_attack(&wrong);
+    assert!(!f.agrees);
+}
+
+/// Rank-dependent slice offsets in one layer: a rank slicing another rank's chunk of one
+/// weight (wrong), or the two ranks trading both chunks (right: the sum is the same).
+#[test]
+fn a_wrong_slice_offset_in_one_layer_is_not_verified() {
+    let edits: [(&str, fn(usize, Option<usize>, &mut Layer), bool); 4] = [
+        (
+            "rank1-w1-offset",
+            |l, r, c| {
+                if l == 2 && r == Some(1) {
+                    c.chunks.0 = 0
+                }
+            },
+            false,
+        ),
+        (
+            "rank0-w2-offset-last-layer",
+            |l, r, c| {
+                if l == LAYERS - 1 && r == Some(0) {
+                    c.chunks.1 = 1
+                }
+            },
+            false,
+        ),
+        (
+            "w1-swapped-between-ranks",
+            |l, r, c| {
+                if let (2, Some(r)) = (l, r) {
+                    c.chunks.0 = 1 - r
+                }
+            },
+            false,
+        ),
+        (
+            "both-swapped-between-ranks",
+            |l, r, c| {
+                if let (2, Some(r)) = (l, r) {
+                    c.chunks = (1 - r, 1 - r)
+                }
+            },
+            true,
+        ),
+    ];
+    for (name, edit, right) in edits {
+        let f = run_attack(&Attack::edited(name, Weights::Sliced, edit));
+        assert_eq!(f.agrees, right, "{name}");
+        if right {
+            assert_eq!(f.verdicts, [Verdict::Verified; 4], "{name}");
+        }
+    }
+}
+
+/// Equal-shaped operands swapped in one layer: `y - a` for `a - y`.
+#[test]
+fn swapped_operands_in_one_layer_are_not_verified() {
+    let f = run_attack(&Attack::edited(
+        "swapped-residual",
+        Weights::Sharded,
+        |l, r, c| {
+            if l == 2 && r.is_some() {
+                c.swapped_residual = true
+            }
+        },
+    ));
+    assert!(!f.agrees);
+}

@@ -742,3 +742,59 @@ fn a_point_to_point_exchange_in_place_of_the_all_reduce() {
         assert!(!f.verdicts.contains(&Verdict::Refuted), "{name}: {f:?}");
     }
 }
+
+/// On a dp=2 x tp=2 mesh (every input replicated over dp), one data-parallel replica differs
+/// in one layer: a scale, the chunk it slices of one weight (wrong), or
+/// of both weights, traded with its tensor-parallel peer (right).
+#[test]
+fn one_replica_differing_in_one_layer_is_not_verified() {
+    let edits: [(&str, Weights, fn(usize, Option<usize>, &mut Layer), bool); 4] = [
+        (
+            "rank3-scale",
+            Weights::Sharded,
+            |l, r, c| {
+                if l == 2 && r == Some(3) {
+                    c.scale = "0.25"
+                }
+            },
+            false,
+        ),
+        (
+            "rank3-w1-offset",
+            Weights::Sliced,
+            |l, r, c| {
+                if l == 2 && r == Some(3) {
+                    c.chunks.0 = 0
+                }
+            },
+            false,
+        ),
+        (
+            "replica-1-trades-w1",
+            Weights::Sliced,
+            |l, r, c| {
+                if let (2, Some(r @ 2..)) = (l, r) {
+                    c.chunks.0 = 3 - r
+                }
+            },
+            false,
+        ),
+        (
+            "replica-1-trades-both",
+            Weights::Sliced,
+            |l, r, c| {
+                if let (2, Some(r @ 2..)) = (l, r) {
+                    c.chunks = (3 - r, 3 - r)
+                }
+            },
+            true,
+        ),
+    ];
+    for (name, weights, edit, right) in edits {
+        let f = run_attack(&Attack::edited(name, weights, true, edit));
+        assert_eq!(f.agrees, right, "{name}");
+        if right {
+            assert_eq!(f.verdicts, [Verdict::Verified; 4], "{name}");
+        }
+    }
+}

@@ -798,3 +798,62 @@ fn one_replica_differing_in_one_layer_is_not_verified() {
         }
     }
 }
+
+/// The zoo's MLP (three layers, full iteration, dp=2 x tp=2) with each catalogued bug the MLP
+/// takes planted: reuse changes no verdict and no failing operator, and no bug the catalogue
+/// expects `verify` to catch is verified.
+#[test]
+fn zoo_mlp_bugs_get_the_same_verdict_with_reuse_on_and_off() {
+    use shardproof_zoo::{emit, EmitOptions, LlamaConfig, Mesh, MlpConfig, BUGS};
+    let mut seen = 0;
+    for bug in BUGS.iter().filter(|b| {
+        b.models.contains(&"mlp")
+            && !b.needs_kv_replicas
+            && !b.needs_vocab_parallel
+            && !b.needs_sequence_parallel
+    }) {
+        let opts = EmitOptions {
+            model: "mlp".into(),
+            mlp: MlpConfig {
+                layers: 3,
+                ..MlpConfig::default()
+            },
+            llama: LlamaConfig::default(),
+            mesh: Mesh::parse("dp=2,tp=2").unwrap(),
+            bug: Some(bug),
+            forward_only: false,
+            vocab_parallel: false,
+        };
+        let Ok(e) = emit(&opts) else {
+            eprintln!("{}: not emitted", bug.id);
+            continue;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        e.write(dir.path()).unwrap();
+        let case = load_case(&dir.path().join("case.yaml")).unwrap();
+        let on = verify(&case, &Options::default());
+        let off = verify(
+            &case,
+            &Options {
+                reuse: false,
+                ..Options::default()
+            },
+        );
+        eprintln!(
+            "{}: {:?} / {:?}, reused {}, engines {}",
+            bug.id, on.verdict, off.verdict, on.operators_reused, bug.engines
+        );
+        let failing = |o: &Outcome| o.failure.as_ref().map(|f| f.operator.clone());
+        assert_eq!(
+            (on.verdict, failing(&on)),
+            (off.verdict, failing(&off)),
+            "{}",
+            bug.id
+        );
+        if bug.engines.split(',').any(|e| e.trim() == "verify") {
+            assert_ne!(on.verdict, Verdict::Verified, "{}", bug.id);
+        }
+        seen += 1;
+    }
+    assert!(seen > 3, "{seen}");
+}

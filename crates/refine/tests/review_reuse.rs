@@ -857,3 +857,82 @@ fn zoo_mlp_bugs_get_the_same_verdict_with_reuse_on_and_off() {
     }
     assert!(seen > 3, "{seen}");
 }
+
+/// Fast refutation: a partial sum (a row-parallel product) passed through an operator linear
+/// in it before its all-reduce is a right program; the walk must not refute the product as
+/// never reduced. Each `(name, call, type)` is one such operator over `p`.
+#[test]
+fn a_partial_sum_reduced_past_a_linear_operator_is_not_refuted() {
+    let linear: &[(&str, &str, &str)] = &[
+        ("neg", "aten.neg.default(p)", "f32[4, 4]"),
+        ("flip", "aten.flip.default(p, [0])", "f32[4, 4]"),
+        ("roll", "aten.roll.default(p, [1], [0])", "f32[4, 4]"),
+        ("cumsum", "aten.cumsum.default(p, 0)", "f32[4, 4]"),
+        ("tril", "aten.tril.default(p)", "f32[4, 4]"),
+        ("pad", "aten.constant_pad_nd.default(p, [1, 1], 0.0)", "f32[4, 6]"),
+        ("permute", "aten.permute.default(p, [1, 0])", "f32[4, 4]"),
+        ("repeat", "aten.repeat.default(p, [2, 1])", "f32[8, 4]"),
+        ("diagonal", "aten.diagonal.default(p)", "f32[4]"),
+        ("sum-dim", "aten.sum.dim_IntList(p, [0])", "f32[4]"),
+        ("mean-dim", "aten.mean.dim(p, [1])", "f32[4]"),
+        ("narrow", "aten.narrow.default(p, 0, 1, 2)", "f32[2, 4]"),
+        ("index-select", "aten.index_select.default(p, 0, idx)", "f32[3, 4]"),
+        ("clone", "aten.clone.default(p)", "f32[4, 4]"),
+    ];
+    let mut false_refuted = Vec::new();
+    for &(name, call, ty) in linear {
+        let g = |rank: bool| {
+            let k = if rank { 4 } else { 8 };
+            let mut s = format!(
+                "class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[4, {k}]\", w: \"f32[{k}, 4]\", idx: \"i64[3]\"):\n"
+            );
+            s.push_str(&op("p", "f32[4, 4]", "aten.mm.default(x, w)"));
+            s.push_str(&op("q", ty, call));
+            let mut last = "q";
+            if rank {
+                s.push_str(&op(
+                    "ar",
+                    ty,
+                    "_c10d_functional.all_reduce.default(q, 'sum', 'tp')",
+                ));
+                s.push_str(&op(
+                    "wait",
+                    ty,
+                    "_c10d_functional.wait_tensor.default(ar)",
+                ));
+                last = "wait";
+            }
+            s.push_str(&op("output", ty, &format!("aten.tanh.default({last})")));
+            s.push_str("        return (output,)\n");
+            s
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::write(d.join("spec.py"), g(false)).unwrap();
+        std::fs::write(d.join("r0.py"), g(true)).unwrap();
+        std::fs::write(d.join("r1.py"), g(true)).unwrap();
+        std::fs::write(
+            d.join("case.yaml"),
+            "version: 1\nname: linear\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [r0.py, r1.py]\ninputs:\n  x: Shard(1)\n  w: Shard(0)\n  idx: Replicate()\noutputs:\n  output: Replicate()\n",
+        )
+        .unwrap();
+        let case = match load_case(&d.join("case.yaml")) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("{name}: not loaded: {e}");
+                continue;
+            }
+        };
+        let o = verify(&case, &Options::default());
+        eprintln!(
+            "{name}: {:?}, skipped {}, failure {:?}",
+            o.verdict,
+            o.operators_skipped,
+            o.failure.as_ref().map(|f| (&f.operator, &f.hint))
+        );
+        if o.verdict == Verdict::Refuted {
+            false_refuted.push(name);
+        }
+    }
+    assert!(false_refuted.is_empty(), "right programs refuted: {false_refuted:?}");
+}

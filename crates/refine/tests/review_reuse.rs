@@ -234,6 +234,9 @@ fn program(
     g
 }
 
+/// An edit of one layer of one program: `(layer, rank (None: the spec), the layer)`.
+type Edit = fn(usize, Option<usize>, &mut Layer);
+
 /// One attack: the spec's layers, each rank's, how weights are placed, whether the mesh has a
 /// second (data-parallel) dim of two ranks that every input is replicated over, and the
 /// options every verification starts from (a small node limit forces piecewise inference).
@@ -513,7 +516,7 @@ fn right_layers_verify_and_are_reused() {
 /// One layer's scale differs from the others': on both ranks, on one rank, or in the spec.
 #[test]
 fn a_scale_differing_in_one_layer_is_not_verified() {
-    let edits: [(&str, fn(usize, Option<usize>, &mut Layer)); 3] = [
+    let edits: [(&str, Edit); 3] = [
         ("ranks-scale", |l, r, c| {
             if l == 2 && r.is_some() {
                 c.scale = "0.25"
@@ -541,7 +544,7 @@ fn a_scale_differing_in_one_layer_is_not_verified() {
 /// only rank 0 does (wrong: half the bias).
 #[test]
 fn a_bias_in_one_layer_only_is_not_verified() {
-    let edits: [(&str, fn(usize, Option<usize>, &mut Layer), bool); 3] = [
+    let edits: [(&str, Edit, bool); 3] = [
         (
             "ranks-bias",
             |l, r, c| {
@@ -600,7 +603,7 @@ fn an_all_reduce_over_another_group_in_one_layer_is_not_verified() {
 /// weight (wrong), or the two ranks trading both chunks (right: the sum is the same).
 #[test]
 fn a_wrong_slice_offset_in_one_layer_is_not_verified() {
-    let edits: [(&str, fn(usize, Option<usize>, &mut Layer), bool); 4] = [
+    let edits: [(&str, Edit, bool); 4] = [
         (
             "rank1-w1-offset",
             |l, r, c| {
@@ -667,7 +670,7 @@ fn swapped_operands_in_one_layer_are_not_verified() {
 /// one layer, or a clamp's bound on one rank of one layer.
 #[test]
 fn an_activation_literal_differing_in_one_layer_is_not_verified() {
-    let edits: [(&str, fn(usize, Option<usize>, &mut Layer)); 2] = [
+    let edits: [(&str, Edit); 2] = [
         ("gelu-tanh", |l, r, c| {
             c.act = if l == 2 && r.is_some() {
                 "gelu.default({}, approximate = 'tanh')"
@@ -694,7 +697,7 @@ fn an_activation_literal_differing_in_one_layer_is_not_verified() {
 /// refuted, with reuse or without.
 #[test]
 fn a_point_to_point_exchange_in_place_of_the_all_reduce() {
-    let edits: [(&str, fn(usize, Option<usize>, &mut Layer), bool); 2] = [
+    let edits: [(&str, Edit, bool); 2] = [
         (
             "exchange-in-layer-2",
             |l, _, c| {
@@ -719,7 +722,7 @@ fn a_point_to_point_exchange_in_place_of_the_all_reduce() {
 /// of both weights, traded with its tensor-parallel peer (right).
 #[test]
 fn one_replica_differing_in_one_layer_is_not_verified() {
-    let edits: [(&str, Weights, fn(usize, Option<usize>, &mut Layer), bool); 4] = [
+    let edits: [(&str, Weights, Edit, bool); 4] = [
         (
             "rank3-scale",
             Weights::Sharded,

@@ -968,7 +968,6 @@ fn a_partial_sum_reduced_past_a_related_linear_operator_verifies() {
 /// the interpreter shows) is refuted where the e-graph has no lemma for the operator, the hint
 /// saying it "changes it: whatever that adds is counted once per rank". A flip adds nothing.
 #[test]
-#[ignore = "known bug: a partial sum all-reduced after a linear operator without a lemma (flip, roll, cumsum, tril, constant_pad_nd, repeat, diagonal, index_select) is refuted as changed before its reduction (fix: notes/s79/verify-review2-fix-1.diff)"]
 fn a_partial_sum_reduced_past_an_unrelated_linear_operator_is_not_refuted() {
     let mut refuted = Vec::new();
     for &(name, call, ty) in LINEAR_UNRELATED {

@@ -732,6 +732,11 @@ pub(super) fn changed_before_reduction(
             if is_collective(case, r, n) {
                 continue;
             }
+            // An operator linear in the partial sum (a flip, a roll, a cumulative sum, a zero
+            // pad) adds nothing once per rank: reducing after it is reducing the sum itself.
+            if linear_in_leaf(case, imp, r, n, *l) {
+                continue;
+            }
             if read_by_collective(case, imp, r, n) {
                 let nd = &case.program.ranks[r].nodes[n];
                 let op = nd.op().map(|o| o.to_string()).unwrap_or_default();
@@ -740,6 +745,31 @@ pub(super) fn changed_before_reduction(
         }
     }
     None
+}
+
+/// Whether node `n` of rank `r` is a function of `leaf` alone (its other tensor arguments
+/// integer or boolean: indices, masks) that may be linear in every argument reading it
+/// ([`crate::lemmas::may_be_linear_in`], over-approximated: used only to withhold blame). An
+/// addition of a bias reads another float tensor and stays blamed.
+fn linear_in_leaf(case: &Case, imp: &Impl, r: usize, n: usize, leaf: ValueRef) -> bool {
+    let node = &case.program.ranks[r].nodes[n];
+    let Some(op) = node.op().map(|o| o.to_string()) else {
+        return false;
+    };
+    let mut reads = false;
+    for (i, a) in node.args().iter().enumerate() {
+        for x in arg_values(imp, r, a) {
+            if x == leaf {
+                reads = true;
+                if !crate::lemmas::may_be_linear_in(&op, i) {
+                    return false;
+                }
+            } else if imp.meta(x).is_none_or(|m| m.dtype.is_float()) {
+                return false;
+            }
+        }
+    }
+    reads
 }
 
 /// The first addition (`rK.name = op`) of a chain of additions that starts at one of `leaves`

@@ -199,6 +199,17 @@ pub fn may_be_linear_in(sym: &str, pos: usize) -> bool {
                     | "aten.slice.Tensor"
                     | "aten.select.int"
                     | "aten.index_select.default"
+                    | "aten.flip.default"
+                    | "aten.roll.default"
+                    | "aten.cumsum.default"
+                    | "aten.tril.default"
+                    | "aten.triu.default"
+                    | "aten.constant_pad_nd.default"
+                    | "aten.repeat.default"
+                    | "aten.diagonal.default"
+                    | "aten.permute.default"
+                    | "aten.transpose.int"
+                    | "aten.narrow.default"
                     | "aten.addmm.default"
                     | "aten.baddbmm.default",
                 _

@@ -48,7 +48,7 @@ use crate::equiv::{prove_case, Proof, ProveConfig, Verdict};
 use serde::{Deserialize, Serialize};
 use shardproof_case::{Case, InputRelation, Layout, OutputExpectation};
 use shardproof_ir::{Arg, Graph, NodeKind, Program, ValueId};
-use slice::{Mark, Marks, Sliced};
+use slice::{Mark, Marks, PairingIndex, RankMarks, Sliced};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -305,16 +305,22 @@ pub fn plan_until(case: &Case, reduce: bool, opts: &PlanOptions) -> Result<Plan,
         }
     }
     // The whole run, from the case's true inputs only: the pairing every stage must keep.
+    // The cuts' values bucketed by rank in one pass: a scan of every cut's holders per rank
+    // was quadratic in the ranks (253 cuts of 8192 values each, for each of 8192 ranks).
+    let mut cut_values: Vec<Vec<ValueId>> = vec![Vec::new(); nranks];
+    for rel in case.inputs.iter().filter(|rel| rel.cut) {
+        for &(h, v) in &rel.rank_values {
+            if let Some(values) = cut_values.get_mut(h) {
+                values.push(v);
+            }
+        }
+    }
     let names: Vec<BTreeSet<String>> = (0..nranks)
         .map(|r| {
             let g = &case.program.ranks[r];
             let mut leaves = case.rank_leaves(r);
-            for rel in case.inputs.iter().filter(|rel| rel.cut) {
-                for &(h, v) in &rel.rank_values {
-                    if h == r {
-                        leaves.remove(g.value_name(v));
-                    }
-                }
+            for &v in &cut_values[r] {
+                leaves.remove(g.value_name(v));
             }
             leaves
         })
@@ -385,11 +391,14 @@ pub fn plan_until(case: &Case, reduce: bool, opts: &PlanOptions) -> Result<Plan,
         outputs: Vec::new(),
         ..case.source.clone()
     };
+    // The whole run's pairing by call, once: every stage closes under it and checks its own
+    // against it.
+    let pairing = PairingIndex::new(&full, nranks);
     let whole = Whole {
         source: &source,
         spec_stops: &spec_stops,
         rank_stops: &rank_stops,
-        full: &full,
+        pairing: &pairing,
         spec_metas: &spec_metas,
         rank_metas: &rank_metas,
     };
@@ -466,7 +475,7 @@ struct Whole<'a> {
     source: &'a shardproof_case::CaseFile,
     spec_stops: &'a HashSet<ValueId>,
     rank_stops: &'a [HashSet<ValueId>],
-    full: &'a shardproof_interp::Schedule,
+    pairing: &'a PairingIndex<'a>,
     spec_metas: &'a Metas,
     rank_metas: &'a [Arc<Metas>],
 }
@@ -477,7 +486,7 @@ fn build_stage(
     targets: &[Target],
     whole: &Whole,
 ) -> Result<(Stage, Vec<usize>), String> {
-    let (spec_stops, rank_stops, full) = (whole.spec_stops, whole.rank_stops, whole.full);
+    let (spec_stops, rank_stops) = (whole.spec_stops, whole.rank_stops);
     let nranks = case.program.ranks.len();
     let mut names = Vec::new();
     let mut ends: Vec<(ValueId, Vec<(usize, ValueId)>)> = Vec::new();
@@ -529,23 +538,31 @@ fn build_stage(
     let mut spec_marks = Marks::new(&case.spec);
     let starts: Vec<usize> = ends.iter().map(|(v, _)| v.node).collect();
     spec_marks.close(&case.spec, &starts, spec_stops)?;
-    let mut marks: Vec<Marks> = case.program.ranks.iter().map(|g| Marks::new(g)).collect();
+    let ranks_in = &case.program.ranks;
+    let mut marks: RankMarks = (0..nranks).map(|_| None).collect();
+    let mut work = Vec::new();
     for (_, holders) in &ends {
         for &(r, v) in holders {
-            marks[r].close(&case.program.ranks[r], &[v.node], &rank_stops[r])?;
+            let mut computed = Vec::new();
+            slice::marks_of(&mut marks, ranks_in, r).close_noting(
+                &ranks_in[r],
+                &[v.node],
+                &rank_stops[r],
+                &mut computed,
+            )?;
+            work.extend(computed.into_iter().map(|n| (r, n)));
         }
     }
-    slice::close_under_pairing(&case.program.ranks, &mut marks, rank_stops, full)?;
+    slice::close_under_pairing(ranks_in, &mut marks, rank_stops, whole.pairing, work)?;
     // A relation is assumed where some side reads it as an input; every side of it is then
     // laid out, so that its pieces are the relation's whole.
     let mut assumed = Vec::new();
     for (i, rel) in case.inputs.iter().enumerate() {
-        let boundary = |m: &Marks, n: usize| m.marks[n] == Mark::Boundary;
-        let read = boundary(&spec_marks, rel.spec_value.node)
+        let read = spec_marks.marks[rel.spec_value.node] == Mark::Boundary
             || rel
                 .rank_values
                 .iter()
-                .any(|&(r, v)| boundary(&marks[r], v.node));
+                .any(|&(r, v)| slice::marked(&marks, r, v.node, Mark::Boundary));
         if !read {
             continue;
         }
@@ -554,8 +571,9 @@ fn build_stage(
             spec_marks.marks[rel.spec_value.node] = Mark::Boundary;
         }
         for &(r, v) in &rel.rank_values {
-            if marks[r].marks[v.node] == Mark::Out {
-                marks[r].marks[v.node] = Mark::Boundary;
+            let m = slice::marks_of(&mut marks, ranks_in, r);
+            if m.marks[v.node] == Mark::Out {
+                m.marks[v.node] = Mark::Boundary;
             }
         }
     }
@@ -563,17 +581,33 @@ fn build_stage(
     // Ranks that run one graph and slice it alike share the stage graph, as they share the
     // whole one: found by graph, then by marks compared in place (a key holding a copy of
     // every rank's marks cost a copy of its whole graph's marks per rank and stage).
+    // A rank without marks holds nothing of the stage: its slice is its graph's empty one (a
+    // rank with marks has some node marked, so the two never share a slice).
     let mut built: Vec<Arc<Sliced>> = Vec::with_capacity(nranks);
     let mut shared: HashMap<usize, Vec<(usize, Arc<Sliced>)>> = HashMap::new();
+    let mut empty: HashMap<usize, Arc<Sliced>> = HashMap::new();
     for (r, g) in case.program.ranks.iter().enumerate() {
-        let slices = shared.entry(Arc::as_ptr(g) as usize).or_default();
-        let s = match slices
+        let ptr = Arc::as_ptr(g) as usize;
+        let Some(own) = &marks[r] else {
+            let s = match empty.get(&ptr) {
+                Some(s) => s.clone(),
+                None => {
+                    let s = Arc::new(slice::build(g, &Marks::new(g), &whole.rank_metas[r])?);
+                    empty.insert(ptr, s.clone());
+                    s
+                }
+            };
+            built.push(s);
+            continue;
+        };
+        let slices = shared.entry(ptr).or_default();
+        let found = slices
             .iter()
-            .find(|(first, _)| marks[*first].marks == marks[r].marks)
-        {
+            .find(|(first, _)| marks[*first].as_ref().is_some_and(|m| m.marks == own.marks));
+        let s = match found {
             Some((_, s)) => s.clone(),
             None => {
-                let s = Arc::new(slice::build(g, &marks[r], &whole.rank_metas[r])?);
+                let s = Arc::new(slice::build(g, own, &whole.rank_metas[r])?);
                 slices.push((r, s.clone()));
                 s
             }
@@ -720,7 +754,7 @@ fn build_stage(
     };
     let sched = shardproof_interp::schedule(&program, &case.ops, Some(&stage_names));
     let refs: Vec<&Sliced> = built.iter().map(|s| &**s).collect();
-    slice::same_pairing(&sched, full, &refs).map_err(|e| format!("{label}: {e}"))?;
+    slice::same_pairing(&sched, whole.pairing, &refs).map_err(|e| format!("{label}: {e}"))?;
     let spec_nodes = spec_graph.nodes.len();
     let rank_nodes = program.ranks.iter().map(|g| g.nodes.len()).sum();
     let assumes = inputs.iter().map(|r| r.spec_name.clone()).collect();

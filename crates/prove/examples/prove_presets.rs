@@ -29,7 +29,7 @@ use layer_cuts::{
     backward_scales, cut_at_layers, cut_at_modules, microbatch_backward_scales,
     microbatch_cuts_at_modules,
 };
-use shardproof_prove::{prove_case, prove_staged_with, CutScales, PlanOptions, ProveConfig};
+use shardproof_prove::{prove_case, CutScales, PlanOptions, ProveConfig};
 use shardproof_zoo::{emit_to_dir, find_preset, TrainOptions};
 use std::time::{Duration, Instant};
 
@@ -153,6 +153,40 @@ fn print_plan(
     }
 }
 
+/// `prove_staged_with` on one thread, printing the plan phase's wall and CPU time and the
+/// peak memory after it before the stages are proved.
+fn prove_planned(
+    case: &shardproof_case::Case,
+    cfg: &ProveConfig,
+    opts: &PlanOptions,
+    started: Instant,
+) -> shardproof_prove::StagedProof {
+    use shardproof_prove::stage::{assemble, limit_reached, prove_stages, refused, PlanError};
+    let opts = PlanOptions {
+        deadline: cfg.time_limit.map(|t| started + t),
+        ..opts.clone()
+    };
+    let cpu_before = cpu_seconds().unwrap_or(f64::NAN);
+    let planned = Instant::now();
+    let plan = shardproof_prove::stage::plan_until(case, cfg.reduce, &opts);
+    println!(
+        "  plan phase: {:.1} s wall, {:.1} s CPU, peak {:.2} GB",
+        planned.elapsed().as_secs_f64(),
+        cpu_seconds().unwrap_or(f64::NAN) - cpu_before,
+        peak_gb().unwrap_or(f64::NAN)
+    );
+    let plan = match plan {
+        Ok(p) => p,
+        Err(PlanError::Refused(why)) => return refused(case, &why),
+        Err(PlanError::OutOfTime(why)) => return limit_reached(case, &why),
+    };
+    let outcomes = prove_stages(&plan, &plan.distinct, cfg, 1)
+        .into_iter()
+        .map(|(k, o, _)| (k, o))
+        .collect();
+    assemble(case, &plan, &outcomes)
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let limit = args
@@ -232,7 +266,7 @@ fn main() {
                 print_plan(name, &case, &opts, limit, case_started);
                 continue;
             }
-            let proof = prove_staged_with(&case, &cfg, 1, &opts);
+            let proof = prove_planned(&case, &cfg, &opts, case_started);
             let secs = case_started.elapsed().as_secs_f64();
             println!(
                 "{name} {} ({}; {} ranks; cut at {cuts} {}, {} of them scaled gradients, {micro} microbatched): {:?} in {secs:.1} s (emitted in {emitted:.1} s), {} stages, {} proved, {} memo hits, goals by layer {:?}, peak {:.2} GB{}",

@@ -63,8 +63,10 @@ pub struct Stage {
     pub assumes: Vec<String>,
     /// The stage as a case of its own.
     pub case: Case,
-    /// Its structure up to renaming (the memo key).
-    pub key: String,
+    /// Its structure up to renaming (the memo key); stages with one key share one copy of it
+    /// (a key on thousands of ranks is hundreds of kilobytes, and a deep model's stages repeat
+    /// a few keys).
+    pub key: Arc<str>,
     /// A short stable digest of the key (16 hex digits).
     pub digest: String,
     /// The first stage with the same key, whose proof this one reuses (itself when first).
@@ -394,19 +396,21 @@ pub fn plan_until(case: &Case, reduce: bool, opts: &PlanOptions) -> Result<Plan,
     // The whole run's pairing by call, once: every stage closes under it and checks its own
     // against it.
     let pairing = PairingIndex::new(&full, nranks);
+    let related = Related::new(case, nranks);
     let whole = Whole {
         source: &source,
         spec_stops: &spec_stops,
         rank_stops: &rank_stops,
         pairing: &pairing,
+        related: &related,
         spec_metas: &spec_metas,
         rank_metas: &rank_metas,
     };
     let stage_of_cut: BTreeMap<usize, usize> =
         cuts.iter().enumerate().map(|(k, &i)| (i, k)).collect();
     let mut stages: Vec<Stage> = Vec::new();
-    let mut first: BTreeMap<String, usize> = BTreeMap::new();
-    let mut reduced_keys: HashMap<String, String> = HashMap::new();
+    let mut first: HashMap<Arc<str>, usize> = HashMap::new();
+    let mut reduced_keys: HashMap<String, Arc<str>> = HashMap::new();
     let mut distinct = Vec::new();
     for (k, t) in targets.iter().enumerate() {
         if passed(opts.deadline) {
@@ -435,21 +439,26 @@ pub fn plan_until(case: &Case, reduce: bool, opts: &PlanOptions) -> Result<Plan,
         // Stages of one structure as written (a deep model's layers) reduce alike: shape
         // reduction, the costliest step of keying, runs once per such structure. Equal
         // structures are the same theorem up to renaming whatever their reduction.
-        stage.key = if reduce {
+        let key: Arc<str> = if reduce {
             let written = structure(&stage.case);
             match reduced_keys.get(&written) {
                 Some(key) => key.clone(),
                 None => {
-                    let key = stage_key(&stage.case, true);
+                    let key: Arc<str> = stage_key(&stage.case, true).into();
                     reduced_keys.insert(written, key.clone());
                     key
                 }
             }
         } else {
-            stage_key(&stage.case, false)
+            stage_key(&stage.case, false).into()
         };
-        stage.digest = digest(&stage.key);
-        stage.rep = *first.entry(stage.key.clone()).or_insert(k);
+        let key = match first.get_key_value(&key) {
+            Some((shared, _)) => shared.clone(),
+            None => key,
+        };
+        stage.digest = digest(&key);
+        stage.rep = *first.entry(key.clone()).or_insert(k);
+        stage.key = key;
         if stage.rep == k {
             distinct.push(k);
         }
@@ -469,6 +478,44 @@ pub fn plan_until(case: &Case, reduce: bool, opts: &PlanOptions) -> Result<Plan,
 /// Shapes of every value of a graph.
 type Metas = Vec<Vec<Option<shardproof_ops::Meta>>>;
 
+/// The case's relations by the nodes that hold them, indexed once per plan: on the spec, and
+/// on each rank (sorted by node), each with the relations (indices, ascending) whose value is
+/// an output of the node.
+struct Related {
+    at_spec: HashMap<usize, Vec<usize>>,
+    at_rank: Vec<Vec<(usize, usize)>>,
+}
+
+impl Related {
+    fn new(case: &Case, nranks: usize) -> Related {
+        let mut at_spec: HashMap<usize, Vec<usize>> = HashMap::new();
+        let mut at_rank: Vec<Vec<(usize, usize)>> = vec![Vec::new(); nranks];
+        for (i, rel) in case.inputs.iter().enumerate() {
+            at_spec.entry(rel.spec_value.node).or_default().push(i);
+            for &(r, v) in &rel.rank_values {
+                if let Some(at) = at_rank.get_mut(r) {
+                    at.push((v.node, i));
+                }
+            }
+        }
+        for at in &mut at_rank {
+            at.sort_unstable();
+            at.dedup();
+        }
+        Related { at_spec, at_rank }
+    }
+
+    /// The relations with a value at node `n` of rank `r`, as (node, relation).
+    fn on(&self, r: usize, n: usize) -> &[(usize, usize)] {
+        let Some(at) = self.at_rank.get(r) else {
+            return &[];
+        };
+        let from = at.partition_point(|&(x, _)| x < n);
+        let to = from + at[from..].partition_point(|&(x, _)| x == n);
+        &at[from..to]
+    }
+}
+
 /// What every stage of a case is cut from.
 struct Whole<'a> {
     /// The case file as every stage carries it (without the whole case's entries).
@@ -476,6 +523,7 @@ struct Whole<'a> {
     spec_stops: &'a HashSet<ValueId>,
     rank_stops: &'a [HashSet<ValueId>],
     pairing: &'a PairingIndex<'a>,
+    related: &'a Related,
     spec_metas: &'a Metas,
     rank_metas: &'a [Arc<Metas>],
 }
@@ -555,25 +603,51 @@ fn build_stage(
     }
     slice::close_under_pairing(ranks_in, &mut marks, rank_stops, whole.pairing, work)?;
     // A relation is assumed where some side reads it as an input; every side of it is then
-    // laid out, so that its pieces are the relation's whole.
-    let mut assumed = Vec::new();
+    // laid out, so that its pieces are the relation's whole. The relations read are found
+    // from the boundary nodes of the ranks holding part of the stage (`Related`), not by
+    // scanning every relation's every holder: a full iteration's thousand relations of up to
+    // 8192 values each, for each of its 1,643 stages.
+    let related = whole.related;
+    let mut read = vec![false; case.inputs.len()];
     for (i, rel) in case.inputs.iter().enumerate() {
-        let read = spec_marks.marks[rel.spec_value.node] == Mark::Boundary
-            || rel
-                .rank_values
-                .iter()
-                .any(|&(r, v)| slice::marked(&marks, r, v.node, Mark::Boundary));
-        if !read {
+        read[i] = spec_marks.marks[rel.spec_value.node] == Mark::Boundary;
+    }
+    for (r, m) in marks.iter().enumerate() {
+        if let Some(m) = m {
+            for &(n, i) in &related.at_rank[r] {
+                if m.marks[n] == Mark::Boundary {
+                    read[i] = true;
+                }
+            }
+        }
+    }
+    let mut assumed = Vec::new();
+    for i in 0..case.inputs.len() {
+        if !read[i] {
             continue;
         }
+        let rel = &case.inputs[i];
         assumed.push(i);
-        if spec_marks.marks[rel.spec_value.node] == Mark::Out {
-            spec_marks.marks[rel.spec_value.node] = Mark::Boundary;
+        // A side laid out here becomes a boundary, which the relations after this one that
+        // name the same node then read too (they are examined after it).
+        let spec_node = rel.spec_value.node;
+        if spec_marks.marks[spec_node] == Mark::Out {
+            spec_marks.marks[spec_node] = Mark::Boundary;
+            for &j in related.at_spec.get(&spec_node).into_iter().flatten() {
+                if j > i {
+                    read[j] = true;
+                }
+            }
         }
         for &(r, v) in &rel.rank_values {
             let m = slice::marks_of(&mut marks, ranks_in, r);
             if m.marks[v.node] == Mark::Out {
                 m.marks[v.node] = Mark::Boundary;
+                for &(_, j) in related.on(r, v.node) {
+                    if j > i {
+                        read[j] = true;
+                    }
+                }
             }
         }
     }
@@ -776,7 +850,7 @@ fn build_stage(
             target: label,
             assumes,
             case: stage_case,
-            key: String::new(),
+            key: Arc::from(""),
             digest: String::new(),
             rep: 0,
             spec_nodes,

@@ -105,14 +105,6 @@ pub(crate) fn marks_of<'a>(
     marks[r].get_or_insert_with(|| Marks::new(&ranks[r]))
 }
 
-/// Whether node `n` of rank `r` is marked `mark`.
-pub(crate) fn marked(marks: &RankMarks, r: usize, n: usize, mark: Mark) -> bool {
-    match &marks[r] {
-        Some(m) => m.marks[n] == mark,
-        None => mark == Mark::Out,
-    }
-}
-
 /// [`Marks::close`] on rank `r` from `start`, noting every node it computes in `work`.
 fn close_rank(
     ranks: &[Arc<Graph>],

@@ -402,3 +402,84 @@ pub(crate) fn same_pairing(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shardproof_zoo::{EmitOptions, LlamaConfig, Mesh, MlpConfig, PipelineOptions};
+
+    /// The worklist closure marks exactly what rescanning every meeting and message until
+    /// nothing changes marks, from single starting nodes all over a pipeline full iteration's
+    /// ranks (collectives on tp and dp, messages between pipeline stages).
+    #[test]
+    fn the_worklist_closes_as_rescanning_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = EmitOptions {
+            model: "llama".into(),
+            mlp: MlpConfig::default(),
+            llama: LlamaConfig {
+                hidden: 4,
+                heads: 2,
+                kv_heads: 2,
+                ffn: 4,
+                layers: 2,
+                seq: 2,
+                batch: 8,
+                vocab: 8,
+                ..LlamaConfig::default()
+            },
+            mesh: Mesh::parse("dp=2,pp=2,tp=2").unwrap(),
+            bug: None,
+            forward_only: false,
+            vocab_parallel: false,
+        };
+        let pipeline = PipelineOptions {
+            microbatches: 2,
+            ..PipelineOptions::default()
+        };
+        shardproof_zoo::emit_to_dir(
+            &opts,
+            &Default::default(),
+            &shardproof_zoo::TrainOptions::default(),
+            &pipeline,
+            dir.path(),
+        )
+        .unwrap();
+        let case = shardproof_case::load_case(&dir.path().join("case.yaml")).unwrap();
+        let ranks = &case.program.ranks;
+        let n = ranks.len();
+        let leaves: Vec<_> = (0..n).map(|r| case.rank_leaves(r)).collect();
+        let sched = shardproof_interp::schedule(&case.program, &case.ops, Some(&leaves));
+        assert!(sched.problem.is_none());
+        assert!(!sched.meetings.is_empty() && !sched.messages.is_empty());
+        let mut stops: Vec<HashSet<ValueId>> = vec![HashSet::new(); n];
+        for rel in &case.inputs {
+            for &(r, v) in &rel.rank_values {
+                stops[r].insert(v);
+            }
+        }
+        let index = PairingIndex::new(&sched, n);
+        let mut compared = 0;
+        for r in 0..n {
+            for start in (0..ranks[r].nodes.len()).step_by(5) {
+                let mut dense: Vec<Marks> = ranks.iter().map(|g| Marks::new(g)).collect();
+                let dense_result = dense[r]
+                    .close(&ranks[r], &[start], &stops[r])
+                    .and_then(|_| close_under_pairing_by_rescan(ranks, &mut dense, &stops, &sched));
+                let mut sparse: RankMarks = (0..n).map(|_| None).collect();
+                let mut work = Vec::new();
+                let sparse_result = close_rank(ranks, &mut sparse, &stops, (r, start), &mut work)
+                    .and_then(|_| close_under_pairing(ranks, &mut sparse, &stops, &index, work));
+                assert_eq!(dense_result.is_ok(), sparse_result.is_ok());
+                for (d, s) in dense.iter().zip(&sparse) {
+                    match s {
+                        Some(s) => assert!(d.marks == s.marks),
+                        None => assert!(d.marks.iter().all(|&m| m == Mark::Out)),
+                    }
+                }
+                compared += 1;
+            }
+        }
+        assert!(compared > 100, "{compared}");
+    }
+}

@@ -157,3 +157,37 @@ fn print_fingerprints() {
     println!("TINY_FULL {}", tiny_405b(false));
     println!("TINY_FORWARD {}", tiny_405b(true));
 }
+
+/// A relation read through the spec only lays out its rank tensors too, and a later relation
+/// naming the same rank tensor is then read (the plan examines relations in order): here the
+/// output stage reads `x` on the spec, the ranks compute their output from `y` alone, and cut
+/// `b` is held by the ranks' `x`, so laying out `x` makes the stage assume `b` as well.
+#[test]
+fn a_later_relation_on_a_laid_out_tensor_is_assumed() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let spec = "class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[4, 8]\", y: \"f32[4, 8]\"):\n        b: \"f32[4, 8]\" = torch.ops.aten.neg.default(x)\n        r: \"f32[4, 8]\" = torch.ops.aten.relu.default(x)\n        c: \"f32[4, 8]\" = torch.ops.aten.add.Tensor(r, y)\n        return (c,)\n";
+    let rank = "class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[4, 8]\", y: \"f32[4, 8]\"):\n        c: \"f32[4, 8]\" = torch.ops.aten.relu.default(y)\n        return (c,)\n";
+    std::fs::write(d.join("spec.py"), spec).unwrap();
+    std::fs::write(d.join("r0.py"), rank).unwrap();
+    std::fs::write(d.join("r1.py"), rank).unwrap();
+    std::fs::write(
+        d.join("case.yaml"),
+        "version: 1\nname: shared\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [r0.py, r1.py]\ninputs:\n  x: Replicate()\n  y: Replicate()\n  b: { impl: x, placement: Replicate() }\n",
+    )
+    .unwrap();
+    let case = shardproof_case::load_case(&d.join("case.yaml")).unwrap();
+    let plan = plan_until(&case, false, &PlanOptions::default()).unwrap();
+    let output = plan
+        .stages
+        .iter()
+        .find(|s| s.target.contains("`c`"))
+        .expect("the output stage");
+    let order: Vec<&str> = case.inputs.iter().map(|r| r.spec_name.as_str()).collect();
+    assert!(
+        output.assumes.contains(&"b".to_string()),
+        "{:?} {order:?} {:?}",
+        output.assumes,
+        plan.stages.iter().map(|s| &s.target).collect::<Vec<_>>()
+    );
+}

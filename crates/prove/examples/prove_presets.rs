@@ -3,8 +3,11 @@
 //! wall time and the process's peak resident memory.
 //!
 //! ```text
-//! cargo run --release -p shardproof-prove --example prove_presets -- [PRESET ...] [--time-limit S] [--forward | --whole] [--dir D]
+//! cargo run --release -p shardproof-prove --example prove_presets -- [PRESET ...] [--time-limit S] [--forward | --whole] [--plan-only] [--dir D]
 //! ```
+//!
+//! `--plan-only` makes the staged plan (within the time limit) and proves nothing: it prints
+//! the stages, the distinct ones, the plan's digest and the plan's wall and CPU time.
 //!
 //! Without names: llama3-8b, llama3-405b and deepseek-v3-671b. The peak memory is the
 //! process's (`VmHWM`), so it only grows across presets: run one preset per process for each
@@ -26,7 +29,7 @@ use layer_cuts::{
     backward_scales, cut_at_layers, cut_at_modules, microbatch_backward_scales,
     microbatch_cuts_at_modules,
 };
-use shardproof_prove::{prove_case, prove_staged_with, CutScales, PlanOptions, ProveConfig};
+use shardproof_prove::{prove_case, CutScales, PlanOptions, ProveConfig};
 use shardproof_zoo::{emit_to_dir, find_preset, TrainOptions};
 use std::time::{Duration, Instant};
 
@@ -108,6 +111,82 @@ fn print_unreduced(red: &serde_json::Value) {
     }
 }
 
+/// The process's CPU time so far (user and system), in seconds, where /proc tells it.
+fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The fields after the command name (which may hold spaces) start at its closing paren.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
+/// `--plan-only`: the plan alone (no stage proved), with its wall and CPU time: stages,
+/// distinct stages, and where a time limit stopped it.
+fn print_plan(
+    name: &str,
+    case: &shardproof_case::Case,
+    opts: &PlanOptions,
+    limit: f64,
+    started: Instant,
+) {
+    let opts = PlanOptions {
+        deadline: Some(started + Duration::from_secs_f64(limit)),
+        ..opts.clone()
+    };
+    let cpu_before = cpu_seconds().unwrap_or(f64::NAN);
+    let planned = Instant::now();
+    let plan = shardproof_prove::stage::plan_until(case, true, &opts);
+    let wall = planned.elapsed().as_secs_f64();
+    let cpu = cpu_seconds().unwrap_or(f64::NAN) - cpu_before;
+    match plan {
+        Ok(plan) => println!(
+            "{name} plan: {} stages, {} distinct, digest {}; plan {wall:.1} s wall, {cpu:.1} s CPU, peak {:.2} GB",
+            plan.stages.len(),
+            plan.distinct.len(),
+            plan.digest,
+            peak_gb().unwrap_or(f64::NAN)
+        ),
+        Err(e) => println!(
+            "{name} plan: not made ({e}); {wall:.1} s wall, {cpu:.1} s CPU, peak {:.2} GB",
+            peak_gb().unwrap_or(f64::NAN)
+        ),
+    }
+}
+
+/// `prove_staged_with` on one thread, printing the plan phase's wall and CPU time and the
+/// peak memory after it before the stages are proved.
+fn prove_planned(
+    case: &shardproof_case::Case,
+    cfg: &ProveConfig,
+    opts: &PlanOptions,
+    started: Instant,
+) -> shardproof_prove::StagedProof {
+    use shardproof_prove::stage::{assemble, limit_reached, prove_stages, refused, PlanError};
+    let opts = PlanOptions {
+        deadline: cfg.time_limit.map(|t| started + t),
+        ..opts.clone()
+    };
+    let cpu_before = cpu_seconds().unwrap_or(f64::NAN);
+    let planned = Instant::now();
+    let plan = shardproof_prove::stage::plan_until(case, cfg.reduce, &opts);
+    println!(
+        "  plan phase: {:.1} s wall, {:.1} s CPU, peak {:.2} GB",
+        planned.elapsed().as_secs_f64(),
+        cpu_seconds().unwrap_or(f64::NAN) - cpu_before,
+        peak_gb().unwrap_or(f64::NAN)
+    );
+    let plan = match plan {
+        Ok(p) => p,
+        Err(PlanError::Refused(why)) => return refused(case, &why),
+        Err(PlanError::OutOfTime(why)) => return limit_reached(case, &why),
+    };
+    let outcomes = prove_stages(&plan, &plan.distinct, cfg, 1)
+        .into_iter()
+        .map(|(k, o, _)| (k, o))
+        .collect();
+    assemble(case, &plan, &outcomes)
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let limit = args
@@ -126,6 +205,7 @@ fn main() {
         .collect();
     let forward = args.iter().any(|a| a == "--forward");
     let whole = args.iter().any(|a| a == "--whole");
+    let plan_only = args.iter().any(|a| a == "--plan-only");
     if names.is_empty() {
         names = vec!["llama3-8b", "llama3-405b", "deepseek-v3-671b"];
     }
@@ -182,7 +262,11 @@ fn main() {
                 microbatch_cuts,
                 ..PlanOptions::default()
             };
-            let proof = prove_staged_with(&case, &cfg, 1, &opts);
+            if plan_only {
+                print_plan(name, &case, &opts, limit, case_started);
+                continue;
+            }
+            let proof = prove_planned(&case, &cfg, &opts, case_started);
             let secs = case_started.elapsed().as_secs_f64();
             println!(
                 "{name} {} ({}; {} ranks; cut at {cuts} {}, {} of them scaled gradients, {micro} microbatched): {:?} in {secs:.1} s (emitted in {emitted:.1} s), {} stages, {} proved, {} memo hits, goals by layer {:?}, peak {:.2} GB{}",

@@ -48,7 +48,7 @@ use crate::equiv::{prove_case, Proof, ProveConfig, Verdict};
 use serde::{Deserialize, Serialize};
 use shardproof_case::{Case, InputRelation, Layout, OutputExpectation};
 use shardproof_ir::{Arg, Graph, NodeKind, Program, ValueId};
-use slice::{Mark, Marks, Sliced};
+use slice::{Mark, Marks, PairingIndex, RankMarks, Sliced};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -63,8 +63,10 @@ pub struct Stage {
     pub assumes: Vec<String>,
     /// The stage as a case of its own.
     pub case: Case,
-    /// Its structure up to renaming (the memo key).
-    pub key: String,
+    /// Its structure up to renaming (the memo key); stages with one key share one copy of it
+    /// (a key on thousands of ranks is hundreds of kilobytes, and a deep model's stages repeat
+    /// a few keys).
+    pub key: Arc<str>,
     /// A short stable digest of the key (16 hex digits).
     pub digest: String,
     /// The first stage with the same key, whose proof this one reuses (itself when first).
@@ -305,16 +307,22 @@ pub fn plan_until(case: &Case, reduce: bool, opts: &PlanOptions) -> Result<Plan,
         }
     }
     // The whole run, from the case's true inputs only: the pairing every stage must keep.
+    // The cuts' values bucketed by rank in one pass: a scan of every cut's holders per rank
+    // was quadratic in the ranks (253 cuts of 8192 values each, for each of 8192 ranks).
+    let mut cut_values: Vec<Vec<ValueId>> = vec![Vec::new(); nranks];
+    for rel in case.inputs.iter().filter(|rel| rel.cut) {
+        for &(h, v) in &rel.rank_values {
+            if let Some(values) = cut_values.get_mut(h) {
+                values.push(v);
+            }
+        }
+    }
     let names: Vec<BTreeSet<String>> = (0..nranks)
         .map(|r| {
             let g = &case.program.ranks[r];
             let mut leaves = case.rank_leaves(r);
-            for rel in case.inputs.iter().filter(|rel| rel.cut) {
-                for &(h, v) in &rel.rank_values {
-                    if h == r {
-                        leaves.remove(g.value_name(v));
-                    }
-                }
+            for &v in &cut_values[r] {
+                leaves.remove(g.value_name(v));
             }
             leaves
         })
@@ -385,19 +393,24 @@ pub fn plan_until(case: &Case, reduce: bool, opts: &PlanOptions) -> Result<Plan,
         outputs: Vec::new(),
         ..case.source.clone()
     };
+    // The whole run's pairing by call, once: every stage closes under it and checks its own
+    // against it.
+    let pairing = PairingIndex::new(&full, nranks);
+    let related = Related::new(case, nranks);
     let whole = Whole {
         source: &source,
         spec_stops: &spec_stops,
         rank_stops: &rank_stops,
-        full: &full,
+        pairing: &pairing,
+        related: &related,
         spec_metas: &spec_metas,
         rank_metas: &rank_metas,
     };
     let stage_of_cut: BTreeMap<usize, usize> =
         cuts.iter().enumerate().map(|(k, &i)| (i, k)).collect();
     let mut stages: Vec<Stage> = Vec::new();
-    let mut first: BTreeMap<String, usize> = BTreeMap::new();
-    let mut reduced_keys: HashMap<String, String> = HashMap::new();
+    let mut first: HashMap<Arc<str>, usize> = HashMap::new();
+    let mut reduced_keys: HashMap<String, Arc<str>> = HashMap::new();
     let mut distinct = Vec::new();
     for (k, t) in targets.iter().enumerate() {
         if passed(opts.deadline) {
@@ -426,21 +439,26 @@ pub fn plan_until(case: &Case, reduce: bool, opts: &PlanOptions) -> Result<Plan,
         // Stages of one structure as written (a deep model's layers) reduce alike: shape
         // reduction, the costliest step of keying, runs once per such structure. Equal
         // structures are the same theorem up to renaming whatever their reduction.
-        stage.key = if reduce {
+        let key: Arc<str> = if reduce {
             let written = structure(&stage.case);
             match reduced_keys.get(&written) {
                 Some(key) => key.clone(),
                 None => {
-                    let key = stage_key(&stage.case, true);
+                    let key: Arc<str> = stage_key(&stage.case, true).into();
                     reduced_keys.insert(written, key.clone());
                     key
                 }
             }
         } else {
-            stage_key(&stage.case, false)
+            stage_key(&stage.case, false).into()
         };
-        stage.digest = digest(&stage.key);
-        stage.rep = *first.entry(stage.key.clone()).or_insert(k);
+        let key = match first.get_key_value(&key) {
+            Some((shared, _)) => shared.clone(),
+            None => key,
+        };
+        stage.digest = digest(&key);
+        stage.rep = *first.entry(key.clone()).or_insert(k);
+        stage.key = key;
         if stage.rep == k {
             distinct.push(k);
         }
@@ -460,13 +478,52 @@ pub fn plan_until(case: &Case, reduce: bool, opts: &PlanOptions) -> Result<Plan,
 /// Shapes of every value of a graph.
 type Metas = Vec<Vec<Option<shardproof_ops::Meta>>>;
 
+/// The case's relations by the nodes that hold them, indexed once per plan: on the spec, and
+/// on each rank (sorted by node), each with the relations (indices, ascending) whose value is
+/// an output of the node.
+struct Related {
+    at_spec: HashMap<usize, Vec<usize>>,
+    at_rank: Vec<Vec<(usize, usize)>>,
+}
+
+impl Related {
+    fn new(case: &Case, nranks: usize) -> Related {
+        let mut at_spec: HashMap<usize, Vec<usize>> = HashMap::new();
+        let mut at_rank: Vec<Vec<(usize, usize)>> = vec![Vec::new(); nranks];
+        for (i, rel) in case.inputs.iter().enumerate() {
+            at_spec.entry(rel.spec_value.node).or_default().push(i);
+            for &(r, v) in &rel.rank_values {
+                if let Some(at) = at_rank.get_mut(r) {
+                    at.push((v.node, i));
+                }
+            }
+        }
+        for at in &mut at_rank {
+            at.sort_unstable();
+            at.dedup();
+        }
+        Related { at_spec, at_rank }
+    }
+
+    /// The relations with a value at node `n` of rank `r`, as (node, relation).
+    fn on(&self, r: usize, n: usize) -> &[(usize, usize)] {
+        let Some(at) = self.at_rank.get(r) else {
+            return &[];
+        };
+        let from = at.partition_point(|&(x, _)| x < n);
+        let to = from + at[from..].partition_point(|&(x, _)| x == n);
+        &at[from..to]
+    }
+}
+
 /// What every stage of a case is cut from.
 struct Whole<'a> {
     /// The case file as every stage carries it (without the whole case's entries).
     source: &'a shardproof_case::CaseFile,
     spec_stops: &'a HashSet<ValueId>,
     rank_stops: &'a [HashSet<ValueId>],
-    full: &'a shardproof_interp::Schedule,
+    pairing: &'a PairingIndex<'a>,
+    related: &'a Related,
     spec_metas: &'a Metas,
     rank_metas: &'a [Arc<Metas>],
 }
@@ -477,7 +534,7 @@ fn build_stage(
     targets: &[Target],
     whole: &Whole,
 ) -> Result<(Stage, Vec<usize>), String> {
-    let (spec_stops, rank_stops, full) = (whole.spec_stops, whole.rank_stops, whole.full);
+    let (spec_stops, rank_stops) = (whole.spec_stops, whole.rank_stops);
     let nranks = case.program.ranks.len();
     let mut names = Vec::new();
     let mut ends: Vec<(ValueId, Vec<(usize, ValueId)>)> = Vec::new();
@@ -529,33 +586,68 @@ fn build_stage(
     let mut spec_marks = Marks::new(&case.spec);
     let starts: Vec<usize> = ends.iter().map(|(v, _)| v.node).collect();
     spec_marks.close(&case.spec, &starts, spec_stops)?;
-    let mut marks: Vec<Marks> = case.program.ranks.iter().map(|g| Marks::new(g)).collect();
+    let ranks_in = &case.program.ranks;
+    let mut marks: RankMarks = (0..nranks).map(|_| None).collect();
+    let mut work = Vec::new();
     for (_, holders) in &ends {
         for &(r, v) in holders {
-            marks[r].close(&case.program.ranks[r], &[v.node], &rank_stops[r])?;
+            let mut computed = Vec::new();
+            slice::marks_of(&mut marks, ranks_in, r).close_noting(
+                &ranks_in[r],
+                &[v.node],
+                &rank_stops[r],
+                &mut computed,
+            )?;
+            work.extend(computed.into_iter().map(|n| (r, n)));
         }
     }
-    slice::close_under_pairing(&case.program.ranks, &mut marks, rank_stops, full)?;
+    slice::close_under_pairing(ranks_in, &mut marks, rank_stops, whole.pairing, work)?;
     // A relation is assumed where some side reads it as an input; every side of it is then
-    // laid out, so that its pieces are the relation's whole.
-    let mut assumed = Vec::new();
+    // laid out, so that its pieces are the relation's whole. The relations read are found
+    // from the boundary nodes of the ranks holding part of the stage (`Related`), not by
+    // scanning every relation's every holder: a full iteration's thousand relations of up to
+    // 8192 values each, for each of its 1,643 stages.
+    let related = whole.related;
+    let mut read = vec![false; case.inputs.len()];
     for (i, rel) in case.inputs.iter().enumerate() {
-        let boundary = |m: &Marks, n: usize| m.marks[n] == Mark::Boundary;
-        let read = boundary(&spec_marks, rel.spec_value.node)
-            || rel
-                .rank_values
-                .iter()
-                .any(|&(r, v)| boundary(&marks[r], v.node));
-        if !read {
+        read[i] = spec_marks.marks[rel.spec_value.node] == Mark::Boundary;
+    }
+    for (r, m) in marks.iter().enumerate() {
+        if let Some(m) = m {
+            for &(n, i) in &related.at_rank[r] {
+                if m.marks[n] == Mark::Boundary {
+                    read[i] = true;
+                }
+            }
+        }
+    }
+    let mut assumed = Vec::new();
+    for i in 0..case.inputs.len() {
+        if !read[i] {
             continue;
         }
+        let rel = &case.inputs[i];
         assumed.push(i);
-        if spec_marks.marks[rel.spec_value.node] == Mark::Out {
-            spec_marks.marks[rel.spec_value.node] = Mark::Boundary;
+        // A side laid out here becomes a boundary, which the relations after this one that
+        // name the same node then read too (they are examined after it).
+        let spec_node = rel.spec_value.node;
+        if spec_marks.marks[spec_node] == Mark::Out {
+            spec_marks.marks[spec_node] = Mark::Boundary;
+            for &j in related.at_spec.get(&spec_node).into_iter().flatten() {
+                if j > i {
+                    read[j] = true;
+                }
+            }
         }
         for &(r, v) in &rel.rank_values {
-            if marks[r].marks[v.node] == Mark::Out {
-                marks[r].marks[v.node] = Mark::Boundary;
+            let m = slice::marks_of(&mut marks, ranks_in, r);
+            if m.marks[v.node] == Mark::Out {
+                m.marks[v.node] = Mark::Boundary;
+                for &(_, j) in related.on(r, v.node) {
+                    if j > i {
+                        read[j] = true;
+                    }
+                }
             }
         }
     }
@@ -563,17 +655,33 @@ fn build_stage(
     // Ranks that run one graph and slice it alike share the stage graph, as they share the
     // whole one: found by graph, then by marks compared in place (a key holding a copy of
     // every rank's marks cost a copy of its whole graph's marks per rank and stage).
+    // A rank without marks holds nothing of the stage: its slice is its graph's empty one (a
+    // rank with marks has some node marked, so the two never share a slice).
     let mut built: Vec<Arc<Sliced>> = Vec::with_capacity(nranks);
     let mut shared: HashMap<usize, Vec<(usize, Arc<Sliced>)>> = HashMap::new();
+    let mut empty: HashMap<usize, Arc<Sliced>> = HashMap::new();
     for (r, g) in case.program.ranks.iter().enumerate() {
-        let slices = shared.entry(Arc::as_ptr(g) as usize).or_default();
-        let s = match slices
+        let ptr = Arc::as_ptr(g) as usize;
+        let Some(own) = &marks[r] else {
+            let s = match empty.get(&ptr) {
+                Some(s) => s.clone(),
+                None => {
+                    let s = Arc::new(slice::build(g, &Marks::new(g), &whole.rank_metas[r])?);
+                    empty.insert(ptr, s.clone());
+                    s
+                }
+            };
+            built.push(s);
+            continue;
+        };
+        let slices = shared.entry(ptr).or_default();
+        let found = slices
             .iter()
-            .find(|(first, _)| marks[*first].marks == marks[r].marks)
-        {
+            .find(|(first, _)| marks[*first].as_ref().is_some_and(|m| m.marks == own.marks));
+        let s = match found {
             Some((_, s)) => s.clone(),
             None => {
-                let s = Arc::new(slice::build(g, &marks[r], &whole.rank_metas[r])?);
+                let s = Arc::new(slice::build(g, own, &whole.rank_metas[r])?);
                 slices.push((r, s.clone()));
                 s
             }
@@ -720,7 +828,7 @@ fn build_stage(
     };
     let sched = shardproof_interp::schedule(&program, &case.ops, Some(&stage_names));
     let refs: Vec<&Sliced> = built.iter().map(|s| &**s).collect();
-    slice::same_pairing(&sched, full, &refs).map_err(|e| format!("{label}: {e}"))?;
+    slice::same_pairing(&sched, whole.pairing, &refs).map_err(|e| format!("{label}: {e}"))?;
     let spec_nodes = spec_graph.nodes.len();
     let rank_nodes = program.ranks.iter().map(|g| g.nodes.len()).sum();
     let assumes = inputs.iter().map(|r| r.spec_name.clone()).collect();
@@ -742,7 +850,7 @@ fn build_stage(
             target: label,
             assumes,
             case: stage_case,
-            key: String::new(),
+            key: Arc::from(""),
             digest: String::new(),
             rep: 0,
             spec_nodes,

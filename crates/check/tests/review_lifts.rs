@@ -971,10 +971,9 @@ fn a_reduce_scatter_divided_before_its_message_holds() {
 }
 
 #[test]
-#[ignore = "known bug (docs/check.md Open): a reduce-scatter's factor record does not cross a \
-            message; the receiver reads the shard as the rules read it, so the shard of twice \
-            the spec's, gathered, holds"]
 fn a_reduce_scatter_sent_undivided_never_holds() {
+    // Pins that the recv keeps the sender's `scattered_factor`: without it the receiver reads
+    // the shard of twice the spec's as the rules read it, and the gathered value holds.
     let (verdict, right, report) = across_a_message(1, 1);
     eprintln!("sent undivided: {verdict:?} (right: {right})\n{report}");
     assert!(!right, "{report}");

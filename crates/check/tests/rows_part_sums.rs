@@ -321,3 +321,119 @@ fn one_microbatch_sum_declared_partial_is_not_proven() {
     assert_ne!(report.verdict, Verdict::Holds, "{text}");
     assert!(text.contains("part of each rank's rows"), "{text}");
 }
+
+// ---- Across a message: the recv keeps the sender's records ----
+
+/// As [`verdict_and_values`] on a pipeline `pp × dp` = (2, 2): stage 0 (which holds `a`)
+/// reduces its rows by `body` into the scalar `l` and sends `l` to stage 1, which receives
+/// it as `v` (pending over dp there too), runs `received` on it into `m`, all-reduces `m`
+/// over dp into `out`. Only stage 1's `out` is declared (and compared with the spec's).
+fn across_stages(body: &str, received: &str) -> (Verdict, bool, String) {
+    let (pp, r) = (2usize, B / DP);
+    let spec = format!(
+        "class G(torch.nn.Module):
+    def forward(self, a: \"f64[{B}, {V}]\"):
+        out: \"f64[]\" = torch.ops.aten.sum.default(a)
+        return (out,)
+"
+    );
+    let stage0 = format!(
+        "class G(torch.nn.Module):
+    def forward(self, a: \"f64[{r}, {V}]\"):
+{body}        sent: \"f64[]\" = torch.ops.shardproof_p2p.send.default(l, 1, 0, 'pp')
+        out0: \"f64[]\" = torch.ops.aten.full.default([], 1.0, dtype = torch.float64)
+        return (out0,)
+"
+    );
+    let stage1 = format!(
+        "class G(torch.nn.Module):
+    def forward(self):
+        v: \"f64[]\" = torch.ops.shardproof_p2p.recv.default([], torch.float64, 0, 0, 'pp')
+{received}        o_ar: \"f64[]\" = torch.ops._c10d_functional.all_reduce.default(m, 'sum', 'dp')
+        out: \"f64[]\" = torch.ops._c10d_functional.wait_tensor.default(o_ar)
+        return (out,)
+"
+    );
+    let texts: Vec<String> = (0..pp * DP)
+        .map(|q| {
+            if q < DP {
+                stage0.clone()
+            } else {
+                stage1.clone()
+            }
+        })
+        .collect();
+    let groups: Vec<(&str, Vec<&str>)> = vec![("pp", vec!["pp"]), ("dp", vec!["dp"])];
+    let inputs = [(
+        "a",
+        "{ placement: { dp: Shard(0) }, at: { pp: 0 } }".to_string(),
+    )];
+    let declared = Declared {
+        name: "rows-part-sums-message",
+        mesh: &[("pp", pp), ("dp", DP)],
+        groups: &groups,
+        inputs: &inputs,
+        outputs: &[(
+            "out",
+            "{ placement: Replicate(), at: { pp: 1 } }".to_string(),
+        )],
+    };
+    let case = load_written(&spec, &texts, &declared);
+    let report = check_case(&case).unwrap();
+    let a: Vec<f64> = (0..B * V).map(|i| 0.25 + i as f64 * 0.5).collect();
+    let matrix = |n: usize, d: Vec<f64>| Tensor::new(Meta::new(DType::F64, vec![n, V]), d);
+    let leaves = BTreeMap::from([("a".to_string(), matrix(B, a.clone()))]);
+    // Stage-0 rank `q = d` holds row block `d`; stage 1 holds nothing.
+    let per_rank: Vec<BTreeMap<String, Tensor>> = (0..pp * DP)
+        .map(|q| {
+            if q >= DP {
+                return BTreeMap::new();
+            }
+            BTreeMap::from([(
+                "a".to_string(),
+                matrix(r, a[q * r * V..(q + 1) * r * V].to_vec()),
+            )])
+        })
+        .collect();
+    let at = |g: &Graph| ValueId::new(g.nodes.iter().position(|n| n.name == "out").unwrap(), 0);
+    let want = run_graph(&case.spec, &leaves, &RunConfig::default()).unwrap();
+    let want = want.get(at(&case.spec)).unwrap().data.to_vec();
+    let envs = run_program(&case.program, &per_rank, &RunConfig::default()).unwrap();
+    let right = envs
+        .iter()
+        .zip(&case.program.ranks)
+        .skip(DP)
+        .all(|(env, g)| close(&env.get(at(g)).unwrap().data, &want));
+    (report.verdict, right, report.render())
+}
+
+/// Stage 1's lines taking the received `v` as `m` unchanged.
+const AS_RECEIVED: &str = "        m: \"f64[]\" = torch.ops.aten.clone.default(v)\n";
+
+#[test]
+fn one_microbatch_sum_sent_to_another_stage_never_holds() {
+    // Stage 0 sums the first half of its rows and sends it on; stage 1 sums the pieces over
+    // dp. Pins that the recv keeps the sender's `part_rows` record: without it the received
+    // partial is read as the whole sum's pieces.
+    let h = B / DP / 2;
+    let body = format!(
+        "        sl: \"f64[{h}, {V}]\" = torch.ops.aten.slice.Tensor(a, 0, 0, {h})
+        l: \"f64[]\" = torch.ops.aten.sum.default(sl)
+"
+    );
+    let (verdict, right, report) = across_stages(&body, AS_RECEIVED);
+    assert!(!right, "one microbatch's sum is right when run");
+    assert_ne!(verdict, Verdict::Holds, "{report}");
+}
+
+#[test]
+fn every_microbatch_sum_added_then_sent_to_another_stage_holds() {
+    // The counterpart: both halves' sums added on stage 0 are the whole shard's; the records
+    // the recv keeps let stage 1's reduction over dp prove it.
+    let r = B / DP;
+    let body = two_sums([(0, r / 2), (r / 2, r)], "")
+        + "        l: \"f64[]\" = torch.ops.aten.add.Tensor(l0, l1)\n";
+    let (verdict, right, report) = across_stages(&body, AS_RECEIVED);
+    assert!(right, "both microbatches' sums are wrong when run");
+    assert_eq!(verdict, Verdict::Holds, "{report}");
+}

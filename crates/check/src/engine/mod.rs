@@ -32,7 +32,7 @@ use findings::{
 };
 use frame::FrameMode;
 use local_means::LiftedReduction;
-use recv::{moves_partial, recv_read, resume_at, start_state};
+use recv::{moves_partial, recv_read, resume_at, sent_records, start_state};
 use scaling::{consumed_folded, folded_share, read_times_n, scale_records, ScaleRecord};
 pub use scaling::{spec_scaling_positions, SpecScaling};
 pub use shared::*;
@@ -369,6 +369,10 @@ fn propagate_rank_from(
                                 done.get(s).and_then(|d| d.as_deref())
                             };
                             let ps = recv_read(sh, r, s, j, sender);
+                            // The sender's records where the recv keeps its placement: one
+                            // microbatch's sum, or a reduce-scatter's shard `f` times the
+                            // spec's, stays one on this stage.
+                            let records = sent_records(sh, s, j, sender, &ps);
                             if moves_partial(sh, r, s, j, sender) {
                                 rp.unknown_sources.push((
                                     i,
@@ -378,6 +382,7 @@ fn propagate_rank_from(
                                         .into(),
                                 ));
                             }
+                            records.write(&mut rp, base);
                             for (m, q) in ps.into_iter().enumerate() {
                                 if q == Place::Unknown {
                                     pending = true;

@@ -115,10 +115,14 @@ pub(super) fn resume_at(
         .range((r, 0)..(r + 1, 0))
         .filter(|(_, &(s, _))| s != r)
         .find(|(&(_, i), &(s, j))| {
-            let now = recv_read(sh, r, s, j, done.get(s).and_then(|d| d.as_deref()));
-            prev.offsets
-                .get(i)
-                .is_none_or(|_| prev.of(ValueId::new(i, 0), nd) != now)
+            let sender = done.get(s).and_then(|d| d.as_deref());
+            let now = recv_read(sh, r, s, j, sender);
+            // The records too: a sender run again may keep a placement and change its records.
+            prev.offsets.get(i).is_none_or(|&at| {
+                prev.of(ValueId::new(i, 0), nd) != now
+                    || SentRecords::of(prev, at as usize, nd, &vec![true; nd])
+                        != sent_records(sh, s, j, sender, &now)
+            })
         })
         .map(|(&(_, i), _)| i)
 }
@@ -182,5 +186,149 @@ pub(super) fn start_state(
             },
             0,
         ),
+    }
+}
+
+/// The per-value records (see [`RankPlacements`]) a recv takes from the sent value: on each
+/// mesh dim where the recv keeps the sender's placement, the sender's records there (the
+/// received tensor is the sender's, so what they say of its pieces holds of the recv's);
+/// nothing where the placement changed (a moved shard or partial reads as another
+/// placement, which its own rules describe). A record left behind would read the pieces of
+/// one microbatch's sum, or a shard `f` times the spec's, as the tensor's.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub(super) struct SentRecords {
+    scaled: Vec<bool>,
+    times_n: Vec<bool>,
+    times_factor: Vec<Option<u64>>,
+    scale_unknown: Vec<bool>,
+    share_of: Vec<u8>,
+    part_rows: Vec<bool>,
+    folded_pending: Vec<u64>,
+    folded_summed: Vec<u64>,
+    /// The lifted-means marker, on the mesh dims kept only (bit `m`).
+    lifted_means: u64,
+    /// A reduce-scatter's factor: the received values are the sender's, `f` times the spec's
+    /// whatever placement they are read in, so it crosses on every mesh dim.
+    scattered_factor: Option<u64>,
+}
+
+impl SentRecords {
+    /// The records of value index `at` (`offsets[node] + output`) in `rp` (`nd` mesh dims),
+    /// on the mesh dims `kept` only.
+    fn of(rp: &RankPlacements, at: usize, nd: usize, kept: &[bool]) -> Self {
+        let per_dim = |m: usize| kept.get(m) == Some(&true) && (at + 1) * nd <= rp.places.len();
+        let dims = 0..nd;
+        SentRecords {
+            scaled: dims
+                .clone()
+                .map(|m| per_dim(m) && rp.scaled[at * nd + m])
+                .collect(),
+            times_n: dims
+                .clone()
+                .map(|m| per_dim(m) && rp.times_n[at * nd + m])
+                .collect(),
+            times_factor: dims
+                .clone()
+                .map(|m| {
+                    per_dim(m)
+                        .then(|| rp.times_factor.get(&(at * nd + m)).copied())
+                        .flatten()
+                })
+                .collect(),
+            scale_unknown: dims
+                .clone()
+                .map(|m| per_dim(m) && rp.scale_unknown[at * nd + m])
+                .collect(),
+            share_of: dims
+                .clone()
+                .map(|m| {
+                    if per_dim(m) {
+                        rp.share_of[at * nd + m]
+                    } else {
+                        0
+                    }
+                })
+                .collect(),
+            part_rows: dims
+                .clone()
+                .map(|m| per_dim(m) && rp.part_rows[at * nd + m])
+                .collect(),
+            folded_pending: dims
+                .clone()
+                .map(|m| {
+                    if per_dim(m) {
+                        rp.folded_pending[at * nd + m]
+                    } else {
+                        0
+                    }
+                })
+                .collect(),
+            folded_summed: dims
+                .clone()
+                .map(|m| {
+                    if per_dim(m) {
+                        rp.folded_summed[at * nd + m]
+                    } else {
+                        0
+                    }
+                })
+                .collect(),
+            lifted_means: rp.lifted_means.get(at).map_or(0, |&bits| {
+                dims.filter(|&m| m < 64 && per_dim(m))
+                    .fold(0, |a, m| a | (bits & (1 << m)))
+            }),
+            scattered_factor: rp.scattered_factor.get(&at).copied(),
+        }
+    }
+
+    /// Writes the records onto value index `at` of `rp`.
+    pub(super) fn write(&self, rp: &mut RankPlacements, at: usize) {
+        let nd = self.scaled.len();
+        for m in 0..nd {
+            let i = at * nd + m;
+            rp.scaled[i] = self.scaled[m];
+            rp.times_n[i] = self.times_n[m];
+            match self.times_factor[m] {
+                Some(f) => rp.times_factor.insert(i, f),
+                None => rp.times_factor.remove(&i),
+            };
+            rp.scale_unknown[i] = self.scale_unknown[m];
+            rp.share_of[i] = self.share_of[m];
+            rp.part_rows[i] = self.part_rows[m];
+            rp.folded_pending[i] = self.folded_pending[m];
+            rp.folded_summed[i] = self.folded_summed[m];
+        }
+        rp.lifted_means[at] = self.lifted_means;
+        match self.scattered_factor {
+            Some(f) => rp.scattered_factor.insert(at, f),
+            None => rp.scattered_factor.remove(&at),
+        };
+    }
+}
+
+/// The records the recv of rank `r` takes from the send at node `j` of rank `s` (placements
+/// `sender`), given what it reads there (`read`, from [`recv_read`]): those of the mesh dims
+/// where `read` is the sender's placement. None from a sender not reached.
+pub(super) fn sent_records(
+    sh: &Shared,
+    s: usize,
+    j: usize,
+    sender: Option<&RankPlacements>,
+    read: &[Place],
+) -> SentRecords {
+    let program = sh.program;
+    let nd = program.mesh.dims.len();
+    let sent = program.ranks[s].nodes[j].inputs().first().copied();
+    match (sender, sent) {
+        (Some(sp), Some(v)) if sp.offsets.len() == program.ranks[s].nodes.len() => {
+            let kept: Vec<bool> = sp
+                .of(v, nd)
+                .iter()
+                .zip(read)
+                .map(|(p, q)| p == q && *q != Place::Unknown)
+                .collect();
+            SentRecords::of(sp, sp.offsets[v.node] as usize + v.output, nd, &kept)
+        }
+        _ => SentRecords::of(&RankPlacements::default(), 0, nd, &vec![false; nd]),
     }
 }

@@ -16,6 +16,10 @@
 //! timing and the unserialized counters aside: the reports and every operator's relation, to
 //! compare byte for byte across builds or `--jobs`.
 //!
+//! `--case FILE` (repeatable) times a case file as well, after the groups (none by default
+//! when a case is given); `--node-limit N` sets `Options::node_limit` (to make a small case go
+//! piecewise, say).
+//!
 //! `--no-reuse` infers every operator afresh (no twin's relation reused, see `Options::reuse`),
 //! for the figures before and after repeated layers were solved once; each line also counts
 //! the operators related by reuse, and the pieces of piecewise inference related by a sibling
@@ -201,6 +205,10 @@ struct Args {
     slowest: usize,
     /// Where to write each case's traced outcome.
     dump: Option<PathBuf>,
+    /// Case files to time as well (`--case FILE`, repeatable).
+    cases: Vec<PathBuf>,
+    /// The e-graph node limit, where not the default (`--node-limit N`).
+    node_limit: Option<usize>,
 }
 
 fn parse_args() -> Args {
@@ -213,6 +221,8 @@ fn parse_args() -> Args {
         fast_path: true,
         slowest: 0,
         dump: None,
+        cases: Vec::new(),
+        node_limit: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -222,6 +232,8 @@ fn parse_args() -> Args {
             "--no-reuse" => args.reuse = false,
             "--no-fast-path" => args.fast_path = false,
             "--dump" => args.dump = it.next().map(PathBuf::from),
+            "--case" => args.cases.extend(it.next().map(PathBuf::from)),
+            "--node-limit" => args.node_limit = it.next().and_then(|n| n.parse().ok()),
             "--slowest" => args.slowest = it.next().and_then(|n| n.parse().ok()).unwrap_or(20),
             "all" => args.groups.extend(ALL_GROUPS.iter().map(|g| g.to_string())),
             g if ALL_GROUPS.contains(&g) => args.groups.push(g.to_string()),
@@ -229,7 +241,7 @@ fn parse_args() -> Args {
             _ => {}
         }
     }
-    if args.groups.is_empty() {
+    if args.groups.is_empty() && args.cases.is_empty() {
         let groups = if args.words.is_empty() {
             DEFAULT_GROUPS
         } else {
@@ -290,6 +302,10 @@ fn time(label: &str, case: &Case, args: &Args) -> (Outcome, f64) {
         fast_path: args.fast_path,
         trace: args.dump.is_some(),
         ..Options::default()
+    };
+    let opts = Options {
+        node_limit: args.node_limit.unwrap_or(opts.node_limit),
+        ..opts
     };
     let (mut best, mut wall) = (f64::INFINITY, 0.0);
     let mut last = None;
@@ -492,6 +508,15 @@ fn main() {
                 &args,
             ),
             _ => {}
+        }
+    }
+    for path in &args.cases {
+        let label = path.display().to_string();
+        match load_case(path) {
+            Ok(c) => {
+                time(&label, &c, &args);
+            }
+            Err(e) => println!("{label:<58} {e}"),
         }
     }
 }

@@ -50,7 +50,7 @@ use diagnose::{blame, fused_product, is_float_scalar, is_float_value, strong_evi
 use egg::{RecExpr, Rewrite};
 use evidence::{is_rank_sum, never_completed, shard_reductions_never_completed};
 use inputs::{expected_exprs, input_state};
-use pieces::infer_by_pieces;
+use pieces::{infer_by_pieces, PieceLog};
 use relation::{
     build_impl, clean_up_to_factor, inputs_relate_up_to_factor, tpl_values, Impl, Rel, State,
 };
@@ -1206,14 +1206,17 @@ impl Walk<'_> {
                     })
                     .filter(clean_up_to_factor);
                 followed.or_else(|| {
-                    let reused = std::cell::Cell::new(0);
+                    let log = PieceLog::default();
                     let clock = Instant::now();
                     let found =
-                        infer_by_pieces(imp, &rules.pieces, opts, state, t, v, seeds, 0, &reused);
+                        infer_by_pieces(imp, &rules.pieces, opts, state, t, v, seeds, 0, &log);
                     let clean = found.as_ref().is_some_and(clean_up_to_factor);
-                    r.attempts
-                        .push(attempt_time("pieces", clock, &Attempt::default(), clean));
-                    r.pieces_reused += reused.get();
+                    let steps = log.steps.take().join(", ");
+                    r.attempts.push(format!(
+                        "{} [{steps}]",
+                        attempt_time("pieces", clock, &Attempt::default(), clean)
+                    ));
+                    r.pieces_reused += log.reused.get();
                     found
                 })
             };

@@ -47,7 +47,7 @@ pub(super) fn infer_by_pieces(
     v: ValueId,
     seeds: &[(Tpl, ValueId)],
     depth: usize,
-    reused: &std::cell::Cell<usize>,
+    log: &PieceLog,
 ) -> Option<State> {
     let mut ins = Vec::new();
     tpl_values(t, &mut ins);
@@ -132,8 +132,9 @@ pub(super) fn infer_by_pieces(
     }
     let more = with_seeds.equal_leaves.len() > facts.equal_leaves.len()
         || with_seeds.equal_slices.len() > facts.equal_slices.len();
-    let infer = |(sub, sub_seeds, op_t): &Prepared| -> Option<Rel> {
+    let infer = |label: &str, (sub, sub_seeds, op_t): &Prepared| -> Option<Rel> {
         let attempt = Attempt::default();
+        let clock = std::time::Instant::now();
         let mut found = infer_one(
             imp,
             rules,
@@ -147,13 +148,14 @@ pub(super) fn infer_by_pieces(
             sub_seeds,
             &attempt,
         );
+        log.record(depth, label, clock, attempt.peak_nodes.get(), &found);
         // A piece that outgrew its own limit, piece by piece in turn (a data-parallel
         // group's batch row, then its tensor-parallel head groups).
         if !clean_up_to_factor(&found)
             && depth < MAX_PIECE_DEPTH
             && attempt.peak_nodes.get() >= wider.node_limit
         {
-            found = infer_by_pieces(imp, rules, opts, sub, op_t, v, sub_seeds, depth + 1, reused)?;
+            found = infer_by_pieces(imp, rules, opts, sub, op_t, v, sub_seeds, depth + 1, log)?;
         }
         if !clean_up_to_factor(&found) {
             return None;
@@ -173,18 +175,23 @@ pub(super) fn infer_by_pieces(
     // attention backward's `_softmax_backward_data`, each piece half of a clean block) are
     // such multiples, and took no sibling's relation while only clean ones were kept.
     let mut representative: Option<Solved> = None;
-    for (c, piece) in split.cuts().into_iter().zip(&prepared) {
+    for (i, (c, piece)) in split.cuts().into_iter().zip(&prepared).enumerate() {
         let (sub, sub_seeds, op_t) = piece;
+        let clock = std::time::Instant::now();
         let renamed = representative
             .as_ref()
             .and_then(|twin| across_ranks(imp, rules, &wider, (sub, op_t, sub_seeds), twin));
         let renamed_here = renamed.is_some();
-        if renamed_here {
-            reused.set(reused.get() + 1);
+        if representative.is_some() {
+            log.renaming(depth, i, clock, renamed_here);
         }
-        let found = match renamed.or_else(|| infer(piece)) {
+        if renamed_here {
+            log.reused.set(log.reused.get() + 1);
+        }
+        let label = format!("p{i}");
+        let found = match renamed.or_else(|| infer(&label, piece)) {
             Some(r) => r,
-            None if more => infer(&scope.prepare(c, &with_seeds)?)?,
+            None if more => infer(&format!("p{i}+seeds"), &scope.prepare(c, &with_seeds)?)?,
             None => return None,
         };
         if opts.reuse && representative.is_none() && !renamed_here {
@@ -193,6 +200,40 @@ pub(super) fn infer_by_pieces(
         parts.push(found);
     }
     join_pieces(imp, parts, &split, &out)
+}
+
+/// What piecewise inference tells its operator's timing record (see `OperatorTime`): how many
+/// pieces took a sibling's relation, and each piece's attempt in order.
+#[derive(Default)]
+pub(super) struct PieceLog {
+    /// Pieces related by a sibling piece's checked relation over other ranks.
+    pub(super) reused: std::cell::Cell<usize>,
+    /// Each piece's inference and renaming: depth, piece, seconds, peak size, outcome.
+    pub(super) steps: std::cell::RefCell<Vec<String>>,
+}
+
+impl PieceLog {
+    /// A piece's inference at `depth`, since `clock`, with its peak e-graph size and result.
+    fn record(&self, depth: usize, label: &str, clock: std::time::Instant, peak: usize, s: &State) {
+        let outcome = if clean_up_to_factor(s) {
+            "clean"
+        } else {
+            "not clean"
+        };
+        let secs = clock.elapsed().as_secs_f64();
+        self.steps.borrow_mut().push(format!(
+            "d{depth}{label} {secs:.2} s {peak} nodes {outcome}"
+        ));
+    }
+
+    /// Piece `i`'s renaming of its first sibling's relation at `depth`, since `clock`.
+    fn renaming(&self, depth: usize, i: usize, clock: std::time::Instant, renamed: bool) {
+        let outcome = if renamed { "renamed" } else { "not renamed" };
+        let secs = clock.elapsed().as_secs_f64();
+        self.steps
+            .borrow_mut()
+            .push(format!("d{depth}p{i} {secs:.2} s {outcome}"));
+    }
 }
 
 /// A piece ready to infer: the states of its fresh values, its seeded equations, its operator.

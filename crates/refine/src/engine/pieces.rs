@@ -215,10 +215,10 @@ pub(super) struct PieceLog {
 impl PieceLog {
     /// A piece's inference at `depth`, since `clock`, with its peak e-graph size and result.
     fn record(&self, depth: usize, label: &str, clock: std::time::Instant, peak: usize, s: &State) {
-        let outcome = if clean_up_to_factor(s) {
-            "clean"
-        } else {
-            "not clean"
+        let outcome = match s {
+            State::Related(r) if r.clean => "clean",
+            s if clean_up_to_factor(s) => "scaled",
+            _ => "not clean",
         };
         let secs = clock.elapsed().as_secs_f64();
         self.steps.borrow_mut().push(format!(

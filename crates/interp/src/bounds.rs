@@ -22,8 +22,9 @@ pub fn index_bound(graph: &Graph, v: ValueId, metas: &[Vec<Option<Meta>>]) -> i6
 }
 
 /// The size of what the integer input `v` of `graph` indexes (embedding rows, an embedding
-/// backward's `num_weights` rows, an indexed dim, a gathered dim, classes of nll_loss), following dtype casts and the views and movements
-/// that keep every element (permute, transpose, squeeze, expand...), the smallest where it
+/// backward's `num_weights` rows, an indexed dim, a gathered dim, classes of nll_loss),
+/// following dtype casts and the views and movements that keep every element (permute,
+/// transpose, squeeze, expand...), the smallest where it
 /// indexes several; `None` when it indexes nothing found there. Movements that keep only
 /// some elements (slice, select) are not followed: their consumer's bound would say nothing
 /// of the elements they drop.
@@ -83,10 +84,10 @@ pub struct IndexUse {
 /// Every place the integer value `v` of `graph` indexes a dim, directly or through dtype
 /// casts and the movements that keep every element (and slices, where `walk` says so): an
 /// embedding's rows (or its dense backward's `num_weights` output rows), an `nll_loss`
-/// target's classes, the dim a gather, scatter or
-/// index_select names, an `index` position's dim. `rank` gives a value's rank (to normalize a
-/// negative dim and find the classes dim); a use whose rank is unknown is left out, so a
-/// caller that needs every use must know every rank. This is the one walk both the
+/// target's classes, the dim a gather, scatter or index_select names, an `index` position's
+/// dim. `rank` gives a value's rank (to normalize a negative dim and find the classes dim); a
+/// use whose rank is unknown is left out, so a caller that needs every use must know every
+/// rank. This is the one walk both the
 /// prover's symbol ranges ([`index_bound_known`]) and shape reduction's kept ranges
 /// (`shardproof_prove`'s `range_dims`) take, so the reduction keeps every dim a range is
 /// read from.

@@ -218,15 +218,26 @@ impl SentRecords {
     fn of(rp: &RankPlacements, at: usize, nd: usize, kept: &[bool]) -> Self {
         let per_dim = |m: usize| kept.get(m) == Some(&true) && (at + 1) * nd <= rp.places.len();
         let dims = 0..nd;
+        // One record's values on the kept mesh dims, its default (no record) elsewhere.
+        fn pick<T: Copy + Default>(
+            v: &[T],
+            at: usize,
+            nd: usize,
+            per_dim: impl Fn(usize) -> bool,
+        ) -> Vec<T> {
+            (0..nd)
+                .map(|m| {
+                    if per_dim(m) {
+                        v[at * nd + m]
+                    } else {
+                        T::default()
+                    }
+                })
+                .collect()
+        }
         SentRecords {
-            scaled: dims
-                .clone()
-                .map(|m| per_dim(m) && rp.scaled[at * nd + m])
-                .collect(),
-            times_n: dims
-                .clone()
-                .map(|m| per_dim(m) && rp.times_n[at * nd + m])
-                .collect(),
+            scaled: pick(&rp.scaled, at, nd, per_dim),
+            times_n: pick(&rp.times_n, at, nd, per_dim),
             times_factor: dims
                 .clone()
                 .map(|m| {
@@ -235,44 +246,11 @@ impl SentRecords {
                         .flatten()
                 })
                 .collect(),
-            scale_unknown: dims
-                .clone()
-                .map(|m| per_dim(m) && rp.scale_unknown[at * nd + m])
-                .collect(),
-            share_of: dims
-                .clone()
-                .map(|m| {
-                    if per_dim(m) {
-                        rp.share_of[at * nd + m]
-                    } else {
-                        0
-                    }
-                })
-                .collect(),
-            part_rows: dims
-                .clone()
-                .map(|m| per_dim(m) && rp.part_rows[at * nd + m])
-                .collect(),
-            folded_pending: dims
-                .clone()
-                .map(|m| {
-                    if per_dim(m) {
-                        rp.folded_pending[at * nd + m]
-                    } else {
-                        0
-                    }
-                })
-                .collect(),
-            folded_summed: dims
-                .clone()
-                .map(|m| {
-                    if per_dim(m) {
-                        rp.folded_summed[at * nd + m]
-                    } else {
-                        0
-                    }
-                })
-                .collect(),
+            scale_unknown: pick(&rp.scale_unknown, at, nd, per_dim),
+            share_of: pick(&rp.share_of, at, nd, per_dim),
+            part_rows: pick(&rp.part_rows, at, nd, per_dim),
+            folded_pending: pick(&rp.folded_pending, at, nd, per_dim),
+            folded_summed: pick(&rp.folded_summed, at, nd, per_dim),
             lifted_means: rp.lifted_means.get(at).map_or(0, |&bits| {
                 dims.filter(|&m| m < 64 && per_dim(m))
                     .fold(0, |a, m| a | (bits & (1 << m)))

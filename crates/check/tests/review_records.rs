@@ -974,3 +974,43 @@ fn received_microbatches_of_two_tensors_summed_never_hold() {
         "halves of a and b, received and summed",
     );
 }
+
+#[test]
+fn microbatch_sums_of_two_tensors_added_then_sent_never_hold() {
+    // The same attack on stage 0 itself: the slice pairing compares the sliced tensors.
+    let stage0 = format!(
+        "        h0: \"f64[4, {V}]\" = torch.ops.aten.slice.Tensor(a, 0, 0, 4)
+        h1: \"f64[4, {V}]\" = torch.ops.aten.slice.Tensor(b, 0, 4, 8)
+        l0: \"f64[]\" = torch.ops.aten.sum.default(h0)
+        l1: \"f64[]\" = torch.ops.aten.sum.default(h1)
+        t: \"f64[]\" = torch.ops.aten.add.Tensor(l0, l1)
+"
+    ) + &send("t", "", 0);
+    let stage1 = recv("v", "", 0) + "        m: \"f64[]\" = torch.ops.aten.clone.default(v)\n";
+    never_holds(
+        across_with(&spec_of_a_beside_b(), &["a", "b"], "sum", &stage0, &stage1),
+        "halves of a and b summed, then sent",
+    );
+}
+
+#[test]
+fn one_microbatch_sum_copied_never_holds() {
+    let body = part_sum(0, 0, 4, 1)
+        + "        l: \"f64[]\" = torch.ops.aten._to_copy.default(l0, dtype = torch.float64)\n";
+    never_holds(sums(&body), "one microbatch's sum copied");
+}
+
+#[test]
+fn every_microbatch_sum_copied_then_added_holds() {
+    let post =
+        "        c{k}: \"f64[]\" = torch.ops.aten._to_copy.default(l{k}, dtype = torch.float64)\n";
+    let mut body = String::new();
+    for k in 0..2 {
+        body += &part_sum(k, 4 * k, 4 * k + 4, 1);
+        body += &post.replace("{k}", &k.to_string());
+    }
+    body += "        l: \"f64[]\" = torch.ops.aten.add.Tensor(c0, c1)\n";
+    let (verdict, right, report) = sums(&body);
+    assert!(right, "copied microbatch sums are wrong when run");
+    assert_ne!(verdict, Verdict::Violated, "{report}");
+}

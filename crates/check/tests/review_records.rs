@@ -1014,3 +1014,50 @@ fn every_microbatch_sum_copied_then_added_holds() {
     assert!(right, "copied microbatch sums are wrong when run");
     assert_ne!(verdict, Verdict::Violated, "{report}");
 }
+
+// ---- Microbatches sliced from a received shard ----
+
+/// Stage 0 sends `first` (tag 0) and `second` (tag 1) whole; stage 1 sums rows `[s0, s0 + 4)`
+/// of the first message and `[s1, s1 + 4)` of the second, and adds the sums.
+fn slices_of_received(first: &str, second: &str, s0: usize, s1: usize) -> (Verdict, bool, String) {
+    let shard = format!("{R}, {V}");
+    let stage0 = send(first, &shard, 0) + &send(second, &shard, 1);
+    let stage1 = recv("v0", &shard, 0)
+        + &recv("v1", &shard, 1)
+        + &format!(
+            "        h0: \"f64[4, {V}]\" = torch.ops.aten.slice.Tensor(v0, 0, {s0}, {e0})
+        h1: \"f64[4, {V}]\" = torch.ops.aten.slice.Tensor(v1, 0, {s1}, {e1})
+        l0: \"f64[]\" = torch.ops.aten.sum.default(h0)
+        l1: \"f64[]\" = torch.ops.aten.sum.default(h1)
+        m: \"f64[]\" = torch.ops.aten.add.Tensor(l0, l1)
+",
+            e0 = s0 + 4,
+            e1 = s1 + 4
+        );
+    across_with(&spec_of_a_beside_b(), &["a", "b"], "sum", &stage0, &stage1)
+}
+
+#[test]
+fn microbatches_of_a_received_shard_are_right() {
+    // Both halves of `a` (sent twice): right; a hold is not required (two messages are two
+    // tensors to the slice pairing), a violation would be false.
+    let (verdict, right, report) = slices_of_received("a", "a", 0, 4);
+    assert!(right, "both halves of a received are wrong when run");
+    assert_ne!(verdict, Verdict::Violated, "{report}");
+}
+
+#[test]
+fn one_microbatch_of_a_received_shard_twice_never_holds() {
+    never_holds(
+        slices_of_received("a", "a", 0, 0),
+        "the first half of a received, twice",
+    );
+}
+
+#[test]
+fn microbatches_of_two_received_shards_never_hold() {
+    never_holds(
+        slices_of_received("a", "b", 0, 4),
+        "halves of a and b sliced after the recv",
+    );
+}

@@ -85,6 +85,15 @@ fn one_stage(
     reduce_op: &str,
     body_of: &dyn Fn(usize) -> String,
 ) -> (Verdict, bool, String) {
+    one_stage_at(spec_op, reduce_op, &|d, _| body_of(d))
+}
+
+/// [`one_stage`] where the body may depend on the rank's ep coordinate too (`body_of(d, e)`).
+fn one_stage_at(
+    spec_op: &str,
+    reduce_op: &str,
+    body_of: &dyn Fn(usize, usize) -> String,
+) -> (Verdict, bool, String) {
     let texts: Vec<String> = (0..DP * EP)
         .map(|q| {
             format!(
@@ -94,7 +103,7 @@ fn one_stage(
         out: \"f64[]\" = torch.ops._c10d_functional.wait_tensor.default(o_ar)
         return (out,)
 ",
-                body = body_of(q / EP)
+                body = body_of(q / EP, q % EP)
             )
         })
         .collect();
@@ -1059,5 +1068,56 @@ fn microbatches_of_two_received_shards_never_hold() {
     never_holds(
         slices_of_received("a", "b", 0, 4),
         "halves of a and b sliced after the recv",
+    );
+}
+
+// ---- Microbatches chunked over ep (the rows of a microbatch another mesh dim splits) ----
+
+/// Rank `(d, e)`'s lines: each microbatch `k` of `[4k, 4k + 4)` (starts `starts`), its rows
+/// `[w e, w e + w)` taken (a chunk of width `w` at the ep coordinate), summed, the sums added
+/// and summed over ep into `l`.
+fn chunked_sums(e: usize, starts: [usize; 2], w: usize) -> String {
+    let mut body = String::new();
+    for (k, start) in starts.into_iter().enumerate() {
+        body += &format!(
+            "        s{k}: \"f64[4, {V}]\" = torch.ops.aten.slice.Tensor(a, 0, {start}, {end})
+        c{k}: \"f64[{w}, {V}]\" = torch.ops.aten.slice.Tensor(s{k}, 0, {c}, {ce})
+        l{k}: \"f64[]\" = torch.ops.aten.sum.default(c{k})
+",
+            end = start + 4,
+            c = w * e,
+            ce = w * e + w
+        );
+    }
+    body + "        t: \"f64[]\" = torch.ops.aten.add.Tensor(l0, l1)
+        e_ar: \"f64[]\" = torch.ops._c10d_functional.all_reduce.default(t, 'sum', 'ep')
+        l: \"f64[]\" = torch.ops._c10d_functional.wait_tensor.default(e_ar)
+"
+}
+
+#[test]
+fn microbatches_chunked_over_ep_hold() {
+    // Each ep rank sums its half of each microbatch: every row once, and proven (the chunk
+    // path of the tiling check, `chunked`). Pins that the attacks below fail for their rows.
+    holds(
+        one_stage_at("sum", "sum", &|_, e| chunked_sums(e, [0, 4], 2)),
+        "the chunked microbatches",
+    );
+}
+
+#[test]
+fn microbatches_chunked_short_over_ep_never_hold() {
+    // Chunks of one row at the ep coordinate: rows 0 and 1 of each microbatch only.
+    never_holds(
+        one_stage_at("sum", "sum", &|_, e| chunked_sums(e, [0, 4], 1)),
+        "microbatches chunked a row short",
+    );
+}
+
+#[test]
+fn one_microbatch_chunked_over_ep_twice_never_holds() {
+    never_holds(
+        one_stage_at("sum", "sum", &|_, e| chunked_sums(e, [0, 0], 2)),
+        "one microbatch chunked over ep, twice",
     );
 }

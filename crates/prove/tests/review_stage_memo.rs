@@ -120,7 +120,6 @@ fn a_stage_whose_reduction_coincides_with_a_right_ones_is_not_proved_by_its_memo
     assert_ne!(staged.verdict, Verdict::Proved, "{}", stages(&staged));
 }
 
-
 // ---------------------------------------------------------------------------------------
 // The second-size check's draws (`equiv/second_size.rs`): a proof on reduced sizes stands
 // when two interpreter runs at larger sizes agree. Each case below agrees at the first and
@@ -197,14 +196,27 @@ fn a_coincidence_hidden_by_the_redraw_of_another_integer_is_not_proved() {
     let leaves = BTreeMap::from([
         (
             "x".to_string(),
-            tensor(DType::F32, &[8, 3], (0..24).map(|i| 1.0 + f64::from(i)).collect()),
+            tensor(
+                DType::F32,
+                &[8, 3],
+                (0..24).map(|i| 1.0 + f64::from(i)).collect(),
+            ),
         ),
-        ("t".to_string(), tensor(DType::I64, &[3], vec![0.0, 1.0, 2.0])),
+        (
+            "t".to_string(),
+            tensor(DType::I64, &[3], vec![0.0, 1.0, 2.0]),
+        ),
         ("w".to_string(), tensor(DType::F32, &[2, 3], vec![1.0; 6])),
-        ("u".to_string(), tensor(DType::I64, &[4], vec![0.0, 1.0, 1.0, 0.0])),
+        (
+            "u".to_string(),
+            tensor(DType::I64, &[4], vec![0.0, 1.0, 1.0, 0.0]),
+        ),
     ]);
     let (s, r) = run_y(&case, &leaves);
-    assert!((s[0] - r[0]).abs() < 1e-9 && (s[1] - r[1]).abs() < 1e-9, "{s:?} {r:?}");
+    assert!(
+        (s[0] - r[0]).abs() < 1e-9 && (s[1] - r[1]).abs() < 1e-9,
+        "{s:?} {r:?}"
+    );
     assert!((s[2] - r[2]).abs() > 1.0, "{s:?} {r:?}");
     assert_not_proved(&case);
 }

@@ -120,6 +120,116 @@ fn a_stage_whose_reduction_coincides_with_a_right_ones_is_not_proved_by_its_memo
     assert_ne!(staged.verdict, Verdict::Proved, "{}", stages(&staged));
 }
 
+/// The same case proved in two shards, one stage each, and merged: the shard that proves
+/// `o1` and the shard that finds `o2` not proved give the single process's report, not a
+/// proof.
+#[test]
+fn merged_shards_of_a_right_stage_and_its_wrong_twin_are_not_a_proof() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = swapped_sizes(dir.path());
+    let cfg = ProveConfig::default();
+    let single = prove_staged_with(&case, &cfg, 1, &apart());
+    let plan = stage::plan_with(&case, cfg.reduce, &apart()).unwrap();
+    assert_eq!(plan.distinct.len(), 2, "{}", stages(&single));
+    let out = dir.path().join("results");
+    for i in 0..2 {
+        let mine = shard::shard_stages(&plan, i, 2);
+        let results: Vec<_> = stage::prove_stages(&plan, &mine, &cfg, 1)
+            .into_iter()
+            .map(|(k, o, _)| (k, o))
+            .collect();
+        shard::write_shard(&out, &case.name, &plan, i, 2, &results).unwrap();
+    }
+    let merged = stage::assemble(&case, &plan, &shard::read_shards(&out, &plan).unwrap());
+    assert_ne!(merged.verdict, Verdict::Proved, "{}", stages(&merged));
+    assert_eq!(
+        serde_json::to_string(&merged).unwrap(),
+        serde_json::to_string(&single).unwrap()
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Twins that differ in one place the key must see: a kwarg, an output's layout.
+// ---------------------------------------------------------------------------------------
+
+/// Outputs `o1 = x1 + y1` and `o2 = x2 + y2`; the rank writes `add(x, y, alpha = a)` with
+/// `alpha = 1` for `o1` (right) and `alpha = 2` for `o2` (wrong): one structure but a kwarg.
+#[test]
+fn twins_differing_in_a_kwarg_do_not_share_a_proof() {
+    let dir = tempfile::tempdir().unwrap();
+    let graph = |rank: bool| {
+        let add = |x: &str, y: &str, out: &str, alpha: u32| {
+            if rank {
+                format!("        {out}: \"f32[4, 3]\" = torch.ops.aten.add.Tensor({x}, {y}, alpha = {alpha})\n")
+            } else {
+                format!("        {out}: \"f32[4, 3]\" = torch.ops.aten.add.Tensor({x}, {y})\n")
+            }
+        };
+        format!(
+            "class GraphModule(torch.nn.Module):\n    def forward(self, x1: \"f32[4, 3]\", y1: \"f32[4, 3]\", x2: \"f32[4, 3]\", y2: \"f32[4, 3]\"):\n{}{}        return (o1, o2)\n",
+            add("x1", "y1", "o1", 1),
+            add("x2", "y2", "o2", 2)
+        )
+    };
+    let case = write_case(
+        dir.path(),
+        &graph(false),
+        &graph(true),
+        "  x1: Replicate()\n  y1: Replicate()\n  x2: Replicate()\n  y2: Replicate()\n",
+        "  o1: Replicate()\n  o2: Replicate()\n",
+    );
+    for reduce in [true, false] {
+        let cfg = ProveConfig {
+            reduce,
+            ..ProveConfig::default()
+        };
+        let staged = prove_staged_with(&case, &cfg, 1, &apart());
+        assert_eq!(
+            staged.stages[0].verdict,
+            Some(Verdict::Proved),
+            "{}",
+            stages(&staged)
+        );
+        assert!(!staged.stages[1].memo_hit, "{}", stages(&staged));
+        assert_eq!(staged.verdict, Verdict::Refuted, "{}", stages(&staged));
+    }
+}
+
+/// Outputs `o1 = x1 @ w1` and `o2 = x2 @ w2`, the contraction dim split over tp: each rank's
+/// local product is a partial sum, declared `Partial()` for `o1` (right) and `Replicate()` for
+/// `o2` (wrong: the all-reduce is missing). The twins differ in their relation only.
+#[test]
+fn twins_differing_in_an_output_relation_do_not_share_a_proof() {
+    let dir = tempfile::tempdir().unwrap();
+    let graph = |k: u32| {
+        format!(
+            "class GraphModule(torch.nn.Module):\n    def forward(self, x1: \"f32[4, {k}]\", w1: \"f32[{k}, 3]\", x2: \"f32[4, {k}]\", w2: \"f32[{k}, 3]\"):\n        o1: \"f32[4, 3]\" = torch.ops.aten.mm.default(x1, w1)\n        o2: \"f32[4, 3]\" = torch.ops.aten.mm.default(x2, w2)\n        return (o1, o2)\n"
+        )
+    };
+    let case = write_case(
+        dir.path(),
+        &graph(4),
+        &graph(2),
+        "  x1: Shard(1)\n  w1: Shard(0)\n  x2: Shard(1)\n  w2: Shard(0)\n",
+        "  o1: Partial()\n  o2: Replicate()\n",
+    );
+    for reduce in [true, false] {
+        let cfg = ProveConfig {
+            reduce,
+            ..ProveConfig::default()
+        };
+        let staged = prove_staged_with(&case, &cfg, 1, &apart());
+        assert_eq!(
+            staged.stages[0].verdict,
+            Some(Verdict::Proved),
+            "{}",
+            stages(&staged)
+        );
+        assert!(!staged.stages[1].memo_hit, "{}", stages(&staged));
+        assert_eq!(staged.verdict, Verdict::Refuted, "{}", stages(&staged));
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // The second-size check's draws (`equiv/second_size.rs`): a proof on reduced sizes stands
 // when two interpreter runs at larger sizes agree. Each case below agrees at the first and

@@ -281,3 +281,73 @@ fn a_mask_one_row_long_through_a_product_is_not_proved() {
     assert!(err.to_string().contains("out of range"), "{err}");
     assert_none_proved(&case);
 }
+
+/// Rank `r` of the vocab-parallel update, its local index `clamp(t - lo, 0, top)` (no
+/// `masked_fill`: the other ranks' tokens are clamped into the rows, their gradient masked).
+fn clamped_rank(r: usize, top: usize) -> String {
+    let lo = r * BLOCK;
+    let hi = lo + BLOCK;
+    format!(
+        r#"class GraphModule(torch.nn.Module):
+    def forward(self, grad: "f32[{T}, {D}]", tokens: "i64[{T}]"):
+        lt: "b8[{T}]" = torch.ops.aten.lt.Scalar(tokens, {lo})
+        ge: "b8[{T}]" = torch.ops.aten.ge.Scalar(tokens, {hi})
+        outside: "b8[{T}]" = torch.ops.aten.bitwise_or.Tensor(lt, ge)
+        shifted: "i64[{T}]" = torch.ops.aten.sub.Scalar(tokens, {lo})
+        local: "i64[{T}]" = torch.ops.aten.clamp.default(shifted, 0, {top})
+        outside_1: "b8[{T}, 1]" = torch.ops.aten.unsqueeze.default(outside, 1)
+        kept: "f32[{T}, {D}]" = torch.ops.aten.masked_fill.Scalar(grad, outside_1, 0.0)
+        table: "f32[{BLOCK}, {D}]" = torch.ops.aten.embedding_dense_backward.default(kept, local, {BLOCK}, -1, False)
+        return (table,)
+"#
+    )
+}
+
+/// The local index clamped to `[0, 4]` instead of `[0, 3]`: a token of rank 1's rows is local
+/// row 4 of rank 0's 4 rows (the kernel fails; the interpreter stops), its gradient masked, so
+/// the rows' equality tests dropping it change nothing. A `clamp` (a `max` and a `min`) has no
+/// interval in `exec/range.rs`, so `may_leave` does not refuse, with or without the product
+/// rule of fix 2: only an index shown within its rows would be safe to drop.
+#[test]
+#[ignore = "known bug: an embedding backward index of unknown interval (a clamp one row past) that leaves the rows is dropped, not refused"]
+fn an_index_clamped_one_row_past_is_not_proved() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = write_case(
+        dir.path(),
+        &backward_spec(),
+        [&clamped_rank(0, BLOCK), &clamped_rank(1, BLOCK)],
+        "  grad: Replicate()\n  tokens: Replicate()\n",
+        "  table: Shard(0)\n",
+    );
+    let leaves = BTreeMap::from([
+        (
+            "grad".to_string(),
+            tensor(DType::F32, &[T, D], vec![1.0; T * D]),
+        ),
+        (
+            "tokens".to_string(),
+            tensor(DType::I64, &[T], vec![4.0, 0.0, 1.0, 7.0]),
+        ),
+    ]);
+    let cfg = RunConfig::default();
+    assert!(shardproof_interp::run_graph(&case.spec, &leaves, &cfg).is_ok());
+    let err = shardproof_interp::run_graph(&case.program.ranks[0], &leaves, &cfg).unwrap_err();
+    assert!(err.to_string().contains("out of range"), "{err}");
+    assert_none_proved(&case);
+}
+
+/// Clamped to `[0, 3]`, the update is right; it is proved today (and would be refused where
+/// only indices shown within the rows are accepted).
+#[test]
+fn an_index_clamped_into_the_rows_is_proved() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = write_case(
+        dir.path(),
+        &backward_spec(),
+        [&clamped_rank(0, BLOCK - 1), &clamped_rank(1, BLOCK - 1)],
+        "  grad: Replicate()\n  tokens: Replicate()\n",
+        "  table: Shard(0)\n",
+    );
+    let proof = prove_case(&case, &full_size());
+    assert_eq!(proof.verdict, Verdict::Proved, "{}", report(&proof));
+}

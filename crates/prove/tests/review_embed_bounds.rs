@@ -163,7 +163,6 @@ fn a_vocab_parallel_lookup_is_proved() {
 /// lookup of an index outside the table is a value the output mask then drops, and the case
 /// split over the tokens finds every token's row right.
 #[test]
-#[ignore = "known bug: embedding's index known to reach past its rows is not refused (forward lookup unchecked)"]
 fn a_forward_lookup_past_the_rows_is_not_proved() {
     let dir = tempfile::tempdir().unwrap();
     let case = forward_case(dir.path(), Local::Unmasked);
@@ -261,7 +260,6 @@ fn a_vocab_parallel_update_masked_by_a_product_is_proved() {
 /// row 0 makes up the spec's row 4. `may_leave` sees no interval for `(t - 0) * inside` (a
 /// product of two atoms), so it does not refuse.
 #[test]
-#[ignore = "known bug: an embedding backward index of unknown interval (a product mask) that leaves the rows is dropped, not refused"]
 fn a_mask_one_row_long_through_a_product_is_not_proved() {
     let dir = tempfile::tempdir().unwrap();
     let case = backward_case(dir.path(), 1);
@@ -309,7 +307,6 @@ fn clamped_rank(r: usize, top: usize) -> String {
 /// interval in `exec/range.rs`, so `may_leave` does not refuse, with or without the product
 /// rule of fix 2: only an index shown within its rows would be safe to drop.
 #[test]
-#[ignore = "known bug: an embedding backward index of unknown interval (a clamp one row past) that leaves the rows is dropped, not refused"]
 fn an_index_clamped_one_row_past_is_not_proved() {
     let dir = tempfile::tempdir().unwrap();
     let case = write_case(
@@ -359,7 +356,6 @@ fn an_index_clamped_into_the_rows_is_proved() {
 /// no row `k`), and the proof stands though the rank fails on inputs the spec accepts. Only
 /// an index shown within the rows (fix 4) refuses it.
 #[test]
-#[ignore = "known bug: an embedding backward over plain integers (no index use in the spec) drops tokens past its rows"]
 fn a_backward_over_tokens_the_spec_does_not_bound_is_not_proved() {
     let classes = BLOCK;
     let spec = format!(

@@ -654,6 +654,18 @@ pub(crate) fn embedding(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> 
         return Err(ctx.unsupported("a weight that is not 2-d"));
     }
     let (v, d) = (w.shape[0], w.shape[1]);
+    // An index not shown within the rows may be one `F.embedding` raises on, where the lookup
+    // outside the table is an opaque value that a mask on the output may then drop (a rank
+    // that masks its output but not its index): refused, as `embedding_backward` does.
+    if idx
+        .elems
+        .iter()
+        .any(|&i| !super::range::within(ctx.arena, i, v))
+    {
+        return Err(ctx.unsupported(format!(
+            "embedding indices that may fall outside its {v} rows, where the kernel fails"
+        )));
+    }
     let meta = ctx.out_meta(0)?;
     let columns: Vec<Vec<ExprId>> = (0..d)
         .map(|j| (0..v).map(|i| w.elems[i * d + j]).collect())
@@ -690,12 +702,13 @@ pub(crate) fn embedding_backward(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, Ex
         )));
     }
     let (v, d) = (meta.shape[0], meta.shape[1]);
-    // An index shown able to leave the rows (a rank's mask one row long) is one the kernel
-    // fails on, where the rows' equality tests would just drop it.
+    // An index not shown within the rows (a rank's mask one row long, or an integer of
+    // unknown range) may be one the kernel fails on, where the rows' equality tests would
+    // just drop it.
     if idx
         .elems
         .iter()
-        .any(|&i| super::range::may_leave(ctx.arena, i, v))
+        .any(|&i| !super::range::within(ctx.arena, i, v))
     {
         return Err(ctx.unsupported(format!(
             "embedding_dense_backward indices that may fall outside its {v} rows, where the kernel fails"

@@ -43,7 +43,9 @@ pub(crate) fn within(arena: &Arena, e: ExprId, n: usize) -> bool {
 
 /// Whether `e`'s interval is known and reaches outside `[0, n)`: an index a kernel may fail
 /// on. `false` where no interval is known (an integer of unknown range), where the caller
-/// cannot tell either way.
+/// cannot tell either way. The kernels refuse any index not shown [`within`] their rows (an
+/// unknown interval may leave them too); tests use this to tell the two apart.
+#[cfg(test)]
 pub(crate) fn may_leave(arena: &Arena, e: ExprId, n: usize) -> bool {
     let Ok(n) = i64::try_from(n) else {
         return false;
@@ -73,12 +75,94 @@ fn expr_range(arena: &Arena, e: ExprId, bounds: &Bounds, depth: u32) -> Option<R
                     }
                 }
             },
-            _ => return None,
+            // A product: a mask as an integer factor (`(t - lo) · inside`), split on its
+            // boolean atoms.
+            _ => return split_on_booleans(arena, e, bounds, depth),
         };
         lo += a;
         hi += b;
     }
     Some(Range::Within(lo, hi))
+}
+
+/// The range of a polynomial whose products hold boolean atoms (a mask as an integer factor:
+/// `(t - lo) · inside`): every assignment of its boolean atoms (at most
+/// [`MAX_CONDITION_ATOMS`]) that the bounds it implies admit leaves each term a constant or
+/// a single atom; the hull over the assignments. `None` where a term keeps a product.
+fn split_on_booleans(arena: &Arena, e: ExprId, bounds: &Bounds, depth: u32) -> Option<Range> {
+    if depth > MAX_DEPTH {
+        return None;
+    }
+    let poly = arena.poly(e);
+    let mut atoms: Vec<AtomId> = poly
+        .terms
+        .iter()
+        .flat_map(|(m, _)| m.iter().map(|&(a, _)| a))
+        .filter(|&a| is_boolean(arena, a))
+        .collect();
+    atoms.sort_unstable();
+    atoms.dedup();
+    if atoms.is_empty() || atoms.len() > MAX_CONDITION_ATOMS {
+        return None;
+    }
+    let mut hull: Option<(Coeff, Coeff)> = None;
+    'cases: for mask in 0u32..(1 << atoms.len()) {
+        let value = |a: AtomId| {
+            atoms
+                .iter()
+                .position(|&b| b == a)
+                .map(|k| mask & (1 << k) != 0)
+        };
+        let mut inner = bounds.clone();
+        for &a in &atoms {
+            for (s, lo, hi) in atom_facts(arena, a, value(a).expect("collected")) {
+                if !tighten(&mut inner, s, lo, hi) {
+                    continue 'cases;
+                }
+            }
+        }
+        // The terms left once the atoms take their values, like terms collected (`t - t·b`
+        // at `b = 1` is 0, not `[lo, hi] - [lo, hi]`).
+        let mut left: BTreeMap<Vec<_>, Coeff> = BTreeMap::new();
+        for (m, c) in &poly.terms {
+            // A boolean atom's power is the atom: 0 drops the term, 1 leaves the rest.
+            if m.iter().any(|&(a, _)| value(a) == Some(false)) {
+                continue;
+            }
+            let rest: Vec<_> = m
+                .iter()
+                .filter(|&&(a, _)| value(a).is_none())
+                .copied()
+                .collect();
+            *left.entry(rest).or_insert_with(Coeff::zero) += c;
+        }
+        let (mut lo, mut hi) = (Coeff::zero(), Coeff::zero());
+        for (m, c) in left.iter().filter(|(_, c)| !c.is_zero()) {
+            let (a, b) = match m.as_slice() {
+                [] => (c.clone(), c.clone()),
+                [(atom, 1)] => match atom_range(arena, *atom, &inner, depth + 1)? {
+                    // A symbol its bounds leave no value: no input reaches this assignment.
+                    Range::Empty => continue 'cases,
+                    Range::Within(x, y) => {
+                        let (x, y) = (c.clone() * &x, c.clone() * &y);
+                        if c.is_negative() {
+                            (y, x)
+                        } else {
+                            (x, y)
+                        }
+                    }
+                },
+                _ => return None,
+            };
+            lo += a;
+            hi += b;
+        }
+        hull = Some(match hull {
+            None => (lo, hi),
+            Some((a, b)) => (a.min(lo), b.max(hi)),
+        });
+    }
+    Some(hull.map_or(Range::Empty, |(lo, hi)| Range::Within(lo, hi)))
 }
 
 fn atom_range(arena: &Arena, a: AtomId, bounds: &Bounds, depth: u32) -> Option<Range> {
@@ -111,6 +195,24 @@ fn atom_range(arena: &Arena, a: AtomId, bounds: &Bounds, depth: u32) -> Option<R
                 }
             }
             Some(hull.map_or(Range::Empty, |(lo, hi)| Range::Within(lo, hi)))
+        }
+        // `clamp`: the largest (smallest) of the arguments lies between the largest
+        // (smallest) of their lower ends and of their upper ends.
+        Atom::App(f @ (Func::Max | Func::Min), args) => {
+            let mut ends: Option<(Coeff, Coeff)> = None;
+            for &x in args {
+                match expr_range(arena, x, bounds, depth + 1)? {
+                    Range::Empty => return Some(Range::Empty),
+                    Range::Within(lo, hi) => {
+                        ends = Some(match ends {
+                            None => (lo, hi),
+                            Some((a, b)) if *f == Func::Max => (a.max(lo), b.max(hi)),
+                            Some((a, b)) => (a.min(lo), b.min(hi)),
+                        });
+                    }
+                }
+            }
+            ends.map(|(lo, hi)| Range::Within(lo, hi))
         }
         _ => None,
     }
@@ -363,5 +465,50 @@ mod tests {
         assert!(!may_leave(&ar, n, 16));
         let fits = masked_label(&mut ar, l, 16, 32);
         assert!(!may_leave(&ar, fits, 16) && !may_leave(&ar, masked_n, 16));
+    }
+
+    /// The mask as an integer factor, `(l - lo) · not(l < lo or l >= hi)`: each assignment of
+    /// the comparisons bounds `l`, and `l - l·b` at `b = 1` is 0 (like terms collected before
+    /// their intervals are added). One row long, the index leaves the rows.
+    #[test]
+    fn a_label_masked_by_a_product_has_its_interval() {
+        let mut ar = Arena::new(Budget::default());
+        let l = ar.symbol("labels[0]", SymbolKind::Index(64)).unwrap();
+        let product_masked = |ar: &mut Arena, lo: i64, hi: i64| {
+            let (clo, chi) = (ar.int(lo).unwrap(), ar.int(hi).unwrap());
+            let below = ar.gt(clo, l).unwrap();
+            let above = ar.ge(l, chi).unwrap();
+            let truthy = |ar: &mut Arena, x: ExprId| {
+                let z = ar.app(Func::IsZero, vec![x]).unwrap();
+                ar.not(z).unwrap()
+            };
+            let (tb, ta) = (truthy(ar, below), truthy(ar, above));
+            let s = ar.add(tb, ta).unwrap();
+            let p = ar.mul(tb, ta).unwrap();
+            let outside = ar.sub(s, p).unwrap();
+            let inside = ar.app(Func::IsZero, vec![outside]).unwrap();
+            let shifted = ar.sub(l, clo).unwrap();
+            ar.mul(shifted, inside).unwrap()
+        };
+        let fits = product_masked(&mut ar, 16, 32);
+        assert!(within(&ar, fits, 16) && !may_leave(&ar, fits, 16));
+        let long = product_masked(&mut ar, 16, 33);
+        assert!(!within(&ar, long, 16) && may_leave(&ar, long, 16));
+    }
+
+    /// `clamp(l - 16, 0, k)`: within 16 rows for `k = 15`, one past them for `k = 16`.
+    #[test]
+    fn a_clamped_label_has_its_interval() {
+        let mut ar = Arena::new(Budget::default());
+        let l = ar.symbol("labels[0]", SymbolKind::Index(64)).unwrap();
+        let c = ar.int(16).unwrap();
+        let shifted = ar.sub(l, c).unwrap();
+        let zero = ar.int(0).unwrap();
+        let floor = ar.max(shifted, zero).unwrap();
+        let (k15, k16) = (ar.int(15).unwrap(), ar.int(16).unwrap());
+        let fits = ar.min(floor, k15).unwrap();
+        let past = ar.min(floor, k16).unwrap();
+        assert!(within(&ar, fits, 16) && !may_leave(&ar, fits, 16));
+        assert!(!within(&ar, past, 16) && may_leave(&ar, past, 16));
     }
 }

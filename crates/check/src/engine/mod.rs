@@ -32,6 +32,7 @@ use findings::{
 };
 use frame::FrameMode;
 use local_means::LiftedReduction;
+pub use local_means::{LocalMeanDims, PieceFactor};
 use recv::{moves_partial, recv_read, resume_at, sent_records, start_state};
 use scaling::{consumed_folded, folded_share, read_times_n, scale_records, ScaleRecord};
 pub use scaling::{spec_scaling_positions, SpecScaling};
@@ -235,6 +236,9 @@ fn propagate_rank_from(
     // Per mesh dim, the local-means walk's answers so far (`local_means`): the values it
     // reads come before the call or from other ranks' finished runs, so they hold for the run.
     let mut local_means_memo = local_means::Memo::default();
+    // The walks behind the claims' factors (`RankPlacements::local_means`): the loss
+    // backwards' local means only.
+    let mut piece_memo = local_means::Memo::facts();
     let mut rule_of: HashMap<&OpName, Option<&'static rules::Rule>> = HashMap::new();
     let mut def_of: HashMap<&OpName, Option<&OpDef>> = HashMap::new();
     let mut dual_lifts = std::mem::take(&mut rp.dual_lifts);
@@ -250,9 +254,30 @@ fn propagate_rank_from(
     // In-place writes of a value still carrying a reduce-scatter's factor
     // (`scattered_factor`): made `Unknown` once the run is done.
     let mut scattered_writes: Vec<usize> = Vec::new();
+    // The values whose local-means answer is recorded (`RankPlacements::local_means`): a
+    // resumed run keeps those before `start`.
+    let first_value = rp
+        .offsets
+        .get(start)
+        .map_or(rp.invariant.len(), |&o| o as usize);
+    let mut means_recorded = local_means::MeansRecorded::new(rp.invariant.len(), first_value);
     for (i, node) in g.nodes.iter().enumerate().skip(start) {
         let base = rp.offsets[i] as usize;
         let nout = node.outputs.len();
+        let node_inputs = node.inputs();
+        if let NodeKind::Call { op, .. } = &node.kind {
+            // The inputs' answers before the rule runs (a finding names their factor); the
+            // outputs marked where they may carry one.
+            local_means::record_local_means(
+                sh,
+                r,
+                node_inputs.iter().copied(),
+                (done, &mut piece_memo),
+                &mut means_recorded,
+                &mut rp,
+            );
+            local_means::mark_local_means(op, &node_inputs, (base, nout), &rp, &mut means_recorded);
+        }
         let set = |rp: &mut RankPlacements, o: usize, m: usize, p: Place| {
             rp.places[(base + o) * nd + m] = p;
         };
@@ -306,7 +331,7 @@ fn propagate_rank_from(
                 continue;
             }
             NodeKind::Call { op, args, kwargs } => {
-                let inputs = node.inputs();
+                let inputs = node_inputs;
                 // Derived from a lift whose pieces were local means (`lifted_means`): the
                 // record passes to every output, whatever the call.
                 let lifted_below = inputs.iter().fold(0u64, |a, v| {
@@ -1322,6 +1347,16 @@ fn propagate_rank_from(
     rp.dual_lifts = dual_lifts;
     rp.coord_reads = coord_read.get();
     local_means::unsettled_scattered_factors(g, start, nd, &scattered_writes, &mut rp);
+    let values = (start..g.nodes.len())
+        .flat_map(|i| (0..g.nodes[i].outputs.len()).map(move |o| ValueId::new(i, o)));
+    local_means::record_local_means(
+        sh,
+        r,
+        values,
+        (done, &mut piece_memo),
+        &mut means_recorded,
+        &mut rp,
+    );
     // Unknown values: count them.
     // A value n times the tensor (`times_n`) is counted only where a reader makes it unknown.
     rp.unknown_values = rp

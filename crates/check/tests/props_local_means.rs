@@ -195,3 +195,38 @@ fn the_total_weight_and_class_weights_decide_the_factor() {
     assert!(seen.skipped.is_none() && !seen.finding, "{seen:?}");
     assert_eq!(seen.factors, vec![PieceFactor::NotKnown], "{seen:?}");
 }
+
+/// A local mean sent along a ring over tp while dp splits the rows: the receiver holds the
+/// sender's values, the same dp piece, so the recv carries the sender's factor (dp's 2).
+#[test]
+fn a_received_local_mean_keeps_the_sender_s_factor() {
+    let tp = 2;
+    let ranks = (0..4)
+        .map(|r| {
+            let (row, j) = (r / tp, r % tp);
+            let dst = row * tp + (j + 1) % tp;
+            let src = row * tp + (j + tp - 1) % tp;
+            let mut lines = chained_loss();
+            lines.push(format!(
+                "snd = torch.ops.shardproof_p2p.send.default(lm, {dst}, 0)"
+            ));
+            lines.push(format!(
+                "out = torch.ops.shardproof_p2p.recv.default([2, 3], torch.float64, {src}, 0)"
+            ));
+            lines
+        })
+        .collect();
+    let mut spec = chained_loss();
+    spec.push("out = torch.ops.aten.clone.default(lm)".into());
+    let prog = Program {
+        mesh: vec![2, tp],
+        inputs: inputs(2, &[true, false]),
+        spec,
+        ranks,
+        checked: vec![("out".into(), "out".into())],
+    };
+    let seen = props::run(&prog, 11).unwrap_or_else(|e| panic!("{e}"));
+    assert!(seen.skipped.is_none() && !seen.finding, "{seen:?}");
+    assert_eq!(seen.factors, vec![PieceFactor::Times(2)], "{seen:?}");
+    assert_eq!(seen.claims, 1, "{seen:?}");
+}

@@ -60,7 +60,7 @@ pub mod synth;
 mod temporal;
 mod vocab;
 
-pub use engine::{group_dims, RankMetas, RankPlacements};
+pub use engine::{group_dims, LocalMeanDims, PieceFactor, RankMetas, RankPlacements};
 pub use place::{perm_code, perm_offsets, Place, Red, RowKey, RowTable, SpmdType};
 pub use report::{ranks_text, Check, Finding, RawFinding, Report, UnknownSource, Verdict};
 

@@ -176,22 +176,32 @@ pub(crate) fn senders_sit_alike(
     })
 }
 
-/// Sender `s`'s placements of the value its send node `j` sends, once `s` is propagated.
+/// Sender `s`'s placements of the value its send node `j` sends, with its local-means record,
+/// once `s` is propagated.
 pub(crate) fn sent_placements(
     sh: &Shared,
     s: usize,
     j: usize,
     done: &[Option<std::sync::Arc<RankPlacements>>],
-) -> Option<Vec<Place>> {
+) -> Option<SentPlacements> {
     let sent = sh.program.ranks[s].nodes[j].inputs().first().copied()?;
     let sp = done.get(s)?.as_ref()?;
-    (sp.offsets.len() == sh.program.ranks[s].nodes.len())
-        .then(|| sp.of(sent, sh.program.mesh.dims.len()).to_vec())
+    (sp.offsets.len() == sh.program.ranks[s].nodes.len()).then(|| {
+        let at = sp.offsets[sent.node] as usize + sent.output;
+        (
+            sp.of(sent, sh.program.mesh.dims.len()).to_vec(),
+            sp.local_means.get(&at).copied(),
+        )
+    })
 }
+
+/// The sender's placements of a sent value, with its local-means record (the recv takes it:
+/// `RankPlacements::local_means`).
+pub(crate) type SentPlacements = (Vec<Place>, Option<engine::LocalMeanDims>);
 
 /// What a recv of a rank read in its latest run: per message, (recv node, sender rank,
 /// send node, the sender's placements of the sent value then; `None`: not yet propagated).
-pub(crate) type RecvReads = Vec<(usize, usize, usize, Option<Vec<Place>>)>;
+pub(crate) type RecvReads = Vec<(usize, usize, usize, Option<SentPlacements>)>;
 
 /// Ranks propagated again whose run would read exactly what an earlier rank's latest run
 /// read, so that its placements are that run's result (issue 44: the pipeline's receivers

@@ -462,9 +462,10 @@ const LOSSES: &[Op] = &[
         checked: &["out"],
         known_bug: None,
     },
-    // Reduction mean, dividing by a replicated total weight (a literal on every rank). With
-    // the forward's total weight over row shards it is a known bug, pinned by
-    // `a_mean_nll_loss_backward_over_row_shards_divides_by_the_local_count`.
+    // Reduction mean, dividing by a replicated total weight (a literal on every rank): the
+    // spec's pieces. With the forward's total weight over row shards the pieces are local
+    // means, claimed with their factor
+    // (`a_mean_nll_loss_backward_over_row_shards_divides_by_the_local_count`).
     Op {
         name: "nll_loss_backward_mean",
         inputs: |s| {
@@ -558,15 +559,13 @@ fn norm_backward_placements_agree_with_the_interpreter() {
     );
 }
 
-/// Known bug: `native_layer_norm_backward` reads only `grad_out` and `input`: a partial
-/// `mean` (or `rstd`, or weight) beside replicated operands is claimed a replicated
-/// gradient, while each rank normalizes with its own piece of the statistics.
-/// Known bug: `nll_loss_backward` with reduction mean divides by `total_weight`, which the
-/// rule does not read. Over row shards the forward's total weight is the rank's own count (a
-/// partial sum): each rank's rows are scaled by 1/(N/n) where the spec's are by 1/N, yet the
-/// gradient is claimed the spec's `Shard(0)`.
+/// `nll_loss_backward` with reduction mean divides by `total_weight`. Over row shards the
+/// forward's total weight is the rank's own count (a partial sum): each rank's rows are
+/// scaled by 1/(N/n) where the spec's are by 1/N, so each piece is the rank's local mean, `n`
+/// times the spec's shard. The claim says so: `Shard(0)` with the factor 2, which the
+/// harness checks against the interpreter as "the pieces make twice the spec's value" (the
+/// factor dropped, the same claim is contradicted).
 #[test]
-#[ignore = "known bug: nll_loss_backward ignores the placement of total_weight; the fix (notes/s77/check-props-fix-3.diff) costs 21 zoo holds: the engine reads a rank's mean-loss gradient as the spec's shard (local_means.rs), see notes/s77/check-propfix.md"]
 fn a_mean_nll_loss_backward_over_row_shards_divides_by_the_local_count() {
     let op = Op {
         name: "nll_loss_backward_mean_chained",
@@ -592,7 +591,12 @@ fn a_mean_nll_loss_backward_over_row_shards_divides_by_the_local_count() {
         ],
         1,
     );
-    assert_eq!(s.claims + s.declined, 1, "{s:?}");
+    assert_eq!(s.claims, 1, "{s:?}");
+    assert_eq!(
+        s.factors,
+        vec![shardproof_check::PieceFactor::Times(2)],
+        "{s:?}"
+    );
 }
 
 /// Known bug: `mse_loss_backward` with reduction mean scales by 2/numel of the rank's

@@ -409,7 +409,18 @@ pub(super) fn placements_text(sh: &Shared, rp: &RankPlacements, g: &Graph, v: Va
             format!("{name}: {p} [{t}]")
         })
         .collect();
-    format!("`{}` {{{}}}", g.value_name(v), body.join(", "))
+    let sizes: Vec<usize> = sh.program.mesh.dims.iter().map(|d| d.1).collect();
+    // A local mean's pieces are not the spec's: the placements say so with their factor.
+    let pieces = match rp.piece_factor(v, &sizes) {
+        super::PieceFactor::Spec => String::new(),
+        super::PieceFactor::Times(f) => {
+            format!(", pieces {f} times the spec's (local means)")
+        }
+        super::PieceFactor::NotKnown => {
+            ", pieces derived from local means by a factor not known".to_string()
+        }
+    };
+    format!("`{}` {{{}}}{pieces}", g.value_name(v), body.join(", "))
 }
 
 pub(super) fn raw_finding(

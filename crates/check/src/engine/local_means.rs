@@ -44,21 +44,22 @@ pub(super) enum Pieces {
     Unknown,
 }
 
-/// A walk's answer for one value on every mesh dim at once: bit `k` of `local` where its
-/// pieces on `k` are local means (each `n_k` times the spec's), of `unknown` where that is not
-/// known; neither: the spec's pieces there ([`Pieces::Spec`]). The value is then the spec's
-/// times the product of the `local` dims' sizes (its *factor*), known where no dim is unknown.
+/// A local-means walk's answer for one value on every mesh dim at once: bit `k` of `local`
+/// where its pieces on `k` are local means (each `n_k` times the spec's), of `unknown` where
+/// that is not known; neither: the spec's pieces there. The value, laid out by its
+/// placements, is then the spec's times the product of the `local` dims' sizes (its
+/// *factor*, [`LocalMeanDims::factor`]), known where no dim is unknown.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(super) struct Factors {
+pub struct LocalMeanDims {
     /// Mesh dims whose pieces are local means.
     pub local: u64,
     /// Mesh dims where that is not known.
     pub unknown: u64,
 }
 
-impl Factors {
+impl LocalMeanDims {
     /// The spec's pieces on every mesh dim.
-    const SPEC: Factors = Factors {
+    pub const SPEC: LocalMeanDims = LocalMeanDims {
         local: 0,
         unknown: 0,
     };
@@ -76,8 +77,8 @@ impl Factors {
     }
 
     /// Dims known to be a local mean, the rest cleared of it.
-    fn settle(local: u64, unknown: u64) -> Factors {
-        Factors {
+    fn settle(local: u64, unknown: u64) -> LocalMeanDims {
+        LocalMeanDims {
             local: local & !unknown,
             unknown,
         }
@@ -85,8 +86,8 @@ impl Factors {
 
     /// A product's answer from its factors': per mesh dim at most one local mean (two are
     /// `n_k²` times the spec's, which the answer does not count).
-    fn times(self, o: Factors) -> Factors {
-        Factors::settle(
+    fn times(self, o: LocalMeanDims) -> LocalMeanDims {
+        LocalMeanDims::settle(
             self.local | o.local,
             self.unknown | o.unknown | (self.local & o.local),
         )
@@ -94,7 +95,7 @@ impl Factors {
 
     /// The factor by which the value is the spec's: the product of the sizes of its `local`
     /// mesh dims (`sizes`), where no mesh dim of more than one coordinate is unknown.
-    pub(super) fn factor(self, sizes: &[usize]) -> Option<u64> {
+    pub fn factor(self, sizes: &[usize]) -> Option<u64> {
         let mut f = 1u64;
         for (k, &n) in sizes.iter().enumerate() {
             let bit = 1u64.checked_shl(k as u32).unwrap_or(0);
@@ -113,7 +114,23 @@ impl Factors {
 /// from another rank's finished run), so its answer holds for the rest of the run.
 #[derive(Default)]
 pub(super) struct Memo {
-    answers: HashMap<(usize, ValueId), Factors>,
+    answers: HashMap<(usize, ValueId), LocalMeanDims>,
+    /// Whether the walks answer from the loss backwards' local means alone, a folded
+    /// share's pending records left out ([`Memo::facts`]).
+    facts_only: bool,
+}
+
+impl Memo {
+    /// The answers of walks that read only the local means of a mean loss's backward: a
+    /// folded share's pending record is the scaling's reading of a factor (taken where the
+    /// share is lifted, and also met where a rank's factor merely equals the spec's: a
+    /// learning rate, `x * 2`), not a fact about the values, so a claim does not rest on it.
+    pub(super) fn facts() -> Memo {
+        Memo {
+            facts_only: true,
+            ..Memo::default()
+        }
+    }
 }
 
 /// One walk's state: the rank being propagated (`r`, its placements so far `rp`), the other
@@ -123,13 +140,15 @@ pub(super) struct LocalMeans<'a, 's> {
     r: usize,
     rp: &'a RankPlacements,
     done: &'a [Option<Arc<RankPlacements>>],
-    memo: HashMap<(usize, ValueId), Factors>,
+    memo: HashMap<(usize, ValueId), LocalMeanDims>,
     visits: usize,
+    /// The memo's [`Memo::facts_only`].
+    facts_only: bool,
 }
 
 /// What one value's answer needs: the answer, or the values to answer first.
 enum Step {
-    Done(Factors),
+    Done(LocalMeanDims),
     Need(Vec<(usize, ValueId)>),
 }
 
@@ -150,6 +169,7 @@ impl<'a, 's> LocalMeans<'a, 's> {
             done,
             memo: std::mem::take(&mut memo.answers),
             visits: 0,
+            facts_only: memo.facts_only,
         }
     }
 
@@ -159,7 +179,7 @@ impl<'a, 's> LocalMeans<'a, 's> {
     }
 
     /// The answer for value `v` of rank `q`.
-    pub(super) fn of(&mut self, q: usize, v: ValueId) -> Factors {
+    pub(super) fn of(&mut self, q: usize, v: ValueId) -> LocalMeanDims {
         let mut stack = vec![(q, v)];
         let mut open: HashSet<(usize, ValueId)> = HashSet::new();
         while let Some(&top) = stack.last() {
@@ -169,7 +189,7 @@ impl<'a, 's> LocalMeans<'a, 's> {
             }
             self.visits += 1;
             if self.visits > MAX_VISITS {
-                return Factors {
+                return LocalMeanDims {
                     local: 0,
                     unknown: u64::MAX,
                 };
@@ -187,7 +207,7 @@ impl<'a, 's> LocalMeans<'a, 's> {
                         if open.contains(&d) {
                             self.memo.insert(
                                 d,
-                                Factors {
+                                LocalMeanDims {
                                     local: 0,
                                     unknown: u64::MAX,
                                 },
@@ -199,7 +219,7 @@ impl<'a, 's> LocalMeans<'a, 's> {
                 }
             }
         }
-        self.memo.get(&(q, v)).copied().unwrap_or(Factors {
+        self.memo.get(&(q, v)).copied().unwrap_or(LocalMeanDims {
             local: 0,
             unknown: u64::MAX,
         })
@@ -221,7 +241,7 @@ impl<'a, 's> LocalMeans<'a, 's> {
 
     /// One value's answer from its inputs' (or the inputs it still needs).
     fn step(&self, q: usize, v: ValueId) -> Step {
-        const UNKNOWN: Factors = Factors {
+        const UNKNOWN: LocalMeanDims = LocalMeanDims {
             local: 0,
             unknown: u64::MAX,
         };
@@ -234,19 +254,19 @@ impl<'a, 's> LocalMeans<'a, 's> {
         };
         // The folded share's records: pieces of `k` summed instead of averaged (`Unknown`),
         // or pending (`LocalMean`); the other mesh dims as the operator gives them.
-        let records = (0..nd).map(|m| at * nd + m);
+        let records = (0..nd).map(|m| at * nd + m).filter(|_| !self.facts_only);
         let summed = records.clone().fold(0u64, |a, x| a | rp.folded_summed[x]);
         let pending = records.fold(0u64, |a, x| a | rp.folded_pending[x]) & !summed;
         let covered = summed | pending;
         let every_dim = 1u64.checked_shl(nd as u32).map_or(u64::MAX, |b| b - 1);
-        let with_records = |f: Factors| {
-            Factors::settle(
+        let with_records = |f: LocalMeanDims| {
+            LocalMeanDims::settle(
                 pending | (f.local & !covered),
                 summed | (f.unknown & !covered),
             )
         };
         if covered & every_dim == every_dim {
-            return Step::Done(with_records(Factors::SPEC));
+            return Step::Done(with_records(LocalMeanDims::SPEC));
         }
         match self.operator_step(q, v, rp, nd) {
             Step::Done(f) => Step::Done(with_records(f)),
@@ -261,9 +281,9 @@ impl<'a, 's> LocalMeans<'a, 's> {
         let node = &g.nodes[v.node];
         let NodeKind::Call { op, args, .. } = &node.kind else {
             // A graph input or a module constant: the case's pieces of the spec's tensor.
-            return Step::Done(Factors::SPEC);
+            return Step::Done(LocalMeanDims::SPEC);
         };
-        let unknown = Factors {
+        let unknown = LocalMeanDims {
             local: 0,
             unknown: u64::MAX,
         };
@@ -296,13 +316,33 @@ impl<'a, 's> LocalMeans<'a, 's> {
         };
         match family {
             "linear-unary" | "view" | "transpose" | "permute" | "unsqueeze" | "squeeze"
-            | "expand" | "repeat" | "slice" | "select" | "split" | "flip" | "triangle" | "pad"
-            | "scan" => self.first_only(&tensors),
+            | "expand" | "repeat" | "slice" | "select" | "split" | "flip" | "triangle" => {
+                self.first_only(&tensors)
+            }
+            // A cumulative product multiplies the factor into itself; a pad by a number
+            // other than zero adds the spec's own elements beside the scaled ones.
+            "scan" if op.name == "cumsum" => self.first_only(&tensors),
+            "pad" if !nonzero_number(args.get(2)) => self.first_only(&tensors),
+            // Linear in the gradient (the first operand) only: the saved input, output or
+            // statistics enter non-linearly, so they must be the spec's.
+            "activation-backward" | "softmax-backward" | "norm-backward" => {
+                self.first_only(&tensors)
+            }
             "reduction" if matches!(op.name.as_str(), "sum" | "mean") => self.first_only(&tensors),
             "elementwise-add" | "cat" | "stack" | "slice-scatter" | "copy" => {
                 let terms: Vec<(usize, ValueId)> =
                     tensors.iter().copied().filter(|&(_, u)| !zero(u)).collect();
-                self.need_or(&terms, same)
+                // A number added (`add.Scalar(x, 1)`, `rsub(x, 1)`) is a term of the spec's
+                // own: beside a local mean the sum mixes factors.
+                let number_term = family == "elementwise-add"
+                    && args.iter().take(2).any(|a| nonzero_number(Some(a)));
+                self.need_or(&terms, move |a| {
+                    let mut terms = a.to_vec();
+                    if number_term {
+                        terms.push(LocalMeanDims::SPEC);
+                    }
+                    same(&terms)
+                })
             }
             // Linear in the values, the mask read as is.
             "where" => match (positional(0), positional(1), positional(2)) {
@@ -363,29 +403,22 @@ impl<'a, 's> LocalMeans<'a, 's> {
                 self.need_or(&want, move |a| {
                     let read_as_is = a[..indices]
                         .iter()
-                        .fold(Factors::SPEC, |acc, &f| acc.times(f));
+                        .fold(LocalMeanDims::SPEC, |acc, &f| acc.times(f));
                     let mut terms = a[indices..].to_vec();
                     if nonzero_number {
-                        terms.push(Factors::SPEC);
+                        terms.push(LocalMeanDims::SPEC);
                     }
                     spec_first(read_as_is, same(&terms))
                 })
             }
-            "elementwise-mul"
-            | "matmul"
-            | "activation-backward"
-            | "softmax-backward"
-            | "norm-backward"
-            | "embedding-backward"
-            | "gather"
-            | "index-select"
+            "elementwise-mul" | "matmul" | "embedding-backward" | "gather" | "index-select"
             | "index" => self.need_or(&tensors, |a| {
-                a.iter().fold(Factors::SPEC, |acc, &p| acc.times(p))
+                a.iter().fold(LocalMeanDims::SPEC, |acc, &p| acc.times(p))
             }),
             "elementwise-div" => self.need_or(&tensors, |a| match a {
                 [x] => *x,
                 [x, d] => spec_first(*d, *x),
-                _ => Factors {
+                _ => LocalMeanDims {
                     local: 0,
                     unknown: u64::MAX,
                 },
@@ -409,7 +442,7 @@ impl<'a, 's> LocalMeans<'a, 's> {
                 // spec's pieces pass on `k`.
                 let moves = matches!(family, "all-gather" | "reduce-scatter" | "all-to-all");
                 match self.first_only(&tensors) {
-                    Step::Done(f) if !moves => Step::Done(Factors::settle(
+                    Step::Done(f) if !moves => Step::Done(LocalMeanDims::settle(
                         f.local & !over,
                         f.unknown | (f.local & over),
                     )),
@@ -434,21 +467,23 @@ impl<'a, 's> LocalMeans<'a, 's> {
                         })
                         .fold(0u64, |a, k| a | (1 << k))
                 });
+                let mean = reduction == Some(1);
+                let (local, unknown) = if mean && family == "nll-loss-backward" {
+                    nll_mean_divisor(split, positional(3), positional(6), place_on)
+                } else if mean {
+                    // mse divides by the rank's element count: n_k times fewer on a split.
+                    (split, 0)
+                } else {
+                    (0, 0)
+                };
                 self.need_or(&tensors, move |a| {
-                    let all = a.iter().fold(Factors::SPEC, |acc, &p| acc.times(p));
-                    if reduction == Some(1) {
-                        all.times(Factors {
-                            local: split,
-                            unknown: 0,
-                        })
-                    } else {
-                        all
-                    }
+                    let all = a.iter().fold(LocalMeanDims::SPEC, |acc, &p| acc.times(p));
+                    all.times(LocalMeanDims::settle(local, unknown))
                 })
             }
             _ => self.need_or(&tensors, |a| {
                 let any = a.iter().fold(0u64, |acc, f| acc | f.local | f.unknown);
-                Factors {
+                LocalMeanDims {
                     local: 0,
                     unknown: any,
                 }
@@ -459,16 +494,20 @@ impl<'a, 's> LocalMeans<'a, 's> {
     /// The first input's answer on the mesh dims where every other input is `Spec`.
     fn first_only(&self, tensors: &[(usize, ValueId)]) -> Step {
         if tensors.is_empty() {
-            return Step::Done(Factors::SPEC);
+            return Step::Done(LocalMeanDims::SPEC);
         }
         self.need_or(tensors, |a| {
             let others = a[1..].iter().fold(0u64, |acc, f| acc | f.local | f.unknown);
-            Factors::settle(a[0].local, a[0].unknown | others)
+            LocalMeanDims::settle(a[0].local, a[0].unknown | others)
         })
     }
 
     /// `combine` of the answers of `deps` where all are known; else the ones still needed.
-    fn need_or(&self, deps: &[(usize, ValueId)], combine: impl Fn(&[Factors]) -> Factors) -> Step {
+    fn need_or(
+        &self,
+        deps: &[(usize, ValueId)],
+        combine: impl Fn(&[LocalMeanDims]) -> LocalMeanDims,
+    ) -> Step {
         let missing: Vec<(usize, ValueId)> = deps
             .iter()
             .copied()
@@ -477,27 +516,171 @@ impl<'a, 's> LocalMeans<'a, 's> {
         if !missing.is_empty() {
             return Step::Need(missing);
         }
-        let answers: Vec<Factors> = deps.iter().map(|d| self.memo[d]).collect();
+        let answers: Vec<LocalMeanDims> = deps.iter().map(|d| self.memo[d]).collect();
         Step::Done(combine(&answers))
     }
 }
 
+/// What a value's placements claim of its values, beside the placements (issue 44): where the
+/// value derives from *local means* (a mean loss's gradient normalized by the rank's own
+/// count of a batch a mesh dim splits), the ranks' pieces laid out by the placements make the
+/// spec's value times a factor, not the spec's value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PieceFactor {
+    /// No local mean reaches the value: its placements describe the spec's value.
+    Spec,
+    /// Laid out by its placements, the ranks' pieces make the spec's value times this factor
+    /// (the product of the sizes of the mesh dims whose pieces are local means; every rank
+    /// counting as many of the batch's targets).
+    Times(u64),
+    /// A local mean reaches the value and its factor is not known (a non-linear use, a
+    /// reduction that may settle it, a mix of factors): the placements claim nothing of its
+    /// values.
+    NotKnown,
+}
+
+impl PieceFactor {
+    /// The claim of a walk's answer on a mesh of the given `sizes`.
+    pub fn of(dims: LocalMeanDims, sizes: &[usize]) -> PieceFactor {
+        match dims.factor(sizes) {
+            Some(1) => PieceFactor::Spec,
+            Some(f) => PieceFactor::Times(f),
+            None => PieceFactor::NotKnown,
+        }
+    }
+}
+
+/// Per value of a rank's run, whether its local-means answer is recorded
+/// ([`record_local_means`]) and whether it may carry a local mean ([`mark_local_means`]).
+#[derive(Default)]
+pub(super) struct MeansRecorded {
+    /// Per value index: bit 0, recorded (a resumed run's values before its start are);
+    /// bit 1, may carry a local mean.
+    state: Vec<u8>,
+}
+
+impl MeansRecorded {
+    /// A run over `values` values whose first `kept` (kept from an earlier run) are recorded.
+    pub(super) fn new(values: usize, kept: usize) -> Self {
+        let mut state = vec![0u8; values];
+        state[..kept.min(values)].fill(1);
+        MeansRecorded { state }
+    }
+}
+
+/// Marks the outputs (`base`, `nout` of them) of a call (`op`) reading `inputs` that may carry
+/// a local mean: a mean loss's backward (a source), or a call reading an input recorded as
+/// not the spec's pieces (`RankPlacements::local_means`). Elsewhere every input's pieces are
+/// the spec's, and so by the walk's rules are the outputs'. A recv is never walked: it
+/// takes the sender's record of the sent value (`recv::SentRecords`), and its receiver runs
+/// again where that record changes. Call it after [`record_local_means`] of the inputs.
+pub(super) fn mark_local_means(
+    op: &shardproof_ir::OpName,
+    inputs: &[ValueId],
+    (base, nout): (usize, usize),
+    rp: &RankPlacements,
+    marks: &mut MeansRecorded,
+) {
+    let source = op.namespace == "aten"
+        && matches!(op.name.as_str(), "nll_loss_backward" | "mse_loss_backward");
+    let reads_one = || {
+        inputs
+            .iter()
+            .any(|u| LocalMeans::at(rp, *u).is_some_and(|a| rp.local_means.contains_key(&a)))
+    };
+    if op.name != "recv" && (source || reads_one()) {
+        for s in marks.state.iter_mut().skip(base).take(nout) {
+            *s |= 2;
+        }
+    }
+}
+
+/// Records the walk's answer (`RankPlacements::local_means`) for each of `values` of rank
+/// `r` not yet recorded, where it is not the spec's pieces on every mesh dim: for values
+/// marked ([`mark_local_means`]), by walks of `memo` ([`Memo::facts`]). A call records its
+/// inputs before its rule runs (a finding names their factor), the run's end the rest.
+pub(super) fn record_local_means(
+    sh: &Shared,
+    r: usize,
+    values: impl IntoIterator<Item = ValueId>,
+    (done, memo): (&[Option<Arc<RankPlacements>>], &mut Memo),
+    marks: &mut MeansRecorded,
+    rp: &mut RankPlacements,
+) {
+    let mut answers = Vec::new();
+    let mut walk: Option<LocalMeans> = None;
+    for v in values {
+        let Some(at) = LocalMeans::at(rp, v).filter(|&a| a < marks.state.len()) else {
+            continue;
+        };
+        if marks.state[at] & 1 != 0 {
+            continue;
+        }
+        marks.state[at] |= 1;
+        if marks.state[at] & 2 == 0 {
+            continue;
+        }
+        let w = walk.get_or_insert_with(|| LocalMeans::new(sh, r, rp, done, memo));
+        let answer = w.of(r, v);
+        if answer != LocalMeanDims::SPEC {
+            answers.push((at, answer));
+        }
+    }
+    if let Some(w) = walk {
+        w.finish(memo);
+    }
+    rp.local_means.extend(answers);
+}
+
+/// Whether an argument is a number other than zero (a term or fill of the spec's own).
+fn nonzero_number(a: Option<&Arg>) -> bool {
+    match a {
+        Some(Arg::Int(x)) => *x != 0,
+        Some(Arg::Float(x)) => *x != 0.0,
+        _ => false,
+    }
+}
+
+/// The mesh dims (`local`, `unknown`) on which a mean `nll_loss_backward` over a batch the
+/// mesh dims `split` split divides by the rank's own count. The divisor is `total_weight`:
+/// the forward's over row shards is the rank's count, a partial sum of the batch's
+/// (`Partial(sum)`: each piece `n_k` times the spec's, every rank counting as many targets);
+/// a replicated one is the spec's divisor (the spec's pieces); any other, or class weights
+/// (`weight`: each rank's count weighs its own targets, no common factor), is not known.
+fn nll_mean_divisor(
+    split: u64,
+    weight: Option<ValueId>,
+    total_weight: Option<ValueId>,
+    place_on: impl Fn(ValueId, usize) -> Place,
+) -> (u64, u64) {
+    let (mut local, mut unknown) = (0u64, 0u64);
+    for k in (0..64).filter(|&k| split & (1 << k) != 0) {
+        let divisor = total_weight.map_or(Place::Unknown, |t| place_on(t, k));
+        match divisor {
+            Place::Replicate => {}
+            Place::Partial(Red::Sum) if weight.is_none() => local |= 1 << k,
+            _ => unknown |= 1 << k,
+        }
+    }
+    (local, unknown)
+}
+
 /// The common answer of a sum's terms, per mesh dim (none: `Spec`, a sum of zeros): where
 /// they differ, `Unknown`.
-fn same(a: &[Factors]) -> Factors {
+fn same(a: &[LocalMeanDims]) -> LocalMeanDims {
     let any_local = a.iter().fold(0u64, |acc, f| acc | f.local);
     let all_local = a.iter().fold(u64::MAX, |acc, f| acc & f.local);
     let unknown = a.iter().fold(0u64, |acc, f| acc | f.unknown);
     if a.is_empty() {
-        return Factors::SPEC;
+        return LocalMeanDims::SPEC;
     }
-    Factors::settle(all_local, unknown | (any_local & !all_local))
+    LocalMeanDims::settle(all_local, unknown | (any_local & !all_local))
 }
 
 /// `then` on the mesh dims where `read_as_is` (a mask, an index, a divisor) is `Spec`;
 /// `Unknown` elsewhere.
-fn spec_first(read_as_is: Factors, then: Factors) -> Factors {
-    Factors::settle(
+fn spec_first(read_as_is: LocalMeanDims, then: LocalMeanDims) -> LocalMeanDims {
+    LocalMeanDims::settle(
         then.local,
         then.unknown | read_as_is.local | read_as_is.unknown,
     )
@@ -597,7 +780,7 @@ pub(super) fn commit_folded(
 /// How a reduction over mesh dim `m` reads its input, a `Partial(sum)` there derived from a
 /// share lifted by a partial plus it while `m` sharded both (`lifted_means`, bit `m`): the
 /// lift took the pieces on `m` as local means, so the value is the spec's times a factor, the
-/// product of the sizes of every mesh dim whose local means reach it (`Factors::factor`:
+/// product of the sizes of every mesh dim whose local means reach it (`LocalMeanDims::factor`:
 /// `n_dp · n_ep` for DeepSeek's expert gradients, whose rows were gathered over ep).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum LiftedReduction {
@@ -820,14 +1003,14 @@ pub(super) fn unsettled_scattered_factors(
 
 #[cfg(test)]
 mod tests {
-    use super::{same, spec_first, Factors, Pieces};
+    use super::{same, spec_first, LocalMeanDims, Pieces};
 
     const DP: u64 = 1;
     const TP: u64 = 2;
     const EP: u64 = 4;
 
-    fn local(bits: u64) -> Factors {
-        Factors {
+    fn local(bits: u64) -> LocalMeanDims {
+        LocalMeanDims {
             local: bits,
             unknown: 0,
         }
@@ -839,7 +1022,7 @@ mod tests {
         assert_eq!(local(DP | EP).factor(&sizes), Some(8));
         assert_eq!(local(0).factor(&sizes), Some(1));
         // An unknown mesh dim of more than one coordinate: the factor is not known.
-        let unknown_tp = Factors {
+        let unknown_tp = LocalMeanDims {
             local: DP,
             unknown: TP,
         };

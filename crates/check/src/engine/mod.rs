@@ -4,7 +4,10 @@
 //! beside it: `collectives` (a collective's group and the lifting of its operands),
 //! `vocab_proofs` (vocabulary-parallel proofs), `scaling` (scalings by a number and the
 //! records they leave), `findings` (findings and the words of unknown sources), `recv`
-//! (recvs and resuming), `runs` (equal runs) and `shared` (the state ranks share).
+//! (recvs and resuming), `rerun` (a rank's run and its run again), `call_on_dim` (a call as
+//! the checks after its rule read it), `local_means` (local means and their factor),
+//! `gathered_sums` (sums over gathered rows), `view_shapes` (the global shapes a view reads),
+//! `runs` (equal runs) and `shared` (the state ranks share).
 
 use crate::place::{Place, Red, RowKey};
 use crate::ring::{self, RingMode};
@@ -14,16 +17,21 @@ use shardproof_ir::{Arg, NodeKind, OpMeaning, OpName, ValueId};
 use shardproof_ops::{Args, Meta, NoValues, OpClass, OpDef, Registry};
 use std::collections::HashMap;
 
+mod call_on_dim;
 mod collectives;
 mod findings;
 mod frame;
+mod gathered_sums;
 mod local_means;
 mod recv;
+mod rerun;
 mod runs;
 mod scaling;
 mod shared;
+mod view_shapes;
 mod vocab_proofs;
 
+use call_on_dim::CallOnDim;
 use collectives::{collective_group, lift_exempt};
 pub(crate) use findings::group_reducing;
 use findings::{
@@ -31,138 +39,25 @@ use findings::{
     LossTerms,
 };
 use frame::FrameMode;
+use gathered_sums::gathered_sums;
 use local_means::LiftedReduction;
-use recv::{moves_partial, recv_read, resume_at, sent_records, start_state};
+pub use local_means::{LocalMeanDims, PieceFactor};
+use recv::{moves_partial, recv_read, sent_records, start_state};
+#[cfg(test)]
+pub(crate) use rerun::FULL_RERUNS;
+pub(crate) use rerun::NO_TWINS;
+pub use rerun::{propagate_rank, propagate_rank_again};
 use scaling::{consumed_folded, folded_share, read_times_n, scale_records, ScaleRecord};
 pub use scaling::{spec_scaling_positions, SpecScaling};
 pub use shared::*;
+use view_shapes::{implied_global, view_beside_varying};
 use vocab_proofs::vocab_proofs;
 
 /// No origin recorded.
 pub(crate) const NONE: u32 = u32::MAX;
 
-/// Propagates placements through rank `r`'s graph. `done` holds the other ranks' placements
-/// of an earlier pass (for recvs); returns whether some recv read a pending sender.
-pub fn propagate_rank(
-    sh: &Shared,
-    r: usize,
-    done: &[Option<std::sync::Arc<RankPlacements>>],
-) -> (RankPlacements, bool) {
-    propagate_rank_from(sh, r, done, None)
-}
-
-/// [`propagate_rank`] again, with `prev` the rank's placements of an earlier run: from the
-/// first recv whose read changed ([`resume_at`]), keeping everything before it; `prev`
-/// itself where no read changed. Exactly what a full run gives. Returns, with the
-/// placements, whether they differ from `prev`'s (its receivers read them again then).
-pub fn propagate_rank_again(
-    sh: &Shared,
-    r: usize,
-    done: &[Option<std::sync::Arc<RankPlacements>>],
-    prev: RankPlacements,
-) -> (RankPlacements, bool) {
-    #[cfg(test)]
-    if FULL_RERUNS.with(std::cell::Cell::get) {
-        let before = prev.places.clone();
-        let rp = propagate_rank_from(sh, r, done, None).0;
-        let changed = rp.places != before;
-        return (rp, changed);
-    }
-    let Some(start) = resume_at(sh, r, done, &prev) else {
-        return (prev, false);
-    };
-    // A resumed run keeps the placements before `start` as they are (the layout is the
-    // graph's, as `prev`'s: `propagate_rank_from` resumes only then), so only the values
-    // from `start` on are kept to compare (issue 44: a copy of all of them per run again).
-    let g = &sh.program.ranks[r];
-    let nd = sh.program.mesh.dims.len();
-    let mut total = 0u32;
-    let same_layout = prev.offsets.len() == g.nodes.len()
-        && g.nodes.iter().zip(&prev.offsets).all(|(n, &o)| {
-            let at = o == total;
-            total += n.outputs.len() as u32;
-            at
-        })
-        && prev.places.len() == total as usize * nd;
-    let from = if same_layout {
-        prev.offsets
-            .get(start)
-            .map_or(prev.places.len(), |&o| o as usize * nd)
-    } else {
-        0
-    };
-    let before = prev.places[from..].to_vec();
-    let rp = propagate_rank_from(sh, r, done, Some((prev, start))).0;
-    let changed = rp.places.len() != from + before.len() || rp.places[from..] != before[..];
-    (rp, changed)
-}
-
-#[cfg(test)]
-thread_local! {
-    /// Tests: propagate again from the start (no resume), to compare with resuming.
-    pub(crate) static FULL_RERUNS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-thread_local! {
-    /// Tests: propagate every rank on its own (no twins), to compare with sharing. Off
-    /// outside tests (a constant `false`).
-    pub(crate) static NO_TWINS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// One call on one mesh dim, as the checks after its rule read it (`vocab_proofs`,
-/// `collectives`): the rank's run, the call, and how the rule saw its inputs.
-#[derive(Clone, Copy)]
-struct CallOnDim<'s, 'a> {
-    /// What the ranks share.
-    sh: &'s Shared<'a>,
-    /// The rank.
-    r: usize,
-    /// The call's node.
-    i: usize,
-    /// The mesh dim.
-    m: usize,
-    /// The mesh's rank (number of dims).
-    nd: usize,
-    /// The call's number of outputs.
-    nout: usize,
-    /// Whether the mesh dim is a pipeline dim (its coordinates run other stages).
-    stage_dim: bool,
-    /// The rank's peers along the mesh dim (itself among them).
-    peers: &'s [usize],
-    /// The operator.
-    op: &'s OpName,
-    /// The operator's rule family.
-    family: &'static str,
-    /// The call's arguments, bound.
-    bound: &'s Args<'s>,
-    /// The call's tensor inputs.
-    inputs: &'s [ValueId],
-    /// The rank's placements so far.
-    rp: &'s RankPlacements,
-    /// An input's placement on the mesh dim, as the rule saw it.
-    place: &'s dyn Fn(ValueId) -> Place,
-    /// A value's local meta.
-    meta_of: &'s dyn Fn(ValueId) -> Option<Meta>,
-    /// The rank's coordinate on a mesh dim, its read recorded (`coord_reads`).
-    my_coord: &'s dyn Fn(usize) -> usize,
-    /// The rank's coordinate on the mesh dim, unrecorded (a claim about every peer).
-    coord: usize,
-    /// Whether the call is an update a vocabulary shard's write-back reads.
-    is_update: bool,
-    /// The loss's terms (a backward all-reduce's license).
-    loss_terms: &'s LossTerms,
-    /// The collective's group name, if any.
-    group_name: &'s Option<String>,
-}
-
-impl CallOnDim<'_, '_> {
-    /// Whether the value is a replicated value divided by n on the mesh dim (`scaled`).
-    fn scaled_of(&self, v: ValueId) -> bool {
-        let rp = self.rp;
-        rp.scaled[(rp.offsets[v.node] as usize + v.output) * self.nd + self.m]
-    }
-}
-
+/// Propagates rank `r` from node 0, or, with `resume` (an earlier run's placements and a
+/// node), from that node on ([`propagate_rank_again`]).
 fn propagate_rank_from(
     sh: &Shared,
     r: usize,
@@ -235,6 +130,9 @@ fn propagate_rank_from(
     // Per mesh dim, the local-means walk's answers so far (`local_means`): the values it
     // reads come before the call or from other ranks' finished runs, so they hold for the run.
     let mut local_means_memo = local_means::Memo::default();
+    // The walks behind the claims' factors (`RankPlacements::local_means`): the loss
+    // backwards' local means only.
+    let mut piece_memo = local_means::Memo::facts();
     let mut rule_of: HashMap<&OpName, Option<&'static rules::Rule>> = HashMap::new();
     let mut def_of: HashMap<&OpName, Option<&OpDef>> = HashMap::new();
     let mut dual_lifts = std::mem::take(&mut rp.dual_lifts);
@@ -250,9 +148,30 @@ fn propagate_rank_from(
     // In-place writes of a value still carrying a reduce-scatter's factor
     // (`scattered_factor`): made `Unknown` once the run is done.
     let mut scattered_writes: Vec<usize> = Vec::new();
+    // The values whose local-means answer is recorded (`RankPlacements::local_means`): a
+    // resumed run keeps those before `start`.
+    let first_value = rp
+        .offsets
+        .get(start)
+        .map_or(rp.invariant.len(), |&o| o as usize);
+    let mut means_recorded = local_means::MeansRecorded::new(rp.invariant.len(), first_value);
     for (i, node) in g.nodes.iter().enumerate().skip(start) {
         let base = rp.offsets[i] as usize;
         let nout = node.outputs.len();
+        let node_inputs = node.inputs();
+        if let NodeKind::Call { op, .. } = &node.kind {
+            // The inputs' answers before the rule runs (a finding names their factor); the
+            // outputs marked where they may carry one.
+            local_means::record_local_means(
+                sh,
+                r,
+                node_inputs.iter().copied(),
+                (done, &mut piece_memo),
+                &mut means_recorded,
+                &mut rp,
+            );
+            local_means::mark_local_means(op, &node_inputs, (base, nout), &rp, &mut means_recorded);
+        }
         let set = |rp: &mut RankPlacements, o: usize, m: usize, p: Place| {
             rp.places[(base + o) * nd + m] = p;
         };
@@ -306,7 +225,7 @@ fn propagate_rank_from(
                 continue;
             }
             NodeKind::Call { op, args, kwargs } => {
-                let inputs = node.inputs();
+                let inputs = node_inputs;
                 // Derived from a lift whose pieces were local means (`lifted_means`): the
                 // record passes to every output, whatever the call.
                 let lifted_below = inputs.iter().fold(0u64, |a, v| {
@@ -1322,6 +1241,16 @@ fn propagate_rank_from(
     rp.dual_lifts = dual_lifts;
     rp.coord_reads = coord_read.get();
     local_means::unsettled_scattered_factors(g, start, nd, &scattered_writes, &mut rp);
+    let values = (start..g.nodes.len())
+        .flat_map(|i| (0..g.nodes[i].outputs.len()).map(move |o| ValueId::new(i, o)));
+    local_means::record_local_means(
+        sh,
+        r,
+        values,
+        (done, &mut piece_memo),
+        &mut means_recorded,
+        &mut rp,
+    );
     // Unknown values: count them.
     // A value n times the tensor (`times_n`) is counted only where a reader makes it unknown.
     rp.unknown_values = rp
@@ -1335,232 +1264,4 @@ fn propagate_rank_from(
         })
         .count();
     (rp, pending)
-}
-
-/// A sum on mesh dim `m` over rows that an all-gather over mesh dim `g` concatenated
-/// (`rows::gathered_over`) counts each of the selection's rows once per coordinate of `g`
-/// beside it, so it is the selection's sum only where `g`'s coordinates hold distinct pieces
-/// and do not sum again: every input holding such rows on `m` holds, on `g`, the selection
-/// whole along the same dim (a frame, [`Place::Selected`]: the pieces gathered were `g`'s rows
-/// of one selection), and the output on `g` is a shard or replicated, not a sum. Elsewhere the
-/// sum is `Varying`.
-fn gathered_sums(
-    table: &crate::place::RowTable,
-    inputs: &[ValueId],
-    nout: usize,
-    base: usize,
-    nd: usize,
-    rp: &mut RankPlacements,
-) {
-    let mut over: Vec<(usize, usize)> = Vec::new();
-    for &v in inputs {
-        for (m, p) in rp.of(v, nd).iter().enumerate() {
-            if let Place::Rows(_, id) = *p {
-                if let Some(g) = rows::gathered_over(table, id) {
-                    over.push((m, g as usize));
-                }
-            }
-        }
-    }
-    if over.is_empty() {
-        return;
-    }
-    over.sort_unstable();
-    over.dedup();
-    for (m, g) in over {
-        let framed_on_g = inputs.iter().all(|&v| {
-            let places = rp.of(v, nd);
-            match places.get(m) {
-                Some(Place::Rows(e, id)) if rows::gathered_over(table, *id).is_some() => {
-                    matches!(places.get(g), Some(Place::Selected(f, ..)) if f == e)
-                }
-                _ => true,
-            }
-        });
-        for o in 0..nout {
-            let at = (base + o) * nd;
-            if !rp.places[at + m].is_partial() {
-                continue;
-            }
-            let distinct = matches!(
-                rp.places.get(at + g),
-                Some(Place::Shard(_) | Place::Blocked(..) | Place::Replicate)
-            );
-            if !(framed_on_g && distinct) {
-                rp.places[at + m] = Place::Varying;
-            }
-        }
-    }
-}
-
-/// The global shape a value's placements imply: its local shape with every dim that a mesh
-/// dim shards (plainly, in blocks, or as rows of a selection) multiplied by that mesh dim's
-/// size; `None` where some mesh dim holds it in a layout without one (varying, a ring's
-/// pieces, gathered pieces, unknown).
-fn implied_global(local: &[usize], places: &[Place], mesh_sizes: &[usize]) -> Option<Vec<i64>> {
-    let mut global: Vec<i64> = local.iter().map(|&l| l as i64).collect();
-    for (m, p) in places.iter().enumerate() {
-        let n = *mesh_sizes.get(m)? as i64;
-        match p {
-            Place::Shard(d) | Place::Blocked(d, _) | Place::Rows(d, _) => {
-                *global.get_mut(*d as usize)? *= n;
-            }
-            Place::Replicate | Place::Partial(_) => {}
-            _ => return None,
-        }
-    }
-    Some(global)
-}
-
-/// The spec's view for a rank's view whose input some mesh dims hold `Varying` (a ring
-/// backward's per-rank partial or record beside dp's and tp's shards), in the frame of one
-/// coordinate of those mesh dims: the input shape is the local one scaled by the other mesh
-/// dims' shards only (`Varying` takes no factor), and the output shape the spec's on the dims
-/// the view reshapes, the input's frame on the dims it keeps. The view must keep every dim
-/// outside one contiguous group (same local sizes before and after it), and the spec's view
-/// must reshape the same group, with exactly the scaled sizes there: a `Varying` mesh dim whose
-/// pieces met the group would leave the spec's group larger than the shards make it. Every
-/// spec view of `op` that qualifies must give the same output; `None` otherwise. The view rule
-/// reads `Varying` as taking no elements apart only against input shapes of this frame.
-fn view_beside_varying(
-    candidates: &[&shared::SpecView],
-    op: &str,
-    local_in: &[usize],
-    local_out: &[usize],
-    places: &[Place],
-    mesh_sizes: &[usize],
-) -> Option<(Vec<i64>, Vec<i64>)> {
-    let mut frame: Vec<i64> = local_in.iter().map(|&l| l as i64).collect();
-    let mut varying = false;
-    for (m, p) in places.iter().enumerate() {
-        let n = *mesh_sizes.get(m)? as i64;
-        match p {
-            Place::Shard(d) | Place::Blocked(d, _) | Place::Rows(d, _) => {
-                let g = frame.get_mut(*d as usize)?;
-                *g = g.checked_mul(n)?;
-            }
-            Place::Replicate | Place::Partial(_) => {}
-            Place::Varying | Place::Accrued(_) => varying = true,
-            _ => return None,
-        }
-    }
-    if !varying {
-        return None;
-    }
-    // The group the local view reshapes: the dims between its kept prefix and kept suffix,
-    // at least one on each side (a size-1 dim split off a kept one joins the group).
-    let prefix = local_in
-        .iter()
-        .zip(local_out)
-        .take_while(|(a, b)| a == b)
-        .count();
-    let suffix = local_in[prefix..]
-        .iter()
-        .rev()
-        .zip(local_out[prefix..].iter().rev())
-        .take_while(|(a, b)| a == b)
-        .count()
-        .min(
-            local_in
-                .len()
-                .min(local_out.len())
-                .saturating_sub(prefix + 1),
-        );
-    let (in_end, out_end) = (local_in.len() - suffix, local_out.len() - suffix);
-    if prefix >= in_end || prefix >= out_end {
-        return None;
-    }
-    let mut found: Option<Vec<i64>> = None;
-    for (sop, gi, go) in candidates.iter().copied() {
-        if sop.name != op || gi.len() != local_in.len() || go.len() != local_out.len() {
-            continue;
-        }
-        let (g_in_end, g_out_end) = (gi.len() - suffix, go.len() - suffix);
-        let keeps = gi[..prefix] == go[..prefix] && gi[g_in_end..] == go[g_out_end..];
-        let group_scaled = gi[prefix..g_in_end] == frame[prefix..in_end];
-        let holds_local = go[prefix..g_out_end]
-            .iter()
-            .zip(&local_out[prefix..out_end])
-            .all(|(&g, &l)| l > 0 && g >= l as i64 && g % l as i64 == 0);
-        if !(keeps && group_scaled && holds_local) {
-            continue;
-        }
-        let mut out = frame[..prefix].to_vec();
-        out.extend_from_slice(&go[prefix..g_out_end]);
-        out.extend_from_slice(&frame[in_end..]);
-        match &found {
-            None => found = Some(out),
-            Some(f) if *f == out => {}
-            Some(_) => return None,
-        }
-    }
-    Some((frame, found?))
-}
-
-#[cfg(test)]
-mod beside_varying_tests {
-    use super::*;
-
-    /// 051's ring backward: `[b*h, n, d] -> [b, h, n, d]`, dp `Shard(0)`, cp `Varying`, tp
-    /// `Blocked(0, 2)`, the spec's view `[8, 8, 4] -> [2, 4, 8, 4]` (cp's factor on `n`).
-    const PLACES: [Place; 3] = [Place::Shard(0), Place::Varying, Place::Blocked(0, 2)];
-    const MESH: [usize; 3] = [2, 2, 2];
-
-    fn read(specs: &[(Vec<i64>, Vec<i64>)]) -> Option<(Vec<i64>, Vec<i64>)> {
-        let op = OpName::new("aten", "view", "default");
-        let owned: Vec<shared::SpecView> = specs
-            .iter()
-            .map(|(gi, go)| (&op, gi.clone(), go.clone()))
-            .collect();
-        let candidates: Vec<&shared::SpecView> = owned.iter().collect();
-        view_beside_varying(
-            &candidates,
-            "view",
-            &[2, 4, 4],
-            &[1, 2, 4, 4],
-            &PLACES,
-            &MESH,
-        )
-    }
-
-    #[test]
-    fn the_spec_split_of_the_reshaped_group_in_the_frame_of_one_varying_coordinate() {
-        let read = read(&[(vec![8, 8, 4], vec![2, 4, 8, 4])]);
-        assert_eq!(read, Some((vec![8, 4, 4], vec![2, 4, 4, 4])));
-    }
-
-    /// The spec's reshaped group holds more than dp's and tp's pieces make (a varying mesh
-    /// dim's pieces met it): no frame.
-    #[test]
-    fn a_reshaped_group_larger_than_the_shards_make_it_is_not_read() {
-        assert_eq!(read(&[(vec![16, 8, 4], vec![4, 4, 8, 4])]), None);
-        assert_eq!(read(&[(vec![16, 8, 4], vec![2, 8, 8, 4])]), None);
-    }
-
-    /// Two spec views of that input that split the group in other orders (`[b, h]` and
-    /// `[h, b]`): which one this is, is open.
-    #[test]
-    fn spec_views_splitting_the_group_in_other_orders_are_not_read() {
-        let specs = [
-            (vec![8, 8, 4], vec![2, 4, 8, 4]),
-            (vec![8, 8, 4], vec![4, 2, 8, 4]),
-        ];
-        assert_eq!(read(&specs), None);
-    }
-
-    /// A spec view that reshapes a dim the local view keeps is another view.
-    #[test]
-    fn a_spec_view_reshaping_a_kept_dim_is_not_read() {
-        assert_eq!(read(&[(vec![8, 8, 4], vec![2, 4, 4, 8])]), None);
-    }
-
-    /// Without a varying mesh dim the global shape is implied: this reading is not asked.
-    #[test]
-    fn no_varying_mesh_dim_no_frame() {
-        let op = OpName::new("aten", "view", "default");
-        let spec: shared::SpecView = (&op, vec![8, 8, 4], vec![2, 4, 8, 4]);
-        let places = [Place::Shard(0), Place::Replicate, Place::Blocked(0, 2)];
-        let read = view_beside_varying(&[&spec], "view", &[2, 4, 4], &[1, 2, 4, 4], &places, &MESH);
-        assert_eq!(read, None);
-    }
 }

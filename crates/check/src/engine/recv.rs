@@ -158,6 +158,7 @@ pub(super) fn start_state(
             rp.folded_summed[v0 * nd..].fill(0);
             rp.lifted_means[v0..].fill(0);
             rp.scattered_factor.retain(|&at, _| at < v0);
+            rp.local_means.retain(|&at, _| at < v0);
             rp.invariant[v0..].fill(false);
             rp.zero[v0..].fill(false);
             rp.constant[v0..].fill(0);
@@ -210,6 +211,9 @@ pub(super) struct SentRecords {
     /// A reduce-scatter's factor: the received values are the sender's, `f` times the spec's
     /// whatever placement they are read in, so it crosses on every mesh dim.
     scattered_factor: Option<u64>,
+    /// The local-means walk's answer for the sent value (`RankPlacements::local_means`): the
+    /// received values are the sender's, so it crosses on every mesh dim.
+    local_means: Option<super::LocalMeanDims>,
 }
 
 impl SentRecords {
@@ -256,6 +260,7 @@ impl SentRecords {
                     .fold(0, |a, m| a | (bits & (1 << m)))
             }),
             scattered_factor: rp.scattered_factor.get(&at).copied(),
+            local_means: rp.local_means.get(&at).copied(),
         }
     }
 
@@ -280,6 +285,10 @@ impl SentRecords {
         match self.scattered_factor {
             Some(f) => rp.scattered_factor.insert(at, f),
             None => rp.scattered_factor.remove(&at),
+        };
+        match self.local_means {
+            Some(d) => rp.local_means.insert(at, d),
+            None => rp.local_means.remove(&at),
         };
     }
 }

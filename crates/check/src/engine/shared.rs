@@ -76,6 +76,11 @@ pub struct RankPlacements {
     /// (`LiftedReduction::Sum`/`Average`) clears it, and a graph output or an in-place write
     /// still carrying it is `Unknown`.
     pub scattered_factor: HashMap<usize, u64>,
+    /// Per value (index `offsets[node] + output`) whose pieces are not the spec's on every
+    /// mesh dim: the local-means walk's answer (`local_means`: the mesh dims whose pieces are
+    /// local means, each `n_k` times the spec's, and those where that is not known). Absent:
+    /// the spec's pieces. Read through [`RankPlacements::piece_factor`].
+    pub local_means: HashMap<usize, super::local_means::LocalMeanDims>,
     /// Nodes whose outputs are `Unknown` because of the node itself (no rule, opaque, an
     /// input without a layout), as (node, reason).
     pub unknown_sources: Vec<(usize, String)>,
@@ -100,6 +105,18 @@ impl RankPlacements {
     pub fn of(&self, v: ValueId, ndims: usize) -> &[Place] {
         let i = (self.offsets[v.node] as usize + v.output) * ndims;
         &self.places[i..i + ndims]
+    }
+
+    /// What value `v`'s placements claim of its values on a mesh of the given `sizes`: the
+    /// spec's value, the spec's value times a factor (local means), or nothing (a local mean
+    /// whose factor is not known); see [`super::PieceFactor`].
+    pub fn piece_factor(&self, v: ValueId, sizes: &[usize]) -> super::PieceFactor {
+        let at = self.offsets[v.node] as usize + v.output;
+        self.local_means
+            .get(&at)
+            .map_or(super::PieceFactor::Spec, |&d| {
+                super::PieceFactor::of(d, sizes)
+            })
     }
 }
 

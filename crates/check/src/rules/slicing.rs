@@ -134,6 +134,23 @@ pub(super) fn slice_like(
             })
         }
         Place::Varying => c.all(Place::Varying),
+        // One row of a longer dim of a tensor every rank holds whole (replicated on every
+        // mesh dim), at bounds alike on every rank: the bound may be a local length of 1
+        // whose spec is the global one (a table sliced without the rank's offset), and as a
+        // replicated operand of size 1 the row would pair with a shard as a broadcast (rank k
+        // reading row 0 where the spec reads row k). No claim. A tensor some mesh dim splits
+        // (a microbatch of one row of a batch shard) is sliced within its pieces, and keeps
+        // its reading.
+        Place::Replicate
+            if keeps_dim
+                && out_len == 1
+                && size > 1
+                && c.on_every_mesh_dim(x)
+                    .iter()
+                    .all(|p| *p == Place::Replicate) =>
+        {
+            c.all(Place::Varying)
+        }
         p @ (Place::Partial(_) | Place::Replicate) => c.all(p),
         p => c.all(p),
     }

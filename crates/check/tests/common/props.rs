@@ -4,7 +4,9 @@
 //! out per the placements. Every inferred placement of a checked value must hold of the
 //! values: `Shard(d)` (and blocked shards) concatenate to the spec value, `Partial(r)` reduces
 //! to it, `Replicate()` is it on every rank, `Stacked(d)` is its shard pieces stacked along
-//! dim 0 on every rank. `Varying`, `Unknown`, `Unmasked` and the record placements claim
+//! dim 0 on every rank. Where the value derives from local means the claim carries a factor
+//! (`RankPlacements::piece_factor`): the pieces laid out make the spec value times it, and a
+//! factor not known claims nothing. `Varying`, `Unknown`, `Unmasked` and the record placements claim
 //! nothing; nor does a program the checker reports a violation of (other than the
 //! postcondition, which these programs do not declare).
 //!
@@ -16,7 +18,7 @@
 use crate::common::values::concat;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use shardproof_check::{check_case, propagate, Place, Red};
+use shardproof_check::{check_case, propagate, PieceFactor, Place, Red};
 use shardproof_interp::{run_graph, run_program, RunConfig};
 use shardproof_ir::{DType, Graph, ValueId};
 use shardproof_ops::{Meta, Tensor};
@@ -111,6 +113,9 @@ pub struct Seen {
     pub skipped: Option<String>,
     /// Per checked value, the placements rank 0 inferred (empty where not reached).
     pub places: Vec<Vec<Place>>,
+    /// Per checked value, what its placements claim of its values (the spec's value, or
+    /// the spec's times a factor: local means), as rank 0 inferred.
+    pub factors: Vec<PieceFactor>,
 }
 
 /// Mesh dim names: a 1-d mesh is `tp`, a 2-d mesh `dp, tp`.
@@ -451,14 +456,19 @@ pub fn run(prog: &Program, seed: u64) -> Result<Seen, String> {
             return Err(format!("{rank_name} / {spec_name}: no such node"));
         };
         let places: Vec<Place> = prop.ranks[0].of(v, mesh.len()).to_vec();
+        let factor = prop.ranks[0].piece_factor(v, mesh);
         seen.places.push(places.clone());
+        seen.factors.push(factor);
         for r in 1..nranks {
             let g = &case.program.ranks[r];
             let vr = node_of(g, rank_name).ok_or("no node")?;
-            if prop.ranks[r].of(vr, mesh.len()) != &places[..] {
+            if prop.ranks[r].of(vr, mesh.len()) != &places[..]
+                || prop.ranks[r].piece_factor(vr, mesh) != factor
+            {
                 return Err(format!(
-                    "ranks disagree: rank {r} {:?}; {}",
+                    "ranks disagree: rank {r} {:?} {:?}; {}",
                     prop.ranks[r].of(vr, mesh.len()),
+                    prop.ranks[r].piece_factor(vr, mesh),
                     what(&places, rank_name)
                 ));
             }
@@ -466,6 +476,16 @@ pub fn run(prog: &Program, seed: u64) -> Result<Seen, String> {
         if seen.finding {
             continue;
         }
+        // The spec's value times the claimed factor (local means); no claim where the factor
+        // is not known.
+        let scale = match factor {
+            PieceFactor::Spec => 1.0,
+            PieceFactor::Times(f) => f as f64,
+            PieceFactor::NotKnown => {
+                seen.declined += 1;
+                continue;
+            }
+        };
         let makes: Option<Vec<Make>> = places.iter().map(|p| make_of(*p)).collect();
         let Some(makes) = makes else {
             seen.declined += 1;
@@ -503,9 +523,10 @@ pub fn run(prog: &Program, seed: u64) -> Result<Seen, String> {
                 what(&places, rank_name)
             ));
         }
-        if !close(&value, &want.data) {
+        let want: Vec<f64> = want.data.iter().map(|x| x * scale).collect();
+        if !close(&value, &want) {
             return Err(format!(
-                "the ranks' values do not make up the spec value: {}",
+                "the ranks' values do not make up the spec value (times {factor:?}): {}",
                 what(&places, rank_name)
             ));
         }

@@ -700,6 +700,7 @@ pub(crate) fn microbatch_average(
     scale_unknown: &dyn Fn(ValueId) -> bool,
     share_of: &dyn Fn(ValueId) -> u8,
     part_rows: &dyn Fn(ValueId) -> bool,
+    received: &dyn Fn(usize, usize) -> bool,
     table: &RowTable,
 ) -> Option<MicrobatchAverage> {
     use shardproof_ir::NodeKind;
@@ -744,7 +745,7 @@ pub(crate) fn microbatch_average(
         }
     }
     let means: Vec<ValueId> = parts.iter().map(|&(m, _)| m).collect();
-    microbatches_tile(g, &means, place, &|_, _| false, table).then(|| MicrobatchAverage {
+    microbatches_tile(g, &means, place, &|_, _| false, received, table).then(|| MicrobatchAverage {
         share,
         terms: terms
             .into_iter()
@@ -828,6 +829,7 @@ pub(crate) fn microbatch_sum(
     scale_unknown: &dyn Fn(ValueId) -> bool,
     part_rows: &dyn Fn(ValueId) -> bool,
     chunked: &dyn Fn(ValueId, u8) -> bool,
+    received: &dyn Fn(usize, usize) -> bool,
     table: &RowTable,
 ) -> bool {
     let terms = accumulated_terms(g, i, place, scale_unknown);
@@ -835,7 +837,7 @@ pub(crate) fn microbatch_sum(
         && terms.iter().all(|&t| {
             place(t) == Place::Partial(crate::place::Red::Sum) && scale_unknown(t) && part_rows(t)
         })
-        && microbatches_tile(g, &terms, place, chunked, table)
+        && microbatches_tile(g, &terms, place, chunked, received, table)
 }
 
 /// Whether `values` (K of them, at least 2) are one expression over the K microbatches of the
@@ -845,12 +847,15 @@ pub(crate) fn microbatch_sum(
 /// the whole shard, each row once); and every value is the same expression as the first where
 /// every slice or recv holding rows of the first's selection pairs with one of the same
 /// operator (a slice of the same input along the same dim) holding the other's rows, all else
-/// equal, literals included. Shared by [`microbatch_average`] and [`microbatch_sum`].
+/// equal, literals included; a pair of recvs only where `received` says their messages are
+/// one expression of one tensor up to the rows they select. Shared by [`microbatch_average`]
+/// and [`microbatch_sum`].
 fn microbatches_tile(
     g: &shardproof_ir::Graph,
     values: &[ValueId],
     place: &dyn Fn(ValueId) -> Place,
     chunked: &dyn Fn(ValueId, u8) -> bool,
+    received: &dyn Fn(usize, usize) -> bool,
     table: &RowTable,
 ) -> bool {
     use shardproof_ir::NodeKind;
@@ -954,6 +959,9 @@ fn microbatches_tile(
                         && ox == oy
                         && selects(oy, y)
                         && rows_root(vy) == Some(idk)
+                        // Two messages alike in their rows may still be of two tensors
+                        // (rows 0..4 of `a`, 4..8 of `b`): the senders' values must be one.
+                        && (ox.name != "recv" || received(x, y))
                         && (ox.name != "slice"
                             || (g.nodes[x].inputs() == g.nodes[y].inputs()
                                 && ax.first() == ay.first()

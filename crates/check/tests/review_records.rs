@@ -202,7 +202,6 @@ fn one_microbatch_index_selected_never_holds() {
 }
 
 #[test]
-#[ignore = "known bug: a max or min over part of each rank's rows is Partial(max) and its all-reduce proven the tensor's (part_rows records sums and means only); fix: notes/s80/check-review8-fix-1.diff"]
 fn one_microbatch_max_reduced_by_max_never_holds() {
     let body = format!(
         "        s0: \"f64[4, {V}]\" = torch.ops.aten.slice.Tensor(a, 0, 0, 4)
@@ -644,7 +643,6 @@ fn one_microbatch_mean_sent_and_averaged_never_holds() {
 }
 
 #[test]
-#[ignore = "known bug: a max or min over part of each rank's rows is Partial(max) and its all-reduce proven the tensor's (part_rows records sums and means only); fix: notes/s80/check-review8-fix-1.diff"]
 fn one_microbatch_max_sent_never_holds() {
     let stage0 = format!(
         "        s0: \"f64[4, {V}]\" = torch.ops.aten.slice.Tensor(a, 0, 0, 4)
@@ -882,7 +880,6 @@ fn microbatch_means_halved_by_a_product_hold_or_are_unproven() {
 }
 
 #[test]
-#[ignore = "known bug: a max or min over part of each rank's rows is Partial(max) and its all-reduce proven the tensor's (part_rows records sums and means only); fix: notes/s80/check-review8-fix-1.diff"]
 fn one_microbatch_min_reduced_by_min_never_holds() {
     let body = format!(
         "        s0: \"f64[4, {V}]\" = torch.ops.aten.slice.Tensor(a, 0, 4, 8)
@@ -896,7 +893,6 @@ fn one_microbatch_min_reduced_by_min_never_holds() {
 }
 
 #[test]
-#[ignore = "known bug: a max or min over part of each rank's rows is Partial(max) and its all-reduce proven the tensor's (part_rows records sums and means only); fix: notes/s80/check-review8-fix-1.diff"]
 fn one_microbatch_max_by_max_default_never_holds() {
     let body = format!(
         "        s0: \"f64[4, {V}]\" = torch.ops.aten.slice.Tensor(a, 0, 0, 4)
@@ -910,7 +906,6 @@ fn one_microbatch_max_by_max_default_never_holds() {
 }
 
 #[test]
-#[ignore = "known false finding: `maximum` of two Partial(max) pieces on one mesh dim is flagged (spmd-type) though the max over the ranks of each rank's maximum is the maximum of the two maxima; fix-1 reads the part maxima as not proven instead"]
 fn every_microbatch_max_combined_is_right() {
     // The maxima of both halves combined by `maximum`, reduced by max over dp: right. A hold
     // is not required (no tiling of maxima is proven), a violation would be false.
@@ -974,7 +969,6 @@ fn received_microbatches_of_one_tensor_summed_hold() {
 }
 
 #[test]
-#[ignore = "known bug: microbatch tiling pairs two recvs by their rows records alone (a selection's row key names no tensor), not by what was sent; fix: notes/s80/check-review8-fix-2.diff"]
 fn received_microbatches_of_two_tensors_summed_never_hold() {
     // Rows 0..4 of `a` and rows 4..8 of `b`: each a K-th of a shard at distinct starts, but
     // not of one tensor.
@@ -1158,7 +1152,6 @@ fn received_microbatch_means_of_one_tensor_averaged_hold() {
 }
 
 #[test]
-#[ignore = "known bug: the microbatch average pairs two recvs by their rows records alone, as the sum does; fix: notes/s80/check-review8-fix-2.diff"]
 fn received_microbatch_means_of_two_tensors_averaged_never_hold() {
     never_holds(
         mean_halves_of("a", "b"),

@@ -866,6 +866,14 @@ fn propagate_rank_from(
                                     *p,
                                     Place::Partial(Red::Sum) | Place::Partial(Red::Avg)
                                 );
+                            // A max or min over part of the rows: its pieces' max is the
+                            // selected rows' only, never the tensor's, and no record carries
+                            // it (`part_rows` is for sums and means): not proven.
+                            if part
+                                && matches!(*p, Place::Partial(Red::Max) | Place::Partial(Red::Min))
+                            {
+                                *p = Place::Unknown;
+                            }
                         }
                     }
                     // A view whose input another mesh dim holds as rows: where the view merges

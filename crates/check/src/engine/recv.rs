@@ -319,3 +319,87 @@ pub(super) fn sent_records(
         _ => SentRecords::of(&RankPlacements::default(), 0, nd, &vec![false; nd]),
     }
 }
+
+/// Whether recvs `x` and `y` of rank `r` take one expression of one tensor up to the rows
+/// they select: both messages come from one sender, whose sent values are the same expression
+/// except for pairs of slices, each pair of one input (so each selects from the same tensor),
+/// all with the same bounds (so each picks the same two selections; the receiver's rows
+/// records say which microbatch each is). Two messages of equal rows records may be slices
+/// of two tensors (rows 0..4 of `a`, 4..8 of `b`), whose sums cover neither.
+pub(super) fn received_alike(sh: &Shared, r: usize, x: usize, y: usize) -> bool {
+    received_alike_within(sh, r, x, y, 0)
+}
+
+/// How many messages back [`received_alike`] follows a sent value's own recvs (a chain of
+/// pipeline stages, a backward pass's gradients); deeper pairs are not alike.
+const ALIKE_DEPTH: usize = 16;
+
+/// [`received_alike`] at `depth` messages back: a pair of recvs in the senders' values is
+/// alike where their own messages are.
+fn received_alike_within(sh: &Shared, r: usize, x: usize, y: usize, depth: usize) -> bool {
+    if x == y {
+        return true;
+    }
+    if depth > ALIKE_DEPTH {
+        return false;
+    }
+    let (Some(&(s, jx)), Some(&(sy, jy))) = (sh.messages.get(&(r, x)), sh.messages.get(&(r, y)))
+    else {
+        return false;
+    };
+    let g = &sh.program.ranks[s];
+    let (Some(vx), Some(vy)) = (
+        g.nodes[jx].inputs().first().copied(),
+        g.nodes[jy].inputs().first().copied(),
+    ) else {
+        return false;
+    };
+    if s != sy || vx.output != vy.output {
+        return false;
+    }
+    let slice_args = |n: usize| match &g.nodes[n].kind {
+        shardproof_ir::NodeKind::Call { op, args, kwargs } if op.name == "slice" => {
+            Some((args, kwargs))
+        }
+        _ => None,
+    };
+    // The bounds of the first pair of slices that differ: every other such pair must match.
+    let selection = std::cell::RefCell::new(None);
+    let is_recv = |n: usize| g.nodes[n].op().is_some_and(|o| o.name == "recv");
+    let leaf = |a: usize, b: usize| match (slice_args(a), slice_args(b)) {
+        _ if is_recv(a) && is_recv(b) => Some(received_alike_within(sh, s, a, b, depth + 1)),
+        (Some((aa, ka)), Some((ab, kb))) if aa.get(1..) != ab.get(1..) || ka != kb => {
+            let bounds = (
+                aa.get(1..).map(<[_]>::to_vec),
+                ab.get(1..).map(<[_]>::to_vec),
+            );
+            let mut first = selection.borrow_mut();
+            let same_bounds = match &*first {
+                None => {
+                    *first = Some(bounds);
+                    true
+                }
+                Some(seen) => *seen == bounds,
+            };
+            Some(
+                same_bounds
+                    && g.nodes[a].inputs() == g.nodes[b].inputs()
+                    && ka.is_empty()
+                    && kb.is_empty(),
+            )
+        }
+        _ => None,
+    };
+    let mut memo = super::ExprMemo::default();
+    super::same_expression_upto(
+        g,
+        None,
+        vx.node,
+        g,
+        None,
+        vy.node,
+        &mut memo,
+        &leaf,
+        &|_, _| false,
+    )
+}

@@ -499,6 +499,7 @@ pub(super) fn scale_records(
             &|v| rp.scale_unknown[at(v)],
             &|v| rp.share_of[at(v)],
             &|v| rp.part_rows[at(v)],
+            &|x, y| super::recv::received_alike(sh, r, x, y),
             &sh.rows.borrow(),
         ) {
             drops_part = true;
@@ -534,6 +535,7 @@ pub(super) fn scale_records(
             &|v| rp.scale_unknown[at(v)],
             &|v| rp.part_rows[at(v)] && rp.share_of[at(v)] == 0,
             &|v, d| (0..nd).any(|k| k != m && rp.of(v, nd)[k] == Place::Shard(d)),
+            &|x, y| super::recv::received_alike(sh, r, x, y),
             &sh.rows.borrow(),
         ) {
             now_scale_unknown = false;

@@ -41,7 +41,10 @@ fn reps(case: &shardproof_case::Case, reduce: bool) -> Vec<(String, usize)> {
         ..PlanOptions::default()
     };
     let plan = plan_with(case, reduce, &opts).unwrap();
-    plan.stages.iter().map(|s| (s.target.clone(), s.rep)).collect()
+    plan.stages
+        .iter()
+        .map(|s| (s.target.clone(), s.rep))
+        .collect()
 }
 
 /// The two stages are one proof: the second reuses the first's.

@@ -16,9 +16,9 @@ mod layer_cuts;
 mod zoo_emit;
 
 use shardproof_prove::stage::{absolute_key_digest, plan_until, Plan};
-use std::collections::HashMap;
 use shardproof_prove::PlanOptions;
 use shardproof_zoo::{EmitExtras, EmitOptions, Mesh, MlpConfig, PipelineOptions, TrainOptions};
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -160,11 +160,26 @@ fn tiny_405b(forward: bool) -> (String, String) {
 /// memo (distinct count, every stage's representative).
 type Fingerprint = (&'static str, &'static str);
 
-const ZOO_FULL: Fingerprint = ("57 stages, 48 distinct, f8b52f33e9b28e54", "42 distinct, 536d6dc42be73997");
-const ZOO_FULL_VOCAB: Fingerprint = ("57 stages, 48 distinct, 1b8ea912003fe231", "42 distinct, 536d6dc42be73997");
-const ZOO_FORWARD: Fingerprint = ("10 stages, 7 distinct, 467954314fdc2150", "6 distinct, e14b799c34251f56");
-const TINY_FULL: Fingerprint = ("1643 stages, 98 distinct, 093413ed07d192ea", "91 distinct, 3ba22966c7221d71");
-const TINY_FORWARD: Fingerprint = ("254 stages, 13 distinct, fab83caf2ea00f67", "11 distinct, 560e0b1cbd1b2f21");
+const ZOO_FULL: Fingerprint = (
+    "57 stages, 48 distinct, f8b52f33e9b28e54",
+    "42 distinct, 536d6dc42be73997",
+);
+const ZOO_FULL_VOCAB: Fingerprint = (
+    "57 stages, 48 distinct, 1b8ea912003fe231",
+    "42 distinct, 536d6dc42be73997",
+);
+const ZOO_FORWARD: Fingerprint = (
+    "10 stages, 7 distinct, 467954314fdc2150",
+    "6 distinct, e14b799c34251f56",
+);
+const TINY_FULL: Fingerprint = (
+    "1643 stages, 98 distinct, 093413ed07d192ea",
+    "91 distinct, 3ba22966c7221d71",
+);
+const TINY_FORWARD: Fingerprint = (
+    "254 stages, 13 distinct, fab83caf2ea00f67",
+    "11 distinct, 560e0b1cbd1b2f21",
+);
 
 fn assert_fingerprint(got: (String, String), want: Fingerprint) {
     assert_eq!(got.0, want.0, "the stages changed");

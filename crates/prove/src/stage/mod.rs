@@ -59,8 +59,8 @@
 
 pub mod chunks;
 pub mod micro;
-pub mod scale;
 mod renumber;
+pub mod scale;
 pub mod shard;
 mod slice;
 

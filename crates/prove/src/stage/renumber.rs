@@ -200,10 +200,7 @@ impl Holders {
 /// The stage's structure with its holders renumbered (see the module docs), written after
 /// `out`'s mesh, ops and assumptions; `graph_key` writes one graph. `None` where the stage
 /// names ranks otherwise, and the caller keys it by absolute rank numbers.
-pub(super) fn renumbered(
-    case: &Case,
-    graph_key: impl Fn(&mut String, &Graph),
-) -> Option<String> {
+pub(super) fn renumbered(case: &Case, graph_key: impl Fn(&mut String, &Graph)) -> Option<String> {
     let holders = Holders::of(case)?;
     let program = &case.program;
     let mut out = String::new();
@@ -238,7 +235,11 @@ pub(super) fn renumbered(
     }
     // The groups the holders' calls name (a string argument equal to a group's name: a string
     // that only happens to equal one adds a group to the key, never removes one).
-    for group in program.groups.iter().filter(|g| named.contains(&g.name.as_str())) {
+    for group in program
+        .groups
+        .iter()
+        .filter(|g| named.contains(&g.name.as_str()))
+    {
         let index = group.index(program.ranks.len());
         let mut sets: HashSet<*const usize> = HashSet::new();
         let _ = write!(out, "group {:?}:", group.name);
@@ -278,4 +279,111 @@ pub(super) fn renumbered(
         );
     }
     Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shardproof_ir::ValueId;
+
+    const TWO_STAGE_SPEC: &str = "class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[3, 2]\"):\n        s: \"f32[]\" = torch.ops.aten.sum.default(x)\n        return (s,)\n";
+
+    /// A two-rank pipeline: rank 0 sends `x`'s double to rank 1 (`send` written as `send`,
+    /// which names the peer), rank 1 sums it; `groups` is the case's `groups:` block.
+    fn pipeline(send: &str, groups: &str) -> (tempfile::TempDir, Case) {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let first = format!("class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[3, 2]\"):\n        sent: \"f32[3, 2]\" = torch.ops.shardproof_p2p.send.default({send})\n        return (sent,)\n");
+        let second = "class GraphModule(torch.nn.Module):\n    def forward(self):\n        v: \"f32[3, 2]\" = torch.ops.shardproof_p2p.recv.default([3, 2], torch.float32, 0, 0, 'pp')\n        s: \"f32[]\" = torch.ops.aten.sum.default(v)\n        return (s,)\n";
+        std::fs::write(d.join("spec.py"), TWO_STAGE_SPEC).unwrap();
+        std::fs::write(d.join("s0.py"), first).unwrap();
+        std::fs::write(d.join("s1.py"), second).unwrap();
+        let case = format!("version: 1\nname: two-stages\nspec:\n  graph: spec.py\nimpl:\n  mesh: {{ pp: 2 }}\n  graphs: [s0.py, s1.py]\n{groups}inputs:\n  x: {{ placement: Replicate(), at: {{ pp: 0 }} }}\n");
+        std::fs::write(d.join("case.yaml"), case).unwrap();
+        let case = shardproof_case::load_case(&d.join("case.yaml")).unwrap();
+        (dir, case)
+    }
+
+    const PP_GROUP: &str = "  groups:\n    \"pp\": pp\n";
+
+    /// A send to a global rank (no `group`) names the rank by number: no renumbering.
+    #[test]
+    fn a_send_to_a_global_rank_keeps_absolute_numbers() {
+        let (_d, grouped) = pipeline("x, 1, 0, 'pp'", PP_GROUP);
+        assert!(Holders::of(&grouped).is_some());
+        let (_d, global) = pipeline("x, 1, 0", PP_GROUP);
+        assert!(Holders::of(&global).is_none());
+    }
+
+    /// On a one-dim mesh a group the case does not declare is every rank: with a rank that
+    /// holds nothing, a call naming one keeps absolute numbers; declared, the group is keyed.
+    #[test]
+    fn an_undeclared_group_on_a_one_dim_mesh_keeps_absolute_numbers() {
+        for (groups, renumbered) in [(PP_GROUP, true), ("", false)] {
+            let (_d, mut case) = pipeline("x, 1, 0, 'pp'", groups);
+            case.program.ranks[1] = Arc::new(Graph::new("empty"));
+            assert_eq!(Holders::of(&case).is_some(), renumbered, "{groups:?}");
+        }
+    }
+
+    /// The pipeline with rank 1 holding nothing and `x` laid out as `layout` (YAML).
+    fn rank_zero_only(layout: &str) -> (tempfile::TempDir, Case) {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let rank = "class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[3, 1]\"):\n        s: \"f32[]\" = torch.ops.aten.sum.default(x)\n        return (s,)\n";
+        std::fs::write(d.join("spec.py"), TWO_STAGE_SPEC).unwrap();
+        std::fs::write(d.join("r.py"), rank).unwrap();
+        let case = format!("version: 1\nname: one-holder\nspec:\n  graph: spec.py\nimpl:\n  mesh: {{ pp: 2, tp: 2 }}\n  graphs: [r.py, r.py, r.py, r.py]\ninputs:\n  x: {layout}\n");
+        std::fs::write(d.join("case.yaml"), case).unwrap();
+        let mut case = shardproof_case::load_case(&d.join("case.yaml")).unwrap();
+        // Ranks 2 and 3 (pipeline stage 1) hold nothing, as a stage of stage 0 slices them.
+        for r in [2, 3] {
+            case.program.ranks[r] = Arc::new(Graph::new("empty"));
+        }
+        case.inputs[0].rank_values.retain(|&(r, _)| r < 2);
+        // A stage's per-rank values are empty where some rank lacks the value.
+        case.inputs[0].impl_values.clear();
+        (dir, case)
+    }
+
+    /// A dim is free only where every relation places it `Replicate()`: a holder's piece of a
+    /// tensor sharded along it depends on its coordinate there.
+    #[test]
+    fn a_dim_a_relation_shards_is_not_free() {
+        let (_d, mut case) = rank_zero_only("{ placement: { tp: Shard(1) }, at: { pp: 0 } }");
+        let holders = Holders::of(&case).unwrap();
+        assert_eq!(holders.ranks, vec![0, 1]);
+        assert_eq!(holders.free, vec![Some(0), None]);
+        let Layout::Placed(l) = &mut case.inputs[0].layout else {
+            panic!("placed")
+        };
+        l.placements[0] = Placement::Shard(1);
+        assert_eq!(Holders::of(&case).unwrap().free, vec![None, None]);
+    }
+
+    /// An `at:` on a free dim is written as the holders' coordinate only when it names exactly
+    /// that one.
+    #[test]
+    fn an_at_naming_other_coordinates_is_written_as_they_are() {
+        let (_d, case) = rank_zero_only("{ placement: { tp: Shard(1) }, at: { pp: 0 } }");
+        let holders = Holders::of(&case).unwrap();
+        assert!(holders
+            .layout(&case.inputs[0].layout)
+            .ends_with("at 0:held"));
+        let (_d, case) = rank_zero_only("{ placement: { tp: Shard(1) }, at: { pp: [0, 1] } }");
+        let holders = Holders::of(&case).unwrap();
+        assert!(holders
+            .layout(&case.inputs[0].layout)
+            .ends_with("at 0:[0, 1]"));
+    }
+
+    /// `impl_values` count every rank: on a stage some rank does not hold they would be read
+    /// by position, so the key keeps absolute numbers.
+    #[test]
+    fn per_rank_impl_values_on_a_partly_held_stage_keep_absolute_numbers() {
+        let (_d, mut case) = rank_zero_only("{ placement: { tp: Shard(1) }, at: { pp: 0 } }");
+        assert!(Holders::of(&case).is_some());
+        case.inputs[0].impl_values = vec![ValueId::new(0, 0); 4];
+        assert!(Holders::of(&case).is_none());
+    }
 }

@@ -6,14 +6,16 @@
 //! among the holders (see the module docs of [`super`], "Memo up to renumbering the holding
 //! ranks", and docs/prove/stages.md for the argument):
 //!
-//! - the holders (ranks with a node of the stage, or a value of one of its relations), and
-//!   their mesh coordinates on every dim that is not *free*; a free dim is one on which the
-//!   holders share one coordinate and which every relation of the stage places `Replicate()`;
-//! - each holder's graph (graphs are written once, holders name them by first appearance);
-//! - every declared process group's member sets that hold a holder, members written as their
-//!   holder position (a non-holder by its absolute rank, which only makes keys differ);
-//! - every relation, its holders renumbered, its `at:` on a free dim written as "the holders'
-//!   coordinate" when it names exactly that one.
+//! - the holders (ranks with a node of the stage, or a value of one of its relations), ordered
+//!   and written with their mesh coordinates *relabelled* on every dim that all the stage's
+//!   relations place `Replicate()`: there the coordinates of ranks that compute part of the
+//!   stage or hold its target come first (in increasing order), then the others;
+//! - each holder's graph (graphs equal up to names are written once, holders name them by
+//!   first appearance);
+//! - every process group a holder's call names, its member sets that hold a holder, members
+//!   written as their holder position (a non-holder by its absolute rank, which only makes keys
+//!   differ);
+//! - every relation, its holders renumbered, its `at:` coordinates relabelled.
 //!
 //! Where the stage names ranks in another way, the key keeps absolute rank numbers
 //! ([`renumbered`] answers `None`): a point-to-point call without `group` (its peer is a global
@@ -23,22 +25,24 @@
 
 use shardproof_case::{Case, Layout, Placement};
 use shardproof_ir::{Arg, Graph, NodeKind};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::sync::Arc;
 
 /// Marks a rank that holds nothing of the stage in [`Holders::position`].
 const NOT_HELD: usize = usize::MAX;
 
-/// The ranks holding a stage, numbered by position, and the mesh dims the key leaves out.
+/// The ranks holding a stage, numbered by position, and the mesh dims whose coordinates the key
+/// relabels.
 struct Holders {
-    /// Holding ranks, ascending.
+    /// Holding ranks, in the order of their relabelled coordinates.
     ranks: Vec<usize>,
     /// Per rank: its position among the holders, or [`NOT_HELD`].
     position: Vec<usize>,
-    /// Per mesh dim: whether it is free (the holders share one coordinate on it and every
-    /// relation places it `Replicate()`), with that coordinate.
-    free: Vec<Option<usize>>,
+    /// Per mesh dim: where every relation places it `Replicate()`, the new coordinate of each
+    /// coordinate (those of ranks that compute part of the stage or hold its target first, in
+    /// increasing order, then the others in increasing order); `None` elsewhere.
+    relabel: Vec<Option<Vec<usize>>>,
 }
 
 /// Whether a call is a point-to-point send or recv whose peer is a global rank (no `group`:
@@ -119,7 +123,10 @@ impl Holders {
         }
         let ranks: Vec<usize> = (0..nranks).filter(|&r| held[r]).collect();
         let every = ranks.len() == nranks;
-        if !every && relations.clone().any(|(_, _, iv)| !iv.is_empty()) {
+        if relations
+            .clone()
+            .any(|(_, _, iv)| !iv.is_empty() && (!every || iv.len() != nranks))
+        {
             return None;
         }
         // A one-dim mesh's undeclared group is every rank: a renumbering is then the identity
@@ -136,26 +143,72 @@ impl Holders {
                 }
             }
         }
+        // A rank is active where it computes part of the stage or holds its target; the others
+        // hold only inputs that the relations lay out on them.
+        let mut active = vec![false; nranks];
+        for (r, g) in program.ranks.iter().enumerate() {
+            active[r] = g.nodes.iter().any(|n| !matches!(n.kind, NodeKind::Input));
+        }
+        for o in &case.outputs {
+            for &(r, _) in &o.rank_values {
+                if let Some(a) = active.get_mut(r) {
+                    *a = true;
+                }
+            }
+        }
+        let mesh = &program.mesh;
+        let coords: Vec<Vec<usize>> = (0..nranks).map(|r| mesh.coords(r)).collect();
+        let relabel: Vec<Option<Vec<usize>>> = (0..mesh.dims.len())
+            .map(|d| {
+                let replicated = placed
+                    .iter()
+                    .all(|l| matches!(l.placements.get(d), Some(Placement::Replicate)));
+                if !replicated {
+                    return None;
+                }
+                let size = mesh.dims[d].1;
+                let mut hot = vec![false; size];
+                for r in (0..nranks).filter(|&r| active[r]) {
+                    hot[coords[r][d]] = true;
+                }
+                let order = (0..size)
+                    .filter(|&c| hot[c])
+                    .chain((0..size).filter(|&c| !hot[c]));
+                let mut map = vec![0; size];
+                for (new, old) in order.enumerate() {
+                    map[old] = new;
+                }
+                Some(map)
+            })
+            .collect();
+        let canonical = |r: usize| -> usize {
+            let relabelled: Vec<usize> = coords[r]
+                .iter()
+                .zip(&relabel)
+                .map(|(&c, map)| map.as_ref().map_or(c, |m| m[c]))
+                .collect();
+            mesh.rank(&relabelled)
+        };
+        let mut ranks = ranks;
+        ranks.sort_by_key(|&r| canonical(r));
         let mut position = vec![NOT_HELD; nranks];
         for (k, &r) in ranks.iter().enumerate() {
             position[r] = k;
         }
-        let coords: Vec<Vec<usize>> = ranks.iter().map(|&r| program.mesh.coords(r)).collect();
-        let free = (0..program.mesh.dims.len())
-            .map(|d| {
-                let c = coords.first().map_or(0, |c| c[d]);
-                let shared = coords.iter().all(|x| x[d] == c);
-                let replicated = placed
-                    .iter()
-                    .all(|l| matches!(l.placements.get(d), Some(Placement::Replicate)));
-                (shared && replicated).then_some(c)
-            })
-            .collect();
         Some(Holders {
             ranks,
             position,
-            free,
+            relabel,
         })
+    }
+
+    /// A rank's mesh coordinates, relabelled.
+    fn coords(&self, mesh: &shardproof_ir::Mesh, r: usize) -> Vec<usize> {
+        mesh.coords(r)
+            .iter()
+            .zip(&self.relabel)
+            .map(|(&c, map)| map.as_ref().map_or(c, |m| m[c]))
+            .collect()
     }
 
     /// A rank as the key writes it: its position among the holders, or `!` and its number.
@@ -166,32 +219,41 @@ impl Holders {
         }
     }
 
-    /// A relation's holders renumbered.
+    /// A relation's holders renumbered, in position order (a rank's own values, a pipeline
+    /// rank's microbatches, keep their order).
     fn rank_values(&self, values: &[(usize, shardproof_ir::ValueId)]) -> String {
+        let mut sorted = values.to_vec();
+        sorted.sort_by_key(|&(r, _)| self.position.get(r).copied().unwrap_or(NOT_HELD));
         let mut out = String::from("[");
-        for &(r, v) in values {
+        for &(r, v) in &sorted {
             let _ = write!(out, "({},{}.{})", self.name(r), v.node, v.output);
         }
         out.push(']');
         out
     }
 
-    /// A layout with its `at:` on free dims written as the holders' coordinate when it names
-    /// exactly that one.
+    /// Per-rank values (every rank's, or none) in position order.
+    fn impl_values(&self, values: &[shardproof_ir::ValueId]) -> String {
+        let permuted: Vec<_> = self.ranks.iter().filter_map(|&r| values.get(r)).collect();
+        format!("{permuted:?}")
+    }
+
+    /// A layout with its `at:` coordinates relabelled on the dims the key relabels.
     fn layout(&self, layout: &Layout) -> String {
         let Layout::Placed(l) = layout else {
             return format!("{layout:?}");
         };
         let mut out = format!("{:?} {:?} at", l.placements, l.blocks);
         for h in &l.at {
-            match self.free.get(h.dim).copied().flatten() {
-                Some(c) if h.coords == [c] => {
-                    let _ = write!(out, " {}:held", h.dim);
-                }
-                _ => {
-                    let _ = write!(out, " {}:{:?}", h.dim, h.coords);
-                }
+            let mut coords = h.coords.clone();
+            if let Some(Some(map)) = self.relabel.get(h.dim) {
+                coords = coords
+                    .iter()
+                    .map(|&c| map.get(c).copied().unwrap_or(c))
+                    .collect();
+                coords.sort_unstable();
             }
+            let _ = write!(out, " {}:{:?}", h.dim, coords);
         }
         out
     }
@@ -206,32 +268,48 @@ pub(super) fn renumbered(case: &Case, graph_key: impl Fn(&mut String, &Graph)) -
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "renumbered: {} holders of {}, free dims {:?}",
+        "renumbered: {} holders of {}, relabelled dims {:?}",
         holders.ranks.len(),
         program.ranks.len(),
-        holders.free.iter().map(Option::is_some).collect::<Vec<_>>()
+        holders
+            .relabel
+            .iter()
+            .map(Option::is_some)
+            .collect::<Vec<_>>()
     );
-    let mut graphs: Vec<*const Graph> = Vec::new();
+    // Graphs by what the key writes of them: holders whose stage graphs are equal up to names
+    // run the same computation whether or not they share one graph object.
+    let mut by_pointer: HashMap<*const Graph, usize> = HashMap::new();
+    let mut texts: HashMap<String, usize> = HashMap::new();
     let mut named: Vec<&str> = Vec::new();
     let mut bodies = String::new();
     for (k, &r) in holders.ranks.iter().enumerate() {
         let g = &program.ranks[r];
-        let id = match graphs.iter().position(|p| *p == Arc::as_ptr(g)) {
-            Some(id) => id,
+        let id = match by_pointer.get(&Arc::as_ptr(g)) {
+            Some(&id) => id,
             None => {
-                graphs.push(Arc::as_ptr(g));
                 strings_of(g, &mut named);
-                let _ = writeln!(bodies, "graph {}", graphs.len() - 1);
-                graph_key(&mut bodies, g);
-                graphs.len() - 1
+                let mut text = String::new();
+                graph_key(&mut text, g);
+                let id = match texts.get(&text) {
+                    Some(&id) => id,
+                    None => {
+                        let id = texts.len();
+                        let _ = writeln!(bodies, "graph {id}");
+                        bodies.push_str(&text);
+                        texts.insert(text, id);
+                        id
+                    }
+                };
+                by_pointer.insert(Arc::as_ptr(g), id);
+                id
             }
         };
-        let coords = program.mesh.coords(r);
-        let kept: Vec<usize> = (0..coords.len())
-            .filter(|&d| holders.free[d].is_none())
-            .map(|d| coords[d])
-            .collect();
-        let _ = writeln!(out, "holder {k} at {kept:?} = graph {id}");
+        let _ = writeln!(
+            out,
+            "holder {k} at {:?} = graph {id}",
+            holders.coords(&program.mesh, r)
+        );
     }
     // The groups the holders' calls name (a string argument equal to a group's name: a string
     // that only happens to equal one adds a group to the key, never removes one).
@@ -261,21 +339,21 @@ pub(super) fn renumbered(case: &Case, graph_key: impl Fn(&mut String, &Graph)) -
     for rel in &case.inputs {
         let _ = writeln!(
             out,
-            "input {:?} {} {} {:?}",
+            "input {:?} {} {} {}",
             rel.spec_value,
             holders.layout(&rel.layout),
             holders.rank_values(&rel.rank_values),
-            rel.impl_values
+            holders.impl_values(&rel.impl_values)
         );
     }
     for o in &case.outputs {
         let _ = writeln!(
             out,
-            "output {:?} {} {} {:?}",
+            "output {:?} {} {} {}",
             o.spec_value,
             holders.layout(&o.layout),
             holders.rank_values(&o.rank_values),
-            o.impl_values
+            holders.impl_values(&o.impl_values)
         );
     }
     Some(out)
@@ -326,8 +404,9 @@ mod tests {
         }
     }
 
-    /// The pipeline with rank 1 holding nothing and `x` laid out as `layout` (YAML).
-    fn rank_zero_only(layout: &str) -> (tempfile::TempDir, Case) {
+    /// A mesh { pp: 2, tp: 2 } whose pipeline stage `stage` alone holds anything (as a stage of
+    /// that pipeline stage slices the others), `x` laid out as `layout` (YAML).
+    fn one_stage(stage: usize, layout: &str) -> (tempfile::TempDir, Case) {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
         let rank = "class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[3, 1]\"):\n        s: \"f32[]\" = torch.ops.aten.sum.default(x)\n        return (s,)\n";
@@ -336,45 +415,51 @@ mod tests {
         let case = format!("version: 1\nname: one-holder\nspec:\n  graph: spec.py\nimpl:\n  mesh: {{ pp: 2, tp: 2 }}\n  graphs: [r.py, r.py, r.py, r.py]\ninputs:\n  x: {layout}\n");
         std::fs::write(d.join("case.yaml"), case).unwrap();
         let mut case = shardproof_case::load_case(&d.join("case.yaml")).unwrap();
-        // Ranks 2 and 3 (pipeline stage 1) hold nothing, as a stage of stage 0 slices them.
-        for r in [2, 3] {
+        let held = |r: usize| r / 2 == stage;
+        for r in (0..4).filter(|&r| !held(r)) {
             case.program.ranks[r] = Arc::new(Graph::new("empty"));
         }
-        case.inputs[0].rank_values.retain(|&(r, _)| r < 2);
+        case.inputs[0].rank_values.retain(|&(r, _)| held(r));
         // A stage's per-rank values are empty where some rank lacks the value.
         case.inputs[0].impl_values.clear();
         (dir, case)
     }
 
-    /// A dim is free only where every relation places it `Replicate()`: a holder's piece of a
-    /// tensor sharded along it depends on its coordinate there.
+    /// Pipeline stage 0's ranks alone hold anything.
+    fn rank_zero_only(layout: &str) -> (tempfile::TempDir, Case) {
+        one_stage(0, layout)
+    }
+
+    /// A dim is relabelled only where every relation places it `Replicate()`: a holder's piece
+    /// of a tensor sharded along it depends on its coordinate there.
     #[test]
-    fn a_dim_a_relation_shards_is_not_free() {
+    fn a_dim_a_relation_shards_is_not_relabelled() {
         let (_d, mut case) = rank_zero_only("{ placement: { tp: Shard(1) }, at: { pp: 0 } }");
         let holders = Holders::of(&case).unwrap();
         assert_eq!(holders.ranks, vec![0, 1]);
-        assert_eq!(holders.free, vec![Some(0), None]);
+        assert_eq!(holders.relabel, vec![Some(vec![0, 1]), None]);
         let Layout::Placed(l) = &mut case.inputs[0].layout else {
             panic!("placed")
         };
         l.placements[0] = Placement::Shard(1);
-        assert_eq!(Holders::of(&case).unwrap().free, vec![None, None]);
+        assert_eq!(Holders::of(&case).unwrap().relabel, vec![None, None]);
     }
 
-    /// An `at:` on a free dim is written as the holders' coordinate only when it names exactly
-    /// that one.
+    /// The same stage on pipeline stage 0 and on 1 has one key (pp relabelled); an `at:` that
+    /// names other coordinates is another key.
     #[test]
-    fn an_at_naming_other_coordinates_is_written_as_they_are() {
-        let (_d, case) = rank_zero_only("{ placement: { tp: Shard(1) }, at: { pp: 0 } }");
-        let holders = Holders::of(&case).unwrap();
-        assert!(holders
-            .layout(&case.inputs[0].layout)
-            .ends_with("at 0:held"));
-        let (_d, case) = rank_zero_only("{ placement: { tp: Shard(1) }, at: { pp: [0, 1] } }");
-        let holders = Holders::of(&case).unwrap();
-        assert!(holders
-            .layout(&case.inputs[0].layout)
-            .ends_with("at 0:[0, 1]"));
+    fn an_at_is_written_relabelled() {
+        let key = |stage: usize, at: &str| {
+            let (_d, case) = one_stage(
+                stage,
+                &format!("{{ placement: {{ tp: Shard(1) }}, at: {{ pp: {at} }} }}"),
+            );
+            super::super::structure(&case)
+        };
+        let (first, second) = (key(0, "0"), key(1, "1"));
+        assert!(first.contains("renumbered"), "{first}");
+        assert_eq!(first, second);
+        assert_ne!(second, key(1, "[0, 1]"));
     }
 
     /// `impl_values` count every rank: on a stage some rank does not hold they would be read

@@ -162,23 +162,23 @@ type Fingerprint = (&'static str, &'static str);
 
 const ZOO_FULL: Fingerprint = (
     "57 stages, 48 distinct, f8b52f33e9b28e54",
-    "42 distinct, 536d6dc42be73997",
+    "35 distinct, b081e27e42666d44",
 );
 const ZOO_FULL_VOCAB: Fingerprint = (
     "57 stages, 48 distinct, 1b8ea912003fe231",
-    "42 distinct, 536d6dc42be73997",
+    "35 distinct, b081e27e42666d44",
 );
 const ZOO_FORWARD: Fingerprint = (
     "10 stages, 7 distinct, 467954314fdc2150",
-    "6 distinct, e14b799c34251f56",
+    "5 distinct, 7caa378073006440",
 );
 const TINY_FULL: Fingerprint = (
     "1643 stages, 98 distinct, 093413ed07d192ea",
-    "91 distinct, 3ba22966c7221d71",
+    "70 distinct, adbe2530c437420c",
 );
 const TINY_FORWARD: Fingerprint = (
     "254 stages, 13 distinct, fab83caf2ea00f67",
-    "11 distinct, 560e0b1cbd1b2f21",
+    "7 distinct, a3b4ec5fb3732a54",
 );
 
 fn assert_fingerprint(got: (String, String), want: Fingerprint) {

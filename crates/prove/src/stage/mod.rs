@@ -42,20 +42,18 @@
 //!
 //! A stage's theorem reads the ranks that hold nothing of it not at all (their graphs are
 //! empty, no relation names them), and the ranks that hold it only through their graphs, the
-//! member sets of the groups their collectives run over, the relations' holders and the
-//! pieces their layouts give each holder, which depend on the holder's mesh coordinates on
-//! the dims a layout shards, splits into partial shares or restricts with `at:`. So the key
-//! ([`renumber`]) numbers the holders by position, writes each one's coordinates except on the
-//! *free* dims (the holders share one coordinate there, every relation places it
-//! `Replicate()`), each group's sets that meet the holders in holder positions, the relations'
-//! holders in positions and an `at:` on a free dim that names the holders' coordinate as such.
-//! Two stages with one key are then related by the rank permutation that swaps the free
-//! coordinates of one's holders with the other's: it maps holders to holders in order,
-//! keeps every coordinate a layout reads, maps a holder's group sets onto the other's in
-//! member order, and maps every relation onto the other's. The theorem of one, ranks renamed by
-//! it, is the other's, so a proof (or a counterexample) of one is one of the other. Stages that
-//! name ranks otherwise (a point-to-point call to a global rank, an `expr:` layout) are keyed
-//! with absolute rank numbers.
+//! member sets of the groups their calls name, the relations' holders and the pieces their
+//! layouts give each holder, which depend on the holder's mesh coordinates on the dims a layout
+//! shards or splits into partial shares. So the key ([`renumber`]) relabels the coordinates of
+//! the dims every relation places `Replicate()` (the active ranks' coordinates first), numbers
+//! the holders by their relabelled coordinates, and writes each holder's graph and coordinates,
+//! each named group's member sets in holder positions, and the relations in positions. Two
+//! stages with one key are related by the rank permutation that relabels one's dims and undoes
+//! the other's: it maps holders to holders position by position, keeps every coordinate a
+//! layout reads, maps group sets and relations onto the other's. The theorem of one, ranks
+//! renamed by it, is the other's, so a proof (or a counterexample) of one is one of the other.
+//! Stages that name ranks otherwise (a point-to-point call to a global rank, an `expr:` layout)
+//! are keyed with absolute rank numbers.
 
 pub mod chunks;
 pub mod micro;

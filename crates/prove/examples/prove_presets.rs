@@ -268,17 +268,35 @@ fn main() {
             }
             let proof = prove_planned(&case, &cfg, &opts, case_started);
             let secs = case_started.elapsed().as_secs_f64();
+            // Stages proved (by their own proof or a memo hit's) against the distinct stages
+            // proved: the first is what the case's verdict needs, the second what was proved.
+            let proved = |s: &&shardproof_prove::stage::StageReport| {
+                s.verdict == Some(shardproof_prove::Verdict::Proved)
+            };
+            let covered = proof.stages.iter().filter(proved).count();
+            let own = || proof.stages.iter().filter(|s| !s.memo_hit);
+            let distinct_proved = own().filter(proved).count();
+            let not_begun = own()
+                .filter(|s| {
+                    s.message
+                        .as_deref()
+                        .is_some_and(|m| m.contains("ran out before this stage began"))
+                })
+                .count();
+            let stages_line = format!(
+                "{} stages, {covered} of them proved; {} distinct, {distinct_proved} of them proved, {not_begun} not begun; {} memo hits",
+                proof.stages.len(),
+                proof.distinct_stages,
+                proof.memo_hits
+            );
             println!(
-                "{name} {} ({}; {} ranks; cut at {cuts} {}, {} of them scaled gradients, {micro} microbatched): {:?} in {secs:.1} s (emitted in {emitted:.1} s), {} stages, {} proved, {} memo hits, goals by layer {:?}, peak {:.2} GB{}",
+                "{name} {} ({}; {} ranks; cut at {cuts} {}, {} of them scaled gradients, {micro} microbatched): {:?} in {secs:.1} s (emitted in {emitted:.1} s), {stages_line}, goals by layer {:?}, peak {:.2} GB{}",
                 if forward { "forward" } else { "full iteration" },
                 preset.plan_note(),
                 case.program.ranks.len(),
                 if forward { "layer outputs" } else { "module outputs and input gradients" },
                 scales.len(),
                 proof.verdict,
-                proof.stages.len(),
-                proof.distinct_stages,
-                proof.memo_hits,
                 proof.layers,
                 peak_gb().unwrap_or(f64::NAN),
                 proof

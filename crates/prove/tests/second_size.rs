@@ -214,7 +214,7 @@ fn a_check_over_the_element_limit_withdraws_the_proof() {
     let limited = prove_case(
         &case,
         &ProveConfig {
-            max_elements: first_elements,
+            max_run_elements: first_elements,
             ..ProveConfig::default()
         },
     );

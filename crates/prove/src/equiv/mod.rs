@@ -31,6 +31,11 @@ pub struct ProveConfig {
     pub limits: ExecLimits,
     /// Elements of all values of the spec and the ranks together, checked before executing.
     pub max_elements: usize,
+    /// Elements of all values of the spec and the ranks together for the second-size check's
+    /// interpreter runs ([`second_size`]): numeric runs of a few seeds cost far less per
+    /// element than symbolic execution, so the bound is [`ProveConfig::max_elements`]'s scaled
+    /// to memory (8 bytes an element), not to expression counts.
+    pub max_run_elements: usize,
     /// Distinct goals decided.
     pub max_goals: usize,
     /// Wall-clock limit of the whole proof.
@@ -58,6 +63,7 @@ impl Default for ProveConfig {
             budget: Budget::default(),
             limits: ExecLimits::default(),
             max_elements: 4_000_000,
+            max_run_elements: 32_000_000,
             max_goals: 1_000_000,
             time_limit: None,
             started: None,

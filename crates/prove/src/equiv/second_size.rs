@@ -152,10 +152,11 @@ pub(super) fn check(
         program_elements: program_elements(at),
         ..Counts::default()
     };
-    if counts.program_elements > cfg.max_elements {
+    if counts.program_elements > cfg.max_run_elements {
         let why = format!(
-            "the second-size check's case holds {} tensor elements, over the prover's limit of {}",
-            counts.program_elements, cfg.max_elements
+            "the second-size check's case holds {} tensor elements, over the limit of {} for \
+             its interpreter runs",
+            counts.program_elements, cfg.max_run_elements
         );
         return not_completed(proof, sizes, full_size, counts, why);
     }

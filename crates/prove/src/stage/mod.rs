@@ -37,9 +37,27 @@
 //! the mesh and groups. Stages with one key state the same theorem about renamed tensors, so
 //! the first is proved and the others reuse its result: the identical layers of a deep model
 //! are proved once.
+//!
+//! # Memo up to renumbering the holding ranks
+//!
+//! A stage's theorem reads the ranks that hold nothing of it not at all (their graphs are
+//! empty, no relation names them), and the ranks that hold it only through their graphs, the
+//! member sets of the groups their calls name, the relations' holders and the pieces their
+//! layouts give each holder, which depend on the holder's mesh coordinates on the dims a layout
+//! shards or splits into partial shares. So the key ([`renumber`]) relabels the coordinates of
+//! the dims every relation places `Replicate()` (the active ranks' coordinates first), numbers
+//! the holders by their relabelled coordinates, and writes each holder's graph and coordinates,
+//! each named group's member sets in holder positions, and the relations in positions. Two
+//! stages with one key are related by the rank permutation that relabels one's dims and undoes
+//! the other's: it maps holders to holders position by position, keeps every coordinate a
+//! layout reads, maps group sets and relations onto the other's. The theorem of one, ranks
+//! renamed by it, is the other's, so a proof (or a counterexample) of one is one of the other.
+//! Stages that name ranks otherwise (a point-to-point call to a global rank, an `expr:` layout)
+//! are keyed with absolute rank numbers.
 
 pub mod chunks;
 pub mod micro;
+mod renumber;
 pub mod scale;
 pub mod shard;
 mod slice;
@@ -937,14 +955,43 @@ fn graph_key(out: &mut String, g: &Graph, case: &Case) {
     let _ = writeln!(out, "outputs {:?}", g.outputs);
 }
 
-/// Everything a proof depends on, names aside.
+/// Everything a proof depends on, names aside, and the holding ranks' numbers aside where the
+/// stage names ranks only through its holders' mesh positions and groups ([`renumber`]).
 fn structure(case: &Case) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "mesh {:?}\ngroups {:?}\nops {:?}\nassume {:?}",
+        "mesh {:?}\nops {:?}\nassume {:?}",
+        case.program.mesh, case.ops, case.assume
+    );
+    if let Some(rest) = renumber::renumbered(case, |out, g| graph_key(out, g, case)) {
+        out.push_str(&rest);
+        return out;
+    }
+    let _ = writeln!(out, "absolute\ngroups {:?}", case.program.groups);
+    out.push_str(&absolute_structure(case));
+    out
+}
+
+/// The digest of a stage case's unreduced key with absolute rank numbers, as keys were before
+/// they were taken up to renumbering the holding ranks: for tests that pin a plan's stages
+/// (their graphs and relations) apart from its memo.
+#[doc(hidden)]
+pub fn absolute_key_digest(case: &Case) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "full\nmesh {:?}\ngroups {:?}\nops {:?}\nassume {:?}",
         case.program.mesh, case.program.groups, case.ops, case.assume
     );
+    out.push_str(&absolute_structure(case));
+    digest(&out)
+}
+
+/// The stage's graphs and relations with absolute rank numbers: every rank's graph, the
+/// relations' holders as numbered.
+fn absolute_structure(case: &Case) -> String {
+    let mut out = String::new();
     out.push_str("spec\n");
     graph_key(&mut out, &case.spec, case);
     let mut seen: Vec<*const Graph> = Vec::new();

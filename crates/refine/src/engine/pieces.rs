@@ -547,15 +547,23 @@ fn join_pieces(imp: &Impl, parts: Vec<Rel>, how: &Split, out: &[usize]) -> Optio
 }
 
 /// `e` with every scale of a scale by literal factors folded into one (`(x * 2) * 1/8` is
-/// `x * 1/4`, and `(x * 2) * 1/2` is `x`): a runner stopped at its node limit can leave the
-/// class it extracts from without the folded term, and a multiple of a clean expression is
-/// read only at the top.
+/// `x * 1/4`, and `(x * 2) * 1/2` is `x`), and a factor that every piece of a concatenation
+/// carries folded out of it (`cat(x * 1/8, y * 1/8)` is `cat(x, y) * 1/8`): a runner stopped
+/// at its node limit can leave the class it extracts from without the folded term, and a
+/// multiple of a clean expression is read only at the top.
 pub(super) fn fold_nested_scales(e: &RecExpr<Term>) -> RecExpr<Term> {
     let nodes = e.as_ref();
     let mut out: RecExpr<Term> = RecExpr::default();
     let mut map: Vec<Id> = Vec::with_capacity(nodes.len());
     for node in nodes {
-        let mapped = node.clone().map_children(|c| map[usize::from(c)]);
+        let mut mapped = node.clone().map_children(|c| map[usize::from(c)]);
+        if let Some((f, cat)) = common_factor_of_pieces(&out, &mapped) {
+            // Elementwise, `cat_d(c x_i) = c cat_d(x_i)`: the concatenation of the operands,
+            // scaled once (and merged below with a scale the operands' concatenation is not).
+            let inner = out.add(cat);
+            let (p, q) = (out.add(Term::Num(f.0)), out.add(Term::Num(f.1)));
+            mapped = Term::Op(Symbol::from(SCALE), vec![p, q, inner]);
+        }
         let id = match literal_scale(&out, &mapped) {
             Some((f, x)) => {
                 // The operand is already folded: at most one literal scale to merge with.
@@ -582,6 +590,28 @@ pub(super) fn fold_nested_scales(e: &RecExpr<Term>) -> RecExpr<Term> {
         append(&mut folded, &out, usize::from(root));
     }
     folded
+}
+
+/// For `n`, a concatenation over nodes of `e` whose every piece is a scale by the same
+/// literal factor: that factor and the concatenation of the pieces' operands. `None` where a
+/// piece is not such a scale or the factors differ.
+fn common_factor_of_pieces(e: &RecExpr<Term>, n: &Term) -> Option<((i64, i64), Term)> {
+    let Term::Op(s, k) = n else {
+        return None;
+    };
+    if !is_op!(s, CAT) || k.len() < 2 {
+        return None;
+    }
+    let (f, _) = literal_scale(e, &e[k[1]])?;
+    let mut kids = vec![k[0]];
+    for &piece in &k[1..] {
+        let (g, x) = literal_scale(e, &e[piece])?;
+        if !same_ratio(f, g) {
+            return None;
+        }
+        kids.push(x);
+    }
+    Some((f, Term::Op(*s, kids)))
 }
 
 /// The factor `(p, q)` and operand of `n`, a node of `e`, when it is a scale by literal numbers.

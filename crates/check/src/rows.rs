@@ -671,6 +671,16 @@ fn mean_rows(
     None
 }
 
+/// How a rank's rows and messages pair, for [`microbatch_average`] and [`microbatch_sum`]:
+/// the selections' row keys, and whether two recvs (node indices) take one expression of one
+/// tensor up to the rows they select (a row key names no tensor).
+pub(crate) struct RowPairing<'a> {
+    /// The selections' row keys.
+    pub table: &'a RowTable,
+    /// Whether two recvs' messages are alike but for their rows.
+    pub received: &'a dyn Fn(usize, usize) -> bool,
+}
+
 /// Whether node `i` of `g` (an `add`, not yet placed, of partial pieces whose factor is not known on a mesh
 /// dim: `scale_unknown`) is the average of K microbatch means (gradient accumulation:
 /// `M_0 / K + .. + M_(K-1) / K`, through nested adds), so that its pieces are the means over
@@ -700,8 +710,7 @@ pub(crate) fn microbatch_average(
     scale_unknown: &dyn Fn(ValueId) -> bool,
     share_of: &dyn Fn(ValueId) -> u8,
     part_rows: &dyn Fn(ValueId) -> bool,
-    received: &dyn Fn(usize, usize) -> bool,
-    table: &RowTable,
+    pairing: &RowPairing,
 ) -> Option<MicrobatchAverage> {
     use shardproof_ir::NodeKind;
     let call = |j: usize| match &g.nodes[j].kind {
@@ -745,7 +754,7 @@ pub(crate) fn microbatch_average(
         }
     }
     let means: Vec<ValueId> = parts.iter().map(|&(m, _)| m).collect();
-    microbatches_tile(g, &means, place, &|_, _| false, received, table).then(|| MicrobatchAverage {
+    microbatches_tile(g, &means, place, &|_, _| false, pairing).then(|| MicrobatchAverage {
         share,
         terms: terms
             .into_iter()
@@ -829,15 +838,14 @@ pub(crate) fn microbatch_sum(
     scale_unknown: &dyn Fn(ValueId) -> bool,
     part_rows: &dyn Fn(ValueId) -> bool,
     chunked: &dyn Fn(ValueId, u8) -> bool,
-    received: &dyn Fn(usize, usize) -> bool,
-    table: &RowTable,
+    pairing: &RowPairing,
 ) -> bool {
     let terms = accumulated_terms(g, i, place, scale_unknown);
     terms.len() >= 2
         && terms.iter().all(|&t| {
             place(t) == Place::Partial(crate::place::Red::Sum) && scale_unknown(t) && part_rows(t)
         })
-        && microbatches_tile(g, &terms, place, chunked, received, table)
+        && microbatches_tile(g, &terms, place, chunked, pairing)
 }
 
 /// Whether `values` (K of them, at least 2) are one expression over the K microbatches of the
@@ -855,10 +863,10 @@ fn microbatches_tile(
     values: &[ValueId],
     place: &dyn Fn(ValueId) -> Place,
     chunked: &dyn Fn(ValueId, u8) -> bool,
-    received: &dyn Fn(usize, usize) -> bool,
-    table: &RowTable,
+    pairing: &RowPairing,
 ) -> bool {
     use shardproof_ir::NodeKind;
+    let (table, received) = (pairing.table, pairing.received);
     let call = |j: usize| match &g.nodes[j].kind {
         NodeKind::Call { op, args, kwargs } => Some((op, args, kwargs)),
         _ => None,

@@ -499,8 +499,10 @@ pub(super) fn scale_records(
             &|v| rp.scale_unknown[at(v)],
             &|v| rp.share_of[at(v)],
             &|v| rp.part_rows[at(v)],
-            &|x, y| super::recv::received_alike(sh, r, x, y),
-            &sh.rows.borrow(),
+            &rows::RowPairing {
+                table: &sh.rows.borrow(),
+                received: &|x, y| super::recv::received_alike(sh, r, x, y),
+            },
         ) {
             drops_part = true;
             if average.share == 0 {
@@ -535,8 +537,10 @@ pub(super) fn scale_records(
             &|v| rp.scale_unknown[at(v)],
             &|v| rp.part_rows[at(v)] && rp.share_of[at(v)] == 0,
             &|v, d| (0..nd).any(|k| k != m && rp.of(v, nd)[k] == Place::Shard(d)),
-            &|x, y| super::recv::received_alike(sh, r, x, y),
-            &sh.rows.borrow(),
+            &rows::RowPairing {
+                table: &sh.rows.borrow(),
+                received: &|x, y| super::recv::received_alike(sh, r, x, y),
+            },
         ) {
             now_scale_unknown = false;
         }

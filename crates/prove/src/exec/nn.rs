@@ -646,6 +646,27 @@ pub(crate) fn constant_arg(ctx: &NodeCtx, name: &str) -> Result<bool, ExecError>
     })
 }
 
+/// Refuses `kernel`'s indices unless each is shown within its `rows` (a rank's mask one row
+/// long, a clamp one row past, or an integer of unknown range may be one the kernel fails on,
+/// where the symbolic rule would silently drop or mask it).
+fn indices_within_rows(
+    ctx: &NodeCtx,
+    idx: &SymTensor,
+    rows: usize,
+    kernel: &str,
+) -> Result<(), ExecError> {
+    if idx
+        .elems
+        .iter()
+        .all(|&i| super::range::within(ctx.arena, i, rows))
+    {
+        return Ok(());
+    }
+    Err(ctx.unsupported(format!(
+        "{kernel} indices that may fall outside its {rows} rows, where the kernel fails"
+    )))
+}
+
 /// embedding(weight, indices) at symbolic indices: out[p, d] = lookup(indices[p], weight[:, d]).
 pub(crate) fn embedding(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
     let w = ctx.tensor("weight")?;
@@ -654,18 +675,9 @@ pub(crate) fn embedding(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> 
         return Err(ctx.unsupported("a weight that is not 2-d"));
     }
     let (v, d) = (w.shape[0], w.shape[1]);
-    // An index not shown within the rows may be one `F.embedding` raises on, where the lookup
-    // outside the table is an opaque value that a mask on the output may then drop (a rank
-    // that masks its output but not its index): refused, as `embedding_backward` does.
-    if idx
-        .elems
-        .iter()
-        .any(|&i| !super::range::within(ctx.arena, i, v))
-    {
-        return Err(ctx.unsupported(format!(
-            "embedding indices that may fall outside its {v} rows, where the kernel fails"
-        )));
-    }
+    // The lookup outside the table would be an opaque value a mask on the output may then
+    // drop (a rank that masks its output but not its index).
+    indices_within_rows(ctx, &idx, v, "embedding")?;
     let meta = ctx.out_meta(0)?;
     let columns: Vec<Vec<ExprId>> = (0..d)
         .map(|j| (0..v).map(|i| w.elems[i * d + j]).collect())
@@ -702,18 +714,8 @@ pub(crate) fn embedding_backward(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, Ex
         )));
     }
     let (v, d) = (meta.shape[0], meta.shape[1]);
-    // An index not shown within the rows (a rank's mask one row long, or an integer of
-    // unknown range) may be one the kernel fails on, where the rows' equality tests would
-    // just drop it.
-    if idx
-        .elems
-        .iter()
-        .any(|&i| !super::range::within(ctx.arena, i, v))
-    {
-        return Err(ctx.unsupported(format!(
-            "embedding_dense_backward indices that may fall outside its {v} rows, where the kernel fails"
-        )));
-    }
+    // The rows' equality tests would just drop an index past them.
+    indices_within_rows(ctx, &idx, v, "embedding_dense_backward")?;
     let n = idx.numel();
     let ar = &mut *ctx.arena;
     let pad = ar.int(padding)?;

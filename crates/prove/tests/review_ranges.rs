@@ -177,3 +177,18 @@ fn an_index_through_two_bitwise_nots_is_proved() {
     let proof = prove_case(&case, &full_size());
     assert_eq!(proof.verdict, Verdict::Proved, "{}", report(&proof));
 }
+
+/// The right narrowing casts stay proved: tokens of a 256-row table through `uint8` and back,
+/// and through `int32`, keep their values (every token lies in the target type's range).
+#[test]
+fn an_index_narrowed_within_its_type_is_proved() {
+    let rows = 256;
+    for dtype in ["uint8", "int32"] {
+        let short = if dtype == "uint8" { "u8" } else { "i32" };
+        let rank = format!("        narrow: \"{short}[2]\" = torch.ops.aten._to_copy.default(tokens, dtype = torch.{dtype})\n        wide: \"i64[2]\" = torch.ops.aten._to_copy.default(narrow, dtype = torch.int64)\n        out: \"f32[2, 2]\" = torch.ops.aten.embedding.default(w, wide)\n        return (out,)\n");
+        let dir = tempfile::tempdir().unwrap();
+        let case = write_case(dir.path(), rows, SPEC_LOOKUP, &rank);
+        let proof = prove_case(&case, &full_size());
+        assert_eq!(proof.verdict, Verdict::Proved, "{dtype}: {}", report(&proof));
+    }
+}

@@ -75,7 +75,12 @@ fn run_both(
     let cfg = RunConfig::default();
     let out = |g: &shardproof_ir::Graph| {
         shardproof_interp::run_graph(g, &leaves(rows, tokens), &cfg)
-            .map(|env| env.get(g.outputs[0].expect("an output")).expect("computed").data.to_vec())
+            .map(|env| {
+                env.get(g.outputs[0].expect("an output"))
+                    .expect("computed")
+                    .data
+                    .to_vec()
+            })
             .map_err(|e| e.to_string())
     };
     let spec = out(&case.spec).expect("the spec runs on valid tokens");
@@ -131,7 +136,11 @@ fn an_index_from_a_bitwise_and_of_integers_is_not_proved() {
     let dir = tempfile::tempdir().unwrap();
     let case = write_case(dir.path(), rows, spec, rank);
     let (spec, rank) = run_both(&case, rows, &[256.0, 1.0]);
-    assert_ne!(Ok(spec), rank, "token 256 is row 0 on the ranks, row 1 in the spec");
+    assert_ne!(
+        Ok(spec),
+        rank,
+        "token 256 is row 0 on the ranks, row 1 in the spec"
+    );
     assert_none_proved(&case);
 }
 
@@ -161,14 +170,18 @@ fn an_index_from_a_bitwise_not_of_integers_is_not_proved() {
     let dir = tempfile::tempdir().unwrap();
     let case = write_case(dir.path(), rows, spec, rank);
     let (spec, rank) = run_both(&case, rows, &[2.0, 1.0]);
-    assert_ne!(Ok(spec), rank, "token 2 is row 2 on the ranks, row 1 in the spec");
+    assert_ne!(
+        Ok(spec),
+        rank,
+        "token 2 is row 2 on the ranks, row 1 in the spec"
+    );
     assert_none_proved(&case);
 }
 
 /// The right program with `~~t` as its index (the bitwise not twice on integers is the
 /// token) stays proved: `~x` on integers is `-x - 1`.
 #[test]
-#[ignore = "gap: bitwise_not on integers is read as the logical not (fails until fix 2 lands)"]
+#[ignore = "gap: bitwise_not on integers is read as the logical not (fails until fix 1 lands)"]
 fn an_index_through_two_bitwise_nots_is_proved() {
     let rows = 4;
     let rank = "        n1: \"i64[2]\" = torch.ops.aten.bitwise_not.default(tokens)\n        n2: \"i64[2]\" = torch.ops.aten.bitwise_not.default(n1)\n        out: \"f32[2, 2]\" = torch.ops.aten.embedding.default(w, n2)\n        return (out,)\n";
@@ -189,7 +202,12 @@ fn an_index_narrowed_within_its_type_is_proved() {
         let dir = tempfile::tempdir().unwrap();
         let case = write_case(dir.path(), rows, SPEC_LOOKUP, &rank);
         let proof = prove_case(&case, &full_size());
-        assert_eq!(proof.verdict, Verdict::Proved, "{dtype}: {}", report(&proof));
+        assert_eq!(
+            proof.verdict,
+            Verdict::Proved,
+            "{dtype}: {}",
+            report(&proof)
+        );
     }
 }
 

@@ -243,3 +243,23 @@ fn a_mask_from_a_uint8_sum_is_not_proved() {
     assert_ne!(Ok(spec), rank, "token 255 is row 0 on the ranks");
     assert_none_proved(&case);
 }
+
+/// An integer tensor raised to a negative power, then multiplied by 0: torch (and the
+/// interpreter) refuse `Integers to negative integer powers` on every input, so the ranks
+/// never compute. The prover's `t^-1 · 0` would be 0 and the ranks' output the spec's
+/// lookup: it must not be proved (it is not).
+#[test]
+fn an_integer_to_a_negative_power_is_not_proved() {
+    let rows = 4;
+    let rank = "        p: \"i64[2]\" = torch.ops.aten.pow.Tensor_Scalar(tokens, -1)\n        z: \"i64[2]\" = torch.ops.aten.mul.Tensor(p, 0)\n        zf: \"f32[2]\" = torch.ops.aten._to_copy.default(z, dtype = torch.float32)\n        zc: \"f32[2, 1]\" = torch.ops.aten.unsqueeze.default(zf, 1)\n        e: \"f32[2, 2]\" = torch.ops.aten.embedding.default(w, tokens)\n        out: \"f32[2, 2]\" = torch.ops.aten.add.Tensor(e, zc)\n        return (out,)\n";
+    let dir = tempfile::tempdir().unwrap();
+    let case = write_case(dir.path(), rows, SPEC_LOOKUP, rank);
+    let (_, rank_run) = run_both(&case, rows, &[2.0, 1.0]);
+    assert!(
+        rank_run
+            .as_ref()
+            .is_err_and(|e| e.contains("negative integer powers")),
+        "{rank_run:?}"
+    );
+    assert_none_proved(&case);
+}

@@ -111,7 +111,6 @@ const SPEC_LOOKUP: &str = "        out: \"f32[2, 2]\" = torch.ops.aten.embedding
 /// prover takes an integer-to-integer cast as the identity, so the ranks' index is the
 /// token itself, shown within the rows.
 #[test]
-#[ignore = "known bug: a narrowing integer cast (int64 -> uint8) is taken as the identity; the wrapped index is proved equal to the spec's"]
 fn an_index_narrowed_through_uint8_is_not_proved() {
     let rows = 257;
     let rank = "        narrow: \"u8[2]\" = torch.ops.aten._to_copy.default(tokens, dtype = torch.uint8)\n        wide: \"i64[2]\" = torch.ops.aten._to_copy.default(narrow, dtype = torch.int64)\n        out: \"f32[2, 2]\" = torch.ops.aten.embedding.default(w, wide)\n        return (out,)\n";
@@ -128,7 +127,6 @@ fn an_index_narrowed_through_uint8_is_not_proved() {
 /// a run on random tokens rarely tells them apart. The prover reads `bitwise_and` on
 /// integers as the logical and (`[t >= 256]·[t != 0]`), the spec's index exactly.
 #[test]
-#[ignore = "known bug: bitwise_and on integer tensors is taken as the logical and; `(t >= 256) & t` is proved equal to `t >= 256`"]
 fn an_index_from_a_bitwise_and_of_integers_is_not_proved() {
     let rows = 257;
     let spec = "        bound: \"f32[2, 2]\" = torch.ops.aten.embedding.default(w, tokens)\n        top: \"b8[2]\" = torch.ops.aten.ge.Scalar(tokens, 256)\n        bit: \"i64[2]\" = torch.ops.aten._to_copy.default(top, dtype = torch.int64)\n        look: \"f32[2, 2]\" = torch.ops.aten.embedding.default(w, bit)\n        out: \"f32[2, 2]\" = torch.ops.aten.add.Tensor(look, bound)\n        return (out,)\n";
@@ -162,7 +160,6 @@ fn a_clamp_with_swapped_bounds_past_the_rows_is_not_proved() {
 /// `t != 0`: token 2 is row 2 on the ranks and row 1 in the spec. The prover reads
 /// `bitwise_not` on integers as the logical not, so `~~t` is `[t != 0]`, the spec's index.
 #[test]
-#[ignore = "known bug: bitwise_not on integer tensors is taken as the logical not; `~~t` is proved equal to `t != 0`"]
 fn an_index_from_a_bitwise_not_of_integers_is_not_proved() {
     let rows = 4;
     let spec = "        bound: \"f32[2, 2]\" = torch.ops.aten.embedding.default(w, tokens)\n        nz: \"b8[2]\" = torch.ops.aten.ne.Scalar(tokens, 0)\n        bit: \"i64[2]\" = torch.ops.aten._to_copy.default(nz, dtype = torch.int64)\n        look: \"f32[2, 2]\" = torch.ops.aten.embedding.default(w, bit)\n        out: \"f32[2, 2]\" = torch.ops.aten.add.Tensor(look, bound)\n        return (out,)\n";
@@ -181,7 +178,6 @@ fn an_index_from_a_bitwise_not_of_integers_is_not_proved() {
 /// The right program with `~~t` as its index (the bitwise not twice on integers is the
 /// token) stays proved: `~x` on integers is `-x - 1`.
 #[test]
-#[ignore = "gap: bitwise_not on integers is read as the logical not (fails until fix 1 lands)"]
 fn an_index_through_two_bitwise_nots_is_proved() {
     let rows = 4;
     let rank = "        n1: \"i64[2]\" = torch.ops.aten.bitwise_not.default(tokens)\n        n2: \"i64[2]\" = torch.ops.aten.bitwise_not.default(n1)\n        out: \"f32[2, 2]\" = torch.ops.aten.embedding.default(w, n2)\n        return (out,)\n";
@@ -216,7 +212,6 @@ fn an_index_narrowed_within_its_type_is_proved() {
 /// 256 of a 257-row table in the spec (`t + 1` in `int64`). The cast keeps the value, but the
 /// prover's `add` on `uint8` is exact, so the index is `t + 1`, within 257 rows.
 #[test]
-#[ignore = "known bug: integer arithmetic in a narrow type (uint8) is exact in the prover; the wrapped index is proved equal to the spec's"]
 fn an_index_shifted_in_uint8_is_not_proved() {
     let rows = 257;
     let spec = "        s: \"f32[256, 2]\" = torch.ops.aten.slice.Tensor(w, 0, 0, 256)\n        bound: \"f32[2, 2]\" = torch.ops.aten.embedding.default(s, tokens)\n        up: \"i64[2]\" = torch.ops.aten.add.Tensor(tokens, 1)\n        look: \"f32[2, 2]\" = torch.ops.aten.embedding.default(w, up)\n        out: \"f32[2, 2]\" = torch.ops.aten.add.Tensor(look, bound)\n        return (out,)\n";
@@ -233,7 +228,6 @@ fn an_index_shifted_in_uint8_is_not_proved() {
 /// 255. The prover's `uint8` add is exact: `u + 1 > 0` always, the index is the token. No
 /// cast follows the add, so a check on casts alone does not see it.
 #[test]
-#[ignore = "known bug: a comparison of a narrow-type (uint8) sum reads the exact sum; the wrapped mask is proved equal to the spec's"]
 fn a_mask_from_a_uint8_sum_is_not_proved() {
     let rows = 256;
     let rank = "        narrow: \"u8[2]\" = torch.ops.aten._to_copy.default(tokens, dtype = torch.uint8)\n        up: \"u8[2]\" = torch.ops.aten.add.Tensor(narrow, 1)\n        pos: \"b8[2]\" = torch.ops.aten.gt.Scalar(up, 0)\n        idx: \"i64[2]\" = torch.ops.aten.where.ScalarOther(pos, tokens, 0)\n        out: \"f32[2, 2]\" = torch.ops.aten.embedding.default(w, idx)\n        return (out,)\n";
@@ -269,7 +263,6 @@ fn an_integer_to_a_negative_power_is_not_proved() {
 /// exact arithmetic and -256 on the ranks when a token is 255 (its `+ 1` wrapped to 0). Added
 /// to the lookup, the ranks' output differs from the spec's there.
 #[test]
-#[ignore = "known bug: a sum of a narrow-type (uint8) tensor into int64 reads the exact elements; proved though the wrapped elements sum otherwise"]
 fn a_sum_of_a_uint8_tensor_is_not_proved() {
     let rows = 256;
     let rank = "        narrow: \"u8[2]\" = torch.ops.aten._to_copy.default(tokens, dtype = torch.uint8)\n        up: \"u8[2]\" = torch.ops.aten.add.Tensor(narrow, 1)\n        s: \"i64[]\" = torch.ops.aten.sum.default(up)\n        st: \"i64[]\" = torch.ops.aten.sum.default(tokens)\n        d0: \"i64[]\" = torch.ops.aten.sub.Tensor(s, st)\n        d: \"i64[]\" = torch.ops.aten.sub.Tensor(d0, 2)\n        df: \"f32[]\" = torch.ops.aten._to_copy.default(d, dtype = torch.float32)\n        e: \"f32[2, 2]\" = torch.ops.aten.embedding.default(w, tokens)\n        out: \"f32[2, 2]\" = torch.ops.aten.add.Tensor(e, df)\n        return (out,)\n";

@@ -41,6 +41,16 @@ pub(crate) fn within(arena: &Arena, e: ExprId, n: usize) -> bool {
     }
 }
 
+/// Whether every value `e` can take lies in `[lo, hi]`; `false` where that is not shown (an
+/// integer cast to a narrower type keeps its value only there).
+pub(crate) fn within_interval(arena: &Arena, e: ExprId, lo: i64, hi: i64) -> bool {
+    match expr_range(arena, e, &Bounds::new(), 0) {
+        Some(Range::Within(a, b)) => a >= Coeff::from_integer(lo) && b <= Coeff::from_integer(hi),
+        Some(Range::Empty) => true,
+        None => false,
+    }
+}
+
 /// Whether `e`'s interval is known and reaches outside `[0, n)`: an index a kernel may fail
 /// on. `false` where no interval is known (an integer of unknown range), where the caller
 /// cannot tell either way. The kernels refuse any index not shown [`within`] their rows (an

@@ -160,6 +160,16 @@ fn sigmoid(a: &mut Arena, x: ExprId) -> Built {
     a.recip(d)
 }
 
+/// Whether an operand holds only 0 and 1: a bool tensor, or the scalar 0 or 1 (`True`).
+fn zero_or_one(arena: &Arena, o: &Operand) -> bool {
+    match o {
+        Operand::Tensor(t) => t.dtype == DType::Bool,
+        Operand::Scalar(e) => arena
+            .as_const(*e)
+            .is_some_and(|c| c.is_zero() || c.is_one()),
+    }
+}
+
 fn truthy(a: &mut Arena, x: ExprId) -> Built {
     let z = a.app(Func::IsZero, vec![x])?;
     a.not(z)
@@ -178,6 +188,19 @@ fn binary(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
     };
     let a = ctx.operand(first, None)?;
     let b = ctx.operand(second, None)?;
+    if matches!(
+        name.as_str(),
+        "bitwise_and" | "bitwise_or" | "__and__" | "__or__"
+    ) && !(zero_or_one(ctx.arena, &a) && zero_or_one(ctx.arena, &b))
+    {
+        // The rule below is the logical one; on integers these act bit by bit
+        // (`2 & 1 = 0`, `2 | 1 = 3`).
+        return Err(ctx.unsupported("a bitwise and/or of integers has no symbolic rule"));
+    }
+    if !matches!(name.as_str(), "add" | "sub" | "rsub" | "mul") {
+        exact_in_its_type(ctx, &a)?;
+        exact_in_its_type(ctx, &b)?;
+    }
     let alpha = if matches!(name.as_str(), "add" | "sub" | "rsub") {
         Some(ctx.scalar("alpha", 1.0)?)
     } else {
@@ -294,6 +317,10 @@ fn binary(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
 fn unary(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
     let name = ctx.def.name.name.clone();
     let x = ctx.operand("self", None)?;
+    if !matches!(name.as_str(), "neg" | "square") {
+        exact_in_its_type(ctx, &x)?;
+    }
+    let int_operand = matches!(&x, Operand::Tensor(t) if t.dtype.is_int());
     let approximate = if name == "gelu" {
         ctx.opt_str("approximate").unwrap_or_else(|| "none".into())
     } else {
@@ -328,6 +355,13 @@ fn unary(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
                 ar.mul(x, s)
             }
             "gelu" => gelu(ar, x, &approximate),
+            // On integers `~x` is `-x - 1`; on bools (and `logical_not` of anything) the
+            // negation.
+            "bitwise_not" if int_operand => {
+                let n = ar.neg(x)?;
+                let one = ar.int(1)?;
+                ar.sub(n, one)
+            }
             "logical_not" | "bitwise_not" => ar.app(Func::IsZero, vec![x]),
             other => ar.app(Func::Named(other.to_string()), vec![x]),
         }
@@ -389,6 +423,7 @@ fn gelu_backward(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
 fn clamp(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
     let name = ctx.def.name.name.clone();
     let x = ctx.operand("self", None)?;
+    exact_in_its_type(ctx, &x)?;
     let lo = if name == "clamp_max" {
         None
     } else {
@@ -508,6 +543,13 @@ pub(crate) fn reduce_by(
 fn reduction(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
     let name = ctx.def.name.name.clone();
     let x = ctx.tensor("self")?;
+    // A sum or product kept in the elements' own type wraps as they do (a ring operation);
+    // into a wider type (torch sums `uint8` into `int64`), or a mean or max, it reads the
+    // wrapped elements.
+    let same_type = ctx.out_meta(0).is_ok_and(|m| m.dtype == x.dtype);
+    if !(matches!(name.as_str(), "sum" | "prod") && same_type) {
+        exact_in_its_type(ctx, &Operand::Tensor(x.clone()))?;
+    }
     let key = if ctx.def.schema.index_of("dim").is_some() {
         "dim"
     } else {
@@ -873,6 +915,36 @@ fn convert(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
     let meta = ctx.out_meta(0)?;
     let from = x.dtype;
     let to = meta.dtype;
+    // The prover's integers are exact; a type narrower than `int64` wraps. Arithmetic in it
+    // (add, sub, mul) agrees with the exact value modulo its width, so only a cast shows the
+    // difference: out of a narrow type (`uint8` 255 + 1 is 0, not 256) or into one (`300` as
+    // `uint8` is 44). Such a cast is the value only where every element is shown within both
+    // types' ranges; an input's own value (a bare symbol) lies in its type's range already.
+    let (tlo, thi) = if to.is_int() {
+        int_range(to)
+    } else {
+        (i64::MIN, i64::MAX)
+    };
+    let (flo, fhi) = if from.is_int() {
+        int_range(from)
+    } else {
+        (i64::MIN, i64::MAX)
+    };
+    let (lo, hi) = (tlo.max(flo), thi.min(fhi));
+    let source_fits = from.is_int() && tlo <= flo && fhi <= thi;
+    if from != to && from != DType::Bool && (lo, hi) != (i64::MIN, i64::MAX) {
+        let kept = |e: ExprId| -> bool {
+            (source_fits && bare_symbol(ctx.arena, e))
+                || super::range::within_interval(ctx.arena, e, lo, hi)
+        };
+        if !x.elems.iter().all(|&e| kept(e)) {
+            return Err(ctx.unsupported(format!(
+                "a cast from {from:?} to {to:?} of values not shown within [{lo}, {hi}], where \
+                 {} wraps",
+                if source_fits { from } else { to }
+            )));
+        }
+    }
     if from == to || to.is_float() || (from == DType::Bool) || (from.is_int() && to.is_int()) {
         return Ok(vec![SymTensor::new(to, x.shape.clone(), x.elems.to_vec())]);
     }
@@ -888,6 +960,52 @@ fn convert(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
             .collect::<Result<Vec<_>, _>>()?
     };
     Ok(vec![SymTensor::new(to, x.shape.clone(), elems)])
+}
+
+/// Whether `e` is one symbol (an input's element as it is, no arithmetic on it).
+fn bare_symbol(arena: &Arena, e: ExprId) -> bool {
+    match arena.poly(e).terms.as_slice() {
+        [(m, c)] if c.is_one() => {
+            matches!(m.as_slice(), [(a, 1)] if matches!(arena.atom(*a), crate::expr::Atom::Symbol(_)))
+        }
+        _ => false,
+    }
+}
+
+/// Refuses an operand of an integer type narrower than `int64` whose elements are not shown
+/// within its range: the prover's sum is exact where the type's wraps (`uint8` 255 + 1 is 0).
+/// A ring operation (add, sub, mul, neg) agrees with the exact value modulo the width, so its
+/// result may wrap; an operation that is not one (a comparison, a division, a max) reads the
+/// wrapped value and must see the exact one.
+fn exact_in_its_type(ctx: &NodeCtx, o: &Operand) -> Result<(), ExecError> {
+    let Operand::Tensor(t) = o else {
+        return Ok(());
+    };
+    let (lo, hi) = int_range(t.dtype);
+    if !t.dtype.is_int() || (lo, hi) == (i64::MIN, i64::MAX) {
+        return Ok(());
+    }
+    if t.elems
+        .iter()
+        .all(|&e| bare_symbol(ctx.arena, e) || super::range::within_interval(ctx.arena, e, lo, hi))
+    {
+        return Ok(());
+    }
+    Err(ctx.unsupported(format!(
+        "{:?} values not shown within [{lo}, {hi}], where the type wraps",
+        t.dtype
+    )))
+}
+
+/// The values an integer type holds (`int64`'s as wide as an `i64`).
+fn int_range(d: DType) -> (i64, i64) {
+    match d {
+        DType::U8 => (0, 255),
+        DType::I8 => (-128, 127),
+        DType::I16 => (-32_768, 32_767),
+        DType::I32 => (i64::from(i32::MIN), i64::from(i32::MAX)),
+        _ => (i64::MIN, i64::MAX),
+    }
 }
 
 /// logsumexp(x) over dims = m + log(sum exp(x - m)), m = max over the same dims (as the

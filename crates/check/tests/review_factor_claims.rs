@@ -249,6 +249,32 @@ fn non_linear_uses_of_a_local_mean_claim_nothing_false() {
     assert_eq!(masked, PieceFactor::NotKnown);
 }
 
+/// The local mean against its own divisor (the rank's count, a partial sum): a product gives
+/// the rank's sums (the spec's pieces, not the factor's), a quotient divides twice.
+#[test]
+fn a_local_mean_against_its_own_count_claims_nothing_false() {
+    for u in [
+        format!("{ATEN}.mul.Tensor(lm, tw)"),
+        format!("{ATEN}.div.Tensor(lm, tw)"),
+        format!("{ATEN}.mul.Tensor(tw, lm)"),
+    ] {
+        eprintln!("{u}: {:?}", use_of(&[], &u));
+    }
+}
+
+/// Linear backwards of a local mean as their gradient: the factor passes.
+#[test]
+fn linear_backwards_of_a_local_mean_keep_its_factor() {
+    let uses = [
+        format!("{ATEN}._log_softmax_backward_data.default(lm, y, 1, torch.float64)"),
+        format!("{ATEN}.threshold_backward.default(lm, y, 0.0)"),
+        format!("{ATEN}.gelu_backward.default(lm, y)"),
+    ];
+    for u in &uses {
+        assert_eq!(use_of(&[], u), PieceFactor::Times(2), "{u}");
+    }
+}
+
 /// A number or a spec value added to a local mean, or set beside it: a term of the spec's
 /// own, no common factor.
 #[test]
@@ -1129,4 +1155,64 @@ fn a_local_mean_of_a_partial_gradient_claims_nothing_false() {
     let seen = run_seeds(&prog, 1..=3);
     all_ran(&seen);
     eprintln!("{:?} {:?}", seen[0].places, seen[0].factors);
+}
+
+/// One row of the table against the shard by other elementwise operators.
+#[test]
+fn one_row_beside_a_shard_by_other_operators_claims_nothing_false() {
+    for op in ["mul.Tensor", "maximum.default", "sub.Tensor", "div.Tensor"] {
+        let body = |n: usize| {
+            vec![
+                format!("ts = {ATEN}.slice.Tensor(t, 0, 0, {n})"),
+                format!("out = {ATEN}.{op}(x, ts)"),
+            ]
+        };
+        let ins = vec![
+            Input::f("x", &[1, 3], &[In::S(0)]),
+            Input::f("t", &[9, 3], &[In::R]),
+        ];
+        let prog = Program {
+            mesh: vec![2],
+            inputs: ins,
+            spec: body(2),
+            ranks: vec![body(1)],
+            checked: vec![("out".into(), "out".into())],
+        };
+        let seen = run_seeds(&prog, 1..=2);
+        all_ran(&seen);
+        eprintln!("{op}: {:?} claims {}", seen[0].places, seen[0].claims);
+    }
+}
+
+/// A microbatch received from stage 0 (rows 0..4 of the rank's shard), its max all-reduced
+/// by max over dp on stage 1: the max of the first halves only.
+#[test]
+fn a_received_microbatch_s_max_never_holds() {
+    let h = format!("4, {V}");
+    let stage0 = fx("h0", &h, &format!("{ATEN}.slice.Tensor(a, 0, 0, 4)")) + &send("h0", &h, 1, 0);
+    let stage1 = recv("v0", &h, 0, 0) + &fx("m", "", &format!("{ATEN}.amax.default(v0)"));
+    never_holds(
+        judge(&spec_of("amax"), "max", &[stage0, stage1]),
+        "a received microbatch's max",
+    );
+}
+
+/// Both microbatches received, each's max taken, the two combined by `maximum`: right.
+#[test]
+fn both_received_microbatch_maxima_combined_are_not_violated() {
+    let h = format!("4, {V}");
+    let stage0 = fx("h0", &h, &format!("{ATEN}.slice.Tensor(a, 0, 0, 4)"))
+        + &fx("h1", &h, &format!("{ATEN}.slice.Tensor(a, 0, 4, 8)"))
+        + &send("h0", &h, 1, 0)
+        + &send("h1", &h, 1, 1);
+    let stage1 = recv("v0", &h, 0, 0)
+        + &recv("v1", &h, 0, 1)
+        + &fx("l0", "", &format!("{ATEN}.amax.default(v0)"))
+        + &fx("l1", "", &format!("{ATEN}.amax.default(v1)"))
+        + &fx("m", "", &format!("{ATEN}.maximum.default(l0, l1)"));
+    let held = not_violated(
+        judge(&spec_of("amax"), "max", &[stage0, stage1]),
+        "both received microbatches' maxima combined",
+    );
+    eprintln!("both received maxima combined: held {held}");
 }

@@ -281,6 +281,36 @@ fn linear_backwards_of_a_local_mean_keep_its_factor() {
     }
 }
 
+/// Layout uses of a local mean along and across its sharded rows (flips, rolls, scans along
+/// the rows, transposed sums, a full mean, a square of its row sums): whatever is claimed
+/// must hold.
+#[test]
+fn layout_uses_of_a_local_mean_claim_nothing_false() {
+    let uses: [(&[String], String); 9] = [
+        (&[], format!("{ATEN}.flip.default(lm, [0])")),
+        (&[], format!("{ATEN}.roll.default(lm, [1], [0])")),
+        (&[], format!("{ATEN}.cumsum.default(lm, 0)")),
+        (&[], format!("{ATEN}.mean.default(lm)")),
+        (&[], format!("{ATEN}.slice.Tensor(lm, 1, 0, 1)")),
+        (
+            &[format!("lt = {ATEN}.t.default(lm)")],
+            format!("{ATEN}.sum.dim_IntList(lt, [1])"),
+        ),
+        (
+            &[format!("rs = {ATEN}.sum.dim_IntList(lm, [0])")],
+            format!("{ATEN}.expand.default(rs, [2, 3])"),
+        ),
+        (
+            &[format!("rs = {ATEN}.sum.dim_IntList(lm, [0])")],
+            format!("{ATEN}.mul.Tensor(rs, rs)"),
+        ),
+        (&[], format!("{ATEN}.view.default(lm, [-1])")),
+    ];
+    for (before, u) in &uses {
+        eprintln!("{u}: {:?}", use_of(before, u));
+    }
+}
+
 /// A number or a spec value added to a local mean, or set beside it: a term of the spec's
 /// own, no common factor.
 #[test]

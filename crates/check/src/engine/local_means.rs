@@ -498,12 +498,25 @@ impl<'a, 's> LocalMeans<'a, 's> {
                         })
                         .fold(0u64, |a, k| a | (1 << k))
                 });
+                // mse's element count is n_k times fewer on a plain shard only (rows of a
+                // selection may count differently per rank): elsewhere not known.
+                let uneven = if family == "mse-loss-backward" {
+                    batch.map_or(split, |b| {
+                        (0..nd.min(64))
+                            .filter(|&k| {
+                                split & (1 << k) != 0 && !matches!(place_on(b, k), Place::Shard(_))
+                            })
+                            .fold(0u64, |a, k| a | (1 << k))
+                    })
+                } else {
+                    0
+                };
                 let mean = reduction == Some(1);
                 let (local, unknown) = if mean && family == "nll-loss-backward" {
                     nll_mean_divisor(split, positional(3), positional(6), place_on)
                 } else if mean {
                     // mse divides by the rank's element count: n_k times fewer on a split.
-                    (split, 0)
+                    (split & !uneven, uneven)
                 } else {
                     (0, 0)
                 };

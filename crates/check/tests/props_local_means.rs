@@ -136,30 +136,6 @@ fn uses_of_a_local_mean_keep_its_factor_only_where_linear() {
     assert_eq!(got, want, "{named:?}");
 }
 
-/// A local mean's rows summed (a partial sum, `n` times the spec's) and all-reduced over the
-/// mesh dim that split its batch: every rank holds `n` times the spec's sum, which a
-/// replicated placement does not say. The walk does not follow the reduction (a division by
-/// `n` after it, or an average, would settle it): no claim.
-#[test]
-fn a_local_mean_all_reduced_over_its_mesh_dim_claims_nothing() {
-    let f = "torch.ops._c10d_functional";
-    let mut spec = chained_loss();
-    spec.push("rows = torch.ops.aten.sum.dim_IntList(lm, [0])".into());
-    let mut ranks = spec.clone();
-    ranks.push(format!("c = {f}.all_reduce.default(rows, 'sum', 'tp')"));
-    ranks.push(format!("ar = {f}.wait_tensor.default(c)"));
-    let prog = Program {
-        mesh: vec![2],
-        inputs: inputs(2, &[true]),
-        spec,
-        ranks: vec![ranks],
-        checked: vec![("ar".into(), "rows".into())],
-    };
-    let seen = props::run(&prog, 3).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(seen.factors, vec![PieceFactor::NotKnown], "{seen:?}");
-    assert_eq!((seen.claims, seen.declined), (0, 1), "{seen:?}");
-}
-
 /// The divisor decides the factor: a replicated total weight (the same number on every
 /// rank) is the spec's divisor, so the pieces are the spec's; class weights make each rank's
 /// count weigh its own targets, so there is no common factor and no claim.
@@ -229,4 +205,148 @@ fn a_received_local_mean_keeps_the_sender_s_factor() {
     assert!(seen.skipped.is_none() && !seen.finding, "{seen:?}");
     assert_eq!(seen.factors, vec![PieceFactor::Times(2)], "{seen:?}");
     assert_eq!(seen.claims, 1, "{seen:?}");
+}
+
+/// A rank program of the chained loss, its rows summed (`rows`, a partial sum of local
+/// means on the one mesh dim, `n` times the spec's sum) and `tail` after it; the spec has the
+/// loss and the row sum alone. Checks `out` against the spec's `rows`.
+fn reduced_rows(n: usize, tail: &[String]) -> Program {
+    let mut spec = chained_loss();
+    spec.push("rows = torch.ops.aten.sum.dim_IntList(lm, [0])".into());
+    let mut ranks = spec.clone();
+    ranks.extend(tail.iter().cloned());
+    Program {
+        mesh: vec![n],
+        inputs: inputs(2, &[true]),
+        spec,
+        ranks: vec![ranks],
+        checked: vec![("out".into(), "rows".into())],
+    }
+}
+
+/// The all-reduce of `rows` over the mesh dim by `op`, named `out` (or `ar` where `then`
+/// follows, `then` reading `ar`).
+fn all_reduced(op: &str, then: Option<&str>) -> Vec<String> {
+    let f = "torch.ops._c10d_functional";
+    let name = if then.is_some() { "ar" } else { "out" };
+    let mut lines = vec![
+        format!("c = {f}.all_reduce.default(rows, '{op}', 'tp')"),
+        format!("{name} = {f}.wait_tensor.default(c)"),
+    ];
+    lines.extend(then.map(|t| format!("out = {t}")));
+    lines
+}
+
+/// One seed's claim of `prog`: its placements and factor, and whether it was checked
+/// (`claims == 1`) against the interpreter.
+fn claim_of(prog: &Program, seed: u64) -> (Vec<shardproof_check::Place>, PieceFactor, bool) {
+    let seen = props::run(prog, seed).unwrap_or_else(|e| panic!("{e}"));
+    assert!(seen.skipped.is_none() && !seen.finding, "{seen:?}");
+    (seen.places[0].clone(), seen.factors[0], seen.claims == 1)
+}
+
+/// Where the factor is settled: an all-reduce sum over the mesh dim of a partial sum of
+/// local means is replicated and `n` times the spec's value (every rank holds `n` times the
+/// spec's sum); a division by exactly `n` (or a product with `1/n`) that the spec does not
+/// make brings it back to the spec's value; an all-reduce average gives the spec's value.
+/// Every claim with a placement that claims values is checked against the interpreter.
+#[test]
+fn an_all_reduce_of_local_means_and_a_division_by_the_mesh_size_settle_the_factor() {
+    use shardproof_check::Place;
+    let aten = "torch.ops.aten";
+    for n in [2usize, 3, 4] {
+        let summed = reduced_rows(n, &all_reduced("sum", None));
+        for seed in 1..=3 {
+            assert_eq!(
+                claim_of(&summed, seed),
+                (vec![Place::Replicate], PieceFactor::Times(n as u64), true),
+                "sum over {n}"
+            );
+        }
+        let divided = format!("{aten}.div.Tensor(ar, {n})");
+        let times_inverse = format!("{aten}.mul.Tensor(ar, {})", 1.0 / n as f64);
+        for then in [divided, times_inverse] {
+            let prog = reduced_rows(n, &all_reduced("sum", Some(&then)));
+            for seed in 1..=3 {
+                assert_eq!(
+                    claim_of(&prog, seed),
+                    (vec![Place::Replicate], PieceFactor::Spec, true),
+                    "{then} over {n}"
+                );
+            }
+        }
+        // The average's factor is the spec's; the rules read an average of partial sums as
+        // `Unknown` (they do not read the factor), so nothing is claimed of its values yet.
+        let averaged = reduced_rows(n, &all_reduced("avg", None));
+        for seed in 1..=3 {
+            assert_eq!(
+                claim_of(&averaged, seed),
+                (vec![Place::Unknown], PieceFactor::Spec, false),
+                "avg over {n}"
+            );
+        }
+    }
+}
+
+/// A division by anything but the factor does not settle it: by half the mesh size, by
+/// another number than the mesh size, a product by another number than its inverse, or by
+/// the mesh size where the spec divides by it too. None claims the spec's value (each claim still checked against the
+/// interpreter where one is made).
+#[test]
+fn a_division_by_another_number_than_the_factor_never_claims_the_spec() {
+    let aten = "torch.ops.aten";
+    let wrong = [
+        (4, format!("{aten}.div.Tensor(ar, 2)")),
+        (2, format!("{aten}.div.Tensor(ar, 3)")),
+        (2, format!("{aten}.mul.Tensor(ar, 0.25)")),
+        (2, format!("{aten}.mul.Tensor(ar, 2.0)")),
+    ];
+    for (n, then) in &wrong {
+        let prog = reduced_rows(*n, &all_reduced("sum", Some(then)));
+        for seed in 1..=3 {
+            let (places, factor, _) = claim_of(&prog, seed);
+            assert_ne!(factor, PieceFactor::Spec, "{then} over {n}: {places:?}");
+        }
+    }
+    // Summed a second time: the copies of a value 2 times the spec's summed are 4 times it
+    // (the rules find the sum of a replicated value; the factor claims nothing either).
+    let f = "torch.ops._c10d_functional";
+    let again = [
+        format!("c2 = {f}.all_reduce.default(ar, 'sum', 'tp')"),
+        format!("{f}.wait_tensor.default(c2)"),
+    ];
+    let mut tail = all_reduced("sum", Some(&again[1]));
+    tail.insert(2, again[0].clone());
+    let prog = reduced_rows(2, &tail);
+    let seen = props::run(&prog, 1).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        seen.factors,
+        vec![PieceFactor::NotKnown],
+        "summed twice: {seen:?}"
+    );
+    // The spec divides its sum by 2 as well: the rank's division is the spec's own, so the
+    // rank's value stays 2 times the spec's.
+    let mut spec = chained_loss();
+    spec.push("rows = torch.ops.aten.sum.dim_IntList(lm, [0])".into());
+    let mut ranks = spec.clone();
+    spec.push(format!("out = {aten}.div.Tensor(rows, 2)"));
+    ranks.extend(all_reduced(
+        "sum",
+        Some(&format!("{aten}.div.Tensor(ar, 2)")),
+    ));
+    let prog = Program {
+        mesh: vec![2],
+        inputs: inputs(2, &[true]),
+        spec,
+        ranks: vec![ranks],
+        checked: vec![("out".into(), "out".into())],
+    };
+    for seed in 1..=3 {
+        let (places, factor, _) = claim_of(&prog, seed);
+        assert_ne!(
+            factor,
+            PieceFactor::Spec,
+            "the spec's own division: {places:?}"
+        );
+    }
 }

@@ -501,20 +501,20 @@ const LOSSES: &[Op] = &[
         // `mse_loss_operands_sharded_over_different_mesh_dims_claim_nothing`.
         known_bug: Some(|p, _| props::mixed_mesh_shards(p)),
     },
-    // Reductions none and sum (mean: a known bug, pinned by
+    // Reductions none, mean and sum (a mean over a shard claims its factor:
     // `a_mean_mse_loss_backward_over_a_shard_divides_by_the_local_count`).
     Op {
         name: "mse_loss_backward",
         inputs: |s| {
-            let r = 2 * (s[2] % 2);
+            let r = s[2] % 3;
             vec![
                 ("g", F, if r == 0 { vec![s[0], s[1]] } else { vec![] }),
                 ("x", F, vec![s[0], s[1]]),
                 ("t", F, vec![s[0], s[1]]),
             ]
         },
-        body: |s, _| {
-            let r = if s[0].is_empty() { 2 } else { 0 };
+        body: |s, z| {
+            let r = if s[0].is_empty() { z[2] % 3 } else { 0 };
             Some(vec![format!(
                 "out = torch.ops.aten.mse_loss_backward.default(g, x, t, {r})"
             )])
@@ -599,9 +599,9 @@ fn a_mean_nll_loss_backward_over_row_shards_divides_by_the_local_count() {
     );
 }
 
-/// Known bug: `mse_loss_backward` with reduction mean scales by 2/numel of the rank's
-/// operands; over a shard that is n/numel of the spec's, yet the rule merges the operands as
-/// an element-wise product and claims the spec's shard.
+/// `mse_loss_backward` with reduction mean scales by 2/numel of the rank's operands; over a
+/// shard that is n/numel of the spec's: each piece is the rank's local mean, n times the
+/// spec's shard. Claimed the shard with that factor, checked against the interpreter.
 #[test]
 fn a_mean_mse_loss_backward_over_a_shard_divides_by_the_local_count() {
     let op = Op {
@@ -626,8 +626,34 @@ fn a_mean_mse_loss_backward_over_a_shard_divides_by_the_local_count() {
         vec![props::In::S(0)],
         vec![props::In::S(0)],
     ];
-    let s = props::once(&op, &[2], &[1, 2, 1, 1, 1, 1], &places, 1);
-    assert_eq!(s.claims + s.declined, 1, "{s:?}");
+    for (mesh, factor) in [(vec![2], 2), (vec![3], 3)] {
+        let s = props::once(&op, &mesh, &[1, 2, 1, 1, 1, 1], &places, 1);
+        assert_eq!(s.claims, 1, "{s:?}");
+        assert_eq!(s.places, vec![vec![shardproof_check::Place::Shard(0)]]);
+        assert_eq!(
+            s.factors,
+            vec![shardproof_check::PieceFactor::Times(factor)]
+        );
+    }
+    // Over dp x tp, split over both mesh dims: the product of their sizes.
+    let both = [
+        vec![props::In::R, props::In::R],
+        vec![props::In::S(0), props::In::S(1)],
+        vec![props::In::S(0), props::In::S(1)],
+    ];
+    let s = props::once(&op, &[2, 2], &[1, 1, 1, 1, 1, 1], &both, 1);
+    assert_eq!(s.claims, 1, "{s:?}");
+    assert_eq!(s.factors, vec![shardproof_check::PieceFactor::Times(4)]);
+    // A shard beside a replicated target (broadcast along the rows): the divisor is the
+    // count of `self`'s elements, the rank's shard's: the same factor.
+    let beside = [
+        vec![props::In::R],
+        vec![props::In::S(0)],
+        vec![props::In::R],
+    ];
+    let s = props::once(&op, &[2], &[1, 2, 1, 1, 1, 1], &beside, 1);
+    assert_eq!(s.claims, 1, "{s:?}");
+    assert_eq!(s.factors, vec![shardproof_check::PieceFactor::Times(2)]);
 }
 
 /// Known bug: `mse_loss` (and its backward) merges its operands one mesh dim at a time: `x {dp: Shard(1)}`

@@ -22,6 +22,12 @@
 //! pass it; an all-reduce over `k` (which may settle it) and anything else pass `Spec` only.
 //! Literal factors along the way are not read (a `1/K` of microbatches, the loss scale): the
 //! walk records how the rank normalized by its own count, not the value's factor.
+//!
+//! A claim's walk ([`Memo::facts`]) follows where the factor is settled too: an all-reduce
+//! sum over `k` of partial sums of local means keeps `k` (every member holds `n_k` times the
+//! spec's value), an average over `k` of them is the spec's, and a product or quotient by a
+//! number the spec lacks is read by its number (exactly the inverse of the factor: the spec's;
+//! another: not known). The lifts' walk keeps the rules above, which their readings rest on.
 
 use super::{RankPlacements, Shared};
 use crate::place::{Place, Red};
@@ -279,7 +285,7 @@ impl<'a, 's> LocalMeans<'a, 's> {
         let sh = self.sh;
         let g = &sh.program.ranks[q];
         let node = &g.nodes[v.node];
-        let NodeKind::Call { op, args, .. } = &node.kind else {
+        let NodeKind::Call { op, args, kwargs } = &node.kind else {
             // A graph input or a module constant: the case's pieces of the spec's tensor.
             return Step::Done(LocalMeanDims::SPEC);
         };
@@ -411,6 +417,15 @@ impl<'a, 's> LocalMeans<'a, 's> {
                     spec_first(read_as_is, same(&terms))
                 })
             }
+            // A claim reads a literal factor the spec lacks (`rank_scaling`): a division by
+            // exactly the value's factor settles it.
+            "elementwise-mul" | "elementwise-div"
+                if self.facts_only && tensors.len() == 1 && op.namespace == "aten" =>
+            {
+                let scaling = self.rank_scaling(q, v.node, op, args, kwargs);
+                let sizes: Vec<usize> = sh.program.mesh.dims.iter().map(|d| d.1).collect();
+                self.need_or(&tensors, move |a| settle_by_scaling(a[0], scaling, &sizes))
+            }
             "elementwise-mul" | "matmul" | "embedding-backward" | "gather" | "index-select"
             | "index" => self.need_or(&tensors, |a| {
                 a.iter().fold(LocalMeanDims::SPEC, |acc, &p| acc.times(p))
@@ -441,11 +456,27 @@ impl<'a, 's> LocalMeans<'a, 's> {
                 // average of local means is the spec's), which is not followed: only the
                 // spec's pieces pass on `k`.
                 let moves = matches!(family, "all-gather" | "reduce-scatter" | "all-to-all");
+                // A claim follows an all-reduce's sum or average of partial sums of local
+                // means (`settle_by_all_reduce`); the lifts read it themselves.
+                let reduce_op = (self.facts_only && family == "all-reduce")
+                    .then(|| reduce_op_of(args, kwargs, &sh.groups))
+                    .flatten();
+                let input = tensors.first().map(|&(_, u)| u);
+                let sizes: Vec<usize> = sh.program.mesh.dims.iter().map(|d| d.1).collect();
                 match self.first_only(&tensors) {
-                    Step::Done(f) if !moves => Step::Done(LocalMeanDims::settle(
-                        f.local & !over,
-                        f.unknown | (f.local & over),
-                    )),
+                    Step::Done(f) if !moves => {
+                        let settled = match (reduce_op, input) {
+                            (Some(red), Some(x)) => {
+                                let on: Vec<Place> = (0..nd).map(|k| place_on(x, k)).collect();
+                                settle_by_all_reduce(f, red, over, &on, &sizes)
+                            }
+                            _ => None,
+                        };
+                        Step::Done(settled.unwrap_or(LocalMeanDims::settle(
+                            f.local & !over,
+                            f.unknown | (f.local & over),
+                        )))
+                    }
                     step => step,
                 }
             }
@@ -467,12 +498,25 @@ impl<'a, 's> LocalMeans<'a, 's> {
                         })
                         .fold(0u64, |a, k| a | (1 << k))
                 });
+                // mse's element count is n_k times fewer on a plain shard only (rows of a
+                // selection may count differently per rank): elsewhere not known.
+                let uneven = if family == "mse-loss-backward" {
+                    batch.map_or(split, |b| {
+                        (0..nd.min(64))
+                            .filter(|&k| {
+                                split & (1 << k) != 0 && !matches!(place_on(b, k), Place::Shard(_))
+                            })
+                            .fold(0u64, |a, k| a | (1 << k))
+                    })
+                } else {
+                    0
+                };
                 let mean = reduction == Some(1);
                 let (local, unknown) = if mean && family == "nll-loss-backward" {
                     nll_mean_divisor(split, positional(3), positional(6), place_on)
                 } else if mean {
                     // mse divides by the rank's element count: n_k times fewer on a split.
-                    (split, 0)
+                    (split & !uneven, uneven)
                 } else {
                     (0, 0)
                 };
@@ -488,6 +532,46 @@ impl<'a, 's> LocalMeans<'a, 's> {
                     unknown: any,
                 }
             }),
+        }
+    }
+
+    /// The rank's literal factor at call `i` of rank `q` (a `mul` by a number, a `div` by
+    /// one) over the spec's at the same position (`scaling::spec_scaling`), as a multiplier:
+    /// `Some(1.0)` where the spec scales alike (or the case has no spec: a plan is its own),
+    /// `None` where the call is not a plain product or quotient by a number (a rounding
+    /// mode, a tensor factor).
+    fn rank_scaling(
+        &self,
+        q: usize,
+        i: usize,
+        op: &shardproof_ir::OpName,
+        args: &[Arg],
+        kwargs: &[(String, Arg)],
+    ) -> Option<f64> {
+        if !kwargs.is_empty() || args.len() != 2 {
+            return None;
+        }
+        let number = match args[1] {
+            Arg::Int(x) => x as f64,
+            Arg::Float(x) => x,
+            _ => return None,
+        };
+        let as_multiplier = |name: &str, x: f64| match name {
+            "mul" => Some(x),
+            "div" if x != 0.0 => Some(1.0 / x),
+            _ => None,
+        };
+        let mine = as_multiplier(op.name.as_str(), number)?;
+        if !self.sh.has_spec {
+            return Some(1.0);
+        }
+        let name = self.sh.program.ranks[q].nodes[i].name.as_str();
+        match super::scaling::spec_scaling(self.sh, q, i, name) {
+            Some((spec_op, y, _)) => {
+                let theirs = as_multiplier(spec_op.name.as_str(), y)?;
+                (theirs != 0.0).then(|| mine / theirs)
+            }
+            None => Some(mine),
         }
     }
 
@@ -630,6 +714,88 @@ pub(super) fn record_local_means(
         w.finish(memo);
     }
     rp.local_means.extend(answers);
+}
+
+/// The reduction an all-reduce's arguments name (a string that is no group's name).
+fn reduce_op_of(
+    args: &[Arg],
+    kwargs: &[(String, Arg)],
+    groups: &HashMap<String, Option<Vec<usize>>>,
+) -> Option<Red> {
+    args.iter()
+        .chain(kwargs.iter().map(|(_, a)| a))
+        .filter_map(|a| match a {
+            Arg::Str(s) if !groups.contains_key(s.as_str()) => Red::parse(s),
+            _ => None,
+        })
+        .next()
+}
+
+/// A claim's answer after an all-reduce by `red` over the mesh dims `over` of a value
+/// answered `f`, placed `on` per mesh dim (mesh sizes `sizes`); `None` where the reduction
+/// is not followed (every local-mean dim of the group is then not known). A sum of partial
+/// sums whose pieces are local means on k is `n_k` times the spec's sum on every member:
+/// k stays a local-mean dim (the value's factor, now on a replicated value). An average
+/// divides by the group's size: where every mesh dim of the group that does not hold equal
+/// copies (more than one coordinate, not `Replicate`) holds partial sums of local means, the
+/// `n_k` factors and the division cancel, and those dims are the spec's. A sum over a dim of
+/// equal copies of a local mean is `n_k²` times: not known.
+fn settle_by_all_reduce(
+    f: LocalMeanDims,
+    red: Red,
+    over: u64,
+    on: &[Place],
+    sizes: &[usize],
+) -> Option<LocalMeanDims> {
+    let in_group = |k: usize| k < 64 && over & (1 << k) != 0;
+    let partial_sum = |k: usize| on.get(k) == Some(&Place::Partial(Red::Sum));
+    let local = |k: usize| k < 64 && f.local & (1 << k) != 0;
+    let group: Vec<usize> = (0..sizes.len().min(64)).filter(|&k| in_group(k)).collect();
+    match red {
+        Red::Sum => {
+            let kept = group
+                .iter()
+                .filter(|&&k| local(k) && partial_sum(k))
+                .fold(0u64, |a, &k| a | (1 << k));
+            let local_in_group = f.local & over;
+            Some(LocalMeanDims::settle(
+                (f.local & !over) | kept,
+                f.unknown | (local_in_group & !kept),
+            ))
+        }
+        Red::Avg => {
+            let divided: Vec<usize> = group
+                .iter()
+                .copied()
+                .filter(|&k| sizes[k] > 1 && on.get(k) != Some(&Place::Replicate))
+                .collect();
+            if divided.is_empty() || !divided.iter().all(|&k| local(k) && partial_sum(k)) {
+                return None;
+            }
+            let cleared = divided.iter().fold(0u64, |a, &k| a | (1 << k));
+            Some(LocalMeanDims::settle(f.local & !cleared, f.unknown))
+        }
+        Red::Max | Red::Min => None,
+    }
+}
+
+/// A claim's answer after a product or quotient by a number, the rank's factor over the
+/// spec's `scaling` (a multiplier; `None`: not read) on a value answered `f` (mesh sizes
+/// `sizes`): the spec's own factor (1) passes the answer; exactly the inverse of the value's
+/// factor makes it the spec's; any other makes its local-mean dims not known (the value is
+/// some other multiple of the spec's, which the answer does not count).
+fn settle_by_scaling(f: LocalMeanDims, scaling: Option<f64>, sizes: &[usize]) -> LocalMeanDims {
+    if f.local == 0 {
+        return f;
+    }
+    let near = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs().max(1.0);
+    match (scaling, f.factor(sizes)) {
+        (Some(s), _) if near(s, 1.0) => f,
+        (Some(s), Some(factor)) if near(s * factor as f64, 1.0) => {
+            LocalMeanDims::settle(0, f.unknown)
+        }
+        _ => LocalMeanDims::settle(0, f.unknown | f.local),
+    }
 }
 
 /// Whether an argument is a number other than zero (a term or fill of the spec's own).

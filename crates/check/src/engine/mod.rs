@@ -42,7 +42,7 @@ use frame::FrameMode;
 use gathered_sums::gathered_sums;
 use local_means::LiftedReduction;
 pub use local_means::{LocalMeanDims, PieceFactor};
-use recv::{moves_partial, recv_read, sent_records, start_state};
+use recv::start_state;
 #[cfg(test)]
 pub(crate) use rerun::FULL_RERUNS;
 pub(crate) use rerun::NO_TWINS;
@@ -280,40 +280,7 @@ fn propagate_rank_from(
                     continue;
                 };
                 if def.class == OpClass::PointToPoint && op.name == "recv" {
-                    match sh.messages.get(&(r, i)) {
-                        Some(&(s, j)) => {
-                            let sender = if s == r {
-                                Some(&rp)
-                            } else {
-                                done.get(s).and_then(|d| d.as_deref())
-                            };
-                            let ps = recv_read(sh, r, s, j, sender);
-                            // The sender's records where the recv keeps its placement: one
-                            // microbatch's sum, or a reduce-scatter's shard `f` times the
-                            // spec's, stays one on this stage.
-                            let records = sent_records(sh, s, j, sender, &ps);
-                            if moves_partial(sh, r, s, j, sender) {
-                                rp.unknown_sources.push((
-                                    i,
-                                    "the recv reads another coordinate's piece of a partial sum: \
-                                     whether the receivers' pieces still sum to the tensor is not \
-                                     recorded"
-                                        .into(),
-                                ));
-                            }
-                            records.write(&mut rp, base);
-                            for (m, q) in ps.into_iter().enumerate() {
-                                if q == Place::Unknown {
-                                    pending = true;
-                                }
-                                set(&mut rp, 0, m, q);
-                            }
-                        }
-                        None => rp.unknown_sources.push((
-                            i,
-                            "the recv takes no message in the simulated schedule".into(),
-                        )),
-                    }
+                    pending |= recv::take_message(sh, (r, i), base, done, &mut rp);
                     continue;
                 }
                 let rule = *rule_of.entry(op).or_insert_with(|| rules::rule(&op.base()));

@@ -7,6 +7,54 @@ use crate::place::Place;
 use crate::ring;
 use shardproof_ir::{Graph, ValueId};
 
+/// A recv (node `i` of rank `r`, its output at value index `base`) takes the message the
+/// simulated schedule gives it: the sender's placements as the receiver reads them
+/// ([`recv_read`]) and the sender's records where the recv keeps its placement
+/// ([`sent_records`]: one microbatch's sum, or a reduce-scatter's shard `f` times the spec's,
+/// stays one on this stage). Returns whether a placement is `Unknown` (the sender may not be
+/// propagated yet: the receiver runs again).
+pub(super) fn take_message(
+    sh: &Shared,
+    (r, i): (usize, usize),
+    base: usize,
+    done: &[Option<std::sync::Arc<RankPlacements>>],
+    rp: &mut RankPlacements,
+) -> bool {
+    let Some(&(s, j)) = sh.messages.get(&(r, i)) else {
+        rp.unknown_sources.push((
+            i,
+            "the recv takes no message in the simulated schedule".into(),
+        ));
+        return false;
+    };
+    let sender = if s == r {
+        Some(&*rp)
+    } else {
+        done.get(s).and_then(|d| d.as_deref())
+    };
+    let ps = recv_read(sh, r, s, j, sender);
+    let records = sent_records(sh, s, j, sender, &ps);
+    let moves = moves_partial(sh, r, s, j, sender);
+    if moves {
+        rp.unknown_sources.push((
+            i,
+            "the recv reads another coordinate's piece of a partial sum: whether the \
+             receivers' pieces still sum to the tensor is not recorded"
+                .into(),
+        ));
+    }
+    records.write(rp, base);
+    let nd = sh.program.mesh.dims.len();
+    let mut pending = false;
+    for (m, q) in ps.into_iter().enumerate() {
+        if q == Place::Unknown {
+            pending = true;
+        }
+        rp.places[base * nd + m] = q;
+    }
+    pending
+}
+
 /// What the recv of rank `r` reads from the send at node `j` of rank `s`, whose placements
 /// are `sender` (`None`, or not yet reached: `Unknown`): per mesh dim, the sender's placement
 /// of the sent tensor; a shard that moved along the mesh dim is the sender's piece

@@ -540,6 +540,32 @@ pub(super) fn nonlinear_binary(c: &Ctx) -> Outcome {
     one(merge(&ts, c.out_rank(0), Lin::None, false), c.n_out())
 }
 
+/// `maximum` (see [`extremum`]).
+pub(super) fn maximum(c: &Ctx) -> Outcome {
+    extremum(c, Red::Max)
+}
+
+/// `minimum` (see [`extremum`]).
+pub(super) fn minimum(c: &Ctx) -> Outcome {
+    extremum(c, Red::Min)
+}
+
+/// An element-wise extremum that commutes with the reduction `keeps` (`maximum` with max,
+/// `minimum` with min): over ranks, the maximum of the element-wise maxima of the pieces is
+/// the element-wise maximum of the pieces' maxima, so partials of that reduction stay one
+/// partial, and a replicated operand (the same on every rank, taken once however many ranks
+/// hold it) joins it. Any other mix (the other extremum, a sum, a shard, a varying operand)
+/// is the non-linear operator it is.
+fn extremum(c: &Ctx, keeps: Red) -> Outcome {
+    let ts = tensors(c, &["self", "other"]);
+    let partial = ts.iter().any(|t| t.p.is_partial());
+    let joins = |p: Place| p == Place::Partial(keeps) || p == Place::Replicate;
+    if partial && ts.len() == 2 && ts.iter().all(|t| joins(t.p)) {
+        return c.all(Place::Partial(keeps));
+    }
+    nonlinear_binary(c)
+}
+
 pub(super) fn max_min(c: &Ctx) -> Outcome {
     if c.has("other") {
         return nonlinear_binary(c);

@@ -421,11 +421,19 @@ pub(super) fn mse_loss_backward(c: &Ctx) -> Outcome {
     let ts = tensors(c, &["grad_output", "self", "target"]);
     let merged = merge(&ts, c.out_rank(0), Lin::First, false);
     // A mean scales by 2/numel of the rank's operands: over any split of the elements (a
-    // shard, blocks, rows of a selection), not the spec's numel. Only whole operands (or a
+    // shard, blocks, rows of a selection), not the spec's numel. Whole operands (or a
     // partial gradient of whole operands) are the spec's; `Unknown` stays inconclusive.
     let mean = c.int("reduction").unwrap_or(1) == 1;
     let whole = |p: &Place| matches!(p, Place::Replicate | Place::Partial(_) | Place::Unknown);
     if mean && merged.as_ref().is_ok_and(|p| !whole(p)) {
+        // A plain shard: every rank holds as many elements of `self` (whose count is the
+        // divisor), so each piece is the spec's times n (a local mean, as nll's backward
+        // over row shards): the shard is claimed with that factor (`PieceFactor::Times`,
+        // the local-means walk). Blocks or rows of a selection may count differently per
+        // rank: no claim.
+        if matches!(merged, Ok(Place::Shard(_))) {
+            return one(merged, 1);
+        }
         return c.all(Place::Varying);
     }
     one(merged, 1)

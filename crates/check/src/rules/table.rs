@@ -115,10 +115,12 @@ pub(super) fn build() -> HashMap<&'static str, Rule> {
     );
     add(&["aten.mul"], "elementwise-mul", mul, Vary);
     add(&["aten.div"], "elementwise-div", div, Vary);
+    // Extrema of partials of their own reduction stay partial (`extremum`); otherwise
+    // non-linear binaries.
+    add(&["aten.maximum"], "nonlinear-binary", maximum, Vary);
+    add(&["aten.minimum"], "nonlinear-binary", minimum, Vary);
     add(
         &[
-            "aten.maximum",
-            "aten.minimum",
             "aten.fmax",
             "aten.fmin",
             "aten.atan2",

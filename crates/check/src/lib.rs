@@ -296,6 +296,7 @@ pub fn propagate_counted(case: &Case, progress: &Progress) -> Result<Propagation
         spec_scalings: spec_scalings(&case.spec),
         spec_scaling_at,
         has_spec: !case.spec.nodes.is_empty(),
+        ignore_index_unused: case.assume.ignore_index_unused.is_some(),
         spec_views,
         view_matches,
         graph_class,

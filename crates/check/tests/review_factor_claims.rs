@@ -77,9 +77,10 @@ fn all_ran(seen: &[Seen]) {
 // ---- The divisor: what makes the local count ----
 
 /// Targets drawn in `[-1, 3)` with `ignore_index = -1`: each rank ignores its own rows, so the
-/// ranks' counts differ and no common factor relates a rank's mean to the spec's.
+/// ranks' counts differ and no common factor relates a rank's mean to the spec's. The case
+/// does not assume `ignore-index: unused` (the harness states it only where no integer input
+/// can be negative), so no factor is claimed.
 #[test]
-#[ignore = "documented convention, a false claim: ranks ignoring different numbers of targets count differently, and the factor assumes they count alike"]
 fn ignored_targets_on_some_ranks_claim_no_common_factor() {
     let body = vec![
         format!("nf = {ATEN}.nll_loss_forward.default(x, t, None, 1, -1)"),
@@ -93,7 +94,6 @@ fn ignored_targets_on_some_ranks_claim_no_common_factor() {
 /// A total weight that is a partial sum but no count (`sum(y)`): the rank divides by its
 /// piece of the sum, the spec by the whole; their ratio is no mesh size.
 #[test]
-#[ignore = "known bug: any Partial(sum) total weight is read as the rank's count (fix-1)"]
 fn a_partial_sum_divisor_that_is_no_count_claims_no_factor() {
     let body = vec![
         format!("tw = {ATEN}.sum.default(y)"),
@@ -105,7 +105,6 @@ fn a_partial_sum_divisor_that_is_no_count_claims_no_factor() {
 
 /// A total weight given as a partial input on the mesh dim that splits the rows.
 #[test]
-#[ignore = "known bug: any Partial(sum) total weight is read as the rank's count (fix-1)"]
 fn a_partial_input_divisor_claims_no_factor() {
     let mut ins = inputs(2, &[true], Elem::Int(0, 3));
     ins.push(Input::f("w0", &[], &[In::P(shardproof_check::Red::Sum)]));
@@ -119,7 +118,6 @@ fn a_partial_input_divisor_claims_no_factor() {
 /// A partial divisor on a mesh dim that does not split the rows: every rank's piece of the
 /// divisor differs, so its gradient does too.
 #[test]
-#[ignore = "known bug: a total weight partial on a mesh dim that keeps the rows is not read (fix-1)"]
 fn a_divisor_partial_on_a_dim_that_keeps_the_rows_claims_nothing_false() {
     let mut ins = inputs(2, &[true, false], Elem::Int(0, 3));
     ins.push(Input::f(
@@ -175,7 +173,6 @@ fn a_sum_reduction_s_backward_is_the_spec_s_shard() {
 
 /// The reduction and the total weight passed by keyword: the same local mean.
 #[test]
-#[ignore = "known bug: the local-means walk reads the reduction and total weight by position only (fix-1)"]
 fn a_mean_backward_with_keyword_arguments_keeps_its_factor() {
     let body = vec![
         format!("nf = {ATEN}.nll_loss_forward.default(x, t, None, 1, -100)"),
@@ -192,7 +189,6 @@ fn a_mean_backward_with_keyword_arguments_keeps_its_factor() {
 
 /// Class weights passed by keyword: each rank's count weighs its own targets.
 #[test]
-#[ignore = "known bug: the local-means walk reads class weights by position only (fix-1)"]
 fn class_weights_by_keyword_claim_no_common_factor() {
     let body = vec![
         format!("nf = {ATEN}.nll_loss_forward.default(x, t, weight = b, reduction = 1, ignore_index = -100)"),
@@ -366,7 +362,6 @@ fn spec_terms_beside_a_local_mean_claim_nothing_false() {
 /// `where` with a number other than zero in a branch: the number is a term of the spec's own
 /// (as in `masked_fill` and `add`), so the pieces are no common factor of the spec's.
 #[test]
-#[ignore = "known bug: the local-means walk reads a where's number operand as a zero (fix-3)"]
 fn a_number_beside_a_local_mean_in_where_claims_no_factor() {
     let mask = [format!("mk = {ATEN}.gt.Scalar(y, 0.0)")];
     for u in [
@@ -569,7 +564,6 @@ fn one_row_of_a_replicated_table_in_other_forms_claims_nothing_false() {
 /// `split` (and `split_with_sizes`, `chunk`) of a replicated table into pieces of one row
 /// at a local length, beside a shard of local size 1.
 #[test]
-#[ignore = "known bug: a split of a table replicated on every mesh dim into one-row pieces pairs with a size-1 shard as a broadcast"]
 fn one_row_split_off_a_replicated_table_claims_nothing_false() {
     let forms: &[(&[&str], &[&str])] = &[
         (&["sp = {A}.split.Tensor(t, {n})", "ts = sp[0]"], &[]),

@@ -316,7 +316,14 @@ impl<'a, 's> LocalMeans<'a, 's> {
             Some(Arg::Value(u)) => Some(*u),
             _ => None,
         };
-        let int_at = |n: usize| match args.get(n) {
+        // An argument at position `n` or by keyword `key` (a loss's reduction, weight and
+        // total weight are often passed by name).
+        let arg_at = |n: usize, key: &str| args.get(n).or_else(|| node.kwarg(key));
+        let value_at = |n: usize, key: &str| match arg_at(n, key) {
+            Some(Arg::Value(u)) => Some(*u),
+            _ => None,
+        };
+        let int_named = |n: usize, key: &str| match arg_at(n, key) {
             Some(Arg::Int(x)) => Some(*x),
             _ => None,
         };
@@ -351,8 +358,10 @@ impl<'a, 's> LocalMeans<'a, 's> {
                 })
             }
             // Linear in the values, the mask read as is.
+            // A number other than zero in a branch is a term of the spec's own (`where(m, x, 1)`).
             "where" => match (positional(0), positional(1), positional(2)) {
                 (Some(c), a, b) => {
+                    let number_term = nonzero_number(args.get(1)) || nonzero_number(args.get(2));
                     let mut want = vec![(q, c)];
                     want.extend(
                         [a, b]
@@ -361,7 +370,13 @@ impl<'a, 's> LocalMeans<'a, 's> {
                             .filter(|&u| !zero(u))
                             .map(|u| (q, u)),
                     );
-                    self.need_or(&want, |a| spec_first(a[0], same(&a[1..])))
+                    self.need_or(&want, move |a| {
+                        let mut terms = a[1..].to_vec();
+                        if number_term {
+                            terms.push(LocalMeanDims::SPEC);
+                        }
+                        spec_first(a[0], same(&terms))
+                    })
                 }
                 _ => Step::Done(unknown),
             },
@@ -484,9 +499,9 @@ impl<'a, 's> LocalMeans<'a, 's> {
                 // (grad_output, self, target, [weight,] reduction, ..): the mean over a batch
                 // a mesh dim splits divides by the rank's count, not the spec's.
                 let (reduction, batch) = if family == "nll-loss-backward" {
-                    (int_at(4), positional(2))
+                    (int_named(4, "reduction"), value_at(2, "target"))
                 } else {
-                    (int_at(3), positional(1))
+                    (int_named(3, "reduction"), value_at(1, "self"))
                 };
                 let split = batch.map_or(0u64, |b| {
                     (0..nd.min(64))
@@ -513,7 +528,20 @@ impl<'a, 's> LocalMeans<'a, 's> {
                 };
                 let mean = reduction == Some(1);
                 let (local, unknown) = if mean && family == "nll-loss-backward" {
-                    nll_mean_divisor(split, positional(3), positional(6), place_on)
+                    let target = value_at(2, "target");
+                    let total_weight = value_at(6, "total_weight");
+                    // The forward's total weight counts the rank's targets not ignored:
+                    // equal row shards count alike only where no target is ignored.
+                    let counts = self.sh.ignore_index_unused
+                        && total_weight.is_some_and(|tw| forward_count(g, tw, target));
+                    let weighted = value_at(3, "weight").is_some() || counts_weighted(node);
+                    nll_mean_divisor(
+                        (split, nd),
+                        weighted,
+                        total_weight.filter(|_| counts),
+                        total_weight,
+                        place_on,
+                    )
                 } else if mean {
                     // mse divides by the rank's element count: n_k times fewer on a split.
                     (split & !uneven, uneven)
@@ -813,22 +841,74 @@ fn nonzero_number(a: Option<&Arg>) -> bool {
 /// (`Partial(sum)`: each piece `n_k` times the spec's, every rank counting as many targets);
 /// a replicated one is the spec's divisor (the spec's pieces); any other, or class weights
 /// (`weight`: each rank's count weighs its own targets, no common factor), is not known.
+///
+/// A partial-sum divisor is the rank's count only where it is the forward's total weight
+/// over the same targets (`count`, [`forward_count`]); any other partial sum (`sum(y)`, an
+/// input) divides each rank by its own piece of it, no common factor. On a mesh dim that
+/// does not split the targets the divisor (`divisor`) must not be partial: a partial one
+/// divides every rank by a different piece.
 fn nll_mean_divisor(
-    split: u64,
-    weight: Option<ValueId>,
-    total_weight: Option<ValueId>,
+    (split, nd): (u64, usize),
+    weighted: bool,
+    count: Option<ValueId>,
+    divisor: Option<ValueId>,
     place_on: impl Fn(ValueId, usize) -> Place,
 ) -> (u64, u64) {
     let (mut local, mut unknown) = (0u64, 0u64);
-    for k in (0..64).filter(|&k| split & (1 << k) != 0) {
-        let divisor = total_weight.map_or(Place::Unknown, |t| place_on(t, k));
-        match divisor {
+    for k in 0..nd.min(64) {
+        let on_k = divisor.map_or(Place::Unknown, |t| place_on(t, k));
+        if split & (1 << k) == 0 {
+            if on_k.is_partial() {
+                unknown |= 1 << k;
+            }
+            continue;
+        }
+        match on_k {
             Place::Replicate => {}
-            Place::Partial(Red::Sum) if weight.is_none() => local |= 1 << k,
+            Place::Partial(Red::Sum) if !weighted && count.is_some() => local |= 1 << k,
             _ => unknown |= 1 << k,
         }
     }
     (local, unknown)
+}
+
+/// Whether `tw` is the total weight of an `nll_loss_forward` over `target` (output 1), or
+/// such a total weight passed on by a copy or an all-reduce by sum: the count of the rank's
+/// targets, or of a group's.
+fn forward_count(g: &shardproof_ir::Graph, tw: ValueId, target: Option<ValueId>) -> bool {
+    let mut at = tw;
+    for _ in 0..8 {
+        let node = &g.nodes[at.node];
+        let Some(op) = node.op() else {
+            return false;
+        };
+        match op.name.as_str() {
+            "nll_loss_forward" => {
+                let t = match node.args().get(1).or_else(|| node.kwarg("target")) {
+                    Some(Arg::Value(u)) => Some(*u),
+                    _ => None,
+                };
+                return at.output == 1 && t.is_some() && t == target;
+            }
+            "wait_tensor" | "clone" | "detach" | "_to_copy" => {}
+            "all_reduce"
+                if node
+                    .args()
+                    .iter()
+                    .any(|a| matches!(a, Arg::Str(s) if s == "sum")) => {}
+            _ => return false,
+        }
+        match node.inputs().first() {
+            Some(&u) => at = u,
+            None => return false,
+        }
+    }
+    false
+}
+
+/// Whether an `nll_loss_backward` call names class weights by keyword (a value, not `None`).
+fn counts_weighted(node: &shardproof_ir::Node) -> bool {
+    matches!(node.kwarg("weight"), Some(Arg::Value(_)))
 }
 
 /// The common answer of a sum's terms, per mesh dim (none: `Spec`, a sum of zeros): where

@@ -230,6 +230,10 @@ pub struct Shared<'a> {
     /// Whether the case has a single-device spec (a plan has none: its own operators are
     /// the program its placements describe, every literal scaling included).
     pub has_spec: bool,
+    /// Whether the case assumes no loss target equals its loss's `ignore_index` (`assume:
+    /// ignore-index: unused`): only then does a rank's count of targets follow from its rows
+    /// alone, so that a mean over equal row shards is the spec's times a mesh size.
+    pub ignore_index_unused: bool,
     /// Per rank: the class of ranks whose graphs are equal node for node (names, operators,
     /// arguments and inputs), so that the same node of a peer is the same index.
     pub graph_class: Vec<usize>,

@@ -324,6 +324,26 @@ pub(super) fn split(c: &Ctx) -> Outcome {
         return c.all(Place::Unknown);
     };
     let unbind = c.args.schema().name.starts_with("unbind");
+    // As `slice_like`: a piece of one row of a longer dim of a tensor every rank holds whole,
+    // its length read from a local shape (`split(t, 1)` where the spec splits by 2), pairs
+    // with a shard as a broadcast. No claim.
+    let size = x
+        .meta
+        .as_ref()
+        .and_then(|m| m.shape.get(dim).copied())
+        .unwrap_or(0);
+    let one_row =
+        (0..c.n_out()).any(|o| out_shape(c, o).and_then(|s| s.get(dim).copied()) == Some(1));
+    if !unbind
+        && x.p == Place::Replicate
+        && size > 1
+        && one_row
+        && c.on_every_mesh_dim(&x)
+            .iter()
+            .all(|p| *p == Place::Replicate)
+    {
+        return c.all(Place::Varying);
+    }
     match x.p {
         Place::Shard(d) if d as usize == dim => c.all(Place::Varying),
         Place::Shard(d) if unbind && d as usize > dim => c.all(Place::Shard(d - 1)),

@@ -381,6 +381,17 @@ pub fn run(prog: &Program, seed: u64) -> Result<Seen, String> {
         groups.join(", "),
         inputs.join("\n")
     );
+    // Every loss in these programs ignores a negative target (`ignore_index` -100 or -1):
+    // where no integer input can be negative, no target is ignored, and the case says so.
+    let no_negative_ints = prog
+        .inputs
+        .iter()
+        .all(|i| !matches!(i.elem, Elem::Int(lo, _) if lo < 0));
+    let yaml = if no_negative_ints {
+        format!("{yaml}assume:\n  ignore-index: unused\n")
+    } else {
+        yaml
+    };
     write("case.yaml", yaml).map_err(|e| e.to_string())?;
     let case = match shardproof_case::load_case(&dir.path().join("case.yaml")) {
         Ok(c) => c,

@@ -350,3 +350,65 @@ fn a_division_by_another_number_than_the_factor_never_claims_the_spec() {
         );
     }
 }
+
+/// Divided by the mesh size twice after the all-reduce (or then multiplied by 3): the first
+/// division settles the factor, the second makes a share the spec lacks (`Replicate()` with a
+/// `scaled` record, each copy the spec's over `n`), the product another multiple. Whatever is claimed is checked against the interpreter
+/// (`claim_of` panics on a contradicted claim), and the spec's value is not claimed.
+#[test]
+fn a_second_division_by_the_mesh_size_claims_no_spec_value() {
+    let aten = "torch.ops.aten";
+    for n in [2usize, 4] {
+        for then in [
+            format!("div.Tensor(half, {n})"),
+            "mul.Tensor(half, 3.0)".into(),
+        ] {
+            let mut tail = all_reduced("sum", Some(&format!("{aten}.div.Tensor(ar, {n})")));
+            let last = tail.len() - 1;
+            tail[last] = format!("half = {aten}.div.Tensor(ar, {n})");
+            tail.push(format!("out = {aten}.{then}"));
+            let prog = reduced_rows(n, &tail);
+            for seed in 1..=3 {
+                let (places, factor, _) = claim_of(&prog, seed);
+                assert_ne!(factor, PieceFactor::Spec, "{then} over {n}: {places:?}");
+            }
+        }
+    }
+    // The twice-divided value times a local mean: the product is the spec's (n times, over
+    // n), not the local mean's factor (what is claimed is checked by the interpreter).
+    for n in [2usize, 4] {
+        let mut spec = chained_loss();
+        spec.push("rows = torch.ops.aten.sum.dim_IntList(lm, [0])".into());
+        let mut ranks = spec.clone();
+        spec.push(format!("out = {aten}.mul.Tensor(lm, rows)"));
+        let mut tail = all_reduced("sum", Some(&format!("{aten}.div.Tensor(ar, {n})")));
+        let last = tail.len() - 1;
+        tail[last] = format!("half = {aten}.div.Tensor(ar, {n})");
+        tail.push(format!("q = {aten}.div.Tensor(half, {n})"));
+        tail.push(format!("out = {aten}.mul.Tensor(lm, q)"));
+        ranks.extend(tail);
+        let prog = Program {
+            mesh: vec![n],
+            inputs: inputs(2, &[true]),
+            spec,
+            ranks: vec![ranks],
+            checked: vec![("out".into(), "out".into())],
+        };
+        for seed in 1..=3 {
+            claim_of(&prog, seed);
+        }
+    }
+    // No local mean at all: a replicated value the ranks divide by the mesh size where the
+    // spec does not is a share of the spec's, not its value.
+    let prog = Program {
+        mesh: vec![2],
+        inputs: inputs(2, &[true]),
+        spec: vec!["out = torch.ops.aten.clone.default(g)".into()],
+        ranks: vec![vec![format!("out = {aten}.div.Tensor(g, 2)")]],
+        checked: vec![("out".into(), "out".into())],
+    };
+    for seed in 1..=3 {
+        let (places, factor, _) = claim_of(&prog, seed);
+        assert_ne!(factor, PieceFactor::Spec, "a share: {places:?}");
+    }
+}

@@ -417,7 +417,7 @@ pub(super) fn placements_text(sh: &Shared, rp: &RankPlacements, g: &Graph, v: Va
             format!(", pieces {f} times the spec's (local means)")
         }
         super::PieceFactor::NotKnown => {
-            ", pieces derived from local means by a factor not known".to_string()
+            ", pieces the spec's times a factor not known (local means or a scaling)".to_string()
         }
     };
     format!("`{}` {{{}}}{pieces}", g.value_name(v), body.join(", "))

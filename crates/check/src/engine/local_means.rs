@@ -646,8 +646,8 @@ pub enum PieceFactor {
     /// counting as many of the batch's targets).
     Times(u64),
     /// A local mean reaches the value and its factor is not known (a non-linear use, a
-    /// reduction that may settle it, a mix of factors): the placements claim nothing of its
-    /// values.
+    /// reduction that may settle it, a mix of factors), or the value is a share or a partial
+    /// scaled by a factor the spec lacks: the placements claim nothing of its values.
     NotKnown,
 }
 
@@ -734,7 +734,17 @@ pub(super) fn record_local_means(
         }
         let w = walk.get_or_insert_with(|| LocalMeans::new(sh, r, rp, done, memo));
         let answer = w.of(r, v);
-        if answer != LocalMeanDims::SPEC {
+        // Where the walk settles a factor (a call reading a local mean gives the spec's
+        // pieces) the answer is recorded too: it overrides the share record the same
+        // division leaves (`RankPlacements::piece_factor`), and its readers are walked.
+        let settles = || {
+            sh.program.ranks[r].nodes[v.node].inputs().iter().any(|u| {
+                LocalMeans::at(rp, *u)
+                    .and_then(|a| rp.local_means.get(&a))
+                    .is_some_and(|d| *d != LocalMeanDims::SPEC)
+            })
+        };
+        if answer != LocalMeanDims::SPEC || settles() {
             answers.push((at, answer));
         }
     }
@@ -811,12 +821,17 @@ fn settle_by_all_reduce(
 /// spec's `scaling` (a multiplier; `None`: not read) on a value answered `f` (mesh sizes
 /// `sizes`): the spec's own factor (1) passes the answer; exactly the inverse of the value's
 /// factor makes it the spec's; any other makes its local-mean dims not known (the value is
-/// some other multiple of the spec's, which the answer does not count).
+/// some other multiple of the spec's, which the answer does not count), and on the spec's
+/// pieces every mesh dim.
 fn settle_by_scaling(f: LocalMeanDims, scaling: Option<f64>, sizes: &[usize]) -> LocalMeanDims {
-    if f.local == 0 {
-        return f;
-    }
     let near = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs().max(1.0);
+    if f.local == 0 {
+        // The spec's pieces scaled by a number the spec lacks are not the spec's.
+        return match scaling {
+            Some(s) if near(s, 1.0) => f,
+            _ => LocalMeanDims::settle(0, u64::MAX),
+        };
+    }
     match (scaling, f.factor(sizes)) {
         (Some(s), _) if near(s, 1.0) => f,
         (Some(s), Some(factor)) if near(s * factor as f64, 1.0) => {

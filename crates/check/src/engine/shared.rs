@@ -109,14 +109,25 @@ impl RankPlacements {
 
     /// What value `v`'s placements claim of its values on a mesh of the given `sizes`: the
     /// spec's value, the spec's value times a factor (local means), or nothing (a local mean
-    /// whose factor is not known); see [`super::PieceFactor`].
+    /// whose factor is not known, a share or a partial scaled by a factor the spec lacks);
+    /// see [`super::PieceFactor`].
     pub fn piece_factor(&self, v: ValueId, sizes: &[usize]) -> super::PieceFactor {
         let at = self.offsets[v.node] as usize + v.output;
-        self.local_means
-            .get(&at)
-            .map_or(super::PieceFactor::Spec, |&d| {
-                super::PieceFactor::of(d, sizes)
-            })
+        // A share (`scaled`: each copy the spec's over n) or a partial scaled by a factor not
+        // known is not the spec's value laid out by its placements, unless the local-means
+        // walk reached it (its division then settles a local mean's factor).
+        let nd = sizes.len();
+        let set = |record: &[bool]| {
+            record
+                .get(at * nd..(at + 1) * nd)
+                .is_some_and(|dims| dims.contains(&true))
+        };
+        match self.local_means.get(&at) {
+            // The walk's answer, where it reached the value, reads the value's own scalings.
+            Some(&d) => super::PieceFactor::of(d, sizes),
+            None if set(&self.scaled) || set(&self.scale_unknown) => super::PieceFactor::NotKnown,
+            None => super::PieceFactor::Spec,
+        }
     }
 }
 

@@ -54,6 +54,15 @@
 //! renamed by it, is the other's, so a proof (or a counterexample) of one is one of the other.
 //! Stages that name ranks otherwise (a point-to-point call to a global rank, an `expr:` layout)
 //! are keyed with absolute rank numbers.
+//!
+//! # Memo up to node order
+//!
+//! A rank's values depend on its graph's dataflow and its schedule's pairing, not on the order
+//! its nodes are written in: where the stage's own schedule completes and every collective
+//! meeting joins one canonical node of each member, the renumbered key writes the graphs in a
+//! canonical order, the peers of sends and recvs blank, and the messages (each recv's send)
+//! instead ([`canon`]). A 1F1B pipeline interleaves each pipeline stage's microbatches
+//! otherwise and names other `pp` peers on each: those stages are one proof.
 
 mod canon;
 pub mod chunks;

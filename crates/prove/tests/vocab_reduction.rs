@@ -73,6 +73,8 @@ fn zoo_loss_stage(dir: &Path, edit: &dyn Fn(&Path)) -> Case {
         .find(|s| s.target == "output `loss`")
         .expect("a loss stage")
         .case
+        .as_ref()
+        .clone()
 }
 
 // The loss's label lines on every rank (the embedding's token lines use `tokens`).

@@ -54,7 +54,17 @@
 //! renamed by it, is the other's, so a proof (or a counterexample) of one is one of the other.
 //! Stages that name ranks otherwise (a point-to-point call to a global rank, an `expr:` layout)
 //! are keyed with absolute rank numbers.
+//!
+//! # Memo up to node order
+//!
+//! A rank's values depend on its graph's dataflow and its schedule's pairing, not on the order
+//! its nodes are written in: where the stage's own schedule completes and every collective
+//! meeting joins one canonical node of each member, the renumbered key writes the graphs in a
+//! canonical order, the peers of sends and recvs blank, and the messages (each recv's send)
+//! instead ([`canon`]). A 1F1B pipeline interleaves each pipeline stage's microbatches
+//! otherwise and names other `pp` peers on each: those stages are one proof.
 
+mod canon;
 pub mod chunks;
 pub mod micro;
 mod renumber;
@@ -79,8 +89,9 @@ pub struct Stage {
     pub target: String,
     /// The relations it assumes (case inputs and cuts), by spec name.
     pub assumes: Vec<String>,
-    /// The stage as a case of its own.
-    pub case: Case,
+    /// The stage as a case of its own; a memo hit's is its representative's, shared (unless
+    /// [`PlanOptions::keep_memo_hit_cases`]).
+    pub case: Arc<Case>,
     /// Its structure up to renaming (the memo key); stages with one key share one copy of it
     /// (a key on thousands of ranks is hundreds of kilobytes, and a deep model's stages repeat
     /// a few keys).
@@ -245,6 +256,11 @@ pub struct PlanOptions {
     /// minutes, and a time limit must end it cleanly ([`PlanError::OutOfTime`]). `None`: no
     /// limit ([`prove_staged_with`] takes the proof's own limit where this is `None`).
     pub deadline: Option<Instant>,
+    /// Every stage keeps the case it was built as. Otherwise a memo hit's [`Stage::case`] is
+    /// its representative's (the one proved; the hit's own differs only by the renaming its
+    /// key quotients by), which on thousands of ranks saves megabytes a stage: for tests that
+    /// pin every stage's own graphs and relations.
+    pub keep_memo_hit_cases: bool,
 }
 
 /// Why a plan was not made.
@@ -437,9 +453,10 @@ pub fn plan_until(case: &Case, reduce: bool, opts: &PlanOptions) -> Result<Plan,
         let (mut stage, assumed) = build_stage(case, t, &whole)?;
         // A cut's scale and chunk order restate the cut's relation only.
         let cut_target = matches!(t.as_slice(), [Target::Cut(_)]);
-        scale::encode(&mut stage.case, scales, cut_target)
+        // Not shared yet: `make_mut` clones nothing.
+        scale::encode(Arc::make_mut(&mut stage.case), scales, cut_target)
             .map_err(|e| format!("{}: {e}", stage.target))?;
-        chunks::encode(&mut stage.case, &opts.chunked, cut_target)
+        chunks::encode(Arc::make_mut(&mut stage.case), &opts.chunked, cut_target)
             .map_err(|e| format!("{}: {e}", stage.target))?;
         for rel in &assumed {
             if let Some(&s) = stage_of_cut.get(rel) {
@@ -479,6 +496,10 @@ pub fn plan_until(case: &Case, reduce: bool, opts: &PlanOptions) -> Result<Plan,
         stage.key = key;
         if stage.rep == k {
             distinct.push(k);
+        } else if !opts.keep_memo_hit_cases {
+            // A memo hit is never proved on its own case (the representative's proof is its
+            // proof): it keeps the representative's, and its own graphs are freed.
+            stage.case = stages[stage.rep].case.clone();
         }
         stages.push(stage);
     }
@@ -867,7 +888,7 @@ fn build_stage(
         Stage {
             target: label,
             assumes,
-            case: stage_case,
+            case: Arc::new(stage_case),
             key: Arc::from(""),
             digest: String::new(),
             rep: 0,
@@ -893,10 +914,12 @@ fn stage_key(case: &Case, reduce: bool) -> String {
     format!("full\n{}", structure(case))
 }
 
-fn arg_key(out: &mut String, a: &Arg) {
+/// An argument as the key writes it, a value's node written as `node` gives it (its number, or
+/// its place in a canonical order).
+fn arg_key(out: &mut String, a: &Arg, node: &dyn Fn(usize) -> usize) {
     match a {
         Arg::Value(v) => {
-            let _ = write!(out, "%{}.{}", v.node, v.output);
+            let _ = write!(out, "%{}.{}", node(v.node), v.output);
         }
         Arg::List(items) => {
             out.push('[');
@@ -904,7 +927,7 @@ fn arg_key(out: &mut String, a: &Arg) {
                 if i > 0 {
                     out.push(',');
                 }
-                arg_key(out, x);
+                arg_key(out, x, node);
             }
             out.push(']');
         }
@@ -915,8 +938,26 @@ fn arg_key(out: &mut String, a: &Arg) {
 }
 
 fn graph_key(out: &mut String, g: &Graph, case: &Case) {
+    graph_key_in(out, g, case, None);
+}
+
+/// A graph as the key writes it: every node's operator, arguments, dtypes and shapes, then its
+/// outputs. In program order with node numbers, or (given `order`) in that canonical order with
+/// nodes written by their place in it and point-to-point peers blank (the key then writes the
+/// messages: [`canon`]).
+fn graph_key_in(out: &mut String, g: &Graph, case: &Case, order: Option<&canon::NodeOrder>) {
     let metas = shardproof_interp::infer_graph(g, &case.ops).metas;
-    for (i, node) in g.nodes.iter().enumerate() {
+    let program_order: Vec<usize>;
+    let nodes: &[usize] = match order {
+        Some(o) => &o.order,
+        None => {
+            program_order = (0..g.nodes.len()).collect();
+            &program_order
+        }
+    };
+    let place = |n: usize| order.map_or(n, |o| o.place.get(n).copied().unwrap_or(usize::MAX));
+    for &i in nodes {
+        let node = &g.nodes[i];
         match &node.kind {
             NodeKind::Input => out.push_str("in"),
             // Constants are leaves by attribute: their value, or one symbol per attribute.
@@ -930,13 +971,22 @@ fn graph_key(out: &mut String, g: &Graph, case: &Case) {
             }
             NodeKind::Call { op, args, kwargs } => {
                 let _ = write!(out, "{op}(");
-                for a in args {
-                    arg_key(out, a);
+                let peer = order.and(canon::peer_argument(op));
+                for (k, a) in args.iter().enumerate() {
+                    if peer.is_some_and(|(at, _)| at == k) {
+                        out.push_str("peer");
+                    } else {
+                        arg_key(out, a, &place);
+                    }
                     out.push(',');
                 }
                 for (k, a) in kwargs {
                     let _ = write!(out, "{k}=");
-                    arg_key(out, a);
+                    if peer.is_some_and(|(_, name)| name == k) {
+                        out.push_str("peer");
+                    } else {
+                        arg_key(out, a, &place);
+                    }
                     out.push(',');
                 }
                 out.push(')');
@@ -952,7 +1002,19 @@ fn graph_key(out: &mut String, g: &Graph, case: &Case) {
         }
         out.push('\n');
     }
-    let _ = writeln!(out, "outputs {:?}", g.outputs);
+    match order {
+        None => {
+            let _ = writeln!(out, "outputs {:?}", g.outputs);
+        }
+        Some(_) => {
+            let outputs: Vec<Option<(usize, usize)>> = g
+                .outputs
+                .iter()
+                .map(|v| v.map(|v| (place(v.node), v.output)))
+                .collect();
+            let _ = writeln!(out, "outputs {outputs:?}");
+        }
+    }
 }
 
 /// Everything a proof depends on, names aside, and the holding ranks' numbers aside where the
@@ -964,7 +1026,9 @@ fn structure(case: &Case) -> String {
         "mesh {:?}\nops {:?}\nassume {:?}",
         case.program.mesh, case.ops, case.assume
     );
-    if let Some(rest) = renumber::renumbered(case, |out, g| graph_key(out, g, case)) {
+    if let Some(rest) =
+        renumber::renumbered(case, |out, g, order| graph_key_in(out, g, case, order))
+    {
         out.push_str(&rest);
         return out;
     }

@@ -23,6 +23,7 @@
 //! some rank does not hold, a rank count that is not the mesh's, and a one-dim (or no-dim)
 //! mesh where a string argument could name an undeclared group (such a group is every rank).
 
+use super::canon::{self, NodeOrder};
 use shardproof_case::{Case, Layout, Placement};
 use shardproof_ir::{Arg, Graph, NodeKind};
 use std::collections::{HashMap, HashSet};
@@ -55,8 +56,10 @@ fn global_peer(op: &shardproof_ir::OpName, args: &[Arg], kwargs: &[(String, Arg)
             .any(|a| matches!(a, Arg::Str(_)))
 }
 
-/// Every string argument of `g`'s calls, lists included, added to `out` once.
-fn strings_of<'g>(g: &'g Graph, out: &mut Vec<&'g str>) {
+/// Every string argument of `g`'s calls, lists included, added to `out` once; with
+/// `skip_p2p`, not those of point-to-point calls (whose group is read only to resolve their
+/// peer, which a key with messages writes instead).
+fn strings_of<'g>(g: &'g Graph, skip_p2p: bool, out: &mut Vec<&'g str>) {
     fn walk<'g>(a: &'g Arg, out: &mut Vec<&'g str>) {
         match a {
             Arg::Str(s) if !out.contains(&s.as_str()) => out.push(s),
@@ -65,6 +68,9 @@ fn strings_of<'g>(g: &'g Graph, out: &mut Vec<&'g str>) {
         }
     }
     for n in &g.nodes {
+        if skip_p2p && super::canon::is_p2p(&n.kind) {
+            continue;
+        }
         if let NodeKind::Call { args, kwargs, .. } = &n.kind {
             args.iter()
                 .chain(kwargs.iter().map(|(_, a)| a))
@@ -221,20 +227,25 @@ impl Holders {
 
     /// A relation's holders renumbered, in position order (a rank's own values, a pipeline
     /// rank's microbatches, keep their order).
-    fn rank_values(&self, values: &[(usize, shardproof_ir::ValueId)]) -> String {
+    /// `node` writes a rank's node (its number, or its place in the rank's canonical order).
+    fn rank_values(&self, values: &[(usize, shardproof_ir::ValueId)], node: &NodeName) -> String {
         let mut sorted = values.to_vec();
         sorted.sort_by_key(|&(r, _)| self.position.get(r).copied().unwrap_or(NOT_HELD));
         let mut out = String::from("[");
         for &(r, v) in &sorted {
-            let _ = write!(out, "({},{}.{})", self.name(r), v.node, v.output);
+            let _ = write!(out, "({},{}.{})", self.name(r), node(r, v.node), v.output);
         }
         out.push(']');
         out
     }
 
-    /// Per-rank values (every rank's, or none) in position order.
-    fn impl_values(&self, values: &[shardproof_ir::ValueId]) -> String {
-        let permuted: Vec<_> = self.ranks.iter().filter_map(|&r| values.get(r)).collect();
+    /// Per-rank values (every rank's, or none) in position order, nodes written by `node`.
+    fn impl_values(&self, values: &[shardproof_ir::ValueId], node: &NodeName) -> String {
+        let permuted: Vec<(usize, usize)> = self
+            .ranks
+            .iter()
+            .filter_map(|&r| values.get(r).map(|v| (node(r, v.node), v.output)))
+            .collect();
         format!("{permuted:?}")
     }
 
@@ -259,13 +270,47 @@ impl Holders {
     }
 }
 
+/// How a key writes a rank's node: `(rank, node)` to its number or its canonical place.
+type NodeName<'a> = dyn Fn(usize, usize) -> usize + 'a;
+
+/// Writes one graph, in program order or in the given canonical order.
+type GraphKey<'a> = dyn Fn(&mut String, &Graph, Option<&NodeOrder>) + 'a;
+
 /// The stage's structure with its holders renumbered (see the module docs), written after
 /// `out`'s mesh, ops and assumptions; `graph_key` writes one graph. `None` where the stage
-/// names ranks otherwise, and the caller keys it by absolute rank numbers.
-pub(super) fn renumbered(case: &Case, graph_key: impl Fn(&mut String, &Graph)) -> Option<String> {
+/// names ranks otherwise, and the caller keys it by absolute rank numbers. Where the stage's
+/// schedule allows it ([`canon::pairing`]), the graphs are written in canonical node order
+/// with the messages; otherwise in program order.
+pub(super) fn renumbered(
+    case: &Case,
+    graph_key: impl Fn(&mut String, &Graph, Option<&NodeOrder>),
+) -> Option<String> {
     let holders = Holders::of(case)?;
+    let orders = canon::Orders::of(case);
+    let messages = canon::pairing(case, &orders, &|r| {
+        holders.position.get(r).copied().unwrap_or(NOT_HELD)
+    });
+    Some(match messages {
+        Some(messages) => write_key(case, &holders, Some((&orders, messages)), &graph_key),
+        None => write_key(case, &holders, None, &graph_key),
+    })
+}
+
+/// [`renumbered`]'s text: in canonical node order with the messages where `canonical` gives
+/// them, in program order otherwise.
+fn write_key(
+    case: &Case,
+    holders: &Holders,
+    canonical: Option<(&canon::Orders, String)>,
+    graph_key: &GraphKey,
+) -> String {
     let program = &case.program;
+    let orders = canonical.as_ref().map(|(o, _)| *o);
+    let node = |r: usize, n: usize| orders.map_or(n, |o| o.place(r, n));
     let mut out = String::new();
+    if canonical.is_some() {
+        out.push_str("canonical node order\n");
+    }
     let _ = writeln!(
         out,
         "renumbered: {} holders of {}, relabelled dims {:?}",
@@ -288,9 +333,9 @@ pub(super) fn renumbered(case: &Case, graph_key: impl Fn(&mut String, &Graph)) -
         let id = match by_pointer.get(&Arc::as_ptr(g)) {
             Some(&id) => id,
             None => {
-                strings_of(g, &mut named);
+                strings_of(g, orders.is_some(), &mut named);
                 let mut text = String::new();
-                graph_key(&mut text, g);
+                graph_key(&mut text, g, orders.and_then(|o| o.of_graph(g)));
                 let id = match texts.get(&text) {
                     Some(&id) => id,
                     None => {
@@ -334,7 +379,7 @@ pub(super) fn renumbered(case: &Case, graph_key: impl Fn(&mut String, &Graph)) -
         out.push('\n');
     }
     out.push_str("spec\n");
-    graph_key(&mut out, &case.spec);
+    graph_key(&mut out, &case.spec, None);
     out.push_str(&bodies);
     for rel in &case.inputs {
         let _ = writeln!(
@@ -342,8 +387,8 @@ pub(super) fn renumbered(case: &Case, graph_key: impl Fn(&mut String, &Graph)) -
             "input {:?} {} {} {}",
             rel.spec_value,
             holders.layout(&rel.layout),
-            holders.rank_values(&rel.rank_values),
-            holders.impl_values(&rel.impl_values)
+            holders.rank_values(&rel.rank_values, &node),
+            holders.impl_values(&rel.impl_values, &node)
         );
     }
     for o in &case.outputs {
@@ -352,11 +397,14 @@ pub(super) fn renumbered(case: &Case, graph_key: impl Fn(&mut String, &Graph)) -
             "output {:?} {} {} {}",
             o.spec_value,
             holders.layout(&o.layout),
-            holders.rank_values(&o.rank_values),
-            holders.impl_values(&o.impl_values)
+            holders.rank_values(&o.rank_values, &node),
+            holders.impl_values(&o.impl_values, &node)
         );
     }
-    Some(out)
+    if let Some((_, messages)) = canonical {
+        out.push_str(&messages);
+    }
+    out
 }
 
 #[cfg(test)]

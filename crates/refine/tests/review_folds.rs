@@ -910,3 +910,83 @@ fn a_nonzero_pad_or_fill_before_the_reduction_is_refuted() {
         assert_eq!(f.verdicts, [Verdict::Refuted; 4], "{name}");
     }
 }
+
+/// A column-parallel product whose ranks scale `x` by a quarter first (so the spec's product
+/// is four times their concatenated products: a multiple of a clean relation), then apply
+/// `then` (a call over `{}`) and scale back by four; the spec applies `then` to its product.
+fn scaled_then_compensated(name: &str, then: &str, back: &str) -> Mini {
+    let sig = |cols: usize| format!("x: \"f32[{N}, {H}]\", w: \"f32[{H}, {cols}]\"");
+    let spec = module(
+        &sig(W),
+        &[
+            line("y", &format!("f32[{N}, {W}]"), "aten.mm.default(x, w)"),
+            line("out", &format!("f32[{N}, {W}]"), &then.replace("{}", "y")),
+        ],
+    );
+    let ty = format!("f32[{N}, {}]", W / 2);
+    let rank = module(
+        &sig(W / 2),
+        &[
+            line("xs", &format!("f32[{N}, {H}]"), "aten.mul.Tensor(x, 0.25)"),
+            line("y", &ty, "aten.mm.default(xs, w)"),
+            line("u", &ty, &then.replace("{}", "y")),
+            line("out", &ty, &format!("aten.mul.Tensor(u, {back})")),
+        ],
+    );
+    Mini {
+        name: name.into(),
+        axis: "tp",
+        spec,
+        ranks: vec![rank.clone(), rank],
+        inputs: vec![("x", Place::Replicate), ("w", Place::Shard(1))],
+        output: Place::Shard(1),
+        fixed: vec![],
+    }
+}
+
+/// The ranks' factor, made good after an operator: (name, operator, factor back, right).
+const COMPENSATED: &[(&str, &str, &str, bool)] = &[
+    ("neg-compensated", "aten.neg.default({})", "4", true),
+    ("neg-not-compensated", "aten.neg.default({})", "2", false),
+    (
+        "cumsum-compensated",
+        "aten.cumsum.default({}, 0)",
+        "4",
+        true,
+    ),
+    (
+        "cumsum-not-compensated",
+        "aten.cumsum.default({}, 0)",
+        "2",
+        false,
+    ),
+    ("flip-compensated", "aten.flip.default({}, [0])", "4", true),
+    (
+        "flip-not-compensated",
+        "aten.flip.default({}, [0])",
+        "1",
+        false,
+    ),
+];
+
+/// The refutations of right programs among [`COMPENSATED`]; no wrong one verifies.
+fn compensated_findings() -> Vec<(&'static str, Vec<&'static str>)> {
+    let mut refuted = Vec::new();
+    for &(name, then, back, right) in COMPENSATED {
+        let f = run(&scaled_then_compensated(name, then, back));
+        assert_eq!(
+            f.agrees, right,
+            "{name}: the interpreter disagrees with the design"
+        );
+        if !f.false_refutations.is_empty() {
+            refuted.push((name, f.false_refutations));
+        }
+    }
+    refuted
+}
+
+#[test]
+fn a_multiple_compensated_later_is_not_refuted() {
+    let refuted = compensated_findings();
+    assert!(refuted.is_empty(), "right programs refuted: {refuted:?}");
+}

@@ -990,3 +990,43 @@ fn a_multiple_compensated_later_is_not_refuted() {
     let refuted = compensated_findings();
     assert!(refuted.is_empty(), "right programs refuted: {refuted:?}");
 }
+
+/// Pieces that overlap (both ranks slice the same columns of a replicated `w`, each scaled by
+/// the spec's factor), and a factor that is a tensor input (`k`, replicated) on one rank and a
+/// literal on the other: never verified; the right variants are not refuted.
+#[test]
+fn overlapping_pieces_and_tensor_factors() {
+    let third: Steps = THIRD_THEN_THREE;
+    // (name, columns each rank slices, right)
+    for (name, cols, right) in [
+        ("sliced-disjoint", [0, 1], true),
+        ("sliced-overlapping", [0, 0], false),
+        ("sliced-swapped", [1, 0], false),
+    ] {
+        let f = run(&column_parallel(
+            name,
+            third,
+            [third, third],
+            Some(cols),
+            &[],
+        ));
+        assert_eq!(f.agrees, right, "{name}");
+        assert!(f.false_refutations.is_empty(), "{name}: {f:?}");
+    }
+    let by_k: Steps = &[("out", "f32", "aten.mul.Tensor(y, k)")];
+    let by_half: Steps = &[("out", "f32", "aten.mul.Tensor(y, 0.5)")];
+    for (name, r1, right) in [
+        ("tensor-factor-both", by_k, true),
+        ("tensor-factor-rank1-literal", by_half, false),
+    ] {
+        let f = run(&column_parallel(
+            name,
+            by_k,
+            [by_k, r1],
+            None,
+            &[("k", "f32[]")],
+        ));
+        assert_eq!(f.agrees, right, "{name}");
+        assert!(f.false_refutations.is_empty(), "{name}: {f:?}");
+    }
+}

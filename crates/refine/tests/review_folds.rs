@@ -636,6 +636,13 @@ fn a_factor_split_over_two_scales_is_not_verified_when_wrong() {
 fn a_factor_split_over_two_scales_is_not_refuted() {
     let refuted = split_factor_findings();
     assert!(refuted.is_empty(), "right programs refuted: {refuted:?}");
+    // A fix must keep the evidence where the split does not make up the spec's factor.
+    let &(name, spec, r0, r1, _) = SPLIT_FACTOR_ATTACKS
+        .iter()
+        .find(|a| a.0 == "rank1-nests-a-sixteenth")
+        .unwrap();
+    let f = run(&column_parallel(name, spec, [r0, r1], None, &[]));
+    assert_eq!(f.verdicts, [Verdict::Refuted; 4], "{name}");
 }
 
 /// The softmax backward over rows split over dp=2 (as `tests/sibling_pieces.rs`): the spec

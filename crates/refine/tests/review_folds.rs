@@ -152,8 +152,8 @@ fn interpreter_agrees(case: &Case, m: &Mini) -> bool {
     true
 }
 
-/// The ways each attack is verified: the default options, a small node limit (stopped
-/// runners, the wider attempt and pieces), each with reuse on and off.
+/// The ways each attack is verified: the default options and a node limit of 10 (stopped
+/// runners, the wider attempt and pieces), each with reuse on and off, and a node limit of 25.
 fn ways() -> Vec<(&'static str, Options)> {
     let small = |reuse| Options {
         node_limit: 10,
@@ -171,6 +171,13 @@ fn ways() -> Vec<(&'static str, Options)> {
         ("default-no-reuse", default(false)),
         ("limit-10", small(true)),
         ("limit-10-no-reuse", small(false)),
+        (
+            "limit-25",
+            Options {
+                node_limit: 25,
+                ..small(true)
+            },
+        ),
     ]
 }
 
@@ -642,7 +649,10 @@ fn a_factor_split_over_two_scales_is_not_refuted() {
         .find(|a| a.0 == "rank1-nests-a-sixteenth")
         .unwrap();
     let f = run(&column_parallel(name, spec, [r0, r1], None, &[]));
-    assert_eq!(f.verdicts, [Verdict::Refuted; 4], "{name}");
+    assert!(
+        f.verdicts.iter().all(|v| *v == Verdict::Refuted),
+        "{name}: {f:?}"
+    );
 }
 
 /// The softmax backward over rows split over dp=2 (as `tests/sibling_pieces.rs`): the spec
@@ -914,7 +924,10 @@ fn a_nonzero_pad_or_fill_before_the_reduction_is_refuted() {
             .unwrap();
         let f = run(&partial_sum_then(name, steps));
         assert!(!f.agrees);
-        assert_eq!(f.verdicts, [Verdict::Refuted; 4], "{name}");
+        assert!(
+            f.verdicts.iter().all(|v| *v == Verdict::Refuted),
+            "{name}: {f:?}"
+        );
     }
 }
 

@@ -617,7 +617,7 @@ pub(super) fn reuse(
     twins: &[std::sync::Arc<Solved>],
 ) -> Option<Reused> {
     let twins: Vec<&Solved> = twins.iter().map(|t| &**t).collect();
-    reuse_renamed(imp, rules, opts, (state, t, seeds), &twins)
+    reuse_renamed(imp, rules, opts, (state, t, seeds), &twins).ok()
 }
 
 /// Symmetric ranks once (issue 48, item 6): the relation of a piece of an operator (see
@@ -631,8 +631,43 @@ pub(super) fn across_ranks(
     opts: &Options,
     (state, t, seeds): (&HashMap<ValueId, State>, &Tpl, &[(Tpl, ValueId)]),
     twin: &Solved,
-) -> Option<Rel> {
+) -> Result<Rel, Miss> {
     reuse_renamed(imp, (rules, rules), opts, (state, t, seeds), &[twin]).map(|r| r.rel)
+}
+
+/// Why a renaming was not taken (the piece log names it): the stage that failed, for the
+/// last twin tried.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Miss {
+    /// An input of the problem has no relation, or no twin was offered.
+    NoInputs,
+    /// The problems read different numbers of relations.
+    InputCount,
+    /// Input `k`'s relations differ in their lists' lengths (expressions, equal leaves, equal
+    /// slices: the twin's, then this problem's).
+    Lengths(usize, [usize; 3], [usize; 3]),
+    /// Input `k`'s relations have the same lengths but no renaming matches them.
+    Unmatched(usize),
+    /// The twin's relation names a tensor with no image here.
+    NoImage,
+    /// A renamed tensor's implementation neighbourhood differs from its original's.
+    Neighbourhoods,
+    /// The renamed relation did not check.
+    Check,
+}
+
+impl std::fmt::Display for Miss {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Miss::NoInputs => write!(f, "no inputs"),
+            Miss::InputCount => write!(f, "input count"),
+            Miss::Lengths(k, a, b) => write!(f, "input {k} lengths {a:?} vs {b:?}"),
+            Miss::Unmatched(k) => write!(f, "input {k} unmatched"),
+            Miss::NoImage => write!(f, "no image"),
+            Miss::Neighbourhoods => write!(f, "neighbourhoods"),
+            Miss::Check => write!(f, "check"),
+        }
+    }
 }
 
 /// [`reuse`] and [`across_ranks`]: the renaming may change ranks (one to one).
@@ -642,8 +677,9 @@ fn reuse_renamed(
     opts: &Options,
     (state, t, seeds): (&HashMap<ValueId, State>, &Tpl, &[(Tpl, ValueId)]),
     twins: &[&Solved],
-) -> Option<Reused> {
-    let ins = input_rels(t, seeds, state)?;
+) -> Result<Reused, Miss> {
+    let ins = input_rels(t, seeds, state).ok_or(Miss::NoInputs)?;
+    let mut miss = Miss::NoInputs;
     let found = twins.iter().find_map(|twin| {
         let mut renaming = Renaming {
             imp,
@@ -651,21 +687,43 @@ fn reuse_renamed(
             ranks: Some(HashMap::new()),
             defined: Vec::new(),
         };
-        let alike = twin.ins.len() == ins.len()
-            && twin.ins.iter().zip(&ins).all(|(a, b)| match (a, b) {
-                (Some(a), Some(b)) => renaming.match_rel(a, b),
-                (None, None) => true,
-                _ => false,
-            });
-        if !alike {
+        if twin.ins.len() != ins.len() {
+            miss = Miss::InputCount;
             return None;
         }
-        let candidate = renaming.rename_rel(&twin.out)?;
-        renaming
-            .same_neighbourhoods()
-            .then_some((twin, renaming, candidate))
+        for (k, (a, b)) in twin.ins.iter().zip(&ins).enumerate() {
+            match (a, b) {
+                (Some(a), Some(b)) => {
+                    if !renaming.match_rel(a, b) {
+                        let lengths = |r: &Rel| {
+                            [r.exprs.len(), r.equal_leaves.len(), r.equal_slices.len()]
+                        };
+                        miss = if lengths(a) == lengths(b) {
+                            Miss::Unmatched(k)
+                        } else {
+                            Miss::Lengths(k, lengths(a), lengths(b))
+                        };
+                        return None;
+                    }
+                }
+                (None, None) => {}
+                _ => {
+                    miss = Miss::Unmatched(k);
+                    return None;
+                }
+            }
+        }
+        let Some(candidate) = renaming.rename_rel(&twin.out) else {
+            miss = Miss::NoImage;
+            return None;
+        };
+        if !renaming.same_neighbourhoods() {
+            miss = Miss::Neighbourhoods;
+            return None;
+        }
+        Some((twin, renaming, candidate))
     });
-    let (twin, renaming, candidate) = found?;
+    let (twin, renaming, candidate) = found.ok_or(miss)?;
     let lemmas = if twin.widened { rules.1 } else { rules.0 };
     let problem = Problem {
         imp,
@@ -684,9 +742,10 @@ fn reuse_renamed(
         let few: Vec<&Rewrite<Term, Shapes>> = used.iter().filter_map(|&k| lemmas.get(k)).collect();
         check(&few).map(|u| u.iter().map(|&i| used[i]).collect::<Arc<[usize]>>())
     });
-    let lemmas_used =
-        first_try.or_else(|| check(&lemmas.iter().collect::<Vec<_>>()).map(Arc::from))?;
-    Some(Reused {
+    let lemmas_used = first_try
+        .or_else(|| check(&lemmas.iter().collect::<Vec<_>>()).map(Arc::from))
+        .ok_or(Miss::Check)?;
+    Ok(Reused {
         rel: candidate,
         widened: twin.widened,
         lemmas_used,

@@ -832,8 +832,10 @@ fn a_reused_relation_is_kept_only_where_the_check_proves_it() {
     assert_eq!(found.exprs, rel.exprs);
     let wrong_sibling = Solved::new(&t, &[], &swapped_state, &rel, false).unwrap();
     assert!(
-        super::reuse::across_ranks(&imp, &rules, &opts, (&state, &t, &[]), &wrong_sibling)
-            .is_none(),
+        matches!(
+            super::reuse::across_ranks(&imp, &rules, &opts, (&state, &t, &[]), &wrong_sibling),
+            Err(super::reuse::Miss::Check)
+        ),
         "a sibling's relation that does not hold here was kept"
     );
     // A sibling's constant multiple of a clean relation (a gradient's piece under data
@@ -867,8 +869,10 @@ fn a_reused_relation_is_kept_only_where_the_check_proves_it() {
             .expect("the sibling's multiple renames back and checks");
     assert_eq!(found.exprs, scaled(&rel, 2).exprs);
     assert!(
-        super::reuse::across_ranks(&imp, &rules, &opts, (&doubled, &t, &[]), &sibling_times(3))
-            .is_none(),
+        matches!(
+            super::reuse::across_ranks(&imp, &rules, &opts, (&doubled, &t, &[]), &sibling_times(3)),
+            Err(super::reuse::Miss::Check)
+        ),
         "a sibling's multiple at the wrong factor was kept"
     );
 

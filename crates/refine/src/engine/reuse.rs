@@ -547,7 +547,8 @@ fn canonical_order(twin: &Rel, mut renamed: Rel) -> Rel {
 }
 
 /// Whether relation `b` is relation `a` up to a renaming of tensors that keeps each one's
-/// rank (the test of twins' inputs), or with `across`, renames ranks one to one.
+/// rank (the test of twins' inputs), or with `across`, renames ranks one to one and matches
+/// equal slices up to `b`'s equal tensors (the test of sibling pieces' inputs).
 #[cfg(test)]
 pub(super) fn alike(imp: &Impl, a: &Rel, b: &Rel, across: bool) -> bool {
     Renaming {

@@ -8,7 +8,7 @@ use super::extract::extract;
 use super::relation::{
     add_rec, add_relation, add_tpl, clean_up_to_factor, tpl_values, Impl, Rel, State,
 };
-use super::reuse::{across_ranks, Solved};
+use super::reuse::{across_ranks, Miss, Solved};
 use super::saturate::{infer_one, new_graph, Attempt};
 use super::seeds::seed_sides;
 use super::Options;
@@ -178,13 +178,14 @@ pub(super) fn infer_by_pieces(
     for (i, (c, piece)) in split.cuts().into_iter().zip(&prepared).enumerate() {
         let (sub, sub_seeds, op_t) = piece;
         let clock = std::time::Instant::now();
-        let renamed = representative
+        let tried = representative
             .as_ref()
-            .and_then(|twin| across_ranks(imp, rules, &wider, (sub, op_t, sub_seeds), twin));
-        let renamed_here = renamed.is_some();
-        if representative.is_some() {
-            log.renaming(depth, i, clock, renamed_here);
+            .map(|twin| across_ranks(imp, rules, &wider, (sub, op_t, sub_seeds), twin));
+        if let Some(t) = &tried {
+            log.renaming(depth, i, clock, t.as_ref().err());
         }
+        let renamed = tried.and_then(Result::ok);
+        let renamed_here = renamed.is_some();
         if renamed_here {
             log.reused.set(log.reused.get() + 1);
         }
@@ -226,9 +227,13 @@ impl PieceLog {
         ));
     }
 
-    /// Piece `i`'s renaming of its first sibling's relation at `depth`, since `clock`.
-    fn renaming(&self, depth: usize, i: usize, clock: std::time::Instant, renamed: bool) {
-        let outcome = if renamed { "renamed" } else { "not renamed" };
+    /// Piece `i`'s renaming of its first sibling's relation at `depth`, since `clock`, and
+    /// why it was not taken (`None`: taken).
+    fn renaming(&self, depth: usize, i: usize, clock: std::time::Instant, miss: Option<&Miss>) {
+        let outcome = match miss {
+            None => "renamed".to_string(),
+            Some(m) => format!("not renamed ({m})"),
+        };
         let secs = clock.elapsed().as_secs_f64();
         self.steps
             .borrow_mut()

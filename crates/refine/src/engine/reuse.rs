@@ -221,6 +221,11 @@ struct Renaming<'a, 'c> {
     ranks: Option<HashMap<usize, usize>>,
     /// The tensors to define in the check, in dependency order.
     defined: Vec<ValueRef>,
+    /// While a relation's equal slices are matched: each tensor of that relation's groups of
+    /// equal tensors, to its group's first (see [`Renaming::match_rel`]); empty otherwise.
+    equal: HashMap<Symbol, Symbol>,
+    /// Whether equal slices match up to the relation's equal tensors (sibling pieces only).
+    slices_up_to_equal: bool,
 }
 
 impl Renaming<'_, '_> {
@@ -250,7 +255,15 @@ impl Renaming<'_, '_> {
             }
             (_, x, y) => x == y,
         };
-        ranks_agree && *self.map.entry(a).or_insert(b) == b
+        if !ranks_agree {
+            return false;
+        }
+        let image = *self.map.entry(a).or_insert(b);
+        image == b
+            || self
+                .equal
+                .get(&image)
+                .is_some_and(|g| self.equal.get(&b) == Some(g))
     }
 
     /// The rank the twin's rank `r` is renamed to (itself unless ranks are renamed).
@@ -286,17 +299,37 @@ impl Renaming<'_, '_> {
     /// tp=2 went inconclusive with a looser match). The lists are matched as sets: they are
     /// sorted by the names of the tensors (extraction's tie-break), which a renaming reorders
     /// (`mm_95` before `mm_120` in one layer, after it in the next).
+    ///
+    /// A slice in a group of equal slices may name, of two tensors `b` proves equal (its
+    /// equal leaves, matched before), the other one than the twin's image does: which one
+    /// extraction names is its tie-break among equal tensors, and the data-parallel groups'
+    /// pieces of one operator differ in it (`slice(view_32)` in one group, `slice(view_6)`
+    /// in the next, with `view_32 = view_6` in both). Such a slice matches: the slices claim
+    /// the same equality of the same tensors (the check's e-graph holds `b`'s equal leaves as
+    /// one class), and the renamed relation is checked as any other.
     fn match_rel(&mut self, a: &Rel, b: &Rel) -> bool {
-        a.exprs.len() == b.exprs.len()
+        let alike = a.exprs.len() == b.exprs.len()
             && a.equal_leaves.len() == b.equal_leaves.len()
             && a.equal_slices.len() == b.equal_slices.len()
             && self.match_unordered(&a.exprs, &b.exprs, &|m, x, y| m.match_expr(x, y))
             && self.match_unordered(&a.equal_leaves, &b.equal_leaves, &|m, g, h| {
                 m.match_unordered(g, h, &|m, s, t| m.bind(*s, *t))
-            })
-            && self.match_unordered(&a.equal_slices, &b.equal_slices, &|m, g, h| {
-                m.match_unordered(g, h, &|m, x, y| m.match_expr(x, y))
-            })
+            });
+        if !alike {
+            return false;
+        }
+        if self.slices_up_to_equal {
+            self.equal = b
+                .equal_leaves
+                .iter()
+                .flat_map(|g| g.iter().map(move |s| (*s, g[0])))
+                .collect();
+        }
+        let slices = self.match_unordered(&a.equal_slices, &b.equal_slices, &|m, g, h| {
+            m.match_unordered(g, h, &|m, x, y| m.match_expr(x, y))
+        });
+        self.equal.clear();
+        slices
     }
 
     /// Matches each item of `a` onto a distinct item of `b` by `f`: the one at the same
@@ -514,7 +547,8 @@ fn canonical_order(twin: &Rel, mut renamed: Rel) -> Rel {
 }
 
 /// Whether relation `b` is relation `a` up to a renaming of tensors that keeps each one's
-/// rank (the test of twins' inputs), or with `across`, renames ranks one to one.
+/// rank (the test of twins' inputs), or with `across`, renames ranks one to one and matches
+/// equal slices up to `b`'s equal tensors (the test of sibling pieces' inputs).
 #[cfg(test)]
 pub(super) fn alike(imp: &Impl, a: &Rel, b: &Rel, across: bool) -> bool {
     Renaming {
@@ -522,6 +556,8 @@ pub(super) fn alike(imp: &Impl, a: &Rel, b: &Rel, across: bool) -> bool {
         map: HashMap::new(),
         ranks: across.then(HashMap::new),
         defined: Vec::new(),
+        equal: HashMap::new(),
+        slices_up_to_equal: across,
     }
     .match_rel(a, b)
 }
@@ -535,6 +571,8 @@ pub(super) fn renamed(imp: &Impl, bound: &[(Symbol, Symbol)], rel: &Rel) -> Opti
         map: bound.iter().copied().collect(),
         ranks: None,
         defined: Vec::new(),
+        equal: HashMap::new(),
+        slices_up_to_equal: false,
     }
     .rename_rel(rel)
 }
@@ -617,7 +655,7 @@ pub(super) fn reuse(
     twins: &[std::sync::Arc<Solved>],
 ) -> Option<Reused> {
     let twins: Vec<&Solved> = twins.iter().map(|t| &**t).collect();
-    reuse_renamed(imp, rules, opts, (state, t, seeds), &twins)
+    reuse_renamed(imp, rules, opts, (state, t, seeds), &twins, false).ok()
 }
 
 /// Symmetric ranks once (issue 48, item 6): the relation of a piece of an operator (see
@@ -631,41 +669,103 @@ pub(super) fn across_ranks(
     opts: &Options,
     (state, t, seeds): (&HashMap<ValueId, State>, &Tpl, &[(Tpl, ValueId)]),
     twin: &Solved,
-) -> Option<Rel> {
-    reuse_renamed(imp, (rules, rules), opts, (state, t, seeds), &[twin]).map(|r| r.rel)
+) -> Result<Rel, Miss> {
+    reuse_renamed(imp, (rules, rules), opts, (state, t, seeds), &[twin], true).map(|r| r.rel)
 }
 
-/// [`reuse`] and [`across_ranks`]: the renaming may change ranks (one to one).
+/// Why a renaming was not taken (the piece log names it): the stage that failed, for the
+/// last twin tried.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Miss {
+    /// An input of the problem has no relation, or no twin was offered.
+    NoInputs,
+    /// The problems read different numbers of relations.
+    InputCount,
+    /// Input `k`'s relations differ in their lists' lengths (expressions, equal leaves, equal
+    /// slices: the twin's, then this problem's).
+    Lengths(usize, [usize; 3], [usize; 3]),
+    /// Input `k`'s relations have the same lengths but no renaming matches them.
+    Unmatched(usize),
+    /// The twin's relation names a tensor with no image here.
+    NoImage,
+    /// A renamed tensor's implementation neighbourhood differs from its original's.
+    Neighbourhoods,
+    /// The renamed relation did not check.
+    Check,
+}
+
+impl std::fmt::Display for Miss {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Miss::NoInputs => write!(f, "no inputs"),
+            Miss::InputCount => write!(f, "input count"),
+            Miss::Lengths(k, a, b) => write!(f, "input {k} lengths {a:?} vs {b:?}"),
+            Miss::Unmatched(k) => write!(f, "input {k} unmatched"),
+            Miss::NoImage => write!(f, "no image"),
+            Miss::Neighbourhoods => write!(f, "neighbourhoods"),
+            Miss::Check => write!(f, "check"),
+        }
+    }
+}
+
+/// [`reuse`] and [`across_ranks`]: the renaming may change ranks (one to one); with
+/// `slices_up_to_equal` (sibling pieces), equal slices match up to the inputs' equal tensors
+/// ([`Renaming::match_rel`]).
 fn reuse_renamed(
     imp: &Impl,
     rules: (Lemmas, Lemmas),
     opts: &Options,
     (state, t, seeds): (&HashMap<ValueId, State>, &Tpl, &[(Tpl, ValueId)]),
     twins: &[&Solved],
-) -> Option<Reused> {
-    let ins = input_rels(t, seeds, state)?;
+    slices_up_to_equal: bool,
+) -> Result<Reused, Miss> {
+    let ins = input_rels(t, seeds, state).ok_or(Miss::NoInputs)?;
+    let mut miss = Miss::NoInputs;
     let found = twins.iter().find_map(|twin| {
         let mut renaming = Renaming {
             imp,
             map: HashMap::new(),
             ranks: Some(HashMap::new()),
             defined: Vec::new(),
+            equal: HashMap::new(),
+            slices_up_to_equal,
         };
-        let alike = twin.ins.len() == ins.len()
-            && twin.ins.iter().zip(&ins).all(|(a, b)| match (a, b) {
-                (Some(a), Some(b)) => renaming.match_rel(a, b),
-                (None, None) => true,
-                _ => false,
-            });
-        if !alike {
+        if twin.ins.len() != ins.len() {
+            miss = Miss::InputCount;
             return None;
         }
-        let candidate = renaming.rename_rel(&twin.out)?;
-        renaming
-            .same_neighbourhoods()
-            .then_some((twin, renaming, candidate))
+        for (k, (a, b)) in twin.ins.iter().zip(&ins).enumerate() {
+            match (a, b) {
+                (Some(a), Some(b)) => {
+                    if !renaming.match_rel(a, b) {
+                        let lengths =
+                            |r: &Rel| [r.exprs.len(), r.equal_leaves.len(), r.equal_slices.len()];
+                        miss = if lengths(a) == lengths(b) {
+                            Miss::Unmatched(k)
+                        } else {
+                            Miss::Lengths(k, lengths(a), lengths(b))
+                        };
+                        return None;
+                    }
+                }
+                (None, None) => {}
+                _ => {
+                    miss = Miss::Unmatched(k);
+                    return None;
+                }
+            }
+        }
+        let Some(candidate) = renaming.rename_rel(&twin.out) else {
+            miss = Miss::NoImage;
+            return None;
+        };
+        if !renaming.same_neighbourhoods() {
+            miss = Miss::Neighbourhoods;
+            return None;
+        }
+        Some((twin, renaming, candidate))
     });
-    let (twin, renaming, candidate) = found?;
+    let (twin, renaming, candidate) = found.ok_or(miss)?;
     let lemmas = if twin.widened { rules.1 } else { rules.0 };
     let problem = Problem {
         imp,
@@ -684,9 +784,10 @@ fn reuse_renamed(
         let few: Vec<&Rewrite<Term, Shapes>> = used.iter().filter_map(|&k| lemmas.get(k)).collect();
         check(&few).map(|u| u.iter().map(|&i| used[i]).collect::<Arc<[usize]>>())
     });
-    let lemmas_used =
-        first_try.or_else(|| check(&lemmas.iter().collect::<Vec<_>>()).map(Arc::from))?;
-    Some(Reused {
+    let lemmas_used = first_try
+        .or_else(|| check(&lemmas.iter().collect::<Vec<_>>()).map(Arc::from))
+        .ok_or(Miss::Check)?;
+    Ok(Reused {
         rel: candidate,
         widened: twin.widened,
         lemmas_used,

@@ -832,8 +832,10 @@ fn a_reused_relation_is_kept_only_where_the_check_proves_it() {
     assert_eq!(found.exprs, rel.exprs);
     let wrong_sibling = Solved::new(&t, &[], &swapped_state, &rel, false).unwrap();
     assert!(
-        super::reuse::across_ranks(&imp, &rules, &opts, (&state, &t, &[]), &wrong_sibling)
-            .is_none(),
+        matches!(
+            super::reuse::across_ranks(&imp, &rules, &opts, (&state, &t, &[]), &wrong_sibling),
+            Err(super::reuse::Miss::Check)
+        ),
         "a sibling's relation that does not hold here was kept"
     );
     // A sibling's constant multiple of a clean relation (a gradient's piece under data
@@ -867,8 +869,10 @@ fn a_reused_relation_is_kept_only_where_the_check_proves_it() {
             .expect("the sibling's multiple renames back and checks");
     assert_eq!(found.exprs, scaled(&rel, 2).exprs);
     assert!(
-        super::reuse::across_ranks(&imp, &rules, &opts, (&doubled, &t, &[]), &sibling_times(3))
-            .is_none(),
+        matches!(
+            super::reuse::across_ranks(&imp, &rules, &opts, (&doubled, &t, &[]), &sibling_times(3)),
+            Err(super::reuse::Miss::Check)
+        ),
         "a sibling's multiple at the wrong factor was kept"
     );
 
@@ -940,6 +944,74 @@ fn twins_inputs_match_in_any_order_and_across_ranks_only_one_to_one() {
         "(cat 0 \"%r2:view_97\" \"%r2:view_98\")",
     ]);
     assert!(!super::reuse::alike(&imp, &twin, &one_rank, true));
+}
+
+/// Sibling pieces' inputs match where a slice in a group of equal slices names the other of
+/// two tensors the relation proves equal (extraction's tie-break among equal tensors, which
+/// the data-parallel groups' pieces of the 16-rank DeepSeek's `_softmax_backward_data` and
+/// `bmm_1` differ in), and only there: a slice of a tensor outside the group, or at another
+/// offset, still fails; a layer's twin (not across ranks) still matches exactly.
+#[test]
+fn sibling_pieces_slices_match_up_to_the_inputs_equal_tensors_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = tiny_llama(dir.path());
+    let imp = impl_of(&case);
+    let rel = |expr: &str, leaves: &[&str], slices: &[&str]| Rel {
+        equal_leaves: vec![leaves.iter().map(|s| Symbol::from(*s)).collect()],
+        equal_slices: vec![slices.iter().map(|e| e.parse().unwrap()).collect()],
+        ..Rel::of(vec![expr.parse().unwrap()], true)
+    };
+    let first = rel(
+        "(cat 0 \"%r0:a\" \"%r1:a\")",
+        &["%r0:b", "%r0:c"],
+        &["\"%r0:d\"", "(slice 0 0 2 \"%r0:b\")"],
+    );
+    let sibling = |slice: &str| {
+        rel(
+            "(cat 0 \"%r2:a\" \"%r3:a\")",
+            &["%r2:b", "%r2:c"],
+            &["\"%r2:d\"", slice],
+        )
+    };
+    // The image of `b` is `%r2:b`; the sibling's slice names `%r2:c`, proven equal to it.
+    assert!(super::reuse::alike(
+        &imp,
+        &first,
+        &sibling("(slice 0 0 2 \"%r2:c\")"),
+        true
+    ));
+    assert!(super::reuse::alike(
+        &imp,
+        &first,
+        &sibling("(slice 0 0 2 \"%r2:b\")"),
+        true
+    ));
+    // A tensor the sibling does not prove equal to the image, and another offset.
+    assert!(!super::reuse::alike(
+        &imp,
+        &first,
+        &sibling("(slice 0 0 2 \"%r2:e\")"),
+        true
+    ));
+    assert!(!super::reuse::alike(
+        &imp,
+        &first,
+        &sibling("(slice 0 2 4 \"%r2:c\")"),
+        true
+    ));
+    // Equal in the first piece's relation only: the sibling's equal tensors decide.
+    let unequal_here = Rel {
+        equal_leaves: vec![vec![Symbol::from("%r2:b"), Symbol::from("%r2:e")]],
+        ..sibling("(slice 0 0 2 \"%r2:c\")")
+    };
+    assert!(!super::reuse::alike(&imp, &first, &unequal_here, true));
+    // A layer's twin keeps its exact match.
+    let next_layer = rel(
+        "(cat 0 \"%r0:a2\" \"%r1:a2\")",
+        &["%r0:b2", "%r0:c2"],
+        &["\"%r0:d2\"", "(slice 0 0 2 \"%r0:c2\")"],
+    );
+    assert!(!super::reuse::alike(&imp, &first, &next_layer, false));
 }
 
 /// A renaming keeps distinct tensors distinct where several compute the same operator from

@@ -639,7 +639,6 @@ fn a_factor_split_over_two_scales_is_not_verified_when_wrong() {
 /// relations stop at the spec's scale (a node limit of 10, or an operator between the two
 /// scales the e-graph does not see through).
 #[test]
-#[ignore = "known bug: a factor split over two scales on the ranks is refuted as a wrong scale factor"]
 fn a_factor_split_over_two_scales_is_not_refuted() {
     let refuted = split_factor_findings();
     assert!(refuted.is_empty(), "right programs refuted: {refuted:?}");
@@ -904,7 +903,6 @@ fn operators_between_a_partial_sum_and_its_reduction() {
 /// zeros)` and `index_add(zeros, 0, idx, p)`, linear in `p` and right, are refuted as "counted
 /// once per rank"; so is `rsub(p, 0)` (`-p`), missing from `may_be_linear_in`.
 #[test]
-#[ignore = "known bug: a partial sum selected against or scattered into zeros before its reduction is refuted"]
 fn a_partial_sum_selected_against_zeros_is_not_refuted() {
     let refuted = between_sum_and_reduction_findings();
     assert!(refuted.is_empty(), "right programs refuted: {refuted:?}");
@@ -915,7 +913,6 @@ fn a_partial_sum_selected_against_zeros_is_not_refuted() {
 /// only the operator and position, not the fill value: the blame is withheld and the wrong
 /// program is inconclusive (an addition of the same constant is refuted).
 #[test]
-#[ignore = "known gap: a nonzero pad or fill before the reduction is inconclusive, not refuted"]
 fn a_nonzero_pad_or_fill_before_the_reduction_is_refuted() {
     for name in ["pad-one", "masked-fill-five"] {
         let &(_, steps, _) = BETWEEN_SUM_AND_REDUCTION

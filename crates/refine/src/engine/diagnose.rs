@@ -4,8 +4,9 @@
 
 use super::evidence::{
     added_to_before_reduction, changed_before_reduction, collective_ranks, dropped_clause,
-    dropped_input, expr_leaves, is_rank_sum, leaf_ranks, misaligned_pieces, misaligned_rows,
-    reduced_over_shard, reduction_path, summands_of, unread_leaves, ReductionPath, MAX_ROW_IDS,
+    dropped_input, expr_leaves, is_rank_sum, leaf_ranks, linear_in_leaf, misaligned_pieces,
+    misaligned_rows, reduced_over_shard, reduction_path, summands_of, unread_leaves, ReductionPath,
+    MAX_ROW_IDS,
 };
 use super::relation::{scaled_clean, Impl, Rel, State};
 use super::report::{render, Failure};
@@ -26,6 +27,66 @@ pub(super) fn strong_evidence(hint: &str) -> bool {
         || hint.contains("reduces its own shard")
         || hint.contains("wrong process group")
         || hint.contains("wrong scale factor")
+}
+
+/// The factor a multiplication (`c`) or a division (`1/c`) by the literal `c` applies to its
+/// first operand.
+fn literal_multiplier(nd: &shardproof_ir::Node) -> Option<f64> {
+    let c = nd.args().get(1)?.as_f64()?;
+    match nd.op()?.to_string().as_str() {
+        "aten.mul.Tensor" | "aten.mul.Scalar" => Some(c),
+        "aten.div.Tensor" | "aten.div.Scalar" if c != 0.0 => Some(1.0 / c),
+        _ => None,
+    }
+}
+
+/// How many operators past a rank's scale [`completed_later`] follows.
+const MAX_SCALE_CHAIN: usize = 8;
+
+/// Whether node `n` of rank `r`, a scale by another literal than the spec operator `spec`'s,
+/// is made up to the spec's factor by further literal scales of its result on that rank,
+/// through operators that may be linear in it (a cast, a flip; see
+/// [`super::evidence::linear_in_leaf`]): the spec's factor split over two scales.
+fn completed_later(
+    case: &Case,
+    imp: &Impl,
+    r: usize,
+    n: usize,
+    spec: &shardproof_ir::Node,
+) -> bool {
+    let (Some(want), Some(first)) = (
+        literal_multiplier(spec),
+        literal_multiplier(&case.program.ranks[r].nodes[n]),
+    ) else {
+        return false;
+    };
+    let close = |m: f64| (m - want).abs() <= 1e-12 * want.abs().max(1.0);
+    let mut frontier = vec![(n, first)];
+    for _ in 0..MAX_SCALE_CHAIN {
+        let mut next = Vec::new();
+        for (n, m) in frontier {
+            if close(m) {
+                return true;
+            }
+            let out = imp.canon(ValueRef {
+                rank: Some(r),
+                value: ValueId::new(n, 0),
+            });
+            for &(r2, n2) in imp.consumers.get(&out).map_or(&[][..], Vec::as_slice) {
+                let nd = &case.program.ranks[r2].nodes[n2];
+                if r2 != r {
+                    continue;
+                }
+                if let Some(k) = literal_multiplier(nd) {
+                    next.push((n2, m * k));
+                } else if linear_in_leaf(case, imp, r2, n2, out) {
+                    next.push((n2, m));
+                }
+            }
+        }
+        frontier = next;
+    }
+    frontier.iter().any(|&(_, m)| close(m))
 }
 
 /// Whether a spec operator multiplies by a constant itself: its result being a constant
@@ -527,6 +588,9 @@ pub(super) fn blame(
                             if nd.op().map(|o| o.to_string()) == op {
                                 if let Some(c2) = factor(nd)
                                     .filter(|c2| (c2 - c).abs() > 1e-12 * c.abs().max(1.0))
+                                    // A factor split over two scales (1/4, then 1/2 for the
+                                    // spec's 1/8) is the spec's: no evidence.
+                                    .filter(|_| !completed_later(case, imp, r2, n2, node))
                                 {
                                     hint = Some(format!(
                                         "the spec multiplies by {c} here, but `r{r2}.{}` multiplies the corresponding tensor by {c2} (a wrong scale factor, e.g. computed from a local size)",

@@ -750,26 +750,71 @@ pub(super) fn changed_before_reduction(
 /// Whether node `n` of rank `r` is a function of `leaf` alone (its other tensor arguments
 /// integer or boolean: indices, masks) that may be linear in every argument reading it
 /// ([`crate::lemmas::may_be_linear_in`], over-approximated: used only to withhold blame). An
-/// addition of a bias reads another float tensor and stays blamed.
-fn linear_in_leaf(case: &Case, imp: &Impl, r: usize, n: usize, leaf: ValueRef) -> bool {
+/// addition of a bias reads another float tensor and stays blamed, and so does a pad or a fill
+/// by a nonzero constant (affine: the constant is counted once per rank); a zero fill (the
+/// buffer of a select or a scatter) is no other operand.
+pub(super) fn linear_in_leaf(case: &Case, imp: &Impl, r: usize, n: usize, leaf: ValueRef) -> bool {
     let node = &case.program.ranks[r].nodes[n];
     let Some(op) = node.op().map(|o| o.to_string()) else {
         return false;
     };
+    if let Some(k) = constant_operand(&op) {
+        if node
+            .args()
+            .get(k)
+            .and_then(|a| a.as_f64())
+            .is_some_and(|c| c != 0.0)
+        {
+            return false;
+        }
+    }
+    // `other - p` with `other` zero (checked above) is `-p`.
+    let linear_at =
+        |i: usize| crate::lemmas::may_be_linear_in(&op, i) || (op == "aten.rsub.Scalar" && i == 0);
     let mut reads = false;
     for (i, a) in node.args().iter().enumerate() {
         for x in arg_values(imp, r, a) {
             if x == leaf {
                 reads = true;
-                if !crate::lemmas::may_be_linear_in(&op, i) {
+                if !linear_at(i) {
                     return false;
                 }
-            } else if imp.meta(x).is_none_or(|m| m.dtype.is_float()) {
+            } else if imp.meta(x).is_none_or(|m| m.dtype.is_float()) && !zero_fill(case, x) {
                 return false;
             }
         }
     }
     reads
+}
+
+/// The position of the scalar an operator places or adds beside its tensor operand (a pad's
+/// or a masked fill's value, the `other` of `other - x`): linear in the tensor only where it
+/// is zero.
+fn constant_operand(op: &str) -> Option<usize> {
+    match op {
+        "aten.constant_pad_nd.default" | "aten.masked_fill.Scalar" => Some(2),
+        "aten.rsub.Scalar" => Some(1),
+        _ => None,
+    }
+}
+
+/// Whether implementation tensor `x` is made by a creation operator filled with zeros.
+fn zero_fill(case: &Case, x: ValueRef) -> bool {
+    let Some(r) = x.rank else {
+        return false;
+    };
+    let node = &case.program.ranks[r].nodes[x.value.node];
+    let Some(op) = node.op().map(|o| o.to_string()) else {
+        return false;
+    };
+    let fill_at = match op.as_str() {
+        "aten.zeros_like.default" | "aten.zeros.default" | "aten.new_zeros.default" => return true,
+        "aten.scalar_tensor.default" => 0,
+        "aten.full.default" | "aten.full_like.default" => 1,
+        "aten.new_full.default" => 2,
+        _ => return false,
+    };
+    node.args().get(fill_at).and_then(|a| a.as_f64()) == Some(0.0)
 }
 
 /// The first addition (`rK.name = op`) of a chain of additions that starts at one of `leaves`

@@ -185,6 +185,8 @@ pub fn may_be_linear_in(sym: &str, pos: usize) -> bool {
             "aten.index_put.default" | "aten._unsafe_index_put.default",
             0 | 2
         ) | ("aten.masked_fill.Scalar" | "aten.masked_fill.Tensor", 0)
+            // `other - alpha x`: linear in `x` where `other` is zero.
+            | ("aten.rsub.Scalar", 0)
             | ("aten.cat.default" | "aten.stack.default", 0)
             | (
                 "aten.clone.default"

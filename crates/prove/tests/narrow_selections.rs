@@ -181,3 +181,83 @@ fn a_wrapped_uint8_promoted_by_an_add_is_not_proved() {
     let body = "        z: \"i64[2]\" = torch.ops.aten.mul.Tensor(tokens, 0)\n        at: \"i64[2]\" = torch.ops.aten.add.Tensor(up, z)\n        look: \"f32[2]\" = torch.ops.aten._to_copy.default(at, dtype = torch.float32)\n";
     check_selection(body, &[255.0, 1.0]);
 }
+
+/// A `tp = 2` case whose ranks each hold one token (`tokens` sharded on dim 0) and meet in an
+/// `all_reduce` of `reduce_op` over a `uint8` value: rank 0's token plus one (it wraps at 255),
+/// rank 1's token as it is. Output: the lookups' sum across the ranks plus the reduced value.
+fn write_reduce_case(dir: &Path, rows: usize, reduce_op: &str) -> shardproof_case::Case {
+    let spec_op = if reduce_op == "min" {
+        "minimum"
+    } else {
+        "maximum"
+    };
+    let spec = format!("class GraphModule(torch.nn.Module):\n    def forward(self, w: \"f32[{rows}, {D}]\", tokens: \"i64[2]\"):\n        bound: \"f32[2, 2]\" = torch.ops.aten.embedding.default(w, tokens)\n        bs: \"f32[1, 2]\" = torch.ops.aten.sum.dim_IntList(bound, [0], True)\n        t0: \"i64[1]\" = torch.ops.aten.slice.Tensor(tokens, 0, 0, 1)\n        t1: \"i64[1]\" = torch.ops.aten.slice.Tensor(tokens, 0, 1, 2)\n        a: \"i64[1]\" = torch.ops.aten.add.Tensor(t0, 1)\n        m: \"i64[1]\" = torch.ops.aten.{spec_op}.default(a, t1)\n        mf: \"f32[1]\" = torch.ops.aten._to_copy.default(m, dtype = torch.float32)\n        out: \"f32[1, 2]\" = torch.ops.aten.add.Tensor(bs, mf)\n        return (out,)\n");
+    let rank = |value: &str| {
+        format!("class GraphModule(torch.nn.Module):\n    def forward(self, w: \"f32[{rows}, {D}]\", tokens: \"i64[1]\"):\n        bound: \"f32[1, 2]\" = torch.ops.aten.embedding.default(w, tokens)\n        bsr: \"f32[1, 2]\" = torch.ops._c10d_functional.all_reduce.default(bound, 'sum', 'tp')\n        bs: \"f32[1, 2]\" = torch.ops._c10d_functional.wait_tensor.default(bsr)\n        narrow: \"u8[1]\" = torch.ops.aten._to_copy.default(tokens, dtype = torch.uint8)\n{value}        r: \"u8[1]\" = torch.ops._c10d_functional.all_reduce.default(v, '{reduce_op}', 'tp')\n        rw: \"u8[1]\" = torch.ops._c10d_functional.wait_tensor.default(r)\n        mf: \"f32[1]\" = torch.ops.aten._to_copy.default(rw, dtype = torch.float32)\n        out: \"f32[1, 2]\" = torch.ops.aten.add.Tensor(bs, mf)\n        return (out,)\n")
+    };
+    std::fs::write(dir.join("spec.py"), spec).unwrap();
+    std::fs::write(
+        dir.join("rank0.py"),
+        rank("        v: \"u8[1]\" = torch.ops.aten.add.Tensor(narrow, 1)\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("rank1.py"),
+        rank("        v: \"u8[1]\" = torch.ops.aten.alias.default(narrow)\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("case.yaml"),
+        "version: 1\nname: narrow-reduce\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [rank0.py, rank1.py]\ninputs:\n  w: Replicate()\n  tokens: Shard(0)\noutputs:\n  out: Replicate()\n",
+    )
+    .unwrap();
+    shardproof_case::load_case(&dir.join("case.yaml")).unwrap()
+}
+
+/// An `all_reduce` min or max of a wrapped `uint8`: `min(t0 + 1, t1)` exactly, on the ranks
+/// `min(0, t1)` at token 255 (so 0 where the spec has `t1`); the max likewise (`max(0, t1)`
+/// against 256). The interpreter's run of the whole program disagrees with the spec there;
+/// with every token within 254 the case is proved.
+#[test]
+fn a_min_or_max_across_ranks_of_wrapped_values_is_not_proved() {
+    for op in ["min", "max"] {
+        let dir = tempfile::tempdir().unwrap();
+        let case = write_reduce_case(dir.path(), WRAPS, op);
+        let leaves = |tokens: Vec<f64>| {
+            let w: Vec<f64> = (0..WRAPS * D).map(|i| 1.0 + i as f64).collect();
+            BTreeMap::from([
+                (
+                    "w".to_string(),
+                    Tensor::new(Meta::new(DType::F32, vec![WRAPS, D]), w),
+                ),
+                (
+                    "tokens".to_string(),
+                    Tensor::new(Meta::new(DType::I64, vec![tokens.len()]), tokens),
+                ),
+            ])
+        };
+        let cfg = RunConfig::default();
+        let spec = shardproof_interp::run_graph(&case.spec, &leaves(vec![255.0, 5.0]), &cfg)
+            .expect("the spec runs");
+        let spec_out = spec
+            .get(case.spec.outputs[0].unwrap())
+            .unwrap()
+            .data
+            .to_vec();
+        let rank_leaves = [leaves(vec![255.0]), leaves(vec![5.0])];
+        let ranks = shardproof_interp::run_program(&case.program, &rank_leaves, &cfg)
+            .expect("the ranks run");
+        let rank0 = &case.program.ranks[0];
+        let rank_out = ranks[0]
+            .get(rank0.outputs[0].unwrap())
+            .unwrap()
+            .data
+            .to_vec();
+        assert_ne!(spec_out, rank_out, "{op}: 255 + 1 wraps on rank 0");
+        assert_none_proved(&case);
+        let dir = tempfile::tempdir().unwrap();
+        let case = write_reduce_case(dir.path(), FITS, op);
+        let proof = prove_case(&case, &full_size());
+        assert_eq!(proof.verdict, Verdict::Proved, "{op}: {}", report(&proof));
+    }
+}

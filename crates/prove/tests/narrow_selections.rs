@@ -261,3 +261,47 @@ fn a_min_or_max_across_ranks_of_wrapped_values_is_not_proved() {
         assert_eq!(proof.verdict, Verdict::Proved, "{op}: {}", report(&proof));
     }
 }
+
+/// `clamp(narrow, max = 510)` on a `uint8`: the kernel casts the bound to `uint8` (254), so
+/// token 255 is 254 on the ranks; the prover's `min(t, 510)` is the token. A bound within the
+/// type (254 itself) is proved against the spec's `min(t, 254)`.
+#[test]
+fn a_clamp_of_a_uint8_to_a_scalar_past_its_range_is_not_proved() {
+    let rank = |bound: u32| {
+        format!("        narrow: \"u8[2]\" = torch.ops.aten._to_copy.default(tokens, dtype = torch.uint8)\n        c: \"u8[2]\" = torch.ops.aten.clamp.default(narrow, None, {bound})\n        at: \"i64[2]\" = torch.ops.aten._to_copy.default(c, dtype = torch.int64)\n        look: \"f32[2]\" = torch.ops.aten._to_copy.default(at, dtype = torch.float32)\n        out: \"f32[2, 2]\" = torch.ops.aten.add.Tensor(look, bound)\n        return (out,)\n")
+    };
+    let spec = |top: &str| {
+        format!("        c: \"i64[2]\" = torch.ops.aten.clamp.default(tokens, None, {top})\n        look: \"f32[2]\" = torch.ops.aten._to_copy.default(c, dtype = torch.float32)\n        out: \"f32[2, 2]\" = torch.ops.aten.add.Tensor(look, bound)\n        return (out,)\n")
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let case = write_case(dir.path(), WRAPS, &spec("510"), &rank(510));
+    let (spec_out, rank_out) = run_both(&case, WRAPS, &[255.0, 1.0]);
+    assert_ne!(Ok(spec_out), rank_out, "the bound 510 is 254 in uint8");
+    assert_none_proved(&case);
+    let dir = tempfile::tempdir().unwrap();
+    let case = write_case(dir.path(), WRAPS, &spec("254"), &rank(254));
+    let proof = prove_case(&case, &full_size());
+    assert_eq!(proof.verdict, Verdict::Proved, "{}", report(&proof));
+}
+
+/// `narrow > 510` on a `uint8`: the kernel compares with 510 cast to `uint8` (254), so token
+/// 255 passes on the ranks (row 255 read) and the spec reads nothing (0); the prover's
+/// `255 > 510` is false. Against 254 (within the type) the same program is proved.
+#[test]
+fn a_comparison_of_a_uint8_with_a_scalar_past_its_range_is_not_proved() {
+    let rank = |bound: u32| {
+        format!("        narrow: \"u8[2]\" = torch.ops.aten._to_copy.default(tokens, dtype = torch.uint8)\n        pos: \"b8[2]\" = torch.ops.aten.gt.Scalar(narrow, {bound})\n        idx: \"i64[2]\" = torch.ops.aten.where.ScalarOther(pos, tokens, 0)\n        look: \"f32[2]\" = torch.ops.aten._to_copy.default(idx, dtype = torch.float32)\n        out: \"f32[2, 2]\" = torch.ops.aten.add.Tensor(look, bound)\n        return (out,)\n")
+    };
+    let spec = |top: u32| {
+        format!("        pos: \"b8[2]\" = torch.ops.aten.gt.Scalar(tokens, {top})\n        idx: \"i64[2]\" = torch.ops.aten.where.ScalarOther(pos, tokens, 0)\n        look: \"f32[2]\" = torch.ops.aten._to_copy.default(idx, dtype = torch.float32)\n        out: \"f32[2, 2]\" = torch.ops.aten.add.Tensor(look, bound)\n        return (out,)\n")
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let case = write_case(dir.path(), WRAPS, &spec(510), &rank(510));
+    let (spec_out, rank_out) = run_both(&case, WRAPS, &[255.0, 1.0]);
+    assert_ne!(Ok(spec_out), rank_out, "510 is 254 in uint8");
+    assert_none_proved(&case);
+    let dir = tempfile::tempdir().unwrap();
+    let case = write_case(dir.path(), WRAPS, &spec(254), &rank(254));
+    let proof = prove_case(&case, &full_size());
+    assert_eq!(proof.verdict, Verdict::Proved, "{}", report(&proof));
+}

@@ -200,6 +200,8 @@ fn binary(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
     if !matches!(name.as_str(), "add" | "sub" | "rsub" | "mul") {
         exact_in_its_type(ctx, &a)?;
         exact_in_its_type(ctx, &b)?;
+        scalar_within_its_partner(ctx, &a, &b)?;
+        scalar_within_its_partner(ctx, &b, &a)?;
     }
     let alpha = if matches!(name.as_str(), "add" | "sub" | "rsub") {
         Some(ctx.scalar("alpha", 1.0)?)
@@ -441,8 +443,11 @@ fn clamp(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
         }
     };
     // The bounds are compared with the elements: a wrapped bound is read by its order too.
+    // A scalar bound is cast to `self`'s type by the kernel (`uint8` clamp to 510 is a clamp
+    // to 254), so it must lie within that type.
     for bound in lo.iter().chain(hi.iter()) {
         exact_in_its_type(ctx, bound)?;
+        scalar_within_its_partner(ctx, &x, bound)?;
     }
     let mut ops = vec![x];
     let has_lo = lo.is_some();
@@ -1034,6 +1039,35 @@ pub(crate) fn widened_operands_exact(ctx: &NodeCtx) -> Result<(), ExecError> {
         }
     }
     Ok(())
+}
+
+/// Refuses a scalar read against a narrow integer tensor (a comparison's or a clamp's bound)
+/// unless it is a constant within the tensor's type: the kernel casts it to that type first
+/// (`uint8 > 510` compares with 254), where the prover reads it as it is.
+fn scalar_within_its_partner(
+    ctx: &NodeCtx,
+    partner: &Operand,
+    scalar: &Operand,
+) -> Result<(), ExecError> {
+    let (Operand::Tensor(t), Operand::Scalar(e)) = (partner, scalar) else {
+        return Ok(());
+    };
+    let (lo, hi) = int_range(t.dtype);
+    if !t.dtype.is_int() || (lo, hi) == (i64::MIN, i64::MAX) {
+        return Ok(());
+    }
+    let fits = ctx
+        .arena
+        .as_const(*e)
+        .is_some_and(|c| c >= Coeff::from_integer(lo) && c <= Coeff::from_integer(hi));
+    if fits {
+        return Ok(());
+    }
+    Err(ctx.unsupported(format!(
+        "a scalar not shown within [{lo}, {hi}] read against {:?}, where the kernel casts it \
+         to that type",
+        t.dtype
+    )))
 }
 
 /// The range of `t`'s integer type where `t` is narrower than `int64` and some element is not

@@ -117,6 +117,25 @@ pub(super) fn collective(
                     where_(meet.calls[0].0, meet.calls[0].1)
                 )));
             }
+            // A sum or product wraps as the members' elements do (a ring operation); a max,
+            // min or average reads the wrapped values, which a narrow integer type's exact
+            // elements are not unless shown within its range.
+            if matches!(op.as_str(), "max" | "min" | "avg") {
+                if let Some((lo, hi)) = inputs
+                    .iter()
+                    .find_map(|t| super::rules::wrapped_range(arena, t))
+                {
+                    return Err(ExecError::unsupported(
+                        &def.name.to_string(),
+                        format!(
+                            "{}: reduce_op `{op}` of {:?} values not shown within [{lo}, {hi}], \
+                             where the type wraps",
+                            where_(meet.calls[0].0, meet.calls[0].1),
+                            inputs[0].dtype
+                        ),
+                    ));
+                }
+            }
             let n = inputs[0].numel();
             let mut reduced = Vec::with_capacity(n);
             for e in 0..n {

@@ -349,14 +349,16 @@ fn run_call(
     let outs = match def.class {
         OpClass::Wait => vec![ctx.tensor("tensor")?],
         OpClass::Random => rules::random(&mut ctx)?,
-        OpClass::Pure => rules::apply(&mut ctx).map_err(|mut e| {
-            // A budget names where it ran out.
-            if e.kind == ExecErrorKind::Budget {
-                e.message = format!("{}: {}", ctx.location(), e.message);
-                e.op = Some(def.name.to_string());
-            }
-            e
-        })?,
+        OpClass::Pure => rules::widened_operands_exact(&ctx)
+            .and_then(|()| rules::apply(&mut ctx))
+            .map_err(|mut e| {
+                // A budget names where it ran out.
+                if e.kind == ExecErrorKind::Budget {
+                    e.message = format!("{}: {}", ctx.location(), e.message);
+                    e.op = Some(def.name.to_string());
+                }
+                e
+            })?,
         OpClass::Collective | OpClass::PointToPoint => {
             unreachable!("communication runs across ranks")
         }

@@ -200,6 +200,8 @@ fn binary(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
     if !matches!(name.as_str(), "add" | "sub" | "rsub" | "mul") {
         exact_in_its_type(ctx, &a)?;
         exact_in_its_type(ctx, &b)?;
+        scalar_within_its_partner(ctx, &a, &b)?;
+        scalar_within_its_partner(ctx, &b, &a)?;
     }
     let alpha = if matches!(name.as_str(), "add" | "sub" | "rsub") {
         Some(ctx.scalar("alpha", 1.0)?)
@@ -440,6 +442,13 @@ fn clamp(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
             Some(_) => Some(ctx.operand("max", None)?),
         }
     };
+    // The bounds are compared with the elements: a wrapped bound is read by its order too.
+    // A scalar bound is cast to `self`'s type by the kernel (`uint8` clamp to 510 is a clamp
+    // to 254), so it must lie within that type.
+    for bound in lo.iter().chain(hi.iter()) {
+        exact_in_its_type(ctx, bound)?;
+        scalar_within_its_partner(ctx, &x, bound)?;
+    }
     let mut ops = vec![x];
     let has_lo = lo.is_some();
     ops.extend(lo);
@@ -593,6 +602,8 @@ fn max_min(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
     match ctx.def.name.overload.as_str() {
         "default" => {
             let x = ctx.tensor("self")?;
+            // The extreme keeps the elements' type, so it is read here.
+            exact_in_its_type(ctx, &Operand::Tensor(x.clone()))?;
             let dims: Vec<usize> = (0..x.shape.len()).collect();
             Ok(vec![reduce_by(ctx, &x, &dims, false, &mut |ar, xs| {
                 ar.app(func.clone(), xs.to_vec())
@@ -601,11 +612,15 @@ fn max_min(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
         "other" => {
             let a = ctx.operand("self", None)?;
             let b = ctx.operand("other", None)?;
+            exact_in_its_type(ctx, &a)?;
+            exact_in_its_type(ctx, &b)?;
             Ok(vec![map_elementwise(ctx, &[a, b], &mut |ar, v| {
                 ar.app(func.clone(), v.to_vec())
             })?])
         }
         "dim" => {
+            // The indices are `int64`: a wrapped `self` is refused before the rule
+            // ([`widened_operands_exact`]).
             let x = ctx.tensor("self")?;
             let d = ctx.int("dim")?;
             let rank = x.shape.len().max(1);
@@ -647,6 +662,8 @@ fn arg_extreme(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
     } else {
         Func::ArgMin
     };
+    // The positions are `int64`: a wrapped `self` is refused before the rule
+    // ([`widened_operands_exact`]).
     let x = ctx.tensor("self")?;
     let keepdim = ctx.bool_or("keepdim", false)?;
     let dims: Vec<usize> = match ctx.opt_int("dim")? {
@@ -663,6 +680,8 @@ fn arg_extreme(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
 /// (ties in index order, as the interpreter's kernel); `sorted=False` leaves the order to
 /// the backend, so it has no rule.
 fn topk(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
+    // The indices are `int64`: a wrapped `self` is refused before the rule
+    // ([`widened_operands_exact`]).
     let x = ctx.tensor("self")?;
     let k = usize::try_from(ctx.int("k")?).map_err(|_| ctx.unsupported("negative k"))?;
     let largest = ctx.bool_or("largest", true)?;
@@ -973,7 +992,10 @@ fn bare_symbol(arena: &Arena, e: ExprId) -> bool {
 }
 
 /// Refuses an operand of an integer type narrower than `int64` whose elements are not shown
-/// within its range: the prover's sum is exact where the type's wraps (`uint8` 255 + 1 is 0).
+/// within its range (every rule that reads an operand's order or zero test into a result of
+/// the operand's own type calls it: the comparisons, `max`/`min` of all elements or of two
+/// tensors, `clamp` and its bounds; a result of another type, as `argmax`'s or `topk`'s
+/// positions, is refused before the rule: [`widened_operands_exact`]): the prover's sum is exact where the type's wraps (`uint8` 255 + 1 is 0).
 /// A ring operation (add, sub, mul, neg) agrees with the exact value modulo the width, so its
 /// result may wrap; an operation that is not one (a comparison, a division, a max) reads the
 /// wrapped value and must see the exact one.
@@ -981,20 +1003,88 @@ fn exact_in_its_type(ctx: &NodeCtx, o: &Operand) -> Result<(), ExecError> {
     let Operand::Tensor(t) = o else {
         return Ok(());
     };
+    match wrapped_range(ctx.arena, t) {
+        None => Ok(()),
+        Some((lo, hi)) => Err(ctx.unsupported(format!(
+            "{:?} values not shown within [{lo}, {hi}], where the type wraps",
+            t.dtype
+        ))),
+    }
+}
+
+/// Refuses a call that reads a narrow integer operand into an output of another type (an
+/// implicit promotion: `uint8 + int64` is an `int64`, `where` or `cat` of a `uint8` and an
+/// `int64` too) unless the operand's elements are shown within its type: the output holds
+/// the wrapped value, which the prover's exact one is not. Within the operand's own type a
+/// ring operation's result wraps as the kernel's does, so only a change of type shows it.
+pub(crate) fn widened_operands_exact(ctx: &NodeCtx) -> Result<(), ExecError> {
+    let outputs: Vec<DType> = (0..ctx.node.outputs.len())
+        .filter_map(|i| ctx.out_meta(i).ok().map(|m| m.dtype))
+        .collect();
+    for v in ctx.node.inputs() {
+        let Some(t) = ctx.env[v.node][v.output].as_ref() else {
+            continue;
+        };
+        if outputs.iter().all(|&d| d == t.dtype) {
+            continue;
+        }
+        if let Some((lo, hi)) = wrapped_range(ctx.arena, t) {
+            return Err(ctx.unsupported(format!(
+                "`{}` ({:?}) values not shown within [{lo}, {hi}] are read into another type, \
+                 where {:?} wraps",
+                ctx.graph.value_name(v),
+                t.dtype,
+                t.dtype
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a scalar read against a narrow integer tensor (a comparison's or a clamp's bound)
+/// unless it is a constant within the tensor's type: the kernel casts it to that type first
+/// (`uint8 > 510` compares with 254), where the prover reads it as it is.
+fn scalar_within_its_partner(
+    ctx: &NodeCtx,
+    partner: &Operand,
+    scalar: &Operand,
+) -> Result<(), ExecError> {
+    let (Operand::Tensor(t), Operand::Scalar(e)) = (partner, scalar) else {
+        return Ok(());
+    };
     let (lo, hi) = int_range(t.dtype);
     if !t.dtype.is_int() || (lo, hi) == (i64::MIN, i64::MAX) {
         return Ok(());
     }
-    if t.elems
-        .iter()
-        .all(|&e| bare_symbol(ctx.arena, e) || super::range::within_interval(ctx.arena, e, lo, hi))
-    {
+    let fits = ctx
+        .arena
+        .as_const(*e)
+        .is_some_and(|c| c >= Coeff::from_integer(lo) && c <= Coeff::from_integer(hi));
+    if fits {
         return Ok(());
     }
     Err(ctx.unsupported(format!(
-        "{:?} values not shown within [{lo}, {hi}], where the type wraps",
+        "a scalar not shown within [{lo}, {hi}] read against {:?}, where the kernel casts it \
+         to that type",
         t.dtype
     )))
+}
+
+/// The range of `t`'s integer type where `t` is narrower than `int64` and some element is not
+/// shown within it (neither an input's own element nor of a known interval inside); `None`
+/// where every element is its exact value.
+pub(crate) fn wrapped_range(arena: &Arena, t: &SymTensor) -> Option<(i64, i64)> {
+    let (lo, hi) = int_range(t.dtype);
+    if !t.dtype.is_int() || (lo, hi) == (i64::MIN, i64::MAX) {
+        return None;
+    }
+    let exact =
+        |e: ExprId| bare_symbol(arena, e) || super::range::within_interval(arena, e, lo, hi);
+    if t.elems.iter().all(|&e| exact(e)) {
+        None
+    } else {
+        Some((lo, hi))
+    }
 }
 
 /// The values an integer type holds (`int64`'s as wide as an `i64`).

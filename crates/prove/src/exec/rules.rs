@@ -992,13 +992,13 @@ fn bare_symbol(arena: &Arena, e: ExprId) -> bool {
 }
 
 /// Refuses an operand of an integer type narrower than `int64` whose elements are not shown
-/// within its range (every rule that reads an operand's order or zero test into a result of
-/// the operand's own type calls it: the comparisons, `max`/`min` of all elements or of two
-/// tensors, `clamp` and its bounds; a result of another type, as `argmax`'s or `topk`'s
-/// positions, is refused before the rule: [`widened_operands_exact`]): the prover's sum is exact where the type's wraps (`uint8` 255 + 1 is 0).
+/// within its range: the prover's sum is exact where the type's wraps (`uint8` 255 + 1 is 0).
 /// A ring operation (add, sub, mul, neg) agrees with the exact value modulo the width, so its
 /// result may wrap; an operation that is not one (a comparison, a division, a max) reads the
-/// wrapped value and must see the exact one.
+/// wrapped value and must see the exact one. Every rule that reads an operand's order or zero
+/// test into a result of the operand's own type calls it (the comparisons, `max`/`min` of all
+/// elements or of two tensors, `clamp` and its bounds); a result of another type (`argmax`'s
+/// or `topk`'s positions) is refused before the rule by [`widened_operands_exact`].
 fn exact_in_its_type(ctx: &NodeCtx, o: &Operand) -> Result<(), ExecError> {
     let Operand::Tensor(t) = o else {
         return Ok(());

@@ -9,91 +9,31 @@
 //! tokens by the rows (256 rows: every token fits `uint8`, and `narrow + 1` may wrap; 255
 //! rows: `narrow + 1` fits).
 
+#[path = "common/tokens.rs"]
+mod tokens;
 use shardproof_interp::RunConfig;
 use shardproof_ir::DType;
 use shardproof_ops::{Meta, Tensor};
-use shardproof_prove::{prove_case, prove_case_or_full_size, Proof, ProveConfig, Verdict};
+use shardproof_prove::{prove_case, Verdict};
 use std::collections::BTreeMap;
 use std::path::Path;
+use tokens::{assert_none_proved, full_size, report, run_both, D};
 
-const D: usize = 2;
 /// The rows where a token's `uint8` shift by one may wrap (token 255).
 const WRAPS: usize = 256;
 /// The rows where it cannot (tokens up to 254).
 const FITS: usize = 255;
 
-fn full_size() -> ProveConfig {
-    ProveConfig {
-        reduce: false,
-        ..ProveConfig::default()
-    }
-}
-
-fn report(p: &Proof) -> String {
-    format!("{:?} {:?}", p.verdict, p.message)
-}
-
-/// A `tp = 2` case from the spec's and the rank's bodies (after `forward`'s signature).
+/// A `tp = 2` case from the spec's and the rank's bodies (after `forward`'s signature), each
+/// after the lookup `bound = embedding(w, tokens)` that bounds the tokens by the rows.
 fn write_case(dir: &Path, rows: usize, spec_body: &str, rank_body: &str) -> shardproof_case::Case {
-    let head = format!(
-        "class GraphModule(torch.nn.Module):\n    def forward(self, w: \"f32[{rows}, {D}]\", tokens: \"i64[2]\"):\n        bound: \"f32[2, 2]\" = torch.ops.aten.embedding.default(w, tokens)\n"
-    );
-    std::fs::write(dir.join("spec.py"), format!("{head}{spec_body}")).unwrap();
-    std::fs::write(dir.join("rank.py"), format!("{head}{rank_body}")).unwrap();
-    std::fs::write(
-        dir.join("case.yaml"),
-        "version: 1\nname: narrow-selections\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [rank.py, rank.py]\ninputs:\n  w: Replicate()\n  tokens: Replicate()\noutputs:\n  out: Replicate()\n",
+    let bound = "        bound: \"f32[2, 2]\" = torch.ops.aten.embedding.default(w, tokens)\n";
+    tokens::write_case(
+        dir,
+        rows,
+        &format!("{bound}{spec_body}"),
+        &format!("{bound}{rank_body}"),
     )
-    .unwrap();
-    shardproof_case::load_case(&dir.join("case.yaml")).unwrap()
-}
-
-/// The spec's output and rank 0's on `tokens` (`w[i, j] = 1 + i·D + j`).
-fn run_both(
-    case: &shardproof_case::Case,
-    rows: usize,
-    tokens: &[f64],
-) -> (Vec<f64>, Result<Vec<f64>, String>) {
-    let w: Vec<f64> = (0..rows * D).map(|i| 1.0 + i as f64).collect();
-    let leaves = BTreeMap::from([
-        (
-            "w".to_string(),
-            Tensor::new(Meta::new(DType::F32, vec![rows, D]), w),
-        ),
-        (
-            "tokens".to_string(),
-            Tensor::new(Meta::new(DType::I64, vec![2]), tokens.to_vec()),
-        ),
-    ]);
-    let cfg = RunConfig::default();
-    let out = |g: &shardproof_ir::Graph| {
-        shardproof_interp::run_graph(g, &leaves, &cfg)
-            .map(|env| {
-                env.get(g.outputs[0].expect("an output"))
-                    .expect("computed")
-                    .data
-                    .to_vec()
-            })
-            .map_err(|e| e.to_string())
-    };
-    let spec = out(&case.spec).expect("the spec runs on valid tokens");
-    (spec, out(&case.program.ranks[0]))
-}
-
-/// None of full size, reduced, or the CLI's path proves the case.
-fn assert_none_proved(case: &shardproof_case::Case) {
-    let full = prove_case(case, &full_size());
-    let reduced = prove_case(case, &ProveConfig::default());
-    let (cli, _) = prove_case_or_full_size(case, &ProveConfig::default());
-    let all = [("full size", &full), ("reduced", &reduced), ("cli", &cli)];
-    assert!(
-        all.iter().all(|(_, p)| p.verdict != Verdict::Proved),
-        "{}",
-        all.iter()
-            .map(|(k, p)| format!("{k}: {}", report(p)))
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
 }
 
 /// `body` is the selection's lines on `up` (the tokens plus one: `uint8` on the ranks,

@@ -535,13 +535,7 @@ impl<'a, 's> LocalMeans<'a, 's> {
                     let counts = self.sh.ignore_index_unused
                         && total_weight.is_some_and(|tw| forward_count(g, tw, target));
                     let weighted = value_at(3, "weight").is_some() || counts_weighted(node);
-                    nll_mean_divisor(
-                        (split, nd),
-                        weighted,
-                        total_weight.filter(|_| counts),
-                        total_weight,
-                        place_on,
-                    )
+                    nll_mean_divisor((split, nd), weighted, counts, total_weight, place_on)
                 } else if mean {
                     // mse divides by the rank's element count: n_k times fewer on a split.
                     (split & !uneven, uneven)
@@ -858,14 +852,14 @@ fn nonzero_number(a: Option<&Arg>) -> bool {
 /// (`weight`: each rank's count weighs its own targets, no common factor), is not known.
 ///
 /// A partial-sum divisor is the rank's count only where it is the forward's total weight
-/// over the same targets (`count`, [`forward_count`]); any other partial sum (`sum(y)`, an
+/// over the same targets (`counts`, [`forward_count`]); any other partial sum (`sum(y)`, an
 /// input) divides each rank by its own piece of it, no common factor. On a mesh dim that
 /// does not split the targets the divisor (`divisor`) must not be partial: a partial one
 /// divides every rank by a different piece.
 fn nll_mean_divisor(
     (split, nd): (u64, usize),
     weighted: bool,
-    count: Option<ValueId>,
+    counts: bool,
     divisor: Option<ValueId>,
     place_on: impl Fn(ValueId, usize) -> Place,
 ) -> (u64, u64) {
@@ -880,7 +874,7 @@ fn nll_mean_divisor(
         }
         match on_k {
             Place::Replicate => {}
-            Place::Partial(Red::Sum) if !weighted && count.is_some() => local |= 1 << k,
+            Place::Partial(Red::Sum) if !weighted && counts => local |= 1 << k,
             _ => unknown |= 1 << k,
         }
     }

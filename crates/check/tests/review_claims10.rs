@@ -257,6 +257,26 @@ fn a_negated_partial_max_is_no_partial_max() {
     holds("neg(amax)", &same_lines(&[2], &[true], body));
 }
 
+/// A cast to an integer type truncates: `trunc(2a)` is not `2 trunc(a)`. The walk passes a
+/// factor through the whole `linear-unary` family, `_to_copy` and `to` included, so the
+/// truncated local mean (scaled by 10 so that it has integer parts) claims `Times(2)`.
+#[test]
+fn a_cast_to_an_integer_type_does_not_keep_the_factor() {
+    let progs: Vec<(String, Program)> = [
+        format!("{A}._to_copy.default(s10, dtype = torch.int64)"),
+        format!("{A}.to.dtype(s10, torch.int64)"),
+    ]
+    .into_iter()
+    .map(|line| {
+        let mut body = chained_loss();
+        body.push(format!("s10 = {A}.mul.Tensor(lm, 10.0)"));
+        body.push(format!("out = {line}"));
+        (line, same_lines(&[2], &[true], body))
+    })
+    .collect();
+    all_hold(&progs);
+}
+
 // ---------------------------------------------------------------------------------------
 // Attacks the engine survives (regression tests).
 

@@ -277,6 +277,41 @@ fn a_cast_to_an_integer_type_does_not_keep_the_factor() {
     all_hold(&progs);
 }
 
+/// The same as [`a_settled_sum_summed_again_is_no_lifted_share`] through a message: the
+/// settled sum is sent to the other tp rank and summed there. The recv keeps the sender's
+/// `scaled` record, so the receiver lifts it as a share: `Replicate()` of the spec's value
+/// claimed, every rank holding twice it.
+#[test]
+fn a_settled_sum_received_then_summed_is_no_lifted_share() {
+    let ranks: Vec<Vec<String>> = (0..2)
+        .map(|r| {
+            let mut l = chained_loss();
+            l.push(format!("rows = {A}.sum.dim_IntList(lm, [0])"));
+            l.extend(all_reduce("rows", "sum", "ar"));
+            l.push(format!("half = {A}.div.Tensor(ar, 2)"));
+            let p2p = "torch.ops.shardproof_p2p";
+            l.push(format!("snd = {p2p}.send.default(half, {}, 0)", 1 - r));
+            l.push(format!(
+                "rv = {p2p}.recv.default([3], torch.float64, {}, 0)",
+                1 - r
+            ));
+            l.extend(all_reduce("rv", "sum", "out"));
+            l
+        })
+        .collect();
+    let mut spec = chained_loss();
+    spec.push(format!("rows = {A}.sum.dim_IntList(lm, [0])"));
+    spec.push(format!("out = {A}.clone.default(rows)"));
+    let prog = Program {
+        mesh: vec![2],
+        inputs: inputs(2, &[true]),
+        spec,
+        ranks,
+        checked: vec![("out".into(), "out".into())],
+    };
+    holds("all_reduce(recv(all_reduce(rows) / 2))", &prog);
+}
+
 // ---------------------------------------------------------------------------------------
 // Attacks the engine survives (regression tests).
 

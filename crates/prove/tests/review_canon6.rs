@@ -56,13 +56,18 @@ fn assert_none_proved(case: &shardproof_case::Case, why: &str) {
     let reduced = prove_case(case, &ProveConfig::default());
     let (cli, _) = prove_case_or_full_size(case, &ProveConfig::default());
     let all = [("full size", &full), ("reduced", &reduced), ("cli", &cli)];
+    // The CLI's `--stages` path: each stage proved by `prove_case` at reduced sizes.
+    let by_stages = prove_staged_with(case, &ProveConfig::default(), 1, &PlanOptions::default());
     assert!(
-        all.iter().all(|(_, p)| p.verdict != Verdict::Proved),
-        "false proof ({why}):\n{}",
+        all.iter().all(|(_, p)| p.verdict != Verdict::Proved)
+            && by_stages.verdict != Verdict::Proved,
+        "false proof ({why}):\n{}\nstaged: {:?} {:?}",
         all.iter()
             .map(|(k, p)| format!("{k}: {}", report(p)))
             .collect::<Vec<_>>()
-            .join("\n")
+            .join("\n"),
+        by_stages.verdict,
+        by_stages.message
     );
 }
 
@@ -71,8 +76,7 @@ fn assert_none_proved(case: &shardproof_case::Case, why: &str) {
 mod fills {
     use super::*;
 
-    const SIG: &str =
-        "    def forward(self, x: \"i64[2]\", b: \"b8[2]\", m: \"b8[2]\"):\n";
+    const SIG: &str = "    def forward(self, x: \"i64[2]\", b: \"b8[2]\", m: \"b8[2]\"):\n";
 
     /// The case from the spec's and the rank's bodies.
     pub fn case(spec: &str, rank: &str) -> (tempfile::TempDir, shardproof_case::Case) {
@@ -156,5 +160,206 @@ fn a_fractional_pad_value_into_an_integer_is_cast_by_the_kernel() {
         "        xf: \"f32[2]\" = torch.ops.aten._to_copy.default(x, dtype = torch.float32)\n        out: \"f32[3]\" = torch.ops.aten.constant_pad_nd.default(xf, [1, 0], 2.5)\n        return (out,)\n",
         (&[2.0, 7.0, 9.0], &[2.5, 7.0, 9.0]),
         "constant_pad_nd's 2.5 into int64 is 2 in the kernel",
+    );
+}
+
+/// Stages apart: one per expected output.
+fn apart() -> PlanOptions {
+    PlanOptions {
+        outputs_apart: true,
+        ..PlanOptions::default()
+    }
+}
+
+/// The plan's stages as (target, representative), with unreduced and with reduced keys (they
+/// must agree).
+fn reps(case: &shardproof_case::Case) -> Vec<(String, usize)> {
+    let keyed = |reduce: bool| -> Vec<(String, usize)> {
+        let plan = plan_with(case, reduce, &apart()).unwrap();
+        plan.stages
+            .iter()
+            .map(|s| (s.target.clone(), s.rep))
+            .collect()
+    };
+    let unreduced = keyed(false);
+    assert_eq!(
+        unreduced,
+        keyed(true),
+        "reduced and unreduced keys disagree"
+    );
+    unreduced
+}
+
+/// The staged proof of the case, one stage per output.
+fn staged(case: &shardproof_case::Case) -> StagedProof {
+    prove_staged_with(case, &ProveConfig::default(), 1, &apart())
+}
+
+/// The stages' targets, verdicts, memo hits and messages, for assertion messages.
+fn stages(p: &StagedProof) -> String {
+    p.stages
+        .iter()
+        .map(|s| {
+            format!(
+                "{} {:?} hit={} {:?}",
+                s.target, s.verdict, s.memo_hit, s.message
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A right stage `a` and its twin `b` (wrong): `b` keeps its own key and is refuted.
+fn assert_twin_refuted(case: &shardproof_case::Case, why: &str) {
+    assert_eq!(
+        reps(case),
+        vec![("output `a`".to_string(), 0), ("output `b`".to_string(), 1)],
+        "{why}: the wrong stage `b` shares the right stage's key"
+    );
+    let proof = staged(case);
+    assert_eq!(
+        proof.stages[0].verdict,
+        Some(Verdict::Proved),
+        "{why}:\n{}",
+        stages(&proof)
+    );
+    assert_eq!(
+        proof.stages[1].verdict,
+        Some(Verdict::Refuted),
+        "{why}:\n{}",
+        stages(&proof)
+    );
+    assert_eq!(proof.verdict, Verdict::Refuted, "{why}");
+}
+
+/// Two stages on a mesh { pp: 2 }: rank 0 computes `a` from `x0`, `x1`, rank 1 `b` from `y0`,
+/// `y1`; the spec computes both by `spec_op` (`a = op(x0, x1)`, `b = op(y0, y1)`).
+mod pairs {
+    use super::HEADER;
+
+    /// The case: `rank_a` and `rank_b` are the ranks' bodies after their signatures (each
+    /// returns its output).
+    pub fn case(
+        spec_op: &str,
+        rank_a: &str,
+        rank_b: &str,
+    ) -> (tempfile::TempDir, shardproof_case::Case) {
+        let spec = format!("{HEADER}    def forward(self, x0: \"f32[2, 2]\", x1: \"f32[2, 2]\", y0: \"f32[2, 2]\", y1: \"f32[2, 2]\"):\n        a: \"f32[2, 2]\" = torch.ops.aten.{spec_op}(x0, x1)\n        b: \"f32[2, 2]\" = torch.ops.aten.{spec_op}(y0, y1)\n        return (a, b)\n");
+        let ra = format!(
+            "{HEADER}    def forward(self, x0: \"f32[2, 2]\", x1: \"f32[2, 2]\"):\n{rank_a}"
+        );
+        let rb = format!(
+            "{HEADER}    def forward(self, y0: \"f32[2, 2]\", y1: \"f32[2, 2]\"):\n{rank_b}"
+        );
+        let files = vec![("spec.py", spec), ("ra.py", ra), ("rb.py", rb)];
+        super::load(
+            &files,
+            "version: 1\nname: pairs\nspec:\n  graph: spec.py\nimpl:\n  mesh: { pp: 2 }\n  graphs: [ra.py, rb.py]\ninputs:\n  x0: { placement: Replicate(), at: { pp: 0 } }\n  x1: { placement: Replicate(), at: { pp: 0 } }\n  y0: { placement: Replicate(), at: { pp: 1 } }\n  y1: { placement: Replicate(), at: { pp: 1 } }\noutputs:\n  a: { placement: Replicate(), at: { pp: 0 } }\n  b: { placement: Replicate(), at: { pp: 1 } }\n",
+        )
+    }
+}
+
+/// Operand order after canonicalization: rank 1 computes `sub(y1, y0)` for the spec's
+/// `sub(y0, y1)`. Its canonical graph is rank 0's (`in, in, sub(%0, %1)`: each operand is
+/// placed where it is first read), so only the relations (which input sits at place 0) tell
+/// the stages apart. Survives: `b` is keyed apart and refuted.
+#[test]
+fn a_non_commutative_operand_swap_is_another_stage() {
+    let (_d, case) = pairs::case(
+        "sub.Tensor",
+        "        a: \"f32[2, 2]\" = torch.ops.aten.sub.Tensor(x0, x1)\n        return (a,)\n",
+        "        b: \"f32[2, 2]\" = torch.ops.aten.sub.Tensor(y1, y0)\n        return (b,)\n",
+    );
+    assert_twin_refuted(&case, "sub's operands swapped");
+}
+
+/// The same with the swap hidden behind equal program text up to names: rank 1's inputs are
+/// declared in the other order (`forward(y1, y0)` is not expressible here, so the rank reads
+/// them through `alias` nodes written in the other order). Survives.
+#[test]
+fn operands_read_through_aliases_in_another_order_are_another_stage() {
+    let (_d, case) = pairs::case(
+        "div.Tensor",
+        "        p: \"f32[2, 2]\" = torch.ops.aten.alias.default(x0)\n        q: \"f32[2, 2]\" = torch.ops.aten.alias.default(x1)\n        a: \"f32[2, 2]\" = torch.ops.aten.div.Tensor(p, q)\n        return (a,)\n",
+        "        q: \"f32[2, 2]\" = torch.ops.aten.alias.default(y0)\n        p: \"f32[2, 2]\" = torch.ops.aten.alias.default(y1)\n        b: \"f32[2, 2]\" = torch.ops.aten.div.Tensor(p, q)\n        return (b,)\n",
+    );
+    assert_twin_refuted(&case, "div's operands swapped through aliases");
+}
+
+/// Constants: rank 1 scales by 3 where the spec (and rank 0) scale by 2. Survives.
+#[test]
+fn a_constant_that_differs_is_another_stage() {
+    let (_d, case) = pairs::case(
+        "add.Tensor",
+        "        s: \"f32[2, 2]\" = torch.ops.aten.add.Tensor(x0, x1)\n        t: \"f32[2, 2]\" = torch.ops.aten.mul.Tensor(s, 2)\n        a: \"f32[2, 2]\" = torch.ops.aten.div.Tensor(t, 2)\n        return (a,)\n",
+        "        s: \"f32[2, 2]\" = torch.ops.aten.add.Tensor(y0, y1)\n        t: \"f32[2, 2]\" = torch.ops.aten.mul.Tensor(s, 3)\n        b: \"f32[2, 2]\" = torch.ops.aten.div.Tensor(t, 2)\n        return (b,)\n",
+    );
+    assert_twin_refuted(&case, "a literal differs");
+}
+
+/// Point-to-point on a mesh { pp: 4 } (group `pp`): rank 0 sends `relu(x)` then `exp(x)` to
+/// rank 1 with one tag, rank 1 takes them in order and outputs `a = r1 - r2`; ranks 2 and 3
+/// do the same for `b` from `y`.
+mod same_tag {
+    use super::HEADER;
+
+    const SPEC: &str = "    def forward(self, x: \"f32[2, 2]\", y: \"f32[2, 2]\"):\n        x1: \"f32[2, 2]\" = torch.ops.aten.relu.default(x)\n        x2: \"f32[2, 2]\" = torch.ops.aten.exp.default(x)\n        a: \"f32[2, 2]\" = torch.ops.aten.sub.Tensor(x1, x2)\n        y1: \"f32[2, 2]\" = torch.ops.aten.relu.default(y)\n        y2: \"f32[2, 2]\" = torch.ops.aten.exp.default(y)\n        b: \"f32[2, 2]\" = torch.ops.aten.sub.Tensor(y1, y2)\n        return (a, b)\n";
+
+    /// The sender: `relu` and `exp` of `input` sent to pp index `dst` (with `exp_first`, the
+    /// `exp` send is written first: its message is the one the receiver's first recv takes).
+    fn sender(input: &str, dst: usize, exp_first: bool) -> String {
+        let p = format!("        s1: \"f32[2, 2]\" = torch.ops.shardproof_p2p.send.default(p, {dst}, 0, 'pp')\n");
+        let q = format!("        s2: \"f32[2, 2]\" = torch.ops.shardproof_p2p.send.default(q, {dst}, 0, 'pp')\n");
+        let sends = if exp_first { q + &p } else { p + &q };
+        format!("{HEADER}    def forward(self, {input}: \"f32[2, 2]\"):\n        p: \"f32[2, 2]\" = torch.ops.aten.relu.default({input})\n        q: \"f32[2, 2]\" = torch.ops.aten.exp.default({input})\n{sends}        return (s1, s2)\n")
+    }
+
+    fn receiver(output: &str, src: usize) -> String {
+        format!("{HEADER}    def forward(self):\n        r1: \"f32[2, 2]\" = torch.ops.shardproof_p2p.recv.default([2, 2], torch.float32, {src}, 0, 'pp')\n        r2: \"f32[2, 2]\" = torch.ops.shardproof_p2p.recv.default([2, 2], torch.float32, {src}, 0, 'pp')\n        {output}: \"f32[2, 2]\" = torch.ops.aten.sub.Tensor(r1, r2)\n        return ({output},)\n")
+    }
+
+    /// The case; with `swapped`, rank 2 writes its `exp` send first.
+    pub fn case(swapped: bool) -> (tempfile::TempDir, shardproof_case::Case) {
+        let files = vec![
+            ("spec.py", format!("{HEADER}{SPEC}")),
+            ("sx.py", sender("x", 1, false)),
+            ("ra.py", receiver("a", 0)),
+            ("sy.py", sender("y", 3, swapped)),
+            ("rb.py", receiver("b", 2)),
+        ];
+        super::load(
+            &files,
+            "version: 1\nname: same-tag\nspec:\n  graph: spec.py\nimpl:\n  mesh: { pp: 4 }\n  graphs: [sx.py, ra.py, sy.py, rb.py]\n  groups:\n    \"pp\": pp\ninputs:\n  x: { placement: Replicate(), at: { pp: 0 } }\n  y: { placement: Replicate(), at: { pp: 2 } }\noutputs:\n  a: { placement: Replicate(), at: { pp: 1 } }\n  b: { placement: Replicate(), at: { pp: 3 } }\n",
+        )
+    }
+}
+
+/// Which send a recv takes among messages of one tag: rank 2 writes its two sends in the
+/// other order, so rank 3's first recv takes `exp(y)` and `b = exp(y) - relu(y)`. The graphs
+/// are equal in canonical order (a send is placed by its output position, not its program
+/// position) and the peers are blank: only the messages tell the stages apart. Survives; the
+/// same sends in one order are one proof (the control).
+#[test]
+fn same_tag_sends_in_another_order_are_another_stage() {
+    let (_d, case) = same_tag::case(true);
+    assert_twin_refuted(&case, "same-tag messages taken in the other order");
+    let (_d, case) = same_tag::case(false);
+    assert_eq!(
+        reps(&case),
+        vec![("output `a`".to_string(), 0), ("output `b`".to_string(), 0)]
+    );
+    assert_eq!(staged(&case).verdict, Verdict::Proved);
+}
+
+/// `add` of two `bool` tensors is a `bool` (`True + True` is `True`: the kernel casts the sum
+/// back), where the prover's ring rule keeps 2, and a cast out of `bool` keeps it. The
+/// interpreter: spec `[0, 1]`, ranks `[0, 2]`.
+#[test]
+fn a_sum_of_two_bools_is_a_bool() {
+    fills::check_wrong(
+        "        s: \"b8[2]\" = torch.ops.aten.add.Tensor(b, b)\n        out: \"f32[2]\" = torch.ops.aten._to_copy.default(s, dtype = torch.float32)\n        return (out,)\n",
+        "        bf: \"f32[2]\" = torch.ops.aten._to_copy.default(b, dtype = torch.float32)\n        out: \"f32[2]\" = torch.ops.aten.mul.Tensor(bf, 2)\n        return (out,)\n",
+        (&[0.0, 1.0], &[0.0, 2.0]),
+        "bool + bool is a bool in the kernel",
     );
 }

@@ -305,27 +305,28 @@ mod same_tag {
 
     const SPEC: &str = "    def forward(self, x: \"f32[2, 2]\", y: \"f32[2, 2]\"):\n        x1: \"f32[2, 2]\" = torch.ops.aten.relu.default(x)\n        x2: \"f32[2, 2]\" = torch.ops.aten.exp.default(x)\n        a: \"f32[2, 2]\" = torch.ops.aten.sub.Tensor(x1, x2)\n        y1: \"f32[2, 2]\" = torch.ops.aten.relu.default(y)\n        y2: \"f32[2, 2]\" = torch.ops.aten.exp.default(y)\n        b: \"f32[2, 2]\" = torch.ops.aten.sub.Tensor(y1, y2)\n        return (a, b)\n";
 
-    /// The sender: `relu` and `exp` of `input` sent to pp index `dst` (with `exp_first`, the
-    /// `exp` send is written first: its message is the one the receiver's first recv takes).
-    fn sender(input: &str, dst: usize, exp_first: bool) -> String {
-        let p = format!("        s1: \"f32[2, 2]\" = torch.ops.shardproof_p2p.send.default(p, {dst}, 0, 'pp')\n");
-        let q = format!("        s2: \"f32[2, 2]\" = torch.ops.shardproof_p2p.send.default(q, {dst}, 0, 'pp')\n");
-        let sends = if exp_first { q + &p } else { p + &q };
-        format!("{HEADER}    def forward(self, {input}: \"f32[2, 2]\"):\n        p: \"f32[2, 2]\" = torch.ops.aten.relu.default({input})\n        q: \"f32[2, 2]\" = torch.ops.aten.exp.default({input})\n{sends}        return (s1, s2)\n")
+    /// The sender: `relu` then `exp` of `input` sent to pp index `dst`.
+    fn sender(input: &str, dst: usize) -> String {
+        format!("{HEADER}    def forward(self, {input}: \"f32[2, 2]\"):\n        p: \"f32[2, 2]\" = torch.ops.aten.relu.default({input})\n        q: \"f32[2, 2]\" = torch.ops.aten.exp.default({input})\n        s1: \"f32[2, 2]\" = torch.ops.shardproof_p2p.send.default(p, {dst}, 0, 'pp')\n        s2: \"f32[2, 2]\" = torch.ops.shardproof_p2p.send.default(q, {dst}, 0, 'pp')\n        return (s1, s2)\n")
     }
 
-    fn receiver(output: &str, src: usize) -> String {
-        format!("{HEADER}    def forward(self):\n        r1: \"f32[2, 2]\" = torch.ops.shardproof_p2p.recv.default([2, 2], torch.float32, {src}, 0, 'pp')\n        r2: \"f32[2, 2]\" = torch.ops.shardproof_p2p.recv.default([2, 2], torch.float32, {src}, 0, 'pp')\n        {output}: \"f32[2, 2]\" = torch.ops.aten.sub.Tensor(r1, r2)\n        return ({output},)\n")
+    /// The receiver: `output = r1 - r2`; with `swapped`, `r2`'s recv is written first (it takes
+    /// the first message, `relu`'s).
+    fn receiver(output: &str, src: usize, swapped: bool) -> String {
+        let r1 = format!("        r1: \"f32[2, 2]\" = torch.ops.shardproof_p2p.recv.default([2, 2], torch.float32, {src}, 0, 'pp')\n");
+        let r2 = format!("        r2: \"f32[2, 2]\" = torch.ops.shardproof_p2p.recv.default([2, 2], torch.float32, {src}, 0, 'pp')\n");
+        let recvs = if swapped { r2 + &r1 } else { r1 + &r2 };
+        format!("{HEADER}    def forward(self):\n{recvs}        {output}: \"f32[2, 2]\" = torch.ops.aten.sub.Tensor(r1, r2)\n        return ({output},)\n")
     }
 
-    /// The case; with `swapped`, rank 2 writes its `exp` send first.
+    /// The case; with `swapped`, rank 3 writes its recvs in the other order.
     pub fn case(swapped: bool) -> (tempfile::TempDir, shardproof_case::Case) {
         let files = vec![
             ("spec.py", format!("{HEADER}{SPEC}")),
-            ("sx.py", sender("x", 1, false)),
-            ("ra.py", receiver("a", 0)),
-            ("sy.py", sender("y", 3, swapped)),
-            ("rb.py", receiver("b", 2)),
+            ("sx.py", sender("x", 1)),
+            ("ra.py", receiver("a", 0, false)),
+            ("sy.py", sender("y", 3)),
+            ("rb.py", receiver("b", 2, swapped)),
         ];
         super::load(
             &files,
@@ -334,15 +335,16 @@ mod same_tag {
     }
 }
 
-/// Which send a recv takes among messages of one tag: rank 2 writes its two sends in the
-/// other order, so rank 3's first recv takes `exp(y)` and `b = exp(y) - relu(y)`. The graphs
-/// are equal in canonical order (a send is placed by its output position, not its program
-/// position) and the peers are blank: only the messages tell the stages apart. Survives; the
-/// same sends in one order are one proof (the control).
+/// Which send a recv takes among messages of one tag: rank 3 writes its two recvs in the
+/// other order, so `r2` takes `relu(y)`, `r1` takes `exp(y)` and `b = exp(y) - relu(y)`. The
+/// graphs are equal in canonical order (a recv is placed where `sub` first reads it, not by
+/// its program position) and the peers are blank: only the messages tell the stages apart
+/// (deleting the key's messages line makes this test fail). Survives; the recvs in one order
+/// are one proof (the control).
 #[test]
-fn same_tag_sends_in_another_order_are_another_stage() {
+fn same_tag_recvs_in_another_order_are_another_stage() {
     let (_d, case) = same_tag::case(true);
-    assert_twin_refuted(&case, "same-tag messages taken in the other order");
+    assert_twin_refuted(&case, "same-tag recvs written in the other order");
     let (_d, case) = same_tag::case(false);
     assert_eq!(
         reps(&case),

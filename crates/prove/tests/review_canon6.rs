@@ -72,11 +72,12 @@ fn assert_none_proved(case: &shardproof_case::Case, why: &str) {
 }
 
 /// Narrow types: a `tp = 2` mesh whose ranks both run `rank` on replicated `x: i64[2]`,
-/// `b: b8[2]` and `m: b8[2]`, output `out: f32[...]` replicated.
+/// `b: b8[2]`, `m: b8[2]` and `fl: f32[2]`, output `out: f32[...]` replicated.
 mod fills {
     use super::*;
 
-    const SIG: &str = "    def forward(self, x: \"i64[2]\", b: \"b8[2]\", m: \"b8[2]\"):\n";
+    const SIG: &str =
+        "    def forward(self, x: \"i64[2]\", b: \"b8[2]\", m: \"b8[2]\", fl: \"f32[2]\"):\n";
 
     /// The case from the spec's and the rank's bodies.
     pub fn case(spec: &str, rank: &str) -> (tempfile::TempDir, shardproof_case::Case) {
@@ -86,17 +87,18 @@ mod fills {
         ];
         super::load(
             &files,
-            "version: 1\nname: fills\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [rank.py, rank.py]\ninputs:\n  x: Replicate()\n  b: Replicate()\n  m: Replicate()\noutputs:\n  out: Replicate()\n",
+            "version: 1\nname: fills\nspec:\n  graph: spec.py\nimpl:\n  mesh: { tp: 2 }\n  graphs: [rank.py, rank.py]\ninputs:\n  x: Replicate()\n  b: Replicate()\n  m: Replicate()\n  fl: Replicate()\noutputs:\n  out: Replicate()\n",
         )
     }
 
     /// The spec's output and rank 0's, in the interpreter, on `x = [7, 9]`,
-    /// `b = [False, True]`, `m = [True, False]`.
+    /// `b = [False, True]`, `m = [True, False]`, `fl = [0.5, 1.5]`.
     pub fn run_both(case: &shardproof_case::Case) -> (Vec<f64>, Vec<f64>) {
         let leaves = BTreeMap::from([
             ("x".to_string(), tensor(DType::I64, &[2], vec![7.0, 9.0])),
             ("b".to_string(), tensor(DType::Bool, &[2], vec![0.0, 1.0])),
             ("m".to_string(), tensor(DType::Bool, &[2], vec![1.0, 0.0])),
+            ("fl".to_string(), tensor(DType::F32, &[2], vec![0.5, 1.5])),
         ]);
         let cfg = RunConfig::default();
         let out = |g: &shardproof_ir::Graph| {
@@ -363,5 +365,20 @@ fn a_sum_of_two_bools_is_a_bool() {
         "        bf: \"f32[2]\" = torch.ops.aten._to_copy.default(b, dtype = torch.float32)\n        out: \"f32[2]\" = torch.ops.aten.mul.Tensor(bf, 2)\n        return (out,)\n",
         (&[0.0, 1.0], &[0.0, 2.0]),
         "bool + bool is a bool in the kernel",
+    );
+}
+
+/// `copy` casts `src` to `self`'s type (`f32` 0.5 into an `int64` is 0), but the prover runs
+/// it as data movement on `f64` element indices and keeps the float elements. The spec copies
+/// `fl` into `x`'s type and widens it back; the ranks return `fl`. The interpreter: spec
+/// `[0, 1]`, ranks `[0.5, 1.5]`. Survives today only because shape reduction refuses `copy`
+/// and the full-size paths' run on random inputs finds the difference first.
+#[test]
+fn a_copy_into_an_integer_is_cast_by_the_kernel() {
+    fills::check_wrong(
+        "        c: \"i64[2]\" = torch.ops.aten.copy.default(x, fl)\n        out: \"f32[2]\" = torch.ops.aten._to_copy.default(c, dtype = torch.float32)\n        return (out,)\n",
+        "        out: \"f32[2]\" = torch.ops.aten.mul.Tensor(fl, 1)\n        return (out,)\n",
+        (&[0.0, 1.0], &[0.5, 1.5]),
+        "copy of f32 0.5 into int64 is 0 in the kernel",
     );
 }

@@ -382,3 +382,18 @@ fn a_copy_into_an_integer_is_cast_by_the_kernel() {
         "copy of f32 0.5 into int64 is 0 in the kernel",
     );
 }
+
+/// `scatter.value` casts its value to `self`'s type (2.5 into an `int64` is 2), where the
+/// prover's rule reads the scalar as written: the same cause as `masked_fill`'s fill. The
+/// index is a constant zero. The interpreter: spec `[2, 9]`, ranks `[2.5, 9]`. Survives today
+/// only because shape reduction refuses this index and the full-size paths' run on random
+/// inputs finds the difference first.
+#[test]
+fn a_fractional_scatter_value_into_an_integer_is_cast_by_the_kernel() {
+    fills::check_wrong(
+        "        i: \"i64[1]\" = torch.ops.aten.zeros.default([1], dtype = torch.int64)\n        s: \"i64[2]\" = torch.ops.aten.scatter.value(x, 0, i, 2.5)\n        out: \"f32[2]\" = torch.ops.aten._to_copy.default(s, dtype = torch.float32)\n        return (out,)\n",
+        "        xf: \"f32[2]\" = torch.ops.aten._to_copy.default(x, dtype = torch.float32)\n        i: \"i64[1]\" = torch.ops.aten.zeros.default([1], dtype = torch.int64)\n        out: \"f32[2]\" = torch.ops.aten.scatter.value(xf, 0, i, 2.5)\n        return (out,)\n",
+        (&[2.0, 9.0], &[2.5, 9.0]),
+        "scatter's 2.5 into int64 is 2 in the kernel",
+    );
+}

@@ -327,7 +327,15 @@ impl<'a, 's> LocalMeans<'a, 's> {
             Some(Arg::Int(x)) => Some(*x),
             _ => None,
         };
+        // A cast to a type that is not floating point rounds: no factor passes.
+        let casts_to_int = matches!(op.name.as_str(), "_to_copy" | "to")
+            && args
+                .iter()
+                .skip(1)
+                .chain(node.kwarg("dtype"))
+                .any(|a| matches!(a, Arg::Dtype(d) if !d.is_float()));
         match family {
+            "linear-unary" if casts_to_int => Step::Done(unknown),
             "linear-unary" | "view" | "transpose" | "permute" | "unsqueeze" | "squeeze"
             | "expand" | "repeat" | "slice" | "select" | "split" | "flip" | "triangle" => {
                 self.first_only(&tensors)
@@ -335,7 +343,16 @@ impl<'a, 's> LocalMeans<'a, 's> {
             // A cumulative product multiplies the factor into itself; a pad by a number
             // other than zero adds the spec's own elements beside the scaled ones.
             "scan" if op.name == "cumsum" => self.first_only(&tensors),
-            "pad" if !nonzero_number(args.get(2)) => self.first_only(&tensors),
+            // The fill is `constant_pad_nd`'s third argument, `pad`'s fourth (after the
+            // mode), or the keyword `value`.
+            "pad"
+                if !nonzero_number(
+                    args.get(if op.name == "pad" { 3 } else { 2 })
+                        .or_else(|| node.kwarg("value")),
+                ) =>
+            {
+                self.first_only(&tensors)
+            }
             // Linear in the gradient (the first operand) only: the saved input, output or
             // statistics enter non-linearly, so they must be the spec's.
             "activation-backward" | "softmax-backward" | "norm-backward" => {
@@ -348,7 +365,10 @@ impl<'a, 's> LocalMeans<'a, 's> {
                 // A number added (`add.Scalar(x, 1)`, `rsub(x, 1)`) is a term of the spec's
                 // own: beside a local mean the sum mixes factors.
                 let number_term = family == "elementwise-add"
-                    && args.iter().take(2).any(|a| nonzero_number(Some(a)));
+                    && (args.iter().take(2).any(|a| nonzero_number(Some(a)))
+                        || ["self", "other"]
+                            .iter()
+                            .any(|k| nonzero_number(node.kwarg(k))));
                 self.need_or(&terms, move |a| {
                     let mut terms = a.to_vec();
                     if number_term {
@@ -361,7 +381,8 @@ impl<'a, 's> LocalMeans<'a, 's> {
             // A number other than zero in a branch is a term of the spec's own (`where(m, x, 1)`).
             "where" => match (positional(0), positional(1), positional(2)) {
                 (Some(c), a, b) => {
-                    let number_term = nonzero_number(args.get(1)) || nonzero_number(args.get(2));
+                    let number_term = nonzero_number(args.get(1).or_else(|| node.kwarg("self")))
+                        || nonzero_number(args.get(2).or_else(|| node.kwarg("other")));
                     let mut want = vec![(q, c)];
                     want.extend(
                         [a, b]
@@ -395,6 +416,12 @@ impl<'a, 's> LocalMeans<'a, 's> {
             // A number written (`scatter.value`) is the spec's own, a zero one no term.
             "scatter" | "index-put" => {
                 let values_at = if family == "scatter" { 3 } else { 2 };
+                // A product of the written values and the tensor written into multiplies
+                // their factors (`n_k²` on one mesh dim): not one sum.
+                let reduce = args.get(4).or_else(|| node.kwarg("reduce"));
+                if matches!(reduce, Some(Arg::Str(r)) if r == "prod" || r == "multiply") {
+                    return Step::Done(unknown);
+                }
                 let Some(base) = positional(0) else {
                     return Step::Done(unknown);
                 };
@@ -714,6 +741,7 @@ pub(super) fn record_local_means(
     rp: &mut RankPlacements,
 ) {
     let mut answers = Vec::new();
+    let mut clears: Vec<(usize, u64)> = Vec::new();
     let mut walk: Option<LocalMeans> = None;
     for v in values {
         let Some(at) = LocalMeans::at(rp, v).filter(|&a| a < marks.state.len()) else {
@@ -739,6 +767,17 @@ pub(super) fn record_local_means(
             })
         };
         if answer != LocalMeanDims::SPEC || settles() {
+            // A division that settles a local mean's factor is no share: its `scaled` record
+            // (each copy the spec's over n, as the rules read a replicated value divided by
+            // n) is cleared on the mesh dims it settled, so a later sum is not a lift.
+            let settled = sh.program.ranks[r].nodes[v.node]
+                .inputs()
+                .iter()
+                .filter_map(|u| LocalMeans::at(rp, *u).and_then(|a| rp.local_means.get(&a)))
+                .fold(0u64, |acc, d| acc | d.local)
+                & !answer.local
+                & !answer.unknown;
+            clears.push((at, settled));
             answers.push((at, answer));
         }
     }
@@ -746,6 +785,14 @@ pub(super) fn record_local_means(
         w.finish(memo);
     }
     rp.local_means.extend(answers);
+    let nd = sh.program.mesh.dims.len();
+    for (at, settled) in clears {
+        for k in (0..nd.min(64)).filter(|&k| settled & (1 << k) != 0) {
+            if let Some(s) = rp.scaled.get_mut(at * nd + k) {
+                *s = false;
+            }
+        }
+    }
 }
 
 /// The reduction an all-reduce's arguments name (a string that is no group's name).
@@ -893,6 +940,11 @@ fn forward_count(g: &shardproof_ir::Graph, tw: ValueId, target: Option<ValueId>)
         };
         match op.name.as_str() {
             "nll_loss_forward" => {
+                // Class weights in the forward make its total weight a weighted count.
+                let weight = node.args().get(2).or_else(|| node.kwarg("weight"));
+                if !matches!(weight, None | Some(Arg::None)) {
+                    return false;
+                }
                 let t = match node.args().get(1).or_else(|| node.kwarg("target")) {
                     Some(Arg::Value(u)) => Some(*u),
                     _ => None,

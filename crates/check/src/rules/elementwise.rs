@@ -430,6 +430,16 @@ pub(super) fn linear_unary(c: &Ctx) -> Outcome {
     }
 }
 
+/// `neg`: linear, but it turns a maximum into a minimum: a single `Partial(max)` operand is
+/// `Partial(min)` of the negated values and the reverse.
+pub(super) fn neg(c: &Ctx) -> Outcome {
+    match c.t("self").map(|x| x.p) {
+        Some(Place::Partial(Red::Max)) => c.all(Place::Partial(Red::Min)),
+        Some(Place::Partial(Red::Min)) => c.all(Place::Partial(Red::Max)),
+        _ => linear_unary(c),
+    }
+}
+
 /// `native_dropout_backward(grad, mask, scale)`: the gradient times the mask, element by
 /// element (as `mul`: a partial gradient times a replicated mask stays partial). Both operands
 /// must shard a dim over the same mesh dims ([`mixed_mesh_shards`]): a mask sharded over
@@ -559,8 +569,11 @@ pub(super) fn minimum(c: &Ctx) -> Outcome {
 fn extremum(c: &Ctx, keeps: Red) -> Outcome {
     let ts = tensors(c, &["self", "other"]);
     let partial = ts.iter().any(|t| t.p.is_partial());
-    let joins = |p: Place| p == Place::Partial(keeps) || p == Place::Replicate;
-    if partial && ts.len() == 2 && ts.iter().all(|t| joins(t.p)) {
+    // A share (a replicated value the ranks divided by n: each copy the spec's over n) is
+    // not the spec's value on every rank.
+    let joins =
+        |t: &T| t.p == Place::Partial(keeps) || (t.p == Place::Replicate && !(c.scaled)(t.v));
+    if partial && ts.len() == 2 && ts.iter().all(joins) {
         return c.all(Place::Partial(keeps));
     }
     nonlinear_binary(c)

@@ -31,13 +31,14 @@ pub(super) fn build() -> HashMap<&'static str, Rule> {
             "aten.lift",
             "aten.lift_fresh",
             "aten.lift_fresh_copy",
-            "aten.neg",
             "_c10d_functional.wait_tensor",
         ],
         "linear-unary",
         linear_unary,
         Vary,
     );
+    // Linear, but a negated maximum is a minimum (`neg`).
+    add(&["aten.neg"], "linear-unary", neg, Vary);
     add(
         &["aten.native_dropout_backward"],
         "linear-unary",

@@ -132,6 +132,18 @@ impl Encoding {
 
 /// Runs a data-movement operator through its kernel on encoded inputs.
 pub(crate) fn run(ctx: &mut NodeCtx, index_args: &[&str]) -> Result<Vec<SymTensor>, ExecError> {
+    // `copy` casts `src` to `self`'s type; the kernel below runs on `f64` indices and would
+    // keep `src`'s elements as they are (0.5 copied into an `int64` is 0).
+    if ctx.def.name.base() == "aten.copy" {
+        let out = ctx.out_meta(0)?.dtype;
+        let src = ctx.tensor("src")?;
+        if src.dtype != out && !out.is_float() {
+            return Err(ctx.unsupported(format!(
+                "a copy of {:?} into {out:?} casts its elements",
+                src.dtype
+            )));
+        }
+    }
     let mut index_values = Vec::new();
     for name in index_args {
         if let Some(a) = ctx.arg(name) {
@@ -223,9 +235,12 @@ pub(crate) fn run_with_fill(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecErr
     let mut result = Vec::with_capacity(outs.len());
     for (i, (a, b)) in outs.iter().zip(&shifted).enumerate() {
         let mut elems = Vec::with_capacity(a.data.len());
+        // The kernel ran on `f64` indices; on the real type it casts its fill (2.5 padding an
+        // `int64` is 2).
+        let real = ctx.out_meta(i).map(|m| m.dtype).unwrap_or(a.dtype());
         for (&x, &y) in a.data.iter().zip(b.data.iter()) {
             let e = if x == y {
-                ctx.arena.float(x)?
+                ctx.arena.float(shardproof_ops::cast_value(x, real))?
             } else if y == x + 1.0 {
                 enc.decode_one(x).map_err(|e| ctx.unsupported(e))?
             } else {

@@ -236,9 +236,16 @@ fn binary(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
             ar.pow_const(x[0], exp)
         })?]);
     }
+    // A `bool` sum is cast back to `bool` (`True + True` is `True`).
+    let bool_out = ctx.out_meta(0)?.dtype == DType::Bool;
     let out = map_elementwise(ctx, &[a, b], &mut |ar, x| {
         let (x, y) = (x[0], x[1]);
         match name.as_str() {
+            "add" if bool_out => {
+                let s = ar.mul(alpha.expect("set"), y)?;
+                let s = ar.add(x, s)?;
+                truthy(ar, s)
+            }
             "add" => {
                 let s = ar.mul(alpha.expect("set"), y)?;
                 ar.add(x, s)
@@ -481,9 +488,39 @@ fn masked_fill(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
     let x = ctx.operand("self", None)?;
     let m = ctx.operand("mask", None)?;
     let v = ctx.operand("value", None)?;
+    let v = fill_in_type(ctx, v)?;
     Ok(vec![map_elementwise(ctx, &[m, v, x], &mut |ar, v| {
         ar.select(v[0], v[1], v[2])
     })?])
+}
+
+/// A fill as the kernel stores it: cast to the output's type (`2.5` into an `int64` is 2, `2`
+/// into a `bool` is `True`). A constant is cast; a fill tensor of another type than an integer
+/// or `bool` output has no rule.
+fn fill_in_type(ctx: &mut NodeCtx, v: Operand) -> Result<Operand, ExecError> {
+    let dtype = ctx.out_meta(0)?.dtype;
+    if dtype.is_float() {
+        return Ok(v);
+    }
+    match v {
+        Operand::Scalar(e) => Ok(Operand::Scalar(scalar_fill_in_type(ctx, e)?)),
+        Operand::Tensor(t) if t.dtype == dtype => Ok(Operand::Tensor(t)),
+        Operand::Tensor(t) => {
+            Err(ctx.unsupported(format!("a {:?} fill cast into {dtype:?}", t.dtype)))
+        }
+    }
+}
+
+/// A number fill as the kernel stores it in the output's type (see [`fill_in_type`]).
+fn scalar_fill_in_type(ctx: &mut NodeCtx, e: ExprId) -> Result<ExprId, ExecError> {
+    let dtype = ctx.out_meta(0)?.dtype;
+    if dtype.is_float() {
+        return Ok(e);
+    }
+    match ctx.arena.as_f64_const(e) {
+        Some(c) => Ok(ctx.arena.float(shardproof_ops::cast_value(c, dtype))?),
+        None => Err(ctx.unsupported("a fill not shown to be a constant of its type")),
+    }
 }
 
 fn lerp(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
@@ -773,7 +810,7 @@ fn scatter(ctx: &mut NodeCtx) -> Result<Vec<SymTensor>, ExecError> {
     let value = match &src {
         Some(_) => None,
         None => Some(match ctx.operand("value", None)? {
-            Operand::Scalar(e) => e,
+            Operand::Scalar(e) => scalar_fill_in_type(ctx, e)?,
             Operand::Tensor(_) => return Err(ctx.unsupported("scatter value is a tensor")),
         }),
     };

@@ -152,39 +152,11 @@ fn propagate_rank_from(
         }
         match &node.kind {
             NodeKind::Input => {
-                match sh.inputs[r].get(&ValueId::new(i, 0)) {
-                    Some(ps) => {
-                        for (m, p) in ps.iter().enumerate() {
-                            set(&mut rp, 0, m, *p);
-                            if p.is_partial() {
-                                rp.origin[base * nd + m] = i as u32;
-                            }
-                        }
-                        if ps.contains(&Place::Unknown) {
-                            rp.unknown_sources.push((i, "its layout is an expression over rank tensors, which the checker does not read".into()));
-                        }
-                    }
-                    None => rp
-                        .unknown_sources
-                        .push((i, "the case gives this input no layout".into())),
-                }
-                rp.invariant[base] =
-                    meta_of(ValueId::new(i, 0)).is_some_and(|m| !m.dtype.is_float());
+                cx.input_node(sh, (r, i, base), &mut rp);
                 continue;
             }
             NodeKind::Constant { attr } => {
-                // A value the case states holds on every rank: one literal in every element.
-                let stated = sh.constants.get(attr).copied();
-                for o in 0..nout {
-                    for m in 0..nd {
-                        set(&mut rp, o, m, Place::Replicate);
-                    }
-                    rp.invariant[base + o] = true;
-                    if !mutates && stated.is_some() {
-                        rp.zero[base + o] = stated == Some(0.0);
-                        rp.constant[base + o] = u64::MAX;
-                    }
-                }
+                cx.constant_node(sh, attr, (base, nout), &mut rp);
                 continue;
             }
             NodeKind::Call { op, args, kwargs } => {

@@ -4,7 +4,8 @@
 //! per run ([`RunContext::new`]) so the driver's loop reads it, not recomputes it.
 
 use super::findings::LossTerms;
-use super::{peers, Shared};
+use super::{peers, RankPlacements, Shared};
+use crate::place::Place;
 use shardproof_ir::{Graph, ValueId};
 use shardproof_ops::{Meta, Registry};
 use std::collections::HashSet;
@@ -110,5 +111,57 @@ impl<'a> RunContext<'a> {
             .and_then(|o| o.get(v.output))
             .cloned()
             .flatten()
+    }
+
+    /// Places graph input `i` (first value `base`) of rank `r` as the case gives it.
+    pub fn input_node(
+        &self,
+        sh: &Shared,
+        (r, i, base): (usize, usize, usize),
+        rp: &mut RankPlacements,
+    ) {
+        let nd = self.nd;
+        match sh.inputs[r].get(&ValueId::new(i, 0)) {
+            Some(ps) => {
+                for (m, p) in ps.iter().enumerate() {
+                    rp.places[base * nd + m] = *p;
+                    if p.is_partial() {
+                        rp.origin[base * nd + m] = i as u32;
+                    }
+                }
+                if ps.contains(&Place::Unknown) {
+                    rp.unknown_sources.push((i, "its layout is an expression over rank tensors, which the checker does not read".into()));
+                }
+            }
+            None => rp
+                .unknown_sources
+                .push((i, "the case gives this input no layout".into())),
+        }
+        rp.invariant[base] = self
+            .meta_of(ValueId::new(i, 0))
+            .is_some_and(|m| !m.dtype.is_float());
+    }
+
+    /// Places a module constant `attr` (outputs `base..base + nout`): replicated, and where
+    /// the case states its value, one literal in every element.
+    pub fn constant_node(
+        &self,
+        sh: &Shared,
+        attr: &str,
+        (base, nout): (usize, usize),
+        rp: &mut RankPlacements,
+    ) {
+        let nd = self.nd;
+        let stated = sh.constants.get(attr).copied();
+        for o in 0..nout {
+            for m in 0..nd {
+                rp.places[(base + o) * nd + m] = Place::Replicate;
+            }
+            rp.invariant[base + o] = true;
+            if !self.mutates && stated.is_some() {
+                rp.zero[base + o] = stated == Some(0.0);
+                rp.constant[base + o] = u64::MAX;
+            }
+        }
     }
 }

@@ -761,7 +761,7 @@ const TABLE_SLICES: &[Op] = &[
             ])
         },
         checked: &["out"],
-        known_bug: Some(|p, _| one_row_of_a_split_table(p, 0)),
+        known_bug: None,
     },
     Op {
         name: "table_narrow_of_the_shape",
@@ -778,18 +778,9 @@ const TABLE_SLICES: &[Op] = &[
             ])
         },
         checked: &["out"],
-        known_bug: Some(|p, _| one_row_of_a_split_table(p, 2)),
+        known_bug: None,
     },
 ];
-
-/// Whether `x` is sharded on `d` with a local size of 1 (the table's slice one row long) and
-/// the table is split over some mesh dim: a known bug, pinned by
-/// `one_row_of_a_table_split_over_another_mesh_dim_beside_a_shard_of_size_one_is_no_broadcast`.
-fn one_row_of_a_split_table(p: &props::Program, d: usize) -> bool {
-    p.inputs[0].local[d] == 1
-        && p.inputs[0].places.contains(&In::S(d))
-        && p.inputs[1].places.iter().any(|q| *q != In::R)
-}
 
 #[test]
 fn table_slice_placements_agree_with_the_interpreter() {
@@ -838,20 +829,24 @@ fn one_row_of_a_replicated_table_beside_a_shard_of_size_one_is_no_broadcast() {
     }
 }
 
-/// Known bug: the table split on another dim by another mesh dim (`t {dp: Shard(1), tp:
-/// Replicate()}`), sliced to one row at a local length 1 beside `x {tp: Shard(0)}` of local
-/// size 1: on tp the row pairs as a broadcast (rank (i, j) reads row 0 where the spec reads
-/// row j). The slice rule reads only tensors replicated on every mesh dim; a tensor split
-/// elsewhere is also a microbatch's batch shard, whose one row keeps its reading.
+/// The table split on another dim by another mesh dim (`t {dp: Shard(1), tp: Replicate()}`),
+/// sliced to one row at a local length 1 beside `x {tp: Shard(0)}` of local size 1: on tp the
+/// row would pair as a broadcast (rank (i, j) reads row 0 where the spec reads row j). No mesh
+/// dim splits the sliced dim, so the one row claims nothing (issue 44: was a false claim).
 #[test]
-#[ignore = "known bug: one row of a table split over another mesh dim, sliced at a local length 1, pairs with a size-1 shard as a broadcast"]
 fn one_row_of_a_table_split_over_another_mesh_dim_beside_a_shard_of_size_one_is_no_broadcast() {
-    let s = once(
-        op(TABLE_SLICES, "table_slice_of_the_shape"),
-        &[2, 2],
-        &[1, 1, 1, 0, 0, 0],
-        &[vec![In::S(1), In::S(0)], vec![In::S(1), In::R]],
-        1,
-    );
-    assert_eq!(s.claims, 0, "{s:?}");
+    for (name, d, other) in [
+        ("table_slice_of_the_shape", 0, 1),
+        ("table_narrow_of_the_shape", 2, 1),
+        ("table_narrow_of_the_shape", 2, 0),
+    ] {
+        let s = once(
+            op(TABLE_SLICES, name),
+            &[2, 2],
+            &[1, 1, 1, 0, 0, 0],
+            &[vec![In::S(other), In::S(d)], vec![In::S(other), In::R]],
+            1,
+        );
+        assert_eq!(s.claims, 0, "{name} (table split on dim {other}): {s:?}");
+    }
 }

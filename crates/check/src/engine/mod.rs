@@ -7,17 +7,20 @@
 //! (recvs and resuming), `rerun` (a rank's run and its run again), `call_on_dim` (a call as
 //! the checks after its rule read it), `local_means` (local means and their factor),
 //! `gathered_sums` (sums over gathered rows), `view_shapes` (the global shapes a view reads),
-//! `runs` (equal runs) and `shared` (the state ranks share).
+//! `runs` (equal runs), `shared` (the state ranks share), `run_context` (what a rank's run
+//! knows before its first node) and `call_records` (what a call leaves once every mesh dim's
+//! rule ran).
 
 use crate::place::{Place, Red, RowKey};
 use crate::ring::{self, RingMode};
 use crate::rows::{self, RowsMode};
 use crate::rules::{self, Ctx, Literals};
 use shardproof_ir::{Arg, NodeKind, OpMeaning, OpName, ValueId};
-use shardproof_ops::{Args, Meta, NoValues, OpClass, OpDef, Registry};
+use shardproof_ops::{Args, Meta, NoValues, OpClass, OpDef};
 use std::collections::HashMap;
 
 mod call_on_dim;
+mod call_records;
 mod collectives;
 mod findings;
 mod frame;
@@ -25,6 +28,7 @@ mod gathered_sums;
 mod local_means;
 mod recv;
 mod rerun;
+mod run_context;
 mod runs;
 mod scaling;
 mod shared;
@@ -36,10 +40,8 @@ use collectives::{collective_group, lift_exempt};
 pub(crate) use findings::group_reducing;
 use findings::{
     constant_output, inconclusive_reason, mixed_shards, plain_rename, raw_finding, zero_output,
-    LossTerms,
 };
 use frame::FrameMode;
-use gathered_sums::gathered_sums;
 use local_means::LiftedReduction;
 pub use local_means::{LocalMeanDims, PieceFactor};
 use recv::start_state;
@@ -47,6 +49,7 @@ use recv::start_state;
 pub(crate) use rerun::FULL_RERUNS;
 pub(crate) use rerun::NO_TWINS;
 pub use rerun::{propagate_rank, propagate_rank_again};
+use run_context::RunContext;
 use scaling::{consumed_folded, folded_share, read_times_n, scale_records, ScaleRecord};
 pub use scaling::{spec_scaling_positions, SpecScaling};
 pub use shared::*;
@@ -64,13 +67,23 @@ fn propagate_rank_from(
     done: &[Option<std::sync::Arc<RankPlacements>>],
     resume: Option<(RankPlacements, usize)>,
 ) -> (RankPlacements, bool) {
+    let cx = RunContext::new(sh, r);
+    let RunContext {
+        g,
+        nd,
+        ref mesh_sizes,
+        reg,
+        ref coords,
+        ref peer_list,
+        ref literal_peers,
+        pipeline_dims,
+        ref loss_terms,
+        ref updates,
+        mutates,
+        ..
+    } = cx;
     let program = sh.program;
-    let g = &program.ranks[r];
     let mesh = &program.mesh;
-    let nd = mesh.dims.len();
-    let mesh_sizes: Vec<usize> = mesh.dims.iter().map(|d| d.1).collect();
-    let reg = Registry::builtin();
-    let coords = mesh.coords(r);
     // The mesh dims whose coordinate this run reads (kept from an earlier run resumed): a
     // rank whose run reads none of the dims where another rank's coordinates differ, and
     // whose other reads are the same, gets the same placements (`propagate`).
@@ -81,51 +94,7 @@ fn propagate_rank_from(
     };
     let (mut rp, start) = start_state(g, nd, resume);
     let mut pending = false;
-    let metas = &sh.metas[r];
-    let meta_of = |v: ValueId| {
-        metas
-            .get(v.node)
-            .and_then(|o| o.get(v.output))
-            .cloned()
-            .flatten()
-    };
-    let peer_list: Vec<Vec<usize>> = (0..nd).map(|m| peers(mesh, r, m)).collect();
-    // Per mesh dim, the peers whose literals may differ from this rank's at a node (`varies`
-    // below): a peer whose graph is of `r`'s class and shares `r`'s literal hashes has node
-    // `i` with `r`'s literal, and peers of one class sharing one literal table give one
-    // answer (`peer_node` is a function of the classes), so one of each is asked (issue 44:
-    // asking all 16 dp replicas at every node was a tenth of the check).
-    // With each, whether its graph is aligned with `r`'s (`Shared::aligned`): its node of
-    // `i` is `i` or none, so an equal literal at `i` answers without looking the node up.
-    let literal_peers: Vec<Vec<(usize, bool)>> = peer_list
-        .iter()
-        .map(|ps| {
-            let key = |p: usize| (sh.graph_class[p], std::sync::Arc::as_ptr(&sh.literals[p]));
-            let mut seen = vec![key(r)];
-            ps.iter()
-                .copied()
-                .filter(|&p| {
-                    let k = key(p);
-                    let new = !seen.contains(&k);
-                    if new {
-                        seen.push(k);
-                    }
-                    new
-                })
-                .map(|p| (p, sh.aligned(r, p)))
-                .collect()
-        })
-        .collect();
-    let pipeline_dims = mesh
-        .dims
-        .iter()
-        .enumerate()
-        .filter(|&(k, _)| crate::is_pipeline_dim(mesh, k) && k < 64)
-        .fold(0u64, |a, (k, _)| a | (1 << k));
-    let loss_terms = LossTerms::of(g, metas);
-    // Updates `index(X, I) ± W` that an `index_put(X, I, ..)` writes back: the read of a
-    // vocabulary shard is checked at the write-back (`vocab::update_shard`), not at the update.
-    let updates = crate::vocab::update_values(g);
+    let meta_of = |v: ValueId| cx.meta_of(v);
     let mut dual_used: HashMap<String, usize> = HashMap::new();
     // Per mesh dim, the local-means walk's answers so far (`local_means`): the values it
     // reads come before the call or from other ranks' finished runs, so they hold for the run.
@@ -139,12 +108,6 @@ fn propagate_rank_from(
     for (_, group) in &dual_lifts {
         *dual_used.entry(group.clone()).or_insert(0) += 1;
     }
-    // A graph that writes some buffer in place (`add_`, `copy_`) may fill a zero tensor
-    // after it is made: no value of it is taken to be zero.
-    let mutates = g.nodes.iter().any(|n| {
-        n.op()
-            .is_some_and(|op| op.name.ends_with('_') && !op.name.ends_with("__"))
-    });
     // In-place writes of a value still carrying a reduce-scatter's factor
     // (`scattered_factor`): made `Unknown` once the run is done.
     let mut scattered_writes: Vec<usize> = Vec::new();
@@ -189,39 +152,11 @@ fn propagate_rank_from(
         }
         match &node.kind {
             NodeKind::Input => {
-                match sh.inputs[r].get(&ValueId::new(i, 0)) {
-                    Some(ps) => {
-                        for (m, p) in ps.iter().enumerate() {
-                            set(&mut rp, 0, m, *p);
-                            if p.is_partial() {
-                                rp.origin[base * nd + m] = i as u32;
-                            }
-                        }
-                        if ps.contains(&Place::Unknown) {
-                            rp.unknown_sources.push((i, "its layout is an expression over rank tensors, which the checker does not read".into()));
-                        }
-                    }
-                    None => rp
-                        .unknown_sources
-                        .push((i, "the case gives this input no layout".into())),
-                }
-                rp.invariant[base] =
-                    meta_of(ValueId::new(i, 0)).is_some_and(|m| !m.dtype.is_float());
+                cx.input_node(sh, (r, i, base), &mut rp);
                 continue;
             }
             NodeKind::Constant { attr } => {
-                // A value the case states holds on every rank: one literal in every element.
-                let stated = sh.constants.get(attr).copied();
-                for o in 0..nout {
-                    for m in 0..nd {
-                        set(&mut rp, o, m, Place::Replicate);
-                    }
-                    rp.invariant[base + o] = true;
-                    if !mutates && stated.is_some() {
-                        rp.zero[base + o] = stated == Some(0.0);
-                        rp.constant[base + o] = u64::MAX;
-                    }
-                }
+                cx.constant_node(sh, attr, (base, nout), &mut rp);
                 continue;
             }
             NodeKind::Call { op, args, kwargs } => {
@@ -355,7 +290,7 @@ fn propagate_rank_from(
                     );
                     rp.constant[base..base + nout].fill(c);
                 }
-                let (group_name, group) = collective_group(sh, r, def, &bound, &coords);
+                let (group_name, group) = collective_group(sh, r, def, &bound, coords);
                 let my_lit = sh.literals[r][i];
                 // The same node on another rank: the same name calling the same operator on
                 // inputs of the same names (graphs that differ per rank, as where a replicated
@@ -373,7 +308,7 @@ fn propagate_rank_from(
                     let local_out = outs.first().and_then(|o| o.as_ref());
                     let implied = v
                         .zip(local_in.as_ref())
-                        .and_then(|(v, mi)| implied_global(&mi.shape, rp.of(v, nd), &mesh_sizes));
+                        .and_then(|(v, mi)| implied_global(&mi.shape, rp.of(v, nd), mesh_sizes));
                     if let (Some(v), Some(mi), Some(mo), None) =
                         (v, local_in.as_ref(), local_out, implied.as_ref())
                     {
@@ -389,7 +324,7 @@ fn propagate_rank_from(
                             &mi.shape,
                             &mo.shape,
                             rp.of(v, nd),
-                            &mesh_sizes,
+                            mesh_sizes,
                         );
                     }
                     match (&beside_varying, matched) {
@@ -729,7 +664,7 @@ fn propagate_rank_from(
                         regrouped,
                         coord: rules::MeshCoord::new(coords[m], mesh.dims[m].1, m, &coord_read),
                         mesh_dim: m,
-                        mesh_sizes: &mesh_sizes,
+                        mesh_sizes,
                         peer_ints: &peer_ints,
                         peer_int_lists: &peer_int_lists,
                         place: &place,
@@ -793,7 +728,7 @@ fn propagate_rank_from(
                         my_coord: &my_coord,
                         coord: coords[m],
                         is_update: updates.contains(&i),
-                        loss_terms: &loss_terms,
+                        loss_terms,
                         group_name: &group_name,
                     };
                     let vocab_unproven = vocab_proofs(&site, &mut result, &mut violation);
@@ -1007,7 +942,7 @@ fn propagate_rank_from(
                                     ),
                                     (m, in_group, group_dims, group_len),
                                     *p,
-                                    (&coords, &mesh_sizes),
+                                    (coords, mesh_sizes),
                                     &mut sh.rows.borrow_mut(),
                                 );
                                 combined.or_else(|| {
@@ -1152,64 +1087,23 @@ fn propagate_rank_from(
                         }
                     }
                 }
-                // An all-reduce sum over mesh dim k of a share (`scaled` on k) made up for the
-                // division by k's size that left other mesh dims' factor unknown (`share_of`):
-                // their pieces are as before the division.
-                for k in 0..nd {
-                    if lifted_shares & (1 << k) == 0 {
-                        continue;
-                    }
-                    for o in 0..nout {
-                        for m in 0..nd {
-                            let at = (base + o) * nd + m;
-                            if m != k && rp.share_of[at] as usize == k + 1 {
-                                rp.share_of[at] = 0;
-                                // A reduction over part of the rows stays one.
-                                rp.scale_unknown[at] = rp.part_rows[at];
-                            }
-                        }
-                    }
-                }
-                local_means::commit_folded(
+                call_records::after_rules(
                     sh,
-                    (r, i),
-                    nout,
-                    base,
+                    (r, &cx),
+                    &call_records::CallRecords {
+                        i,
+                        base,
+                        nout,
+                        inputs: &inputs,
+                        pairs_elements: rules::pairs_elements(rule.family),
+                        lifted_shares,
+                        microbatch_divisions,
+                        consumed,
+                        folded_reads: &folded_reads,
+                    },
                     (done, &mut local_means_memo),
-                    &folded_reads,
                     &mut rp,
                 );
-                // One division is the microbatches' 1/K or a share of another mesh dim, not both.
-                for k in (0..nd.min(64)).filter(|&k| microbatch_divisions & (1 << k) != 0) {
-                    for o in 0..nout {
-                        rp.scaled[(base + o) * nd + k] = false;
-                        rp.folded_pending[(base + o) * nd + k] = 0;
-                        rp.folded_summed[(base + o) * nd + k] = 0;
-                    }
-                }
-                // The division by n made up for a `times_n` dim: no other mesh dim may take it
-                // as its own 1/n as well (`scaled`), or one factor would count twice.
-                if consumed {
-                    for o in 0..nout {
-                        rp.scaled[(base + o) * nd..(base + o + 1) * nd].fill(false);
-                        rp.folded_pending[(base + o) * nd..(base + o + 1) * nd].fill(0);
-                        rp.folded_summed[(base + o) * nd..(base + o + 1) * nd].fill(0);
-                    }
-                }
-                if rules::pairs_elements(rule.family) {
-                    mixed_shards(sh, r, i, &inputs, nout, nd, &meta_of, &mut rp);
-                }
-                gathered_sums(&sh.rows.borrow(), &inputs, nout, base, nd, &mut rp);
-                // A ring's pieces or order on one mesh dim where another splits the same
-                // tensor dim: which piece, in which order, would depend on both coordinates.
-                for o in 0..nout {
-                    let at = (base + o) * nd;
-                    for m in 0..nd {
-                        if ring::crosses(&rp.places[at..at + nd], m) {
-                            rp.places[at + m] = Place::Varying;
-                        }
-                    }
-                }
             }
         }
     }
@@ -1226,17 +1120,6 @@ fn propagate_rank_from(
         &mut means_recorded,
         &mut rp,
     );
-    // Unknown values: count them.
-    // A value n times the tensor (`times_n`) is counted only where a reader makes it unknown.
-    rp.unknown_values = rp
-        .places
-        .chunks(nd.max(1))
-        .zip(rp.times_n.chunks(nd.max(1)))
-        .filter(|(c, t)| {
-            c.iter()
-                .zip(t.iter())
-                .any(|(&p, &t)| p == Place::Unknown && !t)
-        })
-        .count();
+    rp.unknown_values = call_records::unknown_values(&rp, nd);
     (rp, pending)
 }

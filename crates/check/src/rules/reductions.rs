@@ -394,6 +394,23 @@ pub(super) fn nll_loss_backward(c: &Ctx) -> Outcome {
         Ok(p) => p,
         Err(v) => return one(Err(v), 1),
     };
+    // A mean divides every row by `total_weight`. A replicated one is the spec's divisor; a
+    // partial one on a mesh dim that splits the targets is the rank's own count (a local
+    // mean, whose factor `local_means` reads); a partial one on a mesh dim that keeps the
+    // targets divides every rank along it by a different piece (was `Replicate()`: a false
+    // claim, issue 44). Ignored without a mean.
+    if c.int("reduction") == Some(1) {
+        if let Some(tw) = c.t("total_weight") {
+            let targets_split =
+                matches!(tg.p, Place::Shard(_) | Place::Blocked(..) | Place::Rows(..));
+            match tw.p {
+                Place::Replicate => {}
+                Place::Partial(_) if targets_split => {}
+                Place::Partial(_) | Place::Varying => return c.all(Place::Varying),
+                _ => return c.all(Place::Unknown),
+            }
+        }
+    }
     match g.p {
         Place::Partial(r) if r.is_linear() && shape == Place::Replicate => c.all(Place::Partial(r)),
         Place::Partial(_) | Place::Unmasked => one(merge(&[g], 0, Lin::None, false), 1),

@@ -134,26 +134,34 @@ pub(super) fn slice_like(
             })
         }
         Place::Varying => c.all(Place::Varying),
-        // One row of a longer dim of a tensor every rank holds whole (replicated on every
-        // mesh dim), at bounds alike on every rank: the bound may be a local length of 1
-        // whose spec is the global one (a table sliced without the rank's offset), and as a
-        // replicated operand of size 1 the row would pair with a shard as a broadcast (rank k
-        // reading row 0 where the spec reads row k). No claim. A tensor some mesh dim splits
-        // (a microbatch of one row of a batch shard) is sliced within its pieces, and keeps
-        // its reading.
+        // One row of a longer dim that no mesh dim splits (every rank holds the dim whole),
+        // at bounds alike on every rank: the bound may be a local length of 1 whose spec is
+        // the global one (a table sliced without the rank's offset), and as a replicated
+        // operand of size 1 the row would pair with a shard as a broadcast (rank k reading
+        // row 0 where the spec reads row k). No claim, whatever the other dims' placements
+        // (a table split on another dim by another mesh dim reads row 0 of its piece where
+        // the spec reads row k: issue 44). A dim some mesh dim splits (a microbatch of one
+        // row of a batch shard) is sliced within its pieces: that mesh dim's reading
+        // (`Rows`) claims no whole, and this one keeps its reading.
         Place::Replicate
             if keeps_dim
                 && out_len == 1
                 && size > 1
-                && c.on_every_mesh_dim(x)
-                    .iter()
-                    .all(|p| *p == Place::Replicate) =>
+                && !split_along(&c.on_every_mesh_dim(x), dim) =>
         {
             c.all(Place::Varying)
         }
         p @ (Place::Partial(_) | Place::Replicate) => c.all(p),
         p => c.all(p),
     }
+}
+
+/// Whether some mesh dim splits tensor dim `dim` (a shard, blocks or rows of a selection
+/// along it), given a tensor's placements on every mesh dim.
+fn split_along(places: &[Place], dim: usize) -> bool {
+    places.iter().any(|p| {
+        matches!(p, Place::Shard(d) | Place::Blocked(d, _) | Place::Rows(d, _) if *d as usize == dim)
+    })
 }
 
 /// A slice of a replicated tensor at rank-dependent bounds along `dim` (of `size` rows),
@@ -324,9 +332,9 @@ pub(super) fn split(c: &Ctx) -> Outcome {
         return c.all(Place::Unknown);
     };
     let unbind = c.args.schema().name.starts_with("unbind");
-    // As `slice_like`: a piece of one row of a longer dim of a tensor every rank holds whole,
-    // its length read from a local shape (`split(t, 1)` where the spec splits by 2), pairs
-    // with a shard as a broadcast. No claim.
+    // As `slice_like`: a piece of one row of a longer dim that no mesh dim splits, its
+    // length read from a local shape (`split(t, 1)` where the spec splits by 2), pairs with a
+    // shard as a broadcast. No claim.
     let size = x
         .meta
         .as_ref()
@@ -338,9 +346,7 @@ pub(super) fn split(c: &Ctx) -> Outcome {
         && x.p == Place::Replicate
         && size > 1
         && one_row
-        && c.on_every_mesh_dim(&x)
-            .iter()
-            .all(|p| *p == Place::Replicate)
+        && !split_along(&c.on_every_mesh_dim(&x), dim)
     {
         return c.all(Place::Varying);
     }

@@ -487,6 +487,11 @@ pub fn run(prog: &Program, seed: u64) -> Result<Seen, String> {
         if seen.finding {
             continue;
         }
+        // A `Replicate()` mesh dim claims the ranks along it hold equal values, whatever the
+        // factor and the other mesh dims' placements: checked even where those decline the
+        // claim of the whole value (a placement the factor walk disclaims is still claimed).
+        replicas_agree(&case.program, &envs, mesh, rank_name, &places)
+            .map_err(|e| format!("{e}: {}", what(&places, rank_name)))?;
         // The spec's value times the claimed factor (local means); no claim where the factor
         // is not known.
         let scale = match factor {
@@ -544,6 +549,44 @@ pub fn run(prog: &Program, seed: u64) -> Result<Seen, String> {
         seen.claims += 1;
     }
     Ok(seen)
+}
+
+/// Checks that along every mesh dim `places` claims `Replicate()`, the ranks that differ only
+/// in that coordinate hold equal values of `name` (NaN matching NaN, as [`close`] reads them).
+fn replicas_agree(
+    program: &shardproof_ir::Program,
+    envs: &[shardproof_interp::Env],
+    mesh: &[usize],
+    name: &str,
+    places: &[Place],
+) -> Result<(), String> {
+    let value = |r: usize| -> Result<Vec<f64>, String> {
+        node_of(&program.ranks[r], name)
+            .and_then(|v| envs[r].get(v))
+            .map(|t| t.data.to_vec())
+            .ok_or_else(|| format!("rank {r}: {name} not computed"))
+    };
+    let nranks: usize = mesh.iter().product();
+    for (m, p) in places.iter().enumerate() {
+        if *p != Place::Replicate {
+            continue;
+        }
+        for r in 0..nranks {
+            let c = coords(mesh, r);
+            if c[m] == 0 {
+                continue;
+            }
+            // The rank at coordinate 0 of mesh dim `m`, every other coordinate the same.
+            let stride: usize = mesh[m + 1..].iter().product();
+            let first = r - c[m] * stride;
+            if !close(&value(r)?, &value(first)?) {
+                return Err(format!(
+                    "claimed Replicate() on mesh dim {m}, but ranks {first} and {r} differ"
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Tallies of many runs, for a property's closing assertion that it checked claims at all.

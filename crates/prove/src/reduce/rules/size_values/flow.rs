@@ -11,10 +11,7 @@
 //!   over a dim along which a term may repeat keeps that dim's size. A `mean` divides the
 //!   count out (`mean(x + 1) = mean(x) + 1`) and keeps nothing; but its `1/n` scales every
 //!   other term, and dividing by it reads `n` (`sum(x) / mean(x) = n`), so a division by a
-//!   value a mean scaled keeps the mean's dim. Each value records its degree in each mean's
-//!   `1/n` (products add); a degree of 2 keeps the mean's dim, since a quadratic in `1/n`
-//!   with coefficients computed without literals (`6·m·m - 4·m·s + s·s` against `m·s`) may
-//!   vanish at the first and the second reduced sizes both.
+//!   value a mean scaled keeps the mean's dim.
 //! - **Positions through data.** A polynomial in one position `p` that vanishes at every
 //!   position `0..s` of a reduced `arange(s)` (`s >= 2`) but not at full size has degree 2 or
 //!   more in `p`: one of degree 1 with two roots is zero. Each value records its degree in
@@ -43,9 +40,8 @@ pub(super) struct Flow {
     same: Vec<bool>,
     /// Degree in the positions of each `arange` length (normalized), saturating at 2.
     degree: Vec<(Mono, u8)>,
-    /// Dims a mean (or a softmax of a constant row) scaled the value's terms by `1/n` over,
-    /// with the degree in that `1/n` (products add, saturating at 2).
-    mean_of: Vec<(Mono, u8)>,
+    /// Dims a mean (or a softmax of a constant row) scaled the value's terms by `1/n` over.
+    mean_of: Vec<Mono>,
 }
 
 impl Flow {
@@ -93,6 +89,12 @@ impl Flow {
     }
 }
 
+fn add_class(into: &mut Vec<Mono>, m: Mono) {
+    if !m.is_one() && !into.contains(&m) {
+        into.push(m);
+    }
+}
+
 #[cfg(test)]
 fn degree_of(f: &Flow, m: &Mono) -> u8 {
     f.degree.iter().find(|(c, _)| c == m).map_or(0, |(_, d)| *d)
@@ -100,14 +102,9 @@ fn degree_of(f: &Flow, m: &Mono) -> u8 {
 
 /// Per class, the largest degree of `flows` (a sum of them).
 fn max_degree<'a>(flows: impl Iterator<Item = &'a Flow>) -> Vec<(Mono, u8)> {
-    max_of(flows.map(|f| &f.degree))
-}
-
-/// Per class, the largest degree of `lists`.
-fn max_of<'a>(lists: impl Iterator<Item = &'a Vec<(Mono, u8)>>) -> Vec<(Mono, u8)> {
     let mut out: Vec<(Mono, u8)> = Vec::new();
-    for l in lists {
-        for (m, d) in l {
+    for f in flows {
+        for (m, d) in &f.degree {
             match out.iter_mut().find(|(c, _)| c == m) {
                 Some((_, e)) => *e = (*e).max(*d),
                 None => out.push((m.clone(), *d)),
@@ -119,14 +116,9 @@ fn max_of<'a>(lists: impl Iterator<Item = &'a Vec<(Mono, u8)>>) -> Vec<(Mono, u8
 
 /// Per class, the sum of the degrees of `flows` (a product of them), saturating.
 fn sum_degree<'a>(flows: impl Iterator<Item = &'a Flow>) -> Vec<(Mono, u8)> {
-    sum_of(flows.map(|f| &f.degree))
-}
-
-/// Per class, the sum of the degrees of `lists` (a product), saturating.
-fn sum_of<'a>(lists: impl Iterator<Item = &'a Vec<(Mono, u8)>>) -> Vec<(Mono, u8)> {
     let mut out: Vec<(Mono, u8)> = Vec::new();
-    for l in lists {
-        for (m, d) in l {
+    for f in flows {
+        for (m, d) in &f.degree {
             match out.iter_mut().find(|(c, _)| c == m) {
                 Some((_, e)) => *e = (*e + *d).min(SATURATED),
                 None => out.push((m.clone(), (*d).min(SATURATED))),
@@ -136,25 +128,14 @@ fn sum_of<'a>(lists: impl Iterator<Item = &'a Vec<(Mono, u8)>>) -> Vec<(Mono, u8
     out
 }
 
-/// The means scaling a sum of `flows`: per dim, the largest degree.
-fn union_mean(flows: &[&Flow]) -> Vec<(Mono, u8)> {
-    max_of(flows.iter().map(|f| &f.mean_of))
-}
-
-/// The means scaling a product of `flows`: per dim, the degrees added.
-fn product_mean(flows: &[&Flow]) -> Vec<(Mono, u8)> {
-    sum_of(flows.iter().map(|f| &f.mean_of))
-}
-
-/// One more factor `1/n` of the mean over `m`.
-fn add_mean(into: &mut Vec<(Mono, u8)>, m: Mono) {
-    if m.is_one() {
-        return;
+fn union_mean(flows: &[&Flow]) -> Vec<Mono> {
+    let mut out = Vec::new();
+    for f in flows {
+        for m in &f.mean_of {
+            add_class(&mut out, m.clone());
+        }
     }
-    match into.iter_mut().find(|(c, _)| *c == m) {
-        Some((_, d)) => *d = (*d + 1).min(SATURATED),
-        None => into.push((m, 1)),
-    }
+    out
 }
 
 /// How an elementwise operator combines its operands' terms.
@@ -280,7 +261,7 @@ impl Flows {
                     }
                 }
             }
-            for (m, _) in f.mean_of.iter_mut() {
+            for m in f.mean_of.iter_mut() {
                 *m = c.sizes.norm(m);
             }
             for (m, _) in f.degree.iter_mut() {
@@ -293,16 +274,6 @@ impl Flows {
             for (m, d) in &f.degree {
                 if *d >= SATURATED {
                     site.pin(m, "computes a polynomial of degree 2 or more (or a quotient) in the positions of an `arange`: it may vanish at every position of a reduced one");
-                }
-            }
-        }
-        // A mean's `1/n` of degree 2 or more: with coefficients computed without literals
-        // (`6·m·m - 4·m·s + s·s` against `m·s`) a polynomial in `1/n` may vanish at the first
-        // and the second reduced sizes both, which no literal lets the reduction avoid.
-        for f in &out {
-            for (m, d) in &f.mean_of {
-                if *d >= SATURATED {
-                    site.pin(m, "multiplies two values a mean scaled by `1/n`: a polynomial of degree 2 in `1/n` may vanish at two reduced sizes");
                 }
             }
         }
@@ -347,7 +318,7 @@ impl Flows {
                         s.pin(m, "sends a tensor holding positions of an `arange`");
                     }
                 }
-                for (m, _) in &f.mean_of {
+                for m in &f.mean_of {
                     s.pin(m, "sends a tensor a mean scaled by its count");
                 }
             }
@@ -428,7 +399,7 @@ impl Flows {
                     m,
                     "takes the logsumexp of a tensor constant along the dim: it adds the log of the count",
                 ),
-                "aten.mean" => add_mean(&mut out.mean_of, self.norm(s.c.sizes, m)),
+                "aten.mean" => add_class(&mut out.mean_of, self.norm(s.c.sizes, m)),
                 _ => {}
             }
             if keepdim {
@@ -472,7 +443,7 @@ impl Flows {
         out.rep.push(rep(&fb, rb - 1));
         out.same.push(same(&fb, rb - 1));
         out.degree = sum_degree([&fa, &fb].into_iter());
-        out.mean_of = product_mean(&[&fa, &fb]);
+        out.mean_of = union_mean(&[&fa, &fb]);
         if s.c.base == "aten.addmm" {
             if let Some((_, _, fc, dc)) = s.operand("self").cloned() {
                 let n = out.rep.len();
@@ -482,7 +453,7 @@ impl Flows {
                     out.same[k] &= sm;
                 }
                 out.degree = max_degree([&out.clone(), &fc].into_iter());
-                out.mean_of = max_of([&out.mean_of, &fc.mean_of].into_iter());
+                add_all(&mut out.mean_of, &fc.mean_of);
             }
         }
         Some(vec![out])
@@ -694,7 +665,7 @@ impl Flows {
         match base {
             "aten.mul" => {
                 out.degree = sum_degree(value_flows.iter().copied());
-                out.mean_of = product_mean(&value_flows);
+                out.mean_of = union_mean(&value_flows);
             }
             "aten.div" => {
                 let num = s.operand("self").map(|o| o.2.clone()).unwrap_or_default();
@@ -708,7 +679,7 @@ impl Flows {
                             out.degree.push((m.clone(), SATURATED));
                         }
                     }
-                    for (m, _) in &den.mean_of {
+                    for m in &den.mean_of {
                         s.pin(m, "divides by a tensor a mean scaled by `1/n`: the quotient reads the count `n`");
                     }
                 }
@@ -738,11 +709,7 @@ impl Flows {
                             .iter()
                             .map(|(m, d)| (m.clone(), d.saturating_mul(k).min(SATURATED)))
                             .collect();
-                        out.mean_of = fa
-                            .mean_of
-                            .iter()
-                            .map(|(m, d)| (m.clone(), d.saturating_mul(k).min(SATURATED)))
-                            .collect();
+                        out.mean_of = fa.mean_of.clone();
                         if let Some((_, _, f, d)) = s.operand("self").cloned() {
                             for kk in 0..n {
                                 out.rep[kk] = f.along(&d, n, kk).0;
@@ -750,7 +717,7 @@ impl Flows {
                         }
                     }
                     Some(e) if e < 0.0 => {
-                        for (m, _) in &fa.mean_of {
+                        for m in &fa.mean_of {
                             s.pin(m, "raises a tensor a mean scaled by `1/n` to a negative power: the result reads the count `n`");
                         }
                     }
@@ -759,7 +726,7 @@ impl Flows {
             }
             "aten.reciprocal" => {
                 let fa = s.first().map(|o| o.2.clone()).unwrap_or_default();
-                for (m, _) in &fa.mean_of {
+                for m in &fa.mean_of {
                     s.pin(m, "takes the reciprocal of a tensor a mean scaled by `1/n`: the result reads the count `n`");
                 }
             }
@@ -830,7 +797,7 @@ impl Flows {
                             .map(|o| o.2.clone())
                             .unwrap_or_default();
                         out.degree = sum_degree([&fg, &fo, &fo].into_iter());
-                        out.mean_of = product_mean(&[&fg, &fo, &fo]);
+                        out.mean_of = fg.mean_of.clone();
                     }
                 }
             }
@@ -861,7 +828,7 @@ impl Flows {
                 }
                 if f.along(&dd, n, dim).1 {
                     // A constant row: each element is `1/n` (a mean's single reading).
-                    add_mean(&mut out.mean_of, self.norm(s.c.sizes, &dm));
+                    add_class(&mut out.mean_of, self.norm(s.c.sizes, &dm));
                 }
             }
             _ => {
@@ -883,7 +850,7 @@ impl Flows {
                     out.same.push(sg && sy);
                 }
                 out.degree = max_degree([&fg, &fy].into_iter());
-                out.mean_of = product_mean(&[&fg, &fy]);
+                out.mean_of = union_mean(&[&fg, &fy]);
             }
         }
         Some(vec![out])
@@ -994,6 +961,12 @@ impl Flows {
                 Some(res)
             }
         }
+    }
+}
+
+fn add_all(into: &mut Vec<Mono>, from: &[Mono]) {
+    for m in from {
+        add_class(into, m.clone());
     }
 }
 

@@ -445,3 +445,108 @@ fn a_constant_computed_without_literals_is_not_proved_at_a_coinciding_size() {
     let reduced = prove_case(&case, &ProveConfig::default());
     assert_ne!(reduced.verdict, Verdict::Proved, "{:?}", reduced.reduction);
 }
+
+/// A case on a `tp=2` mesh, `x: f32[8, 3]` replicated, whose spec and every rank return the
+/// `y: f32[3]` their bodies compute (lines of a graph, indented).
+fn case_of(dir: &Path, spec_body: &str, rank_body: &str) -> shardproof_case::Case {
+    for (file, body) in [("spec.py", spec_body), ("r0.py", rank_body)] {
+        std::fs::write(
+            dir.join(file),
+            format!(
+                "class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[8, 3]\"):\n{body}\n        return (y,)\n"
+            ),
+        )
+        .unwrap();
+    }
+    write_case(dir)
+}
+
+/// Refuted at full size and not proved on reduced sizes, whatever the second-size check says.
+fn assert_refuted_and_not_proved(case: &shardproof_case::Case) {
+    let full = prove_case(
+        case,
+        &ProveConfig {
+            reduce: false,
+            ..ProveConfig::default()
+        },
+    );
+    assert_eq!(full.verdict, Verdict::Refuted, "{:?}", full.message);
+    let reduced = prove_case(case, &ProveConfig::default());
+    assert_ne!(
+        reduced.verdict,
+        Verdict::Proved,
+        "{:?} {:?}",
+        reduced.message,
+        reduced.reduction
+    );
+}
+
+/// A polynomial of degree 2 in a mean's `1/n` whose coefficients are computed without
+/// literals (sums of the same value): the spec returns `m·s` (`m` the mean, `s` the sum of
+/// the 8 rows, `m·s = s²/n`), every rank `8·m·m - 5·m·s + s·s = s²(8/n² - 5/n + 1)`, which
+/// is `s²/n` at `n = 2` and at `n = 4` (the first and second reduced sizes of the rows, as
+/// the second-size check chooses them) but not at 8. Proved today: a known false proof
+/// (docs/prove/reduction.md, "Open: readings at both sizes"; pinning the rows where a mean's
+/// `1/n` is read twice also pins llama's hidden dim at the RMSNorm backward).
+#[test]
+#[ignore = "known false proof: a mean's 1/n read twice with computed coefficients agrees at both reduced sizes"]
+fn a_mean_read_twice_with_computed_coefficients_is_not_proved_at_both_sizes() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = "        m: \"f32[3]\" = torch.ops.aten.mean.dim(x, [0])\n        s: \"f32[3]\" = torch.ops.aten.sum.dim_IntList(x, [0])\n        y: \"f32[3]\" = torch.ops.aten.mul.Tensor(m, s)";
+    let rank = concat!(
+        "        m: \"f32[3]\" = torch.ops.aten.mean.dim(x, [0])\n",
+        "        s: \"f32[3]\" = torch.ops.aten.sum.dim_IntList(x, [0])\n",
+        "        m2: \"f32[3]\" = torch.ops.aten.add.Tensor(m, m)\n",
+        "        m4: \"f32[3]\" = torch.ops.aten.add.Tensor(m2, m2)\n",
+        "        m8: \"f32[3]\" = torch.ops.aten.add.Tensor(m4, m4)\n",
+        "        m5: \"f32[3]\" = torch.ops.aten.add.Tensor(m4, m)\n",
+        "        a: \"f32[3]\" = torch.ops.aten.mul.Tensor(m8, m)\n",
+        "        b: \"f32[3]\" = torch.ops.aten.mul.Tensor(m5, s)\n",
+        "        c: \"f32[3]\" = torch.ops.aten.mul.Tensor(s, s)\n",
+        "        d: \"f32[3]\" = torch.ops.aten.sub.Tensor(a, b)\n",
+        "        y: \"f32[3]\" = torch.ops.aten.add.Tensor(d, c)",
+    );
+    let case = case_of(dir.path(), spec, rank);
+    assert_refuted_and_not_proved(&case);
+}
+
+/// Positions inside an opaque function interpolated at both reduced sizes: every rank adds
+/// `x·F(p)` with `F(p) = (cos(p·x) - 1 + p - p·cos(x))·(cos(p·x) - cos(x + x))`, zero at the
+/// positions 0 and 1 (first factor) and 2 (second factor: `2·x` is `x + x`), so at every
+/// position of the first (2) and the second (3) reduced sizes, but not at 3..8. The
+/// polynomial part has degree 1 in the positions. Open (docs/prove/reduction.md, "Open:
+/// positions through opaque functions at both sizes"): proved today, a known false proof.
+#[test]
+#[ignore = "known false proof: positions inside an opaque function agree at both reduced sizes"]
+fn positions_inside_an_opaque_function_are_not_proved_at_both_sizes() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("spec.py"),
+        "class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[8]\"):\n        y: \"f32[8]\" = torch.ops.aten.clone.default(x)\n        return (y,)\n",
+    )
+    .unwrap();
+    let body = concat!(
+        "        a: \"f32[8]\" = torch.ops.aten.mul.Tensor(pf, x)\n",
+        "        ca: \"f32[8]\" = torch.ops.aten.cos.default(a)\n",
+        "        cx: \"f32[8]\" = torch.ops.aten.cos.default(x)\n",
+        "        t1: \"f32[8]\" = torch.ops.aten.sub.Tensor(ca, 1)\n",
+        "        t2: \"f32[8]\" = torch.ops.aten.add.Tensor(t1, pf)\n",
+        "        t3: \"f32[8]\" = torch.ops.aten.mul.Tensor(pf, cx)\n",
+        "        f1: \"f32[8]\" = torch.ops.aten.sub.Tensor(t2, t3)\n",
+        "        xx: \"f32[8]\" = torch.ops.aten.add.Tensor(x, x)\n",
+        "        cxx: \"f32[8]\" = torch.ops.aten.cos.default(xx)\n",
+        "        f2: \"f32[8]\" = torch.ops.aten.sub.Tensor(ca, cxx)\n",
+        "        f: \"f32[8]\" = torch.ops.aten.mul.Tensor(f1, f2)\n",
+        "        e: \"f32[8]\" = torch.ops.aten.mul.Tensor(x, f)\n",
+        "        y: \"f32[8]\" = torch.ops.aten.add.Tensor(x, e)\n",
+    );
+    std::fs::write(
+        dir.path().join("r0.py"),
+        format!(
+            "class GraphModule(torch.nn.Module):\n    def forward(self, x: \"f32[8]\"):\n{POSITIONS}{body}        return (y,)\n"
+        ),
+    )
+    .unwrap();
+    let case = write_case(dir.path());
+    assert_refuted_and_not_proved(&case);
+}

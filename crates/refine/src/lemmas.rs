@@ -50,7 +50,7 @@ use matmul::matmul_over_cat;
 pub use sums::{apply_everywhere, express_by_combination, merge_equal_sums};
 use sums::{gcd128, pair_sums, Linear, MAX_SEPARATE_ADDS};
 use tables::{elementwise_roots, ew, linear_positions, node_sym, symbols};
-pub use tables::{may_be_linear_in, ELEMENTWISE, LINEAR};
+pub use tables::{may_be_linear_in, scales_with, ELEMENTWISE, LINEAR};
 
 /// The e-graph type of the engine.
 pub type Graph = EGraph<Term, Shapes>;

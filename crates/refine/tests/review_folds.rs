@@ -189,6 +189,8 @@ struct Findings {
     pieces_reused: usize,
     /// The ways (see [`ways`]) that refuted a right program.
     false_refutations: Vec<&'static str>,
+    /// Per way, the failure's hint.
+    hints: Vec<Option<String>>,
 }
 
 /// Runs an attack and asserts soundness: a wrong program is never verified. The ways that
@@ -200,6 +202,7 @@ fn run(m: &Mini) -> Findings {
     let mut verdicts = Vec::new();
     let mut pieces_reused = 0;
     let mut false_refutations = Vec::new();
+    let mut hints = Vec::new();
     for (how, opts) in ways() {
         let o = verify(&case, &opts);
         eprintln!(
@@ -219,12 +222,14 @@ fn run(m: &Mini) -> Findings {
         }
         pieces_reused += o.pieces_reused;
         verdicts.push(o.verdict);
+        hints.push(o.failure.and_then(|f| f.hint));
     }
     Findings {
         agrees,
         verdicts,
         pieces_reused,
         false_refutations,
+        hints,
     }
 }
 
@@ -705,40 +710,54 @@ fn softmax_backward_pieces(name: &str, pre: [&str; 2], post: [&str; 2]) -> Mini 
     }
 }
 
+/// The battery of [`softmax_backward_pieces`]: (name, pre, post, right). Rank 1 is the wrong
+/// one in every wrong attack.
+const SIBLING_FACTORS: &[(&str, [&str; 2], [&str; 2], bool)] = &[
+    ("plain", ["1", "1"], ["1", "1"], true),
+    ("both-two-half", ["2", "2"], ["0.5", "0.5"], true),
+    (
+        "per-rank-factors-right",
+        ["3", "5"],
+        ["0.3333333333333333", "0.2"],
+        true,
+    ),
+    (
+        "per-rank-pre-wrong",
+        ["3", "5"],
+        ["0.3333333333333333", "0.3333333333333333"],
+        false,
+    ),
+    ("rank1-post-differs", ["2", "2"], ["0.5", "1"], false),
+    ("rank1-pre-differs", ["1", "2"], ["1", "1"], false),
+    ("rank1-negated", ["1", "-1"], ["1", "1"], false),
+    ("rank1-negated-twice", ["1", "-1"], ["1", "-1"], true),
+];
+
 /// Symmetric ranks once with constant multiples: a sibling piece whose factor differs from
 /// the first piece's (per rank, or a different multiple of the same clean relation) never
-/// verifies wrong, and right programs are not refuted.
+/// verifies wrong, and right programs are not refuted. Where a wrong one is diagnosed, the
+/// hint names the wrong rank: rank 1, never rank 0, whose factors are right but split
+/// otherwise than the spec's (3 then 1/3 for the spec's 2 then 1/2), or whose multiplication
+/// by 1 is an alias of its operand.
 #[test]
 fn a_sibling_piece_with_another_factor_is_not_verified() {
-    // (name, pre, post, right)
-    let attacks: &[(&str, [&str; 2], [&str; 2], bool)] = &[
-        ("plain", ["1", "1"], ["1", "1"], true),
-        ("both-two-half", ["2", "2"], ["0.5", "0.5"], true),
-        (
-            "per-rank-factors-right",
-            ["3", "5"],
-            ["0.3333333333333333", "0.2"],
-            true,
-        ),
-        (
-            "per-rank-pre-wrong",
-            ["3", "5"],
-            ["0.3333333333333333", "0.3333333333333333"],
-            false,
-        ),
-        ("rank1-post-differs", ["2", "2"], ["0.5", "1"], false),
-        ("rank1-pre-differs", ["1", "2"], ["1", "1"], false),
-        ("rank1-negated", ["1", "-1"], ["1", "1"], false),
-        ("rank1-negated-twice", ["1", "-1"], ["1", "-1"], true),
-    ];
     let mut reused = 0;
-    for &(name, pre, post, right) in attacks {
+    for &(name, pre, post, right) in SIBLING_FACTORS {
         let f = run(&softmax_backward_pieces(name, pre, post));
         assert_eq!(
             f.agrees, right,
             "{name}: the interpreter disagrees with the design"
         );
         assert!(f.false_refutations.is_empty(), "{name}: {f:?}");
+        if !right {
+            for h in &f.hints {
+                let h = h.as_deref().unwrap_or_default();
+                assert!(
+                    h.contains("`r1.") && !h.contains("`r0."),
+                    "{name}: the hint does not blame rank 1 alone: {f:?}"
+                );
+            }
+        }
         reused += f.pieces_reused;
     }
     // The premise: siblings took the first piece's multiple somewhere in the battery.

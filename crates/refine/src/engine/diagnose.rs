@@ -2,6 +2,7 @@
 //! relations stop ([`blame`]), with the failure the report shows and the strength of its
 //! evidence.
 
+use super::evidence::arg_values;
 use super::evidence::{
     added_to_before_reduction, changed_before_reduction, collective_ranks, dropped_clause,
     dropped_input, expr_leaves, is_rank_sum, leaf_ranks, linear_in_leaf, misaligned_pieces,
@@ -40,53 +41,197 @@ fn literal_multiplier(nd: &shardproof_ir::Node) -> Option<f64> {
     }
 }
 
-/// How many operators past a rank's scale [`completed_later`] follows.
+/// How many operators past a scale [`ScaleChain`] follows.
 const MAX_SCALE_CHAIN: usize = 8;
 
-/// Whether node `n` of rank `r`, a scale by another literal than the spec operator `spec`'s,
-/// is made up to the spec's factor by further literal scales of its result on that rank,
-/// through operators that may be linear in it (a cast, a flip; see
-/// [`super::evidence::linear_in_leaf`]): the spec's factor split over two scales.
-fn completed_later(
-    case: &Case,
-    imp: &Impl,
-    r: usize,
-    n: usize,
-    spec: &shardproof_ir::Node,
-) -> bool {
-    let (Some(want), Some(first)) = (
-        literal_multiplier(spec),
-        literal_multiplier(&case.program.ranks[r].nodes[n]),
-    ) else {
-        return false;
-    };
-    let close = |m: f64| (m - want).abs() <= 1e-12 * want.abs().max(1.0);
+/// Whether two factors are the same up to rounding.
+fn same_factor(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-12 * b.abs().max(1.0)
+}
+
+/// The factors a scale reaches along the literal scales after it, through operators that keep
+/// a factor of their operand: at every point, and at the chain's ends (`None` where
+/// [`MAX_SCALE_CHAIN`] cut it off).
+struct ScaleChain {
+    points: Vec<f64>,
+    ends: Option<Vec<f64>>,
+}
+
+impl ScaleChain {
+    /// Whether some point of one is some point of the other: a factor split over other scales
+    /// (1/4, then 1/2 for the spec's 1/8; 3, then 1/3 for the spec's 2, then 1/2).
+    fn meets(&self, other: &ScaleChain) -> bool {
+        self.points
+            .iter()
+            .any(|&a| other.points.iter().any(|&b| same_factor(a, b)))
+    }
+
+    /// Whether both chains' ends are known and some end of one is an end of the other
+    /// (`Some(true)`), none is (`Some(false)`), or that is not known (`None`).
+    fn ends_meet(&self, other: &ScaleChain) -> Option<bool> {
+        let (Some(a), Some(b)) = (&self.ends, &other.ends) else {
+            return None;
+        };
+        if a.is_empty() || b.is_empty() {
+            return None;
+        }
+        Some(a.iter().any(|&x| b.iter().any(|&y| same_factor(x, y))))
+    }
+
+    fn show_ends(&self) -> String {
+        let mut ends: Vec<String> = Vec::new();
+        for e in self.ends.iter().flatten() {
+            let e = e.to_string();
+            if !ends.contains(&e) {
+                ends.push(e);
+            }
+        }
+        ends.join(" or ")
+    }
+}
+
+/// How a chain steps past an operator that is no literal scale: `Loose` through any that may
+/// be linear in the scaled value (to withhold evidence), `Strict` only through those that
+/// scale their result by its factor ([`crate::lemmas::scales_with`]; to name a rank).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Step {
+    Loose,
+    Strict,
+}
+
+/// The one argument position at which a node reads `x` among `args`' values (of which
+/// `values` gives the values, canonical), where it reads it at exactly one, as a tensor of its
+/// own (not in a list).
+fn single_position<V: PartialEq>(
+    args: &[shardproof_ir::Arg],
+    values: impl Fn(&shardproof_ir::Arg) -> Vec<V>,
+    x: &V,
+) -> Option<usize> {
+    let mut at = None;
+    for (i, a) in args.iter().enumerate() {
+        let vals = values(a);
+        let n = vals.iter().filter(|v| *v == x).count();
+        if n == 0 {
+            continue;
+        }
+        if n > 1 || at.is_some() || !matches!(a, shardproof_ir::Arg::Value(_)) {
+            return None;
+        }
+        at = Some(i);
+    }
+    at
+}
+
+/// The factor a node applies to the scaled value `x` it reads: its literal multiplier, or 1
+/// where it keeps the factor (see [`Step`]); `None` where the chain ends there.
+fn step_factor(
+    nd: &shardproof_ir::Node,
+    pos: Option<usize>,
+    step: Step,
+    loose: impl Fn() -> bool,
+) -> Option<f64> {
+    if pos == Some(0) {
+        if let Some(k) = literal_multiplier(nd) {
+            return Some(k);
+        }
+    }
+    let op = nd.op()?.to_string();
+    let strict = pos.is_some_and(|i| crate::lemmas::scales_with(&op, i));
+    (strict || (step == Step::Loose && loose())).then_some(1.0)
+}
+
+/// The chain of rank `r` from its node `n`, which multiplies by `first`.
+fn rank_chain(case: &Case, imp: &Impl, r: usize, n: usize, first: f64, step: Step) -> ScaleChain {
+    let mut points = vec![first];
+    let mut ends = Vec::new();
     let mut frontier = vec![(n, first)];
     for _ in 0..MAX_SCALE_CHAIN {
         let mut next = Vec::new();
         for (n, m) in frontier {
-            if close(m) {
-                return true;
-            }
             let out = imp.canon(ValueRef {
                 rank: Some(r),
                 value: ValueId::new(n, 0),
             });
+            let mut continued = false;
             for &(r2, n2) in imp.consumers.get(&out).map_or(&[][..], Vec::as_slice) {
-                let nd = &case.program.ranks[r2].nodes[n2];
                 if r2 != r {
                     continue;
                 }
-                if let Some(k) = literal_multiplier(nd) {
+                let nd = &case.program.ranks[r2].nodes[n2];
+                let pos = single_position(nd.args(), |a| arg_values(imp, r2, a), &out);
+                let loose = || linear_in_leaf(case, imp, r2, n2, out);
+                if let Some(k) = step_factor(nd, pos, step, loose) {
+                    points.push(m * k);
                     next.push((n2, m * k));
-                } else if linear_in_leaf(case, imp, r2, n2, out) {
-                    next.push((n2, m));
+                    continued = true;
                 }
+            }
+            if !continued {
+                ends.push(m);
             }
         }
         frontier = next;
+        if frontier.is_empty() {
+            return ScaleChain {
+                points,
+                ends: Some(ends),
+            };
+        }
     }
-    frontier.iter().any(|&(_, m)| close(m))
+    ScaleChain { points, ends: None }
+}
+
+/// The chain of the spec from its value `v`, which its node multiplies by `first`.
+fn spec_chain(spec: &IrGraph, v: ValueId, first: f64, step: Step) -> ScaleChain {
+    let mut points = vec![first];
+    // Per value reached: its factor and how many operators past `v` it is.
+    let mut at: HashMap<ValueId, (f64, usize)> = HashMap::from([(v, (first, 0))]);
+    let mut continued: HashSet<ValueId> = HashSet::new();
+    let mut cut = false;
+    let values = |a: &shardproof_ir::Arg| {
+        let mut vals = Vec::new();
+        a.values(&mut vals);
+        vals
+    };
+    for (n, nd) in spec.nodes.iter().enumerate().skip(v.node + 1) {
+        let reached: Vec<ValueId> = nd
+            .inputs()
+            .into_iter()
+            .filter(|x| at.contains_key(x))
+            .collect();
+        // A node reading two scaled values (a product of both, a sum) keeps no one factor.
+        let [x] = reached.as_slice() else {
+            continue;
+        };
+        let pos = single_position(nd.args(), values, x);
+        let loose = || {
+            pos.is_some_and(|i| {
+                nd.op()
+                    .is_some_and(|o| crate::lemmas::may_be_linear_in(&o.to_string(), i))
+            })
+        };
+        let Some(k) = step_factor(nd, pos, step, loose) else {
+            continue;
+        };
+        let (m, depth) = at[x];
+        if depth + 1 > MAX_SCALE_CHAIN {
+            cut = true;
+            continue;
+        }
+        continued.insert(*x);
+        points.push(m * k);
+        at.insert(ValueId::new(n, 0), (m * k, depth + 1));
+    }
+    let mut ends: Vec<(ValueId, f64)> = at
+        .iter()
+        .filter(|(x, _)| !continued.contains(x))
+        .map(|(x, (m, _))| (*x, *m))
+        .collect();
+    ends.sort_by_key(|a| a.0);
+    ScaleChain {
+        points,
+        ends: (!cut).then(|| ends.into_iter().map(|e| e.1).collect()),
+    }
 }
 
 /// Whether a spec operator multiplies by a constant itself: its result being a constant
@@ -560,50 +705,9 @@ pub(super) fn blame(
     };
     // The spec operator scales by a constant and an implementation operator of the same kind
     // reading the related tensors scales by another: a wrong scale factor (however irrational).
+    // A rank's multiplication by 1 is an alias of its operand, read here as a scale by 1.
     if hint.is_none() && scales_itself(node) {
-        let factor = |nd: &shardproof_ir::Node| nd.args().get(1).and_then(|a| a.as_f64());
-        if let Some(c) = factor(node) {
-            let op = node.op().map(|o| o.to_string());
-            'found: for x in node.inputs() {
-                let Some(State::Related(r)) = state.get(&x) else {
-                    continue;
-                };
-                for e in &r.exprs {
-                    for n in e.as_ref() {
-                        let Term::Op(s, k) = n else { continue };
-                        let Some((rank, nm)) =
-                            crate::term::parse_leaf(s.as_str()).filter(|_| k.is_empty())
-                        else {
-                            continue;
-                        };
-                        let Some(v) = imp.find(rank, nm) else {
-                            continue;
-                        };
-                        let leaf = ValueRef {
-                            rank: Some(rank),
-                            value: v,
-                        };
-                        for &(r2, n2) in imp.consumers.get(&leaf).map_or(&[][..], Vec::as_slice) {
-                            let nd = &case.program.ranks[r2].nodes[n2];
-                            if nd.op().map(|o| o.to_string()) == op {
-                                if let Some(c2) = factor(nd)
-                                    .filter(|c2| (c2 - c).abs() > 1e-12 * c.abs().max(1.0))
-                                    // A factor split over two scales (1/4, then 1/2 for the
-                                    // spec's 1/8) is the spec's: no evidence.
-                                    .filter(|_| !completed_later(case, imp, r2, n2, node))
-                                {
-                                    hint = Some(format!(
-                                        "the spec multiplies by {c} here, but `r{r2}.{}` multiplies the corresponding tensor by {c2} (a wrong scale factor, e.g. computed from a local size)",
-                                        nd.name
-                                    ));
-                                    break 'found;
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-        }
+        hint = other_scale_factor(case, imp, state, node, v);
     }
     // Set when the row check was too large to run, or a reduction search was cut off: the
     // report says so, but nothing is concluded from a check that did not run.
@@ -666,4 +770,102 @@ pub(super) fn blame(
         other_stops,
         not_computed,
     }
+}
+
+/// The wrong scale factor at a spec operator `v` (`node`) that multiplies by a literal, as a
+/// hint naming the rank that multiplies otherwise: a rank's counterpart (an operator of the
+/// same kind reading a tensor of the input's relation) with another literal whose factors
+/// further on never meet the spec's ([`ScaleChain::meets`]). Where every such rank makes its
+/// factor up later (the ranks split the spec's factors otherwise, the reason relations stop
+/// here), a rank whose counterpart scales as the spec does but whose factors come to another
+/// total at the chains' ends, where those ranks' come to the spec's, is the wrong one.
+fn other_scale_factor(
+    case: &Case,
+    imp: &Impl,
+    state: &HashMap<ValueId, State>,
+    node: &shardproof_ir::Node,
+    v: ValueId,
+) -> Option<String> {
+    let factor = |nd: &shardproof_ir::Node| nd.args().get(1).and_then(|a| a.as_f64());
+    let c = factor(node)?;
+    let want = literal_multiplier(node)?;
+    let op = node.op().map(|o| o.to_string());
+    let spec_loose = std::cell::OnceCell::new();
+    let spec_loose = || spec_loose.get_or_init(|| spec_chain(&case.spec, v, want, Step::Loose));
+    // Counterparts that multiply otherwise and make it up later, and those that multiply as
+    // the spec does.
+    let mut made_up: Vec<(usize, usize)> = Vec::new();
+    let mut agreeing: Vec<(usize, usize)> = Vec::new();
+    for x in node.inputs() {
+        let Some(State::Related(r)) = state.get(&x) else {
+            continue;
+        };
+        for e in &r.exprs {
+            for t in e.as_ref() {
+                let Term::Op(s, k) = t else { continue };
+                let Some((rank, nm)) = crate::term::parse_leaf(s.as_str()).filter(|_| k.is_empty())
+                else {
+                    continue;
+                };
+                let Some(value) = imp.find(rank, nm) else {
+                    continue;
+                };
+                let leaf = imp.canon(ValueRef {
+                    rank: Some(rank),
+                    value,
+                });
+                let calls = imp.consumers.get(&leaf).into_iter().flatten();
+                let aliases = imp.alias_calls.get(&leaf).into_iter().flatten();
+                for &(r2, n2) in calls.chain(aliases) {
+                    let nd = &case.program.ranks[r2].nodes[n2];
+                    if nd.op().map(|o| o.to_string()) != op {
+                        continue;
+                    }
+                    let Some(c2) = factor(nd) else { continue };
+                    if same_factor(c2, c) {
+                        if !agreeing.contains(&(r2, n2)) {
+                            agreeing.push((r2, n2));
+                        }
+                        continue;
+                    }
+                    let Some(m2) = literal_multiplier(nd) else {
+                        continue;
+                    };
+                    // A factor split over other scales than the spec's: no evidence here.
+                    if rank_chain(case, imp, r2, n2, m2, Step::Loose).meets(spec_loose()) {
+                        if !made_up.contains(&(r2, n2)) {
+                            made_up.push((r2, n2));
+                        }
+                        continue;
+                    }
+                    return Some(format!(
+                        "the spec multiplies by {c} here, but `r{r2}.{}` multiplies the corresponding tensor by {c2} (a wrong scale factor, e.g. computed from a local size)",
+                        nd.name
+                    ));
+                }
+            }
+        }
+    }
+    if made_up.is_empty() || agreeing.is_empty() {
+        return None;
+    }
+    let spec = spec_chain(&case.spec, v, want, Step::Strict);
+    let calibrated = made_up.iter().any(|&(r2, n2)| {
+        let m2 = literal_multiplier(&case.program.ranks[r2].nodes[n2]).unwrap_or(1.0);
+        rank_chain(case, imp, r2, n2, m2, Step::Strict).ends_meet(&spec) == Some(true)
+    });
+    if !calibrated {
+        return None;
+    }
+    agreeing.iter().find_map(|&(r2, n2)| {
+        let chain = rank_chain(case, imp, r2, n2, want, Step::Strict);
+        (chain.ends_meet(&spec) == Some(false)).then(|| {
+            format!(
+                "the ranks split the spec's factors otherwise from here, and `r{r2}.{}`, which multiplies by {c} as the spec does, comes to {} in all where the spec comes to {} (a wrong scale factor, e.g. computed from a local size)",
+                case.program.ranks[r2].nodes[n2].name,
+                chain.show_ends(),
+                spec.show_ends()
+            )
+        })
+    })
 }

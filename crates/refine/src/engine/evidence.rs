@@ -918,7 +918,7 @@ pub(super) fn reduction_path_within(
 const MAX_SEEN: usize = 4096;
 
 /// The values of argument `a` of a node of rank `r`, canonical.
-fn arg_values(imp: &Impl, r: usize, a: &shardproof_ir::Arg) -> Vec<ValueRef> {
+pub(super) fn arg_values(imp: &Impl, r: usize, a: &shardproof_ir::Arg) -> Vec<ValueRef> {
     let mut vals = Vec::new();
     a.values(&mut vals);
     vals.into_iter()

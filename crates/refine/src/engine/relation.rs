@@ -84,6 +84,9 @@ pub(super) struct Impl<'a> {
     pub(super) canon: HashMap<ValueRef, ValueRef>,
     /// Per canonical rank value: the (rank, node) terms that read it.
     pub(super) consumers: HashMap<ValueRef, Vec<(usize, usize)>>,
+    /// Per canonical rank value: the (rank, node) calls lowered as its aliases (a `clone`, a
+    /// multiplication by 1), which `consumers` leaves out, in rank and program order.
+    pub(super) alias_calls: HashMap<ValueRef, Vec<(usize, usize)>>,
     /// Rank values computed from constants only.
     pub(super) const_only: HashSet<ValueRef>,
     /// Rank values of the case's cuts (`inputs:` entries that are no graph inputs): leaves,
@@ -293,6 +296,19 @@ pub(super) fn build_impl<'a>(case: &'a Case, ctx: &LowerCtx) -> Impl<'a> {
             canon.insert(v, target);
         }
     }
+    let mut alias_calls: HashMap<ValueRef, Vec<(usize, usize)>> = HashMap::new();
+    for (v, target) in &canon {
+        if let Some(r) = v.rank {
+            alias_calls
+                .entry(*target)
+                .or_default()
+                .push((r, v.value.node));
+        }
+    }
+    for calls in alias_calls.values_mut() {
+        calls.sort_unstable();
+        calls.dedup();
+    }
     let mut consumers: HashMap<ValueRef, Vec<(usize, usize)>> = HashMap::new();
     let mut terms: Vec<(ValueRef, Vec<ValueRef>)> = Vec::new();
     for (r, g) in case.program.ranks.iter().enumerate() {
@@ -342,6 +358,7 @@ pub(super) fn build_impl<'a>(case: &'a Case, ctx: &LowerCtx) -> Impl<'a> {
         lowered,
         canon,
         consumers,
+        alias_calls,
         const_only,
         cut,
         unknown_consts,

@@ -219,6 +219,40 @@ pub fn may_be_linear_in(sym: &str, pos: usize) -> bool {
     )
 }
 
+/// Whether multiplying argument `pos` of an operator by a constant multiplies its result by
+/// the same constant whatever its other arguments hold (under-approximated: diagnosis follows
+/// a scale factor through these to name the rank whose factors differ). Not an operand linear
+/// only jointly with another (`add`, `where`), placed beside other values (`cat`, a pad) or
+/// rounded by a cast.
+pub fn scales_with(sym: &str, pos: usize) -> bool {
+    let (positions, joint) = linear_positions(sym);
+    if positions.contains(&pos) {
+        return !joint && sym != "aten._to_copy.default";
+    }
+    pos == 0
+        && matches!(
+            sym,
+            "aten.clone.default"
+                | "aten.contiguous.default"
+                | "aten.alias.default"
+                | "aten.reshape.default"
+                | "aten._unsafe_view.default"
+                | "aten.unsqueeze.default"
+                | "aten.squeeze.dim"
+                | "aten.t.default"
+                | "aten.slice.Tensor"
+                | "aten.index_select.default"
+                | "aten.flip.default"
+                | "aten.roll.default"
+                | "aten.cumsum.default"
+                | "aten.tril.default"
+                | "aten.triu.default"
+                | "aten.repeat.default"
+                | "aten.diagonal.default"
+                | "aten.narrow.default"
+        )
+}
+
 pub(super) fn linear_positions(sym: &str) -> (Vec<usize>, bool) {
     if let Some(e) = ew(sym) {
         return (e.2.to_vec(), e.3);

@@ -362,7 +362,6 @@ fn partial_sum_then(name: &str, steps: &[(&str, &str, &str)]) -> Mini {
     }
 }
 
-
 /// The softmax backward over rows split over dp=2 (as `tests/sibling_pieces.rs`): the spec
 /// doubles `g`, takes the backward over it and `p` and halves it; rank `r` runs `ranks[r]`
 /// (`(name, call)` lines over `[2, 6]` tensors, the last named `out`). With `p_replicated`
@@ -522,7 +521,6 @@ macro_rules! sliced_p {
     };
 }
 
-
 /// The shape of `tests/sibling_pieces.rs`: the ranks take the backward over `g` as it is (the
 /// spec's operator is then twice their concatenation, a multiple each sibling takes from the
 /// first piece), over `pb`, the second of two scalings of `p` by `k0` and `k1`.
@@ -597,11 +595,35 @@ const SIBLING_ATTACKS: &[(&str, Steps, Steps, bool, bool)] = &[
         false,
     ),
     ("plain", PLAIN, PLAIN, false, true),
-    ("dup-both-second", DUPLICATE_SECOND, DUPLICATE_SECOND, false, true),
-    ("dup-first-then-second", DUPLICATE_FIRST, DUPLICATE_SECOND, false, true),
+    (
+        "dup-both-second",
+        DUPLICATE_SECOND,
+        DUPLICATE_SECOND,
+        false,
+        true,
+    ),
+    (
+        "dup-first-then-second",
+        DUPLICATE_FIRST,
+        DUPLICATE_SECOND,
+        false,
+        true,
+    ),
     ("dup-rank1-only", PLAIN, DUPLICATE_SECOND, false, true),
-    ("lookalike-rank1", DUPLICATE_SECOND, LOOKALIKE_WRONG, false, false),
-    ("lookalike-rank0", LOOKALIKE_WRONG, DUPLICATE_SECOND, false, false),
+    (
+        "lookalike-rank1",
+        DUPLICATE_SECOND,
+        LOOKALIKE_WRONG,
+        false,
+        false,
+    ),
+    (
+        "lookalike-rank0",
+        LOOKALIKE_WRONG,
+        DUPLICATE_SECOND,
+        false,
+        false,
+    ),
     ("both-equal", BOTH_EQUAL, BOTH_EQUAL, false, true),
     ("both-rank1-unequal", BOTH_EQUAL, BOTH_UNEQUAL, false, false),
     (
@@ -696,6 +718,15 @@ const SPLIT_SCALES: &[(&str, Steps, bool)] = &[
         ],
         false,
     ),
+    // The control of the two below: a quarter alone, no later scale.
+    (
+        "quarter-only",
+        &[
+            ("t", "f32", "aten.mul.Tensor(y, 0.25)"),
+            ("out", "f32", "aten.mul.Tensor(t, 1)"),
+        ],
+        false,
+    ),
     // The output is the quarter plus its half: three eighths.
     (
         "quarter-plus-its-half",
@@ -766,7 +797,11 @@ const AFTER_PARTIAL_SUM: &[(&str, Steps, bool)] = &[
     ),
     (
         "masked-fill-five-keyword",
-        &[("q", "f32[4, 4]", "aten.masked_fill.Scalar(p, m, value = 5.0)")],
+        &[(
+            "q",
+            "f32[4, 4]",
+            "aten.masked_fill.Scalar(p, m, value = 5.0)",
+        )],
         false,
     ),
     (
@@ -811,7 +846,19 @@ const AFTER_PARTIAL_SUM: &[(&str, Steps, bool)] = &[
         ],
         false,
     ),
-    ("square", &[("q", "f32[4, 4]", "aten.mul.Tensor(p, p)")], false),
+    (
+        "where-against-ones-keyword",
+        &[
+            ("z", "f32[4, 4]", "aten.full_like.default(p, 1.0)"),
+            ("q", "f32[4, 4]", "aten.where.self(m, p, other = z)"),
+        ],
+        false,
+    ),
+    (
+        "square",
+        &[("q", "f32[4, 4]", "aten.mul.Tensor(p, p)")],
+        false,
+    ),
     (
         "zeros-minus-p",
         &[
@@ -848,4 +895,121 @@ fn operators_after_a_partial_sum() {
         .filter(|(_, right, v)| *right && v.contains(&Verdict::Refuted))
         .collect();
     assert!(refuted_right.is_empty(), "{refuted_right:?}");
+}
+
+/// Every way's verdict and hint for an attack (after [`run`]'s soundness assertion).
+fn hints_of(m: &Mini) -> Vec<(&'static str, Verdict, Option<String>)> {
+    run(m);
+    let dir = tempfile::tempdir().unwrap();
+    let case = m.case(dir.path());
+    ways()
+        .into_iter()
+        .map(|(how, opts)| {
+            let o = verify(&case, &opts);
+            (how, o.verdict, o.failure.and_then(|f| f.hint))
+        })
+        .collect()
+}
+
+fn after_partial_sum(name: &str) -> Mini {
+    let &(_, steps, _) = AFTER_PARTIAL_SUM.iter().find(|a| a.0 == name).unwrap();
+    partial_sum_then(name, steps)
+}
+
+/// Bug (lost evidence): `evidence::linear_in_leaf` reads a pad's or a masked fill's value at
+/// its position only (`constant_operand`, `node.args().get(k)`); given as a keyword argument
+/// (`value = 1.0`) it is taken for zero, the affine operator is withheld from blame and the
+/// wrong program is inconclusive, where the same call with the value positional is refuted
+/// ("counted once per rank").
+#[test]
+fn a_nonzero_constant_given_by_keyword_is_refuted() {
+    for name in ["pad-one-keyword", "masked-fill-five-keyword"] {
+        let f = run(&after_partial_sum(name));
+        assert!(!f.agrees);
+        assert!(
+            f.verdicts.iter().all(|v| *v == Verdict::Refuted),
+            "{name}: a nonzero constant given by keyword is not blamed: {f:?}"
+        );
+    }
+}
+
+/// Bug (lost evidence): `evidence::linear_in_leaf` asks of each argument reading the partial
+/// sum whether the operator may be linear there, not whether it is linear in all of them
+/// together: `p * p` (linear in each factor, not jointly additive) is withheld from blame and
+/// the wrong program is inconclusive.
+#[test]
+fn a_partial_sum_squared_before_its_reduction_is_refuted() {
+    let f = run(&after_partial_sum("square"));
+    assert!(!f.agrees);
+    assert!(
+        f.verdicts.iter().all(|v| *v == Verdict::Refuted),
+        "the square of a partial sum is not blamed: {f:?}"
+    );
+}
+
+/// Bug (wrong diagnosis): a fill of ones selected in by keyword (`where(m, p, other = z)`)
+/// before the all-reduce is refuted (rightly) as "never reduces it across ranks (a missing
+/// all-reduce?)", though the ranks all-reduce `q`; positional, it is blamed on the `where`.
+#[test]
+fn a_keyword_operand_before_the_reduction_is_not_a_missing_reduction() {
+    for (how, verdict, hint) in hints_of(&after_partial_sum("where-against-ones-keyword")) {
+        assert_ne!(verdict, Verdict::Verified);
+        let hint = hint.unwrap_or_default();
+        assert!(
+            !hint.contains("never reduces it"),
+            "[{how}] a reduced sum is diagnosed as never reduced: {hint}"
+        );
+    }
+}
+
+fn split_scale(name: &str) -> Mini {
+    let eighth: Steps = &[("out", "f32", "aten.mul.Tensor(y, 0.125)")];
+    let &(_, r1, _) = SPLIT_SCALES.iter().find(|a| a.0 == name).unwrap();
+    column_parallel(name, eighth, [eighth, r1], None, &[])
+}
+
+/// Bug (lost evidence): `diagnose::completed_later` withholds the wrong-scale evidence where
+/// any chain of later scales from the rank's scale makes up the spec's factor, even one off
+/// the output (a side branch nothing returns, or one summand of the output): a rank whose
+/// output carries a quarter (or three eighths) for the spec's eighth is inconclusive at a node
+/// limit of 10, where the same rank without the side scale (`quarter-only`) is refuted as a
+/// wrong scale factor.
+#[test]
+fn a_scale_completed_only_off_the_output_is_refuted() {
+    let control = run(&split_scale("quarter-only"));
+    assert!(control.verdicts.iter().all(|v| *v == Verdict::Refuted));
+    for name in ["quarter-half-on-a-side-branch", "quarter-plus-its-half"] {
+        let found = hints_of(&split_scale(name));
+        for (how, verdict, hint) in found {
+            if how.starts_with("limit-10") {
+                assert_eq!(
+                    verdict,
+                    Verdict::Refuted,
+                    "{name} [{how}]: the wrong scale is not blamed ({hint:?})"
+                );
+            }
+        }
+    }
+}
+
+/// Bug (wrong diagnosis): rank 1 reads a tensor that looks like its equal twin but is not
+/// (`gb = g * 3` beside `ga = g * 2`); the refutation blames a dangling tensor ("no
+/// implementation operator reads r0.ga, r1.ga ... the ranks compute the value and drop it"),
+/// though rank 0 reads `gb`, proven equal to its `ga`: `unread_leaves` ignores the relation's
+/// equal tensors.
+#[test]
+fn a_lookalike_operand_is_not_diagnosed_as_a_dangling_tensor() {
+    let m = dp_softmax_backward(
+        "lookalike-rank1",
+        [DUPLICATE_SECOND, LOOKALIKE_WRONG],
+        false,
+    );
+    for (how, verdict, hint) in hints_of(&m) {
+        assert_ne!(verdict, Verdict::Verified);
+        let hint = hint.unwrap_or_default();
+        assert!(
+            !hint.contains("compute the value and drop it"),
+            "[{how}] a tensor read through its equal is called dangling: {hint}"
+        );
+    }
 }

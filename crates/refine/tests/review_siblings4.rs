@@ -884,6 +884,9 @@ fn after_partial_sum_findings() -> Vec<(&'static str, bool, Vec<Verdict>)> {
         .collect()
 }
 
+/// Operators between a partial sum and its all-reduce (zero fills made otherwise, constants
+/// given as integers, operators not linear in the sum beside a zero fill): no wrong program
+/// verifies (asserted in [`run`]) and no right one is refuted.
 #[test]
 fn operators_after_a_partial_sum() {
     let found = after_partial_sum_findings();
@@ -911,6 +914,7 @@ fn hints_of(m: &Mini) -> Vec<(&'static str, Verdict, Option<String>)> {
         .collect()
 }
 
+/// The attack `name` of [`AFTER_PARTIAL_SUM`].
 fn after_partial_sum(name: &str) -> Mini {
     let &(_, steps, _) = AFTER_PARTIAL_SUM.iter().find(|a| a.0 == name).unwrap();
     partial_sum_then(name, steps)
@@ -962,6 +966,7 @@ fn a_keyword_operand_before_the_reduction_is_not_a_missing_reduction() {
     }
 }
 
+/// The attack `name` of [`SPLIT_SCALES`]: rank 0 scales by the spec's eighth at once.
 fn split_scale(name: &str) -> Mini {
     let eighth: Steps = &[("out", "f32", "aten.mul.Tensor(y, 0.125)")];
     let &(_, r1, _) = SPLIT_SCALES.iter().find(|a| a.0 == name).unwrap();

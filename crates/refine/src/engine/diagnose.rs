@@ -78,6 +78,18 @@ impl ScaleChain {
         Some(a.iter().any(|&x| b.iter().any(|&y| same_factor(x, y))))
     }
 
+    /// Whether both chains' ends are known and every end of this one is an end of the other
+    /// (a factor made up on every path, not only off the output), or that is not known.
+    fn ends_within(&self, other: &ScaleChain) -> Option<bool> {
+        let (Some(a), Some(b)) = (&self.ends, &other.ends) else {
+            return None;
+        };
+        if a.is_empty() || b.is_empty() {
+            return None;
+        }
+        Some(a.iter().all(|&x| b.iter().any(|&y| same_factor(x, y))))
+    }
+
     fn show_ends(&self) -> String {
         let mut ends: Vec<String> = Vec::new();
         for e in self.ends.iter().flatten() {
@@ -166,7 +178,14 @@ fn rank_chain(case: &Case, imp: &Impl, r: usize, n: usize, first: f64, step: Ste
                     continued = true;
                 }
             }
-            if !continued {
+            // A value the rank returns keeps its factor there, whatever its uses scale.
+            let returned = case.program.ranks[r].outputs.iter().flatten().any(|&o| {
+                imp.canon(ValueRef {
+                    rank: Some(r),
+                    value: o,
+                }) == out
+            });
+            if !continued || returned {
                 ends.push(m);
             }
         }
@@ -740,7 +759,7 @@ pub(super) fn blame(
     if hint.is_none() && !scales_itself(node) && scaled(&v) {
         // A multiple of tensors the ranks never read is a dropped value, whatever the factor.
         let dropped = match state.get(&v) {
-            Some(State::Related(r)) => unread_leaves(case, imp, &r.exprs)
+            Some(State::Related(r)) => unread_leaves(case, imp, r)
                 .map(|names| (render(&r.exprs[0], r.exprs[0].as_ref().len() - 1), names)),
             _ => None,
         };
@@ -832,7 +851,9 @@ fn other_scale_factor(
                         continue;
                     };
                     // A factor split over other scales than the spec's: no evidence here.
-                    if rank_chain(case, imp, r2, n2, m2, Step::Loose).meets(spec_loose()) {
+                    let chain = rank_chain(case, imp, r2, n2, m2, Step::Loose);
+                    let spec = spec_loose();
+                    if chain.ends_within(spec).unwrap_or_else(|| chain.meets(spec)) {
                         if !made_up.contains(&(r2, n2)) {
                             made_up.push((r2, n2));
                         }

@@ -3,10 +3,10 @@
 //! group, reductions over a sharded dim, values the ranks compute and drop.
 
 use super::diagnose::clean_with_shape;
-use super::relation::{tpl_values, Impl, State};
+use super::relation::{tpl_values, Impl, Rel, State};
 use super::report::render;
 use crate::lower::{Lowered, Tpl, ValueRef};
-use crate::term::{is_op, leaf_symbol, Term, CAT, LIST, SLICE, SUM};
+use crate::term::{is_op, leaf_symbol, parse_leaf, Term, CAT, LIST, SLICE, SUM};
 use egg::{Id, RecExpr, Symbol};
 use shardproof_case::Case;
 use shardproof_ir::ValueId;
@@ -506,12 +506,9 @@ pub(super) fn expr_leaves(imp: &Impl, e: &RecExpr<Term>) -> Vec<ValueRef> {
 /// The rank tensors of a relation, when every one of its expressions is over rank tensors that
 /// no implementation operator reads and no rank returns (named as `rK.name`, from the first
 /// expression): a value the ranks compute and then drop.
-pub(super) fn unread_leaves(
-    case: &Case,
-    imp: &Impl,
-    exprs: &[RecExpr<Term>],
-) -> Option<Vec<String>> {
-    let unread = |l: &ValueRef| {
+pub(super) fn unread_leaves(case: &Case, imp: &Impl, rel: &Rel) -> Option<Vec<String>> {
+    let exprs = &rel.exprs[..];
+    let unread_one = |l: &ValueRef| {
         let Some(r) = l.rank else { return false };
         let g = &case.program.ranks[r];
         let c = imp.canon(*l);
@@ -524,6 +521,27 @@ pub(super) fn unread_leaves(
         imp.consumers.get(&c).is_none_or(Vec::is_empty)
             && !g.nodes.iter().any(|n| n.inputs().contains(&l.value))
             && !g.outputs.iter().flatten().any(|&o| canon_of(o) == c)
+    };
+    // A tensor the relation proves equal to one that is read is read through it.
+    let unread = |l: &ValueRef| {
+        let name = leaf_symbol(l.rank.unwrap_or(0), &imp.name(*l));
+        let group = rel
+            .equal_leaves
+            .iter()
+            .find(|g| g.iter().any(|s| s.as_str() == name));
+        unread_one(l)
+            && group.is_none_or(|g| {
+                g.iter().all(|s| {
+                    parse_leaf(s.as_str())
+                        .and_then(|(r, n)| imp.find(r, n).map(|v| (r, v)))
+                        .is_none_or(|(r, v)| {
+                            unread_one(&ValueRef {
+                                rank: Some(r),
+                                value: v,
+                            })
+                        })
+                })
+            })
     };
     let leaves: Vec<Vec<ValueRef>> = exprs.iter().map(|e| expr_leaves(imp, e)).collect();
     let dropped = !leaves.is_empty()
@@ -691,7 +709,7 @@ pub(super) fn dropped_input(
             Some(State::Related(r)) if r.clean => r,
             _ => return None,
         };
-        let names = unread_leaves(case, imp, &r.exprs)?;
+        let names = unread_leaves(case, imp, r)?;
         Some(format!(
             "input `{}` is {}, but {}",
             case.spec.value_name(x),
@@ -758,16 +776,33 @@ pub(super) fn linear_in_leaf(case: &Case, imp: &Impl, r: usize, n: usize, leaf: 
     let Some(op) = node.op().map(|o| o.to_string()) else {
         return false;
     };
-    if let Some(k) = constant_operand(&op) {
+    if let Some((k, key)) = constant_operand(&op) {
+        // Given by position or by keyword (`value = 1.0`).
         if node
             .args()
             .get(k)
+            .or_else(|| node.kwarg(key))
             .and_then(|a| a.as_f64())
             .is_some_and(|c| c != 0.0)
         {
             return false;
         }
     }
+    // A tensor given by keyword sits at no position the tables name.
+    let positional: usize = node
+        .args()
+        .iter()
+        .map(|a| arg_values(imp, r, a).len())
+        .sum();
+    if node.inputs().len() > positional {
+        return false;
+    }
+    // An elementwise product reading the sum twice (`p * p`) is quadratic in it.
+    let jointly_additive = crate::lemmas::ELEMENTWISE
+        .iter()
+        .find(|e| e.0 == op)
+        .is_none_or(|e| e.3);
+    let mut read_at = 0;
     // `other - p` with `other` zero (checked above) is `-p`.
     let linear_at =
         |i: usize| crate::lemmas::may_be_linear_in(&op, i) || (op == "aten.rsub.Scalar" && i == 0);
@@ -776,7 +811,8 @@ pub(super) fn linear_in_leaf(case: &Case, imp: &Impl, r: usize, n: usize, leaf: 
         for x in arg_values(imp, r, a) {
             if x == leaf {
                 reads = true;
-                if !linear_at(i) {
+                read_at += 1;
+                if !linear_at(i) || (read_at > 1 && !jointly_additive) {
                     return false;
                 }
             } else if imp.meta(x).is_none_or(|m| m.dtype.is_float()) && !zero_fill(case, x) {
@@ -790,10 +826,10 @@ pub(super) fn linear_in_leaf(case: &Case, imp: &Impl, r: usize, n: usize, leaf: 
 /// The position of the scalar an operator places or adds beside its tensor operand (a pad's
 /// or a masked fill's value, the `other` of `other - x`): linear in the tensor only where it
 /// is zero.
-fn constant_operand(op: &str) -> Option<usize> {
+fn constant_operand(op: &str) -> Option<(usize, &'static str)> {
     match op {
-        "aten.constant_pad_nd.default" | "aten.masked_fill.Scalar" => Some(2),
-        "aten.rsub.Scalar" => Some(1),
+        "aten.constant_pad_nd.default" | "aten.masked_fill.Scalar" => Some((2, "value")),
+        "aten.rsub.Scalar" => Some((1, "other")),
         _ => None,
     }
 }

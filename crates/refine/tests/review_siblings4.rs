@@ -854,6 +854,15 @@ const AFTER_PARTIAL_SUM: &[(&str, Steps, bool)] = &[
         ],
         false,
     ),
+    // Right: the zeros selected in by keyword are read like positional ones.
+    (
+        "where-against-zeros-keyword",
+        &[
+            ("z", "f32[4, 4]", "aten.full.default([4, 4], 0)"),
+            ("q", "f32[4, 4]", "aten.where.self(m, p, other = z)"),
+        ],
+        true,
+    ),
     (
         "square",
         &[("q", "f32[4, 4]", "aten.mul.Tensor(p, p)")],

@@ -788,14 +788,19 @@ pub(super) fn linear_in_leaf(case: &Case, imp: &Impl, r: usize, n: usize, leaf: 
             return false;
         }
     }
-    // A tensor given by keyword sits at no position the tables name.
-    let positional: usize = node
-        .args()
-        .iter()
-        .map(|a| arg_values(imp, r, a).len())
-        .sum();
-    if node.inputs().len() > positional {
-        return false;
+    // Tensors given by keyword sit at no position the tables name: the leaf there is not
+    // known to be read linearly, and any other float tensor there must be a zero fill, as
+    // at a position.
+    if let shardproof_ir::NodeKind::Call { kwargs, .. } = &node.kind {
+        for (_, a) in kwargs {
+            for x in arg_values(imp, r, a) {
+                if x == leaf
+                    || (imp.meta(x).is_none_or(|m| m.dtype.is_float()) && !zero_fill(case, x))
+                {
+                    return false;
+                }
+            }
+        }
     }
     // An elementwise product reading the sum twice (`p * p`) is quadratic in it.
     let jointly_additive = crate::lemmas::ELEMENTWISE

@@ -468,60 +468,6 @@ fn a_sibling_piece_with_another_factor_is_not_verified() {
     assert!(reused > 0, "no sibling piece was reused");
 }
 
-/// A row-parallel product (`x` split along its columns, `w` along its rows over tp=2): each
-/// rank's `p` is a partial sum. The ranks apply `steps` to it (the last named `q`) and
-/// all-reduce `q`; the spec applies `steps` to the whole product (its last named `out`).
-/// `m` is a boolean mask and `idx` indices, replicated inputs.
-fn partial_sum_then(name: &str, steps: &[(&str, &str, &str)]) -> Mini {
-    let sig = |cols: usize, rows: usize| {
-        format!("x: \"f32[4, {cols}]\", w: \"f32[{rows}, 4]\", m: \"b8[4, 4]\", idx: \"i64[4]\"")
-    };
-    let body = |last: &str| -> Vec<String> {
-        let mut b = vec![line("p", "f32[4, 4]", "aten.mm.default(x, w)")];
-        for (i, (n, ty, call)) in steps.iter().enumerate() {
-            let n = if i + 1 == steps.len() { last } else { n };
-            b.push(line(n, ty, call));
-        }
-        b
-    };
-    let spec = module(&sig(4, 4), &body("out"));
-    let out_ty = steps.last().unwrap().1;
-    let mut rb = body("q");
-    rb.push(line(
-        "ar",
-        out_ty,
-        "_c10d_functional.all_reduce.default(q, 'sum', 'tp')",
-    ));
-    rb.push(line(
-        "out",
-        out_ty,
-        "_c10d_functional.wait_tensor.default(ar)",
-    ));
-    let rank = module(&sig(2, 2), &rb);
-    Mini {
-        name: name.into(),
-        axis: "tp",
-        spec,
-        ranks: vec![rank.clone(), rank],
-        inputs: vec![
-            ("x", Place::Shard(1)),
-            ("w", Place::Shard(0)),
-            ("m", Place::Replicate),
-            ("idx", Place::Replicate),
-        ],
-        output: Place::Replicate,
-        fixed: vec![
-            (
-                "m",
-                vec![
-                    1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0,
-                ],
-            ),
-            ("idx", vec![2.0, 0.0, 3.0, 1.0]),
-        ],
-    }
-}
-
 /// Operators between a partial sum and its all-reduce: (name, steps, right by design).
 /// Linear ones (zero pads and fills, a select against zeros, a scatter into zeros) are right;
 /// affine ones (a pad or a fill of one, one added) count their constant once per rank.

@@ -66,27 +66,25 @@ impl ScaleChain {
             .any(|&a| other.points.iter().any(|&b| same_factor(a, b)))
     }
 
+    /// Both chains' ends, where both are known and neither is empty.
+    fn known_ends<'a>(&'a self, other: &'a ScaleChain) -> Option<(&'a [f64], &'a [f64])> {
+        match (&self.ends, &other.ends) {
+            (Some(a), Some(b)) if !a.is_empty() && !b.is_empty() => Some((a, b)),
+            _ => None,
+        }
+    }
+
     /// Whether both chains' ends are known and some end of one is an end of the other
     /// (`Some(true)`), none is (`Some(false)`), or that is not known (`None`).
     fn ends_meet(&self, other: &ScaleChain) -> Option<bool> {
-        let (Some(a), Some(b)) = (&self.ends, &other.ends) else {
-            return None;
-        };
-        if a.is_empty() || b.is_empty() {
-            return None;
-        }
+        let (a, b) = self.known_ends(other)?;
         Some(a.iter().any(|&x| b.iter().any(|&y| same_factor(x, y))))
     }
 
     /// Whether both chains' ends are known and every end of this one is an end of the other
     /// (a factor made up on every path, not only off the output), or that is not known.
     fn ends_within(&self, other: &ScaleChain) -> Option<bool> {
-        let (Some(a), Some(b)) = (&self.ends, &other.ends) else {
-            return None;
-        };
-        if a.is_empty() || b.is_empty() {
-            return None;
-        }
+        let (a, b) = self.known_ends(other)?;
         Some(a.iter().all(|&x| b.iter().any(|&y| same_factor(x, y))))
     }
 

@@ -75,16 +75,7 @@ fn size_value_pin(r: &Reduction) -> Option<String> {
 
 /// Refuted at full size, not proved reduced, the size kept by the rule (naming `op`).
 fn assert_not_proved_at_a_root(case: &shardproof_case::Case, op: &str) {
-    let full = prove_case(
-        case,
-        &ProveConfig {
-            reduce: false,
-            ..ProveConfig::default()
-        },
-    );
-    assert_eq!(full.verdict, Verdict::Refuted, "{:?}", full.message);
-    let reduced = prove_case(case, &ProveConfig::default());
-    assert_ne!(reduced.verdict, Verdict::Proved, "{:?}", reduced.reduction);
+    assert_refuted_and_not_proved(case);
     let reduction = reduce_case(case).expect("reduced");
     let why = size_value_pin(&reduction).unwrap_or_else(|| panic!("{:?}", reduction.sizes));
     assert!(why.contains(op), "{why}");
